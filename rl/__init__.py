@@ -1,0 +1,1 @@
+"""FleetMind `rl` package."""

@@ -1,0 +1,34 @@
+"""The CLI skeleton: help works, groups are wired, user errors are one line with status 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from data.errors import DataError
+from training import cli
+
+
+def test_help_lists_every_group(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for group in cli.GROUPS:
+        assert group in out
+
+
+def test_user_error_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(args: object) -> int:
+        raise DataError("trace file x.csv: row 3 has no cpu_milli")
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["fleet", "show"])
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser.set_defaults()
+    args.func = boom
+    monkeypatch.setattr(parser, "parse_args", lambda argv=None: args)
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fleetmind: error: trace file x.csv: row 3 has no cpu_milli"]

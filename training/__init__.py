@@ -1,0 +1,1 @@
+"""FleetMind `training` package."""

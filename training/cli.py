@@ -1,0 +1,76 @@
+"""The ``fleetmind`` command line.
+
+Each command group lives in its own module ``training/cli_<group>.py`` exposing
+``register(subparsers) -> None``; the module adds its sub-commands and sets ``func`` on each parser to a
+callable ``func(args: argparse.Namespace) -> int``. Group modules import heavy libraries (torch, mlflow,
+...) inside their handlers so that ``fleetmind --help`` stays fast.
+
+Errors caused by the user (:class:`data.errors.FleetMindError`) print one line,
+``fleetmind: error: <reason>``, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from data.errors import FleetMindError
+
+GROUPS: dict[str, str] = {
+    "fleet": "fleet topology: show clusters, nodes and GPU link matrices",
+    "rca": "root-cause analysis: generate incidents, train and evaluate the GAT, PetShop benchmark",
+    "sched": "placement: evaluate heuristics and the PPO agent, train the agent",
+    "serve": "run the inference service (FastAPI) on the embedded defaults",
+    "demo": "end-to-end demo: data, models, service, an alert storm and a placement",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full argument parser with every command group registered."""
+    parser = argparse.ArgumentParser(
+        prog="fleetmind",
+        description="FleetMind: root-cause analysis and learned GPU placement for multi-cluster AI fleets.",
+    )
+    parser.add_argument("--version", action="version", version=f"fleetmind {_version()}")
+    sub = parser.add_subparsers(dest="group", metavar="{" + ",".join(GROUPS) + "}")
+    for name, help_text in GROUPS.items():
+        module = importlib.import_module(f"training.cli_{name}")
+        module.register(sub, name, help_text)
+    return parser
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("fleetmind")
+    except Exception:  # pragma: no cover - not installed, e.g. run from a bare checkout
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fleetmind`` console script; returns the process exit status."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        # A group without a sub-command: show that group's help.
+        target = getattr(args, "group_parser", None) or parser
+        target.print_help()
+        return 0 if args.group is None else 2
+    try:
+        return int(func(args) or 0)
+    except FleetMindError as err:
+        print(f"fleetmind: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fleetmind: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

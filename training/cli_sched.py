@@ -1,0 +1,14 @@
+"""``fleetmind sched ...``: placement commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from training.cli_common import add_group, not_landed
+
+
+def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    _, sub = add_group(subparsers, name, help_text)
+    for cmd, issue in [("evaluate", 5), ("train", 6)]:
+        p = sub.add_parser(cmd, help=f"(issue #{issue})")
+        p.set_defaults(func=not_landed(f"fleetmind sched {cmd}", issue))
