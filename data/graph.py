@@ -109,10 +109,14 @@ class DependencyGraph:
         src, dst, etype = [], [], []
         for e in self.edges:
             if e.kind not in EDGE_KINDS:
-                raise DataError(f"graph {name!r}: edge {e.src}->{e.dst} has unknown kind {e.kind!r}")
+                raise DataError(
+                    f"graph {name!r}: edge {e.src}->{e.dst} has unknown kind {e.kind!r}"
+                )
             for end in (e.src, e.dst):
                 if end not in self.index:
-                    raise DataError(f"graph {name!r}: edge {e.src}->{e.dst} names unknown node {end!r}")
+                    raise DataError(
+                        f"graph {name!r}: edge {e.src}->{e.dst} names unknown node {end!r}"
+                    )
             src.append(self.index[e.src])
             dst.append(self.index[e.dst])
             etype.append(EDGE_KINDS.index(e.kind))
@@ -179,7 +183,13 @@ class DependencyGraph:
         return {
             "name": self.name,
             "nodes": [
-                {"id": n.id, "kind": n.kind, "cluster": n.cluster, "match": n.match, "attrs": n.attrs}
+                {
+                    "id": n.id,
+                    "kind": n.kind,
+                    "cluster": n.cluster,
+                    "match": n.match,
+                    "attrs": n.attrs,
+                }
                 for n in self.nodes
             ],
             "edges": [{"src": e.src, "dst": e.dst, "kind": e.kind} for e in self.edges],

@@ -78,7 +78,9 @@ class BaseAnalyzer(ABC):
         """Model version for trained analyzers; ``None`` for fixed heuristics."""
         return None
 
-    def train(self, incidents: Sequence[dict[str, Any]], graphs: dict[str, DependencyGraph]) -> None:
+    def train(  # noqa: B027 - optional hook, heuristics need no training
+        self, incidents: Sequence[dict[str, Any]], graphs: dict[str, DependencyGraph]
+    ) -> None:
         """Fit on incidents (dicts of the dataset contract); heuristics need nothing."""
 
     @abstractmethod

@@ -27,7 +27,7 @@ def _seed_everything() -> None:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> "os.PathLike[str]":
+def shared_data() -> os.PathLike[str]:
     """The shared dataset folder (``../shared/data``); skips when it is absent."""
     from data.errors import DataError
     from data.paths import shared_data_dir

@@ -1,0 +1,372 @@
+"""Loaders for the Alibaba openb GPU trace (node list and pod traces, cluster-trace-gpu-v2023).
+
+The files are described in ``../shared/data/openb/PROVENANCE.md``. Everything is returned as numpy
+arrays (one entry per node or pod) so that the simulator's hot path never touches Python objects.
+
+Units: CPU in milli-cores (1 core = 1000), memory in MiB, GPU share in milli-GPU (1 GPU = 1000),
+times in seconds.
+
+GPU models are encoded as small integer ids into :data:`GPU_MODELS`; a pod's ``gpu_spec`` (a
+``|``-separated list of allowed models) becomes a bitmask over those ids, with :data:`ANY_GPU_MODEL`
+(all bits set, ``-1``) when the pod has no constraint. A node with model id ``i`` may host a pod when
+``gpu_spec_mask & (1 << i) != 0``. A model name that :data:`GPU_MODELS` does not know is appended to
+the (process-wide) vocabulary, so YAML fleets with other models still work.
+
+Added fields: none yet. The simulator's dynamic mode (``envs/dynamic_mode.py``) may attach extra per-pod
+arrays (e.g. communication intensity, data home cluster) through :meth:`PodTrace.with_fields`; they are
+kept in :attr:`PodTrace.extra` and documented in ``docs/dynamic.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from data.errors import DataError
+from data.paths import openb_csv_dir
+
+GPU_MODELS: list[str] = ["A10", "G2", "G3", "P100", "T4", "V100M16", "V100M32"]
+"""GPU model vocabulary; the index is the model id (the openb models first, then any seen later)."""
+
+ANY_GPU_MODEL: int = -1
+"""``gpu_spec_mask`` of a pod without a GPU-model constraint (all bits set)."""
+
+GPU_MILLI: int = 1000
+"""Milli-GPU units in one whole GPU."""
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+POD_OPTIONAL_STR = ("gpu_spec", "qos", "pod_phase")
+POD_TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
+
+
+def gpu_model_id(name: str) -> int:
+    """Return the id of GPU model ``name`` (registered on first use; at most 62 models)."""
+    name = name.strip()
+    try:
+        return GPU_MODELS.index(name)
+    except ValueError:
+        if len(GPU_MODELS) >= 62:
+            raise DataError(
+                f"too many distinct GPU models (> 62); cannot register {name!r}"
+            ) from None
+        GPU_MODELS.append(name)
+        return len(GPU_MODELS) - 1
+
+
+def gpu_spec_mask(spec: str) -> int:
+    """Bitmask of the models allowed by a ``|``-separated ``gpu_spec``; :data:`ANY_GPU_MODEL` if empty."""
+    parts = [p.strip() for p in spec.split("|") if p.strip()]
+    if not parts:
+        return ANY_GPU_MODEL
+    mask = 0
+    for p in parts:
+        mask |= 1 << gpu_model_id(p)
+    return mask
+
+
+@dataclass(frozen=True)
+class OpenbNodes:
+    """A node list: one entry per node.
+
+    Attributes:
+        names: ``(N,)`` str, node names (``sn`` column).
+        cpu_milli: ``(N,)`` int64, CPU capacity in milli-cores.
+        memory_mib: ``(N,)`` int64, memory capacity in MiB.
+        num_gpu: ``(N,)`` int64, GPUs on the node (0..8).
+        model: ``(N,)`` str, GPU model name ("" for CPU-only nodes).
+        model_id: ``(N,)`` int64, index into :data:`GPU_MODELS` (-1 for CPU-only nodes).
+        source: the file it came from.
+    """
+
+    names: np.ndarray
+    cpu_milli: np.ndarray
+    memory_mib: np.ndarray
+    num_gpu: np.ndarray
+    model: np.ndarray
+    model_id: np.ndarray
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def total_gpus(self) -> int:
+        return int(self.num_gpu.sum())
+
+
+@dataclass(frozen=True)
+class PodTrace:
+    """A pod trace: one entry per pod, in file order.
+
+    Attributes:
+        name: trace name (``default``, ``gpuspec20``...) or the file stem.
+        pod_names: ``(P,)`` str.
+        cpu_milli: ``(P,)`` int64, CPU request in milli-cores.
+        memory_mib: ``(P,)`` int64, memory request in MiB.
+        num_gpu: ``(P,)`` int64, GPUs requested (0 = CPU-only pod).
+        gpu_milli: ``(P,)`` int64, per-GPU share in milli-GPU, clipped to 1000 (0 for CPU-only pods).
+        gpu_spec: ``(P,)`` str, the raw ``gpu_spec`` ("" when absent).
+        gpu_spec_mask: ``(P,)`` int64, allowed-model bitmask (:data:`ANY_GPU_MODEL` = no constraint).
+        qos: ``(P,)`` str ("" when the file has no such column).
+        creation_time, deletion_time, scheduled_time: ``(P,)`` float64 seconds, NaN when absent
+            (the ``multigpu*`` traces have no times at all).
+        extra: extra per-pod arrays added by a simulation mode (see the module docstring).
+        source: the file it came from.
+    """
+
+    name: str
+    pod_names: np.ndarray
+    cpu_milli: np.ndarray
+    memory_mib: np.ndarray
+    num_gpu: np.ndarray
+    gpu_milli: np.ndarray
+    gpu_spec: np.ndarray
+    gpu_spec_mask: np.ndarray
+    qos: np.ndarray
+    creation_time: np.ndarray
+    deletion_time: np.ndarray
+    scheduled_time: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.pod_names)
+
+    @property
+    def gpu_request(self) -> np.ndarray:
+        """``(P,)`` int64, total GPU request ``num_gpu * gpu_milli`` in milli-GPU."""
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def has_times(self) -> bool:
+        return bool(np.isfinite(self.creation_time).any())
+
+    def take(self, index: np.ndarray) -> PodTrace:
+        """A new trace with the pods at ``index`` (an int array; repeats allowed), in that order."""
+        idx = np.asarray(index, dtype=np.int64)
+        arrays = {
+            k: getattr(self, k)[idx]
+            for k in (
+                "pod_names",
+                "cpu_milli",
+                "memory_mib",
+                "num_gpu",
+                "gpu_milli",
+                "gpu_spec",
+                "gpu_spec_mask",
+                "qos",
+                "creation_time",
+                "deletion_time",
+                "scheduled_time",
+            )
+        }
+        return replace(self, extra={k: v[idx] for k, v in self.extra.items()}, **arrays)
+
+    def with_fields(self, **arrays: np.ndarray) -> PodTrace:
+        """A copy with extra per-pod arrays (each of shape ``(P, ...)``) added to :attr:`extra`."""
+        for key, arr in arrays.items():
+            if len(arr) != len(self):
+                raise DataError(f"extra field {key!r} has {len(arr)} entries for {len(self)} pods")
+        return replace(self, extra={**self.extra, **arrays})
+
+
+def _resolve(name_or_path: str | Path, kind: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".csv" or p.exists():
+        if not p.is_file():
+            raise DataError(f"{kind} file not found: {p}")
+        return p
+    stem = str(name_or_path)
+    prefix = "openb_pod_list_" if kind == "trace" else "openb_node_list_"
+    cand = openb_csv_dir() / f"{prefix}{stem}.csv"
+    if not cand.is_file():
+        known = sorted(f.stem.removeprefix(prefix) for f in openb_csv_dir().glob(f"{prefix}*.csv"))
+        raise DataError(
+            f"unknown openb {kind} {stem!r}: no file {cand.name} (known: {', '.join(known)})"
+        )
+    return cand
+
+
+def _int_field(value: str, path: Path, row: int, col: str) -> int:
+    try:
+        f = float(value)
+    except ValueError:
+        raise DataError(
+            f"{path}: row {row} (line {row + 1}): field {col!r} is not a number: {value!r}"
+        ) from None
+    if not math.isfinite(f) or f < 0 or f != int(f):
+        raise DataError(
+            f"{path}: row {row} (line {row + 1}): field {col!r} must be a non-negative integer, got {value!r}"
+        )
+    return int(f)
+
+
+def _float_field(value: str, path: Path, row: int, col: str) -> float:
+    if value.strip() == "":
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        raise DataError(
+            f"{path}: row {row} (line {row + 1}): field {col!r} is not a number: {value!r}"
+        ) from None
+
+
+def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.reader(fh)
+            try:
+                header = [h.strip() for h in next(reader)]
+            except StopIteration:
+                raise DataError(f"{path}: empty file (no header row)") from None
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise DataError(f"{path}: header lacks column(s) {', '.join(missing)}")
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise DataError(f"{path}: cannot read CSV: {err}") from None
+    return header, rows
+
+
+def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> OpenbNodes:
+    """Load an openb node list.
+
+    Args:
+        path: a CSV path, or an openb node-list name (``gpu_node``, ``all_node``); ``None`` loads
+            ``openb_node_list_gpu_node.csv`` from the shared data folder.
+        gpu_only: drop nodes without GPUs (the FGD setup uses only the 1,213 GPU nodes).
+
+    Returns:
+        :class:`OpenbNodes`, sorted by node name.
+
+    Raises:
+        DataError: missing file or column, or a row (1-based data row number) with a bad field.
+    """
+    p = _resolve(path if path is not None else "gpu_node", "node list")
+    header, rows = _read_rows(p, NODE_COLUMNS)
+    col = {c: header.index(c) for c in NODE_COLUMNS}
+    names, cpu, mem, ngpu, model = [], [], [], [], []
+    for r, row in enumerate(rows, start=1):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) < len(header):
+            raise DataError(
+                f"{p}: row {r} (line {r + 1}): expected {len(header)} fields, got {len(row)}"
+            )
+        names.append(row[col["sn"]].strip())
+        cpu.append(_int_field(row[col["cpu_milli"]], p, r, "cpu_milli"))
+        mem.append(_int_field(row[col["memory_mib"]], p, r, "memory_mib"))
+        g = _int_field(row[col["gpu"]], p, r, "gpu")
+        if g > 8:
+            raise DataError(f"{p}: row {r} (line {r + 1}): field 'gpu' must be 0..8, got {g}")
+        m = row[col["model"]].strip()
+        if g > 0 and not m:
+            raise DataError(
+                f"{p}: row {r} (line {r + 1}): field 'model' is empty for a node with {g} GPUs"
+            )
+        ngpu.append(g)
+        model.append(m if g > 0 else "")
+    order = np.argsort(np.array(names, dtype=str), kind="stable")
+    keep = order[np.array(ngpu, dtype=np.int64)[order] > 0] if gpu_only else order
+    model_arr = np.array(model, dtype=object)[keep].astype(str)
+    return OpenbNodes(
+        names=np.array(names, dtype=str)[keep],
+        cpu_milli=np.array(cpu, dtype=np.int64)[keep],
+        memory_mib=np.array(mem, dtype=np.int64)[keep],
+        num_gpu=np.array(ngpu, dtype=np.int64)[keep],
+        model=model_arr,
+        model_id=np.array([gpu_model_id(m) if m else -1 for m in model_arr], dtype=np.int64),
+        source=str(p),
+    )
+
+
+def load_openb_trace(name_or_path: str | Path) -> PodTrace:
+    """Load an openb pod trace by name (``default``, ``gpuspec20``, ``multigpu30``...) or CSV path.
+
+    ``gpu_milli`` is clipped to 1000 and set to 0 for CPU-only pods. Files with only the five columns
+    ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` (the ``multigpu*`` traces) get empty strings
+    and NaN times.
+
+    Raises:
+        DataError: unknown name, missing file or column, or a malformed row; the message names the
+            file, the 1-based data row and the field.
+    """
+    p = _resolve(name_or_path, "trace")
+    header, rows = _read_rows(p, POD_REQUIRED)
+    col = {
+        c: header.index(c)
+        for c in (*POD_REQUIRED, *POD_OPTIONAL_STR, *POD_TIME_COLUMNS)
+        if c in header
+    }
+    n = len(rows)
+    ints = {c: np.zeros(n, dtype=np.int64) for c in POD_REQUIRED[1:]}
+    strs: dict[str, list[str]] = {c: [""] * n for c in ("name", *POD_OPTIONAL_STR)}
+    times = {c: np.full(n, np.nan) for c in POD_TIME_COLUMNS}
+    kept = 0
+    for r, row in enumerate(rows, start=1):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise DataError(
+                f"{p}: row {r} (line {r + 1}): expected {len(header)} fields, got {len(row)}"
+            )
+        for c in POD_REQUIRED[1:]:
+            ints[c][kept] = _int_field(row[col[c]], p, r, c)
+        for c in ("name", *POD_OPTIONAL_STR):
+            if c in col:
+                strs[c][kept] = row[col[c]].strip()
+        if not strs["name"][kept]:
+            raise DataError(f"{p}: row {r} (line {r + 1}): field 'name' is empty")
+        for c in POD_TIME_COLUMNS:
+            if c in col:
+                times[c][kept] = _float_field(row[col[c]], p, r, c)
+        if ints["num_gpu"][kept] > 8:
+            raise DataError(
+                f"{p}: row {r} (line {r + 1}): field 'num_gpu' must be 0..8, got {ints['num_gpu'][kept]}"
+            )
+        if ints["num_gpu"][kept] > 0 and ints["gpu_milli"][kept] == 0:
+            raise DataError(
+                f"{p}: row {r} (line {r + 1}): field 'gpu_milli' is 0 for a pod with num_gpu > 0"
+            )
+        kept += 1
+    if kept == 0:
+        raise DataError(f"{p}: no pod rows")
+    num_gpu = ints["num_gpu"][:kept]
+    gpu_milli = np.where(num_gpu > 0, np.minimum(ints["gpu_milli"][:kept], GPU_MILLI), 0)
+    spec = np.array(strs["gpu_spec"][:kept], dtype=object)
+    spec = np.where(num_gpu > 0, spec, "").astype(str)
+    cache: dict[str, int] = {}
+    mask = np.empty(kept, dtype=np.int64)
+    for i, s in enumerate(spec):
+        if s not in cache:
+            cache[s] = gpu_spec_mask(s)
+        mask[i] = cache[s]
+    name = p.stem.removeprefix("openb_pod_list_")
+    return PodTrace(
+        name=name,
+        pod_names=np.array(strs["name"][:kept], dtype=str),
+        cpu_milli=ints["cpu_milli"][:kept],
+        memory_mib=ints["memory_mib"][:kept],
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        gpu_spec=spec,
+        gpu_spec_mask=mask,
+        qos=np.array(strs["qos"][:kept], dtype=str),
+        creation_time=times["creation_time"][:kept],
+        deletion_time=times["deletion_time"][:kept],
+        scheduled_time=times["scheduled_time"][:kept],
+        source=str(p),
+    )
+
+
+def openb_trace_names() -> list[str]:
+    """Names of the openb pod traces in the shared data folder, sorted."""
+    return sorted(
+        f.stem.removeprefix("openb_pod_list_") for f in openb_csv_dir().glob("openb_pod_list_*.csv")
+    )
