@@ -1,0 +1,218 @@
+"""fgd mode: the evaluation setup of the FGD paper (Weng et al., USENIX ATC'23), reproduced.
+
+One run = one trace x one policy x one seed (details in
+``../shared/references/fgd-setup-and-policies.md``):
+
+1. Sort the trace's pods by name and shuffle them with the seed.
+2. Resize to ``scale`` (1.3) x cluster GPU capacity. Below target: draw pods uniformly with replacement
+   from the original trace and append them; stop at the first draw whose per-GPU ``gpu_milli`` would take
+   the running total past the target (the total grows by the full request ``num_gpu * gpu_milli``).
+   Above target: remove uniformly random pods until the total is at most the target.
+3. Node priority for tie-breaking: a seeded random permutation of the name-sorted nodes.
+4. Place the pods one at a time; nothing departs; a pod with no feasible node fails (arrives, allocates
+   nothing, is not retried).
+
+Metric: after every pod record arrived GPU milli (requests of all pods so far, failed ones included) and
+allocated GPU milli. arrived % = round-half-even(arrived / capacity x 100) as an integer, allocated % =
+round(allocated / capacity x 100, 2); the value at level X is the mean allocated % over the records whose
+arrived % equals X (window X-1..X+1 if none), rounded to 2 decimals; unallocated GPU % at X = 100 - value.
+
+All randomness comes from ``numpy.random.default_rng(seed)`` (workload and node priority) and
+``default_rng([seed, 1])`` (the policy's own choices, e.g. Random), so a run is a pure function of
+(trace, policy, seed, nodes).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from data.errors import DataError
+from data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
+from envs.core import ClusterState, pods_from_trace
+from envs.policies import Policy, make_policy
+
+DEFAULT_SCALE = 1.3
+DEFAULT_LEVELS = (100, 130)
+
+
+@dataclass(frozen=True)
+class FgdWorkload:
+    """The arrival sequence and node priority of one run.
+
+    Attributes:
+        trace: the pods in arrival order (originals shuffled, then resampled copies).
+        n_original: how many of them are the trace's own pods (the rest are resampled copies).
+        priority: ``(N,)`` tie-break rank of each name-sorted node (lower wins).
+    """
+
+    trace: PodTrace
+    n_original: int
+    priority: np.ndarray
+
+
+@dataclass
+class FgdResult:
+    """Outcome of :func:`run_fgd`.
+
+    Attributes:
+        unallocated: level (e.g. 100, 130) -> unallocated GPU % at that arrived level.
+        arrived_milli, allocated_milli: ``(P,)`` int64 records after each pod.
+        placed: ``(P,)`` bool, pod got a node.
+        seconds: wall time of the placement loop; ms_per_decision: mean ms per pod.
+    """
+
+    trace: str
+    policy: str
+    seed: int
+    capacity_milli: int
+    unallocated: dict[int, float]
+    arrived_milli: np.ndarray
+    allocated_milli: np.ndarray
+    placed: np.ndarray
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def n_pods(self) -> int:
+        return len(self.placed)
+
+    @property
+    def n_failed(self) -> int:
+        return int((~self.placed).sum())
+
+    @property
+    def ms_per_decision(self) -> float:
+        return 1000.0 * self.seconds / max(self.n_pods, 1)
+
+    def summary(self) -> dict[str, float | int | str]:
+        """Flat JSON-able summary (``unallocated_gpu_pct_at_<X>`` for each level)."""
+        out: dict[str, float | int | str] = {
+            "trace": self.trace,
+            "policy": self.policy,
+            "seed": self.seed,
+        }
+        for lvl, v in self.unallocated.items():
+            out[f"unallocated_gpu_pct_at_{lvl}"] = v
+        out.update(
+            n_pods=self.n_pods,
+            n_failed=self.n_failed,
+            ms_per_decision=round(self.ms_per_decision, 4),
+            seconds=round(self.seconds, 3),
+        )
+        return out
+
+
+def build_workload(
+    trace: PodTrace, n_nodes: int, gpu_capacity_milli: int, seed: int, scale: float = DEFAULT_SCALE
+) -> FgdWorkload:
+    """Arrival order and node priority of one run (steps 1-3 of the module docstring)."""
+    rng = np.random.default_rng(seed)
+    order = np.argsort(trace.pod_names, kind="stable")
+    order = order[rng.permutation(len(order))]
+    req = trace.gpu_request
+    target = scale * gpu_capacity_milli
+    total = int(req[order].sum())
+    n_original = len(order)
+    if total < target:
+        extra: list[int] = []
+        gm = trace.gpu_milli
+        n = len(trace)
+        while True:
+            draws = rng.integers(n, size=1024)
+            stop = False
+            for j in draws.tolist():
+                if total + gm[j] > target:
+                    stop = True
+                    break
+                extra.append(j)
+                total += int(req[j])
+            if stop:
+                break
+        order = np.concatenate([order, np.asarray(extra, dtype=np.int64)])
+    elif total > target:
+        removal = rng.permutation(len(order))
+        removed_total = total - np.cumsum(req[order[removal]])
+        n_remove = int(np.argmax(removed_total <= target)) + 1
+        keep = np.ones(len(order), dtype=bool)
+        keep[removal[:n_remove]] = False
+        order = order[keep]
+        n_original = len(order)
+    priority = np.empty(n_nodes, dtype=np.int64)
+    priority[rng.permutation(n_nodes)] = np.arange(n_nodes)
+    return FgdWorkload(trace=trace.take(order), n_original=n_original, priority=priority)
+
+
+def unallocated_at(
+    arrived_milli: np.ndarray, allocated_milli: np.ndarray, capacity_milli: int, level: int
+) -> float:
+    """Unallocated GPU % at arrived level ``level`` (window-mean rule; NaN if no record is near)."""
+    unit = capacity_milli / 100.0
+    arrived_pct = np.round(np.asarray(arrived_milli) / unit)
+    alloc_pct = np.round(np.asarray(allocated_milli) / unit, 2)
+    sel = arrived_pct == level
+    if not sel.any():
+        sel = np.abs(arrived_pct - level) <= 1
+    if not sel.any():
+        return float("nan")
+    return round(100.0 - round(float(alloc_pct[sel].mean()), 2), 2)
+
+
+def run_fgd(
+    trace: PodTrace | str,
+    policy: Policy | str,
+    seed: int,
+    nodes: OpenbNodes | None = None,
+    *,
+    scale: float = DEFAULT_SCALE,
+    levels: tuple[int, ...] = DEFAULT_LEVELS,
+) -> FgdResult:
+    """One fgd-mode run: build the workload, place every pod with ``policy``, measure.
+
+    Args:
+        trace: a :class:`PodTrace` or an openb trace name / CSV path.
+        policy: a :class:`Policy` or a policy name (see :data:`envs.policies.POLICIES`).
+        seed: drives the shuffle, resampling, node priority and the policy's randomness.
+        nodes: the node list (default: the openb GPU nodes).
+        scale: workload size relative to GPU capacity.
+        levels: arrived levels (%) at which to report unallocated GPU %.
+    """
+    tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
+    pol = policy if isinstance(policy, Policy) else make_policy(policy)
+    nodes = nodes if nodes is not None else load_openb_nodes()
+    if nodes.total_gpus == 0:
+        raise DataError(f"node list {nodes.source} has no GPUs")
+    state = ClusterState.from_openb(nodes)
+    wl = build_workload(tr, len(nodes), state.gpu_capacity_milli, seed, scale)
+    state.set_priority(wl.priority)
+    pol.reset(state, rng=np.random.default_rng([seed, 1]), trace=tr)
+    pods = pods_from_trace(wl.trace)
+    n = len(pods)
+    arrived = np.cumsum(wl.trace.gpu_request)
+    allocated = np.zeros(n, dtype=np.int64)
+    placed = np.zeros(n, dtype=bool)
+    feasible = state.feasible
+    select = pol.select
+    place = state.place
+    t0 = time.perf_counter()
+    for i, pod in enumerate(pods):
+        node, gpus = select(state, pod, feasible(pod))
+        if node >= 0:
+            place(pod, node, gpus)
+            placed[i] = True
+        allocated[i] = state.allocated_gpu_milli
+    seconds = time.perf_counter() - t0
+    cap = state.gpu_capacity_milli
+    return FgdResult(
+        trace=tr.name,
+        policy=getattr(pol, "name", type(pol).__name__),
+        seed=seed,
+        capacity_milli=cap,
+        unallocated={lvl: unallocated_at(arrived, allocated, cap, lvl) for lvl in levels},
+        arrived_milli=arrived,
+        allocated_milli=allocated,
+        placed=placed,
+        seconds=seconds,
+    )

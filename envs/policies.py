@@ -1,0 +1,535 @@
+"""Placement heuristics behind one interface: Random, DotProd, GpuClustering, GpuPacking, BestFit,
+FGD and TopologyBestEffort.
+
+Scoring, GPU choice and tie-breaking follow ``../shared/references/fgd-setup-and-policies.md``
+(a summary of the FGD authors' simulator, Weng et al., USENIX ATC'23). Every score is computed
+vectorised over the nodes of a :class:`envs.core.ClusterState`.
+
+Interface (:class:`Policy`):
+
+* ``policy.reset(state, *, rng=None, trace=None)``: start of a run. ``rng`` drives Random's choices;
+  ``trace`` is the original (un-resampled) trace, from which FGD derives its typical pods.
+* ``policy.score(state, pod, mask) -> (N,)``: node scores, higher is better; only entries where
+  ``mask`` is True mean anything.
+* ``policy.select(state, pod, mask=None) -> (node, gpus)``: the decision. ``mask`` defaults to
+  ``state.feasible(pod)``; ``node == -1`` (and empty ``gpus``) when no node is feasible. A single
+  feasible node is taken without scoring; otherwise the highest score wins and ties go to the node
+  with the best random priority (``state.select_node``).
+
+Score functions that the PPO candidate features reuse (all ``(N,)``, meaningful on ``mask``):
+:func:`bestfit_raw`, :func:`bestfit_scores`, :func:`dotprod_scores`, :func:`gpu_packing_scores`,
+:func:`gpu_clustering_scores`, and :meth:`FGD.node_deltas` (fragmentation decrease per node and the
+GPU a sharing pod would take).
+
+``POLICIES`` maps a name to a factory; ``make_policy(name, **kw)`` builds one (names are matched
+case-insensitively; ``bestfit``, ``best_fit`` and ``BestFit`` are the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from data.errors import ConfigError
+from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
+from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
+
+CPU_NORM = 128_000
+"""CPU normaliser of BestFit and DotProd (milli-cores of the largest openb node)."""
+GPU_NORM = 8_000
+"""GPU normaliser of BestFit, DotProd and GpuClustering (milli-GPU of an 8-GPU node)."""
+
+
+class Policy:
+    """Base class: subclasses implement :meth:`score` and may override :meth:`choose_gpus`."""
+
+    name: str = "policy"
+    gpu_rule: str = "tightest"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def reset(
+        self,
+        state: ClusterState,
+        *,
+        rng: np.random.Generator | None = None,
+        trace: PodTrace | None = None,
+    ) -> None:
+        """Prepare for a run on ``state`` (``rng``: randomness; ``trace``: the original trace)."""
+        if rng is not None:
+            self.rng = rng
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def choose_gpus(self, state: ClusterState, pod: Pod, node: int) -> np.ndarray:
+        """GPU indices on ``node`` (default: ``state.choose_gpus`` with :attr:`gpu_rule`)."""
+        return state.choose_gpus(pod, node, self.gpu_rule)
+
+    def select(
+        self, state: ClusterState, pod: Pod, mask: np.ndarray | None = None
+    ) -> tuple[int, np.ndarray]:
+        """Decide where ``pod`` goes: ``(node, gpus)``, or ``(-1, [])`` when nothing is feasible."""
+        if mask is None:
+            mask = state.feasible(pod)
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return -1, np.zeros(0, dtype=np.int64)
+        if idx.size == 1:
+            node = int(idx[0])
+            return node, self._gpus_unscored(state, pod, node)
+        scores = self.score(state, pod, mask)
+        node = state.select_node(scores, mask)
+        return node, self.choose_gpus(state, pod, node)
+
+    def _gpus_unscored(self, state: ClusterState, pod: Pod, node: int) -> np.ndarray:
+        return self.choose_gpus(state, pod, node)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+# --------------------------------------------------------------------------- score functions
+def bestfit_raw(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64: BestFit's raw score ``floor(100 (1 - [0.5 cpu_left/128000 + 0.5 gpu_left/8000]))``."""
+    cpu_left = (state.cpu_free - pod.cpu_milli) / CPU_NORM
+    gpu_left = (state.gpu_idle_total() - pod.gpu_request) / GPU_NORM
+    return np.floor(100.0 * (1.0 - (0.5 * cpu_left + 0.5 * gpu_left))).astype(np.int64)
+
+
+def bestfit_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64: BestFit raw scores min-max normalised to 0..100 over ``mask`` (integers)."""
+    raw = bestfit_raw(state, pod, mask)
+    sel = raw[mask]
+    if sel.size == 0:
+        return np.zeros_like(raw)
+    lo, hi = int(sel.min()), int(sel.max())
+    if hi == lo:
+        return np.zeros_like(raw)
+    return (raw - lo) * 100 // (hi - lo)
+
+
+def dotprod_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64: ``floor(100 (1 - dot/2))`` with dot of normalised free resources and request."""
+    dot = (state.cpu_free / CPU_NORM) * (pod.cpu_milli / CPU_NORM) + (
+        state.gpu_idle_total() / GPU_NORM
+    ) * (pod.gpu_request / GPU_NORM)
+    return np.floor(100.0 * (1.0 - dot / 2.0)).astype(np.int64)
+
+
+def gpu_packing_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64 GpuPacking scores (0 everywhere for CPU-only pods).
+
+    (3) node fully idle: ``33 - num_gpu``; else over the GPUs the pod would use (fitting GPUs by
+    increasing idle): (2) any fully idle: ``max(50 - #fully idle used, 33)``; (1) otherwise
+    ``max(100 - floor(sum(floor(idle*100/1000)) / 10), 50)``.
+    """
+    n = state.n_nodes
+    if pod.num_gpu == 0:
+        return np.zeros(n, dtype=np.int64)
+    idle = state.gpu_idle
+    present = state.gpu_present
+    all_idle = ((idle == GPU_MILLI) | ~present).all(axis=1) & (state.num_gpu > 0)
+    if pod.is_sharing:
+        fit = (idle >= max(pod.gpu_milli, 1)) & present
+        tight = np.where(fit, idle, GPU_MILLI + 1).min(axis=1)
+        case2 = tight == GPU_MILLI
+        s2 = np.full(n, 49, dtype=np.int64)
+        s1 = np.maximum(100 - (tight * 100 // GPU_MILLI) // 10, 50)
+        score = np.where(case2, s2, s1)
+    else:
+        # whole GPUs: the used GPUs are fully idle ones -> case (2)
+        score = np.full(n, max(50 - pod.num_gpu, 33), dtype=np.int64)
+    return np.where(all_idle, 33 - state.num_gpu, score).astype(np.int64)
+
+
+def gpu_clustering_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64 GpuClustering scores (0 everywhere for CPU-only pods).
+
+    ``base = floor(25 (8000 - idle_total) / 8000)``; +75 if the node holds only this pod's class,
+    +50 this class and others, +25 no GPU pod, +0 only other classes.
+    """
+    n = state.n_nodes
+    cls = pod.pod_class
+    if cls < 0:
+        return np.zeros(n, dtype=np.int64)
+    base = 25 * (GPU_NORM - state.gpu_idle_total()) // GPU_NORM
+    cc = state.class_count
+    has_this = cc[:, cls] > 0
+    n_classes = (cc > 0).sum(axis=1)
+    bonus = np.where(
+        has_this,
+        np.where(n_classes == 1, 75, 50),
+        np.where(n_classes == 0, 25, 0),
+    )
+    return (base + bonus).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- simple policies
+class RandomPolicy(Policy):
+    """A uniformly random feasible node; a sharing pod goes to a uniformly random fitting GPU."""
+
+    name = "Random"
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        return self.rng.random(state.n_nodes)
+
+    def select(
+        self, state: ClusterState, pod: Pod, mask: np.ndarray | None = None
+    ) -> tuple[int, np.ndarray]:
+        if mask is None:
+            mask = state.feasible(pod)
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return -1, np.zeros(0, dtype=np.int64)
+        node = int(idx[self.rng.integers(idx.size)])
+        return node, self.choose_gpus(state, pod, node)
+
+    def choose_gpus(self, state: ClusterState, pod: Pod, node: int) -> np.ndarray:
+        if pod.is_sharing:
+            fit = np.flatnonzero(state.fitting_gpus(pod, node))
+            return np.array([fit[self.rng.integers(fit.size)]], dtype=np.int64)
+        return state.choose_gpus(pod, node)
+
+
+class DotProd(Policy):
+    """Dot product of normalised free resources and request, lower is better (Kubernetes-style)."""
+
+    name = "DotProd"
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        return dotprod_scores(state, pod, mask)
+
+
+class BestFit(Policy):
+    """Tightest node: least CPU and GPU left after placing, min-max normalised."""
+
+    name = "BestFit"
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        return bestfit_scores(state, pod, mask)
+
+
+class GpuPacking(Policy):
+    """Prefer partly used GPUs, then partly used nodes, then idle nodes (smaller first)."""
+
+    name = "GpuPacking"
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        return gpu_packing_scores(state, pod, mask)
+
+
+class GpuClustering(Policy):
+    """Keep pods of one class (sharing, 1-, 2-, 4-, 8-GPU) together on nodes."""
+
+    name = "GpuClustering"
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        return gpu_clustering_scores(state, pod, mask)
+
+
+# --------------------------------------------------------------------------- FGD
+@dataclass(frozen=True)
+class TypicalPods:
+    """The typical pod distribution of a trace (FGD's target workload).
+
+    Attributes:
+        cpu_milli, gpu_milli, num_gpu, gpu_spec_mask: ``(M,)`` int64 per typical pod
+            (``gpu_milli`` per GPU; CPU-only pods have ``num_gpu == 0``).
+        count: ``(M,)`` int64 pods of the trace with that key.
+        gpu_spec: ``(M,)`` str raw spec strings.
+    """
+
+    cpu_milli: np.ndarray
+    gpu_milli: np.ndarray
+    num_gpu: np.ndarray
+    gpu_spec_mask: np.ndarray
+    count: np.ndarray
+    gpu_spec: np.ndarray
+
+    @property
+    def prob(self) -> np.ndarray:
+        """``(M,)`` float64 renormalised frequencies p_m."""
+        return self.count / self.count.sum()
+
+    def __len__(self) -> int:
+        return len(self.count)
+
+    @classmethod
+    def from_trace(cls, trace: PodTrace, coverage: float = 0.95) -> TypicalPods:
+        """Keys ``(cpu, per-GPU milli, num_gpu, gpu_spec)`` by count (desc; ties by key desc) until
+        their cumulative count reaches ``coverage`` of the pods. CPU-only pods are included."""
+        counts: dict[tuple[int, int, int, str], int] = {}
+        masks: dict[str, int] = {}
+        for c, g, k, s, m in zip(
+            trace.cpu_milli.tolist(),
+            trace.gpu_milli.tolist(),
+            trace.num_gpu.tolist(),
+            trace.gpu_spec.tolist(),
+            trace.gpu_spec_mask.tolist(),
+            strict=True,
+        ):
+            key = (c, g, k, s if k > 0 else "")
+            counts[key] = counts.get(key, 0) + 1
+            masks[key[3]] = m if k > 0 else ANY_GPU_MODEL
+        items = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        total = len(trace)
+        chosen = []
+        acc = 0
+        for key, cnt in items:
+            chosen.append((key, cnt))
+            acc += cnt
+            if acc >= coverage * total:
+                break
+        return cls(
+            cpu_milli=np.array([k[0] for k, _ in chosen], dtype=np.int64),
+            gpu_milli=np.array([k[1] for k, _ in chosen], dtype=np.int64),
+            num_gpu=np.array([k[2] for k, _ in chosen], dtype=np.int64),
+            gpu_spec_mask=np.array([masks[k[3]] for k, _ in chosen], dtype=np.int64),
+            count=np.array([c for _, c in chosen], dtype=np.int64),
+            gpu_spec=np.array([k[3] for k, _ in chosen], dtype=str),
+        )
+
+
+def fgd_score_from_delta(delta: np.ndarray) -> np.ndarray:
+    """FGD's integer node score ``floor(100 * sigmoid(delta / 1000))`` (delta in milli-GPU)."""
+    x = np.clip(np.asarray(delta, dtype=np.float64) / 1000.0, -700.0, 700.0)
+    return np.floor(100.0 / (1.0 + np.exp(-x))).astype(np.int64)
+
+
+class FGD(Policy):
+    """Fragmentation Gradient Descent: pick the node whose fragmentation grows the least.
+
+    Node fragmentation ``F_n = sum_m p_m frag_n(m)`` over the typical pods m (see
+    :class:`TypicalPods`); ``frag_n(m)`` is the idle GPU milli of GPUs too small for m when m fits on
+    n (model, enough fitting GPUs, CPU), else all idle GPU milli of n (always for CPU-only m).
+    Score ``floor(100 sigmoid((F_now - F_after) / 1000))``. Sums are done in exact integers
+    (``count_m * frag``), so an unchanged fragment gives delta 0 and score 50 exactly.
+
+    Per-node statistics (idle below each typical threshold, GPUs at or above it, F_n) are cached and
+    refreshed only for nodes whose ``state.version`` changed, so one decision costs O(N M).
+
+    Args:
+        typical: the typical pods; ``None``: taken from the ``trace`` given to :meth:`reset`.
+        coverage: share of pods the typical set covers (0.95 in the paper).
+    """
+
+    name = "FGD"
+
+    def __init__(
+        self, typical: TypicalPods | None = None, coverage: float = 0.95, seed: int | None = None
+    ) -> None:
+        super().__init__(seed)
+        self.coverage = coverage
+        self._typical_given = typical
+        self.typical: TypicalPods | None = None
+        self._state: ClusterState | None = None
+        self._last_gpu: np.ndarray | None = None
+        if typical is not None:
+            self._set_typical(typical)
+
+    def _set_typical(self, typical: TypicalPods) -> None:
+        self.typical = typical
+        gpu_m = typical.num_gpu > 0
+        self._g_idx = np.flatnonzero(gpu_m)
+        self._thresholds, tix = np.unique(typical.gpu_milli[gpu_m], return_inverse=True)
+        self._tix = tix.astype(np.int64)  # (Mg,) threshold index per GPU typical pod
+        self._g_cpu = typical.cpu_milli[gpu_m]
+        self._g_k = typical.num_gpu[gpu_m]
+        self._g_mask = typical.gpu_spec_mask[gpu_m]
+        self._g_count = typical.count[gpu_m]
+        self._total = int(typical.count.sum())
+        self._state = None
+
+    def reset(
+        self,
+        state: ClusterState,
+        *,
+        rng: np.random.Generator | None = None,
+        trace: PodTrace | None = None,
+    ) -> None:
+        super().reset(state, rng=rng, trace=trace)
+        if self._typical_given is None and trace is not None:
+            self._set_typical(TypicalPods.from_trace(trace, self.coverage))
+        self._bind(state)
+
+    # -- cache -----------------------------------------------------------------------------
+    def _bind(self, state: ClusterState) -> None:
+        if self.typical is None:
+            raise ConfigError(
+                "FGD needs its typical pods: pass typical= or reset(state, trace=...)"
+            )
+        self._state = state
+        n = state.n_nodes
+        self._spec_ok = (state.model_bit[:, None] & self._g_mask[None, :]) != 0  # (N, Mg)
+        self._below = np.zeros((n, len(self._thresholds)), dtype=np.int64)
+        self._cnt = np.zeros_like(self._below)
+        self._L = np.zeros(n, dtype=np.int64)
+        self._F = np.zeros(n, dtype=np.int64)
+        self._ver = np.full(n, -1, dtype=np.int64)
+        self._refresh(state)
+
+    def _refresh(self, state: ClusterState) -> None:
+        if self._state is not state:
+            self._bind(state)
+            return
+        stale = np.flatnonzero(self._ver != state.version)
+        if stale.size == 0:
+            return
+        idle = state.gpu_idle[stale]  # (S, 8)
+        t = self._thresholds[None, None, :]
+        below_m = idle[:, :, None] < t
+        self._below[stale] = (idle[:, :, None] * below_m).sum(axis=1)
+        self._cnt[stale] = (~below_m).sum(axis=1)  # absent slots hold 0 idle < every threshold
+        self._L[stale] = idle.sum(axis=1)
+        self._F[stale] = self._frag_int(
+            self._below[stale], self._cnt[stale], self._L[stale], state.cpu_free[stale], stale
+        )
+        self._ver[stale] = state.version[stale]
+
+    def _frag_int(
+        self,
+        below: np.ndarray,
+        cnt: np.ndarray,
+        total_idle: np.ndarray,
+        cpu: np.ndarray,
+        nodes: np.ndarray,
+    ) -> np.ndarray:
+        """``(S,)`` int64: ``sum_m count_m * frag(m)`` for S (hypothetical) node states.
+
+        Shapes: ``below``, ``cnt`` (S, T); ``total_idle``, ``cpu``, ``nodes`` (S,).
+        """
+        b = below[:, self._tix]  # (S, Mg)
+        fits = (
+            (cnt[:, self._tix] >= self._g_k) & (cpu[:, None] >= self._g_cpu) & self._spec_ok[nodes]
+        )
+        gain = np.where(fits, total_idle[:, None] - b, 0) @ self._g_count
+        return total_idle * self._total - gain
+
+    # -- scoring ---------------------------------------------------------------------------
+    def node_deltas(
+        self, state: ClusterState, pod: Pod, mask: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Fragmentation decrease per node and the GPU a sharing pod would use.
+
+        Returns:
+            ``delta`` ``(N,)`` float64 ``F_now - F_after`` in milli-GPU (0 outside ``mask``), and
+            ``gpu`` ``(N,)`` int64: the chosen GPU for a sharing pod (best integer score, lowest index
+            on ties), the first of the k lowest-index idle GPUs for a whole-GPU pod, -1 otherwise.
+        """
+        self._refresh(state)
+        n = state.n_nodes
+        delta_int = np.zeros(n, dtype=np.int64)
+        gpu = np.full(n, -1, dtype=np.int64)
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return delta_int.astype(np.float64), gpu
+        cpu_after = state.cpu_free[idx] - pod.cpu_milli
+        if pod.num_gpu == 0:
+            after = self._frag_int(self._below[idx], self._cnt[idx], self._L[idx], cpu_after, idx)
+            delta_int[idx] = self._F[idx] - after
+        elif not pod.is_sharing:
+            k = pod.num_gpu
+            after = self._frag_int(
+                self._below[idx], self._cnt[idx] - k, self._L[idx] - k * GPU_MILLI, cpu_after, idx
+            )
+            delta_int[idx] = self._F[idx] - after
+            gpu[idx] = np.argmax(state.gpu_idle[idx] == GPU_MILLI, axis=1)
+        else:
+            dsel, gsel = self._sharing_deltas(state, pod, idx, cpu_after)
+            delta_int[idx] = dsel
+            gpu[idx] = gsel
+        return delta_int / self._total, gpu
+
+    def _sharing_deltas(
+        self, state: ClusterState, pod: Pod, idx: np.ndarray, cpu_after: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        g = pod.gpu_milli
+        idle = state.gpu_idle[idx]  # (F, 8)
+        fit = (idle >= max(g, 1)) & state.gpu_present[idx]
+        # one candidate per distinct idle value per node (lowest index): identical outcomes
+        same = (idle[:, :, None] == idle[:, None, :]) & fit[:, :, None] & _EARLIER[None]
+        cand = fit & ~same.any(axis=1)
+        rows, cols = np.nonzero(cand)  # row-major: grouped by node, GPU index ascending
+        v = idle[rows, cols]
+        v2 = v - g
+        t = self._thresholds[None, :]
+        below = (
+            self._below[idx[rows]]
+            - np.where(v[:, None] < t, v[:, None], 0)
+            + np.where(v2[:, None] < t, v2[:, None], 0)
+        )
+        cnt = self._cnt[idx[rows]] - (v[:, None] >= t) + (v2[:, None] >= t)
+        after = self._frag_int(below, cnt, self._L[idx[rows]] - g, cpu_after[rows], idx[rows])
+        d = self._F[idx[rows]] - after
+        sc = fgd_score_from_delta(d / self._total)
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        best = np.maximum.reduceat(sc, starts)
+        is_best = sc == np.repeat(best, np.diff(np.r_[starts, rows.size]))
+        first = np.flatnonzero(is_best)
+        _, first_pos = np.unique(rows[first], return_index=True)
+        pick = first[first_pos]  # one candidate per feasible node, in node order
+        return d[pick], cols[pick]
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        delta, gpu = self.node_deltas(state, pod, mask)
+        self._last_gpu = gpu
+        return fgd_score_from_delta(delta)
+
+    def choose_gpus(self, state: ClusterState, pod: Pod, node: int) -> np.ndarray:
+        if pod.is_sharing and self._last_gpu is not None and self._last_gpu[node] >= 0:
+            g = np.array([self._last_gpu[node]], dtype=np.int64)
+            self._last_gpu = None
+            return g
+        return state.choose_gpus(pod, node)
+
+    def _gpus_unscored(self, state: ClusterState, pod: Pod, node: int) -> np.ndarray:
+        if pod.is_sharing:
+            mask = np.zeros(state.n_nodes, dtype=bool)
+            mask[node] = True
+            _, gpu = self.node_deltas(state, pod, mask)
+            return np.array([gpu[node]], dtype=np.int64)
+        return state.choose_gpus(pod, node)
+
+
+_EARLIER = np.triu(np.ones((MAX_GPUS_PER_NODE, MAX_GPUS_PER_NODE), dtype=bool), k=1)
+"""``[i, j]`` True when i < j: GPU j duplicates an earlier fitting GPU i with the same idle milli."""
+
+
+# --------------------------------------------------------------------------- registry
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "Random": RandomPolicy,
+    "DotProd": DotProd,
+    "GpuClustering": GpuClustering,
+    "GpuPacking": GpuPacking,
+    "BestFit": BestFit,
+    "FGD": FGD,
+}
+"""Policy name -> factory (keyword arguments go to the constructor)."""
+
+PUBLISHED_POLICIES: tuple[str, ...] = (
+    "Random",
+    "DotProd",
+    "GpuClustering",
+    "GpuPacking",
+    "BestFit",
+    "FGD",
+)
+"""The six policies with published FGD results, in the paper's order."""
+
+
+def canonical_policy_name(name: str) -> str:
+    """The :data:`POLICIES` key matching ``name`` (case-, ``_`` and ``-``-insensitive)."""
+    norm = name.replace("_", "").replace("-", "").lower()
+    for key in POLICIES:
+        if key.lower() == norm:
+            return key
+    raise ConfigError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+
+
+def make_policy(name: str, **kw: object) -> Policy:
+    """Build the policy called ``name`` (see :data:`POLICIES`)."""
+    return POLICIES[canonical_policy_name(name)](**kw)
