@@ -1,0 +1,477 @@
+"""Adapter for PetShop-format scenario folders: metrics -> Alertmanager alerts, call graph -> graph.
+
+The PetShop dataset (Hardt et al., "The PetShop Dataset -- Finding Causes of Performance Issues across
+Microservices", arXiv:2311.04806, CC-BY-4.0) records a real microservice application with injected
+performance issues. A *scenario folder* (e.g. ``petshop/low_traffic``) holds::
+
+    graph.csv                      square 0/1 adjacency, row -> column = caller -> callee
+    noissue/metrics.csv            normal operation (any length, any time range)
+    {train,test}/issue_N/metrics.csv   a few rows around one injected issue
+    {train,test}/issue_N/target.json   {"target": {node, metric, agg, timestamp},
+                                        "root_cause": {"node": ...}, "metadata": {...}}
+
+``metrics.csv`` has a three-row header (node, metric, statistic) and a unix-timestamp index.
+
+What the adapter produces (the dataset contract of DESIGN.md):
+
+* **Graph.** One ``service`` node per graph.csv row, ``match = {"service": <name>}``; for every caller ->
+  callee entry an edge ``caller -> callee`` of kind ``calls`` (the caller depends on the callee).
+* **Alerts.** Per node and metric (``latency``, ``availability``, ``requests`` or any other metric a
+  scenario carries) one Alertmanager v4 alert object when the metric is anomalous in the issue window
+  against the normal period, using the robust rule documented in :class:`DetectorConfig`.
+* **Incident.** ``{"id", "graph", "alerts", "root_cause", "fault_type", "split", "target", "window"}``;
+  ``root_cause`` comes from ``target.json`` and is checked to be a graph node.
+
+Robustness: NaN cells are ignored (a NaN never counts as anomalous and breaks a run of anomalous points);
+a column absent from the normal period, or with fewer than ``min_normal_points`` values there, gets no
+baseline and raises no alert (it is listed in ``incident["window"]["unscored"]``); only the normal
+period's *distribution* is used, never its timestamps, so normal data recorded at another time (as in
+PetShop, where it was recorded months later) is fine; window rows are sorted by time and duplicate
+timestamps dropped. A malformed folder raises :class:`~data.errors.DataError` naming the file and problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from data.errors import DataError
+from data.graph import DependencyGraph, GraphEdge, GraphNode
+
+SPLITS: tuple[str, ...] = ("train", "test")
+"""Issue splits of a PetShop scenario folder, in the order ``split="all"`` returns them."""
+
+ALERTNAMES: dict[str, str] = {
+    "latency": "HighLatency",
+    "availability": "HighErrorRate",
+    "requests": "TrafficAnomaly",
+    "cpu": "HighCPU",
+    "memory": "HighMemory",
+}
+"""Alertname per metric kind; a metric not listed alerts as ``<Metric>Anomaly``."""
+
+DIRECTIONS: dict[str, str] = {
+    "latency": "up",
+    "availability": "down",
+    "requests": "both",
+    "cpu": "up",
+    "memory": "up",
+}
+"""Which deviation is a symptom: ``up`` (only increases), ``down`` (only drops), ``both``."""
+
+NO_END = "0001-01-01T00:00:00Z"
+"""Alertmanager's ``endsAt`` for an alert that is still firing."""
+
+
+@dataclass
+class DetectorConfig:
+    """Rules that turn a metric column into an alert (the same for every scenario; no per-node tuning).
+
+    For a column ``x`` with normal-period values ``n``:
+
+    * ``median = med(n)``, ``MAD = med(|n - median|)``;
+    * ``spread = 1.4826 * MAD``, or ``1.2533 * mean(|n - median|)`` when MAD is 0 (more than half of
+      the normal values are equal, e.g. availability pinned at 100 %); ``1.4826 * MAD`` and
+      ``1.2533 * MeanAD`` both estimate the standard deviation of Gaussian data (Rousseeuw & Croux
+      1993; the MeanAD fallback is the usual "modified z-score" convention, Iglewicz & Hoaglin 1993);
+    * ``scale = max(spread, rel_scale_floor * |median|, abs_scale_floor)`` and, for count metrics
+      (``count_metrics``), additionally ``>= sqrt(median + 1)`` (Poisson noise of a count); the floors
+      keep a constant normal period from making every wobble infinitely anomalous;
+    * robust z-score ``z_t = (x_t - median) / scale`` with the metric's sign (:data:`DIRECTIONS`);
+    * a point is anomalous when ``z_t > z_threshold``; the column alerts when at least
+      ``min_consecutive`` consecutive window points are anomalous (a NaN breaks a run).
+
+    ``startsAt`` is the timestamp of the first point of the first qualifying run; ``endsAt`` is one step
+    after its last anomalous point, or "still firing" when the window ends anomalous.
+
+    Attributes:
+        z_threshold: robust z-score above which a point is anomalous (5, the PetShop baseline's value).
+        min_consecutive: consecutive anomalous points needed for an alert.
+        min_normal_points: non-NaN normal-period values needed to fit a baseline (a median and MAD
+            from fewer than a few tens of points are too unstable to alert on).
+        rel_scale_floor: scale floor as a fraction of ``|median|``.
+        abs_scale_floor: absolute scale floor (guards zero medians).
+        count_metrics: metric kinds that are event counts (Poisson floor applies).
+        statistic_preference: which statistic represents a (node, metric); first present wins.
+        metrics: metric kinds to alert on; ``None`` for every metric in the file.
+        critical_z: z-score from which an alert's severity is ``critical`` (else ``warning``).
+    """
+
+    z_threshold: float = 5.0
+    min_consecutive: int = 2
+    min_normal_points: int = 30
+    rel_scale_floor: float = 0.001
+    abs_scale_floor: float = 1e-6
+    count_metrics: tuple[str, ...] = ("requests",)
+    statistic_preference: tuple[str, ...] = ("Average", "Sum", "p50", "p90", "p95", "p99")
+    metrics: tuple[str, ...] | None = None
+    critical_z: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.z_threshold <= 0 or self.min_consecutive < 1 or self.min_normal_points < 2:
+            raise DataError(
+                "DetectorConfig needs z_threshold > 0, min_consecutive >= 1, min_normal_points >= 2"
+            )
+
+
+# ---------------------------------------------------------------------------- file readers
+def read_metrics_csv(path: str | Path) -> pd.DataFrame:
+    """Read a PetShop ``metrics.csv``.
+
+    Returns:
+        DataFrame indexed by unix time in seconds (float, sorted ascending, unique), with a 3-level
+        column index ``(node, metric, statistic)`` and float values (NaN where missing).
+
+    Raises:
+        DataError: missing file, wrong header, non-numeric timestamps, or no rows.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"metrics file not found: {p}")
+    try:
+        df = pd.read_csv(p, header=[0, 1, 2], index_col=0)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, IndexError) as err:
+        raise DataError(f"{p}: not a PetShop metrics CSV (3-row header expected): {err}") from None
+    if not isinstance(df.columns, pd.MultiIndex) or df.columns.nlevels != 3:
+        raise DataError(f"{p}: expected a 3-row header (node, metric, statistic)")
+    if df.shape[0] == 0 or df.shape[1] == 0:
+        raise DataError(f"{p}: no metric rows or columns")
+    index = pd.to_numeric(pd.Series(df.index), errors="coerce")
+    if index.isna().any():
+        bad = df.index[int(np.flatnonzero(index.isna().to_numpy())[0])]
+        raise DataError(f"{p}: timestamp {bad!r} is not a unix time")
+    df.index = pd.Index(index.to_numpy(dtype=float), name="time")
+    df = df.apply(pd.to_numeric, errors="coerce").astype(float)
+    df = df[~df.index.duplicated(keep="first")].sort_index()
+    df.columns = pd.MultiIndex.from_tuples(
+        [tuple(str(level) for level in c) for c in df.columns],
+        names=["node", "metric", "statistic"],
+    )
+    return df
+
+
+def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
+    """Read ``graph.csv`` (square 0/1 adjacency, row caller -> column callee) as a DependencyGraph.
+
+    Every node is a ``service`` with ``match = {"service": <name>}``; every non-zero cell
+    ``(caller, callee)`` becomes the edge ``caller -> callee`` of kind ``calls``. Self-loops are dropped.
+
+    Raises:
+        DataError: missing file, a non-square matrix, row and column names that differ, or
+            non-numeric cells.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"graph file not found: {p}")
+    try:
+        adj = pd.read_csv(p, index_col=0)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        raise DataError(f"{p}: not an adjacency-matrix CSV: {err}") from None
+    rows = [str(r) for r in adj.index]
+    cols = [str(c) for c in adj.columns]
+    if len(rows) == 0 or len(rows) != len(cols):
+        raise DataError(f"{p}: adjacency matrix must be square, got {len(rows)}x{len(cols)}")
+    if set(rows) != set(cols):
+        missing = sorted(set(rows) ^ set(cols))[0]
+        raise DataError(f"{p}: node {missing!r} is a row or a column but not both")
+    values = adj.apply(pd.to_numeric, errors="coerce")
+    if values.isna().any().any():
+        r, c = np.argwhere(values.isna().to_numpy())[0]
+        raise DataError(f"{p}: cell ({rows[r]!r}, {cols[c]!r}) is not a number")
+    nodes = [GraphNode(id=n, kind="service", cluster=None, match={"service": n}) for n in rows]
+    edges = []
+    arr = values.to_numpy()
+    for i, j in zip(*np.nonzero(arr), strict=True):
+        if rows[i] != cols[j]:
+            edges.append(GraphEdge(src=rows[i], dst=cols[j], kind="calls"))
+    return DependencyGraph(name, nodes, edges)
+
+
+def read_target(path: str | Path) -> dict[str, Any]:
+    """Read ``target.json``; returns ``{"target": {...}, "root_cause": str, "metadata": {...}}``.
+
+    Raises:
+        DataError: missing file, invalid JSON, or missing ``root_cause.node`` / ``target.node``.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"target file not found: {p}")
+    try:
+        obj = json.loads(p.read_text())
+    except json.JSONDecodeError as err:
+        raise DataError(f"{p} is not valid JSON: {err}") from None
+    try:
+        root = str(obj["root_cause"]["node"])
+        target = dict(obj["target"])
+        str(target["node"])
+    except (KeyError, TypeError):
+        raise DataError(
+            f"{p}: needs 'root_cause': {{'node': ...}} and 'target': {{'node': ...}}"
+        ) from None
+    return {"target": target, "root_cause": root, "metadata": obj.get("metadata") or {}}
+
+
+# ---------------------------------------------------------------------------- detection
+@dataclass
+class Baseline:
+    """Per-column normal statistics. ``median``/``scale`` are indexed by ``(node, metric, statistic)``."""
+
+    median: pd.Series
+    scale: pd.Series
+    n_points: pd.Series
+
+
+def fit_baseline(normal: pd.DataFrame, config: DetectorConfig | None = None) -> Baseline:
+    """Fit the robust per-column baseline of :class:`DetectorConfig` on the normal period.
+
+    Columns with fewer than ``min_normal_points`` non-NaN values get no baseline (dropped).
+    """
+    cfg = config or DetectorConfig()
+    counts = normal.notna().sum()
+    keep = counts[counts >= cfg.min_normal_points].index
+    data = normal[keep]
+    median = data.median(skipna=True)
+    absdev = (data - median).abs()
+    mad = absdev.median(skipna=True)
+    spread = (1.4826 * mad).where(mad > 0, 1.2533 * absdev.mean(skipna=True))
+    scale = np.maximum(spread, cfg.rel_scale_floor * median.abs())
+    scale = np.maximum(scale, cfg.abs_scale_floor)
+    metric = pd.Series([c[1] for c in scale.index], index=scale.index)
+    is_count = metric.isin(cfg.count_metrics)
+    scale[is_count] = np.maximum(scale[is_count], np.sqrt(median[is_count].clip(lower=0) + 1.0))
+    return Baseline(median=median, scale=scale, n_points=counts[keep])
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(float(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _first_run(flags: np.ndarray, min_len: int) -> tuple[int, int] | None:
+    """``(start, end_inclusive)`` of the first run of ``True`` at least ``min_len`` long, else None."""
+    start = None
+    for i, f in enumerate(list(flags) + [False]):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            if i - start >= min_len:
+                return start, i - 1
+            start = None
+    return None
+
+
+def _pick_statistics(columns: pd.Index, preference: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """For each (node, metric) the statistic used for detection: first of ``preference`` present."""
+    present: dict[tuple[str, str], set[str]] = {}
+    for node, metric, stat in columns:
+        present.setdefault((node, metric), set()).add(stat)
+    chosen = {}
+    for key, stats in present.items():
+        ordered = [s for s in preference if s in stats] or sorted(stats)
+        chosen[key] = ordered[0]
+    return chosen
+
+
+def detect_alerts(
+    window: pd.DataFrame,
+    baseline: Baseline,
+    config: DetectorConfig | None = None,
+    extra_labels: Mapping[str, str] | None = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Turn an issue window into Alertmanager v4 alert objects.
+
+    Args:
+        window: metrics of the issue window (see :func:`read_metrics_csv`), shape ``(T, C)``.
+        baseline: normal-period baseline from :func:`fit_baseline`.
+        config: detection rules.
+        extra_labels: labels added to every alert (e.g. ``{"scenario": "low_traffic"}``).
+
+    Returns:
+        ``(alerts, unscored)``: alerts sorted by ``startsAt`` then descending z-score; ``unscored`` names
+        the ``node/metric/statistic`` columns that had no baseline.
+
+    Each alert has ``labels`` ``{alertname, severity, service, metric, statistic, ...extra}``,
+    ``annotations`` ``{summary, z_score, value, baseline, delta, scale, direction}`` (numbers as strings,
+    as Alertmanager carries them), ``startsAt``, ``endsAt``, ``generatorURL`` and ``fingerprint``.
+    """
+    cfg = config or DetectorConfig()
+    times = window.index.to_numpy(dtype=float)
+    chosen = _pick_statistics(window.columns, cfg.statistic_preference)
+    alerts: list[dict[str, Any]] = []
+    unscored: list[str] = []
+    step = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+    for (node, metric), stat in chosen.items():
+        if cfg.metrics is not None and metric not in cfg.metrics:
+            continue
+        col = (node, metric, stat)
+        if col not in baseline.median.index:
+            unscored.append("/".join(col))
+            continue
+        x = window[col].to_numpy(dtype=float)
+        med = float(baseline.median[col])
+        scale = float(baseline.scale[col])
+        direction = DIRECTIONS.get(metric, "both")
+        dev = (x - med) / scale
+        signed = {"up": dev, "down": -dev}.get(direction, np.abs(dev))
+        flags = np.nan_to_num(signed, nan=-np.inf) > cfg.z_threshold
+        run = _first_run(flags, cfg.min_consecutive)
+        if run is None:
+            continue
+        start, end = run
+        peak = int(start + np.nanargmax(signed[start : end + 1]))
+        z = float(signed[peak])
+        value = float(x[peak])
+        still_firing = end == len(x) - 1
+        labels = {
+            "alertname": ALERTNAMES.get(metric, f"{metric.capitalize()}Anomaly"),
+            "severity": "critical" if z >= cfg.critical_z else "warning",
+            "service": node,
+            "metric": metric,
+            "statistic": stat,
+        }
+        labels.update({str(k): str(v) for k, v in (extra_labels or {}).items()})
+        fp_src = json.dumps(labels, sort_keys=True).encode()
+        alerts.append(
+            {
+                "status": "firing" if still_firing else "resolved",
+                "labels": labels,
+                "annotations": {
+                    "summary": f"{node} {metric} ({stat}) {value:.6g} vs normal median {med:.6g}",
+                    "z_score": f"{z:.4g}",
+                    "value": f"{value:.6g}",
+                    "baseline": f"{med:.6g}",
+                    "delta": f"{value - med:.6g}",
+                    "scale": f"{scale:.6g}",
+                    "direction": direction,
+                },
+                "startsAt": _iso(times[start]),
+                "endsAt": NO_END if still_firing else _iso(times[end] + step),
+                "generatorURL": "",
+                "fingerprint": hashlib.sha1(fp_src).hexdigest()[:16],
+            }
+        )
+    alerts.sort(key=lambda a: (a["startsAt"], -float(a["annotations"]["z_score"])))
+    return alerts, unscored
+
+
+# ---------------------------------------------------------------------------- scenario
+@dataclass
+class PetShopIssue:
+    """One issue folder: ``split`` (train/test), ``name`` (issue_N), ``path``."""
+
+    split: str
+    name: str
+    path: Path
+
+    @property
+    def id(self) -> str:
+        return f"{self.split}/{self.name}"
+
+
+@dataclass
+class PetShopScenario:
+    """A PetShop-format scenario folder, loaded.
+
+    Attributes:
+        root: the scenario folder.
+        graph: the call graph as a :class:`DependencyGraph` (name = folder name).
+        normal: the normal-period metrics (``noissue/metrics.csv``).
+        baseline: robust per-column baseline fitted on ``normal``.
+        config: detection rules used for every issue.
+    """
+
+    root: Path
+    graph: DependencyGraph
+    normal: pd.DataFrame
+    baseline: Baseline
+    config: DetectorConfig = field(default_factory=DetectorConfig)
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    def issues(self, split: str = "all") -> list[PetShopIssue]:
+        """Issue folders of ``split`` (``train``, ``test`` or ``all``), ordered by issue number."""
+        if split not in (*SPLITS, "all"):
+            raise DataError(f"unknown split {split!r}; expected one of train, test, all")
+        out = []
+        for s in SPLITS if split == "all" else (split,):
+            d = self.root / s
+            if not d.is_dir():
+                if split != "all":
+                    raise DataError(f"{self.root}: split folder {s}/ not found")
+                continue
+            dirs = [p for p in d.iterdir() if p.is_dir()]
+            dirs.sort(key=lambda p: (_issue_number(p.name), p.name))
+            out.extend(PetShopIssue(s, p.name, p) for p in dirs)
+        return out
+
+    def incident(self, issue: PetShopIssue) -> dict[str, Any]:
+        """Build the incident dict of one issue (alerts, ground truth, target, window info)."""
+        target = read_target(issue.path / "target.json")
+        window = read_metrics_csv(issue.path / "metrics.csv")
+        root = target["root_cause"]
+        if root not in self.graph.index:
+            raise DataError(
+                f"{issue.path / 'target.json'}: root cause {root!r} is not in graph.csv"
+            )
+        alerts, unscored = detect_alerts(
+            window, self.baseline, self.config, extra_labels={"scenario": self.name}
+        )
+        times = window.index.to_numpy(dtype=float)
+        return {
+            "id": issue.id,
+            "graph": self.graph.name,
+            "alerts": alerts,
+            "root_cause": root,
+            "fault_type": target["target"].get("metric"),
+            "split": issue.split,
+            "target": target["target"],
+            "window": {
+                "start": _iso(times[0]),
+                "end": _iso(times[-1]),
+                "n_points": int(len(times)),
+                "step_s": float(np.median(np.diff(times))) if len(times) > 1 else math.nan,
+                "unscored": unscored,
+            },
+        }
+
+    def incidents(self, split: str = "all") -> Iterator[dict[str, Any]]:
+        """Incident dicts of every issue of ``split``."""
+        for issue in self.issues(split):
+            yield self.incident(issue)
+
+
+def _issue_number(name: str) -> int:
+    tail = name.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 1 << 30
+
+
+def load_scenario(path: str | Path, config: DetectorConfig | None = None) -> PetShopScenario:
+    """Load a PetShop-format scenario folder (graph, normal period, baseline).
+
+    Raises:
+        DataError: the folder, ``graph.csv`` or ``noissue/metrics.csv`` is missing or malformed, or no
+            ``train/``/``test/`` split folder exists.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise DataError(f"PetShop scenario folder not found: {root}")
+    if not (root / "graph.csv").is_file():
+        raise DataError(f"{root}: graph.csv not found (is this a PetShop scenario folder?)")
+    if not any((root / s).is_dir() for s in SPLITS):
+        raise DataError(f"{root}: neither train/ nor test/ issue folder found")
+    cfg = config or DetectorConfig()
+    graph = read_graph_csv(root / "graph.csv", name=root.name)
+    normal = read_metrics_csv(root / "noissue" / "metrics.csv")
+    return PetShopScenario(
+        root=root, graph=graph, normal=normal, baseline=fit_baseline(normal, cfg), config=cfg
+    )

@@ -1,0 +1,242 @@
+"""Alert-propagation ranker: explain alerts away along dependencies, rank what is left unexplained.
+
+A scenario-agnostic FleetMind analyzer that needs only a dependency graph and Alertmanager alerts. It
+follows the reasoning an SRE applies to an alert storm:
+
+1. **Explanation edges.** An alert ``a`` on node ``v`` is *explained by* an alert ``b`` on node ``w``
+   when ``w`` is a dependency of ``v`` (an edge path ``v -> ... -> w`` of at most ``max_hops`` edges
+   whose intermediate nodes raise no alert, since unobserved components pass faults on silently),
+   ``b`` started no later than ``a`` plus ``time_tolerance_s`` (causes precede symptoms), the two
+   alerts concern compatible metrics (the same ``metric`` label, when both carry one), and, when both
+   carry a ``delta`` annotation (change of the metric against its normal level), ``b``'s change is at
+   least ``magnitude_ratio`` times ``a``'s (a callee that adds 5 ms cannot explain 500 ms at the
+   caller; latency adds up along a call chain, and error rates dilute towards callers, so a real
+   cause's change is not much smaller than its symptom's).
+2. **Root alerts** are the alerts nothing explains (alerts in a sink strongly connected component of
+   the explanation graph; mutual explanations count as roots together).
+3. **Score.** Each root alert ``r`` collects the alerts it explains transitively (its *blast radius*
+   ``B(r)``); with alert strength ``s(a) = 1 + log(z(a) / z_ref)`` (``z`` from the ``z_score``
+   annotation, else from severity) a node's score is ``max_r [ s(r) + sum_{a in B(r)} s(a) ]``.
+   Nodes with a root alert rank first, then nodes that alert but are explained (ordered the same way
+   over their own blast radius), then silent nodes by how many alerting nodes depend on them directly
+   (a silent node all of whose dependents alert may be an unobserved cause).
+
+The path reported for a cause runs from the cause to the alerting dependent farthest up its blast
+radius, along dependency edges reversed (the direction faults travel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+from data.graph import DependencyGraph
+from rca.base import BaseAnalyzer, RankedCause, RCAResult
+
+
+@dataclass
+class PropagationConfig:
+    """Settings of :class:`PropagationRanker` (one set for every scenario).
+
+    Attributes:
+        max_hops: longest dependency path (edges) along which an alert can explain another when the
+            intermediate nodes are silent.
+        time_tolerance_s: a cause's alert may start at most this many seconds after its symptom's.
+        magnitude_ratio: a cause's metric change must be at least this fraction of the symptom's
+            (only when both alerts carry a ``delta`` annotation).
+        z_ref: z-score that counts as strength 1 (the detection threshold).
+        require_same_metric: explanations need equal ``metric`` labels when both alerts have one.
+    """
+
+    max_hops: int = 2
+    time_tolerance_s: float = 300.0
+    magnitude_ratio: float = 0.5
+    z_ref: float = 5.0
+    require_same_metric: bool = True
+
+
+@dataclass
+class _Alert:
+    node: int
+    metric: str | None
+    start: float
+    z: float
+    delta: float | None
+
+
+def _float(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _parse_time(s: Any) -> float:
+    if not s:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(s).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+class PropagationRanker(BaseAnalyzer):
+    """Rank root causes by explaining alerts away along the dependency graph (see module docstring)."""
+
+    name: ClassVar[str] = "propagation"
+    config_class: ClassVar[type] = PropagationConfig
+
+    def _alerts(self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]]) -> list[_Alert]:
+        cfg: PropagationConfig = self.config
+        out = []
+        for a in alerts:
+            labels = a.get("labels") or {}
+            node = graph.node_for_alert(labels)
+            if node is None:
+                continue
+            ann = a.get("annotations") or {}
+            z = _float(ann.get("z_score"))
+            if z is None:
+                z = 2.0 * cfg.z_ref if labels.get("severity") == "critical" else cfg.z_ref
+            out.append(
+                _Alert(
+                    node=graph.index[node],
+                    metric=labels.get("metric"),
+                    start=_parse_time(a.get("startsAt")),
+                    z=max(z, 1e-9),
+                    delta=_float(ann.get("delta")),
+                )
+            )
+        return out
+
+    def find_root_causes(
+        self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]], top_k: int | None = None
+    ) -> RCAResult:
+        cfg: PropagationConfig = self.config
+        n = graph.num_nodes
+        deps: list[list[int]] = [[] for _ in range(n)]
+        dependents: list[list[int]] = [[] for _ in range(n)]
+        for s, d in graph.edge_index.T.tolist():
+            deps[s].append(d)
+            dependents[d].append(s)
+        items = self._alerts(graph, alerts)
+        alerting = {a.node for a in items}
+        by_node: dict[int, list[int]] = {}
+        for i, a in enumerate(items):
+            by_node.setdefault(a.node, []).append(i)
+
+        # dependencies reachable within max_hops through silent intermediates
+        reach: dict[int, set[int]] = {}
+        for v in alerting:
+            seen, frontier = set(), [v]
+            for _ in range(cfg.max_hops):
+                nxt = []
+                for u in frontier:
+                    for w in deps[u]:
+                        if w not in seen and w != v:
+                            seen.add(w)
+                            if w not in alerting:
+                                nxt.append(w)
+                frontier = nxt
+            reach[v] = seen & alerting
+
+        # explanation edges between alerts
+        explains_me: list[list[int]] = [[] for _ in items]  # a -> alerts that explain a
+        explained_by_me: list[list[int]] = [[] for _ in items]
+        for i, a in enumerate(items):
+            for w in reach.get(a.node, ()):
+                for j in by_node[w]:
+                    b = items[j]
+                    if b.start > a.start + cfg.time_tolerance_s:
+                        continue
+                    if cfg.require_same_metric and a.metric and b.metric and a.metric != b.metric:
+                        continue
+                    if a.delta is not None and b.delta is not None:
+                        if abs(b.delta) < cfg.magnitude_ratio * abs(a.delta):
+                            continue
+                    explains_me[i].append(j)
+                    explained_by_me[j].append(i)
+
+        def closure(start: int, edges: list[list[int]]) -> set[int]:
+            seen = {start}
+            q = deque([start])
+            while q:
+                u = q.popleft()
+                for w in edges[u]:
+                    if w not in seen:
+                        seen.add(w)
+                        q.append(w)
+            return seen
+
+        strength = [1.0 + max(0.0, math.log(a.z / cfg.z_ref)) for a in items]
+        down = [closure(i, explains_me) for i in range(len(items))]
+        # root: every alert that explains me (transitively) is explained by me in turn
+        is_root = [all(i in down[j] for j in down[i]) for i in range(len(items))]
+        blast = [closure(i, explained_by_me) for i in range(len(items))]
+        alert_score = [sum(strength[j] for j in blast[i]) for i in range(len(items))]
+
+        scores = [0.0] * n
+        best_alert: dict[int, int] = {}
+        for v, idx in by_node.items():
+            roots = [i for i in idx if is_root[i]]
+            pool = roots or idx
+            i_best = max(pool, key=lambda i: alert_score[i])
+            best_alert[v] = i_best
+            tier = 2.0e6 if roots else 1.0e6
+            scores[v] = tier + alert_score[i_best]
+        for v in range(n):
+            if v not in alerting:
+                scores[v] = float(sum(1 for u in dependents[v] if u in alerting))
+
+        order = sorted(range(n), key=lambda v: (-scores[v], v))
+        if top_k is not None:
+            order = order[:top_k]
+        causes = []
+        for v in order:
+            path: tuple[str, ...] = (graph.nodes[v].id,)
+            if v in best_alert:
+                path = self._path(graph, v, blast[best_alert[v]], items, dependents)
+            node = graph.nodes[v]
+            causes.append(
+                RankedCause(
+                    node=node.id,
+                    kind=node.kind,
+                    cluster=node.cluster,
+                    score=scores[v],
+                    fault_type=items[best_alert[v]].metric if v in best_alert else None,
+                    path=path,
+                )
+            )
+        return RCAResult(causes=causes, method=self.name)
+
+    @staticmethod
+    def _path(
+        graph: DependencyGraph,
+        v: int,
+        blast: set[int],
+        items: list[_Alert],
+        dependents: list[list[int]],
+    ) -> tuple[str, ...]:
+        """Breadth-first from ``v`` over dependents; end at the farthest alerting node in ``blast``."""
+        targets = {items[i].node for i in blast}
+        parent = {v: -1}
+        q = deque([v])
+        last = v
+        while q:
+            u = q.popleft()
+            if u in targets:
+                last = u
+            for w in dependents[u]:
+                if w not in parent:
+                    parent[w] = u
+                    q.append(w)
+        path = []
+        while last != -1:
+            path.append(graph.nodes[last].id)
+            last = parent[last]
+        return tuple(reversed(path))
