@@ -370,3 +370,38 @@ def openb_trace_names() -> list[str]:
     return sorted(
         f.stem.removeprefix("openb_pod_list_") for f in openb_csv_dir().glob("openb_pod_list_*.csv")
     )
+
+
+def load_fgd_published(
+    path: str | Path | None = None,
+) -> dict[tuple[str, str], dict[int, tuple[float, float]]]:
+    """Published per-seed FGD results (``fgd_published_unallocated.csv`` of the shared openb folder).
+
+    Returns:
+        ``{(trace, policy): {seed: (unallocated % at 100, unallocated % at 130)}}``.
+
+    Raises:
+        DataError: missing file or a malformed row.
+    """
+    p = Path(path) if path is not None else openb_csv_dir().parent / "fgd_published_unallocated.csv"
+    if not p.is_file():
+        raise DataError(f"published FGD results not found: {p}")
+    cols = ("trace", "policy", "seed", "unallocated_gpu_pct_at_100", "unallocated_gpu_pct_at_130")
+    header, rows = _read_rows(p, cols)
+    ix = {c: header.index(c) for c in cols}
+    out: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
+    for r, row in enumerate(rows, start=1):
+        if not row:
+            continue
+        seed = _int_field(row[ix["seed"]], p, r, "seed")
+        u100 = _float_field(
+            row[ix["unallocated_gpu_pct_at_100"]], p, r, "unallocated_gpu_pct_at_100"
+        )
+        u130 = _float_field(
+            row[ix["unallocated_gpu_pct_at_130"]], p, r, "unallocated_gpu_pct_at_130"
+        )
+        out.setdefault((row[ix["trace"]].strip(), row[ix["policy"]].strip()), {})[seed] = (
+            u100,
+            u130,
+        )
+    return out

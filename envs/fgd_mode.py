@@ -216,3 +216,96 @@ def run_fgd(
         placed=placed,
         seconds=seconds,
     )
+
+
+def _run_job(job: tuple[PodTrace, str, int, OpenbNodes | None, tuple[int, ...]]) -> FgdResult:
+    trace, policy, seed, nodes, levels = job
+    res = run_fgd(trace, policy, seed, nodes, levels=levels)
+    # drop the per-pod arrays before sending the result back to the parent process
+    res.arrived_milli = res.arrived_milli[:0]
+    res.allocated_milli = res.allocated_milli[:0]
+    return res
+
+
+def aggregate_results(results: list[FgdResult], levels: tuple[int, ...] = DEFAULT_LEVELS) -> dict:
+    """Mean, std (ddof=1) and per-seed values of a policy's runs, as in the CLI JSON."""
+    out: dict = {}
+    for lvl in levels:
+        vals = np.array([r.unallocated[lvl] for r in results], dtype=float)
+        key = f"unallocated_gpu_pct_at_{lvl}"
+        out[key] = round(float(vals.mean()), 4)
+        out[f"{key}_std"] = round(float(vals.std(ddof=1)), 4) if len(vals) > 1 else 0.0
+    out["per_seed"] = {
+        str(r.seed): {f"unallocated_gpu_pct_at_{lvl}": r.unallocated[lvl] for lvl in levels}
+        for r in results
+    }
+    out["n_pods_mean"] = float(np.mean([r.n_pods for r in results]))
+    out["n_failed_mean"] = float(np.mean([r.n_failed for r in results]))
+    out["ms_per_decision"] = round(float(np.mean([r.ms_per_decision for r in results])), 4)
+    out["seconds_total"] = round(float(sum(r.seconds for r in results)), 3)
+    return out
+
+
+def evaluate_fgd(
+    trace: PodTrace | str,
+    policies: list[str] | dict[str, Policy],
+    seeds: list[int],
+    *,
+    nodes: OpenbNodes | None = None,
+    workers: int = 1,
+    levels: tuple[int, ...] = DEFAULT_LEVELS,
+    progress: bool = False,
+) -> dict:
+    """Run every policy on every seed in fgd mode and aggregate.
+
+    Args:
+        trace: a :class:`PodTrace` or an openb trace name / CSV path.
+        policies: policy names (built with :func:`make_policy`; may run in ``workers`` processes) or
+            ``{name: Policy}`` objects (run in this process; the object is reset for every seed).
+        seeds: the seeds (42-51 in the paper).
+        workers: processes for named policies (1 = in this process).
+        progress: show a tqdm bar over runs.
+
+    Returns:
+        ``{"trace", "mode": "fgd", "seeds", "policies": {name: aggregate_results(...)}}``.
+    """
+    from tqdm import tqdm
+
+    tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
+    nodes = nodes if nodes is not None else load_openb_nodes()
+    if isinstance(policies, dict):
+        named: list[str] = []
+        objects = dict(policies)
+    else:
+        named = list(policies)
+        objects = {}
+    names = named + list(objects)
+    runs: dict[str, list[FgdResult]] = {n: [] for n in names}
+    bar = tqdm(
+        total=len(names) * len(seeds), desc=f"fgd {tr.name}", unit="run", disable=not progress
+    )
+    jobs = [(tr, p, s, nodes, tuple(levels)) for p in named for s in seeds]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            for (_, p, _, _, _), res in zip(jobs, pool.map(_run_job, jobs), strict=True):
+                runs[p].append(res)
+                bar.update(1)
+    else:
+        for job in jobs:
+            runs[job[1]].append(_run_job(job))
+            bar.update(1)
+    for name, pol in objects.items():
+        for s in seeds:
+            runs[name].append(run_fgd(tr, pol, s, nodes, levels=tuple(levels)))
+            bar.update(1)
+    bar.close()
+    return {
+        "trace": tr.name,
+        "mode": "fgd",
+        "seeds": list(seeds),
+        "policies": {n: aggregate_results(runs[n], tuple(levels)) for n in names},
+    }

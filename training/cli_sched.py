@@ -1,14 +1,196 @@
-"""``fleetmind sched ...``: placement commands."""
+"""``fleetmind sched ...``: placement commands (one handler function per sub-command).
+
+``fleetmind sched evaluate --trace T --mode fgd|dynamic [--policies ...] [--seeds ...] [--model REF]
+[--workers N] --json P`` runs heuristics (and the PPO agent, policy name ``ppo``) on a trace and writes
+``{"trace", "mode", "seeds", "policies": {name: {metrics..., "ms_per_decision"}}}``. In fgd mode the
+metrics are ``unallocated_gpu_pct_at_100`` / ``_at_130`` (mean over seeds), their ``_std``, the
+``per_seed`` values, and, for openb traces with published results, ``published_unallocated_gpu_pct_at_100``
+/ ``_130`` (mean of the FGD authors' per-seed values over the same seeds).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from training.cli_common import add_group, not_landed
+from data.errors import ConfigError, DataError, NotAvailableError
+from training.cli_common import add_group, not_landed, write_json
+
+DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
+DEFAULT_SEEDS = list(range(42, 52))
+
+
+def parse_seeds(items: list[str]) -> list[int]:
+    """Seeds from ``["42", "43"]``, ``["42-51"]`` or ``["42,43"]`` (ranges inclusive)."""
+    seeds: list[int] = []
+    for item in items:
+        for part in str(item).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                if "-" in part:
+                    lo, hi = part.split("-", 1)
+                    a, b = int(lo), int(hi)
+                    if b < a:
+                        raise ConfigError(f"bad seed range {part!r}: end before start")
+                    seeds.extend(range(a, b + 1))
+                else:
+                    seeds.append(int(part))
+            except ValueError:
+                raise ConfigError(
+                    f"bad seed {part!r}: expected an integer or a range like 42-51"
+                ) from None
+    if not seeds:
+        raise ConfigError("no seeds given")
+    return seeds
+
+
+def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's policy object
+    try:
+        from rl.policy_adapter import load_ppo_policy  # type: ignore[import-not-found]
+    except ImportError:
+        raise NotAvailableError(
+            "policy 'ppo' needs the PPO agent (rl.policy_adapter.load_ppo_policy, issue #6), "
+            "which is not available in this installation"
+        ) from None
+    return load_ppo_policy(ref)
+
+
+def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
+    from data.openb import load_fgd_published
+
+    try:
+        pub = load_fgd_published()
+    except DataError:
+        return
+    for name, metrics in policies.items():
+        rows = pub.get((trace, name))
+        if not rows:
+            continue
+        vals = [rows[s] for s in seeds if s in rows]
+        if not vals:
+            continue
+        metrics["published_unallocated_gpu_pct_at_100"] = round(
+            sum(v[0] for v in vals) / len(vals), 4
+        )
+        metrics["published_unallocated_gpu_pct_at_130"] = round(
+            sum(v[1] for v in vals) / len(vals), 4
+        )
+        metrics["published_seeds"] = len(vals)
+
+
+def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
+    from data.openb import load_openb_nodes, load_openb_trace
+    from envs.fgd_mode import evaluate_fgd
+    from envs.policies import canonical_policy_name
+
+    trace = load_openb_trace(args.trace)
+    nodes = load_openb_nodes(args.nodes)
+    named = [canonical_policy_name(p) for p in policies if p.lower() != "ppo"]
+    ppo = _load_ppo(args.model) if any(p.lower() == "ppo" for p in policies) else None
+    result = evaluate_fgd(trace, named, seeds, nodes=nodes, workers=args.workers, progress=True)
+    if ppo is not None:
+        extra = evaluate_fgd(trace, {"ppo": ppo}, seeds, nodes=nodes, progress=True)
+        result["policies"].update(extra["policies"])
+    _published_means(trace.name, result["policies"], seeds)
+    return result
+
+
+def _evaluate_dynamic(
+    args: argparse.Namespace, policies: list[str] | None, seeds: list[int]
+) -> dict:
+    try:
+        from envs.dynamic_mode import evaluate_dynamic  # type: ignore[attr-defined]
+    except ImportError:
+        raise NotAvailableError(
+            "--mode dynamic needs envs.dynamic_mode.evaluate_dynamic (issue #5, dynamic mode), "
+            "which is not available in this installation"
+        ) from None
+    from tqdm import tqdm
+
+    n_runs = len(policies) * len(seeds) if policies else None
+    with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
+        per_policy = evaluate_dynamic(
+            args.trace, policies, seeds, progress=lambda _msg: bar.update(1)
+        )
+    return {
+        "trace": str(args.trace),
+        "mode": "dynamic",
+        "seeds": list(seeds),
+        "policies": per_policy,
+    }
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``fleetmind sched evaluate``: policies x seeds on one trace; prints a table, writes JSON."""
+    seeds = parse_seeds(args.seeds)
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    if args.mode == "fgd":
+        result = _evaluate_fgd(args, args.policies or DEFAULT_POLICIES, seeds)
+    else:
+        result = _evaluate_dynamic(args, args.policies, seeds)
+    _print_table(result)
+    write_json(args.json, result)
+    return 0
+
+
+def _print_table(result: dict) -> None:
+    pols = result.get("policies", {})
+    if not pols:
+        return
+    first = next(iter(pols.values()))
+    keys = [k for k, v in first.items() if isinstance(v, int | float) and not k.endswith("_std")]
+    short = {
+        k: k.replace("unallocated_gpu_pct_at_", "unalloc@").replace("published_", "pub ")
+        for k in keys
+    }
+    width = max([len(v) for v in short.values()] + [8]) + 2
+    print(f"trace={result.get('trace')} mode={result.get('mode')} seeds={result.get('seeds')}")
+    print("policy".ljust(16) + "".join(short[k].rjust(width) for k in keys))
+    for name, m in pols.items():
+        cells = [
+            (f"{m[k]:.3f}" if isinstance(m.get(k), int | float) else "-").rjust(width) for k in keys
+        ]
+        print(str(name).ljust(16) + "".join(cells))
+    sys.stdout.flush()
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     _, sub = add_group(subparsers, name, help_text)
-    for cmd, issue in [("evaluate", 5), ("train", 6)]:
-        p = sub.add_parser(cmd, help=f"(issue #{issue})")
-        p.set_defaults(func=not_landed(f"fleetmind sched {cmd}", issue))
+    ev = sub.add_parser(
+        "evaluate",
+        help="evaluate placement policies on a trace (fgd or dynamic mode)",
+        description="Evaluate placement policies on a trace (an openb name such as 'default' or a CSV path).",
+    )
+    ev.add_argument(
+        "--trace", required=True, help="openb trace name (default, gpuspec20, ...) or CSV path"
+    )
+    ev.add_argument(
+        "--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode (default: fgd)"
+    )
+    ev.add_argument(
+        "--policies",
+        nargs="+",
+        default=None,
+        help=f"policies (default: {' '.join(DEFAULT_POLICIES)}); 'ppo' uses the PPO agent",
+    )
+    ev.add_argument(
+        "--seeds",
+        nargs="+",
+        default=[str(s) for s in DEFAULT_SEEDS],
+        help="seeds or ranges, e.g. 42-51",
+    )
+    ev.add_argument(
+        "--model", default=None, help="PPO model REF (path or models:/ URI) for policy 'ppo'"
+    )
+    ev.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
+    ev.add_argument(
+        "--workers", type=int, default=1, help="processes for heuristic runs (default 1)"
+    )
+    ev.add_argument("--json", default=None, help="write the results JSON here")
+    ev.set_defaults(func=cmd_evaluate)
+
+    tr = sub.add_parser("train", help="(issue #6)")
+    tr.set_defaults(func=not_landed("fleetmind sched train", 6))
