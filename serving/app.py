@@ -1,0 +1,215 @@
+"""The FleetMind FastAPI application.
+
+``create_app(settings)`` builds the app; the ``lifespan`` opens the database, loads the graph, the
+models (registry), the telemetry source and starts the incident worker; routers receive them through
+the dependencies of :mod:`serving.deps`. Run it with ``fleetmind serve`` or
+``uvicorn serving.app:create_app --factory``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
+
+from data.errors import (
+    ConfigError,
+    DataError,
+    FleetMindError,
+    ModelLoadError,
+    NotAvailableError,
+)
+from data.graph import DependencyGraph
+from serving.db import Database
+from serving.defaults import DEFAULT_GRAPH
+from serving.deps import Services
+from serving.graphstore import GraphStore
+from serving.incidents import IncidentManager
+from serving.metrics import Metrics, MetricsMiddleware
+from serving.registry import ModelRegistry
+from serving.routers import alerts, fleet, graph, health, incidents, models, placements, rca
+from serving.settings import Settings, get_settings
+from serving.telemetry.base import make_source
+
+log = logging.getLogger("fleetmind.serving")
+
+API_VERSION = "1"
+
+
+def load_graph(settings: Settings) -> tuple[DependencyGraph, str]:
+    """The graph named by ``FLEETMIND_GRAPH``, or the committed example graph."""
+    path = settings.graph or str(DEFAULT_GRAPH)
+    return DependencyGraph.load(path), path
+
+
+def build_services(settings: Settings, metrics: Metrics | None = None) -> Services:
+    """Open everything the routes need (database, graph, models, telemetry, incident manager)."""
+    metrics = metrics or Metrics()
+    db = Database(settings.database_url, settings.sqlite_synchronous)
+    db.create_all()
+    graph, source = load_graph(settings)
+    graphs = GraphStore(graph, source)
+    registry = ModelRegistry(settings.rca_model, settings.placement_model, metrics.on_model_load)
+    metrics.set_models(registry.load())
+    telemetry, telemetry_error = None, None
+    try:
+        telemetry = make_source(settings, graph)
+    except FleetMindError as err:
+        telemetry_error = str(err)
+        print(f"fleetmind: telemetry unavailable: {err}", file=sys.stderr)
+        log.warning("telemetry unavailable: %s", err)
+    manager = IncidentManager(
+        db,
+        graphs,
+        registry,
+        window_s=settings.incident_window_s,
+        hops=settings.incident_hops,
+        top_k=settings.rca_top_k,
+        metrics=metrics,
+    )
+    return Services(settings, db, graphs, registry, manager, metrics, telemetry, telemetry_error)
+
+
+def close_services(services: Services) -> None:
+    services.incidents.stop()
+    if services.telemetry is not None:
+        services.telemetry.close()
+    services.db.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the FleetMind app.
+
+    Args:
+        settings: explicit settings (tests); ``None`` reads ``FLEETMIND_*`` via :func:`get_settings`.
+    """
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        s = settings or get_settings()
+        services = build_services(s, metrics)
+        if s.incident_worker:
+            services.incidents.start()
+        else:
+            services.incidents.load_open()
+        app.state.services = services
+        try:
+            yield
+        finally:
+            close_services(services)
+            app.state.services = None
+
+    app = FastAPI(
+        title="FleetMind",
+        version=API_VERSION,
+        description="Root-cause analysis of alert storms and GPU placement for multi-cluster fleets.",
+        lifespan=lifespan,
+    )
+    if settings is not None:
+        app.dependency_overrides[get_settings] = lambda: settings
+    for r in (alerts, incidents, rca, placements, fleet, graph, models):
+        from fastapi import Depends
+
+        from serving.deps import require_token
+
+        app.include_router(r.router, dependencies=[Depends(require_token)])
+    app.include_router(health.router)
+    _install_error_handlers(app)
+    limit = (settings or get_settings()).max_body_bytes
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    status_of: list[tuple[type[Exception], int]] = [
+        (DataError, 422),
+        (ConfigError, 422),
+        (ModelLoadError, 409),
+        (NotAvailableError, 503),
+        (FleetMindError, 400),
+    ]
+
+    async def fleetmind_error(_request: Request, exc: Exception) -> JSONResponse:
+        code = next(c for t, c in status_of if isinstance(exc, t))
+        return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    async def db_error(_request: Request, exc: Exception) -> JSONResponse:
+        log.error("database error: %s", exc)
+        return JSONResponse({"detail": "database unavailable; nothing was stored"}, status_code=503)
+
+    app.add_exception_handler(FleetMindError, fleetmind_error)
+    app.add_exception_handler(SQLAlchemyError, db_error)
+
+
+class BodyLimitMiddleware:
+    """Reject request bodies larger than ``max_bytes`` with 413 (declared or streamed)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = None
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    declared = int(v)
+                except ValueError:
+                    declared = -1
+        if declared is not None and (declared < 0 or declared > self.max_bytes):
+            await _too_large(send, self.max_bytes)
+            return
+        if declared is not None:
+            await self.app(scope, receive, send)
+            return
+        # Chunked body: read it whole (bounded), then replay it.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await _too_large(send, self.max_bytes)
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _too_large(send: Any, limit: int) -> None:
+    body = f'{{"detail":"request body larger than {limit} bytes"}}'.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,244 @@
+"""Persistence through SQLAlchemy 2 (Core): alerts and incidents.
+
+SQLite is the default (a file in WAL mode; ``PRAGMA synchronous`` from the settings, ``FULL`` by
+default so that a committed alert survives a crash or power loss); PostgreSQL is used when the URL says
+so (``postgresql+psycopg://user@host:port/db``). Timestamps are stored twice: ``*_at`` as the
+normalised ISO-8601 UTC text the alert carried (part of the idempotency key) and ``*_ts`` as float
+seconds since the Unix epoch (for windows and ordering).
+
+Tables:
+
+* ``alerts``: one row per Alertmanager alert, unique on ``(fingerprint, starts_at)``; ``pending`` marks
+  rows the incident worker has not processed yet (new alerts and status changes), so work survives a
+  crash; ``incident_id`` is the incident the alert belongs to.
+* ``incidents``: groups of alerts with the latest ranked root causes (JSON) and the analyzer that
+  produced them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+
+from data.errors import ConfigError
+
+metadata = MetaData()
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("fingerprint", String(128), nullable=False),
+    Column("starts_at", String(40), nullable=False),
+    Column("starts_ts", Float, nullable=False),
+    Column("ends_ts", Float, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("alertname", String(256), nullable=True),
+    Column("labels", JSON, nullable=False),
+    Column("annotations", JSON, nullable=False),
+    Column("generator_url", Text, nullable=True),
+    Column("node", String(512), nullable=True),
+    Column("received_ts", Float, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+    Column("pending", Boolean, nullable=False, default=True, index=True),
+    Column("incident_id", Integer, nullable=True, index=True),
+    UniqueConstraint("fingerprint", "starts_at", name="uq_alert_fingerprint_starts"),
+)
+
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("status", String(16), nullable=False, index=True),  # open | resolved | merged
+    Column("opened_ts", Float, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+    Column("closed_ts", Float, nullable=True),
+    Column("first_alert_ts", Float, nullable=False),
+    Column("last_alert_ts", Float, nullable=False),
+    Column("alert_count", Integer, nullable=False, default=0),
+    Column("firing_count", Integer, nullable=False, default=0),
+    Column("nodes", JSON, nullable=False),
+    Column("clusters", JSON, nullable=False),
+    Column("causes", JSON, nullable=False),
+    Column("method", String(128), nullable=True),
+    Column("model_version", String(256), nullable=True),
+    Column("rca_ts", Float, nullable=True),
+    Column("merged_into", Integer, nullable=True),
+)
+
+
+class Database:
+    """Engine plus the few queries the service needs.
+
+    Writes on SQLite go through one in-process lock (SQLite allows one writer; the lock avoids
+    ``database is locked`` retries between threads); other processes wait on ``busy_timeout``.
+
+    Args:
+        url: SQLAlchemy database URL.
+        sqlite_synchronous: ``PRAGMA synchronous`` for SQLite.
+    """
+
+    def __init__(self, url: str, sqlite_synchronous: str = "FULL") -> None:
+        self.url = url
+        try:
+            if url.startswith("sqlite"):
+                self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False})
+                _sqlite_pragmas(self.engine, sqlite_synchronous)
+            else:
+                self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        except Exception as err:  # bad URL, missing driver
+            raise ConfigError(f"cannot use database URL {url!r}: {err}") from None
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self._write_lock = threading.Lock() if self.is_sqlite else None
+
+    def create_all(self) -> None:
+        """Create the tables when missing."""
+        metadata.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction (committed on exit, rolled back on error)."""
+        if self._write_lock is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._write_lock, self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    def ping(self) -> None:
+        """Raise when the database cannot be reached."""
+        with self.read() as conn:
+            conn.execute(select(1)).scalar_one()
+
+    # ------------------------------------------------------------------ alerts
+    def store_alerts(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert alerts; an existing ``(fingerprint, starts_at)`` only changes when its status does.
+
+        Returns after the transaction committed (durable per the SQLite synchronous setting or the
+        PostgreSQL commit).
+        """
+        if not rows:
+            return
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        stmt = insert(alerts)
+        ex = stmt.excluded
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["fingerprint", "starts_at"],
+            set_={
+                "status": ex.status,
+                "ends_ts": ex.ends_ts,
+                "annotations": ex.annotations,
+                "updated_ts": ex.updated_ts,
+                "pending": True,
+            },
+            where=alerts.c.status != ex.status,
+        )
+        with self.write() as conn:
+            conn.execute(stmt, list(rows))
+
+    def count_alerts(self, status: str | None = None) -> int:
+        q = select(func.count()).select_from(alerts)
+        if status:
+            q = q.where(alerts.c.status == status)
+        with self.read() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def list_alerts(
+        self,
+        status: str | None = None,
+        incident_id: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        q = select(alerts).order_by(alerts.c.id)
+        if status:
+            q = q.where(alerts.c.status == status)
+        if incident_id is not None:
+            q = q.where(alerts.c.incident_id == incident_id)
+        q = q.limit(limit).offset(offset)
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def pending_alerts(self, limit: int = 5000) -> list[dict[str, Any]]:
+        q = select(alerts).where(alerts.c.pending.is_(True)).order_by(alerts.c.id).limit(limit)
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    # ------------------------------------------------------------------ incidents
+    def list_incidents(
+        self, status: str | None = "open", limit: int = 100, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        q = select(incidents).order_by(incidents.c.id.desc())
+        if status:
+            q = q.where(incidents.c.status == status)
+        q = q.limit(limit).offset(offset)
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def get_incident(self, incident_id: int) -> dict[str, Any] | None:
+        with self.read() as conn:
+            row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def count_incidents(self, status: str = "open") -> int:
+        q = select(func.count()).select_from(incidents).where(incidents.c.status == status)
+        with self.read() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def incident_alerts(self, conn: Connection, incident_id: int) -> list[dict[str, Any]]:
+        q = select(alerts).where(alerts.c.incident_id == incident_id).order_by(alerts.c.id)
+        return [dict(r._mapping) for r in conn.execute(q)]
+
+    def set_incident_rca(
+        self, incident_id: int, causes: list[dict[str, Any]], method: str, version: str | None
+    ) -> None:
+        with self.write() as conn:
+            conn.execute(
+                update(incidents)
+                .where(incidents.c.id == incident_id)
+                .values(causes=causes, method=method, model_version=version, rca_ts=time.time())
+            )
+
+
+def _sqlite_pragmas(engine: Engine, synchronous: str) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:  # pragma: no cover - driver callback
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()

@@ -1,0 +1,107 @@
+"""Dependencies injected into the routers (FastAPI ``Depends``), and the services they hand out.
+
+Everything the routes use is built once in the app's lifespan and kept in :class:`Services` on
+``app.state.services``; each accessor below is a dependency that tests can replace through
+``app.dependency_overrides``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+
+from data.errors import NotAvailableError
+from serving.db import Database
+from serving.graphstore import GraphStore
+from serving.incidents import IncidentManager
+from serving.metrics import Metrics
+from serving.placement import Reservations
+from serving.registry import ModelRegistry
+from serving.settings import Settings, get_settings
+from serving.telemetry.base import TelemetrySource
+
+
+@dataclass
+class Services:
+    """The long-lived objects of one app instance."""
+
+    settings: Settings
+    db: Database
+    graphs: GraphStore
+    registry: ModelRegistry
+    incidents: IncidentManager
+    metrics: Metrics
+    telemetry: TelemetrySource | None
+    telemetry_error: str | None = None
+    reservations: Reservations = field(default_factory=Reservations)
+    place_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def get_services(request: Request) -> Services:
+    services = getattr(request.app.state, "services", None)
+    if services is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "service is starting")
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def get_db(services: ServicesDep) -> Database:
+    return services.db
+
+
+def get_registry(services: ServicesDep) -> ModelRegistry:
+    return services.registry
+
+
+def get_graphs(services: ServicesDep) -> GraphStore:
+    return services.graphs
+
+
+def get_incidents(services: ServicesDep) -> IncidentManager:
+    return services.incidents
+
+
+def get_metrics(services: ServicesDep) -> Metrics:
+    return services.metrics
+
+
+def get_reservations(services: ServicesDep) -> Reservations:
+    return services.reservations
+
+
+def get_telemetry(services: ServicesDep) -> TelemetrySource:
+    if services.telemetry is None:
+        raise NotAvailableError(services.telemetry_error or "no telemetry source configured")
+    return services.telemetry
+
+
+def require_token(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> None:
+    """When ``FLEETMIND_API_TOKEN`` is set, demand ``Authorization: Bearer <token>`` (401 otherwise)."""
+    token = settings.api_token
+    if not token:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    ):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing or wrong bearer token (send 'Authorization: Bearer <FLEETMIND_API_TOKEN>')",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+DbDep = Annotated[Database, Depends(get_db)]
+RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
+GraphsDep = Annotated[GraphStore, Depends(get_graphs)]
+IncidentsDep = Annotated[IncidentManager, Depends(get_incidents)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+TelemetryDep = Annotated[TelemetrySource, Depends(get_telemetry)]
+ReservationsDep = Annotated[Reservations, Depends(get_reservations)]

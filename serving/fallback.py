@@ -1,0 +1,97 @@
+"""Built-in fallbacks that keep the service answering when no model and no peer baseline is present.
+
+:class:`UpstreamCoverageAnalyzer` ranks the dependencies of alerting nodes: a fault travels against
+edge direction (a dependency's fault makes its dependents alert), so every node reachable from an
+alerting node along edges within ``max_depth`` hops is a candidate, scored
+``sum over alerting nodes a reaching c of alerts(a) * decay ** dist(a, c)``; the path of a cause runs
+from the cause back to the alerting node that contributed the most.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from data.graph import DependencyGraph
+from rca.base import BaseAnalyzer, RankedCause, RCAResult
+
+
+@dataclass
+class UpstreamCoverageConfig:
+    """Config of :class:`UpstreamCoverageAnalyzer`.
+
+    Attributes:
+        max_depth: how many dependency hops a candidate may lie from an alerting node.
+        decay: weight per hop, in (0, 1].
+    """
+
+    max_depth: int = 3
+    decay: float = 0.6
+
+
+class UpstreamCoverageAnalyzer(BaseAnalyzer):
+    """Rank nodes by how many alerts their dependents raise, discounted per hop."""
+
+    name: ClassVar[str] = "upstream-coverage"
+    config_class: ClassVar[type] = UpstreamCoverageConfig
+
+    def __init__(self, config: UpstreamCoverageConfig | None = None) -> None:
+        super().__init__(config)
+        self._adj_cache: tuple[int, list[list[int]]] | None = None
+
+    def _adjacency(self, graph: DependencyGraph) -> list[list[int]]:
+        cached = self._adj_cache
+        if cached is not None and cached[0] == id(graph):
+            return cached[1]
+        out: list[list[int]] = [[] for _ in range(graph.num_nodes)]
+        for s, d in graph.edge_index.T.tolist():
+            out[s].append(d)
+        self._adj_cache = (id(graph), out)
+        return out
+
+    def find_root_causes(
+        self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]], top_k: int | None = None
+    ) -> RCAResult:
+        counts: Counter[int] = Counter()
+        for a in alerts:
+            nid = graph.node_for_alert(a.get("labels") or {})
+            if nid is not None:
+                counts[graph.index[nid]] += 1
+        adj = self._adjacency(graph)
+        cfg = self.config
+        score: dict[int, float] = {}
+        best_src: dict[int, tuple[float, list[int]]] = {}
+        for src, n_alerts in counts.items():
+            # BFS along dependency edges, remembering the parent to rebuild the path.
+            parent = {src: -1}
+            frontier = [src]
+            for depth in range(cfg.max_depth + 1):
+                w = n_alerts * cfg.decay**depth
+                for v in frontier:
+                    score[v] = score.get(v, 0.0) + w
+                    if v not in best_src or best_src[v][0] < w:
+                        path, u = [], v
+                        while u != -1:
+                            path.append(u)
+                            u = parent[u]
+                        best_src[v] = (w, path)
+                if depth == cfg.max_depth:
+                    break
+                nxt = []
+                for v in frontier:
+                    for d in adj[v]:
+                        if d not in parent:
+                            parent[d] = v
+                            nxt.append(d)
+                frontier = nxt
+        order = sorted(score, key=lambda i: (-score[i], i))
+        if top_k is not None:
+            order = order[:top_k]
+        causes = []
+        for i in order:
+            n = graph.nodes[i]
+            path = tuple(graph.nodes[j].id for j in best_src[i][1])
+            causes.append(RankedCause(n.id, n.kind, n.cluster, float(score[i]), None, path))
+        return RCAResult(causes=causes, method=self.name)

@@ -1,0 +1,336 @@
+"""Grouping alerts into incidents and keeping their ranked root causes current.
+
+Ingestion only stores alerts (``pending`` = true) and wakes the :class:`IncidentManager`; its worker
+thread then, per batch of pending alerts:
+
+1. maps each new firing alert onto a graph node (:meth:`DependencyGraph.node_for_alert`);
+2. joins it to an open incident when both hold: **time**, the alert started within
+   ``incident_window_s`` of the incident's first..last alert; **graph**, some node of the incident lies
+   within ``incident_hops`` undirected hops of the alert's node (``cluster`` nodes are not crossed).
+   An alert no node matches joins an incident in the same ``cluster`` label within the window.
+   An alert that connects several open incidents merges them into the oldest (the others get status
+   ``merged`` and ``merged_into``). Otherwise it opens a new incident;
+3. for a status change (``resolved``) updates the counts; an incident whose alerts are all resolved is
+   ``resolved``;
+4. re-runs the served RCA analyzer on every incident it touched and stores the ranked causes.
+
+Because the pending flag is durable, alerts stored just before a crash are grouped after the restart.
+Only one process should run the worker per database (``FLEETMIND_INCIDENT_WORKER=false`` on the other
+replicas).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import and_, bindparam, case, func, insert, select, update
+
+from serving.db import Database, alerts, incidents
+
+if TYPE_CHECKING:
+    from serving.graphstore import GraphStore
+    from serving.metrics import Metrics
+    from serving.registry import ModelRegistry
+
+log = logging.getLogger("fleetmind.serving")
+
+
+@dataclass
+class _Open:
+    """In-memory view of one open incident (what grouping needs)."""
+
+    id: int
+    first_ts: float
+    last_ts: float
+    nodes: set[str] = field(default_factory=set)
+    clusters: set[str] = field(default_factory=set)
+
+
+def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored alert row as an Alertmanager v4 alert object (what analyzers take)."""
+    return {
+        "status": row["status"],
+        "labels": row["labels"],
+        "annotations": row["annotations"],
+        "startsAt": row["starts_at"],
+        "fingerprint": row["fingerprint"],
+    }
+
+
+class IncidentManager:
+    """Groups pending alerts into incidents and re-runs RCA on each update.
+
+    Args:
+        db: the database.
+        graphs: the served graph.
+        registry: the served models (its current RCA analyzer ranks incidents).
+        window_s: time window of grouping, seconds.
+        hops: graph distance of grouping, hops.
+        top_k: causes stored per incident.
+        metrics: optional metrics (open incidents gauge, RCA latency).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        graphs: GraphStore,
+        registry: ModelRegistry,
+        window_s: float = 600.0,
+        hops: int = 2,
+        top_k: int = 5,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.db = db
+        self.graphs = graphs
+        self.registry = registry
+        self.window_s = window_s
+        self.hops = hops
+        self.top_k = top_k
+        self.metrics = metrics
+        self._open: dict[int, _Open] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process_lock = threading.Lock()
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def load_open(self) -> None:
+        """Rebuild the in-memory open incidents from the database."""
+        self._open.clear()
+        for row in self.db.list_incidents("open", limit=1_000_000):
+            self._open[row["id"]] = _Open(
+                row["id"],
+                row["first_alert_ts"],
+                row["last_alert_ts"],
+                set(row["nodes"] or []),
+                set(row["clusters"] or []),
+            )
+        self._set_gauge()
+
+    def start(self) -> None:
+        """Load state and start the worker thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self.load_open()
+        self._thread = threading.Thread(target=self._run, name="fleetmind-incidents", daemon=True)
+        self._thread.start()
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def notify(self) -> None:
+        """Tell the worker that new alerts are pending."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                while not self._stop.is_set() and self.process_pending() > 0:
+                    pass
+                self.last_error = None
+            except Exception as err:  # keep the worker alive; the alerts stay pending
+                self.last_error = f"{type(err).__name__}: {err}"
+                log.exception("incident worker failed; retrying")
+                self._stop.wait(1.0)
+
+    # ------------------------------------------------------------------ processing
+    def process_pending(self, limit: int = 2000) -> int:
+        """Group up to ``limit`` pending alerts and re-rank the touched incidents; returns how many."""
+        with self._process_lock:
+            rows = self.db.pending_alerts(limit)
+            if not rows:
+                return 0
+            view = self.graphs.view
+            graph = view.graph
+            touched: set[int] = set()
+            done: list[dict[str, Any]] = []
+            now = time.time()
+            with self.db.write() as conn:
+                for row in rows:
+                    inc_id = row["incident_id"]
+                    node = row["node"]
+                    if inc_id is None and row["status"] == "firing":
+                        node = graph.node_for_alert(row["labels"])
+                        inc_id = self._assign(conn, row, node, view, now)
+                    elif inc_id is not None and inc_id not in self._open:
+                        # The incident was resolved or merged: re-firing reopens it.
+                        inc_id = self._resolve_target(conn, inc_id)
+                        if row["status"] == "firing":
+                            self._reopen(conn, inc_id, row, node)
+                    if inc_id is not None:
+                        touched.add(inc_id)
+                    done.append(
+                        {"_id": row["id"], "_upd": row["updated_ts"], "_inc": inc_id, "_node": node}
+                    )
+                conn.execute(
+                    update(alerts)
+                    .where(
+                        and_(
+                            alerts.c.id == bindparam("_id"),
+                            alerts.c.updated_ts == bindparam("_upd"),
+                        )
+                    )
+                    .values(incident_id=bindparam("_inc"), node=bindparam("_node"), pending=False),
+                    done,
+                )
+                for inc_id in touched:
+                    self._refresh_counts(conn, inc_id, now)
+            self._set_gauge()
+            for inc_id in sorted(touched):
+                self._rank(inc_id)
+            return len(rows)
+
+    def _resolve_target(self, conn: Any, inc_id: int) -> int:
+        for _ in range(100):  # follow merged_into chains
+            row = conn.execute(
+                select(incidents.c.status, incidents.c.merged_into).where(incidents.c.id == inc_id)
+            ).first()
+            if row is None or row.status != "merged" or row.merged_into is None:
+                return inc_id
+            inc_id = row.merged_into
+        return inc_id
+
+    def _reopen(self, conn: Any, inc_id: int, row: dict[str, Any], node: str | None) -> None:
+        if inc_id in self._open:
+            return
+        inc = conn.execute(select(incidents).where(incidents.c.id == inc_id)).first()
+        if inc is None:
+            return
+        conn.execute(
+            update(incidents).where(incidents.c.id == inc_id).values(status="open", closed_ts=None)
+        )
+        self._open[inc_id] = _Open(
+            inc_id,
+            inc.first_alert_ts,
+            max(inc.last_alert_ts, row["starts_ts"]),
+            set(inc.nodes),
+            set(inc.clusters),
+        )
+
+    def _assign(
+        self, conn: Any, row: dict[str, Any], node: str | None, view: Any, now: float
+    ) -> int:
+        ts = row["starts_ts"]
+        cluster = row["labels"].get("cluster")
+        if node is not None:
+            c = view.graph.node(node).cluster
+            cluster = cluster or c
+        w = self.window_s
+        in_time = [o for o in self._open.values() if o.first_ts - w <= ts <= o.last_ts + w]
+        if node is not None:
+            hood = view.neighbourhood(node, self.hops)
+            matches = [o for o in in_time if o.nodes & hood]
+        else:
+            matches = [o for o in in_time if cluster is not None and cluster in o.clusters]
+        if not matches:
+            inc_id = conn.execute(
+                insert(incidents).values(
+                    status="open",
+                    opened_ts=now,
+                    updated_ts=now,
+                    first_alert_ts=ts,
+                    last_alert_ts=ts,
+                    alert_count=0,
+                    firing_count=0,
+                    nodes=[],
+                    clusters=[],
+                    causes=[],
+                )
+            ).inserted_primary_key[0]
+            target = _Open(int(inc_id), ts, ts)
+            self._open[target.id] = target
+        else:
+            matches.sort(key=lambda o: o.id)
+            target = matches[0]
+            for other in matches[1:]:
+                self._merge(conn, target, other, now)
+        target.first_ts = min(target.first_ts, ts)
+        target.last_ts = max(target.last_ts, ts)
+        if node is not None:
+            target.nodes.add(node)
+        if cluster is not None:
+            target.clusters.add(cluster)
+        return target.id
+
+    def _merge(self, conn: Any, target: _Open, other: _Open, now: float) -> None:
+        conn.execute(
+            update(alerts).where(alerts.c.incident_id == other.id).values(incident_id=target.id)
+        )
+        conn.execute(
+            update(incidents)
+            .where(incidents.c.id == other.id)
+            .values(status="merged", merged_into=target.id, closed_ts=now, updated_ts=now)
+        )
+        target.nodes |= other.nodes
+        target.clusters |= other.clusters
+        target.first_ts = min(target.first_ts, other.first_ts)
+        target.last_ts = max(target.last_ts, other.last_ts)
+        self._open.pop(other.id, None)
+
+    def _refresh_counts(self, conn: Any, inc_id: int, now: float) -> None:
+        total, firing = conn.execute(
+            select(
+                func.count(),
+                func.coalesce(func.sum(case((alerts.c.status == "firing", 1), else_=0)), 0),
+            ).where(alerts.c.incident_id == inc_id)
+        ).one()
+        values: dict[str, Any] = {
+            "alert_count": int(total),
+            "firing_count": int(firing),
+            "updated_ts": now,
+        }
+        o = self._open.get(inc_id)
+        if o is not None:
+            values.update(
+                nodes=sorted(o.nodes),
+                clusters=sorted(o.clusters),
+                first_alert_ts=o.first_ts,
+                last_alert_ts=o.last_ts,
+            )
+            if int(firing) == 0 and int(total) > 0:
+                values.update(status="resolved", closed_ts=now)
+                self._open.pop(inc_id, None)
+        conn.execute(update(incidents).where(incidents.c.id == inc_id).values(**values))
+
+    def _rank(self, inc_id: int) -> None:
+        model = self.registry.current.rca
+        with self.db.read() as conn:
+            rows = self.db.incident_alerts(conn, inc_id)
+        if not rows:
+            return
+        start = time.perf_counter()
+        try:
+            result = model.impl.find_root_causes(
+                self.graphs.graph, [alert_dict(r) for r in rows], self.top_k
+            )
+        except Exception as err:
+            log.warning("RCA failed on incident %s: %s", inc_id, err)
+            return
+        if self.metrics is not None:
+            self.metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+        self.db.set_incident_rca(
+            inc_id,
+            [c.to_json() for c in result.causes],
+            result.method or model.method,
+            result.model_version or model.version,
+        )
+
+    def _set_gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.open_incidents.set(len(self._open))
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)

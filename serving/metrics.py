@@ -1,0 +1,112 @@
+"""Prometheus metrics of the service (prometheus-client), on a per-app registry.
+
+| metric | type | labels |
+| --- | --- | --- |
+| ``fleetmind_http_request_duration_seconds`` | histogram | ``method``, ``route`` (template), ``status`` |
+| ``fleetmind_alerts_ingested_total`` | counter | ``status`` (firing, resolved) |
+| ``fleetmind_open_incidents`` | gauge | - |
+| ``fleetmind_model_info`` | gauge (1) | ``kind``, ``method``, ``version``, ``fallback`` |
+| ``fleetmind_model_loads_total`` | counter | ``kind``, ``result`` (success, failure) |
+| ``fleetmind_rca_duration_seconds`` | histogram | ``method`` |
+| ``fleetmind_placements_total`` | counter | ``policy``, ``result`` (placed, infeasible) |
+
+``fleetmind_model_loads_total`` is the series the ``FleetMindModelWeightLoadFailures`` rule in
+``deploy/fleetmind-rules.yml`` watches.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class Metrics:
+    """The service's collectors, registered on their own :class:`CollectorRegistry`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.request_latency = Histogram(
+            "fleetmind_http_request_duration_seconds",
+            "HTTP request latency by route template",
+            ["method", "route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.alerts_ingested = Counter(
+            "fleetmind_alerts_ingested", "alerts durably stored", ["status"], registry=r
+        )
+        self.open_incidents = Gauge("fleetmind_open_incidents", "incidents now open", registry=r)
+        self.model_info = Gauge(
+            "fleetmind_model_info",
+            "served models (value 1)",
+            ["kind", "method", "version", "fallback"],
+            registry=r,
+        )
+        self.model_loads = Counter(
+            "fleetmind_model_loads", "model load attempts", ["kind", "result"], registry=r
+        )
+        self.rca_latency = Histogram(
+            "fleetmind_rca_duration_seconds",
+            "time to rank one alert set",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.placements = Counter(
+            "fleetmind_placements", "placement decisions", ["policy", "result"], registry=r
+        )
+
+    def on_model_load(self, kind: str, ok: bool) -> None:
+        self.model_loads.labels(kind, "success" if ok else "failure").inc()
+
+    def set_models(self, models: Any) -> None:
+        """Expose the served model set (a :class:`serving.registry.ModelSet`)."""
+        self.model_info.clear()
+        for m in (models.rca, models.placement):
+            self.model_info.labels(
+                m.kind, m.method, m.version or "", "true" if m.fallback_reason else "false"
+            ).set(1)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware timing every HTTP request by route template."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def _send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.request_latency.labels(
+                scope.get("method", ""), template, str(status["code"])
+            ).observe(time.perf_counter() - start)

@@ -1,0 +1,260 @@
+"""Placement on the live fleet snapshot: reservations and the built-in best-fit heuristic.
+
+Units follow openb: ``gpu_milli`` is the share of one GPU (1000 = a whole GPU); a job asks for
+``num_gpu`` GPUs with ``gpu_milli`` each (fractional sharing only for ``num_gpu == 1``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from serving.schemas import JobSpec
+from serving.telemetry.base import FleetSnapshot, NodeState
+
+
+@dataclass(frozen=True)
+class Option:
+    """One feasible placement; higher ``score`` is better."""
+
+    cluster: str
+    node: str
+    gpus: tuple[int, ...]
+    score: float
+
+
+class Placer(Protocol):
+    """What the registry serves for placement."""
+
+    name: str
+    version: str | None
+
+    def place(
+        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
+    ) -> list[Option]:
+        """Return up to ``k`` feasible options, best first (empty when none fits)."""
+        ...
+
+
+class Reservations:
+    """GPU shares, CPU and memory booked by ``reserve=true`` placements (in-process, thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gpu: dict[tuple[str, str, int], int] = {}
+        self._cpu: dict[tuple[str, str], int] = {}
+        self._mem: dict[tuple[str, str], int] = {}
+
+    def gpu_used(self, cluster: str, node: str, gpu: int) -> int:
+        return self._gpu.get((cluster, node, gpu), 0)
+
+    def cpu_used(self, cluster: str, node: str) -> int:
+        return self._cpu.get((cluster, node), 0)
+
+    def mem_used(self, cluster: str, node: str) -> int:
+        return self._mem.get((cluster, node), 0)
+
+    def book(self, opt: Option, job: JobSpec) -> None:
+        with self._lock:
+            for g in opt.gpus:
+                key = (opt.cluster, opt.node, g)
+                self._gpu[key] = self._gpu.get(key, 0) + job.gpu_milli
+            nk = (opt.cluster, opt.node)
+            self._cpu[nk] = self._cpu.get(nk, 0) + job.cpu_milli
+            self._mem[nk] = self._mem.get(nk, 0) + job.memory_mib
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._lock
+
+
+def free_gpus(node: NodeState, res: Reservations) -> list[tuple[int, int]]:
+    """``[(gpu index, free milli)]`` of a node's healthy GPUs after reservations."""
+    return [
+        (g.index, g.free_milli - res.gpu_used(node.cluster, node.name, g.index))
+        for g in node.gpus
+        if g.healthy
+    ]
+
+
+class BestFitPlacer:
+    """Best fit: the node (and GPUs) that leave the least free GPU capacity behind.
+
+    Among GPUs that can hold the request, the fullest are chosen (packing, which keeps whole GPUs
+    and whole nodes free for large jobs); multi-GPU jobs prefer a contiguous block of indices (the
+    same NVLink island / PCIe switch on common servers).
+    """
+
+    name = "builtin-bestfit"
+    version: str | None = None
+
+    def place(
+        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
+    ) -> list[Option]:
+        options: list[Option] = []
+        for node in snapshot.nodes:
+            if job.cluster is not None and node.cluster != job.cluster:
+                continue
+            if job.cpu_milli and node.cpu_milli:
+                if (
+                    node.cpu_milli_free - reservations.cpu_used(node.cluster, node.name)
+                    < job.cpu_milli
+                ):
+                    continue
+            if job.memory_mib and node.memory_mib:
+                if (
+                    node.memory_mib_free - reservations.mem_used(node.cluster, node.name)
+                    < job.memory_mib
+                ):
+                    continue
+            models = {g.index: g.model for g in node.gpus}
+            free = [
+                (i, f)
+                for i, f in free_gpus(node, reservations)
+                if job.gpu_model is None or job.gpu_model.lower() in models[i].lower()
+            ]
+            total_free = sum(f for _, f in free)
+            if job.num_gpu == 0:
+                options.append(Option(node.cluster, node.name, (), -total_free / 1000.0))
+                continue
+            fits = [(i, f) for i, f in free if f >= job.gpu_milli]
+            if len(fits) < job.num_gpu:
+                continue
+            chosen = _choose(fits, job.num_gpu)
+            leftover = total_free - job.num_gpu * job.gpu_milli
+            spread = (max(chosen) - min(chosen) + 1 - len(chosen)) if chosen else 0
+            options.append(
+                Option(node.cluster, node.name, tuple(chosen), -(leftover / 1000.0) - 0.01 * spread)
+            )
+        options.sort(key=lambda o: (-o.score, o.cluster, o.node))
+        return options[:k]
+
+
+def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
+    """Pick ``n`` GPUs: the fullest that fit; for n > 1 the tightest contiguous index window."""
+    by_fill = sorted(fits, key=lambda t: (t[1], t[0]))
+    if n == 1:
+        return [by_fill[0][0]]
+    idx = sorted(i for i, _ in fits)
+    best: list[int] | None = None
+    for s in range(len(idx) - n + 1):
+        window = idx[s : s + n]
+        if best is None or window[-1] - window[0] < best[-1] - best[0]:
+            best = window
+    return best if best is not None else sorted(i for i, _ in by_fill[:n])
+
+
+class PeerPolicyPlacer:
+    """Adapter from an ``envs.policies.Policy``-like object (``score``/``select``/``choose_gpus`` on an
+    ``envs.core.ClusterState``) to the service's :class:`Placer`.
+
+    The snapshot (minus reservations) becomes a ``ClusterState``; the policy's ``select`` gives the
+    decision and its ``score`` ranks the alternatives. Nodes with more than 8 GPUs (the simulator's
+    limit) expose their first 8.
+    """
+
+    def __init__(self, policy: Any, name: str, version: str | None = None) -> None:
+        self.policy = policy
+        self.name = name
+        self.version = version
+        self._lock = threading.Lock()  # policies keep per-state caches
+
+    def place(
+        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
+    ) -> list[Option]:
+        import numpy as np
+
+        from data.openb import ANY_GPU_MODEL, gpu_model_id
+        from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
+
+        nodes = snapshot.nodes
+        n = len(nodes)
+        if n == 0:
+            return []
+        num_gpu = np.array([min(len(x.gpus), MAX_GPUS_PER_NODE) for x in nodes], dtype=np.int64)
+        model_id = np.array(
+            [gpu_model_id(x.gpus[0].model) if x.gpus else -1 for x in nodes], dtype=np.int64
+        )
+        cpu = np.array([x.cpu_milli or 10**9 for x in nodes], dtype=np.int64)
+        mem = np.array([x.memory_mib or 10**12 for x in nodes], dtype=np.int64)
+        state = ClusterState(cpu, mem, num_gpu, model_id, names=np.array([x.name for x in nodes]))
+        for i, x in enumerate(nodes):
+            for j, (_, free) in enumerate(free_gpus_all(x, reservations)[:MAX_GPUS_PER_NODE]):
+                state.gpu_idle[i, j] = max(0, free)
+            used_cpu = (x.cpu_milli - x.cpu_milli_free) if x.cpu_milli else 0
+            used_mem = (x.memory_mib - x.memory_mib_free) if x.memory_mib else 0
+            state.cpu_free[i] = cpu[i] - used_cpu - reservations.cpu_used(x.cluster, x.name)
+            state.mem_free[i] = mem[i] - used_mem - reservations.mem_used(x.cluster, x.name)
+        mask_model = ANY_GPU_MODEL
+        if job.gpu_model:
+            ids = [
+                gpu_model_id(x.gpus[0].model)
+                for x in nodes
+                if x.gpus and job.gpu_model.lower() in x.gpus[0].model.lower()
+            ]
+            mask_model = 0
+            for m in set(ids):
+                mask_model |= 1 << m
+        pod = Pod(
+            job.cpu_milli,
+            job.memory_mib,
+            job.num_gpu,
+            job.gpu_milli if job.num_gpu else 0,
+            mask_model,
+        )
+        mask = state.feasible(pod) if mask_model else np.zeros(n, dtype=bool)
+        if job.cluster is not None:
+            mask &= np.array([x.cluster == job.cluster for x in nodes])
+        if not mask.any():
+            return []
+        with self._lock:
+            if hasattr(self.policy, "reset"):
+                self.policy.reset(state)
+            node, gpus = self.policy.select(state, pod, mask)
+            scores = (
+                np.asarray(self.policy.score(state, pod, mask), dtype=np.float64)
+                if hasattr(self.policy, "score") and k > 1
+                else np.zeros(n)
+            )
+            picks = [int(node)] if node >= 0 else []
+            if k > 1:
+                order = np.argsort(-np.where(mask, scores, -np.inf), kind="stable")
+                picks += [int(i) for i in order[: k + 1] if mask[i] and int(i) != node][: k - 1]
+            out = []
+            for rank, i in enumerate(picks):
+                g = gpus if i == node else state.choose_gpus(pod, i)
+                idx = [nodes[i].gpus[int(j)].index for j in np.asarray(g).tolist()]
+                out.append(
+                    Option(
+                        nodes[i].cluster,
+                        nodes[i].name,
+                        tuple(idx),
+                        float(scores[i]) if k > 1 else float(-rank),
+                    )
+                )
+        return out
+
+
+def free_gpus_all(node: NodeState, res: Reservations) -> list[tuple[int, int]]:
+    """``[(gpu index, free milli)]`` of all GPUs (unhealthy ones report 0 free)."""
+    return [
+        (
+            g.index,
+            (g.free_milli - res.gpu_used(node.cluster, node.name, g.index)) if g.healthy else 0,
+        )
+        for g in node.gpus
+    ]
+
+
+def peer_heuristic(name: str) -> PeerPolicyPlacer | None:
+    """The ``envs.policies`` heuristic ``name`` wrapped as a Placer; None when envs is absent."""
+    try:
+        from envs.policies import make_policy
+    except ImportError:
+        return None
+    try:
+        policy = make_policy(name)
+    except Exception:
+        return None
+    return PeerPolicyPlacer(policy, name=f"heuristic:{getattr(policy, 'name', name)}")

@@ -1,0 +1,272 @@
+"""The model registry: which RCA analyzer and placement policy serve, and atomic hot reload.
+
+A :class:`ModelSet` is immutable; :class:`ModelRegistry` holds the current one behind a single
+reference. :meth:`ModelRegistry.reload` builds a complete new set first and swaps the reference only
+when it is ready, so a request (which reads ``registry.current`` once) always sees one consistent set
+and never fails because of a reload in progress.
+
+References (``FLEETMIND_RCA_MODEL`` / ``FLEETMIND_PLACEMENT_MODEL``):
+
+* unset: the released artifact (``models/rca/``, ``models/placement/``) through the peer loaders
+  ``rca.gat_analyzer.GATAnalyzer.load(None)`` and ``rl.policy_adapter.load_ppo_policy(None)``;
+* a local path or an MLflow URI (``models:/fleetmind-rca@champion``): passed to the same loaders;
+* ``baseline:<name>`` / ``heuristic:<name>``: serve that baseline or heuristic on purpose.
+
+When the model cannot be loaded (loader module absent, artifact missing or corrupt) the registry falls
+back to the best baseline (RCA) or heuristic (placement) and records ``fallback_reason``; responses
+carry the method and the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from data.errors import ConfigError, FleetMindError, ModelLoadError
+from rca.base import BaseAnalyzer
+from serving.fallback import UpstreamCoverageAnalyzer
+from serving.placement import BestFitPlacer, Placer
+
+log = logging.getLogger("fleetmind.serving")
+
+RCA_BASELINE_PREFERENCE = ("pagerank", "deepest-dependency", "deepest_dependency", "most-alerts")
+"""Peer baselines (``rca.baselines``) tried in order when the GAT is unavailable."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """One served model: ``impl`` is a BaseAnalyzer (rca) or a Placer (placement)."""
+
+    kind: str
+    impl: Any
+    method: str
+    version: str | None
+    source: str | None
+    fallback_reason: str | None
+    loaded_at: float
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "method": self.method,
+            "version": self.version,
+            "source": self.source,
+            "fallback_reason": self.fallback_reason,
+            "loaded_at": datetime.fromtimestamp(self.loaded_at, UTC).isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    rca: LoadedModel
+    placement: LoadedModel
+    generation: int
+
+
+class ModelRegistry:
+    """Loads and serves the models; thread-safe reloads with an atomic swap.
+
+    Args:
+        rca_ref: RCA model reference (see module docstring).
+        placement_ref: placement model reference.
+        on_load: optional callback ``(kind, ok: bool)`` for metrics.
+    """
+
+    def __init__(
+        self,
+        rca_ref: str | None = None,
+        placement_ref: str | None = None,
+        on_load: Any = None,
+    ) -> None:
+        self.rca_ref = rca_ref
+        self.placement_ref = placement_ref
+        self._on_load = on_load
+        self._reload_lock = threading.Lock()
+        self._current: ModelSet | None = None
+
+    @property
+    def current(self) -> ModelSet:
+        cur = self._current
+        if cur is None:
+            raise RuntimeError("model registry not loaded")  # lifespan always loads it
+        return cur
+
+    @property
+    def loaded(self) -> bool:
+        return self._current is not None
+
+    def load(self) -> ModelSet:
+        """Initial load: fall back where the models cannot be loaded."""
+        with self._reload_lock:
+            self._current = ModelSet(self._load_rca(), self._load_placement(), 1)
+            return self._current
+
+    def reload(self) -> ModelSet:
+        """Load the models again and swap atomically.
+
+        A model that served before and now fails to load is kept (the swap never downgrades a served
+        model to a fallback); in that case ModelLoadError is raised and nothing changes.
+        """
+        with self._reload_lock:
+            old = self.current
+            rca = self._load_rca()
+            placement = self._load_placement()
+            problems = []
+            if rca.fallback_reason and not old.rca.fallback_reason:
+                problems.append(f"rca: {rca.fallback_reason}")
+            if placement.fallback_reason and not old.placement.fallback_reason:
+                problems.append(f"placement: {placement.fallback_reason}")
+            if problems:
+                raise ModelLoadError("reload kept the served models; " + "; ".join(problems))
+            new = ModelSet(rca, placement, old.generation + 1)
+            self._current = new  # the atomic swap: one reference assignment
+            return new
+
+    def set_current(self, models: ModelSet) -> None:
+        """Install a model set directly (tests, embedding)."""
+        self._current = replace(models)
+
+    # ------------------------------------------------------------------ RCA
+    def _load_rca(self) -> LoadedModel:
+        ref = self.rca_ref
+        now = time.time()
+        if ref and ref.startswith("baseline:"):
+            analyzer = make_rca_baseline(ref.split(":", 1)[1])
+            return LoadedModel("rca", analyzer, analyzer.name, None, ref, None, now)
+        try:
+            mod = importlib.import_module("rca.gat_analyzer")
+            analyzer = mod.GATAnalyzer.load(ref)
+            self._count("rca", True)
+            return LoadedModel(
+                "rca",
+                analyzer,
+                getattr(analyzer, "name", "gat"),
+                analyzer.version,
+                ref or "models/rca",
+                None,
+                now,
+            )
+        except ImportError as err:
+            reason = f"GAT analyzer not available (rca.gat_analyzer: {err})"
+        except FleetMindError as err:
+            reason = f"GAT model not loaded: {err}"
+        except Exception as err:  # a broken artifact must not stop the service
+            reason = f"GAT model not loaded: {type(err).__name__}: {err}"
+        self._count("rca", False)
+        analyzer = best_rca_baseline()
+        log.warning("RCA falls back to %s: %s", analyzer.name, reason)
+        return LoadedModel("rca", analyzer, analyzer.name, None, None, reason, now)
+
+    # ------------------------------------------------------------------ placement
+    def _load_placement(self) -> LoadedModel:
+        ref = self.placement_ref
+        now = time.time()
+        if ref and ref.startswith("heuristic:"):
+            placer = make_heuristic(ref.split(":", 1)[1])
+            return LoadedModel("placement", placer, placer.name, None, ref, None, now)
+        try:
+            mod = importlib.import_module("rl.policy_adapter")
+            policy = mod.load_ppo_policy(ref)
+            from serving.placement import PeerPolicyPlacer
+
+            placer = PeerPolicyPlacer(policy, name="ppo", version=_version_of(policy))
+            self._count("placement", True)
+            return LoadedModel(
+                "placement",
+                placer,
+                placer.name,
+                placer.version,
+                ref or "models/placement",
+                None,
+                now,
+            )
+        except ImportError as err:
+            reason = f"PPO policy not available (rl.policy_adapter: {err})"
+        except FleetMindError as err:
+            reason = f"PPO model not loaded: {err}"
+        except Exception as err:
+            reason = f"PPO model not loaded: {type(err).__name__}: {err}"
+        self._count("placement", False)
+        placer = best_heuristic()
+        log.warning("placement falls back to %s: %s", placer.name, reason)
+        return LoadedModel("placement", placer, placer.name, None, None, reason, now)
+
+    def _count(self, kind: str, ok: bool) -> None:
+        if self._on_load is not None:
+            self._on_load(kind, ok)
+
+
+def _version_of(obj: Any) -> str | None:
+    v = getattr(obj, "version", None)
+    return None if v is None else str(v)
+
+
+# ---------------------------------------------------------------------- baselines and heuristics
+def _peer_baselines() -> dict[str, type[BaseAnalyzer]]:
+    """Analyzer classes of ``rca.baselines`` by name (empty when the module is absent)."""
+    try:
+        mod = importlib.import_module("rca.baselines")
+    except ImportError:
+        return {}
+    out: dict[str, type[BaseAnalyzer]] = {}
+    for obj in vars(mod).values():
+        if isinstance(obj, type) and issubclass(obj, BaseAnalyzer) and obj is not BaseAnalyzer:
+            name = getattr(obj, "name", None)
+            if isinstance(name, str) and name != "base":
+                out[name.lower()] = obj
+    return out
+
+
+def make_rca_baseline(name: str) -> BaseAnalyzer:
+    """Build the baseline ``name``: a peer baseline from ``rca.baselines`` or ``upstream-coverage``."""
+    key = name.strip().lower()
+    if key in ("upstream-coverage", "builtin"):
+        return UpstreamCoverageAnalyzer()
+    peers = _peer_baselines()
+    if key in peers:
+        return peers[key]()
+    known = sorted([*peers, "upstream-coverage"])
+    raise ConfigError(f"unknown RCA baseline {name!r}; known: {', '.join(known)}")
+
+
+def best_rca_baseline() -> BaseAnalyzer:
+    """The preferred available baseline: a peer one in RCA_BASELINE_PREFERENCE order, else built-in."""
+    peers = _peer_baselines()
+    for name in RCA_BASELINE_PREFERENCE:
+        if name in peers:
+            try:
+                return peers[name]()
+            except Exception:  # pragma: no cover - a peer constructor that needs arguments
+                continue
+    return UpstreamCoverageAnalyzer()
+
+
+def make_heuristic(name: str) -> Placer:
+    """Build the placement heuristic ``name`` (``bestfit`` built in; others from ``envs.policies``)."""
+    key = name.strip().lower().replace("_", "").replace("-", "")
+    if key in ("builtinbestfit", "builtin"):
+        return BestFitPlacer()
+    from serving.placement import peer_heuristic
+
+    placer = peer_heuristic(name)
+    if placer is None:
+        if key == "bestfit":
+            return BestFitPlacer()
+        raise ConfigError(f"unknown placement heuristic {name!r} (envs.policies is not available)")
+    return placer
+
+
+def best_heuristic() -> Placer:
+    """The best available heuristic (the peer FGD/BestFit from ``envs.policies``, else built-in)."""
+    from serving.placement import peer_heuristic
+
+    for name in ("BestFit",):
+        placer = peer_heuristic(name)
+        if placer is not None:
+            return placer
+    return BestFitPlacer()

@@ -1,0 +1,1 @@
+"""One router per resource: alerts, incidents, rca, placements, fleet, graph, models, health."""

@@ -1,0 +1,53 @@
+"""``GET /api/v1/fleet``: the current fleet snapshot from telemetry (minus service reservations)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter
+
+from serving.deps import ReservationsDep, TelemetryDep
+from serving.schemas import ErrorOut, FleetOut, GpuOut, NodeOut
+
+router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
+
+
+@router.get("", response_model=FleetOut, responses={503: {"model": ErrorOut}})
+def fleet(telemetry: TelemetryDep, reservations: ReservationsDep) -> FleetOut:
+    snap = telemetry.snapshot()
+    nodes = []
+    for n in snap.nodes:
+        gpus = [
+            GpuOut(
+                index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                util_pct=g.util_pct,
+                mem_used_mib=g.mem_used_mib,
+                mem_total_mib=g.mem_total_mib,
+                xid_errors=g.xid_errors,
+                free_milli=max(0, g.free_milli - reservations.gpu_used(n.cluster, n.name, g.index)),
+                healthy=g.healthy,
+            )
+            for g in n.gpus
+        ]
+        nodes.append(
+            NodeOut(
+                name=n.name,
+                cluster=n.cluster,
+                cpu_milli=n.cpu_milli,
+                cpu_milli_free=max(0, n.cpu_milli_free - reservations.cpu_used(n.cluster, n.name)),
+                memory_mib=n.memory_mib,
+                memory_mib_free=max(
+                    0, n.memory_mib_free - reservations.mem_used(n.cluster, n.name)
+                ),
+                gpus=gpus,
+            )
+        )
+    return FleetOut(
+        source=snap.source,
+        collected_at=datetime.fromtimestamp(snap.collected_ts, UTC).isoformat(),
+        num_nodes=len(nodes),
+        num_gpus=snap.num_gpus,
+        nodes=nodes,
+    )

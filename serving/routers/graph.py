@@ -1,0 +1,30 @@
+"""``/api/v1/graph``: the dependency graph the RCA reasons over; replaceable at runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from data.graph import DependencyGraph
+from serving.deps import GraphsDep
+from serving.schemas import ErrorOut, GraphIn, GraphSummary
+
+router = APIRouter(prefix="/api/v1/graph", tags=["graph"])
+
+
+@router.get("", summary="The served graph (graph JSON of the data contract)")
+def get_graph(graphs: GraphsDep) -> dict[str, Any]:
+    return graphs.graph.to_json()
+
+
+@router.put(
+    "",
+    response_model=GraphSummary,
+    responses={422: {"model": ErrorOut}},
+    summary="Replace the served graph (in this process; new alerts group on it)",
+)
+def put_graph(body: GraphIn, graphs: GraphsDep) -> GraphSummary:
+    graph = DependencyGraph.from_json(body.model_dump())  # DataError -> 422 naming the bad entry
+    graphs.replace(graph, source="api")
+    return GraphSummary(name=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges)

@@ -1,0 +1,47 @@
+"""``/healthz`` (liveness), ``/readyz`` (readiness) and ``/metrics`` (Prometheus); no token needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: database reachable, models and graph loaded")
+def readyz(request: Request) -> Any:
+    services = getattr(request.app.state, "services", None)
+    problems = []
+    if services is None:
+        problems.append("starting")
+    else:
+        try:
+            services.db.ping()
+        except Exception as err:
+            problems.append(f"database: {type(err).__name__}")
+        if not services.registry.loaded:
+            problems.append("models not loaded")
+    if problems:
+        return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
+    return {
+        "status": "ready",
+        "graph": services.graphs.graph.name,
+        "telemetry": services.telemetry.name if services.telemetry else services.telemetry_error,
+        "incident_worker_error": services.incidents.last_error,
+    }
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+def metrics(request: Request) -> Response:
+    services = getattr(request.app.state, "services", None)
+    if services is None:
+        return Response("service is starting\n", status_code=503, media_type="text/plain")
+    body, ctype = services.metrics.render()
+    return Response(body, media_type=ctype)

@@ -1,0 +1,67 @@
+"""``/api/v1/incidents``: alerts grouped in time and on the graph, with their ranked root causes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query
+
+from serving.deps import DbDep
+from serving.routers.alerts import alert_out
+from serving.schemas import CauseOut, ErrorOut, IncidentDetail, IncidentOut
+
+router = APIRouter(prefix="/api/v1/incidents", tags=["incidents"])
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def incident_out(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "status": row["status"],
+        "opened_at": _iso(row["opened_ts"]),
+        "updated_at": _iso(row["updated_ts"]),
+        "closed_at": _iso(row["closed_ts"]),
+        "first_alert_at": _iso(row["first_alert_ts"]),
+        "last_alert_at": _iso(row["last_alert_ts"]),
+        "alert_count": row["alert_count"],
+        "firing_count": row["firing_count"],
+        "nodes": row["nodes"] or [],
+        "clusters": row["clusters"] or [],
+        "causes": [CauseOut(**c) for c in row["causes"] or []],
+        "method": row["method"],
+        "model_version": row["model_version"],
+        "merged_into": row["merged_into"],
+    }
+
+
+@router.get("", response_model=list[IncidentOut], summary="Incidents, newest first")
+def list_incidents(
+    db: DbDep,
+    status: Annotated[Literal["open", "resolved", "merged", "all"], Query()] = "open",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> list[IncidentOut]:
+    rows = db.list_incidents(None if status == "all" else status, limit, offset)
+    return [IncidentOut(**incident_out(r)) for r in rows]
+
+
+@router.get(
+    "/{incident_id}",
+    response_model=IncidentDetail,
+    responses={404: {"model": ErrorOut}},
+    summary="One incident with its alerts and ranked causes",
+)
+def get_incident(
+    incident_id: Annotated[int, Path(ge=0, le=2**62)],
+    db: DbDep,
+    alerts_limit: Annotated[int, Query(ge=0, le=10000)] = 1000,
+) -> IncidentDetail:
+    row = db.get_incident(incident_id)
+    if row is None:
+        raise HTTPException(404, f"no incident {incident_id}")
+    alerts = db.list_alerts(incident_id=incident_id, limit=max(1, alerts_limit))[:alerts_limit]
+    return IncidentDetail(**incident_out(row), alerts=[alert_out(a) for a in alerts])

@@ -1,0 +1,66 @@
+"""``POST /api/v1/placements``: where a job should run, on the live fleet state."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+
+from serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep
+from serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
+
+router = APIRouter(prefix="/api/v1/placements", tags=["placements"])
+
+
+@router.post(
+    "",
+    response_model=PlacementOut,
+    responses={409: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    summary="Place a job on the fleet",
+)
+def place(
+    job: JobSpec,
+    registry: RegistryDep,
+    telemetry: TelemetryDep,
+    services: ServicesDep,
+    metrics: MetricsDep,
+) -> PlacementOut:
+    """Choose a cluster, node and GPUs for ``job`` with the served policy (PPO, or the best heuristic).
+
+    ``reserve=true`` books the GPUs so that the following placements see them as used. 409 when no
+    node can hold the job.
+    """
+    if job.num_gpu > 1 and job.gpu_milli < 1000:
+        raise HTTPException(422, "a multi-GPU job takes whole GPUs: gpu_milli must be 1000")
+    model = registry.current.placement
+    snapshot = telemetry.snapshot()
+    k = 1 + job.alternatives
+    if job.reserve:
+        with services.place_lock:
+            options = model.impl.place(snapshot, job, services.reservations, k)
+            if options:
+                services.reservations.book(options[0], job)
+    else:
+        options = model.impl.place(snapshot, job, services.reservations, k)
+    if not options:
+        metrics.placements.labels(model.method, "infeasible").inc()
+        where = f" in cluster {job.cluster!r}" if job.cluster else ""
+        raise HTTPException(
+            409,
+            f"no node{where} can hold the job ({job.num_gpu} GPU x {job.gpu_milli} milli, "
+            f"model {job.gpu_model or 'any'}, {job.cpu_milli} mCPU, {job.memory_mib} MiB)",
+        )
+    metrics.placements.labels(model.method, "placed").inc()
+    best = options[0]
+    return PlacementOut(
+        cluster=best.cluster,
+        node=best.node,
+        gpus=list(best.gpus),
+        policy=model.method,
+        model_version=model.version,
+        fallback_reason=model.fallback_reason,
+        score=best.score,
+        alternatives=[
+            PlacementOption(cluster=o.cluster, node=o.node, gpus=list(o.gpus), score=o.score)
+            for o in options[1:]
+        ],
+        reserved=job.reserve,
+    )

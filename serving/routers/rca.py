@@ -1,0 +1,51 @@
+"""``POST /api/v1/rca``: synchronous ranking of a given alert set."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+
+from data.graph import DependencyGraph
+from serving.deps import GraphsDep, MetricsDep, RegistryDep
+from serving.schemas import CauseOut, ErrorOut, RCARequest, RCAResponse
+
+router = APIRouter(prefix="/api/v1/rca", tags=["rca"])
+
+
+@router.post(
+    "",
+    response_model=RCAResponse,
+    responses={422: {"model": ErrorOut}},
+    summary="Rank root causes of an alert set",
+)
+def rank(
+    req: RCARequest, registry: RegistryDep, graphs: GraphsDep, metrics: MetricsDep
+) -> RCAResponse:
+    """Rank root-cause candidates on the served graph (or on ``graph`` when given)."""
+    graph = (
+        DependencyGraph.from_json(req.graph.model_dump()) if req.graph is not None else graphs.graph
+    )
+    model = registry.current.rca
+    alerts = []
+    for a in req.alerts:
+        d = {
+            "status": a.status,
+            "labels": a.labels,
+            "annotations": a.annotations,
+            "startsAt": a.startsAt.isoformat() if a.startsAt else None,
+            "fingerprint": a.fingerprint,
+        }
+        alerts.append(d)
+    start = time.perf_counter()
+    result = model.impl.find_root_causes(graph, alerts, req.top_k)
+    metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+    mapped = sum(1 for a in alerts if graph.node_for_alert(a["labels"]) is not None)
+    return RCAResponse(
+        causes=[CauseOut(**c.to_json()) for c in result.causes[: req.top_k]],
+        method=result.method or model.method,
+        model_version=result.model_version or model.version,
+        graph=graph.name,
+        mapped_alerts=mapped,
+        fallback_reason=model.fallback_reason,
+    )

@@ -1,0 +1,280 @@
+"""Pydantic request and response models of the HTTP API.
+
+Inbound alert models are lenient about unknown keys (``extra="allow"``: Alertmanager adds fields such
+as ``truncatedAlerts``, ``notification_reason`` or ``routeLabels`` over time) and strict about the types
+of the keys they use. Text fields reject NUL characters and unpaired surrogates, which no database
+stores, so such input is a 422 instead of a 500.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
+
+from data.graph import EDGE_KINDS, NODE_KINDS
+
+
+def _clean_text(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid UTF-8 (unpaired surrogate)") from None
+    return value
+
+
+Text = Annotated[str, StringConstraints(max_length=8192), AfterValidator(_clean_text)]
+ShortText = Annotated[str, StringConstraints(max_length=256), AfterValidator(_clean_text)]
+LabelName = Annotated[
+    str, StringConstraints(min_length=1, max_length=256), AfterValidator(_clean_text)
+]
+Labels = Annotated[dict[LabelName, Text], Field(max_length=256)]
+
+NodeKind = Literal[NODE_KINDS]  # type: ignore[valid-type]
+EdgeKind = Literal[EDGE_KINDS]  # type: ignore[valid-type]
+
+
+def utc(dt: datetime) -> datetime:
+    """Return ``dt`` as an aware UTC datetime (naive values are taken as UTC)."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+# ---------------------------------------------------------------------------------------- alerts
+class AlertIn(BaseModel):
+    """One Alertmanager webhook v4 alert (unknown keys are kept and ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["firing", "resolved"] = "firing"
+    labels: Labels
+    annotations: Labels = Field(default_factory=dict)
+    startsAt: datetime | None = Field(None, description="when the alert started (RFC 3339)")
+    endsAt: datetime | None = Field(None, description="when it ended; 0001-01-01 means unknown")
+    generatorURL: Text | None = None
+    fingerprint: ShortText | None = Field(
+        None, description="Alertmanager's label-set hash; computed from the labels when absent"
+    )
+
+    @field_validator("startsAt", "endsAt")
+    @classmethod
+    def _to_utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        try:
+            return utc(value)
+        except OverflowError:
+            raise ValueError("timestamp out of range once converted to UTC") from None
+
+
+class AlertmanagerWebhook(BaseModel):
+    """The Alertmanager webhook v4 payload (``webhook_configs`` receiver)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: ShortText = "4"
+    groupKey: Text | None = None
+    truncatedAlerts: int | None = Field(None, ge=0)
+    status: Literal["firing", "resolved"] | None = None
+    receiver: ShortText | None = None
+    groupLabels: Labels = Field(default_factory=dict)
+    commonLabels: Labels = Field(default_factory=dict)
+    commonAnnotations: Labels = Field(default_factory=dict)
+    externalURL: Text | None = None
+    alerts: list[AlertIn] = Field(..., max_length=10000)
+
+
+class IngestResponse(BaseModel):
+    accepted: int = Field(description="alerts durably stored (new, status changes, or duplicates)")
+    firing: int
+    resolved: int
+
+
+class AlertOut(BaseModel):
+    id: int
+    fingerprint: str
+    status: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    startsAt: str
+    endsAt: str | None
+    node: str | None = Field(description="graph node the alert maps to (None when unmapped)")
+    incident_id: int | None
+
+
+# ---------------------------------------------------------------------------------------- RCA
+class CauseOut(BaseModel):
+    """One ranked root-cause candidate."""
+
+    node: str
+    kind: str
+    cluster: str | None
+    score: float
+    fault_type: str | None = None
+    path: list[str] = Field(description="node ids from the cause to an alerting node")
+
+
+class GraphNodeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: ShortText
+    kind: NodeKind
+    cluster: ShortText | None = None
+    match: Labels = Field(default_factory=dict)
+    attrs: dict[ShortText, Any] = Field(default_factory=dict)
+
+
+class GraphEdgeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    src: ShortText
+    dst: ShortText
+    kind: EdgeKind
+
+
+class GraphIn(BaseModel):
+    """A dependency graph (the graph JSON of the data contract); edges point dependent -> dependency."""
+
+    name: ShortText = "graph"
+    nodes: list[GraphNodeIn] = Field(..., max_length=200_000)
+    edges: list[GraphEdgeIn] = Field(..., max_length=2_000_000)
+
+
+class RCARequest(BaseModel):
+    alerts: list[AlertIn] = Field(..., min_length=1, max_length=10000)
+    graph: GraphIn | None = Field(None, description="rank on this graph instead of the served one")
+    top_k: int = Field(5, ge=1, le=1000)
+
+
+class RCAResponse(BaseModel):
+    causes: list[CauseOut]
+    method: str
+    model_version: str | None
+    graph: str = Field(description="name of the graph ranked on")
+    mapped_alerts: int = Field(description="alerts whose labels matched a graph node")
+    fallback_reason: str | None = Field(None, description="why the GAT is not the one answering")
+
+
+# ---------------------------------------------------------------------------------------- incidents
+class IncidentOut(BaseModel):
+    id: int
+    status: Literal["open", "resolved", "merged"]
+    opened_at: str
+    updated_at: str
+    closed_at: str | None
+    first_alert_at: str
+    last_alert_at: str
+    alert_count: int
+    firing_count: int
+    nodes: list[str]
+    clusters: list[str]
+    causes: list[CauseOut]
+    method: str | None
+    model_version: str | None
+    merged_into: int | None = None
+
+
+class IncidentDetail(IncidentOut):
+    alerts: list[AlertOut]
+
+
+# ---------------------------------------------------------------------------------------- placement
+class JobSpec(BaseModel):
+    """A job to place (openb semantics: ``gpu_milli`` is the share of each GPU, 1000 = a whole one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: ShortText | None = None
+    num_gpu: int = Field(1, ge=0, le=64)
+    gpu_milli: int = Field(1000, ge=0, le=1000)
+    gpu_model: ShortText | None = Field(None, description="required GPU model, any when unset")
+    cpu_milli: int = Field(0, ge=0, le=10_000_000)
+    memory_mib: int = Field(0, ge=0, le=100_000_000)
+    cluster: ShortText | None = Field(None, description="only consider this cluster")
+    reserve: bool = Field(False, description="book the GPUs so that later placements see them used")
+    alternatives: int = Field(3, ge=0, le=20)
+
+
+class PlacementOption(BaseModel):
+    cluster: str
+    node: str
+    gpus: list[int]
+    score: float
+
+
+class PlacementOut(BaseModel):
+    cluster: str
+    node: str
+    gpus: list[int]
+    policy: str
+    model_version: str | None
+    fallback_reason: str | None = None
+    score: float
+    alternatives: list[PlacementOption]
+    reserved: bool
+
+
+# ---------------------------------------------------------------------------------------- fleet
+class GpuOut(BaseModel):
+    index: int
+    uuid: str | None
+    model: str
+    util_pct: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    xid_errors: float | None
+    free_milli: int
+    healthy: bool
+
+
+class NodeOut(BaseModel):
+    name: str
+    cluster: str
+    cpu_milli: int
+    cpu_milli_free: int
+    memory_mib: int
+    memory_mib_free: int
+    gpus: list[GpuOut]
+
+
+class FleetOut(BaseModel):
+    source: str
+    collected_at: str
+    num_nodes: int
+    num_gpus: int
+    nodes: list[NodeOut]
+
+
+# ---------------------------------------------------------------------------------------- models
+class ModelInfo(BaseModel):
+    kind: Literal["rca", "placement"]
+    method: str
+    version: str | None
+    source: str | None
+    fallback_reason: str | None
+    loaded_at: str
+
+
+class ModelsOut(BaseModel):
+    generation: int = Field(description="increments on every successful reload")
+    rca: ModelInfo
+    placement: ModelInfo
+
+
+class GraphSummary(BaseModel):
+    name: str
+    num_nodes: int
+    num_edges: int
+
+
+class ErrorOut(BaseModel):
+    detail: str

@@ -1,0 +1,79 @@
+"""Service settings, read from ``FLEETMIND_*`` environment variables (pydantic-settings).
+
+Every field below maps to ``FLEETMIND_<FIELD>`` (case-insensitive), e.g. ``FLEETMIND_DATABASE_URL``.
+Routes receive the settings through the cached :func:`get_settings` dependency, which tests replace
+with ``app.dependency_overrides[get_settings]``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Configuration of the FleetMind service (see ``docs/serving.md`` for the table)."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEETMIND_", extra="ignore")
+
+    database_url: str = Field(
+        "sqlite:///fleetmind.db",
+        description="SQLAlchemy URL: a SQLite file (WAL mode) or postgresql+psycopg://user@host/db",
+    )
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = Field(
+        "FULL",
+        description="SQLite PRAGMA synchronous; FULL fsyncs every commit (durable on power loss)",
+    )
+    graph: str | None = Field(
+        None, description="dependency graph JSON file; the committed example graph when unset"
+    )
+    api_token: str | None = Field(
+        None, description="when set, every /api/v1 route needs 'Authorization: Bearer <token>'"
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="largest request body accepted"
+    )
+    telemetry: Literal["sim", "nvml", "prometheus"] = Field("sim", description="telemetry source")
+    prometheus_url: str = Field(
+        "http://127.0.0.1:9400/metrics",
+        description="DCGM-exporter /metrics URL (telemetry=prometheus)",
+    )
+    telemetry_cluster: str = Field(
+        "local", description="cluster name for GPUs whose telemetry carries no 'cluster' label"
+    )
+    telemetry_timeout_s: float = Field(
+        2.0, gt=0, description="scrape timeout of the prometheus source"
+    )
+    telemetry_ttl_s: float = Field(5.0, ge=0, description="how long a telemetry snapshot is reused")
+    rca_model: str | None = Field(
+        None,
+        description="RCA model: a local artifact path, an MLflow URI (models:/fleetmind-rca@champion), "
+        "'baseline:<name>' for a baseline, or unset for the released artifact in models/rca/",
+    )
+    placement_model: str | None = Field(
+        None,
+        description="placement model: a local path, an MLflow URI, 'heuristic:<name>', or unset for "
+        "the released artifact in models/placement/",
+    )
+    incident_window_s: float = Field(
+        600.0, gt=0, description="alerts this close in time (s) may join the same incident"
+    )
+    incident_hops: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="alerts whose nodes are within this many graph hops group together",
+    )
+    incident_worker: bool = Field(
+        True, description="run the incident grouping worker in this process (one replica only)"
+    )
+    rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Return the process-wide settings (read once from the environment)."""
+    return Settings()

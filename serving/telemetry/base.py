@@ -1,0 +1,126 @@
+"""The telemetry interface and the fleet snapshot every source returns.
+
+A snapshot lists nodes (hosts) with their GPUs. Placement needs, per GPU, how much is free in openb
+units (``free_milli``, 0..1000 of one GPU); each source derives it from what it observes (the
+simulator's bookkeeping, or used/total framebuffer memory for NVML and DCGM). The service adds its
+own reservations on top (:class:`serving.placement.Reservations`).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from data.errors import ConfigError
+
+if TYPE_CHECKING:
+    from data.graph import DependencyGraph
+    from serving.settings import Settings
+
+
+@dataclass
+class GpuState:
+    """One GPU as observed. Units: percent, MiB, count; ``None`` where the source has no reading."""
+
+    index: int
+    model: str
+    uuid: str | None = None
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    xid_errors: float | None = None
+    free_milli: int = 1000
+    healthy: bool = True
+
+
+@dataclass
+class NodeState:
+    """One host: its cluster, CPU/memory capacity (millicores, MiB) and GPUs."""
+
+    name: str
+    cluster: str
+    gpus: list[GpuState] = field(default_factory=list)
+    cpu_milli: int = 0
+    cpu_milli_free: int = 0
+    memory_mib: int = 0
+    memory_mib_free: int = 0
+
+
+@dataclass
+class FleetSnapshot:
+    """The fleet at ``collected_ts`` (Unix seconds) as seen by ``source``."""
+
+    source: str
+    nodes: list[NodeState]
+    collected_ts: float = field(default_factory=time.time)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+
+class TelemetrySource(ABC):
+    """A plug-in that reports the live fleet state.
+
+    Subclasses implement :meth:`collect`; :meth:`snapshot` caches it for ``ttl_s`` seconds so that
+    bursts of placement requests do not each scrape.
+    """
+
+    name: str = "base"
+
+    def __init__(self, ttl_s: float = 5.0) -> None:
+        self.ttl_s = ttl_s
+        self._cached: FleetSnapshot | None = None
+
+    @abstractmethod
+    def collect(self) -> FleetSnapshot:
+        """Read the fleet state now; raises NotAvailableError/DataError when it cannot."""
+
+    def snapshot(self) -> FleetSnapshot:
+        snap = self._cached
+        if snap is None or time.time() - snap.collected_ts > self.ttl_s:
+            snap = self.collect()
+            self._cached = snap
+        return snap
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (NVML handle, HTTP client)."""
+
+
+def make_source(settings: Settings, graph: DependencyGraph | None = None) -> TelemetrySource:
+    """Build the source named by ``settings.telemetry``.
+
+    Raises:
+        NotAvailableError: the source cannot run here (e.g. no NVML library); the message names the
+            other sources.
+        ConfigError: unknown source name.
+    """
+    kind = settings.telemetry
+    if kind == "sim":
+        from serving.telemetry.sim import SimSource
+
+        return SimSource.from_graph(graph, ttl_s=0.0)
+    if kind == "nvml":
+        from serving.telemetry.nvml import NvmlSource
+
+        return NvmlSource(cluster=settings.telemetry_cluster, ttl_s=settings.telemetry_ttl_s)
+    if kind == "prometheus":
+        from serving.telemetry.prometheus import PrometheusSource
+
+        return PrometheusSource(
+            settings.prometheus_url,
+            default_cluster=settings.telemetry_cluster,
+            timeout_s=settings.telemetry_timeout_s,
+            ttl_s=settings.telemetry_ttl_s,
+        )
+    raise ConfigError(f"unknown telemetry source {kind!r}; use sim, nvml or prometheus")
+
+
+def free_milli_from_memory(used_mib: float | None, total_mib: float | None) -> int:
+    """Free share of a GPU in openb milli-GPU units, from framebuffer memory (0 when unknown)."""
+    if used_mib is None or not total_mib or total_mib <= 0:
+        return 0
+    frac = max(0.0, min(1.0, 1.0 - used_mib / total_mib))
+    return int(frac * 1000)
