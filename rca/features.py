@@ -1,0 +1,380 @@
+"""Per-node alert features for the GAT ranker: ``(graph, alerts) -> float32 array (|V|, F)``.
+
+Every alert (an Alertmanager v4 alert object) is mapped to a node with
+:meth:`data.graph.DependencyGraph.node_for_alert`; alerts that match no node are ignored (and counted in
+:attr:`AlertFeatures.unmapped`). The features of node ``v`` (column blocks, in order, see
+:data:`FEATURE_NAMES`):
+
+==================  =====  ==============================================================================
+block               width  meaning
+==================  =====  ==============================================================================
+``alert``           1      1 if at least one alert maps onto ``v``
+``sev:*``           4      ``log1p`` count of ``v``'s alerts by severity: critical, warning, info, other
+``name:*``          |N|+1  ``log1p`` count by alertname over :data:`ALERTNAME_VOCAB`, plus ``other``
+``kw:*``            |K|    ``log1p`` count of alerts whose name contains a keyword group
+                           (:data:`KEYWORD_GROUPS`; lets unseen alert names, e.g. PetShop's, still say
+                           "latency" or "GPU")
+``time:*``          8      first / last ``startsAt`` relative to the incident start (first alert) divided
+                           by the incident span; the same in minutes (``log1p``); ``earliest`` flag;
+                           rank of the first alert among alerting nodes in [0, 1]; mean alert duration
+                           (``log1p`` minutes); share of the node's alerts still firing. Nodes without
+                           alerts get 1.0 for the relative times, rank 1 and 0 elsewhere.
+``nbr:*``           24     for each edge kind and direction (``out`` = dependencies, ``in`` =
+                           dependents): the share of neighbours that alert, and ``log1p`` neighbour count
+``kind:*``          12     one-hot node kind (:data:`data.graph.NODE_KINDS`)
+``deg:*``           2      ``log1p`` in- and out-degree over all edge kinds
+==================  =====  ==============================================================================
+
+Vocabulary changes change :data:`FEATURE_VERSION`; a model stores the version it was trained with and
+refuses features of another one. Structural arrays are cached per graph object, so a 1,000-node graph
+with 200 alerts takes a few milliseconds (numpy only, no torch).
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from data.errors import DataError
+from data.graph import EDGE_KINDS, NODE_KINDS, DependencyGraph
+
+FEATURE_VERSION = 1
+"""Bumped whenever the feature layout or a vocabulary changes."""
+
+SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
+"""Known severities; anything else (``page``, ``none``, missing) counts as ``other``."""
+
+ALERTNAME_VOCAB: tuple[str, ...] = (
+    # GPU / DCGM
+    "GPUXidError",
+    "GPUHighTemperature",
+    "GPUMemoryECCError",
+    "GPUFellOffBus",
+    "GPULowUtilization",
+    "GPUMemoryPressure",
+    "NVLinkDown",
+    "NVLinkErrors",
+    "PCIeErrors",
+    # host / node
+    "NodeDown",
+    "NodeNotReady",
+    "HostHighCpuLoad",
+    "HostOutOfMemory",
+    "HostDiskFull",
+    "HostNetworkErrors",
+    "HostHighTemperature",
+    # Kubernetes workload
+    "PodCrashLooping",
+    "PodNotReady",
+    "PodOOMKilled",
+    "PodRestarting",
+    "ImagePullBackOff",
+    "ContainerStuck",
+    # service level
+    "HighErrorRate",
+    "HighLatency",
+    "LowThroughput",
+    "ServiceUnavailable",
+    "TrainingJobStalled",
+    "InferenceTimeout",
+    "CheckpointFailed",
+    # shared infrastructure
+    "DNSResolutionFailed",
+    "RegistryUnavailable",
+    "ConfigReloadFailed",
+    "StorageLatencyHigh",
+    "StorageUnavailable",
+    "NetworkPacketLoss",
+    "ClusterUnreachable",
+    "WANLinkDegraded",
+)
+"""Alert names with their own count column; unseen names go to ``name:other``."""
+
+KEYWORD_GROUPS: dict[str, tuple[str, ...]] = {
+    "gpu": ("gpu", "xid", "dcgm", "cuda", "ecc"),
+    "link": ("nvlink", "pcie", "link", "infiniband", "nccl"),
+    "memory": ("memory", "oom", "mem"),
+    "latency": ("latency", "slow", "timeout", "duration", "p99", "p95"),
+    "error": ("error", "fail", "5xx", "availability", "unavailable", "exception"),
+    "down": ("down", "unreachable", "notready", "lost", "absent", "offbus"),
+    "restart": ("crash", "restart", "backoff", "killed", "evicted"),
+    "disk": ("disk", "storage", "volume", "filesystem", "io"),
+    "network": ("network", "packet", "dns", "wan", "connection"),
+    "saturation": ("cpu", "load", "throttl", "saturat", "pressure", "queue", "util"),
+    "thermal": ("temp", "thermal", "power"),
+}
+"""Keyword groups matched (case-insensitively, as substrings) against each alert name."""
+
+_NAME_INDEX = {n: i for i, n in enumerate(ALERTNAME_VOCAB)}
+_SEV_INDEX = {s: i for i, s in enumerate(SEVERITIES)}
+_N_SEV = len(SEVERITIES) + 1
+_N_NAME = len(ALERTNAME_VOCAB) + 1
+_N_KW = len(KEYWORD_GROUPS)
+_N_TIME = 8
+_N_NBR = 4 * len(EDGE_KINDS)
+_N_KIND = len(NODE_KINDS)
+
+FEATURE_NAMES: tuple[str, ...] = (
+    ("alert",)
+    + tuple(f"sev:{s}" for s in (*SEVERITIES, "other"))
+    + tuple(f"name:{n}" for n in (*ALERTNAME_VOCAB, "other"))
+    + tuple(f"kw:{k}" for k in KEYWORD_GROUPS)
+    + (
+        "time:first_rel",
+        "time:last_rel",
+        "time:first_log_min",
+        "time:last_log_min",
+        "time:earliest",
+        "time:first_rank",
+        "time:duration_log_min",
+        "time:firing_share",
+    )
+    + tuple(f"nbr:{d}:{k}:{w}" for k in EDGE_KINDS for d in ("out", "in") for w in ("share", "deg"))
+    + tuple(f"kind:{k}" for k in NODE_KINDS)
+    + ("deg:in", "deg:out")
+)
+"""Column names of the feature matrix, in order."""
+
+NUM_FEATURES = len(FEATURE_NAMES)
+"""F, the width of the feature matrix."""
+
+_OFF_SEV = 1
+_OFF_NAME = _OFF_SEV + _N_SEV
+_OFF_KW = _OFF_NAME + _N_NAME
+_OFF_TIME = _OFF_KW + _N_KW
+_OFF_NBR = _OFF_TIME + _N_TIME
+_OFF_KIND = _OFF_NBR + _N_NBR
+_OFF_DEG = _OFF_KIND + _N_KIND
+assert _OFF_DEG + 2 == NUM_FEATURES
+
+_ZERO_TIME = datetime(1970, 1, 1).timestamp()  # endsAt "0001-01-01..." (firing) falls below this
+_FRAC_RE = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_time(value: Any) -> float | None:
+    """Parse an RFC 3339 timestamp (Alertmanager style, ``Z`` or offset, up to ns) to unix seconds.
+
+    Returns ``None`` for a missing value or Alertmanager's zero time (``0001-01-01T00:00:00Z``).
+
+    Raises:
+        DataError: for a non-empty value that is not RFC 3339.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    s = str(value).strip()
+    if s.startswith("0001-01-01"):
+        return None
+    s = _FRAC_RE.sub(r"\1", s)
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise DataError(f"alert timestamp {value!r} is not RFC 3339") from None
+    if dt.tzinfo is None:
+        from datetime import UTC
+
+        dt = dt.replace(tzinfo=UTC)
+    t = dt.timestamp()
+    return None if t < _ZERO_TIME else t
+
+
+@dataclass
+class AlertFeatures:
+    """Result of :func:`alert_features`.
+
+    Attributes:
+        x: float32 array ``(|V|, F)``.
+        alerting: bool array ``(|V|,)``, True where at least one alert maps onto the node.
+        unmapped: number of alerts that matched no node.
+    """
+
+    x: np.ndarray
+    alerting: np.ndarray
+    unmapped: int
+
+
+class _GraphStatic:
+    """Per-graph arrays that do not depend on alerts (cached)."""
+
+    def __init__(self, g: DependencyGraph) -> None:
+        n = g.num_nodes
+        src, dst = g.edge_index
+        et = g.edge_type
+        self.n = n
+        self.src, self.dst, self.et = src, dst, et
+        base = np.zeros((n, _N_NBR + _N_KIND + 2), dtype=np.float32)
+        self.deg = np.zeros((len(EDGE_KINDS), 2, n), dtype=np.float32)  # [kind, out/in, node]
+        for k in range(len(EDGE_KINDS)):
+            m = et == k
+            self.deg[k, 0] = np.bincount(src[m], minlength=n)
+            self.deg[k, 1] = np.bincount(dst[m], minlength=n)
+            base[:, 4 * k + 1] = np.log1p(self.deg[k, 0])
+            base[:, 4 * k + 3] = np.log1p(self.deg[k, 1])
+        base[np.arange(n), _N_NBR + g.node_type] = 1.0
+        base[:, _N_NBR + _N_KIND] = np.log1p(self.deg[:, 1].sum(0))
+        base[:, _N_NBR + _N_KIND + 1] = np.log1p(self.deg[:, 0].sum(0))
+        self.base = base
+        self.inv_deg = np.where(self.deg > 0, 1.0 / np.maximum(self.deg, 1), 0.0).astype(np.float32)
+        self.alert_cache: dict[tuple, int | None] = {}
+
+
+_STATIC: weakref.WeakKeyDictionary[DependencyGraph, _GraphStatic] = weakref.WeakKeyDictionary()
+_KW_CACHE: dict[str, np.ndarray] = {}
+
+
+def _static(g: DependencyGraph) -> _GraphStatic:
+    st = _STATIC.get(g)
+    if st is None or st.n != g.num_nodes:
+        st = _GraphStatic(g)
+        _STATIC[g] = st
+    return st
+
+
+def _keywords(name: str) -> np.ndarray:
+    v = _KW_CACHE.get(name)
+    if v is None:
+        low = name.lower()
+        v = np.array(
+            [any(w in low for w in words) for words in KEYWORD_GROUPS.values()], dtype=np.float32
+        )
+        if len(_KW_CACHE) < 10_000:
+            _KW_CACHE[name] = v
+    return v
+
+
+def map_alerts(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Return the node index of each alert (``None`` when its labels match no node)."""
+    st = _static(graph)
+    out: list[int | None] = []
+    for a in alerts:
+        labels = a.get("labels") or {}
+        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        if key in st.alert_cache:
+            out.append(st.alert_cache[key])
+            continue
+        node = graph.node_for_alert(labels)
+        idx = None if node is None else graph.index[node]
+        if len(st.alert_cache) < 100_000:
+            st.alert_cache[key] = idx
+        out.append(idx)
+    return out
+
+
+def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> AlertFeatures:
+    """Compute the per-node feature matrix of one incident.
+
+    Args:
+        graph: the dependency graph.
+        alerts: Alertmanager v4 alert objects; ``labels`` map them onto nodes, ``startsAt``/``endsAt``
+            (RFC 3339) time them, ``status`` is ``firing`` or ``resolved``.
+
+    Returns:
+        :class:`AlertFeatures` with ``x`` of shape ``(|V|, F)``, ``F =`` :data:`NUM_FEATURES`.
+
+    Raises:
+        DataError: when a timestamp is malformed or an alert is not a mapping.
+    """
+    st = _static(graph)
+    n = st.n
+    x = np.zeros((n, NUM_FEATURES), dtype=np.float32)
+    x[:, _OFF_NBR:] = st.base
+    idx = map_alerts(graph, alerts) if alerts else []
+    rows: list[int] = []
+    sev_i: list[int] = []
+    name_i: list[int] = []
+    kw_rows: list[np.ndarray] = []
+    starts: list[float] = []
+    ends: list[float] = []
+    firing: list[float] = []
+    unmapped = 0
+    for a, v in zip(alerts, idx, strict=True):
+        if v is None:
+            unmapped += 1
+            continue
+        labels = a.get("labels") or {}
+        name = str(labels.get("alertname", ""))
+        rows.append(v)
+        sev_i.append(_SEV_INDEX.get(str(labels.get("severity", "")).lower(), _N_SEV - 1))
+        name_i.append(_NAME_INDEX.get(name, _N_NAME - 1))
+        kw_rows.append(_keywords(name))
+        s = parse_time(a.get("startsAt"))
+        e = parse_time(a.get("endsAt"))
+        starts.append(np.nan if s is None else s)
+        status = str(a.get("status", "firing")).lower()
+        is_firing = status != "resolved"
+        ends.append(np.nan if (e is None or is_firing and s is not None and e <= s) else e)
+        firing.append(1.0 if is_firing else 0.0)
+    alerting = np.zeros(n, dtype=bool)
+    # no-alert defaults for the time block
+    x[:, _OFF_TIME + 0] = 1.0
+    x[:, _OFF_TIME + 1] = 1.0
+    x[:, _OFF_TIME + 5] = 1.0
+    if rows:
+        r = np.asarray(rows, dtype=np.int64)
+        alerting[r] = True
+        x[r, 0] = 1.0
+        cnt = np.zeros((n, _N_SEV + _N_NAME), dtype=np.float32)
+        np.add.at(cnt, (r, np.asarray(sev_i)), 1.0)
+        np.add.at(cnt, (r, _N_SEV + np.asarray(name_i)), 1.0)
+        x[:, _OFF_SEV:_OFF_KW] = np.log1p(cnt)
+        kw = np.zeros((n, _N_KW), dtype=np.float32)
+        np.add.at(kw, r, np.stack(kw_rows))
+        x[:, _OFF_KW:_OFF_TIME] = np.log1p(kw)
+        # ---- timing
+        s_arr = np.asarray(starts, dtype=np.float64)
+        e_arr = np.asarray(ends, dtype=np.float64)
+        known = ~np.isnan(s_arr)
+        if known.any():
+            t0 = float(np.nanmin(s_arr))
+            t_end = float(np.nanmax(np.concatenate([s_arr[known], e_arr[~np.isnan(e_arr)]])))
+            s_arr = np.where(known, s_arr, t0)
+            span = max(t_end - t0, 1.0)
+            e_arr = np.where(np.isnan(e_arr), t_end, np.maximum(e_arr, s_arr))
+            rel = s_arr - t0
+            first = np.full(n, np.inf)
+            last = np.full(n, -np.inf)
+            np.minimum.at(first, r, rel)
+            np.maximum.at(last, r, rel)
+            dur = np.zeros(n)
+            np.add.at(dur, r, e_arr - s_arr)
+            nal = np.bincount(r, minlength=n).astype(np.float64)
+            fire = np.bincount(r, weights=np.asarray(firing), minlength=n)
+            a_idx = np.flatnonzero(alerting)
+            fa = first[a_idx]
+            x[a_idx, _OFF_TIME + 0] = fa / span
+            x[a_idx, _OFF_TIME + 1] = last[a_idx] / span
+            x[a_idx, _OFF_TIME + 2] = np.log1p(fa / 60.0)
+            x[a_idx, _OFF_TIME + 3] = np.log1p(last[a_idx] / 60.0)
+            x[a_idx, _OFF_TIME + 4] = (fa <= 0.0).astype(np.float32)
+            if len(a_idx) > 1:
+                # dense rank of the first alert time, ties share a rank
+                uniq, inv = np.unique(fa, return_inverse=True)
+                x[a_idx, _OFF_TIME + 5] = inv / max(len(uniq) - 1, 1)
+            else:
+                x[a_idx, _OFF_TIME + 5] = 0.0
+            x[a_idx, _OFF_TIME + 6] = np.log1p(dur[a_idx] / nal[a_idx] / 60.0)
+            x[a_idx, _OFF_TIME + 7] = fire[a_idx] / nal[a_idx]
+        # ---- share of alerting neighbours per edge kind and direction
+        af = alerting.astype(np.float32)
+        src, dst, et = st.src, st.dst, st.et
+        out_cnt = np.zeros((len(EDGE_KINDS), n), dtype=np.float32)
+        in_cnt = np.zeros((len(EDGE_KINDS), n), dtype=np.float32)
+        lin_out = et * n + src  # node src's dependency dst alerts
+        lin_in = et * n + dst  # node dst's dependent src alerts
+        out_cnt.reshape(-1)[:] = np.bincount(
+            lin_out, weights=af[dst], minlength=len(EDGE_KINDS) * n
+        )
+        in_cnt.reshape(-1)[:] = np.bincount(lin_in, weights=af[src], minlength=len(EDGE_KINDS) * n)
+        cols = _OFF_NBR + 4 * np.arange(len(EDGE_KINDS))
+        x[:, cols] = (out_cnt * st.inv_deg[:, 0]).T
+        x[:, cols + 2] = (in_cnt * st.inv_deg[:, 1]).T
+    return AlertFeatures(x=x, alerting=alerting, unmapped=unmapped)

@@ -1,0 +1,340 @@
+"""The GAT root-cause analyzer used by the CLI, the service, the PetShop benchmark and the demo.
+
+An artifact is a folder with two files:
+
+* ``config.json``: ``{"format": "fleetmind-rca-gat", "format_version": 1, "version": ...,
+  "model": <GATConfig dict>, "metrics": {...}, "data": {...}}``
+* ``model.pt``: the ``GATRanker`` state dict (``torch.save``; loaded with ``weights_only=True``).
+
+:meth:`GATAnalyzer.load` accepts a local artifact folder (or its ``config.json``), an MLflow model URI
+(``models:/fleetmind-rca@champion``, ``runs:/<id>/model``; needs MLflow and the tracking server), or
+``None`` for the released artifact in ``models/rca/``.
+
+Example:
+    >>> gat = GATAnalyzer.load(None)                                    # doctest: +SKIP
+    >>> res = gat.find_root_causes(graph, alerts, top_k=3)              # doctest: +SKIP
+    >>> res.causes[0].node, res.causes[0].fault_type, res.causes[0].path  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from data.errors import ModelLoadError
+from data.graph import DependencyGraph
+from data.paths import MODELS_DIR
+from rca.base import BaseAnalyzer, RankedCause, RCAResult
+
+ARTIFACT_FORMAT = "fleetmind-rca-gat"
+ARTIFACT_FORMAT_VERSION = 1
+RELEASED_DIR = MODELS_DIR / "rca"
+"""Folder of the released artifact (used when no model reference is given)."""
+
+
+@dataclass
+class GATAnalyzerConfig:
+    """Settings of :class:`GATAnalyzer`.
+
+    Attributes:
+        model: artifact reference (local folder, MLflow URI, or ``None`` for the released artifact).
+        explain_top: causes (best first) that get a propagation path and a fault type; the rest get
+            ``path=(node,)`` and ``fault_type=None`` (paths cost a Dijkstra run each).
+        num_threads: torch intra-op threads for inference (``None``: leave torch's setting).
+    """
+
+    model: str | None = None
+    explain_top: int = 10
+    num_threads: int | None = None
+
+
+def save_artifact(
+    model: Any,
+    out_dir: str | Path,
+    metrics: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` (a :class:`rca.model.GATRanker`) as an artifact folder; returns the folder.
+
+    The version string is ``gat-`` plus the first 10 hex digits of the weights' SHA-256.
+    """
+    import torch
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    torch.save(state, buf)
+    blob = buf.getvalue()
+    (out / "model.pt").write_bytes(blob)
+    cfg = {
+        "format": ARTIFACT_FORMAT,
+        "format_version": ARTIFACT_FORMAT_VERSION,
+        "version": "gat-" + hashlib.sha256(blob).hexdigest()[:10],
+        "model": model.config.to_dict(),
+        "metrics": dict(metrics or {}),
+        "data": dict(data or {}),
+    }
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return out
+
+
+def _resolve_ref(ref: str | None) -> tuple[Path, str | None]:
+    """Local folder holding ``config.json`` + ``model.pt`` for ``ref``, and a registry version if any."""
+    if ref is None:
+        path = RELEASED_DIR
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(
+                f"no released GAT artifact in {path}; train one with `fleetmind rca train --data DIR` "
+                "or pass a model path"
+            )
+        return path, None
+    ref = str(ref)
+    if "://" in ref or ref.startswith(("models:/", "runs:/")):
+        return _download_mlflow(ref)
+    path = Path(ref)
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    if not path.exists():
+        raise ModelLoadError(f"GAT model not found: {path}")
+    if not (path / "config.json").is_file():
+        found = sorted(path.rglob("config.json"))
+        found = [p for p in found if (p.parent / "model.pt").is_file()]
+        if not found:
+            raise ModelLoadError(f"{path} is not a GAT artifact (no config.json + model.pt)")
+        path = found[0].parent
+    return path, None
+
+
+def _download_mlflow(uri: str) -> tuple[Path, str | None]:
+    try:
+        import mlflow
+        from mlflow.exceptions import MlflowException
+    except ImportError:  # pragma: no cover - mlflow is a dependency
+        raise ModelLoadError(f"loading {uri!r} needs MLflow, which is not installed") from None
+    version = None
+    try:
+        if uri.startswith("models:/"):
+            spec = uri[len("models:/") :]
+            client = mlflow.MlflowClient()
+            if "@" in spec:
+                name, alias = spec.split("@", 1)
+                mv = client.get_model_version_by_alias(name, alias)
+                version = f"{name}/{mv.version}"
+            elif "/" in spec and spec.split("/", 1)[1].isdigit():
+                version = spec
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    except MlflowException as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ModelLoadError(f"cannot load GAT model {uri!r} from MLflow: {msg}") from None
+    except OSError as err:
+        raise ModelLoadError(f"cannot load GAT model {uri!r} from MLflow: {err}") from None
+    path, _ = _resolve_ref(str(local))
+    return path, version
+
+
+def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
+    """Load ``(GATRanker in eval mode, config.json dict, registry version or None)``.
+
+    Raises:
+        ModelLoadError: the artifact is missing, corrupt, or made for another format/feature version.
+    """
+    import torch
+
+    from rca.features import FEATURE_VERSION, NUM_FEATURES
+    from rca.model import GATConfig, GATRanker
+
+    path, reg_version = _resolve_ref(ref)
+    try:
+        meta = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"{path / 'config.json'} is not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != ARTIFACT_FORMAT:
+        raise ModelLoadError(f"{path / 'config.json'} is not a {ARTIFACT_FORMAT} artifact")
+    if meta.get("format_version") != ARTIFACT_FORMAT_VERSION:
+        raise ModelLoadError(
+            f"{path}: artifact format version {meta.get('format_version')} is not supported "
+            f"(this FleetMind reads {ARTIFACT_FORMAT_VERSION}); retrain with `fleetmind rca train`"
+        )
+    try:
+        cfg = GATConfig.from_dict(dict(meta["model"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelLoadError(f"{path / 'config.json'}: bad model config ({err})") from None
+    if cfg.feature_version != FEATURE_VERSION or cfg.in_dim != NUM_FEATURES:
+        raise ModelLoadError(
+            f"{path}: model was trained on feature version {cfg.feature_version} ({cfg.in_dim} "
+            f"features), this FleetMind computes version {FEATURE_VERSION} ({NUM_FEATURES}); retrain "
+            "with `fleetmind rca train`"
+        )
+    try:
+        model = GATRanker(cfg)
+    except ValueError as err:
+        raise ModelLoadError(f"{path / 'config.json'}: bad model config ({err})") from None
+    try:
+        state = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path / 'model.pt'} is missing") from None
+    except Exception as err:  # torch raises RuntimeError/UnpicklingError/EOFError/... on bad bytes
+        raise ModelLoadError(
+            f"{path / 'model.pt'} is corrupt or not a state dict ({type(err).__name__})"
+        ) from None
+    if not isinstance(state, dict):
+        raise ModelLoadError(f"{path / 'model.pt'} is not a state dict")
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        first = str(err).splitlines()[0]
+        raise ModelLoadError(
+            f"{path / 'model.pt'} does not fit the model in config.json ({first})"
+        ) from None
+    model.eval()
+    return model, meta, reg_version
+
+
+class GATAnalyzer(BaseAnalyzer):
+    """Root-cause ranking with the trained GAT (:mod:`rca.model`), with fault types and paths.
+
+    Construct with :meth:`load` (or ``GATAnalyzer(GATAnalyzerConfig(model=ref))``).
+    """
+
+    name: ClassVar[str] = "gat"
+    config_class: ClassVar[type] = GATAnalyzerConfig
+
+    def __init__(self, config: GATAnalyzerConfig | None = None) -> None:
+        super().__init__(config)
+        self.model, self.meta, reg_version = load_model(self.config.model)
+        self._version = reg_version or str(self.meta.get("version"))
+        self.fault_types: list[str] = list(self.model.config.fault_types)
+
+    @classmethod
+    def load(cls, ref: str | Path | None = None, **kwargs: Any) -> GATAnalyzer:
+        """Load an artifact: a local folder, an MLflow model URI, or ``None`` for ``models/rca/``.
+
+        Raises:
+            ModelLoadError: missing, corrupt or incompatible artifact (one-line reason).
+        """
+        return cls(GATAnalyzerConfig(model=None if ref is None else str(ref), **kwargs))
+
+    @property
+    def version(self) -> str:
+        """``<registered name>/<version>`` when loaded from the registry, else ``gat-<weights hash>``."""
+        return self._version
+
+    # ------------------------------------------------------------------ scoring
+    def _threads(self) -> Any:
+        import contextlib
+
+        import torch
+
+        n = self.config.num_threads
+        if n is None:
+            return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def cm() -> Any:
+            old = torch.get_num_threads()
+            torch.set_num_threads(n)
+            try:
+                yield
+            finally:
+                torch.set_num_threads(old)
+
+        return cm()
+
+    def score(self, graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """Root-cause probabilities of every node, float64 ``(|V|,)`` summing to 1."""
+        return self.score_many([(graph, alerts)])[0]
+
+    def score_many(
+        self,
+        items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]]]],
+        batch_size: int = 64,
+    ) -> list[np.ndarray]:
+        """Batched :meth:`score` of many incidents (one PyG batch per ``batch_size`` graphs)."""
+        import torch
+        from torch_geometric.data import Batch
+
+        from rca.lightning_module import incident_to_data
+        from rca.model import graph_log_softmax
+
+        out: list[np.ndarray] = []
+        with self._threads(), torch.inference_mode():
+            for s in range(0, len(items), batch_size):
+                chunk = items[s : s + batch_size]
+                b = Batch.from_data_list([incident_to_data(g, a) for g, a in chunk])
+                logits, _, _ = self.model(b.x, b.edge_index, b.edge_type, b.batch)
+                p = graph_log_softmax(logits, b.batch).exp().double().numpy()
+                ptr = b.ptr.numpy()
+                out.extend(p[ptr[i] : ptr[i + 1]] for i in range(len(chunk)))
+        return out
+
+    def find_root_causes(
+        self, graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], top_k: int | None = None
+    ) -> RCAResult:
+        """Rank every node of ``graph`` as the root cause of ``alerts``.
+
+        Returns:
+            :class:`RCAResult` (method ``gat``) with causes best first; the first
+            ``config.explain_top`` causes carry a fault type and the highest-attention propagation
+            path to an alerting node. ``extra`` holds ``unmapped_alerts`` (alerts matching no node).
+        """
+        import torch
+
+        from rca.explain import edge_costs, propagation_paths
+        from rca.features import alert_features
+        from rca.model import message_graph
+
+        f = alert_features(graph, alerts)
+        n = graph.num_nodes
+        if n == 0:
+            return RCAResult([], method=self.name, model_version=self.version)
+        with self._threads(), torch.inference_mode():
+            x = torch.from_numpy(f.x)
+            ei = torch.from_numpy(graph.edge_index)
+            et = torch.from_numpy(graph.edge_type)
+            logits, h, att = self.model(x, ei, et, return_attention=True)
+            probs = torch.softmax(logits, 0).double().numpy()
+            # best first; ties broken by node id so the order does not depend on node order
+            ids = np.array([nd.id for nd in graph.nodes])
+            order = np.lexsort((ids, -probs))
+            k = n if top_k is None else max(0, min(int(top_k), n))
+            order = order[:k]
+            n_exp = min(k, max(self.config.explain_top, 0))
+            faults: list[str | None] = [None] * k
+            paths: list[tuple[str, ...]] = [(graph.nodes[int(i)].id,) for i in order]
+            if n_exp:
+                top = torch.from_numpy(order[:n_exp].astype(np.int64))
+                if self.fault_types:
+                    fl = self.model.fault_logits(h, top).argmax(-1).numpy()
+                    for j in range(n_exp):
+                        faults[j] = self.fault_types[int(fl[j])]
+                mei, _ = message_graph(ei, et, n)
+                costs = edge_costs(mei.numpy(), [a.numpy() for a in att], n)
+                for j, p in enumerate(propagation_paths(costs, order[:n_exp], f.alerting)):
+                    paths[j] = tuple(graph.nodes[v].id for v in p)
+        causes = []
+        for j, i in enumerate(order):
+            node = graph.nodes[int(i)]
+            causes.append(
+                RankedCause(
+                    node=node.id,
+                    kind=node.kind,
+                    cluster=node.cluster,
+                    score=float(probs[int(i)]),
+                    fault_type=faults[j],
+                    path=paths[j],
+                )
+            )
+        return RCAResult(
+            causes,
+            method=self.name,
+            model_version=self.version,
+            extra={"unmapped_alerts": f.unmapped},
+        )

@@ -1,0 +1,296 @@
+"""Lightning training of the GAT ranker: incident -> PyG ``Data``, a DataModule and a LightningModule.
+
+* :func:`incident_to_data` turns one incident (graph + alerts + ground truth) into a ``Data`` with
+  ``x (|V|, F)``, ``edge_index (2, |E|)``, ``edge_type (|E|,)``, ``root_index (1,)`` (incremented on
+  batching, so it stays a global node index) and ``fault (1,)``.
+* :class:`RCADataModule` reads a dataset folder (:mod:`data.rca_dataset`), computes features once and
+  serves seeded, shuffled PyG ``DataLoader`` batches of many graphs.
+* :class:`GATLightning` wraps :class:`rca.model.GATRanker` with one shared step per stage that logs
+  ``{stage}/loss``, ``{stage}/rank_loss``, ``{stage}/fault_loss``, ``{stage}/ac1``, ``{stage}/ac3``,
+  ``{stage}/mrr`` and ``{stage}/fault_acc`` per epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+
+from data.errors import DataError
+from data.graph import DependencyGraph
+from rca.features import alert_features
+from rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
+
+
+def incident_to_data(
+    graph: DependencyGraph,
+    alerts: Sequence[Mapping[str, Any]],
+    root: str | None = None,
+    fault: int = -1,
+) -> Data:
+    """Build the PyG ``Data`` of one incident.
+
+    Args:
+        graph: the incident's dependency graph.
+        alerts: its Alertmanager alerts.
+        root: ground-truth root-cause node id (``None`` at inference).
+        fault: fault-type class id (``-1`` when unknown).
+
+    Returns:
+        ``Data(x, edge_index, edge_type, root_index, fault, num_nodes)``.
+    """
+    f = alert_features(graph, alerts)
+    d = Data(
+        x=torch.from_numpy(f.x),
+        edge_index=torch.from_numpy(graph.edge_index),
+        edge_type=torch.from_numpy(graph.edge_type),
+        num_nodes=graph.num_nodes,
+    )
+    if root is not None:
+        d.root_index = torch.tensor([graph.index[root]], dtype=torch.long)
+        d.fault = torch.tensor([fault], dtype=torch.long)
+    return d
+
+
+def incidents_to_data(
+    incidents: Sequence[Mapping[str, Any]],
+    graphs: Mapping[str, DependencyGraph],
+    fault_types: Sequence[str],
+    progress: bool = False,
+    desc: str = "features",
+) -> list[Data]:
+    """Features of many incidents (fault types outside ``fault_types`` get class ``-1``)."""
+    from tqdm.auto import tqdm
+
+    fidx = {f: i for i, f in enumerate(fault_types)}
+    out = []
+    for inc in tqdm(incidents, desc=desc, disable=not progress, leave=False):
+        g = graphs[inc["graph"]]
+        out.append(
+            incident_to_data(g, inc["alerts"], inc["root_cause"], fidx.get(inc["fault_type"], -1))
+        )
+    return out
+
+
+class RCADataModule(pl.LightningDataModule):
+    """Graph batches from an RCA dataset folder.
+
+    The folder's ``train`` and ``val`` splits are used as they are (they hold different topologies when
+    made by ``fleetmind rca generate``); a folder without ``val`` gets a seeded split of the training
+    **graphs** (``val_fraction`` of them), so validation still measures unseen topologies. Every other
+    split (``test``, ``test_large``, ...) is exposed through :attr:`test_sets`.
+
+    Args:
+        data_dir: the dataset folder.
+        batch_size: graphs per batch.
+        seed: seeds the val split and the shuffling of training batches.
+        val_fraction: share of training graphs held out when the folder has no ``val`` split.
+        max_train: use at most this many training incidents (seeded subsample; ``None``: all).
+        progress: show a progress bar while computing features.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        batch_size: int = 32,
+        seed: int = 0,
+        val_fraction: float = 0.15,
+        max_train: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.data_dir = Path(data_dir)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.val_fraction = val_fraction
+        self.max_train = max_train
+        self.progress = progress
+        self.fault_types: list[str] = []
+        self.train_data: list[Data] = []
+        self.val_data: list[Data] = []
+        self.test_sets: dict[str, list[Data]] = {}
+        self.info: dict[str, Any] = {}
+        self._ready = False
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._ready:
+            return
+        from data.rca_dataset import load_dataset
+
+        ds = load_dataset(self.data_dir)
+        if "train" not in ds.splits:
+            raise DataError(f"dataset {self.data_dir} has no train.jsonl")
+        rng = np.random.default_rng(self.seed)
+        train = list(ds.splits["train"])
+        if "val" in ds.splits and ds.splits["val"]:
+            val = list(ds.splits["val"])
+        else:
+            names = sorted({inc["graph"] for inc in train})
+            rng.shuffle(names)
+            n_val = max(1, int(round(self.val_fraction * len(names)))) if len(names) > 1 else 0
+            held = set(names[:n_val])
+            val = [inc for inc in train if inc["graph"] in held]
+            train = [inc for inc in train if inc["graph"] not in held]
+        if not train or not val:
+            raise DataError(f"dataset {self.data_dir}: need training and validation incidents")
+        if self.max_train is not None and len(train) > self.max_train:
+            keep = np.sort(rng.choice(len(train), size=self.max_train, replace=False))
+            train = [train[i] for i in keep]
+        self.fault_types = sorted({str(inc["fault_type"]) for inc in train})
+        g = ds.graphs
+        self.train_data = incidents_to_data(
+            train, g, self.fault_types, self.progress, "train features"
+        )
+        self.val_data = incidents_to_data(val, g, self.fault_types, self.progress, "val features")
+        self.test_sets = {
+            name: incidents_to_data(incs, g, self.fault_types, self.progress, f"{name} features")
+            for name, incs in ds.splits.items()
+            if name not in ("train", "val") and incs
+        }
+        self.info = {
+            "n_train": len(train),
+            "n_val": len(val),
+            "train_graphs": len({i["graph"] for i in train}),
+            "val_graphs": len({i["graph"] for i in val}),
+            **{f"n_{k}": len(v) for k, v in self.test_sets.items()},
+        }
+        self._ready = True
+
+    def train_dataloader(self) -> DataLoader:
+        gen = torch.Generator().manual_seed(self.seed)
+        return DataLoader(self.train_data, batch_size=self.batch_size, shuffle=True, generator=gen)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_data, batch_size=self.batch_size * 2)
+
+    def test_dataloader(self, name: str = "test") -> DataLoader:
+        return DataLoader(self.test_sets[name], batch_size=self.batch_size * 2)
+
+
+class GATLightning(pl.LightningModule):
+    """LightningModule of the GAT root-cause ranker.
+
+    Args:
+        fault_types: fault type names (class ids of the fault head).
+        hidden: hidden channels. heads: attention heads. layers: GATv2 layers. edge_dim: relation
+            embedding width. dropout: dropout rate (see :class:`rca.model.GATConfig`).
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        fault_weight: weight of the fault-type cross-entropy in the total loss.
+        epochs: planned epochs (cosine learning-rate schedule length).
+    """
+
+    def __init__(
+        self,
+        fault_types: Sequence[str] = (),
+        hidden: int = 32,
+        heads: int = 4,
+        layers: int = 3,
+        edge_dim: int = 16,
+        dropout: float = 0.1,
+        lr: float = 3e-3,
+        weight_decay: float = 1e-4,
+        fault_weight: float = 0.5,
+        epochs: int = 30,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = GATRanker(
+            GATConfig(
+                hidden=hidden,
+                heads=heads,
+                layers=layers,
+                edge_dim=edge_dim,
+                dropout=dropout,
+                fault_types=list(fault_types),
+            )
+        )
+
+    def forward(self, batch: Data) -> torch.Tensor:
+        """Root-cause logits ``(|V|,)`` of a batch."""
+        return self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch)[0]
+
+    def _shared_step(self, batch: Data, stage: str) -> torch.Tensor:
+        logits, h, _ = self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch)
+        rank_loss = listwise_loss(logits, batch.batch, batch.root_index)
+        known = batch.fault >= 0
+        if known.any() and self.model.config.fault_types:
+            fl = self.model.fault_logits(h, batch.root_index[known], batch.batch)
+            fault_loss = torch.nn.functional.cross_entropy(fl, batch.fault[known])
+            fault_acc = (fl.argmax(-1) == batch.fault[known]).float().mean()
+        else:
+            fault_loss = logits.new_zeros(())
+            fault_acc = logits.new_zeros(())
+        loss = rank_loss + self.hparams.fault_weight * fault_loss
+        with torch.no_grad():
+            ranks = root_ranks(logits.detach(), batch.batch, batch.root_index).float()
+        n = batch.num_graphs
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", loss, batch_size=n, on_epoch=True, on_step=False, prog_bar=True)
+        self.log(f"{stage}/rank_loss", rank_loss, batch_size=n, on_epoch=True, on_step=False)
+        self.log(f"{stage}/fault_loss", fault_loss, batch_size=n, on_epoch=True, on_step=False)
+        self.log(f"{stage}/fault_acc", fault_acc, batch_size=n, on_epoch=True, on_step=False)
+        self.log(
+            f"{stage}/ac1",
+            (ranks < 1).float().mean(),
+            batch_size=n,
+            on_epoch=True,
+            on_step=False,
+            prog_bar=not on_step,
+        )
+        self.log(
+            f"{stage}/ac3", (ranks < 3).float().mean(), batch_size=n, on_epoch=True, on_step=False
+        )
+        self.log(
+            f"{stage}/mrr", (1.0 / (ranks + 1)).mean(), batch_size=n, on_epoch=True, on_step=False
+        )
+        return loss
+
+    def training_step(self, batch: Data, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: Data, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "val")
+
+    def test_step(self, batch: Data, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "test")
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.AdamW(
+            self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        )
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(self.hparams.epochs, 1))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
+
+
+@torch.no_grad()
+def evaluate_ranks(
+    model: GATRanker, data: Sequence[Data], batch_size: int = 64
+) -> dict[str, float]:
+    """AC@1/3/5, Avg@5 and MRR of ``model`` on a list of incident ``Data`` (eval mode, no grad)."""
+    was_training = model.training
+    model.eval()
+    ranks = []
+    for batch in DataLoader(list(data), batch_size=batch_size):
+        logits, _, _ = model(batch.x, batch.edge_index, batch.edge_type, batch.batch)
+        ranks.append(root_ranks(logits, batch.batch, batch.root_index))
+    model.train(was_training)
+    r = torch.cat(ranks).double() if ranks else torch.zeros(0, dtype=torch.double)
+    if r.numel() == 0:
+        return {"n": 0}
+    ac = {k: float((r < k).double().mean()) for k in (1, 2, 3, 4, 5)}
+    return {
+        "n": int(r.numel()),
+        "ac@1": ac[1],
+        "ac@3": ac[3],
+        "ac@5": ac[5],
+        "avg@5": float(np.mean([ac[k] for k in (1, 2, 3, 4, 5)])),
+        "mrr": float((1.0 / (r + 1)).mean()),
+    }

@@ -1,0 +1,232 @@
+r"""The GAT root-cause ranker: edge-type aware GATv2 layers over per-node alert features.
+
+Architecture (one incident graph, or a PyG batch of several):
+
+1. ``h = MLP(x)``: alert features (:mod:`rca.features`) to ``hidden`` channels.
+2. ``layers`` residual blocks ``h = h + Dropout(ELU(GATv2Conv(LayerNorm(h), edge_attr=E[r])))``, where
+   the message graph holds every dependency edge in **both directions as separate relation types**
+   (``r = kind`` for dependent -> dependency, ``r = kind + 6`` for dependency -> dependent) plus a
+   self-loop relation, and ``E`` is a learned relation embedding fed to GATv2's attention as edge
+   features (Brody et al., "How Attentive are Graph Attention Networks?", ICLR 2022,
+   https://arxiv.org/abs/2105.14491).
+3. Heads: ``score = MLP(h)`` (one logit per node; softmax over each graph's nodes is the root-cause
+   distribution, trained with listwise cross-entropy), and ``fault = MLP([h_v, mean_pool(h)])`` (fault
+   type logits of candidate node ``v``, trained at the true root).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import GATv2Conv
+from torch_geometric.utils import scatter
+
+from data.graph import EDGE_KINDS
+from rca.features import FEATURE_VERSION, NUM_FEATURES
+
+NUM_RELATIONS = 2 * len(EDGE_KINDS) + 1
+"""Relation types of the message graph: forward kinds, reverse kinds, self loop."""
+
+SELF_LOOP = 2 * len(EDGE_KINDS)
+
+
+@dataclass
+class GATConfig:
+    """Hyper-parameters of :class:`GATRanker` (stored next to its weights).
+
+    Attributes:
+        in_dim: width F of the input features (:data:`rca.features.NUM_FEATURES`).
+        hidden: hidden channels (divisible by ``heads``).
+        heads: attention heads H per layer (concatenated to ``hidden``).
+        layers: number of GATv2 layers (>= 2); the receptive field in hops.
+        edge_dim: width of the relation embedding fed to attention.
+        dropout: dropout on block outputs and attention coefficients.
+        fault_types: fault type names, index = class id of the fault head.
+        feature_version: :data:`rca.features.FEATURE_VERSION` the model was trained with.
+    """
+
+    in_dim: int = NUM_FEATURES
+    hidden: int = 64
+    heads: int = 4
+    layers: int = 3
+    edge_dim: int = 16
+    dropout: float = 0.1
+    fault_types: list[str] = field(default_factory=list)
+    feature_version: int = FEATURE_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GATConfig:
+        known = set(cls.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown GATConfig keys: {sorted(unknown)}")
+        return cls(**d)
+
+
+def message_graph(edge_index: Tensor, edge_type: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """Both directions of every edge plus self loops, with their relation ids.
+
+    Args:
+        edge_index: ``(2, |E|)`` dependency edges ``dependent -> dependency``.
+        edge_type: ``(|E|,)`` edge kind ids.
+        num_nodes: ``|V|``.
+
+    Returns:
+        ``(edge_index', relation)`` of shapes ``(2, 2|E| + |V|)`` and ``(2|E| + |V|,)``. Messages flow
+        ``edge_index'[0] -> edge_index'[1]``; the first ``|E|`` columns are the forward edges, the next
+        ``|E|`` the reversed ones (dependency -> dependent, the way faults propagate), then self loops.
+    """
+    loops = torch.arange(num_nodes, device=edge_index.device)
+    ei = torch.cat([edge_index, edge_index.flip(0), torch.stack([loops, loops])], dim=1)
+    rel = torch.cat(
+        [
+            edge_type,
+            edge_type + len(EDGE_KINDS),
+            torch.full((num_nodes,), SELF_LOOP, dtype=edge_type.dtype, device=edge_type.device),
+        ]
+    )
+    return ei, rel
+
+
+class GATRanker(nn.Module):
+    r"""Edge-type aware GATv2 network that scores every node as a root cause.
+
+    Args:
+        config (GATConfig): hyper-parameters (see :class:`GATConfig`).
+
+    Shapes:
+        - **input:** node features :math:`(|V|, F)`, edge indices :math:`(2, |E|)`,
+          edge types :math:`(|E|,)`, optional batch vector :math:`(|V|,)`
+        - **output:** root-cause logits :math:`(|V|,)`, node embeddings :math:`(|V|, \text{hidden})`
+          and, with ``return_attention=True``, a list of ``layers`` attention tensors
+          :math:`(2|E| + |V|, H)` over :func:`message_graph`'s edges
+    """
+
+    def __init__(self, config: GATConfig) -> None:
+        super().__init__()
+        if config.layers < 2:
+            raise ValueError("GATConfig.layers must be >= 2")
+        if config.hidden % config.heads:
+            raise ValueError("GATConfig.hidden must be divisible by heads")
+        self.config = config
+        c = config
+        self.inp = nn.Sequential(
+            nn.Linear(c.in_dim, c.hidden), nn.ELU(), nn.Linear(c.hidden, c.hidden)
+        )
+        self.rel_emb = nn.Embedding(NUM_RELATIONS, c.edge_dim)
+        self.norms = nn.ModuleList(nn.LayerNorm(c.hidden) for _ in range(c.layers))
+        self.convs = nn.ModuleList(
+            GATv2Conv(
+                c.hidden,
+                c.hidden // c.heads,
+                heads=c.heads,
+                edge_dim=c.edge_dim,
+                dropout=c.dropout,
+                add_self_loops=False,
+            )
+            for _ in range(c.layers)
+        )
+        self.drop = nn.Dropout(c.dropout)
+        self.score_head = nn.Sequential(
+            nn.LayerNorm(c.hidden), nn.Linear(c.hidden, c.hidden), nn.ELU(), nn.Linear(c.hidden, 1)
+        )
+        n_fault = max(len(c.fault_types), 1)
+        self.fault_head = nn.Sequential(
+            nn.Linear(2 * c.hidden, c.hidden), nn.ELU(), nn.Linear(c.hidden, n_fault)
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_type: Tensor,
+        batch: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Tensor, Tensor, list[Tensor]]:
+        """Score all nodes.
+
+        Args:
+            x: ``(|V|, F)`` node features.
+            edge_index: ``(2, |E|)`` dependency edges (``dependent -> dependency``).
+            edge_type: ``(|E|,)`` edge kind ids.
+            batch: ``(|V|,)`` graph id of each node (``None``: one graph).
+            return_attention: also return the attention weights of every layer.
+
+        Returns:
+            ``(logits (|V|,), h (|V|, hidden), attention)``; ``attention`` is empty unless requested.
+        """
+        n = x.size(0)
+        ei, rel = message_graph(edge_index, edge_type, n)
+        ea = self.rel_emb(rel)
+        h = self.inp(x)
+        att: list[Tensor] = []
+        for norm, conv in zip(self.norms, self.convs, strict=True):
+            if return_attention:
+                out, (_, alpha) = conv(norm(h), ei, edge_attr=ea, return_attention_weights=True)
+                att.append(alpha)
+            else:
+                out = conv(norm(h), ei, edge_attr=ea)
+            h = h + self.drop(nn.functional.elu(out))
+        logits = self.score_head(h).squeeze(-1)
+        return logits, h, att
+
+    def fault_logits(self, h: Tensor, nodes: Tensor, batch: Tensor | None = None) -> Tensor:
+        """Fault-type logits for candidate nodes.
+
+        Args:
+            h: ``(|V|, hidden)`` node embeddings from :meth:`forward`.
+            nodes: ``(K,)`` node indices (one or several per graph).
+            batch: ``(|V|,)`` graph ids (``None``: one graph).
+
+        Returns:
+            ``(K, C)`` logits over :attr:`GATConfig.fault_types`.
+        """
+        if batch is None:
+            pooled = h.mean(0, keepdim=True).expand(nodes.numel(), -1)
+        else:
+            pooled = scatter(h, batch, dim=0, reduce="mean")[batch[nodes]]
+        return self.fault_head(torch.cat([h[nodes], pooled], dim=-1))
+
+
+def graph_log_softmax(logits: Tensor, batch: Tensor | None) -> Tensor:
+    """Log-softmax of node logits within each graph.
+
+    Shapes: ``logits (|V|,)``, ``batch (|V|,)`` -> ``(|V|,)``.
+    """
+    if batch is None:
+        return torch.log_softmax(logits, dim=0)
+    m = scatter(logits.detach(), batch, dim=0, reduce="max")
+    z = (logits - m[batch]).exp()
+    lse = scatter(z, batch, dim=0, reduce="sum").log() + m
+    return logits - lse[batch]
+
+
+def listwise_loss(logits: Tensor, batch: Tensor | None, root_index: Tensor) -> Tensor:
+    """Listwise cross-entropy: ``-log softmax_graph(logits)[root]`` averaged over graphs.
+
+    Args:
+        logits: ``(|V|,)`` node scores of a batch.
+        batch: ``(|V|,)`` graph ids.
+        root_index: ``(B,)`` global node index of each graph's true root cause.
+    """
+    return -graph_log_softmax(logits, batch)[root_index].mean()
+
+
+def root_ranks(logits: Tensor, batch: Tensor | None, root_index: Tensor) -> Tensor:
+    """0-based rank of each graph's true root (number of same-graph nodes scoring strictly higher).
+
+    Shapes: ``logits (|V|,)``, ``batch (|V|,)``, ``root_index (B,)`` -> ``(B,)`` int64.
+    """
+    if batch is None:
+        batch = torch.zeros_like(logits, dtype=torch.long)
+    root_score = logits[root_index]
+    g = batch.new_zeros(int(batch.max()) + 1 if batch.numel() else 0)
+    g[batch[root_index]] = torch.arange(root_index.numel(), device=batch.device)
+    higher = (logits > root_score[g[batch]]).long()
+    return scatter(higher, batch, dim=0, reduce="sum", dim_size=g.numel())[batch[root_index]]
