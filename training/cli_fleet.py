@@ -1,14 +1,125 @@
-"""``fleetmind fleet ...``: fleet topology commands."""
+"""``fleetmind fleet ...``: show a fleet topology, discover the local host through NVML."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from training.cli_common import add_group, not_landed
+from training.cli_common import add_group, write_json
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     _, sub = add_group(subparsers, name, help_text)
-    p = sub.add_parser("show", help="summarise a fleet topology")
-    p.add_argument("--topology", default="openb", help="a fleet YAML file, or 'openb'")
-    p.set_defaults(func=not_landed("fleetmind fleet show", 2))
+    p = sub.add_parser(
+        "show",
+        help="summarise a fleet: clusters, nodes by GPU model, one node's link matrix",
+        description="Summarise a fleet topology: clusters (region), nodes and GPUs by GPU model and "
+        "template, and one node's GPU link matrix in the style of 'nvidia-smi topo -m'.",
+    )
+    p.add_argument(
+        "--topology",
+        default="openb",
+        help="a fleet YAML file (e.g. data/fleets/small.yaml), 'openb' (the openb node list) or "
+        "'nvml' (this host); default: openb",
+    )
+    p.add_argument(
+        "--clusters", type=int, default=1, help="openb only: split into N clusters (default 1)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="openb only: seed of the cluster split")
+    p.add_argument(
+        "--node",
+        default=None,
+        help="node whose link matrix to print (default: the first 8-GPU V100 node, else the node "
+        "with the most GPUs)",
+    )
+    p.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
+    p.set_defaults(func=_show)
+
+    d = sub.add_parser(
+        "discover",
+        help="discover this host's GPUs and links through NVML",
+        description="Discover the local GPUs through NVML (pynvml) and print the link matrix.",
+    )
+    d.add_argument("--out", default=None, metavar="FILE.yaml", help="save the fleet as YAML")
+    d.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
+    d.set_defaults(func=_discover)
+
+
+def _default_node(fleet: Any) -> int:
+    """First 8-GPU V100 node, else the first node with the most GPUs."""
+    for i in range(fleet.n_nodes):
+        if fleet.gpu_count[i] == 8 and str(fleet.gpu_model[i]).startswith("V100"):
+            return i
+    return int(fleet.gpu_count.argmax())
+
+
+def _print_fleet(fleet: Any, node: str | None) -> dict[str, Any]:
+    from data.topology import nvidia_smi_topo
+
+    s = fleet.summary()
+    print(
+        f"fleet {s['name']}: {s['n_clusters']} cluster(s), {s['n_nodes']:,} nodes, "
+        f"{s['n_gpus']:,} GPUs  (source: {s['source']})"
+    )
+    print()
+    print(f"{'cluster':<20}{'region':<16}{'nodes':>8}{'GPUs':>8}")
+    for c in s["clusters"]:
+        print(f"{c['name']:<20}{c['region']:<16}{c['nodes']:>8,}{c['gpus']:>8,}")
+    print()
+    print(f"{'GPU model':<12}{'nodes':>8}{'GPUs':>8}   nodes by GPUs per node")
+    for model, m in s["gpu_models"].items():
+        sizes = ", ".join(f"{k}x{v}" for k, v in m["nodes_by_gpu_count"].items())
+        print(f"{model:<12}{m['nodes']:>8,}{m['gpus']:>8,}   {sizes}")
+    print()
+    print(f"{'template':<22}{'nodes':>8}{'GPUs':>8}")
+    for name, t in s["templates"].items():
+        print(f"{name:<22}{t['nodes']:>8,}{t['gpus']:>8,}")
+    if fleet.n_clusters > 1:
+        print()
+        print("WAN round trip (ms) / bandwidth (GB/s) between clusters:")
+        for i, a in enumerate(fleet.clusters):
+            cells = []
+            for j in range(fleet.n_clusters):
+                if i == j:
+                    cells.append("-".center(14))
+                else:
+                    cells.append(
+                        f"{fleet.wan_latency_ms[i, j]:6.1f}/{fleet.wan_bandwidth_gbps[i, j]:<6.2f}"
+                    )
+            print(f"  {a.name:<18}" + " ".join(cells))
+    idx = fleet.node_index(node) if node is not None else _default_node(fleet)
+    tpl = fleet.template_of(idx)
+    print()
+    print(
+        f"node {fleet.node_names[idx]} (cluster {fleet.clusters[int(fleet.node_cluster[idx])].name}, "
+        f"template {tpl.name}, {tpl.n_gpus}x {tpl.gpu_model}):"
+    )
+    print(nvidia_smi_topo(tpl))
+    s["shown_node"] = {
+        "name": fleet.node_names[idx],
+        "template": tpl.name,
+        "links": tpl.labels(),
+        "numa": [int(x) for x in tpl.numa],
+    }
+    return s
+
+
+def _show(args: argparse.Namespace) -> int:
+    from data.fleet_io import load_fleet
+
+    fleet = load_fleet(args.topology, n_clusters=args.clusters, seed=args.seed)
+    summary = _print_fleet(fleet, args.node)
+    write_json(args.json, summary)
+    return 0
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from data.fleet_io import discover_local_fleet, dump_fleet_yaml
+
+    fleet = discover_local_fleet()
+    summary = _print_fleet(fleet, None)
+    if args.out:
+        dump_fleet_yaml(fleet, args.out)
+        print(f"\nsaved {args.out}")
+    write_json(args.json, summary)
+    return 0

@@ -1,0 +1,690 @@
+"""Loading and saving fleets: YAML files, the openb node list, and live NVML discovery.
+
+YAML schema (full description with examples in ``docs/fleet.md``)::
+
+    name: example                 # optional, default: the file name
+    templates:                    # optional custom node templates, by name
+      my-box:
+        gpu_model: A10
+        links: ["X PIX", "PIX X"]     # rows of nvidia-smi topo -m labels (X, NV#, BRD, PIX, ...)
+        pcie: ["X PHB", "PHB X"]      # optional PCIe level under NV# pairs (default NODE/SYS)
+        numa: [0, 0]
+        board: [0, 1]                 # optional, default one board per GPU
+        pcie_gen: 4                   # optional; nvlink_gbps, socket_gbps, cpus_per_numa, smt,
+                                      # numa_nodes, description likewise
+    clusters:
+      - name: east
+        region: us-east
+        nodes:
+          - {name: east-dgx-0, template: dgx1-v100, cpu_milli: 80000, memory_mib: 524288}
+          - {name_prefix: east-t4-, count: 3, template: "pcie-4gpu:T4"}
+    wan:                          # optional overrides of the region-based defaults
+      - {between: [east, west], latency_ms: 62.0, bandwidth_gbps: 1.25}
+
+Errors name the file, the line and the key (:class:`~data.errors.DataError` for unreadable or
+malformed files, :class:`~data.errors.ConfigError` for an unknown template or region reference).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from data.errors import ConfigError, DataError, NotAvailableError
+from data.fleet import REGION_ORDER, Cluster, Fleet
+from data.topology import (
+    BUILTIN_TEMPLATES,
+    LinkLevel,
+    NodeTemplate,
+    _pcie_count,
+    get_template,
+    gpu_spec,
+    parse_link_label,
+)
+
+# ---------------------------------------------------------------------------------------------
+# YAML with line numbers
+# ---------------------------------------------------------------------------------------------
+
+
+class _LineDict(dict):
+    """A mapping that remembers the (1-based) line it started on."""
+
+    line: int = 0
+
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _LineLoader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """Safe YAML loader (libyaml when present) whose mappings remember their line."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _LineDict:
+    out = _LineDict(loader.construct_mapping(node, deep=True))
+    out.line = node.start_mark.line + 1
+    return out
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _where(src: str, obj: Any) -> str:
+    line = getattr(obj, "line", 0)
+    return f"{src}:{line}" if line else src
+
+
+def _check_keys(src: str, obj: Mapping[str, Any], allowed: set[str], what: str) -> None:
+    extra = sorted(set(obj) - allowed)
+    if extra:
+        raise DataError(
+            f"{_where(src, obj)}: unknown key {extra[0]!r} in {what}; allowed: "
+            + ", ".join(sorted(allowed))
+        )
+
+
+def _need(src: str, obj: Mapping[str, Any], key: str, what: str) -> Any:
+    if key not in obj:
+        raise DataError(f"{_where(src, obj)}: {what} needs the key {key!r}")
+    return obj[key]
+
+
+def _as_int(src: str, obj: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    val = obj.get(key, default)
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or val != int(val) or val < 0:
+        raise DataError(f"{_where(src, obj)}: {key!r} must be a non-negative integer, got {val!r}")
+    return int(val)
+
+
+def _as_float(src: str, obj: Mapping[str, Any], key: str) -> float:
+    val = obj.get(key)
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
+        raise DataError(f"{_where(src, obj)}: {key!r} must be a non-negative number, got {val!r}")
+    return float(val)
+
+
+_TEMPLATE_KEYS = {
+    "gpu_model",
+    "n_gpus",
+    "links",
+    "pcie",
+    "numa",
+    "board",
+    "pcie_gen",
+    "nvlink_gbps",
+    "socket_gbps",
+    "cpus_per_numa",
+    "smt",
+    "numa_nodes",
+    "description",
+}
+_NODE_KEYS = {"name", "name_prefix", "count", "template", "gpu_model", "cpu_milli", "memory_mib"}
+_CLUSTER_KEYS = {"name", "region", "nodes"}
+_TOP_KEYS = {"name", "templates", "clusters", "wan"}
+_WAN_KEYS = {"between", "latency_ms", "bandwidth_gbps"}
+
+
+def _label_matrix(src: str, obj: Mapping[str, Any], key: str, g: int | None) -> list[list[str]]:
+    rows = obj[key]
+    if not isinstance(rows, list) or not rows:
+        raise DataError(f"{_where(src, obj)}: {key!r} must be a list of rows")
+    out = [r.split() if isinstance(r, str) else [str(x) for x in r] for r in rows]
+    n = g if g is not None else len(out)
+    if len(out) != n or any(len(r) != n for r in out):
+        raise DataError(f"{_where(src, obj)}: {key!r} must be a {n}x{n} matrix of link labels")
+    return out
+
+
+def template_from_dict(name: str, spec: Mapping[str, Any], src: str = "<dict>") -> NodeTemplate:
+    """Build a custom :class:`NodeTemplate` from its YAML mapping (see the module docstring).
+
+    Raises:
+        DataError: missing/unknown keys or malformed matrices, naming ``src`` and the line.
+    """
+    if not isinstance(spec, Mapping):
+        raise DataError(f"{src}: template {name!r} must be a mapping")
+    _check_keys(src, spec, _TEMPLATE_KEYS, f"template {name!r}")
+    model = str(_need(src, spec, "gpu_model", f"template {name!r}"))
+    _need(src, spec, "links", f"template {name!r}")
+    links = _label_matrix(src, spec, "links", None)
+    g = len(links)
+    if "n_gpus" in spec and _as_int(src, spec, "n_gpus") != g:
+        raise DataError(f"{_where(src, spec)}: template {name!r}: n_gpus disagrees with links")
+    numa = np.asarray(spec.get("numa", [0] * g), dtype=np.int64)
+    if numa.shape != (g,):
+        raise DataError(f"{_where(src, spec)}: template {name!r}: numa needs {g} entries")
+    level = np.zeros((g, g), dtype=np.int8)
+    nv = np.zeros((g, g), dtype=np.int8)
+    pcie = _label_matrix(src, spec, "pcie", g) if "pcie" in spec else None
+    try:
+        for i in range(g):
+            for j in range(g):
+                lvl, n = parse_link_label(links[i][j])
+                if lvl == LinkLevel.NV:
+                    nv[i, j] = n
+                    if pcie is not None:
+                        lvl, _ = parse_link_label(pcie[i][j])
+                    else:
+                        lvl = LinkLevel.NODE if numa[i] == numa[j] else LinkLevel.SYS
+                level[i, j] = lvl
+    except ConfigError as err:
+        raise DataError(f"{_where(src, spec)}: template {name!r}: {err}") from None
+    specd = gpu_spec(model)
+    kwargs: dict[str, Any] = {
+        "pcie_gen": int(spec.get("pcie_gen", specd.pcie_gen)),
+        "nvlink_gbps": float(spec.get("nvlink_gbps", specd.nvlink_gbps or 25.0)),
+        "socket_gbps": float(spec.get("socket_gbps", 41.6)),
+        "cpus_per_numa": int(spec.get("cpus_per_numa", 0)),
+        "smt": bool(spec.get("smt", True)),
+        "numa_nodes": int(spec.get("numa_nodes", 0)),
+        "description": str(spec.get("description", "")),
+    }
+    try:
+        return NodeTemplate(
+            name=name,
+            gpu_model=model,
+            n_gpus=g,
+            level=level,
+            nvlinks=nv,
+            numa=numa,
+            board=np.asarray(spec.get("board", list(range(g))), dtype=np.int64),
+            **kwargs,
+        )
+    except ConfigError as err:
+        raise DataError(f"{_where(src, spec)}: {err}") from None
+
+
+def template_to_dict(t: NodeTemplate) -> dict[str, Any]:
+    """YAML mapping of a custom template (inverse of :func:`template_from_dict`)."""
+    d = t.to_dict()
+    d.pop("name")
+    return d
+
+
+def _is_builtin_name(name: str) -> bool:
+    base = name.partition(":")[0]
+    return base in BUILTIN_TEMPLATES or _pcie_count(base) is not None
+
+
+def fleet_from_dict(doc: Mapping[str, Any], src: str = "<dict>") -> Fleet:
+    """Build a :class:`Fleet` from a parsed YAML document (see the module docstring for the schema).
+
+    Raises:
+        DataError: malformed document (names file, line, key).
+        ConfigError: unknown template or cluster reference.
+    """
+    if not isinstance(doc, Mapping):
+        raise DataError(f"{src}: a fleet file must be a mapping with a 'clusters' list")
+    _check_keys(src, doc, _TOP_KEYS, "the fleet")
+    name = str(doc.get("name") or Path(src).stem)
+    custom: dict[str, NodeTemplate] = {}
+    tdefs = doc.get("templates") or {}
+    if not isinstance(tdefs, Mapping):
+        raise DataError(f"{_where(src, doc)}: 'templates' must be a mapping name -> template")
+    for tname, spec in tdefs.items():
+        custom[str(tname)] = template_from_dict(str(tname), spec, src)
+
+    templates: list[NodeTemplate] = []
+    t_index: dict[str, int] = {}
+
+    def resolve(node: Mapping[str, Any]) -> int:
+        tname = str(_need(src, node, "template", "a node"))
+        model = node.get("gpu_model")
+        if tname in custom:
+            tpl = custom[tname]
+            if model is not None and str(model) != tpl.gpu_model:
+                tpl = tpl.with_model(str(model))
+        elif _is_builtin_name(tname):
+            try:
+                tpl = get_template(tname, None if model is None else str(model))
+            except ConfigError as err:
+                raise ConfigError(f"{_where(src, node)}: {err}") from None
+        else:
+            known = ", ".join([*BUILTIN_TEMPLATES, *custom])
+            raise ConfigError(
+                f"{_where(src, node)}: unknown template {tname!r}; known templates: {known} "
+                "(or pcie-<n>gpu, or define it under 'templates:')"
+            )
+        if tpl.name not in t_index:
+            t_index[tpl.name] = len(templates)
+            templates.append(tpl)
+        return t_index[tpl.name]
+
+    clusters_doc = _need(src, doc, "clusters", "the fleet")
+    if not isinstance(clusters_doc, list) or not clusters_doc:
+        raise DataError(f"{_where(src, doc)}: 'clusters' must be a non-empty list")
+    clusters: list[Cluster] = []
+    node_names: list[str] = []
+    node_cluster: list[int] = []
+    node_template: list[int] = []
+    cpu: list[int] = []
+    mem: list[int] = []
+    for ci, cdoc in enumerate(clusters_doc):
+        if not isinstance(cdoc, Mapping):
+            raise DataError(f"{src}: cluster #{ci + 1} must be a mapping")
+        _check_keys(src, cdoc, _CLUSTER_KEYS, "a cluster")
+        cname = str(_need(src, cdoc, "name", "a cluster"))
+        clusters.append(Cluster(cname, str(cdoc.get("region", "unknown"))))
+        nodes = cdoc.get("nodes") or []
+        if not isinstance(nodes, list):
+            raise DataError(f"{_where(src, cdoc)}: 'nodes' of cluster {cname!r} must be a list")
+        for ndoc in nodes:
+            if not isinstance(ndoc, Mapping):
+                raise DataError(f"{_where(src, cdoc)}: each node of {cname!r} must be a mapping")
+            _check_keys(src, ndoc, _NODE_KEYS, f"a node of cluster {cname!r}")
+            ti = resolve(ndoc)
+            tpl = templates[ti]
+            if "name" in ndoc:
+                if "count" in ndoc or "name_prefix" in ndoc:
+                    raise DataError(
+                        f"{_where(src, ndoc)}: give either 'name' or 'name_prefix' + 'count'"
+                    )
+                names = [str(ndoc["name"])]
+            else:
+                prefix = str(_need(src, ndoc, "name_prefix", "a node without 'name'"))
+                count = _as_int(src, ndoc, "count", 1)
+                names = [f"{prefix}{k}" for k in range(count)]
+            c_default, m_default = default_node_resources(tpl)
+            c_val = _as_int(src, ndoc, "cpu_milli", c_default)
+            m_val = _as_int(src, ndoc, "memory_mib", m_default)
+            for nm in names:
+                node_names.append(nm)
+                node_cluster.append(ci)
+                node_template.append(ti)
+                cpu.append(c_val)
+                mem.append(m_val)
+    c_index = {c.name: i for i, c in enumerate(clusters)}
+    if len(c_index) != len(clusters):
+        raise DataError(f"{src}: duplicate cluster names")
+    seen: set[str] = set()
+    for nm in node_names:
+        if nm in seen:
+            raise DataError(f"{src}: duplicate node name {nm!r}")
+        seen.add(nm)
+
+    fleet = Fleet(name, clusters, templates, node_names, node_cluster, node_template, cpu, mem)
+    wan = doc.get("wan") or []
+    if wan:
+        if not isinstance(wan, list):
+            raise DataError(f"{_where(src, doc)}: 'wan' must be a list of pairs")
+        lat = fleet.wan_latency_ms.copy()
+        bw = fleet.wan_bandwidth_gbps.copy()
+        for wdoc in wan:
+            if not isinstance(wdoc, Mapping):
+                raise DataError(f"{src}: each 'wan' entry must be a mapping")
+            _check_keys(src, wdoc, _WAN_KEYS, "a wan entry")
+            pair = _need(src, wdoc, "between", "a wan entry")
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise DataError(f"{_where(src, wdoc)}: 'between' must name two clusters")
+            ij = []
+            for cn in pair:
+                if str(cn) not in c_index:
+                    raise ConfigError(
+                        f"{_where(src, wdoc)}: 'between' names unknown cluster {cn!r}"
+                    )
+                ij.append(c_index[str(cn)])
+            i, j = ij
+            if "latency_ms" in wdoc:
+                lat[i, j] = lat[j, i] = _as_float(src, wdoc, "latency_ms")
+            if "bandwidth_gbps" in wdoc:
+                bw[i, j] = bw[j, i] = _as_float(src, wdoc, "bandwidth_gbps")
+        fleet = Fleet(
+            name, clusters, templates, node_names, node_cluster, node_template, cpu, mem, lat, bw
+        )
+    fleet.source = src
+    return fleet
+
+
+def default_node_resources(t: NodeTemplate) -> tuple[int, int]:
+    """``(cpu_milli, memory_mib)`` when the YAML omits them: all hardware threads of the host and
+    64 GiB per GPU (a FleetMind default)."""
+    sockets = max(int(t.numa_nodes), int(t.numa.max()) + 1)
+    threads = t.cpus_per_numa * sockets * (2 if t.smt else 1)
+    return (threads * 1000 if threads else 8000 * t.n_gpus), 65536 * t.n_gpus
+
+
+def load_fleet_yaml(path: str | os.PathLike[str]) -> Fleet:
+    """Load a fleet YAML file (schema in the module docstring and ``docs/fleet.md``).
+
+    Raises:
+        DataError: file missing, not YAML, or malformed (message names file, line and key).
+        ConfigError: unknown template / cluster reference (names file and line).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"fleet file {p} not found (give a YAML file or 'openb')")
+    try:
+        doc = yaml.load(p.read_text(), Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise DataError(f"{where}: not valid YAML ({problem})") from None
+    return fleet_from_dict(doc, str(p))
+
+
+def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
+    """Plain mapping in the YAML schema; ``fleet_from_dict(fleet_to_dict(f)) == f``."""
+    templates = {
+        t.name: template_to_dict(t) for t in fleet.templates if not _is_builtin_name(t.name)
+    }
+    clusters = []
+    for ci, cl in enumerate(fleet.clusters):
+        nodes = []
+        for n in fleet.nodes_in_cluster(ci):
+            nodes.append(
+                {
+                    "name": fleet.node_names[n],
+                    "template": fleet.templates[int(fleet.node_template[n])].name,
+                    "cpu_milli": int(fleet.cpu_milli[n]),
+                    "memory_mib": int(fleet.memory_mib[n]),
+                }
+            )
+        clusters.append({"name": cl.name, "region": cl.region, "nodes": nodes})
+    wan = []
+    for i in range(fleet.n_clusters):
+        for j in range(i + 1, fleet.n_clusters):
+            bw = float(fleet.wan_bandwidth_gbps[i, j])
+            wan.append(
+                {
+                    "between": [fleet.clusters[i].name, fleet.clusters[j].name],
+                    "latency_ms": float(fleet.wan_latency_ms[i, j]),
+                    "bandwidth_gbps": bw if math.isfinite(bw) else float("inf"),
+                }
+            )
+    out: dict[str, Any] = {"name": fleet.name}
+    if templates:
+        out["templates"] = templates
+    out["clusters"] = clusters
+    if wan:
+        out["wan"] = wan
+    return out
+
+
+def dump_fleet_yaml(fleet: Fleet, path: str | os.PathLike[str] | None = None) -> str:
+    """The fleet as YAML text (written to ``path`` when given). Node order within each cluster is
+    kept; a fleet whose clusters interleave nodes reloads with nodes grouped by cluster."""
+    text = yaml.dump(
+        fleet_to_dict(fleet), Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100
+    )
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# openb
+# ---------------------------------------------------------------------------------------------
+
+OPENB_NODE_FILE = "openb_node_list_gpu_node.csv"
+
+OPENB_SXM_MODELS = ("V100M16", "V100M32")
+"""openb models whose 8-GPU nodes are taken as SXM2 boards with the DGX-1 hybrid cube-mesh."""
+
+
+def openb_template_for(model: str, n_gpus: int) -> NodeTemplate:
+    """Template of an openb node: 8-GPU V100 -> ``dgx1-v100:<model>``; else ``pcie-<n>gpu:<model>``.
+
+    Why: an 8-GPU V100 server in 2019-2020 is almost always an SXM2 board with the hybrid cube-mesh
+    (DGX-1 / HGX-1 / their OEM clones); the trace does not say, so that is an assumption. T4 and
+    A10 are PCIe-only cards. P100 nodes have 1-2 GPUs (no cube-mesh) and the anonymised G2/G3
+    models have no public specification, so they get the PCIe layout of their size.
+    """
+    if model in OPENB_SXM_MODELS and n_gpus == 8:
+        return get_template("dgx1-v100", model)
+    return get_template(f"pcie-{n_gpus}gpu", model)
+
+
+def load_openb_fleet(
+    path: str | os.PathLike[str] | None = None, n_clusters: int = 1, seed: int = 0
+) -> Fleet:
+    """The openb GPU nodes (1,213 nodes, 6,212 GPUs) as a fleet.
+
+    :param path: the CSV (``sn,cpu_milli,memory_mib,gpu,model``) or a folder holding
+        ``openb_node_list_gpu_node.csv``; default :func:`data.paths.openb_csv_dir`.
+    :param n_clusters: split the nodes into this many clusters (regions from
+        :data:`data.fleet.REGION_ORDER`); 1 keeps one cluster ``openb``.
+    :param seed: seed of the split: nodes are shuffled with ``numpy.random.default_rng(seed)`` and
+        dealt round-robin, so cluster sizes differ by at most one. Node order stays that of the file.
+    :raises DataError: missing file or malformed row (names file and line).
+    :raises ConfigError: ``n_clusters`` < 1 or more than the nodes.
+    """
+    from data.paths import openb_csv_dir
+
+    p = Path(path) if path is not None else openb_csv_dir()
+    if p.is_dir():
+        p = p / OPENB_NODE_FILE
+    if not p.is_file():
+        raise DataError(f"openb node list {p} not found")
+    names: list[str] = []
+    tmpl_ids: list[int] = []
+    cpu: list[int] = []
+    mem: list[int] = []
+    templates: list[NodeTemplate] = []
+    t_index: dict[str, int] = {}
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        need = {"sn", "cpu_milli", "memory_mib", "gpu", "model"}
+        if reader.fieldnames is None or not need <= set(reader.fieldnames):
+            raise DataError(f"{p}: header must have columns {', '.join(sorted(need))}")
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                g = int(row["gpu"])
+                c = int(row["cpu_milli"])
+                m = int(row["memory_mib"])
+            except (TypeError, ValueError):
+                raise DataError(f"{p}:{lineno}: non-integer gpu/cpu_milli/memory_mib") from None
+            if g <= 0:
+                continue  # CPU-only node (the all-node list has them)
+            try:
+                tpl = openb_template_for(str(row["model"]), g)
+            except ConfigError as err:
+                raise DataError(f"{p}:{lineno}: {err}") from None
+            if tpl.name not in t_index:
+                t_index[tpl.name] = len(templates)
+                templates.append(tpl)
+            names.append(str(row["sn"]))
+            tmpl_ids.append(t_index[tpl.name])
+            cpu.append(c)
+            mem.append(m)
+    n = len(names)
+    if n_clusters < 1 or n_clusters > max(n, 1):
+        raise ConfigError(f"--clusters must be between 1 and {n}, got {n_clusters}")
+    if n_clusters == 1:
+        clusters = [Cluster("openb", REGION_ORDER[0])]
+        node_cluster = np.zeros(n, dtype=np.int64)
+    else:
+        clusters = [
+            Cluster(f"openb-{i}", REGION_ORDER[i % len(REGION_ORDER)]) for i in range(n_clusters)
+        ]
+        perm = np.random.default_rng(seed).permutation(n)
+        node_cluster = np.empty(n, dtype=np.int64)
+        node_cluster[perm] = np.arange(n) % n_clusters
+    fleet = Fleet("openb", clusters, templates, names, node_cluster, tmpl_ids, cpu, mem)
+    fleet.source = str(p)
+    return fleet
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML discovery
+# ---------------------------------------------------------------------------------------------
+
+NVML_LEVELS: dict[int, LinkLevel] = {
+    0: LinkLevel.BRD,  # NVML_TOPOLOGY_INTERNAL
+    10: LinkLevel.PIX,  # NVML_TOPOLOGY_SINGLE
+    20: LinkLevel.PXB,  # NVML_TOPOLOGY_MULTIPLE
+    30: LinkLevel.PHB,  # NVML_TOPOLOGY_HOSTBRIDGE
+    40: LinkLevel.NODE,  # NVML_TOPOLOGY_NODE (formerly NVML_TOPOLOGY_CPU)
+    50: LinkLevel.SYS,  # NVML_TOPOLOGY_SYSTEM
+}
+"""``nvmlGpuTopologyLevel_t`` values -> :class:`LinkLevel`."""
+
+NOT_AVAILABLE_HINT = (
+    "use a fleet file (--topology FILE.yaml, e.g. data/fleets/small.yaml) or the openb node list "
+    "(--topology openb)"
+)
+
+
+def _bus_id(pci: Any) -> str:
+    bid = getattr(pci, "busId", b"")
+    if isinstance(bid, bytes):
+        bid = bid.decode(errors="replace")
+    return str(bid).strip("\x00").lower()
+
+
+def discover_local_fleet(cluster: str = "local", region: str = "local") -> Fleet:
+    """Discover this host's GPUs through NVML (pynvml) as a one-node fleet.
+
+    Per GPU pair: ``nvmlDeviceGetTopologyCommonAncestor`` gives the PCIe level
+    (INTERNAL/SINGLE/MULTIPLE/HOSTBRIDGE/NODE/SYSTEM -> BRD/PIX/PXB/PHB/NODE/SYS); NVLinks are counted
+    over the links whose ``nvmlDeviceGetNvLinkState`` is enabled, matching
+    ``nvmlDeviceGetNvLinkRemotePciInfo`` bus ids to the peer's. Links that end on an NVSwitch (no GPU
+    has that bus id) give every pair of switch-attached GPUs ``min`` of their switch link counts, as
+    ``nvidia-smi topo -m`` shows on DGX A100/H100. NUMA: ``nvmlDeviceGetNumaNodeId`` where the
+    driver has it, else groups of GPUs not separated by ``SYS``.
+
+    :raises NotAvailableError: NVML (library or driver) is absent or fails; the message names the
+        alternatives (``--topology FILE.yaml`` or ``--topology openb``).
+    """
+    try:
+        import pynvml
+    except ImportError:
+        raise NotAvailableError(
+            f"GPU discovery needs the nvidia-ml-py package (pynvml); {NOT_AVAILABLE_HINT}"
+        ) from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        raise NotAvailableError(
+            f"NVML is not available on this host ({err}); {NOT_AVAILABLE_HINT}"
+        ) from None
+    try:
+        return _discover(pynvml, cluster, region)
+    except pynvml.NVMLError as err:
+        raise NotAvailableError(f"NVML query failed ({err}); {NOT_AVAILABLE_HINT}") from None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # pragma: no cover - shutdown failures are irrelevant here
+            pass
+
+
+def _discover(nv: Any, cluster: str, region: str) -> Fleet:
+    import socket
+
+    g = int(nv.nvmlDeviceGetCount())
+    if g == 0:
+        raise NotAvailableError(f"NVML found no GPUs on this host; {NOT_AVAILABLE_HINT}")
+    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(g)]
+    names = []
+    for h in handles:
+        nm = nv.nvmlDeviceGetName(h)
+        names.append(nm.decode() if isinstance(nm, bytes) else str(nm))
+    buses = [_bus_id(nv.nvmlDeviceGetPciInfo(h)) for h in handles]
+    level = np.full((g, g), int(LinkLevel.X), dtype=np.int8)
+    for i in range(g):
+        for j in range(i + 1, g):
+            raw = int(nv.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j]))
+            level[i, j] = level[j, i] = int(NVML_LEVELS.get(raw, LinkLevel.SYS))
+    nvl = np.zeros((g, g), dtype=np.int8)
+    to_switch = np.zeros(g, dtype=np.int64)
+    max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
+    enabled = int(getattr(nv, "NVML_FEATURE_ENABLED", 1))
+    bus_to_gpu = {b: i for i, b in enumerate(buses)}
+    for i, h in enumerate(handles):
+        for link in range(max_links):
+            try:
+                if int(nv.nvmlDeviceGetNvLinkState(h, link)) != enabled:
+                    continue
+                remote = _bus_id(nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link))
+            except nv.NVMLError:
+                continue  # link not supported on this GPU / driver
+            j = bus_to_gpu.get(remote)
+            if j is None:
+                to_switch[i] += 1
+            elif j != i:
+                nvl[i, j] += 1
+    # Count each direction once: a bonded pair is seen from both ends.
+    nvl = np.minimum(nvl, nvl.T)
+    sw = np.flatnonzero(to_switch > 0)
+    for a in sw:
+        for b in sw:
+            if a != b:
+                nvl[a, b] = max(int(nvl[a, b]), int(min(to_switch[a], to_switch[b])))
+    numa = _numa_ids(nv, handles, level)
+    model = names[0].replace("NVIDIA ", "").replace("Tesla ", "").split()[0] if names else "GPU"
+    host = socket.gethostname() or "localhost"
+    tpl = NodeTemplate(
+        name=f"nvml-{host}",
+        gpu_model=model,
+        n_gpus=g,
+        level=level,
+        nvlinks=nvl,
+        numa=numa,
+        board=_boards(level),
+        pcie_gen=gpu_spec(model).pcie_gen,
+        nvlink_gbps=gpu_spec(model).nvlink_gbps or 25.0,
+        numa_nodes=int(numa.max()) + 1,
+        description=f"discovered through NVML on {host}: {', '.join(sorted(set(names)))}",
+    )
+    cpu = (os.cpu_count() or 1) * 1000
+    try:
+        mem = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        mem = 0
+    fleet = Fleet("local", [Cluster(cluster, region)], [tpl], [host], [0], [0], [cpu], [mem])
+    fleet.source = "nvml"
+    return fleet
+
+
+def _numa_ids(nv: Any, handles: list[Any], level: np.ndarray) -> np.ndarray:
+    g = len(handles)
+    getter = getattr(nv, "nvmlDeviceGetNumaNodeId", None)
+    if getter is not None:
+        try:
+            ids = np.array([int(getter(h)) for h in handles], dtype=np.int64)
+            if ids.min() >= 0:
+                _, dense = np.unique(ids, return_inverse=True)
+                return dense.astype(np.int64)
+        except Exception:  # noqa: BLE001 - older drivers: fall back to the topology
+            pass
+    numa = np.full(g, -1, dtype=np.int64)
+    nxt = 0
+    for i in range(g):
+        if numa[i] < 0:
+            same = (level[i] != LinkLevel.SYS) & (numa < 0)
+            numa[same] = nxt
+            numa[i] = nxt
+            nxt += 1
+    return numa
+
+
+def _boards(level: np.ndarray) -> np.ndarray:
+    g = level.shape[0]
+    board = np.arange(g, dtype=np.int64)
+    for i in range(g):
+        for j in range(i):
+            if level[i, j] == LinkLevel.BRD:
+                board[i] = board[j]
+                break
+    return board
+
+
+def load_fleet(spec: str, n_clusters: int = 1, seed: int = 0) -> Fleet:
+    """Resolve a ``--topology`` value: ``"openb"``, ``"nvml"`` or a YAML file path."""
+    if spec == "openb":
+        return load_openb_fleet(n_clusters=n_clusters, seed=seed)
+    if spec == "nvml":
+        return discover_local_fleet()
+    if n_clusters != 1:
+        raise ConfigError("--clusters applies to --topology openb only; a YAML file sets clusters")
+    return load_fleet_yaml(spec)
