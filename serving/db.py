@@ -242,3 +242,67 @@ def _sqlite_pragmas(engine: Engine, synchronous: str) -> None:
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.close()
+
+
+class LeaderLock:
+    """Which process runs the incident worker: one holder per database, others wait.
+
+    SQLite: an exclusive ``flock`` on ``<database file>.worker.lock`` (every process of this host);
+    PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) on a connection held open, so any
+    number of replicas can run and exactly one groups alerts; if it dies, another takes over.
+    """
+
+    PG_KEY = 0x464C4D44  # "FLMD"
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._fd: int | None = None
+        self._conn: Connection | None = None
+        self.held = False
+
+    def acquire(self) -> bool:
+        if self.held:
+            return True
+        if self.db.is_sqlite:
+            path = self.db.engine.url.database
+            if not path or path == ":memory:":
+                self.held = True
+                return True
+            import fcntl
+            import os
+
+            fd = os.open(path + ".worker.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            self._fd = fd
+            self.held = True
+            return True
+        from sqlalchemy import text
+
+        conn = self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        got = bool(
+            conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": self.PG_KEY}).scalar()
+        )
+        if got:
+            self._conn = conn
+            self.held = True
+        else:
+            conn.close()
+        return got
+
+    def release(self) -> None:
+        if self._fd is not None:
+            import os
+
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+        if self._conn is not None:
+            try:
+                self._conn.close()  # ending the session drops the advisory lock
+            except Exception:  # pragma: no cover - connection already gone
+                pass
+            self._conn = None
+        self.held = False

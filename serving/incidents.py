@@ -15,8 +15,8 @@ thread then, per batch of pending alerts:
 4. re-runs the served RCA analyzer on every incident it touched and stores the ranked causes.
 
 Because the pending flag is durable, alerts stored just before a crash are grouped after the restart.
-Only one process should run the worker per database (``FLEETMIND_INCIDENT_WORKER=false`` on the other
-replicas).
+Replicas on one database elect one worker through :class:`serving.db.LeaderLock` (a file lock on
+SQLite, an advisory lock on PostgreSQL); the others take over when it dies.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
 
-from serving.db import Database, alerts, incidents
+from serving.db import Database, LeaderLock, alerts, incidents
 
 if TYPE_CHECKING:
     from serving.graphstore import GraphStore
@@ -97,6 +97,7 @@ class IncidentManager:
         self._thread: threading.Thread | None = None
         self._process_lock = threading.Lock()
         self.last_error: str | None = None
+        self.leader = LeaderLock(db)
 
     # ------------------------------------------------------------------ lifecycle
     def load_open(self) -> None:
@@ -113,7 +114,7 @@ class IncidentManager:
         self._set_gauge()
 
     def start(self) -> None:
-        """Load state and start the worker thread (idempotent)."""
+        """Start the worker thread (idempotent); it groups alerts while it holds the leader lock."""
         if self._thread is not None:
             return
         self.load_open()
@@ -127,6 +128,7 @@ class IncidentManager:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        self.leader.release()
 
     def notify(self) -> None:
         """Tell the worker that new alerts are pending."""
@@ -137,6 +139,10 @@ class IncidentManager:
             self._wake.wait(1.0)
             self._wake.clear()
             try:
+                if not self.leader.held:
+                    if not self.leader.acquire():
+                        continue  # another process groups alerts; check again in a second
+                    self.load_open()  # the previous leader may have changed incidents
                 while not self._stop.is_set() and self.process_pending() > 0:
                     pass
                 self.last_error = None

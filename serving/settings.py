@@ -68,7 +68,7 @@ class Settings(BaseSettings):
         description="alerts whose nodes are within this many graph hops group together",
     )
     incident_worker: bool = Field(
-        True, description="run the incident grouping worker in this process (one replica only)"
+        True, description="let this process compete for the incident worker (leader lock)"
     )
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
 

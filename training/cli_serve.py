@@ -1,12 +1,72 @@
-"""``fleetmind serve``: run the inference service."""
+"""``fleetmind serve``: run the inference service (FastAPI on uvicorn) on the embedded defaults.
+
+Options override the matching ``FLEETMIND_*`` environment variables (see ``docs/serving.md``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 
-from training.cli_common import not_landed
+from data.errors import ConfigError
+
+_ENV_OPTIONS = {
+    "graph": "FLEETMIND_GRAPH",
+    "database_url": "FLEETMIND_DATABASE_URL",
+    "telemetry": "FLEETMIND_TELEMETRY",
+    "prometheus_url": "FLEETMIND_PROMETHEUS_URL",
+    "rca_model": "FLEETMIND_RCA_MODEL",
+    "placement_model": "FLEETMIND_PLACEMENT_MODEL",
+}
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     p = subparsers.add_parser(name, help=help_text, description=help_text)
-    p.set_defaults(func=not_landed("fleetmind serve", 7))
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default: 1)")
+    p.add_argument("--graph", help="dependency graph JSON (default: the committed example graph)")
+    p.add_argument(
+        "--database-url", help="SQLAlchemy URL (default: sqlite:///fleetmind.db, WAL mode)"
+    )
+    p.add_argument("--telemetry", choices=["sim", "nvml", "prometheus"], help="telemetry source")
+    p.add_argument("--prometheus-url", help="DCGM exporter /metrics URL for --telemetry prometheus")
+    p.add_argument("--rca-model", help="RCA model: path, MLflow URI, or baseline:<name>")
+    p.add_argument(
+        "--placement-model", help="placement model: path, MLflow URI, or heuristic:<name>"
+    )
+    p.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from serving.app import load_graph
+    from serving.settings import Settings, get_settings
+
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port must be within 1..65535, got {args.port}")
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    for attr, env in _ENV_OPTIONS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            os.environ[env] = str(value)
+    get_settings.cache_clear()
+    try:
+        settings = Settings()
+    except Exception as err:  # pydantic ValidationError: name the variable
+        raise ConfigError(f"invalid FLEETMIND_* setting: {err}".splitlines()[0]) from None
+    load_graph(settings)  # a bad graph is a one-line error here, not a traceback in the server
+    uvicorn.run(
+        "serving.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+    return 0
