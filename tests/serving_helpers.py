@@ -1,0 +1,137 @@
+"""Helpers shared by the serving tests: settings, alert payloads, free ports, a uvicorn process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from data.paths import REPO_ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alert(
+    labels: dict[str, str],
+    starts: str = "2026-01-01T00:00:00Z",
+    status: str = "firing",
+    fingerprint: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    a: dict[str, Any] = {"status": status, "labels": labels, "annotations": {}, "startsAt": starts}
+    if status == "resolved":
+        a["endsAt"] = "2026-01-01T01:00:00Z"
+    else:
+        a["endsAt"] = "0001-01-01T00:00:00Z"
+    if fingerprint:
+        a["fingerprint"] = fingerprint
+    a.update(extra)
+    return a
+
+
+def webhook(alerts: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    body = {
+        "version": "4",
+        "groupKey": '{}:{alertname="x"}',
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "fleetmind",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "alerts": alerts,
+    }
+    body.update(extra)
+    return body
+
+
+class Server:
+    """``uvicorn serving.app:create_app --factory`` in a child process on 127.0.0.1."""
+
+    def __init__(
+        self, env: dict[str, str], port: int | None = None, log: Path | None = None
+    ) -> None:
+        self.port = port or free_port()
+        self.env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **env}
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> Server:
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "serving.app:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=out,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} (log: {self.log})")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"server not ready within {timeout} s (log: {self.log})")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks run (the crash test)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_for(predicate: Any, timeout: float = 15.0, interval: float = 0.1) -> Any:
+    """Poll ``predicate()`` until it returns a truthy value; returns it (or the last value)."""
+    deadline = time.monotonic() + timeout
+    value = predicate()
+    while not value and time.monotonic() < deadline:
+        time.sleep(interval)
+        value = predicate()
+    return value
