@@ -132,6 +132,7 @@ GPU_SPECS: dict[str, GpuSpec] = {
         GpuSpec("V100M32", "Volta", 25.0, 3, 32),
         GpuSpec("T4", "Turing", 0.0, 3, 16),
         GpuSpec("A10", "Ampere", 0.0, 4, 24),
+        GpuSpec("L40S", "Ada Lovelace", 0.0, 4, 48),
         GpuSpec("A100", "Ampere", 25.0, 4, 80),
         GpuSpec("H100", "Hopper", 25.0, 5, 80),
         # openb's anonymised models: no public specification, assume a PCIe gen3 card.
@@ -558,31 +559,30 @@ def get_template(name: str, gpu_model: str | None = None) -> NodeTemplate:
     """
     base, _, suffix = str(name).partition(":")
     model = gpu_model or suffix or None
-    pcie_n = _pcie_count(base)
-    if pcie_n is not None and base not in BUILTIN_TEMPLATES:
-        key = base if model in (None, PCIE_DEFAULT_MODEL) else f"{base}:{model}"
-        if key not in _TEMPLATE_CACHE:
-            _TEMPLATE_CACHE[key] = pcie_server(pcie_n, model or PCIE_DEFAULT_MODEL)
-        return _TEMPLATE_CACHE[key]
-    if base not in BUILTIN_TEMPLATES:
-        raise ConfigError(
-            f"unknown template {name!r}; built-in templates are {', '.join(BUILTIN_TEMPLATES)}"
-        )
-    built = BUILTIN_TEMPLATES[base]()
-    if model is None or model == built.gpu_model:
-        key = base
-    else:
-        key = f"{base}:{model}"
-    cached = _TEMPLATE_CACHE.get(key)
-    if cached is None:
-        if key == base:
-            cached = built
-        elif base.startswith("pcie-"):
-            cached = pcie_server(built.n_gpus, model)
+    hit = _TEMPLATE_CACHE.get(f"{base}:{model}" if model else base)
+    if hit is not None:
+        return hit
+    default = _TEMPLATE_CACHE.get(base)
+    if default is None:
+        pcie_n = _pcie_count(base)
+        if base in BUILTIN_TEMPLATES:
+            default = BUILTIN_TEMPLATES[base]()
+        elif pcie_n is not None:
+            default = pcie_server(pcie_n)
         else:
-            cached = built.with_model(model, name=key)
-        _TEMPLATE_CACHE[key] = cached
-    return cached
+            raise ConfigError(
+                f"unknown template {name!r}; built-in templates are "
+                f"{', '.join(BUILTIN_TEMPLATES)} (or pcie-<n>gpu)"
+            )
+        _TEMPLATE_CACHE[base] = default
+    if model is None or model == default.gpu_model:
+        return default
+    if base.startswith("pcie-"):
+        made = pcie_server(default.n_gpus, model)
+    else:
+        made = default.with_model(model, name=f"{base}:{model}")
+    _TEMPLATE_CACHE[f"{base}:{model}"] = made
+    return made
 
 
 def _pcie_count(base: str) -> int | None:
@@ -613,3 +613,54 @@ def nvidia_smi_topo(template: NodeTemplate, legend: bool = True) -> str:
         for key, text in LEVEL_DESCRIPTIONS.items():
             lines.append(f"  {key:<4} = {text}")
     return "\n".join(lines)
+
+
+DCGM_MODEL_NAMES: dict[str, str] = {
+    "dgx1-v100": "Tesla V100-SXM2-32GB",
+    "dgx-a100": "NVIDIA A100-SXM4-80GB",
+    "dgx-h100": "NVIDIA H100 80GB HBM3",
+    "pcie-l40s-8": "NVIDIA L40S",
+    "pcie-a10-4": "NVIDIA A10",
+}
+"""Device names as NVML / DCGM exporter's ``modelName`` label report them, per RCA host template."""
+
+
+def rca_host_templates() -> dict[str, Any]:
+    """Host layouts for the RCA graph generator (:mod:`data.rca_gen.graphs`), built from the templates.
+
+    Returns ``{name: HostTemplate}`` for the names in :data:`DCGM_MODEL_NAMES`; each template lists
+    its interconnect ``link`` nodes: one per NVLink-connected pair (``"nvl-i-j"``, level ``NV#``,
+    bandwidth from :meth:`NodeTemplate.bandwidth_gbps`) or, on PCIe-only servers, one per PCIe
+    switch shared by GPUs (``"pcie-swK"``, level ``PIX``).
+    """
+    from data.rca_gen.graphs import HostTemplate
+
+    sources = {
+        "dgx1-v100": get_template("dgx1-v100"),
+        "dgx-a100": get_template("dgx-a100"),
+        "dgx-h100": get_template("dgx-h100"),
+        "pcie-l40s-8": get_template("pcie-8gpu", "L40S"),
+        "pcie-a10-4": get_template("pcie-4gpu", "A10"),
+    }
+    out: dict[str, Any] = {}
+    for name, t in sources.items():
+        bw = t.bandwidth_gbps()
+        g = t.n_gpus
+        links: list[tuple[str, tuple[int, ...], str, float]] = []
+        if (t.nvlinks > 0).any():
+            for i in range(g):
+                for j in range(i + 1, g):
+                    if t.nvlinks[i, j] > 0:
+                        label = link_label(int(t.level[i, j]), int(t.nvlinks[i, j]))
+                        links.append((f"nvl-{i}-{j}", (i, j), label, float(bw[i, j])))
+        else:
+            groups: dict[int, list[int]] = {}
+            for i in range(g):
+                peers = [j for j in range(g) if t.level[i, j] in (LinkLevel.PIX, LinkLevel.BRD)]
+                if peers:
+                    groups.setdefault(min([i, *peers]), []).append(i)
+            for k, members in enumerate(groups.values()):
+                a, b = members[0], members[-1]
+                links.append((f"pcie-sw{k}", tuple(members), "PIX", float(bw[a, b])))
+        out[name] = HostTemplate(name, DCGM_MODEL_NAMES[name], g, tuple(links))
+    return out

@@ -86,3 +86,40 @@ def test_pcie_server_prefers_the_shared_switch():
     free = np.ones(8, bool)
     free[0] = False
     assert best_gpu_set(t, free, 2) == (2, 3)  # PIX pair, not 1 with a PXB/SYS peer
+
+
+def _best_partition_total(scores, items, k):
+    """Independent check: best total score over partitions of ``items`` into k-sets, where the
+    padding (``None``) stays together in one set, as go-gpuallocator requires."""
+    pad = items.count(None)
+    if not items:
+        return 0
+    head, rest = items[0], items[1:]
+    best = -1
+    for others in itertools.combinations(range(len(rest)), k - 1):
+        group = [head, *[rest[i] for i in others]]
+        if group.count(None) not in (0, pad):
+            continue
+        left = [x for i, x in enumerate(rest) if i not in others]
+        real = [g for g in group if g is not None]
+        s = sum(scores[a, b] for a, b in itertools.combinations(real, 2))
+        best = max(best, s + _best_partition_total(scores, left, k))
+    return best
+
+
+def test_partition_policy_keeps_an_optimal_partition(dgx1):
+    """The chosen set belongs to a partition of the free GPUs whose total score is maximal."""
+    m = pair_score_matrix(dgx1)
+    rng = np.random.default_rng(1)
+    for _ in range(25):
+        free = rng.random(8) < 0.75
+        idle = [int(i) for i in np.flatnonzero(free)]
+        k = int(rng.integers(2, 5))
+        if len(idle) < k:
+            continue
+        got = best_gpu_set(dgx1, free, k, "partition")
+        assert got is not None and set(got) <= set(idle)
+        pad = (-len(idle)) % k
+        rest = [g for g in idle if g not in got] + [None] * pad
+        with_got = set_score(dgx1, got) + _best_partition_total(m, rest, k)
+        assert with_got == _best_partition_total(m, idle + [None] * pad, k)

@@ -121,3 +121,15 @@ def test_nvidia_smi_topo_rendering_parses_back():
         assert cells[1:9] == t.labels()[i]
         assert cells[-1] == str(t.numa[i])
     assert "Legend:" in text and "NV#" in text
+
+
+def test_rca_host_templates_follow_the_fleet_templates():
+    from data.topology import rca_host_templates
+
+    hosts = rca_host_templates()
+    dgx1 = hosts["dgx1-v100"]
+    pairs = {link[1]: link[2] for link in dgx1.links}
+    assert set(pairs) == NV1 | NV2
+    assert all(pairs[p] == "NV2" for p in NV2) and all(pairs[p] == "NV1" for p in NV1)
+    pcie = hosts["pcie-l40s-8"]
+    assert {link[1] for link in pcie.links} == PIX and all(link[2] == "PIX" for link in pcie.links)
