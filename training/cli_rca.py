@@ -1,14 +1,290 @@
-"""``fleetmind rca ...``: root-cause analysis commands."""
+"""``fleetmind rca ...``: root-cause analysis commands.
+
+One small ``_add_<cmd>`` function per sub-command so that owners edit only their own block:
+``generate`` / ``evaluate`` (issue #3), ``train`` (issue #4, the GAT), ``petshop`` (issue #8).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from training.cli_common import add_group, not_landed
+from training.cli_common import add_group, not_landed, write_json
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     _, sub = add_group(subparsers, name, help_text)
-    for cmd, issue in [("generate", 3), ("train", 4), ("evaluate", 3), ("petshop", 8)]:
-        p = sub.add_parser(cmd, help=f"(issue #{issue})")
-        p.set_defaults(func=not_landed(f"fleetmind rca {cmd}", issue))
+    _add_generate(sub)
+    _add_train(sub)
+    _add_evaluate(sub)
+    _add_petshop(sub)
+
+
+# ---------------------------------------------------------------------------------------- generate
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="simulate incidents (Alertmanager v4 alerts + ground truth) on generated multi-cluster fleets",
+        description="Write a dataset folder: {train,val,test,test_large}.jsonl + graphs/<graph>.json + meta.json. "
+        "Splits never share a topology; test_large uses graphs with more clusters than any training graph.",
+    )
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument(
+        "--incidents",
+        type=int,
+        default=1000,
+        help="incidents in train+val+test, split 70/15/15 (default 1000)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="master seed (default 0)")
+    p.add_argument(
+        "--difficulty",
+        choices=["default", "hard"],
+        default="default",
+        help="knob preset (default: default)",
+    )
+    p.add_argument(
+        "--graphs",
+        type=int,
+        default=None,
+        help="training topologies (val/test get a fifth each; default scales with --incidents)",
+    )
+    p.add_argument(
+        "--min-nodes", type=int, default=None, help="smallest graph node budget (default 200)"
+    )
+    p.add_argument(
+        "--max-nodes", type=int, default=None, help="largest graph node budget (default 3000)"
+    )
+    p.add_argument(
+        "--min-clusters", type=int, default=None, help="fewest clusters per graph (default 2)"
+    )
+    p.add_argument(
+        "--max-clusters",
+        type=int,
+        default=None,
+        help="most clusters; test_large uses exactly this many, the other splits fewer (default 6)",
+    )
+    p.add_argument(
+        "--large-fraction",
+        type=float,
+        default=0.1,
+        help="test_large incidents as a share of --incidents; 0 disables (default 0.1)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default min(2, cpus))"
+    )
+    k = p.add_argument_group("alert simulator knobs (override the --difficulty preset)")
+    k.add_argument(
+        "--silent-root-rate",
+        type=float,
+        default=None,
+        help="share of incidents whose root raises no alert (default 0.2, hard 0.35)",
+    )
+    k.add_argument(
+        "--noise-per-node",
+        type=float,
+        default=None,
+        help="background alerts per graph node (default 0.006, hard 0.015)",
+    )
+    k.add_argument(
+        "--noise-min",
+        type=int,
+        default=None,
+        help="fewest background alerts per incident (default 2, hard 5)",
+    )
+    k.add_argument(
+        "--flap-fraction",
+        type=float,
+        default=None,
+        help="share of background alerts that flap (default 0.3)",
+    )
+    k.add_argument(
+        "--second-incident-rate",
+        type=float,
+        default=None,
+        help="chance of an unrelated older incident in the window (default 0.1, hard 0.3)",
+    )
+    k.add_argument(
+        "--storm-copies",
+        type=int,
+        default=None,
+        help="extra per-route copies of a hub alert, at most (default 4, hard 8)",
+    )
+    k.add_argument(
+        "--storm-pod-prob",
+        type=float,
+        default=None,
+        help="chance each pod of a hub repeats its alert (default 0.3)",
+    )
+    k.add_argument(
+        "--jitter-s",
+        type=float,
+        default=None,
+        help="timestamp jitter std in seconds (default 5, hard 20)",
+    )
+    k.add_argument(
+        "--scrape-interval-s",
+        type=float,
+        default=None,
+        help="Prometheus scrape interval (default 30)",
+    )
+    k.add_argument(
+        "--eval-interval-s", type=float, default=None, help="rule evaluation interval (default 30)"
+    )
+    k.add_argument(
+        "--for-scale",
+        type=float,
+        default=None,
+        help="multiplier on every rule's for: duration (default 1)",
+    )
+    k.add_argument(
+        "--window-s",
+        type=float,
+        default=None,
+        help="incident window after the fault onset (default 1800)",
+    )
+    k.add_argument(
+        "--resolve-prob",
+        type=float,
+        default=None,
+        help="chance a symptom alert resolved within the window (default 0.1)",
+    )
+    p.set_defaults(func=_generate)
+
+
+_KNOBS = (
+    "silent_root_rate",
+    "noise_per_node",
+    "noise_min",
+    "flap_fraction",
+    "second_incident_rate",
+    "storm_copies",
+    "storm_pod_prob",
+    "jitter_s",
+    "scrape_interval_s",
+    "eval_interval_s",
+    "for_scale",
+    "window_s",
+    "resolve_prob",
+)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from tqdm import tqdm
+
+    from data.rca_gen.alerts import AlertSimConfig
+    from data.rca_gen.generate import DatasetSpec, _jobs, generate_dataset
+    from data.rca_gen.graphs import GraphGenConfig
+
+    sim = AlertSimConfig.preset(args.difficulty, **{k: getattr(args, k) for k in _KNOBS})
+    gc = GraphGenConfig()
+    gc = replace(
+        gc,
+        **{
+            k: v
+            for k, v in {
+                "min_nodes": args.min_nodes,
+                "max_nodes": args.max_nodes,
+                "min_clusters": args.min_clusters,
+                "max_clusters": args.max_clusters,
+            }.items()
+            if v is not None
+        },
+    )
+    n_graphs = None
+    if args.graphs is not None:
+        n_eval = max(1, args.graphs // 5)
+        n_graphs = (args.graphs, n_eval, n_eval)
+    spec = DatasetSpec(
+        n_incidents=args.incidents,
+        seed=args.seed,
+        sim=sim,
+        graphs=gc,
+        n_graphs=n_graphs,
+        large_fraction=args.large_fraction,
+        workers=args.workers,
+    )
+    spec.check()
+    total = sum(n for _, _, n in _jobs(spec))
+    with tqdm(total=total, desc="rca generate", unit="inc") as bar:
+        meta = generate_dataset(args.out, spec, progress=bar.update)
+    counts = ", ".join(f"{k} {v}" for k, v in meta["counts"].items())
+    n_graphs_total = sum(len(v) for v in meta["split_graphs"].values())
+    print(f"wrote {args.out}: {counts} incidents on {n_graphs_total} topologies")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- train (issue #4, engineer C)
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="(issue #4)")
+    p.set_defaults(func=not_landed("fleetmind rca train", 4))
+
+
+# ---------------------------------------------------------------------------------------- evaluate
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="rank root causes with every method on a dataset split; AC@1/3/5, Avg@5, MRR",
+        description="Evaluate baselines (and registered methods such as the GAT) on the incidents of one split.",
+    )
+    p.add_argument("--data", required=True, help="dataset folder (fleetmind rca generate --out)")
+    p.add_argument(
+        "--split", default="test", help="split to evaluate (default test; e.g. test_large)"
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="methods to run (default: every registered method)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model REF for learned methods (local path or models:/name@alias)",
+    )
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N incidents")
+    p.add_argument("--seed", type=int, default=0, help="seed of randomised methods (default 0)")
+    p.add_argument("--json", default=None, help="write the results JSON here")
+    p.set_defaults(func=_evaluate)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from rca.metrics import evaluate_methods, make_analyzers
+
+    from data.rca_dataset import load_dataset
+
+    ds = load_dataset(args.data)
+    incidents = ds.split(args.split)
+    if args.limit is not None:
+        incidents = incidents[: args.limit]
+    analyzers = make_analyzers(args.methods, model=args.model, seed=args.seed)
+    res = evaluate_methods(incidents, analyzers, ds.graphs, progress=True)
+    res["data"] = str(args.data)
+    res["split"] = args.split
+    print(f"{args.split}: {res['n_incidents']} incidents")
+    print(f"{'method':<14}{'AC@1':>8}{'AC@3':>8}{'AC@5':>8}{'Avg@5':>8}{'MRR':>8}{'ms/inc':>9}")
+    for name, m in res["methods"].items():
+        print(
+            f"{name:<14}{m['ac@1']:>8.3f}{m['ac@3']:>8.3f}{m['ac@5']:>8.3f}{m['avg@5']:>8.3f}{m['mrr']:>8.3f}{m['ms_per_incident']:>9.2f}"
+        )
+    write_json(args.json, res)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- petshop (issue #8, engineer H)
+def _add_petshop(sub: argparse._SubParsersAction) -> None:
+    from training.rca_petshop import add_arguments
+
+    p = sub.add_parser(
+        "petshop",
+        help="real-data benchmark on a PetShop scenario folder (GAT, propagation ranker, traversal, BARO, NSigma)",
+        description="Metrics -> alerts -> ranked root causes on every issue of a PetShop-format scenario folder.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=_cmd_petshop)
+
+
+def _cmd_petshop(args: argparse.Namespace) -> int:
+    from training.rca_petshop import run
+
+    return run(args)

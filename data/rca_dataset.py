@@ -1,0 +1,243 @@
+"""RCA dataset folders: incidents JSONL per split plus one graph JSON per topology (no torch).
+
+A dataset folder (DESIGN.md, "Alerts and incidents")::
+
+    DIR/
+      train.jsonl, val.jsonl, test.jsonl   one incident a line (other ``*.jsonl`` splits allowed,
+                                           e.g. ``test_large.jsonl``)
+      graphs/<graph>.json                  the topology each incident names (``data.graph`` JSON)
+      meta.json                            optional: generator settings, seed, split -> graphs
+
+An incident line::
+
+    {"id": "inc-000042", "graph": "g0007", "alerts": [<Alertmanager v4 alert>, ...],
+     "root_cause": "us-east/host/h12/gpu3", "fault_type": "gpu_xid", ...}
+
+Extra keys (``secondary`` ground truth, ``silent_root``, ...) are kept as they are.
+
+Example:
+    >>> ds = load_dataset("/tmp/rca_small")          # doctest: +SKIP
+    >>> inc = ds.splits["test"][0]; g = ds.graph_of(inc)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from data.errors import DataError
+from data.graph import DependencyGraph
+
+STANDARD_SPLITS: tuple[str, ...] = ("train", "val", "test")
+"""Split names every generated dataset has; :func:`load_dataset` also reads any other ``*.jsonl``."""
+
+REQUIRED_KEYS: tuple[str, ...] = ("id", "graph", "alerts", "root_cause", "fault_type")
+"""Keys every incident line must have."""
+
+
+@dataclass
+class RCADataset:
+    """An RCA dataset folder read into memory.
+
+    Attributes:
+        root: the folder.
+        splits: split name -> incidents (dicts of the incident contract), in file order.
+        graphs: graph name -> :class:`DependencyGraph` (every graph an incident names).
+        meta: the parsed ``meta.json`` (empty when the folder has none).
+    """
+
+    root: Path
+    splits: dict[str, list[dict[str, Any]]]
+    graphs: dict[str, DependencyGraph]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def graph_of(self, incident: Mapping[str, Any]) -> DependencyGraph:
+        """The graph an incident refers to."""
+        return self.graphs[incident["graph"]]
+
+    def split(self, name: str) -> list[dict[str, Any]]:
+        """Incidents of split ``name``; DataError naming the available splits when absent."""
+        if name not in self.splits:
+            raise DataError(
+                f"dataset {self.root} has no split {name!r} (has: {', '.join(sorted(self.splits))})"
+            )
+        return self.splits[name]
+
+    def graphs_in(self, split: str) -> list[str]:
+        """Sorted names of the graphs that incidents of ``split`` use."""
+        return sorted({inc["graph"] for inc in self.split(split)})
+
+
+def validate_incident(
+    inc: Any, where: str, graphs: Mapping[str, DependencyGraph] | None = None
+) -> None:
+    """Check one incident dict; raises DataError naming ``where`` (file:line) and the bad field."""
+    if not isinstance(inc, dict):
+        raise DataError(f"{where}: an incident must be a JSON object")
+    for key in REQUIRED_KEYS:
+        if key not in inc:
+            raise DataError(f"{where}: incident has no {key!r} field")
+    if not isinstance(inc["alerts"], list):
+        raise DataError(f"{where}: 'alerts' must be a list of Alertmanager alert objects")
+    for j, alert in enumerate(inc["alerts"]):
+        if not isinstance(alert, dict) or not isinstance(alert.get("labels"), dict):
+            raise DataError(f"{where}: alert {j} has no 'labels' object")
+        if "alertname" not in alert["labels"]:
+            raise DataError(f"{where}: alert {j} has no 'alertname' label")
+    if graphs is not None:
+        g = graphs.get(inc["graph"])
+        if g is None:
+            raise DataError(
+                f"{where}: graph {inc['graph']!r} has no file graphs/{inc['graph']}.json"
+            )
+        if inc["root_cause"] not in g.index:
+            raise DataError(
+                f"{where}: root_cause {inc['root_cause']!r} is not a node of graph {inc['graph']!r}"
+            )
+
+
+def read_incidents(path: str | Path) -> list[dict[str, Any]]:
+    """Read one split file (JSONL); raises DataError naming the file and line of a bad entry."""
+    p = Path(path)
+    out: list[dict[str, Any]] = []
+    try:
+        with p.open() as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    inc = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise DataError(f"{p}:{lineno}: not valid JSON ({err.msg})") from None
+                validate_incident(inc, f"{p}:{lineno}")
+                out.append(inc)
+    except FileNotFoundError:
+        raise DataError(f"split file not found: {p}") from None
+    return out
+
+
+def load_dataset(path: str | Path, splits: Iterable[str] | None = None) -> RCADataset:
+    """Read a dataset folder.
+
+    Args:
+        path: the folder (``{train,val,test}.jsonl`` + ``graphs/``).
+        splits: the split names to read (default: every ``*.jsonl`` in the folder). A named split that
+            is missing is an error.
+
+    Raises:
+        DataError: the folder, a split file or a graph file is missing or malformed, or an incident
+            names an unknown graph or a root cause that is not a node of its graph.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise DataError(f"dataset folder not found: {root}")
+    if splits is None:
+        names = sorted(p.stem for p in root.glob("*.jsonl"))
+        if not names:
+            raise DataError(
+                f"dataset folder {root} has no split files (expected train.jsonl, val.jsonl, test.jsonl)"
+            )
+    else:
+        names = list(splits)
+    gdir = root / "graphs"
+    if not gdir.is_dir():
+        raise DataError(f"dataset folder {root} has no graphs/ folder")
+    data = {name: read_incidents(root / f"{name}.jsonl") for name in names}
+    graphs: dict[str, DependencyGraph] = {}
+    for name, incidents in data.items():
+        for lineno, inc in enumerate(incidents, 1):
+            gname = inc["graph"]
+            if gname not in graphs:
+                gpath = gdir / f"{gname}.json"
+                if not gpath.is_file():
+                    raise DataError(
+                        f"{root / (name + '.jsonl')}: incident {inc['id']!r} names graph {gname!r} but {gpath} does not exist"
+                    )
+                graphs[gname] = DependencyGraph.load(gpath)
+            validate_incident(inc, f"{root / (name + '.jsonl')}: incident {inc['id']!r}", graphs)
+    meta: dict[str, Any] = {}
+    mpath = root / "meta.json"
+    if mpath.is_file():
+        try:
+            meta = json.loads(mpath.read_text())
+        except json.JSONDecodeError as err:
+            raise DataError(f"{mpath} is not valid JSON: {err}") from None
+    return RCADataset(root=root, splits=data, graphs=graphs, meta=meta)
+
+
+class DatasetWriter:
+    """Streams a dataset folder to disk: graphs once, incidents line by line.
+
+    Use as a context manager::
+
+        with DatasetWriter(out) as w:
+            w.add_graph(g)
+            w.add_incident("train", inc)
+            w.set_meta({...})
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.root = Path(path)
+        self._files: dict[str, IO[str]] = {}
+        self._graphs: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self.meta: dict[str, Any] = {}
+
+    def __enter__(self) -> DatasetWriter:
+        try:
+            (self.root / "graphs").mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise DataError(f"cannot create dataset folder {self.root}: {err}") from None
+        for stale in self.root.glob("*.jsonl"):
+            stale.unlink()
+        return self
+
+    def add_graph(self, graph: DependencyGraph) -> None:
+        """Write ``graphs/<name>.json`` (once per name)."""
+        if graph.name not in self._graphs:
+            graph.save(self.root / "graphs" / f"{graph.name}.json")
+            self._graphs.add(graph.name)
+
+    def open_split(self, split: str) -> None:
+        """Create ``<split>.jsonl`` even if it gets no incidents."""
+        if split not in self._files:
+            self._files[split] = (self.root / f"{split}.jsonl").open("w")
+            self.counts.setdefault(split, 0)
+
+    def add_incident(self, split: str, incident: Mapping[str, Any]) -> None:
+        """Append one incident line to ``<split>.jsonl``."""
+        self.open_split(split)
+        self._files[split].write(json.dumps(incident, separators=(",", ":")) + "\n")
+        self.counts[split] += 1
+
+    def set_meta(self, meta: Mapping[str, Any]) -> None:
+        self.meta = dict(meta)
+
+    def __exit__(self, *exc: object) -> None:
+        for fh in self._files.values():
+            fh.close()
+        meta = dict(self.meta)
+        meta.setdefault("counts", self.counts)
+        (self.root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def write_dataset(
+    path: str | Path,
+    splits: Mapping[str, Iterable[Mapping[str, Any]]],
+    graphs: Iterable[DependencyGraph],
+    meta: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a whole dataset folder at once (see :class:`DatasetWriter` for streaming)."""
+    with DatasetWriter(path) as w:
+        for g in graphs:
+            w.add_graph(g)
+        for name, incidents in splits.items():
+            w.open_split(name)
+            for inc in incidents:
+                w.add_incident(name, inc)
+        if meta:
+            w.set_meta(meta)
+    return Path(path)

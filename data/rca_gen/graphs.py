@@ -1,0 +1,599 @@
+"""Seeded multi-cluster AI-platform dependency graphs.
+
+A generated graph is a :class:`data.graph.DependencyGraph` (edges point dependent -> dependency) with:
+
+* **global shared infra** (``cluster=None``): ``global/model-registry`` (registry), ``global/image-mirror``
+  (registry), ``global/config-store`` (config), ``global/dns`` (dns), ``global/object-storage``
+  (storage), and one ``wan/<a>--<b>`` (network) per cluster pair that talks across regions;
+* per **cluster** (a region, e.g. ``us-east``): the cluster node ``us-east/cluster``; infra
+  ``us-east/infra/{apiserver,coredns,image-mirror,config-agent}``; top-of-rack switches
+  ``us-east/net/tor-<r>`` (network); replicated services ``us-east/svc/<svc>`` (gateway, tokenizer,
+  router, model servers, KV cache, feature store, vector DB, embedder, reranker, safety filter, batch
+  trainers, eval runner; a random subset, with random replica counts and extra call edges); their pods
+  ``us-east/pod/<svc>-<i>``; CPU and GPU hosts ``us-east/host/h<n>``; GPUs ``us-east/host/h<n>/gpu<i>``;
+  and the GPU interconnect of each host as ``link`` nodes: one per NVLink-connected GPU pair
+  (``us-east/host/h<n>/nvl-<i>-<j>``) or one per PCIe switch (``us-east/host/h<n>/pcie-sw<k>``).
+
+Edges: ``calls`` (service -> service it calls), ``runs_on`` (pod -> host, pod -> each GPU it uses),
+``attached_to`` (GPU -> host, link -> each GPU it joins), ``member_of`` (pod -> service, host / infra /
+service -> cluster), ``depends_on`` (service -> DNS / config agent / model registry / object storage /
+WAN link, pod -> image mirror, host -> ToR switch, cluster infra -> global infra), ``hosted_on``
+(cluster infra -> cluster).
+
+``match`` labels (what :meth:`DependencyGraph.node_for_alert` compares with alert labels):
+host ``{cluster, node}``; gpu ``{cluster, node, gpu}``; link ``{cluster, node, link}``; pod ``{cluster,
+namespace, pod}``; service ``{cluster, service}``; cluster infra ``{cluster, component}``; global
+infra ``{component}``; WAN ``{component: wan, peer_a, peer_b}``; cluster ``{cluster}``.
+
+GPU hosts follow server templates (DGX-1 V100 hybrid cube-mesh, DGX A100 NV12 all-to-all, DGX H100
+NV18 all-to-all, PCIe-only servers). The templates come from :mod:`data.topology` when it provides them
+and otherwise from the small built-in table :data:`HOST_TEMPLATES` below.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from data.errors import ConfigError
+from data.graph import DependencyGraph, GraphEdge, GraphNode
+
+REGIONS: tuple[str, ...] = (
+    "us-east",
+    "us-west",
+    "us-central",
+    "eu-west",
+    "eu-central",
+    "eu-north",
+    "ap-northeast",
+    "ap-south",
+    "ap-southeast",
+    "sa-east",
+)
+"""Region names used as cluster names (one cluster per region in a graph)."""
+
+GLOBAL_INFRA: tuple[tuple[str, str], ...] = (
+    ("model-registry", "registry"),
+    ("image-mirror", "registry"),
+    ("config-store", "config"),
+    ("dns", "dns"),
+    ("object-storage", "storage"),
+)
+"""Cross-cluster shared infra: (component, node kind); node id ``global/<component>``."""
+
+CLUSTER_INFRA: tuple[tuple[str, str, str | None], ...] = (
+    ("apiserver", "infra", None),
+    ("coredns", "dns", "dns"),
+    ("image-mirror", "registry", "image-mirror"),
+    ("config-agent", "config", "config-store"),
+)
+"""Per-cluster infra: (component, node kind, global component it depends on)."""
+
+
+@dataclass(frozen=True)
+class HostTemplate:
+    """A GPU server layout.
+
+    Attributes:
+        name: template name.
+        gpu_model: GPU model string (as DCGM's ``modelName``).
+        n_gpus: GPUs per host.
+        links: interconnect ``link`` nodes: ``(link label, GPU indices joined, level, GB/s)``.
+    """
+
+    name: str
+    gpu_model: str
+    n_gpus: int
+    links: tuple[tuple[str, tuple[int, ...], str, float], ...]
+
+
+def _all_pairs(
+    n: int, level: str, bw: float
+) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
+    return tuple((f"nvl-{i}-{j}", (i, j), level, bw) for i in range(n) for j in range(i + 1, n))
+
+
+def _cube_mesh() -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
+    # DGX-1 V100 hybrid cube-mesh: two fully connected quads plus i <-> i+4; doubled links on some pairs.
+    pairs = []
+    for base in (0, 4):
+        for i in range(4):
+            for j in range(i + 1, 4):
+                a, b = base + i, base + j
+                double = (i, j) in ((0, 3), (1, 2))
+                pairs.append((a, b, "NV2" if double else "NV1"))
+    pairs += [(i, i + 4, "NV2" if i in (0, 3) else "NV1") for i in range(4)]
+    return tuple((f"nvl-{a}-{b}", (a, b), lvl, 25.0 * int(lvl[2:])) for a, b, lvl in sorted(pairs))
+
+
+def _pcie(n: int, per_switch: int) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
+    return tuple(
+        (f"pcie-sw{k}", tuple(range(k * per_switch, (k + 1) * per_switch)), "PIX", 32.0)
+        for k in range(n // per_switch)
+    )
+
+
+HOST_TEMPLATES: dict[str, HostTemplate] = {
+    "dgx1-v100": HostTemplate("dgx1-v100", "Tesla V100-SXM2-32GB", 8, _cube_mesh()),
+    "dgx-a100": HostTemplate("dgx-a100", "NVIDIA A100-SXM4-80GB", 8, _all_pairs(8, "NV12", 300.0)),
+    "dgx-h100": HostTemplate("dgx-h100", "NVIDIA H100 80GB HBM3", 8, _all_pairs(8, "NV18", 450.0)),
+    "pcie-l40s-8": HostTemplate("pcie-l40s-8", "NVIDIA L40S", 8, _pcie(8, 2)),
+    "pcie-a10-4": HostTemplate("pcie-a10-4", "NVIDIA A10", 4, _pcie(4, 2)),
+}
+"""Built-in GPU server templates (used until/unless :mod:`data.topology` provides its own)."""
+
+TEMPLATE_WEIGHTS: dict[str, float] = {
+    "dgx-h100": 0.35,
+    "dgx-a100": 0.3,
+    "dgx1-v100": 0.1,
+    "pcie-l40s-8": 0.15,
+    "pcie-a10-4": 0.1,
+}
+
+
+def host_templates() -> dict[str, HostTemplate]:
+    """The GPU server templates: from :mod:`data.topology` when available, else the built-in table."""
+    try:
+        from data.topology import rca_host_templates  # type: ignore[attr-defined]
+    except ImportError:
+        return HOST_TEMPLATES
+    try:
+        return dict(rca_host_templates())
+    except Exception:  # pragma: no cover - a half-landed module must not break generation
+        return HOST_TEMPLATES
+
+
+MODELS: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("llama-3-70b", (4, 8)),
+    ("llama-3-8b", (1,)),
+    ("mistral-7b", (1,)),
+    ("mixtral-8x7b", (2, 4)),
+    ("qwen2-72b", (4, 8)),
+    ("gemma-2-27b", (2,)),
+    ("deepseek-v2-lite", (2,)),
+    ("phi-3-mini", (1,)),
+)
+"""Served models and the GPU counts a replica may use (tensor parallel degree)."""
+
+NAMESPACES = {
+    "gateway": "ingress",
+    "tokenizer": "inference",
+    "router": "inference",
+    "model-server": "inference",
+    "kv-cache": "inference",
+    "safety-filter": "inference",
+    "feature-store": "data",
+    "vector-db": "data",
+    "embedder": "data",
+    "reranker": "data",
+    "batch-trainer": "training",
+    "eval-runner": "training",
+}
+
+
+@dataclass
+class GraphGenConfig:
+    """Knobs of the graph generator.
+
+    Attributes:
+        min_clusters: fewest clusters (regions) in a graph.
+        max_clusters: most clusters (at most ``len(REGIONS)``).
+        min_nodes: smallest node budget drawn for a graph.
+        max_nodes: largest node budget (sizes are drawn log-uniform in [min_nodes, max_nodes]; the
+            built graph lands within about +-15 % of its budget).
+        cross_cluster_prob: chance that a pair of clusters has cross-region calls (router spill-over to
+            a remote model server, feature-store replication) over a ``wan/<a>--<b>`` link.
+        mixed_template_prob: chance that a cluster mixes two GPU server templates.
+    """
+
+    min_clusters: int = 2
+    max_clusters: int = 6
+    min_nodes: int = 200
+    max_nodes: int = 3000
+    cross_cluster_prob: float = 0.5
+    mixed_template_prob: float = 0.3
+
+    def check(self) -> None:
+        if not 1 <= self.min_clusters <= self.max_clusters <= len(REGIONS):
+            raise ConfigError(
+                f"clusters must satisfy 1 <= min ({self.min_clusters}) <= max ({self.max_clusters}) <= {len(REGIONS)}"
+            )
+        if not 50 <= self.min_nodes <= self.max_nodes:
+            raise ConfigError(
+                f"nodes must satisfy 50 <= min ({self.min_nodes}) <= max ({self.max_nodes})"
+            )
+
+
+@dataclass
+class _Builder:
+    name: str
+    nodes: list[GraphNode] = field(default_factory=list)
+    edges: list[GraphEdge] = field(default_factory=list)
+
+    def node(
+        self, nid: str, kind: str, cluster: str | None, match: dict[str, str], **attrs: object
+    ) -> str:
+        self.nodes.append(GraphNode(nid, kind, cluster, match, dict(attrs)))
+        return nid
+
+    def edge(self, src: str, dst: str, kind: str) -> None:
+        self.edges.append(GraphEdge(src, dst, kind))
+
+    def build(self) -> DependencyGraph:
+        return DependencyGraph(self.name, self.nodes, self.edges)
+
+
+def _pick_services(rng: np.random.Generator, n_gpu_total: int) -> list[dict]:
+    """Choose the service set of one cluster: name, role, gpus per replica, replicas (CPU ones)."""
+    svcs: list[dict] = [
+        {"name": "gateway", "role": "gateway", "gpus": 0, "replicas": int(rng.integers(2, 7))},
+        {"name": "tokenizer", "role": "tokenizer", "gpus": 0, "replicas": int(rng.integers(2, 5))},
+        {"name": "router", "role": "router", "gpus": 0, "replicas": int(rng.integers(2, 5))},
+        {"name": "kv-cache", "role": "kv-cache", "gpus": 0, "replicas": int(rng.integers(2, 5))},
+    ]
+    n_models = int(np.clip(rng.integers(1, 5), 1, max(1, n_gpu_total // 4)))
+    for idx in rng.choice(len(MODELS), size=n_models, replace=False):
+        model, tps = MODELS[int(idx)]
+        svcs.append(
+            {
+                "name": f"model-server-{model}",
+                "role": "model-server",
+                "gpus": int(rng.choice(tps)),
+                "replicas": 1,
+                "model": model,
+            }
+        )
+    optional = [
+        ("feature-store", 0.7, 0),
+        ("vector-db", 0.6, 0),
+        ("embedder", 0.5, 1),
+        ("reranker", 0.4, 1),
+        ("safety-filter", 0.4, 0),
+        ("eval-runner", 0.3, 1),
+    ]
+    for name, p, gpus in optional:
+        if rng.random() < p:
+            svcs.append(
+                {"name": name, "role": name, "gpus": gpus, "replicas": int(rng.integers(1, 4))}
+            )
+    for t in range(int(rng.integers(0, 4))):
+        svcs.append(
+            {
+                "name": f"batch-trainer-{t}",
+                "role": "batch-trainer",
+                "gpus": 8,
+                "replicas": int(rng.integers(1, 4)),
+            }
+        )
+    return svcs
+
+
+def _calls(rng: np.random.Generator, svcs: list[dict]) -> list[tuple[str, str]]:
+    """Service call edges (caller, callee) of one cluster, with random optional wiring."""
+    names = {s["name"] for s in svcs}
+    role = {s["name"]: s["role"] for s in svcs}
+    ms = [s["name"] for s in svcs if s["role"] == "model-server"]
+    out = [("gateway", "tokenizer"), ("gateway", "router")]
+    if "safety-filter" in names:
+        out.append(("gateway", "safety-filter"))
+        if rng.random() < 0.5 and ms:
+            out.append(("safety-filter", str(rng.choice(ms))))
+    out += [("router", m) for m in ms]
+    for m in ms:
+        if rng.random() < 0.85:
+            out.append((m, "kv-cache"))
+    if "feature-store" in names:
+        out.append(("router", "feature-store"))
+    if "embedder" in names:
+        out.append(("router", "embedder"))
+        if "vector-db" in names:
+            out.append(("embedder", "vector-db"))
+    elif "vector-db" in names:
+        out.append(("router", "vector-db"))
+    if "reranker" in names:
+        out.append(("router", "reranker"))
+        if "vector-db" in names and rng.random() < 0.5:
+            out.append(("reranker", "vector-db"))
+    if "eval-runner" in names:
+        out.append(("eval-runner", "router"))
+    for s in svcs:
+        if s["role"] == "batch-trainer":
+            if "feature-store" in names and rng.random() < 0.7:
+                out.append((s["name"], "feature-store"))
+            if "vector-db" in names and rng.random() < 0.3:
+                out.append((s["name"], "vector-db"))
+    # a few extra edges for shape variety (no cycles: only towards data services)
+    for caller in ("tokenizer", "kv-cache"):
+        if caller == "tokenizer" and "feature-store" in names and rng.random() < 0.2:
+            out.append((caller, "feature-store"))
+    del role
+    return out
+
+
+def generate_graph(
+    name: str,
+    seed: int | np.random.Generator,
+    config: GraphGenConfig | None = None,
+    n_nodes: int | None = None,
+    n_clusters: int | None = None,
+) -> DependencyGraph:
+    """Generate one topology.
+
+    Args:
+        name: graph name (datasets refer to it).
+        seed: an int seed or a numpy Generator (same seed -> identical graph).
+        config: generator knobs (:class:`GraphGenConfig`).
+        n_nodes: node budget; drawn log-uniform in ``[config.min_nodes, config.max_nodes]`` when None.
+        n_clusters: cluster count; drawn uniform in ``[config.min_clusters, config.max_clusters]`` when None.
+
+    Returns:
+        the graph; ``graph.nodes[i].attrs`` carry ``role`` (services/pods), ``template`` (hosts),
+        ``model`` (GPUs), ``level``/``bandwidth_gbps`` (links).
+    """
+    cfg = config or GraphGenConfig()
+    cfg.check()
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    templates = host_templates()
+    tnames = [t for t in TEMPLATE_WEIGHTS if t in templates] or list(templates)
+    tw = np.array([TEMPLATE_WEIGHTS.get(t, 1.0) for t in tnames])
+    tw /= tw.sum()
+    C = int(n_clusters or rng.integers(cfg.min_clusters, cfg.max_clusters + 1))
+    if n_nodes is None:
+        n_nodes = int(
+            round(math.exp(rng.uniform(math.log(cfg.min_nodes), math.log(cfg.max_nodes))))
+        )
+    regions = [str(r) for r in rng.choice(REGIONS, size=C, replace=False)]
+    share = rng.uniform(0.6, 1.4, size=C)
+    share /= share.sum()
+    b = _Builder(name)
+    for comp, kind in GLOBAL_INFRA:
+        b.node(f"global/{comp}", kind, None, {"component": comp}, role=comp)
+    global_overhead = len(GLOBAL_INFRA) + C
+    per_cluster_svcs: dict[str, dict[str, dict]] = {}
+    for ci, c in enumerate(regions):
+        budget = max(40, int(share[ci] * (n_nodes - global_overhead)))
+        per_cluster_svcs[c] = _build_cluster(b, rng, c, budget, templates, tnames, tw, cfg)
+    # cross-cluster calls over WAN links
+    for i in range(C):
+        for j in range(i + 1, C):
+            if rng.random() >= cfg.cross_cluster_prob and not (
+                C == 2 or j == i + 1 and rng.random() < 0.5
+            ):
+                continue
+            a, z = regions[i], regions[j]
+            wan = b.node(
+                f"wan/{a}--{z}",
+                "network",
+                None,
+                {"component": "wan", "peer_a": a, "peer_b": z},
+                role="wan",
+            )
+            pairs = [(a, z), (z, a)]
+            used = False
+            for src, dst in pairs:
+                remote_ms = [
+                    s for s in per_cluster_svcs[dst].values() if s["role"] == "model-server"
+                ]
+                if remote_ms and rng.random() < 0.7:
+                    tgt = remote_ms[int(rng.integers(len(remote_ms)))]
+                    b.edge(f"{src}/svc/router", f"{dst}/svc/{tgt['name']}", "calls")
+                    b.edge(f"{src}/svc/router", wan, "depends_on")
+                    used = True
+                if (
+                    "feature-store" in per_cluster_svcs[src]
+                    and "feature-store" in per_cluster_svcs[dst]
+                    and rng.random() < 0.5
+                ):
+                    b.edge(f"{src}/svc/feature-store", f"{dst}/svc/feature-store", "calls")
+                    b.edge(f"{src}/svc/feature-store", wan, "depends_on")
+                    used = True
+            if not used:
+                src, dst = pairs[int(rng.integers(2))]
+                remote_ms = [
+                    s for s in per_cluster_svcs[dst].values() if s["role"] == "model-server"
+                ]
+                tgt = remote_ms[int(rng.integers(len(remote_ms)))]
+                b.edge(f"{src}/svc/router", f"{dst}/svc/{tgt['name']}", "calls")
+                b.edge(f"{src}/svc/router", wan, "depends_on")
+    return b.build()
+
+
+def _build_cluster(
+    b: _Builder,
+    rng: np.random.Generator,
+    c: str,
+    budget: int,
+    templates: dict[str, HostTemplate],
+    tnames: list[str],
+    tw: np.ndarray,
+    cfg: GraphGenConfig,
+) -> dict[str, dict]:
+    cl = b.node(f"{c}/cluster", "cluster", c, {"cluster": c}, role="cluster")
+    for comp, kind, gdep in CLUSTER_INFRA:
+        nid = b.node(f"{c}/infra/{comp}", kind, c, {"cluster": c, "component": comp}, role=comp)
+        b.edge(nid, cl, "hosted_on")
+        if gdep is not None:
+            b.edge(nid, f"global/{gdep}", "depends_on")
+    # GPU templates of this cluster
+    t1 = str(rng.choice(tnames, p=tw))
+    mix = [t1]
+    if rng.random() < cfg.mixed_template_prob and len(tnames) > 1:
+        t2 = str(rng.choice([t for t in tnames if t != t1]))
+        mix.append(t2)
+    per_host = np.mean([1 + templates[t].n_gpus + len(templates[t].links) + 2.5 for t in mix])
+    overhead = 40
+    n_gpu_hosts = max(1, int(round((budget - overhead) / per_host)))
+    host_tpl = [
+        mix[0] if (len(mix) == 1 or rng.random() < 0.6) else mix[1] for _ in range(n_gpu_hosts)
+    ]
+    gpus_total = sum(templates[t].n_gpus for t in host_tpl)
+    svcs = _pick_services(rng, gpus_total)
+    # --- GPU allocation (first fit over hosts in a shuffled order)
+    free: list[list[int]] = [list(range(templates[t].n_gpus)) for t in host_tpl]
+    order = rng.permutation(n_gpu_hosts)
+    placements: dict[str, list[tuple[int, list[int]]]] = {s["name"]: [] for s in svcs}
+
+    def place(k: int) -> tuple[int, list[int]] | None:
+        for h in order:
+            fr = free[h]
+            if len(fr) >= k:
+                taken, free[h] = fr[:k], fr[k:]
+                return int(h), taken
+        return None
+
+    gpu_svcs = [s for s in svcs if s["gpus"] > 0]
+    # mandatory replicas first (trainers may be dropped when they do not fit)
+    for s in sorted(gpu_svcs, key=lambda s: (s["role"] != "model-server", -s["gpus"])):
+        want = s["replicas"] if s["role"] != "model-server" else 1
+        for _ in range(want):
+            p = place(s["gpus"])
+            if p is None and s["gpus"] > 1 and s["role"] == "model-server":
+                s["gpus"] = 1
+                p = place(1)
+            if p is None:
+                break
+            placements[s["name"]].append(p)
+    target_util = rng.uniform(0.55, 0.95)
+    ms = [s for s in gpu_svcs if s["role"] == "model-server"]
+    guard = 0
+    while ms and guard < 1000:
+        guard += 1
+        used = gpus_total - sum(len(f) for f in free)
+        if used / max(1, gpus_total) >= target_util:
+            break
+        s = ms[int(rng.integers(len(ms)))]
+        p = place(s["gpus"])
+        if p is None:
+            if all(len(f) < min(x["gpus"] for x in ms) for f in free):
+                break
+            continue
+        placements[s["name"]].append(p)
+    svcs = [s for s in svcs if s["gpus"] == 0 or placements[s["name"]]]
+    # --- CPU hosts for CPU pods
+    cpu_pods = sum(s["replicas"] for s in svcs if s["gpus"] == 0)
+    n_cpu_hosts = max(2, math.ceil(cpu_pods / rng.integers(4, 9)))
+    # --- hosts, racks, GPUs, links
+    n_hosts = n_gpu_hosts + n_cpu_hosts
+    rack_size = int(rng.integers(4, 9))
+    n_racks = math.ceil(n_hosts / rack_size)
+    for r in range(n_racks):
+        tor = b.node(
+            f"{c}/net/tor-{r}", "network", c, {"cluster": c, "component": f"tor-{r}"}, role="tor"
+        )
+        b.edge(tor, cl, "member_of")
+    host_ids: list[str] = []
+    host_order = rng.permutation(n_hosts)  # racks mix GPU and CPU hosts
+    for hi in range(n_hosts):
+        hname = f"h{hi}"
+        rack = int(np.where(host_order == hi)[0][0]) // rack_size
+        if hi < n_gpu_hosts:
+            tpl = templates[host_tpl[hi]]
+            hid = b.node(
+                f"{c}/host/{hname}",
+                "host",
+                c,
+                {"cluster": c, "node": hname},
+                role="gpu-host",
+                template=tpl.name,
+                rack=rack,
+            )
+            for gi in range(tpl.n_gpus):
+                gid = b.node(
+                    f"{hid}/gpu{gi}",
+                    "gpu",
+                    c,
+                    {"cluster": c, "node": hname, "gpu": str(gi)},
+                    model=tpl.gpu_model,
+                    index=gi,
+                    numa=int(gi >= tpl.n_gpus // 2),
+                )
+                b.edge(gid, hid, "attached_to")
+            for label, gpus, level, bw in tpl.links:
+                lid = b.node(
+                    f"{hid}/{label}",
+                    "link",
+                    c,
+                    {"cluster": c, "node": hname, "link": label},
+                    level=level,
+                    bandwidth_gbps=bw,
+                )
+                for gi in gpus:
+                    b.edge(lid, f"{hid}/gpu{gi}", "attached_to")
+        else:
+            hid = b.node(
+                f"{c}/host/{hname}",
+                "host",
+                c,
+                {"cluster": c, "node": hname},
+                role="cpu-host",
+                template="cpu",
+                rack=rack,
+            )
+        b.edge(hid, cl, "member_of")
+        b.edge(hid, f"{c}/net/tor-{rack}", "depends_on")
+        host_ids.append(hid)
+    # --- services and pods
+    cpu_slots = [int(x) for x in rng.permutation(np.arange(n_gpu_hosts, n_hosts).repeat(8))]
+    out: dict[str, dict] = {}
+    for s in svcs:
+        ns = NAMESPACES[s["role"]]
+        sid = b.node(
+            f"{c}/svc/{s['name']}",
+            "service",
+            c,
+            {"cluster": c, "service": s["name"]},
+            role=s["role"],
+            namespace=ns,
+            model=s.get("model"),
+        )
+        b.edge(sid, cl, "member_of")
+        b.edge(sid, f"{c}/infra/coredns", "depends_on")
+        b.edge(sid, f"{c}/infra/config-agent", "depends_on")
+        if s["role"] in ("model-server", "embedder", "reranker"):
+            b.edge(sid, "global/model-registry", "depends_on")
+        if s["role"] in ("batch-trainer", "vector-db", "eval-runner"):
+            b.edge(sid, "global/object-storage", "depends_on")
+        if s["gpus"] > 0:
+            pl = placements[s["name"]]
+        else:
+            pl = [
+                (cpu_slots.pop() if cpu_slots else int(rng.integers(n_gpu_hosts, n_hosts)), [])
+                for _ in range(s["replicas"])
+            ]
+        for i, (h, gpus) in enumerate(pl):
+            pname = f"{s['name']}-{i}"
+            pid = b.node(
+                f"{c}/pod/{pname}",
+                "pod",
+                c,
+                {"cluster": c, "namespace": ns, "pod": pname},
+                role=s["role"],
+                service=s["name"],
+                namespace=ns,
+            )
+            b.edge(pid, sid, "member_of")
+            b.edge(pid, host_ids[h], "runs_on")
+            for gi in gpus:
+                b.edge(pid, f"{host_ids[h]}/gpu{gi}", "runs_on")
+            b.edge(pid, f"{c}/infra/image-mirror", "depends_on")
+        out[s["name"]] = s
+    for src, dst in _calls(rng, svcs):
+        b.edge(f"{c}/svc/{src}", f"{c}/svc/{dst}", "calls")
+    return out
+
+
+def generate_graphs(
+    n: int,
+    seed: int,
+    config: GraphGenConfig | None = None,
+    prefix: str = "g",
+    start: int = 0,
+    **kw: object,
+) -> list[DependencyGraph]:
+    """``n`` graphs named ``<prefix><index:04d>``; graph ``i`` uses seed ``(seed, i)`` (order-independent)."""
+    return [
+        generate_graph(f"{prefix}{i:04d}", np.random.default_rng([seed, i]), config, **kw)  # type: ignore[arg-type]
+        for i in range(start, start + n)
+    ]
