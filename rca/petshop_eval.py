@@ -1,0 +1,207 @@
+"""Evaluate root-cause methods on a PetShop-format scenario folder (``fleetmind rca petshop``).
+
+Every method ranks the candidate nodes of each issue; the rank of the ground-truth root cause gives
+
+* ``AC@k``: share of issues whose root cause is among the top ``k`` (a method that does not return the
+  root cause misses at every ``k``);
+* ``Avg@5``: mean of AC@1 .. AC@5;
+* ``MRR``: mean of ``1 / rank`` (0 when the root cause is not returned);
+* ``ms_per_incident``: mean wall time of the method's ranking call (alert detection, shared by all
+  alert-based methods, is reported once as ``alerting_ms_per_incident``).
+
+Methods: alert-based analyzers (``find_root_causes(graph, alerts)``: the FleetMind propagation ranker,
+the GAT when a model is available, the simulated-data baselines when ``rca.baselines`` provides them)
+and the metric-level baselines of :mod:`rca.petshop_baselines`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from data.errors import FleetMindError
+from data.petshop import PetShopScenario, read_metrics_csv, read_target
+from rca.base import BaseAnalyzer
+from rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
+from rca.propagation import PropagationRanker
+
+PUBLISHED: dict[str, Any] = {
+    "petshop_traversal": {
+        "source": "PetShop repository evaluation notebook (low_traffic, 26 issues)",
+        "latency": {"top1": 0.571, "top3": 0.571, "n": 14},
+        "availability": {"top1": 0.833, "top3": 1.000, "n": 12},
+    },
+    "baro": {
+        "source": "RCAEval 1.8.1 on the 26 issues (shared/data/petshop/PROVENANCE.md)",
+        "ac@1": 0.115,
+        "ac@3": 0.385,
+        "ac@5": 0.500,
+    },
+    "nsigma": {
+        "source": "RCAEval 1.8.1 on the 26 issues (shared/data/petshop/PROVENANCE.md)",
+        "ac@1": 0.192,
+        "ac@3": 0.462,
+        "ac@5": 0.692,
+    },
+}
+"""Published reference figures on ``low_traffic`` (reported next to ours, never used for ranking)."""
+
+
+def summarize(
+    ranks: Sequence[int | None], times_ms: Sequence[float] | None = None
+) -> dict[str, float]:
+    """AC@1/3/5, Avg@5, MRR (and mean ms) from 1-based ranks (``None`` = root cause not returned)."""
+    n = len(ranks)
+    if n == 0:
+        return {
+            "ac@1": 0.0,
+            "ac@3": 0.0,
+            "ac@5": 0.0,
+            "avg@5": 0.0,
+            "mrr": 0.0,
+            "ms_per_incident": 0.0,
+        }
+
+    def ac(k: int) -> float:
+        return sum(1 for r in ranks if r is not None and r <= k) / n
+
+    out = {
+        "ac@1": ac(1),
+        "ac@3": ac(3),
+        "ac@5": ac(5),
+        "avg@5": sum(ac(k) for k in range(1, 6)) / 5,
+        "mrr": sum(1.0 / r for r in ranks if r is not None) / n,
+    }
+    out["ms_per_incident"] = float(sum(times_ms) / len(times_ms)) if times_ms else 0.0
+    return out
+
+
+def rank_of(ranked: Sequence[str], node: str) -> int | None:
+    """1-based position of ``node`` in ``ranked``, ``None`` when absent."""
+    try:
+        return list(ranked).index(node) + 1
+    except ValueError:
+        return None
+
+
+def default_alert_methods(
+    model: str | None = None, seed: int = 0
+) -> tuple[dict[str, BaseAnalyzer], dict[str, str]]:
+    """The alert-based methods available here, and ``{name: reason}`` for those that are not.
+
+    ``propagation`` always; ``gat`` (zero-shot, the released artifact or ``model``) when it loads;
+    the simulated-data baselines of ``rca.baselines`` when that module provides ``make_baselines``.
+    """
+    methods: dict[str, BaseAnalyzer] = {"propagation": PropagationRanker()}
+    skipped: dict[str, str] = {}
+    try:
+        from rca.gat_analyzer import GATAnalyzer
+
+        methods["gat"] = GATAnalyzer.load(model)
+    except (FleetMindError, ImportError, OSError) as err:
+        skipped["gat"] = str(err)
+    try:
+        from rca import baselines as sim_baselines  # engineer B's module (issue #3)
+
+        make: Callable[..., Mapping[str, BaseAnalyzer]] | None = getattr(
+            sim_baselines, "make_baselines", None
+        )
+        if make is None:
+            skipped["simulated_baselines"] = "rca.baselines has no make_baselines()"
+        else:
+            methods.update(dict(make(seed=seed)))
+    except ImportError as err:
+        skipped["simulated_baselines"] = f"rca.baselines not available: {err}"
+    return methods, skipped
+
+
+def evaluate_scenario(
+    scenario: PetShopScenario,
+    split: str = "all",
+    alert_methods: Mapping[str, BaseAnalyzer] | None = None,
+    metric_methods: Mapping[str, MetricAnalyzer] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Run every method on every issue of ``split`` and summarize.
+
+    Returns:
+        ``{"n_incidents", "methods": {name: metrics}, "by_split": {split: {"n_incidents", "methods"}},
+        "by_fault_type": {...}, "per_incident": [{"id", "split", "fault_type", "root_cause",
+        "n_alerts", "ranks": {name: rank|None}, "top3": {name: [...]}}], "alerting_ms_per_incident",
+        "published"}``; ``methods`` covers ``split``.
+    """
+    alert_methods = dict(alert_methods or {"propagation": PropagationRanker()})
+    metric_methods = dict(metric_methods or {n: cls() for n, cls in METRIC_BASELINES.items()})
+    issues = scenario.issues(split)
+    names = list(alert_methods) + list(metric_methods)
+    rows: list[dict[str, Any]] = []
+    times: dict[str, list[float]] = {n: [] for n in names}
+    alert_ms: list[float] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(issues), desc="rca petshop", unit="issue")
+    for issue in issues:
+        t0 = time.perf_counter()
+        inc = scenario.incident(issue)
+        alert_ms.append((time.perf_counter() - t0) * 1e3)
+        window = read_metrics_csv(issue.path / "metrics.csv")
+        target = read_target(issue.path / "target.json")["target"]
+        row: dict[str, Any] = {
+            "id": inc["id"],
+            "split": inc["split"],
+            "fault_type": inc["fault_type"],
+            "root_cause": inc["root_cause"],
+            "n_alerts": len(inc["alerts"]),
+            "ranks": {},
+            "top3": {},
+        }
+        for name, method in alert_methods.items():
+            t0 = time.perf_counter()
+            res = method.find_root_causes(scenario.graph, inc["alerts"])
+            times[name].append((time.perf_counter() - t0) * 1e3)
+            ranked = res.ranked_nodes()
+            row["ranks"][name] = rank_of(ranked, inc["root_cause"])
+            row["top3"][name] = ranked[:3]
+        for name, method in metric_methods.items():
+            t0 = time.perf_counter()
+            res = method.rank_metrics(scenario.graph, scenario.normal, window, target)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+            ranked = res.ranked_nodes()
+            row["ranks"][name] = rank_of(ranked, inc["root_cause"])
+            row["top3"][name] = ranked[:3]
+            if "backend" in res.extra:
+                row.setdefault("backend", {})[name] = res.extra["backend"]
+        rows.append(row)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+
+    def block(sel: list[int]) -> dict[str, Any]:
+        return {
+            "n_incidents": len(sel),
+            "methods": {
+                n: summarize([rows[i]["ranks"][n] for i in sel], [times[n][i] for i in sel])
+                for n in names
+            },
+        }
+
+    everything = list(range(len(rows)))
+    out = block(everything)
+    out["by_split"] = {
+        s: block([i for i, r in enumerate(rows) if r["split"] == s])
+        for s in sorted({r["split"] for r in rows})
+    }
+    if len(out["by_split"]) > 1:
+        out["by_split"]["all"] = block(everything)
+    out["by_fault_type"] = {
+        f: block([i for i, r in enumerate(rows) if str(r["fault_type"]) == f])
+        for f in sorted({str(r["fault_type"]) for r in rows})
+    }
+    out["per_incident"] = rows
+    out["alerting_ms_per_incident"] = float(sum(alert_ms) / max(1, len(alert_ms)))
+    out["published"] = PUBLISHED
+    return out
