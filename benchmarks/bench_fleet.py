@@ -49,32 +49,38 @@ def bench_alloc(policy: str, n_queries: int = 2000, seed: int = 0) -> dict[str, 
     cold = []
     for m, k in zip(masks[:300], ks[:300], strict=True):
         tpl._cache.pop(("best", policy), None)
+        tpl._cache.pop(("bytes", policy), None)
         t = time.perf_counter()
         gpu_alloc.best_gpu_set(tpl, m, int(k), policy)
         cold.append(time.perf_counter() - t)
     tpl._cache.pop(("best", policy), None)
+    tpl._cache.pop(("bytes", policy), None)
     t0 = time.perf_counter()
     for m, k in zip(masks, ks, strict=True):
         gpu_alloc.best_gpu_set(tpl, m, int(k), policy)
     first_pass = (time.perf_counter() - t0) / n_queries * 1e6
     distinct = len({(gpu_alloc.mask_to_bits(m), int(k)) for m, k in zip(masks, ks, strict=True)})
-    t0 = time.perf_counter()
-    for m, k in zip(masks, ks, strict=True):
-        gpu_alloc.best_gpu_set(tpl, m, int(k), policy)
-    warm = (time.perf_counter() - t0) / n_queries * 1e6
+    mask_list = list(masks)
+    k_list = [int(k) for k in ks]
     bits = [gpu_alloc.mask_to_bits(m) for m in masks]
-    t0 = time.perf_counter()
-    for b, k in zip(bits, ks, strict=True):
-        gpu_alloc.best_gpu_set_bits(tpl, b, int(k), policy)
-    warm_bits = (time.perf_counter() - t0) / n_queries * 1e6
+    warm = warm_bits = float("inf")
+    for _ in range(5):  # best of 5 passes: the machine is shared, the minimum is the least noisy
+        t0 = time.perf_counter()
+        for m, k in zip(mask_list, k_list, strict=True):
+            gpu_alloc.best_gpu_set(tpl, m, k, policy)
+        warm = min(warm, (time.perf_counter() - t0) / n_queries * 1e6)
+        t0 = time.perf_counter()
+        for b, k in zip(bits, k_list, strict=True):
+            gpu_alloc.best_gpu_set_bits(tpl, b, k, policy)
+        warm_bits = min(warm_bits, (time.perf_counter() - t0) / n_queries * 1e6)
     return {
         "queries": n_queries,
         "distinct_mask_k": distinct,
         "first_pass_us_per_call": round(first_pass, 2),
         "cold_median_us": round(float(np.median(cold) * 1e6), 2),
         "cold_p99_us": round(float(np.percentile(cold, 99) * 1e6), 2),
-        "warm_us_per_call": round(warm, 3),
-        "warm_bits_us_per_call": round(warm_bits, 3),
+        "warm_best_of_5_us_per_call": round(warm, 3),
+        "warm_bits_best_of_5_us_per_call": round(warm_bits, 3),
     }
 
 

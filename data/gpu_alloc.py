@@ -133,16 +133,31 @@ def best_gpu_set(
     :raises ConfigError: for a negative ``k``, a mask of the wrong length or an unknown policy.
     """
     if isinstance(free_mask, (int, np.integer)):
-        bits = int(free_mask)
-    else:
-        arr = np.asarray(free_mask, dtype=bool)
-        if arr.shape != (template.n_gpus,):
-            raise ConfigError(
-                f"free_mask has shape {arr.shape}, template {template.name!r} has "
-                f"{template.n_gpus} GPUs"
-            )
-        bits = mask_to_bits(arr)
-    return best_gpu_set_bits(template, bits, k, policy)
+        return best_gpu_set_bits(template, int(free_mask), k, policy)
+    arr = free_mask if isinstance(free_mask, np.ndarray) else np.asarray(free_mask)
+    if arr.dtype != np.bool_:
+        arr = arr.astype(bool)
+    if arr.shape != (template.n_gpus,):
+        raise ConfigError(
+            f"free_mask has shape {arr.shape}, template {template.name!r} has "
+            f"{template.n_gpus} GPUs"
+        )
+    # Memo keyed by the mask's bytes: skips the bool -> int conversion on repeated masks.
+    memo = template._cache.setdefault(("bytes", policy), {})
+    key = (arr.tobytes(), k)
+    hit = memo.get(key, _MISS)
+    if hit is not _MISS:
+        return hit
+    bits = 0
+    for i, v in enumerate(arr.tolist()):
+        if v:
+            bits |= 1 << i
+    result = best_gpu_set_bits(template, bits, k, policy)
+    memo[key] = result
+    return result
+
+
+_MISS = object()
 
 
 def best_gpu_set_bits(
@@ -151,8 +166,9 @@ def best_gpu_set_bits(
     """:func:`best_gpu_set` with the free GPUs as an integer bitmask (the fastest entry point)."""
     cache = template._cache.setdefault(("best", policy), {})
     key = (free_bits, k)
-    if key in cache:
-        return cache[key]
+    hit = cache.get(key, _MISS)
+    if hit is not _MISS:
+        return hit
     if k < 0:
         raise ConfigError(f"k must be >= 0, got {k}")
     if policy not in ("greedy", "partition"):
