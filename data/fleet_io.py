@@ -69,6 +69,12 @@ class _LineLoader(_BaseLoader):  # type: ignore[misc,valid-type]
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _LineDict:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, str) and key in seen:
+            raise DataError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+        seen.add(key)
     out = _LineDict(loader.construct_mapping(node, deep=True))
     out.line = node.start_mark.line + 1
     return out
@@ -363,6 +369,8 @@ def load_fleet_yaml(path: str | os.PathLike[str]) -> Fleet:
         raise DataError(f"fleet file {p} not found (give a YAML file or 'openb')")
     try:
         doc = yaml.load(p.read_text(), Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+    except DataError as err:
+        raise DataError(f"{p}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)

@@ -205,3 +205,24 @@ def test_fleet_validation():
         fleet.template_of("x")
     with pytest.raises(ConfigError, match="unknown cluster 'b'"):
         fleet.nodes_in_cluster("b")
+
+
+def test_duplicate_yaml_key_is_rejected(tmp_path):
+    p = _write(tmp_path, "name: a\nname: b\nclusters: []\n")
+    with pytest.raises(DataError, match=r"fleet\.yaml: line 2: duplicate key 'name'"):
+        load_fleet_yaml(p)
+
+
+def test_discovery_through_nvswitch(monkeypatch):
+    """Links that end on an NVSwitch (no GPU has that bus id) connect every switch-attached pair."""
+    mod = _fake_pynvml()
+    switch = types.SimpleNamespace(busId=b"00000000:F0:00.0")
+    mod.NVML_NVLINK_MAX_LINKS = 3
+    mod.nvmlDeviceGetNvLinkState = lambda h, link: 1
+    mod.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: switch
+    mod.nvmlDeviceGetNumaNodeId = lambda h: 3 if h < 2 else 7
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    t = discover_local_fleet().templates[0]
+    off = ~np.eye(4, dtype=bool)
+    assert (t.nvlinks[off] == 3).all()
+    assert list(t.numa) == [0, 0, 1, 1]  # driver NUMA ids 3 and 7, renumbered densely
