@@ -148,7 +148,7 @@ def load_dataset(path: str | Path, splits: Iterable[str] | None = None) -> RCADa
     data = {name: read_incidents(root / f"{name}.jsonl") for name in names}
     graphs: dict[str, DependencyGraph] = {}
     for name, incidents in data.items():
-        for lineno, inc in enumerate(incidents, 1):
+        for inc in incidents:
             gname = inc["graph"]
             if gname not in graphs:
                 gpath = gdir / f"{gname}.json"

@@ -249,9 +249,8 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from rca.metrics import evaluate_methods, make_analyzers
-
     from data.rca_dataset import load_dataset
+    from rca.metrics import evaluate_methods, make_analyzers
 
     ds = load_dataset(args.data)
     incidents = ds.split(args.split)

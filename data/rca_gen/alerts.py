@@ -395,10 +395,13 @@ class IncidentSimulator:
         self.roles = [nd.attrs.get("role") for nd in graph.nodes]
         self.adj: dict[tuple[str, str], list[list[int]]] = {}
         src, dst = graph.edge_index
+        for ekind in {e.kind for e in graph.edges}:
+            self.adj[(ekind, "down")] = [[] for _ in range(n)]
+            self.adj[(ekind, "up")] = [[] for _ in range(n)]
         for e, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
             kind = graph.edges[e].kind
-            self.adj.setdefault((kind, "down"), [[] for _ in range(n)])[s].append(d)
-            self.adj.setdefault((kind, "up"), [[] for _ in range(n)])[d].append(s)
+            self.adj[(kind, "down")][s].append(d)
+            self.adj[(kind, "up")][d].append(s)
         self._empty: list[list[int]] = [[] for _ in range(n)]
         self.hops = hops_by_effect()
         self.by_kind: dict[str, np.ndarray] = {}

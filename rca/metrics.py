@@ -1,0 +1,193 @@
+"""Ranking metrics (as in RCAEval) and the evaluation loop used by ``fleetmind rca evaluate``.
+
+Definitions (RCAEval, Pham et al., WWW'25 resource track; ``RCAEval/e2e`` evaluator): for incidents
+``i = 1..N`` with true root ``r_i`` and ranked list ``R_i``,
+
+* ``AC@k = (1/N) * sum_i [r_i in R_i[:k]]`` (top-k accuracy),
+* ``Avg@k = (1/k) * sum_{j=1..k} AC@j`` (rewards higher ranks inside the top k),
+* ``MRR = (1/N) * sum_i 1 / rank_i`` with ``rank_i`` the 1-based position of ``r_i`` in ``R_i`` and
+  ``1 / rank_i = 0`` when ``r_i`` is not ranked at all.
+
+Plug-in methods: :func:`register_method` adds a factory ``(model, seed) -> BaseAnalyzer`` under a
+name; methods listed in :data:`PLUGINS` (``"gat"``) are imported lazily from their module on first
+use, so the GAT joins ``rca evaluate`` by providing ``rca.gat_analyzer.make_analyzer(model, seed)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from data.errors import ConfigError, NotAvailableError
+from data.graph import DependencyGraph
+from rca.base import BaseAnalyzer
+
+K_VALUES: tuple[int, ...] = (1, 3, 5)
+
+
+def rank_of(ranked: Sequence[str], root: str) -> int | None:
+    """1-based position of ``root`` in ``ranked`` or ``None`` when absent."""
+    try:
+        return list(ranked).index(root) + 1
+    except ValueError:
+        return None
+
+
+def ac_at_k(ranks: Sequence[int | None], k: int) -> float:
+    """Share of incidents whose root is in the top ``k`` (``ranks``: 1-based rank or None)."""
+    if not ranks:
+        return 0.0
+    return float(np.mean([r is not None and r <= k for r in ranks]))
+
+
+def avg_at_k(ranks: Sequence[int | None], k: int = 5) -> float:
+    """``(1/k) * sum_{j=1..k} AC@j``."""
+    return float(np.mean([ac_at_k(ranks, j) for j in range(1, k + 1)]))
+
+
+def mrr(ranks: Sequence[int | None]) -> float:
+    """Mean reciprocal rank; an unranked root contributes 0."""
+    if not ranks:
+        return 0.0
+    return float(np.mean([0.0 if r is None else 1.0 / r for r in ranks]))
+
+
+def summarize(ranks: Sequence[int | None], ms: Sequence[float] | None = None) -> dict[str, float]:
+    """The metric dict of one method: ``ac@1, ac@3, ac@5, avg@5, mrr, ms_per_incident``."""
+    out = {f"ac@{k}": ac_at_k(ranks, k) for k in K_VALUES}
+    out["avg@5"] = avg_at_k(ranks, 5)
+    out["mrr"] = mrr(ranks)
+    out["ms_per_incident"] = float(np.mean(ms)) if ms else 0.0
+    return out
+
+
+# ------------------------------------------------------------------------------------------ registry
+Factory = Callable[[str | None, int], BaseAnalyzer]
+_FACTORIES: dict[str, Factory] = {}
+
+PLUGINS: dict[str, str] = {"gat": "rca.gat_analyzer:make_analyzer"}
+"""Lazily imported methods: name -> ``module:function`` with signature ``(model, seed) -> BaseAnalyzer``."""
+
+
+def register_method(name: str, factory: Factory) -> None:
+    """Make ``name`` available to :func:`make_analyzers` (and ``rca evaluate --methods``).
+
+    Args:
+        name: method name in results JSON.
+        factory: ``factory(model_ref_or_None, seed) -> BaseAnalyzer``.
+    """
+    _FACTORIES[name] = factory
+
+
+def _register_baselines() -> None:
+    from rca.baselines import BASELINES, RandomConfig
+
+    for name, cls in BASELINES.items():
+        if name == "random":
+            register_method(name, lambda model, seed, cls=cls: cls(RandomConfig(seed=seed)))
+        else:
+            register_method(name, lambda model, seed, cls=cls: cls())
+
+
+def available_methods() -> list[str]:
+    """Registered baselines and methods, then plug-ins (which may fail to import)."""
+    if not _FACTORIES:
+        _register_baselines()
+    return list(_FACTORIES) + [p for p in PLUGINS if p not in _FACTORIES]
+
+
+def _plugin(name: str) -> Factory:
+    mod, _, fn = PLUGINS[name].partition(":")
+    try:
+        return getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as err:
+        raise NotAvailableError(f"method {name!r} is not available ({mod}.{fn}: {err})") from None
+
+
+def make_analyzers(
+    names: Iterable[str] | None = None, model: str | None = None, seed: int = 0
+) -> dict[str, BaseAnalyzer]:
+    """Build analyzers by name (default: every baseline plus plug-ins that load).
+
+    Raises:
+        ConfigError: an unknown method name.
+        NotAvailableError: a requested plug-in cannot be loaded (e.g. no released GAT model).
+    """
+    if not _FACTORIES:
+        _register_baselines()
+    explicit = names is not None
+    out: dict[str, BaseAnalyzer] = {}
+    for name in names if names is not None else available_methods():
+        if name in _FACTORIES:
+            out[name] = _FACTORIES[name](model, seed)
+        elif name in PLUGINS:
+            try:
+                out[name] = _plugin(name)(model, seed)
+            except Exception as err:  # a plug-in that cannot load is skipped unless asked for
+                if explicit:
+                    if isinstance(err, NotAvailableError | ConfigError):
+                        raise
+                    raise NotAvailableError(f"method {name!r} could not be loaded: {err}") from None
+        else:
+            raise ConfigError(
+                f"unknown method {name!r} (available: {', '.join(available_methods())})"
+            )
+    return out
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+def _prime(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> None:
+    """Fill the per-graph adjacency and alert-label caches so no method pays for them in its timing."""
+    from rca.baselines import alerts_by_node
+
+    alerts_by_node(graph, alerts)  # type: ignore[arg-type]
+
+
+def evaluate_methods(
+    incidents: Sequence[Mapping[str, Any]],
+    analyzers: Mapping[str, BaseAnalyzer],
+    graphs: Mapping[str, DependencyGraph],
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Rank every incident with every analyzer and score the rankings.
+
+    Args:
+        incidents: incident dicts of the dataset contract (``graph``, ``alerts``, ``root_cause``).
+        analyzers: name -> analyzer.
+        graphs: graph name -> graph (``RCADataset.graphs``).
+        progress: show a tqdm bar.
+
+    Returns:
+        ``{"n_incidents", "methods": {name: {"ac@1","ac@3","ac@5","avg@5","mrr","ms_per_incident"}},
+        "by_fault_type": {name: {fault_type: {"n", "ac@1"}}}}``.
+    """
+    ranks: dict[str, list[int | None]] = {n: [] for n in analyzers}
+    times: dict[str, list[float]] = {n: [] for n in analyzers}
+    by_fault: dict[str, dict[str, list[int | None]]] = {n: {} for n in analyzers}
+    it: Iterable[Mapping[str, Any]] = incidents
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(incidents, desc="rca evaluate", unit="inc")
+    for inc in it:
+        g = graphs[inc["graph"]]
+        _prime(g, inc["alerts"])
+        for name, an in analyzers.items():
+            t = time.perf_counter()
+            res = an.find_root_causes(g, inc["alerts"], None)
+            times[name].append((time.perf_counter() - t) * 1000.0)
+            r = rank_of(res.ranked_nodes(), inc["root_cause"])
+            ranks[name].append(r)
+            by_fault[name].setdefault(str(inc.get("fault_type")), []).append(r)
+    return {
+        "n_incidents": len(incidents),
+        "methods": {n: summarize(ranks[n], times[n]) for n in analyzers},
+        "by_fault_type": {
+            n: {ft: {"n": len(r), "ac@1": ac_at_k(r, 1)} for ft, r in sorted(d.items())}
+            for n, d in by_fault.items()
+        },
+    }
