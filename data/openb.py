@@ -405,3 +405,66 @@ def load_fgd_published(
             u130,
         )
     return out
+
+
+def trace_from_arrays(
+    cpu_milli: np.ndarray | list[int],
+    memory_mib: np.ndarray | list[int],
+    num_gpu: np.ndarray | list[int],
+    gpu_milli: np.ndarray | list[int],
+    gpu_spec: np.ndarray | list[str] | None = None,
+    *,
+    name: str = "synthetic",
+    creation_time: np.ndarray | list[float] | None = None,
+    deletion_time: np.ndarray | list[float] | None = None,
+) -> PodTrace:
+    """A :class:`PodTrace` built in memory (synthetic traces, tests); pods are named ``pod-00000``...
+
+    ``gpu_milli`` is clipped to 1000 and zeroed for CPU-only pods, as in :func:`load_openb_trace`.
+    """
+    ng = np.asarray(num_gpu, dtype=np.int64)
+    n = len(ng)
+    gm = np.where(ng > 0, np.minimum(np.asarray(gpu_milli, dtype=np.int64), GPU_MILLI), 0)
+    if ((ng > 0) & (gm <= 0)).any():
+        raise DataError("a pod with num_gpu > 0 has gpu_milli 0")
+    spec = np.array(gpu_spec if gpu_spec is not None else [""] * n, dtype=object)
+    spec = np.where(ng > 0, spec, "").astype(str)
+    nan = np.full(n, np.nan)
+    return PodTrace(
+        name=name,
+        pod_names=np.array([f"pod-{i:05d}" for i in range(n)], dtype=str),
+        cpu_milli=np.asarray(cpu_milli, dtype=np.int64).copy(),
+        memory_mib=np.asarray(memory_mib, dtype=np.int64).copy(),
+        num_gpu=ng.copy(),
+        gpu_milli=gm,
+        gpu_spec=spec,
+        gpu_spec_mask=np.array([gpu_spec_mask(s) for s in spec], dtype=np.int64),
+        qos=np.full(n, "", dtype=str),
+        creation_time=np.asarray(creation_time, dtype=float) if creation_time is not None else nan,
+        deletion_time=np.asarray(deletion_time, dtype=float)
+        if deletion_time is not None
+        else nan.copy(),
+        scheduled_time=nan.copy(),
+    )
+
+
+def nodes_from_arrays(
+    cpu_milli: np.ndarray | list[int],
+    memory_mib: np.ndarray | list[int],
+    num_gpu: np.ndarray | list[int],
+    model: np.ndarray | list[str],
+) -> OpenbNodes:
+    """An :class:`OpenbNodes` built in memory (hand-made fleets, tests); nodes named ``node-0000``..."""
+    ng = np.asarray(num_gpu, dtype=np.int64)
+    models = np.array(
+        [m if g > 0 else "" for m, g in zip(model, ng.tolist(), strict=True)], dtype=str
+    )
+    return OpenbNodes(
+        names=np.array([f"node-{i:04d}" for i in range(len(ng))], dtype=str),
+        cpu_milli=np.asarray(cpu_milli, dtype=np.int64).copy(),
+        memory_mib=np.asarray(memory_mib, dtype=np.int64).copy(),
+        num_gpu=ng.copy(),
+        model=models,
+        model_id=np.array([gpu_model_id(m) if m else -1 for m in models], dtype=np.int64),
+        source="<memory>",
+    )

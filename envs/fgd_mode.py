@@ -61,6 +61,7 @@ class FgdResult:
         unallocated: level (e.g. 100, 130) -> unallocated GPU % at that arrived level.
         arrived_milli, allocated_milli: ``(P,)`` int64 records after each pod.
         placed: ``(P,)`` bool, pod got a node.
+        node_of: ``(P,)`` int64, the node index each pod went to (-1: failed).
         seconds: wall time of the placement loop; ms_per_decision: mean ms per pod.
     """
 
@@ -73,6 +74,8 @@ class FgdResult:
     allocated_milli: np.ndarray
     placed: np.ndarray
     seconds: float
+    node_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    workload: PodTrace | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -193,6 +196,7 @@ def run_fgd(
     arrived = np.cumsum(wl.trace.gpu_request)
     allocated = np.zeros(n, dtype=np.int64)
     placed = np.zeros(n, dtype=bool)
+    node_of = np.full(n, -1, dtype=np.int64)
     feasible = state.feasible
     select = pol.select
     place = state.place
@@ -202,6 +206,7 @@ def run_fgd(
         if node >= 0:
             place(pod, node, gpus)
             placed[i] = True
+            node_of[i] = node
         allocated[i] = state.allocated_gpu_milli
     seconds = time.perf_counter() - t0
     cap = state.gpu_capacity_milli
@@ -215,6 +220,8 @@ def run_fgd(
         allocated_milli=allocated,
         placed=placed,
         seconds=seconds,
+        node_of=node_of,
+        workload=wl.trace,
     )
 
 
@@ -224,6 +231,8 @@ def _run_job(job: tuple[PodTrace, str, int, OpenbNodes | None, tuple[int, ...]])
     # drop the per-pod arrays before sending the result back to the parent process
     res.arrived_milli = res.arrived_milli[:0]
     res.allocated_milli = res.allocated_milli[:0]
+    res.node_of = res.node_of[:0]
+    res.workload = None
     return res
 
 
