@@ -334,6 +334,10 @@ class Fleet:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, val in state.items():
+            setattr(self, key, _ro(val) if isinstance(val, np.ndarray) else val)
+
     def __repr__(self) -> str:
         return (
             f"Fleet({self.name!r}, clusters={self.n_clusters}, nodes={self.n_nodes}, "

@@ -259,6 +259,18 @@ class NodeTemplate:
         object.__setattr__(self, "numa", _readonly(numa))
         object.__setattr__(self, "board", _readonly(board))
 
+    # -- pickling (SubprocVecEnv workers): drop the caches, keep arrays read-only -------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_cache"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, val in state.items():
+            if isinstance(val, np.ndarray):
+                val = _readonly(val)
+            object.__setattr__(self, key, val)
+
     # -- comparisons -------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, NodeTemplate):

@@ -226,3 +226,18 @@ def test_discovery_through_nvswitch(monkeypatch):
     off = ~np.eye(4, dtype=bool)
     assert (t.nvlinks[off] == 3).all()
     assert list(t.numa) == [0, 0, 1, 1]  # driver NUMA ids 3 and 7, renumbered densely
+
+
+def test_fleet_pickles_for_worker_processes():
+    import pickle
+
+    fleet = load_fleet_yaml(FLEETS / "small.yaml")
+    tpl = fleet.template_of("lab-dgx1-0")
+    from data.gpu_alloc import best_gpu_set
+
+    best_gpu_set(tpl, np.ones(8, bool), 2)
+    again = pickle.loads(pickle.dumps(fleet))
+    assert again == fleet
+    t2 = again.template_of("lab-dgx1-0")
+    assert not t2.level.flags.writeable and not again.node_cluster.flags.writeable
+    assert best_gpu_set(t2, np.ones(8, bool), 4) == (0, 1, 2, 3)
