@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from serving.app import create_app  # noqa: E402
 from serving.settings import Settings  # noqa: E402
 
-
 _TMP = Path(tempfile.mkdtemp(prefix="fleetmind-fuzz-"))
 app = create_app(
     Settings(
