@@ -1,1 +1,9 @@
 """FleetMind `envs` package."""
+
+from gymnasium.envs.registration import register, registry
+
+if "fleetmind/GpuPlacement-v0" not in registry:
+    register(
+        id="fleetmind/GpuPlacement-v0",
+        entry_point="envs.gpu_placement_env:GpuPlacementEnv",
+    )

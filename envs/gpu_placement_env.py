@@ -1,0 +1,283 @@
+"""``fleetmind/GpuPlacement-v0``: fgd-mode GPU placement as a gymnasium env with candidate actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from data.errors import ConfigError
+from data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
+from envs.candidates import (
+    DEFAULT_N_CANDIDATES,
+    N_CAND_FEATURES,
+    N_GLOBAL_FEATURES,
+    OBS_HIGH,
+    OBS_LOW,
+    CandidateBuilder,
+    Candidates,
+)
+from envs.core import ClusterState, pods_from_trace
+from envs.fgd_mode import DEFAULT_SCALE, build_workload, unallocated_at
+
+
+class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
+    """
+    ## Description
+
+    Places the pods of an Alibaba openb trace one at a time on the 1,213 GPU nodes of the openb node
+    list, in the setup of the FGD paper (Weng et al., USENIX ATC'23; ``envs/fgd_mode.py``): the
+    trace is shuffled by a workload seed and resampled to 1.3x the cluster's GPU capacity, nodes get a
+    seeded tie-break priority, and nothing departs. CPU, memory, ``gpu_spec``, GPU-sharing
+    (``gpu_milli`` < 1000) and multi-GPU requests are enforced by :class:`envs.core.ClusterState`.
+    The goal is to keep the unallocated GPU % at 100 % arrived workload low, i.e. to avoid
+    fragmentation that leaves later pods without a feasible node.
+
+    Only real choices are steps: a pod with no feasible node fails (recorded, as in the paper), and a
+    pod with exactly one feasible node is placed there (as every heuristic does); both happen inside
+    ``reset``/``step`` without asking the agent.
+
+    ## Action Space
+
+    ``Discrete(K)`` (``K = n_candidates``, default 16): the index of one of the candidate placements
+    proposed for the current pod (a node and the GPUs there; see ``envs/candidates.py``). Candidate 0
+    is always FGD's choice. ``action_masks()`` returns the ``(K,)`` bool mask of real candidates (for
+    sb3-contrib's ``MaskablePPO``); a masked action is an error.
+
+    ## Observation Space
+
+    ``Box(-1, 4, (K*F + G,), float32)``: ``K`` rows of ``F = 18`` candidate features (row-major) then
+    ``G = 10`` global features, all pre-scaled to about [-1, 1] (the normalisation lives in the env so
+    that the exported policy and the service see exactly what training saw).
+
+    | index | observation | min | max |
+    | --- | --- | --- | --- |
+    | ``k*F + 0`` | candidate k valid | 0 | 1 |
+    | ``k*F + 1`` | candidate k is FGD's choice | 0 | 1 |
+    | ``k*F + 2`` | tanh(FGD fragmentation decrease / 1000 milli-GPU) | -1 | 1 |
+    | ``k*F + 3`` | FGD integer score / 100 | 0 | 1 |
+    | ``k*F + 4`` | rank in FGD's order / (feasible nodes - 1) | 0 | 1 |
+    | ``k*F + 5`` | candidate k is BestFit's choice | 0 | 1 |
+    | ``k*F + 6..8`` | BestFit, GpuPacking, GpuClustering scores / 100 | 0 | 1 |
+    | ``k*F + 9`` | node tie-break priority rank / N | 0 | 1 |
+    | ``k*F + 10..11`` | node GPU used fraction before / after | 0 | 1 |
+    | ``k*F + 12..13`` | node free CPU / memory fraction after | 0 | 1 |
+    | ``k*F + 14`` | node GPUs / 8 | 0 | 1 |
+    | ``k*F + 15`` | node fragmentation F_n / 8000 milli-GPU | 0 | 1 |
+    | ``k*F + 16`` | idle milli left on the chosen GPU / 1000 (sharing pods) | 0 | 1 |
+    | ``k*F + 17`` | fully idle GPUs after / 8 | 0 | 1 |
+    | ``K*F + 0..5`` | pod per-GPU milli / 1000, GPUs / 8, CPU / 32 cores, memory / 64 GiB, is sharing, is CPU-only | 0 | 4 |
+    | ``K*F + 6..9`` | arrived / (1.3 capacity), allocated / capacity, feasible nodes / N, cluster fragmentation / capacity | 0 | 1 |
+
+    Padding rows (fewer than K feasible nodes) are all zero.
+
+    ## Rewards
+
+    ``r_t = 100 * (A_{t+1} - A_t) / C  -  shaping * 100 * (Phi_{t+1} - Phi_t) / C`` where ``A`` is the
+    allocated GPU milli (including pods placed automatically between two decisions), ``C`` the GPU
+    capacity in milli and ``Phi = sum_n F_n`` FGD's cluster fragmentation (milli-GPU, over the
+    typical pods of the trace). The first term sums to the allocated GPU % at the end of the episode,
+    i.e. 100 minus the unallocated GPU %; the second is potential-based shaping (Ng et al., 1999), which
+    telescopes to ``-shaping * (Phi_T - Phi_0)`` and so does not change which policy is optimal in the
+    undiscounted return while giving each step an immediate signal.
+
+    ## Starting State
+
+    An empty cluster; the workload (order, resampled copies, node priority) is built from a workload
+    seed drawn from ``self.np_random`` or given as ``options["workload_seed"]``; with several traces,
+    one is drawn per episode (or ``options["trace"]``).
+
+    ## Episode End
+
+    1. Termination: every pod of the workload (up to 130 % arrived) has been processed.
+    2. Truncation: the arrived GPU request passes ``stop_arrived_pct`` % of capacity (when set).
+
+    The final ``info`` holds ``unallocated_gpu_pct_at_100`` and ``..._at_130`` (the paper's window-mean
+    metric, NaN when the level was not reached), ``n_pods``, ``n_failed`` and ``n_decisions``.
+
+    ## Arguments
+
+    ```python
+    import gymnasium as gym
+    import envs  # registers the ids
+    env = gym.make("fleetmind/GpuPlacement-v0", traces=["default", "cpu050"])
+    ```
+
+    * ``traces``: an openb trace name, a CSV path, a :class:`PodTrace`, or a list of them
+      (default ``"default"``).
+    * ``nodes``: the node list (default: the openb GPU nodes).
+    * ``n_candidates``: ``K`` (default 16).
+    * ``scale``: workload size relative to capacity (default 1.3).
+    * ``stop_arrived_pct``: truncate once arrivals pass this % of capacity (default ``None``: run the
+      whole workload; training may use e.g. 102 since the metric is read at 100 %).
+    * ``shaping``: weight of the fragmentation shaping term (default 1.0).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        traces: str | PodTrace | list[str | PodTrace] = "default",
+        nodes: OpenbNodes | None = None,
+        n_candidates: int = DEFAULT_N_CANDIDATES,
+        scale: float = DEFAULT_SCALE,
+        stop_arrived_pct: float | None = None,
+        shaping: float = 1.0,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__()
+        if render_mode is not None:
+            raise ConfigError(f"render_mode {render_mode!r} is not supported")
+        items = traces if isinstance(traces, list | tuple) else [traces]
+        if not items:
+            raise ConfigError("GpuPlacementEnv needs at least one trace")
+        self._trace_items = list(items)
+        self._trace_cache: dict[int, PodTrace] = {}
+        self.nodes = nodes if nodes is not None else load_openb_nodes()
+        self.scale = float(scale)
+        self.stop_arrived_pct = stop_arrived_pct
+        self.shaping = float(shaping)
+        self.n_candidates = int(n_candidates)
+        self.n_cand_features = N_CAND_FEATURES
+        self.n_global_features = N_GLOBAL_FEATURES
+        self.builder = CandidateBuilder(self.n_candidates)
+        self.state = ClusterState.from_openb(self.nodes)
+        self.capacity = self.state.gpu_capacity_milli
+        dim = self.builder.obs_dim
+        self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, shape=(dim,), dtype=np.float32)
+        self.action_space = spaces.Discrete(self.n_candidates)
+        self._cand: Candidates | None = None
+        self._t = 0
+        self._n = 0
+
+    # ------------------------------------------------------------------ helpers
+    def trace_names(self) -> list[str]:
+        return [self._trace(i).name for i in range(len(self._trace_items))]
+
+    def _trace(self, i: int) -> PodTrace:
+        if i not in self._trace_cache:
+            item = self._trace_items[i]
+            self._trace_cache[i] = item if isinstance(item, PodTrace) else load_openb_trace(item)
+        return self._trace_cache[i]
+
+    def _pick_trace(self, options: dict[str, Any]) -> PodTrace:
+        want = options.get("trace")
+        if want is None:
+            return self._trace(int(self.np_random.integers(len(self._trace_items))))
+        if isinstance(want, PodTrace):
+            return want
+        for i, item in enumerate(self._trace_items):
+            if item == want or self._trace(i).name == want:
+                return self._trace(i)
+        return load_openb_trace(want)
+
+    def _advance(self) -> bool:
+        """Process pods until one needs a decision (True) or the episode ends (False)."""
+        st = self.state
+        pods = self._pods
+        while self._t < self._n:
+            t = self._t
+            if self._stop_milli is not None and self._arrived_cum[t] > self._stop_milli:
+                self._truncated = True
+                return False
+            pod = pods[t]
+            mask = st.feasible(pod)
+            n_feas = int(np.count_nonzero(mask))
+            if n_feas >= 2:
+                self._cand = self.builder.build(pod, mask, int(self._arrived_cum[t]))
+                return True
+            if n_feas == 1:
+                node = int(np.flatnonzero(mask)[0])
+                st.place(pod, node, self.builder.fgd_gpus(pod, node))
+            else:
+                self._n_failed += 1
+            self._allocated[t] = st.allocated_gpu_milli
+            self._t += 1
+        return False
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        trace = self._pick_trace(options)
+        wseed = options.get("workload_seed")
+        if wseed is None:
+            wseed = int(self.np_random.integers(2**31 - 1))
+        wl = build_workload(trace, self.state.n_nodes, self.capacity, int(wseed), self.scale)
+        self.state.set_priority(wl.priority)
+        self.state.reset()
+        self.builder.reset(self.state, trace)
+        self._trace_name = trace.name
+        self._workload_seed = int(wseed)
+        self._pods = pods_from_trace(wl.trace)
+        self._n = len(self._pods)
+        self._arrived_cum = np.cumsum(wl.trace.gpu_request)
+        self._allocated = np.zeros(self._n, dtype=np.int64)
+        stop = self.stop_arrived_pct
+        self._stop_milli = None if stop is None else stop / 100.0 * self.capacity
+        self._t = 0
+        self._n_failed = 0
+        self._n_decisions = 0
+        self._truncated = False
+        self._done = not self._advance()
+        self._phi = self.builder.cluster_fragmentation()
+        info = {"trace": trace.name, "workload_seed": int(wseed)}
+        if self._done:  # degenerate workload without any decision
+            info.update(self._final_info())
+            return np.zeros(self.observation_space.shape, dtype=np.float32), info
+        return self._cand.obs, info
+
+    def action_masks(self) -> np.ndarray:
+        """``(K,)`` bool: which actions are real candidates now."""
+        if self._cand is None or self._done:
+            return np.ones(self.n_candidates, dtype=bool)
+        return self._cand.mask.copy()
+
+    def candidate(self, action: int) -> tuple[int, np.ndarray]:
+        """``(node, gpus)`` of candidate ``action`` for the current pod."""
+        return int(self._cand.nodes[action]), self._cand.gpus[action]
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert self._cand is not None, "call reset() before step()"
+        assert not self._done, "episode is over; call reset()"
+        a = int(action)
+        assert 0 <= a < self.n_candidates and self._cand.mask[a], f"invalid action {a}"
+        st = self.state
+        alloc0 = st.allocated_gpu_milli
+        node, gpus = self.candidate(a)
+        st.place(self._pods[self._t], node, gpus)
+        self._allocated[self._t] = st.allocated_gpu_milli
+        self._t += 1
+        self._n_decisions += 1
+        more = self._advance()
+        phi = self.builder.cluster_fragmentation()
+        reward = (
+            100.0 * (st.allocated_gpu_milli - alloc0) / self.capacity
+            - self.shaping * 100.0 * (phi - self._phi) / self.capacity
+        )
+        self._phi = phi
+        info: dict[str, Any] = {}
+        if more:
+            return self._cand.obs, float(reward), False, False, info
+        self._done = True
+        info.update(self._final_info())
+        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        return obs, float(reward), not self._truncated, self._truncated, info
+
+    def _final_info(self) -> dict[str, Any]:
+        done = self._t
+        arrived = self._arrived_cum[:done]
+        alloc = self._allocated[:done]
+        return {
+            "trace": self._trace_name,
+            "workload_seed": self._workload_seed,
+            "unallocated_gpu_pct_at_100": unallocated_at(arrived, alloc, self.capacity, 100),
+            "unallocated_gpu_pct_at_130": unallocated_at(arrived, alloc, self.capacity, 130),
+            "n_pods": int(done),
+            "n_failed": int(self._n_failed),
+            "n_decisions": int(self._n_decisions),
+        }

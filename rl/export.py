@@ -1,0 +1,175 @@
+"""Export a trained placement agent to a plain torch module and to ONNX, and load them back.
+
+The exported actor takes the env's flat observation and its action mask and returns the greedy action,
+the same one ``MaskablePPO.predict(obs, action_masks=mask, deterministic=True)`` picks: masked logits get
+``-1e8`` (as sb3-contrib's ``MaskableCategorical`` does) and the argmax wins (lowest index on ties).
+
+Files written by :func:`export_policy` into one folder:
+
+| file | content |
+| --- | --- |
+| ``policy.pt`` | ``{"format", "config": {n_candidates, n_cand_features, n_global_features, hidden}, "state_dict"}`` of :class:`PlacementActor` (loads with ``torch.load(weights_only=True)``) |
+| ``policy.onnx`` | the same actor, inputs ``obs (B, K*F+G) float32`` and ``mask (B, K) bool``, outputs ``action (B,) int64`` and ``logits (B, K) float32`` |
+
+Shapes:
+    - **obs**: ``(B, K*F + G)`` float32
+    - **mask**: ``(B, K)`` bool
+    - **action**: ``(B,)`` int64, **logits**: ``(B, K)`` float32 (masked entries ``-1e8``)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from data.errors import ModelLoadError
+from rl.policy import MASKED_LOGIT, CandidateScorer
+
+EXPORT_FORMAT = "fleetmind-placement-actor/1"
+
+
+class PlacementActor(nn.Module):
+    """Greedy masked actor: the row MLP and logit head of a :class:`CandidateScorer`.
+
+    Args:
+        n_candidates (int): ``K``.
+        n_cand_features (int): ``F``.
+        n_global_features (int): ``G``.
+        hidden (int, optional): hidden width. (default: ``64``)
+    """
+
+    def __init__(
+        self, n_candidates: int, n_cand_features: int, n_global_features: int, hidden: int = 64
+    ) -> None:
+        super().__init__()
+        self.config = {
+            "n_candidates": int(n_candidates),
+            "n_cand_features": int(n_cand_features),
+            "n_global_features": int(n_global_features),
+            "hidden": int(hidden),
+        }
+        self.scorer = CandidateScorer(n_candidates, n_cand_features, n_global_features, hidden)
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.scorer.forward_actor(obs)
+        masked = torch.where(mask, logits, torch.full_like(logits, MASKED_LOGIT))
+        return torch.argmax(masked, dim=-1), masked
+
+    @torch.no_grad()
+    def predict(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Greedy actions for numpy ``obs (B, D)`` / ``(D,)`` and ``mask (B, K)`` / ``(K,)``."""
+        single = obs.ndim == 1
+        o = torch.as_tensor(np.atleast_2d(obs), dtype=torch.float32)
+        m = torch.as_tensor(np.atleast_2d(mask), dtype=torch.bool)
+        action = self.forward(o, m)[0].numpy()
+        return action[0] if single else action
+
+
+def actor_from_model(model: Any) -> PlacementActor:
+    """Build a :class:`PlacementActor` holding the weights of a trained ``MaskablePPO`` model."""
+    pol = model.policy
+    actor = PlacementActor(pol.n_candidates, pol.n_cand_features, pol.n_global_features, pol.hidden)
+    actor.scorer.load_state_dict(pol.mlp_extractor.state_dict())
+    return actor.eval()
+
+
+def save_torch(actor: PlacementActor, path: str | Path) -> Path:
+    """Write ``actor`` as ``{"format", "config", "state_dict"}`` to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {"format": EXPORT_FORMAT, "config": actor.config, "state_dict": actor.state_dict()}, path
+    )
+    return path
+
+
+def load_torch(path: str | Path) -> PlacementActor:
+    """Load a :class:`PlacementActor` saved by :func:`save_torch`.
+
+    Raises:
+        ModelLoadError: the file is missing, not a torch file, or not a placement actor.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"placement model file not found: {path}")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(blob, dict) or blob.get("format") != EXPORT_FORMAT:
+            raise ValueError(f"format is not {EXPORT_FORMAT}")
+        actor = PlacementActor(**blob["config"])
+        actor.load_state_dict(blob["state_dict"])
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # corrupt pickle, wrong keys, wrong shapes
+        raise ModelLoadError(f"cannot load placement model {path}: {exc}".splitlines()[0]) from exc
+    return actor.eval()
+
+
+def save_onnx(actor: PlacementActor, path: str | Path) -> Path:
+    """Export ``actor`` to ONNX (dynamic batch) at ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cfg = actor.config
+    dim = cfg["n_candidates"] * cfg["n_cand_features"] + cfg["n_global_features"]
+    obs = torch.zeros(2, dim, dtype=torch.float32)
+    mask = torch.ones(2, cfg["n_candidates"], dtype=torch.bool)
+    torch.onnx.export(
+        actor.eval(),
+        (obs, mask),
+        str(path),
+        input_names=["obs", "mask"],
+        output_names=["action", "logits"],
+        dynamic_axes={"obs": {0: "batch"}, "mask": {0: "batch"}, "action": {0: "batch"}},
+        dynamo=False,
+    )
+    return path
+
+
+class OnnxActor:
+    """onnxruntime session over a ``policy.onnx`` written by :func:`save_onnx`.
+
+    Raises:
+        ModelLoadError: the file is missing or not a valid ONNX model with inputs ``obs``/``mask``.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        import onnxruntime as ort
+
+        path = Path(path)
+        if not path.is_file():
+            raise ModelLoadError(f"placement ONNX file not found: {path}")
+        try:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = 1
+            opts.inter_op_num_threads = 1
+            self.session = ort.InferenceSession(
+                str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise ModelLoadError(f"cannot load placement ONNX model {path}: {exc}") from exc
+        names = [i.name for i in self.session.get_inputs()]
+        if names != ["obs", "mask"]:
+            raise ModelLoadError(f"{path} has inputs {names}, expected ['obs', 'mask']")
+        self.n_candidates = int(self.session.get_inputs()[1].shape[1])
+
+    def predict(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Greedy actions for ``obs (B, D)`` / ``(D,)`` and ``mask (B, K)`` / ``(K,)``."""
+        single = obs.ndim == 1
+        o = np.atleast_2d(obs).astype(np.float32, copy=False)
+        m = np.atleast_2d(mask).astype(bool, copy=False)
+        action = self.session.run(["action"], {"obs": o, "mask": m})[0]
+        return action[0] if single else action
+
+
+def export_policy(model: Any, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``policy.pt`` and ``policy.onnx`` of a trained ``MaskablePPO`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    actor = actor_from_model(model)
+    return {
+        "torch": save_torch(actor, out_dir / "policy.pt"),
+        "onnx": save_onnx(actor, out_dir / "policy.onnx"),
+    }

@@ -1,0 +1,209 @@
+"""The trained PPO agent as a placement policy (:class:`envs.policies.Policy` interface).
+
+Used by ``fleetmind sched evaluate --policies ppo [--model REF]`` (through
+:func:`envs.fgd_mode.evaluate_fgd`) and by the service's placement route.
+
+``REF`` is one of:
+
+* ``None``: the released artifact folder ``models/placement/``;
+* a folder holding ``policy.onnx`` and/or ``policy.pt`` (plus ``metadata.json``);
+* a ``policy.onnx`` or ``policy.pt`` file;
+* an MLflow model URI (``models:/fleetmind-placement@champion``, ``runs:/<id>/model``), downloaded
+  with ``mlflow.artifacts.download_artifacts``.
+
+Each decision builds the same candidate observation as ``fleetmind/GpuPlacement-v0``
+(:class:`envs.candidates.CandidateBuilder`) and takes the exported actor's greedy action; a pod with a
+single feasible node goes there, one with none fails, exactly as in the env and the heuristics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data.errors import ConfigError, ModelLoadError
+from data.openb import PodTrace
+from data.paths import MODELS_DIR
+from envs.candidates import CandidateBuilder, Candidates
+from envs.core import ClusterState, Pod
+from envs.policies import Policy, TypicalPods
+
+RELEASED_DIR = MODELS_DIR / "placement"
+"""Folder of the released placement model."""
+
+
+def typical_to_json(typical: TypicalPods) -> dict[str, list]:
+    """JSON-able form of FGD's typical pods (saved in ``metadata.json``)."""
+    return {
+        "cpu_milli": typical.cpu_milli.tolist(),
+        "gpu_milli": typical.gpu_milli.tolist(),
+        "num_gpu": typical.num_gpu.tolist(),
+        "gpu_spec_mask": typical.gpu_spec_mask.tolist(),
+        "count": typical.count.tolist(),
+        "gpu_spec": typical.gpu_spec.tolist(),
+    }
+
+
+def typical_from_json(d: dict[str, list]) -> TypicalPods:
+    """Inverse of :func:`typical_to_json`."""
+    i64 = {k: np.asarray(d[k], dtype=np.int64) for k in ("cpu_milli", "gpu_milli", "num_gpu")}
+    return TypicalPods(
+        gpu_spec_mask=np.asarray(d["gpu_spec_mask"], dtype=np.int64),
+        count=np.asarray(d["count"], dtype=np.int64),
+        gpu_spec=np.asarray(d["gpu_spec"], dtype=str),
+        **i64,
+    )
+
+
+class PPOPlacementPolicy(Policy):
+    """Greedy placement with an exported PPO actor over FGD-mode candidates.
+
+    Args:
+        actor: an object with ``predict(obs (D,), mask (K,)) -> int`` (:class:`rl.export.OnnxActor`
+            or :class:`rl.export.PlacementActor`).
+        n_candidates: ``K`` the actor was trained with.
+        metadata: the artifact's ``metadata.json`` (``typical_pods`` is the fallback workload model
+            when :meth:`reset` gets no trace).
+        source: where the model came from (for messages and the service's ``model_version``).
+    """
+
+    name = "ppo"
+
+    def __init__(
+        self,
+        actor: Any,
+        n_candidates: int,
+        metadata: dict[str, Any] | None = None,
+        source: str = "",
+    ) -> None:
+        super().__init__()
+        self.actor = actor
+        self.metadata = metadata or {}
+        self.source = source
+        self.builder = CandidateBuilder(n_candidates, **self.metadata.get("builder", {}))
+        self._arrived = 0
+        self._last: Candidates | None = None
+
+    @property
+    def version(self) -> str:
+        """A short model identifier (``metadata['version']`` or the source path)."""
+        return str(self.metadata.get("version", self.source))
+
+    def reset(
+        self,
+        state: ClusterState,
+        *,
+        rng: np.random.Generator | None = None,
+        trace: PodTrace | None = None,
+    ) -> None:
+        super().reset(state, rng=rng, trace=trace)
+        typical = None
+        if trace is None:
+            if "typical_pods" not in self.metadata:
+                raise ConfigError(
+                    "the PPO policy needs the workload trace (for FGD's typical pods) and the model "
+                    f"{self.source} stores none"
+                )
+            typical = typical_from_json(self.metadata["typical_pods"])
+        self.builder.reset(state, trace=trace, typical=typical)
+        self._arrived = 0
+
+    def candidates(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> Candidates:
+        """The candidate set and observation for ``pod`` (at least one feasible node in ``mask``)."""
+        if self.builder.state is not state:
+            raise ConfigError("call reset(state, trace=...) before select() on a new cluster state")
+        return self.builder.build(pod, mask, self._arrived)
+
+    def select(
+        self, state: ClusterState, pod: Pod, mask: np.ndarray | None = None
+    ) -> tuple[int, np.ndarray]:
+        if mask is None:
+            mask = state.feasible(pod)
+        self._arrived += pod.gpu_request
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return -1, np.zeros(0, dtype=np.int64)
+        if idx.size == 1:
+            node = int(idx[0])
+            return node, self.builder.fgd_gpus(pod, node)
+        cand = self.candidates(state, pod, mask)
+        self._last = cand
+        a = int(self.actor.predict(cand.obs, cand.mask))
+        return int(cand.nodes[a]), cand.gpus[a]
+
+    def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+        raise NotImplementedError("the PPO policy ranks candidates, not every node; use select()")
+
+
+def _resolve_ref(ref: str | Path | None) -> Path:
+    if ref is None:
+        return RELEASED_DIR
+    s = str(ref)
+    if s.startswith(("models:/", "runs:/")):
+        try:
+            import mlflow
+
+            local = mlflow.artifacts.download_artifacts(artifact_uri=s)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"cannot fetch placement model {s}: {exc}".splitlines()[0]
+            ) from exc
+        path = Path(local)
+        found = sorted(path.rglob("policy.onnx")) or sorted(path.rglob("policy.pt"))
+        if not found:
+            raise ModelLoadError(f"MLflow model {s} holds no policy.onnx or policy.pt")
+        return found[0].parent
+    return Path(s)
+
+
+def load_ppo_policy(ref: str | Path | None = None, backend: str = "auto") -> PPOPlacementPolicy:
+    """Load the PPO placement agent as a :class:`PPOPlacementPolicy`.
+
+    Args:
+        ref: see the module docstring (``None``: ``models/placement/``).
+        backend: ``"onnx"`` (onnxruntime), ``"torch"`` (the plain torch module) or ``"auto"``
+            (ONNX when ``policy.onnx`` exists, else torch).
+
+    Raises:
+        ModelLoadError: the reference does not exist, or a file is corrupt or not a placement model.
+    """
+    from rl.export import OnnxActor, load_torch
+
+    path = _resolve_ref(ref)
+    if path.is_dir():
+        folder = path
+        onnx_file, pt_file = folder / "policy.onnx", folder / "policy.pt"
+    elif path.is_file():
+        folder = path.parent
+        onnx_file = path if path.suffix == ".onnx" else folder / "__absent__.onnx"
+        pt_file = path if path.suffix != ".onnx" else folder / "__absent__.pt"
+    else:
+        raise ModelLoadError(f"placement model not found: {path}")
+    meta: dict[str, Any] = {}
+    meta_file = folder / "metadata.json"
+    if meta_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"corrupt placement model metadata {meta_file}: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise ModelLoadError(f"corrupt placement model metadata {meta_file}: not an object")
+    if backend not in ("auto", "onnx", "torch"):
+        raise ConfigError(f"unknown backend {backend!r}; use auto, onnx or torch")
+    use_onnx = backend == "onnx" or (backend == "auto" and onnx_file.is_file())
+    if use_onnx:
+        actor = OnnxActor(onnx_file)
+        k = actor.n_candidates
+        source = onnx_file
+    else:
+        actor = load_torch(pt_file)
+        k = actor.config["n_candidates"]
+        source = pt_file
+    if "n_candidates" in meta and int(meta["n_candidates"]) != k:
+        raise ModelLoadError(
+            f"{source}: actor has {k} candidates but metadata.json says {meta['n_candidates']}"
+        )
+    return PPOPlacementPolicy(actor, k, meta, source=str(source))
