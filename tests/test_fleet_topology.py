@@ -133,3 +133,10 @@ def test_rca_host_templates_follow_the_fleet_templates():
     assert all(pairs[p] == "NV2" for p in NV2) and all(pairs[p] == "NV1" for p in NV1)
     pcie = hosts["pcie-l40s-8"]
     assert {link[1] for link in pcie.links} == PIX and all(link[2] == "PIX" for link in pcie.links)
+
+
+def test_generic_pcie_names_and_bad_sizes():
+    t = get_template("pcie-3gpu:T4")
+    assert t.n_gpus == 3 and list(t.numa) == [0, 0, 1] and t.level[0, 1] == LinkLevel.PIX
+    with pytest.raises(ConfigError, match="1..16 GPUs"):
+        get_template("pcie-20gpu")
