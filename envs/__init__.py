@@ -7,3 +7,9 @@ if "fleetmind/GpuPlacement-v0" not in registry:
         id="fleetmind/GpuPlacement-v0",
         entry_point="envs.gpu_placement_env:GpuPlacementEnv",
     )
+
+if "fleetmind/MultiClusterPlacement-v0" not in registry:
+    register(
+        id="fleetmind/MultiClusterPlacement-v0",
+        entry_point="envs.multicluster_env:MultiClusterPlacementEnv",
+    )

@@ -1,0 +1,393 @@
+"""``fleetmind/MultiClusterPlacement-v0``: dynamic-mode placement on a multi-cluster fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from data.errors import ConfigError
+from data.openb import GPU_MILLI, PodTrace, load_openb_trace
+from envs.core import MAX_GPUS_PER_NODE
+from envs.dynamic_mode import (
+    DEFAULT_BACKFILL_DEPTH,
+    DEFAULT_TARGET_UTIL,
+    MAX_WORK_S,
+    DynamicSim,
+    DynFleet,
+    DynJobs,
+    best_bottleneck_set,
+    build_jobs,
+    estimate_completion,
+    load_dynamic_fleet,
+)
+from envs.policies import FGD, bestfit_scores, fgd_score_from_delta
+
+N_CAND_FEATURES = 14
+N_GLOBAL_FEATURES = 12
+DEFAULT_N_CANDIDATES = 16
+OBS_LOW, OBS_HIGH = -1.0, 4.0
+"""Observation bounds (features are clipped to them)."""
+
+CAND_FEATURE_NAMES = (
+    "valid",
+    "is_fgd_choice",
+    "fgd_delta",
+    "fgd_score",
+    "bestfit_score",
+    "gpu_used_after",
+    "cpu_free_after",
+    "link_score",
+    "gpu_speed",
+    "cluster_load",
+    "data_local",
+    "est_speedup",
+    "data_share",
+    "priority_rank",
+)
+GLOBAL_FEATURE_NAMES = (
+    "pod_gpu_milli",
+    "pod_num_gpu",
+    "pod_cpu",
+    "pod_mem",
+    "is_sharing",
+    "is_cpu_only",
+    "comm_intensity",
+    "dataset_size",
+    "allocated",
+    "queue_length",
+    "waited",
+    "n_feasible",
+)
+
+
+class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
+    """
+    ## Description
+
+    Jobs of an Alibaba openb trace arrive over time at a fleet of several GPU clusters in different
+    regions (by default the openb GPU nodes split into 3 clusters, a stratified 10 % sample of them),
+    wait in a FIFO queue with bounded backfill, run, and depart (``envs/dynamic_mode.py``,
+    ``docs/dynamic.md``). Each step places one job that can start now. A job's runtime depends on
+    where it runs: the GPU model's relative throughput, the slowest link among its GPUs (for a
+    multi-GPU job, weighted by its communication intensity), and the WAN transfer of its dataset when
+    the node is outside the dataset's home cluster. The goal is a low mean slowdown (job completion
+    time / ideal runtime): place jobs fast now without fragmenting the fleet for later jobs.
+
+    CPU, memory, ``gpu_spec``, GPU-sharing (``gpu_milli`` < 1000) and multi-GPU requests are enforced by
+    :class:`envs.core.ClusterState`. The env is work-conserving: every job that fits somewhere is
+    placed at once, so there is no "wait" action. This keeps an episode at one step per job, rules out
+    an agent that idles the fleet forever, and matches the heuristics it is compared with; holding a
+    job back for a better node is left to the queue (jobs that fit nowhere wait).
+
+    ## Action Space
+
+    ``Discrete(K)`` (``K = n_candidates``, default 16): one of ``K`` candidate placements (a cluster,
+    node and GPU set) proposed for the current job. Candidates: FGD's top nodes (candidate 0 is FGD's
+    own choice), the nodes with the earliest estimated completion (locality and speed aware), BestFit's
+    top nodes, then more of FGD's order, de-duplicated. A multi-GPU job gets the node's idle GPU set
+    with the fastest slowest link; a sharing job FGD's GPU. ``action_masks()`` gives the ``(K,)`` bool
+    mask of real candidates (sb3-contrib ``MaskablePPO``); a masked or out-of-range action raises
+    ``ValueError``.
+
+    ## Observation Space
+
+    ``Box(-1, 4, (K*F + G,), float32)``: ``K`` rows of ``F = 14`` candidate features (row-major) then
+    ``G = 12`` global features, the convention of ``envs/candidates.py``. Padding rows are zero.
+
+    | index | observation | min | max |
+    | --- | --- | --- | --- |
+    | ``k*F + 0`` | candidate k valid | 0 | 1 |
+    | ``k*F + 1`` | candidate k is FGD's choice | 0 | 1 |
+    | ``k*F + 2`` | tanh(FGD fragmentation decrease / 1000 milli-GPU) | -1 | 1 |
+    | ``k*F + 3`` | FGD integer score / 100 | 0 | 1 |
+    | ``k*F + 4`` | BestFit normalised score / 100 | 0 | 1 |
+    | ``k*F + 5`` | node GPU used fraction after placing | 0 | 1 |
+    | ``k*F + 6`` | node free CPU fraction after placing | 0 | 1 |
+    | ``k*F + 7`` | link score: slowest link of the GPU set / fleet's fastest link (1 for < 2 GPUs) | 0 | 1 |
+    | ``k*F + 8`` | GPU relative speed / fleet's fastest | 0 | 1 |
+    | ``k*F + 9`` | allocated GPU fraction of the node's cluster | 0 | 1 |
+    | ``k*F + 10`` | data local (node in the dataset's home cluster) | 0 | 1 |
+    | ``k*F + 11`` | ideal runtime / estimated (data + run) time here | 0 | 1 |
+    | ``k*F + 12`` | data transfer time / estimated (data + run) time here | 0 | 1 |
+    | ``k*F + 13`` | node tie-break priority rank / N | 0 | 1 |
+    | ``K*F + 0..5`` | job per-GPU milli / 1000, GPUs / 8, CPU / 32 cores, memory / 64 GiB, is sharing, is CPU-only | 0 | 4 |
+    | ``K*F + 6`` | communication intensity | 0 | 1 |
+    | ``K*F + 7`` | log10(1 + dataset GB) / 3 | 0 | 1 |
+    | ``K*F + 8`` | fleet allocated GPU fraction | 0 | 1 |
+    | ``K*F + 9`` | queued jobs / 100 | 0 | 4 |
+    | ``K*F + 10`` | tanh(time waited so far / ideal runtime) | 0 | 1 |
+    | ``K*F + 11`` | feasible nodes / N | 0 | 1 |
+
+    ## Rewards
+
+    When job ``j`` starts, its completion time is known (no preemption, deterministic runtime):
+    ``JCT_j = waited + data transfer + run``. The step reward is ``-reward_scale * (JCT_j / ideal_j - 1)``
+    (``reward_scale`` 0.1 by default), so the undiscounted return of an episode is
+    ``-reward_scale * N * (mean slowdown - 1)`` over its ``N`` started jobs: maximising the return is
+    minimising the mean slowdown. The waiting part of a job's slowdown is caused by earlier decisions
+    (fragmentation, slow placements that hold GPUs longer); the return credits it through the
+    discounted sum.
+
+    ## Starting State
+
+    An empty fleet. A stream of ``n_jobs`` jobs is drawn with ``self.np_random``: a random start in
+    the circular, time-sorted trace, the trace's inter-arrival gaps scaled to ``target_util``, and
+    per job a communication intensity, a data home cluster and a dataset size
+    (:func:`envs.dynamic_mode.build_jobs`). The node tie-break priority is a random permutation.
+
+    ## Episode End
+
+    1. Termination: every job of the stream has started (jobs that fit no node of the empty fleet
+       are rejected on arrival and never become steps).
+    2. Truncation: ``max_steps`` decisions (default ``None``: no limit).
+
+    The last ``info`` holds the episode's metrics (``mean_jct_s``, ``p99_jct_s``, ``mean_slowdown``,
+    ``p99_queue_delay_s``, ``gpu_allocation_ratio``...) under ``"metrics"``.
+
+    ## Arguments
+
+    ```python
+    import gymnasium as gym
+    import envs  # registers the ids
+    env = gym.make("fleetmind/MultiClusterPlacement-v0", trace="default", n_jobs=2048)
+    ```
+
+    * ``trace``: openb trace name, CSV path or :class:`PodTrace` (default ``"default"``).
+    * ``fleet``: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML fleet path, a
+      :class:`data.fleet.Fleet` or a :class:`envs.dynamic_mode.DynFleet` (default ``"openb"``).
+    * ``n_clusters``: clusters of the openb fleet (default 3).
+    * ``node_fraction``: stratified share of the fleet's nodes kept (default 0.1: 1,213 openb nodes
+      would need tens of thousands of jobs per episode to load them; see ``docs/dynamic.md``).
+    * ``n_jobs``: jobs per episode (default 2048).
+    * ``target_util``: offered GPU load (default 0.8).
+    * ``n_candidates``: ``K`` (default 16).
+    * ``backfill_depth``: queued jobs behind the head that may start first (default 8).
+    * ``reward_scale``: see Rewards (default 0.1).
+    * ``max_steps``: truncation (default ``None``).
+    * ``speed_basis``: ``"fp16"`` (default) or ``"fp32"`` relative GPU speeds.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        trace: str | PodTrace = "default",
+        fleet: str | Any = "openb",
+        n_clusters: int = 3,
+        node_fraction: float = 0.1,
+        n_jobs: int = 2048,
+        target_util: float = DEFAULT_TARGET_UTIL,
+        n_candidates: int = DEFAULT_N_CANDIDATES,
+        backfill_depth: int = DEFAULT_BACKFILL_DEPTH,
+        reward_scale: float = 0.1,
+        max_steps: int | None = None,
+        speed_basis: str = "fp16",
+        max_work_s: float | None = MAX_WORK_S,
+        render_mode: str | None = None,
+    ) -> None:
+        if n_candidates < 1:
+            raise ConfigError(f"n_candidates must be >= 1, got {n_candidates}")
+        if n_jobs < 1:
+            raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']}")
+        self.trace = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
+        base = load_dynamic_fleet(fleet, n_clusters, speed_basis)
+        self.fleet: DynFleet = base.sample(node_fraction) if node_fraction < 1 else base
+        self.n_jobs = int(n_jobs)
+        self.target_util = float(target_util)
+        self.backfill_depth = int(backfill_depth)
+        self.reward_scale = float(reward_scale)
+        self.max_steps = max_steps
+        self.max_work_s = max_work_s
+        self.render_mode = render_mode
+        self.n_candidates = int(n_candidates)
+        self.n_cand_features = N_CAND_FEATURES
+        self.n_global_features = N_GLOBAL_FEATURES
+        dim = self.n_candidates * N_CAND_FEATURES + N_GLOBAL_FEATURES
+        self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, (dim,), dtype=np.float32)
+        self.action_space = spaces.Discrete(self.n_candidates)
+        self._max_link = self.fleet.max_link_gbps
+        self._max_speed = float(self.fleet.speed.max()) if self.fleet.n_nodes else 1.0
+        self.sim: DynamicSim | None = None
+        self.jobs: DynJobs | None = None
+        self._fgd = FGD()
+        self._job = -1
+        self._steps = 0
+        self._mask = np.zeros(self.n_candidates, dtype=bool)
+        self._nodes = np.full(self.n_candidates, -1, dtype=np.int64)
+        self._gpus: list[np.ndarray] = []
+
+    # ------------------------------------------------------------------------------- gym API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        rng = self.np_random
+        self.jobs = build_jobs(
+            self.trace,
+            self.fleet,
+            rng,
+            target_util=self.target_util,
+            n_jobs=self.n_jobs,
+            max_work_s=self.max_work_s,
+        )
+        priority = np.argsort(rng.permutation(self.fleet.n_nodes))
+        self.sim = DynamicSim(
+            self.fleet, self.jobs, backfill_depth=self.backfill_depth, priority=priority
+        )
+        self._fgd.reset(self.sim.state, trace=self.trace)
+        self._steps = 0
+        self._job = self.sim.next_decision()
+        if self._job is None:
+            raise ConfigError("no job of the stream fits the fleet")
+        obs = self._observe()
+        return obs, self._info()
+
+    def step(
+        self, action: int | np.integer
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.sim is None or self._job is None or self._job < 0:
+            raise RuntimeError("call reset() before step() (and again after the episode ended)")
+        a = int(action)
+        if not 0 <= a < self.n_candidates or not self._mask[a]:
+            raise ValueError(
+                f"action {a} is not a valid candidate (valid: {np.flatnonzero(self._mask).tolist()})"
+            )
+        sim, j = self.sim, self._job
+        sim.place(j, int(self._nodes[a]), self._gpus[a])
+        jct = sim.end_s[j] - sim.jobs.arrival_s[j]
+        reward = -self.reward_scale * (jct / sim.jobs.ideal_s[j] - 1.0)
+        self._steps += 1
+        nxt = sim.next_decision()
+        terminated = nxt is None
+        truncated = (
+            (not terminated) and self.max_steps is not None and self._steps >= self.max_steps
+        )
+        info: dict[str, Any]
+        if terminated:
+            self._job = -1
+            self._mask[:] = False
+            obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+            info = {"metrics": sim.metrics(), "n_decisions": sim.n_decisions}
+        else:
+            self._job = nxt
+            obs = self._observe()
+            info = self._info()
+            if truncated:
+                info["metrics"] = sim.metrics()
+        return obs, float(reward), terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """``(K,)`` bool: the real candidates of the current decision (for MaskablePPO)."""
+        return self._mask.copy()
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.sim is None:
+            return None
+        sim = self.sim
+        alloc = sim.cluster_alloc / np.maximum(sim.cluster_gpu_cap, 1)
+        parts = [f"{c}: {a:.0%}" for c, a in zip(self.fleet.cluster_names, alloc, strict=True)]
+        return f"t={sim.now:.0f}s queue={len(sim.queue)} job={self._job} | " + ", ".join(parts)
+
+    # ------------------------------------------------------------------------------- internals
+    @property
+    def current_job(self) -> int:
+        """Index (into ``self.jobs``) of the job being placed, -1 when the episode is over."""
+        return -1 if self._job is None else int(self._job)
+
+    def candidates(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``(K,)`` node per candidate (-1 padding) and the GPU set of each."""
+        return self._nodes.copy(), list(self._gpus)
+
+    def _info(self) -> dict[str, Any]:
+        return {"job": int(self._job), "time_s": float(self.sim.now), "queue": len(self.sim.queue)}
+
+    def _observe(self) -> np.ndarray:
+        sim, j, fl = self.sim, self._job, self.fleet
+        st = sim.state
+        pod = sim.pod(j)
+        jb = sim.jobs
+        k_max = self.n_candidates
+        mask = sim.feasible(j)
+        idx = np.flatnonzero(mask)
+        prio = st.priority[idx]
+        delta_all, gpu_all = self._fgd.node_deltas(st, pod, mask)
+        fgd_int = fgd_score_from_delta(delta_all[idx])
+        bf = bestfit_scores(st, pod, mask)[idx]
+        est, _ = estimate_completion(sim, j, idx, with_gpus=False)
+        fgd_order = np.lexsort((prio, -fgd_int))
+        loc_order = np.lexsort((prio, -fgd_int, est))
+        bf_order = np.lexsort((prio, -bf))
+        q = max(1, k_max // 4)
+        seq = np.concatenate(
+            [fgd_order[:q], loc_order[:q], bf_order[: max(1, k_max // 8)], fgd_order]
+        )
+        _, first = np.unique(seq, return_index=True)
+        chosen = seq[np.sort(first)][:k_max]
+        k = chosen.size
+        nodes = idx[chosen]
+        gpus: list[np.ndarray] = []
+        link = np.ones(k)
+        for i, n in enumerate(nodes.tolist()):
+            if pod.num_gpu >= 2:
+                bw, g = best_bottleneck_set(fl, n, sim.idle_bits(n), pod.num_gpu)
+                gpus.append(np.array(g, dtype=np.int64))
+                link[i] = min(bw / self._max_link, 1.0)
+            elif pod.is_sharing:
+                gpus.append(np.array([gpu_all[n]], dtype=np.int64))
+            else:
+                gpus.append(st.choose_gpus(pod, n))
+        # exact estimates with the chosen GPU sets
+        est_k = np.array(
+            [sum(sim.runtime(j, int(n), g)) for n, g in zip(nodes.tolist(), gpus, strict=True)]
+        )
+        data_k = sim.data_time(j, fl.cluster[nodes])
+        ngpu = st.num_gpu[nodes]
+        cap_gpu = np.maximum(ngpu * GPU_MILLI, 1)
+        idle_tot = st.gpu_idle[nodes].sum(axis=1)
+        cl = fl.cluster[nodes]
+        rows = np.zeros((k_max, N_CAND_FEATURES))
+        r = rows[:k]
+        r[:, 0] = 1.0
+        r[0, 1] = 1.0
+        r[:, 2] = np.tanh(delta_all[nodes] / 1000.0)
+        r[:, 3] = fgd_int[chosen] / 100.0
+        r[:, 4] = bf[chosen] / 100.0
+        r[:, 5] = (1.0 - (idle_tot - pod.gpu_request) / cap_gpu) * (ngpu > 0)
+        r[:, 6] = (st.cpu_free[nodes] - pod.cpu_milli) / np.maximum(st.cpu_cap[nodes], 1)
+        r[:, 7] = link
+        r[:, 8] = (fl.speed[nodes] / self._max_speed) if pod.num_gpu > 0 else 1.0
+        r[:, 9] = sim.cluster_alloc[cl] / np.maximum(sim.cluster_gpu_cap[cl], 1)
+        r[:, 10] = cl == jb.data_home[j]
+        r[:, 11] = jb.ideal_s[j] / np.maximum(est_k, 1e-9)
+        r[:, 12] = data_k / np.maximum(est_k, 1e-9)
+        r[:, 13] = prio[chosen] / st.n_nodes
+        cap = st.gpu_capacity_milli
+        glob = np.array(
+            [
+                pod.gpu_milli / GPU_MILLI,
+                pod.num_gpu / MAX_GPUS_PER_NODE,
+                pod.cpu_milli / 32000.0,
+                pod.memory_mib / 65536.0,
+                float(pod.is_sharing),
+                float(pod.num_gpu == 0),
+                float(jb.comm[j]),
+                np.log10(1.0 + jb.data_gb[j]) / 3.0,
+                st.allocated_gpu_milli / max(cap, 1),
+                len(sim.queue) / 100.0,
+                np.tanh((sim.now - jb.arrival_s[j]) / jb.ideal_s[j]),
+                idx.size / st.n_nodes,
+            ]
+        )
+        obs = np.concatenate([rows.reshape(-1), glob])
+        np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
+        self._mask = np.zeros(k_max, dtype=bool)
+        self._mask[:k] = True
+        self._nodes = np.full(k_max, -1, dtype=np.int64)
+        self._nodes[:k] = nodes
+        self._gpus = gpus + [np.zeros(0, dtype=np.int64)] * (k_max - k)
+        return obs.astype(np.float32)
