@@ -150,7 +150,10 @@ def read_metrics_csv(path: str | Path) -> pd.DataFrame:
         bad = df.index[int(np.flatnonzero(index.isna().to_numpy())[0])]
         raise DataError(f"{p}: timestamp {bad!r} is not a unix time")
     df.index = pd.Index(index.to_numpy(dtype=float), name="time")
-    df = df.apply(pd.to_numeric, errors="coerce").astype(float)
+    non_numeric = [c for c, t in df.dtypes.items() if not pd.api.types.is_numeric_dtype(t)]
+    if non_numeric:
+        df[non_numeric] = df[non_numeric].apply(pd.to_numeric, errors="coerce")
+    df = df.astype(float)
     df = df[~df.index.duplicated(keep="first")].sort_index()
     df.columns = pd.MultiIndex.from_tuples(
         [tuple(str(level) for level in c) for c in df.columns],

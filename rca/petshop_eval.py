@@ -86,7 +86,7 @@ def rank_of(ranked: Sequence[str], node: str) -> int | None:
 
 
 def default_alert_methods(
-    model: str | None = None, seed: int = 0
+    model: str | None = None, seed: int = 0, gat: bool = True, simulated: bool = True
 ) -> tuple[dict[str, BaseAnalyzer], dict[str, str]]:
     """The alert-based methods available here, and ``{name: reason}`` for those that are not.
 
@@ -95,12 +95,15 @@ def default_alert_methods(
     """
     methods: dict[str, BaseAnalyzer] = {"propagation": PropagationRanker()}
     skipped: dict[str, str] = {}
-    try:
-        from rca.gat_analyzer import GATAnalyzer
+    if gat:
+        try:
+            from rca.gat_analyzer import GATAnalyzer
 
-        methods["gat"] = GATAnalyzer.load(model)
-    except (FleetMindError, ImportError, OSError) as err:
-        skipped["gat"] = str(err)
+            methods["gat"] = GATAnalyzer.load(model)
+        except (FleetMindError, ImportError, OSError) as err:
+            skipped["gat"] = str(err)
+    if not simulated:
+        return methods, skipped
     try:
         from rca import baselines as sim_baselines  # engineer B's module (issue #3)
 

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     wanted = set(args.methods or METHOD_CHOICES)
     scenario = load_scenario(args.scenario)
     alert_methods, skipped = default_alert_methods(
-        model=args.model if "gat" in wanted else None, seed=args.seed
+        model=args.model, seed=args.seed, gat="gat" in wanted, simulated="simulated" in wanted
     )
     core = {"propagation", "gat"}
     alert_methods = {
