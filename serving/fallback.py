@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from data.graph import DependencyGraph
 from rca.base import BaseAnalyzer, RankedCause, RCAResult
+from serving.alertmap import node_for_alert
 
 
 @dataclass
@@ -56,27 +57,25 @@ class UpstreamCoverageAnalyzer(BaseAnalyzer):
     ) -> RCAResult:
         counts: Counter[int] = Counter()
         for a in alerts:
-            nid = graph.node_for_alert(a.get("labels") or {})
+            nid = node_for_alert(graph, a.get("labels") or {})
             if nid is not None:
                 counts[graph.index[nid]] += 1
         adj = self._adjacency(graph)
         cfg = self.config
         score: dict[int, float] = {}
-        best_src: dict[int, tuple[float, list[int]]] = {}
+        best: dict[int, tuple[float, int]] = {}  # candidate -> (best contribution, source)
+        parents: dict[int, dict[int, int]] = {}
         for src, n_alerts in counts.items():
-            # BFS along dependency edges, remembering the parent to rebuild the path.
+            # BFS along dependency edges; the parent map rebuilds paths for the winners only.
             parent = {src: -1}
             frontier = [src]
             for depth in range(cfg.max_depth + 1):
                 w = n_alerts * cfg.decay**depth
                 for v in frontier:
                     score[v] = score.get(v, 0.0) + w
-                    if v not in best_src or best_src[v][0] < w:
-                        path, u = [], v
-                        while u != -1:
-                            path.append(u)
-                            u = parent[u]
-                        best_src[v] = (w, path)
+                    b = best.get(v)
+                    if b is None or b[0] < w:
+                        best[v] = (w, src)
                 if depth == cfg.max_depth:
                     break
                 nxt = []
@@ -86,12 +85,17 @@ class UpstreamCoverageAnalyzer(BaseAnalyzer):
                             parent[d] = v
                             nxt.append(d)
                 frontier = nxt
+            parents[src] = parent
         order = sorted(score, key=lambda i: (-score[i], i))
         if top_k is not None:
             order = order[:top_k]
         causes = []
         for i in order:
             n = graph.nodes[i]
-            path = tuple(graph.nodes[j].id for j in best_src[i][1])
-            causes.append(RankedCause(n.id, n.kind, n.cluster, float(score[i]), None, path))
+            parent = parents[best[i][1]]
+            path, u = [], i
+            while u != -1:
+                path.append(graph.nodes[u].id)
+                u = parent[u]
+            causes.append(RankedCause(n.id, n.kind, n.cluster, float(score[i]), None, tuple(path)))
         return RCAResult(causes=causes, method=self.name)

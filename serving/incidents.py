@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
 
+from serving.alertmap import node_for_alert
 from serving.db import Database, LeaderLock, alerts, incidents
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class IncidentManager:
                     inc_id = row["incident_id"]
                     node = row["node"]
                     if inc_id is None and row["status"] == "firing":
-                        node = graph.node_for_alert(row["labels"])
+                        node = node_for_alert(graph, row["labels"])
                         inc_id = self._assign(conn, row, node, view, now)
                     elif inc_id is not None and inc_id not in self._open:
                         # The incident was resolved or merged: re-firing reopens it.

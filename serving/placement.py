@@ -212,11 +212,16 @@ class PeerPolicyPlacer:
             if hasattr(self.policy, "reset"):
                 self.policy.reset(state)
             node, gpus = self.policy.select(state, pod, mask)
-            scores = (
-                np.asarray(self.policy.score(state, pod, mask), dtype=np.float64)
-                if hasattr(self.policy, "score") and k > 1
-                else np.zeros(n)
-            )
+            scores = np.zeros(n)
+            if k > 1:
+                try:
+                    scores = np.asarray(self.policy.score(state, pod, mask), dtype=np.float64)
+                except (
+                    NotImplementedError
+                ):  # e.g. PPO ranks candidates only: order the rest by BestFit
+                    from envs.policies import bestfit_scores
+
+                    scores = np.asarray(bestfit_scores(state, pod, mask), dtype=np.float64)
             picks = [int(node)] if node >= 0 else []
             if k > 1:
                 order = np.argsort(-np.where(mask, scores, -np.inf), kind="stable")

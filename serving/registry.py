@@ -34,7 +34,7 @@ from serving.placement import BestFitPlacer, Placer
 
 log = logging.getLogger("fleetmind.serving")
 
-RCA_BASELINE_PREFERENCE = ("pagerank", "deepest-dependency", "deepest_dependency", "most-alerts")
+RCA_BASELINE_PREFERENCE = ("pagerank", "deepest", "most_alerts")
 """Peer baselines (``rca.baselines``) tried in order when the GAT is unavailable."""
 
 

@@ -7,6 +7,7 @@ import time
 from fastapi import APIRouter
 
 from data.graph import DependencyGraph
+from serving.alertmap import node_for_alert
 from serving.deps import GraphsDep, MetricsDep, RegistryDep
 from serving.schemas import CauseOut, ErrorOut, RCARequest, RCAResponse
 
@@ -40,7 +41,7 @@ def rank(
     start = time.perf_counter()
     result = model.impl.find_root_causes(graph, alerts, req.top_k)
     metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
-    mapped = sum(1 for a in alerts if graph.node_for_alert(a["labels"]) is not None)
+    mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
     return RCAResponse(
         causes=[CauseOut(**c.to_json()) for c in result.causes[: req.top_k]],
         method=result.method or model.method,
