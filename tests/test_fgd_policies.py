@@ -142,3 +142,21 @@ def test_make_policy_names() -> None:
     assert make_policy("gpu-packing").name == "GpuPacking"
     with pytest.raises(ConfigError, match="unknown policy"):
         make_policy("nope")
+
+
+def test_topology_best_effort_prefers_nvlink_sets() -> None:
+    from data.fleet_io import openb_template_for
+    from data.gpu_alloc import best_gpu_set, set_score
+
+    nodes = nodes_from_arrays([96000, 96000], [262144, 262144], [8, 8], ["G2", "V100M16"])
+    s = ClusterState.from_openb(nodes)
+    s.place(Pod(60000, 0, 1, 1000), 0, [7])  # node 0 (PCIe) is tighter: BestFit alone would pick it
+    pol = make_policy("TopologyBestEffort")
+    pol.reset(s)
+    pod = Pod(1000, 0, 2, 1000)
+    node, gpus = pol.select(s, pod, s.feasible(pod))
+    tmpl = openb_template_for("V100M16", 8)
+    assert node == 1
+    assert tuple(gpus.tolist()) == best_gpu_set(tmpl, np.ones(8, dtype=bool), 2)
+    assert set_score(tmpl, gpus) > set_score(openb_template_for("G2", 8), [0, 1])
+    assert make_policy("BestFit").select(s, pod, s.feasible(pod))[0] == 0
