@@ -301,7 +301,11 @@ class LeaderLock:
             self._fd = None
         if self._conn is not None:
             try:
-                self._conn.close()  # ending the session drops the advisory lock
+                from sqlalchemy import text
+
+                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.PG_KEY})
+                self._conn.invalidate()  # do not return a lock-holding session to the pool
+                self._conn.close()
             except Exception:  # pragma: no cover - connection already gone
                 pass
             self._conn = None

@@ -1,0 +1,194 @@
+"""Persistence against SQLite (WAL) and a real PostgreSQL: durable idempotent writes, resolved
+close-out, incident state across restarts, concurrent writers, the leader lock.
+
+PostgreSQL: a throwaway cluster is created in a temporary folder with ``initdb``/``pg_ctl`` (as the
+``postgres`` user when the tests run as root) on a free loopback port; skipped with the reason when
+the binaries are absent (Debian package ``postgresql``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from serving_helpers import alert, free_port, webhook
+
+from serving.db import Database, LeaderLock
+from serving.defaults.example import build_example_graph
+from serving.graphstore import GraphStore
+from serving.incidents import IncidentManager
+from serving.registry import ModelRegistry
+from serving.routers.alerts import alert_row
+from serving.schemas import AlertIn
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL binaries not installed (Debian package postgresql)")
+    pytest.importorskip("psycopg")
+    root = Path(tempfile.mkdtemp(prefix="fleetmind-pg-"))
+    data = root / "data"
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL as another user")
+        shutil.chown(root, "postgres", "postgres")
+        os.chmod(root, 0o700)
+        prefix = [runuser, "-u", "postgres", "--"]
+    port = free_port()
+
+    def run(*args: str) -> None:
+        out = subprocess.run([*prefix, *args], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {out.stdout}{out.stderr}")
+
+    run(
+        str(bindir / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        "postgres",
+        "-A",
+        "trust",
+        "--no-sync",
+        "-E",
+        "UTF8",
+    )
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
+    run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-o", opts, "-w", "start")
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/p.db"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    d = Database(url)
+    if request.param == "postgresql":
+        from serving.db import metadata
+
+        metadata.drop_all(d.engine)  # each test starts from empty tables
+    d.create_all()
+    yield d
+    d.dispose()
+
+
+def rows(*alerts: dict) -> list[dict]:
+    return [alert_row(AlertIn.model_validate(a), 1000.0) for a in alerts]
+
+
+GPU = {"alertname": "GpuXid", "cluster": "c0", "node": "c0-h1", "gpu": "3"}
+HOST = {"alertname": "HostDown", "cluster": "c0", "node": "c0-h1"}
+
+
+def test_store_is_idempotent_and_resolves(db: Database) -> None:
+    a = alert(GPU, fingerprint="f1")
+    db.store_alerts(rows(a, alert(HOST, fingerprint="f2")))
+    db.store_alerts(rows(a))  # re-delivery
+    assert db.count_alerts() == 2
+    db.store_alerts(rows(alert(GPU, fingerprint="f1", status="resolved")))
+    assert db.count_alerts() == 2 and db.count_alerts("resolved") == 1
+    (r,) = db.list_alerts(status="resolved")
+    assert r["fingerprint"] == "f1" and r["ends_ts"] is not None and r["pending"]
+
+
+def test_incidents_survive_restart(db: Database) -> None:
+    graph = build_example_graph()
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    m1 = IncidentManager(db, GraphStore(graph, "t"), reg)
+    db.store_alerts(rows(alert(GPU), alert(HOST)))
+    assert m1.process_pending() == 2
+    (inc,) = db.list_incidents()
+    assert inc["alert_count"] == 2 and inc["causes"] and inc["causes"][0]["path"]
+
+    # a new process (fresh manager, fresh engine) continues the same incident
+    db2 = Database(db.url)
+    m2 = IncidentManager(db2, GraphStore(graph, "t"), reg)
+    m2.load_open()
+    assert m2.open_count == 1
+    db2.store_alerts(
+        rows(alert({"alertname": "GpuXid", "cluster": "c0", "node": "c0-h1", "gpu": "4"}))
+    )
+    m2.process_pending()
+    (inc2,) = db2.list_incidents()
+    assert inc2["id"] == inc["id"] and inc2["alert_count"] == 3
+    db2.dispose()
+
+
+def test_concurrent_writers_lose_nothing(db: Database) -> None:
+    errors: list[Exception] = []
+
+    def writer(w: int) -> None:
+        try:
+            for b in range(10):
+                db.store_alerts(
+                    rows(*[alert(GPU, fingerprint=f"w{w}-b{b}-{i}") for i in range(20)])
+                )
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and db.count_alerts() == 4 * 10 * 20
+
+
+def test_duplicate_keys_in_one_webhook(db: Database, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.settings import Settings
+
+    settings = Settings(
+        database_url=db.url,
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+    )
+    with TestClient(create_app(settings)) as c:
+        a = alert(GPU, fingerprint="dup")
+        r = c.post(
+            "/api/v1/alerts", json=webhook([a, a, alert(GPU, fingerprint="dup", status="resolved")])
+        )
+        assert r.status_code == 200
+        (stored,) = c.get("/api/v1/alerts").json()
+        assert stored["status"] == "resolved"
+
+
+def test_leader_lock_has_one_holder(db: Database) -> None:
+    first, second = LeaderLock(db), LeaderLock(Database(db.url))
+    assert first.acquire()
+    assert not second.acquire()
+    first.release()
+    assert second.acquire()
+    second.release()
