@@ -102,11 +102,18 @@ DEFAULT_TARGET_UTIL = 0.8
 DEFAULT_BACKFILL_DEPTH = 8
 """Queued jobs behind the head that may start when they fit (0 = strict FIFO)."""
 
+DEFAULT_NODE_FRACTION = 0.25
+"""Share of the openb nodes :func:`evaluate_dynamic` keeps (stratified): one pass of an 8,152-pod
+trace can load 1,565 GPUs to the target, but not 6,212 (docs/dynamic.md, "Load scaling")."""
+
+DEFAULT_SPEED_BASIS = "fp16"
+"""GPU speeds from dense FP16 tensor TFLOPS (mixed-precision training)."""
+
 # job status codes
 FUTURE, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
 
 
-def gpu_speed(model: str, basis: str = "fp32") -> float:
+def gpu_speed(model: str, basis: str = DEFAULT_SPEED_BASIS) -> float:
     """Relative throughput of ``model`` against :data:`REFERENCE_GPU_MODEL` (1.0 when unknown).
 
     Args:
@@ -183,7 +190,7 @@ class DynFleet:
     regions: list[str]
     wan_gbps: np.ndarray
     wan_rtt_s: np.ndarray
-    speed_basis: str = "fp32"
+    speed_basis: str = "fp16"
     model_id: np.ndarray = field(init=False)
     speed: np.ndarray = field(init=False)
     topo_id: np.ndarray = field(init=False)
@@ -311,7 +318,7 @@ class DynFleet:
         return self._topo_bw[topo]
 
     @classmethod
-    def from_fleet(cls, fleet: Any, speed_basis: str = "fp32") -> DynFleet:
+    def from_fleet(cls, fleet: Any, speed_basis: str = DEFAULT_SPEED_BASIS) -> DynFleet:
         """Convert a :class:`data.fleet.Fleet` to arrays.
 
         Uses the fleet's node arrays, each node's template (GPU model, ``bandwidth_gbps()``), the
@@ -345,7 +352,7 @@ class DynFleet:
 
 
 def load_dynamic_fleet(
-    fleet: str | Any = "openb", n_clusters: int = 3, speed_basis: str = "fp32"
+    fleet: str | Any = "openb", n_clusters: int = 3, speed_basis: str = DEFAULT_SPEED_BASIS
 ) -> DynFleet:
     """The dynamic-mode fleet: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters, via
     :func:`data.fleet_io.load_openb_fleet`), a YAML path (:func:`data.fleet_io.load_fleet_yaml`), a
@@ -1255,47 +1262,60 @@ def evaluate_dynamic(
     *,
     fleet: str | DynFleet | Any = "openb",
     n_clusters: int = 3,
+    node_fraction: float = DEFAULT_NODE_FRACTION,
     target_util: float = DEFAULT_TARGET_UTIL,
+    n_jobs: int | None = None,
     backfill_depth: int = DEFAULT_BACKFILL_DEPTH,
-    max_jobs: int | None = None,
-    speed_basis: str = "fp32",
+    max_work_s: float | None = MAX_WORK_S,
+    speed_basis: str = DEFAULT_SPEED_BASIS,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every policy on the same dynamic-mode jobs, per seed.
 
     For each seed the jobs are built once (:func:`build_jobs` with ``numpy.random.default_rng(seed)``)
-    and the node priority is a seeded permutation; every policy sees the same jobs and priority.
+    and the node tie-break priority is a permutation from the same stream; every policy sees the
+    same jobs and priority, and its own random stream (Random's choices) is seeded with the seed.
 
     Args:
         trace: openb trace name or path, or a :class:`data.openb.PodTrace`.
-        policies: names (default: the :data:`HEURISTIC_NAMES` plus ``LocalityAware``).
+        policies: names (default: :func:`available_policies`).
         seeds: seeds.
         fleet: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML path, a
             :class:`DynFleet` or a :class:`data.fleet.Fleet`.
         n_clusters: clusters of the openb fleet.
+        node_fraction: stratified share of the fleet's nodes kept (:meth:`DynFleet.sample`, seed 0;
+            1.0 keeps all).
         target_util: offered GPU load (see :func:`build_jobs`).
+        n_jobs: jobs per run (default: the trace length).
         backfill_depth: see :class:`DynamicSim`.
-        max_jobs: first ``max_jobs`` arrivals only.
-        speed_basis: ``"fp32"`` or ``"fp16"`` GPU speeds.
+        max_work_s: cap on a job's work (s).
+        speed_basis: ``"fp16"`` or ``"fp32"`` GPU speeds.
         progress: optional callback called with ``"<policy> seed <s>"`` after each run.
 
     Returns:
         ``{policy: {"mean_jct_s", "p99_jct_s", "mean_slowdown", "p99_queue_delay_s",
-        "gpu_allocation_ratio", "ms_per_decision" (means over seeds), "per_seed": {metric: [..]},
-        "n_rejected"}}``.
+        "gpu_allocation_ratio", "ms_per_decision", "p99_slowdown", "mean_queue_delay_s",
+        "remote_data_frac", "mean_run_slowdown" (means over seeds), "n_rejected", "per_seed":
+        {metric: [one value per seed]}}}``.
+
+    Raises:
+        ConfigError: unknown policy or bad option; DataError: unreadable trace or fleet.
     """
     from data.openb import load_openb_trace
 
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
     names = list(policies) if policies else available_policies()
-    results: dict[str, dict[str, Any]] = {}
-    per_seed: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     fl = load_dynamic_fleet(fleet, n_clusters, speed_basis)
+    if node_fraction < 1:
+        fl = fl.sample(node_fraction)
     for name in names:  # fail early on a bad name
         make_policy(name, tr, fl, 0)
+    per_seed: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        jobs = build_jobs(tr, fl, rng, target_util=target_util, max_jobs=max_jobs)
+        jobs = build_jobs(
+            tr, fl, rng, target_util=target_util, n_jobs=n_jobs, max_work_s=max_work_s
+        )
         priority = np.argsort(rng.permutation(fl.n_nodes))
         for name in names:
             policy = make_policy(name, tr, fl, seed)
@@ -1306,19 +1326,37 @@ def evaluate_dynamic(
             per_seed[name].append(m)
             if progress is not None:
                 progress(f"{name} seed {seed}")
+    extra = ("p99_slowdown", "mean_queue_delay_s", "remote_data_frac", "mean_run_slowdown")
+    results: dict[str, dict[str, Any]] = {}
     for name in names:
         rows = per_seed[name]
-        entry: dict[str, Any] = {k: float(np.mean([r[k] for r in rows])) for k in METRIC_KEYS}
-        entry["p99_slowdown"] = float(np.mean([r["p99_slowdown"] for r in rows]))
-        entry["mean_queue_delay_s"] = float(np.mean([r["mean_queue_delay_s"] for r in rows]))
-        entry["remote_data_frac"] = float(np.mean([r["remote_data_frac"] for r in rows]))
-        entry["n_rejected"] = int(np.mean([r["n_rejected"] for r in rows]))
+        entry: dict[str, Any] = {
+            k: float(np.mean([r[k] for r in rows])) for k in (*METRIC_KEYS, *extra)
+        }
+        entry["n_rejected"] = int(round(float(np.mean([r["n_rejected"] for r in rows]))))
         entry["per_seed"] = {
             k: [float(r[k]) for r in rows]
-            for k in (*METRIC_KEYS, "p99_slowdown", "mean_queue_delay_s", "n_started")
+            for k in (*METRIC_KEYS, *extra, "n_started", "offered_load")
         }
         results[name] = entry
     return results
+
+
+def dynamic_setup(fleet: DynFleet, jobs: DynJobs, **kw: Any) -> dict[str, Any]:
+    """A JSON-able description of a dynamic-mode run's fleet and job stream (for reports)."""
+    return {
+        "nodes": fleet.n_nodes,
+        "gpus": fleet.gpu_capacity,
+        "clusters": [
+            {"name": c, "region": r, "gpus": int(fleet.num_gpu[fleet.cluster == i].sum())}
+            for i, (c, r) in enumerate(zip(fleet.cluster_names, fleet.regions, strict=True))
+        ],
+        "jobs": len(jobs),
+        "offered_load": jobs.offered_load,
+        "time_scale": jobs.time_scale,
+        "arrival_span_s": float(jobs.arrival_s[-1]) if len(jobs) else 0.0,
+        **kw,
+    }
 
 
 __all__ = [

@@ -65,109 +65,112 @@ GLOBAL_FEATURE_NAMES = (
 
 class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
     """
-    ## Description
+        ## Description
 
-    Jobs of an Alibaba openb trace arrive over time at a fleet of several GPU clusters in different
-    regions (by default the openb GPU nodes split into 3 clusters, a stratified 10 % sample of them),
-    wait in a FIFO queue with bounded backfill, run, and depart (``envs/dynamic_mode.py``,
-    ``docs/dynamic.md``). Each step places one job that can start now. A job's runtime depends on
-    where it runs: the GPU model's relative throughput, the slowest link among its GPUs (for a
-    multi-GPU job, weighted by its communication intensity), and the WAN transfer of its dataset when
-    the node is outside the dataset's home cluster. The goal is a low mean slowdown (job completion
-    time / ideal runtime): place jobs fast now without fragmenting the fleet for later jobs.
+        Jobs of an Alibaba openb trace arrive over time at a fleet of several GPU clusters in different
+        regions (by default the openb GPU nodes split into 3 clusters, a stratified 10 % sample of them),
+        wait in a FIFO queue with bounded backfill, run, and depart (``envs/dynamic_mode.py``,
+        ``docs/dynamic.md``). Each step places one job that can start now. A job's runtime depends on
+        where it runs: the GPU model's relative throughput, the slowest link among its GPUs (for a
+        multi-GPU job, weighted by its communication intensity), and the WAN transfer of its dataset when
+        the node is outside the dataset's home cluster. The goal is a low mean slowdown (job completion
+        time / ideal runtime): place jobs fast now without fragmenting the fleet for later jobs.
 
-    CPU, memory, ``gpu_spec``, GPU-sharing (``gpu_milli`` < 1000) and multi-GPU requests are enforced by
-    :class:`envs.core.ClusterState`. The env is work-conserving: every job that fits somewhere is
-    placed at once, so there is no "wait" action. This keeps an episode at one step per job, rules out
-    an agent that idles the fleet forever, and matches the heuristics it is compared with; holding a
-    job back for a better node is left to the queue (jobs that fit nowhere wait).
+        CPU, memory, ``gpu_spec``, GPU-sharing (``gpu_milli`` < 1000) and multi-GPU requests are enforced by
+        :class:`envs.core.ClusterState`. The env is work-conserving: every job that fits somewhere is
+        placed at once, so there is no "wait" action. This keeps an episode at one step per job, rules out
+        an agent that idles the fleet forever, and matches the heuristics it is compared with; holding a
+        job back for a better node is left to the queue (jobs that fit nowhere wait).
 
-    ## Action Space
+        ## Action Space
 
-    ``Discrete(K)`` (``K = n_candidates``, default 16): one of ``K`` candidate placements (a cluster,
-    node and GPU set) proposed for the current job. Candidates: FGD's top nodes (candidate 0 is FGD's
-    own choice), the nodes with the earliest estimated completion (locality and speed aware), BestFit's
-    top nodes, then more of FGD's order, de-duplicated. A multi-GPU job gets the node's idle GPU set
-    with the fastest slowest link; a sharing job FGD's GPU. ``action_masks()`` gives the ``(K,)`` bool
-    mask of real candidates (sb3-contrib ``MaskablePPO``); a masked or out-of-range action raises
-    ``ValueError``.
+        ``Discrete(K)`` (``K = n_candidates``, default 16): one of ``K`` candidate placements (a cluster,
+        node and GPU set) proposed for the current job. Candidates: FGD's top nodes (candidate 0 is FGD's
+        own choice), the nodes with the earliest estimated completion (locality and speed aware), BestFit's
+        top nodes, then more of FGD's order, de-duplicated. A multi-GPU job gets the node's idle GPU set
+        with the fastest slowest link; a sharing job FGD's GPU. ``action_masks()`` gives the ``(K,)`` bool
+        mask of the distinct candidates (sb3-contrib ``MaskablePPO``). When fewer than ``K`` nodes are
+        feasible, rows ``k..K-1`` repeat the real candidates cyclically (with feature 0 set to 0) and acting
+        on one places the candidate it repeats, so every action of ``Discrete(K)`` is a feasible placement
+        (random-action checkers and unmasked PPO work); an action outside ``0..K-1`` raises ``ValueError``.
 
-    ## Observation Space
+        ## Observation Space
 
-    ``Box(-1, 4, (K*F + G,), float32)``: ``K`` rows of ``F = 14`` candidate features (row-major) then
-    ``G = 12`` global features, the convention of ``envs/candidates.py``. Padding rows are zero.
+        ``Box(-1, 4, (K*F + G,), float32)``: ``K`` rows of ``F = 14`` candidate features (row-major) then
+        ``G = 12`` global features, the convention of ``envs/candidates.py`` (except that missing candidates
+    are repeated rows flagged by feature 0 = 0, see Action Space).
 
-    | index | observation | min | max |
-    | --- | --- | --- | --- |
-    | ``k*F + 0`` | candidate k valid | 0 | 1 |
-    | ``k*F + 1`` | candidate k is FGD's choice | 0 | 1 |
-    | ``k*F + 2`` | tanh(FGD fragmentation decrease / 1000 milli-GPU) | -1 | 1 |
-    | ``k*F + 3`` | FGD integer score / 100 | 0 | 1 |
-    | ``k*F + 4`` | BestFit normalised score / 100 | 0 | 1 |
-    | ``k*F + 5`` | node GPU used fraction after placing | 0 | 1 |
-    | ``k*F + 6`` | node free CPU fraction after placing | 0 | 1 |
-    | ``k*F + 7`` | link score: slowest link of the GPU set / fleet's fastest link (1 for < 2 GPUs) | 0 | 1 |
-    | ``k*F + 8`` | GPU relative speed / fleet's fastest | 0 | 1 |
-    | ``k*F + 9`` | allocated GPU fraction of the node's cluster | 0 | 1 |
-    | ``k*F + 10`` | data local (node in the dataset's home cluster) | 0 | 1 |
-    | ``k*F + 11`` | ideal runtime / estimated (data + run) time here | 0 | 1 |
-    | ``k*F + 12`` | data transfer time / estimated (data + run) time here | 0 | 1 |
-    | ``k*F + 13`` | node tie-break priority rank / N | 0 | 1 |
-    | ``K*F + 0..5`` | job per-GPU milli / 1000, GPUs / 8, CPU / 32 cores, memory / 64 GiB, is sharing, is CPU-only | 0 | 4 |
-    | ``K*F + 6`` | communication intensity | 0 | 1 |
-    | ``K*F + 7`` | log10(1 + dataset GB) / 3 | 0 | 1 |
-    | ``K*F + 8`` | fleet allocated GPU fraction | 0 | 1 |
-    | ``K*F + 9`` | queued jobs / 100 | 0 | 4 |
-    | ``K*F + 10`` | tanh(time waited so far / ideal runtime) | 0 | 1 |
-    | ``K*F + 11`` | feasible nodes / N | 0 | 1 |
+        | index | observation | min | max |
+        | --- | --- | --- | --- |
+        | ``k*F + 0`` | candidate k is distinct (1) or a repeated row (0) | 0 | 1 |
+        | ``k*F + 1`` | candidate k is FGD's choice | 0 | 1 |
+        | ``k*F + 2`` | tanh(FGD fragmentation decrease / 1000 milli-GPU) | -1 | 1 |
+        | ``k*F + 3`` | FGD integer score / 100 | 0 | 1 |
+        | ``k*F + 4`` | BestFit normalised score / 100 | 0 | 1 |
+        | ``k*F + 5`` | node GPU used fraction after placing | 0 | 1 |
+        | ``k*F + 6`` | node free CPU fraction after placing | 0 | 1 |
+        | ``k*F + 7`` | link score: slowest link of the GPU set / fleet's fastest link (1 for < 2 GPUs) | 0 | 1 |
+        | ``k*F + 8`` | GPU relative speed / fleet's fastest | 0 | 1 |
+        | ``k*F + 9`` | allocated GPU fraction of the node's cluster | 0 | 1 |
+        | ``k*F + 10`` | data local (node in the dataset's home cluster) | 0 | 1 |
+        | ``k*F + 11`` | ideal runtime / estimated (data + run) time here | 0 | 1 |
+        | ``k*F + 12`` | data transfer time / estimated (data + run) time here | 0 | 1 |
+        | ``k*F + 13`` | node tie-break priority rank / N | 0 | 1 |
+        | ``K*F + 0..5`` | job per-GPU milli / 1000, GPUs / 8, CPU / 32 cores, memory / 64 GiB, is sharing, is CPU-only | 0 | 4 |
+        | ``K*F + 6`` | communication intensity | 0 | 1 |
+        | ``K*F + 7`` | log10(1 + dataset GB) / 3 | 0 | 1 |
+        | ``K*F + 8`` | fleet allocated GPU fraction | 0 | 1 |
+        | ``K*F + 9`` | queued jobs / 100 | 0 | 4 |
+        | ``K*F + 10`` | tanh(time waited so far / ideal runtime) | 0 | 1 |
+        | ``K*F + 11`` | feasible nodes / N | 0 | 1 |
 
-    ## Rewards
+        ## Rewards
 
-    When job ``j`` starts, its completion time is known (no preemption, deterministic runtime):
-    ``JCT_j = waited + data transfer + run``. The step reward is ``-reward_scale * (JCT_j / ideal_j - 1)``
-    (``reward_scale`` 0.1 by default), so the undiscounted return of an episode is
-    ``-reward_scale * N * (mean slowdown - 1)`` over its ``N`` started jobs: maximising the return is
-    minimising the mean slowdown. The waiting part of a job's slowdown is caused by earlier decisions
-    (fragmentation, slow placements that hold GPUs longer); the return credits it through the
-    discounted sum.
+        When job ``j`` starts, its completion time is known (no preemption, deterministic runtime):
+        ``JCT_j = waited + data transfer + run``. The step reward is ``-reward_scale * (JCT_j / ideal_j - 1)``
+        (``reward_scale`` 0.1 by default), so the undiscounted return of an episode is
+        ``-reward_scale * N * (mean slowdown - 1)`` over its ``N`` started jobs: maximising the return is
+        minimising the mean slowdown. The waiting part of a job's slowdown is caused by earlier decisions
+        (fragmentation, slow placements that hold GPUs longer); the return credits it through the
+        discounted sum.
 
-    ## Starting State
+        ## Starting State
 
-    An empty fleet. A stream of ``n_jobs`` jobs is drawn with ``self.np_random``: a random start in
-    the circular, time-sorted trace, the trace's inter-arrival gaps scaled to ``target_util``, and
-    per job a communication intensity, a data home cluster and a dataset size
-    (:func:`envs.dynamic_mode.build_jobs`). The node tie-break priority is a random permutation.
+        An empty fleet. A stream of ``n_jobs`` jobs is drawn with ``self.np_random``: a random start in
+        the circular, time-sorted trace, the trace's inter-arrival gaps scaled to ``target_util``, and
+        per job a communication intensity, a data home cluster and a dataset size
+        (:func:`envs.dynamic_mode.build_jobs`). The node tie-break priority is a random permutation.
 
-    ## Episode End
+        ## Episode End
 
-    1. Termination: every job of the stream has started (jobs that fit no node of the empty fleet
-       are rejected on arrival and never become steps).
-    2. Truncation: ``max_steps`` decisions (default ``None``: no limit).
+        1. Termination: every job of the stream has started (jobs that fit no node of the empty fleet
+           are rejected on arrival and never become steps).
+        2. Truncation: ``max_steps`` decisions (default ``None``: no limit).
 
-    The last ``info`` holds the episode's metrics (``mean_jct_s``, ``p99_jct_s``, ``mean_slowdown``,
-    ``p99_queue_delay_s``, ``gpu_allocation_ratio``...) under ``"metrics"``.
+        The last ``info`` holds the episode's metrics (``mean_jct_s``, ``p99_jct_s``, ``mean_slowdown``,
+        ``p99_queue_delay_s``, ``gpu_allocation_ratio``...) under ``"metrics"``.
 
-    ## Arguments
+        ## Arguments
 
-    ```python
-    import gymnasium as gym
-    import envs  # registers the ids
-    env = gym.make("fleetmind/MultiClusterPlacement-v0", trace="default", n_jobs=2048)
-    ```
+        ```python
+        import gymnasium as gym
+        import envs  # registers the ids
+        env = gym.make("fleetmind/MultiClusterPlacement-v0", trace="default", n_jobs=2048)
+        ```
 
-    * ``trace``: openb trace name, CSV path or :class:`PodTrace` (default ``"default"``).
-    * ``fleet``: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML fleet path, a
-      :class:`data.fleet.Fleet` or a :class:`envs.dynamic_mode.DynFleet` (default ``"openb"``).
-    * ``n_clusters``: clusters of the openb fleet (default 3).
-    * ``node_fraction``: stratified share of the fleet's nodes kept (default 0.1: 1,213 openb nodes
-      would need tens of thousands of jobs per episode to load them; see ``docs/dynamic.md``).
-    * ``n_jobs``: jobs per episode (default 2048).
-    * ``target_util``: offered GPU load (default 0.8).
-    * ``n_candidates``: ``K`` (default 16).
-    * ``backfill_depth``: queued jobs behind the head that may start first (default 8).
-    * ``reward_scale``: see Rewards (default 0.1).
-    * ``max_steps``: truncation (default ``None``).
-    * ``speed_basis``: ``"fp16"`` (default) or ``"fp32"`` relative GPU speeds.
+        * ``trace``: openb trace name, CSV path or :class:`PodTrace` (default ``"default"``).
+        * ``fleet``: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML fleet path, a
+          :class:`data.fleet.Fleet` or a :class:`envs.dynamic_mode.DynFleet` (default ``"openb"``).
+        * ``n_clusters``: clusters of the openb fleet (default 3).
+        * ``node_fraction``: stratified share of the fleet's nodes kept (default 0.1: 1,213 openb nodes
+          would need tens of thousands of jobs per episode to load them; see ``docs/dynamic.md``).
+        * ``n_jobs``: jobs per episode (default 2048).
+        * ``target_util``: offered GPU load (default 0.8).
+        * ``n_candidates``: ``K`` (default 16).
+        * ``backfill_depth``: queued jobs behind the head that may start first (default 8).
+        * ``reward_scale``: see Rewards (default 0.1).
+        * ``max_steps``: truncation (default ``None``).
+        * ``speed_basis``: ``"fp16"`` (default) or ``"fp32"`` relative GPU speeds.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -253,10 +256,8 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         if self.sim is None or self._job is None or self._job < 0:
             raise RuntimeError("call reset() before step() (and again after the episode ended)")
         a = int(action)
-        if not 0 <= a < self.n_candidates or not self._mask[a]:
-            raise ValueError(
-                f"action {a} is not a valid candidate (valid: {np.flatnonzero(self._mask).tolist()})"
-            )
+        if not 0 <= a < self.n_candidates or a != action:
+            raise ValueError(f"action {action!r} is not one of 0..{self.n_candidates - 1}")
         sim, j = self.sim, self._job
         sim.place(j, int(self._nodes[a]), self._gpus[a])
         jct = sim.end_s[j] - sim.jobs.arrival_s[j]
@@ -383,11 +384,14 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
                 idx.size / st.n_nodes,
             ]
         )
+        # rows k..K-1 repeat the real candidates cyclically (feature 0 = 0 marks the copies)
+        rep = np.arange(k_max) % k
+        rows = rows[rep]
+        rows[k:, 0] = 0.0
         obs = np.concatenate([rows.reshape(-1), glob])
         np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
         self._mask = np.zeros(k_max, dtype=bool)
         self._mask[:k] = True
-        self._nodes = np.full(k_max, -1, dtype=np.int64)
-        self._nodes[:k] = nodes
-        self._gpus = gpus + [np.zeros(0, dtype=np.int64)] * (k_max - k)
+        self._nodes = nodes[rep]
+        self._gpus = [gpus[i] for i in rep]
         return obs.astype(np.float32)
