@@ -72,6 +72,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         hops=settings.incident_hops,
         top_k=settings.rca_top_k,
         metrics=metrics,
+        rank_interval_s=settings.incident_rank_interval_s,
     )
     return Services(settings, db, graphs, registry, manager, metrics, telemetry, telemetry_error)
 

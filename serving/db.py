@@ -219,9 +219,15 @@ class Database:
         with self.read() as conn:
             return int(conn.execute(q).scalar_one())
 
-    def incident_alerts(self, conn: Connection, incident_id: int) -> list[dict[str, Any]]:
-        q = select(alerts).where(alerts.c.incident_id == incident_id).order_by(alerts.c.id)
-        return [dict(r._mapping) for r in conn.execute(q)]
+    def incident_alerts(
+        self, conn: Connection, incident_id: int, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The alerts of an incident, oldest first (the newest ``limit`` when given)."""
+        q = select(alerts).where(alerts.c.incident_id == incident_id)
+        if limit is None:
+            return [dict(r._mapping) for r in conn.execute(q.order_by(alerts.c.id))]
+        q = q.order_by(alerts.c.id.desc()).limit(limit)
+        return [dict(r._mapping) for r in conn.execute(q)][::-1]
 
     def set_incident_rca(
         self, incident_id: int, causes: list[dict[str, Any]], method: str, version: str | None

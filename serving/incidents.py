@@ -84,6 +84,8 @@ class IncidentManager:
         hops: int = 2,
         top_k: int = 5,
         metrics: Metrics | None = None,
+        rank_interval_s: float = 2.0,
+        max_rank_alerts: int = 1000,
     ) -> None:
         self.db = db
         self.graphs = graphs
@@ -92,6 +94,10 @@ class IncidentManager:
         self.hops = hops
         self.top_k = top_k
         self.metrics = metrics
+        self.rank_interval_s = rank_interval_s
+        self.max_rank_alerts = max_rank_alerts
+        self._last_rank: dict[int, float] = {}
+        self._due: dict[int, float] = {}
         self._open: dict[int, _Open] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -137,15 +143,19 @@ class IncidentManager:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(1.0)
+            wait = 1.0
+            if self._due:
+                wait = max(0.01, min(wait, min(self._due.values()) - time.monotonic()))
+            self._wake.wait(wait)
             self._wake.clear()
             try:
                 if not self.leader.held:
                     if not self.leader.acquire():
                         continue  # another process groups alerts; check again in a second
                     self.load_open()  # the previous leader may have changed incidents
-                while not self._stop.is_set() and self.process_pending() > 0:
+                while not self._stop.is_set() and self.process_pending(defer=True) > 0:
                     pass
+                self.rank_due()
                 self.last_error = None
             except Exception as err:  # keep the worker alive; the alerts stay pending
                 self.last_error = f"{type(err).__name__}: {err}"
@@ -153,8 +163,13 @@ class IncidentManager:
                 self._stop.wait(1.0)
 
     # ------------------------------------------------------------------ processing
-    def process_pending(self, limit: int = 2000) -> int:
-        """Group up to ``limit`` pending alerts and re-rank the touched incidents; returns how many."""
+    def process_pending(self, limit: int = 2000, defer: bool = False) -> int:
+        """Group up to ``limit`` pending alerts and re-rank the touched incidents; returns how many.
+
+        With ``defer`` (the worker thread), an incident ranked less than ``rank_interval_s`` ago is
+        re-ranked when that interval has passed, so an alert storm costs one ranking per interval
+        per incident instead of one per batch.
+        """
         with self._process_lock:
             rows = self.db.pending_alerts(limit)
             if not rows:
@@ -195,9 +210,22 @@ class IncidentManager:
                 for inc_id in touched:
                     self._refresh_counts(conn, inc_id, now)
             self._set_gauge()
+            mono = time.monotonic()
             for inc_id in sorted(touched):
-                self._rank(inc_id)
+                last = self._last_rank.get(inc_id)
+                if defer and last is not None and mono - last < self.rank_interval_s:
+                    self._due.setdefault(inc_id, last + self.rank_interval_s)
+                else:
+                    self._due.pop(inc_id, None)
+                    self._rank(inc_id)
             return len(rows)
+
+    def rank_due(self) -> None:
+        """Re-rank the incidents whose deferred ranking is due."""
+        now = time.monotonic()
+        for inc_id in [i for i, t in self._due.items() if t <= now]:
+            self._due.pop(inc_id, None)
+            self._rank(inc_id)
 
     def _resolve_target(self, conn: Any, inc_id: int) -> int:
         for _ in range(100):  # follow merged_into chains
@@ -312,9 +340,10 @@ class IncidentManager:
         conn.execute(update(incidents).where(incidents.c.id == inc_id).values(**values))
 
     def _rank(self, inc_id: int) -> None:
+        self._last_rank[inc_id] = time.monotonic()
         model = self.registry.current.rca
         with self.db.read() as conn:
-            rows = self.db.incident_alerts(conn, inc_id)
+            rows = self.db.incident_alerts(conn, inc_id, self.max_rank_alerts)
         if not rows:
             return
         start = time.perf_counter()

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     incident_worker: bool = Field(
         True, description="let this process compete for the incident worker (leader lock)"
     )
+    incident_rank_interval_s: float = Field(
+        2.0, ge=0, description="an incident is re-ranked at most this often during a storm (s)"
+    )
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
 
 
