@@ -312,6 +312,20 @@ class _ScalerBaseline(MetricAnalyzer):
     _robust: ClassVar[bool] = True
     _fn_index: ClassVar[int] = 0
 
+    def prepare(self) -> str:
+        """Resolve the backend once (imports RCAEval when used, outside any timing); returns it."""
+        cfg: ScalerBaselineConfig = self.config
+        backend = cfg.backend
+        if backend == "auto":
+            try:
+                load_rcaeval_functions()
+                backend = "rcaeval"
+            except NotAvailableError:
+                backend = "builtin"
+        elif backend == "rcaeval":
+            load_rcaeval_functions()
+        return backend
+
     def rank_metrics(
         self,
         graph: DependencyGraph,
@@ -322,13 +336,7 @@ class _ScalerBaseline(MetricAnalyzer):
     ) -> RCAResult:
         cfg: ScalerBaselineConfig = self.config
         data, inject, names = rcaeval_frame(normal, window)
-        backend = cfg.backend
-        if backend == "auto":
-            try:
-                load_rcaeval_functions()
-                backend = "rcaeval"
-            except NotAvailableError:
-                backend = "builtin"
+        backend = self.prepare()
         if backend == "rcaeval":
             fn = load_rcaeval_functions()[self._fn_index]
             ranks = list(fn(data, inject_time=inject, dataset=cfg.dataset)["ranks"])

@@ -2,27 +2,26 @@
 
 Every method ranks the candidate nodes of each issue; the rank of the ground-truth root cause gives
 
-* ``AC@k``: share of issues whose root cause is among the top ``k`` (a method that does not return the
-  root cause misses at every ``k``);
-* ``Avg@5``: mean of AC@1 .. AC@5;
-* ``MRR``: mean of ``1 / rank`` (0 when the root cause is not returned);
+* ``AC@k``, ``Avg@5``, ``MRR`` as defined in :mod:`rca.metrics` (a method that does not return the
+  root cause misses at every ``k`` and adds 0 to MRR);
 * ``ms_per_incident``: mean wall time of the method's ranking call (alert detection, shared by all
   alert-based methods, is reported once as ``alerting_ms_per_incident``).
 
 Methods: alert-based analyzers (``find_root_causes(graph, alerts)``: the FleetMind propagation ranker,
-the GAT when a model is available, the simulated-data baselines when ``rca.baselines`` provides them)
+the GAT when a model is available, the simulated-data baselines of ``rca.baselines``)
 and the metric-level baselines of :mod:`rca.petshop_baselines`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from data.errors import FleetMindError
 from data.petshop import PetShopScenario, read_metrics_csv, read_target
 from rca.base import BaseAnalyzer
+from rca.metrics import rank_of, summarize
 from rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
 from rca.propagation import PropagationRanker
 
@@ -48,74 +47,31 @@ PUBLISHED: dict[str, Any] = {
 """Published reference figures on ``low_traffic`` (reported next to ours, never used for ranking)."""
 
 
-def summarize(
-    ranks: Sequence[int | None], times_ms: Sequence[float] | None = None
-) -> dict[str, float]:
-    """AC@1/3/5, Avg@5, MRR (and mean ms) from 1-based ranks (``None`` = root cause not returned)."""
-    n = len(ranks)
-    if n == 0:
-        return {
-            "ac@1": 0.0,
-            "ac@3": 0.0,
-            "ac@5": 0.0,
-            "avg@5": 0.0,
-            "mrr": 0.0,
-            "ms_per_incident": 0.0,
-        }
-
-    def ac(k: int) -> float:
-        return sum(1 for r in ranks if r is not None and r <= k) / n
-
-    out = {
-        "ac@1": ac(1),
-        "ac@3": ac(3),
-        "ac@5": ac(5),
-        "avg@5": sum(ac(k) for k in range(1, 6)) / 5,
-        "mrr": sum(1.0 / r for r in ranks if r is not None) / n,
-    }
-    out["ms_per_incident"] = float(sum(times_ms) / len(times_ms)) if times_ms else 0.0
-    return out
-
-
-def rank_of(ranked: Sequence[str], node: str) -> int | None:
-    """1-based position of ``node`` in ``ranked``, ``None`` when absent."""
-    try:
-        return list(ranked).index(node) + 1
-    except ValueError:
-        return None
-
-
 def default_alert_methods(
     model: str | None = None, seed: int = 0, gat: bool = True, simulated: bool = True
 ) -> tuple[dict[str, BaseAnalyzer], dict[str, str]]:
     """The alert-based methods available here, and ``{name: reason}`` for those that are not.
 
-    ``propagation`` always; ``gat`` (zero-shot, the released artifact or ``model``) when it loads;
-    the simulated-data baselines of ``rca.baselines`` when that module provides ``make_baselines``.
+    ``propagation`` always; ``gat`` (zero-shot: the released artifact or ``model``) when it loads;
+    the simulated-data baselines of :data:`rca.baselines.BASELINES` (through
+    :func:`rca.metrics.make_analyzers`, so they are built exactly as ``rca evaluate`` builds them).
     """
+    from rca.metrics import make_analyzers
+
     methods: dict[str, BaseAnalyzer] = {"propagation": PropagationRanker()}
     skipped: dict[str, str] = {}
     if gat:
         try:
-            from rca.gat_analyzer import GATAnalyzer
-
-            methods["gat"] = GATAnalyzer.load(model)
+            methods.update(make_analyzers(["gat"], model=model, seed=seed))
         except (FleetMindError, ImportError, OSError) as err:
             skipped["gat"] = str(err)
-    if not simulated:
-        return methods, skipped
-    try:
-        from rca import baselines as sim_baselines  # engineer B's module (issue #3)
+    if simulated:
+        try:
+            from rca.baselines import BASELINES
 
-        make: Callable[..., Mapping[str, BaseAnalyzer]] | None = getattr(
-            sim_baselines, "make_baselines", None
-        )
-        if make is None:
-            skipped["simulated_baselines"] = "rca.baselines has no make_baselines()"
-        else:
-            methods.update(dict(make(seed=seed)))
-    except ImportError as err:
-        skipped["simulated_baselines"] = f"rca.baselines not available: {err}"
+            methods.update(make_analyzers(list(BASELINES), model=None, seed=seed))
+        except (FleetMindError, ImportError) as err:
+            skipped["simulated_baselines"] = str(err)
     return methods, skipped
 
 
@@ -141,6 +97,10 @@ def evaluate_scenario(
     rows: list[dict[str, Any]] = []
     times: dict[str, list[float]] = {n: [] for n in names}
     alert_ms: list[float] = []
+    for method in metric_methods.values():  # import optional backends before anything is timed
+        prepare = getattr(method, "prepare", None)
+        if prepare is not None:
+            prepare()
     bar = None
     if progress:
         from tqdm import tqdm
