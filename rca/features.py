@@ -14,13 +14,19 @@ block               width  meaning
 ``kw:*``            |K|    ``log1p`` count of alerts whose name contains a keyword group
                            (:data:`KEYWORD_GROUPS`; lets unseen alert names, e.g. PetShop's, still say
                            "latency" or "GPU")
-``time:*``          8      first / last ``startsAt`` relative to the incident start (first alert) divided
-                           by the incident span; the same in minutes (``log1p``); ``earliest`` flag;
-                           rank of the first alert among alerting nodes in [0, 1]; mean alert duration
-                           (``log1p`` minutes); share of the node's alerts still firing. Nodes without
-                           alerts get 1.0 for the relative times, rank 1 and 0 elsewhere.
+``time:*``          9      the incident starts at ``t0``, the first ``startsAt`` within
+                           :data:`HORIZON_S` before the latest one (``t_last``); older alerts are
+                           ``stale`` (Watchdog, long-running background noise). Columns: first / last
+                           ``startsAt`` minus ``t0`` over the span ``t_last - t0`` (clipped to [-1, 1]);
+                           their ages ``t_last - startsAt`` (``log1p`` minutes, capped at 10); ``stale``
+                           flag; ``earliest`` flag (first recent alert within 1 s of ``t0``); dense rank
+                           of the first recent alert among recently alerting nodes in [0, 1]; mean
+                           alert duration (``log1p`` minutes, open alerts end at ``t_last``); share of
+                           the node's alerts still firing. Nodes without alerts get 1.0 for the relative
+                           times and the rank, 0 elsewhere.
 ``nbr:*``           24     for each edge kind and direction (``out`` = dependencies, ``in`` =
-                           dependents): the share of neighbours that alert, and ``log1p`` neighbour count
+                           dependents): the share of neighbours with a recent (non-stale) alert, and
+                           ``log1p`` neighbour count
 ``kind:*``          12     one-hot node kind (:data:`data.graph.NODE_KINDS`)
 ``deg:*``           2      ``log1p`` in- and out-degree over all edge kinds
 ==================  =====  ==============================================================================
@@ -44,7 +50,7 @@ import numpy as np
 from data.errors import DataError
 from data.graph import EDGE_KINDS, NODE_KINDS, DependencyGraph
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 """Bumped whenever the feature layout or a vocabulary changes."""
 
 SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
@@ -52,49 +58,82 @@ SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
 
 ALERTNAME_VOCAB: tuple[str, ...] = (
     # GPU / DCGM
-    "GPUXidError",
+    "GPUEccDoubleBitError",
+    "GPUFallenOffBus",
+    "GPUFramebufferHigh",
     "GPUHighTemperature",
-    "GPUMemoryECCError",
-    "GPUFellOffBus",
-    "GPULowUtilization",
-    "GPUMemoryPressure",
+    "GPUMetricsAbsent",
+    "GPUNVLinkBandwidthLow",
+    "GPURowRemapFailure",
+    "GPUThermalThrottling",
+    "GPUUtilizationLow",
+    "GPUXidError",
     "NVLinkDown",
-    "NVLinkErrors",
-    "PCIeErrors",
-    # host / node
-    "NodeDown",
-    "NodeNotReady",
-    "HostHighCpuLoad",
-    "HostOutOfMemory",
-    "HostDiskFull",
-    "HostNetworkErrors",
-    "HostHighTemperature",
-    # Kubernetes workload
-    "PodCrashLooping",
-    "PodNotReady",
-    "PodOOMKilled",
-    "PodRestarting",
+    # node (node-exporter)
+    "CPUThrottlingHigh",
+    "NodeClockNotSynchronising",
+    "NodeFilesystemSpaceFillingUp",
+    "NodeHardwareFanFailure",
+    "NodeHighInletTemperature",
+    "NodeMemoryHighUtilization",
+    "NodeNetworkReceiveErrs",
+    "TargetDown",
+    # Kubernetes
     "ImagePullBackOff",
-    "ContainerStuck",
-    # service level
-    "HighErrorRate",
+    "KubeAPIErrorBudgetBurn",
+    "KubeClientCertificateExpiration",
+    "KubeContainerRestartsHigh",
+    "KubeDeploymentReplicasMismatch",
+    "KubeDeploymentRolloutStuck",
+    "KubeHpaMaxedOut",
+    "KubeNodeNotReady",
+    "KubeNodeUnreachable",
+    "KubePodCrashLooping",
+    "KubePodImagePullBackOff",
+    "KubePodNotReady",
+    "PodReadinessProbeFailing",
+    # services and model servers
+    "GatewayHTTP5xxHigh",
+    "InferenceLatencyHigh",
+    "KVCacheEvictionRateHigh",
+    "KVCacheUtilizationHigh",
+    "ModelServerCUDAOOM",
+    "ModelServerEngineDead",
+    "ModelServerThroughputLow",
+    "ModelWeightLoadError",
+    "ModelWeightLoadFailures",
+    "RequestQueueBacklog",
+    "ServiceConfigReloadFailed",
+    "ServiceDNSLookupFailures",
+    "ServiceErrorRateHigh",
+    "ServiceLatencyHigh",
+    "TokenThroughputUnstable",
+    "TrainingJobNCCLError",
+    "TrainingStepTimeHigh",
+    # shared infrastructure and WAN
+    "ConfigAgentSyncErrors",
+    "ConfigPushValidationFailed",
+    "CoreDNSDown",
+    "CoreDNSErrorsHigh",
+    "CoreDNSForwardErrorsHigh",
+    "CoreDNSLatencyHigh",
+    "CrossClusterLatencyHigh",
+    "CrossClusterProbeFailed",
+    "CrossClusterRequestErrors",
+    "RegistryMirrorDown",
+    "RegistryMirrorUpstreamErrors",
+    "SwitchPortsDown",
+    # meta
+    "Watchdog",
+    # generic names (PetShop adapter and common Prometheus rules)
     "HighLatency",
-    "LowThroughput",
-    "ServiceUnavailable",
-    "TrainingJobStalled",
-    "InferenceTimeout",
-    "CheckpointFailed",
-    # shared infrastructure
-    "DNSResolutionFailed",
-    "RegistryUnavailable",
-    "ConfigReloadFailed",
-    "StorageLatencyHigh",
-    "StorageUnavailable",
-    "NetworkPacketLoss",
-    "ClusterUnreachable",
-    "WANLinkDegraded",
+    "HighErrorRate",
+    "TrafficAnomaly",
+    "HighCPU",
+    "HighMemory",
 )
-"""Alert names with their own count column; unseen names go to ``name:other``."""
+"""Alert names with their own count column (the simulator's rule catalog, ``data/rca_gen``, plus generic
+names); unseen names go to ``name:other`` and still light up their :data:`KEYWORD_GROUPS`."""
 
 KEYWORD_GROUPS: dict[str, tuple[str, ...]] = {
     "gpu": ("gpu", "xid", "dcgm", "cuda", "ecc"),
@@ -116,7 +155,7 @@ _SEV_INDEX = {s: i for i, s in enumerate(SEVERITIES)}
 _N_SEV = len(SEVERITIES) + 1
 _N_NAME = len(ALERTNAME_VOCAB) + 1
 _N_KW = len(KEYWORD_GROUPS)
-_N_TIME = 8
+_N_TIME = 9
 _N_NBR = 4 * len(EDGE_KINDS)
 _N_KIND = len(NODE_KINDS)
 
@@ -128,8 +167,9 @@ FEATURE_NAMES: tuple[str, ...] = (
     + (
         "time:first_rel",
         "time:last_rel",
-        "time:first_log_min",
-        "time:last_log_min",
+        "time:first_age_log_min",
+        "time:last_age_log_min",
+        "time:stale",
         "time:earliest",
         "time:first_rank",
         "time:duration_log_min",
@@ -195,11 +235,13 @@ class AlertFeatures:
         x: float32 array ``(|V|, F)``.
         alerting: bool array ``(|V|,)``, True where at least one alert maps onto the node.
         unmapped: number of alerts that matched no node.
+        recent: bool array ``(|V|,)``, True where a node has a recent (non-stale) alert.
     """
 
     x: np.ndarray
     alerting: np.ndarray
     unmapped: int
+    recent: np.ndarray | None = None
 
 
 class _GraphStatic:
@@ -226,6 +268,9 @@ class _GraphStatic:
         self.inv_deg = np.where(self.deg > 0, 1.0 / np.maximum(self.deg, 1), 0.0).astype(np.float32)
         self.alert_cache: dict[tuple, int | None] = {}
 
+
+HORIZON_S = 3600.0
+"""Alerts that started more than this many seconds before the latest alert are ``stale``."""
 
 _STATIC: weakref.WeakKeyDictionary[DependencyGraph, _GraphStatic] = weakref.WeakKeyDictionary()
 _KW_CACHE: dict[str, np.ndarray] = {}
@@ -317,7 +362,7 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
     # no-alert defaults for the time block
     x[:, _OFF_TIME + 0] = 1.0
     x[:, _OFF_TIME + 1] = 1.0
-    x[:, _OFF_TIME + 5] = 1.0
+    x[:, _OFF_TIME + 6] = 1.0
     if rows:
         r = np.asarray(rows, dtype=np.int64)
         alerting[r] = True
@@ -334,37 +379,49 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
         e_arr = np.asarray(ends, dtype=np.float64)
         known = ~np.isnan(s_arr)
         if known.any():
-            t0 = float(np.nanmin(s_arr))
-            t_end = float(np.nanmax(np.concatenate([s_arr[known], e_arr[~np.isnan(e_arr)]])))
-            s_arr = np.where(known, s_arr, t0)
-            span = max(t_end - t0, 1.0)
-            e_arr = np.where(np.isnan(e_arr), t_end, np.maximum(e_arr, s_arr))
+            t_last = float(np.nanmax(s_arr))
+            s_arr = np.where(known, s_arr, t_last)
+            recent = s_arr >= t_last - HORIZON_S
+            t0 = float(s_arr[recent].min())
+            span = max(t_last - t0, 60.0)
+            e_arr = np.where(
+                np.isnan(e_arr), max(t_last, float(np.nanmax(e_arr, initial=t_last))), e_arr
+            )
+            e_arr = np.maximum(e_arr, s_arr)
             rel = s_arr - t0
             first = np.full(n, np.inf)
             last = np.full(n, -np.inf)
+            first_recent = np.full(n, np.inf)
             np.minimum.at(first, r, rel)
             np.maximum.at(last, r, rel)
+            np.minimum.at(first_recent, r[recent], rel[recent])
             dur = np.zeros(n)
             np.add.at(dur, r, e_arr - s_arr)
             nal = np.bincount(r, minlength=n).astype(np.float64)
             fire = np.bincount(r, weights=np.asarray(firing), minlength=n)
             a_idx = np.flatnonzero(alerting)
-            fa = first[a_idx]
-            x[a_idx, _OFF_TIME + 0] = fa / span
-            x[a_idx, _OFF_TIME + 1] = last[a_idx] / span
-            x[a_idx, _OFF_TIME + 2] = np.log1p(fa / 60.0)
-            x[a_idx, _OFF_TIME + 3] = np.log1p(last[a_idx] / 60.0)
-            x[a_idx, _OFF_TIME + 4] = (fa <= 0.0).astype(np.float32)
-            if len(a_idx) > 1:
-                # dense rank of the first alert time, ties share a rank
-                uniq, inv = np.unique(fa, return_inverse=True)
-                x[a_idx, _OFF_TIME + 5] = inv / max(len(uniq) - 1, 1)
+            fa, la = first[a_idx], last[a_idx]
+            x[a_idx, _OFF_TIME + 0] = np.clip(fa / span, -1.0, 1.0)
+            x[a_idx, _OFF_TIME + 1] = np.clip(la / span, -1.0, 1.0)
+            x[a_idx, _OFF_TIME + 2] = np.minimum(np.log1p((t_last - t0 - fa) / 60.0), 10.0)
+            x[a_idx, _OFF_TIME + 3] = np.minimum(np.log1p((t_last - t0 - la) / 60.0), 10.0)
+            x[a_idx, _OFF_TIME + 4] = (fa < 0.0).astype(np.float32)
+            rec_idx = np.flatnonzero(np.isfinite(first_recent))
+            fr = first_recent[rec_idx]
+            x[rec_idx, _OFF_TIME + 5] = (fr <= 1.0).astype(np.float32)
+            if len(rec_idx) > 1:
+                # dense rank of the first recent alert time, ties share a rank
+                uniq, inv = np.unique(fr, return_inverse=True)
+                x[rec_idx, _OFF_TIME + 6] = inv / max(len(uniq) - 1, 1)
             else:
-                x[a_idx, _OFF_TIME + 5] = 0.0
-            x[a_idx, _OFF_TIME + 6] = np.log1p(dur[a_idx] / nal[a_idx] / 60.0)
-            x[a_idx, _OFF_TIME + 7] = fire[a_idx] / nal[a_idx]
+                x[rec_idx, _OFF_TIME + 6] = 0.0
+            x[a_idx, _OFF_TIME + 7] = np.log1p(dur[a_idx] / nal[a_idx] / 60.0)
+            x[a_idx, _OFF_TIME + 8] = fire[a_idx] / nal[a_idx]
+            recent_alerting = np.isfinite(first_recent)
+        else:
+            recent_alerting = alerting
         # ---- share of alerting neighbours per edge kind and direction
-        af = alerting.astype(np.float32)
+        af = recent_alerting.astype(np.float32)
         src, dst, et = st.src, st.dst, st.et
         out_cnt = np.zeros((len(EDGE_KINDS), n), dtype=np.float32)
         in_cnt = np.zeros((len(EDGE_KINDS), n), dtype=np.float32)
@@ -377,4 +434,6 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
         cols = _OFF_NBR + 4 * np.arange(len(EDGE_KINDS))
         x[:, cols] = (out_cnt * st.inv_deg[:, 0]).T
         x[:, cols + 2] = (in_cnt * st.inv_deg[:, 1]).T
-    return AlertFeatures(x=x, alerting=alerting, unmapped=unmapped)
+    if not rows:
+        recent_alerting = alerting
+    return AlertFeatures(x=x, alerting=alerting, unmapped=unmapped, recent=recent_alerting)

@@ -338,3 +338,11 @@ class GATAnalyzer(BaseAnalyzer):
             model_version=self.version,
             extra={"unmapped_alerts": f.unmapped},
         )
+
+
+def make_analyzer(model: str | None = None, seed: int = 0) -> GATAnalyzer:
+    """Factory for ``rca.metrics`` (``fleetmind rca evaluate``): the GAT from ``model`` (or released).
+
+    ``seed`` is unused: inference is deterministic.
+    """
+    return GATAnalyzer.load(model)

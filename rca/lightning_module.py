@@ -28,11 +28,35 @@ from rca.features import alert_features
 from rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
 
 
+def crop_mask(edge_index: np.ndarray, seeds: np.ndarray, hops: int) -> np.ndarray:
+    """Nodes within ``hops`` undirected hops of a seed node.
+
+    Args:
+        edge_index: ``(2, |E|)`` edges.
+        seeds: bool ``(|V|,)`` start nodes.
+        hops: radius.
+
+    Returns:
+        bool ``(|V|,)`` mask.
+    """
+    src, dst = edge_index
+    mask = seeds.copy()
+    for _ in range(hops):
+        new = mask.copy()
+        new[dst[mask[src]]] = True
+        new[src[mask[dst]]] = True
+        if new.sum() == mask.sum():
+            break
+        mask = new
+    return mask
+
+
 def incident_to_data(
     graph: DependencyGraph,
     alerts: Sequence[Mapping[str, Any]],
     root: str | None = None,
     fault: int = -1,
+    crop_hops: int | None = None,
 ) -> Data:
     """Build the PyG ``Data`` of one incident.
 
@@ -41,19 +65,35 @@ def incident_to_data(
         alerts: its Alertmanager alerts.
         root: ground-truth root-cause node id (``None`` at inference).
         fault: fault-type class id (``-1`` when unknown).
+        crop_hops: training speed-up: keep only the nodes within this many hops of a node with a recent
+            (non-stale) alert
+            (features are still computed on the whole graph); ``None`` keeps the whole graph. The
+            incident is left whole when the root would fall outside the crop.
 
     Returns:
         ``Data(x, edge_index, edge_type, root_index, fault, num_nodes)``.
     """
     f = alert_features(graph, alerts)
+    x = f.x
+    ei, et = graph.edge_index, graph.edge_type
+    root_i = None if root is None else graph.index[root]
+    if crop_hops is not None and f.alerting.any():
+        seeds = f.recent if f.recent is not None and f.recent.any() else f.alerting
+        keep = crop_mask(ei, seeds, crop_hops)
+        if root_i is None or keep[root_i]:
+            new_id = np.cumsum(keep) - 1
+            em = keep[ei[0]] & keep[ei[1]]
+            x, ei, et = x[keep], new_id[ei[:, em]], et[em]
+            if root_i is not None:
+                root_i = int(new_id[root_i])
     d = Data(
-        x=torch.from_numpy(f.x),
-        edge_index=torch.from_numpy(graph.edge_index),
-        edge_type=torch.from_numpy(graph.edge_type),
-        num_nodes=graph.num_nodes,
+        x=torch.from_numpy(np.ascontiguousarray(x)),
+        edge_index=torch.from_numpy(np.ascontiguousarray(ei)),
+        edge_type=torch.from_numpy(np.ascontiguousarray(et)),
+        num_nodes=x.shape[0],
     )
-    if root is not None:
-        d.root_index = torch.tensor([graph.index[root]], dtype=torch.long)
+    if root_i is not None:
+        d.root_index = torch.tensor([root_i], dtype=torch.long)
         d.fault = torch.tensor([fault], dtype=torch.long)
     return d
 
@@ -64,6 +104,7 @@ def incidents_to_data(
     fault_types: Sequence[str],
     progress: bool = False,
     desc: str = "features",
+    crop_hops: int | None = None,
 ) -> list[Data]:
     """Features of many incidents (fault types outside ``fault_types`` get class ``-1``)."""
     from tqdm.auto import tqdm
@@ -93,6 +134,8 @@ class RCADataModule(pl.LightningDataModule):
         val_fraction: share of training graphs held out when the folder has no ``val`` split.
         max_train: use at most this many training incidents (seeded subsample; ``None``: all).
         progress: show a progress bar while computing features.
+        crop_hops: crop training graphs to this many hops around alerting nodes (speed; validation
+            and test graphs stay whole). ``None``: no cropping.
     """
 
     def __init__(
@@ -103,6 +146,7 @@ class RCADataModule(pl.LightningDataModule):
         val_fraction: float = 0.15,
         max_train: int | None = None,
         progress: bool = False,
+        crop_hops: int | None = 2,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -112,6 +156,7 @@ class RCADataModule(pl.LightningDataModule):
         self.val_fraction = val_fraction
         self.max_train = max_train
         self.progress = progress
+        self.crop_hops = crop_hops
         self.fault_types: list[str] = []
         self.train_data: list[Data] = []
         self.val_data: list[Data] = []

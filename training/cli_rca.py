@@ -216,8 +216,25 @@ def _generate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------- train (issue #4, engineer C)
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="(issue #4)")
-    p.set_defaults(func=not_landed("fleetmind rca train", 4))
+    p = sub.add_parser(
+        "train",
+        help="train the GAT root-cause ranker (Lightning), log to MLflow, register fleetmind-rca",
+        description="Train the GAT on a dataset folder; MLflow tracking (MLFLOW_TRACKING_URI or "
+        "sqlite:///mlflow.db), registers fleetmind-rca and moves @champion when val AC@1 improves.",
+    )
+    p.set_defaults(func=_train)
+    try:
+        from training.rca_train import add_arguments
+    except ImportError:  # pragma: no cover - training deps missing
+        p.set_defaults(func=not_landed("fleetmind rca train", 4))
+        return
+    add_arguments(p)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from training.rca_train import cli
+
+    return cli(args)
 
 
 # ---------------------------------------------------------------------------------------- evaluate

@@ -1,0 +1,33 @@
+"""MLflow pyfunc wrapper of the GAT artifact (logged by :mod:`training.rca_train`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlflow.pyfunc
+
+
+class GATPyfunc(mlflow.pyfunc.PythonModel):
+    """MLflow pyfunc wrapper of the GAT artifact.
+
+    ``predict`` takes a list (or DataFrame) of ``{"graph": <graph JSON>, "alerts": [...]}`` rows and
+    returns, per incident, the top causes as JSON dicts (node, kind, cluster, score, fault_type, path);
+    ``params={"top_k": k}`` sets how many (default 5).
+    """
+
+    def load_context(self, context: Any) -> None:
+        from rca.gat_analyzer import GATAnalyzer
+
+        self.analyzer = GATAnalyzer.load(context.artifacts["gat"])
+
+    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - MLflow reads hints
+        from data.graph import DependencyGraph
+
+        top_k = int((params or {}).get("top_k", 5))
+        rows = model_input.to_dict("records") if hasattr(model_input, "to_dict") else model_input
+        out = []
+        for row in rows:
+            g = DependencyGraph.from_json(row["graph"])
+            res = self.analyzer.find_root_causes(g, row["alerts"], top_k=top_k)
+            out.append([c.to_json() for c in res.causes])
+        return out

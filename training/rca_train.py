@@ -1,0 +1,447 @@
+"""Train the GAT root-cause ranker on an RCA dataset folder, tracked in MLflow (CleanRL-style script).
+
+    fleetmind rca train --data DIR [--epochs 30] [--seed 0] [--out runs/rca] [--json P]
+
+What a run does:
+
+1. Seeds everything, reads the dataset (:class:`rca.lightning_module.RCADataModule`), computes features.
+2. Trains :class:`rca.lightning_module.GATLightning` with Lightning: per-epoch ``train/*`` and ``val/*``
+   metrics, early stopping and best-checkpointing on ``val/mrr``, a wall-clock cap (``max_minutes``).
+3. Restores the best checkpoint, evaluates every test split (``test``, ``test_large``, ...), writes the
+   artifact folder (``<out>/<run name>/model``: ``config.json`` + ``model.pt``, see
+   :mod:`rca.gat_analyzer`).
+4. Logs params, metrics and the model (a pyfunc wrapper around the artifact, explicit pip
+   requirements) to MLflow, registers a new version of ``fleetmind-rca`` and moves the ``champion``
+   alias to it only when its ``val/ac1`` beats the current champion's.
+
+Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. The pyfunc wrapper lives in
+:mod:`training.rca_pyfunc` (it must be importable by name when MLflow loads the model).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REGISTERED_MODEL = "fleetmind-rca"
+CHAMPION = "champion"
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+@dataclass
+class Args:
+    """Settings of one training run (``fleetmind rca train`` flags)."""
+
+    data: str = ""
+    """dataset folder (``fleetmind rca generate --out DIR``)"""
+    epochs: int = 30
+    """maximum epochs"""
+    seed: int = 0
+    """seed of weights, splits and batch order"""
+    out: str = "runs/rca"
+    """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
+    batch_size: int = 32
+    """graphs per batch"""
+    lr: float = 3e-3
+    """AdamW learning rate"""
+    weight_decay: float = 1e-4
+    """AdamW weight decay"""
+    hidden: int = 32
+    """hidden channels"""
+    heads: int = 4
+    """attention heads per layer"""
+    layers: int = 3
+    """GATv2 layers"""
+    dropout: float = 0.1
+    """dropout"""
+    fault_weight: float = 0.5
+    """weight of the fault-type loss"""
+    patience: int = 6
+    """early stopping: epochs without val/mrr improvement"""
+    max_minutes: float = 8.0
+    """wall-clock cap of the fit loop (Lightning ``max_time``)"""
+    max_train: int | None = None
+    """use at most this many training incidents (None: all)"""
+    threads: int | None = 1
+    """torch threads (None: torch default; 1 is fastest on a shared 2-core machine)"""
+    register: bool = True
+    """register the model in the MLflow registry and maybe move the champion alias"""
+    tracking_uri: str | None = None
+    """MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"""
+    experiment: str = "fleetmind-rca"
+    """MLflow experiment name"""
+    progress: bool = True
+    """show progress bars"""
+
+
+def tracking_uri(explicit: str | None = None) -> str:
+    """The MLflow tracking URI to use: explicit, else ``MLFLOW_TRACKING_URI``, else the embedded one."""
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def promote_if_better(
+    client: Any, name: str, version: str, val_ac1: float
+) -> tuple[bool, str | None]:
+    """Tag ``version`` with its ``val_ac1`` and move ``champion`` to it if it beats the champion.
+
+    A version beats the champion when its ``val_ac1`` tag is strictly higher; with no champion yet
+    (or one without the tag) the new version becomes champion.
+
+    Returns:
+        ``(promoted, previous champion version or None)``.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client.set_model_version_tag(name, version, "val_ac1", f"{val_ac1:.6f}")
+    try:
+        champ = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        champ = None
+    prev = None if champ is None else str(champ.version)
+    best = -1.0
+    if champ is not None:
+        try:
+            best = float(champ.tags.get("val_ac1", "-1"))
+        except ValueError:
+            best = -1.0
+    if champ is None or val_ac1 > best:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+        return True, prev
+    return False, prev
+
+
+def pip_requirements() -> list[str]:
+    """Explicit requirements of the logged model (no slow inference of requirements)."""
+    from importlib.metadata import version
+
+    reqs = []
+    for pkg in ("torch", "torch-geometric", "numpy", "scipy", "mlflow"):
+        try:
+            reqs.append(f"{pkg}=={version(pkg)}")
+        except Exception:  # pragma: no cover
+            reqs.append(pkg)
+    return reqs
+
+
+def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) -> dict[str, Any]:
+    """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
+    import mlflow
+
+    from training.rca_pyfunc import GATPyfunc
+
+    info = mlflow.pyfunc.log_model(
+        name="model",
+        python_model=GATPyfunc(),
+        artifacts={"gat": str(artifact_dir)},
+        pip_requirements=pip_requirements(),
+        registered_model_name=REGISTERED_MODEL if register else None,
+    )
+    out: dict[str, Any] = {"model_uri": info.model_uri}
+    if register:
+        version = str(info.registered_model_version)
+        promoted, prev = promote_if_better(
+            mlflow.MlflowClient(), REGISTERED_MODEL, version, val_ac1
+        )
+        out.update(
+            registered_model=REGISTERED_MODEL,
+            version=version,
+            champion=promoted,
+            previous_champion=prev,
+        )
+    return out
+
+
+def run(args: Args) -> dict[str, Any]:
+    """Train, evaluate, log and register; returns the JSON summary (run id, metrics, registry info)."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import logging
+    import warnings
+
+    import mlflow
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+    from pytorch_lightning.loggers import MLFlowLogger
+
+    from data.errors import ConfigError
+    from rca.gat_analyzer import save_artifact
+    from rca.lightning_module import GATLightning, RCADataModule, evaluate_ranks
+
+    if not args.data:
+        raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
+    if args.epochs < 1:
+        raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
+    for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*treespec.*")
+
+    # ------------------------------------------------------------------ seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    t_start = time.time()
+    dm = RCADataModule(
+        args.data,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        max_train=args.max_train,
+        progress=args.progress,
+    )
+    dm.setup()
+    t_feat = time.time() - t_start
+
+    run_name = f"rca__gat__{args.seed}__{int(time.time())}"
+    out_dir = Path(args.out) / run_name
+    uri = tracking_uri(args.tracking_uri)
+    mlflow.set_tracking_uri(uri)
+    logger = MLFlowLogger(experiment_name=args.experiment, run_name=run_name, tracking_uri=uri)
+    module = GATLightning(
+        fault_types=dm.fault_types,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        dropout=args.dropout,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        fault_weight=args.fault_weight,
+        epochs=args.epochs,
+    )
+    logger.log_hyperparams({**asdict(args), **{f"data/{k}": v for k, v in dm.info.items()}})
+    ckpt = ModelCheckpoint(
+        dirpath=out_dir / "checkpoints",
+        filename="best-{epoch:02d}",
+        monitor="val/mrr",
+        mode="max",
+        save_top_k=1,
+        save_last=True,
+    )
+    callbacks: list[Any] = [
+        ckpt,
+        EarlyStopping(monitor="val/mrr", mode="max", patience=args.patience, min_delta=1e-4),
+    ]
+    if args.progress:
+        callbacks.append(TQDMProgressBar(refresh_rate=10))
+    trainer = pl.Trainer(
+        max_epochs=args.epochs,
+        max_time={"minutes": args.max_minutes},
+        logger=logger,
+        callbacks=callbacks,
+        accelerator="cpu",
+        deterministic=False,
+        enable_progress_bar=args.progress,
+        enable_model_summary=False,
+        log_every_n_steps=10,
+        num_sanity_val_steps=0,
+    )
+    t_fit = time.time()
+    trainer.fit(module, datamodule=dm)
+    fit_s = time.time() - t_fit
+
+    # ------------------------------------------------------------------ best weights + evaluation
+    if ckpt.best_model_path:
+        best = GATLightning.load_from_checkpoint(ckpt.best_model_path, map_location="cpu")
+        model = best.model
+    else:  # pragma: no cover - no validation ran
+        model = module.model
+    model.eval()
+    metrics: dict[str, Any] = {"val": evaluate_ranks(model, dm.val_data)}
+    for name, data in dm.test_sets.items():
+        metrics[name] = evaluate_ranks(model, data)
+    artifact = save_artifact(
+        model,
+        out_dir / "model",
+        metrics=metrics,
+        data={"dir": str(args.data), **dm.info, "seed": args.seed},
+    )
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    flat = {
+        f"{split}/{k.replace('@', '')}": v
+        for split, m in metrics.items()
+        for k, v in m.items()
+        if k != "n"
+    }
+    flat.update(
+        {"time/features_s": t_feat, "time/fit_s": fit_s, "time/epochs": trainer.current_epoch}
+    )
+    for k, v in flat.items():
+        client.log_metric(logger.run_id, f"final/{k}", float(v))
+    with mlflow.start_run(run_id=logger.run_id):
+        reg = log_and_register(artifact, metrics["val"]["ac@1"], register=args.register)
+    client.set_terminated(logger.run_id)
+    return {
+        "run_id": logger.run_id,
+        "run_name": run_name,
+        "tracking_uri": uri,
+        "artifact": str(artifact),
+        "epochs": int(trainer.current_epoch),
+        "fit_seconds": round(fit_s, 1),
+        "feature_seconds": round(t_feat, 1),
+        "data": dm.info,
+        "metrics": metrics,
+        **reg,
+    }
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def add_arguments(p: Any) -> None:
+    """Add the ``fleetmind rca train`` flags (one per :class:`Args` field that users change)."""
+    d = Args()
+    p.add_argument(
+        "--data", required=True, help="dataset folder (fleetmind rca generate --out DIR)"
+    )
+    p.add_argument(
+        "--epochs", type=int, default=d.epochs, help=f"maximum epochs (default {d.epochs})"
+    )
+    p.add_argument("--seed", type=int, default=d.seed, help=f"seed (default {d.seed})")
+    p.add_argument(
+        "--out", default=d.out, help=f"checkpoints and artifact folder (default {d.out})"
+    )
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="graphs per batch")
+    p.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden channels")
+    p.add_argument("--heads", type=int, default=d.heads, help="attention heads")
+    p.add_argument("--layers", type=int, default=d.layers, help="GATv2 layers (>= 2)")
+    p.add_argument(
+        "--patience", type=int, default=d.patience, help="early-stopping patience (epochs)"
+    )
+    p.add_argument(
+        "--max-minutes", type=float, default=d.max_minutes, help="wall-clock cap of the fit loop"
+    )
+    p.add_argument("--max-train", type=int, default=d.max_train, help="cap training incidents")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch threads (default 1)")
+    p.add_argument(
+        "--no-register", action="store_true", help="log the model but do not register it"
+    )
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
+    p.add_argument(
+        "--release",
+        default=None,
+        metavar="DIR",
+        help="also copy the artifact to DIR and write its model card (e.g. models/rca)",
+    )
+    p.add_argument("--json", default=None, help="write run id, metrics and registry info here")
+
+
+def cli(args: Any) -> int:
+    """Handler of ``fleetmind rca train``: prints the run id and metrics, optional ``--json``."""
+    from training.cli_common import write_json
+
+    a = Args(
+        data=args.data,
+        epochs=args.epochs,
+        seed=args.seed,
+        out=args.out,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        patience=args.patience,
+        max_minutes=args.max_minutes,
+        max_train=args.max_train,
+        threads=args.threads,
+        register=not args.no_register,
+        tracking_uri=args.tracking_uri,
+    )
+    res = run(a)
+    if args.release:
+        release(res, args.release, command=" ".join(["fleetmind rca train", *_argv_tail(args)]))
+        res["release"] = str(args.release)
+    print(f"run {res['run_id']} ({res['run_name']}) at {res['tracking_uri']}")
+    print(f"{'split':<12}{'n':>6}{'AC@1':>8}{'AC@3':>8}{'AC@5':>8}{'MRR':>8}")
+    for split, m in res["metrics"].items():
+        if m.get("n"):
+            print(
+                f"{split:<12}{m['n']:>6}{m['ac@1']:>8.3f}{m['ac@3']:>8.3f}{m['ac@5']:>8.3f}{m['mrr']:>8.3f}"
+            )
+    if "version" in res:
+        state = "champion" if res["champion"] else f"champion stays {res['previous_champion']}"
+        print(f"registered {res['registered_model']} version {res['version']} ({state})")
+    print(f"artifact {res['artifact']}")
+    write_json(args.json, res)
+    return 0
+
+
+def _argv_tail(args: Any) -> list[str]:
+    out = [f"--data {args.data}", f"--epochs {args.epochs}", f"--seed {args.seed}"]
+    d = Args()
+    for flag, name in (
+        ("--batch-size", "batch_size"),
+        ("--lr", "lr"),
+        ("--hidden", "hidden"),
+        ("--heads", "heads"),
+        ("--layers", "layers"),
+        ("--max-train", "max_train"),
+        ("--max-minutes", "max_minutes"),
+    ):
+        if getattr(args, name) != getattr(d, name):
+            out.append(f"{flag} {getattr(args, name)}")
+    out.append(f"--release {args.release}")
+    return out
+
+
+def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
+    """Copy the run's artifact to ``dest`` (e.g. ``models/rca``) and write ``MODEL_CARD.md``."""
+    import json
+    import shutil
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "model.pt"):
+        shutil.copyfile(Path(res["artifact"]) / name, dest / name)
+    meta = json.loads((dest / "config.json").read_text())
+    rows = "\n".join(
+        f"| {split} | {m['n']} | {m['ac@1']:.3f} | {m['ac@3']:.3f} | {m['ac@5']:.3f} | {m['mrr']:.3f} |"
+        for split, m in res["metrics"].items()
+        if m.get("n")
+    )
+    cfg = meta["model"]
+    card = f"""# FleetMind RCA model card: GAT root-cause ranker (`{meta["version"]}`)
+
+**What it does.** Ranks every node of a dependency graph (services, pods, hosts, GPUs, links, clusters,
+shared infra) as the root cause of an alert storm (Alertmanager v4 alerts) and predicts the fault
+type; each cause comes with the highest-attention propagation path to an alerting node. Loaded by
+`rca.gat_analyzer.GATAnalyzer.load(None)` (the service, `fleetmind rca evaluate`, the demo).
+
+**Model.** {cfg["layers"]} residual GATv2 layers (Brody et al., ICLR 2022), hidden {cfg["hidden"]},
+{cfg["heads"]} heads, edge-type embeddings (both directions of each of the 6 edge kinds + self loop,
+dim {cfg["edge_dim"]}) as attention edge features; {meta["model"]["in_dim"]} per-node alert features
+(feature version {cfg["feature_version"]}, `rca/features.py`); listwise softmax cross-entropy over each
+graph's nodes plus a fault-type head ({len(cfg["fault_types"])} classes). Weights: `model.pt`
+(state dict), hyper-parameters and metrics: `config.json`.
+
+**Data.** Simulated incidents from `data/rca_gen` (engineer B's generator): `{res["data"]}` read from
+`{meta["data"].get("dir")}`. Validation and test splits use topologies that no training incident uses;
+`test_large` uses graphs with more clusters than any training graph.
+
+**Regenerate.**
+
+```
+{command}
+```
+
+(MLflow run `{res["run_id"]}`, `{res["run_name"]}`; {res["epochs"]} epochs, fit {res["fit_seconds"]} s.)
+
+**Metrics** (ranks over all nodes of each graph; AC@k = share of incidents whose root is in the top k).
+
+| split | incidents | AC@1 | AC@3 | AC@5 | MRR |
+| --- | --- | --- | --- | --- | --- |
+{rows}
+
+**Limits.** Trained on simulated data only: alert names outside the simulator's catalog fall into an
+`other` bucket plus keyword groups; real fleets (e.g. PetShop) differ in graph shape and alert timing.
+Baseline comparisons and speed figures: `docs/gat.md`, `benchmarks/results/gat_*.json`.
+"""
+    (dest / "MODEL_CARD.md").write_text(card)
+    return dest
