@@ -113,6 +113,7 @@ class Database:
             raise ConfigError(f"cannot use database URL {url!r}: {err}") from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._write_lock = threading.Lock() if self.is_sqlite else None
+        self._upsert: Any = None
 
     def create_all(self) -> None:
         """Create the tables when missing."""
@@ -150,13 +151,20 @@ class Database:
         """
         if not rows:
             return
+        stmt = self._upsert
+        if stmt is None:
+            stmt = self._upsert = self._build_upsert()
+        with self.write() as conn:
+            conn.execute(stmt, list(rows))
+
+    def _build_upsert(self) -> Any:
         if self.is_sqlite:
             from sqlalchemy.dialects.sqlite import insert
         else:
             from sqlalchemy.dialects.postgresql import insert
         stmt = insert(alerts)
         ex = stmt.excluded
-        stmt = stmt.on_conflict_do_update(
+        return stmt.on_conflict_do_update(
             index_elements=["fingerprint", "starts_at"],
             set_={
                 "status": ex.status,
@@ -167,8 +175,6 @@ class Database:
             },
             where=alerts.c.status != ex.status,
         )
-        with self.write() as conn:
-            conn.execute(stmt, list(rows))
 
     def count_alerts(self, status: str | None = None) -> int:
         q = select(func.count()).select_from(alerts)

@@ -163,7 +163,7 @@ class IncidentManager:
                 self._stop.wait(1.0)
 
     # ------------------------------------------------------------------ processing
-    def process_pending(self, limit: int = 2000, defer: bool = False) -> int:
+    def process_pending(self, limit: int = 500, defer: bool = False) -> int:
         """Group up to ``limit`` pending alerts and re-rank the touched incidents; returns how many.
 
         With ``defer`` (the worker thread), an incident ranked less than ``rank_interval_s`` ago is
