@@ -1,0 +1,377 @@
+"""``fleetmind demo``: FleetMind end to end on the embedded defaults, in a few minutes on a laptop CPU.
+
+Steps (each prints what it did and how long it took):
+
+1. **Data**: generate simulated multi-cluster incidents (:mod:`data.rca_gen`) into ``OUT/rca``.
+2. **RCA model**: load the released GAT from ``models/rca`` (or train a small one if it is missing),
+   evaluate it against the baselines on the generated test incidents, and log the run to MLflow
+   (``sqlite:///mlflow.db`` unless ``MLFLOW_TRACKING_URI`` is set).
+3. **Placement**: evaluate the placement policies (heuristics, and the released PPO agent when present)
+   on the openb trace in FGD mode for one seed (skipped with a note when ``../shared/data`` is absent).
+4. **Service**: start ``fleetmind serve`` (uvicorn, a fresh SQLite database in ``OUT``) on one test graph.
+5. **Alert storm**: replay one test incident's alerts through the Alertmanager webhook in the groups
+   Alertmanager would send, then read the incident back with its ranked root causes and paths.
+6. **Placement decision**: ask the service to place a 4-GPU job and a GPU-sharing job.
+
+Finally the service is stopped and the command that opens the MLflow UI is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data.errors import FleetMindError, NotAvailableError
+
+
+@dataclass
+class DemoConfig:
+    """Settings of the demo run.
+
+    Attributes:
+        out: working folder for generated data, the service database and logs.
+        quick: smaller everything (used by the test suite): fewer incidents, no placement evaluation.
+        incidents: simulated incidents to generate (train/val/test).
+        seed: master seed of the whole demo.
+        port: service port (0 = pick a free one).
+        tracking_uri: MLflow tracking URI (default: ``MLFLOW_TRACKING_URI`` or ``sqlite:///mlflow.db``).
+    """
+
+    out: Path = Path("out/demo")
+    quick: bool = False
+    incidents: int = 300
+    seed: int = 7
+    port: int = 0
+    tracking_uri: str | None = None
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+@contextmanager
+def _step(n: int, total: int, title: str) -> Iterator[None]:
+    _say(f"\n[{n}/{total}] {title}")
+    t0 = time.perf_counter()
+    yield
+    _say(f"      done in {time.perf_counter() - t0:.1f} s")
+
+
+def _tracking_uri(cfg: DemoConfig) -> str:
+    return cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------------ steps
+def generate_data(cfg: DemoConfig) -> Path:
+    """Step 1: simulated incidents; returns the dataset folder."""
+    from data.rca_gen.alerts import AlertSimConfig
+    from data.rca_gen.generate import DatasetSpec, generate_dataset
+    from data.rca_gen.graphs import GraphGenConfig
+
+    out = cfg.out / "rca"
+    n = 60 if cfg.quick else cfg.incidents
+    graphs = GraphGenConfig(max_clusters=3) if cfg.quick else GraphGenConfig()
+    spec = DatasetSpec(
+        n_incidents=n,
+        seed=cfg.seed,
+        sim=AlertSimConfig(),
+        graphs=graphs,
+        n_graphs=(2, 1, 1) if cfg.quick else None,
+        large_fraction=0.0,
+        workers=1 if cfg.quick else None,
+    )
+    meta = generate_dataset(out, spec)
+    counts = meta.get("counts", {})
+    _say(
+        f"      {sum(counts.values())} incidents {counts} on {len(meta['graph_stats'])} topologies"
+    )
+    _say(f"      written to {out}")
+    return out
+
+
+def rca_model(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
+    """Step 2: load (or train) the GAT, evaluate it and the baselines, log the run to MLflow."""
+    import mlflow
+
+    from data.rca_dataset import load_dataset
+    from rca.baselines import BASELINES
+    from rca.gat_analyzer import GATAnalyzer
+    from rca.metrics import evaluate_methods, make_analyzers
+
+    try:
+        gat = GATAnalyzer.load(None)
+        _say(f"      released GAT loaded: {gat.version}")
+    except FleetMindError as err:
+        _say(f"      no released GAT ({err}); training a small one")
+        from training.rca_train import Args, run
+
+        result = run(
+            Args(
+                data=str(data_dir),
+                epochs=3,
+                seed=cfg.seed,
+                out=str(cfg.out / "runs"),
+                register=False,
+                tracking_uri=_tracking_uri(cfg),
+            )
+        )
+        gat = GATAnalyzer.load(result["artifact"])
+    ds = load_dataset(data_dir, splits=["test"])
+    analyzers = make_analyzers(list(BASELINES), seed=cfg.seed)
+    analyzers["gat"] = gat
+    report = evaluate_methods(ds.splits["test"], analyzers, ds.graphs)
+    _print_rca_table(report)
+    uri = _tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("fleetmind-demo")
+    with mlflow.start_run(run_name=f"demo__rca__{cfg.seed}__{int(time.time())}") as run:
+        mlflow.log_params({"incidents": report["n_incidents"], "gat_version": gat.version})
+        for method, m in report["methods"].items():
+            mlflow.log_metrics({f"eval/{method}/{k.replace('@', '_at_')}": v for k, v in m.items()})
+    _say(f"      MLflow run {run.info.run_id} logged to {uri}")
+    return report
+
+
+def _print_rca_table(report: dict[str, Any]) -> None:
+    _say(f"      {report['n_incidents']} test incidents on topologies never seen in training")
+    _say(f"      {'method':<22}{'AC@1':>7}{'AC@3':>7}{'MRR':>7}{'ms/inc':>9}")
+    rows = sorted(report["methods"].items(), key=lambda kv: -kv[1]["ac@1"])
+    for name, m in rows:
+        _say(
+            f"      {name:<22}{m['ac@1']:>7.3f}{m['ac@3']:>7.3f}{m['mrr']:>7.3f}"
+            f"{m['ms_per_incident']:>9.2f}"
+        )
+
+
+def placement_eval(cfg: DemoConfig) -> dict[str, Any] | None:
+    """Step 3: one-seed FGD-mode evaluation of the placement policies on openb ``default``."""
+    from data.paths import shared_data_dir
+
+    try:
+        shared_data_dir()
+    except FleetMindError as err:
+        _say(f"      skipped: {err}")
+        return None
+    from envs.fgd_mode import evaluate_policies
+
+    policies = ["BestFit", "FGD"] if cfg.quick else ["Random", "BestFit", "FGD", "ppo"]
+    try:
+        res = evaluate_policies("default", policies, seeds=[42])
+    except NotAvailableError as err:
+        _say(f"      PPO not available ({err}); heuristics only")
+        res = evaluate_policies("default", [p for p in policies if p != "ppo"], seeds=[42])
+    for name, m in res["policies"].items():
+        _say(
+            f"      {name:<10} unallocated GPU at 100 % arrived: {m['unallocated_gpu_pct_at_100']:.2f} %"
+        )
+    return res
+
+
+class _Service:
+    """A ``fleetmind serve`` subprocess on a free loopback port."""
+
+    def __init__(self, cfg: DemoConfig, graph_path: Path) -> None:
+        self.port = cfg.port or _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        db = (cfg.out / "fleetmind.db").resolve()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+        self.log_path = cfg.out / "service.log"
+        env = dict(os.environ, FLEETMIND_TELEMETRY="sim")
+        env.pop("FLEETMIND_API_TOKEN", None)
+        cmd = [
+            sys.executable,
+            "-m",
+            "training.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--graph",
+            str(graph_path),
+            "--database-url",
+            f"sqlite:///{db}",
+            "--log-level",
+            "warning",
+        ]
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise NotAvailableError(
+                    f"the service exited with status {self.proc.returncode}; see {self.log_path}"
+                )
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise NotAvailableError(
+            f"the service was not ready after {timeout_s:.0f} s; see {self.log_path}"
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+
+def _webhook_batches(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Group alerts as Alertmanager would (by alertname and cluster) into webhook v4 payloads."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for a in sorted(alerts, key=lambda a: a.get("startsAt", "")):
+        labels = a.get("labels", {})
+        groups[(labels.get("alertname", ""), labels.get("cluster", ""))].append(a)
+    payloads = []
+    for (name, cluster), items in groups.items():
+        payloads.append(
+            {
+                "version": "4",
+                "groupKey": f'{{}}:{{alertname="{name}", cluster="{cluster}"}}',
+                "truncatedAlerts": 0,
+                "status": "firing",
+                "receiver": "fleetmind",
+                "groupLabels": {"alertname": name, "cluster": cluster},
+                "commonLabels": {"alertname": name},
+                "commonAnnotations": {},
+                "externalURL": "http://alertmanager.example:9093",
+                "alerts": items,
+            }
+        )
+    return payloads
+
+
+def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
+    """Step 5: replay one incident through the webhook and read back its ranked root causes."""
+    import httpx
+
+    payloads = _webhook_batches(incident["alerts"])
+    with httpx.Client(base_url=svc.url, timeout=30) as client:
+        for p in payloads:
+            r = client.post("/api/v1/alerts", json=p)
+            r.raise_for_status()
+        _say(f"      posted {len(incident['alerts'])} alerts in {len(payloads)} webhook calls")
+        deadline = time.monotonic() + 60
+        best: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            items = client.get("/api/v1/incidents").json()
+            with_causes = [i for i in items if i.get("causes")]
+            if with_causes:
+                best = max(with_causes, key=lambda i: i["alert_count"])
+                if best["alert_count"] >= len(incident["alerts"]) * 0.9:
+                    break
+            time.sleep(0.5)
+    if best is None:
+        raise NotAvailableError("the service opened no incident with ranked causes within 60 s")
+    truth = incident["root_cause"]
+    _say(
+        f"      incident #{best['id']}: {best['alert_count']} alerts on {len(best['nodes'])} nodes, "
+        f"ranked by {best['method']} ({best['model_version']})"
+    )
+    _say(f"      ground truth: {truth} ({incident['fault_type']})")
+    for rank, c in enumerate(best["causes"][:5], 1):
+        mark = "  <== root cause" if c["node"] == truth else ""
+        _say(f"      #{rank} {c['node']}  score={c['score']:.3f}  fault={c['fault_type']}{mark}")
+        if c.get("path"):
+            _say(f"           path: {' -> '.join(c['path'])}")
+    return best
+
+
+def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
+    """Step 6: two placement requests against the live (simulated) fleet."""
+    import httpx
+
+    jobs = [
+        {
+            "job_id": "train-llama-4gpu",
+            "num_gpu": 4,
+            "gpu_milli": 1000,
+            "cpu_milli": 16000,
+            "memory_mib": 65536,
+        },
+        {
+            "job_id": "notebook-shared",
+            "num_gpu": 1,
+            "gpu_milli": 300,
+            "cpu_milli": 4000,
+            "memory_mib": 8192,
+        },
+    ]
+    out = []
+    with httpx.Client(base_url=svc.url, timeout=30) as client:
+        for job in jobs:
+            r = client.post("/api/v1/placements", json=job)
+            if r.status_code != 200:
+                _say(f"      {job['job_id']}: {r.status_code} {r.text[:200]}")
+                continue
+            d = r.json()
+            _say(
+                f"      {job['job_id']}: cluster={d['cluster']} node={d['node']} gpus={d['gpus']} "
+                f"policy={d['policy']} model={d['model_version']}"
+                + (f" (fallback: {d['fallback_reason']})" if d.get("fallback_reason") else "")
+            )
+            out.append(d)
+    return out
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Run all steps; returns a summary dict (also written to ``OUT/demo_summary.json``)."""
+    from data.rca_dataset import load_dataset
+
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    total = 6
+    summary: dict[str, Any] = {}
+    _say("FleetMind demo: simulated alert storms -> GAT root causes; openb trace -> placement")
+    with _step(1, total, "Generating simulated multi-cluster incidents"):
+        data_dir = generate_data(cfg)
+    with _step(2, total, "RCA: GAT against the baselines, logged to MLflow"):
+        summary["rca"] = rca_model(cfg, data_dir)
+    with _step(3, total, "Placement: policies on the openb trace (FGD mode, one seed)"):
+        summary["placement_eval"] = None if cfg.quick else placement_eval(cfg)
+        if cfg.quick:
+            _say("      skipped in --quick mode")
+    ds = load_dataset(data_dir, splits=["test"])
+    incident = max(ds.splits["test"], key=lambda i: len(i["alerts"]))
+    graph_path = data_dir / "graphs" / f"{incident['graph']}.json"
+    svc = _Service(cfg, graph_path)
+    try:
+        with _step(4, total, f"Starting the service on {svc.url} (graph {incident['graph']})"):
+            svc.wait_ready()
+        with _step(5, total, "Alert storm through the Alertmanager webhook"):
+            summary["incident"] = alert_storm(svc, incident)
+            summary["ground_truth"] = incident["root_cause"]
+        with _step(6, total, "Placement decisions from the service"):
+            summary["placements"] = placement_decisions(svc)
+    finally:
+        svc.stop()
+    (cfg.out / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    uri = _tracking_uri(cfg)
+    _say("\nDone. Explore the tracked runs with:")
+    _say(f"  .venv/bin/mlflow ui --backend-store-uri {uri}")
+    _say("Run the service yourself with:  .venv/bin/fleetmind serve")
+    return summary
