@@ -68,6 +68,7 @@ def summarize(ranks: Sequence[int | None], ms: Sequence[float] | None = None) ->
 # ------------------------------------------------------------------------------------------ registry
 Factory = Callable[[str | None, int], BaseAnalyzer]
 _FACTORIES: dict[str, Factory] = {}
+_BASELINES_READY = False
 
 PLUGINS: dict[str, str] = {"gat": "rca.gat_analyzer:make_analyzer"}
 """Lazily imported methods: name -> ``module:function`` with signature ``(model, seed) -> BaseAnalyzer``."""
@@ -84,19 +85,22 @@ def register_method(name: str, factory: Factory) -> None:
 
 
 def _register_baselines() -> None:
+    global _BASELINES_READY
+    if _BASELINES_READY:
+        return
+    _BASELINES_READY = True
     from rca.baselines import BASELINES, RandomConfig
 
     for name, cls in BASELINES.items():
         if name == "random":
-            register_method(name, lambda model, seed, cls=cls: cls(RandomConfig(seed=seed)))
+            _FACTORIES.setdefault(name, lambda model, seed, cls=cls: cls(RandomConfig(seed=seed)))
         else:
-            register_method(name, lambda model, seed, cls=cls: cls())
+            _FACTORIES.setdefault(name, lambda model, seed, cls=cls: cls())
 
 
 def available_methods() -> list[str]:
     """Registered baselines and methods, then plug-ins (which may fail to import)."""
-    if not _FACTORIES:
-        _register_baselines()
+    _register_baselines()
     return list(_FACTORIES) + [p for p in PLUGINS if p not in _FACTORIES]
 
 
@@ -117,8 +121,7 @@ def make_analyzers(
         ConfigError: an unknown method name.
         NotAvailableError: a requested plug-in cannot be loaded (e.g. no released GAT model).
     """
-    if not _FACTORIES:
-        _register_baselines()
+    _register_baselines()
     explicit = names is not None
     out: dict[str, BaseAnalyzer] = {}
     for name in names if names is not None else available_methods():
