@@ -387,3 +387,17 @@ def test_health_ready_metrics(client: TestClient) -> None:
         'fleetmind_model_info{fallback="false",kind="rca",method="upstream-coverage",version=""} 1.0'
         in text
     )
+
+
+# ----------------------------------------------------------------------------------------- CLI
+def test_cli_serve_rejects_bad_options(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training.cli import main
+
+    monkeypatch.setenv("FLEETMIND_GRAPH", "restored-after-the-test")  # the CLI exports its options
+
+    assert main(["serve", "--graph", str(tmp_path / "missing.json")]) == 2
+    assert "graph file not found" in capsys.readouterr().err
+    assert main(["serve", "--port", "70000"]) == 2
+    assert "--port" in capsys.readouterr().err
