@@ -177,6 +177,8 @@ class DynFleet:
         wan_gbps: ``(C, C)`` WAN bandwidth, GB/s one direction (``inf`` on the diagonal).
         wan_rtt_s: ``(C, C)`` WAN round-trip time, seconds (0 on the diagonal).
         speed_basis: ``"fp32"`` or ``"fp16"`` (see :func:`gpu_speed`).
+        templates: optional ``(N,)`` list of :class:`data.topology.NodeTemplate` (for
+            TopologyBestEffort's go-gpuallocator scores); set by :meth:`from_fleet`.
     """
 
     names: np.ndarray
@@ -191,6 +193,7 @@ class DynFleet:
     wan_gbps: np.ndarray
     wan_rtt_s: np.ndarray
     speed_basis: str = "fp16"
+    templates: list[Any] | None = None
     model_id: np.ndarray = field(init=False)
     speed: np.ndarray = field(init=False)
     topo_id: np.ndarray = field(init=False)
@@ -286,6 +289,7 @@ class DynFleet:
             wan_gbps=self.wan_gbps,
             wan_rtt_s=self.wan_rtt_s,
             speed_basis=self.speed_basis,
+            templates=None if self.templates is None else [self.templates[i] for i in idx],
         )
 
     def sample(self, fraction: float, seed: int = 0) -> DynFleet:
@@ -348,6 +352,7 @@ class DynFleet:
             wan_gbps=np.asarray(fleet.wan_bandwidth_gbps, dtype=np.float64),
             wan_rtt_s=np.asarray(fleet.wan_latency_ms, dtype=np.float64) / 1000.0,
             speed_basis=speed_basis,
+            templates=[fleet.templates[t] for t in tmpl.tolist()],
         )
 
 
@@ -1236,8 +1241,10 @@ def make_policy(name: str, trace: PodTrace | None, fleet: DynFleet, seed: int) -
     kw: dict[str, Any] = {}
     if "seed" in params:
         kw["seed"] = seed
-    if "fleet" in params:
-        kw["fleet"] = fleet
+    if "templates" in params and fleet.templates is not None:
+        kw["templates"] = [
+            t if int(g) > 0 else None for t, g in zip(fleet.templates, fleet.num_gpu, strict=True)
+        ]
     return NodeScorerPolicy(factory(**kw), trace, seed, canonical)
 
 

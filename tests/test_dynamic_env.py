@@ -137,3 +137,30 @@ def test_candidates_are_feasible_placements() -> None:
         _, _, term, trunc, _ = env.step(int(np.flatnonzero(mask)[-1]))
         if term or trunc:
             break
+
+
+def test_maskable_ppo_with_the_candidate_scorer_runs_on_the_env() -> None:
+    pytest.importorskip("sb3_contrib")
+    policy_mod = pytest.importorskip("rl.policy")
+    from sb3_contrib import MaskablePPO
+
+    env = make_env(n_jobs=20)
+    model = MaskablePPO(
+        policy_mod.CandidateScorerPolicy,
+        env,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        policy_kwargs={
+            "n_candidates": env.n_candidates,
+            "n_cand_features": env.n_cand_features,
+            "n_global_features": env.n_global_features,
+            "hidden": 16,
+        },
+        seed=0,
+        device="cpu",
+    )
+    model.learn(total_timesteps=32)
+    obs, _ = env.reset(seed=9)
+    action, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
+    assert env.action_masks()[int(action)]

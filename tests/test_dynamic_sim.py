@@ -172,8 +172,12 @@ def test_evaluate_dynamic_deterministic_and_complete() -> None:
     fleet = two_cluster_fleet()
     tr = small_trace(150)
     kw = dict(fleet=fleet, target_util=0.8, seeds=[1, 2])
-    r1 = evaluate_dynamic(tr, ["BestFit", "FGD", "Random", "LocalityAware"], **kw)
-    r2 = evaluate_dynamic(tr, ["BestFit", "FGD", "Random", "LocalityAware"], **kw)
+    r1 = evaluate_dynamic(
+        tr, ["BestFit", "FGD", "Random", "TopologyBestEffort", "LocalityAware"], **kw
+    )
+    r2 = evaluate_dynamic(
+        tr, ["BestFit", "FGD", "Random", "TopologyBestEffort", "LocalityAware"], **kw
+    )
     for name, entry in r1.items():
         for key in (
             "mean_jct_s",

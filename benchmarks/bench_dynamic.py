@@ -1,0 +1,133 @@
+"""Dynamic-mode figures and speed: every policy on openb ``default`` (3 clusters), several seeds.
+
+Runs :func:`envs.dynamic_mode.evaluate_dynamic` and writes ``benchmarks/results/dynamic.json`` with
+the per-policy metrics (means and per-seed values), the setup (fleet, jobs, offered load), the wall
+time of each run, the machine and package versions, and the command.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_dynamic.py                       # defaults below
+    .venv/bin/python benchmarks/bench_dynamic.py --target-util 0.6 --seeds 42 43 44 \\
+        --out benchmarks/results/dynamic_u60.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.openb import load_openb_trace  # noqa: E402
+from envs import dynamic_mode as dm  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results" / "dynamic.json"
+
+
+def machine() -> dict:
+    import gymnasium
+
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "numpy": np.__version__,
+        "gymnasium": gymnasium.__version__,
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default="default")
+    ap.add_argument("--policies", nargs="*", default=None)
+    ap.add_argument("--seeds", nargs="*", type=int, default=[42, 43, 44])
+    ap.add_argument("--target-util", type=float, default=dm.DEFAULT_TARGET_UTIL)
+    ap.add_argument("--node-fraction", type=float, default=dm.DEFAULT_NODE_FRACTION)
+    ap.add_argument("--clusters", type=int, default=3)
+    ap.add_argument("--n-jobs", type=int, default=None)
+    ap.add_argument("--backfill-depth", type=int, default=dm.DEFAULT_BACKFILL_DEPTH)
+    ap.add_argument("--speed-basis", default=dm.DEFAULT_SPEED_BASIS)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+
+    trace = load_openb_trace(args.trace)
+    fleet = dm.load_dynamic_fleet("openb", args.clusters, args.speed_basis)
+    if args.node_fraction < 1:
+        fleet = fleet.sample(args.node_fraction)
+    jobs = dm.build_jobs(
+        trace,
+        fleet,
+        np.random.default_rng(args.seeds[0]),
+        target_util=args.target_util,
+        n_jobs=args.n_jobs,
+    )
+    t0 = time.perf_counter()
+    stamps: list[tuple[str, float]] = []
+
+    def progress(msg: str) -> None:
+        stamps.append((msg, time.perf_counter()))
+        print(f"{time.perf_counter() - t0:7.1f}s  {msg}", flush=True)
+
+    result = dm.evaluate_dynamic(
+        trace,
+        args.policies,
+        args.seeds,
+        fleet=fleet,
+        node_fraction=1.0,
+        target_util=args.target_util,
+        n_jobs=args.n_jobs,
+        backfill_depth=args.backfill_depth,
+        speed_basis=args.speed_basis,
+        progress=progress,
+    )
+    total = time.perf_counter() - t0
+    run_s = {}
+    prev = t0
+    for msg, t in stamps:
+        run_s[msg] = round(t - prev, 3)
+        prev = t
+    payload = {
+        "command": "python " + " ".join(sys.argv),
+        "trace": args.trace,
+        "mode": "dynamic",
+        "seeds": args.seeds,
+        "setup": dm.dynamic_setup(
+            fleet,
+            jobs,
+            target_util=args.target_util,
+            node_fraction=args.node_fraction,
+            backfill_depth=args.backfill_depth,
+            speed_basis=args.speed_basis,
+            max_work_s=dm.MAX_WORK_S,
+        ),
+        "policies": result,
+        "wall_s_total": round(total, 2),
+        "wall_s_per_run": run_s,
+        "machine": machine(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    keys = (
+        "mean_jct_s",
+        "p99_jct_s",
+        "mean_slowdown",
+        "p99_queue_delay_s",
+        "gpu_allocation_ratio",
+        "ms_per_decision",
+    )
+    print("policy".ljust(16) + "".join(k.ljust(22) for k in keys))
+    for name, m in result.items():
+        print(name.ljust(16) + "".join(f"{m[k]:<22.4g}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()
