@@ -90,8 +90,14 @@ def evaluate_scenario(
         "n_alerts", "ranks": {name: rank|None}, "top3": {name: [...]}}], "alerting_ms_per_incident",
         "published"}``; ``methods`` covers ``split``.
     """
-    alert_methods = dict(alert_methods or {"propagation": PropagationRanker()})
-    metric_methods = dict(metric_methods or {n: cls() for n, cls in METRIC_BASELINES.items()})
+    alert_methods = dict(
+        {"propagation": PropagationRanker()} if alert_methods is None else alert_methods
+    )
+    metric_methods = dict(
+        {n: cls() for n, cls in METRIC_BASELINES.items()}
+        if metric_methods is None
+        else metric_methods
+    )
     issues = scenario.issues(split)
     names = list(alert_methods) + list(metric_methods)
     rows: list[dict[str, Any]] = []

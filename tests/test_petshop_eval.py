@@ -171,6 +171,22 @@ def test_cli_writes_evaluate_shaped_json(tmp_path, capsys):
     res = json.loads(out.read_text())
     assert res["n_incidents"] == 3 and res["split"] == "test"
     assert set(res["methods"]) == {"propagation", "petshop_traversal"}
+    assert (
+        main(
+            [
+                "rca",
+                "petshop",
+                "--scenario",
+                str(SLICE),
+                "--methods",
+                "propagation",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert set(json.loads(out.read_text())["methods"]) == {"propagation"}
     assert "petshop_slice / test: 3 issues" in capsys.readouterr().out
     assert main(["rca", "petshop", "--scenario", str(tmp_path / "missing")]) == 2
     assert "fleetmind: error:" in capsys.readouterr().err
