@@ -209,6 +209,19 @@ class CandidateBuilder:
         """The GPUs FGD would give ``pod`` on ``node`` (used for single-feasible-node pods)."""
         return self.fgd._gpus_unscored(self.state, pod, node)  # noqa: SLF001
 
+    def fgd_choice(self, pod: Pod, mask: np.ndarray) -> tuple[int, np.ndarray]:
+        """FGD's decision ``(node, gpus)`` among ``mask`` (>= 1 feasible), from the cached deltas."""
+        st = self.state
+        idx = np.flatnonzero(mask)
+        if idx.size == 1:
+            node = int(idx[0])
+            return node, self.fgd_gpus(pod, node)
+        delta, gpu = self.fgd_deltas(pod, mask)
+        node = st.select_node(fgd_score_from_delta(delta), mask)
+        if pod.is_sharing:
+            return node, np.array([gpu[node]], dtype=np.int64)
+        return node, st.choose_gpus(pod, node)
+
     def build(self, pod: Pod, mask: np.ndarray, arrived_milli: int) -> Candidates:
         """Candidates and observation for ``pod`` among the feasible nodes ``mask`` (>= 1 True)."""
         st = self.state

@@ -113,6 +113,12 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     * ``stop_arrived_pct``: truncate once arrivals pass this % of capacity (default ``None``: run the
       whole workload; training may use e.g. 102 since the metric is read at 100 %).
     * ``shaping``: weight of the fragmentation shaping term (default 1.0).
+    * ``fgd_until_pct``: pods arriving before this % of capacity are placed by FGD without asking
+      the agent (default 0: the agent decides everything). Training uses it to spend its steps where
+      fragmentation decides the outcome (near saturation); evaluation keeps 0.
+    * ``cache_prefix``: keep the cluster state reached by that FGD prefix per (trace, workload seed)
+      so that a repeated workload skips it (default True).
+    * ``workload_seeds``: draw each episode's workload seed from this list (default: any seed).
     """
 
     metadata = {"render_modes": []}
@@ -125,6 +131,9 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         scale: float = DEFAULT_SCALE,
         stop_arrived_pct: float | None = None,
         shaping: float = 1.0,
+        fgd_until_pct: float = 0.0,
+        cache_prefix: bool = True,
+        workload_seeds: list[int] | None = None,
         render_mode: str | None = None,
     ) -> None:
         super().__init__()
@@ -139,6 +148,10 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.scale = float(scale)
         self.stop_arrived_pct = stop_arrived_pct
         self.shaping = float(shaping)
+        self.fgd_until_pct = float(fgd_until_pct)
+        self.cache_prefix = bool(cache_prefix)
+        self.workload_seeds = [int(x) for x in workload_seeds] if workload_seeds else None
+        self._snapshots: dict[tuple[str, int, float], tuple] = {}
         self.n_candidates = int(n_candidates)
         self.n_cand_features = N_CAND_FEATURES
         self.n_global_features = N_GLOBAL_FEATURES
@@ -185,14 +198,13 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
             pod = pods[t]
             mask = st.feasible(pod)
             n_feas = int(np.count_nonzero(mask))
-            if n_feas >= 2:
+            if n_feas == 0:
+                self._n_failed += 1
+            elif n_feas == 1 or self._arrived_cum[t] < self._fgd_until_milli:
+                st.place(pod, *self.builder.fgd_choice(pod, mask))
+            else:
                 self._cand = self.builder.build(pod, mask, int(self._arrived_cum[t]))
                 return True
-            if n_feas == 1:
-                node = int(np.flatnonzero(mask)[0])
-                st.place(pod, node, self.builder.fgd_gpus(pod, node))
-            else:
-                self._n_failed += 1
             self._allocated[t] = st.allocated_gpu_milli
             self._t += 1
         return False
@@ -205,6 +217,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         options = options or {}
         trace = self._pick_trace(options)
         wseed = options.get("workload_seed")
+        if wseed is None and self.workload_seeds:
+            wseed = self.workload_seeds[int(self.np_random.integers(len(self.workload_seeds)))]
         if wseed is None:
             wseed = int(self.np_random.integers(2**31 - 1))
         wl = build_workload(trace, self.state.n_nodes, self.capacity, int(wseed), self.scale)
@@ -219,11 +233,26 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._allocated = np.zeros(self._n, dtype=np.int64)
         stop = self.stop_arrived_pct
         self._stop_milli = None if stop is None else stop / 100.0 * self.capacity
+        self._fgd_until_milli = self.fgd_until_pct / 100.0 * self.capacity
         self._t = 0
         self._n_failed = 0
         self._n_decisions = 0
         self._truncated = False
+        snap_key = (trace.name, int(wseed), self.fgd_until_pct)
+        snap = self._snapshots.get(snap_key) if self.fgd_until_pct > 0 else None
+        if snap is not None:
+            self.state = snap[0].copy()
+            self.builder.reset(self.state, trace)
+            self._t, self._n_failed = snap[1], snap[2]
+            self._allocated[: self._t] = snap[3]
         self._done = not self._advance()
+        if snap is None and self.fgd_until_pct > 0 and self.cache_prefix:
+            self._snapshots[snap_key] = (
+                self.state.copy(),
+                self._t,
+                self._n_failed,
+                self._allocated[: self._t].copy(),
+            )
         self._phi = self.builder.cluster_fragmentation()
         info = {"trace": trace.name, "workload_seed": int(wseed)}
         if self._done:  # degenerate workload without any decision

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from data.errors import ConfigError, DataError, NotAvailableError
-from training.cli_common import add_group, not_landed, write_json
+from training.cli_common import add_group, write_json
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 DEFAULT_SEEDS = list(range(42, 52))
@@ -192,5 +192,55 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     ev.add_argument("--json", default=None, help="write the results JSON here")
     ev.set_defaults(func=cmd_evaluate)
 
-    tr = sub.add_parser("train", help="(issue #6)")
-    tr.set_defaults(func=not_landed("fleetmind sched train", 6))
+    _register_train(sub)
+
+
+def _register_train(sub: argparse._SubParsersAction) -> None:
+    """``fleetmind sched train`` (PPO agent; owned by training/sched_train.py, issue #6)."""
+    tr = sub.add_parser(
+        "train",
+        help="train the PPO placement agent (MLflow-tracked, registered as fleetmind-placement)",
+        description="Imitation warm start from FGD, then MaskablePPO; exports ONNX + torch.",
+    )
+    tr.add_argument("--trace", action="append", required=True, help="training trace (repeatable)")
+    tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
+    tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
+    tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
+    tr.add_argument("--bc-episodes", type=int, default=2, help="FGD demonstration episodes")
+    tr.add_argument("--eval-trace", action="append", default=None, help="periodic-eval trace")
+    tr.add_argument("--eval-seeds", nargs="+", type=int, default=[42], help="periodic-eval seeds")
+    tr.add_argument("--eval-freq", type=int, default=20_000, help="evaluate every N steps")
+    tr.add_argument("--max-minutes", type=float, default=None, help="PPO wall-time cap")
+    tr.add_argument("--out", default="runs/ppo", help="run folder (default runs/ppo)")
+    tr.add_argument("--release", action="store_true", help="copy the model to models/placement/")
+    tr.add_argument("--no-register", action="store_true", help="skip the MLflow registry")
+    tr.add_argument("--json", default=None, help="write the run summary JSON here")
+    tr.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``fleetmind sched train``: see :mod:`training.sched_train`."""
+    import json
+
+    from training.sched_train import Args, run
+
+    a = Args(
+        traces=args.trace,
+        mode=args.mode,
+        timesteps=args.timesteps,
+        seed=args.seed,
+        n_envs=args.n_envs,
+        bc_episodes=args.bc_episodes,
+        eval_traces=args.eval_trace or args.trace[:1],
+        eval_seeds=args.eval_seeds,
+        eval_freq=args.eval_freq,
+        max_minutes=args.max_minutes,
+        out=args.out,
+        release=args.release,
+        register=not args.no_register,
+    )
+    summary = run(a)
+    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0

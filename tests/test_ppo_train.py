@@ -1,0 +1,77 @@
+"""Training smoke run (warm start + PPO + export + registry) and seeded evaluation of the agent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ppo_helpers import write_tiny
+
+from envs.fgd_mode import evaluate_fgd
+from rl.policy_adapter import load_ppo_policy
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from training.sched_train import Args, run
+
+    folder = tmp_path_factory.mktemp("ppo_train")
+    nodes, pods = write_tiny(folder)
+    args = Args(
+        traces=[str(pods)],
+        nodes=str(nodes),
+        timesteps=128,
+        n_envs=1,
+        n_candidates=8,
+        fgd_until_pct=0.0,
+        stop_arrived_pct=101.0,
+        workload_seeds=[1, 2],
+        bc_episodes=1,
+        bc_epochs=3,
+        n_steps=64,
+        batch_size=32,
+        eval_traces=[str(pods)],
+        eval_seeds=[42],
+        eval_fgd_until_pct=0.0,
+        eval_freq=64,
+        out=str(folder / "runs"),
+        tracking_uri=f"sqlite:///{folder}/mlflow.db",
+        progress=False,
+    )
+    return run(args), nodes, pods
+
+
+def test_smoke_run_writes_artifact_and_registers(trained):
+    summary, _, _ = trained
+    assert summary["timesteps"] >= 128
+    assert {"policy.onnx", "policy.pt", "metadata.json", "model_card.md", "ppo.zip"} <= {
+        p.name for p in __import__("pathlib").Path(summary["artifact"]).iterdir()
+    }
+    assert summary["registry"]["registered_model"] == "fleetmind-placement"
+    assert summary["registry"]["champion"] is True
+    steps = [h["step"] for h in summary["history"]]
+    assert steps[0] == 0 and steps[-1] >= 128
+    assert np.isfinite(summary["metrics"]["eval_unalloc100"])
+
+
+def test_champion_alias_resolves(trained):
+    import mlflow
+
+    summary, _, _ = trained
+    client = mlflow.MlflowClient(tracking_uri=summary["tracking_uri"])
+    mv = client.get_model_version_by_alias("fleetmind-placement", "champion")
+    assert str(mv.version) == summary["registry"]["version"]
+
+
+def test_evaluation_is_deterministic_by_seed(trained):
+    from data.openb import load_openb_nodes, load_openb_trace
+
+    summary, nodes_csv, pods_csv = trained
+    nodes, trace = load_openb_nodes(nodes_csv), load_openb_trace(pods_csv)
+    runs = [
+        evaluate_fgd(trace, {"ppo": load_ppo_policy(summary["artifact"])}, [42, 43], nodes=nodes)
+        for _ in range(2)
+    ]
+    a, b = (r["policies"]["ppo"]["per_seed"] for r in runs)
+    assert a == b
+    vals = [v["unallocated_gpu_pct_at_100"] for v in a.values()]
+    assert all(0.0 <= v <= 100.0 for v in vals)

@@ -1,0 +1,474 @@
+"""Train the PPO placement agent, tracked in MLflow (CleanRL-style script).
+
+    fleetmind sched train --trace default [--trace cpu050 ...] --mode fgd [--timesteps N] [--seed S]
+                          [--n-envs E] [--out runs/ppo] [--release] [--json P]
+
+What a run does:
+
+1. Seeds everything (Python, NumPy, torch, env and action-space seeds).
+2. Imitation warm start: rolls out FGD (candidate 0 of every observation) on the training traces
+   and clones it into the candidate scorer (actor cross-entropy + critic regression on the
+   teacher's discounted returns); see :mod:`rl.ppo`.
+3. MaskablePPO on ``SubprocVecEnv`` envs (``fleetmind/GpuPlacement-v0``; episodes start after an FGD
+   prefix up to ``fgd_until_pct`` of capacity and stop at ``stop_arrived_pct``, from a pool of
+   workload seeds), with SB3 callbacks: MLflow logging (``train/*`` episode metrics, ``losses/*``),
+   periodic greedy evaluation against FGD and BestFit (``eval/*``) that keeps the best policy
+   (the cloned one included), and checkpoints.
+4. Exports the best policy (``policy.onnx``, ``policy.pt``, ``metadata.json``, ``ppo.zip``,
+   ``model_card.md``) to ``<out>/<run name>/model`` (and to ``models/placement/`` with ``--release``),
+   logs it to MLflow as a pyfunc model, registers ``fleetmind-placement`` and moves the ``champion``
+   alias to the new version when its evaluation beats the current champion's.
+
+Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+
+from data.errors import ConfigError
+
+REGISTERED_MODEL = "fleetmind-placement"
+CHAMPION = "champion"
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+@dataclass
+class Args:
+    """Settings of one training run (``fleetmind sched train`` flags)."""
+
+    traces: list[str] = field(default_factory=lambda: ["default"])
+    """training traces (openb names or CSV paths); one drawn per episode"""
+    nodes: str | None = None
+    """node list CSV or openb name (default: the openb GPU nodes)"""
+    mode: str = "fgd"
+    """simulation mode: fgd (dynamic mode is not trained yet)"""
+    timesteps: int = 100_000
+    """PPO environment steps (decisions) after the warm start"""
+    seed: int = 0
+    """seed of weights, envs and workloads"""
+    n_envs: int = 2
+    """parallel envs (SubprocVecEnv when > 1)"""
+    n_candidates: int = 16
+    """K, candidate placements per decision"""
+    fgd_until_pct: float = 80.0
+    """training episodes: FGD places pods until this % of capacity has arrived"""
+    stop_arrived_pct: float = 101.0
+    """training episodes end when arrivals pass this % of capacity (the metric is read at 100)"""
+    workload_seeds: list[int] = field(default_factory=lambda: list(range(1000, 1016)))
+    """pool of training workload seeds (disjoint from the evaluation seeds 42-51)"""
+    bc_episodes: int = 2
+    """teacher (FGD) episodes for the imitation warm start (0: none)"""
+    bc_epochs: int = 30
+    """maximum epochs of behaviour cloning (stops at cross-entropy 0.2)"""
+    learning_rate: float = 1e-4
+    """PPO Adam step size"""
+    n_steps: int = 512
+    """rollout steps per env per update"""
+    batch_size: int = 128
+    """PPO minibatch"""
+    clip_range: float = 0.15
+    """PPO clip"""
+    target_kl: float = 0.02
+    """PPO early stop on approximate KL"""
+    gamma: float = 0.995
+    """discount"""
+    ent_coef: float = 0.001
+    """entropy bonus"""
+    hidden: int = 64
+    """hidden width (tanh)"""
+    eval_traces: list[str] = field(default_factory=lambda: ["default"])
+    """traces of the periodic evaluation"""
+    eval_seeds: list[int] = field(default_factory=lambda: [42])
+    """workload seeds of the periodic evaluation"""
+    eval_fgd_until_pct: float = 80.0
+    """periodic evaluation: FGD prefix (0 = the agent places everything; slower)"""
+    eval_freq: int = 20_000
+    """evaluate every this many PPO steps"""
+    max_minutes: float | None = None
+    """stop PPO after this much wall time (minutes; None: run all timesteps)"""
+    out: str = "runs/ppo"
+    """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
+    release: bool = False
+    """also copy the artifact to models/placement/ (the released model)"""
+    register: bool = True
+    """register the model in MLflow and maybe move the champion alias"""
+    tracking_uri: str | None = None
+    """MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"""
+    experiment: str = "fleetmind-placement"
+    """MLflow experiment name"""
+    threads: int = 1
+    """torch threads"""
+    progress: bool = True
+    """progress bars"""
+
+
+def tracking_uri(explicit: str | None = None) -> str:
+    """Explicit URI, else ``MLFLOW_TRACKING_URI``, else the embedded SQLite store."""
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+class PlacementPyfunc(mlflow.pyfunc.PythonModel):
+    """MLflow pyfunc wrapper of the exported actor.
+
+    ``predict`` takes rows ``{"obs": [K*F+G floats], "mask": [K bools]}`` (list or DataFrame) and
+    returns the greedy candidate index per row.
+    """
+
+    def load_context(self, context: Any) -> None:
+        from rl.export import OnnxActor
+
+        self.actor = OnnxActor(Path(context.artifacts["placement"]) / "policy.onnx")
+
+    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - MLflow infers schemas from hints
+        rows = model_input.to_dict("records") if hasattr(model_input, "to_dict") else model_input
+        obs = np.asarray([r["obs"] for r in rows], dtype=np.float32)
+        mask = np.asarray([r["mask"] for r in rows], dtype=bool)
+        return self.actor.predict(obs, mask).tolist()
+
+
+def pip_requirements() -> list[str]:
+    """Explicit requirements of the logged model."""
+    from importlib.metadata import version
+
+    out = []
+    for pkg in ("numpy", "onnxruntime", "mlflow"):
+        try:
+            out.append(f"{pkg}=={version(pkg)}")
+        except Exception:  # pragma: no cover
+            out.append(pkg)
+    return out
+
+
+def promote_if_better(client: Any, version: str, score: float) -> tuple[bool, str | None]:
+    """Tag ``version`` with ``eval_unalloc`` (lower is better); move ``champion`` if it wins."""
+    from mlflow.exceptions import MlflowException
+
+    client.set_model_version_tag(REGISTERED_MODEL, version, "eval_unalloc", f"{score:.6f}")
+    try:
+        champ = client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION)
+    except MlflowException:
+        champ = None
+    prev = None if champ is None else str(champ.version)
+    best = float("inf")
+    if champ is not None:
+        try:
+            best = float(champ.tags.get("eval_unalloc", "inf"))
+        except ValueError:
+            best = float("inf")
+    if champ is None or score < best:
+        client.set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version)
+        return True, prev
+    return False, prev
+
+
+def seed_everything(seed: int, threads: int) -> None:
+    """Seed Python, NumPy and torch; fix torch threads."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(max(1, threads))
+
+
+def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
+    """``model_card.md`` for an exported placement model."""
+    lines = [
+        "# fleetmind-placement: PPO GPU placement agent",
+        "",
+        "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) trained with",
+        "sb3-contrib MaskablePPO after an imitation warm start from FGD, in `fleetmind/GpuPlacement-v0`",
+        "(fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`, `mask (B, K) bool`; output: the",
+        "index of the chosen candidate (see `docs/ppo.md` and `envs/candidates.py`).",
+        "",
+        "| field | value |",
+        "| --- | --- |",
+    ]
+    for k, v in card.items():
+        if isinstance(v, dict | list):
+            v = json.dumps(v)
+        lines.append(f"| {k} | {v} |")
+    lines += [
+        "",
+        "Regenerate: `fleetmind sched train " + card.get("command", "") + "`.",
+        "",
+        "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
+    ]
+    path = folder / "model_card.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(args: Args) -> dict[str, Any]:
+    """Warm start, train, evaluate, export, log and register; returns the JSON summary."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from tqdm import tqdm
+
+    from envs.fgd_mode import run_fgd
+    from envs.gpu_placement_env import GpuPlacementEnv
+    from envs.policies import TypicalPods
+    from rl.export import actor_from_model, export_policy
+    from rl.policy import count_parameters
+    from rl.policy_adapter import typical_to_json
+    from rl.ppo import (
+        PPOHyperparams,
+        behaviour_clone,
+        collect_teacher,
+        evaluate_greedy,
+        make_model,
+        make_vec_env,
+    )
+
+    if args.mode != "fgd":
+        raise ConfigError(
+            f"--mode {args.mode}: only fgd-mode training is implemented (dynamic mode: see docs/ppo.md)"
+        )
+    if args.timesteps < 0 or args.n_envs < 1:
+        raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
+    seed_everything(args.seed, args.threads)
+    t_start = time.perf_counter()
+
+    from data.openb import load_openb_nodes
+
+    nodes = load_openb_nodes(args.nodes)
+    env_kwargs = {
+        "traces": list(args.traces),
+        "nodes": nodes,
+        "n_candidates": args.n_candidates,
+        "fgd_until_pct": args.fgd_until_pct,
+        "stop_arrived_pct": args.stop_arrived_pct,
+        "workload_seeds": list(args.workload_seeds),
+    }
+    hp = PPOHyperparams(
+        learning_rate=args.learning_rate,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        clip_range=args.clip_range,
+        target_kl=args.target_kl,
+        gamma=args.gamma,
+        ent_coef=args.ent_coef,
+        hidden=args.hidden,
+    )
+    run_name = f"GpuPlacement-v0__ppo__{args.seed}__{int(time.time())}"
+    run_dir = Path(args.out) / run_name
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+
+    uri = tracking_uri(args.tracking_uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(args.experiment)
+    summary: dict[str, Any] = {"run_name": run_name, "tracking_uri": uri}
+
+    eval_env = GpuPlacementEnv(
+        traces=list(args.eval_traces),
+        nodes=nodes,
+        n_candidates=args.n_candidates,
+        fgd_until_pct=args.eval_fgd_until_pct,
+    )
+
+    def evaluate(act: Any) -> dict[str, dict[int, float]]:
+        return evaluate_greedy(eval_env, act, args.eval_traces, args.eval_seeds)
+
+    with mlflow.start_run(run_name=run_name) as mlrun:
+        summary["run_id"] = mlrun.info.run_id
+        mlflow.log_params(
+            {k: json.dumps(v) if isinstance(v, list) else v for k, v in asdict(args).items()}
+        )
+
+        # ------------------------------------------------------------------ references
+        refs: dict[str, float] = {}
+        # FGD = always candidate 0: identical to envs.fgd_mode.run_fgd(trace, "FGD", seed)
+        fgd_res = evaluate(lambda obs, mask: 0)
+        refs["FGD"] = float(np.mean([v for per in fgd_res.values() for v in per.values()]))
+        refs["BestFit"] = float(
+            np.mean(
+                [
+                    run_fgd(t, "BestFit", s, nodes).unallocated[100]
+                    for t in args.eval_traces
+                    for s in args.eval_seeds
+                ]
+            )
+        )
+        for pol, val in refs.items():
+            mlflow.log_metric(f"eval/{pol.lower()}_unalloc100", val, step=0)
+        summary["eval_reference"] = refs
+
+        # ------------------------------------------------------------------ model + warm start
+        venv = make_vec_env(args.n_envs, args.seed, env_kwargs)
+        model = make_model(venv, hp, args.seed)
+        mlflow.log_param("n_parameters", count_parameters(model.policy))
+        if args.bc_episodes > 0:
+            teach_env = GpuPlacementEnv(
+                **{**env_kwargs, "workload_seeds": list(args.workload_seeds)}
+            )
+            bar = tqdm(desc="FGD demonstrations", unit="step", disable=not args.progress)
+            data = collect_teacher(
+                teach_env, args.bc_episodes, args.seed, hp.gamma, progress=bar.update
+            )
+            bar.close()
+            bc = behaviour_clone(model.policy, data, epochs=args.bc_epochs, seed=args.seed)
+            mlflow.log_metrics(bc, step=0)
+            summary["bc"] = {**bc, "samples": int(len(data.actions))}
+
+        # ------------------------------------------------------------------ callbacks
+        state: dict[str, Any] = {"best": float("inf"), "best_step": -1, "history": []}
+
+        def do_eval(step: int) -> float:
+            actor = actor_from_model(model)
+            res = evaluate(actor.predict)
+            val = float(np.mean([v for per in res.values() for v in per.values()]))
+            mlflow.log_metric("eval/ppo_unalloc100", val, step=step)
+            mlflow.log_metric("eval/gap_vs_fgd", val - refs["FGD"], step=step)
+            state["history"].append({"step": step, "unalloc100": val})
+            if val < state["best"]:
+                state["best"], state["best_step"] = val, step
+                model.save(ckpt_dir / "best.zip")
+            return val
+
+        class MlflowCallback(BaseCallback):
+            """Episode metrics and PPO losses to MLflow; periodic evaluation and checkpoints."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self._next_eval = args.eval_freq
+
+            def _on_step(self) -> bool:
+                for info in self.locals.get("infos", []):
+                    ep = info.get("episode")
+                    if ep is None:
+                        continue
+                    metrics = {
+                        "train/episode_return": float(ep["r"]),
+                        "train/episode_length": float(ep["l"]),
+                    }
+                    for k in ("unallocated_gpu_pct_at_100", "n_failed"):
+                        if k in info and np.isfinite(info[k]):
+                            metrics[f"train/{k}"] = float(info[k])
+                    mlflow.log_metrics(metrics, step=self.num_timesteps)
+                if self.num_timesteps >= self._next_eval:
+                    self._next_eval += args.eval_freq
+                    do_eval(self.num_timesteps)
+                    model.save(ckpt_dir / f"step_{self.num_timesteps}.zip")
+                if (
+                    args.max_minutes is not None
+                    and time.perf_counter() - t_ppo > 60 * args.max_minutes
+                ):
+                    return False
+                return True
+
+            def _on_rollout_end(self) -> None:
+                vals = {
+                    f"losses/{k.split('/')[-1]}": float(v)
+                    for k, v in self.model.logger.name_to_value.items()
+                    if k.startswith("train/")
+                }
+                if vals:
+                    mlflow.log_metrics(vals, step=self.num_timesteps)
+
+        do_eval(0)  # the cloned policy is a candidate for "best" too
+        t_ppo = time.perf_counter()
+        if args.timesteps > 0:
+            model.learn(
+                total_timesteps=args.timesteps,
+                callback=CallbackList([MlflowCallback()]),
+                progress_bar=args.progress,
+            )
+            do_eval(model.num_timesteps)
+        ppo_seconds = time.perf_counter() - t_ppo
+        venv.close()
+
+        # ------------------------------------------------------------------ export best
+        from sb3_contrib import MaskablePPO
+
+        best = MaskablePPO.load(ckpt_dir / "best.zip", device="cpu")
+        model_dir = run_dir / "model"
+        paths = export_policy(best, model_dir)
+        best.save(model_dir / "ppo.zip")
+        wall = time.perf_counter() - t_start
+        typical = TypicalPods.from_trace(eval_env._trace(0))  # noqa: SLF001
+        meta = {
+            "format": "fleetmind-placement/1",
+            "version": run_name,
+            "n_candidates": args.n_candidates,
+            "mode": args.mode,
+            "train_traces": list(args.traces),
+            "typical_pods": typical_to_json(typical),
+            "typical_pods_trace": eval_env._trace(0).name,  # noqa: SLF001
+        }
+        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+        card = {
+            "run": run_name,
+            "command": " ".join(
+                [f"--trace {t}" for t in args.traces]
+                + [
+                    f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
+                ]
+            ),
+            "train_traces": args.traces,
+            "ppo_timesteps": int(model.num_timesteps),
+            "bc_samples": summary.get("bc", {}).get("samples", 0),
+            "wall_time_s": round(wall, 1),
+            "ppo_wall_time_s": round(ppo_seconds, 1),
+            "parameters": count_parameters(best.policy),
+            "best_step": state["best_step"],
+            "eval_traces": args.eval_traces,
+            "eval_seeds": args.eval_seeds,
+            "eval_fgd_prefix_pct": args.eval_fgd_until_pct,
+            "eval_ppo_unalloc100": round(state["best"], 4),
+            "eval_fgd_unalloc100 (full FGD run)": round(refs["FGD"], 4),
+            "eval_bestfit_unalloc100": round(refs["BestFit"], 4),
+            "hyperparameters": asdict(hp),
+        }
+        write_model_card(model_dir, card)
+        mlflow.log_metrics({"final/wall_time_s": wall, "final/eval_unalloc100": state["best"]})
+        mlflow.log_artifacts(str(model_dir), artifact_path="placement")
+        summary.update(
+            metrics={
+                "eval_unalloc100": state["best"],
+                **{f"{k}_unalloc100": v for k, v in refs.items()},
+            },
+            best_step=state["best_step"],
+            history=state["history"],
+            timesteps=int(model.num_timesteps),
+            wall_time_s=round(wall, 1),
+            artifact=str(model_dir),
+            files={k: str(v) for k, v in paths.items()},
+        )
+        if args.register:
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=PlacementPyfunc(),
+                artifacts={"placement": str(model_dir)},
+                pip_requirements=pip_requirements(),
+                registered_model_name=REGISTERED_MODEL,
+            )
+            version = str(info.registered_model_version)
+            promoted, prev = promote_if_better(mlflow.MlflowClient(), version, state["best"])
+            summary["registry"] = {
+                "model_uri": info.model_uri,
+                "registered_model": REGISTERED_MODEL,
+                "version": version,
+                "champion": promoted,
+                "previous_champion": prev,
+            }
+    if args.release:
+        from rl.policy_adapter import RELEASED_DIR
+
+        RELEASED_DIR.mkdir(parents=True, exist_ok=True)
+        for f in model_dir.iterdir():
+            shutil.copy2(f, RELEASED_DIR / f.name)
+        summary["released"] = str(RELEASED_DIR)
+    return summary
