@@ -5,16 +5,17 @@ The model and every constant are documented, with sources, in ``docs/dynamic.md`
 * **Fleet** (:class:`DynFleet`): the nodes of several clusters concatenated into one
   :class:`envs.core.ClusterState` (``N`` nodes, up to 8 GPUs each), plus per node its cluster, GPU
   relative speed and ``(8, 8)`` GPU-to-GPU bandwidth (GB/s, from :mod:`data.topology`), and per
-  cluster pair a WAN bandwidth (Gbit/s) and latency (s).
-* **Jobs** (:class:`DynJobs`, built by :func:`build_jobs`): arrivals from the trace's
-  ``creation_time`` (a synthetic Poisson process for traces without times), compressed by one factor
-  so that the offered GPU load during the arrival window equals ``target_util``; the work of a job
-  (seconds on the reference placement) from ``deletion_time - scheduled_time``; a communication
-  intensity per multi-GPU job; a data home cluster and a dataset size per job.
+  cluster pair a WAN bandwidth (GB/s) and round-trip time (s).
+* **Jobs** (:class:`DynJobs`, built by :func:`build_jobs`): a stream of ``n_jobs`` pods taken from
+  the trace in ``creation_time`` order (circularly, from a random start) with the trace's own
+  inter-arrival gaps (a synthetic Poisson process for traces without times), compressed by one
+  factor so that the offered GPU load during the arrival window equals ``target_util``; the work of
+  a job (seconds on the reference placement) from ``deletion_time - scheduled_time``; a
+  communication intensity per multi-GPU job; a data home cluster and a dataset size per job.
 * **Runtime model** (:func:`runtime_factor`): ``run = work * ((1 - c) / s + c * B_ref / B_min)`` for a
   job of ``k >= 2`` GPUs (``work / s`` otherwise), with ``s`` the GPU model's relative throughput,
   ``B_min`` the slowest link among the job's GPUs and ``c`` its communication intensity; remote data
-  adds ``latency + 8 * size_GB / WAN_Gbit/s`` before the run.
+  adds ``RTT + size_GB / WAN_GB/s`` before the run.
 * **Scheduling** (:class:`DynamicSim`): event driven; a FIFO queue with a bounded backfill window (the
   head first, then up to ``backfill_depth`` later jobs that fit now, no reservations); a job that no
   node of the empty fleet could host is rejected on arrival.
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from data.errors import ConfigError, DataError
-from data.openb import ANY_GPU_MODEL, GPU_MILLI, GPU_MODELS, PodTrace, gpu_model_id
+from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, gpu_model_id
 from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
 
 # ---------------------------------------------------------------------------------------------
@@ -1369,18 +1370,29 @@ def dynamic_setup(fleet: DynFleet, jobs: DynJobs, **kw: Any) -> dict[str, Any]:
 __all__ = [
     "COMM_INTENSITY_MAX",
     "DATASET_CATALOG_GB",
-    "GPU_MODELS",
+    "DEFAULT_BACKFILL_DEPTH",
+    "DEFAULT_NODE_FRACTION",
+    "DEFAULT_SPEED_BASIS",
+    "DEFAULT_TARGET_UTIL",
     "GPU_TFLOPS",
     "HEURISTIC_NAMES",
+    "MAX_WORK_S",
+    "REFERENCE_LINK_GBPS",
     "DynFleet",
     "DynJobs",
     "DynamicPolicy",
     "DynamicSim",
     "LocalityAwarePolicy",
     "NodeScorerPolicy",
+    "available_policies",
+    "best_bottleneck_set",
+    "bottleneck_gbps",
     "build_jobs",
+    "dynamic_setup",
+    "estimate_completion",
     "evaluate_dynamic",
     "gpu_speed",
+    "ideal_runtimes",
     "load_dynamic_fleet",
     "make_policy",
     "offered_load",
