@@ -264,6 +264,7 @@ def main() -> None:
     ap.add_argument("--rca-requests", type=int, default=15, help="requests per client")
     ap.add_argument("--place-clients", type=int, default=8)
     ap.add_argument("--place-requests", type=int, default=300, help="requests per client")
+    ap.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     ap.add_argument(
         "--rca-model", default=None, help="FLEETMIND_RCA_MODEL (default: registry's choice)"
     )
@@ -342,6 +343,9 @@ def main() -> None:
         bodies = storms(graph, 20, 200, seed=0)
         rca = asyncio.run(
             closed_loop(port, "/api/v1/rca", bodies, args.rca_clients, args.rca_requests)
+        )
+        rca["single_client"] = asyncio.run(
+            closed_loop(port, "/api/v1/rca", bodies, 1, max(3, args.rca_requests))
         )
         rca.update(
             alerts_per_request=200, graph_nodes=graph.num_nodes, method=models["rca"]["method"]

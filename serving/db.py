@@ -114,6 +114,8 @@ class Database:
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._write_lock = threading.Lock() if self.is_sqlite else None
         self._upsert: Any = None
+        # SQLite has one writer and pays an fsync per commit: concurrent webhooks share commits.
+        self._group = _GroupCommit(self._store_now) if self.is_sqlite else None
 
     def create_all(self) -> None:
         """Create the tables when missing."""
@@ -151,11 +153,17 @@ class Database:
         """
         if not rows:
             return
+        if self._group is not None:
+            self._group.submit(list(rows))
+        else:
+            self._store_now(list(rows))
+
+    def _store_now(self, rows: list[dict[str, Any]]) -> None:
         stmt = self._upsert
         if stmt is None:
             stmt = self._upsert = self._build_upsert()
         with self.write() as conn:
-            conn.execute(stmt, list(rows))
+            conn.execute(stmt, rows)
 
     def _build_upsert(self) -> Any:
         if self.is_sqlite:
@@ -254,6 +262,65 @@ def _sqlite_pragmas(engine: Engine, synchronous: str) -> None:
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.close()
+
+
+class _Item:
+    __slots__ = ("rows", "done", "error")
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class _GroupCommit:
+    """Group commit (leader/follower): writes that arrive while a commit runs are committed together
+    in the next transaction; each caller returns only after the transaction holding its rows
+    committed. A failing group is retried one write at a time so that one bad write fails alone.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._cv = threading.Condition()
+        self._queue: list[_Item] = []
+        self._busy = False
+
+    def submit(self, rows: list[dict[str, Any]]) -> None:
+        item = _Item(rows)
+        with self._cv:
+            self._queue.append(item)
+            while not item.done and self._busy:
+                self._cv.wait()
+            if item.done:
+                if item.error is not None:
+                    raise item.error
+                return
+            self._busy = True  # this thread commits the queue (its own rows included)
+            batch, self._queue = self._queue, []
+        try:
+            self._commit(batch)
+        finally:
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+        if item.error is not None:
+            raise item.error
+
+    def _commit(self, batch: list[_Item]) -> None:
+        merged: dict[tuple[str, str], dict[str, Any]] = {}
+        for it in batch:
+            for r in it.rows:
+                merged[(r["fingerprint"], r["starts_at"])] = r  # later writes win, as in sequence
+        try:
+            self._store(list(merged.values()))
+        except Exception:
+            for it in batch:
+                try:
+                    self._store(it.rows)
+                except Exception as err:
+                    it.error = err
+        for it in batch:
+            it.done = True
 
 
 class LeaderLock:

@@ -95,6 +95,7 @@ class IncidentManager:
         self.top_k = top_k
         self.metrics = metrics
         self.rank_interval_s = rank_interval_s
+        self.backlog_rank_s = 10.0
         self.max_rank_alerts = max_rank_alerts
         self._last_rank: dict[int, float] = {}
         self._due: dict[int, float] = {}
@@ -154,7 +155,7 @@ class IncidentManager:
                         continue  # another process groups alerts; check again in a second
                     self.load_open()  # the previous leader may have changed incidents
                 while not self._stop.is_set() and self.process_pending(defer=True) > 0:
-                    pass
+                    self.rank_due(older_than_s=self.backlog_rank_s)  # no starvation in a long storm
                 self.rank_due()
                 self.last_error = None
             except Exception as err:  # keep the worker alive; the alerts stay pending
@@ -166,9 +167,10 @@ class IncidentManager:
     def process_pending(self, limit: int = 500, defer: bool = False) -> int:
         """Group up to ``limit`` pending alerts and re-rank the touched incidents; returns how many.
 
-        With ``defer`` (the worker thread), an incident ranked less than ``rank_interval_s`` ago is
-        re-ranked when that interval has passed, so an alert storm costs one ranking per interval
-        per incident instead of one per batch.
+        With ``defer`` (the worker thread), rankings are coalesced: while a backlog of pending
+        alerts remains, touched incidents are ranked once it is grouped (or after
+        ``backlog_rank_s``); an incident ranked less than ``rank_interval_s`` ago is re-ranked when
+        that interval has passed. A storm thus costs a few rankings per incident, not one per batch.
         """
         with self._process_lock:
             rows = self.db.pending_alerts(limit)
@@ -211,18 +213,21 @@ class IncidentManager:
                     self._refresh_counts(conn, inc_id, now)
             self._set_gauge()
             mono = time.monotonic()
+            backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
             for inc_id in sorted(touched):
                 last = self._last_rank.get(inc_id)
-                if defer and last is not None and mono - last < self.rank_interval_s:
+                if defer and backlog:
+                    self._due.setdefault(inc_id, mono)
+                elif defer and last is not None and mono - last < self.rank_interval_s:
                     self._due.setdefault(inc_id, last + self.rank_interval_s)
                 else:
                     self._due.pop(inc_id, None)
                     self._rank(inc_id)
             return len(rows)
 
-    def rank_due(self) -> None:
-        """Re-rank the incidents whose deferred ranking is due."""
-        now = time.monotonic()
+    def rank_due(self, older_than_s: float = 0.0) -> None:
+        """Re-rank the incidents whose deferred ranking has been due for ``older_than_s`` seconds."""
+        now = time.monotonic() - older_than_s
         for inc_id in [i for i, t in self._due.items() if t <= now]:
             self._due.pop(inc_id, None)
             self._rank(inc_id)
