@@ -1,0 +1,166 @@
+"""The evaluation notebooks (issue #9) execute end to end in quick mode and are committed rendered.
+
+Both notebooks run concurrently, with ``FLEETMIND_NB_QUICK=1``, on temporary copies (the committed files
+are never rewritten), in a kernel that runs this interpreter (a throwaway kernel spec pointing at
+``sys.executable``, so a fresh clone with only ``.venv`` works and a user-level ``python3`` spec cannot
+substitute another Python).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+REPO = Path(__file__).resolve().parents[1]
+NB_DIR = REPO / "notebooks"
+NOTEBOOKS = ("rca_evaluation.ipynb", "placement_evaluation.ipynb")
+KERNEL = "fleetmind-test-python"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _outputs(nb: Any, tag: str) -> list[dict]:
+    cells = [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+    assert cells, f"no cell tagged {tag!r}"
+    return [o for c in cells for o in c.get("outputs", [])]
+
+
+def _text(outputs: list[dict]) -> str:
+    parts = []
+    for o in outputs:
+        if o.get("output_type") == "stream":
+            parts.append(o.get("text", ""))
+        parts.append(o.get("data", {}).get("text/plain", ""))
+        parts.append(o.get("data", {}).get("text/markdown", ""))
+    return "\n".join(parts)
+
+
+def _has_image(outputs: list[dict]) -> bool:
+    return any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def _shared_openb() -> bool:
+    try:
+        from data.paths import openb_csv_dir
+
+        return openb_csv_dir().is_dir()
+    except Exception:
+        return False
+
+
+def _gat_released() -> bool:
+    d = REPO / "models" / "rca"
+    return d.is_dir() and any(p.suffix in (".pt", ".onnx") for p in d.iterdir())
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Execute both notebooks (copies, quick mode, concurrently); returns name -> executed notebook."""
+    tmp = tmp_path_factory.mktemp("notebooks")
+    spec_dir = tmp / "jupyter" / "kernels" / KERNEL
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "FleetMind test kernel",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    before = {n: _digest(NB_DIR / n) for n in NOTEBOOKS}
+    saved = {k: os.environ.get(k) for k in ("FLEETMIND_NB_QUICK", "JUPYTER_PATH", "MPLBACKEND")}
+    os.environ.update(FLEETMIND_NB_QUICK="1", JUPYTER_PATH=str(tmp / "jupyter"))
+    os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend renders the figures
+    nbs = {n: nbformat.read(NB_DIR / n, as_version=4) for n in NOTEBOOKS}
+    for nb in nbs.values():
+        for c in nb.cells:
+            if c.cell_type == "code":
+                c.outputs, c.execution_count = [], None
+    clients = [
+        nbclient.NotebookClient(
+            nb,
+            kernel_name=KERNEL,
+            timeout=240,
+            allow_errors=True,
+            resources={"metadata": {"path": str(tmp)}},
+        )
+        for nb in nbs.values()
+    ]
+
+    async def run_all() -> None:
+        await asyncio.gather(*(c.async_execute() for c in clients))
+
+    try:
+        asyncio.run(run_all())
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    for n, nb in nbs.items():
+        nbformat.write(nb, tmp / n)
+    assert {n: _digest(NB_DIR / n) for n in NOTEBOOKS} == before, "a committed notebook changed"
+    return nbs
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_without_errors(executed: dict[str, Any], name: str) -> None:
+    errors = [
+        f"cell {i}: {o.get('ename')}: {o.get('evalue')}"
+        for i, c in enumerate(executed[name].cells)
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
+    assert not errors, "\n".join(errors)
+    assert all(c.execution_count is not None for c in executed[name].cells if c.cell_type == "code")
+
+
+def test_rca_notebook_key_outputs(executed: dict[str, Any]) -> None:
+    nb = executed["rca_evaluation.ipynb"]
+    live = _outputs(nb, "live-table")
+    text = _text(live)
+    for method in ("deepest", "most_alerts", "pagerank"):
+        assert re.search(rf"^{method}\s", text, re.M), f"no {method} row in the AC@k table"
+    if _gat_released():
+        assert re.search(r"^gat\s", text, re.M), "the released GAT is missing from the AC@k table"
+    assert _has_image(live), "no AC@k bar chart"
+    assert _has_image(_outputs(nb, "sweep")), "no difficulty sweep plot"
+    assert _has_image(_outputs(nb, "explain-graph")), "no incident explanation drawing"
+    assert "true root" in _text(_outputs(nb, "explain-table"))
+
+
+def test_placement_notebook_key_outputs(executed: dict[str, Any]) -> None:
+    nb = executed["placement_evaluation.ipynb"]
+    if not _shared_openb():
+        assert "openb data not available" in _text(_outputs(nb, "fgd-live"))
+        return
+    text = _text(_outputs(nb, "fgd-live"))
+    for pol in ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"):
+        assert re.search(rf"^{pol}\s", text, re.M), f"no {pol} row in the fgd table"
+    assert _has_image(_outputs(nb, "fgd-curve")), "no unallocated-vs-arrived figure"
+    assert _has_image(_outputs(nb, "dynamic-cdf")), "no JCT/slowdown CDF figure"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebooks_are_rendered(name: str) -> None:
+    """The committed files carry their outputs (figures included) so that a code host renders them."""
+    nb = nbformat.read(NB_DIR / name, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count is not None for c in code), (
+        "notebook committed unexecuted"
+    )
+    assert not any(o.get("output_type") == "error" for c in code for o in c.outputs)
+    assert sum(_has_image(c.outputs) for c in code) >= 3, "notebook committed without its figures"
