@@ -340,7 +340,7 @@ class FGD(Policy):
         self._g_cpu = typical.cpu_milli[gpu_m]
         self._g_k = typical.num_gpu[gpu_m]
         self._g_mask = typical.gpu_spec_mask[gpu_m]
-        self._g_count = typical.count[gpu_m]
+        self._g_count = typical.count[gpu_m].astype(np.float64)
         self._total = int(typical.count.sum())
         self._state = None
 
@@ -365,10 +365,12 @@ class FGD(Policy):
         self._state = state
         n = state.n_nodes
         self._spec_ok = (state.model_bit[:, None] & self._g_mask[None, :]) != 0  # (N, Mg)
-        self._below = np.zeros((n, len(self._thresholds)), dtype=np.int64)
-        self._cnt = np.zeros_like(self._below)
-        self._L = np.zeros(n, dtype=np.int64)
-        self._F = np.zeros(n, dtype=np.int64)
+        # float64 holds these integers exactly (all sums stay far below 2**53), so the BLAS
+        # matrix-vector product in _frag_int is exact whatever its summation order.
+        self._below = np.zeros((n, len(self._thresholds)), dtype=np.float64)
+        self._cnt = np.zeros((n, len(self._thresholds)), dtype=np.int64)
+        self._L = np.zeros(n, dtype=np.float64)
+        self._F = np.zeros(n, dtype=np.float64)
         self._ver = np.full(n, -1, dtype=np.int64)
         self._refresh(state)
 
@@ -398,7 +400,7 @@ class FGD(Policy):
         cpu: np.ndarray,
         nodes: np.ndarray,
     ) -> np.ndarray:
-        """``(S,)`` int64: ``sum_m count_m * frag(m)`` for S (hypothetical) node states.
+        """``(S,)`` float64 holding the exact integer ``sum_m count_m * frag(m)`` for S node states.
 
         Shapes: ``below``, ``cnt`` (S, T); ``total_idle``, ``cpu``, ``nodes`` (S,).
         """
@@ -406,7 +408,7 @@ class FGD(Policy):
         fits = (
             (cnt[:, self._tix] >= self._g_k) & (cpu[:, None] >= self._g_cpu) & self._spec_ok[nodes]
         )
-        gain = np.where(fits, total_idle[:, None] - b, 0) @ self._g_count
+        gain = np.where(fits, total_idle[:, None] - b, 0.0) @ self._g_count
         return total_idle * self._total - gain
 
     # -- scoring ---------------------------------------------------------------------------
@@ -422,11 +424,11 @@ class FGD(Policy):
         """
         self._refresh(state)
         n = state.n_nodes
-        delta_int = np.zeros(n, dtype=np.int64)
+        delta_int = np.zeros(n, dtype=np.float64)
         gpu = np.full(n, -1, dtype=np.int64)
         idx = np.flatnonzero(mask)
         if idx.size == 0:
-            return delta_int.astype(np.float64), gpu
+            return delta_int, gpu
         cpu_after = state.cpu_free[idx] - pod.cpu_milli
         if pod.num_gpu == 0:
             after = self._frag_int(self._below[idx], self._cnt[idx], self._L[idx], cpu_after, idx)
