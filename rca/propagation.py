@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from data.graph import DependencyGraph
 from rca.base import BaseAnalyzer, RankedCause, RCAResult
+from rca.baselines import alerts_by_node, graph_cache
 
 
 @dataclass
@@ -50,6 +51,7 @@ class PropagationConfig:
             (only when both alerts carry a ``delta`` annotation).
         z_ref: z-score that counts as strength 1 (the detection threshold).
         require_same_metric: explanations need equal ``metric`` labels when both alerts have one.
+        explain_top: causes (best first) that get a propagation path; the rest get ``(node,)``.
     """
 
     max_hops: int = 2
@@ -57,6 +59,7 @@ class PropagationConfig:
     magnitude_ratio: float = 0.5
     z_ref: float = 5.0
     require_same_metric: bool = True
+    explain_top: int = 10
 
 
 @dataclass
@@ -92,26 +95,25 @@ class PropagationRanker(BaseAnalyzer):
     config_class: ClassVar[type] = PropagationConfig
 
     def _alerts(self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]]) -> list[_Alert]:
+        """Parse alerts mapped onto nodes (the label -> node mapping is cached on the graph)."""
         cfg: PropagationConfig = self.config
         out = []
-        for a in alerts:
-            labels = a.get("labels") or {}
-            node = graph.node_for_alert(labels)
-            if node is None:
-                continue
-            ann = a.get("annotations") or {}
-            z = _float(ann.get("z_score"))
-            if z is None:
-                z = 2.0 * cfg.z_ref if labels.get("severity") == "critical" else cfg.z_ref
-            out.append(
-                _Alert(
-                    node=graph.index[node],
-                    metric=labels.get("metric"),
-                    start=_parse_time(a.get("startsAt")),
-                    z=max(z, 1e-9),
-                    delta=_float(ann.get("delta")),
+        for node, mapped in alerts_by_node(graph, alerts).items():
+            for a in mapped:
+                labels = a.get("labels") or {}
+                ann = a.get("annotations") or {}
+                z = _float(ann.get("z_score"))
+                if z is None:
+                    z = 2.0 * cfg.z_ref if labels.get("severity") == "critical" else cfg.z_ref
+                out.append(
+                    _Alert(
+                        node=node,
+                        metric=labels.get("metric"),
+                        start=_parse_time(a.get("startsAt")),
+                        z=max(z, 1e-9),
+                        delta=_float(ann.get("delta")),
+                    )
                 )
-            )
         return out
 
     def find_root_causes(
@@ -119,11 +121,8 @@ class PropagationRanker(BaseAnalyzer):
     ) -> RCAResult:
         cfg: PropagationConfig = self.config
         n = graph.num_nodes
-        deps: list[list[int]] = [[] for _ in range(n)]
-        dependents: list[list[int]] = [[] for _ in range(n)]
-        for s, d in graph.edge_index.T.tolist():
-            deps[s].append(d)
-            dependents[d].append(s)
+        cache = graph_cache(graph)
+        deps, dependents = cache.down, cache.up
         items = self._alerts(graph, alerts)
         alerting = {a.node for a in items}
         by_node: dict[int, list[int]] = {}
@@ -197,9 +196,9 @@ class PropagationRanker(BaseAnalyzer):
         if top_k is not None:
             order = order[:top_k]
         causes = []
-        for v in order:
+        for pos, v in enumerate(order):
             path: tuple[str, ...] = (graph.nodes[v].id,)
-            if v in best_alert:
+            if v in best_alert and pos < cfg.explain_top:
                 path = self._path(graph, v, blast[best_alert[v]], items, dependents)
             node = graph.nodes[v]
             causes.append(
