@@ -1,0 +1,54 @@
+"""``fleetmind sched evaluate`` in fgd mode on tiny CSV files: JSON contract and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+from training.cli import main
+from training.cli_sched import parse_seeds
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,32000,65536,4,P100\nn2,8000,8192,0,\n"
+PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
+    f"p{i},{1000 + 500 * (i % 3)},1024,{i % 3},{[0, 500, 1000][i % 3]}\n" for i in range(12)
+)
+
+
+def test_sched_evaluate_fgd_json(tmp_path, capsys) -> None:
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    out = tmp_path / "r.json"
+    rc = main(
+        [
+            "sched", "evaluate", "--trace", str(tmp_path / "pods.csv"), "--nodes", str(tmp_path / "nodes.csv"),
+            "--policies", "bestfit", "FGD", "--seeds", "1-3", "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["mode"] == "fgd" and res["seeds"] == [1, 2, 3] and res["trace"] == "pods"
+    assert set(res["policies"]) == {"BestFit", "FGD"}
+    m = res["policies"]["FGD"]
+    assert {
+        "unallocated_gpu_pct_at_100",
+        "unallocated_gpu_pct_at_130",
+        "ms_per_decision",
+        "per_seed",
+    } <= set(m)
+    assert set(m["per_seed"]) == {"1", "2", "3"}
+    assert "FGD" in capsys.readouterr().out
+
+
+def test_sched_evaluate_errors(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,1,500\np1,x,1,1,500\n")
+    assert main(["sched", "evaluate", "--trace", str(bad), "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "row 2" in err and "cpu_milli" in err and "Traceback" not in err
+    assert main(["sched", "evaluate", "--trace", str(bad), "--seeds", "x"]) == 2
+    assert (
+        main(["sched", "evaluate", "--trace", str(bad), "--policies", "nope", "--seeds", "1"]) == 2
+    )
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds(["42-44", "50,51"]) == [42, 43, 44, 50, 51]
