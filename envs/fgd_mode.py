@@ -318,3 +318,52 @@ def evaluate_fgd(
         "seeds": list(seeds),
         "policies": {n: aggregate_results(runs[n], tuple(levels)) for n in names},
     }
+
+
+def evaluate_policies(
+    trace: PodTrace | str,
+    policies: list[str | Policy],
+    seeds: list[int] | tuple[int, ...] = tuple(range(42, 52)),
+    *,
+    nodes: OpenbNodes | None = None,
+    workers: int = 1,
+    levels: tuple[int, ...] = DEFAULT_LEVELS,
+    progress: bool = False,
+) -> dict:
+    """:func:`evaluate_fgd` for a mixed list of policy names and :class:`Policy` objects, in order.
+
+    ``envs`` may not import ``rl``, so the name ``"ppo"`` raises :class:`NotAvailableError` here;
+    load the agent with ``rl.policy_adapter.load_ppo_policy(ref)`` and pass the object instead
+    (``fleetmind sched evaluate --policies ppo`` does that).
+    """
+    from data.errors import NotAvailableError
+    from envs.policies import canonical_policy_name
+
+    tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
+    names: list[str] = []
+    objects: dict[str, Policy] = {}
+    order: list[str] = []
+    for p in policies:
+        if isinstance(p, Policy):
+            key = getattr(p, "name", type(p).__name__)
+            objects[key] = p
+            order.append(key)
+        elif str(p).lower() == "ppo":
+            raise NotAvailableError(
+                "policy 'ppo' is not built in envs; load it with rl.policy_adapter.load_ppo_policy(ref) and "
+                "pass the object (or use `fleetmind sched evaluate --policies ppo`)"
+            )
+        else:
+            key = canonical_policy_name(str(p))
+            names.append(key)
+            order.append(key)
+    res = evaluate_fgd(
+        tr, names, list(seeds), nodes=nodes, workers=workers, levels=levels, progress=progress
+    )
+    if objects:
+        extra = evaluate_fgd(
+            tr, objects, list(seeds), nodes=nodes, levels=levels, progress=progress
+        )
+        res["policies"].update(extra["policies"])
+    res["policies"] = {k: res["policies"][k] for k in order}
+    return res
