@@ -437,3 +437,29 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
     if not rows:
         recent_alerting = alerting
     return AlertFeatures(x=x, alerting=alerting, unmapped=unmapped, recent=recent_alerting)
+
+
+def candidate_mask(graph: DependencyGraph, feats: AlertFeatures, hops: int | None) -> np.ndarray:
+    """Root-cause candidates: nodes within ``hops`` undirected hops of a node with a recent alert.
+
+    A root either alerts itself or has alerting dependents next to it, so a small radius keeps the
+    root while cutting the graph the GAT runs on by an order of magnitude. Falls back to nodes with any
+    alert, and to the whole graph when nothing alerts or ``hops`` is ``None``.
+
+    Returns:
+        bool ``(|V|,)``.
+    """
+    n = graph.num_nodes
+    if hops is None:
+        return np.ones(n, dtype=bool)
+    seeds = feats.recent if feats.recent is not None and feats.recent.any() else feats.alerting
+    if not seeds.any():
+        return np.ones(n, dtype=bool)
+    src, dst = graph.edge_index
+    mask = seeds.copy()
+    for _ in range(hops):
+        new = mask.copy()
+        new[dst[mask[src]]] = True
+        new[src[mask[dst]]] = True
+        mask = new
+    return mask

@@ -228,6 +228,19 @@ class GATAnalyzer(BaseAnalyzer):
         return self._version
 
     # ------------------------------------------------------------------ scoring
+    _ids_cache: dict[int, tuple[Any, np.ndarray]] = {}
+
+    def _node_ids(self, graph: DependencyGraph) -> np.ndarray:
+        """Node ids as a numpy string array (cached per graph object, for tie-breaking)."""
+        hit = self._ids_cache.get(id(graph))
+        if hit is not None and hit[0] is graph and hit[1].size == graph.num_nodes:
+            return hit[1]
+        ids = np.array([nd.id for nd in graph.nodes])
+        if len(self._ids_cache) > 64:
+            self._ids_cache.clear()
+        self._ids_cache[id(graph)] = (graph, ids)
+        return ids
+
     def _threads(self) -> Any:
         import contextlib
 
@@ -259,20 +272,35 @@ class GATAnalyzer(BaseAnalyzer):
     ) -> list[np.ndarray]:
         """Batched :meth:`score` of many incidents (one PyG batch per ``batch_size`` graphs)."""
         import torch
-        from torch_geometric.data import Batch
+        from torch_geometric.data import Batch, Data
 
-        from rca.lightning_module import incident_to_data
+        from rca.lightning_module import crop_incident
         from rca.model import graph_log_softmax
 
+        hops = self.model.config.crop_hops
         out: list[np.ndarray] = []
         with self._threads(), torch.inference_mode():
             for s in range(0, len(items), batch_size):
                 chunk = items[s : s + batch_size]
-                b = Batch.from_data_list([incident_to_data(g, a) for g, a in chunk])
+                crops = [crop_incident(g, a, hops) for g, a in chunk]
+                b = Batch.from_data_list(
+                    [
+                        Data(
+                            x=torch.from_numpy(c.x),
+                            edge_index=torch.from_numpy(c.edge_index),
+                            edge_type=torch.from_numpy(c.edge_type),
+                            num_nodes=c.x.shape[0],
+                        )
+                        for c in crops
+                    ]
+                )
                 logits, _, _ = self.model(b.x, b.edge_index, b.edge_type, b.batch)
                 p = graph_log_softmax(logits, b.batch).exp().double().numpy()
                 ptr = b.ptr.numpy()
-                out.extend(p[ptr[i] : ptr[i + 1]] for i in range(len(chunk)))
+                for i, ((g, _), c) in enumerate(zip(chunk, crops, strict=True)):
+                    full = np.zeros(g.num_nodes)
+                    full[c.keep] = p[ptr[i] : ptr[i + 1]]
+                    out.append(full)
         return out
 
     def find_root_causes(
@@ -288,37 +316,45 @@ class GATAnalyzer(BaseAnalyzer):
         import torch
 
         from rca.explain import edge_costs, propagation_paths
-        from rca.features import alert_features
+        from rca.lightning_module import crop_incident
         from rca.model import message_graph
 
-        f = alert_features(graph, alerts)
         n = graph.num_nodes
         if n == 0:
             return RCAResult([], method=self.name, model_version=self.version)
+        c = crop_incident(graph, alerts, self.model.config.crop_hops)
+        m = c.keep.size
         with self._threads(), torch.inference_mode():
-            x = torch.from_numpy(f.x)
-            ei = torch.from_numpy(graph.edge_index)
-            et = torch.from_numpy(graph.edge_type)
-            logits, h, att = self.model(x, ei, et, return_attention=True)
-            probs = torch.softmax(logits, 0).double().numpy()
-            # best first; ties broken by node id so the order does not depend on node order
-            ids = np.array([nd.id for nd in graph.nodes])
-            order = np.lexsort((ids, -probs))
+            ei = torch.from_numpy(c.edge_index)
+            et = torch.from_numpy(c.edge_type)
+            logits, h, att = self.model(torch.from_numpy(c.x), ei, et, return_attention=True)
+            sub_probs = torch.softmax(logits, 0).double().numpy()
+            probs = np.zeros(n)
+            probs[c.keep] = sub_probs
+            # best first; ties (e.g. the zero scores outside the candidate subgraph) broken by node id,
+            # so the order does not depend on node order
+            order = np.lexsort((self._node_ids(graph), -probs))
             k = n if top_k is None else max(0, min(int(top_k), n))
             order = order[:k]
-            n_exp = min(k, max(self.config.explain_top, 0))
             faults: list[str | None] = [None] * k
             paths: list[tuple[str, ...]] = [(graph.nodes[int(i)].id,) for i in order]
+            # explained causes: the best ones inside the candidate subgraph
+            n_exp = min(k, max(self.config.explain_top, 0), m)
             if n_exp:
-                top = torch.from_numpy(order[:n_exp].astype(np.int64))
-                if self.fault_types:
-                    fl = self.model.fault_logits(h, top).argmax(-1).numpy()
-                    for j in range(n_exp):
+                sub_of = np.full(n, -1, dtype=np.int64)
+                sub_of[c.keep] = np.arange(m)
+                top_sub = sub_of[order[:n_exp]]
+                top_sub = top_sub[top_sub >= 0]
+                if top_sub.size and self.fault_types:
+                    fl = self.model.fault_logits(h, torch.from_numpy(top_sub)).argmax(-1).numpy()
+                    for j in range(top_sub.size):
                         faults[j] = self.fault_types[int(fl[j])]
-                mei, _ = message_graph(ei, et, n)
-                costs = edge_costs(mei.numpy(), [a.numpy() for a in att], n)
-                for j, p in enumerate(propagation_paths(costs, order[:n_exp], f.alerting)):
-                    paths[j] = tuple(graph.nodes[v].id for v in p)
+                mei, _ = message_graph(ei, et, m)
+                costs = edge_costs(mei.numpy(), [a.numpy() for a in att], m)
+                alerting_sub = c.features.alerting[c.keep]
+                for j, p in enumerate(propagation_paths(costs, top_sub, alerting_sub)):
+                    paths[j] = tuple(graph.nodes[int(c.keep[v])].id for v in p)
+        f = c.features
         causes = []
         for j, i in enumerate(order):
             node = graph.nodes[int(i)]

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,31 +25,40 @@ from torch_geometric.loader import DataLoader
 
 from data.errors import DataError
 from data.graph import DependencyGraph
-from rca.features import alert_features
+from rca.features import AlertFeatures, alert_features, candidate_mask
 from rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
 
 
-def crop_mask(edge_index: np.ndarray, seeds: np.ndarray, hops: int) -> np.ndarray:
-    """Nodes within ``hops`` undirected hops of a seed node.
+@dataclass
+class CroppedIncident:
+    """An incident's features restricted to its candidate subgraph.
 
-    Args:
-        edge_index: ``(2, |E|)`` edges.
-        seeds: bool ``(|V|,)`` start nodes.
-        hops: radius.
-
-    Returns:
-        bool ``(|V|,)`` mask.
+    Attributes:
+        features: :class:`rca.features.AlertFeatures` of the whole graph.
+        keep: int64 ``(|V'|,)`` indices of the kept nodes in the whole graph (sorted).
+        x: float32 ``(|V'|, F)``. edge_index: int64 ``(2, |E'|)`` in subgraph indices.
+        edge_type: int64 ``(|E'|,)``.
     """
-    src, dst = edge_index
-    mask = seeds.copy()
-    for _ in range(hops):
-        new = mask.copy()
-        new[dst[mask[src]]] = True
-        new[src[mask[dst]]] = True
-        if new.sum() == mask.sum():
-            break
-        mask = new
-    return mask
+
+    features: AlertFeatures
+    keep: np.ndarray
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_type: np.ndarray
+
+
+def crop_incident(
+    graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], crop_hops: int | None
+) -> CroppedIncident:
+    """Features of the whole graph, then the subgraph of :func:`rca.features.candidate_mask`."""
+    f = alert_features(graph, alerts)
+    keep_mask = candidate_mask(graph, f, crop_hops)
+    ei, et = graph.edge_index, graph.edge_type
+    if keep_mask.all():
+        return CroppedIncident(f, np.arange(graph.num_nodes), f.x, ei, et)
+    new_id = np.cumsum(keep_mask) - 1
+    em = keep_mask[ei[0]] & keep_mask[ei[1]]
+    return CroppedIncident(f, np.flatnonzero(keep_mask), f.x[keep_mask], new_id[ei[:, em]], et[em])
 
 
 def incident_to_data(
@@ -65,36 +75,28 @@ def incident_to_data(
         alerts: its Alertmanager alerts.
         root: ground-truth root-cause node id (``None`` at inference).
         fault: fault-type class id (``-1`` when unknown).
-        crop_hops: training speed-up: keep only the nodes within this many hops of a node with a recent
-            (non-stale) alert
-            (features are still computed on the whole graph); ``None`` keeps the whole graph. The
-            incident is left whole when the root would fall outside the crop.
+        crop_hops: keep only the candidate subgraph (nodes within this many hops of a node with a
+            recent alert, see :func:`rca.features.candidate_mask`); ``None`` keeps the whole graph.
 
     Returns:
-        ``Data(x, edge_index, edge_type, root_index, fault, num_nodes)``.
+        ``Data(x, edge_index, edge_type, num_nodes)`` plus, with a ``root``, ``root_index (1,)``,
+        ``fault (1,)`` and ``root_missing (1,)`` (True when the root fell outside the crop; then
+        ``root_index`` points at node 0 and the incident counts as a miss).
     """
-    f = alert_features(graph, alerts)
-    x = f.x
-    ei, et = graph.edge_index, graph.edge_type
-    root_i = None if root is None else graph.index[root]
-    if crop_hops is not None and f.alerting.any():
-        seeds = f.recent if f.recent is not None and f.recent.any() else f.alerting
-        keep = crop_mask(ei, seeds, crop_hops)
-        if root_i is None or keep[root_i]:
-            new_id = np.cumsum(keep) - 1
-            em = keep[ei[0]] & keep[ei[1]]
-            x, ei, et = x[keep], new_id[ei[:, em]], et[em]
-            if root_i is not None:
-                root_i = int(new_id[root_i])
+    c = crop_incident(graph, alerts, crop_hops)
     d = Data(
-        x=torch.from_numpy(np.ascontiguousarray(x)),
-        edge_index=torch.from_numpy(np.ascontiguousarray(ei)),
-        edge_type=torch.from_numpy(np.ascontiguousarray(et)),
-        num_nodes=x.shape[0],
+        x=torch.from_numpy(np.ascontiguousarray(c.x)),
+        edge_index=torch.from_numpy(np.ascontiguousarray(c.edge_index)),
+        edge_type=torch.from_numpy(np.ascontiguousarray(c.edge_type)),
+        num_nodes=c.x.shape[0],
     )
-    if root_i is not None:
-        d.root_index = torch.tensor([root_i], dtype=torch.long)
+    if root is not None:
+        r = graph.index[root]
+        pos = int(np.searchsorted(c.keep, r))
+        missing = pos >= c.keep.size or c.keep[pos] != r
+        d.root_index = torch.tensor([0 if missing else pos], dtype=torch.long)
         d.fault = torch.tensor([fault], dtype=torch.long)
+        d.root_missing = torch.tensor([missing], dtype=torch.bool)
     return d
 
 
@@ -119,6 +121,10 @@ def incidents_to_data(
     return out
 
 
+MISSING_RANK = 10**6
+"""Rank given to an incident whose root fell outside the candidate subgraph."""
+
+
 class RCADataModule(pl.LightningDataModule):
     """Graph batches from an RCA dataset folder.
 
@@ -134,8 +140,11 @@ class RCADataModule(pl.LightningDataModule):
         val_fraction: share of training graphs held out when the folder has no ``val`` split.
         max_train: use at most this many training incidents (seeded subsample; ``None``: all).
         progress: show a progress bar while computing features.
-        crop_hops: crop training graphs to this many hops around alerting nodes (speed; validation
-            and test graphs stay whole). ``None``: no cropping.
+        crop_hops: candidate subgraph radius (:func:`rca.features.candidate_mask`), the same at
+            training and inference (stored in the model config). Training incidents whose root
+            falls outside are dropped; in validation and test they count as misses.
+        use_cache: keep computed features in ``DIR/.gat_cache/`` (keyed by the feature version,
+            these settings and the split files' sizes and mtimes) and reuse them.
     """
 
     def __init__(
@@ -146,7 +155,8 @@ class RCADataModule(pl.LightningDataModule):
         val_fraction: float = 0.15,
         max_train: int | None = None,
         progress: bool = False,
-        crop_hops: int | None = 2,
+        crop_hops: int | None = 1,
+        use_cache: bool = True,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -157,6 +167,7 @@ class RCADataModule(pl.LightningDataModule):
         self.max_train = max_train
         self.progress = progress
         self.crop_hops = crop_hops
+        self.use_cache = use_cache
         self.fault_types: list[str] = []
         self.train_data: list[Data] = []
         self.val_data: list[Data] = []
@@ -164,9 +175,60 @@ class RCADataModule(pl.LightningDataModule):
         self.info: dict[str, Any] = {}
         self._ready = False
 
+    def _cache_path(self) -> Path | None:
+        """Feature cache file for this folder + settings (``None`` when the folder is read-only)."""
+        import hashlib
+        import json
+
+        from rca.features import FEATURE_VERSION
+
+        files = sorted(self.data_dir.glob("*.jsonl"))
+        key = {
+            "v": FEATURE_VERSION,
+            "crop": self.crop_hops,
+            "seed": self.seed,
+            "max_train": self.max_train,
+            "val_fraction": self.val_fraction,
+            "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files],
+        }
+        h = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        d = self.data_dir / ".gat_cache"
+        try:
+            d.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        return d / f"features-{h}.pt"
+
     def setup(self, stage: str | None = None) -> None:
+        """Read the folder and compute features (cached in ``DIR/.gat_cache/`` per settings)."""
         if self._ready:
             return
+        cache = self._cache_path() if self.use_cache else None
+        if cache is not None and cache.is_file():
+            try:
+                blob = torch.load(cache, weights_only=False)
+                self.fault_types = blob["fault_types"]
+                self.train_data, self.val_data = blob["train"], blob["val"]
+                self.test_sets, self.info = blob["test_sets"], blob["info"]
+                self._ready = True
+                return
+            except Exception:  # a stale or broken cache is recomputed
+                pass
+        self._compute()
+        if cache is not None:
+            blob = {
+                "fault_types": self.fault_types,
+                "train": self.train_data,
+                "val": self.val_data,
+                "test_sets": self.test_sets,
+                "info": self.info,
+            }
+            try:
+                torch.save(blob, cache)
+            except OSError:
+                pass
+
+    def _compute(self) -> None:
         from data.rca_dataset import load_dataset
 
         ds = load_dataset(self.data_dir)
@@ -190,12 +252,13 @@ class RCADataModule(pl.LightningDataModule):
             train = [train[i] for i in keep]
         self.fault_types = sorted({str(inc["fault_type"]) for inc in train})
         g = ds.graphs
-        self.train_data = incidents_to_data(
-            train, g, self.fault_types, self.progress, "train features"
-        )
-        self.val_data = incidents_to_data(val, g, self.fault_types, self.progress, "val features")
+        ch = self.crop_hops
+        ft, pb = self.fault_types, self.progress
+        train_data = incidents_to_data(train, g, ft, pb, "train features", ch)
+        self.train_data = [d for d in train_data if not bool(d.root_missing)]
+        self.val_data = incidents_to_data(val, g, ft, pb, "val features", ch)
         self.test_sets = {
-            name: incidents_to_data(incs, g, self.fault_types, self.progress, f"{name} features")
+            name: incidents_to_data(incs, g, ft, pb, f"{name} features", ch)
             for name, incs in ds.splits.items()
             if name not in ("train", "val") and incs
         }
@@ -204,6 +267,8 @@ class RCADataModule(pl.LightningDataModule):
             "n_val": len(val),
             "train_graphs": len({i["graph"] for i in train}),
             "val_graphs": len({i["graph"] for i in val}),
+            "train_root_outside_crop": len(train_data) - len(self.train_data),
+            "crop_hops": ch,
             **{f"n_{k}": len(v) for k, v in self.test_sets.items()},
         }
         self._ready = True
@@ -230,6 +295,7 @@ class GATLightning(pl.LightningModule):
         weight_decay: AdamW weight decay.
         fault_weight: weight of the fault-type cross-entropy in the total loss.
         epochs: planned epochs (cosine learning-rate schedule length).
+        crop_hops: candidate subgraph radius stored in the model config (must match the data).
     """
 
     def __init__(
@@ -244,6 +310,7 @@ class GATLightning(pl.LightningModule):
         weight_decay: float = 1e-4,
         fault_weight: float = 0.5,
         epochs: int = 30,
+        crop_hops: int | None = 1,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -255,6 +322,7 @@ class GATLightning(pl.LightningModule):
                 edge_dim=edge_dim,
                 dropout=dropout,
                 fault_types=list(fault_types),
+                crop_hops=crop_hops,
             )
         )
 
@@ -264,8 +332,9 @@ class GATLightning(pl.LightningModule):
 
     def _shared_step(self, batch: Data, stage: str) -> torch.Tensor:
         logits, h, _ = self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch)
-        rank_loss = listwise_loss(logits, batch.batch, batch.root_index)
-        known = batch.fault >= 0
+        present = ~batch.root_missing
+        rank_loss = listwise_loss(logits, batch.batch, batch.root_index[present])
+        known = (batch.fault >= 0) & present
         if known.any() and self.model.config.fault_types:
             fl = self.model.fault_logits(h, batch.root_index[known], batch.batch)
             fault_loss = torch.nn.functional.cross_entropy(fl, batch.fault[known])
@@ -276,6 +345,7 @@ class GATLightning(pl.LightningModule):
         loss = rank_loss + self.hparams.fault_weight * fault_loss
         with torch.no_grad():
             ranks = root_ranks(logits.detach(), batch.batch, batch.root_index).float()
+            ranks[batch.root_missing] = float(MISSING_RANK)
         n = batch.num_graphs
         on_step = stage == "train"
         self.log(f"{stage}/loss", loss, batch_size=n, on_epoch=True, on_step=False, prog_bar=True)
@@ -325,7 +395,9 @@ def evaluate_ranks(
     ranks = []
     for batch in DataLoader(list(data), batch_size=batch_size):
         logits, _, _ = model(batch.x, batch.edge_index, batch.edge_type, batch.batch)
-        ranks.append(root_ranks(logits, batch.batch, batch.root_index))
+        r = root_ranks(logits, batch.batch, batch.root_index)
+        r[batch.root_missing] = MISSING_RANK
+        ranks.append(r)
     model.train(was_training)
     r = torch.cat(ranks).double() if ranks else torch.zeros(0, dtype=torch.double)
     if r.numel() == 0:

@@ -46,6 +46,8 @@ class GATConfig:
         dropout: dropout on block outputs and attention coefficients.
         fault_types: fault type names, index = class id of the fault head.
         feature_version: :data:`rca.features.FEATURE_VERSION` the model was trained with.
+        crop_hops: candidate subgraph radius used in training and inference
+            (:func:`rca.features.candidate_mask`; ``None``: the whole graph).
     """
 
     in_dim: int = NUM_FEATURES
@@ -56,6 +58,7 @@ class GATConfig:
     dropout: float = 0.1
     fault_types: list[str] = field(default_factory=list)
     feature_version: int = FEATURE_VERSION
+    crop_hops: int | None = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

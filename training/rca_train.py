@@ -62,6 +62,8 @@ class Args:
     """dropout"""
     fault_weight: float = 0.5
     """weight of the fault-type loss"""
+    crop_hops: int = 1
+    """candidate subgraph radius around recently alerting nodes (training and inference)"""
     patience: int = 6
     """early stopping: epochs without val/mrr improvement"""
     max_minutes: float = 8.0
@@ -197,6 +199,7 @@ def run(args: Args) -> dict[str, Any]:
         seed=args.seed,
         max_train=args.max_train,
         progress=args.progress,
+        crop_hops=args.crop_hops,
     )
     dm.setup()
     t_feat = time.time() - t_start
@@ -216,6 +219,7 @@ def run(args: Args) -> dict[str, Any]:
         weight_decay=args.weight_decay,
         fault_weight=args.fault_weight,
         epochs=args.epochs,
+        crop_hops=args.crop_hops,
     )
     logger.log_hyperparams({**asdict(args), **{f"data/{k}": v for k, v in dm.info.items()}})
     ckpt = ModelCheckpoint(
