@@ -55,6 +55,18 @@ class Reservations:
     def mem_used(self, cluster: str, node: str) -> int:
         return self._mem.get((cluster, node), 0)
 
+    def gpu_items(self) -> list[tuple[tuple[str, str, int], int]]:
+        with self._lock:
+            return list(self._gpu.items())
+
+    def cpu_items(self) -> list[tuple[tuple[str, str], int]]:
+        with self._lock:
+            return list(self._cpu.items())
+
+    def mem_items(self) -> list[tuple[tuple[str, str], int]]:
+        with self._lock:
+            return list(self._mem.items())
+
     def book(self, opt: Option, job: JobSpec) -> None:
         with self._lock:
             for g in opt.gpus:
@@ -159,19 +171,21 @@ class PeerPolicyPlacer:
         self.name = name
         self.version = version
         self._lock = threading.Lock()  # policies keep per-state caches
+        self._cache: tuple[tuple[int, float], Any, dict] | None = None
 
-    def place(
-        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
-    ) -> list[Option]:
+    def _base_state(self, snapshot: FleetSnapshot) -> tuple[Any, dict]:
+        """The snapshot as a ClusterState (before reservations), cached per snapshot, plus a map
+        ``(cluster, node, gpu index) -> (row, slot)`` and ``(cluster, node, -1) -> (row,)``."""
         import numpy as np
 
-        from data.openb import ANY_GPU_MODEL, gpu_model_id
-        from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
+        from data.openb import gpu_model_id
+        from envs.core import MAX_GPUS_PER_NODE, ClusterState
 
+        key = (id(snapshot.nodes), snapshot.collected_ts if snapshot.source != "sim" else 0.0)
+        cached = self._cache
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
         nodes = snapshot.nodes
-        n = len(nodes)
-        if n == 0:
-            return []
         num_gpu = np.array([min(len(x.gpus), MAX_GPUS_PER_NODE) for x in nodes], dtype=np.int64)
         model_id = np.array(
             [gpu_model_id(x.gpus[0].model) if x.gpus else -1 for x in nodes], dtype=np.int64
@@ -179,13 +193,45 @@ class PeerPolicyPlacer:
         cpu = np.array([x.cpu_milli or 10**9 for x in nodes], dtype=np.int64)
         mem = np.array([x.memory_mib or 10**12 for x in nodes], dtype=np.int64)
         state = ClusterState(cpu, mem, num_gpu, model_id, names=np.array([x.name for x in nodes]))
+        where: dict[tuple[str, str, int], tuple[int, ...]] = {}
         for i, x in enumerate(nodes):
-            for j, (_, free) in enumerate(free_gpus_all(x, reservations)[:MAX_GPUS_PER_NODE]):
-                state.gpu_idle[i, j] = max(0, free)
-            used_cpu = (x.cpu_milli - x.cpu_milli_free) if x.cpu_milli else 0
-            used_mem = (x.memory_mib - x.memory_mib_free) if x.memory_mib else 0
-            state.cpu_free[i] = cpu[i] - used_cpu - reservations.cpu_used(x.cluster, x.name)
-            state.mem_free[i] = mem[i] - used_mem - reservations.mem_used(x.cluster, x.name)
+            where[(x.cluster, x.name, -1)] = (i,)
+            for j, g in enumerate(x.gpus[:MAX_GPUS_PER_NODE]):
+                state.gpu_idle[i, j] = max(0, g.free_milli) if g.healthy else 0
+                where[(x.cluster, x.name, g.index)] = (i, j)
+            if x.cpu_milli:
+                state.cpu_free[i] = x.cpu_milli_free
+            if x.memory_mib:
+                state.mem_free[i] = x.memory_mib_free
+        self._cache = (key, state, where)
+        return state, where
+
+    def place(
+        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
+    ) -> list[Option]:
+        import numpy as np
+
+        from data.openb import ANY_GPU_MODEL, gpu_model_id
+        from envs.core import Pod
+
+        nodes = snapshot.nodes
+        n = len(nodes)
+        if n == 0:
+            return []
+        base, where = self._base_state(snapshot)
+        state = base.copy()
+        for (c, name, g), milli in reservations.gpu_items():
+            slot = where.get((c, name, g))
+            if slot is not None:
+                state.gpu_idle[slot] = max(0, int(state.gpu_idle[slot]) - milli)
+        for (c, name), milli in reservations.cpu_items():
+            i = where.get((c, name, -1))
+            if i is not None:
+                state.cpu_free[i[0]] -= milli
+        for (c, name), milli in reservations.mem_items():
+            i = where.get((c, name, -1))
+            if i is not None:
+                state.mem_free[i[0]] -= milli
         mask_model = ANY_GPU_MODEL
         if job.gpu_model:
             ids = [
