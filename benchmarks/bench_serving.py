@@ -380,6 +380,25 @@ def main() -> None:
         proc.terminate()
         proc.wait(10)
 
+    # The analyzers alone, in this process, on the same storms: the CPU cost behind each RCA
+    # request (a single-process server at 20 clients needs p99 ~ 20 x this / cores).
+    from serving.registry import make_rca_baseline
+
+    analyzer_ms: dict[str, float] = {}
+    for name in ("pagerank", "deepest", "most_alerts", "upstream-coverage"):
+        try:
+            an = make_rca_baseline(name)
+        except Exception:
+            continue
+        storms_json = [json.loads(b)["alerts"] for b in bodies]
+        an.find_root_causes(graph, storms_json[0], 5)
+        t0 = time.perf_counter()
+        for st in storms_json:
+            an.find_root_causes(graph, st, 5)
+        analyzer_ms[name] = round((time.perf_counter() - t0) / len(storms_json) * 1000, 2)
+    rca["analyzer_only_ms_per_storm"] = analyzer_ms
+    print(f"analyzer alone (ms per 200-alert storm): {analyzer_ms}")
+
     result = {
         "benchmark": "serving",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
