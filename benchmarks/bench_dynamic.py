@@ -44,6 +44,25 @@ def machine() -> dict:
     }
 
 
+def env_speed(steps: int) -> dict:
+    """Steps per second of the default env with uniformly random valid actions (resets included)."""
+    from envs.multicluster_env import MultiClusterPlacementEnv
+
+    t0 = time.perf_counter()
+    env = MultiClusterPlacementEnv()
+    make_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        a = int(rng.choice(np.flatnonzero(env.action_masks())))
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            env.reset()
+    dt = time.perf_counter() - t0
+    return {"steps": steps, "steps_per_s": round(steps / dt, 1), "make_s": round(make_s, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="default")
@@ -56,6 +75,12 @@ def main() -> None:
     ap.add_argument("--backfill-depth", type=int, default=dm.DEFAULT_BACKFILL_DEPTH)
     ap.add_argument("--speed-basis", default=dm.DEFAULT_SPEED_BASIS)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--env-steps",
+        type=int,
+        default=0,
+        help="also time this many steps of fleetmind/MultiClusterPlacement-v0 (default env)",
+    )
     args = ap.parse_args()
 
     trace = load_openb_trace(args.trace)
@@ -109,6 +134,7 @@ def main() -> None:
             max_work_s=dm.MAX_WORK_S,
         ),
         "policies": result,
+        "env_speed": env_speed(args.env_steps) if args.env_steps else None,
         "wall_s_total": round(total, 2),
         "wall_s_per_run": run_s,
         "machine": machine(),
