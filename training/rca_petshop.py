@@ -57,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
+    from data.errors import DataError
     from data.petshop import load_scenario
     from rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
     from rca.petshop_eval import default_alert_methods, evaluate_scenario
@@ -77,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
         if name in wanted:
             cfg = ScalerBaselineConfig(backend=args.backend) if name in ("baro", "nsigma") else None
             metric_methods[name] = cls(cfg)
+    if not scenario.issues("all"):
+        raise DataError(f"{args.scenario}: no issue folders under train/ or test/")
+    if args.split != "all" and not scenario.issues(args.split):
+        raise DataError(f"{args.scenario}: no {args.split} issues")
     res = evaluate_scenario(scenario, "all", alert_methods, metric_methods, progress=True)
     top = res["by_split"].get(args.split, res) if args.split != "all" else res
     payload = {
