@@ -471,9 +471,9 @@ class FGD(Policy):
         starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
         best = np.maximum.reduceat(sc, starts)
         is_best = sc == np.repeat(best, np.diff(np.r_[starts, rows.size]))
-        first = np.flatnonzero(is_best)
-        _, first_pos = np.unique(rows[first], return_index=True)
-        pick = first[first_pos]  # one candidate per feasible node, in node order
+        # first best candidate of each node (candidates are in GPU-index order within a node)
+        pos = np.where(is_best, np.arange(rows.size), rows.size)
+        pick = np.minimum.reduceat(pos, starts)  # one candidate per feasible node, in node order
         return d[pick], cols[pick]
 
     def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:

@@ -94,6 +94,7 @@ def test_gpu_spec_is_respected(policy: str) -> None:
     assert checked > 0
 
 
+@pytest.mark.slow
 def test_bestfit_default_trace_close_to_published(shared_data) -> None:
     """Quick fidelity check: BestFit, 2 seeds, within 0.5 + 3 standard errors of the published mean."""
     from data.openb import load_fgd_published, load_openb_nodes, load_openb_trace
