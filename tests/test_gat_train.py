@@ -1,0 +1,82 @@
+"""GAT training: a tiny `fleetmind rca train` run tracked in a tmp MLflow store, and the champion rule."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from gat_helpers import toy_dataset
+
+
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory):
+    """One tmp MLflow store for the module (creating the SQLite schema costs seconds)."""
+    tmp = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+        mp.chdir(tmp)  # ./mlruns artifacts land in tmp
+        import mlflow
+
+        mlflow.set_tracking_uri(uri)
+        yield uri
+
+
+def test_champion_moves_only_when_val_ac1_improves(mlflow_uri) -> None:
+    from mlflow import MlflowClient
+
+    from training.rca_train import CHAMPION, promote_if_better
+
+    REGISTERED_MODEL = "test-champion-rule"
+    c = MlflowClient(mlflow_uri)
+    c.create_registered_model(REGISTERED_MODEL)
+
+    def new_version(acc: float) -> tuple[str, bool, str | None]:
+        v = c.create_model_version(REGISTERED_MODEL, source="file:///nowhere").version
+        promoted, prev = promote_if_better(c, REGISTERED_MODEL, str(v), acc)
+        return str(v), promoted, prev
+
+    assert new_version(0.80) == ("1", True, None)
+    assert new_version(0.70) == ("2", False, "1")  # worse: champion stays
+    assert new_version(0.80) == ("3", False, "1")  # a tie does not move it either
+    assert new_version(0.85) == ("4", True, "1")
+    assert str(c.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION).version) == "4"
+    assert c.get_model_version(REGISTERED_MODEL, "2").tags["val_ac1"] == "0.700000"
+
+
+def test_tiny_cli_training_run_registers_and_loads(mlflow_uri, tmp_path) -> None:
+    from rca.gat_analyzer import GATAnalyzer
+    from training.cli import main
+
+    data = toy_dataset(tmp_path / "toy", n_train=24, n_val=8, n_test=8)
+    out_json = tmp_path / "run.json"
+    old = torch.get_num_threads()
+    try:
+        rc = main(
+            [
+                "rca", "train", "--data", str(data), "--epochs", "2", "--hidden", "16",
+                "--heads", "2", "--layers", "2", "--batch-size", "8",
+                "--out", str(tmp_path / "runs"), "--json", str(out_json),
+            ]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(old)
+    assert rc == 0
+    res = json.loads(out_json.read_text())
+    assert res["run_id"] and res["version"] == "1" and res["champion"] is True
+    assert set(res["metrics"]) == {"val", "test"} and res["metrics"]["test"]["n"] == 8
+    import mlflow
+
+    run = mlflow.get_run(res["run_id"])
+    assert run.data.params["epochs"] == "2" and "val/ac1" in run.data.metrics
+    hist = mlflow.MlflowClient().get_metric_history(res["run_id"], "train/loss")
+    assert len(hist) == 2  # one value per epoch
+    gat = GATAnalyzer.load("models:/fleetmind-rca@champion")
+    assert gat.version == "fleetmind-rca/1"
+    local = GATAnalyzer.load(res["artifact"])
+    assert local.model.config.hidden == 16
+    ckpts = os.listdir(os.path.join(os.path.dirname(res["artifact"]), "checkpoints"))
+    assert any(c.startswith("best") for c in ckpts)
