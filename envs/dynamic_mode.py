@@ -60,7 +60,7 @@ GPU_TFLOPS: dict[str, tuple[float, float]] = {
 V100 SXM2, T4, A10, A100 SXM4, H100 SXM5; see docs/dynamic.md)."""
 
 REFERENCE_GPU_MODEL = "V100"
-"""Speed 1.0. Trace durations are read as runtimes on this model (openb's anonymised G2/G3 hold 78 %
+"""Speed 1.0. Trace durations are read as runtimes on this model (openb's anonymised G2/G3 hold 76 %
 of the fleet's GPUs and are assumed to be as fast as it)."""
 
 REFERENCE_LINK_GBPS = 25.0
@@ -90,12 +90,12 @@ MIN_WORK_S = 1.0
 """Floor on a job's work (seconds)."""
 
 MAX_WORK_S = 86_400.0
-"""Default cap on a job's work: one day (openb ``default``: 1.5 % of the scheduled pods run longer,
-up to 145 days, and would otherwise hold 80 % of all GPU-seconds)."""
+"""Default cap on a job's work: one day (openb ``default``: 1.2 % of the scheduled pods run longer,
+up to 145 days; their time beyond one day is 86 % of all GPU-seconds)."""
 
 MAX_GAP_S = 86_400.0
-"""Trace inter-arrival gaps above one day are replaced by the median gap (openb ``default``: the
-34 pods created in the trace's first 115 days; the last 34 days hold 99.6 % of the pods)."""
+"""Trace inter-arrival gaps above one day are replaced by the median gap (openb ``default``: 16 gaps,
+all among the first 26 pods, created over 115 days; the last 34.5 days hold 99.7 % of the pods)."""
 
 DEFAULT_TARGET_UTIL = 0.8
 """Default offered GPU load during the arrival window (fraction of fleet GPU capacity)."""
