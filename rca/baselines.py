@@ -151,12 +151,26 @@ class RandomConfig:
 
 @dataclass
 class CountConfig:
-    """Config of the alert-count / first-alert baselines.
+    """Config of the alert-count baseline.
 
     Attributes:
         path_top: causes that get a computed path.
     """
 
+    path_top: int = 5
+
+
+@dataclass
+class EarliestConfig:
+    """Config of the first-alert baseline.
+
+    Attributes:
+        storm_window_s: only alerts that started within this many seconds before the newest alert
+            count (an operator looks at the storm, not at warnings firing since yesterday).
+        path_top: causes that get a computed path.
+    """
+
+    storm_window_s: float = 1800.0
     path_top: int = 5
 
 
@@ -170,6 +184,8 @@ class PageRankConfig:
             uses such a backward edge so that the walk does not get stuck at sinks).
         candidate_hops: candidates are alerting nodes plus nodes within this many hops of them.
         iterations: power-iteration steps.
+        silent_weight: weight of a step into a node that raised no alert (MicroRCA weights edges by
+            how anomalous their ends are; 1.0 ignores anomalies in the transition weights).
         path_top: causes that get a computed path.
     """
 
@@ -177,6 +193,7 @@ class PageRankConfig:
     backward_weight: float = 0.3
     candidate_hops: int = 1
     iterations: int = 50
+    silent_weight: float = 0.3
     path_top: int = 5
 
 
@@ -231,7 +248,8 @@ class MostAlertsAnalyzer(BaseAnalyzer):
 
 
 class EarliestAlertAnalyzer(BaseAnalyzer):
-    """Alerting nodes by the time of their first alert, earliest first."""
+    """Alerting nodes by the time of their first alert in the storm window, earliest first (nodes whose
+    alerts all started before the window are not ranked)."""
 
     name: ClassVar[str] = "earliest_alert"
     config_class: ClassVar[type] = CountConfig
@@ -281,15 +299,16 @@ class PageRankAnalyzer(BaseAnalyzer):
         pos = {u: k for k, u in enumerate(nodes)}
         m = len(nodes)
         rows, cols, vals = [], [], []
+        w = {u: (1.0 if u in by else cfg.silent_weight) for u in nodes}
         for u in nodes:
             for v in cache.down[u]:
                 if v in pos:
                     rows.append(pos[u])
                     cols.append(pos[v])
-                    vals.append(1.0)
+                    vals.append(w[v])
                     rows.append(pos[v])
                     cols.append(pos[u])
-                    vals.append(cfg.backward_weight)
+                    vals.append(cfg.backward_weight * w[u])
         P = np.zeros((m, m))
         np.add.at(P, (np.array(rows, dtype=int), np.array(cols, dtype=int)), np.array(vals))
         out = P.sum(axis=1, keepdims=True)

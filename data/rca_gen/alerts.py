@@ -27,6 +27,9 @@ The incident dict (dataset contract)::
     {"id", "graph", "alerts": [alert, ...], "root_cause", "fault_type", "silent_root": bool,
      "secondary": {"root_cause", "fault_type"} | None, "window": {"start", "end"}}
 
+``window.start`` is 1-10 minutes before the (hidden) fault onset; ``window.end`` is ``window_s`` after it
+(the moment the RCA runs).
+
 An alert (Alertmanager webhook v4 ``alerts[]`` entry)::
 
     {"status": "firing"|"resolved", "labels": {"alertname", "severity", ...}, "annotations": {...},
@@ -699,6 +702,8 @@ class IncidentSimulator:
                     choice[key] = opts[int(rng.integers(len(opts)))]
         alerts.sort(key=lambda a: a.start)
         rendered = [self._render(a, choice, t_end) for a in alerts]
+        # the reported window opens a random 1-10 min before the onset (the onset itself stays hidden)
+        t_win = t0 - rng.uniform(60.0, 600.0)
         root_alerts = any(a.node == root for a in main)
         return {
             "id": incident_id,
@@ -708,5 +713,5 @@ class IncidentSimulator:
             "fault_type": fname,
             "silent_root": not root_alerts,
             "secondary": secondary,
-            "window": {"start": _iso(t0), "end": _iso(t_end)},
+            "window": {"start": _iso(t_win), "end": _iso(t_end)},
         }
