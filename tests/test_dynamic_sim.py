@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 from dynamic_helpers import jobs_from_lists, one_gpu_fleet, small_trace, two_cluster_fleet
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data.errors import ConfigError
 from envs.core import PlacementError
@@ -207,3 +209,38 @@ def test_locality_policy_prefers_local_data_when_equal() -> None:
     j = sim.next_decision()
     node, _ = pol.select(sim, j)
     assert fleet.cluster[node] == 1
+
+
+class CheckedSim(DynamicSim):
+    """Asserts that the incremental "can start" test agrees with a full feasibility check."""
+
+    def _can_start(self, j: int) -> bool:
+        fast = super()._can_start(j)
+        assert fast == bool(self.state.feasible(self.pod(j)).any())
+        return fast
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), depth=st.sampled_from([0, 2, 8]), util=st.floats(0.3, 1.5))
+def test_random_runs_keep_invariants(seed: int, depth: int, util: float) -> None:
+    fleet = two_cluster_fleet()
+    tr = small_trace(60, seed=seed % 7)
+    jobs = build_jobs(tr, fleet, np.random.default_rng(seed), target_util=util)
+    sim = CheckedSim(fleet, jobs, backfill_depth=depth)
+    rng = np.random.default_rng(seed)
+    while (j := sim.next_decision()) is not None:
+        st_ = sim.state
+        assert (st_.gpu_idle >= 0).all() and (st_.cpu_free >= 0).all() and (st_.mem_free >= 0).all()
+        assert j in sim.queue[: depth + 1]
+        node = int(rng.choice(np.flatnonzero(sim.feasible(j))))
+        sim.place(j, node)
+    m = sim.metrics()
+    assert m["n_started"] + m["n_rejected"] == len(jobs)
+    started = np.isfinite(sim.start_s)
+    assert (sim.start_s[started] >= jobs.arrival_s[started] - 1e-9).all()
+    np.testing.assert_allclose(
+        sim.end_s[started], sim.start_s[started] + sim.run_s[started] + sim.data_s[started]
+    )
+    assert (sim.run_s[started] >= jobs.ideal_s[started] * (1 - 1e-9)).all()
+    assert sim.state.allocated_gpu_milli == 0  # every departure gave its resources back
+    np.testing.assert_array_equal(sim.state.cpu_free, sim.state.cpu_cap)
