@@ -17,6 +17,7 @@ Tables:
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -90,6 +91,16 @@ incidents = Table(
 )
 
 
+_SQLITE_UPSERT = (
+    "INSERT INTO alerts (fingerprint, starts_at, starts_ts, ends_ts, status, alertname, labels, "
+    "annotations, generator_url, node, received_ts, updated_ts, pending, incident_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (fingerprint, starts_at) DO UPDATE SET status = excluded.status, "
+    "ends_ts = excluded.ends_ts, annotations = excluded.annotations, "
+    "updated_ts = excluded.updated_ts, pending = 1 WHERE alerts.status != excluded.status"
+)
+
+
 class Database:
     """Engine plus the few queries the service needs.
 
@@ -159,6 +170,31 @@ class Database:
             self._store_now(list(rows))
 
     def _store_now(self, rows: list[dict[str, Any]]) -> None:
+        if self.is_sqlite:
+            # The DBAPI directly: SQLAlchemy's per-row parameter processing costs about as much as
+            # the fsync for a webhook of 50 alerts. Same statement as _build_upsert.
+            params = [
+                (
+                    r["fingerprint"],
+                    r["starts_at"],
+                    r["starts_ts"],
+                    r["ends_ts"],
+                    r["status"],
+                    r["alertname"],
+                    json.dumps(r["labels"]),
+                    json.dumps(r["annotations"]),
+                    r["generator_url"],
+                    r["node"],
+                    r["received_ts"],
+                    r["updated_ts"],
+                    1 if r["pending"] else 0,
+                    r["incident_id"],
+                )
+                for r in rows
+            ]
+            with self.write() as conn:
+                conn.exec_driver_sql(_SQLITE_UPSERT, params)
+            return
         stmt = self._upsert
         if stmt is None:
             stmt = self._upsert = self._build_upsert()
