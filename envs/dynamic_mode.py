@@ -32,6 +32,7 @@ import heapq
 import itertools
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -712,6 +713,14 @@ def build_jobs(
     mem = trace.memory_mib[idx].astype(np.int64)
     spec = trace.gpu_spec_mask[idx].astype(np.int64)
     ideal = ideal_runtimes(fleet, work, cpu, mem, num_gpu, spec, comm)
+    reached = offered_load(arrival, work, g, float(fleet.gpu_capacity))
+    if reached < 0.99 * target_util:
+        warnings.warn(
+            f"offered load {reached:.2f} < target {target_util:.2f}: {n} jobs cannot load "
+            f"{fleet.gpu_capacity} GPUs that much even arriving together; raise n_jobs or use "
+            "fewer nodes",
+            stacklevel=2,
+        )
     return DynJobs(
         names=trace.pod_names[idx],
         arrival_s=arrival,
@@ -726,7 +735,7 @@ def build_jobs(
         data_gb=data_gb,
         ideal_s=ideal,
         time_scale=float(scale),
-        offered_load=offered_load(arrival, work, g, float(fleet.gpu_capacity)),
+        offered_load=reached,
         synthetic_arrivals=synthetic,
         n_duration_fallback=int(fallback_all[idx].sum()),
     )

@@ -144,7 +144,7 @@ def test_maskable_ppo_with_the_candidate_scorer_runs_on_the_env() -> None:
     policy_mod = pytest.importorskip("rl.policy")
     from sb3_contrib import MaskablePPO
 
-    env = make_env(n_jobs=20)
+    env = make_env(n_jobs=20, target_util=0.5)
     model = MaskablePPO(
         policy_mod.CandidateScorerPolicy,
         env,
