@@ -813,11 +813,7 @@ class DynamicSim:
         self._alloc_area = 0.0
         self._last_t = 0.0
         self.n_decisions = 0
-        self._ever_fit = self._fits_empty()
-
-    def _fits_empty(self) -> np.ndarray:
-        jb = self.jobs
-        return np.isfinite(jb.ideal_s)
+        self._ever_fit = np.isfinite(self.jobs.ideal_s)  # fits some node of the empty fleet
 
     @property
     def n_running(self) -> int:
@@ -1131,19 +1127,25 @@ class NodeScorerPolicy:
 
 
 class LocalityAwarePolicy:
-    """FleetMind's locality- and topology-aware baseline: fastest completion, then least fragmentation.
+    """FleetMind's locality- and topology-aware baseline: FGD's packing, then earliest completion.
 
-    1. For every feasible node, estimate the job's time to completion if started there now: data
-       transfer (0 when the node's cluster is the dataset's home) plus runtime with the node's
-       best-bottleneck GPU set (:func:`runtime_factor`).
-    2. Keep the nodes within ``1 + rel_tol`` of the smallest estimate.
-    3. Among those, pick the node with the best FGD score (fragmentation decrease over the trace's
-       typical pods, :class:`envs.policies.FGD`); ties go to the state's node priority.
+    For every feasible node, the job's time to completion if started there now is estimated
+    (:func:`estimate_completion`: data transfer, 0 when the node's cluster is the dataset's home,
+    plus runtime with the node's best-bottleneck GPU set).
+
+    * ``order="fit-first"`` (default): keep the nodes with the best FGD score (fragmentation
+      decrease over the trace's typical pods, :class:`envs.policies.FGD`), then those within
+      ``1 + rel_tol`` of the smallest estimate among them; ties go to the state's node priority.
+    * ``order="speed-first"``: keep the nodes within ``1 + rel_tol`` of the smallest estimate, then
+      the best FGD score among them; ties by priority.
+
+    A k-GPU job gets the node's best-bottleneck idle set, a sharing job the packer's GPU.
 
     Args:
-        rel_tol: relative slack of step 2 (0.05 = estimates within 5 % of the best are equal).
-        packer: ``"fgd"`` or ``"bestfit"`` (step 3).
-        trace: the original trace (FGD's typical pods); required for ``packer="fgd"``.
+        rel_tol: relative slack on the estimate (0.05 = within 5 % counts as equal).
+        packer: ``"fgd"`` or ``"bestfit"`` (the fit score).
+        trace: the original trace (FGD's typical pods); without it the packer is BestFit.
+        order: ``"fit-first"`` or ``"speed-first"``.
     """
 
     name = "LocalityAware"
