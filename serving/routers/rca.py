@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from fastapi import APIRouter
@@ -12,6 +13,7 @@ from serving.deps import GraphsDep, MetricsDep, RegistryDep
 from serving.schemas import CauseOut, ErrorOut, RCARequest, RCAResponse
 
 router = APIRouter(prefix="/api/v1/rca", tags=["rca"])
+_RANK_LOCK = threading.Lock()
 
 
 @router.post(
@@ -39,7 +41,10 @@ def rank(
         }
         alerts.append(d)
     start = time.perf_counter()
-    result = model.impl.find_root_causes(graph, alerts, req.top_k)
+    # One ranking at a time per process: the analyzers are CPU-bound Python (GIL), so parallel
+    # threads only add switching; serialising keeps throughput flat under concurrency.
+    with _RANK_LOCK:
+        result = model.impl.find_root_causes(graph, alerts, req.top_k)
     metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
     mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
     return RCAResponse(
