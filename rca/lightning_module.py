@@ -115,9 +115,8 @@ def incidents_to_data(
     out = []
     for inc in tqdm(incidents, desc=desc, disable=not progress, leave=False):
         g = graphs[inc["graph"]]
-        out.append(
-            incident_to_data(g, inc["alerts"], inc["root_cause"], fidx.get(inc["fault_type"], -1))
-        )
+        fault = fidx.get(inc["fault_type"], -1)
+        out.append(incident_to_data(g, inc["alerts"], inc["root_cause"], fault, crop_hops))
     return out
 
 

@@ -1,0 +1,135 @@
+"""GAT inference speed on one CPU core: latency per incident on a 1,000-node graph, batched throughput.
+
+    python -m benchmarks.bench_gat [--model REF] [--incidents 60] [--out benchmarks/results/gat_speed.json]
+
+Incidents come from the simulator (``data/rca_gen``) on one generated topology of about 1,000 nodes,
+plus an alert-storm variant (every incident padded to 200 alerts with extra copies of its own alerts
+on other nodes). Timed with ``torch.set_num_threads(1)``:
+
+* ``find_root_causes_ms``: the full analyzer call (features, candidate subgraph, GAT forward with
+  attention, top-5 causes with fault types and propagation paths), median / p90 over incidents;
+* ``features_ms``: the feature matrix alone;
+* ``batched_incidents_per_s``: :meth:`GATAnalyzer.score_many` (PyG batches of 64 incidents, features
+  included), incidents per second.
+
+The JSON holds the machine (platform, CPU count, load average: the machine may be shared), package
+versions, the command and the figures. No assertion is made on the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+
+
+def _incidents(n: int, n_nodes: int, seed: int) -> tuple[object, list[list[dict]]]:
+    from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+    from data.rca_gen.graphs import GraphGenConfig, generate_graph
+
+    rng = np.random.default_rng(seed)
+    g = generate_graph("bench-g1000", rng, GraphGenConfig(), n_nodes=n_nodes)
+    sim = IncidentSimulator(g, AlertSimConfig.preset("default"))
+    incs = [
+        sim.simulate(rng, f"bench-{k}", t_start=1.77e9 + 7200.0 * k)["alerts"] for k in range(n)
+    ]
+    return g, incs
+
+
+def _storm(graph, alerts: list[dict], size: int, rng: np.random.Generator) -> list[dict]:
+    """Pad an incident to ``size`` alerts: copies of its alerts moved onto random nodes."""
+    out = list(alerts)
+    nodes = graph.nodes
+    while len(out) < size:
+        a = dict(alerts[int(rng.integers(len(alerts)))])
+        node = nodes[int(rng.integers(len(nodes)))]
+        a["labels"] = {**a["labels"], **node.match}
+        a["fingerprint"] = f"storm{len(out)}"
+        out.append(a)
+    return out
+
+
+def _timed(fn, reps: int) -> list[float]:
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t) * 1000.0)
+    return ts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="model REF (default: released models/rca)")
+    ap.add_argument("--incidents", type=int, default=60)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="benchmarks/results/gat_speed.json")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from rca.features import alert_features
+    from rca.gat_analyzer import GATAnalyzer
+
+    torch.set_num_threads(1)
+    gat = GATAnalyzer.load(a.model)
+    g, incs = _incidents(a.incidents, a.nodes, a.seed)
+    rng = np.random.default_rng(a.seed + 1)
+    storms = [_storm(g, al, 200, rng) for al in incs[: max(10, a.incidents // 3)]]
+    for al in incs[:3]:  # warm-up (caches, allocator)
+        gat.find_root_causes(g, al, top_k=5)
+        gat.score_many([(g, al)])
+
+    res: dict[str, object] = {}
+    for name, sets in (("simulated", incs), ("storm200", storms)):
+        rca_ms = [_timed(lambda al=al: gat.find_root_causes(g, al, top_k=5), 1)[0] for al in sets]
+        feat_ms = [_timed(lambda al=al: alert_features(g, al), 1)[0] for al in sets]
+        items = [(g, al) for al in sets]
+        reps = max(1, 256 // len(items))
+        t = time.perf_counter()
+        for _ in range(reps):
+            gat.score_many(items, batch_size=64)
+        per_s = reps * len(items) / (time.perf_counter() - t)
+        res[name] = {
+            "n_incidents": len(sets),
+            "alerts_per_incident_mean": float(np.mean([len(al) for al in sets])),
+            "find_root_causes_ms_median": float(np.median(rca_ms)),
+            "find_root_causes_ms_p90": float(np.percentile(rca_ms, 90)),
+            "features_ms_median": float(np.median(feat_ms)),
+            "batched_incidents_per_s": float(per_s),
+        }
+    payload = {
+        "benchmark": "gat inference speed",
+        "command": "python -m benchmarks.bench_gat "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model_version": gat.version,
+        "graph": {"nodes": g.num_nodes, "edges": g.num_edges},
+        "threads": torch.get_num_threads(),
+        "targets": {"find_root_causes_ms_median": 20.0, "batched_incidents_per_s": 200.0},
+        "results": res,
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_1m_at_end": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
+        "versions": {p: version(p) for p in ("torch", "torch-geometric", "numpy", "scipy")},
+    }
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
