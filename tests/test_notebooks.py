@@ -67,6 +67,11 @@ def _gat_released() -> bool:
     return d.is_dir() and any(p.suffix in (".pt", ".onnx") for p in d.iterdir())
 
 
+def _ppo_released() -> bool:
+    d = REPO / "models" / "placement"
+    return d.is_dir() and any(p.name in ("policy.onnx", "policy.pt") for p in d.iterdir())
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Execute both notebooks (copies, quick mode, concurrently); returns name -> executed notebook."""
@@ -150,6 +155,10 @@ def test_placement_notebook_key_outputs(executed: dict[str, Any]) -> None:
     text = _text(_outputs(nb, "fgd-live"))
     for pol in ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"):
         assert re.search(rf"^{pol}\s", text, re.M), f"no {pol} row in the fgd table"
+    if _ppo_released():
+        assert re.search(r"^PPO\s", text, re.M), (
+            "the released PPO agent is missing from the fgd table"
+        )
     assert _has_image(_outputs(nb, "fgd-curve")), "no unallocated-vs-arrived figure"
     assert _has_image(_outputs(nb, "dynamic-cdf")), "no JCT/slowdown CDF figure"
 
