@@ -31,7 +31,9 @@ def _one_thread():
     torch.set_num_threads(old)
 
 
-def _alert(labels: dict, start: str, status: str = "firing", end: str = "0001-01-01T00:00:00Z") -> dict:
+def _alert(
+    labels: dict, start: str, status: str = "firing", end: str = "0001-01-01T00:00:00Z"
+) -> dict:
     return {"labels": labels, "startsAt": start, "endsAt": end, "status": status}
 
 
@@ -44,16 +46,44 @@ def _model(seed: int = 0, **kw) -> GATRanker:
 def test_features_count_time_and_unseen_names() -> None:
     g = toy_graph("f", hosts=2, gpus=1, services=2)
     alerts = [
-        _alert({"alertname": "GPUXidError", "severity": "critical", "cluster": "c0", "node": "h0", "gpu": "0"}, "2026-01-01T00:00:00Z"),
-        _alert({"alertname": "MyBrandNewGpuAlarm", "severity": "page", "cluster": "c0", "node": "h0", "gpu": "0"}, "2026-01-01T00:01:00.123456789Z"),
-        _alert({"alertname": "HighLatency", "severity": "warning", "cluster": "c0", "service": "s0"}, "2026-01-01T00:02:00+00:00", "resolved", "2026-01-01T00:04:00Z"),
-        _alert({"alertname": "Watchdog", "severity": "none", "cluster": "c0", "scope": "cluster"}, "2025-12-01T00:00:00Z"),
+        _alert(
+            {
+                "alertname": "GPUXidError",
+                "severity": "critical",
+                "cluster": "c0",
+                "node": "h0",
+                "gpu": "0",
+            },
+            "2026-01-01T00:00:00Z",
+        ),
+        _alert(
+            {
+                "alertname": "MyBrandNewGpuAlarm",
+                "severity": "page",
+                "cluster": "c0",
+                "node": "h0",
+                "gpu": "0",
+            },
+            "2026-01-01T00:01:00.123456789Z",
+        ),
+        _alert(
+            {"alertname": "HighLatency", "severity": "warning", "cluster": "c0", "service": "s0"},
+            "2026-01-01T00:02:00+00:00",
+            "resolved",
+            "2026-01-01T00:04:00Z",
+        ),
+        _alert(
+            {"alertname": "Watchdog", "severity": "none", "cluster": "c0", "scope": "cluster"},
+            "2025-12-01T00:00:00Z",
+        ),
         _alert({"alertname": "X", "cluster": "nowhere"}, "2026-01-01T00:00:00Z"),
     ]
     f = alert_features(g, alerts)
     assert f.x.shape == (g.num_nodes, NUM_FEATURES) and f.x.dtype == np.float32
     assert f.unmapped == 1
-    gpu, svc, host, cl = (g.index[k] for k in ("c0/host/h0/gpu0", "c0/svc/s0", "c0/host/h1", "c0/cluster"))
+    gpu, svc, host, cl = (
+        g.index[k] for k in ("c0/host/h0/gpu0", "c0/svc/s0", "c0/host/h1", "c0/cluster")
+    )
     assert f.alerting[[gpu, svc, cl]].all() and not f.alerting[host]
     assert f.x[gpu, COL["name:GPUXidError"]] == pytest.approx(np.log1p(1))
     assert f.x[gpu, COL["name:other"]] == pytest.approx(np.log1p(1))  # the unseen name
@@ -83,7 +113,10 @@ def test_parse_time_rejects_garbage() -> None:
 def test_output_shapes_single_and_batched() -> None:
     rng = np.random.default_rng(0)
     graphs = [toy_graph("a", 1, 2, 2, 3), toy_graph("b", 2, 2, 1, 2)]
-    data = [incident_to_data(g, toy_incident(g, rng, i)["alerts"], g.nodes[0].id, 1) for i, g in enumerate(graphs)]
+    data = [
+        incident_to_data(g, toy_incident(g, rng, i)["alerts"], g.nodes[0].id, 1)
+        for i, g in enumerate(graphs)
+    ]
     m = _model()
     d = data[0]
     logits, h, att = m(d.x, d.edge_index, d.edge_type, return_attention=True)
@@ -117,7 +150,9 @@ def test_tiny_training_lowers_loss() -> None:
     for i in range(32):
         g = graphs[i % 2]
         inc = toy_incident(g, rng, i)
-        data.append(incident_to_data(g, inc["alerts"], inc["root_cause"], FAULTS.index(inc["fault_type"])))
+        data.append(
+            incident_to_data(g, inc["alerts"], inc["root_cause"], FAULTS.index(inc["fault_type"]))
+        )
     torch.manual_seed(0)
     m = GATRanker(GATConfig(fault_types=FAULTS, hidden=16, heads=2, layers=2, dropout=0.0))
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
@@ -202,7 +237,11 @@ def test_find_root_causes_result(artifact) -> None:
     alerting = set(alert_features(g, inc["alerts"]).alerting.nonzero()[0].tolist())
     adj = {(e.src, e.dst) for e in g.edges} | {(e.dst, e.src) for e in g.edges}
     for c in res.causes:
-        assert c.fault_type in FAULTS and c.kind == g.node(c.node).kind and c.cluster == g.node(c.node).cluster
+        assert (
+            c.fault_type in FAULTS
+            and c.kind == g.node(c.node).kind
+            and c.cluster == g.node(c.node).cluster
+        )
         assert c.path[0] == c.node and g.index[c.path[-1]] in alerting
         assert all((a, b) in adj for a, b in zip(c.path, c.path[1:], strict=False))
     full = gat.find_root_causes(g, inc["alerts"])
@@ -272,3 +311,24 @@ def test_corrupt_or_incompatible_artifacts(artifact, tmp_path) -> None:
     (d / "model.pt").write_bytes(pickle.dumps({"weights": object()}))
     with pytest.raises(ModelLoadError):
         GATAnalyzer.load(d)
+
+
+def test_vectorised_alert_mapping_matches_graph_rules() -> None:
+    from rca.features import node_index_for_alert
+
+    g = toy_graph("m", 2, 2, 2, 3)
+    rng = np.random.default_rng(0)
+    label_sets = [dict(n.match) for n in g.nodes]
+    for _ in range(200):  # random mixes of two nodes' labels: ambiguous and partial matches
+        a, b = (label_sets[int(i)] for i in rng.integers(len(label_sets), size=2))
+        mixed = {**a, **{k: v for k, v in b.items() if rng.random() < 0.5}}
+        label_sets.append(mixed)
+    label_sets += [
+        {"instance": "h1:9100", "cluster": "c1"},
+        {"fleetmind_node": "c0/svc/s2", "cluster": "c1"},
+        {"cluster": "c9"},
+        {},
+    ]
+    for labels in label_sets:
+        ref = g.node_for_alert(labels)
+        assert node_index_for_alert(g, labels) == (None if ref is None else g.index[ref]), labels
