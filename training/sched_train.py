@@ -65,7 +65,7 @@ class Args:
     """training episodes: FGD places pods until this % of capacity has arrived"""
     stop_arrived_pct: float = 101.0
     """training episodes end when arrivals pass this % of capacity (the metric is read at 100)"""
-    workload_seeds: list[int] = field(default_factory=lambda: list(range(1000, 1016)))
+    workload_seeds: list[int] = field(default_factory=lambda: [1000, 1001])
     """pool of training workload seeds (disjoint from the evaluation seeds 42-51)"""
     bc_episodes: int = 2
     """teacher (FGD) episodes for the imitation warm start (0: none)"""
@@ -415,6 +415,8 @@ def run(args: Args) -> dict[str, Any]:
                 [f"--trace {t}" for t in args.traces]
                 + [
                     f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
+                    f" --eval-freq {args.eval_freq}"
+                    + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
                 ]
             ),
             "train_traces": args.traces,
