@@ -40,7 +40,7 @@ class Args:
 
     data: str = ""
     """dataset folder (``fleetmind rca generate --out DIR``)"""
-    epochs: int = 30
+    epochs: int = 15
     """maximum epochs"""
     seed: int = 0
     """seed of weights, splits and batch order"""
