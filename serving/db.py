@@ -129,8 +129,17 @@ class Database:
         self._group = _GroupCommit(self._store_now) if self.is_sqlite else None
 
     def create_all(self) -> None:
-        """Create the tables when missing."""
-        metadata.create_all(self.engine)
+        """Create the tables when missing (tolerates replicas creating them at the same time)."""
+        from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+        for attempt in range(3):
+            try:
+                metadata.create_all(self.engine)
+                return
+            except (OperationalError, ProgrammingError, IntegrityError):
+                if attempt == 2:
+                    raise
+                time.sleep(0.2 * (attempt + 1))  # another process created them meanwhile
 
     def dispose(self) -> None:
         self.engine.dispose()

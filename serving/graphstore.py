@@ -24,8 +24,9 @@ class GraphView:
     def neighbourhood(self, node_id: str, hops: int) -> frozenset[str]:
         """Node ids within ``hops`` undirected hops of ``node_id``.
 
-        ``cluster`` nodes are reached but not crossed: every member links to its cluster, so
-        crossing it would make a whole cluster one neighbourhood.
+        ``cluster`` nodes are reached but never crossed (nor expanded when they are the start):
+        every member links to its cluster, so crossing one would make a whole cluster one
+        neighbourhood and a single cluster-level alert would merge every incident in it.
         """
         key = (node_id, hops)
         with self._lock:
@@ -46,7 +47,7 @@ class GraphView:
         for _ in range(hops):
             nxt = []
             for v in frontier:
-                if v != start and g.nodes[v].kind == "cluster":
+                if g.nodes[v].kind == "cluster":
                     continue
                 for u in adj[v]:
                     if u not in seen:
