@@ -66,11 +66,14 @@ class PPOHyperparams:
     """hidden width of the candidate scorer (tanh)"""
 
 
-def env_factory(rank: int, seed: int, env_kwargs: dict[str, Any]) -> Callable[[], GpuPlacementEnv]:
-    """A picklable thunk that builds env ``rank`` seeded with ``seed + rank``."""
+def env_factory(
+    rank: int, seed: int, env_kwargs: dict[str, Any], env_cls: type | None = None
+) -> Callable[[], Any]:
+    """A picklable thunk that builds env ``rank`` (``env_cls``, default :class:`GpuPlacementEnv`)
+    seeded with ``seed + rank``."""
 
-    def _make() -> GpuPlacementEnv:
-        env = GpuPlacementEnv(**env_kwargs)
+    def _make() -> Any:
+        env = (env_cls or GpuPlacementEnv)(**env_kwargs)
         env.reset(seed=seed + rank)
         env.action_space.seed(seed + rank)
         return env
@@ -78,14 +81,21 @@ def env_factory(rank: int, seed: int, env_kwargs: dict[str, Any]) -> Callable[[]
     return _make
 
 
-def make_vec_env(n_envs: int, seed: int, env_kwargs: dict[str, Any]) -> Any:
-    """``VecMonitor(SubprocVecEnv | DummyVecEnv)`` of ``n_envs`` placement envs."""
+def make_vec_env(
+    n_envs: int,
+    seed: int,
+    env_kwargs: dict[str, Any],
+    env_cls: type | None = None,
+    info_keywords: tuple[str, ...] = EPISODE_INFO_KEYS,
+) -> Any:
+    """``VecMonitor(SubprocVecEnv | DummyVecEnv)`` of ``n_envs`` placement envs (any env class that
+    follows the candidate convention of ``envs/candidates.py``)."""
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
-    fns = [env_factory(i, seed, env_kwargs) for i in range(n_envs)]
+    fns = [env_factory(i, seed, env_kwargs, env_cls) for i in range(n_envs)]
     venv = SubprocVecEnv(fns, start_method="fork") if n_envs > 1 else DummyVecEnv(fns)
     venv.seed(seed)
-    return VecMonitor(venv, info_keywords=EPISODE_INFO_KEYS)
+    return VecMonitor(venv, info_keywords=info_keywords)
 
 
 def make_model(venv: Any, hp: PPOHyperparams, seed: int, device: str = "cpu") -> Any:
@@ -133,7 +143,7 @@ class TeacherData:
 
 
 def collect_teacher(
-    env: GpuPlacementEnv,
+    env: Any,
     episodes: int,
     seed: int,
     gamma: float,

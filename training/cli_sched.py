@@ -204,6 +204,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     )
     tr.add_argument("--trace", action="append", required=True, help="training trace (repeatable)")
     tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
+    tr.add_argument("--dyn-jobs", type=int, default=512, help="dynamic mode: jobs per episode")
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
@@ -236,6 +237,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         eval_seeds=args.eval_seeds,
         eval_freq=args.eval_freq,
         max_minutes=args.max_minutes,
+        dyn_jobs=args.dyn_jobs,
         out=args.out,
         release=args.release,
         register=not args.no_register,

@@ -111,6 +111,8 @@ class Args:
     """torch threads"""
     progress: bool = True
     """progress bars"""
+    dyn_jobs: int = 512
+    """dynamic mode: jobs per episode of fleetmind/MultiClusterPlacement-v0"""
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -232,10 +234,10 @@ def run(args: Args) -> dict[str, Any]:
         make_vec_env,
     )
 
+    if args.mode == "dynamic":
+        return run_dynamic(args)
     if args.mode != "fgd":
-        raise ConfigError(
-            f"--mode {args.mode}: only fgd-mode training is implemented (dynamic mode: see docs/ppo.md)"
-        )
+        raise ConfigError(f"--mode {args.mode}: use fgd or dynamic")
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
     seed_everything(args.seed, args.threads)
@@ -473,4 +475,123 @@ def run(args: Args) -> dict[str, Any]:
         for f in model_dir.iterdir():
             shutil.copy2(f, RELEASED_DIR / f.name)
         summary["released"] = str(RELEASED_DIR)
+    return summary
+
+
+def run_dynamic(args: Args) -> dict[str, Any]:
+    """Dynamic mode: the same warm start + MaskablePPO in ``fleetmind/MultiClusterPlacement-v0``.
+
+    The env (engineer E's) follows the candidate convention, and its candidate 0 is FGD's choice, so
+    the teacher is FGD again. The periodic evaluation compares greedy episodes (workload seeds
+    ``eval_seeds``) with always-FGD on mean slowdown and p99 queueing delay. The best policy is
+    exported to ``<out>/<run>/model`` and logged to MLflow. It is not registered: the
+    ``fleetmind-placement`` champion is the fgd-mode model.
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from envs.multicluster_env import MultiClusterPlacementEnv
+    from rl.export import actor_from_model, export_policy
+    from rl.ppo import PPOHyperparams, behaviour_clone, collect_teacher, make_model, make_vec_env
+
+    seed_everything(args.seed, args.threads)
+    t_start = time.perf_counter()
+    env_kwargs = {
+        "trace": args.traces[0],
+        "n_jobs": args.dyn_jobs,
+        "n_candidates": args.n_candidates,
+    }
+    hp = PPOHyperparams(
+        learning_rate=args.learning_rate,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        clip_range=args.clip_range,
+        target_kl=args.target_kl,
+        gamma=args.gamma,
+        ent_coef=args.ent_coef,
+        hidden=args.hidden,
+    )
+    run_name = f"MultiClusterPlacement-v0__ppo__{args.seed}__{int(time.time())}"
+    run_dir = Path(args.out) / run_name
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(tracking_uri(args.tracking_uri))
+    mlflow.set_experiment(args.experiment)
+    eval_env = MultiClusterPlacementEnv(**env_kwargs)
+
+    def evaluate(act: Any) -> dict[str, float]:
+        out: dict[str, list[float]] = {"mean_slowdown": [], "p99_queue_delay_s": []}
+        for s in args.eval_seeds:
+            obs, _ = eval_env.reset(seed=s)
+            done = False
+            info: dict[str, Any] = {}
+            while not done:
+                obs, _, term, trunc, info = eval_env.step(int(act(obs, eval_env.action_masks())))
+                done = term or trunc
+            for k in out:
+                out[k].append(float(info["metrics"][k]))
+        return {k: float(np.mean(v)) for k, v in out.items()}
+
+    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic"}
+    with mlflow.start_run(run_name=run_name) as mlrun:
+        summary["run_id"] = mlrun.info.run_id
+        mlflow.log_params(
+            {k: json.dumps(v) if isinstance(v, list) else v for k, v in asdict(args).items()}
+        )
+        ref = evaluate(lambda obs, mask: 0)
+        mlflow.log_metrics({f"eval/fgd_{k}": v for k, v in ref.items()}, step=0)
+        venv = make_vec_env(
+            args.n_envs, args.seed, env_kwargs, MultiClusterPlacementEnv, info_keywords=()
+        )
+        model = make_model(venv, hp, args.seed)
+        if args.bc_episodes > 0:
+            data = collect_teacher(
+                MultiClusterPlacementEnv(**env_kwargs), args.bc_episodes, args.seed, hp.gamma
+            )
+            mlflow.log_metrics(
+                behaviour_clone(model.policy, data, epochs=args.bc_epochs, seed=args.seed), step=0
+            )
+        best: dict[str, Any] = {"score": float("inf"), "step": -1, "metrics": {}}
+
+        def do_eval(step: int) -> None:
+            m = evaluate(actor_from_model(model).predict)
+            mlflow.log_metrics({f"eval/ppo_{k}": v for k, v in m.items()}, step=step)
+            if m["mean_slowdown"] < best["score"]:
+                best.update(score=m["mean_slowdown"], step=step, metrics=m)
+                model.save(ckpt_dir / "best.zip")
+
+        class EvalCallback(BaseCallback):
+            def __init__(self) -> None:
+                super().__init__()
+                self._next = args.eval_freq
+
+            def _on_step(self) -> bool:
+                if self.num_timesteps >= self._next:
+                    self._next += args.eval_freq
+                    do_eval(self.num_timesteps)
+                limit = args.max_minutes
+                return limit is None or time.perf_counter() - t_start < 60 * limit
+
+        do_eval(0)
+        if args.timesteps > 0:
+            model.learn(args.timesteps, callback=EvalCallback(), progress_bar=args.progress)
+            do_eval(model.num_timesteps)
+        venv.close()
+        from sb3_contrib import MaskablePPO
+
+        best_model = MaskablePPO.load(ckpt_dir / "best.zip", device="cpu")
+        model_dir = run_dir / "model"
+        export_policy(best_model, model_dir)
+        meta = {"format": "fleetmind-placement/1", "version": run_name, "mode": "dynamic"}
+        meta.update(n_candidates=args.n_candidates, env_kwargs=env_kwargs)
+        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+        mlflow.log_artifacts(str(model_dir), artifact_path="placement")
+        summary.update(
+            metrics={"ppo": best["metrics"], "fgd": ref},
+            best_step=best["step"],
+            timesteps=int(model.num_timesteps),
+            wall_time_s=round(time.perf_counter() - t_start, 1),
+            artifact=str(model_dir),
+        )
     return summary
