@@ -46,17 +46,18 @@ def machine() -> dict:
 def decision_latency(warm: int, decisions: int, policies: list[str]) -> dict:
     trace, nodes = load_openb_trace("default"), load_openb_nodes()
     out = {}
+    warm_state = ClusterState.from_openb(nodes)
+    wl = build_workload(trace, len(nodes), warm_state.gpu_capacity_milli, seed=42)
+    warm_state.set_priority(wl.priority)
+    warmer = make_policy("FGD")
+    warmer.reset(warm_state, trace=trace)
+    pods = pods_from_trace(wl.trace)
+    for pod in pods[:warm]:
+        node, gpus = warmer.select(warm_state, pod)
+        if node >= 0:
+            warm_state.place(pod, node, gpus)
     for name in policies:
-        state = ClusterState.from_openb(nodes)
-        wl = build_workload(trace, len(nodes), state.gpu_capacity_milli, seed=42)
-        state.set_priority(wl.priority)
-        warmer = make_policy("FGD")
-        warmer.reset(state, trace=trace)
-        pods = pods_from_trace(wl.trace)
-        for pod in pods[:warm]:
-            node, gpus = warmer.select(state, pod)
-            if node >= 0:
-                state.place(pod, node, gpus)
+        state = warm_state.copy()
         pol = make_policy(name)
         pol.reset(state, rng=np.random.default_rng(0), trace=trace)
         times = []
@@ -83,6 +84,9 @@ def main() -> None:
     ap.add_argument("--decisions", type=int, default=1000)
     ap.add_argument("--full-eval", action="store_true")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--eval-seeds", type=int, default=10, help="seeds of the full evaluation (42, 43, ...)"
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     payload: dict = {
@@ -96,25 +100,32 @@ def main() -> None:
         args.warm, args.decisions, [*PUBLISHED_POLICIES, "TopologyBestEffort"]
     )
     if args.full_eval:
+        seeds = list(range(42, 42 + args.eval_seeds))
         t0 = time.perf_counter()
         res = evaluate_fgd(
             "default",
             list(PUBLISHED_POLICIES),
-            list(range(42, 52)),
+            seeds,
             workers=args.workers,
             progress=True,
         )
         wall = time.perf_counter() - t0
+        cpu = sum(m["cpu_seconds_total"] for m in res["policies"].values())
         payload["full_eval_default"] = {
             "policies": len(PUBLISHED_POLICIES),
-            "seeds": 10,
+            "seeds": len(seeds),
             "workers": args.workers,
             "wall_seconds": round(wall, 1),
+            "cpu_seconds_all_runs": round(cpu, 1),
+            "projected_wall_seconds_10_seeds_idle": round(cpu / len(seeds) * 10 / args.workers, 1),
             "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
             "unallocated_gpu_pct_at_100": {
                 p: m["unallocated_gpu_pct_at_100"] for p, m in res["policies"].items()
             },
             "run_seconds_per_policy": {p: m["seconds_total"] for p, m in res["policies"].items()},
+            "cpu_seconds_per_policy": {
+                p: m["cpu_seconds_total"] for p, m in res["policies"].items()
+            },
         }
         print("full eval", payload["full_eval_default"], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
