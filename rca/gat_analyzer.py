@@ -47,12 +47,14 @@ class GATAnalyzerConfig:
         model: artifact reference (local folder, MLflow URI, or ``None`` for the released artifact).
         explain_top: causes (best first) that get a propagation path and a fault type; the rest get
             ``path=(node,)`` and ``fault_type=None`` (paths cost a Dijkstra run each).
-        num_threads: torch intra-op threads for inference (``None``: leave torch's setting).
+        num_threads: torch intra-op threads during inference (``None``: leave torch's setting). One
+            thread is the fastest for single incidents (small candidate subgraphs) and avoids
+            oversubscribing a shared machine; the previous setting is restored after each call.
     """
 
     model: str | None = None
     explain_top: int = 10
-    num_threads: int | None = None
+    num_threads: int | None = 1
 
 
 def save_artifact(
@@ -231,11 +233,11 @@ class GATAnalyzer(BaseAnalyzer):
     _ids_cache: dict[int, tuple[Any, np.ndarray]] = {}
 
     def _node_ids(self, graph: DependencyGraph) -> np.ndarray:
-        """Node ids as a numpy string array (cached per graph object, for tie-breaking)."""
+        """Rank of each node id in sorted id order (cached per graph object, for tie-breaking)."""
         hit = self._ids_cache.get(id(graph))
         if hit is not None and hit[0] is graph and hit[1].size == graph.num_nodes:
             return hit[1]
-        ids = np.array([nd.id for nd in graph.nodes])
+        ids = np.argsort(np.argsort(np.array([nd.id for nd in graph.nodes]), kind="stable"))
         if len(self._ids_cache) > 64:
             self._ids_cache.clear()
         self._ids_cache[id(graph)] = (graph, ids)
