@@ -130,6 +130,20 @@ def markdown(payload: dict) -> str:
                 cells.append("-")
         s = entry["seeds"]
         lines.append(f"| {name} | {s[0]}-{s[-1]} | " + " | ".join(cells) + " |")
+    diffs = [
+        r["diff_100"]
+        for e in payload["traces"].values()
+        for r in e["policies"].values()
+        if "diff_100" in r
+    ]
+    if diffs:
+        d = np.abs(np.array(diffs))
+        lines.append("")
+        lines.append(
+            f"{len(d)} trace x policy cells with published results: mean |difference| {d.mean():.2f}, "
+            f"median {np.median(d):.2f}, max {d.max():.2f}; {int((d <= 0.5).sum())} within 0.5 point, "
+            f"{int((d <= 1.0).sum())} within 1.0."
+        )
     return "\n".join(lines)
 
 
