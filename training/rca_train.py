@@ -411,6 +411,12 @@ def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
         if m.get("n")
     )
     cfg = meta["model"]
+    d = res["data"]
+    tests = "".join(
+        f", {v} `{k[2:]}` incidents"
+        for k, v in d.items()
+        if k.startswith("n_") and k not in ("n_train", "n_val")
+    )
     card = f"""# FleetMind RCA model card: GAT root-cause ranker (`{meta["version"]}`)
 
 **What it does.** Ranks every node of a dependency graph (services, pods, hosts, GPUs, links, clusters,
@@ -425,9 +431,12 @@ dim {cfg["edge_dim"]}) as attention edge features; {meta["model"]["in_dim"]} per
 graph's nodes plus a fault-type head ({len(cfg["fault_types"])} classes). Weights: `model.pt`
 (state dict), hyper-parameters and metrics: `config.json`.
 
-**Data.** Simulated incidents from `data/rca_gen` (engineer B's generator): `{res["data"]}` read from
-`{meta["data"].get("dir")}`. Validation and test splits use topologies that no training incident uses;
-`test_large` uses graphs with more clusters than any training graph.
+**Data.** Simulated incidents from `data/rca_gen` read from `{meta["data"].get("dir")}`:
+{d.get("n_train")} training incidents on {d.get("train_graphs")} topologies, {d.get("n_val")} validation
+incidents on {d.get("val_graphs")} other topologies{tests}. Validation and test splits use topologies
+that no training incident uses; `test_large` uses graphs with more clusters than any training graph.
+Candidate subgraph radius {d.get("crop_hops")} hop(s); {d.get("train_root_outside_crop")} training
+incidents had their root outside it and were dropped.
 
 **Regenerate.**
 
