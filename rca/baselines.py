@@ -309,18 +309,22 @@ class PageRankAnalyzer(BaseAnalyzer):
                     rows.append(pos[v])
                     cols.append(pos[u])
                     vals.append(cfg.backward_weight * w[u])
-        P = np.zeros((m, m))
-        np.add.at(P, (np.array(rows, dtype=int), np.array(cols, dtype=int)), np.array(vals))
-        out = P.sum(axis=1, keepdims=True)
+        r = np.array(rows, dtype=np.int64)
+        col = np.array(cols, dtype=np.int64)
+        val = np.array(vals, dtype=float)
+        out = np.bincount(r, weights=val, minlength=m)
         pers = np.zeros(m)
         for u, al in by.items():
             pers[pos[u]] = len(al)
         pers /= pers.sum()
-        P = np.divide(P, out, out=np.zeros_like(P), where=out > 0)
-        dangling = out[:, 0] == 0
+        prob = np.divide(val, out[r], out=np.zeros_like(val), where=out[r] > 0)
+        dangling = out == 0
         x = pers.copy()
-        for _ in range(cfg.iterations):
-            x = cfg.damping * (x @ P + x[dangling].sum() * pers) + (1 - cfg.damping) * pers
+        for _ in range(
+            cfg.iterations
+        ):  # sparse power iteration: x <- d (x P + dangling mass) + (1-d) p
+            step = np.bincount(col, weights=x[r] * prob, minlength=m)
+            x = cfg.damping * (step + x[dangling].sum() * pers) + (1 - cfg.damping) * pers
         scored = [(u, float(x[pos[u]])) for u in nodes]
         return _result(graph, scored, set(by), self.name, top_k, cfg.path_top)
 

@@ -27,8 +27,8 @@ The incident dict (dataset contract)::
     {"id", "graph", "alerts": [alert, ...], "root_cause", "fault_type", "silent_root": bool,
      "secondary": {"root_cause", "fault_type"} | None, "window": {"start", "end"}}
 
-``window.start`` is 1-10 minutes before the (hidden) fault onset; ``window.end`` is ``window_s`` after it
-(the moment the RCA runs).
+``window.start`` is 1-10 minutes before the (hidden) fault onset; ``window.end`` (the moment the RCA runs
+and the cut-off for alerts) is ``window_s`` +-10 % after it.
 
 An alert (Alertmanager webhook v4 ``alerts[]`` entry)::
 
@@ -257,8 +257,8 @@ class AlertSimConfig:
         for_scale: multiplier on every rule's ``for:`` duration (1.0 = the documented durations, 0 =
             alerts fire as soon as the condition is seen).
         jitter_s: std of Gaussian timestamp jitter (clock skew, delivery) in seconds.
-        window_s: incident window: alerts that fired in the ``window_s`` seconds after the fault
-            onset (plus older noise still firing) form the incident.
+        window_s: incident window: alerts that fired in the ``window_s`` (+-10 %) seconds after the
+            fault onset (plus older noise still firing) form the incident.
         silent_root_rate: share of incidents whose root raises no alert (only fault types marked
             ``silenceable`` can be silent; must not exceed their prior share, about 0.49).
         noise_per_node: expected background alerts per graph node.
@@ -649,7 +649,8 @@ class IncidentSimulator:
             if t_start is not None
             else datetime.fromisoformat(c.start_time.replace("Z", "+00:00")).timestamp()
         )
-        t_end = t0 + c.window_s
+        # the RCA runs about window_s after the onset (+-10 %), so neither window edge reveals the onset
+        t_end = t0 + c.window_s * rng.uniform(0.9, 1.1)
         # --- main cascade: redrawn until enough symptoms alert; a new origin after 4 failed draws
         # (a fault on an idle GPU or an unused link makes no incident anyone would analyse)
         main: list[_Alert] = []
