@@ -129,6 +129,9 @@ class PPOPlacementPolicy(Policy):
         if idx.size == 1:
             node = int(idx[0])
             return node, self.builder.fgd_gpus(pod, node)
+        # the service resets the policy per request and has no arrival history: arrived >= allocated
+        # always holds in fgd mode, so this lower bound changes nothing there
+        self._arrived = max(self._arrived, state.allocated_gpu_milli + pod.gpu_request)
         cand = self.candidates(state, pod, mask)
         self._last = cand
         a = int(self.actor.predict(cand.obs, cand.mask))

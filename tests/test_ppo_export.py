@@ -93,3 +93,22 @@ def test_corrupt_metadata_raises(exported, tmp_path):
     (folder / "metadata.json").write_text(json.dumps({"n_candidates": 3}))
     with pytest.raises(ModelLoadError, match="candidates"):
         load_ppo_policy(folder)
+
+
+def test_released_model_places_without_trace(tmp_path):
+    """The service's use: default artifact, no trace (typical pods from metadata.json)."""
+    from envs.core import ClusterState, pods_from_trace
+
+    pol = load_ppo_policy(None)
+    nodes, trace = load_tiny(tmp_path)
+    state = ClusterState.from_openb(nodes)
+    pol.reset(state)
+    placed = 0
+    for pod in pods_from_trace(trace)[:60]:
+        mask = state.feasible(pod)
+        node, gpus = pol.select(state, pod, mask)
+        if node >= 0:
+            assert mask[node]
+            state.place(pod, node, gpus)  # raises PlacementError on an invalid choice
+            placed += 1
+    assert placed > 0 and pol.version
