@@ -11,7 +11,7 @@ Shapes:
       candidate, 0 for padding) used for the critic's masked pooling.
     - **output**: logits ``(B, K)`` (actor), value ``(B,)`` (critic).
 
-With the defaults (``hidden=64``, ``F=18``, ``G=10``) the network has about 11k parameters.
+With the defaults (``hidden=64``, ``K=16``, ``F=18``, ``G=10``) the network has 15,106 parameters.
 """
 
 from __future__ import annotations
