@@ -169,13 +169,16 @@ def placement_eval(cfg: DemoConfig) -> dict[str, Any] | None:
         _say(f"      skipped: {err}")
         return None
     from envs.fgd_mode import evaluate_policies
+    from rl.policy_adapter import load_ppo_policy
 
-    policies = ["BestFit", "FGD"] if cfg.quick else ["Random", "BestFit", "FGD", "ppo"]
-    try:
-        res = evaluate_policies("default", policies, seeds=[42])
-    except NotAvailableError as err:
-        _say(f"      PPO not available ({err}); heuristics only")
-        res = evaluate_policies("default", [p for p in policies if p != "ppo"], seeds=[42])
+    policies: list[Any] = ["BestFit", "FGD"]
+    if not cfg.quick:
+        try:
+            policies.append(load_ppo_policy(None))
+        except FleetMindError as err:
+            _say(f"      PPO agent not available ({err}); heuristics only")
+    _say(f"      trace openb default, seed 42: {len(policies)} policies, about 11,000 pods each")
+    res = evaluate_policies("default", policies, seeds=[42], progress=True)
     for name, m in res["policies"].items():
         _say(
             f"      {name:<10} unallocated GPU at 100 % arrived: {m['unallocated_gpu_pct_at_100']:.2f} %"
