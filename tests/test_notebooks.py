@@ -85,8 +85,14 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
     before = {n: _digest(NB_DIR / n) for n in NOTEBOOKS}
-    saved = {k: os.environ.get(k) for k in ("FLEETMIND_NB_QUICK", "JUPYTER_PATH", "MPLBACKEND")}
-    os.environ.update(FLEETMIND_NB_QUICK="1", JUPYTER_PATH=str(tmp / "jupyter"))
+    keys = ("FLEETMIND_NB_QUICK", "JUPYTER_PATH", "MPLBACKEND", "PYTHONPATH")
+    saved = {k: os.environ.get(k) for k in keys}
+    # PYTHONPATH: the kernel imports this checkout's packages even if the venv's editable install
+    # points at another clone
+    pythonpath = os.pathsep.join(p for p in (str(REPO), saved["PYTHONPATH"]) if p)
+    os.environ.update(
+        FLEETMIND_NB_QUICK="1", JUPYTER_PATH=str(tmp / "jupyter"), PYTHONPATH=pythonpath
+    )
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend renders the figures
     nbs = {n: nbformat.read(NB_DIR / n, as_version=4) for n in NOTEBOOKS}
     for nb in nbs.values():
