@@ -105,7 +105,11 @@ def load_torch(path: str | Path) -> PlacementActor:
     except ModelLoadError:
         raise
     except Exception as exc:  # corrupt pickle, wrong keys, wrong shapes
-        raise ModelLoadError(f"cannot load placement model {path}: {exc}".splitlines()[0]) from exc
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise ModelLoadError(
+            f"cannot load placement model {path}: not a FleetMind torch export ({detail}); "
+            "expected policy.pt written by `fleetmind sched train` or a policy.onnx file"
+        ) from exc
     return actor.eval()
 
 
