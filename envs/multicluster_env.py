@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from data.errors import ConfigError
 from data.openb import GPU_MILLI, PodTrace, load_openb_trace
+from envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW
 from envs.core import MAX_GPUS_PER_NODE
 from envs.dynamic_mode import (
     DEFAULT_BACKFILL_DEPTH,
@@ -27,9 +28,6 @@ from envs.policies import FGD, bestfit_scores, fgd_score_from_delta
 
 N_CAND_FEATURES = 14
 N_GLOBAL_FEATURES = 12
-DEFAULT_N_CANDIDATES = 16
-OBS_LOW, OBS_HIGH = -1.0, 4.0
-"""Observation bounds (features are clipped to them)."""
 
 CAND_FEATURE_NAMES = (
     "valid",

@@ -140,9 +140,9 @@ def test_candidates_are_feasible_placements() -> None:
 
 
 def test_maskable_ppo_with_the_candidate_scorer_runs_on_the_env() -> None:
-    pytest.importorskip("sb3_contrib")
-    policy_mod = pytest.importorskip("rl.policy")
     from sb3_contrib import MaskablePPO
+
+    from rl import policy as policy_mod
 
     env = make_env(n_jobs=20, target_util=0.5)
     model = MaskablePPO(

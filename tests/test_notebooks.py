@@ -17,11 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
 
 REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"

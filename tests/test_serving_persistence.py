@@ -42,7 +42,8 @@ def postgres_url() -> Iterator[str]:
     bindir = _pg_bin()
     if bindir is None:
         pytest.skip("PostgreSQL binaries not installed (Debian package postgresql)")
-    pytest.importorskip("psycopg")
+    import psycopg  # noqa: F401  (a declared dependency: fail loudly if it is missing)
+
     root = Path(tempfile.mkdtemp(prefix="fleetmind-pg-"))
     data = root / "data"
     prefix: list[str] = []

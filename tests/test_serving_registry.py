@@ -109,7 +109,7 @@ def test_api_reload_409_and_fallback_in_responses(gat_loader: dict, tmp_path: Pa
 def test_ppo_policy_is_served_through_the_adapter(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    envs_policies = pytest.importorskip("envs.policies")
+    from envs import policies as envs_policies
 
     class FakePPO(envs_policies.BestFit):  # the PPO adapter implements the same Policy interface
         name = "ppo"

@@ -212,6 +212,31 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
     return path
 
 
+def _hyperparams(args: Args) -> Any:
+    """The ``rl.ppo.PPOHyperparams`` of ``args`` (shared by the fgd and dynamic training runs)."""
+    from rl.ppo import PPOHyperparams
+
+    return PPOHyperparams(
+        learning_rate=args.learning_rate,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        clip_range=args.clip_range,
+        target_kl=args.target_kl,
+        gamma=args.gamma,
+        ent_coef=args.ent_coef,
+        hidden=args.hidden,
+    )
+
+
+def _run_dirs(args: Args, env_id: str) -> tuple[str, Path, Path]:
+    """CleanRL-style run name ``<env>__ppo__<seed>__<time>``, its folder and checkpoint folder."""
+    run_name = f"{env_id}__ppo__{args.seed}__{int(time.time())}"
+    run_dir = Path(args.out) / run_name
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    return run_name, run_dir, ckpt_dir
+
+
 def run(args: Args) -> dict[str, Any]:
     """Warm start, train, evaluate, export, log and register; returns the JSON summary."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -226,7 +251,6 @@ def run(args: Args) -> dict[str, Any]:
     from rl.policy import count_parameters
     from rl.policy_adapter import typical_to_json
     from rl.ppo import (
-        PPOHyperparams,
         behaviour_clone,
         collect_teacher,
         evaluate_greedy,
@@ -254,20 +278,8 @@ def run(args: Args) -> dict[str, Any]:
         "stop_arrived_pct": args.stop_arrived_pct,
         "workload_seeds": list(args.workload_seeds),
     }
-    hp = PPOHyperparams(
-        learning_rate=args.learning_rate,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        clip_range=args.clip_range,
-        target_kl=args.target_kl,
-        gamma=args.gamma,
-        ent_coef=args.ent_coef,
-        hidden=args.hidden,
-    )
-    run_name = f"GpuPlacement-v0__ppo__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.out) / run_name
-    ckpt_dir = run_dir / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    hp = _hyperparams(args)
+    run_name, run_dir, ckpt_dir = _run_dirs(args, "GpuPlacement-v0")
 
     uri = tracking_uri(args.tracking_uri)
     mlflow.set_tracking_uri(uri)
@@ -493,7 +505,7 @@ def run_dynamic(args: Args) -> dict[str, Any]:
 
     from envs.multicluster_env import MultiClusterPlacementEnv
     from rl.export import actor_from_model, export_policy
-    from rl.ppo import PPOHyperparams, behaviour_clone, collect_teacher, make_model, make_vec_env
+    from rl.ppo import behaviour_clone, collect_teacher, make_model, make_vec_env
 
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
@@ -502,20 +514,8 @@ def run_dynamic(args: Args) -> dict[str, Any]:
         "n_jobs": args.dyn_jobs,
         "n_candidates": args.n_candidates,
     }
-    hp = PPOHyperparams(
-        learning_rate=args.learning_rate,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        clip_range=args.clip_range,
-        target_kl=args.target_kl,
-        gamma=args.gamma,
-        ent_coef=args.ent_coef,
-        hidden=args.hidden,
-    )
-    run_name = f"MultiClusterPlacement-v0__ppo__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.out) / run_name
-    ckpt_dir = run_dir / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    hp = _hyperparams(args)
+    run_name, run_dir, ckpt_dir = _run_dirs(args, "MultiClusterPlacement-v0")
     mlflow.set_tracking_uri(tracking_uri(args.tracking_uri))
     mlflow.set_experiment(args.experiment)
     eval_env = MultiClusterPlacementEnv(**env_kwargs)
