@@ -54,15 +54,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from data.openb import GPU_MILLI, PodTrace
-from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
+from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod, rows_count
 from envs.policies import (
     FGD,
     TypicalPods,
-    bestfit_scores,
-    dotprod_scores,
+    bestfit_scores_at,
+    dotprod_scores_at,
     fgd_score_from_delta,
-    gpu_clustering_scores,
-    gpu_packing_scores,
+    gpu_clustering_scores_at,
+    gpu_packing_scores_at,
 )
 
 N_CAND_FEATURES = 18
@@ -123,7 +123,12 @@ class Candidates:
 
 
 def _top(order_scores: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` best entries: highest score, ties to the lowest priority rank."""
+    """Positions of the ``k`` best entries: highest score, ties to the lowest priority rank.
+
+    The reference definition of the candidate order (ties between equal priorities go to the
+    lower position); :meth:`CandidateBuilder.build` gets the same positions from one integer key
+    per node (:func:`_top_keys`).
+    """
     if order_scores.size <= k:
         return np.lexsort((priority, -order_scores))
     # cheap pre-selection: everything scoring at least the k-th best score
@@ -132,8 +137,31 @@ def _top(order_scores: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
     return pos[np.lexsort((priority[pos], -order_scores[pos]))][:k]
 
 
+def _top_keys(key: np.ndarray, k: int) -> list[int]:
+    """Positions of the ``k`` smallest entries of ``key`` (distinct integers), smallest first.
+
+    With ``key = -score * N + rank`` (``rank`` a permutation of ``0..N-1`` that orders the nodes by
+    priority, then index) this is :func:`_top` of ``score``: highest score first, ties by priority.
+    """
+    if k <= 0:
+        return []
+    if k == 1:
+        return [int(key.argmin())]
+    if key.size <= k:
+        return key.argsort().tolist()
+    part = np.argpartition(key, k - 1)[:k]
+    return part[key.take(part).argsort()].tolist()
+
+
 class CandidateBuilder:
     """Builds :class:`Candidates` for a pod on a :class:`ClusterState` (see the module docstring).
+
+    The work per decision is a few dozen numpy calls on the feasible nodes: FGD's deltas and
+    integer scores come from a cache per pod shape that recomputes only nodes whose
+    ``state.version`` changed, per-node idle GPU totals and fragmentation come from FGD's own
+    version-keyed cache, the heuristic scores are computed on the feasible nodes only, and every
+    ordering uses one integer key ``-score * N + priority rank`` (one sort gives FGD's top nodes
+    and each candidate's rank).
 
     Args:
         n_candidates: ``K``.
@@ -156,7 +184,13 @@ class CandidateBuilder:
         self.quota = (n_fgd, n_bestfit, n_packing, n_clustering, n_dotprod)
         self.fgd = FGD()
         self.state: ClusterState | None = None
-        self._cache: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # pod shape -> (delta, gpu, integer FGD score, node version when computed), all (N,)
+        self._cache: dict[
+            tuple[int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+        ] = {}
+        self._prio_src: np.ndarray | None = None
+        self._prio_rank = np.zeros(0, dtype=np.int64)
+        self._prio_is_perm = True
         self.obs_dim = n_candidates * N_CAND_FEATURES + N_GLOBAL_FEATURES
 
     def reset(
@@ -173,6 +207,49 @@ class CandidateBuilder:
         self.fgd = FGD(typical=typical) if trace is None else FGD()
         self.fgd.reset(state, trace=trace)
         self._cache.clear()
+        self._prio_src = None
+
+    def _priority_rank(self) -> tuple[np.ndarray, bool]:
+        """``(N,)`` distinct ranks ordering the nodes by (priority, index), and whether the
+        priority itself is a permutation of ``0..N-1`` (then the rank is the priority)."""
+        st = self.state
+        p = st.priority
+        if p is not self._prio_src:  # set_priority() installs a new array
+            n = st.n_nodes
+            rank = np.empty(n, dtype=np.int64)
+            rank[np.argsort(p, kind="stable")] = np.arange(n)
+            self._prio_is_perm = bool(np.array_equal(rank, p))
+            self._prio_rank = rank
+            self._prio_src = p
+        return self._prio_rank, self._prio_is_perm
+
+    def _fgd_entry(
+        self, pod: Pod, mask: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The cache entry of ``pod``'s shape, up to date on ``mask`` (see :meth:`fgd_deltas`)."""
+        st = self.state
+        key = (pod.cpu_milli, pod.num_gpu, pod.gpu_milli, pod.gpu_spec_mask)
+        entry = self._cache.get(key)
+        if entry is None:
+            if len(self._cache) >= 512:
+                self._cache.clear()
+            n = st.n_nodes
+            entry = (
+                np.zeros(n),
+                np.full(n, -1, dtype=np.int64),
+                np.zeros(n, dtype=np.int64),
+                np.full(n, -1, dtype=np.int64),
+            )
+            self._cache[key] = entry
+        delta, gpu, score, ver = entry
+        stale = ((ver != st.version) & mask).nonzero()[0]
+        if stale.size:
+            d, g = self.fgd.node_deltas_at(st, pod, stale)
+            delta[stale] = d
+            gpu[stale] = g
+            score[stale] = fgd_score_from_delta(d)
+            ver[stale] = st.version.take(stale)
+        return entry
 
     def fgd_deltas(self, pod: Pod, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`envs.policies.FGD.node_deltas`, cached per pod shape and node version.
@@ -181,29 +258,12 @@ class CandidateBuilder:
         ``gpu_spec``, so entries stay valid until the node changes (``state.version``); each decision
         recomputes only the feasible nodes that changed since the same pod shape was last seen.
         """
-        st = self.state
-        key = (pod.cpu_milli, pod.num_gpu, pod.gpu_milli, pod.gpu_spec_mask)
-        entry = self._cache.get(key)
-        if entry is None:
-            if len(self._cache) >= 512:
-                self._cache.clear()
-            n = st.n_nodes
-            entry = (np.zeros(n), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
-            self._cache[key] = entry
-        delta, gpu, ver = entry
-        stale = mask & (ver != st.version)
-        if stale.any():
-            d, g = self.fgd.node_deltas(st, pod, stale)
-            delta[stale] = d[stale]
-            gpu[stale] = g[stale]
-            ver[stale] = st.version[stale]
+        delta, gpu, _, _ = self._fgd_entry(pod, mask)
         return delta, gpu
 
     def cluster_fragmentation(self) -> float:
         """``sum_n F_n`` in milli-GPU (FGD's node fragmentation w.r.t. the typical pods)."""
-        fgd = self.fgd
-        fgd._refresh(self.state)  # noqa: SLF001 - FGD keeps F_n per node, refreshed by version
-        return float(fgd._F.sum()) / fgd._total  # noqa: SLF001
+        return self.fgd.fragmentation_sum(self.state)
 
     def fgd_gpus(self, pod: Pod, node: int) -> np.ndarray:
         """The GPUs FGD would give ``pod`` on ``node`` (used for single-feasible-node pods)."""
@@ -212,12 +272,14 @@ class CandidateBuilder:
     def fgd_choice(self, pod: Pod, mask: np.ndarray) -> tuple[int, np.ndarray]:
         """FGD's decision ``(node, gpus)`` among ``mask`` (>= 1 feasible), from the cached deltas."""
         st = self.state
-        idx = np.flatnonzero(mask)
+        idx = mask.nonzero()[0]
         if idx.size == 1:
             node = int(idx[0])
             return node, self.fgd_gpus(pod, node)
-        delta, gpu = self.fgd_deltas(pod, mask)
-        node = st.select_node(fgd_score_from_delta(delta), mask)
+        _, gpu, score, _ = self._fgd_entry(pod, mask)
+        s = score.take(idx)
+        best = idx[s == s.max()]
+        node = int(best[0]) if best.size == 1 else int(best[np.argmin(st.priority[best])])
         if pod.is_sharing:
             return node, np.array([gpu[node]], dtype=np.int64)
         return node, st.choose_gpus(pod, node)
@@ -227,79 +289,95 @@ class CandidateBuilder:
         st = self.state
         fgd = self.fgd
         k_max = self.n_candidates
-        idx = np.flatnonzero(mask)
-        n_feas = idx.size
-        prio = st.priority[idx]
-
-        delta_all, gpu_all = self.fgd_deltas(pod, mask)
-        fgd._refresh(st)  # noqa: SLF001 - F_n of every node, for the features below
-        delta = delta_all[idx]
-        fgd_int = fgd_score_from_delta(delta)
-        fgd_order = _top(fgd_int, prio, q_fgd_total := self.quota[0] + k_max)
+        n_nodes = st.n_nodes
         q_fgd, q_bf, q_pk, q_cl, q_dp = self.quota
-        bf = bestfit_scores(st, pod, mask)[idx]
-        bf_top = _top(bf, prio, max(q_bf, 1))
-        picks = [fgd_order[:q_fgd], bf_top[:q_bf]]
+        idx = mask.nonzero()[0]  # feasible nodes; "positions" below index into idx
+        n_feas = idx.size
+
+        delta_all, gpu_all, score_all, _ = self._fgd_entry(pod, mask)
+        fgd._refresh(st)  # noqa: SLF001 - F_n and idle totals of every node, for the features
+        idle_tot = fgd._Li.take(idx)  # noqa: SLF001
+        prank, prio_is_perm = self._priority_rank()
+        pr = prank.take(idx)
+
+        # FGD order: higher integer score first, ties by priority; keys are distinct integers
+        fgd_int = score_all.take(idx)
+        fkey = fgd_int * -n_nodes + pr
+        order = fkey.argsort()
+        picks = order[:q_fgd].tolist()
+        bf = bestfit_scores_at(st, pod, idx, idle_tot)
+        bf_top = _top_keys(bf * -n_nodes + pr, max(q_bf, 1))
+        picks += bf_top[:q_bf]
         if pod.num_gpu > 0:
-            pk = gpu_packing_scores(st, pod, mask)[idx]
-            cl = gpu_clustering_scores(st, pod, mask)[idx]
-            picks += [_top(pk, prio, q_pk), _top(cl, prio, q_cl)]
+            pk = gpu_packing_scores_at(st, pod, idx)
+            cl = gpu_clustering_scores_at(st, pod, idx, idle_tot)
+            picks += _top_keys(pk * -n_nodes + pr, q_pk)
+            picks += _top_keys(cl * -n_nodes + pr, q_cl)
         else:
             pk = np.zeros(n_feas, dtype=np.int64)
             cl = pk
         if q_dp:
-            picks.append(_top(dotprod_scores(st, pod, mask)[idx], prio, q_dp))
-        picks.append(fgd_order[q_fgd:q_fgd_total])
-        seq = np.concatenate(picks)
-        _, first = np.unique(seq, return_index=True)
-        chosen = seq[np.sort(first)][:k_max]  # positions into idx, FGD's choice first
+            picks += _top_keys(dotprod_scores_at(st, pod, idx, idle_tot) * -n_nodes + pr, q_dp)
+        picks += order[q_fgd : q_fgd + k_max].tolist()
+        chosen = np.array(list(dict.fromkeys(picks))[:k_max], dtype=np.int64)  # FGD's first
         k = chosen.size
-        nodes = idx[chosen]
+        nodes = idx.take(chosen)
 
         # rank of each candidate in FGD's full order (higher score first, ties by priority)
-        sc, pc = fgd_int[chosen, None], prio[chosen, None]
-        rank = ((fgd_int[None, :] > sc) | ((fgd_int[None, :] == sc) & (prio[None, :] < pc))).sum(1)
+        if prio_is_perm:
+            rank = fkey.take(order).searchsorted(fkey.take(chosen))
+        else:  # repeated priorities: equal (score, priority) do not count as ahead
+            prio = st.priority.take(idx)
+            sc, pc = fgd_int[chosen, None], prio[chosen, None]
+            rank = (
+                (fgd_int[None, :] > sc) | ((fgd_int[None, :] == sc) & (prio[None, :] < pc))
+            ).sum(1)
 
         # per-candidate node state after placing
-        idle = st.gpu_idle[nodes]  # (k, 8)
-        ngpu = st.num_gpu[nodes]
+        idle = st.gpu_idle.take(nodes, axis=0)  # (k, 8)
+        ngpu = st.num_gpu.take(nodes)
         cap_gpu = np.maximum(ngpu * GPU_MILLI, 1)
-        idle_tot = idle.sum(axis=1)
-        gpus: list[np.ndarray] = []
+        idle_c = idle_tot.take(chosen)
+        full_m = idle == GPU_MILLI
+        full = rows_count(full_m).astype(np.int64)
         left = np.zeros(k)
         if pod.num_gpu == 0:
             gpus = [np.zeros(0, dtype=np.int64)] * k
-            full_after = (idle == GPU_MILLI).sum(axis=1)
+            full_after = full
         elif pod.is_sharing:
-            g = gpu_all[nodes]
+            g = gpu_all.take(nodes)
             gpus = [np.array([x], dtype=np.int64) for x in g.tolist()]
-            left = idle[np.arange(k), g] - pod.gpu_milli
-            full_after = (idle == GPU_MILLI).sum(axis=1) - (idle[np.arange(k), g] == GPU_MILLI)
-        else:
-            gpus = [st.choose_gpus(pod, int(n)) for n in nodes.tolist()]
-            full_after = (idle == GPU_MILLI).sum(axis=1) - pod.num_gpu
-        used_before = 1.0 - idle_tot / cap_gpu
-        used_after = 1.0 - (idle_tot - pod.gpu_request) / cap_gpu
+            on_g = idle[np.arange(k), g]
+            left = on_g - pod.gpu_milli
+            full_after = full - (on_g == GPU_MILLI)
+        else:  # the lowest-index fully idle GPUs (state.choose_gpus)
+            first = np.argsort(~full_m, axis=1, kind="stable")[:, : pod.num_gpu]
+            gpus = list(first.astype(np.int64))
+            full_after = full - pod.num_gpu
+        used_before = 1.0 - idle_c / cap_gpu
+        used_after = 1.0 - (idle_c - pod.gpu_request) / cap_gpu
+        has_gpu = ngpu > 0
 
-        fgd_f = fgd._F[nodes] / fgd._total  # noqa: SLF001 - refreshed by node_deltas above
         rows = np.zeros((k_max, N_CAND_FEATURES), dtype=np.float64)
         r = rows[:k]
         r[:, 0] = 1.0
         r[0, 1] = 1.0
-        r[:, 2] = np.tanh(delta[chosen] / 1000.0)
-        r[:, 3] = fgd_int[chosen] / 100.0
+        r[:, 2] = np.tanh(delta_all.take(nodes) / 1000.0)
+        r[:, 3] = fgd_int.take(chosen) / 100.0
         r[:, 4] = rank / max(n_feas - 1, 1)
         r[:, 5] = chosen == bf_top[0]
-        r[:, 6] = bf[chosen] / 100.0
-        r[:, 7] = pk[chosen] / 100.0
-        r[:, 8] = cl[chosen] / 100.0
-        r[:, 9] = prio[chosen] / st.n_nodes
-        r[:, 10] = used_before * (ngpu > 0)
-        r[:, 11] = used_after * (ngpu > 0)
-        r[:, 12] = (st.cpu_free[nodes] - pod.cpu_milli) / np.maximum(st.cpu_cap[nodes], 1)
-        r[:, 13] = (st.mem_free[nodes] - pod.memory_mib) / np.maximum(st.mem_cap[nodes], 1)
+        r[:, 6] = bf.take(chosen) / 100.0
+        r[:, 7] = pk.take(chosen) / 100.0
+        r[:, 8] = cl.take(chosen) / 100.0
+        r[:, 9] = st.priority.take(nodes) / n_nodes
+        r[:, 10] = used_before * has_gpu
+        r[:, 11] = used_after * has_gpu
+        r[:, 12] = (st.cpu_free.take(nodes) - pod.cpu_milli) / np.maximum(st.cpu_cap.take(nodes), 1)
+        r[:, 13] = (st.mem_free.take(nodes) - pod.memory_mib) / np.maximum(
+            st.mem_cap.take(nodes), 1
+        )
         r[:, 14] = ngpu / MAX_GPUS_PER_NODE
-        r[:, 15] = fgd_f / 8000.0
+        r[:, 15] = fgd._F.take(nodes) / fgd._total / 8000.0  # noqa: SLF001 - refreshed above
         r[:, 16] = left / GPU_MILLI
         r[:, 17] = full_after / MAX_GPUS_PER_NODE
 
@@ -314,12 +392,12 @@ class CandidateBuilder:
                 float(pod.num_gpu == 0),
                 arrived_milli / (1.3 * cap),
                 st.allocated_gpu_milli / cap,
-                n_feas / st.n_nodes,
-                float(fgd._F.sum()) / fgd._total / cap,  # noqa: SLF001
+                n_feas / n_nodes,
+                fgd._F_sum / fgd._total / cap,  # noqa: SLF001 - sum F_n, refreshed above
             ]
         )
         obs = np.concatenate([rows.reshape(-1), glob])
-        np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
+        obs.clip(OBS_LOW, OBS_HIGH, out=obs)
         out_mask = np.zeros(k_max, dtype=bool)
         out_mask[:k] = True
         out_nodes = np.full(k_max, -1, dtype=np.int64)

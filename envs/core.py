@@ -60,6 +60,29 @@ N_POD_CLASSES = MAX_GPUS_PER_NODE + 1
 _BIG = np.int64(1 << 40)
 
 
+def rows_any(b: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: ``b.any(axis=1)`` for a C-contiguous ``(n, 8)`` bool array.
+
+    The 8 bools of a row are read as one uint64, which is several times faster than numpy's
+    row-wise reduction over such a short axis.
+    """
+    return b.view(np.uint64).reshape(-1) != 0
+
+
+_ALL_TRUE = np.uint64(0x0101010101010101)
+
+
+def rows_all(b: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: ``b.all(axis=1)`` for a C-contiguous ``(n, 8)`` bool array."""
+    return b.view(np.uint64).reshape(-1) == _ALL_TRUE
+
+
+def rows_count(b: np.ndarray) -> np.ndarray:
+    """``(n,)`` uint8: ``b.sum(axis=1)`` for a C-contiguous ``(n, 8)`` bool array (cast before
+    arithmetic that can go negative)."""
+    return np.bitwise_count(b.view(np.uint64).reshape(-1))
+
+
 class PlacementError(FleetMindError):
     """A placement or release that the node cannot honour (infeasible node, wrong GPUs)."""
 
@@ -206,7 +229,7 @@ class ClusterState:
 
     def full_idle_count(self) -> np.ndarray:
         """``(N,)`` number of fully idle GPUs per node."""
-        return (self.gpu_idle == GPU_MILLI).sum(axis=1)
+        return rows_count(self.gpu_idle == GPU_MILLI).astype(np.int64)
 
     # ----------------------------------------------------------------- feasibility
     def feasible(self, pod: Pod) -> np.ndarray:
@@ -220,9 +243,9 @@ class ClusterState:
             ok &= self.num_gpu > 0
         if pod.num_gpu == 1:
             # sharing or one whole GPU: one GPU with enough idle (absent slots hold 0 idle)
-            ok &= (self.gpu_idle >= max(pod.gpu_milli, 1)).any(axis=1)
+            ok &= rows_any(self.gpu_idle >= max(pod.gpu_milli, 1))
         else:
-            ok &= (self.gpu_idle == GPU_MILLI).sum(axis=1) >= pod.num_gpu
+            ok &= rows_count(self.gpu_idle == GPU_MILLI) >= pod.num_gpu
         return ok
 
     def fitting_gpus(self, pod: Pod, node: int) -> np.ndarray:
@@ -289,20 +312,21 @@ class ClusterState:
             if gpus is None:
                 gpus = self.choose_gpus(pod, node)
             g = np.asarray(gpus, dtype=np.int64).reshape(-1)
-            if g.size != pod.num_gpu or np.unique(g).size != g.size:
-                raise PlacementError(f"pod needs {pod.num_gpu} distinct GPUs, got {g.tolist()}")
-            if (g < 0).any() or (g >= self.num_gpu[node]).any():
-                raise PlacementError(
-                    f"GPU index out of range on node {self.names[node]}: {g.tolist()}"
-                )
+            gl = g.tolist()  # checks on Python ints: a placement touches at most 8 GPUs
+            if len(gl) != pod.num_gpu or len(set(gl)) != len(gl):
+                raise PlacementError(f"pod needs {pod.num_gpu} distinct GPUs, got {gl}")
+            n_gpu = int(self.num_gpu[node])
+            if any(x < 0 or x >= n_gpu for x in gl):
+                raise PlacementError(f"GPU index out of range on node {self.names[node]}: {gl}")
             need = pod.gpu_milli if pod.is_sharing else GPU_MILLI
-            if (self.gpu_idle[node, g] < max(need, 1)).any():
-                raise PlacementError(
-                    f"GPUs {g.tolist()} of node {self.names[node]} lack idle capacity"
-                )
+            row = self.gpu_idle[node]
+            idle = row.tolist()
+            if any(idle[x] < max(need, 1) for x in gl):
+                raise PlacementError(f"GPUs {gl} of node {self.names[node]} lack idle capacity")
             used = pod.gpu_milli if pod.is_sharing else GPU_MILLI
-            self.gpu_idle[node, g] -= used
-            self.allocated_gpu_milli += used * g.size
+            for x in gl:
+                row[x] = idle[x] - used
+            self.allocated_gpu_milli += used * len(gl)
             self.class_count[node, pod.pod_class] += 1
         else:
             g = np.zeros(0, dtype=np.int64)

@@ -34,7 +34,7 @@ import numpy as np
 
 from data.errors import ConfigError
 from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
-from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
+from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod, rows_all
 
 CPU_NORM = 128_000
 """CPU normaliser of BestFit and DotProd (milli-cores of the largest openb node)."""
@@ -93,17 +93,19 @@ class Policy:
 
 
 # --------------------------------------------------------------------------- score functions
-def bestfit_raw(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
-    """``(N,)`` int64: BestFit's raw score ``floor(100 (1 - [0.5 cpu_left/128000 + 0.5 gpu_left/8000]))``."""
-    cpu_left = (state.cpu_free - pod.cpu_milli) / CPU_NORM
-    gpu_left = (state.gpu_idle_total() - pod.gpu_request) / GPU_NORM
+# Each score has a mask-based public form, ``(N,)`` over all nodes, and an index-based ``*_at``
+# form that computes only the rows ``idx`` (the feasible nodes): ``f_at(state, pod, idx)`` equals
+# ``f(state, pod, mask)[idx]`` for ``idx = np.flatnonzero(mask)``. Both share one formula helper,
+# so they agree bit for bit; ``idle_total`` may pass the nodes' idle GPU milli when the caller
+# keeps it (it must equal ``state.gpu_idle_total()[idx]``).
+def _bestfit_raw(cpu_free: np.ndarray, idle_total: np.ndarray, pod: Pod) -> np.ndarray:
+    cpu_left = (cpu_free - pod.cpu_milli) / CPU_NORM
+    gpu_left = (idle_total - pod.gpu_request) / GPU_NORM
     return np.floor(100.0 * (1.0 - (0.5 * cpu_left + 0.5 * gpu_left))).astype(np.int64)
 
 
-def bestfit_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
-    """``(N,)`` int64: BestFit raw scores min-max normalised to 0..100 over ``mask`` (integers)."""
-    raw = bestfit_raw(state, pod, mask)
-    sel = raw[mask]
+def _minmax100(raw: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """``raw`` min-max normalised to integers 0..100 over the values ``sel`` (zeros if constant)."""
     if sel.size == 0:
         return np.zeros_like(raw)
     lo, hi = int(sel.min()), int(sel.max())
@@ -112,12 +114,77 @@ def bestfit_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarra
     return (raw - lo) * 100 // (hi - lo)
 
 
+def _dotprod(cpu_free: np.ndarray, idle_total: np.ndarray, pod: Pod) -> np.ndarray:
+    dot = (cpu_free / CPU_NORM) * (pod.cpu_milli / CPU_NORM) + (idle_total / GPU_NORM) * (
+        pod.gpu_request / GPU_NORM
+    )
+    return np.floor(100.0 * (1.0 - dot / 2.0)).astype(np.int64)
+
+
+def _packing(idle: np.ndarray, present: np.ndarray, num_gpu: np.ndarray, pod: Pod) -> np.ndarray:
+    n = num_gpu.size
+    if pod.num_gpu == 0:
+        return np.zeros(n, dtype=np.int64)
+    all_idle = rows_all((idle == GPU_MILLI) | ~present) & (num_gpu > 0)
+    if pod.is_sharing:
+        fit = (idle >= max(pod.gpu_milli, 1)) & present
+        tight = np.where(fit, idle, GPU_MILLI + 1).min(axis=1)
+        s1 = np.maximum(100 - (tight * 100 // GPU_MILLI) // 10, 50)
+        score = np.where(tight == GPU_MILLI, 49, s1)
+    else:
+        # whole GPUs: the used GPUs are fully idle ones -> case (2)
+        score = np.full(n, max(50 - pod.num_gpu, 33), dtype=np.int64)
+    return np.where(all_idle, 33 - num_gpu, score).astype(np.int64)
+
+
+def _clustering(idle_total: np.ndarray, class_count: np.ndarray, pod: Pod) -> np.ndarray:
+    cls = pod.pod_class
+    if cls < 0:
+        return np.zeros(idle_total.size, dtype=np.int64)
+    base = 25 * (GPU_NORM - idle_total) // GPU_NORM
+    has_this = class_count[:, cls] > 0
+    n_classes = (class_count > 0).sum(axis=1)
+    bonus = np.where(
+        has_this,
+        np.where(n_classes == 1, 75, 50),
+        np.where(n_classes == 0, 25, 0),
+    )
+    return (base + bonus).astype(np.int64)
+
+
+def bestfit_raw(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64: BestFit's raw score ``floor(100 (1 - [0.5 cpu_left/128000 + 0.5 gpu_left/8000]))``."""
+    return _bestfit_raw(state.cpu_free, state.gpu_idle_total(), pod)
+
+
+def bestfit_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64: BestFit raw scores min-max normalised to 0..100 over ``mask`` (integers)."""
+    raw = bestfit_raw(state, pod, mask)
+    return _minmax100(raw, raw[mask])
+
+
+def bestfit_scores_at(
+    state: ClusterState, pod: Pod, idx: np.ndarray, idle_total: np.ndarray | None = None
+) -> np.ndarray:
+    """``(S,)`` int64: :func:`bestfit_scores` on the nodes ``idx`` (normalised over ``idx``)."""
+    if idle_total is None:
+        idle_total = state.gpu_idle.take(idx, axis=0).sum(axis=1)
+    raw = _bestfit_raw(state.cpu_free.take(idx), idle_total, pod)
+    return _minmax100(raw, raw)
+
+
 def dotprod_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
     """``(N,)`` int64: ``floor(100 (1 - dot/2))`` with dot of normalised free resources and request."""
-    dot = (state.cpu_free / CPU_NORM) * (pod.cpu_milli / CPU_NORM) + (
-        state.gpu_idle_total() / GPU_NORM
-    ) * (pod.gpu_request / GPU_NORM)
-    return np.floor(100.0 * (1.0 - dot / 2.0)).astype(np.int64)
+    return _dotprod(state.cpu_free, state.gpu_idle_total(), pod)
+
+
+def dotprod_scores_at(
+    state: ClusterState, pod: Pod, idx: np.ndarray, idle_total: np.ndarray | None = None
+) -> np.ndarray:
+    """``(S,)`` int64: :func:`dotprod_scores` on the nodes ``idx``."""
+    if idle_total is None:
+        idle_total = state.gpu_idle.take(idx, axis=0).sum(axis=1)
+    return _dotprod(state.cpu_free.take(idx), idle_total, pod)
 
 
 def gpu_packing_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
@@ -127,23 +194,19 @@ def gpu_packing_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.nd
     increasing idle): (2) any fully idle: ``max(50 - #fully idle used, 33)``; (1) otherwise
     ``max(100 - floor(sum(floor(idle*100/1000)) / 10), 50)``.
     """
-    n = state.n_nodes
+    return _packing(state.gpu_idle, state.gpu_present, state.num_gpu, pod)
+
+
+def gpu_packing_scores_at(state: ClusterState, pod: Pod, idx: np.ndarray) -> np.ndarray:
+    """``(S,)`` int64: :func:`gpu_packing_scores` on the nodes ``idx``."""
     if pod.num_gpu == 0:
-        return np.zeros(n, dtype=np.int64)
-    idle = state.gpu_idle
-    present = state.gpu_present
-    all_idle = ((idle == GPU_MILLI) | ~present).all(axis=1) & (state.num_gpu > 0)
-    if pod.is_sharing:
-        fit = (idle >= max(pod.gpu_milli, 1)) & present
-        tight = np.where(fit, idle, GPU_MILLI + 1).min(axis=1)
-        case2 = tight == GPU_MILLI
-        s2 = np.full(n, 49, dtype=np.int64)
-        s1 = np.maximum(100 - (tight * 100 // GPU_MILLI) // 10, 50)
-        score = np.where(case2, s2, s1)
-    else:
-        # whole GPUs: the used GPUs are fully idle ones -> case (2)
-        score = np.full(n, max(50 - pod.num_gpu, 33), dtype=np.int64)
-    return np.where(all_idle, 33 - state.num_gpu, score).astype(np.int64)
+        return np.zeros(idx.size, dtype=np.int64)
+    return _packing(
+        state.gpu_idle.take(idx, axis=0),
+        state.gpu_present.take(idx, axis=0),
+        state.num_gpu.take(idx),
+        pod,
+    )
 
 
 def gpu_clustering_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
@@ -152,20 +215,20 @@ def gpu_clustering_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np
     ``base = floor(25 (8000 - idle_total) / 8000)``; +75 if the node holds only this pod's class,
     +50 this class and others, +25 no GPU pod, +0 only other classes.
     """
-    n = state.n_nodes
-    cls = pod.pod_class
-    if cls < 0:
-        return np.zeros(n, dtype=np.int64)
-    base = 25 * (GPU_NORM - state.gpu_idle_total()) // GPU_NORM
-    cc = state.class_count
-    has_this = cc[:, cls] > 0
-    n_classes = (cc > 0).sum(axis=1)
-    bonus = np.where(
-        has_this,
-        np.where(n_classes == 1, 75, 50),
-        np.where(n_classes == 0, 25, 0),
-    )
-    return (base + bonus).astype(np.int64)
+    if pod.pod_class < 0:
+        return np.zeros(state.n_nodes, dtype=np.int64)
+    return _clustering(state.gpu_idle_total(), state.class_count, pod)
+
+
+def gpu_clustering_scores_at(
+    state: ClusterState, pod: Pod, idx: np.ndarray, idle_total: np.ndarray | None = None
+) -> np.ndarray:
+    """``(S,)`` int64: :func:`gpu_clustering_scores` on the nodes ``idx``."""
+    if pod.pod_class < 0:
+        return np.zeros(idx.size, dtype=np.int64)
+    if idle_total is None:
+        idle_total = state.gpu_idle.take(idx, axis=0).sum(axis=1)
+    return _clustering(idle_total, state.class_count.take(idx, axis=0), pod)
 
 
 # --------------------------------------------------------------------------- simple policies
@@ -370,27 +433,41 @@ class FGD(Policy):
         self._below = np.zeros((n, len(self._thresholds)), dtype=np.float64)
         self._cnt = np.zeros((n, len(self._thresholds)), dtype=np.int64)
         self._L = np.zeros(n, dtype=np.float64)
+        self._Li = np.zeros(n, dtype=np.int64)  # idle GPU milli per node (int64 copy of _L)
         self._F = np.zeros(n, dtype=np.float64)
+        self._F_sum = 0.0
         self._ver = np.full(n, -1, dtype=np.int64)
         self._refresh(state)
 
     def _refresh(self, state: ClusterState) -> None:
+        """Bring the per-node statistics up to date with ``state`` (only nodes whose version
+        changed are recomputed)."""
         if self._state is not state:
             self._bind(state)
             return
-        stale = np.flatnonzero(self._ver != state.version)
+        stale = (self._ver != state.version).nonzero()[0]
         if stale.size == 0:
             return
-        idle = state.gpu_idle[stale]  # (S, 8)
+        idle = state.gpu_idle.take(stale, axis=0)  # (S, 8)
         t = self._thresholds[None, None, :]
         below_m = idle[:, :, None] < t
-        self._below[stale] = (idle[:, :, None] * below_m).sum(axis=1)
-        self._cnt[stale] = (~below_m).sum(axis=1)  # absent slots hold 0 idle < every threshold
-        self._L[stale] = idle.sum(axis=1)
-        self._F[stale] = self._frag_int(
-            self._below[stale], self._cnt[stale], self._L[stale], state.cpu_free[stale], stale
-        )
+        below = (idle[:, :, None] * below_m).sum(axis=1).astype(np.float64)
+        cnt = (~below_m).sum(axis=1)  # absent slots hold 0 idle < every threshold
+        tot = idle.sum(axis=1)
+        f_new = self._frag_int(below, cnt, tot.astype(np.float64), state.cpu_free[stale], stale)
+        self._below[stale] = below
+        self._cnt[stale] = cnt
+        self._L[stale] = tot
+        self._Li[stale] = tot
+        # F_n are exact integers in float64, so this running sum equals F.sum() exactly
+        self._F_sum += float(f_new.sum()) - float(self._F.take(stale).sum())
+        self._F[stale] = f_new
         self._ver[stale] = state.version[stale]
+
+    def fragmentation_sum(self, state: ClusterState) -> float:
+        """Cluster fragmentation ``sum_n F_n`` in milli-GPU (kept up to date incrementally)."""
+        self._refresh(state)
+        return self._F_sum / self._total
 
     def _frag_int(
         self,
@@ -404,9 +481,12 @@ class FGD(Policy):
 
         Shapes: ``below``, ``cnt`` (S, T); ``total_idle``, ``cpu``, ``nodes`` (S,).
         """
-        b = below[:, self._tix]  # (S, Mg)
+        tix = self._tix
+        b = below.take(tix, axis=1)  # (S, Mg)
         fits = (
-            (cnt[:, self._tix] >= self._g_k) & (cpu[:, None] >= self._g_cpu) & self._spec_ok[nodes]
+            (cnt.take(tix, axis=1) >= self._g_k)
+            & (cpu[:, None] >= self._g_cpu)
+            & self._spec_ok.take(nodes, axis=0)
         )
         gain = np.where(fits, total_idle[:, None] - b, 0.0) @ self._g_count
         return total_idle * self._total - gain
@@ -422,36 +502,43 @@ class FGD(Policy):
             ``gpu`` ``(N,)`` int64: the chosen GPU for a sharing pod (best integer score, lowest index
             on ties), the first of the k lowest-index idle GPUs for a whole-GPU pod, -1 otherwise.
         """
-        self._refresh(state)
         n = state.n_nodes
-        delta_int = np.zeros(n, dtype=np.float64)
+        delta = np.zeros(n, dtype=np.float64)
         gpu = np.full(n, -1, dtype=np.int64)
         idx = np.flatnonzero(mask)
         if idx.size == 0:
-            return delta_int, gpu
-        cpu_after = state.cpu_free[idx] - pod.cpu_milli
+            self._refresh(state)
+            return delta, gpu
+        delta[idx], gpu[idx] = self.node_deltas_at(state, pod, idx)
+        return delta, gpu
+
+    def node_deltas_at(
+        self, state: ClusterState, pod: Pod, idx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`node_deltas` on the nodes ``idx`` only (``(S,)`` int64, non-empty): returns
+        ``delta`` and ``gpu``, both ``(S,)``, equal to ``node_deltas(...)[i][idx]``."""
+        self._refresh(state)
+        cpu_after = state.cpu_free.take(idx) - pod.cpu_milli
+        below, cnt, tot = self._below.take(idx, axis=0), self._cnt.take(idx, axis=0), self._L[idx]
         if pod.num_gpu == 0:
-            after = self._frag_int(self._below[idx], self._cnt[idx], self._L[idx], cpu_after, idx)
-            delta_int[idx] = self._F[idx] - after
+            after = self._frag_int(below, cnt, tot, cpu_after, idx)
+            delta_int = self._F.take(idx) - after
+            gpu = np.full(idx.size, -1, dtype=np.int64)
         elif not pod.is_sharing:
             k = pod.num_gpu
-            after = self._frag_int(
-                self._below[idx], self._cnt[idx] - k, self._L[idx] - k * GPU_MILLI, cpu_after, idx
-            )
-            delta_int[idx] = self._F[idx] - after
-            gpu[idx] = np.argmax(state.gpu_idle[idx] == GPU_MILLI, axis=1)
+            after = self._frag_int(below, cnt - k, tot - k * GPU_MILLI, cpu_after, idx)
+            delta_int = self._F.take(idx) - after
+            gpu = np.argmax(state.gpu_idle.take(idx, axis=0) == GPU_MILLI, axis=1)
         else:
-            dsel, gsel = self._sharing_deltas(state, pod, idx, cpu_after)
-            delta_int[idx] = dsel
-            gpu[idx] = gsel
+            delta_int, gpu = self._sharing_deltas(state, pod, idx, cpu_after)
         return delta_int / self._total, gpu
 
     def _sharing_deltas(
         self, state: ClusterState, pod: Pod, idx: np.ndarray, cpu_after: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         g = pod.gpu_milli
-        idle = state.gpu_idle[idx]  # (F, 8)
-        fit = (idle >= max(g, 1)) & state.gpu_present[idx]
+        idle = state.gpu_idle.take(idx, axis=0)  # (F, 8)
+        fit = (idle >= max(g, 1)) & state.gpu_present.take(idx, axis=0)
         # one candidate per distinct idle value per node (lowest index): identical outcomes
         same = (idle[:, :, None] == idle[:, None, :]) & fit[:, :, None] & _EARLIER[None]
         cand = fit & ~same.any(axis=1)
@@ -459,18 +546,24 @@ class FGD(Policy):
         v = idle[rows, cols]
         v2 = v - g
         t = self._thresholds[None, :]
+        nodes = idx.take(rows)
         below = (
-            self._below[idx[rows]]
+            self._below.take(nodes, axis=0)
             - np.where(v[:, None] < t, v[:, None], 0)
             + np.where(v2[:, None] < t, v2[:, None], 0)
         )
-        cnt = self._cnt[idx[rows]] - (v[:, None] >= t) + (v2[:, None] >= t)
-        after = self._frag_int(below, cnt, self._L[idx[rows]] - g, cpu_after[rows], idx[rows])
-        d = self._F[idx[rows]] - after
+        cnt = self._cnt.take(nodes, axis=0) - (v[:, None] >= t) + (v2[:, None] >= t)
+        after = self._frag_int(below, cnt, self._L.take(nodes) - g, cpu_after.take(rows), nodes)
+        d = self._F.take(nodes) - after
+        if idx.size == rows.size:  # one candidate GPU per node: nothing to choose
+            return d, cols
         sc = fgd_score_from_delta(d / self._total)
-        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        new_node = np.empty(rows.size, dtype=bool)
+        new_node[0] = True
+        np.not_equal(rows[1:], rows[:-1], out=new_node[1:])
+        starts = new_node.nonzero()[0]
         best = np.maximum.reduceat(sc, starts)
-        is_best = sc == np.repeat(best, np.diff(np.r_[starts, rows.size]))
+        is_best = sc == np.repeat(best, np.diff(np.append(starts, rows.size)))
         # first best candidate of each node (candidates are in GPU-index order within a node)
         pos = np.where(is_best, np.arange(rows.size), rows.size)
         pick = np.minimum.reduceat(pos, starts)  # one candidate per feasible node, in node order
