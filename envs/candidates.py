@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from data.openb import GPU_MILLI, PodTrace
-from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod, rows_count
+from envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod
 from envs.policies import (
     FGD,
     TypicalPods,
@@ -184,6 +184,7 @@ class CandidateBuilder:
         self.quota = (n_fgd, n_bestfit, n_packing, n_clustering, n_dotprod)
         self.fgd = FGD()
         self.state: ClusterState | None = None
+        self.stats = NodeStats()
         # pod shape -> (delta, gpu, integer FGD score, node version when computed), all (N,)
         self._cache: dict[
             tuple[int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -206,6 +207,7 @@ class CandidateBuilder:
         self.state = state
         self.fgd = FGD(typical=typical) if trace is None else FGD()
         self.fgd.reset(state, trace=trace)
+        self.stats = NodeStats()
         self._cache.clear()
         self._prio_src = None
 
@@ -295,8 +297,10 @@ class CandidateBuilder:
         n_feas = idx.size
 
         delta_all, gpu_all, score_all, _ = self._fgd_entry(pod, mask)
-        fgd._refresh(st)  # noqa: SLF001 - F_n and idle totals of every node, for the features
-        idle_tot = fgd._Li.take(idx)  # noqa: SLF001
+        fgd._refresh(st)  # noqa: SLF001 - F_n of every node, for the features
+        stats = self.stats
+        stats.update(st)
+        idle_tot = stats.idle_total.take(idx)
         prank, prio_is_perm = self._priority_rank()
         pr = prank.take(idx)
 
@@ -305,19 +309,19 @@ class CandidateBuilder:
         fkey = fgd_int * -n_nodes + pr
         order = fkey.argsort()
         picks = order[:q_fgd].tolist()
-        bf = bestfit_scores_at(st, pod, idx, idle_tot)
+        bf = bestfit_scores_at(st, pod, idx, stats)
         bf_top = _top_keys(bf * -n_nodes + pr, max(q_bf, 1))
         picks += bf_top[:q_bf]
         if pod.num_gpu > 0:
-            pk = gpu_packing_scores_at(st, pod, idx)
-            cl = gpu_clustering_scores_at(st, pod, idx, idle_tot)
+            pk = gpu_packing_scores_at(st, pod, idx, stats)
+            cl = gpu_clustering_scores_at(st, pod, idx, stats)
             picks += _top_keys(pk * -n_nodes + pr, q_pk)
             picks += _top_keys(cl * -n_nodes + pr, q_cl)
         else:
             pk = np.zeros(n_feas, dtype=np.int64)
             cl = pk
         if q_dp:
-            picks += _top_keys(dotprod_scores_at(st, pod, idx, idle_tot) * -n_nodes + pr, q_dp)
+            picks += _top_keys(dotprod_scores_at(st, pod, idx, stats) * -n_nodes + pr, q_dp)
         picks += order[q_fgd : q_fgd + k_max].tolist()
         chosen = np.array(list(dict.fromkeys(picks))[:k_max], dtype=np.int64)  # FGD's first
         k = chosen.size
@@ -338,8 +342,7 @@ class CandidateBuilder:
         ngpu = st.num_gpu.take(nodes)
         cap_gpu = np.maximum(ngpu * GPU_MILLI, 1)
         idle_c = idle_tot.take(chosen)
-        full_m = idle == GPU_MILLI
-        full = rows_count(full_m).astype(np.int64)
+        full = stats.full_idle.take(nodes)
         left = np.zeros(k)
         if pod.num_gpu == 0:
             gpus = [np.zeros(0, dtype=np.int64)] * k
@@ -351,7 +354,7 @@ class CandidateBuilder:
             left = on_g - pod.gpu_milli
             full_after = full - (on_g == GPU_MILLI)
         else:  # the lowest-index fully idle GPUs (state.choose_gpus)
-            first = np.argsort(~full_m, axis=1, kind="stable")[:, : pod.num_gpu]
+            first = np.argsort(idle != GPU_MILLI, axis=1, kind="stable")[:, : pod.num_gpu]
             gpus = list(first.astype(np.int64))
             full_after = full - pod.num_gpu
         used_before = 1.0 - idle_c / cap_gpu

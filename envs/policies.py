@@ -34,7 +34,7 @@ import numpy as np
 
 from data.errors import ConfigError
 from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
-from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod, rows_all
+from envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod, rows_all
 
 CPU_NORM = 128_000
 """CPU normaliser of BestFit and DotProd (milli-cores of the largest openb node)."""
@@ -96,8 +96,8 @@ class Policy:
 # Each score has a mask-based public form, ``(N,)`` over all nodes, and an index-based ``*_at``
 # form that computes only the rows ``idx`` (the feasible nodes): ``f_at(state, pod, idx)`` equals
 # ``f(state, pod, mask)[idx]`` for ``idx = np.flatnonzero(mask)``. Both share one formula helper,
-# so they agree bit for bit; ``idle_total`` may pass the nodes' idle GPU milli when the caller
-# keeps it (it must equal ``state.gpu_idle_total()[idx]``).
+# so they agree bit for bit; ``stats`` (a :class:`envs.core.NodeStats` updated to ``state``)
+# supplies per-node totals kept by version instead of recomputing them.
 def _bestfit_raw(cpu_free: np.ndarray, idle_total: np.ndarray, pod: Pod) -> np.ndarray:
     cpu_left = (cpu_free - pod.cpu_milli) / CPU_NORM
     gpu_left = (idle_total - pod.gpu_request) / GPU_NORM
@@ -122,28 +122,34 @@ def _dotprod(cpu_free: np.ndarray, idle_total: np.ndarray, pod: Pod) -> np.ndarr
 
 
 def _packing(idle: np.ndarray, present: np.ndarray, num_gpu: np.ndarray, pod: Pod) -> np.ndarray:
-    n = num_gpu.size
     if pod.num_gpu == 0:
-        return np.zeros(n, dtype=np.int64)
+        return np.zeros(num_gpu.size, dtype=np.int64)
     all_idle = rows_all((idle == GPU_MILLI) | ~present) & (num_gpu > 0)
+    tight = None
     if pod.is_sharing:
         fit = (idle >= max(pod.gpu_milli, 1)) & present
         tight = np.where(fit, idle, GPU_MILLI + 1).min(axis=1)
+    return _packing_from(all_idle, tight, num_gpu, pod)
+
+
+def _packing_from(
+    all_idle: np.ndarray, tight: np.ndarray | None, num_gpu: np.ndarray, pod: Pod
+) -> np.ndarray:
+    """GpuPacking from each node's "all GPUs idle" flag and, for a sharing pod, ``tight``: the
+    least idle milli among the GPUs that fit it."""
+    if pod.is_sharing:
         s1 = np.maximum(100 - (tight * 100 // GPU_MILLI) // 10, 50)
         score = np.where(tight == GPU_MILLI, 49, s1)
     else:
         # whole GPUs: the used GPUs are fully idle ones -> case (2)
-        score = np.full(n, max(50 - pod.num_gpu, 33), dtype=np.int64)
+        score = np.full(num_gpu.size, max(50 - pod.num_gpu, 33), dtype=np.int64)
     return np.where(all_idle, 33 - num_gpu, score).astype(np.int64)
 
 
-def _clustering(idle_total: np.ndarray, class_count: np.ndarray, pod: Pod) -> np.ndarray:
-    cls = pod.pod_class
-    if cls < 0:
-        return np.zeros(idle_total.size, dtype=np.int64)
+def _clustering(
+    idle_total: np.ndarray, has_this: np.ndarray, n_classes: np.ndarray, pod: Pod
+) -> np.ndarray:
     base = 25 * (GPU_NORM - idle_total) // GPU_NORM
-    has_this = class_count[:, cls] > 0
-    n_classes = (class_count > 0).sum(axis=1)
     bonus = np.where(
         has_this,
         np.where(n_classes == 1, 75, 50),
@@ -163,13 +169,17 @@ def bestfit_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarra
     return _minmax100(raw, raw[mask])
 
 
+def _idle_total_at(state: ClusterState, idx: np.ndarray, stats: NodeStats | None) -> np.ndarray:
+    if stats is None:
+        return state.gpu_idle.take(idx, axis=0).sum(axis=1)
+    return stats.idle_total.take(idx)
+
+
 def bestfit_scores_at(
-    state: ClusterState, pod: Pod, idx: np.ndarray, idle_total: np.ndarray | None = None
+    state: ClusterState, pod: Pod, idx: np.ndarray, stats: NodeStats | None = None
 ) -> np.ndarray:
     """``(S,)`` int64: :func:`bestfit_scores` on the nodes ``idx`` (normalised over ``idx``)."""
-    if idle_total is None:
-        idle_total = state.gpu_idle.take(idx, axis=0).sum(axis=1)
-    raw = _bestfit_raw(state.cpu_free.take(idx), idle_total, pod)
+    raw = _bestfit_raw(state.cpu_free.take(idx), _idle_total_at(state, idx, stats), pod)
     return _minmax100(raw, raw)
 
 
@@ -179,12 +189,10 @@ def dotprod_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarra
 
 
 def dotprod_scores_at(
-    state: ClusterState, pod: Pod, idx: np.ndarray, idle_total: np.ndarray | None = None
+    state: ClusterState, pod: Pod, idx: np.ndarray, stats: NodeStats | None = None
 ) -> np.ndarray:
     """``(S,)`` int64: :func:`dotprod_scores` on the nodes ``idx``."""
-    if idle_total is None:
-        idle_total = state.gpu_idle.take(idx, axis=0).sum(axis=1)
-    return _dotprod(state.cpu_free.take(idx), idle_total, pod)
+    return _dotprod(state.cpu_free.take(idx), _idle_total_at(state, idx, stats), pod)
 
 
 def gpu_packing_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
@@ -197,16 +205,25 @@ def gpu_packing_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.nd
     return _packing(state.gpu_idle, state.gpu_present, state.num_gpu, pod)
 
 
-def gpu_packing_scores_at(state: ClusterState, pod: Pod, idx: np.ndarray) -> np.ndarray:
+def gpu_packing_scores_at(
+    state: ClusterState, pod: Pod, idx: np.ndarray, stats: NodeStats | None = None
+) -> np.ndarray:
     """``(S,)`` int64: :func:`gpu_packing_scores` on the nodes ``idx``."""
     if pod.num_gpu == 0:
         return np.zeros(idx.size, dtype=np.int64)
-    return _packing(
-        state.gpu_idle.take(idx, axis=0),
-        state.gpu_present.take(idx, axis=0),
-        state.num_gpu.take(idx),
-        pod,
-    )
+    num_gpu = state.num_gpu.take(idx)
+    if stats is None:
+        return _packing(
+            state.gpu_idle.take(idx, axis=0), state.gpu_present.take(idx, axis=0), num_gpu, pod
+        )
+    # absent GPU slots hold 0 idle (ClusterState invariant): "every present GPU fully idle" is
+    # "as many fully idle GPUs as GPUs", and no absent slot fits a pod
+    all_idle = (stats.full_idle.take(idx) == num_gpu) & (num_gpu > 0)
+    tight = None
+    if pod.is_sharing:
+        idle_t = stats.idle_t.take(idx, axis=1)  # (8, S)
+        tight = np.where(idle_t >= max(pod.gpu_milli, 1), idle_t, GPU_MILLI + 1).min(axis=0)
+    return _packing_from(all_idle, tight, num_gpu, pod)
 
 
 def gpu_clustering_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
@@ -215,20 +232,26 @@ def gpu_clustering_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np
     ``base = floor(25 (8000 - idle_total) / 8000)``; +75 if the node holds only this pod's class,
     +50 this class and others, +25 no GPU pod, +0 only other classes.
     """
-    if pod.pod_class < 0:
+    cls = pod.pod_class
+    if cls < 0:
         return np.zeros(state.n_nodes, dtype=np.int64)
-    return _clustering(state.gpu_idle_total(), state.class_count, pod)
+    cc = state.class_count
+    return _clustering(state.gpu_idle_total(), cc[:, cls] > 0, (cc > 0).sum(axis=1), pod)
 
 
 def gpu_clustering_scores_at(
-    state: ClusterState, pod: Pod, idx: np.ndarray, idle_total: np.ndarray | None = None
+    state: ClusterState, pod: Pod, idx: np.ndarray, stats: NodeStats | None = None
 ) -> np.ndarray:
     """``(S,)`` int64: :func:`gpu_clustering_scores` on the nodes ``idx``."""
-    if pod.pod_class < 0:
+    cls = pod.pod_class
+    if cls < 0:
         return np.zeros(idx.size, dtype=np.int64)
-    if idle_total is None:
-        idle_total = state.gpu_idle.take(idx, axis=0).sum(axis=1)
-    return _clustering(idle_total, state.class_count.take(idx, axis=0), pod)
+    has_this = state.class_count[:, cls].take(idx) > 0
+    if stats is None:
+        n_classes = (state.class_count.take(idx, axis=0) > 0).sum(axis=1)
+    else:
+        n_classes = stats.n_classes.take(idx)
+    return _clustering(_idle_total_at(state, idx, stats), has_this, n_classes, pod)
 
 
 # --------------------------------------------------------------------------- simple policies
@@ -433,7 +456,6 @@ class FGD(Policy):
         self._below = np.zeros((n, len(self._thresholds)), dtype=np.float64)
         self._cnt = np.zeros((n, len(self._thresholds)), dtype=np.int64)
         self._L = np.zeros(n, dtype=np.float64)
-        self._Li = np.zeros(n, dtype=np.int64)  # idle GPU milli per node (int64 copy of _L)
         self._F = np.zeros(n, dtype=np.float64)
         self._F_sum = 0.0
         self._ver = np.full(n, -1, dtype=np.int64)
@@ -458,7 +480,6 @@ class FGD(Policy):
         self._below[stale] = below
         self._cnt[stale] = cnt
         self._L[stale] = tot
-        self._Li[stale] = tot
         # F_n are exact integers in float64, so this running sum equals F.sum() exactly
         self._F_sum += float(f_new.sum()) - float(self._F.take(stale).sum())
         self._F[stale] = f_new
