@@ -317,45 +317,127 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from rca.explain import edge_costs, propagation_paths
         from rca.lightning_module import crop_incident
-        from rca.model import message_graph
 
         n = graph.num_nodes
         if n == 0:
             return RCAResult([], method=self.name, model_version=self.version)
         c = crop_incident(graph, alerts, self.model.config.crop_hops)
-        m = c.keep.size
         with self._threads(), torch.inference_mode():
             ei = torch.from_numpy(c.edge_index)
             et = torch.from_numpy(c.edge_type)
             logits, h, att = self.model(torch.from_numpy(c.x), ei, et, return_attention=True)
-            sub_probs = torch.softmax(logits, 0).double().numpy()
-            probs = np.zeros(n)
-            probs[c.keep] = sub_probs
-            # best first; ties (e.g. the zero scores outside the candidate subgraph) broken by node id,
-            # so the order does not depend on node order
-            order = np.lexsort((self._node_ids(graph), -probs))
-            k = n if top_k is None else max(0, min(int(top_k), n))
-            order = order[:k]
-            faults: list[str | None] = [None] * k
-            paths: list[tuple[str, ...]] = [(graph.nodes[int(i)].id,) for i in order]
-            # explained causes: the best ones inside the candidate subgraph
-            n_exp = min(k, max(self.config.explain_top, 0), m)
-            if n_exp:
-                sub_of = np.full(n, -1, dtype=np.int64)
-                sub_of[c.keep] = np.arange(m)
-                top_sub = sub_of[order[:n_exp]]
-                top_sub = top_sub[top_sub >= 0]
-                if top_sub.size and self.fault_types:
-                    fl = self.model.fault_logits(h, torch.from_numpy(top_sub)).argmax(-1).numpy()
-                    for j in range(top_sub.size):
-                        faults[j] = self.fault_types[int(fl[j])]
-                mei, _ = message_graph(ei, et, m)
-                costs = edge_costs(mei.numpy(), [a.numpy() for a in att], m)
-                alerting_sub = c.features.alerting[c.keep]
-                for j, p in enumerate(propagation_paths(costs, top_sub, alerting_sub)):
-                    paths[j] = tuple(graph.nodes[int(c.keep[v])].id for v in p)
+            return self._result(graph, c, logits, h, att, top_k)
+
+    def find_root_causes_many(
+        self,
+        items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]], int | None]],
+    ) -> list[RCAResult]:
+        """:meth:`find_root_causes` of several incidents with one batched GAT forward.
+
+        Gives exactly the results of calling :meth:`find_root_causes` on each item (same ranking,
+        bit-identical scores, fault types and paths): the message passing of disjoint graphs in one
+        batch computes every node the same way, and the two steps whose floating-point result
+        depends on the batch layout (the final ``hidden -> 1`` projection, a matrix-vector product,
+        and the mean pooling of the fault head) run per incident.
+
+        Args:
+            items: ``(graph, alerts, top_k)`` per incident; graphs may differ.
+
+        Returns:
+            One :class:`RCAResult` per item, in order.
+
+        Raises:
+            DataError: when any incident's alerts are malformed (nothing is returned then; call
+                :meth:`find_root_causes` per item to find which).
+        """
+        import torch
+
+        from rca.lightning_module import crop_incident
+
+        out: list[RCAResult | None] = [None] * len(items)
+        crops = []
+        for i, (graph, alerts, _) in enumerate(items):
+            if graph.num_nodes == 0:
+                out[i] = RCAResult([], method=self.name, model_version=self.version)
+            else:
+                crops.append((i, crop_incident(graph, alerts, self.model.config.crop_hops)))
+        if not crops:
+            return [r for r in out if r is not None]
+        sizes = np.array([c.keep.size for _, c in crops], dtype=np.int64)
+        esizes = np.array([c.edge_index.shape[1] for _, c in crops], dtype=np.int64)
+        noff = np.concatenate([[0], np.cumsum(sizes)])
+        eoff = np.concatenate([[0], np.cumsum(esizes)])
+        x = np.concatenate([c.x for _, c in crops])
+        ei = np.concatenate([c.edge_index + noff[j] for j, (_, c) in enumerate(crops)], axis=1)
+        et = np.concatenate([c.edge_type for _, c in crops])
+        e_tot = int(eoff[-1])
+        with self._threads(), torch.inference_mode():
+            _, h_all, att_all = self.model(
+                torch.from_numpy(x),
+                torch.from_numpy(ei),
+                torch.from_numpy(et),
+                return_attention=True,
+            )
+            for j, (i, c) in enumerate(crops):
+                n0, n1, e0, e1 = int(noff[j]), int(noff[j + 1]), int(eoff[j]), int(eoff[j + 1])
+                h = h_all[n0:n1]
+                logits = self.model.score_head(h).squeeze(-1)
+                # the batch's message graph is [all forward edges, all reversed, all self loops];
+                # one incident's is [its forward, its reversed, its loops]
+                att = [
+                    torch.cat(
+                        [a[e0:e1], a[e_tot + e0 : e_tot + e1], a[2 * e_tot + n0 : 2 * e_tot + n1]]
+                    )
+                    for a in att_all
+                ]
+                graph, _, top_k = items[i]
+                out[i] = self._result(graph, c, logits, h, att, top_k)
+        return [r for r in out if r is not None]
+
+    def _result(
+        self,
+        graph: DependencyGraph,
+        c: Any,
+        logits: Any,
+        h: Any,
+        att: Sequence[Any],
+        top_k: int | None,
+    ) -> RCAResult:
+        """Rank, type and explain from one incident's forward outputs (``c``: its crop)."""
+        import torch
+
+        from rca.explain import edge_costs, propagation_paths
+        from rca.model import message_graph
+
+        n = graph.num_nodes
+        m = c.keep.size
+        sub_probs = torch.softmax(logits, 0).double().numpy()
+        probs = np.zeros(n)
+        probs[c.keep] = sub_probs
+        # best first; ties (e.g. the zero scores outside the candidate subgraph) broken by node id,
+        # so the order does not depend on node order
+        order = np.lexsort((self._node_ids(graph), -probs))
+        k = n if top_k is None else max(0, min(int(top_k), n))
+        order = order[:k]
+        faults: list[str | None] = [None] * k
+        paths: list[tuple[str, ...]] = [(graph.nodes[int(i)].id,) for i in order]
+        # explained causes: the best ones inside the candidate subgraph
+        n_exp = min(k, max(self.config.explain_top, 0), m)
+        if n_exp:
+            sub_of = np.full(n, -1, dtype=np.int64)
+            sub_of[c.keep] = np.arange(m)
+            top_sub = sub_of[order[:n_exp]]
+            top_sub = top_sub[top_sub >= 0]
+            if top_sub.size and self.fault_types:
+                fl = self.model.fault_logits(h, torch.from_numpy(top_sub)).argmax(-1).numpy()
+                for j in range(top_sub.size):
+                    faults[j] = self.fault_types[int(fl[j])]
+            mei, _ = message_graph(torch.from_numpy(c.edge_index), torch.from_numpy(c.edge_type), m)
+            costs = edge_costs(mei.numpy(), [a.numpy() for a in att], m)
+            alerting_sub = c.features.alerting[c.keep]
+            for j, p in enumerate(propagation_paths(costs, top_sub, alerting_sub)):
+                paths[j] = tuple(graph.nodes[int(c.keep[v])].id for v in p)
         f = c.features
         causes = []
         for j, i in enumerate(order):

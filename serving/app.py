@@ -32,6 +32,7 @@ from serving.deps import Services
 from serving.graphstore import GraphStore
 from serving.incidents import IncidentManager
 from serving.metrics import Metrics, MetricsMiddleware
+from serving.rca_batcher import RCABatcher
 from serving.registry import ModelRegistry
 from serving.routers import alerts, fleet, graph, health, incidents, models, placements, rca
 from serving.settings import Settings, get_settings
@@ -48,9 +49,25 @@ def load_graph(settings: Settings) -> tuple[DependencyGraph, str]:
     return DependencyGraph.load(path), path
 
 
+def set_torch_threads(n: int | None) -> None:
+    """Pin torch's intra-op threads for this process (``None``: leave torch's default).
+
+    Each process ranks on one thread at a time (:mod:`serving.rca_batcher`), so one torch thread per
+    process and one process per core (``--workers``) use the cores without oversubscribing them; the
+    GAT analyzer also asks for one thread per call, and a process-wide 1 keeps concurrent callers
+    (the RCA batcher, the incident worker) from restoring a larger value under each other.
+    """
+    if n is None:
+        return
+    import torch
+
+    torch.set_num_threads(n)
+
+
 def build_services(settings: Settings, metrics: Metrics | None = None) -> Services:
     """Open everything the routes need (database, graph, models, telemetry, incident manager)."""
     metrics = metrics or Metrics()
+    set_torch_threads(settings.torch_threads)
     db = Database(settings.database_url, settings.sqlite_synchronous)
     db.create_all()
     graph, source = load_graph(settings)
@@ -74,10 +91,24 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         metrics=metrics,
         rank_interval_s=settings.incident_rank_interval_s,
     )
-    return Services(settings, db, graphs, registry, manager, metrics, telemetry, telemetry_error)
+    batcher = RCABatcher(
+        settings.rca_max_batch, lambda size, _s: metrics.rca_batch_size.observe(size)
+    )
+    return Services(
+        settings,
+        db,
+        graphs,
+        registry,
+        manager,
+        metrics,
+        telemetry,
+        telemetry_error,
+        rca_batcher=batcher,
+    )
 
 
 def close_services(services: Services) -> None:
+    services.rca_batcher.stop()
     services.incidents.stop()
     if services.telemetry is not None:
         services.telemetry.close()

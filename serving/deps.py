@@ -20,6 +20,7 @@ from serving.graphstore import GraphStore
 from serving.incidents import IncidentManager
 from serving.metrics import Metrics
 from serving.placement import Reservations
+from serving.rca_batcher import RCABatcher
 from serving.registry import ModelRegistry
 from serving.settings import Settings, get_settings
 from serving.telemetry.base import TelemetrySource
@@ -39,6 +40,7 @@ class Services:
     telemetry_error: str | None = None
     reservations: Reservations = field(default_factory=Reservations)
     place_lock: threading.Lock = field(default_factory=threading.Lock)
+    rca_batcher: RCABatcher = field(default_factory=RCABatcher)
 
 
 def get_services(request: Request) -> Services:
@@ -75,6 +77,10 @@ def get_reservations(services: ServicesDep) -> Reservations:
     return services.reservations
 
 
+def get_rca_batcher(services: ServicesDep) -> RCABatcher:
+    return services.rca_batcher
+
+
 def get_telemetry(services: ServicesDep) -> TelemetrySource:
     if services.telemetry is None:
         raise NotAvailableError(services.telemetry_error or "no telemetry source configured")
@@ -105,3 +111,4 @@ IncidentsDep = Annotated[IncidentManager, Depends(get_incidents)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 TelemetryDep = Annotated[TelemetrySource, Depends(get_telemetry)]
 ReservationsDep = Annotated[Reservations, Depends(get_reservations)]
+RCABatcherDep = Annotated[RCABatcher, Depends(get_rca_batcher)]

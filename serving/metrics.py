@@ -64,6 +64,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.rca_batch_size = Histogram(
+            "fleetmind_rca_batch_size",
+            "synchronous RCA requests ranked together in one batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
         self.placements = Counter(
             "fleetmind_placements", "placement decisions", ["policy", "result"], registry=r
         )

@@ -74,6 +74,14 @@ class Settings(BaseSettings):
         2.0, ge=0, description="an incident is re-ranked at most this often during a storm (s)"
     )
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
+    rca_max_batch: int = Field(
+        16, ge=1, le=1024, description="most concurrent RCA requests ranked in one batch"
+    )
+    torch_threads: int | None = Field(
+        1,
+        ge=1,
+        description="torch intra-op threads per process (1 suits one worker per core; unset: torch's default)",
+    )
 
 
 @lru_cache

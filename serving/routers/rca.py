@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
 from data.graph import DependencyGraph
 from serving.alertmap import node_for_alert
-from serving.deps import GraphsDep, MetricsDep, RegistryDep
+from serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RegistryDep
 from serving.schemas import CauseOut, ErrorOut, RCARequest, RCAResponse
 
 router = APIRouter(prefix="/api/v1/rca", tags=["rca"])
-_RANK_LOCK = threading.Lock()
 
 
 @router.post(
@@ -22,31 +21,41 @@ _RANK_LOCK = threading.Lock()
     responses={422: {"model": ErrorOut}},
     summary="Rank root causes of an alert set",
 )
-def rank(
-    req: RCARequest, registry: RegistryDep, graphs: GraphsDep, metrics: MetricsDep
+async def rank(
+    req: RCARequest,
+    registry: RegistryDep,
+    graphs: GraphsDep,
+    metrics: MetricsDep,
+    batcher: RCABatcherDep,
 ) -> RCAResponse:
-    """Rank root-cause candidates on the served graph (or on ``graph`` when given)."""
-    graph = (
-        DependencyGraph.from_json(req.graph.model_dump()) if req.graph is not None else graphs.graph
-    )
+    """Rank root-cause candidates on the served graph (or on ``graph`` when given).
+
+    The ranking runs on the process's RCA thread (:mod:`serving.rca_batcher`), batched with the
+    requests that arrive meanwhile; the event loop stays free for other requests.
+    """
+    if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
+        graph = await run_in_threadpool(DependencyGraph.from_json, req.graph.model_dump())
+    else:
+        graph = graphs.graph
     model = registry.current.rca
-    alerts = []
-    for a in req.alerts:
-        d = {
+    alerts = [
+        {
             "status": a.status,
             "labels": a.labels,
             "annotations": a.annotations,
             "startsAt": a.startsAt.isoformat() if a.startsAt else None,
             "fingerprint": a.fingerprint,
         }
-        alerts.append(d)
+        for a in req.alerts
+    ]
     start = time.perf_counter()
-    # One ranking at a time per process: the analyzers are CPU-bound Python (GIL), so parallel
-    # threads only add switching; serialising keeps throughput flat under concurrency.
-    with _RANK_LOCK:
-        result = model.impl.find_root_causes(graph, alerts, req.top_k)
+    result = await batcher.rank(model.impl, graph, alerts, req.top_k)
     metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
-    mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
+    unmapped = result.extra.get("unmapped_alerts") if result.extra else None
+    if isinstance(unmapped, int):  # the analyzer mapped the alerts already (the GAT does)
+        mapped = len(alerts) - unmapped
+    else:
+        mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
     return RCAResponse(
         causes=[CauseOut(**c.to_json()) for c in result.causes[: req.top_k]],
         method=result.method or model.method,
