@@ -197,10 +197,15 @@ _ZERO_TIME = datetime(1970, 1, 1).timestamp()  # endsAt "0001-01-01..." (firing)
 _FRAC_RE = re.compile(r"(\.\d{6})\d+")
 
 
+_TIME_CACHE: dict[str, float | None] = {}
+_TIME_CACHE_MAX = 200_000
+
+
 def parse_time(value: Any) -> float | None:
     """Parse an RFC 3339 timestamp (Alertmanager style, ``Z`` or offset, up to ns) to unix seconds.
 
     Returns ``None`` for a missing value or Alertmanager's zero time (``0001-01-01T00:00:00Z``).
+    Parsed strings are memoised (alert storms repeat the same evaluation timestamps).
 
     Raises:
         DataError: for a non-empty value that is not RFC 3339.
@@ -209,6 +214,19 @@ def parse_time(value: Any) -> float | None:
         return None
     if isinstance(value, int | float):
         return float(value)
+    if type(value) is str:
+        try:
+            return _TIME_CACHE[value]
+        except KeyError:
+            t = _parse_time_str(value)
+            if len(_TIME_CACHE) >= _TIME_CACHE_MAX:
+                _TIME_CACHE.clear()
+            _TIME_CACHE[value] = t
+            return t
+    return _parse_time_str(value)
+
+
+def _parse_time_str(value: Any) -> float | None:
     s = str(value).strip()
     if s.startswith("0001-01-01"):
         return None
@@ -266,7 +284,7 @@ class _GraphStatic:
         base[:, _N_NBR + _N_KIND + 1] = np.log1p(self.deg[:, 0].sum(0))
         self.base = base
         self.inv_deg = np.where(self.deg > 0, 1.0 / np.maximum(self.deg, 1), 0.0).astype(np.float32)
-        self.alert_cache: dict[tuple, int | None] = {}
+        self.alert_cache: dict[Any, int | None] = {}
         self.postings: dict[tuple[str, str], np.ndarray] | None = None
         self.match_len = np.zeros(0, dtype=np.int64)
         self.rank_key = np.zeros(0, dtype=np.int64)
@@ -342,19 +360,28 @@ def node_index_for_alert(graph: DependencyGraph, labels: Mapping[str, Any]) -> i
     return int(ok[np.argmax(st.rank_key[ok])])
 
 
+_MISS = object()
+
+
 def map_alerts(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> list[int | None]:
     """Return the node index of each alert (``None`` when its labels match no node)."""
     st = _static(graph)
+    cache = st.alert_cache
     out: list[int | None] = []
     for a in alerts:
         labels = a.get("labels") or {}
-        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-        if key in st.alert_cache:
-            out.append(st.alert_cache[key])
+        # the label set itself is the cache key (no sorting); unhashable values fall back to strings
+        try:
+            key: Any = frozenset(labels.items())
+        except TypeError:
+            key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        hit = cache.get(key, _MISS)
+        if hit is not _MISS:
+            out.append(hit)
             continue
         idx = node_index_for_alert(graph, labels)
-        if len(st.alert_cache) < 100_000:
-            st.alert_cache[key] = idx
+        if len(cache) < 100_000:
+            cache[key] = idx
         out.append(idx)
     return out
 
@@ -381,11 +408,14 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
     rows: list[int] = []
     sev_i: list[int] = []
     name_i: list[int] = []
-    kw_rows: list[np.ndarray] = []
+    name_u: list[int] = []  # index into `names`, the distinct alert names of this incident
+    names: dict[str, int] = {}
     starts: list[float] = []
     ends: list[float] = []
     firing: list[float] = []
     unmapped = 0
+    nan = np.nan
+    sev_get, name_get = _SEV_INDEX.get, _NAME_INDEX.get
     for a, v in zip(alerts, idx, strict=True):
         if v is None:
             unmapped += 1
@@ -393,15 +423,17 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
         labels = a.get("labels") or {}
         name = str(labels.get("alertname", ""))
         rows.append(v)
-        sev_i.append(_SEV_INDEX.get(str(labels.get("severity", "")).lower(), _N_SEV - 1))
-        name_i.append(_NAME_INDEX.get(name, _N_NAME - 1))
-        kw_rows.append(_keywords(name))
+        sev_i.append(sev_get(str(labels.get("severity", "")).lower(), _N_SEV - 1))
+        name_i.append(name_get(name, _N_NAME - 1))
+        u = names.get(name)
+        if u is None:
+            u = names[name] = len(names)
+        name_u.append(u)
         s = parse_time(a.get("startsAt"))
         e = parse_time(a.get("endsAt"))
-        starts.append(np.nan if s is None else s)
-        status = str(a.get("status", "firing")).lower()
-        is_firing = status != "resolved"
-        ends.append(np.nan if (e is None or is_firing and s is not None and e <= s) else e)
+        starts.append(nan if s is None else s)
+        is_firing = str(a.get("status", "firing")).lower() != "resolved"
+        ends.append(nan if (e is None or is_firing and s is not None and e <= s) else e)
         firing.append(1.0 if is_firing else 0.0)
     alerting = np.zeros(n, dtype=bool)
     # no-alert defaults for the time block
@@ -416,8 +448,11 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
         np.add.at(cnt, (r, np.asarray(sev_i)), 1.0)
         np.add.at(cnt, (r, _N_SEV + np.asarray(name_i)), 1.0)
         x[:, _OFF_SEV:_OFF_KW] = np.log1p(cnt)
-        kw = np.zeros((n, _N_KW), dtype=np.float32)
-        np.add.at(kw, r, np.stack(kw_rows))
+        # keyword counts: alerts per (node, distinct name), times each name's keyword flags (0/1);
+        # small integer counts, so the float32 product is exact
+        per_name = np.zeros((n, len(names)), dtype=np.float32)
+        np.add.at(per_name, (r, np.asarray(name_u)), 1.0)
+        kw = per_name @ np.stack([_keywords(nm) for nm in names])
         x[:, _OFF_KW:_OFF_TIME] = np.log1p(kw)
         # ---- timing
         s_arr = np.asarray(starts, dtype=np.float64)
