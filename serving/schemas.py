@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -22,22 +21,14 @@ from pydantic import (
 
 from data.graph import EDGE_KINDS, NODE_KINDS
 
+NO_NUL = r"^[^\x00]*$"
+"""Text may not contain NUL characters (no database stores them). Checked by pydantic-core's regex
+engine, in Rust: a Python validator per string cost ~1 ms per 200-alert request. Unpaired surrogates
+need no check of ours: the JSON parser and pydantic-core's ``str`` validation reject them (422)."""
 
-def _clean_text(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("text must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("text must be valid UTF-8 (unpaired surrogate)") from None
-    return value
-
-
-Text = Annotated[str, StringConstraints(max_length=8192), AfterValidator(_clean_text)]
-ShortText = Annotated[str, StringConstraints(max_length=256), AfterValidator(_clean_text)]
-LabelName = Annotated[
-    str, StringConstraints(min_length=1, max_length=256), AfterValidator(_clean_text)
-]
+Text = Annotated[str, StringConstraints(max_length=8192, pattern=NO_NUL)]
+ShortText = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL)]
+LabelName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]
 Labels = Annotated[dict[LabelName, Text], Field(max_length=256)]
 
 NodeKind = Literal[NODE_KINDS]  # type: ignore[valid-type]
