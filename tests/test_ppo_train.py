@@ -27,6 +27,10 @@ def trained(tmp_path_factory):
         workload_seeds=[1, 2],
         bc_episodes=1,
         bc_epochs=3,
+        teacher="cem",
+        cem_generations=1,
+        cem_population=3,
+        cem_seeds=[5],
         n_steps=64,
         batch_size=32,
         eval_traces=[str(pods)],
@@ -51,6 +55,18 @@ def test_smoke_run_writes_artifact_and_registers(trained):
     steps = [h["step"] for h in summary["history"]]
     assert steps[0] == 0 and steps[-1] >= 128
     assert np.isfinite(summary["metrics"]["eval_unalloc100"])
+
+
+def test_cem_teacher_is_searched_saved_and_never_worse_than_fgd(trained):
+    from rl.teacher import LinearScorer
+
+    summary, _, _ = trained
+    cem = summary["cem"]
+    assert len(cem["history"]) == 1 and len(cem["episodes"]) == 2  # one trace -> two seeds
+    assert cem["teacher"] <= cem["fgd"]
+    scorer = LinearScorer.load(f"{summary['artifact']}/teacher.json")
+    assert scorer.n_candidates == 8
+    assert "teacher" in summary["eval_reference"]
 
 
 def test_champion_alias_resolves(trained):

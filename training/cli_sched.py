@@ -208,7 +208,23 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
-    tr.add_argument("--bc-episodes", type=int, default=2, help="FGD demonstration episodes")
+    tr.add_argument("--bc-episodes", type=int, default=2, help="teacher demonstration episodes")
+    tr.add_argument(
+        "--teacher",
+        default="fgd",
+        help="warm-start teacher: fgd, cem (search a linear scorer first) or a scorer JSON path",
+    )
+    tr.add_argument("--cem-generations", type=int, default=8, help="teacher=cem: generations")
+    tr.add_argument("--cem-population", type=int, default=14, help="teacher=cem: population")
+    tr.add_argument(
+        "--cem-seeds", nargs="+", type=int, default=[1000], help="teacher=cem: workload seeds"
+    )
+    tr.add_argument(
+        "--fgd-until-pct",
+        type=float,
+        default=80.0,
+        help="training episodes: FGD places pods until this %% of capacity arrived (default 80)",
+    )
     tr.add_argument("--eval-trace", action="append", default=None, help="periodic-eval trace")
     tr.add_argument("--eval-seeds", nargs="+", type=int, default=[42], help="periodic-eval seeds")
     tr.add_argument("--eval-freq", type=int, default=20_000, help="evaluate every N steps")
@@ -233,6 +249,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         n_envs=args.n_envs,
         bc_episodes=args.bc_episodes,
+        teacher=args.teacher,
+        cem_generations=args.cem_generations,
+        cem_population=args.cem_population,
+        cem_seeds=args.cem_seeds,
+        fgd_until_pct=args.fgd_until_pct,
         eval_traces=args.eval_trace or args.trace[:1],
         eval_seeds=args.eval_seeds,
         eval_freq=args.eval_freq,

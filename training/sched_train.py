@@ -70,7 +70,19 @@ class Args:
     bc_episodes: int = 2
     """teacher (FGD) episodes for the imitation warm start (0: none)"""
     bc_epochs: int = 30
-    """maximum epochs of behaviour cloning (stops at cross-entropy 0.2)"""
+    """maximum epochs of behaviour cloning (stops at cross-entropy ``bc_target_ce``)"""
+    bc_target_ce: float = 0.2
+    """behaviour cloning stops once the epoch's cross-entropy is below this"""
+    teacher: str = "fgd"
+    """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
+    :mod:`rl.teacher`) or the path of a saved linear scorer JSON"""
+    cem_generations: int = 8
+    """teacher=cem: CEM generations"""
+    cem_population: int = 14
+    """teacher=cem: weight vectors scored per generation"""
+    cem_seeds: list[int] = field(default_factory=lambda: [1000])
+    """teacher=cem: workload seeds of the search episodes (one episode per training trace and
+    seed, plus ``default`` with the next seed when only one trace is given)"""
     learning_rate: float = 1e-4
     """PPO Adam step size"""
     n_steps: int = 512
@@ -237,6 +249,61 @@ def _run_dirs(args: Args, env_id: str) -> tuple[str, Path, Path]:
     return run_name, run_dir, ckpt_dir
 
 
+def _make_teacher(
+    args: Args, env_kwargs: dict[str, Any], run_dir: Path, summary: dict[str, Any]
+) -> Any:
+    """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`rl.teacher.LinearScorer`
+    loaded from ``args.teacher`` or searched by CEM (logged to MLflow, saved as
+    ``<run>/model/teacher.json``)."""
+    import mlflow
+    from tqdm import tqdm
+
+    from envs.gpu_placement_env import GpuPlacementEnv
+    from rl.teacher import LinearScorer, cem_search
+
+    if args.teacher == "fgd":
+        return None
+    if args.teacher != "cem":
+        scorer = LinearScorer.load(args.teacher)
+        if scorer.n_candidates != args.n_candidates:
+            raise ConfigError(
+                f"teacher {args.teacher} has K={scorer.n_candidates}, the run uses K={args.n_candidates}"
+            )
+        return scorer
+    if args.cem_generations < 1 or args.cem_population < 2:
+        raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
+    env = GpuPlacementEnv(**{**env_kwargs, "workload_seeds": None})
+    episodes = [(t, s) for t in env.trace_names() for s in args.cem_seeds]
+    if len(episodes) == 1:  # one trace and one seed would overfit one episode
+        episodes.append((episodes[0][0], args.cem_seeds[0] + 1))
+    total = (args.cem_generations * args.cem_population + 1) * len(episodes)
+    bar = tqdm(total=total, desc="CEM teacher search", unit="ep", disable=not args.progress)
+    res = cem_search(
+        env,
+        episodes,
+        generations=args.cem_generations,
+        population=args.cem_population,
+        n_elite=max(1, min(4, args.cem_population // 3)),  # 4 of the default 14
+        seed=args.seed,
+        progress=lambda n: bar.update(n * len(episodes)),
+    )
+    bar.close()
+    for h in res.history:
+        mlflow.log_metrics(
+            {"cem/best": h["best"], "cem/elite_mean": h["elite_mean"], "cem/sd_mean": h["sd_mean"]},
+            step=int(h["generation"]),
+        )
+    mlflow.log_metrics({"cem/fgd": res.fgd_score, "cem/teacher": res.best_score})
+    res.best.save(run_dir / "model" / "teacher.json")
+    summary["cem"] = {
+        "fgd": res.fgd_score,
+        "teacher": res.best_score,
+        "episodes": res.episodes,
+        "history": res.history,
+    }
+    return res.best
+
+
 def run(args: Args) -> dict[str, Any]:
     """Warm start, train, evaluate, export, log and register; returns the JSON summary."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -324,18 +391,37 @@ def run(args: Args) -> dict[str, Any]:
         venv = make_vec_env(args.n_envs, args.seed, env_kwargs)
         model = make_model(venv, hp, args.seed)
         mlflow.log_param("n_parameters", count_parameters(model.policy))
+        teacher = _make_teacher(args, env_kwargs, run_dir, summary)
         if args.bc_episodes > 0:
             teach_env = GpuPlacementEnv(
                 **{**env_kwargs, "workload_seeds": list(args.workload_seeds)}
             )
-            bar = tqdm(desc="FGD demonstrations", unit="step", disable=not args.progress)
+            bar = tqdm(
+                desc=f"{args.teacher} demonstrations", unit="step", disable=not args.progress
+            )
             data = collect_teacher(
-                teach_env, args.bc_episodes, args.seed, hp.gamma, progress=bar.update
+                teach_env,
+                args.bc_episodes,
+                args.seed,
+                hp.gamma,
+                teacher=teacher,
+                progress=bar.update,
             )
             bar.close()
-            bc = behaviour_clone(model.policy, data, epochs=args.bc_epochs, seed=args.seed)
+            bc = behaviour_clone(
+                model.policy,
+                data,
+                epochs=args.bc_epochs,
+                seed=args.seed,
+                target_ce=args.bc_target_ce,
+            )
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
+        if teacher is not None:
+            t_res = evaluate(teacher)
+            t_val = float(np.mean([v for per in t_res.values() for v in per.values()]))
+            mlflow.log_metric("eval/teacher_unalloc100", t_val, step=0)
+            refs["teacher"] = t_val
 
         # ------------------------------------------------------------------ callbacks
         state: dict[str, Any] = {"best": float("inf"), "best_step": -1, "history": []}

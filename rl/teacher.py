@@ -1,0 +1,223 @@
+"""Linear candidate scorers searched by the cross-entropy method: the teacher of the warm start.
+
+Why this exists. Cloning FGD (candidate 0) gives PPO a policy that equals FGD, and PPO on two CPU
+cores then moves it by almost nothing (KL about 1e-5 per update, see ``docs/ppo.md``): the only
+signal that a deviation from FGD pays off is a rare fragmentation-avoiding choice whose effect
+shows hundreds of pods later. A gradient-free search over a few dozen weights is far cheaper per
+unit of improvement: every candidate weight vector is scored by the very metric of the issue
+(unallocated GPU % at 100 % arrival) on a handful of training episodes. The best vector found is a
+*teacher*: the candidate scorer network is cloned from it, and MaskablePPO fine-tunes from there.
+
+Scorer. For an observation of the placement envs (``K`` rows of ``F`` candidate features, then ``G``
+globals; see :mod:`envs.candidates`), each row ``x_k`` gets the score
+
+    s_k = w . [x_k, x_k * is_sharing, x_k * is_cpu_only]          (w: (3F,))
+
+and the scorer picks the valid row with the highest score (ties to the lowest index). ``is_sharing``
+and ``is_cpu_only`` are global features 4 and 5, so the scorer can weigh features differently for
+GPU-sharing, whole-GPU and CPU-only pods. With ``w = e_1`` (the ``is_fgd_choice`` feature) it is FGD.
+
+Search (:func:`cem_search`). The cross-entropy method (Rubinstein 1999; as used for policy search by
+Szita & Lorincz 2006): sample ``population`` vectors from a diagonal Gaussian, score each on the same
+episodes, refit mean and standard deviation to the ``n_elite`` best, add a small noise floor, repeat.
+The search starts at FGD (mean ``e_1``), so its best vector is never worse than FGD on the search
+episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data.errors import ModelLoadError
+
+SHARING_GLOBAL = 4
+"""Index of ``is_sharing`` among the global features (``envs.candidates.GLOBAL_FEATURE_NAMES``)."""
+CPU_ONLY_GLOBAL = 5
+"""Index of ``is_cpu_only`` among the global features."""
+FGD_CHOICE_FEATURE = 1
+"""Index of ``is_fgd_choice`` among the candidate features."""
+
+
+class LinearScorer:
+    """Greedy linear scorer over candidate rows (see the module docstring).
+
+    Args:
+        weights: ``(3F,)`` weights.
+        n_candidates: ``K``.
+        n_cand_features: ``F``.
+
+    Calling it as ``scorer(obs, mask)`` with ``obs (K*F + G,)`` and ``mask (K,)`` bool returns the
+    chosen action (an ``int`` in ``[0, K)``, always a masked-in one).
+    """
+
+    def __init__(self, weights: np.ndarray, n_candidates: int, n_cand_features: int) -> None:
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if w.shape != (3 * n_cand_features,):
+            raise ValueError(
+                f"weights must have shape (3F,) = ({3 * n_cand_features},), got {w.shape}"
+            )
+        self.weights = w
+        self.n_candidates = int(n_candidates)
+        self.n_cand_features = int(n_cand_features)
+
+    @classmethod
+    def fgd(cls, n_candidates: int, n_cand_features: int) -> LinearScorer:
+        """The scorer that always picks FGD's candidate."""
+        w = np.zeros(3 * n_cand_features)
+        w[FGD_CHOICE_FEATURE] = 1.0
+        return cls(w, n_candidates, n_cand_features)
+
+    def features(self, obs: np.ndarray) -> np.ndarray:
+        """``(K, 3F)`` scorer inputs of one observation."""
+        k, f = self.n_candidates, self.n_cand_features
+        rows = np.asarray(obs[: k * f], dtype=np.float64).reshape(k, f)
+        glob = obs[k * f :]
+        return np.concatenate(
+            [rows, rows * float(glob[SHARING_GLOBAL]), rows * float(glob[CPU_ONLY_GLOBAL])], axis=1
+        )
+
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        """``(K,)`` scores (before masking)."""
+        return self.features(obs) @ self.weights
+
+    def __call__(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        s = self.scores(obs)
+        s[~np.asarray(mask, dtype=bool)] = -np.inf
+        return int(np.argmax(s))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "fleetmind-linear-scorer/1",
+            "n_candidates": self.n_candidates,
+            "n_cand_features": self.n_cand_features,
+            "weights": [float(x) for x in self.weights],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the scorer as JSON."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> LinearScorer:
+        """Read a scorer written by :meth:`save`; :class:`ModelLoadError` names what is wrong."""
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text())
+            if d.get("format") != "fleetmind-linear-scorer/1":
+                raise ValueError(f"format tag {d.get('format')!r}")
+            return cls(np.asarray(d["weights"]), int(d["n_candidates"]), int(d["n_cand_features"]))
+        except FileNotFoundError as e:
+            raise ModelLoadError(f"linear scorer file {p} does not exist") from e
+        except (ValueError, KeyError, TypeError) as e:
+            raise ModelLoadError(f"{p} is not a fleetmind linear scorer: {e}") from e
+
+
+def episode_metric(
+    env: Any,
+    act: Callable[[np.ndarray, np.ndarray], int],
+    trace: str,
+    workload_seed: int,
+    key: str = "unallocated_gpu_pct_at_100",
+) -> float:
+    """Run one greedy episode of ``act`` on ``env`` (trace, workload seed); return ``info[key]``."""
+    obs, info = env.reset(options={"trace": trace, "workload_seed": int(workload_seed)})
+    done = key in info  # a workload with no decision ends at reset
+    while not done:
+        obs, _, term, trunc, info = env.step(act(obs, env.action_masks()))
+        done = term or trunc
+    return float(info[key])
+
+
+@dataclass
+class CEMResult:
+    """Outcome of :func:`cem_search`.
+
+    Attributes:
+        best: the best scorer found (FGD if nothing beat it).
+        best_score: its mean metric over the search episodes (lower is better).
+        fgd_score: FGD's mean metric over the same episodes.
+        history: per generation ``{"generation", "best", "elite_mean", "sd_mean"}``.
+        episodes: the ``(trace, workload seed)`` pairs scored.
+    """
+
+    best: LinearScorer
+    best_score: float
+    fgd_score: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    episodes: list[tuple[str, int]] = field(default_factory=list)
+
+
+def cem_search(
+    env: Any,
+    episodes: Sequence[tuple[str, int]],
+    generations: int = 8,
+    population: int = 14,
+    n_elite: int = 4,
+    init_sd: float = 0.5,
+    sd_floor: float = 0.05,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> CEMResult:
+    """Cross-entropy search of a :class:`LinearScorer` on ``env`` (see the module docstring).
+
+    Args:
+        env: a placement env (unwrapped) with ``n_candidates``, ``n_cand_features`` and
+            ``reset(options={"trace", "workload_seed"})``; usually ``GpuPlacement-v0`` with an FGD
+            prefix (``fgd_until_pct``) so that episodes cover only the decisive tail.
+        episodes: the ``(trace, workload seed)`` pairs every vector is scored on (mean metric).
+        generations, population, n_elite: CEM sizes.
+        init_sd, sd_floor: initial standard deviation and the noise added after each refit.
+        seed: sampling seed.
+        progress: called with 1 after each scored vector.
+    """
+    if not episodes:
+        raise ValueError("cem_search needs at least one (trace, workload seed) episode")
+    if not 1 <= n_elite <= population:
+        raise ValueError(f"n_elite must be in [1, population], got {n_elite}")
+    k, f = env.n_candidates, env.n_cand_features
+    fgd = LinearScorer.fgd(k, f)
+
+    def score(s: LinearScorer) -> float:
+        return float(np.mean([episode_metric(env, s, t, w) for t, w in episodes]))
+
+    fgd_score = score(fgd)
+    if progress is not None:
+        progress(1)
+    rng = np.random.default_rng(seed)
+    mu = fgd.weights.copy()
+    sd = np.full(mu.shape, init_sd)
+    sd[FGD_CHOICE_FEATURE] = 0.0  # the scale of the FGD flag is fixed; the rest is relative to it
+    best, best_score = fgd, fgd_score
+    history: list[dict[str, float]] = []
+    for gen in range(generations):
+        pop = [mu + sd * rng.standard_normal(mu.shape) for _ in range(population)]
+        scored = []
+        for w in pop:
+            scored.append(score(LinearScorer(w, k, f)))
+            if progress is not None:
+                progress(1)
+        order = np.argsort(scored, kind="stable")
+        elite = np.asarray([pop[i] for i in order[:n_elite]])
+        mu = elite.mean(axis=0)
+        sd = elite.std(axis=0) + sd_floor
+        sd[FGD_CHOICE_FEATURE] = 0.0
+        if scored[order[0]] < best_score:
+            best, best_score = LinearScorer(pop[order[0]], k, f), float(scored[order[0]])
+        history.append(
+            {
+                "generation": float(gen),
+                "best": float(scored[order[0]]),
+                "elite_mean": float(np.mean([scored[i] for i in order[:n_elite]])),
+                "sd_mean": float(sd.mean()),
+            }
+        )
+    return CEMResult(best, best_score, fgd_score, history, [(t, int(w)) for t, w in episodes])
