@@ -214,6 +214,18 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         default="fgd",
         help="warm-start teacher: fgd, cem (search a linear scorer first) or a scorer JSON path",
     )
+    tr.add_argument(
+        "--bc-target-ce",
+        type=float,
+        default=0.2,
+        help="behaviour cloning stops below this cross-entropy (default 0.2)",
+    )
+    tr.add_argument(
+        "--eval-fgd-until-pct",
+        type=float,
+        default=80.0,
+        help="periodic evaluation: FGD prefix %% (0: the agent places every pod; default 80)",
+    )
     tr.add_argument("--cem-generations", type=int, default=8, help="teacher=cem: generations")
     tr.add_argument("--cem-population", type=int, default=14, help="teacher=cem: population")
     tr.add_argument(
@@ -250,6 +262,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         n_envs=args.n_envs,
         bc_episodes=args.bc_episodes,
         teacher=args.teacher,
+        bc_target_ce=args.bc_target_ce,
+        eval_fgd_until_pct=args.eval_fgd_until_pct,
         cem_generations=args.cem_generations,
         cem_population=args.cem_population,
         cem_seeds=args.cem_seeds,

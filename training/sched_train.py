@@ -202,9 +202,13 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
         "# fleetmind-placement: PPO GPU placement agent",
         "",
         "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) trained with",
-        "sb3-contrib MaskablePPO after an imitation warm start from FGD, in `fleetmind/GpuPlacement-v0`",
-        "(fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`, `mask (B, K) bool`; output: the",
-        "index of the chosen candidate (see `docs/ppo.md` and `envs/candidates.py`).",
+        "sb3-contrib MaskablePPO after an imitation warm start (teacher: "
+        + str(card.get("teacher", "fgd"))
+        + "; `cem` = a linear",
+        "candidate scorer found by a cross-entropy search, see `rl/teacher.py`), in",
+        "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`,",
+        "`mask (B, K) bool`; output: the index of the chosen candidate (see `docs/ppo.md` and",
+        "`envs/candidates.py`).",
         "",
         "| field | value |",
         "| --- | --- |",
@@ -515,11 +519,25 @@ def run(args: Args) -> dict[str, Any]:
                 [f"--trace {t}" for t in args.traces]
                 + [
                     f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
-                    f" --eval-freq {args.eval_freq}"
+                    f" --eval-freq {args.eval_freq} --eval-fgd-until-pct {args.eval_fgd_until_pct:g}"
+                    f" --teacher {args.teacher} --bc-episodes {args.bc_episodes}"
+                    f" --bc-target-ce {args.bc_target_ce:g}"
+                    + (
+                        f" --cem-generations {args.cem_generations} --cem-population"
+                        f" {args.cem_population} --cem-seeds {' '.join(map(str, args.cem_seeds))}"
+                        if args.teacher == "cem"
+                        else ""
+                    )
                     + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
                 ]
             ),
             "train_traces": args.traces,
+            "teacher": args.teacher,
+            "teacher_search (mean unalloc % on its episodes: FGD -> teacher)": (
+                f"{summary['cem']['fgd']:.3f} -> {summary['cem']['teacher']:.3f}"
+                if "cem" in summary
+                else "-"
+            ),
             "ppo_timesteps": int(model.num_timesteps),
             "bc_samples": summary.get("bc", {}).get("samples", 0),
             "wall_time_s": round(wall, 1),
@@ -532,6 +550,7 @@ def run(args: Args) -> dict[str, Any]:
             "eval_ppo_unalloc100": round(state["best"], 4),
             "eval_fgd_unalloc100 (full FGD run)": round(refs["FGD"], 4),
             "eval_bestfit_unalloc100": round(refs["BestFit"], 4),
+            "eval_teacher_unalloc100": round(refs["teacher"], 4) if "teacher" in refs else "-",
             "hyperparameters": asdict(hp),
         }
         write_model_card(model_dir, card)
