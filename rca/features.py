@@ -230,7 +230,11 @@ def _parse_time_str(value: Any) -> float | None:
     s = str(value).strip()
     if s.startswith("0001-01-01"):
         return None
-    s = _FRAC_RE.sub(r"\1", s)
+    dot = s.find(".")
+    # more than 6 fraction digits (Go's nanoseconds): keep microseconds; skipped when the first
+    # fraction has no 7th digit and there is no other dot (then the pattern cannot match)
+    if dot >= 0 and (s[dot + 7 : dot + 8].isdigit() or s.count(".") > 1):
+        s = _FRAC_RE.sub(r"\1", s)
     if s.endswith(("Z", "z")):
         s = s[:-1] + "+00:00"
     try:
@@ -285,9 +289,7 @@ class _GraphStatic:
         self.base = base
         self.inv_deg = np.where(self.deg > 0, 1.0 / np.maximum(self.deg, 1), 0.0).astype(np.float32)
         self.alert_cache: dict[Any, int | None] = {}
-        self.postings: dict[tuple[str, str], np.ndarray] | None = None
-        self.match_len = np.zeros(0, dtype=np.int64)
-        self.rank_key = np.zeros(0, dtype=np.int64)
+        self.keysets: list[tuple[tuple[str, ...], dict]] | None = None
 
 
 HORIZON_S = 3600.0
@@ -317,47 +319,60 @@ def _keywords(name: str) -> np.ndarray:
     return v
 
 
-def _postings(st: _GraphStatic, g: DependencyGraph) -> dict[tuple[str, str], np.ndarray]:
-    if st.postings is None:
-        idx: dict[tuple[str, str], list[int]] = {}
-        for i, n in enumerate(g.nodes):
-            for k, v in n.match.items():
-                idx.setdefault((str(k), str(v)), []).append(i)
-        st.postings = {kv: np.asarray(v, dtype=np.int64) for kv, v in idx.items()}
-        st.match_len = np.array([len(n.match) for n in g.nodes], dtype=np.int64)
-        spec = np.array([_KIND_SPECIFICITY.get(n.kind, 0) for n in g.nodes], dtype=np.int64)
-        # one sortable key: more match labels, then more specific kind, then lower index
-        st.rank_key = (st.match_len * 1000 + spec) * (g.num_nodes + 1) + (
-            g.num_nodes - np.arange(g.num_nodes)
-        )
-    return st.postings
+_Rank = tuple[int, int, int]
 
 
-def node_index_for_alert(graph: DependencyGraph, labels: Mapping[str, Any]) -> int | None:
-    """Vectorised :meth:`data.graph.DependencyGraph.node_for_alert` returning the node index.
+def _keysets(st: _GraphStatic, g: DependencyGraph) -> list[tuple[tuple[str, ...], dict]]:
+    """Nodes grouped by the key set of their ``match`` labels, larger key sets first.
+
+    Each group maps the tuple of label values (in sorted key order) to the best node with them, as
+    ``(number of match labels, kind specificity, -index)``: the rank order of ``node_for_alert``.
+    """
+    if st.keysets is None:
+        groups: dict[tuple[str, ...], dict[tuple[str, ...], _Rank]] = {}
+        for i, nd in enumerate(g.nodes):
+            if not nd.match:
+                continue  # a node without match labels is never matched
+            m = {str(k): str(v) for k, v in nd.match.items()}
+            keys = tuple(sorted(m))
+            values = tuple(m[k] for k in keys)
+            rank = (len(nd.match), _KIND_SPECIFICITY.get(nd.kind, 0), -i)
+            table = groups.setdefault(keys, {})
+            if values not in table or rank > table[values]:
+                table[values] = rank
+        st.keysets = sorted(groups.items(), key=lambda kv: -len(kv[0]))
+    return st.keysets
+
+
+def node_index_for_alert(
+    graph: DependencyGraph, labels: Mapping[str, Any], st: _GraphStatic | None = None
+) -> int | None:
+    """Fast :meth:`data.graph.DependencyGraph.node_for_alert` returning the node index.
 
     Same rules (``fleetmind_node`` override, ``instance`` standing in for ``node``, all match labels
-    equal, most match labels, then the more specific kind, then the first node), but counts matching
-    labels per node with numpy instead of checking candidates one by one, so a label shared by a whole
-    cluster costs microseconds.
+    equal, most match labels, then the more specific kind, then the first node), but instead of
+    checking candidate nodes it looks the alert's values up once per distinct key set of the
+    graph's ``match`` labels (a handful), so an alert costs a few dict lookups whatever the graph size.
     """
-    st = _static(graph)
-    post = _postings(st, graph)
+    sets = _keysets(st if st is not None else _static(graph), graph)
     lab = {str(k): str(v) for k, v in labels.items() if v is not None}
     direct = lab.get(OVERRIDE_LABEL)
     if direct is not None and direct in graph.index:
         return graph.index[direct]
     if "node" not in lab and "instance" in lab:
         lab["node"] = lab["instance"].rsplit(":", 1)[0]
-    hits = [post[kv] for kv in lab.items() if kv in post]
-    if not hits:
-        return None
-    allhits = np.concatenate(hits) if len(hits) > 1 else hits[0]
-    cand, cnt = np.unique(allhits, return_counts=True)
-    ok = cand[cnt == st.match_len[cand]]
-    if ok.size == 0:
-        return None
-    return int(ok[np.argmax(st.rank_key[ok])])
+    best: _Rank | None = None
+    for keys, table in sets:
+        if best is not None and len(keys) < best[0]:
+            break  # fewer match labels can no longer win
+        try:
+            values = tuple(lab[k] for k in keys)
+        except KeyError:
+            continue
+        rank = table.get(values)
+        if rank is not None and (best is None or rank > best):
+            best = rank
+    return None if best is None else -best[2]
 
 
 _MISS = object()
@@ -379,7 +394,7 @@ def map_alerts(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> l
         if hit is not _MISS:
             out.append(hit)
             continue
-        idx = node_index_for_alert(graph, labels)
+        idx = node_index_for_alert(graph, labels, st)
         if len(cache) < 100_000:
             cache[key] = idx
         out.append(idx)
