@@ -58,11 +58,12 @@ from envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod
 from envs.policies import (
     FGD,
     TypicalPods,
-    bestfit_scores_at,
+    bestfit_raw_at,
     dotprod_scores_at,
     fgd_score_from_delta,
     gpu_clustering_scores_at,
     gpu_packing_scores_at,
+    minmax_normalise,
 )
 
 N_CAND_FEATURES = 18
@@ -122,6 +123,11 @@ class Candidates:
     gpus: list[np.ndarray]
 
 
+_KEY_MAX = np.iinfo(np.int64).max
+_STATIC_COLS = [9, 14]
+"""Candidate feature columns that depend only on the node (priority rank / N, GPUs / 8)."""
+
+
 def _top(order_scores: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
     """Positions of the ``k`` best entries: highest score, ties to the lowest priority rank.
 
@@ -139,18 +145,59 @@ def _top(order_scores: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray:
 
 def _top_keys(key: np.ndarray, k: int) -> list[int]:
     """Positions of the ``k`` smallest entries of ``key`` (distinct integers), smallest first.
+    ``key`` is overwritten (pass a temporary).
 
     With ``key = -score * N + rank`` (``rank`` a permutation of ``0..N-1`` that orders the nodes by
     priority, then index) this is :func:`_top` of ``score``: highest score first, ties by priority.
     """
     if k <= 0:
         return []
-    if k == 1:
-        return [int(key.argmin())]
     if key.size <= k:
         return key.argsort().tolist()
+    if k <= 4:  # a few argmin passes beat a partition on ~1,000 entries
+        out = []
+        for _ in range(k):
+            i = int(key.argmin())
+            out.append(i)
+            key[i] = _KEY_MAX
+        return out
     part = np.argpartition(key, k - 1)[:k]
     return part[key.take(part).argsort()].tolist()
+
+
+class _ShapeCache:
+    """Per-node values for one pod shape (CPU, GPUs, milli per GPU, ``gpu_spec``), each ``(N,)``,
+    valid while the node's ``state.version`` equals ``ver`` (FGD's part) or ``hver`` (the other
+    heuristics' part). Keys are ``-score * N + priority rank``."""
+
+    __slots__ = (
+        "delta",
+        "gpu",
+        "score",
+        "fkey",
+        "ver",
+        "bf_raw",
+        "pk",
+        "cl",
+        "pkey",
+        "ckey",
+        "dkey",
+        "hver",
+    )
+
+    def __init__(self, n: int) -> None:
+        self.delta = np.zeros(n)  # FGD fragmentation decrease, milli-GPU
+        self.gpu = np.full(n, -1, dtype=np.int64)  # FGD's GPU (sharing) / first GPU (whole)
+        self.score = np.zeros(n, dtype=np.int64)  # FGD integer score
+        self.fkey = np.zeros(n, dtype=np.int64)
+        self.ver = np.full(n, -1, dtype=np.int64)
+        self.bf_raw = np.zeros(n, dtype=np.int64)  # BestFit before normalisation
+        self.pk = np.zeros(n, dtype=np.int64)  # GpuPacking (0 for CPU-only pods)
+        self.cl = np.zeros(n, dtype=np.int64)  # GpuClustering (0 for CPU-only pods)
+        self.pkey = np.zeros(n, dtype=np.int64)
+        self.ckey = np.zeros(n, dtype=np.int64)
+        self.dkey = np.zeros(n, dtype=np.int64)  # DotProd
+        self.hver = np.full(n, -1, dtype=np.int64)
 
 
 class CandidateBuilder:
@@ -185,13 +232,12 @@ class CandidateBuilder:
         self.fgd = FGD()
         self.state: ClusterState | None = None
         self.stats = NodeStats()
-        # pod shape -> (delta, gpu, integer FGD score, node version when computed), all (N,)
-        self._cache: dict[
-            tuple[int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-        ] = {}
+        self._cache: dict[tuple[int, int, int, int], _ShapeCache] = {}  # by pod shape
         self._prio_src: np.ndarray | None = None
         self._prio_rank = np.zeros(0, dtype=np.int64)
         self._prio_is_perm = True
+        self._arange_k = np.arange(n_candidates)
+        self._pad_nodes = np.full(n_candidates, -1, dtype=np.int64)
         self.obs_dim = n_candidates * N_CAND_FEATURES + N_GLOBAL_FEATURES
 
     def reset(
@@ -223,35 +269,55 @@ class CandidateBuilder:
             self._prio_is_perm = bool(np.array_equal(rank, p))
             self._prio_rank = rank
             self._prio_src = p
+            self._cache.clear()  # its sort keys hold the old ranks
+            # per-node features that depend only on the node and its priority
+            self._static = np.stack([p / n, st.num_gpu / MAX_GPUS_PER_NODE], axis=1)
+            self._cpu_cap1 = np.maximum(st.cpu_cap, 1)
+            self._mem_cap1 = np.maximum(st.mem_cap, 1)
         return self._prio_rank, self._prio_is_perm
 
-    def _fgd_entry(
-        self, pod: Pod, mask: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The cache entry of ``pod``'s shape, up to date on ``mask`` (see :meth:`fgd_deltas`)."""
+    def _entry(self, pod: Pod, mask: np.ndarray, heuristics: bool = False) -> _ShapeCache:
+        """The cache of ``pod``'s shape, with FGD's part (and the heuristics' part when asked)
+        up to date on the nodes of ``mask``."""
         st = self.state
+        prank, _ = self._priority_rank()  # first: a new priority clears the cache
         key = (pod.cpu_milli, pod.num_gpu, pod.gpu_milli, pod.gpu_spec_mask)
-        entry = self._cache.get(key)
-        if entry is None:
+        e = self._cache.get(key)
+        if e is None:
             if len(self._cache) >= 512:
                 self._cache.clear()
-            n = st.n_nodes
-            entry = (
-                np.zeros(n),
-                np.full(n, -1, dtype=np.int64),
-                np.zeros(n, dtype=np.int64),
-                np.full(n, -1, dtype=np.int64),
-            )
-            self._cache[key] = entry
-        delta, gpu, score, ver = entry
-        stale = ((ver != st.version) & mask).nonzero()[0]
+            e = self._cache[key] = _ShapeCache(st.n_nodes)
+        stale = ((e.ver != st.version) & mask).nonzero()[0]
         if stale.size:
             d, g = self.fgd.node_deltas_at(st, pod, stale)
-            delta[stale] = d
-            gpu[stale] = g
-            score[stale] = fgd_score_from_delta(d)
-            ver[stale] = st.version.take(stale)
-        return entry
+            score = fgd_score_from_delta(d)
+            e.delta[stale] = d
+            e.gpu[stale] = g
+            e.score[stale] = score
+            e.fkey[stale] = score * -st.n_nodes + prank.take(stale)
+            e.ver[stale] = st.version.take(stale)
+        if heuristics:
+            stale = ((e.hver != st.version) & mask).nonzero()[0]
+            if stale.size:
+                self._update_heuristics(e, pod, stale, prank)
+        return e
+
+    def _update_heuristics(
+        self, e: _ShapeCache, pod: Pod, stale: np.ndarray, prank: np.ndarray
+    ) -> None:
+        st, stats = self.state, self.stats  # stats are current (build updates them first)
+        n = st.n_nodes
+        pr = prank.take(stale)
+        e.bf_raw[stale] = bestfit_raw_at(st, pod, stale, stats)
+        e.dkey[stale] = dotprod_scores_at(st, pod, stale, stats) * -n + pr
+        if pod.num_gpu > 0:
+            pk = gpu_packing_scores_at(st, pod, stale, stats)
+            cl = gpu_clustering_scores_at(st, pod, stale, stats)
+            e.pk[stale] = pk
+            e.cl[stale] = cl
+            e.pkey[stale] = pk * -n + pr
+            e.ckey[stale] = cl * -n + pr
+        e.hver[stale] = st.version.take(stale)
 
     def fgd_deltas(self, pod: Pod, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`envs.policies.FGD.node_deltas`, cached per pod shape and node version.
@@ -260,8 +326,8 @@ class CandidateBuilder:
         ``gpu_spec``, so entries stay valid until the node changes (``state.version``); each decision
         recomputes only the feasible nodes that changed since the same pod shape was last seen.
         """
-        delta, gpu, _, _ = self._fgd_entry(pod, mask)
-        return delta, gpu
+        e = self._entry(pod, mask)
+        return e.delta, e.gpu
 
     def cluster_fragmentation(self) -> float:
         """``sum_n F_n`` in milli-GPU (FGD's node fragmentation w.r.t. the typical pods)."""
@@ -278,12 +344,12 @@ class CandidateBuilder:
         if idx.size == 1:
             node = int(idx[0])
             return node, self.fgd_gpus(pod, node)
-        _, gpu, score, _ = self._fgd_entry(pod, mask)
-        s = score.take(idx)
+        e = self._entry(pod, mask)
+        s = e.score.take(idx)
         best = idx[s == s.max()]
         node = int(best[0]) if best.size == 1 else int(best[np.argmin(st.priority[best])])
         if pod.is_sharing:
-            return node, np.array([gpu[node]], dtype=np.int64)
+            return node, np.array([e.gpu[node]], dtype=np.int64)
         return node, st.choose_gpus(pod, node)
 
     def build(self, pod: Pod, mask: np.ndarray, arrived_milli: int) -> Candidates:
@@ -296,32 +362,25 @@ class CandidateBuilder:
         idx = mask.nonzero()[0]  # feasible nodes; "positions" below index into idx
         n_feas = idx.size
 
-        delta_all, gpu_all, score_all, _ = self._fgd_entry(pod, mask)
-        fgd._refresh(st)  # noqa: SLF001 - F_n of every node, for the features
         stats = self.stats
         stats.update(st)
-        idle_tot = stats.idle_total.take(idx)
+        e = self._entry(pod, mask, heuristics=True)
+        fgd._refresh(st)  # noqa: SLF001 - F_n of every node, for the features
         prank, prio_is_perm = self._priority_rank()
-        pr = prank.take(idx)
 
-        # FGD order: higher integer score first, ties by priority; keys are distinct integers
-        fgd_int = score_all.take(idx)
-        fkey = fgd_int * -n_nodes + pr
+        # every order is by one distinct integer key, -score * N + priority rank (ascending)
+        fkey = e.fkey.take(idx)  # FGD: higher integer score first, ties by priority
         order = fkey.argsort()
         picks = order[:q_fgd].tolist()
-        bf = bestfit_scores_at(st, pod, idx, stats)
-        bf_top = _top_keys(bf * -n_nodes + pr, max(q_bf, 1))
+        raw = e.bf_raw.take(idx)
+        bf = minmax_normalise(raw, raw)  # BestFit normalises over the feasible nodes
+        bf_top = _top_keys(bf * -n_nodes + prank.take(idx), max(q_bf, 1))
         picks += bf_top[:q_bf]
         if pod.num_gpu > 0:
-            pk = gpu_packing_scores_at(st, pod, idx, stats)
-            cl = gpu_clustering_scores_at(st, pod, idx, stats)
-            picks += _top_keys(pk * -n_nodes + pr, q_pk)
-            picks += _top_keys(cl * -n_nodes + pr, q_cl)
-        else:
-            pk = np.zeros(n_feas, dtype=np.int64)
-            cl = pk
+            picks += _top_keys(e.pkey.take(idx), q_pk)
+            picks += _top_keys(e.ckey.take(idx), q_cl)
         if q_dp:
-            picks += _top_keys(dotprod_scores_at(st, pod, idx, stats) * -n_nodes + pr, q_dp)
+            picks += _top_keys(e.dkey.take(idx), q_dp)
         picks += order[q_fgd : q_fgd + k_max].tolist()
         chosen = np.array(list(dict.fromkeys(picks))[:k_max], dtype=np.int64)  # FGD's first
         k = chosen.size
@@ -332,78 +391,66 @@ class CandidateBuilder:
             rank = fkey.take(order).searchsorted(fkey.take(chosen))
         else:  # repeated priorities: equal (score, priority) do not count as ahead
             prio = st.priority.take(idx)
+            fgd_int = e.score.take(idx)
             sc, pc = fgd_int[chosen, None], prio[chosen, None]
             rank = (
                 (fgd_int[None, :] > sc) | ((fgd_int[None, :] == sc) & (prio[None, :] < pc))
             ).sum(1)
 
         # per-candidate node state after placing
-        idle = st.gpu_idle.take(nodes, axis=0)  # (k, 8)
         ngpu = st.num_gpu.take(nodes)
         cap_gpu = np.maximum(ngpu * GPU_MILLI, 1)
-        idle_c = idle_tot.take(chosen)
+        idle_c = stats.idle_total.take(nodes)
         full = stats.full_idle.take(nodes)
-        left = np.zeros(k)
+        obs = np.zeros(self.obs_dim)
+        rows = obs[: k_max * N_CAND_FEATURES].reshape(k_max, N_CAND_FEATURES)  # a view
+        r = rows[:k]
         if pod.num_gpu == 0:
             gpus = [np.zeros(0, dtype=np.int64)] * k
             full_after = full
         elif pod.is_sharing:
-            g = gpu_all.take(nodes)
-            gpus = [np.array([x], dtype=np.int64) for x in g.tolist()]
-            on_g = idle[np.arange(k), g]
-            left = on_g - pod.gpu_milli
+            g = e.gpu.take(nodes)
+            gpus = list(g.reshape(k, 1))
+            on_g = st.gpu_idle[nodes, g]
+            r[:, 16] = (on_g - pod.gpu_milli) / GPU_MILLI  # idle left on the chosen GPU
             full_after = full - (on_g == GPU_MILLI)
         else:  # the lowest-index fully idle GPUs (state.choose_gpus)
-            first = np.argsort(idle != GPU_MILLI, axis=1, kind="stable")[:, : pod.num_gpu]
-            gpus = list(first.astype(np.int64))
+            busy = st.gpu_idle.take(nodes, axis=0) != GPU_MILLI
+            gpus = list(np.argsort(busy, axis=1, kind="stable")[:, : pod.num_gpu])
             full_after = full - pod.num_gpu
-        used_before = 1.0 - idle_c / cap_gpu
-        used_after = 1.0 - (idle_c - pod.gpu_request) / cap_gpu
         has_gpu = ngpu > 0
 
-        rows = np.zeros((k_max, N_CAND_FEATURES), dtype=np.float64)
-        r = rows[:k]
         r[:, 0] = 1.0
         r[0, 1] = 1.0
-        r[:, 2] = np.tanh(delta_all.take(nodes) / 1000.0)
-        r[:, 3] = fgd_int.take(chosen) / 100.0
+        r[:, 2] = np.tanh(e.delta.take(nodes) / 1000.0)
+        r[:, 3] = e.score.take(nodes) / 100.0
         r[:, 4] = rank / max(n_feas - 1, 1)
         r[:, 5] = chosen == bf_top[0]
         r[:, 6] = bf.take(chosen) / 100.0
-        r[:, 7] = pk.take(chosen) / 100.0
-        r[:, 8] = cl.take(chosen) / 100.0
-        r[:, 9] = st.priority.take(nodes) / n_nodes
-        r[:, 10] = used_before * has_gpu
-        r[:, 11] = used_after * has_gpu
-        r[:, 12] = (st.cpu_free.take(nodes) - pod.cpu_milli) / np.maximum(st.cpu_cap.take(nodes), 1)
-        r[:, 13] = (st.mem_free.take(nodes) - pod.memory_mib) / np.maximum(
-            st.mem_cap.take(nodes), 1
-        )
-        r[:, 14] = ngpu / MAX_GPUS_PER_NODE
+        r[:, 7] = e.pk.take(nodes) / 100.0
+        r[:, 8] = e.cl.take(nodes) / 100.0
+        r[:, _STATIC_COLS] = self._static.take(nodes, axis=0)  # priority / N, GPUs / 8
+        r[:, 10] = (1.0 - idle_c / cap_gpu) * has_gpu
+        r[:, 11] = (1.0 - (idle_c - pod.gpu_request) / cap_gpu) * has_gpu
+        r[:, 12] = (st.cpu_free.take(nodes) - pod.cpu_milli) / self._cpu_cap1.take(nodes)
+        r[:, 13] = (st.mem_free.take(nodes) - pod.memory_mib) / self._mem_cap1.take(nodes)
         r[:, 15] = fgd._F.take(nodes) / fgd._total / 8000.0  # noqa: SLF001 - refreshed above
-        r[:, 16] = left / GPU_MILLI
         r[:, 17] = full_after / MAX_GPUS_PER_NODE
 
         cap = st.gpu_capacity_milli
-        glob = np.array(
-            [
-                pod.gpu_milli / GPU_MILLI,
-                pod.num_gpu / MAX_GPUS_PER_NODE,
-                pod.cpu_milli / 32000.0,
-                pod.memory_mib / 65536.0,
-                float(pod.is_sharing),
-                float(pod.num_gpu == 0),
-                arrived_milli / (1.3 * cap),
-                st.allocated_gpu_milli / cap,
-                n_feas / n_nodes,
-                fgd._F_sum / fgd._total / cap,  # noqa: SLF001 - sum F_n, refreshed above
-            ]
+        obs[k_max * N_CAND_FEATURES :] = (
+            pod.gpu_milli / GPU_MILLI,
+            pod.num_gpu / MAX_GPUS_PER_NODE,
+            pod.cpu_milli / 32000.0,
+            pod.memory_mib / 65536.0,
+            float(pod.is_sharing),
+            float(pod.num_gpu == 0),
+            arrived_milli / (1.3 * cap),
+            st.allocated_gpu_milli / cap,
+            n_feas / n_nodes,
+            fgd._F_sum / fgd._total / cap,  # noqa: SLF001 - sum F_n, refreshed above
         )
-        obs = np.concatenate([rows.reshape(-1), glob])
-        obs.clip(OBS_LOW, OBS_HIGH, out=obs)
-        out_mask = np.zeros(k_max, dtype=bool)
-        out_mask[:k] = True
-        out_nodes = np.full(k_max, -1, dtype=np.int64)
-        out_nodes[:k] = nodes
+        np.minimum(np.maximum(obs, OBS_LOW, out=obs), OBS_HIGH, out=obs)  # = np.clip
+        out_nodes = np.concatenate((nodes, self._pad_nodes[: k_max - k]))
         gpus += [np.zeros(0, dtype=np.int64)] * (k_max - k)
-        return Candidates(obs.astype(np.float32), out_mask, out_nodes, gpus)
+        return Candidates(obs.astype(np.float32), self._arange_k < k, out_nodes, gpus)

@@ -104,8 +104,9 @@ def _bestfit_raw(cpu_free: np.ndarray, idle_total: np.ndarray, pod: Pod) -> np.n
     return np.floor(100.0 * (1.0 - (0.5 * cpu_left + 0.5 * gpu_left))).astype(np.int64)
 
 
-def _minmax100(raw: np.ndarray, sel: np.ndarray) -> np.ndarray:
-    """``raw`` min-max normalised to integers 0..100 over the values ``sel`` (zeros if constant)."""
+def minmax_normalise(raw: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """``raw`` (int64) min-max normalised to integers 0..100 over the values ``sel`` (zeros when
+    ``sel`` is empty or constant), as BestFit normalises its raw scores over the feasible nodes."""
     if sel.size == 0:
         return np.zeros_like(raw)
     lo, hi = int(sel.min()), int(sel.max())
@@ -166,7 +167,7 @@ def bestfit_raw(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
 def bestfit_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
     """``(N,)`` int64: BestFit raw scores min-max normalised to 0..100 over ``mask`` (integers)."""
     raw = bestfit_raw(state, pod, mask)
-    return _minmax100(raw, raw[mask])
+    return minmax_normalise(raw, raw[mask])
 
 
 def _idle_total_at(state: ClusterState, idx: np.ndarray, stats: NodeStats | None) -> np.ndarray:
@@ -175,12 +176,19 @@ def _idle_total_at(state: ClusterState, idx: np.ndarray, stats: NodeStats | None
     return stats.idle_total.take(idx)
 
 
+def bestfit_raw_at(
+    state: ClusterState, pod: Pod, idx: np.ndarray, stats: NodeStats | None = None
+) -> np.ndarray:
+    """``(S,)`` int64: :func:`bestfit_raw` on the nodes ``idx``."""
+    return _bestfit_raw(state.cpu_free.take(idx), _idle_total_at(state, idx, stats), pod)
+
+
 def bestfit_scores_at(
     state: ClusterState, pod: Pod, idx: np.ndarray, stats: NodeStats | None = None
 ) -> np.ndarray:
     """``(S,)`` int64: :func:`bestfit_scores` on the nodes ``idx`` (normalised over ``idx``)."""
     raw = _bestfit_raw(state.cpu_free.take(idx), _idle_total_at(state, idx, stats), pod)
-    return _minmax100(raw, raw)
+    return minmax_normalise(raw, raw)
 
 
 def dotprod_scores(state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
@@ -382,7 +390,11 @@ class TypicalPods:
 
 def fgd_score_from_delta(delta: np.ndarray) -> np.ndarray:
     """FGD's integer node score ``floor(100 * sigmoid(delta / 1000))`` (delta in milli-GPU)."""
-    x = np.clip(np.asarray(delta, dtype=np.float64) / 1000.0, -700.0, 700.0)
+    x = np.asarray(delta, dtype=np.float64) / 1000.0
+    if x.ndim:
+        np.minimum(np.maximum(x, -700.0, out=x), 700.0, out=x)  # np.clip, without its wrapper
+    else:
+        x = np.clip(x, -700.0, 700.0)
     return np.floor(100.0 / (1.0 + np.exp(-x))).astype(np.int64)
 
 
