@@ -16,6 +16,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import SQLAlchemyError
 
 from data.errors import (
@@ -35,6 +37,7 @@ from serving.metrics import Metrics, MetricsMiddleware
 from serving.rca_batcher import RCABatcher
 from serving.registry import ModelRegistry
 from serving.routers import alerts, fleet, graph, health, incidents, models, placements, rca
+from serving.schemas import RCARequest
 from serving.settings import Settings, get_settings
 from serving.telemetry.base import make_source
 
@@ -154,10 +157,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(r.router, dependencies=[Depends(require_token)])
     app.include_router(health.router)
     _install_error_handlers(app)
+    _document_models(app, [RCARequest])
     limit = (settings or get_settings()).max_body_bytes
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
+
+
+def _document_models(app: FastAPI, models: list[type[BaseModel]]) -> None:
+    """Add ``models`` (and the models they use) to the OpenAPI components.
+
+    For request bodies a route parses itself (``openapi_extra`` refers to them by name).
+    """
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = base()
+        _, defs = models_json_schema(
+            [(m, "validation") for m in models], ref_template="#/components/schemas/{model}"
+        )
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, sub in defs.get("$defs", {}).items():
+            comps.setdefault(name, sub)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _install_error_handlers(app: FastAPI) -> None:

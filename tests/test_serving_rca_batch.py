@@ -180,3 +180,31 @@ def _as_served(a: Mapping[str, Any]) -> dict[str, Any]:
         "startsAt": m.startsAt.isoformat() if m.startsAt else None,
         "fingerprint": m.fingerprint,
     }
+
+
+def test_rca_body_errors_are_422_with_body_locations(tmp_path: Path) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/fm.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+    )
+    with TestClient(create_app(settings)) as client:
+        spec = client.get("/openapi.json").json()
+        body = spec["paths"]["/api/v1/rca"]["post"]["requestBody"]
+        ref = body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+        assert set(spec["components"]["schemas"][ref]["properties"]) == {"alerts", "graph", "top_k"}
+        cases = {
+            b"{not json": ("body",),
+            b'{"alerts": []}': ("body", "alerts"),
+            b'{"alerts": [{"labels": {"a": "x\\u0000"}}]}': ("body", "alerts", 0, "labels", "a"),
+            b'{"alerts": [{"labels": {}}], "top_k": 0}': ("body", "top_k"),
+        }
+        for raw, loc in cases.items():
+            r = client.post(
+                "/api/v1/rca", content=raw, headers={"content-type": "application/json"}
+            )
+            assert r.status_code == 422, (raw, r.text)
+            assert tuple(r.json()["detail"][0]["loc"][: len(loc)]) == loc, r.json()
+        ok = client.post("/api/v1/rca", json={"alerts": [{"labels": {"cluster": "c0"}}]})
+        assert ok.status_code == 200 and ok.json()["mapped_alerts"] == 1
