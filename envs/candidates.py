@@ -63,6 +63,7 @@ from envs.policies import (
     fgd_score_from_delta,
     gpu_clustering_scores_at,
     gpu_packing_scores_at,
+    heuristic_scores_one,
     minmax_normalise,
 )
 
@@ -307,6 +308,18 @@ class CandidateBuilder:
     ) -> None:
         st, stats = self.state, self.stats  # stats are current (build updates them first)
         n = st.n_nodes
+        if stale.size <= 4:  # plain Python beats ~60 numpy calls on a handful of nodes
+            for node in stale.tolist():
+                bf, dp, pk, cl = heuristic_scores_one(st, pod, node, stats)
+                pr = int(prank[node])
+                e.bf_raw[node] = bf
+                e.dkey[node] = dp * -n + pr
+                e.pk[node] = pk
+                e.cl[node] = cl
+                e.pkey[node] = pk * -n + pr
+                e.ckey[node] = cl * -n + pr
+            e.hver[stale] = st.version.take(stale)
+            return
         pr = prank.take(stale)
         e.bf_raw[stale] = bestfit_raw_at(st, pod, stale, stats)
         e.dkey[stale] = dotprod_scores_at(st, pod, stale, stats) * -n + pr

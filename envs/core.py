@@ -41,6 +41,8 @@ API (stable; other modules build on it):
   Invalid requests raise :class:`PlacementError`.
 * ``state.select_node(scores, mask) -> int``: highest score among ``mask``, ties to the lowest
   ``priority`` rank; -1 when the mask is empty.
+* ``state.n_changes`` (int): counts ``place``, ``release`` and ``reset`` calls, so a cache can
+  tell in O(1) that nothing changed since it last looked (``version`` says which nodes did).
 * ``state.allocated_gpu_milli`` (int, maintained), ``state.gpu_capacity_milli``,
   ``state.gpu_idle_total() -> (N,)``, ``state.full_idle_count() -> (N,)``, ``state.copy()``,
   ``state.reset()`` (empty cluster, same priority).
@@ -211,6 +213,7 @@ class ClusterState:
         old = getattr(self, "version", None)
         self.version = np.zeros(self.n_nodes, dtype=np.int64) if old is None else old + 1
         self.allocated_gpu_milli = 0
+        self.n_changes = getattr(self, "n_changes", 0) + 1
 
     def copy(self) -> ClusterState:
         """An independent copy (same capacities and priority, same usage)."""
@@ -336,6 +339,7 @@ class ClusterState:
         self.cpu_free[node] -= pod.cpu_milli
         self.mem_free[node] -= pod.memory_mib
         self.version[node] += 1
+        self.n_changes += 1
         return g
 
     def release(self, pod: Pod, node: int, gpus: np.ndarray | list[int]) -> None:
@@ -368,6 +372,7 @@ class ClusterState:
         self.cpu_free[node] += pod.cpu_milli
         self.mem_free[node] += pod.memory_mib
         self.version[node] += 1
+        self.n_changes += 1
 
 
 class NodeStats:
@@ -376,6 +381,7 @@ class NodeStats:
 
     Attributes (read them, do not write them; current after :meth:`update`):
         idle_total: ``(N,)`` int64 idle milli-GPU per node (``state.gpu_idle_total()``).
+        max_idle: ``(N,)`` int64 idle milli-GPU of the node's most idle GPU (0 without GPUs).
         full_idle: ``(N,)`` int64 fully idle GPUs per node (``state.full_idle_count()``).
         idle_t: ``(8, N)`` int64 ``state.gpu_idle`` transposed and C-contiguous: a reduction over
             each node's GPUs runs along axis 0, several times faster in numpy than along the short
@@ -386,6 +392,7 @@ class NodeStats:
 
     def __init__(self) -> None:
         self.state: ClusterState | None = None
+        self._seen = -1
 
     def update(self, state: ClusterState) -> None:
         """Bring the statistics up to date with ``state`` (binding to it if it is a new one)."""
@@ -393,16 +400,43 @@ class NodeStats:
             n = state.n_nodes
             self.state = state
             self.idle_total = np.zeros(n, dtype=np.int64)
+            self.max_idle = np.zeros(n, dtype=np.int64)
             self.full_idle = np.zeros(n, dtype=np.int64)
             self.idle_t = np.zeros((MAX_GPUS_PER_NODE, n), dtype=np.int64)
             self.n_classes = np.zeros(n, dtype=np.int64)
             self._ver = np.full(n, -1, dtype=np.int64)
+            self._spec_ok: dict[int, np.ndarray] = {}
+            self._has_gpu = state.num_gpu > 0
+        elif state.n_changes == self._seen:
+            return
+        self._seen = state.n_changes
         stale = (self._ver != state.version).nonzero()[0]
         if stale.size == 0:
             return
         idle = state.gpu_idle.take(stale, axis=0)  # (S, 8)
         self.idle_total[stale] = idle.sum(axis=1)
+        self.max_idle[stale] = idle.max(axis=1)
         self.full_idle[stale] = rows_count(idle == GPU_MILLI)
         self.idle_t[:, stale] = idle.T
         self.n_classes[stale] = (state.class_count.take(stale, axis=0) > 0).sum(axis=1)
         self._ver[stale] = state.version.take(stale)
+
+    def feasible(self, state: ClusterState, pod: Pod) -> np.ndarray:
+        """``state.feasible(pod)``, the same ``(N,)`` bool, from the statistics (updated here):
+        a node has a GPU with ``>= m`` idle iff its most idle GPU has."""
+        self.update(state)
+        ok = (state.cpu_free >= pod.cpu_milli) & (state.mem_free >= pod.memory_mib)
+        if pod.num_gpu == 0:
+            return ok
+        if pod.gpu_spec_mask != ANY_GPU_MODEL:
+            spec = self._spec_ok.get(pod.gpu_spec_mask)
+            if spec is None:
+                spec = self._spec_ok[pod.gpu_spec_mask] = (state.model_bit & pod.gpu_spec_mask) != 0
+            ok &= spec
+        else:
+            ok &= self._has_gpu
+        if pod.num_gpu == 1:
+            ok &= self.max_idle >= max(pod.gpu_milli, 1)
+        else:
+            ok &= self.full_idle >= pod.num_gpu
+        return ok

@@ -196,7 +196,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
                 self._truncated = True
                 return False
             pod = pods[t]
-            mask = st.feasible(pod)
+            mask = self.builder.stats.feasible(st, pod)  # = st.feasible(pod), from cached stats
             n_feas = int(np.count_nonzero(mask))
             if n_feas == 0:
                 self._n_failed += 1

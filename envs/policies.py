@@ -27,6 +27,7 @@ case-insensitively; ``bestfit``, ``best_fit`` and ``BestFit`` are the same).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -262,6 +263,46 @@ def gpu_clustering_scores_at(
     return _clustering(_idle_total_at(state, idx, stats), has_this, n_classes, pod)
 
 
+def heuristic_scores_one(
+    state: ClusterState, pod: Pod, node: int, stats: NodeStats
+) -> tuple[int, int, int, int]:
+    """BestFit raw, DotProd, GpuPacking and GpuClustering scores of one node, in plain Python.
+
+    The scalar twin of :func:`bestfit_raw_at`, :func:`dotprod_scores_at`,
+    :func:`gpu_packing_scores_at` and :func:`gpu_clustering_scores_at` (``stats`` updated to
+    ``state``), for the one or two nodes a decision has to refresh, where numpy's per-call cost
+    dominates. Every step is the same IEEE double or integer operation as the vectorised form
+    (integer operands convert exactly), so the results are equal (``tests/test_fgd_policies.py``).
+    """
+    cpu = int(state.cpu_free[node])
+    tot = int(stats.idle_total[node])
+    req = pod.gpu_request
+    bf = math.floor(
+        100.0 * (1.0 - (0.5 * ((cpu - pod.cpu_milli) / CPU_NORM) + 0.5 * ((tot - req) / GPU_NORM)))
+    )
+    dot = (cpu / CPU_NORM) * (pod.cpu_milli / CPU_NORM) + (tot / GPU_NORM) * (req / GPU_NORM)
+    dp = math.floor(100.0 * (1.0 - dot / 2.0))
+    cls = pod.pod_class
+    if cls < 0:
+        return bf, dp, 0, 0
+    ng = int(state.num_gpu[node])
+    if pod.is_sharing:
+        need = max(pod.gpu_milli, 1)
+        tight = min((v for v in state.gpu_idle[node].tolist() if v >= need), default=GPU_MILLI + 1)
+        pk = 49 if tight == GPU_MILLI else max(100 - (tight * 100 // GPU_MILLI) // 10, 50)
+    else:
+        pk = max(50 - pod.num_gpu, 33)
+    if ng > 0 and int(stats.full_idle[node]) == ng:
+        pk = 33 - ng
+    n_cls = int(stats.n_classes[node])
+    if state.class_count[node, cls] > 0:
+        bonus = 75 if n_cls == 1 else 50
+    else:
+        bonus = 25 if n_cls == 0 else 0
+    cl = 25 * (GPU_NORM - tot) // GPU_NORM + bonus
+    return bf, dp, pk, cl
+
+
 # --------------------------------------------------------------------------- simple policies
 class RandomPolicy(Policy):
     """A uniformly random feasible node; a sharing pod goes to a uniformly random fitting GPU."""
@@ -471,6 +512,7 @@ class FGD(Policy):
         self._F = np.zeros(n, dtype=np.float64)
         self._F_sum = 0.0
         self._ver = np.full(n, -1, dtype=np.int64)
+        self._seen = -1  # state.n_changes when last refreshed
         self._refresh(state)
 
     def _refresh(self, state: ClusterState) -> None:
@@ -479,6 +521,9 @@ class FGD(Policy):
         if self._state is not state:
             self._bind(state)
             return
+        if state.n_changes == self._seen:
+            return
+        self._seen = state.n_changes
         stale = (self._ver != state.version).nonzero()[0]
         if stale.size == 0:
             return
@@ -591,6 +636,9 @@ class FGD(Policy):
         if idx.size == rows.size:  # one candidate GPU per node: nothing to choose
             return d, cols
         sc = fgd_score_from_delta(d / self._total)
+        if idx.size == 1:  # the first best-scoring GPU (argmax takes the first maximum)
+            j = int(sc.argmax())
+            return d[j : j + 1], cols[j : j + 1]
         new_node = np.empty(rows.size, dtype=bool)
         new_node[0] = True
         np.not_equal(rows[1:], rows[:-1], out=new_node[1:])

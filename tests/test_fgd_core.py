@@ -14,8 +14,22 @@ from data.openb import (
     nodes_from_arrays,
     trace_from_arrays,
 )
-from envs.core import ClusterState, PlacementError, Pod
-from envs.policies import POLICIES, make_policy
+from envs.core import ClusterState, NodeStats, PlacementError, Pod
+from envs.policies import (
+    POLICIES,
+    bestfit_raw,
+    bestfit_raw_at,
+    bestfit_scores,
+    bestfit_scores_at,
+    dotprod_scores,
+    dotprod_scores_at,
+    gpu_clustering_scores,
+    gpu_clustering_scores_at,
+    gpu_packing_scores,
+    gpu_packing_scores_at,
+    heuristic_scores_one,
+    make_policy,
+)
 
 MODELS = ["T4", "P100", "V100M16"]
 
@@ -150,3 +164,46 @@ def test_select_node_ties_go_to_priority() -> None:
     assert s.select_node(scores, np.array([True, True, True, True])) == 2
     assert s.select_node(scores, np.array([True, True, False, True])) == 1
     assert s.select_node(scores, np.zeros(4, dtype=bool)) == -1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleet=fleets, rows=pods, seed=st.integers(0, 5))
+def test_fast_paths_equal_the_reference_formulas(fleet, rows, seed) -> None:
+    """NodeStats feasibility, the index-based and the scalar heuristic scores equal the mask-based
+    public functions bit for bit, while pods are placed and released."""
+    nodes = nodes_from_arrays(*[list(x) for x in zip(*fleet, strict=True)])
+    state = ClusterState.from_openb(
+        nodes, priority=np.random.default_rng(seed).permutation(len(nodes))
+    )
+    stats = NodeStats()
+    rng = np.random.default_rng(seed)
+    placed = []
+    for row in rows:
+        pod = _pod(row)
+        mask = state.feasible(pod)
+        assert stats.feasible(state, pod).tolist() == mask.tolist()
+        every = np.ones(state.n_nodes, dtype=bool)
+        ref = (
+            bestfit_raw(state, pod, every),
+            dotprod_scores(state, pod, every),
+            gpu_packing_scores(state, pod, every),
+            gpu_clustering_scores(state, pod, every),
+        )
+        idx = np.arange(state.n_nodes)
+        for s in (None, stats):
+            assert bestfit_raw_at(state, pod, idx, s).tolist() == ref[0].tolist()
+            assert dotprod_scores_at(state, pod, idx, s).tolist() == ref[1].tolist()
+            assert gpu_packing_scores_at(state, pod, idx, s).tolist() == ref[2].tolist()
+            assert gpu_clustering_scores_at(state, pod, idx, s).tolist() == ref[3].tolist()
+        for n in range(state.n_nodes):
+            got = heuristic_scores_one(state, pod, n, stats)
+            assert got == tuple(int(r[n]) for r in ref)
+        if mask.any():
+            fi = np.flatnonzero(mask)
+            assert bestfit_scores_at(state, pod, fi, stats).tolist() == (
+                bestfit_scores(state, pod, mask)[fi].tolist()
+            )
+            node = int(rng.choice(fi))
+            placed.append((pod, node, state.place(pod, node)))
+        if placed and rng.random() < 0.3:
+            state.release(*placed.pop(int(rng.integers(len(placed)))))
