@@ -147,8 +147,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Root-cause analysis of alert storms and GPU placement for multi-cluster fleets.",
         lifespan=lifespan,
     )
-    if settings is not None:
-        app.dependency_overrides[get_settings] = lambda: settings
+    fixed = settings
+
+    async def current_settings() -> Settings:  # async: no thread-pool hop per request
+        return fixed if fixed is not None else get_settings()
+
+    app.dependency_overrides[get_settings] = current_settings
     for r in (alerts, incidents, rca, placements, fleet, graph, models):
         from fastapi import Depends
 
