@@ -221,6 +221,12 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="behaviour cloning stops below this cross-entropy (default 0.2)",
     )
     tr.add_argument(
+        "--bc-fgd-until-pct",
+        type=float,
+        default=0.0,
+        help="teacher demonstrations: FGD prefix %% (default 0: whole episodes)",
+    )
+    tr.add_argument(
         "--eval-fgd-until-pct",
         type=float,
         default=80.0,
@@ -263,6 +269,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         bc_episodes=args.bc_episodes,
         teacher=args.teacher,
         bc_target_ce=args.bc_target_ce,
+        bc_fgd_until_pct=args.bc_fgd_until_pct,
         eval_fgd_until_pct=args.eval_fgd_until_pct,
         cem_generations=args.cem_generations,
         cem_population=args.cem_population,

@@ -71,6 +71,9 @@ class Args:
     """teacher (FGD) episodes for the imitation warm start (0: none)"""
     bc_epochs: int = 30
     """maximum epochs of behaviour cloning (stops at cross-entropy ``bc_target_ce``)"""
+    bc_fgd_until_pct: float = 0.0
+    """teacher demonstrations: FGD prefix (default 0, whole episodes, so that the clone also sees the
+    early, lightly loaded states that the PPO episodes skip but evaluation does not)"""
     bc_target_ce: float = 0.2
     """behaviour cloning stops once the epoch's cross-entropy is below this"""
     teacher: str = "fgd"
@@ -398,7 +401,11 @@ def run(args: Args) -> dict[str, Any]:
         teacher = _make_teacher(args, env_kwargs, run_dir, summary)
         if args.bc_episodes > 0:
             teach_env = GpuPlacementEnv(
-                **{**env_kwargs, "workload_seeds": list(args.workload_seeds)}
+                **{
+                    **env_kwargs,
+                    "workload_seeds": list(args.workload_seeds),
+                    "fgd_until_pct": args.bc_fgd_until_pct,
+                }
             )
             bar = tqdm(
                 desc=f"{args.teacher} demonstrations", unit="step", disable=not args.progress
@@ -521,7 +528,8 @@ def run(args: Args) -> dict[str, Any]:
                     f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
                     f" --eval-freq {args.eval_freq} --eval-fgd-until-pct {args.eval_fgd_until_pct:g}"
                     f" --teacher {args.teacher} --bc-episodes {args.bc_episodes}"
-                    f" --bc-target-ce {args.bc_target_ce:g}"
+                    f" --bc-target-ce {args.bc_target_ce:g} --bc-fgd-until-pct {args.bc_fgd_until_pct:g}"
+                    f" --fgd-until-pct {args.fgd_until_pct:g}"
                     + (
                         f" --cem-generations {args.cem_generations} --cem-population"
                         f" {args.cem_population} --cem-seeds {' '.join(map(str, args.cem_seeds))}"
