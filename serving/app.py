@@ -147,12 +147,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Root-cause analysis of alert storms and GPU placement for multi-cluster fleets.",
         lifespan=lifespan,
     )
-    fixed = settings
-
-    async def current_settings() -> Settings:  # async: no thread-pool hop per request
-        return fixed if fixed is not None else get_settings()
-
-    app.dependency_overrides[get_settings] = current_settings
+    # No dependency override for explicit settings: the services carry them (``current_settings``),
+    # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
+    # request (~1-2 ms each).
     for r in (alerts, incidents, rca, placements, fleet, graph, models):
         from fastapi import Depends
 

@@ -10,6 +10,7 @@ a plain ``def`` dependency in its thread pool, a thread hand-off per dependency 
 from __future__ import annotations
 
 import hmac
+import inspect
 import threading
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -89,11 +90,24 @@ async def get_telemetry(services: ServicesDep) -> TelemetrySource:
     return services.telemetry
 
 
-async def require_token(
-    request: Request, settings: Annotated[Settings, Depends(get_settings)]
-) -> None:
+async def current_settings(request: Request) -> Settings:
+    """The settings in force: ``app.dependency_overrides[get_settings]`` when set, else the app's.
+
+    Resolved here rather than declared as ``Depends(get_settings)``: FastAPI re-inspects the
+    signature of an overridden dependency on every request (``get_dependant``, ~1 ms), and runs the
+    plain ``get_settings`` in its thread pool.
+    """
+    override = request.app.dependency_overrides.get(get_settings)
+    if override is not None:
+        value = override()
+        return await value if inspect.isawaitable(value) else value
+    services = getattr(request.app.state, "services", None)
+    return services.settings if services is not None else get_settings()
+
+
+async def require_token(request: Request) -> None:
     """When ``FLEETMIND_API_TOKEN`` is set, demand ``Authorization: Bearer <token>`` (401 otherwise)."""
-    token = settings.api_token
+    token = (await current_settings(request)).api_token
     if not token:
         return
     header = request.headers.get("authorization", "")
