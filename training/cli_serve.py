@@ -24,7 +24,13 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
-    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default: 1)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="uvicorn worker processes, each with its own models and ranking thread "
+        "(default: FLEETMIND_WORKERS or 1; about one per core for RCA throughput)",
+    )
     p.add_argument("--graph", help="dependency graph JSON (default: the committed example graph)")
     p.add_argument(
         "--database-url", help="SQLAlchemy URL (default: sqlite:///fleetmind.db, WAL mode)"
@@ -49,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be within 1..65535, got {args.port}")
+    if args.workers is None:
+        raw = os.environ.get("FLEETMIND_WORKERS", "1")
+        try:
+            args.workers = int(raw)
+        except ValueError:
+            raise ConfigError(f"FLEETMIND_WORKERS must be an integer, got {raw!r}") from None
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     for attr, env in _ENV_OPTIONS.items():
