@@ -27,6 +27,7 @@ case-insensitively; ``bestfit``, ``best_fit`` and ``BestFit`` are the same).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -481,6 +482,17 @@ class FGD(Policy):
         self._g_mask = typical.gpu_spec_mask[gpu_m]
         self._g_count = typical.count[gpu_m].astype(np.float64)
         self._total = int(typical.count.sum())
+        # plain-Python copies for the one-node paths (_refresh_one, _deltas_one)
+        self._thr_list = self._thresholds.tolist()
+        self._typ_list = list(
+            zip(
+                self._tix.tolist(),
+                self._g_k.tolist(),
+                self._g_cpu.tolist(),
+                typical.count[gpu_m].tolist(),
+                strict=True,
+            )
+        )
         self._state = None
 
     def reset(
@@ -527,6 +539,10 @@ class FGD(Policy):
         stale = (self._ver != state.version).nonzero()[0]
         if stale.size == 0:
             return
+        if stale.size <= 2:  # the usual case after one placement: plain Python is cheaper
+            for node in stale.tolist():
+                self._refresh_one(state, node)
+            return
         idle = state.gpu_idle.take(stale, axis=0)  # (S, 8)
         t = self._thresholds[None, None, :]
         below_m = idle[:, :, None] < t
@@ -541,6 +557,95 @@ class FGD(Policy):
         self._F_sum += float(f_new.sum()) - float(self._F.take(stale).sum())
         self._F[stale] = f_new
         self._ver[stale] = state.version[stale]
+
+    # -- one-node paths: the same integer arithmetic as the vectorised code, in plain Python -----
+    def _node_stats_one(self, idle: list[int]) -> tuple[list[int], list[int]]:
+        """``below`` (idle milli of GPUs under each threshold) and ``cnt`` (GPUs at or above it)
+        of one node with per-GPU idle ``idle``; thresholds ascending, so ``v < t_j`` iff
+        ``j >= bisect_right(thresholds, v)``."""
+        thr = self._thr_list
+        n_t = len(thr)
+        add_v = [0] * (n_t + 1)
+        add_c = [0] * (n_t + 1)
+        for v in idle:
+            p = bisect.bisect_right(thr, v)
+            add_v[p] += v
+            add_c[p] += 1
+        below, cnt = [0] * n_t, [0] * n_t
+        acc_v = acc_c = 0
+        for j in range(n_t):
+            acc_v += add_v[j]
+            acc_c += add_c[j]
+            below[j] = acc_v  # sum of v with bisect position <= j, i.e. v < t_j
+            cnt[j] = len(idle) - acc_c
+        return below, cnt
+
+    def _frag_one(
+        self, below: list[int], cnt: list[int], total_idle: int, cpu: int, spec: list[bool]
+    ) -> int:
+        """:meth:`_frag_int` for one node state, as an exact Python integer."""
+        gain = 0
+        for (ti, k, c, count), ok in zip(self._typ_list, spec, strict=True):
+            if ok and cnt[ti] >= k and cpu >= c:
+                gain += (total_idle - below[ti]) * count
+        return total_idle * self._total - gain
+
+    def _refresh_one(self, state: ClusterState, node: int) -> None:
+        idle = state.gpu_idle[node].tolist()
+        below, cnt = self._node_stats_one(idle)
+        tot = sum(idle)
+        f_new = self._frag_one(
+            below, cnt, tot, int(state.cpu_free[node]), self._spec_ok[node].tolist()
+        )
+        self._below[node] = below
+        self._cnt[node] = cnt
+        self._L[node] = tot
+        self._F_sum += float(f_new) - float(self._F[node])
+        self._F[node] = f_new
+        self._ver[node] = state.version[node]
+
+    def _deltas_one(
+        self, state: ClusterState, pod: Pod, node: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`node_deltas_at` for the single node ``node`` (its statistics are current)."""
+        below = [int(x) for x in self._below[node].tolist()]
+        cnt = self._cnt[node].tolist()
+        tot = int(self._L[node])
+        f_now = int(self._F[node])
+        cpu = int(state.cpu_free[node]) - pod.cpu_milli
+        spec = self._spec_ok[node].tolist()
+        if pod.num_gpu == 0:
+            d, gpu = f_now - self._frag_one(below, cnt, tot, cpu, spec), -1
+        elif not pod.is_sharing:
+            k = pod.num_gpu
+            after = self._frag_one(below, [c - k for c in cnt], tot - k * GPU_MILLI, cpu, spec)
+            idle = state.gpu_idle[node].tolist()
+            d, gpu = f_now - after, (idle.index(GPU_MILLI) if GPU_MILLI in idle else 0)
+        else:
+            g = pod.gpu_milli
+            need = max(g, 1)
+            n_gpu = int(state.num_gpu[node])
+            thr = self._thr_list
+            ds: list[int] = []
+            cols: list[int] = []
+            seen: set[int] = set()
+            for i, v in enumerate(state.gpu_idle[node].tolist()[:n_gpu]):
+                if v < need or v in seen:  # one candidate per distinct idle value (lowest index)
+                    continue
+                seen.add(v)
+                v2 = v - g
+                b = [
+                    x - (v if v < t else 0) + (v2 if v2 < t else 0)
+                    for x, t in zip(below, thr, strict=True)
+                ]
+                c = [x - (v >= t) + (v2 >= t) for x, t in zip(cnt, thr, strict=True)]
+                ds.append(f_now - self._frag_one(b, c, tot - g, cpu, spec))
+                cols.append(i)
+            j = 0
+            if len(ds) > 1:  # best integer score, the first GPU on ties (as _sharing_deltas)
+                j = int(fgd_score_from_delta(np.array(ds, dtype=np.float64) / self._total).argmax())
+            d, gpu = ds[j], cols[j]
+        return np.array([d], dtype=np.float64) / self._total, np.array([gpu], dtype=np.int64)
 
     def fragmentation_sum(self, state: ClusterState) -> float:
         """Cluster fragmentation ``sum_n F_n`` in milli-GPU (kept up to date incrementally)."""
@@ -596,6 +701,8 @@ class FGD(Policy):
         """:meth:`node_deltas` on the nodes ``idx`` only (``(S,)`` int64, non-empty): returns
         ``delta`` and ``gpu``, both ``(S,)``, equal to ``node_deltas(...)[i][idx]``."""
         self._refresh(state)
+        if idx.size == 1:
+            return self._deltas_one(state, pod, int(idx[0]))
         cpu_after = state.cpu_free.take(idx) - pod.cpu_milli
         below, cnt, tot = self._below.take(idx, axis=0), self._cnt.take(idx, axis=0), self._L[idx]
         if pod.num_gpu == 0:

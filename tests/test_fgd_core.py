@@ -16,6 +16,7 @@ from data.openb import (
 )
 from envs.core import ClusterState, NodeStats, PlacementError, Pod
 from envs.policies import (
+    FGD,
     POLICIES,
     bestfit_raw,
     bestfit_raw_at,
@@ -177,11 +178,25 @@ def test_fast_paths_equal_the_reference_formulas(fleet, rows, seed) -> None:
     )
     stats = NodeStats()
     rng = np.random.default_rng(seed)
+    trace = trace_from_arrays(*[list(x) for x in zip(*rows, strict=True)])
+    fgd = FGD()
+    fgd.reset(state, trace=trace)
     placed = []
     for row in rows:
         pod = _pod(row)
         mask = state.feasible(pod)
         assert stats.feasible(state, pod).tolist() == mask.tolist()
+        # FGD: one-node plain-Python paths (refresh, deltas) equal the vectorised ones
+        fresh = FGD(typical=fgd.typical)
+        fresh.reset(state)
+        assert fgd.fragmentation_sum(state) == fresh.fragmentation_sum(state)
+        assert fgd._F.tolist() == fresh._F.tolist()  # noqa: SLF001
+        fit = np.flatnonzero(mask)
+        if fit.size >= 2:
+            d_all, g_all = fresh.node_deltas(state, pod, mask)  # vectorised over >= 2 nodes
+            for n in fit.tolist():
+                d1, g1 = fgd.node_deltas_at(state, pod, np.array([n]))
+                assert (d1[0], g1[0]) == (d_all[n], g_all[n])
         every = np.ones(state.n_nodes, dtype=bool)
         ref = (
             bestfit_raw(state, pod, every),

@@ -160,3 +160,23 @@ def test_topology_best_effort_prefers_nvlink_sets() -> None:
     assert tuple(gpus.tolist()) == best_gpu_set(tmpl, np.ones(8, dtype=bool), 2)
     assert set_score(tmpl, gpus) > set_score(openb_template_for("G2", 8), [0, 1])
     assert make_policy("BestFit").select(s, pod, s.feasible(pod))[0] == 0
+
+
+@pytest.mark.parametrize("milli", [200, 300, 500, 700, 1000])
+def test_fgd_one_node_deltas_equal_the_vectorised_ones(milli) -> None:
+    """The plain-Python path for a single node (exact fits, duplicates, whole GPUs) agrees with
+    the vectorised path over several nodes, and with a sharing pod that exactly fills a GPU."""
+    nodes = nodes_from_arrays([64000] * 3, [262144] * 3, [4, 4, 2], ["T4", "T4", "T4"])
+    s = ClusterState.from_openb(nodes)
+    for node, gpu, m in [(0, 0, 500), (0, 1, 700), (1, 0, 500), (1, 1, 500), (2, 0, 800)]:
+        s.place(Pod(1000, 0, 1, m), node, [gpu])  # idle: [500, 300, 1000, 1000], [500, 500, ...]
+    tr = trace_from_arrays([1000, 1000, 2000, 4000], [0] * 4, [1, 1, 2, 0], [500, 300, 1000, 0])
+    fgd = FGD()
+    fgd.reset(s, trace=tr)
+    every = np.ones(3, dtype=bool)
+    for pod in (Pod(1000, 0, 1, milli), Pod(2000, 0, 2, 1000), Pod(4000, 0, 0, 0)):
+        mask = s.feasible(pod) & every
+        d_all, g_all = fgd.node_deltas(s, pod, mask)
+        for n in np.flatnonzero(mask).tolist():
+            d1, g1 = fgd.node_deltas_at(s, pod, np.array([n]))
+            assert (d1[0], g1[0]) == (d_all[n], g_all[n])
