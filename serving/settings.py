@@ -77,6 +77,12 @@ class Settings(BaseSettings):
     rca_max_batch: int = Field(
         16, ge=1, le=1024, description="most concurrent RCA requests ranked in one batch"
     )
+    gc_gen0_threshold: int | None = Field(
+        10_000,
+        ge=1,
+        description="Python GC generation-0 threshold while serving (unset: Python's 700); "
+        "startup objects are also frozen out of collections",
+    )
     torch_threads: int | None = Field(
         1,
         ge=1,

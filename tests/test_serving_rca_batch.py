@@ -208,3 +208,20 @@ def test_rca_body_errors_are_422_with_body_locations(tmp_path: Path) -> None:
             assert tuple(r.json()["detail"][0]["loc"][: len(loc)]) == loc, r.json()
         ok = client.post("/api/v1/rca", json={"alerts": [{"labels": {"cluster": "c0"}}]})
         assert ok.status_code == 200 and ok.json()["mapped_alerts"] == 1
+
+
+def test_gc_tuned_while_serving_and_restored(tmp_path: Path) -> None:
+    import gc
+
+    before = gc.get_threshold()
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/fm.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+        gc_gen0_threshold=12_345,
+    )
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert gc.get_threshold()[0] == 12_345 and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before
