@@ -6,9 +6,10 @@ The pieces ``training/sched_train.py`` composes (SB3 split: the algorithm is sb3
 * :func:`make_vec_env`: ``SubprocVecEnv`` (``DummyVecEnv`` for one env) of seeded placement envs
   wrapped in ``VecMonitor`` (episode return, length and the fgd-mode metric in ``info``).
 * :func:`collect_teacher` + :func:`behaviour_clone`: imitation warm start. The teacher is FGD
-  (candidate 0 of every observation). Cloning its decisions (cross-entropy on the masked logits)
-  and regressing the critic on the teacher's discounted returns starts PPO at FGD's level instead of
-  at a random policy, which a 30-minute budget on two shared cores could never climb out of.
+  (candidate 0 of every observation) or any ``act(obs, mask)``, e.g. the CEM-searched linear scorer
+  of :mod:`rl.teacher`. Cloning its decisions (cross-entropy on the masked logits) and regressing
+  the critic on the teacher's discounted returns starts PPO at the teacher's level instead of at a
+  random policy, which a 30-minute budget on two shared cores could never climb out of.
 * :func:`make_model`: ``MaskablePPO`` with the documented hyperparameters.
 * :func:`greedy_rollout`: deterministic episodes of an actor, returning the fgd-mode metric.
 
