@@ -45,7 +45,12 @@ def edge_costs(
     first = np.ones(key.size, dtype=bool)
     first[1:] = key[1:] != key[:-1]
     key, cost = key[first], cost[first]
-    return csr_matrix((cost, (key // num_nodes, key % num_nodes)), shape=(num_nodes, num_nodes))
+    # keys are sorted and unique, i.e. row-major order: build the CSR arrays directly (the same
+    # matrix the COO constructor would give, without its conversion pass)
+    rows, cols = key // num_nodes, key % num_nodes
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])
+    return csr_matrix((cost, cols, indptr), shape=(num_nodes, num_nodes))
 
 
 def propagation_paths(
