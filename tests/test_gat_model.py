@@ -315,6 +315,7 @@ def test_corrupt_or_incompatible_artifacts(artifact, tmp_path) -> None:
 
 def test_vectorised_alert_mapping_matches_graph_rules() -> None:
     from rca.features import node_index_for_alert
+    from serving.alertmap import node_for_alert as service_node_for_alert
 
     g = toy_graph("m", 2, 2, 2, 3)
     rng = np.random.default_rng(0)
@@ -332,3 +333,4 @@ def test_vectorised_alert_mapping_matches_graph_rules() -> None:
     for labels in label_sets:
         ref = g.node_for_alert(labels)
         assert node_index_for_alert(g, labels) == (None if ref is None else g.index[ref]), labels
+        assert service_node_for_alert(g, labels) == ref, labels
