@@ -527,6 +527,8 @@ def run(args: Args) -> dict[str, Any]:
                 + [
                     f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
                     f" --eval-freq {args.eval_freq} --eval-fgd-until-pct {args.eval_fgd_until_pct:g}"
+                    + "".join(f" --eval-trace {t}" for t in args.eval_traces)
+                    + f" --eval-seeds {' '.join(map(str, args.eval_seeds))}"
                     f" --teacher {args.teacher} --bc-episodes {args.bc_episodes}"
                     f" --bc-target-ce {args.bc_target_ce:g} --bc-fgd-until-pct {args.bc_fgd_until_pct:g}"
                     f" --fgd-until-pct {args.fgd_until_pct:g}"
