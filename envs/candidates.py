@@ -107,6 +107,19 @@ GLOBAL_FEATURE_NAMES = (
 )
 
 
+def pod_shape_features(pod: Pod) -> tuple[float, float, float, float, float, float]:
+    """The 6 pod-shape globals shared by every placement env's observation: per-GPU milli / 1000,
+    GPU count / 8, CPU / 32,000 milli, memory / 65,536 MiB, is sharing, is CPU-only."""
+    return (
+        pod.gpu_milli / GPU_MILLI,
+        pod.num_gpu / MAX_GPUS_PER_NODE,
+        pod.cpu_milli / 32000.0,
+        pod.memory_mib / 65536.0,
+        float(pod.is_sharing),
+        float(pod.num_gpu == 0),
+    )
+
+
 @dataclass
 class Candidates:
     """One decision's candidates.
@@ -452,12 +465,7 @@ class CandidateBuilder:
 
         cap = st.gpu_capacity_milli
         obs[k_max * N_CAND_FEATURES :] = (
-            pod.gpu_milli / GPU_MILLI,
-            pod.num_gpu / MAX_GPUS_PER_NODE,
-            pod.cpu_milli / 32000.0,
-            pod.memory_mib / 65536.0,
-            float(pod.is_sharing),
-            float(pod.num_gpu == 0),
+            *pod_shape_features(pod),
             arrived_milli / (1.3 * cap),
             st.allocated_gpu_milli / cap,
             n_feas / n_nodes,

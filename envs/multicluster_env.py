@@ -10,8 +10,7 @@ from gymnasium import spaces
 
 from data.errors import ConfigError
 from data.openb import GPU_MILLI, PodTrace, load_openb_trace
-from envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW
-from envs.core import MAX_GPUS_PER_NODE
+from envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW, pod_shape_features
 from envs.dynamic_mode import (
     DEFAULT_BACKFILL_DEPTH,
     DEFAULT_TARGET_UTIL,
@@ -368,12 +367,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         cap = st.gpu_capacity_milli
         glob = np.array(
             [
-                pod.gpu_milli / GPU_MILLI,
-                pod.num_gpu / MAX_GPUS_PER_NODE,
-                pod.cpu_milli / 32000.0,
-                pod.memory_mib / 65536.0,
-                float(pod.is_sharing),
-                float(pod.num_gpu == 0),
+                *pod_shape_features(pod),
                 float(jb.comm[j]),
                 np.log10(1.0 + jb.data_gb[j]) / 3.0,
                 st.allocated_gpu_milli / max(cap, 1),
