@@ -71,3 +71,19 @@ def test_bad_arguments_and_files(tiny, tmp_path):
     (tmp_path / "junk.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="junk.json"):
         LinearScorer.load(tmp_path / "junk.json")
+
+
+def test_sched_train_rejects_a_teacher_file_that_does_not_fit(tmp_path):
+    from data.errors import ConfigError
+    from training.sched_train import Args, _make_teacher
+
+    LinearScorer(np.zeros(30), 16, 10).save(tmp_path / "f10.json")
+    with pytest.raises(ConfigError, match="F=10"):
+        _make_teacher(Args(teacher=str(tmp_path / "f10.json")), {}, tmp_path, {})
+    LinearScorer.fgd(8, 18).save(tmp_path / "k8.json")
+    with pytest.raises(ConfigError, match="K=8"):
+        _make_teacher(Args(teacher=str(tmp_path / "k8.json")), {}, tmp_path, {})
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        _make_teacher(Args(teacher=str(tmp_path / "nope.json")), {}, tmp_path, {})
+    ok = _make_teacher(Args(teacher=str(tmp_path / "k8.json"), n_candidates=8), {}, tmp_path, {})
+    assert isinstance(ok, LinearScorer) and ok.weights[1] == 1.0

@@ -6,9 +6,11 @@
 What a run does:
 
 1. Seeds everything (Python, NumPy, torch, env and action-space seeds).
-2. Imitation warm start: rolls out FGD (candidate 0 of every observation) on the training traces
-   and clones it into the candidate scorer (actor cross-entropy + critic regression on the
-   teacher's discounted returns); see :mod:`rl.ppo`.
+2. Imitation warm start: rolls out a teacher on the training traces and clones it into the
+   candidate scorer (actor cross-entropy + critic regression on the teacher's discounted returns;
+   see :mod:`rl.ppo`). The teacher is FGD (candidate 0 of every observation; ``--teacher fgd``), a
+   linear candidate scorer searched first by the cross-entropy method (``--teacher cem``; see
+   :mod:`rl.teacher`), or a saved scorer JSON.
 3. MaskablePPO on ``SubprocVecEnv`` envs (``fleetmind/GpuPlacement-v0``; episodes start after an FGD
    prefix up to ``fgd_until_pct`` of capacity and stop at ``stop_arrived_pct``, from a pool of
    workload seeds), with SB3 callbacks: MLflow logging (``train/*`` episode metrics, ``losses/*``),
@@ -68,7 +70,7 @@ class Args:
     workload_seeds: list[int] = field(default_factory=lambda: [1000, 1001])
     """pool of training workload seeds (disjoint from the evaluation seeds 42-51)"""
     bc_episodes: int = 2
-    """teacher (FGD) episodes for the imitation warm start (0: none)"""
+    """teacher episodes for the imitation warm start (0: none)"""
     bc_epochs: int = 30
     """maximum epochs of behaviour cloning (stops at cross-entropy ``bc_target_ce``)"""
     bc_fgd_until_pct: float = 0.0
@@ -85,7 +87,7 @@ class Args:
     """teacher=cem: weight vectors scored per generation"""
     cem_seeds: list[int] = field(default_factory=lambda: [1000])
     """teacher=cem: workload seeds of the search episodes (one episode per training trace and
-    seed, plus ``default`` with the next seed when only one trace is given)"""
+    seed; when that makes a single episode, the same trace with the next seed is added)"""
     learning_rate: float = 1e-4
     """PPO Adam step size"""
     n_steps: int = 512
@@ -265,6 +267,7 @@ def _make_teacher(
     import mlflow
     from tqdm import tqdm
 
+    from envs.candidates import N_CAND_FEATURES
     from envs.gpu_placement_env import GpuPlacementEnv
     from rl.teacher import LinearScorer, cem_search
 
@@ -275,6 +278,11 @@ def _make_teacher(
         if scorer.n_candidates != args.n_candidates:
             raise ConfigError(
                 f"teacher {args.teacher} has K={scorer.n_candidates}, the run uses K={args.n_candidates}"
+            )
+        if scorer.n_cand_features != N_CAND_FEATURES:
+            raise ConfigError(
+                f"teacher {args.teacher} has F={scorer.n_cand_features} candidate features,"
+                f" GpuPlacement-v0 has F={N_CAND_FEATURES}"
             )
         return scorer
     if args.cem_generations < 1 or args.cem_population < 2:
