@@ -1,12 +1,13 @@
 # FleetMind: the two commands of the README.
 #   make demo   set up .venv and run the end-to-end demo on the embedded defaults
-#   make test   set up .venv, lint (ruff) and run the whole test suite
+#   make test   set up .venv (and, as root with apt-get, the end-to-end test peers), lint (ruff)
+#               and run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format venv clean
+.PHONY: demo test lint format venv peers clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +28,10 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: lint
+peers:
+	bash .ci/install_test_peers.sh
+
+test: peers lint
 	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest -q
 
 clean:

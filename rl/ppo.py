@@ -250,7 +250,7 @@ def greedy_rollout(
 ) -> dict[str, Any]:
     """One deterministic episode on ``trace`` / ``workload_seed``; returns the final ``info``."""
     obs, info = env.reset(options={"trace": trace, "workload_seed": workload_seed})
-    done = False
+    done = "n_decisions" in info  # a workload without any decision ends at reset
     while not done:
         obs, _, term, trunc, info = env.step(int(act(obs, env.action_masks())))
         done = term or trunc

@@ -128,13 +128,10 @@ def episode_metric(
     workload_seed: int,
     key: str = "unallocated_gpu_pct_at_100",
 ) -> float:
-    """Run one greedy episode of ``act`` on ``env`` (trace, workload seed); return ``info[key]``."""
-    obs, info = env.reset(options={"trace": trace, "workload_seed": int(workload_seed)})
-    done = key in info  # a workload with no decision ends at reset
-    while not done:
-        obs, _, term, trunc, info = env.step(act(obs, env.action_masks()))
-        done = term or trunc
-    return float(info[key])
+    """``info[key]`` of one greedy episode of ``act`` (:func:`rl.ppo.greedy_rollout`)."""
+    from rl.ppo import greedy_rollout
+
+    return float(greedy_rollout(env, act, trace, int(workload_seed))[key])
 
 
 @dataclass

@@ -10,6 +10,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402  - a declared dependency; imported once for every test
 
 from data.paths import REPO_ROOT  # noqa: E402
 
@@ -18,12 +19,7 @@ from data.paths import REPO_ROOT  # noqa: E402
 def _seed_everything() -> None:
     random.seed(0)
     np.random.seed(0)
-    try:
-        import torch
-
-        torch.manual_seed(0)
-    except ImportError:  # pragma: no cover
-        pass
+    torch.manual_seed(0)
 
 
 @pytest.fixture(scope="session")

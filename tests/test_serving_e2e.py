@@ -1,7 +1,7 @@
 """End-to-end tests with real processes: uvicorn, kill -9, Prometheus Alertmanager, Prometheus.
 
 Binaries that are absent (Debian packages ``prometheus-alertmanager``, ``prometheus``) skip their
-tests with the reason; ``.ci/run`` installs them.
+tests with the reason; ``make test`` installs them when run as root with apt-get.
 """
 
 from __future__ import annotations
