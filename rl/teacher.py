@@ -16,6 +16,8 @@ globals; see :mod:`envs.candidates`), each row ``x_k`` gets the score
 and the scorer picks the valid row with the highest score (ties to the lowest index). ``is_sharing``
 and ``is_cpu_only`` are global features 4 and 5, so the scorer can weigh features differently for
 GPU-sharing, whole-GPU and CPU-only pods. With ``w = e_1`` (the ``is_fgd_choice`` feature) it is FGD.
+An optional fourth block, ``x_k * is_multi_gpu`` (the pod asks for 2 or more whole GPUs; global 1 is
+``num_gpu / 8``), lets multi-GPU pods be weighed apart from 1-GPU pods (``blocks=BLOCKS_4``).
 
 Search (:func:`cem_search`). The cross-entropy method (Rubinstein 1999; as used for policy search by
 Szita & Lorincz 2006): sample ``population`` vectors from a diagonal Gaussian, score each on the same
@@ -42,45 +44,82 @@ CPU_ONLY_GLOBAL = 5
 """Index of ``is_cpu_only`` among the global features."""
 FGD_CHOICE_FEATURE = 1
 """Index of ``is_fgd_choice`` among the candidate features."""
+NUM_GPU_GLOBAL = 1
+"""Index of ``pod_num_gpu`` (GPU count / 8) among the global features."""
+BLOCKS_3 = ("all", "sharing", "cpu_only")
+"""The scorer's feature blocks before the multi-GPU block existed (the released teacher's)."""
+BLOCKS_4 = (*BLOCKS_3, "multi_gpu")
+"""The three blocks plus ``x * is_multi_gpu``."""
+
+
+def _block_gates(glob: np.ndarray, blocks: Sequence[str]) -> list[float]:
+    """Multiplier of each block for one observation's globals ``glob (G,)``."""
+    gates = {
+        "all": 1.0,
+        "sharing": float(glob[SHARING_GLOBAL]),
+        "cpu_only": float(glob[CPU_ONLY_GLOBAL]),
+        "multi_gpu": float(glob[NUM_GPU_GLOBAL] * 8.0 >= 1.5),
+    }
+    return [gates[b] for b in blocks]
 
 
 class LinearScorer:
     """Greedy linear scorer over candidate rows (see the module docstring).
 
     Args:
-        weights: ``(3F,)`` weights.
+        weights: ``(B*F,)`` weights, block after block.
         n_candidates: ``K``.
         n_cand_features: ``F``.
+        blocks: the ``B`` feature blocks, a subset of ``BLOCKS_4`` in that order (default
+            ``BLOCKS_3``).
 
     Calling it as ``scorer(obs, mask)`` with ``obs (K*F + G,)`` and ``mask (K,)`` bool returns the
     chosen action (an ``int`` in ``[0, K)``, always a masked-in one).
     """
 
-    def __init__(self, weights: np.ndarray, n_candidates: int, n_cand_features: int) -> None:
+    def __init__(
+        self,
+        weights: np.ndarray,
+        n_candidates: int,
+        n_cand_features: int,
+        blocks: Sequence[str] = BLOCKS_3,
+    ) -> None:
+        blocks = tuple(blocks)
+        if blocks not in (BLOCKS_3, BLOCKS_4):
+            raise ValueError(f"blocks must be {BLOCKS_3} or {BLOCKS_4}, got {blocks}")
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if w.shape != (3 * n_cand_features,):
-            raise ValueError(
-                f"weights must have shape (3F,) = ({3 * n_cand_features},), got {w.shape}"
-            )
+        n = len(blocks) * n_cand_features
+        if w.shape != (n,):
+            raise ValueError(f"weights must have shape ({len(blocks)}F,) = ({n},), got {w.shape}")
         self.weights = w
         self.n_candidates = int(n_candidates)
         self.n_cand_features = int(n_cand_features)
+        self.blocks = blocks
 
     @classmethod
-    def fgd(cls, n_candidates: int, n_cand_features: int) -> LinearScorer:
+    def fgd(
+        cls, n_candidates: int, n_cand_features: int, blocks: Sequence[str] = BLOCKS_3
+    ) -> LinearScorer:
         """The scorer that always picks FGD's candidate."""
-        w = np.zeros(3 * n_cand_features)
+        w = np.zeros(len(tuple(blocks)) * n_cand_features)
         w[FGD_CHOICE_FEATURE] = 1.0
-        return cls(w, n_candidates, n_cand_features)
+        return cls(w, n_candidates, n_cand_features, blocks)
+
+    def with_blocks(self, blocks: Sequence[str]) -> LinearScorer:
+        """The same scorer over more blocks (the new blocks' weights are 0, so it scores the same)."""
+        blocks = tuple(blocks)
+        if blocks[: len(self.blocks)] != self.blocks:
+            raise ValueError(f"cannot extend blocks {self.blocks} to {blocks}")
+        w = np.zeros(len(blocks) * self.n_cand_features)
+        w[: self.weights.size] = self.weights
+        return LinearScorer(w, self.n_candidates, self.n_cand_features, blocks)
 
     def features(self, obs: np.ndarray) -> np.ndarray:
-        """``(K, 3F)`` scorer inputs of one observation."""
+        """``(K, B*F)`` scorer inputs of one observation."""
         k, f = self.n_candidates, self.n_cand_features
         rows = np.asarray(obs[: k * f], dtype=np.float64).reshape(k, f)
-        glob = obs[k * f :]
-        return np.concatenate(
-            [rows, rows * float(glob[SHARING_GLOBAL]), rows * float(glob[CPU_ONLY_GLOBAL])], axis=1
-        )
+        gates = _block_gates(obs[k * f :], self.blocks)
+        return np.concatenate([rows * g for g in gates], axis=1)
 
     def scores(self, obs: np.ndarray) -> np.ndarray:
         """``(K,)`` scores (before masking)."""
@@ -96,6 +135,7 @@ class LinearScorer:
             "format": "fleetmind-linear-scorer/1",
             "n_candidates": self.n_candidates,
             "n_cand_features": self.n_cand_features,
+            "blocks": list(self.blocks),
             "weights": [float(x) for x in self.weights],
         }
 
@@ -114,7 +154,10 @@ class LinearScorer:
             d = json.loads(p.read_text())
             if d.get("format") != "fleetmind-linear-scorer/1":
                 raise ValueError(f"format tag {d.get('format')!r}")
-            return cls(np.asarray(d["weights"]), int(d["n_candidates"]), int(d["n_cand_features"]))
+            blocks = tuple(d.get("blocks", BLOCKS_3))  # files written before blocks existed
+            return cls(
+                np.asarray(d["weights"]), int(d["n_candidates"]), int(d["n_cand_features"]), blocks
+            )
         except FileNotFoundError as e:
             raise ModelLoadError(f"linear scorer file {p} does not exist") from e
         except (ValueError, KeyError, TypeError) as e:
@@ -144,6 +187,7 @@ class CEMResult:
         fgd_score: FGD's mean metric over the same episodes.
         history: per generation ``{"generation", "best", "elite_mean", "sd_mean"}``.
         episodes: the ``(trace, workload seed)`` pairs scored.
+        init_score: the starting scorer's mean metric (``None`` when the search started at FGD).
     """
 
     best: LinearScorer
@@ -151,6 +195,7 @@ class CEMResult:
     fgd_score: float
     history: list[dict[str, float]] = field(default_factory=list)
     episodes: list[tuple[str, int]] = field(default_factory=list)
+    init_score: float | None = None
 
 
 def cem_search(
@@ -163,6 +208,8 @@ def cem_search(
     sd_floor: float = 0.05,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    init: LinearScorer | None = None,
+    blocks: Sequence[str] = BLOCKS_3,
 ) -> CEMResult:
     """Cross-entropy search of a :class:`LinearScorer` on ``env`` (see the module docstring).
 
@@ -175,13 +222,18 @@ def cem_search(
         init_sd, sd_floor: initial standard deviation and the noise added after each refit.
         seed: sampling seed.
         progress: called with 1 after each scored vector.
+        init: where the search starts (default FGD). A scorer with fewer blocks is extended with
+            zero weights. It is scored too, so the best vector is never worse than it on the
+            search episodes.
+        blocks: the scorer's feature blocks (``BLOCKS_3`` or ``BLOCKS_4``).
     """
     if not episodes:
         raise ValueError("cem_search needs at least one (trace, workload seed) episode")
     if not 1 <= n_elite <= population:
         raise ValueError(f"n_elite must be in [1, population], got {n_elite}")
     k, f = env.n_candidates, env.n_cand_features
-    fgd = LinearScorer.fgd(k, f)
+    blocks = tuple(blocks)
+    fgd = LinearScorer.fgd(k, f, blocks)
 
     def score(s: LinearScorer) -> float:
         return float(np.mean([episode_metric(env, s, t, w) for t, w in episodes]))
@@ -189,17 +241,31 @@ def cem_search(
     fgd_score = score(fgd)
     if progress is not None:
         progress(1)
+    best, best_score = fgd, fgd_score
+    if init is not None:
+        start = init.with_blocks(blocks)
+        if (start.n_candidates, start.n_cand_features) != (k, f):
+            raise ValueError(
+                f"init scorer has K={start.n_candidates}, F={start.n_cand_features};"
+                f" the env has K={k}, F={f}"
+            )
+        init_score = score(start)
+        if progress is not None:
+            progress(1)
+        if init_score < best_score:
+            best, best_score = start, init_score
+    else:
+        start, init_score = fgd, None
     rng = np.random.default_rng(seed)
-    mu = fgd.weights.copy()
+    mu = start.weights.copy()
     sd = np.full(mu.shape, init_sd)
     sd[FGD_CHOICE_FEATURE] = 0.0  # the scale of the FGD flag is fixed; the rest is relative to it
-    best, best_score = fgd, fgd_score
     history: list[dict[str, float]] = []
     for gen in range(generations):
         pop = [mu + sd * rng.standard_normal(mu.shape) for _ in range(population)]
         scored = []
         for w in pop:
-            scored.append(score(LinearScorer(w, k, f)))
+            scored.append(score(LinearScorer(w, k, f, blocks)))
             if progress is not None:
                 progress(1)
         order = np.argsort(scored, kind="stable")
@@ -208,7 +274,7 @@ def cem_search(
         sd = elite.std(axis=0) + sd_floor
         sd[FGD_CHOICE_FEATURE] = 0.0
         if scored[order[0]] < best_score:
-            best, best_score = LinearScorer(pop[order[0]], k, f), float(scored[order[0]])
+            best, best_score = LinearScorer(pop[order[0]], k, f, blocks), float(scored[order[0]])
         history.append(
             {
                 "generation": float(gen),
@@ -217,4 +283,5 @@ def cem_search(
                 "sd_mean": float(sd.mean()),
             }
         )
-    return CEMResult(best, best_score, fgd_score, history, [(t, int(w)) for t, w in episodes])
+    episodes_out = [(t, int(w)) for t, w in episodes]
+    return CEMResult(best, best_score, fgd_score, history, episodes_out, init_score)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from ppo_helpers import load_tiny
@@ -9,7 +11,14 @@ from ppo_helpers import load_tiny
 from data.errors import ModelLoadError
 from envs.fgd_mode import run_fgd
 from envs.gpu_placement_env import GpuPlacementEnv
-from rl.teacher import LinearScorer, cem_search, episode_metric
+from rl.teacher import (
+    BLOCKS_3,
+    BLOCKS_4,
+    NUM_GPU_GLOBAL,
+    LinearScorer,
+    cem_search,
+    episode_metric,
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +96,42 @@ def test_sched_train_rejects_a_teacher_file_that_does_not_fit(tmp_path):
         _make_teacher(Args(teacher=str(tmp_path / "nope.json")), {}, tmp_path, {})
     ok = _make_teacher(Args(teacher=str(tmp_path / "k8.json"), n_candidates=8), {}, tmp_path, {})
     assert isinstance(ok, LinearScorer) and ok.weights[1] == 1.0
+
+
+def test_multi_gpu_block_weighs_only_multi_gpu_pods(tiny):
+    env, _, trace = tiny
+    k, f = env.n_candidates, env.n_cand_features
+    rng = np.random.default_rng(1)
+    three = LinearScorer(rng.normal(size=3 * f), k, f)
+    four = three.with_blocks(BLOCKS_4)
+    assert four.blocks == BLOCKS_4 and four.weights.shape == (4 * f,)
+    obs, _ = env.reset(options={"trace": trace.name, "workload_seed": 5})
+    # zero block: the same scores (up to summation order) and the same choice
+    assert np.allclose(four.scores(obs), three.scores(obs), rtol=0, atol=1e-12)
+    assert four(obs, env.action_masks()) == three(obs, env.action_masks())
+    feats = four.features(obs)
+    for num_gpu, active in ((0.0, False), (1.0, False), (2.0, True), (8.0, True)):
+        o = obs.copy()
+        o[k * f + NUM_GPU_GLOBAL] = num_gpu / 8.0
+        block = four.features(o)[:, 3 * f :]
+        assert np.array_equal(block, feats[:, :f] if active else np.zeros((k, f)))
+    with pytest.raises(ValueError, match="blocks"):
+        LinearScorer(np.zeros(4 * f), k, f, ("all", "multi_gpu"))
+
+
+def test_cem_search_from_a_saved_scorer(tiny, tmp_path):
+    env, _, trace = tiny
+    eps = [(trace.name, 1), (trace.name, 2)]
+    first = cem_search(env, eps, generations=1, population=4, n_elite=2, seed=3)
+    path = first.best.save(tmp_path / "start.json")
+    start = LinearScorer.load(path)
+    res = cem_search(
+        env, eps, generations=1, population=4, n_elite=2, seed=4, init=start, blocks=BLOCKS_4
+    )
+    assert res.init_score == pytest.approx(first.best_score)  # the start is scored as it was
+    assert res.best_score <= res.init_score and res.best.blocks == BLOCKS_4
+    # a file written before blocks existed reads as the three-block scorer
+    d = json.loads(path.read_text())
+    del d["blocks"]
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    assert LinearScorer.load(tmp_path / "old.json").blocks == BLOCKS_3

@@ -238,6 +238,20 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         "--cem-seeds", nargs="+", type=int, default=[1000], help="teacher=cem: workload seeds"
     )
     tr.add_argument(
+        "--cem-init", default=None, help="teacher=cem: start the search at this scorer JSON"
+    )
+    tr.add_argument(
+        "--cem-init-sd",
+        type=float,
+        default=0.5,
+        help="teacher=cem: initial search standard deviation (default 0.5)",
+    )
+    tr.add_argument(
+        "--cem-multi-gpu-block",
+        action="store_true",
+        help="teacher=cem: weigh multi-GPU pods' features apart (a fourth weight block)",
+    )
+    tr.add_argument(
         "--fgd-until-pct",
         type=float,
         default=80.0,
@@ -274,6 +288,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         cem_generations=args.cem_generations,
         cem_population=args.cem_population,
         cem_seeds=args.cem_seeds,
+        cem_init=args.cem_init,
+        cem_init_sd=args.cem_init_sd,
+        cem_multi_gpu_block=args.cem_multi_gpu_block,
         fgd_until_pct=args.fgd_until_pct,
         eval_traces=args.eval_trace or args.trace[:1],
         eval_seeds=args.eval_seeds,

@@ -88,6 +88,12 @@ class Args:
     cem_seeds: list[int] = field(default_factory=lambda: [1000])
     """teacher=cem: workload seeds of the search episodes (one episode per training trace and
     seed; when that makes a single episode, the same trace with the next seed is added)"""
+    cem_init: str | None = None
+    """teacher=cem: start the search at this saved scorer JSON (default: at FGD)"""
+    cem_init_sd: float = 0.5
+    """teacher=cem: initial standard deviation of the search distribution"""
+    cem_multi_gpu_block: bool = False
+    """teacher=cem: add the ``x * is_multi_gpu`` feature block (``rl.teacher.BLOCKS_4``)"""
     learning_rate: float = 1e-4
     """PPO Adam step size"""
     n_steps: int = 512
@@ -269,7 +275,7 @@ def _make_teacher(
 
     from envs.candidates import N_CAND_FEATURES
     from envs.gpu_placement_env import GpuPlacementEnv
-    from rl.teacher import LinearScorer, cem_search
+    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, cem_search
 
     if args.teacher == "fgd":
         return None
@@ -287,11 +293,28 @@ def _make_teacher(
         return scorer
     if args.cem_generations < 1 or args.cem_population < 2:
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
+    if not args.cem_init_sd > 0:
+        raise ConfigError(f"--cem-init-sd must be > 0, got {args.cem_init_sd}")
+    blocks = BLOCKS_4 if args.cem_multi_gpu_block else BLOCKS_3
+    init = None
+    if args.cem_init is not None:
+        init = LinearScorer.load(args.cem_init)
+        if (init.n_candidates, init.n_cand_features) != (args.n_candidates, N_CAND_FEATURES):
+            raise ConfigError(
+                f"--cem-init {args.cem_init} has K={init.n_candidates},"
+                f" F={init.n_cand_features}; the run uses K={args.n_candidates},"
+                f" F={N_CAND_FEATURES}"
+            )
+        if init.blocks != blocks[: len(init.blocks)]:
+            raise ConfigError(
+                f"--cem-init {args.cem_init} has blocks {list(init.blocks)}; the search uses"
+                f" {list(blocks)} (add --cem-multi-gpu-block)"
+            )
     env = GpuPlacementEnv(**{**env_kwargs, "workload_seeds": None})
     episodes = [(t, s) for t in env.trace_names() for s in args.cem_seeds]
     if len(episodes) == 1:  # one trace and one seed would overfit one episode
         episodes.append((episodes[0][0], args.cem_seeds[0] + 1))
-    total = (args.cem_generations * args.cem_population + 1) * len(episodes)
+    total = (args.cem_generations * args.cem_population + 1 + (init is not None)) * len(episodes)
     bar = tqdm(total=total, desc="CEM teacher search", unit="ep", disable=not args.progress)
     res = cem_search(
         env,
@@ -299,8 +322,11 @@ def _make_teacher(
         generations=args.cem_generations,
         population=args.cem_population,
         n_elite=max(1, min(4, args.cem_population // 3)),  # 4 of the default 14
+        init_sd=args.cem_init_sd,
         seed=args.seed,
         progress=lambda n: bar.update(n * len(episodes)),
+        init=init,
+        blocks=blocks,
     )
     bar.close()
     for h in res.history:
@@ -312,6 +338,9 @@ def _make_teacher(
     res.best.save(run_dir / "model" / "teacher.json")
     summary["cem"] = {
         "fgd": res.fgd_score,
+        "init": args.cem_init,
+        "init_score": res.init_score,
+        "blocks": list(blocks),
         "teacher": res.best_score,
         "episodes": res.episodes,
         "history": res.history,
