@@ -301,6 +301,37 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         """``(K,)`` node per candidate (-1 padding) and the GPU set of each."""
         return self._nodes.copy(), list(self._gpus)
 
+    def attach(self, sim: DynamicSim) -> None:
+        """Bind the observation builder to an external simulator (policy adapters).
+
+        Lets an agent trained in this env act inside :meth:`DynamicSim.run` on the very job stream
+        the heuristics see (``rl/dynamic_eval.py``). ``sim`` must run on this env's fleet; after
+        attaching, :meth:`observe` gives the observation of a queued job and :meth:`candidates`
+        / :meth:`action_masks` its candidates. ``reset()`` detaches.
+
+        Raises:
+            ConfigError: ``sim`` runs on a different fleet (node count or speeds differ).
+        """
+        fl = sim.fleet
+        if fl is not self.fleet and (
+            fl.n_nodes != self.fleet.n_nodes or not np.array_equal(fl.speed, self.fleet.speed)
+        ):
+            raise ConfigError(
+                f"simulator fleet ({fl.n_nodes} nodes) is not the env's ({self.fleet.n_nodes} nodes)"
+            )
+        self.sim = sim
+        self.jobs = sim.jobs
+        self._fgd.reset(sim.state, trace=self.trace)
+        self._steps = 0
+        self._job = -1
+
+    def observe(self, job: int) -> np.ndarray:
+        """Observation (and candidates, mask) for placing queued ``job`` of the attached sim now."""
+        if self.sim is None:
+            raise RuntimeError("attach() a simulator or reset() first")
+        self._job = int(job)
+        return self._observe()
+
     def _info(self) -> dict[str, Any]:
         return {"job": int(self._job), "time_s": float(self.sim.now), "queue": len(self.sim.queue)}
 

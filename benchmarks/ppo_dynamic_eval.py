@@ -1,0 +1,136 @@
+"""Dynamic-mode evaluation of the released PPO agent against every heuristic (issue 6, item 4).
+
+Protocol (``docs/ppo-dynamic.md``): per trace and seed, one job stream (``rl.dynamic_eval``:
+10 % stratified node sample of the openb GPU fleet in 3 clusters, 2,048 jobs, offered load 0.8,
+backfill 8) that every policy runs on. Writes ``benchmarks/results/ppo_dynamic_eval.json``: machine,
+load averages, package versions, the command, per trace and policy the mean and per-seed metrics,
+the best heuristic (lowest mean slowdown) and PPO's relative gaps to it.
+
+    .venv/bin/python benchmarks/ppo_dynamic_eval.py --traces cpu050 gpushare20 gpushare60 \
+        multigpu30 gpuspec20 --seeds 42-51
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rl.dynamic_eval import (  # noqa: E402
+    DEFAULT_HEURISTICS,
+    DynEvalConfig,
+    actor_fn,
+    best_heuristic,
+    evaluate_streams,
+    load_dynamic_actor,
+)
+
+OUT = Path(__file__).resolve().parent / "results" / "ppo_dynamic_eval.json"
+
+
+def parse_seeds(spec: list[str]) -> list[int]:
+    out: list[int] = []
+    for s in spec:
+        if "-" in s:
+            a, b = s.split("-")
+            out += list(range(int(a), int(b) + 1))
+        else:
+            out.append(int(s))
+    return out
+
+
+def pct(a: float, b: float) -> float:
+    """``100 (a - b) / b``: negative = a below b."""
+    return 100.0 * (a - b) / b
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", nargs="+", required=True)
+    ap.add_argument("--seeds", nargs="+", default=["42-51"])
+    ap.add_argument("--model", default=None, help="model folder (default models/placement-dynamic)")
+    ap.add_argument("--teacher", default=None, help="also evaluate this teacher JSON")
+    ap.add_argument("--out", default=str(OUT))
+    a = ap.parse_args()
+    from data.paths import MODELS_DIR
+    from rl.dynamic_teacher import DynLinearScorer
+
+    seeds = parse_seeds(a.seeds)
+    model_dir = Path(a.model) if a.model else MODELS_DIR / "placement-dynamic"
+    meta = json.loads((model_dir / "metadata.json").read_text())
+    cfg = DynEvalConfig(**meta["env_kwargs"])
+    actor = load_dynamic_actor(model_dir / "policy.onnx", cfg.n_candidates)
+    actors = {"PPO": actor_fn(actor)}
+    if a.teacher:
+        actors["teacher"] = DynLinearScorer.load(a.teacher)
+    t0 = time.perf_counter()
+    load_start = os.getloadavg()
+    per_trace: dict[str, dict] = {}
+    summary_rows = []
+    for trace in a.traces:
+        t1 = time.perf_counter()
+        res = evaluate_streams(trace, seeds, actors, DEFAULT_HEURISTICS, cfg)
+        best = best_heuristic(res, DEFAULT_HEURISTICS)
+        ppo, bh = res["PPO"], res[best]
+        row = {
+            "trace": trace,
+            "best_heuristic": best,
+            "ppo_mean_slowdown": ppo["mean_slowdown"],
+            "best_mean_slowdown": bh["mean_slowdown"],
+            "slowdown_diff_pct": pct(ppo["mean_slowdown"], bh["mean_slowdown"]),
+            "ppo_p99_queue_delay_s": ppo["p99_queue_delay_s"],
+            "best_p99_queue_delay_s": bh["p99_queue_delay_s"],
+            "p99_queue_diff_pct": pct(ppo["p99_queue_delay_s"], bh["p99_queue_delay_s"]),
+            "fgd_mean_slowdown": res["FGD"]["mean_slowdown"],
+            "slowdown_diff_vs_fgd_pct": pct(ppo["mean_slowdown"], res["FGD"]["mean_slowdown"]),
+            "ppo_seeds_below_best": int(
+                np.sum(
+                    np.array(ppo["per_seed"]["mean_slowdown"])
+                    < np.array(bh["per_seed"]["mean_slowdown"])
+                )
+            ),
+        }
+        row["target_met"] = bool(
+            row["slowdown_diff_pct"] <= -10.0 and row["p99_queue_diff_pct"] <= 0.0
+        )
+        summary_rows.append(row)
+        per_trace[trace] = {"policies": res, "summary": row, "wall_s": time.perf_counter() - t1}
+        print(json.dumps(row), flush=True)
+    out = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "versions": {
+            p: version(p)
+            for p in ("numpy", "torch", "onnxruntime", "stable-baselines3", "sb3-contrib")
+        },
+        "model": str(model_dir),
+        "model_version": meta.get("version"),
+        "train_traces": meta.get("train_traces"),
+        "config": meta["env_kwargs"],
+        "seeds": seeds,
+        "heuristics": list(DEFAULT_HEURISTICS),
+        "target": "PPO mean slowdown >= 10 % below the best heuristic's, p99 queueing delay no worse",
+        "summary": summary_rows,
+        "mean_slowdown_diff_pct": float(np.mean([r["slowdown_diff_pct"] for r in summary_rows])),
+        "traces_target_met": int(sum(r["target_met"] for r in summary_rows)),
+        "per_trace": per_trace,
+        "wall_time_s": time.perf_counter() - t0,
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Dynamic-mode evaluation: learned actors and heuristics on the very same job streams.
+
+Protocol (``docs/ppo-dynamic.md``). For a trace and a seed ``s``, one job stream and one node
+tie-break priority are drawn from ``numpy.random.default_rng(s)`` exactly as
+``fleetmind/MultiClusterPlacement-v0`` draws them on ``reset(seed=s)`` (and as
+:func:`envs.dynamic_mode.evaluate_dynamic` does): :func:`envs.dynamic_mode.build_jobs`, then a
+permutation. Every policy then runs a fresh :class:`envs.dynamic_mode.DynamicSim` on that stream:
+
+* a heuristic through :func:`envs.dynamic_mode.make_policy` (its own node and GPU rule);
+* a learned actor ``act(obs, mask) -> candidate`` through :class:`EnvActorPolicy`, which builds the
+  env's observation and candidates for each decision (:meth:`MultiClusterPlacementEnv.attach`).
+
+So a PPO agent and FGD are compared on identical arrivals, works, data homes, communication
+intensities, node sample and priority; only the placement differs.
+
+Shapes:
+    - **obs**: ``(K*F + G,)`` float32 (``F = 14``, ``G = 12``; ``envs/multicluster_env.py``)
+    - **mask**: ``(K,)`` bool
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data.errors import ConfigError, ModelLoadError
+from data.openb import PodTrace, load_openb_trace
+from envs.dynamic_mode import (
+    DynamicSim,
+    DynJobs,
+    build_jobs,
+    make_policy,
+)
+from envs.multicluster_env import N_CAND_FEATURES, N_GLOBAL_FEATURES, MultiClusterPlacementEnv
+
+Actor = Callable[[np.ndarray, np.ndarray], int]
+"""``act(obs (D,), mask (K,)) -> candidate index``."""
+
+DYNAMIC_FORMAT = "fleetmind-placement-dynamic/1"
+"""``metadata.json`` format tag of a released dynamic-mode model."""
+
+DEFAULT_HEURISTICS = (
+    "FGD",
+    "GpuPacking",
+    "BestFit",
+    "GpuClustering",
+    "DotProd",
+    "TopologyBestEffort",
+    "LocalityAware",
+)
+"""Heuristics compared with the agent ("best heuristic" = lowest mean slowdown among them)."""
+
+METRICS = (
+    "mean_slowdown",
+    "p99_queue_delay_s",
+    "mean_jct_s",
+    "mean_queue_delay_s",
+    "mean_run_slowdown",
+    "remote_data_frac",
+    "gpu_allocation_ratio",
+    "ms_per_decision",
+)
+
+
+@dataclass(frozen=True)
+class DynEvalConfig:
+    """The dynamic-mode setting shared by training episodes and evaluation runs.
+
+    The env's defaults: a stratified 10 % node sample of the openb GPU fleet in 3 clusters (133
+    nodes, 667 GPUs), 2,048 jobs per stream, offered load 0.8, backfill depth 8, ``K = 16``.
+    """
+
+    n_clusters: int = 3
+    node_fraction: float = 0.1
+    n_jobs: int = 2048
+    target_util: float = 0.8
+    backfill_depth: int = 8
+    n_candidates: int = 16
+
+    def env_kwargs(self, trace: str | PodTrace) -> dict[str, Any]:
+        """Keyword arguments of :class:`MultiClusterPlacementEnv` for ``trace``."""
+        return {"trace": trace, **asdict(self)}
+
+
+class EnvActorPolicy:
+    """A :class:`envs.dynamic_mode.DynamicPolicy` that asks an env-trained actor.
+
+    Each decision builds ``env``'s observation for the job, calls ``act(obs, mask)`` and places
+    the job on the chosen candidate's node and GPU set.
+
+    Args:
+        act: the actor.
+        env: a :class:`MultiClusterPlacementEnv` on the simulator's fleet (same node sample).
+        name: report name.
+    """
+
+    def __init__(self, act: Actor, env: MultiClusterPlacementEnv, name: str = "PPO") -> None:
+        self.act = act
+        self.env = env
+        self.name = name
+
+    def reset(self, sim: DynamicSim) -> None:
+        """Attach the env's observation builder to ``sim``."""
+        self.env.attach(sim)
+
+    def select(self, sim: DynamicSim, j: int) -> tuple[int, np.ndarray | None]:
+        obs = self.env.observe(j)
+        mask = self.env.action_masks()
+        a = int(self.act(obs, mask))
+        if not (0 <= a < mask.size and mask[a]):
+            raise ValueError(f"actor chose candidate {a}, not one of {np.flatnonzero(mask)}")
+        nodes, gpus = self.env.candidates()
+        return int(nodes[a]), gpus[a]
+
+
+def job_stream(env: MultiClusterPlacementEnv, seed: int) -> tuple[DynJobs, np.ndarray]:
+    """The job stream and node priority ``env.reset(seed=seed)`` would draw."""
+    rng = np.random.default_rng(seed)
+    jobs = build_jobs(
+        env.trace,
+        env.fleet,
+        rng,
+        target_util=env.target_util,
+        n_jobs=env.n_jobs,
+        max_work_s=env.max_work_s,
+    )
+    priority = np.argsort(rng.permutation(env.fleet.n_nodes))
+    return jobs, priority
+
+
+def run_policy(
+    env: MultiClusterPlacementEnv,
+    jobs: DynJobs,
+    priority: np.ndarray,
+    policy: Any,
+) -> dict[str, float]:
+    """One :class:`DynamicSim` run of ``policy`` (a heuristic or an :class:`EnvActorPolicy`)."""
+    sim = DynamicSim(env.fleet, jobs, backfill_depth=env.backfill_depth, priority=priority)
+    return sim.run(policy)
+
+
+def evaluate_streams(
+    trace: str | PodTrace,
+    seeds: Sequence[int],
+    actors: dict[str, Actor] | None = None,
+    heuristics: Sequence[str] = DEFAULT_HEURISTICS,
+    config: DynEvalConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Every heuristic and actor on the same job streams, one per seed.
+
+    Returns:
+        ``{policy: {metric: mean over seeds, "per_seed": {metric: [per seed]}}}`` for the metrics of
+        :data:`METRICS`.
+    """
+    cfg = config or DynEvalConfig()
+    tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
+    env = MultiClusterPlacementEnv(**cfg.env_kwargs(tr))
+    names = list(heuristics) + list(actors or {})
+    rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    for seed in seeds:
+        jobs, priority = job_stream(env, int(seed))
+        for name in heuristics:
+            pol = make_policy(name, tr, env.fleet, int(seed))
+            rows[name].append(run_policy(env, jobs, priority, pol))
+            if progress is not None:
+                progress(f"{name} seed {seed}")
+        for name, act in (actors or {}).items():
+            rows[name].append(run_policy(env, jobs, priority, EnvActorPolicy(act, env, name)))
+            if progress is not None:
+                progress(f"{name} seed {seed}")
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        r = rows[name]
+        entry: dict[str, Any] = {k: float(np.mean([x[k] for x in r])) for k in METRICS}
+        entry["per_seed"] = {k: [float(x[k]) for x in r] for k in METRICS}
+        out[name] = entry
+    return out
+
+
+def best_heuristic(results: dict[str, dict[str, Any]], heuristics: Sequence[str]) -> str:
+    """The heuristic with the lowest mean slowdown in ``results``."""
+    present = [h for h in heuristics if h in results]
+    if not present:
+        raise ConfigError("no heuristic in the results")
+    return min(present, key=lambda h: results[h]["mean_slowdown"])
+
+
+def load_dynamic_actor(ref: str | Path, n_candidates: int | None = None) -> Any:
+    """Load a released dynamic-mode actor (folder with ``policy.pt`` / ``policy.onnx`` and
+    ``metadata.json``, or one of those files) and check it fits ``MultiClusterPlacement-v0``.
+
+    Returns:
+        an object with ``predict(obs, mask)`` (:class:`rl.export.PlacementActor` or
+        :class:`rl.export.OnnxActor`).
+
+    Raises:
+        ModelLoadError: missing or corrupt file, or a model made for another env (fgd mode, other
+            ``K``/``F``/``G``).
+    """
+    from rl.export import OnnxActor, load_torch
+
+    p = Path(ref)
+    folder = p if p.is_dir() else p.parent
+    if not p.exists():
+        raise ModelLoadError(f"dynamic placement model not found: {p}")
+    meta_file = folder / "metadata.json"
+    if meta_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelLoadError(f"corrupt metadata {meta_file}: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("mode") != "dynamic":
+            raise ModelLoadError(
+                f"{meta_file} does not describe a dynamic-mode model (mode "
+                f"{meta.get('mode') if isinstance(meta, dict) else None!r})"
+            )
+    if p.is_dir():
+        p = folder / "policy.pt" if (folder / "policy.pt").is_file() else folder / "policy.onnx"
+    if p.suffix == ".onnx":
+        actor = OnnxActor(p)
+        k = actor.n_candidates
+        dim = int(actor.session.get_inputs()[0].shape[1])
+        f, g = N_CAND_FEATURES, dim - k * N_CAND_FEATURES
+    else:
+        actor = load_torch(p)
+        c = actor.config
+        k, f, g = c["n_candidates"], c["n_cand_features"], c["n_global_features"]
+    if f != N_CAND_FEATURES or g != N_GLOBAL_FEATURES:
+        raise ModelLoadError(
+            f"{p} expects F={f} candidate and G={g} global features; "
+            f"MultiClusterPlacement-v0 has F={N_CAND_FEATURES}, G={N_GLOBAL_FEATURES}"
+        )
+    if n_candidates is not None and k != n_candidates:
+        raise ModelLoadError(f"{p} has K={k} candidates, the env uses K={n_candidates}")
+    return actor
+
+
+def actor_fn(model: Any) -> Actor:
+    """``act(obs, mask)`` of an object with ``predict(obs, mask)``."""
+
+    def act(obs: np.ndarray, mask: np.ndarray) -> int:
+        return int(model.predict(obs, mask))
+
+    return act

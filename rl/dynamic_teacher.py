@@ -1,0 +1,281 @@
+"""Dynamic-mode teacher: a linear candidate scorer searched by the cross-entropy method.
+
+The fgd-mode recipe (``rl/teacher.py``, ``docs/ppo.md``) carried over to
+``fleetmind/MultiClusterPlacement-v0``: a gradient-free search over a few dozen weights, every
+weight vector scored directly by the issue's metric (mean slowdown, with p99 queueing delay as a
+guard) on a handful of training job streams, then cloned into the MaskablePPO candidate scorer.
+
+Scorer. For an observation (``K`` rows of ``F = 14`` candidate features, then ``G = 12`` globals),
+row ``x_k`` gets the score
+
+    s_k = w . [x_k, x_k * g_i1, x_k * g_i2, ...]          (w: ((1 + len(interact)) F,))
+
+where ``g_i`` are the globals listed in ``interact`` (default: ``is_sharing``, the fleet's allocated
+GPU fraction and the queue length), so the scorer can weigh, say, data locality differently on an
+idle and on a loaded fleet. The valid row with the highest score wins (ties to the lowest index).
+With ``w = e_1`` (the ``is_fgd_choice`` feature) it is FGD's node choice.
+
+Objective (lower is better), per training stream ``e`` with FGD's figures on the same stream as
+the unit:
+
+    J = mean_e [ slowdown_e / slowdown_FGD,e ]  +  guard * mean_e [ max(0, p99q_e / p99q_FGD,e - 1) ]
+
+Normalising by FGD per stream keeps a bursty stream (slowdown 6) from outweighing a calm one
+(slowdown 1.5); the guard term penalises policies that buy mean slowdown with a longer queueing tail.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data.errors import ModelLoadError
+from data.openb import PodTrace, load_openb_trace
+from envs.dynamic_mode import DynJobs
+from envs.multicluster_env import GLOBAL_FEATURE_NAMES, MultiClusterPlacementEnv
+
+FGD_CHOICE_FEATURE = 1
+"""Index of ``is_fgd_choice`` among the candidate features."""
+DEFAULT_INTERACT = (
+    GLOBAL_FEATURE_NAMES.index("is_sharing"),
+    GLOBAL_FEATURE_NAMES.index("allocated"),
+    GLOBAL_FEATURE_NAMES.index("queue_length"),
+)
+"""Globals multiplied with the candidate rows (indices into ``GLOBAL_FEATURE_NAMES``)."""
+SCORER_FORMAT = "fleetmind-dynamic-linear-scorer/1"
+
+
+class DynLinearScorer:
+    """Greedy linear scorer over the candidate rows of ``MultiClusterPlacement-v0``.
+
+    Args:
+        weights: ``((1 + len(interact)) * F,)`` weights.
+        n_candidates: ``K``.
+        n_cand_features: ``F``.
+        interact: global-feature indices whose products with the rows are scored too.
+
+    ``scorer(obs, mask)`` with ``obs (K*F + G,)`` and ``mask (K,)`` returns the chosen candidate.
+    """
+
+    def __init__(
+        self,
+        weights: np.ndarray,
+        n_candidates: int,
+        n_cand_features: int,
+        interact: Sequence[int] = DEFAULT_INTERACT,
+    ) -> None:
+        self.interact = tuple(int(i) for i in interact)
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        n = (1 + len(self.interact)) * n_cand_features
+        if w.shape != (n,):
+            raise ValueError(f"weights must have shape ({n},), got {w.shape}")
+        self.weights = w
+        self.n_candidates = int(n_candidates)
+        self.n_cand_features = int(n_cand_features)
+
+    @classmethod
+    def fgd(
+        cls, n_candidates: int, n_cand_features: int, interact: Sequence[int] = DEFAULT_INTERACT
+    ) -> DynLinearScorer:
+        """The scorer that always picks FGD's candidate."""
+        w = np.zeros((1 + len(tuple(interact))) * n_cand_features)
+        w[FGD_CHOICE_FEATURE] = 1.0
+        return cls(w, n_candidates, n_cand_features, interact)
+
+    def features(self, obs: np.ndarray) -> np.ndarray:
+        """``(K, (1 + len(interact)) F)`` scorer inputs of one observation."""
+        k, f = self.n_candidates, self.n_cand_features
+        rows = np.asarray(obs[: k * f], dtype=np.float64).reshape(k, f)
+        glob = obs[k * f :]
+        return np.concatenate([rows] + [rows * float(glob[i]) for i in self.interact], axis=1)
+
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        """``(K,)`` scores before masking."""
+        return self.features(obs) @ self.weights
+
+    def __call__(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        s = self.scores(obs)
+        s[~np.asarray(mask, dtype=bool)] = -np.inf
+        return int(np.argmax(s))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": SCORER_FORMAT,
+            "n_candidates": self.n_candidates,
+            "n_cand_features": self.n_cand_features,
+            "interact": list(self.interact),
+            "weights": [float(x) for x in self.weights],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the scorer as JSON."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> DynLinearScorer:
+        """Read a scorer written by :meth:`save`; :class:`ModelLoadError` names what is wrong."""
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text())
+            if d.get("format") != SCORER_FORMAT:
+                raise ValueError(f"format tag {d.get('format')!r}, expected {SCORER_FORMAT!r}")
+            return cls(
+                np.asarray(d["weights"]),
+                int(d["n_candidates"]),
+                int(d["n_cand_features"]),
+                tuple(d["interact"]),
+            )
+        except FileNotFoundError as e:
+            raise ModelLoadError(f"dynamic scorer file {p} does not exist") from e
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelLoadError(f"{p} is not a fleetmind dynamic linear scorer: {e}") from e
+
+
+@dataclass
+class StreamSet:
+    """Prebuilt training job streams: one env per trace and the ``(env, jobs, priority)`` per
+    ``(trace, seed)`` episode, plus FGD's metrics on each (the objective's unit)."""
+
+    envs: dict[str, MultiClusterPlacementEnv]
+    episodes: list[tuple[str, int, DynJobs, np.ndarray]]
+    fgd: list[dict[str, float]] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        traces: Sequence[str | PodTrace],
+        seeds: Sequence[int],
+        env_kwargs: dict[str, Any],
+        envs: dict[str, MultiClusterPlacementEnv] | None = None,
+    ) -> StreamSet:
+        """Build ``len(traces) * len(seeds)`` streams (``env_kwargs``: env options except trace;
+        ``envs``: already built envs by trace name, reused and extended)."""
+        from envs.dynamic_mode import make_policy
+        from rl.dynamic_eval import job_stream, run_policy
+
+        envs = {} if envs is None else envs
+        eps: list[tuple[str, int, DynJobs, np.ndarray]] = []
+        fgd: list[dict[str, float]] = []
+        for t in traces:
+            name = t.name if isinstance(t, PodTrace) else str(t)
+            if name not in envs:
+                tr = t if isinstance(t, PodTrace) else load_openb_trace(t)
+                envs[name] = MultiClusterPlacementEnv(trace=tr, **env_kwargs)
+            env = envs[name]
+            tr = env.trace
+            for s in seeds:
+                jobs, prio = job_stream(env, int(s))
+                eps.append((name, int(s), jobs, prio))
+                fgd.append(run_policy(env, jobs, prio, make_policy("FGD", tr, env.fleet, int(s))))
+        return cls(envs, eps, fgd)
+
+    def run(self, act: Callable[[np.ndarray, np.ndarray], int]) -> list[dict[str, float]]:
+        """Metrics of ``act`` on every stream."""
+        from rl.dynamic_eval import EnvActorPolicy, run_policy
+
+        out = []
+        for name, _, jobs, prio in self.episodes:
+            env = self.envs[name]
+            out.append(run_policy(env, jobs, prio, EnvActorPolicy(act, env)))
+        return out
+
+    def objective(self, metrics: list[dict[str, float]], guard: float = 0.5) -> float:
+        """``J`` of the module docstring (1.0 for FGD itself)."""
+        sd = [
+            m["mean_slowdown"] / f["mean_slowdown"] for m, f in zip(metrics, self.fgd, strict=True)
+        ]
+        tail = [
+            max(0.0, m["p99_queue_delay_s"] / max(f["p99_queue_delay_s"], 1.0) - 1.0)
+            for m, f in zip(metrics, self.fgd, strict=True)
+        ]
+        return float(np.mean(sd) + guard * np.mean(tail))
+
+
+@dataclass
+class DynCEMResult:
+    """Outcome of :func:`cem_search_dynamic` (``best_score``/``fgd_score``: objective ``J``)."""
+
+    best: DynLinearScorer
+    best_score: float
+    fgd_score: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    episodes: list[tuple[str, int]] = field(default_factory=list)
+
+
+def cem_search_dynamic(
+    streams: StreamSet,
+    n_candidates: int,
+    n_cand_features: int,
+    generations: int = 8,
+    population: int = 12,
+    n_elite: int = 4,
+    init_sd: float = 0.5,
+    sd_floor: float = 0.05,
+    guard: float = 0.5,
+    seed: int = 0,
+    interact: Sequence[int] = DEFAULT_INTERACT,
+    init: DynLinearScorer | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> DynCEMResult:
+    """Cross-entropy search (Rubinstein 1999; Szita & Lorincz 2006) of a :class:`DynLinearScorer`.
+
+    Starts at ``init`` (default FGD, ``w = e_1``) and keeps the ``is_fgd_choice`` weight fixed at
+    its start value (the scale of the rest is relative to it). Each generation samples
+    ``population`` vectors from a diagonal Gaussian, scores each by :meth:`StreamSet.objective` on
+    all streams, and refits mean and standard deviation to the ``n_elite`` best (plus
+    ``sd_floor``). The best vector seen is returned; with FGD as the start it is never worse than
+    FGD on the search streams.
+    """
+    if not streams.episodes:
+        raise ValueError("cem_search_dynamic needs at least one training stream")
+    if not 1 <= n_elite <= population:
+        raise ValueError(f"n_elite must be in [1, population], got {n_elite}")
+    start = init or DynLinearScorer.fgd(n_candidates, n_cand_features, interact)
+    interact = start.interact
+
+    def score(s: DynLinearScorer) -> float:
+        return streams.objective(streams.run(s), guard)
+
+    fgd_score = score(DynLinearScorer.fgd(n_candidates, n_cand_features, interact))
+    best, best_score = start, score(start) if init is not None else fgd_score
+    if progress is not None:
+        progress(1)
+    rng = np.random.default_rng(seed)
+    mu = start.weights.copy()
+    sd = np.full(mu.shape, init_sd)
+    sd[FGD_CHOICE_FEATURE] = 0.0
+    history: list[dict[str, float]] = []
+    for gen in range(generations):
+        pop = [mu + sd * rng.standard_normal(mu.shape) for _ in range(population)]
+        scored = []
+        for w in pop:
+            scored.append(score(DynLinearScorer(w, n_candidates, n_cand_features, interact)))
+            if progress is not None:
+                progress(1)
+        order = np.argsort(scored, kind="stable")
+        elite = np.asarray([pop[i] for i in order[:n_elite]])
+        mu = elite.mean(axis=0)
+        sd = elite.std(axis=0) + sd_floor
+        sd[FGD_CHOICE_FEATURE] = 0.0
+        if scored[order[0]] < best_score:
+            best = DynLinearScorer(pop[order[0]], n_candidates, n_cand_features, interact)
+            best_score = float(scored[order[0]])
+        history.append(
+            {
+                "generation": float(gen),
+                "best": float(scored[order[0]]),
+                "elite_mean": float(np.mean([scored[i] for i in order[:n_elite]])),
+                "best_so_far": float(best_score),
+                "sd_mean": float(sd.mean()),
+            }
+        )
+    eps = [(name, s) for name, s, _, _ in streams.episodes]
+    return DynCEMResult(best, best_score, fgd_score, history, eps)

@@ -1,0 +1,186 @@
+"""Dynamic-mode agent: training smoke run, masking, seeded evaluation, model loading errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data.errors import ModelLoadError
+from rl.dynamic_eval import (
+    DynEvalConfig,
+    EnvActorPolicy,
+    actor_fn,
+    evaluate_streams,
+    job_stream,
+    load_dynamic_actor,
+    run_policy,
+)
+
+SMALL = DynEvalConfig(n_jobs=96, n_candidates=8)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, shared_data):
+    from training.sched_train import Args, run
+
+    folder = tmp_path_factory.mktemp("ppo_dyn")
+    args = Args(
+        traces=["default", "multigpu20"],
+        mode="dynamic",
+        dyn_jobs=96,
+        n_candidates=8,
+        timesteps=128,
+        n_envs=1,
+        n_steps=64,
+        batch_size=32,
+        bc_episodes=1,
+        bc_epochs=3,
+        teacher="cem",
+        cem_generations=1,
+        cem_population=2,
+        cem_seeds=[1000],
+        eval_seeds=[1100],
+        eval_freq=64,
+        out=str(folder / "runs"),
+        tracking_uri=f"sqlite:///{folder}/mlflow.db",
+        progress=False,
+        release=False,
+    )
+    return run(args)
+
+
+def test_smoke_run_trains_and_exports(trained) -> None:
+    model_dir = Path(trained["artifact"])
+    names = {p.name for p in model_dir.iterdir()}
+    assert {"policy.onnx", "policy.pt", "ppo.zip", "metadata.json", "model_card.md"} <= names
+    assert "teacher.json" in names
+    assert trained["timesteps"] >= 128
+    steps = [h["step"] for h in trained["history"]]
+    assert steps[0] == 0 and steps[-1] >= 128
+    meta = json.loads((model_dir / "metadata.json").read_text())
+    assert meta["mode"] == "dynamic" and meta["train_traces"] == ["default", "multigpu20"]
+    # the CEM search starts at FGD and keeps the best vector: never worse on its own streams
+    assert trained["cem"]["objective_teacher"] <= trained["cem"]["objective_fgd"]
+    assert np.isfinite(trained["metrics"]["ppo"]["mean_slowdown"])
+
+
+def test_exported_actor_never_picks_a_masked_candidate(trained, shared_data) -> None:
+    from envs.multicluster_env import MultiClusterPlacementEnv
+
+    actor = load_dynamic_actor(Path(trained["artifact"]), n_candidates=8)
+    env = MultiClusterPlacementEnv(**SMALL.env_kwargs("gpushare40"))
+    obs, _ = env.reset(seed=7)
+    done, n, n_partial = False, 0, 0
+    while not done:
+        mask = env.action_masks()
+        n_partial += int(not mask.all())
+        a = int(actor.predict(obs, mask))
+        assert mask[a]
+        obs, _, term, trunc, _ = env.step(a)
+        done, n = term or trunc, n + 1
+    assert n > 0
+    # the same actor inside the simulator (evaluation path) only places on real candidates
+    res = evaluate_streams("gpushare40", [7], {"PPO": actor_fn(actor)}, ["FGD"], SMALL)
+    assert res["PPO"]["per_seed"]["mean_slowdown"][0] >= 1.0
+
+
+def test_adversarial_logits_respect_the_mask(shared_data) -> None:
+    """An actor whose best logit sits on masked rows still yields a valid action after masking."""
+    import torch
+
+    from envs.multicluster_env import MultiClusterPlacementEnv
+    from rl.export import PlacementActor
+
+    actor = PlacementActor(8, 14, 12, hidden=8)
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.normal_(0, 3.0)
+    env = MultiClusterPlacementEnv(**SMALL.env_kwargs("multigpu20"))
+    obs, _ = env.reset(seed=3)
+    for _ in range(60):
+        mask = env.action_masks()
+        for m in (mask, np.eye(8, dtype=bool)[int(np.flatnonzero(mask)[-1])]):
+            assert m[int(actor.predict(obs, m))]
+        obs, _, term, trunc, _ = env.step(int(actor.predict(obs, mask)))
+        if term or trunc:
+            break
+
+
+def test_adapter_reproduces_env_episode(shared_data) -> None:
+    """Protocol check: a stream built for seed s is the env's ``reset(seed=s)`` stream, and an
+    actor placed through the simulator adapter gets the env episode's metrics."""
+    from envs.multicluster_env import MultiClusterPlacementEnv
+
+    env = MultiClusterPlacementEnv(**SMALL.env_kwargs("default"))
+    rng = np.random.default_rng(0)
+
+    def act(obs: np.ndarray, mask: np.ndarray) -> int:
+        return int(rng.choice(np.flatnonzero(mask)))
+
+    obs, _ = env.reset(seed=11)
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(act(obs, env.action_masks()))
+        done = term or trunc
+    env_metrics = info["metrics"]
+    rng = np.random.default_rng(0)
+    jobs, prio = job_stream(env, 11)
+    sim_metrics = run_policy(env, jobs, prio, EnvActorPolicy(act, env))
+    for k in ("mean_slowdown", "p99_queue_delay_s", "mean_jct_s", "n_started"):
+        assert sim_metrics[k] == pytest.approx(env_metrics[k])
+
+
+def test_evaluation_is_deterministic_by_seed(shared_data) -> None:
+    from rl.dynamic_teacher import DynLinearScorer
+
+    scorer = DynLinearScorer.fgd(8, 14)
+    scorer.weights[8] = 0.7  # prefer fast GPUs: a policy different from FGD
+    pols = ["FGD", "BestFit", "LocalityAware"]
+    a = evaluate_streams("multigpu20", [5, 6], {"lin": scorer}, pols, SMALL)
+    b = evaluate_streams("multigpu20", [5, 6], {"lin": scorer}, pols, SMALL)
+    c = evaluate_streams("multigpu20", [9, 6], {"lin": scorer}, pols, SMALL)
+    for name in (*pols, "lin"):
+        for k in ("mean_slowdown", "p99_queue_delay_s", "mean_jct_s"):
+            assert a[name]["per_seed"][k] == b[name]["per_seed"][k]
+        assert a[name]["per_seed"]["mean_jct_s"][1] == c[name]["per_seed"]["mean_jct_s"][1]
+    assert a["FGD"]["per_seed"]["mean_jct_s"][0] != c["FGD"]["per_seed"]["mean_jct_s"][0]
+
+
+def test_corrupt_or_mismatched_model_files_raise_model_load_error(tmp_path, trained) -> None:
+    from rl.dynamic_teacher import DynLinearScorer
+    from rl.export import PlacementActor, save_torch
+
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_dynamic_actor(tmp_path / "nope")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "policy.pt").write_bytes(b"not a torch file")
+    with pytest.raises(ModelLoadError, match="policy.pt"):
+        load_dynamic_actor(bad)
+    (bad / "policy.onnx").write_bytes(b"garbage")
+    with pytest.raises(ModelLoadError, match="ONNX"):
+        load_dynamic_actor(bad / "policy.onnx")
+    # an fgd-mode actor (F=18, G=10) does not fit the dynamic env
+    fgd_like = tmp_path / "fgd_like"
+    save_torch(PlacementActor(8, 18, 10, hidden=8), fgd_like / "policy.pt")
+    with pytest.raises(ModelLoadError, match="F=18"):
+        load_dynamic_actor(fgd_like)
+    # metadata of another mode
+    (fgd_like / "metadata.json").write_text(json.dumps({"mode": "fgd"}))
+    with pytest.raises(ModelLoadError, match="dynamic-mode"):
+        load_dynamic_actor(fgd_like)
+    (fgd_like / "metadata.json").write_text("{broken")
+    with pytest.raises(ModelLoadError, match="corrupt metadata"):
+        load_dynamic_actor(fgd_like)
+    # wrong K for the env
+    with pytest.raises(ModelLoadError, match="K=8"):
+        load_dynamic_actor(Path(trained["artifact"]), n_candidates=16)
+    # teacher files
+    (tmp_path / "t.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ModelLoadError, match="dynamic linear scorer"):
+        DynLinearScorer.load(tmp_path / "t.json")
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        DynLinearScorer.load(tmp_path / "missing.json")

@@ -1,0 +1,403 @@
+"""Dynamic-mode training recipe: ``fleetmind sched train --mode dynamic``.
+
+    fleetmind sched train --mode dynamic --trace default --trace gpushare40 --trace multigpu20 \
+        --teacher cem --cem-seeds 1000 1001 --eval-seeds 1100 1101 --timesteps 20000 --n-envs 1
+
+Steps (see ``docs/ppo-dynamic.md``):
+
+1. Seeds everything; every env is ``fleetmind/MultiClusterPlacement-v0`` with the protocol's setting
+   (:class:`rl.dynamic_eval.DynEvalConfig`: 10 % node sample, ``--dyn-jobs`` jobs, load 0.8).
+2. Teacher: FGD (candidate 0, ``--teacher fgd``), a linear candidate scorer searched by the
+   cross-entropy method on the training traces x ``--cem-seeds`` streams (``--teacher cem``,
+   :mod:`rl.dynamic_teacher`), or a saved scorer JSON.
+3. Imitation warm start: ``--bc-episodes`` teacher episodes per training trace (workload seeds
+   ``seed + 2000 + i``) cloned into the MaskablePPO candidate scorer (:func:`rl.ppo.behaviour_clone`).
+4. MaskablePPO fine-tuning (``--timesteps``, ``--max-minutes``) on one ``DummyVecEnv`` env per
+   ``--n-envs`` (each episode draws one training trace), with a periodic greedy validation on the
+   training traces x ``--eval-seeds`` (objective ``J`` of :mod:`rl.dynamic_teacher`: mean slowdown
+   relative to FGD plus the p99-queueing guard). The best policy (the clone included) is kept.
+5. Exports the best policy (``policy.pt``, ``policy.onnx``, ``ppo.zip``, ``teacher.json``,
+   ``metadata.json``, ``model_card.md``) to ``<out>/<run>/model`` and with ``--release`` to
+   ``models/placement-dynamic/``. Logged to MLflow; not registered (the ``fleetmind-placement``
+   champion is the fgd-mode model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from data.errors import ConfigError
+from data.paths import MODELS_DIR
+
+RELEASE_DIR = MODELS_DIR / "placement-dynamic"
+"""Folder of the released dynamic-mode model."""
+
+
+class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
+    """``MultiClusterPlacement-v0`` over several traces: each ``reset`` draws one trace.
+
+    Same spaces, ``action_masks()`` and ``n_candidates``/``n_cand_features``/``n_global_features``
+    as :class:`envs.multicluster_env.MultiClusterPlacementEnv`, one of which (per trace) it drives;
+    the trace and the episode's seed come from ``self.np_random``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, traces: list[str], **env_kwargs: Any) -> None:
+        from envs.multicluster_env import MultiClusterPlacementEnv
+
+        if not traces:
+            raise ConfigError("dynamic training needs at least one --trace")
+        self.envs = [MultiClusterPlacementEnv(trace=t, **env_kwargs) for t in traces]
+        e0 = self.envs[0]
+        self.observation_space = e0.observation_space
+        self.action_space = e0.action_space
+        self.n_candidates = e0.n_candidates
+        self.n_cand_features = e0.n_cand_features
+        self.n_global_features = e0.n_global_features
+        self._cur = e0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._cur = self.envs[int(self.np_random.integers(len(self.envs)))]
+        return self._cur.reset(seed=int(self.np_random.integers(2**31 - 1)))
+
+    def step(
+        self, action: int | np.integer
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        return self._cur.step(action)
+
+    def action_masks(self) -> np.ndarray:
+        """``(K,)`` bool mask of the current decision."""
+        return self._cur.action_masks()
+
+
+def _env_kwargs(args: Any) -> dict[str, Any]:
+    from rl.dynamic_eval import DynEvalConfig
+
+    if args.dyn_jobs < 1:
+        raise ConfigError(f"--dyn-jobs must be >= 1, got {args.dyn_jobs}")
+    cfg = DynEvalConfig(n_jobs=int(args.dyn_jobs), n_candidates=int(args.n_candidates))
+    return asdict(cfg)
+
+
+def _teacher(
+    args: Any, streams: Any, run_dir: Path, summary: dict[str, Any], progress: bool
+) -> Any:
+    """``None`` (FGD), a loaded or a CEM-searched :class:`rl.dynamic_teacher.DynLinearScorer`."""
+    import mlflow
+    from tqdm import tqdm
+
+    from envs.multicluster_env import N_CAND_FEATURES
+    from rl.dynamic_teacher import DynLinearScorer, cem_search_dynamic
+
+    if args.teacher == "fgd":
+        return None
+    if args.teacher != "cem":
+        scorer = DynLinearScorer.load(args.teacher)
+        if scorer.n_candidates != args.n_candidates or scorer.n_cand_features != N_CAND_FEATURES:
+            raise ConfigError(
+                f"teacher {args.teacher} has K={scorer.n_candidates}, F={scorer.n_cand_features};"
+                f" the run uses K={args.n_candidates}, F={N_CAND_FEATURES}"
+            )
+        scorer.save(run_dir / "model" / "teacher.json")
+        return scorer
+    if args.cem_generations < 1 or args.cem_population < 2:
+        raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
+    total = args.cem_generations * args.cem_population + 1
+    bar = tqdm(total=total, desc="CEM teacher search", unit="vec", disable=not progress)
+    res = cem_search_dynamic(
+        streams,
+        args.n_candidates,
+        N_CAND_FEATURES,
+        generations=args.cem_generations,
+        population=args.cem_population,
+        n_elite=max(1, min(4, args.cem_population // 3)),
+        seed=args.seed,
+        progress=bar.update,
+    )
+    bar.close()
+    for h in res.history:
+        mlflow.log_metrics(
+            {"cem/best": h["best"], "cem/elite_mean": h["elite_mean"], "cem/sd_mean": h["sd_mean"]},
+            step=int(h["generation"]),
+        )
+    mlflow.log_metrics({"cem/fgd": res.fgd_score, "cem/teacher": res.best_score})
+    res.best.save(run_dir / "model" / "teacher.json")
+    summary["cem"] = {
+        "objective_fgd": res.fgd_score,
+        "objective_teacher": res.best_score,
+        "episodes": res.episodes,
+        "history": res.history,
+    }
+    return res.best
+
+
+def _collect(envs: dict[str, Any], args: Any, teacher: Any, gamma: float, bar: Any) -> Any:
+    """Teacher demonstrations: ``bc_episodes`` whole episodes per training trace (``envs``: one
+    env per trace name)."""
+    from rl.ppo import TeacherData, collect_teacher
+
+    parts = []
+    for i, t in enumerate(args.traces):
+        env = envs[str(t)]
+        parts.append(
+            collect_teacher(
+                env,
+                args.bc_episodes,
+                args.seed + 2000 + 100 * i,
+                gamma,
+                teacher=teacher,
+                progress=bar.update,
+            )
+        )
+    return TeacherData(
+        np.concatenate([p.obs for p in parts]),
+        np.concatenate([p.masks for p in parts]),
+        np.concatenate([p.actions for p in parts]),
+        np.concatenate([p.returns for p in parts]),
+    )
+
+
+def run_dynamic(args: Any) -> dict[str, Any]:
+    """The dynamic-mode recipe (module docstring); ``args`` is a
+    :class:`training.sched_train.Args`. Returns the JSON summary."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
+    from tqdm import tqdm
+
+    from rl.dynamic_eval import DYNAMIC_FORMAT
+    from rl.dynamic_teacher import StreamSet
+    from rl.export import actor_from_model, export_policy
+    from rl.policy import count_parameters
+    from rl.ppo import behaviour_clone, make_model
+    from training.sched_train import (
+        _hyperparams,
+        _run_dirs,
+        seed_everything,
+        tracking_uri,
+        write_model_card,
+    )
+
+    if args.timesteps < 0 or args.n_envs < 1:
+        raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
+    seed_everything(args.seed, args.threads)
+    t_start = time.perf_counter()
+    env_kwargs = _env_kwargs(args)
+    hp = _hyperparams(args)
+    run_name, run_dir, ckpt_dir = _run_dirs(args, "MultiClusterPlacement-v0")
+    (run_dir / "model").mkdir(parents=True, exist_ok=True)
+    uri = tracking_uri(args.tracking_uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(args.experiment)
+    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "tracking_uri": uri}
+    progress = bool(args.progress)
+
+    with mlflow.start_run(run_name=run_name) as mlrun:
+        summary["run_id"] = mlrun.info.run_id
+        mlflow.log_params(
+            {k: json.dumps(v) if isinstance(v, list) else v for k, v in asdict(args).items()}
+        )
+        mlflow.log_params({f"env/{k}": v for k, v in env_kwargs.items()})
+        # validation streams (training traces x eval seeds) and CEM streams (x cem seeds)
+        envs: dict[str, Any] = {}
+        val = StreamSet.build(args.traces, args.eval_seeds, env_kwargs, envs)
+        ref = {
+            "objective": 1.0,
+            "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in val.fgd])),
+        }
+        mlflow.log_metrics({"eval/fgd_mean_slowdown": ref["mean_slowdown"]}, step=0)
+        teacher = None
+        if args.teacher != "fgd":
+            streams = (
+                StreamSet.build(args.traces, args.cem_seeds, env_kwargs, envs)
+                if args.teacher == "cem"
+                else None
+            )
+            teacher = _teacher(args, streams, run_dir, summary, progress)
+
+        def evaluate(act: Any) -> dict[str, float]:
+            ms = val.run(act)
+            return {
+                "objective": val.objective(ms),
+                "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in ms])),
+                "p99_queue_delay_s": float(np.mean([m["p99_queue_delay_s"] for m in ms])),
+            }
+
+        if teacher is not None:
+            summary["teacher_eval"] = evaluate(teacher)
+            mlflow.log_metrics(
+                {f"eval/teacher_{k}": v for k, v in summary["teacher_eval"].items()}, step=0
+            )
+
+        def make_env(rank: int) -> Any:
+            def _make() -> Any:
+                env = MultiTraceDynEnv(list(args.traces), **env_kwargs)
+                env.reset(seed=args.seed + rank)
+                env.action_space.seed(args.seed + rank)
+                return env
+
+            return _make
+
+        venv = VecMonitor(DummyVecEnv([make_env(i) for i in range(args.n_envs)]))
+        venv.seed(args.seed)
+        model = make_model(venv, hp, args.seed)
+        mlflow.log_param("n_parameters", count_parameters(model.policy))
+        if args.bc_episodes > 0:
+            bar = tqdm(desc="teacher demonstrations", unit="step", disable=not progress)
+            data = _collect(envs, args, teacher, hp.gamma, bar)
+            bar.close()
+            bc = behaviour_clone(
+                model.policy,
+                data,
+                epochs=args.bc_epochs,
+                seed=args.seed,
+                target_ce=args.bc_target_ce,
+            )
+            mlflow.log_metrics(bc, step=0)
+            summary["bc"] = {**bc, "samples": int(len(data.actions))}
+
+        state: dict[str, Any] = {"best": float("inf"), "best_step": -1, "history": []}
+
+        def do_eval(step: int) -> None:
+            m = evaluate(actor_from_model(model).predict)
+            mlflow.log_metrics({f"eval/ppo_{k}": v for k, v in m.items()}, step=step)
+            state["history"].append({"step": step, **m})
+            if m["objective"] < state["best"]:
+                state.update(best=m["objective"], best_step=step, best_metrics=m)
+                model.save(ckpt_dir / "best.zip")
+
+        class EvalCallback(BaseCallback):
+            """Episode metrics to MLflow, periodic validation, wall-time cap."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self._next = args.eval_freq
+
+            def _on_step(self) -> bool:
+                for info in self.locals.get("infos", []):
+                    if "episode" in info and "metrics" in info:
+                        mlflow.log_metrics(
+                            {
+                                "train/episode_return": float(info["episode"]["r"]),
+                                "train/mean_slowdown": float(info["metrics"]["mean_slowdown"]),
+                            },
+                            step=self.num_timesteps,
+                        )
+                if self.num_timesteps >= self._next:
+                    self._next += args.eval_freq
+                    do_eval(self.num_timesteps)
+                limit = args.max_minutes
+                return limit is None or time.perf_counter() - t_ppo < 60 * limit
+
+        do_eval(0)  # the cloned policy competes for "best" too
+        t_ppo = time.perf_counter()
+        if args.timesteps > 0:
+            model.learn(args.timesteps, callback=EvalCallback(), progress_bar=progress)
+            if state["history"][-1]["step"] != model.num_timesteps:
+                do_eval(model.num_timesteps)
+        ppo_seconds = time.perf_counter() - t_ppo
+        venv.close()
+
+        from sb3_contrib import MaskablePPO
+
+        best_model = MaskablePPO.load(ckpt_dir / "best.zip", device="cpu")
+        model_dir = run_dir / "model"
+        export_policy(best_model, model_dir)
+        best_model.save(model_dir / "ppo.zip")
+        wall = time.perf_counter() - t_start
+        meta = {
+            "format": DYNAMIC_FORMAT,
+            "version": run_name,
+            "mode": "dynamic",
+            "env_id": "fleetmind/MultiClusterPlacement-v0",
+            "env_kwargs": env_kwargs,
+            "train_traces": list(args.traces),
+            "teacher": args.teacher,
+        }
+        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+        command = (
+            "--mode dynamic"
+            + "".join(f" --trace {t}" for t in args.traces)
+            + f" --dyn-jobs {args.dyn_jobs} --teacher {args.teacher}"
+            + (
+                f" --cem-generations {args.cem_generations} --cem-population {args.cem_population}"
+                f" --cem-seeds {' '.join(map(str, args.cem_seeds))}"
+                if args.teacher == "cem"
+                else ""
+            )
+            + f" --bc-episodes {args.bc_episodes} --bc-target-ce {args.bc_target_ce:g}"
+            + f" --timesteps {args.timesteps} --n-envs {args.n_envs} --seed {args.seed}"
+            + f" --eval-seeds {' '.join(map(str, args.eval_seeds))} --eval-freq {args.eval_freq}"
+            + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
+        )
+        card = {
+            "run": run_name,
+            "env": "fleetmind/MultiClusterPlacement-v0 (dynamic mode)",
+            "env_kwargs": env_kwargs,
+            "command": command,
+            "train_traces": list(args.traces),
+            "teacher": args.teacher,
+            "teacher_search (objective J on its streams: FGD -> teacher)": (
+                f"{summary['cem']['objective_fgd']:.4f} -> {summary['cem']['objective_teacher']:.4f}"
+                if "cem" in summary
+                else "-"
+            ),
+            "bc_samples": summary.get("bc", {}).get("samples", 0),
+            "ppo_timesteps": int(model.num_timesteps),
+            "best_step": state["best_step"],
+            "validation (train traces x eval seeds)": state.get("best_metrics", {}),
+            "validation_fgd_mean_slowdown": round(ref["mean_slowdown"], 4),
+            "wall_time_s": round(wall, 1),
+            "ppo_wall_time_s": round(ppo_seconds, 1),
+            "parameters": count_parameters(best_model.policy),
+            "hyperparameters": asdict(hp),
+        }
+        write_model_card(model_dir, card)
+        _retitle_card(model_dir / "model_card.md")
+        mlflow.log_metrics({"final/wall_time_s": wall, "final/eval_objective": state["best"]})
+        mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
+        summary.update(
+            metrics={"ppo": state.get("best_metrics", {}), "fgd": ref},
+            best_step=state["best_step"],
+            history=state["history"],
+            timesteps=int(model.num_timesteps),
+            wall_time_s=round(wall, 1),
+            artifact=str(model_dir),
+        )
+        if args.release:
+            RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+            for f in model_dir.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, RELEASE_DIR / f.name)
+            (RELEASE_DIR / "train_summary.json").write_text(
+                json.dumps(summary, indent=1, default=str) + "\n"
+            )
+            summary["released"] = str(RELEASE_DIR)
+    return summary
+
+
+def _retitle_card(path: Path) -> None:
+    """The shared card writer describes fgd mode; point its header at dynamic mode."""
+    text = path.read_text()
+    text = text.replace(
+        "# fleetmind-placement: PPO GPU placement agent",
+        "# fleetmind-placement-dynamic: PPO placement agent for dynamic mode",
+    ).replace(
+        "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes)",
+        "`fleetmind/MultiClusterPlacement-v0` (dynamic mode, see `docs/ppo-dynamic.md`)",
+    )
+    path.write_text(text)
