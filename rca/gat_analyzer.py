@@ -208,6 +208,9 @@ class GATAnalyzer(BaseAnalyzer):
 
     name: ClassVar[str] = "gat"
     config_class: ClassVar[type] = GATAnalyzerConfig
+    accepts_epoch_seconds: ClassVar[bool] = True
+    """``startsAt`` / ``endsAt`` may be unix seconds as well as RFC 3339 strings (the service passes
+    seconds: ``rca.features.parse_time`` reads both)."""
 
     def __init__(self, config: GATAnalyzerConfig | None = None) -> None:
         super().__init__(config)
@@ -317,16 +320,16 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from rca.lightning_module import crop_incident
+        from rca.features import incident_crop
 
         n = graph.num_nodes
         if n == 0:
             return RCAResult([], method=self.name, model_version=self.version)
-        c = crop_incident(graph, alerts, self.model.config.crop_hops)
+        c = incident_crop(graph, alerts, self.model.config.crop_hops)
         with self._threads(), torch.inference_mode():
             ei = torch.from_numpy(c.edge_index)
             et = torch.from_numpy(c.edge_type)
-            logits, h, att = self.model(torch.from_numpy(c.x), ei, et, return_attention=True)
+            logits, h, att = self.model.infer(torch.from_numpy(c.x), ei, et)
             return self._result(graph, c, logits, h, att, top_k)
 
     def find_root_causes_many(
@@ -353,7 +356,7 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from rca.lightning_module import crop_incident
+        from rca.features import incident_crop
 
         out: list[RCAResult | None] = [None] * len(items)
         crops = []
@@ -361,7 +364,7 @@ class GATAnalyzer(BaseAnalyzer):
             if graph.num_nodes == 0:
                 out[i] = RCAResult([], method=self.name, model_version=self.version)
             else:
-                crops.append((i, crop_incident(graph, alerts, self.model.config.crop_hops)))
+                crops.append((i, incident_crop(graph, alerts, self.model.config.crop_hops)))
         if not crops:
             return [r for r in out if r is not None]
         sizes = np.array([c.keep.size for _, c in crops], dtype=np.int64)
@@ -373,11 +376,8 @@ class GATAnalyzer(BaseAnalyzer):
         et = np.concatenate([c.edge_type for _, c in crops])
         e_tot = int(eoff[-1])
         with self._threads(), torch.inference_mode():
-            _, h_all, att_all = self.model(
-                torch.from_numpy(x),
-                torch.from_numpy(ei),
-                torch.from_numpy(et),
-                return_attention=True,
+            _, h_all, att_all = self.model.infer(
+                torch.from_numpy(x), torch.from_numpy(ei), torch.from_numpy(et)
             )
             for j, (i, c) in enumerate(crops):
                 n0, n1, e0, e1 = int(noff[j]), int(noff[j + 1]), int(eoff[j]), int(eoff[j + 1])
@@ -408,7 +408,6 @@ class GATAnalyzer(BaseAnalyzer):
         import torch
 
         from rca.explain import edge_costs, propagation_paths
-        from rca.model import message_graph
 
         n = graph.num_nodes
         m = c.keep.size
@@ -433,12 +432,17 @@ class GATAnalyzer(BaseAnalyzer):
                 fl = self.model.fault_logits(h, torch.from_numpy(top_sub)).argmax(-1).numpy()
                 for j in range(top_sub.size):
                     faults[j] = self.fault_types[int(fl[j])]
-            mei, _ = message_graph(torch.from_numpy(c.edge_index), torch.from_numpy(c.edge_type), m)
-            costs = edge_costs(mei.numpy(), [a.numpy() for a in att], m)
-            alerting_sub = c.features.alerting[c.keep]
-            for j, p in enumerate(propagation_paths(costs, top_sub, alerting_sub)):
-                paths[j] = tuple(graph.nodes[int(c.keep[v])].id for v in p)
-        f = c.features
+            alerting_sub = c.alerting[c.keep]
+            # a cause that alerts itself is its own path: the attention costs are only needed
+            # (and only built) when some explained cause does not alert
+            if not alerting_sub[top_sub].all() and alerting_sub.any():
+                loops = np.arange(m, dtype=c.edge_index.dtype)
+                mei = np.concatenate(
+                    [c.edge_index, c.edge_index[::-1], np.stack([loops, loops])], axis=1
+                )
+                costs = edge_costs(mei, [a.numpy() for a in att], m)
+                for j, p in enumerate(propagation_paths(costs, top_sub, alerting_sub)):
+                    paths[j] = tuple(graph.nodes[int(c.keep[v])].id for v in p)
         causes = []
         for j, i in enumerate(order):
             node = graph.nodes[int(i)]
@@ -456,7 +460,7 @@ class GATAnalyzer(BaseAnalyzer):
             causes,
             method=self.name,
             model_version=self.version,
-            extra={"unmapped_alerts": f.unmapped},
+            extra={"unmapped_alerts": c.unmapped},
         )
 
 

@@ -11,7 +11,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", summary="Liveness")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 

@@ -1,0 +1,192 @@
+"""The fast RCA path of the service computes exactly what the generic one computes.
+
+* ``rca.features.incident_crop`` = ``rca.lightning_module.crop_incident`` (features of the whole
+  graph, then cropped), bit for bit, on simulated storms and on awkward alerts.
+* ``GATRanker.infer`` = ``GATRanker.forward(..., return_attention=True)`` bit for bit (logits,
+  embeddings, attention), for the released model and a freshly initialised one.
+* ``POST /api/v1/rca``'s fast body parsing (``parse_fast``) gives the analyzers the alerts the
+  ``RCARequest`` path gave them, and every rejected body the same 422 as ``RCARequest``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fastapi.exceptions import RequestValidationError
+
+from data.graph import DependencyGraph
+from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+from rca.features import incident_crop, parse_time
+from rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
+from rca.lightning_module import crop_incident
+from rca.model import GATConfig, GATRanker
+from serving.defaults.example import build_example_graph
+from serving.routers.rca import analyzer_alerts, parse_fast, parse_request
+from serving.schemas import RCARequest, RCARequestFast
+
+
+@pytest.fixture(scope="module")
+def graph() -> DependencyGraph:
+    return build_example_graph(clusters=2, hosts=4, gpus=8, services=4, pods=2, name="fast-test")
+
+
+def storms(graph: DependencyGraph, n: int, seed: int) -> list[list[dict[str, Any]]]:
+    sim = IncidentSimulator(graph, AlertSimConfig(noise_per_node=0.2))
+    rng = np.random.default_rng(seed)
+    return [sim.simulate(rng, f"fast-{i}")["alerts"] for i in range(n)]
+
+
+def awkward(graph: DependencyGraph, base: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Alert sets that exercise the corner cases of the feature code."""
+    first = base[0]
+    no_time = [{k: v for k, v in a.items() if k not in ("startsAt", "endsAt")} for a in base]
+    stale = [dict(a) for a in base]
+    stale[0] = {**stale[0], "startsAt": "2020-01-01T00:00:00Z"}  # far older than the horizon
+    resolved = [
+        {**a, "status": "resolved", "endsAt": "2030-01-01T00:00:00.123456789Z"} for a in base[:5]
+    ]
+    as_seconds = [
+        {**a, "startsAt": parse_time(a.get("startsAt")), "endsAt": parse_time(a.get("endsAt"))}
+        for a in base
+    ]
+    odd = [
+        {"labels": {"alertname": "X", "cluster": "nowhere"}},  # unmapped
+        {"labels": {**first["labels"], "extra": 3}, "startsAt": first.get("startsAt")},
+        {"labels": {**first["labels"], "weird": ["unhashable"]}, "status": "FIRING"},
+        {"labels": {**first["labels"], "severity": "CRITICAL"}, "startsAt": None},
+    ]
+    return [[], no_time, stale, resolved, as_seconds, odd, [odd[0]], base[:1]]
+
+
+def test_incident_crop_equals_cropped_alert_features(graph: DependencyGraph) -> None:
+    cases = storms(graph, 12, seed=11)
+    cases += awkward(graph, cases[0])
+    checked = 0
+    for alerts in cases:
+        for hops in (1, 2, None):
+            ref = crop_incident(graph, alerts, hops)
+            got = incident_crop(graph, alerts, hops)
+            assert got.x.dtype == ref.x.dtype and got.x.shape == ref.x.shape
+            assert got.x.tobytes() == ref.x.tobytes()  # bit for bit
+            assert np.array_equal(got.keep, ref.keep)
+            assert np.array_equal(got.edge_index, ref.edge_index)
+            assert np.array_equal(got.edge_type, ref.edge_type)
+            assert np.array_equal(got.alerting, ref.features.alerting)
+            assert got.unmapped == ref.features.unmapped
+            checked += 1
+    assert checked == 3 * len(cases)
+
+
+def _models() -> list[GATRanker]:
+    torch.manual_seed(0)
+    fresh = GATRanker(GATConfig(fault_types=["a", "b"])).eval()
+    models = [fresh]
+    if (RELEASED_DIR / "model.pt").is_file():
+        models.append(GATAnalyzer.load(None).model)
+    return models
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda m: f"hidden{m.config.hidden}")
+def test_infer_equals_forward_bit_for_bit(graph: DependencyGraph, model: GATRanker) -> None:
+    crops = [incident_crop(graph, a, 1) for a in storms(graph, 6, seed=5)]
+    crops.append(incident_crop(graph, [], 1))  # nothing alerts: the whole graph
+    with torch.inference_mode():
+        for c in crops:
+            args = (
+                torch.from_numpy(c.x),
+                torch.from_numpy(c.edge_index),
+                torch.from_numpy(c.edge_type),
+            )
+            logits, h, att = model(*args, return_attention=True)
+            logits2, h2, att2 = model.infer(*args)
+            assert torch.equal(logits, logits2) and torch.equal(h, h2)
+            assert len(att) == len(att2)
+            assert all(torch.equal(a, b) for a, b in zip(att, att2, strict=True))
+
+
+def test_infer_tables_follow_new_weights(graph: DependencyGraph) -> None:
+    model = _models()[0]
+    c = incident_crop(graph, storms(graph, 1, seed=2)[0], 1)
+    args = (torch.from_numpy(c.x), torch.from_numpy(c.edge_index), torch.from_numpy(c.edge_type))
+    model.infer(*args)  # caches the relation tables
+    with torch.no_grad():
+        model.convs[0].lin_edge.weight.mul_(1.5)
+        model.rel_emb.weight.add_(0.1)
+        logits, _, att = model(*args, return_attention=True)
+        logits2, _, att2 = model.infer(*args)
+    assert torch.equal(logits, logits2) and torch.equal(att[0], att2[0])
+
+
+def _body(alerts: list[dict[str, Any]], **extra: Any) -> bytes:
+    return json.dumps({"alerts": alerts, **extra}).encode()
+
+
+def test_fast_parse_gives_the_analyzers_the_same_alerts(graph: DependencyGraph) -> None:
+    alerts = storms(graph, 3, seed=9)[1]
+    alerts[0] = {**alerts[0], "startsAt": "2026-01-01T01:00:00+01:00", "routeLabels": {"a": "b"}}
+    alerts[1] = {**alerts[1], "startsAt": "2026-01-01T00:00:00"}  # naive: taken as UTC
+    alerts[2] = {**alerts[2], "startsAt": "0001-01-01T00:00:00Z"}  # Alertmanager's zero time
+    alerts[3] = {k: v for k, v in alerts[3].items() if k != "startsAt"}
+    alerts[4] = {**alerts[4], "startsAt": "2026-01-01T00:00:00.123456789Z"}
+    body = _body(alerts, top_k=7)
+    fast, slow = parse_fast(body), parse_request(body)
+    assert isinstance(fast, RCARequestFast) and fast.top_k == slow.top_k == 7
+    # the ISO form (non-GAT analyzers) is unchanged
+    assert analyzer_alerts(fast, False) == analyzer_alerts(slow, False)
+    # the GAT gets unix seconds: what it parsed from the ISO strings before
+    iso = analyzer_alerts(slow, False)
+    secs = analyzer_alerts(fast, True)
+    assert analyzer_alerts(slow, True) == secs
+    assert [a["startsAt"] for a in secs] == [parse_time(a["startsAt"]) for a in iso]
+    assert [(a["status"], a["labels"]) for a in secs] == [(a["status"], a["labels"]) for a in iso]
+    assert secs[2]["startsAt"] is None and secs[3]["startsAt"] is None
+
+
+BAD_BODIES = [
+    b"{not json",
+    b'{"alerts": []}',
+    b'{"alerts": [{"labels": {"a": "x\\u0000"}}]}',
+    b'{"alerts": [{"labels": {}}], "top_k": 0}',
+    b'{"alerts": [{"labels": {}, "status": "weird"}]}',
+    b'{"alerts": [{"labels": {}, "startsAt": "yesterday"}]}',
+    b'{"alerts": [{"labels": {}, "annotations": null}]}',
+    b'{"alerts": [{"labels": {"a": 1}}]}',
+    b'{"alerts": [{"labels": {}, "fingerprint": "' + b"f" * 300 + b'"}]}',
+    # valid timestamps that AlertIn rejects once moved to UTC
+    b'{"alerts": [{"labels": {}, "startsAt": "0001-01-01T00:00:00+01:00"}]}',
+    b'{"alerts": [{"labels": {}, "endsAt": "9999-12-31T23:59:59-01:00"}]}',
+    b'{"alerts": {"labels": {}}}',
+    b"[]",
+]
+
+
+@pytest.mark.parametrize("raw", BAD_BODIES, ids=range(len(BAD_BODIES)))
+def test_fast_parse_rejects_what_rcarequest_rejects_with_its_errors(raw: bytes) -> None:
+    with pytest.raises(RequestValidationError) as slow:
+        parse_request(raw)
+    with pytest.raises(RequestValidationError) as fast:
+        parse_fast(raw)
+    assert _plain(fast.value.errors()) == _plain(slow.value.errors())
+
+
+def _plain(errors: Any) -> Any:
+    """Errors with exception objects (``ctx.error``) as their text (exceptions compare by identity)."""
+    return json.loads(json.dumps(list(errors), default=repr))
+
+
+def test_fast_model_accepts_what_rcarequest_accepts(tmp_path: Path) -> None:
+    ok = [
+        {"alerts": [{"labels": {"cluster": "c0"}}]},
+        {"alerts": [{"labels": {}, "startsAt": None, "endsAt": None, "extra": [1, 2]}], "top_k": 1},
+        {"alerts": [{"labels": {"a": "b"}, "status": "resolved", "generatorURL": None}]},
+        {"alerts": [{"labels": {}, "startsAt": "9999-12-31T23:59:59+00:00"}]},
+    ]
+    for body in ok:
+        raw = json.dumps(body).encode()
+        RCARequest.model_validate_json(raw)
+        assert isinstance(parse_fast(raw), RCARequestFast)
