@@ -26,6 +26,9 @@ from envs.dynamic_mode import (
 from envs.policies import FGD, bestfit_scores, fgd_score_from_delta
 
 N_CAND_FEATURES = 14
+CANDIDATE_SETS = ("default", "locality")
+"""Candidate-set variants: ``locality`` adds LocalityAware's top nodes (best FGD score, then
+earliest estimated completion) after FGD's, ahead of the earliest-completion block."""
 N_GLOBAL_FEATURES = 12
 
 CAND_FEATURE_NAMES = (
@@ -168,6 +171,9 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         * ``reward_scale``: see Rewards (default 0.1).
         * ``max_steps``: truncation (default ``None``).
         * ``speed_basis``: ``"fp16"`` (default) or ``"fp32"`` relative GPU speeds.
+        * ``candidate_set``: ``"default"`` (FGD's top K/4, earliest completion K/4, BestFit's top
+          K/8, then FGD's order) or ``"locality"`` (the same with LocalityAware's top K/4 inserted
+          after FGD's; used by the dynamic-mode agent, ``docs/ppo-dynamic.md``).
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -187,11 +193,17 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         speed_basis: str = "fp16",
         max_work_s: float | None = MAX_WORK_S,
         render_mode: str | None = None,
+        candidate_set: str = "default",
     ) -> None:
         if n_candidates < 1:
             raise ConfigError(f"n_candidates must be >= 1, got {n_candidates}")
         if n_jobs < 1:
             raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
+        if candidate_set not in CANDIDATE_SETS:
+            raise ConfigError(
+                f"candidate_set must be one of {CANDIDATE_SETS}, got {candidate_set!r}"
+            )
+        self.candidate_set = candidate_set
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']}")
         self.trace = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
@@ -352,9 +364,11 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         loc_order = np.lexsort((prio, -fgd_int, est))
         bf_order = np.lexsort((prio, -bf))
         q = max(1, k_max // 4)
-        seq = np.concatenate(
-            [fgd_order[:q], loc_order[:q], bf_order[: max(1, k_max // 8)], fgd_order]
-        )
+        blocks = [fgd_order[:q], loc_order[:q], bf_order[: max(1, k_max // 8)], fgd_order]
+        if self.candidate_set == "locality":
+            # LocalityAware's order: best FGD score first, then earliest estimated completion
+            blocks.insert(1, np.lexsort((prio, est, -fgd_int))[:q])
+        seq = np.concatenate(blocks)
         _, first = np.unique(seq, return_index=True)
         chosen = seq[np.sort(first)][:k_max]
         k = chosen.size

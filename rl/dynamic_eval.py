@@ -72,7 +72,8 @@ class DynEvalConfig:
     """The dynamic-mode setting shared by training episodes and evaluation runs.
 
     The env's defaults: a stratified 10 % node sample of the openb GPU fleet in 3 clusters (133
-    nodes, 667 GPUs), 2,048 jobs per stream, offered load 0.8, backfill depth 8, ``K = 16``.
+    nodes, 667 GPUs), 2,048 jobs per stream, offered load 0.8, backfill depth 8, ``K = 16``, and
+    the ``locality`` candidate set (LocalityAware's top nodes among the candidates).
     """
 
     n_clusters: int = 3
@@ -81,6 +82,7 @@ class DynEvalConfig:
     target_util: float = 0.8
     backfill_depth: int = 8
     n_candidates: int = 16
+    candidate_set: str = "locality"
 
     def env_kwargs(self, trace: str | PodTrace) -> dict[str, Any]:
         """Keyword arguments of :class:`MultiClusterPlacementEnv` for ``trace``."""
