@@ -38,6 +38,7 @@ with 200 alerts takes a few milliseconds (numpy only, no torch).
 
 from __future__ import annotations
 
+import operator
 import re
 import weakref
 from collections.abc import Mapping, Sequence
@@ -291,6 +292,7 @@ class _GraphStatic:
         self.alert_cache: dict[Any, int | None] = {}
         self.label_info: dict[Any, tuple[int | None, int, int, str]] = {}
         self.keysets: list[tuple[tuple[str, ...], dict]] | None = None
+        self.keyset_getters: list[tuple[int, dict, Any]] | None = None
 
 
 HORIZON_S = 3600.0
@@ -355,7 +357,12 @@ def node_index_for_alert(
     checking candidate nodes it looks the alert's values up once per distinct key set of the
     graph's ``match`` labels (a handful), so an alert costs a few dict lookups whatever the graph size.
     """
-    sets = _keysets(st if st is not None else _static(graph), graph)
+    st = st if st is not None else _static(graph)
+    sets = st.keyset_getters
+    if sets is None:  # per key set: a C-level getter of its values in key order
+        sets = st.keyset_getters = [
+            (len(keys), table, _values_getter(keys)) for keys, table in _keysets(st, graph)
+        ]
     lab = {str(k): str(v) for k, v in labels.items() if v is not None}
     direct = lab.get(OVERRIDE_LABEL)
     if direct is not None and direct in graph.index:
@@ -363,17 +370,25 @@ def node_index_for_alert(
     if "node" not in lab and "instance" in lab:
         lab["node"] = lab["instance"].rsplit(":", 1)[0]
     best: _Rank | None = None
-    for keys, table in sets:
-        if best is not None and len(keys) < best[0]:
+    for size, table, values_of in sets:
+        if best is not None and size < best[0]:
             break  # fewer match labels can no longer win
         try:
-            values = tuple(lab[k] for k in keys)
+            values = values_of(lab)
         except KeyError:
             continue
         rank = table.get(values)
         if rank is not None and (best is None or rank > best):
             best = rank
     return None if best is None else -best[2]
+
+
+def _values_getter(keys: tuple[str, ...]) -> Any:
+    """``lab -> tuple(lab[k] for k in keys)`` (KeyError when one is missing), without a generator."""
+    if len(keys) == 1:
+        (key,) = keys
+        return lambda lab: (lab[key],)
+    return operator.itemgetter(*keys)
 
 
 _MISS = object()
@@ -445,10 +460,17 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
         if u is None:
             u = names[name] = len(names)
         name_u.append(u)
-        s = parse_time(a.get("startsAt"))
-        e = parse_time(a.get("endsAt"))
+        s = a.get("startsAt")
+        if s is not None and s.__class__ is not float:
+            s = parse_time(s)
+        e = a.get("endsAt")
+        if e is not None and e.__class__ is not float:
+            e = parse_time(e)
         starts.append(nan if s is None else s)
-        is_firing = str(a.get("status", "firing")).lower() != "resolved"
+        status = a.get("status", "firing")
+        is_firing = status == "firing" or (
+            status != "resolved" and str(status).lower() != "resolved"
+        )
         ends.append(nan if (e is None or is_firing and s is not None and e <= s) else e)
         firing.append(1.0 if is_firing else 0.0)
     alerting = np.zeros(n, dtype=bool)
@@ -601,11 +623,14 @@ def _label_info(graph: DependencyGraph, st: _GraphStatic, labels: Mapping[str, A
 
     Memoised per graph on the label set itself (alert storms repeat label sets across incidents).
     """
+    # the items in their order are the key (cheaper than a frozenset; the same labels in another
+    # order are just another entry); unhashable values fall back to strings, as in map_alerts
+    key: Any = tuple(labels.items())
     try:
-        key: Any = frozenset(labels.items())
-    except TypeError:  # unhashable label values: the same string key as map_alerts
-        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-    info = st.label_info.get(key)
+        info = st.label_info.get(key)
+    except TypeError:
+        key = ("str", *sorted((str(k), str(v)) for k, v in labels.items()))
+        info = st.label_info.get(key)
     if info is None:
         name = str(labels.get("alertname", ""))
         info = (
@@ -652,8 +677,14 @@ def incident_crop(
     firing: list[float] = []
     unmapped = 0
     nan = np.nan
+    memo = st.label_info
     for a in alerts:
-        v, sv, nm_i, name = _label_info(graph, st, a.get("labels") or {})
+        labels = a.get("labels") or {}
+        try:
+            info = memo.get(tuple(labels.items()))
+        except TypeError:
+            info = None
+        v, sv, nm_i, name = info if info is not None else _label_info(graph, st, labels)
         if v is None:
             unmapped += 1
             continue
@@ -664,10 +695,17 @@ def incident_crop(
         if u is None:
             u = names[name] = len(names)
         name_u.append(u)
-        s = parse_time(a.get("startsAt"))
-        e = parse_time(a.get("endsAt"))
+        s = a.get("startsAt")
+        if s is not None and s.__class__ is not float:
+            s = parse_time(s)
+        e = a.get("endsAt")
+        if e is not None and e.__class__ is not float:
+            e = parse_time(e)
         starts.append(nan if s is None else s)
-        is_firing = str(a.get("status", "firing")).lower() != "resolved"
+        status = a.get("status", "firing")
+        is_firing = status == "firing" or (
+            status != "resolved" and str(status).lower() != "resolved"
+        )
         ends.append(nan if (e is None or is_firing and s is not None and e <= s) else e)
         firing.append(1.0 if is_firing else 0.0)
     alerting = np.zeros(n, dtype=bool)

@@ -4,7 +4,7 @@
   graph, then cropped), bit for bit, on simulated storms and on awkward alerts.
 * ``GATRanker.infer`` = ``GATRanker.forward(..., return_attention=True)`` bit for bit (logits,
   embeddings, attention), for the released model and a freshly initialised one.
-* ``POST /api/v1/rca``'s fast body parsing (``parse_fast``) gives the analyzers the alerts the
+* ``POST /api/v1/rca``'s fast body parsing (``parse_alerts``) gives the analyzers the alerts the
   ``RCARequest`` path gave them, and every rejected body the same 422 as ``RCARequest``.
 """
 
@@ -26,7 +26,7 @@ from rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from rca.lightning_module import crop_incident
 from rca.model import GATConfig, GATRanker
 from serving.defaults.example import build_example_graph
-from serving.routers.rca import analyzer_alerts, parse_fast, parse_request
+from serving.routers.rca import _model_alerts, parse_alerts, parse_request
 from serving.schemas import RCARequest, RCARequestFast
 
 
@@ -134,14 +134,14 @@ def test_fast_parse_gives_the_analyzers_the_same_alerts(graph: DependencyGraph) 
     alerts[3] = {k: v for k, v in alerts[3].items() if k != "startsAt"}
     alerts[4] = {**alerts[4], "startsAt": "2026-01-01T00:00:00.123456789Z"}
     body = _body(alerts, top_k=7)
-    fast, slow = parse_fast(body), parse_request(body)
+    slow = parse_request(body)
+    fast, iso = parse_alerts(body, False)
     assert isinstance(fast, RCARequestFast) and fast.top_k == slow.top_k == 7
     # the ISO form (non-GAT analyzers) is unchanged
-    assert analyzer_alerts(fast, False) == analyzer_alerts(slow, False)
+    assert iso == _model_alerts(slow.alerts, False)
     # the GAT gets unix seconds: what it parsed from the ISO strings before
-    iso = analyzer_alerts(slow, False)
-    secs = analyzer_alerts(fast, True)
-    assert analyzer_alerts(slow, True) == secs
+    _, secs = parse_alerts(body, True)
+    assert _model_alerts(slow.alerts, True) == secs
     assert [a["startsAt"] for a in secs] == [parse_time(a["startsAt"]) for a in iso]
     assert [(a["status"], a["labels"]) for a in secs] == [(a["status"], a["labels"]) for a in iso]
     assert secs[2]["startsAt"] is None and secs[3]["startsAt"] is None
@@ -170,7 +170,7 @@ def test_fast_parse_rejects_what_rcarequest_rejects_with_its_errors(raw: bytes) 
     with pytest.raises(RequestValidationError) as slow:
         parse_request(raw)
     with pytest.raises(RequestValidationError) as fast:
-        parse_fast(raw)
+        parse_alerts(raw, True)
     assert _plain(fast.value.errors()) == _plain(slow.value.errors())
 
 
@@ -189,4 +189,5 @@ def test_fast_model_accepts_what_rcarequest_accepts(tmp_path: Path) -> None:
     for body in ok:
         raw = json.dumps(body).encode()
         RCARequest.model_validate_json(raw)
-        assert isinstance(parse_fast(raw), RCARequestFast)
+        req, alerts = parse_alerts(raw, True)
+        assert isinstance(req, RCARequestFast) and len(alerts) == len(body["alerts"])
