@@ -184,3 +184,44 @@ def test_corrupt_or_mismatched_model_files_raise_model_load_error(tmp_path, trai
         DynLinearScorer.load(tmp_path / "t.json")
     with pytest.raises(ModelLoadError, match="does not exist"):
         DynLinearScorer.load(tmp_path / "missing.json")
+
+
+def test_locality_candidate_set_keeps_fgd_first_and_adds_locality_choice() -> None:
+    from dynamic_helpers import small_trace, two_cluster_fleet
+
+    from data.errors import ConfigError
+    from envs.dynamic_mode import estimate_completion
+    from envs.multicluster_env import MultiClusterPlacementEnv
+    from envs.policies import fgd_score_from_delta
+
+    kw = dict(
+        trace=small_trace(120),
+        fleet=two_cluster_fleet(),
+        node_fraction=1.0,
+        n_jobs=60,
+        target_util=0.9,
+        n_candidates=2,
+    )
+    default = MultiClusterPlacementEnv(**kw)
+    local = MultiClusterPlacementEnv(**kw, candidate_set="locality")
+    with pytest.raises(ConfigError, match="candidate_set"):
+        MultiClusterPlacementEnv(**kw, candidate_set="nope")
+    default.reset(seed=4)
+    local.reset(seed=4)
+    for _ in range(40):
+        n_def, _ = default.candidates()
+        n_loc, _ = local.candidates()
+        assert n_def[0] == n_loc[0]  # candidate 0 is FGD's node in both sets
+        sim, j = local.sim, local.current_job
+        feas = np.flatnonzero(sim.feasible(j))
+        if feas.size >= 2:
+            delta, _ = local._fgd.node_deltas(sim.state, sim.pod(j), sim.feasible(j))  # noqa: SLF001
+            score = fgd_score_from_delta(delta[feas])
+            est, _ = estimate_completion(sim, j, feas, with_gpus=False)
+            la = feas[np.lexsort((sim.state.priority[feas], est, -score))[0]]
+            assert la in n_loc[:2][local.action_masks()]  # K=2: FGD's node, then LocalityAware's
+        _, _, term, _, _ = default.step(0)
+        _, _, term2, _, _ = local.step(0)
+        assert term == term2
+        if term:
+            break
