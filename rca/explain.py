@@ -40,17 +40,20 @@ def edge_costs(
     src, dst = src[keep], dst[keep]
     cost = -np.log(np.clip(alpha[keep], 1e-9, 1.0)) + HOP_PENALTY
     key = src.astype(np.int64) * num_nodes + dst
-    order = np.lexsort((cost, key))
+    order = np.argsort(key, kind="stable")
     key, cost = key[order], cost[order]
     first = np.ones(key.size, dtype=bool)
     first[1:] = key[1:] != key[:-1]
-    key, cost = key[first], cost[first]
+    if not first.all():  # parallel edges: the cheapest cost of each group
+        starts = np.flatnonzero(first)
+        key, cost = key[starts], np.minimum.reduceat(cost, starts)
     # keys are sorted and unique, i.e. row-major order: build the CSR arrays directly (the same
-    # matrix the COO constructor would give, without its conversion pass)
+    # matrix the COO constructor would give, without its conversion pass), with the int32 indices
+    # scipy's shortest-path routines take
     rows, cols = key // num_nodes, key % num_nodes
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int32)
     np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])
-    return csr_matrix((cost, cols, indptr), shape=(num_nodes, num_nodes))
+    return csr_matrix((cost, cols.astype(np.int32), indptr), shape=(num_nodes, num_nodes))
 
 
 def propagation_paths(

@@ -191,8 +191,8 @@ class GATRanker(nn.Module):
         generic machinery. Two
         shortcuts that do not change a bit: each relation's edge embedding goes through the layer's
         edge projection once (a 13-row table, gathered per edge, instead of projecting every edge),
-        and the message graph and its index tensors are built once for all layers. Dropout is off
-        (evaluation); for training use :meth:`forward`.
+        and the self loops are computed densely (no gathers). Dropout is off (evaluation): in
+        training mode this is :meth:`forward`.
 
         Shapes:
             ``x (|V|, F)``, ``edge_index (2, |E|)``, ``edge_type (|E|,)`` ->
@@ -201,13 +201,16 @@ class GATRanker(nn.Module):
         if self.training:  # dropout is on: the generic path
             return self.forward(x, edge_index, edge_type, return_attention=True)
         n = x.size(0)
-        ei, rel = message_graph(edge_index, edge_type, n)
-        src, dst = ei[0], ei[1]
+        # message_graph's edges without its self loops: forward, then reversed; each node's self
+        # loop is handled densely (it is the last message every node receives, so adding it after
+        # the scatter keeps torch_geometric's order of summation)
+        src = torch.cat([edge_index[0], edge_index[1]])
+        dst = torch.cat([edge_index[1], edge_index[0]])
+        rel = torch.cat([edge_type, edge_type + len(EDGE_KINDS)])
         idx2 = idx3 = None
         h = self.inp(x)
         att: list[Tensor] = []
-        tables = self._relation_tables()
-        for norm, conv, table in zip(self.norms, self.convs, tables, strict=True):
+        for norm, conv, table in zip(self.norms, self.convs, self._relation_tables(), strict=True):
             heads, ch = conv.heads, conv.out_channels
             hn = norm(h)
             x_l = conv.lin_l(hn).view(-1, heads, ch)
@@ -216,22 +219,28 @@ class GATRanker(nn.Module):
             z = x_r.index_select(0, dst)
             z += x_j  # x_i + x_j
             z += table.index_select(0, rel).view(-1, heads, ch)
-            z = nn.functional.leaky_relu(z, conv.negative_slope, inplace=True)
-            a = (z * conv.att).sum(dim=-1)
+            z = nn.functional.leaky_relu_(z, conv.negative_slope)
+            a = z.mul_(conv.att).sum(dim=-1)
+            z_loop = x_r + x_l
+            z_loop += table[SELF_LOOP].view(1, heads, ch)
+            z_loop = nn.functional.leaky_relu_(z_loop, conv.negative_slope)
+            a_loop = z_loop.mul_(conv.att).sum(dim=-1)
             if idx2 is None:
                 idx2 = dst.view(-1, 1).expand_as(a)
                 idx3 = dst.view(-1, 1, 1).expand_as(x_j)
-            # softmax over each node's incoming edges (torch_geometric.utils.softmax)
-            amax = a.new_zeros((n, heads)).scatter_reduce_(
-                0, idx2, a, reduce="amax", include_self=False
-            )
+            # softmax over each node's incoming messages (torch_geometric.utils.softmax)
+            amax = a_loop.clone().scatter_reduce_(0, idx2, a, reduce="amax", include_self=True)
             a = (a - amax.index_select(0, dst)).exp_()
-            asum = a.new_zeros((n, heads)).scatter_add_(0, idx2, a) + 1e-16
+            a_loop = (a_loop - amax).exp_()
+            asum = a.new_zeros((n, heads)).scatter_add_(0, idx2, a)
+            asum += a_loop
+            asum += 1e-16
             a = a / asum.index_select(0, dst)
-            msg = x_j * a.unsqueeze(-1)
-            out = msg.new_zeros((n, heads, ch)).scatter_add_(0, idx3, msg)
+            a_loop = a_loop / asum
+            out = x_j.new_zeros((n, heads, ch)).scatter_add_(0, idx3, x_j.mul_(a.unsqueeze(-1)))
+            out += x_l * a_loop.unsqueeze(-1)
             out = out.view(-1, heads * ch) + conv.bias
-            att.append(a)
+            att.append(torch.cat([a, a_loop]))
             h = h + nn.functional.elu(out)
         logits = self.score_head(h).squeeze(-1)
         return logits, h, att

@@ -74,6 +74,34 @@ def tune_gc(gen0_threshold: int | None) -> Callable[[], None]:
     return restore
 
 
+def tune_malloc(mmap_threshold_mb: int | None) -> bool:
+    """Keep glibc malloc from mapping and unmapping memory for every request; True when applied.
+
+    A 200-alert RCA request allocates tensors of a few hundred KiB, above glibc's initial mmap
+    threshold (128 KiB): each came from a fresh ``mmap`` and went back with ``munmap``, ~350 page
+    faults (~1 ms of system CPU) per request. Here allocations below ``mmap_threshold_mb`` come from
+    the heap, and freed heap memory up to twice that stays mapped for reuse (``mallopt``
+    ``M_MMAP_THRESHOLD``, ``M_TRIM_THRESHOLD``, ``M_TOP_PAD``). ``0``/``None`` or not glibc (musl,
+    macOS): nothing done.
+    """
+    if not mmap_threshold_mb or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    size = mmap_threshold_mb * 1024 * 1024
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+    return bool(
+        mallopt(m_mmap_threshold, size)
+        and mallopt(m_trim_threshold, 2 * size)
+        and mallopt(m_top_pad, size)
+    )
+
+
 def set_torch_threads(n: int | None) -> None:
     """Pin torch's intra-op threads for this process (``None``: leave torch's default).
 
@@ -93,6 +121,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     """Open everything the routes need (database, graph, models, telemetry, incident manager)."""
     metrics = metrics or Metrics()
     set_torch_threads(settings.torch_threads)
+    tune_malloc(settings.malloc_mmap_threshold_mb)
     db = Database(settings.database_url, settings.sqlite_synchronous)
     db.create_all()
     graph, source = load_graph(settings)

@@ -78,10 +78,18 @@ class Settings(BaseSettings):
         16, ge=1, le=1024, description="most concurrent RCA requests ranked in one batch"
     )
     gc_gen0_threshold: int | None = Field(
-        10_000,
+        100_000,
         ge=1,
         description="Python GC generation-0 threshold while serving (unset: Python's 700); "
         "startup objects are also frozen out of collections",
+    )
+    malloc_mmap_threshold_mb: int | None = Field(
+        32,
+        ge=0,
+        le=1024,
+        description="glibc malloc: allocations below this many MiB come from the heap, and up to "
+        "twice as much freed memory is kept for reuse instead of being returned to the OS "
+        "(0: glibc's adaptive defaults, which map and unmap the GAT's per-request tensors)",
     )
     torch_threads: int | None = Field(
         1,

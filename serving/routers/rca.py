@@ -81,18 +81,19 @@ def _fast_alerts(items: Sequence[Mapping[str, Any]], epoch_seconds: bool) -> lis
     for a in items:
         s = a.get("startsAt")
         e = a.get("endsAt")
-        if s is not None and (s.year == 1 or s.year == 9999):
+        # only an offset at the ends of datetime's range can overflow (Alertmanager's "no end",
+        # 0001-01-01T00:00:00Z, is UTC and fine)
+        if s is not None and (s.year == 1 or s.year == 9999) and s.utcoffset():
             _check_utc(s)
-        if e is not None and (e.year == 1 or e.year == 9999):
+        if e is not None and (e.year == 1 or e.year == 9999) and e.utcoffset():
             _check_utc(e)
         if epoch_seconds:
-            out.append(
-                {
-                    "status": a.get("status", "firing"),
-                    "labels": a["labels"],
-                    "startsAt": _seconds(s),
-                }
-            )
+            t = None
+            if s is not None:  # _seconds, inlined
+                t = (s if s.tzinfo is not None else s.replace(tzinfo=UTC)).timestamp()
+                if t < _EPOCH:
+                    t = None
+            out.append({"status": a.get("status", "firing"), "labels": a["labels"], "startsAt": t})
         else:
             out.append(
                 {
