@@ -191,3 +191,14 @@ def test_fast_model_accepts_what_rcarequest_accepts(tmp_path: Path) -> None:
         RCARequest.model_validate_json(raw)
         req, alerts = parse_alerts(raw, True)
         assert isinstance(req, RCARequestFast) and len(alerts) == len(body["alerts"])
+
+
+def test_tune_malloc_applies_on_glibc_and_can_be_off() -> None:
+    import platform
+    import sys
+
+    from serving.app import tune_malloc
+
+    assert tune_malloc(0) is False and tune_malloc(None) is False
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert tune_malloc(32) is True
