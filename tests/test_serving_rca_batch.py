@@ -88,9 +88,13 @@ class SlowRecorder(BaseAnalyzer):
         self.delay_s = delay_s
         self.batches: list[int] = []
         self.threads: set[str] = set()
+        self.gate: threading.Event | None = None  # when set: the first call waits for it
 
     def find_root_causes(self, graph, alerts, top_k=None):  # noqa: ANN001, ANN201
         self.threads.add(threading.current_thread().name)
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            gate.wait(10)
         time.sleep(self.delay_s)
         if any(a["labels"].get("alertname") == "bad" for a in alerts):
             raise DataError("alert 0: bad alert")
@@ -105,16 +109,26 @@ class SlowRecorder(BaseAnalyzer):
 
 def test_batcher_batches_concurrent_requests_and_isolates_errors(graph: DependencyGraph) -> None:
     an = SlowRecorder()
+    an.gate = threading.Event()
     batcher = RCABatcher(max_batch=8)
 
     async def run() -> list[Any]:
-        # the first request occupies the thread; the next ones queue and go as batches
+        # the first request occupies the thread (held until the others are queued, so the test
+        # does not depend on timing); the next ones queue and go as batches
         first = asyncio.ensure_future(batcher.rank(an, graph, [{"labels": {}}], 1))
-        await asyncio.sleep(0.01)
+        while not an.threads:
+            await asyncio.sleep(0.001)
         reqs = [[{"labels": {"alertname": "ok"}}] * (i + 1) for i in range(12)]
         reqs[5] = [{"labels": {"alertname": "bad"}}]
-        rest = [batcher.rank(an, graph, r, 1) for r in reqs]
-        return await asyncio.gather(first, *rest, return_exceptions=True)
+        rest = asyncio.gather(
+            *[batcher.rank(an, graph, r, 1) for r in reqs], return_exceptions=True
+        )
+        while batcher._queue.qsize() < len(reqs):
+            await asyncio.sleep(0.001)
+        gate.set()
+        return [await first, *(await rest)]
+
+    gate = an.gate
 
     try:
         out = asyncio.run(run())
