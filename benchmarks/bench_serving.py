@@ -124,6 +124,21 @@ def sim_incidents(graph: Any, n: int, size: int, seed: int) -> list[bytes]:
     return out
 
 
+def cpu_by_process(pid: int) -> dict[int, float]:
+    """User + system CPU seconds of ``pid`` and of each of its children, by process id."""
+    import psutil
+
+    p = psutil.Process(pid)
+    out: dict[int, float] = {}
+    for q in [p, *p.children(recursive=True)]:
+        try:
+            t = q.cpu_times()
+            out[q.pid] = t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its children (uvicorn workers)."""
     import psutil
@@ -224,6 +239,7 @@ async def closed_loop(
         c.close()
 
     cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
+    per0 = cpu_by_process(server_pid) if server_pid else {}
     own0 = time.process_time()
     t0 = time.perf_counter()
     await asyncio.gather(*[client(k) for k in range(clients)])
@@ -240,6 +256,12 @@ async def closed_loop(
         out["server_cpu_ms_per_request"] = round(
             (cpu_seconds(server_pid) - cpu0) / len(lat) * 1000, 2
         )
+        # how the work spread over the processes (uvicorn's supervisor and its workers): with
+        # --workers, each keep-alive connection stays with the worker that accepted it
+        per1 = cpu_by_process(server_pid)
+        out["server_cpu_s_by_process"] = [
+            round(per1[k] - per0.get(k, 0.0), 3) for k in sorted(per1) if k in per0
+        ]
     if distinct:
         out["distinct_bodies"] = len(
             {body(k, i) for k in range(clients) for i in range(per_client)}
