@@ -393,11 +393,19 @@ def run_dynamic(args: Any) -> dict[str, Any]:
 def _retitle_card(path: Path) -> None:
     """The shared card writer describes fgd mode; point its header at dynamic mode."""
     text = path.read_text()
-    text = text.replace(
-        "# fleetmind-placement: PPO GPU placement agent",
-        "# fleetmind-placement-dynamic: PPO placement agent for dynamic mode",
-    ).replace(
-        "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes)",
-        "`fleetmind/MultiClusterPlacement-v0` (dynamic mode, see `docs/ppo-dynamic.md`)",
+    text = (
+        text.replace(
+            "# fleetmind-placement: PPO GPU placement agent",
+            "# fleetmind-placement-dynamic: PPO placement agent for dynamic mode",
+        )
+        .replace(
+            "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes)",
+            "`fleetmind/MultiClusterPlacement-v0` (dynamic mode, see `docs/ppo-dynamic.md`)",
+        )
+        .replace("`rl/teacher.py`", "`rl/dynamic_teacher.py`")
+        .replace(
+            "(see `docs/ppo.md` and\n`envs/candidates.py`)",
+            "(see `docs/ppo-dynamic.md` and\n`envs/multicluster_env.py`)",
+        )
     )
     path.write_text(text)
