@@ -228,3 +228,19 @@ def test_locality_candidate_set_keeps_fgd_first_and_adds_locality_choice() -> No
         assert term == term2
         if term:
             break
+
+
+def test_bad_teacher_file_fails_fast_with_model_load_error(tmp_path) -> None:
+    from data.errors import ConfigError
+    from training.sched_train import Args, run
+
+    base = dict(
+        mode="dynamic",
+        out=str(tmp_path / "runs"),
+        tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+        progress=False,
+    )
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        run(Args(teacher=str(tmp_path / "missing.json"), **base))
+    with pytest.raises(ConfigError, match="cem-population"):
+        run(Args(teacher="cem", cem_population=1, **base))

@@ -194,6 +194,12 @@ def run_dynamic(args: Any) -> dict[str, Any]:
 
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
+    if args.teacher == "cem" and (args.cem_generations < 1 or args.cem_population < 2):
+        raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
+    if args.teacher not in ("fgd", "cem"):
+        from rl.dynamic_teacher import DynLinearScorer
+
+        DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs = _env_kwargs(args)
