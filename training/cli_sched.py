@@ -109,6 +109,8 @@ def _evaluate_dynamic(
         ) from None
     from tqdm import tqdm
 
+    if policies and any(p.lower() == "ppo" for p in policies):
+        return _evaluate_dynamic_agent(args, policies, seeds)
     n_runs = len(policies) * len(seeds) if policies else None
     with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_dynamic(
@@ -120,6 +122,58 @@ def _evaluate_dynamic(
         "seeds": list(seeds),
         "policies": per_policy,
     }
+
+
+def _evaluate_dynamic_agent(
+    args: argparse.Namespace, policies: list[str], seeds: list[int]
+) -> dict:
+    """Dynamic mode with the PPO agent: every policy runs in the agent's own setting
+    (``rl.dynamic_eval.DynEvalConfig``: 10 % node sample, 2,048 jobs, offered load 0.8), on the
+    same job stream per seed, because the agent was trained on that setting and its candidates
+    come from ``fleetmind/MultiClusterPlacement-v0``."""
+    from tqdm import tqdm
+
+    from data.paths import MODELS_DIR
+    from envs.dynamic_mode import available_policies
+    from rl.dynamic_eval import DynEvalConfig, actor_fn, evaluate_streams, load_dynamic_actor
+
+    def norm(name: str) -> str:
+        return name.replace("_", "").replace("-", "").lower()
+
+    known = {norm(n): n for n in available_policies()}
+    heuristics = []
+    for p in policies:
+        if p.lower() == "ppo":
+            continue
+        if norm(p) not in known:
+            raise ConfigError(f"unknown policy {p!r}; known: ppo, {', '.join(known.values())}")
+        heuristics.append(known[norm(p)])
+    ref = args.model or MODELS_DIR / "placement-dynamic"
+    cfg = DynEvalConfig()
+    actor = load_dynamic_actor(ref, n_candidates=cfg.n_candidates)
+    with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
+        per_policy = evaluate_streams(
+            args.trace,
+            seeds,
+            actors={"ppo": actor_fn(actor)},
+            heuristics=heuristics,
+            config=cfg,
+            progress=lambda _msg: bar.update(1),
+        )
+    return {
+        "trace": str(args.trace),
+        "mode": "dynamic",
+        "setting": {**asdict_config(cfg), "model": str(ref)},
+        "seeds": list(seeds),
+        "policies": per_policy,
+    }
+
+
+def asdict_config(cfg: object) -> dict:
+    """A dataclass config as a plain dict (for the JSON output)."""
+    from dataclasses import asdict
+
+    return asdict(cfg)  # type: ignore[call-overload]
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -204,7 +258,9 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     )
     tr.add_argument("--trace", action="append", required=True, help="training trace (repeatable)")
     tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
-    tr.add_argument("--dyn-jobs", type=int, default=512, help="dynamic mode: jobs per episode")
+    tr.add_argument(
+        "--dyn-jobs", type=int, default=2048, help="dynamic mode: jobs per episode (default 2048)"
+    )
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")

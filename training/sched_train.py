@@ -54,7 +54,7 @@ class Args:
     nodes: str | None = None
     """node list CSV or openb name (default: the openb GPU nodes)"""
     mode: str = "fgd"
-    """simulation mode: fgd (dynamic mode is not trained yet)"""
+    """simulation mode: ``fgd`` (this module) or ``dynamic`` (:mod:`training.sched_train_dynamic`)"""
     timesteps: int = 100_000
     """PPO environment steps (decisions) after the warm start"""
     seed: int = 0
@@ -134,8 +134,9 @@ class Args:
     """torch threads"""
     progress: bool = True
     """progress bars"""
-    dyn_jobs: int = 512
-    """dynamic mode: jobs per episode of fleetmind/MultiClusterPlacement-v0"""
+    dyn_jobs: int = 2048
+    """dynamic mode: jobs per episode of fleetmind/MultiClusterPlacement-v0 (2,048, the env's and
+    the released dynamic model's setting)"""
 
 
 def tracking_uri(explicit: str | None = None) -> str:
