@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
@@ -58,8 +59,14 @@ def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
         "labels": row["labels"],
         "annotations": row["annotations"],
         "startsAt": row["starts_at"],
+        "endsAt": _iso_seconds(row.get("ends_ts")),
         "fingerprint": row["fingerprint"],
     }
+
+
+def _iso_seconds(t: float | None) -> str | None:
+    """Stored unix seconds as an ISO 8601 string in UTC (``None`` stays ``None``)."""
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
 
 
 class IncidentManager:

@@ -174,8 +174,13 @@ def test_rca_endpoint_under_concurrency_answers_like_find_root_causes(
     for i, alerts in enumerate(storms):
         status, body = answers[i]
         assert status == 200, body
-        # the handler passes the alerts on as the analyzer's dicts (startsAt normalised to UTC)
+        # the handler passes the alerts on as the analyzer's dicts (times normalised to UTC,
+        # endsAt of resolved alerts included): the same ranking as the simulator's own alerts
         ref = gat.find_root_causes(served, [_as_served(a) for a in alerts], 5)
+        raw = gat.find_root_causes(served, alerts, 5)
+        assert [(c.node, c.score, c.path) for c in raw.causes] == [
+            (c.node, c.score, c.path) for c in ref.causes
+        ]
         assert [c["node"] for c in body["causes"]] == [c.node for c in ref.causes]
         assert [c["score"] for c in body["causes"]] == [c.score for c in ref.causes]
         assert [tuple(c["path"]) for c in body["causes"]] == [c.path for c in ref.causes]
@@ -192,6 +197,7 @@ def _as_served(a: Mapping[str, Any]) -> dict[str, Any]:
         "labels": m.labels,
         "annotations": m.annotations,
         "startsAt": m.startsAt.isoformat() if m.startsAt else None,
+        "endsAt": m.endsAt.isoformat() if m.endsAt and m.endsAt.year > 1 else None,
         "fingerprint": m.fingerprint,
     }
 
@@ -239,3 +245,20 @@ def test_gc_tuned_while_serving_and_restored(tmp_path: Path) -> None:
         assert client.get("/healthz").status_code == 200
         assert gc.get_threshold()[0] == 12_345 and gc.get_freeze_count() > 0
     assert gc.get_threshold() == before
+
+
+def test_incident_alerts_keep_their_end_time() -> None:
+    from rca.features import parse_time
+    from serving.incidents import alert_dict
+
+    row = {
+        "status": "resolved",
+        "labels": {"alertname": "GpuXidError"},
+        "annotations": {},
+        "starts_at": "2026-11-29T10:00:00+00:00",
+        "ends_ts": 1795950000.5,
+        "fingerprint": "f1",
+    }
+    a = alert_dict(row)
+    assert parse_time(a["endsAt"]) == 1795950000.5  # what the GAT's time features read
+    assert alert_dict({**row, "status": "firing", "ends_ts": None})["endsAt"] is None

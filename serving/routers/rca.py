@@ -71,6 +71,13 @@ def _seconds(dt: datetime | None) -> float | None:
     return None if t < _EPOCH else t
 
 
+def _iso_end(dt: datetime | None) -> str | None:
+    """``endsAt`` as an ISO 8601 string in UTC; ``None`` for none or Alertmanager's zero time
+    (``0001-01-01``, "no end yet"), which the analyzers read as no end either way."""
+    t = _seconds(dt)
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
+
+
 def _fast_alerts(items: Sequence[Mapping[str, Any]], epoch_seconds: bool) -> list[dict[str, Any]]:
     """The analyzer's alert dicts from :class:`RCARequestFast` alerts (see :func:`parse_alerts`).
 
@@ -93,7 +100,14 @@ def _fast_alerts(items: Sequence[Mapping[str, Any]], epoch_seconds: bool) -> lis
                 t = (s if s.tzinfo is not None else s.replace(tzinfo=UTC)).timestamp()
                 if t < _EPOCH:
                     t = None
-            out.append({"status": a.get("status", "firing"), "labels": a["labels"], "startsAt": t})
+            out.append(
+                {
+                    "status": a.get("status", "firing"),
+                    "labels": a["labels"],
+                    "startsAt": t,
+                    "endsAt": _seconds(e),
+                }
+            )
         else:
             out.append(
                 {
@@ -101,6 +115,7 @@ def _fast_alerts(items: Sequence[Mapping[str, Any]], epoch_seconds: bool) -> lis
                     "labels": a["labels"],
                     "annotations": a.get("annotations", {}),
                     "startsAt": utc(s).isoformat() if s is not None else None,
+                    "endsAt": _iso_end(e),
                     "fingerprint": a.get("fingerprint"),
                 }
             )
@@ -111,7 +126,12 @@ def _model_alerts(items: Sequence[AlertIn], epoch_seconds: bool) -> list[dict[st
     """The analyzer's alert dicts from validated :class:`AlertIn` models."""
     if epoch_seconds:
         return [
-            {"status": m.status, "labels": m.labels, "startsAt": _seconds(m.startsAt)}
+            {
+                "status": m.status,
+                "labels": m.labels,
+                "startsAt": _seconds(m.startsAt),
+                "endsAt": _seconds(m.endsAt),
+            }
             for m in items
         ]
     return [
@@ -120,6 +140,7 @@ def _model_alerts(items: Sequence[AlertIn], epoch_seconds: bool) -> list[dict[st
             "labels": m.labels,
             "annotations": m.annotations,
             "startsAt": m.startsAt.isoformat() if m.startsAt else None,
+            "endsAt": _iso_end(m.endsAt),
             "fingerprint": m.fingerprint,
         }
         for m in items
@@ -131,7 +152,8 @@ def parse_alerts(
 ) -> tuple[RCARequestFast | RCARequest, list[dict[str, Any]]]:
     """Validate the body and build the alerts as the analyzers take them.
 
-    The alerts are Alertmanager v4 objects without ``endsAt`` (the service has never passed it on).
+    The alerts are Alertmanager v4 objects (``status``, ``labels``, ``startsAt``, ``endsAt``; the
+    GAT's time features use ``endsAt`` of resolved alerts, as in training).
     ``epoch_seconds``: ``startsAt`` as unix seconds, for analyzers built on ``rca.features`` (the
     GAT): the value they would parse from the ISO string, without parsing it. Otherwise an ISO 8601
     string in UTC, with ``annotations`` and ``fingerprint``.
