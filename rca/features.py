@@ -195,6 +195,27 @@ _OFF_DEG = _OFF_KIND + _N_KIND
 assert _OFF_DEG + 2 == NUM_FEATURES
 
 _ZERO_TIME = datetime(1970, 1, 1).timestamp()  # endsAt "0001-01-01..." (firing) falls below this
+
+
+_NAN = float("nan")
+
+
+def _alert_times(a: Mapping[str, Any]) -> tuple[float, float, float]:
+    """``(start, end, is_firing)`` of one alert for the time features: unix seconds (``startsAt`` /
+    ``endsAt`` as RFC 3339 strings or floats), NaN when absent; the end is NaN too for a firing
+    alert whose ``endsAt`` is not after its start (Alertmanager's "no end yet")."""
+    s = a.get("startsAt")
+    if s is not None and s.__class__ is not float:
+        s = parse_time(s)
+    e = a.get("endsAt")
+    if e is not None and e.__class__ is not float:
+        e = parse_time(e)
+    status = a.get("status", "firing")
+    is_firing = status == "firing" or (status != "resolved" and str(status).lower() != "resolved")
+    end = _NAN if (e is None or is_firing and s is not None and e <= s) else e
+    return (_NAN if s is None else s), end, (1.0 if is_firing else 0.0)
+
+
 _FRAC_RE = re.compile(r"(\.\d{6})\d+")
 
 
@@ -445,7 +466,6 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
     ends: list[float] = []
     firing: list[float] = []
     unmapped = 0
-    nan = np.nan
     sev_get, name_get = _SEV_INDEX.get, _NAME_INDEX.get
     for a, v in zip(alerts, idx, strict=True):
         if v is None:
@@ -460,19 +480,10 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
         if u is None:
             u = names[name] = len(names)
         name_u.append(u)
-        s = a.get("startsAt")
-        if s is not None and s.__class__ is not float:
-            s = parse_time(s)
-        e = a.get("endsAt")
-        if e is not None and e.__class__ is not float:
-            e = parse_time(e)
-        starts.append(nan if s is None else s)
-        status = a.get("status", "firing")
-        is_firing = status == "firing" or (
-            status != "resolved" and str(status).lower() != "resolved"
-        )
-        ends.append(nan if (e is None or is_firing and s is not None and e <= s) else e)
-        firing.append(1.0 if is_firing else 0.0)
+        s, e, f = _alert_times(a)
+        starts.append(s)
+        ends.append(e)
+        firing.append(f)
     alerting = np.zeros(n, dtype=bool)
     # no-alert defaults for the time block
     x[:, _OFF_TIME + 0] = 1.0
@@ -676,7 +687,6 @@ def incident_crop(
     ends: list[float] = []
     firing: list[float] = []
     unmapped = 0
-    nan = np.nan
     memo = st.label_info
     for a in alerts:
         labels = a.get("labels") or {}
@@ -695,19 +705,10 @@ def incident_crop(
         if u is None:
             u = names[name] = len(names)
         name_u.append(u)
-        s = a.get("startsAt")
-        if s is not None and s.__class__ is not float:
-            s = parse_time(s)
-        e = a.get("endsAt")
-        if e is not None and e.__class__ is not float:
-            e = parse_time(e)
-        starts.append(nan if s is None else s)
-        status = a.get("status", "firing")
-        is_firing = status == "firing" or (
-            status != "resolved" and str(status).lower() != "resolved"
-        )
-        ends.append(nan if (e is None or is_firing and s is not None and e <= s) else e)
-        firing.append(1.0 if is_firing else 0.0)
+        s, e, f = _alert_times(a)
+        starts.append(s)
+        ends.append(e)
+        firing.append(f)
     alerting = np.zeros(n, dtype=bool)
     timing: tuple[Any, ...] | None = None
     recent_alerting = alerting

@@ -46,6 +46,7 @@ from envs.multicluster_env import (
     GLOBAL_FEATURE_NAMES,
     MultiClusterPlacementEnv,
 )
+from rl.teacher import CandidateScorer
 
 FGD_CHOICE_FEATURE = 1
 """Index of ``is_fgd_choice`` among the candidate features."""
@@ -60,7 +61,7 @@ REFERENCE_POLICIES = ("FGD", "LocalityAware")
 """Heuristics whose per-stream best is the objective's unit (the strongest two in dynamic mode)."""
 
 
-class DynLinearScorer:
+class DynLinearScorer(CandidateScorer):
     """Greedy linear scorer over the candidate rows of ``MultiClusterPlacement-v0``.
 
     Args:
@@ -121,11 +122,6 @@ class DynLinearScorer:
         """``(K,)`` scores before masking."""
         return self.features(obs) @ self.weights
 
-    def __call__(self, obs: np.ndarray, mask: np.ndarray) -> int:
-        s = self.scores(obs)
-        s[~np.asarray(mask, dtype=bool)] = -np.inf
-        return int(np.argmax(s))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": SCORER_FORMAT,
@@ -134,13 +130,6 @@ class DynLinearScorer:
             "interact": list(self.interact),
             "weights": [float(x) for x in self.weights],
         }
-
-    def save(self, path: str | Path) -> Path:
-        """Write the scorer as JSON."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        return p
 
     @classmethod
     def load(cls, path: str | Path) -> DynLinearScorer:

@@ -63,7 +63,30 @@ def _block_gates(glob: np.ndarray, blocks: Sequence[str]) -> list[float]:
     return [gates[b] for b in blocks]
 
 
-class LinearScorer:
+class CandidateScorer:
+    """Shared by the linear scorers of both placement modes: greedy choice over the valid rows and
+    JSON files. Subclasses define ``scores(obs) -> (K,)`` and ``to_dict()``."""
+
+    def scores(self, obs: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        s = self.scores(obs)
+        s[~np.asarray(mask, dtype=bool)] = -np.inf
+        return int(np.argmax(s))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the scorer as JSON."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return p
+
+
+class LinearScorer(CandidateScorer):
     """Greedy linear scorer over candidate rows (see the module docstring).
 
     Args:
@@ -125,11 +148,6 @@ class LinearScorer:
         """``(K,)`` scores (before masking)."""
         return self.features(obs) @ self.weights
 
-    def __call__(self, obs: np.ndarray, mask: np.ndarray) -> int:
-        s = self.scores(obs)
-        s[~np.asarray(mask, dtype=bool)] = -np.inf
-        return int(np.argmax(s))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": "fleetmind-linear-scorer/1",
@@ -138,13 +156,6 @@ class LinearScorer:
             "blocks": list(self.blocks),
             "weights": [float(x) for x in self.weights],
         }
-
-    def save(self, path: str | Path) -> Path:
-        """Write the scorer as JSON."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        return p
 
     @classmethod
     def load(cls, path: str | Path) -> LinearScorer:

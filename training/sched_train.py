@@ -265,13 +265,27 @@ def _run_dirs(args: Args, env_id: str) -> tuple[str, Path, Path]:
     return run_name, run_dir, ckpt_dir
 
 
+def log_cem_search(res: Any, run_dir: Path) -> None:
+    """Log a CEM search (``rl.teacher.CEMResult`` or ``rl.dynamic_teacher.DynCEMResult``: per
+    generation ``best``/``elite_mean``/``sd_mean``, then FGD's and the teacher's scores) to the
+    active MLflow run, and save the teacher as ``<run>/model/teacher.json``."""
+    import mlflow
+
+    for h in res.history:
+        mlflow.log_metrics(
+            {"cem/best": h["best"], "cem/elite_mean": h["elite_mean"], "cem/sd_mean": h["sd_mean"]},
+            step=int(h["generation"]),
+        )
+    mlflow.log_metrics({"cem/fgd": res.fgd_score, "cem/teacher": res.best_score})
+    res.best.save(run_dir / "model" / "teacher.json")
+
+
 def _make_teacher(
     args: Args, env_kwargs: dict[str, Any], run_dir: Path, summary: dict[str, Any]
 ) -> Any:
     """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`rl.teacher.LinearScorer`
     loaded from ``args.teacher`` or searched by CEM (logged to MLflow, saved as
     ``<run>/model/teacher.json``)."""
-    import mlflow
     from tqdm import tqdm
 
     from envs.candidates import N_CAND_FEATURES
@@ -330,13 +344,7 @@ def _make_teacher(
         blocks=blocks,
     )
     bar.close()
-    for h in res.history:
-        mlflow.log_metrics(
-            {"cem/best": h["best"], "cem/elite_mean": h["elite_mean"], "cem/sd_mean": h["sd_mean"]},
-            step=int(h["generation"]),
-        )
-    mlflow.log_metrics({"cem/fgd": res.fgd_score, "cem/teacher": res.best_score})
-    res.best.save(run_dir / "model" / "teacher.json")
+    log_cem_search(res, run_dir)
     summary["cem"] = {
         "fgd": res.fgd_score,
         "init": args.cem_init,

@@ -96,11 +96,11 @@ def _teacher(
     args: Any, streams: Any, run_dir: Path, summary: dict[str, Any], progress: bool
 ) -> Any:
     """``None`` (FGD), a loaded or a CEM-searched :class:`rl.dynamic_teacher.DynLinearScorer`."""
-    import mlflow
     from tqdm import tqdm
 
     from envs.multicluster_env import N_CAND_FEATURES
     from rl.dynamic_teacher import DynLinearScorer, cem_search_dynamic
+    from training.sched_train import log_cem_search
 
     if args.teacher == "fgd":
         return None
@@ -128,13 +128,7 @@ def _teacher(
         progress=bar.update,
     )
     bar.close()
-    for h in res.history:
-        mlflow.log_metrics(
-            {"cem/best": h["best"], "cem/elite_mean": h["elite_mean"], "cem/sd_mean": h["sd_mean"]},
-            step=int(h["generation"]),
-        )
-    mlflow.log_metrics({"cem/fgd": res.fgd_score, "cem/teacher": res.best_score})
-    res.best.save(run_dir / "model" / "teacher.json")
+    log_cem_search(res, run_dir)
     summary["cem"] = {
         "objective_fgd": res.fgd_score,
         "objective_teacher": res.best_score,
