@@ -216,6 +216,44 @@ def _alert_times(a: Mapping[str, Any]) -> tuple[float, float, float]:
     return (_NAN if s is None else s), end, (1.0 if is_firing else 0.0)
 
 
+def _node_timing(
+    starts: list[float], ends: list[float], r: np.ndarray, n: int
+) -> tuple[float, float, float, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per-node alert timing for the time features (``None`` when no alert has a start time).
+
+    Args:
+        starts, ends: per alert, unix seconds or NaN (:func:`_alert_times`).
+        r: ``(A,)`` node index of each alert.
+        n: number of nodes.
+
+    Returns:
+        ``(t_last, t0, span, duration (A,), first (n,), last (n,), first_recent (n,))``: the latest
+        start, the earliest start within ``HORIZON_S`` of it, ``max(t_last - t0, 60)`` (s); each
+        alert's duration (missing ends: the latest known time); per node the first and last start
+        and the first start within the horizon, relative to ``t0`` (``inf``/``-inf`` where none).
+    """
+    s_arr = np.asarray(starts, dtype=np.float64)
+    known = ~np.isnan(s_arr)
+    if not known.any():
+        return None
+    e_arr = np.asarray(ends, dtype=np.float64)
+    t_last = float(np.nanmax(s_arr))
+    s_arr = np.where(known, s_arr, t_last)
+    recent = s_arr >= t_last - HORIZON_S
+    t0 = float(s_arr[recent].min())
+    span = max(t_last - t0, 60.0)
+    e_arr = np.where(np.isnan(e_arr), max(t_last, float(np.nanmax(e_arr, initial=t_last))), e_arr)
+    e_arr = np.maximum(e_arr, s_arr)
+    rel = s_arr - t0
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    first_recent = np.full(n, np.inf)
+    np.minimum.at(first, r, rel)
+    np.maximum.at(last, r, rel)
+    np.minimum.at(first_recent, r[recent], rel[recent])
+    return t_last, t0, span, e_arr - s_arr, first, last, first_recent
+
+
 _FRAC_RE = re.compile(r"(\.\d{6})\d+")
 
 
@@ -504,28 +542,11 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
         kw = per_name @ np.stack([_keywords(nm) for nm in names])
         x[:, _OFF_KW:_OFF_TIME] = np.log1p(kw)
         # ---- timing
-        s_arr = np.asarray(starts, dtype=np.float64)
-        e_arr = np.asarray(ends, dtype=np.float64)
-        known = ~np.isnan(s_arr)
-        if known.any():
-            t_last = float(np.nanmax(s_arr))
-            s_arr = np.where(known, s_arr, t_last)
-            recent = s_arr >= t_last - HORIZON_S
-            t0 = float(s_arr[recent].min())
-            span = max(t_last - t0, 60.0)
-            e_arr = np.where(
-                np.isnan(e_arr), max(t_last, float(np.nanmax(e_arr, initial=t_last))), e_arr
-            )
-            e_arr = np.maximum(e_arr, s_arr)
-            rel = s_arr - t0
-            first = np.full(n, np.inf)
-            last = np.full(n, -np.inf)
-            first_recent = np.full(n, np.inf)
-            np.minimum.at(first, r, rel)
-            np.maximum.at(last, r, rel)
-            np.minimum.at(first_recent, r[recent], rel[recent])
+        tm = _node_timing(starts, ends, r, n)
+        if tm is not None:
+            t_last, t0, span, dur_per_alert, first, last, first_recent = tm
             dur = np.zeros(n)
-            np.add.at(dur, r, e_arr - s_arr)
+            np.add.at(dur, r, dur_per_alert)
             nal = np.bincount(r, minlength=n).astype(np.float64)
             fire = np.bincount(r, weights=np.asarray(firing), minlength=n)
             a_idx = np.flatnonzero(alerting)
@@ -715,28 +736,10 @@ def incident_crop(
     if rows:
         r = np.asarray(rows, dtype=np.int64)
         alerting[r] = True
-        s_arr = np.asarray(starts, dtype=np.float64)
-        known = ~np.isnan(s_arr)
-        if known.any():  # the same arithmetic as alert_features, per node of the whole graph
-            e_arr = np.asarray(ends, dtype=np.float64)
-            t_last = float(np.nanmax(s_arr))
-            s_arr = np.where(known, s_arr, t_last)
-            recent = s_arr >= t_last - HORIZON_S
-            t0 = float(s_arr[recent].min())
-            span = max(t_last - t0, 60.0)
-            e_arr = np.where(
-                np.isnan(e_arr), max(t_last, float(np.nanmax(e_arr, initial=t_last))), e_arr
-            )
-            e_arr = np.maximum(e_arr, s_arr)
-            rel = s_arr - t0
-            first = np.full(n, np.inf)
-            last = np.full(n, -np.inf)
-            first_recent = np.full(n, np.inf)
-            np.minimum.at(first, r, rel)
-            np.maximum.at(last, r, rel)
-            np.minimum.at(first_recent, r[recent], rel[recent])
-            recent_alerting = np.isfinite(first_recent)
-            timing = (t_last, t0, span, e_arr - s_arr, first, last, first_recent)
+        tm = _node_timing(starts, ends, r, n)  # the same arithmetic as alert_features
+        if tm is not None:
+            recent_alerting = np.isfinite(tm[6])
+            timing = tm
         else:
             recent_alerting = alerting
     seeds = recent_alerting if recent_alerting.any() else alerting

@@ -34,7 +34,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from envs.multicluster_env import (
     GLOBAL_FEATURE_NAMES,
     MultiClusterPlacementEnv,
 )
-from rl.teacher import CandidateScorer
+from rl.teacher import CandidateScorer, cem_loop
 
 FGD_CHOICE_FEATURE = 1
 """Index of ``is_fgd_choice`` among the candidate features."""
@@ -281,30 +281,20 @@ def cem_search_dynamic(
     sd = np.full(mu.shape, init_sd)
     anchor = int(np.argmax(np.abs(mu)))  # fixes the scale: the rest is relative to it
     sd[anchor] = 0.0
-    history: list[dict[str, float]] = []
-    for gen in range(generations):
-        pop = [mu + sd * rng.standard_normal(mu.shape) for _ in range(population)]
-        scored = []
-        for w in pop:
-            scored.append(score(DynLinearScorer(w, n_candidates, n_cand_features, interact)))
-            if progress is not None:
-                progress(1)
-        order = np.argsort(scored, kind="stable")
-        elite = np.asarray([pop[i] for i in order[:n_elite]])
-        mu = elite.mean(axis=0)
-        sd = elite.std(axis=0) + sd_floor
-        sd[anchor] = 0.0
-        if scored[order[0]] < best_score:
-            best = DynLinearScorer(pop[order[0]], n_candidates, n_cand_features, interact)
-            best_score = float(scored[order[0]])
-        history.append(
-            {
-                "generation": float(gen),
-                "best": float(scored[order[0]]),
-                "elite_mean": float(np.mean([scored[i] for i in order[:n_elite]])),
-                "best_so_far": float(best_score),
-                "sd_mean": float(sd.mean()),
-            }
-        )
+    best, best_score, history = cem_loop(
+        mu,
+        sd,
+        anchor,
+        lambda w: DynLinearScorer(w, n_candidates, n_cand_features, interact),
+        score,
+        best,
+        best_score,
+        generations=generations,
+        population=population,
+        n_elite=n_elite,
+        sd_floor=sd_floor,
+        rng=rng,
+        progress=progress,
+    )
     eps = [(name, s) for name, s, _, _ in streams.episodes]
-    return DynCEMResult(best, best_score, fgd_score, history, eps)
+    return DynCEMResult(cast(DynLinearScorer, best), best_score, fgd_score, history, eps)

@@ -32,7 +32,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -271,28 +271,82 @@ def cem_search(
     mu = start.weights.copy()
     sd = np.full(mu.shape, init_sd)
     sd[FGD_CHOICE_FEATURE] = 0.0  # the scale of the FGD flag is fixed; the rest is relative to it
+    best, best_score, history = cem_loop(
+        mu,
+        sd,
+        FGD_CHOICE_FEATURE,
+        lambda w: LinearScorer(w, k, f, blocks),
+        score,
+        best,
+        best_score,
+        generations=generations,
+        population=population,
+        n_elite=n_elite,
+        sd_floor=sd_floor,
+        rng=rng,
+        progress=progress,
+    )
+    episodes_out = [(t, int(w)) for t, w in episodes]
+    return CEMResult(
+        cast(LinearScorer, best), best_score, fgd_score, history, episodes_out, init_score
+    )
+
+
+def cem_loop(
+    mu: np.ndarray,
+    sd: np.ndarray,
+    fixed: int,
+    make: Callable[[np.ndarray], CandidateScorer],
+    score: Callable[[Any], float],
+    best: CandidateScorer,
+    best_score: float,
+    *,
+    generations: int,
+    population: int,
+    n_elite: int,
+    sd_floor: float,
+    rng: np.random.Generator,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[CandidateScorer, float, list[dict[str, float]]]:
+    """The generations of a cross-entropy search (shared by both placement modes' teachers).
+
+    Args:
+        mu, sd: ``(W,)`` mean and standard deviation of the search distribution (``sd[fixed]``
+            already 0).
+        fixed: index of the weight whose scale stays fixed (its spread is reset to 0 after every
+            refit).
+        make: builds a scorer from a ``(W,)`` weight vector; ``score`` scores it (lower is better).
+        best, best_score: the best scorer so far and its score (the starting point's).
+        generations, population, n_elite, sd_floor: CEM sizes and the noise added after a refit.
+        rng: the sampling generator.
+        progress: called with 1 after each scored vector.
+
+    Returns:
+        ``(best, best_score, history)``; history per generation ``{"generation", "best",
+        "elite_mean", "best_so_far", "sd_mean"}``.
+    """
     history: list[dict[str, float]] = []
     for gen in range(generations):
         pop = [mu + sd * rng.standard_normal(mu.shape) for _ in range(population)]
         scored = []
         for w in pop:
-            scored.append(score(LinearScorer(w, k, f, blocks)))
+            scored.append(score(make(w)))
             if progress is not None:
                 progress(1)
         order = np.argsort(scored, kind="stable")
         elite = np.asarray([pop[i] for i in order[:n_elite]])
         mu = elite.mean(axis=0)
         sd = elite.std(axis=0) + sd_floor
-        sd[FGD_CHOICE_FEATURE] = 0.0
+        sd[fixed] = 0.0
         if scored[order[0]] < best_score:
-            best, best_score = LinearScorer(pop[order[0]], k, f, blocks), float(scored[order[0]])
+            best, best_score = make(pop[order[0]]), float(scored[order[0]])
         history.append(
             {
                 "generation": float(gen),
                 "best": float(scored[order[0]]),
                 "elite_mean": float(np.mean([scored[i] for i in order[:n_elite]])),
+                "best_so_far": float(best_score),
                 "sd_mean": float(sd.mean()),
             }
         )
-    episodes_out = [(t, int(w)) for t, w in episodes]
-    return CEMResult(best, best_score, fgd_score, history, episodes_out, init_score)
+    return best, best_score, history
