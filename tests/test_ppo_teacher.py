@@ -135,3 +135,11 @@ def test_cem_search_from_a_saved_scorer(tiny, tmp_path):
     del d["blocks"]
     (tmp_path / "old.json").write_text(json.dumps(d))
     assert LinearScorer.load(tmp_path / "old.json").blocks == BLOCKS_3
+
+
+def test_fgd_only_cem_options_are_refused_in_dynamic_mode(tmp_path):
+    from data.errors import ConfigError
+    from training.sched_train import Args, run
+
+    with pytest.raises(ConfigError, match="fgd-mode options"):
+        run(Args(mode="dynamic", cem_multi_gpu_block=True, out=str(tmp_path)))

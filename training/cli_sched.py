@@ -131,6 +131,8 @@ def _evaluate_dynamic_agent(
     (``rl.dynamic_eval.DynEvalConfig``: 10 % node sample, 2,048 jobs, offered load 0.8), on the
     same job stream per seed, because the agent was trained on that setting and its candidates
     come from ``fleetmind/MultiClusterPlacement-v0``."""
+    from dataclasses import asdict
+
     from tqdm import tqdm
 
     from data.paths import MODELS_DIR
@@ -163,17 +165,10 @@ def _evaluate_dynamic_agent(
     return {
         "trace": str(args.trace),
         "mode": "dynamic",
-        "setting": {**asdict_config(cfg), "model": str(ref)},
+        "setting": {**asdict(cfg), "model": str(ref)},
         "seeds": list(seeds),
         "policies": per_policy,
     }
-
-
-def asdict_config(cfg: object) -> dict:
-    """A dataclass config as a plain dict (for the JSON output)."""
-    from dataclasses import asdict
-
-    return asdict(cfg)  # type: ignore[call-overload]
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -379,6 +379,9 @@ def run(args: Args) -> dict[str, Any]:
     )
 
     if args.mode == "dynamic":
+        if args.cem_init is not None or args.cem_multi_gpu_block:
+            # the dynamic recipe has its own scorer (rl.dynamic_teacher); refuse rather than ignore
+            raise ConfigError("--cem-init and --cem-multi-gpu-block are fgd-mode options")
         return run_dynamic(args)
     if args.mode != "fgd":
         raise ConfigError(f"--mode {args.mode}: use fgd or dynamic")
