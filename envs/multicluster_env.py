@@ -233,13 +233,11 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._nodes = np.full(self.n_candidates, -1, dtype=np.int64)
         self._gpus: list[np.ndarray] = []
 
-    # ------------------------------------------------------------------------------- gym API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        rng = self.np_random
-        self.jobs = build_jobs(
+    def draw_stream(self, rng: np.random.Generator) -> tuple[DynJobs, np.ndarray]:
+        """An episode's job stream and node tie-break priority (``(n_nodes,)`` ranks) drawn from
+        ``rng``; :meth:`reset` draws them from ``self.np_random``, so ``default_rng(seed)`` gives
+        the stream of ``reset(seed=seed)``."""
+        jobs = build_jobs(
             self.trace,
             self.fleet,
             rng,
@@ -247,7 +245,14 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
             n_jobs=self.n_jobs,
             max_work_s=self.max_work_s,
         )
-        priority = np.argsort(rng.permutation(self.fleet.n_nodes))
+        return jobs, np.argsort(rng.permutation(self.fleet.n_nodes))
+
+    # ------------------------------------------------------------------------------- gym API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.jobs, priority = self.draw_stream(self.np_random)
         self.sim = DynamicSim(
             self.fleet, self.jobs, backfill_depth=self.backfill_depth, priority=priority
         )

@@ -33,7 +33,6 @@ from data.openb import PodTrace, load_openb_trace
 from envs.dynamic_mode import (
     DynamicSim,
     DynJobs,
-    build_jobs,
     make_policy,
 )
 from envs.multicluster_env import N_CAND_FEATURES, N_GLOBAL_FEATURES, MultiClusterPlacementEnv
@@ -122,17 +121,7 @@ class EnvActorPolicy:
 
 def job_stream(env: MultiClusterPlacementEnv, seed: int) -> tuple[DynJobs, np.ndarray]:
     """The job stream and node priority ``env.reset(seed=seed)`` would draw."""
-    rng = np.random.default_rng(seed)
-    jobs = build_jobs(
-        env.trace,
-        env.fleet,
-        rng,
-        target_util=env.target_util,
-        n_jobs=env.n_jobs,
-        max_work_s=env.max_work_s,
-    )
-    priority = np.argsort(rng.permutation(env.fleet.n_nodes))
-    return jobs, priority
+    return env.draw_stream(np.random.default_rng(seed))
 
 
 def run_policy(
