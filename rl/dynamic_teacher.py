@@ -281,7 +281,7 @@ def cem_search_dynamic(
     sd = np.full(mu.shape, init_sd)
     anchor = int(np.argmax(np.abs(mu)))  # fixes the scale: the rest is relative to it
     sd[anchor] = 0.0
-    best, best_score, history = cem_loop(
+    best, best_score, history, _ = cem_loop(
         mu,
         sd,
         anchor,

@@ -199,6 +199,9 @@ class CEMResult:
         history: per generation ``{"generation", "best", "elite_mean", "sd_mean"}``.
         episodes: the ``(trace, workload seed)`` pairs scored.
         init_score: the starting scorer's mean metric (``None`` when the search started at FGD).
+        final_mean: ``(W,)`` mean of the search distribution after the last refit (the average of
+            the last elite). It was not scored on the search episodes; being an average of several
+            good vectors, it is less tuned to those episodes' noise than ``best``.
     """
 
     best: LinearScorer
@@ -207,6 +210,7 @@ class CEMResult:
     history: list[dict[str, float]] = field(default_factory=list)
     episodes: list[tuple[str, int]] = field(default_factory=list)
     init_score: float | None = None
+    final_mean: np.ndarray | None = None
 
 
 def cem_search(
@@ -271,7 +275,7 @@ def cem_search(
     mu = start.weights.copy()
     sd = np.full(mu.shape, init_sd)
     sd[FGD_CHOICE_FEATURE] = 0.0  # the scale of the FGD flag is fixed; the rest is relative to it
-    best, best_score, history = cem_loop(
+    best, best_score, history, final_mean = cem_loop(
         mu,
         sd,
         FGD_CHOICE_FEATURE,
@@ -288,7 +292,13 @@ def cem_search(
     )
     episodes_out = [(t, int(w)) for t, w in episodes]
     return CEMResult(
-        cast(LinearScorer, best), best_score, fgd_score, history, episodes_out, init_score
+        cast(LinearScorer, best),
+        best_score,
+        fgd_score,
+        history,
+        episodes_out,
+        init_score,
+        final_mean,
     )
 
 
@@ -307,7 +317,7 @@ def cem_loop(
     sd_floor: float,
     rng: np.random.Generator,
     progress: Callable[[int], None] | None = None,
-) -> tuple[CandidateScorer, float, list[dict[str, float]]]:
+) -> tuple[CandidateScorer, float, list[dict[str, float]], np.ndarray]:
     """The generations of a cross-entropy search (shared by both placement modes' teachers).
 
     Args:
@@ -322,8 +332,9 @@ def cem_loop(
         progress: called with 1 after each scored vector.
 
     Returns:
-        ``(best, best_score, history)``; history per generation ``{"generation", "best",
-        "elite_mean", "best_so_far", "sd_mean"}``.
+        ``(best, best_score, history, mu)``; history per generation ``{"generation", "best",
+        "elite_mean", "best_so_far", "sd_mean"}``; ``mu`` the ``(W,)`` distribution mean after the
+        last refit.
     """
     history: list[dict[str, float]] = []
     for gen in range(generations):
@@ -349,4 +360,4 @@ def cem_loop(
                 "sd_mean": float(sd.mean()),
             }
         )
-    return best, best_score, history
+    return best, best_score, history, mu

@@ -14,6 +14,7 @@ from envs.gpu_placement_env import GpuPlacementEnv
 from rl.teacher import (
     BLOCKS_3,
     BLOCKS_4,
+    FGD_CHOICE_FEATURE,
     NUM_GPU_GLOBAL,
     LinearScorer,
     cem_search,
@@ -58,6 +59,11 @@ def test_cem_search_is_deterministic_and_never_worse_than_fgd(tiny):
     assert a.best_score <= a.fgd_score
     assert np.array_equal(a.best.weights, b.best.weights) and a.history == b.history
     assert [h["generation"] for h in a.history] == [0.0, 1.0]
+    # the final search mean: same shape, deterministic, FGD flag's scale kept, moved off FGD
+    assert a.final_mean.shape == a.best.weights.shape
+    assert np.array_equal(a.final_mean, b.final_mean)
+    assert a.final_mean[FGD_CHOICE_FEATURE] == 1.0
+    assert not np.array_equal(a.final_mean, LinearScorer.fgd(8, env.n_cand_features).weights)
     # the reported score is the scorer's real score on those episodes
     again = np.mean([episode_metric(env, a.best, t, s) for t, s in eps])
     assert again == pytest.approx(a.best_score)

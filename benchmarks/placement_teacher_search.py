@@ -1,0 +1,194 @@
+"""Independent teacher searches and their validation (issue 6, fgd mode: choosing a teacher).
+
+Two sub-commands, so that several searches can run side by side and be compared afterwards on one
+validation set that neither searched on:
+
+* ``search``: one cross-entropy search of a linear candidate scorer (``rl.teacher.cem_search``), the
+  same search ``fleetmind sched train --teacher cem`` runs, without the cloning and PPO that follow.
+  It writes ``<out>/teacher_best.json`` (the best vector scored), ``<out>/teacher_mean.json`` (the
+  search distribution's final mean, never scored on the search episodes) and ``<out>/search.json``
+  (command, episodes, history, wall time, load averages).
+* ``validate``: whole greedy episodes of each given scorer (teacher JSON files) and of FGD on
+  ``--traces`` x ``--seeds``, in ``--workers`` processes. Writes per scorer the unallocated GPU % at
+  100 % arrived per episode and the mean relative gap to FGD, the number the choice rule uses.
+
+    .venv/bin/python benchmarks/placement_teacher_search.py search --traces default gpushare40 \
+        multigpu20 --cem-seeds 1000 1001 --seed 10 --out runs/search_s10
+    .venv/bin/python benchmarks/placement_teacher_search.py validate --scorer released=models/placement/teacher.json \
+        --scorer s10=runs/search_s10/teacher_best.json --traces cpu037 cpu250 --seeds 43 44 \
+        --out benchmarks/results/placement_teacher_validation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacementEnv
+    from data.openb import load_openb_nodes
+    from envs.gpu_placement_env import GpuPlacementEnv
+
+    return GpuPlacementEnv(
+        traces=traces,
+        nodes=load_openb_nodes(None),
+        n_candidates=16,
+        fgd_until_pct=fgd_until_pct,
+        stop_arrived_pct=101.0,
+    )
+
+
+def cmd_search(a: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, cem_search
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    blocks = BLOCKS_4 if a.multi_gpu_block else BLOCKS_3
+    env = _env(sorted({e.split(":")[0] for e in a.episode} or set(a.traces)), a.fgd_until_pct)
+    episodes = [(t, s) for t in a.traces for s in a.cem_seeds]
+    if a.episode:  # explicit TRACE:SEED pairs instead of the product
+        episodes = [(e.split(":")[0], int(e.split(":")[1])) for e in a.episode]
+    init = LinearScorer.load(a.init) if a.init else None
+    total = (a.generations * a.population + 1 + (init is not None)) * len(episodes)
+    bar = tqdm(total=total, desc=f"CEM search seed {a.seed}", unit="ep")
+    load0, t0 = list(os.getloadavg()), time.perf_counter()
+    res = cem_search(
+        env,
+        episodes,
+        generations=a.generations,
+        population=a.population,
+        n_elite=a.n_elite,
+        init_sd=a.init_sd,
+        seed=a.seed,
+        progress=lambda n: bar.update(n * len(episodes)),
+        init=init,
+        blocks=blocks,
+    )
+    bar.close()
+    res.best.save(out / "teacher_best.json")
+    k, f = res.best.n_candidates, res.best.n_cand_features
+    LinearScorer(res.final_mean, k, f, blocks).save(out / "teacher_mean.json")
+    summary = {
+        "command": "python " + " ".join(sys.argv),
+        "episodes": res.episodes,
+        "fgd_score": res.fgd_score,
+        "best_score": res.best_score,
+        "init_score": res.init_score,
+        "history": res.history,
+        "wall_s": time.perf_counter() - t0,
+        "machine": {**_machine(), "loadavg_at_start": load0},
+    }
+    (out / "search.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score", "wall_s")}))
+
+
+def _val_job(job: tuple[str, str | None, str, int]) -> tuple[str, str, int, float]:
+    from rl.ppo import greedy_rollout
+    from rl.teacher import LinearScorer
+
+    name, path, trace, seed = job
+    env = _env([trace], 0.0)
+    act = (lambda obs, mask: 0) if path is None else LinearScorer.load(path)
+    info = greedy_rollout(env, act, trace, seed)
+    return name, trace, seed, float(info["unallocated_gpu_pct_at_100"])
+
+
+def cmd_validate(a: argparse.Namespace) -> None:
+    scorers: dict[str, str | None] = {"FGD": None}
+    for item in a.scorer:
+        name, _, path = item.partition("=")
+        if not path or name in scorers:
+            raise SystemExit(f"--scorer wants a unique NAME=PATH, got {item!r}")
+        scorers[name] = path
+    jobs = [(n, p, t, s) for n, p in scorers.items() for t in a.traces for s in a.seeds]
+    load0, t0 = list(os.getloadavg()), time.perf_counter()
+    with ProcessPoolExecutor(a.workers) as ex:
+        rows = list(ex.map(_val_job, jobs))
+    got = {(n, t, s): v for n, t, s, v in rows}
+    report: dict[str, dict] = {}
+    for n, p in scorers.items():
+        per = {f"{t}/{s}": got[(n, t, s)] for t in a.traces for s in a.seeds}
+        gaps = [
+            (
+                np.mean([got[(n, t, s)] for s in a.seeds])
+                / np.mean([got[("FGD", t, s)] for s in a.seeds])
+            )
+            - 1.0
+            for t in a.traces
+        ]
+        report[n] = {
+            "path": p,
+            "per_episode": per,
+            "gap_vs_fgd_per_trace_pct": {t: 100 * g for t, g in zip(a.traces, gaps, strict=True)},
+            "mean_gap_vs_fgd_pct": 100 * float(np.mean(gaps)),
+        }
+    doc = {
+        "benchmark": "placement_teacher_validation",
+        "command": "python " + " ".join(sys.argv),
+        "metric": "unallocated GPU % at 100 % arrived, whole greedy episodes; gap = mean over "
+        "traces of (scorer mean / FGD mean - 1)",
+        "traces": a.traces,
+        "seeds": a.seeds,
+        "scorers": report,
+        "wall_s": time.perf_counter() - t0,
+        "machine": {**_machine(), "loadavg_at_start": load0},
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(doc, indent=2))
+    for n, r in sorted(report.items(), key=lambda kv: kv[1]["mean_gap_vs_fgd_pct"]):
+        per = " ".join(f"{t} {g:+.1f}" for t, g in r["gap_vs_fgd_per_trace_pct"].items())
+        print(f"{n:>16}: {r['mean_gap_vs_fgd_pct']:+.2f} %   ({per})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("search", help="one CEM teacher search")
+    s.add_argument("--traces", nargs="+", default=[])
+    s.add_argument(
+        "--episode", nargs="+", default=[], help="TRACE:SEED pairs (override the product)"
+    )
+    s.add_argument("--cem-seeds", nargs="+", type=int, default=[1000, 1001])
+    s.add_argument("--generations", type=int, default=8)
+    s.add_argument("--population", type=int, default=12)
+    s.add_argument("--n-elite", type=int, default=4)
+    s.add_argument("--init-sd", type=float, default=0.5)
+    s.add_argument("--init", default=None, help="start at this scorer JSON instead of FGD")
+    s.add_argument("--multi-gpu-block", action="store_true")
+    s.add_argument("--fgd-until-pct", type=float, default=80.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True)
+    v = sub.add_parser("validate", help="whole-episode validation of scorers against FGD")
+    v.add_argument("--scorer", action="append", default=[], help="NAME=PATH to a teacher JSON")
+    v.add_argument("--traces", nargs="+", required=True)
+    v.add_argument("--seeds", nargs="+", type=int, default=[43, 44])
+    v.add_argument("--workers", type=int, default=2)
+    v.add_argument("--out", required=True)
+    a = ap.parse_args()
+    {"search": cmd_search, "validate": cmd_validate}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
