@@ -449,6 +449,12 @@ def main() -> None:
     ap.add_argument("--place-requests", type=int, default=300, help="requests per client")
     ap.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     ap.add_argument(
+        "--rca-processes",
+        type=int,
+        default=0,
+        help="FLEETMIND_RCA_PROCESSES: ranking processes fed request by request (0: in-process)",
+    )
+    ap.add_argument(
         "--rca-model", default=None, help="FLEETMIND_RCA_MODEL (default: registry's choice)"
     )
     ap.add_argument("--placement-model", default=None)
@@ -471,6 +477,7 @@ def main() -> None:
         "FLEETMIND_GRAPH": str(tmp / "graph.json"),
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
+    env["FLEETMIND_RCA_PROCESSES"] = str(args.rca_processes)
     if args.rca_model:
         env["FLEETMIND_RCA_MODEL"] = args.rca_model
     if args.placement_model:
@@ -532,12 +539,13 @@ def main() -> None:
             ).json()
             ingestion["incidents_formed"] = len(incs)
 
-        n_warm = 12 * args.workers
+        procs = max(args.workers, args.rca_processes)
+        n_warm = 12 * procs
         bodies = sim_incidents(graph, pool_size + n_warm, 200, seed=0)
         bodies, warm = bodies[:pool_size], bodies[pool_size:]
         # warm-up of every worker process (the first requests build the graph caches and compile
         # torch_geometric's message-passing code), on incidents not used below; not timed
-        asyncio.run(closed_loop(port, "/api/v1/rca", warm, 4 * args.workers, 3, distinct=True))
+        asyncio.run(closed_loop(port, "/api/v1/rca", warm, 4 * procs, 3, distinct=True))
         pid = proc.pid
         rca = asyncio.run(
             closed_loop(
@@ -625,6 +633,7 @@ def main() -> None:
         },
         "server": {
             "workers": args.workers,
+            "rca_processes": args.rca_processes,
             "database": "sqlite (WAL, synchronous=FULL)",
             "models": models,
         },

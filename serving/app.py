@@ -36,6 +36,7 @@ from serving.graphstore import GraphStore
 from serving.incidents import IncidentManager
 from serving.metrics import Metrics, MetricsMiddleware
 from serving.rca_batcher import RCABatcher
+from serving.rca_pool import RankingPool
 from serving.registry import ModelRegistry
 from serving.routers import alerts, fleet, graph, health, incidents, models, placements, rca
 from serving.schemas import RCARequest
@@ -161,6 +162,22 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     )
 
 
+async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool:
+    """Start ``settings.rca_processes`` ranking processes (:mod:`serving.rca_pool`)."""
+    pool = RankingPool(
+        settings.rca_processes,
+        {
+            "torch_threads": settings.torch_threads,
+            "gc_gen0_threshold": settings.gc_gen0_threshold,
+            "malloc_mmap_threshold_mb": settings.malloc_mmap_threshold_mb,
+            "max_batch": settings.rca_max_batch,
+        },
+        on_batch=metrics.rca_batch_size.observe,
+    )
+    await pool.start()
+    return pool
+
+
 def close_services(services: Services) -> None:
     services.rca_batcher.stop()
     services.incidents.stop()
@@ -185,12 +202,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             services.incidents.start()
         else:
             services.incidents.load_open()
+        if s.rca_processes > 0:
+            services.rca_pool = await start_rca_pool(s, metrics)
         app.state.services = services
         restore_gc = tune_gc(s.gc_gen0_threshold)
         try:
             yield
         finally:
             restore_gc()
+            if services.rca_pool is not None:
+                await services.rca_pool.stop()
             close_services(services)
             app.state.services = None
 

@@ -24,6 +24,7 @@ from serving.incidents import IncidentManager
 from serving.metrics import Metrics
 from serving.placement import Reservations
 from serving.rca_batcher import RCABatcher
+from serving.rca_pool import RankingPool
 from serving.registry import ModelRegistry
 from serving.settings import Settings, get_settings
 from serving.telemetry.base import TelemetrySource
@@ -44,6 +45,7 @@ class Services:
     reservations: Reservations = field(default_factory=Reservations)
     place_lock: threading.Lock = field(default_factory=threading.Lock)
     rca_batcher: RCABatcher = field(default_factory=RCABatcher)
+    rca_pool: RankingPool | None = None
 
 
 async def get_services(request: Request) -> Services:
@@ -82,6 +84,10 @@ async def get_reservations(services: ServicesDep) -> Reservations:
 
 async def get_rca_batcher(services: ServicesDep) -> RCABatcher:
     return services.rca_batcher
+
+
+async def get_rca_pool(services: ServicesDep) -> RankingPool | None:
+    return services.rca_pool
 
 
 async def get_telemetry(services: ServicesDep) -> TelemetrySource:
@@ -130,3 +136,4 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 TelemetryDep = Annotated[TelemetrySource, Depends(get_telemetry)]
 ReservationsDep = Annotated[Reservations, Depends(get_reservations)]
 RCABatcherDep = Annotated[RCABatcher, Depends(get_rca_batcher)]
+RCAPoolDep = Annotated[RankingPool | None, Depends(get_rca_pool)]

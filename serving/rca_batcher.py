@@ -36,6 +36,32 @@ class _Job:
     future: asyncio.Future[RCAResult]
 
 
+def rank_group(
+    analyzer: Any,
+    items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]], int | None]],
+) -> list[tuple[RCAResult | None, Exception | None]]:
+    """Rank ``(graph, alerts, top_k)`` items with one analyzer: ``(result, None)`` or
+    ``(None, error)`` per item, in order.
+
+    Several items go through ``analyzer.find_root_causes_many`` when it has one (the batched GAT,
+    same results as one by one); if that fails, every item is ranked alone so that a bad request
+    fails alone with its own error.
+    """
+    many = getattr(analyzer, "find_root_causes_many", None)
+    if many is not None and len(items) > 1:
+        try:
+            return [(r, None) for r in many(list(items))]
+        except Exception:  # one bad request: rank them singly below to answer each its own way
+            pass
+    out: list[tuple[RCAResult | None, Exception | None]] = []
+    for graph, alerts, top_k in items:
+        try:
+            out.append((analyzer.find_root_causes(graph, alerts, top_k), None))
+        except Exception as err:
+            out.append((None, err))
+    return out
+
+
 def _deliver(fut: asyncio.Future[RCAResult], result: Any, error: BaseException | None) -> None:
     if fut.cancelled():  # the client went away
         return
@@ -131,24 +157,8 @@ class RCABatcher:
 
     def _rank_group(self, jobs: list[_Job]) -> None:
         start = time.perf_counter()
-        analyzer = jobs[0].analyzer
-        many = getattr(analyzer, "find_root_causes_many", None)
-        results: list[RCAResult] | None = None
-        if many is not None and len(jobs) > 1:
-            try:
-                results = many([(j.graph, j.alerts, j.top_k) for j in jobs])
-            except Exception:  # one bad request: rank them singly below to answer each its own way
-                results = None
-        for i, j in enumerate(jobs):
-            result: Any = None
-            error: BaseException | None = None
-            if results is not None:
-                result = results[i]
-            else:
-                try:
-                    result = analyzer.find_root_causes(j.graph, j.alerts, j.top_k)
-                except Exception as err:
-                    error = err
+        outcomes = rank_group(jobs[0].analyzer, [(j.graph, j.alerts, j.top_k) for j in jobs])
+        for j, (result, error) in zip(jobs, outcomes, strict=True):
             try:
                 j.loop.call_soon_threadsafe(_deliver, j.future, result, error)
             except RuntimeError:  # that request's event loop is closed (server shutting down)

@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     rca_max_batch: int = Field(
         16, ge=1, le=1024, description="most concurrent RCA requests ranked in one batch"
     )
+    rca_processes: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="ranking processes for POST /api/v1/rca (0: rank in the server process); "
+        "requests go to the least busy one, so about one per core spreads the work evenly",
+    )
     gc_gen0_threshold: int | None = Field(
         100_000,
         ge=1,

@@ -17,6 +17,7 @@ _ENV_OPTIONS = {
     "prometheus_url": "FLEETMIND_PROMETHEUS_URL",
     "rca_model": "FLEETMIND_RCA_MODEL",
     "placement_model": "FLEETMIND_PLACEMENT_MODEL",
+    "rca_processes": "FLEETMIND_RCA_PROCESSES",
 }
 
 
@@ -30,6 +31,13 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         default=None,
         help="uvicorn worker processes, each with its own models and ranking thread "
         "(default: FLEETMIND_WORKERS or 1; about one per core for RCA throughput)",
+    )
+    p.add_argument(
+        "--rca-processes",
+        type=int,
+        default=None,
+        help="ranking processes for POST /api/v1/rca, fed request by request "
+        "(default: FLEETMIND_RCA_PROCESSES or 0, ranking in the server process)",
     )
     p.add_argument("--graph", help="dependency graph JSON (default: the committed example graph)")
     p.add_argument(

@@ -12,8 +12,11 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from data.graph import DependencyGraph
+from rca.base import RCAResult
 from serving.alertmap import node_for_alert
-from serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RegistryDep
+from serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RCAPoolDep, RegistryDep
+from serving.rca_pool import PoolUnavailable
+from serving.registry import LoadedModel
 from serving.schemas import (
     AlertIn,
     CauseOut,
@@ -31,6 +34,8 @@ REQUEST_BODY = {
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RCARequest"}}},
 }
 """The OpenAPI request body of ``POST /api/v1/rca`` (the handler parses the body itself)."""
+
+JSON = "application/json"
 
 _EPOCH = datetime(1970, 1, 1).timestamp()
 """Timestamps below this are "no time" for the analyzers (``rca.features.parse_time``)."""
@@ -188,6 +193,7 @@ async def rank(
     graphs: GraphsDep,
     metrics: MetricsDep,
     batcher: RCABatcherDep,
+    pool: RCAPoolDep,
 ) -> Response:
     """Rank root-cause candidates on the served graph (or on ``graph`` when given).
 
@@ -196,8 +202,22 @@ async def rank(
     ``RCARequest`` (see the OpenAPI spec); the answer an ``RCAResponse``, serialised here.
     """
     model = registry.current.rca
+    body = await request.body()
+    if pool is not None:  # a ranking process parses, ranks and answers (serving.rca_pool)
+        start = time.perf_counter()
+        try:
+            kind, payload = await pool.rank(model, graphs.graph, body)
+        except PoolUnavailable:  # no process could answer: rank here
+            pass
+        else:
+            if kind == "ok":
+                metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+                return Response(payload, media_type=JSON)
+            if kind == "error":
+                raise payload
+            # "invalid": the parse below raises the 422 of RCARequest
     epoch_seconds = bool(getattr(model.impl, "accepts_epoch_seconds", False))
-    req, alerts = parse_alerts(await request.body(), epoch_seconds)
+    req, alerts = parse_alerts(body, epoch_seconds)
     if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
         from starlette.concurrency import run_in_threadpool
 
@@ -207,17 +227,28 @@ async def rank(
     start = time.perf_counter()
     result = await batcher.rank(model.impl, graph, alerts, req.top_k)
     metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+    return Response(response_json(model, graph, alerts, req.top_k, result), media_type=JSON)
+
+
+def response_json(
+    model: LoadedModel,
+    graph: DependencyGraph,
+    alerts: Sequence[Mapping[str, Any]],
+    top_k: int,
+    result: RCAResult,
+) -> bytes:
+    """The ``RCAResponse`` JSON of ``result`` (``alerts`` ranked on ``graph`` by ``model``)."""
     unmapped = result.extra.get("unmapped_alerts") if result.extra else None
     if isinstance(unmapped, int):  # the analyzer mapped the alerts already (the GAT does)
         mapped = len(alerts) - unmapped
     else:
         mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
     body = RCAResponse(
-        causes=[CauseOut(**c.to_json()) for c in result.causes[: req.top_k]],
+        causes=[CauseOut(**c.to_json()) for c in result.causes[:top_k]],
         method=result.method or model.method,
         model_version=result.model_version or model.version,
         graph=graph.name,
         mapped_alerts=mapped,
         fallback_reason=model.fallback_reason,
     )
-    return Response(body.model_dump_json().encode(), media_type="application/json")
+    return body.model_dump_json().encode()
