@@ -26,7 +26,13 @@ from rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from rca.lightning_module import crop_incident
 from rca.model import GATConfig, GATRanker
 from serving.defaults.example import build_example_graph
-from serving.routers.rca import _model_alerts, parse_alerts, parse_request
+from serving.routers.rca import (
+    PlainRequest,
+    _model_alerts,
+    parse_alerts,
+    parse_request,
+    plain_alerts,
+)
 from serving.schemas import RCARequest, RCARequestFast
 
 
@@ -190,7 +196,110 @@ def test_fast_model_accepts_what_rcarequest_accepts(tmp_path: Path) -> None:
         raw = json.dumps(body).encode()
         RCARequest.model_validate_json(raw)
         req, alerts = parse_alerts(raw, True)
-        assert isinstance(req, RCARequestFast) and len(alerts) == len(body["alerts"])
+        assert isinstance(req, PlainRequest | RCARequestFast)
+        assert len(alerts) == len(body["alerts"])
+
+
+_T = "2026-01-01T00:00:00"
+PLAIN_CASES: list[Any] = [
+    {"alerts": [{"labels": {"a": "b"}}]},
+    {"alerts": [{"labels": {"a": "b"}}], "top_k": 1000, "graph": None, "other": {"x": [1]}},
+    {"alerts": [{"labels": {}, "status": "resolved", "annotations": {}, "extra": None}]},
+    {"alerts": [{"labels": {"a": "b"}, "generatorURL": None, "fingerprint": None}]},
+    {"alerts": [{"labels": {"a": "x" * 8192, "k" * 256: ""}, "fingerprint": "f" * 256}]},
+    {"alerts": [{"labels": {f"l{i}": "v" for i in range(256)}}]},
+    # too long, too many, empty names, wrong types: RCARequest rejects them
+    {"alerts": [{"labels": {"a": "x" * 8193}}]},
+    {"alerts": [{"labels": {"k" * 257: "v"}}]},
+    {"alerts": [{"labels": {f"l{i}": "v" for i in range(257)}}]},
+    {"alerts": [{"labels": {"": "v"}}]},
+    {"alerts": [{"labels": {"a": 1}}]},
+    {"alerts": [{"labels": {"a": None}}]},
+    {"alerts": [{"labels": {"a": "b"}, "annotations": None}]},
+    {"alerts": [{"labels": {"a": "b"}, "annotations": {"d": ["x"]}}]},
+    {"alerts": [{"labels": {"a": "b"}, "fingerprint": "f" * 257}]},
+    {"alerts": [{"labels": {"a": "b"}, "generatorURL": 3}]},
+    {"alerts": [{"labels": {"a": "b"}, "status": None}]},
+    {"alerts": [{"labels": {"a": "b"}, "status": "FIRING"}]},
+    {"alerts": [{"status": "firing"}]},
+    {"alerts": [["labels"]]},
+    {"alerts": []},
+    {"alerts": None},
+    {"alerts": [{"labels": {"a": "b"}}], "top_k": 0},
+    {"alerts": [{"labels": {"a": "b"}}], "top_k": 1001},
+    # accepted by RCARequest but left to it: non-int top_k, a graph
+    {"alerts": [{"labels": {"a": "b"}}], "top_k": 5.0},
+    {"alerts": [{"labels": {"a": "b"}}], "top_k": "5"},
+    {"alerts": [{"labels": {"a": "b"}}], "top_k": True},
+    {"alerts": [{"labels": {"a": "b"}}], "graph": {"nodes": [], "edges": []}},
+]
+PLAIN_TIMES = [
+    f"{_T}Z",
+    f"{_T}.1Z",
+    f"{_T}.123456Z",
+    f"{_T}.1234567Z",
+    f"{_T}+05:30",
+    f"{_T}-23:59",
+    f"{_T}+24:00",
+    _T,
+    f"{_T}z",
+    "2026-01-01 00:00:00Z",
+    "2026-01-01T24:00:00Z",
+    "2026-12-31T23:59:60Z",
+    "2026-02-30T00:00:00Z",
+    "0000-01-01T00:00:00Z",
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:00+01:00",
+    "0001-01-01T00:59:59-01:00",
+    "9999-12-31T23:59:59-01:00",
+    "9999-12-31T23:59:59+01:00",
+    "1969-12-31T23:59:59.999Z",
+    "1970-01-01T00:00:00Z",
+    "\u0662026-01-01T00:00:00Z",
+    "2026-01-01",
+    "yesterday",
+    1767225600,
+    None,
+]
+PLAIN_CASES += [
+    {"alerts": [{"labels": {"a": "b"}, "startsAt": t, "endsAt": t}]} for t in PLAIN_TIMES
+]
+
+
+@pytest.mark.parametrize("body", PLAIN_CASES, ids=range(len(PLAIN_CASES)))
+def test_plain_parse_accepts_only_what_rcarequest_accepts_and_reads_it_alike(body: Any) -> None:
+    raw = json.dumps(body).encode()
+    plain = plain_alerts(raw)
+    try:
+        slow = parse_request(raw)
+    except RequestValidationError:
+        assert plain is None  # rejected bodies go to pydantic, which answers the 422
+        return
+    if plain is None:  # left to pydantic: only what plain_alerts does not read itself
+        return
+    req, alerts = plain
+    assert req.top_k == slow.top_k and req.graph is None
+    assert alerts == _model_alerts(slow.alerts, True)
+    assert [list(a["labels"]) for a in alerts] == [list(m.labels) for m in slow.alerts]
+
+
+def test_plain_parse_reads_simulated_storms_and_duplicate_keys_as_pydantic(
+    graph: DependencyGraph,
+) -> None:
+    for alerts in storms(graph, 3, seed=21):
+        raw = _body(alerts, top_k=9)
+        plain = plain_alerts(raw)
+        assert plain is not None  # the common body takes the cheap path
+        assert plain[1] == _model_alerts(parse_request(raw).alerts, True)
+    raw = b'{"alerts": [{"labels": {"a": "1", "b": "2", "a": "3"}, "status": "resolved"}], '
+    raw += b'"top_k": 2, "top_k": 3}'
+    plain = plain_alerts(raw)
+    slow = parse_request(raw)
+    assert plain is not None and plain[0].top_k == slow.top_k == 3
+    assert plain[1] == _model_alerts(slow.alerts, True)
+    assert list(plain[1][0]["labels"]) == list(slow.alerts[0].labels)
+    for bad in (b'{"alerts": [{"labels": {"a": "x\\u0000"}}]}', b'{"alerts": [{"labels": {"a"'):
+        assert plain_alerts(bad) is None
 
 
 def test_tune_malloc_applies_on_glibc_and_can_be_off() -> None:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a declared dependency; pydantic parses without it
+    orjson = None  # type: ignore[assignment]
 
 from data.graph import DependencyGraph
 from rca.base import RCAResult
@@ -152,9 +158,116 @@ def _model_alerts(items: Sequence[AlertIn], epoch_seconds: bool) -> list[dict[st
     ]
 
 
+class PlainRequest(NamedTuple):
+    """The fields of an RCA request body parsed by :func:`plain_alerts` (it has no graph)."""
+
+    top_k: int
+    graph: None = None
+
+
+_ISO = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})?", re.ASCII
+)
+"""RFC 3339 timestamps :func:`plain_alerts` reads itself (``datetime.fromisoformat`` reads them as
+pydantic does: at most microseconds, an optional ``Z`` or ``+hh:mm``); anything else goes to
+pydantic."""
+
+_NO_END = "0001-01-01T00:00:00Z"
+"""Alertmanager's "no end yet"."""
+
+_STATUSES = ("firing", "resolved")
+
+
+class _Unsure(Exception):
+    """:func:`plain_alerts` leaves this body to pydantic."""
+
+
+def _plain_labels(labels: Any) -> None:
+    """Raise :class:`_Unsure` unless ``labels`` is a valid ``Labels`` (NULs are checked on the body)."""
+    if type(labels) is not dict or len(labels) > 256:
+        raise _Unsure
+    for k, v in labels.items():
+        if type(v) is not str or len(v) > 8192 or not 0 < len(k) <= 256:
+            raise _Unsure
+
+
+def _plain_time(v: Any) -> float | None:
+    """Unix seconds of a timestamp, as :func:`_seconds` gives them from pydantic's datetime."""
+    if v is None or v == _NO_END:
+        return None
+    if type(v) is not str or _ISO.fullmatch(v) is None:
+        raise _Unsure
+    try:
+        dt = datetime.fromisoformat(v)
+    except ValueError:
+        raise _Unsure from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    elif (dt.year == 1 or dt.year == 9999) and dt.utcoffset():
+        raise _Unsure  # may leave datetime's range once moved to UTC: AlertIn rejects some
+    t = dt.timestamp()
+    return None if t < _EPOCH else t
+
+
+def plain_alerts(body: bytes) -> tuple[PlainRequest, list[dict[str, Any]]] | None:
+    """The GAT's alert dicts (unix seconds) from a body, without pydantic; ``None`` when unsure.
+
+    A cheaper path for the common body: ``orjson`` parses it, then plain checks accept only what
+    :class:`RCARequest` accepts (the same types, lengths and counts; no ``graph``; an ``int``
+    ``top_k`` in range; timestamps in the strict form of :data:`_ISO`; no ``\\u0000`` anywhere in the
+    body). Anything else, valid or not, gives ``None`` and goes through pydantic, so every answer
+    and every 422 is the one :class:`RCARequest` gives (checked in
+    ``tests/test_serving_rca_fastpath.py``). About a third of :class:`RCARequestFast`'s CPU for a
+    200-alert body.
+    """
+    if orjson is None or b"\\u0000" in body:
+        return None
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or obj.get("graph") is not None:
+        return None
+    top_k = obj.get("top_k", 5)
+    items = obj.get("alerts")
+    if type(top_k) is not int or not 1 <= top_k <= 1000:
+        return None
+    if type(items) is not list or not 1 <= len(items) <= 10000:
+        return None
+    out: list[dict[str, Any]] = []
+    try:
+        for a in items:
+            if type(a) is not dict:
+                return None
+            labels = a["labels"]
+            _plain_labels(labels)
+            status = a.get("status", "firing")
+            if status not in _STATUSES or type(status) is not str:
+                return None
+            if "annotations" in a:
+                _plain_labels(a["annotations"])
+            g = a.get("generatorURL")
+            if g is not None and (type(g) is not str or len(g) > 8192):
+                return None
+            f = a.get("fingerprint")
+            if f is not None and (type(f) is not str or len(f) > 256):
+                return None
+            out.append(
+                {
+                    "status": status,
+                    "labels": labels,
+                    "startsAt": _plain_time(a.get("startsAt")),
+                    "endsAt": _plain_time(a.get("endsAt")),
+                }
+            )
+    except (_Unsure, KeyError):
+        return None
+    return PlainRequest(top_k), out
+
+
 def parse_alerts(
     body: bytes, epoch_seconds: bool
-) -> tuple[RCARequestFast | RCARequest, list[dict[str, Any]]]:
+) -> tuple[PlainRequest | RCARequestFast | RCARequest, list[dict[str, Any]]]:
     """Validate the body and build the alerts as the analyzers take them.
 
     The alerts are Alertmanager v4 objects (``status``, ``labels``, ``startsAt``, ``endsAt``; the
@@ -166,7 +279,12 @@ def parse_alerts(
     The body is parsed into plain dicts (:class:`RCARequestFast`, about half the CPU of
     :class:`RCARequest` for 200 alerts). Whatever that model rejects, and any timestamp ``AlertIn``
     would reject, goes through :func:`parse_request`: every error is ``RCARequest``'s 422.
+    With ``epoch_seconds``, :func:`plain_alerts` is tried first (cheaper still).
     """
+    if epoch_seconds:
+        plain = plain_alerts(body)
+        if plain is not None:
+            return plain
     try:
         fast = RCARequestFast.model_validate_json(body)
     except ValidationError:
