@@ -234,6 +234,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _install_error_handlers(app)
     _document_models(app, [RCARequest])
     limit = (settings or get_settings()).max_body_bytes
+    app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

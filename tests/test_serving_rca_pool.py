@@ -215,3 +215,39 @@ def test_a_killed_process_is_replaced_and_its_requests_answered(
     assert pool.restarts >= 1
     for body, r in zip(bodies, concurrently(client, bodies), strict=True):
         assert r.status_code == 200 and r.content == in_process(client, body)
+
+
+def test_fast_lane_answers_ok_requests_and_leaves_the_rest_to_the_route(
+    client: Any, graph: DependencyGraph, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fastapi.routing
+
+    calls: list[int] = []
+    solve = fastapi.routing.solve_dependencies
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return await solve(*args, **kwargs)
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counting)
+    body = storms(graph, 1, seed=10)[0]
+    r = post(client, body)
+    assert r.status_code == 200 and calls == []  # answered by the lane, not by the route
+    assert r.headers["content-type"] == "application/json"
+    assert int(r.headers["content-length"]) == len(r.content)
+    assert 'route="/api/v1/rca"' in client.get("/metrics").text
+    post(client, b'{"alerts": []}')
+    assert calls  # the 422 comes from the route
+    services = client.app.state.services
+    settings = services.settings
+    services.settings = settings.model_copy(update={"api_token": "s3cret"})
+    try:
+        assert post(client, body).status_code == 401
+        wrong = {"content-type": "application/json", "authorization": "Bearer nope"}
+        assert client.post("/api/v1/rca", content=body, headers=wrong).status_code == 401
+        calls.clear()
+        right = {**wrong, "authorization": "Bearer s3cret"}
+        r = client.post("/api/v1/rca", content=body, headers=right)
+        assert r.status_code == 200 and calls == [] and r.content == in_process(client, body)
+    finally:
+        services.settings = settings

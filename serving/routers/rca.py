@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,9 @@ REQUEST_BODY = {
 """The OpenAPI request body of ``POST /api/v1/rca`` (the handler parses the body itself)."""
 
 JSON = "application/json"
+PATH = "/api/v1/rca"
+POOL_OUTCOME = "fleetmind.rca_pool_outcome"
+"""Scope key: what the ranking processes answered when :class:`FastLane` hands a request on."""
 
 _EPOCH = datetime(1970, 1, 1).timestamp()
 """Timestamps below this are "no time" for the analyzers (``rca.features.parse_time``)."""
@@ -321,19 +325,19 @@ async def rank(
     """
     model = registry.current.rca
     body = await request.body()
-    if pool is not None:  # a ranking process parses, ranks and answers (serving.rca_pool)
+    outcome = request.scope.get(POOL_OUTCOME)  # FastLane asked the ranking processes already
+    if outcome is None and pool is not None:  # a ranking process parses, ranks and answers
         start = time.perf_counter()
         try:
-            kind, payload = await pool.rank(model, graphs.graph, body)
+            outcome = await pool.rank(model, graphs.graph, body)
         except PoolUnavailable:  # no process could answer: rank here
-            pass
-        else:
-            if kind == "ok":
-                metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
-                return Response(payload, media_type=JSON)
-            if kind == "error":
-                raise payload
-            # "invalid": the parse below raises the 422 of RCARequest
+            outcome = ("unavailable", None)
+        if outcome[0] == "ok":
+            metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+            return Response(outcome[1], media_type=JSON)
+    if outcome is not None and outcome[0] == "error":
+        raise outcome[1]
+    # no ranking process, or "invalid" (the parse below raises RCARequest's 422): rank here
     epoch_seconds = bool(getattr(model.impl, "accepts_epoch_seconds", False))
     req, alerts = parse_alerts(body, epoch_seconds)
     if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
@@ -370,3 +374,99 @@ def response_json(
         fallback_reason=model.fallback_reason,
     )
     return body.model_dump_json().encode()
+
+
+class FastLane:
+    """ASGI middleware: ``POST /api/v1/rca`` straight to the ranking processes.
+
+    With ranking processes (``FLEETMIND_RCA_PROCESSES``), the server process only moves bytes for
+    an RCA request: this lane skips FastAPI's routing and dependency resolution for it (~a third
+    of the server process's CPU per request) and answers the ranking process's response as is.
+    It serves only the plain case: the app started, a ranking pool, no dependency overrides, the
+    bearer token right or not required, and an ``ok`` answer. Everything else (a 401, a body the
+    processes found invalid, a ranking error, no process alive) goes on to the route with the body
+    and the processes' answer (scope key :data:`POOL_OUTCOME`), which answers exactly as before.
+    Sits inside the body-size and metrics middlewares, so limits and request metrics apply; the
+    request is timed under the route's template.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._route: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        fast = scope.get("app")
+        services = getattr(getattr(fast, "state", None), "services", None)
+        pool = getattr(services, "rca_pool", None)
+        if pool is None or fast.dependency_overrides or not _token_ok(services, scope):
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # client gone
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        model = services.registry.current.rca
+        start = time.perf_counter()
+        try:
+            outcome = await pool.rank(model, services.graphs.graph, body)
+        except PoolUnavailable:
+            outcome = ("unavailable", None)
+        scope["route"] = self._route = self._route or _find_route(fast)
+        if outcome[0] != "ok":
+            scope[POOL_OUTCOME] = outcome
+            await self.app(scope, _replay(body, receive), send)
+            return
+        services.metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+        payload = outcome[1]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"content-type", JSON.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _token_ok(services: Any, scope: Any) -> bool:
+    """``require_token``'s check on raw headers: no token configured, or the right bearer token."""
+    token = services.settings.api_token
+    if not token:
+        return True
+    header = b""
+    for k, v in scope.get("headers", ()):
+        if k == b"authorization":
+            header = v
+            break
+    scheme, _, given = header.decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    )
+
+
+def _find_route(app: Any) -> Any:
+    return next((r for r in app.routes if getattr(r, "path", None) == PATH), None)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    sent = False
+
+    async def again() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
