@@ -699,11 +699,7 @@ def incident_crop(
     """
     st = _static(graph)
     n = st.n
-    rows: list[int] = []
-    sev_i: list[int] = []
-    name_i: list[int] = []
-    name_u: list[int] = []
-    names: dict[str, int] = {}
+    infos: list[_LabelInfo] = []
     starts: list[float] = []
     ends: list[float] = []
     firing: list[float] = []
@@ -715,21 +711,42 @@ def incident_crop(
             info = memo.get(tuple(labels.items()))
         except TypeError:
             info = None
-        v, sv, nm_i, name = info if info is not None else _label_info(graph, st, labels)
-        if v is None:
+        if info is None:
+            info = _label_info(graph, st, labels)
+        if info[0] is None:
             unmapped += 1
             continue
-        rows.append(v)
-        sev_i.append(sv)
-        name_i.append(nm_i)
-        u = names.get(name)
-        if u is None:
-            u = names[name] = len(names)
-        name_u.append(u)
-        s, e, f = _alert_times(a)
-        starts.append(s)
-        ends.append(e)
-        firing.append(f)
+        infos.append(info)
+        # _alert_times, inlined for the common alert (unix-second floats, a plain status)
+        s = a.get("startsAt")
+        e = a.get("endsAt")
+        status = a.get("status", "firing")
+        if (
+            (s is None or s.__class__ is float)
+            and (e is None or e.__class__ is float)
+            and (status == "firing" or status == "resolved")
+        ):
+            if status == "firing":
+                starts.append(_NAN if s is None else s)
+                ends.append(_NAN if e is None or s is not None and e <= s else e)
+                firing.append(1.0)
+            else:
+                starts.append(_NAN if s is None else s)
+                ends.append(_NAN if e is None else e)
+                firing.append(0.0)
+        else:
+            s, e, f = _alert_times(a)
+            starts.append(s)
+            ends.append(e)
+            firing.append(f)
+    rows: list[int] = []
+    sev_i: list[int] = []
+    name_i: list[int] = []
+    name_u: list[int] = []
+    names: dict[str, int] = {}
+    if infos:
+        rows, sev_i, name_i, alert_names = (list(c) for c in zip(*infos, strict=True))
+        name_u = [names.setdefault(nm, len(names)) for nm in alert_names]
     alerting = np.zeros(n, dtype=bool)
     timing: tuple[Any, ...] | None = None
     recent_alerting = alerting
