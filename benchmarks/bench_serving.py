@@ -262,6 +262,16 @@ async def closed_loop(
         out["server_cpu_s_by_process"] = [
             round(per1[k] - per0.get(k, 0.0), 3) for k in sorted(per1) if k in per0
         ]
+        # the process uvicorn runs in (with --workers: its supervisor) and its children (uvicorn
+        # workers, or FLEETMIND_RCA_PROCESSES ranking processes), in ms of CPU per request
+        out["server_cpu_ms_per_request_by_role"] = {
+            "server_process": round((per1[server_pid] - per0[server_pid]) / len(lat) * 1000, 2),
+            "child_processes": [
+                round((per1[k] - per0[k]) / len(lat) * 1000, 2)
+                for k in sorted(per1)
+                if k in per0 and k != server_pid
+            ],
+        }
     if distinct:
         out["distinct_bodies"] = len(
             {body(k, i) for k in range(clients) for i in range(per_client)}
@@ -556,6 +566,11 @@ def main() -> None:
             closed_loop(port, "/api/v1/rca", bodies, 1, max(3, args.rca_requests * 2), pid, True)
         )
         rca.update(
+            client=(
+                "this script's Conn: a minimal asyncio HTTP/1.1 keep-alive client, one connection "
+                "per simulated client, in a second process over 127.0.0.1; latency is from "
+                "writing the request to reading the whole response"
+            ),
             alerts_per_request=200,
             graph_nodes=graph.num_nodes,
             method=models["rca"]["method"],

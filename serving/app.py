@@ -162,8 +162,11 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     )
 
 
-async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool:
-    """Start ``settings.rca_processes`` ranking processes (:mod:`serving.rca_pool`)."""
+async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | None:
+    """Start ``settings.rca_processes`` ranking processes (:mod:`serving.rca_pool`).
+
+    ``None`` (RCA ranked in this process, with a message on stderr) when they cannot start.
+    """
     pool = RankingPool(
         settings.rca_processes,
         {
@@ -174,7 +177,12 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool:
         },
         on_batch=metrics.rca_batch_size.observe,
     )
-    await pool.start()
+    try:
+        await pool.start()
+    except RuntimeError as err:
+        print(f"fleetmind: {err}; ranking RCA requests in the server process", file=sys.stderr)
+        log.error("%s; ranking RCA requests in the server process", err)
+        return None
     return pool
 
 
