@@ -18,6 +18,10 @@ Targets (issue 7): ingestion >= 1,000 alerts/s with zero loss; RCA p99 <= 100 ms
 placement p99 <= 20 ms.
 
     .venv/bin/python benchmarks/bench_serving.py [--quick] [--out benchmarks/results/serving.json]
+        [--rca-processes N] [--workers N] [--skip-ingest]
+
+``--rca-processes N`` starts the server with ``FLEETMIND_RCA_PROCESSES=N`` (RCA requests ranked in
+N processes, request by request); ``--workers N`` is uvicorn's (connections split over N workers).
 """
 
 from __future__ import annotations
