@@ -36,3 +36,21 @@ def test_workers_from_option_env_or_default(monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv("FLEETMIND_WORKERS", bad)
         with pytest.raises(ConfigError, match="FLEETMIND_WORKERS|--workers"):
             cli_serve.run(args())
+
+
+def test_rca_processes_option_sets_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
+    monkeypatch.setenv("FLEETMIND_RCA_PROCESSES", "0")  # restored after the test
+    parsed = argparse.ArgumentParser()
+    sub = parsed.add_subparsers()
+    cli_serve.register(sub, "serve", "serve")
+    ns = parsed.parse_args(["serve", "--rca-processes", "2"])
+    assert cli_serve.run(ns) == 0
+    assert os.environ["FLEETMIND_RCA_PROCESSES"] == "2"
+    with pytest.raises(ConfigError, match="FLEETMIND_"):
+        cli_serve.run(args(rca_processes=-1))
