@@ -469,6 +469,12 @@ def main() -> None:
         help="FLEETMIND_RCA_PROCESSES: ranking processes fed request by request (0: in-process)",
     )
     ap.add_argument(
+        "--rca-nice",
+        type=int,
+        default=0,
+        help="FLEETMIND_RCA_PROCESS_NICE: niceness of the ranking processes",
+    )
+    ap.add_argument(
         "--rca-model", default=None, help="FLEETMIND_RCA_MODEL (default: registry's choice)"
     )
     ap.add_argument("--placement-model", default=None)
@@ -492,6 +498,7 @@ def main() -> None:
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
     env["FLEETMIND_RCA_PROCESSES"] = str(args.rca_processes)
+    env["FLEETMIND_RCA_PROCESS_NICE"] = str(args.rca_nice)
     if args.rca_model:
         env["FLEETMIND_RCA_MODEL"] = args.rca_model
     if args.placement_model:
@@ -653,6 +660,7 @@ def main() -> None:
         "server": {
             "workers": args.workers,
             "rca_processes": args.rca_processes,
+            "rca_process_nice": args.rca_nice,
             "database": "sqlite (WAL, synchronous=FULL)",
             "models": models,
         },

@@ -83,7 +83,8 @@ class RankingPool:
     Args:
         processes: number of ranking processes (about one per core).
         config: what each process applies at start: ``torch_threads``, ``gc_gen0_threshold``,
-            ``malloc_mmap_threshold_mb``, ``max_batch`` (see :class:`serving.settings.Settings`).
+            ``malloc_mmap_threshold_mb``, ``max_batch``, ``nice`` (see
+            :class:`serving.settings.Settings`).
         on_batch: called with the size of every batch a process ranked (metrics).
         start_timeout_s: how long a process may take to import its libraries and say ready.
     """
@@ -350,6 +351,9 @@ def _serve(sock: socket.socket) -> None:
     backlog = first[1:]
 
     from serving.app import set_torch_threads, tune_gc, tune_malloc
+
+    if config.get("nice"):
+        os.nice(int(config["nice"]))
 
     set_torch_threads(config.get("torch_threads"))
     tune_malloc(config.get("malloc_mmap_threshold_mb"))

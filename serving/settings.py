@@ -84,6 +84,13 @@ class Settings(BaseSettings):
         description="ranking processes for POST /api/v1/rca (0: rank in the server process); "
         "requests go to the least busy one, so about one per core spreads the work evenly",
     )
+    rca_process_nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="niceness added to the RCA ranking processes, so that the server process "
+        "(HTTP, ingestion, incident worker) is scheduled before them when the CPUs are busy",
+    )
     gc_gen0_threshold: int | None = Field(
         100_000,
         ge=1,

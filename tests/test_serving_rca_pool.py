@@ -3,7 +3,8 @@
 One app with two ranking processes (started once for the module; each process imports torch, a few
 seconds) answers:
 
-* exactly the bytes the server process itself would answer (same model object, pickled over);
+* exactly the bytes the server process itself would answer (same model object, pickled over),
+  from processes with the configured niceness;
 * requests spread over both processes, also from one client at a time;
 * a model swap (reload, or a different model installed) and a graph ``PUT`` reach the processes:
   concurrent requests during reloads all succeed, later answers come from the new objects, and
@@ -57,6 +58,7 @@ def client(graph: DependencyGraph, tmp_path_factory: pytest.TempPathFactory) -> 
         placement_model="heuristic:builtin-bestfit",
         incident_worker=False,
         rca_processes=2,
+        rca_process_nice=3,
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -105,6 +107,8 @@ def test_processes_answer_what_the_server_would_and_share_the_work(
     pool = client.app.state.services.rca_pool
     assert pool is not None and len(pool.pids) == 2
     assert all(pid != os.getpid() for pid in pool.pids)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert wait_for(lambda: all(os.getpriority(os.PRIO_PROCESS, p) == base + 3 for p in pool.pids))
     bodies = storms(graph, 10, seed=5)
     before = pool.served()
     one_by_one = [post(client, b) for b in bodies[:4]]  # a lone client
