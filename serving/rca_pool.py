@@ -103,6 +103,7 @@ class RankingPool:
         self.on_batch = on_batch
         self.start_timeout_s = start_timeout_s
         self.restarts = 0
+        self._failed_starts = 0
         self._children: list[_Child | None] = [None] * processes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tokens: dict[int, int] = {}  # id(object) -> token, while the object lives
@@ -278,14 +279,20 @@ class RankingPool:
         finally:
             child.alive = False
             gone = PoolUnavailable(f"RCA ranking process {child.proc.pid} exited")
-            if not child.ready.done():
+            started = child.ready.done()
+            if not started:
                 child.ready.set_exception(gone)
+                self._failed_starts += 1
             for fut in child.pending.values():
                 if not fut.done():
                     fut.set_exception(gone)
-            if not self._stopping:
+            child.writer.close()
+            if self._stopping:
+                pass
+            elif self._failed_starts > 3 * self.processes:
+                log.error("RCA ranking processes keep failing to start; ranking in the server")
+            else:
                 log.error("RCA ranking process %d exited; starting another", child.proc.pid)
-                child.writer.close()
                 asyncio.get_running_loop().create_task(self._respawn(child.slot))
 
 
@@ -350,10 +357,9 @@ def _serve(sock: socket.socket) -> None:
     config = first[0][1] if first and first[0][0] == "config" else {}
     backlog = first[1:]
 
-    from serving.app import set_torch_threads, tune_gc, tune_malloc
-
     if config.get("nice"):
         os.nice(int(config["nice"]))
+    from serving.app import set_torch_threads, tune_gc, tune_malloc
 
     set_torch_threads(config.get("torch_threads"))
     tune_malloc(config.get("malloc_mmap_threshold_mb"))

@@ -22,6 +22,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -255,3 +256,31 @@ def test_fast_lane_answers_ok_requests_and_leaves_the_rest_to_the_route(
         assert r.status_code == 200 and calls == [] and r.content == in_process(client, body)
     finally:
         services.settings = settings
+
+
+def test_processes_that_cannot_start_leave_ranking_in_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from serving.rca_pool import RankingPool
+
+    pool = RankingPool(1, {"nice": "not a number"}, start_timeout_s=60)
+    with pytest.raises(RuntimeError, match="did not start"):
+        asyncio.run(pool.start())  # the process dies before it is ready
+
+    async def fail(self: Any) -> None:
+        raise RuntimeError("RCA ranking processes did not start: test")
+
+    monkeypatch.setattr(RankingPool, "start", fail)
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/fm.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+        rca_processes=2,
+    )
+    with TestClient(create_app(settings)) as c:
+        assert c.app.state.services.rca_pool is None
+        r = c.post("/api/v1/rca", json={"alerts": [{"labels": {"cluster": "c0"}}]})
+        assert r.status_code == 200 and r.json()["method"] == "upstream-coverage"
