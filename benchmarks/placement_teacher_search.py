@@ -59,9 +59,8 @@ def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacemen
 
 
 def cmd_search(a: argparse.Namespace) -> None:
-    from tqdm import tqdm
-
-    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, cem_search
+    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer
+    from training.sched_train import cem_search_with_bar
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,10 +70,8 @@ def cmd_search(a: argparse.Namespace) -> None:
     if a.episode:  # explicit TRACE:SEED pairs instead of the product
         episodes = [(e.split(":")[0], int(e.split(":")[1])) for e in a.episode]
     init = LinearScorer.load(a.init) if a.init else None
-    total = (a.generations * a.population + 1 + (init is not None)) * len(episodes)
-    bar = tqdm(total=total, desc=f"CEM search seed {a.seed}", unit="ep")
     load0, t0 = list(os.getloadavg()), time.perf_counter()
-    res = cem_search(
+    res = cem_search_with_bar(
         env,
         episodes,
         generations=a.generations,
@@ -82,11 +79,10 @@ def cmd_search(a: argparse.Namespace) -> None:
         n_elite=a.n_elite,
         init_sd=a.init_sd,
         seed=a.seed,
-        progress=lambda n: bar.update(n * len(episodes)),
         init=init,
         blocks=blocks,
+        desc=f"CEM search seed {a.seed}",
     )
-    bar.close()
     res.best.save(out / "teacher_best.json")
     k, f = res.best.n_candidates, res.best.n_cand_features
     LinearScorer(res.final_mean, k, f, blocks).save(out / "teacher_mean.json")

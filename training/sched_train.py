@@ -265,6 +265,37 @@ def _run_dirs(args: Args, env_id: str) -> tuple[str, Path, Path]:
     return run_name, run_dir, ckpt_dir
 
 
+def cem_search_with_bar(
+    env: Any,
+    episodes: list[tuple[str, int]],
+    *,
+    init: Any = None,
+    desc: str = "CEM teacher search",
+    show: bool = True,
+    **search_kwargs: Any,
+) -> Any:
+    """:func:`rl.teacher.cem_search` with a tqdm bar counted in episodes (one tick per scored
+    episode: ``(generations x population + 1 [+ 1 with init]) x len(episodes)`` in all).
+    ``search_kwargs`` go to ``cem_search`` (generations, population, n_elite, init_sd, seed,
+    blocks). Returns its ``CEMResult``."""
+    from tqdm import tqdm
+
+    from rl.teacher import cem_search
+
+    n_vectors = search_kwargs["generations"] * search_kwargs["population"] + 1 + (init is not None)
+    bar = tqdm(total=n_vectors * len(episodes), desc=desc, unit="ep", disable=not show)
+    try:
+        return cem_search(
+            env,
+            episodes,
+            progress=lambda n: bar.update(n * len(episodes)),
+            init=init,
+            **search_kwargs,
+        )
+    finally:
+        bar.close()
+
+
 def log_cem_search(res: Any, run_dir: Path) -> None:
     """Log a CEM search (``rl.teacher.CEMResult`` or ``rl.dynamic_teacher.DynCEMResult``: per
     generation ``best``/``elite_mean``/``sd_mean``, then FGD's and the teacher's scores) to the
@@ -286,11 +317,10 @@ def _make_teacher(
     """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`rl.teacher.LinearScorer`
     loaded from ``args.teacher`` or searched by CEM (logged to MLflow, saved as
     ``<run>/model/teacher.json``)."""
-    from tqdm import tqdm
 
     from envs.candidates import N_CAND_FEATURES
     from envs.gpu_placement_env import GpuPlacementEnv
-    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, cem_search
+    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer
 
     if args.teacher == "fgd":
         return None
@@ -329,9 +359,7 @@ def _make_teacher(
     episodes = [(t, s) for t in env.trace_names() for s in args.cem_seeds]
     if len(episodes) == 1:  # one trace and one seed would overfit one episode
         episodes.append((episodes[0][0], args.cem_seeds[0] + 1))
-    total = (args.cem_generations * args.cem_population + 1 + (init is not None)) * len(episodes)
-    bar = tqdm(total=total, desc="CEM teacher search", unit="ep", disable=not args.progress)
-    res = cem_search(
+    res = cem_search_with_bar(
         env,
         episodes,
         generations=args.cem_generations,
@@ -339,11 +367,11 @@ def _make_teacher(
         n_elite=max(1, min(4, args.cem_population // 3)),  # 4 of the default 14
         init_sd=args.cem_init_sd,
         seed=args.seed,
-        progress=lambda n: bar.update(n * len(episodes)),
         init=init,
         blocks=blocks,
+        desc="CEM teacher search",
+        show=args.progress,
     )
-    bar.close()
     log_cem_search(res, run_dir)
     summary["cem"] = {
         "fgd": res.fgd_score,
