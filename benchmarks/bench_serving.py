@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from serving.defaults.example import benchmark_graph  # noqa: E402
+from serving.settings import Settings  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------- raw client
@@ -469,6 +470,12 @@ def main() -> None:
         help="FLEETMIND_RCA_PROCESSES: ranking processes fed request by request (0: in-process)",
     )
     ap.add_argument(
+        "--rca-process-batch",
+        type=int,
+        default=None,
+        help="FLEETMIND_RCA_PROCESS_MAX_BATCH (default: the service's)",
+    )
+    ap.add_argument(
         "--rca-nice",
         type=int,
         default=0,
@@ -509,6 +516,8 @@ def main() -> None:
     }
     env["FLEETMIND_RCA_PROCESSES"] = str(args.rca_processes)
     env["FLEETMIND_RCA_PROCESS_NICE"] = str(args.rca_nice)
+    if args.rca_process_batch is not None:
+        env["FLEETMIND_RCA_PROCESS_MAX_BATCH"] = str(args.rca_process_batch)
     if args.rca_model:
         env["FLEETMIND_RCA_MODEL"] = args.rca_model
     if args.placement_model:
@@ -671,6 +680,8 @@ def main() -> None:
             "workers": args.workers,
             "rca_processes": args.rca_processes,
             "rca_process_nice": args.rca_nice,
+            "rca_process_max_batch": args.rca_process_batch
+            or Settings.model_fields["rca_process_max_batch"].default,
             "database": "sqlite (WAL, synchronous=FULL)",
             "models": models,
         },

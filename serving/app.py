@@ -173,7 +173,7 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | 
             "torch_threads": settings.torch_threads,
             "gc_gen0_threshold": settings.gc_gen0_threshold,
             "malloc_mmap_threshold_mb": settings.malloc_mmap_threshold_mb,
-            "max_batch": settings.rca_max_batch,
+            "max_batch": settings.rca_process_max_batch,
             "nice": settings.rca_process_nice,
         },
         on_batch=metrics.rca_batch_size.observe,

@@ -4,10 +4,11 @@ Ranking a 200-alert incident is ~6 ms of CPU-bound Python and torch, and parsing
 another ~1-2 ms; one process does that on one core at a time. ``uvicorn --workers N`` gives each
 worker the connections it happened to accept, so a few busy keep-alive connections can all land
 on one worker. With ``FLEETMIND_RCA_PROCESSES=N`` the server process keeps HTTP, routing and
-everything else, and hands each RCA request's raw body to the least busy of ``N`` ranking
-processes (:class:`RankingPool`); each ranking process parses the body, ranks (batching the
-requests queued with it, as :mod:`serving.rca_batcher` does in-process) and returns the finished
-response JSON.
+everything else, and queues each RCA request's raw body for ``N`` ranking processes
+(:class:`RankingPool`): first come, first served, a process takes up to
+``FLEETMIND_RCA_PROCESS_MAX_BATCH`` queued requests whenever it has answered its previous ones,
+parses the bodies, ranks them together (``find_root_causes_many``, as :mod:`serving.rca_batcher`
+does in-process) and returns the finished response JSON.
 
 What a ranking process ranks with is shipped from the server process, never loaded on its own:
 the served model (``registry.current.rca``, the :class:`serving.registry.LoadedModel`) and graph
@@ -44,6 +45,7 @@ import struct
 import subprocess
 import sys
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,7 @@ class _Child:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     ready: asyncio.Future[int]
+    bell: socket.socket
     pending: dict[int, asyncio.Future[tuple[str, Any]]] = field(default_factory=dict)
     installed: set[int] = field(default_factory=set)
     alive: bool = True
@@ -111,6 +114,8 @@ class RankingPool:
         self._next_token = 0
         self._next_job = 0
         self._turn = 0
+        self.max_batch = int(config.get("max_batch") or 16)
+        self._queue: deque[tuple[Any, Any, bytes, asyncio.Future[tuple[str, Any]]]] = deque()
         self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -132,6 +137,7 @@ class RankingPool:
         for c in self._children:
             if c is not None:
                 c.writer.close()
+                c.bell.close()
         for c in self._children:
             if c is None:
                 continue
@@ -159,17 +165,25 @@ class RankingPool:
 
     async def _spawn(self, slot: int) -> _Child:
         parent, child_sock = socket.socketpair()
+        bell, child_bell = socket.socketpair()
+        try:  # room for a batch of bodies in the socket where the system allows it
+            parent.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
+        except OSError:
+            pass
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH")) if p)
+        fds = [child_sock.fileno(), child_bell.fileno()]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "serving.rca_pool", str(child_sock.fileno())],
-            pass_fds=[child_sock.fileno()],
+            [sys.executable, "-m", "serving.rca_pool", *map(str, fds)],
+            pass_fds=fds,
             env=env,
         )
         child_sock.close()
+        child_bell.close()
+        bell.setblocking(False)
         reader, writer = await asyncio.open_unix_connection(sock=parent)
         assert self._loop is not None
-        child = _Child(slot, proc, reader, writer, self._loop.create_future())
+        child = _Child(slot, proc, reader, writer, self._loop.create_future(), bell)
         child.writer.write(_frame(("config", self.config)))
         child.task = asyncio.create_task(self._read(child))
         self._children[slot] = child
@@ -188,7 +202,12 @@ class RankingPool:
 
     # ------------------------------------------------------------------ requests
     async def rank(self, model: Any, graph: Any, body: bytes) -> tuple[str, Any]:
-        """Have the least busy process answer an RCA request.
+        """Have a ranking process answer an RCA request (first come, first served).
+
+        Requests wait in one queue, in arrival order; a process takes up to ``max_batch`` of them
+        whenever it has none left to answer (a lone request goes at once to an idle process).
+        So a request never waits behind another process's batch while a process is free, and it
+        waits for at most one batch of its own.
 
         Args:
             model: the served :class:`serving.registry.LoadedModel` (read once by the caller).
@@ -202,14 +221,44 @@ class RankingPool:
         Raises:
             PoolUnavailable: no process alive, or the process died before answering.
         """
+        if not any(c is not None and c.alive for c in self._children):
+            raise PoolUnavailable("no RCA ranking process is running")
+        assert self._loop is not None
+        fut: asyncio.Future[tuple[str, Any]] = self._loop.create_future()
+        self._queue.append((model, graph, body, fut))
+        self._pump()
+        kind, payload = await fut
+        if kind == "error":
+            payload = _load_error(payload)
+        return kind, payload
+
+    def _pump(self) -> None:
+        """Hand queued requests to processes that have nothing left to answer."""
         live = [c for c in self._children if c is not None and c.alive and c.ready.done()]
         if not live:
-            raise PoolUnavailable("no RCA ranking process is running")
-        # the least busy; ties go round the processes, so a lone client's requests spread too
-        self._turn += 1
+            if not any(c is not None and c.alive for c in self._children):
+                while self._queue:  # none will come back: rank them in the server
+                    fut = self._queue.popleft()[3]
+                    if not fut.done():
+                        fut.set_exception(PoolUnavailable("no RCA ranking process is running"))
+            return
         n = len(live)
-        child = min((live[(self._turn + i) % n] for i in range(n)), key=lambda c: len(c.pending))
-        child.served += 1
+        while self._queue:
+            # an idle process; ties go round the processes, so a lone client's requests spread
+            self._turn += 1
+            idle = [c for c in (live[(self._turn + i) % n] for i in range(n)) if not c.pending]
+            if not idle:
+                return
+            child = idle[0]
+            taken = 0
+            while self._queue and taken < self.max_batch:
+                model, graph, body, fut = self._queue.popleft()
+                if fut.done():  # the client went away while it waited
+                    continue
+                self._send(child, model, graph, body, fut)
+                taken += 1
+
+    def _send(self, child: _Child, model: Any, graph: Any, body: bytes, fut: Any) -> None:
         tokens = []
         for obj in (model, graph):
             tok = self._token(obj)
@@ -219,17 +268,13 @@ class RankingPool:
             tokens.append(tok)
         job = self._next_job
         self._next_job += 1
-        assert self._loop is not None
-        fut: asyncio.Future[tuple[str, Any]] = self._loop.create_future()
         child.pending[job] = fut
+        child.served += 1
         child.writer.write(_frame(("rca", job, tokens[0], tokens[1], body)))
-        try:
-            kind, payload = await fut
-        finally:
-            child.pending.pop(job, None)
-        if kind == "error":
-            payload = _load_error(payload)
-        return kind, payload
+        try:  # one byte: the process waits for this request before it starts its next batch
+            child.bell.send(b"\x01")
+        except OSError:  # full or closed: the process just does not wait for it
+            pass
 
     def _token(self, obj: Any) -> int:
         tok = self._tokens.get(id(obj))
@@ -266,14 +311,16 @@ class RankingPool:
                 msg = pickle.loads(await child.reader.readexactly(n))
                 if msg[0] == "results":
                     for job, kind, payload in msg[1]:
-                        fut = child.pending.get(job)
+                        fut = child.pending.pop(job, None)
                         if fut is not None and not fut.done():
                             fut.set_result((kind, payload))
                     if self.on_batch is not None:
                         for size in msg[2]:
                             self.on_batch(size)
+                    self._pump()
                 elif msg[0] == "ready" and not child.ready.done():
                     child.ready.set_result(msg[1])
+                    self._pump()
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
@@ -286,7 +333,9 @@ class RankingPool:
             for fut in child.pending.values():
                 if not fut.done():
                     fut.set_exception(gone)
+            child.pending.clear()
             child.writer.close()
+            child.bell.close()
             if self._stopping:
                 pass
             elif self._failed_starts > 3 * self.processes:
@@ -294,6 +343,8 @@ class RankingPool:
             else:
                 log.error("RCA ranking process %d exited; starting another", child.proc.pid)
                 asyncio.get_running_loop().create_task(self._respawn(child.slot))
+            if not self._stopping:
+                self._pump()  # the others take the queue (or it is ranked in the server)
 
 
 def _load_error(blob: bytes) -> BaseException:
@@ -313,11 +364,21 @@ def _dump_error(err: BaseException) -> bytes:
 
 # ---------------------------------------------------------------------------------- the process
 class _Inbox:
-    """Frames from the server: blocks for the first, then takes whatever else has arrived."""
+    """Frames from the server: blocks for the first, then takes every job already sent.
 
-    def __init__(self, sock: socket.socket) -> None:
+    A 115 KB request body does not fit twice in a socket buffer (~200 KB by default), so most
+    requests queued for this process wait in the server's write buffer, not in the socket. The
+    server rings ``bell`` (one byte per request it hands this process) as it queues each one;
+    :meth:`take` then waits for every request rung so far, so a batch holds everything the server
+    has queued here, as the in-process batcher's does.
+    """
+
+    def __init__(self, sock: socket.socket, bell: socket.socket | None = None) -> None:
         self.sock = sock
+        self.bell = bell
         self.buf = bytearray()
+        self.announced = 0  # requests the server has rung for
+        self.received = 0  # requests read
 
     def _fill(self, block: bool) -> bool:
         if not block and not select.select([self.sock], [], [], 0)[0]:
@@ -327,6 +388,18 @@ class _Inbox:
             raise EOFError
         self.buf += data
         return True
+
+    def _rings(self) -> int:
+        n = 0
+        while self.bell is not None:
+            try:
+                got = self.bell.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not got:
+                break
+            n += len(got)
+        return n
 
     def _frames(self) -> list[Any]:
         out = []
@@ -338,21 +411,28 @@ class _Inbox:
             out.append(pickle.loads(buf[pos + _LEN.size : pos + _LEN.size + n]))
             pos += _LEN.size + n
         del buf[:pos]
+        self.received += sum(1 for m in out if m[0] == "rca")
         return out
 
     def take(self) -> list[Any]:
-        """At least one message (blocks), plus every complete one already received."""
+        """At least one message (blocks), plus every complete one already received and every
+        request the server has rung for by now."""
         while True:
             while self._fill(False):
                 pass
             msgs = self._frames()
             if msgs:
-                return msgs
+                break
             self._fill(True)
+        self.announced += self._rings()
+        while self.received < self.announced:
+            self._fill(True)
+            msgs += self._frames()
+        return msgs
 
 
-def _serve(sock: socket.socket) -> None:
-    inbox = _Inbox(sock)
+def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
+    inbox = _Inbox(sock, bell)
     first = inbox.take()
     config = first[0][1] if first and first[0][0] == "config" else {}
     backlog = first[1:]
@@ -427,11 +507,15 @@ def _serve(sock: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m serving.rca_pool FD``: serve ranking requests on socket ``FD`` until it closes."""
+    """``python -m serving.rca_pool FD [BELL_FD]``: serve ranking requests on socket ``FD`` until
+    it closes (``BELL_FD``: the server's one byte per request handed over, see :class:`_Inbox`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which closes us
     sock = socket.socket(fileno=int(argv[1]))
+    bell = socket.socket(fileno=int(argv[2])) if len(argv) > 2 else None
+    if bell is not None:
+        bell.setblocking(False)
     try:
-        _serve(sock)
+        _serve(sock, bell)
     except (EOFError, ConnectionError, BrokenPipeError):
         pass
     return 0

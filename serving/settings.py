@@ -84,6 +84,14 @@ class Settings(BaseSettings):
         description="ranking processes for POST /api/v1/rca (0: rank in the server process); "
         "requests go to the least busy one, so about one per core spreads the work evenly",
     )
+    rca_process_max_batch: int = Field(
+        4,
+        ge=1,
+        le=1024,
+        description="most RCA requests a ranking process ranks in one batch; smaller than "
+        "rca_max_batch: each process keeps a queue, and a request waits for the whole batch it is "
+        "in, so big batches lengthen the latency tail more than they save",
+    )
     rca_process_nice: int = Field(
         0,
         ge=0,

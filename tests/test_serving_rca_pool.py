@@ -121,7 +121,14 @@ def test_processes_answer_what_the_server_would_and_share_the_work(
         assert r.content == in_process(client, body)  # the same bytes: ranking and scores
     assert any(len(c["path"]) > 1 for r in answers for c in r.json()["causes"])
     assert all(n > 2 for n in pool.served())
-    assert "fleetmind_rca_batch_size_count" in client.get("/metrics").text
+    metrics = client.get("/metrics").text
+    count = _sample(metrics, "fleetmind_rca_batch_size_count")
+    assert count > 0  # batches ranked in the processes, none above the process batch limit
+    assert _sample(metrics, 'fleetmind_rca_batch_size_bucket{le="4.0"}') == count
+
+
+def _sample(metrics: str, name: str) -> float:
+    return next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(name))
 
 
 def test_reload_and_swaps_reach_the_processes(client: Any, graph: DependencyGraph) -> None:
@@ -284,3 +291,34 @@ def test_processes_that_cannot_start_leave_ranking_in_the_server(
         assert c.app.state.services.rca_pool is None
         r = c.post("/api/v1/rca", json={"alerts": [{"labels": {"cluster": "c0"}}]})
         assert r.status_code == 200 and r.json()["method"] == "upstream-coverage"
+
+
+def test_a_batch_waits_for_every_request_the_server_has_rung_for() -> None:
+    import socket
+    import time
+
+    from serving.rca_pool import _frame, _Inbox
+
+    data, data_peer = socket.socketpair()
+    bell, bell_peer = socket.socketpair()
+    bell_peer.setblocking(False)
+    body = b"x" * 150_000  # more than one body per default socket buffer
+    frames = [_frame(("rca", j, 0, 1, body)) for j in range(5)]
+
+    def server() -> None:  # rings for all five, then sends the bodies slowly
+        bell.sendall(b"\x01" * 5)
+        for f in frames:
+            data.sendall(f)
+            time.sleep(0.02)
+
+    t = threading.Thread(target=server)
+    t.start()
+    time.sleep(0.05)  # the bells are in before the first body is complete
+    got = _Inbox(data_peer, bell_peer).take()
+    t.join()
+    assert [m[1] for m in got] == [0, 1, 2, 3, 4]
+    # without bells a take returns what has arrived
+    data.sendall(frames[0])
+    assert len(_Inbox(data_peer).take()) == 1
+    for s in (data, data_peer, bell, bell_peer):
+        s.close()
