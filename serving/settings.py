@@ -85,7 +85,7 @@ class Settings(BaseSettings):
         "requests go to the least busy one, so about one per core spreads the work evenly",
     )
     rca_process_max_batch: int = Field(
-        4,
+        2,
         ge=1,
         le=1024,
         description="most RCA requests a ranking process ranks in one batch; smaller than "
