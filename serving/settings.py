@@ -82,7 +82,7 @@ class Settings(BaseSettings):
         ge=0,
         le=64,
         description="ranking processes for POST /api/v1/rca (0: rank in the server process); "
-        "requests go to the least busy one, so about one per core spreads the work evenly",
+        "requests wait in one queue and a free process takes the next ones; about one per core",
     )
     rca_process_max_batch: int = Field(
         2,
