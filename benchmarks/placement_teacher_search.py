@@ -41,7 +41,7 @@ def _machine() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
-        "loadavg": list(os.getloadavg()),
+        "loadavg_at_end": list(os.getloadavg()),
     }
 
 
@@ -58,6 +58,13 @@ def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacemen
     )
 
 
+def _trace_seed(item: str) -> tuple[str, int]:
+    trace, _, seed = item.partition(":")
+    if not trace or not seed.isdigit():
+        raise SystemExit(f"--episode wants TRACE:SEED, got {item!r}")
+    return trace, int(seed)
+
+
 def cmd_search(a: argparse.Namespace) -> None:
     from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer
     from training.sched_train import cem_search_with_bar
@@ -65,10 +72,11 @@ def cmd_search(a: argparse.Namespace) -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     blocks = BLOCKS_4 if a.multi_gpu_block else BLOCKS_3
-    env = _env(sorted({e.split(":")[0] for e in a.episode} or set(a.traces)), a.fgd_until_pct)
-    episodes = [(t, s) for t in a.traces for s in a.cem_seeds]
     if a.episode:  # explicit TRACE:SEED pairs instead of the product
-        episodes = [(e.split(":")[0], int(e.split(":")[1])) for e in a.episode]
+        episodes = [_trace_seed(e) for e in a.episode]
+    else:
+        episodes = [(t, s) for t in a.traces for s in a.cem_seeds]
+    env = _env(sorted({t for t, _ in episodes}), a.fgd_until_pct)
     init = LinearScorer.load(a.init) if a.init else None
     load0, t0 = list(os.getloadavg()), time.perf_counter()
     res = cem_search_with_bar(
