@@ -314,3 +314,33 @@ def test_tune_malloc_applies_on_glibc_and_can_be_off() -> None:
     assert tune_malloc(0) is False and tune_malloc(None) is False
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
         assert tune_malloc(32) is True
+
+
+RAW_BODIES = [
+    b'{"alerts":[{"labels":{"a":"\\ud800"}}]}',  # lone surrogate
+    b'{"alerts":[{"labels":{"a":"\xff"}}]}',  # not UTF-8
+    b'\xef\xbb\xbf{"alerts":[{"labels":{"a":"b"}}]}',  # byte order mark
+    b'{"alerts":[{"labels":{"a":"b"}}]} x',  # trailing garbage
+    b'{"alerts":[{"labels":{"a":"b"}}],"top_k":NaN}',
+    b'{"alerts":[{"labels":{"a":"b"}}],"top_k":99999999999999999999999}',
+    b'{"alerts":[{"labels":{"a":"b"}}],"top_k":5e0}',
+    b' {"alerts":[{"labels":{"a":"b"}}]} ',
+    b'{"alerts":[{"labels":{"a":"b\\u0001"}}]}',
+    b'{"alerts":[{"labels":{"a":"b"},"status":"firing","status":"x"}]}',
+    b'{"alerts":[{"labels":{"a":"b"},"labels":{"c":"d"}}]}',
+    b'{"alerts":[{"labels":{"a":"b"}}],"graph":null,"graph":{"nodes":[]}}',
+    b'{"alerts":[{"labels":{"a":"b"}}],"graph":{"nodes":[]},"graph":null}',
+]
+
+
+@pytest.mark.parametrize("raw", RAW_BODIES, ids=range(len(RAW_BODIES)))
+def test_plain_parse_of_raw_bytes_never_accepts_more_than_rcarequest(raw: bytes) -> None:
+    plain = plain_alerts(raw)
+    try:
+        slow = parse_request(raw)
+    except RequestValidationError:
+        assert plain is None
+        return
+    if plain is not None:
+        assert plain[0].top_k == slow.top_k
+        assert plain[1] == _model_alerts(slow.alerts, True)
