@@ -729,6 +729,7 @@ def main() -> None:
                 "sqlalchemy",
                 "httptools",
                 "uvloop",
+                "msgspec",
                 "torch",
                 "numpy",
             )
