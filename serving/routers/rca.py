@@ -175,8 +175,6 @@ truncated; an optional ``Z`` or ``+hh:mm``); anything else goes to pydantic."""
 _NO_END = "0001-01-01T00:00:00Z"
 """Alertmanager's "no end yet"."""
 
-_STATUSES = ("firing", "resolved")
-
 
 class _Unsure(Exception):
     """:func:`plain_alerts` leaves this body to pydantic."""
