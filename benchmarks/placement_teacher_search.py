@@ -78,6 +78,9 @@ def cmd_search(a: argparse.Namespace) -> None:
         episodes = [(t, s) for t in a.traces for s in a.cem_seeds]
     env = _env(sorted({t for t, _ in episodes}), a.fgd_until_pct)
     init = LinearScorer.load(a.init) if a.init else None
+    if a.objective == "worst-trace":
+        _search_worst_trace(a, env, episodes, init, blocks, out)
+        return
     load0, t0 = list(os.getloadavg()), time.perf_counter()
     res = cem_search_with_bar(
         env,
@@ -106,6 +109,119 @@ def cmd_search(a: argparse.Namespace) -> None:
     }
     (out / "search.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score", "wall_s")}))
+
+
+def worst_trace_score(metrics: list[float], fgd: list[float], traces: list[str]) -> float:
+    """The worst-trace objective (lower is better): per trace, the mean over that trace's episodes
+    of ``metric / fgd - 1`` (FGD's metric on the same episode), then the max over traces.
+
+    Shapes:
+        metrics, fgd, traces: ``(E,)`` per search episode (FGD's metrics must be > 0).
+    """
+    per: dict[str, list[float]] = {}
+    for m, f, t in zip(metrics, fgd, traces, strict=True):
+        per.setdefault(t, []).append(m / f - 1.0)
+    return float(max(np.mean(v) for v in per.values()))
+
+
+def _search_worst_trace(a, env, episodes, init, blocks, out: Path) -> None:  # noqa: ANN001
+    """CEM (``rl.teacher.cem_loop``, as ``cem_search`` runs it) with :func:`worst_trace_score`
+    as the score. Every scored vector's per-episode metrics are kept, so the summary reports
+    both objectives (worst-trace and the plain mean) for FGD, the start, the best vector and the
+    final mean (the latter scored once more at the end)."""
+    from tqdm import tqdm
+
+    from rl.teacher import FGD_CHOICE_FEATURE, LinearScorer, cem_loop, episode_metric
+
+    k, f = env.n_candidates, env.n_cand_features
+    traces = [t for t, _ in episodes]
+    n_vec = a.generations * a.population + 2 + (init is not None)
+    bar = tqdm(total=n_vec * len(episodes), desc=f"CEM worst-trace seed {a.seed}", unit="ep")
+    load0, t0 = list(os.getloadavg()), time.perf_counter()
+
+    def metrics(s) -> list[float]:  # noqa: ANN001
+        got = []
+        for t, w in episodes:
+            got.append(episode_metric(env, s, t, w))
+            bar.update(1)
+        return got
+
+    fgd_scorer = LinearScorer.fgd(k, f, tuple(blocks))
+    fgd_m = metrics(fgd_scorer)
+    if min(fgd_m) <= 0:
+        raise SystemExit("worst-trace objective: FGD's tail metric is 0 on some search episode")
+
+    def both(m: list[float]) -> dict:
+        return {
+            "worst_trace": worst_trace_score(m, fgd_m, traces),
+            "mean": float(np.mean(m)),
+            "per_episode": m,
+        }
+
+    per_vec: dict[int, list[float]] = {}
+
+    def score(s) -> float:  # noqa: ANN001
+        m = metrics(s)
+        per_vec[np.asarray(s.weights).tobytes()] = m
+        return worst_trace_score(m, fgd_m, traces)
+
+    report = {"FGD": both(fgd_m)}
+    best, best_score = fgd_scorer, 0.0  # FGD's own worst-trace score is 0 by definition
+    start = fgd_scorer
+    if init is not None:
+        start = init.with_blocks(tuple(blocks))
+        init_score = score(start)
+        report["init"] = both(per_vec[np.asarray(start.weights).tobytes()])
+        if init_score < best_score:
+            best, best_score = start, init_score
+    mu = start.weights.copy()
+    sd = np.full(mu.shape, a.init_sd)
+    sd[FGD_CHOICE_FEATURE] = 0.0
+
+    def make(w):  # noqa: ANN001, ANN202
+        return LinearScorer(w, k, f, tuple(blocks))
+
+    best, best_score, history, final_mean = cem_loop(
+        mu,
+        sd,
+        FGD_CHOICE_FEATURE,
+        make,
+        score,
+        best,
+        best_score,
+        generations=a.generations,
+        population=a.population,
+        n_elite=a.n_elite,
+        sd_floor=0.05,
+        rng=np.random.default_rng(a.seed),
+    )
+    mean_scorer = LinearScorer(final_mean, k, f, tuple(blocks))
+    report["mean"] = both(metrics(mean_scorer))
+    bar.close()
+    best_m = per_vec.get(np.asarray(best.weights).tobytes(), fgd_m)
+    report["best"] = both(best_m)
+    best.save(out / "teacher_best.json")
+    mean_scorer.save(out / "teacher_mean.json")
+    summary = {
+        "command": "python " + " ".join(sys.argv),
+        "objective": "worst-trace: max over traces of the mean over the trace's episodes of "
+        "(metric / FGD metric on the same episode - 1); lower is better",
+        "episodes": [(t, int(w)) for t, w in episodes],
+        "fgd_score": 0.0,
+        "best_score": best_score,
+        "scores_on_search_episodes": report,
+        "history": history,
+        "wall_s": time.perf_counter() - t0,
+        "tails_scored": bar.n,
+        "machine": {**_machine(), "loadavg_at_start": load0},
+    }
+    (out / "search.json").write_text(json.dumps(summary, indent=2))
+    print(
+        json.dumps(
+            {n: {k: r[k] for k in ("worst_trace", "mean")} for n, r in report.items()}
+            | {"wall_s": summary["wall_s"]}
+        )
+    )
 
 
 def _val_job(job: tuple[str, str | None, str, int]) -> tuple[str, str, int, float]:
@@ -183,6 +299,12 @@ def main() -> None:
     s.add_argument("--multi-gpu-block", action="store_true")
     s.add_argument("--fgd-until-pct", type=float, default=80.0)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--objective",
+        choices=["mean", "worst-trace"],
+        default="mean",
+        help="mean metric over episodes (default), or the worst trace's mean ratio to FGD",
+    )
     s.add_argument("--out", required=True)
     v = sub.add_parser("validate", help="whole-episode validation of scorers against FGD")
     v.add_argument("--scorer", action="append", default=[], help="NAME=PATH to a teacher JSON")
