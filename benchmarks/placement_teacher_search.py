@@ -158,7 +158,7 @@ def _search_worst_trace(a, env, episodes, init, blocks, out: Path) -> None:  # n
             "per_episode": m,
         }
 
-    per_vec: dict[int, list[float]] = {}
+    per_vec: dict[bytes, list[float]] = {}
 
     def score(s) -> float:  # noqa: ANN001
         m = metrics(s)
