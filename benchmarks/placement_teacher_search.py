@@ -66,7 +66,7 @@ def _trace_seed(item: str) -> tuple[str, int]:
 
 
 def cmd_search(a: argparse.Namespace) -> None:
-    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer
+    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, episode_metric, worst_trace_objective
     from training.sched_train import cem_search_with_bar
 
     out = Path(a.out)
@@ -78,150 +78,63 @@ def cmd_search(a: argparse.Namespace) -> None:
         episodes = [(t, s) for t in a.traces for s in a.cem_seeds]
     env = _env(sorted({t for t, _ in episodes}), a.fgd_until_pct)
     init = LinearScorer.load(a.init) if a.init else None
-    if a.objective == "worst-trace":
-        _search_worst_trace(a, env, episodes, init, blocks, out)
-        return
+    worst = a.objective == "worst-trace"
+    objective = worst_trace_objective([t for t, _ in episodes]) if worst else None
     load0, t0 = list(os.getloadavg()), time.perf_counter()
-    res = cem_search_with_bar(
-        env,
-        episodes,
-        generations=a.generations,
-        population=a.population,
-        n_elite=a.n_elite,
-        init_sd=a.init_sd,
-        seed=a.seed,
-        init=init,
-        blocks=blocks,
-        desc=f"CEM search seed {a.seed}",
-    )
+    try:
+        res = cem_search_with_bar(
+            env,
+            episodes,
+            generations=a.generations,
+            population=a.population,
+            n_elite=a.n_elite,
+            init_sd=a.init_sd,
+            seed=a.seed,
+            init=init,
+            blocks=blocks,
+            objective=objective,
+            desc=f"CEM {'worst-trace ' if worst else ''}search seed {a.seed}",
+        )
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    wall = time.perf_counter() - t0
     res.best.save(out / "teacher_best.json")
     k, f = res.best.n_candidates, res.best.n_cand_features
-    LinearScorer(res.final_mean, k, f, blocks).save(out / "teacher_mean.json")
+    mean_scorer = LinearScorer(res.final_mean, k, f, blocks)
+    mean_scorer.save(out / "teacher_mean.json")
     summary = {
         "command": "python " + " ".join(sys.argv),
+        "objective": "worst-trace: max over traces of the mean over the trace's episodes of "
+        "(metric / FGD metric on the same episode - 1); lower is better"
+        if worst
+        else "mean metric over the episodes",
         "episodes": res.episodes,
         "fgd_score": res.fgd_score,
         "best_score": res.best_score,
         "init_score": res.init_score,
         "history": res.history,
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": wall,
         "machine": {**_machine(), "loadavg_at_start": load0},
     }
+    if worst:  # both objectives for FGD, the start, the best vector and the final mean
+        assert objective is not None
+        named = {"FGD": LinearScorer.fgd(k, f, blocks), "best": res.best, "mean": mean_scorer}
+        if init is not None:
+            named["init"] = init.with_blocks(blocks)
+        per = {
+            n: np.array([episode_metric(env, sc, t, w) for t, w in episodes])
+            for n, sc in named.items()
+        }
+        summary["scores_on_search_episodes"] = {
+            n: {
+                "worst_trace": objective(m, per["FGD"]),
+                "mean": float(np.mean(m)),
+                "per_episode": m.tolist(),
+            }
+            for n, m in per.items()
+        }
     (out / "search.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score", "wall_s")}))
-
-
-def worst_trace_score(metrics: list[float], fgd: list[float], traces: list[str]) -> float:
-    """The worst-trace objective (lower is better): per trace, the mean over that trace's episodes
-    of ``metric / fgd - 1`` (FGD's metric on the same episode), then the max over traces.
-
-    Shapes:
-        metrics, fgd, traces: ``(E,)`` per search episode (FGD's metrics must be > 0).
-    """
-    per: dict[str, list[float]] = {}
-    for m, f, t in zip(metrics, fgd, traces, strict=True):
-        per.setdefault(t, []).append(m / f - 1.0)
-    return float(max(np.mean(v) for v in per.values()))
-
-
-def _search_worst_trace(a, env, episodes, init, blocks, out: Path) -> None:  # noqa: ANN001
-    """CEM (``rl.teacher.cem_loop``, as ``cem_search`` runs it) with :func:`worst_trace_score`
-    as the score. Every scored vector's per-episode metrics are kept, so the summary reports
-    both objectives (worst-trace and the plain mean) for FGD, the start, the best vector and the
-    final mean (the latter scored once more at the end)."""
-    from tqdm import tqdm
-
-    from rl.teacher import FGD_CHOICE_FEATURE, LinearScorer, cem_loop, episode_metric
-
-    k, f = env.n_candidates, env.n_cand_features
-    traces = [t for t, _ in episodes]
-    n_vec = a.generations * a.population + 2 + (init is not None)
-    bar = tqdm(total=n_vec * len(episodes), desc=f"CEM worst-trace seed {a.seed}", unit="ep")
-    load0, t0 = list(os.getloadavg()), time.perf_counter()
-
-    def metrics(s) -> list[float]:  # noqa: ANN001
-        got = []
-        for t, w in episodes:
-            got.append(episode_metric(env, s, t, w))
-            bar.update(1)
-        return got
-
-    fgd_scorer = LinearScorer.fgd(k, f, tuple(blocks))
-    fgd_m = metrics(fgd_scorer)
-    if min(fgd_m) <= 0:
-        raise SystemExit("worst-trace objective: FGD's tail metric is 0 on some search episode")
-
-    def both(m: list[float]) -> dict:
-        return {
-            "worst_trace": worst_trace_score(m, fgd_m, traces),
-            "mean": float(np.mean(m)),
-            "per_episode": m,
-        }
-
-    per_vec: dict[bytes, list[float]] = {}
-
-    def score(s) -> float:  # noqa: ANN001
-        m = metrics(s)
-        per_vec[np.asarray(s.weights).tobytes()] = m
-        return worst_trace_score(m, fgd_m, traces)
-
-    report = {"FGD": both(fgd_m)}
-    best, best_score = fgd_scorer, 0.0  # FGD's own worst-trace score is 0 by definition
-    start = fgd_scorer
-    if init is not None:
-        start = init.with_blocks(tuple(blocks))
-        init_score = score(start)
-        report["init"] = both(per_vec[np.asarray(start.weights).tobytes()])
-        if init_score < best_score:
-            best, best_score = start, init_score
-    mu = start.weights.copy()
-    sd = np.full(mu.shape, a.init_sd)
-    sd[FGD_CHOICE_FEATURE] = 0.0
-
-    def make(w):  # noqa: ANN001, ANN202
-        return LinearScorer(w, k, f, tuple(blocks))
-
-    best, best_score, history, final_mean = cem_loop(
-        mu,
-        sd,
-        FGD_CHOICE_FEATURE,
-        make,
-        score,
-        best,
-        best_score,
-        generations=a.generations,
-        population=a.population,
-        n_elite=a.n_elite,
-        sd_floor=0.05,
-        rng=np.random.default_rng(a.seed),
-    )
-    mean_scorer = LinearScorer(final_mean, k, f, tuple(blocks))
-    report["mean"] = both(metrics(mean_scorer))
-    bar.close()
-    best_m = per_vec.get(np.asarray(best.weights).tobytes(), fgd_m)
-    report["best"] = both(best_m)
-    best.save(out / "teacher_best.json")
-    mean_scorer.save(out / "teacher_mean.json")
-    summary = {
-        "command": "python " + " ".join(sys.argv),
-        "objective": "worst-trace: max over traces of the mean over the trace's episodes of "
-        "(metric / FGD metric on the same episode - 1); lower is better",
-        "episodes": [(t, int(w)) for t, w in episodes],
-        "fgd_score": 0.0,
-        "best_score": best_score,
-        "scores_on_search_episodes": report,
-        "history": history,
-        "wall_s": time.perf_counter() - t0,
-        "tails_scored": bar.n,
-        "machine": {**_machine(), "loadavg_at_start": load0},
-    }
-    (out / "search.json").write_text(json.dumps(summary, indent=2))
-    print(
-        json.dumps(
-            {n: {k: r[k] for k in ("worst_trace", "mean")} for n, r in report.items()}
-            | {"wall_s": summary["wall_s"]}
-        )
-    )
 
 
 def _val_job(job: tuple[str, str | None, str, int]) -> tuple[str, str, int, float]:

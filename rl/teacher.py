@@ -225,6 +225,7 @@ def cem_search(
     progress: Callable[[int], None] | None = None,
     init: LinearScorer | None = None,
     blocks: Sequence[str] = BLOCKS_3,
+    objective: Callable[[np.ndarray, np.ndarray], float] | None = None,
 ) -> CEMResult:
     """Cross-entropy search of a :class:`LinearScorer` on ``env`` (see the module docstring).
 
@@ -241,6 +242,10 @@ def cem_search(
             zero weights. It is scored too, so the best vector is never worse than it on the
             search episodes.
         blocks: the scorer's feature blocks (``BLOCKS_3`` or ``BLOCKS_4``).
+        objective: ``(metrics (E,), fgd_metrics (E,)) -> score`` (lower is better) of a vector
+            from its per-episode metrics and FGD's on the same episodes; ``None``: the mean metric.
+            Every score in the result (``best_score``, ``fgd_score``, ``init_score``, history) is
+            in its units. See :func:`worst_trace_objective`.
     """
     if not episodes:
         raise ValueError("cem_search needs at least one (trace, workload seed) episode")
@@ -250,10 +255,16 @@ def cem_search(
     blocks = tuple(blocks)
     fgd = LinearScorer.fgd(k, f, blocks)
 
-    def score(s: LinearScorer) -> float:
-        return float(np.mean([episode_metric(env, s, t, w) for t, w in episodes]))
+    def metrics(s: LinearScorer) -> np.ndarray:
+        return np.array([episode_metric(env, s, t, w) for t, w in episodes])
 
-    fgd_score = score(fgd)
+    fgd_metrics = metrics(fgd)
+    objective = objective or (lambda m, _fgd: float(np.mean(m)))
+
+    def score(s: LinearScorer) -> float:
+        return objective(metrics(s), fgd_metrics)
+
+    fgd_score = objective(fgd_metrics, fgd_metrics)
     if progress is not None:
         progress(1)
     best, best_score = fgd, fgd_score
@@ -300,6 +311,33 @@ def cem_search(
         init_score,
         final_mean,
     )
+
+
+def worst_trace_objective(traces: Sequence[str]) -> Callable[[np.ndarray, np.ndarray], float]:
+    """:func:`cem_search` objective that scores a vector by its worst trace.
+
+    Per trace, the mean over that trace's episodes of ``metric / fgd_metric - 1`` (FGD on the same
+    episode); the score is the largest of these (lower is better; FGD scores 0). A search on it
+    cannot buy gains on some trace families with losses on others.
+
+    Args:
+        traces: ``(E,)`` the trace of each search episode, in the order of ``episodes``.
+
+    Raises:
+        ValueError: (when called) if FGD's metric is 0 on some episode (the ratio is undefined).
+    """
+    names = np.asarray(list(traces))
+    groups = [names == t for t in dict.fromkeys(names.tolist())]
+
+    def objective(m: np.ndarray, fgd_m: np.ndarray) -> float:
+        if fgd_m.size != names.size or m.size != names.size:
+            raise ValueError(f"worst_trace_objective: expected {names.size} episode metrics")
+        if np.any(fgd_m <= 0):
+            raise ValueError("worst_trace_objective: FGD's metric is 0 on some search episode")
+        rel = m / fgd_m - 1.0
+        return float(max(rel[g].mean() for g in groups))
+
+    return objective
 
 
 def cem_loop(

@@ -336,14 +336,12 @@ class RankingPool:
             child.pending.clear()
             child.writer.close()
             child.bell.close()
-            if self._stopping:
-                pass
-            elif self._failed_starts > 3 * self.processes:
-                log.error("RCA ranking processes keep failing to start; ranking in the server")
-            else:
-                log.error("RCA ranking process %d exited; starting another", child.proc.pid)
-                asyncio.get_running_loop().create_task(self._respawn(child.slot))
             if not self._stopping:
+                if self._failed_starts > 3 * self.processes:
+                    log.error("RCA ranking processes keep failing to start; ranking in the server")
+                else:
+                    log.error("RCA ranking process %d exited; starting another", child.proc.pid)
+                    asyncio.get_running_loop().create_task(self._respawn(child.slot))
                 self._pump()  # the others take the queue (or it is ranked in the server)
 
 

@@ -88,9 +88,9 @@ class Settings(BaseSettings):
         2,
         ge=1,
         le=1024,
-        description="most RCA requests a ranking process ranks in one batch; smaller than "
-        "rca_max_batch: each process keeps a queue, and a request waits for the whole batch it is "
-        "in, so big batches lengthen the latency tail more than they save",
+        description="most RCA requests a ranking process takes from the queue for one batch; "
+        "smaller than rca_max_batch: a request waits for the whole batch it is in, so big "
+        "batches lengthen the latency tail more than they save",
     )
     rca_process_nice: int = Field(
         0,

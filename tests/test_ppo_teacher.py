@@ -19,6 +19,7 @@ from rl.teacher import (
     LinearScorer,
     cem_search,
     episode_metric,
+    worst_trace_objective,
 )
 
 
@@ -67,6 +68,34 @@ def test_cem_search_is_deterministic_and_never_worse_than_fgd(tiny):
     # the reported score is the scorer's real score on those episodes
     again = np.mean([episode_metric(env, a.best, t, s) for t, s in eps])
     assert again == pytest.approx(a.best_score)
+
+
+def test_worst_trace_objective_scores_the_worst_trace_relative_to_fgd(tiny):
+    obj = worst_trace_objective(["a", "a", "b"])
+    fgd = np.array([2.0, 4.0, 5.0])
+    # trace a: mean(1.0/2 - 1, 5.0/4 - 1) = -0.125; trace b: 5.5/5 - 1 = 0.1 -> the worst is b
+    assert obj(np.array([1.0, 5.0, 5.5]), fgd) == pytest.approx(0.1)
+    assert obj(fgd, fgd) == 0.0
+    with pytest.raises(ValueError, match="FGD's metric is 0"):
+        obj(fgd, np.array([2.0, 0.0, 5.0]))
+    # in a search: scores are in the objective's units (FGD 0), and the best is its real score
+    env, _, trace = tiny
+    eps = [(trace.name, 1), (trace.name, 2)]
+    res = cem_search(
+        env,
+        eps,
+        generations=1,
+        population=3,
+        n_elite=2,
+        seed=3,
+        objective=worst_trace_objective([t for t, _ in eps]),
+    )
+    assert res.fgd_score == 0.0 and res.best_score <= 0.0
+    m = np.array([episode_metric(env, res.best, t, s) for t, s in eps])
+    f = np.array(
+        [episode_metric(env, LinearScorer.fgd(8, env.n_cand_features), t, s) for t, s in eps]
+    )
+    assert res.best_score == pytest.approx(float(np.mean(m / f - 1.0)))
 
 
 def test_bad_arguments_and_files(tiny, tmp_path):
