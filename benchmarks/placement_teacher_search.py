@@ -7,7 +7,11 @@ validation set that neither searched on:
   same search ``fleetmind sched train --teacher cem`` runs, without the cloning and PPO that follow.
   It writes ``<out>/teacher_best.json`` (the best vector scored), ``<out>/teacher_mean.json`` (the
   search distribution's final mean, never scored on the search episodes) and ``<out>/search.json``
-  (command, episodes, history, wall time, load averages).
+  (command, episodes, history, wall time, load averages). After every generation it also
+  rewrites ``teacher_best.json`` (best so far), ``teacher_mean.json`` (the distribution mean so
+  far) and ``<out>/checkpoint.json`` (generations done, history, wall time), so that a search
+  stopped early still leaves its best-so-far vector; the finished search overwrites both teachers
+  with the same final values.
 * ``validate``: whole greedy episodes of each given scorer (teacher JSON files) and of FGD on
   ``--traces`` x ``--seeds``, in ``--workers`` processes. Writes per scorer the unallocated GPU % at
   100 % arrived per episode and the mean relative gap to FGD, the number the choice rule uses.
@@ -81,6 +85,22 @@ def cmd_search(a: argparse.Namespace) -> None:
     worst = a.objective == "worst-trace"
     objective = worst_trace_objective([t for t, _ in episodes]) if worst else None
     load0, t0 = list(os.getloadavg()), time.perf_counter()
+    k, f = env.n_candidates, env.n_cand_features
+
+    def checkpoint(best, best_score: float, history: list, mu: np.ndarray) -> None:
+        best.save(out / "teacher_best.json")
+        LinearScorer(mu, k, f, blocks).save(out / "teacher_mean.json")
+        state = {
+            "command": "python " + " ".join(sys.argv),
+            "generations_done": len(history),
+            "generations": a.generations,
+            "best_score": best_score,
+            "history": history,
+            "wall_s": time.perf_counter() - t0,
+            "loadavg": list(os.getloadavg()),
+        }
+        (out / "checkpoint.json").write_text(json.dumps(state, indent=2))
+
     try:
         res = cem_search_with_bar(
             env,
@@ -93,13 +113,13 @@ def cmd_search(a: argparse.Namespace) -> None:
             init=init,
             blocks=blocks,
             objective=objective,
+            on_generation=checkpoint,
             desc=f"CEM {'worst-trace ' if worst else ''}search seed {a.seed}",
         )
     except ValueError as err:
         raise SystemExit(str(err)) from None
     wall = time.perf_counter() - t0
     res.best.save(out / "teacher_best.json")
-    k, f = res.best.n_candidates, res.best.n_cand_features
     mean_scorer = LinearScorer(res.final_mean, k, f, blocks)
     mean_scorer.save(out / "teacher_mean.json")
     summary = {

@@ -213,6 +213,12 @@ class CEMResult:
     final_mean: np.ndarray | None = None
 
 
+GenerationCallback = Callable[[Any, float, list[dict[str, float]], np.ndarray], None]
+"""``(best, best_score, history, mu)`` after a generation of :func:`cem_loop`: the best scorer so
+far, its score, the history so far (one entry per finished generation) and the ``(W,)``
+distribution mean after that generation's refit."""
+
+
 def cem_search(
     env: Any,
     episodes: Sequence[tuple[str, int]],
@@ -226,6 +232,7 @@ def cem_search(
     init: LinearScorer | None = None,
     blocks: Sequence[str] = BLOCKS_3,
     objective: Callable[[np.ndarray, np.ndarray], float] | None = None,
+    on_generation: GenerationCallback | None = None,
 ) -> CEMResult:
     """Cross-entropy search of a :class:`LinearScorer` on ``env`` (see the module docstring).
 
@@ -246,6 +253,8 @@ def cem_search(
             from its per-episode metrics and FGD's on the same episodes; ``None``: the mean metric.
             Every score in the result (``best_score``, ``fgd_score``, ``init_score``, history) is
             in its units. See :func:`worst_trace_objective`.
+        on_generation: called after every generation (see :func:`cem_loop`), e.g. to save the
+            best-so-far vector so that a stopped search still leaves it; ``None``: nothing.
     """
     if not episodes:
         raise ValueError("cem_search needs at least one (trace, workload seed) episode")
@@ -300,6 +309,7 @@ def cem_search(
         sd_floor=sd_floor,
         rng=rng,
         progress=progress,
+        on_generation=on_generation,
     )
     episodes_out = [(t, int(w)) for t, w in episodes]
     return CEMResult(
@@ -355,6 +365,7 @@ def cem_loop(
     sd_floor: float,
     rng: np.random.Generator,
     progress: Callable[[int], None] | None = None,
+    on_generation: GenerationCallback | None = None,
 ) -> tuple[CandidateScorer, float, list[dict[str, float]], np.ndarray]:
     """The generations of a cross-entropy search (shared by both placement modes' teachers).
 
@@ -368,6 +379,8 @@ def cem_loop(
         generations, population, n_elite, sd_floor: CEM sizes and the noise added after a refit.
         rng: the sampling generator.
         progress: called with 1 after each scored vector.
+        on_generation: called after each generation with ``(best, best_score, history, mu)``
+            (a copy of the history so far); ``None``: nothing.
 
     Returns:
         ``(best, best_score, history, mu)``; history per generation ``{"generation", "best",
@@ -398,4 +411,6 @@ def cem_loop(
                 "sd_mean": float(sd.mean()),
             }
         )
+        if on_generation is not None:
+            on_generation(best, best_score, list(history), mu.copy())
     return best, best_score, history, mu

@@ -98,6 +98,28 @@ def test_worst_trace_objective_scores_the_worst_trace_relative_to_fgd(tiny):
     assert res.best_score == pytest.approx(float(np.mean(m / f - 1.0)))
 
 
+def test_cem_search_reports_each_generation_without_changing_the_search(tiny):
+    """on_generation sees the best-so-far after every generation (what a checkpoint saves); the
+    search itself is the same with or without it."""
+    env, _, trace = tiny
+    eps = [(trace.name, 1), (trace.name, 2)]
+    calls = []
+    kw = dict(generations=3, population=3, n_elite=2, seed=5)
+    plain = cem_search(env, eps, **kw)
+    res = cem_search(env, eps, **kw, on_generation=lambda *a: calls.append(a))
+    assert np.array_equal(res.best.weights, plain.best.weights) and res.history == plain.history
+    assert np.array_equal(res.final_mean, plain.final_mean)
+    assert [len(h) for _, _, h, _ in calls] == [1, 2, 3]
+    for best, score, hist, _mu in calls:
+        assert score == hist[-1]["best_so_far"]
+        assert np.mean([episode_metric(env, best, t, s) for t, s in eps]) == pytest.approx(score)
+    best, score, hist, mu = calls[-1]
+    assert np.array_equal(best.weights, res.best.weights) and score == res.best_score
+    assert hist == res.history and np.array_equal(mu, res.final_mean)
+    # each call got its own copy (a saved checkpoint is not changed by later generations)
+    assert len(calls[0][2]) == 1 and not np.shares_memory(calls[0][3], calls[1][3])
+
+
 def test_bad_arguments_and_files(tiny, tmp_path):
     env, _, _ = tiny
     with pytest.raises(ValueError, match="shape"):
