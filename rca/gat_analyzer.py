@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,7 +181,9 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     except ValueError as err:
         raise ModelLoadError(f"{path / 'config.json'}: bad model config ({err})") from None
     try:
-        state = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickles before it refuses
+            warnings.simplefilter("ignore")
+            state = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ModelLoadError(f"{path / 'model.pt'} is missing") from None
     except Exception as err:  # torch raises RuntimeError/UnpicklingError/EOFError/... on bad bytes

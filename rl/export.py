@@ -19,6 +19,8 @@ Shapes:
 
 from __future__ import annotations
 
+import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +99,9 @@ def load_torch(path: str | Path) -> PlacementActor:
     if not path.is_file():
         raise ModelLoadError(f"placement model file not found: {path}")
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickles before it refuses
+            warnings.simplefilter("ignore")
+            blob = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(blob, dict) or blob.get("format") != EXPORT_FORMAT:
             raise ValueError(f"format is not {EXPORT_FORMAT}")
         actor = PlacementActor(**blob["config"])
@@ -105,7 +109,10 @@ def load_torch(path: str | Path) -> PlacementActor:
     except ModelLoadError:
         raise
     except Exception as exc:  # corrupt pickle, wrong keys, wrong shapes
-        detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        if isinstance(exc, pickle.UnpicklingError):  # torch's text runs to a paragraph
+            detail = "UnpicklingError: not a weights-only torch file"
+        else:
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         raise ModelLoadError(
             f"cannot load placement model {path}: not a FleetMind torch export ({detail}); "
             "expected policy.pt written by `fleetmind sched train` or a policy.onnx file"

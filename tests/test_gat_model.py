@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -275,6 +277,13 @@ def test_corrupt_or_incompatible_artifacts(artifact, tmp_path) -> None:
     (d / "model.pt").write_bytes((d / "model.pt").read_bytes()[:100])
     with pytest.raises(ModelLoadError, match="corrupt"):
         GATAnalyzer.load(d)
+    d = variant("foreign-pickle")  # torch warns before it refuses: the warning stays silent
+    (d / "model.pt").write_bytes(pickle.dumps({"w": [1.0]}, protocol=4))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ModelLoadError, match="corrupt or not a state dict"):
+            GATAnalyzer.load(d)
+    assert not [w for w in seen if "pickle" in str(w.message)]
     d = variant("badjson")
     (d / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="not valid JSON"):
@@ -306,7 +315,6 @@ def test_corrupt_or_incompatible_artifacts(artifact, tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="missing"):
         GATAnalyzer.load(d)
     d = variant("pickle")
-    import pickle
 
     (d / "model.pt").write_bytes(pickle.dumps({"weights": object()}))
     with pytest.raises(ModelLoadError):

@@ -47,3 +47,10 @@ def test_dynamic_evaluate_rejects_unknown_policies_and_fgd_models(shared_data, c
     assert "unknown policy 'Nope'" in capsys.readouterr().err
     assert cli.main(base + ["--policies", "ppo", "--model", "models/placement"]) == 2
     assert "not describe a dynamic-mode model" in capsys.readouterr().err
+
+
+def test_fgd_evaluate_lists_ppo_among_known_policies(shared_data, capsys):
+    argv = ["sched", "evaluate", "--trace", "default", "--mode", "fgd", "--seeds", "42"]
+    assert cli.main(argv + ["--policies", "FGD", "PPO2"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown policy 'PPO2'" in err and "known: ppo, " in err and "FGD" in err

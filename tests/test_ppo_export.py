@@ -82,6 +82,23 @@ def test_corrupt_or_missing_model_raises(tmp_path):
         load_ppo_policy(bad / "policy.pt")
 
 
+def test_foreign_pickle_gives_one_short_line_and_no_warning(tmp_path):
+    """A pickle that is not a torch export: a short reason, not torch's paragraph and warning."""
+    import pickle
+    import warnings
+
+    bad = tmp_path / "policy.pt"
+    bad.write_bytes(pickle.dumps({"weights": [1.0, 2.0]}, protocol=4))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ModelLoadError) as err:
+            load_ppo_policy(bad, backend="torch")
+    assert not [w for w in seen if "pickle" in str(w.message)]
+    msg = str(err.value)
+    assert "not a weights-only torch file" in msg and "\n" not in msg
+    assert "PyTorch 2.6" not in msg and len(msg) < 400
+
+
 def test_corrupt_metadata_raises(exported, tmp_path):
     _, paths, _, _ = exported
     folder = tmp_path / "m"

@@ -83,11 +83,18 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
 def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
     from data.openb import load_openb_nodes, load_openb_trace
     from envs.fgd_mode import evaluate_fgd
-    from envs.policies import canonical_policy_name
+    from envs.policies import POLICIES, canonical_policy_name
 
     trace = load_openb_trace(args.trace)
     nodes = load_openb_nodes(args.nodes)
-    named = [canonical_policy_name(p) for p in policies if p.lower() != "ppo"]
+    named = []
+    for p in policies:
+        if p.lower() == "ppo":
+            continue
+        try:
+            named.append(canonical_policy_name(p))
+        except ConfigError:  # name 'ppo' too, which envs.policies does not know
+            raise ConfigError(f"unknown policy {p!r}; known: ppo, {', '.join(POLICIES)}") from None
     ppo = _load_ppo(args.model) if any(p.lower() == "ppo" for p in policies) else None
     result = evaluate_fgd(trace, named, seeds, nodes=nodes, workers=args.workers, progress=True)
     if ppo is not None:
