@@ -129,16 +129,24 @@ class Database:
         self._group = _GroupCommit(self._store_now) if self.is_sqlite else None
 
     def create_all(self) -> None:
-        """Create the tables when missing (tolerates replicas creating them at the same time)."""
+        """Create the tables when missing (tolerates replicas creating them at the same time).
+
+        Raises:
+            ConfigError: the database cannot be reached or written (no server at the URL, a
+                SQLite file in a missing folder, wrong credentials), after three tries.
+        """
         from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
         for attempt in range(3):
             try:
                 metadata.create_all(self.engine)
                 return
-            except (OperationalError, ProgrammingError, IntegrityError):
+            except (OperationalError, ProgrammingError, IntegrityError) as err:
                 if attempt == 2:
-                    raise
+                    reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+                    raise ConfigError(
+                        f"cannot open the database at {self.engine.url!r}: {reason}"
+                    ) from err
                 time.sleep(0.2 * (attempt + 1))  # another process created them meanwhile
 
     def dispose(self) -> None:

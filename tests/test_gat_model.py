@@ -315,7 +315,6 @@ def test_corrupt_or_incompatible_artifacts(artifact, tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="missing"):
         GATAnalyzer.load(d)
     d = variant("pickle")
-
     (d / "model.pt").write_bytes(pickle.dumps({"weights": object()}))
     with pytest.raises(ModelLoadError):
         GATAnalyzer.load(d)

@@ -1,4 +1,5 @@
-"""``fleetmind serve --workers`` / ``FLEETMIND_WORKERS`` (uvicorn is replaced by a recorder)."""
+"""``fleetmind serve``: ``--workers`` / ``FLEETMIND_WORKERS`` and the checks made before uvicorn starts
+(uvicorn is replaced by a recorder)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ import pytest
 
 from data.errors import ConfigError
 from training import cli_serve
+
+
+@pytest.fixture(autouse=True)
+def _tmp_database(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI opens the database before uvicorn starts: keep it out of the working directory."""
+    monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
 
 
 def args(**kw: Any) -> argparse.Namespace:
@@ -54,3 +61,38 @@ def test_rca_processes_option_sets_the_variable(monkeypatch: pytest.MonkeyPatch)
     assert os.environ["FLEETMIND_RCA_PROCESSES"] == "2"
     with pytest.raises(ConfigError, match="FLEETMIND_"):
         cli_serve.run(args(rca_processes=-1))
+
+
+def test_bad_settings_name_every_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
+    monkeypatch.setenv("FLEETMIND_RCA_PROCESSES", "abc")
+    monkeypatch.setenv("FLEETMIND_SQLITE_SYNCHRONOUS", "maybe")
+    with pytest.raises(ConfigError) as err:
+        cli_serve.run(args())
+    msg = str(err.value)
+    assert "FLEETMIND_RCA_PROCESSES='abc'" in msg and "integer" in msg
+    assert "FLEETMIND_SQLITE_SYNCHRONOUS='maybe'" in msg and "\n" not in msg
+
+
+def test_unusable_database_is_a_config_error_before_uvicorn(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    started: list[bool] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: started.append(True))
+    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
+    monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'no' / 'such' / 'x.db'}")
+    with pytest.raises(ConfigError, match="cannot open the database at sqlite:///.*x.db"):
+        cli_serve.run(args())
+    monkeypatch.setenv("FLEETMIND_DATABASE_URL", "not-a-url")
+    with pytest.raises(ConfigError, match="cannot use database URL 'not-a-url'"):
+        cli_serve.run(args())
+    assert started == []
+    good = tmp_path / "ok.db"
+    monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{good}")
+    assert cli_serve.run(args()) == 0 and started == [True]
+    assert good.is_file()  # the tables the server's startup would create

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from data.errors import ConfigError
 
@@ -55,10 +56,26 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.set_defaults(func=run)
 
 
+def _settings_error(err: Any) -> str:
+    """One line naming every bad ``FLEETMIND_*`` variable, its value and what is wrong with it.
+
+    ``err``: pydantic's ``ValidationError`` from ``Settings()``; each error's location is the
+    field name, whose variable is ``FLEETMIND_<NAME>``.
+    """
+    parts = []
+    for e in err.errors(include_url=False):
+        name = "FLEETMIND_" + "_".join(str(p) for p in e.get("loc", ())).upper()
+        value = os.environ.get(name, e.get("input"))
+        parts.append(f"{name}={value!r}: {e.get('msg', 'invalid')}")
+    return "invalid setting " + "; ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from serving.app import load_graph
+    from serving.db import Database
     from serving.settings import Settings, get_settings
 
     if not 0 < args.port < 65536:
@@ -78,9 +95,15 @@ def run(args: argparse.Namespace) -> int:
     get_settings.cache_clear()
     try:
         settings = Settings()
-    except Exception as err:  # pydantic ValidationError: name the variable
-        raise ConfigError(f"invalid FLEETMIND_* setting: {err}".splitlines()[0]) from None
-    load_graph(settings)  # a bad graph is a one-line error here, not a traceback in the server
+    except ValidationError as err:
+        raise ConfigError(_settings_error(err)) from None
+    # a bad graph or database is a one-line error here, not a traceback in the server's startup
+    load_graph(settings)
+    db = Database(settings.database_url, settings.sqlite_synchronous)
+    try:
+        db.create_all()  # what the server's startup does first (idempotent)
+    finally:
+        db.dispose()
     uvicorn.run(
         "serving.app:create_app",
         factory=True,
