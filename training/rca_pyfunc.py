@@ -15,6 +15,10 @@ class GATPyfunc(mlflow.pyfunc.PythonModel):
     ``params={"top_k": k}`` sets how many (default 5).
     """
 
+    # The rows are free-form JSON dicts (docstring above), which MLflow's type-hint validation cannot
+    # describe; without this MLflow warns at import, on every CLI run, that predict() has no hints.
+    _skip_type_hint_validation = True
+
     def load_context(self, context: Any) -> None:
         from rca.gat_analyzer import GATAnalyzer
 

@@ -151,6 +151,10 @@ class PlacementPyfunc(mlflow.pyfunc.PythonModel):
     returns the greedy candidate index per row.
     """
 
+    # The rows are free-form JSON dicts (docstring above), which MLflow's type-hint validation cannot
+    # describe; without this MLflow warns at import, on every CLI run, that predict() has no hints.
+    _skip_type_hint_validation = True
+
     def load_context(self, context: Any) -> None:
         from rl.export import OnnxActor
 
