@@ -270,7 +270,12 @@ def _webhook_batches(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
-    """Step 5: replay one incident through the webhook and read back its ranked root causes."""
+    """Step 5: replay one incident through the webhook and read back its ranked root causes.
+
+    Waits (up to 60 s) until every incident has been ranked and none changed for 1.5 s. A storm can
+    form several incidents (grouping joins alerts within ``incident_hops`` of each other and does
+    not cross ``cluster`` nodes); the largest one is shown.
+    """
     import httpx
 
     payloads = _webhook_batches(incident["alerts"])
@@ -280,17 +285,28 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
             r.raise_for_status()
         _say(f"      posted {len(incident['alerts'])} alerts in {len(payloads)} webhook calls")
         deadline = time.monotonic() + 60
-        best: dict[str, Any] | None = None
+        items: list[dict[str, Any]] = []
+        seen, stable = None, 0
         while time.monotonic() < deadline:
-            items = client.get("/api/v1/incidents").json()
-            with_causes = [i for i in items if i.get("causes")]
-            if with_causes:
-                best = max(with_causes, key=lambda i: i["alert_count"])
-                if best["alert_count"] >= len(incident["alerts"]) * 0.9:
-                    break
+            items = [i for i in client.get("/api/v1/incidents").json() if i.get("alert_count")]
+            state = sorted((i["id"], i["alert_count"], bool(i.get("causes"))) for i in items)
+            ranked = bool(items) and all(i.get("causes") for i in items)
+            # repeated alerts (same fingerprint and start) are stored once, so the posted count
+            # need not be reached: done when every incident is ranked and nothing moved for 1.5 s
+            stable = stable + 1 if ranked and state == seen else 0
+            if stable >= 3:
+                break
+            seen = state
             time.sleep(0.5)
-    if best is None:
+    with_causes = [i for i in items if i.get("causes")]
+    if not with_causes:
         raise NotAvailableError("the service opened no incident with ranked causes within 60 s")
+    best = max(with_causes, key=lambda i: i["alert_count"])
+    if len(items) > 1:
+        sizes = ", ".join(
+            str(i["alert_count"]) for i in sorted(items, key=lambda i: -i["alert_count"])
+        )
+        _say(f"      the storm formed {len(items)} incidents ({sizes} alerts); the largest:")
     truth = incident["root_cause"]
     _say(
         f"      incident #{best['id']}: {best['alert_count']} alerts on {len(best['nodes'])} nodes, "
@@ -302,6 +318,12 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
         _say(f"      #{rank} {c['node']}  score={c['score']:.3f}  fault={c['fault_type']}{mark}")
         if c.get("path"):
             _say(f"           path: {' -> '.join(c['path'])}")
+    if all(c["node"] != truth for c in best["causes"][:5]):
+        silent = all(truth not in i["nodes"] for i in items)
+        _say(
+            "      the true root cause is not in this top 5"
+            + (" (it raised no alert itself: a silent root, the hardest case)" if silent else "")
+        )
     return best
 
 
