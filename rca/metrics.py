@@ -117,12 +117,20 @@ def make_analyzers(
 ) -> dict[str, BaseAnalyzer]:
     """Build analyzers by name (default: every baseline plus plug-ins that load).
 
+    Args:
+        names: method names; ``None``: every registered method.
+        model: model reference for the learned plug-ins (path or MLflow URI); ``None``: the
+            released artifact. A plug-in is skipped silently when it cannot load only if neither
+            ``names`` nor ``model`` was given: a model that was asked for and does not load is an
+            error, not a missing row.
+        seed: seed of randomised methods.
+
     Raises:
         ConfigError: an unknown method name.
-        NotAvailableError: a requested plug-in cannot be loaded (e.g. no released GAT model).
+        NotAvailableError: a requested plug-in or model cannot be loaded (e.g. no released GAT).
     """
     _register_baselines()
-    explicit = names is not None
+    explicit = names is not None or model is not None
     out: dict[str, BaseAnalyzer] = {}
     for name in names if names is not None else available_methods():
         if name in _FACTORIES:

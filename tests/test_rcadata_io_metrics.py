@@ -187,6 +187,20 @@ def test_evaluate_methods_shape_and_plugin_hook(small) -> None:
         make_analyzers(["nope"])
 
 
+def test_a_model_that_was_asked_for_and_does_not_load_is_an_error(tmp_path: Path) -> None:
+    """Without names or a model, a plug-in that cannot load is skipped (its row is missing); with
+    ``model`` given (``rca evaluate --model X``), it is an error naming the model."""
+    from data.errors import NotAvailableError
+
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    with pytest.raises(NotAvailableError, match="method 'gat' could not be loaded.*not-a-model"):
+        make_analyzers(model=str(bad))
+    with pytest.raises(NotAvailableError, match="gat"):
+        make_analyzers(model=str(tmp_path / "missing"))
+    assert "gat" not in make_analyzers(["deepest"], model=str(bad))  # not asked to run the GAT
+
+
 def test_cli_generate_then_evaluate(tmp_path: Path) -> None:
     out = tmp_path / "ds"
     rc = cli.main(
