@@ -39,7 +39,7 @@ from serving.rca_batcher import RCABatcher
 from serving.rca_pool import RankingPool
 from serving.registry import ModelRegistry
 from serving.routers import alerts, fleet, graph, health, incidents, models, placements, rca
-from serving.schemas import RCARequest
+from serving.schemas import AlertmanagerWebhook, RCARequest
 from serving.settings import Settings, get_settings
 from serving.telemetry.base import make_source
 
@@ -241,7 +241,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(r.router, dependencies=[Depends(require_token)])
     app.include_router(health.router)
     _install_error_handlers(app)
-    _document_models(app, [RCARequest])
+    _document_models(app, [RCARequest, AlertmanagerWebhook])
     limit = (settings or get_settings()).max_body_bytes
     app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)

@@ -4,6 +4,7 @@
 | --- | --- | --- |
 | ``fleetmind_http_request_duration_seconds`` | histogram | ``method``, ``route`` (template), ``status`` |
 | ``fleetmind_alerts_ingested_total`` | counter | ``status`` (firing, resolved) |
+| ``fleetmind_alerts_rejected_total`` | counter | - (invalid alerts left out of an otherwise stored webhook) |
 | ``fleetmind_open_incidents`` | gauge | - |
 | ``fleetmind_model_info`` | gauge (1) | ``kind``, ``method``, ``version``, ``fallback`` |
 | ``fleetmind_model_loads_total`` | counter | ``kind``, ``result`` (success, failure) |
@@ -46,6 +47,11 @@ class Metrics:
         )
         self.alerts_ingested = Counter(
             "fleetmind_alerts_ingested", "alerts durably stored", ["status"], registry=r
+        )
+        self.alerts_rejected = Counter(
+            "fleetmind_alerts_rejected",
+            "invalid alerts left out of a webhook whose other alerts were stored",
+            registry=r,
         )
         self.open_incidents = Gauge("fleetmind_open_incidents", "incidents now open", registry=r)
         self.model_info = Gauge(

@@ -85,10 +85,22 @@ class AlertmanagerWebhook(BaseModel):
     alerts: list[AlertIn] = Field(..., max_length=10000)
 
 
+class RejectedAlert(BaseModel):
+    """An alert of a webhook that failed validation and was not stored."""
+
+    index: int = Field(description="position of the alert in the webhook's ``alerts`` list")
+    errors: list[dict[str, Any]] = Field(description="pydantic's errors (``loc`` under ``body``)")
+
+
 class IngestResponse(BaseModel):
     accepted: int = Field(description="alerts durably stored (new, status changes, or duplicates)")
     firing: int
     resolved: int
+    rejected: list[RejectedAlert] = Field(
+        default_factory=list,
+        description="invalid alerts left out (the valid ones were stored); at most 20 are listed",
+    )
+    rejected_count: int = Field(0, description="how many alerts were left out in all")
 
 
 class AlertOut(BaseModel):

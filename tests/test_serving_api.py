@@ -58,7 +58,13 @@ def test_webhook_stores_alerts_and_ignores_unknown_keys(client: TestClient) -> N
     )
     r = client.post("/api/v1/alerts", json=body)
     assert r.status_code == 200, r.text
-    assert r.json() == {"accepted": 2, "firing": 2, "resolved": 0}
+    assert r.json() == {
+        "accepted": 2,
+        "firing": 2,
+        "resolved": 0,
+        "rejected": [],
+        "rejected_count": 0,
+    }
     stored = client.get("/api/v1/alerts").json()
     assert {a["labels"]["alertname"] for a in stored} == {"GpuXidError", "HostDown"}
     assert {a["fingerprint"] for a in stored} >= {"a1"}
@@ -108,6 +114,29 @@ def test_malformed_webhooks_get_422(client: TestClient, body: object) -> None:
     r = client.post("/api/v1/alerts", json=body)
     assert r.status_code == 422, r.text
     assert client.get("/api/v1/alerts").json() == []
+
+
+def test_one_bad_alert_does_not_cost_the_others(client: TestClient) -> None:
+    """Alertmanager does not retry a 4xx: the valid alerts of a webhook are stored, the invalid
+    ones are left out and named (index, field, reason), and counted in /metrics."""
+    good = [alert(GPU_ALERT, fingerprint="g1"), alert(HOST_ALERT, fingerprint="g2")]
+    bad_status = {"labels": {"alertname": "X"}, "status": "weird"}
+    bad_label = {"labels": {"alertname": "Y" * 9000}}
+    r = client.post("/api/v1/alerts", json=webhook([good[0], bad_status, good[1], bad_label]))
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["accepted"] == 2 and out["firing"] == 2 and out["rejected_count"] == 2
+    assert [x["index"] for x in out["rejected"]] == [1, 3]
+    first = out["rejected"][0]["errors"][0]
+    assert first["loc"] == ["body", "alerts", 1, "status"] and "firing" in first["msg"]
+    assert out["rejected"][1]["errors"][0]["loc"] == ["body", "alerts", 3, "labels", "alertname"]
+    stored = client.get("/api/v1/alerts").json()
+    assert sorted(a["fingerprint"] for a in stored) == ["g1", "g2"]
+    assert "fleetmind_alerts_rejected_total 2.0" in client.get("/metrics").text
+    # a bad envelope still rejects the whole webhook, and stores nothing
+    r = client.post("/api/v1/alerts", json={**webhook([good[0]]), "truncatedAlerts": -1})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "truncatedAlerts"]
+    assert len(client.get("/api/v1/alerts").json()) == 2
 
 
 def test_not_json_gets_4xx(client: TestClient) -> None:

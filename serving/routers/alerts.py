@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from serving.deps import DbDep, IncidentsDep, MetricsDep
-from serving.schemas import AlertIn, AlertmanagerWebhook, AlertOut, ErrorOut, IngestResponse
+from serving.schemas import (
+    AlertIn,
+    AlertmanagerWebhook,
+    AlertOut,
+    ErrorOut,
+    IngestResponse,
+    RejectedAlert,
+)
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
+log = logging.getLogger("fleetmind.serving")
 
 _UNSET_YEAR = 1  # Alertmanager sends 0001-01-01T00:00:00Z for an unknown endsAt
 
@@ -50,26 +63,85 @@ def alert_row(a: AlertIn, now: float) -> dict[str, Any]:
     }
 
 
+WEBHOOK_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/AlertmanagerWebhook"}}
+    },
+}
+"""The OpenAPI request body of ``POST /api/v1/alerts`` (the handler parses the body itself)."""
+
+MAX_LISTED_REJECTIONS = 20
+
+
+def _body_errors(errors: list[Any]) -> list[dict[str, Any]]:
+    """pydantic errors with FastAPI's ``body`` location prefix (its 422 format)."""
+    return [{**e, "loc": ("body", *e["loc"])} for e in errors]
+
+
+def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
+    """The valid alerts of a webhook body, and the invalid ones left out.
+
+    A body that validates as :class:`AlertmanagerWebhook` gives all its alerts (one pydantic-core
+    pass). When only some alerts are invalid, those are left out and the others are returned, so one
+    bad alert does not cost the rest: Alertmanager does not retry a 4xx answer, so a 422 for the
+    whole webhook would drop the whole group notification.
+
+    Raises:
+        RequestValidationError: the body is not JSON, the envelope is invalid (no ``alerts`` list,
+            too many alerts, a bad envelope field), or no alert of it is valid; FastAPI's 422.
+    """
+    try:
+        return AlertmanagerWebhook.model_validate_json(body).alerts, []
+    except ValidationError as err:
+        errors = err.errors(include_url=False)
+    by_alert: dict[int, list[dict[str, Any]]] = {}
+    for e in errors:
+        loc = e["loc"]
+        if len(loc) >= 2 and loc[0] == "alerts" and type(loc[1]) is int:
+            by_alert.setdefault(loc[1], []).append(e)
+        else:  # the envelope itself: nothing can be trusted
+            raise RequestValidationError(_body_errors(errors))
+    items = json.loads(body)["alerts"]  # valid JSON with an alerts list: only alerts failed
+    valid = [AlertIn.model_validate(a) for i, a in enumerate(items) if i not in by_alert]
+    if not valid:
+        raise RequestValidationError(_body_errors(errors))
+    rejected = [
+        RejectedAlert(index=i, errors=_body_errors(errs)) for i, errs in sorted(by_alert.items())
+    ]
+    return valid, rejected
+
+
 @router.post(
     "",
     response_model=IngestResponse,
     summary="Alertmanager webhook v4 receiver",
-    responses={401: {"model": ErrorOut}, 413: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    responses={
+        401: {"model": ErrorOut},
+        413: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+        503: {"model": ErrorOut},
+    },
+    openapi_extra={"requestBody": WEBHOOK_BODY},
 )
-def receive_alerts(
-    payload: AlertmanagerWebhook, db: DbDep, incidents: IncidentsDep, metrics: MetricsDep
+async def receive_alerts(
+    request: Request, db: DbDep, incidents: IncidentsDep, metrics: MetricsDep
 ) -> IngestResponse:
-    """Store every alert durably, then answer 200.
+    """Store every valid alert durably, then answer 200.
 
     Idempotent on ``(fingerprint, startsAt)``: a re-delivered alert changes nothing; a ``resolved``
-    delivery of a stored alert closes it out. Unknown keys are ignored.
+    delivery of a stored alert closes it out. Unknown keys are ignored. Invalid alerts of an
+    otherwise valid webhook are left out and listed under ``rejected`` (the valid ones are stored);
+    a webhook with no valid alert, or an invalid envelope, gets 422 and nothing is stored.
     """
+    body = await request.body()
+    valid, rejected = await run_in_threadpool(parse_webhook, body)
     now = time.time()
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for a in payload.alerts:
+    for a in valid:
         row = alert_row(a, now)
         rows[(row["fingerprint"], row["starts_at"])] = row  # the last delivery of a key wins
-    db.store_alerts(list(rows.values()))
+    await run_in_threadpool(db.store_alerts, list(rows.values()))
     incidents.notify()
     firing = sum(1 for r in rows.values() if r["status"] == "firing")
     resolved = len(rows) - firing
@@ -77,7 +149,24 @@ def receive_alerts(
         metrics.alerts_ingested.labels("firing").inc(firing)
     if resolved:
         metrics.alerts_ingested.labels("resolved").inc(resolved)
-    return IngestResponse(accepted=len(payload.alerts), firing=firing, resolved=resolved)
+    if rejected:
+        metrics.alerts_rejected.inc(len(rejected))
+        first = rejected[0].errors[0]
+        log.warning(
+            "webhook: stored %d alerts, left out %d invalid ones (first: alert %d, %s: %s)",
+            len(valid),
+            len(rejected),
+            rejected[0].index,
+            ".".join(str(p) for p in first["loc"][3:]) or "alert",
+            first.get("msg"),
+        )
+    return IngestResponse(
+        accepted=len(valid),
+        firing=firing,
+        resolved=resolved,
+        rejected=rejected[:MAX_LISTED_REJECTIONS],
+        rejected_count=len(rejected),
+    )
 
 
 def alert_out(row: dict[str, Any]) -> AlertOut:
