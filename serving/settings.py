@@ -34,7 +34,10 @@ class Settings(BaseSettings):
         None, description="when set, every /api/v1 route needs 'Authorization: Bearer <token>'"
     )
     max_body_bytes: int = Field(
-        4 * 1024 * 1024, ge=1024, description="largest request body accepted"
+        16 * 1024 * 1024,
+        ge=1024,
+        description="largest request body accepted; the default holds a webhook of 10,000 "
+        "Alertmanager alerts of about 1.5 KB (labels, annotations, generatorURL)",
     )
     telemetry: Literal["sim", "nvml", "prometheus"] = Field("sim", description="telemetry source")
     prometheus_url: str = Field(

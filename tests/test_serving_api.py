@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,6 +161,32 @@ def test_body_size_limit(tmp_path: Path) -> None:
 
         r = c.post("/api/v1/alerts", content=chunks(), headers={"content-type": "application/json"})
         assert r.status_code == 413
+
+
+def test_default_limits_take_the_largest_webhook(tmp_path: Path) -> None:
+    """10,000 alerts (the most a webhook may carry, Alertmanager's ``max_alerts`` in
+    deploy/alertmanager.yml) of realistic size fit the default body limit and are all stored."""
+    from serving.settings import Settings as S
+
+    ann = {"summary": "GPU XID 79 on node " + "n" * 40, "description": "d" * 600}
+    alerts = [
+        alert(
+            {"alertname": "GpuXidError", "cluster": "c0", "node": f"c0-h{i}", "gpu": str(i % 8)},
+            fingerprint=f"f{i:05d}",
+            annotations=ann,
+            generatorURL="http://prometheus:9090/graph?g0.expr=" + "x" * 200,
+        )
+        for i in range(10_000)
+    ]
+    body = webhook(alerts)
+    size = len(json.dumps(body))
+    assert 10_000_000 < size < S.model_fields["max_body_bytes"].default
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        r = c.post("/api/v1/alerts", json=body)
+        assert r.status_code == 200, r.text[:300]
+        assert r.json()["accepted"] == 10_000
+        r = c.post("/api/v1/alerts", json=webhook(alerts + [alert({"alertname": "one-too-many"})]))
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "alerts"]
 
 
 def test_bearer_token(tmp_path: Path) -> None:
