@@ -134,10 +134,14 @@ def test_one_bad_alert_does_not_cost_the_others(client: TestClient) -> None:
     stored = client.get("/api/v1/alerts").json()
     assert sorted(a["fingerprint"] for a in stored) == ["g1", "g2"]
     assert "fleetmind_alerts_rejected_total 2.0" in client.get("/metrics").text
+    # alerts that are not objects at all are left out the same way
+    r = client.post("/api/v1/alerts", json=webhook([1, alert(GPU_ALERT, fingerprint="g3"), None]))
+    assert r.status_code == 200 and r.json()["accepted"] == 1
+    assert [x["index"] for x in r.json()["rejected"]] == [0, 2]
     # a bad envelope still rejects the whole webhook, and stores nothing
     r = client.post("/api/v1/alerts", json={**webhook([good[0]]), "truncatedAlerts": -1})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "truncatedAlerts"]
-    assert len(client.get("/api/v1/alerts").json()) == 2
+    assert len(client.get("/api/v1/alerts").json()) == 3
 
 
 def test_not_json_gets_4xx(client: TestClient) -> None:

@@ -102,8 +102,18 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
             by_alert.setdefault(loc[1], []).append(e)
         else:  # the envelope itself: nothing can be trusted
             raise RequestValidationError(_body_errors(errors))
-    items = json.loads(body)["alerts"]  # valid JSON with an alerts list: only alerts failed
-    valid = [AlertIn.model_validate(a) for i, a in enumerate(items) if i not in by_alert]
+    try:  # pydantic parsed the JSON and found an alerts list: only some alerts failed
+        items = json.loads(body)["alerts"]
+    except (ValueError, KeyError, TypeError):  # a JSON reading json and pydantic disagree on
+        raise RequestValidationError(_body_errors(errors)) from None
+    valid = []
+    for i, a in enumerate(items):
+        if i in by_alert:
+            continue
+        try:
+            valid.append(AlertIn.model_validate(a))
+        except ValidationError as err:  # a value JSON-mode validation took and Python mode not
+            by_alert[i] = [{**e, "loc": ("alerts", i, *e["loc"])} for e in err.errors()]
     if not valid:
         raise RequestValidationError(_body_errors(errors))
     rejected = [
