@@ -272,7 +272,7 @@ def _webhook_batches(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
     """Step 5: replay one incident through the webhook and read back its ranked root causes.
 
-    Waits (up to 60 s) until every incident has been ranked and none changed for 1.5 s. A storm can
+    Waits (up to 60 s) until every incident has been ranked and none changed for 2.5 s. A storm can
     form several incidents (grouping joins alerts within ``incident_hops`` of each other and does
     not cross ``cluster`` nodes); the largest one is shown.
     """
@@ -289,12 +289,17 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
         seen, stable = None, 0
         while time.monotonic() < deadline:
             items = [i for i in client.get("/api/v1/incidents").json() if i.get("alert_count")]
-            state = sorted((i["id"], i["alert_count"], bool(i.get("causes"))) for i in items)
+            state = sorted(
+                (i["id"], i["alert_count"], [c["node"] for c in i.get("causes") or []])
+                for i in items
+            )
             ranked = bool(items) and all(i.get("causes") for i in items)
-            # repeated alerts (same fingerprint and start) are stored once, so the posted count
-            # need not be reached: done when every incident is ranked and nothing moved for 1.5 s
+            # Repeated alerts (same fingerprint and start) are stored once, so the posted count
+            # need not be reached. Done when every incident is ranked and neither the counts nor
+            # the rankings moved for 2.5 s, longer than the worker's 2 s re-rank debounce
+            # (FLEETMIND_INCIDENT_RANK_INTERVAL_S), so no ranking of a partial incident is shown.
             stable = stable + 1 if ranked and state == seen else 0
-            if stable >= 3:
+            if stable >= 5:
                 break
             seen = state
             time.sleep(0.5)
