@@ -89,7 +89,9 @@ class RejectedAlert(BaseModel):
     """An alert of a webhook that failed validation and was not stored."""
 
     index: int = Field(description="position of the alert in the webhook's ``alerts`` list")
-    errors: list[dict[str, Any]] = Field(description="pydantic's errors (``loc`` under ``body``)")
+    errors: list[dict[str, Any]] = Field(
+        description="pydantic's errors as ``{type, loc, msg}`` (``loc`` under ``body``)"
+    )
 
 
 class IngestResponse(BaseModel):

@@ -134,6 +134,13 @@ def test_one_bad_alert_does_not_cost_the_others(client: TestClient) -> None:
     stored = client.get("/api/v1/alerts").json()
     assert sorted(a["fingerprint"] for a in stored) == ["g1", "g2"]
     assert "fleetmind_alerts_rejected_total 2.0" in client.get("/metrics").text
+    # a validator's error (its context holds an exception object) is reported, not a 500
+    late = {"labels": {"a": "b"}, "startsAt": "0001-01-01T00:00:00+05:00"}
+    r = client.post("/api/v1/alerts", json=webhook([alert(HOST_ALERT, fingerprint="g2"), late]))
+    assert r.status_code == 200, r.text
+    (rej,) = r.json()["rejected"]
+    assert rej["index"] == 1 and rej["errors"][0]["loc"] == ["body", "alerts", 1, "startsAt"]
+    assert set(rej["errors"][0]) == {"type", "loc", "msg"}  # no echoed input or context
     # alerts that are not objects at all are left out the same way
     r = client.post("/api/v1/alerts", json=webhook([1, alert(GPU_ALERT, fingerprint="g3"), None]))
     assert r.status_code == 200 and r.json()["accepted"] == 1

@@ -117,7 +117,13 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
     if not valid:
         raise RequestValidationError(_body_errors(errors))
     rejected = [
-        RejectedAlert(index=i, errors=_body_errors(errs)) for i, errs in sorted(by_alert.items())
+        RejectedAlert(
+            index=i,
+            # type, location and message only: the input may be large, and a validator's
+            # context can hold an exception object that JSON cannot carry
+            errors=[{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]} for e in errs],
+        )
+        for i, errs in sorted(by_alert.items())
     ]
     return valid, rejected
 
