@@ -32,3 +32,21 @@ def test_user_error_is_one_line_exit_2(
     assert cli.main([]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["fleetmind: error: trace file x.csv: row 3 has no cpu_milli"]
+
+
+@pytest.mark.parametrize("mode", ["fgd", "dynamic"])
+def test_sched_train_unknown_trace_writes_nothing(
+    mode: str,
+    shared_data: object,
+    tmp_path: object,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A misspelt trace is one line, before any MLflow store or run folder is created."""
+    monkeypatch.chdir(tmp_path)  # type: ignore[arg-type]
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["sched", "train", "--mode", mode, "--trace", "default", "--trace", "defualt"]
+    assert cli.main([*argv, "--timesteps", "10", "--out", "runs/x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown openb trace 'defualt'" in err[0]
+    assert list(tmp_path.iterdir()) == []  # type: ignore[attr-defined]

@@ -137,6 +137,8 @@ class Args:
     dyn_jobs: int = 2048
     """dynamic mode: jobs per episode of fleetmind/MultiClusterPlacement-v0 (2,048, the env's and
     the released dynamic model's setting)"""
+    queue_features: bool = False
+    """dynamic mode: the 4 queue-aware candidate features (env option ``queue_features``)"""
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -396,6 +398,7 @@ def run(args: Args) -> dict[str, Any]:
     from stable_baselines3.common.callbacks import BaseCallback, CallbackList
     from tqdm import tqdm
 
+    from data.openb import load_openb_trace
     from envs.fgd_mode import run_fgd
     from envs.gpu_placement_env import GpuPlacementEnv
     from envs.policies import TypicalPods
@@ -410,6 +413,9 @@ def run(args: Args) -> dict[str, Any]:
         make_vec_env,
     )
 
+    # every trace read before anything is written (MLflow run, run folder): a typo is one line
+    for t in dict.fromkeys([*args.traces, *args.eval_traces]):
+        load_openb_trace(t)
     if args.mode == "dynamic":
         if args.cem_init is not None or args.cem_multi_gpu_block:
             # the dynamic recipe has its own scorer (rl.dynamic_teacher); refuse rather than ignore
