@@ -1,6 +1,6 @@
 """Independent teacher searches and their validation (issue 6, fgd mode: choosing a teacher).
 
-Two sub-commands, so that several searches can run side by side and be compared afterwards on one
+Sub-commands, so that several searches can run side by side and be compared afterwards on one
 validation set that neither searched on:
 
 * ``search``: one cross-entropy search of a linear candidate scorer (``rl.teacher.cem_search``), the
@@ -12,8 +12,14 @@ validation set that neither searched on:
   far) and ``<out>/checkpoint.json`` (generations done, history, wall time), so that a search
   stopped early still leaves its best-so-far vector; the finished search overwrites both teachers
   with the same final values.
+* ``head-search``: the same CEM over the released network's logit head (64 weights + bias) with
+  its row MLP frozen (``rl.head_search``), scored on the same kind of episodes. It writes
+  ``<out>/head_best.json``, ``<out>/head_mean.json`` (head scorer JSONs), ``checkpoint.json``
+  after every generation and ``search.json``; ``--stop-at HH:MM`` (UTC) ends the search after the
+  last generation that is expected to finish before then.
 * ``validate``: whole greedy episodes of each given scorer (teacher JSON files) and of FGD on
-  ``--traces`` x ``--seeds``, in ``--workers`` processes. Writes per scorer the unallocated GPU % at
+  ``--traces`` x ``--seeds``, in ``--workers`` processes (a scorer is a linear teacher or a head
+  scorer JSON). Writes per scorer the unallocated GPU % at
   100 % arrived per episode and the mean relative gap to FGD, the number the choice rule uses.
 
     .venv/bin/python benchmarks/placement_teacher_search.py search --traces default gpushare40 \
@@ -158,12 +164,15 @@ def cmd_search(a: argparse.Namespace) -> None:
 
 
 def _val_job(job: tuple[str, str | None, str, int]) -> tuple[str, str, int, float]:
-    from rl.ppo import greedy_rollout
-    from rl.teacher import LinearScorer
+    import torch
 
+    from rl.head_search import load_scorer
+    from rl.ppo import greedy_rollout
+
+    torch.set_num_threads(1)
     name, path, trace, seed = job
     env = _env([trace], 0.0)
-    act = (lambda obs, mask: 0) if path is None else LinearScorer.load(path)
+    act = (lambda obs, mask: 0) if path is None else load_scorer(path)
     info = greedy_rollout(env, act, trace, seed)
     return name, trace, seed, float(info["unallocated_gpu_pct_at_100"])
 
@@ -215,6 +224,134 @@ def cmd_validate(a: argparse.Namespace) -> None:
         print(f"{n:>16}: {r['mean_gap_vs_fgd_pct']:+.2f} %   ({per})")
 
 
+class _StopSearch(Exception):
+    """Raised after a generation when the next one would end after ``--stop-at``."""
+
+
+def _stop_time(stop_at: str | None) -> float | None:
+    """``HH:MM`` (UTC, today) as a Unix time; ``None`` stays ``None``."""
+    if not stop_at:
+        return None
+    import datetime as dt
+
+    hh, mm = (int(x) for x in stop_at.split(":"))
+    now = dt.datetime.now(dt.UTC)
+    return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
+
+
+def cmd_head_search(a: argparse.Namespace) -> None:
+    """CEM over the logit head of a released network (``rl.head_search``); see the module doc."""
+    import torch
+    from tqdm import tqdm
+
+    from rl.head_search import HeadScorer, head_cem_search, mean_gap_objective
+    from rl.teacher import worst_trace_objective
+
+    torch.set_num_threads(1)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if a.episode:
+        episodes = [_trace_seed(e) for e in a.episode]
+    else:
+        episodes = [(t, s) for t in a.traces for s in a.cem_seeds]
+    env = _env(sorted({t for t, _ in episodes}), a.fgd_until_pct)
+    start = HeadScorer.from_model_dir(a.model)
+    names = [t for t, _ in episodes]
+    objective = {
+        "mean-gap": mean_gap_objective(names),
+        "worst-trace": worst_trace_objective(names),
+        "mean": None,
+    }[a.objective]
+    hdim = start.hidden
+    rms = float(np.linalg.norm(start.head[:hdim]) / np.sqrt(hdim))
+    print(
+        f"released head: |w| {np.linalg.norm(start.head[:hdim]):.4f}, rms(w) {rms:.4f}, "
+        f"b {start.head[hdim]:.4f}; init sd {a.init_sd_rel} x rms = {a.init_sd_rel * rms:.4f}, "
+        f"sd floor {a.sd_floor_rel * rms:.4f}",
+        flush=True,
+    )
+    stop_t = _stop_time(a.stop_at)
+    load0, t0 = list(os.getloadavg()), time.perf_counter()
+    state: dict = {"history": [], "gen_times": []}
+
+    def checkpoint(best, best_score: float, history: list, mu: np.ndarray) -> None:
+        best.save(out / "head_best.json")
+        start.with_head(mu).save(out / "head_mean.json")
+        state["history"] = history
+        state["gen_times"].append(time.perf_counter() - t0)
+        doc = {
+            "command": "python " + " ".join(sys.argv),
+            "generations_done": len(history),
+            "generations": a.generations,
+            "best_score": best_score,
+            "history": history,
+            "wall_s": time.perf_counter() - t0,
+            "gen_end_wall_s": state["gen_times"],
+            "loadavg": list(os.getloadavg()),
+        }
+        (out / "checkpoint.json").write_text(json.dumps(doc, indent=2))
+        print(f"generation {len(history)}: {json.dumps(history[-1])}", flush=True)
+        if stop_t is not None and len(history) < a.generations:
+            times = [0.0, *state["gen_times"]]
+            last = times[-1] - times[-2]
+            if time.time() + last > stop_t:
+                raise _StopSearch
+
+    bar = tqdm(total=2 + a.generations * a.population, desc=f"head CEM seed {a.seed}")
+    stopped = False
+    try:
+        res = head_cem_search(
+            env,
+            start,
+            episodes,
+            generations=a.generations,
+            population=a.population,
+            n_elite=a.n_elite,
+            init_sd_rel=a.init_sd_rel,
+            sd_floor_rel=a.sd_floor_rel,
+            seed=a.seed,
+            objective=objective,
+            progress=bar.update,
+            on_generation=checkpoint,
+        )
+    except _StopSearch:
+        stopped, res = True, None
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    summary: dict = {
+        "command": "python " + " ".join(sys.argv),
+        "model": a.model,
+        "objective": a.objective,
+        "episodes": [list(e) for e in episodes],
+        "stopped_at_deadline": stopped,
+        "wall_s": wall,
+        "gen_end_wall_s": state["gen_times"],
+        "machine": {**_machine(), "loadavg_at_start": load0},
+        "released_head_rms": rms,
+    }
+    if res is not None:
+        res.best.save(out / "head_best.json")
+        res.final_mean.save(out / "head_mean.json")
+        summary.update(
+            fgd_score=res.fgd_score,
+            init_score=res.init_score,
+            best_score=res.best_score,
+            history=res.history,
+            init_sd=res.init_sd,
+            fgd_metrics=res.fgd_metrics,
+            init_metrics=res.init_metrics,
+        )
+    else:
+        summary["history"] = state["history"]
+    (out / "search.json").write_text(json.dumps(summary, indent=2))
+    print(
+        json.dumps({k: summary.get(k) for k in ("fgd_score", "init_score", "best_score", "wall_s")})
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -239,14 +376,39 @@ def main() -> None:
         help="mean metric over episodes (default), or the worst trace's mean ratio to FGD",
     )
     s.add_argument("--out", required=True)
+    h = sub.add_parser("head-search", help="CEM over a released network's logit head")
+    h.add_argument("--model", default=str(ROOT / "models" / "placement"))
+    h.add_argument("--traces", nargs="+", default=[])
+    h.add_argument("--episode", nargs="+", default=[], help="TRACE:SEED pairs")
+    h.add_argument("--cem-seeds", nargs="+", type=int, default=[1000, 1001])
+    h.add_argument("--generations", type=int, default=8)
+    h.add_argument("--population", type=int, default=12)
+    h.add_argument("--n-elite", type=int, default=4)
+    h.add_argument("--init-sd-rel", type=float, default=0.5, help="x rms of the released head")
+    h.add_argument("--sd-floor-rel", type=float, default=0.05, help="x rms of the released head")
+    h.add_argument("--fgd-until-pct", type=float, default=80.0)
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--objective", choices=["mean-gap", "worst-trace", "mean"], default="mean-gap")
+    h.add_argument(
+        "--stop-at",
+        default=None,
+        help="HH:MM UTC: no generation starts that would"
+        " end after it (judged by the last generation's time)",
+    )
+    h.add_argument("--out", required=True)
     v = sub.add_parser("validate", help="whole-episode validation of scorers against FGD")
-    v.add_argument("--scorer", action="append", default=[], help="NAME=PATH to a teacher JSON")
+    v.add_argument(
+        "--scorer",
+        action="append",
+        default=[],
+        help="NAME=PATH to a teacher JSON or a head scorer JSON (rl.head_search)",
+    )
     v.add_argument("--traces", nargs="+", required=True)
     v.add_argument("--seeds", nargs="+", type=int, default=[43, 44])
     v.add_argument("--workers", type=int, default=2)
     v.add_argument("--out", required=True)
     a = ap.parse_args()
-    {"search": cmd_search, "validate": cmd_validate}[a.cmd](a)
+    {"search": cmd_search, "validate": cmd_validate, "head-search": cmd_head_search}[a.cmd](a)
 
 
 if __name__ == "__main__":
