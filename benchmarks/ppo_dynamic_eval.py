@@ -67,7 +67,7 @@ def main() -> None:
     seeds = parse_seeds(a.seeds)
     model_dir = Path(a.model) if a.model else MODELS_DIR / "placement-dynamic"
     meta = json.loads((model_dir / "metadata.json").read_text())
-    cfg = DynEvalConfig(**meta["env_kwargs"])
+    cfg = DynEvalConfig.from_metadata(meta["env_kwargs"])
     actor = load_dynamic_actor(model_dir / "policy.onnx", cfg.n_candidates)
     actors = {"PPO": actor_fn(actor)}
     if a.teacher:

@@ -9,8 +9,9 @@ import numpy as np
 from gymnasium import spaces
 
 from data.errors import ConfigError
-from data.openb import GPU_MILLI, PodTrace, load_openb_trace
+from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, load_openb_trace
 from envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW, pod_shape_features
+from envs.core import Pod
 from envs.dynamic_mode import (
     DEFAULT_BACKFILL_DEPTH,
     DEFAULT_TARGET_UTIL,
@@ -26,6 +27,8 @@ from envs.dynamic_mode import (
 from envs.policies import FGD, bestfit_scores, fgd_score_from_delta
 
 N_CAND_FEATURES = 14
+N_QUEUE_FEATURES = 4
+"""Extra candidate features of ``queue_features=True`` (appended to the 14, so ``F = 18``)."""
 CANDIDATE_SETS = ("default", "locality")
 """Candidate-set variants: ``locality`` adds LocalityAware's top nodes (best FGD score, then
 earliest estimated completion) after FGD's, ahead of the earliest-completion block."""
@@ -47,6 +50,13 @@ CAND_FEATURE_NAMES = (
     "data_share",
     "priority_rank",
 )
+QUEUE_FEATURE_NAMES = (
+    "head_fit_lost",
+    "head_stranded",
+    "window_fit_lost",
+    "head_room_after",
+)
+"""Queue-aware candidate features (``queue_features=True``), rows ``k*F + 14..17``."""
 GLOBAL_FEATURE_NAMES = (
     "pod_gpu_milli",
     "pod_num_gpu",
@@ -61,6 +71,64 @@ GLOBAL_FEATURE_NAMES = (
     "waited",
     "n_feasible",
 )
+
+MAX_HEAD_COPIES = 16
+"""``head_room_after`` saturates at this many head requests (feature value 4)."""
+
+
+def fits_rows(
+    pod: Pod,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    gpu_idle: np.ndarray,
+    model_bit: np.ndarray,
+    num_gpu: np.ndarray,
+) -> np.ndarray:
+    """``(k,)`` bool: ``pod`` fits each of ``k`` node states (the rules of
+    :meth:`envs.core.ClusterState.feasible`; ``gpu_idle`` is ``(k, 8)`` milli-GPU with absent
+    slots at 0)."""
+    ok = (cpu_free >= pod.cpu_milli) & (mem_free >= pod.memory_mib)
+    if pod.num_gpu == 0:
+        return ok
+    if pod.gpu_spec_mask != ANY_GPU_MODEL:
+        ok &= (model_bit & pod.gpu_spec_mask) != 0
+    else:
+        ok &= num_gpu > 0
+    if pod.num_gpu == 1:
+        return ok & (gpu_idle >= max(pod.gpu_milli, 1)).any(axis=1)
+    return ok & ((gpu_idle == GPU_MILLI).sum(axis=1) >= pod.num_gpu)
+
+
+def room_rows(
+    pod: Pod,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    gpu_idle: np.ndarray,
+    model_bit: np.ndarray,
+    num_gpu: np.ndarray,
+) -> np.ndarray:
+    """``(k,)`` free capacity of each node state in units of ``pod``'s request: the minimum over
+    CPU, memory and GPU of free / requested, capped at :data:`MAX_HEAD_COPIES`. GPU: idle
+    milli-GPU / (``num_gpu`` x ``gpu_milli``) for a one-GPU pod, whole idle GPUs / ``num_gpu``
+    for a multi-GPU pod; 0 on a node without GPUs of an allowed model. Fractional on purpose:
+    a queue head that fits nowhere has room < 1 everywhere, and a placement lowers it on the
+    nodes closest to fitting it."""
+    cap = np.full(cpu_free.shape, float(MAX_HEAD_COPIES))
+    if pod.cpu_milli > 0:
+        cap = np.minimum(cap, np.maximum(cpu_free, 0) / pod.cpu_milli)
+    if pod.memory_mib > 0:
+        cap = np.minimum(cap, np.maximum(mem_free, 0) / pod.memory_mib)
+    if pod.num_gpu == 0:
+        return cap
+    if pod.gpu_spec_mask != ANY_GPU_MODEL:
+        cap = np.where((model_bit & pod.gpu_spec_mask) != 0, cap, 0.0)
+    else:
+        cap = np.where(num_gpu > 0, cap, 0.0)
+    if pod.num_gpu == 1:
+        per = np.maximum(gpu_idle, 0).sum(axis=1) / max(pod.gpu_milli, 1)
+    else:
+        per = (gpu_idle == GPU_MILLI).sum(axis=1) / pod.num_gpu
+    return np.minimum(cap, per)
 
 
 class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
@@ -116,6 +184,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         | ``k*F + 11`` | ideal runtime / estimated (data + run) time here | 0 | 1 |
         | ``k*F + 12`` | data transfer time / estimated (data + run) time here | 0 | 1 |
         | ``k*F + 13`` | node tie-break priority rank / N | 0 | 1 |
+        | ``k*F + 14..17`` | only with ``queue_features``: see :meth:`queue_rows` | 0 | 4 |
         | ``K*F + 0..5`` | job per-GPU milli / 1000, GPUs / 8, CPU / 32 cores, memory / 64 GiB, is sharing, is CPU-only | 0 | 4 |
         | ``K*F + 6`` | communication intensity | 0 | 1 |
         | ``K*F + 7`` | log10(1 + dataset GB) / 3 | 0 | 1 |
@@ -174,6 +243,10 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         * ``candidate_set``: ``"default"`` (FGD's top K/4, earliest completion K/4, BestFit's top
           K/8, then FGD's order) or ``"locality"`` (the same with LocalityAware's top K/4 inserted
           after FGD's; used by the dynamic-mode agent, ``docs/ppo-dynamic.md``).
+        * ``queue_features``: append 4 queue-aware features to each candidate row (``F = 18``;
+          :data:`QUEUE_FEATURE_NAMES`, :meth:`queue_rows`): does placing the job here take room
+          the queue head or the backfill window needs (default ``False``: ``F = 14``, the
+          observation of models trained before the option).
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -194,6 +267,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         max_work_s: float | None = MAX_WORK_S,
         render_mode: str | None = None,
         candidate_set: str = "default",
+        queue_features: bool = False,
     ) -> None:
         if n_candidates < 1:
             raise ConfigError(f"n_candidates must be >= 1, got {n_candidates}")
@@ -217,9 +291,10 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.max_work_s = max_work_s
         self.render_mode = render_mode
         self.n_candidates = int(n_candidates)
-        self.n_cand_features = N_CAND_FEATURES
+        self.queue_features = bool(queue_features)
+        self.n_cand_features = N_CAND_FEATURES + (N_QUEUE_FEATURES if self.queue_features else 0)
         self.n_global_features = N_GLOBAL_FEATURES
-        dim = self.n_candidates * N_CAND_FEATURES + N_GLOBAL_FEATURES
+        dim = self.n_candidates * self.n_cand_features + N_GLOBAL_FEATURES
         self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, (dim,), dtype=np.float32)
         self.action_space = spaces.Discrete(self.n_candidates)
         self._max_link = self.fleet.max_link_gbps
@@ -349,6 +424,50 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._job = int(job)
         return self._observe()
 
+    def queue_rows(self, j: int, nodes: np.ndarray, gpus: list[np.ndarray]) -> np.ndarray:
+        """``(k, 4)`` queue-aware features (:data:`QUEUE_FEATURE_NAMES`) of placing job ``j`` on
+        ``nodes[i]`` with ``gpus[i]``, for the attached simulator's state.
+
+        The *head* is the first queued job other than ``j``; the *window* the queued jobs other
+        than ``j`` among the first ``1 + backfill_depth`` of the queue (those the scheduler may
+        start next). Columns: the head fits the node now and not after the placement (0/1); the
+        head fits some node now and none after (0/1); window jobs that fit the node now and not
+        after, / 4; the node's free capacity after the placement in units of the head's
+        request (:func:`room_rows`), / 4. All zero when no other job is queued.
+        """
+        sim = self.sim
+        st = sim.state
+        pod = sim.pod(j)
+        k = nodes.size
+        out = np.zeros((k, N_QUEUE_FEATURES))
+        depth = 1 + sim.backfill_depth
+        window = [q for q in sim.queue[: depth + 1] if q != j][:depth]
+        if not window or k == 0:
+            return out
+        cpu_b, mem_b = st.cpu_free[nodes], st.mem_free[nodes]
+        idle_b = st.gpu_idle[nodes]
+        bits, ngpu = st.model_bit[nodes], st.num_gpu[nodes]
+        cpu_a, mem_a = cpu_b - pod.cpu_milli, mem_b - pod.memory_mib
+        idle_a = idle_b.copy()
+        if pod.num_gpu > 0:
+            used = pod.gpu_milli if pod.is_sharing else GPU_MILLI
+            for i, g in enumerate(gpus):
+                idle_a[i, g] -= used
+        lost = np.zeros(k)
+        for pos, q in enumerate(window):
+            qp = sim.pod(q)
+            before = fits_rows(qp, cpu_b, mem_b, idle_b, bits, ngpu)
+            after = fits_rows(qp, cpu_a, mem_a, idle_a, bits, ngpu)
+            gone = before & ~after
+            lost += gone
+            if pos == 0:
+                out[:, 0] = gone
+                n_fit = int(np.count_nonzero(st.feasible(qp)))
+                out[:, 1] = (n_fit > 0) & (n_fit - before.astype(np.int64) + after == 0)
+                out[:, 3] = room_rows(qp, cpu_a, mem_a, idle_a, bits, ngpu) / 4.0
+        out[:, 2] = lost / 4.0
+        return out
+
     def _info(self) -> dict[str, Any]:
         return {"job": int(self._job), "time_s": float(self.sim.now), "queue": len(self.sim.queue)}
 
@@ -398,7 +517,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         cap_gpu = np.maximum(ngpu * GPU_MILLI, 1)
         idle_tot = st.gpu_idle[nodes].sum(axis=1)
         cl = fl.cluster[nodes]
-        rows = np.zeros((k_max, N_CAND_FEATURES))
+        rows = np.zeros((k_max, self.n_cand_features))
         r = rows[:k]
         r[:, 0] = 1.0
         r[0, 1] = 1.0
@@ -414,6 +533,8 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         r[:, 11] = jb.ideal_s[j] / np.maximum(est_k, 1e-9)
         r[:, 12] = data_k / np.maximum(est_k, 1e-9)
         r[:, 13] = prio[chosen] / st.n_nodes
+        if self.queue_features:
+            r[:, N_CAND_FEATURES:] = self.queue_rows(j, nodes, gpus)
         cap = st.gpu_capacity_milli
         glob = np.array(
             [

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,12 @@ from envs.dynamic_mode import (
     DynJobs,
     make_policy,
 )
-from envs.multicluster_env import N_CAND_FEATURES, N_GLOBAL_FEATURES, MultiClusterPlacementEnv
+from envs.multicluster_env import (
+    N_CAND_FEATURES,
+    N_GLOBAL_FEATURES,
+    N_QUEUE_FEATURES,
+    MultiClusterPlacementEnv,
+)
 
 Actor = Callable[[np.ndarray, np.ndarray], int]
 """``act(obs (D,), mask (K,)) -> candidate index``."""
@@ -73,6 +78,8 @@ class DynEvalConfig:
     The env's defaults: a stratified 10 % node sample of the openb GPU fleet in 3 clusters (133
     nodes, 667 GPUs), 2,048 jobs per stream, offered load 0.8, backfill depth 8, ``K = 16``, and
     the ``locality`` candidate set (LocalityAware's top nodes among the candidates).
+    ``queue_features`` adds the 4 queue-aware candidate features (``F = 18``,
+    ``envs/multicluster_env.py``); off by default and for models whose metadata lacks it.
     """
 
     n_clusters: int = 3
@@ -82,6 +89,15 @@ class DynEvalConfig:
     backfill_depth: int = 8
     n_candidates: int = 16
     candidate_set: str = "locality"
+    queue_features: bool = False
+
+    @classmethod
+    def from_metadata(cls, env_kwargs: dict[str, Any]) -> DynEvalConfig:
+        """The setting recorded in a model's ``metadata.json`` (``env_kwargs``); a key missing
+        from an older file takes its default (``queue_features`` False: models trained before
+        the option existed see the 14-feature rows)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in env_kwargs.items() if k in known})
 
     def env_kwargs(self, trace: str | PodTrace) -> dict[str, Any]:
         """Keyword arguments of :class:`MultiClusterPlacementEnv` for ``trace``."""
@@ -182,9 +198,50 @@ def best_heuristic(results: dict[str, dict[str, Any]], heuristics: Sequence[str]
     return min(present, key=lambda h: results[h]["mean_slowdown"])
 
 
+def model_config(ref: str | Path) -> DynEvalConfig:
+    """The :class:`DynEvalConfig` a dynamic-mode model was trained in, from the
+    ``metadata.json`` next to ``ref`` (a folder or one of its files); the default setting when
+    there is no metadata file.
+
+    Raises:
+        ModelLoadError: corrupt metadata or not a dynamic-mode model.
+    """
+    p = Path(ref)
+    meta = _read_metadata(p if p.is_dir() else p.parent)
+    if meta is None:
+        return DynEvalConfig()
+    kw = meta.get("env_kwargs", {})
+    if not isinstance(kw, dict):
+        raise ModelLoadError(f"{p} metadata: env_kwargs is not an object")
+    try:
+        return DynEvalConfig.from_metadata(kw)
+    except TypeError as exc:
+        raise ModelLoadError(f"{p} metadata: bad env_kwargs: {exc}") from exc
+
+
+def _read_metadata(folder: Path) -> dict[str, Any] | None:
+    meta_file = folder / "metadata.json"
+    if not meta_file.is_file():
+        return None
+    try:
+        meta = json.loads(meta_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"corrupt metadata {meta_file}: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("mode") != "dynamic":
+        raise ModelLoadError(
+            f"{meta_file} does not describe a dynamic-mode model (mode "
+            f"{meta.get('mode') if isinstance(meta, dict) else None!r})"
+        )
+    return meta
+
+
 def load_dynamic_actor(ref: str | Path, n_candidates: int | None = None) -> Any:
     """Load a released dynamic-mode actor (folder with ``policy.pt`` / ``policy.onnx`` and
     ``metadata.json``, or one of those files) and check it fits ``MultiClusterPlacement-v0``.
+
+    The candidate width ``F`` must be 14, or 18 for a model trained with ``queue_features``
+    (and, when the folder has a ``metadata.json``, the width its ``queue_features`` implies;
+    build the evaluation env with :func:`model_config`).
 
     Returns:
         an object with ``predict(obs, mask)`` (:class:`rl.export.PlacementActor` or
@@ -200,33 +257,38 @@ def load_dynamic_actor(ref: str | Path, n_candidates: int | None = None) -> Any:
     folder = p if p.is_dir() else p.parent
     if not p.exists():
         raise ModelLoadError(f"dynamic placement model not found: {p}")
-    meta_file = folder / "metadata.json"
-    if meta_file.is_file():
-        try:
-            meta = json.loads(meta_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelLoadError(f"corrupt metadata {meta_file}: {exc}") from exc
-        if not isinstance(meta, dict) or meta.get("mode") != "dynamic":
-            raise ModelLoadError(
-                f"{meta_file} does not describe a dynamic-mode model (mode "
-                f"{meta.get('mode') if isinstance(meta, dict) else None!r})"
-            )
+    meta = _read_metadata(folder)
     if p.is_dir():
         p = folder / "policy.pt" if (folder / "policy.pt").is_file() else folder / "policy.onnx"
     if p.suffix == ".onnx":
         actor = OnnxActor(p)
         k = actor.n_candidates
         dim = int(actor.session.get_inputs()[0].shape[1])
-        f, g = N_CAND_FEATURES, dim - k * N_CAND_FEATURES
+        f, g = 0, 0
+        for width in (N_CAND_FEATURES, N_CAND_FEATURES + N_QUEUE_FEATURES):
+            if dim - k * width == N_GLOBAL_FEATURES:
+                f, g = width, N_GLOBAL_FEATURES
+        if f == 0:
+            f, g = N_CAND_FEATURES, dim - k * N_CAND_FEATURES
     else:
         actor = load_torch(p)
         c = actor.config
         k, f, g = c["n_candidates"], c["n_cand_features"], c["n_global_features"]
-    if f != N_CAND_FEATURES or g != N_GLOBAL_FEATURES:
+    widths = (N_CAND_FEATURES, N_CAND_FEATURES + N_QUEUE_FEATURES)
+    if f not in widths or g != N_GLOBAL_FEATURES:
         raise ModelLoadError(
             f"{p} expects F={f} candidate and G={g} global features; "
-            f"MultiClusterPlacement-v0 has F={N_CAND_FEATURES}, G={N_GLOBAL_FEATURES}"
+            f"MultiClusterPlacement-v0 has F={N_CAND_FEATURES} (or "
+            f"{N_CAND_FEATURES + N_QUEUE_FEATURES} with queue_features), G={N_GLOBAL_FEATURES}"
         )
+    if meta is not None:
+        qf = bool(meta.get("env_kwargs", {}).get("queue_features", False))
+        want = N_CAND_FEATURES + (N_QUEUE_FEATURES if qf else 0)
+        if f != want:
+            raise ModelLoadError(
+                f"{p} expects F={f} candidate features but its metadata says "
+                f"queue_features={qf} (F={want})"
+            )
     if n_candidates is not None and k != n_candidates:
         raise ModelLoadError(f"{p} has K={k} candidates, the env uses K={n_candidates}")
     return actor

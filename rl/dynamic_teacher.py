@@ -5,7 +5,9 @@ The fgd-mode recipe (``rl/teacher.py``, ``docs/ppo.md``) carried over to
 weight vector scored directly by the issue's metric (mean slowdown, with p99 queueing delay as a
 guard) on a handful of training job streams, then cloned into the MaskablePPO candidate scorer.
 
-Scorer. For an observation (``K`` rows of ``F = 14`` candidate features, then ``G = 12`` globals),
+Scorer. For an observation (``K`` rows of ``F`` candidate features, ``F = 14``, or 18 with the
+env's ``queue_features``, then ``G = 12`` globals; the scorer stores its ``F``, so a
+``teacher.json`` of either width loads and scores observations of that width),
 row ``x_k`` gets the score
 
     s_k = w . [x_k, x_k * g_i1, x_k * g_i2, ...]          (w: ((1 + len(interact)) F,))
@@ -44,6 +46,7 @@ from envs.dynamic_mode import DynJobs
 from envs.multicluster_env import (
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
+    N_GLOBAL_FEATURES,
     MultiClusterPlacementEnv,
 )
 from rl.teacher import CandidateScorer, cem_loop
@@ -114,6 +117,11 @@ class DynLinearScorer(CandidateScorer):
     def features(self, obs: np.ndarray) -> np.ndarray:
         """``(K, (1 + len(interact)) F)`` scorer inputs of one observation."""
         k, f = self.n_candidates, self.n_cand_features
+        if obs.shape[-1] != k * f + N_GLOBAL_FEATURES:
+            raise ValueError(
+                f"observation width {obs.shape[-1]} is not K*F+G = {k}*{f}+{N_GLOBAL_FEATURES}"
+                " (a scorer for another candidate width, e.g. with/without queue_features)"
+            )
         rows = np.asarray(obs[: k * f], dtype=np.float64).reshape(k, f)
         glob = obs[k * f :]
         return np.concatenate([rows] + [rows * float(glob[i]) for i in self.interact], axis=1)

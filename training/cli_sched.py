@@ -144,7 +144,7 @@ def _evaluate_dynamic_agent(
 
     from data.paths import MODELS_DIR
     from envs.dynamic_mode import available_policies
-    from rl.dynamic_eval import DynEvalConfig, actor_fn, evaluate_streams, load_dynamic_actor
+    from rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
 
     def norm(name: str) -> str:
         return name.replace("_", "").replace("-", "").lower()
@@ -158,7 +158,7 @@ def _evaluate_dynamic_agent(
             raise ConfigError(f"unknown policy {p!r}; known: ppo, {', '.join(known.values())}")
         heuristics.append(known[norm(p)])
     ref = args.model or MODELS_DIR / "placement-dynamic"
-    cfg = DynEvalConfig()
+    cfg = model_config(ref)  # the model's own setting (queue_features...); defaults otherwise
     actor = load_dynamic_actor(ref, n_candidates=cfg.n_candidates)
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_streams(
@@ -263,6 +263,11 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     tr.add_argument(
         "--dyn-jobs", type=int, default=2048, help="dynamic mode: jobs per episode (default 2048)"
     )
+    tr.add_argument(
+        "--queue-features",
+        action="store_true",
+        help="dynamic mode: add the queue-aware candidate features (docs/ppo-dynamic.md)",
+    )
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
@@ -355,6 +360,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         eval_freq=args.eval_freq,
         max_minutes=args.max_minutes,
         dyn_jobs=args.dyn_jobs,
+        queue_features=args.queue_features,
         out=args.out,
         release=args.release,
         register=not args.no_register,

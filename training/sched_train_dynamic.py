@@ -88,8 +88,19 @@ def _env_kwargs(args: Any) -> dict[str, Any]:
 
     if args.dyn_jobs < 1:
         raise ConfigError(f"--dyn-jobs must be >= 1, got {args.dyn_jobs}")
-    cfg = DynEvalConfig(n_jobs=int(args.dyn_jobs), n_candidates=int(args.n_candidates))
+    cfg = DynEvalConfig(
+        n_jobs=int(args.dyn_jobs),
+        n_candidates=int(args.n_candidates),
+        queue_features=bool(getattr(args, "queue_features", False)),
+    )
     return asdict(cfg)
+
+
+def _n_cand_features(args: Any) -> int:
+    """``F`` of the run's env: 14, or 18 with ``--queue-features``."""
+    from envs.multicluster_env import N_CAND_FEATURES, N_QUEUE_FEATURES
+
+    return N_CAND_FEATURES + (N_QUEUE_FEATURES if getattr(args, "queue_features", False) else 0)
 
 
 def _teacher(
@@ -98,18 +109,18 @@ def _teacher(
     """``None`` (FGD), a loaded or a CEM-searched :class:`rl.dynamic_teacher.DynLinearScorer`."""
     from tqdm import tqdm
 
-    from envs.multicluster_env import N_CAND_FEATURES
     from rl.dynamic_teacher import DynLinearScorer, cem_search_dynamic
     from training.sched_train import log_cem_search
 
+    n_feat = _n_cand_features(args)
     if args.teacher == "fgd":
         return None
     if args.teacher != "cem":
         scorer = DynLinearScorer.load(args.teacher)
-        if scorer.n_candidates != args.n_candidates or scorer.n_cand_features != N_CAND_FEATURES:
+        if scorer.n_candidates != args.n_candidates or scorer.n_cand_features != n_feat:
             raise ConfigError(
                 f"teacher {args.teacher} has K={scorer.n_candidates}, F={scorer.n_cand_features};"
-                f" the run uses K={args.n_candidates}, F={N_CAND_FEATURES}"
+                f" the run uses K={args.n_candidates}, F={n_feat}"
             )
         scorer.save(run_dir / "model" / "teacher.json")
         return scorer
@@ -120,7 +131,7 @@ def _teacher(
     res = cem_search_dynamic(
         streams,
         args.n_candidates,
-        N_CAND_FEATURES,
+        n_feat,
         generations=args.cem_generations,
         population=args.cem_population,
         n_elite=max(1, min(4, args.cem_population // 3)),
@@ -333,6 +344,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
             "--mode dynamic"
             + "".join(f" --trace {t}" for t in args.traces)
             + f" --dyn-jobs {args.dyn_jobs} --teacher {args.teacher}"
+            + (" --queue-features" if env_kwargs.get("queue_features") else "")
             + (
                 f" --cem-generations {args.cem_generations} --cem-population {args.cem_population}"
                 f" --cem-seeds {' '.join(map(str, args.cem_seeds))}"
