@@ -142,6 +142,13 @@ def load_dataset(path: str | Path, splits: Iterable[str] | None = None) -> RCADa
             )
     else:
         names = list(splits)
+        missing = [n for n in names if not (root / f"{n}.jsonl").is_file()]
+        if missing:
+            have = sorted(p.stem for p in root.glob("*.jsonl"))
+            raise DataError(
+                f"dataset {root} has no split {missing[0]!r} "
+                f"(has: {', '.join(have) if have else 'no *.jsonl split files'})"
+            )
     gdir = root / "graphs"
     if not gdir.is_dir():
         raise DataError(f"dataset folder {root} has no graphs/ folder")

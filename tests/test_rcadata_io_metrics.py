@@ -132,6 +132,15 @@ def test_bad_dataset_folders_get_clear_errors(tmp_path: Path, small) -> None:
         load_dataset(d)
 
 
+def test_named_splits_only_read_those(tmp_path: Path, small) -> None:
+    """A broken split does not stop another one being read; a missing one names those there."""
+    d = _write(tmp_path, small, lambda d: (d / "test.jsonl").write_text("{not json\n"))
+    ds = load_dataset(d, ["val"])
+    assert list(ds.splits) == ["val"] and len(ds.split("val")) == 1
+    with pytest.raises(DataError, match=r"no split 'tset' \(has: test, train, val\)"):
+        load_dataset(d, ["tset"])
+
+
 def test_metrics_on_hand_made_rankings() -> None:
     assert rank_of(["a", "b", "c"], "b") == 2
     assert rank_of(["a"], "z") is None

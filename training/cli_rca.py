@@ -269,7 +269,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from data.rca_dataset import load_dataset
     from rca.metrics import evaluate_methods, make_analyzers
 
-    ds = load_dataset(args.data)
+    ds = load_dataset(args.data, [args.split])  # only this split: the others may be huge or broken
     incidents = ds.split(args.split)
     if args.limit is not None:
         incidents = incidents[: args.limit]
