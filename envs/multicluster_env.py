@@ -99,6 +99,32 @@ def fits_rows(
     return ok & ((gpu_idle == GPU_MILLI).sum(axis=1) >= pod.num_gpu)
 
 
+def fits_window(
+    cpu_milli: np.ndarray,
+    memory_mib: np.ndarray,
+    num_gpu: np.ndarray,
+    gpu_milli: np.ndarray,
+    gpu_spec_mask: np.ndarray,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    gpu_idle: np.ndarray,
+    model_bit: np.ndarray,
+    n_gpus: np.ndarray,
+) -> np.ndarray:
+    """``(W, k)`` bool: :func:`fits_rows` for ``W`` requests at once (``(W,)`` request arrays as
+    in :class:`envs.dynamic_mode.DynJobs`; node states as in :func:`fits_rows`)."""
+    ok = (cpu_free[None, :] >= cpu_milli[:, None]) & (mem_free[None, :] >= memory_mib[:, None])
+    any_model = (gpu_spec_mask == ANY_GPU_MODEL)[:, None]
+    model_ok = np.where(
+        any_model, (n_gpus > 0)[None, :], (model_bit[None, :] & gpu_spec_mask[:, None]) != 0
+    )
+    one = (gpu_idle[None, :, :] >= np.maximum(gpu_milli, 1)[:, None, None]).any(axis=2)
+    multi = (gpu_idle == GPU_MILLI).sum(axis=1)[None, :] >= num_gpu[:, None]
+    ng = num_gpu[:, None]
+    gpu_ok = (ng == 0) | (model_ok & np.where(ng == 1, one, multi))
+    return ok & gpu_ok
+
+
 def room_rows(
     pod: Pod,
     cpu_free: np.ndarray,
@@ -453,19 +479,19 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
             used = pod.gpu_milli if pod.is_sharing else GPU_MILLI
             for i, g in enumerate(gpus):
                 idle_a[i, g] -= used
-        lost = np.zeros(k)
-        for pos, q in enumerate(window):
-            qp = sim.pod(q)
-            before = fits_rows(qp, cpu_b, mem_b, idle_b, bits, ngpu)
-            after = fits_rows(qp, cpu_a, mem_a, idle_a, bits, ngpu)
-            gone = before & ~after
-            lost += gone
-            if pos == 0:
-                out[:, 0] = gone
-                n_fit = int(np.count_nonzero(st.feasible(qp)))
-                out[:, 1] = (n_fit > 0) & (n_fit - before.astype(np.int64) + after == 0)
-                out[:, 3] = room_rows(qp, cpu_a, mem_a, idle_a, bits, ngpu) / 4.0
-        out[:, 2] = lost / 4.0
+        w = np.asarray(window)
+        jb = sim.jobs
+        req = (jb.cpu_milli[w], jb.memory_mib[w], jb.num_gpu[w], jb.gpu_milli[w])
+        spec = jb.gpu_spec_mask[w]
+        before = fits_window(*req, spec, cpu_b, mem_b, idle_b, bits, ngpu)
+        after = fits_window(*req, spec, cpu_a, mem_a, idle_a, bits, ngpu)
+        gone = before & ~after  # (W, k)
+        head = sim.pod(window[0])
+        out[:, 0] = gone[0]
+        n_fit = int(np.count_nonzero(st.feasible(head)))
+        out[:, 1] = (n_fit > 0) & (n_fit - before[0].astype(np.int64) + after[0] == 0)
+        out[:, 2] = gone.sum(axis=0) / 4.0
+        out[:, 3] = room_rows(head, cpu_a, mem_a, idle_a, bits, ngpu) / 4.0
         return out
 
     def _info(self) -> dict[str, Any]:

@@ -206,3 +206,31 @@ def test_training_with_queue_features_round_trips_through_metadata(tmp_path, sha
 
     with pytest.raises(ModelLoadError, match="queue_features=False"):
         load_dynamic_actor(model_dir, n_candidates=8)
+
+
+def test_batched_window_fit_matches_the_per_job_rule() -> None:
+    from data.openb import ANY_GPU_MODEL
+    from envs.core import Pod
+    from envs.multicluster_env import fits_rows, fits_window
+
+    rng = np.random.default_rng(0)
+    k, w = 12, 9
+    cpu = rng.integers(0, 8000, k)
+    mem = rng.integers(0, 64_000, k)
+    ngpu = rng.choice([0, 1, 4, 8], k)
+    idle = np.where(
+        np.arange(8)[None, :] < ngpu[:, None], rng.choice([0, 250, 500, 1000], (k, 8)), 0
+    )
+    bits = rng.choice([1, 2, 4], k)
+    req = dict(
+        cpu_milli=rng.integers(0, 6000, w),
+        memory_mib=rng.integers(0, 48_000, w),
+        num_gpu=rng.choice([0, 1, 1, 2, 4], w),
+        gpu_milli=rng.choice([200, 500, 1000], w),
+        gpu_spec_mask=rng.choice([ANY_GPU_MODEL, 1, 6], w),
+    )
+    got = fits_window(*req.values(), cpu, mem, idle, bits, ngpu)
+    for i in range(w):
+        pod = Pod(*(int(v[i]) for v in req.values()))
+        np.testing.assert_array_equal(got[i], fits_rows(pod, cpu, mem, idle, bits, ngpu))
+    assert got.any() and not got.all()
