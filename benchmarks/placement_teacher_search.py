@@ -313,6 +313,7 @@ def cmd_head_search(a: argparse.Namespace) -> None:
             objective=objective,
             progress=bar.update,
             on_generation=checkpoint,
+            on_start=lambda f, i: state.update(fgd_metrics=f, init_metrics=i),
         )
     except _StopSearch:
         stopped, res = True, None
@@ -344,8 +345,18 @@ def cmd_head_search(a: argparse.Namespace) -> None:
             fgd_metrics=res.fgd_metrics,
             init_metrics=res.init_metrics,
         )
-    else:
+    else:  # stopped: the scores of FGD and the start are still known
         summary["history"] = state["history"]
+        if "fgd_metrics" in state:
+            fgd_m, init_m = np.array(state["fgd_metrics"]), np.array(state["init_metrics"])
+            obj = objective or (lambda m, _f: float(np.mean(m)))
+            summary.update(
+                fgd_score=obj(fgd_m, fgd_m),
+                init_score=obj(init_m, fgd_m),
+                best_score=state["history"][-1]["best_so_far"] if state["history"] else None,
+                fgd_metrics=state["fgd_metrics"],
+                init_metrics=state["init_metrics"],
+            )
     (out / "search.json").write_text(json.dumps(summary, indent=2))
     print(
         json.dumps({k: summary.get(k) for k in ("fgd_score", "init_score", "best_score", "wall_s")})

@@ -204,6 +204,7 @@ def head_cem_search(
     objective: Callable[[np.ndarray, np.ndarray], float] | None = None,
     progress: Callable[[int], None] | None = None,
     on_generation: GenerationCallback | None = None,
+    on_start: Callable[[list[float], list[float]], None] | None = None,
 ) -> HeadSearchResult:
     """CEM over the logit head of ``start`` (see the module docstring).
 
@@ -220,6 +221,8 @@ def head_cem_search(
         progress: called with 1 after each scored vector.
         on_generation: ``(best, best_score, history, mu)`` after each generation (``mu`` already
             rescaled to the start's norm).
+        on_start: ``(fgd_metrics, start_metrics)`` (per episode) once both are scored, before the
+            first generation, so that a search stopped later still has them.
     """
     if not episodes:
         raise ValueError("head_cem_search needs at least one (trace, workload seed) episode")
@@ -253,6 +256,8 @@ def head_cem_search(
     init_score = objective(init_m, fgd_m)
     if progress is not None:
         progress(2)
+    if on_start is not None:
+        on_start(fgd_m.tolist(), init_m.tolist())
 
     def score(s: Any) -> float:
         return objective(metrics(s), fgd_m)

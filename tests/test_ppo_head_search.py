@@ -82,8 +82,16 @@ def test_head_search_is_deterministic_keeps_scale_and_never_worse(tiny):
     start = HeadScorer.from_model_dir(RELEASED)
     eps = [(trace.name, 1), (trace.name, 2)]
     kw = dict(generations=2, population=3, n_elite=2, init_sd_rel=1.0, seed=5)
-    seen = []
-    a = head_cem_search(env, start, eps, on_generation=lambda *x: seen.append(x[2]), **kw)
+    seen, started = [], []
+    a = head_cem_search(
+        env,
+        start,
+        eps,
+        on_generation=lambda *x: seen.append(x[2]),
+        on_start=lambda f, i: started.append((f, i)),
+        **kw,
+    )
+    assert started == [(a.fgd_metrics, a.init_metrics)]
     b = head_cem_search(env, start, eps, **kw)
     assert np.array_equal(a.best.head, b.best.head) and a.history == b.history
     assert len(seen) == 2 and seen[-1] == a.history
