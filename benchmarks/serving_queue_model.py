@@ -47,8 +47,14 @@ def simulate(
     requests: int = 20_000,
     warmup: int = 1_000,
     seed: int = 0,
+    answer_each: bool = False,
 ) -> dict[str, float]:
-    """Latency statistics (ms) and throughput (requests/s) of one closed-loop run of the model."""
+    """Latency statistics (ms) and throughput (requests/s) of one closed-loop run of the model.
+
+    ``answer_each``: the ``k``-th request of a batch is answered at ``a + s * k`` (times the
+    batch's jitter factor) instead of all at the end of the batch: a ranking process that sends
+    each answer as soon as it is ranked (not what ``serving.rca_pool`` does today).
+    """
     rnd = random.Random(seed)
     queue: list[int] = []
     busy = [False] * processes
@@ -67,9 +73,13 @@ def simulate(
             if busy[p] or not queue:
                 continue
             taken, queue[:] = queue[:batch], queue[batch:]
-            cost = (a_ms + s_ms * len(taken)) * (1 + rnd.uniform(-jitter, jitter))
+            factor = 1 + rnd.uniform(-jitter, jitter)
             busy[p] = True
-            heapq.heappush(events, (now + cost, order, "done", (p, taken)))
+            for k, c in enumerate(taken, 1):
+                n_done = k if answer_each else len(taken)
+                heapq.heappush(events, (now + (a_ms + s_ms * n_done) * factor, order, "answer", c))
+                order += 1
+            heapq.heappush(events, (now + (a_ms + s_ms * len(taken)) * factor, order, "free", p))
             order += 1
 
     while len(latencies) < requests + warmup:
@@ -77,18 +87,18 @@ def simulate(
         if kind == "arrive":
             sent[item] = now  # type: ignore[index]
             queue.append(item)  # type: ignore[arg-type]
+        elif kind == "answer":
+            latencies.append(now - sent[item])  # type: ignore[index]
+            heapq.heappush(events, (now + think_ms, order, "arrive", item))
+            order += 1
         else:
-            p, taken = item  # type: ignore[misc]
-            busy[p] = False
-            for c in taken:
-                latencies.append(now - sent[c])
-                heapq.heappush(events, (now + think_ms, order, "arrive", c))
-                order += 1
+            busy[item] = False  # type: ignore[index]
         dispatch(now)
     lat = sorted(latencies[warmup:])
     mean = sum(lat) / len(lat)
     return {
         "batch": batch,
+        "answer": "each" if answer_each else "batch",
         "mean_ms": round(mean, 1),
         "p50_ms": round(lat[len(lat) // 2], 1),
         "p99_ms": round(lat[int(len(lat) * 0.99)], 1),
@@ -115,10 +125,31 @@ def main() -> None:
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     ap.add_argument("--think-ms", type=float, default=1.5)
     ap.add_argument("--jitter", type=float, default=0.15)
+    ap.add_argument(
+        "--cost-scales",
+        nargs="+",
+        type=float,
+        default=[0.8, 0.7, 0.6, 0.5],
+        help="also run batches of 2, 4 and 8 with the fitted batch cost times each factor",
+    )
     ap.add_argument("--out", default=str(RESULTS / "serving_queue_model.json"))
     args = ap.parse_args()
     a, s, measured = fitted_cost()
     rows = [simulate(b, a, s, think_ms=args.think_ms, jitter=args.jitter) for b in args.batches]
+    # what if each request were answered as soon as it is ranked (the idea left open in session 6)
+    answer_each = [
+        simulate(b, a, s, think_ms=args.think_ms, jitter=args.jitter, answer_each=True)
+        for b in args.batches
+    ]
+    # what cost per request the target needs: the batch cost scaled down, nothing else changed
+    scaled = [
+        {
+            "cost_scale": f,
+            **simulate(b, a * f, s * f, think_ms=args.think_ms, jitter=args.jitter),
+        }
+        for f in args.cost_scales
+        for b in (2, 4, 8)
+    ]
     out = {
         "benchmark": "serving_queue_model",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -134,10 +165,12 @@ def main() -> None:
         },
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
         "results": rows,
+        "results_answer_each": answer_each,
+        "results_cost_scaled": scaled,
     }
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(out["model"]["batch_cost_ms"], measured)
-    for r in rows:
+    for r in [*rows, *answer_each, *scaled]:
         print(r)
 
 
