@@ -92,3 +92,18 @@ def small_trace(n: int = 120, seed: int = 0) -> PodTrace:
         cpu, mem, num_gpu, gpu_milli, name="tiny", creation_time=created, deletion_time=deleted
     )
     return replace(tr, scheduled_time=sched.astype(float))
+
+
+def small_env_kwargs(**overrides: object) -> dict[str, object]:
+    """Keyword arguments of a small ``MultiClusterPlacementEnv`` on :func:`small_trace` and
+    :func:`two_cluster_fleet` (every node, 60 jobs, target utilisation 0.9, ``K = 4``)."""
+    kw: dict[str, object] = dict(
+        trace=small_trace(120),
+        fleet=two_cluster_fleet(),
+        node_fraction=1.0,
+        n_jobs=60,
+        target_util=0.9,
+        n_candidates=4,
+    )
+    kw.update(overrides)
+    return kw

@@ -5,23 +5,14 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from dynamic_helpers import small_trace, two_cluster_fleet
+from dynamic_helpers import small_env_kwargs, small_trace, two_cluster_fleet
 
 import envs  # noqa: F401  (registers the env ids)
 from envs.multicluster_env import N_CAND_FEATURES, N_GLOBAL_FEATURES, MultiClusterPlacementEnv
 
 
 def make_env(**kw) -> MultiClusterPlacementEnv:
-    args = dict(
-        trace=small_trace(120),
-        fleet=two_cluster_fleet(),
-        node_fraction=1.0,
-        n_jobs=60,
-        target_util=0.9,
-        n_candidates=4,
-    )
-    args.update(kw)
-    return MultiClusterPlacementEnv(**args)
+    return MultiClusterPlacementEnv(**small_env_kwargs(**kw))
 
 
 def rollout(env: MultiClusterPlacementEnv, seed: int, pick: str = "first"):

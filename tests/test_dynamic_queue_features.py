@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dynamic_helpers import jobs_from_lists, small_trace, two_cluster_fleet
+from dynamic_helpers import jobs_from_lists, small_env_kwargs, two_cluster_fleet
 
 from envs.dynamic_mode import DynamicSim
 from envs.multicluster_env import (
@@ -26,17 +26,7 @@ F_Q = N_CAND_FEATURES + N_QUEUE_FEATURES
 
 
 def make_env(**kw) -> MultiClusterPlacementEnv:
-    args = dict(
-        trace=small_trace(120),
-        fleet=two_cluster_fleet(),
-        node_fraction=1.0,
-        n_jobs=60,
-        target_util=0.9,
-        n_candidates=4,
-        candidate_set="locality",
-    )
-    args.update(kw)
-    return MultiClusterPlacementEnv(**args)
+    return MultiClusterPlacementEnv(**small_env_kwargs(**{"candidate_set": "locality", **kw}))
 
 
 def test_default_observation_is_unchanged_and_queue_columns_are_appended() -> None:

@@ -190,21 +190,14 @@ def test_corrupt_or_mismatched_model_files_raise_model_load_error(tmp_path, trai
 
 
 def test_locality_candidate_set_keeps_fgd_first_and_adds_locality_choice() -> None:
-    from dynamic_helpers import small_trace, two_cluster_fleet
+    from dynamic_helpers import small_env_kwargs
 
     from data.errors import ConfigError
     from envs.dynamic_mode import estimate_completion
     from envs.multicluster_env import MultiClusterPlacementEnv
     from envs.policies import fgd_score_from_delta
 
-    kw = dict(
-        trace=small_trace(120),
-        fleet=two_cluster_fleet(),
-        node_fraction=1.0,
-        n_jobs=60,
-        target_util=0.9,
-        n_candidates=2,
-    )
+    kw = small_env_kwargs(n_candidates=2)
     default = MultiClusterPlacementEnv(**kw)
     local = MultiClusterPlacementEnv(**kw, candidate_set="locality")
     with pytest.raises(ConfigError, match="candidate_set"):
