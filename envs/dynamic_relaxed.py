@@ -115,7 +115,8 @@ class RelaxedSim(DynamicSim):
         sim = RelaxedSim(fleet, jobs, backfill_depth=8, tier="pool")
         m = sim.run()          # DynamicSim.metrics() of the relaxed schedule
 
-    Every job that starts runs ``jobs.ideal_s[j]`` seconds (``run_s``), ``data_s = 0``; it holds
+    Every job that starts runs ``jobs.ideal_s[j]`` seconds (``run_s``; or ``durations_s[j]``),
+    ``data_s = 0``; it holds
     its GPU milli, CPU milli-cores and MiB from the pool (``tier="pool"``) or from the model
     groups (``tier="model"``) until it ends. ``node_of`` stays ``-1``. ``metrics()`` is
     :meth:`DynamicSim.metrics` unchanged: ``mean_slowdown`` = mean of ``(end - arrival) / I``,
@@ -129,10 +130,14 @@ class RelaxedSim(DynamicSim):
             rejected on arrival, as in :class:`DynamicSim`).
         backfill_depth: queued jobs behind the head that may start before it (0 = strict FIFO).
         tier: one of :data:`TIERS`.
+        durations_s: optional ``(J,)`` seconds each job holds the pool once started, instead of
+            ``I`` (e.g. ``run_s + data_s`` of a real policy's run: pooled packing at that
+            policy's own runtimes; then it is no longer a relaxation of the runtimes). Slowdowns
+            are still ``(end - arrival) / I``.
 
     Raises:
         ConfigError: unknown tier, negative or non-integer ``backfill_depth``, empty or unsorted
-            stream, bad ideal runtimes, more than :data:`MAX_GROUPS` node groups.
+            stream, bad ideal runtimes or durations, more than :data:`MAX_GROUPS` node groups.
     """
 
     def __init__(
@@ -141,10 +146,22 @@ class RelaxedSim(DynamicSim):
         jobs: DynJobs,
         backfill_depth: int = DEFAULT_BACKFILL_DEPTH,
         tier: str = "pool",
+        durations_s: np.ndarray | None = None,
     ) -> None:
         if tier not in TIERS:
             raise ConfigError(f"unknown relaxation tier {tier!r}; expected one of {list(TIERS)}")
         _check_inputs(fleet, jobs, backfill_depth)
+        if durations_s is None:
+            self.durations_s = np.asarray(jobs.ideal_s, dtype=np.float64)
+        else:
+            d = np.asarray(durations_s, dtype=np.float64)
+            ok = np.isfinite(jobs.ideal_s)
+            if d.shape != (len(jobs),) or not (np.isfinite(d[ok]) & (d[ok] > 0)).all():
+                raise ConfigError(
+                    f"durations_s must be ({len(jobs)},) seconds, finite and > 0 for every job "
+                    "that fits the fleet"
+                )
+            self.durations_s = d
         self.tier = tier
         # (3, J) request per job: milli-GPU, milli-cores, MiB
         self._demand = np.stack(
@@ -237,7 +254,7 @@ class RelaxedSim(DynamicSim):
         return bool((free >= need[:, None]).all())
 
     def place(self, j: int, node: int = -1, gpus: Sequence[int] | np.ndarray | None = None) -> None:
-        """Start queued job ``j`` now on the pool for ``I_j`` seconds (``node``/``gpus`` are
+        """Start queued job ``j`` now on the pool for ``durations_s[j]`` (default ``I_j``) seconds (``node``/``gpus`` are
         ignored: the pool has no nodes).
 
         Raises:
@@ -249,7 +266,7 @@ class RelaxedSim(DynamicSim):
             raise ValueError(f"job {j} does not fit the free pooled capacity")
         self.subset_used[:, self._supersets[j]] += self._demand[:, j][:, None]
         self.pool_alloc_gpu_milli += int(self._demand[0, j])
-        run = float(self.jobs.ideal_s[j])
+        run = float(self.durations_s[j])
         data = 0.0
         self.queue.remove(j)
         self.status[j] = RUNNING
@@ -300,6 +317,8 @@ def relaxed_metrics(
     jobs: DynJobs,
     backfill_depth: int = DEFAULT_BACKFILL_DEPTH,
     tier: str = "pool",
+    durations_s: np.ndarray | None = None,
 ) -> dict[str, float]:
     """:meth:`DynamicSim.metrics` of the relaxed schedule of ``jobs`` (see :class:`RelaxedSim`)."""
-    return RelaxedSim(fleet, jobs, backfill_depth=backfill_depth, tier=tier).run()
+    sim = RelaxedSim(fleet, jobs, backfill_depth=backfill_depth, tier=tier, durations_s=durations_s)
+    return sim.run()

@@ -158,6 +158,27 @@ def test_same_schedule_and_metrics_as_dynamic_sim_on_one_gpu() -> None:
         assert _metric_keys(m_rel) == _metric_keys(m_real)
 
 
+def test_durations_reproduce_dynamic_sim_when_runs_are_slower_than_ideal() -> None:
+    # ideal = half the work, so DynamicSim's jobs run 2 I; the pool run at those durations must
+    # give DynamicSim's schedule, and the ideal-duration pool run can only start jobs earlier here
+    jobs = jobs_from_lists(
+        [0.0, 5.0, 6.0, 30.0], [40.0, 20.0, 10.0, 10.0], [1, 1, 0, 1], ideal=[20.0, 10.0, 5.0, 5.0]
+    )
+    real = DynamicSim(one_gpu_fleet(), jobs)
+    m_real = real.run(FirstFit())
+    own = RelaxedSim(one_gpu_fleet(), jobs, durations_s=real.run_s + real.data_s)
+    assert _metric_keys(own.run()) == _metric_keys(m_real)
+    np.testing.assert_array_equal(own.start_s, real.start_s)
+    fast = RelaxedSim(one_gpu_fleet(), jobs)
+    fast.run()
+    # by hand: 0-20, 20-30 (waits for job 0), CPU job 6-11, 30-35
+    np.testing.assert_allclose(fast.start_s, [0.0, 20.0, 6.0, 30.0])
+    with pytest.raises(ConfigError, match="durations_s"):
+        RelaxedSim(one_gpu_fleet(), jobs, durations_s=np.array([1.0, 2.0]))
+    with pytest.raises(ConfigError, match="durations_s"):
+        RelaxedSim(one_gpu_fleet(), jobs, durations_s=np.array([1.0, 2.0, 0.0, 1.0]))
+
+
 def test_light_stream_nothing_queues_metrics_equal_ideal_runtime_sim() -> None:
     # So light that no job waits: the relaxed run and the node-bound ideal-runtime run coincide.
     fleet = two_cluster_fleet()
