@@ -8,6 +8,10 @@ the best heuristic (lowest mean slowdown) and PPO's relative gaps to it.
 
     .venv/bin/python benchmarks/ppo_dynamic_eval.py --traces cpu050 gpushare20 gpushare60 \
         multigpu30 gpuspec20 --seeds 42-51
+
+``--also NAME=MODEL_DIR`` (repeatable) runs more models on the same streams (the heuristics run
+once); their rows are under ``models`` in the JSON, next to the main model's (``PPO``) top-level
+rows. Every row also has the slowdown difference to LocalityAware on the same streams.
 """
 
 from __future__ import annotations
@@ -53,12 +57,60 @@ def pct(a: float, b: float) -> float:
     return 100.0 * (a - b) / b
 
 
+def summary_row(trace: str, res: dict, name: str, best: str) -> dict:
+    """Relative figures of actor ``name`` on one trace (``res``: ``evaluate_streams`` output)."""
+    ppo, bh = res[name], res[best]
+    row = {
+        "trace": trace,
+        "best_heuristic": best,
+        "ppo_mean_slowdown": ppo["mean_slowdown"],
+        "best_mean_slowdown": bh["mean_slowdown"],
+        "slowdown_diff_pct": pct(ppo["mean_slowdown"], bh["mean_slowdown"]),
+        "ppo_p99_queue_delay_s": ppo["p99_queue_delay_s"],
+        "best_p99_queue_delay_s": bh["p99_queue_delay_s"],
+        "p99_queue_diff_pct": pct(ppo["p99_queue_delay_s"], bh["p99_queue_delay_s"]),
+        "fgd_mean_slowdown": res["FGD"]["mean_slowdown"],
+        "slowdown_diff_vs_fgd_pct": pct(ppo["mean_slowdown"], res["FGD"]["mean_slowdown"]),
+        "ppo_seeds_below_best": int(
+            np.sum(
+                np.array(ppo["per_seed"]["mean_slowdown"])
+                < np.array(bh["per_seed"]["mean_slowdown"])
+            )
+        ),
+    }
+    if "LocalityAware" in res:
+        row["locality_mean_slowdown"] = res["LocalityAware"]["mean_slowdown"]
+        row["slowdown_diff_vs_locality_pct"] = pct(
+            ppo["mean_slowdown"], res["LocalityAware"]["mean_slowdown"]
+        )
+    row["target_met"] = bool(row["slowdown_diff_pct"] <= -10.0 and row["p99_queue_diff_pct"] <= 0.0)
+    return row
+
+
+def aggregate(rows: list[dict]) -> dict:
+    """Mean and median of the per-trace slowdown differences, traces where the target is met."""
+    d = [r["slowdown_diff_pct"] for r in rows]
+    return {
+        "mean_slowdown_diff_pct": float(np.mean(d)),
+        "median_slowdown_diff_pct": float(np.median(d)),
+        "traces_target_met": int(sum(r["target_met"] for r in rows)),
+        "traces_p99_worse": int(sum(r["p99_queue_diff_pct"] > 0 for r in rows)),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", default=["42-51"])
     ap.add_argument("--model", default=None, help="model folder (default models/placement-dynamic)")
     ap.add_argument("--teacher", default=None, help="also evaluate this teacher JSON")
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=MODEL_DIR",
+        help="also evaluate this model on the same streams (repeatable)",
+    )
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args()
     from data.paths import MODELS_DIR
@@ -72,6 +124,17 @@ def main() -> None:
     actors = {"PPO": actor_fn(actor)}
     if a.teacher:
         actors["teacher"] = DynLinearScorer.load(a.teacher)
+    also: dict[str, str] = {}
+    for item in a.also:
+        name, sep, path = item.partition("=")
+        if not sep or name in ("PPO", "teacher") or name in also:
+            ap.error(f"--also {item!r}: expected a new NAME=MODEL_DIR")
+        m2 = json.loads((Path(path) / "metadata.json").read_text())
+        if DynEvalConfig.from_metadata(m2["env_kwargs"]) != cfg:
+            ap.error(f"--also {name}: its env setting differs from the main model's")
+        actors[name] = actor_fn(load_dynamic_actor(Path(path) / "policy.onnx", cfg.n_candidates))
+        also[name] = path
+    extra_rows: dict[str, list[dict]] = {n: [] for n in also}
     t0 = time.perf_counter()
     load_start = os.getloadavg()
     per_trace: dict[str, dict] = {}
@@ -80,29 +143,11 @@ def main() -> None:
         t1 = time.perf_counter()
         res = evaluate_streams(trace, seeds, actors, DEFAULT_HEURISTICS, cfg)
         best = best_heuristic(res, DEFAULT_HEURISTICS)
-        ppo, bh = res["PPO"], res[best]
-        row = {
-            "trace": trace,
-            "best_heuristic": best,
-            "ppo_mean_slowdown": ppo["mean_slowdown"],
-            "best_mean_slowdown": bh["mean_slowdown"],
-            "slowdown_diff_pct": pct(ppo["mean_slowdown"], bh["mean_slowdown"]),
-            "ppo_p99_queue_delay_s": ppo["p99_queue_delay_s"],
-            "best_p99_queue_delay_s": bh["p99_queue_delay_s"],
-            "p99_queue_diff_pct": pct(ppo["p99_queue_delay_s"], bh["p99_queue_delay_s"]),
-            "fgd_mean_slowdown": res["FGD"]["mean_slowdown"],
-            "slowdown_diff_vs_fgd_pct": pct(ppo["mean_slowdown"], res["FGD"]["mean_slowdown"]),
-            "ppo_seeds_below_best": int(
-                np.sum(
-                    np.array(ppo["per_seed"]["mean_slowdown"])
-                    < np.array(bh["per_seed"]["mean_slowdown"])
-                )
-            ),
-        }
-        row["target_met"] = bool(
-            row["slowdown_diff_pct"] <= -10.0 and row["p99_queue_diff_pct"] <= 0.0
-        )
+        row = summary_row(trace, res, "PPO", best)
         summary_rows.append(row)
+        for n in also:
+            extra_rows[n].append(summary_row(trace, res, n, best))
+            print(json.dumps({"model": n, **extra_rows[n][-1]}), flush=True)
         per_trace[trace] = {"policies": res, "summary": row, "wall_s": time.perf_counter() - t1}
         print(json.dumps(row), flush=True)
     out = {
@@ -124,6 +169,13 @@ def main() -> None:
         "summary": summary_rows,
         "mean_slowdown_diff_pct": float(np.mean([r["slowdown_diff_pct"] for r in summary_rows])),
         "traces_target_met": int(sum(r["target_met"] for r in summary_rows)),
+        "median_slowdown_diff_pct": float(
+            np.median([r["slowdown_diff_pct"] for r in summary_rows])
+        ),
+        "models": {
+            n: {"model": also[n], "summary": extra_rows[n], **aggregate(extra_rows[n])}
+            for n in also
+        },
         "per_trace": per_trace,
         "wall_time_s": time.perf_counter() - t0,
     }

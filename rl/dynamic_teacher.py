@@ -28,6 +28,19 @@ penalises policies that buy mean slowdown with a longer queueing tail.
 
 Search start: FGD (``w = e_1``) or :meth:`DynLinearScorer.locality`, a linear stand-in for
 LocalityAware (the stronger heuristic on the 10 % node sample).
+
+Round-4 options (opt-in, ``docs/ppo-dynamic.md`` section 4 item 8; all off by default, and then the
+search is the released recipe's, draw for draw):
+
+* ``worst`` adds a per-trace worst case to the objective,
+
+      J4 = J + worst * max_t [ mean_{e in t} slowdown_e / slowdown_ref,e ]
+
+  (``t``: the training traces; the mean runs over that trace's streams), so a weight vector that
+  is much worse than the heuristics on one trace is not averaged away by the others.
+* ``nonneg`` (candidate feature names, e.g. ``gpu_used_after``) keeps the effective weight of
+  each named feature >= 0 for every job: every scored vector is projected first (:func:`project_nonneg`).
+* ``max_minutes`` stops the search after the generation during which that much time passed.
 """
 
 from __future__ import annotations
@@ -50,6 +63,8 @@ from envs.multicluster_env import (
     MultiClusterPlacementEnv,
 )
 from rl.teacher import CandidateScorer, cem_loop
+
+SHARING_GLOBAL = GLOBAL_FEATURE_NAMES.index("is_sharing")
 
 FGD_CHOICE_FEATURE = 1
 """Index of ``is_fgd_choice`` among the candidate features."""
@@ -216,8 +231,12 @@ class StreamSet:
             out.append(run_policy(env, jobs, prio, EnvActorPolicy(act, env)))
         return out
 
-    def objective(self, metrics: list[dict[str, float]], guard: float = 0.5) -> float:
-        """``J`` of the module docstring (1.0 for the per-stream best reference heuristic)."""
+    def objective(
+        self, metrics: list[dict[str, float]], guard: float = 0.5, worst: float = 0.0
+    ) -> float:
+        """``J`` of the module docstring (1.0 for the per-stream best reference heuristic), plus
+        ``worst`` times the largest per-trace mean slowdown ratio (:meth:`trace_ratios`) when
+        ``worst > 0`` (``J4``)."""
         sd = [
             m["mean_slowdown"] / f["mean_slowdown"] for m, f in zip(metrics, self.ref, strict=True)
         ]
@@ -225,7 +244,86 @@ class StreamSet:
             max(0.0, m["p99_queue_delay_s"] / max(f["p99_queue_delay_s"], 1.0) - 1.0)
             for m, f in zip(metrics, self.ref, strict=True)
         ]
-        return float(np.mean(sd) + guard * np.mean(tail))
+        j = float(np.mean(sd) + guard * np.mean(tail))
+        if worst > 0.0:
+            j += worst * max(self.trace_ratios(metrics).values())
+        return j
+
+    def trace_ratios(self, metrics: list[dict[str, float]]) -> dict[str, float]:
+        """Per training trace, the mean over its streams of ``slowdown / slowdown_ref``."""
+        by: dict[str, list[float]] = {}
+        for (name, _, _, _), m, f in zip(self.episodes, metrics, self.ref, strict=True):
+            by.setdefault(name, []).append(m["mean_slowdown"] / f["mean_slowdown"])
+        return {k: float(np.mean(v)) for k, v in by.items()}
+
+    def extend(self, other: StreamSet) -> StreamSet:
+        """This set's streams followed by ``other``'s (envs merged)."""
+        return StreamSet(
+            {**self.envs, **other.envs},
+            self.episodes + other.episodes,
+            self.ref + other.ref,
+            self.fgd + other.fgd,
+        )
+
+
+def nonneg_indices(
+    features: Sequence[str], n_cand_features: int, interact: Sequence[int]
+) -> list[tuple[int, int | None]]:
+    """Weight indices that :func:`project_nonneg` clamps, as ``(index, base_index)`` pairs:
+    ``base_index`` is ``None`` for a weight kept >= 0 and the feature's base weight for the
+    ``is_sharing`` interaction (kept >= minus the base weight). ``features``: names from
+    ``CAND_FEATURE_NAMES`` (or the queue features); unknown names raise :class:`ValueError`."""
+    from envs.multicluster_env import QUEUE_FEATURE_NAMES
+
+    names = list(CAND_FEATURE_NAMES) + list(QUEUE_FEATURE_NAMES)
+    out: list[tuple[int, int | None]] = []
+    for f in features:
+        if f not in names or names.index(f) >= n_cand_features:
+            raise ValueError(
+                f"unknown candidate feature {f!r}; known: {', '.join(names[:n_cand_features])}"
+            )
+        fi = names.index(f)
+        out.append((fi, None))
+        for j, g in enumerate(interact):
+            idx = (1 + j) * n_cand_features + fi
+            out.append((idx, fi) if int(g) == SHARING_GLOBAL else (idx, None))
+    return out
+
+
+def project_nonneg(
+    w: np.ndarray, features: Sequence[str], n_cand_features: int, interact: Sequence[int]
+) -> np.ndarray:
+    """A copy of ``w`` whose effective weight of each named feature is >= 0 for every job.
+
+    The effective weight of feature ``f`` for a job is ``w_f + sum_g w_(g,f) * g`` over the
+    interaction globals ``g``. Every global of ``MultiClusterPlacement-v0`` is >= 0 and
+    ``is_sharing`` is 0 or 1, so it suffices that the base weight and every interaction weight
+    other than ``is_sharing``'s are >= 0 (clamped to 0 otherwise) and that the ``is_sharing``
+    weight is >= minus the (clamped) base weight. Other weights are left as they are.
+    """
+    out = np.array(w, dtype=np.float64, copy=True)
+    idx = nonneg_indices(features, n_cand_features, interact)
+    for i, base in idx:
+        if base is None:
+            out[i] = max(out[i], 0.0)
+    for i, base in idx:
+        if base is not None:
+            out[i] = max(out[i], -out[base])
+    return out
+
+
+def effective_weight(scorer: DynLinearScorer, feature: str, glob: np.ndarray) -> float:
+    """The effective weight of candidate feature ``feature`` under the globals ``glob (G,)``."""
+    fi = list(CAND_FEATURE_NAMES).index(feature)
+    f = scorer.n_cand_features
+    w = scorer.weights
+    return float(
+        w[fi] + sum(w[(1 + j) * f + fi] * float(glob[g]) for j, g in enumerate(scorer.interact))
+    )
+
+
+class _StopSearch(Exception):
+    """Raised after a generation to end a search at its time limit."""
 
 
 @dataclass
@@ -237,6 +335,8 @@ class DynCEMResult:
     fgd_score: float
     history: list[dict[str, float]] = field(default_factory=list)
     episodes: list[tuple[str, int]] = field(default_factory=list)
+    stopped_early: bool = False
+    """the search ended at ``max_minutes`` before its last generation"""
 
 
 def cem_search_dynamic(
@@ -253,6 +353,9 @@ def cem_search_dynamic(
     interact: Sequence[int] = DEFAULT_INTERACT,
     init: DynLinearScorer | None = None,
     progress: Callable[[int], None] | None = None,
+    worst: float = 0.0,
+    nonneg: Sequence[str] = (),
+    max_minutes: float | None = None,
 ) -> DynCEMResult:
     """Cross-entropy search (Rubinstein 1999; Szita & Lorincz 2006) of a :class:`DynLinearScorer`.
 
@@ -263,23 +366,41 @@ def cem_search_dynamic(
     all streams, and refits mean and standard deviation to the ``n_elite`` best (plus
     ``sd_floor``). The best vector seen is returned: never worse than its start on the search
     streams.
+
+    Round-4 options (module docstring; defaults leave the search unchanged): ``worst`` weighs the
+    per-trace worst case into the objective (``J4``); ``nonneg`` names candidate features whose
+    effective weight is kept >= 0: every vector (the start included) is projected by
+    :func:`project_nonneg` before it is scored, and the returned scorer is a projected one;
+    ``max_minutes`` ends the search after the generation during which that much wall time passed
+    (``stopped_early``).
     """
     if not streams.episodes:
         raise ValueError("cem_search_dynamic needs at least one training stream")
     if not 1 <= n_elite <= population:
         raise ValueError(f"n_elite must be in [1, population], got {n_elite}")
+    if worst < 0.0:
+        raise ValueError(f"worst must be >= 0, got {worst}")
     interact = init.interact if init is not None else tuple(interact)
+    nonneg = tuple(nonneg)
+    if nonneg:
+        nonneg_indices(nonneg, n_cand_features, interact)  # unknown names fail before any run
+
+    def make(w: np.ndarray) -> DynLinearScorer:
+        if nonneg:
+            w = project_nonneg(w, nonneg, n_cand_features, interact)
+        return DynLinearScorer(w, n_candidates, n_cand_features, interact)
 
     def score(s: DynLinearScorer) -> float:
-        return streams.objective(streams.run(s), guard)
+        return streams.objective(streams.run(s), guard, worst)
 
     fgd = DynLinearScorer.fgd(n_candidates, n_cand_features, interact)
     fgd_score = score(fgd)
     if init is None:
-        loc = DynLinearScorer.locality(n_candidates, n_cand_features, interact)
+        loc = make(DynLinearScorer.locality(n_candidates, n_cand_features, interact).weights)
         loc_score = score(loc)
         start, start_score = (loc, loc_score) if loc_score < fgd_score else (fgd, fgd_score)
     else:
+        init = make(init.weights) if nonneg else init
         start, start_score = init, score(init)
     best, best_score = start, start_score
     if progress is not None:
@@ -289,20 +410,39 @@ def cem_search_dynamic(
     sd = np.full(mu.shape, init_sd)
     anchor = int(np.argmax(np.abs(mu)))  # fixes the scale: the rest is relative to it
     sd[anchor] = 0.0
-    best, best_score, history, _ = cem_loop(
-        mu,
-        sd,
-        anchor,
-        lambda w: DynLinearScorer(w, n_candidates, n_cand_features, interact),
-        score,
-        best,
-        best_score,
-        generations=generations,
-        population=population,
-        n_elite=n_elite,
-        sd_floor=sd_floor,
-        rng=rng,
-        progress=progress,
-    )
+    import time
+
+    t0 = time.monotonic()
+    state: dict[str, Any] = {}
+
+    def on_generation(b: Any, bs: float, hist: list[dict[str, float]], _mu: np.ndarray) -> None:
+        state.update(best=b, best_score=bs, history=hist)
+        if max_minutes is not None and time.monotonic() - t0 >= 60.0 * max_minutes:
+            if len(hist) < generations:
+                raise _StopSearch
+
+    stopped = False
+    try:
+        best, best_score, history, _ = cem_loop(
+            mu,
+            sd,
+            anchor,
+            make,
+            score,
+            best,
+            best_score,
+            generations=generations,
+            population=population,
+            n_elite=n_elite,
+            sd_floor=sd_floor,
+            rng=rng,
+            progress=progress,
+            on_generation=on_generation if max_minutes is not None else None,
+        )
+    except _StopSearch:
+        best, best_score, history = state["best"], state["best_score"], state["history"]
+        stopped = True
     eps = [(name, s) for name, s, _, _ in streams.episodes]
-    return DynCEMResult(cast(DynLinearScorer, best), best_score, fgd_score, history, eps)
+    return DynCEMResult(
+        cast(DynLinearScorer, best), best_score, fgd_score, history, eps, stopped_early=stopped
+    )

@@ -315,6 +315,36 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="teacher=cem: weigh multi-GPU pods' features apart (a fourth weight block)",
     )
     tr.add_argument(
+        "--cem-trace-seeds",
+        action="append",
+        default=None,
+        metavar="TRACE=SEEDS",
+        help="dynamic mode, teacher=cem: search seeds for one training trace instead of"
+        " --cem-seeds (e.g. multigpu20=1000-1003; repeatable)",
+    )
+    tr.add_argument(
+        "--cem-worst-weight",
+        type=float,
+        default=0.0,
+        help="dynamic mode, teacher=cem: weight of the per-trace worst case in the search"
+        " objective (default 0: off)",
+    )
+    tr.add_argument(
+        "--cem-nonneg",
+        nargs="+",
+        default=None,
+        metavar="FEATURE",
+        help="dynamic mode, teacher=cem: keep these candidate features' effective teacher weights"
+        " >= 0 for every job (e.g. gpu_used_after)",
+    )
+    tr.add_argument(
+        "--cem-max-minutes",
+        type=float,
+        default=None,
+        help="dynamic mode, teacher=cem: end the search after the generation during which this"
+        " much wall time passed",
+    )
+    tr.add_argument(
         "--fgd-until-pct",
         type=float,
         default=80.0,
@@ -329,6 +359,19 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--no-register", action="store_true", help="skip the MLflow registry")
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
     tr.set_defaults(func=cmd_train)
+
+
+def _trace_seeds(items: list[str] | None) -> dict[str, list[int]]:
+    """``["multigpu20=1000-1003"]`` -> ``{"multigpu20": [1000, ..., 1003]}``."""
+    out: dict[str, list[int]] = {}
+    for item in items or []:
+        trace, sep, spec = str(item).partition("=")
+        if not sep or not trace or not spec:
+            raise ConfigError(
+                f"--cem-trace-seeds {item!r}: expected TRACE=SEEDS, e.g. multigpu20=1000-1003"
+            )
+        out[trace] = parse_seeds([spec])
+    return out
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -365,6 +408,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         release=args.release,
         register=not args.no_register,
     )
+    # dynamic-mode round-4 search options (training.sched_train_dynamic.search_options reads them)
+    a.cem_trace_seeds = _trace_seeds(args.cem_trace_seeds)  # type: ignore[attr-defined]
+    a.cem_worst_weight = args.cem_worst_weight  # type: ignore[attr-defined]
+    a.cem_nonneg = args.cem_nonneg or []  # type: ignore[attr-defined]
+    a.cem_max_minutes = args.cem_max_minutes  # type: ignore[attr-defined]
+    dyn_only = a.cem_trace_seeds or a.cem_worst_weight or a.cem_nonneg  # type: ignore[attr-defined]
+    if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
+        raise ConfigError(
+            "--cem-trace-seeds/--cem-worst-weight/--cem-nonneg/--cem-max-minutes are dynamic-mode"
+            " options"
+        )
     summary = run(a)
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
     write_json(args.json, summary)

@@ -20,6 +20,13 @@ Steps (see ``docs/ppo-dynamic.md``):
    ``metadata.json``, ``model_card.md``) to ``<out>/<run>/model`` and with ``--release`` to
    ``models/placement-dynamic/``. Logged to MLflow; not registered (the ``fleetmind-placement``
    champion is the fgd-mode model).
+
+Round-4 search options (opt-in, :class:`DynSearchOptions`; ``docs/ppo-dynamic.md`` section 4
+item 8): ``--cem-trace-seeds TRACE=SEEDS`` (more search streams on one trace),
+``--cem-worst-weight`` (per-trace worst case in the objective), ``--cem-nonneg FEATURE``
+(effective weight kept >= 0) and ``--cem-max-minutes`` (search time cap). They are stored in
+``metadata.json`` under ``teacher_search`` only when one is set, so a default run writes the same
+metadata as before.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +90,115 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
         return self._cur.action_masks()
 
 
+@dataclass
+class DynSearchOptions:
+    """Round-4 options of the CEM teacher search (all default = the released recipe)."""
+
+    trace_seeds: dict[str, list[int]] = field(default_factory=dict)
+    """per training trace, CEM workload seeds replacing ``--cem-seeds`` for that trace"""
+    worst_weight: float = 0.0
+    """weight of the per-trace worst case in the objective (``J4`` of :mod:`rl.dynamic_teacher`)"""
+    nonneg: list[str] = field(default_factory=list)
+    """candidate features whose effective teacher weight is kept >= 0 for every job"""
+    max_minutes: float | None = None
+    """end the search after the generation during which this much wall time passed"""
+
+    def is_default(self) -> bool:
+        return self == DynSearchOptions()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> DynSearchOptions:
+        """Inverse of :meth:`to_dict`; ``None`` (a metadata file without ``teacher_search``, e.g.
+        the released model's) means the defaults."""
+        if not d:
+            return cls()
+        return cls(
+            trace_seeds={str(k): [int(x) for x in v] for k, v in d["trace_seeds"].items()},
+            worst_weight=float(d["worst_weight"]),
+            nonneg=[str(x) for x in d["nonneg"]],
+            max_minutes=None if d["max_minutes"] is None else float(d["max_minutes"]),
+        )
+
+    def seeds_for(self, trace: str, cem_seeds: list[int]) -> list[int]:
+        """The CEM seeds of one training trace."""
+        return list(self.trace_seeds.get(str(trace), cem_seeds))
+
+    def flags(self) -> str:
+        """The CLI flags that reproduce these options ('' for the defaults)."""
+        out = ""
+        for t, ss in self.trace_seeds.items():
+            out += f" --cem-trace-seeds {t}={','.join(map(str, ss))}"
+        if self.worst_weight:
+            out += f" --cem-worst-weight {self.worst_weight:g}"
+        if self.nonneg:
+            out += " --cem-nonneg " + " ".join(self.nonneg)
+        if self.max_minutes is not None:
+            out += f" --cem-max-minutes {self.max_minutes:g}"
+        return out
+
+
+def search_options(args: Any) -> DynSearchOptions:
+    """The run's :class:`DynSearchOptions` from ``args`` (attributes ``cem_trace_seeds``,
+    ``cem_worst_weight``, ``cem_nonneg``, ``cem_max_minutes``; missing ones = defaults), checked:
+    :class:`ConfigError` names a bad value."""
+    from rl.dynamic_teacher import nonneg_indices
+
+    traces = [str(t) for t in args.traces]
+    ts = {
+        str(k): [int(x) for x in v]
+        for k, v in (getattr(args, "cem_trace_seeds", None) or {}).items()
+    }
+    for t, ss in ts.items():
+        if t not in traces:
+            raise ConfigError(
+                f"--cem-trace-seeds {t}=...: {t} is not a --trace ({', '.join(traces)})"
+            )
+        if not ss:
+            raise ConfigError(f"--cem-trace-seeds {t}=...: no seeds")
+    worst = float(getattr(args, "cem_worst_weight", 0.0) or 0.0)
+    if not worst >= 0.0:
+        raise ConfigError(f"--cem-worst-weight must be >= 0, got {worst}")
+    nonneg = [str(f) for f in (getattr(args, "cem_nonneg", None) or [])]
+    from rl.dynamic_teacher import DEFAULT_INTERACT
+
+    try:
+        nonneg_indices(nonneg, _n_cand_features(args), DEFAULT_INTERACT)
+    except ValueError as e:
+        raise ConfigError(f"--cem-nonneg: {e}") from None
+    mm = getattr(args, "cem_max_minutes", None)
+    if mm is not None and not float(mm) > 0:
+        raise ConfigError(f"--cem-max-minutes must be > 0, got {mm}")
+    opts = DynSearchOptions(ts, worst, nonneg, None if mm is None else float(mm))
+    if args.teacher != "cem" and not opts.is_default():
+        raise ConfigError(
+            "--cem-trace-seeds/--cem-worst-weight/--cem-nonneg/--cem-max-minutes need --teacher cem"
+        )
+    return opts
+
+
+def build_search_streams(
+    traces: list[str],
+    cem_seeds: list[int],
+    opts: DynSearchOptions,
+    env_kwargs: dict[str, Any],
+    envs: dict[str, Any],
+) -> Any:
+    """The CEM streams: every training trace x its seeds (:meth:`DynSearchOptions.seeds_for`),
+    trace by trace; without ``trace_seeds`` exactly the released recipe's set."""
+    from rl.dynamic_teacher import StreamSet
+
+    if not opts.trace_seeds:
+        return StreamSet.build(traces, cem_seeds, env_kwargs, envs)
+    out = None
+    for t in traces:
+        part = StreamSet.build([t], opts.seeds_for(t, cem_seeds), env_kwargs, envs)
+        out = part if out is None else out.extend(part)
+    return out
+
+
 def _env_kwargs(args: Any) -> dict[str, Any]:
     from rl.dynamic_eval import DynEvalConfig
 
@@ -126,6 +242,7 @@ def _teacher(
         return scorer
     if args.cem_generations < 1 or args.cem_population < 2:
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
+    opts = search_options(args)
     total = args.cem_generations * args.cem_population + 1
     bar = tqdm(total=total, desc="CEM teacher search", unit="vec", disable=not progress)
     res = cem_search_dynamic(
@@ -137,6 +254,9 @@ def _teacher(
         n_elite=max(1, min(4, args.cem_population // 3)),
         seed=args.seed,
         progress=bar.update,
+        worst=opts.worst_weight,
+        nonneg=opts.nonneg,
+        max_minutes=opts.max_minutes,
     )
     bar.close()
     log_cem_search(res, run_dir)
@@ -146,6 +266,10 @@ def _teacher(
         "episodes": res.episodes,
         "history": res.history,
     }
+    if not opts.is_default():
+        summary["cem"]["options"] = opts.to_dict()
+        summary["cem"]["stopped_early"] = res.stopped_early
+        summary["cem"]["teacher_trace_ratios"] = streams.trace_ratios(streams.run(res.best))
     return res.best
 
 
@@ -205,6 +329,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
         from rl.dynamic_teacher import DynLinearScorer
 
         DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
+    opts = search_options(args)  # fail fast (ConfigError) too
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs = _env_kwargs(args)
@@ -223,6 +348,8 @@ def run_dynamic(args: Any) -> dict[str, Any]:
             {k: json.dumps(v) if isinstance(v, list) else v for k, v in asdict(args).items()}
         )
         mlflow.log_params({f"env/{k}": v for k, v in env_kwargs.items()})
+        if not opts.is_default():
+            mlflow.log_params({f"search/{k}": json.dumps(v) for k, v in opts.to_dict().items()})
         # validation streams (training traces x eval seeds) and CEM streams (x cem seeds)
         envs: dict[str, Any] = {}
         val = StreamSet.build(args.traces, args.eval_seeds, env_kwargs, envs)
@@ -234,7 +361,9 @@ def run_dynamic(args: Any) -> dict[str, Any]:
         teacher = None
         if args.teacher != "fgd":
             streams = (
-                StreamSet.build(args.traces, args.cem_seeds, env_kwargs, envs)
+                build_search_streams(
+                    list(args.traces), list(args.cem_seeds), opts, env_kwargs, envs
+                )
                 if args.teacher == "cem"
                 else None
             )
@@ -339,6 +468,8 @@ def run_dynamic(args: Any) -> dict[str, Any]:
             "train_traces": list(args.traces),
             "teacher": args.teacher,
         }
+        if not opts.is_default():
+            meta["teacher_search"] = opts.to_dict()
         (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
         command = (
             "--mode dynamic"
@@ -347,7 +478,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
             + (" --queue-features" if env_kwargs.get("queue_features") else "")
             + (
                 f" --cem-generations {args.cem_generations} --cem-population {args.cem_population}"
-                f" --cem-seeds {' '.join(map(str, args.cem_seeds))}"
+                f" --cem-seeds {' '.join(map(str, args.cem_seeds))}" + opts.flags()
                 if args.teacher == "cem"
                 else ""
             )
