@@ -105,6 +105,12 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="model folder (default models/placement-dynamic)")
     ap.add_argument("--teacher", default=None, help="also evaluate this teacher JSON")
     ap.add_argument(
+        "--heuristics",
+        nargs="+",
+        default=list(DEFAULT_HEURISTICS),
+        help="heuristics to run (default: all seven; the best heuristic is the best of these)",
+    )
+    ap.add_argument(
         "--also",
         action="append",
         default=[],
@@ -117,6 +123,9 @@ def main() -> None:
     from rl.dynamic_teacher import DynLinearScorer
 
     seeds = parse_seeds(a.seeds)
+    heuristics = tuple(a.heuristics)
+    if "FGD" not in heuristics:
+        ap.error("--heuristics must include FGD (the rows report the gap to FGD)")
     model_dir = Path(a.model) if a.model else MODELS_DIR / "placement-dynamic"
     meta = json.loads((model_dir / "metadata.json").read_text())
     cfg = DynEvalConfig.from_metadata(meta["env_kwargs"])
@@ -141,8 +150,8 @@ def main() -> None:
     summary_rows = []
     for trace in a.traces:
         t1 = time.perf_counter()
-        res = evaluate_streams(trace, seeds, actors, DEFAULT_HEURISTICS, cfg)
-        best = best_heuristic(res, DEFAULT_HEURISTICS)
+        res = evaluate_streams(trace, seeds, actors, heuristics, cfg)
+        best = best_heuristic(res, heuristics)
         row = summary_row(trace, res, "PPO", best)
         summary_rows.append(row)
         for n in also:
@@ -164,7 +173,7 @@ def main() -> None:
         "train_traces": meta.get("train_traces"),
         "config": meta["env_kwargs"],
         "seeds": seeds,
-        "heuristics": list(DEFAULT_HEURISTICS),
+        "heuristics": list(heuristics),
         "target": "PPO mean slowdown >= 10 % below the best heuristic's, p99 queueing delay no worse",
         "summary": summary_rows,
         "mean_slowdown_diff_pct": float(np.mean([r["slowdown_diff_pct"] for r in summary_rows])),
