@@ -146,9 +146,12 @@ def main() -> None:
         "definitions": {
             "relaxed": "RelaxedSim: same stream, FIFO + backfill 8 loop and metrics as DynamicSim; "
             "every job runs its ideal runtime I (no staging); resources pooled per tier",
-            "headroom": "1 - relaxed mean slowdown / best heuristic mean slowdown (means over seeds)",
-            "anomaly": "a (trace, seed) where a real policy's mean slowdown is below the relaxed one",
-            "parts": "per job (start-arrival)/I, (run-I)/I, staging/I, averaged; 1 + sum = slowdown",
+            "headroom": "1 - relaxed mean slowdown / best heuristic mean slowdown "
+            "(means over seeds)",
+            "anomaly": "a (trace, seed) where a real policy's mean slowdown is below the "
+            "relaxed one",
+            "parts": "per job (start-arrival)/I, (run-I)/I, staging/I, averaged; "
+            "1 + sum = slowdown",
             "per_stream_best": "mean over seeds of the lowest mean slowdown among the measured "
             "heuristics (or all measured policies: + PPO, + teacher where published) on each "
             "stream: an oracle selection, achievable only with hindsight",
