@@ -404,16 +404,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         max_minutes=args.max_minutes,
         dyn_jobs=args.dyn_jobs,
         queue_features=args.queue_features,
+        cem_trace_seeds=_trace_seeds(args.cem_trace_seeds),
+        cem_worst_weight=args.cem_worst_weight,
+        cem_nonneg=args.cem_nonneg or [],
+        cem_max_minutes=args.cem_max_minutes,
         out=args.out,
         release=args.release,
         register=not args.no_register,
     )
-    # dynamic-mode round-4 search options (training.sched_train_dynamic.search_options reads them)
-    a.cem_trace_seeds = _trace_seeds(args.cem_trace_seeds)  # type: ignore[attr-defined]
-    a.cem_worst_weight = args.cem_worst_weight  # type: ignore[attr-defined]
-    a.cem_nonneg = args.cem_nonneg or []  # type: ignore[attr-defined]
-    a.cem_max_minutes = args.cem_max_minutes  # type: ignore[attr-defined]
-    dyn_only = a.cem_trace_seeds or a.cem_worst_weight or a.cem_nonneg  # type: ignore[attr-defined]
+    dyn_only = a.cem_trace_seeds or a.cem_worst_weight or a.cem_nonneg
     if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
         raise ConfigError(
             "--cem-trace-seeds/--cem-worst-weight/--cem-nonneg/--cem-max-minutes are dynamic-mode"

@@ -94,6 +94,15 @@ class Args:
     """teacher=cem: initial standard deviation of the search distribution"""
     cem_multi_gpu_block: bool = False
     """teacher=cem: add the ``x * is_multi_gpu`` feature block (``rl.teacher.BLOCKS_4``)"""
+    cem_trace_seeds: dict[str, list[int]] = field(default_factory=dict)
+    """dynamic mode, teacher=cem: search seeds per trace, replacing ``cem_seeds`` for that trace"""
+    cem_worst_weight: float = 0.0
+    """dynamic mode, teacher=cem: weight of the worst per-trace slowdown ratio in the objective"""
+    cem_nonneg: list[str] = field(default_factory=list)
+    """dynamic mode, teacher=cem: candidate features whose effective weight is kept >= 0"""
+    cem_max_minutes: float | None = None
+    """dynamic mode, teacher=cem: end the search after the generation in which this many minutes
+    passed (None: no limit)"""
     learning_rate: float = 1e-4
     """PPO Adam step size"""
     n_steps: int = 512
@@ -460,7 +469,10 @@ def run(args: Args) -> dict[str, Any]:
     with mlflow.start_run(run_name=run_name) as mlrun:
         summary["run_id"] = mlrun.info.run_id
         mlflow.log_params(
-            {k: json.dumps(v) if isinstance(v, list) else v for k, v in asdict(args).items()}
+            {
+                k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                for k, v in asdict(args).items()
+            }
         )
 
         # ------------------------------------------------------------------ references

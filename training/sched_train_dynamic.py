@@ -345,7 +345,10 @@ def run_dynamic(args: Any) -> dict[str, Any]:
     with mlflow.start_run(run_name=run_name) as mlrun:
         summary["run_id"] = mlrun.info.run_id
         mlflow.log_params(
-            {k: json.dumps(v) if isinstance(v, list) else v for k, v in asdict(args).items()}
+            {
+                k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                for k, v in asdict(args).items()
+            }
         )
         mlflow.log_params({f"env/{k}": v for k, v in env_kwargs.items()})
         if not opts.is_default():
