@@ -46,6 +46,7 @@ from rl.dynamic_eval import (  # noqa: E402
     job_stream,
     load_dynamic_actor,
 )
+from training.cli_sched import parse_seeds  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "dynamic_relaxed_reference.json"
@@ -56,17 +57,6 @@ UNSEEN = (
 ).split()
 TRAINING = ("default", "gpushare40", "multigpu20")
 KEYS = ("mean_slowdown", "p99_queue_delay_s")
-
-
-def parse_seeds(spec: list[str]) -> list[int]:
-    out: list[int] = []
-    for s in spec:
-        if "-" in s:
-            a, b = s.split("-")
-            out += list(range(int(a), int(b) + 1))
-        else:
-            out.append(int(s))
-    return out
 
 
 def parts(sim: DynamicSim) -> dict[str, float]:

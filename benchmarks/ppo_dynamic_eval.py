@@ -37,19 +37,9 @@ from rl.dynamic_eval import (  # noqa: E402
     evaluate_streams,
     load_dynamic_actor,
 )
+from training.cli_sched import parse_seeds  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "ppo_dynamic_eval.json"
-
-
-def parse_seeds(spec: list[str]) -> list[int]:
-    out: list[int] = []
-    for s in spec:
-        if "-" in s:
-            a, b = s.split("-")
-            out += list(range(int(a), int(b) + 1))
-        else:
-            out.append(int(s))
-    return out
 
 
 def pct(a: float, b: float) -> float:
