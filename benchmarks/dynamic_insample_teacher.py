@@ -71,6 +71,7 @@ from rl.dynamic_teacher import (  # noqa: E402
     StreamSet,
     cem_search_dynamic,
 )
+from training.cli_sched import parse_seeds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -80,18 +81,6 @@ RELEASED_TEACHER = ROOT / "models" / "placement-dynamic" / "teacher.json"
 KEYS = ("mean_slowdown", "p99_queue_delay_s", "mean_run_slowdown", "remote_data_frac")
 TARGET = 0.10
 """The issue's margin: mean slowdown at least 10 % below the best heuristic's."""
-
-
-def parse_seeds(spec: list[str]) -> list[int]:
-    """``["42-45", "50"]`` -> ``[42, 43, 44, 45, 50]``."""
-    out: list[int] = []
-    for s in spec:
-        if "-" in s:
-            a, b = s.split("-")
-            out += list(range(int(a), int(b) + 1))
-        else:
-            out.append(int(s))
-    return out
 
 
 def published() -> dict[str, dict[str, Any]]:
