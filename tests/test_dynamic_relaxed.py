@@ -3,7 +3,7 @@ same queue discipline and metrics as ``DynamicSim``, tier ordering, bad input.""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from data.errors import ConfigError
 from data.fleet import Cluster, Fleet
 from data.openb import gpu_model_id
 from data.topology import pcie_server
-from envs.dynamic_mode import DynamicSim, DynFleet, build_jobs
+from envs.dynamic_mode import DynamicSim, DynFleet, DynJobs, build_jobs
 from envs.dynamic_relaxed import (
     TIERS,
     IdealRuntimeSim,
@@ -47,20 +47,16 @@ def _fleet(n_nodes: int, n_gpus: int, cpu: int, model: str = "V100") -> DynFleet
     return DynFleet.from_fleet(fleet, speed_basis="fp16")
 
 
-_JOB_ARRAYS = (
-    "names",
-    "arrival_s",
-    "work_s",
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "gpu_spec_mask",
-    "comm",
-    "data_home",
-    "data_gb",
-    "ideal_s",
-)
+def _no_jobs(jobs: DynJobs) -> DynJobs:
+    """``jobs`` with every per-job array cut to length 0."""
+    return replace(
+        jobs,
+        **{
+            f.name: getattr(jobs, f.name)[:0]
+            for f in fields(jobs)
+            if isinstance(getattr(jobs, f.name), np.ndarray)
+        },
+    )
 
 
 def _metric_keys(m: dict[str, float]) -> dict[str, float]:
@@ -208,7 +204,7 @@ def test_bad_input_raises_config_error() -> None:
     with pytest.raises(ConfigError, match="DynFleet"):
         RelaxedSim("fleet.yaml", jobs)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="empty"):
-        RelaxedSim(fleet, replace(jobs, **{k: getattr(jobs, k)[:0] for k in _JOB_ARRAYS}))
+        RelaxedSim(fleet, _no_jobs(jobs))
     with pytest.raises(ConfigError, match="sorted"):
         RelaxedSim(fleet, replace(jobs, arrival_s=np.array([5.0, 1.0])))
     with pytest.raises(ConfigError, match="ideal"):
