@@ -166,11 +166,7 @@ def main() -> None:
         "heuristics": list(heuristics),
         "target": "PPO mean slowdown >= 10 % below the best heuristic's, p99 queueing delay no worse",
         "summary": summary_rows,
-        "mean_slowdown_diff_pct": float(np.mean([r["slowdown_diff_pct"] for r in summary_rows])),
-        "traces_target_met": int(sum(r["target_met"] for r in summary_rows)),
-        "median_slowdown_diff_pct": float(
-            np.median([r["slowdown_diff_pct"] for r in summary_rows])
-        ),
+        **aggregate(summary_rows),
         "models": {
             n: {"model": also[n], "summary": extra_rows[n], **aggregate(extra_rows[n])}
             for n in also
