@@ -268,13 +268,12 @@ class RelaxedSim(DynamicSim):
         self.subset_used[:, self._supersets[j]] += self._demand[:, j][:, None]
         self.pool_alloc_gpu_milli += int(self._demand[0, j])
         run = float(self.durations_s[j])
-        data = 0.0
         self.queue.remove(j)
         self.status[j] = RUNNING
         self.start_s[j] = self.now
         self.run_s[j] = run
-        self.data_s[j] = data
-        self.end_s[j] = self.now + data + run
+        self.data_s[j] = 0.0  # no data staging in the pool
+        self.end_s[j] = self.now + run
         heapq.heappush(self._departures, (float(self.end_s[j]), j))
         self.n_decisions += 1
 
