@@ -352,6 +352,7 @@ class _GraphStatic:
         self.label_info: dict[Any, tuple[int | None, int, int, str]] = {}
         self.keysets: list[tuple[tuple[str, ...], dict]] | None = None
         self.keyset_getters: list[tuple[int, dict, Any]] | None = None
+        self.label_json: dict[bytes, tuple[int | None, int, int, str]] = {}
 
 
 HORIZON_S = 3600.0
@@ -639,6 +640,45 @@ class IncidentCrop:
 
 _LabelInfo = tuple[int | None, int, int, str]
 
+
+@dataclass(eq=False)
+class AlertColumns:
+    """An incident's alerts as :func:`crop_columns` reads them: the mapped alerts, column-wise.
+
+    Built by :func:`alert_columns` from alert dicts, or by :func:`columns_from_parsed` from a
+    request body parsed elsewhere (the service skips the dicts). Valid on ``graph`` only.
+
+    Attributes:
+        graph: the graph whose node indices ``rows`` are.
+        rows: int64 ``(A,)`` node index of each mapped alert, in alert order.
+        sev: int64 ``(A,)`` severity column (``sev:*`` block offset).
+        name_col: int64 ``(A,)`` alertname column (``name:*`` block offset).
+        name_u: int64 ``(A,)`` index of each alert's name in ``names``.
+        names: the distinct alertnames, in order of first appearance.
+        starts: float64 ``(A,)`` ``startsAt`` in unix seconds, NaN where absent.
+        ends: float64 ``(A,)`` ``endsAt``, NaN where absent (and for a firing alert whose end is
+            not after its start).
+        firing: float64 ``(A,)``, 1.0 for a firing alert, 0.0 for a resolved one.
+        unmapped: alerts that matched no node.
+        count: all alerts, mapped or not (``len()``).
+    """
+
+    graph: DependencyGraph
+    rows: np.ndarray
+    sev: np.ndarray
+    name_col: np.ndarray
+    name_u: np.ndarray
+    names: list[str]
+    starts: np.ndarray
+    ends: np.ndarray
+    firing: np.ndarray
+    unmapped: int
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
 _LOG1P_TABLE = np.log1p(np.arange(4096, dtype=np.float32))
 """``log1p`` of the float32 counts 0..4095 (the values :func:`alert_features` takes it of)."""
 
@@ -678,7 +718,9 @@ def _label_info(graph: DependencyGraph, st: _GraphStatic, labels: Mapping[str, A
 
 
 def incident_crop(
-    graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], hops: int | None
+    graph: DependencyGraph,
+    alerts: Sequence[Mapping[str, Any]] | AlertColumns,
+    hops: int | None,
 ) -> IncidentCrop:
     """Features of one incident on its candidate subgraph, computed for the kept nodes only.
 
@@ -691,14 +733,28 @@ def incident_crop(
 
     Args:
         graph: the dependency graph.
-        alerts: Alertmanager v4 alert objects.
+        alerts: Alertmanager v4 alert objects, or their :class:`AlertColumns` on ``graph``
+            (:func:`alert_columns`, or the service's parse of a request body).
         hops: candidate radius (:func:`candidate_mask`; ``None`` keeps the whole graph).
 
     Raises:
         DataError: when a timestamp is malformed.
     """
+    cols = alerts if isinstance(alerts, AlertColumns) else alert_columns(graph, alerts)
+    return crop_columns(graph, cols, hops)
+
+
+def alert_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> AlertColumns:
+    """What :func:`crop_columns` needs of each alert, column-wise (see :class:`AlertColumns`).
+
+    Each alert costs one memoised lookup of its label set (node, severity and alertname columns
+    together). ``startsAt`` / ``endsAt`` may be RFC 3339 strings or unix seconds (see
+    :func:`parse_time`).
+
+    Raises:
+        DataError: when a timestamp is malformed.
+    """
     st = _static(graph)
-    n = st.n
     infos: list[_LabelInfo] = []
     starts: list[float] = []
     ends: list[float] = []
@@ -739,19 +795,103 @@ def incident_crop(
             starts.append(s)
             ends.append(e)
             firing.append(f)
-    rows: list[int] = []
-    sev_i: list[int] = []
-    name_i: list[int] = []
-    name_u: list[int] = []
+    return _columns(graph, infos, unmapped, len(alerts), starts, ends, firing)
+
+
+def _columns(
+    graph: DependencyGraph,
+    infos: Sequence[_LabelInfo],
+    unmapped: int,
+    count: int,
+    starts: Any,
+    ends: Any,
+    firing: Any,
+) -> AlertColumns:
+    """:class:`AlertColumns` of the mapped alerts' label infos and times (lists or arrays)."""
     names: dict[str, int] = {}
     if infos:
-        rows, sev_i, name_i, alert_names = (list(c) for c in zip(*infos, strict=True))
+        rows, sev_i, name_i, alert_names = zip(*infos, strict=True)
         name_u = [names.setdefault(nm, len(names)) for nm in alert_names]
+    else:
+        rows = sev_i = name_i = ()
+        name_u = []
+    return AlertColumns(
+        graph=graph,
+        rows=np.asarray(rows, dtype=np.int64),
+        sev=np.asarray(sev_i, dtype=np.int64),
+        name_col=np.asarray(name_i, dtype=np.int64),
+        name_u=np.asarray(name_u, dtype=np.int64),
+        names=list(names),
+        starts=np.asarray(starts, dtype=np.float64),
+        ends=np.asarray(ends, dtype=np.float64),
+        firing=np.asarray(firing, dtype=np.float64),
+        unmapped=unmapped,
+        count=count,
+    )
+
+
+def columns_from_parsed(
+    graph: DependencyGraph,
+    infos: Sequence[_LabelInfo],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    firing: np.ndarray,
+) -> AlertColumns:
+    """:class:`AlertColumns` of alerts parsed elsewhere (the service parses request bodies).
+
+    Args:
+        graph: the graph the infos were computed on.
+        infos: per alert, :func:`label_info` of its labels (or a memo of it).
+        starts, ends: float64 ``(A,)`` unix seconds of ``startsAt`` / ``endsAt`` as
+            :func:`parse_time` reads them, NaN where ``None``.
+        firing: bool ``(A,)``, True for ``status == "firing"`` (else ``"resolved"``).
+
+    Gives what :func:`alert_columns` gives for the same alerts as dicts (the same arrays).
+    """
+    count = len(infos)
+    keep = [j for j in range(count) if infos[j][0] is not None]
+    mapped = [infos[j] for j in keep]
+    s, e, f = starts[keep], ends[keep], firing[keep]
+    # a firing alert's end that is not after its start is Alertmanager's "no end yet"
+    with np.errstate(invalid="ignore"):
+        e = np.where(f & (e <= s), _NAN, e)
+    return _columns(graph, mapped, count - len(keep), count, s, e, f.astype(np.float64))
+
+
+def label_info(graph: DependencyGraph, labels: Mapping[str, Any]) -> _LabelInfo:
+    """``(node index or None, severity column, alertname column, alertname)`` of a label set
+    (memoised per graph)."""
+    return _label_info(graph, _static(graph), labels)
+
+
+def label_json_memo(graph: DependencyGraph) -> dict[bytes, _LabelInfo]:
+    """A per-graph memo for callers that key :func:`label_info` by the labels' JSON text.
+
+    Who fills it must store only the :func:`label_info` of what the key decodes to; it is
+    cleared with the graph's other caches.
+    """
+    st = _static(graph)
+    if len(st.label_json) >= 100_000:
+        st.label_json.clear()
+    return st.label_json
+
+
+def crop_columns(graph: DependencyGraph, cols: AlertColumns, hops: int | None) -> IncidentCrop:
+    """:func:`incident_crop` of alerts given as :class:`AlertColumns` on ``graph``."""
+    if cols.graph is not graph:
+        raise ValueError("AlertColumns were computed on another graph")
+    st = _static(graph)
+    n = st.n
+    unmapped = cols.unmapped
+    rows = cols.rows
+    sev_i, name_i, name_u = cols.sev, cols.name_col, cols.name_u
+    starts, ends, firing = cols.starts, cols.ends, cols.firing
+    names = cols.names
     alerting = np.zeros(n, dtype=bool)
     timing: tuple[Any, ...] | None = None
     recent_alerting = alerting
-    if rows:
-        r = np.asarray(rows, dtype=np.int64)
+    if rows.size:
+        r = rows
         alerting[r] = True
         tm = _node_timing(starts, ends, r, n)  # the same arithmetic as alert_features
         if tm is not None:
@@ -777,7 +917,7 @@ def incident_crop(
     x[:, _OFF_TIME + 0] = 1.0
     x[:, _OFF_TIME + 1] = 1.0
     x[:, _OFF_TIME + 6] = 1.0
-    if rows:
+    if rows.size:
         sub = np.full(n, -1, dtype=np.int64)
         sub[keep] = np.arange(m)
         a_idx = np.flatnonzero(alerting & mask)  # alerting kept nodes, sorted

@@ -214,6 +214,9 @@ class GATAnalyzer(BaseAnalyzer):
     accepts_epoch_seconds: ClassVar[bool] = True
     """``startsAt`` / ``endsAt`` may be unix seconds as well as RFC 3339 strings (the service passes
     seconds: ``rca.features.parse_time`` reads both)."""
+    accepts_alert_columns: ClassVar[bool] = True
+    """``alerts`` may be :class:`rca.features.AlertColumns` on the graph ranked (the service parses
+    request bodies straight into them)."""
 
     def __init__(self, config: GATAnalyzerConfig | None = None) -> None:
         super().__init__(config)

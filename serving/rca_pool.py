@@ -446,7 +446,7 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
     import rca.gat_analyzer  # noqa: F401 - imported before the GC freeze, as in the server
     from data.graph import DependencyGraph
     from serving.rca_batcher import rank_group
-    from serving.routers.rca import parse_alerts, response_json
+    from serving.routers.rca import parse_for, response_json
 
     gc.collect()
     tune_gc(config.get("gc_gen0_threshold"))
@@ -472,9 +472,8 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
             for _, job, mtok, gtok, body in jobs[i : i + max_batch]:
                 try:
                     model, graph = objs[mtok], objs[gtok]
-                    epoch = bool(getattr(model.impl, "accepts_epoch_seconds", False))
                     try:
-                        req, alerts = parse_alerts(body, epoch)
+                        req, alerts = parse_for(model.impl, graph, body)
                     except RequestValidationError:
                         out.append((job, "invalid", None))
                         continue

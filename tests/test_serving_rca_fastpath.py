@@ -21,11 +21,12 @@ from fastapi.exceptions import RequestValidationError
 
 from data.graph import DependencyGraph
 from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-from rca.features import incident_crop, parse_time
+from rca.features import AlertColumns, alert_columns, incident_crop, parse_time
 from rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from rca.lightning_module import crop_incident
 from rca.model import GATConfig, GATRanker
 from serving.defaults.example import build_example_graph
+from serving.rca_parse import _plain_time, _Unsure, plain_columns, read_times
 from serving.routers.rca import (
     PlainRequest,
     _model_alerts,
@@ -344,3 +345,144 @@ def test_plain_parse_of_raw_bytes_never_accepts_more_than_rcarequest(raw: bytes)
     if plain is not None:
         assert plain[0].top_k == slow.top_k
         assert plain[1] == _model_alerts(slow.alerts, True)
+
+
+# ------------------------------------------------------------- body straight to alert columns
+def _columns_equal(got: AlertColumns, ref: AlertColumns) -> None:
+    assert got.graph is ref.graph and got.count == ref.count and got.unmapped == ref.unmapped
+    assert got.names == ref.names
+    for field in ("rows", "sev", "name_col", "name_u", "starts", "ends", "firing"):
+        a, b = getattr(got, field), getattr(ref, field)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), field  # NaNs included
+
+
+@pytest.mark.parametrize("body", PLAIN_CASES, ids=range(len(PLAIN_CASES)))
+def test_plain_columns_accept_only_what_rcarequest_accepts_and_read_it_alike(
+    graph: DependencyGraph, body: Any
+) -> None:
+    raw = json.dumps(body).encode()
+    fast = plain_columns(raw, graph)
+    try:
+        slow = parse_request(raw)
+    except RequestValidationError:
+        assert fast is None
+        return
+    assert (fast is None) == (plain_alerts(raw) is None)  # the same bodies take the cheap path
+    if fast is None:
+        return
+    assert fast[0].top_k == slow.top_k and fast[0].graph is None
+    _columns_equal(fast[1], alert_columns(graph, _model_alerts(slow.alerts, True)))
+
+
+@pytest.mark.parametrize("raw", RAW_BODIES + BAD_BODIES, ids=range(len(RAW_BODIES + BAD_BODIES)))
+def test_plain_columns_of_raw_bytes_never_accept_more_than_rcarequest(
+    graph: DependencyGraph, raw: bytes
+) -> None:
+    fast = plain_columns(raw, graph)
+    try:
+        slow = parse_request(raw)
+    except RequestValidationError:
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast[0].top_k == slow.top_k
+        _columns_equal(fast[1], alert_columns(graph, _model_alerts(slow.alerts, True)))
+
+
+def test_plain_columns_memo_is_per_graph_and_rejects_bad_text_every_time(
+    graph: DependencyGraph,
+) -> None:
+    other = build_example_graph(clusters=1, hosts=2, gpus=2, services=1, pods=1, name="other")
+    alerts = storms(graph, 1, seed=31)[0]
+    raw = _body(alerts)
+    for g in (graph, other, graph):  # label texts seen on one graph are mapped again on another
+        got = plain_columns(raw, g)
+        assert got is not None
+        _columns_equal(got[1], alert_columns(g, _model_alerts(parse_request(raw).alerts, True)))
+    with pytest.raises(ValueError, match="another graph"):
+        incident_crop(other, got[1], 1)
+    bad = b'{"alerts": [{"labels": {"a": "b"}, "annotations": {"d": 1}}]}'
+    for _ in range(2):  # an invalid annotations text is never remembered as valid
+        assert plain_columns(bad, graph) is None
+
+
+def test_plain_columns_rank_as_find_root_causes(graph: DependencyGraph) -> None:
+    """Crops from the columns are bit for bit the crops from the alert dicts, and the GAT ranks
+    them the same (single and batched), on simulated storms with awkward alerts mixed in."""
+    if not (RELEASED_DIR / "model.pt").is_file():
+        pytest.skip("no released GAT artifact")
+    gat = GATAnalyzer.load(None)
+    cases = storms(graph, 6, seed=41)
+    cases[1][0] = {**cases[1][0], "startsAt": "2026-01-01T01:00:00.5+01:00", "status": "resolved"}
+    cases[2][1] = {k: v for k, v in cases[2][1].items() if k != "startsAt"}
+    cases[3][0] = {**cases[3][0], "labels": {"alertname": "X", "cluster": "nowhere"}}
+    items_cols, items_dicts = [], []
+    for alerts in cases:
+        raw = _body(alerts, top_k=7)
+        cols = plain_columns(raw, graph)
+        assert cols is not None
+        dicts = _model_alerts(parse_request(raw).alerts, True)
+        for hops in (1, 2, None):
+            a, b = incident_crop(graph, cols[1], hops), incident_crop(graph, dicts, hops)
+            assert a.x.tobytes() == b.x.tobytes() and np.array_equal(a.keep, b.keep)
+            assert np.array_equal(a.edge_index, b.edge_index) and a.unmapped == b.unmapped
+        items_cols.append((graph, cols[1], 7))
+        items_dicts.append((graph, dicts, 7))
+        assert gat.find_root_causes(graph, cols[1], 7) == gat.find_root_causes(graph, dicts, 7)
+    assert gat.find_root_causes_many(items_cols) == [
+        gat.find_root_causes(g, a, k) for g, a, k in items_dicts
+    ]
+
+
+def _random_times(n: int, seed: int) -> list[Any]:
+    """Timestamps of every layout :func:`read_times` reads column-wise, valid and not."""
+    rng = np.random.default_rng(seed)
+    out: list[Any] = []
+    for _ in range(n):
+        y = int(rng.choice([1, 1899, 1900, 1969, 1970, 2000, 2024, 2026, 2100, 2200, 2201, 9999]))
+        mo, d = int(rng.integers(0, 14)), int(rng.integers(0, 33))
+        h, mi, s = int(rng.integers(0, 25)), int(rng.integers(0, 61)), int(rng.integers(0, 61))
+        if rng.random() < 0.7:  # mostly valid fields
+            mo, d, h, mi, s = 1 + mo % 12, 1 + d % 28, h % 24, mi % 60, s % 60
+            if rng.random() < 0.2:
+                d = int(rng.choice([29, 30, 31]))
+        t = f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}"
+        k = int(rng.choice([0, 1, 2, 3, 6, 7, 9, 10]))
+        if k:
+            t += "." + "".join(str(int(c)) for c in rng.integers(0, 10, k))
+        t += str(rng.choice(["Z", "", "+05:30", "-08:00", "+00:00", "+24:00", "-23:59", "z"]))
+        if rng.random() < 0.05:  # a broken character somewhere
+            i = int(rng.integers(0, len(t)))
+            t = t[:i] + str(rng.choice([" ", "x", "\u0663", ",", "+"])) + t[i + 1 :]
+        out.append(t)
+    return out
+
+
+def _scalar(values: list[Any]) -> np.ndarray | None:
+    try:
+        got = [_plain_time(v) for v in values]
+    except _Unsure:
+        return None
+    return np.array([np.nan if t is None else t for t in got], dtype=np.float64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_read_times_reads_each_timestamp_as_plain_time(seed: int) -> None:
+    values = _random_times(3000, seed) + [t for t in PLAIN_TIMES if not isinstance(t, int)]
+    checked = 0
+    for v in values:  # one by one: the value, or the same refusal
+        ref = _scalar([v])
+        if ref is None:
+            with pytest.raises(_Unsure):
+                read_times([v])
+        else:
+            assert read_times([v]).tobytes() == ref.tobytes(), v
+            checked += 1
+    assert checked > 1000
+    good = [v for v in values if _scalar([v]) is not None]
+    rng = np.random.default_rng(seed)
+    for _ in range(20):  # columns of mixed lengths and layouts, with None and "no end"
+        cols = list(rng.choice(np.array(good, dtype=object), 200))
+        cols[:3] = [None, "0001-01-01T00:00:00Z", None]
+        rng.shuffle(cols)
+        assert read_times(cols).tobytes() == _scalar(cols).tobytes()

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hmac
-import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any
 
-import msgspec
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -18,6 +16,7 @@ from data.graph import DependencyGraph
 from rca.base import RCAResult
 from serving.alertmap import node_for_alert
 from serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RCAPoolDep, RegistryDep
+from serving.rca_parse import _EPOCH, PlainRequest, plain_alerts, plain_columns
 from serving.rca_pool import PoolUnavailable
 from serving.registry import LoadedModel
 from serving.schemas import (
@@ -42,9 +41,6 @@ JSON = "application/json"
 PATH = "/api/v1/rca"
 POOL_OUTCOME = "fleetmind.rca_pool_outcome"
 """Scope key: what the ranking processes answered when :class:`FastLane` hands a request on."""
-
-_EPOCH = datetime(1970, 1, 1).timestamp()
-"""Timestamps below this are "no time" for the analyzers (``rca.features.parse_time``)."""
 
 
 def parse_request(body: bytes) -> RCARequest:
@@ -158,115 +154,6 @@ def _model_alerts(items: Sequence[AlertIn], epoch_seconds: bool) -> list[dict[st
     ]
 
 
-class PlainRequest(NamedTuple):
-    """The fields of an RCA request body parsed by :func:`plain_alerts` (it has no graph)."""
-
-    top_k: int
-    graph: None = None
-
-
-_ISO = re.compile(
-    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.(\d{1,9}))?(?:Z|[+-]\d{2}:\d{2})?", re.ASCII
-)
-"""RFC 3339 timestamps :func:`plain_alerts` reads itself (``datetime.fromisoformat`` reads them as
-pydantic does: up to nanoseconds as Go writes them, of which pydantic keeps the microseconds,
-truncated; an optional ``Z`` or ``+hh:mm``); anything else goes to pydantic."""
-
-_NO_END = "0001-01-01T00:00:00Z"
-"""Alertmanager's "no end yet"."""
-
-
-class _Unsure(Exception):
-    """:func:`plain_alerts` leaves this body to pydantic."""
-
-
-_MsgText = Annotated[str, msgspec.Meta(max_length=8192)]
-_MsgShort = Annotated[str, msgspec.Meta(max_length=256)]
-_MsgLabels = Annotated[
-    dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)], _MsgText],
-    msgspec.Meta(max_length=256),
-]
-
-
-class _PlainAlert(msgspec.Struct):
-    """An alert as :class:`serving.schemas.AlertIn` accepts it, minus what it reads leniently.
-
-    The same types, lengths and counts (``msgspec`` checks them in C while it decodes); unknown
-    keys are skipped. Timestamps stay strings: :func:`_plain_time` reads them as pydantic does
-    (``msgspec`` rounds nanoseconds where pydantic truncates them).
-    """
-
-    labels: _MsgLabels
-    status: Literal["firing", "resolved"] = "firing"
-    annotations: _MsgLabels = {}
-    startsAt: str | None = None
-    endsAt: str | None = None
-    generatorURL: _MsgText | None = None
-    fingerprint: _MsgShort | None = None
-
-
-class _PlainBody(msgspec.Struct):
-    """An RCA request body without a ``graph`` (one with a graph goes to pydantic)."""
-
-    alerts: Annotated[list[_PlainAlert], msgspec.Meta(min_length=1, max_length=10000)]
-    top_k: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
-    graph: None = None
-
-
-_PLAIN_DECODER = msgspec.json.Decoder(_PlainBody)
-
-
-def _plain_time(v: Any) -> float | None:
-    """Unix seconds of a timestamp, as :func:`_seconds` gives them from pydantic's datetime."""
-    if v is None or v == _NO_END:
-        return None
-    m = _ISO.fullmatch(v) if type(v) is str else None
-    if m is None:
-        raise _Unsure
-    if m.end(1) - m.start(1) > 6:  # nanoseconds: microseconds, truncated, as pydantic reads them
-        v = v[: m.start(1) + 6] + v[m.end(1) :]
-    try:
-        dt = datetime.fromisoformat(v)
-    except ValueError:
-        raise _Unsure from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    elif (dt.year == 1 or dt.year == 9999) and dt.utcoffset():
-        raise _Unsure  # may leave datetime's range once moved to UTC: AlertIn rejects some
-    t = dt.timestamp()
-    return None if t < _EPOCH else t
-
-
-def plain_alerts(body: bytes) -> tuple[PlainRequest, list[dict[str, Any]]] | None:
-    """The GAT's alert dicts (unix seconds) from a body, without pydantic; ``None`` when unsure.
-
-    A cheaper path for the common body: ``msgspec`` decodes it into :class:`_PlainBody`, checking
-    in C what :class:`RCARequest` checks (the same types, lengths and counts; no ``graph``; an
-    ``int`` ``top_k`` in range), and the timestamps must have the strict form of :data:`_ISO`; no
-    ``\\u0000`` anywhere in the body. Anything else, valid or not, gives ``None`` and goes through
-    pydantic, so every answer and every 422 is the one :class:`RCARequest` gives (checked in
-    ``tests/test_serving_rca_fastpath.py``). For a 200-alert benchmark body it costs about 1.9 ms
-    of CPU against 2.5 ms for the ``orjson`` parse and plain-Python checks it replaced; a third of
-    what is left is the timestamps.
-    """
-    if b"\\u0000" in body:
-        return None
-    try:
-        req = _PLAIN_DECODER.decode(body)
-        out = [
-            {
-                "status": a.status,
-                "labels": a.labels,
-                "startsAt": _plain_time(a.startsAt),
-                "endsAt": _plain_time(a.endsAt),
-            }
-            for a in req.alerts
-        ]
-    except (msgspec.DecodeError, _Unsure):  # ValidationError is a DecodeError
-        return None
-    return PlainRequest(req.top_k), out
-
-
 def parse_alerts(
     body: bytes, epoch_seconds: bool
 ) -> tuple[PlainRequest | RCARequestFast | RCARequest, list[dict[str, Any]]]:
@@ -298,6 +185,23 @@ def parse_alerts(
             pass
     req = parse_request(body)
     return req, _model_alerts(req.alerts, epoch_seconds)
+
+
+def parse_for(
+    analyzer: Any, graph: DependencyGraph, body: bytes
+) -> tuple[PlainRequest | RCARequestFast | RCARequest, Any]:
+    """Validate the body and build the alerts as ``analyzer`` takes them on ``graph`` (the served
+    graph; a body with its own ``graph`` is parsed by :func:`parse_alerts`).
+
+    An analyzer with ``accepts_alert_columns`` (the GAT) gets :class:`rca.features.AlertColumns`
+    from :func:`serving.rca_parse.plain_columns` when that parser is sure of the body; otherwise,
+    and for other analyzers, :func:`parse_alerts` (the same 422s as :class:`RCARequest`).
+    """
+    if getattr(analyzer, "accepts_alert_columns", False):
+        fast = plain_columns(body, graph)
+        if fast is not None:
+            return fast
+    return parse_alerts(body, bool(getattr(analyzer, "accepts_epoch_seconds", False)))
 
 
 @router.post(
@@ -336,8 +240,7 @@ async def rank(
     if outcome is not None and outcome[0] == "error":
         raise outcome[1]
     # no ranking process, or "invalid" (the parse below raises RCARequest's 422): rank here
-    epoch_seconds = bool(getattr(model.impl, "accepts_epoch_seconds", False))
-    req, alerts = parse_alerts(body, epoch_seconds)
+    req, alerts = parse_for(model.impl, graphs.graph, body)
     if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
         from starlette.concurrency import run_in_threadpool
 
