@@ -22,7 +22,7 @@ import hashlib
 import io
 import json
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -383,20 +383,28 @@ class GATAnalyzer(BaseAnalyzer):
         e_tot = int(eoff[-1])
         with self._threads(), torch.inference_mode():
             _, h_all, att_all = self.model.infer(
-                torch.from_numpy(x), torch.from_numpy(ei), torch.from_numpy(et)
+                torch.from_numpy(x), torch.from_numpy(ei), torch.from_numpy(et), logits=False
             )
             for j, (i, c) in enumerate(crops):
                 n0, n1, e0, e1 = int(noff[j]), int(noff[j + 1]), int(eoff[j]), int(eoff[j + 1])
                 h = h_all[n0:n1]
-                logits = self.model.score_head(h).squeeze(-1)
+                logits = self.model.score(h)
+
                 # the batch's message graph is [all forward edges, all reversed, all self loops];
-                # one incident's is [its forward, its reversed, its loops]
-                att = [
-                    torch.cat(
-                        [a[e0:e1], a[e_tot + e0 : e_tot + e1], a[2 * e_tot + n0 : 2 * e_tot + n1]]
-                    )
-                    for a in att_all
-                ]
+                # one incident's is [its forward, its reversed, its loops] (sliced only when a
+                # path needs the attention)
+                def att(n0: int = n0, n1: int = n1, e0: int = e0, e1: int = e1) -> list[Any]:
+                    return [
+                        torch.cat(
+                            [
+                                a[e0:e1],
+                                a[e_tot + e0 : e_tot + e1],
+                                a[2 * e_tot + n0 : 2 * e_tot + n1],
+                            ]
+                        )
+                        for a in att_all
+                    ]
+
                 graph, _, top_k = items[i]
                 out[i] = self._result(graph, c, logits, h, att, top_k)
         return [r for r in out if r is not None]
@@ -407,13 +415,14 @@ class GATAnalyzer(BaseAnalyzer):
         c: Any,
         logits: Any,
         h: Any,
-        att: Sequence[Any],
+        att: Sequence[Any] | Callable[[], Sequence[Any]],
         top_k: int | None,
     ) -> RCAResult:
-        """Rank, type and explain from one incident's forward outputs (``c``: its crop)."""
+        """Rank, type and explain from one incident's forward outputs (``c``: its crop; ``att``:
+        the attention of each layer, or a function that returns it when a path needs it)."""
         import torch
 
-        from rca.explain import edge_costs, propagation_paths
+        from rca.explain import attention_paths
 
         n = graph.num_nodes
         m = c.keep.size
@@ -446,8 +455,11 @@ class GATAnalyzer(BaseAnalyzer):
                 mei = np.concatenate(
                     [c.edge_index, c.edge_index[::-1], np.stack([loops, loops])], axis=1
                 )
-                costs = edge_costs(mei, [a.numpy() for a in att], m)
-                for j, p in enumerate(propagation_paths(costs, top_sub, alerting_sub)):
+                if callable(att):
+                    att = att()
+                for j, p in enumerate(
+                    attention_paths(mei, [a.numpy() for a in att], m, top_sub, alerting_sub)
+                ):
                     paths[j] = tuple(graph.nodes[int(c.keep[v])].id for v in p)
         causes = []
         for j, i in enumerate(order):

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from torch_geometric.nn import GATv2Conv
 from torch_geometric.utils import scatter
 
@@ -181,8 +182,8 @@ class GATRanker(nn.Module):
 
     @torch.no_grad()
     def infer(
-        self, x: Tensor, edge_index: Tensor, edge_type: Tensor
-    ) -> tuple[Tensor, Tensor, list[Tensor]]:
+        self, x: Tensor, edge_index: Tensor, edge_type: Tensor, logits: bool = True
+    ) -> tuple[Tensor | None, Tensor, list[Tensor]]:
         """:meth:`forward` with ``return_attention=True`` in eval mode, with less per-call overhead.
 
         The same arithmetic in the same order as torch_geometric's ``GATv2Conv``, so the same bits
@@ -191,8 +192,12 @@ class GATRanker(nn.Module):
         generic machinery. Two
         shortcuts that do not change a bit: each relation's edge embedding goes through the layer's
         edge projection once (a 13-row table, gathered per edge, instead of projecting every edge),
-        and the self loops are computed densely (no gathers). Dropout is off (evaluation): in
-        training mode this is :meth:`forward`.
+        and the self loops are computed densely (no gathers). The linear layers, layer norms and
+        ELUs are called as the functions their modules call (no module dispatch). Dropout is off
+        (evaluation): in training mode this is :meth:`forward`.
+
+        ``logits=False`` skips the score head and returns ``None`` for the logits (a caller that
+        scores each graph of a batch on its own, see ``rca.gat_analyzer``).
 
         Shapes:
             ``x (|V|, F)``, ``edge_index (2, |E|)``, ``edge_type (|E|,)`` ->
@@ -208,13 +213,13 @@ class GATRanker(nn.Module):
         dst = torch.cat([edge_index[1], edge_index[0]])
         rel = torch.cat([edge_type, edge_type + len(EDGE_KINDS)])
         idx2 = idx3 = None
-        h = self.inp(x)
+        h = _sequential(self.inp, x)
         att: list[Tensor] = []
         for norm, conv, table in zip(self.norms, self.convs, self._relation_tables(), strict=True):
             heads, ch = conv.heads, conv.out_channels
-            hn = norm(h)
-            x_l = conv.lin_l(hn).view(-1, heads, ch)
-            x_r = conv.lin_r(hn).view(-1, heads, ch)
+            hn = F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+            x_l = F.linear(hn, conv.lin_l.weight, conv.lin_l.bias).view(-1, heads, ch)
+            x_r = F.linear(hn, conv.lin_r.weight, conv.lin_r.bias).view(-1, heads, ch)
             x_j = x_l.index_select(0, src)
             z = x_r.index_select(0, dst)
             z += x_j  # x_i + x_j
@@ -241,9 +246,17 @@ class GATRanker(nn.Module):
             out += x_l * a_loop.unsqueeze(-1)
             out = out.view(-1, heads * ch) + conv.bias
             att.append(torch.cat([a, a_loop]))
-            h = h + nn.functional.elu(out)
-        logits = self.score_head(h).squeeze(-1)
-        return logits, h, att
+            h = h + F.elu(out)
+        if not logits:
+            return None, h, att
+        return self.score(h), h, att
+
+    def score(self, h: Tensor) -> Tensor:
+        """The score head, ``score_head(h).squeeze(-1)``, without module dispatch.
+
+        Shapes: ``h (|V|, hidden)`` -> ``(|V|,)``.
+        """
+        return _sequential(self.score_head, h).squeeze(-1)
 
     def _relation_tables(self) -> list[Tensor]:
         """Per layer, ``lin_edge(rel_emb.weight)``: the projected embedding of each relation.
@@ -274,7 +287,22 @@ class GATRanker(nn.Module):
             pooled = h.mean(0, keepdim=True).expand(nodes.numel(), -1)
         else:
             pooled = scatter(h, batch, dim=0, reduce="mean")[batch[nodes]]
-        return self.fault_head(torch.cat([h[nodes], pooled], dim=-1))
+        return _sequential(self.fault_head, torch.cat([h[nodes], pooled], dim=-1))
+
+
+def _sequential(seq: nn.Sequential, x: Tensor) -> Tensor:
+    """``seq(x)`` for a stack of ``Linear``, ``LayerNorm`` and ``ELU`` modules, calling the
+    functions their ``forward`` calls (the same kernels, the same bits) without module dispatch."""
+    for mod in seq:
+        if isinstance(mod, nn.Linear):
+            x = F.linear(x, mod.weight, mod.bias)
+        elif isinstance(mod, nn.LayerNorm):
+            x = F.layer_norm(x, mod.normalized_shape, mod.weight, mod.bias, mod.eps)
+        elif isinstance(mod, nn.ELU):
+            x = F.elu(x, mod.alpha)
+        else:
+            x = mod(x)
+    return x
 
 
 def graph_log_softmax(logits: Tensor, batch: Tensor | None) -> Tensor:

@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 
 from data.graph import DependencyGraph
 from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+from rca.explain import _mean_attention, attention_paths, edge_costs, propagation_paths
 from rca.features import AlertColumns, alert_columns, incident_crop, parse_time
 from rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from rca.lightning_module import crop_incident
@@ -486,3 +487,80 @@ def test_read_times_reads_each_timestamp_as_plain_time(seed: int) -> None:
         cols[:3] = [None, "0001-01-01T00:00:00Z", None]
         rng.shuffle(cols)
         assert read_times(cols).tobytes() == _scalar(cols).tobytes()
+
+
+# ------------------------------------------------------------------------ attention paths
+def _forward_outputs(
+    graph: DependencyGraph, model: GATRanker, seed: int, on: DependencyGraph | None = None
+) -> list[Any]:
+    """Per simulated storm of ``graph``, what a path needs of the forward on ``on`` (or ``graph``)."""
+    out = []
+    for alerts in storms(graph, 5, seed=seed):
+        c = incident_crop(on or graph, alerts, 1)
+        with torch.inference_mode():
+            logits, _, att = model.infer(
+                torch.from_numpy(c.x), torch.from_numpy(c.edge_index), torch.from_numpy(c.edge_type)
+            )
+        m = c.keep.size
+        loops = np.arange(m, dtype=c.edge_index.dtype)
+        mei = np.concatenate([c.edge_index, c.edge_index[::-1], np.stack([loops, loops])], axis=1)
+        out.append((mei, [a.numpy() for a in att], m, c.alerting[c.keep], logits.numpy()))
+    return out
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda m: f"hidden{m.config.hidden}")
+def test_attention_paths_are_the_dijkstra_paths(graph: DependencyGraph, model: GATRanker) -> None:
+    """The shortcut (a cheapest edge to an alerting node) gives Dijkstra's paths, for every node
+    as a cause; the parallel edges of a two-way dependency keep their cheapest cost."""
+    doc = graph.to_json()
+    doc["edges"] = (
+        doc["edges"]
+        + [  # five edges both ways
+            {**e, "src": e["dst"], "dst": e["src"]} for e in doc["edges"][:5]
+        ]
+    )
+    both_ways = DependencyGraph.from_json(doc)
+    assert both_ways.num_edges == graph.num_edges + 5
+    cases = _forward_outputs(graph, model, seed=51)
+    cases += _forward_outputs(graph, model, seed=52, on=both_ways)
+    short = 0
+    for mei, att, m, alerting, logits in cases:
+        costs = edge_costs(mei, att, m)
+        every = list(range(m))
+        got = attention_paths(mei, att, m, every, alerting)
+        assert got == propagation_paths(costs, every, alerting)
+        top = np.argsort(-logits)[:5]
+        assert attention_paths(mei, att, m, top, alerting) == propagation_paths(
+            costs, top, alerting
+        )
+        short += sum(len(p) == 2 for p in got)
+    assert short > 0
+    # nothing alerts, or no cause: no paths
+    mei, att, m, alerting, _ = cases[0]
+    assert attention_paths(mei, att, m, [0, 1], np.zeros(m, dtype=bool)) == [(0,), (1,)]
+    assert attention_paths(mei, att, m, [], alerting) == []
+
+
+def test_mean_attention_is_numpys_mean_bit_for_bit() -> None:
+    rng = np.random.default_rng(3)
+    for heads, layers in [(4, 3), (1, 1), (7, 2), (8, 3), (2, 9)]:
+        att = [rng.random((500, heads), dtype=np.float32) for _ in range(layers)]
+        ref = np.mean([a.reshape(a.shape[0], -1).mean(axis=1) for a in att], axis=0)
+        got = _mean_attention(att)
+        assert got.dtype == ref.dtype and got.tobytes() == ref.tobytes()
+    flat = [rng.random(300, dtype=np.float32) for _ in range(3)]  # one head, 1-D
+    ref = np.mean([a.reshape(a.shape[0], -1).mean(axis=1) for a in flat], axis=0)
+    assert _mean_attention(flat).tobytes() == ref.tobytes()
+
+
+def test_infer_without_logits_and_score(graph: DependencyGraph) -> None:
+    model = _models()[-1]
+    c = incident_crop(graph, storms(graph, 1, seed=61)[0], 1)
+    args = (torch.from_numpy(c.x), torch.from_numpy(c.edge_index), torch.from_numpy(c.edge_type))
+    with torch.inference_mode():
+        logits, h, att = model.infer(*args)
+        none, h2, att2 = model.infer(*args, logits=False)
+        assert none is None and torch.equal(h, h2)
+        assert all(torch.equal(a, b) for a, b in zip(att, att2, strict=True))
+        assert torch.equal(model.score(h), logits)
+        assert torch.equal(model.score_head(h).squeeze(-1), logits)
