@@ -117,15 +117,20 @@ def test_queue_features_are_zero_without_other_queued_jobs() -> None:
 def test_old_metadata_means_no_queue_features(tmp_path) -> None:
     assert DynEvalConfig.from_metadata({"n_jobs": 96}).queue_features is False
     assert DynEvalConfig.from_metadata({"queue_features": True}).queue_features is True
-    released = Path(__file__).resolve().parents[1] / "models" / "placement-dynamic"
-    if (released / "metadata.json").is_file():
-        meta = json.loads((released / "metadata.json").read_text())
-        assert "queue_features" not in meta["env_kwargs"]
-        assert model_config(released).queue_features is False
-        actor = load_dynamic_actor(released / "policy.onnx", n_candidates=16)
+    root = Path(__file__).resolve().parents[1]
+    # the first dynamic release (kept since the round-4 model replaced it) predates the key
+    first = root / "benchmarks" / "results" / "ppo_dynamic_round4_models" / "previous_release"
+    released = root / "models" / "placement-dynamic"
+    for model_dir, has_key in ((first, False), (released, True)):
+        if not (model_dir / "metadata.json").is_file():
+            continue
+        meta = json.loads((model_dir / "metadata.json").read_text())
+        assert ("queue_features" in meta["env_kwargs"]) is has_key
+        assert model_config(model_dir).queue_features is False
+        actor = load_dynamic_actor(model_dir / "policy.onnx", n_candidates=16)
         assert actor.n_candidates == 16
-        # its teacher (old width, 56 weights) still loads and scores default observations
-        teacher = DynLinearScorer.load(released / "teacher.json")
+        # its teacher (56 weights, no queue features) still loads and scores default observations
+        teacher = DynLinearScorer.load(model_dir / "teacher.json")
         assert teacher.n_cand_features == N_CAND_FEATURES
     assert model_config(tmp_path) == DynEvalConfig()  # no metadata: the default setting
 
