@@ -351,7 +351,7 @@ class _GraphStatic:
         self.alert_cache: dict[Any, int | None] = {}
         self.label_info: dict[Any, tuple[int | None, int, int, str]] = {}
         self.keysets: list[tuple[tuple[str, ...], dict]] | None = None
-        self.keyset_getters: list[tuple[int, dict, Any]] | None = None
+        self.keyset_getters: list[tuple[int, dict, Any, frozenset[str]]] | None = None
         self.label_json: dict[bytes, tuple[int | None, int, int, str]] = {}
 
 
@@ -418,26 +418,30 @@ def node_index_for_alert(
     graph's ``match`` labels (a handful), so an alert costs a few dict lookups whatever the graph size.
     """
     st = st if st is not None else _static(graph)
+    return _node_index(graph, st, {str(k): str(v) for k, v in labels.items() if v is not None})
+
+
+def _node_index(graph: DependencyGraph, st: _GraphStatic, lab: dict[str, str]) -> int | None:
+    """:func:`node_index_for_alert` of labels already as ``str -> str`` (none ``None``)."""
     sets = st.keyset_getters
-    if sets is None:  # per key set: a C-level getter of its values in key order
+    if sets is None:  # per key set: its keys and a C-level getter of its values in key order
         sets = st.keyset_getters = [
-            (len(keys), table, _values_getter(keys)) for keys, table in _keysets(st, graph)
+            (len(keys), table, _values_getter(keys), frozenset(keys))
+            for keys, table in _keysets(st, graph)
         ]
-    lab = {str(k): str(v) for k, v in labels.items() if v is not None}
     direct = lab.get(OVERRIDE_LABEL)
     if direct is not None and direct in graph.index:
         return graph.index[direct]
     if "node" not in lab and "instance" in lab:
-        lab["node"] = lab["instance"].rsplit(":", 1)[0]
+        lab = {**lab, "node": lab["instance"].rsplit(":", 1)[0]}
+    present = lab.keys()
     best: _Rank | None = None
-    for size, table, values_of in sets:
+    for size, table, values_of, keys in sets:
         if best is not None and size < best[0]:
             break  # fewer match labels can no longer win
-        try:
-            values = values_of(lab)
-        except KeyError:
+        if not present >= keys:
             continue
-        rank = table.get(values)
+        rank = table.get(values_of(lab))
         if rank is not None and (best is None or rank > best):
             best = rank
     return None if best is None else -best[2]
@@ -862,6 +866,18 @@ def label_info(graph: DependencyGraph, labels: Mapping[str, Any]) -> _LabelInfo:
     """``(node index or None, severity column, alertname column, alertname)`` of a label set
     (memoised per graph)."""
     return _label_info(graph, _static(graph), labels)
+
+
+def label_info_str(graph: DependencyGraph, labels: dict[str, str]) -> _LabelInfo:
+    """:func:`label_info` of labels that are ``str -> str`` already (decoded JSON), not memoised
+    (the caller memoises, see :func:`label_json_memo`)."""
+    name = labels.get("alertname", "")
+    return (
+        _node_index(graph, _static(graph), labels),
+        _SEV_INDEX.get(labels.get("severity", "").lower(), _N_SEV - 1),
+        _NAME_INDEX.get(name, _N_NAME - 1),
+        name,
+    )
 
 
 def label_json_memo(graph: DependencyGraph) -> dict[bytes, _LabelInfo]:

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from data.graph import DependencyGraph
-from rca.features import AlertColumns, columns_from_parsed, label_info, label_json_memo
+from rca.features import AlertColumns, columns_from_parsed, label_info_str, label_json_memo
 
 _EPOCH = datetime(1970, 1, 1).timestamp()
 """Timestamps below this are "no time" for the analyzers (``rca.features.parse_time``)."""
@@ -195,7 +195,7 @@ def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, Al
             key = bytes(a.labels)
             info = memo.get(key)
             if info is None:
-                info = label_info(graph, _LABELS.decode(key))
+                info = label_info_str(graph, _LABELS.decode(key))
                 memo[key] = info
             infos.append(info)
             ann = a.annotations
