@@ -235,18 +235,19 @@ class GATRanker(nn.Module):
                 idx3 = dst.view(-1, 1, 1).expand_as(x_j)
             # softmax over each node's incoming messages (torch_geometric.utils.softmax)
             amax = a_loop.clone().scatter_reduce_(0, idx2, a, reduce="amax", include_self=True)
-            a = (a - amax.index_select(0, dst)).exp_()
-            a_loop = (a_loop - amax).exp_()
+            # in place from here where the operand is not needed again (the same kernels)
+            a = a.sub_(amax.index_select(0, dst)).exp_()
+            a_loop = a_loop.sub_(amax).exp_()
             asum = a.new_zeros((n, heads)).scatter_add_(0, idx2, a)
             asum += a_loop
             asum += 1e-16
-            a = a / asum.index_select(0, dst)
-            a_loop = a_loop / asum
+            a = a.div_(asum.index_select(0, dst))
+            a_loop = a_loop.div_(asum)
             out = x_j.new_zeros((n, heads, ch)).scatter_add_(0, idx3, x_j.mul_(a.unsqueeze(-1)))
-            out += x_l * a_loop.unsqueeze(-1)
-            out = out.view(-1, heads * ch) + conv.bias
+            out += x_l.mul_(a_loop.unsqueeze(-1))
+            out = out.view(-1, heads * ch).add_(conv.bias)
             att.append(torch.cat([a, a_loop]))
-            h = h + F.elu(out)
+            h = h.add_(F.elu(out))
         if not logits:
             return None, h, att
         return self.score(h), h, att
