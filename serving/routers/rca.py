@@ -240,13 +240,12 @@ async def rank(
     if outcome is not None and outcome[0] == "error":
         raise outcome[1]
     # no ranking process, or "invalid" (the parse below raises RCARequest's 422): rank here
-    req, alerts = parse_for(model.impl, graphs.graph, body)
+    graph = graphs.graph  # read once: the alert columns are valid on this graph object only
+    req, alerts = parse_for(model.impl, graph, body)
     if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
         from starlette.concurrency import run_in_threadpool
 
         graph = await run_in_threadpool(DependencyGraph.from_json, req.graph.model_dump())
-    else:
-        graph = graphs.graph
     start = time.perf_counter()
     result = await batcher.rank(model.impl, graph, alerts, req.top_k)
     metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
