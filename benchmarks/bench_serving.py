@@ -234,6 +234,7 @@ async def closed_loop(
     while ``len(bodies) >= clients * per_client``); otherwise clients cycle through ``bodies``.
     """
     lat: list[float] = []
+    samples: list[tuple[float, float, int]] = []  # (start s from t0, latency ms, client)
     errors = 0
 
     def body(k: int, i: int) -> bytes:
@@ -248,6 +249,7 @@ async def closed_loop(
             t = time.perf_counter()
             status, _ = await c.request("POST", path, body(k, i))
             lat.append(time.perf_counter() - t)
+            samples.append((round(t - t0, 4), round(lat[-1] * 1000, 2), k))
             errors += status != 200
         c.close()
 
@@ -286,6 +288,9 @@ async def closed_loop(
             ],
         }
     if distinct:
+        # every request's start (s after the clients started), latency (ms) and client, in the
+        # order they finished: how the latency moves over a run (e.g. the clients' first burst)
+        out["samples"] = samples
         out["distinct_bodies"] = len(
             {body(k, i) for k in range(clients) for i in range(per_client)}
         )
