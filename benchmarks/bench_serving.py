@@ -588,6 +588,14 @@ def main() -> None:
         help="event loop of this load generator (uvloop: less client CPU per request)",
     )
     ap.add_argument(
+        "--warmup-clients",
+        type=int,
+        default=0,
+        help="clients of the RCA warm-up (default 4 per worker or ranking process), each sending "
+        "--warmup-requests requests on incidents outside the timed pool",
+    )
+    ap.add_argument("--warmup-requests", type=int, default=3)
+    ap.add_argument(
         "--breakdown-only",
         action="store_true",
         help="no server: only the in-process CPU breakdown of an RCA request (released GAT, "
@@ -685,12 +693,17 @@ def main() -> None:
             ingestion["incidents_formed"] = len(incs)
 
         procs = max(args.workers, args.rca_processes)
-        n_warm = 12 * procs
+        warm_clients = args.warmup_clients or 4 * procs
+        n_warm = warm_clients * args.warmup_requests
         bodies = sim_incidents(graph, pool_size + n_warm, 200, seed=0)
         bodies, warm = bodies[:pool_size], bodies[pool_size:]
         # warm-up of every worker process (the first requests build the graph caches and compile
         # torch_geometric's message-passing code), on incidents not used below; not timed
-        asyncio.run(closed_loop(port, "/api/v1/rca", warm, 4 * procs, 3, distinct=True))
+        asyncio.run(
+            closed_loop(
+                port, "/api/v1/rca", warm, warm_clients, args.warmup_requests, distinct=True
+            )
+        )
         pid = proc.pid
         rca = asyncio.run(
             closed_loop(
@@ -707,6 +720,10 @@ def main() -> None:
                 "over 127.0.0.1; latency is from writing the request to reading the whole response"
             ),
             alerts_per_request=200,
+            warmup=(
+                f"{warm_clients} clients x {args.warmup_requests} requests on {n_warm} incidents "
+                "outside the timed pool, before the timed run"
+            ),
             graph_nodes=graph.num_nodes,
             method=models["rca"]["method"],
             payloads=(
