@@ -297,6 +297,18 @@ async def closed_loop(
     return out
 
 
+def machine_info(load_start: list[float]) -> dict[str, Any]:
+    """Platform, Python, cores and the 1/5/15-min load averages at the start and now."""
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_at_start": load_start,
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_note": "os.getloadavg() (1, 5, 15 min); 2 cores shared with other users",
+    }
+
+
 def code_version() -> dict[str, Any]:
     """The commit the server ran (and whether the working tree had changes)."""
     try:
@@ -779,14 +791,7 @@ def main() -> None:
     result = {
         "benchmark": "serving",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_at_start": load_start,
-            "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
-            "loadavg_note": "os.getloadavg() (1, 5, 15 min); 2 cores shared with other users",
-        },
+        "machine": machine_info(load_start),
         "code": code_version(),
         "versions": {
             p: version(p)
@@ -840,13 +845,7 @@ def breakdown_only(args: argparse.Namespace) -> None:
     result = {
         "benchmark": "serving (in-process CPU breakdown only)",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_at_start": load_start,
-            "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine_info(load_start),
         "code": code_version(),
         "cpu_breakdown_ms_per_request": breakdown,
     }
