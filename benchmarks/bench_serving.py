@@ -44,6 +44,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from rca_workload import sim_incidents  # noqa: E402  (benchmarks/, next to this script)
+
 from serving.defaults.example import benchmark_graph  # noqa: E402
 from serving.settings import Settings  # noqa: E402
 
@@ -111,32 +113,7 @@ def summary(lat_s: list[float]) -> dict[str, float]:
     }
 
 
-# ----------------------------------------------------------------------------------------- workloads
-def sim_incidents(graph: Any, n: int, size: int, seed: int) -> list[bytes]:
-    """``n`` request bodies, each ``size`` alerts of a different simulated incident.
-
-    The alert simulator (``data.rca_gen.alerts``) with background noise raised to 0.15 alerts per
-    node (default 0.006) so an incident on this graph has 200-300 alerts (a fault's cascade, flapping
-    and repeated hub alerts, unrelated noise); ``size`` of them are drawn at random (order kept).
-    """
-    import numpy as np
-
-    from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-
-    sim = IncidentSimulator(graph, AlertSimConfig(noise_per_node=0.15))
-    rng = np.random.default_rng(seed)
-    out: list[bytes] = []
-    i = 0
-    while len(out) < n:
-        alerts = sim.simulate(rng, f"bench-{i}")["alerts"]
-        i += 1
-        if len(alerts) < size:
-            continue
-        keep = np.sort(rng.choice(len(alerts), size, replace=False))
-        out.append(json.dumps({"alerts": [alerts[j] for j in keep], "top_k": 5}).encode())
-    return out
-
-
+# ------------------------------------------------------------------------- CPU accounting and load
 def cpu_by_process(pid: int) -> dict[int, float]:
     """User + system CPU seconds of ``pid`` and of each of its children, by process id."""
     import psutil

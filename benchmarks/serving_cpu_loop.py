@@ -2,7 +2,7 @@
 
 What a ranking process does for a batch (``serving/rca_pool.py``): parse each body, rank the batch
 together (``rank_group``), serialise each answer (``response_json``), here without HTTP or IPC, on
-the benchmark's workload (``bench_serving.sim_incidents``: the 999-node benchmark graph, distinct
+the benchmark's workload (``rca_workload.sim_incidents``: the 999-node benchmark graph, distinct
 simulated 200-alert incidents), with the server's malloc and GC settings and warm memos (a
 warm-up pass over other incidents). ``time.process_time`` per request, so another job on the
 machine inflates it less than wall time; compare code versions by alternating runs.
@@ -44,8 +44,8 @@ def main() -> None:
     args = ap.parse_args()
     repo = Path(args.repo).resolve()
     sys.path.insert(0, str(repo))  # every project module below comes from this checkout
-
     import torch
+    from rca_workload import sim_incidents  # benchmarks/, next to this script; no side effects
 
     torch.set_num_threads(1)
     from serving.app import tune_gc, tune_malloc
@@ -117,27 +117,6 @@ def main() -> None:
             },
         }
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-
-
-def sim_incidents(graph: Any, n: int, size: int, seed: int) -> list[bytes]:
-    """``bench_serving.sim_incidents`` (the same bodies; not imported from there, since that
-    module puts this checkout first on ``sys.path``)."""
-    import numpy as np
-
-    from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-
-    sim = IncidentSimulator(graph, AlertSimConfig(noise_per_node=0.15))
-    rng = np.random.default_rng(seed)
-    out: list[bytes] = []
-    i = 0
-    while len(out) < n:
-        alerts = sim.simulate(rng, f"bench-{i}")["alerts"]
-        i += 1
-        if len(alerts) < size:
-            continue
-        keep = np.sort(rng.choice(len(alerts), size, replace=False))
-        out.append(json.dumps({"alerts": [alerts[j] for j in keep], "top_k": 5}).encode())
-    return out
 
 
 if __name__ == "__main__":
