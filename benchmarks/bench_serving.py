@@ -114,13 +114,27 @@ def summary(lat_s: list[float]) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------- CPU accounting and load
-def cpu_by_process(pid: int) -> dict[int, float]:
-    """User + system CPU seconds of ``pid`` and of each of its children, by process id."""
+def _is_keep_warm(q: Any) -> bool:
+    """A ``FLEETMIND_KEEP_WARM_S`` busy loop (``serving.keepwarm``): its CPU is idle time it
+    fills, not work for requests, so it is counted apart."""
+    import psutil
+
+    try:
+        return "serving.keepwarm" in q.cmdline()
+    except psutil.Error:
+        return False
+
+
+def cpu_by_process(pid: int, keep_warm: bool = False) -> dict[int, float]:
+    """User + system CPU seconds of ``pid`` and of each of its children, by process id: the
+    serving processes, or with ``keep_warm`` only the keep-warm busy loops."""
     import psutil
 
     p = psutil.Process(pid)
     out: dict[int, float] = {}
     for q in [p, *p.children(recursive=True)]:
+        if _is_keep_warm(q) != keep_warm:
+            continue
         try:
             t = q.cpu_times()
             out[q.pid] = t.user + t.system
@@ -129,19 +143,10 @@ def cpu_by_process(pid: int) -> dict[int, float]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its children (uvicorn workers)."""
-    import psutil
-
-    p = psutil.Process(pid)
-    total = 0.0
-    for q in [p, *p.children(recursive=True)]:
-        try:
-            t = q.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
+def cpu_seconds(pid: int, keep_warm: bool = False) -> float:
+    """User + system CPU seconds of process ``pid`` and its children (uvicorn workers, ranking
+    processes), without the keep-warm busy loops (with ``keep_warm``: theirs only)."""
+    return sum(cpu_by_process(pid, keep_warm).values())
 
 
 async def ingest(port: int, total: int, batch: int, conns: int) -> dict[str, Any]:
@@ -231,6 +236,7 @@ async def closed_loop(
         c.close()
 
     cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
+    warm0 = cpu_seconds(server_pid, keep_warm=True) if server_pid else 0.0
     per0 = cpu_by_process(server_pid) if server_pid else {}
     own0 = time.process_time()
     t0 = time.perf_counter()
@@ -247,6 +253,10 @@ async def closed_loop(
     if server_pid:
         out["server_cpu_ms_per_request"] = round(
             (cpu_seconds(server_pid) - cpu0) / len(lat) * 1000, 2
+        )
+        # FLEETMIND_KEEP_WARM_S busy loops: idle time they filled, apart from the work above
+        out["keep_warm_cpu_ms_per_request"] = round(
+            (cpu_seconds(server_pid, keep_warm=True) - warm0) / len(lat) * 1000, 2
         )
         # how the work spread over the processes (uvicorn's supervisor and its workers): with
         # --workers, each keep-alive connection stays with the worker that accepted it
@@ -567,6 +577,15 @@ def main() -> None:
         help="FLEETMIND_RCA_PROCESS_NICE: niceness of the ranking processes",
     )
     ap.add_argument(
+        "--keep-warm",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="FLEETMIND_KEEP_WARM_S: idle-priority busy loops keep the CPUs from halting until "
+        "SECONDS after the last request (default: the service's, off); their CPU is reported "
+        "apart (keep_warm_cpu_ms_per_request)",
+    )
+    ap.add_argument(
         "--rca-model", default=None, help="FLEETMIND_RCA_MODEL (default: registry's choice)"
     )
     ap.add_argument("--placement-model", default=None)
@@ -620,6 +639,8 @@ def main() -> None:
     env["FLEETMIND_RCA_PROCESS_NICE"] = str(args.rca_nice)
     if args.rca_process_batch is not None:
         env["FLEETMIND_RCA_PROCESS_MAX_BATCH"] = str(args.rca_process_batch)
+    if args.keep_warm is not None:
+        env["FLEETMIND_KEEP_WARM_S"] = str(args.keep_warm)
     if args.rca_model:
         env["FLEETMIND_RCA_MODEL"] = args.rca_model
     if args.placement_model:
@@ -791,6 +812,9 @@ def main() -> None:
             "rca_process_nice": args.rca_nice,
             "rca_process_max_batch": args.rca_process_batch
             or Settings.model_fields["rca_process_max_batch"].default,
+            "keep_warm_s": args.keep_warm
+            if args.keep_warm is not None
+            else Settings.model_fields["keep_warm_s"].default,
             "database": "sqlite (WAL, synchronous=FULL)",
             "models": models,
         },

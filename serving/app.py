@@ -34,6 +34,7 @@ from serving.defaults import DEFAULT_GRAPH
 from serving.deps import Services
 from serving.graphstore import GraphStore
 from serving.incidents import IncidentManager
+from serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from serving.metrics import Metrics, MetricsMiddleware
 from serving.rca_batcher import RCABatcher
 from serving.rca_pool import RankingPool
@@ -187,6 +188,21 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | 
     return pool
 
 
+def start_keep_warm(linger_s: float) -> KeepWarm | None:
+    """Start the idle-priority busy loops of ``FLEETMIND_KEEP_WARM_S`` (:mod:`serving.keepwarm`).
+
+    ``None`` (serving without them, with a message on stderr) when they cannot start.
+    """
+    keep_warm = KeepWarm(linger_s)
+    try:
+        keep_warm.start()
+    except OSError as err:
+        print(f"fleetmind: keep-warm not started: {err}", file=sys.stderr)
+        log.error("keep-warm not started: %s", err)
+        return None
+    return keep_warm
+
+
 def close_services(services: Services) -> None:
     services.rca_batcher.stop()
     services.incidents.stop()
@@ -213,6 +229,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             services.incidents.load_open()
         if s.rca_processes > 0:
             services.rca_pool = await start_rca_pool(s, metrics)
+        if s.keep_warm_s > 0:
+            services.keep_warm = start_keep_warm(s.keep_warm_s)
         app.state.services = services
         restore_gc = tune_gc(s.gc_gen0_threshold)
         try:
@@ -221,6 +239,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restore_gc()
             if services.rca_pool is not None:
                 await services.rca_pool.stop()
+            if services.keep_warm is not None:
+                services.keep_warm.stop()
             close_services(services)
             app.state.services = None
 
@@ -246,6 +266,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
     return app
 
 

@@ -21,6 +21,7 @@ from data.errors import NotAvailableError
 from serving.db import Database
 from serving.graphstore import GraphStore
 from serving.incidents import IncidentManager
+from serving.keepwarm import KeepWarm
 from serving.metrics import Metrics
 from serving.placement import Reservations
 from serving.rca_batcher import RCABatcher
@@ -46,6 +47,7 @@ class Services:
     place_lock: threading.Lock = field(default_factory=threading.Lock)
     rca_batcher: RCABatcher = field(default_factory=RCABatcher)
     rca_pool: RankingPool | None = None
+    keep_warm: KeepWarm | None = None
 
 
 async def get_services(request: Request) -> Services:

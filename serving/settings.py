@@ -102,6 +102,14 @@ class Settings(BaseSettings):
         description="niceness added to the RCA ranking processes, so that the server process "
         "(HTTP, ingestion, incident worker) is scheduled before them when the CPUs are busy",
     )
+    keep_warm_s: float = Field(
+        0.0,
+        ge=0,
+        le=3600,
+        description="keep the CPUs busy at idle priority (one SCHED_IDLE busy loop per CPU) until "
+        "this many seconds after the last request, so that a VM's vCPUs do not halt between "
+        "requests (0: off; Linux only; see docs/serving.md, Scaling)",
+    )
     gc_gen0_threshold: int | None = Field(
         100_000,
         ge=1,

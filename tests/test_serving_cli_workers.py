@@ -96,3 +96,20 @@ def test_unusable_database_is_a_config_error_before_uvicorn(
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{good}")
     assert cli_serve.run(args()) == 0 and started == [True]
     assert good.is_file()  # the tables the server's startup would create
+
+
+def test_keep_warm_option_sets_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
+    monkeypatch.setenv("FLEETMIND_KEEP_WARM_S", "0")  # restored after the test
+    parsed = argparse.ArgumentParser()
+    sub = parsed.add_subparsers()
+    cli_serve.register(sub, "serve", "serve")
+    assert cli_serve.run(parsed.parse_args(["serve", "--keep-warm", "1.5"])) == 0
+    assert os.environ["FLEETMIND_KEEP_WARM_S"] == "1.5"
+    with pytest.raises(ConfigError, match=r"FLEETMIND_KEEP_WARM_S='-2\.0'.*greater than or equal"):
+        cli_serve.run(args(keep_warm=-2.0))

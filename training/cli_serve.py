@@ -19,6 +19,7 @@ _ENV_OPTIONS = {
     "rca_model": "FLEETMIND_RCA_MODEL",
     "placement_model": "FLEETMIND_PLACEMENT_MODEL",
     "rca_processes": "FLEETMIND_RCA_PROCESSES",
+    "keep_warm": "FLEETMIND_KEEP_WARM_S",
 }
 
 
@@ -39,6 +40,14 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         default=None,
         help="ranking processes for POST /api/v1/rca, fed request by request "
         "(default: FLEETMIND_RCA_PROCESSES or 0, ranking in the server process)",
+    )
+    p.add_argument(
+        "--keep-warm",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="keep the CPUs busy at idle priority until SECONDS after the last request, so a VM's "
+        "vCPUs do not halt between requests (default: FLEETMIND_KEEP_WARM_S or 0, off)",
     )
     p.add_argument("--graph", help="dependency graph JSON (default: the committed example graph)")
     p.add_argument(
