@@ -143,6 +143,17 @@ def cpu_by_process(pid: int, keep_warm: bool = False) -> dict[int, float]:
     return out
 
 
+def steal_ms() -> float | None:
+    """CPU time the hypervisor took from this virtual machine's vCPUs so far (``steal`` in
+    ``/proc/stat``, summed over vCPUs, ms); ``None`` where there is no such counter."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def cpu_seconds(pid: int, keep_warm: bool = False) -> float:
     """User + system CPU seconds of process ``pid`` and its children (uvicorn workers, ranking
     processes), without the keep-warm busy loops (with ``keep_warm``: theirs only)."""
@@ -239,9 +250,11 @@ async def closed_loop(
     warm0 = cpu_seconds(server_pid, keep_warm=True) if server_pid else 0.0
     per0 = cpu_by_process(server_pid) if server_pid else {}
     own0 = time.process_time()
+    steal0 = steal_ms()
     t0 = time.perf_counter()
     await asyncio.gather(*[client(k) for k in range(clients)])
     wall = time.perf_counter() - t0
+    steal1 = steal_ms()
     out = {
         **summary(lat),
         "clients": clients,
@@ -249,6 +262,10 @@ async def closed_loop(
         "throughput_rps": round(len(lat) / wall, 1),
         "wall_s": round(wall, 3),
         "client_cpu_ms_per_request": round((time.process_time() - own0) / len(lat) * 1000, 2),
+        # vCPU time the hypervisor took during the run (all vCPUs): a host-side stall shows here
+        "host_steal_ms": round(steal1 - steal0, 1)
+        if steal0 is not None and steal1 is not None
+        else None,
     }
     if server_pid:
         out["server_cpu_ms_per_request"] = round(

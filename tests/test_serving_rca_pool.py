@@ -124,7 +124,8 @@ def test_processes_answer_what_the_server_would_and_share_the_work(
     metrics = client.get("/metrics").text
     count = _sample(metrics, "fleetmind_rca_batch_size_count")
     assert count > 0  # batches ranked in the processes, none above the process batch limit
-    assert _sample(metrics, 'fleetmind_rca_batch_size_bucket{le="2.0"}') == count
+    limit = Settings.model_fields["rca_process_max_batch"].default  # the fixture's (4)
+    assert _sample(metrics, f'fleetmind_rca_batch_size_bucket{{le="{float(limit)}"}}') == count
 
 
 def _sample(metrics: str, name: str) -> float:
