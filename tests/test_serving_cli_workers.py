@@ -18,11 +18,16 @@ def _tmp_database(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
 
 
-def args(**kw: Any) -> argparse.Namespace:
+def parse(*argv: str) -> argparse.Namespace:
+    """``fleetmind serve ARGV`` as the CLI parses it."""
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     cli_serve.register(sub, "serve", "serve")
-    ns = parser.parse_args(["serve"])
+    return parser.parse_args(["serve", *argv])
+
+
+def args(**kw: Any) -> argparse.Namespace:
+    ns = parse()
     for k, v in kw.items():
         setattr(ns, k, v)
     return ns
@@ -45,22 +50,38 @@ def test_workers_from_option_env_or_default(monkeypatch: pytest.MonkeyPatch) -> 
             cli_serve.run(args())
 
 
-def test_rca_processes_option_sets_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("option", "value", "variable", "bad", "message"),
+    [
+        ("--rca-processes", "2", "FLEETMIND_RCA_PROCESSES", {"rca_processes": -1}, "FLEETMIND_"),
+        (
+            "--keep-warm",
+            "1.5",
+            "FLEETMIND_KEEP_WARM_S",
+            {"keep_warm": -2.0},
+            r"FLEETMIND_KEEP_WARM_S='-2\.0'.*greater than or equal",
+        ),
+    ],
+)
+def test_option_sets_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    option: str,
+    value: str,
+    variable: str,
+    bad: dict[str, Any],
+    message: str,
+) -> None:
     import os
 
     import uvicorn
 
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
     monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
-    monkeypatch.setenv("FLEETMIND_RCA_PROCESSES", "0")  # restored after the test
-    parsed = argparse.ArgumentParser()
-    sub = parsed.add_subparsers()
-    cli_serve.register(sub, "serve", "serve")
-    ns = parsed.parse_args(["serve", "--rca-processes", "2"])
-    assert cli_serve.run(ns) == 0
-    assert os.environ["FLEETMIND_RCA_PROCESSES"] == "2"
-    with pytest.raises(ConfigError, match="FLEETMIND_"):
-        cli_serve.run(args(rca_processes=-1))
+    monkeypatch.setenv(variable, "0")  # restored after the test
+    assert cli_serve.run(parse(option, value)) == 0
+    assert os.environ[variable] == value
+    with pytest.raises(ConfigError, match=message):
+        cli_serve.run(args(**bad))
 
 
 def test_bad_settings_name_every_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,20 +117,3 @@ def test_unusable_database_is_a_config_error_before_uvicorn(
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{good}")
     assert cli_serve.run(args()) == 0 and started == [True]
     assert good.is_file()  # the tables the server's startup would create
-
-
-def test_keep_warm_option_sets_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    import uvicorn
-
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
-    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
-    monkeypatch.setenv("FLEETMIND_KEEP_WARM_S", "0")  # restored after the test
-    parsed = argparse.ArgumentParser()
-    sub = parsed.add_subparsers()
-    cli_serve.register(sub, "serve", "serve")
-    assert cli_serve.run(parsed.parse_args(["serve", "--keep-warm", "1.5"])) == 0
-    assert os.environ["FLEETMIND_KEEP_WARM_S"] == "1.5"
-    with pytest.raises(ConfigError, match=r"FLEETMIND_KEEP_WARM_S='-2\.0'.*greater than or equal"):
-        cli_serve.run(args(keep_warm=-2.0))
