@@ -5,8 +5,10 @@ Firecracker microVM the benchmarks run on), a vCPU that idles for a moment hands
 core back to the host; the next request then runs on a core whose caches other work has used,
 and waits for the vCPU to be woken. Between two RCA batches the ranking processes and the server
 idle for fractions of a millisecond, so under load this happens hundreds of times a second. In
-session 10's quiet-machine runs (``docs/serving.md``, Benchmarks) the same RCA work cost 20-30 %
-more CPU per request with the vCPUs free to idle than with two idle-priority busy loops beside it.
+session 10's quiet-machine runs (``docs/serving.md``, Benchmarks) two external ``nice 19`` busy
+loops beside the server cut the CPU per RCA request by 20-30 % (a few exploratory runs); the
+idle-priority loops this module starts cut it by 5-8 % in the pre-registered series, without
+lowering the p99 at the default batch of 4. Hence opt-in.
 
 What. One process per CPU this process may run on (``os.sched_getaffinity``), in the idle
 scheduling class (``SCHED_IDLE``; ``nice 19`` where that is refused): it runs only when nothing
