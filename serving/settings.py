@@ -94,7 +94,7 @@ class Settings(BaseSettings):
         description="most RCA requests a ranking process takes from the queue for one batch; "
         "smaller than rca_max_batch: a request waits for the whole batch it is in, so big "
         "batches lengthen the latency tail more than they save (4 since session 10: in its "
-        "pre-registered series, 4 had the lower median p99 than 2 with and without keep-warm)",
+        "pre-registered series, 4 had a lower median p99 than 2, with and without keep-warm)",
     )
     rca_process_nice: int = Field(
         0,
