@@ -12,6 +12,11 @@ the best heuristic (lowest mean slowdown) and PPO's relative gaps to it.
 ``--also NAME=MODEL_DIR`` (repeatable) runs more models on the same streams (the heuristics run
 once); their rows are under ``models`` in the JSON, next to the main model's (``PPO``) top-level
 rows. Every row also has the slowdown difference to LocalityAware on the same streams.
+
+``--ensemble DIR [DIR ...]`` makes the main model an ensemble of those model folders (session 10,
+an experiment, not a release format): per decision each member's masked candidate logits go
+through a softmax over the candidates, the probabilities are averaged, and the most probable
+candidate is placed (:class:`EnsembleActor`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,26 @@ from rl.dynamic_eval import (  # noqa: E402
 from training.cli_sched import parse_seeds  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "ppo_dynamic_eval.json"
+
+
+class EnsembleActor:
+    """Several dynamic-mode actors (``policy.pt``) voting by their mean candidate probability.
+
+    Shapes: ``predict(obs (D,), mask (K,))`` -> the chosen candidate index; each member's masked
+    logits ``(1, K)`` go through a softmax over the ``K`` candidates before the mean.
+    """
+
+    def __init__(self, folders: list[Path], n_candidates: int) -> None:
+        self.members = [load_dynamic_actor(f / "policy.pt", n_candidates) for f in folders]
+
+    def predict(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        import torch
+
+        with torch.no_grad():
+            o = torch.as_tensor(np.atleast_2d(obs), dtype=torch.float32)
+            m = torch.as_tensor(np.atleast_2d(mask), dtype=torch.bool)
+            probs = sum(torch.softmax(a.forward(o, m)[1], dim=-1) for a in self.members)
+        return int(torch.argmax(probs[0]))
 
 
 def pct(a: float, b: float) -> float:
@@ -107,6 +132,14 @@ def main() -> None:
         metavar="NAME=MODEL_DIR",
         help="also evaluate this model on the same streams (repeatable)",
     )
+    ap.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=None,
+        metavar="MODEL_DIR",
+        help="make the main model the ensemble of these model folders (mean candidate "
+        "probability; --model is then ignored and the first folder gives the env setting)",
+    )
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args()
     from data.paths import MODELS_DIR
@@ -117,9 +150,18 @@ def main() -> None:
     if "FGD" not in heuristics:
         ap.error("--heuristics must include FGD (the rows report the gap to FGD)")
     model_dir = Path(a.model) if a.model else MODELS_DIR / "placement-dynamic"
+    if a.ensemble:
+        model_dir = Path(a.ensemble[0])
     meta = json.loads((model_dir / "metadata.json").read_text())
     cfg = DynEvalConfig.from_metadata(meta["env_kwargs"])
-    actor = load_dynamic_actor(model_dir / "policy.onnx", cfg.n_candidates)
+    if a.ensemble:
+        for f in a.ensemble[1:]:
+            m2 = json.loads((Path(f) / "metadata.json").read_text())
+            if DynEvalConfig.from_metadata(m2["env_kwargs"]) != cfg:
+                ap.error(f"--ensemble {f}: its env setting differs from {a.ensemble[0]}'s")
+        actor = EnsembleActor([Path(f) for f in a.ensemble], cfg.n_candidates)
+    else:
+        actor = load_dynamic_actor(model_dir / "policy.onnx", cfg.n_candidates)
     actors = {"PPO": actor_fn(actor)}
     if a.teacher:
         actors["teacher"] = DynLinearScorer.load(a.teacher)
@@ -159,6 +201,7 @@ def main() -> None:
             for p in ("numpy", "torch", "onnxruntime", "stable-baselines3", "sb3-contrib")
         },
         "model": str(model_dir),
+        "ensemble": a.ensemble,
         "model_version": meta.get("version"),
         "train_traces": meta.get("train_traces"),
         "config": meta["env_kwargs"],
