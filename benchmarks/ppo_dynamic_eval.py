@@ -48,23 +48,25 @@ OUT = Path(__file__).resolve().parent / "results" / "ppo_dynamic_eval.json"
 
 
 class EnsembleActor:
-    """Several dynamic-mode actors (``policy.pt``) voting by their mean candidate probability.
+    """Several dynamic-mode actors (``policy.onnx``) voting by their mean candidate probability.
 
     Shapes: ``predict(obs (D,), mask (K,))`` -> the chosen candidate index; each member's masked
-    logits ``(1, K)`` go through a softmax over the ``K`` candidates before the mean.
+    logits ``(1, K)`` (the export's ``logits`` output) go through a softmax over the ``K``
+    candidates (float64) before the mean.
     """
 
-    def __init__(self, folders: list[Path], n_candidates: int) -> None:
-        self.members = [load_dynamic_actor(f / "policy.pt", n_candidates) for f in folders]
+    def __init__(self, folders: list[Path], n_candidates: int | None) -> None:
+        self.members = [load_dynamic_actor(f / "policy.onnx", n_candidates) for f in folders]
 
     def predict(self, obs: np.ndarray, mask: np.ndarray) -> int:
-        import torch
-
-        with torch.no_grad():
-            o = torch.as_tensor(np.atleast_2d(obs), dtype=torch.float32)
-            m = torch.as_tensor(np.atleast_2d(mask), dtype=torch.bool)
-            probs = sum(torch.softmax(a.forward(o, m)[1], dim=-1) for a in self.members)
-        return int(torch.argmax(probs[0]))
+        o = np.atleast_2d(obs).astype(np.float32, copy=False)
+        m = np.atleast_2d(mask).astype(bool, copy=False)
+        total = np.zeros(m.shape[1])
+        for a in self.members:
+            logits = a.session.run(["logits"], {"obs": o, "mask": m})[0][0].astype(np.float64)
+            e = np.exp(logits - logits.max())
+            total += e / e.sum()
+        return int(np.argmax(total))
 
 
 def pct(a: float, b: float) -> float:
