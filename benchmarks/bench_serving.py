@@ -804,10 +804,7 @@ def main() -> None:
     print(f"per-request CPU breakdown (ms): {breakdown}")
 
     result = {
-        "benchmark": "serving",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": machine_info(load_start),
-        "code": code_version(),
+        **result_head("serving", load_start),
         "versions": {
             p: version(p)
             for p in (
@@ -852,6 +849,16 @@ def main() -> None:
     print(f"wrote {out}")
 
 
+def result_head(benchmark: str, load_start: list[float]) -> dict[str, Any]:
+    """The keys every JSON of this script starts with: what ran, the command, machine and commit."""
+    return {
+        "benchmark": benchmark,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine_info(load_start),
+        "code": code_version(),
+    }
+
+
 def breakdown_only(args: argparse.Namespace) -> None:
     """``--breakdown-only``: :func:`request_breakdown` on the benchmark's incidents, no server."""
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -861,10 +868,7 @@ def breakdown_only(args: argparse.Namespace) -> None:
     breakdown = request_breakdown(graph, bodies[:97], {"method": "gat", "source": "models/rca"})
     print(f"per-request CPU breakdown (ms): {breakdown}")
     result = {
-        "benchmark": "serving (in-process CPU breakdown only)",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": machine_info(load_start),
-        "code": code_version(),
+        **result_head("serving (in-process CPU breakdown only)", load_start),
         "cpu_breakdown_ms_per_request": breakdown,
     }
     out = Path(args.out)

@@ -262,11 +262,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
-    limit = (settings or get_settings()).max_body_bytes
+    configured = settings or get_settings()
+    limit = configured.max_body_bytes
     app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
+    if configured.keep_warm_s > 0:  # off: no per-request step at all
+        app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
     return app
 
 
