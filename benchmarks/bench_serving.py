@@ -575,15 +575,26 @@ def start_server(
     raise SystemExit("server did not become ready")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a count of alerts, clients or requests)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/serving.json"))
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
-    ap.add_argument("--ingest-alerts", type=int, default=20000)
-    ap.add_argument("--ingest-batch", type=int, default=50)
-    ap.add_argument("--ingest-conns", type=int, default=4)
-    ap.add_argument("--rca-clients", type=int, default=20)
-    ap.add_argument("--rca-requests", type=int, default=15, help="requests per client")
+    ap.add_argument("--ingest-alerts", type=positive_int, default=20000)
+    ap.add_argument("--ingest-batch", type=positive_int, default=50)
+    ap.add_argument("--ingest-conns", type=positive_int, default=4)
+    ap.add_argument("--rca-clients", type=positive_int, default=20)
+    ap.add_argument("--rca-requests", type=positive_int, default=15, help="requests per client")
     ap.add_argument(
         "--rca-pool",
         type=int,
@@ -596,9 +607,9 @@ def main() -> None:
         action="store_true",
         help="no in-process CPU breakdown of an RCA request after the run (saves ~30 s)",
     )
-    ap.add_argument("--place-clients", type=int, default=8)
-    ap.add_argument("--place-requests", type=int, default=300, help="requests per client")
-    ap.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    ap.add_argument("--place-clients", type=positive_int, default=8)
+    ap.add_argument("--place-requests", type=positive_int, default=300, help="requests per client")
+    ap.add_argument("--workers", type=positive_int, default=1, help="uvicorn worker processes")
     ap.add_argument(
         "--rca-processes",
         type=int,
@@ -643,7 +654,7 @@ def main() -> None:
         help="clients of the RCA warm-up (default 4 per worker or ranking process), each sending "
         "--warmup-requests requests on incidents outside the timed pool",
     )
-    ap.add_argument("--warmup-requests", type=int, default=3)
+    ap.add_argument("--warmup-requests", type=positive_int, default=3)
     ap.add_argument(
         "--breakdown-only",
         action="store_true",
@@ -805,7 +816,11 @@ def main() -> None:
         place1 = asyncio.run(closed_loop(port, "/api/v1/placements", jobs, 1, args.place_requests))
         placeN = asyncio.run(
             closed_loop(
-                port, "/api/v1/placements", jobs, args.place_clients, args.place_requests // 2
+                port,
+                "/api/v1/placements",
+                jobs,
+                args.place_clients,
+                max(1, args.place_requests // 2),
             )
         )
         for p in (place1, placeN):
