@@ -178,6 +178,7 @@ def main() -> None:
         actors[name] = actor_fn(load_dynamic_actor(Path(path) / "policy.onnx", cfg.n_candidates))
         also[name] = path
     extra_rows: dict[str, list[dict]] = {n: [] for n in also}
+    teacher_rows: list[dict] = []
     t0 = time.perf_counter()
     load_start = os.getloadavg()
     per_trace: dict[str, dict] = {}
@@ -188,6 +189,9 @@ def main() -> None:
         best = best_heuristic(res, heuristics)
         row = summary_row(trace, res, "PPO", best)
         summary_rows.append(row)
+        if a.teacher:
+            teacher_rows.append(summary_row(trace, res, "teacher", best))
+            print(json.dumps({"model": "teacher", **teacher_rows[-1]}), flush=True)
         for n in also:
             extra_rows[n].append(summary_row(trace, res, n, best))
             print(json.dumps({"model": n, **extra_rows[n][-1]}), flush=True)
@@ -216,6 +220,10 @@ def main() -> None:
             n: {"model": also[n], "summary": extra_rows[n], **aggregate(extra_rows[n])}
             for n in also
         },
+        # the --teacher JSON's rows, read like the main model's (null without --teacher)
+        "teacher": {"path": a.teacher, "summary": teacher_rows, **aggregate(teacher_rows)}
+        if a.teacher
+        else None,
         "per_trace": per_trace,
         "wall_time_s": time.perf_counter() - t0,
     }

@@ -284,6 +284,13 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="behaviour cloning stops below this cross-entropy (default 0.2)",
     )
     tr.add_argument(
+        "--bc-value-coef",
+        type=float,
+        default=0.5,
+        help="weight of the critic's return regression in the cloning loss (default 0.5; 0: "
+        "clone the actor alone, e.g. when --timesteps 0 leaves the critic unused)",
+    )
+    tr.add_argument(
         "--bc-fgd-until-pct",
         type=float,
         default=0.0,
@@ -389,6 +396,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         bc_episodes=args.bc_episodes,
         teacher=args.teacher,
         bc_target_ce=args.bc_target_ce,
+        bc_value_coef=args.bc_value_coef,
         bc_fgd_until_pct=args.bc_fgd_until_pct,
         eval_fgd_until_pct=args.eval_fgd_until_pct,
         cem_generations=args.cem_generations,

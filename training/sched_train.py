@@ -78,6 +78,10 @@ class Args:
     early, lightly loaded states that the PPO episodes skip but evaluation does not)"""
     bc_target_ce: float = 0.2
     """behaviour cloning stops once the epoch's cross-entropy is below this"""
+    bc_value_coef: float = 0.5
+    """weight of the critic's return regression in the cloning loss. The critic pools the actor's
+    row embeddings, so with large returns (dynamic mode: value MSE ~1,000) this term's gradient
+    swamps the actor's; 0 clones the actor alone (the critic then starts untrained)"""
     teacher: str = "fgd"
     """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
     :mod:`rl.teacher`) or the path of a saved linear scorer JSON"""
@@ -211,6 +215,12 @@ def promote_if_better(client: Any, version: str, score: float) -> tuple[bool, st
         client.set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version)
         return True, prev
     return False, prev
+
+
+def check_bc_value_coef(value: float) -> None:
+    """``--bc-value-coef`` must be a finite number >= 0 (ConfigError otherwise)."""
+    if not (np.isfinite(value) and value >= 0):
+        raise ConfigError(f"--bc-value-coef must be a finite number >= 0, got {value}")
 
 
 def seed_everything(seed: int, threads: int) -> None:
@@ -434,6 +444,7 @@ def run(args: Args) -> dict[str, Any]:
         raise ConfigError(f"--mode {args.mode}: use fgd or dynamic")
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
+    check_bc_value_coef(args.bc_value_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
 
@@ -524,6 +535,7 @@ def run(args: Args) -> dict[str, Any]:
                 epochs=args.bc_epochs,
                 seed=args.seed,
                 target_ce=args.bc_target_ce,
+                value_coef=args.bc_value_coef,
             )
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
@@ -630,7 +642,12 @@ def run(args: Args) -> dict[str, Any]:
                     + f" --eval-seeds {' '.join(map(str, args.eval_seeds))}"
                     f" --teacher {args.teacher} --bc-episodes {args.bc_episodes}"
                     f" --bc-target-ce {args.bc_target_ce:g} --bc-fgd-until-pct {args.bc_fgd_until_pct:g}"
-                    f" --fgd-until-pct {args.fgd_until_pct:g}"
+                    + (
+                        f" --bc-value-coef {args.bc_value_coef:g}"
+                        if args.bc_value_coef != 0.5
+                        else ""
+                    )
+                    + f" --fgd-until-pct {args.fgd_until_pct:g}"
                     + (
                         f" --cem-generations {args.cem_generations} --cem-population"
                         f" {args.cem_population} --cem-seeds {' '.join(map(str, args.cem_seeds))}"

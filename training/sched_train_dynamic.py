@@ -316,6 +316,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
     from training.sched_train import (
         _hyperparams,
         _run_dirs,
+        check_bc_value_coef,
         seed_everything,
         tracking_uri,
         write_model_card,
@@ -330,6 +331,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
 
         DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
     opts = search_options(args)  # fail fast (ConfigError) too
+    check_bc_value_coef(args.bc_value_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs = _env_kwargs(args)
@@ -409,6 +411,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
                 epochs=args.bc_epochs,
                 seed=args.seed,
                 target_ce=args.bc_target_ce,
+                value_coef=args.bc_value_coef,
             )
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
@@ -486,6 +489,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
                 else ""
             )
             + f" --bc-episodes {args.bc_episodes} --bc-target-ce {args.bc_target_ce:g}"
+            + (f" --bc-value-coef {args.bc_value_coef:g}" if args.bc_value_coef != 0.5 else "")
             + f" --timesteps {args.timesteps} --n-envs {args.n_envs} --seed {args.seed}"
             + f" --eval-seeds {' '.join(map(str, args.eval_seeds))} --eval-freq {args.eval_freq}"
             + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
