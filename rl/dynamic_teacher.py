@@ -337,6 +337,10 @@ class DynCEMResult:
     episodes: list[tuple[str, int]] = field(default_factory=list)
     stopped_early: bool = False
     """the search ended at ``max_minutes`` before its last generation"""
+    mean: DynLinearScorer | None = None
+    """the search distribution's mean after its last generation (projected like every scored
+    vector); never scored by the search itself, so free of the best vector's selection on noisy
+    scores"""
 
 
 def cem_search_dynamic(
@@ -415,15 +419,15 @@ def cem_search_dynamic(
     t0 = time.monotonic()
     state: dict[str, Any] = {}
 
-    def on_generation(b: Any, bs: float, hist: list[dict[str, float]], _mu: np.ndarray) -> None:
-        state.update(best=b, best_score=bs, history=hist)
+    def on_generation(b: Any, bs: float, hist: list[dict[str, float]], mu_now: np.ndarray) -> None:
+        state.update(best=b, best_score=bs, history=hist, mu=mu_now.copy())
         if max_minutes is not None and time.monotonic() - t0 >= 60.0 * max_minutes:
             if len(hist) < generations:
                 raise _StopSearch
 
     stopped = False
     try:
-        best, best_score, history, _ = cem_loop(
+        best, best_score, history, mu_end = cem_loop(
             mu,
             sd,
             anchor,
@@ -441,8 +445,15 @@ def cem_search_dynamic(
         )
     except _StopSearch:
         best, best_score, history = state["best"], state["best_score"], state["history"]
+        mu_end = state["mu"]
         stopped = True
     eps = [(name, s) for name, s, _, _ in streams.episodes]
     return DynCEMResult(
-        cast(DynLinearScorer, best), best_score, fgd_score, history, eps, stopped_early=stopped
+        cast(DynLinearScorer, best),
+        best_score,
+        fgd_score,
+        history,
+        eps,
+        stopped_early=stopped,
+        mean=make(np.asarray(mu_end, dtype=float)),
     )

@@ -135,7 +135,7 @@ def test_default_search_is_the_released_recipes_draw_for_draw() -> None:
     sd = np.full(mu.shape, 0.5)
     anchor = int(np.argmax(np.abs(mu)))
     sd[anchor] = 0.0
-    best, best_score, history, _ = cem_loop(
+    best, best_score, history, mu_end = cem_loop(
         mu,
         sd,
         anchor,
@@ -152,6 +152,27 @@ def test_default_search_is_the_released_recipes_draw_for_draw() -> None:
     np.testing.assert_array_equal(res.best.weights, best.weights)
     assert res.best_score == best_score and res.history == history
     assert len(fake.scored) == len(ref.scored)
+    # the final search mean is cem_loop's, unscored (nothing beyond the loop's draws was scored)
+    np.testing.assert_array_equal(res.mean.weights, mu_end)
+    assert not any(np.array_equal(w, mu_end) for w in fake.scored)
+
+
+def test_search_mean_is_projected_and_kept_when_the_time_cap_stops_the_search() -> None:
+    fake = FakeStreams()
+    res = cem_search_dynamic(
+        fake, K, F, generations=3, population=6, n_elite=2, seed=1, nonneg=["gpu_used_after"]
+    )  # type: ignore[arg-type]
+    glob = random_globals(np.random.default_rng(2), 64)
+    assert min_effective(res.mean, "gpu_used_after", glob) >= -1e-12
+    # projected like every scored vector: projecting it again changes nothing
+    np.testing.assert_array_equal(
+        project_nonneg(res.mean.weights, ["gpu_used_after"], F, DEFAULT_INTERACT), res.mean.weights
+    )
+    capped = cem_search_dynamic(
+        FakeStreams(), K, F, generations=4, population=3, n_elite=1, seed=0, max_minutes=1e-9
+    )  # type: ignore[arg-type]
+    assert capped.stopped_early and capped.mean is not None
+    assert capped.mean.weights.shape == (W,)
 
 
 def test_time_cap_stops_after_the_first_generation() -> None:

@@ -260,6 +260,8 @@ def _teacher(
     )
     bar.close()
     log_cem_search(res, run_dir)
+    if res.mean is not None:  # the final search mean, beside the best vector (never cloned here)
+        res.mean.save(run_dir / "model" / "teacher_mean.json")
     summary["cem"] = {
         "objective_fgd": res.fgd_score,
         "objective_teacher": res.best_score,
