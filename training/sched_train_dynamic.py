@@ -16,8 +16,9 @@ Steps (see ``docs/ppo-dynamic.md``):
    ``--n-envs`` (each episode draws one training trace), with a periodic greedy validation on the
    training traces x ``--eval-seeds`` (objective ``J`` of :mod:`rl.dynamic_teacher`: mean slowdown
    relative to FGD plus the p99-queueing guard). The best policy (the clone included) is kept.
-5. Exports the best policy (``policy.pt``, ``policy.onnx``, ``ppo.zip``, ``teacher.json``,
-   ``metadata.json``, ``model_card.md``) to ``<out>/<run>/model`` and with ``--release`` to
+5. Exports the best policy (``policy.pt``, ``policy.onnx``, ``ppo.zip``, ``teacher.json``, with
+   ``--teacher cem`` the search's final mean ``teacher_mean.json``, ``metadata.json``,
+   ``model_card.md``) to ``<out>/<run>/model`` and with ``--release`` to
    ``models/placement-dynamic/``. Logged to MLflow; not registered (the ``fleetmind-placement``
    champion is the fgd-mode model).
 
