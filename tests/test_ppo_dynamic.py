@@ -240,18 +240,21 @@ def test_bad_teacher_file_fails_fast_with_model_load_error(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf")])
-def test_bad_bc_value_coef_fails_fast_in_both_modes(tmp_path, bad) -> None:
+@pytest.mark.parametrize(
+    "field,flag", [("bc_value_coef", "--bc-value-coef"), ("vf_coef", "--vf-coef")]
+)
+def test_bad_loss_weights_fail_fast_in_both_modes(tmp_path, bad, field, flag) -> None:
     from data.errors import ConfigError
     from training.sched_train import Args, run
 
     for mode in ("dynamic", "fgd"):
         args = Args(
             mode=mode,
-            bc_value_coef=bad,
             out=str(tmp_path / "runs"),
             tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
             progress=False,
+            **{field: bad},
         )
-        with pytest.raises(ConfigError, match="--bc-value-coef must be a finite number >= 0"):
+        with pytest.raises(ConfigError, match=f"{flag} must be a finite number >= 0"):
             run(args)
     assert not (tmp_path / "runs").exists()  # refused before anything was written

@@ -291,6 +291,12 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         "clone the actor alone, e.g. when --timesteps 0 leaves the critic unused)",
     )
     tr.add_argument(
+        "--vf-coef",
+        type=float,
+        default=0.5,
+        help="PPO value-loss weight (default 0.5; the critic shares the actor's row trunk)",
+    )
+    tr.add_argument(
         "--bc-fgd-until-pct",
         type=float,
         default=0.0,
@@ -397,6 +403,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         teacher=args.teacher,
         bc_target_ce=args.bc_target_ce,
         bc_value_coef=args.bc_value_coef,
+        vf_coef=args.vf_coef,
         bc_fgd_until_pct=args.bc_fgd_until_pct,
         eval_fgd_until_pct=args.eval_fgd_until_pct,
         cem_generations=args.cem_generations,

@@ -121,6 +121,9 @@ class Args:
     """discount"""
     ent_coef: float = 0.001
     """entropy bonus"""
+    vf_coef: float = 0.5
+    """PPO value-loss weight. The critic pools the actor's row embeddings, so with large returns
+    (dynamic mode) a big weight lets the value loss dominate the shared trunk's clipped gradient"""
     hidden: int = 64
     """hidden width (tanh)"""
     eval_traces: list[str] = field(default_factory=lambda: ["default"])
@@ -217,10 +220,11 @@ def promote_if_better(client: Any, version: str, score: float) -> tuple[bool, st
     return False, prev
 
 
-def check_bc_value_coef(value: float) -> None:
-    """``--bc-value-coef`` must be a finite number >= 0 (ConfigError otherwise)."""
-    if not (np.isfinite(value) and value >= 0):
-        raise ConfigError(f"--bc-value-coef must be a finite number >= 0, got {value}")
+def check_bc_value_coef(value: float, vf_coef: float = 0.5) -> None:
+    """``--bc-value-coef`` and ``--vf-coef`` must be finite numbers >= 0 (ConfigError otherwise)."""
+    for flag, v in (("--bc-value-coef", value), ("--vf-coef", vf_coef)):
+        if not (np.isfinite(v) and v >= 0):
+            raise ConfigError(f"{flag} must be a finite number >= 0, got {v}")
 
 
 def seed_everything(seed: int, threads: int) -> None:
@@ -277,6 +281,7 @@ def _hyperparams(args: Args) -> Any:
         target_kl=args.target_kl,
         gamma=args.gamma,
         ent_coef=args.ent_coef,
+        vf_coef=args.vf_coef,
         hidden=args.hidden,
     )
 
@@ -444,7 +449,7 @@ def run(args: Args) -> dict[str, Any]:
         raise ConfigError(f"--mode {args.mode}: use fgd or dynamic")
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
-    check_bc_value_coef(args.bc_value_coef)
+    check_bc_value_coef(args.bc_value_coef, args.vf_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
 
@@ -647,6 +652,7 @@ def run(args: Args) -> dict[str, Any]:
                         if args.bc_value_coef != 0.5
                         else ""
                     )
+                    + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
                     + f" --fgd-until-pct {args.fgd_until_pct:g}"
                     + (
                         f" --cem-generations {args.cem_generations} --cem-population"

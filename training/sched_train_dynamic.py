@@ -334,7 +334,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
 
         DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
     opts = search_options(args)  # fail fast (ConfigError) too
-    check_bc_value_coef(args.bc_value_coef)
+    check_bc_value_coef(args.bc_value_coef, args.vf_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs = _env_kwargs(args)
@@ -493,6 +493,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
             )
             + f" --bc-episodes {args.bc_episodes} --bc-target-ce {args.bc_target_ce:g}"
             + (f" --bc-value-coef {args.bc_value_coef:g}" if args.bc_value_coef != 0.5 else "")
+            + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
             + f" --timesteps {args.timesteps} --n-envs {args.n_envs} --seed {args.seed}"
             + f" --eval-seeds {' '.join(map(str, args.eval_seeds))} --eval-freq {args.eval_freq}"
             + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
