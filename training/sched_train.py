@@ -220,9 +220,9 @@ def promote_if_better(client: Any, version: str, score: float) -> tuple[bool, st
     return False, prev
 
 
-def check_bc_value_coef(value: float, vf_coef: float = 0.5) -> None:
+def check_loss_weights(bc_value_coef: float, vf_coef: float) -> None:
     """``--bc-value-coef`` and ``--vf-coef`` must be finite numbers >= 0 (ConfigError otherwise)."""
-    for flag, v in (("--bc-value-coef", value), ("--vf-coef", vf_coef)):
+    for flag, v in (("--bc-value-coef", bc_value_coef), ("--vf-coef", vf_coef)):
         if not (np.isfinite(v) and v >= 0):
             raise ConfigError(f"{flag} must be a finite number >= 0, got {v}")
 
@@ -449,7 +449,7 @@ def run(args: Args) -> dict[str, Any]:
         raise ConfigError(f"--mode {args.mode}: use fgd or dynamic")
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
-    check_bc_value_coef(args.bc_value_coef, args.vf_coef)
+    check_loss_weights(args.bc_value_coef, args.vf_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
 

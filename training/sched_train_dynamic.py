@@ -319,7 +319,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
     from training.sched_train import (
         _hyperparams,
         _run_dirs,
-        check_bc_value_coef,
+        check_loss_weights,
         seed_everything,
         tracking_uri,
         write_model_card,
@@ -334,7 +334,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
 
         DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
     opts = search_options(args)  # fail fast (ConfigError) too
-    check_bc_value_coef(args.bc_value_coef, args.vf_coef)
+    check_loss_weights(args.bc_value_coef, args.vf_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs = _env_kwargs(args)
