@@ -125,13 +125,12 @@ def burst_split(samples: list[tuple[float, float, int]]) -> dict[str, float | in
         ``first_burst_max_ms`` (slowest first request of a client), ``first_burst_n`` and
         ``p99_after_first_burst_ms`` (p99 over every other request; absent with none).
     """
-    first: dict[int, tuple[float, float]] = {}
-    for start, ms, k in samples:
-        if k not in first or start < first[k][0]:
-            first[k] = (start, ms)
-    burst = [ms for _, ms in first.values()]
-    firsts = {(k, v[0]) for k, v in first.items()}
-    rest = [ms for start, ms, k in samples if (k, start) not in firsts]
+    seen: set[int] = set()
+    burst: list[float] = []
+    rest: list[float] = []
+    for _, ms, k in sorted(samples):  # by start: each client's first request comes first
+        (rest if k in seen else burst).append(ms)
+        seen.add(k)
     out: dict[str, float | int] = {"first_burst_n": len(burst)}
     if burst:
         out["first_burst_max_ms"] = round(max(burst), 3)
