@@ -25,13 +25,14 @@ All randomness comes from ``numpy.random.default_rng(seed)`` (workload and node 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from data.errors import DataError
 from data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
-from envs.core import ClusterState, pods_from_trace
+from envs.core import ClusterState, Pod, pods_from_trace
 from envs.policies import Policy, make_policy
 
 DEFAULT_SCALE = 1.3
@@ -172,6 +173,7 @@ def run_fgd(
     *,
     scale: float = DEFAULT_SCALE,
     levels: tuple[int, ...] = DEFAULT_LEVELS,
+    on_fail: Callable[[int, Pod, ClusterState], None] | None = None,
 ) -> FgdResult:
     """One fgd-mode run: build the workload, place every pod with ``policy``, measure.
 
@@ -182,6 +184,8 @@ def run_fgd(
         nodes: the node list (default: the openb GPU nodes).
         scale: workload size relative to GPU capacity.
         levels: arrived levels (%) at which to report unallocated GPU %.
+        on_fail: called as ``on_fail(i, pod, state)`` when pod ``i`` (arrival order) finds no
+            node, with the state it failed in (read-only use; see ``envs.failure_causes``).
     """
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
     pol = policy if isinstance(policy, Policy) else make_policy(policy)
@@ -209,6 +213,8 @@ def run_fgd(
             place(pod, node, gpus)
             placed[i] = True
             node_of[i] = node
+        elif on_fail is not None:
+            on_fail(i, pod, state)
         allocated[i] = state.allocated_gpu_milli
     seconds = time.perf_counter() - t0
     cpu_seconds = time.process_time() - c0

@@ -1,0 +1,207 @@
+"""Where the unallocated GPUs go in fgd mode: failed GPU request by cause and pod kind (issue 6).
+
+For every trace x policy x seed, runs fgd mode as ``fleetmind sched evaluate`` does and sorts the
+GPU request of the pods that failed before 100 % arrived by what stopped them
+(``envs.failure_causes``: host CPU/memory used up beside GPUs with room, GPU room split over
+GPUs and nodes, or no GPU room left). With ``--relax-host`` every run is repeated on the same trace
+with all CPU and memory requests dropped, so only the GPUs constrain placement.
+
+    .venv/bin/python benchmarks/placement_failure_causes.py --traces default cpu050 gpushare20 \\
+        gpushare60 multigpu30 gpuspec20 --seeds 42-46 --policies ppo FGD BestFit --relax-host \\
+        --workers 2
+
+Writes ``benchmarks/results/placement_failure_causes.json`` (means over seeds and every run), with
+the command, machine and package versions. ``ppo`` is the released model (or ``--model``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from data.errors import DataError  # noqa: E402
+from data.openb import load_openb_trace  # noqa: E402
+from envs.failure_causes import FAILURE_CAUSES, relax_host, run_with_causes  # noqa: E402
+from envs.packing_bound import fgd_run_bound  # noqa: E402
+from training.cli_sched import parse_seeds  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "placement_failure_causes.json"
+
+_PPO: dict[str, object] = {}
+
+
+def _job(job: tuple[str, str, int, str | None, bool]) -> dict:
+    trace_name, policy, seed, model, relaxed = job
+    trace = load_openb_trace(trace_name)
+    if relaxed:
+        trace = relax_host(trace)
+    pol: object = policy
+    if policy == "ppo":
+        from rl.policy_adapter import load_ppo_policy
+
+        pol = _PPO.get(str(model))
+        if pol is None:
+            pol = _PPO[str(model)] = load_ppo_policy(model)
+    _, b = run_with_causes(trace, pol, seed)
+    out = b.to_json()
+    out.update(trace=trace_name, policy=policy, relaxed=relaxed)
+    return out
+
+
+def _mean(rows: list[dict], key: str, sub: str | None = None) -> float:
+    vals = [(r[key].get(sub, 0.0) if sub else r[key]) for r in rows]
+    return round(float(np.mean(vals)), 3)
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Means over seeds of the metric, the failed request and its split (all in % of capacity)."""
+    kinds = sorted({k for r in rows for k in r["by_kind"]})
+    return {
+        "unallocated_gpu_pct_at_100": _mean(rows, "unallocated"),
+        "failed_pct": _mean(rows, "failed_pct"),
+        "by_cause": {c: _mean(rows, "by_cause", c) for c in FAILURE_CAUSES},
+        "by_kind": {k: _mean(rows, "by_kind", k) for k in kinds},
+        "n_failed_gpu": round(float(np.mean([r["n_failed_gpu"] for r in rows])), 1),
+        "seeds": [r["seed"] for r in rows],
+    }
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("numpy", "torch", "onnxruntime", "stable-baselines3", "sb3-contrib"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", nargs="+", required=True)
+    ap.add_argument("--seeds", nargs="+", default=["42-46"])
+    ap.add_argument("--policies", nargs="+", default=["ppo", "FGD", "BestFit"])
+    ap.add_argument("--model", default=None, help="PPO model folder (default: models/placement)")
+    ap.add_argument(
+        "--relax-host", action="store_true", help="also run every job with no CPU/memory requests"
+    )
+    ap.add_argument("--workers", type=positive_int, default=2)
+    ap.add_argument("--out", default=str(RESULTS))
+    a = ap.parse_args(argv)
+    seeds = parse_seeds(a.seeds)
+    for t in a.traces:  # fail fast, before any worker starts, on a trace name that does not load
+        try:
+            load_openb_trace(t)
+        except DataError as e:
+            sys.exit(f"error: {e}")
+    variants = (False, True) if a.relax_host else (False,)
+    jobs = [
+        (t, p, s, a.model, r) for r in variants for t in a.traces for p in a.policies for s in seeds
+    ]
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+    with ProcessPoolExecutor(max_workers=a.workers) as pool:
+        for i, row in enumerate(pool.map(_job, jobs)):
+            rows.append(row)
+            c = row["by_cause"]
+            print(
+                f"[{i + 1}/{len(jobs)}] {row['trace']}{' (no host limits)' if row['relaxed'] else ''}"
+                f" {row['policy']} seed {row['seed']}: unallocated {row['unallocated']:.2f}, "
+                + ", ".join(f"{k} {c[k]:.2f}" for k in FAILURE_CAUSES),
+                flush=True,
+            )
+    # the relaxed-packing bound depends on the pods only (the same with and without host limits)
+    bounds = {
+        (t, sd): round(fgd_run_bound(load_openb_trace(t), sd).min_failed_pct, 4)
+        for t in a.traces
+        for sd in seeds
+    }
+    wall = time.perf_counter() - t0
+    summary: dict[str, dict] = {}
+    for r in variants:
+        key = "no_host_limits" if r else "as_traced"
+        summary[key] = {
+            t: {
+                p: summarise(
+                    [x for x in rows if x["trace"] == t and x["policy"] == p and x["relaxed"] == r]
+                )
+                for p in a.policies
+            }
+            for t in a.traces
+        }
+    lower_bound = {}
+    for t in a.traces:
+        lb = round(float(np.mean([bounds[(t, sd)] for sd in seeds])), 3)
+        entry: dict[str, object] = {
+            "min_failed_pct": lb,
+            "per_seed": {str(sd): bounds[(t, sd)] for sd in seeds},
+        }
+        fgd = summary["as_traced"][t].get("FGD")
+        if fgd is not None:
+            f = fgd["unallocated_gpu_pct_at_100"]
+            entry["best_possible_vs_fgd_pct"] = round(100.0 * (lb - f) / f, 1)
+            for p, s in summary["as_traced"][t].items():
+                if p != "FGD" and f > lb:
+                    s["share_of_fgd_excess_removed"] = round(
+                        (f - s["unallocated_gpu_pct_at_100"]) / (f - lb), 3
+                    )
+        lower_bound[t] = entry
+    out = {
+        "command": "python benchmarks/placement_failure_causes.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": str(a.model or "models/placement"),
+        "seeds": seeds,
+        "level_pct": 100,
+        "units": "every figure is GPU milli in % of the cluster's GPU capacity",
+        "machine": {
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_start": [round(x, 2) for x in load0],
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "versions": versions(),
+        "wall_time_s": round(wall, 1),
+        "lower_bound": lower_bound,
+        "lower_bound_note": "envs.packing_bound: configuration-LP bound of the relaxed problem"
+        " (every GPU a bin of 1000 milli, no nodes, CPU, memory, GPU models or arrival order);"
+        " no policy can leave less GPU request unplaced by 100 % arrived",
+        "summary": summary,
+        "runs": rows,
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    for key, per_trace in summary.items():
+        print(f"\n{key}: mean over seeds, % of GPU capacity")
+        for t, pols in per_trace.items():
+            print(f"  {t:12s} lower bound {lower_bound[t]['min_failed_pct']:.2f}")
+            for p, s in pols.items():
+                c = s["by_cause"]
+                print(
+                    f"  {t:12s} {p:8s} unallocated {s['unallocated_gpu_pct_at_100']:.2f}  "
+                    + "  ".join(f"{k} {c[k]:.2f}" for k in FAILURE_CAUSES)
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""A lower bound on the GPU request any placement policy must leave unplaced (fgd mode).
+
+Relax the placement problem until it is a one-dimensional packing problem:
+
+* every GPU of the cluster is a bin of 1000 milli-GPU, whichever node it is on;
+* a pod of k whole GPUs becomes k items of 1000 (they need not share a node), and a GPU-sharing
+  pod one item of its ``gpu_milli``;
+* CPU, memory, GPU models (``gpu_spec``) and the arrival order are ignored: the packer sees every
+  pod in advance and may leave any of them out.
+
+Every placement a real policy reaches is a packing of this relaxed problem, so the most GPU request
+the relaxed problem can pack is an upper bound on what any policy (FGD, PPO, an oracle) has
+allocated, and ``request - that`` a lower bound on the GPU request that failed.
+
+The relaxed optimum is bounded from above by the configuration linear program (Gilmore & Gomory,
+1961): a configuration is a multiset of item sizes that fits one bin, ``x_c >= 0`` says how many
+bins use configuration c, at most ``n_gpus`` bins are used and at most ``n_t`` items of size t::
+
+    max  sum_c value_c x_c   s.t.  sum_c x_c <= n_gpus,  sum_c a_tc x_c <= n_t,  x >= 0
+
+It is solved by column generation: the restricted program runs on SciPy's HiGHS, and a bounded
+knapsack over one bin (dynamic programming in steps of the sizes' greatest common divisor) prices the
+next configuration. The bound reported is the value of a feasible dual solution (the restricted
+program's duals, with the bin price raised by the best remaining reduced cost), so it stays valid
+even if the generation were stopped early.
+
+Units: milli-GPU throughout; the public results are also given in % of the cluster's capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+
+from data.openb import OpenbNodes, PodTrace, load_openb_nodes
+from envs.core import GPU_MILLI
+from envs.fgd_mode import DEFAULT_SCALE, build_workload
+
+
+@dataclass(frozen=True)
+class PackingBound:
+    """Outcome of :func:`gpu_packing_bound`.
+
+    Attributes:
+        request_milli: total GPU request of the pods given.
+        max_packable_milli: upper bound on the request any placement can allocate.
+        min_failed_milli: ``request_milli - max_packable_milli`` (>= 0): lower bound on the GPU
+            request left unplaced.
+        capacity_milli: ``n_gpus * 1000``.
+        columns, iterations: size of the final restricted program and generation rounds.
+    """
+
+    request_milli: int
+    max_packable_milli: float
+    min_failed_milli: float
+    capacity_milli: int
+    columns: int
+    iterations: int
+
+    @property
+    def min_failed_pct(self) -> float:
+        """The lower bound in % of the cluster's GPU capacity."""
+        return 100.0 * self.min_failed_milli / self.capacity_milli
+
+
+def _best_configuration(
+    sizes: np.ndarray, counts: np.ndarray, profit: np.ndarray, unit: int
+) -> tuple[float, np.ndarray]:
+    """Bounded knapsack over one bin: the multiset (at most ``counts[t]`` of size ``sizes[t]``,
+    total <= 1000) with the largest summed ``profit``. Items with profit <= 0 are never taken.
+
+    Returns:
+        (best profit, ``(T,)`` int64 multiplicities).
+    """
+    cap = GPU_MILLI // unit
+    w = (sizes // unit).astype(np.int64)
+    best = np.zeros(cap + 1)
+    # choice[t, c]: how many of type t the best packing of capacity c over types 0..t takes
+    choice = np.zeros((len(sizes), cap + 1), dtype=np.int64)
+    for t in range(len(sizes)):
+        if profit[t] <= 0:
+            continue
+        new = best.copy()
+        for k in range(1, int(min(counts[t], cap // w[t])) + 1):
+            shifted = np.full(cap + 1, -np.inf)
+            shifted[k * w[t] :] = best[: cap + 1 - k * w[t]] + k * profit[t]
+            better = shifted > new
+            new = np.where(better, shifted, new)
+            choice[t] = np.where(better, k, choice[t])
+        best = new
+    # walk back from the full capacity
+    a = np.zeros(len(sizes), dtype=np.int64)
+    c = cap
+    for t in range(len(sizes) - 1, -1, -1):
+        k = int(choice[t, c])
+        a[t] = k
+        c -= k * int(w[t])
+    return float(a @ profit), a
+
+
+def gpu_packing_bound(
+    num_gpu: np.ndarray, gpu_milli: np.ndarray, n_gpus: int, *, max_iterations: int = 500
+) -> PackingBound:
+    """Lower bound on the unplaceable GPU request of a set of pods (see the module docstring).
+
+    Args:
+        num_gpu: ``(P,)`` GPUs per pod (0: CPU-only, ignored).
+        gpu_milli: ``(P,)`` per-GPU share in milli-GPU (1000 for whole GPUs).
+        n_gpus: GPUs in the cluster (> 0).
+        max_iterations: column-generation rounds before giving up on optimality (the bound stays
+            valid, only looser).
+
+    Raises:
+        ValueError: mismatched arrays, no GPUs, or a share outside 1..1000 milli.
+    """
+    num_gpu = np.asarray(num_gpu, dtype=np.int64)
+    gpu_milli = np.asarray(gpu_milli, dtype=np.int64)
+    if num_gpu.shape != gpu_milli.shape:
+        raise ValueError("num_gpu and gpu_milli must have the same shape")
+    if n_gpus <= 0:
+        raise ValueError(f"n_gpus must be positive, got {n_gpus}")
+    gpu = num_gpu > 0
+    milli = gpu_milli[gpu]
+    if ((milli < 1) | (milli > GPU_MILLI)).any():
+        raise ValueError("every GPU pod's gpu_milli must be in 1..1000")
+    whole = milli == GPU_MILLI
+    n_whole = int(num_gpu[gpu][whole].sum())
+    sizes, counts = np.unique(milli[~whole], return_counts=True)
+    if n_whole:
+        sizes = np.append(sizes, GPU_MILLI)
+        counts = np.append(counts, n_whole)
+    sizes = sizes.astype(np.int64)
+    counts = counts.astype(np.int64)
+    request = int(sizes @ counts)
+    capacity = n_gpus * GPU_MILLI
+    if request == 0:
+        return PackingBound(0, 0.0, 0.0, capacity, 0, 0)
+    unit = math.gcd(GPU_MILLI, *sizes.tolist())
+    n_types = len(sizes)
+    # start with one single-size configuration per size
+    cols = [
+        np.eye(n_types, dtype=np.int64)[t] * min(counts[t], GPU_MILLI // sizes[t])
+        for t in range(n_types)
+    ]
+    b_ub = np.concatenate([[n_gpus], counts]).astype(float)
+    bound = float(request)
+    it = 0
+    while it < max_iterations:
+        it += 1
+        a = np.array(cols, dtype=float).T  # (T, C)
+        value = sizes @ a
+        res = linprog(
+            -value,
+            A_ub=np.vstack([np.ones((1, a.shape[1])), a]),
+            b_ub=b_ub,
+            bounds=(0, None),
+            method="highs",
+        )
+        if res.status != 0:
+            raise RuntimeError(f"packing LP failed: {res.message}")
+        duals = -np.asarray(res.ineqlin.marginals)  # >= 0 for the <= rows of a maximisation
+        z, y = max(float(duals[0]), 0.0), np.maximum(duals[1:], 0.0)
+        best, config = _best_configuration(sizes, counts, sizes - y, unit)
+        reduced = best - z
+        # any dual (y, z') with z' >= z + reduced is feasible: its value bounds the LP from above
+        bound = min(bound, float(n_gpus * (z + max(reduced, 0.0)) + counts @ y))
+        if reduced <= 1e-7 * GPU_MILLI or any(np.array_equal(config, c) for c in cols):
+            break
+        cols.append(config)
+    packable = min(bound, float(request), float(capacity))
+    return PackingBound(
+        request_milli=request,
+        max_packable_milli=packable,
+        min_failed_milli=max(request - packable, 0.0),
+        capacity_milli=capacity,
+        columns=len(cols),
+        iterations=it,
+    )
+
+
+def fgd_run_bound(
+    trace: PodTrace, seed: int, nodes: OpenbNodes | None = None, *, level: int = 100
+) -> PackingBound:
+    """:func:`gpu_packing_bound` of the pods an fgd-mode run (``run_fgd(trace, ..., seed)``, any
+    policy) has seen by the time its arrived GPU request reaches ``level`` % of capacity, i.e. the
+    pods :func:`envs.failure_causes.run_with_causes` counts failures among."""
+    nodes = nodes if nodes is not None else load_openb_nodes()
+    capacity = int(nodes.total_gpus) * GPU_MILLI
+    wl = build_workload(trace, len(nodes), capacity, seed, DEFAULT_SCALE)
+    arrived = np.cumsum(wl.trace.gpu_request)
+    n = int(np.searchsorted(arrived, capacity * level / 100.0, side="right"))
+    return gpu_packing_bound(wl.trace.num_gpu[:n], wl.trace.gpu_milli[:n], int(nodes.total_gpus))
