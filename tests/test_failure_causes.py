@@ -135,3 +135,18 @@ def test_benchmark_script_names_a_bad_trace(tmp_path) -> None:
 
     with pytest.raises(SystemExit, match="no-such-trace"):
         main(["--traces", "no-such-trace", "--out", str(tmp_path / "x.json")])
+
+
+def test_benchmark_script_bound_only(shared_data, tmp_path) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from placement_failure_causes import main
+
+    out = tmp_path / "bound.json"
+    main(["--traces", "gpushare60", "--seeds", "42", "43", "--policies", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["runs"] == []
+    per_seed = res["lower_bound"]["gpushare60"]["per_seed"]
+    assert set(per_seed) == {"42", "43"} and all(v > 0 for v in per_seed.values())
