@@ -309,3 +309,100 @@ def peer_heuristic(name: str) -> PeerPolicyPlacer | None:
     except Exception:
         return None
     return PeerPolicyPlacer(policy, name=f"heuristic:{getattr(policy, 'name', name)}")
+
+
+def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations) -> str:
+    """Why no node can hold ``job``, in one sentence for the 409 answer.
+
+    Reads the snapshot as :class:`BestFitPlacer` does (healthy GPUs, free capacity after
+    reservations, CPU and memory only on nodes that report them) and names the first of these that
+    applies, with the figures behind it:
+
+    * the cluster or GPU model asked for has no node or GPU;
+    * ``host``: some nodes have GPU room for the job but lack its CPU or memory (the same cause as
+      ``envs.failure_causes``);
+    * GPU room is split: enough free GPU in all, but no node has the GPUs the job needs;
+    * too little free GPU on the matching GPUs;
+    * (CPU-only jobs) no node has the CPU and memory.
+
+    A policy that searches differently (e.g. the PPO placer's candidate set) may miss a node this
+    view finds; the answer then says so rather than guess.
+    """
+    nodes = [n for n in snapshot.nodes if job.cluster is None or n.cluster == job.cluster]
+    if not nodes:
+        if job.cluster is None:
+            return "the fleet snapshot has no nodes"
+        known = sorted({n.cluster for n in snapshot.nodes})
+        return f"cluster {job.cluster!r} has no nodes (clusters: {', '.join(known) or 'none'})"
+
+    def cpu_free(n: NodeState) -> int | None:
+        if not n.cpu_milli:
+            return None  # the source does not report CPU: not a constraint
+        return n.cpu_milli_free - reservations.cpu_used(n.cluster, n.name)
+
+    def mem_free(n: NodeState) -> int | None:
+        if not n.memory_mib:
+            return None
+        return n.memory_mib_free - reservations.mem_used(n.cluster, n.name)
+
+    def host_ok(n: NodeState) -> tuple[bool, bool]:
+        c, m = cpu_free(n), mem_free(n)
+        return (c is None or c >= job.cpu_milli), (m is None or m >= job.memory_mib)
+
+    def host_summary(group: list[NodeState]) -> str:
+        cpus = [c for n in group if (c := cpu_free(n)) is not None]
+        mems = [m for n in group if (m := mem_free(n)) is not None]
+        parts = []
+        if cpus:
+            parts.append(f"at most {max(cpus)} mCPU free (job: {job.cpu_milli})")
+        if mems:
+            parts.append(f"at most {max(mems)} MiB free (job: {job.memory_mib})")
+        return " and ".join(parts)
+
+    nowhere = (
+        "can hold it by the free capacity the service sees, but the serving policy placed it"
+        " nowhere"
+    )
+    if job.num_gpu == 0:
+        fit = sum(all(host_ok(n)) for n in nodes)
+        if fit:
+            return f"{fit} node(s) {nowhere}"
+        return f"no node has both the CPU and the memory: {host_summary(nodes)}"
+    want = job.gpu_model.lower() if job.gpu_model else None
+    free = {
+        id(n): [
+            f
+            for i, f in free_gpus(n, reservations)
+            if want is None or want in {g.index: g.model for g in n.gpus}[i].lower()
+        ]
+        for n in nodes
+    }
+    if want is not None and not any(want in g.model.lower() for n in nodes for g in n.gpus):
+        models = sorted({g.model for n in nodes for g in n.gpus})
+        return (
+            f"no GPU model matches {job.gpu_model!r} (models here: {', '.join(models) or 'none'})"
+        )
+    need = max(job.gpu_milli, 0)
+    room = [n for n in nodes if sum(f >= need for f in free[id(n)]) >= job.num_gpu]
+    if room:
+        lack = [host_ok(n) for n in room]
+        no_cpu = sum(not c for c, _ in lack)
+        no_mem = sum(not m for _, m in lack)
+        if no_cpu or no_mem:
+            return (
+                f"{len(room)} node(s) have GPU room for it but not the host resources "
+                f"({no_cpu} lack CPU, {no_mem} lack memory; among them {host_summary(room)})"
+            )
+        return f"{len(room)} node(s) {nowhere}"
+    total = sum(sum(max(f, 0) for f in fs) for fs in free.values())
+    request = job.num_gpu * need
+    label = f"{job.gpu_model!r} GPUs" if want is not None else "GPUs"
+    if total >= request:
+        largest = max((max(fs) for fs in free.values() if fs), default=0)
+        most = max(sum(f >= need for f in fs) for fs in free.values())
+        return (
+            f"free GPU is split: {total} milli free on healthy {label} in all, but no node has "
+            f"{job.num_gpu} GPU(s) with {need} milli free each (largest free share on one GPU: "
+            f"{largest} milli; most GPUs with {need} milli free on one node: {most})"
+        )
+    return f"not enough free GPU: {total} milli free on healthy {label}, the job needs {request}"

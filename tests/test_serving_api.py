@@ -369,6 +369,9 @@ def test_placement_reserves_until_full(client: TestClient) -> None:
     assert len(seen) == 8
     r = client.post("/api/v1/placements", json={"num_gpu": 1})
     assert r.status_code == 409 and "no node" in r.json()["detail"]
+    assert r.json()["detail"].endswith(
+        "not enough free GPU: 0 milli free on healthy GPUs, the job needs 1000"
+    )
     fleet = client.get("/api/v1/fleet").json()
     assert all(g["free_milli"] == 0 for n in fleet["nodes"] for g in n["gpus"])
 
@@ -388,10 +391,8 @@ def test_placement_packs_shared_gpus_and_filters(client: TestClient) -> None:
     assert len(c1["alternatives"]) == 2
     h = client.post("/api/v1/placements", json={"num_gpu": 1, "gpu_model": "H100"}).json()
     assert h["cluster"] == "c1"  # the example graph puts H100s in odd clusters
-    assert (
-        client.post("/api/v1/placements", json={"num_gpu": 1, "gpu_model": "TPU"}).status_code
-        == 409
-    )
+    tpu = client.post("/api/v1/placements", json={"num_gpu": 1, "gpu_model": "TPU"})
+    assert tpu.status_code == 409 and "no GPU model matches 'TPU'" in tpu.json()["detail"]
     assert (
         client.post("/api/v1/placements", json={"num_gpu": 2, "gpu_milli": 500}).status_code == 422
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep
+from serving.placement import why_no_fit
 from serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
 
 router = APIRouter(prefix="/api/v1/placements", tags=["placements"])
@@ -46,7 +47,8 @@ def place(
         raise HTTPException(
             409,
             f"no node{where} can hold the job ({job.num_gpu} GPU x {job.gpu_milli} milli, "
-            f"model {job.gpu_model or 'any'}, {job.cpu_milli} mCPU, {job.memory_mib} MiB)",
+            f"model {job.gpu_model or 'any'}, {job.cpu_milli} mCPU, {job.memory_mib} MiB): "
+            + why_no_fit(snapshot, job, services.reservations),
         )
     metrics.placements.labels(model.method, "placed").inc()
     best = options[0]
