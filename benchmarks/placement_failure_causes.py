@@ -138,12 +138,13 @@ def main(argv: list[str] | None = None) -> None:
                 + ", ".join(f"{k} {c[k]:.2f}" for k in FAILURE_CAUSES),
                 flush=True,
             )
-    # the relaxed-packing bound depends on the pods only (the same with and without host limits)
-    bounds = {
-        (t, sd): round(fgd_run_bound(load_openb_trace(t), sd).min_failed_pct, 4)
-        for t in a.traces
-        for sd in seeds
-    }
+    # the relaxed-packing bounds depend on the pods only (the same with and without host limits)
+    bounds, loose = {}, {}
+    for t in a.traces:
+        trace = load_openb_trace(t)
+        for sd in seeds:
+            bounds[(t, sd)] = round(fgd_run_bound(trace, sd).min_failed_pct, 4)
+            loose[(t, sd)] = round(fgd_run_bound(trace, sd, gpu_models=False).min_failed_pct, 4)
     wall = time.perf_counter() - t0
     summary: dict[str, dict] = {}
     for r in variants:
@@ -163,16 +164,22 @@ def main(argv: list[str] | None = None) -> None:
         entry: dict[str, object] = {
             "min_failed_pct": lb,
             "per_seed": {str(sd): bounds[(t, sd)] for sd in seeds},
+            "min_failed_pct_any_model": round(float(np.mean([loose[(t, sd)] for sd in seeds])), 3),
         }
         fgd = summary["as_traced"][t].get("FGD")
         if fgd is not None:
             f = fgd["unallocated_gpu_pct_at_100"]
             entry["best_possible_vs_fgd_pct"] = round(100.0 * (lb - f) / f, 1)
+            f_free = summary.get("no_host_limits", {}).get(t, {}).get("FGD")
             for p, s in summary["as_traced"][t].items():
-                if p != "FGD" and f > lb:
-                    s["share_of_fgd_excess_removed"] = round(
-                        (f - s["unallocated_gpu_pct_at_100"]) / (f - lb), 3
-                    )
+                if p == "FGD":
+                    continue
+                gain = f - s["unallocated_gpu_pct_at_100"]
+                if f > lb:
+                    s["share_of_fgd_excess_over_bound_removed"] = round(gain / (f - lb), 3)
+                if f_free is not None and f > f_free["unallocated_gpu_pct_at_100"]:
+                    host_loss = f - f_free["unallocated_gpu_pct_at_100"]
+                    s["share_of_fgd_host_loss_removed"] = round(gain / host_loss, 3)
         lower_bound[t] = entry
     out = {
         "command": "python benchmarks/placement_failure_causes.py "
@@ -191,8 +198,9 @@ def main(argv: list[str] | None = None) -> None:
         "wall_time_s": round(wall, 1),
         "lower_bound": lower_bound,
         "lower_bound_note": "envs.packing_bound: configuration-LP bound of the relaxed problem"
-        " (every GPU a bin of 1000 milli, no nodes, CPU, memory, GPU models or arrival order);"
-        " no policy can leave less GPU request unplaced by 100 % arrived",
+        " (every GPU a bin of 1000 milli kept to the GPU models a pod's gpu_spec allows; no nodes,"
+        " CPU, memory or arrival order); no policy can leave less GPU request unplaced by 100 %"
+        " arrived. min_failed_pct_any_model also lets every pod use any GPU model",
         "summary": summary,
         "runs": rows,
     }

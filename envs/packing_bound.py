@@ -5,8 +5,9 @@ Relax the placement problem until it is a one-dimensional packing problem:
 * every GPU of the cluster is a bin of 1000 milli-GPU, whichever node it is on;
 * a pod of k whole GPUs becomes k items of 1000 (they need not share a node), and a GPU-sharing
   pod one item of its ``gpu_milli``;
-* CPU, memory, GPU models (``gpu_spec``) and the arrival order are ignored: the packer sees every
-  pod in advance and may leave any of them out.
+* with ``gpu_models`` (the default of :func:`fgd_run_bound`) a pod stays on the GPU models its
+  ``gpu_spec`` allows; node boundaries, CPU, memory and the arrival order are ignored: the packer
+  sees every pod in advance and may leave any of them out.
 
 Every placement a real policy reaches is a packing of this relaxed problem, so the most GPU request
 the relaxed problem can pack is an upper bound on what any policy (FGD, PPO, an oracle) has
@@ -17,6 +18,9 @@ The relaxed optimum is bounded from above by the configuration linear program (G
 bins use configuration c, at most ``n_gpus`` bins are used and at most ``n_t`` items of size t::
 
     max  sum_c value_c x_c   s.t.  sum_c x_c <= n_gpus,  sum_c a_tc x_c <= n_t,  x >= 0
+
+(with GPU models, one bin-count row per model, and a configuration of model g holds only item
+types allowed on g).
 
 It is solved by column generation: the restricted program runs on SciPy's HiGHS, and a bounded
 knapsack over one bin (dynamic programming in steps of the sizes' greatest common divisor) prices the
@@ -36,7 +40,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from data.openb import OpenbNodes, PodTrace, load_openb_nodes
-from envs.core import GPU_MILLI
+from envs.core import ANY_GPU_MODEL, GPU_MILLI
 from envs.fgd_mode import DEFAULT_SCALE, build_workload
 
 
@@ -102,7 +106,13 @@ def _best_configuration(
 
 
 def gpu_packing_bound(
-    num_gpu: np.ndarray, gpu_milli: np.ndarray, n_gpus: int, *, max_iterations: int = 500
+    num_gpu: np.ndarray,
+    gpu_milli: np.ndarray,
+    n_gpus: int,
+    *,
+    gpu_spec_mask: np.ndarray | None = None,
+    model_gpus: dict[int, int] | None = None,
+    max_iterations: int = 500,
 ) -> PackingBound:
     """Lower bound on the unplaceable GPU request of a set of pods (see the module docstring).
 
@@ -110,11 +120,17 @@ def gpu_packing_bound(
         num_gpu: ``(P,)`` GPUs per pod (0: CPU-only, ignored).
         gpu_milli: ``(P,)`` per-GPU share in milli-GPU (1000 for whole GPUs).
         n_gpus: GPUs in the cluster (> 0).
+        gpu_spec_mask: ``(P,)`` allowed-model bitmask per pod (``ANY_GPU_MODEL``: any model). With
+            ``model_gpus`` it keeps every pod on GPUs of its allowed models, which tightens the
+            bound on traces whose pods restrict the model. ``None``: every pod may use any GPU.
+        model_gpus: GPUs per model id (they must add up to ``n_gpus``). ``None``: one pool.
         max_iterations: column-generation rounds before giving up on optimality (the bound stays
             valid, only looser).
 
     Raises:
-        ValueError: mismatched arrays, no GPUs, or a share outside 1..1000 milli.
+        ValueError: mismatched arrays, no GPUs, a share outside 1..1000 milli, or GPU counts per
+            model that do not add up. (A pod whose allowed models have no GPU is never packed: it
+            counts as failed.)
     """
     num_gpu = np.asarray(num_gpu, dtype=np.int64)
     gpu_milli = np.asarray(gpu_milli, dtype=np.int64)
@@ -122,54 +138,87 @@ def gpu_packing_bound(
         raise ValueError("num_gpu and gpu_milli must have the same shape")
     if n_gpus <= 0:
         raise ValueError(f"n_gpus must be positive, got {n_gpus}")
+    if model_gpus is None:
+        pools = {-1: int(n_gpus)}  # one pool that every pod may use
+        spec = np.full(num_gpu.shape, ANY_GPU_MODEL, dtype=np.int64)
+    else:
+        pools = {int(m): int(g) for m, g in model_gpus.items() if g > 0}
+        if sum(pools.values()) != n_gpus or any(m < 0 for m in pools):
+            raise ValueError(f"model_gpus {model_gpus} do not add up to n_gpus={n_gpus}")
+        spec = (
+            np.full(num_gpu.shape, ANY_GPU_MODEL, dtype=np.int64)
+            if gpu_spec_mask is None
+            else np.asarray(gpu_spec_mask, dtype=np.int64)
+        )
+        if spec.shape != num_gpu.shape:
+            raise ValueError("gpu_spec_mask must have one entry per pod")
     gpu = num_gpu > 0
-    milli = gpu_milli[gpu]
+    milli, k, spec = gpu_milli[gpu], num_gpu[gpu], spec[gpu]
     if ((milli < 1) | (milli > GPU_MILLI)).any():
         raise ValueError("every GPU pod's gpu_milli must be in 1..1000")
-    whole = milli == GPU_MILLI
-    n_whole = int(num_gpu[gpu][whole].sum())
-    sizes, counts = np.unique(milli[~whole], return_counts=True)
-    if n_whole:
-        sizes = np.append(sizes, GPU_MILLI)
-        counts = np.append(counts, n_whole)
-    sizes = sizes.astype(np.int64)
-    counts = counts.astype(np.int64)
+    # item types (size, allowed mask); a k-GPU pod is k items of 1000
+    items: dict[tuple[int, int], int] = {}
+    for m_, k_, s_ in zip(milli.tolist(), k.tolist(), spec.tolist(), strict=True):
+        key = (m_, s_)
+        items[key] = items.get(key, 0) + (k_ if m_ == GPU_MILLI else 1)
+    keys = sorted(items)
+    sizes = np.array([key[0] for key in keys], dtype=np.int64)
+    masks = np.array([key[1] for key in keys], dtype=np.int64)
+    counts = np.array([items[key] for key in keys], dtype=np.int64)
     request = int(sizes @ counts)
     capacity = n_gpus * GPU_MILLI
     if request == 0:
         return PackingBound(0, 0.0, 0.0, capacity, 0, 0)
+    pool_ids = sorted(pools)
+    pool_gpus = np.array([pools[m] for m in pool_ids], dtype=float)
+    allowed = np.array(
+        [
+            [mask == ANY_GPU_MODEL or (m >= 0 and (mask >> m) & 1 == 1) for m in pool_ids]
+            for mask in masks.tolist()
+        ],
+        dtype=bool,
+    )  # (T, pools)
+    # a type no pool allows gets no column: it is never packed, so it counts as failed
     unit = math.gcd(GPU_MILLI, *sizes.tolist())
-    n_types = len(sizes)
-    # start with one single-size configuration per size
-    cols = [
-        np.eye(n_types, dtype=np.int64)[t] * min(counts[t], GPU_MILLI // sizes[t])
+    n_types, n_pools = len(sizes), len(pool_ids)
+    # columns: (pool index, multiplicities); start with one single-size column per allowed pair
+    cols: list[tuple[int, np.ndarray]] = [
+        (j, np.eye(n_types, dtype=np.int64)[t] * min(counts[t], GPU_MILLI // sizes[t]))
         for t in range(n_types)
+        for j in range(n_pools)
+        if allowed[t, j]
     ]
-    b_ub = np.concatenate([[n_gpus], counts]).astype(float)
+    b_ub = np.concatenate([pool_gpus, counts]).astype(float)
     bound = float(request)
     it = 0
     while it < max_iterations:
         it += 1
-        a = np.array(cols, dtype=float).T  # (T, C)
-        value = sizes @ a
+        a = np.array([c for _, c in cols], dtype=float).T  # (T, C)
+        p = np.zeros((n_pools, len(cols)))
+        p[[j for j, _ in cols], np.arange(len(cols))] = 1.0
         res = linprog(
-            -value,
-            A_ub=np.vstack([np.ones((1, a.shape[1])), a]),
-            b_ub=b_ub,
-            bounds=(0, None),
-            method="highs",
+            -(sizes @ a), A_ub=np.vstack([p, a]), b_ub=b_ub, bounds=(0, None), method="highs"
         )
         if res.status != 0:
             raise RuntimeError(f"packing LP failed: {res.message}")
         duals = -np.asarray(res.ineqlin.marginals)  # >= 0 for the <= rows of a maximisation
-        z, y = max(float(duals[0]), 0.0), np.maximum(duals[1:], 0.0)
-        best, config = _best_configuration(sizes, counts, sizes - y, unit)
-        reduced = best - z
-        # any dual (y, z') with z' >= z + reduced is feasible: its value bounds the LP from above
-        bound = min(bound, float(n_gpus * (z + max(reduced, 0.0)) + counts @ y))
-        if reduced <= 1e-7 * GPU_MILLI or any(np.array_equal(config, c) for c in cols):
+        z, y = np.maximum(duals[:n_pools], 0.0), np.maximum(duals[n_pools:], 0.0)
+        new: list[tuple[int, np.ndarray]] = []
+        raised = z.copy()
+        for j in range(n_pools):
+            profit = np.where(allowed[:, j], sizes - y, 0.0)
+            best, config = _best_configuration(sizes, counts, profit, unit)
+            reduced = best - z[j]
+            # raising the pool's price by its best reduced cost makes the dual feasible
+            raised[j] = z[j] + max(reduced, 0.0)
+            if reduced > 1e-7 * GPU_MILLI and not any(
+                jj == j and np.array_equal(config, c) for jj, c in cols
+            ):
+                new.append((j, config))
+        bound = min(bound, float(pool_gpus @ raised + counts @ y))
+        if not new:
             break
-        cols.append(config)
+        cols.extend(new)
     packable = min(bound, float(request), float(capacity))
     return PackingBound(
         request_milli=request,
@@ -182,14 +231,37 @@ def gpu_packing_bound(
 
 
 def fgd_run_bound(
-    trace: PodTrace, seed: int, nodes: OpenbNodes | None = None, *, level: int = 100
+    trace: PodTrace,
+    seed: int,
+    nodes: OpenbNodes | None = None,
+    *,
+    level: int = 100,
+    gpu_models: bool = True,
 ) -> PackingBound:
     """:func:`gpu_packing_bound` of the pods an fgd-mode run (``run_fgd(trace, ..., seed)``, any
     policy) has seen by the time its arrived GPU request reaches ``level`` % of capacity, i.e. the
-    pods :func:`envs.failure_causes.run_with_causes` counts failures among."""
+    pods :func:`envs.failure_causes.run_with_causes` counts failures among.
+
+    Args:
+        gpu_models: keep each pod on the GPU models its ``gpu_spec`` allows (a tighter bound, still
+            valid for every policy); ``False`` lets every pod use any GPU.
+    """
     nodes = nodes if nodes is not None else load_openb_nodes()
     capacity = int(nodes.total_gpus) * GPU_MILLI
     wl = build_workload(trace, len(nodes), capacity, seed, DEFAULT_SCALE)
     arrived = np.cumsum(wl.trace.gpu_request)
     n = int(np.searchsorted(arrived, capacity * level / 100.0, side="right"))
-    return gpu_packing_bound(wl.trace.num_gpu[:n], wl.trace.gpu_milli[:n], int(nodes.total_gpus))
+    pods = wl.trace
+    if not gpu_models:
+        return gpu_packing_bound(pods.num_gpu[:n], pods.gpu_milli[:n], int(nodes.total_gpus))
+    per_model: dict[int, int] = {}
+    for m, g in zip(nodes.model_id.tolist(), nodes.num_gpu.tolist(), strict=True):
+        if g > 0:
+            per_model[m] = per_model.get(m, 0) + g
+    return gpu_packing_bound(
+        pods.num_gpu[:n],
+        pods.gpu_milli[:n],
+        int(nodes.total_gpus),
+        gpu_spec_mask=pods.gpu_spec_mask[:n],
+        model_gpus=per_model,
+    )

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from envs.core import ANY_GPU_MODEL
 from envs.failure_causes import run_with_causes
 from envs.packing_bound import fgd_run_bound, gpu_packing_bound
 from tests.ppo_helpers import load_tiny
@@ -85,3 +86,34 @@ def test_real_policies_never_beat_the_bound(tmp_path, policy: str) -> None:
         lb = fgd_run_bound(trace, seed, nodes)
         assert lb.min_failed_pct > 0  # oversubscribed at 100 %: a non-trivial bound
         assert b.failed_pct >= lb.min_failed_pct - 1e-6
+
+
+def test_gpu_models_keep_pods_on_their_models() -> None:
+    # 2 GPUs of model 0 and 2 of model 1; three whole-GPU pods may use model 0 only
+    num, milli, spec = np.array([1, 1, 1]), np.array([1000] * 3), np.array([1 << 0] * 3)
+    models = {0: 2, 1: 2}
+    assert gpu_packing_bound(num, milli, 4).min_failed_milli == pytest.approx(0, abs=1e-6)
+    b = gpu_packing_bound(num, milli, 4, gpu_spec_mask=spec, model_gpus=models)
+    assert b.min_failed_milli == pytest.approx(1000, abs=1e-6)
+    # an unrestricted pod may go anywhere; a pod for a model with no GPU here always fails
+    any_model = np.array([ANY_GPU_MODEL, 1 << 0, 1 << 5])
+    b = gpu_packing_bound(
+        np.array([2, 2, 1]),
+        np.array([1000, 1000, 300]),
+        4,
+        gpu_spec_mask=any_model,
+        model_gpus=models,
+    )
+    assert b.min_failed_milli == pytest.approx(300, abs=1e-6)
+    with pytest.raises(ValueError, match="add up"):
+        gpu_packing_bound(num, milli, 4, gpu_spec_mask=spec, model_gpus={0: 2, 1: 1})
+    with pytest.raises(ValueError, match="one entry per pod"):
+        gpu_packing_bound(num, milli, 4, gpu_spec_mask=spec[:2], model_gpus=models)
+
+
+def test_models_only_tighten_the_bound(tmp_path) -> None:
+    nodes, trace = load_tiny(tmp_path)  # 10 % of its GPU pods restrict the model
+    for seed in (0, 1):
+        loose = fgd_run_bound(trace, seed, nodes, gpu_models=False).min_failed_milli
+        tight = fgd_run_bound(trace, seed, nodes).min_failed_milli
+        assert tight >= loose - 1e-6
