@@ -120,6 +120,38 @@ def pod_shape_features(pod: Pod) -> tuple[float, float, float, float, float, flo
     )
 
 
+def host_demand_per_gpu_milli(trace: PodTrace) -> tuple[float, float]:
+    """``(mCPU, MiB)`` the trace's GPU pods ask for per milli-GPU they request (totals over the GPU
+    pods; ``(0, 0)`` for a trace without GPU pods). The typical host demand beside one milli-GPU."""
+    req = trace.gpu_request
+    sel = req > 0
+    total = float(req[sel].sum())
+    if total == 0:
+        return 0.0, 0.0
+    return float(trace.cpu_milli[sel].sum() / total), float(trace.memory_mib[sel].sum() / total)
+
+
+def stranded_gpu_milli(
+    idle_milli: np.ndarray,
+    cpu_free: np.ndarray,
+    mem_free: np.ndarray,
+    cpu_per_milli: float,
+    mem_per_milli: float,
+) -> np.ndarray:
+    """Idle GPU milli of each node that its free CPU and memory cannot serve at the typical host
+    demand per milli-GPU: ``max(0, idle - min(cpu_free / cpu_per_milli, mem_free / mem_per_milli))``.
+
+    All arguments broadcast (``(S,)`` arrays of node states); a zero demand never strands. This is
+    the host-induced loss that ``envs.failure_causes`` finds behind most failed GPU requests.
+    """
+    big = np.float64(1e18)
+    cpu = np.maximum(np.asarray(cpu_free, dtype=np.float64), 0.0)
+    mem = np.maximum(np.asarray(mem_free, dtype=np.float64), 0.0)
+    by_cpu = cpu / cpu_per_milli if cpu_per_milli > 0 else np.full_like(cpu, big)
+    by_mem = mem / mem_per_milli if mem_per_milli > 0 else np.full_like(mem, big)
+    return np.maximum(np.asarray(idle_milli, dtype=np.float64) - np.minimum(by_cpu, by_mem), 0.0)
+
+
 @dataclass
 class Candidates:
     """One decision's candidates.

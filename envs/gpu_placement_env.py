@@ -18,6 +18,8 @@ from envs.candidates import (
     OBS_LOW,
     CandidateBuilder,
     Candidates,
+    host_demand_per_gpu_milli,
+    stranded_gpu_milli,
 )
 from envs.core import ClusterState, pods_from_trace
 from envs.fgd_mode import DEFAULT_SCALE, build_workload, unallocated_at
@@ -228,6 +230,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._trace_name = trace.name
         self._workload_seed = int(wseed)
         self._pods = pods_from_trace(wl.trace)
+        self._host_demand = host_demand_per_gpu_milli(wl.trace)
         self._n = len(self._pods)
         self._arrived_cum = np.cumsum(wl.trace.gpu_request)
         self._allocated = np.zeros(self._n, dtype=np.int64)
@@ -259,6 +262,32 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
             info.update(self._final_info())
             return np.zeros(self.observation_space.shape, dtype=np.float32), info
         return self._cand.obs, info
+
+    def host_stranding_deltas(self) -> np.ndarray:
+        """``(K,)`` float64: how many GPUs (1000 milli) the pending pod would leave stranded by host
+        resources on each candidate's node, minus those stranded there now
+        (:func:`envs.candidates.stranded_gpu_milli` at the episode workload's typical CPU and
+        memory per milli-GPU). Padding rows are 0. Not part of the observation: teachers read it
+        (``rl.teacher.StrandPenaltyScorer``).
+
+        Raises:
+            RuntimeError: no decision is pending (before reset or after the episode ended).
+        """
+        if getattr(self, "_done", True):
+            raise RuntimeError("no pending decision: call reset() first")
+        st, pod, cand = self.state, self._pods[self._t], self._cand
+        out = np.zeros(self.n_candidates)
+        real = cand.mask
+        nodes = cand.nodes[real]
+        idle = st.gpu_idle.take(nodes, axis=0).sum(axis=1)
+        cpu, mem = st.cpu_free.take(nodes), st.mem_free.take(nodes)
+        c, m = self._host_demand
+        before = stranded_gpu_milli(idle, cpu, mem, c, m)
+        after = stranded_gpu_milli(
+            idle - pod.gpu_request, cpu - pod.cpu_milli, mem - pod.memory_mib, c, m
+        )
+        out[real] = (after - before) / 1000.0
+        return out
 
     def action_masks(self) -> np.ndarray:
         """``(K,)`` bool: which actions are real candidates now."""

@@ -175,6 +175,89 @@ class LinearScorer(CandidateScorer):
             raise ModelLoadError(f"{p} is not a fleetmind linear scorer: {e}") from e
 
 
+class StrandPenaltyScorer(CandidateScorer):
+    """A linear scorer minus a penalty on host-stranded GPUs (session 12's teacher).
+
+    ``score_k = base(x_k) - alpha * host_stranding_deltas()[k]``: the change, in GPUs, of the idle
+    GPU capacity on candidate k's node that its free CPU and memory could no longer serve at the
+    workload's typical host demand (``envs.gpu_placement_env.GpuPlacementEnv.host_stranding_deltas``).
+    That signal is read from the environment, not from the observation, so the scorer must be
+    bound to the env whose observations it is given (:meth:`bind`). A cloned network sees only the
+    observation and learns the penalty's effect from the teacher's choices.
+
+    Args:
+        base: the linear scorer to extend.
+        alpha: penalty per stranded GPU (>= 0; 0 scores exactly as ``base``).
+    """
+
+    FORMAT = "fleetmind-strand-scorer/1"
+
+    def __init__(self, base: LinearScorer, alpha: float) -> None:
+        if not np.isfinite(alpha) or alpha < 0:
+            raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
+        self.base = base
+        self.alpha = float(alpha)
+        self.n_candidates = base.n_candidates
+        self.n_cand_features = base.n_cand_features
+        self._env: Any = None
+
+    def bind(self, env: Any) -> StrandPenaltyScorer:
+        """Read the stranding signal from ``env`` (a ``GpuPlacementEnv`` or a wrapper of one)."""
+        inner = getattr(env, "unwrapped", env)
+        if not hasattr(inner, "host_stranding_deltas"):
+            raise TypeError(f"{type(inner).__name__} has no host_stranding_deltas()")
+        self._env = inner
+        return self
+
+    def scores(self, obs: np.ndarray) -> np.ndarray:
+        s = self.base.scores(obs)
+        if self.alpha == 0:
+            return s
+        if self._env is None:
+            raise RuntimeError("StrandPenaltyScorer is not bound to an env: call bind(env) first")
+        return s - self.alpha * self._env.host_stranding_deltas()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.FORMAT, "alpha": self.alpha, "base": self.base.to_dict()}
+
+    @classmethod
+    def load(cls, path: str | Path) -> StrandPenaltyScorer:
+        """Read a scorer written by :meth:`save`; :class:`ModelLoadError` names what is wrong."""
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text())
+            if d.get("format") != cls.FORMAT:
+                raise ValueError(f"format tag {d.get('format')!r}")
+            base = d["base"]
+            if base.get("format") != "fleetmind-linear-scorer/1":
+                raise ValueError(f"base format tag {base.get('format')!r}")
+            lin = LinearScorer(
+                np.asarray(base["weights"]),
+                int(base["n_candidates"]),
+                int(base["n_cand_features"]),
+                tuple(base.get("blocks", BLOCKS_3)),
+            )
+            return cls(lin, float(d["alpha"]))
+        except FileNotFoundError as e:
+            raise ModelLoadError(f"strand scorer file {p} does not exist") from e
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelLoadError(f"{p} is not a fleetmind strand scorer: {e}") from e
+
+
+def load_teacher(path: str | Path) -> LinearScorer | StrandPenaltyScorer:
+    """A saved fgd-mode teacher of either kind, by its ``format`` tag."""
+    p = Path(path)
+    try:
+        fmt = json.loads(p.read_text()).get("format")
+    except FileNotFoundError as e:
+        raise ModelLoadError(f"teacher file {p} does not exist") from e
+    except (ValueError, AttributeError) as e:
+        raise ModelLoadError(f"{p} is not a JSON teacher file: {e}") from e
+    if fmt == StrandPenaltyScorer.FORMAT:
+        return StrandPenaltyScorer.load(p)
+    return LinearScorer.load(p)
+
+
 def episode_metric(
     env: Any,
     act: Callable[[np.ndarray, np.ndarray], int],

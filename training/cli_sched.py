@@ -275,7 +275,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     tr.add_argument(
         "--teacher",
         default="fgd",
-        help="warm-start teacher: fgd, cem (search a linear scorer first) or a scorer JSON path",
+        help="warm-start teacher: fgd, cem (search a linear scorer first) or a scorer JSON path"
+        " (fgd mode: a linear scorer or a strand scorer, see docs/ppo.md)",
     )
     tr.add_argument(
         "--bc-target-ce",

@@ -84,7 +84,8 @@ class Args:
     swamps the actor's; 0 clones the actor alone (the critic then starts untrained)"""
     teacher: str = "fgd"
     """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
-    :mod:`rl.teacher`) or the path of a saved linear scorer JSON"""
+    :mod:`rl.teacher`) or the path of a saved scorer JSON (``rl.teacher.load_teacher``: a linear
+    scorer, or a linear scorer with a host-stranding penalty)"""
     cem_generations: int = 8
     """teacher=cem: CEM generations"""
     cem_population: int = 14
@@ -345,17 +346,17 @@ def _make_teacher(
     args: Args, env_kwargs: dict[str, Any], run_dir: Path, summary: dict[str, Any]
 ) -> Any:
     """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`rl.teacher.LinearScorer`
-    loaded from ``args.teacher`` or searched by CEM (logged to MLflow, saved as
-    ``<run>/model/teacher.json``)."""
+    or :class:`rl.teacher.StrandPenaltyScorer` loaded from ``args.teacher``, or a linear scorer
+    searched by CEM (logged to MLflow). Either way it is saved as ``<run>/model/teacher.json``."""
 
     from envs.candidates import N_CAND_FEATURES
     from envs.gpu_placement_env import GpuPlacementEnv
-    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer
+    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, load_teacher
 
     if args.teacher == "fgd":
         return None
     if args.teacher != "cem":
-        scorer = LinearScorer.load(args.teacher)
+        scorer = load_teacher(args.teacher)
         if scorer.n_candidates != args.n_candidates:
             raise ConfigError(
                 f"teacher {args.teacher} has K={scorer.n_candidates}, the run uses K={args.n_candidates}"
@@ -365,6 +366,7 @@ def _make_teacher(
                 f"teacher {args.teacher} has F={scorer.n_cand_features} candidate features,"
                 f" GpuPlacement-v0 has F={N_CAND_FEATURES}"
             )
+        scorer.save(run_dir / "model" / "teacher.json")  # the release carries its teacher
         return scorer
     if args.cem_generations < 1 or args.cem_population < 2:
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
@@ -522,6 +524,8 @@ def run(args: Args) -> dict[str, Any]:
                     "fgd_until_pct": args.bc_fgd_until_pct,
                 }
             )
+            if hasattr(teacher, "bind"):  # reads the env's state (StrandPenaltyScorer)
+                teacher.bind(teach_env)
             bar = tqdm(
                 desc=f"{args.teacher} demonstrations", unit="step", disable=not args.progress
             )
@@ -545,6 +549,8 @@ def run(args: Args) -> dict[str, Any]:
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
         if teacher is not None:
+            if hasattr(teacher, "bind"):
+                teacher.bind(eval_env)
             t_res = evaluate(teacher)
             t_val = float(np.mean([v for per in t_res.values() for v in per.values()]))
             mlflow.log_metric("eval/teacher_unalloc100", t_val, step=0)
