@@ -79,6 +79,17 @@ def summarise(rows: list[dict]) -> dict:
     }
 
 
+def model_label(model: str | None) -> str:
+    """``folder (run name)`` of the PPO model, from its ``metadata.json`` when it has one."""
+    folder = Path(model) if model else ROOT / "models" / "placement"
+    try:
+        version = json.loads((folder / "metadata.json").read_text()).get("version")
+    except (OSError, ValueError):
+        version = None
+    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    return f"{shown} ({version})" if version else str(shown)
+
+
 def versions() -> dict:
     import importlib.metadata as md
 
@@ -184,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     out = {
         "command": "python benchmarks/placement_failure_causes.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
-        "model": str(a.model or "models/placement"),
+        "model": model_label(a.model),
         "seeds": seeds,
         "level_pct": 100,
         "units": "every figure is GPU milli in % of the cluster's GPU capacity",

@@ -10,8 +10,11 @@ beside the GPUs. This probe adds one hand-made signal to the released linear tea
 ``stranded`` of a node is the idle GPU milli its free CPU and memory cannot serve at the workload's
 typical host demand per GPU: ``max(0, idle - min(cpu_free / c, mem_free / m))``, where ``c`` and
 ``m`` are the GPU pods' total CPU and memory divided by their total GPU request (per milli-GPU) in
-the episode's workload. The signal is computed from the environment's state, outside the
-observation, so the released network cannot see it: this tests the teacher, not a model.
+the episode's workload (``envs.candidates.stranded_gpu_milli``,
+``GpuPlacementEnv.host_stranding_deltas``). The signal is computed from the environment's state,
+outside the observation, so the released network cannot see it: this tests the teacher
+(``rl.teacher.StrandPenaltyScorer``), not a model. The choice and confirmation runs used the
+script's own first copy of this computation; the library version reproduces them exactly.
 
     .venv/bin/python benchmarks/placement_strand_probe.py --traces gpushare100 multigpu40 cpu037 \\
         cpu250 --seeds 80-83 --alphas 0 0.5 1 2 4 --workers 2 --out ...
@@ -41,59 +44,11 @@ from training.cli_sched import parse_seeds  # noqa: E402
 TEACHER = ROOT / "models" / "placement" / "teacher.json"
 
 
-class StrandTeacher:
-    """``act(obs, mask)``: the linear teacher's scores minus ``alpha`` x each candidate's change in
-    stranded GPUs (read from ``env``'s state at the decision)."""
-
-    def __init__(self, base: object, alpha: float, env: object) -> None:
-        self.base, self.alpha, self.env = base, float(alpha), env
-        self._episode: tuple[str, int] | None = None
-        self.c = self.m = 1.0
-
-    def _ratios(self) -> None:
-        env = self.env
-        key = (env._trace_name, env._workload_seed)  # noqa: SLF001 - probe reads the env
-        if key == self._episode:
-            return
-        self._episode = key
-        pods = env._pods  # noqa: SLF001
-        gpu = np.array([p.gpu_request for p in pods], dtype=np.float64)
-        sel = gpu > 0
-        self.c = float(np.array([p.cpu_milli for p in pods])[sel].sum() / gpu[sel].sum())
-        self.m = float(np.array([p.memory_mib for p in pods])[sel].sum() / gpu[sel].sum())
-
-    def deltas(self) -> np.ndarray:
-        """``(K,)`` change in stranded GPUs (1000 milli) if the pod goes to each candidate."""
-        self._ratios()
-        env = self.env
-        st = env.state
-        pod = env._pods[env._t]  # noqa: SLF001
-        nodes = env._cand.nodes  # noqa: SLF001 - padded with a valid index past the real rows
-        idle = st.gpu_idle.take(nodes, axis=0).sum(axis=1).astype(np.float64)
-        cpu = st.cpu_free.take(nodes).astype(np.float64)
-        mem = st.mem_free.take(nodes).astype(np.float64)
-
-        def stranded(i: np.ndarray, c: np.ndarray, m: np.ndarray) -> np.ndarray:
-            served = np.minimum(np.maximum(c, 0) / self.c, np.maximum(m, 0) / self.m)
-            return np.maximum(i - served, 0.0)
-
-        before = stranded(idle, cpu, mem)
-        after = stranded(idle - pod.gpu_request, cpu - pod.cpu_milli, mem - pod.memory_mib)
-        return (after - before) / 1000.0
-
-    def __call__(self, obs: np.ndarray, mask: np.ndarray) -> int:
-        s = self.base.scores(obs)
-        if self.alpha:
-            s = s - self.alpha * self.deltas()
-        s[~np.asarray(mask, dtype=bool)] = -np.inf
-        return int(np.argmax(s))
-
-
 def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]:
     from data.openb import load_openb_nodes
     from envs.gpu_placement_env import GpuPlacementEnv
     from rl.ppo import greedy_rollout
-    from rl.teacher import LinearScorer
+    from rl.teacher import LinearScorer, StrandPenaltyScorer
 
     name, alpha, trace, seed = job
     env = GpuPlacementEnv(
@@ -106,7 +61,7 @@ def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]
     if alpha is None:
         act = lambda obs, mask: 0  # noqa: E731 - candidate 0 is FGD's choice
     else:
-        act = StrandTeacher(LinearScorer.load(TEACHER), alpha, env)
+        act = StrandPenaltyScorer(LinearScorer.load(TEACHER), alpha).bind(env)
     info = greedy_rollout(env, act, trace, seed)
     return name, trace, seed, float(info["unallocated_gpu_pct_at_100"])
 
@@ -153,7 +108,9 @@ def main(argv: list[str] | None = None) -> None:
                 ]
             )
             entry["paired_vs_R_points"] = round(float(d.mean()), 3)
-            entry["paired_vs_R_se"] = round(float(d.std(ddof=1) / np.sqrt(d.size)), 3)
+            entry["paired_vs_R_se"] = (
+                round(float(d.std(ddof=1) / np.sqrt(d.size)), 3) if d.size > 1 else None
+            )
             entry["better_worse_equal_vs_R"] = [
                 int((d < 0).sum()),
                 int((d > 0).sum()),
@@ -180,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for n, e in report.items():
         extra = (
-            f"  vs R {e['paired_vs_R_points']:+.2f} +- {e['paired_vs_R_se']:.2f}"
+            f"  vs R {e['paired_vs_R_points']:+.2f} +- {e['paired_vs_R_se'] or float('nan'):.2f}"
             if "paired_vs_R_points" in e
             else ""
         )

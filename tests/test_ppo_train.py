@@ -91,3 +91,46 @@ def test_evaluation_is_deterministic_by_seed(trained):
     assert a == b
     vals = [v["unallocated_gpu_pct_at_100"] for v in a.values()]
     assert all(0.0 <= v <= 100.0 for v in vals)
+
+
+def test_strand_teacher_is_bound_cloned_and_saved_with_its_base(tmp_path):
+    """--teacher with a strand scorer JSON: the env-reading teacher is bound where it acts, and the
+    run saves it as teacher_strand.json beside its linear base teacher.json."""
+    from pathlib import Path
+
+    from rl.teacher import LinearScorer, StrandPenaltyScorer, load_teacher
+    from training.sched_train import Args, run
+
+    nodes, pods = write_tiny(tmp_path)
+    strand = StrandPenaltyScorer(LinearScorer.fgd(8, 18), 4.0).save(tmp_path / "strand.json")
+    summary = run(
+        Args(
+            traces=[str(pods)],
+            nodes=str(nodes),
+            timesteps=64,
+            n_envs=1,
+            n_candidates=8,
+            fgd_until_pct=0.0,
+            stop_arrived_pct=101.0,
+            workload_seeds=[1],
+            bc_episodes=1,
+            bc_epochs=2,
+            teacher=str(strand),
+            n_steps=64,
+            batch_size=32,
+            eval_traces=[str(pods)],
+            eval_seeds=[42],
+            eval_fgd_until_pct=0.0,
+            eval_freq=64,
+            out=str(tmp_path / "runs"),
+            tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+            register=False,
+            progress=False,
+        )
+    )
+    art = Path(summary["artifact"])
+    saved = load_teacher(art / "teacher_strand.json")
+    assert isinstance(saved, StrandPenaltyScorer) and saved.alpha == 4.0
+    assert isinstance(load_teacher(art / "teacher.json"), LinearScorer)
+    assert summary["bc"]["samples"] > 20 and "teacher" in summary["eval_reference"]
+    assert "StrandPenaltyScorer" in (art / "model_card.md").read_text()

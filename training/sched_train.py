@@ -240,14 +240,24 @@ def seed_everything(seed: int, threads: int) -> None:
 
 def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
     """``model_card.md`` for an exported placement model."""
+    teacher = str(card.get("teacher", "fgd"))
+    kinds = {
+        "fgd": "FGD's choice, candidate 0",
+        "cem": "a linear candidate scorer found by a cross-entropy search, see `rl/teacher.py`",
+    }
+    kind = kinds.get(teacher)
+    if kind is None:
+        fmt = card.get("teacher_format")
+        kind = (
+            "a linear candidate scorer with a host-stranding penalty, `rl.teacher.StrandPenaltyScorer`"
+            if fmt == "fleetmind-strand-scorer/1"
+            else "a saved linear candidate scorer, see `rl/teacher.py`"
+        )
     lines = [
         "# fleetmind-placement: PPO GPU placement agent",
         "",
         "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) trained with",
-        "sb3-contrib MaskablePPO after an imitation warm start (teacher: "
-        + str(card.get("teacher", "fgd"))
-        + "; `cem` = a linear",
-        "candidate scorer found by a cross-entropy search, see `rl/teacher.py`), in",
+        f"sb3-contrib MaskablePPO after an imitation warm start (teacher: {teacher}, {kind}), in",
         "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`,",
         "`mask (B, K) bool`; output: the index of the chosen candidate (see `docs/ppo.md` and",
         "`envs/candidates.py`).",
@@ -351,7 +361,7 @@ def _make_teacher(
 
     from envs.candidates import N_CAND_FEATURES
     from envs.gpu_placement_env import GpuPlacementEnv
-    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, load_teacher
+    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, StrandPenaltyScorer, load_teacher
 
     if args.teacher == "fgd":
         return None
@@ -366,7 +376,13 @@ def _make_teacher(
                 f"teacher {args.teacher} has F={scorer.n_cand_features} candidate features,"
                 f" GpuPlacement-v0 has F={N_CAND_FEATURES}"
             )
-        scorer.save(run_dir / "model" / "teacher.json")  # the release carries its teacher
+        # the release carries its teacher: a strand teacher as teacher_strand.json, with its linear
+        # base as teacher.json (the layout of models/placement/ since session 12)
+        if isinstance(scorer, StrandPenaltyScorer):
+            scorer.save(run_dir / "model" / "teacher_strand.json")
+            scorer.base.save(run_dir / "model" / "teacher.json")
+        else:
+            scorer.save(run_dir / "model" / "teacher.json")
         return scorer
     if args.cem_generations < 1 or args.cem_population < 2:
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
@@ -671,6 +687,11 @@ def run(args: Args) -> dict[str, Any]:
             ),
             "train_traces": args.traces,
             "teacher": args.teacher,
+            "teacher_format": (
+                teacher.to_dict()["format"]
+                if teacher is not None and args.teacher != "cem"
+                else "-"
+            ),
             "teacher_search (mean unalloc % on its episodes: FGD -> teacher)": (
                 f"{summary['cem']['fgd']:.3f} -> {summary['cem']['teacher']:.3f}"
                 if "cem" in summary
