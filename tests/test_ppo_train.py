@@ -10,27 +10,18 @@ from envs.fgd_mode import evaluate_fgd
 from rl.policy_adapter import load_ppo_policy
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    from training.sched_train import Args, run
+def tiny_args(folder, nodes, pods, **overrides):  # noqa: ANN001, ANN201 - test helper
+    """``training.sched_train.Args`` for a short run on the tiny fleet in ``folder``."""
+    from training.sched_train import Args
 
-    folder = tmp_path_factory.mktemp("ppo_train")
-    nodes, pods = write_tiny(folder)
-    args = Args(
+    base = dict(
         traces=[str(pods)],
         nodes=str(nodes),
-        timesteps=128,
         n_envs=1,
         n_candidates=8,
         fgd_until_pct=0.0,
         stop_arrived_pct=101.0,
-        workload_seeds=[1, 2],
         bc_episodes=1,
-        bc_epochs=3,
-        teacher="cem",
-        cem_generations=1,
-        cem_population=3,
-        cem_seeds=[5],
         n_steps=64,
         batch_size=32,
         eval_traces=[str(pods)],
@@ -40,6 +31,27 @@ def trained(tmp_path_factory):
         out=str(folder / "runs"),
         tracking_uri=f"sqlite:///{folder}/mlflow.db",
         progress=False,
+    )
+    return Args(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from training.sched_train import run
+
+    folder = tmp_path_factory.mktemp("ppo_train")
+    nodes, pods = write_tiny(folder)
+    args = tiny_args(
+        folder,
+        nodes,
+        pods,
+        timesteps=128,
+        workload_seeds=[1, 2],
+        bc_epochs=3,
+        teacher="cem",
+        cem_generations=1,
+        cem_population=3,
+        cem_seeds=[5],
     )
     return run(args), nodes, pods
 
@@ -99,33 +111,20 @@ def test_strand_teacher_is_bound_cloned_and_saved_with_its_base(tmp_path):
     from pathlib import Path
 
     from rl.teacher import LinearScorer, StrandPenaltyScorer, load_teacher
-    from training.sched_train import Args, run
+    from training.sched_train import run
 
     nodes, pods = write_tiny(tmp_path)
     strand = StrandPenaltyScorer(LinearScorer.fgd(8, 18), 4.0).save(tmp_path / "strand.json")
     summary = run(
-        Args(
-            traces=[str(pods)],
-            nodes=str(nodes),
+        tiny_args(
+            tmp_path,
+            nodes,
+            pods,
             timesteps=64,
-            n_envs=1,
-            n_candidates=8,
-            fgd_until_pct=0.0,
-            stop_arrived_pct=101.0,
             workload_seeds=[1],
-            bc_episodes=1,
             bc_epochs=2,
             teacher=str(strand),
-            n_steps=64,
-            batch_size=32,
-            eval_traces=[str(pods)],
-            eval_seeds=[42],
-            eval_fgd_until_pct=0.0,
-            eval_freq=64,
-            out=str(tmp_path / "runs"),
-            tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
             register=False,
-            progress=False,
         )
     )
     art = Path(summary["artifact"])
