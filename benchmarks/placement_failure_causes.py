@@ -19,6 +19,7 @@ trace also gets ``envs.packing_bound``'s lower bound on the GPU request any poli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -34,7 +35,13 @@ sys.path.insert(0, str(ROOT))
 
 from data.errors import DataError  # noqa: E402
 from data.openb import load_openb_trace  # noqa: E402
-from envs.failure_causes import FAILURE_CAUSES, relax_host, run_with_causes  # noqa: E402
+from envs.failure_causes import (  # noqa: E402
+    FAILURE_CAUSES,
+    FailureBreakdown,
+    relax_host,
+    run_with_causes,
+    summarise_breakdowns,
+)
 from envs.packing_bound import fgd_run_bound  # noqa: E402
 from training.cli_sched import parse_seeds  # noqa: E402
 
@@ -61,22 +68,10 @@ def _job(job: tuple[str, str, int, str | None, bool]) -> dict:
     return out
 
 
-def _mean(rows: list[dict], key: str, sub: str | None = None) -> float:
-    vals = [(r[key].get(sub, 0.0) if sub else r[key]) for r in rows]
-    return round(float(np.mean(vals)), 3)
-
-
 def summarise(rows: list[dict]) -> dict:
     """Means over seeds of the metric, the failed request and its split (all in % of capacity)."""
-    kinds = sorted({k for r in rows for k in r["by_kind"]})
-    return {
-        "unallocated_gpu_pct_at_100": _mean(rows, "unallocated"),
-        "failed_pct": _mean(rows, "failed_pct"),
-        "by_cause": {c: _mean(rows, "by_cause", c) for c in FAILURE_CAUSES},
-        "by_kind": {k: _mean(rows, "by_kind", k) for k in kinds},
-        "n_failed_gpu": round(float(np.mean([r["n_failed_gpu"] for r in rows])), 1),
-        "seeds": [r["seed"] for r in rows],
-    }
+    fields = {f.name for f in dataclasses.fields(FailureBreakdown)}
+    return summarise_breakdowns([FailureBreakdown(**{k: r[k] for k in fields}) for r in rows])
 
 
 def model_label(model: str | None) -> str:

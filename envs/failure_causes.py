@@ -177,3 +177,23 @@ def run_with_causes(
         n_failed_cpu_only=n_cpu,
     )
     return res, breakdown
+
+
+def summarise_breakdowns(breakdowns: list[FailureBreakdown]) -> dict:
+    """Means over runs (e.g. one policy's seeds) of the metric, the failed request and its split,
+    all in % of GPU capacity; ``seeds`` lists the runs' seeds."""
+    if not breakdowns:
+        raise ValueError("no failure breakdowns to summarise")
+    kinds = sorted({k for b in breakdowns for k in b.by_kind})
+
+    def mean(values: list[float]) -> float:
+        return round(float(np.mean(values)), 3)
+
+    return {
+        "unallocated_gpu_pct_at_100": mean([b.unallocated for b in breakdowns]),
+        "failed_pct": mean([b.failed_pct for b in breakdowns]),
+        "by_cause": {c: mean([b.by_cause.get(c, 0.0) for b in breakdowns]) for c in FAILURE_CAUSES},
+        "by_kind": {k: mean([b.by_kind.get(k, 0.0) for b in breakdowns]) for k in kinds},
+        "n_failed_gpu": round(float(np.mean([b.n_failed_gpu for b in breakdowns])), 1),
+        "seeds": [b.seed for b in breakdowns],
+    }

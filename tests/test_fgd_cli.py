@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from training.cli import main
 from training.cli_sched import parse_seeds
 
@@ -52,3 +54,32 @@ def test_sched_evaluate_errors(tmp_path, capsys) -> None:
 
 def test_parse_seeds() -> None:
     assert parse_seeds(["42-44", "50,51"]) == [42, 43, 44, 50, 51]
+
+
+def test_sched_evaluate_causes(tmp_path, capsys) -> None:
+    from ppo_helpers import write_tiny
+
+    nodes, pods = write_tiny(tmp_path)  # oversubscribed at 100 %: pods do fail
+    out = tmp_path / "r.json"
+    rc = main(
+        [
+            "sched", "evaluate", "--trace", str(pods), "--nodes", str(nodes),
+            "--policies", "bestfit", "FGD", "--seeds", "1-2", "--causes", "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    res = json.loads(out.read_text())
+    causes = res["failure_causes"]
+    assert set(causes["policies"]) == {"BestFit", "FGD"}
+    for name, c in causes["policies"].items():
+        assert (
+            c["unallocated_gpu_pct_at_100"] == res["policies"][name]["unallocated_gpu_pct_at_100"]
+        )
+        assert sum(c["by_cause"].values()) == pytest.approx(c["failed_pct"], abs=2e-3)
+        assert c["seeds"] == [1, 2]
+    assert (
+        0 <= causes["lower_bound_pct"] <= min(c["failed_pct"] for c in causes["policies"].values())
+    )
+    assert "lower bound for any policy" in capsys.readouterr().out
+    rc = main(["sched", "evaluate", "--trace", "default", "--mode", "dynamic", "--causes"])
+    assert rc == 2 and "fgd-mode option" in capsys.readouterr().err

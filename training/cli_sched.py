@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from data.errors import ConfigError, DataError, NotAvailableError
 from training.cli_common import add_group, write_json
@@ -101,7 +102,42 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
         extra = evaluate_fgd(trace, {"ppo": ppo}, seeds, nodes=nodes, progress=True)
         result["policies"].update(extra["policies"])
     _published_means(trace.name, result["policies"], seeds)
+    if args.causes:
+        runs: dict[str, Any] = {n: n for n in named}
+        if ppo is not None:
+            runs["ppo"] = ppo
+        result["failure_causes"] = _failure_causes(trace, nodes, runs, seeds)
     return result
+
+
+def _failure_causes(trace: Any, nodes: Any, policies: dict[str, Any], seeds: list[int]) -> dict:
+    """``--causes``: each policy's failed GPU request at 100 % arrived, by cause and pod kind
+    (``envs.failure_causes``, the runs repeated with the diagnosis), and the relaxed-packing lower
+    bound no policy can beat (``envs.packing_bound``). Means over seeds, % of GPU capacity."""
+    import numpy as np
+    from tqdm import tqdm
+
+    from envs.failure_causes import run_with_causes, summarise_breakdowns
+    from envs.packing_bound import fgd_run_bound
+
+    out: dict[str, Any] = {"policies": {}}
+    bar = tqdm(total=len(policies) * len(seeds), desc="failure causes", unit="run")
+    for name, pol in policies.items():
+        rows = []
+        for seed in seeds:
+            rows.append(run_with_causes(trace, pol, seed, nodes)[1])
+            bar.update(1)
+        out["policies"][name] = summarise_breakdowns(rows)
+    bar.close()
+    out["lower_bound_pct"] = round(
+        float(np.mean([fgd_run_bound(trace, s, nodes).min_failed_pct for s in seeds])), 3
+    )
+    out["note"] = (
+        "failed request by what stopped each pod when it failed (host: GPU room but not the CPU or"
+        " memory; gpu_fragmented: GPU room split; gpu_full: none left); lower_bound_pct: what any"
+        " policy must leave unplaced (envs.packing_bound); see docs/ppo.md"
+    )
+    return out
 
 
 def _evaluate_dynamic(
@@ -183,13 +219,33 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    if args.causes and args.mode != "fgd":
+        raise ConfigError(
+            "--causes is an fgd-mode option (dynamic mode has no failed pods: jobs queue)"
+        )
     if args.mode == "fgd":
         result = _evaluate_fgd(args, args.policies or DEFAULT_POLICIES, seeds)
     else:
         result = _evaluate_dynamic(args, args.policies, seeds)
     _print_table(result)
+    if "failure_causes" in result:
+        _print_causes(result["failure_causes"])
     write_json(args.json, result)
     return 0
+
+
+def _print_causes(causes: dict) -> None:
+    from envs.failure_causes import FAILURE_CAUSES
+
+    print(
+        "failed GPU request at 100 % arrived, by cause (% of GPU capacity); lower bound for any "
+        f"policy: {causes['lower_bound_pct']:.2f}"
+    )
+    print("policy".ljust(16) + "".join(c.rjust(16) for c in ("failed", *FAILURE_CAUSES)))
+    for name, c in causes["policies"].items():
+        cells = [c["failed_pct"], *(c["by_cause"][k] for k in FAILURE_CAUSES)]
+        print(str(name).ljust(16) + "".join(f"{v:.3f}".rjust(16) for v in cells))
+    sys.stdout.flush()
 
 
 def _print_table(result: dict) -> None:
@@ -244,6 +300,13 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     ev.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
     ev.add_argument(
         "--workers", type=int, default=1, help="processes for heuristic runs (default 1)"
+    )
+    ev.add_argument(
+        "--causes",
+        action="store_true",
+        help="fgd mode: also sort each policy's failed GPU request by what stopped the pods "
+        "(host CPU/memory, split GPU room, none left) and give a lower bound no policy can beat; "
+        "repeats the runs with the diagnosis",
     )
     ev.add_argument("--json", default=None, help="write the results JSON here")
     ev.set_defaults(func=cmd_evaluate)
