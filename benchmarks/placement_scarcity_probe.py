@@ -1,0 +1,165 @@
+"""Can a GPU-model scarcity term fix the strand teacher on ``gpuspec33``? (issue 6, session 12 probe)
+
+The released model's teacher (``models/placement/teacher_strand.json``: R minus 4 x the change in
+host-stranded GPUs) is 3.3 % above FGD on ``gpuspec33``. There, a third of the GPU pods may use
+only some GPU models, and they fail for lack of GPU room on those models
+(``benchmarks/results/placement_failure_causes_gpuspec33.json``). This probe adds a second term
+that keeps pods *without* a model restriction off the models the restricted pods need:
+
+    score_k = strand(x_k) - beta * r[model of node_k] * request / 1000   (unrestricted GPU pods)
+
+``r[g]`` is the restricted pods' GPU request in the episode's workload, each spread over its
+allowed models in proportion to their capacity, divided by model g's capacity (both in milli-GPU).
+Restricted pods, CPU-only pods, and every pod of a trace without restricted pods get no such term.
+On such traces the scorer is the strand teacher exactly. Like the stranding signal, ``r`` is read
+from the environment, not from the observation.
+
+    .venv/bin/python benchmarks/placement_scarcity_probe.py --traces gpuspec05 gpuspec10 \\
+        gpuspec33 --seeds 330-333 --betas 0 1 2 4 8 --out ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from training.cli_sched import parse_seeds  # noqa: E402
+
+TEACHER = ROOT / "models" / "placement" / "teacher_strand.json"
+
+
+def model_scarcity(env: object) -> np.ndarray:
+    """``(max model id + 1,)`` restricted-pod demand / capacity per GPU model for the env's
+    current workload (0 for models without restricted demand or without GPUs)."""
+    from envs.core import ANY_GPU_MODEL, GPU_MILLI
+
+    st = env.state
+    n_models = int(st.model_id.max()) + 1
+    cap = np.zeros(n_models)
+    for g, k in zip(st.model_id.tolist(), st.num_gpu.tolist(), strict=True):
+        if g >= 0:
+            cap[g] += k * GPU_MILLI
+    demand = np.zeros(n_models)
+    models = np.arange(n_models)
+    for pod in env._pods:  # noqa: SLF001 - probe reads the env's workload
+        if pod.num_gpu == 0 or pod.gpu_spec_mask == ANY_GPU_MODEL:
+            continue
+        allowed = ((pod.gpu_spec_mask >> models) & 1).astype(bool) & (cap > 0)
+        if allowed.any():
+            share = cap * allowed
+            demand += pod.gpu_request * share / share.sum()
+    return np.divide(demand, cap, out=np.zeros(n_models), where=cap > 0)
+
+
+def scarcity_actor(strand: object, beta: float, env: object):  # noqa: ANN201 - Actor
+    from envs.core import ANY_GPU_MODEL
+
+    memo: dict[tuple, np.ndarray] = {}
+
+    def act(obs: np.ndarray, mask: np.ndarray) -> int:
+        s = strand.scores(obs)
+        pod = env._pods[env._t]  # noqa: SLF001
+        if beta and pod.num_gpu > 0 and pod.gpu_spec_mask == ANY_GPU_MODEL:
+            key = (env._trace_name, env._workload_seed)  # noqa: SLF001
+            if key not in memo:
+                memo.clear()
+                memo[key] = model_scarcity(env)
+            r = memo[key]
+            real = np.asarray(mask, dtype=bool)
+            nodes = env._cand.nodes[real]  # noqa: SLF001
+            pen = np.zeros(s.shape)
+            pen[real] = r[env.state.model_id[nodes]] * pod.gpu_request / 1000.0
+            s = s - beta * pen
+        s = np.where(np.asarray(mask, dtype=bool), s, -np.inf)
+        return int(np.argmax(s))
+
+    return act
+
+
+def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]:
+    from data.openb import load_openb_nodes
+    from envs.gpu_placement_env import GpuPlacementEnv
+    from rl.ppo import greedy_rollout
+    from rl.teacher import StrandPenaltyScorer
+
+    name, beta, trace, seed = job
+    env = GpuPlacementEnv(
+        traces=[trace],
+        nodes=load_openb_nodes(None),
+        n_candidates=16,
+        fgd_until_pct=0.0,
+        stop_arrived_pct=101.0,
+    )
+    if beta is None:
+        act = lambda obs, mask: 0  # noqa: E731 - candidate 0 is FGD's choice
+    else:
+        act = scarcity_actor(StrandPenaltyScorer.load(TEACHER).bind(env), beta, env)
+    info = greedy_rollout(env, act, trace, seed)
+    return name, trace, seed, float(info["unallocated_gpu_pct_at_100"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", nargs="+", required=True)
+    ap.add_argument("--seeds", nargs="+", required=True)
+    ap.add_argument("--betas", nargs="+", type=float, default=[0.0, 1.0, 2.0, 4.0, 8.0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    seeds = parse_seeds(a.seeds)
+    scorers: dict[str, float | None] = {"FGD": None}
+    scorers.update({f"beta={x:g}": x for x in a.betas})
+    jobs = [(n, x, t, s) for n, x in scorers.items() for t in a.traces for s in seeds]
+    load0, t0 = [round(x, 2) for x in os.getloadavg()], time.perf_counter()
+    with ProcessPoolExecutor(a.workers) as ex:
+        rows = list(ex.map(_job, jobs))
+    got = {(n, t, s): v for n, t, s, v in rows}
+    report: dict[str, dict] = {}
+    for n in scorers:
+        per_trace = {
+            t: 100.0
+            * (
+                np.mean([got[(n, t, s)] for s in seeds])
+                / np.mean([got[("FGD", t, s)] for s in seeds])
+                - 1.0
+            )
+            for t in a.traces
+        }
+        report[n] = {
+            "gap_vs_fgd_pct": round(float(np.mean(list(per_trace.values()))), 2),
+            "per_trace_gap_pct": {t: round(float(v), 2) for t, v in per_trace.items()},
+        }
+    out = {
+        "command": "python benchmarks/placement_scarcity_probe.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "teacher": str(TEACHER.relative_to(ROOT)),
+        "seeds": seeds,
+        "machine": {
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_start": load0,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "wall_time_s": round(time.perf_counter() - t0, 1),
+        "scorers": report,
+        "episodes": {f"{n}|{t}|{s}": v for (n, t, s), v in got.items()},
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    for n, e in report.items():
+        print(f"{n:10s} gap vs FGD {e['gap_vs_fgd_pct']:+.2f} %  {e['per_trace_gap_pct']}")
+
+
+if __name__ == "__main__":
+    main()
