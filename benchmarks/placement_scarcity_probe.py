@@ -103,8 +103,11 @@ def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]
     )
     if beta is None:
         act = lambda obs, mask: 0  # noqa: E731 - candidate 0 is FGD's choice
-    else:
+    elif os.environ.get("FLEETMIND_PROBE_OWN_SCARCITY") == "1":  # the probe's first copy
         act = scarcity_actor(StrandPenaltyScorer.load(TEACHER).bind(env), beta, env)
+    else:
+        t = StrandPenaltyScorer.load(TEACHER)
+        act = StrandPenaltyScorer(t.base, t.alpha, beta).bind(env)
     info = greedy_rollout(env, act, trace, seed)
     return name, trace, seed, float(info["unallocated_gpu_pct_at_100"])
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.openb import GPU_MILLI, PodTrace
+from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
 from envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod
 from envs.policies import (
     FGD,
@@ -150,6 +150,31 @@ def stranded_gpu_milli(
     by_cpu = cpu / cpu_per_milli if cpu_per_milli > 0 else np.full_like(cpu, big)
     by_mem = mem / mem_per_milli if mem_per_milli > 0 else np.full_like(mem, big)
     return np.maximum(np.asarray(idle_milli, dtype=np.float64) - np.minimum(by_cpu, by_mem), 0.0)
+
+
+def restricted_model_scarcity(trace: PodTrace, state: ClusterState) -> np.ndarray:
+    """``(M,)`` per GPU model id: the GPU request of the trace's model-restricted pods, each
+    spread over its allowed models in proportion to their capacity in ``state``, divided by the
+    model's capacity (both in milli-GPU). 0 for models without GPUs or without restricted demand;
+    ``M`` = the largest model id in ``state`` + 1. Above 1, restricted pods alone ask for more than
+    the model has."""
+    n_models = int(state.model_id.max()) + 1 if state.n_nodes else 0
+    cap = np.zeros(max(n_models, 0))
+    present = state.model_id >= 0
+    np.add.at(cap, state.model_id[present], state.num_gpu[present] * GPU_MILLI)
+    demand = np.zeros_like(cap)
+    req = trace.gpu_request
+    restricted = (req > 0) & (trace.gpu_spec_mask != ANY_GPU_MODEL)
+    if n_models == 0 or not restricted.any():
+        return demand
+    bits = np.arange(n_models)
+    masks, inverse = np.unique(trace.gpu_spec_mask[restricted], return_inverse=True)
+    totals = np.bincount(inverse, weights=req[restricted].astype(np.float64))
+    for mask, total in zip(masks.tolist(), totals.tolist(), strict=True):
+        share = cap * (((mask >> bits) & 1).astype(bool))
+        if share.sum() > 0:
+            demand += total * share / share.sum()
+    return np.divide(demand, cap, out=np.zeros_like(cap), where=cap > 0)
 
 
 @dataclass

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from data.errors import ConfigError
-from data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
+from data.openb import ANY_GPU_MODEL, OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
 from envs.candidates import (
     DEFAULT_N_CANDIDATES,
     N_CAND_FEATURES,
@@ -19,6 +19,7 @@ from envs.candidates import (
     CandidateBuilder,
     Candidates,
     host_demand_per_gpu_milli,
+    restricted_model_scarcity,
     stranded_gpu_milli,
 )
 from envs.core import ClusterState, pods_from_trace
@@ -231,6 +232,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._workload_seed = int(wseed)
         self._pods = pods_from_trace(wl.trace)
         self._host_demand = host_demand_per_gpu_milli(wl.trace)
+        self._scarcity = restricted_model_scarcity(wl.trace, self.state)
         self._n = len(self._pods)
         self._arrived_cum = np.cumsum(wl.trace.gpu_request)
         self._allocated = np.zeros(self._n, dtype=np.int64)
@@ -288,6 +290,27 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         )
         out[real] = (after - before) / 1000.0
         return out
+
+    def model_scarcity_penalties(self) -> np.ndarray:
+        """``(K,)`` float64: for a pending GPU pod without a ``gpu_spec``, its request in GPUs
+        times the scarcity of each candidate node's GPU model
+        (:func:`envs.candidates.restricted_model_scarcity` of the episode's workload); 0 for
+        model-restricted and CPU-only pods, padding rows, and workloads without restricted pods.
+        Not part of the observation: teachers read it (``rl.teacher.StrandPenaltyScorer``).
+
+        Raises:
+            RuntimeError: no decision is pending.
+        """
+        if getattr(self, "_done", True):
+            raise RuntimeError("no pending decision: call reset() first")
+        pod, cand = self._pods[self._t], self._cand
+        out = np.zeros(self.n_candidates)
+        if pod.num_gpu == 0 or pod.gpu_spec_mask != ANY_GPU_MODEL or not self._scarcity.any():
+            return out
+        real = cand.mask
+        models = self.state.model_id.take(cand.nodes[real])
+        out[real] = self._scarcity.take(np.maximum(models, 0)) * (models >= 0)
+        return out * (pod.gpu_request / 1000.0)
 
     def action_masks(self) -> np.ndarray:
         """``(K,)`` bool: which actions are real candidates now."""

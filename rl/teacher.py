@@ -176,27 +176,35 @@ class LinearScorer(CandidateScorer):
 
 
 class StrandPenaltyScorer(CandidateScorer):
-    """A linear scorer minus a penalty on host-stranded GPUs (session 12's teacher).
+    """A linear scorer minus a penalty on host-stranded GPUs (session 12's teacher), and
+    optionally one on GPU models that model-restricted pods need.
 
-    ``score_k = base(x_k) - alpha * host_stranding_deltas()[k]``: the change, in GPUs, of the idle
-    GPU capacity on candidate k's node that its free CPU and memory could no longer serve at the
-    workload's typical host demand (``envs.gpu_placement_env.GpuPlacementEnv.host_stranding_deltas``).
-    That signal is read from the environment, not from the observation, so the scorer must be
-    bound to the env whose observations it is given (:meth:`bind`). A cloned network sees only the
-    observation and learns the penalty's effect from the teacher's choices.
+    ``score_k = base(x_k) - alpha * host_stranding_deltas()[k] - beta *
+    model_scarcity_penalties()[k]``. The first signal is the change, in GPUs, of the idle GPU
+    capacity on candidate k's node that its free CPU and memory could no longer serve at the
+    workload's typical host demand; the second is, for a pod without a model restriction, its
+    request in GPUs times the restricted pods' demand / capacity of the node's GPU model (both in
+    ``envs.gpu_placement_env.GpuPlacementEnv``). They are read from the environment, not from the
+    observation, so the scorer must be bound to the env whose observations it is given
+    (:meth:`bind`). A cloned network sees only the observation and learns the penalties' effect
+    from the teacher's choices.
 
     Args:
         base: the linear scorer to extend.
-        alpha: penalty per stranded GPU (>= 0; 0 scores exactly as ``base``).
+        alpha: penalty per stranded GPU (>= 0).
+        beta: weight of the model-scarcity penalty (>= 0). With both 0 it scores exactly as
+            ``base``.
     """
 
     FORMAT = "fleetmind-strand-scorer/1"
 
-    def __init__(self, base: LinearScorer, alpha: float) -> None:
-        if not np.isfinite(alpha) or alpha < 0:
-            raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
+    def __init__(self, base: LinearScorer, alpha: float, beta: float = 0.0) -> None:
+        for name, v in (("alpha", alpha), ("beta", beta)):
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v}")
         self.base = base
         self.alpha = float(alpha)
+        self.beta = float(beta)
         self.n_candidates = base.n_candidates
         self.n_cand_features = base.n_cand_features
         self._env: Any = None
@@ -204,21 +212,29 @@ class StrandPenaltyScorer(CandidateScorer):
     def bind(self, env: Any) -> StrandPenaltyScorer:
         """Read the stranding signal from ``env`` (a ``GpuPlacementEnv`` or a wrapper of one)."""
         inner = getattr(env, "unwrapped", env)
-        if not hasattr(inner, "host_stranding_deltas"):
-            raise TypeError(f"{type(inner).__name__} has no host_stranding_deltas()")
+        for needed in ("host_stranding_deltas", "model_scarcity_penalties"):
+            if not hasattr(inner, needed):
+                raise TypeError(f"{type(inner).__name__} has no {needed}()")
         self._env = inner
         return self
 
     def scores(self, obs: np.ndarray) -> np.ndarray:
         s = self.base.scores(obs)
-        if self.alpha == 0:
+        if self.alpha == 0 and self.beta == 0:
             return s
         if self._env is None:
             raise RuntimeError("StrandPenaltyScorer is not bound to an env: call bind(env) first")
-        return s - self.alpha * self._env.host_stranding_deltas()
+        if self.alpha:
+            s = s - self.alpha * self._env.host_stranding_deltas()
+        if self.beta:
+            s = s - self.beta * self._env.model_scarcity_penalties()
+        return s
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": self.FORMAT, "alpha": self.alpha, "base": self.base.to_dict()}
+        d = {"format": self.FORMAT, "alpha": self.alpha, "base": self.base.to_dict()}
+        if self.beta:
+            d["beta"] = self.beta  # files without it (session 12's first teacher) read as 0
+        return d
 
     @classmethod
     def load(cls, path: str | Path) -> StrandPenaltyScorer:
@@ -237,7 +253,7 @@ class StrandPenaltyScorer(CandidateScorer):
                 int(base["n_cand_features"]),
                 tuple(base.get("blocks", BLOCKS_3)),
             )
-            return cls(lin, float(d["alpha"]))
+            return cls(lin, float(d["alpha"]), float(d.get("beta", 0.0)))
         except FileNotFoundError as e:
             raise ModelLoadError(f"strand scorer file {p} does not exist") from e
         except (ValueError, KeyError, TypeError, AttributeError) as e:
