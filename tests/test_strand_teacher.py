@@ -131,3 +131,59 @@ def test_strand_scorer_bad_input(tiny, tmp_path) -> None:
         load_teacher(bad)
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_teacher(tmp_path / "missing.json")
+
+
+def test_restricted_model_scarcity_by_hand() -> None:
+    from envs.candidates import restricted_model_scarcity
+    from envs.core import ClusterState
+
+    # model 0: 2 GPUs (2,000 milli); model 1: 4 GPUs (4,000 milli)
+    st = ClusterState(
+        cpu_milli=np.array([8000, 8000]),
+        memory_mib=np.array([1024, 1024]),
+        num_gpu=np.array([2, 4]),
+        model_id=np.array([0, 1]),
+    )
+    trace = SimpleNamespace(
+        gpu_request=np.array([3000, 600, 1000, 0]),
+        gpu_spec_mask=np.array([0b01, 0b11, -1, 0b10]),  # the last asks for no GPU
+    )
+    r = restricted_model_scarcity(trace, st)
+    # 3,000 on model 0 alone; 600 spread 1:2 over both; the unrestricted and CPU-only pods count 0
+    np.testing.assert_allclose(r, [(3000 + 200) / 2000, 400 / 4000])
+
+
+def test_env_scarcity_penalties_and_the_beta_scorer(tiny, tmp_path) -> None:
+    env, trace = tiny  # 10 % of its GPU pods may use V100M32 or T4 only
+    obs, _ = env.reset(options={"trace": trace.name, "workload_seed": 11})
+    r = env._scarcity  # noqa: SLF001
+    assert r.max() > 0
+    base = LinearScorer.fgd(8, env.n_cand_features)
+    scorer = StrandPenaltyScorer(base, 0.0, 100.0).bind(env)
+    seen = {"restricted": 0, "free": 0}
+    done = False
+    while not done:
+        mask = env.action_masks()
+        pen = env.model_scarcity_penalties()
+        pod = env._pods[env._t]  # noqa: SLF001
+        if pod.num_gpu == 0 or pod.gpu_spec_mask != -1:
+            assert not pen.any()
+            seen["restricted"] += pod.num_gpu > 0
+        else:
+            nodes = env._cand.nodes[mask]  # noqa: SLF001
+            want = r[env.state.model_id[nodes]] * pod.gpu_request / 1000.0
+            np.testing.assert_allclose(pen[mask], want)
+            seen["free"] += 1
+            a = scorer(obs, mask)
+            assert pen[a] <= pen[mask].min() + 1.0 / 100.0 + 1e-9
+        obs, _, term, trunc, _ = env.step(int(scorer(obs, mask)))
+        done = term or trunc
+    assert seen["restricted"] > 0 and seen["free"] > 0
+    again = load_teacher(scorer.save(tmp_path / "s.json"))
+    assert (again.alpha, again.beta) == (0.0, 100.0)
+    old = json.loads((tmp_path / "s.json").read_text())
+    del old["beta"]  # a file of the first session-12 teacher: no beta key
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert load_teacher(tmp_path / "old.json").beta == 0.0
+    with pytest.raises(ValueError, match="beta"):
+        StrandPenaltyScorer(base, 1.0, -2.0)
