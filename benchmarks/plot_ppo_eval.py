@@ -2,8 +2,9 @@
 
 .venv/bin/python benchmarks/plot_ppo_eval.py [JSON]   # -> docs/img/ppo_vs_fgd.png
 
-The default JSON, ``benchmarks/results/ppo_eval_strand.json``, is the released model (session 12);
-``ppo_eval.json`` holds the release before it.
+The default JSON, ``benchmarks/results/ppo_eval_scarcity.json``, is the released model (session
+12); ``ppo_eval_strand.json`` holds the same session's first release and ``ppo_eval.json`` the one
+before it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "benchmarks" / "results" / "ppo_eval_strand.json"
+SRC = ROOT / "benchmarks" / "results" / "ppo_eval_scarcity.json"
 OUT = ROOT / "docs" / "img" / "ppo_vs_fgd.png"
 STYLE = {"BestFit": "#9e9e9e", "FGD": "#1f77b4", "ppo": "#d62728"}
 KEY = "unallocated_gpu_pct_at_100"

@@ -249,7 +249,8 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
     if kind is None:
         fmt = card.get("teacher_format")
         kind = (
-            "a linear candidate scorer with a host-stranding penalty, `rl.teacher.StrandPenaltyScorer`"
+            "a linear candidate scorer minus penalties read from the env (host-stranded GPUs,"
+            " GPU-model scarcity), `rl.teacher.StrandPenaltyScorer`"
             if fmt == "fleetmind-strand-scorer/1"
             else "a saved linear candidate scorer, see `rl/teacher.py`"
         )
