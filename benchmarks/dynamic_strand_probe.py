@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,6 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from probe_common import load_now, machine  # noqa: E402
 
 from training.cli_sched import parse_seeds  # noqa: E402
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = json.loads((MODEL / "metadata.json").read_text())
     cfg = DynEvalConfig.from_metadata(meta["env_kwargs"])
     teacher = DynLinearScorer.load(MODEL / "teacher.json")
-    load0, t0 = [round(x, 2) for x in os.getloadavg()], time.perf_counter()
+    load0, t0 = load_now(), time.perf_counter()
     per_trace: dict[str, dict] = {}
     for trace in a.traces:
         tr = load_openb_trace(trace)
@@ -145,12 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         "teacher": str((MODEL / "teacher.json").relative_to(ROOT)),
         "env_kwargs": meta["env_kwargs"],
         "seeds": seeds,
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_start": load0,
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine(load0),
         "wall_time_s": round(time.perf_counter() - t0, 1),
         "mean_gap_vs_best_pct": gaps,
         "traces": per_trace,

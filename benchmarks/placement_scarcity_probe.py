@@ -1,7 +1,7 @@
 """Can a GPU-model scarcity term fix the strand teacher on ``gpuspec33``? (issue 6, session 12 probe)
 
-The released model's teacher (``models/placement/teacher_strand.json``: R minus 4 x the change in
-host-stranded GPUs) is 3.3 % above FGD on ``gpuspec33``. There, a third of the GPU pods may use
+Item 15's model (teacher ``benchmarks/results/placement_strand_teacher.json``: R minus 4 x the
+change in host-stranded GPUs) is 3.3 % above FGD on ``gpuspec33``. There, a third of the GPU pods may use
 only some GPU models, and they fail for lack of GPU room on those models
 (``benchmarks/results/placement_failure_causes_gpuspec33.json``). This probe adds a second term
 that keeps pods *without* a model restriction off the models the restricted pods need:
@@ -20,13 +20,8 @@ from the environment, not from the observation.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +29,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.cli_sched import parse_seeds  # noqa: E402
+from probe_common import probe_main, whole_episode_env  # noqa: E402
 
-TEACHER = ROOT / "models" / "placement" / "teacher_strand.json"
+TEACHER = ROOT / "benchmarks" / "results" / "placement_strand_teacher.json"
+"""Item 15's teacher (R, alpha 4, no beta). The choice and confirmation runs read the same file as
+``models/placement/teacher_strand.json``, which held it until item 16's release replaced it."""
 
 
 def model_scarcity(env: object) -> np.ndarray:
@@ -88,19 +85,11 @@ def scarcity_actor(strand: object, beta: float, env: object):  # noqa: ANN201 - 
 
 
 def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]:
-    from data.openb import load_openb_nodes
-    from envs.gpu_placement_env import GpuPlacementEnv
     from rl.ppo import greedy_rollout
     from rl.teacher import StrandPenaltyScorer
 
     name, beta, trace, seed = job
-    env = GpuPlacementEnv(
-        traces=[trace],
-        nodes=load_openb_nodes(None),
-        n_candidates=16,
-        fgd_until_pct=0.0,
-        stop_arrived_pct=101.0,
-    )
+    env = whole_episode_env(trace)
     if beta is None:
         act = lambda obs, mask: 0  # noqa: E731 - candidate 0 is FGD's choice
     elif os.environ.get("FLEETMIND_PROBE_OWN_SCARCITY") == "1":  # the probe's first copy
@@ -113,55 +102,16 @@ def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--traces", nargs="+", required=True)
-    ap.add_argument("--seeds", nargs="+", required=True)
-    ap.add_argument("--betas", nargs="+", type=float, default=[0.0, 1.0, 2.0, 4.0, 8.0])
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    seeds = parse_seeds(a.seeds)
-    scorers: dict[str, float | None] = {"FGD": None}
-    scorers.update({f"beta={x:g}": x for x in a.betas})
-    jobs = [(n, x, t, s) for n, x in scorers.items() for t in a.traces for s in seeds]
-    load0, t0 = [round(x, 2) for x in os.getloadavg()], time.perf_counter()
-    with ProcessPoolExecutor(a.workers) as ex:
-        rows = list(ex.map(_job, jobs))
-    got = {(n, t, s): v for n, t, s, v in rows}
-    report: dict[str, dict] = {}
-    for n in scorers:
-        per_trace = {
-            t: 100.0
-            * (
-                np.mean([got[(n, t, s)] for s in seeds])
-                / np.mean([got[("FGD", t, s)] for s in seeds])
-                - 1.0
-            )
-            for t in a.traces
-        }
-        report[n] = {
-            "gap_vs_fgd_pct": round(float(np.mean(list(per_trace.values()))), 2),
-            "per_trace_gap_pct": {t: round(float(v), 2) for t, v in per_trace.items()},
-        }
-    out = {
-        "command": "python benchmarks/placement_scarcity_probe.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "teacher": str(TEACHER.relative_to(ROOT)),
-        "seeds": seeds,
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_start": load0,
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-        },
-        "wall_time_s": round(time.perf_counter() - t0, 1),
-        "scorers": report,
-        "episodes": {f"{n}|{t}|{s}": v for (n, t, s), v in got.items()},
-    }
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
-    for n, e in report.items():
-        print(f"{n:10s} gap vs FGD {e['gap_vs_fgd_pct']:+.2f} %  {e['per_trace_gap_pct']}")
+    probe_main(
+        argv,
+        script="placement_scarcity_probe.py",
+        description=__doc__.split("\n\n")[0],
+        param="beta",
+        defaults=[0.0, 1.0, 2.0, 4.0, 8.0],
+        job=_job,
+        teacher=str(TEACHER.relative_to(ROOT)),
+        paired=False,
+    )
 
 
 if __name__ == "__main__":

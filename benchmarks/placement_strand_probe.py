@@ -25,39 +25,23 @@ each scorer's mean gap to FGD, and its paired difference to R with a standard er
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.cli_sched import parse_seeds  # noqa: E402
+from probe_common import probe_main, whole_episode_env  # noqa: E402
 
 TEACHER = ROOT / "models" / "placement" / "teacher.json"
 
 
 def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]:
-    from data.openb import load_openb_nodes
-    from envs.gpu_placement_env import GpuPlacementEnv
     from rl.ppo import greedy_rollout
     from rl.teacher import LinearScorer, StrandPenaltyScorer
 
     name, alpha, trace, seed = job
-    env = GpuPlacementEnv(
-        traces=[trace],
-        nodes=load_openb_nodes(None),
-        n_candidates=16,
-        fgd_until_pct=0.0,
-        stop_arrived_pct=101.0,
-    )
+    env = whole_episode_env(trace)
     if alpha is None:
         act = lambda obs, mask: 0  # noqa: E731 - candidate 0 is FGD's choice
     else:
@@ -67,81 +51,16 @@ def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--traces", nargs="+", required=True)
-    ap.add_argument("--seeds", nargs="+", required=True)
-    ap.add_argument("--alphas", nargs="+", type=float, default=[0.0, 0.5, 1.0, 2.0, 4.0])
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    seeds = parse_seeds(a.seeds)
-    scorers: dict[str, float | None] = {"FGD": None}
-    scorers.update({f"alpha={x:g}": x for x in a.alphas})
-    jobs = [(n, x, t, s) for n, x in scorers.items() for t in a.traces for s in seeds]
-    load0, t0 = [round(x, 2) for x in os.getloadavg()], time.perf_counter()
-    with ProcessPoolExecutor(a.workers) as ex:
-        rows = list(ex.map(_job, jobs))
-    got = {(n, t, s): v for n, t, s, v in rows}
-    report: dict[str, dict] = {}
-    base = "alpha=0" if "alpha=0" in scorers else None
-    for n in scorers:
-        per_trace = {
-            t: float(
-                np.mean([got[(n, t, s)] for s in seeds])
-                / np.mean([got[("FGD", t, s)] for s in seeds])
-                - 1.0
-            )
-            * 100.0
-            for t in a.traces
-        }
-        entry: dict[str, object] = {
-            "gap_vs_fgd_pct": round(float(np.mean(list(per_trace.values()))), 2),
-            "per_trace_gap_pct": {t: round(v, 2) for t, v in per_trace.items()},
-        }
-        if base and n not in ("FGD", base):
-            # paired per-episode difference of gap (points of % vs FGD) against R
-            d = np.array(
-                [
-                    (got[(n, t, s)] - got[(base, t, s)]) / got[("FGD", t, s)] * 100.0
-                    for t in a.traces
-                    for s in seeds
-                ]
-            )
-            entry["paired_vs_R_points"] = round(float(d.mean()), 3)
-            entry["paired_vs_R_se"] = (
-                round(float(d.std(ddof=1) / np.sqrt(d.size)), 3) if d.size > 1 else None
-            )
-            entry["better_worse_equal_vs_R"] = [
-                int((d < 0).sum()),
-                int((d > 0).sum()),
-                int((d == 0).sum()),
-            ]
-        report[n] = entry
-    out = {
-        "command": "python benchmarks/placement_strand_probe.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "teacher": str(TEACHER.relative_to(ROOT)),
-        "traces": a.traces,
-        "seeds": seeds,
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_start": load0,
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-        },
-        "wall_time_s": round(time.perf_counter() - t0, 1),
-        "scorers": report,
-        "episodes": {f"{n}|{t}|{s}": v for (n, t, s), v in got.items()},
-    }
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
-    for n, e in report.items():
-        extra = (
-            f"  vs R {e['paired_vs_R_points']:+.2f} +- {e['paired_vs_R_se'] or float('nan'):.2f}"
-            if "paired_vs_R_points" in e
-            else ""
-        )
-        print(f"{n:10s} gap vs FGD {e['gap_vs_fgd_pct']:+.2f} %{extra}")
+    probe_main(
+        argv,
+        script="placement_strand_probe.py",
+        description=__doc__.split("\n\n")[0],
+        param="alpha",
+        defaults=[0.0, 0.5, 1.0, 2.0, 4.0],
+        job=_job,
+        teacher=str(TEACHER.relative_to(ROOT)),
+        paired=True,
+    )
 
 
 if __name__ == "__main__":
