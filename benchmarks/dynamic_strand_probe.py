@@ -38,41 +38,22 @@ MODEL = ROOT / "models" / "placement-dynamic"
 def strand_actor(teacher: object, alpha: float, env: object):  # noqa: ANN201 - Actor
     """``act(obs, mask)``: the teacher's scores minus ``alpha`` x each candidate's change in
     stranded GPUs, read from ``env``'s attached simulator."""
-    from envs.candidates import stranded_gpu_milli
+    from envs.candidates import host_demand_per_gpu_milli, stranding_deltas
 
     cache: dict[int, tuple[float, float]] = {}
-
-    def demand() -> tuple[float, float]:
-        jobs = env.jobs
-        key = id(jobs)
-        if key not in cache:
-            req = jobs.num_gpu * jobs.gpu_milli
-            sel = req > 0
-            total = float(req[sel].sum())
-            cache.clear()
-            cache[key] = (
-                float(jobs.cpu_milli[sel].sum() / total),
-                float(jobs.memory_mib[sel].sum() / total),
-            )
-        return cache[key]
 
     def act(obs: np.ndarray, mask: np.ndarray) -> int:
         s = teacher.scores(obs)
         if alpha:
-            c, m = demand()
-            nodes, _ = env.candidates()
-            st = env.sim.state
-            pod = env.sim.pod(env.current_job)
+            if id(env.jobs) not in cache:  # one job stream per run
+                cache.clear()
+                cache[id(env.jobs)] = host_demand_per_gpu_milli(env.jobs)
             real = np.asarray(mask, dtype=bool)
-            n = nodes[real]
-            idle = st.gpu_idle.take(n, axis=0).sum(axis=1)
-            cpu, mem = st.cpu_free.take(n), st.mem_free.take(n)
-            before = stranded_gpu_milli(idle, cpu, mem, c, m)
-            after = stranded_gpu_milli(
-                idle - pod.gpu_request, cpu - pod.cpu_milli, mem - pod.memory_mib, c, m
-            )
+            nodes, _ = env.candidates()
             d = np.zeros(s.shape)
-            d[real] = (after - before) / 1000.0
+            d[real] = stranding_deltas(
+                env.sim.state, env.sim.pod(env.current_job), nodes[real], *cache[id(env.jobs)]
+            )
             s = s - alpha * d
         s = np.where(np.asarray(mask, dtype=bool), s, -np.inf)
         return int(np.argmax(s))

@@ -50,6 +50,7 @@ dynamic-mode env adds its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -120,15 +121,17 @@ def pod_shape_features(pod: Pod) -> tuple[float, float, float, float, float, flo
     )
 
 
-def host_demand_per_gpu_milli(trace: PodTrace) -> tuple[float, float]:
-    """``(mCPU, MiB)`` the trace's GPU pods ask for per milli-GPU they request (totals over the GPU
-    pods; ``(0, 0)`` for a trace without GPU pods). The typical host demand beside one milli-GPU."""
-    req = trace.gpu_request
+def host_demand_per_gpu_milli(pods: PodTrace | Any) -> tuple[float, float]:
+    """``(mCPU, MiB)`` the GPU pods ask for per milli-GPU they request (totals over the GPU pods;
+    ``(0, 0)`` without GPU pods): the typical host demand beside one milli-GPU. ``pods`` is a
+    :class:`PodTrace` or anything with its ``(P,)`` arrays ``cpu_milli``, ``memory_mib``,
+    ``num_gpu`` and ``gpu_milli`` (e.g. a dynamic-mode job stream)."""
+    req = pods.num_gpu * pods.gpu_milli
     sel = req > 0
     total = float(req[sel].sum())
     if total == 0:
         return 0.0, 0.0
-    return float(trace.cpu_milli[sel].sum() / total), float(trace.memory_mib[sel].sum() / total)
+    return float(pods.cpu_milli[sel].sum() / total), float(pods.memory_mib[sel].sum() / total)
 
 
 def stranded_gpu_milli(
@@ -150,6 +153,25 @@ def stranded_gpu_milli(
     by_cpu = cpu / cpu_per_milli if cpu_per_milli > 0 else np.full_like(cpu, big)
     by_mem = mem / mem_per_milli if mem_per_milli > 0 else np.full_like(mem, big)
     return np.maximum(np.asarray(idle_milli, dtype=np.float64) - np.minimum(by_cpu, by_mem), 0.0)
+
+
+def stranding_deltas(
+    state: ClusterState, pod: Pod, nodes: np.ndarray, cpu_per_milli: float, mem_per_milli: float
+) -> np.ndarray:
+    """``(S,)`` float64: GPUs (1000 milli) left stranded by host resources on each of ``nodes`` if
+    ``pod`` went there, minus those stranded there now (:func:`stranded_gpu_milli` at the given
+    typical demand per milli-GPU)."""
+    idle = state.gpu_idle.take(nodes, axis=0).sum(axis=1)
+    cpu, mem = state.cpu_free.take(nodes), state.mem_free.take(nodes)
+    before = stranded_gpu_milli(idle, cpu, mem, cpu_per_milli, mem_per_milli)
+    after = stranded_gpu_milli(
+        idle - pod.gpu_request,
+        cpu - pod.cpu_milli,
+        mem - pod.memory_mib,
+        cpu_per_milli,
+        mem_per_milli,
+    )
+    return (after - before) / 1000.0
 
 
 def restricted_model_scarcity(trace: PodTrace, state: ClusterState) -> np.ndarray:

@@ -20,7 +20,7 @@ from envs.candidates import (
     Candidates,
     host_demand_per_gpu_milli,
     restricted_model_scarcity,
-    stranded_gpu_milli,
+    stranding_deltas,
 )
 from envs.core import ClusterState, pods_from_trace
 from envs.fgd_mode import DEFAULT_SCALE, build_workload, unallocated_at
@@ -277,18 +277,11 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         """
         if getattr(self, "_done", True):
             raise RuntimeError("no pending decision: call reset() first")
-        st, pod, cand = self.state, self._pods[self._t], self._cand
+        cand = self._cand
         out = np.zeros(self.n_candidates)
-        real = cand.mask
-        nodes = cand.nodes[real]
-        idle = st.gpu_idle.take(nodes, axis=0).sum(axis=1)
-        cpu, mem = st.cpu_free.take(nodes), st.mem_free.take(nodes)
-        c, m = self._host_demand
-        before = stranded_gpu_milli(idle, cpu, mem, c, m)
-        after = stranded_gpu_milli(
-            idle - pod.gpu_request, cpu - pod.cpu_milli, mem - pod.memory_mib, c, m
+        out[cand.mask] = stranding_deltas(
+            self.state, self._pods[self._t], cand.nodes[cand.mask], *self._host_demand
         )
-        out[real] = (after - before) / 1000.0
         return out
 
     def model_scarcity_penalties(self) -> np.ndarray:
