@@ -70,10 +70,20 @@ def gap_report(
 
 
 def machine(load_start: list[float]) -> dict:
-    """Platform, core count and load averages at the start (given) and now."""
+    """Platform, core count, load averages at the start (given) and now, and package versions."""
+    import importlib.metadata as md
+
+    packages = {}
+    for pkg in ("numpy", "scipy", "torch", "onnxruntime", "stable-baselines3", "sb3-contrib"):
+        try:
+            packages[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            packages[pkg] = None
     return {
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "packages": packages,
         "loadavg_start": load_start,
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
     }
