@@ -236,6 +236,9 @@ def run(args: Args) -> dict[str, Any]:
     ]
     if args.progress:
         callbacks.append(TQDMProgressBar(refresh_rate=10))
+    # every 10 steps, or once per epoch when an epoch is shorter (a tiny run logs its loss at all,
+    # and Lightning does not warn that the interval exceeds the epoch)
+    batches_per_epoch = max(1, -(-len(dm.train_data) // args.batch_size))
     trainer = pl.Trainer(
         max_epochs=args.epochs,
         max_time={"minutes": args.max_minutes},
@@ -245,7 +248,7 @@ def run(args: Args) -> dict[str, Any]:
         deterministic=False,
         enable_progress_bar=args.progress,
         enable_model_summary=False,
-        log_every_n_steps=10,
+        log_every_n_steps=min(10, batches_per_epoch),
         num_sanity_val_steps=0,
     )
     t_fit = time.time()
