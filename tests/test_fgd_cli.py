@@ -83,3 +83,24 @@ def test_sched_evaluate_causes(tmp_path, capsys) -> None:
     assert "lower bound for any policy" in capsys.readouterr().out
     rc = main(["sched", "evaluate", "--trace", "default", "--mode", "dynamic", "--causes"])
     assert rc == 2 and "fgd-mode option" in capsys.readouterr().err
+
+
+def test_sched_evaluate_model_implies_ppo(tmp_path, capsys) -> None:
+    """``--model`` is for policy 'ppo': with the default policies it adds ppo (it used to be
+    ignored without a word); with an explicit list that lacks ppo it is an error naming both."""
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[1] / "models" / "placement"
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    out = tmp_path / "r.json"
+    base = ["sched", "evaluate", "--trace", str(tmp_path / "pods.csv"), "--nodes",
+            str(tmp_path / "nodes.csv"), "--seeds", "1", "--model", str(model)]  # fmt: skip
+    assert main([*base, "--json", str(out)]) == 0
+    policies = json.loads(out.read_text())["policies"]
+    assert "ppo" in policies and "FGD" in policies and "Random" in policies
+    capsys.readouterr()
+    assert main([*base, "--policies", "FGD", "BestFit"]) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "'ppo'" in err and "FGD BestFit" in err
+    assert "Traceback" not in err

@@ -224,7 +224,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "--causes is an fgd-mode option (dynamic mode has no failed pods: jobs queue)"
         )
     if args.mode == "fgd":
-        result = _evaluate_fgd(args, args.policies or DEFAULT_POLICIES, seeds)
+        policies = list(args.policies or DEFAULT_POLICIES)
+        if args.model is not None and not any(p.lower() == "ppo" for p in policies):
+            if args.policies:  # an explicit list without the policy the model is for
+                raise ConfigError(
+                    f"--model {args.model} is the model of policy 'ppo', which --policies "
+                    f"({' '.join(args.policies)}) does not name; add ppo to --policies"
+                )
+            policies.append("ppo")  # a model given: evaluate it beside the default heuristics
+        result = _evaluate_fgd(args, policies, seeds)
     else:
         result = _evaluate_dynamic(args, args.policies, seeds)
     _print_table(result)
@@ -295,7 +303,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         help="seeds or ranges, e.g. 42-51",
     )
     ev.add_argument(
-        "--model", default=None, help="PPO model REF (path or models:/ URI) for policy 'ppo'"
+        "--model",
+        default=None,
+        help="PPO model REF (path or models:/ URI) for policy 'ppo'; with the default policies, adds ppo",
     )
     ev.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
     ev.add_argument(
