@@ -126,11 +126,19 @@ def make_analyzers(
         seed: seed of randomised methods.
 
     Raises:
-        ConfigError: an unknown method name.
+        ConfigError: an unknown method name, or a ``model`` with ``names`` that hold no learned
+            method (the model would be ignored).
         NotAvailableError: a requested plug-in or model cannot be loaded (e.g. no released GAT).
     """
     _register_baselines()
     explicit = names is not None or model is not None
+    if model is not None and names is not None:
+        names = list(names)
+        if not any(n in PLUGINS for n in names):
+            raise ConfigError(
+                f"a model ({model}) was given, but none of the methods {', '.join(names)} is a "
+                f"learned one that uses it (learned: {', '.join(sorted(PLUGINS)) or 'none'})"
+            )
     out: dict[str, BaseAnalyzer] = {}
     for name in names if names is not None else available_methods():
         if name in _FACTORIES:

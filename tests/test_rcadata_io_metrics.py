@@ -207,7 +207,10 @@ def test_a_model_that_was_asked_for_and_does_not_load_is_an_error(tmp_path: Path
         make_analyzers(model=str(bad))
     with pytest.raises(NotAvailableError, match="gat"):
         make_analyzers(model=str(tmp_path / "missing"))
-    assert "gat" not in make_analyzers(["deepest"], model=str(bad))  # not asked to run the GAT
+    # a model with methods that would ignore it is an error, not a silently unused flag
+    with pytest.raises(ConfigError, match="none of the methods deepest is a learned one"):
+        make_analyzers(["deepest"], model=str(bad))
+    assert "gat" in make_analyzers(["deepest", "gat"], model=None)  # the released GAT
 
 
 def test_cli_generate_then_evaluate(tmp_path: Path) -> None:
