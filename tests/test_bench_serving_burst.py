@@ -1,4 +1,5 @@
-"""``benchmarks/bench_serving.burst_split``: the clients' first burst apart from the rest of a run."""
+"""``benchmarks/bench_serving``: the clients' first burst apart from the rest of a run
+(``burst_split``), and the ingestion rate per window (``window_rates``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_serving import burst_split, pct  # noqa: E402
+from bench_serving import burst_split, pct, window_rates  # noqa: E402
 
 
 def test_first_request_of_each_client_is_the_burst() -> None:
@@ -37,3 +38,15 @@ def test_samples_out_of_start_order_and_no_later_requests() -> None:
         "first_burst_max_ms": 6.0,
     }
     assert burst_split([]) == {"first_burst_n": 0}
+
+
+def test_window_rates_counts_each_response_in_its_window() -> None:
+    # 50 alerts at 1, 2, 4 s; 100 at 6 s; 50 at 12.6 s (the last window is 2.6 s long: kept,
+    # divided by its own length)
+    done = [(1.0, 50), (2.0, 50), (4.0, 50), (6.0, 100), (12.6, 50)]
+    assert window_rates(done, 5.0) == [30.0, 20.0, round(50 / 2.6, 1)]
+    # a tail under half a window is dropped: it would read as a spike or a dip
+    assert window_rates([(1.0, 50), (5.5, 50)], 5.0) == [10.0]
+    # a run shorter than one window: its own rate
+    assert window_rates([(0.1, 50), (0.2, 50)], 5.0) == [500.0]
+    assert window_rates([], 5.0) == []
