@@ -52,6 +52,31 @@ class _Open:
     clusters: set[str] = field(default_factory=set)
 
 
+# The incident worker's count refresh (IncidentManager._refresh_counts): built once, so each batch
+# only binds parameters (building an update per incident cost more than the SQL itself).
+_COUNTS = (
+    select(
+        alerts.c.incident_id,
+        func.count(),
+        func.sum(case((alerts.c.status == "firing", 1), else_=0)),
+    )
+    .where(alerts.c.incident_id.in_(bindparam("ids", expanding=True)))
+    .group_by(alerts.c.incident_id)
+)
+_SET_COUNTS = (
+    update(incidents)
+    .where(incidents.c.id == bindparam("_id"))
+    .values(alert_count=bindparam("_n"), firing_count=bindparam("_f"), updated_ts=bindparam("_now"))
+)
+_SET_OPEN = _SET_COUNTS.values(
+    nodes=bindparam("_nodes", type_=incidents.c.nodes.type),
+    clusters=bindparam("_clusters", type_=incidents.c.clusters.type),
+    first_alert_ts=bindparam("_first"),
+    last_alert_ts=bindparam("_last"),
+)
+_SET_RESOLVED = _SET_OPEN.values(status="resolved", closed_ts=bindparam("_now"))
+
+
 def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
     """A stored alert row as an Alertmanager v4 alert object (what analyzers take)."""
     return {
@@ -216,8 +241,7 @@ class IncidentManager:
                     .values(incident_id=bindparam("_inc"), node=bindparam("_node"), pending=False),
                     done,
                 )
-                for inc_id in touched:
-                    self._refresh_counts(conn, inc_id, now)
+                self._refresh_counts(conn, touched, now)
             self._set_gauge()
             mono = time.monotonic()
             backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
@@ -326,30 +350,48 @@ class IncidentManager:
         target.last_ts = max(target.last_ts, other.last_ts)
         self._open.pop(other.id, None)
 
-    def _refresh_counts(self, conn: Any, inc_id: int, now: float) -> None:
-        total, firing = conn.execute(
-            select(
-                func.count(),
-                func.coalesce(func.sum(case((alerts.c.status == "firing", 1), else_=0)), 0),
-            ).where(alerts.c.incident_id == inc_id)
-        ).one()
-        values: dict[str, Any] = {
-            "alert_count": int(total),
-            "firing_count": int(firing),
-            "updated_ts": now,
-        }
-        o = self._open.get(inc_id)
-        if o is not None:
+    def _refresh_counts(self, conn: Any, inc_ids: set[int], now: float) -> None:
+        """Store the alert and firing counts (and, for open incidents, nodes, clusters and alert
+        times) of ``inc_ids``; an open incident whose alerts are all resolved becomes ``resolved``.
+
+        The counts are exact (``COUNT`` over the incidents' alerts, read from the covering index
+        ``ix_alerts_incident_status`` in one grouped query), so every way an alert can move (a new
+        alert, a status change, a merge) is counted without bookkeeping. The updates go out as
+        three prepared statements with one parameter set per incident (SQLAlchemy builds and
+        compiles each once), not a statement built per incident.
+        """
+        if not inc_ids:
+            return
+        counts = {int(i): (0, 0) for i in inc_ids}
+        for i in range(0, len(counts), 500):  # bound the IN list (SQLite's variable limit)
+            chunk = sorted(counts)[i : i + 500]
+            for inc_id, total, firing in conn.execute(_COUNTS, {"ids": chunk}):
+                counts[int(inc_id)] = (int(total), int(firing or 0))
+        closed, open_rows, resolved_rows = [], [], []
+        for inc_id, (total, firing) in sorted(counts.items()):
+            values = {"_id": inc_id, "_n": total, "_f": firing, "_now": now}
+            o = self._open.get(inc_id)
+            if o is None:
+                closed.append(values)
+                continue
             values.update(
-                nodes=sorted(o.nodes),
-                clusters=sorted(o.clusters),
-                first_alert_ts=o.first_ts,
-                last_alert_ts=o.last_ts,
+                _nodes=sorted(o.nodes),
+                _clusters=sorted(o.clusters),
+                _first=o.first_ts,
+                _last=o.last_ts,
             )
-            if int(firing) == 0 and int(total) > 0:
-                values.update(status="resolved", closed_ts=now)
+            if firing == 0 and total > 0:
+                resolved_rows.append(values)
                 self._open.pop(inc_id, None)
-        conn.execute(update(incidents).where(incidents.c.id == inc_id).values(**values))
+            else:
+                open_rows.append(values)
+        for stmt, params in (
+            (_SET_COUNTS, closed),
+            (_SET_OPEN, open_rows),
+            (_SET_RESOLVED, resolved_rows),
+        ):
+            if params:
+                conn.execute(stmt, params)
 
     def _rank(self, inc_id: int) -> None:
         self._last_rank[inc_id] = time.monotonic()

@@ -193,3 +193,75 @@ def test_leader_lock_has_one_holder(db: Database) -> None:
     first.release()
     assert second.acquire()
     second.release()
+
+
+def test_incident_counts_in_one_batch_match_the_alerts(db: Database) -> None:
+    """Counts are refreshed for all touched incidents at once: each equals a direct count of its
+    alerts, through new alerts, resolutions and an incident whose alerts all resolve."""
+    from sqlalchemy import func, select
+
+    from serving.db import alerts
+
+    graph = build_example_graph()
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    m = IncidentManager(db, GraphStore(graph, "t"), reg)
+    c0 = [alert({**GPU, "gpu": str(g)}, fingerprint=f"a{g}") for g in range(4)]
+    c1 = [
+        alert({"alertname": "GpuXid", "cluster": "c1", "node": "c1-h2", "gpu": str(g)},
+              fingerprint=f"b{g}")
+        for g in range(3)
+    ]  # fmt: skip
+    db.store_alerts(rows(*c0, *c1))
+    assert m.process_pending() == 7  # one batch, two incidents (clusters are not crossed)
+
+    def by_cluster() -> dict[str, dict]:
+        return {i["clusters"][0]: i for i in db.list_incidents(None, limit=10)}
+
+    def direct(inc_id: int) -> tuple[int, int]:
+        with db.read() as conn:
+            n = conn.execute(select(func.count()).where(alerts.c.incident_id == inc_id))
+            f = conn.execute(
+                select(func.count()).where(
+                    (alerts.c.incident_id == inc_id) & (alerts.c.status == "firing")
+                )
+            )
+            return int(n.scalar_one()), int(f.scalar_one())
+
+    incs = by_cluster()
+    assert (incs["c0"]["alert_count"], incs["c0"]["firing_count"]) == (4, 4)
+    assert (incs["c1"]["alert_count"], incs["c1"]["firing_count"]) == (3, 3)
+    assert incs["c0"]["nodes"] and incs["c0"]["status"] == "open"
+
+    # one batch: two c0 alerts resolve, all three c1 alerts resolve, one new c0 alert fires
+    resolved = [{**a, "status": "resolved", "endsAt": "2026-01-01T01:00:00Z"} for a in c0[:2] + c1]
+    db.store_alerts(rows(*resolved, alert({**GPU, "gpu": "7"}, fingerprint="a7")))
+    m.process_pending()
+    incs = by_cluster()
+    for inc in incs.values():
+        assert (inc["alert_count"], inc["firing_count"]) == direct(inc["id"])
+    assert (incs["c0"]["alert_count"], incs["c0"]["firing_count"]) == (5, 3)
+    assert incs["c0"]["status"] == "open"
+    assert (incs["c1"]["alert_count"], incs["c1"]["firing_count"]) == (3, 0)
+    assert incs["c1"]["status"] == "resolved" and incs["c1"]["closed_ts"] is not None
+    assert m.open_count == 1
+
+
+def test_create_all_adds_the_count_index_to_an_older_database(db: Database) -> None:
+    """A database created before ``ix_alerts_incident_status`` existed (it had a single-column
+    index on ``incident_id``) gets the covering index from ``create_all``; nothing else changes."""
+    from sqlalchemy import inspect, text
+
+    with db.engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_alerts_incident_status"))
+        conn.execute(text("CREATE INDEX ix_alerts_incident_id ON alerts (incident_id)"))
+    db.store_alerts(rows(alert(GPU, fingerprint="old")))
+    assert "ix_alerts_incident_status" not in {
+        i["name"] for i in inspect(db.engine).get_indexes("alerts")
+    }
+    db.create_all()
+    db.create_all()  # idempotent
+    names = {i["name"]: i["column_names"] for i in inspect(db.engine).get_indexes("alerts")}
+    assert names["ix_alerts_incident_status"] == ["incident_id", "status"]
+    assert "ix_alerts_incident_id" in names  # left as it was
+    assert db.count_alerts() == 1
