@@ -268,7 +268,16 @@ class Database:
             return [dict(r._mapping) for r in conn.execute(q)]
 
     def pending_alerts(self, limit: int = 5000) -> list[dict[str, Any]]:
-        q = select(alerts).where(alerts.c.pending.is_(True)).order_by(alerts.c.id).limit(limit)
+        """The oldest ``limit`` pending alerts, with the columns grouping reads (``id``,
+        ``updated_ts``, ``status``, ``labels``, ``node``, ``incident_id``, ``starts_ts``): not
+        the annotations, whose JSON decoding was a third of reading a backlog."""
+        c = alerts.c
+        q = (
+            select(c.id, c.updated_ts, c.status, c.labels, c.node, c.incident_id, c.starts_ts)
+            .where(c.pending.is_(True))
+            .order_by(c.id)
+            .limit(limit)
+        )
         with self.read() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 

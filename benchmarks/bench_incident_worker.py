@@ -1,0 +1,123 @@
+"""How fast the incident worker groups a backlog of pending alerts (no HTTP, no ingestion).
+
+The service stores webhooks first and groups them afterwards (``serving.incidents``); under a
+sustained alert storm the question is whether grouping keeps up. This stores ``--alerts`` pending
+alerts shaped like ``bench_serving.py``'s ingestion (50-alert webhooks over the 80 hosts of the
+benchmark graph, GPU XID alerts; every 7th webhook resolves a fifth of its alerts; start times
+spread over an hour, so the incidents grow to thousands of alerts each) in a fresh SQLite
+database, then runs the worker's loop (``process_pending`` with deferred ranking, then the due
+rankings) until nothing is pending, on the released GAT. It reports the wall and CPU time, alerts
+per second, and a SHA-256 of the resulting incidents (ids, status, counts, nodes, clusters, alert
+times, top causes), so two code versions can be checked to form the same incidents::
+
+    python benchmarks/bench_incident_worker.py --alerts 400000 --out benchmarks/results/incident_worker.json
+
+``--repo`` runs another checkout's ``serving/`` (e.g. a ``git worktree`` of an older commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--alerts", type=int, default=100_000, help="pending alerts to group")
+    ap.add_argument("--repo", default=str(HERE.parent), help="checkout whose serving/ groups")
+    ap.add_argument("--out", default=None, help="JSON of the figures")
+    args = ap.parse_args()
+    if args.alerts < 50:
+        sys.exit("bench_incident_worker: --alerts must be at least 50 (one webhook)")
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(Path(args.repo).resolve()))
+    from probe_common import load_now, machine
+
+    from serving.db import Database
+    from serving.defaults.example import benchmark_graph
+    from serving.graphstore import GraphStore
+    from serving.incidents import IncidentManager
+    from serving.registry import ModelRegistry
+    from serving.routers.alerts import alert_row
+    from serving.schemas import AlertIn
+
+    load_start = load_now()
+    tmp = Path(tempfile.mkdtemp(prefix="fleetmind-worker-"))
+    db = Database(f"sqlite:///{tmp / 'worker.db'}", "OFF")
+    db.create_all()
+    received = 1_800_000_000.0
+    rows = []
+    for b in range(args.alerts // 50):
+        for i in range(50):
+            status = "resolved" if (b % 7 == 3 and i % 5 == 0) else "firing"
+            a = {
+                "status": status,
+                "labels": {
+                    "alertname": "GpuXid",
+                    "cluster": f"c{i % 4}",
+                    "node": f"c{i % 4}-h{b % 20}",
+                    "gpu": str(i % 8),
+                },
+                "annotations": {"summary": "bench"},
+                "startsAt": f"2026-01-01T00:{(b // 100) % 60:02d}:00Z",
+                "endsAt": "0001-01-01T00:00:00Z",
+                "fingerprint": f"ing-{b}-{i}",
+            }
+            rows.append(alert_row(AlertIn.model_validate(a), received))
+    for s in range(0, len(rows), 5000):
+        db.store_alerts(rows[s : s + 5000])
+    registry = ModelRegistry()
+    registry.load()
+    manager = IncidentManager(db, GraphStore(benchmark_graph(), "bench"), registry)
+    wall, cpu = time.perf_counter(), time.process_time()
+    grouped = 0
+    while True:  # what the worker thread does while a backlog remains (IncidentManager._run)
+        n = manager.process_pending(defer=True)
+        if n == 0:
+            break
+        grouped += n
+        manager.rank_due(older_than_s=manager.backlog_rank_s)
+    manager.rank_due()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    keep = ("id", "status", "alert_count", "firing_count", "nodes", "clusters")
+    keep += ("first_alert_ts", "last_alert_ts", "merged_into")
+    incs = [
+        {k: i[k] for k in keep} | {"causes": [c["node"] for c in i["causes"]]}
+        for i in db.list_incidents(None, limit=1_000_000)
+    ]
+    digest = hashlib.sha256(json.dumps(incs, sort_keys=True).encode()).hexdigest()
+    result = {
+        "benchmark": "incident worker: grouping a backlog of pending alerts",
+        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "repo": str(Path(args.repo).resolve()),
+        "machine": machine(load_start),
+        "sqlalchemy": importlib.metadata.version("sqlalchemy"),
+        "alerts": len(rows),
+        "grouped": grouped,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "alerts_per_s": round(grouped / wall, 1),
+        "incidents": len(incs),
+        "open_incidents": sum(i["status"] == "open" for i in incs),
+        "incidents_sha256": digest,
+    }
+    print(
+        f"grouped {grouped} alerts into {len(incs)} incidents in {wall:.1f} s "
+        f"({cpu:.1f} s CPU): {grouped / wall:,.0f} alerts/s; incidents sha256 {digest[:12]}"
+    )
+    db.dispose()
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
