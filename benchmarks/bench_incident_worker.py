@@ -39,6 +39,7 @@ def main() -> None:
         sys.exit("bench_incident_worker: --alerts must be at least 50 (one webhook)")
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(Path(args.repo).resolve()))
+    from bench_serving import ingest_alert
     from probe_common import load_now, machine
 
     from serving.db import Database
@@ -58,19 +59,8 @@ def main() -> None:
     for b in range(args.alerts // 50):
         for i in range(50):
             status = "resolved" if (b % 7 == 3 and i % 5 == 0) else "firing"
-            a = {
-                "status": status,
-                "labels": {
-                    "alertname": "GpuXid",
-                    "cluster": f"c{i % 4}",
-                    "node": f"c{i % 4}-h{b % 20}",
-                    "gpu": str(i % 8),
-                },
-                "annotations": {"summary": "bench"},
-                "startsAt": f"2026-01-01T00:{(b // 100) % 60:02d}:00Z",
-                "endsAt": "0001-01-01T00:00:00Z",
-                "fingerprint": f"ing-{b}-{i}",
-            }
+            starts = f"2026-01-01T00:{(b // 100) % 60:02d}:00Z"
+            a = ingest_alert(b, i, f"ing-{b}-{i}", status, starts)
             rows.append(alert_row(AlertIn.model_validate(a), received))
     for s in range(0, len(rows), 5000):
         db.store_alerts(rows[s : s + 5000])

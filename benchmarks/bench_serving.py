@@ -209,6 +209,31 @@ def window_rates(done: list[tuple[float, int]], window_s: float) -> list[float]:
     return [round(r, 1) for r in rates]
 
 
+def ingest_alert(
+    b: int,
+    i: int,
+    fingerprint: str,
+    status: str = "firing",
+    starts: str = "2026-01-01T00:00:00Z",
+) -> dict[str, Any]:
+    """Alert ``i`` of ingestion webhook ``b``: a GPU XID alert on one of the benchmark graph's 80
+    hosts (4 clusters x 20 hosts x 8 GPUs), as Alertmanager sends it. Also the backlog of
+    ``bench_incident_worker.py``."""
+    return {
+        "status": status,
+        "labels": {
+            "alertname": "GpuXid",
+            "cluster": f"c{i % 4}",
+            "node": f"c{i % 4}-h{b % 20}",
+            "gpu": str(i % 8),
+        },
+        "annotations": {"summary": "bench"},
+        "startsAt": starts,
+        "endsAt": "0001-01-01T00:00:00Z",
+        "fingerprint": fingerprint,
+    }
+
+
 async def ingest(port: int, total: int, batch: int, conns: int) -> dict[str, Any]:
     acked: list[str] = []
     lat: list[float] = []
@@ -229,22 +254,7 @@ async def ingest(port: int, total: int, batch: int, conns: int) -> dict[str, Any
                     "version": "4",
                     "status": "firing",
                     "receiver": "fleetmind",
-                    "alerts": [
-                        {
-                            "status": "firing",
-                            "labels": {
-                                "alertname": "GpuXid",
-                                "cluster": f"c{i % 4}",
-                                "node": f"c{i % 4}-h{b % 20}",
-                                "gpu": str(i % 8),
-                            },
-                            "annotations": {"summary": "bench"},
-                            "startsAt": "2026-01-01T00:00:00Z",
-                            "endsAt": "0001-01-01T00:00:00Z",
-                            "fingerprint": fp,
-                        }
-                        for i, fp in enumerate(fps)
-                    ],
+                    "alerts": [ingest_alert(b, i, fp) for i, fp in enumerate(fps)],
                 }
             ).encode()
             t = time.perf_counter()
