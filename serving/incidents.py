@@ -132,6 +132,8 @@ class IncidentManager:
         self._last_rank: dict[int, float] = {}
         self._due: dict[int, float] = {}
         self._open: dict[int, _Open] = {}
+        # during a batch: the open incidents its alerts can join by time (see process_pending)
+        self._batch_open: dict[int, _Open] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -213,35 +215,54 @@ class IncidentManager:
             touched: set[int] = set()
             done: list[dict[str, Any]] = []
             now = time.time()
-            with self.db.write() as conn:
-                for row in rows:
-                    inc_id = row["incident_id"]
-                    node = row["node"]
-                    if inc_id is None and row["status"] == "firing":
-                        node = node_for_alert(graph, row["labels"])
-                        inc_id = self._assign(conn, row, node, view, now)
-                    elif inc_id is not None and inc_id not in self._open:
-                        # The incident was resolved or merged: re-firing reopens it.
-                        inc_id = self._resolve_target(conn, inc_id)
-                        if row["status"] == "firing":
-                            self._reopen(conn, inc_id, row, node)
-                    if inc_id is not None:
-                        touched.add(inc_id)
-                    done.append(
-                        {"_id": row["id"], "_upd": row["updated_ts"], "_inc": inc_id, "_node": node}
-                    )
-                conn.execute(
-                    update(alerts)
-                    .where(
-                        and_(
-                            alerts.c.id == bindparam("_id"),
-                            alerts.c.updated_ts == bindparam("_upd"),
+            # Only the open incidents within the window of the batch's start times can take one
+            # of its alerts (the time test of _assign over the batch's range): a long-running
+            # service can hold thousands of open incidents, and each alert scanned them all.
+            # Incidents opened, reopened or merged during the batch enter or leave this pool.
+            starts = [r["starts_ts"] for r in rows]
+            lo, hi = min(starts) - self.window_s, max(starts) + self.window_s
+            self._batch_open = {
+                i: o for i, o in self._open.items() if o.first_ts <= hi and o.last_ts >= lo
+            }
+            try:
+                with self.db.write() as conn:
+                    for row in rows:
+                        inc_id = row["incident_id"]
+                        node = row["node"]
+                        if inc_id is None and row["status"] == "firing":
+                            node = node_for_alert(graph, row["labels"])
+                            inc_id = self._assign(conn, row, node, view, now)
+                        elif inc_id is not None and inc_id not in self._open:
+                            # The incident was resolved or merged: re-firing reopens it.
+                            inc_id = self._resolve_target(conn, inc_id)
+                            if row["status"] == "firing":
+                                self._reopen(conn, inc_id, row, node)
+                        if inc_id is not None:
+                            touched.add(inc_id)
+                        done.append(
+                            {
+                                "_id": row["id"],
+                                "_upd": row["updated_ts"],
+                                "_inc": inc_id,
+                                "_node": node,
+                            }
                         )
+                    conn.execute(
+                        update(alerts)
+                        .where(
+                            and_(
+                                alerts.c.id == bindparam("_id"),
+                                alerts.c.updated_ts == bindparam("_upd"),
+                            )
+                        )
+                        .values(
+                            incident_id=bindparam("_inc"), node=bindparam("_node"), pending=False
+                        ),
+                        done,
                     )
-                    .values(incident_id=bindparam("_inc"), node=bindparam("_node"), pending=False),
-                    done,
-                )
-                self._refresh_counts(conn, touched, now)
+                    self._refresh_counts(conn, touched, now)
+            finally:
+                self._batch_open = None
             self._set_gauge()
             mono = time.monotonic()
             backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
@@ -289,6 +310,8 @@ class IncidentManager:
             set(inc.nodes),
             set(inc.clusters),
         )
+        if self._batch_open is not None:
+            self._batch_open[inc_id] = self._open[inc_id]
 
     def _assign(
         self, conn: Any, row: dict[str, Any], node: str | None, view: Any, now: float
@@ -299,7 +322,8 @@ class IncidentManager:
             c = view.graph.node(node).cluster
             cluster = cluster or c
         w = self.window_s
-        in_time = [o for o in self._open.values() if o.first_ts - w <= ts <= o.last_ts + w]
+        pool = self._open if self._batch_open is None else self._batch_open
+        in_time = [o for o in pool.values() if o.first_ts - w <= ts <= o.last_ts + w]
         if node is not None:
             hood = view.neighbourhood(node, self.hops)
             matches = [o for o in in_time if o.nodes & hood]
@@ -322,6 +346,8 @@ class IncidentManager:
             ).inserted_primary_key[0]
             target = _Open(int(inc_id), ts, ts)
             self._open[target.id] = target
+            if self._batch_open is not None:
+                self._batch_open[target.id] = target
         else:
             matches.sort(key=lambda o: o.id)
             target = matches[0]
@@ -349,6 +375,8 @@ class IncidentManager:
         target.first_ts = min(target.first_ts, other.first_ts)
         target.last_ts = max(target.last_ts, other.last_ts)
         self._open.pop(other.id, None)
+        if self._batch_open is not None:
+            self._batch_open.pop(other.id, None)
 
     def _refresh_counts(self, conn: Any, inc_ids: set[int], now: float) -> None:
         """Store the alert and firing counts (and, for open incidents, nodes, clusters and alert
@@ -383,6 +411,8 @@ class IncidentManager:
             if firing == 0 and total > 0:
                 resolved_rows.append(values)
                 self._open.pop(inc_id, None)
+                if self._batch_open is not None:
+                    self._batch_open.pop(inc_id, None)
             else:
                 open_rows.append(values)
         for stmt, params in (

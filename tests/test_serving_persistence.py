@@ -265,3 +265,34 @@ def test_create_all_adds_the_count_index_to_an_older_database(db: Database) -> N
     assert names["ix_alerts_incident_status"] == ["incident_id", "status"]
     assert "ix_alerts_incident_id" in names  # left as it was
     assert db.count_alerts() == 1
+
+
+def test_grouping_with_many_open_incidents_far_apart_in_time(db: Database) -> None:
+    """A batch only scans the open incidents near its alerts' start times; alerts still join the
+    incident they belong to: an old one near their time, or one opened earlier in the same batch."""
+    graph = build_example_graph()
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    m = IncidentManager(db, GraphStore(graph, "t"), reg, window_s=600.0)
+
+    def at(hours: float, gpu: int, fp: str) -> dict:
+        t = f"2026-01-0{1 + int(hours // 24)}T{int(hours % 24):02d}:{int(hours * 60 % 60):02d}:00Z"
+        return alert({**GPU, "gpu": str(gpu)}, starts=t, fingerprint=fp)
+
+    # twelve open incidents on the same host, two hours apart (outside each other's window)
+    db.store_alerts(rows(*[at(2 * k, 0, f"old{k}") for k in range(12)]))
+    m.process_pending()
+    assert m.open_count == 12
+    ids = {i["first_alert_ts"]: i["id"] for i in db.list_incidents(limit=100)}
+    first = sorted(ids)
+    # one batch: 5 min after incident 3's alert, 5 min after incident 9's, and two alerts at 30 h
+    # (far from every incident: the first opens one, the second must join it)
+    db.store_alerts(rows(at(6 + 5 / 60, 1, "n1"), at(18 + 5 / 60, 2, "n2"),
+                         at(30, 3, "n3"), at(30 + 1 / 60, 4, "n4")))  # fmt: skip
+    m.process_pending()
+    assert m.open_count == 13
+    inc = {r["fingerprint"]: r["incident_id"] for r in db.list_alerts(limit=100)}
+    assert inc["n1"] == ids[first[3]] and inc["n2"] == ids[first[9]]
+    assert inc["n3"] == inc["n4"] and inc["n3"] not in ids.values()
+    counts = {i["id"]: i["alert_count"] for i in db.list_incidents(limit=100)}
+    assert counts[ids[first[3]]] == counts[ids[first[9]]] == counts[inc["n3"]] == 2
