@@ -24,6 +24,7 @@ import json
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,6 +33,13 @@ HERE = Path(__file__).resolve().parent
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--alerts", type=int, default=100_000, help="pending alerts to group")
+    ap.add_argument(
+        "--open-incidents",
+        type=int,
+        default=0,
+        help="open incidents before the backlog: one alert each, an hour apart, ending an hour "
+        "before the backlog starts (a long-running service whose alerts never resolved)",
+    )
     ap.add_argument("--repo", default=str(HERE.parent), help="checkout whose serving/ groups")
     ap.add_argument("--out", default=None, help="JSON of the figures")
     args = ap.parse_args()
@@ -39,7 +47,7 @@ def main() -> None:
         sys.exit("bench_incident_worker: --alerts must be at least 50 (one webhook)")
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(Path(args.repo).resolve()))
-    from bench_serving import ingest_alert
+    from ingest_alerts import ingest_alert
     from probe_common import load_now, machine
 
     from serving.db import Database
@@ -62,11 +70,23 @@ def main() -> None:
             starts = f"2026-01-01T00:{(b // 100) % 60:02d}:00Z"
             a = ingest_alert(b, i, f"ing-{b}-{i}", status, starts)
             rows.append(alert_row(AlertIn.model_validate(a), received))
-    for s in range(0, len(rows), 5000):
-        db.store_alerts(rows[s : s + 5000])
     registry = ModelRegistry()
     registry.load()
     manager = IncidentManager(db, GraphStore(benchmark_graph(), "bench"), registry)
+    if args.open_incidents:  # grouped and ranked before the timing
+        first = datetime(2026, 1, 1, tzinfo=UTC) - timedelta(hours=args.open_incidents + 1)
+        old = []
+        for k in range(args.open_incidents):
+            starts = (first + timedelta(hours=k)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            a = ingest_alert(k, k % 50, f"old-{k}", "firing", starts)
+            old.append(alert_row(AlertIn.model_validate(a), received))
+        db.store_alerts(old)
+        while manager.process_pending(limit=5000):
+            pass
+        manager.rank_due()
+    open_before = manager.open_count
+    for s in range(0, len(rows), 5000):
+        db.store_alerts(rows[s : s + 5000])
     wall, cpu = time.perf_counter(), time.process_time()
     grouped = 0
     while True:  # what the worker thread does while a backlog remains (IncidentManager._run)
@@ -88,9 +108,11 @@ def main() -> None:
         "benchmark": "incident worker: grouping a backlog of pending alerts",
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "repo": str(Path(args.repo).resolve()),
+        "serving_imported_from": str(Path(sys.modules["serving"].__file__).parent),
         "machine": machine(load_start),
         "sqlalchemy": importlib.metadata.version("sqlalchemy"),
         "alerts": len(rows),
+        "open_incidents_before": open_before,
         "grouped": grouped,
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),

@@ -45,6 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ingest_alerts import ingest_alert  # noqa: E402  (benchmarks/, next to this script)
 from rca_workload import sim_incidents  # noqa: E402  (benchmarks/, next to this script)
 
 from serving.defaults.example import benchmark_graph  # noqa: E402
@@ -207,31 +208,6 @@ def window_rates(done: list[tuple[float, int]], window_s: float) -> list[float]:
     if n == 1 or tail >= window_s / 2:
         rates.append(counts[-1] / max(tail, 1e-9))
     return [round(r, 1) for r in rates]
-
-
-def ingest_alert(
-    b: int,
-    i: int,
-    fingerprint: str,
-    status: str = "firing",
-    starts: str = "2026-01-01T00:00:00Z",
-) -> dict[str, Any]:
-    """Alert ``i`` of ingestion webhook ``b``: a GPU XID alert on one of the benchmark graph's 80
-    hosts (4 clusters x 20 hosts x 8 GPUs), as Alertmanager sends it. Also the backlog of
-    ``bench_incident_worker.py``."""
-    return {
-        "status": status,
-        "labels": {
-            "alertname": "GpuXid",
-            "cluster": f"c{i % 4}",
-            "node": f"c{i % 4}-h{b % 20}",
-            "gpu": str(i % 8),
-        },
-        "annotations": {"summary": "bench"},
-        "startsAt": starts,
-        "endsAt": "0001-01-01T00:00:00Z",
-        "fingerprint": fingerprint,
-    }
 
 
 async def ingest(port: int, total: int, batch: int, conns: int) -> dict[str, Any]:
