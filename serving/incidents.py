@@ -209,6 +209,8 @@ class IncidentManager:
         with self._process_lock:
             rows = self.db.pending_alerts(limit)
             if not rows:
+                if self.metrics is not None:
+                    self.metrics.grouping_lag.set(0.0)
                 return 0
             view = self.graphs.view
             graph = view.graph
@@ -264,6 +266,11 @@ class IncidentManager:
             finally:
                 self._batch_open = None
             self._set_gauge()
+            if self.metrics is not None:
+                # updated_ts: when the alert (or its latest status change) was stored
+                oldest = min(r["updated_ts"] for r in rows)
+                self.metrics.grouping_lag.set(max(0.0, time.time() - oldest))
+                self.metrics.alerts_grouped.inc(len(rows))
             mono = time.monotonic()
             backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
             for inc_id in sorted(touched):

@@ -6,13 +6,16 @@
 | ``fleetmind_alerts_ingested_total`` | counter | ``status`` (firing, resolved) |
 | ``fleetmind_alerts_rejected_total`` | counter | - (invalid alerts left out of an otherwise stored webhook) |
 | ``fleetmind_open_incidents`` | gauge | - |
+| ``fleetmind_alerts_grouped_total`` | counter | - (pending alerts the incident worker has grouped) |
+| ``fleetmind_incident_grouping_lag_seconds`` | gauge | - (age of the oldest alert of the last batch grouped; 0 when none is pending) |
 | ``fleetmind_model_info`` | gauge (1) | ``kind``, ``method``, ``version``, ``fallback`` |
 | ``fleetmind_model_loads_total`` | counter | ``kind``, ``result`` (success, failure) |
 | ``fleetmind_rca_duration_seconds`` | histogram | ``method`` |
 | ``fleetmind_placements_total`` | counter | ``policy``, ``result`` (placed, infeasible) |
 
-``fleetmind_model_loads_total`` is the series the ``FleetMindModelWeightLoadFailures`` rule in
-``deploy/fleetmind-rules.yml`` watches.
+``fleetmind_model_loads_total`` is the series the ``ModelWeightLoadFailures`` rule in
+``deploy/fleetmind-rules.yml`` watches, and ``fleetmind_incident_grouping_lag_seconds`` the
+``FleetMindIncidentGroupingLag`` rule's.
 """
 
 from __future__ import annotations
@@ -54,6 +57,15 @@ class Metrics:
             registry=r,
         )
         self.open_incidents = Gauge("fleetmind_open_incidents", "incidents now open", registry=r)
+        self.alerts_grouped = Counter(
+            "fleetmind_alerts_grouped", "pending alerts grouped into incidents", registry=r
+        )
+        self.grouping_lag = Gauge(
+            "fleetmind_incident_grouping_lag_seconds",
+            "seconds between storing and grouping the oldest alert (or status change) of the last "
+            "batch the incident worker grouped (0 when none is pending): how stale incidents are",
+            registry=r,
+        )
         self.model_info = Gauge(
             "fleetmind_model_info",
             "served models (value 1)",

@@ -457,6 +457,33 @@ def test_health_ready_metrics(client: TestClient) -> None:
     )
 
 
+def test_grouping_lag_and_grouped_alerts_in_metrics(client: TestClient) -> None:
+    """The incident worker reports how many alerts it grouped and how stale its last batch was:
+    an alert stored two minutes before it is grouped reads as a lag of two minutes or more, and
+    the lag drops to 0 once nothing is pending."""
+    import re
+    import time
+
+    from serving.routers.alerts import alert_row
+    from serving.schemas import AlertIn
+
+    def gauge(text: str, name: str) -> float:
+        m = re.search(rf"^{name} (\S+)$", text, re.M)
+        assert m is not None, name
+        return float(m.group(1))
+
+    svc = services(client)
+    client.post("/api/v1/alerts", json=webhook([alert(GPU_ALERT), alert(HOST_ALERT)]))
+    old = alert_row(AlertIn.model_validate(alert(FAR_ALERT, fingerprint="late")), time.time() - 120)
+    svc.db.store_alerts([old])  # stored two minutes ago, never grouped since
+    assert svc.incidents.process_pending() == 3
+    text = client.get("/metrics").text
+    assert gauge(text, "fleetmind_alerts_grouped_total") == 3.0
+    assert 120.0 <= gauge(text, "fleetmind_incident_grouping_lag_seconds") < 600.0
+    assert svc.incidents.process_pending() == 0  # nothing pending: the lag is gone
+    assert gauge(client.get("/metrics").text, "fleetmind_incident_grouping_lag_seconds") == 0.0
+
+
 # ----------------------------------------------------------------------------------------- CLI
 def test_cli_serve_rejects_bad_options(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -280,6 +280,7 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
                 "CrossClusterLatencyHigh",
                 "PendingPodsOverQueueCapacity",
                 "ModelWeightLoadFailures",
+                "FleetMindIncidentGroupingLag",
             ]
         )
         health = httpx.get(url).json()["data"]["groups"]
