@@ -68,10 +68,11 @@ alerts = Table(
     Column("pending", Boolean, nullable=False, default=True, index=True),
     Column("incident_id", Integer, nullable=True),
     UniqueConstraint("fingerprint", "starts_at", name="uq_alert_fingerprint_starts"),
-    # Covers the incident worker's per-incident counts (total and firing) without reading the
-    # rows, and every lookup by incident (its prefix). Databases created before session 13 have
+    # One index for every query by incident: the worker's per-incident counts (total and firing)
+    # read it alone (covering), and an incident's newest alerts (ORDER BY id DESC LIMIT) walk it
+    # backwards without sorting the whole incident. Databases created before session 13 have
     # ``ix_alerts_incident_id`` instead; ``Database.create_all`` adds this one to them.
-    Index("ix_alerts_incident_status", "incident_id", "status"),
+    Index("ix_alerts_incident", "incident_id", "id", "status"),
 )
 
 incidents = Table(

@@ -390,7 +390,7 @@ class IncidentManager:
         times) of ``inc_ids``; an open incident whose alerts are all resolved becomes ``resolved``.
 
         The counts are exact (``COUNT`` over the incidents' alerts, read from the covering index
-        ``ix_alerts_incident_status`` in one grouped query), so every way an alert can move (a new
+        ``ix_alerts_incident`` in one grouped query), so every way an alert can move (a new
         alert, a status change, a merge) is counted without bookkeeping. The updates go out as
         three prepared statements with one parameter set per incident (SQLAlchemy builds and
         compiles each once), not a statement built per incident.

@@ -248,21 +248,19 @@ def test_incident_counts_in_one_batch_match_the_alerts(db: Database) -> None:
 
 
 def test_create_all_adds_the_count_index_to_an_older_database(db: Database) -> None:
-    """A database created before ``ix_alerts_incident_status`` existed (it had a single-column
-    index on ``incident_id``) gets the covering index from ``create_all``; nothing else changes."""
+    """A database created before ``ix_alerts_incident`` existed (it had a single-column index on
+    ``incident_id``) gets the covering index from ``create_all``; nothing else changes."""
     from sqlalchemy import inspect, text
 
     with db.engine.begin() as conn:
-        conn.execute(text("DROP INDEX ix_alerts_incident_status"))
+        conn.execute(text("DROP INDEX ix_alerts_incident"))
         conn.execute(text("CREATE INDEX ix_alerts_incident_id ON alerts (incident_id)"))
     db.store_alerts(rows(alert(GPU, fingerprint="old")))
-    assert "ix_alerts_incident_status" not in {
-        i["name"] for i in inspect(db.engine).get_indexes("alerts")
-    }
+    assert "ix_alerts_incident" not in {i["name"] for i in inspect(db.engine).get_indexes("alerts")}
     db.create_all()
     db.create_all()  # idempotent
     names = {i["name"]: i["column_names"] for i in inspect(db.engine).get_indexes("alerts")}
-    assert names["ix_alerts_incident_status"] == ["incident_id", "status"]
+    assert names["ix_alerts_incident"] == ["incident_id", "id", "status"]
     assert "ix_alerts_incident_id" in names  # left as it was
     assert db.count_alerts() == 1
 
@@ -296,3 +294,27 @@ def test_grouping_with_many_open_incidents_far_apart_in_time(db: Database) -> No
     assert inc["n3"] == inc["n4"] and inc["n3"] not in ids.values()
     counts = {i["id"]: i["alert_count"] for i in db.list_incidents(limit=100)}
     assert counts[ids[first[3]]] == counts[ids[first[9]]] == counts[inc["n3"]] == 2
+
+
+def test_newest_alerts_of_an_incident_need_no_sort(tmp_path: Path) -> None:
+    """Ranking reads an incident's newest alerts (``ORDER BY id DESC LIMIT``): SQLite walks
+    ``ix_alerts_incident`` backwards and stops, instead of sorting every alert of the incident;
+    the counts read the index alone."""
+    from sqlalchemy import case, func, select
+
+    from serving.db import alerts
+
+    d = Database(f"sqlite:///{tmp_path}/plan.db")
+    d.create_all()
+    newest = select(alerts).where(alerts.c.incident_id == 1).order_by(alerts.c.id.desc()).limit(9)
+    counts = (
+        select(alerts.c.incident_id, func.count(), func.sum(case((alerts.c.status == "firing", 1))))
+        .where(alerts.c.incident_id.in_([1, 2]))
+        .group_by(alerts.c.incident_id)
+    )
+    with d.read() as conn:
+        for q, want in ((newest, "USING INDEX ix_alerts_incident"), (counts, "COVERING INDEX")):
+            sql = str(q.compile(d.engine, compile_kwargs={"literal_binds": True}))
+            plan = " | ".join(r[3] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql))
+            assert want in plan and "TEMP B-TREE" not in plan, plan
+    d.dispose()
