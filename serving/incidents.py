@@ -397,10 +397,10 @@ class IncidentManager:
         """
         if not inc_ids:
             return
-        counts = {int(i): (0, 0) for i in inc_ids}
-        for i in range(0, len(counts), 500):  # bound the IN list (SQLite's variable limit)
-            chunk = sorted(counts)[i : i + 500]
-            for inc_id, total, firing in conn.execute(_COUNTS, {"ids": chunk}):
+        ids = sorted(int(i) for i in inc_ids)
+        counts = dict.fromkeys(ids, (0, 0))
+        for i in range(0, len(ids), 500):  # bound the IN list (SQLite's variable limit)
+            for inc_id, total, firing in conn.execute(_COUNTS, {"ids": ids[i : i + 500]}):
                 counts[int(inc_id)] = (int(total), int(firing or 0))
         closed, open_rows, resolved_rows = [], [], []
         for inc_id, (total, firing) in sorted(counts.items()):

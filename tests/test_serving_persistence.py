@@ -318,3 +318,25 @@ def test_newest_alerts_of_an_incident_need_no_sort(tmp_path: Path) -> None:
             plan = " | ".join(r[3] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql))
             assert want in plan and "TEMP B-TREE" not in plan, plan
     d.dispose()
+
+
+def test_counts_of_more_incidents_than_one_query_takes(db: Database) -> None:
+    """More than 500 incidents touched in one batch: the grouped count runs in chunks and every
+    incident still gets its own count."""
+    graph = build_example_graph()
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    m = IncidentManager(db, GraphStore(graph, "t"), reg, window_s=600.0)
+    # 620 alerts an hour apart (each its own incident), two of them twice (a second GPU)
+    hours = [
+        f"2026-{1 + k // 672:02d}-{1 + k // 24 % 28:02d}T{k % 24:02d}:00:00Z" for k in range(620)
+    ]
+    batch = [alert({**GPU, "gpu": "0"}, starts=t, fingerprint=f"h{k}") for k, t in enumerate(hours)]
+    batch += [alert({**GPU, "gpu": "1"}, starts=hours[k], fingerprint=f"x{k}") for k in (0, 555)]
+    db.store_alerts(rows(*batch))
+    assert m.process_pending(limit=1000) == 622
+    incs = db.list_incidents(limit=1000)
+    assert len(incs) == 620
+    counts = sorted(i["alert_count"] for i in incs)
+    assert counts == [1] * 618 + [2, 2]
+    assert all(i["firing_count"] == i["alert_count"] for i in incs)
