@@ -340,3 +340,27 @@ def test_counts_of_more_incidents_than_one_query_takes(db: Database) -> None:
     counts = sorted(i["alert_count"] for i in incs)
     assert counts == [1] * 618 + [2, 2]
     assert all(i["firing_count"] == i["alert_count"] for i in incs)
+
+
+def test_an_incident_reopened_in_a_batch_takes_the_batch_s_new_alerts(db: Database) -> None:
+    """A re-firing alert reopens its resolved incident; a new alert of the same batch next to it
+    joins that incident (the batch's pool of open incidents gains the reopened one)."""
+    graph = build_example_graph()
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    m = IncidentManager(db, GraphStore(graph, "t"), reg, window_s=600.0)
+    first = alert(GPU, starts="2026-01-01T00:00:00Z", fingerprint="f1")
+    db.store_alerts(rows(first))
+    m.process_pending()
+    db.store_alerts(rows({**first, "status": "resolved", "endsAt": "2026-01-01T00:05:00Z"}))
+    m.process_pending()
+    (closed,) = db.list_incidents("resolved")
+    assert m.open_count == 0
+    # one batch: f1 fires again (reopening), and a new alert one minute after it on the host
+    db.store_alerts(
+        rows({**first, "endsAt": "0001-01-01T00:00:00Z"},
+             alert({**GPU, "gpu": "5"}, starts="2026-01-01T00:01:00Z", fingerprint="f2"))
+    )  # fmt: skip
+    m.process_pending()
+    (inc,) = db.list_incidents("open")
+    assert inc["id"] == closed["id"] and inc["alert_count"] == 2 and inc["firing_count"] == 2
