@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.openb import load_openb_trace  # noqa: E402
-from envs import dynamic_mode as dm  # noqa: E402
+from fleetmind.data.openb import load_openb_trace  # noqa: E402
+from fleetmind.envs import dynamic_mode as dm  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "dynamic.json"
 
@@ -46,7 +46,7 @@ def machine() -> dict:
 
 def env_speed(steps: int) -> dict:
     """Steps per second of the default env with uniformly random valid actions (resets included)."""
-    from envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 
     t0 = time.perf_counter()
     env = MultiClusterPlacementEnv()

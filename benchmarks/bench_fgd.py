@@ -25,10 +25,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.openb import load_openb_nodes, load_openb_trace  # noqa: E402
-from envs.core import ClusterState, pods_from_trace  # noqa: E402
-from envs.fgd_mode import build_workload, evaluate_fgd  # noqa: E402
-from envs.policies import PUBLISHED_POLICIES, make_policy  # noqa: E402
+from fleetmind.data.openb import load_openb_nodes, load_openb_trace  # noqa: E402
+from fleetmind.envs.core import ClusterState, pods_from_trace  # noqa: E402
+from fleetmind.envs.fgd_mode import build_workload, evaluate_fgd  # noqa: E402
+from fleetmind.envs.policies import PUBLISHED_POLICIES, make_policy  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "fgd.json"
 

@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data import gpu_alloc  # noqa: E402
-from data.fleet_io import load_fleet_yaml, load_openb_fleet  # noqa: E402
-from data.paths import REPO_ROOT  # noqa: E402
-from data.topology import dgx1_v100  # noqa: E402
+from fleetmind.data import gpu_alloc  # noqa: E402
+from fleetmind.data.fleet_io import load_fleet_yaml, load_openb_fleet  # noqa: E402
+from fleetmind.data.paths import REPO_ROOT  # noqa: E402
+from fleetmind.data.topology import dgx1_v100  # noqa: E402
 
 
 def _median_us(fn, repeats: int) -> float:

@@ -34,8 +34,8 @@ import numpy as np
 
 
 def _incidents(n: int, n_nodes: int, seed: int) -> tuple[object, list[list[dict]]]:
-    from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-    from data.rca_gen.graphs import GraphGenConfig, generate_graph
+    from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+    from fleetmind.data.rca_gen.graphs import GraphGenConfig, generate_graph
 
     rng = np.random.default_rng(seed)
     g = generate_graph("bench-g1000", rng, GraphGenConfig(), n_nodes=n_nodes)
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from rca.features import alert_features
-    from rca.gat_analyzer import GATAnalyzer
+    from fleetmind.rca.features import alert_features
+    from fleetmind.rca.gat_analyzer import GATAnalyzer
 
     load0 = os.getloadavg()[0]
     torch.set_num_threads(1)

@@ -42,11 +42,11 @@ def storm_incidents(
     storm: dict[str, Any], graph: Any, registry: Any, hops: int, window_s: float, tmp: Path
 ) -> list[dict[str, Any]]:
     """The open incidents (with causes) the service forms from one storm's alerts."""
-    from serving.db import Database
-    from serving.graphstore import GraphStore
-    from serving.incidents import IncidentManager
-    from serving.routers.alerts import alert_row
-    from serving.schemas import AlertIn
+    from fleetmind.serving.db import Database
+    from fleetmind.serving.graphstore import GraphStore
+    from fleetmind.serving.incidents import IncidentManager
+    from fleetmind.serving.routers.alerts import alert_row
+    from fleetmind.serving.schemas import AlertIn
 
     path = tmp / f"g{hops}.db"
     for suffix in ("", "-wal", "-shm"):
@@ -69,7 +69,7 @@ def storm_incidents(
 def evaluate(ds: Any, storms: list[dict[str, Any]], hops: int, window_s: float) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from serving.registry import ModelRegistry
+    from fleetmind.serving.registry import ModelRegistry
 
     registry = ModelRegistry()  # the released GAT, as the service serves it by default
     registry.load()
@@ -124,7 +124,7 @@ def main() -> None:
 
     import torch
 
-    from data.rca_dataset import load_dataset
+    from fleetmind.data.rca_dataset import load_dataset
 
     torch.set_num_threads(1)
     ds = load_dataset(args.data, splits=args.splits)

@@ -50,13 +50,13 @@ def main() -> None:
     from ingest_alerts import ingest_alert
     from probe_common import load_now, machine
 
-    from serving.db import Database
-    from serving.defaults.example import benchmark_graph
-    from serving.graphstore import GraphStore
-    from serving.incidents import IncidentManager
-    from serving.registry import ModelRegistry
-    from serving.routers.alerts import alert_row
-    from serving.schemas import AlertIn
+    from fleetmind.serving.db import Database
+    from fleetmind.serving.defaults.example import benchmark_graph
+    from fleetmind.serving.graphstore import GraphStore
+    from fleetmind.serving.incidents import IncidentManager
+    from fleetmind.serving.registry import ModelRegistry
+    from fleetmind.serving.routers.alerts import alert_row
+    from fleetmind.serving.schemas import AlertIn
 
     load_start = load_now()
     tmp = Path(tempfile.mkdtemp(prefix="fleetmind-worker-"))

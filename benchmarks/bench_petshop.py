@@ -23,8 +23,8 @@ from dataclasses import asdict, replace
 from importlib.metadata import version
 from pathlib import Path
 
-from data.paths import REPO_ROOT, shared_data_dir
-from data.petshop import (
+from fleetmind.data.paths import REPO_ROOT, shared_data_dir
+from fleetmind.data.petshop import (
     DetectorConfig,
     detect_alerts,
     fit_baseline,
@@ -32,8 +32,8 @@ from data.petshop import (
     read_metrics_csv,
     read_target,
 )
-from rca.metrics import rank_of, summarize
-from rca.propagation import PropagationConfig, PropagationRanker
+from fleetmind.rca.metrics import rank_of, summarize
+from fleetmind.rca.propagation import PropagationConfig, PropagationRanker
 
 DETECTOR_GRID = {
     "z_threshold": [3.0, 4.0, 6.0, 8.0],

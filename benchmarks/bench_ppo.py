@@ -76,9 +76,9 @@ def main() -> None:
 
     import torch
 
-    from envs.gpu_placement_env import GpuPlacementEnv
-    from rl.export import OnnxActor, PlacementActor, save_onnx
-    from rl.policy_adapter import RELEASED_DIR, PPOPlacementPolicy, load_ppo_policy
+    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+    from fleetmind.rl.export import OnnxActor, PlacementActor, save_onnx
+    from fleetmind.rl.policy_adapter import RELEASED_DIR, PPOPlacementPolicy, load_ppo_policy
 
     torch.set_num_threads(1)
     info = machine()
@@ -124,9 +124,9 @@ def main() -> None:
         actor_ms[name] = stats(ms)
 
     # full decisions through the policy adapter on a fresh seed-42 run
-    from data.openb import load_openb_nodes, load_openb_trace
-    from envs.core import ClusterState, pods_from_trace
-    from envs.fgd_mode import build_workload
+    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+    from fleetmind.envs.core import ClusterState, pods_from_trace
+    from fleetmind.envs.fgd_mode import build_workload
 
     trace, nodes = load_openb_trace("default"), load_openb_nodes()
     pol = (

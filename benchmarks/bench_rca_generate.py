@@ -32,8 +32,8 @@ def main() -> None:
 
     import numpy as np
 
-    from data.rca_gen.generate import DatasetSpec, generate_dataset
-    from data.rca_gen.graphs import GraphGenConfig
+    from fleetmind.data.rca_gen.generate import DatasetSpec, generate_dataset
+    from fleetmind.data.rca_gen.graphs import GraphGenConfig
 
     spec = DatasetSpec(
         n_incidents=args.incidents,

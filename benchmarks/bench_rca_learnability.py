@@ -45,9 +45,9 @@ def main() -> None:
     import sklearn
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    from data.graph import NODE_KINDS
-    from data.rca_dataset import load_dataset
-    from rca.baselines import alerts_by_node
+    from fleetmind.data.graph import NODE_KINDS
+    from fleetmind.data.rca_dataset import load_dataset
+    from fleetmind.rca.baselines import alerts_by_node
 
     ds = load_dataset(args.data, splits=["train", *args.splits])
     train = ds.splits["train"][: args.train]

@@ -48,8 +48,8 @@ sys.path.insert(0, str(REPO))
 from ingest_alerts import ingest_alert  # noqa: E402  (benchmarks/, next to this script)
 from rca_workload import sim_incidents  # noqa: E402  (benchmarks/, next to this script)
 
-from serving.defaults.example import benchmark_graph  # noqa: E402
-from serving.settings import Settings  # noqa: E402
+from fleetmind.serving.defaults.example import benchmark_graph  # noqa: E402
+from fleetmind.serving.settings import Settings  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------- raw client
@@ -148,7 +148,7 @@ def _is_keep_warm(q: Any) -> bool:
     import psutil
 
     try:
-        return "serving.keepwarm" in q.cmdline()
+        return "fleetmind.serving.keepwarm" in q.cmdline()
     except psutil.Error:
         return False
 
@@ -397,10 +397,10 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     """CPU milliseconds per request of each step of ``POST /api/v1/rca`` (GAT), in this process."""
     import torch
 
-    from rca.features import incident_crop
-    from rca.gat_analyzer import GATAnalyzer
-    from serving.routers.rca import parse_alerts, parse_for
-    from serving.schemas import CauseOut, RCARequest, RCAResponse
+    from fleetmind.rca.features import incident_crop
+    from fleetmind.rca.gat_analyzer import GATAnalyzer
+    from fleetmind.serving.routers.rca import parse_alerts, parse_for
+    from fleetmind.serving.schemas import CauseOut, RCARequest, RCAResponse
 
     if rca_model.get("method") != "gat":
         return {"skipped": f"served RCA method is {rca_model.get('method')}, not gat"}
@@ -413,9 +413,9 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     # the texts (a ranking process of the 20-client run misses ~10 % of them; the cold-memo cost
     # of the parse is reported separately). The analyzer gets what the server gives it: the
     # alert columns of serving.rca_parse.plain_columns.
-    from rca.features import _static
-    from serving import rca_parse
-    from serving.app import tune_malloc
+    from fleetmind.rca.features import _static
+    from fleetmind.serving import rca_parse
+    from fleetmind.serving.app import tune_malloc
 
     tune_malloc(32)
     alerts = [parse_for(gat, graph, b)[1] for b in bodies]
@@ -509,9 +509,9 @@ def ranking_loop(graph: Any, gat: Any, bodies: list[bytes], batch: int, reps: in
     """CPU ms per request of what a ranking process does, looped in this process: batches of
     ``batch`` bodies parsed (``parse_for``), ranked together (``rank_group``) and answered
     (``response_json``), the best of ``reps`` passes over ``bodies`` (no HTTP, no IPC)."""
-    from serving.rca_batcher import rank_group
-    from serving.registry import LoadedModel
-    from serving.routers.rca import parse_for, response_json
+    from fleetmind.serving.rca_batcher import rank_group
+    from fleetmind.serving.registry import LoadedModel
+    from fleetmind.serving.routers.rca import parse_for, response_json
 
     model = LoadedModel("rca", gat, "gat", gat.version, None, None, 0.0)
     best = float("inf")
@@ -539,8 +539,8 @@ def interleaved_breakdown(
     """
     import torch
 
-    from rca.features import incident_crop
-    from serving.routers.rca import parse_for
+    from fleetmind.rca.features import incident_crop
+    from fleetmind.serving.routers.rca import parse_for
 
     hops = gat.model.config.crop_hops
     acc = dict.fromkeys(("parse", "crop", "forward", "ranking_paths", "response"), 0.0)
@@ -583,7 +583,7 @@ def start_server(
             sys.executable,
             "-m",
             "uvicorn",
-            "serving.app:create_app",
+            "fleetmind.serving.app:create_app",
             "--factory",
             "--host",
             "127.0.0.1",

@@ -52,26 +52,26 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envs.dynamic_mode import make_policy  # noqa: E402
-from envs.multicluster_env import (  # noqa: E402
+from fleetmind.envs.dynamic_mode import make_policy  # noqa: E402
+from fleetmind.envs.multicluster_env import (  # noqa: E402
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
     N_CAND_FEATURES,
 )
-from rl.dynamic_eval import (  # noqa: E402
+from fleetmind.rl.dynamic_eval import (  # noqa: E402
     DEFAULT_HEURISTICS,
     DynEvalConfig,
     EnvActorPolicy,
     job_stream,
     run_policy,
 )
-from rl.dynamic_teacher import (  # noqa: E402
+from fleetmind.rl.dynamic_teacher import (  # noqa: E402
     REFERENCE_POLICIES,
     DynLinearScorer,
     StreamSet,
     cem_search_dynamic,
 )
-from training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

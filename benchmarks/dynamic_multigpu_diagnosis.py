@@ -40,18 +40,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data.openb import load_openb_trace  # noqa: E402
-from envs.core import ANY_GPU_MODEL, GPU_MILLI  # noqa: E402
-from envs.dynamic_mode import DynamicSim, LocalityAwarePolicy, make_policy  # noqa: E402
-from envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
-from rl.dynamic_eval import (  # noqa: E402
+from fleetmind.data.openb import load_openb_trace  # noqa: E402
+from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI  # noqa: E402
+from fleetmind.envs.dynamic_mode import DynamicSim, LocalityAwarePolicy, make_policy  # noqa: E402
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
+from fleetmind.rl.dynamic_eval import (  # noqa: E402
     EnvActorPolicy,
     actor_fn,
     job_stream,
     load_dynamic_actor,
     model_config,
 )
-from rl.dynamic_teacher import DynLinearScorer  # noqa: E402
+from fleetmind.rl.dynamic_teacher import DynLinearScorer  # noqa: E402
 
 CLASSES = ("cpu", "share", "1", "2", "4", "8")
 
@@ -354,7 +354,7 @@ def main() -> None:
         envs: dict[bool, MultiClusterPlacementEnv] = {}
         for _lab, (_, cfg, _) in models.items():
             envs.setdefault(cfg.queue_features, MultiClusterPlacementEnv(**cfg.env_kwargs(tr)))
-        from rl.dynamic_eval import DynEvalConfig
+        from fleetmind.rl.dynamic_eval import DynEvalConfig
 
         for _, qf in teachers.values():
             cfg = DynEvalConfig(queue_features=qf)

@@ -34,11 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.openb import load_openb_trace  # noqa: E402
-from envs.dynamic_mode import DynamicSim, make_policy  # noqa: E402
-from envs.dynamic_relaxed import TIERS, IdealRuntimeSim, RelaxedSim  # noqa: E402
-from envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
-from rl.dynamic_eval import (  # noqa: E402
+from fleetmind.data.openb import load_openb_trace  # noqa: E402
+from fleetmind.envs.dynamic_mode import DynamicSim, make_policy  # noqa: E402
+from fleetmind.envs.dynamic_relaxed import TIERS, IdealRuntimeSim, RelaxedSim  # noqa: E402
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
+from fleetmind.rl.dynamic_eval import (  # noqa: E402
     DEFAULT_HEURISTICS,
     DynEvalConfig,
     EnvActorPolicy,
@@ -46,7 +46,7 @@ from rl.dynamic_eval import (  # noqa: E402
     job_stream,
     load_dynamic_actor,
 )
-from training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "dynamic_relaxed_reference.json"
@@ -108,7 +108,7 @@ def main() -> None:
         "--recompute", action="store_true", help="run every heuristic even where published"
     )
     a = ap.parse_args()
-    from data.paths import MODELS_DIR
+    from fleetmind.data.paths import MODELS_DIR
 
     seeds = parse_seeds(a.seeds)
     model_dir = MODELS_DIR / "placement-dynamic"

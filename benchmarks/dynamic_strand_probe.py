@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from probe_common import load_now, machine  # noqa: E402
 
-from training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
 
 MODEL = ROOT / "models" / "placement-dynamic"
 
@@ -38,7 +38,7 @@ MODEL = ROOT / "models" / "placement-dynamic"
 def strand_actor(teacher: object, alpha: float, env: object):  # noqa: ANN201 - Actor
     """``act(obs, mask)``: the teacher's scores minus ``alpha`` x each candidate's change in
     stranded GPUs, read from ``env``'s attached simulator."""
-    from envs.candidates import host_demand_per_gpu_milli, stranding_deltas
+    from fleetmind.envs.candidates import host_demand_per_gpu_milli, stranding_deltas
 
     cache: dict[int, tuple[float, float]] = {}
 
@@ -62,9 +62,9 @@ def strand_actor(teacher: object, alpha: float, env: object):  # noqa: ANN201 - 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from data.openb import load_openb_trace
-    from envs.multicluster_env import MultiClusterPlacementEnv
-    from rl.dynamic_eval import (
+    from fleetmind.data.openb import load_openb_trace
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.rl.dynamic_eval import (
         DynEvalConfig,
         EnvActorPolicy,
         best_heuristic,
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         make_policy,
         run_policy,
     )
-    from rl.dynamic_teacher import DynLinearScorer
+    from fleetmind.rl.dynamic_teacher import DynLinearScorer
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--traces", nargs="+", required=True)

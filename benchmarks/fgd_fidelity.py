@@ -25,9 +25,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.openb import load_fgd_published, load_openb_nodes, load_openb_trace, openb_trace_names  # noqa: E402
-from envs.fgd_mode import evaluate_fgd  # noqa: E402
-from envs.policies import PUBLISHED_POLICIES  # noqa: E402
+from fleetmind.data.openb import (  # noqa: E402
+    load_fgd_published,
+    load_openb_nodes,
+    load_openb_trace,
+    openb_trace_names,
+)
+from fleetmind.envs.fgd_mode import evaluate_fgd  # noqa: E402
+from fleetmind.envs.policies import PUBLISHED_POLICIES  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "fgd_fidelity.json"
 

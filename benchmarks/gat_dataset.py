@@ -22,9 +22,9 @@ from tqdm import tqdm
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data.rca_dataset import DatasetWriter
-    from data.rca_gen.alerts import AlertSimConfig
-    from data.rca_gen.generate import DatasetSpec, _consume, _jobs, _run_job
+    from fleetmind.data.rca_dataset import DatasetWriter
+    from fleetmind.data.rca_gen.alerts import AlertSimConfig
+    from fleetmind.data.rca_gen.generate import DatasetSpec, _consume, _jobs, _run_job
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)

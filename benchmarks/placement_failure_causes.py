@@ -33,17 +33,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data.errors import DataError  # noqa: E402
-from data.openb import load_openb_trace  # noqa: E402
-from envs.failure_causes import (  # noqa: E402
+from fleetmind.data.errors import DataError  # noqa: E402
+from fleetmind.data.openb import load_openb_trace  # noqa: E402
+from fleetmind.envs.failure_causes import (  # noqa: E402
     FAILURE_CAUSES,
     FailureBreakdown,
     relax_host,
     run_with_causes,
     summarise_breakdowns,
 )
-from envs.packing_bound import fgd_run_bound  # noqa: E402
-from training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.envs.packing_bound import fgd_run_bound  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "placement_failure_causes.json"
 
@@ -57,7 +57,7 @@ def _job(job: tuple[str, str, int, str | None, bool]) -> dict:
         trace = relax_host(trace)
     pol: object = policy
     if policy == "ppo":
-        from rl.policy_adapter import load_ppo_policy
+        from fleetmind.rl.policy_adapter import load_ppo_policy
 
         pol = _PPO.get(str(model))
         if pol is None:

@@ -39,7 +39,7 @@ TEACHER = ROOT / "benchmarks" / "results" / "placement_strand_teacher.json"
 def model_scarcity(env: object) -> np.ndarray:
     """``(max model id + 1,)`` restricted-pod demand / capacity per GPU model for the env's
     current workload (0 for models without restricted demand or without GPUs)."""
-    from envs.core import ANY_GPU_MODEL, GPU_MILLI
+    from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI
 
     st = env.state
     n_models = int(st.model_id.max()) + 1
@@ -60,7 +60,7 @@ def model_scarcity(env: object) -> np.ndarray:
 
 
 def scarcity_actor(strand: object, beta: float, env: object):  # noqa: ANN201 - Actor
-    from envs.core import ANY_GPU_MODEL
+    from fleetmind.envs.core import ANY_GPU_MODEL
 
     memo: dict[tuple, np.ndarray] = {}
 
@@ -85,8 +85,8 @@ def scarcity_actor(strand: object, beta: float, env: object):  # noqa: ANN201 - 
 
 
 def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]:
-    from rl.ppo import greedy_rollout
-    from rl.teacher import StrandPenaltyScorer
+    from fleetmind.rl.ppo import greedy_rollout
+    from fleetmind.rl.teacher import StrandPenaltyScorer
 
     name, beta, trace, seed = job
     env = whole_episode_env(trace)

@@ -37,8 +37,8 @@ TEACHER = ROOT / "models" / "placement" / "teacher.json"
 
 
 def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]:
-    from rl.ppo import greedy_rollout
-    from rl.teacher import LinearScorer, StrandPenaltyScorer
+    from fleetmind.rl.ppo import greedy_rollout
+    from fleetmind.rl.teacher import LinearScorer, StrandPenaltyScorer
 
     name, alpha, trace, seed = job
     env = whole_episode_env(trace)

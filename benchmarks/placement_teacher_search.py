@@ -56,8 +56,8 @@ def _machine() -> dict:
 
 
 def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacementEnv
-    from data.openb import load_openb_nodes
-    from envs.gpu_placement_env import GpuPlacementEnv
+    from fleetmind.data.openb import load_openb_nodes
+    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 
     return GpuPlacementEnv(
         traces=traces,
@@ -76,8 +76,14 @@ def _trace_seed(item: str) -> tuple[str, int]:
 
 
 def cmd_search(a: argparse.Namespace) -> None:
-    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, episode_metric, worst_trace_objective
-    from training.sched_train import cem_search_with_bar
+    from fleetmind.rl.teacher import (
+        BLOCKS_3,
+        BLOCKS_4,
+        LinearScorer,
+        episode_metric,
+        worst_trace_objective,
+    )
+    from fleetmind.training.sched_train import cem_search_with_bar
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -166,8 +172,8 @@ def cmd_search(a: argparse.Namespace) -> None:
 def _val_job(job: tuple[str, str | None, str, int]) -> tuple[str, str, int, float]:
     import torch
 
-    from rl.head_search import load_scorer
-    from rl.ppo import greedy_rollout
+    from fleetmind.rl.head_search import load_scorer
+    from fleetmind.rl.ppo import greedy_rollout
 
     torch.set_num_threads(1)
     name, path, trace, seed = job
@@ -244,8 +250,8 @@ def cmd_head_search(a: argparse.Namespace) -> None:
     import torch
     from tqdm import tqdm
 
-    from rl.head_search import HeadScorer, head_cem_search, mean_gap_objective
-    from rl.teacher import worst_trace_objective
+    from fleetmind.rl.head_search import HeadScorer, head_cem_search, mean_gap_objective
+    from fleetmind.rl.teacher import worst_trace_objective
 
     torch.set_num_threads(1)
     out = Path(a.out)

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rl.dynamic_eval import (  # noqa: E402
+from fleetmind.rl.dynamic_eval import (  # noqa: E402
     DEFAULT_HEURISTICS,
     DynEvalConfig,
     actor_fn,
@@ -42,7 +42,7 @@ from rl.dynamic_eval import (  # noqa: E402
     evaluate_streams,
     load_dynamic_actor,
 )
-from training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "ppo_dynamic_eval.json"
 
@@ -144,8 +144,8 @@ def main() -> None:
     )
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args()
-    from data.paths import MODELS_DIR
-    from rl.dynamic_teacher import DynLinearScorer
+    from fleetmind.data.paths import MODELS_DIR
+    from fleetmind.rl.dynamic_teacher import DynLinearScorer
 
     seeds = parse_seeds(a.seeds)
     heuristics = tuple(a.heuristics)

@@ -30,8 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.fgd_mode import aggregate_results, run_fgd  # noqa: E402
-from training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.envs.fgd_mode import aggregate_results, run_fgd  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ppo_eval.json"
 POLICIES = ("ppo", "FGD", "BestFit")
@@ -42,7 +42,7 @@ _PPO: dict[str, object] = {}
 def _job(job: tuple[str, str, int, str | None]):  # noqa: ANN202 - FgdResult
     trace, policy, seed, model = job
     if policy == "ppo":
-        from rl.policy_adapter import load_ppo_policy
+        from fleetmind.rl.policy_adapter import load_ppo_policy
 
         pol = _PPO.get(str(model))
         if pol is None:

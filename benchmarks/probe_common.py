@@ -97,8 +97,8 @@ def load_now() -> list[float]:
 def whole_episode_env(trace: str):  # noqa: ANN201 - GpuPlacementEnv
     """The fgd-mode env the placement probes score in: one trace, the openb nodes, K = 16, every
     pod placed by the scorer (no FGD prefix), stopped just past the 100 % metric window."""
-    from data.openb import load_openb_nodes
-    from envs.gpu_placement_env import GpuPlacementEnv
+    from fleetmind.data.openb import load_openb_nodes
+    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 
     return GpuPlacementEnv(
         traces=[trace],
@@ -130,7 +130,7 @@ def probe_main(
     import time
     from pathlib import Path
 
-    from training.cli_sched import parse_seeds
+    from fleetmind.training.cli_sched import parse_seeds
 
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--traces", nargs="+", required=True)

@@ -20,7 +20,7 @@ def sim_incidents(graph: Any, n: int, size: int, seed: int) -> list[bytes]:
     """
     import numpy as np
 
-    from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+    from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
 
     sim = IncidentSimulator(graph, AlertSimConfig(noise_per_node=0.15))
     rng = np.random.default_rng(seed)

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError
-from data.topology import NodeTemplate
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.topology import NodeTemplate
 
 
 @dataclass(frozen=True)

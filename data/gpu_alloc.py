@@ -34,8 +34,8 @@ from typing import Literal
 
 import numpy as np
 
-from data.errors import ConfigError
-from data.topology import LinkLevel, NodeTemplate
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.topology import LinkLevel, NodeTemplate
 
 LEVEL_SCORE: dict[LinkLevel, int] = {
     LinkLevel.SYS: 10,

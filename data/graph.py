@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import DataError
+from fleetmind.data.errors import DataError
 
 NODE_KINDS: tuple[str, ...] = (
     "service",

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data.errors import DataError
-from data.paths import openb_csv_dir
+from fleetmind.data.errors import DataError
+from fleetmind.data.paths import openb_csv_dir
 
 GPU_MODELS: list[str] = ["A10", "G2", "G3", "P100", "T4", "V100M16", "V100M32"]
 """GPU model vocabulary; the index is the model id (the openb models first, then any seen later)."""

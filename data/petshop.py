@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from data.errors import DataError
-from data.graph import DependencyGraph, GraphEdge, GraphNode
+from fleetmind.data.errors import DataError
+from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 
 SPLITS: tuple[str, ...] = ("train", "test")
 """Issue splits of a PetShop scenario folder, in the order ``split="all"`` returns them."""

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from data.errors import DataError
-from data.graph import DependencyGraph
+from fleetmind.data.errors import DataError
+from fleetmind.data.graph import DependencyGraph
 
 STANDARD_SPLITS: tuple[str, ...] = ("train", "val", "test")
 """Split names every generated dataset has; :func:`load_dataset` also reads any other ``*.jsonl``."""

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError
+from fleetmind.data.errors import ConfigError
 
 
 class LinkLevel(IntEnum):
@@ -645,7 +645,7 @@ def rca_host_templates() -> dict[str, Any]:
     bandwidth from :meth:`NodeTemplate.bandwidth_gbps`) or, on PCIe-only servers, one per PCIe
     switch shared by GPUs (``"pcie-swK"``, level ``PIX``).
     """
-    from data.rca_gen.graphs import HostTemplate
+    from fleetmind.data.rca_gen.graphs import HostTemplate
 
     sources = {
         "dgx1-v100": get_template("dgx1-v100"),

@@ -5,11 +5,11 @@ from gymnasium.envs.registration import register, registry
 if "fleetmind/GpuPlacement-v0" not in registry:
     register(
         id="fleetmind/GpuPlacement-v0",
-        entry_point="envs.gpu_placement_env:GpuPlacementEnv",
+        entry_point="fleetmind.envs.gpu_placement_env:GpuPlacementEnv",
     )
 
 if "fleetmind/MultiClusterPlacement-v0" not in registry:
     register(
         id="fleetmind/MultiClusterPlacement-v0",
-        entry_point="envs.multicluster_env:MultiClusterPlacementEnv",
+        entry_point="fleetmind.envs.multicluster_env:MultiClusterPlacementEnv",
     )

@@ -54,9 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
-from envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod
-from envs.policies import (
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
+from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod
+from fleetmind.envs.policies import (
     FGD,
     TypicalPods,
     bestfit_raw_at,

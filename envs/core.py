@@ -54,8 +54,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from data.errors import FleetMindError
-from data.openb import ANY_GPU_MODEL, GPU_MILLI, OpenbNodes, PodTrace
+from fleetmind.data.errors import FleetMindError
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, OpenbNodes, PodTrace
 
 MAX_GPUS_PER_NODE = 8
 N_POD_CLASSES = MAX_GPUS_PER_NODE + 1

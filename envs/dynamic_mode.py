@@ -39,9 +39,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from data.errors import ConfigError, DataError
-from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, gpu_model_id
-from envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
+from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, gpu_model_id
+from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
 
 # ---------------------------------------------------------------------------------------------
 # Constants (sources in docs/dynamic.md)
@@ -371,7 +371,7 @@ def load_dynamic_fleet(
     if isinstance(fleet, DynFleet):
         return fleet
     if isinstance(fleet, str):
-        from data import fleet_io
+        from fleetmind.data import fleet_io
 
         if fleet == "openb":
             f = fleet_io.load_openb_fleet(n_clusters=n_clusters)
@@ -1157,7 +1157,7 @@ class LocalityAwarePolicy:
         trace: PodTrace | None = None,
         order: str = "fit-first",
     ) -> None:
-        from envs import policies as pol
+        from fleetmind.envs import policies as pol
 
         if packer not in ("fgd", "bestfit"):
             raise ConfigError(f"packer must be 'fgd' or 'bestfit', got {packer!r}")
@@ -1223,7 +1223,7 @@ OWN_POLICIES: dict[str, Callable[..., DynamicPolicy]] = {"LocalityAware": Locali
 
 def available_policies() -> list[str]:
     """Policy names :func:`make_policy` accepts (the heuristics that exist, then ours)."""
-    from envs import policies as pol
+    from fleetmind.envs import policies as pol
 
     return [n for n in HEURISTIC_NAMES if n in pol.POLICIES] + list(OWN_POLICIES)
 
@@ -1238,7 +1238,7 @@ def make_policy(name: str, trace: PodTrace | None, fleet: DynFleet, seed: int) -
     own = {k.lower(): v for k, v in OWN_POLICIES.items()}
     if name.replace("_", "").replace("-", "").lower() in own:
         return own[name.replace("_", "").replace("-", "").lower()](trace=trace)
-    from envs import policies as pol
+    from fleetmind.envs import policies as pol
 
     try:
         canonical = pol.canonical_policy_name(name)
@@ -1320,7 +1320,7 @@ def evaluate_dynamic(
     Raises:
         ConfigError: unknown policy or bad option; DataError: unreadable trace or fleet.
     """
-    from data.openb import load_openb_trace
+    from fleetmind.data.openb import load_openb_trace
 
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
     names = list(policies) if policies else available_policies()

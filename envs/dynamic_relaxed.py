@@ -54,9 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError
-from data.openb import ANY_GPU_MODEL, GPU_MILLI
-from envs.dynamic_mode import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI
+from fleetmind.envs.dynamic_mode import (
     DEFAULT_BACKFILL_DEPTH,
     DONE,
     QUEUED,

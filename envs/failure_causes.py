@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from data.openb import OpenbNodes, PodTrace
-from envs.core import ANY_GPU_MODEL, GPU_MILLI, ClusterState, Pod
-from envs.fgd_mode import FgdResult, run_fgd
-from envs.policies import Policy
+from fleetmind.data.openb import OpenbNodes, PodTrace
+from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI, ClusterState, Pod
+from fleetmind.envs.fgd_mode import FgdResult, run_fgd
+from fleetmind.envs.policies import Policy
 
 FAILURE_CAUSES = ("host", "gpu_fragmented", "gpu_full")
 POD_KINDS = ("sharing", "one_gpu", "multi_gpu")

@@ -8,9 +8,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from data.errors import ConfigError
-from data.openb import ANY_GPU_MODEL, OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
-from envs.candidates import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import (
+    ANY_GPU_MODEL,
+    OpenbNodes,
+    PodTrace,
+    load_openb_nodes,
+    load_openb_trace,
+)
+from fleetmind.envs.candidates import (
     DEFAULT_N_CANDIDATES,
     N_CAND_FEATURES,
     N_GLOBAL_FEATURES,
@@ -22,8 +28,8 @@ from envs.candidates import (
     restricted_model_scarcity,
     stranding_deltas,
 )
-from envs.core import ClusterState, pods_from_trace
-from envs.fgd_mode import DEFAULT_SCALE, build_workload, unallocated_at
+from fleetmind.envs.core import ClusterState, pods_from_trace
+from fleetmind.envs.fgd_mode import DEFAULT_SCALE, build_workload, unallocated_at
 
 
 class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
@@ -104,7 +110,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
 
     ```python
     import gymnasium as gym
-    import envs  # registers the ids
+    import fleetmind.envs  # registers the ids
     env = gym.make("fleetmind/GpuPlacement-v0", traces=["default", "cpu050"])
     ```
 

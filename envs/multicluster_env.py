@@ -8,11 +8,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from data.errors import ConfigError
-from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, load_openb_trace
-from envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW, pod_shape_features
-from envs.core import Pod
-from envs.dynamic_mode import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, load_openb_trace
+from fleetmind.envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW, pod_shape_features
+from fleetmind.envs.core import Pod
+from fleetmind.envs.dynamic_mode import (
     DEFAULT_BACKFILL_DEPTH,
     DEFAULT_TARGET_UTIL,
     MAX_WORK_S,
@@ -24,7 +24,7 @@ from envs.dynamic_mode import (
     estimate_completion,
     load_dynamic_fleet,
 )
-from envs.policies import FGD, bestfit_scores, fgd_score_from_delta
+from fleetmind.envs.policies import FGD, bestfit_scores, fgd_score_from_delta
 
 N_CAND_FEATURES = 14
 N_QUEUE_FEATURES = 4
@@ -249,7 +249,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
 
         ```python
         import gymnasium as gym
-        import envs  # registers the ids
+        import fleetmind.envs  # registers the ids
         env = gym.make("fleetmind/MultiClusterPlacement-v0", trace="default", n_jobs=2048)
         ```
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linprog
 
-from data.openb import OpenbNodes, PodTrace, load_openb_nodes
-from envs.core import ANY_GPU_MODEL, GPU_MILLI
-from envs.fgd_mode import DEFAULT_SCALE, build_workload
+from fleetmind.data.openb import OpenbNodes, PodTrace, load_openb_nodes
+from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI
+from fleetmind.envs.fgd_mode import DEFAULT_SCALE, build_workload
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.errors import ConfigError
-from data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
-from envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod, rows_all
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
+from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod, rows_all
 
 CPU_NORM = 128_000
 """CPU normaliser of BestFit and DotProd (milli-cores of the largest openb node)."""
@@ -823,10 +823,10 @@ class TopologyBestEffort(Policy):
         self._bind(state)
 
     def _bind(self, state: ClusterState) -> None:
-        from data.openb import GPU_MODELS
+        from fleetmind.data.openb import GPU_MODELS
 
         if self._templates_given is None:
-            from data.fleet_io import openb_template_for
+            from fleetmind.data.fleet_io import openb_template_for
 
             self.templates = [
                 openb_template_for(GPU_MODELS[int(m)], int(g)) if g > 0 else None
@@ -842,7 +842,7 @@ class TopologyBestEffort(Policy):
         self, state: ClusterState, pod: Pod, mask: np.ndarray
     ) -> tuple[np.ndarray, dict[int, tuple[int, ...]]]:
         """``(N,)`` int64 mean go-gpuallocator pair score of each feasible node's best k-set, and the sets."""
-        from data.gpu_alloc import best_gpu_set_bits, set_score
+        from fleetmind.data.gpu_alloc import best_gpu_set_bits, set_score
 
         if self._state is not state:
             self._bind(state)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from data.graph import DependencyGraph
+from fleetmind.data.graph import DependencyGraph
 
 
 @dataclass(frozen=True)

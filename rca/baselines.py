@@ -32,8 +32,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from data.graph import DependencyGraph
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 
 
 # ------------------------------------------------------------------------------------------- helpers

@@ -48,8 +48,14 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import DataError
-from data.graph import _KIND_SPECIFICITY, EDGE_KINDS, NODE_KINDS, OVERRIDE_LABEL, DependencyGraph
+from fleetmind.data.errors import DataError
+from fleetmind.data.graph import (
+    _KIND_SPECIFICITY,
+    EDGE_KINDS,
+    NODE_KINDS,
+    OVERRIDE_LABEL,
+    DependencyGraph,
+)
 
 FEATURE_VERSION = 2
 """Bumped whenever the feature layout or a vocabulary changes."""

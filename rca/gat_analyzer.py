@@ -29,10 +29,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from data.errors import ModelLoadError
-from data.graph import DependencyGraph
-from data.paths import MODELS_DIR
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.paths import MODELS_DIR
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 
 ARTIFACT_FORMAT = "fleetmind-rca-gat"
 ARTIFACT_FORMAT_VERSION = 1
@@ -151,8 +151,8 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     """
     import torch
 
-    from rca.features import FEATURE_VERSION, NUM_FEATURES
-    from rca.model import GATConfig, GATRanker
+    from fleetmind.rca.features import FEATURE_VERSION, NUM_FEATURES
+    from fleetmind.rca.model import GATConfig, GATRanker
 
     path, reg_version = _resolve_ref(ref)
     try:
@@ -285,8 +285,8 @@ class GATAnalyzer(BaseAnalyzer):
         import torch
         from torch_geometric.data import Batch, Data
 
-        from rca.lightning_module import crop_incident
-        from rca.model import graph_log_softmax
+        from fleetmind.rca.lightning_module import crop_incident
+        from fleetmind.rca.model import graph_log_softmax
 
         hops = self.model.config.crop_hops
         out: list[np.ndarray] = []
@@ -326,7 +326,7 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from rca.features import incident_crop
+        from fleetmind.rca.features import incident_crop
 
         n = graph.num_nodes
         if n == 0:
@@ -362,7 +362,7 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from rca.features import incident_crop
+        from fleetmind.rca.features import incident_crop
 
         out: list[RCAResult | None] = [None] * len(items)
         crops = []
@@ -422,7 +422,7 @@ class GATAnalyzer(BaseAnalyzer):
         the attention of each layer, or a function that returns it when a path needs it)."""
         import torch
 
-        from rca.explain import attention_paths
+        from fleetmind.rca.explain import attention_paths
 
         n = graph.num_nodes
         m = c.keep.size

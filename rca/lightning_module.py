@@ -23,10 +23,10 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from data.errors import DataError
-from data.graph import DependencyGraph
-from rca.features import AlertFeatures, alert_features, candidate_mask
-from rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
+from fleetmind.data.errors import DataError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.features import AlertFeatures, alert_features, candidate_mask
+from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
 
 
 @dataclass
@@ -179,7 +179,7 @@ class RCADataModule(pl.LightningDataModule):
         import hashlib
         import json
 
-        from rca.features import FEATURE_VERSION
+        from fleetmind.rca.features import FEATURE_VERSION
 
         files = sorted(self.data_dir.glob("*.jsonl"))
         key = {
@@ -228,7 +228,7 @@ class RCADataModule(pl.LightningDataModule):
                 pass
 
     def _compute(self) -> None:
-        from data.rca_dataset import load_dataset
+        from fleetmind.data.rca_dataset import load_dataset
 
         ds = load_dataset(self.data_dir)
         if "train" not in ds.splits:

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError, NotAvailableError
-from data.graph import DependencyGraph
-from rca.base import BaseAnalyzer
+from fleetmind.data.errors import ConfigError, NotAvailableError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import BaseAnalyzer
 
 K_VALUES: tuple[int, ...] = (1, 3, 5)
 
@@ -70,7 +70,7 @@ Factory = Callable[[str | None, int], BaseAnalyzer]
 _FACTORIES: dict[str, Factory] = {}
 _BASELINES_READY = False
 
-PLUGINS: dict[str, str] = {"gat": "rca.gat_analyzer:make_analyzer"}
+PLUGINS: dict[str, str] = {"gat": "fleetmind.rca.gat_analyzer:make_analyzer"}
 """Lazily imported methods: name -> ``module:function`` with signature ``(model, seed) -> BaseAnalyzer``."""
 
 
@@ -89,7 +89,7 @@ def _register_baselines() -> None:
     if _BASELINES_READY:
         return
     _BASELINES_READY = True
-    from rca.baselines import BASELINES, RandomConfig
+    from fleetmind.rca.baselines import BASELINES, RandomConfig
 
     for name, cls in BASELINES.items():
         if name == "random":
@@ -161,7 +161,7 @@ def make_analyzers(
 # ------------------------------------------------------------------------------------------ evaluation
 def _prime(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> None:
     """Fill the per-graph adjacency and alert-label caches so no method pays for them in its timing."""
-    from rca.baselines import alerts_by_node
+    from fleetmind.rca.baselines import alerts_by_node
 
     alerts_by_node(graph, alerts)  # type: ignore[arg-type]
 

@@ -25,8 +25,8 @@ from torch.nn import functional as F
 from torch_geometric.nn import GATv2Conv
 from torch_geometric.utils import scatter
 
-from data.graph import EDGE_KINDS
-from rca.features import FEATURE_VERSION, NUM_FEATURES
+from fleetmind.data.graph import EDGE_KINDS
+from fleetmind.rca.features import FEATURE_VERSION, NUM_FEATURES
 
 NUM_RELATIONS = 2 * len(EDGE_KINDS) + 1
 """Relation types of the message graph: forward kinds, reverse kinds, self loop."""

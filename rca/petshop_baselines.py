@@ -35,9 +35,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from data.errors import NotAvailableError
-from data.graph import DependencyGraph
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.data.errors import NotAvailableError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 
 
 class MetricAnalyzer(BaseAnalyzer):

@@ -18,12 +18,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from data.errors import FleetMindError
-from data.petshop import PetShopScenario, read_metrics_csv, read_target
-from rca.base import BaseAnalyzer
-from rca.metrics import rank_of, summarize
-from rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
-from rca.propagation import PropagationRanker
+from fleetmind.data.errors import FleetMindError
+from fleetmind.data.petshop import PetShopScenario, read_metrics_csv, read_target
+from fleetmind.rca.base import BaseAnalyzer
+from fleetmind.rca.metrics import rank_of, summarize
+from fleetmind.rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
+from fleetmind.rca.propagation import PropagationRanker
 
 PUBLISHED: dict[str, Any] = {
     "petshop_traversal": {
@@ -56,7 +56,7 @@ def default_alert_methods(
     the simulated-data baselines of :data:`rca.baselines.BASELINES` (through
     :func:`rca.metrics.make_analyzers`, so they are built exactly as ``rca evaluate`` builds them).
     """
-    from rca.metrics import make_analyzers
+    from fleetmind.rca.metrics import make_analyzers
 
     methods: dict[str, BaseAnalyzer] = {"propagation": PropagationRanker()}
     skipped: dict[str, str] = {}
@@ -67,7 +67,7 @@ def default_alert_methods(
             skipped["gat"] = str(err)
     if simulated:
         try:
-            from rca.baselines import BASELINES
+            from fleetmind.rca.baselines import BASELINES
 
             methods.update(make_analyzers(list(BASELINES), model=None, seed=seed))
         except (FleetMindError, ImportError) as err:

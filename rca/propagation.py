@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from data.graph import DependencyGraph
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
-from rca.baselines import alerts_by_node, graph_cache
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.baselines import alerts_by_node, graph_cache
 
 
 @dataclass

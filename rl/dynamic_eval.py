@@ -28,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError, ModelLoadError
-from data.openb import PodTrace, load_openb_trace
-from envs.dynamic_mode import (
+from fleetmind.data.errors import ConfigError, ModelLoadError
+from fleetmind.data.openb import PodTrace, load_openb_trace
+from fleetmind.envs.dynamic_mode import (
     DynamicSim,
     DynJobs,
     make_policy,
 )
-from envs.multicluster_env import (
+from fleetmind.envs.multicluster_env import (
     N_CAND_FEATURES,
     N_GLOBAL_FEATURES,
     N_QUEUE_FEATURES,
@@ -251,7 +251,7 @@ def load_dynamic_actor(ref: str | Path, n_candidates: int | None = None) -> Any:
         ModelLoadError: missing or corrupt file, or a model made for another env (fgd mode, other
             ``K``/``F``/``G``).
     """
-    from rl.export import OnnxActor, load_torch
+    from fleetmind.rl.export import OnnxActor, load_torch
 
     p = Path(ref)
     folder = p if p.is_dir() else p.parent

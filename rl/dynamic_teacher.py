@@ -53,16 +53,16 @@ from typing import Any, cast
 
 import numpy as np
 
-from data.errors import ModelLoadError
-from data.openb import PodTrace, load_openb_trace
-from envs.dynamic_mode import DynJobs
-from envs.multicluster_env import (
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.data.openb import PodTrace, load_openb_trace
+from fleetmind.envs.dynamic_mode import DynJobs
+from fleetmind.envs.multicluster_env import (
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
     N_GLOBAL_FEATURES,
     MultiClusterPlacementEnv,
 )
-from rl.teacher import CandidateScorer, cem_loop
+from fleetmind.rl.teacher import CandidateScorer, cem_loop
 
 SHARING_GLOBAL = GLOBAL_FEATURE_NAMES.index("is_sharing")
 
@@ -196,8 +196,8 @@ class StreamSet:
     ) -> StreamSet:
         """Build ``len(traces) * len(seeds)`` streams (``env_kwargs``: env options except trace;
         ``envs``: already built envs by trace name, reused and extended)."""
-        from envs.dynamic_mode import make_policy
-        from rl.dynamic_eval import job_stream, run_policy
+        from fleetmind.envs.dynamic_mode import make_policy
+        from fleetmind.rl.dynamic_eval import job_stream, run_policy
 
         envs = {} if envs is None else envs
         eps: list[tuple[str, int, DynJobs, np.ndarray]] = []
@@ -223,7 +223,7 @@ class StreamSet:
 
     def run(self, act: Callable[[np.ndarray, np.ndarray], int]) -> list[dict[str, float]]:
         """Metrics of ``act`` on every stream."""
-        from rl.dynamic_eval import EnvActorPolicy, run_policy
+        from fleetmind.rl.dynamic_eval import EnvActorPolicy, run_policy
 
         out = []
         for name, _, jobs, prio in self.episodes:
@@ -273,7 +273,7 @@ def nonneg_indices(
     ``base_index`` is ``None`` for a weight kept >= 0 and the feature's base weight for the
     ``is_sharing`` interaction (kept >= minus the base weight). ``features``: names from
     ``CAND_FEATURE_NAMES`` (or the queue features); unknown names raise :class:`ValueError`."""
-    from envs.multicluster_env import QUEUE_FEATURE_NAMES
+    from fleetmind.envs.multicluster_env import QUEUE_FEATURE_NAMES
 
     names = list(CAND_FEATURE_NAMES) + list(QUEUE_FEATURE_NAMES)
     out: list[tuple[int, int | None]] = []

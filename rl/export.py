@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from data.errors import ModelLoadError
-from rl.policy import MASKED_LOGIT, CandidateScorer
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.rl.policy import MASKED_LOGIT, CandidateScorer
 
 EXPORT_FORMAT = "fleetmind-placement-actor/1"
 
@@ -184,3 +184,26 @@ def export_policy(model: Any, out_dir: str | Path) -> dict[str, Path]:
         "torch": save_torch(actor, out_dir / "policy.pt"),
         "onnx": save_onnx(actor, out_dir / "policy.onnx"),
     }
+
+
+def load_sb3_model(path: str | Path, device: str = "cpu") -> Any:
+    """Load a ``MaskablePPO`` zip, including one saved before the ``fleetmind`` namespace (0.1.0).
+
+    Such zips pickle their policy class as ``rl.policy.CandidateScorerPolicy``; the old module names
+    resolve to ``fleetmind.*`` while the file is read (:func:`fleetmind.compat.legacy_module_names`).
+
+    Raises:
+        ModelLoadError: the file is missing or not a loadable model.
+    """
+    from sb3_contrib import MaskablePPO
+
+    from fleetmind.compat import legacy_module_names
+
+    p = Path(path)
+    if not p.is_file():
+        raise ModelLoadError(f"no SB3 model at {p}")
+    try:
+        with legacy_module_names():
+            return MaskablePPO.load(p, device=device)
+    except Exception as exc:  # a zip without the expected members, a foreign pickle, ...
+        raise ModelLoadError(f"cannot load SB3 model {p}: {type(exc).__name__}: {exc}") from exc

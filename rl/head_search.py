@@ -35,15 +35,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from data.errors import ModelLoadError
-from rl.teacher import CandidateScorer, GenerationCallback, LinearScorer, cem_loop, episode_metric
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.rl.teacher import (
+    CandidateScorer,
+    GenerationCallback,
+    LinearScorer,
+    cem_loop,
+    episode_metric,
+)
 
 HEAD_FORMAT = "fleetmind-head-scorer/1"
 """Format tag of a head scorer JSON (:meth:`HeadScorer.to_dict`)."""
 
 
 def _load_actor(model_dir: str | Path) -> Any:
-    from rl.export import load_torch
+    from fleetmind.rl.export import load_torch
 
     return load_torch(Path(model_dir) / "policy.pt")
 
@@ -314,7 +320,7 @@ def export_head(
     Returns:
         ``{"torch", "onnx", "metadata", "head"[, "ppo"]}`` paths.
     """
-    from rl.export import save_onnx, save_torch
+    from fleetmind.rl.export import load_sb3_model, save_onnx, save_torch
 
     src, out = Path(model_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -331,9 +337,7 @@ def export_head(
         "onnx": save_onnx(actor, out / "policy.onnx"),
     }
     if (src / "ppo.zip").is_file():
-        from sb3_contrib import MaskablePPO
-
-        model = MaskablePPO.load(src / "ppo.zip", device="cpu")
+        model = load_sb3_model(src / "ppo.zip")
         lin = model.policy.mlp_extractor.logit_head
         with torch.no_grad():
             lin.weight.copy_(actor.scorer.logit_head.weight)

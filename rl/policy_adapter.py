@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError, ModelLoadError
-from data.openb import PodTrace
-from data.paths import MODELS_DIR
-from envs.candidates import CandidateBuilder, Candidates
-from envs.core import ClusterState, Pod
-from envs.policies import Policy, TypicalPods
+from fleetmind.data.errors import ConfigError, ModelLoadError
+from fleetmind.data.openb import PodTrace
+from fleetmind.data.paths import MODELS_DIR
+from fleetmind.envs.candidates import CandidateBuilder, Candidates
+from fleetmind.envs.core import ClusterState, Pod
+from fleetmind.envs.policies import Policy, TypicalPods
 
 RELEASED_DIR = MODELS_DIR / "placement"
 """Folder of the released placement model."""
@@ -173,7 +173,7 @@ def load_ppo_policy(ref: str | Path | None = None, backend: str = "auto") -> PPO
     Raises:
         ModelLoadError: the reference does not exist, or a file is corrupt or not a placement model.
     """
-    from rl.export import OnnxActor, load_torch
+    from fleetmind.rl.export import OnnxActor, load_torch
 
     path = _resolve_ref(ref)
     if path.is_dir():

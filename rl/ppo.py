@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 
 EPISODE_INFO_KEYS = (
     "unallocated_gpu_pct_at_100",
@@ -103,7 +103,7 @@ def make_model(venv: Any, hp: PPOHyperparams, seed: int, device: str = "cpu") ->
     """A ``MaskablePPO`` with :class:`rl.policy.CandidateScorerPolicy` on ``venv``."""
     from sb3_contrib import MaskablePPO
 
-    from rl.policy import CandidateScorerPolicy
+    from fleetmind.rl.policy import CandidateScorerPolicy
 
     k, f, g = venv.get_attr("n_candidates")[0], venv.get_attr("n_cand_features")[0], None
     g = venv.get_attr("n_global_features")[0]
@@ -201,7 +201,7 @@ def behaviour_clone(
     Returns:
         ``{"bc/ce", "bc/value_mse", "bc/accuracy", "bc/epochs"}`` of the last epoch.
     """
-    from rl.policy import MASKED_LOGIT
+    from fleetmind.rl.policy import MASKED_LOGIT
 
     gen = torch.Generator().manual_seed(seed)
     obs = torch.as_tensor(data.obs)

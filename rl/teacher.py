@@ -36,7 +36,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from data.errors import ModelLoadError
+from fleetmind.data.errors import ModelLoadError
 
 SHARING_GLOBAL = 4
 """Index of ``is_sharing`` among the global features (``envs.candidates.GLOBAL_FEATURE_NAMES``)."""
@@ -282,7 +282,7 @@ def episode_metric(
     key: str = "unallocated_gpu_pct_at_100",
 ) -> float:
     """``info[key]`` of one greedy episode of ``act`` (:func:`rl.ppo.greedy_rollout`)."""
-    from rl.ppo import greedy_rollout
+    from fleetmind.rl.ppo import greedy_rollout
 
     return float(greedy_rollout(env, act, trace, int(workload_seed))[key])
 

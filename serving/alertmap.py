@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from data.graph import DependencyGraph
-from rca.features import node_index_for_alert
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.features import node_index_for_alert
 
 
 def node_for_alert(graph: DependencyGraph, labels: Mapping[str, Any]) -> str | None:

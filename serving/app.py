@@ -21,28 +21,37 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import SQLAlchemyError
 
-from data.errors import (
+from fleetmind.data.errors import (
     ConfigError,
     DataError,
     FleetMindError,
     ModelLoadError,
     NotAvailableError,
 )
-from data.graph import DependencyGraph
-from serving.db import Database
-from serving.defaults import DEFAULT_GRAPH
-from serving.deps import Services
-from serving.graphstore import GraphStore
-from serving.incidents import IncidentManager
-from serving.keepwarm import KeepWarm, KeepWarmMiddleware
-from serving.metrics import Metrics, MetricsMiddleware
-from serving.rca_batcher import RCABatcher
-from serving.rca_pool import RankingPool
-from serving.registry import ModelRegistry
-from serving.routers import alerts, fleet, graph, health, incidents, models, placements, rca
-from serving.schemas import AlertmanagerWebhook, RCARequest
-from serving.settings import Settings, get_settings
-from serving.telemetry.base import make_source
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving.db import Database
+from fleetmind.serving.defaults import DEFAULT_GRAPH
+from fleetmind.serving.deps import Services
+from fleetmind.serving.graphstore import GraphStore
+from fleetmind.serving.incidents import IncidentManager
+from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
+from fleetmind.serving.metrics import Metrics, MetricsMiddleware
+from fleetmind.serving.rca_batcher import RCABatcher
+from fleetmind.serving.rca_pool import RankingPool
+from fleetmind.serving.registry import ModelRegistry
+from fleetmind.serving.routers import (
+    alerts,
+    fleet,
+    graph,
+    health,
+    incidents,
+    models,
+    placements,
+    rca,
+)
+from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
+from fleetmind.serving.settings import Settings, get_settings
+from fleetmind.serving.telemetry.base import make_source
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -256,7 +265,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (alerts, incidents, rca, placements, fleet, graph, models):
         from fastapi import Depends
 
-        from serving.deps import require_token
+        from fleetmind.serving.deps import require_token
 
         app.include_router(r.router, dependencies=[Depends(require_token)])
     app.include_router(health.router)

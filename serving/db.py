@@ -45,7 +45,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from data.errors import ConfigError
+from fleetmind.data.errors import ConfigError
 
 metadata = MetaData()
 

@@ -17,18 +17,18 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 
-from data.errors import NotAvailableError
-from serving.db import Database
-from serving.graphstore import GraphStore
-from serving.incidents import IncidentManager
-from serving.keepwarm import KeepWarm
-from serving.metrics import Metrics
-from serving.placement import Reservations
-from serving.rca_batcher import RCABatcher
-from serving.rca_pool import RankingPool
-from serving.registry import ModelRegistry
-from serving.settings import Settings, get_settings
-from serving.telemetry.base import TelemetrySource
+from fleetmind.data.errors import NotAvailableError
+from fleetmind.serving.db import Database
+from fleetmind.serving.graphstore import GraphStore
+from fleetmind.serving.incidents import IncidentManager
+from fleetmind.serving.keepwarm import KeepWarm
+from fleetmind.serving.metrics import Metrics
+from fleetmind.serving.placement import Reservations
+from fleetmind.serving.rca_batcher import RCABatcher
+from fleetmind.serving.rca_pool import RankingPool
+from fleetmind.serving.registry import ModelRegistry
+from fleetmind.serving.settings import Settings, get_settings
+from fleetmind.serving.telemetry.base import TelemetrySource
 
 
 @dataclass

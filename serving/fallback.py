@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from data.graph import DependencyGraph
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
-from serving.alertmap import node_for_alert
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.serving.alertmap import node_for_alert
 
 
 @dataclass

@@ -6,7 +6,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from data.graph import DependencyGraph
+from fleetmind.data.graph import DependencyGraph
 
 NEIGHBOURHOOD_CACHE = 4096
 

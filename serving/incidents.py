@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
 
-from serving.alertmap import node_for_alert
-from serving.db import Database, LeaderLock, alerts, incidents
+from fleetmind.serving.alertmap import node_for_alert
+from fleetmind.serving.db import Database, LeaderLock, alerts, incidents
 
 if TYPE_CHECKING:
-    from serving.graphstore import GraphStore
-    from serving.metrics import Metrics
-    from serving.registry import ModelRegistry
+    from fleetmind.serving.graphstore import GraphStore
+    from fleetmind.serving.metrics import Metrics
+    from fleetmind.serving.registry import ModelRegistry
 
 log = logging.getLogger("fleetmind.serving")
 

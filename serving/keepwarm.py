@@ -34,12 +34,10 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 log = logging.getLogger("fleetmind.serving")
 
 _DEADLINE = struct.Struct("d")
-_REPO = str(Path(__file__).resolve().parents[1])
 IDLE_POLL_S = 0.02  # how often a sleeping spinner looks at the deadline
 SPIN_SLICE_S = 0.05  # a spinning one re-reads the deadline (and checks its parent) this often
 
@@ -81,15 +79,18 @@ class KeepWarm:
             os.ftruncate(fd, _DEADLINE.size)
             buf = mmap.mmap(fd, _DEADLINE.size)
             _DEADLINE.pack_into(buf, 0, 0.0)
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH")) if p)
             procs = []
             for _ in range(self.processes):
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "serving.keepwarm", str(fd), str(os.getpid())],
+                        [
+                            sys.executable,
+                            "-m",
+                            "fleetmind.serving.keepwarm",
+                            str(fd),
+                            str(os.getpid()),
+                        ],
                         pass_fds=[fd],
-                        env=env,
                         stdin=subprocess.DEVNULL,
                     )
                 )

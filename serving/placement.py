@@ -10,8 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from serving.schemas import JobSpec
-from serving.telemetry.base import FleetSnapshot, NodeState
+from fleetmind.serving.schemas import JobSpec
+from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 
 
 @dataclass(frozen=True)
@@ -178,8 +178,8 @@ class PeerPolicyPlacer:
         ``(cluster, node, gpu index) -> (row, slot)`` and ``(cluster, node, -1) -> (row,)``."""
         import numpy as np
 
-        from data.openb import gpu_model_id
-        from envs.core import MAX_GPUS_PER_NODE, ClusterState
+        from fleetmind.data.openb import gpu_model_id
+        from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState
 
         key = (id(snapshot.nodes), snapshot.collected_ts if snapshot.source != "sim" else 0.0)
         cached = self._cache
@@ -211,8 +211,8 @@ class PeerPolicyPlacer:
     ) -> list[Option]:
         import numpy as np
 
-        from data.openb import ANY_GPU_MODEL, gpu_model_id
-        from envs.core import Pod
+        from fleetmind.data.openb import ANY_GPU_MODEL, gpu_model_id
+        from fleetmind.envs.core import Pod
 
         nodes = snapshot.nodes
         n = len(nodes)
@@ -265,7 +265,7 @@ class PeerPolicyPlacer:
                 except (
                     NotImplementedError
                 ):  # e.g. PPO ranks candidates only: order the rest by BestFit
-                    from envs.policies import bestfit_scores
+                    from fleetmind.envs.policies import bestfit_scores
 
                     scores = np.asarray(bestfit_scores(state, pod, mask), dtype=np.float64)
             picks = [int(node)] if node >= 0 else []
@@ -301,7 +301,7 @@ def free_gpus_all(node: NodeState, res: Reservations) -> list[tuple[int, int]]:
 def peer_heuristic(name: str) -> PeerPolicyPlacer | None:
     """The ``envs.policies`` heuristic ``name`` wrapped as a Placer; None when envs is absent."""
     try:
-        from envs.policies import make_policy
+        from fleetmind.envs.policies import make_policy
     except ImportError:
         return None
     try:

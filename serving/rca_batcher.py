@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from data.graph import DependencyGraph
-from rca.base import RCAResult
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import RCAResult
 
 
 @dataclass

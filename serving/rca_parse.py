@@ -21,8 +21,13 @@ from typing import Annotated, Any, Literal, NamedTuple
 import msgspec
 import numpy as np
 
-from data.graph import DependencyGraph
-from rca.features import AlertColumns, columns_from_parsed, label_info_str, label_json_memo
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.features import (
+    AlertColumns,
+    columns_from_parsed,
+    label_info_str,
+    label_json_memo,
+)
 
 _EPOCH = datetime(1970, 1, 1).timestamp()
 """Timestamps below this are "no time" for the analyzers (``rca.features.parse_time``)."""

@@ -47,13 +47,11 @@ import sys
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("fleetmind.serving")
 
 _LEN = struct.Struct("!I")
-_REPO = str(Path(__file__).resolve().parents[1])
 
 
 class PoolUnavailable(Exception):
@@ -170,13 +168,10 @@ class RankingPool:
             parent.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
         except OSError:
             pass
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH")) if p)
         fds = [child_sock.fileno(), child_bell.fileno()]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "serving.rca_pool", *map(str, fds)],
+            [sys.executable, "-m", "fleetmind.serving.rca_pool", *map(str, fds)],
             pass_fds=fds,
-            env=env,
         )
         child_sock.close()
         child_bell.close()
@@ -437,16 +432,16 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
 
     if config.get("nice"):
         os.nice(int(config["nice"]))
-    from serving.app import set_torch_threads, tune_gc, tune_malloc
+    from fleetmind.serving.app import set_torch_threads, tune_gc, tune_malloc
 
     set_torch_threads(config.get("torch_threads"))
     tune_malloc(config.get("malloc_mmap_threshold_mb"))
     from fastapi.exceptions import RequestValidationError
 
-    import rca.gat_analyzer  # noqa: F401 - imported before the GC freeze, as in the server
-    from data.graph import DependencyGraph
-    from serving.rca_batcher import rank_group
-    from serving.routers.rca import parse_for, response_json
+    import fleetmind.rca.gat_analyzer  # noqa: F401 - imported before the GC freeze, as in the server
+    from fleetmind.data.graph import DependencyGraph
+    from fleetmind.serving.rca_batcher import rank_group
+    from fleetmind.serving.routers.rca import parse_for, response_json
 
     gc.collect()
     tune_gc(config.get("gc_gen0_threshold"))

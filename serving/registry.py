@@ -27,10 +27,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from data.errors import ConfigError, FleetMindError, ModelLoadError
-from rca.base import BaseAnalyzer
-from serving.fallback import UpstreamCoverageAnalyzer
-from serving.placement import BestFitPlacer, Placer
+from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
+from fleetmind.rca.base import BaseAnalyzer
+from fleetmind.serving.fallback import UpstreamCoverageAnalyzer
+from fleetmind.serving.placement import BestFitPlacer, Placer
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -141,7 +141,7 @@ class ModelRegistry:
             analyzer = make_rca_baseline(ref.split(":", 1)[1])
             return LoadedModel("rca", analyzer, analyzer.name, None, ref, None, now)
         try:
-            mod = importlib.import_module("rca.gat_analyzer")
+            mod = importlib.import_module("fleetmind.rca.gat_analyzer")
             analyzer = mod.GATAnalyzer.load(ref)
             self._count("rca", True)
             return LoadedModel(
@@ -172,9 +172,9 @@ class ModelRegistry:
             placer = make_heuristic(ref.split(":", 1)[1])
             return LoadedModel("placement", placer, placer.name, None, ref, None, now)
         try:
-            mod = importlib.import_module("rl.policy_adapter")
+            mod = importlib.import_module("fleetmind.rl.policy_adapter")
             policy = mod.load_ppo_policy(ref)
-            from serving.placement import PeerPolicyPlacer
+            from fleetmind.serving.placement import PeerPolicyPlacer
 
             placer = PeerPolicyPlacer(policy, name="ppo", version=_version_of(policy))
             self._count("placement", True)
@@ -212,7 +212,7 @@ def _version_of(obj: Any) -> str | None:
 def _peer_baselines() -> dict[str, type[BaseAnalyzer]]:
     """Analyzer classes of ``rca.baselines`` by name (empty when the module is absent)."""
     try:
-        mod = importlib.import_module("rca.baselines")
+        mod = importlib.import_module("fleetmind.rca.baselines")
     except ImportError:
         return {}
     out: dict[str, type[BaseAnalyzer]] = {}
@@ -253,7 +253,7 @@ def make_heuristic(name: str) -> Placer:
     key = name.strip().lower().replace("_", "").replace("-", "")
     if key in ("builtinbestfit", "builtin"):
         return BestFitPlacer()
-    from serving.placement import peer_heuristic
+    from fleetmind.serving.placement import peer_heuristic
 
     placer = peer_heuristic(name)
     if placer is None:
@@ -265,7 +265,7 @@ def make_heuristic(name: str) -> Placer:
 
 def best_heuristic() -> Placer:
     """The best available heuristic (the peer FGD/BestFit from ``envs.policies``, else built-in)."""
-    from serving.placement import peer_heuristic
+    from fleetmind.serving.placement import peer_heuristic
 
     for name in ("BestFit",):
         placer = peer_heuristic(name)

@@ -20,7 +20,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from data.graph import EDGE_KINDS, NODE_KINDS
+from fleetmind.data.graph import EDGE_KINDS, NODE_KINDS
 
 NO_NUL = r"^[^\x00]*$"
 """Text may not contain NUL characters (no database stores them). Checked by pydantic-core's regex

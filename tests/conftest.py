@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402  - a declared dependency; imported once for every test
 
-from data.paths import REPO_ROOT  # noqa: E402
+from fleetmind.data.paths import REPO_ROOT  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -25,8 +25,8 @@ def _seed_everything() -> None:
 @pytest.fixture(scope="session")
 def shared_data() -> os.PathLike[str]:
     """The shared dataset folder (``../shared/data``); skips when it is absent."""
-    from data.errors import DataError
-    from data.paths import shared_data_dir
+    from fleetmind.data.errors import DataError
+    from fleetmind.data.paths import shared_data_dir
 
     try:
         return shared_data_dir()

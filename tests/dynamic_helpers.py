@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from data.fleet import Cluster, Fleet
-from data.openb import ANY_GPU_MODEL, PodTrace, trace_from_arrays
-from data.topology import dgx1_v100, pcie_server
-from envs.dynamic_mode import DynFleet, DynJobs
+from fleetmind.data.fleet import Cluster, Fleet
+from fleetmind.data.openb import ANY_GPU_MODEL, PodTrace, trace_from_arrays
+from fleetmind.data.topology import dgx1_v100, pcie_server
+from fleetmind.envs.dynamic_mode import DynFleet, DynJobs
 
 
 def two_cluster_fleet(wan_gbps: float = 1.25, rtt_ms: float = 30.0) -> DynFleet:

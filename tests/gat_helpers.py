@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from data.graph import DependencyGraph, GraphEdge, GraphNode
+from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FAULTS = ("gpu_xid", "host_down", "svc_error")
@@ -111,7 +111,7 @@ def toy_dataset(
     path: Any, n_train: int = 60, n_val: int = 20, n_test: int = 20, seed: int = 0
 ) -> Any:
     """Write a small dataset folder with disjoint train/val/test topologies; returns the path."""
-    from data.rca_dataset import write_dataset
+    from fleetmind.data.rca_dataset import write_dataset
 
     rng = np.random.default_rng(seed)
     graphs = {

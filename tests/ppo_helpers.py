@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
+from fleetmind.data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
 
 NODE_ROWS = [
     ("n00", 96000, 786432, 8, "V100M32"),

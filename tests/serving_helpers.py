@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from data.paths import REPO_ROOT
+from fleetmind.data.paths import REPO_ROOT
 
 
 def free_port() -> int:
@@ -79,7 +79,7 @@ class Server:
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "serving.app:create_app",
+                "fleetmind.serving.app:create_app",
                 "--factory",
                 "--host",
                 "127.0.0.1",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from rl.policy import CandidateScorer
-from rl.ppo import TeacherData, behaviour_clone
+from fleetmind.rl.policy import CandidateScorer
+from fleetmind.rl.ppo import TeacherData, behaviour_clone
 
 K, F, G = 6, 5, 3
 

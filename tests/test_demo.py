@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from training.demo import DemoConfig, _webhook_batches, run_demo
+from fleetmind.training.demo import DemoConfig, _webhook_batches, run_demo
 
 
 def test_webhook_batches_group_like_alertmanager() -> None:

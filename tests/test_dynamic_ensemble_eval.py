@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl.dynamic_eval import load_dynamic_actor
+from fleetmind.rl.dynamic_eval import load_dynamic_actor
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "benchmarks" / "results" / "ppo_dynamic_round4_models"
@@ -55,7 +55,7 @@ def test_ensemble_picks_only_allowed_candidates_and_is_a_vote() -> None:
 
 
 def test_members_must_fit_the_env() -> None:
-    from data.errors import ModelLoadError
+    from fleetmind.data.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="K="):
         EnsembleActor([MODELS / "seed0"], n_candidates=3)

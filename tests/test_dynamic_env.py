@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 from dynamic_helpers import small_env_kwargs, small_trace, two_cluster_fleet
 
-import envs  # noqa: F401  (registers the env ids)
-from envs.multicluster_env import N_CAND_FEATURES, N_GLOBAL_FEATURES, MultiClusterPlacementEnv
+import fleetmind.envs  # noqa: F401  (registers the env ids)
+from fleetmind.envs.multicluster_env import (
+    N_CAND_FEATURES,
+    N_GLOBAL_FEATURES,
+    MultiClusterPlacementEnv,
+)
 
 
 def make_env(**kw) -> MultiClusterPlacementEnv:
@@ -133,7 +137,7 @@ def test_candidates_are_feasible_placements() -> None:
 def test_maskable_ppo_with_the_candidate_scorer_runs_on_the_env() -> None:
     from sb3_contrib import MaskablePPO
 
-    from rl import policy as policy_mod
+    from fleetmind.rl import policy as policy_mod
 
     env = make_env(n_jobs=20, target_util=0.5)
     model = MaskablePPO(

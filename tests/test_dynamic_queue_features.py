@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from dynamic_helpers import jobs_from_lists, small_env_kwargs, two_cluster_fleet
 
-from envs.dynamic_mode import DynamicSim
-from envs.multicluster_env import (
+from fleetmind.envs.dynamic_mode import DynamicSim
+from fleetmind.envs.multicluster_env import (
     N_CAND_FEATURES,
     N_GLOBAL_FEATURES,
     N_QUEUE_FEATURES,
     QUEUE_FEATURE_NAMES,
     MultiClusterPlacementEnv,
 )
-from rl.dynamic_eval import DynEvalConfig, load_dynamic_actor, model_config
-from rl.dynamic_teacher import DynLinearScorer
+from fleetmind.rl.dynamic_eval import DynEvalConfig, load_dynamic_actor, model_config
+from fleetmind.rl.dynamic_teacher import DynLinearScorer
 
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
@@ -159,8 +159,8 @@ def test_linear_scorer_handles_wide_rows(tmp_path) -> None:
 
 
 def test_training_with_queue_features_round_trips_through_metadata(tmp_path, shared_data) -> None:
-    from rl.dynamic_eval import actor_fn, evaluate_streams
-    from training.sched_train import Args, run
+    from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams
+    from fleetmind.training.sched_train import Args, run
 
     args = Args(
         traces=["default"],
@@ -197,16 +197,16 @@ def test_training_with_queue_features_round_trips_through_metadata(tmp_path, sha
     # metadata that contradicts the network's width is refused
     meta["env_kwargs"]["queue_features"] = False
     (model_dir / "metadata.json").write_text(json.dumps(meta))
-    from data.errors import ModelLoadError
+    from fleetmind.data.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="queue_features=False"):
         load_dynamic_actor(model_dir, n_candidates=8)
 
 
 def test_batched_window_fit_matches_the_per_job_rule() -> None:
-    from data.openb import ANY_GPU_MODEL
-    from envs.core import Pod
-    from envs.multicluster_env import fits_rows, fits_window
+    from fleetmind.data.openb import ANY_GPU_MODEL
+    from fleetmind.envs.core import Pod
+    from fleetmind.envs.multicluster_env import fits_rows, fits_window
 
     rng = np.random.default_rng(0)
     k, w = 12, 9

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from dynamic_helpers import jobs_from_lists, one_gpu_fleet, small_trace, two_cluster_fleet
 
-from data.errors import ConfigError
-from data.fleet import Cluster, Fleet
-from data.openb import gpu_model_id
-from data.topology import pcie_server
-from envs.dynamic_mode import DynamicSim, DynFleet, DynJobs, build_jobs
-from envs.dynamic_relaxed import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.fleet import Cluster, Fleet
+from fleetmind.data.openb import gpu_model_id
+from fleetmind.data.topology import pcie_server
+from fleetmind.envs.dynamic_mode import DynamicSim, DynFleet, DynJobs, build_jobs
+from fleetmind.envs.dynamic_relaxed import (
     TIERS,
     IdealRuntimeSim,
     RelaxedSim,
@@ -222,10 +222,10 @@ def test_unfit_job_is_rejected_like_dynamic_sim() -> None:
 def test_relaxed_not_above_locality_aware_on_a_small_real_stream(shared_data, seed) -> None:
     """Regression check on specific seeds (not a theorem: FIFO + backfill can be non-monotone):
     ``cpu050`` in the evaluation protocol's setting (133 nodes, 2,048 jobs, load 0.8)."""
-    from data.openb import load_openb_trace
-    from envs.dynamic_mode import make_policy
-    from envs.multicluster_env import MultiClusterPlacementEnv
-    from rl.dynamic_eval import DynEvalConfig, job_stream, run_policy
+    from fleetmind.data.openb import load_openb_trace
+    from fleetmind.envs.dynamic_mode import make_policy
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.rl.dynamic_eval import DynEvalConfig, job_stream, run_policy
 
     tr = load_openb_trace("cpu050")
     env = MultiClusterPlacementEnv(**DynEvalConfig().env_kwargs(tr))

@@ -11,9 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from data.errors import ConfigError
-from envs.multicluster_env import CAND_FEATURE_NAMES, GLOBAL_FEATURE_NAMES, N_GLOBAL_FEATURES
-from rl.dynamic_teacher import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.envs.multicluster_env import (
+    CAND_FEATURE_NAMES,
+    GLOBAL_FEATURE_NAMES,
+    N_GLOBAL_FEATURES,
+)
+from fleetmind.rl.dynamic_teacher import (
     DEFAULT_INTERACT,
     DynLinearScorer,
     StreamSet,
@@ -21,8 +25,8 @@ from rl.dynamic_teacher import (
     effective_weight,
     project_nonneg,
 )
-from rl.teacher import cem_loop
-from training.sched_train_dynamic import DynSearchOptions, search_options
+from fleetmind.rl.teacher import cem_loop
+from fleetmind.training.sched_train_dynamic import DynSearchOptions, search_options
 
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
@@ -220,7 +224,7 @@ def test_objective_worst_trace_term_is_the_documented_formula() -> None:
 
 
 def cli_args(argv: list[str]) -> argparse.Namespace:
-    from training.cli_sched import register
+    from fleetmind.training.cli_sched import register
 
     ap = argparse.ArgumentParser()
     register(ap.add_subparsers(dest="group"), "sched", "placement")
@@ -228,7 +232,7 @@ def cli_args(argv: list[str]) -> argparse.Namespace:
 
 
 def test_options_parse_check_and_round_trip_through_metadata_and_flags() -> None:
-    from training.cli_sched import _trace_seeds
+    from fleetmind.training.cli_sched import _trace_seeds
 
     base = ["--mode", "dynamic", "--trace", "default", "--trace", "multigpu20", "--teacher", "cem"]
     ns = cli_args(
@@ -281,7 +285,7 @@ def test_options_parse_check_and_round_trip_through_metadata_and_flags() -> None
 
 
 def test_smoke_run_records_options_and_uses_per_trace_seeds(tmp_path, shared_data) -> None:
-    from training.sched_train import Args, run
+    from fleetmind.training.sched_train import Args, run
 
     args = Args(
         traces=["default", "multigpu20"],

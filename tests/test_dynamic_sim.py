@@ -10,9 +10,9 @@ from dynamic_helpers import jobs_from_lists, one_gpu_fleet, small_trace, two_clu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data.errors import ConfigError
-from envs.core import PlacementError
-from envs.dynamic_mode import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.envs.core import PlacementError
+from fleetmind.envs.dynamic_mode import (
     REFERENCE_LINK_GBPS,
     DynamicSim,
     LocalityAwarePolicy,
@@ -161,7 +161,7 @@ def test_build_jobs_load_scaling_and_determinism() -> None:
 
 
 def test_trace_without_times_gets_poisson_arrivals() -> None:
-    from data.openb import trace_from_arrays
+    from fleetmind.data.openb import trace_from_arrays
 
     tr = trace_from_arrays([1000] * 50, [1024] * 50, [1] * 50, [1000] * 50)
     jobs = build_jobs(tr, two_cluster_fleet(), np.random.default_rng(0), target_util=0.5)

@@ -48,8 +48,8 @@ def record(
     """Run the env and collect the per-step candidate data (see the module docstring)."""
     from dataclasses import fields
 
-    from data.openb import OpenbNodes, load_openb_nodes
-    from envs.gpu_placement_env import GpuPlacementEnv
+    from fleetmind.data.openb import OpenbNodes, load_openb_nodes
+    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 
     nodes = load_openb_nodes()
     if every > 1:

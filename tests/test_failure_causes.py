@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from envs.core import ClusterState, Pod
-from envs.failure_causes import (
+from fleetmind.envs.core import ClusterState, Pod
+from fleetmind.envs.failure_causes import (
     FAILURE_CAUSES,
     failure_cause,
     pod_kind,
     relax_host,
     run_with_causes,
 )
-from envs.fgd_mode import run_fgd
+from fleetmind.envs.fgd_mode import run_fgd
 from tests.ppo_helpers import load_tiny
 
 T4, V100 = 0, 1  # model ids of the two-node cluster below

@@ -7,15 +7,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data.openb import (
+from fleetmind.data.openb import (
     ANY_GPU_MODEL,
     gpu_model_id,
     gpu_spec_mask,
     nodes_from_arrays,
     trace_from_arrays,
 )
-from envs.core import ClusterState, NodeStats, PlacementError, Pod
-from envs.policies import (
+from fleetmind.envs.core import ClusterState, NodeStats, PlacementError, Pod
+from fleetmind.envs.policies import (
     FGD,
     POLICIES,
     bestfit_raw,

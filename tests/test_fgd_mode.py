@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data.openb import gpu_model_id, nodes_from_arrays, trace_from_arrays
-from envs.fgd_mode import build_workload, run_fgd, unallocated_at
+from fleetmind.data.openb import gpu_model_id, nodes_from_arrays, trace_from_arrays
+from fleetmind.envs.fgd_mode import build_workload, run_fgd, unallocated_at
 
 
 def test_metric_window_mean_by_hand() -> None:
@@ -97,7 +97,7 @@ def test_gpu_spec_is_respected(policy: str) -> None:
 @pytest.mark.slow
 def test_bestfit_default_trace_close_to_published(shared_data) -> None:
     """Quick fidelity check: BestFit, 2 seeds, within 0.5 + 3 standard errors of the published mean."""
-    from data.openb import load_fgd_published, load_openb_nodes, load_openb_trace
+    from fleetmind.data.openb import load_fgd_published, load_openb_nodes, load_openb_trace
 
     pub = load_fgd_published()[("default", "BestFit")]
     seeds = [42, 43]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data.errors import DataError
-from data.openb import ANY_GPU_MODEL, gpu_model_id, load_openb_nodes, load_openb_trace
+from fleetmind.data.errors import DataError
+from fleetmind.data.openb import ANY_GPU_MODEL, gpu_model_id, load_openb_nodes, load_openb_trace
 
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
 

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from data.errors import ConfigError
-from data.openb import nodes_from_arrays, trace_from_arrays
-from envs.core import ClusterState, Pod
-from envs.policies import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import nodes_from_arrays, trace_from_arrays
+from fleetmind.envs.core import ClusterState, Pod
+from fleetmind.envs.policies import (
     FGD,
     BestFit,
     TypicalPods,
@@ -145,8 +145,8 @@ def test_make_policy_names() -> None:
 
 
 def test_topology_best_effort_prefers_nvlink_sets() -> None:
-    from data.fleet_io import openb_template_for
-    from data.gpu_alloc import best_gpu_set, set_score
+    from fleetmind.data.fleet_io import openb_template_for
+    from fleetmind.data.gpu_alloc import best_gpu_set, set_score
 
     nodes = nodes_from_arrays([96000, 96000], [262144, 262144], [8, 8], ["G2", "V100M16"])
     s = ClusterState.from_openb(nodes)

@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from data.errors import ConfigError
-from data.gpu_alloc import best_gpu_set, best_gpu_set_bits, pair_score_matrix, set_score
-from data.topology import LinkLevel, get_template
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.gpu_alloc import best_gpu_set, best_gpu_set_bits, pair_score_matrix, set_score
+from fleetmind.data.topology import LinkLevel, get_template
 
 # Points straight from go-gpuallocator's calculateGPUPairScore, written independently here.
 POINTS = {"SYS": 10, "NODE": 20, "PHB": 30, "PXB": 40, "PIX": 50, "BRD": 60}

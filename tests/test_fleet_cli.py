@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.cli import main
+from fleetmind.training.cli import main
 
 
 def test_fleet_show_openb_counts(shared_data, capsys, tmp_path):

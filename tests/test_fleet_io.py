@@ -8,17 +8,17 @@ import types
 import numpy as np
 import pytest
 
-from data.errors import ConfigError, DataError, NotAvailableError
-from data.fleet import Cluster, Fleet
-from data.fleet_io import (
+from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.data.fleet import Cluster, Fleet
+from fleetmind.data.fleet_io import (
     discover_local_fleet,
     dump_fleet_yaml,
     fleet_from_dict,
     load_fleet_yaml,
     load_openb_fleet,
 )
-from data.paths import REPO_ROOT
-from data.topology import LinkLevel, get_template
+from fleetmind.data.paths import REPO_ROOT
+from fleetmind.data.topology import LinkLevel, get_template
 
 FLEETS = REPO_ROOT / "data" / "fleets"
 
@@ -233,7 +233,7 @@ def test_fleet_pickles_for_worker_processes():
 
     fleet = load_fleet_yaml(FLEETS / "small.yaml")
     tpl = fleet.template_of("lab-dgx1-0")
-    from data.gpu_alloc import best_gpu_set
+    from fleetmind.data.gpu_alloc import best_gpu_set
 
     best_gpu_set(tpl, np.ones(8, bool), 2)
     again = pickle.loads(pickle.dumps(fleet))

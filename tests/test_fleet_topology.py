@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from data.errors import ConfigError
-from data.topology import (
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.topology import (
     PCIE_X16_GBPS,
     LinkLevel,
     NodeTemplate,
@@ -124,7 +124,7 @@ def test_nvidia_smi_topo_rendering_parses_back():
 
 
 def test_rca_host_templates_follow_the_fleet_templates():
-    from data.topology import rca_host_templates
+    from fleetmind.data.topology import rca_host_templates
 
     hosts = rca_host_templates()
     dgx1 = hosts["dgx1-v100"]

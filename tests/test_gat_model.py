@@ -12,13 +12,13 @@ import torch
 from gat_helpers import toy_graph, toy_incident
 from torch_geometric.data import Batch
 
-from data.errors import ModelLoadError
-from data.graph import DependencyGraph
-from rca.explain import edge_costs, propagation_paths
-from rca.features import FEATURE_NAMES, NUM_FEATURES, alert_features, parse_time
-from rca.gat_analyzer import GATAnalyzer, save_artifact
-from rca.lightning_module import incident_to_data
-from rca.model import GATConfig, GATRanker, listwise_loss, message_graph, root_ranks
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.explain import edge_costs, propagation_paths
+from fleetmind.rca.features import FEATURE_NAMES, NUM_FEATURES, alert_features, parse_time
+from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
+from fleetmind.rca.lightning_module import incident_to_data
+from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, message_graph, root_ranks
 
 COL = {n: i for i, n in enumerate(FEATURE_NAMES)}
 FAULTS = ["gpu_xid", "host_down", "svc_error"]
@@ -103,7 +103,7 @@ def test_features_count_time_and_unseen_names() -> None:
 
 
 def test_parse_time_rejects_garbage() -> None:
-    from data.errors import DataError
+    from fleetmind.data.errors import DataError
 
     assert parse_time("0001-01-01T00:00:00Z") is None
     assert parse_time("2026-01-01T00:00:00Z") == parse_time("2026-01-01T01:00:00+01:00")
@@ -321,8 +321,8 @@ def test_corrupt_or_incompatible_artifacts(artifact, tmp_path) -> None:
 
 
 def test_vectorised_alert_mapping_matches_graph_rules() -> None:
-    from rca.features import node_index_for_alert
-    from serving.alertmap import node_for_alert as service_node_for_alert
+    from fleetmind.rca.features import node_index_for_alert
+    from fleetmind.serving.alertmap import node_for_alert as service_node_for_alert
 
     g = toy_graph("m", 2, 2, 2, 3)
     rng = np.random.default_rng(0)

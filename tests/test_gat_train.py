@@ -28,7 +28,7 @@ def mlflow_uri(tmp_path_factory):
 def test_champion_moves_only_when_val_ac1_improves(mlflow_uri) -> None:
     from mlflow import MlflowClient
 
-    from training.rca_train import CHAMPION, promote_if_better
+    from fleetmind.training.rca_train import CHAMPION, promote_if_better
 
     REGISTERED_MODEL = "test-champion-rule"
     c = MlflowClient(mlflow_uri)
@@ -48,8 +48,8 @@ def test_champion_moves_only_when_val_ac1_improves(mlflow_uri) -> None:
 
 
 def test_tiny_cli_training_run_registers_and_loads(mlflow_uri, tmp_path) -> None:
-    from rca.gat_analyzer import GATAnalyzer
-    from training.cli import main
+    from fleetmind.rca.gat_analyzer import GATAnalyzer
+    from fleetmind.training.cli import main
 
     data = toy_dataset(tmp_path / "toy", n_train=24, n_val=8, n_test=8)
     out_json = tmp_path / "run.json"

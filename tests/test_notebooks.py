@@ -53,7 +53,7 @@ def _has_image(outputs: list[dict]) -> bool:
 
 def _shared_openb() -> bool:
     try:
-        from data.paths import openb_csv_dir
+        from fleetmind.data.paths import openb_csv_dir
 
         return openb_csv_dir().is_dir()
     except Exception:

@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from envs.core import ANY_GPU_MODEL
-from envs.failure_causes import run_with_causes
-from envs.packing_bound import fgd_run_bound, gpu_packing_bound
+from fleetmind.envs.core import ANY_GPU_MODEL
+from fleetmind.envs.failure_causes import run_with_causes
+from fleetmind.envs.packing_bound import fgd_run_bound, gpu_packing_bound
 from tests.ppo_helpers import load_tiny
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.errors import DataError
-from data.petshop import (
+from fleetmind.data.errors import DataError
+from fleetmind.data.petshop import (
     DetectorConfig,
     detect_alerts,
     fit_baseline,

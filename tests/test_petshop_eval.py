@@ -9,18 +9,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.errors import NotAvailableError
-from data.graph import DependencyGraph, GraphEdge, GraphNode
-from data.petshop import load_scenario, read_metrics_csv, read_target
-from rca.petshop_baselines import (
+from fleetmind.data.errors import NotAvailableError
+from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
+from fleetmind.data.petshop import load_scenario, read_metrics_csv, read_target
+from fleetmind.rca.petshop_baselines import (
     BaroBaseline,
     NSigmaBaseline,
     ScalerBaselineConfig,
     TraversalBaseline,
     rcaeval_frame,
 )
-from rca.petshop_eval import evaluate_scenario, rank_of, summarize
-from rca.propagation import PropagationRanker
+from fleetmind.rca.petshop_eval import evaluate_scenario, rank_of, summarize
+from fleetmind.rca.propagation import PropagationRanker
 
 SLICE = Path(__file__).parent / "data" / "petshop_slice"
 
@@ -147,7 +147,7 @@ def test_evaluate_scenario_shape_and_consistency():
 
 
 def test_cli_writes_evaluate_shaped_json(tmp_path, capsys):
-    from training.cli import main
+    from fleetmind.training.cli import main
 
     out = tmp_path / "r.json"
     rc = main(

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data.errors import ModelLoadError
-from rl.dynamic_eval import (
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.rl.dynamic_eval import (
     DynEvalConfig,
     EnvActorPolicy,
     actor_fn,
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, shared_data):
-    from training.sched_train import Args, run
+    from fleetmind.training.sched_train import Args, run
 
     folder = tmp_path_factory.mktemp("ppo_dyn")
     args = Args(
@@ -71,7 +71,7 @@ def test_smoke_run_trains_and_exports(trained) -> None:
 
 
 def test_exported_actor_never_picks_a_masked_candidate(trained, shared_data) -> None:
-    from envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 
     actor = load_dynamic_actor(Path(trained["artifact"]), n_candidates=8)
     env = MultiClusterPlacementEnv(**SMALL.env_kwargs("gpushare40"))
@@ -94,8 +94,8 @@ def test_adversarial_logits_respect_the_mask(shared_data) -> None:
     """An actor whose best logit sits on masked rows still yields a valid action after masking."""
     import torch
 
-    from envs.multicluster_env import MultiClusterPlacementEnv
-    from rl.export import PlacementActor
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.rl.export import PlacementActor
 
     actor = PlacementActor(8, 14, 12, hidden=8)
     with torch.no_grad():
@@ -115,7 +115,7 @@ def test_adversarial_logits_respect_the_mask(shared_data) -> None:
 def test_adapter_reproduces_env_episode(shared_data) -> None:
     """Protocol check: a stream built for seed s is the env's ``reset(seed=s)`` stream, and an
     actor placed through the simulator adapter gets the env episode's metrics."""
-    from envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 
     env = MultiClusterPlacementEnv(**SMALL.env_kwargs("default"))
     rng = np.random.default_rng(0)
@@ -137,7 +137,7 @@ def test_adapter_reproduces_env_episode(shared_data) -> None:
 
 
 def test_evaluation_is_deterministic_by_seed(shared_data) -> None:
-    from rl.dynamic_teacher import DynLinearScorer
+    from fleetmind.rl.dynamic_teacher import DynLinearScorer
 
     scorer = DynLinearScorer.fgd(8, 14)
     scorer.weights[8] = 0.7  # prefer fast GPUs: a policy different from FGD
@@ -153,8 +153,8 @@ def test_evaluation_is_deterministic_by_seed(shared_data) -> None:
 
 
 def test_corrupt_or_mismatched_model_files_raise_model_load_error(tmp_path, trained) -> None:
-    from rl.dynamic_teacher import DynLinearScorer
-    from rl.export import PlacementActor, save_torch
+    from fleetmind.rl.dynamic_teacher import DynLinearScorer
+    from fleetmind.rl.export import PlacementActor, save_torch
 
     with pytest.raises(ModelLoadError, match="not found"):
         load_dynamic_actor(tmp_path / "nope")
@@ -192,10 +192,10 @@ def test_corrupt_or_mismatched_model_files_raise_model_load_error(tmp_path, trai
 def test_locality_candidate_set_keeps_fgd_first_and_adds_locality_choice() -> None:
     from dynamic_helpers import small_env_kwargs
 
-    from data.errors import ConfigError
-    from envs.dynamic_mode import estimate_completion
-    from envs.multicluster_env import MultiClusterPlacementEnv
-    from envs.policies import fgd_score_from_delta
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.envs.dynamic_mode import estimate_completion
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.envs.policies import fgd_score_from_delta
 
     kw = small_env_kwargs(n_candidates=2)
     default = MultiClusterPlacementEnv(**kw)
@@ -224,8 +224,8 @@ def test_locality_candidate_set_keeps_fgd_first_and_adds_locality_choice() -> No
 
 
 def test_bad_teacher_file_fails_fast_with_model_load_error(tmp_path) -> None:
-    from data.errors import ConfigError
-    from training.sched_train import Args, run
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.training.sched_train import Args, run
 
     base = dict(
         mode="dynamic",
@@ -244,8 +244,8 @@ def test_bad_teacher_file_fails_fast_with_model_load_error(tmp_path) -> None:
     "field,flag", [("bc_value_coef", "--bc-value-coef"), ("vf_coef", "--vf-coef")]
 )
 def test_bad_loss_weights_fail_fast_in_both_modes(tmp_path, bad, field, flag) -> None:
-    from data.errors import ConfigError
-    from training.sched_train import Args, run
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.training.sched_train import Args, run
 
     for mode in ("dynamic", "fgd"):
         args = Args(

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from ppo_helpers import load_tiny
 
-import envs  # noqa: F401 - registers the env ids
-from envs.candidates import N_CAND_FEATURES, N_GLOBAL_FEATURES
-from envs.fgd_mode import run_fgd
-from envs.gpu_placement_env import GpuPlacementEnv
+import fleetmind.envs  # noqa: F401 - registers the env ids
+from fleetmind.envs.candidates import N_CAND_FEATURES, N_GLOBAL_FEATURES
+from fleetmind.envs.fgd_mode import run_fgd
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 
 
 @pytest.fixture()

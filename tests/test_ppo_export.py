@@ -9,12 +9,12 @@ import pytest
 import torch
 from ppo_helpers import load_tiny
 
-from data.errors import ModelLoadError
-from envs.gpu_placement_env import GpuPlacementEnv
-from rl.export import OnnxActor, export_policy, load_torch
-from rl.policy import count_parameters
-from rl.policy_adapter import load_ppo_policy
-from rl.ppo import PPOHyperparams, make_model, make_vec_env
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.export import OnnxActor, export_policy, load_torch
+from fleetmind.rl.policy import count_parameters
+from fleetmind.rl.policy_adapter import load_ppo_policy
+from fleetmind.rl.ppo import PPOHyperparams, make_model, make_vec_env
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_corrupt_metadata_raises(exported, tmp_path):
 
 def test_released_model_places_without_trace(tmp_path):
     """The service's use: default artifact, no trace (typical pods from metadata.json)."""
-    from envs.core import ClusterState, pods_from_trace
+    from fleetmind.envs.core import ClusterState, pods_from_trace
 
     pol = load_ppo_policy(None)
     nodes, trace = load_tiny(tmp_path)

@@ -9,11 +9,11 @@ import pytest
 import torch
 from ppo_helpers import load_tiny
 
-from data.errors import ModelLoadError
-from data.paths import MODELS_DIR
-from envs.gpu_placement_env import GpuPlacementEnv
-from rl.export import OnnxActor, load_torch
-from rl.head_search import (
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.data.paths import MODELS_DIR
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.export import OnnxActor, load_sb3_model, load_torch
+from fleetmind.rl.head_search import (
     HeadScorer,
     export_head,
     head_cem_search,
@@ -21,7 +21,7 @@ from rl.head_search import (
     mean_gap_objective,
     released_head,
 )
-from rl.teacher import LinearScorer, episode_metric
+from fleetmind.rl.teacher import LinearScorer, episode_metric
 
 RELEASED = MODELS_DIR / "placement"
 pytestmark = pytest.mark.skipif(
@@ -57,7 +57,6 @@ def _observations(env, trace, scorer, seeds, explore: float = 0.3):
 
 
 def test_released_head_reproduces_the_released_model(tiny):
-    from sb3_contrib import MaskablePPO
 
     env, trace = tiny
     scorer = HeadScorer.from_model_dir(RELEASED)
@@ -67,7 +66,7 @@ def test_released_head_reproduces_the_released_model(tiny):
     assert all(masks[i, a] for i, a in enumerate(mine))
     actor = load_torch(RELEASED / "policy.pt")
     np.testing.assert_array_equal(mine, actor.predict(obs, masks))
-    model = MaskablePPO.load(RELEASED / "ppo.zip", device="cpu")
+    model = load_sb3_model(RELEASED / "ppo.zip")  # saved before the namespace move (0.1.0)
     ppo = [
         int(model.predict(o, action_masks=m, deterministic=True)[0])
         for o, m in zip(obs, masks, strict=True)
@@ -113,7 +112,7 @@ def test_head_search_is_deterministic_keeps_scale_and_never_worse(tiny):
 def test_exported_copy_picks_the_scorers_actions(tiny, tmp_path):
     from sb3_contrib import MaskablePPO
 
-    from rl.policy_adapter import load_ppo_policy
+    from fleetmind.rl.policy_adapter import load_ppo_policy
 
     env, trace = tiny
     start = HeadScorer.from_model_dir(RELEASED)

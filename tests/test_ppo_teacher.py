@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from ppo_helpers import load_tiny
 
-from data.errors import ModelLoadError
-from envs.fgd_mode import run_fgd
-from envs.gpu_placement_env import GpuPlacementEnv
-from rl.teacher import (
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.envs.fgd_mode import run_fgd
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.teacher import (
     BLOCKS_3,
     BLOCKS_4,
     FGD_CHOICE_FEATURE,
@@ -140,8 +140,8 @@ def test_bad_arguments_and_files(tiny, tmp_path):
 
 
 def test_sched_train_rejects_a_teacher_file_that_does_not_fit(tmp_path):
-    from data.errors import ConfigError
-    from training.sched_train import Args, _make_teacher
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.training.sched_train import Args, _make_teacher
 
     LinearScorer(np.zeros(30), 16, 10).save(tmp_path / "f10.json")
     with pytest.raises(ConfigError, match="F=10"):
@@ -195,8 +195,8 @@ def test_cem_search_from_a_saved_scorer(tiny, tmp_path):
 
 
 def test_fgd_only_cem_options_are_refused_in_dynamic_mode(tmp_path):
-    from data.errors import ConfigError
-    from training.sched_train import Args, run
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.training.sched_train import Args, run
 
     with pytest.raises(ConfigError, match="fgd-mode options"):
         run(Args(mode="dynamic", cem_multi_gpu_block=True, out=str(tmp_path)))

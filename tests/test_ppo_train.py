@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from ppo_helpers import write_tiny
 
-from envs.fgd_mode import evaluate_fgd
-from rl.policy_adapter import load_ppo_policy
+from fleetmind.envs.fgd_mode import evaluate_fgd
+from fleetmind.rl.policy_adapter import load_ppo_policy
 
 
 def tiny_args(folder, nodes, pods, **overrides):  # noqa: ANN001, ANN201 - test helper
     """``training.sched_train.Args`` for a short run on the tiny fleet in ``folder``."""
-    from training.sched_train import Args
+    from fleetmind.training.sched_train import Args
 
     base = dict(
         traces=[str(pods)],
@@ -37,7 +37,7 @@ def tiny_args(folder, nodes, pods, **overrides):  # noqa: ANN001, ANN201 - test 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from training.sched_train import run
+    from fleetmind.training.sched_train import run
 
     folder = tmp_path_factory.mktemp("ppo_train")
     nodes, pods = write_tiny(folder)
@@ -70,7 +70,7 @@ def test_smoke_run_writes_artifact_and_registers(trained):
 
 
 def test_cem_teacher_is_searched_saved_and_never_worse_than_fgd(trained):
-    from rl.teacher import LinearScorer
+    from fleetmind.rl.teacher import LinearScorer
 
     summary, _, _ = trained
     cem = summary["cem"]
@@ -91,7 +91,7 @@ def test_champion_alias_resolves(trained):
 
 
 def test_evaluation_is_deterministic_by_seed(trained):
-    from data.openb import load_openb_nodes, load_openb_trace
+    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 
     summary, nodes_csv, pods_csv = trained
     nodes, trace = load_openb_nodes(nodes_csv), load_openb_trace(pods_csv)
@@ -110,8 +110,8 @@ def test_strand_teacher_is_bound_cloned_and_saved_with_its_base(tmp_path):
     run saves it as teacher_strand.json beside its linear base teacher.json."""
     from pathlib import Path
 
-    from rl.teacher import LinearScorer, StrandPenaltyScorer, load_teacher
-    from training.sched_train import run
+    from fleetmind.rl.teacher import LinearScorer, StrandPenaltyScorer, load_teacher
+    from fleetmind.training.sched_train import run
 
     nodes, pods = write_tiny(tmp_path)
     strand = StrandPenaltyScorer(LinearScorer.fgd(8, 18), 4.0).save(tmp_path / "strand.json")

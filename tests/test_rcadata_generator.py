@@ -8,11 +8,11 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from data.errors import ConfigError
-from data.graph import NODE_KINDS
-from data.rca_gen.alerts import ZERO_TIME, AlertSimConfig, IncidentSimulator
-from data.rca_gen.faults import EFFECT_ALERTS, FAULT_TYPES, HOPS, fault_prior
-from data.rca_gen.graphs import GraphGenConfig, generate_graph
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.graph import NODE_KINDS
+from fleetmind.data.rca_gen.alerts import ZERO_TIME, AlertSimConfig, IncidentSimulator
+from fleetmind.data.rca_gen.faults import EFFECT_ALERTS, FAULT_TYPES, HOPS, fault_prior
+from fleetmind.data.rca_gen.graphs import GraphGenConfig, generate_graph
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -128,7 +128,7 @@ def test_silent_root_share_is_near_the_requested_rate(graph) -> None:
 
 
 def _noise_names() -> set[str]:
-    from data.rca_gen.alerts import NOISE_RULES
+    from fleetmind.data.rca_gen.alerts import NOISE_RULES
 
     return {r.alertname for rules in NOISE_RULES.values() for r in rules}
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from data.errors import ConfigError, DataError
-from data.rca_dataset import load_dataset, write_dataset
-from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-from data.rca_gen.graphs import generate_graph
-from rca.base import BaseAnalyzer
-from rca.baselines import BASELINES
-from rca.metrics import (
+from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.data.rca_dataset import load_dataset, write_dataset
+from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+from fleetmind.data.rca_gen.graphs import generate_graph
+from fleetmind.rca.base import BaseAnalyzer
+from fleetmind.rca.baselines import BASELINES
+from fleetmind.rca.metrics import (
     ac_at_k,
     avg_at_k,
     evaluate_methods,
@@ -27,7 +27,7 @@ from rca.metrics import (
     register_method,
     summarize,
 )
-from training import cli
+from fleetmind.training import cli
 
 T0 = 1_767_225_600.0
 
@@ -180,7 +180,7 @@ def test_evaluate_methods_shape_and_plugin_hook(small) -> None:
         name = "oracle"
 
         def find_root_causes(self, graph, alerts, top_k=None):
-            from rca.base import RankedCause, RCAResult
+            from fleetmind.rca.base import RankedCause, RCAResult
 
             root = next(i["root_cause"] for i in incs if i["alerts"] is alerts)
             return RCAResult([RankedCause(root, graph.node(root).kind, None, 1.0)], "oracle")
@@ -199,7 +199,7 @@ def test_evaluate_methods_shape_and_plugin_hook(small) -> None:
 def test_a_model_that_was_asked_for_and_does_not_load_is_an_error(tmp_path: Path) -> None:
     """Without names or a model, a plug-in that cannot load is skipped (its row is missing); with
     ``model`` given (``rca evaluate --model X``), it is an error naming the model."""
-    from data.errors import NotAvailableError
+    from fleetmind.data.errors import NotAvailableError
 
     bad = tmp_path / "not-a-model"
     bad.mkdir()

@@ -11,13 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 from serving_helpers import alert, webhook
 
-from data.graph import DependencyGraph
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
-from serving.app import create_app
-from serving.defaults.example import build_example_graph
-from serving.deps import get_registry
-from serving.registry import LoadedModel, ModelRegistry, ModelSet
-from serving.settings import Settings, get_settings
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.serving.app import create_app
+from fleetmind.serving.defaults.example import build_example_graph
+from fleetmind.serving.deps import get_registry
+from fleetmind.serving.registry import LoadedModel, ModelRegistry, ModelSet
+from fleetmind.serving.settings import Settings, get_settings
 
 GPU_ALERT = {"alertname": "GpuXidError", "cluster": "c0", "node": "c0-h1", "gpu": "3"}
 HOST_ALERT = {"alertname": "HostDown", "cluster": "c0", "node": "c0-h1"}
@@ -177,7 +177,7 @@ def test_body_size_limit(tmp_path: Path) -> None:
 def test_default_limits_take_the_largest_webhook(tmp_path: Path) -> None:
     """10,000 alerts (the most a webhook may carry, Alertmanager's ``max_alerts`` in
     deploy/alertmanager.yml) of realistic size fit the default body limit and are all stored."""
-    from serving.settings import Settings as S
+    from fleetmind.serving.settings import Settings as S
 
     ann = {"summary": "GPU XID 79 on node " + "n" * 40, "description": "d" * 600}
     alerts = [
@@ -464,8 +464,8 @@ def test_grouping_lag_and_grouped_alerts_in_metrics(client: TestClient) -> None:
     import re
     import time
 
-    from serving.routers.alerts import alert_row
-    from serving.schemas import AlertIn
+    from fleetmind.serving.routers.alerts import alert_row
+    from fleetmind.serving.schemas import AlertIn
 
     def gauge(text: str, name: str) -> float:
         m = re.search(rf"^{name} (\S+)$", text, re.M)
@@ -488,7 +488,7 @@ def test_grouping_lag_and_grouped_alerts_in_metrics(client: TestClient) -> None:
 def test_cli_serve_rejects_bad_options(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from training.cli import main
+    from fleetmind.training.cli import main
 
     monkeypatch.setenv("FLEETMIND_GRAPH", "restored-after-the-test")  # the CLI exports its options
 

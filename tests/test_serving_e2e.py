@@ -20,7 +20,7 @@ import pytest
 import yaml
 from serving_helpers import Server, alert, free_port, wait_for, webhook
 
-from data.paths import REPO_ROOT
+from fleetmind.data.paths import REPO_ROOT
 
 DEPLOY = REPO_ROOT / "deploy"
 BASE_ENV = {

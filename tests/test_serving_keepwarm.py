@@ -12,7 +12,7 @@ import psutil
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.keepwarm import KeepWarm
+from fleetmind.serving.keepwarm import KeepWarm
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "memfd_create") or not hasattr(os, "SCHED_IDLE"), reason="Linux only"
@@ -73,7 +73,7 @@ def test_spinners_exit_when_the_server_is_killed(tmp_path) -> None:
     script = textwrap.dedent(
         """
         import sys, time
-        from serving.keepwarm import KeepWarm
+        from fleetmind.serving.keepwarm import KeepWarm
         kw = KeepWarm(30.0, processes=2)
         kw.start()
         kw.touch()
@@ -108,7 +108,7 @@ def test_invalid_arguments() -> None:
 def test_setting_validation(monkeypatch) -> None:
     from pydantic import ValidationError
 
-    from serving.settings import Settings
+    from fleetmind.serving.settings import Settings
 
     monkeypatch.setenv("FLEETMIND_KEEP_WARM_S", "-1")
     with pytest.raises(ValidationError, match="keep_warm_s"):
@@ -118,8 +118,8 @@ def test_setting_validation(monkeypatch) -> None:
 
 
 def test_app_starts_touches_and_stops_the_spinners(tmp_path) -> None:
-    from serving.app import create_app
-    from serving.settings import Settings
+    from fleetmind.serving.app import create_app
+    from fleetmind.serving.settings import Settings
 
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/kw.db",
@@ -140,8 +140,8 @@ def test_app_starts_touches_and_stops_the_spinners(tmp_path) -> None:
 
 
 def test_app_without_keep_warm_has_none(tmp_path) -> None:
-    from serving.app import create_app
-    from serving.settings import Settings
+    from fleetmind.serving.app import create_app
+    from fleetmind.serving.settings import Settings
 
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/kw.db", incident_worker=False))
     with TestClient(app) as client:

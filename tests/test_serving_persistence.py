@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from serving_helpers import alert, free_port, webhook
 
-from serving.db import Database, LeaderLock
-from serving.defaults.example import build_example_graph
-from serving.graphstore import GraphStore
-from serving.incidents import IncidentManager
-from serving.registry import ModelRegistry
-from serving.routers.alerts import alert_row
-from serving.schemas import AlertIn
+from fleetmind.serving.db import Database, LeaderLock
+from fleetmind.serving.defaults.example import build_example_graph
+from fleetmind.serving.graphstore import GraphStore
+from fleetmind.serving.incidents import IncidentManager
+from fleetmind.serving.registry import ModelRegistry
+from fleetmind.serving.routers.alerts import alert_row
+from fleetmind.serving.schemas import AlertIn
 
 
 def _pg_bin() -> Path | None:
@@ -93,7 +93,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
         url = request.getfixturevalue("postgres_url")
     d = Database(url)
     if request.param == "postgresql":
-        from serving.db import metadata
+        from fleetmind.serving.db import metadata
 
         metadata.drop_all(d.engine)  # each test starts from empty tables
     d.create_all()
@@ -167,8 +167,8 @@ def test_concurrent_writers_lose_nothing(db: Database) -> None:
 def test_duplicate_keys_in_one_webhook(db: Database, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from serving.app import create_app
-    from serving.settings import Settings
+    from fleetmind.serving.app import create_app
+    from fleetmind.serving.settings import Settings
 
     settings = Settings(
         database_url=db.url,
@@ -200,7 +200,7 @@ def test_incident_counts_in_one_batch_match_the_alerts(db: Database) -> None:
     alerts, through new alerts, resolutions and an incident whose alerts all resolve."""
     from sqlalchemy import func, select
 
-    from serving.db import alerts
+    from fleetmind.serving.db import alerts
 
     graph = build_example_graph()
     reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
@@ -302,7 +302,7 @@ def test_newest_alerts_of_an_incident_need_no_sort(tmp_path: Path) -> None:
     the counts read the index alone."""
     from sqlalchemy import case, func, select
 
-    from serving.db import alerts
+    from fleetmind.serving.db import alerts
 
     d = Database(f"sqlite:///{tmp_path}/plan.db")
     d.create_all()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from serving.placement import BestFitPlacer, Option, Reservations, why_no_fit
-from serving.schemas import JobSpec
-from serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+from fleetmind.serving.placement import BestFitPlacer, Option, Reservations, why_no_fit
+from fleetmind.serving.schemas import JobSpec
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 
 
 def node(

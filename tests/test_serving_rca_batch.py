@@ -21,15 +21,15 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from data.errors import DataError
-from data.graph import DependencyGraph
-from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
-from rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
-from serving.app import create_app
-from serving.defaults.example import build_example_graph
-from serving.rca_batcher import RCABatcher
-from serving.settings import Settings
+from fleetmind.data.errors import DataError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
+from fleetmind.serving.app import create_app
+from fleetmind.serving.defaults.example import build_example_graph
+from fleetmind.serving.rca_batcher import RCABatcher
+from fleetmind.serving.settings import Settings
 
 needs_gat = pytest.mark.skipif(
     not (RELEASED_DIR / "model.pt").is_file(), reason="no released GAT artifact in models/rca"
@@ -189,7 +189,7 @@ def test_rca_endpoint_under_concurrency_answers_like_find_root_causes(
 
 
 def _as_served(a: Mapping[str, Any]) -> dict[str, Any]:
-    from serving.schemas import AlertIn
+    from fleetmind.serving.schemas import AlertIn
 
     m = AlertIn.model_validate(a)
     return {
@@ -248,8 +248,8 @@ def test_gc_tuned_while_serving_and_restored(tmp_path: Path) -> None:
 
 
 def test_incident_alerts_keep_their_end_time() -> None:
-    from rca.features import parse_time
-    from serving.incidents import alert_dict
+    from fleetmind.rca.features import parse_time
+    from fleetmind.serving.incidents import alert_dict
 
     row = {
         "status": "resolved",

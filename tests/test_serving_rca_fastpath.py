@@ -19,23 +19,23 @@ import pytest
 import torch
 from fastapi.exceptions import RequestValidationError
 
-from data.graph import DependencyGraph
-from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-from rca.explain import _mean_attention, attention_paths, edge_costs, propagation_paths
-from rca.features import AlertColumns, alert_columns, incident_crop, parse_time
-from rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
-from rca.lightning_module import crop_incident
-from rca.model import GATConfig, GATRanker
-from serving.defaults.example import build_example_graph
-from serving.rca_parse import _plain_time, _Unsure, plain_columns, read_times
-from serving.routers.rca import (
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+from fleetmind.rca.explain import _mean_attention, attention_paths, edge_costs, propagation_paths
+from fleetmind.rca.features import AlertColumns, alert_columns, incident_crop, parse_time
+from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
+from fleetmind.rca.lightning_module import crop_incident
+from fleetmind.rca.model import GATConfig, GATRanker
+from fleetmind.serving.defaults.example import build_example_graph
+from fleetmind.serving.rca_parse import _plain_time, _Unsure, plain_columns, read_times
+from fleetmind.serving.routers.rca import (
     PlainRequest,
     _model_alerts,
     parse_alerts,
     parse_request,
     plain_alerts,
 )
-from serving.schemas import RCARequest, RCARequestFast
+from fleetmind.serving.schemas import RCARequest, RCARequestFast
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +311,7 @@ def test_tune_malloc_applies_on_glibc_and_can_be_off() -> None:
     import platform
     import sys
 
-    from serving.app import tune_malloc
+    from fleetmind.serving.app import tune_malloc
 
     assert tune_malloc(0) is False and tune_malloc(None) is False
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":

@@ -29,14 +29,14 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from data.graph import DependencyGraph
-from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-from rca.gat_analyzer import RELEASED_DIR
-from serving.app import create_app
-from serving.defaults.example import build_example_graph
-from serving.registry import ModelSet, make_rca_baseline
-from serving.routers.rca import parse_alerts, response_json
-from serving.settings import Settings
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+from fleetmind.rca.gat_analyzer import RELEASED_DIR
+from fleetmind.serving.app import create_app
+from fleetmind.serving.defaults.example import build_example_graph
+from fleetmind.serving.registry import ModelSet, make_rca_baseline
+from fleetmind.serving.routers.rca import parse_alerts, response_json
+from fleetmind.serving.settings import Settings
 from tests.serving_helpers import wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -271,7 +271,7 @@ def test_processes_that_cannot_start_leave_ranking_in_the_server(
 ) -> None:
     import asyncio
 
-    from serving.rca_pool import RankingPool
+    from fleetmind.serving.rca_pool import RankingPool
 
     pool = RankingPool(1, {"nice": "not a number"}, start_timeout_s=60)
     with pytest.raises(RuntimeError, match="did not start"):
@@ -298,7 +298,7 @@ def test_a_batch_waits_for_every_request_the_server_has_rung_for() -> None:
     import socket
     import time
 
-    from serving.rca_pool import _frame, _Inbox
+    from fleetmind.serving.rca_pool import _frame, _Inbox
 
     data, data_peer = socket.socketpair()
     bell, bell_peer = socket.socketpair()

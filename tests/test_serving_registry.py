@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 from serving_helpers import alert
 
-from data.errors import ModelLoadError
-from rca.base import BaseAnalyzer, RankedCause, RCAResult
-from serving.app import create_app
-from serving.registry import ModelRegistry
-from serving.settings import Settings
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.serving.app import create_app
+from fleetmind.serving.registry import ModelRegistry
+from fleetmind.serving.settings import Settings
 
 
 class FakeGAT(BaseAnalyzer):
@@ -49,9 +49,9 @@ def gat_loader(monkeypatch: pytest.MonkeyPatch) -> dict:
                 raise ModelLoadError(state["fail"])
             return FakeGAT(state["version"])
 
-    mod = types.ModuleType("rca.gat_analyzer")
+    mod = types.ModuleType("fleetmind.rca.gat_analyzer")
     mod.GATAnalyzer = GATAnalyzer  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "rca.gat_analyzer", mod)
+    monkeypatch.setitem(sys.modules, "fleetmind.rca.gat_analyzer", mod)
     return state
 
 
@@ -109,15 +109,15 @@ def test_api_reload_409_and_fallback_in_responses(gat_loader: dict, tmp_path: Pa
 def test_ppo_policy_is_served_through_the_adapter(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from envs import policies as envs_policies
+    from fleetmind.envs import policies as envs_policies
 
     class FakePPO(envs_policies.BestFit):  # the PPO adapter implements the same Policy interface
         name = "ppo"
         version = "fleetmind-placement/3"
 
-    mod = types.ModuleType("rl.policy_adapter")
+    mod = types.ModuleType("fleetmind.rl.policy_adapter")
     mod.load_ppo_policy = lambda ref=None: FakePPO()  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "rl.policy_adapter", mod)
+    monkeypatch.setitem(sys.modules, "fleetmind.rl.policy_adapter", mod)
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/p.db",
         rca_model="baseline:upstream-coverage",

@@ -15,8 +15,8 @@ schemathesis = pytest.importorskip("schemathesis")
 from fastapi.testclient import TestClient  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from serving.app import create_app  # noqa: E402
-from serving.settings import Settings  # noqa: E402
+from fleetmind.serving.app import create_app  # noqa: E402
+from fleetmind.serving.settings import Settings  # noqa: E402
 
 _TMP = Path(tempfile.mkdtemp(prefix="fleetmind-fuzz-"))
 app = create_app(

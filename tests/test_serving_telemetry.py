@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from data.errors import DataError, NotAvailableError
-from serving.app import create_app
-from serving.settings import Settings
-from serving.telemetry.prometheus import PrometheusSource, parse_dcgm
+from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.serving.app import create_app
+from fleetmind.serving.settings import Settings
+from fleetmind.serving.telemetry.prometheus import PrometheusSource, parse_dcgm
 
 # Exposition text in the shape dcgm-exporter 3.x serves (default counters, Kubernetes pod mapping on).
 _LAB = (
@@ -162,7 +162,7 @@ def test_missing_nvml_is_a_clear_message(
     fake.NVMLError = NVMLError  # type: ignore[attr-defined]
     fake.nvmlInit = init  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    from serving.telemetry.nvml import NvmlSource
+    from fleetmind.serving.telemetry.nvml import NvmlSource
 
     with pytest.raises(NotAvailableError) as err:
         NvmlSource()

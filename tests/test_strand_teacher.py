@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from ppo_helpers import load_tiny
 
-from data.errors import ModelLoadError
-from envs.candidates import host_demand_per_gpu_milli, stranded_gpu_milli
-from envs.gpu_placement_env import GpuPlacementEnv
-from rl.ppo import collect_teacher
-from rl.teacher import LinearScorer, StrandPenaltyScorer, episode_metric, load_teacher
+from fleetmind.data.errors import ModelLoadError
+from fleetmind.envs.candidates import host_demand_per_gpu_milli, stranded_gpu_milli
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.ppo import collect_teacher
+from fleetmind.rl.teacher import LinearScorer, StrandPenaltyScorer, episode_metric, load_teacher
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +134,8 @@ def test_strand_scorer_bad_input(tiny, tmp_path) -> None:
 
 
 def test_restricted_model_scarcity_by_hand() -> None:
-    from envs.candidates import restricted_model_scarcity
-    from envs.core import ClusterState
+    from fleetmind.envs.candidates import restricted_model_scarcity
+    from fleetmind.envs.core import ClusterState
 
     # model 0: 2 GPUs (2,000 milli); model 1: 4 GPUs (4,000 milli)
     st = ClusterState(

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from data.errors import FleetMindError
+from fleetmind.data.errors import FleetMindError
 
 GROUPS: dict[str, str] = {
     "fleet": "fleet topology: show clusters, nodes and GPU link matrices",
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fleetmind {_version()}")
     sub = parser.add_subparsers(dest="group", metavar="{" + ",".join(GROUPS) + "}")
     for name, help_text in GROUPS.items():
-        module = importlib.import_module(f"training.cli_{name}")
+        module = importlib.import_module(f"fleetmind.training.cli_{name}")
         module.register(sub, name, help_text)
     return parser
 

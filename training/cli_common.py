@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data.errors import NotAvailableError
+from fleetmind.data.errors import NotAvailableError
 
 
 def add_group(

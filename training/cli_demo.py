@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.demo import DemoConfig, run_demo
+    from fleetmind.training.demo import DemoConfig, run_demo
 
     run_demo(
         DemoConfig(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from training.cli_common import add_group, write_json
+from fleetmind.training.cli_common import add_group, write_json
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -54,7 +54,7 @@ def _default_node(fleet: Any) -> int:
 
 
 def _print_fleet(fleet: Any, node: str | None) -> dict[str, Any]:
-    from data.topology import nvidia_smi_topo
+    from fleetmind.data.topology import nvidia_smi_topo
 
     s = fleet.summary()
     print(
@@ -105,7 +105,7 @@ def _print_fleet(fleet: Any, node: str | None) -> dict[str, Any]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from data.fleet_io import load_fleet
+    from fleetmind.data.fleet_io import load_fleet
 
     fleet = load_fleet(args.topology, n_clusters=args.clusters, seed=args.seed)
     summary = _print_fleet(fleet, args.node)
@@ -114,7 +114,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _discover(args: argparse.Namespace) -> int:
-    from data.fleet_io import discover_local_fleet, dump_fleet_yaml
+    from fleetmind.data.fleet_io import discover_local_fleet, dump_fleet_yaml
 
     fleet = discover_local_fleet()
     summary = _print_fleet(fleet, None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from training.cli_common import add_group, not_landed, write_json
+from fleetmind.training.cli_common import add_group, not_landed, write_json
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -172,9 +172,9 @@ def _generate(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from data.rca_gen.alerts import AlertSimConfig
-    from data.rca_gen.generate import DatasetSpec, _jobs, generate_dataset
-    from data.rca_gen.graphs import GraphGenConfig
+    from fleetmind.data.rca_gen.alerts import AlertSimConfig
+    from fleetmind.data.rca_gen.generate import DatasetSpec, _jobs, generate_dataset
+    from fleetmind.data.rca_gen.graphs import GraphGenConfig
 
     sim = AlertSimConfig.preset(args.difficulty, **{k: getattr(args, k) for k in _KNOBS})
     gc = GraphGenConfig()
@@ -224,7 +224,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_train)
     try:
-        from training.rca_train import add_arguments
+        from fleetmind.training.rca_train import add_arguments
     except ImportError:  # pragma: no cover - training deps missing
         p.set_defaults(func=not_landed("fleetmind rca train", 4))
         return
@@ -232,7 +232,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from training.rca_train import cli
+    from fleetmind.training.rca_train import cli
 
     return cli(args)
 
@@ -266,8 +266,8 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from data.rca_dataset import load_dataset
-    from rca.metrics import evaluate_methods, make_analyzers
+    from fleetmind.data.rca_dataset import load_dataset
+    from fleetmind.rca.metrics import evaluate_methods, make_analyzers
 
     ds = load_dataset(args.data, [args.split])  # only this split: the others may be huge or broken
     incidents = ds.split(args.split)
@@ -289,7 +289,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------- petshop (issue #8, engineer H)
 def _add_petshop(sub: argparse._SubParsersAction) -> None:
-    from training.rca_petshop import add_arguments
+    from fleetmind.training.rca_petshop import add_arguments
 
     p = sub.add_parser(
         "petshop",
@@ -301,6 +301,6 @@ def _add_petshop(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_petshop(args: argparse.Namespace) -> int:
-    from training.rca_petshop import run
+    from fleetmind.training.rca_petshop import run
 
     return run(args)

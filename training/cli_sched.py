@@ -14,8 +14,8 @@ import argparse
 import sys
 from typing import Any
 
-from data.errors import ConfigError, DataError, NotAvailableError
-from training.cli_common import add_group, write_json
+from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.training.cli_common import add_group, write_json
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 DEFAULT_SEEDS = list(range(42, 52))
@@ -49,7 +49,7 @@ def parse_seeds(items: list[str]) -> list[int]:
 
 def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's policy object
     try:
-        from rl.policy_adapter import load_ppo_policy  # type: ignore[import-not-found]
+        from fleetmind.rl.policy_adapter import load_ppo_policy  # type: ignore[import-not-found]
     except ImportError:
         raise NotAvailableError(
             "policy 'ppo' needs the PPO agent (rl.policy_adapter.load_ppo_policy, issue #6), "
@@ -59,7 +59,7 @@ def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's poli
 
 
 def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
-    from data.openb import load_fgd_published
+    from fleetmind.data.openb import load_fgd_published
 
     try:
         pub = load_fgd_published()
@@ -82,9 +82,9 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
 
 
 def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
-    from data.openb import load_openb_nodes, load_openb_trace
-    from envs.fgd_mode import evaluate_fgd
-    from envs.policies import POLICIES, canonical_policy_name
+    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+    from fleetmind.envs.fgd_mode import evaluate_fgd
+    from fleetmind.envs.policies import POLICIES, canonical_policy_name
 
     trace = load_openb_trace(args.trace)
     nodes = load_openb_nodes(args.nodes)
@@ -117,8 +117,8 @@ def _failure_causes(trace: Any, nodes: Any, policies: dict[str, Any], seeds: lis
     import numpy as np
     from tqdm import tqdm
 
-    from envs.failure_causes import run_with_causes, summarise_breakdowns
-    from envs.packing_bound import fgd_run_bound
+    from fleetmind.envs.failure_causes import run_with_causes, summarise_breakdowns
+    from fleetmind.envs.packing_bound import fgd_run_bound
 
     out: dict[str, Any] = {"policies": {}}
     bar = tqdm(total=len(policies) * len(seeds), desc="failure causes", unit="run")
@@ -144,7 +144,7 @@ def _evaluate_dynamic(
     args: argparse.Namespace, policies: list[str] | None, seeds: list[int]
 ) -> dict:
     try:
-        from envs.dynamic_mode import evaluate_dynamic  # type: ignore[attr-defined]
+        from fleetmind.envs.dynamic_mode import evaluate_dynamic  # type: ignore[attr-defined]
     except ImportError:
         raise NotAvailableError(
             "--mode dynamic needs envs.dynamic_mode.evaluate_dynamic (issue #5, dynamic mode), "
@@ -178,9 +178,14 @@ def _evaluate_dynamic_agent(
 
     from tqdm import tqdm
 
-    from data.paths import MODELS_DIR
-    from envs.dynamic_mode import available_policies
-    from rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
+    from fleetmind.data.paths import MODELS_DIR
+    from fleetmind.envs.dynamic_mode import available_policies
+    from fleetmind.rl.dynamic_eval import (
+        actor_fn,
+        evaluate_streams,
+        load_dynamic_actor,
+        model_config,
+    )
 
     def norm(name: str) -> str:
         return name.replace("_", "").replace("-", "").lower()
@@ -243,7 +248,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_causes(causes: dict) -> None:
-    from envs.failure_causes import FAILURE_CAUSES
+    from fleetmind.envs.failure_causes import FAILURE_CAUSES
 
     print(
         "failed GPU request at 100 % arrived, by cause (% of GPU capacity); lower bound for any "
@@ -465,7 +470,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """``fleetmind sched train``: see :mod:`training.sched_train`."""
     import json
 
-    from training.sched_train import Args, run
+    from fleetmind.training.sched_train import Args, run
 
     a = Args(
         traces=args.trace,

@@ -9,7 +9,7 @@ import argparse
 import os
 from typing import Any
 
-from data.errors import ConfigError
+from fleetmind.data.errors import ConfigError
 
 _ENV_OPTIONS = {
     "graph": "FLEETMIND_GRAPH",
@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from serving.app import load_graph
-    from serving.db import Database
-    from serving.settings import Settings, get_settings
+    from fleetmind.serving.app import load_graph
+    from fleetmind.serving.db import Database
+    from fleetmind.serving.settings import Settings, get_settings
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be within 1..65535, got {args.port}")
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         db.dispose()
     uvicorn.run(
-        "serving.app:create_app",
+        "fleetmind.serving.app:create_app",
         factory=True,
         host=args.host,
         port=args.port,

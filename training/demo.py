@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data.errors import FleetMindError, NotAvailableError
+from fleetmind.data.errors import FleetMindError, NotAvailableError
 
 
 @dataclass
@@ -80,9 +80,9 @@ def _free_port() -> int:
 # ------------------------------------------------------------------------------------------ steps
 def generate_data(cfg: DemoConfig) -> Path:
     """Step 1: simulated incidents; returns the dataset folder."""
-    from data.rca_gen.alerts import AlertSimConfig
-    from data.rca_gen.generate import DatasetSpec, generate_dataset
-    from data.rca_gen.graphs import GraphGenConfig
+    from fleetmind.data.rca_gen.alerts import AlertSimConfig
+    from fleetmind.data.rca_gen.generate import DatasetSpec, generate_dataset
+    from fleetmind.data.rca_gen.graphs import GraphGenConfig
 
     out = cfg.out / "rca"
     n = 60 if cfg.quick else cfg.incidents
@@ -109,17 +109,17 @@ def rca_model(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
     """Step 2: load (or train) the GAT, evaluate it and the baselines, log the run to MLflow."""
     import mlflow
 
-    from data.rca_dataset import load_dataset
-    from rca.baselines import BASELINES
-    from rca.gat_analyzer import GATAnalyzer
-    from rca.metrics import evaluate_methods, make_analyzers
+    from fleetmind.data.rca_dataset import load_dataset
+    from fleetmind.rca.baselines import BASELINES
+    from fleetmind.rca.gat_analyzer import GATAnalyzer
+    from fleetmind.rca.metrics import evaluate_methods, make_analyzers
 
     try:
         gat = GATAnalyzer.load(None)
         _say(f"      released GAT loaded: {gat.version}")
     except FleetMindError as err:
         _say(f"      no released GAT ({err}); training a small one")
-        from training.rca_train import Args, run
+        from fleetmind.training.rca_train import Args, run
 
         result = run(
             Args(
@@ -161,15 +161,15 @@ def _print_rca_table(report: dict[str, Any]) -> None:
 
 def placement_eval(cfg: DemoConfig) -> dict[str, Any] | None:
     """Step 3: one-seed FGD-mode evaluation of the placement policies on openb ``default``."""
-    from data.paths import shared_data_dir
+    from fleetmind.data.paths import shared_data_dir
 
     try:
         shared_data_dir()
     except FleetMindError as err:
         _say(f"      skipped: {err}")
         return None
-    from envs.fgd_mode import evaluate_policies
-    from rl.policy_adapter import load_ppo_policy
+    from fleetmind.envs.fgd_mode import evaluate_policies
+    from fleetmind.rl.policy_adapter import load_ppo_policy
 
     policies: list[Any] = ["BestFit", "FGD"]
     if not cfg.quick:
@@ -201,7 +201,7 @@ class _Service:
         cmd = [
             sys.executable,
             "-m",
-            "training.cli",
+            "fleetmind.training.cli",
             "serve",
             "--port",
             str(self.port),
@@ -371,7 +371,7 @@ def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run all steps; returns a summary dict (also written to ``OUT/demo_summary.json``)."""
-    from data.rca_dataset import load_dataset
+    from fleetmind.data.rca_dataset import load_dataset
 
     cfg.out.mkdir(parents=True, exist_ok=True)
     total = 6

@@ -15,7 +15,7 @@ import argparse
 import platform
 import sys
 
-from training.cli_common import write_json
+from fleetmind.training.cli_common import write_json
 
 METHOD_CHOICES = ("propagation", "gat", "petshop_traversal", "baro", "nsigma", "simulated")
 
@@ -57,10 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
-    from data.errors import DataError
-    from data.petshop import load_scenario
-    from rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
-    from rca.petshop_eval import default_alert_methods, evaluate_scenario
+    from fleetmind.data.errors import DataError
+    from fleetmind.data.petshop import load_scenario
+    from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
+    from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 
     wanted = set(args.methods or METHOD_CHOICES)
     scenario = load_scenario(args.scenario)

@@ -20,12 +20,12 @@ class GATPyfunc(mlflow.pyfunc.PythonModel):
     _skip_type_hint_validation = True
 
     def load_context(self, context: Any) -> None:
-        from rca.gat_analyzer import GATAnalyzer
+        from fleetmind.rca.gat_analyzer import GATAnalyzer
 
         self.analyzer = GATAnalyzer.load(context.artifacts["gat"])
 
     def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - MLflow reads hints
-        from data.graph import DependencyGraph
+        from fleetmind.data.graph import DependencyGraph
 
         top_k = int((params or {}).get("top_k", 5))
         rows = model_input.to_dict("records") if hasattr(model_input, "to_dict") else model_input

@@ -135,7 +135,7 @@ def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) 
     """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
     import mlflow
 
-    from training.rca_pyfunc import GATPyfunc
+    from fleetmind.training.rca_pyfunc import GATPyfunc
 
     info = mlflow.pyfunc.log_model(
         name="model",
@@ -171,9 +171,9 @@ def run(args: Args) -> dict[str, Any]:
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
     from pytorch_lightning.loggers import MLFlowLogger
 
-    from data.errors import ConfigError
-    from rca.gat_analyzer import save_artifact
-    from rca.lightning_module import GATLightning, RCADataModule, evaluate_ranks
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.rca.gat_analyzer import save_artifact
+    from fleetmind.rca.lightning_module import GATLightning, RCADataModule, evaluate_ranks
 
     if not args.data:
         raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
@@ -342,7 +342,7 @@ def add_arguments(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """Handler of ``fleetmind rca train``: prints the run id and metrics, optional ``--json``."""
-    from training.cli_common import write_json
+    from fleetmind.training.cli_common import write_json
 
     a = Args(
         data=args.data,

@@ -38,7 +38,7 @@ from typing import Any
 import mlflow.pyfunc
 import numpy as np
 
-from data.errors import ConfigError
+from fleetmind.data.errors import ConfigError
 
 REGISTERED_MODEL = "fleetmind-placement"
 CHAMPION = "champion"
@@ -175,7 +175,7 @@ class PlacementPyfunc(mlflow.pyfunc.PythonModel):
     _skip_type_hint_validation = True
 
     def load_context(self, context: Any) -> None:
-        from rl.export import OnnxActor
+        from fleetmind.rl.export import OnnxActor
 
         self.actor = OnnxActor(Path(context.artifacts["placement"]) / "policy.onnx")
 
@@ -283,7 +283,7 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
 
 def _hyperparams(args: Args) -> Any:
     """The ``rl.ppo.PPOHyperparams`` of ``args`` (shared by the fgd and dynamic training runs)."""
-    from rl.ppo import PPOHyperparams
+    from fleetmind.rl.ppo import PPOHyperparams
 
     return PPOHyperparams(
         learning_rate=args.learning_rate,
@@ -322,7 +322,7 @@ def cem_search_with_bar(
     blocks). Returns its ``CEMResult``."""
     from tqdm import tqdm
 
-    from rl.teacher import cem_search
+    from fleetmind.rl.teacher import cem_search
 
     n_vectors = search_kwargs["generations"] * search_kwargs["population"] + 1 + (init is not None)
     bar = tqdm(total=n_vectors * len(episodes), desc=desc, unit="ep", disable=not show)
@@ -360,9 +360,15 @@ def _make_teacher(
     or :class:`rl.teacher.StrandPenaltyScorer` loaded from ``args.teacher``, or a linear scorer
     searched by CEM (logged to MLflow). Either way it is saved as ``<run>/model/teacher.json``."""
 
-    from envs.candidates import N_CAND_FEATURES
-    from envs.gpu_placement_env import GpuPlacementEnv
-    from rl.teacher import BLOCKS_3, BLOCKS_4, LinearScorer, StrandPenaltyScorer, load_teacher
+    from fleetmind.envs.candidates import N_CAND_FEATURES
+    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+    from fleetmind.rl.teacher import (
+        BLOCKS_3,
+        BLOCKS_4,
+        LinearScorer,
+        StrandPenaltyScorer,
+        load_teacher,
+    )
 
     if args.teacher == "fgd":
         return None
@@ -441,14 +447,14 @@ def run(args: Args) -> dict[str, Any]:
     from stable_baselines3.common.callbacks import BaseCallback, CallbackList
     from tqdm import tqdm
 
-    from data.openb import load_openb_trace
-    from envs.fgd_mode import run_fgd
-    from envs.gpu_placement_env import GpuPlacementEnv
-    from envs.policies import TypicalPods
-    from rl.export import actor_from_model, export_policy
-    from rl.policy import count_parameters
-    from rl.policy_adapter import typical_to_json
-    from rl.ppo import (
+    from fleetmind.data.openb import load_openb_trace
+    from fleetmind.envs.fgd_mode import run_fgd
+    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+    from fleetmind.envs.policies import TypicalPods
+    from fleetmind.rl.export import actor_from_model, export_policy
+    from fleetmind.rl.policy import count_parameters
+    from fleetmind.rl.policy_adapter import typical_to_json
+    from fleetmind.rl.ppo import (
         behaviour_clone,
         collect_teacher,
         evaluate_greedy,
@@ -472,7 +478,7 @@ def run(args: Args) -> dict[str, Any]:
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
 
-    from data.openb import load_openb_nodes
+    from fleetmind.data.openb import load_openb_nodes
 
     nodes = load_openb_nodes(args.nodes)
     env_kwargs = {
@@ -641,9 +647,9 @@ def run(args: Args) -> dict[str, Any]:
         venv.close()
 
         # ------------------------------------------------------------------ export best
-        from sb3_contrib import MaskablePPO
+        from fleetmind.rl.export import load_sb3_model
 
-        best = MaskablePPO.load(ckpt_dir / "best.zip", device="cpu")
+        best = load_sb3_model(ckpt_dir / "best.zip")
         model_dir = run_dir / "model"
         paths = export_policy(best, model_dir)
         best.save(model_dir / "ppo.zip")
@@ -746,7 +752,7 @@ def run(args: Args) -> dict[str, Any]:
                 "previous_champion": prev,
             }
     if args.release:
-        from rl.policy_adapter import RELEASED_DIR
+        from fleetmind.rl.policy_adapter import RELEASED_DIR
 
         RELEASED_DIR.mkdir(parents=True, exist_ok=True)
         for f in model_dir.iterdir():
@@ -757,6 +763,6 @@ def run(args: Args) -> dict[str, Any]:
 
 def run_dynamic(args: Args) -> dict[str, Any]:
     """Dynamic mode (``fleetmind/MultiClusterPlacement-v0``): see :mod:`training.sched_train_dynamic`."""
-    from training.sched_train_dynamic import run_dynamic as run_dynamic_recipe
+    from fleetmind.training.sched_train_dynamic import run_dynamic as run_dynamic_recipe
 
     return run_dynamic_recipe(args)

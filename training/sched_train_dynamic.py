@@ -43,8 +43,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from data.errors import ConfigError
-from data.paths import MODELS_DIR
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.paths import MODELS_DIR
 
 RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 """Folder of the released dynamic-mode model."""
@@ -61,7 +61,7 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
     metadata = {"render_modes": []}
 
     def __init__(self, traces: list[str], **env_kwargs: Any) -> None:
-        from envs.multicluster_env import MultiClusterPlacementEnv
+        from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 
         if not traces:
             raise ConfigError("dynamic training needs at least one --trace")
@@ -145,7 +145,7 @@ def search_options(args: Any) -> DynSearchOptions:
     """The run's :class:`DynSearchOptions` from ``args`` (attributes ``cem_trace_seeds``,
     ``cem_worst_weight``, ``cem_nonneg``, ``cem_max_minutes``; missing ones = defaults), checked:
     :class:`ConfigError` names a bad value."""
-    from rl.dynamic_teacher import nonneg_indices
+    from fleetmind.rl.dynamic_teacher import nonneg_indices
 
     traces = [str(t) for t in args.traces]
     ts = {
@@ -163,7 +163,7 @@ def search_options(args: Any) -> DynSearchOptions:
     if not worst >= 0.0:
         raise ConfigError(f"--cem-worst-weight must be >= 0, got {worst}")
     nonneg = [str(f) for f in (getattr(args, "cem_nonneg", None) or [])]
-    from rl.dynamic_teacher import DEFAULT_INTERACT
+    from fleetmind.rl.dynamic_teacher import DEFAULT_INTERACT
 
     try:
         nonneg_indices(nonneg, _n_cand_features(args), DEFAULT_INTERACT)
@@ -189,7 +189,7 @@ def build_search_streams(
 ) -> Any:
     """The CEM streams: every training trace x its seeds (:meth:`DynSearchOptions.seeds_for`),
     trace by trace; without ``trace_seeds`` exactly the released recipe's set."""
-    from rl.dynamic_teacher import StreamSet
+    from fleetmind.rl.dynamic_teacher import StreamSet
 
     if not opts.trace_seeds:
         return StreamSet.build(traces, cem_seeds, env_kwargs, envs)
@@ -201,7 +201,7 @@ def build_search_streams(
 
 
 def _env_kwargs(args: Any) -> dict[str, Any]:
-    from rl.dynamic_eval import DynEvalConfig
+    from fleetmind.rl.dynamic_eval import DynEvalConfig
 
     if args.dyn_jobs < 1:
         raise ConfigError(f"--dyn-jobs must be >= 1, got {args.dyn_jobs}")
@@ -215,7 +215,7 @@ def _env_kwargs(args: Any) -> dict[str, Any]:
 
 def _n_cand_features(args: Any) -> int:
     """``F`` of the run's env: 14, or 18 with ``--queue-features``."""
-    from envs.multicluster_env import N_CAND_FEATURES, N_QUEUE_FEATURES
+    from fleetmind.envs.multicluster_env import N_CAND_FEATURES, N_QUEUE_FEATURES
 
     return N_CAND_FEATURES + (N_QUEUE_FEATURES if getattr(args, "queue_features", False) else 0)
 
@@ -226,8 +226,8 @@ def _teacher(
     """``None`` (FGD), a loaded or a CEM-searched :class:`rl.dynamic_teacher.DynLinearScorer`."""
     from tqdm import tqdm
 
-    from rl.dynamic_teacher import DynLinearScorer, cem_search_dynamic
-    from training.sched_train import log_cem_search
+    from fleetmind.rl.dynamic_teacher import DynLinearScorer, cem_search_dynamic
+    from fleetmind.training.sched_train import log_cem_search
 
     n_feat = _n_cand_features(args)
     if args.teacher == "fgd":
@@ -279,7 +279,7 @@ def _teacher(
 def _collect(envs: dict[str, Any], args: Any, teacher: Any, gamma: float, bar: Any) -> Any:
     """Teacher demonstrations: ``bc_episodes`` whole episodes per training trace (``envs``: one
     env per trace name)."""
-    from rl.ppo import TeacherData, collect_teacher
+    from fleetmind.rl.ppo import TeacherData, collect_teacher
 
     parts = []
     for i, t in enumerate(args.traces):
@@ -311,12 +311,12 @@ def run_dynamic(args: Any) -> dict[str, Any]:
     from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
     from tqdm import tqdm
 
-    from rl.dynamic_eval import DYNAMIC_FORMAT
-    from rl.dynamic_teacher import StreamSet
-    from rl.export import actor_from_model, export_policy
-    from rl.policy import count_parameters
-    from rl.ppo import behaviour_clone, make_model
-    from training.sched_train import (
+    from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT
+    from fleetmind.rl.dynamic_teacher import StreamSet
+    from fleetmind.rl.export import actor_from_model, export_policy
+    from fleetmind.rl.policy import count_parameters
+    from fleetmind.rl.ppo import behaviour_clone, make_model
+    from fleetmind.training.sched_train import (
         _hyperparams,
         _run_dirs,
         check_loss_weights,
@@ -330,7 +330,7 @@ def run_dynamic(args: Any) -> dict[str, Any]:
     if args.teacher == "cem" and (args.cem_generations < 1 or args.cem_population < 2):
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
     if args.teacher not in ("fgd", "cem"):
-        from rl.dynamic_teacher import DynLinearScorer
+        from fleetmind.rl.dynamic_teacher import DynLinearScorer
 
         DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
     opts = search_options(args)  # fail fast (ConfigError) too
@@ -461,9 +461,9 @@ def run_dynamic(args: Any) -> dict[str, Any]:
         ppo_seconds = time.perf_counter() - t_ppo
         venv.close()
 
-        from sb3_contrib import MaskablePPO
+        from fleetmind.rl.export import load_sb3_model
 
-        best_model = MaskablePPO.load(ckpt_dir / "best.zip", device="cpu")
+        best_model = load_sb3_model(ckpt_dir / "best.zip")
         model_dir = run_dir / "model"
         export_policy(best_model, model_dir)
         best_model.save(model_dir / "ppo.zip")

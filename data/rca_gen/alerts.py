@@ -47,9 +47,15 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError
-from data.graph import DependencyGraph
-from data.rca_gen.faults import EFFECT_ALERTS, FAULT_TYPES, AlertRule, fault_prior, hops_by_effect
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.rca_gen.faults import (
+    EFFECT_ALERTS,
+    FAULT_TYPES,
+    AlertRule,
+    fault_prior,
+    hops_by_effect,
+)
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 """``endsAt`` of a firing alert in Alertmanager webhooks."""

@@ -911,7 +911,7 @@ def hops_by_effect() -> dict[str, tuple[Hop, ...]]:
 
 def alertnames() -> list[str]:
     """Every alert name the simulator can emit (faults, storms and noise), sorted."""
-    from data.rca_gen.alerts import NOISE_RULES
+    from fleetmind.data.rca_gen.alerts import NOISE_RULES
 
     names = {r.alertname for rules in EFFECT_ALERTS.values() for r in rules}
     names |= {r.alertname for rules in NOISE_RULES.values() for r in rules}

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from data.errors import ConfigError
-from data.rca_dataset import DatasetWriter
-from data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
-from data.rca_gen.graphs import GraphGenConfig, generate_graph
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.rca_dataset import DatasetWriter
+from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
+from fleetmind.data.rca_gen.graphs import GraphGenConfig, generate_graph
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2, "test_large": 3}
 
@@ -177,7 +177,7 @@ def generate_dataset(
 
 
 def _consume(results, w: DatasetWriter, graphs_by_split: dict, stats: dict, progress) -> None:  # noqa: ANN001
-    from data.graph import DependencyGraph
+    from fleetmind.data.graph import DependencyGraph
 
     for split, gjson, lines in results:
         g = DependencyGraph.from_json(gjson)

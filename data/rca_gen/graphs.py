@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from data.errors import ConfigError
-from data.graph import DependencyGraph, GraphEdge, GraphNode
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 
 REGIONS: tuple[str, ...] = (
     "us-east",
@@ -136,7 +136,7 @@ TEMPLATE_WEIGHTS: dict[str, float] = {
 def host_templates() -> dict[str, HostTemplate]:
     """The GPU server templates: from :mod:`data.topology` when available, else the built-in table."""
     try:
-        from data.topology import rca_host_templates  # type: ignore[attr-defined]
+        from fleetmind.data.topology import rca_host_templates  # type: ignore[attr-defined]
     except ImportError:
         return HOST_TEMPLATES
     try:

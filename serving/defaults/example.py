@@ -12,7 +12,7 @@ Alert labels that match: ``{cluster, node}`` (host), ``{cluster, node, gpu}`` (G
 
 from __future__ import annotations
 
-from data.graph import DependencyGraph, GraphEdge, GraphNode
+from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 
 
 def build_example_graph(
@@ -86,7 +86,7 @@ def benchmark_graph() -> DependencyGraph:
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates the committed default
-    from serving.defaults import DEFAULT_GRAPH
+    from fleetmind.serving.defaults import DEFAULT_GRAPH
 
     build_example_graph().save(DEFAULT_GRAPH)
     print(f"wrote {DEFAULT_GRAPH}")

@@ -14,8 +14,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from serving.deps import DbDep, IncidentsDep, MetricsDep
-from serving.schemas import (
+from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep
+from fleetmind.serving.schemas import (
     AlertIn,
     AlertmanagerWebhook,
     AlertOut,

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter
 
-from serving.deps import ReservationsDep, TelemetryDep
-from serving.schemas import ErrorOut, FleetOut, GpuOut, NodeOut
+from fleetmind.serving.deps import ReservationsDep, TelemetryDep
+from fleetmind.serving.schemas import ErrorOut, FleetOut, GpuOut, NodeOut
 
 router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from data.graph import DependencyGraph
-from serving.deps import GraphsDep
-from serving.schemas import ErrorOut, GraphIn, GraphSummary
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving.deps import GraphsDep
+from fleetmind.serving.schemas import ErrorOut, GraphIn, GraphSummary
 
 router = APIRouter(prefix="/api/v1/graph", tags=["graph"])
 

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from serving.deps import DbDep
-from serving.routers.alerts import alert_out
-from serving.schemas import CauseOut, ErrorOut, IncidentDetail, IncidentOut
+from fleetmind.serving.deps import DbDep
+from fleetmind.serving.routers.alerts import alert_out
+from fleetmind.serving.schemas import CauseOut, ErrorOut, IncidentDetail, IncidentOut
 
 router = APIRouter(prefix="/api/v1/incidents", tags=["incidents"])
 

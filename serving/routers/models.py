@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from serving.deps import MetricsDep, RegistryDep
-from serving.registry import ModelSet
-from serving.schemas import ErrorOut, ModelInfo, ModelsOut
+from fleetmind.serving.deps import MetricsDep, RegistryDep
+from fleetmind.serving.registry import ModelSet
+from fleetmind.serving.schemas import ErrorOut, ModelInfo, ModelsOut
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
 

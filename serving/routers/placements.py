@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 
-from serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep
-from serving.placement import why_no_fit
-from serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
+from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep
+from fleetmind.serving.placement import why_no_fit
+from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
 
 router = APIRouter(prefix="/api/v1/placements", tags=["placements"])
 

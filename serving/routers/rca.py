@@ -12,14 +12,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from data.graph import DependencyGraph
-from rca.base import RCAResult
-from serving.alertmap import node_for_alert
-from serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RCAPoolDep, RegistryDep
-from serving.rca_parse import _EPOCH, PlainRequest, plain_alerts, plain_columns
-from serving.rca_pool import PoolUnavailable
-from serving.registry import LoadedModel
-from serving.schemas import (
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import RCAResult
+from fleetmind.serving.alertmap import node_for_alert
+from fleetmind.serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RCAPoolDep, RegistryDep
+from fleetmind.serving.rca_parse import _EPOCH, PlainRequest, plain_alerts, plain_columns
+from fleetmind.serving.rca_pool import PoolUnavailable
+from fleetmind.serving.registry import LoadedModel
+from fleetmind.serving.schemas import (
     AlertIn,
     CauseOut,
     ErrorOut,

@@ -4,7 +4,7 @@
 DCGM-exporter ``/metrics`` endpoint) implement :class:`serving.telemetry.base.TelemetrySource`.
 """
 
-from serving.telemetry.base import (
+from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
     GpuState,
     NodeState,

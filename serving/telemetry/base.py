@@ -13,11 +13,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from data.errors import ConfigError
+from fleetmind.data.errors import ConfigError
 
 if TYPE_CHECKING:
-    from data.graph import DependencyGraph
-    from serving.settings import Settings
+    from fleetmind.data.graph import DependencyGraph
+    from fleetmind.serving.settings import Settings
 
 
 @dataclass
@@ -99,15 +99,15 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
     """
     kind = settings.telemetry
     if kind == "sim":
-        from serving.telemetry.sim import SimSource
+        from fleetmind.serving.telemetry.sim import SimSource
 
         return SimSource.from_graph(graph, ttl_s=0.0)
     if kind == "nvml":
-        from serving.telemetry.nvml import NvmlSource
+        from fleetmind.serving.telemetry.nvml import NvmlSource
 
         return NvmlSource(cluster=settings.telemetry_cluster, ttl_s=settings.telemetry_ttl_s)
     if kind == "prometheus":
-        from serving.telemetry.prometheus import PrometheusSource
+        from fleetmind.serving.telemetry.prometheus import PrometheusSource
 
         return PrometheusSource(
             settings.prometheus_url,

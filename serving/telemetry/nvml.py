@@ -10,8 +10,8 @@ import socket
 import time
 from typing import Any
 
-from data.errors import NotAvailableError
-from serving.telemetry.base import (
+from fleetmind.data.errors import NotAvailableError
+from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
     GpuState,
     NodeState,

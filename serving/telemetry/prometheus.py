@@ -24,8 +24,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from data.errors import DataError, NotAvailableError
-from serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
+from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
 
 IDLE_MEMORY_FRACTION = 0.05
 _FIELDS = {

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
 
 if TYPE_CHECKING:
-    from data.graph import DependencyGraph
+    from fleetmind.data.graph import DependencyGraph
 
 DEFAULT_CPU_MILLI = 96_000
 DEFAULT_MEMORY_MIB = 1_048_576
