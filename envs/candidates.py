@@ -56,12 +56,10 @@ import numpy as np
 
 from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, NodeStats, Pod
-from fleetmind.envs.policies import (
-    FGD,
-    TypicalPods,
+from fleetmind.envs.policies import FGD, TypicalPods, fgd_score_from_delta
+from fleetmind.envs.policies.scores import (
     bestfit_raw_at,
     dotprod_scores_at,
-    fgd_score_from_delta,
     gpu_clustering_scores_at,
     gpu_packing_scores_at,
     heuristic_scores_one,

@@ -24,7 +24,8 @@ from fleetmind.envs.dynamic_mode import (
     estimate_completion,
     load_dynamic_fleet,
 )
-from fleetmind.envs.policies import FGD, bestfit_scores, fgd_score_from_delta
+from fleetmind.envs.policies import FGD, fgd_score_from_delta
+from fleetmind.envs.policies.scores import bestfit_scores
 
 N_CAND_FEATURES = 14
 N_QUEUE_FEATURES = 4

@@ -265,7 +265,7 @@ class PeerPolicyPlacer:
                 except (
                     NotImplementedError
                 ):  # e.g. PPO ranks candidates only: order the rest by BestFit
-                    from fleetmind.envs.policies import bestfit_scores
+                    from fleetmind.envs.policies.scores import bestfit_scores
 
                     scores = np.asarray(bestfit_scores(state, pod, mask), dtype=np.float64)
             picks = [int(node)] if node >= 0 else []

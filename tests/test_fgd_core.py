@@ -15,9 +15,8 @@ from fleetmind.data.openb import (
     trace_from_arrays,
 )
 from fleetmind.envs.core import ClusterState, NodeStats, PlacementError, Pod
-from fleetmind.envs.policies import (
-    FGD,
-    POLICIES,
+from fleetmind.envs.policies import FGD, POLICIES, make_policy
+from fleetmind.envs.policies.scores import (
     bestfit_raw,
     bestfit_raw_at,
     bestfit_scores,
@@ -29,7 +28,6 @@ from fleetmind.envs.policies import (
     gpu_packing_scores,
     gpu_packing_scores_at,
     heuristic_scores_one,
-    make_policy,
 )
 
 MODELS = ["T4", "P100", "V100M16"]

@@ -10,16 +10,12 @@ import pytest
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import nodes_from_arrays, trace_from_arrays
 from fleetmind.envs.core import ClusterState, Pod
-from fleetmind.envs.policies import (
-    FGD,
-    BestFit,
-    TypicalPods,
+from fleetmind.envs.policies import FGD, BestFit, TypicalPods, fgd_score_from_delta, make_policy
+from fleetmind.envs.policies.scores import (
     bestfit_raw,
     dotprod_scores,
-    fgd_score_from_delta,
     gpu_clustering_scores,
     gpu_packing_scores,
-    make_policy,
 )
 
 ALL = np.ones(2, dtype=bool)
