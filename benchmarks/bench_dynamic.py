@@ -1,6 +1,6 @@
 """Dynamic-mode figures and speed: every policy on openb ``default`` (3 clusters), several seeds.
 
-Runs :func:`envs.dynamic_mode.evaluate_dynamic` and writes ``benchmarks/results/dynamic.json`` with
+Runs :func:`envs.dynamic.evaluate.evaluate_dynamic` and writes ``benchmarks/results/dynamic.json`` with
 the per-policy metrics (means and per-seed values), the setup (fleet, jobs, offered load), the wall
 time of each run, the machine and package versions, and the command.
 
@@ -26,7 +26,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetmind.data.openb import load_openb_trace  # noqa: E402
-from fleetmind.envs import dynamic_mode as dm  # noqa: E402
+from fleetmind.envs.dynamic.evaluate import dynamic_setup, evaluate_dynamic  # noqa: E402
+from fleetmind.envs.dynamic.fleet import load_dynamic_fleet  # noqa: E402
+from fleetmind.envs.dynamic.jobs import build_jobs  # noqa: E402
+from fleetmind.envs.dynamic.model import (  # noqa: E402
+    DEFAULT_BACKFILL_DEPTH,
+    DEFAULT_NODE_FRACTION,
+    DEFAULT_SPEED_BASIS,
+    DEFAULT_TARGET_UTIL,
+    MAX_WORK_S,
+)
 
 OUT = Path(__file__).resolve().parent / "results" / "dynamic.json"
 
@@ -68,12 +77,12 @@ def main() -> None:
     ap.add_argument("--trace", default="default")
     ap.add_argument("--policies", nargs="*", default=None)
     ap.add_argument("--seeds", nargs="*", type=int, default=[42, 43, 44])
-    ap.add_argument("--target-util", type=float, default=dm.DEFAULT_TARGET_UTIL)
-    ap.add_argument("--node-fraction", type=float, default=dm.DEFAULT_NODE_FRACTION)
+    ap.add_argument("--target-util", type=float, default=DEFAULT_TARGET_UTIL)
+    ap.add_argument("--node-fraction", type=float, default=DEFAULT_NODE_FRACTION)
     ap.add_argument("--clusters", type=int, default=3)
     ap.add_argument("--n-jobs", type=int, default=None)
-    ap.add_argument("--backfill-depth", type=int, default=dm.DEFAULT_BACKFILL_DEPTH)
-    ap.add_argument("--speed-basis", default=dm.DEFAULT_SPEED_BASIS)
+    ap.add_argument("--backfill-depth", type=int, default=DEFAULT_BACKFILL_DEPTH)
+    ap.add_argument("--speed-basis", default=DEFAULT_SPEED_BASIS)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument(
         "--env-steps",
@@ -84,10 +93,10 @@ def main() -> None:
     args = ap.parse_args()
 
     trace = load_openb_trace(args.trace)
-    fleet = dm.load_dynamic_fleet("openb", args.clusters, args.speed_basis)
+    fleet = load_dynamic_fleet("openb", args.clusters, args.speed_basis)
     if args.node_fraction < 1:
         fleet = fleet.sample(args.node_fraction)
-    jobs = dm.build_jobs(
+    jobs = build_jobs(
         trace,
         fleet,
         np.random.default_rng(args.seeds[0]),
@@ -101,7 +110,7 @@ def main() -> None:
         stamps.append((msg, time.perf_counter()))
         print(f"{time.perf_counter() - t0:7.1f}s  {msg}", flush=True)
 
-    result = dm.evaluate_dynamic(
+    result = evaluate_dynamic(
         trace,
         args.policies,
         args.seeds,
@@ -124,14 +133,14 @@ def main() -> None:
         "trace": args.trace,
         "mode": "dynamic",
         "seeds": args.seeds,
-        "setup": dm.dynamic_setup(
+        "setup": dynamic_setup(
             fleet,
             jobs,
             target_util=args.target_util,
             node_fraction=args.node_fraction,
             backfill_depth=args.backfill_depth,
             speed_basis=args.speed_basis,
-            max_work_s=dm.MAX_WORK_S,
+            max_work_s=MAX_WORK_S,
         ),
         "policies": result,
         "env_speed": env_speed(args.env_steps) if args.env_steps else None,

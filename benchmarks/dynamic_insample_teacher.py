@@ -52,7 +52,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleetmind.envs.dynamic_mode import make_policy  # noqa: E402
+from fleetmind.envs.dynamic.policies import make_policy  # noqa: E402
 from fleetmind.envs.multicluster_env import (  # noqa: E402
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
@@ -181,7 +181,7 @@ def git_state() -> dict[str, Any]:
         "rl/dynamic_teacher.py",
         "rl/dynamic_eval.py",
         "rl/teacher.py",
-        "envs/dynamic_mode.py",
+        "envs/dynamic",
         "envs/multicluster_env.py",
     ]
     return {"head": git("rev-parse", "HEAD"), "dirty_inputs": git("status", "--short", *files)}

@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from fleetmind.data.openb import load_openb_trace  # noqa: E402
 from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI  # noqa: E402
-from fleetmind.envs.dynamic_mode import DynamicSim, LocalityAwarePolicy, make_policy  # noqa: E402
+from fleetmind.envs.dynamic.policies import LocalityAwarePolicy, make_policy  # noqa: E402
+from fleetmind.envs.dynamic.sim import DynamicSim  # noqa: E402
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
 from fleetmind.rl.dynamic_eval import (  # noqa: E402
     EnvActorPolicy,

@@ -35,7 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetmind.data.openb import load_openb_trace  # noqa: E402
-from fleetmind.envs.dynamic_mode import DynamicSim, make_policy  # noqa: E402
+from fleetmind.envs.dynamic.policies import make_policy  # noqa: E402
+from fleetmind.envs.dynamic.sim import DynamicSim  # noqa: E402
 from fleetmind.envs.dynamic_relaxed import TIERS, IdealRuntimeSim, RelaxedSim  # noqa: E402
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
 from fleetmind.rl.dynamic_eval import (  # noqa: E402

@@ -12,7 +12,7 @@ GPU models are encoded as small integer ids into :data:`GPU_MODELS`; a pod's ``g
 ``gpu_spec_mask & (1 << i) != 0``. A model name that :data:`GPU_MODELS` does not know is appended to
 the (process-wide) vocabulary, so YAML fleets with other models still work.
 
-Added fields: none yet. The simulator's dynamic mode (``envs/dynamic_mode.py``) may attach extra per-pod
+Added fields: none yet. The simulator's dynamic mode (``envs/dynamic/``) may attach extra per-pod
 arrays (e.g. communication intensity, data home cluster) through :meth:`PodTrace.with_fields`; they are
 kept in :attr:`PodTrace.extra` and documented in ``docs/dynamic.md``.
 """

@@ -1,6 +1,6 @@
 """Relaxed reference schedules for dynamic mode: how much could any placement policy win?
 
-A placement policy of :class:`envs.dynamic_mode.DynamicSim` only decides *where* a job runs; the
+A placement policy of :class:`envs.dynamic.sim.DynamicSim` only decides *where* a job runs; the
 simulator decides *when* it may start (FIFO queue, backfill window, work-conserving). Two things
 cost a job time because of where it runs: its runtime there (slower GPUs, slow links, remote data)
 and the packing (a job waits while enough free capacity exists, but split over nodes). This
@@ -56,15 +56,10 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI
-from fleetmind.envs.dynamic_mode import (
-    DEFAULT_BACKFILL_DEPTH,
-    DONE,
-    QUEUED,
-    RUNNING,
-    DynamicSim,
-    DynFleet,
-    DynJobs,
-)
+from fleetmind.envs.dynamic.fleet import DynFleet
+from fleetmind.envs.dynamic.jobs import DynJobs
+from fleetmind.envs.dynamic.model import DEFAULT_BACKFILL_DEPTH, DONE, QUEUED, RUNNING
+from fleetmind.envs.dynamic.sim import DynamicSim
 
 TIERS: tuple[str, ...] = ("pool", "model", "model_size")
 """Relaxation tiers, each tighter than the one before: ``pool`` (one fleet-wide pool), ``model``
@@ -80,10 +75,10 @@ def _check_inputs(fleet: Any, jobs: Any, backfill_depth: Any) -> None:
     """Raise :class:`ConfigError` for inputs the relaxed simulators cannot run."""
     if not isinstance(fleet, DynFleet):
         raise ConfigError(
-            f"fleet must be an envs.dynamic_mode.DynFleet, got {type(fleet).__name__}"
+            f"fleet must be an envs.dynamic.fleet.DynFleet, got {type(fleet).__name__}"
         )
     if not isinstance(jobs, DynJobs):
-        raise ConfigError(f"jobs must be an envs.dynamic_mode.DynJobs, got {type(jobs).__name__}")
+        raise ConfigError(f"jobs must be an envs.dynamic.jobs.DynJobs, got {type(jobs).__name__}")
     if len(jobs) == 0:
         raise ConfigError("job stream is empty")
     if isinstance(backfill_depth, bool) or not isinstance(backfill_depth, (int, np.integer)):
@@ -306,7 +301,7 @@ class IdealRuntimeSim(DynamicSim):
     """:class:`DynamicSim` in which every job runs its ideal runtime ``I = jobs.ideal_s[j]`` (s)
     with no data staging, wherever the policy puts it; nodes, GPUs, the queue and the policy's
     decisions are the real ones (the policy still sees the real runtime model through
-    :func:`envs.dynamic_mode.estimate_completion`). ``metrics()`` then measures what is left of a
+    :func:`envs.dynamic.policies.estimate_completion`). ``metrics()`` then measures what is left of a
     policy's slowdown once placement no longer changes runtimes: queueing under node packing."""
 
     def runtime(self, j: int, node: int, gpus: Sequence[int]) -> tuple[float, float]:

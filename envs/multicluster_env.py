@@ -12,18 +12,11 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, load_openb_trace
 from fleetmind.envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW, pod_shape_features
 from fleetmind.envs.core import Pod
-from fleetmind.envs.dynamic_mode import (
-    DEFAULT_BACKFILL_DEPTH,
-    DEFAULT_TARGET_UTIL,
-    MAX_WORK_S,
-    DynamicSim,
-    DynFleet,
-    DynJobs,
-    best_bottleneck_set,
-    build_jobs,
-    estimate_completion,
-    load_dynamic_fleet,
-)
+from fleetmind.envs.dynamic.fleet import DynFleet, best_bottleneck_set, load_dynamic_fleet
+from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
+from fleetmind.envs.dynamic.model import DEFAULT_BACKFILL_DEPTH, DEFAULT_TARGET_UTIL, MAX_WORK_S
+from fleetmind.envs.dynamic.policies import estimate_completion
+from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.policies import FGD, fgd_score_from_delta
 from fleetmind.envs.policies.scores import bestfit_scores
 
@@ -113,7 +106,7 @@ def fits_window(
     n_gpus: np.ndarray,
 ) -> np.ndarray:
     """``(W, k)`` bool: :func:`fits_rows` for ``W`` requests at once (``(W,)`` request arrays as
-    in :class:`envs.dynamic_mode.DynJobs`; node states as in :func:`fits_rows`)."""
+    in :class:`envs.dynamic.jobs.DynJobs`; node states as in :func:`fits_rows`)."""
     ok = (cpu_free[None, :] >= cpu_milli[:, None]) & (mem_free[None, :] >= memory_mib[:, None])
     any_model = (gpu_spec_mask == ANY_GPU_MODEL)[:, None]
     model_ok = np.where(
@@ -164,7 +157,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
 
         Jobs of an Alibaba openb trace arrive over time at a fleet of several GPU clusters in different
         regions (by default the openb GPU nodes split into 3 clusters, a stratified 10 % sample of them),
-        wait in a FIFO queue with bounded backfill, run, and depart (``envs/dynamic_mode.py``,
+        wait in a FIFO queue with bounded backfill, run, and depart (``envs/dynamic/``,
         ``docs/dynamic.md``). Each step places one job that can start now. A job's runtime depends on
         where it runs: the GPU model's relative throughput, the slowest link among its GPUs (for a
         multi-GPU job, weighted by its communication intensity), and the WAN transfer of its dataset when
@@ -235,7 +228,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         An empty fleet. A stream of ``n_jobs`` jobs is drawn with ``self.np_random``: a random start in
         the circular, time-sorted trace, the trace's inter-arrival gaps scaled to ``target_util``, and
         per job a communication intensity, a data home cluster and a dataset size
-        (:func:`envs.dynamic_mode.build_jobs`). The node tie-break priority is a random permutation.
+        (:func:`envs.dynamic.jobs.build_jobs`). The node tie-break priority is a random permutation.
 
         ## Episode End
 
@@ -256,7 +249,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
 
         * ``trace``: openb trace name, CSV path or :class:`PodTrace` (default ``"default"``).
         * ``fleet``: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML fleet path, a
-          :class:`data.fleet.Fleet` or a :class:`envs.dynamic_mode.DynFleet` (default ``"openb"``).
+          :class:`data.fleet.Fleet` or a :class:`envs.dynamic.fleet.DynFleet` (default ``"openb"``).
         * ``n_clusters``: clusters of the openb fleet (default 3).
         * ``node_fraction``: stratified share of the fleet's nodes kept (default 0.1: 1,213 openb nodes
           would need tens of thousands of jobs per episode to load them; see ``docs/dynamic.md``).

@@ -3,10 +3,10 @@
 Protocol (``docs/ppo-dynamic.md``). For a trace and a seed ``s``, one job stream and one node
 tie-break priority are drawn from ``numpy.random.default_rng(s)`` exactly as
 ``fleetmind/MultiClusterPlacement-v0`` draws them on ``reset(seed=s)`` (and as
-:func:`envs.dynamic_mode.evaluate_dynamic` does): :func:`envs.dynamic_mode.build_jobs`, then a
-permutation. Every policy then runs a fresh :class:`envs.dynamic_mode.DynamicSim` on that stream:
+:func:`envs.dynamic.evaluate.evaluate_dynamic` does): :func:`envs.dynamic.jobs.build_jobs`, then a
+permutation. Every policy then runs a fresh :class:`envs.dynamic.sim.DynamicSim` on that stream:
 
-* a heuristic through :func:`envs.dynamic_mode.make_policy` (its own node and GPU rule);
+* a heuristic through :func:`envs.dynamic.policies.make_policy` (its own node and GPU rule);
 * a learned actor ``act(obs, mask) -> candidate`` through :class:`EnvActorPolicy`, which builds the
   env's observation and candidates for each decision (:meth:`MultiClusterPlacementEnv.attach`).
 
@@ -30,11 +30,9 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError, ModelLoadError
 from fleetmind.data.openb import PodTrace, load_openb_trace
-from fleetmind.envs.dynamic_mode import (
-    DynamicSim,
-    DynJobs,
-    make_policy,
-)
+from fleetmind.envs.dynamic.jobs import DynJobs
+from fleetmind.envs.dynamic.policies import make_policy
+from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.multicluster_env import (
     N_CAND_FEATURES,
     N_GLOBAL_FEATURES,
@@ -105,7 +103,7 @@ class DynEvalConfig:
 
 
 class EnvActorPolicy:
-    """A :class:`envs.dynamic_mode.DynamicPolicy` that asks an env-trained actor.
+    """A :class:`envs.dynamic.sim.DynamicPolicy` that asks an env-trained actor.
 
     Each decision builds ``env``'s observation for the job, calls ``act(obs, mask)`` and places
     the job on the chosen candidate's node and GPU set.

@@ -55,7 +55,7 @@ import numpy as np
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.openb import PodTrace, load_openb_trace
-from fleetmind.envs.dynamic_mode import DynJobs
+from fleetmind.envs.dynamic.jobs import DynJobs
 from fleetmind.envs.multicluster_env import (
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
@@ -196,7 +196,7 @@ class StreamSet:
     ) -> StreamSet:
         """Build ``len(traces) * len(seeds)`` streams (``env_kwargs``: env options except trace;
         ``envs``: already built envs by trace name, reused and extended)."""
-        from fleetmind.envs.dynamic_mode import make_policy
+        from fleetmind.envs.dynamic.policies import make_policy
         from fleetmind.rl.dynamic_eval import job_stream, run_policy
 
         envs = {} if envs is None else envs

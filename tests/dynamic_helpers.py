@@ -9,7 +9,8 @@ import numpy as np
 from fleetmind.data.fleet import Cluster, Fleet
 from fleetmind.data.openb import ANY_GPU_MODEL, PodTrace, trace_from_arrays
 from fleetmind.data.topology import dgx1_v100, pcie_server
-from fleetmind.envs.dynamic_mode import DynFleet, DynJobs
+from fleetmind.envs.dynamic.fleet import DynFleet
+from fleetmind.envs.dynamic.jobs import DynJobs
 
 
 def two_cluster_fleet(wan_gbps: float = 1.25, rtt_ms: float = 30.0) -> DynFleet:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from dynamic_helpers import jobs_from_lists, small_env_kwargs, two_cluster_fleet
 
-from fleetmind.envs.dynamic_mode import DynamicSim
+from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.multicluster_env import (
     N_CAND_FEATURES,
     N_GLOBAL_FEATURES,

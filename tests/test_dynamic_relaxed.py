@@ -13,7 +13,9 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.data.fleet import Cluster, Fleet
 from fleetmind.data.openb import gpu_model_id
 from fleetmind.data.topology import pcie_server
-from fleetmind.envs.dynamic_mode import DynamicSim, DynFleet, DynJobs, build_jobs
+from fleetmind.envs.dynamic.fleet import DynFleet
+from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
+from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.dynamic_relaxed import (
     TIERS,
     IdealRuntimeSim,
@@ -223,7 +225,7 @@ def test_relaxed_not_above_locality_aware_on_a_small_real_stream(shared_data, se
     """Regression check on specific seeds (not a theorem: FIFO + backfill can be non-monotone):
     ``cpu050`` in the evaluation protocol's setting (133 nodes, 2,048 jobs, load 0.8)."""
     from fleetmind.data.openb import load_openb_trace
-    from fleetmind.envs.dynamic_mode import make_policy
+    from fleetmind.envs.dynamic.policies import make_policy
     from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
     from fleetmind.rl.dynamic_eval import DynEvalConfig, job_stream, run_policy
 

@@ -12,16 +12,11 @@ from hypothesis import strategies as st
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.envs.core import PlacementError
-from fleetmind.envs.dynamic_mode import (
-    REFERENCE_LINK_GBPS,
-    DynamicSim,
-    LocalityAwarePolicy,
-    build_jobs,
-    evaluate_dynamic,
-    gpu_speed,
-    offered_load,
-    runtime_factor,
-)
+from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
+from fleetmind.envs.dynamic.jobs import build_jobs, offered_load
+from fleetmind.envs.dynamic.model import REFERENCE_LINK_GBPS, gpu_speed, runtime_factor
+from fleetmind.envs.dynamic.policies import LocalityAwarePolicy
+from fleetmind.envs.dynamic.sim import DynamicSim
 
 
 class FirstFit:

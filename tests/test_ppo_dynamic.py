@@ -193,7 +193,7 @@ def test_locality_candidate_set_keeps_fgd_first_and_adds_locality_choice() -> No
     from dynamic_helpers import small_env_kwargs
 
     from fleetmind.data.errors import ConfigError
-    from fleetmind.envs.dynamic_mode import estimate_completion
+    from fleetmind.envs.dynamic.policies import estimate_completion
     from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
     from fleetmind.envs.policies import fgd_score_from_delta
 

@@ -144,10 +144,10 @@ def _evaluate_dynamic(
     args: argparse.Namespace, policies: list[str] | None, seeds: list[int]
 ) -> dict:
     try:
-        from fleetmind.envs.dynamic_mode import evaluate_dynamic  # type: ignore[attr-defined]
+        from fleetmind.envs.dynamic.evaluate import evaluate_dynamic  # type: ignore[attr-defined]
     except ImportError:
         raise NotAvailableError(
-            "--mode dynamic needs envs.dynamic_mode.evaluate_dynamic (issue #5, dynamic mode), "
+            "--mode dynamic needs envs.dynamic.evaluate.evaluate_dynamic (issue #5, dynamic mode), "
             "which is not available in this installation"
         ) from None
     from tqdm import tqdm
@@ -179,7 +179,7 @@ def _evaluate_dynamic_agent(
     from tqdm import tqdm
 
     from fleetmind.data.paths import MODELS_DIR
-    from fleetmind.envs.dynamic_mode import available_policies
+    from fleetmind.envs.dynamic.policies import available_policies
     from fleetmind.rl.dynamic_eval import (
         actor_fn,
         evaluate_streams,

@@ -1,0 +1,339 @@
+"""Dynamic-mode jobs (:class:`DynJobs`, built by :func:`build_jobs`) from a trace.
+
+A stream of ``n_jobs`` pods taken from the trace in ``creation_time`` order (circularly, from a
+random start) with the trace's own inter-arrival gaps (a synthetic Poisson process for traces without
+times), compressed by one factor so that the offered GPU load during the arrival window equals
+``target_util``; the work of a job (seconds on the reference placement) from ``deletion_time -
+scheduled_time``; a communication intensity per multi-GPU job; a data home cluster and a dataset
+size per job.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
+from fleetmind.envs.core import MAX_GPUS_PER_NODE, Pod
+from fleetmind.envs.dynamic.fleet import DynFleet, best_bottleneck_set
+from fleetmind.envs.dynamic.model import (
+    COMM_INTENSITY_MAX,
+    DATASET_CATALOG_GB,
+    DEFAULT_TARGET_UTIL,
+    MAX_GAP_S,
+    MAX_WORK_S,
+    MIN_WORK_S,
+    SYNTHETIC_DURATION_MEDIAN_S,
+    SYNTHETIC_DURATION_SIGMA,
+    runtime_factor,
+)
+
+
+# Jobs
+@dataclass
+class DynJobs:
+    """Jobs of one dynamic-mode run (``J`` jobs, sorted by arrival).
+
+    Attributes:
+        names: ``(J,)`` pod names.
+        arrival_s: ``(J,)`` arrival times (s, first arrival at 0, load-scaled).
+        work_s: ``(J,)`` runtime on the reference placement (s).
+        cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec_mask: ``(J,)`` requests (see
+            :class:`envs.core.Pod`).
+        comm: ``(J,)`` communication intensity in [0, 1) (0 for jobs of fewer than two GPUs).
+        data_home: ``(J,)`` cluster index holding the job's dataset.
+        data_gb: ``(J,)`` dataset size (GB).
+        ideal_s: ``(J,)`` ideal runtime: the fastest runtime on the empty fleet, data local.
+        time_scale: factor applied to trace inter-arrival times (``< 1`` compresses).
+        offered_load: offered GPU load over the arrival window (== ``target_util`` up to bisection).
+        synthetic_arrivals: True when arrivals came from the synthetic Poisson process.
+        n_duration_fallback: jobs whose work came from the fallback (no ``scheduled_time``).
+    """
+
+    names: np.ndarray
+    arrival_s: np.ndarray
+    work_s: np.ndarray
+    cpu_milli: np.ndarray
+    memory_mib: np.ndarray
+    num_gpu: np.ndarray
+    gpu_milli: np.ndarray
+    gpu_spec_mask: np.ndarray
+    comm: np.ndarray
+    data_home: np.ndarray
+    data_gb: np.ndarray
+    ideal_s: np.ndarray
+    time_scale: float = 1.0
+    offered_load: float = float("nan")
+    synthetic_arrivals: bool = False
+    n_duration_fallback: int = 0
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def pod(self, j: int) -> Pod:
+        """The :class:`envs.core.Pod` request of job ``j``."""
+        return Pod(
+            int(self.cpu_milli[j]),
+            int(self.memory_mib[j]),
+            int(self.num_gpu[j]),
+            int(self.gpu_milli[j]),
+            int(self.gpu_spec_mask[j]),
+        )
+
+    @property
+    def gpus(self) -> np.ndarray:
+        """``(J,)`` GPUs held (``num_gpu * gpu_milli / 1000``)."""
+        return self.num_gpu * self.gpu_milli / GPU_MILLI
+
+    def window(self, start: int, n: int) -> DynJobs:
+        """Jobs ``start .. start + n - 1`` with arrivals rebased to 0."""
+        sl = slice(start, start + n)
+        arrays = {
+            k: getattr(self, k)[sl]
+            for k in (
+                "names",
+                "arrival_s",
+                "work_s",
+                "cpu_milli",
+                "memory_mib",
+                "num_gpu",
+                "gpu_milli",
+                "gpu_spec_mask",
+                "comm",
+                "data_home",
+                "data_gb",
+                "ideal_s",
+            )
+        }
+        arrays["arrival_s"] = arrays["arrival_s"] - arrays["arrival_s"][0]
+        return replace(self, **arrays)
+
+
+def offered_load(
+    arrival_s: np.ndarray, work_s: np.ndarray, gpus: np.ndarray, capacity: float
+) -> float:
+    """Mean GPU demand over the arrival window if every job ran from its arrival, / capacity.
+
+    ``load = sum_j g_j * overlap([a_j, a_j + w_j], [a_0, a_last]) / (capacity * (a_last - a_0))``.
+    """
+    a0, a1 = float(arrival_s.min()), float(arrival_s.max())
+    span = a1 - a0
+    if span <= 0:
+        return math.inf
+    overlap = np.clip(np.minimum(arrival_s + work_s, a1) - arrival_s, 0.0, None)
+    return float((gpus * overlap).sum() / (capacity * span))
+
+
+def _scale_for_load(
+    a: np.ndarray, w: np.ndarray, g: np.ndarray, cap: float, target: float
+) -> float:
+    """Factor ``f`` so that ``offered_load(a * f, ...) == target`` (bisection on log f)."""
+    lo, hi = 1e-9, 1e9
+    if offered_load(a * hi, w, g, cap) > target:
+        return hi
+    if offered_load(a * lo, w, g, cap) < target:
+        return lo
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        if offered_load(a * mid, w, g, cap) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-9:
+            break
+    return math.sqrt(lo * hi)
+
+
+def _node_kinds(fleet: DynFleet) -> list[tuple[int, int, int, int, float, np.ndarray]]:
+    """Distinct (cpu, mem, model_id, topo, speed) node kinds with their best bottleneck per k."""
+    seen: dict[tuple[int, int, int, int], int] = {}
+    kinds: list[tuple[int, int, int, int, float, np.ndarray]] = []
+    for n in range(fleet.n_nodes):
+        key = (
+            int(fleet.cpu_milli[n]),
+            int(fleet.memory_mib[n]),
+            int(fleet.model_id[n]),
+            int(fleet.topo_id[n]),
+        )
+        if key in seen:
+            continue
+        seen[key] = n
+        g = int(fleet.num_gpu[n])
+        best = np.zeros(MAX_GPUS_PER_NODE + 1)
+        for k in range(MAX_GPUS_PER_NODE + 1):
+            best[k] = best_bottleneck_set(fleet, n, (1 << g) - 1, k)[0] if k <= g else 0.0
+        kinds.append((*key, float(fleet.speed[n]), best))
+    return kinds
+
+
+def ideal_runtimes(
+    fleet: DynFleet,
+    work_s: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    num_gpu: np.ndarray,
+    gpu_spec_mask: np.ndarray,
+    comm: np.ndarray,
+) -> np.ndarray:
+    """``(J,)`` fastest runtime of each job on the empty fleet (data local); ``inf`` if it fits nowhere."""
+    best = np.full(len(work_s), np.inf)
+    for kcpu, kmem, mid, _topo, speed, bw in _node_kinds(fleet):
+        g = int(np.count_nonzero(bw[1:])) if mid >= 0 else 0  # bw[k] > 0 exactly for 1 <= k <= G
+        ok = (cpu <= kcpu) & (mem <= kmem) & (num_gpu <= g)
+        model_ok = np.where(
+            gpu_spec_mask == ANY_GPU_MODEL, True, (gpu_spec_mask >> max(mid, 0)) & 1 == 1
+        )
+        ok &= np.where(num_gpu > 0, (mid >= 0) & model_ok, True)
+        k = np.minimum(num_gpu, MAX_GPUS_PER_NODE)
+        f = np.where(num_gpu > 0, runtime_factor(speed, bw[k], num_gpu, comm), 1.0)
+        best = np.where(ok, np.minimum(best, work_s * f), best)
+    return best
+
+
+def _arrival_stream(
+    trace: PodTrace, rng: np.random.Generator, n_jobs: int, max_gap_s: float
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Pod indices and unscaled arrival times of an ``n_jobs`` stream (see :func:`build_jobs`)."""
+    p = len(trace)
+    created = np.asarray(trace.creation_time, dtype=np.float64)
+    synthetic = not bool(np.isfinite(created).all())
+    if synthetic:
+        idx = rng.integers(0, p, n_jobs) if n_jobs > p else rng.permutation(p)[:n_jobs]
+        raw = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0, n_jobs - 1))])
+        return idx, raw, True
+    order = np.lexsort((np.arange(p), created))
+    gaps = np.diff(created[order])
+    median_gap = float(np.median(gaps)) if gaps.size else 1.0
+    gaps = np.where(gaps > max_gap_s, median_gap, gaps)
+    # circular trace: the gap from the last pod back to the first is the median gap
+    gaps = np.append(gaps, median_gap)
+    start = int(rng.integers(0, p))
+    pos = (start + np.arange(n_jobs)) % p
+    idx = order[pos]
+    step = gaps[(pos - 1) % p]
+    step[0] = 0.0
+    return idx, np.cumsum(step), False
+
+
+def build_jobs(
+    trace: PodTrace,
+    fleet: DynFleet,
+    rng: np.random.Generator,
+    *,
+    target_util: float = DEFAULT_TARGET_UTIL,
+    n_jobs: int | None = None,
+    comm_max: float = COMM_INTENSITY_MAX,
+    data_catalog_gb: dict[str, float] | None = None,
+    max_work_s: float | None = MAX_WORK_S,
+    max_gap_s: float = MAX_GAP_S,
+) -> DynJobs:
+    """Turn a pod trace into a stream of dynamic-mode jobs (all randomness from ``rng``).
+
+    Arrivals: the trace's pods sorted by ``creation_time`` form a circular sequence; the stream is
+    ``n_jobs`` consecutive pods of it from a random start (wrapping around, so a stream longer than
+    the trace replays it), with the trace's own inter-arrival gaps (gaps above ``max_gap_s`` and the
+    wrap-around gap become the median gap). Traces without times get a Poisson process (unit-rate
+    exponential gaps) over a random permutation (or, for ``n_jobs`` above the trace length, uniform
+    draws) of the pods. All gaps are then multiplied by one factor so that :func:`offered_load`
+    equals ``target_util`` (if even simultaneous arrival cannot reach it, arrivals collapse to
+    time 0 and ``offered_load`` reports what was reached).
+
+    Work: ``deletion_time - scheduled_time`` (s); pods never scheduled (no ``scheduled_time``) and
+    traces without times draw it from the trace's observed works, else from a log-normal fitted to
+    openb ``default``; floored at :data:`MIN_WORK_S` and capped at ``max_work_s``.
+
+    Args:
+        trace: a :class:`data.openb.PodTrace` (``data.openb.load_openb_trace``).
+        fleet: the fleet (capacity for load scaling, ideal runtimes, data homes).
+        rng: the random stream.
+        target_util: offered GPU load over the arrival window (fraction of capacity, > 0).
+        n_jobs: stream length (default: the trace length).
+        comm_max: upper bound of the communication-intensity draw (``[0, 1)``).
+        data_catalog_gb: dataset sizes to draw from (default :data:`DATASET_CATALOG_GB`).
+        max_work_s: cap on a job's work in seconds (``None``: no cap).
+        max_gap_s: longest trace inter-arrival gap kept as is (seconds of trace time).
+
+    Raises:
+        ConfigError: bad ``target_util``, ``comm_max`` or ``n_jobs``; DataError: empty trace.
+    """
+    if not target_util > 0:
+        raise ConfigError(f"target_util must be > 0, got {target_util}")
+    if not 0 <= comm_max < 1:
+        raise ConfigError(f"comm_max must be within [0, 1), got {comm_max}")
+    p = len(trace)
+    if p == 0:
+        raise DataError(f"trace {trace.name!r} has no pods")
+    n = p if n_jobs is None else int(n_jobs)
+    if n < 1:
+        raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
+    # work (s) on the reference placement, per pod of the trace
+    work_all = np.asarray(trace.deletion_time - trace.scheduled_time, dtype=np.float64)
+    observed = np.isfinite(work_all) & (work_all > 0)
+    fallback_all = ~observed
+    if fallback_all.any():
+        k = int(fallback_all.sum())
+        if observed.any():
+            work_all[fallback_all] = rng.choice(work_all[observed], size=k)
+        else:
+            work_all[fallback_all] = rng.lognormal(
+                math.log(SYNTHETIC_DURATION_MEDIAN_S), SYNTHETIC_DURATION_SIGMA, k
+            )
+    work_all = np.maximum(work_all, MIN_WORK_S)
+    if max_work_s is not None:
+        work_all = np.minimum(work_all, float(max_work_s))
+    idx, raw, synthetic = _arrival_stream(trace, rng, n, float(max_gap_s))
+    work = work_all[idx]
+    num_gpu = trace.num_gpu[idx].astype(np.int64)
+    gpu_milli = trace.gpu_milli[idx].astype(np.int64)
+    g = num_gpu * gpu_milli / GPU_MILLI
+    scale = _scale_for_load(raw, work, g, float(fleet.gpu_capacity), float(target_util))
+    arrival = raw * scale
+    comm = np.where(num_gpu >= 2, rng.uniform(0.0, comm_max, n), 0.0)
+    # data home: a cluster drawn in proportion to its GPU capacity
+    cap = np.bincount(fleet.cluster, weights=fleet.num_gpu, minlength=fleet.n_clusters)
+    cap = cap if cap.sum() > 0 else np.ones(fleet.n_clusters)
+    data_home = rng.choice(fleet.n_clusters, size=n, p=cap / cap.sum())
+    catalog = np.array(list((data_catalog_gb or DATASET_CATALOG_GB).values()), dtype=np.float64)
+    data_gb = catalog[rng.integers(0, catalog.size, n)]
+    cpu = trace.cpu_milli[idx].astype(np.int64)
+    mem = trace.memory_mib[idx].astype(np.int64)
+    spec = trace.gpu_spec_mask[idx].astype(np.int64)
+    ideal = ideal_runtimes(fleet, work, cpu, mem, num_gpu, spec, comm)
+    reached = offered_load(arrival, work, g, float(fleet.gpu_capacity))
+    if reached < 0.99 * target_util:
+        warnings.warn(
+            f"offered load {reached:.2f} < target {target_util:.2f}: {n} jobs cannot load "
+            f"{fleet.gpu_capacity} GPUs that much even arriving together; raise n_jobs or use "
+            "fewer nodes",
+            stacklevel=2,
+        )
+    return DynJobs(
+        names=trace.pod_names[idx],
+        arrival_s=arrival,
+        work_s=work,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        gpu_spec_mask=spec,
+        comm=comm,
+        data_home=data_home.astype(np.int64),
+        data_gb=data_gb,
+        ideal_s=ideal,
+        time_scale=float(scale),
+        offered_load=reached,
+        synthetic_arrivals=synthetic,
+        n_duration_fallback=int(fallback_all[idx].sum()),
+    )
+
+
+__all__ = [
+    "DynJobs",
+    "build_jobs",
+    "ideal_runtimes",
+    "offered_load",
+]
