@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from fleetmind.rca.features import alert_features
+    from fleetmind.rca.features.dense import alert_features
     from fleetmind.rca.gat_analyzer import GATAnalyzer
 
     load0 = os.getloadavg()[0]

@@ -397,7 +397,7 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     """CPU milliseconds per request of each step of ``POST /api/v1/rca`` (GAT), in this process."""
     import torch
 
-    from fleetmind.rca.features import incident_crop
+    from fleetmind.rca.features.columnar import incident_crop
     from fleetmind.rca.gat_analyzer import GATAnalyzer
     from fleetmind.serving.routers.rca import parse_alerts, parse_for
     from fleetmind.serving.schemas import CauseOut, RCARequest, RCAResponse
@@ -413,7 +413,7 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     # the texts (a ranking process of the 20-client run misses ~10 % of them; the cold-memo cost
     # of the parse is reported separately). The analyzer gets what the server gives it: the
     # alert columns of serving.rca_parse.plain_columns.
-    from fleetmind.rca.features import _static
+    from fleetmind.rca.features.mapping import _static
     from fleetmind.serving import rca_parse
     from fleetmind.serving.app import tune_malloc
 
@@ -539,7 +539,7 @@ def interleaved_breakdown(
     """
     import torch
 
-    from fleetmind.rca.features import incident_crop
+    from fleetmind.rca.features.columnar import incident_crop
     from fleetmind.serving.routers.rca import parse_for
 
     hops = gat.model.config.crop_hops

@@ -151,7 +151,7 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     """
     import torch
 
-    from fleetmind.rca.features import FEATURE_VERSION, NUM_FEATURES
+    from fleetmind.rca.features.layout import FEATURE_VERSION, NUM_FEATURES
     from fleetmind.rca.model import GATConfig, GATRanker
 
     path, reg_version = _resolve_ref(ref)
@@ -213,9 +213,9 @@ class GATAnalyzer(BaseAnalyzer):
     config_class: ClassVar[type] = GATAnalyzerConfig
     accepts_epoch_seconds: ClassVar[bool] = True
     """``startsAt`` / ``endsAt`` may be unix seconds as well as RFC 3339 strings (the service passes
-    seconds: ``rca.features.parse_time`` reads both)."""
+    seconds: ``rca.features.times.parse_time`` reads both)."""
     accepts_alert_columns: ClassVar[bool] = True
-    """``alerts`` may be :class:`rca.features.AlertColumns` on the graph ranked (the service parses
+    """``alerts`` may be :class:`rca.features.columnar.AlertColumns` on the graph ranked (the service parses
     request bodies straight into them)."""
 
     def __init__(self, config: GATAnalyzerConfig | None = None) -> None:
@@ -326,7 +326,7 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from fleetmind.rca.features import incident_crop
+        from fleetmind.rca.features.columnar import incident_crop
 
         n = graph.num_nodes
         if n == 0:
@@ -362,7 +362,7 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from fleetmind.rca.features import incident_crop
+        from fleetmind.rca.features.columnar import incident_crop
 
         out: list[RCAResult | None] = [None] * len(items)
         crops = []

@@ -25,7 +25,7 @@ from torch_geometric.loader import DataLoader
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.rca.features import AlertFeatures, alert_features, candidate_mask
+from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidate_mask
 from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
 
 
@@ -34,7 +34,7 @@ class CroppedIncident:
     """An incident's features restricted to its candidate subgraph.
 
     Attributes:
-        features: :class:`rca.features.AlertFeatures` of the whole graph.
+        features: :class:`rca.features.dense.AlertFeatures` of the whole graph.
         keep: int64 ``(|V'|,)`` indices of the kept nodes in the whole graph (sorted).
         x: float32 ``(|V'|, F)``. edge_index: int64 ``(2, |E'|)`` in subgraph indices.
         edge_type: int64 ``(|E'|,)``.
@@ -50,7 +50,7 @@ class CroppedIncident:
 def crop_incident(
     graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], crop_hops: int | None
 ) -> CroppedIncident:
-    """Features of the whole graph, then the subgraph of :func:`rca.features.candidate_mask`."""
+    """Features of the whole graph, then the subgraph of :func:`rca.features.dense.candidate_mask`."""
     f = alert_features(graph, alerts)
     keep_mask = candidate_mask(graph, f, crop_hops)
     ei, et = graph.edge_index, graph.edge_type
@@ -76,7 +76,7 @@ def incident_to_data(
         root: ground-truth root-cause node id (``None`` at inference).
         fault: fault-type class id (``-1`` when unknown).
         crop_hops: keep only the candidate subgraph (nodes within this many hops of a node with a
-            recent alert, see :func:`rca.features.candidate_mask`); ``None`` keeps the whole graph.
+            recent alert, see :func:`rca.features.dense.candidate_mask`); ``None`` keeps the whole graph.
 
     Returns:
         ``Data(x, edge_index, edge_type, num_nodes)`` plus, with a ``root``, ``root_index (1,)``,
@@ -139,7 +139,7 @@ class RCADataModule(pl.LightningDataModule):
         val_fraction: share of training graphs held out when the folder has no ``val`` split.
         max_train: use at most this many training incidents (seeded subsample; ``None``: all).
         progress: show a progress bar while computing features.
-        crop_hops: candidate subgraph radius (:func:`rca.features.candidate_mask`), the same at
+        crop_hops: candidate subgraph radius (:func:`rca.features.dense.candidate_mask`), the same at
             training and inference (stored in the model config). Training incidents whose root
             falls outside are dropped; in validation and test they count as misses.
         use_cache: keep computed features in ``DIR/.gat_cache/`` (keyed by the feature version,
@@ -179,7 +179,7 @@ class RCADataModule(pl.LightningDataModule):
         import hashlib
         import json
 
-        from fleetmind.rca.features import FEATURE_VERSION
+        from fleetmind.rca.features.layout import FEATURE_VERSION
 
         files = sorted(self.data_dir.glob("*.jsonl"))
         key = {

@@ -26,7 +26,7 @@ from torch_geometric.nn import GATv2Conv
 from torch_geometric.utils import scatter
 
 from fleetmind.data.graph import EDGE_KINDS
-from fleetmind.rca.features import FEATURE_VERSION, NUM_FEATURES
+from fleetmind.rca.features.layout import FEATURE_VERSION, NUM_FEATURES
 
 NUM_RELATIONS = 2 * len(EDGE_KINDS) + 1
 """Relation types of the message graph: forward kinds, reverse kinds, self loop."""
@@ -39,16 +39,16 @@ class GATConfig:
     """Hyper-parameters of :class:`GATRanker` (stored next to its weights).
 
     Attributes:
-        in_dim: width F of the input features (:data:`rca.features.NUM_FEATURES`).
+        in_dim: width F of the input features (:data:`rca.features.layout.NUM_FEATURES`).
         hidden: hidden channels (divisible by ``heads``).
         heads: attention heads H per layer (concatenated to ``hidden``).
         layers: number of GATv2 layers (>= 2); the receptive field in hops.
         edge_dim: width of the relation embedding fed to attention.
         dropout: dropout on block outputs and attention coefficients.
         fault_types: fault type names, index = class id of the fault head.
-        feature_version: :data:`rca.features.FEATURE_VERSION` the model was trained with.
+        feature_version: :data:`rca.features.layout.FEATURE_VERSION` the model was trained with.
         crop_hops: candidate subgraph radius used in training and inference
-            (:func:`rca.features.candidate_mask`; ``None``: the whole graph).
+            (:func:`rca.features.dense.candidate_mask`; ``None``: the whole graph).
     """
 
     in_dim: int = NUM_FEATURES

@@ -2,7 +2,7 @@
 :meth:`DependencyGraph.node_for_alert`.
 
 The fast lookup (nodes grouped by the key set of their ``match`` labels, so one alert costs one dict
-lookup per distinct key set, whatever the graph size) lives in :func:`rca.features.node_index_for_alert`
+lookup per distinct key set, whatever the graph size) lives in :func:`rca.features.mapping.node_index_for_alert`
 and is cached per graph there; the service needs node ids, so this module only converts.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.rca.features import node_index_for_alert
+from fleetmind.rca.features.mapping import node_index_for_alert
 
 
 def node_for_alert(graph: DependencyGraph, labels: Mapping[str, Any]) -> str | None:

@@ -6,7 +6,7 @@ the body with pydantic, which answers every 422 (see ``serving.routers.rca.parse
 
 * :func:`plain_alerts`: the GAT's alert dicts, unix-second timestamps.
 * :func:`plain_columns`: straight to the GAT's per-alert columns
-  (:class:`rca.features.AlertColumns`) on a given graph, without the dicts: label sets and
+  (:class:`rca.features.columnar.AlertColumns`) on a given graph, without the dicts: label sets and
   annotations are kept as their JSON text (``msgspec.Raw``) and validated once per distinct text
   (a memo; an incident storm repeats them), and timestamps are read column-wise with numpy.
 """
@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.rca.features import (
+from fleetmind.rca.features.columnar import (
     AlertColumns,
     columns_from_parsed,
     label_info_str,
@@ -30,7 +30,7 @@ from fleetmind.rca.features import (
 )
 
 _EPOCH = datetime(1970, 1, 1).timestamp()
-"""Timestamps below this are "no time" for the analyzers (``rca.features.parse_time``)."""
+"""Timestamps below this are "no time" for the analyzers (``rca.features.times.parse_time``)."""
 
 
 class PlainRequest(NamedTuple):
@@ -182,7 +182,7 @@ def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, Al
     """The GAT's alert columns on ``graph`` from a body; ``None`` when unsure (see
     :func:`plain_alerts`, whose checks this makes).
 
-    Gives the :class:`rca.features.AlertColumns` that ``rca.features.alert_columns`` computes from
+    Gives the :class:`rca.features.columnar.AlertColumns` that ``rca.features.columnar.alert_columns`` computes from
     :func:`plain_alerts`'s dicts (checked in ``tests/test_serving_rca_fastpath.py``), for about a
     third of the CPU: no dict per alert, each distinct label set decoded, validated and mapped
     onto a node once per graph (memo keyed by its JSON text), each distinct ``annotations`` text

@@ -15,7 +15,9 @@ from torch_geometric.data import Batch
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.explain import edge_costs, propagation_paths
-from fleetmind.rca.features import FEATURE_NAMES, NUM_FEATURES, alert_features, parse_time
+from fleetmind.rca.features.dense import alert_features
+from fleetmind.rca.features.layout import FEATURE_NAMES, NUM_FEATURES
+from fleetmind.rca.features.times import parse_time
 from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
 from fleetmind.rca.lightning_module import incident_to_data
 from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, message_graph, root_ranks
@@ -321,7 +323,7 @@ def test_corrupt_or_incompatible_artifacts(artifact, tmp_path) -> None:
 
 
 def test_vectorised_alert_mapping_matches_graph_rules() -> None:
-    from fleetmind.rca.features import node_index_for_alert
+    from fleetmind.rca.features.mapping import node_index_for_alert
     from fleetmind.serving.alertmap import node_for_alert as service_node_for_alert
 
     g = toy_graph("m", 2, 2, 2, 3)

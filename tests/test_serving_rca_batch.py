@@ -248,7 +248,7 @@ def test_gc_tuned_while_serving_and_restored(tmp_path: Path) -> None:
 
 
 def test_incident_alerts_keep_their_end_time() -> None:
-    from fleetmind.rca.features import parse_time
+    from fleetmind.rca.features.times import parse_time
     from fleetmind.serving.incidents import alert_dict
 
     row = {

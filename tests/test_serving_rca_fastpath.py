@@ -1,6 +1,6 @@
 """The fast RCA path of the service computes exactly what the generic one computes.
 
-* ``rca.features.incident_crop`` = ``rca.lightning_module.crop_incident`` (features of the whole
+* ``rca.features.columnar.incident_crop`` = ``rca.lightning_module.crop_incident`` (features of the whole
   graph, then cropped), bit for bit, on simulated storms and on awkward alerts.
 * ``GATRanker.infer`` = ``GATRanker.forward(..., return_attention=True)`` bit for bit (logits,
   embeddings, attention), for the released model and a freshly initialised one.
@@ -22,7 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
 from fleetmind.rca.explain import _mean_attention, attention_paths, edge_costs, propagation_paths
-from fleetmind.rca.features import AlertColumns, alert_columns, incident_crop, parse_time
+from fleetmind.rca.features.columnar import AlertColumns, alert_columns, incident_crop
+from fleetmind.rca.features.times import parse_time
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.rca.lightning_module import crop_incident
 from fleetmind.rca.model import GATConfig, GATRanker

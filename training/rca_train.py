@@ -430,7 +430,7 @@ type; each cause comes with the highest-attention propagation path to an alertin
 **Model.** {cfg["layers"]} residual GATv2 layers (Brody et al., ICLR 2022), hidden {cfg["hidden"]},
 {cfg["heads"]} heads, edge-type embeddings (both directions of each of the 6 edge kinds + self loop,
 dim {cfg["edge_dim"]}) as attention edge features; {meta["model"]["in_dim"]} per-node alert features
-(feature version {cfg["feature_version"]}, `rca/features.py`); listwise softmax cross-entropy over each
+(feature version {cfg["feature_version"]}, `rca/features/`); listwise softmax cross-entropy over each
 graph's nodes plus a fault-type head ({len(cfg["fault_types"])} classes). Weights: `model.pt`
 (state dict), hyper-parameters and metrics: `config.json`.
 

@@ -71,7 +71,7 @@ def _check_utc(dt: datetime) -> None:
 
 def _seconds(dt: datetime | None) -> float | None:
     """Unix seconds of a parsed ``startsAt`` (naive = UTC); ``None`` for none or Alertmanager's
-    zero time, as ``rca.features.parse_time`` reads the ISO string of the same instant."""
+    zero time, as ``rca.features.times.parse_time`` reads the ISO string of the same instant."""
     if dt is None:
         return None
     t = (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).timestamp()
@@ -193,7 +193,7 @@ def parse_for(
     """Validate the body and build the alerts as ``analyzer`` takes them on ``graph`` (the served
     graph; a body with its own ``graph`` is parsed by :func:`parse_alerts`).
 
-    An analyzer with ``accepts_alert_columns`` (the GAT) gets :class:`rca.features.AlertColumns`
+    An analyzer with ``accepts_alert_columns`` (the GAT) gets :class:`rca.features.columnar.AlertColumns`
     from :func:`serving.rca_parse.plain_columns` when that parser is sure of the body; otherwise,
     and for other analyzers, :func:`parse_alerts` (the same 422s as :class:`RCARequest`).
     """
