@@ -83,7 +83,7 @@ def cmd_search(a: argparse.Namespace) -> None:
         episode_metric,
         worst_trace_objective,
     )
-    from fleetmind.training.sched_train import cem_search_with_bar
+    from fleetmind.training.recipes.fgd import cem_search_with_bar
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

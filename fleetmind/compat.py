@@ -5,6 +5,8 @@ Releases up to 0.1.0 installed the subpackages as top-level ``data``, ``rca``, `
 policy class by module path; MLflow pyfunc models store their wrapper class) name those modules.
 :func:`legacy_module_names` makes the old names resolve to the ``fleetmind.*`` modules while such a
 file is read, and removes them again afterwards, so the bare names never shadow a user's own modules.
+Modules that moved inside the library since (:data:`MOVED_MODULES`) resolve to their new place in
+the same block, under the old and the ``fleetmind.*`` spelling.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ from types import ModuleType
 
 OLD_TOP_LEVEL: frozenset[str] = frozenset({"data", "rca", "rl", "envs", "training", "serving"})
 """Top-level names the subpackages had before 0.2.0."""
+
+MOVED_MODULES: dict[str, str] = {
+    # MLflow pyfunc models of the placement agent pickle PlacementPyfunc by module path
+    "fleetmind.training.sched_train": "fleetmind.training.placement_pyfunc",
+}
+"""Old module path -> the module that now holds what pickles name there."""
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -38,10 +46,15 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".", 1)[0] not in OLD_TOP_LEVEL:
+        if fullname in MOVED_MODULES:
+            real = MOVED_MODULES[fullname]
+        elif fullname.split(".", 1)[0] in OLD_TOP_LEVEL:
+            real = f"fleetmind.{fullname}"
+            real = MOVED_MODULES.get(real, real)
+        else:
             return None
         try:
-            module = importlib.import_module(f"fleetmind.{fullname}")
+            module = importlib.import_module(real)
         except ImportError:
             return None
         return importlib.machinery.ModuleSpec(
@@ -58,12 +71,19 @@ def legacy_module_names() -> Iterator[None]:
     names nobody has imported. Aliases added here are removed from ``sys.modules`` on exit.
     """
     finder = _AliasFinder()
-    before = {name for name in sys.modules if name.split(".", 1)[0] in OLD_TOP_LEVEL}
+
+    def aliased(name: str) -> bool:
+        return name.split(".", 1)[0] in OLD_TOP_LEVEL or name in MOVED_MODULES
+
+    before = {name for name in sys.modules if aliased(name)}
     sys.meta_path.insert(0, finder)
     try:
         yield
     finally:
         sys.meta_path.remove(finder)
-        for name in [n for n in sys.modules if n.split(".", 1)[0] in OLD_TOP_LEVEL]:
+        for name in [n for n in sys.modules if aliased(n)]:
             if name not in before:
                 del sys.modules[name]
+                parent, _, leaf = name.rpartition(".")
+                if name in MOVED_MODULES and parent in sys.modules:  # the import bound it there
+                    vars(sys.modules[parent]).pop(leaf, None)

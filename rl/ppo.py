@@ -1,6 +1,6 @@
 """MaskablePPO for placement: vectorised envs, imitation warm start, greedy evaluation.
 
-The pieces ``training/sched_train.py`` composes (SB3 split: the algorithm is sb3-contrib's
+The pieces the recipes of ``training/recipes/`` compose (SB3 split: the algorithm is sb3-contrib's
 ``MaskablePPO``; the network is :class:`rl.policy.CandidateScorerPolicy`):
 
 * :func:`make_vec_env`: ``SubprocVecEnv`` (``DummyVecEnv`` for one env) of seeded placement envs

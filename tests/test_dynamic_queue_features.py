@@ -160,11 +160,10 @@ def test_linear_scorer_handles_wide_rows(tmp_path) -> None:
 
 def test_training_with_queue_features_round_trips_through_metadata(tmp_path, shared_data) -> None:
     from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams
-    from fleetmind.training.sched_train import Args, run
+    from fleetmind.training.recipes.dynamic import DynamicArgs, run
 
-    args = Args(
+    args = DynamicArgs(
         traces=["default"],
-        mode="dynamic",
         dyn_jobs=64,
         n_candidates=8,
         timesteps=0,

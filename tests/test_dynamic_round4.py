@@ -26,7 +26,7 @@ from fleetmind.rl.dynamic_teacher import (
     project_nonneg,
 )
 from fleetmind.rl.teacher import cem_loop
-from fleetmind.training.sched_train_dynamic import DynSearchOptions, search_options
+from fleetmind.training.recipes.dynamic import DynSearchOptions, search_options
 
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
@@ -285,11 +285,10 @@ def test_options_parse_check_and_round_trip_through_metadata_and_flags() -> None
 
 
 def test_smoke_run_records_options_and_uses_per_trace_seeds(tmp_path, shared_data) -> None:
-    from fleetmind.training.sched_train import Args, run
+    from fleetmind.training.recipes.dynamic import DynamicArgs, run
 
-    args = Args(
+    args = DynamicArgs(
         traces=["default", "multigpu20"],
-        mode="dynamic",
         dyn_jobs=64,
         n_candidates=8,
         timesteps=0,

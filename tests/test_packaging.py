@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -79,6 +78,21 @@ def test_old_module_names_resolve_only_inside_the_compat_block(monkeypatch) -> N
     with legacy_module_names():
         assert pickle.loads(old) is GATPyfunc
     assert "training" not in sys.modules and "training.rca_pyfunc" not in sys.modules
+
+
+def test_placement_pyfunc_pickled_under_its_old_module_loads_in_the_compat_block() -> None:
+    import fleetmind.training
+    from fleetmind.compat import legacy_module_names
+    from fleetmind.training.placement_pyfunc import PlacementPyfunc
+
+    # 0.1.0 and the first 0.2.0 builds logged the wrapper from the training script's module
+    for module in (b"training.sched_train", b"fleetmind.training.sched_train"):
+        old = b"c" + module + b"\nPlacementPyfunc\n."
+        with legacy_module_names():
+            assert pickle.loads(old) is PlacementPyfunc
+        with pytest.raises(ModuleNotFoundError):
+            pickle.loads(old)
+    assert not hasattr(fleetmind.training, "sched_train")
 
 
 def test_released_ppo_zip_saved_before_the_move_loads() -> None:

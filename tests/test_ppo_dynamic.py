@@ -27,12 +27,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, shared_data):
-    from fleetmind.training.sched_train import Args, run
+    from fleetmind.training.recipes.dynamic import DynamicArgs, run
 
     folder = tmp_path_factory.mktemp("ppo_dyn")
-    args = Args(
+    args = DynamicArgs(
         traces=["default", "multigpu20"],
-        mode="dynamic",
         dyn_jobs=96,
         n_candidates=8,
         timesteps=128,
@@ -225,18 +224,17 @@ def test_locality_candidate_set_keeps_fgd_first_and_adds_locality_choice() -> No
 
 def test_bad_teacher_file_fails_fast_with_model_load_error(tmp_path) -> None:
     from fleetmind.data.errors import ConfigError
-    from fleetmind.training.sched_train import Args, run
+    from fleetmind.training.recipes.dynamic import DynamicArgs, run
 
     base = dict(
-        mode="dynamic",
         out=str(tmp_path / "runs"),
         tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
         progress=False,
     )
     with pytest.raises(ModelLoadError, match="does not exist"):
-        run(Args(teacher=str(tmp_path / "missing.json"), **base))
+        run(DynamicArgs(teacher=str(tmp_path / "missing.json"), **base))
     with pytest.raises(ConfigError, match="cem-population"):
-        run(Args(teacher="cem", cem_population=1, **base))
+        run(DynamicArgs(teacher="cem", cem_population=1, **base))
 
 
 @pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf")])
@@ -245,16 +243,15 @@ def test_bad_teacher_file_fails_fast_with_model_load_error(tmp_path) -> None:
 )
 def test_bad_loss_weights_fail_fast_in_both_modes(tmp_path, bad, field, flag) -> None:
     from fleetmind.data.errors import ConfigError
-    from fleetmind.training.sched_train import Args, run
+    from fleetmind.training.recipes import dynamic, fgd
 
-    for mode in ("dynamic", "fgd"):
-        args = Args(
-            mode=mode,
+    for recipe, args_type in ((dynamic, dynamic.DynamicArgs), (fgd, fgd.FgdArgs)):
+        args = args_type(
             out=str(tmp_path / "runs"),
             tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
             progress=False,
             **{field: bad},
         )
         with pytest.raises(ConfigError, match=f"{flag} must be a finite number >= 0"):
-            run(args)
+            recipe.run(args)
     assert not (tmp_path / "runs").exists()  # refused before anything was written

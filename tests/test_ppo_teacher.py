@@ -141,17 +141,17 @@ def test_bad_arguments_and_files(tiny, tmp_path):
 
 def test_sched_train_rejects_a_teacher_file_that_does_not_fit(tmp_path):
     from fleetmind.data.errors import ConfigError
-    from fleetmind.training.sched_train import Args, _make_teacher
+    from fleetmind.training.recipes.fgd import FgdArgs, _make_teacher
 
     LinearScorer(np.zeros(30), 16, 10).save(tmp_path / "f10.json")
     with pytest.raises(ConfigError, match="F=10"):
-        _make_teacher(Args(teacher=str(tmp_path / "f10.json")), {}, tmp_path, {})
+        _make_teacher(FgdArgs(teacher=str(tmp_path / "f10.json")), {}, tmp_path, {})
     LinearScorer.fgd(8, 18).save(tmp_path / "k8.json")
     with pytest.raises(ConfigError, match="K=8"):
-        _make_teacher(Args(teacher=str(tmp_path / "k8.json")), {}, tmp_path, {})
+        _make_teacher(FgdArgs(teacher=str(tmp_path / "k8.json")), {}, tmp_path, {})
     with pytest.raises(ModelLoadError, match="does not exist"):
-        _make_teacher(Args(teacher=str(tmp_path / "nope.json")), {}, tmp_path, {})
-    ok = _make_teacher(Args(teacher=str(tmp_path / "k8.json"), n_candidates=8), {}, tmp_path, {})
+        _make_teacher(FgdArgs(teacher=str(tmp_path / "nope.json")), {}, tmp_path, {})
+    ok = _make_teacher(FgdArgs(teacher=str(tmp_path / "k8.json"), n_candidates=8), {}, tmp_path, {})
     assert isinstance(ok, LinearScorer) and ok.weights[1] == 1.0
 
 
@@ -194,9 +194,11 @@ def test_cem_search_from_a_saved_scorer(tiny, tmp_path):
     assert LinearScorer.load(tmp_path / "old.json").blocks == BLOCKS_3
 
 
-def test_fgd_only_cem_options_are_refused_in_dynamic_mode(tmp_path):
-    from fleetmind.data.errors import ConfigError
-    from fleetmind.training.sched_train import Args, run
+def test_fgd_only_cem_options_are_refused_in_dynamic_mode(tmp_path, capsys):
+    from fleetmind.training import cli
 
-    with pytest.raises(ConfigError, match="fgd-mode options"):
-        run(Args(mode="dynamic", cem_multi_gpu_block=True, out=str(tmp_path)))
+    for flags in (["--cem-multi-gpu-block"], ["--cem-init", str(tmp_path / "w.json")]):
+        argv = ["sched", "train", "--mode", "dynamic", "--trace", "default", *flags]
+        assert cli.main([*argv, "--out", str(tmp_path / "runs")]) == 2
+        assert "fgd-mode options" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

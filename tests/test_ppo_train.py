@@ -11,8 +11,8 @@ from fleetmind.rl.policy_adapter import load_ppo_policy
 
 
 def tiny_args(folder, nodes, pods, **overrides):  # noqa: ANN001, ANN201 - test helper
-    """``training.sched_train.Args`` for a short run on the tiny fleet in ``folder``."""
-    from fleetmind.training.sched_train import Args
+    """``training.recipes.fgd.FgdArgs`` for a short run on the tiny fleet in ``folder``."""
+    from fleetmind.training.recipes.fgd import FgdArgs
 
     base = dict(
         traces=[str(pods)],
@@ -32,12 +32,12 @@ def tiny_args(folder, nodes, pods, **overrides):  # noqa: ANN001, ANN201 - test 
         tracking_uri=f"sqlite:///{folder}/mlflow.db",
         progress=False,
     )
-    return Args(**{**base, **overrides})
+    return FgdArgs(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from fleetmind.training.sched_train import run
+    from fleetmind.training.recipes.fgd import run
 
     folder = tmp_path_factory.mktemp("ppo_train")
     nodes, pods = write_tiny(folder)
@@ -111,7 +111,7 @@ def test_strand_teacher_is_bound_cloned_and_saved_with_its_base(tmp_path):
     from pathlib import Path
 
     from fleetmind.rl.teacher import LinearScorer, StrandPenaltyScorer, load_teacher
-    from fleetmind.training.sched_train import run
+    from fleetmind.training.recipes.fgd import run
 
     nodes, pods = write_tiny(tmp_path)
     strand = StrandPenaltyScorer(LinearScorer.fgd(8, 18), 4.0).save(tmp_path / "strand.json")

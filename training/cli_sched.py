@@ -330,7 +330,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
-    """``fleetmind sched train`` (PPO agent; owned by training/sched_train.py, issue #6)."""
+    """``fleetmind sched train`` (PPO agent; the recipes of training/recipes/)."""
     tr = sub.add_parser(
         "train",
         help="train the PPO placement agent (MLflow-tracked, registered as fleetmind-placement)",
@@ -467,14 +467,17 @@ def _trace_seeds(items: list[str] | None) -> dict[str, list[int]]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """``fleetmind sched train``: see :mod:`training.sched_train`."""
+    """``fleetmind sched train``: the recipe of ``--mode`` (:mod:`training.recipes`)."""
     import json
 
-    from fleetmind.training.sched_train import Args, run
-
-    a = Args(
+    dyn_only = args.cem_trace_seeds or args.cem_worst_weight or args.cem_nonneg
+    if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
+        raise ConfigError(
+            "--cem-trace-seeds/--cem-worst-weight/--cem-nonneg/--cem-max-minutes are dynamic-mode"
+            " options"
+        )
+    shared = dict(
         traces=args.trace,
-        mode=args.mode,
         timesteps=args.timesteps,
         seed=args.seed,
         n_envs=args.n_envs,
@@ -483,36 +486,49 @@ def cmd_train(args: argparse.Namespace) -> int:
         bc_target_ce=args.bc_target_ce,
         bc_value_coef=args.bc_value_coef,
         vf_coef=args.vf_coef,
-        bc_fgd_until_pct=args.bc_fgd_until_pct,
-        eval_fgd_until_pct=args.eval_fgd_until_pct,
         cem_generations=args.cem_generations,
         cem_population=args.cem_population,
         cem_seeds=args.cem_seeds,
-        cem_init=args.cem_init,
-        cem_init_sd=args.cem_init_sd,
-        cem_multi_gpu_block=args.cem_multi_gpu_block,
-        fgd_until_pct=args.fgd_until_pct,
-        eval_traces=args.eval_trace or args.trace[:1],
         eval_seeds=args.eval_seeds,
         eval_freq=args.eval_freq,
         max_minutes=args.max_minutes,
-        dyn_jobs=args.dyn_jobs,
-        queue_features=args.queue_features,
-        cem_trace_seeds=_trace_seeds(args.cem_trace_seeds),
-        cem_worst_weight=args.cem_worst_weight,
-        cem_nonneg=args.cem_nonneg or [],
-        cem_max_minutes=args.cem_max_minutes,
         out=args.out,
         release=args.release,
-        register=not args.no_register,
     )
-    dyn_only = a.cem_trace_seeds or a.cem_worst_weight or a.cem_nonneg
-    if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
-        raise ConfigError(
-            "--cem-trace-seeds/--cem-worst-weight/--cem-nonneg/--cem-max-minutes are dynamic-mode"
-            " options"
+    if args.mode == "dynamic":
+        if args.cem_init is not None or args.cem_multi_gpu_block:
+            # the dynamic recipe has its own scorer (rl.dynamic_teacher); refuse rather than ignore
+            raise ConfigError("--cem-init and --cem-multi-gpu-block are fgd-mode options")
+        from fleetmind.data.openb import load_openb_trace
+
+        for t in dict.fromkeys(args.eval_trace or []):  # unused in dynamic mode, but checked
+            load_openb_trace(t)
+        from fleetmind.training.recipes import dynamic as recipe
+
+        a = recipe.DynamicArgs(
+            **shared,
+            dyn_jobs=args.dyn_jobs,
+            queue_features=args.queue_features,
+            cem_trace_seeds=_trace_seeds(args.cem_trace_seeds),
+            cem_worst_weight=args.cem_worst_weight,
+            cem_nonneg=args.cem_nonneg or [],
+            cem_max_minutes=args.cem_max_minutes,
         )
-    summary = run(a)
+    else:
+        from fleetmind.training.recipes import fgd as recipe
+
+        a = recipe.FgdArgs(
+            **shared,
+            bc_fgd_until_pct=args.bc_fgd_until_pct,
+            eval_fgd_until_pct=args.eval_fgd_until_pct,
+            cem_init=args.cem_init,
+            cem_init_sd=args.cem_init_sd,
+            cem_multi_gpu_block=args.cem_multi_gpu_block,
+            fgd_until_pct=args.fgd_until_pct,
+            eval_traces=args.eval_trace or args.trace[:1],
+            register=not args.no_register,
+        )
+    summary = recipe.run(a)
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
     write_json(args.json, summary)
     return 0

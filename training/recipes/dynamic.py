@@ -1,4 +1,4 @@
-"""Dynamic-mode training recipe: ``fleetmind sched train --mode dynamic``.
+"""The dynamic-mode PPO training recipe: ``fleetmind sched train --mode dynamic``.
 
     fleetmind sched train --mode dynamic --trace default --trace gpushare40 --trace multigpu20 \
         --teacher cem --cem-seeds 1000 1001 --eval-seeds 1100 1101 --timesteps 20000 --n-envs 1
@@ -33,21 +33,72 @@ metadata as before.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
+import mlflow
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
+from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import load_openb_trace
 from fleetmind.data.paths import MODELS_DIR
+from fleetmind.envs.multicluster_env import (
+    N_CAND_FEATURES,
+    N_QUEUE_FEATURES,
+    MultiClusterPlacementEnv,
+)
+from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig
+from fleetmind.rl.dynamic_teacher import (
+    DEFAULT_INTERACT,
+    DynLinearScorer,
+    StreamSet,
+    cem_search_dynamic,
+    nonneg_indices,
+)
+from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model
+from fleetmind.rl.policy import count_parameters
+from fleetmind.rl.ppo import TeacherData, behaviour_clone, collect_teacher, make_model
+from fleetmind.training.recipes.common import (
+    PPOArgs,
+    check_loss_weights,
+    hyperparams,
+    log_cem_search,
+    seed_everything,
+    write_model_card,
+)
+from fleetmind.training.recipes.tracking import run_dirs, tracked_run
 
 RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 """Folder of the released dynamic-mode model."""
+
+
+@dataclass
+class DynamicArgs(PPOArgs):
+    """Settings of a dynamic-mode training run (``fleetmind sched train --mode dynamic`` flags)."""
+
+    mode: ClassVar[str] = "dynamic"
+
+    cem_trace_seeds: dict[str, list[int]] = field(default_factory=dict)
+    """teacher=cem: search seeds per trace, replacing ``cem_seeds`` for that trace"""
+    cem_worst_weight: float = 0.0
+    """teacher=cem: weight of the worst per-trace slowdown ratio in the objective"""
+    cem_nonneg: list[str] = field(default_factory=list)
+    """teacher=cem: candidate features whose effective weight is kept >= 0"""
+    cem_max_minutes: float | None = None
+    """teacher=cem: end the search after the generation in which this many minutes
+    passed (None: no limit)"""
+    dyn_jobs: int = 2048
+    """jobs per episode of fleetmind/MultiClusterPlacement-v0 (2,048, the env's and
+    the released dynamic model's setting)"""
+    queue_features: bool = False
+    """the 4 queue-aware candidate features (env option ``queue_features``)"""
 
 
 class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
@@ -61,8 +112,6 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
     metadata = {"render_modes": []}
 
     def __init__(self, traces: list[str], **env_kwargs: Any) -> None:
-        from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
-
         if not traces:
             raise ConfigError("dynamic training needs at least one --trace")
         self.envs = [MultiClusterPlacementEnv(trace=t, **env_kwargs) for t in traces]
@@ -145,8 +194,6 @@ def search_options(args: Any) -> DynSearchOptions:
     """The run's :class:`DynSearchOptions` from ``args`` (attributes ``cem_trace_seeds``,
     ``cem_worst_weight``, ``cem_nonneg``, ``cem_max_minutes``; missing ones = defaults), checked:
     :class:`ConfigError` names a bad value."""
-    from fleetmind.rl.dynamic_teacher import nonneg_indices
-
     traces = [str(t) for t in args.traces]
     ts = {
         str(k): [int(x) for x in v]
@@ -163,8 +210,6 @@ def search_options(args: Any) -> DynSearchOptions:
     if not worst >= 0.0:
         raise ConfigError(f"--cem-worst-weight must be >= 0, got {worst}")
     nonneg = [str(f) for f in (getattr(args, "cem_nonneg", None) or [])]
-    from fleetmind.rl.dynamic_teacher import DEFAULT_INTERACT
-
     try:
         nonneg_indices(nonneg, _n_cand_features(args), DEFAULT_INTERACT)
     except ValueError as e:
@@ -189,8 +234,6 @@ def build_search_streams(
 ) -> Any:
     """The CEM streams: every training trace x its seeds (:meth:`DynSearchOptions.seeds_for`),
     trace by trace; without ``trace_seeds`` exactly the released recipe's set."""
-    from fleetmind.rl.dynamic_teacher import StreamSet
-
     if not opts.trace_seeds:
         return StreamSet.build(traces, cem_seeds, env_kwargs, envs)
     out = None
@@ -201,8 +244,6 @@ def build_search_streams(
 
 
 def _env_kwargs(args: Any) -> dict[str, Any]:
-    from fleetmind.rl.dynamic_eval import DynEvalConfig
-
     if args.dyn_jobs < 1:
         raise ConfigError(f"--dyn-jobs must be >= 1, got {args.dyn_jobs}")
     cfg = DynEvalConfig(
@@ -215,8 +256,6 @@ def _env_kwargs(args: Any) -> dict[str, Any]:
 
 def _n_cand_features(args: Any) -> int:
     """``F`` of the run's env: 14, or 18 with ``--queue-features``."""
-    from fleetmind.envs.multicluster_env import N_CAND_FEATURES, N_QUEUE_FEATURES
-
     return N_CAND_FEATURES + (N_QUEUE_FEATURES if getattr(args, "queue_features", False) else 0)
 
 
@@ -224,11 +263,6 @@ def _teacher(
     args: Any, streams: Any, run_dir: Path, summary: dict[str, Any], progress: bool
 ) -> Any:
     """``None`` (FGD), a loaded or a CEM-searched :class:`rl.dynamic_teacher.DynLinearScorer`."""
-    from tqdm import tqdm
-
-    from fleetmind.rl.dynamic_teacher import DynLinearScorer, cem_search_dynamic
-    from fleetmind.training.sched_train import log_cem_search
-
     n_feat = _n_cand_features(args)
     if args.teacher == "fgd":
         return None
@@ -279,8 +313,6 @@ def _teacher(
 def _collect(envs: dict[str, Any], args: Any, teacher: Any, gamma: float, bar: Any) -> Any:
     """Teacher demonstrations: ``bc_episodes`` whole episodes per training trace (``envs``: one
     env per trace name)."""
-    from fleetmind.rl.ppo import TeacherData, collect_teacher
-
     parts = []
     for i, t in enumerate(args.traces):
         env = envs[str(t)]
@@ -302,59 +334,29 @@ def _collect(envs: dict[str, Any], args: Any, teacher: Any, gamma: float, bar: A
     )
 
 
-def run_dynamic(args: Any) -> dict[str, Any]:
-    """The dynamic-mode recipe (module docstring); ``args`` is a
-    :class:`training.sched_train.Args`. Returns the JSON summary."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
-    from tqdm import tqdm
-
-    from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT
-    from fleetmind.rl.dynamic_teacher import StreamSet
-    from fleetmind.rl.export import actor_from_model, export_policy
-    from fleetmind.rl.policy import count_parameters
-    from fleetmind.rl.ppo import behaviour_clone, make_model
-    from fleetmind.training.sched_train import (
-        _hyperparams,
-        _run_dirs,
-        check_loss_weights,
-        seed_everything,
-        tracking_uri,
-        write_model_card,
-    )
-
+def run(args: DynamicArgs) -> dict[str, Any]:
+    """The dynamic-mode recipe (module docstring). Returns the JSON summary."""
+    # every trace read before anything is written (MLflow run, run folder): a typo is one line
+    for t in dict.fromkeys(args.traces):
+        load_openb_trace(t)
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
     if args.teacher == "cem" and (args.cem_generations < 1 or args.cem_population < 2):
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
     if args.teacher not in ("fgd", "cem"):
-        from fleetmind.rl.dynamic_teacher import DynLinearScorer
-
         DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
     opts = search_options(args)  # fail fast (ConfigError) too
     check_loss_weights(args.bc_value_coef, args.vf_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs = _env_kwargs(args)
-    hp = _hyperparams(args)
-    run_name, run_dir, ckpt_dir = _run_dirs(args, "MultiClusterPlacement-v0")
+    hp = hyperparams(args)
+    run_name, run_dir, ckpt_dir = run_dirs(args, "MultiClusterPlacement-v0")
     (run_dir / "model").mkdir(parents=True, exist_ok=True)
-    uri = tracking_uri(args.tracking_uri)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(args.experiment)
-    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "tracking_uri": uri}
+    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic"}
     progress = bool(args.progress)
 
-    with mlflow.start_run(run_name=run_name) as mlrun:
-        summary["run_id"] = mlrun.info.run_id
-        mlflow.log_params(
-            {
-                k: json.dumps(v) if isinstance(v, (list, dict)) else v
-                for k, v in asdict(args).items()
-            }
-        )
+    with tracked_run(args, run_name, summary):
         mlflow.log_params({f"env/{k}": v for k, v in env_kwargs.items()})
         if not opts.is_default():
             mlflow.log_params({f"search/{k}": json.dumps(v) for k, v in opts.to_dict().items()})
@@ -460,8 +462,6 @@ def run_dynamic(args: Any) -> dict[str, Any]:
                 do_eval(model.num_timesteps)
         ppo_seconds = time.perf_counter() - t_ppo
         venv.close()
-
-        from fleetmind.rl.export import load_sb3_model
 
         best_model = load_sb3_model(ckpt_dir / "best.zip")
         model_dir = run_dir / "model"

@@ -1,4 +1,4 @@
-"""Train the PPO placement agent, tracked in MLflow (CleanRL-style script).
+"""The fgd-mode PPO training recipe, tracked in MLflow (CleanRL-style script).
 
     fleetmind sched train --trace default [--trace cpu050 ...] --mode fgd [--timesteps N] [--seed S]
                           [--n-envs E] [--out runs/ppo] [--release] [--json P]
@@ -19,292 +19,88 @@ What a run does:
 4. Exports the best policy (``policy.onnx``, ``policy.pt``, ``metadata.json``, ``ppo.zip``,
    ``model_card.md``) to ``<out>/<run name>/model`` (and to ``models/placement/`` with ``--release``),
    logs it to MLflow as a pyfunc model, registers ``fleetmind-placement`` and moves the ``champion``
-   alias to the new version when its evaluation beats the current champion's.
-
-Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``.
+   alias to the new version when its evaluation beats the current champion's
+   (:mod:`training.recipes.tracking`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import mlflow.pyfunc
+import mlflow
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
-
-REGISTERED_MODEL = "fleetmind-placement"
-CHAMPION = "champion"
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+from fleetmind.envs.candidates import N_CAND_FEATURES
+from fleetmind.envs.fgd_mode import run_fgd
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.envs.policies import TypicalPods
+from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model
+from fleetmind.rl.policy import count_parameters
+from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_to_json
+from fleetmind.rl.ppo import (
+    behaviour_clone,
+    collect_teacher,
+    evaluate_greedy,
+    make_model,
+    make_vec_env,
+)
+from fleetmind.rl.teacher import (
+    BLOCKS_3,
+    BLOCKS_4,
+    LinearScorer,
+    StrandPenaltyScorer,
+    cem_search,
+    load_teacher,
+)
+from fleetmind.training.recipes.common import (
+    PPOArgs,
+    check_loss_weights,
+    hyperparams,
+    log_cem_search,
+    seed_everything,
+    write_model_card,
+)
+from fleetmind.training.recipes.tracking import log_placement_pyfunc, run_dirs, tracked_run
 
 
 @dataclass
-class Args:
-    """Settings of one training run (``fleetmind sched train`` flags)."""
+class FgdArgs(PPOArgs):
+    """Settings of an fgd-mode training run (``fleetmind sched train --mode fgd`` flags)."""
 
-    traces: list[str] = field(default_factory=lambda: ["default"])
-    """training traces (openb names or CSV paths); one drawn per episode"""
+    mode: ClassVar[str] = "fgd"
+
     nodes: str | None = None
     """node list CSV or openb name (default: the openb GPU nodes)"""
-    mode: str = "fgd"
-    """simulation mode: ``fgd`` (this module) or ``dynamic`` (:mod:`training.sched_train_dynamic`)"""
-    timesteps: int = 100_000
-    """PPO environment steps (decisions) after the warm start"""
-    seed: int = 0
-    """seed of weights, envs and workloads"""
-    n_envs: int = 2
-    """parallel envs (SubprocVecEnv when > 1)"""
-    n_candidates: int = 16
-    """K, candidate placements per decision"""
     fgd_until_pct: float = 80.0
     """training episodes: FGD places pods until this % of capacity has arrived"""
     stop_arrived_pct: float = 101.0
     """training episodes end when arrivals pass this % of capacity (the metric is read at 100)"""
     workload_seeds: list[int] = field(default_factory=lambda: [1000, 1001])
     """pool of training workload seeds (disjoint from the evaluation seeds 42-51)"""
-    bc_episodes: int = 2
-    """teacher episodes for the imitation warm start (0: none)"""
-    bc_epochs: int = 30
-    """maximum epochs of behaviour cloning (stops at cross-entropy ``bc_target_ce``)"""
     bc_fgd_until_pct: float = 0.0
     """teacher demonstrations: FGD prefix (default 0, whole episodes, so that the clone also sees the
     early, lightly loaded states that the PPO episodes skip but evaluation does not)"""
-    bc_target_ce: float = 0.2
-    """behaviour cloning stops once the epoch's cross-entropy is below this"""
-    bc_value_coef: float = 0.5
-    """weight of the critic's return regression in the cloning loss. The critic pools the actor's
-    row embeddings, so with large returns (dynamic mode: value MSE ~1,000) this term's gradient
-    swamps the actor's; 0 clones the actor alone (the critic then starts untrained)"""
-    teacher: str = "fgd"
-    """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
-    :mod:`rl.teacher`) or the path of a saved scorer JSON (``rl.teacher.load_teacher``: a linear
-    scorer, or a linear scorer with a host-stranding penalty)"""
-    cem_generations: int = 8
-    """teacher=cem: CEM generations"""
-    cem_population: int = 14
-    """teacher=cem: weight vectors scored per generation"""
-    cem_seeds: list[int] = field(default_factory=lambda: [1000])
-    """teacher=cem: workload seeds of the search episodes (one episode per training trace and
-    seed; when that makes a single episode, the same trace with the next seed is added)"""
     cem_init: str | None = None
     """teacher=cem: start the search at this saved scorer JSON (default: at FGD)"""
     cem_init_sd: float = 0.5
     """teacher=cem: initial standard deviation of the search distribution"""
     cem_multi_gpu_block: bool = False
     """teacher=cem: add the ``x * is_multi_gpu`` feature block (``rl.teacher.BLOCKS_4``)"""
-    cem_trace_seeds: dict[str, list[int]] = field(default_factory=dict)
-    """dynamic mode, teacher=cem: search seeds per trace, replacing ``cem_seeds`` for that trace"""
-    cem_worst_weight: float = 0.0
-    """dynamic mode, teacher=cem: weight of the worst per-trace slowdown ratio in the objective"""
-    cem_nonneg: list[str] = field(default_factory=list)
-    """dynamic mode, teacher=cem: candidate features whose effective weight is kept >= 0"""
-    cem_max_minutes: float | None = None
-    """dynamic mode, teacher=cem: end the search after the generation in which this many minutes
-    passed (None: no limit)"""
-    learning_rate: float = 1e-4
-    """PPO Adam step size"""
-    n_steps: int = 512
-    """rollout steps per env per update"""
-    batch_size: int = 128
-    """PPO minibatch"""
-    clip_range: float = 0.15
-    """PPO clip"""
-    target_kl: float = 0.02
-    """PPO early stop on approximate KL"""
-    gamma: float = 0.995
-    """discount"""
-    ent_coef: float = 0.001
-    """entropy bonus"""
-    vf_coef: float = 0.5
-    """PPO value-loss weight. The critic pools the actor's row embeddings, so with large returns
-    (dynamic mode) a big weight lets the value loss dominate the shared trunk's clipped gradient"""
-    hidden: int = 64
-    """hidden width (tanh)"""
     eval_traces: list[str] = field(default_factory=lambda: ["default"])
     """traces of the periodic evaluation"""
-    eval_seeds: list[int] = field(default_factory=lambda: [42])
-    """workload seeds of the periodic evaluation"""
     eval_fgd_until_pct: float = 80.0
     """periodic evaluation: FGD prefix (0 = the agent places everything; slower)"""
-    eval_freq: int = 20_000
-    """evaluate every this many PPO steps"""
-    max_minutes: float | None = None
-    """stop PPO after this much wall time (minutes; None: run all timesteps)"""
-    out: str = "runs/ppo"
-    """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
-    release: bool = False
-    """also copy the artifact to models/placement/ (the released model)"""
     register: bool = True
     """register the model in MLflow and maybe move the champion alias"""
-    tracking_uri: str | None = None
-    """MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"""
-    experiment: str = "fleetmind-placement"
-    """MLflow experiment name"""
-    threads: int = 1
-    """torch threads"""
-    progress: bool = True
-    """progress bars"""
-    dyn_jobs: int = 2048
-    """dynamic mode: jobs per episode of fleetmind/MultiClusterPlacement-v0 (2,048, the env's and
-    the released dynamic model's setting)"""
-    queue_features: bool = False
-    """dynamic mode: the 4 queue-aware candidate features (env option ``queue_features``)"""
-
-
-def tracking_uri(explicit: str | None = None) -> str:
-    """Explicit URI, else ``MLFLOW_TRACKING_URI``, else the embedded SQLite store."""
-    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-
-
-class PlacementPyfunc(mlflow.pyfunc.PythonModel):
-    """MLflow pyfunc wrapper of the exported actor.
-
-    ``predict`` takes rows ``{"obs": [K*F+G floats], "mask": [K bools]}`` (list or DataFrame) and
-    returns the greedy candidate index per row.
-    """
-
-    # The rows are free-form JSON dicts (docstring above), which MLflow's type-hint validation cannot
-    # describe; without this MLflow warns at import, on every CLI run, that predict() has no hints.
-    _skip_type_hint_validation = True
-
-    def load_context(self, context: Any) -> None:
-        from fleetmind.rl.export import OnnxActor
-
-        self.actor = OnnxActor(Path(context.artifacts["placement"]) / "policy.onnx")
-
-    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - MLflow infers schemas from hints
-        rows = model_input.to_dict("records") if hasattr(model_input, "to_dict") else model_input
-        obs = np.asarray([r["obs"] for r in rows], dtype=np.float32)
-        mask = np.asarray([r["mask"] for r in rows], dtype=bool)
-        return self.actor.predict(obs, mask).tolist()
-
-
-def pip_requirements() -> list[str]:
-    """Explicit requirements of the logged model."""
-    from importlib.metadata import version
-
-    out = []
-    for pkg in ("numpy", "onnxruntime", "mlflow"):
-        try:
-            out.append(f"{pkg}=={version(pkg)}")
-        except Exception:  # pragma: no cover
-            out.append(pkg)
-    return out
-
-
-def promote_if_better(client: Any, version: str, score: float) -> tuple[bool, str | None]:
-    """Tag ``version`` with ``eval_unalloc`` (lower is better); move ``champion`` if it wins."""
-    from mlflow.exceptions import MlflowException
-
-    client.set_model_version_tag(REGISTERED_MODEL, version, "eval_unalloc", f"{score:.6f}")
-    try:
-        champ = client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION)
-    except MlflowException:
-        champ = None
-    prev = None if champ is None else str(champ.version)
-    best = float("inf")
-    if champ is not None:
-        try:
-            best = float(champ.tags.get("eval_unalloc", "inf"))
-        except ValueError:
-            best = float("inf")
-    if champ is None or score < best:
-        client.set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version)
-        return True, prev
-    return False, prev
-
-
-def check_loss_weights(bc_value_coef: float, vf_coef: float) -> None:
-    """``--bc-value-coef`` and ``--vf-coef`` must be finite numbers >= 0 (ConfigError otherwise)."""
-    for flag, v in (("--bc-value-coef", bc_value_coef), ("--vf-coef", vf_coef)):
-        if not (np.isfinite(v) and v >= 0):
-            raise ConfigError(f"{flag} must be a finite number >= 0, got {v}")
-
-
-def seed_everything(seed: int, threads: int) -> None:
-    """Seed Python, NumPy and torch; fix torch threads."""
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(max(1, threads))
-
-
-def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
-    """``model_card.md`` for an exported placement model."""
-    teacher = str(card.get("teacher", "fgd"))
-    kinds = {
-        "fgd": "FGD's choice, candidate 0",
-        "cem": "a linear candidate scorer found by a cross-entropy search, see `rl/teacher.py`",
-    }
-    kind = kinds.get(teacher)
-    if kind is None:
-        fmt = card.get("teacher_format")
-        kind = (
-            "a linear candidate scorer minus penalties read from the env (host-stranded GPUs,"
-            " GPU-model scarcity), `rl.teacher.StrandPenaltyScorer`"
-            if fmt == "fleetmind-strand-scorer/1"
-            else "a saved linear candidate scorer, see `rl/teacher.py`"
-        )
-    lines = [
-        "# fleetmind-placement: PPO GPU placement agent",
-        "",
-        "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) trained with",
-        f"sb3-contrib MaskablePPO after an imitation warm start (teacher: {teacher}, {kind}), in",
-        "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`,",
-        "`mask (B, K) bool`; output: the index of the chosen candidate (see `docs/ppo.md` and",
-        "`envs/candidates.py`).",
-        "",
-        "| field | value |",
-        "| --- | --- |",
-    ]
-    for k, v in card.items():
-        if isinstance(v, dict | list):
-            v = json.dumps(v)
-        lines.append(f"| {k} | {v} |")
-    lines += [
-        "",
-        "Regenerate: `fleetmind sched train " + card.get("command", "") + "`.",
-        "",
-        "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
-    ]
-    path = folder / "model_card.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _hyperparams(args: Args) -> Any:
-    """The ``rl.ppo.PPOHyperparams`` of ``args`` (shared by the fgd and dynamic training runs)."""
-    from fleetmind.rl.ppo import PPOHyperparams
-
-    return PPOHyperparams(
-        learning_rate=args.learning_rate,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        clip_range=args.clip_range,
-        target_kl=args.target_kl,
-        gamma=args.gamma,
-        ent_coef=args.ent_coef,
-        vf_coef=args.vf_coef,
-        hidden=args.hidden,
-    )
-
-
-def _run_dirs(args: Args, env_id: str) -> tuple[str, Path, Path]:
-    """CleanRL-style run name ``<env>__ppo__<seed>__<time>``, its folder and checkpoint folder."""
-    run_name = f"{env_id}__ppo__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.out) / run_name
-    ckpt_dir = run_dir / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    return run_name, run_dir, ckpt_dir
 
 
 def cem_search_with_bar(
@@ -320,10 +116,6 @@ def cem_search_with_bar(
     episode: ``(generations x population + 1 [+ 1 with init]) x len(episodes)`` in all).
     ``search_kwargs`` go to ``cem_search`` (generations, population, n_elite, init_sd, seed,
     blocks). Returns its ``CEMResult``."""
-    from tqdm import tqdm
-
-    from fleetmind.rl.teacher import cem_search
-
     n_vectors = search_kwargs["generations"] * search_kwargs["population"] + 1 + (init is not None)
     bar = tqdm(total=n_vectors * len(episodes), desc=desc, unit="ep", disable=not show)
     try:
@@ -338,37 +130,12 @@ def cem_search_with_bar(
         bar.close()
 
 
-def log_cem_search(res: Any, run_dir: Path) -> None:
-    """Log a CEM search (``rl.teacher.CEMResult`` or ``rl.dynamic_teacher.DynCEMResult``: per
-    generation ``best``/``elite_mean``/``sd_mean``, then FGD's and the teacher's scores) to the
-    active MLflow run, and save the teacher as ``<run>/model/teacher.json``."""
-    import mlflow
-
-    for h in res.history:
-        mlflow.log_metrics(
-            {"cem/best": h["best"], "cem/elite_mean": h["elite_mean"], "cem/sd_mean": h["sd_mean"]},
-            step=int(h["generation"]),
-        )
-    mlflow.log_metrics({"cem/fgd": res.fgd_score, "cem/teacher": res.best_score})
-    res.best.save(run_dir / "model" / "teacher.json")
-
-
 def _make_teacher(
-    args: Args, env_kwargs: dict[str, Any], run_dir: Path, summary: dict[str, Any]
+    args: FgdArgs, env_kwargs: dict[str, Any], run_dir: Path, summary: dict[str, Any]
 ) -> Any:
     """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`rl.teacher.LinearScorer`
     or :class:`rl.teacher.StrandPenaltyScorer` loaded from ``args.teacher``, or a linear scorer
     searched by CEM (logged to MLflow). Either way it is saved as ``<run>/model/teacher.json``."""
-
-    from fleetmind.envs.candidates import N_CAND_FEATURES
-    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
-    from fleetmind.rl.teacher import (
-        BLOCKS_3,
-        BLOCKS_4,
-        LinearScorer,
-        StrandPenaltyScorer,
-        load_teacher,
-    )
 
     if args.teacher == "fgd":
         return None
@@ -440,45 +207,16 @@ def _make_teacher(
     return res.best
 
 
-def run(args: Args) -> dict[str, Any]:
+def run(args: FgdArgs) -> dict[str, Any]:
     """Warm start, train, evaluate, export, log and register; returns the JSON summary."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
-    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
-    from tqdm import tqdm
-
-    from fleetmind.data.openb import load_openb_trace
-    from fleetmind.envs.fgd_mode import run_fgd
-    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
-    from fleetmind.envs.policies import TypicalPods
-    from fleetmind.rl.export import actor_from_model, export_policy
-    from fleetmind.rl.policy import count_parameters
-    from fleetmind.rl.policy_adapter import typical_to_json
-    from fleetmind.rl.ppo import (
-        behaviour_clone,
-        collect_teacher,
-        evaluate_greedy,
-        make_model,
-        make_vec_env,
-    )
-
     # every trace read before anything is written (MLflow run, run folder): a typo is one line
     for t in dict.fromkeys([*args.traces, *args.eval_traces]):
         load_openb_trace(t)
-    if args.mode == "dynamic":
-        if args.cem_init is not None or args.cem_multi_gpu_block:
-            # the dynamic recipe has its own scorer (rl.dynamic_teacher); refuse rather than ignore
-            raise ConfigError("--cem-init and --cem-multi-gpu-block are fgd-mode options")
-        return run_dynamic(args)
-    if args.mode != "fgd":
-        raise ConfigError(f"--mode {args.mode}: use fgd or dynamic")
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
     check_loss_weights(args.bc_value_coef, args.vf_coef)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
-
-    from fleetmind.data.openb import load_openb_nodes
 
     nodes = load_openb_nodes(args.nodes)
     env_kwargs = {
@@ -489,13 +227,9 @@ def run(args: Args) -> dict[str, Any]:
         "stop_arrived_pct": args.stop_arrived_pct,
         "workload_seeds": list(args.workload_seeds),
     }
-    hp = _hyperparams(args)
-    run_name, run_dir, ckpt_dir = _run_dirs(args, "GpuPlacement-v0")
-
-    uri = tracking_uri(args.tracking_uri)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(args.experiment)
-    summary: dict[str, Any] = {"run_name": run_name, "tracking_uri": uri}
+    hp = hyperparams(args)
+    run_name, run_dir, ckpt_dir = run_dirs(args, "GpuPlacement-v0")
+    summary: dict[str, Any] = {"run_name": run_name}
 
     eval_env = GpuPlacementEnv(
         traces=list(args.eval_traces),
@@ -507,15 +241,7 @@ def run(args: Args) -> dict[str, Any]:
     def evaluate(act: Any) -> dict[str, dict[int, float]]:
         return evaluate_greedy(eval_env, act, args.eval_traces, args.eval_seeds)
 
-    with mlflow.start_run(run_name=run_name) as mlrun:
-        summary["run_id"] = mlrun.info.run_id
-        mlflow.log_params(
-            {
-                k: json.dumps(v) if isinstance(v, (list, dict)) else v
-                for k, v in asdict(args).items()
-            }
-        )
-
+    with tracked_run(args, run_name, summary):
         # ------------------------------------------------------------------ references
         refs: dict[str, float] = {}
         # FGD = always candidate 0: identical to envs.fgd_mode.run_fgd(trace, "FGD", seed)
@@ -647,8 +373,6 @@ def run(args: Args) -> dict[str, Any]:
         venv.close()
 
         # ------------------------------------------------------------------ export best
-        from fleetmind.rl.export import load_sb3_model
-
         best = load_sb3_model(ckpt_dir / "best.zip")
         model_dir = run_dir / "model"
         paths = export_policy(best, model_dir)
@@ -735,34 +459,10 @@ def run(args: Args) -> dict[str, Any]:
             files={k: str(v) for k, v in paths.items()},
         )
         if args.register:
-            info = mlflow.pyfunc.log_model(
-                name="model",
-                python_model=PlacementPyfunc(),
-                artifacts={"placement": str(model_dir)},
-                pip_requirements=pip_requirements(),
-                registered_model_name=REGISTERED_MODEL,
-            )
-            version = str(info.registered_model_version)
-            promoted, prev = promote_if_better(mlflow.MlflowClient(), version, state["best"])
-            summary["registry"] = {
-                "model_uri": info.model_uri,
-                "registered_model": REGISTERED_MODEL,
-                "version": version,
-                "champion": promoted,
-                "previous_champion": prev,
-            }
+            summary["registry"] = log_placement_pyfunc(model_dir, state["best"])
     if args.release:
-        from fleetmind.rl.policy_adapter import RELEASED_DIR
-
         RELEASED_DIR.mkdir(parents=True, exist_ok=True)
         for f in model_dir.iterdir():
             shutil.copy2(f, RELEASED_DIR / f.name)
         summary["released"] = str(RELEASED_DIR)
     return summary
-
-
-def run_dynamic(args: Args) -> dict[str, Any]:
-    """Dynamic mode (``fleetmind/MultiClusterPlacement-v0``): see :mod:`training.sched_train_dynamic`."""
-    from fleetmind.training.sched_train_dynamic import run_dynamic as run_dynamic_recipe
-
-    return run_dynamic_recipe(args)
