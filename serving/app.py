@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -31,7 +31,7 @@ from fleetmind.data.errors import (
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.db import Database
 from fleetmind.serving.defaults import DEFAULT_GRAPH
-from fleetmind.serving.deps import Services
+from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
@@ -134,7 +134,8 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     set_torch_threads(settings.torch_threads)
     tune_malloc(settings.malloc_mmap_threshold_mb)
     db = Database(settings.database_url, settings.sqlite_synchronous)
-    db.create_all()
+    before = db.migrate(apply=settings.migrate_on_start)
+    log.info("database schema: was %s, now %s", before, "head")
     graph, source = load_graph(settings)
     graphs = GraphStore(graph, source)
     registry = ModelRegistry(settings.rca_model, settings.placement_model, metrics.on_model_load)
@@ -262,19 +263,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # No dependency override for explicit settings: the services carry them (``current_settings``),
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
     # request (~1-2 ms each).
-    for r in (alerts, incidents, rca, placements, fleet, graph, models):
-        from fastapi import Depends
-
-        from fleetmind.serving.deps import require_token
-
-        app.include_router(r.router, dependencies=[Depends(require_token)])
+    for r in (incidents, rca, placements, fleet):  # read-only for the caller
+        app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
+    for r in (alerts, graph, models):  # scopes per route: ingest/read, read/admin
+        app.include_router(r.router)
     app.include_router(health.router)
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
     configured = settings or get_settings()
+    app.state.settings = configured
     limit = configured.max_body_bytes
     app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
+    app.add_middleware(AuthMiddleware)  # the token before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if configured.keep_warm_s > 0:  # off: no per-request step at all
         app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity

@@ -70,8 +70,8 @@ alerts = Table(
     UniqueConstraint("fingerprint", "starts_at", name="uq_alert_fingerprint_starts"),
     # One index for every query by incident: the worker's per-incident counts (total and firing)
     # read it alone (covering), and an incident's newest alerts (ORDER BY id DESC LIMIT) walk it
-    # backwards without sorting the whole incident. Databases created before session 13 have
-    # ``ix_alerts_incident_id`` instead; ``Database.create_all`` adds this one to them.
+    # backwards without sorting the whole incident. Databases created before 2026-11 have
+    # ``ix_alerts_incident_id`` instead; the migrations replace it (serving.migrations).
     Index("ix_alerts_incident", "incident_id", "id", "status"),
 )
 
@@ -134,28 +134,44 @@ class Database:
         # SQLite has one writer and pays an fsync per commit: concurrent webhooks share commits.
         self._group = _GroupCommit(self._store_now) if self.is_sqlite else None
 
-    def create_all(self) -> None:
-        """Create the tables when missing (tolerates replicas creating them at the same time).
+    def migrate(self, apply: bool = True) -> str:
+        """Bring the schema to this release's newest Alembic revision (:mod:`serving.migrations`).
+
+        Args:
+            apply: ``False``: change nothing, and refuse (``ConfigError``) unless the database is
+                already at the newest revision (``FLEETMIND_MIGRATE_ON_START=false``).
+
+        Returns:
+            the revision the database was at (``"none"`` when empty, ``"create_all"`` when made by
+            a release before migrations).
 
         Raises:
             ConfigError: the database cannot be reached or written (no server at the URL, a
-                SQLite file in a missing folder, wrong credentials), after three tries.
+                SQLite file in a missing folder, wrong credentials), is at a revision this release
+                does not know, or is behind while ``apply`` is false.
         """
-        from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+        from sqlalchemy.exc import SQLAlchemyError
 
-        for attempt in range(3):
-            try:
-                metadata.create_all(self.engine)
-                for index in alerts.indexes:  # an existing table gets indexes added since
-                    index.create(self.engine, checkfirst=True)
-                return
-            except (OperationalError, ProgrammingError, IntegrityError) as err:
-                if attempt == 2:
-                    reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+        from fleetmind.serving import migrations
+
+        try:
+            if not apply:
+                rev = migrations.check(self.engine)
+                if rev != migrations.head():
                     raise ConfigError(
-                        f"cannot open the database at {self.engine.url!r}: {reason}"
-                    ) from err
-                time.sleep(0.2 * (attempt + 1))  # another process created them meanwhile
+                        f"the database schema is at revision {rev or 'none'} and this release "
+                        f"needs {migrations.head()}; FLEETMIND_MIGRATE_ON_START is false: start "
+                        "one process with it true (the default) to upgrade, then restart the others"
+                    )
+                return rev
+            return migrations.upgrade(self.engine)
+        except SQLAlchemyError as err:
+            reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+            raise ConfigError(f"cannot open the database at {self.engine.url!r}: {reason}") from err
+
+    def create_all(self) -> None:
+        """Create or upgrade the schema (:meth:`migrate`); kept for callers of release 0.2.0."""
+        self.migrate()
 
     def dispose(self) -> None:
         self.engine.dispose()

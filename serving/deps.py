@@ -1,4 +1,22 @@
-"""Dependencies injected into the routers (FastAPI ``Depends``), and the services they hand out.
+"""Dependencies injected into the routers (FastAPI ``Depends``), the services they hand out, and
+authentication by token scope.
+
+Authentication: each bearer token carries scopes (``FLEETMIND_READ_TOKEN``: ``read``,
+``FLEETMIND_INGEST_TOKEN``: ``ingest``, ``FLEETMIND_ADMIN_TOKEN``: ``admin``,
+``FLEETMIND_API_TOKEN``: all three). A route declares the scope it needs with
+:func:`require_scope`::
+
+    router = APIRouter(prefix="/api/v1/things", dependencies=[Depends(require_scope("read"))])
+
+    @router.post("", dependencies=[Depends(require_scope("admin"))])  # or per route
+
+When any token is set, :class:`AuthMiddleware` checks the ``Authorization`` header before the
+request body is read or parsed: 401 without a known token, 403 with a token that lacks the scope.
+Every route needs a token except :data:`PUBLIC_PATHS` (``/healthz``, ``/readyz``, ``/metrics``); the
+API docs (``/docs``, ``/redoc``, ``/openapi.json``) need ``read``; a route that declares no scope
+needs ``admin`` (so a route added without one is closed, not open); an unknown path or a wrong
+method needs any valid token before it gets its 404/405. With no token set, authentication is off
+(``fleetmind serve`` then refuses a non-loopback address unless ``--insecure``).
 
 Everything the routes use is built once in the app's lifespan and kept in :class:`Services` on
 ``app.state.services``; each accessor below is a dependency that tests can replace through
@@ -12,8 +30,9 @@ from __future__ import annotations
 import hmac
 import inspect
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
 
@@ -27,7 +46,7 @@ from fleetmind.serving.placement import Reservations
 from fleetmind.serving.rca_batcher import RCABatcher
 from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
-from fleetmind.serving.settings import Settings, get_settings
+from fleetmind.serving.settings import SCOPES, Settings, get_settings
 from fleetmind.serving.telemetry.base import TelemetrySource
 
 
@@ -113,21 +132,185 @@ async def current_settings(request: Request) -> Settings:
     return services.settings if services is not None else get_settings()
 
 
-async def require_token(request: Request) -> None:
-    """When ``FLEETMIND_API_TOKEN`` is set, demand ``Authorization: Bearer <token>`` (401 otherwise)."""
-    token = (await current_settings(request)).api_token
-    if not token:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        given.strip().encode(), token.encode()
-    ):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing or wrong bearer token (send 'Authorization: Bearer <FLEETMIND_API_TOKEN>')",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Paths served without a token (probes and the Prometheus scrape)."""
+DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+"""The API docs: they need the ``read`` scope when tokens are set."""
+AUTH_SCOPE_KEY = "fleetmind.scopes"
+"""ASGI scope key where :class:`AuthMiddleware` leaves the scopes of the request's token."""
+_ANY = "any"
+
+_UNAUTHORIZED = "missing or unknown bearer token (send 'Authorization: Bearer <token>')"
+
+
+def settings_of(app: Any) -> Settings:
+    """The settings in force for ``app`` (outside a request): an override of ``get_settings``,
+    else the running services' settings, else the environment's."""
+    override = app.dependency_overrides.get(get_settings) if app is not None else None
+    if override is not None:
+        return override()  # type: ignore[no-any-return]
+    state = getattr(app, "state", None)
+    services = getattr(state, "services", None)
+    if services is not None:
+        return services.settings  # type: ignore[no-any-return]
+    configured = getattr(state, "settings", None)  # create_app(settings), before the lifespan
+    return configured if configured is not None else get_settings()
+
+
+def granted_scopes(tokens: dict[str, frozenset[str]], header: str | bytes | None) -> frozenset[str] | None:
+    """The scopes of the bearer token in an ``Authorization`` header (``None``: no known token).
+
+    Compares against every configured token in constant time, so timing tells nothing about which
+    token or how much of it matched.
+    """
+    if isinstance(header, bytes):
+        header = header.decode("latin-1")
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    raw = given.strip().encode("latin-1", "replace")
+    found: frozenset[str] | None = None
+    for token, scopes in tokens.items():
+        if hmac.compare_digest(raw, token.encode()):
+            found = scopes
+    return found
+
+
+def _deny(code: int, detail: str) -> HTTPException:
+    headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
+    return HTTPException(code, detail, headers=headers)
+
+
+_SCOPE_DEPS: dict[str, Callable[..., Awaitable[None]]] = {}
+
+
+def require_scope(scope: str) -> Callable[..., Awaitable[None]]:
+    """A FastAPI dependency demanding a token with ``scope`` (``read``, ``ingest`` or ``admin``).
+
+    Use as ``dependencies=[Depends(require_scope("read"))]`` on a router or a route. It passes at
+    once when :class:`AuthMiddleware` already checked the request (the usual case, before the
+    body); on its own (an app without the middleware) it checks the header itself.
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; one of {', '.join(SCOPES)}")
+    dep = _SCOPE_DEPS.get(scope)
+    if dep is not None:
+        return dep
+
+    async def check_scope(request: Request) -> None:
+        granted = request.scope.get(AUTH_SCOPE_KEY)
+        if granted is not None:
+            if scope in granted or _ANY in granted:
+                return
+            raise _deny(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+        tokens = (await current_settings(request)).tokens()
+        if not tokens:
+            return
+        got = granted_scopes(tokens, request.headers.get("authorization"))
+        if got is None:
+            raise _deny(status.HTTP_401_UNAUTHORIZED, _UNAUTHORIZED)
+        if scope not in got:
+            raise _deny(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+
+    check_scope.fleetmind_scope = scope  # type: ignore[attr-defined]
+    check_scope.__name__ = f"require_scope_{scope}"
+    _SCOPE_DEPS[scope] = check_scope
+    return check_scope
+
+
+def flat_routes(app: Any) -> list[Any]:
+    """The app's routes with included routers expanded (each with its path, methods, effective
+    ``dependencies`` and ``matches``): FastAPI 0.16x keeps an included router as one entry."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # FastAPI before included-router contexts: the routes are flat already
+        return list(app.routes)
+    return list(iter_route_contexts(app.routes))
+
+
+def route_scope(app: Any, scope: Any) -> str:
+    """The scope a request needs on ``app``: its route's :func:`require_scope` (``admin`` when the
+    route declares none), ``read`` for the API docs, ``"any"`` (any valid token) when no route
+    matches the path and method (the 404/405 answer), ``"public"`` for :data:`PUBLIC_PATHS`."""
+    from starlette.routing import Match
+
+    path = scope.get("path", "")
+    if path in PUBLIC_PATHS:
+        return "public"
+    if path in DOC_PATHS:
+        return "read"
+    for route in flat_routes(app):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            if getattr(route, "path", None) in PUBLIC_PATHS:
+                return "public"
+            for d in getattr(route, "dependencies", ()) or ():
+                needed = getattr(d.dependency, "fleetmind_scope", None)
+                if needed is not None:
+                    return str(needed)
+            return "admin"
+    return _ANY
+
+
+class AuthMiddleware:
+    """ASGI middleware: the token check of :func:`require_scope`, before the body is read.
+
+    It answers 401/403 itself (the body is never received, so a client without a token cannot make
+    the service buffer or parse anything) and leaves the token's scopes under
+    :data:`AUTH_SCOPE_KEY` for the route's dependency.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._tokens: tuple[int, dict[str, frozenset[str]]] = (0, {})
+
+    def _tokens_of(self, settings: Settings) -> dict[str, frozenset[str]]:
+        key = id(settings)
+        if self._tokens[0] != key:
+            self._tokens = (key, settings.tokens())
+        return self._tokens[1]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        app = scope.get("app")
+        tokens = self._tokens_of(settings_of(app))
+        if not tokens:
+            await self.app(scope, receive, send)
+            return
+        needed = route_scope(app, scope)
+        if needed == "public":
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        got = granted_scopes(tokens, header)
+        if got is None:
+            await _answer(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+            return
+        if needed != _ANY and needed not in got:
+            await _answer(send, 403, f"this token lacks the {needed!r} scope", [])
+            return
+        scope[AUTH_SCOPE_KEY] = got
+        await self.app(scope, receive, send)
+
+
+async def _answer(send: Any, code: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:
+    import json
+
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 DbDep = Annotated[Database, Depends(get_db)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -31,7 +31,23 @@ class Settings(BaseSettings):
         None, description="dependency graph JSON file; the committed example graph when unset"
     )
     api_token: str | None = Field(
-        None, description="when set, every /api/v1 route needs 'Authorization: Bearer <token>'"
+        None,
+        description="a bearer token with every scope (read, ingest, admin); when any token is set, "
+        "every route but /healthz, /readyz and /metrics needs 'Authorization: Bearer <token>'",
+    )
+    ingest_token: str | None = Field(
+        None, description="a bearer token with the ingest scope only (the Alertmanager webhook)"
+    )
+    read_token: str | None = Field(
+        None, description="a bearer token with the read scope (GET routes, RCA, placements, /docs)"
+    )
+    admin_token: str | None = Field(
+        None, description="a bearer token with the admin scope (replace the graph, reload models)"
+    )
+    migrate_on_start: bool = Field(
+        True,
+        description="upgrade the database schema to this release's newest revision at start "
+        "(Alembic); false: refuse to start unless the schema is already there",
     )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
@@ -130,6 +146,34 @@ class Settings(BaseSettings):
         ge=1,
         description="torch intra-op threads per process (1 suits one worker per core; unset: torch's default)",
     )
+
+    @field_validator("api_token", "ingest_token", "read_token", "admin_token")
+    @classmethod
+    def _no_empty_token(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("an empty token is not 'auth off': unset the variable instead")
+        if v is not None and (v != v.strip() or any(ord(c) < 33 or ord(c) > 126 for c in v)):
+            raise ValueError("a token is printable ASCII without spaces")
+        return v
+
+    def tokens(self) -> dict[str, frozenset[str]]:
+        """Each configured bearer token and its scopes (empty: authentication is off)."""
+        out: dict[str, set[str]] = {}
+        for token, scopes in (
+            (self.ingest_token, {"ingest"}),
+            (self.read_token, {"read"}),
+            (self.admin_token, {"admin"}),
+            (self.api_token, set(SCOPES)),
+        ):
+            if token is not None:
+                out.setdefault(token, set()).update(scopes)
+        return {t: frozenset(s) for t, s in out.items()}
+
+
+SCOPES = ("read", "ingest", "admin")
+"""The token scopes: ``read`` (GET routes, RCA, placements, the API docs), ``ingest`` (the
+Alertmanager webhook), ``admin`` (replace the graph, reload models, and routes that change state
+for everyone)."""
 
 
 @lru_cache

@@ -135,3 +135,86 @@ def wait_for(predicate: Any, timeout: float = 15.0, interval: float = 0.1) -> An
         time.sleep(interval)
         value = predicate()
     return value
+
+
+def pg_bindir() -> Path | None:
+    """The folder of PostgreSQL's ``initdb``/``pg_ctl`` (Debian package ``postgresql``), if any."""
+    import glob
+    import shutil
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+class PgCluster:
+    """A throwaway PostgreSQL cluster on a free loopback port (as ``postgres`` when run as root).
+
+    ``stop()``/``start()`` take the server down and up again on the same data and port (the fault
+    tests); ``close()`` removes everything. Raises ``RuntimeError`` when a step fails.
+    """
+
+    def __init__(self, bindir: Path, max_connections: int = 100) -> None:
+        import shutil
+        import tempfile
+
+        self.bindir = bindir
+        self.root = Path(tempfile.mkdtemp(prefix="fleetmind-pg-"))
+        self.data = self.root / "data"
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            runuser = shutil.which("runuser")
+            if runuser is None:
+                raise RuntimeError("running as root without runuser")
+            shutil.chown(self.root, "postgres", "postgres")
+            os.chmod(self.root, 0o700)
+            self.prefix = [runuser, "-u", "postgres", "--"]
+        self.port = free_port()
+        self.max_connections = max_connections
+        self._run(
+            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        out = subprocess.run(
+            [*self.prefix, str(self.bindir / tool), *args], capture_output=True, text=True
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"{tool} failed: {out.stdout}{out.stderr}")
+
+    def start(self) -> PgCluster:
+        opts = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            f"-c max_connections={self.max_connections}"
+        )
+        log = str(self.root / "log")
+        self._run("pg_ctl", "-D", str(self.data), "-l", log, "-o", opts, "-w", "start")
+        return self
+
+    def stop(self, mode: str = "immediate") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def psql(self, sql: str) -> str:
+        """Run ``sql`` with psycopg (autocommit); the first column of each row, joined by lines."""
+        import psycopg
+
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            cur = conn.execute(sql)
+            return "\n".join(str(r[0]) for r in cur.fetchall()) if cur.description else ""
+
+    def close(self) -> None:
+        import shutil
+
+        subprocess.run(
+            [*self.prefix, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -28,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without any FLEETMIND_*_TOKEN (anyone who reaches the "
+        "port can then read, ingest and replace the graph)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -79,6 +85,18 @@ def _settings_error(err: Any) -> str:
     return "invalid setting " + "; ".join(parts)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) binds only the loopback interface."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: may resolve to anything
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
@@ -106,11 +124,17 @@ def run(args: argparse.Namespace) -> int:
         settings = Settings()
     except ValidationError as err:
         raise ConfigError(_settings_error(err)) from None
+    if not settings.tokens() and not is_loopback(args.host) and not args.insecure:
+        raise ConfigError(
+            f"refusing to serve on {args.host} without a token: set FLEETMIND_API_TOKEN (or "
+            "FLEETMIND_READ_TOKEN / FLEETMIND_INGEST_TOKEN / FLEETMIND_ADMIN_TOKEN), bind "
+            "127.0.0.1, or pass --insecure"
+        )
     # a bad graph or database is a one-line error here, not a traceback in the server's startup
     load_graph(settings)
     db = Database(settings.database_url, settings.sqlite_synchronous)
     try:
-        db.create_all()  # what the server's startup does first (idempotent)
+        db.migrate(apply=settings.migrate_on_start)  # what the server's startup does first
     finally:
         db.dispose()
     uvicorn.run(

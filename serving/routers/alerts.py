@@ -9,12 +9,12 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep
+from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep, require_scope
 from fleetmind.serving.schemas import (
     AlertIn,
     AlertmanagerWebhook,
@@ -132,8 +132,10 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
     "",
     response_model=IngestResponse,
     summary="Alertmanager webhook v4 receiver",
+    dependencies=[Depends(require_scope("ingest"))],
     responses={
         401: {"model": ErrorOut},
+        403: {"model": ErrorOut},
         413: {"model": ErrorOut},
         422: {"model": ErrorOut},
         503: {"model": ErrorOut},
@@ -206,7 +208,12 @@ def alert_out(row: dict[str, Any]) -> AlertOut:
     )
 
 
-@router.get("", response_model=list[AlertOut], summary="Stored alerts, oldest first")
+@router.get(
+    "",
+    response_model=list[AlertOut],
+    summary="Stored alerts, oldest first",
+    dependencies=[Depends(require_scope("read"))],
+)
 def list_alerts(
     db: DbDep,
     status: Annotated[Literal["firing", "resolved"] | None, Query()] = None,

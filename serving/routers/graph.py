@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.serving.deps import GraphsDep
+from fleetmind.serving.deps import GraphsDep, require_scope
 from fleetmind.serving.schemas import ErrorOut, GraphIn, GraphSummary
 
 router = APIRouter(prefix="/api/v1/graph", tags=["graph"])
 
 
-@router.get("", summary="The served graph (graph JSON of the data contract)")
+@router.get(
+    "",
+    summary="The served graph (graph JSON of the data contract)",
+    dependencies=[Depends(require_scope("read"))],
+)
 def get_graph(graphs: GraphsDep) -> dict[str, Any]:
     return graphs.graph.to_json()
 
@@ -21,6 +25,7 @@ def get_graph(graphs: GraphsDep) -> dict[str, Any]:
 @router.put(
     "",
     response_model=GraphSummary,
+    dependencies=[Depends(require_scope("admin"))],
     responses={422: {"model": ErrorOut}},
     summary="Replace the served graph (in this process; new alerts group on it)",
 )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
-from fleetmind.serving.deps import MetricsDep, RegistryDep
+from fleetmind.serving.deps import MetricsDep, RegistryDep, require_scope
 from fleetmind.serving.registry import ModelSet
 from fleetmind.serving.schemas import ErrorOut, ModelInfo, ModelsOut
 
@@ -19,7 +19,12 @@ def models_out(models: ModelSet) -> ModelsOut:
     )
 
 
-@router.get("", response_model=ModelsOut, summary="The served models")
+@router.get(
+    "",
+    response_model=ModelsOut,
+    summary="The served models",
+    dependencies=[Depends(require_scope("read"))],
+)
 def get_models(registry: RegistryDep) -> ModelsOut:
     return models_out(registry.current)
 
@@ -27,6 +32,7 @@ def get_models(registry: RegistryDep) -> ModelsOut:
 @router.post(
     "/reload",
     response_model=ModelsOut,
+    dependencies=[Depends(require_scope("admin"))],
     responses={409: {"model": ErrorOut}},
     summary="Reload the models and swap them in atomically",
 )

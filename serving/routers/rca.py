@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -15,7 +14,14 @@ from pydantic import ValidationError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import RCAResult
 from fleetmind.serving.alertmap import node_for_alert
-from fleetmind.serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RCAPoolDep, RegistryDep
+from fleetmind.serving.deps import (
+    AUTH_SCOPE_KEY,
+    GraphsDep,
+    MetricsDep,
+    RCABatcherDep,
+    RCAPoolDep,
+    RegistryDep,
+)
 from fleetmind.serving.rca_parse import _EPOCH, PlainRequest, plain_alerts, plain_columns
 from fleetmind.serving.rca_pool import PoolUnavailable
 from fleetmind.serving.registry import LoadedModel
@@ -302,6 +308,7 @@ class FastLane:
         services = getattr(getattr(fast, "state", None), "services", None)
         pool = getattr(services, "rca_pool", None)
         if pool is None or fast.dependency_overrides or not _token_ok(services, scope):
+            # (the auth middleware outside this one has already answered 401/403)
             await self.app(scope, receive, send)
             return
         chunks = []
@@ -340,19 +347,10 @@ class FastLane:
 
 
 def _token_ok(services: Any, scope: Any) -> bool:
-    """``require_token``'s check on raw headers: no token configured, or the right bearer token."""
-    token = services.settings.api_token
-    if not token:
+    """The route's ``read`` scope: no token configured, or the auth middleware granted it."""
+    if not services.settings.tokens():
         return True
-    header = b""
-    for k, v in scope.get("headers", ()):
-        if k == b"authorization":
-            header = v
-            break
-    scheme, _, given = header.decode("latin-1").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        given.strip().encode(), token.encode()
-    )
+    return "read" in scope.get(AUTH_SCOPE_KEY, ())
 
 
 def _find_route(app: Any) -> Any:

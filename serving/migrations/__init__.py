@@ -1,0 +1,154 @@
+"""Schema migrations of the service database (Alembic), run by the service at start.
+
+The schema lives in revisions under ``versions/`` (``0001`` is the schema of release 0.2.0, created
+until then by ``MetaData.create_all``); :func:`upgrade` brings a database to the newest revision
+(``head``):
+
+* an empty database gets every revision in order;
+* a database created by ``create_all`` before Alembic (tables, no ``alembic_version``) gets the
+  indexes ``0001`` declares that it lacks, is stamped ``0001``, then upgraded;
+* a database at a revision this release does not know (written by a newer release) is refused with
+  a :class:`~fleetmind.data.errors.ConfigError`, and nothing is changed.
+
+Replicas starting together serialise on a lock (a PostgreSQL advisory lock, or a file lock next to
+the SQLite file), so exactly one runs each revision. Revisions that add an index to an existing
+table build it with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL (writes to the table continue).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection, Engine
+
+from fleetmind.data.errors import ConfigError
+
+HERE = Path(__file__).resolve().parent
+BASELINE = "0001"
+"""The revision of the schema ``create_all`` made before migrations (release 0.2.0)."""
+
+_PG_MIGRATE_KEY = 0x464C4D4D  # "FLMM": not the incident worker's key
+
+
+def _config(conn: Connection | None = None) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(HERE))
+    cfg.attributes["connection"] = conn
+    return cfg
+
+
+def head() -> str:
+    """The newest revision this release knows."""
+    from alembic.script import ScriptDirectory
+
+    return str(ScriptDirectory.from_config(_config()).get_current_head())
+
+
+def known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    return {s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions()}
+
+
+def current(conn: Connection) -> str | None:
+    """The revision the database is at (``None``: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection holding the migration lock (one migrating process per database)."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATE_KEY})
+            conn.commit()
+            try:
+                yield conn
+            finally:
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATE_KEY})
+                    conn.commit()
+        return
+    path = engine.url.database
+    fd = None
+    if path and path != ":memory:" and engine.dialect.name == "sqlite":
+        import fcntl
+
+        fd = os.open(path + ".migrate.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        if fd is not None:
+            os.close(fd)  # drops the flock
+
+
+def state(engine: Engine) -> tuple[str | None, bool]:
+    """``(revision, has_tables)``: the database's revision and whether it holds the alerts table."""
+    with engine.connect() as conn:
+        names = set(inspect(conn).get_table_names())
+        return (current(conn) if "alembic_version" in names else None), "alerts" in names
+
+
+def check(engine: Engine) -> str | None:
+    """The database's revision; raises when it is newer than this release knows."""
+    rev, _ = state(engine)
+    if rev is not None and rev not in known_revisions():
+        raise ConfigError(
+            f"the database schema is at revision {rev}, which this release does not know (its "
+            f"newest is {head()}): it was written by a newer FleetMind; run that release"
+        )
+    return rev
+
+
+def upgrade(engine: Engine) -> str:
+    """Bring the database to :func:`head`; returns the revision it was at (``"none"``: empty)."""
+    from alembic import command
+
+    check(engine)
+    with _migration_lock(engine) as conn:
+        names = set(inspect(conn).get_table_names())
+        rev = current(conn) if "alembic_version" in names else None
+        conn.commit()  # Alembic begins and commits its own transactions
+        before = rev or "none"
+        if rev is None and "alerts" in names:
+            _adopt_baseline(conn)
+            command.stamp(_config(conn), BASELINE)
+            conn.commit()
+            before = "create_all"
+        command.upgrade(_config(conn), "head")
+        conn.commit()
+    return before
+
+
+def _adopt_baseline(conn: Connection) -> None:
+    """Give a pre-migration database the indexes of the baseline it may lack.
+
+    Databases created before 2026-11 have ``ix_alerts_incident_id`` instead of the covering
+    ``ix_alerts_incident``: it is built (concurrently on PostgreSQL); the old one is left.
+    """
+    have = {i["name"] for i in inspect(conn).get_indexes("alerts")}
+    if "ix_alerts_incident" in have:
+        return
+    conn.commit()
+    pg = conn.dialect.name == "postgresql"
+    ddl = (
+        "CREATE INDEX {}IF NOT EXISTS ix_alerts_incident ON alerts (incident_id, id, status)"
+    ).format("CONCURRENTLY " if pg else "")
+    if pg:  # CONCURRENTLY runs outside a transaction: its own autocommit connection
+        with conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as auto:
+            auto.execute(text(ddl))
+    else:
+        conn.execute(text(ddl))
+        conn.commit()
