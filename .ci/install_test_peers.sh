@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real peers the service's end-to-end tests talk to (Debian packages
-# prometheus-alertmanager, prometheus, postgresql) when running as root with apt-get and they are
+# prometheus-alertmanager, prometheus, postgresql; podman, runc and mmdebstrap for the container
+# image test) when running as root with apt-get and they are
 # missing. Elsewhere it does nothing: those tests then skip and name the missing package.
 set -uo pipefail
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null; then
@@ -10,6 +11,9 @@ need=()
 command -v alertmanager >/dev/null || command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v prometheus >/dev/null || need+=(prometheus)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+command -v podman >/dev/null || need+=(podman)
+command -v runc >/dev/null || need+=(runc)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 if [ ${#need[@]} -gt 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}") \
     || echo "warning: could not install ${need[*]}; the tests that need them will be skipped"

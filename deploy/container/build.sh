@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the FleetMind service image with podman (or docker: CONTAINER=docker):
+#   deploy/container/build.sh [IMAGE]        (default localhost/fleetmind:<version>)
+# Steps: the base image (build-base.sh, reused when present), a wheel of this checkout
+# (python -m build), a build context with the dependency list and local wheels (PIP_FIND_LINKS
+# folders, e.g. PyTorch's CPU wheel), then a multi-stage build with the host network and the host's
+# CA bundle (pip inside the build reaches the same package index as the host).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+engine=${CONTAINER:-podman}
+python=${PYTHON:-python3}
+version=$("$python" -c "import tomllib,sys; print(tomllib.load(open(sys.argv[1],'rb'))['project']['version'])" "$repo/pyproject.toml")
+image=${1:-localhost/fleetmind:$version}
+[ "$engine" = podman ] && bash "$here/build-base.sh"
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/dist" "$ctx/wheels"
+"$python" -m build --wheel --no-isolation --outdir "$ctx/dist" "$repo" >/dev/null
+"$python" - "$repo/pyproject.toml" "$ctx/requirements.txt" <<'PY'
+import sys, tomllib
+deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
+open(sys.argv[2], "w").write("\n".join(deps) + "\n")
+PY
+for d in ${PIP_FIND_LINKS:-}; do
+  [ -d "$d" ] && find "$d" -maxdepth 1 -name 'torch-*.whl' -exec cp -l {} "$ctx/wheels/" \; 2>/dev/null \
+    || find "$d" -maxdepth 1 -name 'torch-*.whl' -exec cp {} "$ctx/wheels/" \; 2>/dev/null || true
+done
+cp "$here/Dockerfile" "$ctx/Dockerfile"
+ca=/etc/ssl/certs/ca-certificates.crt
+mounts=()
+[ -f "$ca" ] && [ "$engine" = podman ] && mounts=(-v "$ca:$ca:ro")
+"$engine" build --network host "${mounts[@]}" -t "$image" "$ctx"
+echo "$image"
