@@ -637,7 +637,24 @@ DCGM_MODEL_NAMES: dict[str, str] = {
 """Device names as NVML / DCGM exporter's ``modelName`` label report them, per RCA host template."""
 
 
-def rca_host_templates() -> dict[str, Any]:
+@dataclass(frozen=True)
+class HostTemplate:
+    """A GPU server layout for the RCA graph generator (:mod:`data.rca_gen.graphs`).
+
+    Attributes:
+        name: template name.
+        gpu_model: GPU model string (as DCGM's ``modelName``).
+        n_gpus: GPUs per host.
+        links: interconnect ``link`` nodes: ``(link label, GPU indices joined, level, GB/s)``.
+    """
+
+    name: str
+    gpu_model: str
+    n_gpus: int
+    links: tuple[tuple[str, tuple[int, ...], str, float], ...]
+
+
+def rca_host_templates() -> dict[str, HostTemplate]:
     """Host layouts for the RCA graph generator (:mod:`data.rca_gen.graphs`), built from the templates.
 
     Returns ``{name: HostTemplate}`` for the names in :data:`DCGM_MODEL_NAMES`; each template lists
@@ -645,8 +662,6 @@ def rca_host_templates() -> dict[str, Any]:
     bandwidth from :meth:`NodeTemplate.bandwidth_gbps`) or, on PCIe-only servers, one per PCIe
     switch shared by GPUs (``"pcie-swK"``, level ``PIX``).
     """
-    from fleetmind.data.rca_gen.graphs import HostTemplate
-
     sources = {
         "dgx1-v100": get_template("dgx1-v100"),
         "dgx-a100": get_template("dgx-a100"),
@@ -654,7 +669,7 @@ def rca_host_templates() -> dict[str, Any]:
         "pcie-l40s-8": get_template("pcie-8gpu", "L40S"),
         "pcie-a10-4": get_template("pcie-4gpu", "A10"),
     }
-    out: dict[str, Any] = {}
+    out: dict[str, HostTemplate] = {}
     for name, t in sources.items():
         bw = t.bandwidth_gbps()
         g = t.n_gpus

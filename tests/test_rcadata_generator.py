@@ -128,7 +128,7 @@ def test_silent_root_share_is_near_the_requested_rate(graph) -> None:
 
 
 def _noise_names() -> set[str]:
-    from fleetmind.data.rca_gen.alerts import NOISE_RULES
+    from fleetmind.data.rca_gen.faults import NOISE_RULES
 
     return {r.alertname for rules in NOISE_RULES.values() for r in rules}
 

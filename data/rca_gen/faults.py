@@ -909,10 +909,181 @@ def hops_by_effect() -> dict[str, tuple[Hop, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
+NOISE_RULES: dict[str, tuple[AlertRule, ...]] = {
+    "gpu": (
+        AlertRule(
+            "GPUUtilizationLow",
+            "info",
+            15 * MIN,
+            1.0,
+            "dcgm-exporter",
+            summary="GPU utilisation below 35 % for 15m",
+        ),
+        AlertRule(
+            "GPUXidError",
+            "warning",
+            0.0,
+            1.0,
+            "dcgm-exporter",
+            (("xid", "13|31"),),
+            summary="application-level XID",
+        ),
+        AlertRule(
+            "GPUHighTemperature",
+            "warning",
+            10 * MIN,
+            1.0,
+            "dcgm-exporter",
+            summary="DCGM_FI_DEV_GPU_TEMP above 85 C for 10m",
+        ),
+        AlertRule(
+            "GPUFramebufferHigh",
+            "warning",
+            5 * MIN,
+            1.0,
+            "dcgm-exporter",
+            summary="framebuffer above 95 %",
+        ),
+    ),
+    "host": (
+        AlertRule(
+            "NodeFilesystemSpaceFillingUp",
+            "warning",
+            1 * 3600,
+            1.0,
+            "node-exporter",
+            summary="filesystem predicted to fill within 24h",
+        ),
+        AlertRule(
+            "NodeClockNotSynchronising",
+            "warning",
+            10 * MIN,
+            1.0,
+            "node-exporter",
+            summary="clock not synchronising",
+        ),
+        AlertRule(
+            "NodeMemoryHighUtilization",
+            "warning",
+            15 * MIN,
+            1.0,
+            "node-exporter",
+            summary="memory above 90 %",
+        ),
+        AlertRule(
+            "NodeNetworkReceiveErrs",
+            "warning",
+            2 * MIN,
+            1.0,
+            "node-exporter",
+            summary="receive errors",
+        ),
+    ),
+    "pod": (
+        AlertRule(
+            "CPUThrottlingHigh",
+            "info",
+            15 * MIN,
+            1.0,
+            "kube-state-metrics",
+            summary="CPU throttling above 25 %",
+        ),
+        AlertRule(
+            "KubePodNotReady",
+            "warning",
+            15 * MIN,
+            1.0,
+            "kube-state-metrics",
+            summary="pod not ready for 15m",
+        ),
+        AlertRule(
+            "KubePodCrashLooping",
+            "warning",
+            15 * MIN,
+            1.0,
+            "kube-state-metrics",
+            summary="pod is restarting repeatedly",
+        ),
+        AlertRule(
+            "KubeContainerRestartsHigh",
+            "warning",
+            5 * MIN,
+            1.0,
+            "kube-state-metrics",
+            summary="container restarted > 3 times in 10m",
+        ),
+    ),
+    "service": (
+        AlertRule(
+            "KubeHpaMaxedOut",
+            "warning",
+            15 * MIN,
+            1.0,
+            "kube-state-metrics",
+            summary="HPA at max replicas",
+        ),
+        AlertRule(
+            "ServiceLatencyHigh",
+            "warning",
+            5 * MIN,
+            1.0,
+            "app",
+            summary="p99 latency above SLO for 5m",
+        ),
+        AlertRule(
+            "KubeDeploymentReplicasMismatch",
+            "warning",
+            15 * MIN,
+            1.0,
+            "kube-state-metrics",
+            summary="replica mismatch",
+        ),
+    ),
+    "infra": (
+        AlertRule(
+            "KubeAPIErrorBudgetBurn",
+            "warning",
+            1 * 3600,
+            1.0,
+            "apiserver",
+            summary="API server error budget burning",
+        ),
+        AlertRule(
+            "KubeClientCertificateExpiration",
+            "warning",
+            5 * MIN,
+            1.0,
+            "apiserver",
+            summary="client certificate expires soon",
+        ),
+    ),
+    "dns": (
+        AlertRule(
+            "CoreDNSLatencyHigh",
+            "warning",
+            10 * MIN,
+            1.0,
+            "coredns",
+            summary="CoreDNS p99 latency above 4 s",
+        ),
+    ),
+    "link": (),
+    "cluster": (
+        AlertRule(
+            "Watchdog",
+            "none",
+            0.0,
+            1.0,
+            "prometheus",
+            summary="always-firing alert that proves the pipeline works",
+        ),
+    ),
+}
+"""Background alert rules by node kind (fault-unrelated)."""
+
+
 def alertnames() -> list[str]:
     """Every alert name the simulator can emit (faults, storms and noise), sorted."""
-    from fleetmind.data.rca_gen.alerts import NOISE_RULES
-
     names = {r.alertname for rules in EFFECT_ALERTS.values() for r in rules}
     names |= {r.alertname for rules in NOISE_RULES.values() for r in rules}
     return sorted(names)

@@ -26,8 +26,7 @@ namespace, pod}``; service ``{cluster, service}``; cluster infra ``{cluster, com
 infra ``{component}``; WAN ``{component: wan, peer_a, peer_b}``; cluster ``{cluster}``.
 
 GPU hosts follow server templates (DGX-1 V100 hybrid cube-mesh, DGX A100 NV12 all-to-all, DGX H100
-NV18 all-to-all, PCIe-only servers). The templates come from :mod:`data.topology` when it provides them
-and otherwise from the small built-in table :data:`HOST_TEMPLATES` below.
+NV18 all-to-all, PCIe-only servers), from :func:`data.topology.rca_host_templates`.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
+from fleetmind.data.topology import HostTemplate, rca_host_templates
 
 REGIONS: tuple[str, ...] = (
     "us-east",
@@ -72,58 +72,6 @@ CLUSTER_INFRA: tuple[tuple[str, str, str | None], ...] = (
 """Per-cluster infra: (component, node kind, global component it depends on)."""
 
 
-@dataclass(frozen=True)
-class HostTemplate:
-    """A GPU server layout.
-
-    Attributes:
-        name: template name.
-        gpu_model: GPU model string (as DCGM's ``modelName``).
-        n_gpus: GPUs per host.
-        links: interconnect ``link`` nodes: ``(link label, GPU indices joined, level, GB/s)``.
-    """
-
-    name: str
-    gpu_model: str
-    n_gpus: int
-    links: tuple[tuple[str, tuple[int, ...], str, float], ...]
-
-
-def _all_pairs(
-    n: int, level: str, bw: float
-) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
-    return tuple((f"nvl-{i}-{j}", (i, j), level, bw) for i in range(n) for j in range(i + 1, n))
-
-
-def _cube_mesh() -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
-    # DGX-1 V100 hybrid cube-mesh: two fully connected quads plus i <-> i+4; doubled links on some pairs.
-    pairs = []
-    for base in (0, 4):
-        for i in range(4):
-            for j in range(i + 1, 4):
-                a, b = base + i, base + j
-                double = (i, j) in ((0, 3), (1, 2))
-                pairs.append((a, b, "NV2" if double else "NV1"))
-    pairs += [(i, i + 4, "NV2" if i in (0, 3) else "NV1") for i in range(4)]
-    return tuple((f"nvl-{a}-{b}", (a, b), lvl, 25.0 * int(lvl[2:])) for a, b, lvl in sorted(pairs))
-
-
-def _pcie(n: int, per_switch: int) -> tuple[tuple[str, tuple[int, ...], str, float], ...]:
-    return tuple(
-        (f"pcie-sw{k}", tuple(range(k * per_switch, (k + 1) * per_switch)), "PIX", 32.0)
-        for k in range(n // per_switch)
-    )
-
-
-HOST_TEMPLATES: dict[str, HostTemplate] = {
-    "dgx1-v100": HostTemplate("dgx1-v100", "Tesla V100-SXM2-32GB", 8, _cube_mesh()),
-    "dgx-a100": HostTemplate("dgx-a100", "NVIDIA A100-SXM4-80GB", 8, _all_pairs(8, "NV12", 300.0)),
-    "dgx-h100": HostTemplate("dgx-h100", "NVIDIA H100 80GB HBM3", 8, _all_pairs(8, "NV18", 450.0)),
-    "pcie-l40s-8": HostTemplate("pcie-l40s-8", "NVIDIA L40S", 8, _pcie(8, 2)),
-    "pcie-a10-4": HostTemplate("pcie-a10-4", "NVIDIA A10", 4, _pcie(4, 2)),
-}
-"""Built-in GPU server templates (used until/unless :mod:`data.topology` provides its own)."""
-
 TEMPLATE_WEIGHTS: dict[str, float] = {
     "dgx-h100": 0.35,
     "dgx-a100": 0.3,
@@ -134,15 +82,8 @@ TEMPLATE_WEIGHTS: dict[str, float] = {
 
 
 def host_templates() -> dict[str, HostTemplate]:
-    """The GPU server templates: from :mod:`data.topology` when available, else the built-in table."""
-    try:
-        from fleetmind.data.topology import rca_host_templates  # type: ignore[attr-defined]
-    except ImportError:
-        return HOST_TEMPLATES
-    try:
-        return dict(rca_host_templates())
-    except Exception:  # pragma: no cover - a half-landed module must not break generation
-        return HOST_TEMPLATES
+    """The GPU server templates (:func:`data.topology.rca_host_templates`)."""
+    return dict(rca_host_templates())
 
 
 MODELS: tuple[tuple[str, tuple[int, ...]], ...] = (
