@@ -399,7 +399,7 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
 
     from fleetmind.rca.features.columnar import incident_crop
     from fleetmind.rca.gat_analyzer import GATAnalyzer
-    from fleetmind.serving.routers.rca import parse_alerts, parse_for
+    from fleetmind.serving.rca_request import parse_alerts, parse_for
     from fleetmind.serving.schemas import CauseOut, RCARequest, RCAResponse
 
     if rca_model.get("method") != "gat":
@@ -408,14 +408,14 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     src = str(rca_model.get("source") or "")
     gat = GATAnalyzer.load(src if "://" in src or src.startswith("models:/") else REPO / src)
 
-    # As in the server: malloc keeps request-sized buffers (serving.app.tune_malloc), every
+    # As in the server: malloc keeps request-sized buffers (serving.tuning.tune_malloc), every
     # per-graph cache is built, and the label and annotation memos of the body parse have seen
     # the texts (a ranking process of the 20-client run misses ~10 % of them; the cold-memo cost
     # of the parse is reported separately). The analyzer gets what the server gives it: the
     # alert columns of serving.rca_parse.plain_columns.
     from fleetmind.rca.features.mapping import _static
     from fleetmind.serving import rca_parse
-    from fleetmind.serving.app import tune_malloc
+    from fleetmind.serving.tuning import tune_malloc
 
     tune_malloc(32)
     alerts = [parse_for(gat, graph, b)[1] for b in bodies]
@@ -431,7 +431,7 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
             fn(it)
         return round((time.process_time() - t) / len(items) * 1000, 3)
 
-    # the garbage collector as the server runs it (serving.app.tune_gc): objects alive now frozen,
+    # the garbage collector as the server runs it (serving.tuning.tune_gc): objects alive now frozen,
     # generation 0 every 100,000 allocations
     import gc
 
@@ -510,8 +510,8 @@ def ranking_loop(graph: Any, gat: Any, bodies: list[bytes], batch: int, reps: in
     ``batch`` bodies parsed (``parse_for``), ranked together (``rank_group``) and answered
     (``response_json``), the best of ``reps`` passes over ``bodies`` (no HTTP, no IPC)."""
     from fleetmind.serving.rca_batcher import rank_group
+    from fleetmind.serving.rca_request import parse_for, response_json
     from fleetmind.serving.registry import LoadedModel
-    from fleetmind.serving.routers.rca import parse_for, response_json
 
     model = LoadedModel("rca", gat, "gat", gat.version, None, None, 0.0)
     best = float("inf")
@@ -540,7 +540,7 @@ def interleaved_breakdown(
     import torch
 
     from fleetmind.rca.features.columnar import incident_crop
-    from fleetmind.serving.routers.rca import parse_for
+    from fleetmind.serving.rca_request import parse_for
 
     hops = gat.model.config.crop_hops
     acc = dict.fromkeys(("parse", "crop", "forward", "ranking_paths", "response"), 0.0)

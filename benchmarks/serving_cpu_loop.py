@@ -48,19 +48,19 @@ def main() -> None:
     from rca_workload import sim_incidents  # benchmarks/, next to this script; no side effects
 
     torch.set_num_threads(1)
-    from fleetmind.serving.app import tune_gc, tune_malloc
+    from fleetmind.serving.tuning import tune_gc, tune_malloc
 
     tune_malloc(32)
     from fleetmind.rca.gat_analyzer import GATAnalyzer
     from fleetmind.serving.defaults.example import benchmark_graph
     from fleetmind.serving.rca_batcher import rank_group
+    from fleetmind.serving.rca_request import response_json
     from fleetmind.serving.registry import LoadedModel
-    from fleetmind.serving.routers.rca import response_json
 
     try:
-        from fleetmind.serving.routers.rca import parse_for
+        from fleetmind.serving.rca_request import parse_for
     except ImportError:  # code before session 9: dict alerts
-        from fleetmind.serving.routers.rca import parse_alerts
+        from fleetmind.serving.rca_request import parse_alerts
 
         def parse_for(analyzer: Any, graph: Any, body: bytes) -> Any:
             return parse_alerts(body, True)

@@ -49,6 +49,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving.rca_batcher import rank_group
+from fleetmind.serving.rca_request import parse_for, response_json
+from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
+
 log = logging.getLogger("fleetmind.serving")
 
 _LEN = struct.Struct("!I")
@@ -432,16 +437,11 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
 
     if config.get("nice"):
         os.nice(int(config["nice"]))
-    from fleetmind.serving.app import set_torch_threads, tune_gc, tune_malloc
-
     set_torch_threads(config.get("torch_threads"))
     tune_malloc(config.get("malloc_mmap_threshold_mb"))
     from fastapi.exceptions import RequestValidationError
 
     import fleetmind.rca.gat_analyzer  # noqa: F401 - imported before the GC freeze, as in the server
-    from fleetmind.data.graph import DependencyGraph
-    from fleetmind.serving.rca_batcher import rank_group
-    from fleetmind.serving.routers.rca import parse_for, response_json
 
     gc.collect()
     tune_gc(config.get("gc_gen0_threshold"))

@@ -28,14 +28,15 @@ from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.rca.lightning_module import crop_incident
 from fleetmind.rca.model import GATConfig, GATRanker
 from fleetmind.serving.defaults.example import build_example_graph
-from fleetmind.serving.rca_parse import _plain_time, _Unsure, plain_columns, read_times
-from fleetmind.serving.routers.rca import (
+from fleetmind.serving.rca_parse import (
     PlainRequest,
-    _model_alerts,
-    parse_alerts,
-    parse_request,
+    _plain_time,
+    _Unsure,
     plain_alerts,
+    plain_columns,
+    read_times,
 )
+from fleetmind.serving.rca_request import _model_alerts, parse_alerts, parse_request
 from fleetmind.serving.schemas import RCARequest, RCARequestFast
 
 
@@ -312,7 +313,7 @@ def test_tune_malloc_applies_on_glibc_and_can_be_off() -> None:
     import platform
     import sys
 
-    from fleetmind.serving.app import tune_malloc
+    from fleetmind.serving.tuning import tune_malloc
 
     assert tune_malloc(0) is False and tune_malloc(None) is False
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":

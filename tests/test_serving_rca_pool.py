@@ -34,8 +34,8 @@ from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
 from fleetmind.rca.gat_analyzer import RELEASED_DIR
 from fleetmind.serving.app import create_app
 from fleetmind.serving.defaults.example import build_example_graph
+from fleetmind.serving.rca_request import parse_alerts, response_json
 from fleetmind.serving.registry import ModelSet, make_rca_baseline
-from fleetmind.serving.routers.rca import parse_alerts, response_json
 from fleetmind.serving.settings import Settings
 from tests.serving_helpers import wait_for
 
