@@ -52,7 +52,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleetmind.envs.dynamic.policies import make_policy  # noqa: E402
+from fleetmind.envs.dynamic.policies import make_dynamic_policy  # noqa: E402
 from fleetmind.envs.multicluster_env import (  # noqa: E402
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
@@ -271,11 +271,11 @@ def run_trace(
     for s in fit_seeds:
         jb, pr = job_stream(env, s)
         for h in REFERENCE_POLICIES:
-            heur[h].append(run_policy(env, jb, pr, make_policy(h, env.trace, env.fleet, s)))
+            heur[h].append(run_policy(env, jb, pr, make_dynamic_policy(h, env.trace, env.fleet, s)))
     for s in test_seeds:
         jb, pr = job_stream(env, s)
         for h in REFERENCE_POLICIES:
-            heur[h].append(run_policy(env, jb, pr, make_policy(h, env.trace, env.fleet, s)))
+            heur[h].append(run_policy(env, jb, pr, make_dynamic_policy(h, env.trace, env.fleet, s)))
         ins_test.append(run_policy(env, jb, pr, EnvActorPolicy(res.best, env, "insample")))
     t_eval = time.time() - t0
 

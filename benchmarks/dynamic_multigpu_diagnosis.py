@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from fleetmind.data.openb import load_openb_trace  # noqa: E402
 from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI  # noqa: E402
-from fleetmind.envs.dynamic.policies import LocalityAwarePolicy, make_policy  # noqa: E402
+from fleetmind.envs.dynamic.policies import LocalityAwarePolicy, make_dynamic_policy  # noqa: E402
 from fleetmind.envs.dynamic.sim import DynamicSim  # noqa: E402
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
 from fleetmind.rl.dynamic_eval import (  # noqa: E402
@@ -371,7 +371,7 @@ def main() -> None:
                 assert np.array_equal(j2.arrival_s, jobs.arrival_s) and np.array_equal(p2, prio)
             pols: list[tuple[str, Any]] = []
             for h in args.heuristics:
-                pols.append((h, make_policy(h, tr, base.fleet, seed)))
+                pols.append((h, make_dynamic_policy(h, tr, base.fleet, seed)))
             for lab, (p, cfg, act) in models.items():
                 env = envs[cfg.queue_features]
                 pols.append((lab, EnvActorPolicy(act, env, lab)))

@@ -3,7 +3,7 @@
 Per trace and seed, on the job stream of the evaluation protocol (``rl.dynamic_eval``: 10 %
 stratified node sample, 133 nodes, 2,048 jobs, offered load 0.8, backfill depth 8), this runs
 
-* the relaxed reference (``envs.dynamic_relaxed.RelaxedSim``: ideal runtimes, pooled resources)
+* the relaxed reference (``RelaxedSim`` of ``benchmarks/experiments/exp_2026_12_01_dynamic_relaxed``: ideal runtimes, pooled resources)
   in its three tiers ``pool`` < ``model`` < ``model_size`` (tighter to the right);
 * the best heuristic of the trace on real nodes (``DynamicSim``) and with ideal runtimes on real
   nodes (``IdealRuntimeSim``), to split its slowdown into a run-time part and a packing part;
@@ -34,10 +34,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.experiments.exp_2026_12_01_dynamic_relaxed.dynamic_relaxed import (  # noqa: E402
+    TIERS,
+    IdealRuntimeSim,
+    RelaxedSim,
+)
 from fleetmind.data.openb import load_openb_trace  # noqa: E402
-from fleetmind.envs.dynamic.policies import make_policy  # noqa: E402
+from fleetmind.envs.dynamic.policies import make_dynamic_policy  # noqa: E402
 from fleetmind.envs.dynamic.sim import DynamicSim  # noqa: E402
-from fleetmind.envs.dynamic_relaxed import TIERS, IdealRuntimeSim, RelaxedSim  # noqa: E402
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
 from fleetmind.rl.dynamic_eval import (  # noqa: E402
     DEFAULT_HEURISTICS,
@@ -171,7 +175,7 @@ def main() -> None:
             for s, (jobs, pri) in zip(seeds, streams, strict=True):
                 for h in DEFAULT_HEURISTICS:
                     sim = DynamicSim(env.fleet, jobs, env.backfill_depth, priority=pri)
-                    m = sim.run(make_policy(h, tr, env.fleet, s))
+                    m = sim.run(make_dynamic_policy(h, tr, env.fleet, s))
                     for k in KEYS:
                         per_policy[h][k].append(float(m[k]))
                 sim = DynamicSim(env.fleet, jobs, env.backfill_depth, priority=pri)
@@ -184,7 +188,7 @@ def main() -> None:
         for i, (s, (jobs, pri)) in enumerate(zip(seeds, streams, strict=True)):
             row: dict[str, Any] = {"seed": s}
             sim = DynamicSim(env.fleet, jobs, env.backfill_depth, priority=pri)
-            row["best"] = run_sim(sim, make_policy(best, tr, env.fleet, s))
+            row["best"] = run_sim(sim, make_dynamic_policy(best, tr, env.fleet, s))
             # pooled packing at the best heuristic's own runtimes (run + staging)
             own = RelaxedSim(
                 env.fleet,
@@ -220,7 +224,7 @@ def main() -> None:
                             }
                         )
             ideal = IdealRuntimeSim(env.fleet, jobs, env.backfill_depth, priority=pri)
-            row["best_ideal_runtime"] = run_sim(ideal, make_policy(best, tr, env.fleet, s))
+            row["best_ideal_runtime"] = run_sim(ideal, make_dynamic_policy(best, tr, env.fleet, s))
             for tier in TIERS:
                 row[tier] = run_sim(RelaxedSim(env.fleet, jobs, env.backfill_depth, tier), None)
             # anomalies: real policies below the relaxed reference on this stream

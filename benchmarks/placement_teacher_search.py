@@ -13,7 +13,7 @@ validation set that neither searched on:
   stopped early still leaves its best-so-far vector; the finished search overwrites both teachers
   with the same final values.
 * ``head-search``: the same CEM over the released network's logit head (64 weights + bias) with
-  its row MLP frozen (``rl.head_search``), scored on the same kind of episodes. It writes
+  its row MLP frozen (``benchmarks.experiments.exp_2026_12_01_head_search``), scored on the same kind of episodes. It writes
   ``<out>/head_best.json``, ``<out>/head_mean.json`` (head scorer JSONs), ``checkpoint.json``
   after every generation and ``search.json``; ``--stop-at HH:MM`` (UTC) ends the search after the
   last generation that is expected to finish before then.
@@ -172,7 +172,7 @@ def cmd_search(a: argparse.Namespace) -> None:
 def _val_job(job: tuple[str, str | None, str, int]) -> tuple[str, str, int, float]:
     import torch
 
-    from fleetmind.rl.head_search import load_scorer
+    from benchmarks.experiments.exp_2026_12_01_head_search.head_search import load_scorer
     from fleetmind.rl.ppo import greedy_rollout
 
     torch.set_num_threads(1)
@@ -246,11 +246,15 @@ def _stop_time(stop_at: str | None) -> float | None:
 
 
 def cmd_head_search(a: argparse.Namespace) -> None:
-    """CEM over the logit head of a released network (``rl.head_search``); see the module doc."""
+    """CEM over the logit head of a released network (``benchmarks.experiments.exp_2026_12_01_head_search``); see the module doc."""
     import torch
     from tqdm import tqdm
 
-    from fleetmind.rl.head_search import HeadScorer, head_cem_search, mean_gap_objective
+    from benchmarks.experiments.exp_2026_12_01_head_search.head_search import (
+        HeadScorer,
+        head_cem_search,
+        mean_gap_objective,
+    )
     from fleetmind.rl.teacher import worst_trace_objective
 
     torch.set_num_threads(1)
@@ -418,7 +422,7 @@ def main() -> None:
         "--scorer",
         action="append",
         default=[],
-        help="NAME=PATH to a teacher JSON or a head scorer JSON (rl.head_search)",
+        help="NAME=PATH to a teacher JSON or a head scorer JSON (benchmarks.experiments.exp_2026_12_01_head_search)",
     )
     v.add_argument("--traces", nargs="+", required=True)
     v.add_argument("--seeds", nargs="+", type=int, default=[43, 44])

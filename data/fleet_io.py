@@ -39,6 +39,7 @@ import yaml
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fleet import REGION_ORDER, Cluster, Fleet
+from fleetmind.data.paths import openb_csv_dir
 from fleetmind.data.topology import (
     BUILTIN_TEMPLATES,
     LinkLevel,
@@ -466,7 +467,6 @@ def load_openb_fleet(
     :raises DataError: missing file or malformed row (names file and line).
     :raises ConfigError: ``n_clusters`` < 1 or more than the nodes.
     """
-    from fleetmind.data.paths import openb_csv_dir
 
     p = Path(path) if path is not None else openb_csv_dir()
     if p.is_dir():

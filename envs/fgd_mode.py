@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetmind.data.errors import DataError
+from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, Pod, pods_from_trace
-from fleetmind.envs.policies import Policy, make_policy
+from fleetmind.envs.policies import Policy, canonical_policy_name, make_policy
 
 DEFAULT_SCALE = 1.3
 DEFAULT_LEVELS = (100, 130)
@@ -349,8 +349,6 @@ def evaluate_policies(
     load the agent with ``rl.policy_adapter.load_ppo_policy(ref)`` and pass the object instead
     (``fleetmind sched evaluate --policies ppo`` does that).
     """
-    from fleetmind.data.errors import NotAvailableError
-    from fleetmind.envs.policies import canonical_policy_name
 
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
     names: list[str] = []

@@ -33,6 +33,9 @@ from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.explain import attention_paths
+from fleetmind.rca.features.columnar import incident_crop
+from fleetmind.rca.features.layout import FEATURE_VERSION, NUM_FEATURES
 
 ARTIFACT_FORMAT = "fleetmind-rca-gat"
 ARTIFACT_FORMAT_VERSION = 1
@@ -151,7 +154,6 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     """
     import torch
 
-    from fleetmind.rca.features.layout import FEATURE_VERSION, NUM_FEATURES
     from fleetmind.rca.model import GATConfig, GATRanker
 
     path, reg_version = _resolve_ref(ref)
@@ -326,8 +328,6 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
-        from fleetmind.rca.features.columnar import incident_crop
-
         n = graph.num_nodes
         if n == 0:
             return RCAResult([], method=self.name, model_version=self.version)
@@ -361,8 +361,6 @@ class GATAnalyzer(BaseAnalyzer):
                 :meth:`find_root_causes` per item to find which).
         """
         import torch
-
-        from fleetmind.rca.features.columnar import incident_crop
 
         out: list[RCAResult | None] = [None] * len(items)
         crops = []
@@ -421,8 +419,6 @@ class GATAnalyzer(BaseAnalyzer):
         """Rank, type and explain from one incident's forward outputs (``c``: its crop; ``att``:
         the attention of each layer, or a function that returns it when a path needs it)."""
         import torch
-
-        from fleetmind.rca.explain import attention_paths
 
         n = graph.num_nodes
         m = c.keep.size

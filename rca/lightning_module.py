@@ -25,7 +25,9 @@ from torch_geometric.loader import DataLoader
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidate_mask
+from fleetmind.rca.features.layout import FEATURE_VERSION
 from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
 
 
@@ -179,8 +181,6 @@ class RCADataModule(pl.LightningDataModule):
         import hashlib
         import json
 
-        from fleetmind.rca.features.layout import FEATURE_VERSION
-
         files = sorted(self.data_dir.glob("*.jsonl"))
         key = {
             "v": FEATURE_VERSION,
@@ -228,7 +228,6 @@ class RCADataModule(pl.LightningDataModule):
                 pass
 
     def _compute(self) -> None:
-        from fleetmind.data.rca_dataset import load_dataset
 
         ds = load_dataset(self.data_dir)
         if "train" not in ds.splits:

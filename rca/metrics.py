@@ -25,6 +25,7 @@ import numpy as np
 from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import BaseAnalyzer
+from fleetmind.rca.baselines import BASELINES, RandomConfig, alerts_by_node
 
 K_VALUES: tuple[int, ...] = (1, 3, 5)
 
@@ -89,7 +90,6 @@ def _register_baselines() -> None:
     if _BASELINES_READY:
         return
     _BASELINES_READY = True
-    from fleetmind.rca.baselines import BASELINES, RandomConfig
 
     for name, cls in BASELINES.items():
         if name == "random":
@@ -161,7 +161,6 @@ def make_analyzers(
 # ------------------------------------------------------------------------------------------ evaluation
 def _prime(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> None:
     """Fill the per-graph adjacency and alert-label caches so no method pays for them in its timing."""
-    from fleetmind.rca.baselines import alerts_by_node
 
     alerts_by_node(graph, alerts)  # type: ignore[arg-type]
 

@@ -21,7 +21,8 @@ from typing import Any
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.petshop import PetShopScenario, read_metrics_csv, read_target
 from fleetmind.rca.base import BaseAnalyzer
-from fleetmind.rca.metrics import rank_of, summarize
+from fleetmind.rca.baselines import BASELINES
+from fleetmind.rca.metrics import make_analyzers, rank_of, summarize
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
 from fleetmind.rca.propagation import PropagationRanker
 
@@ -56,7 +57,6 @@ def default_alert_methods(
     the simulated-data baselines of :data:`rca.baselines.BASELINES` (through
     :func:`rca.metrics.make_analyzers`, so they are built exactly as ``rca evaluate`` builds them).
     """
-    from fleetmind.rca.metrics import make_analyzers
 
     methods: dict[str, BaseAnalyzer] = {"propagation": PropagationRanker()}
     skipped: dict[str, str] = {}
@@ -67,8 +67,6 @@ def default_alert_methods(
             skipped["gat"] = str(err)
     if simulated:
         try:
-            from fleetmind.rca.baselines import BASELINES
-
             methods.update(make_analyzers(list(BASELINES), model=None, seed=seed))
         except (FleetMindError, ImportError) as err:
             skipped["simulated_baselines"] = str(err)

@@ -6,7 +6,7 @@ tie-break priority are drawn from ``numpy.random.default_rng(s)`` exactly as
 :func:`envs.dynamic.evaluate.evaluate_dynamic` does): :func:`envs.dynamic.jobs.build_jobs`, then a
 permutation. Every policy then runs a fresh :class:`envs.dynamic.sim.DynamicSim` on that stream:
 
-* a heuristic through :func:`envs.dynamic.policies.make_policy` (its own node and GPU rule);
+* a heuristic through :func:`envs.dynamic.policies.make_dynamic_policy` (its own node and GPU rule);
 * a learned actor ``act(obs, mask) -> candidate`` through :class:`EnvActorPolicy`, which builds the
   env's observation and candidates for each decision (:meth:`MultiClusterPlacementEnv.attach`).
 
@@ -31,7 +31,7 @@ import numpy as np
 from fleetmind.data.errors import ConfigError, ModelLoadError
 from fleetmind.data.openb import PodTrace, load_openb_trace
 from fleetmind.envs.dynamic.jobs import DynJobs
-from fleetmind.envs.dynamic.policies import make_policy
+from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.multicluster_env import (
     N_CAND_FEATURES,
@@ -171,7 +171,7 @@ def evaluate_streams(
     for seed in seeds:
         jobs, priority = job_stream(env, int(seed))
         for name in heuristics:
-            pol = make_policy(name, tr, env.fleet, int(seed))
+            pol = make_dynamic_policy(name, tr, env.fleet, int(seed))
             rows[name].append(run_policy(env, jobs, priority, pol))
             if progress is not None:
                 progress(f"{name} seed {seed}")

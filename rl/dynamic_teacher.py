@@ -56,13 +56,16 @@ import numpy as np
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.openb import PodTrace, load_openb_trace
 from fleetmind.envs.dynamic.jobs import DynJobs
+from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.multicluster_env import (
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
     N_GLOBAL_FEATURES,
+    QUEUE_FEATURE_NAMES,
     MultiClusterPlacementEnv,
 )
-from fleetmind.rl.teacher import CandidateScorer, cem_loop
+from fleetmind.rl.dynamic_eval import EnvActorPolicy, job_stream, run_policy
+from fleetmind.rl.teacher import TeacherScorer, cem_loop
 
 SHARING_GLOBAL = GLOBAL_FEATURE_NAMES.index("is_sharing")
 
@@ -79,7 +82,7 @@ REFERENCE_POLICIES = ("FGD", "LocalityAware")
 """Heuristics whose per-stream best is the objective's unit (the strongest two in dynamic mode)."""
 
 
-class DynLinearScorer(CandidateScorer):
+class DynLinearScorer(TeacherScorer):
     """Greedy linear scorer over the candidate rows of ``MultiClusterPlacement-v0``.
 
     Args:
@@ -196,8 +199,6 @@ class StreamSet:
     ) -> StreamSet:
         """Build ``len(traces) * len(seeds)`` streams (``env_kwargs``: env options except trace;
         ``envs``: already built envs by trace name, reused and extended)."""
-        from fleetmind.envs.dynamic.policies import make_policy
-        from fleetmind.rl.dynamic_eval import job_stream, run_policy
 
         envs = {} if envs is None else envs
         eps: list[tuple[str, int, DynJobs, np.ndarray]] = []
@@ -214,7 +215,7 @@ class StreamSet:
                 jobs, prio = job_stream(env, int(s))
                 eps.append((name, int(s), jobs, prio))
                 ms = {
-                    h: run_policy(env, jobs, prio, make_policy(h, tr, env.fleet, int(s)))
+                    h: run_policy(env, jobs, prio, make_dynamic_policy(h, tr, env.fleet, int(s)))
                     for h in REFERENCE_POLICIES
                 }
                 fgd.append(ms["FGD"])
@@ -223,7 +224,6 @@ class StreamSet:
 
     def run(self, act: Callable[[np.ndarray, np.ndarray], int]) -> list[dict[str, float]]:
         """Metrics of ``act`` on every stream."""
-        from fleetmind.rl.dynamic_eval import EnvActorPolicy, run_policy
 
         out = []
         for name, _, jobs, prio in self.episodes:
@@ -273,7 +273,6 @@ def nonneg_indices(
     ``base_index`` is ``None`` for a weight kept >= 0 and the feature's base weight for the
     ``is_sharing`` interaction (kept >= minus the base weight). ``features``: names from
     ``CAND_FEATURE_NAMES`` (or the queue features); unknown names raise :class:`ValueError`."""
-    from fleetmind.envs.multicluster_env import QUEUE_FEATURE_NAMES
 
     names = list(CAND_FEATURE_NAMES) + list(QUEUE_FEATURE_NAMES)
     out: list[tuple[int, int | None]] = []

@@ -28,14 +28,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from fleetmind.compat import legacy_module_names
 from fleetmind.data.errors import ModelLoadError
-from fleetmind.rl.policy import MASKED_LOGIT, CandidateScorer
+from fleetmind.rl.policy import MASKED_LOGIT, CandidateScorerNet
 
 EXPORT_FORMAT = "fleetmind-placement-actor/1"
 
 
 class PlacementActor(nn.Module):
-    """Greedy masked actor: the row MLP and logit head of a :class:`CandidateScorer`.
+    """Greedy masked actor: the row MLP and logit head of a :class:`CandidateScorerNet`.
 
     Args:
         n_candidates (int): ``K``.
@@ -54,7 +55,7 @@ class PlacementActor(nn.Module):
             "n_global_features": int(n_global_features),
             "hidden": int(hidden),
         }
-        self.scorer = CandidateScorer(n_candidates, n_cand_features, n_global_features, hidden)
+        self.scorer = CandidateScorerNet(n_candidates, n_cand_features, n_global_features, hidden)
 
     def forward(self, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.scorer.forward_actor(obs)
@@ -196,8 +197,6 @@ def load_sb3_model(path: str | Path, device: str = "cpu") -> Any:
         ModelLoadError: the file is missing or not a loadable model.
     """
     from sb3_contrib import MaskablePPO
-
-    from fleetmind.compat import legacy_module_names
 
     p = Path(path)
     if not p.is_file():

@@ -28,7 +28,7 @@ MASKED_LOGIT = -1e8
 """Logit given to masked actions (the value sb3-contrib's ``MaskableCategorical`` uses)."""
 
 
-class CandidateScorer(nn.Module):
+class CandidateScorerNet(nn.Module):
     """Shared row MLP (actor) and pooled critic over ``K`` candidate rows.
 
     Args:
@@ -99,7 +99,7 @@ class CandidateScorer(nn.Module):
 
 
 class CandidateScorerPolicy(MaskableActorCriticPolicy):
-    """sb3-contrib ``MaskableActorCriticPolicy`` whose actor is a :class:`CandidateScorer`.
+    """sb3-contrib ``MaskableActorCriticPolicy`` whose actor is a :class:`CandidateScorerNet`.
 
     The scorer's logits are the action logits (``action_net`` is the identity), so the policy is
     equivariant to the order of candidate rows. The observation must be the flat
@@ -137,7 +137,7 @@ class CandidateScorerPolicy(MaskableActorCriticPolicy):
         super().__init__(observation_space, action_space, lr_schedule, *args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = CandidateScorer(
+        self.mlp_extractor = CandidateScorerNet(
             self.n_candidates,
             self.n_cand_features,
             self.n_global_features,

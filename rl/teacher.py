@@ -63,7 +63,7 @@ def _block_gates(glob: np.ndarray, blocks: Sequence[str]) -> list[float]:
     return [gates[b] for b in blocks]
 
 
-class CandidateScorer:
+class TeacherScorer:
     """Shared by the linear scorers of both placement modes: greedy choice over the valid rows and
     JSON files. Subclasses define ``scores(obs) -> (K,)`` and ``to_dict()``."""
 
@@ -86,7 +86,7 @@ class CandidateScorer:
         return p
 
 
-class LinearScorer(CandidateScorer):
+class LinearScorer(TeacherScorer):
     """Greedy linear scorer over candidate rows (see the module docstring).
 
     Args:
@@ -175,7 +175,7 @@ class LinearScorer(CandidateScorer):
             raise ModelLoadError(f"{p} is not a fleetmind linear scorer: {e}") from e
 
 
-class StrandPenaltyScorer(CandidateScorer):
+class StrandPenaltyScorer(TeacherScorer):
     """A linear scorer minus a penalty on host-stranded GPUs (session 12's teacher), and
     optionally one on GPU models that model-restricted pods need.
 
@@ -453,9 +453,9 @@ def cem_loop(
     mu: np.ndarray,
     sd: np.ndarray,
     fixed: int,
-    make: Callable[[np.ndarray], CandidateScorer],
+    make: Callable[[np.ndarray], TeacherScorer],
     score: Callable[[Any], float],
-    best: CandidateScorer,
+    best: TeacherScorer,
     best_score: float,
     *,
     generations: int,
@@ -465,7 +465,7 @@ def cem_loop(
     rng: np.random.Generator,
     progress: Callable[[int], None] | None = None,
     on_generation: GenerationCallback | None = None,
-) -> tuple[CandidateScorer, float, list[dict[str, float]], np.ndarray]:
+) -> tuple[TeacherScorer, float, list[dict[str, float]], np.ndarray]:
     """The generations of a cross-entropy search (shared by both placement modes' teachers).
 
     Args:

@@ -10,6 +10,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fleetmind.data.openb import ANY_GPU_MODEL, gpu_model_id
+from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
+from fleetmind.envs.policies import make_policy
+from fleetmind.envs.policies.scores import bestfit_scores
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 
@@ -178,9 +182,6 @@ class PeerPolicyPlacer:
         ``(cluster, node, gpu index) -> (row, slot)`` and ``(cluster, node, -1) -> (row,)``."""
         import numpy as np
 
-        from fleetmind.data.openb import gpu_model_id
-        from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState
-
         key = (id(snapshot.nodes), snapshot.collected_ts if snapshot.source != "sim" else 0.0)
         cached = self._cache
         if cached is not None and cached[0] == key:
@@ -210,9 +211,6 @@ class PeerPolicyPlacer:
         self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
     ) -> list[Option]:
         import numpy as np
-
-        from fleetmind.data.openb import ANY_GPU_MODEL, gpu_model_id
-        from fleetmind.envs.core import Pod
 
         nodes = snapshot.nodes
         n = len(nodes)
@@ -265,8 +263,6 @@ class PeerPolicyPlacer:
                 except (
                     NotImplementedError
                 ):  # e.g. PPO ranks candidates only: order the rest by BestFit
-                    from fleetmind.envs.policies.scores import bestfit_scores
-
                     scores = np.asarray(bestfit_scores(state, pod, mask), dtype=np.float64)
             picks = [int(node)] if node >= 0 else []
             if k > 1:
@@ -299,11 +295,7 @@ def free_gpus_all(node: NodeState, res: Reservations) -> list[tuple[int, int]]:
 
 
 def peer_heuristic(name: str) -> PeerPolicyPlacer | None:
-    """The ``envs.policies`` heuristic ``name`` wrapped as a Placer; None when envs is absent."""
-    try:
-        from fleetmind.envs.policies import make_policy
-    except ImportError:
-        return None
+    """The ``envs.policies`` heuristic ``name`` wrapped as a Placer; None for an unknown name."""
     try:
         policy = make_policy(name)
     except Exception:

@@ -49,6 +49,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import fleetmind.rca.gat_analyzer  # noqa: F401 - loaded before a ranking process freezes its GC, as in the server
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.rca_batcher import rank_group
 from fleetmind.serving.rca_request import parse_for, response_json
@@ -440,8 +441,6 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
     set_torch_threads(config.get("torch_threads"))
     tune_malloc(config.get("malloc_mmap_threshold_mb"))
     from fastapi.exceptions import RequestValidationError
-
-    import fleetmind.rca.gat_analyzer  # noqa: F401 - imported before the GC freeze, as in the server
 
     gc.collect()
     tune_gc(config.get("gc_gen0_threshold"))

@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
+from fleetmind.rca import baselines
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.serving.fallback import UpstreamCoverageAnalyzer
-from fleetmind.serving.placement import BestFitPlacer, Placer
+from fleetmind.serving.placement import BestFitPlacer, PeerPolicyPlacer, Placer, peer_heuristic
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -174,8 +175,6 @@ class ModelRegistry:
         try:
             mod = importlib.import_module("fleetmind.rl.policy_adapter")
             policy = mod.load_ppo_policy(ref)
-            from fleetmind.serving.placement import PeerPolicyPlacer
-
             placer = PeerPolicyPlacer(policy, name="ppo", version=_version_of(policy))
             self._count("placement", True)
             return LoadedModel(
@@ -210,13 +209,9 @@ def _version_of(obj: Any) -> str | None:
 
 # ---------------------------------------------------------------------- baselines and heuristics
 def _peer_baselines() -> dict[str, type[BaseAnalyzer]]:
-    """Analyzer classes of ``rca.baselines`` by name (empty when the module is absent)."""
-    try:
-        mod = importlib.import_module("fleetmind.rca.baselines")
-    except ImportError:
-        return {}
+    """Analyzer classes of ``rca.baselines`` by name."""
     out: dict[str, type[BaseAnalyzer]] = {}
-    for obj in vars(mod).values():
+    for obj in vars(baselines).values():
         if isinstance(obj, type) and issubclass(obj, BaseAnalyzer) and obj is not BaseAnalyzer:
             name = getattr(obj, "name", None)
             if isinstance(name, str) and name != "base":
@@ -253,19 +248,17 @@ def make_heuristic(name: str) -> Placer:
     key = name.strip().lower().replace("_", "").replace("-", "")
     if key in ("builtinbestfit", "builtin"):
         return BestFitPlacer()
-    from fleetmind.serving.placement import peer_heuristic
 
     placer = peer_heuristic(name)
     if placer is None:
         if key == "bestfit":
             return BestFitPlacer()
-        raise ConfigError(f"unknown placement heuristic {name!r} (envs.policies is not available)")
+        raise ConfigError(f"unknown placement heuristic {name!r}")
     return placer
 
 
 def best_heuristic() -> Placer:
-    """The best available heuristic (the peer FGD/BestFit from ``envs.policies``, else built-in)."""
-    from fleetmind.serving.placement import peer_heuristic
+    """The best available heuristic (BestFit from ``envs.policies``, else the built-in one)."""
 
     for name in ("BestFit",):
         placer = peer_heuristic(name)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fleetmind.rl.policy import CandidateScorer
+from fleetmind.rl.policy import CandidateScorerNet
 from fleetmind.rl.ppo import TeacherData, behaviour_clone
 
 K, F, G = 6, 5, 3
@@ -14,11 +14,11 @@ K, F, G = 6, 5, 3
 
 class _Policy(torch.nn.Module):
     """The two members ``behaviour_clone`` uses of an SB3 policy: ``mlp_extractor`` (the
-    project's :class:`CandidateScorer`) and ``value_net``."""
+    project's :class:`CandidateScorerNet`) and ``value_net``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.mlp_extractor = CandidateScorer(K, F, G, hidden=16)
+        self.mlp_extractor = CandidateScorerNet(K, F, G, hidden=16)
         self.value_net = torch.nn.Linear(16, 1)
 
     def set_training_mode(self, mode: bool) -> None:

@@ -1,8 +1,9 @@
-"""Relaxed dynamic-mode reference (``envs/dynamic_relaxed.py``): hand-computed schedules, the
+"""Relaxed dynamic-mode reference (``benchmarks/experiments/exp_2026_12_01_dynamic_relaxed``): hand-computed schedules, the
 same queue discipline and metrics as ``DynamicSim``, tier ordering, bad input."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import fields, replace
 
 import numpy as np
@@ -12,11 +13,15 @@ from dynamic_helpers import jobs_from_lists, one_gpu_fleet, small_trace, two_clu
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.fleet import Cluster, Fleet
 from fleetmind.data.openb import gpu_model_id
+from fleetmind.data.paths import REPO_ROOT
 from fleetmind.data.topology import pcie_server
 from fleetmind.envs.dynamic.fleet import DynFleet
 from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
 from fleetmind.envs.dynamic.sim import DynamicSim
-from fleetmind.envs.dynamic_relaxed import (
+
+# the experiment is not installed: import it from the checkout
+sys.path.append(str(REPO_ROOT))
+from benchmarks.experiments.exp_2026_12_01_dynamic_relaxed.dynamic_relaxed import (  # noqa: E402
     TIERS,
     IdealRuntimeSim,
     RelaxedSim,
@@ -225,14 +230,14 @@ def test_relaxed_not_above_locality_aware_on_a_small_real_stream(shared_data, se
     """Regression check on specific seeds (not a theorem: FIFO + backfill can be non-monotone):
     ``cpu050`` in the evaluation protocol's setting (133 nodes, 2,048 jobs, load 0.8)."""
     from fleetmind.data.openb import load_openb_trace
-    from fleetmind.envs.dynamic.policies import make_policy
+    from fleetmind.envs.dynamic.policies import make_dynamic_policy
     from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
     from fleetmind.rl.dynamic_eval import DynEvalConfig, job_stream, run_policy
 
     tr = load_openb_trace("cpu050")
     env = MultiClusterPlacementEnv(**DynEvalConfig().env_kwargs(tr))
     jobs, priority = job_stream(env, seed)
-    la = run_policy(env, jobs, priority, make_policy("LocalityAware", tr, env.fleet, seed))
+    la = run_policy(env, jobs, priority, make_dynamic_policy("LocalityAware", tr, env.fleet, seed))
     rel = {t: relaxed_metrics(env.fleet, jobs, env.backfill_depth, t) for t in TIERS}
     assert rel["pool"]["n_started"] == la["n_started"]
     assert rel["model_size"]["mean_slowdown"] <= la["mean_slowdown"]

@@ -1,8 +1,9 @@
-"""Search of the released network's logit head (rl/head_search.py): parity, search, export."""
+"""Search of the released network's logit head (the 2026-12-01 head-search experiment): parity, search, export."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -10,10 +11,14 @@ import torch
 from ppo_helpers import load_tiny
 
 from fleetmind.data.errors import ModelLoadError
-from fleetmind.data.paths import MODELS_DIR
+from fleetmind.data.paths import MODELS_DIR, REPO_ROOT
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.rl.export import OnnxActor, load_sb3_model, load_torch
-from fleetmind.rl.head_search import (
+from fleetmind.rl.teacher import LinearScorer, episode_metric
+
+# the experiment is not installed: import it from the checkout
+sys.path.append(str(REPO_ROOT))
+from benchmarks.experiments.exp_2026_12_01_head_search.head_search import (  # noqa: E402
     HeadScorer,
     export_head,
     head_cem_search,
@@ -21,7 +26,6 @@ from fleetmind.rl.head_search import (
     mean_gap_objective,
     released_head,
 )
-from fleetmind.rl.teacher import LinearScorer, episode_metric
 
 RELEASED = MODELS_DIR / "placement"
 pytestmark = pytest.mark.skipif(

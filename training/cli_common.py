@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleetmind.data.errors import NotAvailableError
-
 
 def add_group(
     subparsers: argparse._SubParsersAction, name: str, help_text: str
@@ -17,15 +15,6 @@ def add_group(
     group = subparsers.add_parser(name, help=help_text, description=help_text)
     group.set_defaults(group_parser=group)
     return group, group.add_subparsers(dest="command", metavar="COMMAND")
-
-
-def not_landed(what: str, issue: int) -> Any:
-    """Return a handler that says plainly that ``what`` is not available yet (issue ``issue``)."""
-
-    def handler(args: argparse.Namespace) -> int:
-        raise NotAvailableError(f"{what} is not implemented yet (tracked in issue #{issue})")
-
-    return handler
 
 
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:

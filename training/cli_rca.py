@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from fleetmind.training.cli_common import add_group, not_landed, write_json
+from fleetmind.training.cli_common import add_group, write_json
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -223,11 +223,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "sqlite:///mlflow.db), registers fleetmind-rca and moves @champion when val AC@1 improves.",
     )
     p.set_defaults(func=_train)
-    try:
-        from fleetmind.training.rca_train import add_arguments
-    except ImportError:  # pragma: no cover - training deps missing
-        p.set_defaults(func=not_landed("fleetmind rca train", 4))
-        return
+    from fleetmind.training.rca_train import add_arguments
+
     add_arguments(p)
 
 

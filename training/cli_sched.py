@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.training.cli_common import add_group, write_json
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
@@ -48,13 +48,8 @@ def parse_seeds(items: list[str]) -> list[int]:
 
 
 def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's policy object
-    try:
-        from fleetmind.rl.policy_adapter import load_ppo_policy  # type: ignore[import-not-found]
-    except ImportError:
-        raise NotAvailableError(
-            "policy 'ppo' needs the PPO agent (rl.policy_adapter.load_ppo_policy, issue #6), "
-            "which is not available in this installation"
-        ) from None
+    from fleetmind.rl.policy_adapter import load_ppo_policy
+
     return load_ppo_policy(ref)
 
 
@@ -143,14 +138,9 @@ def _failure_causes(trace: Any, nodes: Any, policies: dict[str, Any], seeds: lis
 def _evaluate_dynamic(
     args: argparse.Namespace, policies: list[str] | None, seeds: list[int]
 ) -> dict:
-    try:
-        from fleetmind.envs.dynamic.evaluate import evaluate_dynamic  # type: ignore[attr-defined]
-    except ImportError:
-        raise NotAvailableError(
-            "--mode dynamic needs envs.dynamic.evaluate.evaluate_dynamic (issue #5, dynamic mode), "
-            "which is not available in this installation"
-        ) from None
     from tqdm import tqdm
+
+    from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
 
     if policies and any(p.lower() == "ppo" for p in policies):
         return _evaluate_dynamic_agent(args, policies, seeds)

@@ -15,6 +15,10 @@ import argparse
 import platform
 import sys
 
+from fleetmind.data.errors import DataError
+from fleetmind.data.petshop import load_scenario
+from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
+from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 from fleetmind.training.cli_common import write_json
 
 METHOD_CHOICES = ("propagation", "gat", "petshop_traversal", "baro", "nsigma", "simulated")
@@ -57,10 +61,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
-    from fleetmind.data.errors import DataError
-    from fleetmind.data.petshop import load_scenario
-    from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
-    from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 
     wanted = set(args.methods or METHOD_CHOICES)
     scenario = load_scenario(args.scenario)

@@ -6,6 +6,9 @@ from typing import Any
 
 import mlflow.pyfunc
 
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.gat_analyzer import GATAnalyzer
+
 
 class GATPyfunc(mlflow.pyfunc.PythonModel):
     """MLflow pyfunc wrapper of the GAT artifact.
@@ -20,12 +23,10 @@ class GATPyfunc(mlflow.pyfunc.PythonModel):
     _skip_type_hint_validation = True
 
     def load_context(self, context: Any) -> None:
-        from fleetmind.rca.gat_analyzer import GATAnalyzer
 
         self.analyzer = GATAnalyzer.load(context.artifacts["gat"])
 
     def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - MLflow reads hints
-        from fleetmind.data.graph import DependencyGraph
 
         top_k = int((params or {}).get("top_k", 5))
         rows = model_input.to_dict("records") if hasattr(model_input, "to_dict") else model_input

@@ -29,6 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from fleetmind.data.errors import ConfigError
+from fleetmind.rca.gat_analyzer import save_artifact
+from fleetmind.training.cli_common import write_json
+
 REGISTERED_MODEL = "fleetmind-rca"
 CHAMPION = "champion"
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -171,8 +175,6 @@ def run(args: Args) -> dict[str, Any]:
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
     from pytorch_lightning.loggers import MLFlowLogger
 
-    from fleetmind.data.errors import ConfigError
-    from fleetmind.rca.gat_analyzer import save_artifact
     from fleetmind.rca.lightning_module import GATLightning, RCADataModule, evaluate_ranks
 
     if not args.data:
@@ -342,7 +344,6 @@ def add_arguments(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """Handler of ``fleetmind rca train``: prints the run id and metrics, optional ``--json``."""
-    from fleetmind.training.cli_common import write_json
 
     a = Args(
         data=args.data,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.errors import ConfigError
+from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_dataset import DatasetWriter
 from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
 from fleetmind.data.rca_gen.graphs import GraphGenConfig, generate_graph
@@ -177,7 +178,6 @@ def generate_dataset(
 
 
 def _consume(results, w: DatasetWriter, graphs_by_split: dict, stats: dict, progress) -> None:  # noqa: ANN001
-    from fleetmind.data.graph import DependencyGraph
 
     for split, gjson, lines in results:
         g = DependencyGraph.from_json(gjson)

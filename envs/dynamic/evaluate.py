@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetmind.data.openb import PodTrace
+from fleetmind.data.openb import PodTrace, load_openb_trace
 from fleetmind.envs.dynamic.fleet import DynFleet, load_dynamic_fleet
 from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
 from fleetmind.envs.dynamic.model import (
@@ -17,7 +17,7 @@ from fleetmind.envs.dynamic.model import (
     DEFAULT_TARGET_UTIL,
     MAX_WORK_S,
 )
-from fleetmind.envs.dynamic.policies import available_policies, make_policy
+from fleetmind.envs.dynamic.policies import available_policies, make_dynamic_policy
 from fleetmind.envs.dynamic.sim import DynamicSim
 
 # Evaluation
@@ -77,7 +77,6 @@ def evaluate_dynamic(
     Raises:
         ConfigError: unknown policy or bad option; DataError: unreadable trace or fleet.
     """
-    from fleetmind.data.openb import load_openb_trace
 
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
     names = list(policies) if policies else available_policies()
@@ -85,7 +84,7 @@ def evaluate_dynamic(
     if node_fraction < 1:
         fl = fl.sample(node_fraction)
     for name in names:  # fail early on a bad name
-        make_policy(name, tr, fl, 0)
+        make_dynamic_policy(name, tr, fl, 0)
     per_seed: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for seed in seeds:
         rng = np.random.default_rng(seed)
@@ -94,7 +93,7 @@ def evaluate_dynamic(
         )
         priority = np.argsort(rng.permutation(fl.n_nodes))
         for name in names:
-            policy = make_policy(name, tr, fl, seed)
+            policy = make_dynamic_policy(name, tr, fl, seed)
             sim = DynamicSim(fl, jobs, backfill_depth=backfill_depth, priority=priority)
             m = sim.run(policy)
             m["time_scale"] = jobs.time_scale

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetmind.data import fleet_io
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import gpu_model_id
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState
@@ -229,8 +230,6 @@ def load_dynamic_fleet(
     if isinstance(fleet, DynFleet):
         return fleet
     if isinstance(fleet, str):
-        from fleetmind.data import fleet_io
-
         if fleet == "openb":
             f = fleet_io.load_openb_fleet(n_clusters=n_clusters)
         else:

@@ -13,6 +13,7 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import PodTrace
+from fleetmind.envs import policies as pol
 from fleetmind.envs.dynamic.fleet import DynFleet, best_bottleneck_set
 from fleetmind.envs.dynamic.model import runtime_factor
 from fleetmind.envs.dynamic.sim import DynamicPolicy, DynamicSim
@@ -125,7 +126,6 @@ class LocalityAwarePolicy:
         trace: PodTrace | None = None,
         order: str = "fit-first",
     ) -> None:
-        from fleetmind.envs import policies as pol
 
         if packer not in ("fgd", "bestfit"):
             raise ConfigError(f"packer must be 'fgd' or 'bestfit', got {packer!r}")
@@ -190,13 +190,14 @@ OWN_POLICIES: dict[str, Callable[..., DynamicPolicy]] = {"LocalityAware": Locali
 
 
 def available_policies() -> list[str]:
-    """Policy names :func:`make_policy` accepts (the heuristics that exist, then ours)."""
-    from fleetmind.envs import policies as pol
+    """Policy names :func:`make_dynamic_policy` accepts (the heuristics that exist, then ours)."""
 
     return [n for n in HEURISTIC_NAMES if n in pol.POLICIES] + list(OWN_POLICIES)
 
 
-def make_policy(name: str, trace: PodTrace | None, fleet: DynFleet, seed: int) -> DynamicPolicy:
+def make_dynamic_policy(
+    name: str, trace: PodTrace | None, fleet: DynFleet, seed: int
+) -> DynamicPolicy:
     """A dynamic-mode policy by name: a heuristic of :mod:`envs.policies` (via
     :class:`NodeScorerPolicy`) or one of :data:`OWN_POLICIES`.
 
@@ -206,7 +207,6 @@ def make_policy(name: str, trace: PodTrace | None, fleet: DynFleet, seed: int) -
     own = {k.lower(): v for k, v in OWN_POLICIES.items()}
     if name.replace("_", "").replace("-", "").lower() in own:
         return own[name.replace("_", "").replace("-", "").lower()](trace=trace)
-    from fleetmind.envs import policies as pol
 
     try:
         canonical = pol.canonical_policy_name(name)
@@ -234,5 +234,5 @@ __all__ = [
     "NodeScorerPolicy",
     "available_policies",
     "estimate_completion",
-    "make_policy",
+    "make_dynamic_policy",
 ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from fleetmind.data.errors import ConfigError
-from fleetmind.data.openb import GPU_MILLI, PodTrace
+from fleetmind.data.fleet_io import openb_template_for
+from fleetmind.data.gpu_alloc import best_gpu_set_bits, set_score
+from fleetmind.data.openb import GPU_MILLI, GPU_MODELS, PodTrace
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
 from fleetmind.envs.policies.base import Policy
 from fleetmind.envs.policies.scores import bestfit_scores
@@ -52,11 +54,8 @@ class TopologyBestEffort(Policy):
         self._bind(state)
 
     def _bind(self, state: ClusterState) -> None:
-        from fleetmind.data.openb import GPU_MODELS
 
         if self._templates_given is None:
-            from fleetmind.data.fleet_io import openb_template_for
-
             self.templates = [
                 openb_template_for(GPU_MODELS[int(m)], int(g)) if g > 0 else None
                 for m, g in zip(state.model_id.tolist(), state.num_gpu.tolist(), strict=True)
@@ -71,7 +70,6 @@ class TopologyBestEffort(Policy):
         self, state: ClusterState, pod: Pod, mask: np.ndarray
     ) -> tuple[np.ndarray, dict[int, tuple[int, ...]]]:
         """``(N,)`` int64 mean go-gpuallocator pair score of each feasible node's best k-set, and the sets."""
-        from fleetmind.data.gpu_alloc import best_gpu_set_bits, set_score
 
         if self._state is not state:
             self._bind(state)

@@ -4,7 +4,7 @@ Why this exists. The released fgd-mode model (``models/placement/``) is a behavi
 linear teacher found by a cross-entropy search (:mod:`rl.teacher`). That recipe loses twice: the
 teacher is linear, and the clone copies it imperfectly (accuracy 0.972). This module searches the
 deployed network itself: the shared row MLP ``(F+G) -> 64 -> 64`` (tanh) of the released
-:class:`rl.policy.CandidateScorer` stays frozen, and only its final logit layer (64 weights and a
+:class:`rl.policy.CandidateScorerNet` stays frozen, and only its final logit layer (64 weights and a
 bias) is searched, with the same CEM loop (:func:`rl.teacher.cem_loop`) and the same episode runner
 (:func:`rl.teacher.episode_metric`) as the linear teachers. The result is a policy in the deployed
 architecture, so no cloning step follows: :func:`export_head` writes it back into a copy of the
@@ -37,9 +37,9 @@ import torch
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.rl.teacher import (
-    CandidateScorer,
     GenerationCallback,
     LinearScorer,
+    TeacherScorer,
     cem_loop,
     episode_metric,
 )
@@ -54,7 +54,7 @@ def _load_actor(model_dir: str | Path) -> Any:
     return load_torch(Path(model_dir) / "policy.pt")
 
 
-class HeadScorer(CandidateScorer):
+class HeadScorer(TeacherScorer):
     """The released network's frozen row MLP with a searchable logit head.
 
     Args:
@@ -136,7 +136,7 @@ def released_head(actor: Any) -> np.ndarray:
     return np.concatenate([w, lin.bias.detach().numpy().reshape(-1).astype(np.float64)])
 
 
-def load_scorer(path: str | Path) -> CandidateScorer:
+def load_scorer(path: str | Path) -> TeacherScorer:
     """A linear teacher or a head scorer JSON, by its format tag."""
     p = Path(path)
     try:
@@ -252,7 +252,7 @@ def head_cem_search(
     def make(v: np.ndarray) -> HeadScorer:
         return start.with_head(rescale(v))
 
-    def metrics(s: CandidateScorer | Callable) -> np.ndarray:
+    def metrics(s: TeacherScorer | Callable) -> np.ndarray:
         return np.array([episode_metric(env, s, t, w) for t, w in episodes])
 
     fgd_m = metrics(lambda obs, mask: 0)
