@@ -46,6 +46,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from fleetmind.data.errors import ConfigError
+from fleetmind.serving import migrations
 
 metadata = MetaData()
 
@@ -151,8 +152,6 @@ class Database:
                 does not know, or is behind while ``apply`` is false.
         """
         from sqlalchemy.exc import SQLAlchemyError
-
-        from fleetmind.serving import migrations
 
         try:
             if not apply:
