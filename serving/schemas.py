@@ -103,6 +103,12 @@ class IngestResponse(BaseModel):
         description="invalid alerts left out (the valid ones were stored); at most 20 are listed",
     )
     rejected_count: int = Field(0, description="how many alerts were left out in all")
+    truncated: int = Field(
+        0,
+        description="alerts Alertmanager left out of this notification (its truncatedAlerts, "
+        "because of the receiver's max_alerts): never seen here, counted in "
+        "fleetmind_alerts_truncated_total",
+    )
 
 
 class AlertOut(BaseModel):
