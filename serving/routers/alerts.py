@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep, require_scope
 from fleetmind.serving.schemas import (
+    MAX_DB_INT,
     AlertIn,
     AlertmanagerWebhook,
     AlertOut,
@@ -289,8 +290,8 @@ def alert_out(row: dict[str, Any]) -> AlertOut:
 def list_alerts(
     db: DbDep,
     status: Annotated[Literal["firing", "resolved"] | None, Query()] = None,
-    incident_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    incident_id: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_DB_INT)] = 0,
 ) -> list[AlertOut]:
     return [alert_out(r) for r in db.list_alerts(status, incident_id, limit, offset)]
