@@ -8,6 +8,8 @@ the dependencies of :mod:`serving.deps`. Run it with ``fleetmind serve`` or
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -69,7 +71,12 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     metrics = metrics or Metrics()
     set_torch_threads(settings.torch_threads)
     tune_malloc(settings.malloc_mmap_threshold_mb)
-    db = Database(settings.database_url, settings.sqlite_synchronous)
+    db = Database(
+        settings.database_url,
+        settings.sqlite_synchronous,
+        settings.db_connect_timeout_s,
+        settings.db_statement_timeout_s,
+    )
     before = db.migrate(apply=settings.migrate_on_start)
     log.info("database schema: was %s, now %s", before, "head")
     graph, source = load_graph(settings)
@@ -92,6 +99,9 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         top_k=settings.rca_top_k,
         metrics=metrics,
         rank_interval_s=settings.incident_rank_interval_s,
+        auto_resolve_s=settings.incident_auto_resolve_s,
+        retention_s=settings.retention_s,
+        leader_lease_s=settings.leader_lease_s,
     )
     batcher = RCABatcher(
         settings.rca_max_batch, lambda size, _s: metrics.rca_batch_size.observe(size)
@@ -211,6 +221,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limit = configured.max_body_bytes
     app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
+    app.add_middleware(
+        RCAAdmission, max_queue=configured.rca_max_queue, deadline_s=configured.rca_deadline_s
+    )
     app.add_middleware(AuthMiddleware)  # the token before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if configured.keep_warm_s > 0:  # off: no per-request step at all
@@ -258,8 +271,84 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.error("database error: %s", exc)
         return JSONResponse({"detail": "database unavailable; nothing was stored"}, status_code=503)
 
+    async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
+        from fastapi.encoders import jsonable_encoder
+
+        errors = [_json_safe_error(e) for e in exc.errors()]  # type: ignore[attr-defined]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+    from fastapi.exceptions import RequestValidationError
+
+    app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(FleetMindError, fleetmind_error)
     app.add_exception_handler(SQLAlchemyError, db_error)
+
+
+def _json_safe_error(error: Any) -> Any:
+    """A validation error that JSON can carry: a bytes ``input`` (a body that is not UTF-8, which
+    FastAPI's own handler turned into a 500) becomes text with replacement characters, cut to 200
+    characters; ``ctx`` (which can hold an exception object) becomes its text."""
+    if not isinstance(error, dict):
+        return error
+    out = dict(error)
+    value = out.get("input")
+    if isinstance(value, bytes | bytearray):
+        out["input"] = bytes(value[:200]).decode("utf-8", "replace")
+    if "ctx" in out:
+        out["ctx"] = {k: str(v) for k, v in dict(out["ctx"]).items()}
+    return out
+
+
+class RCAAdmission:
+    """Bound the RCA work of this process: ``POST /api/v1/rca`` requests admitted at once (queued
+    or ranking) and how long each may take.
+
+    Beyond ``max_queue`` a request gets 429 with ``Retry-After`` at once (before its body is read);
+    one not answered within ``deadline_s`` gets 503 with ``Retry-After`` (its queued work is
+    dropped: the ranking thread and processes skip requests whose client is gone).
+    """
+
+    PATH = "/api/v1/rca"
+
+    def __init__(self, app: Any, max_queue: int, deadline_s: float) -> None:
+        self.app = app
+        self.max_queue = max_queue
+        self.deadline_s = deadline_s
+        self.in_flight = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != self.PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_queue:
+            await _json_answer(send, 429, "too many RCA requests queued; retry shortly", 1)
+            return
+        started = False
+
+        async def _send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        self.in_flight += 1
+        try:
+            await asyncio.wait_for(self.app(scope, receive, _send), self.deadline_s)
+        except TimeoutError:
+            if not started:
+                retry = max(1, round(self.deadline_s / 10))
+                await _json_answer(send, 503, "RCA request timed out in the queue; retry", retry)
+        finally:
+            self.in_flight -= 1
+
+
+async def _json_answer(send: Any, code: int, detail: str, retry_after: int | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class BodyLimitMiddleware:

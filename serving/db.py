@@ -39,6 +39,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     func,
     select,
     update,
@@ -54,16 +55,16 @@ alerts = Table(
     "alerts",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("fingerprint", String(128), nullable=False),
+    Column("fingerprint", Text, nullable=False),
     Column("starts_at", String(40), nullable=False),
     Column("starts_ts", Float, nullable=False),
     Column("ends_ts", Float, nullable=True),
     Column("status", String(16), nullable=False),
-    Column("alertname", String(256), nullable=True),
+    Column("alertname", Text, nullable=True),
     Column("labels", JSON, nullable=False),
     Column("annotations", JSON, nullable=False),
     Column("generator_url", Text, nullable=True),
-    Column("node", String(512), nullable=True),
+    Column("node", Text, nullable=True),
     Column("received_ts", Float, nullable=False),
     Column("updated_ts", Float, nullable=False),
     Column("pending", Boolean, nullable=False, default=True, index=True),
@@ -74,6 +75,8 @@ alerts = Table(
     # backwards without sorting the whole incident. Databases created before 2026-11 have
     # ``ix_alerts_incident_id`` instead; the migrations replace it (serving.migrations).
     Index("ix_alerts_incident", "incident_id", "id", "status"),
+    # the oldest ungrouped alert (grouping lag) and retention
+    Index("ix_alerts_pending_updated", "pending", "updated_ts"),
 )
 
 incidents = Table(
@@ -95,6 +98,8 @@ incidents = Table(
     Column("model_version", String(256), nullable=True),
     Column("rca_ts", Float, nullable=True),
     Column("merged_into", Integer, nullable=True),
+    # set with every change of the incident, cleared when a ranking of that state is stored
+    Column("needs_ranking", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 
@@ -104,8 +109,18 @@ _SQLITE_UPSERT = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (fingerprint, starts_at) DO UPDATE SET status = excluded.status, "
     "ends_ts = excluded.ends_ts, annotations = excluded.annotations, "
-    "updated_ts = excluded.updated_ts, pending = 1 WHERE alerts.status != excluded.status"
+    "updated_ts = excluded.updated_ts, pending = 1 WHERE alerts.status != excluded.status "
+    "AND NOT (alerts.status = 'resolved' AND excluded.status = 'firing' "
+    "AND (excluded.ends_ts IS NULL OR alerts.ends_ts IS NULL OR excluded.ends_ts <= alerts.ends_ts))"
 )
+"""The webhook's upsert on SQLite (the same rule as :meth:`Database._build_upsert`).
+
+A stored alert changes only when its status does; a ``firing`` delivery of a ``resolved`` alert
+(same fingerprint and ``startsAt``) reopens it only when it is newer than the resolution: its
+``endsAt`` (the sender's "valid until", renewed at every evaluation) lies after the stored
+resolution time. A stale firing notification (sent before the resolution, delivered after it, e.g.
+by a lagging Alertmanager peer or a retry) has an earlier or no ``endsAt`` and changes nothing. A
+true re-fire of a rule starts a new ``startsAt`` (a new row) anyway."""
 
 
 class Database:
@@ -119,14 +134,27 @@ class Database:
         sqlite_synchronous: ``PRAGMA synchronous`` for SQLite.
     """
 
-    def __init__(self, url: str, sqlite_synchronous: str = "FULL") -> None:
+    def __init__(
+        self,
+        url: str,
+        sqlite_synchronous: str = "FULL",
+        connect_timeout_s: float = 5.0,
+        statement_timeout_s: float = 30.0,
+    ) -> None:
         self.url = url
         try:
             if url.startswith("sqlite"):
                 self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False})
                 _sqlite_pragmas(self.engine, sqlite_synchronous)
             else:
-                self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+                self.engine = create_engine(
+                    url,
+                    pool_pre_ping=True,
+                    pool_size=10,
+                    max_overflow=20,
+                    pool_timeout=connect_timeout_s,
+                    connect_args=pg_connect_args(url, connect_timeout_s, statement_timeout_s),
+                )
         except Exception as err:  # bad URL, missing driver
             raise ConfigError(f"cannot use database URL {url!r}: {err}") from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
@@ -257,7 +285,16 @@ class Database:
                 "updated_ts": ex.updated_ts,
                 "pending": True,
             },
-            where=alerts.c.status != ex.status,
+            where=(alerts.c.status != ex.status)
+            & ~(
+                (alerts.c.status == "resolved")
+                & (ex.status == "firing")
+                & (
+                    ex.ends_ts.is_(None)
+                    | alerts.c.ends_ts.is_(None)
+                    | (ex.ends_ts <= alerts.c.ends_ts)
+                )
+            ),
         )
 
     def count_alerts(self, status: str | None = None) -> int:
@@ -283,10 +320,13 @@ class Database:
         with self.read() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 
-    def pending_alerts(self, limit: int = 5000) -> list[dict[str, Any]]:
+    def pending_alerts(
+        self, limit: int = 5000, conn: Connection | None = None
+    ) -> list[dict[str, Any]]:
         """The oldest ``limit`` pending alerts, with the columns grouping reads (``id``,
         ``updated_ts``, ``status``, ``labels``, ``node``, ``incident_id``, ``starts_ts``): not
-        the annotations, whose JSON decoding was a third of reading a backlog."""
+        the annotations, whose JSON decoding was a third of reading a backlog. Read on ``conn``
+        when given (the grouping transaction)."""
         c = alerts.c
         q = (
             select(c.id, c.updated_ts, c.status, c.labels, c.node, c.incident_id, c.starts_ts)
@@ -294,8 +334,89 @@ class Database:
             .order_by(c.id)
             .limit(limit)
         )
-        with self.read() as conn:
+        if conn is not None:
             return [dict(r._mapping) for r in conn.execute(q)]
+        with self.read() as own:
+            return [dict(r._mapping) for r in own.execute(q)]
+
+    def oldest_pending_ts(self) -> float | None:
+        """When the oldest ungrouped alert (or status change) was stored, unix seconds; ``None``
+        when nothing is pending (reads ``ix_alerts_pending_updated``)."""
+        q = select(func.min(alerts.c.updated_ts)).where(alerts.c.pending.is_(True))
+        with self.read() as conn:
+            value = conn.execute(q).scalar()
+        return None if value is None else float(value)
+
+    def incidents_needing_ranking(self) -> list[int]:
+        """Open incidents whose latest state has no stored ranking (deferred before a crash)."""
+        q = select(incidents.c.id).where(
+            incidents.c.needs_ranking.is_(True), incidents.c.status == "open"
+        )
+        with self.read() as conn:
+            return [int(r[0]) for r in conn.execute(q)]
+
+    def auto_resolve(self, quiet_before: float, now: float) -> list[int]:
+        """Resolve open incidents unchanged since ``quiet_before`` (unix s): their firing alerts
+        get status ``resolved`` and ``endsAt`` = ``now``; returns the incident ids."""
+        with self.write() as conn:
+            ids = [
+                int(r[0])
+                for r in conn.execute(
+                    select(incidents.c.id).where(
+                        incidents.c.status == "open", incidents.c.updated_ts < quiet_before
+                    )
+                )
+            ]
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                conn.execute(
+                    update(alerts)
+                    .where(alerts.c.incident_id.in_(chunk), alerts.c.status == "firing")
+                    .values(status="resolved", ends_ts=now, updated_ts=now)
+                )
+                conn.execute(
+                    update(incidents)
+                    .where(incidents.c.id.in_(chunk))
+                    .values(
+                        status="resolved",
+                        closed_ts=now,
+                        updated_ts=now,
+                        firing_count=0,
+                        needs_ranking=False,
+                    )
+                )
+        return ids
+
+    def purge(self, before: float) -> tuple[int, int]:
+        """Delete incidents closed (resolved or merged) before ``before`` (unix s) with their
+        alerts, and resolved alerts in no incident last changed before it; returns
+        ``(incidents, alerts)`` deleted."""
+        from sqlalchemy import delete
+
+        n_inc = n_al = 0
+        with self.write() as conn:
+            ids = [
+                int(r[0])
+                for r in conn.execute(
+                    select(incidents.c.id).where(
+                        incidents.c.status.in_(("resolved", "merged")),
+                        incidents.c.closed_ts < before,
+                    )
+                )
+            ]
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                n_al += conn.execute(delete(alerts).where(alerts.c.incident_id.in_(chunk))).rowcount
+                n_inc += conn.execute(delete(incidents).where(incidents.c.id.in_(chunk))).rowcount
+            n_al += conn.execute(
+                delete(alerts).where(
+                    alerts.c.incident_id.is_(None),
+                    alerts.c.pending.is_(False),
+                    alerts.c.status == "resolved",
+                    alerts.c.updated_ts < before,
+                )
+            ).rowcount
+        return n_inc, n_al
 
     # ------------------------------------------------------------------ incidents
     def list_incidents(
@@ -329,14 +450,61 @@ class Database:
         return [dict(r._mapping) for r in conn.execute(q)][::-1]
 
     def set_incident_rca(
-        self, incident_id: int, causes: list[dict[str, Any]], method: str, version: str | None
+        self,
+        incident_id: int,
+        causes: list[dict[str, Any]],
+        method: str,
+        version: str | None,
+        ranked_state: float | None = None,
     ) -> None:
+        """Store an incident's ranked causes; ``needs_ranking`` is cleared when the incident is
+        still in the state that was ranked (its ``updated_ts`` = ``ranked_state``), so a change
+        made while the ranking ran keeps it due."""
+        from sqlalchemy import and_ as _and
+        from sqlalchemy import case as _case
+
+        still = (
+            incidents.c.needs_ranking
+            if ranked_state is None
+            else _case(
+                (_and(incidents.c.updated_ts == ranked_state), false()),
+                else_=incidents.c.needs_ranking,
+            )
+        )
         with self.write() as conn:
             conn.execute(
                 update(incidents)
                 .where(incidents.c.id == incident_id)
-                .values(causes=causes, method=method, model_version=version, rca_ts=time.time())
+                .values(
+                    causes=causes,
+                    method=method,
+                    model_version=version,
+                    rca_ts=time.time(),
+                    needs_ranking=still,
+                )
             )
+
+
+def pg_connect_args(
+    url: str, connect_timeout_s: float, statement_timeout_s: float
+) -> dict[str, Any]:
+    """libpq options of the service's PostgreSQL connections.
+
+    A connect timeout and a statement timeout (a stalled server fails a request in bounded time:
+    503, retried by Alertmanager), and TCP keepalives plus ``tcp_user_timeout`` so that a dead
+    server or network is noticed in about 10 s, not after the kernel's two hours.
+    """
+    args: dict[str, Any] = {
+        "connect_timeout": max(1, round(connect_timeout_s)),
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 10_000,
+    }
+    if statement_timeout_s > 0:
+        args["options"] = f"-c statement_timeout={round(statement_timeout_s * 1000)}"
+    return args
 
 
 def _sqlite_pragmas(engine: Engine, synchronous: str) -> None:
@@ -414,15 +582,53 @@ class LeaderLock:
     SQLite: an exclusive ``flock`` on ``<database file>.worker.lock`` (every process of this host);
     PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) on a connection held open, so any
     number of replicas can run and exactly one groups alerts; if it dies, another takes over.
+
+    On PostgreSQL the holder calls :meth:`check` at every loop of its worker (about once a second):
+    a query on the lock's own connection confirms that the session still holds the lock, and any
+    failure (the connection dropped by a proxy, an idle timeout, a server restart, the backend
+    terminated) drops leadership at once. The lock's session also sets
+    ``idle_session_timeout = lease_s``: if the holder stops checking (a hung or vanished host), the
+    server ends its session and frees the lock within ``lease_s`` seconds, whatever TCP does. A
+    holder whose check runs late can overlap with the next one for a moment; grouping itself is
+    fenced by :data:`GROUP_KEY` (see :meth:`serving.incidents.IncidentManager.process_pending`), so
+    no alert is grouped twice even then.
     """
 
     PG_KEY = 0x464C4D44  # "FLMD"
+    GROUP_KEY = 0x464C4D47  # "FLMG": a transaction lock every grouping transaction takes
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, lease_s: float = 10.0) -> None:
         self.db = db
+        self.lease_s = lease_s
         self._fd: int | None = None
         self._conn: Connection | None = None
         self.held = False
+        self.lost = 0  # times leadership was dropped after a failed check
+
+    def check(self) -> bool:
+        """Whether this process still holds the lock; drops leadership when it does not."""
+        if not self.held:
+            return False
+        if self._conn is None:
+            return True  # SQLite: the flock lives as long as the descriptor
+        from sqlalchemy import text
+
+        try:
+            still = bool(
+                self._conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                        "AND pid = pg_backend_pid() AND objid = :k"
+                    ),
+                    {"k": self.PG_KEY},
+                ).scalar()
+            )
+        except Exception:  # the connection is gone: so is the lock
+            still = False
+        if not still:
+            self.lost += 1
+            self.release()
+        return still
 
     def acquire(self) -> bool:
         if self.held:
@@ -447,6 +653,16 @@ class LeaderLock:
         from sqlalchemy import text
 
         conn = self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            lease_ms = max(1000, round(self.lease_s * 1000))
+            conn.execute(text(f"SET idle_session_timeout = {lease_ms}"))
+            conn.execute(text("SET tcp_keepalives_idle = 5"))
+            conn.execute(text("SET tcp_keepalives_interval = 2"))
+            conn.execute(text("SET tcp_keepalives_count = 3"))
+        except Exception:  # PostgreSQL before 14 has no idle_session_timeout: keepalives only
+            conn.invalidate()
+            conn.close()
+            conn = self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         got = bool(
             conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": self.PG_KEY}).scalar()
         )
@@ -464,13 +680,16 @@ class LeaderLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
         if self._conn is not None:
-            try:
-                from sqlalchemy import text
+            from sqlalchemy import text
 
+            try:
                 self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.PG_KEY})
-                self._conn.invalidate()  # do not return a lock-holding session to the pool
+            except Exception:  # the connection is already gone, and the lock with it
+                pass
+            try:
+                self._conn.invalidate()  # never return a lock-holding session to the pool
                 self._conn.close()
-            except Exception:  # pragma: no cover - connection already gone
+            except Exception:  # pragma: no cover - closing a dead connection
                 pass
             self._conn = None
         self.held = False

@@ -157,7 +157,9 @@ def settings_of(app: Any) -> Settings:
     return configured if configured is not None else get_settings()
 
 
-def granted_scopes(tokens: dict[str, frozenset[str]], header: str | bytes | None) -> frozenset[str] | None:
+def granted_scopes(
+    tokens: dict[str, frozenset[str]], header: str | bytes | None
+) -> frozenset[str] | None:
     """The scopes of the bearer token in an ``Authorization`` header (``None``: no known token).
 
     Compares against every configured token in constant time, so timing tells nothing about which

@@ -66,7 +66,12 @@ _COUNTS = (
 _SET_COUNTS = (
     update(incidents)
     .where(incidents.c.id == bindparam("_id"))
-    .values(alert_count=bindparam("_n"), firing_count=bindparam("_f"), updated_ts=bindparam("_now"))
+    .values(
+        alert_count=bindparam("_n"),
+        firing_count=bindparam("_f"),
+        updated_ts=bindparam("_now"),
+        needs_ranking=True,  # durable: a crash before the ranking leaves it due
+    )
 )
 _SET_OPEN = _SET_COUNTS.values(
     nodes=bindparam("_nodes", type_=incidents.c.nodes.type),
@@ -83,7 +88,9 @@ def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
         "status": row["status"],
         "labels": row["labels"],
         "annotations": row["annotations"],
-        "startsAt": row["starts_at"],
+        "startsAt": row["starts_at"]
+        if row["starts_at"] != "unknown"
+        else _iso_seconds(row["starts_ts"]),
         "endsAt": _iso_seconds(row.get("ends_ts")),
         "fingerprint": row["fingerprint"],
     }
@@ -118,6 +125,9 @@ class IncidentManager:
         metrics: Metrics | None = None,
         rank_interval_s: float = 2.0,
         max_rank_alerts: int = 1000,
+        auto_resolve_s: float = 0.0,
+        retention_s: float = 0.0,
+        leader_lease_s: float = 10.0,
     ) -> None:
         self.db = db
         self.graphs = graphs
@@ -139,7 +149,13 @@ class IncidentManager:
         self._thread: threading.Thread | None = None
         self._process_lock = threading.Lock()
         self.last_error: str | None = None
-        self.leader = LeaderLock(db)
+        self.failing_since: float | None = None  # monotonic time of the first failure in a row
+        self.auto_resolve_s = auto_resolve_s
+        self.retention_s = retention_s
+        self.housekeeping_interval_s = 60.0
+        self._next_housekeeping = 0.0
+        self._oldest_pending: float | None = None
+        self.leader = LeaderLock(db, leader_lease_s)
 
     # ------------------------------------------------------------------ lifecycle
     def load_open(self) -> None:
@@ -184,18 +200,74 @@ class IncidentManager:
             self._wake.wait(wait)
             self._wake.clear()
             try:
+                if self.leader.held and not self.leader.check():
+                    log.warning("incident worker: lost the leader lock; another replica may group")
+                    self._due.clear()
                 if not self.leader.held:
                     if not self.leader.acquire():
+                        self.update_lag()
                         continue  # another process groups alerts; check again in a second
-                    self.load_open()  # the previous leader may have changed incidents
+                    self.take_over()
                 while not self._stop.is_set() and self.process_pending(defer=True) > 0:
                     self.rank_due(older_than_s=self.backlog_rank_s)  # no starvation in a long storm
+                    if not self.leader.check():
+                        break
                 self.rank_due()
+                self.housekeeping()
                 self.last_error = None
+                self.failing_since = None
             except Exception as err:  # keep the worker alive; the alerts stay pending
                 self.last_error = f"{type(err).__name__}: {err}"
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
                 log.exception("incident worker failed; retrying")
                 self._stop.wait(1.0)
+            self.update_lag()
+
+    def take_over(self) -> None:
+        """Become the worker: reload the open incidents (the previous leader changed them) and
+        queue the rankings it left undone (``needs_ranking``, durable across crashes)."""
+        self.load_open()
+        now = time.monotonic()
+        for inc_id in self.db.incidents_needing_ranking():
+            self._due.setdefault(inc_id, now)
+
+    def update_lag(self) -> None:
+        """Export the grouping lag: now minus when the oldest ungrouped alert was stored.
+
+        Read from the database at every loop, whether or not a batch succeeded, so a worker that
+        fails every batch (or a replica whose leader is stuck) shows a growing lag. When the
+        database cannot be read the last oldest value seen keeps ageing.
+        """
+        try:
+            self._oldest_pending = self.db.oldest_pending_ts()
+        except Exception:  # the database is down: keep the last value seen (it keeps ageing)
+            pass
+        if self.metrics is not None:
+            oldest = self._oldest_pending
+            self.metrics.grouping_lag.set(0.0 if oldest is None else max(0.0, time.time() - oldest))
+
+    def stuck_for(self) -> float:
+        """Seconds the worker has failed every loop (0 when its last loop succeeded)."""
+        return 0.0 if self.failing_since is None else time.monotonic() - self.failing_since
+
+    def housekeeping(self, now: float | None = None, force: bool = False) -> None:
+        """Auto-resolve quiet incidents and delete old closed ones (at most once a minute)."""
+        mono = time.monotonic()
+        if not force and mono < self._next_housekeeping:
+            return
+        self._next_housekeeping = mono + self.housekeeping_interval_s
+        now = time.time() if now is None else now
+        with self._process_lock:
+            if self.auto_resolve_s > 0:
+                for inc_id in self.db.auto_resolve(now - self.auto_resolve_s, now):
+                    self._open.pop(inc_id, None)
+                    self._due.pop(inc_id, None)
+                self._set_gauge()
+            if self.retention_s > 0:
+                n_inc, n_alerts = self.db.purge(now - self.retention_s)
+                if n_inc or n_alerts:
+                    log.info("retention: deleted %d incidents and %d alerts", n_inc, n_alerts)
 
     # ------------------------------------------------------------------ processing
     def process_pending(self, limit: int = 500, defer: bool = False) -> int:
@@ -207,31 +279,40 @@ class IncidentManager:
         that interval has passed. A storm thus costs a few rankings per incident, not one per batch.
         """
         with self._process_lock:
-            rows = self.db.pending_alerts(limit)
-            if not rows:
-                if self.metrics is not None:
-                    self.metrics.grouping_lag.set(0.0)
-                return 0
             view = self.graphs.view
             graph = view.graph
             touched: set[int] = set()
             done: list[dict[str, Any]] = []
             now = time.time()
-            # Only the open incidents within the window of the batch's start times can take one
-            # of its alerts (the time test of _assign over the batch's range): a long-running
-            # service can hold thousands of open incidents, and each alert scanned them all.
-            # Incidents opened, reopened or merged during the batch enter or leave this pool.
-            starts = [r["starts_ts"] for r in rows]
-            lo, hi = min(starts) - self.window_s, max(starts) + self.window_s
-            self._batch_open = {
-                i: o for i, o in self._open.items() if o.first_ts <= hi and o.last_ts >= lo
-            }
+            rows: list[dict[str, Any]] = []
             try:
                 with self.db.write() as conn:
+                    if not self.db.is_sqlite:
+                        # Fencing: grouping transactions of all replicas run one at a time and
+                        # read the pending rows inside, so two processes that both believe they
+                        # lead (for the second before one notices it lost the lock) never group
+                        # the same alert twice.
+                        conn.execute(select(func.pg_advisory_xact_lock(LeaderLock.GROUP_KEY))).all()
+                    rows = self.db.pending_alerts(limit, conn)
+                    if not rows:
+                        if self.metrics is not None:
+                            self.metrics.grouping_lag.set(0.0)
+                        self._oldest_pending = None
+                        return 0
+                    # Only the open incidents within the window of the batch's start times can
+                    # take one of its alerts (the time test of _assign over the batch's range):
+                    # a long-running service can hold thousands of open incidents, and each alert
+                    # scanned them all. Incidents opened, reopened or merged during the batch
+                    # enter or leave this pool.
+                    starts = [r["starts_ts"] for r in rows]
+                    lo, hi = min(starts) - self.window_s, max(starts) + self.window_s
+                    self._batch_open = {
+                        i: o for i, o in self._open.items() if o.first_ts <= hi and o.last_ts >= lo
+                    }
                     for row in rows:
                         inc_id = row["incident_id"]
                         node = row["node"]
-                        if inc_id is None and row["status"] == "firing":
+                        if inc_id is None:  # a new alert, or one resolved before it was grouped
                             node = node_for_alert(graph, row["labels"])
                             inc_id = self._assign(conn, row, node, view, now)
                         elif inc_id is not None and inc_id not in self._open:
@@ -434,6 +515,9 @@ class IncidentManager:
         self._last_rank[inc_id] = time.monotonic()
         model = self.registry.current.rca
         with self.db.read() as conn:
+            state = conn.execute(
+                select(incidents.c.updated_ts).where(incidents.c.id == inc_id)
+            ).scalar()
             rows = self.db.incident_alerts(conn, inc_id, self.max_rank_alerts)
         if not rows:
             return
@@ -452,6 +536,7 @@ class IncidentManager:
             [c.to_json() for c in result.causes],
             result.method or model.method,
             result.model_version or model.version,
+            ranked_state=state,
         )
 
     def _set_gauge(self) -> None:

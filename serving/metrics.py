@@ -4,6 +4,7 @@
 | --- | --- | --- |
 | ``fleetmind_http_request_duration_seconds`` | histogram | ``method``, ``route`` (template), ``status`` |
 | ``fleetmind_alerts_ingested_total`` | counter | ``status`` (firing, resolved) |
+| ``fleetmind_alerts_truncated_total`` | counter | - (alerts Alertmanager reported left out, ``truncatedAlerts``) |
 | ``fleetmind_alerts_rejected_total`` | counter | - (invalid alerts left out of an otherwise stored webhook) |
 | ``fleetmind_open_incidents`` | gauge | - |
 | ``fleetmind_alerts_grouped_total`` | counter | - (pending alerts the incident worker has grouped) |
@@ -50,6 +51,11 @@ class Metrics:
         )
         self.alerts_ingested = Counter(
             "fleetmind_alerts_ingested", "alerts durably stored", ["status"], registry=r
+        )
+        self.alerts_truncated = Counter(
+            "fleetmind_alerts_truncated",
+            "alerts Alertmanager left out of its notifications (truncatedAlerts)",
+            registry=r,
         )
         self.alerts_rejected = Counter(
             "fleetmind_alerts_rejected",
@@ -107,6 +113,10 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods kept as the ``method`` label; any other verb is counted as ``other``."""
+
+
 class MetricsMiddleware:
     """Pure ASGI middleware timing every HTTP request by route template."""
 
@@ -131,6 +141,9 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            self.metrics.request_latency.labels(
-                scope.get("method", ""), template, str(status["code"])
-            ).observe(time.perf_counter() - start)
+            method = scope.get("method", "")
+            if method not in HTTP_METHODS:  # a client-chosen verb must not create series
+                method = "other"
+            self.metrics.request_latency.labels(method, template, str(status["code"])).observe(
+                time.perf_counter() - start
+            )

@@ -22,6 +22,10 @@ from typing_extensions import TypedDict
 
 from fleetmind.data.graph import EDGE_KINDS, NODE_KINDS
 
+MAX_DB_INT = 2**31 - 1
+"""Largest id and offset a route takes: ids are INTEGER columns, and SQLAlchemy binds LIMIT/OFFSET
+as INTEGER, so a larger value is a PostgreSQL error (a 5xx), not an empty answer."""
+
 NO_NUL = r"^[^\x00]*$"
 """Text may not contain NUL characters (no database stores them). Checked by pydantic-core's regex
 engine, in Rust: a Python validator per string cost ~1 ms per 200-alert request. Unpaired surrogates
@@ -103,6 +107,12 @@ class IngestResponse(BaseModel):
         description="invalid alerts left out (the valid ones were stored); at most 20 are listed",
     )
     rejected_count: int = Field(0, description="how many alerts were left out in all")
+    truncated: int = Field(
+        0,
+        description="alerts Alertmanager left out of this notification (its truncatedAlerts, "
+        "because of the receiver's max_alerts): never seen here, counted in "
+        "fleetmind_alerts_truncated_total",
+    )
 
 
 class AlertOut(BaseModel):

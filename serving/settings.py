@@ -92,6 +92,52 @@ class Settings(BaseSettings):
     incident_rank_interval_s: float = Field(
         2.0, ge=0, description="an incident is re-ranked at most this often during a storm (s)"
     )
+    incident_auto_resolve_s: float = Field(
+        86400.0,
+        ge=0,
+        description="an open incident none of whose alerts changed for this long is resolved, "
+        "its firing alerts with it (0: never); keep it above Alertmanager's repeat_interval",
+    )
+    retention_s: float = Field(
+        30 * 86400.0,
+        ge=0,
+        description="incidents closed longer ago than this are deleted with their alerts (0: keep)",
+    )
+    leader_lease_s: float = Field(
+        10.0,
+        ge=2,
+        le=3600,
+        description="PostgreSQL: the incident worker's lock session ends this long after its "
+        "holder stops checking it (a vanished host), so another replica takes over",
+    )
+    worker_stuck_s: float = Field(
+        60.0,
+        gt=0,
+        description="/readyz answers 503 once the incident worker has failed for this long",
+    )
+    db_connect_timeout_s: float = Field(
+        5.0, gt=0, le=300, description="PostgreSQL connect (and pool checkout) timeout, seconds"
+    )
+    db_statement_timeout_s: float = Field(
+        30.0, ge=0, description="PostgreSQL statement_timeout, seconds (0: none)"
+    )
+    limit_concurrency: int = Field(
+        1024,
+        ge=1,
+        description="most connections and requests served at once (uvicorn limit_concurrency); "
+        "beyond it new ones get 503",
+    )
+    rca_max_queue: int = Field(
+        256,
+        ge=1,
+        description="most POST /api/v1/rca requests queued or ranking at once per process; "
+        "beyond it 429 with Retry-After",
+    )
+    rca_deadline_s: float = Field(
+        30.0,
+        gt=0,
+        description="an RCA request not answered within this many seconds gets 503 with Retry-After",
+    )
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
     rca_max_batch: int = Field(
         16, ge=1, le=1024, description="most concurrent RCA requests ranked in one batch"

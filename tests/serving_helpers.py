@@ -156,7 +156,7 @@ class PgCluster:
     tests); ``close()`` removes everything. Raises ``RuntimeError`` when a step fails.
     """
 
-    def __init__(self, bindir: Path, max_connections: int = 100) -> None:
+    def __init__(self, bindir: Path, max_connections: int = 100, port: int | None = None) -> None:
         import shutil
         import tempfile
 
@@ -171,10 +171,19 @@ class PgCluster:
             shutil.chown(self.root, "postgres", "postgres")
             os.chmod(self.root, 0o700)
             self.prefix = [runuser, "-u", "postgres", "--"]
-        self.port = free_port()
+        self.port = port or free_port()
         self.max_connections = max_connections
         self._run(
-            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
         )
 
     @property
@@ -214,7 +223,15 @@ class PgCluster:
         import shutil
 
         subprocess.run(
-            [*self.prefix, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+            [
+                *self.prefix,
+                str(self.bindir / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-m",
+                "immediate",
+                "stop",
+            ],
             capture_output=True,
         )
         shutil.rmtree(self.root, ignore_errors=True)

@@ -65,6 +65,7 @@ def test_webhook_stores_alerts_and_ignores_unknown_keys(client: TestClient) -> N
         "resolved": 0,
         "rejected": [],
         "rejected_count": 0,
+        "truncated": 0,
     }
     stored = client.get("/api/v1/alerts").json()
     assert {a["labels"]["alertname"] for a in stored} == {"GpuXidError", "HostDown"}

@@ -71,8 +71,7 @@ def test_every_route_needs_a_token_of_its_scope(tmp_path: Path) -> None:
             wrong = c.request(method, path, headers=bearer("not-a-token"))
             assert wrong.status_code == 401, f"{method} {path} unknown token -> {wrong.status_code}"
             codes = {
-                s: c.request(method, path, headers=bearer(t)).status_code
-                for s, t in TOKENS.items()
+                s: c.request(method, path, headers=bearer(t)).status_code for s, t in TOKENS.items()
             }
             denied = [s for s, code in codes.items() if code == 403]
             allowed = [s for s, code in codes.items() if code not in (401, 403)]
@@ -93,10 +92,14 @@ def test_scopes_of_the_named_routes(tmp_path: Path) -> None:
         assert c.get("/openapi.json", headers=bearer(TOKENS["ingest"])).status_code == 403
         assert c.get("/openapi.json", headers=bearer(TOKENS["read"])).status_code == 200
         assert c.get("/api/v1/alerts", headers=bearer(TOKENS["read"])).status_code == 200
-        assert c.post("/api/v1/alerts", json=body, headers=bearer(TOKENS["read"])).status_code == 403
+        assert (
+            c.post("/api/v1/alerts", json=body, headers=bearer(TOKENS["read"])).status_code == 403
+        )
         graph = c.get("/api/v1/graph", headers=bearer(TOKENS["read"])).json()
         assert c.put("/api/v1/graph", json=graph, headers=bearer(TOKENS["read"])).status_code == 403
-        assert c.put("/api/v1/graph", json=graph, headers=bearer(TOKENS["admin"])).status_code == 200
+        assert (
+            c.put("/api/v1/graph", json=graph, headers=bearer(TOKENS["admin"])).status_code == 200
+        )
         assert c.post("/api/v1/models/reload", headers=bearer(TOKENS["admin"])).status_code == 200
         for public in ("/healthz", "/readyz", "/metrics"):
             assert c.get(public).status_code == 200

@@ -132,7 +132,12 @@ def run(args: argparse.Namespace) -> int:
         )
     # a bad graph or database is a one-line error here, not a traceback in the server's startup
     load_graph(settings)
-    db = Database(settings.database_url, settings.sqlite_synchronous)
+    db = Database(
+        settings.database_url,
+        settings.sqlite_synchronous,
+        settings.db_connect_timeout_s,
+        settings.db_statement_timeout_s,
+    )
     try:
         db.migrate(apply=settings.migrate_on_start)  # what the server's startup does first
     finally:
@@ -144,5 +149,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=5,
     )
     return 0

@@ -69,6 +69,7 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
     """A connection holding the migration lock (one migrating process per database)."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
+            conn.execute(text("SET statement_timeout = 0"))  # an index build may take long
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATE_KEY})
             conn.commit()
             try:
@@ -148,6 +149,7 @@ def _adopt_baseline(conn: Connection) -> None:
     ).format("CONCURRENTLY " if pg else "")
     if pg:  # CONCURRENTLY runs outside a transaction: its own autocommit connection
         with conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as auto:
+            auto.execute(text("SET statement_timeout = 0"))
             auto.execute(text(ddl))
     else:
         conn.execute(text(ddl))

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep, require_scope
 from fleetmind.serving.schemas import (
+    MAX_DB_INT,
     AlertIn,
     AlertmanagerWebhook,
     AlertOut,
@@ -28,6 +29,9 @@ router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 log = logging.getLogger("fleetmind.serving")
 
 _UNSET_YEAR = 1  # Alertmanager sends 0001-01-01T00:00:00Z for an unknown endsAt
+NO_START = "unknown"
+"""``starts_at`` of an alert sent without ``startsAt``: its key is its fingerprint alone, so every
+retry of it is the same row (its ``starts_ts`` is when it was first received)."""
 
 
 def fingerprint_of(labels: dict[str, str]) -> str:
@@ -43,12 +47,11 @@ def fingerprint_of(labels: dict[str, str]) -> str:
 
 def alert_row(a: AlertIn, now: float) -> dict[str, Any]:
     """The database row of one inbound alert."""
-    starts = a.startsAt or datetime.fromtimestamp(now, UTC)
     ends = a.endsAt if a.endsAt is not None and a.endsAt.year > _UNSET_YEAR else None
     return {
         "fingerprint": a.fingerprint or fingerprint_of(a.labels),
-        "starts_at": starts.isoformat(),
-        "starts_ts": starts.timestamp(),
+        "starts_at": a.startsAt.isoformat() if a.startsAt is not None else NO_START,
+        "starts_ts": a.startsAt.timestamp() if a.startsAt is not None else now,
         "ends_ts": ends.timestamp() if ends is not None else None,
         "status": a.status,
         "alertname": a.labels.get("alertname"),
@@ -75,11 +78,19 @@ MAX_LISTED_REJECTIONS = 20
 
 
 def _body_errors(errors: list[Any]) -> list[dict[str, Any]]:
-    """pydantic errors with FastAPI's ``body`` location prefix (its 422 format)."""
-    return [{**e, "loc": ("body", *e["loc"])} for e in errors]
+    """pydantic errors with FastAPI's ``body`` location prefix (its 422 format): type, location and
+    message only. The input can be bytes that are not UTF-8 (the response could not carry them:
+    a 500, which Alertmanager retries forever) or megabytes long."""
+    return [{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]} for e in errors]
 
 
 def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
+    """:func:`parse_indexed` without the positions and the envelope's ``truncatedAlerts``."""
+    valid, _, rejected, _ = parse_indexed(body)
+    return valid, rejected
+
+
+def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedAlert], int]:
     """The valid alerts of a webhook body, and the invalid ones left out.
 
     A body that validates as :class:`AlertmanagerWebhook` gives all its alerts (one pydantic-core
@@ -87,12 +98,18 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
     bad alert does not cost the rest: Alertmanager does not retry a 4xx answer, so a 422 for the
     whole webhook would drop the whole group notification.
 
+    Returns:
+        the valid alerts, their positions in the body's ``alerts``, the rejected ones, and the
+        envelope's ``truncatedAlerts`` (0 when absent).
+
     Raises:
-        RequestValidationError: the body is not JSON, the envelope is invalid (no ``alerts`` list,
-            too many alerts, a bad envelope field), or no alert of it is valid; FastAPI's 422.
+        RequestValidationError: the body is not JSON (or not UTF-8), the envelope is invalid (no
+            ``alerts`` list, too many alerts, a bad envelope field), or no alert of it is valid;
+            FastAPI's 422.
     """
     try:
-        return AlertmanagerWebhook.model_validate_json(body).alerts, []
+        hook = AlertmanagerWebhook.model_validate_json(body)
+        return hook.alerts, list(range(len(hook.alerts))), [], hook.truncatedAlerts or 0
     except ValidationError as err:
         errors = err.errors(include_url=False)
     by_alert: dict[int, list[dict[str, Any]]] = {}
@@ -103,15 +120,19 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
         else:  # the envelope itself: nothing can be trusted
             raise RequestValidationError(_body_errors(errors))
     try:  # pydantic parsed the JSON and found an alerts list: only some alerts failed
-        items = json.loads(body)["alerts"]
-    except (ValueError, KeyError, TypeError):  # a JSON reading json and pydantic disagree on
+        doc = json.loads(body)
+        items = doc["alerts"]
+        truncated = doc.get("truncatedAlerts") or 0
+    except (ValueError, KeyError, TypeError, AttributeError):  # json and pydantic disagree
         raise RequestValidationError(_body_errors(errors)) from None
     valid = []
+    positions = []
     for i, a in enumerate(items):
         if i in by_alert:
             continue
         try:
             valid.append(AlertIn.model_validate(a))
+            positions.append(i)
         except ValidationError as err:  # a value JSON-mode validation took and Python mode not
             by_alert[i] = [{**e, "loc": ("alerts", i, *e["loc"])} for e in err.errors()]
     if not valid:
@@ -125,7 +146,47 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
         )
         for i, errs in sorted(by_alert.items())
     ]
-    return valid, rejected
+    return valid, positions, rejected, truncated if isinstance(truncated, int) else 0
+
+
+def store_or_reject(
+    db: Any, rows: list[dict[str, Any]], positions: list[int]
+) -> tuple[list[dict[str, Any]], list[RejectedAlert]]:
+    """Store ``rows``; when the database refuses the batch for its data (not for being down), store
+    them one by one and reject only the ones it refuses, so one bad value never costs the rest of
+    an Alertmanager group (which a 5xx would: Alertmanager retries the same group until it gives
+    up). ``positions``: each row's index in the webhook. Returns the stored rows and the rejected.
+
+    Raises:
+        sqlalchemy.exc.OperationalError (and other errors that are not about the data): the
+            database is unavailable; nothing is acknowledged (the route answers 503).
+    """
+    from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
+
+    data_errors = (DataError, IntegrityError, StatementError)
+    try:
+        db.store_alerts(rows)
+        return rows, []
+    except OperationalError:
+        raise
+    except data_errors:
+        pass
+    stored, rejected = [], []
+    for row, pos in zip(rows, positions, strict=True):
+        try:
+            db.store_alerts([row])
+            stored.append(row)
+        except OperationalError:
+            raise
+        except data_errors as err:
+            reason = type(getattr(err, "orig", None) or err).__name__
+            rejected.append(
+                RejectedAlert(
+                    index=pos,
+                    errors=[{"type": "database", "loc": ("body", "alerts", pos), "msg": reason}],
+                )
+            )
+    return stored, rejected
 
 
 @router.post(
@@ -154,19 +215,26 @@ async def receive_alerts(
     """
     body = await request.body()
 
-    def parse_and_store() -> tuple[list[AlertIn], list[RejectedAlert], list[dict[str, Any]]]:
-        valid, rejected = parse_webhook(body)
+    def parse_and_store() -> tuple[int, list[RejectedAlert], list[dict[str, Any]], int]:
+        valid, positions, rejected, truncated = parse_indexed(body)
         now = time.time()
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for a in valid:
+        rows: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
+        for a, pos in zip(valid, positions, strict=True):
             row = alert_row(a, now)
-            rows[(row["fingerprint"], row["starts_at"])] = row  # the last delivery of a key wins
-        db.store_alerts(list(rows.values()))
-        return valid, rejected, list(rows.values())
+            rows[(row["fingerprint"], row["starts_at"])] = (row, pos)  # the last delivery wins
+        stored, refused = store_or_reject(
+            db, [r for r, _ in rows.values()], [p for _, p in rows.values()]
+        )
+        if refused:
+            rejected = sorted(rejected + refused, key=lambda r: r.index)
+        return len(valid) - len(refused), rejected, stored, truncated
 
     # one worker-thread hop, as for a plain `def` route: parsing and the blocking commit
-    valid, rejected, stored = await run_in_threadpool(parse_and_store)
+    accepted, rejected, stored, truncated = await run_in_threadpool(parse_and_store)
     incidents.notify()
+    if truncated:
+        metrics.alerts_truncated.inc(truncated)
+        log.warning("webhook: Alertmanager left out %d alerts (truncatedAlerts)", truncated)
     firing = sum(1 for r in stored if r["status"] == "firing")
     resolved = len(stored) - firing
     if firing:
@@ -178,19 +246,24 @@ async def receive_alerts(
         first = rejected[0].errors[0]
         log.warning(
             "webhook: stored %d alerts, left out %d invalid ones (first: alert %d, %s: %s)",
-            len(valid),
+            accepted,
             len(rejected),
             rejected[0].index,
             ".".join(str(p) for p in first["loc"][3:]) or "alert",
             first.get("msg"),
         )
     return IngestResponse(
-        accepted=len(valid),
+        accepted=accepted,
         firing=firing,
         resolved=resolved,
         rejected=rejected[:MAX_LISTED_REJECTIONS],
         rejected_count=len(rejected),
+        truncated=truncated,
     )
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
 
 
 def alert_out(row: dict[str, Any]) -> AlertOut:
@@ -201,7 +274,7 @@ def alert_out(row: dict[str, Any]) -> AlertOut:
         status=row["status"],
         labels=row["labels"],
         annotations=row["annotations"],
-        startsAt=row["starts_at"],
+        startsAt=row["starts_at"] if row["starts_at"] != NO_START else _iso(row["starts_ts"]),
         endsAt=datetime.fromtimestamp(ends, UTC).isoformat() if ends is not None else None,
         node=row["node"],
         incident_id=row["incident_id"],
@@ -217,8 +290,8 @@ def alert_out(row: dict[str, Any]) -> AlertOut:
 def list_alerts(
     db: DbDep,
     status: Annotated[Literal["firing", "resolved"] | None, Query()] = None,
-    incident_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    incident_id: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_DB_INT)] = 0,
 ) -> list[AlertOut]:
     return [alert_out(r) for r in db.list_alerts(status, incident_id, limit, offset)]

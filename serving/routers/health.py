@@ -28,13 +28,15 @@ def readyz(request: Request) -> Any:
             problems.append(f"database: {type(err).__name__}")
         if not services.registry.loaded:
             problems.append("models not loaded")
+        if services.incidents.stuck_for() > services.settings.worker_stuck_s:
+            problems.append("incident worker failing")  # details in the log, not here
     if problems:
         return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
     return {
         "status": "ready",
         "graph": services.graphs.graph.name,
-        "telemetry": services.telemetry.name if services.telemetry else services.telemetry_error,
-        "incident_worker_error": services.incidents.last_error,
+        "telemetry": services.telemetry.name if services.telemetry else "unavailable",
+        "incident_worker": "failing" if services.incidents.failing_since else "ok",
     }
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 
 from fleetmind.serving.deps import DbDep
 from fleetmind.serving.routers.alerts import alert_out
-from fleetmind.serving.schemas import CauseOut, ErrorOut, IncidentDetail, IncidentOut
+from fleetmind.serving.schemas import MAX_DB_INT, CauseOut, ErrorOut, IncidentDetail, IncidentOut
 
 router = APIRouter(prefix="/api/v1/incidents", tags=["incidents"])
 
@@ -43,7 +43,7 @@ def list_incidents(
     db: DbDep,
     status: Annotated[Literal["open", "resolved", "merged", "all"], Query()] = "open",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_DB_INT)] = 0,
 ) -> list[IncidentOut]:
     rows = db.list_incidents(None if status == "all" else status, limit, offset)
     return [IncidentOut(**incident_out(r)) for r in rows]
@@ -56,7 +56,7 @@ def list_incidents(
     summary="One incident with its alerts and ranked causes",
 )
 def get_incident(
-    incident_id: Annotated[int, Path(ge=0, le=2**62)],
+    incident_id: Annotated[int, Path(ge=0, le=MAX_DB_INT)],
     db: DbDep,
     alerts_limit: Annotated[int, Query(ge=0, le=10000)] = 1000,
 ) -> IncidentDetail:
