@@ -6,8 +6,8 @@ time of each run, the machine and package versions, and the command.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_dynamic.py                       # defaults below
-    .venv/bin/python benchmarks/bench_dynamic.py --target-util 0.6 --seeds 42 43 44 \\
+    python -m benchmarks.dynamic.heuristics                       # defaults below
+    python -m benchmarks.dynamic.heuristics --target-util 0.6 --seeds 42 43 44 \\
         --out benchmarks/results/dynamic_u60.json
 """
 
@@ -15,33 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.data.openb import load_openb_trace
+from fleetmind.envs import dynamic_mode as dm
 
-from fleetmind.data.openb import load_openb_trace  # noqa: E402
-from fleetmind.envs import dynamic_mode as dm  # noqa: E402
-
-OUT = Path(__file__).resolve().parent / "results" / "dynamic.json"
-
-
-def machine() -> dict:
-    import gymnasium
-
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "numpy": np.__version__,
-        "gymnasium": gymnasium.__version__,
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+OUT = RESULTS / "dynamic.json"
 
 
 def env_speed(steps: int) -> dict:
@@ -82,6 +65,7 @@ def main() -> None:
         help="also time this many steps of fleetmind/MultiClusterPlacement-v0 (default env)",
     )
     args = ap.parse_args()
+    load0 = load_now()
 
     trace = load_openb_trace(args.trace)
     fleet = dm.load_dynamic_fleet("openb", args.clusters, args.speed_basis)
@@ -120,7 +104,7 @@ def main() -> None:
         run_s[msg] = round(t - prev, 3)
         prev = t
     payload = {
-        "command": "python " + " ".join(sys.argv),
+        **provenance(__spec__.name, load_start=load0, packages=("gymnasium",)),
         "trace": args.trace,
         "mode": "dynamic",
         "seeds": args.seeds,
@@ -137,7 +121,6 @@ def main() -> None:
         "env_speed": env_speed(args.env_steps) if args.env_steps else None,
         "wall_s_total": round(total, 2),
         "wall_s_per_run": run_s,
-        "machine": machine(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2) + "\n")

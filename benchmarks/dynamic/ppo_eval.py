@@ -6,7 +6,7 @@ backfill 8) that every policy runs on. Writes ``benchmarks/results/ppo_dynamic_e
 load averages, package versions, the command, per trace and policy the mean and per-seed metrics,
 the best heuristic (lowest mean slowdown) and PPO's relative gaps to it.
 
-    .venv/bin/python benchmarks/ppo_dynamic_eval.py --traces cpu050 gpushare20 gpushare60 \
+    python -m benchmarks.dynamic.ppo_eval --traces cpu050 gpushare20 gpushare60 \
         multigpu30 gpuspec20 --seeds 42-51
 
 ``--also NAME=MODEL_DIR`` (repeatable) runs more models on the same streams (the heuristics run
@@ -23,18 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fleetmind.rl.dynamic_eval import (  # noqa: E402
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
     DynEvalConfig,
     actor_fn,
@@ -42,9 +37,10 @@ from fleetmind.rl.dynamic_eval import (  # noqa: E402
     evaluate_streams,
     load_dynamic_actor,
 )
-from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds
 
-OUT = Path(__file__).resolve().parent / "results" / "ppo_dynamic_eval.json"
+OUT = RESULTS / "ppo_dynamic_eval.json"
+PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib")
 
 
 class EnsembleActor:
@@ -180,7 +176,7 @@ def main() -> None:
     extra_rows: dict[str, list[dict]] = {n: [] for n in also}
     teacher_rows: list[dict] = []
     t0 = time.perf_counter()
-    load_start = os.getloadavg()
+    load_start = load_now()
     per_trace: dict[str, dict] = {}
     summary_rows = []
     for trace in a.traces:
@@ -198,14 +194,7 @@ def main() -> None:
         per_trace[trace] = {"policies": res, "summary": row, "wall_s": time.perf_counter() - t1}
         print(json.dumps(row), flush=True)
     out = {
-        "command": "python " + " ".join(sys.argv),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "load_average_start": load_start,
-        "load_average_end": os.getloadavg(),
-        "versions": {
-            p: version(p)
-            for p in ("numpy", "torch", "onnxruntime", "stable-baselines3", "sb3-contrib")
-        },
+        **provenance(__spec__.name, load_start=load_start, packages=PACKAGES),
         "model": str(model_dir),
         "ensemble": a.ensemble,
         "model_version": meta.get("version"),

@@ -6,7 +6,7 @@ GPU request of the pods that failed before 100 % arrived by what stopped them
 GPUs and nodes, or no GPU room left). With ``--relax-host`` every run is repeated on the same trace
 with all CPU and memory requests dropped, so only the GPUs constrain placement.
 
-    .venv/bin/python benchmarks/placement_failure_causes.py --traces default cpu050 gpushare20 \\
+    python -m benchmarks.placement.failure_causes --traces default cpu050 gpushare20 \\
         gpushare60 multigpu30 gpuspec20 --seeds 42-46 --policies ppo FGD BestFit --relax-host \\
         --workers 2
 
@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -30,22 +28,21 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from fleetmind.data.errors import DataError  # noqa: E402
-from fleetmind.data.openb import load_openb_trace  # noqa: E402
-from fleetmind.envs.failure_causes import (  # noqa: E402
+from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind.data.errors import DataError
+from fleetmind.data.openb import load_openb_trace
+from fleetmind.envs.failure_causes import (
     FAILURE_CAUSES,
     FailureBreakdown,
     relax_host,
     run_with_causes,
     summarise_breakdowns,
 )
-from fleetmind.envs.packing_bound import fgd_run_bound  # noqa: E402
-from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.envs.packing_bound import fgd_run_bound
+from fleetmind.training.cli_sched import parse_seeds
 
-RESULTS = ROOT / "benchmarks" / "results" / "placement_failure_causes.json"
+OUT = RESULTS / "placement_failure_causes.json"
+PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib")
 
 _PPO: dict[str, object] = {}
 
@@ -76,25 +73,13 @@ def summarise(rows: list[dict]) -> dict:
 
 def model_label(model: str | None) -> str:
     """``folder (run name)`` of the PPO model, from its ``metadata.json`` when it has one."""
-    folder = Path(model) if model else ROOT / "models" / "placement"
+    folder = Path(model) if model else REPO_ROOT / "models" / "placement"
     try:
         version = json.loads((folder / "metadata.json").read_text()).get("version")
     except (OSError, ValueError):
         version = None
-    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    shown = folder.relative_to(REPO_ROOT) if folder.is_relative_to(REPO_ROOT) else folder
     return f"{shown} ({version})" if version else str(shown)
-
-
-def versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for pkg in ("numpy", "torch", "onnxruntime", "stable-baselines3", "sb3-contrib"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = None
-    return out
 
 
 def positive_int(text: str) -> int:
@@ -119,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         "--relax-host", action="store_true", help="also run every job with no CPU/memory requests"
     )
     ap.add_argument("--workers", type=positive_int, default=2)
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
     seeds = parse_seeds(a.seeds)
     for t in a.traces:  # fail fast, before any worker starts, on a trace name that does not load
@@ -131,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     jobs = [
         (t, p, s, a.model, r) for r in variants for t in a.traces for p in a.policies for s in seeds
     ]
-    load0 = os.getloadavg()
+    load0 = load_now()
     t0 = time.perf_counter()
     rows: list[dict] = []
     with ProcessPoolExecutor(max_workers=a.workers) as pool:
@@ -188,19 +173,11 @@ def main(argv: list[str] | None = None) -> None:
                     s["share_of_fgd_host_loss_removed"] = round(gain / host_loss, 3)
         lower_bound[t] = entry
     out = {
-        "command": "python benchmarks/placement_failure_causes.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        **provenance(__spec__.name, argv, load_start=load0, packages=PACKAGES),
         "model": model_label(a.model),
         "seeds": seeds,
         "level_pct": 100,
         "units": "every figure is GPU milli in % of the cluster's GPU capacity",
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_start": [round(x, 2) for x in load0],
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-        },
-        "versions": versions(),
         "wall_time_s": round(wall, 1),
         "lower_bound": lower_bound,
         "lower_bound_note": "envs.packing_bound: configuration-LP bound of the relaxed problem"

@@ -7,46 +7,30 @@ Runs every openb trace in the shared folder (``default`` on seeds 42-51, the oth
 
 Usage::
 
-    .venv/bin/python benchmarks/fgd_fidelity.py --workers 2
-    .venv/bin/python benchmarks/fgd_fidelity.py --markdown
+    python -m benchmarks.placement.fgd_fidelity --workers 2
+    python -m benchmarks.placement.fgd_fidelity --markdown
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fleetmind.data.openb import (  # noqa: E402
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.data.openb import (
     load_fgd_published,
     load_openb_nodes,
     load_openb_trace,
     openb_trace_names,
 )
-from fleetmind.envs.fgd_mode import evaluate_fgd  # noqa: E402
-from fleetmind.envs.policies import PUBLISHED_POLICIES  # noqa: E402
+from fleetmind.envs.fgd_mode import evaluate_fgd
+from fleetmind.envs.policies import PUBLISHED_POLICIES
 
-OUT = Path(__file__).resolve().parent / "results" / "fgd_fidelity.json"
-
-
-def machine_info() -> dict:
-    import numpy
-
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "numpy": numpy.__version__,
-        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-    }
+OUT = RESULTS / "fgd_fidelity.json"
 
 
 def seeds_of(text: str) -> list[int]:
@@ -59,8 +43,7 @@ def run(args: argparse.Namespace) -> dict:
     published = load_fgd_published()
     nodes = load_openb_nodes()
     payload: dict = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": machine_info(),
+        **provenance(__spec__.name, load_start=load_now()),
         "published_source": "fgd_published_unallocated.csv (hkust-adsl/kubernetes-scheduler-simulator expected results)",
         "traces": {},
     }

@@ -7,40 +7,26 @@ partly full cluster), then each policy's ``select`` (feasibility mask included) 
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_fgd.py                 # decisions only
-    .venv/bin/python benchmarks/bench_fgd.py --full-eval     # + 6 policies x 10 seeds (2 processes)
+    python -m benchmarks.placement.fgd_speed                 # decisions only
+    python -m benchmarks.placement.fgd_speed --full-eval     # + 6 policies x 10 seeds (2 processes)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+from fleetmind.envs.core import ClusterState, pods_from_trace
+from fleetmind.envs.fgd_mode import build_workload, evaluate_fgd
+from fleetmind.envs.policies import PUBLISHED_POLICIES, make_policy
 
-from fleetmind.data.openb import load_openb_nodes, load_openb_trace  # noqa: E402
-from fleetmind.envs.core import ClusterState, pods_from_trace  # noqa: E402
-from fleetmind.envs.fgd_mode import build_workload, evaluate_fgd  # noqa: E402
-from fleetmind.envs.policies import PUBLISHED_POLICIES, make_policy  # noqa: E402
-
-OUT = Path(__file__).resolve().parent / "results" / "fgd.json"
-
-
-def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "numpy": np.__version__,
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+OUT = RESULTS / "fgd.json"
 
 
 def decision_latency(warm: int, decisions: int, policies: list[str]) -> dict:
@@ -89,10 +75,8 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    payload: dict = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": machine(),
-    }
+    load0 = load_now()
+    payload: dict = {}
     if args.out.exists():
         old = json.loads(args.out.read_text())
         payload["full_eval_default"] = old.get("full_eval_default")
@@ -118,7 +102,6 @@ def main() -> None:
             "wall_seconds": round(wall, 1),
             "cpu_seconds_all_runs": round(cpu, 1),
             "projected_wall_seconds_10_seeds_idle": round(cpu / len(seeds) * 10 / args.workers, 1),
-            "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
             "unallocated_gpu_pct_at_100": {
                 p: m["unallocated_gpu_pct_at_100"] for p, m in res["policies"].items()
             },
@@ -128,6 +111,7 @@ def main() -> None:
             },
         }
         print("full eval", payload["full_eval_default"], flush=True)
+    payload = {**provenance(__spec__.name, load_start=load0), **payload}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2) + "\n")
 

@@ -1,6 +1,6 @@
 """Speed of the fleet model's hot paths: the GPU-set allocator and the fleet loaders.
 
-Run: ``.venv/bin/python benchmarks/bench_fleet.py`` (writes ``benchmarks/results/fleet.json``).
+Run: ``python -m benchmarks.placement.fleet_speed`` (writes ``benchmarks/results/fleet.json``).
 
 Figures (microseconds per call, median of repeats):
 
@@ -13,21 +13,14 @@ Figures (microseconds per call, median of repeats):
 from __future__ import annotations
 
 import json
-import os
-import platform
-import sys
 import time
-from importlib.metadata import version
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fleetmind.data import gpu_alloc  # noqa: E402
-from fleetmind.data.fleet_io import load_fleet_yaml, load_openb_fleet  # noqa: E402
-from fleetmind.data.paths import REPO_ROOT  # noqa: E402
-from fleetmind.data.topology import dgx1_v100  # noqa: E402
+from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind.data import gpu_alloc
+from fleetmind.data.fleet_io import load_fleet_yaml, load_openb_fleet
+from fleetmind.data.topology import dgx1_v100
 
 
 def _median_us(fn, repeats: int) -> float:
@@ -85,14 +78,8 @@ def bench_alloc(policy: str, n_queries: int = 2000, seed: int = 0) -> dict[str, 
 
 
 def main() -> None:
+    load0 = load_now()
     results: dict[str, object] = {
-        "command": "python benchmarks/bench_fleet.py",
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-        },
-        "versions": {"numpy": version("numpy"), "pyyaml": version("pyyaml")},
         "alloc_dgx1_v100": {p: bench_alloc(p) for p in ("greedy", "partition")},
     }
     results["load_openb_fleet_ms"] = round(_median_us(load_openb_fleet, 5) / 1000, 2)
@@ -100,7 +87,8 @@ def main() -> None:
     results["load_example_yaml_ms"] = round(
         _median_us(lambda: load_fleet_yaml(example), 5) / 1000, 2
     )
-    out = REPO_ROOT / "benchmarks" / "results" / "fleet.json"
+    results = {**provenance(__spec__.name, load_start=load0, packages=("pyyaml",)), **results}
+    out = RESULTS / "fleet.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

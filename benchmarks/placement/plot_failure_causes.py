@@ -5,7 +5,7 @@ lower bound (no policy can do better), the extra that FGD loses with CPU and mem
 dropped (GPU packing), and the extra that host limits add. Markers show PPO and BestFit, as traced
 and without host limits.
 
-    .venv/bin/python benchmarks/plot_failure_causes.py   # -> docs/img/fgd_loss_breakdown.png
+    python -m benchmarks.placement.plot_failure_causes   # -> docs/img/fgd_loss_breakdown.png
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "benchmarks" / "results" / "placement_failure_causes.json"
-OUT = ROOT / "docs" / "img" / "fgd_loss_breakdown.png"
+from benchmarks.provenance import REPO_ROOT, RESULTS  # noqa: E402
+
+SRC = RESULTS / "placement_failure_causes.json"
+OUT = REPO_ROOT / "docs" / "img" / "fgd_loss_breakdown.png"
 KEY = "unallocated_gpu_pct_at_100"
 
 

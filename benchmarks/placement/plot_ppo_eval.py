@@ -1,6 +1,6 @@
-"""Figure of a ``benchmarks/ppo_heldout.py`` JSON: PPO vs FGD vs BestFit per trace, mean and per seed.
+"""Figure of a ``benchmarks.placement.ppo_heldout`` JSON: PPO vs FGD vs BestFit per trace, mean and per seed.
 
-.venv/bin/python benchmarks/plot_ppo_eval.py [JSON]   # -> docs/img/ppo_vs_fgd.png
+python -m benchmarks.placement.plot_ppo_eval [JSON]   # -> docs/img/ppo_vs_fgd.png
 
 The default JSON, ``benchmarks/results/ppo_eval_scarcity.json``, is the released model (session
 12); ``ppo_eval_strand.json`` holds the same session's first release and ``ppo_eval.json`` the one
@@ -19,9 +19,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "benchmarks" / "results" / "ppo_eval_scarcity.json"
-OUT = ROOT / "docs" / "img" / "ppo_vs_fgd.png"
+from benchmarks.provenance import REPO_ROOT, RESULTS  # noqa: E402
+
+SRC = RESULTS / "ppo_eval_scarcity.json"
+OUT = REPO_ROOT / "docs" / "img" / "ppo_vs_fgd.png"
 STYLE = {"BestFit": "#9e9e9e", "FGD": "#1f77b4", "ppo": "#d62728"}
 KEY = "unallocated_gpu_pct_at_100"
 

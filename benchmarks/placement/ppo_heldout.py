@@ -7,7 +7,7 @@ Runs ``ppo`` (the released model, or ``--model``), ``FGD`` and ``BestFit`` in fg
 not in the model's ``train_traces``) the two targets: PPO <= FGD on every trace, and the mean
 relative gap (target: at least 10 % below FGD).
 
-    .venv/bin/python benchmarks/ppo_heldout.py --traces cpu050 gpushare20 gpushare60 multigpu30 \
+    python -m benchmarks.placement.ppo_heldout --traces cpu050 gpushare20 gpushare60 multigpu30 \
         gpuspec20 --seeds 42-51 --workers 2
 
 The FGD and BestFit runs are the same code as ``fleetmind sched evaluate``; a PPO run is
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -27,13 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind.envs.fgd_mode import aggregate_results, run_fgd
+from fleetmind.training.cli_sched import parse_seeds
 
-from fleetmind.envs.fgd_mode import aggregate_results, run_fgd  # noqa: E402
-from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "ppo_eval.json"
+OUT = RESULTS / "ppo_eval.json"
 POLICIES = ("ppo", "FGD", "BestFit")
 
 _PPO: dict[str, object] = {}
@@ -61,7 +57,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", default=["42-51"])
     ap.add_argument("--model", default=None, help="PPO model (default: models/placement)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=str(OUT))
     ap.add_argument(
         "--heuristics-from",
         default=None,
@@ -70,7 +66,7 @@ def main() -> None:
     )
     a = ap.parse_args()
     seeds = parse_seeds(a.seeds)
-    model_dir = Path(a.model) if a.model else ROOT / "models" / "placement"
+    model_dir = Path(a.model) if a.model else REPO_ROOT / "models" / "placement"
     meta = json.loads((model_dir / "metadata.json").read_text())
     train_traces = set(meta.get("train_traces", []))
     reused: dict[str, dict] = {}
@@ -84,7 +80,7 @@ def main() -> None:
         reused = {t: prev["traces"][t]["policies"] for t in a.traces}
     run_policies = ("ppo",) if reused else POLICIES
     jobs = [(t, p, s, a.model) for t in a.traces for p in run_policies for s in seeds]
-    load0 = os.getloadavg()
+    load0 = load_now()
     t0 = time.perf_counter()
     results: dict[tuple[str, str], list] = {}
     with ProcessPoolExecutor(max_workers=a.workers) as pool:
@@ -126,18 +122,11 @@ def main() -> None:
             gaps.append(rel)
             all_le &= ppo_m <= fgd_m
     out = {
-        "command": "python benchmarks/ppo_heldout.py " + " ".join(sys.argv[1:]),
+        **provenance(__spec__.name, load_start=load0),
         "model": f"{model_dir} ({meta.get('version')})",
         "heuristics_from": a.heuristics_from,
         "train_traces": sorted(train_traces),
         "seeds": seeds,
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "loadavg_start": [round(x, 2) for x in load0],
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-        },
         "wall_time_s": round(wall, 1),
         "targets": {
             "held_out_traces": len(gaps),

@@ -17,7 +17,7 @@ shared machine every figure scales with it.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_ppo.py [--steps 2000] [--decisions 300]
+    python -m benchmarks.placement.ppo_speed [--steps 2000] [--decisions 300]
 """
 
 from __future__ import annotations
@@ -25,37 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.provenance import RESULTS, load_now, provenance
 
-OUT = Path(__file__).resolve().parent / "results" / "ppo.json"
-
-
-def machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "load_average_at_start": list(os.getloadavg()),
-        "packages": {
-            p: version(p)
-            for p in (
-                "numpy",
-                "torch",
-                "onnxruntime",
-                "stable-baselines3",
-                "sb3-contrib",
-                "gymnasium",
-            )
-        },
-    }
+OUT = RESULTS / "ppo.json"
+PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib", "gymnasium")
 
 
 def stats(ms: list[float]) -> dict:
@@ -81,7 +59,7 @@ def main() -> None:
     from fleetmind.rl.policy_adapter import RELEASED_DIR, PPOPlacementPolicy, load_ppo_policy
 
     torch.set_num_threads(1)
-    info = machine()
+    load0 = load_now()
     env = GpuPlacementEnv("default")
     k = env.n_candidates
     if (RELEASED_DIR / "policy.onnx").is_file():
@@ -98,7 +76,7 @@ def main() -> None:
     # env steps/s including candidate features
     obs, _ = env.reset(options={"workload_seed": 42})
     samples: list[tuple[np.ndarray, np.ndarray]] = []
-    load_env = list(os.getloadavg())
+    load_env = load_now()
     t0 = time.perf_counter()
     c0 = time.process_time()
     n = 0
@@ -148,8 +126,7 @@ def main() -> None:
             state.place(pod, node, gpus)
 
     result = {
-        "command": "python " + " ".join(sys.argv),
-        "machine": info,
+        **provenance(__spec__.name, load_start=load0, packages=PACKAGES),
         "model": source,
         "n_candidates": k,
         "obs_dim": int(samples[0][0].size),
@@ -159,7 +136,6 @@ def main() -> None:
         "env_steps_per_cpu_s": round(env_cpu_sps, 1),
         "env_steps_timed": n,
         "load_average_at_env_timing": load_env,
-        "load_average_at_end": list(os.getloadavg()),
         "targets": {"actor_median_ms": 1.0, "env_steps_per_s": 1000},
     }
     out = Path(a.out)

@@ -8,8 +8,8 @@ by ``(seed, split, graph index)``) but keeps only the first ``--train-per-graph`
 training topology and the first ``--val`` validation incidents; ``test`` and ``test_large`` are
 complete. Every incident in the folder is byte-identical to the one the full command writes.
 
-    python -m benchmarks.gat_dataset --out /tmp/rca_bench --incidents 6700 --train-per-graph 40 --val 300
-    python -m benchmarks.gat_dataset --out /tmp/rca_hard --incidents 6700 --difficulty hard ...
+    python -m benchmarks.rca.gat_dataset --out /tmp/rca_bench --incidents 6700 --train-per-graph 40 --val 300
+    python -m benchmarks.rca.gat_dataset --out /tmp/rca_hard --incidents 6700 --difficulty hard ...
 """
 
 from __future__ import annotations

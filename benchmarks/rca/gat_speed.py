@@ -1,6 +1,6 @@
 """GAT inference speed on one CPU core: latency per incident on a 1,000-node graph, batched throughput.
 
-    python -m benchmarks.bench_gat [--model REF] [--incidents 60] [--out benchmarks/results/gat_speed.json]
+    python -m benchmarks.rca.gat_speed [--model REF] [--incidents 60] [--out benchmarks/results/gat_speed.json]
 
 Incidents come from the simulator (``data/rca_gen``) on one generated topology of about 1,000 nodes,
 plus an alert-storm variant (every incident padded to 200 alerts with extra copies of its own alerts
@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.provenance import RESULTS, load_now, provenance
 
 
 def _incidents(n: int, n_nodes: int, seed: int) -> tuple[object, list[list[dict]]]:
@@ -81,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--incidents", type=int, default=60)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="benchmarks/results/gat_speed.json")
+    ap.add_argument("--out", default=str(RESULTS / "gat_speed.json"))
     a = ap.parse_args(argv)
 
     import torch
@@ -89,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from fleetmind.rca.features import alert_features
     from fleetmind.rca.gat_analyzer import GATAnalyzer
 
-    load0 = os.getloadavg()[0]
+    load0 = load_now()
     torch.set_num_threads(1)
     gat = GATAnalyzer.load(a.model)
     g, incs = _incidents(a.incidents, a.nodes, a.seed)
@@ -124,22 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         }
     payload = {
         "benchmark": "gat inference speed",
-        "command": "python -m benchmarks.bench_gat "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        **provenance(__spec__.name, argv, load_start=load0, packages=("torch-geometric", "scipy")),
         "model_version": gat.version,
         "graph": {"nodes": g.num_nodes, "edges": g.num_edges},
         "threads": torch.get_num_threads(),
         "targets": {"find_root_causes_ms_median": 20.0, "batched_incidents_per_s": 200.0},
         "results": res,
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_1m_at_start": load0,
-            "loadavg_1m_at_end": os.getloadavg()[0],
-            "python": platform.python_version(),
-        },
-        "versions": {p: version(p) for p in ("torch", "torch-geometric", "numpy", "scipy")},
     }
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Benchmark: time to generate an RCA dataset (target: 10,000 incidents on ~1,000-node graphs <= 2 min, 2 cores).
 
-Run: ``python benchmarks/bench_rca_generate.py [--incidents 10000] [--workers 2]``; writes
+Run: ``python -m benchmarks.rca.generate_speed [--incidents 10000] [--workers 2]``; writes
 ``benchmarks/results/rca_generate.json`` with machine info, versions, the command and the figures.
 """
 
@@ -9,15 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.provenance import RESULTS, load_now, provenance
 
 
 def main() -> None:
@@ -27,7 +24,7 @@ def main() -> None:
     ap.add_argument(
         "--nodes", type=int, default=1000, help="graph node budget (min = 0.8x, max = 1.2x)"
     )
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rca_generate.json"))
+    ap.add_argument("--out", default=str(RESULTS / "rca_generate.json"))
     args = ap.parse_args()
 
     import numpy as np
@@ -42,6 +39,7 @@ def main() -> None:
         large_fraction=0.0,
         workers=args.workers,
     )
+    load0 = load_now()
     tmp = Path(tempfile.mkdtemp(prefix="bench_rca_"))
     try:
         t0 = time.perf_counter()
@@ -53,20 +51,9 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     nodes = [s["nodes"] for s in meta["graph_stats"].values()]
-    try:
-        load = os.getloadavg()
-    except OSError:  # pragma: no cover
-        load = None
     result = {
         "benchmark": "rca_generate",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_after": load,
-        },
-        "versions": {"numpy": np.__version__},
+        **provenance(__spec__.name, load_start=load0),
         "n_incidents": sum(meta["counts"].values()),
         "workers": args.workers,
         "n_graphs": len(nodes),

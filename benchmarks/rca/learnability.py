@@ -8,7 +8,7 @@ dependencies, its dependents and the four 2-hop compositions. Trained on ``train
 subsampled to 30 %), scored as AC@1 (argmax per incident) on held-out topologies. If this probe
 reaches AC@1 >= 0.9, the signal is there for the GAT.
 
-Run: ``python benchmarks/bench_rca_learnability.py DATA [--train 1500] [--eval 400]`` -> JSON in
+Run: ``python -m benchmarks.rca.learnability DATA [--train 1500] [--eval 400]`` -> JSON in
 ``benchmarks/results/rca_learnability_<name>.json``.
 """
 
@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.provenance import RESULTS, load_now, provenance
 
 
 def _ts(s: str) -> float:
@@ -42,13 +38,13 @@ def main() -> None:
 
     import numpy as np
     import scipy.sparse as sp
-    import sklearn
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     from fleetmind.data.graph import NODE_KINDS
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.baselines import alerts_by_node
 
+    load0 = load_now()
     ds = load_dataset(args.data, splits=["train", *args.splits])
     train = ds.splits["train"][: args.train]
 
@@ -147,9 +143,7 @@ def main() -> None:
     name = args.name or Path(args.data).name
     res = {
         "benchmark": "rca_learnability_probe",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "versions": {"numpy": np.__version__, "scikit-learn": sklearn.__version__},
+        **provenance(__spec__.name, load_start=load0, packages=("scikit-learn",)),
         "data": str(args.data),
         "data_meta": {k: ds.meta.get(k) for k in ("seed", "n_incidents", "sim")},
         "train_incidents": len(train),
@@ -158,7 +152,7 @@ def main() -> None:
         "featurize_and_fit_s": round(fit_s, 1),
         "results": out,
     }
-    path = ROOT / "benchmarks" / "results" / f"rca_learnability_{name}.json"
+    path = RESULTS / f"rca_learnability_{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=2) + "\n")
 

@@ -8,22 +8,23 @@ The defaults were fixed before this sweep; the sweep shows how much the headline
 
 Usage::
 
-    python benchmarks/bench_petshop.py [--scenario ../shared/data/petshop/low_traffic] [--out PATH]
+    python -m benchmarks.rca.petshop_sensitivity [--scenario FOLDER] [--out PATH]
+
+The default scenario is ``petshop/low_traffic`` in the dataset folder (``FLEETMIND_SHARED_DATA``,
+``docs/data.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from dataclasses import asdict, replace
-from importlib.metadata import version
 from pathlib import Path
 
-from fleetmind.data.paths import REPO_ROOT, shared_data_dir
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.data.paths import shared_data_dir
 from fleetmind.data.petshop import (
     DetectorConfig,
     detect_alerts,
@@ -54,10 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--scenario", default=None, help="scenario folder (default: shared petshop/low_traffic)"
     )
-    ap.add_argument(
-        "--out", default=str(REPO_ROOT / "benchmarks" / "results" / "petshop_sensitivity.json")
-    )
+    ap.add_argument("--out", default=str(RESULTS / "petshop_sensitivity.json"))
     args = ap.parse_args(argv)
+    load0 = load_now()
     folder = Path(args.scenario) if args.scenario else shared_data_dir() / "petshop" / "low_traffic"
     sc = load_scenario(folder)
     issues = sc.issues("all")
@@ -120,14 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_incidents": len(windows),
         "defaults": {"detector": asdict(DetectorConfig()), "ranker": asdict(PropagationConfig())},
         "variants": variants,
-        "command": "python benchmarks/bench_petshop.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-        },
-        "packages": {p: version(p) for p in ("numpy", "pandas")},
+        **provenance(__spec__.name, argv, load_start=load0, packages=("pandas",)),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

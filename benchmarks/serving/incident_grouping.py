@@ -18,7 +18,7 @@ released GAT, and reads back the incidents and their ranked causes. Per ``hops``
 * on storms with a second, independent incident (``--difficulty hard``):
   ``second_root_top1_of_some_incident`` and ``both_roots_top1``.
 
-Run: ``python benchmarks/bench_incident_grouping.py DATA [--splits test val] [--hops 2 3 4]
+Run: ``python -m benchmarks.serving.incident_grouping DATA [--splits test val] [--hops 2 3 4]
 [--limit N] [--out benchmarks/results/incident_grouping_<name>.json]``.
 """
 
@@ -26,16 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.provenance import RESULTS, load_now, provenance
 
 
 def storm_incidents(
@@ -129,24 +125,17 @@ def main() -> None:
     torch.set_num_threads(1)
     ds = load_dataset(args.data, splits=args.splits)
     storms = [s for split in args.splits for s in ds.splits[split]][: args.limit]
-    load0 = os.getloadavg()
+    load0 = load_now()
     start = time.perf_counter()
     results = [evaluate(ds, storms, h, args.window_s) for h in args.hops]
     meta = json.loads((Path(args.data) / "meta.json").read_text())
     name = Path(args.data).name
-    out = Path(args.out or ROOT / "benchmarks" / "results" / f"incident_grouping_{name}.json")
+    out = Path(args.out or RESULTS / f"incident_grouping_{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "benchmark": "incident_grouping",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        **provenance(__spec__.name, load_start=load0),
         "data": {"folder": str(args.data), "splits": args.splits, "generator": meta},
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_start": load0,
-            "loadavg_end": os.getloadavg(),
-        },
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
         "wall_s": round(time.perf_counter() - start, 1),
         "results": results,
     }

@@ -2,7 +2,7 @@
 
 The service stores webhooks first and groups them afterwards (``serving.incidents``); under a
 sustained alert storm the question is whether grouping keeps up. This stores ``--alerts`` pending
-alerts shaped like ``bench_serving.py``'s ingestion (50-alert webhooks over the 80 hosts of the
+alerts shaped like ``benchmarks.serving.service``'s ingestion (50-alert webhooks over the 80 hosts of the
 benchmark graph, GPU XID alerts; every 7th webhook resolves a fifth of its alerts; start times
 spread over an hour, so the incidents grow to thousands of alerts each) in a fresh SQLite
 database, then runs the worker's loop (``process_pending`` with deferred ranking, then the due
@@ -10,16 +10,18 @@ rankings) until nothing is pending, on the released GAT. It reports the wall and
 per second, and a SHA-256 of the resulting incidents (ids, status, counts, nodes, clusters, alert
 times, top causes), so two code versions can be checked to form the same incidents::
 
-    python benchmarks/bench_incident_worker.py --alerts 400000 --out benchmarks/results/incident_worker.json
+    python -m benchmarks.serving.incident_worker --alerts 400000 --out benchmarks/results/incident_worker.json
 
-``--repo`` runs another checkout's ``serving/`` (e.g. a ``git worktree`` of an older commit).
+To time another checkout's ``serving/`` (e.g. a ``git worktree`` of an older commit, 0.2.0 or
+later), run this module from this checkout's root with the Python environment that has the other
+checkout installed (``pip install -e``): ``/tmp/before/.venv/bin/python -m
+benchmarks.serving.incident_worker ...``. The JSON records where ``fleetmind.serving`` came from.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.metadata
 import json
 import sys
 import tempfile
@@ -27,7 +29,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from benchmarks.provenance import load_now, provenance
+from benchmarks.serving.ingest_alerts import ingest_alert
 
 
 def main() -> None:
@@ -40,16 +43,11 @@ def main() -> None:
         help="open incidents before the backlog: one alert each, an hour apart, ending an hour "
         "before the backlog starts (a long-running service whose alerts never resolved)",
     )
-    ap.add_argument("--repo", default=str(HERE.parent), help="checkout whose serving/ groups")
     ap.add_argument("--out", default=None, help="JSON of the figures")
     args = ap.parse_args()
     if args.alerts < 50:
         sys.exit("bench_incident_worker: --alerts must be at least 50 (one webhook)")
-    sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(Path(args.repo).resolve()))
-    from ingest_alerts import ingest_alert
-    from probe_common import load_now, machine
-
+    import fleetmind.serving
     from fleetmind.serving.db import Database
     from fleetmind.serving.defaults.example import benchmark_graph
     from fleetmind.serving.graphstore import GraphStore
@@ -106,11 +104,8 @@ def main() -> None:
     digest = hashlib.sha256(json.dumps(incs, sort_keys=True).encode()).hexdigest()
     result = {
         "benchmark": "incident worker: grouping a backlog of pending alerts",
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "repo": str(Path(args.repo).resolve()),
-        "serving_imported_from": str(Path(sys.modules["serving"].__file__).parent),
-        "machine": machine(load_start),
-        "sqlalchemy": importlib.metadata.version("sqlalchemy"),
+        **provenance(__spec__.name, load_start=load_start, packages=("sqlalchemy",)),
+        "serving_imported_from": str(Path(fleetmind.serving.__file__).parent),
         "alerts": len(rows),
         "open_incidents_before": open_before,
         "grouped": grouped,

@@ -1,8 +1,7 @@
 """The alerts of the ingestion benchmarks, in one place and without project imports.
 
-``bench_serving.py`` sends them as webhooks; ``bench_incident_worker.py`` stores them as a backlog
-(and imports only this module from ``benchmarks/``, so its ``--repo`` checkout's ``serving`` is
-the one imported).
+``benchmarks.serving.service`` sends them as webhooks; ``benchmarks.serving.incident_worker``
+stores them as a backlog.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The RCA benchmark's workload: request bodies of distinct simulated incidents.
 
-Shared by ``bench_serving.py`` and ``serving_cpu_loop.py``. It has no import-time side effects
-and imports the project (``data.rca_gen``) only when called, so ``serving_cpu_loop.py --repo``
-builds the bodies with whichever checkout it put first on ``sys.path``.
+Shared by ``benchmarks.serving.service`` and ``benchmarks.serving.cpu_loop``. It has no
+import-time side effects and imports the project (``fleetmind.data.rca_gen``) only when called, so
+the bodies are built by whichever ``fleetmind`` the running interpreter has installed.
 """
 
 from __future__ import annotations

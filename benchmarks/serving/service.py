@@ -18,7 +18,7 @@ Phases (each against the same server, SQLite WAL with synchronous=FULL, the ~1,0
 Targets (issue 7): ingestion >= 1,000 alerts/s with zero loss; RCA p99 <= 100 ms at 20 clients;
 placement p99 <= 20 ms.
 
-    .venv/bin/python benchmarks/bench_serving.py [--quick] [--out benchmarks/results/serving.json]
+    python -m benchmarks.serving.service [--quick] [--out benchmarks/results/serving.json]
         [--rca-processes N] [--workers N] [--skip-ingest]
 
 ``--rca-processes N`` starts the server with ``FLEETMIND_RCA_PROCESSES=N`` (RCA requests ranked in
@@ -31,25 +31,32 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.provenance import REPO_ROOT as REPO
+from benchmarks.provenance import RESULTS, load_now, provenance
+from benchmarks.serving.ingest_alerts import ingest_alert
+from benchmarks.serving.rca_workload import sim_incidents
+from fleetmind.serving.defaults.example import benchmark_graph
+from fleetmind.serving.settings import Settings
 
-from ingest_alerts import ingest_alert  # noqa: E402  (benchmarks/, next to this script)
-from rca_workload import sim_incidents  # noqa: E402  (benchmarks/, next to this script)
-
-from fleetmind.serving.defaults.example import benchmark_graph  # noqa: E402
-from fleetmind.serving.settings import Settings  # noqa: E402
+PACKAGES = (
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "pydantic",
+    "sqlalchemy",
+    "httptools",
+    "uvloop",
+    "msgspec",
+)
 
 
 # ----------------------------------------------------------------------------------------- raw client
@@ -362,37 +369,6 @@ def cpu_facts() -> dict[str, Any]:
     return facts
 
 
-def machine_info(load_start: list[float]) -> dict[str, Any]:
-    """Platform, Python, cores, CPU facts and the 1/5/15-min load averages at the start and now."""
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        **cpu_facts(),
-        "loadavg_at_start": load_start,
-        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
-        "loadavg_note": "os.getloadavg() (1, 5, 15 min); 2 cores shared with other users",
-    }
-
-
-def code_version() -> dict[str, Any]:
-    """The commit the server ran (and whether the working tree had changes)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "serving", "rca", "data"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return {"commit": head, "serving_rca_data_modified": bool(dirty)}
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "note": f"{REPO} is not a git checkout"}
-
-
 def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]) -> dict[str, Any]:
     """CPU milliseconds per request of each step of ``POST /api/v1/rca`` (GAT), in this process."""
     import torch
@@ -626,7 +602,7 @@ def positive_int(text: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/serving.json"))
+    ap.add_argument("--out", default=str(RESULTS / "serving.json"))
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--ingest-alerts", type=positive_int, default=20000)
     ap.add_argument("--ingest-batch", type=positive_int, default=50)
@@ -710,7 +686,7 @@ def main() -> None:
     if args.quick:
         args.ingest_alerts, args.rca_requests, args.place_requests = 2000, 3, 30
     pool_size = args.rca_pool or args.rca_clients * args.rca_requests
-    load_start = [round(x, 2) for x in os.getloadavg()]
+    load_start = load_now()
 
     from socket import socket
 
@@ -886,21 +862,6 @@ def main() -> None:
 
     result = {
         **result_head("serving", load_start),
-        "versions": {
-            p: version(p)
-            for p in (
-                "fastapi",
-                "uvicorn",
-                "starlette",
-                "pydantic",
-                "sqlalchemy",
-                "httptools",
-                "uvloop",
-                "msgspec",
-                "torch",
-                "numpy",
-            )
-        },
         "server": {
             "workers": args.workers,
             "rca_processes": args.rca_processes,
@@ -934,15 +895,13 @@ def result_head(benchmark: str, load_start: list[float]) -> dict[str, Any]:
     """The keys every JSON of this script starts with: what ran, the command, machine and commit."""
     return {
         "benchmark": benchmark,
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": machine_info(load_start),
-        "code": code_version(),
+        **provenance(__spec__.name, load_start=load_start, packages=PACKAGES, **cpu_facts()),
     }
 
 
 def breakdown_only(args: argparse.Namespace) -> None:
     """``--breakdown-only``: :func:`request_breakdown` on the benchmark's incidents, no server."""
-    load_start = [round(x, 2) for x in os.getloadavg()]
+    load_start = load_now()
     graph = benchmark_graph()
     n = args.rca_pool or args.rca_clients * args.rca_requests
     bodies = sim_incidents(graph, n, 200, seed=0)

@@ -22,9 +22,9 @@ validation set that neither searched on:
   scorer JSON). Writes per scorer the unallocated GPU % at
   100 % arrived per episode and the mean relative gap to FGD, the number the choice rule uses.
 
-    .venv/bin/python benchmarks/placement_teacher_search.py search --traces default gpushare40 \
+    python -m benchmarks.experiments.2026-11-29-placement-teacher-search.teacher_search search --traces default gpushare40 \
         multigpu20 --cem-seeds 1000 1001 --seed 10 --out runs/search_s10
-    .venv/bin/python benchmarks/placement_teacher_search.py validate --scorer released=models/placement/teacher.json \
+    python -m benchmarks.experiments.2026-11-29-placement-teacher-search.teacher_search validate --scorer released=models/placement/teacher.json \
         --scorer s10=runs/search_s10/teacher_best.json --traces cpu037 cpu250 --seeds 43 44 \
         --out benchmarks/results/placement_teacher_validation.json
 """
@@ -33,26 +33,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-
-def _machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "loadavg_at_end": list(os.getloadavg()),
-    }
+from benchmarks.provenance import REPO_ROOT as ROOT
+from benchmarks.provenance import command, load_now, provenance
 
 
 def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacementEnv
@@ -96,20 +84,20 @@ def cmd_search(a: argparse.Namespace) -> None:
     init = LinearScorer.load(a.init) if a.init else None
     worst = a.objective == "worst-trace"
     objective = worst_trace_objective([t for t, _ in episodes]) if worst else None
-    load0, t0 = list(os.getloadavg()), time.perf_counter()
+    load0, t0 = load_now(), time.perf_counter()
     k, f = env.n_candidates, env.n_cand_features
 
     def checkpoint(best, best_score: float, history: list, mu: np.ndarray) -> None:
         best.save(out / "teacher_best.json")
         LinearScorer(mu, k, f, blocks).save(out / "teacher_mean.json")
         state = {
-            "command": "python " + " ".join(sys.argv),
+            "command": command(__spec__.name),
             "generations_done": len(history),
             "generations": a.generations,
             "best_score": best_score,
             "history": history,
             "wall_s": time.perf_counter() - t0,
-            "loadavg": list(os.getloadavg()),
+            "loadavg": load_now(),
         }
         (out / "checkpoint.json").write_text(json.dumps(state, indent=2))
 
@@ -135,7 +123,7 @@ def cmd_search(a: argparse.Namespace) -> None:
     mean_scorer = LinearScorer(res.final_mean, k, f, blocks)
     mean_scorer.save(out / "teacher_mean.json")
     summary = {
-        "command": "python " + " ".join(sys.argv),
+        **provenance(__spec__.name, load_start=load0),
         "objective": "worst-trace: max over traces of the mean over the trace's episodes of "
         "(metric / FGD metric on the same episode - 1); lower is better"
         if worst
@@ -146,7 +134,6 @@ def cmd_search(a: argparse.Namespace) -> None:
         "init_score": res.init_score,
         "history": res.history,
         "wall_s": wall,
-        "machine": {**_machine(), "loadavg_at_start": load0},
     }
     if worst:  # both objectives for FGD, the start, the best vector and the final mean
         assert objective is not None
@@ -191,7 +178,7 @@ def cmd_validate(a: argparse.Namespace) -> None:
             raise SystemExit(f"--scorer wants a unique NAME=PATH, got {item!r}")
         scorers[name] = path
     jobs = [(n, p, t, s) for n, p in scorers.items() for t in a.traces for s in a.seeds]
-    load0, t0 = list(os.getloadavg()), time.perf_counter()
+    load0, t0 = load_now(), time.perf_counter()
     with ProcessPoolExecutor(a.workers) as ex:
         rows = list(ex.map(_val_job, jobs))
     got = {(n, t, s): v for n, t, s, v in rows}
@@ -214,14 +201,13 @@ def cmd_validate(a: argparse.Namespace) -> None:
         }
     doc = {
         "benchmark": "placement_teacher_validation",
-        "command": "python " + " ".join(sys.argv),
+        **provenance(__spec__.name, load_start=load0),
         "metric": "unallocated GPU % at 100 % arrived, whole greedy episodes; gap = mean over "
         "traces of (scorer mean / FGD mean - 1)",
         "traces": a.traces,
         "seeds": a.seeds,
         "scorers": report,
         "wall_s": time.perf_counter() - t0,
-        "machine": {**_machine(), "loadavg_at_start": load0},
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=2))
@@ -277,7 +263,7 @@ def cmd_head_search(a: argparse.Namespace) -> None:
         flush=True,
     )
     stop_t = _stop_time(a.stop_at)
-    load0, t0 = list(os.getloadavg()), time.perf_counter()
+    load0, t0 = load_now(), time.perf_counter()
     state: dict = {"history": [], "gen_times": []}
 
     def checkpoint(best, best_score: float, history: list, mu: np.ndarray) -> None:
@@ -286,14 +272,14 @@ def cmd_head_search(a: argparse.Namespace) -> None:
         state["history"] = history
         state["gen_times"].append(time.perf_counter() - t0)
         doc = {
-            "command": "python " + " ".join(sys.argv),
+            "command": command(__spec__.name),
             "generations_done": len(history),
             "generations": a.generations,
             "best_score": best_score,
             "history": history,
             "wall_s": time.perf_counter() - t0,
             "gen_end_wall_s": state["gen_times"],
-            "loadavg": list(os.getloadavg()),
+            "loadavg": load_now(),
         }
         (out / "checkpoint.json").write_text(json.dumps(doc, indent=2))
         print(f"generation {len(history)}: {json.dumps(history[-1])}", flush=True)
@@ -329,14 +315,13 @@ def cmd_head_search(a: argparse.Namespace) -> None:
         bar.close()
     wall = time.perf_counter() - t0
     summary: dict = {
-        "command": "python " + " ".join(sys.argv),
+        **provenance(__spec__.name, load_start=load0),
         "model": a.model,
         "objective": a.objective,
         "episodes": [list(e) for e in episodes],
         "stopped_at_deadline": stopped,
         "wall_s": wall,
         "gen_end_wall_s": state["gen_times"],
-        "machine": {**_machine(), "loadavg_at_start": load0},
         "released_head_rms": rms,
     }
     if res is not None:

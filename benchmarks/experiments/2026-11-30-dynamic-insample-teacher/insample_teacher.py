@@ -24,13 +24,13 @@ after every trace. A wall-clock deadline (``--deadline-utc``) caps each search
 (``max_minutes``) so that the trace's evaluation still ends before it; a trace that cannot fit at
 least two generations is skipped and recorded as such.
 
-    nice -n 19 .venv/bin/python benchmarks/dynamic_insample_teacher.py \
+    nice -n 19 python -m benchmarks.experiments.2026-11-30-dynamic-insample-teacher.insample_teacher \
         --traces cpu050 gpushare100 gpushare60 cpu200 --deadline-utc 05:20
 
 ``--continue`` (search-budget check) then reads that JSON and runs a second search of the same
 size for each listed trace, started at its in-sample teacher, stored under ``continued_search``:
 
-    nice -n 19 .venv/bin/python benchmarks/dynamic_insample_teacher.py --traces gpushare60 --continue
+    nice -n 19 python -m benchmarks.experiments.2026-11-30-dynamic-insample-teacher.insample_teacher --traces gpushare60 --continue
 """
 
 from __future__ import annotations
@@ -38,43 +38,37 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import subprocess
-import sys
 import time
 from dataclasses import asdict
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fleetmind.envs.dynamic_mode import make_policy  # noqa: E402
-from fleetmind.envs.multicluster_env import (  # noqa: E402
+from benchmarks.provenance import REPO_ROOT as ROOT
+from benchmarks.provenance import RESULTS, command, load_now, provenance
+from fleetmind.envs.dynamic_mode import make_policy
+from fleetmind.envs.multicluster_env import (
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
     N_CAND_FEATURES,
 )
-from fleetmind.rl.dynamic_eval import (  # noqa: E402
+from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
     DynEvalConfig,
     EnvActorPolicy,
     job_stream,
     run_policy,
 )
-from fleetmind.rl.dynamic_teacher import (  # noqa: E402
+from fleetmind.rl.dynamic_teacher import (
     REFERENCE_POLICIES,
     DynLinearScorer,
     StreamSet,
     cem_search_dynamic,
 )
-from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 OUT = RESULTS / "ppo_dynamic_insample.json"
 PUBLISHED = (RESULTS / "ppo_dynamic_eval.json", RESULTS / "ppo_dynamic_eval_more_traces.json")
 RELEASED_TEACHER = ROOT / "models" / "placement-dynamic" / "teacher.json"
@@ -392,15 +386,8 @@ def main() -> None:
         "issue": 6,
         "label": "IN-SAMPLE capacity check: the teacher is fitted on evaluation seeds; never a "
         "release candidate",
-        "command": "python " + " ".join(sys.argv),
-        "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "versions": {
-            "python": platform.python_version(),
-            **{q: version(q) for q in ("numpy", "gymnasium")},
-        },
+        **provenance(__spec__.name, load_start=load_now(), packages=("gymnasium",)),
         "git": git_state(),
-        "load_average_start": os.getloadavg(),
         "config": asdict(DynEvalConfig()),
         "cem": {
             "generations": a.generations,
@@ -419,7 +406,7 @@ def main() -> None:
     path = Path(a.out)
     for trace in a.traces:
         out["traces"][trace] = run_trace(trace, a, pub, deadline)
-        out["load_average_end"] = os.getloadavg()
+        out["load_average_end"] = load_now()
         out["wall_time_s"] = time.time() - t0
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=1) + "\n")
@@ -447,8 +434,8 @@ def continue_searches(
     path = Path(a.out)
     out = json.loads(path.read_text())
     cont = out.setdefault("continued_search", {})
-    cont["command"] = "python " + " ".join(sys.argv)
-    cont["load_average_start"] = os.getloadavg()
+    cont["command"] = command(__spec__.name)
+    cont["load_average_start"] = load_now()
     cont["git"] = git_state()
     for trace in a.traces:
         first = out["traces"][trace]
@@ -458,7 +445,7 @@ def continue_searches(
         )
         e = run_trace(trace, a, pub, deadline, init=init)
         cont[trace] = e
-        cont["load_average_end"] = os.getloadavg()
+        cont["load_average_end"] = load_now()
         cont["wall_time_s"] = time.time() - t0
         path.write_text(json.dumps(out, indent=1) + "\n")
         if e.get("skipped"):

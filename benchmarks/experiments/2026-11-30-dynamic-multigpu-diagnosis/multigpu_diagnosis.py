@@ -18,7 +18,8 @@ GPU, removes candidates that are fully idle 8-GPU nodes whenever another candida
 
 Usage::
 
-    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python benchmarks/dynamic_multigpu_diagnosis.py \
+    OMP_NUM_THREADS=1 nice -n 19 python -m \
+        benchmarks.experiments.2026-11-30-dynamic-multigpu-diagnosis.multigpu_diagnosis \
         --traces multigpu30 --seeds 42 43 44 45 --model released=models/placement-dynamic \
         --model seed2=<path> --model qf=<path> --guard \
         --out benchmarks/results/ppo_dynamic_multigpu_diagnosis.json
@@ -28,30 +29,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from fleetmind.data.openb import load_openb_trace  # noqa: E402
-from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI  # noqa: E402
-from fleetmind.envs.dynamic_mode import DynamicSim, LocalityAwarePolicy, make_policy  # noqa: E402
-from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
-from fleetmind.rl.dynamic_eval import (  # noqa: E402
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.data.openb import load_openb_trace
+from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI
+from fleetmind.envs.dynamic_mode import DynamicSim, LocalityAwarePolicy, make_policy
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.rl.dynamic_eval import (
     EnvActorPolicy,
     actor_fn,
     job_stream,
     load_dynamic_actor,
     model_config,
 )
-from fleetmind.rl.dynamic_teacher import DynLinearScorer  # noqa: E402
+from fleetmind.rl.dynamic_teacher import DynLinearScorer
 
 CLASSES = ("cpu", "share", "1", "2", "4", "8")
 
@@ -314,7 +310,7 @@ def main() -> None:
         action="store_true",
         help="also run each actor with the guard active only while a multi-GPU job is queued",
     )
-    ap.add_argument("--out", default="benchmarks/results/ppo_dynamic_multigpu_diagnosis.json")
+    ap.add_argument("--out", default=str(RESULTS / "ppo_dynamic_multigpu_diagnosis.json"))
     args = ap.parse_args()
 
     t_start = time.time()
@@ -331,19 +327,8 @@ def main() -> None:
         sc = DynLinearScorer.load(path)
         teachers[lab] = (Path(path), sc.n_cand_features > 14)
 
-    import numpy
-    import torch
-
     result: dict[str, Any] = {
-        "command": " ".join([sys.executable, *sys.argv]),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "numpy": numpy.__version__,
-            "torch": torch.__version__,
-        },
-        "loadavg_start": list(os.getloadavg()),
+        **provenance(__spec__.name, load_start=load_now()),
         "models": {k: str(v[0]) for k, v in models.items()},
         "teachers": {k: str(v[0]) for k, v in teachers.items()},
         "seeds": args.seeds,
@@ -404,7 +389,7 @@ def main() -> None:
                     f"frag {s['time']['head_multi_fragmented_frac']:.3f} ({s['wall_s']:.1f}s)",
                     flush=True,
                 )
-    result["loadavg_end"] = list(os.getloadavg())
+    result["loadavg_end"] = load_now()
     result["wall_s"] = time.time() - t_start
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

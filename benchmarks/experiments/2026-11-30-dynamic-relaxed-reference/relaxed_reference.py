@@ -15,30 +15,25 @@ stratified node sample, 133 nodes, 2,048 jobs, offered load 0.8, backfill depth 
 Writes ``benchmarks/results/dynamic_relaxed_reference.json`` (machine, versions, command, load
 averages, every figure; rewritten after each trace).
 
-    nice -n 19 .venv/bin/python benchmarks/dynamic_relaxed_reference.py
+    nice -n 19 python -m benchmarks.experiments.2026-11-30-dynamic-relaxed-reference.relaxed_reference
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fleetmind.data.openb import load_openb_trace  # noqa: E402
-from fleetmind.envs.dynamic_mode import DynamicSim, make_policy  # noqa: E402
-from fleetmind.envs.dynamic_relaxed import TIERS, IdealRuntimeSim, RelaxedSim  # noqa: E402
-from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv  # noqa: E402
-from fleetmind.rl.dynamic_eval import (  # noqa: E402
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.data.openb import load_openb_trace
+from fleetmind.envs.dynamic_mode import DynamicSim, make_policy
+from fleetmind.envs.dynamic_relaxed import TIERS, IdealRuntimeSim, RelaxedSim
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
     DynEvalConfig,
     EnvActorPolicy,
@@ -46,9 +41,8 @@ from fleetmind.rl.dynamic_eval import (  # noqa: E402
     job_stream,
     load_dynamic_actor,
 )
-from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
+from fleetmind.training.cli_sched import parse_seeds
 
-RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "dynamic_relaxed_reference.json"
 PUBLISHED = (RESULTS / "ppo_dynamic_eval.json", RESULTS / "ppo_dynamic_eval_more_traces.json")
 UNSEEN = (
@@ -120,13 +114,7 @@ def main() -> None:
     out: dict[str, Any] = {
         "benchmark": "dynamic_relaxed_reference",
         "issue": 6,
-        "command": "python " + " ".join(sys.argv),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "versions": {
-            "python": platform.python_version(),
-            **{p: version(p) for p in ("numpy", "onnxruntime", "gymnasium")},
-        },
-        "load_average_start": os.getloadavg(),
+        **provenance(__spec__.name, load_start=load_now(), packages=("onnxruntime", "gymnasium")),
         "config": meta["env_kwargs"],
         "model": str(model_dir.relative_to(RESULTS.parents[1])),
         "model_version": meta.get("version"),
@@ -249,7 +237,7 @@ def main() -> None:
         out["per_trace"][trace] = summarize(trace, best, per_policy, rows, checks, source)
         out["per_trace"][trace]["wall_s"] = time.perf_counter() - t1
         out["wall_time_s"] = time.perf_counter() - t0
-        out["load_average_end"] = os.getloadavg()
+        out["load_average_end"] = load_now()
         out["summary"] = [v["summary"] for v in out["per_trace"].values()]
         out["overall"] = overall(out["summary"])
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

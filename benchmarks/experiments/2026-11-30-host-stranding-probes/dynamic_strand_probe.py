@@ -11,7 +11,8 @@ with ``stranded = envs.candidates.stranded_gpu_milli`` at the stream's typical C
 milli-GPU (its GPU jobs' totals). The env setting is the released dynamic model's. The metric is
 each policy's mean slowdown; a row reports the teacher's gap to the best heuristic of the trace.
 
-    .venv/bin/python benchmarks/dynamic_strand_probe.py --traces default gpushare40 multigpu20 \\
+    python -m benchmarks.experiments.2026-11-30-host-stranding-probes.dynamic_strand_probe \\
+        --traces default gpushare40 multigpu20 \\
         --seeds 300-304 --alphas 0 1 2 4 8 --out benchmarks/results/dynamic_strand_probe.json
 """
 
@@ -19,20 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from probe_common import load_now, machine  # noqa: E402
-
-from fleetmind.training.cli_sched import parse_seeds  # noqa: E402
+from benchmarks.provenance import REPO_ROOT as ROOT
+from benchmarks.provenance import load_now, provenance
+from fleetmind.training.cli_sched import parse_seeds
 
 MODEL = ROOT / "models" / "placement-dynamic"
+PACKAGES = ("scipy", "onnxruntime", "stable-baselines3", "sb3-contrib")
 
 
 def strand_actor(teacher: object, alpha: float, env: object):  # noqa: ANN201 - Actor
@@ -121,12 +119,10 @@ def main(argv: list[str] | None = None) -> None:
         for x in a.alphas
     }
     out = {
-        "command": "python benchmarks/dynamic_strand_probe.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        **provenance(__spec__.name, argv, load_start=load0, packages=PACKAGES),
         "teacher": str((MODEL / "teacher.json").relative_to(ROOT)),
         "env_kwargs": meta["env_kwargs"],
         "seeds": seeds,
-        "machine": machine(load0),
         "wall_time_s": round(time.perf_counter() - t0, 1),
         "mean_gap_vs_best_pct": gaps,
         "traces": per_trace,

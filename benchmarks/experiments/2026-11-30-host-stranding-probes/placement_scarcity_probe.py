@@ -14,22 +14,20 @@ Restricted pods, CPU-only pods, and every pod of a trace without restricted pods
 On such traces the scorer is the strand teacher exactly. Like the stranding signal, ``r`` is read
 from the environment, not from the observation.
 
-    .venv/bin/python benchmarks/placement_scarcity_probe.py --traces gpuspec05 gpuspec10 \\
+    python -m benchmarks.experiments.2026-11-30-host-stranding-probes.placement_scarcity_probe \\
+        --traces gpuspec05 gpuspec10 \\
         gpuspec33 --seeds 330-333 --betas 0 1 2 4 8 --out ...
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.provenance import REPO_ROOT as ROOT
 
-from probe_common import probe_main, whole_episode_env  # noqa: E402
+from .probe_common import probe_main, whole_episode_env
 
 TEACHER = ROOT / "benchmarks" / "results" / "placement_strand_teacher.json"
 """Item 15's teacher (R, alpha 4, no beta). The choice and confirmation runs read the same file as
@@ -104,7 +102,7 @@ def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]
 def main(argv: list[str] | None = None) -> None:
     probe_main(
         argv,
-        script="placement_scarcity_probe.py",
+        module=__spec__.name,
         description=__doc__.split("\n\n")[0],
         param="beta",
         defaults=[0.0, 1.0, 2.0, 4.0, 8.0],

@@ -16,7 +16,8 @@ outside the observation, so the released network cannot see it: this tests the t
 (``rl.teacher.StrandPenaltyScorer``), not a model. The choice and confirmation runs used the
 script's own first copy of this computation; the library version reproduces them exactly.
 
-    .venv/bin/python benchmarks/placement_strand_probe.py --traces gpushare100 multigpu40 cpu037 \\
+    python -m benchmarks.experiments.2026-11-30-host-stranding-probes.placement_strand_probe \\
+        --traces gpushare100 multigpu40 cpu037 \\
         cpu250 --seeds 80-83 --alphas 0 0.5 1 2 4 --workers 2 --out ...
 
 ``alpha = 0`` is R itself. Writes per-episode unallocated GPU % (FGD included as the reference),
@@ -25,13 +26,9 @@ each scorer's mean gap to FGD, and its paired difference to R with a standard er
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from benchmarks.provenance import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from probe_common import probe_main, whole_episode_env  # noqa: E402
+from .probe_common import probe_main, whole_episode_env
 
 TEACHER = ROOT / "models" / "placement" / "teacher.json"
 
@@ -53,7 +50,7 @@ def _job(job: tuple[str, float | None, str, int]) -> tuple[str, str, int, float]
 def main(argv: list[str] | None = None) -> None:
     probe_main(
         argv,
-        script="placement_strand_probe.py",
+        module=__spec__.name,
         description=__doc__.split("\n\n")[0],
         param="alpha",
         defaults=[0.0, 0.5, 1.0, 2.0, 4.0],

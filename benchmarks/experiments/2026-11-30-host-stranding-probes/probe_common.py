@@ -4,12 +4,14 @@ per-episode unallocated GPU % into gaps against FGD, and describe the machine.""
 
 from __future__ import annotations
 
-import os
-import platform
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+
+from benchmarks.provenance import load_now, provenance
+
+PACKAGES = ("scipy", "onnxruntime", "stable-baselines3", "sb3-contrib")
 
 Job = tuple
 """``(scorer name, parameter, trace, seed)``: what a probe's job function receives."""
@@ -69,31 +71,6 @@ def gap_report(
     return report
 
 
-def machine(load_start: list[float]) -> dict:
-    """Platform, core count, load averages at the start (given) and now, and package versions."""
-    import importlib.metadata as md
-
-    packages = {}
-    for pkg in ("numpy", "scipy", "torch", "onnxruntime", "stable-baselines3", "sb3-contrib"):
-        try:
-            packages[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            packages[pkg] = None
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "packages": packages,
-        "loadavg_start": load_start,
-        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def load_now() -> list[float]:
-    """The 1/5/15-minute load averages, rounded."""
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def whole_episode_env(trace: str):  # noqa: ANN201 - GpuPlacementEnv
     """The fgd-mode env the placement probes score in: one trace, the openb nodes, K = 16, every
     pod placed by the scorer (no FGD prefix), stopped just past the 100 % metric window."""
@@ -112,7 +89,7 @@ def whole_episode_env(trace: str):  # noqa: ANN201 - GpuPlacementEnv
 def probe_main(
     argv: list[str] | None,
     *,
-    script: str,
+    module: str,
     description: str,
     param: str,
     defaults: Sequence[float],
@@ -126,7 +103,6 @@ def probe_main(
     episode by episode with ``<param>=0``. Returns the JSON written."""
     import argparse
     import json
-    import sys
     import time
     from pathlib import Path
 
@@ -148,12 +124,10 @@ def probe_main(
     base = f"{param}=0" if paired and f"{param}=0" in scorers else None
     report = gap_report(got, list(scorers), a.traces, seeds, base)
     out = {
-        "command": f"python benchmarks/{script} "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        **provenance(module, argv, load_start=load0, packages=PACKAGES),
         "teacher": teacher,
         "traces": a.traces,
         "seeds": seeds,
-        "machine": machine(load0),
         "wall_time_s": round(time.perf_counter() - t0, 1),
         "scorers": report,
         "episodes": {f"{n}|{t}|{s}": v for (n, t, s), v in got.items()},

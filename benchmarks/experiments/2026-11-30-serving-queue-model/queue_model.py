@@ -17,7 +17,8 @@ machine. Model:
 
 Nothing else competes for the CPU in the model: the server process (HTTP), the load generator and
 the operating system's scheduling are left out, so the model's tail is a lower bound of the real
-one. Run: ``python benchmarks/serving_queue_model.py`` -> ``benchmarks/results/serving_queue_model.json``.
+one. Run: ``python -m benchmarks.experiments.2026-11-30-serving-queue-model.queue_model`` ->
+``benchmarks/results/serving_queue_model.json``.
 """
 
 from __future__ import annotations
@@ -26,14 +27,11 @@ import argparse
 import glob
 import heapq
 import json
-import os
-import platform
 import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.provenance import RESULTS, load_now, provenance
 
 
 def simulate(
@@ -110,9 +108,11 @@ def fitted_cost() -> tuple[float, float, dict[str, float]]:
     """``a + s * b`` through the mean measured CPU per request at batches of 2 and 8."""
     per_req: dict[int, float] = {}
     for b in (2, 8):
-        files = sorted(glob.glob(str(RESULTS / f"serving_s6_batch{b}_run*.json")))
+        files = sorted(glob.glob(str(RESULTS / f"serving_2026-11-30_0009_batch{b}_run*.json")))
         if not files:
-            sys.exit(f"no {RESULTS}/serving_s6_batch{b}_run*.json: run the benchmark first")
+            sys.exit(
+                f"no {RESULTS}/serving_2026-11-30_0009_batch{b}_run*.json: run the benchmark first"
+            )
         vals = [json.loads(Path(f).read_text())["rca"]["server_cpu_ms_per_request"] for f in files]
         per_req[b] = sum(vals) / len(vals)
     s = (8 * per_req[8] - 2 * per_req[2]) / 6
@@ -134,6 +134,7 @@ def main() -> None:
     )
     ap.add_argument("--out", default=str(RESULTS / "serving_queue_model.json"))
     args = ap.parse_args()
+    load0 = load_now()
     a, s, measured = fitted_cost()
     rows = [simulate(b, a, s, think_ms=args.think_ms, jitter=args.jitter) for b in args.batches]
     # what if each request were answered as soon as it is ranked (the idea left open in session 6)
@@ -152,7 +153,7 @@ def main() -> None:
     ]
     out = {
         "benchmark": "serving_queue_model",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        **provenance(__spec__.name, load_start=load0),
         "model": {
             "batch_cost_ms": f"{a:.2f} + {s:.2f} * b",
             "fitted_from": measured,
@@ -163,7 +164,6 @@ def main() -> None:
             "note": "no CPU contention from the server process, the load generator or the OS: "
             "the model's tail is a lower bound",
         },
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
         "results": rows,
         "results_answer_each": answer_each,
         "results_cost_scaled": scaled,
