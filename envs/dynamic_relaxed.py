@@ -38,7 +38,7 @@ must agree.
 Caveat: FIFO with backfill is not monotone. Pooling and faster jobs usually shorten queues, but
 a different start order can make a later job wait longer (Graham-style anomalies), so the relaxed
 slowdown is a reference, not a proven lower bound for every policy; measure how often a real
-policy beats it (``benchmarks/dynamic_relaxed_reference.py``: no real run did on 140 protocol
+policy beats it (``benchmarks/experiments/2026-11-30-dynamic-relaxed-reference/relaxed_reference.py``: no real run did on 140 protocol
 streams, while relaxations beat each other by up to 2.9 %; ``docs/dynamic.md`` section 10).
 
 :class:`IdealRuntimeSim` is the third, intermediate setting: real nodes and a real placement

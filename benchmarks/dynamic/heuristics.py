@@ -1,6 +1,6 @@
 """Dynamic-mode figures and speed: every policy on openb ``default`` (3 clusters), several seeds.
 
-Runs :func:`envs.dynamic_mode.evaluate_dynamic` and writes ``benchmarks/results/dynamic.json`` with
+Runs :func:`fleetmind.envs.dynamic_mode.evaluate_dynamic` and writes ``benchmarks/results/dynamic.json`` with
 the per-policy metrics (means and per-seed values), the setup (fleet, jobs, offered load), the wall
 time of each run, the machine and package versions, and the command.
 

@@ -1,6 +1,6 @@
 """Dynamic-mode evaluation of the released PPO agent against every heuristic (issue 6, item 4).
 
-Protocol (``docs/ppo-dynamic.md``): per trace and seed, one job stream (``rl.dynamic_eval``:
+Protocol (``docs/ppo-dynamic.md``): per trace and seed, one job stream (``fleetmind.rl.dynamic_eval``:
 10 % stratified node sample of the openb GPU fleet in 3 clusters, 2,048 jobs, offered load 0.8,
 backfill 8) that every policy runs on. Writes ``benchmarks/results/ppo_dynamic_eval.json``: machine,
 load averages, package versions, the command, per trace and policy the mean and per-seed metrics,

@@ -2,7 +2,7 @@
 
 For every trace x policy x seed, runs fgd mode as ``fleetmind sched evaluate`` does and sorts the
 GPU request of the pods that failed before 100 % arrived by what stopped them
-(``envs.failure_causes``: host CPU/memory used up beside GPUs with room, GPU room split over
+(``fleetmind.envs.failure_causes``: host CPU/memory used up beside GPUs with room, GPU room split over
 GPUs and nodes, or no GPU room left). With ``--relax-host`` every run is repeated on the same trace
 with all CPU and memory requests dropped, so only the GPUs constrain placement.
 
@@ -12,7 +12,7 @@ with all CPU and memory requests dropped, so only the GPUs constrain placement.
 
 Writes ``benchmarks/results/placement_failure_causes.json`` (means over seeds and every run), with
 the command, machine and package versions. ``ppo`` is the released model (or ``--model``). Every
-trace also gets ``envs.packing_bound``'s lower bound on the GPU request any policy leaves unplaced;
+trace also gets ``fleetmind.envs.packing_bound``'s lower bound on the GPU request any policy leaves unplaced;
 ``--policies`` with no name computes only that, for all 21 traces in under a minute.
 """
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         "units": "every figure is GPU milli in % of the cluster's GPU capacity",
         "wall_time_s": round(wall, 1),
         "lower_bound": lower_bound,
-        "lower_bound_note": "envs.packing_bound: configuration-LP bound of the relaxed problem"
+        "lower_bound_note": "fleetmind.envs.packing_bound: configuration-LP bound of the relaxed problem"
         " (every GPU a bin of 1000 milli kept to the GPU models a pod's gpu_spec allows; no nodes,"
         " CPU, memory or arrival order); no policy can leave less GPU request unplaced by 100 %"
         " arrived. min_failed_pct_any_model also lets every pod use any GPU model",

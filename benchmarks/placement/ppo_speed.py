@@ -4,7 +4,7 @@ Figures:
 
 * ``actor_ms``: the exported actor alone (ONNX via onnxruntime, and the plain torch module), median
   and p90 ms per decision (batch 1) on real observations of ``fleetmind/GpuPlacement-v0``.
-* ``decision_ms``: a whole decision of :class:`rl.policy_adapter.PPOPlacementPolicy` as the
+* ``decision_ms``: a whole decision of :class:`fleetmind.rl.policy_adapter.PPOPlacementPolicy` as the
   evaluation and the service run it: candidate set + features + actor, on the full openb fleet.
 * ``env_steps_per_s``: ``fleetmind/GpuPlacement-v0`` steps per second (wall clock) including
   candidate features (seed-42 ``default`` workload, action 0, from the first decision, ``--steps``

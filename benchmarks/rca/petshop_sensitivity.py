@@ -1,8 +1,8 @@
 """Sensitivity of the PetShop result to every detector and ranker setting (one at a time).
 
 Runs the FleetMind propagation ranker on every issue of a PetShop scenario folder with the default
-settings, then with each setting of :class:`data.petshop.DetectorConfig` and
-:class:`rca.propagation.PropagationConfig` moved away from its default (one at a time), and writes
+settings, then with each setting of :class:`fleetmind.data.petshop.DetectorConfig` and
+:class:`fleetmind.rca.propagation.PropagationConfig` moved away from its default (one at a time), and writes
 AC@1 / AC@3 / AC@5 / MRR per variant plus machine info to ``benchmarks/results/petshop_sensitivity.json``.
 The defaults were fixed before this sweep; the sweep shows how much the headline figure depends on them.
 

@@ -1,7 +1,7 @@
 """What the service's incident grouping costs the GAT, and how ``FLEETMIND_INCIDENT_HOPS`` trades it.
 
 The service ranks *incidents*, not whole storms: its incident worker
-(:class:`serving.incidents.IncidentManager`) joins an alert to an open incident when it started
+(:class:`fleetmind.serving.incidents.IncidentManager`) joins an alert to an open incident when it started
 within ``window_s`` of it and lies within ``hops`` undirected graph hops of one of its nodes (cluster
 nodes are not crossed). A storm whose cascade spans clusters, or that carries unrelated noise and
 a second incident, becomes several incidents, each ranked on its own alerts.

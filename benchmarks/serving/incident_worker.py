@@ -1,6 +1,6 @@
 """How fast the incident worker groups a backlog of pending alerts (no HTTP, no ingestion).
 
-The service stores webhooks first and groups them afterwards (``serving.incidents``); under a
+The service stores webhooks first and groups them afterwards (``fleetmind.serving.incidents``); under a
 sustained alert storm the question is whether grouping keeps up. This stores ``--alerts`` pending
 alerts shaped like ``benchmarks.serving.service``'s ingestion (50-alert webhooks over the 80 hosts of the
 benchmark graph, GPU XID alerts; every 7th webhook resolves a fifth of its alerts; start times

@@ -14,7 +14,7 @@ from typing import Any
 def sim_incidents(graph: Any, n: int, size: int, seed: int) -> list[bytes]:
     """``n`` request bodies, each ``size`` alerts of a different simulated incident.
 
-    The alert simulator (``data.rca_gen.alerts``) with background noise raised to 0.15 alerts per
+    The alert simulator (``fleetmind.data.rca_gen.alerts``) with background noise raised to 0.15 alerts per
     node (default 0.006) so an incident on this graph has 200-300 alerts (a fault's cascade, flapping
     and repeated hub alerts, unrelated noise); ``size`` of them are drawn at random (order kept).
     """

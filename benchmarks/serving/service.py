@@ -9,7 +9,7 @@ Phases (each against the same server, SQLite WAL with synchronous=FULL, the ~1,0
    zero loss = every acknowledged alert is in the database afterwards (read with sqlite3).
 2. **rca**: ``POST /api/v1/rca`` with 200-alert incidents, ``--rca-clients`` concurrent clients in a
    closed loop. Every request of a run carries a different incident (a pool of ``--rca-pool``
-   incidents from the project's alert simulator, ``data.rca_gen``, with background noise, 200 alerts
+   incidents from the project's alert simulator, ``fleetmind.data.rca_gen``, with background noise, 200 alerts
    drawn from each), so no cache of any kind can answer a request from an earlier one. The server's
    CPU time (its processes' user + system time) and this client's are recorded per request.
 3. **placement**: ``POST /api/v1/placements`` (random job shapes, no reservation) on the sim fleet of
@@ -150,7 +150,7 @@ def burst_split(samples: list[tuple[float, float, int]]) -> dict[str, float | in
 
 # ------------------------------------------------------------------------- CPU accounting and load
 def _is_keep_warm(q: Any) -> bool:
-    """A ``FLEETMIND_KEEP_WARM_S`` busy loop (``serving.keepwarm``): its CPU is idle time it
+    """A ``FLEETMIND_KEEP_WARM_S`` busy loop (``fleetmind.serving.keepwarm``): its CPU is idle time it
     fills, not work for requests, so it is counted apart."""
     import psutil
 
@@ -384,11 +384,11 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     src = str(rca_model.get("source") or "")
     gat = GATAnalyzer.load(src if "://" in src or src.startswith("models:/") else REPO / src)
 
-    # As in the server: malloc keeps request-sized buffers (serving.app.tune_malloc), every
+    # As in the server: malloc keeps request-sized buffers (fleetmind.serving.app.tune_malloc), every
     # per-graph cache is built, and the label and annotation memos of the body parse have seen
     # the texts (a ranking process of the 20-client run misses ~10 % of them; the cold-memo cost
     # of the parse is reported separately). The analyzer gets what the server gives it: the
-    # alert columns of serving.rca_parse.plain_columns.
+    # alert columns of fleetmind.serving.rca_parse.plain_columns.
     from fleetmind.rca.features import _static
     from fleetmind.serving import rca_parse
     from fleetmind.serving.app import tune_malloc
@@ -407,7 +407,7 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
             fn(it)
         return round((time.process_time() - t) / len(items) * 1000, 3)
 
-    # the garbage collector as the server runs it (serving.app.tune_gc): objects alive now frozen,
+    # the garbage collector as the server runs it (fleetmind.serving.app.tune_gc): objects alive now frozen,
     # generation 0 every 100,000 allocations
     import gc
 
@@ -807,7 +807,7 @@ def main() -> None:
             graph_nodes=graph.num_nodes,
             method=models["rca"]["method"],
             payloads=(
-                f"{pool_size} distinct simulated incidents (data.rca_gen alert simulator, "
+                f"{pool_size} distinct simulated incidents (fleetmind.data.rca_gen alert simulator, "
                 "noise_per_node=0.15, 200 alerts drawn from each); no request body repeats within "
                 "the 20-client run, so the figures are real inference cost, not cache hits"
             ),

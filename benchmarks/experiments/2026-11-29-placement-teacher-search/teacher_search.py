@@ -3,7 +3,7 @@
 Sub-commands, so that several searches can run side by side and be compared afterwards on one
 validation set that neither searched on:
 
-* ``search``: one cross-entropy search of a linear candidate scorer (``rl.teacher.cem_search``), the
+* ``search``: one cross-entropy search of a linear candidate scorer (``fleetmind.rl.teacher.cem_search``), the
   same search ``fleetmind sched train --teacher cem`` runs, without the cloning and PPO that follow.
   It writes ``<out>/teacher_best.json`` (the best vector scored), ``<out>/teacher_mean.json`` (the
   search distribution's final mean, never scored on the search episodes) and ``<out>/search.json``
@@ -13,7 +13,7 @@ validation set that neither searched on:
   stopped early still leaves its best-so-far vector; the finished search overwrites both teachers
   with the same final values.
 * ``head-search``: the same CEM over the released network's logit head (64 weights + bias) with
-  its row MLP frozen (``rl.head_search``), scored on the same kind of episodes. It writes
+  its row MLP frozen (``fleetmind.rl.head_search``), scored on the same kind of episodes. It writes
   ``<out>/head_best.json``, ``<out>/head_mean.json`` (head scorer JSONs), ``checkpoint.json``
   after every generation and ``search.json``; ``--stop-at HH:MM`` (UTC) ends the search after the
   last generation that is expected to finish before then.
@@ -232,7 +232,7 @@ def _stop_time(stop_at: str | None) -> float | None:
 
 
 def cmd_head_search(a: argparse.Namespace) -> None:
-    """CEM over the logit head of a released network (``rl.head_search``); see the module doc."""
+    """CEM over the logit head of a released network (``fleetmind.rl.head_search``); see the module doc."""
     import torch
     from tqdm import tqdm
 
@@ -403,7 +403,7 @@ def main() -> None:
         "--scorer",
         action="append",
         default=[],
-        help="NAME=PATH to a teacher JSON or a head scorer JSON (rl.head_search)",
+        help="NAME=PATH to a teacher JSON or a head scorer JSON (fleetmind.rl.head_search)",
     )
     v.add_argument("--traces", nargs="+", required=True)
     v.add_argument("--seeds", nargs="+", type=int, default=[43, 44])

@@ -2,7 +2,7 @@
 
 An *in-sample capacity check*, never a release candidate. For a few unseen traces where the
 released agent misses the target, this runs the released recipe's teacher search
-(``rl.dynamic_teacher.cem_search_dynamic``: the same ``DynLinearScorer`` class, the same objective
+(``fleetmind.rl.dynamic_teacher.cem_search_dynamic``: the same ``DynLinearScorer`` class, the same objective
 ``J`` with the better of FGD and LocalityAware per stream as the unit, the same CEM settings:
 population 12, 4 elites, initial sd 0.5, noise floor 0.05, guard 0.5, seed 0) directly on that
 trace's *evaluation* streams, seeds 42-45 (deliberately in-sample). The searched teacher is then

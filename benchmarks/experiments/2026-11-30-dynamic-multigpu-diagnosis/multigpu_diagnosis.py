@@ -1,7 +1,7 @@
 """Why do some dynamic-mode training runs fail on the multi-GPU traces? (issue 6, session 7)
 
 Runs learned actors, their linear teachers and heuristics on the same job streams
-(``rl.dynamic_eval`` protocol: 10 % node sample, 2,048 jobs, load 0.8) and keeps per-job and
+(``fleetmind.rl.dynamic_eval`` protocol: 10 % node sample, 2,048 jobs, load 0.8) and keeps per-job and
 per-decision records, then breaks the slowdown down:
 
 * by job class (cpu-only, GPU-sharing, 1, 2, 4, 8 GPUs): mean slowdown, queueing and run part,

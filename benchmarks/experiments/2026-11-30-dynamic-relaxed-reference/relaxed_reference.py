@@ -1,9 +1,9 @@
 """How much can any placement policy win in dynamic mode? A relaxed reference (issue 6).
 
-Per trace and seed, on the job stream of the evaluation protocol (``rl.dynamic_eval``: 10 %
+Per trace and seed, on the job stream of the evaluation protocol (``fleetmind.rl.dynamic_eval``: 10 %
 stratified node sample, 133 nodes, 2,048 jobs, offered load 0.8, backfill depth 8), this runs
 
-* the relaxed reference (``envs.dynamic_relaxed.RelaxedSim``: ideal runtimes, pooled resources)
+* the relaxed reference (``fleetmind.envs.dynamic_relaxed.RelaxedSim``: ideal runtimes, pooled resources)
   in its three tiers ``pool`` < ``model`` < ``model_size`` (tighter to the right);
 * the best heuristic of the trace on real nodes (``DynamicSim``) and with ideal runtimes on real
   nodes (``IdealRuntimeSim``), to split its slowdown into a run-time part and a packing part;

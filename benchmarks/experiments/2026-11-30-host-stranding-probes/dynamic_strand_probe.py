@@ -7,7 +7,7 @@ job streams beside the heuristics:
 
     score_k = teacher(x_k) - alpha * (stranded_after_k - stranded_before_k) / 1000
 
-with ``stranded = envs.candidates.stranded_gpu_milli`` at the stream's typical CPU and memory per
+with ``stranded = fleetmind.envs.candidates.stranded_gpu_milli`` at the stream's typical CPU and memory per
 milli-GPU (its GPU jobs' totals). The env setting is the released dynamic model's. The metric is
 each policy's mean slowdown; a row reports the teacher's gap to the best heuristic of the trace.
 

@@ -1,6 +1,6 @@
 """Does a host-stranding signal help the released teacher? (issue 6, fgd mode, session 12 probe)
 
-``benchmarks/placement_failure_causes.py`` found that FGD, BestFit and the agent tie once CPU and
+``benchmarks/placement/failure_causes.py`` found that FGD, BestFit and the agent tie once CPU and
 memory requests are dropped, so the agent's gain over FGD is in how it handles the host resources
 beside the GPUs. This probe adds one hand-made signal to the released linear teacher R
 (``models/placement/teacher.json``) and scores whole episodes:
@@ -10,10 +10,10 @@ beside the GPUs. This probe adds one hand-made signal to the released linear tea
 ``stranded`` of a node is the idle GPU milli its free CPU and memory cannot serve at the workload's
 typical host demand per GPU: ``max(0, idle - min(cpu_free / c, mem_free / m))``, where ``c`` and
 ``m`` are the GPU pods' total CPU and memory divided by their total GPU request (per milli-GPU) in
-the episode's workload (``envs.candidates.stranded_gpu_milli``,
+the episode's workload (``fleetmind.envs.candidates.stranded_gpu_milli``,
 ``GpuPlacementEnv.host_stranding_deltas``). The signal is computed from the environment's state,
 outside the observation, so the released network cannot see it: this tests the teacher
-(``rl.teacher.StrandPenaltyScorer``), not a model. The choice and confirmation runs used the
+(``fleetmind.rl.teacher.StrandPenaltyScorer``), not a model. The choice and confirmation runs used the
 script's own first copy of this computation; the library version reproduces them exactly.
 
     python -m benchmarks.experiments.2026-11-30-host-stranding-probes.placement_strand_probe \\

@@ -1,6 +1,6 @@
-"""Shared plumbing of the session-12 teacher probes (``placement_strand_probe.py``,
-``placement_scarcity_probe.py``, ``dynamic_strand_probe.py``): run episode jobs in processes, turn
-per-episode unallocated GPU % into gaps against FGD, and describe the machine."""
+"""Shared plumbing of the host-stranding teacher probes in this folder (``placement_strand_probe``,
+``placement_scarcity_probe``, ``dynamic_strand_probe``): run episode jobs in processes, turn
+per-episode unallocated GPU % into gaps against FGD, and write the JSON with its provenance."""
 
 from __future__ import annotations
 

@@ -7,11 +7,11 @@ machine. Model:
 * ``clients`` closed-loop clients; each sends its next request ``think_ms`` after an answer (HTTP,
   the load generator);
 * ``processes`` ranking processes, each on its own core, take up to ``batch`` queued requests in
-  arrival order whenever they are free (``serving.rca_pool.RankingPool``'s rule) and answer them
+  arrival order whenever they are free (``fleetmind.serving.rca_pool.RankingPool``'s rule) and answer them
   all at the end of the batch;
 * a batch of ``b`` requests takes ``a + s * b`` ms, times a uniform factor in ``1 +- jitter``.
   ``a`` and ``s`` are fitted to the measured server CPU per request with batches of 2 and 8 (the
-  mean over the ``serving_s6_batch{2,8}_run*.json`` runs). That CPU includes the server process's
+  mean over the ``serving_2026-11-30_0009_batch{2,8}_run*.json`` runs). That CPU includes the server process's
   share (0.4-0.9 ms), so the model charges the two cores' whole load to the ranking processes,
   one core each: a batch's CPU is its wall time. ``jitter`` (default 0.15) is a guess, not a fit.
 
@@ -51,7 +51,7 @@ def simulate(
 
     ``answer_each``: the ``k``-th request of a batch is answered at ``a + s * k`` (times the
     batch's jitter factor) instead of all at the end of the batch: a ranking process that sends
-    each answer as soon as it is ranked (not what ``serving.rca_pool`` does today).
+    each answer as soon as it is ranked (not what ``fleetmind.serving.rca_pool`` does today).
     """
     rnd = random.Random(seed)
     queue: list[int] = []
