@@ -70,7 +70,7 @@ alerts = Table(
     UniqueConstraint("fingerprint", "starts_at", name="uq_alert_fingerprint_starts"),
     # One index for every query by incident: the worker's per-incident counts (total and firing)
     # read it alone (covering), and an incident's newest alerts (ORDER BY id DESC LIMIT) walk it
-    # backwards without sorting the whole incident. Databases created before session 13 have
+    # backwards without sorting the whole incident. Databases created before commit 882a113 have
     # ``ix_alerts_incident_id`` instead; ``Database.create_all`` adds this one to them.
     Index("ix_alerts_incident", "incident_id", "id", "status"),
 )

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "benchmarks" / "results" / "ppo_dynamic_multigpu_fix_models"
 
 pytestmark = pytest.mark.skipif(
-    not (MODELS / "seed0" / "policy.pt").is_file(), reason="round-4 candidate models not present"
+    not (MODELS / "seed0" / "policy.pt").is_file(), reason="multi-GPU fix models not present"
 )
 
 

@@ -1,4 +1,4 @@
-"""Dynamic mode, round-4 teacher-search options: the nonneg constraint, the per-trace worst case in
+"""Dynamic mode, multi-GPU teacher-search options: the nonneg constraint, the per-trace worst case in
 the objective, the search time cap, the per-trace search seeds and their metadata round trip."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_every_vector_the_search_scores_satisfies_the_constraint() -> None:
 
 
 def test_default_search_is_the_released_recipes_draw_for_draw() -> None:
-    """Defaults: same draws, same best vector as calling rl.teacher.cem_loop as before round 4."""
+    """Defaults: same draws, same best vector as calling rl.teacher.cem_loop before these options."""
     fake = FakeStreams()
     res = cem_search_dynamic(fake, K, F, generations=2, population=5, n_elite=2, seed=3)  # type: ignore[arg-type]
     assert set(fake.worst_seen) == {0.0} and not res.stopped_early

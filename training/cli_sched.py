@@ -52,7 +52,7 @@ def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's poli
         from fleetmind.rl.policy_adapter import load_ppo_policy  # type: ignore[import-not-found]
     except ImportError:
         raise NotAvailableError(
-            "policy 'ppo' needs the PPO agent (rl.policy_adapter.load_ppo_policy, issue #6), "
+            "policy 'ppo' needs the PPO agent (fleetmind.rl.policy_adapter.load_ppo_policy), "
             "which is not available in this installation"
         ) from None
     return load_ppo_policy(ref)
@@ -147,7 +147,7 @@ def _evaluate_dynamic(
         from fleetmind.envs.dynamic_mode import evaluate_dynamic  # type: ignore[attr-defined]
     except ImportError:
         raise NotAvailableError(
-            "--mode dynamic needs envs.dynamic_mode.evaluate_dynamic (issue #5, dynamic mode), "
+            "--mode dynamic needs fleetmind.envs.dynamic_mode.evaluate_dynamic (dynamic mode), "
             "which is not available in this installation"
         ) from None
     from tqdm import tqdm
@@ -330,7 +330,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
-    """``fleetmind sched train`` (PPO agent; owned by training/sched_train.py, issue #6)."""
+    """``fleetmind sched train`` (PPO agent; owned by training/sched_train.py)."""
     tr = sub.add_parser(
         "train",
         help="train the PPO placement agent (MLflow-tracked, registered as fleetmind-placement)",
