@@ -1,4 +1,4 @@
-"""Dynamic-mode evaluation of the released PPO agent against every heuristic (issue 6, item 4).
+"""Dynamic-mode evaluation of the released PPO agent against every heuristic.
 
 Protocol (``docs/ppo-dynamic.md``): per trace and seed, one job stream (``fleetmind.rl.dynamic_eval``:
 10 % stratified node sample of the openb GPU fleet in 3 clusters, 2,048 jobs, offered load 0.8,
@@ -13,7 +13,7 @@ the best heuristic (lowest mean slowdown) and PPO's relative gaps to it.
 once); their rows are under ``models`` in the JSON, next to the main model's (``PPO``) top-level
 rows. Every row also has the slowdown difference to LocalityAware on the same streams.
 
-``--ensemble DIR [DIR ...]`` makes the main model an ensemble of those model folders (session 10,
+``--ensemble DIR [DIR ...]`` makes the main model an ensemble of those model folders (2026-11-30,
 an experiment, not a release format): per decision each member's masked candidate logits go
 through a softmax over the candidates, the probabilities are averaged, and the most probable
 candidate is placed (:class:`EnsembleActor`).

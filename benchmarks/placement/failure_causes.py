@@ -1,4 +1,4 @@
-"""Where the unallocated GPUs go in fgd mode: failed GPU request by cause and pod kind (issue 6).
+"""Where the unallocated GPUs go in fgd mode: failed GPU request by cause and pod kind.
 
 For every trace x policy x seed, runs fgd mode as ``fleetmind sched evaluate`` does and sorts the
 GPU request of the pods that failed before 100 % arrived by what stopped them

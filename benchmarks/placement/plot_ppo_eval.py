@@ -2,9 +2,9 @@
 
 python -m benchmarks.placement.plot_ppo_eval [JSON]   # -> docs/img/ppo_vs_fgd.png
 
-The default JSON, ``benchmarks/results/ppo_eval_scarcity.json``, is the released model (session
-12); ``ppo_eval_strand.json`` holds the same session's first release and ``ppo_eval.json`` the one
-before it.
+The default JSON, ``benchmarks/results/ppo_eval_scarcity.json``, is the released model
+(2026-11-30); ``ppo_eval_strand.json`` holds the same day's first strand release and
+``ppo_eval.json`` the release of 2026-11-29.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Held-out evaluation of the placement agent against FGD and BestFit (issue 6's fgd-mode targets).
+"""Held-out evaluation of the placement agent against FGD and BestFit (the fgd-mode targets).
 
 Runs ``ppo`` (the released model, or ``--model``), ``FGD`` and ``BestFit`` in fgd mode on every
 ``--trace`` for every seed, in ``--workers`` processes (one run per job), and writes

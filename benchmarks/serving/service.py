@@ -15,7 +15,7 @@ Phases (each against the same server, SQLite WAL with synchronous=FULL, the ~1,0
 3. **placement**: ``POST /api/v1/placements`` (random job shapes, no reservation) on the sim fleet of
    the graph (80 hosts x 8 GPUs), 1 and ``--place-clients`` concurrent clients.
 
-Targets (issue 7): ingestion >= 1,000 alerts/s with zero loss; RCA p99 <= 100 ms at 20 clients;
+Targets: ingestion >= 1,000 alerts/s with zero loss; RCA p99 <= 100 ms at 20 clients;
 placement p99 <= 20 ms.
 
     python -m benchmarks.serving.service [--quick] [--out benchmarks/results/serving.json]
@@ -350,7 +350,7 @@ def cpu_facts() -> dict[str, Any]:
     """The CPU and the guest's idle driver, where Linux says (None elsewhere).
 
     Two hosts of this project's benchmark VM with the same core count ran the same code at
-    3.8 and 6.7 ms of CPU per RCA request (sessions 11 and 10); the kernel build in
+    3.8 and 6.7 ms of CPU per RCA request (two host builds, 2026-11-30); the kernel build in
     ``platform`` and these facts say which host a JSON came from.
     """
     facts: dict[str, Any] = {"cpu_model": None, "cpu_family_model": None, "cpuidle_driver": None}

@@ -1,4 +1,4 @@
-"""Independent teacher searches and their validation (issue 6, fgd mode: choosing a teacher).
+"""Independent teacher searches and their validation (fgd mode: choosing a teacher).
 
 Sub-commands, so that several searches can run side by side and be compared afterwards on one
 validation set that neither searched on:

@@ -1,4 +1,4 @@
-"""Dynamic mode, issue 6: is the miss a capacity problem or a generalisation problem?
+"""Dynamic mode: is the miss a capacity problem or a generalisation problem?
 
 An *in-sample capacity check*, never a release candidate. For a few unseen traces where the
 released agent misses the target, this runs the released recipe's teacher search

@@ -1,4 +1,4 @@
-"""Why do some dynamic-mode training runs fail on the multi-GPU traces? (issue 6, session 7)
+"""Why do some dynamic-mode training runs fail on the multi-GPU traces? (2026-11-30)
 
 Runs learned actors, their linear teachers and heuristics on the same job streams
 (``fleetmind.rl.dynamic_eval`` protocol: 10 % node sample, 2,048 jobs, load 0.8) and keeps per-job and

@@ -1,4 +1,4 @@
-"""How much can any placement policy win in dynamic mode? A relaxed reference (issue 6).
+"""How much can any placement policy win in dynamic mode? A relaxed reference.
 
 Per trace and seed, on the job stream of the evaluation protocol (``fleetmind.rl.dynamic_eval``: 10 %
 stratified node sample, 133 nodes, 2,048 jobs, offered load 0.8, backfill depth 8), this runs

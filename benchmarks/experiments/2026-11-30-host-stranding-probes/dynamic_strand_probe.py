@@ -1,4 +1,4 @@
-"""Does the fgd-mode host-stranding penalty help the dynamic-mode teacher too? (issue 6, session 12)
+"""Does the fgd-mode host-stranding penalty help the dynamic-mode teacher too? (2026-11-30)
 
 In fgd mode a penalty on host-stranded GPUs took the teacher 6 points further below FGD
 (``docs/ppo.md`` item 15). This probe adds the same penalty to the released dynamic-mode teacher

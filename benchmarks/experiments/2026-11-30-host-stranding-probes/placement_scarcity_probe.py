@@ -1,4 +1,4 @@
-"""Can a GPU-model scarcity term fix the strand teacher on ``gpuspec33``? (issue 6, session 12 probe)
+"""Can a GPU-model scarcity term fix the strand teacher on ``gpuspec33``? (2026-11-30 probe)
 
 Item 15's model (teacher ``benchmarks/results/placement_strand_teacher.json``: R minus 4 x the
 change in host-stranded GPUs) is 3.3 % above FGD on ``gpuspec33``. There, a third of the GPU pods may use

@@ -1,4 +1,4 @@
-"""Does a host-stranding signal help the released teacher? (issue 6, fgd mode, session 12 probe)
+"""Does a host-stranding signal help the released teacher? (fgd mode, 2026-11-30 probe)
 
 ``benchmarks/placement/failure_causes.py`` found that FGD, BestFit and the agent tie once CPU and
 memory requests are dropped, so the agent's gain over FGD is in how it handles the host resources

@@ -137,7 +137,7 @@ def main() -> None:
     load0 = load_now()
     a, s, measured = fitted_cost()
     rows = [simulate(b, a, s, think_ms=args.think_ms, jitter=args.jitter) for b in args.batches]
-    # what if each request were answered as soon as it is ranked (the idea left open in session 6)
+    # what if each request were answered as soon as it is ranked (the idea left open by the batch-size series)
     answer_each = [
         simulate(b, a, s, think_ms=args.think_ms, jitter=args.jitter, answer_each=True)
         for b in args.batches
