@@ -99,10 +99,15 @@ def result_files() -> list[Path]:
 
 
 def expand_braces(text: str) -> list[str]:
-    """``a_{x,y}_b`` -> ``[a_x_b, a_y_b]`` (several groups multiply)."""
+    """``a_{x,y}_b`` -> ``[a_x_b, a_y_b]``; ``{0..3}`` is a range, as in bash; groups multiply."""
+
+    def options(group: str) -> list[str]:
+        r = re.fullmatch(r"(\d+)\.\.(\d+)", group)
+        return [str(i) for i in range(int(r[1]), int(r[2]) + 1)] if r else group.split(",")
+
     parts = re.split(r"\{([^{}]*)\}", text)
-    options = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
-    return ["".join(combo) for combo in itertools.product(*options)]
+    groups = [[p] if i % 2 == 0 else options(p) for i, p in enumerate(parts)]
+    return ["".join(combo) for combo in itertools.product(*groups)]
 
 
 NAME = re.compile(r"[A-Za-z0-9_.{},*\-/]+\.json")
@@ -390,6 +395,8 @@ def cell(text: str | None, limit: int = 160) -> str:
     if text is None:
         return NOT_RECORDED
     text = " ".join(str(text).split()).replace("|", "\\|")
+    # older results recorded the dataset folder as ../shared/data (docs/data.md)
+    text = text.replace("../shared/data/", "$FLEETMIND_SHARED_DATA/")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
