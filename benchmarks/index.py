@@ -120,7 +120,9 @@ def citations(results: list[Path], docs: list[Path]) -> dict[Path, list[str]]:
         names = set()
         for token in NAME.findall(doc.read_text()):
             for name in expand_braces(token):
-                names.add(name.rsplit("/", 1)[-1])
+                name = name.rsplit("/", 1)[-1]
+                if not name.startswith("*"):  # `*ppo*.json` describes a kind, not a file
+                    names.add(name)
         rel = doc.relative_to(REPO_ROOT).as_posix()
         for r in results:
             if any(fnmatch.fnmatchcase(r.name, n) for n in names):
