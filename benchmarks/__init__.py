@@ -1,1 +1,1 @@
-"""FleetMind's benchmarks and experiments: scripts that write JSON results (never part of the library)."""
+"""FleetMind benchmarks by area, run as modules from the checkout root (`python -m benchmarks.<area>.<name>`); INDEX.md lists their results."""

@@ -24,7 +24,7 @@ idle DGX-1 V100 ``k=4`` returns ``(0, 1, 2, 3)`` rather than the equally scored 
 
 Speed: per template and ``k`` the candidate sets, their bitmasks and scores are precomputed once;
 each distinct ``(free GPUs, k)`` answer is memoised on the template, so repeated queries cost a dict
-lookup plus the conversion of the mask to an integer (see ``benchmarks/bench_fleet.py``).
+lookup plus the conversion of the mask to an integer (see ``benchmarks/placement/fleet_speed.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Loaders for the Alibaba openb GPU trace (node list and pod traces, cluster-trace-gpu-v2023).
 
-The files are described in ``../shared/data/openb/PROVENANCE.md``. Everything is returned as numpy
+Where to get the files and what they hold: ``docs/data.md``. Everything is returned as numpy
 arrays (one entry per node or pod) so that the simulator's hot path never touches Python objects.
 
 Units: CPU in milli-cores (1 core = 1000), memory in MiB, GPU share in milli-GPU (1 GPU = 1000),

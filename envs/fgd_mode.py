@@ -1,7 +1,7 @@
 """fgd mode: the evaluation setup of the FGD paper (Weng et al., USENIX ATC'23), reproduced.
 
-One run = one trace x one policy x one seed (details in
-``../shared/references/fgd-setup-and-policies.md``):
+One run = one trace x one policy x one seed (details in ``docs/placement.md`` and in the FGD
+authors' simulator, ``hkust-adsl/kubernetes-scheduler-simulator``):
 
 1. Sort the trace's pods by name and shuffle them with the seed.
 2. Resize to ``scale`` (1.3) x cluster GPU capacity. Below target: draw pods uniformly with replacement

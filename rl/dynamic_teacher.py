@@ -29,7 +29,7 @@ penalises policies that buy mean slowdown with a longer queueing tail.
 Search start: FGD (``w = e_1``) or :meth:`DynLinearScorer.locality`, a linear stand-in for
 LocalityAware (the stronger heuristic on the 10 % node sample).
 
-Round-4 options (opt-in, ``docs/ppo-dynamic.md`` section 4 item 8; all off by default, and then the
+Multi-GPU search options (opt-in, ``docs/ppo-dynamic.md`` section 2; all off by default, and then the
 search is the released recipe's, draw for draw):
 
 * ``worst`` adds a per-trace worst case to the objective,
@@ -370,7 +370,7 @@ def cem_search_dynamic(
     ``sd_floor``). The best vector seen is returned: never worse than its start on the search
     streams.
 
-    Round-4 options (module docstring; defaults leave the search unchanged): ``worst`` weighs the
+    Multi-GPU search options (module docstring; defaults leave the search unchanged): ``worst`` weighs the
     per-trace worst case into the objective (``J4``); ``nonneg`` names candidate features whose
     effective weight is kept >= 0: every vector (the start included) is projected by
     :func:`project_nonneg` before it is scored, and the returned scorer is a projected one;

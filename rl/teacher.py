@@ -176,7 +176,7 @@ class LinearScorer(TeacherScorer):
 
 
 class StrandPenaltyScorer(TeacherScorer):
-    """A linear scorer minus a penalty on host-stranded GPUs (session 12's teacher), and
+    """A linear scorer minus a penalty on host-stranded GPUs (the released teacher's form), and
     optionally one on GPU models that model-restricted pods need.
 
     ``score_k = base(x_k) - alpha * host_stranding_deltas()[k] - beta *
@@ -233,7 +233,7 @@ class StrandPenaltyScorer(TeacherScorer):
     def to_dict(self) -> dict[str, Any]:
         d = {"format": self.FORMAT, "alpha": self.alpha, "base": self.base.to_dict()}
         if self.beta:
-            d["beta"] = self.beta  # files without it (session 12's first teacher) read as 0
+            d["beta"] = self.beta  # files without it (the first strand teacher) read as 0
         return d
 
     @classmethod

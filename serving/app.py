@@ -3,7 +3,7 @@
 ``create_app(settings)`` builds the app; the ``lifespan`` opens the database, loads the graph, the
 models (registry), the telemetry source and starts the incident worker; routers receive them through
 the dependencies of :mod:`serving.deps`. Run it with ``fleetmind serve`` or
-``uvicorn serving.app:create_app --factory``.
+``uvicorn fleetmind.serving.app:create_app --factory``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Keep the CPUs from going idle while requests flow (opt-in: ``FLEETMIND_KEEP_WARM_S``).
 
 Why. On a virtual machine whose idle vCPUs halt without polling first (the Firecracker microVM
-the benchmarks run on: no guest idle driver on session 10's host, ``haltpoll`` with
-``guest_halt_poll_ns=0`` on session 11's), a vCPU that idles for a moment hands its physical
+the benchmarks run on: no guest idle driver on one host build, ``haltpoll`` with
+``guest_halt_poll_ns=0`` on another), a vCPU that idles for a moment hands its physical
 core back to the host; the next request then runs on a core whose caches other work has used,
 and waits for the vCPU to be woken. Between two RCA batches the ranking processes and the server
 idle for fractions of a millisecond, so under load this happens hundreds of times a second. In
-session 10's quiet-machine runs (``docs/serving-history.md``, sixth round) two external ``nice 19`` busy
+quiet-machine runs of 2026-11-30 (``docs/research/2026-11-30-serving-keep-warm.md``) two external ``nice 19`` busy
 loops beside the server cut the CPU per RCA request by 20-30 % (a few exploratory runs); the
 idle-priority loops this module starts cut it by 5-8 % in the pre-registered series, without
 lowering the p99 at the default batch of 4. Hence opt-in.

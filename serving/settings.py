@@ -155,7 +155,7 @@ class Settings(BaseSettings):
         le=1024,
         description="most RCA requests a ranking process takes from the queue for one batch; "
         "smaller than rca_max_batch: a request waits for the whole batch it is in, so big "
-        "batches lengthen the latency tail more than they save (4 since session 10: in its "
+        "batches lengthen the latency tail more than they save (4 since 2026-11-30: in its "
         "pre-registered series, 4 had a lower median p99 than 2, with and without keep-warm)",
     )
     rca_process_nice: int = Field(

@@ -24,7 +24,7 @@ def _seed_everything() -> None:
 
 @pytest.fixture(scope="session")
 def shared_data() -> os.PathLike[str]:
-    """The shared dataset folder (``../shared/data``); skips when it is absent."""
+    """The dataset folder (``fleetmind.data.paths.shared_data_dir``); skips when it is absent."""
     from fleetmind.data.errors import DataError
     from fleetmind.data.paths import shared_data_dir
 

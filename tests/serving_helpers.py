@@ -58,7 +58,7 @@ def webhook(alerts: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 
 
 class Server:
-    """``uvicorn serving.app:create_app --factory`` in a child process on 127.0.0.1."""
+    """``uvicorn fleetmind.serving.app:create_app --factory`` in a child process on 127.0.0.1."""
 
     def __init__(
         self, env: dict[str, str], port: int | None = None, log: Path | None = None

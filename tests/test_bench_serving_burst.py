@@ -1,14 +1,9 @@
-"""``benchmarks/bench_serving``: the clients' first burst apart from the rest of a run
+"""``benchmarks.serving.service``: the clients' first burst apart from the rest of a run
 (``burst_split``), and the ingestion rate per window (``window_rates``)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_serving import burst_split, pct, window_rates  # noqa: E402
+from benchmarks.serving.service import burst_split, pct, window_rates
 
 
 def test_first_request_of_each_client_is_the_burst() -> None:

@@ -1,22 +1,20 @@
-"""``benchmarks/ppo_dynamic_eval.py --ensemble``: the mean-probability vote of dynamic-mode actors."""
+"""``python -m benchmarks.dynamic.ppo_eval --ensemble``: the mean-probability vote of dynamic-mode actors."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.dynamic.ppo_eval import EnsembleActor
 from fleetmind.rl.dynamic_eval import load_dynamic_actor
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "benchmarks" / "results" / "ppo_dynamic_round4_models"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from ppo_dynamic_eval import EnsembleActor  # noqa: E402
+MODELS = ROOT / "benchmarks" / "results" / "ppo_dynamic_multigpu_fix_models"
 
 pytestmark = pytest.mark.skipif(
-    not (MODELS / "seed0" / "policy.pt").is_file(), reason="round-4 candidate models not present"
+    not (MODELS / "seed0" / "policy.pt").is_file(), reason="multi-GPU fix models not present"
 )
 
 

@@ -1,9 +1,9 @@
-"""Relaxed dynamic-mode reference (``benchmarks/experiments/exp_2026_12_01_dynamic_relaxed``): hand-computed schedules, the
+"""Relaxed dynamic-mode reference (``benchmarks/experiments/2026-11-30-dynamic-relaxed-reference/dynamic_relaxed.py``): hand-computed schedules, the
 same queue discipline and metrics as ``DynamicSim``, tier ordering, bad input."""
 
 from __future__ import annotations
 
-import sys
+import importlib
 from dataclasses import fields, replace
 
 import numpy as np
@@ -13,21 +13,21 @@ from dynamic_helpers import jobs_from_lists, one_gpu_fleet, small_trace, two_clu
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.fleet import Cluster, Fleet
 from fleetmind.data.openb import gpu_model_id
-from fleetmind.data.paths import REPO_ROOT
 from fleetmind.data.topology import pcie_server
 from fleetmind.envs.dynamic.fleet import DynFleet
 from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
 from fleetmind.envs.dynamic.sim import DynamicSim
 
-# the experiment is not installed: import it from the checkout
-sys.path.append(str(REPO_ROOT))
-from benchmarks.experiments.exp_2026_12_01_dynamic_relaxed.dynamic_relaxed import (  # noqa: E402
-    TIERS,
-    IdealRuntimeSim,
-    RelaxedSim,
-    gpu_demand_milli,
-    relaxed_metrics,
+# The experiment is not installed: it imports from the checkout root (python -m pytest puts it on
+# sys.path); its dated folder name is no identifier, hence importlib.
+_exp = importlib.import_module(
+    "benchmarks.experiments.2026-11-30-dynamic-relaxed-reference.dynamic_relaxed"
 )
+TIERS = _exp.TIERS
+IdealRuntimeSim = _exp.IdealRuntimeSim
+RelaxedSim = _exp.RelaxedSim
+gpu_demand_milli = _exp.gpu_demand_milli
+relaxed_metrics = _exp.relaxed_metrics
 
 
 class FirstFit:

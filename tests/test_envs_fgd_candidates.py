@@ -15,7 +15,6 @@ Regenerate (only for an intended change of the features, which also needs a retr
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -123,5 +122,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     main()

@@ -105,11 +105,7 @@ def test_relax_host_leaves_only_gpu_causes(tmp_path) -> None:
 
 
 def test_benchmark_script_on_the_openb_default_trace(shared_data, tmp_path) -> None:
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from placement_failure_causes import main
+    from benchmarks.placement.failure_causes import main
 
     out = tmp_path / "causes.json"
     main(
@@ -127,22 +123,14 @@ def test_benchmark_script_on_the_openb_default_trace(shared_data, tmp_path) -> N
 
 
 def test_benchmark_script_names_a_bad_trace(tmp_path) -> None:
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from placement_failure_causes import main
+    from benchmarks.placement.failure_causes import main
 
     with pytest.raises(SystemExit, match="no-such-trace"):
         main(["--traces", "no-such-trace", "--out", str(tmp_path / "x.json")])
 
 
 def test_benchmark_script_bound_only(shared_data, tmp_path) -> None:
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from placement_failure_causes import main
+    from benchmarks.placement.failure_causes import main
 
     out = tmp_path / "bound.json"
     main(["--traces", "gpushare60", "--seeds", "42", "43", "--policies", "--out", str(out)])

@@ -1,4 +1,4 @@
-"""The evaluation notebooks (issue #9) execute end to end in quick mode and are committed rendered.
+"""The evaluation notebooks execute end to end in quick mode and are committed rendered.
 
 Both notebooks run concurrently, with ``FLEETMIND_NB_QUICK=1``, on temporary copies (the committed files
 are never rewritten), in a kernel that runs this interpreter (a throwaway kernel spec pointing at

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -11,21 +11,22 @@ import torch
 from ppo_helpers import load_tiny
 
 from fleetmind.data.errors import ModelLoadError
-from fleetmind.data.paths import MODELS_DIR, REPO_ROOT
+from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.rl.export import OnnxActor, load_sb3_model, load_torch
 from fleetmind.rl.teacher import LinearScorer, episode_metric
 
-# the experiment is not installed: import it from the checkout
-sys.path.append(str(REPO_ROOT))
-from benchmarks.experiments.exp_2026_12_01_head_search.head_search import (  # noqa: E402
-    HeadScorer,
-    export_head,
-    head_cem_search,
-    load_scorer,
-    mean_gap_objective,
-    released_head,
+# The experiment is not installed: it imports from the checkout root (python -m pytest puts it on
+# sys.path); its dated folder name is no identifier, hence importlib.
+_exp = importlib.import_module(
+    "benchmarks.experiments.2026-11-29-placement-teacher-search.head_search"
 )
+HeadScorer = _exp.HeadScorer
+export_head = _exp.export_head
+head_cem_search = _exp.head_cem_search
+load_scorer = _exp.load_scorer
+mean_gap_objective = _exp.mean_gap_objective
+released_head = _exp.released_head
 
 RELEASED = MODELS_DIR / "placement"
 pytestmark = pytest.mark.skipif(

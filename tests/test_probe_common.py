@@ -1,14 +1,16 @@
-"""benchmarks/probe_common.gap_report: gaps to FGD and paired differences, by hand."""
+"""The host-stranding probes' ``gap_report`` (``benchmarks/experiments/2026-11-30-host-stranding-probes``):
+gaps to FGD and paired differences, by hand."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import importlib
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from probe_common import gap_report  # noqa: E402
+# an experiment folder's name starts with its date, so it is imported by name, not by an import statement
+gap_report = importlib.import_module(
+    "benchmarks.experiments.2026-11-30-host-stranding-probes.probe_common"
+).gap_report
 
 
 def test_gap_report_by_hand() -> None:

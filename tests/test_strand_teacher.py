@@ -182,7 +182,7 @@ def test_env_scarcity_penalties_and_the_beta_scorer(tiny, tmp_path) -> None:
     again = load_teacher(scorer.save(tmp_path / "s.json"))
     assert (again.alpha, again.beta) == (0.0, 100.0)
     old = json.loads((tmp_path / "s.json").read_text())
-    del old["beta"]  # a file of the first session-12 teacher: no beta key
+    del old["beta"]  # a file of the first strand teacher: no beta key
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert load_teacher(tmp_path / "old.json").beta == 0.0
     with pytest.raises(ValueError, match="beta"):

@@ -1,7 +1,7 @@
 """``fleetmind rca ...``: root-cause analysis commands.
 
 One small ``_add_<cmd>`` function per sub-command so that owners edit only their own block:
-``generate`` / ``evaluate`` (issue #3), ``train`` (issue #4, the GAT), ``petshop`` (issue #8).
+``generate`` / ``evaluate``, ``train`` (the GAT), ``petshop``.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------- train (issue #4, engineer C)
+# ---------------------------------------------------------------------------------------- train
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -284,7 +284,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------- petshop (issue #8, engineer H)
+# ---------------------------------------------------------------------------------------- petshop
 def _add_petshop(sub: argparse._SubParsersAction) -> None:
     from fleetmind.training.rca_petshop import add_arguments
 

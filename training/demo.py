@@ -7,7 +7,7 @@ Steps (each prints what it did and how long it took):
    evaluate it against the baselines on the generated test incidents, and log the run to MLflow
    (``sqlite:///mlflow.db`` unless ``MLFLOW_TRACKING_URI`` is set).
 3. **Placement**: evaluate the placement policies (heuristics, and the released PPO agent when present)
-   on the openb trace in FGD mode for one seed (skipped with a note when ``../shared/data`` is absent).
+   on the openb trace in FGD mode for one seed (skipped with a note when the openb data is absent).
 4. **Service**: start ``fleetmind serve`` (uvicorn, a fresh SQLite database in ``OUT``) on one test graph.
 5. **Alert storm**: replay one test incident's alerts through the Alertmanager webhook in the groups
    Alertmanager would send, then read the incident back with its ranked root causes and paths.

@@ -2,7 +2,7 @@
 
 Example::
 
-    fleetmind rca petshop --scenario ../shared/data/petshop/low_traffic --json out.json
+    fleetmind rca petshop --scenario petshop/low_traffic --json out.json   # docs/data.md
 
 Prints AC@1/3/5, Avg@5, MRR and ms per incident for every method on the chosen split (default: all
 issues) and on each split, and writes the JSON of the ``rca evaluate`` contract (plus ``by_split``,

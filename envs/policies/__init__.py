@@ -1,8 +1,8 @@
 """Placement heuristics behind one interface: Random, DotProd, GpuClustering, GpuPacking, BestFit,
 FGD and TopologyBestEffort.
 
-Scoring, GPU choice and tie-breaking follow ``../shared/references/fgd-setup-and-policies.md``
-(a summary of the FGD authors' simulator, Weng et al., USENIX ATC'23). Every score is computed
+Scoring, GPU choice and tie-breaking follow the FGD authors' simulator (Weng et al., USENIX ATC'23,
+``docs/placement.md`` gives the rules). Every score is computed
 vectorised over the nodes of a :class:`envs.core.ClusterState`.
 
 Interface (:class:`Policy`, :mod:`.base`):

@@ -1,7 +1,7 @@
 """Score functions of the placement heuristics, vectorised over the nodes of a :class:`envs.core.ClusterState`.
 
-Scoring follows ``../shared/references/fgd-setup-and-policies.md`` (a summary of the FGD authors'
-simulator, Weng et al., USENIX ATC'23). The PPO candidate features reuse these functions.
+Scoring follows the FGD authors' simulator (Weng et al., USENIX ATC'23; ``docs/placement.md``
+gives the rules). The PPO candidate features reuse these functions.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Steps (see ``docs/ppo-dynamic.md``):
    ``models/placement-dynamic/``. Logged to MLflow; not registered (the ``fleetmind-placement``
    champion is the fgd-mode model).
 
-Round-4 search options (opt-in, :class:`DynSearchOptions`; ``docs/ppo-dynamic.md`` section 4
+Multi-GPU search options (opt-in, :class:`DynSearchOptions`; ``docs/ppo-dynamic.md`` section 2
 item 8): ``--cem-trace-seeds TRACE=SEEDS`` (more search streams on one trace),
 ``--cem-worst-weight`` (per-trace worst case in the objective), ``--cem-nonneg FEATURE``
 (effective weight kept >= 0) and ``--cem-max-minutes`` (search time cap). They are stored in
@@ -142,7 +142,7 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
 
 @dataclass
 class DynSearchOptions:
-    """Round-4 options of the CEM teacher search (all default = the released recipe)."""
+    """Multi-GPU options of the CEM teacher search (all default = the released recipe)."""
 
     trace_seeds: dict[str, list[int]] = field(default_factory=dict)
     """per training trace, CEM workload seeds replacing ``--cem-seeds`` for that trace"""

@@ -151,7 +151,7 @@ def _make_teacher(
                 f" GpuPlacement-v0 has F={N_CAND_FEATURES}"
             )
         # the release carries its teacher: a strand teacher as teacher_strand.json, with its linear
-        # base as teacher.json (the layout of models/placement/ since session 12)
+        # base as teacher.json (the layout of models/placement/ since 2026-11-30)
         if isinstance(scorer, StrandPenaltyScorer):
             scorer.save(run_dir / "model" / "teacher_strand.json")
             scorer.base.save(run_dir / "model" / "teacher.json")

@@ -1,0 +1,1 @@
+"""Dynamic-mode benchmarks: the heuristics on openb and the PPO agent on unseen traces."""

@@ -1,0 +1,1 @@
+"""Experiment of 2026-11-30: dynamic-insample-teacher."""

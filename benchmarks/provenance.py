@@ -1,0 +1,127 @@
+"""Where a benchmark result came from: the command, the commit, the date, the machine, the versions.
+
+Every benchmark that writes a JSON starts it with :func:`provenance`, so that each file in
+``benchmarks/results/`` says how to reproduce it and ``python -m benchmarks.index`` can list it::
+
+    from benchmarks.provenance import RESULTS, load_now, provenance
+
+    load0 = load_now()
+    ...  # the measurement
+    out = {**provenance(__spec__.name, argv, load_start=load0), "figures": ...}
+
+The keys are ``command`` (``python -m <module> <args>``), ``commit`` (``git rev-parse HEAD`` of
+the checkout that ``fleetmind`` was imported from, or ``None`` when it is not a git checkout, e.g.
+an installed wheel), ``code_modified`` (that checkout's library folders had uncommitted changes), ``date`` (UTC, ISO 8601), ``machine`` (platform, processor, cores, load averages at the
+start and end) and ``versions`` (Python, torch, numpy and any ``packages`` asked for).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata as md
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The checkout's root folder (the one holding ``pyproject.toml``)."""
+
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+"""Where the benchmarks write their JSON results."""
+
+LIBRARY_FOLDERS = ("fleetmind", "data", "rca", "envs", "rl", "training", "serving", "models")
+"""Folders whose uncommitted changes make ``code_modified`` true."""
+
+
+def load_now() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def command(module: str, argv: Sequence[str] | None = None) -> str:
+    """The command line that reruns ``module`` with ``argv`` (default: this process's arguments)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return " ".join(["python", "-m", module, *args])
+
+
+def code_root() -> Path:
+    """The folder above the imported ``fleetmind`` package: a checkout's root in a source install."""
+    import fleetmind
+
+    return Path(fleetmind.__file__).resolve().parents[1]
+
+
+def git_commit(root: Path | None = None) -> dict[str, Any]:
+    """``{"commit": HEAD or None, "code_modified": bool or None}`` of the checkout at ``root``
+    (default: :func:`code_root`, so a run with another checkout's environment names that one)."""
+    root = root or code_root()
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
+            raise OSError(f"{root} is not the root of a git checkout")
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--", *LIBRARY_FOLDERS)
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "code_modified": None}
+    return {"commit": head, "code_modified": bool(dirty)}
+
+
+def machine(load_start: list[float] | None = None, **extra: Any) -> dict[str, Any]:
+    """Platform, processor, core count, Python, and the load averages at the start and now."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_start": load_start,
+        "loadavg_end": load_now(),
+        **extra,
+    }
+
+
+def versions(packages: Iterable[str] = ()) -> dict[str, str | None]:
+    """Python, torch and numpy versions, and those of ``packages`` (``None`` if not installed)."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("torch", "numpy", *packages):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def provenance(
+    module: str,
+    argv: Sequence[str] | None = None,
+    *,
+    load_start: list[float] | None = None,
+    packages: Iterable[str] = (),
+    **machine_extra: Any,
+) -> dict[str, Any]:
+    """The provenance keys a result JSON starts with (see the module docstring).
+
+    Args:
+        module: the benchmark's module name; pass ``__spec__.name``.
+        argv: its arguments when ``main(argv)`` was called directly; ``None`` reads ``sys.argv``.
+        load_start: :func:`load_now` taken before the measurement.
+        packages: more distributions whose versions matter to the figures.
+        machine_extra: more facts about the machine (CPU model, idle driver, ...).
+    """
+    return {
+        "command": command(module, argv),
+        **git_commit(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(load_start, **machine_extra),
+        "versions": versions(packages),
+    }
