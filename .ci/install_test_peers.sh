@@ -14,6 +14,7 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+[ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)  # podman run --init
 if [ ${#need[@]} -gt 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}") \
     || echo "warning: could not install ${need[*]}; the tests that need them will be skipped"

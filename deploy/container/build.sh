@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the FleetMind service image with podman (or docker: CONTAINER=docker):
 #   deploy/container/build.sh [IMAGE]        (default localhost/fleetmind:<version>)
-# Steps: the base image (build-base.sh, reused when present), a wheel of this checkout
-# (python -m build), a build context with the dependency list and local wheels (PIP_FIND_LINKS
+# Steps: the base image (build-base.sh, reused when present), a build context with this checkout's
+# files (tracked and untracked, not ignored), the dependency list and local wheels (PIP_FIND_LINKS
 # folders, e.g. PyTorch's CPU wheel), then a multi-stage build with the host network and the host's
 # CA bundle (pip inside the build reaches the same package index as the host).
 set -euo pipefail
@@ -15,8 +15,9 @@ image=${1:-localhost/fleetmind:$version}
 [ "$engine" = podman ] && bash "$here/build-base.sh"
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-mkdir -p "$ctx/dist" "$ctx/wheels"
-"$python" -m build --wheel --no-isolation --outdir "$ctx/dist" "$repo" >/dev/null
+mkdir -p "$ctx/src" "$ctx/wheels"
+(cd "$repo" && git ls-files -co --exclude-standard -z -- . ':!benchmarks/results' ':!docs/img' \
+  | xargs -0 -I{} sh -c 'test -e "{}" && echo "{}"' | tar -cf - -T -) | tar -xf - -C "$ctx/src"
 "$python" - "$repo/pyproject.toml" "$ctx/requirements.txt" <<'PY'
 import sys, tomllib
 deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
@@ -30,5 +31,7 @@ cp "$here/Dockerfile" "$ctx/Dockerfile"
 ca=/etc/ssl/certs/ca-certificates.crt
 mounts=()
 [ -f "$ca" ] && [ "$engine" = podman ] && mounts=(-v "$ca:$ca:ro")
-"$engine" build --network host "${mounts[@]}" -t "$image" "$ctx"
+fmt=()
+[ "$engine" = podman ] && fmt=(--format docker)  # OCI images drop HEALTHCHECK
+"$engine" build --network host "${fmt[@]}" "${mounts[@]}" -t "$image" "$ctx"
 echo "$image"
