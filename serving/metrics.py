@@ -8,7 +8,7 @@
 | ``fleetmind_alerts_rejected_total`` | counter | - (invalid alerts left out of an otherwise stored webhook) |
 | ``fleetmind_open_incidents`` | gauge | - |
 | ``fleetmind_alerts_grouped_total`` | counter | - (pending alerts the incident worker has grouped) |
-| ``fleetmind_incident_grouping_lag_seconds`` | gauge | - (age of the oldest alert of the last batch grouped; 0 when none is pending) |
+| ``fleetmind_incident_grouping_lag_seconds`` | gauge | - (age of the oldest ungrouped alert, read at every worker loop; 0 when none is pending) |
 | ``fleetmind_model_info`` | gauge (1) | ``kind``, ``method``, ``version``, ``fallback`` |
 | ``fleetmind_model_loads_total`` | counter | ``kind``, ``result`` (success, failure) |
 | ``fleetmind_rca_duration_seconds`` | histogram | ``method`` |
@@ -68,8 +68,8 @@ class Metrics:
         )
         self.grouping_lag = Gauge(
             "fleetmind_incident_grouping_lag_seconds",
-            "seconds between storing and grouping the oldest alert (or status change) of the last "
-            "batch the incident worker grouped (0 when none is pending): how stale incidents are",
+            "seconds since the oldest ungrouped alert (or status change) was stored, read at every "
+            "loop of the incident worker whether or not it succeeds (0 when none is pending)",
             registry=r,
         )
         self.model_info = Gauge(

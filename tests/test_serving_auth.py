@@ -17,7 +17,7 @@ from serving_helpers import alert, webhook
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.deps import PUBLIC_PATHS, flat_routes
-from fleetmind.serving.settings import Settings
+from fleetmind.serving.settings import Settings, get_settings
 
 TOKENS = {"read": "r-token", "ingest": "i-token", "admin": "a-token"}
 ALL = "all-token"
@@ -166,3 +166,23 @@ def test_serve_refuses_public_bind_without_token(
     assert "empty token" in capsys.readouterr().err
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0")
+    get_settings.cache_clear()
+
+
+def test_serve_passes_connection_limits_to_uvicorn(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``fleetmind serve`` runs uvicorn with ``limit_concurrency`` (from the settings) and a short
+    keep-alive, so idle or stalled connections cannot pile up without bound."""
+    import uvicorn
+
+    from fleetmind.training.cli import main
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path}/x.db")
+    monkeypatch.setenv("FLEETMIND_LIMIT_CONCURRENCY", "77")
+    monkeypatch.setenv("FLEETMIND_API_TOKEN", "t")
+    assert main(["serve", "--host", "0.0.0.0"]) == 0  # a token is set: a public bind is allowed
+    assert seen["limit_concurrency"] == 77 and seen["timeout_keep_alive"] == 5
+    get_settings.cache_clear()  # nothing cached from this test's environment

@@ -240,38 +240,44 @@ def test_lock_session_ends_when_its_holder_stops_checking(pg: PgCluster) -> None
 
 
 def test_two_workers_that_both_think_they_lead_group_each_alert_once(pg: PgCluster) -> None:
-    db1, db2 = Database(fresh(pg)), Database(pg.url)
+    """Grouping is fenced: while another process's grouping transaction is open (it holds the
+    grouping lock and has grouped the pending alerts, not yet committed), a second worker that
+    also believes it leads waits, then finds nothing pending, instead of grouping the same alerts
+    into incidents of its own."""
+    from sqlalchemy import text
+
+    db1 = Database(fresh(pg))
     db1.migrate()
-    n = 400
+    n = 40
     db1.store_alerts(
-        rows(
-            *[
-                alert({**GPU, "gpu": str(i % 8), "node": f"c0-h{i % 4}"}, fingerprint=f"f{i}")
-                for i in range(n)
-            ]
-        )
+        rows(*[alert({**GPU, "gpu": str(i % 8)}, fingerprint=f"f{i}") for i in range(n)])
     )
-    m1, m2 = manager(db1), manager(db2)
-    errors: list[BaseException] = []
-
-    def run(m: IncidentManager) -> None:
-        try:
-            while m.process_pending(limit=50) > 0:
-                pass
-        except BaseException as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=run, args=(m,)) for m in (m1, m2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors
-    incs = db1.list_incidents(None, limit=10_000)
-    assert sum(i["alert_count"] for i in incs if i["status"] != "merged") == n
-    assert db1.count_alerts() == n and not db1.pending_alerts()
+    other = db1.engine.connect()
+    tx = other.begin()
+    other.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LeaderLock.GROUP_KEY})
+    inc = other.execute(
+        text(
+            "INSERT INTO incidents (status, opened_ts, updated_ts, first_alert_ts, last_alert_ts,"
+            " alert_count, firing_count, nodes, clusters, causes, needs_ranking) VALUES ('open',"
+            f" 1, 1, 1, 1, {n}, {n}, '[]', '[]', '[]', false) RETURNING id"
+        )
+    ).scalar_one()
+    other.execute(text("UPDATE alerts SET pending = false, incident_id = :i"), {"i": inc})
+    m2 = manager(Database(pg.url))
+    result: list[int] = []
+    t = threading.Thread(target=lambda: result.append(m2.process_pending()))
+    t.start()
+    time.sleep(1.0)
+    assert not result, "the second worker grouped while the other's transaction was open"
+    tx.commit()
+    other.close()
+    t.join(30)
+    assert result == [0]
+    incs = db1.list_incidents(None)
+    assert [(i["id"], i["alert_count"]) for i in incs] == [(inc, n)]
+    assert {a["incident_id"] for a in db1.list_alerts(limit=1000)} == {inc}
+    m2.db.dispose()
     db1.dispose()
-    db2.dispose()
 
 
 # ----------------------------------------------------------------------------- 5: stuck worker
