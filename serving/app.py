@@ -49,6 +49,7 @@ from fleetmind.serving.routers import (
     models,
     placements,
     rca,
+    ui,
 )
 from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
@@ -214,6 +215,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (alerts, graph, models):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)
     app.include_router(health.router)
+    app.include_router(ui.router)  # its own auth: a session cookie from the login form
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
     configured = settings or get_settings()
