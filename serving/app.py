@@ -37,6 +37,7 @@ from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from fleetmind.serving.metrics import Metrics, MetricsMiddleware
+from fleetmind.serving.notify import Notifier
 from fleetmind.serving.rca_batcher import RCABatcher
 from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
@@ -188,6 +189,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             services.rca_pool = await start_rca_pool(s, metrics)
         if s.keep_warm_s > 0:
             services.keep_warm = start_keep_warm(s.keep_warm_s)
+        notifier = Notifier(
+            services.db, s, lambda: services.incidents.leader.held, metrics.registry
+        )
+        if s.incident_worker:
+            notifier.start()  # only when a notify URL is set; only the leader sends
+        app.state.notifier = notifier
         app.state.services = services
         restore_gc = tune_gc(s.gc_gen0_threshold)
         try:
@@ -198,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await services.rca_pool.stop()
             if services.keep_warm is not None:
                 services.keep_warm.stop()
+            notifier.stop()
             close_services(services)
             app.state.services = None
 
