@@ -4,8 +4,8 @@ resolving, retries with backoff, top-cause changes and restarts."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
