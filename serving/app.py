@@ -43,6 +43,7 @@ from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.routers import (
     alerts,
+    feedback,
     fleet,
     graph,
     health,
@@ -220,7 +221,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # request (~1-2 ms each).
     for r in (incidents, rca, placements, fleet):  # read-only for the caller
         app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
-    for r in (alerts, graph, models):  # scopes per route: ingest/read, read/admin
+    for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)
     app.include_router(health.router)
     app.include_router(ui.router)  # its own auth: a session cookie from the login form

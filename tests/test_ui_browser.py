@@ -126,6 +126,18 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert graph.size["width"] > 50 and graph.size["height"] > 20  # drawn, not empty
         assert driver.find_element(By.CSS_SELECTOR, "svg.timeline").size["height"] > 50
         assert driver.find_element(By.ID, "fault-type").text
+        # confirm the top cause with the button next to it (the name comes from the form)
+        driver.find_element(By.ID, "fb-by").send_keys("alice")
+        driver.find_element(By.ID, "fb-note").send_keys("NodeNotReady first; GPUs followed")
+        causes[0].find_element(By.CSS_SELECTOR, "form.confirm button").click()
+        wait_for(lambda: driver.find_elements(By.ID, "flash"), timeout=10)
+        assert "training label" in driver.find_element(By.ID, "flash").text
+        history = driver.find_element(By.ID, "feedback-history").text
+        assert "alice" in history and "confirmed" in history and "GPUs followed" in history
+        fb = httpx.get(f"{server.url}/api/v1/incidents/{storm_id}/feedback", headers=auth).json()
+        assert [(f["root_cause"], f["by"], f["confirmed"]) for f in fb] == [
+            (TRUE_ROOT, "alice", True)
+        ]
         _shoot(driver, "ui-incident", shots)
 
         for i, (n, milli) in enumerate(

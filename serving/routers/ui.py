@@ -1,7 +1,7 @@
 """``/ui/``: incident pages and the fleet view (server-rendered HTML, see :mod:`serving.ui`).
 
 Pages read the database and the telemetry source directly (no extra HTTP round trip); they need
-the ``read`` scope, the feedback form needs ``admin``. Without a session cookie a page redirects to
+the ``read`` scope, the feedback form (:mod:`serving.feedback`, same checks as the API) ``admin``. Without a session cookie a page redirects to
 ``/ui/login``, which takes the bearer token and sets the cookie (:mod:`serving.ui.auth`).
 """
 
@@ -18,9 +18,11 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
+from pydantic import ValidationError
 
-from fleetmind.data.errors import FleetMindError
+from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.deps import ServicesDep
+from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
     edge_kinds,
@@ -233,6 +235,18 @@ def incident_page(
     session = _session(request, services)
     if isinstance(session, Response):
         return session
+    return _incident(request, services, incident_id, session)
+
+
+def _incident(
+    request: Request,
+    services: Any,
+    incident_id: int,
+    session: auth.Session,
+    status_code: int = 200,
+    flash: str | None = None,
+    form: dict[str, str] | None = None,
+) -> Response:
     row = services.db.get_incident(incident_id)
     if row is None:
         return render(
@@ -274,13 +288,11 @@ def incident_page(
         )
     )
     alert_names = Counter(a["alertname"] or "?" for a in alerts)
-    ctx: dict[str, Any] = {}
-    extra = getattr(request.app.state, "ui_incident_context", None)
-    if extra is not None:  # the feedback block (serving.feedback), when installed
-        ctx = extra(services, row, session)
+    saved = request.query_params.get("feedback") == "saved"
     return render(
         request,
         "incident.html",
+        status_code=status_code,
         session=session,
         incident=row,
         causes=causes,
@@ -288,8 +300,67 @@ def incident_page(
         timeline=timeline,
         alert_names=alert_names.most_common(8),
         section="incidents",
-        **ctx,
+        feedback=list_feedback(services.db, incident_id),
+        can_admin=session.can("admin"),
+        flash=flash
+        or ("Thank you: your feedback is stored as a training label." if saved else None),
+        flash_kind="err" if flash else "ok",
+        form=form or {},
     )
+
+
+@router.post("/incidents/{incident_id}/feedback", response_class=HTMLResponse)
+async def incident_feedback(
+    request: Request,
+    services: ServicesDep,
+    incident_id: Annotated[int, Path(ge=0, le=2**62)],
+) -> Response:
+    """The feedback form of the incident page (admin scope; same checks as the API)."""
+    session = _session(request, services, scope="admin")
+    if isinstance(session, Response):
+        return session
+    form = await read_form(request)
+    if not auth.csrf_ok(request, form.get("csrf")):
+        return render(
+            request,
+            "error.html",
+            status_code=403,
+            session=session,
+            message="The form expired or came from another site; reload the page and try again.",
+        )
+    if not form.get("by", "").strip():
+        return _incident(
+            request,
+            services,
+            incident_id,
+            session,
+            422,
+            "Enter your name to sign the feedback.",
+            form,
+        )
+    try:
+        fb = FeedbackIn(
+            root_cause=form.get("root_cause", ""),
+            by=form.get("by", ""),
+            note=form.get("note") or None,
+        )
+        record_feedback(services.db, services.graphs.graph, incident_id, fb)
+    except IncidentNotFound:
+        return render(
+            request,
+            "error.html",
+            status_code=404,
+            session=session,
+            message=f"There is no incident {incident_id}.",
+        )
+    except (ValidationError, DataError) as err:
+        text = (
+            "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+            if isinstance(err, ValidationError)
+            else str(err)
+        )
+        return _incident(request, services, incident_id, session, 422, text, form)
+    return RedirectResponse(f"/ui/incidents/{incident_id}?feedback=saved", status_code=303)
 
 
 # ---------------------------------------------------------------------------------------- fleet
