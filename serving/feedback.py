@@ -20,40 +20,14 @@ import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import JSON, Column, Float, Integer, String, Table, Text, select
+from sqlalchemy import select
 
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.serving.db import Database, metadata
+from fleetmind.serving.db import Database, feedback_graphs, incident_feedback
 
 MAX_ALERTS = 1000
 """Alerts kept per feedback snapshot (the newest), as many as the incident worker ranks."""
-
-incident_feedback = Table(
-    "incident_feedback",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("incident_id", Integer, nullable=False, index=True),
-    Column("root_cause", Text, nullable=False),
-    Column("fault_type", String(128), nullable=True),
-    Column("by", String(256), nullable=False),
-    Column("note", Text, nullable=True),
-    Column("created_ts", Float, nullable=False),
-    Column("model_top", Text, nullable=True),  # the model's top cause when the feedback came
-    Column("model_rank", Integer, nullable=True),  # its rank of root_cause (1 = top; null: absent)
-    Column("method", String(128), nullable=True),
-    Column("model_version", String(256), nullable=True),
-    Column("graph_digest", String(64), nullable=False),
-    Column("alerts", JSON, nullable=False),
-)
-
-feedback_graphs = Table(
-    "feedback_graphs",
-    metadata,
-    Column("digest", String(64), primary_key=True),
-    Column("name", String(256), nullable=False),
-    Column("graph", JSON, nullable=False),
-)
 
 
 class FeedbackIn(BaseModel):

@@ -32,30 +32,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from sqlalchemy import JSON, Boolean, Column, Float, Integer, String, Table, Text, select
+from sqlalchemy import select
 
-from fleetmind.serving.db import Database, metadata
+from fleetmind.serving.db import Database, notifications
 from fleetmind.serving.settings import Settings
 
 log = logging.getLogger("fleetmind.serving.notify")
 
 ALERTNAME = "FleetMindRootCause"
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
-
-notifications = Table(
-    "notifications",
-    metadata,
-    Column("incident_id", Integer, primary_key=True, autoincrement=False),
-    Column("state", String(16), nullable=False),  # firing | resolved
-    Column("cause_node", Text, nullable=False),
-    Column("labels", JSON, nullable=False),
-    Column("annotations", JSON, nullable=False),
-    Column("starts_at", String(40), nullable=False),
-    Column("ends_at", String(40), nullable=True),
-    Column("am_sent_ts", Float, nullable=True),  # last delivery to Alertmanager of this state
-    Column("hook_sent", Boolean, nullable=False, default=False),  # webhook got this state
-    Column("updated_ts", Float, nullable=False),
-)
 
 
 _COUNTERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()

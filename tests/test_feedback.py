@@ -74,6 +74,20 @@ def _bearer(request: pytest.FixtureRequest) -> None:
         c.headers.update(H)
 
 
+def test_posting_feedback_needs_the_admin_scope(tmp_path: Path) -> None:
+    scoped = {"read_token": "r-tok", "admin_token": "a-tok"}
+    with TestClient(create_app(make_settings(tmp_path, **scoped))) as c:
+        c.post("/api/v1/alerts", json=webhook(storm_alerts()), headers=H)
+        c.app.state.services.incidents.process_pending()
+        storm, _ = incidents(c)
+        url = f"/api/v1/incidents/{storm['id']}/feedback"
+        body = {"root_cause": TRUE_ROOT, "by": "a"}
+        read, admin = {"Authorization": "Bearer r-tok"}, {"Authorization": "Bearer a-tok"}
+        assert c.post(url, json=body, headers=read).status_code == 403
+        assert c.post(url, json=body, headers=admin).status_code == 201
+        assert len(c.get(url, headers=read).json()) == 1
+
+
 def test_bad_feedback_gets_a_clear_4xx(client: TestClient) -> None:
     storm, _ = incidents(client)
     url = f"/api/v1/incidents/{storm['id']}/feedback"

@@ -93,7 +93,8 @@ def test_root_cause_reaches_alertmanager_and_resolves(tmp_path: Path, capture: C
         "FLEETMIND_INCIDENT_RANK_INTERVAL_S": "0",
     }
     with contextlib.ExitStack() as stack:
-        fm = stack.enter_context(Server(env, log=tmp_path / "server.log"))
+        fm = Server(env, log=tmp_path / "server.log").start(timeout=120)  # slow on a busy host
+        stack.callback(fm.stop)
         cfg = _am_config(tmp_path, fm.url, TOKEN, oncall_url=capture.url + "/oncall")
         am = subprocess.Popen(
             [

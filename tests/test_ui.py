@@ -187,3 +187,16 @@ def test_path_svg_escapes_labels_and_wraps_long_paths() -> None:
     assert timeline_svg([]) == ""
     tl = timeline_svg([(0.0, 120.0, "a", "resolved"), (60.0, None, "b", "firing")])
     assert tl.count('rx="3"') == 2
+
+
+def test_the_cookie_carries_the_scopes_of_the_token(tmp_path: Path) -> None:
+    scoped = {"read_token": "r-tok", "ingest_token": "i-tok", "admin_token": "a-tok"}
+    with TestClient(create_app(make_settings(tmp_path, **scoped))) as c:
+        storm(c)
+        assert login(c, token="i-tok").status_code == 401  # the webhook token reads nothing
+        for token, form in (("r-tok", False), ("a-tok", True), (TOKEN, True)):
+            c.cookies.clear()
+            assert login(c, token=token).status_code == 303
+            html = c.get("/ui/incidents/1").text
+            assert TRUE_ROOT in html
+            assert ('id="feedback-form"' in html) is form, token

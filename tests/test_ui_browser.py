@@ -11,6 +11,7 @@ skipped with the reason when they are missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -89,7 +90,9 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
     }
     shots = tmp_path / "shots"
     shots.mkdir()
-    with Server(env, log=tmp_path / "server.log") as server:
+    server = Server(env, log=tmp_path / "server.log").start(timeout=120)  # slow on a busy host
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.stop)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         r = httpx.post(server.url + "/api/v1/alerts", json=webhook(storm_alerts()), headers=auth)
         assert r.status_code == 200

@@ -1,12 +1,14 @@
-"""``/api/v1/incidents/{id}/feedback``: confirm or correct an incident's root cause (a label)."""
+"""``/api/v1/incidents/{id}/feedback``: confirm or correct an incident's root cause (a label).
+
+Posting needs the ``admin`` scope (it changes training data), reading ``read``."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, Depends, HTTPException, Path
 
-from fleetmind.serving.deps import DbDep, GraphsDep
+from fleetmind.serving.deps import DbDep, GraphsDep, require_scope
 from fleetmind.serving.feedback import (
     FeedbackIn,
     FeedbackOut,
@@ -24,6 +26,7 @@ IncidentId = Annotated[int, Path(ge=0, le=2**62)]
     "/{incident_id}/feedback",
     response_model=FeedbackOut,
     status_code=201,
+    dependencies=[Depends(require_scope("admin"))],
     responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
     summary="Confirm or correct the root cause of an incident (stored as a training label)",
 )
@@ -40,6 +43,7 @@ def post_feedback(
 @router.get(
     "/{incident_id}/feedback",
     response_model=list[FeedbackOut],
+    dependencies=[Depends(require_scope("read"))],
     summary="Feedback given on an incident, newest first",
 )
 def get_feedback(incident_id: IncidentId, db: DbDep) -> list[FeedbackOut]:

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -32,7 +32,18 @@ from fleetmind.serving.ui.svg import (
     tree_svg,
 )
 
-router = APIRouter(prefix="/ui", tags=["ui"], include_in_schema=False)
+
+async def cookie_session() -> None:
+    """Marks the pages public for the bearer-token middleware (:class:`serving.deps.AuthMiddleware`
+    reads ``fleetmind_scope``): a browser sends no ``Authorization`` header; each page checks the
+    session cookie itself (:func:`_session`) and redirects to the login form without one."""
+
+
+cookie_session.fleetmind_scope = "public"  # type: ignore[attr-defined]
+
+router = APIRouter(
+    prefix="/ui", tags=["ui"], include_in_schema=False, dependencies=[Depends(cookie_session)]
+)
 
 MAX_FORM_BYTES = 16 * 1024
 

@@ -10,9 +10,10 @@ CSRF: every form carries a random token that must equal the ``fm_csrf`` cookie (
 the cookie is ``SameSite=Strict`` so another site can neither read nor send it), and a POST whose
 ``Origin`` names another host is refused.
 
-Scopes: ``FLEETMIND_API_TOKEN`` grants every scope (``ingest``, ``read``, ``admin``); scoped
-tokens (``FLEETMIND_{INGEST,READ,ADMIN}_TOKEN``, when the settings define them) grant their own
-(admin includes read). With no token configured the service is open, and so are the pages.
+Scopes are the tokens' (``Settings.tokens()``): ``FLEETMIND_API_TOKEN`` grants ``ingest``,
+``read`` and ``admin``; ``FLEETMIND_{INGEST,READ,ADMIN}_TOKEN`` grant their own. Pages need
+``read`` or ``admin`` (an engineer confirming a cause has to see the incident), the feedback form
+``admin``. With no token configured the service is open, and so are the pages.
 """
 
 from __future__ import annotations
@@ -47,19 +48,15 @@ class Session:
     expires: float | None = None
 
     def can(self, scope: str) -> bool:
+        """``read``: the pages (``admin`` also sees them); ``admin``: the feedback form."""
+        if scope == "read":
+            return bool({"read", "admin"} & self.scopes)
         return scope in self.scopes
 
 
 def configured_tokens(settings: Settings) -> list[tuple[str, frozenset[str]]]:
     """``[(token, scopes)]`` for every token the settings define."""
-    out: list[tuple[str, frozenset[str]]] = []
-    if settings.api_token:
-        out.append((settings.api_token, ALL_SCOPES))
-    for field, scopes in _SCOPED:
-        value = getattr(settings, field, None)
-        if value:
-            out.append((value, frozenset(scopes)))
-    return out
+    return [(t, frozenset(scopes)) for t, scopes in settings.tokens().items()]
 
 
 def auth_enabled(settings: Settings) -> bool:
