@@ -22,9 +22,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.db import Database, feedback_graphs, incident_feedback
+from fleetmind.serving.incidents import alert_dict
+from fleetmind.serving.schemas import NO_NUL
 
 MAX_ALERTS = 1000
 """Alerts kept per feedback snapshot (the newest), as many as the incident worker ranks."""
@@ -36,12 +38,19 @@ class FeedbackIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     root_cause: str = Field(
-        min_length=1, max_length=512, description="node id of the true root cause"
+        min_length=1, max_length=512, pattern=NO_NUL, description="node id of the true root cause"
     )
-    by: str = Field(min_length=1, max_length=256, description="who says so (name or handle)")
-    note: str | None = Field(None, max_length=4000, description="why, for the record")
+    by: str = Field(
+        min_length=1, max_length=256, pattern=NO_NUL, description="who says so (name or handle)"
+    )
+    note: str | None = Field(
+        None, max_length=4000, pattern=NO_NUL, description="why, for the record"
+    )
     fault_type: str | None = Field(
-        None, max_length=128, description="fault type, when known (default: the model's)"
+        None,
+        max_length=128,
+        pattern=NO_NUL,
+        description="fault type, when known (default: the model's)",
     )
 
 
@@ -77,8 +86,6 @@ def record_feedback(
         IncidentNotFound: no incident ``incident_id``.
         DataError: ``root_cause`` is not a node of the served graph (a 422).
     """
-    from fleetmind.serving.incidents import alert_dict
-
     inc = db.get_incident(incident_id)
     if inc is None:
         raise IncidentNotFound(f"no incident {incident_id}")
@@ -185,8 +192,6 @@ def feedback_incidents(
     """
     from sqlalchemy import inspect
     from sqlalchemy.exc import SQLAlchemyError
-
-    from fleetmind.data.errors import ConfigError
 
     try:
         db = Database(url)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.serving.feedback import feedback_incidents
 
 
 def merge_feedback(
@@ -39,8 +40,6 @@ def merge_feedback(
         NotAvailableError: the database cannot be read.
         DataError: it holds no usable feedback.
     """
-    from fleetmind.serving.feedback import feedback_incidents
-
     if weight < 1:
         raise ConfigError(f"--feedback-weight must be >= 1, got {weight}")
     src = Path(data_dir)

@@ -32,6 +32,7 @@ import numpy as np
 from fleetmind.data.errors import ConfigError
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.cli_common import write_json
+from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
 
 REGISTERED_MODEL = "fleetmind-rca"
 CHAMPION = "champion"
@@ -200,8 +201,6 @@ def run(args: Args) -> dict[str, Any]:
 
     data_dir, feedback = args.data, None
     if args.feedback_db:
-        from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
-
         target = merged_dir(args.out, args.data, args.feedback_db, args.feedback_weight)
         feedback = merge_feedback(args.data, args.feedback_db, target, args.feedback_weight)
         data_dir = feedback["dir"]

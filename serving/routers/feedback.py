@@ -16,10 +16,10 @@ from fleetmind.serving.feedback import (
     list_feedback,
     record_feedback,
 )
-from fleetmind.serving.schemas import ErrorOut
+from fleetmind.serving.schemas import MAX_DB_INT, ErrorOut
 
 router = APIRouter(prefix="/api/v1/incidents", tags=["feedback"])
-IncidentId = Annotated[int, Path(ge=0, le=2**62)]
+IncidentId = Annotated[int, Path(ge=0, le=MAX_DB_INT)]
 
 
 @router.post(

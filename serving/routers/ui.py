@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
+from fleetmind.serving.schemas import MAX_DB_INT
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
     edge_kinds,
@@ -241,7 +242,7 @@ def incidents_page(
 def incident_page(
     request: Request,
     services: ServicesDep,
-    incident_id: Annotated[int, Path(ge=0, le=2**62)],
+    incident_id: Annotated[int, Path(ge=0, le=MAX_DB_INT)],
 ) -> Response:
     session = _session(request, services)
     if isinstance(session, Response):
@@ -324,7 +325,7 @@ def _incident(
 async def incident_feedback(
     request: Request,
     services: ServicesDep,
-    incident_id: Annotated[int, Path(ge=0, le=2**62)],
+    incident_id: Annotated[int, Path(ge=0, le=MAX_DB_INT)],
 ) -> Response:
     """The feedback form of the incident page (admin scope; same checks as the API)."""
     session = _session(request, services, scope="admin")
