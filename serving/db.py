@@ -106,7 +106,7 @@ incidents = Table(
 )
 
 
-# Operator tables (revision 0002): feedback labels (serving.feedback) and root-cause notifications
+# Operator tables (revision 0003): feedback labels (serving.feedback) and root-cause notifications
 # (serving.notify).
 incident_feedback = Table(
     "incident_feedback",
