@@ -37,11 +37,13 @@ from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from fleetmind.serving.metrics import Metrics, MetricsMiddleware
+from fleetmind.serving.notify import Notifier
 from fleetmind.serving.rca_batcher import RCABatcher
 from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.routers import (
     alerts,
+    feedback,
     fleet,
     graph,
     health,
@@ -49,6 +51,7 @@ from fleetmind.serving.routers import (
     models,
     placements,
     rca,
+    ui,
 )
 from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
@@ -187,6 +190,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             services.rca_pool = await start_rca_pool(s, metrics)
         if s.keep_warm_s > 0:
             services.keep_warm = start_keep_warm(s.keep_warm_s)
+        notifier = Notifier(
+            services.db, s, lambda: services.incidents.leader.held, metrics.registry
+        )
+        if s.incident_worker:
+            notifier.start()  # only when a notify URL is set; only the leader sends
+        app.state.notifier = notifier
         app.state.services = services
         restore_gc = tune_gc(s.gc_gen0_threshold)
         try:
@@ -197,6 +206,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await services.rca_pool.stop()
             if services.keep_warm is not None:
                 services.keep_warm.stop()
+            notifier.stop()
             close_services(services)
             app.state.services = None
 
@@ -211,9 +221,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # request (~1-2 ms each).
     for r in (incidents, rca, placements, fleet):  # read-only for the caller
         app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
-    for r in (alerts, graph, models):  # scopes per route: ingest/read, read/admin
+    for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)
     app.include_router(health.router)
+    app.include_router(ui.router)  # its own auth: a session cookie from the login form
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
     configured = settings or get_settings()

@@ -13,6 +13,9 @@ Tables:
   crash; ``incident_id`` is the incident the alert belongs to.
 * ``incidents``: groups of alerts with the latest ranked root causes (JSON) and the analyzer that
   produced them.
+* ``incident_feedback`` and ``feedback_graphs``: root causes engineers confirmed or corrected, with
+  the alerts and graph they were given on (:mod:`serving.feedback`).
+* ``notifications``: which root causes went to Alertmanager and the webhook (:mod:`serving.notify`).
 """
 
 from __future__ import annotations
@@ -100,6 +103,51 @@ incidents = Table(
     Column("merged_into", Integer, nullable=True),
     # set with every change of the incident, cleared when a ranking of that state is stored
     Column("needs_ranking", Boolean, nullable=False, default=False, server_default=false()),
+)
+
+
+# Operator tables (revision 0003): feedback labels (serving.feedback) and root-cause notifications
+# (serving.notify).
+incident_feedback = Table(
+    "incident_feedback",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    # no index: rows are typed by people (a few per incident at most), scans stay cheap
+    Column("incident_id", Integer, nullable=False),
+    Column("root_cause", Text, nullable=False),
+    Column("fault_type", String(128), nullable=True),
+    Column("by", String(256), nullable=False),
+    Column("note", Text, nullable=True),
+    Column("created_ts", Float, nullable=False),
+    Column("model_top", Text, nullable=True),  # the model's top cause when the feedback came
+    Column("model_rank", Integer, nullable=True),  # its rank of root_cause (1 = top; null: absent)
+    Column("method", String(128), nullable=True),
+    Column("model_version", String(256), nullable=True),
+    Column("graph_digest", String(64), nullable=False),
+    Column("alerts", JSON, nullable=False),
+)
+
+feedback_graphs = Table(
+    "feedback_graphs",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("name", String(256), nullable=False),
+    Column("graph", JSON, nullable=False),
+)
+
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("incident_id", Integer, primary_key=True, autoincrement=False),
+    Column("state", String(16), nullable=False),  # firing | resolved
+    Column("cause_node", Text, nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("annotations", JSON, nullable=False),
+    Column("starts_at", String(40), nullable=False),
+    Column("ends_at", String(40), nullable=True),
+    Column("am_sent_ts", Float, nullable=True),  # last delivery to Alertmanager of this state
+    Column("hook_sent", Boolean, nullable=False, default=False),  # webhook got this state
+    Column("updated_ts", Float, nullable=False),
 )
 
 

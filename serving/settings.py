@@ -139,6 +139,41 @@ class Settings(BaseSettings):
         description="an RCA request not answered within this many seconds gets 503 with Retry-After",
     )
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
+    public_url: str = Field(
+        "http://127.0.0.1:8000",
+        description="the service's address as operators reach it; links to incident pages start here",
+    )
+    ui_session_hours: float = Field(
+        12.0, gt=0, le=24 * 30, description="how long a browser login (the /ui cookie) lasts (h)"
+    )
+    notify_alertmanager_url: str | None = Field(
+        None,
+        description="Alertmanager base URL: a settled root cause is posted to its /api/v2/alerts "
+        "as a FleetMindRootCause alert, resolved when the incident resolves",
+    )
+    notify_webhook_url: str | None = Field(
+        None, description="generic JSON webhook (Slack-compatible 'text') for settled root causes"
+    )
+    notify_settle_s: float = Field(
+        30.0,
+        ge=0,
+        description="a root cause is sent once an incident's top cause stayed the same this long (s)",
+    )
+    notify_resend_s: float = Field(
+        60.0,
+        gt=0,
+        description="a firing FleetMindRootCause alert is re-posted this often (Alertmanager "
+        "expires alerts that are not re-sent within its resolve_timeout)",
+    )
+    notify_poll_s: float = Field(
+        1.0, gt=0, le=60, description="how often the notifier reads the incidents (s)"
+    )
+    notify_retries: int = Field(
+        5, ge=0, le=20, description="retries of a failed notification (exponential backoff)"
+    )
+    notify_backoff_s: float = Field(
+        0.5, ge=0, le=60, description="first retry delay; doubles on each retry (s)"
+    )
     rca_max_batch: int = Field(
         16, ge=1, le=1024, description="most concurrent RCA requests ranked in one batch"
     )

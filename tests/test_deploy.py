@@ -90,9 +90,10 @@ def test_deployment_matches_the_service_and_the_image(tmp_path: Path) -> None:
         docs["ServiceMonitor"]["spec"]["endpoints"][0]["port"]
         == docs["Service"]["spec"]["ports"][0]["name"]
     )
-    # every token the Secret holds is a setting the service reads
+    # every token the Secret holds, and every variable the Deployment sets, is a setting
     fields = {f"FLEETMIND_{name.upper()}" for name in Settings.model_fields}
     assert set(docs["Secret"]["stringData"]) <= fields
+    assert {e["name"] for e in container["env"]} <= fields
 
 
 def test_prometheusrule_is_generated_from_the_rules_file() -> None:

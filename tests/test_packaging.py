@@ -139,6 +139,11 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_demo(tmp_path: Path) -> N
         capture_output=True,
     )
     (wheel,) = dist.glob("fleetmind-*.whl")
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for page in ("base", "incidents", "incident", "fleet", "login"):  # the /ui templates
+        assert f"fleetmind/serving/ui/templates/{page}.html" in names
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"

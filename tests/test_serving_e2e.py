@@ -102,13 +102,21 @@ def test_kill9_during_ingestion_loses_no_acknowledged_alert(tmp_path: Path) -> N
 
 
 # ----------------------------------------------------------------------------------------- Alertmanager
-def _am_config(tmp_path: Path, fleetmind_url: str, token: str) -> Path:
+def _am_config(
+    tmp_path: Path, fleetmind_url: str, token: str, oncall_url: str | None = None
+) -> Path:
+    """The shipped deploy/alertmanager.yml with fast timings, FleetMind's URL and token, and
+    (``oncall_url``) a webhook standing in for the user's on-call receiver."""
     cfg = yaml.safe_load((DEPLOY / "alertmanager.yml").read_text())
-    cfg["route"].update(group_wait="1s", group_interval="1s", repeat_interval="1h")
-    hook = cfg["receivers"][0]["webhook_configs"][0]
+    for route in [cfg["route"], *cfg["route"].get("routes", [])]:
+        route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+    receivers = {r["name"]: r for r in cfg["receivers"]}
+    hook = receivers["fleetmind"]["webhook_configs"][0]
     hook["url"] = fleetmind_url + "/api/v1/alerts"
     (tmp_path / "token").write_text(token)
     hook["http_config"]["authorization"]["credentials_file"] = str(tmp_path / "token")
+    if oncall_url:
+        receivers["oncall"]["webhook_configs"] = [{"url": oncall_url, "send_resolved": True}]
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -241,9 +241,16 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         help="rank root causes with every method on a dataset split; AC@1/3/5, Avg@5, MRR",
         description="Evaluate baselines (and registered methods such as the GAT) on the incidents of one split.",
     )
-    p.add_argument("--data", required=True, help="dataset folder (fleetmind rca generate --out)")
+    p.add_argument("--data", default=None, help="dataset folder (fleetmind rca generate --out)")
     p.add_argument(
         "--split", default="test", help="split to evaluate (default test; e.g. test_large)"
+    )
+    p.add_argument(
+        "--feedback-db",
+        default=None,
+        metavar="URL",
+        help="evaluate on the incidents engineers confirmed or corrected in the service's "
+        "database (instead of --data)",
     )
     p.add_argument(
         "--methods",
@@ -263,16 +270,32 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from fleetmind.data.errors import ConfigError
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.metrics import evaluate_methods, make_analyzers
 
-    ds = load_dataset(args.data, [args.split])  # only this split: the others may be huge or broken
-    incidents = ds.split(args.split)
+    if args.feedback_db:
+        from fleetmind.serving.feedback import feedback_incidents
+
+        if args.data:
+            raise ConfigError("give --data or --feedback-db, not both")
+        incidents, graphs = feedback_incidents(args.feedback_db)
+        args.split = "feedback"
+    elif args.data:
+        ds = load_dataset(args.data, [args.split])  # only this split: the others may be huge
+        incidents, graphs = ds.split(args.split), ds.graphs
+    else:
+        raise ConfigError("--data DIR or --feedback-db URL is required")
     if args.limit is not None:
         incidents = incidents[: args.limit]
     analyzers = make_analyzers(args.methods, model=args.model, seed=args.seed)
-    res = evaluate_methods(incidents, analyzers, ds.graphs, progress=True)
-    res["data"] = str(args.data)
+    res = evaluate_methods(incidents, analyzers, graphs, progress=True)
+    if args.feedback_db:
+        from fleetmind.training.rca_feedback import safe_url
+
+        res["data"] = safe_url(args.feedback_db)
+    else:
+        res["data"] = str(args.data)
     res["split"] = args.split
     print(f"{args.split}: {res['n_incidents']} incidents")
     print(f"{'method':<14}{'AC@1':>8}{'AC@3':>8}{'AC@5':>8}{'Avg@5':>8}{'MRR':>8}{'ms/inc':>9}")

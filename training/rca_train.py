@@ -32,6 +32,7 @@ import numpy as np
 from fleetmind.data.errors import ConfigError
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.cli_common import write_json
+from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
 
 REGISTERED_MODEL = "fleetmind-rca"
 CHAMPION = "champion"
@@ -84,6 +85,10 @@ class Args:
     """MLflow experiment name"""
     progress: bool = True
     """show progress bars"""
+    feedback_db: str | None = None
+    """the service's database URL: its confirmed/corrected incidents join the training split"""
+    feedback_weight: int = 1
+    """copies of each feedback incident in the training split"""
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -194,9 +199,19 @@ def run(args: Args) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    data_dir, feedback = args.data, None
+    if args.feedback_db:
+        target = merged_dir(args.out, args.data, args.feedback_db, args.feedback_weight)
+        feedback = merge_feedback(args.data, args.feedback_db, target, args.feedback_weight)
+        data_dir = feedback["dir"]
+        print(
+            f"training with {feedback['n_feedback']} feedback incidents "
+            f"(x{feedback['weight']}) from {safe_url(args.feedback_db)}"
+        )
+
     t_start = time.time()
     dm = RCADataModule(
-        args.data,
+        data_dir,
         batch_size=args.batch_size,
         seed=args.seed,
         max_train=args.max_train,
@@ -298,6 +313,7 @@ def run(args: Args) -> dict[str, Any]:
         "feature_seconds": round(t_feat, 1),
         "data": dm.info,
         "metrics": metrics,
+        **({"feedback": feedback} if feedback else {}),
         **reg,
     }
 
@@ -334,6 +350,18 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
     p.add_argument(
+        "--feedback-db",
+        default=None,
+        metavar="URL",
+        help="the service's database URL: incidents engineers confirmed or corrected join training",
+    )
+    p.add_argument(
+        "--feedback-weight",
+        type=int,
+        default=d.feedback_weight,
+        help="copies of each feedback incident in the training split (default 1)",
+    )
+    p.add_argument(
         "--release",
         default=None,
         metavar="DIR",
@@ -361,6 +389,8 @@ def cli(args: Any) -> int:
         threads=args.threads,
         register=not args.no_register,
         tracking_uri=args.tracking_uri,
+        feedback_db=args.feedback_db,
+        feedback_weight=args.feedback_weight,
     )
     res = run(a)
     if args.release:

@@ -1,0 +1,362 @@
+"""Root causes sent where on-call already looks: Alertmanager and a generic JSON webhook.
+
+A :class:`Notifier` thread (in the process that holds the incident worker's leader lock) reads the
+incidents every ``FLEETMIND_NOTIFY_POLL_S``. When an open incident's top cause has stayed the same
+for ``FLEETMIND_NOTIFY_SETTLE_S`` (the ranking has *settled*), it
+
+* posts one ``FleetMindRootCause`` alert to ``FLEETMIND_NOTIFY_ALERTMANAGER_URL`` ``/api/v2/alerts``
+  (labels ``alertname``, ``incident``, ``cause_node``, ``cause_kind``, ``cluster``, ``severity``;
+  annotations ``summary``, ``path``, ``score``, ``fault_type``, ``incident_url``; ``generatorURL``
+  links to the incident page), re-posted every ``FLEETMIND_NOTIFY_RESEND_S`` like any alert source
+  (Alertmanager ends alerts that are not re-sent within its ``resolve_timeout``), so the user's own
+  routes carry it to Slack, PagerDuty or OnCall;
+* posts one message to ``FLEETMIND_NOTIFY_WEBHOOK_URL``: Slack-compatible JSON (``text`` in Slack
+  mrkdwn) plus the same facts under ``fleetmind``.
+
+When the incident resolves (or is merged into another), the alert is posted again with ``endsAt``
+(resolved) and the webhook gets a resolved message. When a settled top cause changes, the old alert
+is resolved and the new one sent. Failed posts are retried ``FLEETMIND_NOTIFY_RETRIES`` times with
+exponential backoff (``FLEETMIND_NOTIFY_BACKOFF_S``, doubling; on connection errors, 408, 429 and
+5xx, never on other 4xx) and then again on a later poll. What was delivered is stored in the
+``notifications`` table, so a restart neither repeats a message nor forgets to resolve an alert.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+
+from fleetmind.serving.db import Database, notifications
+from fleetmind.serving.settings import Settings
+
+log = logging.getLogger("fleetmind.serving.notify")
+
+ALERTNAME = "FleetMindRootCause"
+RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+_COUNTERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _counter(registry: Any) -> Any:
+    """The ``fleetmind_notifications_total`` counter on ``registry`` (created once per registry)."""
+    from prometheus_client import Counter
+
+    counter = _COUNTERS.get(registry)
+    if counter is None:
+        counter = _COUNTERS[registry] = Counter(
+            "fleetmind_notifications",
+            "root-cause notifications by channel (alertmanager, webhook) and outcome",
+            ["channel", "outcome"],
+            registry=registry,
+        )
+    return counter
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def post_with_retry(
+    client: httpx.Client,
+    url: str,
+    body: Any,
+    retries: int,
+    backoff_s: float,
+    stop: threading.Event | None = None,
+) -> tuple[bool, str]:
+    """POST ``body`` as JSON; retry transient failures with exponential backoff.
+
+    Returns:
+        ``(delivered, last outcome)``; the outcome is the HTTP status or the error's class name.
+    """
+    outcome = ""
+    for attempt in range(retries + 1):
+        try:
+            r = client.post(url, json=body)
+            outcome = str(r.status_code)
+            if r.status_code < 300:
+                return True, outcome
+            if r.status_code not in RETRY_STATUS:
+                return False, outcome  # a 4xx will not get better by asking again
+        except httpx.HTTPError as err:
+            outcome = type(err).__name__
+        if attempt < retries:
+            delay = backoff_s * (2**attempt)
+            if stop is not None:
+                if stop.wait(delay):
+                    break
+            else:
+                time.sleep(delay)
+    return False, outcome
+
+
+class Notifier:
+    """Sends settled root causes out (see the module docstring).
+
+    Args:
+        db: the service database (incidents are read, ``notifications`` written).
+        settings: the ``FLEETMIND_NOTIFY_*`` settings and ``public_url``.
+        is_leader: whether this process runs the incident worker (only the leader notifies).
+        registry: optional Prometheus registry for the ``fleetmind_notifications`` counter.
+        clock: seconds since the epoch (tests pass a fake one).
+        transport: optional httpx transport (tests).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        is_leader: Callable[[], bool] = lambda: True,
+        registry: Any = None,
+        clock: Callable[[], float] = time.time,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.is_leader = is_leader
+        self.clock = clock
+        self.am_url = (
+            settings.notify_alertmanager_url.rstrip("/") + "/api/v2/alerts"
+            if settings.notify_alertmanager_url
+            else None
+        )
+        self.hook_url = settings.notify_webhook_url
+        self._client = httpx.Client(timeout=5.0, transport=transport)
+        self._seen: dict[int, tuple[str, float]] = {}  # incident -> (top cause, since)
+        self._retry_at: dict[tuple[int, str], float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+        self.counter = None if registry is None else _counter(registry)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.am_url or self.hook_url)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self._thread is not None or not self.enabled:
+            return
+        self._thread = threading.Thread(target=self._run, name="fleetmind-notify", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self._client.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.notify_poll_s):
+            if not self.is_leader():
+                continue
+            try:
+                self.poll()
+                self.last_error = None
+            except Exception as err:  # keep notifying; the database may be back next time
+                self.last_error = f"{type(err).__name__}: {err}"
+                log.exception("notifier failed; retrying")
+
+    # ------------------------------------------------------------------ one round
+    def poll(self) -> int:
+        """Settle, send and resolve once; returns how many deliveries succeeded."""
+        now = self.clock()
+        sent = 0
+        n = notifications.c
+        pending = select(notifications).where(
+            (n.state == "firing") | n.am_sent_ts.is_(None) | n.hook_sent.is_(False)
+        )
+        with self.db.read() as conn:  # rows done with (resolved and delivered) are not read
+            rows = {r.incident_id: dict(r._mapping) for r in conn.execute(pending)}
+        open_incs = self.db.list_incidents("open", limit=100_000)
+        open_ids = set()
+        for inc in open_incs:
+            open_ids.add(inc["id"])
+            causes = inc["causes"] or []
+            if not causes:
+                continue
+            top = causes[0]
+            node = top["node"]
+            seen = self._seen.get(inc["id"])
+            if seen is None or seen[0] != node:
+                self._seen[inc["id"]] = (node, now)
+                seen = self._seen[inc["id"]]
+            if now - seen[1] < self.settings.notify_settle_s:
+                continue
+            row = rows.get(inc["id"])
+            if row is not None and row["cause_node"] == node and row["state"] == "firing":
+                continue
+            if row is not None and row["state"] == "firing":  # the settled cause changed
+                self._set_resolved(row, now)
+                sent += self._deliver(row, now, inc)
+            rows[inc["id"]] = self._set_firing(inc, top, now)
+        for inc_id in list(self._seen):
+            if inc_id not in open_ids:
+                self._seen.pop(inc_id, None)
+        for inc_id, row in rows.items():
+            if row["state"] == "firing" and inc_id not in open_ids:
+                self._set_resolved(row, now)
+            sent += self._deliver(row, now)
+        return sent
+
+    def _set_firing(self, inc: dict[str, Any], top: dict[str, Any], now: float) -> dict[str, Any]:
+        url = f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}"
+        path = list(top.get("path") or [top["node"]])
+        cluster = top.get("cluster") or ",".join(inc["clusters"] or []) or "unknown"
+        labels = {
+            "alertname": ALERTNAME,
+            "incident": str(inc["id"]),
+            "cause_node": top["node"],
+            "cause_kind": top.get("kind") or "unknown",
+            "cluster": cluster,
+            "severity": "critical",
+        }
+        fault = top.get("fault_type") or ""
+        annotations = {
+            "summary": f"Root cause of incident {inc['id']}: {top['node']}"
+            + (f" ({fault})" if fault else ""),
+            "description": f"{inc['firing_count']} firing alerts in {cluster}; FleetMind ranks "
+            f"{top['node']} first ({inc['method'] or 'rca'}).",
+            "path": " -> ".join(path),
+            "score": f"{float(top['score']):.4f}",
+            "fault_type": fault,
+            "incident_url": url,
+        }
+        row = {
+            "incident_id": inc["id"],
+            "state": "firing",
+            "cause_node": top["node"],
+            "labels": labels,
+            "annotations": annotations,
+            "starts_at": _iso(now),
+            "ends_at": None,
+            "am_sent_ts": None,
+            "hook_sent": False,
+            "updated_ts": now,
+        }
+        self._save(row)
+        return row
+
+    def _set_resolved(self, row: dict[str, Any], now: float) -> None:
+        row.update(state="resolved", ends_at=_iso(now), am_sent_ts=None, hook_sent=False)
+        row["updated_ts"] = now
+        self._save(row)
+
+    def _save(self, row: dict[str, Any]) -> None:
+        with self.db.write() as conn:
+            conn.execute(
+                notifications.delete().where(notifications.c.incident_id == row["incident_id"])
+            )
+            conn.execute(notifications.insert().values(**row))
+
+    # ------------------------------------------------------------------ delivery
+    def _deliver(self, row: dict[str, Any], now: float, _inc: dict[str, Any] | None = None) -> int:
+        """Send what ``row``'s state still needs; returns the number of successful deliveries."""
+        done = 0
+        inc_id = row["incident_id"]
+        changed = False
+        firing = row["state"] == "firing"
+        if self.am_url:
+            due = row["am_sent_ts"] is None or (
+                firing and now - row["am_sent_ts"] >= self.settings.notify_resend_s
+            )
+            if due and self._retry_at.get((inc_id, "am"), 0.0) <= now:
+                if self._send(
+                    "alertmanager", self.am_url, [self.alertmanager_alert(row)], inc_id, now
+                ):
+                    row["am_sent_ts"] = now
+                    changed = True
+                    done += 1
+        if self.hook_url and not row["hook_sent"]:
+            if self._retry_at.get((inc_id, "hook"), 0.0) <= now:
+                if self._send("webhook", self.hook_url, self.webhook_body(row), inc_id, now):
+                    row["hook_sent"] = True
+                    changed = True
+                    done += 1
+        if changed:
+            with self.db.write() as conn:
+                conn.execute(
+                    notifications.update()
+                    .where(notifications.c.incident_id == inc_id)
+                    .where(notifications.c.state == row["state"])
+                    .values(am_sent_ts=row["am_sent_ts"], hook_sent=row["hook_sent"])
+                )
+        return done
+
+    def _send(self, channel: str, url: str, body: Any, inc_id: int, now: float) -> bool:
+        ok, outcome = post_with_retry(
+            self._client,
+            url,
+            body,
+            self.settings.notify_retries,
+            self.settings.notify_backoff_s,
+            self._stop,
+        )
+        if self.counter is not None:
+            self.counter.labels(channel, "sent" if ok else "failed").inc()
+        key = (inc_id, "am" if channel == "alertmanager" else "hook")
+        if ok:
+            self._retry_at.pop(key, None)
+        else:
+            # after the in-call retries, wait before the next round tries again (capped at 5 min)
+            pause = min(
+                300.0,
+                max(1.0, self.settings.notify_backoff_s) * 2 ** (self.settings.notify_retries + 1),
+            )
+            self._retry_at[key] = now + pause
+            log.warning("%s notification for incident %s failed (%s)", channel, inc_id, outcome)
+        return ok
+
+    @staticmethod
+    def alertmanager_alert(row: dict[str, Any]) -> dict[str, Any]:
+        """The ``POST /api/v2/alerts`` item of a notification row."""
+        alert = {
+            "labels": row["labels"],
+            "annotations": row["annotations"],
+            "startsAt": row["starts_at"],
+            "generatorURL": row["annotations"]["incident_url"],
+        }
+        if row["state"] == "resolved" and row["ends_at"]:
+            alert["endsAt"] = row["ends_at"]
+        return alert
+
+    @staticmethod
+    def webhook_body(row: dict[str, Any]) -> dict[str, Any]:
+        """Slack-compatible JSON: ``text`` (mrkdwn) for Slack, the same facts under ``fleetmind``."""
+        a, lab = row["annotations"], row["labels"]
+        resolved = row["state"] == "resolved"
+        link = f"<{a['incident_url']}|incident {lab['incident']}>"
+        if resolved:
+            text = f":white_check_mark: Resolved {link} (root cause was `{lab['cause_node']}`)"
+        else:
+            text = (
+                f":rotating_light: Root cause of {link}: `{lab['cause_node']}`"
+                + (f" ({a['fault_type']})" if a.get("fault_type") else "")
+                + f", score {a['score']}, cluster {lab['cluster']}\nPath: `{a['path']}`"
+            )
+        return {
+            "text": text,
+            "fleetmind": {
+                "status": row["state"],
+                "incident": int(lab["incident"]),
+                "cause_node": lab["cause_node"],
+                "cause_kind": lab["cause_kind"],
+                "cluster": lab["cluster"],
+                "fault_type": a.get("fault_type") or None,
+                "score": float(a["score"]),
+                "path": a["path"].split(" -> "),
+                "incident_url": a["incident_url"],
+                "starts_at": row["starts_at"],
+                "ends_at": row["ends_at"],
+            },
+        }

@@ -1,0 +1,437 @@
+"""``/ui/``: incident pages and the fleet view (server-rendered HTML, see :mod:`serving.ui`).
+
+Pages read the database and the telemetry source directly (no extra HTTP round trip); they need
+the ``read`` scope, the feedback form (:mod:`serving.feedback`, same checks as the API) ``admin``. Without a session cookie a page redirects to
+``/ui/login``, which takes the bearer token and sets the cookie (:mod:`serving.ui.auth`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Annotated, Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from pydantic import ValidationError
+
+from fleetmind.data.errors import DataError, FleetMindError
+from fleetmind.serving.deps import ServicesDep
+from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
+from fleetmind.serving.schemas import MAX_DB_INT
+from fleetmind.serving.ui import auth
+from fleetmind.serving.ui.svg import (
+    edge_kinds,
+    path_svg,
+    propagation_tree,
+    timeline_svg,
+    tree_svg,
+)
+
+
+async def cookie_session() -> None:
+    """Marks the pages public for the bearer-token middleware (:class:`serving.deps.AuthMiddleware`
+    reads ``fleetmind_scope``): a browser sends no ``Authorization`` header; each page checks the
+    session cookie itself (:func:`_session`) and redirects to the login form without one."""
+
+
+cookie_session.fleetmind_scope = "public"  # type: ignore[attr-defined]
+
+router = APIRouter(
+    prefix="/ui", tags=["ui"], include_in_schema=False, dependencies=[Depends(cookie_session)]
+)
+
+MAX_FORM_BYTES = 16 * 1024
+
+
+@lru_cache(maxsize=1)
+def templates() -> Environment:
+    env = Environment(
+        loader=PackageLoader("fleetmind.serving.ui", "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["age"] = age
+    env.filters["iso"] = iso
+    return env
+
+
+def age(ts: float | None, now: float | None = None) -> str:
+    """``ts`` (Unix seconds) as a short age: ``45s``, ``12m``, ``3h 5m``, ``2d 4h``."""
+    if ts is None:
+        return "-"
+    s = max(0, int((now or time.time()) - ts))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def iso(ts: float | None) -> str:
+    return "" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+    """Render ``templates/<name>`` with the CSRF token (setting its cookie when new)."""
+    token, new = auth.csrf_token(request)
+    services = getattr(request.app.state, "services", None)
+    settings = services.settings if services is not None else None
+    html = (
+        templates()
+        .get_template(name)
+        .render(
+            request=request,
+            csrf=token,
+            auth_on=settings is not None and auth.auth_enabled(settings),
+            now=time.time(),
+            **ctx,
+        )
+    )
+    resp = HTMLResponse(html, status_code=status_code)
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["X-Frame-Options"] = "DENY"
+    resp.headers["Referrer-Policy"] = "same-origin"
+    if new:
+        resp.set_cookie(
+            auth.CSRF_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=settings is not None and auth.secure_cookies(settings),
+            path="/ui",
+        )
+    return resp
+
+
+def _login_redirect(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
+
+
+def _session(request: Request, services: Any, scope: str = "read") -> auth.Session | Response:
+    session = auth.read_session(request, services.settings)
+    if session is None:
+        return _login_redirect(request)
+    if not session.can(scope):
+        return render(
+            request,
+            "error.html",
+            status_code=403,
+            session=session,
+            message=f"this login lacks the '{scope}' scope",
+        )
+    return session
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An urlencoded form body (first value of each field); too large or undecodable: empty."""
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return {}
+    try:
+        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return {k: v[0] for k, v in parsed.items()}
+
+
+def _safe_next(target: str | None) -> str:
+    """Only same-site paths under /ui (no open redirect)."""
+    if target and target.startswith("/ui") and not target.startswith("//"):
+        return target
+    return "/ui/"
+
+
+# ---------------------------------------------------------------------------------------- login
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, next: str | None = None) -> HTMLResponse:  # noqa: A002
+    return render(request, "login.html", next=_safe_next(next), error=None, session=None)
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request, services: ServicesDep) -> Response:
+    form = await read_form(request)
+    target = _safe_next(form.get("next"))
+    if not auth.csrf_ok(request, form.get("csrf")):
+        return render(
+            request,
+            "login.html",
+            status_code=403,
+            next=target,
+            error="The form expired; please try again.",
+            session=None,
+        )
+    settings = services.settings
+    if not auth.auth_enabled(settings):
+        return RedirectResponse(target, status_code=303)
+    scopes = auth.scopes_of_token(settings, form.get("token", "").strip())
+    if not scopes or not ({"read", "admin"} & scopes):
+        return render(
+            request,
+            "login.html",
+            status_code=401,
+            next=target,
+            error="That token is not valid for reading incidents.",
+            session=None,
+        )
+    value, max_age = auth.make_cookie(settings, form.get("token", "").strip(), scopes)
+    resp = RedirectResponse(target, status_code=303)
+    resp.set_cookie(
+        auth.SESSION_COOKIE,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=auth.secure_cookies(settings),
+        path="/",
+    )
+    return resp
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    form = await read_form(request)
+    if not auth.csrf_ok(request, form.get("csrf")):
+        return Response("cross-site request refused", status_code=403)
+    resp = RedirectResponse("/ui/login", status_code=303)
+    resp.delete_cookie(auth.SESSION_COOKIE, path="/")
+    return resp
+
+
+# ---------------------------------------------------------------------------------------- incidents
+@router.get("", include_in_schema=False)
+def ui_root() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/", response_class=HTMLResponse)
+def incidents_page(
+    request: Request,
+    services: ServicesDep,
+    show: Annotated[str, Query(pattern="^(open|recent)$")] = "open",
+) -> Response:
+    session = _session(request, services)
+    if isinstance(session, Response):
+        return session
+    db = services.db
+    rows = db.list_incidents("open" if show == "open" else None, limit=200)
+    if show == "recent":
+        rows = [r for r in rows if r["status"] != "merged"]
+    counts = {s: db.count_incidents(s) for s in ("open", "resolved")}
+    return render(
+        request,
+        "incidents.html",
+        session=session,
+        incidents=rows,
+        show=show,
+        counts=counts,
+        section="incidents",
+    )
+
+
+@router.get("/incidents/{incident_id}", response_class=HTMLResponse)
+def incident_page(
+    request: Request,
+    services: ServicesDep,
+    incident_id: Annotated[int, Path(ge=0, le=MAX_DB_INT)],
+) -> Response:
+    session = _session(request, services)
+    if isinstance(session, Response):
+        return session
+    return _incident(request, services, incident_id, session)
+
+
+def _incident(
+    request: Request,
+    services: Any,
+    incident_id: int,
+    session: auth.Session,
+    status_code: int = 200,
+    flash: str | None = None,
+    form: dict[str, str] | None = None,
+) -> Response:
+    row = services.db.get_incident(incident_id)
+    if row is None:
+        return render(
+            request,
+            "error.html",
+            status_code=404,
+            session=session,
+            message=f"There is no incident {incident_id}.",
+        )
+    if row["status"] == "merged" and row["merged_into"] is not None:
+        return RedirectResponse(f"/ui/incidents/{row['merged_into']}", status_code=303)
+    alerts = services.db.list_alerts(incident_id=incident_id, limit=2000)
+    graph = services.graphs.graph
+    firing_nodes = {a["node"] for a in alerts if a["status"] == "firing" and a["node"]}
+    causes = []
+    for rank, c in enumerate(row["causes"] or [], start=1):
+        path = list(c.get("path") or [c["node"]])
+        title = f"Propagation of cause {rank} ({c['node']}) to the incident's alerting nodes"
+        depth, edges = propagation_tree(graph, c["node"], firing_nodes, path)
+        if depth:
+            kinds = {n: graph.node(n).kind for n in depth}
+            svg = tree_svg(depth, edges, kinds, firing_nodes, highlight=path, title=title)
+        else:  # the cause is not in the served graph (replaced since): its stored path alone
+            kinds = {n: graph.node(n).kind for n in path if n in graph.index}
+            kinds.setdefault(c["node"], c.get("kind") or "?")
+            svg = path_svg(path, kinds, firing_nodes, edge_kinds(graph, path), title=title)
+        causes.append({**c, "rank": rank, "svg": Markup(svg), "reached": len(depth)})
+    timeline = Markup(
+        timeline_svg(
+            [
+                (
+                    a["starts_ts"],
+                    a["ends_ts"],
+                    f"{a['alertname'] or '?'} · {(a['node'] or '-').split('/')[-1]}",
+                    a["status"],
+                )
+                for a in alerts
+            ]
+        )
+    )
+    alert_names = Counter(a["alertname"] or "?" for a in alerts)
+    saved = request.query_params.get("feedback") == "saved"
+    return render(
+        request,
+        "incident.html",
+        status_code=status_code,
+        session=session,
+        incident=row,
+        causes=causes,
+        alerts=sorted(alerts, key=lambda a: a["starts_ts"]),
+        timeline=timeline,
+        alert_names=alert_names.most_common(8),
+        section="incidents",
+        feedback=list_feedback(services.db, incident_id),
+        can_admin=session.can("admin"),
+        flash=flash
+        or ("Thank you: your feedback is stored as a training label." if saved else None),
+        flash_kind="err" if flash else "ok",
+        form=form or {},
+    )
+
+
+@router.post("/incidents/{incident_id}/feedback", response_class=HTMLResponse)
+async def incident_feedback(
+    request: Request,
+    services: ServicesDep,
+    incident_id: Annotated[int, Path(ge=0, le=MAX_DB_INT)],
+) -> Response:
+    """The feedback form of the incident page (admin scope; same checks as the API)."""
+    session = _session(request, services, scope="admin")
+    if isinstance(session, Response):
+        return session
+    form = await read_form(request)
+    if not auth.csrf_ok(request, form.get("csrf")):
+        return render(
+            request,
+            "error.html",
+            status_code=403,
+            session=session,
+            message="The form expired or came from another site; reload the page and try again.",
+        )
+    if not form.get("by", "").strip():
+        return _incident(
+            request,
+            services,
+            incident_id,
+            session,
+            422,
+            "Enter your name to sign the feedback.",
+            form,
+        )
+    try:
+        fb = FeedbackIn(
+            root_cause=form.get("root_cause", ""),
+            by=form.get("by", ""),
+            note=form.get("note") or None,
+        )
+        record_feedback(services.db, services.graphs.graph, incident_id, fb)
+    except IncidentNotFound:
+        return render(
+            request,
+            "error.html",
+            status_code=404,
+            session=session,
+            message=f"There is no incident {incident_id}.",
+        )
+    except (ValidationError, DataError) as err:
+        text = (
+            "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+            if isinstance(err, ValidationError)
+            else str(err)
+        )
+        return _incident(request, services, incident_id, session, 422, text, form)
+    return RedirectResponse(f"/ui/incidents/{incident_id}?feedback=saved", status_code=303)
+
+
+# ---------------------------------------------------------------------------------------- fleet
+@router.get("/fleet", response_class=HTMLResponse)
+def fleet_page(request: Request, services: ServicesDep) -> Response:
+    session = _session(request, services)
+    if isinstance(session, Response):
+        return session
+    error = services.telemetry_error
+    clusters: dict[str, dict[str, Any]] = {}
+    source = None
+    if services.telemetry is not None:
+        try:
+            snap = services.telemetry.snapshot()
+        except FleetMindError as err:
+            snap, error = None, str(err)
+        if snap is not None:
+            source = snap.source
+            res = services.reservations
+            for n in snap.nodes:
+                cl = clusters.setdefault(
+                    n.cluster, {"name": n.cluster, "nodes": [], "gpus": 0, "alloc": 0.0, "util": []}
+                )
+                gpus = []
+                for g in n.gpus:
+                    free = max(0, g.free_milli - res.gpu_used(n.cluster, n.name, g.index))
+                    used = (1000 - free) / 1000
+                    gpus.append(
+                        {
+                            "index": g.index,
+                            "model": g.model,
+                            "used": used,
+                            "util": g.util_pct,
+                            "mem_used": g.mem_used_mib,
+                            "mem_total": g.mem_total_mib,
+                            "healthy": g.healthy,
+                        }
+                    )
+                    cl["gpus"] += 1
+                    cl["alloc"] += used
+                    if g.util_pct is not None:
+                        cl["util"].append(g.util_pct)
+                cl["nodes"].append(
+                    {
+                        "name": n.name,
+                        "gpus": gpus,
+                        "used": sum(g["used"] for g in gpus),
+                        "model": gpus[0]["model"] if gpus else "",
+                    }
+                )
+    for cl in clusters.values():
+        cl["alloc_pct"] = 100 * cl["alloc"] / cl["gpus"] if cl["gpus"] else 0.0
+        cl["util_pct"] = sum(cl["util"]) / len(cl["util"]) if cl["util"] else None
+    return render(
+        request,
+        "fleet.html",
+        session=session,
+        clusters=sorted(clusters.values(), key=lambda c: c["name"]),
+        source=source,
+        error=error,
+        section="fleet",
+    )

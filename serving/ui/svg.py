@@ -1,0 +1,356 @@
+"""Server-side SVG: each cause's propagation graph, and an incident's alert timeline.
+
+No layout library and no JavaScript. A cause's graph is the shortest-path tree from the cause to
+the incident's alerting nodes (:func:`propagation_tree`), drawn in layers, one column per hop
+(:func:`tree_svg`), with the ranker's own path in bold. When the cause is not in the served graph
+(it was replaced since), the stored path alone is drawn as a chain (:func:`path_svg`). Every box is
+sized from its label; output is SVG text with labels escaped, scaled by ``viewBox``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+
+from fleetmind.data.graph import DependencyGraph
+
+KIND_COLOURS = {
+    "service": "#2563eb",
+    "pod": "#7c3aed",
+    "host": "#0f766e",
+    "gpu": "#b45309",
+    "link": "#be185d",
+    "cluster": "#475569",
+    "registry": "#0369a1",
+    "dns": "#0369a1",
+    "config": "#0369a1",
+}
+_CHAR_W = 7.0  # px per character of the 12 px monospace-ish label font
+_BOX_H = 46
+_GAP_X = 64
+_GAP_Y = 40
+_PAD = 12
+_MAX_LABEL = 34
+
+
+@dataclass
+class _Box:
+    node: str
+    kind: str
+    x: float
+    y: float
+    w: float
+
+
+def _short(node: str) -> str:
+    """A node id shortened for a box: its last segments, at most ``_MAX_LABEL`` characters."""
+    if len(node) <= _MAX_LABEL:
+        return node
+    return "…" + node[-(_MAX_LABEL - 1) :]
+
+
+def edge_kinds(graph: DependencyGraph | None, path: Sequence[str]) -> list[str]:
+    """The edge kind between each consecutive pair of ``path`` (either direction; ``""`` if none)."""
+    if graph is None:
+        return [""] * max(0, len(path) - 1)
+    pairs = {(e.src, e.dst): e.kind for e in graph.edges} if len(graph.edges) < 200_000 else {}
+    out = []
+    for a, b in zip(path, path[1:], strict=False):
+        out.append(pairs.get((a, b)) or pairs.get((b, a)) or "")
+    return out
+
+
+def path_svg(
+    path: Sequence[str],
+    kinds: Mapping[str, str],
+    alerting: set[str],
+    edges: Sequence[str] = (),
+    per_row: int = 4,
+    title: str = "",
+) -> str:
+    """An SVG of a propagation path.
+
+    Args:
+        path: node ids from the cause (first) to an alerting node (last).
+        kinds: node id -> kind (colours the box's kind tag).
+        alerting: node ids with a firing alert (drawn with a red outline and a dot).
+        edges: the edge kind between consecutive nodes (label on the arrow), ``len(path) - 1``.
+        per_row: boxes per row before the chain wraps (snake layout).
+        title: accessible title of the figure.
+    """
+    if not path:
+        return ""
+    widths = [max(120.0, _CHAR_W * len(_short(n)) + 28) for n in path]
+    col_w = max(widths)
+    boxes: list[_Box] = []
+    for i, n in enumerate(path):
+        row, col = divmod(i, per_row)
+        if row % 2 == 1:  # snake: odd rows run right to left
+            col = per_row - 1 - col
+        x = _PAD + col * (col_w + _GAP_X)
+        y = _PAD + row * (_BOX_H + _GAP_Y)
+        boxes.append(_Box(n, kinds.get(n, "?"), x + (col_w - widths[i]) / 2, y, widths[i]))
+    ncols = min(per_row, len(path))
+    nrows = (len(path) - 1) // per_row + 1
+    width = 2 * _PAD + ncols * col_w + (ncols - 1) * _GAP_X
+    height = 2 * _PAD + nrows * _BOX_H + (nrows - 1) * _GAP_Y
+    out = [
+        f'<svg class="path-graph" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
+        f'width="{width:.0f}" height="{height:.0f}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title or ' → '.join(path))}</title>",
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
+        'fill="#64748b"/></marker></defs>',
+    ]
+    for i in range(len(boxes) - 1):
+        a, b = boxes[i], boxes[i + 1]
+        if abs(a.y - b.y) < 1:  # same row
+            if b.x > a.x:
+                x1, x2 = a.x + a.w, b.x
+            else:
+                x1, x2 = a.x, b.x + b.w
+            y1 = y2 = a.y + _BOX_H / 2
+        else:  # down to the next row
+            x1 = x2 = a.x + a.w / 2
+            y1, y2 = a.y + _BOX_H, b.y
+        out.append(
+            f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#64748b" '
+            'stroke-width="1.6" marker-end="url(#arrow)"/>'
+        )
+        label = edges[i] if i < len(edges) else ""
+        if label:
+            out.append(
+                f'<text class="edge" x="{(x1 + x2) / 2 + (6 if x1 == x2 else 0):.1f}" '
+                f'y="{(y1 + y2) / 2 - 5:.1f}" text-anchor="{"start" if x1 == x2 else "middle"}" '
+                f'font-size="10" fill="#64748b">{escape(label)}</text>'
+            )
+    for i, b in enumerate(boxes):
+        out.append(_box(b.node, b.kind, b.x, b.y, b.w, i == 0, b.node in alerting))
+    out.append("</svg>")
+    return "".join(out)
+
+
+_ADJ: weakref.WeakKeyDictionary[DependencyGraph, dict[str, list[tuple[str, str]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_ADJ_LOCK = threading.Lock()
+
+
+def _adjacency(graph: DependencyGraph) -> dict[str, list[tuple[str, str]]]:
+    """Undirected adjacency ``node -> [(neighbour, edge kind)]``, built once per graph object."""
+    with _ADJ_LOCK:
+        adj = _ADJ.get(graph)
+        if adj is None:
+            adj = {}
+            for e in graph.edges:
+                adj.setdefault(e.src, []).append((e.dst, e.kind))
+                adj.setdefault(e.dst, []).append((e.src, e.kind))
+            _ADJ[graph] = adj
+        return adj
+
+
+def propagation_tree(
+    graph: DependencyGraph,
+    cause: str,
+    alerting: set[str],
+    path: Sequence[str] = (),
+    max_depth: int = 4,
+    max_targets: int = 12,
+) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
+    """How a fault at ``cause`` reaches the incident's alerting nodes: a shortest-path tree.
+
+    Breadth-first from ``cause`` over the graph's edges in both directions (``cluster`` nodes are
+    not crossed, as in grouping), up to ``max_depth`` hops; the tree keeps the nodes on the paths to
+    the first ``max_targets`` alerting nodes reached, and the ranker's own ``path`` (its edges are
+    preferred when several shortest paths exist).
+
+    Returns:
+        ``(depth, edges)``: node id -> hops from ``cause``, and ``(parent, child, edge kind)``.
+    """
+    if cause not in graph.index:
+        return {}, []
+    adj = _adjacency(graph)
+    on_path = set(zip(path, path[1:], strict=False))
+    depth = {cause: 0}
+    parent: dict[str, tuple[str, str]] = {}
+    frontier = [cause]
+    while frontier and depth[frontier[0]] < max_depth:
+        nxt: list[str] = []
+        for u in frontier:
+            if graph.node(u).kind == "cluster" and u != cause:
+                continue
+            nbrs = sorted(adj.get(u, []), key=lambda t: ((u, t[0]) not in on_path, t[0]))
+            for v, kind in nbrs:
+                if v not in depth:
+                    depth[v] = depth[u] + 1
+                    parent[v] = (u, kind)
+                    nxt.append(v)
+        frontier = nxt
+    targets = sorted(
+        (n for n in alerting if n in depth and n != cause), key=lambda n: (depth[n], n)
+    )
+    keep = {cause} | set(path if all(n in depth for n in path) else [])
+    for t in targets[:max_targets]:
+        n = t
+        while n != cause and n not in keep:
+            keep.add(n)
+            n = parent[n][0]
+    for n in list(keep):  # the ranker's path may not be a BFS-tree path: keep its parents too
+        while n != cause and n in parent and parent[n][0] not in keep:
+            n = parent[n][0]
+            keep.add(n)
+    edges = [(parent[n][0], n, parent[n][1]) for n in sorted(keep) if n != cause and n in parent]
+    return {n: depth[n] for n in keep}, edges
+
+
+def tree_svg(
+    depth: Mapping[str, int],
+    edges: Sequence[tuple[str, str, str]],
+    kinds: Mapping[str, str],
+    alerting: set[str],
+    highlight: Sequence[str] = (),
+    title: str = "",
+) -> str:
+    """A layered drawing of :func:`propagation_tree`: one column per hop, the cause on the left.
+
+    Rows in a column follow their parents' rows (fewer crossings); the edges of ``highlight`` (the
+    ranker's path) are drawn bold; alerting nodes get a red outline and dot.
+    """
+    if not depth:
+        return ""
+    root = min(depth, key=lambda n: depth[n])
+    children: dict[str, list[tuple[str, str]]] = {}
+    for a, b, k in edges:
+        children.setdefault(a, []).append((b, k))
+    order: dict[str, float] = {root: 0.0}
+    layers: list[list[str]] = [[root]]
+    while True:
+        nxt = []
+        for u in layers[-1]:
+            for v, _ in sorted(children.get(u, []), key=lambda t: (t[0] not in alerting, t[0])):
+                nxt.append(v)
+        if not nxt:
+            break
+        for i, v in enumerate(nxt):
+            order[v] = i
+        layers.append(nxt)
+    widths = {n: max(110.0, _CHAR_W * len(_short(n)) + 28) for n in order}
+    col_w = [max(widths[n] for n in layer) for layer in layers]
+    xs = [_PAD + sum(col_w[:i]) + i * _GAP_X for i in range(len(layers))]
+    tallest = max(len(layer) for layer in layers)
+    row_h = _BOX_H + 16
+    height = 2 * _PAD + tallest * row_h - 16
+    pos: dict[str, tuple[float, float, float]] = {}
+    for li, layer in enumerate(layers):
+        top = _PAD + (tallest - len(layer)) * row_h / 2
+        for i, n in enumerate(layer):
+            w = widths[n]
+            pos[n] = (xs[li] + (col_w[li] - w) / 2, top + i * row_h, w)
+    width = xs[-1] + col_w[-1] + _PAD
+    bold = set(zip(highlight, highlight[1:], strict=False))
+    out = [
+        f'<svg class="path-graph" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
+        f'width="{width:.0f}" height="{height:.0f}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title or root)}</title>",
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
+        'fill="#64748b"/></marker></defs>',
+    ]
+    for a, b, kind in edges:
+        if a not in pos or b not in pos:
+            continue
+        ax, ay, aw = pos[a]
+        bx, by, _ = pos[b]
+        x1, y1, x2, y2 = ax + aw, ay + _BOX_H / 2, bx, by + _BOX_H / 2
+        mid = (x1 + x2) / 2
+        strong = (a, b) in bold
+        out.append(
+            f'<path d="M{x1:.1f},{y1:.1f} C{mid:.1f},{y1:.1f} {mid:.1f},{y2:.1f} {x2:.1f},{y2:.1f}" '
+            f'fill="none" stroke="{"#0f172a" if strong else "#94a3b8"}" '
+            f'stroke-width="{2.2 if strong else 1.3}" marker-end="url(#arrow)"/>'
+            f'<text class="edge" x="{mid:.1f}" y="{(y1 + y2) / 2 - 4:.1f}" text-anchor="middle" '
+            f'font-size="9.5" fill="#64748b">{escape(kind)}</text>'
+        )
+    for n, (x, y, w) in pos.items():
+        out.append(_box(n, kinds.get(n, "?"), x, y, w, n == root, n in alerting))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bool) -> str:
+    fill = "#eff6ff" if root else "#ffffff"
+    stroke = "#dc2626" if hot else ("#1d4ed8" if root else "#cbd5e1")
+    colour = KIND_COLOURS.get(kind, "#475569")
+    parts = [
+        f'<g class="node{" root" if root else ""}{" alerting" if hot else ""}">'
+        f"<title>{escape(node)} ({escape(kind)}){' - firing alert' if hot else ''}</title>"
+        f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_BOX_H}" rx="7" '
+        f'fill="{fill}" stroke="{stroke}" stroke-width="{2 if root or hot else 1.2}"/>'
+        f'<rect x="{x + 1:.1f}" y="{y + 6:.1f}" width="4" height="{_BOX_H - 12}" rx="2" '
+        f'fill="{colour}"/>'
+        f'<text x="{x + 13:.1f}" y="{y + 18:.1f}" font-size="9.5" fill="{colour}" '
+        f'font-weight="700" letter-spacing=".4">{escape(kind.upper())}'
+        f"{' · CAUSE' if root else ''}</text>"
+        f'<text x="{x + 13:.1f}" y="{y + 35:.1f}" font-size="12" fill="#0f172a" '
+        f'font-family="ui-monospace,SFMono-Regular,Menlo,monospace">{escape(_short(node))}</text>'
+    ]
+    if hot:
+        parts.append(f'<circle cx="{x + w - 10:.1f}" cy="{y + 12:.1f}" r="3.5" fill="#dc2626"/>')
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def timeline_svg(
+    events: Sequence[tuple[float, float | None, str, str]],
+    width: int = 760,
+    row_h: int = 18,
+    max_rows: int = 40,
+) -> str:
+    """Alert bars on a shared time axis.
+
+    Args:
+        events: ``(start_s, end_s or None, label, status)`` per alert, Unix seconds; open-ended
+            alerts run to the latest time shown.
+        width: drawing width in px; rows of ``row_h`` px, at most ``max_rows`` (the earliest).
+    """
+    if not events:
+        return ""
+    rows = sorted(events, key=lambda e: e[0])[:max_rows]
+    t0 = min(e[0] for e in rows)
+    t1 = max(max(e[0], e[1] or e[0]) for e in rows)
+    span = max(t1 - t0, 60.0)
+    label_w = 220
+    plot_w = width - label_w - 16
+    height = 28 + row_h * len(rows)
+
+    def x(t: float) -> float:
+        return label_w + (t - t0) / span * plot_w
+
+    out = [
+        f'<svg class="timeline" role="img" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" xmlns="http://www.w3.org/2000/svg"><title>Alert timeline</title>'
+    ]
+    for k in range(5):  # axis ticks: minutes after the first alert
+        t = t0 + span * k / 4
+        out.append(
+            f'<line x1="{x(t):.1f}" y1="14" x2="{x(t):.1f}" y2="{height}" stroke="#e2e8f0"/>'
+            f'<text x="{x(t):.1f}" y="10" font-size="10" fill="#64748b" '
+            f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">'
+            f"+{(t - t0) / 60:.1f} min</text>"
+        )
+    for i, (start, end, label, status) in enumerate(rows):
+        y = 20 + i * row_h
+        firing = status == "firing"
+        xe = x(end if (end is not None and not firing) else t1)
+        colour = "#dc2626" if firing else "#94a3b8"
+        out.append(
+            f'<text x="{label_w - 8}" y="{y + 11}" font-size="11" fill="#334155" '
+            f'text-anchor="end">{escape(label[:36])}</text>'
+            f'<rect x="{x(start):.1f}" y="{y + 2}" width="{max(4.0, xe - x(start)):.1f}" '
+            f'height="{row_h - 6}" rx="3" fill="{colour}" opacity="0.85"/>'
+        )
+    out.append("</svg>")
+    return "".join(out)

@@ -1,0 +1,217 @@
+"""Root-cause notifications (serving.notify) against recorded HTTP: settling, resending,
+resolving, retries with backoff, top-cause changes and restarts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from serving_helpers import alert, webhook
+from ui_helpers import STORM_LABELS, TRUE_ROOT, storm_alerts
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.notify import ALERTNAME, Notifier, post_with_retry
+from fleetmind.serving.settings import Settings
+
+T0 = datetime.now(UTC) - timedelta(minutes=5)
+AM = "http://am.test:9093"
+HOOK = "http://hooks.test/slack"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Recorder:
+    """An httpx transport that records posts and answers from a script of status codes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.script: dict[str, list[int]] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        url = str(request.url)
+        self.calls.append((url, json.loads(request.content)))
+        codes = self.script.get(url)
+        return httpx.Response(codes.pop(0) if codes else 200)
+
+    def to(self, url: str) -> list[object]:
+        return [body for u, body in self.calls if u == url]
+
+
+def settings(tmp_path: Path, **kw: object) -> Settings:
+    base = {
+        "database_url": f"sqlite:///{tmp_path}/n.db",
+        "rca_model": "baseline:upstream-coverage",
+        "placement_model": "heuristic:builtin-bestfit",
+        "incident_worker": False,
+        "public_url": "https://fleetmind.example.org",
+        "notify_alertmanager_url": AM,
+        "notify_webhook_url": HOOK,
+        "notify_settle_s": 30.0,
+        "notify_resend_s": 60.0,
+        "notify_backoff_s": 0.0,
+        "notify_retries": 2,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(settings(tmp_path))) as c:
+        c.post("/api/v1/alerts", json=webhook(storm_alerts(T0)))
+        c.app.state.services.incidents.process_pending()
+        yield c
+
+
+def notifier(c: TestClient, rec: Recorder, clock: Clock, **kw: object) -> Notifier:
+    s = c.app.state.services.settings.model_copy(update=kw)
+    return Notifier(c.app.state.services.db, s, clock=clock, transport=httpx.MockTransport(rec))
+
+
+def storm_incident(c: TestClient) -> dict:
+    return next(i for i in c.get("/api/v1/incidents").json() if i["alert_count"] == 7)
+
+
+def test_a_settled_root_cause_goes_to_alertmanager_and_the_webhook(app: TestClient) -> None:
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock)
+    assert n.poll() == 0 and rec.calls == []  # just ranked: not settled yet
+    clock.t += 29
+    assert n.poll() == 0
+    clock.t += 2
+    assert n.poll() == 4  # two incidents, each to both channels
+    inc = storm_incident(app)
+    posted = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    mine = next(a for a in posted if a["labels"]["incident"] == str(inc["id"]))
+    top = inc["causes"][0]
+    assert mine["labels"] == {
+        "alertname": ALERTNAME,
+        "incident": str(inc["id"]),
+        "cause_node": TRUE_ROOT,
+        "cause_kind": "host",
+        "cluster": "c0",
+        "severity": "critical",
+    }
+    url = f"https://fleetmind.example.org/ui/incidents/{inc['id']}"
+    assert mine["annotations"]["incident_url"] == url == mine["generatorURL"]
+    assert mine["annotations"]["path"] == " -> ".join(top["path"])
+    assert float(mine["annotations"]["score"]) == pytest.approx(top["score"], abs=1e-4)
+    assert "endsAt" not in mine
+    hooks = rec.to(HOOK)
+    msg = next(h for h in hooks if h["fleetmind"]["incident"] == inc["id"])
+    assert TRUE_ROOT in msg["text"] and url in msg["text"]
+    assert msg["fleetmind"]["status"] == "firing" and msg["fleetmind"]["path"] == top["path"]
+
+    # nothing more until the resend interval; then only Alertmanager hears it again
+    clock.t += 30
+    assert n.poll() == 0
+    clock.t += 31
+    assert n.poll() == 2 and len(rec.to(HOOK)) == 2
+
+
+def test_resolving_the_incident_resolves_the_alert_once(app: TestClient) -> None:
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    resolved = [
+        alert(lab, starts=a["startsAt"], status="resolved", fingerprint=a["fingerprint"])
+        for lab, a in zip(STORM_LABELS, storm_alerts(T0), strict=False)
+    ]
+    app.post("/api/v1/alerts", json=webhook(resolved))
+    app.app.state.services.incidents.process_pending()
+    [inc] = app.get("/api/v1/incidents?status=resolved").json()
+    inc_id = inc["id"]
+    rec.calls.clear()
+    clock.t += 1
+    assert n.poll() == 2
+    [am] = rec.to(AM + "/api/v2/alerts")
+    assert am[0]["labels"]["incident"] == str(inc_id) and am[0]["endsAt"]
+    [hook] = rec.to(HOOK)
+    assert hook["fleetmind"]["status"] == "resolved" and "Resolved" in hook["text"]
+    rec.calls.clear()
+    clock.t += 600
+    n.poll()
+    assert all(a[0]["labels"]["incident"] != str(inc_id) for a in rec.to(AM + "/api/v2/alerts"))
+    assert rec.to(HOOK) == []
+
+
+def test_transient_failures_are_retried_and_4xx_is_not(app: TestClient) -> None:
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock, notify_webhook_url=None)
+    rec.script[AM + "/api/v2/alerts"] = [503, 502, 200, 400]
+    n.poll()
+    clock.t += 31
+    assert n.poll() == 1  # first incident: 503, 502, then delivered (2 retries)
+    assert len(rec.to(AM + "/api/v2/alerts")) == 4  # ... and the second got a 400: no retry
+    clock.t += 5
+    n.poll()
+    assert len(rec.to(AM + "/api/v2/alerts")) == 4  # waits before the next round tries again
+    clock.t += 60
+    assert n.poll() >= 1
+
+
+def test_post_with_retry_backs_off_exponentially() -> None:
+    slept: list[float] = []
+    rec = Recorder()
+    rec.script["http://x/"] = [500, 500, 500, 500]
+    import fleetmind.serving.notify as notify
+
+    real = notify.time.sleep
+    notify.time.sleep = slept.append  # type: ignore[assignment]
+    try:
+        with httpx.Client(transport=httpx.MockTransport(rec)) as client:
+            ok, outcome = post_with_retry(client, "http://x/", {}, retries=3, backoff_s=0.5)
+    finally:
+        notify.time.sleep = real  # type: ignore[assignment]
+    assert (ok, outcome) == (False, "500")
+    assert slept == [0.5, 1.0, 2.0] and len(rec.calls) == 4
+
+
+def test_a_restart_neither_repeats_nor_forgets(app: TestClient) -> None:
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    first = len(rec.calls)
+    again = notifier(app, rec, clock)  # a new process: in-memory state gone, table kept
+    clock.t += 10
+    again.poll()
+    clock.t += 31
+    again.poll()
+    assert len(rec.calls) == first  # settled again on the same cause: nothing new to say
+
+
+def test_a_changed_top_cause_resolves_the_old_alert(app: TestClient) -> None:
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    inc = storm_incident(app)
+    services = app.app.state.services
+    causes = inc["causes"][1:] + inc["causes"][:1]
+    services.db.set_incident_rca(inc["id"], causes, "test", None)
+    rec.calls.clear()
+    n.poll()
+    assert rec.calls == []  # the new top has not settled yet
+    clock.t += 31
+    n.poll()
+    posted = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    old = [a for a in posted if a["labels"]["cause_node"] == TRUE_ROOT]
+    new = [a for a in posted if a["labels"]["cause_node"] == causes[0]["node"]]
+    assert len(old) == 1 and old[0]["endsAt"]
+    assert len(new) == 1 and "endsAt" not in new[0]

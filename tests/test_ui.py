@@ -1,0 +1,202 @@
+"""The incident pages at /ui/ through TestClient: login, cookies, CSRF, every page's content."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from serving_helpers import webhook
+from ui_helpers import TRUE_ROOT, storm_alerts
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.settings import Settings
+from fleetmind.serving.ui import auth
+from fleetmind.serving.ui.svg import path_svg, timeline_svg
+
+TOKEN = "ui-s3cret-token"
+
+
+def make_settings(tmp_path: Path, **kw: object) -> Settings:
+    base = {
+        "database_url": f"sqlite:///{tmp_path}/ui.db",
+        "rca_model": "baseline:upstream-coverage",
+        "placement_model": "heuristic:builtin-bestfit",
+        "incident_worker": False,
+        "api_token": TOKEN,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+def storm(c: TestClient) -> None:
+    r = c.post(
+        "/api/v1/alerts",
+        json=webhook(storm_alerts()),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert r.status_code == 200
+    c.app.state.services.incidents.process_pending()
+
+
+def login(c: TestClient, token: str = TOKEN, next_: str = "/ui/") -> object:
+    c.get("/ui/login")
+    return c.post(
+        "/ui/login",
+        data={"token": token, "csrf": c.cookies.get(auth.CSRF_COOKIE), "next": next_},
+        follow_redirects=False,
+    )
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        storm(c)
+        yield c
+
+
+def test_pages_redirect_to_login_without_a_session(client: TestClient) -> None:
+    for path in ("/ui/", "/ui/incidents/1", "/ui/fleet"):
+        r = client.get(path, follow_redirects=False)
+        assert r.status_code == 303
+        assert r.headers["location"].startswith("/ui/login?next=")
+    assert client.get("/ui/login").status_code == 200
+
+
+def test_login_sets_an_httponly_strict_cookie_without_the_token(client: TestClient) -> None:
+    r = login(client, next_="/ui/fleet")
+    assert r.status_code == 303 and r.headers["location"] == "/ui/fleet"
+    cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith("fm_session="))
+    assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+    assert TOKEN not in cookie
+    assert client.get("/ui/", follow_redirects=False).status_code == 200
+
+
+def test_bad_token_bad_csrf_and_foreign_origin_are_refused(client: TestClient) -> None:
+    assert login(client, token="wrong").status_code == 401
+    r = client.post("/ui/login", data={"token": TOKEN, "csrf": "x" * 32}, follow_redirects=False)
+    assert r.status_code == 403 and "fm_session" not in r.headers.get("set-cookie", "")
+    r = client.post(
+        "/ui/login",
+        data={"token": TOKEN, "csrf": client.cookies.get(auth.CSRF_COOKIE)},
+        headers={"Origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403
+    assert client.get("/ui/", follow_redirects=False).status_code == 303
+
+
+def test_next_is_kept_on_site(client: TestClient) -> None:
+    for evil in ("//evil.example/x", "https://evil.example/", "/api/v1/graph"):
+        r = login(client, next_=evil)
+        assert r.headers["location"] == "/ui/"
+
+
+def test_a_forged_or_stale_cookie_is_not_a_session(client: TestClient, tmp_path: Path) -> None:
+    login(client)
+    value = client.cookies.get(auth.SESSION_COOKIE)
+    exp, scopes, sig = value.split(".")[1:]
+    client.cookies.delete(auth.SESSION_COOKIE)
+    client.cookies.set(auth.SESSION_COOKIE, f"v1.{int(exp) + 999}.{scopes}.{sig}")
+    assert client.get("/ui/", follow_redirects=False).status_code == 303
+    # a session made with the old token ends when the token changes
+    client.cookies.delete(auth.SESSION_COOKIE)
+    client.cookies.set(auth.SESSION_COOKIE, value)
+    assert client.get("/ui/", follow_redirects=False).status_code == 200
+    services = client.app.state.services
+    services.settings = services.settings.model_copy(update={"api_token": "rotated-token"})
+    assert client.get("/ui/", follow_redirects=False).status_code == 303
+
+
+def test_incident_list_shows_the_true_root_first(client: TestClient) -> None:
+    login(client)
+    html = client.get("/ui/").text
+    rows = re.findall(r'data-incident="(\d+)".*?top-cause">([^<]+)<', html, re.S)
+    assert len(rows) == 2
+    api = client.get("/api/v1/incidents", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    storm_inc = next(i for i in api if i["alert_count"] == 7)
+    assert dict(rows)[str(storm_inc["id"])].strip() == TRUE_ROOT
+    recent = client.get("/ui/?show=recent").text
+    assert recent.count("data-incident=") == 2
+    assert client.get("/ui/?show=bogus").status_code == 422
+
+
+def test_incident_page_has_ranked_causes_paths_timeline_and_fault(client: TestClient) -> None:
+    login(client)
+    api = client.get("/api/v1/incidents", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    inc = next(i for i in api if i["alert_count"] == 7)
+    html = client.get(f"/ui/incidents/{inc['id']}").text
+    ranked = re.findall(r'class="cause[^"]*" data-rank="(\d+)" data-node="([^"]+)"', html)
+    assert [n for _, n in ranked] == [c["node"] for c in inc["causes"]]
+    assert ranked[0] == ("1", TRUE_ROOT)
+    assert html.count('<svg class="path-graph"') == len(inc["causes"])
+    assert '<svg class="timeline"' in html
+    assert html.count("<rect") >= 7  # timeline bars at least
+    for name in ("NodeNotReady", "GpuXidError", "PodCrashLooping", "ServiceErrorRate"):
+        assert name in html
+    assert "Fault type" in html
+    assert client.get("/ui/incidents/999").status_code == 404
+    assert client.get("/ui/incidents/-1").status_code == 422
+
+
+def test_fleet_page_shows_every_node_and_gpu_of_the_snapshot(client: TestClient) -> None:
+    login(client)
+    fleet = client.get("/api/v1/fleet", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    html = client.get("/ui/fleet").text
+    assert html.count('class="node"') == fleet["num_nodes"]
+    assert html.count('<span class="gpu') == fleet["num_gpus"]
+    for cl in {n["cluster"] for n in fleet["nodes"]}:
+        assert f'data-cluster="{cl}"' in html
+
+
+def test_logout_needs_csrf_and_ends_the_session(client: TestClient) -> None:
+    login(client)
+    assert client.post("/ui/logout", data={"csrf": "nope"}).status_code == 403
+    r = client.post(
+        "/ui/logout", data={"csrf": client.cookies.get(auth.CSRF_COOKIE)}, follow_redirects=False
+    )
+    assert r.status_code == 303
+    client.cookies.delete(auth.SESSION_COOKIE)
+    assert client.get("/ui/", follow_redirects=False).status_code == 303
+
+
+def test_pages_are_open_when_the_service_has_no_token(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path, api_token=None))) as c:
+        c.post("/api/v1/alerts", json=webhook(storm_alerts()))
+        c.app.state.services.incidents.process_pending()
+        r = c.get("/ui/", follow_redirects=False)
+        assert r.status_code == 200 and TRUE_ROOT in r.text
+        assert "Sign out" not in r.text
+
+
+def test_path_svg_escapes_labels_and_wraps_long_paths() -> None:
+    path = [f"n{i}<x>" for i in range(9)]
+    svg = path_svg(path, {p: "pod" for p in path}, {path[-1]}, ["calls"] * 8, per_row=4)
+    assert "<x>" not in svg and "&lt;x&gt;" in svg
+    ys = sorted(
+        {
+            float(y)
+            for y in re.findall(r'<rect x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="46"', svg)
+        }
+    )
+    assert len(ys) == 3  # 9 boxes, 4 a row
+    assert svg.count("marker-end") == 8 and svg.count("calls") == 8
+    assert path_svg([], {}, set()) == ""
+    assert timeline_svg([]) == ""
+    tl = timeline_svg([(0.0, 120.0, "a", "resolved"), (60.0, None, "b", "firing")])
+    assert tl.count('rx="3"') == 2
+
+
+def test_the_cookie_carries_the_scopes_of_the_token(tmp_path: Path) -> None:
+    scoped = {"read_token": "r-tok", "ingest_token": "i-tok", "admin_token": "a-tok"}
+    with TestClient(create_app(make_settings(tmp_path, **scoped))) as c:
+        storm(c)
+        assert login(c, token="i-tok").status_code == 401  # the webhook token reads nothing
+        for token, form in (("r-tok", False), ("a-tok", True), (TOKEN, True)):
+            c.cookies.clear()
+            assert login(c, token=token).status_code == 303
+            html = c.get("/ui/incidents/1").text
+            assert TRUE_ROOT in html
+            assert ('id="feedback-form"' in html) is form, token

@@ -1,0 +1,165 @@
+"""The incident pages in a real browser: headless Chromium driven by Selenium (WebDriver).
+
+An alert storm goes through the webhook of a real ``uvicorn`` process; the browser is sent to the
+login page, signs in with the bearer token, finds the storm's true root first in the incident list
+and on the incident page, and opens the fleet view. Screenshots go to the test's tmp folder; with
+``FLEETMIND_SCREENSHOT_DIR=docs/img`` they are also copied there (how the ones in the docs are made).
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/install_test_peers.sh``) and Selenium;
+skipped with the reason when they are missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from serving_helpers import Server, wait_for, webhook
+from ui_helpers import TRUE_ROOT, storm_alerts
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+
+TOKEN = "browser-test-token"
+CHROME_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1360,900",
+    "--hide-scrollbars",
+)
+
+
+def _binary(*names: str) -> str | None:
+    return next((p for p in map(shutil.which, names) if p), None)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    chrome = _binary("chromium", "chromium-browser", "google-chrome")
+    driver_bin = _binary("chromedriver")
+    if chrome is None or driver_bin is None:
+        pytest.skip("headless Chromium not installed (Debian packages chromium, chromium-driver)")
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = chrome
+    for flag in CHROME_FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tmp_path / 'chrome-profile'}")
+    driver = webdriver.Chrome(
+        service=Service(driver_bin, log_output=str(tmp_path / "chromedriver.log")), options=opts
+    )
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _shoot(driver: object, name: str, out: Path) -> Path:
+    """A screenshot of the whole page (the window grows to the document's height first)."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1360, max(700, min(int(height) + 20, 2400)))
+    path = out / f"{name}.png"
+    assert driver.save_screenshot(str(path)), f"no screenshot {name}"
+    driver.set_window_size(1360, 900)
+    return path
+
+
+@pytest.mark.external
+def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: object) -> None:
+    driver = browser
+    env = {
+        "FLEETMIND_DATABASE_URL": f"sqlite:///{tmp_path}/ui.db",
+        "FLEETMIND_API_TOKEN": TOKEN,
+        "FLEETMIND_PLACEMENT_MODEL": "heuristic:builtin-bestfit",
+        "FLEETMIND_INCIDENT_RANK_INTERVAL_S": "0",
+    }
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    server = Server(env, log=tmp_path / "server.log").start(timeout=120)  # slow on a busy host
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.stop)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        r = httpx.post(server.url + "/api/v1/alerts", json=webhook(storm_alerts()), headers=auth)
+        assert r.status_code == 200
+
+        def ranked() -> list[dict]:
+            incs = httpx.get(server.url + "/api/v1/incidents", headers=auth).json()
+            return incs if len(incs) == 2 and all(i["causes"] for i in incs) else []
+
+        incs = wait_for(ranked, timeout=60)
+        assert incs, "the storm was not grouped and ranked"
+        storm_id = next(i["id"] for i in incs if i["alert_count"] == 7)
+
+        driver.get(server.url + "/ui/")
+        assert "/ui/login" in driver.current_url
+        _shoot(driver, "ui-login", shots)
+        driver.find_element(By.ID, "token").send_keys(TOKEN)
+        driver.find_element(By.ID, "login-submit").click()
+        wait_for(lambda: driver.find_elements(By.ID, "incidents"), timeout=10)
+        assert driver.current_url.rstrip("/").endswith("/ui")
+        assert not any(
+            c["name"] == "fm_session" and not c["httpOnly"] for c in driver.get_cookies()
+        )
+        assert driver.execute_script("return document.cookie") == ""  # HttpOnly: no JS access
+        row = driver.find_element(By.CSS_SELECTOR, f'tr[data-incident="{storm_id}"]')
+        assert row.find_element(By.CLASS_NAME, "top-cause").text == TRUE_ROOT
+        _shoot(driver, "ui-incidents", shots)
+
+        row.find_element(By.TAG_NAME, "a").click()
+        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".cause"), timeout=10)
+        causes = driver.find_elements(By.CSS_SELECTOR, ".cause")
+        assert causes[0].get_attribute("data-rank") == "1"
+        assert causes[0].find_element(By.CLASS_NAME, "cause-node").text == TRUE_ROOT
+        graph = causes[0].find_element(By.CSS_SELECTOR, "svg.path-graph")
+        assert graph.size["width"] > 50 and graph.size["height"] > 20  # drawn, not empty
+        assert driver.find_element(By.CSS_SELECTOR, "svg.timeline").size["height"] > 50
+        assert driver.find_element(By.ID, "fault-type").text
+        # confirm the top cause with the button next to it (the name comes from the form)
+        driver.find_element(By.ID, "fb-by").send_keys("alice")
+        driver.find_element(By.ID, "fb-note").send_keys("NodeNotReady first; GPUs followed")
+        causes[0].find_element(By.CSS_SELECTOR, "form.confirm button").click()
+        wait_for(lambda: driver.find_elements(By.ID, "flash"), timeout=10)
+        assert "training label" in driver.find_element(By.ID, "flash").text
+        history = driver.find_element(By.ID, "feedback-history").text
+        assert "alice" in history and "confirmed" in history and "GPUs followed" in history
+        fb = httpx.get(f"{server.url}/api/v1/incidents/{storm_id}/feedback", headers=auth).json()
+        assert [(f["root_cause"], f["by"], f["confirmed"]) for f in fb] == [
+            (TRUE_ROOT, "alice", True)
+        ]
+        _shoot(driver, "ui-incident", shots)
+
+        for i, (n, milli) in enumerate(
+            [(8, 1000), (4, 1000), (1, 500), (1, 1000), (8, 1000), (1, 700), (2, 1000)]
+        ):
+            job = {"job_id": f"j{i}", "num_gpu": n, "gpu_milli": milli, "reserve": True}
+            r = httpx.post(server.url + "/api/v1/placements", json=job, headers=auth)
+            assert r.status_code == 200, r.text
+        driver.get(server.url + "/ui/fleet")
+        clusters = driver.find_elements(By.CSS_SELECTOR, ".cluster")
+        assert len(clusters) >= 2
+        allocated = driver.find_elements(By.CSS_SELECTOR, '.gpu[title*="100% allocated"]')
+        assert len(allocated) >= 8 + 4 + 1 + 8  # the whole GPUs booked above
+        _shoot(driver, "ui-fleet", shots)
+
+    for png in shots.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    dest = os.environ.get("FLEETMIND_SCREENSHOT_DIR")
+    if dest:
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        for png in shots.glob("*.png"):
+            shutil.copy(png, Path(dest) / png.name)
