@@ -6,7 +6,8 @@ labelled training incidents:
 
 1. cut a window of ``W`` consecutive rows (``W`` drawn from :attr:`SynthConfig.window_rows`) out of the
    normal period;
-2. pick a root node uniformly (any node that has metrics or is called by a node that has) and a fault:
+2. pick a root node (any node that has metrics or is called by a node that has; a node without
+   metrics of its own is drawn a quarter as often as one with) and a fault:
 
    ========== =================================================================================
    fault      what is injected (from a random onset row on; ``w`` = a random per-edge weight)
@@ -26,15 +27,17 @@ labelled training incidents:
 
    with probability :attr:`SynthConfig.silent_rate` the root's own metrics are left untouched (a
    silent component: only its neighbours show the fault); nodes without metrics are always silent.
-   With probability :attr:`SynthConfig.hidden_edge_rate` the fault also reaches a node that shares a
-   caller with the root (edges that traced call graphs miss: load balancers, proxies);
+   With probability :attr:`SynthConfig.hidden_edge_rate` the fault also reaches a leaf node that
+   shares a caller with the root (an edge the traced call graph misses: a load balancer or proxy in
+   front of the root shows up as a leaf next to it);
    Each node downstream of the root starts at its parent's onset, one row later with probability
    :attr:`SynthConfig.lag_prob` or one row earlier with probability ``lag_prob / 3`` (scrape skew);
 3. add unrelated drifts: a Poisson(:attr:`SynthConfig.noise_mean`) number of random (node, metric)
    pairs shifted for the whole window (30 % of them next to the fault), as long-running unrelated
    anomalies are in real windows;
-4. turn the window into alerts with :func:`data.petshop.detect_alerts` and the baseline fitted on the
-   normal period (the same detector and settings as the adapter uses on real issue windows).
+4. turn the window into alerts with the adapter's detector (:func:`data.petshop.detect_alerts`, here
+   vectorised as :meth:`SystemModel.detect`, which a test holds equal to it) and the baseline fitted
+   on the normal period: the same rules and settings the adapter uses on real issue windows.
 
 Metric roles come from metric names (:mod:`data.metric_roles`), so nothing here depends on node or
 metric names of a particular system. The only inputs are ``graph`` and ``normal``: no issue window, no
@@ -53,8 +56,23 @@ import pandas as pd
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.metric_roles import ROLES, metric_role, model_role
-from fleetmind.data.petshop import Baseline, DetectorConfig, detect_alerts, fit_baseline
+from fleetmind.data.metric_roles import (
+    ROLES,
+    metric_alertname,
+    metric_direction,
+    metric_role,
+    model_role,
+)
+from fleetmind.data.petshop import (
+    ALERTNAMES,
+    DIRECTIONS,
+    Baseline,
+    DetectorConfig,
+    _first_run,
+    _iso,
+    _pick_statistics,
+    fit_baseline,
+)
 
 FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop")
 """Fault types the synthesiser injects."""
@@ -71,8 +89,8 @@ class SynthConfig:
         silent_rate: probability that the root's own metrics are left untouched.
         noise_mean: mean number of unrelated drifting (node, metric) pairs per incident.
         lag_prob: probability that a node shows the fault one row after the node it depends on.
-        hidden_edge_rate: probability that the fault also reaches a sibling of the root (a node
-            sharing a caller with it) over an edge the graph does not show.
+        hidden_edge_rate: probability that the fault also reaches a leaf sibling of the root (a
+            node without callees sharing a caller with it) over an edge the graph does not show.
         seed: random seed.
     """
 
@@ -159,6 +177,10 @@ class SystemModel:
             [i for i in range(n) if has_metrics[i] or any(has_metrics[c] for c in self.callers[i])],
             dtype=np.int64,
         )
+        # unmonitored nodes (no metric of their own) are roots less often: a fault there shows only
+        # through its callers, so the prior favours components an operator watches
+        w = np.where(has_metrics[self.candidates], 1.0, 0.25) if self.candidates.size else None
+        self.candidate_p = None if w is None else w / w.sum()
         if self.candidates.size == 0:
             raise DataError(
                 f"graph {graph.name!r}: no node has a normal-period metric with a baseline "
@@ -172,6 +194,99 @@ class SystemModel:
             if np.isfinite(self.med[j])
         ]
         self.latency_ref = float(np.median(lat)) if lat else 1.0
+        self._prepare_detector()
+
+    def _prepare_detector(self) -> None:
+        """Column arrays for :meth:`detect`: the columns :func:`detect_alerts` scores, in its order."""
+        cfg = self.config
+        chosen = _pick_statistics(self.normal.columns, cfg.statistic_preference)
+        pos = {c: j for j, c in enumerate(self.normal.columns)}
+        scored = set(self.baseline.median.index)
+        self._det_cols: list[tuple[str, str, str]] = []
+        for (node, metric), stat in chosen.items():
+            if cfg.metrics is not None and metric not in cfg.metrics:
+                continue
+            if (node, metric, stat) in scored:
+                self._det_cols.append((node, metric, stat))
+        self._det_idx = np.array([pos[c] for c in self._det_cols], dtype=np.int64)
+        self._det_med = np.array([float(self.baseline.median[c]) for c in self._det_cols])
+        self._det_scale = np.array([float(self.baseline.scale[c]) for c in self._det_cols])
+        self._det_dir = [DIRECTIONS.get(m) or metric_direction(m) for _, m, _ in self._det_cols]
+
+    def detect(self, x: np.ndarray, times: np.ndarray) -> list[dict[str, Any]]:
+        """:func:`data.petshop.detect_alerts` on a window given as an array (the same rules and the
+        same alert objects, ``tests/test_rca_fit.py`` checks equality), vectorised over columns.
+
+        Args:
+            x: ``(W, C)`` window values in the columns of the normal period.
+            times: ``(W,)`` unix seconds.
+        """
+        cfg = self.config
+        if len(self._det_idx) == 0:
+            return []
+        dev = (x[:, self._det_idx] - self._det_med) / self._det_scale
+        signed = dev.copy()
+        for k, d in enumerate(self._det_dir):
+            if d == "down":
+                signed[:, k] = -dev[:, k]
+            elif d != "up":
+                signed[:, k] = np.abs(dev[:, k])
+        flags = np.nan_to_num(signed, nan=-np.inf) > cfg.z_threshold
+        cand = np.flatnonzero(flags.sum(axis=0) >= cfg.min_consecutive)
+        step = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+        alerts = []
+        for k in cand:
+            run = _first_run(flags[:, k], cfg.min_consecutive)
+            if run is None:
+                continue
+            alerts.append(self._alert(k, run, signed[:, k], x[:, self._det_idx[k]], times, step))
+        alerts.sort(key=lambda a: (a["startsAt"], -float(a["annotations"]["z_score"])))
+        return alerts
+
+    def _alert(
+        self,
+        k: int,
+        run: tuple[int, int],
+        signed: np.ndarray,
+        x: np.ndarray,
+        times: np.ndarray,
+        step: float,
+    ) -> dict[str, Any]:
+        import hashlib
+        import json
+
+        node, metric, stat = self._det_cols[k]
+        med, scale, direction = float(self._det_med[k]), float(self._det_scale[k]), self._det_dir[k]
+        start, end = run
+        peak = int(start + np.nanargmax(signed[start : end + 1]))
+        z = float(signed[peak])
+        value = float(x[peak])
+        still_firing = end == len(x) - 1
+        labels = {
+            "alertname": ALERTNAMES.get(metric) or metric_alertname(metric),
+            "severity": "critical" if z >= self.config.critical_z else "warning",
+            "service": node,
+            "metric": metric,
+            "statistic": stat,
+        }
+        fp_src = json.dumps(labels, sort_keys=True).encode()
+        return {
+            "status": "firing" if still_firing else "resolved",
+            "labels": labels,
+            "annotations": {
+                "summary": f"{node} {metric} ({stat}) {value:.6g} vs normal median {med:.6g}",
+                "z_score": f"{z:.4g}",
+                "value": f"{value:.6g}",
+                "baseline": f"{med:.6g}",
+                "delta": f"{value - med:.6g}",
+                "scale": f"{scale:.6g}",
+                "direction": direction,
+            },
+            "startsAt": _iso(times[start]),
+            "endsAt": "0001-01-01T00:00:00Z" if still_firing else _iso(times[end] + step),
+            "generatorURL": "",
+            "fingerprint": hashlib.sha1(fp_src).hexdigest()[:16],
+        }
 
     # ------------------------------------------------------------------ helpers
     def _level(self, j: int) -> float:
@@ -230,7 +345,7 @@ class SystemModel:
         w_rows = int(min(t, rng.integers(lo, hi + 1)))
         s = int(rng.integers(0, t - w_rows + 1))
         x = self.values[s : s + w_rows].copy()
-        root = int(rng.choice(self.candidates))
+        root = int(rng.choice(self.candidates, p=self.candidate_p))
         faults = list(cfg.fault_mix)
         p = np.array([cfg.fault_mix[f] for f in faults], dtype=float)
         fault = str(rng.choice(faults, p=p / p.sum()))
@@ -285,7 +400,10 @@ class SystemModel:
         # edges the graph misses (load balancers, proxies, shared hosts that traces do not show):
         # the fault also reaches a node that shares a caller with the root
         if rng.random() < cfg.hidden_edge_rate:
-            sibs = sorted({u for c in self.callers[root] for u in self.callees[c]} - {root})
+            sibs = sorted(
+                {u for c in self.callers[root] for u in self.callees[c] if not self.callees[u]}
+                - {root}
+            )
             if sibs:
                 u = int(rng.choice(sibs))
                 for (v, role), (kind, amount) in list(effects.items()):
@@ -336,13 +454,14 @@ class SystemModel:
             else:
                 v, role = keys[int(rng.integers(len(keys)))]
             z = float(np.exp(rng.uniform(np.log(3.0), np.log(60.0))))
-            sign = -1.0 if role == "success" else (1.0 if role != "traffic" else rng.choice([-1, 1]))
+            sign = (
+                -1.0 if role == "success" else (1.0 if role != "traffic" else rng.choice([-1, 1]))
+            )
             for j in self.groups[(v, role)]:
                 if np.isfinite(self.scale[j]):
                     x[:, j] += sign * z * self.scale[j]
 
-        window = pd.DataFrame(x, index=self.normal.index[s : s + w_rows], columns=self.normal.columns)
-        alerts, _ = detect_alerts(window, self.baseline, self.config)
+        alerts = self.detect(x, self.normal.index.to_numpy(dtype=float)[s : s + w_rows])
         if not alerts:
             return None
         hit = {self.graph.index.get(a["labels"].get("service", "")) for a in alerts}

@@ -118,7 +118,9 @@ def fit_features(
             if math.isfinite(d):
                 dmax[r] = max(dmax[r], abs(d))
         starts = sorted({p[5] for p in parsed})
-        rank = {t: (k / (len(starts) - 1) if len(starts) > 1 else 0.0) for k, t in enumerate(starts)}
+        rank = {
+            t: (k / (len(starts) - 1) if len(starts) > 1 else 0.0) for k, t in enumerate(starts)
+        }
         for i, r, z, d, b, t in parsed:
             o = r * nc
             lz = math.log1p(z)

@@ -17,6 +17,8 @@ import sys
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.petshop import load_scenario
+from fleetmind.rca.fit_eval import bootstrap_intervals
+from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
 from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 from fleetmind.training.cli_common import write_json
@@ -71,9 +73,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
-
-    from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
-
     wanted = set(args.methods or METHOD_CHOICES)
     scenario = load_scenario(args.scenario)
     fitted = is_fit_artifact(args.model)
@@ -102,8 +101,6 @@ def run(args: argparse.Namespace) -> int:
         raise DataError(f"{args.scenario}: no {args.split} issues")
     res = evaluate_scenario(scenario, "all", alert_methods, metric_methods, progress=True)
     top = res["by_split"].get(args.split, res) if args.split != "all" else res
-    from fleetmind.rca.fit_eval import bootstrap_intervals
-
     rows = [r for r in res["per_incident"] if args.split in ("all", r["split"])]
     intervals = bootstrap_intervals(rows, list(top["methods"]), seed=args.seed)
     payload = {
@@ -132,10 +129,14 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"  {name:<20}{m['ac@1']:>7.3f}{m['ac@3']:>7.3f}{m['ac@5']:>7.3f}{m['avg@5']:>7.3f}{m['mrr']:>7.3f}{m['ms_per_incident']:>9.2f}"
             )
-    print(f"  bootstrap 95 % intervals ({args.split}, {intervals['_meta']['resamples']} resamples):")
+    print(
+        f"  bootstrap 95 % intervals ({args.split}, {intervals['_meta']['resamples']} resamples):"
+    )
     for name, iv in intervals.items():
         if name != "_meta":
-            print(f"  {name:<20}AC@1 [{iv['ac@1'][0]:.3f}, {iv['ac@1'][1]:.3f}]  AC@3 [{iv['ac@3'][0]:.3f}, {iv['ac@3'][1]:.3f}]")
+            print(
+                f"  {name:<20}AC@1 [{iv['ac@1'][0]:.3f}, {iv['ac@1'][1]:.3f}]  AC@3 [{iv['ac@3'][0]:.3f}, {iv['ac@3'][1]:.3f}]"
+            )
     for name, why in payload["skipped"].items():
         print(f"  skipped {name}: {why}")
     write_json(args.json, payload)
