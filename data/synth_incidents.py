@@ -7,14 +7,14 @@ labelled training incidents:
 1. cut a window of ``W`` consecutive rows (``W`` drawn from :attr:`SynthConfig.window_rows`) out of the
    normal period;
 2. pick a root node (any node that has metrics or is called by a node that has; a node without
-   metrics of its own is drawn a quarter as often as one with) and a fault:
+   metrics of its own is drawn a tenth as often as one with) and a fault:
 
    ========== =================================================================================
    fault      what is injected (from a random onset row on; ``w`` = a random per-edge weight)
    ========== =================================================================================
    latency    the root's latency rises by ``delta``; every caller's latency rises by ``sum w *
-              delta(callee)`` (latency adds up along call chains; ``w`` in [0.1, 1.5] = calls per
-              request times the share of requests that take the path; some callers take none)
+              delta(callee)`` (latency adds up along call chains; ``w`` log-uniform in [0.1, 3] =
+              calls per request times the share of requests that take the path; some take none)
    errors     the root's success rate drops by a share ``d`` (its error counts rise); a caller's
               share is ``w * d(callee)``, ``w`` in [0.1, 0.9] (errors dilute toward callers);
               sometimes callers' latency moves too (timeouts)
@@ -105,7 +105,7 @@ class SynthConfig:
             "stop": 0.15,
         }
     )
-    silent_rate: float = 0.15
+    silent_rate: float = 0.05
     noise_mean: float = 2.5
     lag_prob: float = 0.3
     hidden_edge_rate: float = 0.25
@@ -179,7 +179,7 @@ class SystemModel:
         )
         # unmonitored nodes (no metric of their own) are roots less often: a fault there shows only
         # through its callers, so the prior favours components an operator watches
-        w = np.where(has_metrics[self.candidates], 1.0, 0.25) if self.candidates.size else None
+        w = np.where(has_metrics[self.candidates], 1.0, 0.1) if self.candidates.size else None
         self.candidate_p = None if w is None else w / w.sum()
         if self.candidates.size == 0:
             raise DataError(
@@ -302,7 +302,8 @@ class SystemModel:
         """Propagate ``amount`` from ``root`` to its callers (``up``) or callees, scaled per edge.
 
         Returns ``{node: amount}`` (the root included). Latency adds up: a node reached along several
-        edges sums their contributions; with probability 0.15 an edge carries nothing.
+        edges sums their contributions; each edge's weight is log-uniform in ``[w_lo, w_hi]``, and
+        with probability 0.15 an edge carries nothing.
         """
         out = {root: amount}
         nxt = self.callers if up else self.callees
@@ -311,7 +312,11 @@ class SystemModel:
         while q:
             v = q.popleft()
             for u in nxt[v]:
-                w = 0.0 if rng.random() < 0.15 else rng.uniform(w_lo, w_hi)
+                w = (
+                    0.0
+                    if rng.random() < 0.15
+                    else float(np.exp(rng.uniform(*np.log([w_lo, w_hi]))))
+                )
                 if w == 0.0 or u == root:
                     continue
                 out[u] = out.get(u, 0.0) + w * out[v]
@@ -360,7 +365,7 @@ class SystemModel:
             meds = [m for m in meds if np.isfinite(m) and m > 0]
             ref = float(np.median(meds)) if meds else self.latency_ref
             amount = ref * float(np.exp(rng.uniform(np.log(scale_lo), np.log(scale_hi))))
-            for v, a in self._spread(rng, root, amount, 0.1, 1.5, up=True).items():
+            for v, a in self._spread(rng, root, amount, 0.1, 3.0, up=True).items():
                 effects[(v, "latency")] = ("add", a)
 
         def errors(d_lo: float, d_hi: float) -> None:
@@ -408,7 +413,7 @@ class SystemModel:
                 u = int(rng.choice(sibs))
                 for (v, role), (kind, amount) in list(effects.items()):
                     if v == root and (u, role) not in effects:
-                        w = float(rng.uniform(0.5, 2.0))
+                        w = float(np.exp(rng.uniform(np.log(0.5), np.log(5.0))))
                         effects[(u, role)] = (
                             (kind, amount * w)
                             if kind == "add"

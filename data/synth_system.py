@@ -1,4 +1,5 @@
-"""Small synthetic scenario folders in the PetShop layout, for ``rca fit`` / ``rca petshop`` tests.
+"""Synthetic scenario folders in the PetShop layout (tests of ``rca fit`` / ``rca petshop``, fit-time
+benchmark).
 
 The shape of the "other real systems" ``rca fit`` must handle unchanged: 20-50 services with opaque
 names, a call graph (as if taken from traces), 1-minute rows, metrics named like a Prometheus or
