@@ -2,7 +2,7 @@
 
 The percentile bootstrap over incidents (Efron & Tibshirani 1993): resample the ``n`` incidents with
 replacement ``resamples`` times, recompute each metric, report the 2.5 and 97.5 percentiles. With 26
-incidents an interval is wide (about +-0.15 around 0.8); it says how far a figure could move on another
+incidents an interval is wide (about +-0.15 at an AC@1 of 0.8); it says how far a figure could move on another
 draw of issues from the same system, nothing about other systems.
 """
 

@@ -39,6 +39,7 @@ from fleetmind.data.errors import FleetMindError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import ROLES, model_role
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.features.times import parse_time
 
 FIT_FORMAT = "fleetmind-rca-fit"
 FIT_FORMAT_VERSION = 1
@@ -72,8 +73,6 @@ def _f(x: Any) -> float:
 
 
 def _start(a: Mapping[str, Any]) -> float:
-    from fleetmind.rca.features import parse_time
-
     t = parse_time(a.get("startsAt"))
     return float(t) if t is not None else 0.0
 

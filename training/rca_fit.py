@@ -2,8 +2,8 @@
 
 Example::
 
-    fleetmind rca fit --scenario ../shared/data/petshop/low_traffic --out models/fit/low_traffic
-    fleetmind rca petshop --scenario ../shared/data/petshop/low_traffic --model models/fit/low_traffic
+    fleetmind rca fit --scenario petshop/low_traffic --out models/fit/low_traffic
+    fleetmind rca petshop --scenario petshop/low_traffic --model models/fit/low_traffic
 
 What it reads, and nothing else: ``DIR/graph.csv`` (the call graph) and ``DIR/noissue/metrics.csv`` (the
 normal period). It never lists or opens ``train/``, ``test/``, any issue window or any ``target.json``
@@ -29,6 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from fleetmind.data.errors import DataError
+from fleetmind.data.petshop import read_graph_csv, read_metrics_csv
+from fleetmind.data.synth_incidents import SynthConfig, SystemModel
+from fleetmind.rca.fit_model import (
+    NUM_FIT_FEATURES,
+    fit_features,
+    load_fit_model,
+    model_inputs,
+    save_fit_artifact,
+)
 from fleetmind.training.cli_common import write_json
 
 
@@ -68,8 +78,6 @@ def read_system(scenario: str | Path) -> tuple[Any, Any]:
     Raises:
         DataError: folder, ``graph.csv`` or ``noissue/metrics.csv`` missing or malformed.
     """
-    from fleetmind.data.errors import DataError
-    from fleetmind.data.petshop import read_graph_csv, read_metrics_csv
 
     root = Path(scenario)
     if not root.is_dir():
@@ -80,7 +88,6 @@ def read_system(scenario: str | Path) -> tuple[Any, Any]:
 
 
 def _features(system: Any, incs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    from fleetmind.rca.fit_model import fit_features
 
     x = np.stack([fit_features(system.graph, i.alerts, system.observed) for i in incs])
     y = np.array([i.root for i in incs], dtype=np.int64)
@@ -96,8 +103,6 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     """
     import torch
 
-    from fleetmind.data.synth_incidents import SynthConfig, SystemModel
-    from fleetmind.rca.fit_model import NUM_FIT_FEATURES, model_inputs, save_fit_artifact
     from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
 
     t_start = time.perf_counter()
@@ -213,7 +218,6 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         }
     }
     out = save_fit_artifact(model, args.out, graph, system.observed, meta)
-    from fleetmind.rca.fit_model import load_fit_model
 
     _, saved = load_fit_model(out)
     return {
@@ -266,7 +270,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca fit``; returns the exit status."""
-    from fleetmind.data.errors import DataError
 
     if args.incidents < 50 or args.epochs < 1:
         raise DataError("--incidents must be >= 50 and --epochs >= 1")

@@ -188,8 +188,6 @@ def parse_devices(value: str | int) -> Any:
     try:
         return int(v)
     except ValueError:
-        from fleetmind.data.errors import ConfigError
-
         raise ConfigError(
             f"--devices must be auto, a count or a list like 0,1; got {v!r}"
         ) from None

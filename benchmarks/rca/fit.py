@@ -3,8 +3,8 @@ time on a generated 50-service system; writes JSON with machine, versions, comma
 
 Usage::
 
-    python benchmarks/bench_rca_fit.py petshop [--scenario DIR] [--out benchmarks/results/petshop_fit_low_traffic.json]
-    python benchmarks/bench_rca_fit.py fit-time [--services 50] [--out benchmarks/results/rca_fit_time.json]
+    python -m benchmarks.rca.fit petshop [--scenario DIR] [--out benchmarks/results/petshop_fit_low_traffic.json]
+    python -m benchmarks.rca.fit fit-time [--services 50] [--out benchmarks/results/rca_fit_time.json]
 
 ``petshop`` fits the model (reading only ``graph.csv`` and ``noissue/metrics.csv``), then runs
 ``fleetmind rca petshop --model`` once, with every method (zero-shot GAT, propagation, traversal, BARO,
@@ -19,38 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
-import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import version
 from pathlib import Path
 
-from fleetmind.data.paths import REPO_ROOT, shared_data_dir
-
-
-def _provenance(argv: list[str]) -> dict:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        commit = None
-    return {
-        "command": "python benchmarks/bench_rca_fit.py " + " ".join(argv),
-        "commit": commit,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_avg_1_5_15": list(os.getloadavg()),
-        },
-        "versions": {p: version(p) for p in ("torch", "torch-geometric", "numpy", "pandas")},
-    }
+from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.data.paths import shared_data_dir
+from fleetmind.data.synth_system import make_system
+from fleetmind.training.cli import main as cli
+from fleetmind.training.rca_fit import FitArgs, fit
 
 
 def _cpu_s() -> float:
@@ -64,20 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     p1 = sub.add_parser("petshop")
     p1.add_argument("--scenario", default=None)
-    p1.add_argument(
-        "--out", default=str(REPO_ROOT / "benchmarks/results/petshop_fit_low_traffic.json")
-    )
+    p1.add_argument("--out", default=str(RESULTS / "petshop_fit_low_traffic.json"))
     p1.add_argument("--model-out", default=None, help="keep the fitted model here")
     p2 = sub.add_parser("fit-time")
     p2.add_argument("--services", type=int, default=50)
     p2.add_argument("--rows", type=int, default=1440)
-    p2.add_argument("--out", default=str(REPO_ROOT / "benchmarks/results/rca_fit_time.json"))
+    p2.add_argument("--out", default=str(RESULTS / "rca_fit_time.json"))
     args = ap.parse_args(argv)
 
-    from fleetmind.training.cli import main as cli
-    from fleetmind.training.rca_fit import FitArgs, fit
-
-    out: dict = _provenance(argv)
+    load0 = load_now()
+    out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.what == "petshop":
             scen = Path(args.scenario or shared_data_dir() / "petshop" / "low_traffic")
@@ -107,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
             out["evaluation"] = json.loads(ev.read_text())
             out["evaluations_on_labels"] = 1
         else:
-            from fleetmind.data.synth_system import make_system
-
             scen = Path(tmp) / f"system{args.services}"
             make_system(scen, n_services=args.services, normal_rows=args.rows, issues=0, seed=0)
             t0, c0 = time.perf_counter(), _cpu_s()
@@ -120,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             out["fit"]["wall_s"] = time.perf_counter() - t0
             out["fit"]["cpu_s"] = _cpu_s() - c0
             out["target"] = {"fit_minutes_on_2_cores": 10}
+    out = {**provenance(__spec__.name, argv, load_start=load0, packages=("pandas",)), **out}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")
