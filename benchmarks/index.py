@@ -33,6 +33,7 @@ MOVED_SCRIPTS = {
     "benchmarks/bench_rca_generate.py": "benchmarks.rca.generate_speed",
     "benchmarks/bench_rca_learnability.py": "benchmarks.rca.learnability",
     "benchmarks/bench_petshop.py": "benchmarks.rca.petshop_sensitivity",
+    "benchmarks/bench_rca_fit.py": "benchmarks.rca.fit",
     "benchmarks/fgd_fidelity.py": "benchmarks.placement.fgd_fidelity",
     "benchmarks/bench_fgd.py": "benchmarks.placement.fgd_speed",
     "benchmarks/bench_fleet.py": "benchmarks.placement.fleet_speed",

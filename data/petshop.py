@@ -46,6 +46,7 @@ import pandas as pd
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
+from fleetmind.data.metric_roles import is_count_metric, metric_alertname, metric_direction
 
 SPLITS: tuple[str, ...] = ("train", "test")
 """Issue splits of a PetShop scenario folder, in the order ``split="all"`` returns them."""
@@ -57,7 +58,7 @@ ALERTNAMES: dict[str, str] = {
     "cpu": "HighCPU",
     "memory": "HighMemory",
 }
-"""Alertname per metric kind; a metric not listed alerts as ``<Metric>Anomaly``."""
+"""Alertname per metric kind; any other metric gets :func:`data.metric_roles.metric_alertname`."""
 
 DIRECTIONS: dict[str, str] = {
     "latency": "up",
@@ -66,7 +67,8 @@ DIRECTIONS: dict[str, str] = {
     "cpu": "up",
     "memory": "up",
 }
-"""Which deviation is a symptom: ``up`` (only increases), ``down`` (only drops), ``both``."""
+"""Which deviation is a symptom: ``up`` (only increases), ``down`` (only drops), ``both``; any other
+metric gets :func:`data.metric_roles.metric_direction` (``cpu_usage`` up, ``success_rate`` down, ...)."""
 
 NO_END = "0001-01-01T00:00:00Z"
 """Alertmanager's ``endsAt`` for an alert that is still firing."""
@@ -249,7 +251,7 @@ def fit_baseline(normal: pd.DataFrame, config: DetectorConfig | None = None) -> 
     scale = np.maximum(spread, cfg.rel_scale_floor * median.abs())
     scale = np.maximum(scale, cfg.abs_scale_floor)
     metric = pd.Series([c[1] for c in scale.index], index=scale.index)
-    is_count = metric.isin(cfg.count_metrics)
+    is_count = metric.isin(cfg.count_metrics) | metric.map(is_count_metric).astype(bool)
     scale[is_count] = np.maximum(scale[is_count], np.sqrt(median[is_count].clip(lower=0) + 1.0))
     return Baseline(median=median, scale=scale, n_points=counts[keep])
 
@@ -321,7 +323,7 @@ def detect_alerts(
         x = window[col].to_numpy(dtype=float)
         med = float(baseline.median[col])
         scale = float(baseline.scale[col])
-        direction = DIRECTIONS.get(metric, "both")
+        direction = DIRECTIONS.get(metric) or metric_direction(metric)
         dev = (x - med) / scale
         signed = {"up": dev, "down": -dev}.get(direction, np.abs(dev))
         flags = np.nan_to_num(signed, nan=-np.inf) > cfg.z_threshold
@@ -334,7 +336,7 @@ def detect_alerts(
         value = float(x[peak])
         still_firing = end == len(x) - 1
         labels = {
-            "alertname": ALERTNAMES.get(metric, f"{metric.capitalize()}Anomaly"),
+            "alertname": ALERTNAMES.get(metric) or metric_alertname(metric),
             "severity": "critical" if z >= cfg.critical_z else "warning",
             "service": node,
             "metric": metric,

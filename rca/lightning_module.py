@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,10 +223,14 @@ class RCADataModule(pl.LightningDataModule):
                 "test_sets": self.test_sets,
                 "info": self.info,
             }
-            try:
-                torch.save(blob, cache)
-            except OSError:
-                pass
+            # under DDP every rank computes the same features; one writes the cache, atomically
+            if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
+                tmp = cache.with_suffix(f".tmp{os.getpid()}")
+                try:
+                    torch.save(blob, tmp)
+                    os.replace(tmp, cache)
+                except OSError:
+                    tmp.unlink(missing_ok=True)
 
     def _compute(self) -> None:
 
@@ -346,24 +351,16 @@ class GATLightning(pl.LightningModule):
             ranks[batch.root_missing] = float(MISSING_RANK)
         n = batch.num_graphs
         on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, batch_size=n, on_epoch=True, on_step=False, prog_bar=True)
-        self.log(f"{stage}/rank_loss", rank_loss, batch_size=n, on_epoch=True, on_step=False)
-        self.log(f"{stage}/fault_loss", fault_loss, batch_size=n, on_epoch=True, on_step=False)
-        self.log(f"{stage}/fault_acc", fault_acc, batch_size=n, on_epoch=True, on_step=False)
-        self.log(
-            f"{stage}/ac1",
-            (ranks < 1).float().mean(),
-            batch_size=n,
-            on_epoch=True,
-            on_step=False,
-            prog_bar=not on_step,
-        )
-        self.log(
-            f"{stage}/ac3", (ranks < 3).float().mean(), batch_size=n, on_epoch=True, on_step=False
-        )
-        self.log(
-            f"{stage}/mrr", (1.0 / (ranks + 1)).mean(), batch_size=n, on_epoch=True, on_step=False
-        )
+        # sync_dist: under DDP each rank sees its own shard; epoch metrics are reduced over ranks
+        # (weighted by batch size) so the checkpoint and early stopping monitor the same number
+        log = {"batch_size": n, "on_epoch": True, "on_step": False, "sync_dist": True}
+        self.log(f"{stage}/loss", loss, prog_bar=True, **log)
+        self.log(f"{stage}/rank_loss", rank_loss, **log)
+        self.log(f"{stage}/fault_loss", fault_loss, **log)
+        self.log(f"{stage}/fault_acc", fault_acc, **log)
+        self.log(f"{stage}/ac1", (ranks < 1).float().mean(), prog_bar=not on_step, **log)
+        self.log(f"{stage}/ac3", (ranks < 3).float().mean(), **log)
+        self.log(f"{stage}/mrr", (1.0 / (ranks + 1)).mean(), **log)
         return loss
 
     def training_step(self, batch: Data, batch_idx: int) -> torch.Tensor:

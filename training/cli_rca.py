@@ -17,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     _add_train(sub)
     _add_evaluate(sub)
     _add_petshop(sub)
+    _add_fit(sub)
 
 
 # ---------------------------------------------------------------------------------------- generate
@@ -322,5 +323,25 @@ def _add_petshop(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_petshop(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_petshop import run
+
+    return run(args)
+
+
+# ---------------------------------------------------------------------------------------- fit
+def _add_fit(sub: argparse._SubParsersAction) -> None:
+    from fleetmind.training.rca_fit import add_arguments
+
+    p = sub.add_parser(
+        "fit",
+        help="train a GAT for one real system from its call graph and normal-period metrics (no labels)",
+        description="Reads only DIR/graph.csv and DIR/noissue/metrics.csv: synthesises incidents on the "
+        "graph by injecting faults into normal windows, alerts them with the PetShop detector, trains.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=_cmd_fit)
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from fleetmind.training.rca_fit import run
 
     return run(args)

@@ -17,11 +17,21 @@ import sys
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.petshop import load_scenario
+from fleetmind.rca.fit_eval import bootstrap_intervals
+from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
 from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 from fleetmind.training.cli_common import write_json
 
-METHOD_CHOICES = ("propagation", "gat", "petshop_traversal", "baro", "nsigma", "simulated")
+METHOD_CHOICES = (
+    "propagation",
+    "gat",
+    "gat_fit",
+    "petshop_traversal",
+    "baro",
+    "nsigma",
+    "simulated",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="GAT model REF (local artifact, models:/name@alias; default: the released artifact)",
+        help="GAT model REF (local artifact, models:/name@alias; default: the released artifact); "
+        "a folder written by `fleetmind rca fit` is reported as method gat_fit, next to the "
+        "released zero-shot GAT",
     )
     p.add_argument(
         "--split",
@@ -61,13 +73,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
-
     wanted = set(args.methods or METHOD_CHOICES)
     scenario = load_scenario(args.scenario)
+    fitted = is_fit_artifact(args.model)
     alert_methods, skipped = default_alert_methods(
-        model=args.model, seed=args.seed, gat="gat" in wanted, simulated="simulated" in wanted
+        model=None if fitted else args.model,
+        seed=args.seed,
+        gat="gat" in wanted,
+        simulated="simulated" in wanted,
     )
-    core = {"propagation", "gat"}
+    if fitted and "gat_fit" in wanted:
+        alert_methods["gat_fit"] = FittedGATAnalyzer.load(args.model)
+    core = {"propagation", "gat", "gat_fit"}
     alert_methods = {
         n: m
         for n, m in alert_methods.items()
@@ -84,9 +101,12 @@ def run(args: argparse.Namespace) -> int:
         raise DataError(f"{args.scenario}: no {args.split} issues")
     res = evaluate_scenario(scenario, "all", alert_methods, metric_methods, progress=True)
     top = res["by_split"].get(args.split, res) if args.split != "all" else res
+    rows = [r for r in res["per_incident"] if args.split in ("all", r["split"])]
+    intervals = bootstrap_intervals(rows, list(top["methods"]), seed=args.seed)
     payload = {
         "n_incidents": top["n_incidents"],
         "methods": top["methods"],
+        "intervals": intervals,
         "scenario": str(args.scenario),
         "split": args.split,
         "skipped": {
@@ -108,6 +128,14 @@ def run(args: argparse.Namespace) -> int:
         for name, m in block["methods"].items():
             print(
                 f"  {name:<20}{m['ac@1']:>7.3f}{m['ac@3']:>7.3f}{m['ac@5']:>7.3f}{m['avg@5']:>7.3f}{m['mrr']:>7.3f}{m['ms_per_incident']:>9.2f}"
+            )
+    print(
+        f"  bootstrap 95 % intervals ({args.split}, {intervals['_meta']['resamples']} resamples):"
+    )
+    for name, iv in intervals.items():
+        if name != "_meta":
+            print(
+                f"  {name:<20}AC@1 [{iv['ac@1'][0]:.3f}, {iv['ac@1'][1]:.3f}]  AC@3 [{iv['ac@3'][0]:.3f}, {iv['ac@3'][1]:.3f}]"
             )
     for name, why in payload["skipped"].items():
         print(f"  skipped {name}: {why}")

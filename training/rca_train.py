@@ -7,6 +7,10 @@ What a run does:
 1. Seeds everything, reads the dataset (:class:`rca.lightning_module.RCADataModule`), computes features.
 2. Trains :class:`rca.lightning_module.GATLightning` with Lightning: per-epoch ``train/*`` and ``val/*``
    metrics, early stopping and best-checkpointing on ``val/mrr``, a wall-clock cap (``max_minutes``).
+   ``--accelerator``/``--devices``/``--strategy``/``--num-nodes`` go to the Lightning ``Trainer``
+   (``--devices 2 --strategy ddp`` is two-process data parallel; on CPU over gloo): each rank trains
+   on its shard (Lightning's ``DistributedSampler``), epoch metrics are reduced over ranks
+   (``sync_dist``), and steps 3-4 run on rank zero only, from the checkpoint rank zero saved.
 3. Restores the best checkpoint, evaluates every test split (``test``, ``test_large``, ...), writes the
    artifact folder (``<out>/<run name>/model``: ``config.json`` + ``model.pt``, see
    :mod:`rca.gat_analyzer`).
@@ -89,6 +93,17 @@ class Args:
     """the service's database URL: its confirmed/corrected incidents join the training split"""
     feedback_weight: int = 1
     """copies of each feedback incident in the training split"""
+    accelerator: str = "auto"
+    """Lightning accelerator (``auto``: a GPU when one is visible, else CPU)"""
+    devices: str = "auto"
+    """devices per node: a count (``2``), a list (``0,1``) or ``auto``"""
+    strategy: str = "auto"
+    """Lightning strategy (``ddp``, ``ddp_spawn``, ``auto``, ...); CPU DDP uses the gloo backend"""
+    num_nodes: int = 1
+    """machines taking part (multi-node DDP: start the command on each with the usual
+    ``MASTER_ADDR``/``MASTER_PORT``/``NODE_RANK`` environment)"""
+    shard_log: str | None = None
+    """write ``rank<R>.json`` (this rank's training sample indices per epoch) to this folder"""
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -166,6 +181,59 @@ def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) 
             previous_champion=prev,
         )
     return out
+
+
+def parse_devices(value: str | int) -> Any:
+    """Lightning ``devices`` from a CLI string: ``"auto"``, a count ``"2"`` or a list ``"0,1"``."""
+    v = str(value).strip()
+    if v == "auto":
+        return "auto"
+    if "," in v:
+        return [int(x) for x in v.split(",") if x.strip()]
+    try:
+        return int(v)
+    except ValueError:
+        raise ConfigError(
+            f"--devices must be auto, a count or a list like 0,1; got {v!r}"
+        ) from None
+
+
+def _shard_log_callback() -> Any:
+    import json
+
+    import pytorch_lightning as pl
+
+    class ShardLog(pl.Callback):
+        """Writes this rank's training sample indices (per epoch) to ``<dir>/rank<R>.json``."""
+
+        def __init__(self, out_dir: str) -> None:
+            self.out = Path(out_dir)
+            self.epochs: list[list[int]] = []
+
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            loader = trainer.train_dataloader
+            sampler = getattr(loader, "sampler", None)
+            if sampler is not None and hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(trainer.current_epoch)
+            self.epochs.append([int(i) for i in iter(sampler)] if sampler is not None else [])
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / f"rank{trainer.global_rank}.json").write_text(
+                json.dumps(
+                    {
+                        "rank": trainer.global_rank,
+                        "world_size": trainer.world_size,
+                        "sampler": type(sampler).__name__,
+                        "epochs": self.epochs,
+                    }
+                )
+            )
+
+    return ShardLog
+
+
+def ShardLog(out_dir: str) -> Any:  # noqa: N802 - a class factory (pytorch_lightning imported lazily)
+    """A Lightning callback that logs each rank's training shard (see :attr:`Args.shard_log`)."""
+    return _shard_log_callback()(out_dir)
 
 
 def run(args: Args) -> dict[str, Any]:
@@ -253,6 +321,8 @@ def run(args: Args) -> dict[str, Any]:
     ]
     if args.progress:
         callbacks.append(TQDMProgressBar(refresh_rate=10))
+    if args.shard_log:
+        callbacks.append(ShardLog(args.shard_log))
     # every 10 steps, or once per epoch when an epoch is shorter (a tiny run logs its loss at all,
     # and Lightning does not warn that the interval exceeds the epoch)
     batches_per_epoch = max(1, -(-len(dm.train_data) // args.batch_size))
@@ -261,7 +331,10 @@ def run(args: Args) -> dict[str, Any]:
         max_time={"minutes": args.max_minutes},
         logger=logger,
         callbacks=callbacks,
-        accelerator="cpu",
+        accelerator=args.accelerator,
+        devices=parse_devices(args.devices),
+        strategy=args.strategy,
+        num_nodes=args.num_nodes,
         deterministic=False,
         enable_progress_bar=args.progress,
         enable_model_summary=False,
@@ -271,6 +344,9 @@ def run(args: Args) -> dict[str, Any]:
     t_fit = time.time()
     trainer.fit(module, datamodule=dm)
     fit_s = time.time() - t_fit
+    if not trainer.is_global_zero:
+        # evaluation, the artifact and MLflow registration happen once, on rank zero
+        return {"rank": int(trainer.global_rank), "world_size": int(trainer.world_size)}
 
     # ------------------------------------------------------------------ best weights + evaluation
     if ckpt.best_model_path:
@@ -306,6 +382,9 @@ def run(args: Args) -> dict[str, Any]:
     return {
         "run_id": logger.run_id,
         "run_name": run_name,
+        "rank": 0,
+        "world_size": int(trainer.world_size),
+        "checkpoint": str(ckpt.best_model_path),
         "tracking_uri": uri,
         "artifact": str(artifact),
         "epochs": int(trainer.current_epoch),
@@ -345,6 +424,30 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--max-train", type=int, default=d.max_train, help="cap training incidents")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (default 1)")
+    p.add_argument(
+        "--accelerator",
+        default=d.accelerator,
+        help="Lightning accelerator: auto (GPU when visible, else CPU), cpu, gpu (default auto)",
+    )
+    p.add_argument(
+        "--devices",
+        default=d.devices,
+        help="devices per node: auto, a count (2) or a list (0,1) (default auto)",
+    )
+    p.add_argument(
+        "--strategy",
+        default=d.strategy,
+        help="Lightning strategy: auto, ddp, ddp_spawn, ... (CPU DDP uses gloo; default auto)",
+    )
+    p.add_argument(
+        "--num-nodes", type=int, default=d.num_nodes, help="machines taking part (default 1)"
+    )
+    p.add_argument(
+        "--shard-log",
+        default=None,
+        metavar="DIR",
+        help="write each rank's training sample indices to DIR/rank<R>.json",
+    )
     p.add_argument(
         "--no-register", action="store_true", help="log the model but do not register it"
     )
@@ -391,8 +494,15 @@ def cli(args: Any) -> int:
         tracking_uri=args.tracking_uri,
         feedback_db=args.feedback_db,
         feedback_weight=args.feedback_weight,
+        accelerator=args.accelerator,
+        devices=args.devices,
+        strategy=args.strategy,
+        num_nodes=args.num_nodes,
+        shard_log=args.shard_log,
     )
     res = run(a)
+    if res.get("rank", 0) != 0:  # other DDP ranks: rank zero reports
+        return 0
     if args.release:
         release(res, args.release, command=" ".join(["fleetmind rca train", *_argv_tail(args)]))
         res["release"] = str(args.release)

@@ -1,0 +1,135 @@
+"""What a metric *is*, from its name alone: its role, the direction that counts as a symptom, its alertname.
+
+Real systems name their metrics in many ways (``latency``, ``p90_latency_ms``, ``cpu_usage``,
+``MemoryUtilization``, ``request_count``, ``success_rate``, ``http_5xx``, ...). The PetShop adapter
+(:mod:`data.petshop`) and the incident synthesiser of ``fleetmind rca fit`` (:mod:`data.synth_incidents`)
+map every metric name to one of six roles with :func:`metric_role`, by its words (split at
+non-letters and at camelCase boundaries), first matching rule wins:
+
+=============  =========  ===================================================================  ==============
+role           direction  words (any of)                                                       alertname
+=============  =========  ===================================================================  ==============
+``success``    down       availability, success, successful, succeeded, ok, 2xx, uptime,       HighErrorRate
+                          apdex, health, healthy, up
+``errors``     up         error(s), err(s), fail(s/ed/ure/ures), fault(s), 4xx, 5xx,            HighErrorRate
+                          exception(s), timeout(s), reject(ed/s), drop(s/ped), retry/retries
+``latency``    up         latency, duration, rt, response, time, delay, p50, p75, p90, p95,     HighLatency
+                          p99, p999, ms, seconds, wait
+``saturation`` up         cpu, mem, memory, rss, heap, gc, disk, io, iops, load, util,           HighSaturation
+                          utilization, usage, saturation, queue, threads, connections, fd,
+                          swap, throttling, throttled
+``traffic``    both       request(s), req, rps, qps, tps, throughput, calls, call, count,        TrafficAnomaly
+                          invocations, hits, traffic, bytes, packets, sent, received
+``other``      both       anything else                                                        <Metric>Anomaly
+=============  =========  ===================================================================  ==============
+
+``errors`` comes before ``traffic`` so ``error_count`` is an error metric; ``success`` before
+``latency`` so ``success_time`` is not a latency. Counts (``traffic``, or any name with ``count``,
+``total``, ``sum`` or ``num``) get the Poisson floor of :class:`data.petshop.DetectorConfig`.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+ROLES: tuple[str, ...] = ("latency", "errors", "traffic", "saturation", "other")
+"""Roles a model sees (``success`` is folded into ``errors``: both say "requests fail")."""
+
+_RULES: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "success",
+        frozenset(
+            "availability available success successful succeeded ok 2xx uptime apdex health "
+            "healthy up".split()
+        ),
+    ),
+    (
+        "errors",
+        frozenset(
+            "error errors err errs fail fails failed failure failures fault faults 4xx 5xx "
+            "exception exceptions timeout timeouts reject rejected rejects drop drops dropped "
+            "retry retries".split()
+        ),
+    ),
+    (
+        "latency",
+        frozenset(
+            "latency duration rt response time delay p50 p75 p90 p95 p99 p999 ms seconds "
+            "wait".split()
+        ),
+    ),
+    (
+        "saturation",
+        frozenset(
+            "cpu mem memory rss heap gc disk io iops load util utilization usage saturation "
+            "queue threads connections fd swap throttling throttled".split()
+        ),
+    ),
+    (
+        "traffic",
+        frozenset(
+            "request requests req rps qps tps throughput calls call count invocations hits "
+            "traffic bytes packets sent received".split()
+        ),
+    ),
+)
+
+DIRECTION_OF_ROLE: dict[str, str] = {
+    "success": "down",
+    "errors": "up",
+    "latency": "up",
+    "saturation": "up",
+    "traffic": "both",
+    "other": "both",
+}
+"""Which deviation is a symptom for each role: ``up``, ``down`` or ``both``."""
+
+ALERTNAME_OF_ROLE: dict[str, str] = {
+    "success": "HighErrorRate",
+    "errors": "HighErrorRate",
+    "latency": "HighLatency",
+    "saturation": "HighSaturation",
+    "traffic": "TrafficAnomaly",
+}
+
+_COUNT_WORDS = frozenset("count total sum num".split())
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def words(name: str) -> list[str]:
+    """Lower-case words of a metric name: ``"p90LatencyMs"`` -> ``["p90", "latency", "ms"]``."""
+    return [w for w in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", str(name)).lower()) if w]
+
+
+@lru_cache(maxsize=4096)
+def metric_role(name: str) -> str:
+    """The role of a metric name: ``success``, ``errors``, ``latency``, ``saturation``, ``traffic``
+    or ``other`` (see the module table)."""
+    ws = words(name)
+    for role, vocab in _RULES:
+        if any(w in vocab for w in ws):
+            return role
+    return "other"
+
+
+def model_role(name: str) -> str:
+    """:func:`metric_role` with ``success`` folded into ``errors`` (one of :data:`ROLES`)."""
+    role = metric_role(name)
+    return "errors" if role == "success" else role
+
+
+def metric_direction(name: str) -> str:
+    """``up``, ``down`` or ``both``: which deviation of metric ``name`` is a symptom."""
+    return DIRECTION_OF_ROLE[metric_role(name)]
+
+
+def metric_alertname(name: str) -> str:
+    """Alertname for an anomaly of metric ``name`` (``<Metric>Anomaly`` for role ``other``)."""
+    role = metric_role(name)
+    return ALERTNAME_OF_ROLE.get(role, f"{str(name)[:1].upper()}{str(name)[1:]}Anomaly")
+
+
+def is_count_metric(name: str) -> bool:
+    """Whether metric ``name`` counts events (traffic, or a count/total/sum/num of something)."""
+    return metric_role(name) == "traffic" or any(w in _COUNT_WORDS for w in words(name))

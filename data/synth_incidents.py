@@ -1,0 +1,501 @@
+"""Synthetic incidents for one real system, from its call graph and its normal-period metrics only.
+
+``fleetmind rca fit`` trains a GAT for a system before any of its incidents is known. What an operator
+has then is the dependency graph and a stretch of normal telemetry. This module turns those two into
+labelled training incidents:
+
+1. cut a window of ``W`` consecutive rows (``W`` drawn from :attr:`SynthConfig.window_rows`) out of the
+   normal period;
+2. pick a root node (any node that has metrics or is called by a node that has; a node without
+   metrics of its own is drawn a tenth as often as one with) and a fault:
+
+   ========== =================================================================================
+   fault      what is injected (from a random onset row on; ``w`` = a random per-edge weight)
+   ========== =================================================================================
+   latency    the root's latency rises by ``delta``; every caller's latency rises by ``sum w *
+              delta(callee)`` (latency adds up along call chains; ``w`` log-uniform in [0.1, 3] =
+              calls per request times the share of requests that take the path; some take none)
+   errors     the root's success rate drops by a share ``d`` (its error counts rise); a caller's
+              share is ``w * d(callee)``, ``w`` in [0.1, 0.9] (errors dilute toward callers);
+              sometimes callers' latency moves too (timeouts)
+   saturation the root's saturation metrics (CPU, memory, ...) rise and its latency rises (as above)
+   traffic    the root's request count is multiplied or divided by 2-10; its callees' counts follow,
+              diluted; a surge sometimes slows the root (latency, as above)
+   stop       the root stops serving: its requests fall to 0-20 %, its success rate collapses, its
+              callers see errors (as ``errors``)
+   ========== =================================================================================
+
+   with probability :attr:`SynthConfig.silent_rate` the root's own metrics are left untouched (a
+   silent component: only its neighbours show the fault); nodes without metrics are always silent.
+   With probability :attr:`SynthConfig.hidden_edge_rate` the fault also reaches a leaf node that
+   shares a caller with the root (an edge the traced call graph misses: a load balancer or proxy in
+   front of the root shows up as a leaf next to it);
+   Each node downstream of the root starts at its parent's onset, one row later with probability
+   :attr:`SynthConfig.lag_prob` or one row earlier with probability ``lag_prob / 3`` (scrape skew);
+3. add unrelated drifts: a Poisson(:attr:`SynthConfig.noise_mean`) number of random (node, metric)
+   pairs shifted for the whole window (30 % of them next to the fault), as long-running unrelated
+   anomalies are in real windows;
+4. turn the window into alerts with the adapter's detector (:func:`data.petshop.detect_alerts`, here
+   vectorised as :meth:`SystemModel.detect`, which a test holds equal to it) and the baseline fitted
+   on the normal period: the same rules and settings the adapter uses on real issue windows.
+
+Metric roles come from metric names (:mod:`data.metric_roles`), so nothing here depends on node or
+metric names of a particular system. The only inputs are ``graph`` and ``normal``: no issue window, no
+``target.json``, no label.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fleetmind.data.errors import DataError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.metric_roles import (
+    ROLES,
+    metric_alertname,
+    metric_direction,
+    metric_role,
+    model_role,
+)
+from fleetmind.data.petshop import (
+    ALERTNAMES,
+    DIRECTIONS,
+    Baseline,
+    DetectorConfig,
+    _first_run,
+    _iso,
+    _pick_statistics,
+    fit_baseline,
+)
+
+FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop")
+"""Fault types the synthesiser injects."""
+
+
+@dataclass
+class SynthConfig:
+    """Settings of the incident synthesiser (one set for every system).
+
+    Attributes:
+        n_incidents: incidents to synthesise.
+        window_rows: inclusive range of window lengths ``W`` in rows (clipped to the normal period).
+        fault_mix: probability of each fault type (:data:`FAULTS`), normalised.
+        silent_rate: probability that the root's own metrics are left untouched.
+        noise_mean: mean number of unrelated drifting (node, metric) pairs per incident.
+        lag_prob: probability that a node shows the fault one row after the node it depends on.
+        hidden_edge_rate: probability that the fault also reaches a leaf sibling of the root (a
+            node without callees sharing a caller with it) over an edge the graph does not show.
+        seed: random seed.
+    """
+
+    n_incidents: int = 6000
+    window_rows: tuple[int, int] = (4, 12)
+    fault_mix: dict[str, float] = field(
+        default_factory=lambda: {
+            "latency": 0.35,
+            "errors": 0.25,
+            "saturation": 0.15,
+            "traffic": 0.10,
+            "stop": 0.15,
+        }
+    )
+    silent_rate: float = 0.05
+    noise_mean: float = 2.5
+    lag_prob: float = 0.3
+    hidden_edge_rate: float = 0.25
+    seed: int = 0
+
+
+@dataclass
+class SynthIncident:
+    """One synthetic incident: alerts (Alertmanager v4 dicts), root node index and id, fault, window."""
+
+    alerts: list[dict[str, Any]]
+    root: int
+    root_id: str
+    fault: str
+    silent: bool
+    window_rows: int
+
+
+class SystemModel:
+    """A system as the synthesiser sees it: graph, normal period, baseline, metric groups.
+
+    Args:
+        graph: the call graph (edges ``caller -> callee``, any edge kind counts as a dependency).
+        normal: normal-period metrics, columns ``(node, metric, statistic)`` (:func:`read_metrics_csv`).
+        config: detection rules (the adapter's :class:`DetectorConfig` by default).
+
+    Attributes:
+        groups: ``{(node_index, role): column indices}`` where ``role`` is :func:`metric_role`'s.
+        observed: ``(|V|, len(ROLES))`` bool, node ``v`` has a scored metric of model role ``r``.
+        callers / callees: adjacency lists of node indices.
+    """
+
+    def __init__(
+        self, graph: DependencyGraph, normal: pd.DataFrame, config: DetectorConfig | None = None
+    ) -> None:
+        self.graph = graph
+        self.config = config or DetectorConfig()
+        if len(normal) < 4:
+            raise DataError(f"normal period has {len(normal)} rows; at least 4 are needed")
+        self.normal = normal
+        self.baseline: Baseline = fit_baseline(normal, self.config)
+        self.values = normal.to_numpy(dtype=float)
+        cols = list(normal.columns)
+        scored = set(self.baseline.median.index)
+        self.med = np.array(
+            [float(self.baseline.median[c]) if c in scored else np.nan for c in cols]
+        )
+        self.scale = np.array(
+            [float(self.baseline.scale[c]) if c in scored else np.nan for c in cols]
+        )
+        n = graph.num_nodes
+        self.groups: dict[tuple[int, str], list[int]] = {}
+        self.observed = np.zeros((n, len(ROLES)), dtype=bool)
+        for j, (node, metric, _stat) in enumerate(cols):
+            i = graph.index.get(str(node))
+            if i is None:
+                continue
+            self.groups.setdefault((i, metric_role(metric)), []).append(j)
+            if cols[j] in scored:
+                self.observed[i, ROLES.index(model_role(metric))] = True
+        self.callers: list[list[int]] = [[] for _ in range(n)]
+        self.callees: list[list[int]] = [[] for _ in range(n)]
+        for s, d in graph.edge_index.T:
+            if s != d:
+                self.callers[int(d)].append(int(s))
+                self.callees[int(s)].append(int(d))
+        has_metrics = self.observed.any(axis=1)
+        self.candidates = np.array(
+            [i for i in range(n) if has_metrics[i] or any(has_metrics[c] for c in self.callers[i])],
+            dtype=np.int64,
+        )
+        # unmonitored nodes (no metric of their own) are roots less often: a fault there shows only
+        # through its callers, so the prior favours components an operator watches
+        w = np.where(has_metrics[self.candidates], 1.0, 0.1) if self.candidates.size else None
+        self.candidate_p = None if w is None else w / w.sum()
+        if self.candidates.size == 0:
+            raise DataError(
+                f"graph {graph.name!r}: no node has a normal-period metric with a baseline "
+                "(do the metrics.csv node names match graph.csv?)"
+            )
+        lat = [
+            abs(self.med[j])
+            for (_, role), js in self.groups.items()
+            if role == "latency"
+            for j in js
+            if np.isfinite(self.med[j])
+        ]
+        self.latency_ref = float(np.median(lat)) if lat else 1.0
+        self._prepare_detector()
+
+    def _prepare_detector(self) -> None:
+        """Column arrays for :meth:`detect`: the columns :func:`detect_alerts` scores, in its order."""
+        cfg = self.config
+        chosen = _pick_statistics(self.normal.columns, cfg.statistic_preference)
+        pos = {c: j for j, c in enumerate(self.normal.columns)}
+        scored = set(self.baseline.median.index)
+        self._det_cols: list[tuple[str, str, str]] = []
+        for (node, metric), stat in chosen.items():
+            if cfg.metrics is not None and metric not in cfg.metrics:
+                continue
+            if (node, metric, stat) in scored:
+                self._det_cols.append((node, metric, stat))
+        self._det_idx = np.array([pos[c] for c in self._det_cols], dtype=np.int64)
+        self._det_med = np.array([float(self.baseline.median[c]) for c in self._det_cols])
+        self._det_scale = np.array([float(self.baseline.scale[c]) for c in self._det_cols])
+        self._det_dir = [DIRECTIONS.get(m) or metric_direction(m) for _, m, _ in self._det_cols]
+
+    def detect(self, x: np.ndarray, times: np.ndarray) -> list[dict[str, Any]]:
+        """:func:`data.petshop.detect_alerts` on a window given as an array (the same rules and the
+        same alert objects, ``tests/test_rca_fit.py`` checks equality), vectorised over columns.
+
+        Args:
+            x: ``(W, C)`` window values in the columns of the normal period.
+            times: ``(W,)`` unix seconds.
+        """
+        cfg = self.config
+        if len(self._det_idx) == 0:
+            return []
+        dev = (x[:, self._det_idx] - self._det_med) / self._det_scale
+        signed = dev.copy()
+        for k, d in enumerate(self._det_dir):
+            if d == "down":
+                signed[:, k] = -dev[:, k]
+            elif d != "up":
+                signed[:, k] = np.abs(dev[:, k])
+        flags = np.nan_to_num(signed, nan=-np.inf) > cfg.z_threshold
+        cand = np.flatnonzero(flags.sum(axis=0) >= cfg.min_consecutive)
+        step = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+        alerts = []
+        for k in cand:
+            run = _first_run(flags[:, k], cfg.min_consecutive)
+            if run is None:
+                continue
+            alerts.append(self._alert(k, run, signed[:, k], x[:, self._det_idx[k]], times, step))
+        alerts.sort(key=lambda a: (a["startsAt"], -float(a["annotations"]["z_score"])))
+        return alerts
+
+    def _alert(
+        self,
+        k: int,
+        run: tuple[int, int],
+        signed: np.ndarray,
+        x: np.ndarray,
+        times: np.ndarray,
+        step: float,
+    ) -> dict[str, Any]:
+        import hashlib
+        import json
+
+        node, metric, stat = self._det_cols[k]
+        med, scale, direction = float(self._det_med[k]), float(self._det_scale[k]), self._det_dir[k]
+        start, end = run
+        peak = int(start + np.nanargmax(signed[start : end + 1]))
+        z = float(signed[peak])
+        value = float(x[peak])
+        still_firing = end == len(x) - 1
+        labels = {
+            "alertname": ALERTNAMES.get(metric) or metric_alertname(metric),
+            "severity": "critical" if z >= self.config.critical_z else "warning",
+            "service": node,
+            "metric": metric,
+            "statistic": stat,
+        }
+        fp_src = json.dumps(labels, sort_keys=True).encode()
+        return {
+            "status": "firing" if still_firing else "resolved",
+            "labels": labels,
+            "annotations": {
+                "summary": f"{node} {metric} ({stat}) {value:.6g} vs normal median {med:.6g}",
+                "z_score": f"{z:.4g}",
+                "value": f"{value:.6g}",
+                "baseline": f"{med:.6g}",
+                "delta": f"{value - med:.6g}",
+                "scale": f"{scale:.6g}",
+                "direction": direction,
+            },
+            "startsAt": _iso(times[start]),
+            "endsAt": "0001-01-01T00:00:00Z" if still_firing else _iso(times[end] + step),
+            "generatorURL": "",
+            "fingerprint": hashlib.sha1(fp_src).hexdigest()[:16],
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def _level(self, j: int) -> float:
+        """A column's typical size: ``max(|median|, scale)`` (1.0 without a baseline)."""
+        m, s = self.med[j], self.scale[j]
+        if not np.isfinite(m):
+            return 1.0
+        return float(max(abs(m), s))
+
+    def _spread(
+        self, rng: np.random.Generator, root: int, amount: float, w_lo: float, w_hi: float, up: bool
+    ) -> dict[int, float]:
+        """Propagate ``amount`` from ``root`` to its callers (``up``) or callees, scaled per edge.
+
+        Returns ``{node: amount}`` (the root included). Latency adds up: a node reached along several
+        edges sums their contributions; each edge's weight is log-uniform in ``[w_lo, w_hi]``, and
+        with probability 0.15 an edge carries nothing.
+        """
+        out = {root: amount}
+        nxt = self.callers if up else self.callees
+        q = deque([root])
+        seen = {root}
+        while q:
+            v = q.popleft()
+            for u in nxt[v]:
+                w = (
+                    0.0
+                    if rng.random() < 0.15
+                    else float(np.exp(rng.uniform(*np.log([w_lo, w_hi]))))
+                )
+                if w == 0.0 or u == root:
+                    continue
+                out[u] = out.get(u, 0.0) + w * out[v]
+                if u not in seen:
+                    seen.add(u)
+                    q.append(u)
+        return out
+
+    def _onsets(self, rng: np.random.Generator, root: int, onset: int, nodes: set[int]) -> dict:
+        """Onset row of every affected node: BFS from the root, +1 row w.p. ``lag_prob``."""
+        out = {root: onset}
+        q = deque([root])
+        while q:
+            v = q.popleft()
+            for u in self.callers[v] + self.callees[v]:
+                if u in nodes and u not in out:
+                    r = rng.random()
+                    lag = 1 if r < self._lag else (-1 if r < self._lag * 4 / 3 else 0)
+                    out[u] = max(0, out[v] + lag)
+                    q.append(u)
+        for u in nodes:
+            out.setdefault(u, onset)
+        return out
+
+    # ------------------------------------------------------------------ one incident
+    def incident(self, rng: np.random.Generator, cfg: SynthConfig) -> SynthIncident | None:
+        """Synthesise one incident, or ``None`` when the fault raised no alert near the root."""
+        self._lag = cfg.lag_prob
+        t = len(self.values)
+        lo, hi = cfg.window_rows
+        w_rows = int(min(t, rng.integers(lo, hi + 1)))
+        s = int(rng.integers(0, t - w_rows + 1))
+        x = self.values[s : s + w_rows].copy()
+        root = int(rng.choice(self.candidates, p=self.candidate_p))
+        faults = list(cfg.fault_mix)
+        p = np.array([cfg.fault_mix[f] for f in faults], dtype=float)
+        fault = str(rng.choice(faults, p=p / p.sum()))
+        silent = bool(rng.random() < cfg.silent_rate)
+        onset = int(rng.integers(0, max(1, w_rows - 1)))
+
+        # effects: {(node, role): (kind, amount)}; kind "add" (absolute), "mul" (factor), "drop" (share)
+        effects: dict[tuple[int, str], tuple[str, float]] = {}
+
+        def latency(scale_lo: float, scale_hi: float) -> None:
+            meds = [abs(self.med[j]) for j in self.groups.get((root, "latency"), [])]
+            meds = [m for m in meds if np.isfinite(m) and m > 0]
+            ref = float(np.median(meds)) if meds else self.latency_ref
+            amount = ref * float(np.exp(rng.uniform(np.log(scale_lo), np.log(scale_hi))))
+            for v, a in self._spread(rng, root, amount, 0.1, 3.0, up=True).items():
+                effects[(v, "latency")] = ("add", a)
+
+        def errors(d_lo: float, d_hi: float) -> None:
+            d = float(np.exp(rng.uniform(np.log(d_lo), np.log(d_hi))))
+            for v, a in self._spread(rng, root, d, 0.1, 0.9, up=True).items():
+                effects[(v, "success")] = ("drop", min(a, 1.0))
+                effects[(v, "errors")] = ("errs", min(a, 1.0))
+            if rng.random() < 0.3:  # timeouts: callers wait
+                for v, a in self._spread(
+                    rng, root, self.latency_ref * rng.uniform(0.5, 5), 0.1, 1.0, up=True
+                ).items():
+                    if v != root:
+                        effects[(v, "latency")] = ("add", a)
+
+        if fault == "latency":
+            latency(0.3, 30.0)
+            if rng.random() < 0.3:
+                effects[(root, "saturation")] = ("sat", float(rng.uniform(0.5, 5)))
+        elif fault == "errors":
+            errors(0.01, 0.8)
+        elif fault == "saturation":
+            effects[(root, "saturation")] = ("sat", float(rng.uniform(0.5, 5)))
+            latency(0.2, 10.0)
+            if rng.random() < 0.3:
+                effects[(root, "success")] = ("drop", float(rng.uniform(0.01, 0.3)))
+        elif fault == "traffic":
+            f = float(np.exp(rng.uniform(np.log(2), np.log(10))))
+            f = 1.0 / f if rng.random() < 0.4 else f
+            for v, a in self._spread(rng, root, f - 1.0, 0.3, 1.0, up=False).items():
+                effects[(v, "traffic")] = ("mul", max(0.0, 1.0 + a))
+            if f > 1 and rng.random() < 0.5:
+                latency(0.2, 5.0)
+        else:  # stop
+            errors(0.3, 1.0)
+            effects[(root, "traffic")] = ("mul", float(rng.uniform(0.0, 0.2)))
+
+        # edges the graph misses (load balancers, proxies, shared hosts that traces do not show):
+        # the fault also reaches a node that shares a caller with the root
+        if rng.random() < cfg.hidden_edge_rate:
+            sibs = sorted(
+                {u for c in self.callers[root] for u in self.callees[c] if not self.callees[u]}
+                - {root}
+            )
+            if sibs:
+                u = int(rng.choice(sibs))
+                for (v, role), (kind, amount) in list(effects.items()):
+                    if v == root and (u, role) not in effects:
+                        w = float(np.exp(rng.uniform(np.log(0.5), np.log(5.0))))
+                        effects[(u, role)] = (
+                            (kind, amount * w)
+                            if kind == "add"
+                            else (kind, min(1.0, amount * w))
+                            if kind in ("drop", "errs")
+                            else (kind, amount)
+                        )
+
+        affected = {v for v, _ in effects}
+        starts = self._onsets(rng, root, onset, affected)
+        for (v, role), (kind, amount) in effects.items():
+            if silent and v == root:
+                continue
+            js = self.groups.get((v, role), [])
+            if not js:
+                continue
+            r0 = min(starts[v], w_rows - 1)
+            ramp = np.ones(w_rows - r0)
+            ramp[0] = rng.uniform(0.3, 1.0)
+            for j in js:
+                col = x[r0:, j]
+                if kind == "add":
+                    col += amount * ramp
+                elif kind == "mul":
+                    col *= 1.0 + (amount - 1.0) * ramp
+                elif kind == "drop":
+                    col *= 1.0 - amount * ramp
+                elif kind == "errs":
+                    col += self._level(j) * 50.0 * amount * ramp
+                else:  # "sat": saturation rises by amount x its typical level
+                    col += self._level(j) * amount * ramp
+
+        # unrelated drifts over the whole window
+        near = sorted({u for v in affected for u in self.callers[v] + self.callees[v]} - {root})
+        keys = list(self.groups)
+        for _ in range(int(rng.poisson(cfg.noise_mean))):
+            if near and rng.random() < 0.3:
+                v = int(rng.choice(near))
+                opts = [k for k in keys if k[0] == v]
+                if not opts:
+                    continue
+                v, role = opts[int(rng.integers(len(opts)))]
+            else:
+                v, role = keys[int(rng.integers(len(keys)))]
+            z = float(np.exp(rng.uniform(np.log(3.0), np.log(60.0))))
+            sign = (
+                -1.0 if role == "success" else (1.0 if role != "traffic" else rng.choice([-1, 1]))
+            )
+            for j in self.groups[(v, role)]:
+                if np.isfinite(self.scale[j]):
+                    x[:, j] += sign * z * self.scale[j]
+
+        alerts = self.detect(x, self.normal.index.to_numpy(dtype=float)[s : s + w_rows])
+        if not alerts:
+            return None
+        hit = {self.graph.index.get(a["labels"].get("service", "")) for a in alerts}
+        if not (hit & affected):
+            return None
+        return SynthIncident(
+            alerts=alerts,
+            root=root,
+            root_id=self.graph.nodes[root].id,
+            fault=fault,
+            silent=silent or not self.observed[root].any(),
+            window_rows=w_rows,
+        )
+
+    def incidents(self, cfg: SynthConfig, progress: Any = None) -> Iterator[SynthIncident]:
+        """Yield ``cfg.n_incidents`` incidents (seeded; ``progress(n)`` is called per incident)."""
+        rng = np.random.default_rng(cfg.seed)
+        made, tries = 0, 0
+        while made < cfg.n_incidents:
+            tries += 1
+            if tries > 20 * cfg.n_incidents + 100:
+                raise DataError(
+                    f"graph {self.graph.name!r}: injected faults raise almost no alerts "
+                    f"({made} incidents in {tries} tries); is the normal period too noisy?"
+                )
+            inc = self.incident(rng, cfg)
+            if inc is None:
+                continue
+            made += 1
+            if progress is not None:
+                progress(1)
+            yield inc
