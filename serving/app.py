@@ -51,6 +51,7 @@ from fleetmind.serving.routers import (
     models,
     placements,
     rca,
+    scheduler,
     ui,
 )
 from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
@@ -219,7 +220,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # No dependency override for explicit settings: the services carry them (``current_settings``),
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
     # request (~1-2 ms each).
-    for r in (incidents, rca, placements, fleet):  # read-only for the caller
+    # read-only for the caller; the scheduler extender's holds count as reads (see docs/serving.md)
+    for r in (incidents, rca, placements, fleet, scheduler):
         app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
     for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)

@@ -67,6 +67,7 @@ class Services:
     rca_batcher: RCABatcher = field(default_factory=RCABatcher)
     rca_pool: RankingPool | None = None
     keep_warm: KeepWarm | None = None
+    extender: Any = None  # serving.extender.ExtenderState, built on the first extender call
 
 
 async def get_services(request: Request) -> Services:

@@ -7,6 +7,7 @@ Units follow openb: ``gpu_milli`` is the share of one GPU (1000 = a whole GPU); 
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,9 +36,18 @@ class Placer(Protocol):
     version: str | None
 
     def place(
-        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
+        self,
+        snapshot: FleetSnapshot,
+        job: JobSpec,
+        reservations: Reservations,
+        k: int,
+        allowed: Collection[str] | None = None,
     ) -> list[Option]:
-        """Return up to ``k`` feasible options, best first (empty when none fits)."""
+        """Return up to ``k`` feasible options, best first (empty when none fits).
+
+        ``allowed``: node names the job may go to (all when None; the rest of the snapshot still
+        forms the state the policy sees).
+        """
         ...
 
 
@@ -106,11 +116,19 @@ class BestFitPlacer:
     version: str | None = None
 
     def place(
-        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
+        self,
+        snapshot: FleetSnapshot,
+        job: JobSpec,
+        reservations: Reservations,
+        k: int,
+        allowed: Collection[str] | None = None,
     ) -> list[Option]:
         options: list[Option] = []
+        wants = _model_wants(job)
         for node in snapshot.nodes:
             if job.cluster is not None and node.cluster != job.cluster:
+                continue
+            if allowed is not None and node.name not in allowed:
                 continue
             if job.cpu_milli and node.cpu_milli:
                 if (
@@ -128,7 +146,7 @@ class BestFitPlacer:
             free = [
                 (i, f)
                 for i, f in free_gpus(node, reservations)
-                if job.gpu_model is None or job.gpu_model.lower() in models[i].lower()
+                if wants is None or any(w in models[i].lower() for w in wants)
             ]
             total_free = sum(f for _, f in free)
             if job.num_gpu == 0:
@@ -145,6 +163,14 @@ class BestFitPlacer:
             )
         options.sort(key=lambda o: (-o.score, o.cluster, o.node))
         return options[:k]
+
+
+def _model_wants(job: JobSpec) -> list[str] | None:
+    """Lower-cased model names a job accepts (``gpu_model`` may list several, ``|``-separated)."""
+    if not job.gpu_model:
+        return None
+    wants = [w.strip().lower() for w in job.gpu_model.split("|") if w.strip()]
+    return wants or None
 
 
 def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
@@ -175,7 +201,8 @@ class PeerPolicyPlacer:
         self.name = name
         self.version = version
         self._lock = threading.Lock()  # policies keep per-state caches
-        self._cache: tuple[tuple[int, float], Any, dict] | None = None
+        # (key, state, where, nodes): the node list is kept so that its id cannot be reused
+        self._cache: tuple[tuple[int, float], Any, dict, list] | None = None
 
     def _base_state(self, snapshot: FleetSnapshot) -> tuple[Any, dict]:
         """The snapshot as a ClusterState (before reservations), cached per snapshot, plus a map
@@ -184,7 +211,7 @@ class PeerPolicyPlacer:
 
         key = (id(snapshot.nodes), snapshot.collected_ts if snapshot.source != "sim" else 0.0)
         cached = self._cache
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == key and cached[3] is snapshot.nodes:
             return cached[1], cached[2]
         nodes = snapshot.nodes
         num_gpu = np.array([min(len(x.gpus), MAX_GPUS_PER_NODE) for x in nodes], dtype=np.int64)
@@ -204,11 +231,16 @@ class PeerPolicyPlacer:
                 state.cpu_free[i] = x.cpu_milli_free
             if x.memory_mib:
                 state.mem_free[i] = x.memory_mib_free
-        self._cache = (key, state, where)
+        self._cache = (key, state, where, nodes)
         return state, where
 
     def place(
-        self, snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations, k: int
+        self,
+        snapshot: FleetSnapshot,
+        job: JobSpec,
+        reservations: Reservations,
+        k: int,
+        allowed: Collection[str] | None = None,
     ) -> list[Option]:
         import numpy as np
 
@@ -231,11 +263,12 @@ class PeerPolicyPlacer:
             if i is not None:
                 state.mem_free[i[0]] -= milli
         mask_model = ANY_GPU_MODEL
-        if job.gpu_model:
+        wants = _model_wants(job)
+        if wants is not None:
             ids = [
                 gpu_model_id(x.gpus[0].model)
                 for x in nodes
-                if x.gpus and job.gpu_model.lower() in x.gpus[0].model.lower()
+                if x.gpus and any(w in x.gpus[0].model.lower() for w in wants)
             ]
             mask_model = 0
             for m in set(ids):
@@ -250,6 +283,8 @@ class PeerPolicyPlacer:
         mask = state.feasible(pod) if mask_model else np.zeros(n, dtype=bool)
         if job.cluster is not None:
             mask &= np.array([x.cluster == job.cluster for x in nodes])
+        if allowed is not None:
+            mask &= np.fromiter((x.name in allowed for x in nodes), dtype=bool, count=n)
         if not mask.any():
             return []
         with self._lock:

@@ -67,6 +67,11 @@ class Settings(BaseSettings):
         2.0, gt=0, description="scrape timeout of the prometheus source"
     )
     telemetry_ttl_s: float = Field(5.0, ge=0, description="how long a telemetry snapshot is reused")
+    scheduler_cluster: str | None = Field(
+        None,
+        description="the telemetry cluster the kube-scheduler extender places into (unset: node "
+        "names are looked up in every cluster, first match wins)",
+    )
     rca_model: str | None = Field(
         None,
         description="RCA model: a local artifact path, an MLflow URI (models:/fleetmind-rca@champion), "

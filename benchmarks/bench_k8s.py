@@ -1,0 +1,156 @@
+"""Kubernetes-path speed: the scheduler extender on 1,000 nodes, and the Prometheus telemetry refresh.
+
+* ``extender``: the first 1,000 openb GPU nodes, filled by a seeded FGD run, served as telemetry;
+  openb ``default`` pods posted as ``ExtenderArgs`` to ``/api/v1/scheduler/filter`` then
+  ``/prioritize`` (in-process ASGI client: JSON encoding and routing included, no network). One
+  sample = filter + prioritize for one pod with all 1,000 candidate nodes. Target: p99 <= 50 ms.
+* ``telemetry`` (when ``--prometheus`` names a Prometheus binary): see ``bench_telemetry`` below.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_k8s.py                 # writes benchmarks/results/k8s.json
+    .venv/bin/python benchmarks/bench_k8s.py --pods 100 --nodes 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+OUT = Path(__file__).resolve().parent / "results" / "k8s.json"
+
+
+def provenance(argv: list[str]) -> dict:
+    import fastapi
+    import sqlalchemy
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = bool(
+        subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    return {
+        "command": " ".join(["benchmarks/bench_k8s.py", *argv]),
+        "commit": commit,
+        "dirty_worktree": dirty,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "load_average_at_start": list(os.getloadavg()),
+        },
+        "versions": {
+            "numpy": np.__version__,
+            "fastapi": fastapi.__version__,
+            "sqlalchemy": sqlalchemy.__version__,
+        },
+    }
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+def bench_extender(n_nodes: int, n_pods: int, seed: int) -> dict:
+    from fastapi.testclient import TestClient
+    from k8s_helpers import extender_args, filled_state, pod_json, state_nodes
+
+    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+    from fleetmind.envs.core import ClusterState
+    from fleetmind.envs.policies import FGD
+    from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_from_json
+    from fleetmind.serving.app import create_app
+    from fleetmind.serving.settings import Settings
+    from fleetmind.serving.telemetry.sim import SimSource
+
+    nodes = load_openb_nodes()
+    idx = np.arange(min(n_nodes, len(nodes)))
+    state = ClusterState(
+        nodes.cpu_milli[idx],
+        nodes.memory_mib[idx],
+        nodes.num_gpu[idx],
+        nodes.model_id[idx],
+        names=nodes.names[idx],
+    )
+    trace = load_openb_trace("default")
+    meta = json.loads((RELEASED_DIR / "metadata.json").read_text())
+    filled_state(state, trace, FGD(typical=typical_from_json(meta["typical_pods"])), 3000, seed)
+    fleet = state_nodes(state)
+    rng = np.random.default_rng(seed + 1)
+    pods = [pod_json(trace, int(i)) for i in rng.choice(len(trace), n_pods, replace=False)]
+    out: dict = {"nodes": len(fleet), "pods": n_pods, "seed": seed}
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(
+            database_url=f"sqlite:///{tmp}/fm.db",
+            rca_model="baseline:upstream-coverage",
+            incident_worker=False,
+        )
+        with TestClient(create_app(settings)) as client:
+            services = client.app.state.services
+            services.telemetry = SimSource(fleet)
+            out["policy"] = services.registry.current.placement.method
+            for cache_capable in (True, False):
+                times, filt, prio = [], [], []
+                for k, pod in enumerate([pods[0], *pods]):
+                    args = extender_args(pod, fleet, cache_capable)
+                    t0 = time.perf_counter()
+                    r1 = client.post("/api/v1/scheduler/filter", json=args)
+                    t1 = time.perf_counter()
+                    r2 = client.post("/api/v1/scheduler/prioritize", json=args)
+                    t2 = time.perf_counter()
+                    assert r1.status_code == 200 and r2.status_code == 200, r1.text + r2.text
+                    if k == 0:
+                        continue  # warm-up
+                    times.append((t2 - t0) * 1e3)
+                    filt.append((t1 - t0) * 1e3)
+                    prio.append((t2 - t1) * 1e3)
+                key = "node_cache_capable" if cache_capable else "node_list"
+                out[key] = {
+                    "filter_plus_prioritize_ms": {
+                        "p50": pct(times, 50),
+                        "p99": pct(times, 99),
+                        "max": max(times),
+                    },
+                    "filter_ms_p99": pct(filt, 99),
+                    "prioritize_ms_p99": pct(prio, 99),
+                    "target_p99_ms": 50.0,
+                }
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--out", type=Path, default=OUT)
+    a = ap.parse_args(argv)
+    result = {"provenance": provenance(argv), "extender": bench_extender(a.nodes, a.pods, a.seed)}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["extender"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

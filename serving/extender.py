@@ -1,0 +1,443 @@
+"""kube-scheduler extender: a Pod in, feasible node names and 0-10 scores out.
+
+The wire format is ``k8s.io/kube-scheduler/extender/v1`` (``staging/src/k8s.io/kube-scheduler/
+extender/v1/types.go`` in kubernetes/kubernetes). Its Go structs carry no JSON tags, so the keys
+are the Go field names: ``ExtenderArgs{Pod, Nodes, NodeNames}``, ``ExtenderFilterResult{Nodes,
+NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}``, ``HostPriorityList = [HostPriority{Host,
+Score}]`` with scores in ``0..MaxExtenderPriority`` (10). Go's decoder matches keys
+case-insensitively, so this module reads keys the same way; it always writes the Go names.
+
+``nodeCacheCapable: true`` makes kube-scheduler send ``NodeNames`` only (the extender knows the
+nodes from telemetry); ``false`` sends the full ``Nodes`` (a ``v1.NodeList``) and expects the passing
+``Nodes`` back. Both are served.
+
+What a Pod asks for (:func:`pod_request`), per Kubernetes' effective-request rule (the sum over
+``containers``, or the largest ``initContainers`` entry when that is larger):
+
+* CPU and memory: ``resources.requests`` (``limits`` when a request is absent) ``cpu`` and
+  ``memory`` of each container, in millicores and MiB.
+* GPUs, whole: the extended resource ``nvidia.com/gpu`` (``limits``, as the device plugin reads it).
+* GPUs, shared (the openb trace's scheduler, Alibaba's GPU-sharing scheduler; the names of the
+  ``kubernetes-scheduler-simulator`` of the FGD paper): annotations
+  ``alibabacloud.com/gpu-milli`` (share of each GPU, 1..1000), ``alibabacloud.com/gpu-count``
+  (number of GPUs) and ``alibabacloud.com/gpu-card-model`` (allowed models, ``|``- or
+  ``,``-separated). When ``gpu-count`` or ``gpu-milli`` is present it takes precedence over
+  ``nvidia.com/gpu``.
+
+Decisions come from the served placement policy (:mod:`serving.registry`: the released PPO agent);
+when the registry had to fall back (no PPO model), the extender uses FGD with the typical pods stored
+in ``models/placement/metadata.json`` (BestFit when those are missing too). Prioritize gives the
+policy's choice 10 and the other feasible nodes 0..9 by the policy's scores (BestFit's for PPO,
+which ranks candidates only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetmind.data.errors import DataError
+from fleetmind.serving.placement import Option, Placer, Reservations, free_gpus
+from fleetmind.serving.schemas import JobSpec
+from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
+
+MAX_EXTENDER_PRIORITY = 10
+GPU_RESOURCE = "nvidia.com/gpu"
+ANN_GPU_MILLI = "alibabacloud.com/gpu-milli"
+ANN_GPU_COUNT = "alibabacloud.com/gpu-count"
+ANN_GPU_MODEL = "alibabacloud.com/gpu-card-model"
+MAX_CPU_MILLI = 10_000_000
+MAX_MEMORY_MIB = 100_000_000
+
+_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+_SUFFIX = {
+    "": 1.0,
+    "m": 1e-3,
+    "u": 1e-6,
+    "n": 1e-9,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
+
+
+def parse_quantity(value: Any, what: str = "quantity") -> float:
+    """A Kubernetes resource quantity (``"500m"``, ``"2"``, ``"16Gi"``, ``"1e3"``) as a float.
+
+    Raises:
+        DataError: not a quantity.
+    """
+    if isinstance(value, bool):
+        raise DataError(f"{what}: {value!r} is not a Kubernetes quantity")
+    if isinstance(value, int | float):
+        value = repr(value)
+    m = _QTY.match(str(value).strip())
+    if not m or m.group(2) not in _SUFFIX:
+        raise DataError(f"{what}: {value!r} is not a Kubernetes quantity")
+    try:
+        out = float(m.group(1)) * _SUFFIX[m.group(2)]
+    except ValueError:
+        raise DataError(f"{what}: {value!r} is not a Kubernetes quantity") from None
+    if not math.isfinite(out) or out < 0:
+        raise DataError(f"{what}: {value!r} is not a finite, non-negative quantity")
+    return out
+
+
+def get_ci(obj: Any, key: str) -> Any:
+    """``obj[key]`` matched case-insensitively (as Go's encoding/json does); None when absent."""
+    if not isinstance(obj, dict):
+        return None
+    if key in obj:
+        return obj[key]
+    low = key.lower()
+    for k, v in obj.items():
+        if isinstance(k, str) and k.lower() == low:
+            return v
+    return None
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """What a Pod asks for, in openb units (millicores, MiB, GPUs x milli-GPU each)."""
+
+    key: str
+    """``namespace/name`` (the reservation key)."""
+    uid: str | None
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_models: tuple[str, ...] = ()
+
+    def job(self, cluster: str | None = None) -> JobSpec:
+        """The placement request (``gpu_model``: the allowed models, ``|``-separated)."""
+        return JobSpec(
+            job_id=self.key[:200],
+            gpu_model="|".join(self.gpu_models)[:200] or None if self.num_gpu else None,
+            num_gpu=self.num_gpu,
+            gpu_milli=self.gpu_milli if self.num_gpu else 1000,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            cluster=cluster,
+            alternatives=0,
+        )
+
+
+def _container_requests(c: Any, where: str) -> tuple[float, float, float]:
+    if not isinstance(c, dict):
+        raise DataError(f"{where} is not an object")
+    res = c.get("resources") or {}
+    if not isinstance(res, dict):
+        raise DataError(f"{where}.resources is not an object")
+    req = res.get("requests") or {}
+    lim = res.get("limits") or {}
+    if not isinstance(req, dict) or not isinstance(lim, dict):
+        raise DataError(f"{where}.resources.requests/limits must be objects")
+
+    def amount(name: str) -> float:
+        v = req.get(name, lim.get(name))
+        return 0.0 if v is None else parse_quantity(v, f"{where} {name}")
+
+    gpu = lim.get(GPU_RESOURCE, req.get(GPU_RESOURCE))
+    gpus = 0.0 if gpu is None else parse_quantity(gpu, f"{where} {GPU_RESOURCE}")
+    return amount("cpu"), amount("memory"), gpus
+
+
+def pod_request(pod: Any) -> PodRequest:
+    """Read a ``v1.Pod`` (JSON) into a :class:`PodRequest` (see the module docstring).
+
+    Raises:
+        DataError: not a Pod, a malformed quantity or annotation, or an impossible request
+            (fractional GPUs of more than one GPU).
+    """
+    if not isinstance(pod, dict):
+        raise DataError("ExtenderArgs.Pod must be a v1.Pod object")
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        raise DataError("Pod.metadata and Pod.spec must be objects")
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    if not name:
+        raise DataError("Pod.metadata.name is missing")
+    if len(name) > 253:
+        raise DataError("Pod.metadata.name is longer than 253 characters")
+    key = f"{str(meta.get('namespace') or 'default')[:63]}/{name}"
+    containers = spec.get("containers") or []
+    inits = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(inits, list):
+        raise DataError("Pod.spec.containers and initContainers must be lists")
+    run = [_container_requests(c, f"containers[{i}]") for i, c in enumerate(containers)]
+    init = [_container_requests(c, f"initContainers[{i}]") for i, c in enumerate(inits)]
+    total = [sum(r[j] for r in run) for j in range(3)]
+    for j in range(3):
+        total[j] = max([total[j], *(r[j] for r in init)])
+    cpu_milli = math.ceil(total[0] * 1000 - 1e-9)
+    memory_mib = math.ceil(total[1] / 2**20 - 1e-9)
+    if cpu_milli > MAX_CPU_MILLI or memory_mib > MAX_MEMORY_MIB:
+        raise DataError(
+            f"the pod asks for {cpu_milli} mCPU and {memory_mib} MiB; at most "
+            f"{MAX_CPU_MILLI} mCPU and {MAX_MEMORY_MIB} MiB are supported"
+        )
+    gpus = total[2]
+    if gpus != int(gpus) or gpus > 64:
+        raise DataError(f"{GPU_RESOURCE} must be a whole number up to 64, got {gpus:g}")
+    num_gpu, gpu_milli = int(gpus), 1000
+    ann = meta.get("annotations") or {}
+    if not isinstance(ann, dict):
+        raise DataError("Pod.metadata.annotations must be an object")
+    if ANN_GPU_COUNT in ann or ANN_GPU_MILLI in ann:
+        try:
+            num_gpu = int(str(ann.get(ANN_GPU_COUNT, 1)))
+            gpu_milli = int(str(ann.get(ANN_GPU_MILLI, 1000)))
+        except (TypeError, ValueError):
+            raise DataError(
+                f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers"
+            ) from None
+        if not 1 <= gpu_milli <= 1000 or num_gpu < 0:
+            raise DataError(f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0")
+    if num_gpu > 64:
+        raise DataError(f"the pod asks for {num_gpu} GPUs; at most 64 are supported")
+    if num_gpu > 1 and gpu_milli < 1000:
+        raise DataError("a multi-GPU pod takes whole GPUs: gpu-milli must be 1000")
+    models = tuple(
+        m.strip() for m in re.split(r"[|,]", str(ann.get(ANN_GPU_MODEL) or "")) if m.strip()
+    )
+    return PodRequest(
+        key=key,
+        uid=str(meta["uid"]) if meta.get("uid") else None,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli if num_gpu else 0,
+        gpu_models=models,
+    )
+
+
+@dataclass
+class Decision:
+    """The extender's view of one Pod on the candidate nodes.
+
+    ``options`` are the feasible nodes, best first (the policy's choice first); ``failed`` and
+    ``unresolvable`` map the others to a reason (unresolvable: the node could not hold the Pod even
+    empty, so preemption would not help).
+    """
+
+    names: list[str]
+    options: list[Option] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    passthrough: list[str] = field(default_factory=list)
+
+    def scores(self) -> dict[str, int]:
+        """Host -> 0..10: the choice 10, the other feasible nodes 0..9 by policy score, others 0."""
+        out = dict.fromkeys(self.names, 0)
+        if not self.options:
+            return out
+        rest = self.options[1:]
+        if rest:
+            lo = min(o.score for o in rest)
+            hi = max(o.score for o in rest)
+            for o in rest:
+                frac = (o.score - lo) / (hi - lo) if hi > lo else 1.0
+                out[o.node] = int(math.floor((MAX_EXTENDER_PRIORITY - 1) * frac + 1e-9))
+        out[self.options[0].node] = MAX_EXTENDER_PRIORITY
+        return out
+
+
+def _model_ok(node: NodeState, models: tuple[str, ...]) -> bool:
+    if not models:
+        return True
+    want = [m.lower() for m in models]
+    return any(g.model.lower() == w or w in g.model.lower() for g in node.gpus for w in want)
+
+
+def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool]:
+    """One-line reason a feasible-looking node was refused, and whether it is unresolvable."""
+    healthy = [g for g in node.gpus if g.healthy]
+    if req.num_gpu and len(healthy) < req.num_gpu:
+        return f"node has {len(healthy)} healthy GPU(s), pod needs {req.num_gpu}", True
+    if req.cpu_milli and node.cpu_milli and node.cpu_milli < req.cpu_milli:
+        return f"node has {node.cpu_milli} mCPU allocatable, pod needs {req.cpu_milli}", True
+    if req.memory_mib and node.memory_mib and node.memory_mib < req.memory_mib:
+        return f"node has {node.memory_mib} MiB allocatable, pod needs {req.memory_mib}", True
+    if req.num_gpu:
+        need = req.gpu_milli
+        fit = sum(f >= need for _, f in free_gpus(node, res))
+        if fit < req.num_gpu:
+            return (
+                f"{fit} GPU(s) with {need} milli free after reservations, pod needs {req.num_gpu}",
+                False,
+            )
+    if req.cpu_milli and node.cpu_milli:
+        free = node.cpu_milli_free - res.cpu_used(node.cluster, node.name)
+        if free < req.cpu_milli:
+            return f"{free} mCPU free after reservations, pod needs {req.cpu_milli}", False
+    if req.memory_mib and node.memory_mib:
+        free = node.memory_mib_free - res.mem_used(node.cluster, node.name)
+        if free < req.memory_mib:
+            return f"{free} MiB free after reservations, pod needs {req.memory_mib}", False
+    return "the placement policy found no room for the pod here", False
+
+
+class NodeIndex:
+    """Snapshot nodes by name (one cluster when ``cluster`` is set), rebuilt per snapshot."""
+
+    def __init__(self, cluster: str | None = None) -> None:
+        self.cluster = cluster
+        self._snap: FleetSnapshot | None = None
+        self._by_name: dict[str, NodeState] = {}
+
+    def lookup(self, snap: FleetSnapshot, names: list[str]) -> dict[str, NodeState]:
+        """``{name: node}`` for the ``names`` the snapshot knows."""
+        if snap is not self._snap:
+            by_name: dict[str, NodeState] = {}
+            for n in snap.nodes:
+                if self.cluster is None or n.cluster == self.cluster:
+                    by_name.setdefault(n.name, n)
+            self._snap, self._by_name = snap, by_name
+        return {n: self._by_name[n] for n in names if n in self._by_name}
+
+
+def candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
+    """Node names of ``ExtenderArgs`` and, when it carried ``Nodes``, the node objects by name.
+
+    Raises:
+        DataError: neither ``Nodes`` nor ``NodeNames``, or malformed.
+    """
+    names = get_ci(args, "NodeNames")
+    nodes = get_ci(args, "Nodes")
+    if nodes is not None:
+        items = get_ci(nodes, "items") if isinstance(nodes, dict) else None
+        if not isinstance(items, list):
+            raise DataError("ExtenderArgs.Nodes must be a v1.NodeList with 'items'")
+        objs: dict[str, Any] = {}
+        for i, item in enumerate(items):
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                raise DataError(f"ExtenderArgs.Nodes.items[{i}].metadata.name is missing")
+            objs[name] = item
+        return list(objs), objs
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        return list(names), None
+    raise DataError("ExtenderArgs needs Nodes (a v1.NodeList) or NodeNames (a list of strings)")
+
+
+def decide(
+    args: dict[str, Any],
+    snapshot: FleetSnapshot,
+    reservations: Reservations,
+    placer: Placer,
+    index: NodeIndex,
+) -> tuple[PodRequest, Decision]:
+    """Filter and rank the candidate nodes of ``args`` for its Pod with ``placer``.
+
+    Nodes the telemetry does not know fail for GPU pods ("no GPU telemetry") and pass unranked for
+    CPU-only pods (kube-scheduler's own resource filter has checked them).
+    """
+    if not isinstance(args, dict):
+        raise DataError("the body must be an ExtenderArgs object")
+    req = pod_request(get_ci(args, "Pod"))
+    names, _ = candidate_names(args)
+    known = index.lookup(snapshot, names)
+    d = Decision(names)
+    cands: list[NodeState] = []
+    for name in names:
+        node = known.get(name)
+        if node is None:
+            if req.num_gpu:
+                d.failed[name] = "FleetMind has no GPU telemetry for this node"
+            else:
+                d.passthrough.append(name)
+            continue
+        if req.num_gpu and not _model_ok(node, req.gpu_models):
+            models = sorted({g.model for g in node.gpus}) or ["none"]
+            d.unresolvable[name] = (
+                f"GPU model {', '.join(models)}; pod wants {' or '.join(req.gpu_models)}"
+            )
+            continue
+        cands.append(node)
+    if cands:
+        job = req.job(index.cluster)
+        d.options = placer.place(
+            snapshot, job, reservations, len(cands), allowed={n.name for n in cands}
+        )
+    chosen = {o.node for o in d.options}
+    for node in cands:
+        if node.name not in chosen:
+            reason, final = _why_not(node, req, reservations)
+            (d.unresolvable if final else d.failed)[node.name] = reason
+    return req, d
+
+
+def filter_result(d: Decision, node_objs: dict[str, Any] | None) -> dict[str, Any]:
+    """``ExtenderFilterResult`` (Go field names) for a decision."""
+    passed = [o.node for o in d.options] + d.passthrough
+    keep = set(passed)
+    ordered = [n for n in d.names if n in keep]
+    out: dict[str, Any] = {
+        "FailedNodes": d.failed,
+        "FailedAndUnresolvableNodes": d.unresolvable,
+        "Error": "",
+    }
+    if node_objs is None:
+        out["NodeNames"] = ordered
+        out["Nodes"] = None
+    else:
+        out["Nodes"] = {
+            "kind": "NodeList",
+            "apiVersion": "v1",
+            "items": [node_objs[n] for n in ordered],
+        }
+        out["NodeNames"] = None
+    return out
+
+
+def priority_list(d: Decision) -> list[dict[str, Any]]:
+    """``HostPriorityList`` (Go field names) for a decision, in the order the nodes came."""
+    scores = d.scores()
+    return [{"Host": n, "Score": scores[n]} for n in d.names]
+
+
+def fallback_placer() -> Placer:
+    """FGD with the released model's typical pods (BestFit when they cannot be read)."""
+    from fleetmind.serving.placement import BestFitPlacer, PeerPolicyPlacer
+
+    try:
+        from fleetmind.envs.policies import FGD
+        from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_from_json
+
+        meta = json.loads((RELEASED_DIR / "metadata.json").read_text())
+        typical = typical_from_json(meta["typical_pods"])
+    except (ImportError, OSError, ValueError, KeyError, TypeError):
+        return BestFitPlacer()
+    return PeerPolicyPlacer(FGD(typical=typical), name="heuristic:FGD")
+
+
+class ExtenderState:
+    """Per-app extender state: the node index and the FGD fallback (built on first use)."""
+
+    def __init__(self, cluster: str | None = None) -> None:
+        self.index = NodeIndex(cluster)
+        self.cluster = cluster
+        self._fallback: Placer | None = None
+
+    def placer(self, served: Placer, fallback_reason: str | None) -> Placer:
+        """The served policy, or FGD when the registry fell back from PPO."""
+        if fallback_reason is None:
+            return served
+        if self._fallback is None:
+            self._fallback = fallback_placer()
+        return self._fallback
