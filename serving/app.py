@@ -41,6 +41,7 @@ from fleetmind.serving.notify import Notifier
 from fleetmind.serving.rca_batcher import RCABatcher
 from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
+from fleetmind.serving.reservations import DbReservations
 from fleetmind.serving.routers import (
     alerts,
     feedback,
@@ -120,6 +121,9 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         telemetry,
         telemetry_error,
         rca_batcher=batcher,
+        reservations=DbReservations(
+            db, settings.reservation_ttl_s, settings.reservation_bound_grace_s
+        ),
     )
 
 

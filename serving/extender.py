@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -338,19 +339,22 @@ def candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | N
 def decide(
     args: dict[str, Any],
     snapshot: FleetSnapshot,
-    reservations: Reservations,
+    reservations: Reservations | Callable[[PodRequest], Reservations],
     placer: Placer,
     index: NodeIndex,
 ) -> tuple[PodRequest, Decision]:
     """Filter and rank the candidate nodes of ``args`` for its Pod with ``placer``.
 
-    Nodes the telemetry does not know fail for GPU pods ("no GPU telemetry") and pass unranked for
-    CPU-only pods (kube-scheduler's own resource filter has checked them).
+    ``reservations``: held capacity, or a function of the pod giving it (to leave out the pod's own
+    hold). Nodes the telemetry does not know fail for GPU pods ("no GPU telemetry") and pass unranked
+    for CPU-only pods (kube-scheduler's own resource filter has checked them).
     """
     if not isinstance(args, dict):
         raise DataError("the body must be an ExtenderArgs object")
     req = pod_request(get_ci(args, "Pod"))
     names, _ = candidate_names(args)
+    if callable(reservations):
+        reservations = reservations(req)
     known = index.lookup(snapshot, names)
     d = Decision(names)
     cands: list[NodeState] = []

@@ -72,6 +72,18 @@ class Settings(BaseSettings):
         description="the telemetry cluster the kube-scheduler extender places into (unset: node "
         "names are looked up in every cluster, first match wins)",
     )
+    reservation_ttl_s: float = Field(
+        120.0,
+        gt=0,
+        description="an extender or reserve=true hold not seen bound is released "
+        "after this many seconds",
+    )
+    reservation_bound_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="a bound pod's hold stays this long (s) unless telemetry shows "
+        "the pod first (about two Prometheus scrape intervals)",
+    )
     rca_model: str | None = Field(
         None,
         description="RCA model: a local artifact path, an MLflow URI (models:/fleetmind-rca@champion), "

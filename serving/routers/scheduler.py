@@ -1,7 +1,7 @@
 """``/api/v1/scheduler``: the kube-scheduler extender (filter, prioritize) and binding feedback.
 
-See :mod:`serving.extender` for the protocol and ``docs/serving.md`` ("Connect to your cluster") for
-the ``KubeSchedulerConfiguration`` that calls it.
+See :mod:`serving.extender` for the protocol, :mod:`serving.reservations` for the holds, and
+``docs/serving.md`` ("Connect to your cluster") for the ``KubeSchedulerConfiguration``.
 """
 
 from __future__ import annotations
@@ -10,15 +10,20 @@ from typing import Any
 
 from fastapi import APIRouter, Body
 
+from fleetmind.data.errors import DataError
 from fleetmind.serving import extender as ext
 from fleetmind.serving.deps import RegistryDep, ServicesDep, TelemetryDep
+from fleetmind.serving.placement import Reservations
+from fleetmind.serving.reservations import DbReservations
 from fleetmind.serving.schemas import ErrorOut
+from fleetmind.serving.telemetry.base import FleetSnapshot
 
 router = APIRouter(prefix="/api/v1/scheduler", tags=["scheduler"])
 
 _ARGS_DOC = (
     "ExtenderArgs of k8s.io/kube-scheduler/extender/v1 (Go field names: Pod, Nodes, NodeNames)"
 )
+_BIND_DOC = "ExtenderBindingArgs (PodName, PodNamespace, PodUID, Node)"
 
 
 def _state(services: Any) -> ext.ExtenderState:
@@ -26,6 +31,23 @@ def _state(services: Any) -> ext.ExtenderState:
     if state is None:
         state = services.extender = ext.ExtenderState(services.settings.scheduler_cluster)
     return state
+
+
+def _held(services: Any, snapshot: FleetSnapshot) -> Any:
+    res: Reservations = services.reservations
+    if isinstance(res, DbReservations):
+        return lambda req: res.view(snapshot, exclude=req.key)
+    return res
+
+
+def _decide(
+    services: Any, registry: Any, telemetry: Any, args: dict[str, Any]
+) -> tuple[ext.PodRequest, ext.Decision]:
+    state = _state(services)
+    model = registry.current.placement
+    placer = state.placer(model.impl, model.fallback_reason)
+    snapshot = telemetry.snapshot()
+    return ext.decide(args, snapshot, _held(services, snapshot), placer, state.index)
 
 
 @router.post(
@@ -41,13 +63,8 @@ def filter_nodes(
 ) -> dict[str, Any]:
     """Keep the candidate nodes that can hold the Pod; the others go to ``FailedNodes`` (room may
     free up) or ``FailedAndUnresolvableNodes`` (the node could never hold it), with a reason."""
-    state = _state(services)
-    model = registry.current.placement
-    placer = state.placer(model.impl, model.fallback_reason)
-    snapshot = telemetry.snapshot()
     _, objs = ext.candidate_names(args)
-    held = services.reservations
-    _, decision = ext.decide(args, snapshot, held, placer, state.index)
+    _, decision = _decide(services, registry, telemetry, args)
     return ext.filter_result(decision, objs)
 
 
@@ -62,10 +79,42 @@ def prioritize(
     telemetry: TelemetryDep,
     args: dict[str, Any] = Body(..., description=_ARGS_DOC),
 ) -> list[dict[str, Any]]:
-    """``HostPriorityList``: the policy's choice scores 10, the other feasible nodes 0..9."""
-    state = _state(services)
-    model = registry.current.placement
-    placer = state.placer(model.impl, model.fallback_reason)
-    snapshot = telemetry.snapshot()
-    _, decision = ext.decide(args, snapshot, services.reservations, placer, state.index)
+    """``HostPriorityList``: the policy's choice scores 10, the other feasible nodes 0..9.
+
+    The choice is held (GPUs, CPU, memory) for the Pod until it is seen bound or the hold's TTL
+    expires, so that the next pods, on any replica, see that capacity as used.
+    """
+    req, decision = _decide(services, registry, telemetry, args)
+    res = services.reservations
+    if decision.options and isinstance(res, DbReservations):
+        res.hold(req.key, decision.options[0], req.job(), uid=req.uid)
     return ext.priority_list(decision)
+
+
+@router.post(
+    "/bound",
+    responses={422: {"model": ErrorOut}},
+    summary="A pod was bound to a node (ends its hold)",
+)
+def bound(
+    services: ServicesDep,
+    args: dict[str, Any] = Body(..., description=_BIND_DOC),
+) -> dict[str, str]:
+    """Tell FleetMind that kube-scheduler bound a pod (``ExtenderBindingArgs``).
+
+    Answers ``{"Error": "", "Outcome": held|moved|unknown}``: ``held`` the hold now waits for
+    telemetry to show the pod (``FLEETMIND_RESERVATION_BOUND_GRACE_S`` at most), ``moved`` the pod
+    went to another node than FleetMind chose (hold dropped), ``unknown`` no live hold.
+    """
+    name = ext.get_ci(args, "PodName")
+    node = ext.get_ci(args, "Node")
+    ns = ext.get_ci(args, "PodNamespace")
+    ns = "default" if ns is None or ns == "" else ns
+    if not isinstance(name, str) or not name or not isinstance(node, str) or not node:
+        raise DataError("ExtenderBindingArgs needs PodName and Node (strings)")
+    if not isinstance(ns, str):
+        raise DataError("ExtenderBindingArgs.PodNamespace must be a string")
+    res = services.reservations
+    if not isinstance(res, DbReservations):
+        return {"Error": "", "Outcome": "unknown"}
+    return {"Error": "", "Outcome": res.bound(f"{ns[:63]}/{name[:253]}", node)}

@@ -37,7 +37,7 @@ class GpuState:
 
 @dataclass
 class NodeState:
-    """One host: its cluster, CPU/memory capacity (millicores, MiB) and GPUs."""
+    """One host: its cluster, CPU/memory capacity (millicores, MiB), GPUs and bound pods."""
 
     name: str
     cluster: str
@@ -46,6 +46,8 @@ class NodeState:
     cpu_milli_free: int = 0
     memory_mib: int = 0
     memory_mib_free: int = 0
+    pods: frozenset[str] = frozenset()
+    """``namespace/name`` of the pods telemetry shows on this node (empty when it cannot tell)."""
 
 
 @dataclass

@@ -1,0 +1,206 @@
+"""Reservations in the database: two service instances on one SQLite file share extender holds,
+which end when the pod is seen bound (``/bound`` or telemetry) or their TTL expires."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.reservations import DbReservations
+from fleetmind.serving.settings import Settings
+from fleetmind.serving.telemetry.base import GpuState, NodeState
+from fleetmind.serving.telemetry.sim import SimSource
+
+TTL = 120.0
+GRACE = 30.0
+
+
+def _nodes(
+    pods: dict[str, frozenset[str]] | None = None, used: set[str] = frozenset()
+) -> list[NodeState]:
+    """Two hosts with one A100 each (a used one has no free share)."""
+    pods = pods or {}
+    return [
+        NodeState(
+            name=n,
+            cluster="k8s",
+            gpus=[GpuState(index=0, model="A100", free_milli=0 if n in used else 1000)],
+            cpu_milli=32_000,
+            cpu_milli_free=32_000,
+            memory_mib=131_072,
+            memory_mib_free=131_072,
+            pods=pods.get(n, frozenset()),
+        )
+        for n in ("gpu-a", "gpu-b")
+    ]
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2", "memory": "4Gi"}},
+                }
+            ]
+        },
+    }
+
+
+def _args(name: str) -> dict[str, Any]:
+    return {"Pod": _pod(name), "NodeNames": ["gpu-a", "gpu-b"]}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient, Clock]]:
+    """Two replicas (separate apps and engines) on one SQLite file, with one fake clock."""
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/shared.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+        reservation_ttl_s=TTL,
+        reservation_bound_grace_s=GRACE,
+    )
+    clock = Clock()
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        for c in (a, b):
+            s = c.app.state.services
+            s.telemetry = SimSource(_nodes())
+            assert isinstance(s.reservations, DbReservations)
+            s.reservations.clock = clock
+        assert a.app.state.services.db is not b.app.state.services.db
+        yield a, b, clock
+
+
+def _chosen(c: TestClient, name: str) -> str:
+    r = c.post("/api/v1/scheduler/prioritize", json=_args(name))
+    assert r.status_code == 200, r.text
+    (top,) = [h["Host"] for h in r.json() if h["Score"] == 10]
+    return top
+
+
+def _passed(c: TestClient, name: str) -> dict[str, Any]:
+    r = c.post("/api/v1/scheduler/filter", json=_args(name))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_hold_on_one_replica_is_seen_by_the_other(pair: Any) -> None:
+    a, b, _ = pair
+    first = _chosen(a, "job-1")
+    other = ({"gpu-a", "gpu-b"} - {first}).pop()
+    out = _passed(b, "job-2")
+    assert out["NodeNames"] == [other]
+    assert "after reservations" in out["FailedNodes"][first]
+    # the held pod itself, retried on the other replica, is not blocked by its own hold
+    assert set(_passed(b, "job-1")["NodeNames"]) == {"gpu-a", "gpu-b"}
+    second = _chosen(b, "job-2")
+    assert second == other
+    # both GPUs are held now: a third pod fits nowhere, on either replica
+    assert _passed(a, "job-3")["NodeNames"] == []
+    held = a.app.state.services.reservations.rows()
+    assert {(r["pod_key"], r["node"]) for r in held} == {("ml/job-1", first), ("ml/job-2", other)}
+
+
+def test_holds_expire_after_the_ttl(pair: Any) -> None:
+    a, b, clock = pair
+    first = _chosen(a, "job-1")
+    clock.t += TTL - 1
+    assert first not in _passed(b, "job-2")["NodeNames"]
+    clock.t += 2
+    assert set(_passed(b, "job-2")["NodeNames"]) == {"gpu-a", "gpu-b"}
+    assert b.app.state.services.reservations.rows() == []
+    _chosen(b, "job-2")  # a write deletes the expired row
+    keys = [r["pod_key"] for r in a.app.state.services.reservations.rows()]
+    assert keys == ["ml/job-2"]
+
+
+def test_bound_pods_are_released_when_telemetry_shows_them(pair: Any) -> None:
+    a, b, clock = pair
+    first = _chosen(a, "job-1")
+    r = b.post(
+        "/api/v1/scheduler/bound",
+        json={"PodName": "job-1", "PodNamespace": "ml", "PodUID": "uid-job-1", "Node": first},
+    )
+    assert r.status_code == 200 and r.json() == {"Error": "", "Outcome": "held"}
+    # bound, but telemetry does not show it yet: still held
+    assert first not in _passed(a, "job-2")["NodeNames"]
+    # the next scrape shows the pod (and its GPU in use) on that node: the hold ends there
+    a.app.state.services.telemetry = SimSource(_nodes({first: frozenset({"ml/job-1"})}, {first}))
+    out = _passed(a, "job-2")
+    assert first in out["FailedNodes"]  # its GPU is in use per telemetry
+    res = a.app.state.services.reservations
+    assert [r["pod_key"] for r in res.rows()] == ["ml/job-1"]  # the row waits for its grace
+    assert res.view(a.app.state.services.telemetry.snapshot()).gpu_items() == []
+    assert res.view(None).gpu_items() == [(("k8s", first, 0), 1000)]
+    # without telemetry showing it, the hold lasts the grace period only
+    _chosen(a, "job-5")
+    b.post(
+        "/api/v1/scheduler/bound",
+        json={
+            "PodName": "job-5",
+            "PodNamespace": "ml",
+            "Node": "gpu-b" if first == "gpu-a" else "gpu-a",
+        },
+    )
+    assert len(b.app.state.services.reservations.rows()) == 2  # job-1 and job-5, in grace
+    clock.t += GRACE + 1
+    assert b.app.state.services.reservations.rows() == []
+
+
+def test_binding_elsewhere_drops_the_hold(pair: Any) -> None:
+    a, b, _ = pair
+    first = _chosen(a, "job-1")
+    other = ({"gpu-a", "gpu-b"} - {first}).pop()
+    r = b.post(
+        "/api/v1/scheduler/bound", json={"PodName": "job-1", "PodNamespace": "ml", "Node": other}
+    )
+    assert r.json()["Outcome"] == "moved"
+    assert a.app.state.services.reservations.rows() == []
+    r = b.post("/api/v1/scheduler/bound", json={"PodName": "nobody", "Node": other})
+    assert r.json()["Outcome"] == "unknown"
+
+
+def test_reserved_placements_are_shared_and_expire(pair: Any) -> None:
+    a, b, clock = pair
+    r = a.post("/api/v1/placements", json={"job_id": "train-7", "num_gpu": 1, "reserve": True})
+    assert r.status_code == 200, r.text
+    node = r.json()["node"]
+    free = {n["name"]: n["gpus"][0]["free_milli"] for n in b.get("/api/v1/fleet").json()["nodes"]}
+    assert free[node] == 0 and sum(free.values()) == 1000
+    clock.t += TTL + 1
+    b.app.state.services.reservations._cached = None  # the fleet view is cached for 0.25 s
+    free = {n["name"]: n["gpus"][0]["free_milli"] for n in b.get("/api/v1/fleet").json()["nodes"]}
+    assert free == {"gpu-a": 1000, "gpu-b": 1000}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"PodName": "x"},
+        {"PodName": 3, "Node": "gpu-a"},
+        {"PodName": "x", "Node": "gpu-a", "PodNamespace": []},
+    ],
+)
+def test_bad_binding_args_get_422(pair: Any, body: dict[str, Any]) -> None:
+    a, _, _ = pair
+    r = a.post("/api/v1/scheduler/bound", json=copy.deepcopy(body))
+    assert r.status_code == 422 and r.json()["detail"]
