@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from test_serving_persistence import postgres_url  # noqa: F401 (fixture)
 
 from fleetmind.serving.app import create_app
-from fleetmind.serving.reservations import DbReservations
+from fleetmind.serving.reservations import DbReservations, reservations_table
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource
@@ -67,11 +69,11 @@ class Clock:
         return self.t
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient, Clock]]:
-    """Two replicas (separate apps and engines) on one SQLite file, with one fake clock."""
+@contextmanager
+def _replicas(url: str) -> Iterator[tuple[TestClient, TestClient, Clock]]:
+    """Two replicas (separate apps and engines) on one database, with one fake clock."""
     settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/shared.db",
+        database_url=url,
         rca_model="baseline:upstream-coverage",
         placement_model="heuristic:builtin-bestfit",
         incident_worker=False,
@@ -86,7 +88,15 @@ def pair(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient, Clock]]:
             assert isinstance(s.reservations, DbReservations)
             s.reservations.clock = clock
         assert a.app.state.services.db is not b.app.state.services.db
+        with a.app.state.services.db.write() as conn:
+            conn.execute(reservations_table.delete())
         yield a, b, clock
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient, Clock]]:
+    with _replicas(f"sqlite:///{tmp_path}/shared.db") as p:
+        yield p
 
 
 def _chosen(c: TestClient, name: str) -> str:
@@ -103,7 +113,15 @@ def _passed(c: TestClient, name: str) -> dict[str, Any]:
 
 
 def test_a_hold_on_one_replica_is_seen_by_the_other(pair: Any) -> None:
-    a, b, _ = pair
+    _check_shared_holds(*pair)
+
+
+def test_replicas_share_holds_on_postgresql(request: pytest.FixtureRequest) -> None:
+    with _replicas(request.getfixturevalue("postgres_url")) as p:
+        _check_shared_holds(*p)
+
+
+def _check_shared_holds(a: TestClient, b: TestClient, _clock: Clock) -> None:
     first = _chosen(a, "job-1")
     other = ({"gpu-a", "gpu-b"} - {first}).pop()
     out = _passed(b, "job-2")
