@@ -58,7 +58,8 @@ class Settings(BaseSettings):
     telemetry: Literal["sim", "nvml", "prometheus"] = Field("sim", description="telemetry source")
     prometheus_url: str = Field(
         "http://127.0.0.1:9400/metrics",
-        description="DCGM-exporter /metrics URL (telemetry=prometheus)",
+        description="telemetry=prometheus: a Prometheus server (http://prometheus:9090: the whole "
+        "fleet from DCGM and kube-state-metrics series) or one DCGM exporter's /metrics URL",
     )
     telemetry_cluster: str = Field(
         "local", description="cluster name for GPUs whose telemetry carries no 'cluster' label"

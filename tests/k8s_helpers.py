@@ -142,3 +142,107 @@ def filled_state(
         if node >= 0:
             state.place(pod, node, gpus)
     return order
+
+
+# ------------------------------------------------------------------ exporters and a real Prometheus
+class ExporterServer:
+    """Serves exposition texts at paths (``texts[path]``, replaceable while running)."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.texts = dict(texts)
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                text = outer.texts.get(self.path)
+                if text is None:
+                    self.send_error(404)
+                    return
+                body = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def prometheus_binary() -> str | None:
+    import shutil
+
+    return shutil.which("prometheus")
+
+
+class Prometheus:
+    """The Debian ``prometheus`` binary scraping ``jobs`` (``{job: metrics path}``) every second."""
+
+    def __init__(self, tmp: Any, exporter: ExporterServer, jobs: dict[str, str]) -> None:
+        import subprocess
+
+        import yaml
+        from serving_helpers import free_port
+
+        cfg = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [
+                {
+                    "job_name": job,
+                    "metrics_path": path,
+                    "honor_labels": True,
+                    "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
+                }
+                for job, path in jobs.items()
+            ],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                str(prometheus_binary()),
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp / "prom.log", "wb"),  # noqa: SIM115
+        )
+
+    def count(self, promql: str) -> int:
+        import httpx
+
+        try:
+            r = httpx.post(self.url + "/api/v1/query", data={"query": promql}, timeout=2.0)
+            return len(r.json()["data"]["result"])
+        except (httpx.HTTPError, ValueError, KeyError):
+            return -1
+
+    def wait_for(self, promql: str, n: int, timeout: float = 60.0) -> None:
+        """Wait until ``promql`` returns ``n`` series (the exporters were scraped)."""
+        import time
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.count(promql) == n:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"Prometheus never returned {n} series for {promql}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)

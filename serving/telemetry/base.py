@@ -33,6 +33,8 @@ class GpuState:
     xid_errors: float | None = None
     free_milli: int = 1000
     healthy: bool = True
+    mig_parent: int | None = None
+    """Physical GPU index when this is a MIG instance (``index`` is then ``100 (parent + 1) + GI``)."""
 
 
 @dataclass
@@ -109,9 +111,14 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
 
         return NvmlSource(cluster=settings.telemetry_cluster, ttl_s=settings.telemetry_ttl_s)
     if kind == "prometheus":
-        from fleetmind.serving.telemetry.prometheus import PrometheusSource
+        from fleetmind.serving.telemetry.prometheus import (
+            PrometheusApiSource,
+            PrometheusSource,
+            is_exporter_url,
+        )
 
-        return PrometheusSource(
+        cls = PrometheusSource if is_exporter_url(settings.prometheus_url) else PrometheusApiSource
+        return cls(
             settings.prometheus_url,
             default_cluster=settings.telemetry_cluster,
             timeout_s=settings.telemetry_timeout_s,

@@ -1,27 +1,56 @@
-"""The ``prometheus`` telemetry source: scrapes a DCGM-exporter ``/metrics`` endpoint.
+"""The ``prometheus`` telemetry source: the whole fleet from Prometheus, or one DCGM exporter.
 
-The exposition text is parsed with prometheus-client's parser. Series are grouped into GPUs by
-``(Hostname, gpu)`` (``instance`` stands in for a missing ``Hostname``), and into clusters by a
-``cluster`` label (added by Prometheus relabelling or a federating exporter) or the configured default.
+``FLEETMIND_PROMETHEUS_URL`` chooses the mode:
 
-Fields used (DCGM field ids as exported by dcgm-exporter's default counter set):
+* a **Prometheus server** (``http://prometheus:9090``, any URL whose path does not end in
+  ``/metrics``): two instant queries to ``/api/v1/query`` per refresh read every node of the fleet,
+  DCGM series from dcgm-exporter and node and pod series from kube-state-metrics
+  (:class:`PrometheusApiSource`);
+* a **DCGM exporter** (``http://node:9400/metrics``): its exposition text, one node
+  (:class:`PrometheusSource`, the original mode).
+
+DCGM series (dcgm-exporter's default counters; units as exported):
 
 | metric | unit | becomes |
 | --- | --- | --- |
 | ``DCGM_FI_DEV_GPU_UTIL`` | % | ``util_pct`` |
+| ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` | ratio | ``util_pct`` (x100) where GPU_UTIL is absent (MIG) |
 | ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` | MiB | ``mem_used_mib``, ``mem_total_mib`` |
-| ``DCGM_FI_DEV_XID_ERRORS`` | last XID code | ``xid_errors``; non-zero marks the GPU unhealthy |
+| ``DCGM_FI_DEV_XID_ERRORS`` | last XID | ``xid_errors``; non-zero marks the GPU unhealthy |
 | ``modelName`` / ``UUID`` labels | - | ``model``, ``uuid`` |
-| ``pod`` label (Kubernetes mapping) | - | a GPU bound to a pod has no free share |
+| ``pod`` / ``namespace`` labels | - | the pod holding the GPU (dcgm-exporter's Kubernetes mapping) |
 
-A GPU is free (``free_milli`` = 1000) when no pod holds it and under 5 % of its framebuffer is used;
-otherwise its free share is the free framebuffer fraction.
+MIG: a series with a ``GPU_I_ID`` label is one MIG instance; each instance becomes its own GPU of
+the node, ``index = 100 * (gpu + 1) + GPU_I_ID`` (never a physical index), ``model`` =
+``"<modelName> MIG <GPU_I_PROFILE>"``, ``mig_parent`` = the physical index.
+
+kube-state-metrics series (Prometheus server mode):
+
+| metric | becomes |
+| --- | --- |
+| ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
+| ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
+| ``kube_pod_info{node, pod, namespace}`` | ``NodeState.pods`` (pods bound there), the node of an exporter pod |
+| ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods |
+| ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
+
+Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
+``__meta_kubernetes_pod_node_name``), ``kubernetes_node``, then ``Hostname``. The pitfall:
+dcgm-exporter in a DaemonSet without ``hostNetwork`` reports the *exporter pod's* name as
+``Hostname`` (``dcgm-exporter-x7k2p``). When ``Hostname`` is the name of a pod that
+kube-state-metrics places on a node, that node is used instead.
+
+Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
+GPU-sharing pods on it (annotations); else 0 when a pod holds it (``pod`` label); else 1000 when under
+5 % of its framebuffer is used, otherwise the free framebuffer fraction.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from fleetmind.data.errors import DataError, NotAvailableError
@@ -30,12 +59,25 @@ from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState,
 IDLE_MEMORY_FRACTION = 0.05
 _FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "util",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_active",
     "DCGM_FI_DEV_FB_USED": "used",
     "DCGM_FI_DEV_FB_FREE": "free",
     "DCGM_FI_DEV_XID_ERRORS": "xid",
 }
+DCGM_QUERY = "{__name__=~%r}" % "|".join(_FIELDS)  # noqa: UP031 - PromQL wants the quotes
+KSM_QUERY = (
+    '{__name__=~"kube_node_status_allocatable|kube_pod_container_resource_requests|kube_pod_info'
+    '|kube_pod_annotations|kube_pod_status_phase",resource=~"cpu|memory|",phase=~"Succeeded|Failed|"}'
+)
+ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
+ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
+_EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
+
+Sample = tuple[str, dict[str, str], float]
+"""``(metric name, labels, value)``."""
 
 
+# ----------------------------------------------------------------------------- exporter mode
 class PrometheusSource(TelemetrySource):
     """Scrape ``url`` (a DCGM exporter, or anything serving the same series) on each snapshot."""
 
@@ -73,29 +115,169 @@ def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    gpus: dict[tuple[str, str, int], dict[str, Any]] = defaultdict(dict)
+    samples: list[Sample] = []
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                field = _FIELDS.get(s.name)
-                if field is None:
-                    continue
-                lab = s.labels
-                host = lab.get("Hostname") or lab.get("instance", "unknown").rsplit(":", 1)[0]
-                try:
-                    idx = int(lab.get("gpu", "0"))
-                except ValueError:
-                    continue
-                g = gpus[(lab.get("cluster") or default_cluster, host, idx)]
-                g[field] = float(s.value)
-                g.setdefault("model", lab.get("modelName") or "unknown")
-                g.setdefault("uuid", lab.get("UUID"))
-                if lab.get("pod"):
-                    g["pod"] = lab["pod"]
+                if s.name in _FIELDS:
+                    samples.append((s.name, s.labels, float(s.value)))
     except ValueError as err:
         raise DataError(
             f"DCGM exporter answered text that is not Prometheus format: {err}"
         ) from None
+    return build_nodes(samples, [], default_cluster)
+
+
+# ----------------------------------------------------------------------------- server mode
+class PrometheusApiSource(TelemetrySource):
+    """Every node of the fleet from a Prometheus server's HTTP API (two instant queries)."""
+
+    name = "prometheus"
+
+    def __init__(
+        self, url: str, default_cluster: str = "local", timeout_s: float = 2.0, ttl_s: float = 5.0
+    ) -> None:
+        super().__init__(ttl_s)
+        import httpx
+
+        self.url = url.rstrip("/")
+        self.default_cluster = default_cluster
+        self._client = httpx.Client(timeout=timeout_s)
+
+    def query(self, promql: str) -> list[Sample]:
+        """One instant query; its vector as samples.
+
+        Raises:
+            NotAvailableError: Prometheus cannot be reached or refuses the query.
+        """
+        import httpx
+
+        try:
+            resp = self._client.post(self.url + "/api/v1/query", data={"query": promql})
+            body = resp.json()
+        except (httpx.HTTPError, ValueError) as err:
+            raise NotAvailableError(f"cannot query Prometheus at {self.url}: {err}") from None
+        if resp.status_code != 200 or body.get("status") != "success":
+            raise NotAvailableError(
+                f"Prometheus at {self.url} refused the query: "
+                f"{body.get('error') or resp.status_code}"
+            )
+        data = body.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise NotAvailableError(f"Prometheus answered {data.get('resultType')!r}, not a vector")
+        out: list[Sample] = []
+        for r in data.get("result", []):
+            labels = r.get("metric") or {}
+            try:
+                value = float(r["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+            out.append((labels.get("__name__", ""), labels, value))
+        return out
+
+    def collect(self) -> FleetSnapshot:
+        dcgm = self.query(DCGM_QUERY)
+        ksm = self.query(KSM_QUERY)
+        return FleetSnapshot(
+            "prometheus", build_nodes(dcgm, ksm, self.default_cluster), time.time()
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def is_exporter_url(url: str) -> bool:
+    """True for a ``/metrics`` URL (one exporter), False for a Prometheus server."""
+    from urllib.parse import urlparse
+
+    return urlparse(url).path.rstrip("/").endswith("/metrics")
+
+
+# ----------------------------------------------------------------------------- shared parsing
+def _gpu_indices(text: str) -> list[int]:
+    out = []
+    for part in re.split(r"[-,\s]+", text.strip()):
+        if part.isdigit():
+            out.append(int(part))
+    return out
+
+
+def build_nodes(
+    dcgm: Iterable[Sample], ksm: Iterable[Sample], default_cluster: str = "local"
+) -> list[NodeState]:
+    """Nodes from DCGM samples and kube-state-metrics samples (see the module docstring).
+
+    Returns the nodes sorted by (cluster, name); GPUs by index.
+    """
+    # ---- kube-state-metrics: finished pods, pod placement, requests, allocatable, GPU shares
+    ksm = list(ksm)
+    finished = {
+        (lab.get("namespace", ""), lab.get("pod", ""))
+        for name, lab, v in ksm
+        if name == "kube_pod_status_phase" and v == 1
+    }
+    pod_node: dict[tuple[str, str], tuple[str, str]] = {}
+    pod_by_name: dict[str, tuple[str, str]] = {}
+    alloc: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    requests: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    shares: list[tuple[dict[str, str], int, list[int]]] = []
+    for name, lab, v in ksm:
+        cluster = lab.get("cluster") or default_cluster
+        key = (lab.get("namespace", ""), lab.get("pod", ""))
+        if name == "kube_node_status_allocatable" and lab.get("node"):
+            alloc[(cluster, lab["node"])][lab.get("resource", "")] = v
+        elif name == "kube_pod_info" and lab.get("node") and key not in finished:
+            pod_node[key] = (cluster, lab["node"])
+            pod_by_name.setdefault(key[1], (cluster, lab["node"]))
+        elif name == "kube_pod_container_resource_requests" and key not in finished:
+            if lab.get("node"):
+                requests[(cluster, lab["node"])][lab.get("resource", "")] += v
+        elif name == "kube_pod_annotations" and key not in finished and lab.get(ANN_MILLI):
+            try:
+                milli = int(float(lab[ANN_MILLI]))
+            except ValueError:
+                continue
+            shares.append((lab, milli, _gpu_indices(lab.get(ANN_INDEX, ""))))
+    pods_on: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for (ns, pod), where in pod_node.items():
+        pods_on[where].add(f"{ns}/{pod}")
+    held: dict[tuple[str, str, int], int] = defaultdict(int)
+    for lab, milli, idx in shares:
+        where = pod_node.get((lab.get("namespace", ""), lab.get("pod", "")))
+        if where is not None:
+            for g in idx:
+                held[(*where, g)] += milli
+
+    # ---- DCGM: one record per (cluster, node, gpu[, MIG instance])
+    gpus: dict[tuple[str, str, int], dict[str, Any]] = defaultdict(dict)
+    for name, lab, v in dcgm:
+        field = _FIELDS.get(name)
+        if field is None:
+            continue
+        cluster = lab.get("cluster") or default_cluster
+        host = _node_name(lab, pod_by_name, cluster)
+        try:
+            phys = int(lab.get("gpu", "0"))
+        except ValueError:
+            continue
+        gi = lab.get("GPU_I_ID")
+        idx = phys
+        if gi not in (None, ""):
+            try:
+                idx = 100 * (phys + 1) + int(gi)
+            except ValueError:
+                continue
+        g = gpus[(cluster, host, idx)]
+        g[field] = v
+        if "model" not in g:
+            model = lab.get("modelName") or "unknown"
+            if idx != phys:
+                model = f"{model} MIG {lab.get('GPU_I_PROFILE') or gi}"
+                g["parent"] = phys
+            g["model"] = model
+            g["uuid"] = lab.get("UUID")
+        if lab.get("pod"):
+            g["pod"] = lab["pod"]
 
     nodes: dict[tuple[str, str], NodeState] = {}
     for (cluster, host, idx), g in sorted(gpus.items()):
@@ -104,23 +286,58 @@ def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
         total = used + free if used is not None and free is not None else None
         xid = g.get("xid")
         healthy = not xid
-        if not healthy or g.get("pod"):
+        share = held.get((cluster, host, g.get("parent", idx)))
+        if not healthy:
+            free_milli = 0
+        elif share is not None:
+            free_milli = max(0, 1000 - share)
+        elif g.get("pod"):
             free_milli = 0
         elif total and used is not None:
             free_milli = 1000 if used / total < IDLE_MEMORY_FRACTION else int(1000 * free / total)
         else:
             free_milli = 0
+        util = g.get("util")
+        if util is None and g.get("gr_active") is not None:
+            util = 100.0 * g["gr_active"]
         node.gpus.append(
             GpuState(
                 index=idx,
-                model=str(g.get("model", "unknown")),
+                model=str(g["model"]),
                 uuid=g.get("uuid"),
-                util_pct=g.get("util"),
+                util_pct=util,
                 mem_used_mib=used,
                 mem_total_mib=total,
                 xid_errors=xid,
                 free_milli=free_milli,
                 healthy=healthy,
+                mig_parent=g.get("parent"),
             )
         )
-    return list(nodes.values())
+    for key, res in alloc.items():
+        node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
+        req = requests.get(key, {})
+        if "cpu" in res:
+            node.cpu_milli = int(round(res["cpu"] * 1000))
+            node.cpu_milli_free = node.cpu_milli - int(round(req.get("cpu", 0.0) * 1000))
+        if "memory" in res:
+            node.memory_mib = int(res["memory"] // 2**20)
+            node.memory_mib_free = node.memory_mib - int(-(-req.get("memory", 0.0) // 2**20))
+    for key, node in nodes.items():
+        node.pods = frozenset(pods_on.get(key, ()))
+    return [nodes[k] for k in sorted(nodes)]
+
+
+def _node_name(lab: dict[str, str], pod_by_name: dict[str, tuple[str, str]], cluster: str) -> str:
+    """The node of a DCGM series (see the module docstring for the order and the pitfall)."""
+    for key in ("node", "kubernetes_node"):
+        if lab.get(key):
+            return lab[key]
+    host = lab.get("Hostname")
+    if host:
+        where = pod_by_name.get(host)
+        if where is not None and where[0] == cluster:
+            return where[1]  # Hostname is the exporter pod's name: use the pod's node
+        if not _EXPORTER_POD.match(host):
+            return host
+    return lab.get("instance", "unknown").rsplit(":", 1)[0]
