@@ -33,7 +33,6 @@ which ranks candidates only).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -417,17 +416,9 @@ def priority_list(d: Decision) -> list[dict[str, Any]]:
 
 def fallback_placer() -> Placer:
     """FGD with the released model's typical pods (BestFit when they cannot be read)."""
-    from fleetmind.serving.placement import BestFitPlacer, PeerPolicyPlacer
+    from fleetmind.serving.placement import BestFitPlacer, peer_heuristic
 
-    try:
-        from fleetmind.envs.policies import FGD
-        from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_from_json
-
-        meta = json.loads((RELEASED_DIR / "metadata.json").read_text())
-        typical = typical_from_json(meta["typical_pods"])
-    except (ImportError, OSError, ValueError, KeyError, TypeError):
-        return BestFitPlacer()
-    return PeerPolicyPlacer(FGD(typical=typical), name="heuristic:FGD")
+    return peer_heuristic("fgd") or BestFitPlacer()
 
 
 class ExtenderState:

@@ -333,9 +333,28 @@ def peer_heuristic(name: str) -> PeerPolicyPlacer | None:
     """The ``envs.policies`` heuristic ``name`` wrapped as a Placer; None for an unknown name."""
     try:
         policy = make_policy(name)
+        if getattr(policy, "name", "") == "FGD":
+            # FGD needs its typical pods; the service has no trace: use the released model's
+            typical = released_typical_pods()
+            if typical is None:
+                return None
+            policy = make_policy(name, typical=typical)
     except Exception:
         return None
     return PeerPolicyPlacer(policy, name=f"heuristic:{getattr(policy, 'name', name)}")
+
+
+def released_typical_pods() -> Any:
+    """FGD's typical pods stored with the released placement model (``None`` when unreadable)."""
+    import json
+
+    try:
+        from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_from_json
+
+        meta = json.loads((RELEASED_DIR / "metadata.json").read_text())
+        return typical_from_json(meta["typical_pods"])
+    except (ImportError, OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations) -> str:

@@ -46,7 +46,9 @@ def state_nodes(state: ClusterState, cluster: str = "k8s") -> list[NodeState]:
     return out
 
 
-def pod_json(trace: PodTrace, i: int, namespace: str = "openb") -> dict[str, Any]:
+def pod_json(
+    trace: PodTrace, i: int, namespace: str = "openb", name: str | None = None
+) -> dict[str, Any]:
     """Pod ``i`` of an openb trace as a ``v1.Pod``: whole GPUs as ``nvidia.com/gpu``, shares as
     the GPU-sharing scheduler's ``alibabacloud.com/gpu-milli``/``gpu-count`` annotations."""
     num_gpu, milli = int(trace.num_gpu[i]), int(trace.gpu_milli[i])
@@ -63,7 +65,7 @@ def pod_json(trace: PodTrace, i: int, namespace: str = "openb") -> dict[str, Any
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": str(trace.pod_names[i]),
+            "name": name or str(trace.pod_names[i]),
             "namespace": namespace,
             "uid": f"uid-{i:06d}",
             "annotations": ann,
@@ -172,6 +174,7 @@ class ExporterServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.handle_error = lambda *a: None  # a scraper hanging up mid-answer is fine
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -246,3 +249,115 @@ class Prometheus:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+# ------------------------------------------------------------------ a live openb fleet
+class LiveFleet:
+    """openb nodes as a Kubernetes GPU cluster seen through exporters.
+
+    The DCGM text (every node's GPUs, idle, healthy; ``modelName`` = the openb model) is fixed; the
+    kube-state-metrics text (allocatable CPU and memory; per bound pod ``kube_pod_info``, container
+    requests, phase and the GPU-sharing scheduler's ``gpu-milli``/``gpu-index`` annotations) is
+    rebuilt on every :meth:`bind`, as kube-state-metrics would show the cluster.
+    """
+
+    def __init__(self, names: list[str], models: list[str], num_gpu: list[int],
+                 cpu_milli: list[int], memory_mib: list[int]) -> None:  # fmt: skip
+        self.names, self.models, self.num_gpu = names, models, num_gpu
+        self.cpu_milli, self.memory_mib = cpu_milli, memory_mib
+        self._pods: list[str] = []
+
+    def dcgm_text(self) -> str:
+        fams: dict[str, list[str]] = {"DCGM_FI_DEV_GPU_UTIL": [], "DCGM_FI_DEV_FB_USED": [],
+                                      "DCGM_FI_DEV_FB_FREE": [], "DCGM_FI_DEV_XID_ERRORS": []}  # fmt: skip
+        values = {"DCGM_FI_DEV_GPU_UTIL": 0, "DCGM_FI_DEV_FB_USED": 0,
+                  "DCGM_FI_DEV_FB_FREE": 16000, "DCGM_FI_DEV_XID_ERRORS": 0}  # fmt: skip
+        for n, model, k in zip(self.names, self.models, self.num_gpu, strict=True):
+            for g in range(k):
+                lab = (f'gpu="{g}",UUID="GPU-{n}-{g}",device="nvidia{g}",modelName="{model}",'
+                       f'Hostname="{n}",container="",namespace="",pod=""')  # fmt: skip
+                for f in fams:
+                    fams[f].append(f"{f}{{{lab}}} {values[f]}")
+        out = []
+        for f, lines in fams.items():
+            out += [f"# HELP {f} {f}.", f"# TYPE {f} gauge", *lines]
+        return "\n".join(out) + "\n"
+
+    def ksm_text(self) -> str:
+        alloc = [
+            "# HELP kube_node_status_allocatable allocatable",
+            "# TYPE kube_node_status_allocatable gauge",
+        ]
+        for n, c, m in zip(self.names, self.cpu_milli, self.memory_mib, strict=True):
+            alloc.append(
+                f'kube_node_status_allocatable{{node="{n}",resource="cpu",unit="core"}} {c / 1000}'
+            )
+            alloc.append(
+                f'kube_node_status_allocatable{{node="{n}",resource="memory",unit="byte"}} {m * 2**20}'
+            )
+        fam = {"kube_pod_info": [], "kube_pod_container_resource_requests": [],
+               "kube_pod_status_phase": [], "kube_pod_annotations": []}  # fmt: skip
+        for line in self._pods:
+            fam[line.split("{", 1)[0]].append(line)
+        out = alloc
+        for f, lines in fam.items():
+            out += [f"# HELP {f} {f}.", f"# TYPE {f} gauge", *lines]
+        return "\n".join(out) + "\n"
+
+    def bind(self, ns: str, pod: str, node: str, gpus: list[int], milli: int, cpu_milli: int,
+             memory_mib: int) -> None:  # fmt: skip
+        """Record pod ``ns/pod`` as running on ``node`` with ``milli`` of each GPU in ``gpus``."""
+        p = f'namespace="{ns}",pod="{pod}",uid="u-{pod}"'
+        self._pods.append(f'kube_pod_info{{{p},node="{node}",host_network="false"}} 1')
+        self._pods.append(
+            f'kube_pod_container_resource_requests{{{p},container="main",node="{node}",resource="cpu",unit="core"}} {cpu_milli / 1000}'
+        )
+        self._pods.append(
+            f'kube_pod_container_resource_requests{{{p},container="main",node="{node}",resource="memory",unit="byte"}} {memory_mib * 2**20}'
+        )
+        self._pods.append(f'kube_pod_status_phase{{{p},phase="Running"}} 1')
+        if gpus:
+            idx = "-".join(str(g) for g in gpus)
+            self._pods.append(
+                f'kube_pod_annotations{{{p},annotation_alibabacloud_com_gpu_milli="{milli}",'
+                f'annotation_alibabacloud_com_gpu_index="{idx}"}} 1'
+            )
+
+
+def run_live(client: Any, fleet: LiveFleet, exporter: ExporterServer, trace: PodTrace,
+             ksm_path: str = "/ksm") -> dict[str, Any]:  # fmt: skip
+    """Send every pod of ``trace`` (arrival order) through the extender, bind it where the top
+    score says (on the GPUs FleetMind held), publish it through kube-state-metrics and report
+    the binding; returns ``{"arrived", "allocated", "placed", "node_of"}`` per pod (milli-GPU)."""
+    import numpy as np
+
+    res = client.app.state.services.reservations
+    n = len(trace)
+    arrived = np.cumsum(trace.gpu_request)
+    allocated = np.zeros(n, dtype=np.int64)
+    node_of: list[str | None] = [None] * n
+    total = 0
+    for i in range(n):
+        name = f"p{i:05d}"
+        args = {"Pod": pod_json(trace, i, name=name), "NodeNames": fleet.names}
+        r = client.post("/api/v1/scheduler/filter", json=args)
+        assert r.status_code == 200, r.text
+        passed = r.json()["NodeNames"]
+        if passed:
+            args["NodeNames"] = passed
+            r = client.post("/api/v1/scheduler/prioritize", json=args)
+            assert r.status_code == 200, r.text
+            best = max(r.json(), key=lambda h: h["Score"])
+            node = best["Host"]
+            (hold,) = [h for h in res.rows() if h["pod_key"] == f"openb/{name}"]
+            assert hold["node"] == node
+            fleet.bind("openb", name, node, list(hold["gpus"]), int(trace.gpu_milli[i]),
+                       int(trace.cpu_milli[i]), int(trace.memory_mib[i]))  # fmt: skip
+            exporter.texts[ksm_path] = fleet.ksm_text()
+            r = client.post("/api/v1/scheduler/bound",
+                            json={"PodName": name, "PodNamespace": "openb", "Node": node})  # fmt: skip
+            assert r.json()["Outcome"] == "held", r.text
+            total += int(trace.gpu_request[i])
+            node_of[i] = node
+        allocated[i] = total
+    return {"arrived": arrived, "allocated": allocated, "node_of": node_of}
