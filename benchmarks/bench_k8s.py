@@ -4,7 +4,13 @@
   openb ``default`` pods posted as ``ExtenderArgs`` to ``/api/v1/scheduler/filter`` then
   ``/prioritize`` (in-process ASGI client: JSON encoding and routing included, no network). One
   sample = filter + prioritize for one pod with all 1,000 candidate nodes. Target: p99 <= 50 ms.
-* ``telemetry`` (when ``--prometheus`` names a Prometheus binary): see ``bench_telemetry`` below.
+* ``telemetry``: 1,000 openb nodes (up to 8 GPUs each) as recorded-format dcgm-exporter and
+  kube-state-metrics texts with ``--bound-pods`` pods bound, scraped by the real Prometheus (Debian
+  binary); one sample = one ``PrometheusApiSource.collect()`` (two ``/api/v1/query`` calls, JSON
+  decoding, building the snapshot). Target: <= 2 s.
+* ``live_vs_sim``: ``tests/test_serving_live_sim.py`` on every ``--live-step``-th openb node: the
+  unallocated GPU % through Prometheus + extender vs the fgd-mode simulator (same policy, trace
+  and seed), and the share of pods placed on the same node.
 
 Usage::
 
@@ -138,18 +144,118 @@ def bench_extender(n_nodes: int, n_pods: int, seed: int) -> dict:
     return out
 
 
+def bench_telemetry(n_nodes: int, n_pods: int, repeats: int, seed: int) -> dict:
+    from k8s_helpers import ExporterServer, LiveFleet, Prometheus
+
+    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+    from fleetmind.serving.telemetry.prometheus import PrometheusApiSource
+
+    nodes = load_openb_nodes()
+    idx = np.arange(min(n_nodes, len(nodes)))
+    names = [str(x) for x in nodes.names[idx]]
+    fleet = LiveFleet(
+        names,
+        [str(m) for m in nodes.model[idx]],
+        nodes.num_gpu[idx].tolist(),
+        nodes.cpu_milli[idx].tolist(),
+        nodes.memory_mib[idx].tolist(),
+    )
+    trace = load_openb_trace("default")
+    rng = np.random.default_rng(seed)
+    gpu_pods = np.flatnonzero(trace.num_gpu == 1)
+    for k, i in enumerate(rng.choice(gpu_pods, n_pods, replace=False).tolist()):
+        node = int(rng.integers(len(names)))
+        gpu = int(rng.integers(max(1, int(nodes.num_gpu[node]))))
+        fleet.bind("bench", f"p{k:05d}", names[node], [gpu], int(trace.gpu_milli[i]),
+                   int(trace.cpu_milli[i]), int(trace.memory_mib[i]))  # fmt: skip
+    texts = {"/dcgm": fleet.dcgm_text(), "/ksm": fleet.ksm_text()}
+    exporter = ExporterServer(texts)
+    with tempfile.TemporaryDirectory() as tmp:
+        prom = Prometheus(Path(tmp), exporter, {"dcgm": "/dcgm", "ksm": "/ksm"})
+        try:
+            n_gpus = int(nodes.num_gpu[idx].sum())
+            prom.wait_for("DCGM_FI_DEV_FB_FREE", n_gpus, timeout=120)
+            prom.wait_for("kube_pod_info", n_pods, timeout=120)
+            src = PrometheusApiSource(prom.url, timeout_s=30.0)
+            times, build_s = [], []
+            snap = None
+            from fleetmind.serving.telemetry import prometheus as promsrc
+
+            real_build = promsrc.build_nodes
+
+            def timed_build(*a: object, **k: object) -> object:
+                t = time.perf_counter()
+                out = real_build(*a, **k)
+                build_s.append(time.perf_counter() - t)
+                return out
+
+            promsrc.build_nodes = timed_build
+            try:
+                for _ in range(repeats + 1):
+                    t0 = time.perf_counter()
+                    snap = src.collect()
+                    times.append(time.perf_counter() - t0)
+            finally:
+                promsrc.build_nodes = real_build
+            series = {n: len(src.query(q)) for n, q in promsrc.FLEET_QUERIES.items()}
+            src.close()
+        finally:
+            prom.stop()
+            exporter.close()
+    times, build_s = times[1:], build_s[1:]
+    assert snap is not None and len(snap.nodes) == len(names)
+    return {
+        "nodes": len(names),
+        "gpus": n_gpus,
+        "bound_pods": n_pods,
+        "series_per_query": series,
+        "exposition_bytes": {k: len(v) for k, v in texts.items()},
+        "refresh_s": {"p50": pct(times, 50), "max": max(times), "repeats": repeats},
+        "build_nodes_s_p50": pct(build_s, 50),
+        "queries": "six concurrent /api/v1/query calls (serving.telemetry.prometheus.FLEET_QUERIES)",
+        "target_s": 2.0,
+    }
+
+
+def bench_live(step: int) -> dict:
+    from test_serving_live_sim import live_vs_sim
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        out = live_vs_sim(Path(tmp), step=step)
+        out["wall_s"] = time.perf_counter() - t0
+    out["node_step"] = step
+    out["max_abs_diff_points"] = max(
+        abs(out["live_unallocated"][k] - out["sim_unallocated"][k]) for k in out["sim_unallocated"]
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=200)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--bound-pods", type=int, default=4000)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--live-step", type=int, default=10)
+    ap.add_argument("--only", choices=["extender", "telemetry", "live"], nargs="*")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
-    result = {"provenance": provenance(argv), "extender": bench_extender(a.nodes, a.pods, a.seed)}
+    only = set(a.only or ["extender", "telemetry", "live"])
+    result: dict = {"provenance": provenance(argv)}
+    if "extender" in only:
+        result["extender"] = bench_extender(a.nodes, a.pods, a.seed)
+        print(json.dumps(result["extender"], indent=1), flush=True)
+    if "telemetry" in only:
+        result["telemetry"] = bench_telemetry(a.nodes, a.bound_pods, a.repeats, a.seed)
+        print(json.dumps(result["telemetry"], indent=1), flush=True)
+    if "live" in only:
+        result["live_vs_sim"] = bench_live(a.live_step)
+        print(json.dumps(result["live_vs_sim"], indent=1, default=str), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["extender"], indent=1))
+    a.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 ``FLEETMIND_PROMETHEUS_URL`` chooses the mode:
 
 * a **Prometheus server** (``http://prometheus:9090``, any URL whose path does not end in
-  ``/metrics``): two instant queries to ``/api/v1/query`` per refresh read every node of the fleet,
-  DCGM series from dcgm-exporter and node and pod series from kube-state-metrics
-  (:class:`PrometheusApiSource`);
+  ``/metrics``): six concurrent instant queries to ``/api/v1/query`` per refresh
+  (:data:`FLEET_QUERIES`; aggregations keep only the labels used and sum requests per node) read
+  every node of the fleet, DCGM series from dcgm-exporter and node and pod series from
+  kube-state-metrics (:class:`PrometheusApiSource`);
 * a **DCGM exporter** (``http://node:9400/metrics``): its exposition text, one node
   (:class:`PrometheusSource`, the original mode).
 
@@ -69,6 +70,26 @@ KSM_QUERY = (
     '{__name__=~"kube_node_status_allocatable|kube_pod_container_resource_requests|kube_pod_info'
     '|kube_pod_annotations|kube_pod_status_phase",resource=~"cpu|memory|",phase=~"Succeeded|Failed|"}'
 )
+_GPU_KEY = "cluster, node, kubernetes_node, Hostname, instance, gpu, GPU_I_ID"
+_DONE = (
+    'unless on (cluster, namespace, pod) (kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1)'
+)
+FLEET_QUERIES: dict[str, str] = {
+    # name given to the answer's samples (DCGM: their own) -> PromQL; aggregations keep only the
+    # labels used
+    "DCGM": f"max by (__name__, {_GPU_KEY}) "
+    '({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_XID_ERRORS'
+    '|DCGM_FI_PROF_GR_ENGINE_ACTIVE"})',
+    "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, pod, namespace) "
+    "(DCGM_FI_DEV_FB_FREE)",
+    "kube_node_status_allocatable": "max by (cluster, node, resource) "
+    '(kube_node_status_allocatable{resource=~"cpu|memory"})',
+    "node_requests": "sum by (cluster, node, resource) "
+    f'(kube_pod_container_resource_requests{{resource=~"cpu|memory",node!=""}} {_DONE})',
+    "kube_pod_info": f'max by (cluster, namespace, pod, node) (kube_pod_info{{node!=""}}) {_DONE}',
+    "kube_pod_annotations": f"max by (cluster, namespace, pod, annotation_alibabacloud_com_gpu_milli, annotation_alibabacloud_com_gpu_index) "
+    f'(kube_pod_annotations{{annotation_alibabacloud_com_gpu_milli!=""}}) {_DONE}',
+}
 ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
 ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
 _EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
@@ -138,14 +159,18 @@ class PrometheusApiSource(TelemetrySource):
         self, url: str, default_cluster: str = "local", timeout_s: float = 2.0, ttl_s: float = 5.0
     ) -> None:
         super().__init__(ttl_s)
+        from concurrent.futures import ThreadPoolExecutor
+
         import httpx
 
         self.url = url.rstrip("/")
         self.default_cluster = default_cluster
         self._client = httpx.Client(timeout=timeout_s)
+        self._pool = ThreadPoolExecutor(len(FLEET_QUERIES), thread_name_prefix="fleetmind-prom")
 
-    def query(self, promql: str) -> list[Sample]:
-        """One instant query; its vector as samples.
+    def query(self, promql: str, name: str | None = None) -> list[Sample]:
+        """One instant query; its vector as samples (named ``name`` when given, else by
+        ``__name__``).
 
         Raises:
             NotAvailableError: Prometheus cannot be reached or refuses the query.
@@ -172,17 +197,24 @@ class PrometheusApiSource(TelemetrySource):
                 value = float(r["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
-            out.append((labels.get("__name__", ""), labels, value))
+            out.append((name or labels.get("__name__", ""), labels, value))
         return out
 
     def collect(self) -> FleetSnapshot:
-        dcgm = self.query(DCGM_QUERY)
-        ksm = self.query(KSM_QUERY)
+        """Run :data:`FLEET_QUERIES` concurrently and build the snapshot."""
+        futures = {
+            n: self._pool.submit(self.query, q, None if n == "DCGM" else n)
+            for n, q in FLEET_QUERIES.items()
+        }
+        res = {n: f.result() for n, f in futures.items()}
+        dcgm = [*res.pop("DCGM"), *res.pop("DCGM_FI_DEV_FB_FREE")]
+        ksm = [x for samples in res.values() for x in samples]
         return FleetSnapshot(
             "prometheus", build_nodes(dcgm, ksm, self.default_cluster), time.time()
         )
 
     def close(self) -> None:
+        self._pool.shutdown(wait=False)
         self._client.close()
 
 
@@ -232,6 +264,8 @@ def build_nodes(
         elif name == "kube_pod_container_resource_requests" and key not in finished:
             if lab.get("node"):
                 requests[(cluster, lab["node"])][lab.get("resource", "")] += v
+        elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
+            requests[(cluster, lab["node"])][lab.get("resource", "")] += v
         elif name == "kube_pod_annotations" and key not in finished and lab.get(ANN_MILLI):
             try:
                 milli = int(float(lab[ANN_MILLI]))
@@ -269,13 +303,15 @@ def build_nodes(
                 continue
         g = gpus[(cluster, host, idx)]
         g[field] = v
-        if "model" not in g:
-            model = lab.get("modelName") or "unknown"
-            if idx != phys:
-                model = f"{model} MIG {lab.get('GPU_I_PROFILE') or gi}"
-                g["parent"] = phys
-            g["model"] = model
-            g["uuid"] = lab.get("UUID")
+        if idx != phys:
+            g["parent"] = phys
+            g.setdefault("profile", gi)
+            if lab.get("GPU_I_PROFILE"):
+                g["profile"] = lab["GPU_I_PROFILE"]
+        if lab.get("modelName") and "model" not in g:
+            g["model"] = lab["modelName"]
+        if lab.get("UUID") and "uuid" not in g:
+            g["uuid"] = lab["UUID"]
         if lab.get("pod"):
             g["pod"] = lab["pod"]
 
@@ -300,10 +336,13 @@ def build_nodes(
         util = g.get("util")
         if util is None and g.get("gr_active") is not None:
             util = 100.0 * g["gr_active"]
+        model = str(g.get("model", "unknown"))
+        if "parent" in g:
+            model = f"{model} MIG {g['profile']}"
         node.gpus.append(
             GpuState(
                 index=idx,
-                model=str(g["model"]),
+                model=model,
                 uuid=g.get("uuid"),
                 util_pct=util,
                 mem_used_mib=used,
