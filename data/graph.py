@@ -197,24 +197,34 @@ class DependencyGraph:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DependencyGraph:
-        """Build a graph from the JSON dict; raises DataError naming the first bad entry."""
+        """Build a graph from the JSON dict; raises DataError naming the first bad entry.
+
+        The structure is checked by :class:`data.graph_schema.GraphModel` (the one model behind
+        ``docs/graph.schema.json``), ids and edge ends by the constructor.
+        """
+        from pydantic import ValidationError
+
+        from fleetmind.data.graph_schema import GraphModel, validation_message
+
         if not isinstance(obj, Mapping):
             raise DataError("graph JSON must be an object with 'name', 'nodes' and 'edges'")
         try:
-            nodes = [
-                GraphNode(
-                    id=str(n["id"]),
-                    kind=str(n["kind"]),
-                    cluster=n.get("cluster"),
-                    match={str(k): str(v) for k, v in (n.get("match") or {}).items()},
-                    attrs=dict(n.get("attrs") or {}),
-                )
-                for n in obj["nodes"]
-            ]
-            edges = [GraphEdge(str(e["src"]), str(e["dst"]), str(e["kind"])) for e in obj["edges"]]
-        except (KeyError, TypeError, AttributeError) as err:
-            raise DataError(f"malformed graph JSON: missing or wrong field {err}") from None
-        return cls(str(obj.get("name", "graph")), nodes, edges)
+            model = GraphModel.model_validate(dict(obj))
+        except ValidationError as err:
+            raise DataError(f"malformed graph JSON: {validation_message(err)}") from None
+        return cls.from_model(model)
+
+    @classmethod
+    def from_model(cls, model: Any) -> DependencyGraph:
+        """Build a graph from a validated :class:`data.graph_schema.GraphModel`."""
+        nodes = [
+            GraphNode(
+                id=n.id, kind=n.kind, cluster=n.cluster, match=dict(n.match), attrs=dict(n.attrs)
+            )
+            for n in model.nodes
+        ]
+        edges = [GraphEdge(e.src, e.dst, e.kind) for e in model.edges]
+        return cls(model.name, nodes, edges)
 
     def save(self, path: str | Path) -> None:
         """Write the graph JSON to ``path``."""

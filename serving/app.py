@@ -201,12 +201,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if s.incident_worker:
             notifier.start()  # only when a notify URL is set; only the leader sends
         app.state.notifier = notifier
+        refresher = None
+        if s.graph and s.graph_refresh_s > 0:
+            from fleetmind.serving.graph_refresh import GraphRefresher
+
+            refresher = GraphRefresher(services.graphs, s.graph, s.graph_refresh_s)
+            refresher.start()
         app.state.services = services
+        app.state.graph_refresher = refresher
         restore_gc = tune_gc(s.gc_gen0_threshold)
         try:
             yield
         finally:
             restore_gc()
+            if refresher is not None:
+                refresher.stop()
             if services.rca_pool is not None:
                 await services.rca_pool.stop()
             if services.keep_warm is not None:

@@ -472,7 +472,7 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
                         out.append((job, "invalid", None))
                         continue
                     if req.graph is not None:
-                        graph = DependencyGraph.from_json(req.graph.model_dump())
+                        graph = DependencyGraph.from_model(req.graph)
                 except Exception as err:  # noqa: BLE001 - answered as the server would raise it
                     out.append((job, "error", _dump_error(err)))
                     continue

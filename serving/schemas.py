@@ -21,6 +21,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from fleetmind.data.graph import EDGE_KINDS, NODE_KINDS
+from fleetmind.data.graph_schema import GraphEdgeModel, GraphModel, GraphNodeModel
 
 MAX_DB_INT = 2**31 - 1
 """Largest id and offset a route takes: ids are INTEGER columns, and SQLAlchemy binds LIMIT/OFFSET
@@ -139,30 +140,10 @@ class CauseOut(BaseModel):
     path: list[str] = Field(description="node ids from the cause to an alerting node")
 
 
-class GraphNodeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: ShortText
-    kind: NodeKind
-    cluster: ShortText | None = None
-    match: Labels = Field(default_factory=dict)
-    attrs: dict[ShortText, Any] = Field(default_factory=dict)
-
-
-class GraphEdgeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    src: ShortText
-    dst: ShortText
-    kind: EdgeKind
-
-
-class GraphIn(BaseModel):
-    """A dependency graph (the graph JSON of the data contract); edges point dependent -> dependency."""
-
-    name: ShortText = "graph"
-    nodes: list[GraphNodeIn] = Field(..., max_length=200_000)
-    edges: list[GraphEdgeIn] = Field(..., max_length=2_000_000)
+# The graph JSON: one model for the service, the loader and the CLI (data/graph_schema.py).
+GraphNodeIn = GraphNodeModel
+GraphEdgeIn = GraphEdgeModel
+GraphIn = GraphModel
 
 
 class RCARequest(BaseModel):

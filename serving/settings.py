@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     graph: str | None = Field(
         None, description="dependency graph JSON file; the committed example graph when unset"
     )
+    graph_refresh_s: float = Field(
+        0.0,
+        ge=0,
+        description="reload FLEETMIND_GRAPH every this many seconds when the file changed "
+        "(0: load once at start)",
+    )
     api_token: str | None = Field(
         None,
         description="a bearer token with every scope (read, ingest, admin); when any token is set, "

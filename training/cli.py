@@ -24,6 +24,7 @@ GROUPS: dict[str, str] = {
     "rca": "root-cause analysis: generate incidents, train and evaluate the GAT, PetShop benchmark",
     "sched": "placement: evaluate heuristics and the PPO agent, train the agent",
     "serve": "run the inference service (FastAPI) on the embedded defaults",
+    "graph": "dependency graph: build it from a Kubernetes cluster, print its JSON Schema",
     "demo": "end-to-end demo: data, models, service, an alert storm and a placement",
 }
 

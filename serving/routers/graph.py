@@ -30,6 +30,6 @@ def get_graph(graphs: GraphsDep) -> dict[str, Any]:
     summary="Replace the served graph (in this process; new alerts group on it)",
 )
 def put_graph(body: GraphIn, graphs: GraphsDep) -> GraphSummary:
-    graph = DependencyGraph.from_json(body.model_dump())  # DataError -> 422 naming the bad entry
+    graph = DependencyGraph.from_model(body)  # DataError -> 422 naming the bad entry
     graphs.replace(graph, source="api")
     return GraphSummary(name=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges)

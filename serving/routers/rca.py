@@ -78,7 +78,7 @@ async def rank(
     if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
         from starlette.concurrency import run_in_threadpool
 
-        graph = await run_in_threadpool(DependencyGraph.from_json, req.graph.model_dump())
+        graph = await run_in_threadpool(DependencyGraph.from_model, req.graph)
     start = time.perf_counter()
     result = await batcher.rank(model.impl, graph, alerts, req.top_k)
     metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
