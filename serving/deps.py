@@ -68,6 +68,7 @@ class Services:
     rca_pool: RankingPool | None = None
     keep_warm: KeepWarm | None = None
     extender: Any = None  # serving.extender.ExtenderState, built on the first extender call
+    health: Any = None  # serving.health.HealthService, built on first use
 
 
 async def get_services(request: Request) -> Services:

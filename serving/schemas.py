@@ -273,12 +273,28 @@ class NodeOut(BaseModel):
     gpus: list[GpuOut]
 
 
+class ClusterHealthOut(BaseModel):
+    """Per-cluster health inputs (fractions, seconds, requests/s; null when unknown) and score."""
+
+    cluster: str
+    health: float | None
+    gpu_util: float | None
+    vram_pressure: float | None
+    p99_latency_s: float | None
+    p95_latency_s: float | None
+    request_rate: float | None
+    cpu_use: float | None
+
+
 class FleetOut(BaseModel):
     source: str
     collected_at: str
     num_nodes: int
     num_gpus: int
     nodes: list[NodeOut]
+    clusters: list[ClusterHealthOut] = Field(default_factory=list)
+    fleet_skew: float | None = None
+    health_weights: dict[str, float] | None = None
 
 
 # ---------------------------------------------------------------------------------------- models

@@ -91,6 +91,22 @@ class Settings(BaseSettings):
         description="a bound pod's hold stays this long (s) unless telemetry shows "
         "the pod first (about two Prometheus scrape intervals)",
     )
+    health_latency_histogram: str = Field(
+        "http_server_request_duration_seconds",
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="Prometheus histogram (seconds) of inference latency per cluster, for cluster "
+        "health (P99), skew (P95) and request rate",
+    )
+    health_latency_slo_s: float = Field(
+        1.0, gt=0, description="P99 latency counted as fully degraded in cluster health (s)"
+    )
+    health_min: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="jobs without a cluster avoid clusters below this health "
+        "when a healthier one can hold them",
+    )
     rca_model: str | None = Field(
         None,
         description="RCA model: a local artifact path, an MLflow URI (models:/fleetmind-rca@champion), "

@@ -6,15 +6,19 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter
 
-from fleetmind.serving.deps import ReservationsDep, TelemetryDep
-from fleetmind.serving.schemas import ErrorOut, FleetOut, GpuOut, NodeOut
+from fleetmind.serving.deps import ReservationsDep, ServicesDep, TelemetryDep
+from fleetmind.serving.health import health_service
+from fleetmind.serving.schemas import ClusterHealthOut, ErrorOut, FleetOut, GpuOut, NodeOut
 
 router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
 
 
 @router.get("", response_model=FleetOut, responses={503: {"model": ErrorOut}})
-def fleet(telemetry: TelemetryDep, reservations: ReservationsDep) -> FleetOut:
+def fleet(
+    telemetry: TelemetryDep, reservations: ReservationsDep, services: ServicesDep
+) -> FleetOut:
     snap = telemetry.snapshot()
+    health = health_service(services).current(telemetry)
     nodes = []
     for n in snap.nodes:
         gpus = [
@@ -50,4 +54,19 @@ def fleet(telemetry: TelemetryDep, reservations: ReservationsDep) -> FleetOut:
         num_nodes=len(nodes),
         num_gpus=snap.num_gpus,
         nodes=nodes,
+        clusters=[
+            ClusterHealthOut(
+                cluster=c.cluster,
+                health=c.health,
+                gpu_util=c.gpu_util,
+                vram_pressure=c.vram_pressure,
+                p99_latency_s=c.p99_latency_s,
+                p95_latency_s=c.p95_latency_s,
+                request_rate=c.request_rate,
+                cpu_use=c.cpu_use,
+            )
+            for c in health.clusters
+        ],
+        fleet_skew=health.skew,
+        health_weights=health.weights,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 
 from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep
+from fleetmind.serving.health import healthy_nodes
 from fleetmind.serving.placement import why_no_fit
 from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
 
@@ -34,13 +35,22 @@ def place(
     model = registry.current.placement
     snapshot = telemetry.snapshot()
     k = 1 + job.alternatives
+    allowed = healthy_nodes(services, telemetry, snapshot) if job.cluster is None else None
+
+    def place() -> list:
+        # healthy clusters first (serving/health.py); anywhere when none of them can hold the job
+        opts = model.impl.place(snapshot, job, services.reservations, k, allowed=allowed)
+        return opts or (
+            model.impl.place(snapshot, job, services.reservations, k) if allowed else []
+        )
+
     if job.reserve:
         with services.place_lock:
-            options = model.impl.place(snapshot, job, services.reservations, k)
+            options = place()
             if options:
                 services.reservations.book(options[0], job)
     else:
-        options = model.impl.place(snapshot, job, services.reservations, k)
+        options = place()
     if not options:
         metrics.placements.labels(model.method, "infeasible").inc()
         where = f" in cluster {job.cluster!r}" if job.cluster else ""

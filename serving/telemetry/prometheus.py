@@ -249,7 +249,9 @@ def build_nodes(
     finished = {
         (lab.get("namespace", ""), lab.get("pod", ""))
         for name, lab, v in ksm
-        if name == "kube_pod_status_phase" and v == 1
+        if name == "kube_pod_status_phase"
+        and v == 1
+        and lab.get("phase") in ("Succeeded", "Failed")
     }
     pod_node: dict[tuple[str, str], tuple[str, str]] = {}
     pod_by_name: dict[str, tuple[str, str]] = {}

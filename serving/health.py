@@ -1,0 +1,255 @@
+"""Per-cluster health and fleet load skew, from live telemetry.
+
+Signals per cluster ``c`` (each in [0, 1] after normalisation; *higher is worse*):
+
+* ``u_c``: mean GPU utilisation of its healthy GPUs / 100;
+* ``v_c``: VRAM pressure, framebuffer used / total over its GPUs;
+* ``l_c``: P99 inference latency / ``latency_slo_s``, capped at 1. P99 (and P95) come from a
+  latency histogram in Prometheus (``FLEETMIND_HEALTH_LATENCY_HISTOGRAM``, default
+  ``http_server_request_duration_seconds``, the OpenTelemetry HTTP server metric):
+  ``histogram_quantile(0.99, sum by (cluster, le) (rate(<h>_bucket[5m])))``; the request rate is
+  ``sum by (cluster) (rate(<h>_count[5m]))``.
+
+Health ``H_c = 1 - sum_i w_i s_ic`` over the signals the cluster has (weights renormalised over
+them), so 1 is idle and healthy, 0 saturated on every signal. Unhealthy GPUs (XID) count as fully
+used and fully loaded: a cluster with many of them looks worse.
+
+Weights start at ``w0 = (0.4, 0.35, 0.25)`` (utilisation, VRAM, latency) and adapt online with load:
+after each refresh ``m_i <- (1 - a) m_i + a mean_c(s_ic)`` (``a = 0.1``, ``m`` starting at 0) and
+``w = normalise(w0 * (1 + m))``: a signal that is high across the fleet weighs up to twice its
+initial share, so under GPU-bound load utilisation dominates and under latency-bound load latency.
+
+Fleet skew is the mean of the coefficients of variation (population std / mean across clusters) of
+request rate, P95 latency and CPU use (requested / allocatable CPU); a metric with fewer than two
+clusters reporting it, or a zero mean, is left out; 0 with nothing to compare.
+
+Multi-cluster placement reads the health (``serving/routers/placements.py``): a job without a
+``cluster`` is placed only in clusters whose health is at least ``FLEETMIND_HEALTH_MIN``
+(default 0.2) when one of them can hold it; otherwise anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetmind.serving.telemetry.base import FleetSnapshot
+
+SIGNALS = ("gpu_util", "vram_pressure", "latency")
+INITIAL_WEIGHTS = (0.4, 0.35, 0.25)
+ADAPT_RATE = 0.1
+
+
+@dataclass
+class ClusterSignals:
+    """Raw per-cluster figures (``None`` when unknown). Units: fractions, seconds, requests/s."""
+
+    cluster: str
+    gpu_util: float | None = None
+    vram_pressure: float | None = None
+    p99_latency_s: float | None = None
+    p95_latency_s: float | None = None
+    request_rate: float | None = None
+    cpu_use: float | None = None
+    health: float | None = None
+
+
+@dataclass
+class FleetHealth:
+    """One refresh: per-cluster signals and health, the weights used, the skew."""
+
+    clusters: list[ClusterSignals]
+    weights: dict[str, float]
+    skew: float
+    skew_parts: dict[str, float] = field(default_factory=dict)
+
+    def by_cluster(self) -> dict[str, ClusterSignals]:
+        return {c.cluster: c for c in self.clusters}
+
+
+def snapshot_signals(snapshot: FleetSnapshot) -> dict[str, ClusterSignals]:
+    """GPU utilisation, VRAM pressure and CPU use per cluster from a telemetry snapshot."""
+    acc: dict[str, dict[str, float]] = {}
+    for n in snapshot.nodes:
+        a = acc.setdefault(n.cluster, dict.fromkeys(
+            ("util", "util_n", "used", "total", "cpu_used", "cpu_alloc"), 0.0))  # fmt: skip
+        for g in n.gpus:
+            if not g.healthy:
+                a["util"] += 100.0
+                a["util_n"] += 1
+                if g.mem_total_mib:
+                    a["used"] += g.mem_total_mib
+                    a["total"] += g.mem_total_mib
+                continue
+            if g.util_pct is not None:
+                a["util"] += float(g.util_pct)
+                a["util_n"] += 1
+            if g.mem_total_mib and g.mem_used_mib is not None:
+                a["used"] += float(g.mem_used_mib)
+                a["total"] += float(g.mem_total_mib)
+        if n.cpu_milli:
+            a["cpu_used"] += n.cpu_milli - n.cpu_milli_free
+            a["cpu_alloc"] += n.cpu_milli
+    out = {}
+    for c, a in acc.items():
+        out[c] = ClusterSignals(
+            cluster=c,
+            gpu_util=min(1.0, a["util"] / a["util_n"] / 100.0) if a["util_n"] else None,
+            vram_pressure=min(1.0, a["used"] / a["total"]) if a["total"] else None,
+            cpu_use=a["cpu_used"] / a["cpu_alloc"] if a["cpu_alloc"] else None,
+        )
+    return out
+
+
+def _cv(values: list[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return None
+    var = sum((v - mean) ** 2 for v in values) / len(values)
+    return math.sqrt(var) / mean
+
+
+class HealthModel:
+    """Health with online-adapted weights (thread-safe; one per app)."""
+
+    def __init__(self, latency_slo_s: float = 1.0) -> None:
+        self.latency_slo_s = latency_slo_s
+        self.load = [0.0, 0.0, 0.0]
+        self._lock = threading.Lock()
+        self.last: FleetHealth | None = None
+
+    def weights(self) -> dict[str, float]:
+        raw = [w0 * (1.0 + m) for w0, m in zip(INITIAL_WEIGHTS, self.load, strict=True)]
+        total = sum(raw)
+        return {s: r / total for s, r in zip(SIGNALS, raw, strict=True)}
+
+    def stresses(self, c: ClusterSignals) -> dict[str, float]:
+        """The normalised signals of a cluster that it has (0..1, higher is worse)."""
+        out = {}
+        if c.gpu_util is not None:
+            out["gpu_util"] = max(0.0, min(1.0, c.gpu_util))
+        if c.vram_pressure is not None:
+            out["vram_pressure"] = max(0.0, min(1.0, c.vram_pressure))
+        if c.p99_latency_s is not None and self.latency_slo_s > 0:
+            out["latency"] = max(0.0, min(1.0, c.p99_latency_s / self.latency_slo_s))
+        return out
+
+    def update(self, clusters: list[ClusterSignals]) -> FleetHealth:
+        """Score ``clusters`` with the current weights, then adapt the weights to this load."""
+        with self._lock:
+            w = self.weights()
+            per = [self.stresses(c) for c in clusters]
+            for c, s in zip(clusters, per, strict=True):
+                tot = sum(w[k] for k in s)
+                c.health = 1.0 - sum(w[k] * v for k, v in s.items()) / tot if tot else None
+            for i, name in enumerate(SIGNALS):
+                vals = [s[name] for s in per if name in s]
+                if vals:
+                    mean = sum(vals) / len(vals)
+                    self.load[i] = (1 - ADAPT_RATE) * self.load[i] + ADAPT_RATE * mean
+            parts = {}
+            for name in ("request_rate", "p95_latency_s", "cpu_use"):
+                cv = _cv([getattr(c, name) for c in clusters if getattr(c, name) is not None])
+                if cv is not None:
+                    parts[name] = cv
+            skew = sum(parts.values()) / len(parts) if parts else 0.0
+            self.last = FleetHealth(clusters, w, skew, parts)
+            return self.last
+
+
+def latency_queries(histogram: str) -> dict[str, str]:
+    """PromQL for per-cluster P99, P95 latency (s) and request rate (1/s) from ``histogram``."""
+    return {
+        "p99_latency_s": f"histogram_quantile(0.99, sum by (cluster, le) (rate({histogram}_bucket[5m])))",
+        "p95_latency_s": f"histogram_quantile(0.95, sum by (cluster, le) (rate({histogram}_bucket[5m])))",
+        "request_rate": f"sum by (cluster) (rate({histogram}_count[5m]))",
+    }
+
+
+def fleet_health(
+    model: HealthModel,
+    snapshot: FleetSnapshot,
+    query: Any = None,
+    histogram: str = "http_server_request_duration_seconds",
+    default_cluster: str = "local",
+) -> FleetHealth:
+    """Signals from ``snapshot`` (and, when ``query`` is given, latency and rate from Prometheus:
+    ``query(promql) -> [(name, labels, value)]``), scored by ``model``."""
+    sig = snapshot_signals(snapshot)
+    if query is not None:
+        for attr, promql in latency_queries(histogram).items():
+            try:
+                samples = query(promql)
+            except Exception:  # latency is optional: no histogram, Prometheus hiccup
+                continue
+            for _, labels, value in samples:
+                if math.isnan(value) or math.isinf(value):
+                    continue
+                c = labels.get("cluster") or default_cluster
+                setattr(sig.setdefault(c, ClusterSignals(c)), attr, float(value))
+    return model.update([sig[c] for c in sorted(sig)])
+
+
+class HealthService:
+    """The app's health model, refreshed once per telemetry snapshot, exported as gauges."""
+
+    def __init__(self, settings: Any, registry: Any) -> None:
+        from prometheus_client import Gauge
+
+        self.settings = settings
+        self.model = HealthModel(settings.health_latency_slo_s)
+        self._snap: FleetSnapshot | None = None
+        self._lock = threading.Lock()
+        self.g_health = Gauge(
+            "fleetmind_cluster_health", "cluster health, 1 idle and healthy .. 0 saturated",
+            ["cluster"], registry=registry,
+        )  # fmt: skip
+        self.g_skew = Gauge(
+            "fleetmind_fleet_skew", "mean CV of request rate, P95 latency and CPU use across "
+            "clusters", registry=registry,
+        )  # fmt: skip
+
+    def current(self, telemetry: Any) -> FleetHealth:
+        """Health for the telemetry's current snapshot (computed once per snapshot)."""
+        snap = telemetry.snapshot()
+        with self._lock:
+            if snap is self._snap and self.model.last is not None:
+                return self.model.last
+            query = getattr(telemetry, "query", None)
+            out = fleet_health(
+                self.model, snap, query, self.settings.health_latency_histogram,
+                self.settings.telemetry_cluster,
+            )  # fmt: skip
+            self._snap = snap
+            for c in out.clusters:
+                if c.health is not None:
+                    self.g_health.labels(c.cluster).set(c.health)
+            self.g_skew.set(out.skew)
+            return out
+
+
+def health_service(services: Any) -> HealthService:
+    """The app's :class:`HealthService` (built on first use)."""
+    hs = services.health
+    if hs is None:
+        hs = services.health = HealthService(services.settings, services.metrics.registry)
+    return hs
+
+
+def healthy_nodes(services: Any, telemetry: Any, snapshot: FleetSnapshot) -> set[str] | None:
+    """Names of the nodes in clusters at or above ``FLEETMIND_HEALTH_MIN``; None when every
+    cluster qualifies (or there is one cluster, or health is unknown): no restriction."""
+    clusters = {n.cluster for n in snapshot.nodes}
+    if len(clusters) < 2:
+        return None
+    health = health_service(services).current(telemetry).by_cluster()
+    floor = services.settings.health_min
+    low = {c for c in clusters if c in health and (health[c].health or 0.0) < floor
+           and health[c].health is not None}  # fmt: skip
+    if not low:
+        return None
+    return {n.name for n in snapshot.nodes if n.cluster not in low}
