@@ -105,6 +105,24 @@ incidents = Table(
     Column("needs_ranking", Boolean, nullable=False, default=False, server_default=false()),
 )
 
+# Capacity held for pods by the scheduler extender and reserve=true placements, shared by replicas
+# (serving/reservations.py; migration 0002).
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("pod_key", String(320), primary_key=True),
+    Column("pod_uid", String(128), nullable=True),
+    Column("cluster", String(256), nullable=False),
+    Column("node", String(256), nullable=False),
+    Column("gpus", JSON, nullable=False),
+    Column("gpu_milli", Integer, nullable=False),
+    Column("cpu_milli", Integer, nullable=False),
+    Column("memory_mib", Integer, nullable=False),
+    Column("created_ts", Float, nullable=False),
+    Column("expires_ts", Float, nullable=False),  # a few hundred live rows: no index
+    Column("bound_ts", Float, nullable=True),
+)
+
 
 # Operator tables (revision 0003): feedback labels (serving.feedback) and root-cause notifications
 # (serving.notify).

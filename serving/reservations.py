@@ -12,7 +12,7 @@ shows it. A hold ends when
 * or its **TTL** expires (``FLEETMIND_RESERVATION_TTL_S``, default 120 s): the pod was never bound
   (kube-scheduler chose another node, or gave up). Expired rows are deleted on the next write.
 
-Table ``reservations`` (SQLAlchemy metadata of :mod:`serving.db`): one row per pod key
+Table ``reservations`` (:data:`serving.db.reservations`, Alembic revision ``0002``): one row per pod key
 (``namespace/name`` for pods, ``placement/<job id>`` for the placement route).
 
 Concurrency: kube-scheduler schedules one pod at a time (one leader), so extender calls do not
@@ -28,28 +28,14 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import JSON, Column, Float, Integer, String, Table, delete, or_, select
+from sqlalchemy import delete, or_, select
 
-from fleetmind.serving.db import Database, metadata
+from fleetmind.serving.db import Database, reservations
 from fleetmind.serving.placement import Option, Reservations
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot
 
-reservations_table = Table(
-    "reservations",
-    metadata,
-    Column("pod_key", String(320), primary_key=True),
-    Column("pod_uid", String(128), nullable=True),
-    Column("cluster", String(256), nullable=False),
-    Column("node", String(256), nullable=False),
-    Column("gpus", JSON, nullable=False),
-    Column("gpu_milli", Integer, nullable=False),
-    Column("cpu_milli", Integer, nullable=False),
-    Column("memory_mib", Integer, nullable=False),
-    Column("created_ts", Float, nullable=False),
-    Column("expires_ts", Float, nullable=False, index=True),
-    Column("bound_ts", Float, nullable=True),
-)
+reservations_table = reservations
 
 
 def _view(rows: Iterable[Any]) -> Reservations:
