@@ -20,6 +20,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    if "reservations" in sa.inspect(op.get_bind()).get_table_names():
+        return  # made by MetaData.create_all with this release's metadata: already current
     op.create_table(
         "reservations",
         sa.Column("pod_key", sa.String(320), primary_key=True),
