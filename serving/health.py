@@ -232,11 +232,17 @@ class HealthService:
             return out
 
 
+_BUILD_LOCK = threading.Lock()
+
+
 def health_service(services: Any) -> HealthService:
-    """The app's :class:`HealthService` (built on first use)."""
+    """The app's :class:`HealthService` (built once, on first use, whatever the concurrency)."""
     hs = services.health
     if hs is None:
-        hs = services.health = HealthService(services.settings, services.metrics.registry)
+        with _BUILD_LOCK:
+            hs = services.health
+            if hs is None:
+                hs = services.health = HealthService(services.settings, services.metrics.registry)
     return hs
 
 
