@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,6 +195,10 @@ def fleet_health(
     return model.update([sig[c] for c in sorted(sig)])
 
 
+_BUILD_LOCK = threading.RLock()
+_GAUGES: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
+
 class HealthService:
     """The app's health model, refreshed once per telemetry snapshot, exported as gauges."""
 
@@ -204,14 +209,16 @@ class HealthService:
         self.model = HealthModel(settings.health_latency_slo_s)
         self._snap: FleetSnapshot | None = None
         self._lock = threading.Lock()
-        self.g_health = Gauge(
-            "fleetmind_cluster_health", "cluster health, 1 idle and healthy .. 0 saturated",
-            ["cluster"], registry=registry,
-        )  # fmt: skip
-        self.g_skew = Gauge(
-            "fleetmind_fleet_skew", "mean CV of request rate, P95 latency and CPU use across "
-            "clusters", registry=registry,
-        )  # fmt: skip
+        with _BUILD_LOCK:  # one pair of gauges per registry (an app restarted keeps its metrics)
+            gauges = _GAUGES.get(registry)
+            if gauges is None:
+                gauges = _GAUGES[registry] = (
+                    Gauge("fleetmind_cluster_health", "cluster health, 1 idle and healthy .. 0 "
+                          "saturated", ["cluster"], registry=registry),
+                    Gauge("fleetmind_fleet_skew", "mean CV of request rate, P95 latency and CPU "
+                          "use across clusters", registry=registry),
+                )  # fmt: skip
+        self.g_health, self.g_skew = gauges
 
     def current(self, telemetry: Any) -> FleetHealth:
         """Health for the telemetry's current snapshot (computed once per snapshot)."""
@@ -230,9 +237,6 @@ class HealthService:
                     self.g_health.labels(c.cluster).set(c.health)
             self.g_skew.set(out.skew)
             return out
-
-
-_BUILD_LOCK = threading.Lock()
 
 
 def health_service(services: Any) -> HealthService:
