@@ -151,7 +151,8 @@ def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
 
 # ----------------------------------------------------------------------------- server mode
 class PrometheusApiSource(TelemetrySource):
-    """Every node of the fleet from a Prometheus server's HTTP API (two instant queries)."""
+    """Every node of the fleet from a Prometheus server's HTTP API (:data:`FLEET_QUERIES`, run
+    concurrently)."""
 
     name = "prometheus"
 
