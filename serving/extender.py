@@ -375,7 +375,12 @@ def decide(
     if cands:
         job = req.job(index.cluster)
         d.options = placer.place(
-            snapshot, job, reservations, len(cands), allowed={n.name for n in cands}
+            snapshot,
+            job,
+            reservations,
+            len(cands),
+            allowed={n.name for n in cands},
+            alternative_gpus=False,  # only the choice is held: its GPUs are enough
         )
     chosen = {o.node for o in d.options}
     for node in cands:

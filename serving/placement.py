@@ -42,11 +42,13 @@ class Placer(Protocol):
         reservations: Reservations,
         k: int,
         allowed: Collection[str] | None = None,
+        alternative_gpus: bool = True,
     ) -> list[Option]:
         """Return up to ``k`` feasible options, best first (empty when none fits).
 
         ``allowed``: node names the job may go to (all when None; the rest of the snapshot still
-        forms the state the policy sees).
+        forms the state the policy sees). ``alternative_gpus=False``: options after the first may
+        leave ``gpus`` empty (a caller that only ranks nodes saves the GPU choice per node).
         """
         ...
 
@@ -122,6 +124,7 @@ class BestFitPlacer:
         reservations: Reservations,
         k: int,
         allowed: Collection[str] | None = None,
+        alternative_gpus: bool = True,
     ) -> list[Option]:
         options: list[Option] = []
         wants = _model_wants(job)
@@ -241,6 +244,7 @@ class PeerPolicyPlacer:
         reservations: Reservations,
         k: int,
         allowed: Collection[str] | None = None,
+        alternative_gpus: bool = True,
     ) -> list[Option]:
         import numpy as np
 
@@ -305,7 +309,10 @@ class PeerPolicyPlacer:
                 picks += [int(i) for i in order[: k + 1] if mask[i] and int(i) != node][: k - 1]
             out = []
             for rank, i in enumerate(picks):
-                g = gpus if i == node else state.choose_gpus(pod, i)
+                if i == node:
+                    g = gpus
+                else:
+                    g = state.choose_gpus(pod, i) if alternative_gpus else ()
                 idx = [nodes[i].gpus[int(j)].index for j in np.asarray(g).tolist()]
                 out.append(
                     Option(
