@@ -14,19 +14,19 @@
   unallocated GPU % through Prometheus + extender vs the fgd-mode simulator (same policy, trace
   and seed), and the share of pods placed on the same node.
 
-Usage::
+Usage (from the checkout root)::
 
-    .venv/bin/python benchmarks/bench_k8s.py                 # writes benchmarks/results/k8s.json
-    .venv/bin/python benchmarks/bench_k8s.py --pods 100 --nodes 1000
+    .venv/bin/python -m benchmarks.serving.k8s            # writes benchmarks/results/k8s.json
+    .venv/bin/python -m benchmarks.serving.k8s --only extender --pods 200
+
+Each section keeps its own provenance (a rerun of one section keeps the others); the top-level
+provenance is the latest run's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,45 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
 
-OUT = Path(__file__).resolve().parent / "results" / "k8s.json"
+sys.path.insert(0, str(REPO_ROOT / "tests"))  # the exporter, Prometheus and fleet helpers
 
-
-def provenance(argv: list[str]) -> dict:
-    import fastapi
-    import sqlalchemy
-
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = bool(
-        subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    return {
-        "command": " ".join(["benchmarks/bench_k8s.py", *argv]),
-        "commit": commit,
-        "dirty_worktree": dirty,
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-            "load_average_at_start": list(os.getloadavg()),
-        },
-        "versions": {
-            "numpy": np.__version__,
-            "fastapi": fastapi.__version__,
-            "sqlalchemy": sqlalchemy.__version__,
-        },
-    }
+OUT = RESULTS / "k8s.json"
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -253,7 +219,9 @@ def main(argv: list[str] | None = None) -> None:
     result: dict = {}
     if a.out.exists():  # sections not run this time are kept (with their own provenance)
         result = json.loads(a.out.read_text())
-    prov = provenance(argv)
+    prov = provenance(
+        __spec__.name, argv, load_start=load_now(), packages=["fastapi", "sqlalchemy"]
+    )
     if "extender" in only:
         result["extender"] = {"provenance": prov, **bench_extender(a.nodes, a.pods, a.seed)}
         print(json.dumps(result["extender"], indent=1), flush=True)
@@ -266,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     if "live" in only:
         result["live_vs_sim"] = {"provenance": prov, **bench_live(a.live_step)}
         print(json.dumps(result["live_vs_sim"], indent=1, default=str), flush=True)
+    result.update({k: v for k, v in prov.items()})  # top level: the latest run
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
 
