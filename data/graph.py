@@ -28,32 +28,7 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.errors import DataError
-
-NODE_KINDS: tuple[str, ...] = (
-    "service",
-    "pod",
-    "host",
-    "gpu",
-    "link",
-    "cluster",
-    "registry",
-    "dns",
-    "config",
-    "storage",
-    "network",
-    "infra",
-)
-"""Node kinds. ``registry``, ``dns``, ``config``, ``storage``, ``network`` and ``infra`` are shared infra."""
-
-EDGE_KINDS: tuple[str, ...] = (
-    "calls",
-    "runs_on",
-    "hosted_on",
-    "attached_to",
-    "member_of",
-    "depends_on",
-)
-"""Edge kinds; every edge points from the dependent (``src``) to its dependency (``dst``)."""
+from fleetmind.data.graph_schema import EDGE_KINDS, NODE_KINDS, GraphModel, validation_message
 
 # More specific kinds win when an alert's labels match several nodes equally well.
 _KIND_SPECIFICITY = {k: i for i, k in enumerate(reversed(NODE_KINDS))}
@@ -203,8 +178,6 @@ class DependencyGraph:
         ``docs/graph.schema.json``), ids and edge ends by the constructor.
         """
         from pydantic import ValidationError
-
-        from fleetmind.data.graph_schema import GraphModel, validation_message
 
         if not isinstance(obj, Mapping):
             raise DataError("graph JSON must be an object with 'name', 'nodes' and 'edges'")

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.fleet_io import discover_local_fleet
 from fleetmind.data.graph_schema import GraphModel
 
 CLUSTER_LABEL = "fleetmind.io/cluster"
@@ -285,8 +286,6 @@ def nvlinks_from_nvml() -> dict[str, list[int]]:
     Raises:
         NotAvailableError: NVML is absent (see :func:`data.fleet_io.discover_local_fleet`).
     """
-    from fleetmind.data.fleet_io import discover_local_fleet
-
     fleet = discover_local_fleet()
     out = {}
     for n, name in enumerate(fleet.node_names):

@@ -14,7 +14,31 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from fleetmind.data.graph import EDGE_KINDS, NODE_KINDS
+NODE_KINDS: tuple[str, ...] = (
+    "service",
+    "pod",
+    "host",
+    "gpu",
+    "link",
+    "cluster",
+    "registry",
+    "dns",
+    "config",
+    "storage",
+    "network",
+    "infra",
+)
+"""Node kinds. ``registry``, ``dns``, ``config``, ``storage``, ``network`` and ``infra`` are shared infra."""
+
+EDGE_KINDS: tuple[str, ...] = (
+    "calls",
+    "runs_on",
+    "hosted_on",
+    "attached_to",
+    "member_of",
+    "depends_on",
+)
+"""Edge kinds; every edge points from the dependent (``src``) to its dependency (``dst``)."""
 
 NO_NUL = r"^[^\x00]*$"
 ShortText = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL)]

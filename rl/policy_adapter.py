@@ -29,33 +29,11 @@ from fleetmind.data.openb import PodTrace
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.candidates import CandidateBuilder, Candidates
 from fleetmind.envs.core import ClusterState, Pod
-from fleetmind.envs.policies import Policy, TypicalPods
+from fleetmind.envs.policies import Policy
+from fleetmind.envs.policies.fgd import typical_from_json
 
 RELEASED_DIR = MODELS_DIR / "placement"
 """Folder of the released placement model."""
-
-
-def typical_to_json(typical: TypicalPods) -> dict[str, list]:
-    """JSON-able form of FGD's typical pods (saved in ``metadata.json``)."""
-    return {
-        "cpu_milli": typical.cpu_milli.tolist(),
-        "gpu_milli": typical.gpu_milli.tolist(),
-        "num_gpu": typical.num_gpu.tolist(),
-        "gpu_spec_mask": typical.gpu_spec_mask.tolist(),
-        "count": typical.count.tolist(),
-        "gpu_spec": typical.gpu_spec.tolist(),
-    }
-
-
-def typical_from_json(d: dict[str, list]) -> TypicalPods:
-    """Inverse of :func:`typical_to_json`."""
-    i64 = {k: np.asarray(d[k], dtype=np.int64) for k in ("cpu_milli", "gpu_milli", "num_gpu")}
-    return TypicalPods(
-        gpu_spec_mask=np.asarray(d["gpu_spec_mask"], dtype=np.int64),
-        count=np.asarray(d["count"], dtype=np.int64),
-        gpu_spec=np.asarray(d["gpu_spec"], dtype=str),
-        **i64,
-    )
 
 
 class PPOPlacementPolicy(Policy):

@@ -33,6 +33,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.db import Database
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
+from fleetmind.serving.graph_refresh import GraphRefresher
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
@@ -203,8 +204,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.notifier = notifier
         refresher = None
         if s.graph and s.graph_refresh_s > 0:
-            from fleetmind.serving.graph_refresh import GraphRefresher
-
             refresher = GraphRefresher(services.graphs, s.graph, s.graph_refresh_s)
             refresher.start()
         app.state.services = services

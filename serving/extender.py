@@ -40,7 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetmind.data.errors import DataError
-from fleetmind.serving.placement import Option, Placer, Reservations, free_gpus
+from fleetmind.serving.placement import (
+    BestFitPlacer,
+    Option,
+    Placer,
+    Reservations,
+    free_gpus,
+    peer_heuristic,
+)
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 
@@ -421,8 +428,6 @@ def priority_list(d: Decision) -> list[dict[str, Any]]:
 
 def fallback_placer() -> Placer:
     """FGD with the released model's typical pods (BestFit when they cannot be read)."""
-    from fleetmind.serving.placement import BestFitPlacer, peer_heuristic
-
     return peer_heuristic("fgd") or BestFitPlacer()
 
 

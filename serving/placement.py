@@ -6,14 +6,17 @@ Units follow openb: ``gpu_milli`` is the share of one GPU (1000 = a whole GPU); 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fleetmind.data.openb import ANY_GPU_MODEL, gpu_model_id
+from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
 from fleetmind.envs.policies import make_policy
+from fleetmind.envs.policies.fgd import typical_from_json
 from fleetmind.envs.policies.scores import bestfit_scores
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
@@ -353,14 +356,10 @@ def peer_heuristic(name: str) -> PeerPolicyPlacer | None:
 
 def released_typical_pods() -> Any:
     """FGD's typical pods stored with the released placement model (``None`` when unreadable)."""
-    import json
-
     try:
-        from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_from_json
-
-        meta = json.loads((RELEASED_DIR / "metadata.json").read_text())
+        meta = json.loads((MODELS_DIR / "placement" / "metadata.json").read_text())
         return typical_from_json(meta["typical_pods"])
-    except (ImportError, OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -22,7 +22,8 @@ from fleetmind.data.errors import DataError
 from fleetmind.data.openb import gpu_spec_mask, load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, Pod
 from fleetmind.envs.policies import FGD
-from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy, typical_from_json
+from fleetmind.envs.policies.fgd import typical_from_json
+from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy
 from fleetmind.serving.app import create_app
 from fleetmind.serving.extender import parse_quantity, pod_request
 from fleetmind.serving.settings import Settings

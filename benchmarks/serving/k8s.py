@@ -52,7 +52,8 @@ def bench_extender(n_nodes: int, n_pods: int, seed: int) -> dict:
     from fleetmind.data.openb import load_openb_nodes, load_openb_trace
     from fleetmind.envs.core import ClusterState
     from fleetmind.envs.policies import FGD
-    from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_from_json
+    from fleetmind.envs.policies.fgd import typical_from_json
+    from fleetmind.rl.policy_adapter import RELEASED_DIR
     from fleetmind.serving.app import create_app
     from fleetmind.serving.settings import Settings
     from fleetmind.serving.telemetry.sim import SimSource

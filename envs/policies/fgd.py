@@ -76,6 +76,29 @@ class TypicalPods:
         )
 
 
+def typical_to_json(typical: TypicalPods) -> dict[str, list]:
+    """JSON-able form of FGD's typical pods (saved in ``metadata.json``)."""
+    return {
+        "cpu_milli": typical.cpu_milli.tolist(),
+        "gpu_milli": typical.gpu_milli.tolist(),
+        "num_gpu": typical.num_gpu.tolist(),
+        "gpu_spec_mask": typical.gpu_spec_mask.tolist(),
+        "count": typical.count.tolist(),
+        "gpu_spec": typical.gpu_spec.tolist(),
+    }
+
+
+def typical_from_json(d: dict[str, list]) -> TypicalPods:
+    """Inverse of :func:`typical_to_json`."""
+    i64 = {k: np.asarray(d[k], dtype=np.int64) for k in ("cpu_milli", "gpu_milli", "num_gpu")}
+    return TypicalPods(
+        gpu_spec_mask=np.asarray(d["gpu_spec_mask"], dtype=np.int64),
+        count=np.asarray(d["count"], dtype=np.int64),
+        gpu_spec=np.asarray(d["gpu_spec"], dtype=str),
+        **i64,
+    )
+
+
 def fgd_score_from_delta(delta: np.ndarray) -> np.ndarray:
     """FGD's integer node score ``floor(100 * sigmoid(delta / 1000))`` (delta in milli-GPU)."""
     x = np.asarray(delta, dtype=np.float64) / 1000.0

@@ -43,9 +43,10 @@ from fleetmind.envs.candidates import N_CAND_FEATURES
 from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
+from fleetmind.envs.policies.fgd import typical_to_json
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model
 from fleetmind.rl.policy import count_parameters
-from fleetmind.rl.policy_adapter import RELEASED_DIR, typical_to_json
+from fleetmind.rl.policy_adapter import RELEASED_DIR
 from fleetmind.rl.ppo import (
     behaviour_clone,
     collect_teacher,
