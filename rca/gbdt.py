@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,26 @@ def alert_token(alert: Mapping[str, Any]) -> str:
     lab = alert.get("labels") or {}
     name = str(lab.get("alertname", ""))
     return name + (":" + str(lab["xid"]) if "xid" in lab else "")
+
+
+def root_shares(
+    incidents: Sequence[Mapping[str, Any]], graphs: Mapping[str, DependencyGraph]
+) -> dict[str, dict[str, float]]:
+    """``token -> {"firings", "at_root", "root_share"}`` over ``incidents``, sorted by root share.
+
+    A firing is one (incident, node, token) triple (storm copies at one node count once); the root
+    share is the share of a token's firings that are at the incident's root node."""
+    tot: Counter = Counter()
+    root: Counter = Counter()
+    for inc in incidents:
+        g = graphs[inc["graph"]]
+        r = g.index[inc["root_cause"]]
+        for i, al in alerts_by_node(g, inc["alerts"]).items():
+            for t in {alert_token(a) for a in al}:
+                tot[t] += 1
+                root[t] += int(i == r)
+    rows = {t: {"firings": tot[t], "at_root": root[t], "root_share": root[t] / tot[t]} for t in tot}
+    return dict(sorted(rows.items(), key=lambda kv: (-kv[1]["root_share"], kv[0])))
 
 
 def _adjacency(graph: DependencyGraph) -> tuple[sp.csr_matrix, sp.csr_matrix]:
