@@ -199,6 +199,7 @@ def evaluate_methods(
     analyzers: Mapping[str, BaseAnalyzer],
     graphs: Mapping[str, DependencyGraph],
     progress: bool = False,
+    keep_ranks: bool = False,
 ) -> dict[str, Any]:
     """Rank every incident with every analyzer and score the rankings.
 
@@ -207,6 +208,8 @@ def evaluate_methods(
         analyzers: name -> analyzer.
         graphs: graph name -> graph (``RCADataset.graphs``).
         progress: show a tqdm bar.
+        keep_ranks: also return ``"ranks": {name: [rank or None per incident]}`` and
+            ``"silent": [bool per incident]`` (for bootstrap intervals).
 
     Returns:
         ``{"n_incidents", "n_silent_root", "methods": {name: {"ac@1","ac@3","ac@5","avg@5","mrr",
@@ -246,7 +249,7 @@ def evaluate_methods(
                 **{k: v for k, v in summarize(r).items() if k != "ms_per_incident"},
             }
         methods[n] = m
-    return {
+    out: dict[str, Any] = {
         "n_incidents": len(incidents),
         "n_silent_root": int(sum(silent)),
         "methods": methods,
@@ -255,3 +258,7 @@ def evaluate_methods(
             for n, d in by_fault.items()
         },
     }
+    if keep_ranks:
+        out["ranks"] = ranks
+        out["silent"] = silent
+    return out
