@@ -6,7 +6,7 @@ count once); a token is ``alertname`` or ``alertname:xid``. A name with root sha
 away. The **name table** (``rca.gbdt.NameTableAnalyzer``) scores a node by ``P(root | token at the
 node)`` counted on ``train`` and is scored on ``--split`` (held-out topologies).
 
-Run: ``python -m benchmarks.rca_root_share DATA --json benchmarks/results/rca_root_share_<name>.json
+Run: ``python -m benchmarks.rca.root_share DATA --json benchmarks/results/rca_root_share_<name>.json
 [--md docs/rca-data.md]`` (the Markdown table goes between the ``root-share`` markers of the file).
 """
 
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
-import sys
 from pathlib import Path
+
+from benchmarks.provenance import load_now, provenance
 
 _MARK = ("<!-- root-share:{name}:begin -->", "<!-- root-share:{name}:end -->")
 
@@ -50,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default=None, help="marker name (default: the data folder's name)")
     ap.add_argument("--min-firings", type=int, default=20)
     a = ap.parse_args(argv)
+    load0 = load_now()
 
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.gbdt import GBDTConfig, NameTableAnalyzer, root_shares
@@ -61,17 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     nt.train(ds.split("train"), ds.graphs)
     ev = evaluate_methods(ds.split(a.eval_split), {"name_table": nt}, ds.graphs)["methods"]
     m = ev["name_table"]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
     res = {
+        **provenance(__spec__.name, argv, load_start=load0, packages=("scikit-learn",)),
         "benchmark": "rca_root_share",
-        "command": " ".join(["python -m benchmarks.rca_root_share", *(argv or sys.argv[1:])]),
-        "commit": commit,
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
         "data": str(a.data),
         "data_meta": {k: ds.meta.get(k) for k in ("seed", "n_incidents", "sim")},
         "split": a.split,

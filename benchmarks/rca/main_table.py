@@ -9,7 +9,7 @@ non-silent roots (a silent root: no alert maps to the root node).
 
 Run::
 
-    python -m benchmarks.rca_main_table default=/tmp/rcasim/rel_default@models/rca \\
+    python -m benchmarks.rca.main_table default=/tmp/rcasim/rel_default@models/rca \\
         hard=/tmp/rcasim/rel_hard@models/rca/hard --json benchmarks/results/rca_main_table.json
 """
 
@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.provenance import load_now, provenance
 
 METHODS = (
     "random",
@@ -83,9 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "--merge", action="store_true", help="keep the other settings already in --json"
     )
     a = ap.parse_args(argv)
-
-    import sklearn
-    import torch
+    load0 = load_now()
 
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.metrics import evaluate_methods, make_analyzers
@@ -122,29 +118,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:<8}{split:<11}{mname:<15}AC@1 {m['ac@1']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
                     f"  silent {br['silent']['ac@1']:.3f}  non-silent {br['non_silent']['ac@1']:.3f}"
                 )
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    cmd = " ".join(["python -m benchmarks.rca_main_table", *(argv or sys.argv[1:])])
-    commands = {name: cmd for name in out}
+    prov = provenance(__spec__.name, argv, load_start=load0, packages=("scikit-learn",))
+    commands = {name: prov["command"] for name in out}
     if a.merge and Path(a.json).exists():
         old = json.loads(Path(a.json).read_text())
         out = {**old["settings"], **out}
         commands = {**old.get("commands", {}), **commands}
     res = {
+        **prov,
         "benchmark": "rca_main_table",
         "commands": commands,
-        "commit": commit,
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "versions": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "scikit-learn": sklearn.__version__,
-            "torch": torch.__version__,
-        },
         "bootstrap": {"resamples": a.boot, "seed": a.seed, "interval": "percentile 95 %"},
         "settings": out,
     }
