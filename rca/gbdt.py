@@ -36,7 +36,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from fleetmind.data.errors import ConfigError
-from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.graph import NODE_KINDS, DependencyGraph
+from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.baselines import _ts, alerts_by_node, path_to_alert
 
@@ -110,8 +111,6 @@ class _Featurizer:
     """Per-candidate feature rows of one incident; the token vocabulary is fixed at fit time."""
 
     def __init__(self, vocab: Mapping[str, int], hops: int) -> None:
-        from fleetmind.data.graph import NODE_KINDS
-
         self.vocab = dict(vocab)
         self.hops = hops
         self.n_kinds = len(NODE_KINDS)
@@ -350,8 +349,6 @@ def _cache_key(data_dir: Path, an: GBDTAnalyzer) -> str:
 
 def _fit_cached(an: GBDTAnalyzer, data_dir: str | Path) -> None:
     import joblib
-
-    from fleetmind.data.rca_dataset import load_dataset
 
     d = Path(data_dir)
     if not (d / "train.jsonl").exists():

@@ -26,6 +26,7 @@ from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES, RandomConfig, alerts_by_node
+from fleetmind.rca.gbdt import make_learned
 
 K_VALUES: tuple[int, ...] = (1, 3, 5)
 
@@ -159,8 +160,6 @@ def make_analyzers(
                     f"method {name!r} trains on a dataset's train split: give the dataset folder "
                     "(rca evaluate --data DIR)"
                 )
-            from fleetmind.rca.gbdt import make_learned
-
             out[name] = make_learned(name, data, seed)
         elif name in _FACTORIES:
             out[name] = _FACTORIES[name](model, seed)
@@ -188,8 +187,6 @@ def _prime(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> None:
 
 def is_silent_root(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], root: str) -> bool:
     """Whether no alert (other than ``severity: none``) maps to the root node ``root``."""
-    from fleetmind.rca.baselines import alerts_by_node
-
     i = graph.index.get(root)
     return i is None or i not in alerts_by_node(graph, alerts)  # type: ignore[arg-type]
 

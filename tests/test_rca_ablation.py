@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from fleetmind.rca.features import FEATURE_NAMES
+from fleetmind.rca.features.layout import FEATURE_NAMES
 from fleetmind.rca.model import GATConfig, GATRanker
 from fleetmind.training.rca_ablation import _ci, _summary, _variant
 

@@ -33,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from fleetmind.data.rca_dataset import load_dataset
+from fleetmind.rca.features.layout import FEATURE_NAMES
+
 LOFO_DEFAULT = ("gpu_ecc_error", "host_not_ready", "network_switch_failure")
 
 
@@ -149,8 +152,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from fleetmind.data.rca_dataset import load_dataset
-    from fleetmind.rca.features import FEATURE_NAMES
     from fleetmind.rca.lightning_module import incidents_to_data
 
     for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
