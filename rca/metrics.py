@@ -26,6 +26,7 @@ from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES, RandomConfig, alerts_by_node
+from fleetmind.rca.gbdt import make_learned
 
 K_VALUES: tuple[int, ...] = (1, 3, 5)
 
@@ -74,6 +75,10 @@ _BASELINES_READY = False
 PLUGINS: dict[str, str] = {"gat": "fleetmind.rca.gat_analyzer:make_analyzer"}
 """Lazily imported methods: name -> ``module:function`` with signature ``(model, seed) -> BaseAnalyzer``."""
 
+DATA_TRAINED: tuple[str, ...] = ("name_table", "node_gbdt", "hop2_gbdt")
+"""Learned baselines (:mod:`rca.gbdt`) fitted on the train split of the dataset being evaluated
+(``make_analyzers(data=DIR)``); listed by default only when a dataset folder is given."""
+
 
 def register_method(name: str, factory: Factory) -> None:
     """Make ``name`` available to :func:`make_analyzers` (and ``rca evaluate --methods``).
@@ -98,10 +103,12 @@ def _register_baselines() -> None:
             _FACTORIES.setdefault(name, lambda model, seed, cls=cls: cls())
 
 
-def available_methods() -> list[str]:
-    """Registered baselines and methods, then plug-ins (which may fail to import)."""
+def available_methods(with_data: bool = False) -> list[str]:
+    """Registered baselines and methods, then plug-ins (which may fail to import), then (only with
+    ``with_data``) the learned baselines that train on a dataset's train split."""
     _register_baselines()
-    return list(_FACTORIES) + [p for p in PLUGINS if p not in _FACTORIES]
+    out = list(_FACTORIES) + [p for p in PLUGINS if p not in _FACTORIES]
+    return out + [d for d in DATA_TRAINED if d not in out] if with_data else out
 
 
 def _plugin(name: str) -> Factory:
@@ -113,7 +120,10 @@ def _plugin(name: str) -> Factory:
 
 
 def make_analyzers(
-    names: Iterable[str] | None = None, model: str | None = None, seed: int = 0
+    names: Iterable[str] | None = None,
+    model: str | None = None,
+    seed: int = 0,
+    data: str | None = None,
 ) -> dict[str, BaseAnalyzer]:
     """Build analyzers by name (default: every baseline plus plug-ins that load).
 
@@ -123,11 +133,14 @@ def make_analyzers(
             released artifact. A plug-in is skipped silently when it cannot load only if neither
             ``names`` nor ``model`` was given: a model that was asked for and does not load is an
             error, not a missing row.
-        seed: seed of randomised methods.
+        seed: seed of randomised methods (and of the learned baselines' fit).
+        data: dataset folder whose ``train`` split fits the learned baselines of
+            :data:`DATA_TRAINED` (cached, see :mod:`rca.gbdt`); ``None``: they are not listed by
+            default and asking for one is an error.
 
     Raises:
-        ConfigError: an unknown method name, or a ``model`` with ``names`` that hold no learned
-            method (the model would be ignored).
+        ConfigError: an unknown method name, a ``model`` with ``names`` that hold no learned
+            method (the model would be ignored), or a learned baseline without ``data``.
         NotAvailableError: a requested plug-in or model cannot be loaded (e.g. no released GAT).
     """
     _register_baselines()
@@ -140,8 +153,15 @@ def make_analyzers(
                 f"learned one that uses it (learned: {', '.join(sorted(PLUGINS)) or 'none'})"
             )
     out: dict[str, BaseAnalyzer] = {}
-    for name in names if names is not None else available_methods():
-        if name in _FACTORIES:
+    for name in names if names is not None else available_methods(with_data=data is not None):
+        if name in DATA_TRAINED and name not in _FACTORIES:
+            if data is None:
+                raise ConfigError(
+                    f"method {name!r} trains on a dataset's train split: give the dataset folder "
+                    "(rca evaluate --data DIR)"
+                )
+            out[name] = make_learned(name, data, seed)
+        elif name in _FACTORIES:
             out[name] = _FACTORIES[name](model, seed)
         elif name in PLUGINS:
             try:
@@ -165,11 +185,18 @@ def _prime(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> None:
     alerts_by_node(graph, alerts)  # type: ignore[arg-type]
 
 
+def is_silent_root(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], root: str) -> bool:
+    """Whether no alert (other than ``severity: none``) maps to the root node ``root``."""
+    i = graph.index.get(root)
+    return i is None or i not in alerts_by_node(graph, alerts)  # type: ignore[arg-type]
+
+
 def evaluate_methods(
     incidents: Sequence[Mapping[str, Any]],
     analyzers: Mapping[str, BaseAnalyzer],
     graphs: Mapping[str, DependencyGraph],
     progress: bool = False,
+    keep_ranks: bool = False,
 ) -> dict[str, Any]:
     """Rank every incident with every analyzer and score the rankings.
 
@@ -178,12 +205,18 @@ def evaluate_methods(
         analyzers: name -> analyzer.
         graphs: graph name -> graph (``RCADataset.graphs``).
         progress: show a tqdm bar.
+        keep_ranks: also return ``"ranks": {name: [rank or None per incident]}`` and
+            ``"silent": [bool per incident]`` (for bootstrap intervals).
 
     Returns:
-        ``{"n_incidents", "methods": {name: {"ac@1","ac@3","ac@5","avg@5","mrr","ms_per_incident"}},
-        "by_fault_type": {name: {fault_type: {"n", "ac@1"}}}}``.
+        ``{"n_incidents", "n_silent_root", "methods": {name: {"ac@1","ac@3","ac@5","avg@5","mrr",
+        "ms_per_incident", "by_root": {"silent": {"n", "ac@1", ...}, "non_silent": {...}}}},
+        "by_fault_type": {name: {fault_type: {"n", "ac@1"}}}}``. A **silent root** is a root node
+        that no alert of the incident maps to (``Watchdog``-style ``severity: none`` alerts do not
+        count), whatever the generator's ``silent_root`` field says.
     """
     ranks: dict[str, list[int | None]] = {n: [] for n in analyzers}
+    silent: list[bool] = []
     times: dict[str, list[float]] = {n: [] for n in analyzers}
     by_fault: dict[str, dict[str, list[int | None]]] = {n: {} for n in analyzers}
     it: Iterable[Mapping[str, Any]] = incidents
@@ -194,6 +227,7 @@ def evaluate_methods(
     for inc in it:
         g = graphs[inc["graph"]]
         _prime(g, inc["alerts"])
+        silent.append(is_silent_root(g, inc["alerts"], inc["root_cause"]))
         for name, an in analyzers.items():
             t = time.perf_counter()
             res = an.find_root_causes(g, inc["alerts"], None)
@@ -201,11 +235,27 @@ def evaluate_methods(
             r = rank_of(res.ranked_nodes(), inc["root_cause"])
             ranks[name].append(r)
             by_fault[name].setdefault(str(inc.get("fault_type")), []).append(r)
-    return {
+    methods = {}
+    for n in analyzers:
+        m: dict[str, Any] = summarize(ranks[n], times[n])
+        m["by_root"] = {}
+        for part, want in (("silent", True), ("non_silent", False)):
+            r = [x for x, s in zip(ranks[n], silent, strict=True) if s == want]
+            m["by_root"][part] = {
+                "n": len(r),
+                **{k: v for k, v in summarize(r).items() if k != "ms_per_incident"},
+            }
+        methods[n] = m
+    out: dict[str, Any] = {
         "n_incidents": len(incidents),
-        "methods": {n: summarize(ranks[n], times[n]) for n in analyzers},
+        "n_silent_root": int(sum(silent)),
+        "methods": methods,
         "by_fault_type": {
             n: {ft: {"n": len(r), "ac@1": ac_at_k(r, 1)} for ft, r in sorted(d.items())}
             for n, d in by_fault.items()
         },
     }
+    if keep_ranks:
+        out["ranks"] = ranks
+        out["silent"] = silent
+    return out

@@ -257,7 +257,9 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         "--methods",
         nargs="+",
         default=None,
-        help="methods to run (default: every registered method)",
+        help="methods to run (default: every registered method, incl. the learned baselines "
+        "name_table, node_gbdt and hop2_gbdt, fitted on --data's train split and cached in "
+        "DATA/.fleetmind_cache)",
     )
     p.add_argument(
         "--model",
@@ -289,7 +291,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise ConfigError("--data DIR or --feedback-db URL is required")
     if args.limit is not None:
         incidents = incidents[: args.limit]
-    analyzers = make_analyzers(args.methods, model=args.model, seed=args.seed)
+    analyzers = make_analyzers(
+        args.methods, model=args.model, seed=args.seed, data=args.data or None
+    )
     res = evaluate_methods(incidents, analyzers, graphs, progress=True)
     if args.feedback_db:
         from fleetmind.training.rca_feedback import safe_url
@@ -298,11 +302,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         res["data"] = str(args.data)
     res["split"] = args.split
-    print(f"{args.split}: {res['n_incidents']} incidents")
-    print(f"{'method':<14}{'AC@1':>8}{'AC@3':>8}{'AC@5':>8}{'Avg@5':>8}{'MRR':>8}{'ms/inc':>9}")
+    print(
+        f"{args.split}: {res['n_incidents']} incidents, {res['n_silent_root']} with a silent root"
+    )
+    print(
+        f"{'method':<14}{'AC@1':>8}{'AC@3':>8}{'AC@5':>8}{'Avg@5':>8}{'MRR':>8}{'ms/inc':>9}"
+        f"{'AC@1 silent':>13}{'non-silent':>12}"
+    )
     for name, m in res["methods"].items():
+        br = m["by_root"]
         print(
             f"{name:<14}{m['ac@1']:>8.3f}{m['ac@3']:>8.3f}{m['ac@5']:>8.3f}{m['avg@5']:>8.3f}{m['mrr']:>8.3f}{m['ms_per_incident']:>9.2f}"
+            f"{br['silent']['ac@1']:>13.3f}{br['non_silent']['ac@1']:>12.3f}"
         )
     write_json(args.json, res)
     return 0

@@ -143,7 +143,13 @@ def rca_model(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
     with mlflow.start_run(run_name=f"demo__rca__{cfg.seed}__{int(time.time())}") as run:
         mlflow.log_params({"incidents": report["n_incidents"], "gat_version": gat.version})
         for method, m in report["methods"].items():
-            mlflow.log_metrics({f"eval/{method}/{k.replace('@', '_at_')}": v for k, v in m.items()})
+            mlflow.log_metrics(
+                {
+                    f"eval/{method}/{k.replace('@', '_at_')}": v
+                    for k, v in m.items()
+                    if isinstance(v, int | float)  # by_root is a nested dict
+                }
+            )
     _say(f"      MLflow run {run.info.run_id} logged to {uri}")
     return report
 

@@ -21,11 +21,19 @@ How an incident is made (all randomness from one ``numpy.random.Generator``):
 6. **Second incident** (``second_incident_rate``): an unrelated, older and shallower cascade (onset 10-40
    minutes before the main one, at most 2 hops) in the same window; ground truth stays the main root
    and the secondary root is recorded under ``secondary``.
+7. **Concurrent low-severity faults** (``concurrent_faults``, Poisson): faults of any type whose origin
+   raises its usual alerts while their spread stays within one hop; recorded under ``concurrent``.
+
+Together with propagation that carries origin alert names to other nodes (a dead host's GPUs log XID
+79, a dead ToR makes its hosts NotReady and the NCCL jobs on them and on their peers time out, a DNS
+failure raises lookup errors at every dependent service) and noise rules that share those names, no
+alert name identifies the root by itself: ``docs/rca-data.md`` lists each name's root share.
 
 The incident dict (dataset contract)::
 
     {"id", "graph", "alerts": [alert, ...], "root_cause", "fault_type", "silent_root": bool,
-     "secondary": {"root_cause", "fault_type"} | None, "window": {"start", "end"}}
+     "secondary": {"root_cause", "fault_type"} | None,
+     "concurrent": [{"root_cause", "fault_type"}, ...], "window": {"start", "end"}}
 
 ``window.start`` is 1-10 minutes before the (hidden) fault onset; ``window.end`` (the moment the RCA runs
 and the cut-off for alerts) is ``window_s`` +-10 % after it.
@@ -72,12 +80,14 @@ ROUTES = (
 
 
 NOISE_KIND_WEIGHTS: dict[str, float] = {
-    "pod": 0.35,
+    "pod": 0.3,
     "gpu": 0.25,
     "host": 0.2,
     "service": 0.1,
-    "infra": 0.05,
-    "dns": 0.05,
+    "infra": 0.04,
+    "dns": 0.04,
+    "network": 0.04,
+    "link": 0.03,
 }
 
 
@@ -105,6 +115,13 @@ class AlertSimConfig:
         hub_min_callers: a service with at least this many callers counts as a hub (gateway and router
             always do).
         second_incident_rate: chance of an unrelated older incident in the same window.
+        concurrent_faults: expected number (Poisson) of unrelated low-severity faults active in the
+            window: a fault of any type whose origin raises its usual alerts but whose spread stays
+            small (1 hop, hop probabilities times ``concurrent_hop_scale``), started up to an hour
+            before the onset and up to 5 minutes before the window ends; some resolve. A fleet of
+            16k GPUs sees an interruption every ~3 hours (Llama 3) and automation handles most
+            faults without an incident, so several are open at any time.
+        concurrent_hop_scale: factor on hop probabilities of the concurrent faults.
         max_depth: longest propagation chain in hops.
         min_symptom_nodes: fewest alerting nodes besides the root.
         fault_prior: fault type -> weight (default: :func:`data.rca_gen.faults.fault_prior`).
@@ -125,6 +142,8 @@ class AlertSimConfig:
     storm_pod_prob: float = 0.3
     hub_min_callers: int = 3
     second_incident_rate: float = 0.1
+    concurrent_faults: float = 1.5
+    concurrent_hop_scale: float = 0.3
     max_depth: int = 8
     min_symptom_nodes: int = 2
     fault_prior: dict[str, float] | None = None
@@ -143,6 +162,7 @@ class AlertSimConfig:
                 "second_incident_rate": 0.3,
                 "jitter_s": 20.0,
                 "storm_copies": 8,
+                "concurrent_faults": 3.0,
             }
         else:
             raise ConfigError(f"unknown difficulty {difficulty!r} (use 'default' or 'hard')")
@@ -327,7 +347,13 @@ class IncidentSimulator:
         )
 
     def _cascade(
-        self, rng: np.random.Generator, root: int, effect: str, t0: float, max_depth: int
+        self,
+        rng: np.random.Generator,
+        root: int,
+        effect: str,
+        t0: float,
+        max_depth: int,
+        prob_scale: float = 1.0,
     ) -> dict[int, tuple[float, str]]:
         affected: dict[int, tuple[float, str]] = {root: (t0, effect)}
         depth = {root: 0}
@@ -344,7 +370,7 @@ class IncidentSimulator:
                         continue
                     if hop.to_roles and self.roles[v] not in hop.to_roles:
                         continue
-                    if rng.random() < hop.prob:
+                    if rng.random() < hop.prob * prob_scale:
                         med, sig = hop.delay
                         affected[v] = (
                             t + med * float(np.exp(sig * rng.standard_normal())),
@@ -408,9 +434,11 @@ class IncidentSimulator:
         out: list[_Alert] = []
         for _ in range(n):
             k = kinds[int(rng.choice(len(kinds), p=w))]
-            cand = self.by_kind[k]
-            node = int(cand[int(rng.integers(len(cand)))])
             rule = NOISE_RULES[k][int(rng.integers(len(NOISE_RULES[k])))]
+            cand = self._noise_nodes(k, rule)
+            if len(cand) == 0:
+                continue
+            node = int(cand[int(rng.integers(len(cand)))])
             if rng.random() < c.flap_fraction:
                 t = rng.uniform(t_begin - 600, t_end - 300)
                 for _cycle in range(int(rng.integers(2, 5))):
@@ -430,6 +458,39 @@ class IncidentSimulator:
                     )
                 )
         return out
+
+    def _noise_nodes(self, kind: str, rule: AlertRule) -> np.ndarray:
+        """Nodes of ``kind`` a background ``rule`` can fire at (its ``roles`` filter applied)."""
+        if not rule.roles:
+            return self.by_kind[kind]
+        parts = [self.by_kind_role[(kind, r)] for r in rule.roles if (kind, r) in self.by_kind_role]
+        return np.concatenate(parts) if parts else np.array([], dtype=int)
+
+    def _concurrent(
+        self, rng: np.random.Generator, t0: float, t_end: float, exclude: set[int]
+    ) -> tuple[list[_Alert], list[dict[str, str]]]:
+        """Unrelated low-severity faults open during the window (see ``concurrent_faults``)."""
+        c = self.cfg
+        out: list[_Alert] = []
+        meta: list[dict[str, str]] = []
+        if c.concurrent_faults <= 0:
+            return out, meta
+        for _ in range(int(rng.poisson(c.concurrent_faults))):
+            f, r, e = self._pick_fault(rng, None)
+            if r in exclude:
+                continue
+            exclude.add(r)
+            tc = rng.uniform(t0 - 3600.0, t_end - 300.0)
+            aff = self._cascade(rng, r, e, tc, 1, c.concurrent_hop_scale)
+            alerts: list[_Alert] = []
+            for i, (onset, eff) in aff.items():
+                alerts.extend(self._node_alerts(rng, i, onset, eff, force=(i == r)))
+            for a in alerts:
+                if rng.random() < 0.3:
+                    a.end = a.start + rng.uniform(120, 1800)
+            out.extend(alerts)
+            meta.append({"root_cause": self.graph.nodes[r].id, "fault_type": f})
+        return out, meta
 
     def _render(
         self, a: _Alert, choice: dict[tuple[int, str, str], str], t_end: float
@@ -526,6 +587,8 @@ class IncidentSimulator:
                 if sec:
                     alerts.extend(self._storm(rng, sec))
                     secondary = {"root_cause": self.graph.nodes[r2].id, "fault_type": f2}
+        conc, concurrent = self._concurrent(rng, t0, t_end, {root})
+        alerts.extend(conc)
         alerts.extend(self._noise(rng, t0, t_end))
         alerts = [a for a in alerts if a.start <= t_end]
         # one option per '|' label and node (e.g. the XID of a failed GPU), shared by storm copies
@@ -549,5 +612,6 @@ class IncidentSimulator:
             "fault_type": fname,
             "silent_root": not root_alerts,
             "secondary": secondary,
+            "concurrent": concurrent,
             "window": {"start": _iso(t_win), "end": _iso(t_end)},
         }

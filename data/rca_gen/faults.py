@@ -278,6 +278,15 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
             "dcgm-exporter",
             summary="DCGM_FI_DEV_GPU_TEMP above 85 C for 10m",
         ),
+        AlertRule(
+            "GPUXidError",
+            "critical",
+            0.0,
+            0.08,
+            "dcgm-exporter",
+            (("xid", "79|43"),),
+            summary="an overheated GPU stops or falls off the bus",
+        ),
     ),
     ("host_thermal", "host"): (
         AlertRule(
@@ -316,6 +325,129 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
             "dcgm-exporter",
             summary="absent(DCGM_FI_DEV_GPU_UTIL) for 10m",
         ),
+        # a host that loses power or its PCIe root complex takes its GPUs off the bus
+        AlertRule(
+            "GPUXidError",
+            "critical",
+            0.0,
+            0.3,
+            "dcgm-exporter",
+            (("xid", "79"),),
+            summary="XID 79 while the host fails",
+        ),
+        AlertRule(
+            "GPUFallenOffBus",
+            "critical",
+            1 * MIN,
+            0.2,
+            "dcgm-exporter",
+            summary="GPU no longer visible on the PCIe bus",
+        ),
+        AlertRule(
+            "TargetDown", "warning", 10 * MIN, 0.3, "dcgm-exporter", summary="dcgm-exporter down"
+        ),
+    ),
+    # a peer of a failed GPU: its collective kernels hang (XID 43 / 45 follow other errors)
+    ("gpu_peer_hang", "gpu"): (
+        AlertRule(
+            "GPUXidError",
+            "critical",
+            0.0,
+            0.45,
+            "dcgm-exporter",
+            (("xid", "43|43|45"),),
+            summary="XID 43/45 after a peer failed mid-collective",
+        ),
+        AlertRule(
+            "GPUXidError",
+            "warning",
+            0.0,
+            0.5,
+            "dcgm-exporter",
+            (("xid", "74"),),
+            summary="NVLink XID 74",
+        ),
+    ),
+    # a ToR port goes down because the host behind it died
+    ("tor_port_down", "network"): (
+        AlertRule(
+            "SwitchPortsDown",
+            "critical",
+            2 * MIN,
+            0.45,
+            "snmp-exporter",
+            summary="ToR switch ports down / unreachable",
+        ),
+    ),
+    # a training pod whose collective peers vanished: NCCL watchdog timeout, job restarts
+    ("pod_nccl_timeout", "pod"): (
+        AlertRule(
+            "TrainingJobNCCLError",
+            "critical",
+            1 * MIN,
+            0.75,
+            "app",
+            roles=("batch-trainer",),
+            summary="NCCL watchdog timeout in training job",
+        ),
+        AlertRule(
+            "KubePodCrashLooping",
+            "warning",
+            15 * MIN,
+            0.3,
+            "kube-state-metrics",
+            summary="pod is restarting repeatedly",
+        ),
+    ),
+    ("svc_collective_stall", "service"): (
+        AlertRule(
+            "TrainingStepTimeHigh",
+            "warning",
+            5 * MIN,
+            0.5,
+            "app",
+            roles=("batch-trainer",),
+            summary="step time 30 % above baseline",
+        ),
+    ),
+    # weights come from the registry mirror: a mirror outage fails weight loads and stalls rollouts
+    ("svc_weights_unavailable", "service"): (
+        AlertRule(
+            "ModelWeightLoadFailures",
+            "critical",
+            2 * MIN,
+            0.55,
+            "app",
+            summary="weight-load failure rate above 7 %",
+        ),
+        AlertRule(
+            "KubeDeploymentRolloutStuck",
+            "warning",
+            15 * MIN,
+            0.4,
+            "kube-state-metrics",
+            summary="rollout not progressing",
+        ),
+        _REPLICAS,
+    ),
+    # a backed-up router / model server fills the KV-cache tier behind it
+    ("svc_kv_pressure", "service"): (
+        AlertRule(
+            "KVCacheUtilizationHigh",
+            "warning",
+            5 * MIN,
+            0.55,
+            "app",
+            summary="KV cache usage above 95 % for 5m",
+        ),
+        AlertRule(
+            "KVCacheEvictionRateHigh",
+            "warning",
+            5 * MIN,
+            0.3,
+            "app",
+            summary="KV cache evictions above baseline",
+        ),
     ),
     # --- hosts and network
     ("host_down", "host"): (
@@ -345,6 +477,14 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
         ),
     ),
     ("host_unreachable", "host"): (
+        AlertRule(
+            "KubeNodeNotReady",
+            "warning",
+            15 * MIN,
+            0.6,
+            "kube-state-metrics",
+            summary="node has been unready for more than 15 minutes (kubelet heartbeats lost)",
+        ),
         AlertRule(
             "KubeNodeUnreachable",
             "warning",
@@ -523,10 +663,32 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
             "kube-state-metrics",
             summary="CPU throttling above 25 %",
         ),
+        AlertRule(
+            "ModelServerCUDAOOM",
+            "warning",
+            2 * MIN,
+            0.2,
+            "app",
+            roles=("model-server", "embedder", "reranker"),
+            summary="CUDA out-of-memory errors under a load surge",
+        ),
     ),
     # --- services
     ("svc_errors", "service"): (_SVC_ERR, _SVC_LAT, _GW_5XX),
-    ("svc_latency", "service"): (_INF_LAT, _SVC_LAT, _TOK_UNSTABLE),
+    ("svc_latency", "service"): (
+        _INF_LAT,
+        _SVC_LAT,
+        _TOK_UNSTABLE,
+        AlertRule(
+            "RequestQueueBacklog",
+            "warning",
+            3 * MIN,
+            0.25,
+            "app",
+            roles=("router", "model-server"),
+            summary="pending requests > 5,000 or queue latency > 2 s",
+        ),
+    ),
     ("svc_capacity", "service"): (_REPLICAS, _INF_LAT, _SVC_LAT),
     ("svc_rollout_bad", "service"): (
         AlertRule(
@@ -587,7 +749,7 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
             "ServiceDNSLookupFailures",
             "warning",
             5 * MIN,
-            0.55,
+            0.8,
             "app",
             summary="upstream name resolution failures",
         ),
@@ -643,6 +805,14 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
             "coredns",
             summary="CoreDNS forward requests failing",
         ),
+        AlertRule(
+            "CoreDNSErrorsHigh",
+            "warning",
+            5 * MIN,
+            0.5,
+            "coredns",
+            summary="CoreDNS SERVFAIL ratio above 3 % (upstream failing)",
+        ),
     ),
     ("registry_down", "registry"): (
         AlertRule(
@@ -662,6 +832,14 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
             0.5,
             "registry",
             summary="mirror cannot fetch from upstream",
+        ),
+        AlertRule(
+            "RegistryMirrorDown",
+            "critical",
+            5 * MIN,
+            0.3,
+            "blackbox",
+            summary="image pull probe through the mirror failing",
         ),
     ),
     ("config_bad", "config"): (
@@ -683,6 +861,14 @@ EFFECT_ALERTS: dict[tuple[str, str], tuple[AlertRule, ...]] = {
             "config-agent",
             summary="config agent cannot apply latest config",
         ),
+        AlertRule(
+            "ConfigPushValidationFailed",
+            "warning",
+            0.0,
+            0.3,
+            "config-agent",
+            summary="pulled config failed local validation",
+        ),
     ),
 }
 
@@ -694,9 +880,32 @@ HOPS: tuple[Hop, ...] = (
     # GPU failed: its pods die, its NVLinks drop (peers log XID 74)
     Hop("gpu_failed", "runs_on", "up", ("pod",), 0.95, (20, 0.5), "pod_gpu_error"),
     Hop("gpu_failed", "attached_to", "up", ("link",), 0.6, (5, 0.5), "link_lost"),
-    Hop("link_lost", "attached_to", "down", ("gpu",), 0.5, (5, 0.5), "gpu_nvlink_err"),
+    Hop("link_lost", "attached_to", "down", ("gpu",), 0.5, (5, 0.5), "gpu_peer_hang"),
+    Hop("gpu_peer_hang", "runs_on", "up", ("pod",), 0.6, (30, 0.5), "pod_nccl_timeout"),
     Hop("gpu_ecc", "runs_on", "up", ("pod",), 0.85, (30, 0.6), "pod_gpu_error"),
+    Hop(
+        "pod_gpu_error",
+        "member_of",
+        "down",
+        ("service",),
+        0.85,
+        (60, 0.5),
+        "svc_collective_stall",
+        ("batch-trainer",),
+    ),
     Hop("pod_gpu_error", "member_of", "down", ("service",), 0.85, (60, 0.5), "svc_capacity"),
+    # a training job spans hosts: when one rank dies or loses its network, the others time out
+    Hop("svc_collective_stall", "member_of", "up", ("pod",), 0.8, (60, 0.5), "pod_nccl_timeout"),
+    Hop(
+        "pod_nccl_timeout",
+        "member_of",
+        "down",
+        ("service",),
+        0.8,
+        (60, 0.5),
+        "svc_collective_stall",
+        ("batch-trainer",),
+    ),
     # NVLink degradation: both GPUs see XID 74; collective traffic slows the pods on them
     Hop("link_degraded", "attached_to", "down", ("gpu",), 0.95, (5, 0.5), "gpu_nvlink_err"),
     Hop("gpu_nvlink_err", "runs_on", "up", ("pod",), 0.6, (60, 0.5), "pod_slow"),
@@ -708,8 +917,29 @@ HOPS: tuple[Hop, ...] = (
     Hop("pod_vram_leak", "runs_on", "down", ("gpu",), 0.95, (60, 0.5), "gpu_fb_high"),
     Hop("pod_vram_leak", "member_of", "down", ("service",), 0.7, (120, 0.5), "svc_latency"),
     # host down: pods evicted/unready, GPU metrics vanish
+    Hop(
+        "host_down",
+        "runs_on",
+        "up",
+        ("pod",),
+        0.9,
+        (40, 0.5),
+        "pod_nccl_timeout",
+        ("batch-trainer",),
+    ),
     Hop("host_down", "runs_on", "up", ("pod",), 0.9, (40, 0.5), "pod_evicted"),
-    Hop("host_down", "attached_to", "up", ("gpu",), 0.5, (30, 0.5), "gpu_unreachable"),
+    Hop("host_down", "attached_to", "up", ("gpu",), 0.6, (30, 0.5), "gpu_unreachable"),
+    Hop("host_down", "depends_on", "down", ("network",), 0.4, (20, 0.5), "tor_port_down"),
+    Hop(
+        "host_unreachable",
+        "runs_on",
+        "up",
+        ("pod",),
+        0.85,
+        (40, 0.5),
+        "pod_nccl_timeout",
+        ("batch-trainer",),
+    ),
     Hop("host_unreachable", "runs_on", "up", ("pod",), 0.7, (40, 0.5), "pod_evicted"),
     Hop("pod_evicted", "member_of", "down", ("service",), 0.7, (60, 0.5), "svc_capacity"),
     # ToR switch: every host of the rack loses network
@@ -723,15 +953,27 @@ HOPS: tuple[Hop, ...] = (
     Hop("registry_down", "depends_on", "up", ("registry",), 0.9, (30, 0.5), "registry_degraded"),
     Hop("registry_down", "depends_on", "up", ("pod",), 0.3, (120, 0.7), "pod_image_pull"),
     Hop("registry_degraded", "depends_on", "up", ("pod",), 0.15, (180, 0.7), "pod_image_pull"),
-    Hop("pod_image_pull", "member_of", "down", ("service",), 0.4, (120, 0.5), "svc_capacity"),
+    Hop(
+        "pod_image_pull",
+        "member_of",
+        "down",
+        ("service",),
+        0.5,
+        (120, 0.5),
+        "svc_weights_unavailable",
+    ),
+    Hop(
+        "registry_down", "depends_on", "up", ("service",), 0.5, (90, 0.5), "svc_weights_unavailable"
+    ),
+    Hop("svc_weights_unavailable", "calls", "up", ("service",), 0.45, (60, 0.6), "svc_latency"),
     # config push error: agents apply the bad config, services reject it
     Hop("config_bad", "depends_on", "up", ("config",), 0.9, (30, 0.5), "config_agent_bad"),
     Hop("config_bad", "depends_on", "up", ("service",), 0.35, (60, 0.6), "svc_config_errors"),
     Hop("config_agent_bad", "depends_on", "up", ("service",), 0.3, (60, 0.6), "svc_config_errors"),
     # DNS failure: a global failure breaks each cluster's upstream; services fail lookups
     Hop("dns_down", "depends_on", "up", ("dns",), 0.85, (30, 0.5), "dns_upstream"),
-    Hop("dns_down", "depends_on", "up", ("service",), 0.5, (45, 0.5), "svc_dns_errors"),
-    Hop("dns_upstream", "depends_on", "up", ("service",), 0.25, (60, 0.5), "svc_dns_errors"),
+    Hop("dns_down", "depends_on", "up", ("service",), 0.9, (45, 0.5), "svc_dns_errors"),
+    Hop("dns_upstream", "depends_on", "up", ("service",), 0.7, (60, 0.5), "svc_dns_errors"),
     # cross-cluster partition: services calling across the link fail
     Hop("wan_partition", "depends_on", "up", ("service",), 0.95, (30, 0.5), "svc_remote_errors"),
     # KV-cache saturation: model servers slow down
@@ -740,6 +982,16 @@ HOPS: tuple[Hop, ...] = (
     # request-queue backlog: pods fail readiness, callers slow down
     Hop("svc_backlog", "member_of", "up", ("pod",), 0.5, (60, 0.5), "pod_overloaded"),
     Hop("svc_backlog", "calls", "up", ("service",), 0.8, (60, 0.5), "svc_latency"),
+    Hop(
+        "svc_backlog",
+        "calls",
+        "down",
+        ("service",),
+        0.6,
+        (90, 0.5),
+        "svc_kv_pressure",
+        ("kv-cache",),
+    ),
     # generic service-level spread to callers (incl. across regions)
     Hop("svc_errors", "calls", "up", ("service",), 0.6, (45, 0.6), "svc_errors"),
     Hop("svc_latency", "calls", "up", ("service",), 0.55, (45, 0.6), "svc_latency"),
@@ -944,6 +1196,24 @@ NOISE_RULES: dict[str, tuple[AlertRule, ...]] = {
             "dcgm-exporter",
             summary="framebuffer above 95 %",
         ),
+        # routine HBM events on healthy-enough GPUs: row remaps and corrected errors awaiting a drain
+        AlertRule(
+            "GPUXidError",
+            "critical",
+            0.0,
+            1.0,
+            "dcgm-exporter",
+            (("xid", "63|63|64|94|48"),),
+            summary="ECC-related XID (GPU still in service, drain pending)",
+        ),
+        AlertRule(
+            "GPUThermalThrottling",
+            "warning",
+            5 * MIN,
+            1.0,
+            "dcgm-exporter",
+            summary="clocks throttled by temperature (hot aisle)",
+        ),
     ),
     "host": (
         AlertRule(
@@ -977,6 +1247,30 @@ NOISE_RULES: dict[str, tuple[AlertRule, ...]] = {
             1.0,
             "node-exporter",
             summary="receive errors",
+        ),
+        AlertRule(
+            "NodeHighInletTemperature",
+            "warning",
+            5 * MIN,
+            1.0,
+            "ipmi-exporter",
+            summary="inlet temperature above 35 C",
+        ),
+        AlertRule(
+            "TargetDown",
+            "warning",
+            10 * MIN,
+            1.0,
+            "node-exporter",
+            summary="node-exporter target down (exporter restart)",
+        ),
+        AlertRule(
+            "KubeNodeNotReady",
+            "warning",
+            15 * MIN,
+            1.0,
+            "kube-state-metrics",
+            summary="node unready (kubelet restart, cordon and drain)",
         ),
     ),
     "pod": (
@@ -1012,6 +1306,15 @@ NOISE_RULES: dict[str, tuple[AlertRule, ...]] = {
             "kube-state-metrics",
             summary="container restarted > 3 times in 10m",
         ),
+        AlertRule(
+            "ModelServerCUDAOOM",
+            "warning",
+            2 * MIN,
+            1.0,
+            "app",
+            roles=("model-server", "embedder", "reranker"),
+            summary="CUDA OOM on an oversized request",
+        ),
     ),
     "service": (
         AlertRule(
@@ -1037,6 +1340,33 @@ NOISE_RULES: dict[str, tuple[AlertRule, ...]] = {
             1.0,
             "kube-state-metrics",
             summary="replica mismatch",
+        ),
+        AlertRule(
+            "KVCacheUtilizationHigh",
+            "warning",
+            5 * MIN,
+            1.0,
+            "app",
+            roles=("kv-cache",),
+            summary="KV cache usage above 95 % at peak load",
+        ),
+        AlertRule(
+            "RequestQueueBacklog",
+            "warning",
+            3 * MIN,
+            1.0,
+            "app",
+            roles=("router", "model-server"),
+            summary="queue backlog at peak load",
+        ),
+        AlertRule(
+            "ModelWeightLoadFailures",
+            "critical",
+            2 * MIN,
+            1.0,
+            "app",
+            roles=("model-server", "embedder", "reranker"),
+            summary="weight loads retried during a routine rollout",
         ),
     ),
     "infra": (
@@ -1066,8 +1396,53 @@ NOISE_RULES: dict[str, tuple[AlertRule, ...]] = {
             "coredns",
             summary="CoreDNS p99 latency above 4 s",
         ),
+        AlertRule(
+            "CoreDNSErrorsHigh",
+            "warning",
+            5 * MIN,
+            1.0,
+            "coredns",
+            summary="SERVFAIL burst for a broken external zone",
+        ),
+        AlertRule(
+            "CoreDNSDown",
+            "critical",
+            15 * MIN,
+            1.0,
+            "coredns",
+            summary="CoreDNS target missing during a rolling restart",
+        ),
     ),
-    "link": (),
+    "network": (
+        AlertRule(
+            "CrossClusterLatencyHigh",
+            "warning",
+            3 * MIN,
+            1.0,
+            "blackbox",
+            roles=("wan",),
+            summary="WAN jitter above 40 %",
+        ),
+        AlertRule(
+            "SwitchPortsDown",
+            "critical",
+            2 * MIN,
+            1.0,
+            "snmp-exporter",
+            roles=("tor",),
+            summary="one flapping switch port",
+        ),
+    ),
+    "link": (
+        AlertRule(
+            "NVLinkDown",
+            "warning",
+            2 * MIN,
+            1.0,
+            "nvlink-exporter",
+            summary="NVLink state flaps (replay errors)",
+        ),
+    ),
     "cluster": (
         AlertRule(
             "Watchdog",
