@@ -26,17 +26,29 @@ provenance is the latest run's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
 
-sys.path.insert(0, str(REPO_ROOT / "tests"))  # the exporter, Prometheus and fleet helpers
+
+def _test_helpers() -> Any:
+    """``tests/k8s_helpers.py`` (recorded exporters, a real Prometheus, the live-vs-simulated run),
+    loaded from its file: the test suite's helpers are no package."""
+    spec = importlib.util.spec_from_file_location(
+        "k8s_helpers", REPO_ROOT / "tests" / "k8s_helpers.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 OUT = RESULTS / "k8s.json"
 
@@ -47,7 +59,14 @@ def pct(xs: list[float], q: float) -> float:
 
 def bench_extender(n_nodes: int, n_pods: int, seed: int) -> dict:
     from fastapi.testclient import TestClient
-    from k8s_helpers import extender_args, filled_state, pod_json, state_nodes
+
+    h = _test_helpers()
+    extender_args, filled_state, pod_json, state_nodes = (
+        h.extender_args,
+        h.filled_state,
+        h.pod_json,
+        h.state_nodes,
+    )
 
     from fleetmind.data.openb import load_openb_nodes, load_openb_trace
     from fleetmind.envs.core import ClusterState
@@ -118,7 +137,8 @@ def bench_extender(n_nodes: int, n_pods: int, seed: int) -> dict:
 
 
 def bench_telemetry(n_nodes: int, n_pods: int, repeats: int, seed: int) -> dict:
-    from k8s_helpers import ExporterServer, LiveFleet, Prometheus
+    h = _test_helpers()
+    ExporterServer, LiveFleet, Prometheus = h.ExporterServer, h.LiveFleet, h.Prometheus
 
     from fleetmind.data.openb import load_openb_nodes, load_openb_trace
     from fleetmind.serving.telemetry.prometheus import PrometheusApiSource
@@ -191,7 +211,7 @@ def bench_telemetry(n_nodes: int, n_pods: int, repeats: int, seed: int) -> dict:
 
 
 def bench_live(step: int) -> dict:
-    from test_serving_live_sim import live_vs_sim
+    live_vs_sim = _test_helpers().live_vs_sim
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
