@@ -134,7 +134,7 @@ def test_root_cause_reaches_alertmanager_and_resolves(tmp_path: Path, capture: C
         def oncall_names() -> set[str]:
             return {a["labels"]["alertname"] for b in capture.at("/oncall") for a in b["alerts"]}
 
-        assert wait_for(lambda: {"NodeNotReady", "FleetMindRootCause"} <= oncall_names(), 20)
+        assert wait_for(lambda: {"KubeNodeNotReady", "FleetMindRootCause"} <= oncall_names(), 20)
         assert len(capture.at("/slack")) == 1
         # FleetMind did not get its own alert back
         stored = httpx.get(fm.url + "/api/v1/alerts", headers=auth, params={"limit": 100}).json()

@@ -134,7 +134,7 @@ def test_incident_page_has_ranked_causes_paths_timeline_and_fault(client: TestCl
     assert html.count('<svg class="path-graph"') == len(inc["causes"])
     assert '<svg class="timeline"' in html
     assert html.count("<rect") >= 7  # timeline bars at least
-    for name in ("NodeNotReady", "GpuXidError", "PodCrashLooping", "ServiceErrorRate"):
+    for name in ("KubeNodeNotReady", "GpuXidError", "PodCrashLooping", "ServiceErrorRate"):
         assert name in html
     assert "Fault type" in html
     assert client.get("/ui/incidents/999").status_code == 404

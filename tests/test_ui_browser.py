@@ -131,7 +131,7 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert driver.find_element(By.ID, "fault-type").text
         # confirm the top cause with the button next to it (the name comes from the form)
         driver.find_element(By.ID, "fb-by").send_keys("alice")
-        driver.find_element(By.ID, "fb-note").send_keys("NodeNotReady first; GPUs followed")
+        driver.find_element(By.ID, "fb-note").send_keys("KubeNodeNotReady first; GPUs followed")
         causes[0].find_element(By.CSS_SELECTOR, "form.confirm button").click()
         wait_for(lambda: driver.find_elements(By.ID, "flash"), timeout=10)
         assert "training label" in driver.find_element(By.ID, "flash").text

@@ -1,8 +1,8 @@
 """An alert storm with a known root for the UI, notification and feedback tests.
 
-Host ``c0-h1`` of the committed example graph goes down (``HostDown`` fires on it): two of its GPUs
-raise XID errors, the pods on it crash-loop, and the services behind those pods see errors. A lone
-alert in cluster ``c1`` opens a second, unrelated incident.
+Host ``c0-h1`` of the committed example graph goes down (``KubeNodeNotReady``, kube-prometheus's
+name, fires on it): two of its GPUs raise XID errors, the pods on it crash-loop, and the services
+behind those pods see errors. A lone alert in cluster ``c1`` opens a second, unrelated incident.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from serving_helpers import alert
 TRUE_ROOT = "c0/host/c0-h1"
 
 STORM_LABELS: list[dict[str, str]] = [
-    {"alertname": "NodeNotReady", "cluster": "c0", "node": "c0-h1", "severity": "critical"},
+    {"alertname": "KubeNodeNotReady", "cluster": "c0", "node": "c0-h1", "severity": "critical"},
     {
         "alertname": "GpuXidError",
         "cluster": "c0",
