@@ -1,7 +1,9 @@
 """``fleetmind sched ...``: placement commands (one handler function per sub-command).
 
 ``fleetmind sched evaluate --trace T --mode fgd|dynamic [--policies ...] [--seeds ...] [--model REF]
-[--workers N] --json P`` runs heuristics (and the PPO agent, policy name ``ppo``) on a trace and writes
+[--workers N] --json P`` runs heuristics (and the released model's stages: ``ppo``, the released
+policy; ``clone``, its warm-start clone before PPO; ``teacher``, the scorer the clone imitated; see
+``rl/named_policies.py``) on a trace and writes
 ``{"trace", "mode", "seeds", "policies": {name: {metrics..., "ms_per_decision"}}}``. In fgd mode the
 metrics are ``unallocated_gpu_pct_at_100`` / ``_at_130`` (mean over seeds), their ``_std``, the
 ``per_seed`` values, and, for openb traces with published results, ``published_unallocated_gpu_pct_at_100``
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError
@@ -78,31 +81,68 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
 
 def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
     from fleetmind.data.openb import load_openb_nodes, load_openb_trace
-    from fleetmind.envs.fgd_mode import evaluate_fgd
+    from fleetmind.envs.fgd_mode import aggregate_results, evaluate_fgd
     from fleetmind.envs.policies import POLICIES, canonical_policy_name
+    from fleetmind.rl.named_policies import STAGE_NAMES
 
     trace = load_openb_trace(args.trace)
     nodes = load_openb_nodes(args.nodes)
     named = []
+    stages = [p.lower() for p in policies if p.lower() in STAGE_NAMES]
     for p in policies:
-        if p.lower() == "ppo":
+        if p.lower() in STAGE_NAMES:
             continue
         try:
             named.append(canonical_policy_name(p))
-        except ConfigError:  # name 'ppo' too, which envs.policies does not know
-            raise ConfigError(f"unknown policy {p!r}; known: ppo, {', '.join(POLICIES)}") from None
-    ppo = _load_ppo(args.model) if any(p.lower() == "ppo" for p in policies) else None
+        except ConfigError:  # the stage names too, which envs.policies does not know
+            raise ConfigError(
+                f"unknown policy {p!r}; known: {', '.join(STAGE_NAMES)}, {', '.join(POLICIES)}"
+            ) from None
+    objects = _stage_policies(args.model, stages)
     result = evaluate_fgd(trace, named, seeds, nodes=nodes, workers=args.workers, progress=True)
-    if ppo is not None:
-        extra = evaluate_fgd(trace, {"ppo": ppo}, seeds, nodes=nodes, progress=True)
+    if objects:
+        extra = evaluate_fgd(trace, objects, seeds, nodes=nodes, progress=True)
         result["policies"].update(extra["policies"])
+    if "teacher" in stages:
+        runs = [_teacher_run(args.model, trace, s, nodes) for s in seeds]
+        result["policies"]["teacher"] = aggregate_results(runs)
     _published_means(trace.name, result["policies"], seeds)
     if args.causes:
-        runs: dict[str, Any] = {n: n for n in named}
-        if ppo is not None:
-            runs["ppo"] = ppo
-        result["failure_causes"] = _failure_causes(trace, nodes, runs, seeds)
+        causes: dict[str, Any] = {n: n for n in named}
+        causes.update(objects)
+        result["failure_causes"] = _failure_causes(trace, nodes, causes, seeds)
     return result
+
+
+def _stage_policies(model: str | None, stages: list[str]) -> dict[str, Any]:
+    """``ppo`` (the released policy or ``--model``) and ``clone`` (its folder's ``clone.onnx``)."""
+    from fleetmind.rl.named_policies import clone_file, model_folder
+    from fleetmind.rl.policy_adapter import RELEASED_DIR
+
+    out: dict[str, Any] = {}
+    if "ppo" in stages:
+        out["ppo"] = _load_ppo(model)
+    if "clone" in stages:
+        out["clone"] = _load_ppo(str(clone_file(model_folder(_local(model), RELEASED_DIR))))
+    return out
+
+
+def _local(model: str | None) -> str | None:
+    if model is not None and str(model).startswith(("models:/", "runs:/")):
+        raise ConfigError(
+            "policies 'clone' and 'teacher' need --model to be a local model folder (an MLflow URI "
+            "carries only the released policy)"
+        )
+    return model
+
+
+def _teacher_run(model: str | None, trace: Any, seed: int, nodes: Any) -> Any:
+    from fleetmind.rl.named_policies import model_folder, run_teacher_fgd, teacher_file
+    from fleetmind.rl.policy_adapter import RELEASED_DIR
+
+    return run_teacher_fgd(
+        trace, teacher_file(model_folder(_local(model), RELEASED_DIR)), seed, nodes
+    )
 
 
 def _failure_causes(trace: Any, nodes: Any, policies: dict[str, Any], seeds: list[int]) -> dict:
@@ -142,7 +182,7 @@ def _evaluate_dynamic(
 
     from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
 
-    if policies and any(p.lower() == "ppo" for p in policies):
+    if policies and any(p.lower() in ("ppo", "clone", "teacher") for p in policies):
         return _evaluate_dynamic_agent(args, policies, seeds)
     n_runs = len(policies) * len(seeds) if policies else None
     with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
@@ -176,26 +216,39 @@ def _evaluate_dynamic_agent(
         load_dynamic_actor,
         model_config,
     )
+    from fleetmind.rl.named_policies import clone_file, load_dynamic_teacher, model_folder
 
     def norm(name: str) -> str:
         return name.replace("_", "").replace("-", "").lower()
 
     known = {norm(n): n for n in available_policies()}
+    stages = ("ppo", "clone", "teacher")
     heuristics = []
     for p in policies:
-        if p.lower() == "ppo":
+        if p.lower() in stages:
             continue
         if norm(p) not in known:
-            raise ConfigError(f"unknown policy {p!r}; known: ppo, {', '.join(known.values())}")
+            raise ConfigError(
+                f"unknown policy {p!r}; known: {', '.join(stages)}, {', '.join(known.values())}"
+            )
         heuristics.append(known[norm(p)])
-    ref = args.model or MODELS_DIR / "placement-dynamic"
+    ref = _local(args.model) if args.model else MODELS_DIR / "placement-dynamic"
+    folder = model_folder(ref, Path(ref))
     cfg = model_config(ref)  # the model's own setting (queue_features...); defaults otherwise
-    actor = load_dynamic_actor(ref, n_candidates=cfg.n_candidates)
+    actors = {}
+    wanted = [p.lower() for p in policies]
+    if "ppo" in wanted:
+        actors["ppo"] = actor_fn(load_dynamic_actor(ref, n_candidates=cfg.n_candidates))
+    if "clone" in wanted:
+        clone = load_dynamic_actor(clone_file(folder), n_candidates=cfg.n_candidates)
+        actors["clone"] = actor_fn(clone)
+    if "teacher" in wanted:
+        actors["teacher"] = load_dynamic_teacher(folder)
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_streams(
             args.trace,
             seeds,
-            actors={"ppo": actor_fn(actor)},
+            actors=actors,
             heuristics=heuristics,
             config=cfg,
             progress=lambda _msg: bar.update(1),
@@ -220,7 +273,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     if args.mode == "fgd":
         policies = list(args.policies or DEFAULT_POLICIES)
-        if args.model is not None and not any(p.lower() == "ppo" for p in policies):
+        stage = ("ppo", "clone", "teacher")
+        if args.model is not None and not any(p.lower() in stage for p in policies):
             if args.policies:  # an explicit list without the policy the model is for
                 raise ConfigError(
                     f"--model {args.model} is the model of policy 'ppo', which --policies "
@@ -289,7 +343,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "--policies",
         nargs="+",
         default=None,
-        help=f"policies (default: {' '.join(DEFAULT_POLICIES)}); 'ppo' uses the PPO agent",
+        help=f"policies (default: {' '.join(DEFAULT_POLICIES)}); the released model's stages: 'ppo' "
+        "(the released policy), 'clone' (its warm-start clone before PPO, clone.onnx) and "
+        "'teacher' (the scorer the clone imitated, teacher_strand.json or teacher.json)",
     )
     ev.add_argument(
         "--seeds",
@@ -300,7 +356,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     ev.add_argument(
         "--model",
         default=None,
-        help="PPO model REF (path or models:/ URI) for policy 'ppo'; with the default policies, adds ppo",
+        help="model REF (folder, file or models:/ URI) for policy 'ppo'; a local folder for 'clone' "
+        "and 'teacher'; with the default policies, adds ppo",
     )
     ev.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
     ev.add_argument(
@@ -317,6 +374,47 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     ev.set_defaults(func=cmd_evaluate)
 
     _register_train(sub)
+    _register_variants(sub)
+
+
+def _register_variants(sub: argparse._SubParsersAction) -> None:
+    from fleetmind.data.openb_variants import VARIANT_KINDS
+
+    va = sub.add_parser(
+        "variants",
+        help="generate a fresh openb trace variant by the published variants' rules",
+        description="Generate an openb trace variant (cpu, gpushare, gpuspec, multigpu) from a source "
+        "trace with a seed, by the rules of the FGD authors' published variants (see "
+        "data/openb_variants.py and docs/ppo.md). The same arguments give the same bytes.",
+    )
+    va.add_argument(
+        "--from", dest="source", default="default", help="source trace (default: default)"
+    )
+    va.add_argument("--kind", required=True, choices=list(VARIANT_KINDS), help="variant kind")
+    va.add_argument(
+        "--level",
+        required=True,
+        type=float,
+        help="percentage the kind sets: cpu 3.7 = published cpu037 (CPU-only pods), gpushare 40 "
+        "(GPU demand of sharing pods), gpuspec 20 (GPU pods with a model constraint), multigpu 30 "
+        "(GPU demand of multi-GPU pods)",
+    )
+    va.add_argument("--seed", required=True, type=int, help="random seed")
+    va.add_argument("--out", required=True, help="output CSV path")
+    va.set_defaults(func=cmd_variants)
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    """``fleetmind sched variants``: write one generated variant; prints its pod count and SHA-256."""
+    from fleetmind.data.openb_variants import generate_variant, write_variant
+
+    text = generate_variant(args.kind, args.level, args.seed, source=args.source)
+    try:
+        digest = write_variant(args.out, text)
+    except OSError as err:
+        raise ConfigError(f"cannot write {args.out}: {err.strerror or err}") from None
+    print(f"{args.out}: {text.count(chr(10)) - 1} pods, sha256 {digest}")
+    return 0
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
