@@ -98,6 +98,10 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
             raise ConfigError(
                 f"unknown policy {p!r}; known: {', '.join(STAGE_NAMES)}, {', '.join(POLICIES)}"
             ) from None
+    if getattr(args, "ray_address", None):
+        result = _evaluate_fgd_ray(args, trace, named + stages, seeds)
+        _published_means(trace.name, result["policies"], seeds)
+        return result
     objects = _stage_policies(args.model, stages)
     result = evaluate_fgd(trace, named, seeds, nodes=nodes, workers=args.workers, progress=True)
     if objects:
@@ -112,6 +116,32 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
         causes.update(objects)
         result["failure_causes"] = _failure_causes(trace, nodes, causes, seeds)
     return result
+
+
+def _evaluate_fgd_ray(
+    args: argparse.Namespace, trace: Any, policies: list[str], seeds: list[int]
+) -> dict:
+    """Every (policy, seed) run as a Ray task (``rl.scaleout.fgd_eval_job``); same numbers as the
+    local path, which runs the same functions."""
+    from tqdm import tqdm
+
+    from fleetmind.envs.fgd_mode import aggregate_results
+    from fleetmind.rl.scaleout import fgd_eval_job, job_path, run_tasks
+
+    if args.causes:
+        raise ConfigError("--causes runs locally; drop --ray-address to use it")
+    if args.model is not None and ("clone" in policies or "teacher" in policies):
+        _local(args.model)
+    ref = job_path(args.trace)
+    jobs = [
+        (ref, p, s, job_path(args.nodes), job_path(args.model)) for p in policies for s in seeds
+    ]
+    with tqdm(total=len(jobs), desc=f"fgd {trace.name} (ray)", unit="run") as bar:
+        runs = run_tasks(fgd_eval_job, jobs, ray_address=args.ray_address, progress=bar.update)
+    out: dict[str, Any] = {}
+    for i, p in enumerate(policies):
+        out[p] = aggregate_results(runs[i * len(seeds) : (i + 1) * len(seeds)])
+    return {"trace": trace.name, "mode": "fgd", "seeds": list(seeds), "policies": out}
 
 
 def _stage_policies(model: str | None, stages: list[str]) -> dict[str, Any]:
@@ -371,10 +401,105 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "repeats the runs with the diagnosis",
     )
     ev.add_argument("--json", default=None, help="write the results JSON here")
+    _ray_arg(ev, "fgd mode: run every (policy, seed) as a Ray task")
     ev.set_defaults(func=cmd_evaluate)
 
     _register_train(sub)
     _register_variants(sub)
+    _register_search(sub)
+
+
+def _ray_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help=f"{what} on this Ray cluster ('auto', 'HOST:PORT', or 'local' for a private one-node "
+        "Ray); default: local processes",
+    )
+
+
+def _register_search(sub: argparse._SubParsersAction) -> None:
+    se = sub.add_parser(
+        "search-teacher",
+        help="CMA-ES search of a linear fgd-mode teacher (episodes as local or Ray jobs)",
+        description="Search a linear candidate scorer (rl.teacher_search, the cma package's CMA-ES) "
+        "by its mean unallocated GPU %% at 100 %% arrived over fixed (trace, workload seed) "
+        "episodes of fleetmind/GpuPlacement-v0. Writes the scorer JSON (a --teacher for sched "
+        "train) and a summary.",
+    )
+    se.add_argument("--trace", action="append", required=True, help="search trace (repeatable)")
+    se.add_argument("--episode-seeds", nargs="+", default=["1000-1001"], help="workload seeds")
+    se.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
+    se.add_argument("--generations", type=int, default=8, help="CMA-ES iterations (default 8)")
+    se.add_argument("--population", type=int, default=14, help="CMA-ES population (default 14)")
+    se.add_argument("--init-sd", type=float, default=0.5, help="initial step size (default 0.5)")
+    se.add_argument("--init", default=None, help="start from this linear scorer JSON (default FGD)")
+    se.add_argument("--seed", type=int, default=0, help="CMA-ES seed (default 0)")
+    se.add_argument(
+        "--fgd-until-pct",
+        type=float,
+        default=80.0,
+        help="pods arriving before this %% of capacity go by FGD (default 80: search the tail)",
+    )
+    se.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
+    _ray_arg(se, "run every episode")
+    se.add_argument("--out", required=True, help="scorer JSON to write")
+    se.add_argument("--json", default=None, help="write the search summary JSON here")
+    se.set_defaults(func=cmd_search_teacher)
+
+
+def cmd_search_teacher(args: argparse.Namespace) -> int:
+    """``fleetmind sched search-teacher``: see :mod:`rl.teacher_search`."""
+    import json
+
+    from tqdm import tqdm
+
+    from fleetmind.rl.scaleout import job_path
+    from fleetmind.rl.teacher_search import cmaes_search
+
+    seeds = parse_seeds(args.episode_seeds)
+    init = None
+    if args.init is not None:
+        from fleetmind.rl.teacher import LinearScorer
+
+        init = LinearScorer.load(args.init).weights
+    cfg: dict[str, Any] = {
+        "traces": [job_path(t) for t in args.trace],
+        "fgd_until_pct": float(args.fgd_until_pct),
+        "stop_arrived_pct": 101.0,
+    }
+    if args.nodes is not None:
+        cfg["nodes_path"] = job_path(args.nodes)
+    episodes = [(job_path(t), s) for t in args.trace for s in seeds]
+    total = (2 + args.generations * args.population) * len(episodes)
+    with tqdm(total=total, desc="teacher search", unit="episode") as bar:
+        res = cmaes_search(
+            cfg,
+            episodes,
+            generations=args.generations,
+            population=args.population,
+            init_sd=args.init_sd,
+            seed=args.seed,
+            init=init,
+            ray_address=args.ray_address,
+            workers=args.workers,
+            progress=bar.update,
+        )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res.scorer_dict(int(cfg.get("n_candidates", 16))), indent=1) + "\n")
+    summary = {
+        "scorer": str(out),
+        "fgd_score": res.fgd_score,
+        "init_score": res.init_score,
+        "best_score": res.best_score,
+        "episodes": res.episodes,
+        "history": res.history,
+        "optimiser": "cma.CMAEvolutionStrategy",
+    }
+    print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score")}))
+    write_json(args.json, summary)
+    return 0
 
 
 def _register_variants(sub: argparse._SubParsersAction) -> None:
@@ -436,6 +561,13 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     )
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    tr.add_argument(
+        "--seeds",
+        nargs="+",
+        default=None,
+        help="train one run per seed (e.g. 0-2), each in OUT/seed<S>; see --ray-address/--workers",
+    )
+    tr.add_argument("--workers", type=int, default=1, help="--seeds: local processes (default 1)")
     tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
     tr.add_argument("--bc-episodes", type=int, default=2, help="teacher demonstration episodes")
     tr.add_argument(
@@ -538,6 +670,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--release", action="store_true", help="copy the model to models/placement/")
     tr.add_argument("--no-register", action="store_true", help="skip the MLflow registry")
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
+    _ray_arg(tr, "--seeds: run every training seed")
     tr.set_defaults(func=cmd_train)
 
 
@@ -616,7 +749,34 @@ def cmd_train(args: argparse.Namespace) -> int:
             eval_traces=args.eval_trace or args.trace[:1],
             register=not args.no_register,
         )
+    if args.seeds:
+        return _train_seeds(args, recipe.__name__, a)
     summary = recipe.run(a)
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0
+
+
+def _train_seeds(args: argparse.Namespace, recipe: str, a: Any) -> int:
+    """``--seeds``: one training run per seed (``out/seed<S>``), local processes or Ray tasks."""
+    import json
+    from dataclasses import asdict
+
+    from fleetmind.rl.scaleout import job_path, run_tasks, train_job
+
+    if args.release:
+        raise ConfigError("--release takes one run; train the seeds, then release the chosen one")
+    seeds = parse_seeds(args.seeds)
+    base = asdict(a)
+    jobs = []
+    for s in seeds:
+        kw = dict(base, seed=s, out=str(Path(job_path(args.out) or "runs/ppo") / f"seed{s}"))
+        kw["traces"] = [job_path(t) for t in kw["traces"]]
+        if "eval_traces" in kw:
+            kw["eval_traces"] = [job_path(t) for t in kw["eval_traces"]]
+        jobs.append((recipe, type(a).__name__, kw))
+    runs = run_tasks(train_job, jobs, ray_address=args.ray_address, workers=args.workers)
+    summary = {"seeds": seeds, "runs": {str(s): r for s, r in zip(seeds, runs, strict=True)}}
+    print(json.dumps({s: r.get("metrics") for s, r in summary["runs"].items()}))
     write_json(args.json, summary)
     return 0
