@@ -139,8 +139,9 @@ def _cached(key: Any, make: Callable[[], Any]) -> Any:
 
 def fgd_eval_job(job: tuple[str, str, int, str | None, str | None]) -> Any:
     """One fgd-mode run ``(trace, policy, seed, nodes, model)`` -> :class:`envs.fgd_mode.FgdResult`
-    without its per-pod arrays. ``policy`` is a heuristic name or a stage name (``ppo``,
-    ``clone``, ``teacher``: ``model`` is the model folder or file, ``None`` for the release)."""
+    without its per-pod arrays. ``policy`` is a heuristic name, a stage name (``ppo``, ``clone``,
+    ``teacher``: ``model`` is the model folder or file, ``None`` for the release),
+    ``teacher:PATH`` (a saved teacher JSON) or ``policy:PATH`` (an exported policy file)."""
     from fleetmind.data.openb import load_openb_nodes, load_openb_trace
     from fleetmind.envs.fgd_mode import run_fgd
     from fleetmind.rl.named_policies import (
@@ -154,7 +155,15 @@ def fgd_eval_job(job: tuple[str, str, int, str | None, str | None]) -> Any:
     trace_ref, policy, seed, nodes_ref, model = job
     trace = _cached(("trace", trace_ref), lambda: load_openb_trace(trace_ref))
     nodes = _cached(("nodes", nodes_ref), lambda: load_openb_nodes(nodes_ref))
-    if policy == "teacher":
+    if policy.startswith("teacher:"):  # a saved teacher file
+        res = run_teacher_fgd(trace, policy.split(":", 1)[1], int(seed), nodes)
+        res.policy = policy
+    elif policy.startswith("policy:"):  # an exported policy file (policy.onnx, clone.onnx)
+        ref = policy.split(":", 1)[1]
+        pol = _cached(("policy", ref), lambda: load_ppo_policy(ref))
+        res = run_fgd(trace, pol, int(seed), nodes)
+        res.policy = policy
+    elif policy == "teacher":
         res = run_teacher_fgd(
             trace, teacher_file(model_folder(model, RELEASED_DIR)), int(seed), nodes
         )

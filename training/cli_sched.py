@@ -568,6 +568,13 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="train one run per seed (e.g. 0-2), each in OUT/seed<S>; see --ray-address/--workers",
     )
     tr.add_argument("--workers", type=int, default=1, help="--seeds: local processes (default 1)")
+    tr.add_argument(
+        "--reward",
+        choices=["shaped", "metric"],
+        default="shaped",
+        help="fgd mode: 'shaped' (default) or 'metric', the evaluation metric's per-step "
+        "decomposition (the step rewards sum to minus the unallocated GPU %% at 100 %%)",
+    )
     tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
     tr.add_argument("--bc-episodes", type=int, default=2, help="teacher demonstration episodes")
     tr.add_argument(
@@ -717,6 +724,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         release=args.release,
     )
     if args.mode == "dynamic":
+        if args.reward != "shaped":
+            raise ConfigError("--reward metric is an fgd-mode option (dynamic mode has its own)")
         if args.cem_init is not None or args.cem_multi_gpu_block:
             # the dynamic recipe has its own scorer (rl.dynamic_teacher); refuse rather than ignore
             raise ConfigError("--cem-init and --cem-multi-gpu-block are fgd-mode options")
@@ -748,6 +757,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             fgd_until_pct=args.fgd_until_pct,
             eval_traces=args.eval_trace or args.trace[:1],
             register=not args.no_register,
+            reward=args.reward,
         )
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a)

@@ -100,6 +100,9 @@ class FgdArgs(PPOArgs):
     """traces of the periodic evaluation"""
     eval_fgd_until_pct: float = 80.0
     """periodic evaluation: FGD prefix (0 = the agent places everything; slower)"""
+    reward: str = "shaped"
+    """training reward: ``shaped`` (allocated GPU + fragmentation shaping) or ``metric`` (the
+    evaluation metric's per-step decomposition; ``envs.gpu_placement_env``)"""
     register: bool = True
     """register the model in MLflow and maybe move the champion alias"""
 
@@ -227,6 +230,7 @@ def run(args: FgdArgs) -> dict[str, Any]:
         "fgd_until_pct": args.fgd_until_pct,
         "stop_arrived_pct": args.stop_arrived_pct,
         "workload_seeds": list(args.workload_seeds),
+        "reward": args.reward,
     }
     hp = hyperparams(args)
     run_name, run_dir, ckpt_dir = run_dirs(args, "GpuPlacement-v0")
