@@ -78,6 +78,27 @@ def ci95(x: list[float]) -> list[float] | None:
     return [round(float(a.mean()) - h, 3), round(float(a.mean()) + h, 3)]
 
 
+def markdown(out: dict) -> str:
+    """The docs table of an ablation JSON (``--table-from``)."""
+    lines = [
+        "| row | training seeds | unallocated GPU % at 100 % (mean) | gap to FGD (mean over traces)"
+        " | 95 % interval over training seeds | traces at or below FGD |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    n = len(out["traces"])
+    for row, r in out["rows"].items():
+        ci = r["gap_vs_fgd_pct_ci95"]
+        ci_s = f"[{ci[0]:+.2f}, {ci[1]:+.2f}] %" if ci else "n/a (one seed)"
+        lines.append(
+            f"| {row} | {r['training_seeds'] if row.startswith('clone') else '-'} | "
+            f"{r['unallocated_pct_mean']:.3f} | "
+            f"{r['gap_vs_fgd_pct_mean']:+.2f} % | {ci_s} | {r['traces_at_or_below_fgd']} of {n} |"
+        )
+    for row in out.get("not_run", {}):
+        lines.append(f"| {row} | not run | - | - | - | - |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", choices=["frozen", "heldout"], default="frozen")
@@ -87,7 +108,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--ray-address", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--table-from", default=None, help="print the markdown table of this JSON")
+    ap.add_argument(
+        "--rows", nargs="+", default=None, help="run only these rows (FGD is always run)"
+    )
     a = ap.parse_args()
+    if a.table_from:
+        print(markdown(json.loads(Path(a.table_from).read_text())))
+        return
     t0 = time.time()
     if a.set == "frozen":
         m = load_manifest()
@@ -108,6 +136,8 @@ def main() -> None:
         "clone at step 0": [f"policy:{Path(f).resolve() / 'clone.onnx'}" for f in a.model],
         "clone + short PPO": [f"policy:{Path(f).resolve() / 'policy.onnx'}" for f in a.model],
     }
+    if a.rows:
+        rows = {r: ps for r, ps in rows.items() if r == "FGD" or r in a.rows}
     pols = list(dict.fromkeys(p for ps in rows.values() for p in ps))
     jobs = [(traces[t], p, s, None, None) for p in pols for t in traces for s in seeds]
     done = [0]
@@ -151,7 +181,10 @@ def main() -> None:
         }
     # what PPO added, paired per episode: (clone + PPO) - clone, in % of the clone, per seed model
     paired = []
-    for c, p in zip(rows["clone at step 0"], rows["clone + short PPO"], strict=True):
+    both = "clone at step 0" in rows and "clone + short PPO" in rows
+    for c, p in (
+        zip(rows["clone at step 0"], rows["clone + short PPO"], strict=True) if both else []
+    ):
         d = [
             100 * (val[(p, t, s)] - val[(c, t, s)]) / val[(c, t, s)] for t in traces for s in seeds
         ]
@@ -165,7 +198,7 @@ def main() -> None:
         "rows": table,
         "ppo_vs_clone_pct": {
             "per_training_seed": [round(x, 3) for x in paired],
-            "mean": round(float(np.mean(paired)), 3),
+            "mean": round(float(np.mean(paired)), 3) if paired else None,
             "ci95": ci95(paired),
             "target": "<= -3 % with the interval below 0 (issue target)",
         },
@@ -178,6 +211,7 @@ def main() -> None:
     for row, r in table.items():
         print(f"{row:30s} {r['unallocated_pct_mean']:7.3f} {r['gap_vs_fgd_pct_mean']:+7.2f} %")
     print("ppo vs clone:", out["ppo_vs_clone_pct"])
+    print(markdown(out))
 
 
 if __name__ == "__main__":

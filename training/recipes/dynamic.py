@@ -62,7 +62,7 @@ from fleetmind.rl.dynamic_teacher import (
     cem_search_dynamic,
     nonneg_indices,
 )
-from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model
+from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.ppo import TeacherData, behaviour_clone, collect_teacher, make_model
 from fleetmind.training.recipes.common import (
@@ -101,9 +101,7 @@ class DynamicArgs(PPOArgs):
     """the 4 queue-aware candidate features (env option ``queue_features``)"""
 
 
-def make_dyn_vec_env(
-    traces: list[str], env_kwargs: dict[str, Any], n_envs: int, seed: int
-) -> Any:
+def make_dyn_vec_env(traces: list[str], env_kwargs: dict[str, Any], n_envs: int, seed: int) -> Any:
     """``VecMonitor`` over ``n_envs`` :class:`MultiTraceDynEnv` (env ``i`` seeded ``seed + i``):
     a ``SubprocVecEnv`` (one process per env, ``fork``) when ``n_envs`` > 1, else a
     ``DummyVecEnv``. The rollouts are the same either way; only where they run differs."""
@@ -433,6 +431,8 @@ def run(args: DynamicArgs) -> dict[str, Any]:
             )
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
+        # the warm start before any PPO update ships as clone.onnx (policy name "clone")
+        save_onnx(actor_from_model(model), run_dir / "model" / "clone.onnx")
 
         state: dict[str, Any] = {"best": float("inf"), "best_step": -1, "history": []}
 

@@ -44,7 +44,7 @@ from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
-from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model
+from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.policy_adapter import RELEASED_DIR
 from fleetmind.rl.ppo import (
@@ -302,6 +302,8 @@ def run(args: FgdArgs) -> dict[str, Any]:
             )
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
+        # the warm start before any PPO update ships as clone.onnx (policy name "clone")
+        save_onnx(actor_from_model(model), run_dir / "model" / "clone.onnx")
         if teacher is not None:
             if hasattr(teacher, "bind"):
                 teacher.bind(eval_env)
