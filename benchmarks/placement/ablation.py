@@ -110,6 +110,9 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--table-from", default=None, help="print the markdown table of this JSON")
     ap.add_argument(
+        "--merge", nargs="+", default=None, help="add the episodes of earlier runs (same rows)"
+    )
+    ap.add_argument(
         "--rows", nargs="+", default=None, help="run only these rows (FGD is always run)"
     )
     a = ap.parse_args()
@@ -154,6 +157,13 @@ def main() -> None:
             for s in seeds:
                 val[(p, t, s)] = float(res[i].unallocated[100])
                 i += 1
+    for f in a.merge or []:  # earlier runs of the same rows on other eval seeds
+        old = json.loads(Path(f).read_text())
+        for k, v in old["per_episode"].items():
+            p, t, s = k.rsplit("|", 2)
+            if t in traces and p in pols:
+                val[(p, t, int(s))] = float(v)
+        seeds = sorted(set(seeds) | set(old["eval_seeds"]))
     fgd = {t: float(np.mean([val[("FGD", t, s)] for s in seeds])) for t in traces}
     table = {}
     for row, ps in rows.items():
