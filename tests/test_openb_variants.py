@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -92,11 +91,8 @@ def test_generation_is_deterministic() -> None:
 
 
 def test_frozen_set_regenerates_to_its_hashes() -> None:
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.placement.frozen_set import generate, load_manifest
-    finally:
-        sys.path.remove(str(REPO))
+    from benchmarks.placement.frozen_set import generate, load_manifest
+
     m = load_manifest()
     assert len(m["eval_seeds"]) == 10 and len(m["traces"]) >= 8
     kinds = {e["kind"] for e in m["traces"]}

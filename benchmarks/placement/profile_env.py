@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.placement.meta import REPO, meta
+from benchmarks.provenance import REPO_ROOT as REPO
+from benchmarks.provenance import load_now, provenance
 
 
 def _profile(env: Any, steps: int, reset_kw: dict[str, Any]) -> dict[str, Any]:
@@ -57,6 +58,7 @@ def _profile(env: Any, steps: int, reset_kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    load0 = load_now()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--json", default=str(REPO / "benchmarks/results/placement_env_profile.json"))
@@ -64,7 +66,9 @@ def main() -> None:
     from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
     from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 
-    out: dict[str, Any] = {"meta": meta()}
+    out: dict[str, Any] = {
+        **provenance(__spec__.name, load_start=load0, packages=("ray", "cma", "onnxruntime"))
+    }
     for reward in ("shaped", "metric"):
         env = GpuPlacementEnv(traces=["default"], fgd_until_pct=80.0, reward=reward)
         out[f"fgd_mode_reward_{reward}"] = _profile(
@@ -73,9 +77,9 @@ def main() -> None:
     dyn = MultiClusterPlacementEnv(trace="default")
     out["dynamic_mode"] = _profile(dyn, a.steps, {"seed": 0})
     Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
-    for k, v in out.items():
-        if k != "meta":
-            print(k, v["ms_per_step_profiled"], "ms/step;", v["top_by_own_time"][0]["function"])
+    for k in ("fgd_mode_reward_shaped", "fgd_mode_reward_metric", "dynamic_mode"):
+        v = out[k]
+        print(k, v["ms_per_step_profiled"], "ms/step;", v["top_by_own_time"][0]["function"])
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.placement.meta import REPO, meta
+from benchmarks.provenance import REPO_ROOT as REPO
+from benchmarks.provenance import load_now, provenance
 from fleetmind.data.openb_variants import (
     POD_MIX_STATS,
     PUBLISHED_LEVELS,
@@ -67,12 +68,17 @@ def compare(kind: str, level: float, seeds: list[int], tmp: Path) -> dict:
 
 
 def main() -> None:
+    load0 = load_now()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20, help="generator seeds per level")
     ap.add_argument("--json", default=str(REPO / "benchmarks/results/variant_fidelity.json"))
     a = ap.parse_args()
     seeds = list(range(a.seeds))
-    result: dict = {"meta": meta(), "seeds": seeds, "variants": {}}
+    result: dict = {
+        **provenance(__spec__.name, load_start=load0, packages=("ray", "cma", "onnxruntime")),
+        "seeds": seeds,
+        "variants": {},
+    }
     with tempfile.TemporaryDirectory() as d:
         for kind, levels in PUBLISHED_LEVELS.items():
             for level in levels:
