@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import pytest
 
 from fleetmind.data.paths import MODELS_DIR
-from fleetmind.rl.scaleout import run_tasks
 from fleetmind.rl.teacher_search import cmaes_search
 from fleetmind.training import cli
 
@@ -104,8 +103,8 @@ def cluster() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _node_of(_: int) -> str:
-    time.sleep(0.3)
+def _node_id() -> str:
+    time.sleep(0.5)
     return ray.get_runtime_context().get_node_id()
 
 
@@ -138,12 +137,13 @@ def test_cluster_has_two_nodes_and_sweeps_match_single_process(cluster, tmp_path
     assert a.weights.tolist() == b.weights.tolist()
     assert a.best_score <= a.fgd_score
 
-    # the tasks ran on both nodes (this module's function travels by value: workers cannot import it)
+    # both nodes take tasks (SPREAD: otherwise Ray may keep short tasks on the head while the
+    # second node's worker process is still starting)
     from ray import cloudpickle
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    where = run_tasks(_node_of, list(range(8)), ray_address=cluster, num_cpus=1)
-    assert len(set(where)) == 2
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    node_of = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_node_id)
+    assert len(set(ray.get([node_of.remote() for _ in range(6)]))) == 2
 
 
 def test_unreachable_cluster_is_a_one_line_error(tmp_path, capsys) -> None:
