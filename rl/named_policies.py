@@ -26,7 +26,10 @@ import numpy as np
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.openb import OpenbNodes, PodTrace
-from fleetmind.envs.fgd_mode import FgdResult
+from fleetmind.envs.fgd_mode import DEFAULT_LEVELS, FgdResult, unallocated_at
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.dynamic_teacher import DynLinearScorer
+from fleetmind.rl.teacher import StrandPenaltyScorer, load_teacher
 
 STAGE_NAMES: tuple[str, ...] = ("ppo", "clone", "teacher")
 """Policy names ``fleetmind sched evaluate`` maps to a model folder's stages."""
@@ -79,10 +82,6 @@ def run_teacher_fgd(
     ``placed`` of the result has the run's number of failed pods as False entries (their positions
     are not tracked); ``node_of`` is empty.
     """
-    from fleetmind.envs.fgd_mode import DEFAULT_LEVELS, unallocated_at
-    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
-    from fleetmind.rl.teacher import StrandPenaltyScorer, load_teacher
-
     scorer = load_teacher(teacher)
     if env is None:
         env = GpuPlacementEnv(traces=[trace], nodes=nodes, n_candidates=scorer.n_candidates)
@@ -120,8 +119,6 @@ def run_teacher_fgd(
 def load_dynamic_teacher(folder: Path) -> Any:
     """The dynamic-mode teacher of a model folder (``teacher.json``,
     ``rl.dynamic_teacher.DynLinearScorer``) as ``act(obs, mask) -> int``."""
-    from fleetmind.rl.dynamic_teacher import DynLinearScorer
-
     f = folder / "teacher.json"
     if not f.is_file():
         raise ModelLoadError(f"{folder} has no teacher.json; policy 'teacher' needs it")

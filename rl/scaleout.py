@@ -29,6 +29,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fleetmind.data.errors import ConfigError, NotAvailableError
+from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+from fleetmind.envs.fgd_mode import run_fgd
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.named_policies import clone_file, model_folder, run_teacher_fgd, teacher_file
+from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy
+from fleetmind.rl.ppo import greedy_rollout
+from fleetmind.rl.teacher import LinearScorer
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -142,16 +149,6 @@ def fgd_eval_job(job: tuple[str, str, int, str | None, str | None]) -> Any:
     without its per-pod arrays. ``policy`` is a heuristic name, a stage name (``ppo``, ``clone``,
     ``teacher``: ``model`` is the model folder or file, ``None`` for the release),
     ``teacher:PATH`` (a saved teacher JSON) or ``policy:PATH`` (an exported policy file)."""
-    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
-    from fleetmind.envs.fgd_mode import run_fgd
-    from fleetmind.rl.named_policies import (
-        clone_file,
-        model_folder,
-        run_teacher_fgd,
-        teacher_file,
-    )
-    from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy
-
     trace_ref, policy, seed, nodes_ref, model = job
     trace = _cached(("trace", trace_ref), lambda: load_openb_trace(trace_ref))
     nodes = _cached(("nodes", nodes_ref), lambda: load_openb_nodes(nodes_ref))
@@ -187,11 +184,6 @@ def teacher_metrics_job(job: tuple[dict[str, Any], list[float], str, int]) -> fl
     arguments of ``GpuPlacementEnv`` (traces, fgd_until_pct, stop_arrived_pct, n_candidates),
     ``nodes_path`` (a node list CSV; default the openb GPU nodes) and ``blocks`` (the scorer's
     feature blocks)."""
-    from fleetmind.data.openb import load_openb_nodes
-    from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
-    from fleetmind.rl.ppo import greedy_rollout
-    from fleetmind.rl.teacher import LinearScorer
-
     cfg, weights, trace, wseed = job
     env_kw = {k: v for k, v in cfg.items() if k not in ("blocks", "nodes_path")}
     key = ("env", repr(sorted(cfg.items())))
