@@ -92,6 +92,17 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     telescopes to ``-shaping * (Phi_T - Phi_0)`` and so does not change which policy is optimal in the
     undiscounted return while giving each step an immediate signal.
 
+    With ``reward="metric"`` the reward is instead the evaluation metric's per-step
+    decomposition: the metric is ``U = 100 - mean_{i in W} a_i`` over the window ``W`` of pod
+    records whose arrived % rounds to 100 (the records within 99-101 % when none does; ``a_i`` the
+    allocated GPU % after pod ``i``, rounded to 2 decimals, as in ``envs.fgd_mode.unallocated_at``).
+    The arrival sequence is fixed at reset, so ``W`` is known then, and step ``t`` earns
+    ``r_t = sum_{i in W finalised during step t} a_i / |W|`` (pods placed automatically before the
+    next decision, or before the first one, included), with ``-100`` added on the last step. So
+    ``sum_t r_t = -U`` exactly, up to the metric's rounding of the mean to 2 decimals (|error| <=
+    0.005; ``tests/test_ppo_metric_reward.py``), whenever the episode covers the window (no
+    ``stop_arrived_pct`` below 101). No shaping term is added in this mode.
+
     ## Starting State
 
     An empty cluster; the workload (order, resampled copies, node priority) is built from a workload
@@ -121,7 +132,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     * ``scale``: workload size relative to capacity (default 1.3).
     * ``stop_arrived_pct``: truncate once arrivals pass this % of capacity (default ``None``: run the
       whole workload; training may use e.g. 102 since the metric is read at 100 %).
-    * ``shaping``: weight of the fragmentation shaping term (default 1.0).
+    * ``shaping``: weight of the fragmentation shaping term (default 1.0; ``reward="shaped"`` only).
+    * ``reward``: ``"shaped"`` (default, above) or ``"metric"`` (the metric's decomposition).
     * ``fgd_until_pct``: pods arriving before this % of capacity are placed by FGD without asking
       the agent (default 0: the agent decides everything). Training uses it to spend its steps where
       fragmentation decides the outcome (near saturation); evaluation keeps 0.
@@ -140,6 +152,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         scale: float = DEFAULT_SCALE,
         stop_arrived_pct: float | None = None,
         shaping: float = 1.0,
+        reward: str = "shaped",
         fgd_until_pct: float = 0.0,
         cache_prefix: bool = True,
         workload_seeds: list[int] | None = None,
@@ -157,6 +170,9 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.scale = float(scale)
         self.stop_arrived_pct = stop_arrived_pct
         self.shaping = float(shaping)
+        if reward not in ("shaped", "metric"):
+            raise ConfigError(f"reward must be 'shaped' or 'metric', got {reward!r}")
+        self.reward_mode = reward
         self.fgd_until_pct = float(fgd_until_pct)
         self.cache_prefix = bool(cache_prefix)
         self.workload_seeds = [int(x) for x in workload_seeds] if workload_seeds else None
@@ -265,11 +281,37 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
                 self._allocated[: self._t].copy(),
             )
         self._phi = self.builder.cluster_fragmentation()
+        self._window_w = self._metric_window()
+        self._credited = 0
         info = {"trace": trace.name, "workload_seed": int(wseed)}
         if self._done:  # degenerate workload without any decision
             info.update(self._final_info())
             return np.zeros(self.observation_space.shape, dtype=np.float32), info
         return self._cand.obs, info
+
+    def _metric_window(self) -> np.ndarray:
+        """``(P,)`` float64 weight of each pod record in the 100 % metric window (1/|W| or 0)."""
+        arrived = self._arrived_cum
+        if self._stop_milli is not None:
+            arrived = np.where(arrived <= self._stop_milli, arrived, -(10**18))
+        arrived_pct = np.round(arrived / (self.capacity / 100.0))
+        sel = arrived_pct == 100
+        if not sel.any():
+            sel = np.abs(arrived_pct - 100) <= 1
+        w = np.zeros(arrived.shape, dtype=np.float64)
+        if sel.any():
+            w[sel] = 1.0 / float(sel.sum())
+        return w
+
+    def _metric_reward(self, done: bool) -> float:
+        """Credit the records finalised since the last call (see the class docstring)."""
+        lo, hi = self._credited, self._t
+        self._credited = hi
+        alloc_pct = np.round(self._allocated[lo:hi] / (self.capacity / 100.0), 2)
+        r = float(np.dot(self._window_w[lo:hi], alloc_pct))
+        if done and self._window_w.any():
+            r -= 100.0
+        return r
 
     def host_stranding_deltas(self) -> np.ndarray:
         """``(K,)`` float64: how many GPUs (1000 milli) the pending pod would leave stranded by host
@@ -334,12 +376,15 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._t += 1
         self._n_decisions += 1
         more = self._advance()
-        phi = self.builder.cluster_fragmentation()
-        reward = (
-            100.0 * (st.allocated_gpu_milli - alloc0) / self.capacity
-            - self.shaping * 100.0 * (phi - self._phi) / self.capacity
-        )
-        self._phi = phi
+        if self.reward_mode == "metric":
+            reward = self._metric_reward(done=not more)
+        else:
+            phi = self.builder.cluster_fragmentation()
+            reward = (
+                100.0 * (st.allocated_gpu_milli - alloc0) / self.capacity
+                - self.shaping * 100.0 * (phi - self._phi) / self.capacity
+            )
+            self._phi = phi
         info: dict[str, Any] = {}
         if more:
             return self._cand.obs, float(reward), False, False, info

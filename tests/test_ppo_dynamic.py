@@ -57,7 +57,14 @@ def trained(tmp_path_factory, shared_data):
 def test_smoke_run_trains_and_exports(trained) -> None:
     model_dir = Path(trained["artifact"])
     names = {p.name for p in model_dir.iterdir()}
-    assert {"policy.onnx", "policy.pt", "ppo.zip", "metadata.json", "model_card.md"} <= names
+    assert {
+        "policy.onnx",
+        "clone.onnx",
+        "policy.pt",
+        "ppo.zip",
+        "metadata.json",
+        "model_card.md",
+    } <= names
     assert "teacher.json" in names
     assert trained["timesteps"] >= 128
     steps = [h["step"] for h in trained["history"]]

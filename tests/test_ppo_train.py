@@ -59,9 +59,14 @@ def trained(tmp_path_factory):
 def test_smoke_run_writes_artifact_and_registers(trained):
     summary, _, _ = trained
     assert summary["timesteps"] >= 128
-    assert {"policy.onnx", "policy.pt", "metadata.json", "model_card.md", "ppo.zip"} <= {
-        p.name for p in __import__("pathlib").Path(summary["artifact"]).iterdir()
-    }
+    assert {
+        "policy.onnx",
+        "clone.onnx",
+        "policy.pt",
+        "metadata.json",
+        "model_card.md",
+        "ppo.zip",
+    } <= {p.name for p in __import__("pathlib").Path(summary["artifact"]).iterdir()}
     assert summary["registry"]["registered_model"] == "fleetmind-placement"
     assert summary["registry"]["champion"] is True
     steps = [h["step"] for h in summary["history"]]

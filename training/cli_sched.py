@@ -1,7 +1,9 @@
 """``fleetmind sched ...``: placement commands (one handler function per sub-command).
 
 ``fleetmind sched evaluate --trace T --mode fgd|dynamic [--policies ...] [--seeds ...] [--model REF]
-[--workers N] --json P`` runs heuristics (and the PPO agent, policy name ``ppo``) on a trace and writes
+[--workers N] --json P`` runs heuristics (and the released model's stages: ``ppo``, the released
+policy; ``clone``, its warm-start clone before PPO; ``teacher``, the scorer the clone imitated; see
+``rl/named_policies.py``) on a trace and writes
 ``{"trace", "mode", "seeds", "policies": {name: {metrics..., "ms_per_decision"}}}``. In fgd mode the
 metrics are ``unallocated_gpu_pct_at_100`` / ``_at_130`` (mean over seeds), their ``_std``, the
 ``per_seed`` values, and, for openb traces with published results, ``published_unallocated_gpu_pct_at_100``
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError
@@ -78,31 +81,98 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
 
 def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
     from fleetmind.data.openb import load_openb_nodes, load_openb_trace
-    from fleetmind.envs.fgd_mode import evaluate_fgd
+    from fleetmind.envs.fgd_mode import aggregate_results, evaluate_fgd
     from fleetmind.envs.policies import POLICIES, canonical_policy_name
+    from fleetmind.rl.named_policies import STAGE_NAMES
 
     trace = load_openb_trace(args.trace)
     nodes = load_openb_nodes(args.nodes)
     named = []
+    stages = [p.lower() for p in policies if p.lower() in STAGE_NAMES]
     for p in policies:
-        if p.lower() == "ppo":
+        if p.lower() in STAGE_NAMES:
             continue
         try:
             named.append(canonical_policy_name(p))
-        except ConfigError:  # name 'ppo' too, which envs.policies does not know
-            raise ConfigError(f"unknown policy {p!r}; known: ppo, {', '.join(POLICIES)}") from None
-    ppo = _load_ppo(args.model) if any(p.lower() == "ppo" for p in policies) else None
+        except ConfigError:  # the stage names too, which envs.policies does not know
+            raise ConfigError(
+                f"unknown policy {p!r}; known: {', '.join(STAGE_NAMES)}, {', '.join(POLICIES)}"
+            ) from None
+    if getattr(args, "ray_address", None):
+        result = _evaluate_fgd_ray(args, trace, named + stages, seeds)
+        _published_means(trace.name, result["policies"], seeds)
+        return result
+    objects = _stage_policies(args.model, stages)
     result = evaluate_fgd(trace, named, seeds, nodes=nodes, workers=args.workers, progress=True)
-    if ppo is not None:
-        extra = evaluate_fgd(trace, {"ppo": ppo}, seeds, nodes=nodes, progress=True)
+    if objects:
+        extra = evaluate_fgd(trace, objects, seeds, nodes=nodes, progress=True)
         result["policies"].update(extra["policies"])
+    if "teacher" in stages:
+        runs = [_teacher_run(args.model, trace, s, nodes) for s in seeds]
+        result["policies"]["teacher"] = aggregate_results(runs)
     _published_means(trace.name, result["policies"], seeds)
     if args.causes:
-        runs: dict[str, Any] = {n: n for n in named}
-        if ppo is not None:
-            runs["ppo"] = ppo
-        result["failure_causes"] = _failure_causes(trace, nodes, runs, seeds)
+        causes: dict[str, Any] = {n: n for n in named}
+        causes.update(objects)
+        result["failure_causes"] = _failure_causes(trace, nodes, causes, seeds)
     return result
+
+
+def _evaluate_fgd_ray(
+    args: argparse.Namespace, trace: Any, policies: list[str], seeds: list[int]
+) -> dict:
+    """Every (policy, seed) run as a Ray task (``rl.scaleout.fgd_eval_job``); same numbers as the
+    local path, which runs the same functions."""
+    from tqdm import tqdm
+
+    from fleetmind.envs.fgd_mode import aggregate_results
+    from fleetmind.rl.scaleout import fgd_eval_job, job_path, run_tasks
+
+    if args.causes:
+        raise ConfigError("--causes runs locally; drop --ray-address to use it")
+    if args.model is not None and ("clone" in policies or "teacher" in policies):
+        _local(args.model)
+    ref = job_path(args.trace)
+    jobs = [
+        (ref, p, s, job_path(args.nodes), job_path(args.model)) for p in policies for s in seeds
+    ]
+    with tqdm(total=len(jobs), desc=f"fgd {trace.name} (ray)", unit="run") as bar:
+        runs = run_tasks(fgd_eval_job, jobs, ray_address=args.ray_address, progress=bar.update)
+    out: dict[str, Any] = {}
+    for i, p in enumerate(policies):
+        out[p] = aggregate_results(runs[i * len(seeds) : (i + 1) * len(seeds)])
+    return {"trace": trace.name, "mode": "fgd", "seeds": list(seeds), "policies": out}
+
+
+def _stage_policies(model: str | None, stages: list[str]) -> dict[str, Any]:
+    """``ppo`` (the released policy or ``--model``) and ``clone`` (its folder's ``clone.onnx``)."""
+    from fleetmind.rl.named_policies import clone_file, model_folder
+    from fleetmind.rl.policy_adapter import RELEASED_DIR
+
+    out: dict[str, Any] = {}
+    if "ppo" in stages:
+        out["ppo"] = _load_ppo(model)
+    if "clone" in stages:
+        out["clone"] = _load_ppo(str(clone_file(model_folder(_local(model), RELEASED_DIR))))
+    return out
+
+
+def _local(model: str | None) -> str | None:
+    if model is not None and str(model).startswith(("models:/", "runs:/")):
+        raise ConfigError(
+            "policies 'clone' and 'teacher' need --model to be a local model folder (an MLflow URI "
+            "carries only the released policy)"
+        )
+    return model
+
+
+def _teacher_run(model: str | None, trace: Any, seed: int, nodes: Any) -> Any:
+    from fleetmind.rl.named_policies import model_folder, run_teacher_fgd, teacher_file
+    from fleetmind.rl.policy_adapter import RELEASED_DIR
+
+    return run_teacher_fgd(
+        trace, teacher_file(model_folder(_local(model), RELEASED_DIR)), seed, nodes
+    )
 
 
 def _failure_causes(trace: Any, nodes: Any, policies: dict[str, Any], seeds: list[int]) -> dict:
@@ -142,7 +212,7 @@ def _evaluate_dynamic(
 
     from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
 
-    if policies and any(p.lower() == "ppo" for p in policies):
+    if policies and any(p.lower() in ("ppo", "clone", "teacher") for p in policies):
         return _evaluate_dynamic_agent(args, policies, seeds)
     n_runs = len(policies) * len(seeds) if policies else None
     with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
@@ -176,26 +246,39 @@ def _evaluate_dynamic_agent(
         load_dynamic_actor,
         model_config,
     )
+    from fleetmind.rl.named_policies import clone_file, load_dynamic_teacher, model_folder
 
     def norm(name: str) -> str:
         return name.replace("_", "").replace("-", "").lower()
 
     known = {norm(n): n for n in available_policies()}
+    stages = ("ppo", "clone", "teacher")
     heuristics = []
     for p in policies:
-        if p.lower() == "ppo":
+        if p.lower() in stages:
             continue
         if norm(p) not in known:
-            raise ConfigError(f"unknown policy {p!r}; known: ppo, {', '.join(known.values())}")
+            raise ConfigError(
+                f"unknown policy {p!r}; known: {', '.join(stages)}, {', '.join(known.values())}"
+            )
         heuristics.append(known[norm(p)])
-    ref = args.model or MODELS_DIR / "placement-dynamic"
+    ref = _local(args.model) if args.model else MODELS_DIR / "placement-dynamic"
+    folder = model_folder(ref, Path(ref))
     cfg = model_config(ref)  # the model's own setting (queue_features...); defaults otherwise
-    actor = load_dynamic_actor(ref, n_candidates=cfg.n_candidates)
+    actors = {}
+    wanted = [p.lower() for p in policies]
+    if "ppo" in wanted:
+        actors["ppo"] = actor_fn(load_dynamic_actor(ref, n_candidates=cfg.n_candidates))
+    if "clone" in wanted:
+        clone = load_dynamic_actor(clone_file(folder), n_candidates=cfg.n_candidates)
+        actors["clone"] = actor_fn(clone)
+    if "teacher" in wanted:
+        actors["teacher"] = load_dynamic_teacher(folder)
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_streams(
             args.trace,
             seeds,
-            actors={"ppo": actor_fn(actor)},
+            actors=actors,
             heuristics=heuristics,
             config=cfg,
             progress=lambda _msg: bar.update(1),
@@ -220,7 +303,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     if args.mode == "fgd":
         policies = list(args.policies or DEFAULT_POLICIES)
-        if args.model is not None and not any(p.lower() == "ppo" for p in policies):
+        stage = ("ppo", "clone", "teacher")
+        if args.model is not None and not any(p.lower() in stage for p in policies):
             if args.policies:  # an explicit list without the policy the model is for
                 raise ConfigError(
                     f"--model {args.model} is the model of policy 'ppo', which --policies "
@@ -289,7 +373,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "--policies",
         nargs="+",
         default=None,
-        help=f"policies (default: {' '.join(DEFAULT_POLICIES)}); 'ppo' uses the PPO agent",
+        help=f"policies (default: {' '.join(DEFAULT_POLICIES)}); the released model's stages: 'ppo' "
+        "(the released policy), 'clone' (its warm-start clone before PPO, clone.onnx) and "
+        "'teacher' (the scorer the clone imitated, teacher_strand.json or teacher.json)",
     )
     ev.add_argument(
         "--seeds",
@@ -300,7 +386,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     ev.add_argument(
         "--model",
         default=None,
-        help="PPO model REF (path or models:/ URI) for policy 'ppo'; with the default policies, adds ppo",
+        help="model REF (folder, file or models:/ URI) for policy 'ppo'; a local folder for 'clone' "
+        "and 'teacher'; with the default policies, adds ppo",
     )
     ev.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
     ev.add_argument(
@@ -314,9 +401,145 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "repeats the runs with the diagnosis",
     )
     ev.add_argument("--json", default=None, help="write the results JSON here")
+    _ray_arg(ev, "fgd mode: run every (policy, seed) as a Ray task")
     ev.set_defaults(func=cmd_evaluate)
 
     _register_train(sub)
+    _register_variants(sub)
+    _register_search(sub)
+
+
+def _ray_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help=f"{what} on this Ray cluster ('auto', 'HOST:PORT', or 'local' for a private one-node "
+        "Ray); default: local processes",
+    )
+
+
+def _register_search(sub: argparse._SubParsersAction) -> None:
+    se = sub.add_parser(
+        "search-teacher",
+        help="CMA-ES search of a linear fgd-mode teacher (episodes as local or Ray jobs)",
+        description="Search a linear candidate scorer (rl.teacher_search, the cma package's CMA-ES) "
+        "by its mean unallocated GPU %% at 100 %% arrived over fixed (trace, workload seed) "
+        "episodes of fleetmind/GpuPlacement-v0. Writes the scorer JSON (a --teacher for sched "
+        "train) and a summary.",
+    )
+    se.add_argument("--trace", action="append", required=True, help="search trace (repeatable)")
+    se.add_argument("--episode-seeds", nargs="+", default=["1000-1001"], help="workload seeds")
+    se.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
+    se.add_argument("--generations", type=int, default=8, help="CMA-ES iterations (default 8)")
+    se.add_argument("--population", type=int, default=14, help="CMA-ES population (default 14)")
+    se.add_argument("--init-sd", type=float, default=0.5, help="initial step size (default 0.5)")
+    se.add_argument("--init", default=None, help="start from this linear scorer JSON (default FGD)")
+    se.add_argument("--seed", type=int, default=0, help="CMA-ES seed (default 0)")
+    se.add_argument(
+        "--fgd-until-pct",
+        type=float,
+        default=80.0,
+        help="pods arriving before this %% of capacity go by FGD (default 80: search the tail)",
+    )
+    se.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
+    _ray_arg(se, "run every episode")
+    se.add_argument("--out", required=True, help="scorer JSON to write")
+    se.add_argument("--json", default=None, help="write the search summary JSON here")
+    se.set_defaults(func=cmd_search_teacher)
+
+
+def cmd_search_teacher(args: argparse.Namespace) -> int:
+    """``fleetmind sched search-teacher``: see :mod:`rl.teacher_search`."""
+    import json
+
+    from tqdm import tqdm
+
+    from fleetmind.rl.scaleout import job_path
+    from fleetmind.rl.teacher_search import cmaes_search
+
+    seeds = parse_seeds(args.episode_seeds)
+    init = None
+    if args.init is not None:
+        from fleetmind.rl.teacher import LinearScorer
+
+        init = LinearScorer.load(args.init).weights
+    cfg: dict[str, Any] = {
+        "traces": [job_path(t) for t in args.trace],
+        "fgd_until_pct": float(args.fgd_until_pct),
+        "stop_arrived_pct": 101.0,
+    }
+    if args.nodes is not None:
+        cfg["nodes_path"] = job_path(args.nodes)
+    episodes = [(job_path(t), s) for t in args.trace for s in seeds]
+    total = (2 + args.generations * args.population) * len(episodes)
+    with tqdm(total=total, desc="teacher search", unit="episode") as bar:
+        res = cmaes_search(
+            cfg,
+            episodes,
+            generations=args.generations,
+            population=args.population,
+            init_sd=args.init_sd,
+            seed=args.seed,
+            init=init,
+            ray_address=args.ray_address,
+            workers=args.workers,
+            progress=bar.update,
+        )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res.scorer_dict(int(cfg.get("n_candidates", 16))), indent=1) + "\n")
+    summary = {
+        "scorer": str(out),
+        "fgd_score": res.fgd_score,
+        "init_score": res.init_score,
+        "best_score": res.best_score,
+        "episodes": res.episodes,
+        "history": res.history,
+        "optimiser": "cma.CMAEvolutionStrategy",
+    }
+    print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score")}))
+    write_json(args.json, summary)
+    return 0
+
+
+def _register_variants(sub: argparse._SubParsersAction) -> None:
+    from fleetmind.data.openb_variants import VARIANT_KINDS
+
+    va = sub.add_parser(
+        "variants",
+        help="generate a fresh openb trace variant by the published variants' rules",
+        description="Generate an openb trace variant (cpu, gpushare, gpuspec, multigpu) from a source "
+        "trace with a seed, by the rules of the FGD authors' published variants (see "
+        "data/openb_variants.py and docs/ppo.md). The same arguments give the same bytes.",
+    )
+    va.add_argument(
+        "--from", dest="source", default="default", help="source trace (default: default)"
+    )
+    va.add_argument("--kind", required=True, choices=list(VARIANT_KINDS), help="variant kind")
+    va.add_argument(
+        "--level",
+        required=True,
+        type=float,
+        help="percentage the kind sets: cpu 3.7 = published cpu037 (CPU-only pods), gpushare 40 "
+        "(GPU demand of sharing pods), gpuspec 20 (GPU pods with a model constraint), multigpu 30 "
+        "(GPU demand of multi-GPU pods)",
+    )
+    va.add_argument("--seed", required=True, type=int, help="random seed")
+    va.add_argument("--out", required=True, help="output CSV path")
+    va.set_defaults(func=cmd_variants)
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    """``fleetmind sched variants``: write one generated variant; prints its pod count and SHA-256."""
+    from fleetmind.data.openb_variants import generate_variant, write_variant
+
+    text = generate_variant(args.kind, args.level, args.seed, source=args.source)
+    try:
+        digest = write_variant(args.out, text)
+    except OSError as err:
+        raise ConfigError(f"cannot write {args.out}: {err.strerror or err}") from None
+    print(f"{args.out}: {text.count(chr(10)) - 1} pods, sha256 {digest}")
+    return 0
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
@@ -338,6 +561,20 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     )
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    tr.add_argument(
+        "--seeds",
+        nargs="+",
+        default=None,
+        help="train one run per seed (e.g. 0-2), each in OUT/seed<S>; see --ray-address/--workers",
+    )
+    tr.add_argument("--workers", type=int, default=1, help="--seeds: local processes (default 1)")
+    tr.add_argument(
+        "--reward",
+        choices=["shaped", "metric"],
+        default="shaped",
+        help="fgd mode: 'shaped' (default) or 'metric', the evaluation metric's per-step "
+        "decomposition (the step rewards sum to minus the unallocated GPU %% at 100 %%)",
+    )
     tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
     tr.add_argument("--bc-episodes", type=int, default=2, help="teacher demonstration episodes")
     tr.add_argument(
@@ -440,6 +677,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--release", action="store_true", help="copy the model to models/placement/")
     tr.add_argument("--no-register", action="store_true", help="skip the MLflow registry")
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
+    _ray_arg(tr, "--seeds: run every training seed")
     tr.set_defaults(func=cmd_train)
 
 
@@ -486,6 +724,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         release=args.release,
     )
     if args.mode == "dynamic":
+        if args.reward != "shaped":
+            raise ConfigError("--reward metric is an fgd-mode option (dynamic mode has its own)")
         if args.cem_init is not None or args.cem_multi_gpu_block:
             # the dynamic recipe has its own scorer (rl.dynamic_teacher); refuse rather than ignore
             raise ConfigError("--cem-init and --cem-multi-gpu-block are fgd-mode options")
@@ -517,8 +757,36 @@ def cmd_train(args: argparse.Namespace) -> int:
             fgd_until_pct=args.fgd_until_pct,
             eval_traces=args.eval_trace or args.trace[:1],
             register=not args.no_register,
+            reward=args.reward,
         )
+    if args.seeds:
+        return _train_seeds(args, recipe.__name__, a)
     summary = recipe.run(a)
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0
+
+
+def _train_seeds(args: argparse.Namespace, recipe: str, a: Any) -> int:
+    """``--seeds``: one training run per seed (``out/seed<S>``), local processes or Ray tasks."""
+    import json
+    from dataclasses import asdict
+
+    from fleetmind.rl.scaleout import job_path, run_tasks, train_job
+
+    if args.release:
+        raise ConfigError("--release takes one run; train the seeds, then release the chosen one")
+    seeds = parse_seeds(args.seeds)
+    base = asdict(a)
+    jobs = []
+    for s in seeds:
+        kw = dict(base, seed=s, out=str(Path(job_path(args.out) or "runs/ppo") / f"seed{s}"))
+        kw["traces"] = [job_path(t) for t in kw["traces"]]
+        if "eval_traces" in kw:
+            kw["eval_traces"] = [job_path(t) for t in kw["eval_traces"]]
+        jobs.append((recipe, type(a).__name__, kw))
+    runs = run_tasks(train_job, jobs, ray_address=args.ray_address, workers=args.workers)
+    summary = {"seeds": seeds, "runs": {str(s): r for s, r in zip(seeds, runs, strict=True)}}
+    print(json.dumps({s: r.get("metrics") for s, r in summary["runs"].items()}))
     write_json(args.json, summary)
     return 0

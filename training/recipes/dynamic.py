@@ -12,8 +12,8 @@ Steps (see ``docs/ppo-dynamic.md``):
    :mod:`rl.dynamic_teacher`), or a saved scorer JSON.
 3. Imitation warm start: ``--bc-episodes`` teacher episodes per training trace (workload seeds
    ``seed + 2000 + i``) cloned into the MaskablePPO candidate scorer (:func:`rl.ppo.behaviour_clone`).
-4. MaskablePPO fine-tuning (``--timesteps``, ``--max-minutes``) on one ``DummyVecEnv`` env per
-   ``--n-envs`` (each episode draws one training trace), with a periodic greedy validation on the
+4. MaskablePPO fine-tuning (``--timesteps``, ``--max-minutes``) on ``--n-envs`` envs, in
+   parallel processes (``SubprocVecEnv``, fork) when more than one (:func:`make_dyn_vec_env`) (each episode draws one training trace), with a periodic greedy validation on the
    training traces x ``--eval-seeds`` (objective ``J`` of :mod:`rl.dynamic_teacher`: mean slowdown
    relative to FGD plus the p99-queueing guard). The best policy (the clone included) is kept.
 5. Exports the best policy (``policy.pt``, ``policy.onnx``, ``ppo.zip``, ``teacher.json``, with
@@ -62,7 +62,7 @@ from fleetmind.rl.dynamic_teacher import (
     cem_search_dynamic,
     nonneg_indices,
 )
-from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model
+from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.ppo import TeacherData, behaviour_clone, collect_teacher, make_model
 from fleetmind.training.recipes.common import (
@@ -99,6 +99,26 @@ class DynamicArgs(PPOArgs):
     the released dynamic model's setting)"""
     queue_features: bool = False
     """the 4 queue-aware candidate features (env option ``queue_features``)"""
+
+
+def make_dyn_vec_env(traces: list[str], env_kwargs: dict[str, Any], n_envs: int, seed: int) -> Any:
+    """``VecMonitor`` over ``n_envs`` :class:`MultiTraceDynEnv` (env ``i`` seeded ``seed + i``):
+    a ``SubprocVecEnv`` (one process per env, ``fork``) when ``n_envs`` > 1, else a
+    ``DummyVecEnv``. The rollouts are the same either way; only where they run differs."""
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    def make_env(rank: int) -> Any:
+        def _make() -> Any:
+            env = MultiTraceDynEnv(list(traces), **env_kwargs)
+            env.reset(seed=seed + rank)
+            env.action_space.seed(seed + rank)
+            return env
+
+        return _make
+
+    fns = [make_env(i) for i in range(n_envs)]
+    inner = SubprocVecEnv(fns, start_method="fork") if n_envs > 1 else DummyVecEnv(fns)
+    return VecMonitor(inner)
 
 
 class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
@@ -393,16 +413,7 @@ def run(args: DynamicArgs) -> dict[str, Any]:
                 {f"eval/teacher_{k}": v for k, v in summary["teacher_eval"].items()}, step=0
             )
 
-        def make_env(rank: int) -> Any:
-            def _make() -> Any:
-                env = MultiTraceDynEnv(list(args.traces), **env_kwargs)
-                env.reset(seed=args.seed + rank)
-                env.action_space.seed(args.seed + rank)
-                return env
-
-            return _make
-
-        venv = VecMonitor(DummyVecEnv([make_env(i) for i in range(args.n_envs)]))
+        venv = make_dyn_vec_env(list(args.traces), env_kwargs, args.n_envs, args.seed)
         venv.seed(args.seed)
         model = make_model(venv, hp, args.seed)
         mlflow.log_param("n_parameters", count_parameters(model.policy))
@@ -420,6 +431,8 @@ def run(args: DynamicArgs) -> dict[str, Any]:
             )
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
+        # the warm start before any PPO update ships as clone.onnx (policy name "clone")
+        save_onnx(actor_from_model(model), run_dir / "model" / "clone.onnx")
 
         state: dict[str, Any] = {"best": float("inf"), "best_step": -1, "history": []}
 

@@ -44,7 +44,7 @@ from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
-from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model
+from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.policy_adapter import RELEASED_DIR
 from fleetmind.rl.ppo import (
@@ -100,6 +100,9 @@ class FgdArgs(PPOArgs):
     """traces of the periodic evaluation"""
     eval_fgd_until_pct: float = 80.0
     """periodic evaluation: FGD prefix (0 = the agent places everything; slower)"""
+    reward: str = "shaped"
+    """training reward: ``shaped`` (allocated GPU + fragmentation shaping) or ``metric`` (the
+    evaluation metric's per-step decomposition; ``envs.gpu_placement_env``)"""
     register: bool = True
     """register the model in MLflow and maybe move the champion alias"""
 
@@ -227,6 +230,7 @@ def run(args: FgdArgs) -> dict[str, Any]:
         "fgd_until_pct": args.fgd_until_pct,
         "stop_arrived_pct": args.stop_arrived_pct,
         "workload_seeds": list(args.workload_seeds),
+        "reward": args.reward,
     }
     hp = hyperparams(args)
     run_name, run_dir, ckpt_dir = run_dirs(args, "GpuPlacement-v0")
@@ -298,6 +302,8 @@ def run(args: FgdArgs) -> dict[str, Any]:
             )
             mlflow.log_metrics(bc, step=0)
             summary["bc"] = {**bc, "samples": int(len(data.actions))}
+        # the warm start before any PPO update ships as clone.onnx (policy name "clone")
+        save_onnx(actor_from_model(model), run_dir / "model" / "clone.onnx")
         if teacher is not None:
             if hasattr(teacher, "bind"):
                 teacher.bind(eval_env)

@@ -1,0 +1,230 @@
+"""Ablation of the fgd-mode placement release: what each stage adds, on the frozen evaluation set.
+
+Rows (``ROWS``; each a policy run through ``rl.scaleout.fgd_eval_job``, so ``--ray-address`` runs the
+episodes as Ray tasks and the numbers are the same):
+
+| row | policy |
+| --- | --- |
+| FGD | the heuristic |
+| FGD + penalties, no search | ``StrandPenaltyScorer(FGD, alpha, beta)`` with the release's alpha, beta |
+| searched teacher | ``models/placement/teacher.json`` (the cross-entropy-searched linear scorer) |
+| teacher + penalties | ``models/placement/teacher_strand.json`` (the release's teacher) |
+| clone at step 0 | ``clone.onnx`` of each ``--model`` folder (the warm-start clone) |
+| clone + short PPO | ``policy.onnx`` of each ``--model`` folder |
+
+``--model`` takes one folder per training seed (default: the release, training seed 0). Rows with one
+policy per training seed report the mean over seeds and a 95 % t-interval of that mean (n - 1
+degrees of freedom; none for one seed); per-trace values are means over the eval seeds. Gaps are
+relative to FGD on the same episodes, ``100 * (row - FGD) / FGD``, averaged over traces.
+
+    python -m benchmarks.placement.ablation --set frozen --eval-seeds 7301-7310 --workers 2 \
+        [--ray-address auto] [--model models/placement runs/seeds/seed1/... ] [--json PATH]
+
+``--set frozen`` regenerates the frozen traces (``benchmarks/placement/frozen_set.py``, hashes
+checked) into ``runs/frozen_set``; ``--set heldout`` uses the five pre-set held-out traces
+(cpu050 gpushare20 gpushare60 multigpu30 gpuspec20, seeds 42-51 as before).
+Rows not run here (clone + >= 1M PPO steps; PPO from scratch) are listed in the JSON with the
+command that would produce them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from benchmarks.placement.frozen_set import load_manifest, write_all
+from benchmarks.provenance import REPO_ROOT as REPO
+from benchmarks.provenance import load_now, provenance
+from fleetmind.rl.scaleout import fgd_eval_job, run_tasks
+from fleetmind.rl.teacher import LinearScorer, StrandPenaltyScorer
+from fleetmind.training.cli_sched import parse_seeds
+
+HELDOUT = ["cpu050", "gpushare20", "gpushare60", "multigpu30", "gpuspec20"]
+RELEASE = REPO / "models" / "placement"
+
+NOT_RUN = {
+    "clone + long PPO (>= 1M steps)": (
+        "fleetmind sched train --trace default --trace gpushare40 --trace multigpu20 --trace "
+        "gpuspec10 --mode fgd --teacher models/placement/teacher_strand.json --bc-episodes 8 "
+        "--bc-target-ce 0.05 --bc-fgd-until-pct 0 --fgd-until-pct 80 --reward metric "
+        "--timesteps 1000000 --n-envs 16 --seeds 0-2 --ray-address auto --out runs/ppo_long"
+    ),
+    "PPO from scratch (same budget)": (
+        "fleetmind sched train --trace default --trace gpushare40 --trace multigpu20 --trace "
+        "gpuspec10 --mode fgd --bc-episodes 0 --fgd-until-pct 80 --reward metric "
+        "--timesteps 1000000 --n-envs 16 --seeds 0-2 --ray-address auto --out runs/ppo_scratch"
+    ),
+}
+
+
+def fgd_penalty_teacher(out: Path) -> Path:
+    """FGD plus the release's two penalties, no search: the row that isolates the penalties."""
+    rel = StrandPenaltyScorer.load(RELEASE / "teacher_strand.json")
+    k, f = rel.n_candidates, rel.n_cand_features
+    StrandPenaltyScorer(LinearScorer.fgd(k, f, rel.base.blocks), rel.alpha, rel.beta).save(out)
+    return out
+
+
+def ci95(x: list[float]) -> list[float] | None:
+    """95 % t-interval of the mean of ``x`` (None for fewer than 2 values)."""
+    if len(x) < 2:
+        return None
+    a = np.asarray(x, dtype=np.float64)
+    h = float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / np.sqrt(len(a)))
+    return [round(float(a.mean()) - h, 3), round(float(a.mean()) + h, 3)]
+
+
+def markdown(out: dict) -> str:
+    """The docs table of an ablation JSON (``--table-from``)."""
+    lines = [
+        "| row | training seeds | unallocated GPU % at 100 % (mean) | gap to FGD (mean over traces)"
+        " | 95 % interval over training seeds | traces at or below FGD |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    n = len(out["traces"])
+    for row, r in out["rows"].items():
+        ci = r["gap_vs_fgd_pct_ci95"]
+        ci_s = f"[{ci[0]:+.2f}, {ci[1]:+.2f}] %" if ci else "n/a (one seed)"
+        lines.append(
+            f"| {row} | {r['training_seeds'] if row.startswith('clone') else '-'} | "
+            f"{r['unallocated_pct_mean']:.3f} | "
+            f"{r['gap_vs_fgd_pct_mean']:+.2f} % | {ci_s} | {r['traces_at_or_below_fgd']} of {n} |"
+        )
+    for row in out.get("not_run", {}):
+        lines.append(f"| {row} | not run | - | - | - | - |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    load0 = load_now()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", choices=["frozen", "heldout"], default="frozen")
+    ap.add_argument("--eval-seeds", nargs="+", default=None, help="default: the set's own")
+    ap.add_argument("--traces", nargs="+", default=None, help="a subset of the set's traces")
+    ap.add_argument("--model", nargs="+", default=[str(RELEASE)], help="one folder per seed")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--ray-address", default=None)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--table-from", default=None, help="print the markdown table of this JSON")
+    ap.add_argument(
+        "--merge", nargs="+", default=None, help="add the episodes of earlier runs (same rows)"
+    )
+    ap.add_argument(
+        "--rows", nargs="+", default=None, help="run only these rows (FGD is always run)"
+    )
+    a = ap.parse_args()
+    if a.table_from:
+        print(markdown(json.loads(Path(a.table_from).read_text())))
+        return
+    t0 = time.time()
+    if a.set == "frozen":
+        m = load_manifest()
+        paths = write_all(REPO / "runs" / "frozen_set", m)
+        traces = {n: str(p) for n, p in paths.items()}
+        seeds = parse_seeds(a.eval_seeds) if a.eval_seeds else list(m["eval_seeds"])
+    else:
+        traces = {t: t for t in HELDOUT}
+        seeds = parse_seeds(a.eval_seeds) if a.eval_seeds else list(range(42, 52))
+    if a.traces:
+        traces = {n: traces[n] for n in a.traces}
+    pen = fgd_penalty_teacher(REPO / "runs" / "ablation_fgd_penalties.json")
+    rows: dict[str, list[str]] = {
+        "FGD": ["FGD"],
+        "FGD + penalties, no search": [f"teacher:{pen}"],
+        "searched teacher": [f"teacher:{RELEASE / 'teacher.json'}"],
+        "teacher + penalties": [f"teacher:{RELEASE / 'teacher_strand.json'}"],
+        "clone at step 0": [f"policy:{Path(f).resolve() / 'clone.onnx'}" for f in a.model],
+        "clone + short PPO": [f"policy:{Path(f).resolve() / 'policy.onnx'}" for f in a.model],
+    }
+    if a.rows:
+        rows = {r: ps for r, ps in rows.items() if r == "FGD" or r in a.rows}
+    pols = list(dict.fromkeys(p for ps in rows.values() for p in ps))
+    jobs = [(traces[t], p, s, None, None) for p in pols for t in traces for s in seeds]
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        print(f"{done[0]}/{len(jobs)} episodes, {time.time() - t0:.0f} s", flush=True)
+
+    res = run_tasks(fgd_eval_job, jobs, ray_address=a.ray_address, workers=a.workers, progress=tick)
+    val: dict[tuple[str, str, int], float] = {}
+    i = 0
+    for p in pols:
+        for t in traces:
+            for s in seeds:
+                val[(p, t, s)] = float(res[i].unallocated[100])
+                i += 1
+    for f in a.merge or []:  # earlier runs of the same rows on other eval seeds
+        old = json.loads(Path(f).read_text())
+        for k, v in old["per_episode"].items():
+            p, t, s = k.rsplit("|", 2)
+            if t in traces and p in pols:
+                val[(p, t, int(s))] = float(v)
+        seeds = sorted(set(seeds) | set(old["eval_seeds"]))
+    fgd = {t: float(np.mean([val[("FGD", t, s)] for s in seeds])) for t in traces}
+    table = {}
+    for row, ps in rows.items():
+        per_model = []
+        for p in ps:
+            per_trace = {t: float(np.mean([val[(p, t, s)] for s in seeds])) for t in traces}
+            gap = float(np.mean([100 * (per_trace[t] - fgd[t]) / fgd[t] for t in traces]))
+            per_model.append({"per_trace": per_trace, "gap_vs_fgd_pct": gap})
+        gaps = [x["gap_vs_fgd_pct"] for x in per_model]
+        unal = [float(np.mean(list(x["per_trace"].values()))) for x in per_model]
+        table[row] = {
+            "policies": ps,
+            "training_seeds": len(ps),
+            "unallocated_pct_mean": round(float(np.mean(unal)), 3),
+            "gap_vs_fgd_pct_mean": round(float(np.mean(gaps)), 3),
+            "gap_vs_fgd_pct_ci95": ci95(gaps),
+            "per_trace_mean": {
+                t: round(float(np.mean([x["per_trace"][t] for x in per_model])), 3) for t in traces
+            },
+            "traces_at_or_below_fgd": int(
+                sum(
+                    np.mean([x["per_trace"][t] for x in per_model]) <= fgd[t] + 1e-9 for t in traces
+                )
+            ),
+        }
+    # what PPO added, paired per episode: (clone + PPO) - clone, in % of the clone, per seed model
+    paired = []
+    both = "clone at step 0" in rows and "clone + short PPO" in rows
+    for c, p in (
+        zip(rows["clone at step 0"], rows["clone + short PPO"], strict=True) if both else []
+    ):
+        d = [
+            100 * (val[(p, t, s)] - val[(c, t, s)]) / val[(c, t, s)] for t in traces for s in seeds
+        ]
+        paired.append(float(np.mean(d)))
+    out = {
+        **provenance(__spec__.name, load_start=load0, packages=("ray", "cma", "onnxruntime")),
+        "set": a.set,
+        "traces": traces,
+        "eval_seeds": seeds,
+        "models": a.model,
+        "rows": table,
+        "ppo_vs_clone_pct": {
+            "per_training_seed": [round(x, 3) for x in paired],
+            "mean": round(float(np.mean(paired)), 3) if paired else None,
+            "ci95": ci95(paired),
+            "target": "<= -3 % with the interval below 0 (target set on 2026-12-01)",
+        },
+        "not_run": NOT_RUN,
+        "wall_time_s": round(time.time() - t0, 1),
+        "per_episode": {f"{p}|{t}|{s}": v for (p, t, s), v in val.items()},
+    }
+    path = Path(a.json or REPO / "benchmarks" / "results" / f"placement_ablation_{a.set}.json")
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    for row, r in table.items():
+        print(f"{row:30s} {r['unallocated_pct_mean']:7.3f} {r['gap_vs_fgd_pct_mean']:+7.2f} %")
+    print("ppo vs clone:", out["ppo_vs_clone_pct"])
+    print(markdown(out))
+
+
+if __name__ == "__main__":
+    main()

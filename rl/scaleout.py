@@ -1,0 +1,224 @@
+"""Run independent placement jobs locally or as Ray tasks.
+
+Teacher searches, multi-seed training and evaluation sweeps are lists of independent jobs (one
+episode, one training run, one (trace, policy, seed) evaluation). :func:`run_tasks` runs such a list
+
+* with ``ray_address`` (``"auto"``, ``"HOST:PORT"`` or ``"local"``): as Ray tasks on that cluster
+  (``ray.init(address=...)``; ``"local"`` starts a private single-node Ray in this process), one
+  CPU per task unless told otherwise;
+* without it: in this process (``workers`` = 1) or in ``workers`` forked processes, as before.
+
+Each job is a pure function of its arguments (all seeds are in the arguments), so the three paths
+return identical results in the same order (``tests/test_scaleout_ray.py`` checks it on a real
+two-node Ray cluster). Job functions must be importable module-level functions (Ray pickles them
+by reference): :func:`fgd_eval_job`, :func:`teacher_metrics_job`, :func:`train_job`.
+
+To run on a cluster: ``ray start --head --port 6379`` on one machine, ``ray start --address
+HEAD:6379`` on the others (same Python environment with fleetmind installed, same data paths), then
+pass ``--ray-address auto`` (on a cluster machine) or ``--ray-address HEAD:6379``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fleetmind.data.errors import ConfigError, NotAvailableError
+from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+from fleetmind.envs.fgd_mode import run_fgd
+from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.named_policies import clone_file, model_folder, run_teacher_fgd, teacher_file
+from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy
+from fleetmind.rl.ppo import greedy_rollout
+from fleetmind.rl.teacher import LinearScorer
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ``HOST:PORT`` address must accept a TCP connection (Ray itself retries for minutes)."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"--ray-address {address!r}: expected auto, local or HOST:PORT")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"no Ray cluster at {address!r} ({exc.strerror or exc}); start one with "
+            "`ray start --head` or pass --ray-address auto on a cluster machine"
+        ) from None
+
+
+def _ray_init(address: str) -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise NotAvailableError("--ray-address needs the 'ray' package (pip install ray)") from None
+    if address not in ("auto", "local"):
+        _check_reachable(address)
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
+        try:
+            if address == "local":
+                ray.init(**kwargs, include_dashboard=False)
+            else:
+                ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot connect to the Ray cluster at {address!r}: {str(exc).splitlines()[0]}"
+            ) from None
+    return ray
+
+
+def run_tasks(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    *,
+    ray_address: str | None = None,
+    workers: int = 1,
+    num_cpus: float = 1.0,
+    progress: Callable[[int], None] | None = None,
+) -> list[R]:
+    """``[fn(x) for x in items]``, in order, locally or as Ray tasks (see the module docstring).
+
+    Args:
+        fn: a module-level function of one argument.
+        items: the job arguments (picklable).
+        ray_address: Ray cluster address; ``None``: local.
+        workers: local processes when ``ray_address`` is ``None`` (1: this process).
+        num_cpus: CPUs Ray reserves per task.
+        progress: called with 1 after each finished job.
+
+    Raises:
+        ConfigError: ``workers`` < 1 or the Ray cluster cannot be reached.
+        NotAvailableError: ``ray_address`` given but Ray is not installed.
+    """
+    if workers < 1:
+        raise ConfigError("workers must be at least 1")
+    items = list(items)
+    out: list[R] = []
+    if ray_address:
+        ray = _ray_init(ray_address)
+        remote = ray.remote(num_cpus=num_cpus)(fn)
+        refs = [remote.remote(x) for x in items]
+        results: dict[Any, R] = {}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            results[done[0]] = ray.get(done[0])
+            if progress is not None:
+                progress(1)
+        return [results[r] for r in refs]
+    if workers == 1 or len(items) <= 1:
+        for x in items:
+            out.append(fn(x))
+            if progress is not None:
+                progress(1)
+        return out
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for r in pool.map(fn, items):
+            out.append(r)
+            if progress is not None:
+                progress(1)
+    return out
+
+
+# --------------------------------------------------------------------------- job functions
+
+_CACHE: dict[Any, Any] = {}
+
+
+def _cached(key: Any, make: Callable[[], Any]) -> Any:
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def fgd_eval_job(job: tuple[str, str, int, str | None, str | None]) -> Any:
+    """One fgd-mode run ``(trace, policy, seed, nodes, model)`` -> :class:`envs.fgd_mode.FgdResult`
+    without its per-pod arrays. ``policy`` is a heuristic name, a stage name (``ppo``, ``clone``,
+    ``teacher``: ``model`` is the model folder or file, ``None`` for the release),
+    ``teacher:PATH`` (a saved teacher JSON) or ``policy:PATH`` (an exported policy file)."""
+    trace_ref, policy, seed, nodes_ref, model = job
+    trace = _cached(("trace", trace_ref), lambda: load_openb_trace(trace_ref))
+    nodes = _cached(("nodes", nodes_ref), lambda: load_openb_nodes(nodes_ref))
+    if policy.startswith("teacher:"):  # a saved teacher file
+        res = run_teacher_fgd(trace, policy.split(":", 1)[1], int(seed), nodes)
+        res.policy = policy
+    elif policy.startswith("policy:"):  # an exported policy file (policy.onnx, clone.onnx)
+        ref = policy.split(":", 1)[1]
+        pol = _cached(("policy", ref), lambda: load_ppo_policy(ref))
+        res = run_fgd(trace, pol, int(seed), nodes)
+        res.policy = policy
+    elif policy == "teacher":
+        res = run_teacher_fgd(
+            trace, teacher_file(model_folder(model, RELEASED_DIR)), int(seed), nodes
+        )
+    elif policy in ("ppo", "clone"):
+        ref = model if policy == "ppo" else str(clone_file(model_folder(model, RELEASED_DIR)))
+        pol = _cached(("policy", policy, ref), lambda: load_ppo_policy(ref))
+        res = run_fgd(trace, pol, int(seed), nodes)
+        res.policy = policy
+    else:
+        res = run_fgd(trace, policy, int(seed), nodes)
+    res.arrived_milli = res.arrived_milli[:0]
+    res.allocated_milli = res.allocated_milli[:0]
+    res.node_of = res.node_of[:0]
+    res.workload = None
+    return res
+
+
+def teacher_metrics_job(job: tuple[dict[str, Any], list[float], str, int]) -> float:
+    """The metric of one greedy episode of a linear scorer: ``(env_config, weights, trace,
+    workload_seed)`` -> unallocated GPU % at 100 % arrived. ``env_config`` holds the keyword
+    arguments of ``GpuPlacementEnv`` (traces, fgd_until_pct, stop_arrived_pct, n_candidates),
+    ``nodes_path`` (a node list CSV; default the openb GPU nodes) and ``blocks`` (the scorer's
+    feature blocks)."""
+    cfg, weights, trace, wseed = job
+    env_kw = {k: v for k, v in cfg.items() if k not in ("blocks", "nodes_path")}
+    key = ("env", repr(sorted(cfg.items())))
+
+    def make() -> Any:
+        nodes = load_openb_nodes(cfg["nodes_path"]) if cfg.get("nodes_path") else None
+        return GpuPlacementEnv(**env_kw, nodes=nodes)
+
+    env = _cached(key, make)
+    scorer = LinearScorer(
+        np.asarray(weights, dtype=np.float64),
+        env.n_candidates,
+        env.n_cand_features,
+        tuple(cfg.get("blocks", ("all", "sharing", "cpu_only"))),
+    )
+    return float(greedy_rollout(env, scorer, trace, int(wseed))["unallocated_gpu_pct_at_100"])
+
+
+def train_job(job: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    """One training run of ``fleetmind sched train``: ``(recipe module, args class, fields)``
+    (``training.recipes.fgd`` / ``FgdArgs`` or ``training.recipes.dynamic`` / ``DynamicArgs``;
+    ``out`` made per seed by the caller); returns the run summary's id, metrics and history."""
+    import importlib
+
+    module, cls, fields = job
+    recipe = importlib.import_module(module)
+    out = recipe.run(getattr(recipe, cls)(**fields))
+    return {k: v for k, v in out.items() if k in ("run_id", "metrics", "artifact", "history")}
+
+
+def job_path(p: str | Path | None) -> str | None:
+    """A path argument as an absolute string (Ray workers may start in another folder)."""
+    if p is None:
+        return None
+    s = str(p)
+    if s.startswith(("models:/", "runs:/")) or not Path(s).exists():
+        return s
+    return str(Path(s).resolve())

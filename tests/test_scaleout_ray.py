@@ -1,0 +1,158 @@
+"""A real two-node Ray cluster on this machine (a head and one more node process, loopback only):
+an evaluation sweep and a CMA-ES teacher search give exactly the single-process results."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from fleetmind.data.paths import MODELS_DIR
+from fleetmind.rl.teacher_search import cmaes_search
+from fleetmind.training import cli
+
+ray = pytest.importorskip("ray")
+
+# `ray start` with this interpreter, so that the cluster's workers import this checkout's fleetmind
+RAY = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
+NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+    f"n{i},{[32000, 64000, 96000][i % 3]},{[65536, 262144][i % 2]},{[1, 2, 4, 8][i % 4]},"
+    f"{['T4', 'P100', 'V100M32'][i % 3]}\n"
+    for i in range(12)
+)
+PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
+    f"p{i:03d},{1000 + 500 * (i % 5)},{2048 * (1 + i % 3)},{[0, 1, 1, 2, 1][i % 5]},"
+    f"{[0, 300, 1000, 1000, 650][i % 5]}\n"
+    for i in range(50)
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    # --block keeps `ray start` in the foreground as the leader of its own process group, so the
+    # finaliser ends exactly this cluster's processes (never `ray stop`, which ends every Ray on
+    # the machine)
+    return subprocess.Popen(
+        [*RAY, "start", "--block", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _stop(p: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _wait_port(port: int, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    port = _free_port()
+    tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    head = ["--head", "--port", str(port), "--include-dashboard", "false", "--temp-dir", tmp]
+    procs = []
+    try:
+        procs.append(_start([*head, *common], env))
+        _wait_port(port, 60)  # the head's GCS, before the second node joins
+        address = f"127.0.0.1:{port}"
+        procs.append(_start(["--address", address, *common], env))
+        ray.init(address=address, log_to_driver=False)
+        deadline = time.time() + 60
+        while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:
+            time.sleep(0.3)
+        yield address
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for p in reversed(procs):
+            _stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _node_id() -> str:
+    time.sleep(0.5)
+    return ray.get_runtime_context().get_node_id()
+
+
+def test_cluster_has_two_nodes_and_sweeps_match_single_process(cluster, tmp_path) -> None:
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    base = ["sched", "evaluate", "--trace", str(tmp_path / "pods.csv"), "--nodes"]
+    base += [str(tmp_path / "nodes.csv"), "--seeds", "1-2", "--policies", "FGD", "BestFit"]
+    base += ["teacher", "clone", "--model", str(MODELS_DIR / "placement")]
+    assert cli.main([*base, "--json", str(tmp_path / "local.json")]) == 0
+    assert cli.main([*base, "--ray-address", cluster, "--json", str(tmp_path / "ray.json")]) == 0
+    local = json.loads((tmp_path / "local.json").read_text())["policies"]
+    remote = json.loads((tmp_path / "ray.json").read_text())["policies"]
+    assert set(local) == set(remote) == {"FGD", "BestFit", "teacher", "clone"}
+    for name in local:
+        assert remote[name]["per_seed"] == local[name]["per_seed"], name
+
+    # teacher search: the same CMA-ES proposals and episode metrics on the cluster as in-process
+    cfg = {
+        "traces": [str(tmp_path / "pods.csv")],
+        "nodes_path": str(tmp_path / "nodes.csv"),
+        "fgd_until_pct": 0.0,
+    }
+    eps = [(str(tmp_path / "pods.csv"), 3), (str(tmp_path / "pods.csv"), 4)]
+    kw = {"generations": 2, "population": 3, "init_sd": 0.8, "seed": 5}
+    a = cmaes_search(cfg, eps, **kw)
+    b = cmaes_search(cfg, eps, ray_address=cluster, **kw)
+    assert a.best_score == b.best_score and a.history == b.history
+    assert a.weights.tolist() == b.weights.tolist()
+    assert a.best_score <= a.fgd_score
+
+    # both nodes take tasks (SPREAD: otherwise Ray may keep short tasks on the head while the
+    # second node's worker process is still starting)
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    node_of = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_node_id)
+    assert len(set(ray.get([node_of.remote() for _ in range(6)]))) == 2
+
+
+def test_unreachable_cluster_is_a_one_line_error(tmp_path, capsys) -> None:
+    (tmp_path / "pods.csv").write_text(PODS)
+    (tmp_path / "nodes.csv").write_text(NODES)
+    argv = ["sched", "evaluate", "--trace", str(tmp_path / "pods.csv"), "--nodes"]
+    argv += [str(tmp_path / "nodes.csv"), "--seeds", "1", "--policies", "FGD"]
+    assert cli.main([*argv, "--ray-address", f"127.0.0.1:{_free_port()}"]) == 2
+    err = capsys.readouterr().err
+    assert "no Ray cluster at" in err and err.count("\n") == 1
+    assert cli.main([*argv, "--ray-address", "nohostport"]) == 2
+    assert "expected auto, local or HOST:PORT" in capsys.readouterr().err
