@@ -4,6 +4,7 @@ and give the same rollouts as the in-process ``DummyVecEnv``."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from fleetmind.training.recipes.dynamic import make_dyn_vec_env
@@ -19,6 +20,7 @@ def _rollout(venv, steps: int) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     return obs, np.array(rewards)
 
 
+@pytest.mark.filterwarnings("ignore:offered load:UserWarning")  # tiny streams on purpose
 def test_two_envs_run_in_subprocesses_with_the_same_rollouts(shared_data) -> None:
     kw = {"n_jobs": 48, "node_fraction": 0.05}
     par = make_dyn_vec_env(["default"], kw, n_envs=2, seed=3)
