@@ -82,6 +82,7 @@ def test_missing_clone_or_teacher_is_a_one_line_error(tiny, tmp_path, capsys) ->
     assert "local model folder" in capsys.readouterr().err
 
 
+@pytest.mark.filterwarnings("ignore:offered load:UserWarning")  # a short stream on purpose
 def test_dynamic_stages_by_name(shared_data, tmp_path) -> None:
     """The dynamic release ran no PPO update, so its clone.onnx is its policy: same results.
     (A copy of the release whose metadata asks for 256 jobs, to keep the run short.)"""
