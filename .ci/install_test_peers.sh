@@ -16,6 +16,8 @@ command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)  # podman run --init
+[ -x /usr/lib/cni/portmap ] || need+=(containernetworking-plugins)  # podman run -p (CNI backend)
+command -v iptables >/dev/null || need+=(iptables)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
