@@ -285,6 +285,65 @@ def _pick_statistics(columns: pd.Index, preference: tuple[str, ...]) -> dict[tup
     return chosen
 
 
+def detector_alert(
+    column: tuple[str, str, str],
+    run: tuple[int, int],
+    signed: np.ndarray,
+    x: np.ndarray,
+    baseline: tuple[float, float, str],
+    times: np.ndarray,
+    step: float,
+    critical_z: float,
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One detector alert (Alertmanager v4 object) for a run of anomalous rows of one column.
+
+    Args:
+        column: ``(node, metric, statistic)``.
+        run: first and last row of the run (inclusive).
+        signed: ``(T,)`` deviation in the alert's direction, in baseline scales (z-scores).
+        x: ``(T,)`` the column's values.
+        baseline: ``(median, scale, direction)`` of the column in the normal period.
+        times: ``(T,)`` row times, seconds since the epoch.
+        step: seconds between rows (the end of a resolved alert is one step after its last row).
+        critical_z: z-score from which the alert is ``critical`` instead of ``warning``.
+        extra_labels: labels added to the alert.
+    """
+    node, metric, stat = column
+    med, scale, direction = baseline
+    start, end = run
+    peak = int(start + np.nanargmax(signed[start : end + 1]))
+    z = float(signed[peak])
+    value = float(x[peak])
+    still_firing = end == len(x) - 1
+    labels = {
+        "alertname": ALERTNAMES.get(metric) or metric_alertname(metric),
+        "severity": "critical" if z >= critical_z else "warning",
+        "service": node,
+        "metric": metric,
+        "statistic": stat,
+    }
+    labels.update({str(k): str(v) for k, v in (extra_labels or {}).items()})
+    fp_src = json.dumps(labels, sort_keys=True).encode()
+    return {
+        "status": "firing" if still_firing else "resolved",
+        "labels": labels,
+        "annotations": {
+            "summary": f"{node} {metric} ({stat}) {value:.6g} vs normal median {med:.6g}",
+            "z_score": f"{z:.4g}",
+            "value": f"{value:.6g}",
+            "baseline": f"{med:.6g}",
+            "delta": f"{value - med:.6g}",
+            "scale": f"{scale:.6g}",
+            "direction": direction,
+        },
+        "startsAt": _iso(times[start]),
+        "endsAt": NO_END if still_firing else _iso(times[end] + step),
+        "generatorURL": "",
+        "fingerprint": hashlib.sha1(fp_src).hexdigest()[:16],
+    }
+
+
 def detect_alerts(
     window: pd.DataFrame,
     baseline: Baseline,
@@ -330,39 +389,12 @@ def detect_alerts(
         run = _first_run(flags, cfg.min_consecutive)
         if run is None:
             continue
-        start, end = run
-        peak = int(start + np.nanargmax(signed[start : end + 1]))
-        z = float(signed[peak])
-        value = float(x[peak])
-        still_firing = end == len(x) - 1
-        labels = {
-            "alertname": ALERTNAMES.get(metric) or metric_alertname(metric),
-            "severity": "critical" if z >= cfg.critical_z else "warning",
-            "service": node,
-            "metric": metric,
-            "statistic": stat,
-        }
-        labels.update({str(k): str(v) for k, v in (extra_labels or {}).items()})
-        fp_src = json.dumps(labels, sort_keys=True).encode()
         alerts.append(
-            {
-                "status": "firing" if still_firing else "resolved",
-                "labels": labels,
-                "annotations": {
-                    "summary": f"{node} {metric} ({stat}) {value:.6g} vs normal median {med:.6g}",
-                    "z_score": f"{z:.4g}",
-                    "value": f"{value:.6g}",
-                    "baseline": f"{med:.6g}",
-                    "delta": f"{value - med:.6g}",
-                    "scale": f"{scale:.6g}",
-                    "direction": direction,
-                },
-                "startsAt": _iso(times[start]),
-                "endsAt": NO_END if still_firing else _iso(times[end] + step),
-                "generatorURL": "",
-                "fingerprint": hashlib.sha1(fp_src).hexdigest()[:16],
-            }
-        )
+            detector_alert(
+                (node, metric, stat), run, signed, x, (med, scale, direction), times, step,
+                cfg.critical_z, extra_labels,
+            )
+        )  # fmt: skip
     alerts.sort(key=lambda a: (a["startsAt"], -float(a["annotations"]["z_score"])))
     return alerts, unscored
 

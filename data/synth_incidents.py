@@ -58,19 +58,17 @@ from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import (
     ROLES,
-    metric_alertname,
     metric_direction,
     metric_role,
     model_role,
 )
 from fleetmind.data.petshop import (
-    ALERTNAMES,
     DIRECTIONS,
     Baseline,
     DetectorConfig,
     _first_run,
-    _iso,
     _pick_statistics,
+    detector_alert,
     fit_baseline,
 )
 
@@ -252,41 +250,10 @@ class SystemModel:
         times: np.ndarray,
         step: float,
     ) -> dict[str, Any]:
-        import hashlib
-        import json
-
-        node, metric, stat = self._det_cols[k]
-        med, scale, direction = float(self._det_med[k]), float(self._det_scale[k]), self._det_dir[k]
-        start, end = run
-        peak = int(start + np.nanargmax(signed[start : end + 1]))
-        z = float(signed[peak])
-        value = float(x[peak])
-        still_firing = end == len(x) - 1
-        labels = {
-            "alertname": ALERTNAMES.get(metric) or metric_alertname(metric),
-            "severity": "critical" if z >= self.config.critical_z else "warning",
-            "service": node,
-            "metric": metric,
-            "statistic": stat,
-        }
-        fp_src = json.dumps(labels, sort_keys=True).encode()
-        return {
-            "status": "firing" if still_firing else "resolved",
-            "labels": labels,
-            "annotations": {
-                "summary": f"{node} {metric} ({stat}) {value:.6g} vs normal median {med:.6g}",
-                "z_score": f"{z:.4g}",
-                "value": f"{value:.6g}",
-                "baseline": f"{med:.6g}",
-                "delta": f"{value - med:.6g}",
-                "scale": f"{scale:.6g}",
-                "direction": direction,
-            },
-            "startsAt": _iso(times[start]),
-            "endsAt": "0001-01-01T00:00:00Z" if still_firing else _iso(times[end] + step),
-            "generatorURL": "",
-            "fingerprint": hashlib.sha1(fp_src).hexdigest()[:16],
-        }
+        baseline = (float(self._det_med[k]), float(self._det_scale[k]), self._det_dir[k])
+        return detector_alert(
+            self._det_cols[k], run, signed, x, baseline, times, step, self.config.critical_z
+        )
 
     # ------------------------------------------------------------------ helpers
     def _level(self, j: int) -> float:
