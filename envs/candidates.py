@@ -39,6 +39,20 @@ Candidate features (``F = 18``), all scaled to roughly [-1, 1]:
 | 16 | idle milli left on the chosen GPU (sharing pods; 0 otherwise) | / 1000 |
 | 17 | fully idle GPUs on the node after placing | / 8 |
 
+Optional penalty features (``CandidateBuilder(penalty_features=True)``, ``F = 20``): the two
+signals the released teacher subtracts by hand (``rl.teacher.StrandPenaltyScorer``), as candidate
+features so that a network can learn their weight from the reward instead of from a teacher:
+
+| idx | feature | scale |
+| --- | --- | --- |
+| 18 | change in host-stranded GPUs on the node if the pod goes there (:func:`stranding_deltas` at the
+workload's typical CPU and memory per milli-GPU) | GPUs / 8 |
+| 19 | for a GPU pod without a ``gpu_spec``: its GPUs x the restricted pods' demand / capacity of the
+node's GPU model (:func:`restricted_model_scarcity`); 0 otherwise | / 4 |
+
+The workload statistics behind both (:class:`PenaltyContext`) come from the trace given to
+:meth:`CandidateBuilder.reset` (or are given explicitly, e.g. saved with a model for the service).
+
 Global features (``G = 10``): pod per-GPU milli / 1000, pod GPU count / 8, pod CPU / 32000 milli,
 pod memory / 65536 MiB, is sharing, is CPU-only, arrived GPU request / (1.3 x capacity), allocated GPU /
 capacity, feasible nodes / N, cluster fragmentation ``sum_n F_n`` / capacity.
@@ -67,6 +81,12 @@ from fleetmind.envs.policies.scores import (
 )
 
 N_CAND_FEATURES = 18
+N_PENALTY_FEATURES = 2
+"""Candidate features appended by ``penalty_features=True`` (columns 18 and 19)."""
+STRAND_FEATURE_SCALE = 8.0
+"""Column 18 is the stranding delta in GPUs divided by this."""
+SCARCITY_FEATURE_SCALE = 4.0
+"""Column 19 is the model-scarcity penalty divided by this."""
 N_GLOBAL_FEATURES = 10
 DEFAULT_N_CANDIDATES = 16
 OBS_LOW, OBS_HIGH = -1.0, 4.0
@@ -92,6 +112,7 @@ CAND_FEATURE_NAMES = (
     "chosen_gpu_left",
     "full_idle_after",
 )
+PENALTY_FEATURE_NAMES = ("host_stranding_delta", "model_scarcity")
 GLOBAL_FEATURE_NAMES = (
     "pod_gpu_milli",
     "pod_num_gpu",
@@ -195,6 +216,74 @@ def restricted_model_scarcity(trace: PodTrace, state: ClusterState) -> np.ndarra
         if share.sum() > 0:
             demand += total * share / share.sum()
     return np.divide(demand, cap, out=np.zeros_like(cap), where=cap > 0)
+
+
+@dataclass(frozen=True)
+class PenaltyContext:
+    """Workload statistics behind the penalty features.
+
+    Attributes:
+        cpu_per_milli: typical mCPU a GPU pod asks for per milli-GPU (:func:`host_demand_per_gpu_milli`).
+        mem_per_milli: typical MiB per milli-GPU.
+        scarcity: ``(M,)`` per GPU model id, restricted demand / capacity
+            (:func:`restricted_model_scarcity`).
+    """
+
+    cpu_per_milli: float
+    mem_per_milli: float
+    scarcity: np.ndarray
+
+    @classmethod
+    def from_trace(
+        cls, trace: PodTrace, state: ClusterState, workload_scale: float = 1.3
+    ) -> PenaltyContext:
+        """The context of ``trace``'s pods on ``state``'s nodes, for a workload whose GPU request
+        totals ``workload_scale`` x the cluster's GPU capacity (fgd mode resamples every trace to
+        1.3x): the scarcity is rescaled from the trace's own total to that one, so it does not
+        depend on how many pods the trace file happens to hold."""
+        cpu, mem = host_demand_per_gpu_milli(trace)
+        scarcity = restricted_model_scarcity(trace, state)
+        total = float(trace.gpu_request.sum())
+        if total > 0:
+            scarcity = scarcity * (workload_scale * state.gpu_capacity_milli / total)
+        return cls(cpu, mem, scarcity)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (stored in a model's ``metadata.json`` for the service)."""
+        return {
+            "cpu_per_milli": self.cpu_per_milli,
+            "mem_per_milli": self.mem_per_milli,
+            "scarcity": [float(x) for x in self.scarcity],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PenaltyContext:
+        """Inverse of :meth:`to_json`; ``ValueError`` on a malformed dict."""
+        try:
+            sc = np.asarray(d["scarcity"], dtype=np.float64).reshape(-1)
+            ctx = cls(float(d["cpu_per_milli"]), float(d["mem_per_milli"]), sc)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed penalty context: {e}") from e
+        if not (
+            np.isfinite(sc).all() and np.isfinite([ctx.cpu_per_milli, ctx.mem_per_milli]).all()
+        ):
+            raise ValueError("malformed penalty context: non-finite values")
+        return ctx
+
+
+def model_scarcity_penalties(
+    state: ClusterState, pod: Pod, nodes: np.ndarray, scarcity: np.ndarray
+) -> np.ndarray:
+    """``(S,)`` float64: for a GPU pod without a ``gpu_spec``, its request in GPUs times the
+    scarcity of each of ``nodes``' GPU model; 0 for other pods and for models outside
+    ``scarcity``."""
+    out = np.zeros(len(nodes))
+    if pod.num_gpu == 0 or pod.gpu_spec_mask != ANY_GPU_MODEL or not scarcity.any():
+        return out
+    models = state.model_id.take(nodes)
+    known = (models >= 0) & (models < scarcity.size)
+    out[known] = scarcity.take(models[known])
+    return out * (pod.gpu_request / 1000.0)
 
 
 @dataclass
@@ -315,6 +404,7 @@ class CandidateBuilder:
         n_packing: int = 2,
         n_clustering: int = 2,
         n_dotprod: int = 1,
+        penalty_features: bool = False,
     ) -> None:
         if n_candidates < 1:
             raise ValueError("n_candidates must be >= 1")
@@ -329,18 +419,30 @@ class CandidateBuilder:
         self._prio_is_perm = True
         self._arange_k = np.arange(n_candidates)
         self._pad_nodes = np.full(n_candidates, -1, dtype=np.int64)
-        self.obs_dim = n_candidates * N_CAND_FEATURES + N_GLOBAL_FEATURES
+        self.penalty_features = bool(penalty_features)
+        self.n_cand_features = N_CAND_FEATURES + (N_PENALTY_FEATURES if penalty_features else 0)
+        self.obs_dim = n_candidates * self.n_cand_features + N_GLOBAL_FEATURES
+        self.penalty_context: PenaltyContext | None = None
 
     def reset(
         self,
         state: ClusterState,
         trace: PodTrace | None = None,
         typical: TypicalPods | None = None,
+        penalty_context: PenaltyContext | None = None,
     ) -> None:
         """Bind to ``state``; FGD's typical pods come from ``trace`` (the original, un-resampled
-        trace) or are given as ``typical`` (e.g. saved with a model, for the live service)."""
+        trace) or are given as ``typical`` (e.g. saved with a model, for the live service). With
+        ``penalty_features``, the penalty statistics are ``penalty_context`` or, without it, those of
+        ``trace``."""
         if trace is None and typical is None:
             raise ValueError("CandidateBuilder.reset needs a trace or typical pods")
+        if self.penalty_features:
+            if penalty_context is None and trace is None:
+                raise ValueError(
+                    "CandidateBuilder(penalty_features=True).reset needs a trace or a penalty context"
+                )
+            self.penalty_context = penalty_context or PenaltyContext.from_trace(trace, state)
         self.state = state
         self.fgd = FGD(typical=typical) if trace is None else FGD()
         self.fgd.reset(state, trace=trace)
@@ -505,8 +607,9 @@ class CandidateBuilder:
         cap_gpu = np.maximum(ngpu * GPU_MILLI, 1)
         idle_c = stats.idle_total.take(nodes)
         full = stats.full_idle.take(nodes)
+        n_f = self.n_cand_features
         obs = np.zeros(self.obs_dim)
-        rows = obs[: k_max * N_CAND_FEATURES].reshape(k_max, N_CAND_FEATURES)  # a view
+        rows = obs[: k_max * n_f].reshape(k_max, n_f)  # a view
         r = rows[:k]
         if pod.num_gpu == 0:
             gpus = [np.zeros(0, dtype=np.int64)] * k
@@ -539,9 +642,18 @@ class CandidateBuilder:
         r[:, 13] = (st.mem_free.take(nodes) - pod.memory_mib) / self._mem_cap1.take(nodes)
         r[:, 15] = fgd._F.take(nodes) / fgd._total / 8000.0  # noqa: SLF001 - refreshed above
         r[:, 17] = full_after / MAX_GPUS_PER_NODE
+        if self.penalty_features:
+            ctx = self.penalty_context
+            r[:, 18] = (
+                stranding_deltas(st, pod, nodes, ctx.cpu_per_milli, ctx.mem_per_milli)
+                / STRAND_FEATURE_SCALE
+            )
+            r[:, 19] = (
+                model_scarcity_penalties(st, pod, nodes, ctx.scarcity) / SCARCITY_FEATURE_SCALE
+            )
 
         cap = st.gpu_capacity_milli
-        obs[k_max * N_CAND_FEATURES :] = (
+        obs[k_max * n_f :] = (
             *pod_shape_features(pod),
             arrived_milli / (1.3 * cap),
             st.allocated_gpu_milli / cap,

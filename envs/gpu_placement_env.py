@@ -18,7 +18,6 @@ from fleetmind.data.openb import (
 )
 from fleetmind.envs.candidates import (
     DEFAULT_N_CANDIDATES,
-    N_CAND_FEATURES,
     N_GLOBAL_FEATURES,
     OBS_HIGH,
     OBS_LOW,
@@ -57,7 +56,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Observation Space
 
-    ``Box(-1, 4, (K*F + G,), float32)``: ``K`` rows of ``F = 18`` candidate features (row-major) then
+    ``Box(-1, 4, (K*F + G,), float32)``: ``K`` rows of ``F = 18`` (``F = 20`` with
+    ``penalty_features``: columns 18-19, see ``envs/candidates.py``) candidate features (row-major) then
     ``G = 10`` global features, all pre-scaled to about [-1, 1] (the normalisation lives in the env so
     that the exported policy and the service see exactly what training saw).
 
@@ -140,6 +140,10 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     * ``cache_prefix``: keep the cluster state reached by that FGD prefix per (trace, workload seed)
       so that a repeated workload skips it (default True).
     * ``workload_seeds``: draw each episode's workload seed from this list (default: any seed).
+    * ``penalty_features``: append the two penalty features to every candidate row (``F = 20``:
+      the change in host-stranded GPUs and the model-scarcity penalty that the released teacher
+      subtracts by hand; ``envs.candidates``). Their workload statistics come from the episode's
+      trace as given (not the resampled copy), exactly as the exported policy computes them.
     """
 
     metadata = {"render_modes": []}
@@ -156,6 +160,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         fgd_until_pct: float = 0.0,
         cache_prefix: bool = True,
         workload_seeds: list[int] | None = None,
+        penalty_features: bool = False,
         render_mode: str | None = None,
     ) -> None:
         super().__init__()
@@ -178,9 +183,10 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.workload_seeds = [int(x) for x in workload_seeds] if workload_seeds else None
         self._snapshots: dict[tuple[str, int, float], tuple] = {}
         self.n_candidates = int(n_candidates)
-        self.n_cand_features = N_CAND_FEATURES
+        self.penalty_features = bool(penalty_features)
+        self.builder = CandidateBuilder(self.n_candidates, penalty_features=self.penalty_features)
+        self.n_cand_features = self.builder.n_cand_features
         self.n_global_features = N_GLOBAL_FEATURES
-        self.builder = CandidateBuilder(self.n_candidates)
         self.state = ClusterState.from_openb(self.nodes)
         self.capacity = self.state.gpu_capacity_milli
         dim = self.builder.obs_dim

@@ -167,6 +167,9 @@ class OnnxActor:
         if names != ["obs", "mask"]:
             raise ModelLoadError(f"{path} has inputs {names}, expected ['obs', 'mask']")
         self.n_candidates = int(self.session.get_inputs()[1].shape[1])
+        dim = self.session.get_inputs()[0].shape[1]
+        self.obs_dim = int(dim) if isinstance(dim, int) else None
+        """``D``, the observation size the graph takes (None when the graph leaves it free)."""
 
     def predict(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Greedy actions for ``obs (B, D)`` / ``(D,)`` and ``mask (B, K)`` / ``(K,)``."""

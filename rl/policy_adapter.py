@@ -27,13 +27,17 @@ import numpy as np
 from fleetmind.data.errors import ConfigError, ModelLoadError
 from fleetmind.data.openb import PodTrace
 from fleetmind.data.paths import MODELS_DIR
-from fleetmind.envs.candidates import CandidateBuilder, Candidates
+from fleetmind.envs.candidates import CandidateBuilder, Candidates, PenaltyContext
 from fleetmind.envs.core import ClusterState, Pod
 from fleetmind.envs.policies import Policy
 from fleetmind.envs.policies.fgd import typical_from_json
 
 RELEASED_DIR = MODELS_DIR / "placement"
 """Folder of the released placement model."""
+_BUILDER_OPTIONS = frozenset(
+    {"n_fgd", "n_bestfit", "n_packing", "n_clustering", "n_dotprod", "penalty_features"}
+)
+"""Keys a model's ``metadata["builder"]`` may set (:class:`envs.candidates.CandidateBuilder`)."""
 
 
 class PPOPlacementPolicy(Policy):
@@ -61,7 +65,19 @@ class PPOPlacementPolicy(Policy):
         self.actor = actor
         self.metadata = metadata or {}
         self.source = source
-        self.builder = CandidateBuilder(n_candidates, **self.metadata.get("builder", {}))
+        builder_kw = self.metadata.get("builder", {})
+        if not isinstance(builder_kw, dict) or not set(builder_kw) <= _BUILDER_OPTIONS:
+            raise ModelLoadError(
+                f"model {source}: metadata 'builder' must be an object with keys among"
+                f" {sorted(_BUILDER_OPTIONS)}, got {builder_kw!r}"
+            )
+        self.builder = CandidateBuilder(n_candidates, **builder_kw)
+        self._penalty_context: PenaltyContext | None = None
+        if self.builder.penalty_features and "penalty_context" in self.metadata:
+            try:
+                self._penalty_context = PenaltyContext.from_json(self.metadata["penalty_context"])
+            except ValueError as exc:
+                raise ModelLoadError(f"model {source}: {exc}") from exc
         self._arrived = 0
         self._last: Candidates | None = None
 
@@ -86,7 +102,14 @@ class PPOPlacementPolicy(Policy):
                     f"{self.source} stores none"
                 )
             typical = typical_from_json(self.metadata["typical_pods"])
-        self.builder.reset(state, trace=trace, typical=typical)
+            if self.builder.penalty_features and self._penalty_context is None:
+                raise ConfigError(
+                    f"the PPO policy {self.source} observes penalty features and needs the workload"
+                    " trace or a stored penalty_context"
+                )
+        # with a trace, the penalty features use its statistics, as in training
+        ctx = None if trace is not None else self._penalty_context
+        self.builder.reset(state, trace=trace, typical=typical, penalty_context=ctx)
         self._arrived = 0
 
     def candidates(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> Candidates:
@@ -187,4 +210,15 @@ def load_ppo_policy(ref: str | Path | None = None, backend: str = "auto") -> PPO
         raise ModelLoadError(
             f"{source}: actor has {k} candidates but metadata.json says {meta['n_candidates']}"
         )
-    return PPOPlacementPolicy(actor, k, meta, source=str(source))
+    policy = PPOPlacementPolicy(actor, k, meta, source=str(source))
+    dim = getattr(actor, "obs_dim", None)
+    if dim is None and hasattr(actor, "config"):
+        c = actor.config
+        dim = c["n_candidates"] * c["n_cand_features"] + c["n_global_features"]
+    if dim is not None and dim != policy.builder.obs_dim:
+        raise ModelLoadError(
+            f"{source}: the actor takes {dim} observation values but metadata.json's builder"
+            f" settings give {policy.builder.obs_dim} (penalty_features"
+            f" {policy.builder.penalty_features})"
+        )
+    return policy

@@ -137,6 +137,17 @@ class LinearScorer(TeacherScorer):
         w[: self.weights.size] = self.weights
         return LinearScorer(w, self.n_candidates, self.n_cand_features, blocks)
 
+    def widen(self, n_cand_features: int) -> LinearScorer:
+        """The same scorer over observations with more features per row (appended after the
+        current ``F``, e.g. the penalty features of ``GpuPlacementEnv(penalty_features=True)``):
+        the new features get weight 0 in every block, so it chooses exactly as before."""
+        f_old, f_new = self.n_cand_features, int(n_cand_features)
+        if f_new < f_old:
+            raise ValueError(f"cannot narrow a scorer from F={f_old} to F={f_new}")
+        w = np.zeros((len(self.blocks), f_new))
+        w[:, :f_old] = self.weights.reshape(len(self.blocks), f_old)
+        return LinearScorer(w.reshape(-1), self.n_candidates, f_new, self.blocks)
+
     def features(self, obs: np.ndarray) -> np.ndarray:
         """``(K, B*F)`` scorer inputs of one observation."""
         k, f = self.n_candidates, self.n_cand_features
@@ -229,6 +240,10 @@ class StrandPenaltyScorer(TeacherScorer):
         if self.beta:
             s = s - self.beta * self._env.model_scarcity_penalties()
         return s
+
+    def widen(self, n_cand_features: int) -> StrandPenaltyScorer:
+        """The same scorer over wider observations (:meth:`LinearScorer.widen`); unbound."""
+        return StrandPenaltyScorer(self.base.widen(n_cand_features), self.alpha, self.beta)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"format": self.FORMAT, "alpha": self.alpha, "base": self.base.to_dict()}

@@ -559,6 +559,12 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="dynamic mode: add the queue-aware candidate features (docs/ppo-dynamic.md)",
     )
+    tr.add_argument(
+        "--penalty-features",
+        action="store_true",
+        help="fgd mode: add the host-stranding and model-scarcity signals as candidate features"
+        " (F = 20; docs/ppo.md)",
+    )
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tr.add_argument(
@@ -704,6 +710,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             "--cem-trace-seeds/--cem-worst-weight/--cem-nonneg/--cem-max-minutes are dynamic-mode"
             " options"
         )
+    if args.mode == "dynamic" and args.penalty_features:
+        raise ConfigError(
+            "--penalty-features is an fgd-mode option (dynamic mode has --queue-features)"
+        )
     shared = dict(
         traces=args.trace,
         timesteps=args.timesteps,
@@ -758,6 +768,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             eval_traces=args.eval_trace or args.trace[:1],
             register=not args.no_register,
             reward=args.reward,
+            penalty_features=args.penalty_features,
         )
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a)

@@ -473,6 +473,8 @@ def run(args: DynamicArgs) -> dict[str, Any]:
             model.learn(args.timesteps, callback=EvalCallback(), progress_bar=progress)
             if state["history"][-1]["step"] != model.num_timesteps:
                 do_eval(model.num_timesteps)
+            # the last policy too, whichever checkpoint the validation keeps
+            save_onnx(actor_from_model(model), run_dir / "model" / "final.onnx")
         ppo_seconds = time.perf_counter() - t_ppo
         venv.close()
 

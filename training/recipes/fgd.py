@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
-from fleetmind.envs.candidates import N_CAND_FEATURES
+from fleetmind.envs.candidates import N_CAND_FEATURES, N_PENALTY_FEATURES, PenaltyContext
 from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
@@ -103,6 +103,9 @@ class FgdArgs(PPOArgs):
     reward: str = "shaped"
     """training reward: ``shaped`` (allocated GPU + fragmentation shaping) or ``metric`` (the
     evaluation metric's per-step decomposition; ``envs.gpu_placement_env``)"""
+    penalty_features: bool = False
+    """append the stranding and model-scarcity signals to every candidate row (``F = 20``;
+    env option ``penalty_features``), so that the network observes what the teacher subtracts"""
     register: bool = True
     """register the model in MLflow and maybe move the champion alias"""
 
@@ -161,7 +164,8 @@ def _make_teacher(
             scorer.base.save(run_dir / "model" / "teacher.json")
         else:
             scorer.save(run_dir / "model" / "teacher.json")
-        return scorer
+        # saved at F = 18 (it reads nothing else); widened to see the penalty columns as weight 0
+        return scorer.widen(_n_features(args)) if args.penalty_features else scorer
     if args.cem_generations < 1 or args.cem_population < 2:
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
     if not args.cem_init_sd > 0:
@@ -170,11 +174,13 @@ def _make_teacher(
     init = None
     if args.cem_init is not None:
         init = LinearScorer.load(args.cem_init)
-        if (init.n_candidates, init.n_cand_features) != (args.n_candidates, N_CAND_FEATURES):
+        if args.penalty_features and init.n_cand_features == N_CAND_FEATURES:
+            init = init.widen(_n_features(args))
+        if (init.n_candidates, init.n_cand_features) != (args.n_candidates, _n_features(args)):
             raise ConfigError(
                 f"--cem-init {args.cem_init} has K={init.n_candidates},"
                 f" F={init.n_cand_features}; the run uses K={args.n_candidates},"
-                f" F={N_CAND_FEATURES}"
+                f" F={_n_features(args)}"
             )
         if init.blocks != blocks[: len(init.blocks)]:
             raise ConfigError(
@@ -211,6 +217,10 @@ def _make_teacher(
     return res.best
 
 
+def _n_features(args: FgdArgs) -> int:
+    return N_CAND_FEATURES + (N_PENALTY_FEATURES if args.penalty_features else 0)
+
+
 def run(args: FgdArgs) -> dict[str, Any]:
     """Warm start, train, evaluate, export, log and register; returns the JSON summary."""
     # every trace read before anything is written (MLflow run, run folder): a typo is one line
@@ -231,6 +241,7 @@ def run(args: FgdArgs) -> dict[str, Any]:
         "stop_arrived_pct": args.stop_arrived_pct,
         "workload_seeds": list(args.workload_seeds),
         "reward": args.reward,
+        "penalty_features": args.penalty_features,
     }
     hp = hyperparams(args)
     run_name, run_dir, ckpt_dir = run_dirs(args, "GpuPlacement-v0")
@@ -241,6 +252,7 @@ def run(args: FgdArgs) -> dict[str, Any]:
         nodes=nodes,
         n_candidates=args.n_candidates,
         fgd_until_pct=args.eval_fgd_until_pct,
+        penalty_features=args.penalty_features,
     )
 
     def evaluate(act: Any) -> dict[str, dict[int, float]]:
@@ -376,6 +388,8 @@ def run(args: FgdArgs) -> dict[str, Any]:
                 progress_bar=args.progress,
             )
             do_eval(model.num_timesteps)
+            # the last policy too, whichever checkpoint the evaluation keeps (policy name: a path)
+            save_onnx(actor_from_model(model), run_dir / "model" / "final.onnx")
         ppo_seconds = time.perf_counter() - t_ppo
         venv.close()
 
@@ -395,6 +409,14 @@ def run(args: FgdArgs) -> dict[str, Any]:
             "typical_pods": typical_to_json(typical),
             "typical_pods_trace": eval_env._trace(0).name,  # noqa: SLF001
         }
+        if args.penalty_features:
+            # the adapter rebuilds the features from the evaluated trace; the service, which has
+            # no trace, uses the statistics of the typical-pods trace stored here
+            meta["builder"] = {"penalty_features": True}
+            meta["penalty_context"] = PenaltyContext.from_trace(
+                eval_env._trace(0),  # noqa: SLF001
+                eval_env.state,
+            ).to_json()
         (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
         card = {
             "run": run_name,
@@ -414,6 +436,8 @@ def run(args: FgdArgs) -> dict[str, Any]:
                     )
                     + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
                     + f" --fgd-until-pct {args.fgd_until_pct:g}"
+                    + (f" --reward {args.reward}" if args.reward != "shaped" else "")
+                    + (" --penalty-features" if args.penalty_features else "")
                     + (
                         f" --cem-generations {args.cem_generations} --cem-population"
                         f" {args.cem_population} --cem-seeds {' '.join(map(str, args.cem_seeds))}"
