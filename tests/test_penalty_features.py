@@ -227,3 +227,27 @@ def test_cli_refuses_penalty_features_in_dynamic_mode(capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "--penalty-features" in err and "Traceback" not in err
+
+
+def test_service_places_with_a_penalty_feature_model(wide_model, tmp_path):
+    """The service has no workload trace: the model's stored penalty context feeds columns 18-19."""
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from fleetmind.serving.app import create_app
+    from fleetmind.serving.settings import Settings
+
+    art = Path(wide_model[0]["artifact"])
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/fm.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model=str(art),
+        incident_worker=False,
+    )
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/api/v1/placements", json={"num_gpu": 1})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["policy"] == "ppo" and body["fallback_reason"] is None, body
+        assert body["model_version"].startswith("GpuPlacement-v0"), body
