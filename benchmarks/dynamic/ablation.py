@@ -68,6 +68,12 @@ def trace_job(job: tuple[str, list[int], list[str], list[tuple[str, str]]]) -> d
     return evaluate_streams(trace, seeds, acts, heuristics, DynEvalConfig())
 
 
+def _rel(f: str) -> Path:
+    """A model folder as given, relative to the repository when inside it (for the JSON)."""
+    p = Path(f).resolve()
+    return p.relative_to(REPO) if p.is_relative_to(REPO) else p
+
+
 def ci95(x: list[float]) -> list[float] | None:
     """95 % t-interval of the mean of ``x`` (None for fewer than 2 values)."""
     if len(x) < 2:
@@ -128,7 +134,7 @@ def main() -> None:
     for spec in a.recipe:
         if len(spec) < 2:
             raise SystemExit("--recipe needs a label and at least one model folder")
-        label, folders = spec[0], [Path(f).resolve() for f in spec[1:]]
+        label, folders = spec[0], [_rel(f) for f in spec[1:]]
         rows[f"{label}: teacher"] = [("teacher", str(f / "teacher.json")) for f in folders]
         rows[f"{label}: clone at step 0"] = [("policy", str(f / "clone.onnx")) for f in folders]
         rows[f"{label}: + PPO"] = [("policy", str(f / "policy.onnx")) for f in folders]
@@ -139,7 +145,7 @@ def main() -> None:
     for spec in a.scratch:
         if len(spec) < 2:
             raise SystemExit("--scratch needs a label and at least one model folder")
-        folders = [Path(f).resolve() for f in spec[1:]]
+        folders = [_rel(f) for f in spec[1:]]
         rows[spec[0]] = [("policy", str(f / "policy.onnx")) for f in folders]
         if all((f / "final.onnx").is_file() for f in folders):
             rows[f"{spec[0]}, last"] = [("policy", str(f / "final.onnx")) for f in folders]

@@ -12,6 +12,11 @@ episodes as Ray tasks and the numbers are the same):
 | clone at step 0 | ``clone.onnx`` of each ``--model`` folder (the warm-start clone) |
 | clone + short PPO | ``policy.onnx`` of each ``--model`` folder |
 
+More rows: ``--recipe LABEL DIR...`` (another recipe's folders, one per training seed: ``LABEL:
+clone at step 0``, ``LABEL: + PPO`` from ``policy.onnx``, and ``LABEL: + PPO, last`` from
+``final.onnx``), ``--scratch LABEL DIR...`` (runs without a warm start: ``policy.onnx`` and
+``final.onnx``). Model folders are recorded relative to the repository; run it from the root.
+
 ``--model`` takes one folder per training seed (default: the release, training seed 0). Rows with one
 policy per training seed report the mean over seeds and a 95 % t-interval of that mean (n - 1
 degrees of freedom; none for one seed); per-trace values are means over the eval seeds. Gaps are
@@ -68,6 +73,12 @@ def fgd_penalty_teacher(out: Path) -> Path:
     k, f = rel.n_candidates, rel.n_cand_features
     StrandPenaltyScorer(LinearScorer.fgd(k, f, rel.base.blocks), rel.alpha, rel.beta).save(out)
     return out
+
+
+def _rel(f: str) -> Path:
+    """A model folder as given, relative to the repository when inside it (for the JSON)."""
+    p = Path(f).resolve()
+    return p.relative_to(REPO) if p.is_relative_to(REPO) else p
 
 
 def ci95(x: list[float]) -> list[float] | None:
@@ -165,14 +176,14 @@ def main() -> None:
         "FGD + penalties, no search": [f"teacher:{pen}"],
         "searched teacher": [f"teacher:{RELEASE / 'teacher.json'}"],
         "teacher + penalties": [f"teacher:{RELEASE / 'teacher_strand.json'}"],
-        "clone at step 0": [f"policy:{Path(f).resolve() / 'clone.onnx'}" for f in a.model],
-        "clone + short PPO": [f"policy:{Path(f).resolve() / 'policy.onnx'}" for f in a.model],
+        "clone at step 0": [f"policy:{_rel(f) / 'clone.onnx'}" for f in a.model],
+        "clone + short PPO": [f"policy:{_rel(f) / 'policy.onnx'}" for f in a.model],
     }
     pairs = {"release recipe": ("clone at step 0", "clone + short PPO")}
     for spec in a.recipe:
         if len(spec) < 2:
             raise SystemExit("--recipe needs a label and at least one model folder")
-        label, folders = spec[0], [Path(f).resolve() for f in spec[1:]]
+        label, folders = spec[0], [_rel(f) for f in spec[1:]]
         rows[f"{label}: clone at step 0"] = [f"policy:{f / 'clone.onnx'}" for f in folders]
         rows[f"{label}: + PPO"] = [f"policy:{f / 'policy.onnx'}" for f in folders]
         pairs[label] = (f"{label}: clone at step 0", f"{label}: + PPO")
@@ -182,7 +193,7 @@ def main() -> None:
     for spec in a.scratch:
         if len(spec) < 2:
             raise SystemExit("--scratch needs a label and at least one model folder")
-        folders = [Path(f).resolve() for f in spec[1:]]
+        folders = [_rel(f) for f in spec[1:]]
         rows[spec[0]] = [f"policy:{f / 'policy.onnx'}" for f in folders]
         if all((f / "final.onnx").is_file() for f in folders):
             rows[f"{spec[0]}, last"] = [f"policy:{f / 'final.onnx'}" for f in folders]
@@ -263,7 +274,7 @@ def main() -> None:
         "models": a.model,
         "rows": table,
         "ppo_vs_clone_pct": ppo_vs_clone,
-        "not_run": NOT_RUN,
+        "not_run": {} if a.recipe or a.scratch else NOT_RUN,
         "wall_time_s": round(time.time() - t0, 1),
         "per_episode": {f"{p}|{t}|{s}": v for (p, t, s), v in val.items()},
     }
