@@ -28,8 +28,16 @@ relative to FGD on the same episodes, ``100 * (row - FGD) / FGD``, averaged over
 ``--set frozen`` regenerates the frozen traces (``benchmarks/placement/frozen_set.py``, hashes
 checked) into ``runs/frozen_set``; ``--set heldout`` uses the five pre-set held-out traces
 (cpu050 gpushare20 gpushare60 multigpu30 gpuspec20, seeds 42-51 as before).
-Rows not run here (clone + >= 1M PPO steps; PPO from scratch) are listed in the JSON with the
-command that would produce them.
+Without ``--recipe``/``--scratch``, the long-PPO and from-scratch rows are listed in the JSON
+(``not_run``) with the commands that train them (``NOT_RUN``). The 2026-12-01 table
+(``docs/ppo.md``) was made with
+
+    python -m benchmarks.placement.ablation --set frozen --workers 2 \
+      --model models/placement $F/release_recipe/seed1 $F/release_recipe/seed2 \
+      --recipe "penalty features, metric reward: clone + 1M PPO" $F/penalty_features_ppo1m/seed{0,1,2} \
+      --scratch "PPO from scratch, 1M, penalty features" $F/scratch_ppo1m/seed{0,1,2}
+
+with ``F=benchmarks/results/placement_ablation_models/fgd``.
 """
 
 from __future__ import annotations
@@ -57,12 +65,16 @@ NOT_RUN = {
         "fleetmind sched train --trace default --trace gpushare40 --trace multigpu20 --trace "
         "gpuspec10 --mode fgd --teacher models/placement/teacher_strand.json --bc-episodes 8 "
         "--bc-target-ce 0.05 --bc-fgd-until-pct 0 --fgd-until-pct 80 --reward metric "
-        "--timesteps 1000000 --n-envs 16 --seeds 0-2 --ray-address auto --out runs/ppo_long"
+        "--penalty-features --timesteps 1000000 --n-envs 1 --eval-freq 100000 "
+        "--eval-fgd-until-pct 0 --eval-trace default --eval-trace gpuspec10 --eval-seeds 42 43 "
+        "--seeds 0-2 --out runs/ppo_long"
     ),
     "PPO from scratch (same budget)": (
         "fleetmind sched train --trace default --trace gpushare40 --trace multigpu20 --trace "
-        "gpuspec10 --mode fgd --bc-episodes 0 --fgd-until-pct 80 --reward metric "
-        "--timesteps 1000000 --n-envs 16 --seeds 0-2 --ray-address auto --out runs/ppo_scratch"
+        "gpuspec10 --mode fgd --teacher fgd --bc-episodes 0 --fgd-until-pct 80 --reward metric "
+        "--penalty-features --timesteps 1000000 --n-envs 1 --eval-freq 100000 "
+        "--eval-fgd-until-pct 0 --eval-trace default --eval-trace gpuspec10 --eval-seeds 42 43 "
+        "--seeds 0-2 --out runs/ppo_scratch"
     ),
 }
 
