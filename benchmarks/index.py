@@ -93,7 +93,7 @@ def doc_files() -> list[Path]:
 
 def result_files() -> list[Path]:
     """Every result JSON, except the files of model artifacts kept under ``results/``."""
-    models = {p.parent for p in RESULTS.rglob("policy.pt")}
+    models = {p.parent for pat in ("policy.pt", "policy.onnx") for p in RESULTS.rglob(pat)}
     return sorted(
         p for p in RESULTS.rglob("*.json") if not any(p.is_relative_to(m) for m in models)
     )
