@@ -143,7 +143,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     * ``penalty_features``: append the two penalty features to every candidate row (``F = 20``:
       the change in host-stranded GPUs and the model-scarcity penalty that the released teacher
       subtracts by hand; ``envs.candidates``). Their workload statistics come from the episode's
-      trace as given (not the resampled copy), exactly as the exported policy computes them.
+      trace as given, scaled to the 1.3x workload (``PenaltyContext.from_trace``), exactly as the
+      exported policy computes them.
     """
 
     metadata = {"render_modes": []}

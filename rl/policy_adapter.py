@@ -66,10 +66,18 @@ class PPOPlacementPolicy(Policy):
         self.metadata = metadata or {}
         self.source = source
         builder_kw = self.metadata.get("builder", {})
-        if not isinstance(builder_kw, dict) or not set(builder_kw) <= _BUILDER_OPTIONS:
+        if (
+            not isinstance(builder_kw, dict)
+            or not set(builder_kw) <= _BUILDER_OPTIONS
+            or not isinstance(builder_kw.get("penalty_features", False), bool)
+            or not all(
+                type(v) is int and v >= 0 for k, v in builder_kw.items() if k != "penalty_features"
+            )
+        ):
             raise ModelLoadError(
                 f"model {source}: metadata 'builder' must be an object with keys among"
-                f" {sorted(_BUILDER_OPTIONS)}, got {builder_kw!r}"
+                f" {sorted(_BUILDER_OPTIONS)} (counts >= 0, penalty_features a boolean),"
+                f" got {builder_kw!r}"
             )
         self.builder = CandidateBuilder(n_candidates, **builder_kw)
         self._penalty_context: PenaltyContext | None = None

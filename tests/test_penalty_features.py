@@ -197,9 +197,10 @@ def test_mismatched_metadata_is_a_clear_load_error(wide_model, tmp_path):
         (bad / "metadata.json").write_text(json.dumps({**meta, "builder": {}}))
         with pytest.raises(ModelLoadError, match="observation values"):
             load_ppo_policy(bad, backend=backend)
-    (bad / "metadata.json").write_text(json.dumps({**meta, "builder": {"bogus": 1}}))
-    with pytest.raises(ModelLoadError, match="builder"):
-        load_ppo_policy(bad)
+    for builder in ({"bogus": 1}, {"penalty_features": "yes"}, {"n_fgd": "6"}, [1]):
+        (bad / "metadata.json").write_text(json.dumps({**meta, "builder": builder}))
+        with pytest.raises(ModelLoadError, match="builder"):
+            load_ppo_policy(bad)
     (bad / "metadata.json").write_text(json.dumps({**meta, "penalty_context": {"x": 1}}))
     with pytest.raises(ModelLoadError, match="malformed penalty context"):
         load_ppo_policy(bad)
