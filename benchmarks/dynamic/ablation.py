@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
+from benchmarks.placement.ablation import ci95, repo_relative
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import load_now, provenance
@@ -66,21 +66,6 @@ def trace_job(job: tuple[str, list[int], list[str], list[tuple[str, str]]]) -> d
     trace, seeds, heuristics, actors = job
     acts = {f"{k}:{p}": _actor(k, p) for k, p in actors}
     return evaluate_streams(trace, seeds, acts, heuristics, DynEvalConfig())
-
-
-def _rel(f: str) -> Path:
-    """A model folder as given, relative to the repository when inside it (for the JSON)."""
-    p = Path(f).resolve()
-    return p.relative_to(REPO) if p.is_relative_to(REPO) else p
-
-
-def ci95(x: list[float]) -> list[float] | None:
-    """95 % t-interval of the mean of ``x`` (None for fewer than 2 values)."""
-    if len(x) < 2:
-        return None
-    a = np.asarray(x, dtype=np.float64)
-    h = float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / np.sqrt(len(a)))
-    return [round(float(a.mean()) - h, 3), round(float(a.mean()) + h, 3)]
 
 
 def markdown(out: dict) -> str:
@@ -134,7 +119,7 @@ def main() -> None:
     for spec in a.recipe:
         if len(spec) < 2:
             raise SystemExit("--recipe needs a label and at least one model folder")
-        label, folders = spec[0], [_rel(f) for f in spec[1:]]
+        label, folders = spec[0], [repo_relative(f) for f in spec[1:]]
         rows[f"{label}: teacher"] = [("teacher", str(f / "teacher.json")) for f in folders]
         rows[f"{label}: clone at step 0"] = [("policy", str(f / "clone.onnx")) for f in folders]
         rows[f"{label}: + PPO"] = [("policy", str(f / "policy.onnx")) for f in folders]
@@ -145,7 +130,7 @@ def main() -> None:
     for spec in a.scratch:
         if len(spec) < 2:
             raise SystemExit("--scratch needs a label and at least one model folder")
-        folders = [_rel(f) for f in spec[1:]]
+        folders = [repo_relative(f) for f in spec[1:]]
         rows[spec[0]] = [("policy", str(f / "policy.onnx")) for f in folders]
         if all((f / "final.onnx").is_file() for f in folders):
             rows[f"{spec[0]}, last"] = [("policy", str(f / "final.onnx")) for f in folders]

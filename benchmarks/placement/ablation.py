@@ -87,7 +87,7 @@ def fgd_penalty_teacher(out: Path) -> Path:
     return out
 
 
-def _rel(f: str) -> Path:
+def repo_relative(f: str) -> Path:
     """A model folder as given, relative to the repository when inside it (for the JSON)."""
     p = Path(f).resolve()
     return p.relative_to(REPO) if p.is_relative_to(REPO) else p
@@ -188,14 +188,14 @@ def main() -> None:
         "FGD + penalties, no search": [f"teacher:{pen}"],
         "searched teacher": [f"teacher:{RELEASE / 'teacher.json'}"],
         "teacher + penalties": [f"teacher:{RELEASE / 'teacher_strand.json'}"],
-        "clone at step 0": [f"policy:{_rel(f) / 'clone.onnx'}" for f in a.model],
-        "clone + short PPO": [f"policy:{_rel(f) / 'policy.onnx'}" for f in a.model],
+        "clone at step 0": [f"policy:{repo_relative(f) / 'clone.onnx'}" for f in a.model],
+        "clone + short PPO": [f"policy:{repo_relative(f) / 'policy.onnx'}" for f in a.model],
     }
     pairs = {"release recipe": ("clone at step 0", "clone + short PPO")}
     for spec in a.recipe:
         if len(spec) < 2:
             raise SystemExit("--recipe needs a label and at least one model folder")
-        label, folders = spec[0], [_rel(f) for f in spec[1:]]
+        label, folders = spec[0], [repo_relative(f) for f in spec[1:]]
         rows[f"{label}: clone at step 0"] = [f"policy:{f / 'clone.onnx'}" for f in folders]
         rows[f"{label}: + PPO"] = [f"policy:{f / 'policy.onnx'}" for f in folders]
         pairs[label] = (f"{label}: clone at step 0", f"{label}: + PPO")
@@ -205,7 +205,7 @@ def main() -> None:
     for spec in a.scratch:
         if len(spec) < 2:
             raise SystemExit("--scratch needs a label and at least one model folder")
-        folders = [_rel(f) for f in spec[1:]]
+        folders = [repo_relative(f) for f in spec[1:]]
         rows[spec[0]] = [f"policy:{f / 'policy.onnx'}" for f in folders]
         if all((f / "final.onnx").is_file() for f in folders):
             rows[f"{spec[0]}, last"] = [f"policy:{f / 'final.onnx'}" for f in folders]
