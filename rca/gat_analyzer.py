@@ -32,6 +32,7 @@ import numpy as np
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.paths import MODELS_DIR
+from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.explain import attention_paths
 from fleetmind.rca.features.columnar import incident_crop
@@ -41,6 +42,29 @@ ARTIFACT_FORMAT = "fleetmind-rca-gat"
 ARTIFACT_FORMAT_VERSION = 1
 RELEASED_DIR = MODELS_DIR / "rca"
 """Folder of the released artifact (used when no model reference is given)."""
+UNKNOWN_FAULT = "unknown"
+"""Fault type of a cause whose node kind allows none of the model's fault types."""
+
+
+def calibration_temperature(meta: Mapping[str, Any]) -> float:
+    """The softmax temperature stored in an artifact's ``config.json`` (1.0 when uncalibrated).
+
+    ``meta["calibration"]["temperature"]`` is written by ``fleetmind rca calibrate``
+    (:mod:`fleetmind.rca.calibration`): scores are ``softmax(logits / T)`` over the candidate
+    subgraph, so the top cause's score is a calibrated probability that it is the root.
+
+    Raises:
+        ModelLoadError: the stored temperature is not a finite positive number.
+    """
+    cal = meta.get("calibration")
+    if cal is None:
+        return 1.0
+    t = cal.get("temperature") if isinstance(cal, dict) else None
+    if isinstance(t, bool) or not isinstance(t, int | float) or not (0.01 <= float(t) <= 100.0):
+        raise ModelLoadError(
+            f"config.json: calibration.temperature must be a number in [0.01, 100], got {t!r}"
+        )
+    return float(t)
 
 
 @dataclass
@@ -54,11 +78,16 @@ class GATAnalyzerConfig:
         num_threads: torch intra-op threads during inference (``None``: leave torch's setting). One
             thread is the fastest for single incidents (small candidate subgraphs) and avoids
             oversubscribing a shared machine; the previous setting is restored after each call.
+        mask_fault_types: type each cause only with fault types that the catalog
+            (:func:`fleetmind.data.rca_gen.faults.plausible_fault_types`) allows at its node's kind
+            and role, ``unknown`` when none fits (``False``: the fault head's plain argmax, for
+            ablations).
     """
 
     model: str | None = None
     explain_top: int = 10
     num_threads: int | None = 1
+    mask_fault_types: bool = True
 
 
 def save_artifact(
@@ -225,6 +254,8 @@ class GATAnalyzer(BaseAnalyzer):
         self.model, self.meta, reg_version = load_model(self.config.model)
         self._version = reg_version or str(self.meta.get("version"))
         self.fault_types: list[str] = list(self.model.config.fault_types)
+        self.temperature: float = calibration_temperature(self.meta)
+        self._fault_mask_cache: dict[tuple[str, str | None], np.ndarray] = {}
 
     @classmethod
     def load(cls, ref: str | Path | None = None, **kwargs: Any) -> GATAnalyzer:
@@ -274,24 +305,42 @@ class GATAnalyzer(BaseAnalyzer):
 
         return cm()
 
+    def _fault_type(self, node: Any, logits: np.ndarray) -> str:
+        """The most likely fault type that the catalog allows at ``node``'s kind (and role).
+
+        ``logits``: ``(C,)`` fault-head outputs over :attr:`fault_types`. Types outside the
+        catalog (a model trained on other fault names) are never masked; a node whose kind allows
+        none of the model's types gets :data:`UNKNOWN_FAULT`.
+        """
+        if not self.config.mask_fault_types:
+            return self.fault_types[int(np.argmax(logits))]
+        role = node.attrs.get("role") if isinstance(node.attrs, dict) else None
+        key = (node.kind, role if isinstance(role, str) else None)
+        mask = self._fault_mask_cache.get(key)
+        if mask is None:
+            ok = plausible_fault_types(*key)
+            mask = np.array([t in ok or t not in FAULT_TYPES for t in self.fault_types])
+            self._fault_mask_cache[key] = mask
+        if not mask.any():
+            return UNKNOWN_FAULT
+        return self.fault_types[int(np.argmax(np.where(mask, logits, -np.inf)))]
+
     def score(self, graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Root-cause probabilities of every node, float64 ``(|V|,)`` summing to 1."""
         return self.score_many([(graph, alerts)])[0]
 
-    def score_many(
+    def _forward_many(
         self,
         items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]]]],
-        batch_size: int = 64,
-    ) -> list[np.ndarray]:
-        """Batched :meth:`score` of many incidents (one PyG batch per ``batch_size`` graphs)."""
+        batch_size: int,
+    ) -> Any:
+        """Yield ``(crop, raw node logits of the crop)`` per incident, one PyG batch at a time."""
         import torch
         from torch_geometric.data import Batch, Data
 
         from fleetmind.rca.lightning_module import crop_incident
-        from fleetmind.rca.model import graph_log_softmax
 
         hops = self.model.config.crop_hops
-        out: list[np.ndarray] = []
         with self._threads(), torch.inference_mode():
             for s in range(0, len(items), batch_size):
                 chunk = items[s : s + batch_size]
@@ -308,12 +357,43 @@ class GATAnalyzer(BaseAnalyzer):
                     ]
                 )
                 logits, _, _ = self.model(b.x, b.edge_index, b.edge_type, b.batch)
-                p = graph_log_softmax(logits, b.batch).exp().double().numpy()
-                ptr = b.ptr.numpy()
-                for i, ((g, _), c) in enumerate(zip(chunk, crops, strict=True)):
-                    full = np.zeros(g.num_nodes)
-                    full[c.keep] = p[ptr[i] : ptr[i + 1]]
-                    out.append(full)
+                yield crops, logits, b
+
+    def score_many(
+        self,
+        items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]]]],
+        batch_size: int = 64,
+    ) -> list[np.ndarray]:
+        """Batched :meth:`score` of many incidents (one PyG batch per ``batch_size`` graphs)."""
+        from fleetmind.rca.model import graph_log_softmax
+
+        out: list[np.ndarray] = []
+        for crops, logits, b in self._forward_many(items, batch_size):
+            p = graph_log_softmax(logits / self.temperature, b.batch).exp().double().numpy()
+            ptr = b.ptr.numpy()
+            for i, c in enumerate(crops):
+                full = np.zeros(items[len(out)][0].num_nodes)
+                full[c.keep] = p[ptr[i] : ptr[i + 1]]
+                out.append(full)
+        return out
+
+    def crop_logits_many(
+        self,
+        items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]]]],
+        batch_size: int = 64,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Uncalibrated GAT logits of each incident's candidate subgraph.
+
+        Returns:
+            per incident ``(keep, logits)``: ``keep`` int64 ``(m,)`` node indices of the candidate
+            subgraph in the graph, ``logits`` float64 ``(m,)`` (softmax of ``logits / T`` gives the
+            scores; :mod:`fleetmind.rca.calibration` fits ``T``).
+        """
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        for crops, logits, b in self._forward_many(items, batch_size):
+            z = logits.double().numpy()
+            ptr = b.ptr.numpy()
+            out.extend((c.keep, z[ptr[i] : ptr[i + 1]].copy()) for i, c in enumerate(crops))
         return out
 
     def find_root_causes(
@@ -422,7 +502,7 @@ class GATAnalyzer(BaseAnalyzer):
 
         n = graph.num_nodes
         m = c.keep.size
-        sub_probs = torch.softmax(logits, 0).double().numpy()
+        sub_probs = torch.softmax(logits / self.temperature, 0).double().numpy()
         probs = np.zeros(n)
         probs[c.keep] = sub_probs
         # best first; ties (e.g. the zero scores outside the candidate subgraph) broken by node id,
@@ -440,9 +520,9 @@ class GATAnalyzer(BaseAnalyzer):
             top_sub = sub_of[order[:n_exp]]
             top_sub = top_sub[top_sub >= 0]
             if top_sub.size and self.fault_types:
-                fl = self.model.fault_logits(h, torch.from_numpy(top_sub)).argmax(-1).numpy()
+                fl = self.model.fault_logits(h, torch.from_numpy(top_sub)).double().numpy()
                 for j in range(top_sub.size):
-                    faults[j] = self.fault_types[int(fl[j])]
+                    faults[j] = self._fault_type(graph.nodes[int(c.keep[top_sub[j]])], fl[j])
             alerting_sub = c.alerting[c.keep]
             # a cause that alerts itself is its own path: the attention costs are only needed
             # (and only built) when some explained cause does not alert

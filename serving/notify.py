@@ -13,9 +13,14 @@ for ``FLEETMIND_NOTIFY_SETTLE_S`` (the ranking has *settled*), it
 * posts one message to ``FLEETMIND_NOTIFY_WEBHOOK_URL``: Slack-compatible JSON (``text`` in Slack
   mrkdwn) plus the same facts under ``fleetmind``.
 
+The alert's ``severity`` comes from the top cause's calibrated score (:func:`severity_for`):
+``critical`` at or above ``FLEETMIND_NOTIFY_CRITICAL_SCORE``, ``warning`` at or above
+``FLEETMIND_NOTIFY_WARNING_SCORE``, and no alert below it (the incident page still lists the cause).
+
 When the incident resolves (or is merged into another), the alert is posted again with ``endsAt``
-(resolved) and the webhook gets a resolved message. When a settled top cause changes, the old alert
-is resolved and the new one sent. Failed posts are retried ``FLEETMIND_NOTIFY_RETRIES`` times with
+(resolved) and the webhook gets a resolved message. When a settled top cause or its severity changes,
+the old alert is resolved and the new one sent; when its score falls below the warning floor, the
+alert is resolved. Failed posts are retried ``FLEETMIND_NOTIFY_RETRIES`` times with
 exponential backoff (``FLEETMIND_NOTIFY_BACKOFF_S``, doubling; on connection errors, 408, 429 and
 5xx, never on other 4xx) and then again on a later poll. What was delivered is stored in the
 ``notifications`` table, so a restart neither repeats a message nor forgets to resolve an alert.
@@ -44,6 +49,36 @@ RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 _COUNTERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+CALIBRATED_METHODS = frozenset({"gat"})
+"""Ranking methods whose top score is a calibrated probability (``fleetmind rca calibrate``)."""
+
+
+def severity_for(score: Any, settings: Settings, method: str | None = "gat") -> str | None:
+    """``severity`` of the FleetMindRootCause alert for a top cause's ``score``.
+
+    The GAT's top score is a calibrated probability that the cause is the root (temperature
+    scaling, ``fleetmind rca calibrate``), so the thresholds read as "right at least this often":
+    ``critical`` from ``FLEETMIND_NOTIFY_CRITICAL_SCORE``, ``warning`` from
+    ``FLEETMIND_NOTIFY_WARNING_SCORE``, and ``None`` (no alert) below, or for a score that is not
+    a finite number. A method outside :data:`CALIBRATED_METHODS` (a baseline the service fell
+    back to, whose scores are not probabilities) is never ``critical``: its causes are sent as
+    ``warning``.
+    """
+    if method is not None and method not in CALIBRATED_METHODS:
+        return "warning"
+    try:
+        p = float(score)
+    except (TypeError, ValueError):
+        return None
+    if not p == p or p in (float("inf"), float("-inf")):  # NaN or infinite
+        return None
+    if p >= settings.notify_critical_score:
+        return "critical"
+    if p >= settings.notify_warning_score:
+        return "warning"
+    return None
 
 
 def _counter(registry: Any) -> Any:
@@ -187,19 +222,23 @@ class Notifier:
                 continue
             top = causes[0]
             node = top["node"]
+            severity = severity_for(top.get("score"), self.settings, inc.get("method"))
             seen = self._seen.get(inc["id"])
-            if seen is None or seen[0] != node:
-                self._seen[inc["id"]] = (node, now)
+            if seen is None or seen[0] != (node, severity):
+                self._seen[inc["id"]] = ((node, severity), now)
                 seen = self._seen[inc["id"]]
             if now - seen[1] < self.settings.notify_settle_s:
                 continue
             row = rows.get(inc["id"])
-            if row is not None and row["cause_node"] == node and row["state"] == "firing":
+            firing = row is not None and row["state"] == "firing"
+            if firing and row["cause_node"] == node and row["labels"]["severity"] == severity:
                 continue
-            if row is not None and row["state"] == "firing":  # the settled cause changed
+            if firing:  # the settled cause or its severity changed, or it fell below the floor
                 self._set_resolved(row, now)
                 sent += self._deliver(row, now, inc)
-            rows[inc["id"]] = self._set_firing(inc, top, now)
+            if severity is None:  # too unsure to page anyone: the incident page still shows it
+                continue
+            rows[inc["id"]] = self._set_firing(inc, top, severity, now)
         for inc_id in list(self._seen):
             if inc_id not in open_ids:
                 self._seen.pop(inc_id, None)
@@ -209,7 +248,9 @@ class Notifier:
             sent += self._deliver(row, now)
         return sent
 
-    def _set_firing(self, inc: dict[str, Any], top: dict[str, Any], now: float) -> dict[str, Any]:
+    def _set_firing(
+        self, inc: dict[str, Any], top: dict[str, Any], severity: str, now: float
+    ) -> dict[str, Any]:
         url = f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}"
         path = list(top.get("path") or [top["node"]])
         cluster = top.get("cluster") or ",".join(inc["clusters"] or []) or "unknown"
@@ -219,7 +260,7 @@ class Notifier:
             "cause_node": top["node"],
             "cause_kind": top.get("kind") or "unknown",
             "cluster": cluster,
-            "severity": "critical",
+            "severity": severity,
         }
         fault = top.get("fault_type") or ""
         annotations = {

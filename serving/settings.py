@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -194,6 +194,31 @@ class Settings(BaseSettings):
     notify_webhook_url: str | None = Field(
         None, description="generic JSON webhook (Slack-compatible 'text') for settled root causes"
     )
+    notify_critical_score: float = Field(
+        0.7,
+        ge=0,
+        le=1,
+        description="a settled root cause whose calibrated score is at least this is sent with "
+        "severity critical",
+    )
+    notify_warning_score: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="a settled root cause scored at least this (and below the critical score) is "
+        "sent with severity warning; below it, no FleetMindRootCause alert is sent",
+    )
+
+    @field_validator("notify_warning_score")
+    @classmethod
+    def _warning_below_critical(cls, v: float, info: ValidationInfo) -> float:
+        critical = info.data.get("notify_critical_score")
+        if critical is not None and v > critical:
+            raise ValueError(
+                f"the warning score ({v}) must not exceed the critical score ({critical})"
+            )
+        return v
+
     notify_settle_s: float = Field(
         30.0,
         ge=0,

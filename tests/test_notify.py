@@ -101,7 +101,7 @@ def test_a_settled_root_cause_goes_to_alertmanager_and_the_webhook(app: TestClie
         "cause_node": TRUE_ROOT,
         "cause_kind": "host",
         "cluster": "c0",
-        "severity": "critical",
+        "severity": "warning",  # a baseline's score is no probability: never critical
     }
     url = f"https://fleetmind.example.org/ui/incidents/{inc['id']}"
     assert mine["annotations"]["incident_url"] == url == mine["generatorURL"]
@@ -215,3 +215,56 @@ def test_a_changed_top_cause_resolves_the_old_alert(app: TestClient) -> None:
     new = [a for a in posted if a["labels"]["cause_node"] == causes[0]["node"]]
     assert len(old) == 1 and old[0]["endsAt"]
     assert len(new) == 1 and "endsAt" not in new[0]
+
+
+def _rank_as_gat(c: TestClient, inc: dict, score: float) -> None:
+    """Store ``inc``'s causes as the calibrated GAT's, its top cause scored ``score``."""
+    causes = [dict(x) for x in inc["causes"]]
+    causes[0]["score"] = score
+    c.app.state.services.db.set_incident_rca(inc["id"], causes, "gat", None)
+
+
+def _alerts_of(rec: Recorder, inc: dict) -> list[dict]:
+    posted = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    return [a for a in posted if a["labels"]["incident"] == str(inc["id"])]
+
+
+def test_severity_comes_from_the_calibrated_score(app: TestClient) -> None:
+    inc = storm_incident(app)
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock, notify_critical_score=0.7, notify_warning_score=0.3)
+    _rank_as_gat(app, inc, 0.93)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    assert [a["labels"]["severity"] for a in _alerts_of(rec, inc)] == ["critical"]
+    # the calibrated score drops to 0.5: the critical alert is resolved, a warning replaces it
+    rec.calls.clear()
+    _rank_as_gat(app, inc, 0.5)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    sent = _alerts_of(rec, inc)
+    assert [(a["labels"]["severity"], bool(a.get("endsAt"))) for a in sent] == [
+        ("critical", True),
+        ("warning", False),
+    ]
+    # below the warning floor: resolved, and nothing new pages anyone
+    rec.calls.clear()
+    _rank_as_gat(app, inc, 0.012)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    sent = _alerts_of(rec, inc)
+    assert [(a["labels"]["severity"], bool(a.get("endsAt"))) for a in sent] == [("warning", True)]
+
+
+def test_a_gat_cause_below_the_warning_floor_is_never_sent(app: TestClient) -> None:
+    inc = storm_incident(app)
+    _rank_as_gat(app, inc, 0.2)
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock, notify_critical_score=0.7, notify_warning_score=0.3)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    assert _alerts_of(rec, inc) == []

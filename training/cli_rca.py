@@ -18,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     _add_evaluate(sub)
     _add_petshop(sub)
     _add_fit(sub)
+    _add_calibrate(sub)
 
 
 # ---------------------------------------------------------------------------------------- generate
@@ -354,5 +355,26 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_fit(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_fit import run
+
+    return run(args)
+
+
+# ---------------------------------------------------------------------------------------- calibrate
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:
+    from fleetmind.training.rca_calibrate import add_arguments
+
+    p = sub.add_parser(
+        "calibrate",
+        help="fit the GAT's score temperature on a validation split; report calibration error",
+        description="Temperature scaling (one parameter, ranking unchanged) fitted on --split by the "
+        "true root's log-likelihood; reports the top score's expected calibration error before and "
+        "after; --write stores it in the artifact's config.json.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=_cmd_calibrate)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from fleetmind.training.rca_calibrate import run
 
     return run(args)

@@ -1153,6 +1153,28 @@ def fault_prior() -> dict[str, float]:
     return {k: f.prior / tot for k, f in FAULT_TYPES.items()}
 
 
+def plausible_fault_types(kind: str, role: str | None = None) -> frozenset[str]:
+    """Fault types of :data:`FAULT_TYPES` that can start at a node of ``kind`` (and ``role``).
+
+    A type is plausible where one of its ``origins`` names the node's kind and, when the origin lists
+    roles, the node's role is among them. A node without a known role (``role`` None or empty, as in
+    graphs built from a live cluster) is held to its kind alone, since nothing says which role it has.
+    The GAT's fault-type head is masked by this set, so a lone alert on an API server is never typed
+    as an NVLink fault; a cause whose kind allows no type is typed ``unknown``.
+
+    Args:
+        kind: the node's kind (``gpu``, ``host``, ``service``, ...).
+        role: the node's ``attrs["role"]`` where the graph carries one.
+    """
+    out = set()
+    for name, ft in FAULT_TYPES.items():
+        for o_kind, o_roles, _effect in ft.origins:
+            if o_kind == kind and (not o_roles or not role or role in o_roles):
+                out.add(name)
+                break
+    return frozenset(out)
+
+
 def hops_by_effect() -> dict[str, tuple[Hop, ...]]:
     """:data:`HOPS` grouped by the effect they leave from."""
     out: dict[str, list[Hop]] = {}
