@@ -6,7 +6,9 @@ For a model and a dataset folder this reports, per split:
   service uses) and uncalibrated (``T = 1``), with the reliability bins;
 * how many of the top-3 causes scored >= 0.05 carry a fault type that the catalog does not allow at
   their node kind and role, with the fault-type mask (the default) and without it;
-* the fault-type accuracy of correctly ranked top causes, with and without the mask.
+* the fault-type accuracy of correctly ranked top causes, with and without the mask;
+* origin-only storms: each incident with only the alerts that land on its root (roots that alert),
+  and how often the root is then ranked first.
 
 Run after ``fleetmind rca calibrate --write`` (which fits the temperature on ``val``)::
 
@@ -80,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
                         counts[name][0] += 1
                 if causes and causes[0].node == inc["root_cause"]:
                     counts[name][2] += int(causes[0].fault_type == inc["fault_type"])
+        # origin-only storms: only the alerts that land on the root itself (non-silent roots)
+        origin_hits = origin_n = 0
+        for inc, (g, alerts) in zip(incs, items, strict=True):
+            own = [a for a in alerts if g.node_for_alert(a["labels"]) == inc["root_cause"]]
+            if not own:
+                continue
+            origin_n += 1
+            top = masked.find_root_causes(g, own, top_k=1).causes
+            origin_hits += int(bool(top) and top[0].node == inc["root_cause"])
         n_right = int(sum(1 for i, t in zip(incs, targets, strict=True) if t >= 0))
         out[split] = {
             "n": len(incs),
@@ -95,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                 for name, c in counts.items()
             },
             "roots_among_candidates": n_right,
+            "origin_only": {
+                "n": origin_n,
+                "ac@1": round(origin_hits / origin_n, 4) if origin_n else None,
+            },
         }
     res = {
         **provenance(__spec__.name, argv, load_start=load0),
@@ -114,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             f"top-3 types {fu['implausible']}/{fu['top3_typed_scored_ge_0.05']} unmasked, "
             f"{fm['implausible']}/{fm['top3_typed_scored_ge_0.05']} masked ({fm['unknown']} "
             f"unknown); right type of a correct top 1: {fu['right_type_of_correct_top1']} -> "
-            f"{fm['right_type_of_correct_top1']}"
+            f"{fm['right_type_of_correct_top1']}; origin-only AC@1 {r['origin_only']['ac@1']} "
+            f"({r['origin_only']['n']} storms)"
         )
     print(f"wrote {a.json}")
     return 0
