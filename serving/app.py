@@ -60,6 +60,7 @@ from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
+from fleetmind.serving.validation import json_safe_errors
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -279,6 +280,16 @@ def _document_models(app: FastAPI, models: list[type[BaseModel]]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def is_input_error(exc: BaseException) -> bool:
+    """Whether a SQLAlchemy error is the database refusing a value (a string longer than its
+    column, a NUL, a number out of range, a broken constraint: SQLSTATE classes 22 and 23), as
+    opposed to the database being unreachable or failing (``OperationalError`` and the rest)."""
+    from sqlalchemy.exc import DataError as SADataError
+    from sqlalchemy.exc import IntegrityError
+
+    return isinstance(exc, SADataError | IntegrityError)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     status_of: list[tuple[type[Exception], int]] = [
         (DataError, 422),
@@ -293,35 +304,25 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=code)
 
     async def db_error(_request: Request, exc: Exception) -> JSONResponse:
+        if is_input_error(exc):  # the database refused a value: the client's input, not an outage
+            reason = type(getattr(exc, "orig", None) or exc).__name__
+            log.warning("database refused a value: %s", reason)
+            return JSONResponse(
+                {"detail": f"the database refused a value of this request ({reason})"},
+                status_code=422,
+            )
         log.error("database error: %s", exc)
         return JSONResponse({"detail": "database unavailable; nothing was stored"}, status_code=503)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
-        from fastapi.encoders import jsonable_encoder
-
-        errors = [_json_safe_error(e) for e in exc.errors()]  # type: ignore[attr-defined]
-        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+        errors = json_safe_errors(exc.errors())  # type: ignore[attr-defined]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     from fastapi.exceptions import RequestValidationError
 
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(FleetMindError, fleetmind_error)
     app.add_exception_handler(SQLAlchemyError, db_error)
-
-
-def _json_safe_error(error: Any) -> Any:
-    """A validation error that JSON can carry: a bytes ``input`` (a body that is not UTF-8, which
-    FastAPI's own handler turned into a 500) becomes text with replacement characters, cut to 200
-    characters; ``ctx`` (which can hold an exception object) becomes its text."""
-    if not isinstance(error, dict):
-        return error
-    out = dict(error)
-    value = out.get("input")
-    if isinstance(value, bytes | bytearray):
-        out["input"] = bytes(value[:200]).decode("utf-8", "replace")
-    if "ctx" in out:
-        out["ctx"] = {k: str(v) for k, v in dict(out["ctx"]).items()}
-    return out
 
 
 class RCAAdmission:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
@@ -23,7 +22,7 @@ from pydantic import ValidationError
 from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
-from fleetmind.serving.schemas import MAX_DB_INT
+from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
     edge_kinds,
@@ -77,7 +76,7 @@ def age(ts: float | None, now: float | None = None) -> str:
 
 
 def iso(ts: float | None) -> str:
-    return "" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "" if ts is None else from_unix(ts).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
