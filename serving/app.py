@@ -252,6 +252,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(AuthMiddleware)  # the token before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(SecurityHeaders)  # every answer, 401/413/503 included
     if configured.keep_warm_s > 0:  # off: no per-request step at all
         app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
     return app
@@ -323,6 +324,38 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(FleetMindError, fleetmind_error)
     app.add_exception_handler(SQLAlchemyError, db_error)
+
+
+class SecurityHeaders:
+    """``X-Content-Type-Options: nosniff`` on every response (a browser never runs a JSON answer
+    or an error page as a script or a style), and on ``/ui`` answers without a page's own
+    ``Content-Security-Policy`` (redirects, plain errors) one that allows nothing."""
+
+    UI_DEFAULT_CSP = (
+        b"default-src 'none'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    )
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ui = scope.get("path", "").startswith("/ui")
+
+        async def _send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                names = {k.lower() for k, _ in headers}
+                if b"x-content-type-options" not in names:
+                    headers.append((b"x-content-type-options", b"nosniff"))
+                if ui and b"content-security-policy" not in names:
+                    headers.append((b"content-security-policy", self.UI_DEFAULT_CSP))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, _send)
 
 
 class RCAAdmission:

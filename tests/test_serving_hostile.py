@@ -164,7 +164,7 @@ def test_graph_attrs_json_cannot_carry_are_refused(client: TestClient) -> None:
     rest = json.dumps(graph["nodes"][1:])[1:]
     for bad in ('"\\ud800"', "NaN", "Infinity"):
         nodes = "[" + first.replace('"@"', bad) + ", " + rest
-        body = '{"name": "g", "nodes": %s, "edges": %s}' % (nodes, json.dumps(graph["edges"]))
+        body = f'{{"name": "g", "nodes": {nodes}, "edges": {json.dumps(graph["edges"])}}}'
         r = client.put("/api/v1/graph", content=body, headers=AJ)
         assert r.status_code == 422, (bad, r.status_code, r.text[:200])
     r = client.get("/api/v1/graph", headers=R)
@@ -172,7 +172,9 @@ def test_graph_attrs_json_cannot_carry_are_refused(client: TestClient) -> None:
 
 
 def test_feedback_signed_with_blanks_is_refused(client: TestClient) -> None:
-    client.post("/api/v1/alerts", json=webhook([alert({"alertname": "F", "cluster": "c0"})]), headers=IN)
+    client.post(
+        "/api/v1/alerts", json=webhook([alert({"alertname": "F", "cluster": "c0"})]), headers=IN
+    )
     client.app.state.services.incidents.process_pending()
     r = client.post(
         "/api/v1/incidents/1/feedback", json={"root_cause": "c0/host/c0-h1", "by": "   "}, headers=A
@@ -209,48 +211,52 @@ def _raiser(err: Exception) -> Any:
 
 
 # ------------------------------------------------------------------------------ before the token
+def _post_login_streaming(app: Any, declared: bool, total: int = 4 << 20) -> tuple[int, int]:
+    """POST ``total`` bytes to ``/ui/login`` straight through the ASGI app, 4 KiB a message;
+    returns the status and how many bytes the app asked for."""
+    chunk = b"a" * 4096
+    fed = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal fed
+        fed += len(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": fed < total}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/x-www-form-urlencoded"), (b"host", b"x")]
+    if declared:
+        headers.append((b"content-length", str(total).encode()))
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "POST",
+        "path": "/ui/login",
+        "raw_path": b"/ui/login",
+        "query_string": b"",
+        "headers": headers,
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+        "app": app,
+        "state": {},
+    }
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], fed
+
+
 def test_public_routes_read_a_few_kib_at_most(client: TestClient) -> None:
     """``/ui/login`` (public: the token comes in its body) stops reading at the limit, declared
     length or not."""
     from fleetmind.serving.deps import PUBLIC_BODY_BYTES
 
-    app = client.app
     for declared in (True, False):
-        chunk = b"a" * 4096
-        total = 4 * 1024 * 1024
-        fed = 0
-
-        async def receive() -> dict[str, Any]:
-            nonlocal fed
-            fed += len(chunk)
-            return {"type": "http.request", "body": chunk, "more_body": fed < total}
-
-        sent: list[dict[str, Any]] = []
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        headers = [(b"content-type", b"application/x-www-form-urlencoded"), (b"host", b"x")]
-        if declared:
-            headers.append((b"content-length", str(total).encode()))
-        scope = {
-            "type": "http",
-            "http_version": "1.1",
-            "method": "POST",
-            "path": "/ui/login",
-            "raw_path": b"/ui/login",
-            "query_string": b"",
-            "headers": headers,
-            "scheme": "http",
-            "server": ("127.0.0.1", 80),
-            "client": ("127.0.0.1", 5000),
-            "root_path": "",
-            "app": app,
-            "state": {},
-        }
-        asyncio.run(app(scope, receive, send))
-        assert sent[0]["status"] == 413, declared
-        assert fed <= PUBLIC_BODY_BYTES + len(chunk), (declared, fed)
+        status, fed = _post_login_streaming(client.app, declared)
+        assert status == 413, declared
+        assert fed <= PUBLIC_BODY_BYTES + 4096, (declared, fed)
 
 
 @pytest.mark.parametrize(
@@ -274,8 +280,13 @@ def test_login_form_never_fails_on_odd_values(
 
 
 def test_a_non_ascii_csrf_cookie_is_not_a_500(client: TestClient) -> None:
-    client.cookies.set(auth.CSRF_COOKIE, "ü" * 30)
-    r = client.post("/ui/login", data={"token": ADMIN, "csrf": "ü" * 30}, follow_redirects=False)
+    cookie = ("fm_csrf=" + "ü" * 30).encode()
+    r = client.post(
+        "/ui/login",
+        data={"token": ADMIN, "csrf": "ü" * 30},
+        headers=[(b"cookie", cookie)],
+        follow_redirects=False,
+    )
     assert r.status_code == 403
 
 
@@ -285,6 +296,7 @@ def test_logout_revokes_every_copy_of_the_cookie(client: TestClient) -> None:
     copy = client.cookies.get(auth.SESSION_COOKIE)
     r = client.post("/ui/logout", data={"csrf": page_csrf(client)}, follow_redirects=False)
     assert r.status_code == 303
+    client.cookies.delete(auth.SESSION_COOKIE)
     client.cookies.set(auth.SESSION_COOKIE, copy)
     assert client.get("/ui/", follow_redirects=False).status_code == 303
 
@@ -302,6 +314,7 @@ def test_a_cookie_cannot_claim_its_own_expiry(client: TestClient) -> None:
     value = client.cookies.get(auth.SESSION_COOKIE)
     assert "inf" not in value.split(".")
     for forged in ("v1.inf.admin-ingest-read.x", "v1.1e400.read.x", value + "x"):
+        client.cookies.delete(auth.SESSION_COOKIE)
         client.cookies.set(auth.SESSION_COOKIE, forged)
         assert client.get("/ui/", follow_redirects=False).status_code == 303
     row = client.app.state.services.db.get_ui_session(auth.session_key(value))
@@ -310,7 +323,6 @@ def test_a_cookie_cannot_claim_its_own_expiry(client: TestClient) -> None:
 
 def test_an_expired_session_is_refused(client: TestClient) -> None:
     assert login(client).status_code == 303
-    value = client.cookies.get(auth.SESSION_COOKIE)
     from sqlalchemy import update
 
     from fleetmind.serving.db import ui_sessions
@@ -352,7 +364,9 @@ def test_pages_carry_csp_and_nosniff(client: TestClient) -> None:
     assert client.get("/healthz").headers["x-content-type-options"] == "nosniff"
     assert client.get("/api/v1/alerts", headers=R).headers["x-content-type-options"] == "nosniff"
     login(client)
-    client.post("/api/v1/alerts", json=webhook([alert({"alertname": "C", "cluster": "c0"})]), headers=IN)
+    client.post(
+        "/api/v1/alerts", json=webhook([alert({"alertname": "C", "cluster": "c0"})]), headers=IN
+    )
     client.app.state.services.incidents.process_pending()
     page = client.get("/ui/incidents/1")
     nonce = page.headers["content-security-policy"].split("'nonce-")[1].split("'")[0]
