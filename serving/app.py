@@ -32,7 +32,7 @@ from fleetmind.data.errors import (
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.db import Database
 from fleetmind.serving.defaults import DEFAULT_GRAPH
-from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
+from fleetmind.serving.deps import PUBLIC_PATHS, AuthMiddleware, Services, require_scope
 from fleetmind.serving.graph_refresh import GraphRefresher
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
@@ -252,6 +252,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(AuthMiddleware)  # the token before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(ConcurrencyLimit, limit=configured.limit_concurrency)
     app.add_middleware(SecurityHeaders)  # every answer, 401/413/503 included
     if configured.keep_warm_s > 0:  # off: no per-request step at all
         app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
@@ -324,6 +325,34 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(FleetMindError, fleetmind_error)
     app.add_exception_handler(SQLAlchemyError, db_error)
+
+
+class ConcurrencyLimit:
+    """At most ``limit`` HTTP requests in progress in this process; beyond it 503 at once (before
+    the token or the body is read). The probes (:data:`serving.deps.PUBLIC_PATHS`) are always
+    answered, so a saturated process still reports itself alive.
+
+    Replaces uvicorn's ``limit_concurrency``, which counts open connections: idle sockets, which
+    cost nothing here, then crowd out every request (:mod:`serving.http_guard` bounds them).
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.in_flight = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            await _json_answer(send, 503, "too many requests in progress; retry shortly", 1)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
 
 
 class SecurityHeaders:

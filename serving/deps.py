@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import cookie_parser
 
 from fleetmind.data.errors import NotAvailableError
 from fleetmind.serving.db import Database
@@ -48,6 +50,7 @@ from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.settings import SCOPES, Settings, get_settings
 from fleetmind.serving.telemetry.base import TelemetrySource
+from fleetmind.serving.ui.auth import session_of_cookies
 
 
 @dataclass
@@ -358,11 +361,6 @@ def replay(body: bytes, receive: Any) -> Callable[[], Awaitable[Any]]:
 
 async def _session_scopes(app: Any, scope: Any) -> frozenset[str] | None:
     """The scopes of the ``/ui`` session named by the request's cookie (``None``: none)."""
-    from starlette.concurrency import run_in_threadpool
-    from starlette.requests import cookie_parser
-
-    from fleetmind.serving.ui.auth import session_of_cookies
-
     services = getattr(getattr(app, "state", None), "services", None)
     raw = next((v for k, v in scope.get("headers", ()) if k == b"cookie"), None)
     if services is None or raw is None:
