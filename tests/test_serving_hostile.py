@@ -381,3 +381,22 @@ def test_the_ui_api_link_works_with_the_session(client: TestClient) -> None:
     assert client.get("/openapi.json").status_code == 200
     client.cookies.delete(auth.SESSION_COOKIE)
     assert client.get("/openapi.json").status_code == 401
+
+
+@pytest.mark.parametrize("model", ["baseline:upstream-coverage", None])
+def test_rca_refuses_the_timestamps_the_webhook_refuses(tmp_path: Path, model: str | None) -> None:
+    """Every parse path of ``POST /api/v1/rca`` (the GAT's column and dict parsers, the generic
+    one) answers what ``AlertIn`` says."""
+    labels = {"alertname": "X", "cluster": "c0", "node": "c0-h1"}
+    cases = [
+        {"labels": labels, "startsAt": LAST_SECOND},
+        {"labels": labels, "startsAt": "2026-01-01T00:00:00Z", "endsAt": LAST_SECOND},
+        {"labels": labels, "startsAt": "2026-01-02T00:00:00Z", "endsAt": "2026-01-01T00:00:00Z"},
+        {"labels": labels, "startsAt": "2026-01-02T00:00:00Z", "endsAt": "1969-01-01T00:00:00Z"},
+    ]
+    ok = {"labels": labels, "startsAt": "9999-12-31T23:59:59Z", "endsAt": "0001-01-01T00:00:00Z"}
+    with TestClient(create_app(make_settings(tmp_path, rca_model=model))) as c:
+        for a in cases:
+            r = c.post("/api/v1/rca", json={"alerts": [a, ok]}, headers=R)
+            assert r.status_code == 422, (a, r.status_code)
+        assert c.post("/api/v1/rca", json={"alerts": [ok]}, headers=R).status_code == 200
