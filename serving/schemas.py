@@ -52,10 +52,14 @@ LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 """The timestamps the service stores: each is kept as float seconds since the Unix epoch and read
 back with ``datetime.fromtimestamp``, which only reaches years 1-9999. A float has about 30 us of
 resolution in the year 9999, so a later instant (``9999-12-31T23:59:59.999999Z``) rounds up to the
-year 10000 and could be stored but never read back; whole seconds up to :data:`LATEST` round-trip."""
+year 10000 and could be stored but never read back; whole seconds up to :data:`LATEST`
+round-trip."""
 _EARLIEST_TS = EARLIEST.timestamp()
 _LATEST_TS = LATEST.timestamp()
-TIME_RANGE_MSG = "timestamp outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z, the range stored"
+TIME_RANGE_MSG = (
+    "timestamp outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z, "
+    "the range stored timestamps can be read back in"
+)
 
 
 def in_time_range(dt: datetime) -> bool:
@@ -74,7 +78,8 @@ def from_unix(ts: float) -> datetime:
 
 
 def iso_utc(ts: float | None) -> str | None:
-    """Stored Unix seconds as ISO 8601 in UTC (``+00:00``), see :func:`from_unix`; ``None`` stays."""
+    """Stored Unix seconds as ISO 8601 in UTC (``+00:00``), see :func:`from_unix`; ``None``
+    stays ``None``."""
     return None if ts is None else from_unix(ts).isoformat()
 
 
@@ -104,7 +109,7 @@ class AlertIn(BaseModel):
         except OverflowError:
             raise ValueError("timestamp out of range once converted to UTC") from None
         if not in_time_range(value):
-            raise ValueError(TIME_RANGE_MSG + " timestamps can be read back in")
+            raise ValueError(TIME_RANGE_MSG)
         return value
 
     @model_validator(mode="after")

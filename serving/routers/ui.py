@@ -83,8 +83,9 @@ def iso(ts: float | None) -> str:
 
 def content_security_policy(nonce: str) -> str:
     """The CSP of a page: nothing loads but the page itself; its scripts carry ``nonce`` (and may
-    fetch this site: the incident list refreshes itself); styles are inline (the pages' ``<style>`` block and ``style`` attributes); forms post only
-    here; no framing (with ``X-Frame-Options: DENY`` for older browsers)."""
+    fetch this site: the incident list refreshes itself); styles are inline (the pages' ``<style>``
+    block and ``style`` attributes); forms post only here; no framing (with
+    ``X-Frame-Options: DENY`` for older browsers)."""
     return (
         "default-src 'none'; "
         f"script-src 'nonce-{nonce}'; "
