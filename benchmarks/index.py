@@ -357,6 +357,20 @@ def _other(d: dict[str, Any]) -> str | None:
     return None
 
 
+def _fuzz(d: dict[str, Any]) -> str | None:
+    dbs = d.get("databases")
+    if not isinstance(dbs, dict) or not all("server_errors_by_route" in r for r in dbs.values()):
+        return None
+    parts = []
+    for name, r in dbs.items():
+        ext = sum(n for route, n in r["server_errors_by_route"].items() if "/scheduler/" in route)
+        parts.append(
+            f"{name}: {r['server_errors'] - ext} server errors outside the extender, {ext} on it, "
+            f"in {r['requests']} requests"
+        )
+    return "; ".join(parts)
+
+
 def _plan(d: dict[str, Any]) -> str | None:
     if "registered_utc" in d or "preregistered_at" in d or "preregistration" in d:
         return "registered plan (rules written before the runs)"
@@ -378,6 +392,7 @@ HEADLINES: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     _speed,
     _learnability,
     _sensitivity,
+    _fuzz,
     _plan,
     _other,
 )

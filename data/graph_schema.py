@@ -50,6 +50,35 @@ EdgeKind = Literal[EDGE_KINDS]  # type: ignore[valid-type]
 SCHEMA_ID = "https://fleetmind.dev/schemas/graph.schema.json"
 
 
+MAX_ATTR_DEPTH = 16
+
+
+def _check_json_value(v: Any, depth: int = 0) -> None:
+    """Raise ``ValueError`` unless ``v`` round-trips through JSON and every database: no NaN or
+    infinity, no NUL character or unpaired surrogate in any string or key, nesting within
+    :data:`MAX_ATTR_DEPTH`. (Python's JSON parser reads ``NaN`` and ``"\\ud800"``; a graph holding
+    them could be stored but not answered.)"""
+    if depth > MAX_ATTR_DEPTH:
+        raise ValueError(f"attrs nest deeper than {MAX_ATTR_DEPTH} levels")
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ValueError("attrs hold NaN or an infinity, which JSON cannot carry")
+    elif isinstance(v, str):
+        if "\x00" in v:
+            raise ValueError("attrs hold a NUL character")
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("attrs hold an unpaired surrogate, which UTF-8 cannot carry") from None
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _check_json_value(k, depth + 1)
+            _check_json_value(x, depth + 1)
+    elif isinstance(v, list | tuple):
+        for x in v:
+            _check_json_value(x, depth + 1)
+
+
 def _as_text(v: Any) -> Any:
     """Numbers become text (ids and label values written by hand are often numbers)."""
     return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
@@ -74,6 +103,12 @@ class GraphNodeModel(BaseModel):
     @classmethod
     def _id_text(cls, v: Any) -> Any:
         return _as_text(v)
+
+    @field_validator("attrs")
+    @classmethod
+    def _attrs_json(cls, v: dict[str, Any]) -> dict[str, Any]:
+        _check_json_value(v)
+        return v
 
     @field_validator("match", mode="before")
     @classmethod

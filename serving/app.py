@@ -32,7 +32,7 @@ from fleetmind.data.errors import (
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.db import Database
 from fleetmind.serving.defaults import DEFAULT_GRAPH
-from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
+from fleetmind.serving.deps import PUBLIC_PATHS, AuthMiddleware, Services, require_scope
 from fleetmind.serving.graph_refresh import GraphRefresher
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
@@ -60,6 +60,7 @@ from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
+from fleetmind.serving.validation import json_safe_errors
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -251,6 +252,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(AuthMiddleware)  # the token before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(ConcurrencyLimit, limit=configured.limit_concurrency)
+    app.add_middleware(SecurityHeaders)  # every answer, 401/413/503 included
     if configured.keep_warm_s > 0:  # off: no per-request step at all
         app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
     return app
@@ -279,6 +282,16 @@ def _document_models(app: FastAPI, models: list[type[BaseModel]]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def is_input_error(exc: BaseException) -> bool:
+    """Whether a SQLAlchemy error is the database refusing a value (a string longer than its
+    column, a NUL, a number out of range, a broken constraint: SQLSTATE classes 22 and 23), as
+    opposed to the database being unreachable or failing (``OperationalError`` and the rest)."""
+    from sqlalchemy.exc import DataError as SADataError
+    from sqlalchemy.exc import IntegrityError
+
+    return isinstance(exc, SADataError | IntegrityError)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     status_of: list[tuple[type[Exception], int]] = [
         (DataError, 422),
@@ -293,14 +306,19 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=code)
 
     async def db_error(_request: Request, exc: Exception) -> JSONResponse:
+        if is_input_error(exc):  # the database refused a value: the client's input, not an outage
+            reason = type(getattr(exc, "orig", None) or exc).__name__
+            log.warning("database refused a value: %s", reason)
+            return JSONResponse(
+                {"detail": f"the database refused a value of this request ({reason})"},
+                status_code=422,
+            )
         log.error("database error: %s", exc)
         return JSONResponse({"detail": "database unavailable; nothing was stored"}, status_code=503)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
-        from fastapi.encoders import jsonable_encoder
-
-        errors = [_json_safe_error(e) for e in exc.errors()]  # type: ignore[attr-defined]
-        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+        errors = json_safe_errors(exc.errors())  # type: ignore[attr-defined]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     from fastapi.exceptions import RequestValidationError
 
@@ -309,19 +327,64 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SQLAlchemyError, db_error)
 
 
-def _json_safe_error(error: Any) -> Any:
-    """A validation error that JSON can carry: a bytes ``input`` (a body that is not UTF-8, which
-    FastAPI's own handler turned into a 500) becomes text with replacement characters, cut to 200
-    characters; ``ctx`` (which can hold an exception object) becomes its text."""
-    if not isinstance(error, dict):
-        return error
-    out = dict(error)
-    value = out.get("input")
-    if isinstance(value, bytes | bytearray):
-        out["input"] = bytes(value[:200]).decode("utf-8", "replace")
-    if "ctx" in out:
-        out["ctx"] = {k: str(v) for k, v in dict(out["ctx"]).items()}
-    return out
+class ConcurrencyLimit:
+    """At most ``limit`` HTTP requests in progress in this process; beyond it 503 at once (before
+    the token or the body is read). The probes (:data:`serving.deps.PUBLIC_PATHS`) are always
+    answered, so a saturated process still reports itself alive.
+
+    Replaces uvicorn's ``limit_concurrency``, which counts open connections: idle sockets, which
+    cost nothing here, then crowd out every request (:mod:`serving.http_guard` bounds them).
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.in_flight = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            await _json_answer(send, 503, "too many requests in progress; retry shortly", 1)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+class SecurityHeaders:
+    """``X-Content-Type-Options: nosniff`` on every response (a browser never runs a JSON answer
+    or an error page as a script or a style), and on ``/ui`` answers without a page's own
+    ``Content-Security-Policy`` (redirects, plain errors) one that allows nothing."""
+
+    UI_DEFAULT_CSP = (
+        b"default-src 'none'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    )
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ui = scope.get("path", "").startswith("/ui")
+
+        async def _send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                names = {k.lower() for k, _ in headers}
+                if b"x-content-type-options" not in names:
+                    headers.append((b"x-content-type-options", b"nosniff"))
+                if ui and b"content-security-policy" not in names:
+                    headers.append((b"content-security-policy", self.UI_DEFAULT_CSP))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, _send)
 
 
 class RCAAdmission:

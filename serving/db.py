@@ -16,6 +16,8 @@ Tables:
 * ``incident_feedback`` and ``feedback_graphs``: root causes engineers confirmed or corrected, with
   the alerts and graph they were given on (:mod:`serving.feedback`).
 * ``notifications``: which root causes went to Alertmanager and the webhook (:mod:`serving.notify`).
+* ``ui_sessions``: signed-in browsers of ``/ui`` (:mod:`serving.ui.auth`), keyed by a hash of
+  the session cookie.
 """
 
 from __future__ import annotations
@@ -166,6 +168,18 @@ notifications = Table(
     Column("am_sent_ts", Float, nullable=True),  # last delivery to Alertmanager of this state
     Column("hook_sent", Boolean, nullable=False, default=False),  # webhook got this state
     Column("updated_ts", Float, nullable=False),
+)
+
+# Browser sessions of /ui (serving.ui.auth; migration 0005): a row per login, deleted at logout.
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("key", String(64), primary_key=True),  # SHA-256 (hex) of the session cookie
+    Column("token_digest", String(64), nullable=False),  # which token logged in (its digest)
+    Column("scopes", String(64), nullable=False),  # "admin-read", sorted, '-'-joined
+    Column("csrf", String(64), nullable=False),  # the CSRF token of this session's forms
+    Column("created_ts", Float, nullable=False),
+    Column("expires_ts", Float, nullable=False),
 )
 
 
@@ -549,6 +563,27 @@ class Database:
                     needs_ranking=still,
                 )
             )
+
+    # ------------------------------------------------------------------ browser sessions
+    def create_ui_session(self, row: dict[str, Any]) -> None:
+        """Store a new session (``ui_sessions`` columns) and delete the expired ones."""
+        from sqlalchemy import delete, insert
+
+        with self.write() as conn:
+            conn.execute(delete(ui_sessions).where(ui_sessions.c.expires_ts < row["created_ts"]))
+            conn.execute(insert(ui_sessions).values(**row))
+
+    def get_ui_session(self, key: str) -> dict[str, Any] | None:
+        """The session row of ``key`` (the cookie's hash), or ``None``."""
+        with self.read() as conn:
+            row = conn.execute(select(ui_sessions).where(ui_sessions.c.key == key)).first()
+        return None if row is None else dict(row._mapping)
+
+    def delete_ui_session(self, key: str) -> None:
+        from sqlalchemy import delete
+
+        with self.write() as conn:
+            conn.execute(delete(ui_sessions).where(ui_sessions.c.key == key))
 
 
 def pg_connect_args(

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import cookie_parser
 
 from fleetmind.data.errors import NotAvailableError
 from fleetmind.serving.db import Database
@@ -48,6 +50,7 @@ from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.settings import SCOPES, Settings, get_settings
 from fleetmind.serving.telemetry.base import TelemetrySource
+from fleetmind.serving.ui.auth import session_of_cookies
 
 
 @dataclass
@@ -138,6 +141,9 @@ PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Paths served without a token (probes and the Prometheus scrape)."""
 DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 """The API docs: they need the ``read`` scope when tokens are set."""
+PUBLIC_BODY_BYTES = 16 * 1024
+"""Most request-body bytes read without a token: a route served without one (the ``/ui`` pages
+and their login form, the probes) gets 413 beyond it, declared or streamed, before the route runs."""
 AUTH_SCOPE_KEY = "fleetmind.scopes"
 """ASGI scope key where :class:`AuthMiddleware` leaves the scopes of the request's token."""
 _ANY = "any"
@@ -261,7 +267,9 @@ class AuthMiddleware:
 
     It answers 401/403 itself (the body is never received, so a client without a token cannot make
     the service buffer or parse anything) and leaves the token's scopes under
-    :data:`AUTH_SCOPE_KEY` for the route's dependency.
+    :data:`AUTH_SCOPE_KEY` for the route's dependency. Routes served without a token read at most
+    :data:`PUBLIC_BODY_BYTES` of body. The API docs (:data:`DOC_PATHS`) also take a signed-in
+    ``/ui`` session (the pages link to them; a browser sends no bearer token).
     """
 
     def __init__(self, app: Any) -> None:
@@ -285,10 +293,18 @@ class AuthMiddleware:
             return
         needed = route_scope(app, scope)
         if needed == "public":
-            await self.app(scope, receive, send)
+            body = await read_bounded(scope, receive, PUBLIC_BODY_BYTES)
+            if body is None:
+                return  # the client left
+            if body is TOO_LARGE:
+                await _answer(send, 413, f"request body larger than {PUBLIC_BODY_BYTES} bytes", [])
+                return
+            await self.app(scope, replay(body, receive), send)
             return
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
         got = granted_scopes(tokens, header)
+        if got is None and scope.get("path") in DOC_PATHS:
+            got = await _session_scopes(app, scope)
         if got is None:
             await _answer(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
             return
@@ -297,6 +313,61 @@ class AuthMiddleware:
             return
         scope[AUTH_SCOPE_KEY] = got
         await self.app(scope, receive, send)
+
+
+TOO_LARGE = b"\0too large"
+"""What :func:`read_bounded` returns for a body over its limit (compared by identity)."""
+
+
+async def read_bounded(scope: Any, receive: Any, limit: int) -> bytes | None:
+    """The whole request body if it is at most ``limit`` bytes; :data:`TOO_LARGE` as soon as it
+    is known to be larger (a declared ``Content-Length`` over it, or the bytes streamed so far);
+    ``None`` when the client disconnected. Reads at most ``limit`` plus one network chunk."""
+    for k, v in scope.get("headers", ()):
+        if k == b"content-length":
+            try:
+                if int(v) > limit:
+                    return TOO_LARGE
+            except ValueError:
+                return TOO_LARGE
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            return TOO_LARGE
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Any) -> Callable[[], Awaitable[Any]]:
+    """An ASGI ``receive`` that gives ``body`` as one message, then defers to ``receive``."""
+    sent = False
+
+    async def _receive() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return _receive
+
+
+async def _session_scopes(app: Any, scope: Any) -> frozenset[str] | None:
+    """The scopes of the ``/ui`` session named by the request's cookie (``None``: none)."""
+    services = getattr(getattr(app, "state", None), "services", None)
+    raw = next((v for k, v in scope.get("headers", ()) if k == b"cookie"), None)
+    if services is None or raw is None:
+        return None
+    cookies = cookie_parser(raw.decode("latin-1"))
+    session = await run_in_threadpool(session_of_cookies, cookies, services.settings, services.db)
+    return None if session is None else session.scopes
 
 
 async def _answer(send: Any, code: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:

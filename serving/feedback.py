@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
@@ -52,6 +52,15 @@ class FeedbackIn(BaseModel):
         pattern=NO_NUL,
         description="fault type, when known (default: the model's)",
     )
+
+    @field_validator("by")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        """Stored as typed without its outer spaces; a value of spaces alone names nobody."""
+        v = v.strip()
+        if not v:
+            raise ValueError("must not be blank")
+        return v
 
 
 class FeedbackOut(BaseModel):

@@ -25,13 +25,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
 
 from fleetmind.serving.alertmap import node_for_alert
 from fleetmind.serving.db import Database, LeaderLock, alerts, incidents
+from fleetmind.serving.schemas import iso_utc
 
 if TYPE_CHECKING:
     from fleetmind.serving.graphstore import GraphStore
@@ -98,7 +98,7 @@ def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
 
 def _iso_seconds(t: float | None) -> str | None:
     """Stored unix seconds as an ISO 8601 string in UTC (``None`` stays ``None``)."""
-    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
+    return iso_utc(t)  # clamped: rows stored before timestamps were bounded still read
 
 
 class IncidentManager:

@@ -33,13 +33,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from sqlalchemy import select
 
 from fleetmind.serving.db import Database, notifications
+from fleetmind.serving.schemas import from_unix
 from fleetmind.serving.settings import Settings
 
 log = logging.getLogger("fleetmind.serving.notify")
@@ -97,7 +97,7 @@ def _counter(registry: Any) -> Any:
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+    return from_unix(ts).isoformat().replace("+00:00", "Z")
 
 
 def post_with_retry(

@@ -104,12 +104,27 @@ def _plain_time(v: Any) -> float | None:
         dt = datetime.fromisoformat(v)
     except ValueError:
         raise _Unsure from None
+    if dt.year == 9999:
+        raise _Unsure  # may lie past the stored range (serving.schemas.LATEST): AlertIn decides
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    elif (dt.year == 1 or dt.year == 9999) and dt.utcoffset():
+    elif dt.year == 1 and dt.utcoffset():
         raise _Unsure  # may leave datetime's range once moved to UTC: AlertIn rejects some
     t = dt.timestamp()
     return None if t < _EPOCH else t
+
+
+def _check_order(
+    starts: Sequence[str | None], ends: Sequence[str | None], s_at: Any, e_at: Any
+) -> None:
+    """Raise :class:`_Unsure` where an alert may end before it starts (``AlertIn`` rejects that):
+    both times given, and the end before the start or either before the epoch (read as no time,
+    so not comparable here). ``s_at``, ``e_at``: the values read, ``None`` or NaN for no time."""
+    for s, e, ts, te in zip(starts, ends, s_at, e_at, strict=True):
+        if s is None or e is None or e == _NO_END:
+            continue
+        if ts is None or te is None or not te >= ts:  # NaN too
+            raise _Unsure
 
 
 def plain_alerts(body: bytes) -> tuple[PlainRequest, list[dict[str, Any]]] | None:
@@ -137,6 +152,12 @@ def plain_alerts(body: bytes) -> tuple[PlainRequest, list[dict[str, Any]]] | Non
             }
             for a in req.alerts
         ]
+        _check_order(
+            [a.startsAt for a in req.alerts],
+            [a.endsAt for a in req.alerts],
+            [o["startsAt"] for o in out],
+            [o["endsAt"] for o in out],
+        )
     except (msgspec.DecodeError, _Unsure):  # ValidationError is a DecodeError
         return None
     return PlainRequest(req.top_k), out
@@ -211,7 +232,10 @@ def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, Al
                     if len(ok) >= _ANNOTATIONS_MAX:
                         ok.clear()
                     ok.add(key)
-        times = read_times([a.startsAt for a in alerts] + [a.endsAt for a in alerts])
+        starts = [a.startsAt for a in alerts]
+        ends = [a.endsAt for a in alerts]
+        times = read_times(starts + ends)
+        _check_order(starts, ends, times[: len(alerts)], times[len(alerts) :])
     except (msgspec.DecodeError, _Unsure):  # ValidationError is a DecodeError
         return None
     firing = np.array([a.status == "firing" for a in alerts], dtype=bool)

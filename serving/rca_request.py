@@ -25,6 +25,7 @@ from fleetmind.serving.schemas import (
     RCARequest,
     RCARequestFast,
     RCAResponse,
+    in_time_range,
     utc,
 )
 
@@ -43,16 +44,18 @@ def parse_request(body: bytes) -> RCARequest:
 
 
 class _UtcOverflow(Exception):
-    """A timestamp that ``AlertIn`` rejects (its UTC conversion overflows)."""
+    """Timestamps that ``AlertIn`` rejects (a UTC conversion that overflows, an instant outside
+    :data:`serving.schemas.EARLIEST`..``LATEST``, an ``endsAt`` before the ``startsAt``)."""
 
 
 def _check_utc(dt: datetime) -> None:
-    """Raise :class:`_UtcOverflow` where moving ``dt`` to UTC leaves datetime's range."""
-    if dt.tzinfo is not None:
-        try:
-            dt.astimezone(UTC)
-        except OverflowError:
-            raise _UtcOverflow from None
+    """Raise :class:`_UtcOverflow` where moving ``dt`` to UTC leaves datetime's range or the
+    stored range."""
+    try:
+        if not in_time_range(utc(dt)):
+            raise _UtcOverflow
+    except OverflowError:
+        raise _UtcOverflow from None
 
 
 def _seconds(dt: datetime | None) -> float | None:
@@ -81,12 +84,14 @@ def _fast_alerts(items: Sequence[Mapping[str, Any]], epoch_seconds: bool) -> lis
     for a in items:
         s = a.get("startsAt")
         e = a.get("endsAt")
-        # only an offset at the ends of datetime's range can overflow (Alertmanager's "no end",
-        # 0001-01-01T00:00:00Z, is UTC and fine)
-        if s is not None and (s.year == 1 or s.year == 9999) and s.utcoffset():
+        # only the ends of datetime's range can leave the stored range (Alertmanager's "no end",
+        # 0001-01-01T00:00:00Z, is within it)
+        if s is not None and (s.year == 1 or s.year == 9999):
             _check_utc(s)
-        if e is not None and (e.year == 1 or e.year == 9999) and e.utcoffset():
+        if e is not None and (e.year == 1 or e.year == 9999):
             _check_utc(e)
+        if s is not None and e is not None and e.year > 1 and utc(e) < utc(s):
+            raise _UtcOverflow  # AlertIn: "endsAt lies before startsAt"
         if epoch_seconds:
             t = None
             if s is not None:  # _seconds, inlined

@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
+    model_validator,
 )
 from typing_extensions import TypedDict
 
@@ -46,6 +47,42 @@ def utc(dt: datetime) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
+EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+"""The timestamps the service stores: each is kept as float seconds since the Unix epoch and read
+back with ``datetime.fromtimestamp``, which only reaches years 1-9999. A float has about 30 us of
+resolution in the year 9999, so a later instant (``9999-12-31T23:59:59.999999Z``) rounds up to the
+year 10000 and could be stored but never read back; whole seconds up to :data:`LATEST`
+round-trip."""
+_EARLIEST_TS = EARLIEST.timestamp()
+_LATEST_TS = LATEST.timestamp()
+TIME_RANGE_MSG = (
+    "timestamp outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z, "
+    "the range stored timestamps can be read back in"
+)
+
+
+def in_time_range(dt: datetime) -> bool:
+    """Whether the aware ``dt`` lies within :data:`EARLIEST`..:data:`LATEST`."""
+    return EARLIEST <= dt <= LATEST
+
+
+def from_unix(ts: float) -> datetime:
+    """Stored Unix seconds as an aware UTC datetime, clamped into :data:`EARLIEST`..:data:`LATEST`
+    (NaN reads as :data:`EARLIEST`): rows written before timestamps were bounded still read."""
+    if not ts >= _EARLIEST_TS:  # NaN too
+        return EARLIEST
+    if ts > _LATEST_TS:
+        return LATEST
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def iso_utc(ts: float | None) -> str | None:
+    """Stored Unix seconds as ISO 8601 in UTC (``+00:00``), see :func:`from_unix`; ``None``
+    stays ``None``."""
+    return None if ts is None else from_unix(ts).isoformat()
+
+
 # ---------------------------------------------------------------------------------------- alerts
 class AlertIn(BaseModel):
     """One Alertmanager webhook v4 alert (unknown keys are kept and ignored)."""
@@ -68,9 +105,21 @@ class AlertIn(BaseModel):
         if value is None:
             return None
         try:
-            return utc(value)
+            value = utc(value)
         except OverflowError:
             raise ValueError("timestamp out of range once converted to UTC") from None
+        if not in_time_range(value):
+            raise ValueError(TIME_RANGE_MSG)
+        return value
+
+    @model_validator(mode="after")
+    def _starts_before_ends(self) -> AlertIn:
+        # as Alertmanager itself validates alerts (prometheus/common model/alert.go, Validate)
+        ends = self.endsAt
+        if ends is not None and ends.year > 1 and self.startsAt is not None:
+            if ends < self.startsAt:
+                raise ValueError("endsAt lies before startsAt")
+        return self
 
 
 class AlertmanagerWebhook(BaseModel):
@@ -80,7 +129,7 @@ class AlertmanagerWebhook(BaseModel):
 
     version: ShortText = "4"
     groupKey: Text | None = None
-    truncatedAlerts: int | None = Field(None, ge=0)
+    truncatedAlerts: int | None = Field(None, ge=0, le=MAX_DB_INT)
     status: Literal["firing", "resolved"] | None = None
     receiver: ShortText | None = None
     groupLabels: Labels = Field(default_factory=dict)

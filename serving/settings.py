@@ -164,8 +164,28 @@ class Settings(BaseSettings):
     limit_concurrency: int = Field(
         1024,
         ge=1,
-        description="most connections and requests served at once (uvicorn limit_concurrency); "
-        "beyond it new ones get 503",
+        description="most requests in progress at once per server process; beyond it new ones "
+        "get 503 (/healthz, /readyz and /metrics are always answered; idle connections do not "
+        "count: see max_connections)",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=2,
+        description="most open connections per server process; beyond it the oldest one with no "
+        "request in progress is closed (keep it under the open-file limit, ulimit -n)",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="a connection whose request headers are not complete this many seconds after "
+        "it opened (or after its previous response) is closed",
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=4096,
+        le=1024 * 1024,
+        description="largest request line plus headers; larger ones get 431 before authentication",
     )
     rca_max_queue: int = Field(
         256,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -129,10 +130,12 @@ def test_feedback_survives_a_restart(tmp_path: Path) -> None:
 
 
 def _login(c: TestClient) -> str:
+    """Sign in; returns the session's CSRF token (the one its pages' forms carry)."""
     c.get("/ui/login")
     csrf = c.cookies.get(auth.CSRF_COOKIE)
     c.post("/ui/login", data={"token": TOKEN, "csrf": csrf}, follow_redirects=False)
-    return csrf
+    html = c.get("/ui/").text
+    return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
 
 
 def test_the_incident_page_form_stores_feedback(client: TestClient) -> None:
@@ -153,8 +156,8 @@ def test_the_incident_page_form_stores_feedback(client: TestClient) -> None:
     assert r.status_code == 422 and "Enter your name" in r.text
     assert client.post(page + "/feedback", data={**form, "csrf": "x" * 30}).status_code == 403
     # a login without the admin scope sees no form and cannot post
-    settings = client.app.state.services.settings
-    read_only, _ = auth.make_cookie(settings, TOKEN, frozenset({"read"}))
+    services = client.app.state.services
+    read_only, _ = auth.start_session(services.db, services.settings, TOKEN, frozenset({"read"}))
     client.cookies.delete(auth.SESSION_COOKIE)
     client.cookies.set(auth.SESSION_COOKIE, read_only)
     assert 'id="feedback-form"' not in client.get(page).text

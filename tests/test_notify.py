@@ -126,8 +126,11 @@ def test_resolving_the_incident_resolves_the_alert_once(app: TestClient) -> None
     n.poll()
     clock.t += 31
     n.poll()
+    ended = datetime.now(UTC).isoformat()  # after startsAt, as Alertmanager sends it
     resolved = [
-        alert(lab, starts=a["startsAt"], status="resolved", fingerprint=a["fingerprint"])
+        alert(
+            lab, starts=a["startsAt"], status="resolved", fingerprint=a["fingerprint"], endsAt=ended
+        )
         for lab, a in zip(STORM_LABELS, storm_alerts(T0), strict=False)
     ]
     app.post("/api/v1/alerts", json=webhook(resolved))

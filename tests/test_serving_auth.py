@@ -182,10 +182,12 @@ def test_serve_refuses_public_bind_without_token(
 def test_serve_passes_connection_limits_to_uvicorn(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``fleetmind serve`` runs uvicorn with ``limit_concurrency`` (from the settings) and a short
-    keep-alive, so idle or stalled connections cannot pile up without bound."""
+    """``fleetmind serve`` runs uvicorn with the guarded protocol (header timeout and size limit,
+    connection limit) and a short keep-alive, so idle or stalled connections cannot pile up without
+    bound; requests in progress are limited in the app (``FLEETMIND_LIMIT_CONCURRENCY``)."""
     import uvicorn
 
+    from fleetmind.serving.http_guard import GuardedHttpToolsProtocol
     from fleetmind.training.cli import main
 
     seen: dict[str, Any] = {}
@@ -194,5 +196,6 @@ def test_serve_passes_connection_limits_to_uvicorn(
     monkeypatch.setenv("FLEETMIND_LIMIT_CONCURRENCY", "77")
     monkeypatch.setenv("FLEETMIND_API_TOKEN", "t")
     assert main(["serve", "--host", "0.0.0.0"]) == 0  # a token is set: a public bind is allowed
-    assert seen["limit_concurrency"] == 77 and seen["timeout_keep_alive"] == 5
+    assert seen["http"] is GuardedHttpToolsProtocol and seen["timeout_keep_alive"] == 5
+    assert seen["limit_concurrency"] is None  # uvicorn's counts idle connections
     get_settings.cache_clear()  # nothing cached from this test's environment

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fleetmind.serving.app import load_graph
     from fleetmind.serving.db import Database
+    from fleetmind.serving.http_guard import server_options
     from fleetmind.serving.settings import Settings, get_settings
 
     if not 0 < args.port < 65536:
@@ -149,7 +150,6 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
-        limit_concurrency=settings.limit_concurrency,
-        timeout_keep_alive=5,
+        **server_options(settings),  # header timeout and size limit, connection limits
     )
     return 0

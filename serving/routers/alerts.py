@@ -6,7 +6,6 @@ import hashlib
 import json
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -23,7 +22,9 @@ from fleetmind.serving.schemas import (
     ErrorOut,
     IngestResponse,
     RejectedAlert,
+    from_unix,
 )
+from fleetmind.serving.validation import MAX_ERRORS, json_safe_error
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 log = logging.getLogger("fleetmind.serving")
@@ -77,11 +78,16 @@ WEBHOOK_BODY = {
 MAX_LISTED_REJECTIONS = 20
 
 
+def _brief(e: dict[str, Any]) -> dict[str, Any]:
+    """One pydantic error with FastAPI's ``body`` location prefix (its 422 format): type, location
+    and message only, JSON-safe (:mod:`serving.validation`). The input can be bytes that are not
+    UTF-8, a lone surrogate or a dict key that JSON cannot carry (a 500, which Alertmanager retries
+    forever), or megabytes long."""
+    return json_safe_error({"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]})
+
+
 def _body_errors(errors: list[Any]) -> list[dict[str, Any]]:
-    """pydantic errors with FastAPI's ``body`` location prefix (its 422 format): type, location and
-    message only. The input can be bytes that are not UTF-8 (the response could not carry them:
-    a 500, which Alertmanager retries forever) or megabytes long."""
-    return [{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]} for e in errors]
+    return [_brief(e) for e in errors[:MAX_ERRORS]]
 
 
 def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
@@ -142,7 +148,7 @@ def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedA
             index=i,
             # type, location and message only: the input may be large, and a validator's
             # context can hold an exception object that JSON cannot carry
-            errors=[{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]} for e in errs],
+            errors=[_brief(e) for e in errs[:MAX_ERRORS]],
         )
         for i, errs in sorted(by_alert.items())
     ]
@@ -263,7 +269,7 @@ async def receive_alerts(
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat()
+    return from_unix(ts).isoformat()  # clamped: rows from before timestamps were bounded
 
 
 def alert_out(row: dict[str, Any]) -> AlertOut:
@@ -275,7 +281,7 @@ def alert_out(row: dict[str, Any]) -> AlertOut:
         labels=row["labels"],
         annotations=row["annotations"],
         startsAt=row["starts_at"] if row["starts_at"] != NO_START else _iso(row["starts_ts"]),
-        endsAt=datetime.fromtimestamp(ends, UTC).isoformat() if ends is not None else None,
+        endsAt=_iso(ends) if ends is not None else None,
         node=row["node"],
         incident_id=row["incident_id"],
     )

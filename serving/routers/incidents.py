@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from fleetmind.serving.deps import DbDep
 from fleetmind.serving.routers.alerts import alert_out
-from fleetmind.serving.schemas import MAX_DB_INT, CauseOut, ErrorOut, IncidentDetail, IncidentOut
+from fleetmind.serving.schemas import (
+    MAX_DB_INT,
+    CauseOut,
+    ErrorOut,
+    IncidentDetail,
+    IncidentOut,
+    iso_utc,
+)
 
 router = APIRouter(prefix="/api/v1/incidents", tags=["incidents"])
 
 
-def _iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+_iso = iso_utc  # clamped: a row stored before timestamps were bounded still reads
 
 
 def incident_out(row: dict[str, Any]) -> dict[str, Any]:

@@ -7,14 +7,15 @@ the ``read`` scope, the feedback form (:mod:`serving.feedback`, same checks as t
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
-from fleetmind.serving.schemas import MAX_DB_INT
+from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
     edge_kinds,
@@ -77,20 +78,40 @@ def age(ts: float | None, now: float | None = None) -> str:
 
 
 def iso(ts: float | None) -> str:
-    return "" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "" if ts is None else from_unix(ts).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def content_security_policy(nonce: str) -> str:
+    """The CSP of a page: nothing loads but the page itself; its scripts carry ``nonce`` (and may
+    fetch this site: the incident list refreshes itself); styles are inline (the pages' ``<style>``
+    block and ``style`` attributes); forms post only here; no framing (with
+    ``X-Frame-Options: DENY`` for older browsers)."""
+    return (
+        "default-src 'none'; "
+        f"script-src 'nonce-{nonce}'; "
+        "style-src 'unsafe-inline'; "
+        "img-src 'self' data:; "
+        "connect-src 'self'; "
+        "form-action 'self'; "
+        "frame-ancestors 'none'; "
+        "base-uri 'none'"
+    )
 
 
 def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
-    """Render ``templates/<name>`` with the CSRF token (setting its cookie when new)."""
-    token, new = auth.csrf_token(request)
+    """Render ``templates/<name>`` with the CSRF token (the session's when signed in; else the
+    double-submit cookie's, set when new) and a fresh CSP nonce for its script."""
+    token, new = auth.csrf_token(request, ctx.get("session"))
     services = getattr(request.app.state, "services", None)
     settings = services.settings if services is not None else None
+    nonce = secrets.token_urlsafe(16)
     html = (
         templates()
         .get_template(name)
         .render(
             request=request,
             csrf=token,
+            csp_nonce=nonce,
             auth_on=settings is not None and auth.auth_enabled(settings),
             now=time.time(),
             **ctx,
@@ -100,6 +121,7 @@ def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> H
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["X-Frame-Options"] = "DENY"
     resp.headers["Referrer-Policy"] = "same-origin"
+    resp.headers["Content-Security-Policy"] = content_security_policy(nonce)
     if new:
         resp.set_cookie(
             auth.CSRF_COOKIE,
@@ -118,7 +140,7 @@ def _login_redirect(request: Request) -> RedirectResponse:
 
 
 def _session(request: Request, services: Any, scope: str = "read") -> auth.Session | Response:
-    session = auth.read_session(request, services.settings)
+    session = auth.read_session(request, services.settings, services.db)
     if session is None:
         return _login_redirect(request)
     if not session.can(scope):
@@ -133,10 +155,19 @@ def _session(request: Request, services: Any, scope: str = "read") -> auth.Sessi
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """An urlencoded form body (first value of each field); too large or undecodable: empty."""
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        return {}
+    """An urlencoded form body (first value of each field); too large or undecodable: empty.
+
+    Reads at most :data:`MAX_FORM_BYTES` (plus one network chunk): the login form is served
+    without a token, so nobody may make it buffer more (the authentication middleware also stops
+    such bodies at ``PUBLIC_BODY_BYTES``, :mod:`serving.deps`)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            return {}
+        chunks.append(chunk)
+    body = b"".join(chunks)
     try:
         parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50)
     except (UnicodeDecodeError, ValueError):
@@ -183,7 +214,11 @@ async def login(request: Request, services: ServicesDep) -> Response:
             error="That token is not valid for reading incidents.",
             session=None,
         )
-    value, max_age = auth.make_cookie(settings, form.get("token", "").strip(), scopes)
+    # a new session id at every login (no fixation); the database off the event loop
+    await run_in_threadpool(auth.end_session, request, services.db)
+    value, max_age = await run_in_threadpool(
+        auth.start_session, services.db, settings, form.get("token", "").strip(), scopes
+    )
     resp = RedirectResponse(target, status_code=303)
     resp.set_cookie(
         auth.SESSION_COOKIE,
@@ -198,10 +233,13 @@ async def login(request: Request, services: ServicesDep) -> Response:
 
 
 @router.post("/logout")
-async def logout(request: Request) -> Response:
+async def logout(request: Request, services: ServicesDep) -> Response:
+    """End the session: its row is deleted, so every copy of the cookie stops working."""
     form = await read_form(request)
-    if not auth.csrf_ok(request, form.get("csrf")):
+    session = await run_in_threadpool(auth.read_session, request, services.settings, services.db)
+    if not auth.csrf_ok(request, form.get("csrf"), session):
         return Response("cross-site request refused", status_code=403)
+    await run_in_threadpool(auth.end_session, request, services.db)
     resp = RedirectResponse("/ui/login", status_code=303)
     resp.delete_cookie(auth.SESSION_COOKIE, path="/")
     return resp
@@ -332,7 +370,7 @@ async def incident_feedback(
     if isinstance(session, Response):
         return session
     form = await read_form(request)
-    if not auth.csrf_ok(request, form.get("csrf")):
+    if not auth.csrf_ok(request, form.get("csrf"), session):
         return render(
             request,
             "error.html",

@@ -1,14 +1,23 @@
-"""Browser sessions for ``/ui``: the bearer token, typed once into a login form, becomes a cookie.
+"""Browser sessions for ``/ui``: the bearer token, typed once into a login form, starts a session.
 
-The cookie never holds the token. It holds ``v1.<expiry>.<scopes>.<signature>``, where the
-signature is an HMAC-SHA256 of expiry and scopes keyed by a hash of the token that logged in; a
-cookie is valid while some configured token with at least those scopes verifies it, so rotating the
-token ends every session made with the old one. Cookies are ``HttpOnly`` and ``SameSite=Strict``
-(``Secure`` when the public URL is https).
+Sessions live in the database (table ``ui_sessions``, :mod:`serving.db`). The cookie holds only a
+random session id (256 bits); the table keys the session by the SHA-256 of that id, so a copy of
+the table lets nobody sign in. A row holds the digest of the token that logged in, its scopes, the
+session's CSRF token and the expiry, which the server sets (``FLEETMIND_UI_SESSION_HOURS``, at most
+30 days) and the browser cannot change. A session ends:
 
-CSRF: every form carries a random token that must equal the ``fm_csrf`` cookie (double submit;
-the cookie is ``SameSite=Strict`` so another site can neither read nor send it), and a POST whose
-``Origin`` names another host is refused.
+* at logout (its row is deleted: a copy of the cookie stops working at once);
+* when the token that started it is no longer configured, or no longer grants its scopes (token
+  rotation ends every session made with the old token);
+* at its expiry.
+
+Cookies are ``HttpOnly`` and ``SameSite=Strict`` (``Secure`` when the public URL is https).
+
+CSRF: a signed-in page's forms carry the session's own CSRF token, compared with the one stored
+for the session (a token taken from another session, even a valid one, is refused). The login form,
+before any session, uses a double-submit token (a random ``fm_csrf`` cookie that the form repeats).
+A POST whose ``Origin`` is ``null`` (a sandboxed frame, a ``data:`` page, some redirects), names
+another host, or cannot be parsed is refused.
 
 Scopes are the tokens' (``Settings.tokens()``): ``FLEETMIND_API_TOKEN`` grants ``ingest``,
 ``read`` and ``admin``; ``FLEETMIND_{INGEST,READ,ADMIN}_TOKEN`` grant their own. Pages need
@@ -18,12 +27,13 @@ Scopes are the tokens' (``Settings.tokens()``): ``FLEETMIND_API_TOKEN`` grants `
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import Request
@@ -33,19 +43,22 @@ from fleetmind.serving.settings import Settings
 SESSION_COOKIE = "fm_session"
 CSRF_COOKIE = "fm_csrf"
 ALL_SCOPES = frozenset({"ingest", "read", "admin"})
-_SCOPED = (
-    ("ingest_token", {"ingest"}),
-    ("read_token", {"read"}),
-    ("admin_token", {"admin", "read"}),
-)
+MAX_COOKIE_CHARS = 128
+"""Longer cookie or CSRF values are refused before any hashing or database lookup."""
 
 
 @dataclass(frozen=True)
 class Session:
-    """Who is looking: the scopes of the token behind the cookie (all of them when auth is off)."""
+    """Who is looking: the scopes of the token behind the session (all of them when auth is off).
+
+    ``key``: the SHA-256 (hex) of the session cookie, ``csrf``: the session's CSRF token, and
+    ``expires``: Unix seconds; all ``None`` when authentication is off.
+    """
 
     scopes: frozenset[str]
     expires: float | None = None
+    key: str | None = None
+    csrf: str | None = None
 
     def can(self, scope: str) -> bool:
         """``read``: the pages (``admin`` also sees them); ``admin``: the feedback form."""
@@ -63,74 +76,124 @@ def auth_enabled(settings: Settings) -> bool:
     return bool(configured_tokens(settings))
 
 
+def _same(a: str, b: str) -> bool:
+    """Constant-time equality of two texts (any characters: ``compare_digest`` refuses non-ASCII
+    ``str``)."""
+    return hmac.compare_digest(a.encode("utf-8", "replace"), b.encode("utf-8", "replace"))
+
+
 def scopes_of_token(settings: Settings, given: str) -> frozenset[str] | None:
     """The scopes ``given`` grants (union over equal tokens), or ``None`` when it matches none."""
     found: set[str] = set()
     ok = False
     for token, scopes in configured_tokens(settings):
-        if hmac.compare_digest(given.encode(), token.encode()):
+        if _same(given, token):
             found |= scopes
             ok = True
     return frozenset(found) if ok else None
 
 
-def _key(token: str) -> bytes:
-    return hashlib.sha256(b"fleetmind-ui-session\0" + token.encode()).digest()
+def session_key(cookie: str) -> str:
+    """The database key of a session cookie: its SHA-256, hex (64 characters)."""
+    return hashlib.sha256(cookie.encode("utf-8", "replace")).hexdigest()
 
 
-def _sign(token: str, payload: str) -> str:
-    mac = hmac.new(_key(token), payload.encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+def token_digest(token: str) -> str:
+    """Which token started a session, without storing it (SHA-256 with a purpose prefix, hex)."""
+    return hashlib.sha256(b"fleetmind-ui-session\0" + token.encode()).hexdigest()
 
 
-def make_cookie(settings: Settings, token: str, scopes: frozenset[str]) -> tuple[str, int]:
-    """The session cookie value for ``token`` and its max-age in seconds."""
+def start_session(
+    db: Any, settings: Settings, token: str, scopes: frozenset[str]
+) -> tuple[str, int]:
+    """Store a new session for ``token`` (granting ``scopes``); returns the cookie value and its
+    max-age in seconds (``FLEETMIND_UI_SESSION_HOURS``)."""
     max_age = int(settings.ui_session_hours * 3600)
-    scope_text = "-".join(sorted(scopes))
-    payload = f"{int(time.time()) + max_age}.{scope_text}"
-    return f"v1.{payload}.{_sign(token, payload)}", max_age
+    cookie = secrets.token_urlsafe(32)
+    now = time.time()
+    db.create_ui_session(
+        {
+            "key": session_key(cookie),
+            "token_digest": token_digest(token),
+            "scopes": "-".join(sorted(scopes)),
+            "csrf": secrets.token_urlsafe(32),
+            "created_ts": now,
+            "expires_ts": now + max_age,
+        }
+    )
+    return cookie, max_age
 
 
-def read_session(request: Request, settings: Settings) -> Session | None:
-    """The session of this request (``None``: not logged in, expired, or the token changed)."""
+def _cookie(cookies: Mapping[str, str], name: str) -> str | None:
+    value = cookies.get(name)
+    return value if value and len(value) <= MAX_COOKIE_CHARS else None
+
+
+def session_of_cookies(cookies: Mapping[str, str], settings: Settings, db: Any) -> Session | None:
+    """The session the ``fm_session`` cookie names (``None``: not signed in, signed out, expired,
+    or the token that started it is gone or no longer grants its scopes)."""
     if not auth_enabled(settings):
         return Session(ALL_SCOPES)
-    raw = request.cookies.get(SESSION_COOKIE, "")
-    parts = raw.split(".")
-    if len(parts) != 4 or parts[0] != "v1":
+    cookie = _cookie(cookies, SESSION_COOKIE)
+    if cookie is None:
         return None
-    _, exp, scope_text, sig = parts
-    try:
-        expires = float(exp)
-    except ValueError:
+    row = db.get_ui_session(session_key(cookie))
+    if row is None or not row["expires_ts"] > time.time():
         return None
-    if expires < time.time():
-        return None
-    claimed = frozenset(s for s in scope_text.split("-") if s)
-    payload = f"{exp}.{scope_text}"
+    claimed = frozenset(s for s in row["scopes"].split("-") if s)
     for token, scopes in configured_tokens(settings):
-        if claimed <= scopes and hmac.compare_digest(_sign(token, payload), sig):
-            return Session(claimed, expires)
+        if claimed <= scopes and _same(token_digest(token), row["token_digest"]):
+            return Session(claimed, float(row["expires_ts"]), row["key"], row["csrf"])
     return None
+
+
+def read_session(request: Request, settings: Settings, db: Any) -> Session | None:
+    """The session of this request (see :func:`session_of_cookies`)."""
+    return session_of_cookies(request.cookies, settings, db)
+
+
+def end_session(request: Request, db: Any) -> None:
+    """Delete this request's session (logout): every copy of its cookie stops working."""
+    cookie = _cookie(request.cookies, SESSION_COOKIE)
+    if cookie is not None:
+        db.delete_ui_session(session_key(cookie))
 
 
 def secure_cookies(settings: Settings) -> bool:
     return settings.public_url.lower().startswith("https://")
 
 
-def csrf_token(request: Request) -> tuple[str, bool]:
-    """This browser's CSRF token and whether it is new (then the response must set the cookie)."""
+def csrf_token(request: Request, session: Session | None = None) -> tuple[str, bool]:
+    """The CSRF token for this page's forms and whether it is new (then the response must set the
+    ``fm_csrf`` cookie): the session's own when signed in, else the double-submit cookie's."""
+    if session is not None and session.csrf is not None:
+        return session.csrf, False
     have = request.cookies.get(CSRF_COOKIE)
-    if have and 20 <= len(have) <= 100:
+    if have and 20 <= len(have) <= 100 and have.isascii():
         return have, False
     return secrets.token_urlsafe(24), True
 
 
-def csrf_ok(request: Request, form_token: str | None) -> bool:
-    """A POST from one of our own forms: same-origin (when the browser says) and the token matches."""
+def same_origin(request: Request) -> bool:
+    """Whether a POST may come from one of our pages: no ``Origin`` header (older browsers, and
+    non-browser clients, which carry no ambient cookie), or one naming this host. ``null`` and
+    unparseable origins are refused."""
     origin = request.headers.get("origin")
-    if origin and origin != "null":
-        if urlsplit(origin).netloc != request.headers.get("host", ""):
-            return False
-    cookie = request.cookies.get(CSRF_COOKIE)
-    return bool(cookie and form_token and hmac.compare_digest(cookie, form_token))
+    if origin is None:
+        return True
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # "http://[": an invalid IPv6 literal
+        return False
+    return bool(netloc) and netloc == request.headers.get("host", "")
+
+
+def csrf_ok(request: Request, form_token: str | None, session: Session | None = None) -> bool:
+    """A POST from one of our own forms: same origin (:func:`same_origin`) and the form's token
+    equal to the session's (signed in) or to the ``fm_csrf`` cookie (the login form)."""
+    if not same_origin(request) or not form_token or len(form_token) > MAX_COOKIE_CHARS:
+        return False
+    if session is not None and session.csrf is not None:
+        return _same(form_token, session.csrf)
+    cookie = _cookie(request.cookies, CSRF_COOKIE)
+    return cookie is not None and _same(cookie, form_token)

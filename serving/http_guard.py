@@ -1,0 +1,187 @@
+"""Connection limits uvicorn lacks: a header read timeout, a header size limit, and idle sockets
+that cannot crowd out requests.
+
+uvicorn (0.54) has neither a header timeout nor a header size limit with its default parser
+(httptools): ``timeout_keep_alive`` only runs between requests and is cancelled by any byte
+received, so a client that opens a connection and trickles (or never sends) its headers holds it
+forever, and the parser takes headers of any size (a 64 MB header was read before
+authentication). Upstream tracks a request-start timeout as an open enhancement
+(Kludex/uvicorn issue 157, ``--timeout-request-start``, ~10 s). Its ``limit_concurrency`` counts
+open connections, idle ones included: with a limit of 20, 19 idle sockets made ``/healthz`` 503.
+
+Why a protocol subclass here rather than a proxy or another server: the service must be safe as
+``fleetmind serve`` starts it, with or without nginx in front; gunicorn and hypercorn would change
+the process model the tests and docs rely on (workers, lifespan, TLS options). The subclass adds
+three checks to uvicorn's httptools protocol and changes nothing else:
+
+* **header timeout** (``FLEETMIND_HEADER_TIMEOUT_S``, 10 s): a connection whose request headers are
+  not complete within this time of its opening, or of its previous response, is closed (as nginx's
+  ``client_header_timeout``; Go's ``ReadHeaderTimeout``). The body is not covered: a slow upload is
+  bounded by the body limits and ``limit_concurrency`` instead.
+* **header size limit** (``FLEETMIND_MAX_HEADER_BYTES``, 32 KiB, nginx's default of 4 x 8 KiB):
+  request line and headers larger than this get ``431`` and the connection is closed, before the
+  app (and authentication) sees anything.
+* **connections** (``FLEETMIND_MAX_CONNECTIONS``, 1,000: under the usual 1,024 open-file limit):
+  beyond it, the oldest connection that has no request in progress (waiting for headers, or idle
+  between keep-alive requests) is closed to make room; only when every connection is busy is the
+  new one refused with ``503``. Requests in progress are bounded separately by
+  :class:`serving.app.ConcurrencyLimit` (``FLEETMIND_LIMIT_CONCURRENCY``), which exempts the probes.
+
+:func:`server_options` gives the ``uvicorn.run`` keyword arguments that install all of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from fleetmind.serving.settings import Settings, get_settings
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """``header_timeout_s``: seconds; ``max_header_bytes``: bytes of request line plus headers;
+    ``max_connections``: open connections per server process."""
+
+    header_timeout_s: float
+    max_header_bytes: int
+    max_connections: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> ConnectionLimits:
+        return cls(settings.header_timeout_s, settings.max_header_bytes, settings.max_connections)
+
+
+@lru_cache(maxsize=1)
+def _limits() -> ConnectionLimits:
+    # read in the server process (uvicorn's workers re-import this module): FLEETMIND_* variables
+    return ConnectionLimits.of(get_settings())
+
+
+def _plain_answer(transport: asyncio.Transport, status: bytes, text: bytes) -> None:
+    transport.write(
+        b"HTTP/1.1 "
+        + status
+        + b"\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: "
+        + str(len(text)).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + text
+    )
+    transport.close()
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the header timeout, the header size limit and the
+    connection limit of :class:`ConnectionLimits` (see the module docstring)."""
+
+    limits: ConnectionLimits | None = None
+    """Set on a subclass (tests); ``None``: from the ``FLEETMIND_*`` settings."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._limits = self.limits or _limits()
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._awaiting_headers = True
+        self._header_bytes = 0
+        self._opened = 0.0
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._opened = self.loop.time()
+        self._arm_header_timer()
+        if len(self.connections) > self._limits.max_connections:
+            self._make_room()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        before = self._awaiting_headers
+        super().data_received(data)
+        if not self._awaiting_headers or self.transport.is_closing():
+            return
+        # still inside a request's headers: all of ``data`` belongs to them (or, when a pipelined
+        # request began in this chunk, at most ``data``)
+        self._header_bytes = self._header_bytes + len(data) if before else len(data)
+        if self._header_bytes > self._limits.max_header_bytes:
+            self._cancel_header_timer()
+            _plain_answer(
+                self.transport,
+                b"431 Request Header Fields Too Large",
+                b"request headers larger than %d bytes" % self._limits.max_header_bytes,
+            )
+
+    # ------------------------------------------------------------------ parser callbacks
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._awaiting_headers = True
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
+        self._header_bytes = 0
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # the next request's headers were read already
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self._awaiting_headers = True
+            self._header_bytes = 0
+            self._arm_header_timer()
+
+    # ------------------------------------------------------------------ limits
+    def idle(self) -> bool:
+        """No request in progress: waiting for (the rest of) a request's headers."""
+        return self._awaiting_headers and (self.cycle is None or self.cycle.response_complete)
+
+    def _arm_header_timer(self) -> None:
+        self._cancel_header_timer()
+        self._header_timer = self.loop.call_later(
+            self._limits.header_timeout_s, self._header_timeout
+        )
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.idle() and not self.transport.is_closing():
+            self.transport.close()
+
+    def _make_room(self) -> None:
+        """Over the connection limit: close the oldest idle connection, else refuse this one."""
+        idle = [
+            c
+            for c in self.connections
+            if c is not self and isinstance(c, GuardedHttpToolsProtocol) and c.idle()
+        ]
+        if idle:
+            oldest = min(idle, key=lambda c: c._opened)
+            oldest._cancel_header_timer()
+            oldest.transport.close()
+            return
+        self._cancel_header_timer()
+        _plain_answer(self.transport, b"503 Service Unavailable", b"too many connections")
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """``uvicorn.run``/``uvicorn.Config`` keyword arguments for the connection limits.
+
+    ``limit_concurrency`` is left to :class:`serving.app.ConcurrencyLimit` (uvicorn's own counts
+    idle connections); ``timeout_keep_alive`` closes a connection idle 5 s after a response.
+    """
+    return {
+        "http": GuardedHttpToolsProtocol,
+        "limit_concurrency": None,
+        "timeout_keep_alive": 5,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,  # should h11 ever be used
+    }
