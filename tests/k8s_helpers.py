@@ -202,23 +202,50 @@ def prometheus_binary() -> str | None:
     return shutil.which("prometheus")
 
 
-class Prometheus:
-    """The Debian ``prometheus`` binary scraping ``jobs`` (``{job: metrics path}``) every second."""
+DCGM_CHART_SCRAPE: dict[str, Any] = {"honor_labels": False}
+"""dcgm-exporter's Helm chart default: ``serviceMonitor.honorLabels: false`` (NVIDIA/dcgm-exporter
+``deployment/values.yaml``, rendered by ``deployment/templates/service-monitor.yaml``)."""
+KSM_SCRAPE: dict[str, Any] = {"honor_labels": True}
+"""kube-state-metrics as kube-prometheus-stack scrapes it (``honorLabels: true``: its ``pod`` and
+``namespace`` labels are the objects it describes)."""
 
-    def __init__(self, tmp: Any, exporter: ExporterServer, jobs: dict[str, str]) -> None:
+
+def exporter_target(pod: str, namespace: str = "gpu-operator") -> dict[str, str]:
+    """The target labels prometheus-operator gives a ServiceMonitor endpoint from Kubernetes service
+    discovery (``namespace``, ``pod``, ``container``, ``service``, ``endpoint``; prometheus-operator
+    ``pkg/prometheus/promcfg.go``, ``generateServiceMonitorConfig``)."""
+    return {"namespace": namespace, "pod": pod, "container": "exporter",
+            "service": "dcgm-exporter", "endpoint": "metrics"}  # fmt: skip
+
+
+class Prometheus:
+    """The Debian ``prometheus`` binary scraping ``jobs`` (``{job: metrics path}``) every second.
+
+    ``scrape``: per job, ``honor_labels`` (default True) and ``labels`` (target labels, as service
+    discovery would attach them); see :data:`DCGM_CHART_SCRAPE` and :func:`exporter_target`.
+    """
+
+    def __init__(self, tmp: Any, exporter: ExporterServer, jobs: dict[str, str],
+                 scrape: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
         import subprocess
 
         import yaml
         from serving_helpers import free_port
 
+        scrape = scrape or {}
         cfg = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
             "scrape_configs": [
                 {
                     "job_name": job,
                     "metrics_path": path,
-                    "honor_labels": True,
-                    "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
+                    "honor_labels": bool(scrape.get(job, {}).get("honor_labels", True)),
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{exporter.port}"],
+                            "labels": dict(scrape.get(job, {}).get("labels", {})),
+                        }
+                    ],
                 }
                 for job, path in jobs.items()
             ],
@@ -400,7 +427,11 @@ def live_vs_sim(tmp_path: Path, step: int, policy: str = "fgd") -> dict:
     fleet = LiveFleet(names, [str(m) for m in nodes.model], nodes.num_gpu.tolist(),
                       nodes.cpu_milli.tolist(), nodes.memory_mib.tolist())  # fmt: skip
     exporter = ExporterServer({"/dcgm": fleet.dcgm_text(), "/ksm": fleet.ksm_text()})
-    prom = Prometheus(tmp_path, exporter, {"dcgm-exporter": "/dcgm", "kube-state-metrics": "/ksm"})
+    prom = Prometheus(
+        tmp_path, exporter, {"dcgm-exporter": "/dcgm", "kube-state-metrics": "/ksm"},
+        scrape={"dcgm-exporter": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-q7x2m")},
+                "kube-state-metrics": KSM_SCRAPE},
+    )  # fmt: skip
     try:
         prom.wait_for("kube_node_status_allocatable", 2 * len(names))
         prom.wait_for("DCGM_FI_DEV_FB_FREE", int(nodes.num_gpu.sum()))
