@@ -130,7 +130,7 @@ def test_alertmanager_delivers_into_ranked_incidents(tmp_path: Path) -> None:
         pytest.skip(
             "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
         )
-    token = "e2e-token"
+    token = "e2e-token-0123456789"
     env = {
         **BASE_ENV,
         "FLEETMIND_DATABASE_URL": f"sqlite:///{tmp_path}/am.db",
