@@ -106,15 +106,19 @@ def bound(
     telemetry to show the pod (``FLEETMIND_RESERVATION_BOUND_GRACE_S`` at most), ``moved`` the pod
     went to another node than FleetMind chose (hold dropped), ``unknown`` no live hold.
     """
+    if not isinstance(args, dict):
+        raise DataError("the body must be an ExtenderBindingArgs object")
     name = ext.get_ci(args, "PodName")
     node = ext.get_ci(args, "Node")
     ns = ext.get_ci(args, "PodNamespace")
     ns = "default" if ns is None or ns == "" else ns
-    if not isinstance(name, str) or not name or not isinstance(node, str) or not node:
+    if not name or not node:
         raise DataError("ExtenderBindingArgs needs PodName and Node (strings)")
-    if not isinstance(ns, str):
-        raise DataError("ExtenderBindingArgs.PodNamespace must be a string")
+    name = ext.check_name(name, "ExtenderBindingArgs.PodName")
+    node = ext.check_name(node, "ExtenderBindingArgs.Node")
+    ns = ext.check_name(ns, "ExtenderBindingArgs.PodNamespace", label=True)
+    ext.check_uid(ext.get_ci(args, "PodUID"), "ExtenderBindingArgs.PodUID")
     res = services.reservations
     if not isinstance(res, DbReservations):
         return {"Error": "", "Outcome": "unknown"}
-    return {"Error": "", "Outcome": res.bound(f"{ns[:63]}/{name[:253]}", node)}
+    return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node)}
