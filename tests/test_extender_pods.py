@@ -186,6 +186,34 @@ def test_cpu_only_pods_prefer_cpu_nodes(client: TestClient) -> None:
     assert scores["gpu-1"] == 10
 
 
+def test_extender_decisions_count_in_placements_total(client: TestClient) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def counts() -> dict[tuple[str, str], float]:
+        text = client.get("/metrics").text
+        return {
+            (s.labels["path"], s.labels["result"]): s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "fleetmind_placements"
+            for s in f.samples
+            if s.name == "fleetmind_placements_total"
+        }
+
+    before = counts()
+    ok = {"Pod": pod([c("a", "1", gpu="1")]), "NodeNames": ["gpu-1"]}
+    too_big = {"Pod": pod([c("a", "1", gpu="9")]), "NodeNames": ["gpu-1"]}
+    client.post("/api/v1/scheduler/filter", json=ok)
+    client.post("/api/v1/scheduler/filter", json=too_big)
+    client.post("/api/v1/scheduler/prioritize", json=ok)
+    after = counts()
+    for key, n in (
+        (("filter", "placed"), 1),
+        (("filter", "infeasible"), 1),
+        (("prioritize", "placed"), 1),
+    ):
+        assert after.get(key, 0) - before.get(key, 0) == n, key
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -56,7 +56,7 @@ def place(
     else:
         options = place()
     if not options:
-        metrics.placements.labels(model.method, "infeasible").inc()
+        metrics.placements.labels(model.method, "infeasible", "placements").inc()
         where = f" in cluster {job.cluster!r}" if job.cluster else ""
         raise HTTPException(
             409,
@@ -64,7 +64,7 @@ def place(
             f"model {job.gpu_model or 'any'}, {job.cpu_milli} mCPU, {job.memory_mib} MiB): "
             + why_no_fit(snapshot, job, services.reservations),
         )
-    metrics.placements.labels(model.method, "placed").inc()
+    metrics.placements.labels(model.method, "placed", "placements").inc()
     best = options[0]
     return PlacementOut(
         cluster=best.cluster,
