@@ -107,12 +107,43 @@ def make_pki(d: Path) -> dict[str, Path]:
     return {p.stem + p.suffix: p for p in d.iterdir()}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Path]]]:
+def shipped_pki(d: Path) -> dict[str, Path]:
+    """The certificates of the shipped how-to (``deploy/kubernetes/tls/make-certs.sh``, openssl),
+    with the server certificate for 127.0.0.1; the stranger's pair from :func:`make_pki`."""
+    import shutil
+    import subprocess
+
+    from fleetmind.data.paths import REPO_ROOT
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    script = REPO_ROOT / "deploy" / "kubernetes" / "tls" / "make-certs.sh"
+    out = subprocess.run(["bash", str(script), str(d / "shipped"), "127.0.0.1"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "create secret generic fleetmind-tls" in out.stdout
+    (d / "own").mkdir()
+    pki = make_pki(d / "own")
+    s = d / "shipped"
+    pki.update({
+        "server-ca.crt": s / "fleetmind-ca.crt",
+        "fleetmind.crt": s / "fleetmind.crt",
+        "fleetmind.key": s / "fleetmind.key",
+        "scheduler-ca.crt": s / "scheduler-ca.crt",
+        "kube-scheduler.crt": s / "kube-scheduler.crt",
+        "kube-scheduler.key": s / "kube-scheduler.key",
+    })  # fmt: skip
+    return pki
+
+
+@pytest.fixture(scope="module", params=["cryptography", "make-certs.sh"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, dict[str, Path]]]:
     import uvicorn
 
     d = tmp_path_factory.mktemp("pki")
-    pki = make_pki(d)
+    pki = make_pki(d) if request.param == "cryptography" else shipped_pki(d)
     settings = Settings(
         database_url=f"sqlite:///{d}/tls.db",
         rca_model="baseline:upstream-coverage",
