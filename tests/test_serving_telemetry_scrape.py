@@ -23,9 +23,11 @@ from typing import Any
 import pytest
 from k8s_helpers import (
     DCGM_CHART_SCRAPE,
+    KSM,
     KSM_SCRAPE,
     ExporterServer,
     Prometheus,
+    dcgm_text,
     exporter_target,
     prometheus_binary,
 )
@@ -38,55 +40,6 @@ from fleetmind.serving.telemetry.prometheus import (
     workload_pod,
 )
 
-FIELDS = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_XID_ERRORS",
-)
-
-
-def dcgm_text(host_label: str, host: str, gpus: list[dict[str, Any]],
-              window: list[tuple[int, int, int]] | None = None) -> str:  # fmt: skip
-    """One exporter's text; each GPU: ``used`` MiB, ``xid`` (last), ``pod`` ("ns/name" or "").
-    ``window``: ``DCGM_EXP_XID_ERRORS_COUNT`` series ``(gpu, xid, count)``."""
-    lines: list[str] = []
-    for f in FIELDS:
-        lines += [f"# HELP {f} {f}.", f"# TYPE {f} gauge"]
-        for i, g in enumerate(gpus):
-            lab = (f'gpu="{i}",UUID="GPU-{host}-{i}",device="nvidia{i}",'
-                   f'modelName="NVIDIA H100 80GB HBM3",{host_label}="{host}"')  # fmt: skip
-            if g.get("pod"):
-                ns, name = g["pod"].split("/")
-                lab += f',container="main",namespace="{ns}",pod="{name}"'
-            value = {"DCGM_FI_DEV_GPU_UTIL": 90 if g.get("pod") else 0,
-                     "DCGM_FI_DEV_FB_USED": g.get("used", 0),
-                     "DCGM_FI_DEV_FB_FREE": 81559 - g.get("used", 0),
-                     "DCGM_FI_DEV_XID_ERRORS": g.get("xid", 0)}[f]  # fmt: skip
-            lines.append(f"{f}{{{lab}}} {value}")
-    if window is not None:
-        f = "DCGM_EXP_XID_ERRORS_COUNT"
-        lines += [f"# HELP {f} Count of XID Errors within user-specified time window.",
-                  f"# TYPE {f} gauge"]  # fmt: skip
-        for gpu, xid, count in window:
-            lab = (f'gpu="{gpu}",UUID="GPU-{host}-{gpu}",device="nvidia{gpu}",'
-                   f'modelName="NVIDIA H100 80GB HBM3",{host_label}="{host}",xid="{xid}"')  # fmt: skip
-            lines.append(f"{f}{{{lab}}} {count}")
-    return "\n".join(lines) + "\n"
-
-
-KSM = """# HELP kube_node_status_allocatable allocatable
-# TYPE kube_node_status_allocatable gauge
-kube_node_status_allocatable{node="gpu-a",resource="cpu",unit="core"} 96
-kube_node_status_allocatable{node="gpu-a",resource="memory",unit="byte"} 1.099511627776e+12
-kube_node_status_allocatable{node="gpu-b",resource="cpu",unit="core"} 32
-kube_node_status_allocatable{node="gpu-b",resource="memory",unit="byte"} 2.74877906944e+11
-# HELP kube_pod_info pod info
-# TYPE kube_pod_info gauge
-kube_pod_info{namespace="ml",pod="train-0",node="gpu-a",created_by_kind="Job",created_by_name="train"} 1
-kube_pod_info{namespace="gpu-operator",pod="dcgm-exporter-a1b2c",node="gpu-a",created_by_kind="DaemonSet",created_by_name="dcgm-exporter"} 1
-kube_pod_info{namespace="gpu-operator",pod="nvidia-dcgm-exp-d3e4f",node="gpu-b",created_by_kind="DaemonSet",created_by_name="nvidia-dcgm-exp"} 1
-"""
 # node gpu-a: 8 GPUs, a pod holds GPUs 0 and 1 (the issue's reproduction: 6 free)
 NODE_A = [{"pod": "ml/train-0", "used": 70000}, {"pod": "ml/train-0", "used": 70000}] + [{}] * 6
 # node gpu-b: GPU 0 fell off the bus (XID 79), GPU 1's last XID is an application's (43)

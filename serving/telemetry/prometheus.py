@@ -139,7 +139,7 @@ FLEET_QUERIES: dict[str, str] = {
 }
 ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
 ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
-_EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
+EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
 _DCGM_SAMPLES = ("DCGM", "DCGM_FI_DEV_FB_FREE", "DCGM_EXP_XID_ERRORS_COUNT")
 
 Sample = tuple[str, dict[str, str], float]
@@ -456,7 +456,7 @@ def workload_pod(lab: dict[str, str], own_pods: set[str] | frozenset[str] = froz
     if lab.get("exported_pod"):
         return f"{lab.get('exported_namespace', '')}/{lab['exported_pod']}"
     pod = lab.get("pod", "")
-    if not pod or pod in own_pods or _EXPORTER_POD.match(pod):
+    if not pod or pod in own_pods or EXPORTER_POD.match(pod):
         return ""
     return f"{lab.get('namespace', '')}/{pod}"
 
@@ -471,6 +471,6 @@ def _node_name(lab: dict[str, str], pod_by_name: dict[str, tuple[str, str]], clu
         where = pod_by_name.get(host)
         if where is not None and where[0] == cluster:
             return where[1]  # Hostname is the exporter pod's name: use the pod's node
-        if not _EXPORTER_POD.match(host):
+        if not EXPORTER_POD.match(host):
             return host
     return lab.get("instance", "unknown").rsplit(":", 1)[0]
