@@ -43,7 +43,8 @@ Input is checked before it is used: quantities are bounded (:data:`MAX_CPU_MILLI
 name are DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most
 :data:`MAX_UID_CHARS` printable ASCII characters; anything else is a :class:`DataError` (422).
 
-CPU-only pods prefer nodes without GPUs: those score 10, nodes with GPUs 0..4.
+CPU-only pods prefer nodes without GPUs: the choice is one of those (10, the others 9..5), nodes
+with GPUs score 4..0.
 
 Decisions come from the served placement policy (:mod:`serving.registry`: the released PPO agent);
 when the registry had to fall back (no PPO model), the extender uses FGD with the typical pods stored
@@ -393,15 +394,18 @@ class Decision:
     def scores(self) -> dict[str, int]:
         """Host -> 0..10: the choice 10, the other feasible nodes 0..9 by policy score, others 0.
 
-        A CPU-only pod: feasible nodes without GPUs 10, feasible GPU nodes 0..4 by policy order
-        (a CPU-only pod should not take a GPU node's CPU and memory while a CPU node has room)."""
+        A CPU-only pod with feasible nodes both with and without GPUs: the first node without GPUs
+        (the choice) 10, the other such nodes 9..5, the GPU nodes 4..0, each in policy order (a
+        CPU-only pod should not take a GPU node's CPU and memory while a CPU node has room)."""
         out = dict.fromkeys(self.names, 0)
-        if self.cpu_only:
-            gpu_opts = [o for o in self.options if o.node in self.gpu_nodes]
-            for i, o in enumerate(gpu_opts):
-                out[o.node] = max(0, 4 - (5 * i) // max(len(gpu_opts), 1))
-            for n in [o.node for o in self.options if o.node not in self.gpu_nodes]:
-                out[n] = MAX_EXTENDER_PRIORITY
+        cpu = [o for o in self.options if o.node not in self.gpu_nodes]
+        gpu = [o for o in self.options if o.node in self.gpu_nodes]
+        if self.cpu_only and cpu and gpu:
+            out[cpu[0].node] = MAX_EXTENDER_PRIORITY
+            for i, o in enumerate(cpu[1:]):
+                out[o.node] = 9 - (5 * i) // len(cpu[1:])
+            for i, o in enumerate(gpu):
+                out[o.node] = 4 - (5 * i) // len(gpu)
             return out
         if not self.options:
             return out
@@ -546,6 +550,8 @@ def decide(
             allowed={n.name for n in cands},
             alternative_gpus=False,  # only the choice is held: its GPUs are enough
         )
+    if d.cpu_only:  # nodes without GPUs first (stable: policy order within each kind)
+        d.options.sort(key=lambda o: o.node in d.gpu_nodes)
     chosen = {o.node for o in d.options}
     for node in cands:
         if node.name not in chosen:
