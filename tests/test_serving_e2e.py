@@ -284,6 +284,7 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
         assert names == sorted(
             [
                 "GpuLowUtilisation",
+                "fleetmind:gpu_last_xid:info",  # the recording rule GpuXidError reads
                 "GpuXidError",
                 "CrossClusterLatencyHigh",
                 "PendingPodsOverQueueCapacity",
