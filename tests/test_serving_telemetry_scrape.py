@@ -109,6 +109,39 @@ def test_free_gpus_are_counted_right_in_both_scrape_styles(scraped: Any) -> None
 
 
 @pytest.mark.external
+def test_a_six_gpu_pod_passes_the_extender_filter(scraped: Any, tmp_path: Any) -> None:
+    """The reproduction: a 6-GPU pod on a node with 2 of 8 GPUs in use was refused with
+    "0 GPU(s) ... free"; a 7-GPU pod is still refused, with the real count."""
+    from fastapi.testclient import TestClient
+
+    from fleetmind.serving.app import create_app
+    from fleetmind.serving.settings import Settings
+
+    _, prom, _ = scraped
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/ext.db",
+        telemetry="prometheus",
+        prometheus_url=prom.url,
+        telemetry_ttl_s=0.0,
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+    )
+
+    def args(n: int) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": str(n)}
+        pod = {"metadata": {"name": f"train-{n}", "namespace": "ml"},
+               "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]}}  # fmt: skip
+        return {"Pod": pod, "NodeNames": ["gpu-a", "gpu-b"]}
+
+    with TestClient(create_app(settings)) as client:
+        out = client.post("/api/v1/scheduler/filter", json=args(6)).json()
+        assert out["NodeNames"] == ["gpu-a"], out
+        out = client.post("/api/v1/scheduler/filter", json=args(7)).json()
+        assert out["NodeNames"] == [] and "6 GPU(s)" in out["FailedNodes"]["gpu-a"], out
+
+
+@pytest.mark.external
 def test_a_hardware_xid_takes_exactly_its_gpu_out(scraped: Any) -> None:
     _, prom, _ = scraped
     b = _nodes(prom.url)["gpu-b"]  # found through the lower-case 'hostname' label
