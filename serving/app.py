@@ -233,9 +233,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # No dependency override for explicit settings: the services carry them (``current_settings``),
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
     # request (~1-2 ms each).
-    # read-only for the caller; the scheduler extender's holds count as reads (see docs/serving.md)
-    for r in (incidents, rca, placements, fleet, scheduler):
+    # read-only for the caller (placements with reserve=true also need 'schedule')
+    for r in (incidents, rca, placements, fleet):
         app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
+    # the extender holds capacity: 'schedule' (a token, or kube-scheduler's client certificate)
+    app.include_router(scheduler.router, dependencies=[Depends(require_scope("schedule"))])
     for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)
     app.include_router(health.router)

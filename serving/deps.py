@@ -2,8 +2,10 @@
 authentication by token scope.
 
 Authentication: each bearer token carries scopes (``FLEETMIND_READ_TOKEN``: ``read``,
-``FLEETMIND_INGEST_TOKEN``: ``ingest``, ``FLEETMIND_ADMIN_TOKEN``: ``admin``,
-``FLEETMIND_API_TOKEN``: all three). A route declares the scope it needs with
+``FLEETMIND_INGEST_TOKEN``: ``ingest``, ``FLEETMIND_SCHEDULE_TOKEN``: ``schedule``,
+``FLEETMIND_ADMIN_TOKEN``: ``admin``, ``FLEETMIND_API_TOKEN``: all four). A client certificate
+verified against ``FLEETMIND_SCHEDULER_CLIENT_CA`` carries ``schedule`` on ``/api/v1/scheduler/*``
+(:mod:`serving.tls`). A route declares the scope it needs with
 :func:`require_scope`::
 
     router = APIRouter(prefix="/api/v1/things", dependencies=[Depends(require_scope("read"))])
@@ -50,6 +52,7 @@ from fleetmind.serving.rca_pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.settings import SCOPES, Settings, get_settings
 from fleetmind.serving.telemetry.base import TelemetrySource
+from fleetmind.serving.tls import scheduler_cert
 from fleetmind.serving.ui.auth import session_of_cookies
 
 
@@ -186,6 +189,19 @@ def granted_scopes(
     return found
 
 
+def has_scope(request: Request, scope: str) -> bool:
+    """Whether the request's credentials grant ``scope`` (True with authentication off), for a
+    route that needs more than its declared scope for some inputs (e.g. ``reserve=true``)."""
+    granted = request.scope.get(AUTH_SCOPE_KEY)
+    if granted is not None:
+        return scope in granted or _ANY in granted
+    tokens = settings_of(request.app).tokens()
+    if not tokens:
+        return True
+    got = granted_scopes(tokens, request.headers.get("authorization"))
+    return got is not None and scope in got
+
+
 def _deny(code: int, detail: str) -> HTTPException:
     headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
     return HTTPException(code, detail, headers=headers)
@@ -195,7 +211,8 @@ _SCOPE_DEPS: dict[str, Callable[..., Awaitable[None]]] = {}
 
 
 def require_scope(scope: str) -> Callable[..., Awaitable[None]]:
-    """A FastAPI dependency demanding a token with ``scope`` (``read``, ``ingest`` or ``admin``).
+    """A FastAPI dependency demanding a token with ``scope`` (``read``, ``ingest``, ``schedule``
+    or ``admin``).
 
     Use as ``dependencies=[Depends(require_scope("read"))]`` on a router or a route. It passes at
     once when :class:`AuthMiddleware` already checked the request (the usual case, before the
@@ -303,6 +320,8 @@ class AuthMiddleware:
             return
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
         got = granted_scopes(tokens, header)
+        if got is None and header is None and scheduler_cert(scope) is not None:
+            got = frozenset({"schedule"})  # kube-scheduler's verified client certificate
         if got is None and scope.get("path") in DOC_PATHS:
             got = await _session_scopes(app, scope)
         if got is None:

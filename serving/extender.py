@@ -11,18 +11,40 @@ case-insensitively, so this module reads keys the same way; it always writes the
 nodes from telemetry); ``false`` sends the full ``Nodes`` (a ``v1.NodeList``) and expects the passing
 ``Nodes`` back. Both are served.
 
-What a Pod asks for (:func:`pod_request`), per Kubernetes' effective-request rule (the sum over
-``containers``, or the largest ``initContainers`` entry when that is larger):
+What a Pod asks for (:func:`pod_request`), as Kubernetes counts it (the effective request of
+"Effective Pod requests and limits", https://kubernetes.io/docs/concepts/resource-management/
+effective-pod-requests-limits/, computed by ``PodRequests``/``AggregateContainerRequests`` in
+``staging/src/k8s.io/component-helpers/resource/helpers.go``), per resource:
 
-* CPU and memory: ``resources.requests`` (``limits`` when a request is absent) ``cpu`` and
-  ``memory`` of each container, in millicores and MiB.
-* GPUs, whole: the extended resource ``nvidia.com/gpu`` (``limits``, as the device plugin reads it).
+* app containers and sidecars (``initContainers`` with ``restartPolicy: Always``) add up; each
+  regular init container needs its own request plus the sidecars listed before it; the pod needs
+  the larger of the two;
+* pod-level ``spec.resources.requests`` (``cpu``, ``memory``), where set, replaces the containers'
+  sum for that resource;
+* ``spec.overhead`` (the RuntimeClass's) is added.
+
+Per container a resource's request is ``resources.requests``, else ``resources.limits`` (the API
+server's defaulting). Resources read:
+
+* CPU and memory, in millicores and MiB.
+* GPUs, whole: the extended resource ``nvidia.com/gpu``.
+* MIG instances of the device plugin's mixed strategy: ``nvidia.com/mig-<profile>`` (e.g.
+  ``nvidia.com/mig-3g.40gb``), one GPU each, only on MIG instances of that profile (telemetry names
+  them ``"<model> MIG <profile>"``). One profile per pod.
 * GPUs, shared (the openb trace's scheduler, Alibaba's GPU-sharing scheduler; the names of the
   ``kubernetes-scheduler-simulator`` of the FGD paper): annotations
   ``alibabacloud.com/gpu-milli`` (share of each GPU, 1..1000), ``alibabacloud.com/gpu-count``
   (number of GPUs) and ``alibabacloud.com/gpu-card-model`` (allowed models, ``|``- or
   ``,``-separated). When ``gpu-count`` or ``gpu-milli`` is present it takes precedence over
   ``nvidia.com/gpu``.
+
+Input is checked before it is used: quantities are bounded (:data:`MAX_CPU_MILLI`,
+:data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`), names follow Kubernetes' rules (a pod name and a node
+name are DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most
+:data:`MAX_UID_CHARS` printable ASCII characters; anything else is a :class:`DataError` (422).
+
+CPU-only pods prefer nodes without GPUs: the choice is one of those (10, the others 9..5), nodes
+with GPUs score 4..0.
 
 Decisions come from the served placement policy (:mod:`serving.registry`: the released PPO agent);
 when the registry had to fall back (no PPO model), the extender uses FGD with the typical pods stored
@@ -35,6 +57,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,10 +79,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 ANN_GPU_MILLI = "alibabacloud.com/gpu-milli"
 ANN_GPU_COUNT = "alibabacloud.com/gpu-count"
 ANN_GPU_MODEL = "alibabacloud.com/gpu-card-model"
+MIG_PREFIX = "nvidia.com/mig-"
 MAX_CPU_MILLI = 10_000_000
 MAX_MEMORY_MIB = 100_000_000
+MAX_GPUS = 64
+MAX_UID_CHARS = 128
+_BOUND = {"cpu": MAX_CPU_MILLI / 1000, "memory": MAX_MEMORY_MIB * 2.0**20}
+"""Largest quantity accepted per resource (cores, bytes; GPUs and MIG instances: :data:`MAX_GPUS`)."""
 
-_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+_QTY = re.compile(r"^([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 _SUFFIX = {
     "": 1.0,
     "m": 1e-3,
@@ -78,28 +106,76 @@ _SUFFIX = {
     "Pi": 2.0**50,
     "Ei": 2.0**60,
 }
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UID = re.compile(r"^[\x21-\x7e]+$")
 
 
-def parse_quantity(value: Any, what: str = "quantity") -> float:
+def _shown(value: Any) -> str:
+    """``value`` for an error message: ASCII-escaped (NUL, lone surrogates) and cut to 80 chars."""
+    text = ascii(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def parse_quantity(value: Any, what: str = "quantity", bound: float = math.inf) -> float:
     """A Kubernetes resource quantity (``"500m"``, ``"2"``, ``"16Gi"``, ``"1e3"``) as a float.
 
+    Args:
+        bound: the largest value accepted (in the resource's base unit).
+
     Raises:
-        DataError: not a quantity.
+        DataError: not a quantity, negative, or above ``bound``.
     """
     if isinstance(value, bool):
-        raise DataError(f"{what}: {value!r} is not a Kubernetes quantity")
+        raise DataError(f"{what}: {_shown(value)} is not a Kubernetes quantity")
     if isinstance(value, int | float):
         value = repr(value)
-    m = _QTY.match(str(value).strip())
+    m = _QTY.match(str(value).strip()) if isinstance(value, str) and len(value) <= 64 else None
     if not m or m.group(2) not in _SUFFIX:
-        raise DataError(f"{what}: {value!r} is not a Kubernetes quantity")
+        raise DataError(f"{what}: {_shown(value)} is not a Kubernetes quantity")
     try:
         out = float(m.group(1)) * _SUFFIX[m.group(2)]
-    except ValueError:
-        raise DataError(f"{what}: {value!r} is not a Kubernetes quantity") from None
+    except (ValueError, OverflowError):
+        raise DataError(f"{what}: {_shown(value)} is not a Kubernetes quantity") from None
     if not math.isfinite(out) or out < 0:
-        raise DataError(f"{what}: {value!r} is not a finite, non-negative quantity")
+        raise DataError(f"{what}: {_shown(value)} is not a finite, non-negative quantity")
+    if out > bound:
+        raise DataError(f"{what}: {_shown(value)} is more than the {bound:g} supported")
     return out
+
+
+def check_name(value: Any, what: str, label: bool = False) -> str:
+    """``value`` if it is a Kubernetes name: a DNS-1123 subdomain (at most 253 characters), or with
+    ``label`` a DNS-1123 label (at most 63; namespaces).
+
+    Raises:
+        DataError: anything else (empty, too long, upper case, NUL, lone surrogates, ...).
+    """
+    limit, rule = (63, _DNS_LABEL) if label else (253, _DNS_SUBDOMAIN)
+    if not isinstance(value, str) or not value or len(value) > limit or not rule.match(value):
+        kind = "DNS-1123 label" if label else "DNS-1123 subdomain"
+        chars = "'-'" if label else "'-', '.'"
+        raise DataError(
+            f"{what} must be a Kubernetes name (a {kind}: lower-case letters, digits, {chars}; "
+            f"at most {limit} characters), got {_shown(value)}"
+        )
+    return value
+
+
+def check_uid(value: Any, what: str = "Pod.metadata.uid") -> str | None:
+    """A pod uid (Kubernetes makes UUIDs): at most :data:`MAX_UID_CHARS` printable ASCII
+    characters; ``None`` for none.
+
+    Raises:
+        DataError: longer, or with other characters.
+    """
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_UID_CHARS or not _UID.match(value):
+        raise DataError(
+            f"{what} must be at most {MAX_UID_CHARS} printable ASCII characters, got {_shown(value)}"
+        )
+    return value
 
 
 def get_ci(obj: Any, key: str) -> Any:
@@ -142,7 +218,8 @@ class PodRequest:
         )
 
 
-def _container_requests(c: Any, where: str) -> tuple[float, float, float]:
+def _container_requests(c: Any, where: str) -> dict[str, float]:
+    """One container's requests (``requests``, else ``limits``) of the resources read, bounded."""
     if not isinstance(c, dict):
         raise DataError(f"{where} is not an object")
     res = c.get("resources") or {}
@@ -152,22 +229,79 @@ def _container_requests(c: Any, where: str) -> tuple[float, float, float]:
     lim = res.get("limits") or {}
     if not isinstance(req, dict) or not isinstance(lim, dict):
         raise DataError(f"{where}.resources.requests/limits must be objects")
+    return _resources(req, lim, where)
 
-    def amount(name: str) -> float:
+
+def _resources(req: dict[str, Any], lim: dict[str, Any], where: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in {*req, *lim}:
+        if not isinstance(name, str):
+            continue
+        if name in _BOUND:
+            bound = _BOUND[name]
+        elif name == GPU_RESOURCE or name.startswith(MIG_PREFIX):
+            bound = float(MAX_GPUS)
+        else:
+            continue
         v = req.get(name, lim.get(name))
-        return 0.0 if v is None else parse_quantity(v, f"{where} {name}")
+        if v is not None:
+            out[name] = parse_quantity(v, f"{where} {_shown(name)}", bound)
+    return out
 
-    gpu = lim.get(GPU_RESOURCE, req.get(GPU_RESOURCE))
-    gpus = 0.0 if gpu is None else parse_quantity(gpu, f"{where} {GPU_RESOURCE}")
-    return amount("cpu"), amount("memory"), gpus
+
+def effective_requests(spec: dict[str, Any]) -> dict[str, float]:
+    """The pod's effective request per resource (see the module docstring: sidecars, init
+    containers, pod-level resources, overhead); cores, bytes, GPUs.
+
+    Raises:
+        DataError: malformed containers or quantities.
+    """
+    containers = spec.get("containers") or []
+    inits = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(inits, list):
+        raise DataError("Pod.spec.containers and initContainers must be lists")
+    total: dict[str, float] = defaultdict(float)
+    for i, c in enumerate(containers):
+        for k, v in _container_requests(c, f"containers[{i}]").items():
+            total[k] += v
+    sidecars: dict[str, float] = defaultdict(float)
+    init_peak: dict[str, float] = defaultdict(float)
+    for i, c in enumerate(inits):
+        own = _container_requests(c, f"initContainers[{i}]")
+        if isinstance(c, dict) and c.get("restartPolicy") == "Always":  # a sidecar
+            for k, v in own.items():
+                total[k] += v
+                sidecars[k] += v
+            during = dict(sidecars)
+        else:
+            during = {k: own.get(k, 0.0) + sidecars.get(k, 0.0) for k in {*own, *sidecars}}
+        for k, v in during.items():
+            init_peak[k] = max(init_peak[k], v)
+    for k, v in init_peak.items():
+        total[k] = max(total[k], v)
+    pod_level = spec.get("resources") or {}
+    overhead = spec.get("overhead") or {}
+    if not isinstance(pod_level, dict) or not isinstance(overhead, dict):
+        raise DataError("Pod.spec.resources and Pod.spec.overhead must be objects")
+    preq = pod_level.get("requests") or {}
+    plim = pod_level.get("limits") or {}
+    if not isinstance(preq, dict) or not isinstance(plim, dict):
+        raise DataError("Pod.spec.resources.requests/limits must be objects")
+    for k, v in _resources(preq, plim, "spec.resources").items():
+        if k in _BOUND:  # pod-level resources: CPU and memory only
+            total[k] = v
+    for k, v in _resources(overhead, {}, "spec.overhead").items():
+        total[k] += v
+    return dict(total)
 
 
 def pod_request(pod: Any) -> PodRequest:
     """Read a ``v1.Pod`` (JSON) into a :class:`PodRequest` (see the module docstring).
 
     Raises:
-        DataError: not a Pod, a malformed quantity or annotation, or an impossible request
-            (fractional GPUs of more than one GPU).
+        DataError: not a Pod, a name or uid Kubernetes would not accept, a malformed or out-of-bounds
+            quantity or annotation, or an impossible request (fractional GPUs of more than one GPU,
+            two MIG profiles).
     """
     if not isinstance(pod, dict):
         raise DataError("ExtenderArgs.Pod must be a v1.Pod object")
@@ -175,55 +309,62 @@ def pod_request(pod: Any) -> PodRequest:
     spec = pod.get("spec") or {}
     if not isinstance(meta, dict) or not isinstance(spec, dict):
         raise DataError("Pod.metadata and Pod.spec must be objects")
-    name = str(meta.get("name") or meta.get("generateName") or "")
-    if not name:
+    raw_name = meta.get("name") or meta.get("generateName")
+    if not raw_name:
         raise DataError("Pod.metadata.name is missing")
-    if len(name) > 253:
-        raise DataError("Pod.metadata.name is longer than 253 characters")
-    key = f"{str(meta.get('namespace') or 'default')[:63]}/{name}"
-    containers = spec.get("containers") or []
-    inits = spec.get("initContainers") or []
-    if not isinstance(containers, list) or not isinstance(inits, list):
-        raise DataError("Pod.spec.containers and initContainers must be lists")
-    run = [_container_requests(c, f"containers[{i}]") for i, c in enumerate(containers)]
-    init = [_container_requests(c, f"initContainers[{i}]") for i, c in enumerate(inits)]
-    total = [sum(r[j] for r in run) for j in range(3)]
-    for j in range(3):
-        total[j] = max([total[j], *(r[j] for r in init)])
-    cpu_milli = math.ceil(total[0] * 1000 - 1e-9)
-    memory_mib = math.ceil(total[1] / 2**20 - 1e-9)
+    name = check_name(raw_name, "Pod.metadata.name")
+    ns = meta.get("namespace") or "default"
+    key = f"{check_name(ns, 'Pod.metadata.namespace', label=True)}/{name}"
+    uid = check_uid(meta.get("uid"))
+    total = effective_requests(spec)
+    cpu_milli = math.ceil(total.get("cpu", 0.0) * 1000 - 1e-9)
+    memory_mib = math.ceil(total.get("memory", 0.0) / 2**20 - 1e-9)
     if cpu_milli > MAX_CPU_MILLI or memory_mib > MAX_MEMORY_MIB:
         raise DataError(
             f"the pod asks for {cpu_milli} mCPU and {memory_mib} MiB; at most "
             f"{MAX_CPU_MILLI} mCPU and {MAX_MEMORY_MIB} MiB are supported"
         )
-    gpus = total[2]
-    if gpus != int(gpus) or gpus > 64:
-        raise DataError(f"{GPU_RESOURCE} must be a whole number up to 64, got {gpus:g}")
+    models: tuple[str, ...] = ()
+    mig = {k: v for k, v in total.items() if k.startswith(MIG_PREFIX) and v > 0}
+    if len(mig) > 1:
+        raise DataError(
+            f"the pod asks for several MIG profiles ({', '.join(sorted(mig))}); one is supported"
+        )
+    gpus = total.get(GPU_RESOURCE, 0.0)
+    if mig:
+        if gpus:
+            raise DataError(f"the pod asks for both {GPU_RESOURCE} and MIG instances")
+        ((res, gpus),) = mig.items()
+        models = (f"MIG {res[len(MIG_PREFIX) :]}",)
+    if gpus != int(gpus) or gpus > MAX_GPUS:
+        raise DataError(f"GPUs must be a whole number up to {MAX_GPUS}, got {gpus:g}")
     num_gpu, gpu_milli = int(gpus), 1000
     ann = meta.get("annotations") or {}
     if not isinstance(ann, dict):
         raise DataError("Pod.metadata.annotations must be an object")
-    if ANN_GPU_COUNT in ann or ANN_GPU_MILLI in ann:
+    if not mig and (ANN_GPU_COUNT in ann or ANN_GPU_MILLI in ann):
         try:
-            num_gpu = int(str(ann.get(ANN_GPU_COUNT, 1)))
-            gpu_milli = int(str(ann.get(ANN_GPU_MILLI, 1000)))
+            num_gpu = int(str(ann.get(ANN_GPU_COUNT, 1))[:20])
+            gpu_milli = int(str(ann.get(ANN_GPU_MILLI, 1000))[:20])
         except (TypeError, ValueError):
             raise DataError(
                 f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers"
             ) from None
         if not 1 <= gpu_milli <= 1000 or num_gpu < 0:
             raise DataError(f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0")
-    if num_gpu > 64:
-        raise DataError(f"the pod asks for {num_gpu} GPUs; at most 64 are supported")
+    if num_gpu > MAX_GPUS:
+        raise DataError(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
     if num_gpu > 1 and gpu_milli < 1000:
         raise DataError("a multi-GPU pod takes whole GPUs: gpu-milli must be 1000")
-    models = tuple(
-        m.strip() for m in re.split(r"[|,]", str(ann.get(ANN_GPU_MODEL) or "")) if m.strip()
-    )
+    if not mig:
+        models = tuple(
+            m.strip()
+            for m in re.split(r"[|,]", str(ann.get(ANN_GPU_MODEL) or "")[:1000])
+            if m.strip()
+        )
     return PodRequest(
         key=key,
-        uid=str(meta["uid"]) if meta.get("uid") else None,
+        uid=uid,
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
         num_gpu=num_gpu,
@@ -246,10 +387,26 @@ class Decision:
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     passthrough: list[str] = field(default_factory=list)
+    cpu_only: bool = False
+    """The pod asks for no GPU: nodes without GPUs (``gpu_nodes`` lists the others) come first."""
+    gpu_nodes: frozenset[str] = frozenset()
 
     def scores(self) -> dict[str, int]:
-        """Host -> 0..10: the choice 10, the other feasible nodes 0..9 by policy score, others 0."""
+        """Host -> 0..10: the choice 10, the other feasible nodes 0..9 by policy score, others 0.
+
+        A CPU-only pod with feasible nodes both with and without GPUs: the first node without GPUs
+        (the choice) 10, the other such nodes 9..5, the GPU nodes 4..0, each in policy order (a
+        CPU-only pod should not take a GPU node's CPU and memory while a CPU node has room)."""
         out = dict.fromkeys(self.names, 0)
+        cpu = [o for o in self.options if o.node not in self.gpu_nodes]
+        gpu = [o for o in self.options if o.node in self.gpu_nodes]
+        if self.cpu_only and cpu and gpu:
+            out[cpu[0].node] = MAX_EXTENDER_PRIORITY
+            for i, o in enumerate(cpu[1:]):
+                out[o.node] = 9 - (5 * i) // len(cpu[1:])
+            for i, o in enumerate(gpu):
+                out[o.node] = 4 - (5 * i) // len(gpu)
+            return out
         if not self.options:
             return out
         rest = self.options[1:]
@@ -333,12 +490,12 @@ def candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | N
         for i, item in enumerate(items):
             meta = item.get("metadata") if isinstance(item, dict) else None
             name = meta.get("name") if isinstance(meta, dict) else None
-            if not isinstance(name, str) or not name:
+            if name is None or name == "":
                 raise DataError(f"ExtenderArgs.Nodes.items[{i}].metadata.name is missing")
-            objs[name] = item
+            objs[check_name(name, f"ExtenderArgs.Nodes.items[{i}].metadata.name")] = item
         return list(objs), objs
     if isinstance(names, list) and all(isinstance(n, str) for n in names):
-        return list(names), None
+        return [check_name(n, f"ExtenderArgs.NodeNames[{i}]") for i, n in enumerate(names)], None
     raise DataError("ExtenderArgs needs Nodes (a v1.NodeList) or NodeNames (a list of strings)")
 
 
@@ -362,7 +519,11 @@ def decide(
     if callable(reservations):
         reservations = reservations(req)
     known = index.lookup(snapshot, names)
-    d = Decision(names)
+    d = Decision(
+        names,
+        cpu_only=not req.num_gpu,
+        gpu_nodes=frozenset(n for n, node in known.items() if node.gpus),
+    )
     cands: list[NodeState] = []
     for name in names:
         node = known.get(name)
@@ -389,6 +550,8 @@ def decide(
             allowed={n.name for n in cands},
             alternative_gpus=False,  # only the choice is held: its GPUs are enough
         )
+    if d.cpu_only:  # nodes without GPUs first (stable: policy order within each kind)
+        d.options.sort(key=lambda o: o.node in d.gpu_nodes)
     chosen = {o.node for o in d.options}
     for node in cands:
         if node.name not in chosen:

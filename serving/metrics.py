@@ -12,7 +12,7 @@
 | ``fleetmind_model_info`` | gauge (1) | ``kind``, ``method``, ``version``, ``fallback`` |
 | ``fleetmind_model_loads_total`` | counter | ``kind``, ``result`` (success, failure) |
 | ``fleetmind_rca_duration_seconds`` | histogram | ``method`` |
-| ``fleetmind_placements_total`` | counter | ``policy``, ``result`` (placed, infeasible) |
+| ``fleetmind_placements_total`` | counter | ``policy``, ``result`` (placed, infeasible), ``path`` (placements, filter, prioritize: the placement route or the kube-scheduler extender's) |
 
 ``fleetmind_model_loads_total`` is the series the ``ModelWeightLoadFailures`` rule in
 ``deploy/fleetmind-rules.yml`` watches, and ``fleetmind_incident_grouping_lag_seconds`` the
@@ -95,7 +95,7 @@ class Metrics:
             registry=r,
         )
         self.placements = Counter(
-            "fleetmind_placements", "placement decisions", ["policy", "result"], registry=r
+            "fleetmind_placements", "placement decisions", ["policy", "result", "path"], registry=r
         )
 
     def on_model_load(self, kind: str, ok: bool) -> None:

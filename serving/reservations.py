@@ -22,20 +22,49 @@ free capacity (one request wide), as with any optimistic scheduler.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from sqlalchemy import delete, or_, select
+from sqlalchemy.exc import OperationalError, StatementError
 
+from fleetmind.data.errors import DataError
 from fleetmind.serving.db import Database, reservations
 from fleetmind.serving.placement import Option, Reservations
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot
 
 reservations_table = reservations
+
+
+MAX_KEY_CHARS = 320
+"""Longest pod key (``namespace/name``: 63 + 1 + 253, or ``placement/<job id>``), as stored."""
+
+
+def _checked_key(key: str, uid: str | None = None) -> None:
+    """Refuse what the table cannot hold before the database sees it (PostgreSQL refuses NUL and
+    over-long strings with an error that is not about being down)."""
+    if len(key) > MAX_KEY_CHARS or "\x00" in key:
+        raise DataError(f"a reservation key is at most {MAX_KEY_CHARS} characters without NUL")
+    if uid is not None and (len(uid) > 128 or "\x00" in uid):
+        raise DataError("a pod uid is at most 128 characters without NUL")
+
+
+@contextlib.contextmanager
+def _bad_input_is_422() -> Iterator[None]:
+    """The database refusing a value (not being down) is the caller's error: :class:`DataError`
+    (422). ``OperationalError`` (unreachable, timed out) still propagates (503)."""
+    try:
+        yield
+    except OperationalError:
+        raise
+    except (StatementError, ValueError, UnicodeError) as err:
+        reason = type(getattr(err, "orig", None) or err).__name__
+        raise DataError(f"the database refused the reservation's values ({reason})") from None
 
 
 def _view(rows: Iterable[Any]) -> Reservations:
@@ -83,9 +112,10 @@ class DbReservations(Reservations):
     # ------------------------------------------------------------------ holds
     def hold(self, key: str, option: Option, job: JobSpec, uid: str | None = None) -> None:
         """Hold ``option`` for pod ``key`` (replacing the pod's earlier hold)."""
+        _checked_key(key, uid)
         now = self.clock()
         t = reservations_table
-        with self.db.write() as conn:
+        with _bad_input_is_422(), self.db.write() as conn:
             conn.execute(delete(t).where(or_(t.c.pod_key == key, t.c.expires_ts <= now)))
             conn.execute(
                 t.insert().values(
@@ -111,9 +141,12 @@ class DbReservations(Reservations):
             ``"held"`` (the hold now waits for telemetry), ``"moved"`` (bound elsewhere: the hold is
             dropped) or ``"unknown"`` (no live hold for that pod).
         """
+        _checked_key(key)
+        if len(node) > 256 or "\x00" in node:
+            raise DataError("a node name is at most 256 characters without NUL")
         now = self.clock()
         t = reservations_table
-        with self.db.write() as conn:
+        with _bad_input_is_422(), self.db.write() as conn:
             row = conn.execute(
                 select(t.c.node).where(t.c.pod_key == key, t.c.expires_ts > now)
             ).first()
@@ -134,8 +167,9 @@ class DbReservations(Reservations):
 
     def release(self, key: str) -> bool:
         """Drop pod ``key``'s hold; True when there was one."""
+        _checked_key(key)
         t = reservations_table
-        with self.db.write() as conn:
+        with _bad_input_is_422(), self.db.write() as conn:
             n = conn.execute(delete(t).where(t.c.pod_key == key)).rowcount
         self._cached = None
         return bool(n)

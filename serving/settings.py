@@ -38,17 +38,37 @@ class Settings(BaseSettings):
     )
     api_token: str | None = Field(
         None,
-        description="a bearer token with every scope (read, ingest, admin); when any token is set, "
-        "every route but /healthz, /readyz and /metrics needs 'Authorization: Bearer <token>'",
+        description="a bearer token with every scope (read, ingest, schedule, admin); when any "
+        "token is set, every route but /healthz, /readyz and /metrics needs "
+        "'Authorization: Bearer <token>'",
     )
     ingest_token: str | None = Field(
         None, description="a bearer token with the ingest scope only (the Alertmanager webhook)"
     )
     read_token: str | None = Field(
-        None, description="a bearer token with the read scope (GET routes, RCA, placements, /docs)"
+        None,
+        description="a bearer token with the read scope (GET routes, RCA, placements without "
+        "reserve, /docs)",
+    )
+    schedule_token: str | None = Field(
+        None,
+        description="a bearer token with the schedule scope (the kube-scheduler extender routes "
+        "and placements with reserve=true: the routes that hold capacity)",
     )
     admin_token: str | None = Field(
         None, description="a bearer token with the admin scope (replace the graph, reload models)"
+    )
+    tls_cert: str | None = Field(
+        None,
+        description="PEM certificate (chain) file: with FLEETMIND_TLS_KEY, `fleetmind serve` "
+        "serves HTTPS",
+    )
+    tls_key: str | None = Field(None, description="PEM private key file of FLEETMIND_TLS_CERT")
+    scheduler_client_ca: str | None = Field(
+        None,
+        description="PEM CA bundle (needs TLS): a client certificate it signed carries the "
+        "schedule scope on /api/v1/scheduler/* without a bearer token (kube-scheduler's extender "
+        "tlsConfig); use a CA that signs nothing else",
     )
     migrate_on_start: bool = Field(
         True,
@@ -313,7 +333,7 @@ class Settings(BaseSettings):
         description="torch intra-op threads per process (1 suits one worker per core; unset: torch's default)",
     )
 
-    @field_validator("api_token", "ingest_token", "read_token", "admin_token")
+    @field_validator("api_token", "ingest_token", "read_token", "schedule_token", "admin_token")
     @classmethod
     def _no_empty_token(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
@@ -328,6 +348,7 @@ class Settings(BaseSettings):
         for token, scopes in (
             (self.ingest_token, {"ingest"}),
             (self.read_token, {"read"}),
+            (self.schedule_token, {"schedule"}),
             (self.admin_token, {"admin"}),
             (self.api_token, set(SCOPES)),
         ):
@@ -335,11 +356,45 @@ class Settings(BaseSettings):
                 out.setdefault(token, set()).update(scopes)
         return {t: frozenset(s) for t, s in out.items()}
 
+    def weak_tokens(self) -> list[str]:
+        """``FLEETMIND_<NAME>_TOKEN`` of each token that is a placeholder (``change-me...``) or
+        shorter than :data:`MIN_TOKEN_CHARS` characters (``fleetmind serve`` refuses them)."""
+        out = []
+        for name in ("api", "ingest", "read", "schedule", "admin"):
+            token = getattr(self, f"{name}_token")
+            if token is None:
+                continue
+            if token.lower().startswith(PLACEHOLDER_PREFIX) or len(token) < MIN_TOKEN_CHARS:
+                out.append(f"FLEETMIND_{name.upper()}_TOKEN")
+        return out
 
-SCOPES = ("read", "ingest", "admin")
-"""The token scopes: ``read`` (GET routes, RCA, placements, the API docs), ``ingest`` (the
-Alertmanager webhook), ``admin`` (replace the graph, reload models, and routes that change state
-for everyone)."""
+    def tls_problem(self) -> str | None:
+        """Why the TLS settings cannot work (half set, unreadable file), or None."""
+        import os
+
+        if bool(self.tls_cert) != bool(self.tls_key):
+            return "set both FLEETMIND_TLS_CERT and FLEETMIND_TLS_KEY, or neither"
+        if self.scheduler_client_ca and not self.tls_cert:
+            return "FLEETMIND_SCHEDULER_CLIENT_CA needs FLEETMIND_TLS_CERT and FLEETMIND_TLS_KEY"
+        for var, path in (
+            ("FLEETMIND_TLS_CERT", self.tls_cert),
+            ("FLEETMIND_TLS_KEY", self.tls_key),
+            ("FLEETMIND_SCHEDULER_CLIENT_CA", self.scheduler_client_ca),
+        ):
+            if path and not os.access(path, os.R_OK):
+                return f"{var}={path!r}: no readable file there"
+        return None
+
+
+SCOPES = ("read", "ingest", "schedule", "admin")
+"""The token scopes: ``read`` (GET routes, RCA, placements without ``reserve``, the API docs),
+``ingest`` (the Alertmanager webhook), ``schedule`` (the kube-scheduler extender routes and
+placements with ``reserve=true``: the routes that hold capacity), ``admin`` (replace the graph,
+reload models, and routes that change state for everyone)."""
+PLACEHOLDER_PREFIX = "change-me"
+"""Tokens starting with this (any case) are the shipped examples' placeholders."""
+MIN_TOKEN_CHARS = 16
+"""The shortest token ``fleetmind serve`` accepts (``openssl rand -hex 32`` gives 64)."""
 
 
 @lru_cache

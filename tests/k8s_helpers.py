@@ -202,23 +202,50 @@ def prometheus_binary() -> str | None:
     return shutil.which("prometheus")
 
 
-class Prometheus:
-    """The Debian ``prometheus`` binary scraping ``jobs`` (``{job: metrics path}``) every second."""
+DCGM_CHART_SCRAPE: dict[str, Any] = {"honor_labels": False}
+"""dcgm-exporter's Helm chart default: ``serviceMonitor.honorLabels: false`` (NVIDIA/dcgm-exporter
+``deployment/values.yaml``, rendered by ``deployment/templates/service-monitor.yaml``)."""
+KSM_SCRAPE: dict[str, Any] = {"honor_labels": True}
+"""kube-state-metrics as kube-prometheus-stack scrapes it (``honorLabels: true``: its ``pod`` and
+``namespace`` labels are the objects it describes)."""
 
-    def __init__(self, tmp: Any, exporter: ExporterServer, jobs: dict[str, str]) -> None:
+
+def exporter_target(pod: str, namespace: str = "gpu-operator") -> dict[str, str]:
+    """The target labels prometheus-operator gives a ServiceMonitor endpoint from Kubernetes service
+    discovery (``namespace``, ``pod``, ``container``, ``service``, ``endpoint``; prometheus-operator
+    ``pkg/prometheus/promcfg.go``, ``generateServiceMonitorConfig``)."""
+    return {"namespace": namespace, "pod": pod, "container": "exporter",
+            "service": "dcgm-exporter", "endpoint": "metrics"}  # fmt: skip
+
+
+class Prometheus:
+    """The Debian ``prometheus`` binary scraping ``jobs`` (``{job: metrics path}``) every second.
+
+    ``scrape``: per job, ``honor_labels`` (default True) and ``labels`` (target labels, as service
+    discovery would attach them); see :data:`DCGM_CHART_SCRAPE` and :func:`exporter_target`.
+    """
+
+    def __init__(self, tmp: Any, exporter: ExporterServer, jobs: dict[str, str],
+                 scrape: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
         import subprocess
 
         import yaml
         from serving_helpers import free_port
 
+        scrape = scrape or {}
         cfg = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
             "scrape_configs": [
                 {
                     "job_name": job,
                     "metrics_path": path,
-                    "honor_labels": True,
-                    "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
+                    "honor_labels": bool(scrape.get(job, {}).get("honor_labels", True)),
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{exporter.port}"],
+                            "labels": dict(scrape.get(job, {}).get("labels", {})),
+                        }
+                    ],
                 }
                 for job, path in jobs.items()
             ],
@@ -261,6 +288,61 @@ class Prometheus:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+# ------------------------------------------------------------------ dcgm-exporter layout texts
+# dcgm-exporter's label layout (gpu, UUID, device, modelName, Hostname or hostname; pod/namespace/
+# container of its Kubernetes mapping only on a GPU a pod holds; DCGM_EXP_XID_ERRORS_COUNT with an
+# xid label, NVIDIA/dcgm-exporter internal/pkg/collector/xid_collector.go)
+DCGM_FIELDS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+
+
+def dcgm_text(host_label: str, host: str, gpus: list[dict[str, Any]],
+              window: list[tuple[int, int, int]] | None = None) -> str:  # fmt: skip
+    """One exporter's text; each GPU: ``used`` MiB, ``xid`` (last), ``pod`` ("ns/name" or "").
+    ``window``: ``DCGM_EXP_XID_ERRORS_COUNT`` series ``(gpu, xid, count)``."""
+    lines: list[str] = []
+    for f in DCGM_FIELDS:
+        lines += [f"# HELP {f} {f}.", f"# TYPE {f} gauge"]
+        for i, g in enumerate(gpus):
+            lab = (f'gpu="{i}",UUID="GPU-{host}-{i}",device="nvidia{i}",'
+                   f'modelName="NVIDIA H100 80GB HBM3",{host_label}="{host}"')  # fmt: skip
+            if g.get("pod"):
+                ns, name = g["pod"].split("/")
+                lab += f',container="main",namespace="{ns}",pod="{name}"'
+            value = {"DCGM_FI_DEV_GPU_UTIL": 90 if g.get("pod") else 0,
+                     "DCGM_FI_DEV_FB_USED": g.get("used", 0),
+                     "DCGM_FI_DEV_FB_FREE": 81559 - g.get("used", 0),
+                     "DCGM_FI_DEV_XID_ERRORS": g.get("xid", 0)}[f]  # fmt: skip
+            lines.append(f"{f}{{{lab}}} {value}")
+    if window is not None:
+        f = "DCGM_EXP_XID_ERRORS_COUNT"
+        lines += [f"# HELP {f} Count of XID Errors within user-specified time window.",
+                  f"# TYPE {f} gauge"]  # fmt: skip
+        for gpu, xid, count in window:
+            lab = (f'gpu="{gpu}",UUID="GPU-{host}-{gpu}",device="nvidia{gpu}",'
+                   f'modelName="NVIDIA H100 80GB HBM3",{host_label}="{host}",xid="{xid}"')  # fmt: skip
+            lines.append(f"{f}{{{lab}}} {count}")
+    return "\n".join(lines) + "\n"
+
+
+KSM = """# HELP kube_node_status_allocatable allocatable
+# TYPE kube_node_status_allocatable gauge
+kube_node_status_allocatable{node="gpu-a",resource="cpu",unit="core"} 96
+kube_node_status_allocatable{node="gpu-a",resource="memory",unit="byte"} 1.099511627776e+12
+kube_node_status_allocatable{node="gpu-b",resource="cpu",unit="core"} 32
+kube_node_status_allocatable{node="gpu-b",resource="memory",unit="byte"} 2.74877906944e+11
+# HELP kube_pod_info pod info
+# TYPE kube_pod_info gauge
+kube_pod_info{namespace="ml",pod="train-0",node="gpu-a",created_by_kind="Job",created_by_name="train"} 1
+kube_pod_info{namespace="gpu-operator",pod="dcgm-exporter-a1b2c",node="gpu-a",created_by_kind="DaemonSet",created_by_name="dcgm-exporter"} 1
+kube_pod_info{namespace="gpu-operator",pod="nvidia-dcgm-exp-d3e4f",node="gpu-b",created_by_kind="DaemonSet",created_by_name="nvidia-dcgm-exp"} 1
+"""
 
 
 # ------------------------------------------------------------------ a live openb fleet
@@ -400,7 +482,11 @@ def live_vs_sim(tmp_path: Path, step: int, policy: str = "fgd") -> dict:
     fleet = LiveFleet(names, [str(m) for m in nodes.model], nodes.num_gpu.tolist(),
                       nodes.cpu_milli.tolist(), nodes.memory_mib.tolist())  # fmt: skip
     exporter = ExporterServer({"/dcgm": fleet.dcgm_text(), "/ksm": fleet.ksm_text()})
-    prom = Prometheus(tmp_path, exporter, {"dcgm-exporter": "/dcgm", "kube-state-metrics": "/ksm"})
+    prom = Prometheus(
+        tmp_path, exporter, {"dcgm-exporter": "/dcgm", "kube-state-metrics": "/ksm"},
+        scrape={"dcgm-exporter": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-q7x2m")},
+                "kube-state-metrics": KSM_SCRAPE},
+    )  # fmt: skip
     try:
         prom.wait_for("kube_node_status_allocatable", 2 * len(names))
         prom.wait_for("DCGM_FI_DEV_FB_FREE", int(nodes.num_gpu.sum()))

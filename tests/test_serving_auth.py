@@ -19,7 +19,7 @@ from fleetmind.serving.app import create_app
 from fleetmind.serving.deps import PUBLIC_PATHS, flat_routes
 from fleetmind.serving.settings import Settings, get_settings
 
-TOKENS = {"read": "r-token", "ingest": "i-token", "admin": "a-token"}
+TOKENS = {"read": "r-token", "ingest": "i-token", "schedule": "s-token", "admin": "a-token"}
 ALL = "all-token"
 
 
@@ -31,6 +31,7 @@ def make_settings(tmp_path: Path, **kw: Any) -> Settings:
         "incident_worker": False,
         "read_token": TOKENS["read"],
         "ingest_token": TOKENS["ingest"],
+        "schedule_token": TOKENS["schedule"],
         "admin_token": TOKENS["admin"],
         "api_token": ALL,
     }
@@ -150,7 +151,9 @@ def test_token_is_checked_before_the_body_is_read(tmp_path: Path) -> None:
     assert received == []
 
 
-@pytest.mark.parametrize("field", ["api_token", "read_token", "ingest_token", "admin_token"])
+@pytest.mark.parametrize(
+    "field", ["api_token", "read_token", "ingest_token", "schedule_token", "admin_token"]
+)
 def test_empty_token_is_an_error_not_auth_off(tmp_path: Path, field: str) -> None:
     with pytest.raises(ValidationError, match="empty token"):
         make_settings(tmp_path, **{field: ""})
@@ -164,7 +167,7 @@ def test_serve_refuses_public_bind_without_token(
     from fleetmind.training.cli import main
     from fleetmind.training.cli_serve import is_loopback
 
-    for var in ("API", "READ", "INGEST", "ADMIN"):
+    for var in ("API", "READ", "INGEST", "SCHEDULE", "ADMIN"):
         monkeypatch.delenv(f"FLEETMIND_{var}_TOKEN", raising=False)
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path}/x.db")
     for host in ("0.0.0.0", "::", "10.1.2.3", "fleetmind.example"):
@@ -194,7 +197,7 @@ def test_serve_passes_connection_limits_to_uvicorn(
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path}/x.db")
     monkeypatch.setenv("FLEETMIND_LIMIT_CONCURRENCY", "77")
-    monkeypatch.setenv("FLEETMIND_API_TOKEN", "t")
+    monkeypatch.setenv("FLEETMIND_API_TOKEN", "a-long-enough-test-token")
     assert main(["serve", "--host", "0.0.0.0"]) == 0  # a token is set: a public bind is allowed
     assert seen["http"] is GuardedHttpToolsProtocol and seen["timeout_keep_alive"] == 5
     assert seen["limit_concurrency"] is None  # uvicorn's counts idle connections

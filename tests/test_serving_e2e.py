@@ -130,7 +130,7 @@ def test_alertmanager_delivers_into_ranked_incidents(tmp_path: Path) -> None:
         pytest.skip(
             "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
         )
-    token = "e2e-token"
+    token = "e2e-token-0123456789"
     env = {
         **BASE_ENV,
         "FLEETMIND_DATABASE_URL": f"sqlite:///{tmp_path}/am.db",
@@ -284,6 +284,7 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
         assert names == sorted(
             [
                 "GpuLowUtilisation",
+                "fleetmind:gpu_last_xid:info",  # the recording rule GpuXidError reads
                 "GpuXidError",
                 "CrossClusterLatencyHigh",
                 "PendingPodsOverQueueCapacity",

@@ -43,7 +43,7 @@ from fleetmind.data.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
-INGEST, READ = "ingest-token", "read-token"
+INGEST, READ = "ingest-token-0123456789", "read-token-0123456789"
 LOCK_KEY = 0x464C4D44  # serving.db.LeaderLock.PG_KEY
 BASE_ENV = {
     "FLEETMIND_RCA_MODEL": "baseline:upstream-coverage",

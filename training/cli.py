@@ -26,6 +26,7 @@ GROUPS: dict[str, str] = {
     "serve": "run the inference service (FastAPI) on the embedded defaults",
     "graph": "dependency graph: build it from a Kubernetes cluster, print its JSON Schema",
     "demo": "end-to-end demo: data, models, service, an alert storm and a placement",
+    "doctor": "check the metrics FleetMind needs on a live Prometheus (--prometheus URL)",
 }
 
 

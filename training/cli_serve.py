@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetmind.serving.db import Database
     from fleetmind.serving.http_guard import server_options
     from fleetmind.serving.settings import Settings, get_settings
+    from fleetmind.serving.tls import uvicorn_options
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be within 1..65535, got {args.port}")
@@ -125,6 +126,15 @@ def run(args: argparse.Namespace) -> int:
         settings = Settings()
     except ValidationError as err:
         raise ConfigError(_settings_error(err)) from None
+    weak = settings.weak_tokens()
+    if weak:
+        raise ConfigError(
+            f"refusing to start with a placeholder or short token in {', '.join(weak)}: use at "
+            "least 16 random characters (e.g. openssl rand -hex 32)"
+        )
+    tls_problem = settings.tls_problem()
+    if tls_problem:
+        raise ConfigError(tls_problem)
     if not settings.tokens() and not is_loopback(args.host) and not args.insecure:
         raise ConfigError(
             f"refusing to serve on {args.host} without a token: set FLEETMIND_API_TOKEN (or "
@@ -150,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
-        **server_options(settings),  # header timeout and size limit, connection limits
+        # header timeout and size limit, connection limits; then HTTPS and kube-scheduler's
+        # client certificate (whose protocol keeps those limits: it subclasses the guarded one)
+        **{**server_options(settings), **uvicorn_options(settings)},
     )
     return 0

@@ -2,7 +2,7 @@
 # Builds the FleetMind service image with podman (or docker: CONTAINER=docker):
 #   deploy/container/build.sh [IMAGE]        (default localhost/fleetmind:<version>)
 # Steps: the base image (build-base.sh, reused when present), a build context with this checkout's
-# files (tracked and untracked, not ignored), the dependency list and local wheels (PIP_FIND_LINKS
+# files (tracked and untracked, not ignored), the dependency list, constraints.txt and local wheels (PIP_FIND_LINKS
 # folders, e.g. PyTorch's CPU wheel), then a multi-stage build with the host network and the host's
 # CA bundle (pip inside the build reaches the same package index as the host).
 set -euo pipefail
@@ -27,6 +27,7 @@ for d in ${PIP_FIND_LINKS:-}; do
   [ -d "$d" ] && find "$d" -maxdepth 1 -name 'torch-*.whl' -exec cp -l {} "$ctx/wheels/" \; 2>/dev/null \
     || find "$d" -maxdepth 1 -name 'torch-*.whl' -exec cp {} "$ctx/wheels/" \; 2>/dev/null || true
 done
+cp "$repo/constraints.txt" "$ctx/constraints.txt"  # the same pins as a source install
 cp "$here/Dockerfile" "$ctx/Dockerfile"
 ca=/etc/ssl/certs/ca-certificates.crt
 mounts=()

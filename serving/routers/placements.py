@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 
-from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep
+from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep, has_scope
 from fleetmind.serving.health import healthy_nodes
 from fleetmind.serving.placement import why_no_fit
 from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
@@ -15,10 +15,11 @@ router = APIRouter(prefix="/api/v1/placements", tags=["placements"])
 @router.post(
     "",
     response_model=PlacementOut,
-    responses={409: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    responses={403: {"model": ErrorOut}, 409: {"model": ErrorOut}, 503: {"model": ErrorOut}},
     summary="Place a job on the fleet",
 )
 def place(
+    request: Request,
     job: JobSpec,
     registry: RegistryDep,
     telemetry: TelemetryDep,
@@ -27,9 +28,12 @@ def place(
 ) -> PlacementOut:
     """Choose a cluster, node and GPUs for ``job`` with the served policy (PPO, or the best heuristic).
 
-    ``reserve=true`` books the GPUs so that the following placements see them as used. 409 when no
-    node can hold the job.
+    ``reserve=true`` books the GPUs so that the following placements see them as used; it holds
+    capacity, so it needs the ``schedule`` scope (403 with a read-only token). 409 when no node can
+    hold the job.
     """
+    if job.reserve and not has_scope(request, "schedule"):
+        raise HTTPException(403, "reserve=true holds capacity: it needs the 'schedule' scope")
     if job.num_gpu > 1 and job.gpu_milli < 1000:
         raise HTTPException(422, "a multi-GPU job takes whole GPUs: gpu_milli must be 1000")
     model = registry.current.placement
@@ -52,7 +56,7 @@ def place(
     else:
         options = place()
     if not options:
-        metrics.placements.labels(model.method, "infeasible").inc()
+        metrics.placements.labels(model.method, "infeasible", "placements").inc()
         where = f" in cluster {job.cluster!r}" if job.cluster else ""
         raise HTTPException(
             409,
@@ -60,7 +64,7 @@ def place(
             f"model {job.gpu_model or 'any'}, {job.cpu_milli} mCPU, {job.memory_mib} MiB): "
             + why_no_fit(snapshot, job, services.reservations),
         )
-    metrics.placements.labels(model.method, "placed").inc()
+    metrics.placements.labels(model.method, "placed", "placements").inc()
     best = options[0]
     return PlacementOut(
         cluster=best.cluster,

@@ -41,13 +41,19 @@ def _held(services: Any, snapshot: FleetSnapshot) -> Any:
 
 
 def _decide(
-    services: Any, registry: Any, telemetry: Any, args: dict[str, Any]
+    services: Any, registry: Any, telemetry: Any, args: dict[str, Any], path: str
 ) -> tuple[ext.PodRequest, ext.Decision]:
+    """Decide for the pod of ``args`` and count the decision in ``fleetmind_placements_total``
+    (``path``: filter or prioritize; ``policy``: the served one, or ``fallback``)."""
     state = _state(services)
     model = registry.current.placement
     placer = state.placer(model.impl, model.fallback_reason)
     snapshot = telemetry.snapshot()
-    return ext.decide(args, snapshot, _held(services, snapshot), placer, state.index)
+    req, decision = ext.decide(args, snapshot, _held(services, snapshot), placer, state.index)
+    policy = model.method if model.fallback_reason is None else "fallback"
+    placed = bool(decision.options or decision.passthrough)
+    services.metrics.placements.labels(policy, "placed" if placed else "infeasible", path).inc()
+    return req, decision
 
 
 @router.post(
@@ -64,7 +70,7 @@ def filter_nodes(
     """Keep the candidate nodes that can hold the Pod; the others go to ``FailedNodes`` (room may
     free up) or ``FailedAndUnresolvableNodes`` (the node could never hold it), with a reason."""
     _, objs = ext.candidate_names(args)
-    _, decision = _decide(services, registry, telemetry, args)
+    _, decision = _decide(services, registry, telemetry, args, "filter")
     return ext.filter_result(decision, objs)
 
 
@@ -84,7 +90,7 @@ def prioritize(
     The choice is held (GPUs, CPU, memory) for the Pod until it is seen bound or the hold's TTL
     expires, so that the next pods, on any replica, see that capacity as used.
     """
-    req, decision = _decide(services, registry, telemetry, args)
+    req, decision = _decide(services, registry, telemetry, args, "prioritize")
     res = services.reservations
     if decision.options and isinstance(res, DbReservations):
         res.hold(req.key, decision.options[0], req.job(), uid=req.uid)
@@ -106,15 +112,19 @@ def bound(
     telemetry to show the pod (``FLEETMIND_RESERVATION_BOUND_GRACE_S`` at most), ``moved`` the pod
     went to another node than FleetMind chose (hold dropped), ``unknown`` no live hold.
     """
+    if not isinstance(args, dict):
+        raise DataError("the body must be an ExtenderBindingArgs object")
     name = ext.get_ci(args, "PodName")
     node = ext.get_ci(args, "Node")
     ns = ext.get_ci(args, "PodNamespace")
     ns = "default" if ns is None or ns == "" else ns
-    if not isinstance(name, str) or not name or not isinstance(node, str) or not node:
+    if not name or not node:
         raise DataError("ExtenderBindingArgs needs PodName and Node (strings)")
-    if not isinstance(ns, str):
-        raise DataError("ExtenderBindingArgs.PodNamespace must be a string")
+    name = ext.check_name(name, "ExtenderBindingArgs.PodName")
+    node = ext.check_name(node, "ExtenderBindingArgs.Node")
+    ns = ext.check_name(ns, "ExtenderBindingArgs.PodNamespace", label=True)
+    ext.check_uid(ext.get_ci(args, "PodUID"), "ExtenderBindingArgs.PodUID")
     res = services.reservations
     if not isinstance(res, DbReservations):
         return {"Error": "", "Outcome": "unknown"}
-    return {"Error": "", "Outcome": res.bound(f"{ns[:63]}/{name[:253]}", node)}
+    return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node)}

@@ -17,9 +17,26 @@ DCGM series (dcgm-exporter's default counters; units as exported):
 | ``DCGM_FI_DEV_GPU_UTIL`` | % | ``util_pct`` |
 | ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` | ratio | ``util_pct`` (x100) where GPU_UTIL is absent (MIG) |
 | ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` | MiB | ``mem_used_mib``, ``mem_total_mib`` |
-| ``DCGM_FI_DEV_XID_ERRORS`` | last XID | ``xid_errors``; non-zero marks the GPU unhealthy |
+| ``DCGM_FI_DEV_XID_ERRORS`` | last XID (never reset) | ``xid_errors``; a hardware XID marks the GPU unhealthy |
+| ``DCGM_EXP_XID_ERRORS_COUNT{xid}`` | XIDs in the exporter's window | when exported for the node: a hardware ``xid`` counted in the window marks the GPU unhealthy (instead of the last XID) |
 | ``modelName`` / ``UUID`` labels | - | ``model``, ``uuid`` |
-| ``pod`` / ``namespace`` labels | - | the pod holding the GPU (dcgm-exporter's Kubernetes mapping) |
+| ``exported_pod`` / ``exported_namespace``, else ``pod`` / ``namespace`` labels | - | the pod holding the GPU (dcgm-exporter's Kubernetes mapping) |
+
+Scrape styles. dcgm-exporter's Helm chart scrapes with ``honorLabels: false`` (its ServiceMonitor
+default, ``deployment/templates/service-monitor.yaml`` and ``values.yaml`` of NVIDIA/dcgm-exporter),
+so Prometheus sets ``pod``/``namespace``/``container`` to the *exporter's own* target and renames the
+exporter's labels for the workload to ``exported_pod``/``exported_namespace``/``exported_container``.
+With ``honor_labels: true`` the workload keeps ``pod``, and a GPU that no pod holds still gets the
+target's ``pod`` (the exporter's). So the workload is ``exported_pod`` when present, else ``pod``
+unless that is the exporter's own pod: a DaemonSet pod (``kube_pod_info{created_by_kind}``), a pod
+seen next to an ``exported_pod``, the pod named by a ``Hostname`` label, or a name like
+``dcgm-exporter-x7k2p``.
+
+Health. ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID and is never reset (NVIDIA/dcgm-exporter#500,
+NVIDIA/DCGM#277), so one application XID (13, 31, 43, 45: a user program's fault) must not take a
+GPU out for good. Only :data:`HARDWARE_XIDS` mark a GPU unhealthy; where the exporter exports the
+windowed ``DCGM_EXP_XID_ERRORS_COUNT`` for a node, its GPUs are judged by that window instead, so
+they come back once the window holds no hardware XID.
 
 MIG: a series with a ``GPU_I_ID`` label is one MIG instance; each instance becomes its own GPU of
 the node, ``index = 100 * (gpu + 1) + GPU_I_ID`` (never a physical index), ``model`` =
@@ -36,13 +53,14 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
 
 Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
-``__meta_kubernetes_pod_node_name``), ``kubernetes_node``, then ``Hostname``. The pitfall:
+``__meta_kubernetes_pod_node_name``), ``kubernetes_node``, then ``Hostname`` (``hostname`` in
+dcgm-exporter's newest code). The pitfall:
 dcgm-exporter in a DaemonSet without ``hostNetwork`` reports the *exporter pod's* name as
 ``Hostname`` (``dcgm-exporter-x7k2p``). When ``Hostname`` is the name of a pod that
 kube-state-metrics places on a node, that node is used instead.
 
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
-GPU-sharing pods on it (annotations); else 0 when a pod holds it (``pod`` label); else 1000 when under
+GPU-sharing pods on it (annotations); else 0 when a workload pod holds it (see Scrape styles); else 1000 when under
 5 % of its framebuffer is used, otherwise the free framebuffer fraction.
 """
 
@@ -64,13 +82,40 @@ _FIELDS = {
     "DCGM_FI_DEV_FB_USED": "used",
     "DCGM_FI_DEV_FB_FREE": "free",
     "DCGM_FI_DEV_XID_ERRORS": "xid",
+    "DCGM_EXP_XID_ERRORS_COUNT": "xid_count",
 }
+HARDWARE_XIDS: frozenset[int] = frozenset(
+    {48, 54, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 136, 140, 143}
+    | set(range(144, 151))
+    | {155, 157, 158, 161, 165, 166, 167, 168, 169, 170, 171, 172}
+)
+"""XIDs that say the GPU itself (memory, NVLink, PCIe bus, firmware, power) is at fault; they mark
+it unhealthy until the exporter stops reporting them. From NVIDIA's "XID Errors" catalogue
+(https://docs.nvidia.com/deploy/xid-errors/, the "HW Error" / "Bus Error" / "FB Corruption" and
+"Reset GPU" columns; the same table is ``internal/pkg/collector/xid_errors.go`` in
+NVIDIA/dcgm-exporter): 48 double-bit ECC, 54 aux power, 61/62/169 micro-controller halt,
+63/64 row remapping event/failure, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate,
+94/95 contained/uncontained ECC, 119/120 GSP, 121 C2C link, 136 ALI training, 140 unrecovered ECC,
+143 init failure, 144-150/155/166/170 NVLink, 157/161 resource retirement failures, 158/167 fatal
+timeouts, 165 power smoothing circuitry exhausted, 168/171/172 DRAM/SRAM. Every other XID, e.g. 13
+(graphics engine exception), 31 (memory page fault), 43 (GPU stopped processing), 45 (preemptive
+cleanup), comes from a user program or the driver's handling of one, and leaves the GPU usable."""
+
+
+def is_hardware_xid(value: float | None) -> bool:
+    """Whether a ``DCGM_FI_DEV_XID_ERRORS`` value (an XID number, 0 for none) is a hardware XID."""
+    if value is None or value != value or value <= 0:
+        return False
+    return int(value) == value and int(value) in HARDWARE_XIDS
+
+
 DCGM_QUERY = "{__name__=~%r}" % "|".join(_FIELDS)  # noqa: UP031 - PromQL wants the quotes
 KSM_QUERY = (
     '{__name__=~"kube_node_status_allocatable|kube_pod_container_resource_requests|kube_pod_info'
     '|kube_pod_annotations|kube_pod_status_phase",resource=~"cpu|memory|",phase=~"Succeeded|Failed|"}'
 )
-_GPU_KEY = "cluster, node, kubernetes_node, Hostname, instance, gpu, GPU_I_ID"
+_GPU_KEY = "cluster, node, kubernetes_node, Hostname, hostname, instance, gpu, GPU_I_ID"
+_POD_LABELS = "pod, namespace, exported_pod, exported_namespace"
 _DONE = (
     'unless on (cluster, namespace, pod) (kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1)'
 )
@@ -80,19 +125,22 @@ FLEET_QUERIES: dict[str, str] = {
     "DCGM": f"max by (__name__, {_GPU_KEY}) "
     '({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_XID_ERRORS'
     '|DCGM_FI_PROF_GR_ENGINE_ACTIVE"})',
-    "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, pod, namespace) "
+    "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, {_POD_LABELS}) "
     "(DCGM_FI_DEV_FB_FREE)",
+    "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) (DCGM_EXP_XID_ERRORS_COUNT)",
     "kube_node_status_allocatable": "max by (cluster, node, resource) "
     '(kube_node_status_allocatable{resource=~"cpu|memory"})',
     "node_requests": "sum by (cluster, node, resource) "
     f'(kube_pod_container_resource_requests{{resource=~"cpu|memory",node!=""}} {_DONE})',
-    "kube_pod_info": f'max by (cluster, namespace, pod, node) (kube_pod_info{{node!=""}}) {_DONE}',
+    "kube_pod_info": "max by (cluster, namespace, pod, node, created_by_kind) "
+    f'(kube_pod_info{{node!=""}}) {_DONE}',
     "kube_pod_annotations": f"max by (cluster, namespace, pod, annotation_alibabacloud_com_gpu_milli, annotation_alibabacloud_com_gpu_index) "
     f'(kube_pod_annotations{{annotation_alibabacloud_com_gpu_milli!=""}}) {_DONE}',
 }
 ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
 ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
-_EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
+EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
+_DCGM_SAMPLES = ("DCGM", "DCGM_FI_DEV_FB_FREE", "DCGM_EXP_XID_ERRORS_COUNT")
 
 Sample = tuple[str, dict[str, str], float]
 """``(metric name, labels, value)``."""
@@ -211,7 +259,7 @@ class PrometheusApiSource(TelemetrySource):
             for n, q in FLEET_QUERIES.items()
         }
         res = {n: f.result() for n, f in futures.items()}
-        dcgm = [*res.pop("DCGM"), *res.pop("DCGM_FI_DEV_FB_FREE")]
+        dcgm = [x for n in _DCGM_SAMPLES for x in res.pop(n)]
         ksm = [x for samples in res.values() for x in samples]
         return FleetSnapshot(
             "prometheus", build_nodes(dcgm, ksm, self.default_cluster), time.time()
@@ -256,6 +304,7 @@ def build_nodes(
     }
     pod_node: dict[tuple[str, str], tuple[str, str]] = {}
     pod_by_name: dict[str, tuple[str, str]] = {}
+    daemonset: dict[tuple[str, str], str] = {}
     alloc: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     requests: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     shares: list[tuple[dict[str, str], int, list[int]]] = []
@@ -267,6 +316,8 @@ def build_nodes(
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
             pod_node[key] = (cluster, lab["node"])
             pod_by_name.setdefault(key[1], (cluster, lab["node"]))
+            if lab.get("created_by_kind"):
+                daemonset[key] = lab["created_by_kind"]
         elif name == "kube_pod_container_resource_requests" and key not in finished:
             if lab.get("node"):
                 requests[(cluster, lab["node"])][lab.get("resource", "")] += v
@@ -278,6 +329,15 @@ def build_nodes(
             except ValueError:
                 continue
             shares.append((lab, milli, _gpu_indices(lab.get(ANN_INDEX, ""))))
+    # the exporter's own pods: DaemonSet pods, pods named by Hostname, pods next to an exported_pod
+    dcgm = list(dcgm)
+    own_pods = {key[1] for key, kind in daemonset.items() if kind == "DaemonSet"}
+    for _, lab, _ in dcgm:
+        if lab.get("exported_pod") and lab.get("pod"):
+            own_pods.add(lab["pod"])
+        for h in ("Hostname", "hostname"):
+            if lab.get(h):
+                own_pods.add(lab[h])
     pods_on: dict[tuple[str, str], set[str]] = defaultdict(set)
     for (ns, pod), where in pod_node.items():
         pods_on[where].add(f"{ns}/{pod}")
@@ -290,6 +350,7 @@ def build_nodes(
 
     # ---- DCGM: one record per (cluster, node, gpu[, MIG instance])
     gpus: dict[tuple[str, str, int], dict[str, Any]] = defaultdict(dict)
+    windowed: set[tuple[str, str]] = set()  # nodes whose exporter serves DCGM_EXP_XID_ERRORS_COUNT
     for name, lab, v in dcgm:
         field = _FIELDS.get(name)
         if field is None:
@@ -308,6 +369,15 @@ def build_nodes(
             except ValueError:
                 continue
         g = gpus[(cluster, host, idx)]
+        if field == "xid_count":
+            windowed.add((cluster, host))
+            try:
+                xid = int(lab.get("xid", ""))
+            except ValueError:
+                continue
+            if v > 0 and xid in HARDWARE_XIDS:
+                g.setdefault("hw_xids", set()).add(xid)
+            continue
         g[field] = v
         if idx != phys:
             g["parent"] = phys
@@ -318,8 +388,9 @@ def build_nodes(
             g["model"] = lab["modelName"]
         if lab.get("UUID") and "uuid" not in g:
             g["uuid"] = lab["UUID"]
-        if lab.get("pod"):
-            g["pod"] = lab["pod"]
+        pod = workload_pod(lab, own_pods)
+        if pod:
+            g["pod"] = pod
 
     nodes: dict[tuple[str, str], NodeState] = {}
     for (cluster, host, idx), g in sorted(gpus.items()):
@@ -327,7 +398,10 @@ def build_nodes(
         used, free = g.get("used"), g.get("free")
         total = used + free if used is not None and free is not None else None
         xid = g.get("xid")
-        healthy = not xid
+        if (cluster, host) in windowed:
+            healthy = not g.get("hw_xids")
+        else:
+            healthy = not is_hardware_xid(xid)
         share = held.get((cluster, host, g.get("parent", idx)))
         if not healthy:
             free_milli = 0
@@ -373,16 +447,30 @@ def build_nodes(
     return [nodes[k] for k in sorted(nodes)]
 
 
+def workload_pod(lab: dict[str, str], own_pods: set[str] | frozenset[str] = frozenset()) -> str:
+    """``namespace/name`` of the workload pod a DCGM series names, or ``""`` when none.
+
+    ``exported_pod`` (the chart's default scrape) wins; else ``pod`` unless it is one of
+    ``own_pods`` (the exporter's own pods) or named like a dcgm-exporter pod (see Scrape styles).
+    """
+    if lab.get("exported_pod"):
+        return f"{lab.get('exported_namespace', '')}/{lab['exported_pod']}"
+    pod = lab.get("pod", "")
+    if not pod or pod in own_pods or EXPORTER_POD.match(pod):
+        return ""
+    return f"{lab.get('namespace', '')}/{pod}"
+
+
 def _node_name(lab: dict[str, str], pod_by_name: dict[str, tuple[str, str]], cluster: str) -> str:
     """The node of a DCGM series (see the module docstring for the order and the pitfall)."""
     for key in ("node", "kubernetes_node"):
         if lab.get(key):
             return lab[key]
-    host = lab.get("Hostname")
+    host = lab.get("Hostname") or lab.get("hostname")
     if host:
         where = pod_by_name.get(host)
         if where is not None and where[0] == cluster:
             return where[1]  # Hostname is the exporter pod's name: use the pod's node
-        if not _EXPORTER_POD.match(host):
+        if not EXPORTER_POD.match(host):
             return host
     return lab.get("instance", "unknown").rsplit(":", 1)[0]

@@ -1,0 +1,225 @@
+"""``fleetmind doctor --prometheus URL``: are the metrics FleetMind needs there, and do they look right?
+
+It asks a live Prometheus (instant queries to ``/api/v1/query``) what the ``prometheus`` telemetry
+source (:mod:`serving.telemetry.prometheus`) would read, and reports findings, each ``ok``,
+``info``, ``warn`` or ``error``:
+
+| check | looks for |
+| --- | --- |
+| ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation, last XID; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (windowed ``DCGM_EXP_XID_ERRORS_COUNT``, GPU-sharing annotations) are named when absent |
+| ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``) |
+| ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
+| ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
+| ``nodes`` | node names that are exporter pod names (``Hostname`` of a non-hostNetwork exporter without ``kube_pod_info`` to resolve it) |
+
+Returns the findings; :func:`has_errors` says whether any is an ``error``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from fleetmind.serving.telemetry.prometheus import (
+    EXPORTER_POD,
+    HARDWARE_XIDS,
+    PrometheusApiSource,
+)
+
+Level = Literal["ok", "info", "warn", "error"]
+REQUIRED = {
+    "DCGM_FI_DEV_FB_USED": "dcgm-exporter",
+    "DCGM_FI_DEV_FB_FREE": "dcgm-exporter",
+    "DCGM_FI_DEV_GPU_UTIL": "dcgm-exporter",
+    "DCGM_FI_DEV_XID_ERRORS": "dcgm-exporter",
+    "kube_node_status_allocatable": "kube-state-metrics",
+    "kube_pod_container_resource_requests": "kube-state-metrics",
+    "kube_pod_info": "kube-state-metrics",
+    "kube_pod_status_phase": "kube-state-metrics",
+}
+"""Series the ``prometheus`` source reads, and the exporter that serves each."""
+OPTIONAL = {
+    "DCGM_EXP_XID_ERRORS_COUNT": "windowed XID counts let a GPU come back once its hardware XID "
+    "leaves the window (dcgm-exporter: add it to the counters CSV, --xid-count-window-size)",
+    "kube_pod_annotations": "GPU shares of the GPU-sharing scheduler (kube-state-metrics "
+    "--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index])",
+}
+STALE_XID_WINDOW = "1h"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result: ``level`` (ok, info, warn, error), the ``check`` it belongs to, one line."""
+
+    level: Level
+    check: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.level:<5}  {self.check}: {self.message}"
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.level == "error" for f in findings)
+
+
+def as_json(url: str, findings: list[Finding]) -> dict[str, Any]:
+    """``{"prometheus", "errors", "findings": [{level, check, message}]}``."""
+    return {
+        "prometheus": url,
+        "errors": sum(f.level == "error" for f in findings),
+        "findings": [asdict(f) for f in findings],
+    }
+
+
+def diagnose(url: str, timeout_s: float = 10.0, cluster: str = "local") -> list[Finding]:
+    """Query the Prometheus at ``url`` and return the findings (see the module docstring).
+
+    Raises:
+        NotAvailableError: Prometheus cannot be reached or refuses a query.
+    """
+    src = PrometheusApiSource(url, default_cluster=cluster, timeout_s=timeout_s, ttl_s=0.0)
+    try:
+        return _diagnose(src)
+    finally:
+        src.close()
+
+
+def _count(src: PrometheusApiSource, promql: str) -> int:
+    got = src.query(f"count({promql})", "count")
+    return int(got[0][2]) if got else 0
+
+
+def _diagnose(src: PrometheusApiSource) -> list[Finding]:
+    out: list[Finding] = []
+    # ---- metrics
+    names = "|".join([*REQUIRED, *OPTIONAL])
+    present = {
+        lab.get("__name__", ""): int(v)
+        for _, lab, v in src.query(f'count by (__name__) ({{__name__=~"{names}"}})', "count")
+    }
+    missing = [m for m in REQUIRED if m not in present]
+    for exporter in dict.fromkeys(REQUIRED[m] for m in missing):
+        gone = [m for m in missing if REQUIRED[m] == exporter]
+        out.append(
+            Finding("error", "metrics", f"missing {', '.join(gone)} (is {exporter} scraped?)")
+        )
+    if not missing:
+        out.append(Finding("ok", "metrics", f"all {len(REQUIRED)} required series are there"))
+    for m, why in OPTIONAL.items():
+        if m not in present:
+            out.append(Finding("info", "metrics", f"no {m}: {why}"))
+    gpu_series = present.get("DCGM_FI_DEV_FB_USED", 0)
+    if gpu_series:
+        out += _layout(src, gpu_series)
+        out += _xids(src)
+    snap = src.collect()
+    gpus = [g for n in snap.nodes for g in n.gpus]
+    if gpus:
+        free = sum(g.free_milli > 0 for g in gpus)
+        if free == 0:
+            out.append(
+                Finding(
+                    "error",
+                    "occupancy",
+                    f"every one of {len(gpus)} GPUs looks occupied or unhealthy: the extender "
+                    "would refuse every GPU pod; check the layout finding (the exporter's own "
+                    "pod read as a workload) and the xid findings",
+                )
+            )
+        else:
+            out.append(Finding("ok", "occupancy", f"{free} of {len(gpus)} GPUs have room"))
+        sick = [
+            (n.name, g.index, g.xid_errors) for n in snap.nodes for g in n.gpus if not g.healthy
+        ]
+        if sick:
+            shown = ", ".join(f"{n}/{i} (XID {x:g})" for n, i, x in sick[:5] if x is not None)
+            out.append(
+                Finding("warn", "xid", f"{len(sick)} GPU(s) out for a hardware XID: {shown}")
+            )
+        odd = [n.name for n in snap.nodes if n.gpus and EXPORTER_POD.match(n.name)]
+        if odd:
+            out.append(
+                Finding(
+                    "warn",
+                    "nodes",
+                    f"node names that are exporter pod names: {', '.join(odd[:5])} (add a 'node' "
+                    "label from __meta_kubernetes_pod_node_name, or scrape kube_pod_info)",
+                )
+            )
+    return out
+
+
+def _layout(src: PrometheusApiSource, series: int) -> list[Finding]:
+    out = []
+    exported = _count(src, 'DCGM_FI_DEV_FB_USED{exported_pod!=""}')
+    with_pod = _count(src, 'DCGM_FI_DEV_FB_USED{pod!=""}')
+    if exported:
+        out.append(
+            Finding(
+                "ok",
+                "layout",
+                f"honorLabels false (dcgm-exporter chart's default): {exported} of {series} GPU "
+                "series name their workload in exported_pod; 'pod' is the exporter's own",
+            )
+        )
+    elif with_pod:
+        out.append(
+            Finding(
+                "info",
+                "layout",
+                f"{with_pod} of {series} GPU series carry 'pod' and none 'exported_pod': "
+                "honor_labels true, or no GPU is in use; FleetMind leaves out the exporter's own "
+                "pods (DaemonSet pods in kube_pod_info, dcgm-exporter-xxxxx names)",
+            )
+        )
+    for label in ("node", "kubernetes_node", "Hostname", "hostname"):
+        n = _count(src, f'DCGM_FI_DEV_FB_USED{{{label}!=""}}')
+        if n:
+            out.append(
+                Finding("ok", "layout", f"GPU nodes named by the '{label}' label ({n} series)")
+            )
+            break
+    else:
+        out.append(
+            Finding(
+                "warn",
+                "layout",
+                "no node, kubernetes_node or Hostname label on DCGM series: nodes are named by "
+                "'instance' (the exporter's address), which kube-scheduler's node names never match",
+            )
+        )
+    return out
+
+
+def _xids(src: PrometheusApiSource) -> list[Finding]:
+    out = []
+    hw = "|".join(str(x) for x in sorted(HARDWARE_XIDS))
+    last = src.query('count_values without () ("xid", DCGM_FI_DEV_XID_ERRORS != 0)', "xid")
+    app = sorted({lab.get("xid", "") for _, lab, _ in last} - {str(x) for x in HARDWARE_XIDS})
+    if app:
+        out.append(
+            Finding(
+                "info",
+                "xid",
+                f"{sum(lab.get('xid') in app for _, lab, _ in last)} GPU(s) show an application "
+                f"XID as their last XID ({', '.join(app[:8])}); FleetMind ignores those",
+            )
+        )
+    stale = _count(
+        src,
+        f"(DCGM_FI_DEV_XID_ERRORS != 0) unless "
+        f"(changes(DCGM_FI_DEV_XID_ERRORS[{STALE_XID_WINDOW}]) > 0)",
+    )
+    if stale:
+        out.append(
+            Finding(
+                "warn",
+                "xid",
+                f"{stale} GPU(s) have kept the same non-zero last XID for {STALE_XID_WINDOW} or "
+                "more: DCGM_FI_DEV_XID_ERRORS never resets, so only hardware XIDs "
+                f"({hw[:40]}...) keep a GPU out; export DCGM_EXP_XID_ERRORS_COUNT to let them "
+                "clear after a repair",
+            )
+        )
+    return out

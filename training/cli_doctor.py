@@ -1,0 +1,42 @@
+"""``fleetmind doctor --prometheus URL``: check the metrics FleetMind needs on a live Prometheus
+(see :mod:`serving.telemetry.doctor`). Exit status 0: no error found; 1: errors found; 2: bad input
+or Prometheus unreachable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    p = subparsers.add_parser(name, help=help_text, description=help_text)
+    p.add_argument(
+        "--prometheus", required=True, metavar="URL", help="Prometheus server (http://host:9090)"
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="query timeout, s (default: 10)")
+    p.add_argument("--json", type=Path, help="also write the findings as JSON to this path")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from urllib.parse import urlsplit
+
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.serving.telemetry.doctor import as_json, diagnose, has_errors
+    from fleetmind.serving.telemetry.prometheus import is_exporter_url
+
+    url = urlsplit(args.prometheus)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ConfigError(f"--prometheus must be an http(s) URL, got {args.prometheus!r}")
+    if is_exporter_url(args.prometheus):
+        raise ConfigError("--prometheus is a Prometheus server, not an exporter's /metrics URL")
+    if not args.timeout > 0:
+        raise ConfigError(f"--timeout must be positive, got {args.timeout}")
+    findings = diagnose(args.prometheus, timeout_s=args.timeout)
+    for f in findings:
+        print(f.line())
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(as_json(args.prometheus, findings), indent=2) + "\n")
+    return 1 if has_errors(findings) else 0
