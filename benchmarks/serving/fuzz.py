@@ -300,7 +300,7 @@ def extender_requests(draw: Any, nodes: list[str]) -> Request:
         }
     else:
         args = {"Pod": pod, "NodeNames": candidates}
-    return Request("POST", f"/api/v1/scheduler/{verb}", to_json(args), scope="read")
+    return Request("POST", f"/api/v1/scheduler/{verb}", to_json(args), scope="schedule")
 
 
 @st.composite
@@ -339,7 +339,7 @@ def schema_requests(draw: Any, operations: list[Any]) -> Request:
                 text = item if isinstance(item, str) else json.dumps(item)
                 parts.append(f"{quote(str(k))}={quote(text.encode('utf-8', 'surrogatepass'))}")
         path += "?" + "&".join(parts)
-    scope = draw(st.sampled_from(["admin", "admin", "read", "ingest"]))
+    scope = draw(st.sampled_from(["admin", "admin", "read", "ingest", "schedule"]))
     return Request(case.method.upper(), path, to_json(body) if has_body else None, scope=scope)
 
 
@@ -482,7 +482,8 @@ class Fuzzer:
 def fuzz_app(app: Any, tokens: dict[str, str], config: FuzzConfig) -> FuzzReport:
     """Fuzz ``app`` (started here, lifespan included) with ``config.cases`` requests.
 
-    ``tokens`` needs an ``admin`` entry holding every scope, and may hold ``read`` and ``ingest``.
+    ``tokens`` needs an ``admin`` entry holding every scope, and may hold ``read``, ``ingest`` and
+    ``schedule``.
     """
     import schemathesis
     from fastapi.testclient import TestClient
@@ -542,7 +543,12 @@ def _serving_helpers() -> Any:
     return sys.modules["serving_helpers"]
 
 
-TOKENS = {"admin": "fuzz-admin-token", "read": "fuzz-read-token", "ingest": "fuzz-ingest-token"}
+TOKENS = {
+    "admin": "fuzz-admin-token",
+    "read": "fuzz-read-token",
+    "ingest": "fuzz-ingest-token",
+    "schedule": "fuzz-schedule-token",
+}
 
 
 def make_settings(database_url: str) -> Any:
@@ -558,6 +564,7 @@ def make_settings(database_url: str) -> Any:
         api_token=TOKENS["admin"],
         read_token=TOKENS["read"],
         ingest_token=TOKENS["ingest"],
+        schedule_token=TOKENS["schedule"],
     )
 
 
