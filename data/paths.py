@@ -38,6 +38,51 @@ def shared_data_dir() -> Path:
     return path
 
 
+_SYNTHETIC_OPENB: bool = False
+
+
+def allow_synthetic_openb() -> Path | None:
+    """Let :func:`openb_csv_dir` fall back to the synthetic openb-schema trace for this process.
+
+    The ``fleetmind`` commands that can run without the downloaded data (``demo``, ``sched``,
+    ``fleet show --topology openb``) call this; the library and the benchmarks do not, so they keep
+    failing loudly without the data. The synthetic folder (:mod:`data.openb_synthetic`) is generated
+    on first use.
+
+    Returns:
+        The synthetic ``csv/`` folder when the openb folder is missing (callers print
+        :data:`data.openb_synthetic.SYNTHETIC_LABEL`), or ``None`` when the real data is there.
+    """
+    global _SYNTHETIC_OPENB
+    if _real_openb_dir() is not None:
+        return None
+    _SYNTHETIC_OPENB = True
+    return openb_csv_dir()
+
+
+def _real_openb_dir() -> Path | None:
+    try:
+        path = shared_data_dir() / "openb" / "csv"
+    except DataError:
+        return None
+    return path if path.is_dir() else None
+
+
 def openb_csv_dir() -> Path:
-    """Folder with the openb CSV files (node lists and pod traces)."""
+    """Folder with the openb CSV files (node lists and pod traces).
+
+    After :func:`allow_synthetic_openb`, the synthetic trace's folder when the openb data is missing.
+
+    Raises:
+        DataError: if the dataset folder does not exist (and no fallback was allowed).
+    """
+    if _SYNTHETIC_OPENB and _real_openb_dir() is None:
+        from fleetmind.data.openb_synthetic import synthetic_openb_dir
+
+        return synthetic_openb_dir()
     return shared_data_dir() / "openb" / "csv"
+
+
+def openb_is_synthetic() -> bool:
+    """Whether :func:`openb_csv_dir` currently returns the synthetic trace's folder."""
+    return _SYNTHETIC_OPENB and _real_openb_dir() is None
