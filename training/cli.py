@@ -26,6 +26,8 @@ GROUPS: dict[str, str] = {
     "serve": "run the inference service (FastAPI) on the embedded defaults",
     "graph": "dependency graph: build it from a Kubernetes cluster, print its JSON Schema",
     "demo": "end-to-end demo: data, models, service, an alert storm and a placement",
+    "replay": "post a stored alert storm (examples/*.json) to a running service, as Alertmanager would",
+    "data": "public datasets: download openb or PetShop and verify them",
 }
 
 
