@@ -38,7 +38,14 @@ def shared_data_dir() -> Path:
     return path
 
 
-_SYNTHETIC_OPENB: bool = False
+OPENB_FALLBACK_ENV = "FLEETMIND_OPENB_FALLBACK"
+"""Set to ``synthetic`` (by :func:`allow_synthetic_openb`, or by hand) to let :func:`openb_csv_dir` use
+the synthetic trace when the openb data is missing; an environment variable so that worker processes
+inherit it."""
+
+
+def _fallback_allowed() -> bool:
+    return os.environ.get(OPENB_FALLBACK_ENV, "") == "synthetic"
 
 
 def allow_synthetic_openb() -> Path | None:
@@ -46,17 +53,16 @@ def allow_synthetic_openb() -> Path | None:
 
     The ``fleetmind`` commands that can run without the downloaded data (``demo``, ``sched``,
     ``fleet show --topology openb``) call this; the library and the benchmarks do not, so they keep
-    failing loudly without the data. The synthetic folder (:mod:`data.openb_synthetic`) is generated
-    on first use.
+    failing loudly without the data. It sets :data:`OPENB_FALLBACK_ENV` (worker processes inherit
+    it). The synthetic folder (:mod:`data.openb_synthetic`) is generated on first use.
 
     Returns:
         The synthetic ``csv/`` folder when the openb folder is missing (callers print
         :data:`data.openb_synthetic.SYNTHETIC_LABEL`), or ``None`` when the real data is there.
     """
-    global _SYNTHETIC_OPENB
     if _real_openb_dir() is not None:
         return None
-    _SYNTHETIC_OPENB = True
+    os.environ[OPENB_FALLBACK_ENV] = "synthetic"
     return openb_csv_dir()
 
 
@@ -76,7 +82,7 @@ def openb_csv_dir() -> Path:
     Raises:
         DataError: if the dataset folder does not exist (and no fallback was allowed).
     """
-    if _SYNTHETIC_OPENB and _real_openb_dir() is None:
+    if _fallback_allowed() and _real_openb_dir() is None:
         from fleetmind.data.openb_synthetic import synthetic_openb_dir
 
         return synthetic_openb_dir()
@@ -85,4 +91,4 @@ def openb_csv_dir() -> Path:
 
 def openb_is_synthetic() -> bool:
     """Whether :func:`openb_csv_dir` currently returns the synthetic trace's folder."""
-    return _SYNTHETIC_OPENB and _real_openb_dir() is None
+    return _fallback_allowed() and _real_openb_dir() is None

@@ -45,6 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+OPENB_FALLBACK_GROUPS = ("sched", "fleet")
+"""Groups whose openb names fall back to the synthetic openb-schema trace when the data is missing
+(``demo`` does the same in its placement step)."""
+
+
+def _openb_fallback_note() -> None:
+    from fleetmind.training.cli_data import synthetic_openb_note
+
+    note = synthetic_openb_note()
+    if note is not None:
+        print(
+            f"fleetmind: note: openb data not found; using a {note}; "
+            "`fleetmind data fetch openb` downloads the real trace",
+            file=sys.stderr,
+        )
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -65,7 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = getattr(args, "group_parser", None) or parser
         target.print_help()
         return 0 if args.group is None else 2
+    from fleetmind.data.paths import OPENB_FALLBACK_ENV
+
+    saved = os.environ.get(OPENB_FALLBACK_ENV)
     try:
+        if args.group in OPENB_FALLBACK_GROUPS:
+            _openb_fallback_note()
         return int(func(args) or 0)
     except FleetMindError as err:
         print(f"fleetmind: error: {err}", file=sys.stderr)
@@ -73,6 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fleetmind: interrupted", file=sys.stderr)
         return 130
+    finally:  # in-process callers (tests, notebooks) get their environment back
+        if saved is None:
+            os.environ.pop(OPENB_FALLBACK_ENV, None)
+        else:
+            os.environ[OPENB_FALLBACK_ENV] = saved
 
 
 if __name__ == "__main__":  # pragma: no cover
