@@ -65,7 +65,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
     dest = Path(args.dest or os.environ.get("FLEETMIND_SHARED_DATA") or "fleetmind-data")
     entry = load_manifest()[args.dataset]
-    print(f"{entry['title']}: {len(entry['files'])} files into {dest / entry['folder']}", flush=True)
+    print(
+        f"{entry['title']}: {len(entry['files'])} files into {dest / entry['folder']}", flush=True
+    )
     report = fetch_dataset(
         args.dataset,
         dest,

@@ -21,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     )
     p.add_argument("storm", help="storm file, e.g. examples/storm-gpu-xid.json")
     p.add_argument(
-        "--url", default="http://127.0.0.1:8000", help="the service (default: http://127.0.0.1:8000)"
+        "--url",
+        default="http://127.0.0.1:8000",
+        help="the service (default: http://127.0.0.1:8000)",
     )
     p.add_argument(
         "--token",
@@ -63,11 +65,16 @@ def _show_incidents(url: str, token: str | None, expected: str | None, wait_s: f
         if items and all(i.get("causes") for i in items) or time.monotonic() > deadline:
             break
         time.sleep(1.0)
-    for inc in sorted(items, key=lambda i: -i["alert_count"])[:5]:
+    # the incidents this storm touched last (a storm replayed soon after another may join it)
+    for inc in sorted(items, key=lambda i: -(i.get("last_alert_ts") or 0))[:3]:
         top = (inc.get("causes") or [{}])[0]
         mark = ""
         if expected:
-            mark = "  (the storm's root)" if top.get("node") == expected else f"  (storm's root: {expected})"
+            mark = (
+                "  (the storm's root)"
+                if top.get("node") == expected
+                else f"  (storm's root: {expected})"
+            )
         print(
             f"incident #{inc['id']}: {inc['alert_count']} alerts; top cause {top.get('node', 'not ranked yet')}"
             f" {top.get('fault_type') or ''}{mark}"

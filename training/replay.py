@@ -87,7 +87,9 @@ def webhook_payload(group: dict[str, str], alerts: list[dict[str, Any]]) -> dict
         "version": "4",
         "groupKey": f'{{}}/{{alertname!="FleetMindRootCause"}}:{{{key}}}',
         "truncatedAlerts": 0,
-        "status": "firing" if any(a.get("status", "firing") == "firing" for a in alerts) else "resolved",
+        "status": "firing"
+        if any(a.get("status", "firing") == "firing" for a in alerts)
+        else "resolved",
         "receiver": "fleetmind",
         "groupLabels": dict(group),
         "commonLabels": common,
@@ -207,8 +209,12 @@ def replay(
                     + (" (give an ingest token: --token)" if r.status_code in (401, 403) else "")
                 )
             group = ", ".join(f"{k}={v}" for k, v in n.payload["groupLabels"].items() if v)
-            say(f"  t+{n.at_s:5.0f}s  {group}: {len(n.payload['alerts'])} alerts -> {r.status_code}")
-            records.append({"at_s": n.at_s, "status": r.status_code, "alerts": len(n.payload["alerts"])})
+            say(
+                f"  t+{n.at_s:5.0f}s  {group}: {len(n.payload['alerts'])} alerts -> {r.status_code}"
+            )
+            records.append(
+                {"at_s": n.at_s, "status": r.status_code, "alerts": len(n.payload["alerts"])}
+            )
     say(
         f"sent {len(storm['alerts'])} alerts (a storm of {span.total_seconds():.0f} s) in "
         f"{len(plan)} notifications"
