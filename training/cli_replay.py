@@ -66,7 +66,7 @@ def _show_incidents(url: str, token: str | None, expected: str | None, wait_s: f
             break
         time.sleep(1.0)
     # the incidents this storm touched last (a storm replayed soon after another may join it)
-    for inc in sorted(items, key=lambda i: -(i.get("last_alert_ts") or 0))[:3]:
+    for inc in sorted(items, key=lambda i: i.get("last_alert_at") or "", reverse=True)[:3]:
         top = (inc.get("causes") or [{}])[0]
         mark = ""
         if expected:
