@@ -166,7 +166,7 @@ def test_fleet_page_marks_the_gpus_and_hosts_of_open_incidents(client: TestClien
     titles = {i: t for _, i, t in gpus}
     assert "GpuXidError" in titles["1"] and "GpuXidError" not in titles["0"]
     assert "KubeNodeNotReady" in titles["0"]
-    assert len(re.findall(r'class="node hot"', html)) == 2  # c0-h1, and c1-h2 of the lone alert
+    assert len(re.findall(r"class=\"node hot\"", html)) == 2  # c0-h1, and c1-h2 of the lone alert
     assert html.count('<span class="gpu incident"') == 16  # 8 GPUs on each of the two hosts
 
 

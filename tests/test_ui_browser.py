@@ -2,7 +2,10 @@
 
 An alert storm goes through the webhook of a real ``uvicorn`` process; the browser is sent to the
 login page, signs in with the bearer token, finds the storm's true root first in the incident list
-and on the incident page, and opens the fleet view. Screenshots go to the test's tmp folder; with
+and on the incident page, and opens the fleet view. At 1400 and 900 px wide, the element bounding
+boxes of the incident page's text (sidebar, timeline, propagation graphs) and of the fleet view's
+node headers are checked: no two texts overlap, none is cut at its card's edge, and graph text is
+drawn at 9 px or more. Screenshots go to the test's tmp folder; with
 ``FLEETMIND_SCREENSHOT_DIR=docs/img`` they are also copied there (how the ones in the docs are made).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/install_test_peers.sh``) and Selenium;
@@ -36,7 +39,7 @@ CHROME_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--window-size=1360,900",
+    "--window-size=1400,900",
     "--hide-scrollbars",
 )
 
@@ -69,13 +72,79 @@ def browser(tmp_path: Path) -> Iterator[object]:
         driver.quit()
 
 
-def _shoot(driver: object, name: str, out: Path) -> Path:
+WIDTHS = (1400, 900)
+
+# The visible box of each text element matched by a selector: the box of its text (a Range over it,
+# or the element's own box for SVG text) clipped by every ancestor that hides its overflow, in CSS
+# px; plus the box of the card it sits in. Texts in closed <details> have no box and are skipped.
+TEXT_BOXES_JS = """
+const out = [];
+for (const el of document.querySelectorAll(arguments[0])) {
+  let r;
+  if (el instanceof SVGElement) { r = el.getBoundingClientRect(); }
+  else { const range = document.createRange(); range.selectNodeContents(el); r = range.getBoundingClientRect(); }
+  if (!r || r.width === 0 || r.height === 0) continue;
+  let box = {l: r.left, t: r.top, r: r.right, b: r.bottom};
+  for (let a = el.parentElement; a; a = a.parentElement) {
+    const cs = getComputedStyle(a);
+    if (cs.overflowX !== "visible" && !(a instanceof SVGElement)) {
+      const c = a.getBoundingClientRect();
+      box = {l: Math.max(box.l, c.left), t: box.t, r: Math.min(box.r, c.right), b: box.b};
+    }
+  }
+  const card = el.closest(".card, .node");
+  const c = card ? card.getBoundingClientRect() : null;
+  out.push({text: el.textContent.trim().slice(0, 40), ...box, h: r.height,
+            card: c ? {l: c.left, r: c.right} : null});
+}
+return out;
+"""
+
+
+def _overlaps(boxes: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
+    """Pairs of text boxes that overlap by more than ``slack`` px in both directions."""
+    bad = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            w = min(a["r"], b["r"]) - max(a["l"], b["l"])
+            h = min(a["b"], b["b"]) - max(a["t"], b["t"])
+            if w > slack and h > slack:
+                bad.append((a["text"], b["text"]))
+    return bad
+
+
+def _assert_text_layout(driver: object, selector: str, min_height: float = 0.0) -> int:
+    """No two texts of ``selector`` overlap, each lies inside its card, none under ``min_height``."""
+    boxes = driver.execute_script(TEXT_BOXES_JS, selector)
+    assert boxes, f"no text found for {selector}"
+    assert not _overlaps(boxes), f"{selector}: overlapping texts {_overlaps(boxes)[:5]}"
+    for b in boxes:
+        if b["card"] is not None:
+            assert b["l"] >= b["card"]["l"] - 0.5 and b["r"] <= b["card"]["r"] + 0.5, (
+                f"{selector}: {b['text']!r} cut at its card's edge ({b['l']:.0f}..{b['r']:.0f} "
+                f"outside {b['card']['l']:.0f}..{b['card']['r']:.0f})"
+            )
+        assert b["h"] >= min_height, f"{selector}: {b['text']!r} drawn {b['h']:.1f} px high"
+    return len(boxes)
+
+
+def _check_incident_layout(driver: object, width: int, shots: Path) -> None:
+    driver.set_window_size(width, 900)
+    _assert_text_layout(driver, ".kv div, #alert-counts td")  # the sidebar
+    _assert_text_layout(driver, "svg.timeline text")
+    # the first cause's propagation graph: edge labels and box labels, readable size
+    _assert_text_layout(driver, ".cause.top svg.path-graph text", min_height=9.0)
+    _shoot(driver, f"ui-incident-{width}", shots, width)
+
+
+def _shoot(driver: object, name: str, out: Path, width: int = WIDTHS[0]) -> Path:
     """A screenshot of the whole page (the window grows to the document's height first)."""
+    driver.set_window_size(width, 900)
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1360, max(700, min(int(height) + 20, 2400)))
+    driver.set_window_size(width, max(700, min(int(height) + 20, 2400)))
     path = out / f"{name}.png"
     assert driver.save_screenshot(str(path)), f"no screenshot {name}"
-    driver.set_window_size(1360, 900)
+    driver.set_window_size(width, 900)
     return path
 
 
@@ -129,6 +198,8 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert graph.size["width"] > 50 and graph.size["height"] > 20  # drawn, not empty
         assert driver.find_element(By.CSS_SELECTOR, "svg.timeline").size["height"] > 50
         assert driver.find_element(By.ID, "fault-type").text
+        for width in WIDTHS:
+            _check_incident_layout(driver, width, shots)
         # confirm the top cause with the button next to it (the name comes from the form)
         driver.find_element(By.ID, "fb-by").send_keys("alice")
         driver.find_element(By.ID, "fb-note").send_keys("KubeNodeNotReady first; GPUs followed")
@@ -141,6 +212,9 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert [(f["root_cause"], f["by"], f["confirmed"]) for f in fb] == [
             (TRUE_ROOT, "alice", True)
         ]
+        top = driver.find_elements(By.CSS_SELECTOR, ".cause")[0]
+        assert "confirmed · alice" in top.find_element(By.CSS_SELECTOR, ".confirmed").text
+        assert not top.find_elements(By.CSS_SELECTOR, "form.confirm")  # no second Confirm
         _shoot(driver, "ui-incident", shots)
 
         for i, (n, milli) in enumerate(
@@ -154,6 +228,13 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert len(clusters) >= 2
         allocated = driver.find_elements(By.CSS_SELECTOR, '.gpu[title*="100% allocated"]')
         assert len(allocated) >= 8 + 4 + 1 + 8  # the whole GPUs booked above
+        # the storm's host c0-h1 is down: its GPUs are marked with the open incident
+        marked = driver.find_elements(By.CSS_SELECTOR, '.node[data-node="c0-h1"] .gpu.incident')
+        assert len(marked) == 8
+        for width in WIDTHS:
+            driver.set_window_size(width, 900)
+            _assert_text_layout(driver, ".node .name > span")  # name and GPU model apart
+            _shoot(driver, f"ui-fleet-{width}", shots, width)
         _shoot(driver, "ui-fleet", shots)
 
     for png in shots.glob("*.png"):

@@ -491,7 +491,7 @@ def _fleet_node(
         "gpus": gpus,
         "used": sum(g["used"] for g in gpus),
         "model": ", ".join(models),
-        "incidents": host_marks,
+        "incidents": sorted({m for g in gpus for m in g["incidents"]} | set(host_marks)),
     }
 
 
