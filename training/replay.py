@@ -160,6 +160,7 @@ def replay(
     speed: float = 10.0,
     say: Callable[[str], None] = print,
     sleep: Callable[[float], None] = time.sleep,
+    client: Any = None,
 ) -> list[dict[str, Any]]:
     """Send ``storm``'s notifications to ``url``'s webhook receiver; returns one record per POST.
 
@@ -170,6 +171,7 @@ def replay(
         speed: time compression (10: ten times faster than Alertmanager would deliver; 1: real time).
         say: progress lines.
         sleep: the waiting function (tests pass a no-op).
+        client: an ``httpx.Client`` to send with instead of a new one (tests pass a TestClient).
 
     Raises:
         ConfigError: ``speed`` not positive.
@@ -193,14 +195,17 @@ def replay(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     records = []
     clock = 0.0
-    with httpx.Client(base_url=url.rstrip("/"), timeout=30, headers=headers) as client:
+    own = client is None
+    if own:
+        client = httpx.Client(base_url=url.rstrip("/"), timeout=30)
+    try:
         for n in plan:
             wait = (n.at_s - clock) / speed
             if wait > 0:
                 sleep(wait)
             clock = n.at_s
             try:
-                r = client.post("/api/v1/alerts", json=n.payload)
+                r = client.post("/api/v1/alerts", json=n.payload, headers=headers)
             except httpx.HTTPError as err:
                 raise NotAvailableError(f"cannot reach {url}: {err}") from None
             if r.status_code != 200:
@@ -215,6 +220,9 @@ def replay(
             records.append(
                 {"at_s": n.at_s, "status": r.status_code, "alerts": len(n.payload["alerts"])}
             )
+    finally:
+        if own:
+            client.close()
     say(
         f"sent {len(storm['alerts'])} alerts (a storm of {span.total_seconds():.0f} s) in "
         f"{len(plan)} notifications"
