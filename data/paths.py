@@ -7,6 +7,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.openb_synthetic import synthetic_openb_dir
 
 MODELS_DIR = Path(str(files("fleetmind.models")))
 """Released model artifacts and their model cards, shipped as package data (``fleetmind.models``).
@@ -83,8 +84,6 @@ def openb_csv_dir() -> Path:
         DataError: if the dataset folder does not exist (and no fallback was allowed).
     """
     if _fallback_allowed() and _real_openb_dir() is None:
-        from fleetmind.data.openb_synthetic import synthetic_openb_dir
-
         return synthetic_openb_dir()
     return shared_data_dir() / "openb" / "csv"
 

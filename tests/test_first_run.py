@@ -130,6 +130,7 @@ def http_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A local HTTP server (Python's http.server) over a fixture folder: (base URL, folder)."""
     root = tmp_path / "www"
     root.mkdir()
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # no access log on stderr
             pass
@@ -221,3 +222,28 @@ def test_fetch_cli_gets_petshop_as_published(
     from fleetmind.data.petshop import load_scenario
 
     assert load_scenario(dest / "petshop" / "low_traffic") is not None
+
+
+def test_a_folder_named_fleetmind_gives_a_clear_error(tmp_path: Path) -> None:
+    """The README's quickstart started in the parent of a checkout named ``fleetmind``: under an
+    editable install the checkout shadows the package, and the import says so (a regular install
+    is not shadowed, and the quickstart's imports work)."""
+    import subprocess
+    import sys
+
+    from fleetmind.data.paths import REPO_ROOT
+
+    (tmp_path / "fleetmind").symlink_to(REPO_ROOT, target_is_directory=True)
+    code = "import fleetmind\nfrom fleetmind.data.rca_gen.alerts import AlertSimConfig\nfleetmind.GATAnalyzer\n"
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"},
+    )
+    if run.returncode != 0:
+        last = run.stderr.strip().splitlines()[-1]
+        assert last.startswith("ImportError: a folder named 'fleetmind'"), last
+        assert "shadows the installed fleetmind package" in last
