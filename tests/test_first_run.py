@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import re
 import threading
 from collections.abc import Iterator
 from functools import partial
@@ -247,3 +248,18 @@ def test_a_folder_named_fleetmind_gives_a_clear_error(tmp_path: Path) -> None:
         last = run.stderr.strip().splitlines()[-1]
         assert last.startswith("ImportError: a folder named 'fleetmind'"), last
         assert "shadows the installed fleetmind package" in last
+
+
+def test_rca_generate_names_every_split_it_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "rca"
+    args = ["rca", "generate", "--out", str(out), "--incidents", "40", "--seed", "0"]
+    assert main([*args, "--graphs", "5", "--min-nodes", "60", "--max-nodes", "120", "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    written = sorted(p.stem for p in out.glob("*.jsonl"))
+    assert written == ["test", "test_large", "train", "val"]
+    for split in written:
+        n = sum(1 for _ in (out / f"{split}.jsonl").open())
+        assert re.search(rf"^\s+{split}\.jsonl\s+{n}\s", text, re.M), (split, text)
+    assert "--large-fraction" in text  # the extra split says where it came from
