@@ -255,7 +255,10 @@ def test_rca_generate_names_every_split_it_wrote(
 ) -> None:
     out = tmp_path / "rca"
     args = ["rca", "generate", "--out", str(out), "--incidents", "40", "--seed", "0"]
-    assert main([*args, "--graphs", "5", "--min-nodes", "60", "--max-nodes", "120", "--workers", "1"]) == 0
+    assert (
+        main([*args, "--graphs", "5", "--min-nodes", "60", "--max-nodes", "120", "--workers", "1"])
+        == 0
+    )
     text = capsys.readouterr().out
     written = sorted(p.stem for p in out.glob("*.jsonl"))
     assert written == ["test", "test_large", "train", "val"]
