@@ -53,9 +53,11 @@ def _short(node: str, limit: int = _MAX_LABEL) -> str:
     cluster (its first segment) and the node's own name (its end) stay readable."""
     if len(node) <= limit:
         return node
-    head = node.split("/", 1)[0][: limit // 3]
-    tail = node[-(limit - len(head) - 2) :]
-    return f"{head}/…{tail}"
+    if "/" in node:  # a node id: its cluster, then the end of its own name
+        head = node.split("/", 1)[0][: limit // 3] + "/…"
+    else:
+        head = node[: limit // 2] + "…"
+    return head + node[-(limit - len(head)) :]
 
 
 def _svg_open(width: float, height: float, title: str) -> str:
