@@ -457,4 +457,4 @@ def _print_outputs(cfg: DemoConfig, data_dir: Path, summary_path: Path, log_path
         ("fleetmind serve", "the service on http://127.0.0.1:8000 (embedded graph)"),
         ("fleetmind replay examples/storm-gpu-xid.json", "an alert storm into it, then open /ui/"),
     ):
-        _say(f"  {cmd:<48}{what}")
+        _say(f"  {cmd:<48}  {what}")
