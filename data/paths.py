@@ -7,6 +7,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.openb_synthetic import synthetic_openb_dir
 
 MODELS_DIR = Path(str(files("fleetmind.models")))
 """Released model artifacts and their model cards, shipped as package data (``fleetmind.models``).
@@ -38,6 +39,55 @@ def shared_data_dir() -> Path:
     return path
 
 
+OPENB_FALLBACK_ENV = "FLEETMIND_OPENB_FALLBACK"
+"""Set to ``synthetic`` (by :func:`allow_synthetic_openb`, or by hand) to let :func:`openb_csv_dir` use
+the synthetic trace when the openb data is missing; an environment variable so that worker processes
+inherit it."""
+
+
+def _fallback_allowed() -> bool:
+    return os.environ.get(OPENB_FALLBACK_ENV, "") == "synthetic"
+
+
+def allow_synthetic_openb() -> Path | None:
+    """Let :func:`openb_csv_dir` fall back to the synthetic openb-schema trace for this process.
+
+    The ``fleetmind`` commands that can run without the downloaded data (``demo``, ``sched``,
+    ``fleet show --topology openb``) call this; the library and the benchmarks do not, so they keep
+    failing loudly without the data. It sets :data:`OPENB_FALLBACK_ENV` (worker processes inherit
+    it). The synthetic folder (:mod:`data.openb_synthetic`) is generated on first use.
+
+    Returns:
+        The synthetic ``csv/`` folder when the openb folder is missing (callers print
+        :data:`data.openb_synthetic.SYNTHETIC_LABEL`), or ``None`` when the real data is there.
+    """
+    if _real_openb_dir() is not None:
+        return None
+    os.environ[OPENB_FALLBACK_ENV] = "synthetic"
+    return openb_csv_dir()
+
+
+def _real_openb_dir() -> Path | None:
+    try:
+        path = shared_data_dir() / "openb" / "csv"
+    except DataError:
+        return None
+    return path if path.is_dir() else None
+
+
 def openb_csv_dir() -> Path:
-    """Folder with the openb CSV files (node lists and pod traces)."""
+    """Folder with the openb CSV files (node lists and pod traces).
+
+    After :func:`allow_synthetic_openb`, the synthetic trace's folder when the openb data is missing.
+
+    Raises:
+        DataError: if the dataset folder does not exist (and no fallback was allowed).
+    """
+    if _fallback_allowed() and _real_openb_dir() is None:
+        return synthetic_openb_dir()
     return shared_data_dir() / "openb" / "csv"
+
+
+def openb_is_synthetic() -> bool:
+    """Whether :func:`openb_csv_dir` currently returns the synthetic trace's folder."""
+    return _fallback_allowed() and _real_openb_dir() is None

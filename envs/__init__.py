@@ -2,6 +2,8 @@
 
 from gymnasium.envs.registration import register, registry
 
+import fleetmind.data  # noqa: F401 - stops with a clear error when a folder shadows fleetmind
+
 if "fleetmind/GpuPlacement-v0" not in registry:
     register(
         id="fleetmind/GpuPlacement-v0",

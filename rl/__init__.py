@@ -1,1 +1,3 @@
 """FleetMind `rl` package."""
+
+import fleetmind.data  # noqa: F401 - stops with a clear error when a folder shadows fleetmind

@@ -242,6 +242,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(r.router)
     app.include_router(health.router)
     app.include_router(ui.router)  # its own auth: a session cookie from the login form
+    app.include_router(ui.root_router)  # "/" -> /ui/, /favicon.ico (public)
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
     configured = settings or get_settings()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
 from fleetmind.training.demo import DemoConfig, _webhook_batches, run_demo
 
 
@@ -23,7 +24,7 @@ def test_webhook_batches_group_like_alertmanager() -> None:
 
 
 @pytest.mark.slow
-def test_quick_demo_end_to_end(tmp_path: Path) -> None:
+def test_quick_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = DemoConfig(
         out=tmp_path / "demo", quick=True, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"
     )
@@ -39,5 +40,16 @@ def test_quick_demo_end_to_end(tmp_path: Path) -> None:
     # Placement: both jobs were placed with the right number of GPUs.
     placements = summary["placements"]
     assert [len(p["gpus"]) for p in placements] == [4, 1]
+    assert all(p["reserved"] for p in placements)
+    first, second = placements
+    if (first["cluster"], first["node"]) == (second["cluster"], second["node"]):
+        assert not set(first["gpus"]) & set(second["gpus"]), "the second job got a held GPU"
+    # placement evaluation ran on the labelled synthetic trace
+    assert summary["placement_eval"]["data"] == SYNTHETIC_LABEL
+    assert {"BestFit", "FGD"} <= set(summary["placement_eval"]["policies"])
     assert (tmp_path / "demo" / "demo_summary.json").is_file()
     assert (tmp_path / "mlflow.db").is_file()
+    out = capsys.readouterr().out
+    assert "[6/6]" in out and "skipped" not in out
+    for where in ("demo_summary.json", "service.log", str(tmp_path / "demo" / "rca")):
+        assert where in out.split("Done. Outputs:")[1], where

@@ -177,3 +177,47 @@ def test_committed_notebooks_are_rendered(name: str) -> None:
     )
     assert not any(o.get("output_type") == "error" for c in code for o in c.outputs)
     assert sum(_has_image(c.outputs) for c in code) >= 3, "notebook committed without its figures"
+
+
+def _released_versions() -> set[str]:
+    """The ``version`` of every released model in ``models/`` (GAT ``config.json``, agent ``metadata.json``)."""
+    out = set()
+    for p in [*(REPO / "models").glob("*/config.json"), *(REPO / "models").glob("*/metadata.json")]:
+        version = json.loads(p.read_text()).get("version")
+        if isinstance(version, str):
+            out.add(version)
+    return out
+
+
+# version strings the model artifacts carry: GAT "gat-<10 hex>", agents "<Env>-v0__ppo__<seed>__<time>"
+MODEL_VERSION = re.compile(r"\bgat-[0-9a-f]{10}\b|\b[A-Za-z]+-v\d+__[a-z]+__\d+__\d+\b")
+# an absolute path of somebody's machine in an output (home, workspace or temp folders)
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~])(?:/(?:home|Users|work|root|tmp|mnt|srv|opt)/|\b[A-Z]:\\(?=\w))"
+)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_outputs_match_the_release(name: str) -> None:
+    """Outputs committed with another model than the released one, or run on a machine whose paths
+    they print, are stale: ``make notebooks`` regenerates them."""
+    nb = nbformat.read(NB_DIR / name, as_version=4)
+    text = _text([o for c in nb.cells if c.cell_type == "code" for o in c.outputs])
+    released = _released_versions()
+    assert released, "no released model versions found in models/"
+    stale = sorted(set(MODEL_VERSION.findall(text)) - released)
+    assert not stale, (
+        f"outputs name model versions that are not released: {stale}; run make notebooks"
+    )
+    assert not MACHINE_PATH.search(text), (
+        f"outputs print a machine path ({MACHINE_PATH.search(text).group(0)!r}...); run make notebooks"
+    )
+    assert str(REPO) not in text
+
+
+def test_stale_outputs_are_caught() -> None:
+    """The checks above do fire on a stale output (another GAT version, a home folder)."""
+    stale = "methods: gat (GAT gat-0123456789)\nQUICK=False; results folder: /home/alice/fm/results"
+    assert set(MODEL_VERSION.findall(stale)) - _released_versions() == {"gat-0123456789"}
+    assert MACHINE_PATH.search(stale)
+    assert not MACHINE_PATH.search("results folder: benchmarks/results")

@@ -12,6 +12,7 @@ from serving_helpers import webhook
 from ui_helpers import TRUE_ROOT, storm_alerts
 
 from fleetmind.serving.app import create_app
+from fleetmind.serving.routers import ui as ui_router
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import path_svg, timeline_svg
@@ -144,10 +145,80 @@ def test_fleet_page_shows_every_node_and_gpu_of_the_snapshot(client: TestClient)
     login(client)
     fleet = client.get("/api/v1/fleet", headers={"Authorization": f"Bearer {TOKEN}"}).json()
     html = client.get("/ui/fleet").text
-    assert html.count('class="node"') == fleet["num_nodes"]
+    assert len(re.findall(r'class="node(?: hot)?" data-node=', html)) == fleet["num_nodes"]
     assert html.count('<span class="gpu') == fleet["num_gpus"]
     for cl in {n["cluster"] for n in fleet["nodes"]}:
         assert f'data-cluster="{cl}"' in html
+
+
+def test_fleet_page_marks_the_gpus_and_hosts_of_open_incidents(client: TestClient) -> None:
+    """The storm's host c0-h1 is down (KubeNodeNotReady) and its GPUs 1 and 3 raise XIDs: every GPU
+    of c0-h1 is marked with the incident, no GPU of another host is."""
+    login(client)
+    html = client.get("/ui/fleet").text
+    node = re.search(r'<div class="node hot" data-node="c0-h1">(.*?)</div>\s*</div>', html, re.S)
+    assert node, "host c0-h1 is not marked"
+    gpus = re.findall(
+        r'<span class="gpu([^"]*)" data-gpu="(\d+)"[^>]*title="([^"]*)"', node.group(1)
+    )
+    assert gpus and all("incident" in cls for cls, _, _ in gpus)
+    titles = {i: t for _, i, t in gpus}
+    assert "GpuXidError" in titles["1"] and "GpuXidError" not in titles["0"]
+    assert "KubeNodeNotReady" in titles["0"]
+    assert len(re.findall(r"class=\"node hot\"", html)) == 2  # c0-h1, and c1-h2 of the lone alert
+    assert html.count('<span class="gpu incident"') == 16  # 8 GPUs on each of the two hosts
+
+
+def test_root_redirects_to_the_pages_and_the_favicon_is_public(client: TestClient) -> None:
+    r = client.get("/", follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/ui/"
+    r = client.get("/favicon.ico")  # no token, no session
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
+    assert r.text.startswith("<svg") and "script" not in r.text
+    login(client)
+    assert '<link rel="icon" href="/favicon.ico"' in client.get("/ui/").text
+    # the API still needs its token
+    assert client.get("/api/v1/incidents").status_code == 401
+
+
+def test_low_score_causes_are_collapsed_and_a_confirmed_cause_is_marked(
+    client: TestClient,
+) -> None:
+    login(client)
+    api = client.get("/api/v1/incidents", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    inc = next(i for i in api if i["alert_count"] == 7)
+    html = client.get(f"/ui/incidents/{inc['id']}").text
+    low = [
+        c["node"]
+        for c in inc["causes"][1:]
+        if c["score"] < ui_router.LOW_SCORE or not c["fault_type"]
+    ]
+    head, _, collapsed = html.partition('<details class="low-causes"')
+    for c in inc["causes"]:
+        assert (f'data-node="{c["node"]}"' in collapsed) is (c["node"] in low), c
+    if low:
+        assert f"{len(low)} more cause" in collapsed
+    assert "confirmed ·" not in html
+    csrf = client.cookies.get(auth.CSRF_COOKIE)
+    r = client.post(
+        f"/ui/incidents/{inc['id']}/feedback",
+        data={"csrf": csrf, "root_cause": TRUE_ROOT, "by": "alice", "note": ""},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    html = client.get(f"/ui/incidents/{inc['id']}").text
+    cause = html.split(f'data-node="{TRUE_ROOT}"', 1)[1].split("</h3>", 1)[0]
+    assert "confirmed · alice" in cause and "form" not in cause  # marked; no second Confirm
+    assert 'id="engineer-root"' in html
+
+
+def test_sidebar_alert_counts_are_a_table_of_names_and_counts(client: TestClient) -> None:
+    login(client)
+    html = client.get("/ui/incidents/1").text
+    table = html.split('id="alert-counts"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r'<td class="name" title="([^"]+)">[^<]+</td><td class="n">(\d+)</td>', table)
+    assert rows and sum(int(n) for _, n in rows) <= 7
+    assert ("GpuXidError", "2") in rows
 
 
 def test_logout_needs_csrf_and_ends_the_session(client: TestClient) -> None:

@@ -2,7 +2,10 @@
 
 An alert storm goes through the webhook of a real ``uvicorn`` process; the browser is sent to the
 login page, signs in with the bearer token, finds the storm's true root first in the incident list
-and on the incident page, and opens the fleet view. Screenshots go to the test's tmp folder; with
+and on the incident page, and opens the fleet view. At 1400 and 900 px wide, the element bounding
+boxes of the incident page's text (sidebar, timeline, propagation graphs) and of the fleet view's
+node headers are checked: no two texts overlap, none is cut at its card's edge, and graph text is
+drawn at 9 px or more. Screenshots go to the test's tmp folder; with
 ``FLEETMIND_SCREENSHOT_DIR=docs/img`` they are also copied there (how the ones in the docs are made).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/install_test_peers.sh``) and Selenium;
@@ -19,13 +22,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving_helpers import Server, wait_for, webhook
+from serving_helpers import Server, alert, wait_for, webhook
 from ui_helpers import TRUE_ROOT, storm_alerts
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 
 TOKEN = "browser-test-token"
+LONG_NAME = "KubeStatefulSetReplicasMismatchAfterRolloutOfModelServer"
 CHROME_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -36,7 +40,7 @@ CHROME_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--window-size=1360,900",
+    "--window-size=1400,900",
     "--hide-scrollbars",
 )
 
@@ -69,13 +73,86 @@ def browser(tmp_path: Path) -> Iterator[object]:
         driver.quit()
 
 
-def _shoot(driver: object, name: str, out: Path) -> Path:
+WIDTHS = (1400, 900)
+
+# Each drawn text element matched by a selector: the box of its text in CSS px (a Range over it, or
+# the element's own box for SVG text), clipped by the element and every HTML ancestor that hides its
+# overflow; its drawn height; and whether it is cut: an SVG text reaching outside its drawing's
+# viewBox (getBBox, in user units: the browser clips SVG boxes to the drawing), other text reaching
+# outside its card. Texts inside a closed <details> are not drawn and are skipped.
+TEXT_BOXES_JS = """
+const out = [];
+for (const el of document.querySelectorAll(arguments[0])) {
+  const shut = el.closest("details:not([open])");  // not drawn, though it may still have a box
+  if (shut && !shut.querySelector(":scope > summary").contains(el)) continue;
+  const svg = el instanceof SVGElement;
+  let r;
+  if (svg) { r = el.getBoundingClientRect(); }
+  else { const range = document.createRange(); range.selectNodeContents(el); r = range.getBoundingClientRect(); }
+  if (!r || r.width === 0 || r.height === 0) continue;
+  let box = {l: r.left, t: r.top, r: r.right, b: r.bottom};
+  for (let a = svg ? el.parentElement : el; a; a = a.parentElement) {
+    if (a instanceof SVGElement) continue;
+    if (getComputedStyle(a).overflowX !== "visible") {
+      const c = a.getBoundingClientRect();
+      box = {l: Math.max(box.l, c.left), t: box.t, r: Math.min(box.r, c.right), b: box.b};
+    }
+  }
+  let cut = false;
+  if (svg) {
+    const bb = el.getBBox(), vb = el.ownerSVGElement.viewBox.baseVal;
+    cut = bb.x < vb.x - 0.5 || bb.x + bb.width > vb.x + vb.width + 0.5;
+  } else {
+    const card = el.closest(".card, div.node");
+    if (card) { const c = card.getBoundingClientRect(); cut = r.left < c.left - 0.5 || box.r > c.right + 0.5; }
+  }
+  out.push({text: el.textContent.trim().slice(0, 40), ...box, h: r.height, cut: cut});
+}
+return out;
+"""
+
+
+def _overlaps(boxes: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
+    """Pairs of text boxes that overlap by more than ``slack`` px in both directions."""
+    bad = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            w = min(a["r"], b["r"]) - max(a["l"], b["l"])
+            h = min(a["b"], b["b"]) - max(a["t"], b["t"])
+            if w > slack and h > slack:
+                bad.append((a["text"], b["text"]))
+    return bad
+
+
+def _assert_text_layout(driver: object, selector: str, min_height: float = 0.0) -> int:
+    """No two texts of ``selector`` overlap, none is cut, none is drawn under ``min_height`` px."""
+    boxes = driver.execute_script(TEXT_BOXES_JS, selector)
+    assert boxes, f"no text found for {selector}"
+    assert not _overlaps(boxes), f"{selector}: overlapping texts {_overlaps(boxes)[:5]}"
+    cut = [b["text"] for b in boxes if b["cut"]]
+    assert not cut, f"{selector}: texts cut at the edge of their card or drawing: {cut[:5]}"
+    for b in boxes:
+        assert b["h"] >= min_height, f"{selector}: {b['text']!r} drawn {b['h']:.1f} px high"
+    return len(boxes)
+
+
+def _check_incident_layout(driver: object, width: int, shots: Path) -> None:
+    driver.set_window_size(width, 900)
+    _assert_text_layout(driver, ".kv div, #alert-counts td")  # the sidebar
+    _assert_text_layout(driver, "svg.timeline text")
+    # the open propagation graphs: edge labels and box labels, at a readable size
+    _assert_text_layout(driver, ".cause svg.path-graph text", min_height=9.0)
+    _shoot(driver, f"ui-incident-{width}", shots, width)
+
+
+def _shoot(driver: object, name: str, out: Path, width: int = WIDTHS[0]) -> Path:
     """A screenshot of the whole page (the window grows to the document's height first)."""
+    driver.set_window_size(width, 900)
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1360, max(700, min(int(height) + 20, 2400)))
+    driver.set_window_size(width, max(700, min(int(height) + 20, 2400)))
     path = out / f"{name}.png"
     assert driver.save_screenshot(str(path)), f"no screenshot {name}"
-    driver.set_window_size(1360, 900)
+    driver.set_window_size(width, 900)
     return path
 
 
@@ -94,7 +171,17 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
     with contextlib.ExitStack() as stack:
         stack.callback(server.stop)
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        r = httpx.post(server.url + "/api/v1/alerts", json=webhook(storm_alerts()), headers=auth)
+        # plus one alert with a long name on a pod of the storm: the sidebar and the timeline must
+        # fit it beside its count and inside the card
+        alerts = storm_alerts()
+        alerts.append(
+            alert(
+                {"alertname": LONG_NAME, "cluster": "c0", "pod": "s0-1", "severity": "warning"},
+                starts=alerts[3]["startsAt"],
+                fingerprint="storm-long",
+            )
+        )
+        r = httpx.post(server.url + "/api/v1/alerts", json=webhook(alerts), headers=auth)
         assert r.status_code == 200
 
         def ranked() -> list[dict]:
@@ -103,7 +190,7 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
 
         incs = wait_for(ranked, timeout=60)
         assert incs, "the storm was not grouped and ranked"
-        storm_id = next(i["id"] for i in incs if i["alert_count"] == 7)
+        storm_id = next(i["id"] for i in incs if i["alert_count"] == 8)
 
         driver.get(server.url + "/ui/")
         assert "/ui/login" in driver.current_url
@@ -129,6 +216,8 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert graph.size["width"] > 50 and graph.size["height"] > 20  # drawn, not empty
         assert driver.find_element(By.CSS_SELECTOR, "svg.timeline").size["height"] > 50
         assert driver.find_element(By.ID, "fault-type").text
+        for width in WIDTHS:
+            _check_incident_layout(driver, width, shots)
         # confirm the top cause with the button next to it (the name comes from the form)
         driver.find_element(By.ID, "fb-by").send_keys("alice")
         driver.find_element(By.ID, "fb-note").send_keys("KubeNodeNotReady first; GPUs followed")
@@ -141,6 +230,9 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert [(f["root_cause"], f["by"], f["confirmed"]) for f in fb] == [
             (TRUE_ROOT, "alice", True)
         ]
+        top = driver.find_elements(By.CSS_SELECTOR, ".cause")[0]
+        assert "confirmed · alice" in top.find_element(By.CSS_SELECTOR, ".confirmed").text
+        assert not top.find_elements(By.CSS_SELECTOR, "form.confirm")  # no second Confirm
         _shoot(driver, "ui-incident", shots)
 
         for i, (n, milli) in enumerate(
@@ -154,6 +246,13 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert len(clusters) >= 2
         allocated = driver.find_elements(By.CSS_SELECTOR, '.gpu[title*="100% allocated"]')
         assert len(allocated) >= 8 + 4 + 1 + 8  # the whole GPUs booked above
+        # the storm's host c0-h1 is down: its GPUs are marked with the open incident
+        marked = driver.find_elements(By.CSS_SELECTOR, '.node[data-node="c0-h1"] .gpu.incident')
+        assert len(marked) == 8
+        for width in WIDTHS:
+            driver.set_window_size(width, 900)
+            _assert_text_layout(driver, ".node .name > span")  # name and GPU model apart
+            _shoot(driver, f"ui-fleet-{width}", shots, width)
         _shoot(driver, "ui-fleet", shots)
 
     for png in shots.glob("*.png"):
@@ -162,4 +261,5 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
     if dest:
         Path(dest).mkdir(parents=True, exist_ok=True)
         for png in shots.glob("*.png"):
-            shutil.copy(png, Path(dest) / png.name)
+            if not png.stem.endswith(tuple(f"-{w}" for w in WIDTHS)):  # the docs' four pages
+                shutil.copy(png, Path(dest) / png.name)

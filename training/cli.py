@@ -26,6 +26,8 @@ GROUPS: dict[str, str] = {
     "serve": "run the inference service (FastAPI) on the embedded defaults",
     "graph": "dependency graph: build it from a Kubernetes cluster, print its JSON Schema",
     "demo": "end-to-end demo: data, models, service, an alert storm and a placement",
+    "replay": "post a stored alert storm (examples/*.json) to a running service, as Alertmanager would",
+    "data": "public datasets: download openb or PetShop and verify them",
     "doctor": "check the metrics FleetMind needs on a live Prometheus (--prometheus URL)",
 }
 
@@ -42,6 +44,23 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"fleetmind.training.cli_{name}")
         module.register(sub, name, help_text)
     return parser
+
+
+OPENB_FALLBACK_GROUPS = ("sched", "fleet")
+"""Groups whose openb names fall back to the synthetic openb-schema trace when the data is missing
+(``demo`` does the same in its placement step)."""
+
+
+def _openb_fallback_note() -> None:
+    from fleetmind.training.cli_data import synthetic_openb_note
+
+    note = synthetic_openb_note()
+    if note is not None:
+        print(
+            f"fleetmind: note: openb data not found; using a {note}; "
+            "`fleetmind data fetch openb` downloads the real trace",
+            file=sys.stderr,
+        )
 
 
 def _version() -> str:
@@ -64,7 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = getattr(args, "group_parser", None) or parser
         target.print_help()
         return 0 if args.group is None else 2
+    from fleetmind.data.paths import OPENB_FALLBACK_ENV
+
+    saved = os.environ.get(OPENB_FALLBACK_ENV)
     try:
+        if args.group in OPENB_FALLBACK_GROUPS:
+            _openb_fallback_note()
         return int(func(args) or 0)
     except FleetMindError as err:
         print(f"fleetmind: error: {err}", file=sys.stderr)
@@ -72,6 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fleetmind: interrupted", file=sys.stderr)
         return 130
+    finally:  # in-process callers (tests, notebooks) get their environment back
+        if saved is None:
+            os.environ.pop(OPENB_FALLBACK_ENV, None)
+        else:
+            os.environ[OPENB_FALLBACK_ENV] = saved
 
 
 if __name__ == "__main__":  # pragma: no cover

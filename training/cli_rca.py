@@ -34,7 +34,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "--incidents",
         type=int,
         default=1000,
-        help="incidents in train+val+test, split 70/15/15 (default 1000)",
+        help="incidents in train+val+test, split 70/15/15 (default 1000); test_large adds --large-fraction of this",
     )
     p.add_argument("--seed", type=int, default=0, help="master seed (default 0)")
     p.add_argument(
@@ -210,9 +210,20 @@ def _generate(args: argparse.Namespace) -> int:
     total = sum(n for _, _, n in _jobs(spec))
     with tqdm(total=total, desc="rca generate", unit="inc") as bar:
         meta = generate_dataset(args.out, spec, progress=bar.update)
-    counts = ", ".join(f"{k} {v}" for k, v in meta["counts"].items())
+    counts = meta["counts"]
     n_graphs_total = sum(len(v) for v in meta["split_graphs"].values())
-    print(f"wrote {args.out}: {counts} incidents on {n_graphs_total} topologies")
+    print(
+        f"wrote {args.out}: {sum(counts.values())} incidents on {n_graphs_total} topologies, "
+        f"in {len(counts)} splits:"
+    )
+    for split, n in counts.items():
+        what = {
+            "train": "training",
+            "val": "validation (model selection)",
+            "test": "test, on topologies unseen in training",
+            "test_large": f"extra test on larger fleets (--large-fraction {args.large_fraction:g})",
+        }.get(split, "")
+        print(f"  {split + '.jsonl':<18}{n:>6}  {what}")
     return 0
 
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
+from fleetmind.data.paths import openb_is_synthetic
 from fleetmind.training.cli_common import add_group, write_json
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
@@ -314,7 +317,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         result = _evaluate_fgd(args, policies, seeds)
     else:
         result = _evaluate_dynamic(args, args.policies, seeds)
-    _print_table(result)
+    result["policies"] = _in_order(
+        result["policies"], policies if args.mode == "fgd" else args.policies
+    )
+    if openb_is_synthetic():
+        result["data"] = SYNTHETIC_LABEL
+    _print_table(result, wide=args.wide)
     if "failure_causes" in result:
         _print_causes(result["failure_causes"])
     write_json(args.json, result)
@@ -335,24 +343,83 @@ def _print_causes(causes: dict) -> None:
     sys.stdout.flush()
 
 
-def _print_table(result: dict) -> None:
+# Table columns: (result key, header, legend); the default table takes them in this order while
+# they fit TABLE_WIDTH; --wide shows every numeric key.
+TABLE_WIDTH = 100
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    (
+        "unallocated_gpu_pct_at_100",
+        "unalloc@100",
+        "unalloc@100/@130: unallocated GPU % once 100 %/130 % of capacity has arrived (lower is better)",
+    ),
+    (
+        "published_unallocated_gpu_pct_at_100",
+        "pub@100",
+        "pub@100/@130: the FGD authors' published value for the same seeds",
+    ),
+    ("unallocated_gpu_pct_at_130", "unalloc@130", ""),
+    ("mean_slowdown", "slowdown", "slowdown: job completion time / ideal runtime (mean, p99)"),
+    ("p99_slowdown", "p99 slowdown", ""),
+    ("mean_jct_s", "JCT s", "JCT s: job completion time in seconds (mean, p99)"),
+    ("p99_jct_s", "p99 JCT s", ""),
+    ("p99_queue_delay_s", "p99 queue s", "p99 queue s: 99th-percentile queueing delay, seconds"),
+    ("n_failed_mean", "failed", "failed: pods that found no room (mean over seeds)"),
+    ("ms_per_decision", "ms/dec", "ms/dec: milliseconds per placement decision"),
+)
+
+
+def _in_order(policies: dict[str, Any], requested: list[str] | None) -> dict[str, Any]:
+    """``policies`` re-keyed in the order of ``requested`` (case-insensitive; others last)."""
+    if not requested:
+        return policies
+    rank = {str(p).lower(): i for i, p in enumerate(requested)}
+    return dict(sorted(policies.items(), key=lambda kv: rank.get(kv[0].lower(), len(rank))))
+
+
+def _cell(metrics: dict[str, Any], key: str) -> str:
+    v = metrics.get(key)
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return "-"
+    if key == "cpu_seconds_total" and v == 0 and metrics.get("seconds_total"):
+        return "-"  # not measured (the teacher runs outside the timed loop)
+    return f"{v:.3f}" if abs(v) < 1e5 else f"{v:.3g}"
+
+
+def _print_table(result: dict, wide: bool = False) -> None:
+    """The results as a table: at most :data:`TABLE_WIDTH` columns unless ``wide``, then a legend."""
     pols = result.get("policies", {})
     if not pols:
         return
-    first = next(iter(pols.values()))
-    keys = [k for k, v in first.items() if isinstance(v, int | float) and not k.endswith("_std")]
-    short = {
-        k: k.replace("unallocated_gpu_pct_at_", "unalloc@").replace("published_", "pub ")
-        for k in keys
-    }
-    width = max([len(v) for v in short.values()] + [8]) + 2
-    print(f"trace={result.get('trace')} mode={result.get('mode')} seeds={result.get('seeds')}")
-    print("policy".ljust(16) + "".join(short[k].rjust(width) for k in keys))
+    numeric = [
+        k
+        for k in dict.fromkeys(k for m in pols.values() for k in m)
+        if any(isinstance(m.get(k), int | float) for m in pols.values())
+    ]
+    headers = {key: head for key, head, _ in COLUMNS}
+    name_w = max([len(str(n)) for n in pols] + [6]) + 2
+    if wide:
+        keys = numeric
+    else:
+        keys, used = [], name_w
+        for key, head, _ in COLUMNS:
+            w = max(len(head), 8) + 2
+            if key in numeric and used + w <= TABLE_WIDTH:
+                keys.append(key)
+                used += w
+    widths = {k: max(len(headers.get(k, k)), 8) + 2 for k in keys}
+    source = " [synthetic openb-schema data]" if result.get("data") else ""
+    print(
+        f"trace={result.get('trace')}{source} mode={result.get('mode')} seeds={result.get('seeds')}"
+    )
+    print("policy".ljust(name_w) + "".join(headers.get(k, k).rjust(widths[k]) for k in keys))
     for name, m in pols.items():
-        cells = [
-            (f"{m[k]:.3f}" if isinstance(m.get(k), int | float) else "-").rjust(width) for k in keys
-        ]
-        print(str(name).ljust(16) + "".join(cells))
+        print(str(name).ljust(name_w) + "".join(_cell(m, k).rjust(widths[k]) for k in keys))
+    legend = [text for key, _, text in COLUMNS if text and key in keys]
+    hidden = len([k for k in numeric if k not in keys])
+    if hidden and not wide:
+        legend.append(f"--wide shows {hidden} more columns; --json writes every value")
+    if legend:
+        print(textwrap.fill("legend: " + "; ".join(legend), TABLE_WIDTH, subsequent_indent="  "))
     sys.stdout.flush()
 
 
@@ -364,7 +431,10 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         description="Evaluate placement policies on a trace (an openb name such as 'default' or a CSV path).",
     )
     ev.add_argument(
-        "--trace", required=True, help="openb trace name (default, gpuspec20, ...) or CSV path"
+        "--trace",
+        required=True,
+        help="openb trace name (default, gpuspec20, ...) or CSV path; without the openb data, "
+        "'default' is a small synthetic trace in the openb schema (labelled so)",
     )
     ev.add_argument(
         "--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode (default: fgd)"
@@ -373,7 +443,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "--policies",
         nargs="+",
         default=None,
-        help=f"policies (default: {' '.join(DEFAULT_POLICIES)}); the released model's stages: 'ppo' "
+        help=f"policies, printed in this order (default: {' '.join(DEFAULT_POLICIES)}); the released model's stages: 'ppo' "
         "(the released policy), 'clone' (its warm-start clone before PPO, clone.onnx) and "
         "'teacher' (the scorer the clone imitated, teacher_strand.json or teacher.json)",
     )
@@ -400,7 +470,12 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "(host CPU/memory, split GPU room, none left) and give a lower bound no policy can beat; "
         "repeats the runs with the diagnosis",
     )
-    ev.add_argument("--json", default=None, help="write the results JSON here")
+    ev.add_argument(
+        "--wide",
+        action="store_true",
+        help=f"print every metric column (default: the main ones, within {TABLE_WIDTH} columns)",
+    )
+    ev.add_argument("--json", default=None, help="write the results JSON here (every metric)")
     _ray_arg(ev, "fgd mode: run every (policy, seed) as a Ray task")
     ev.set_defaults(func=cmd_evaluate)
 

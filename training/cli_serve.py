@@ -59,8 +59,19 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument(
         "--database-url", help="SQLAlchemy URL (default: sqlite:///fleetmind.db, WAL mode)"
     )
-    p.add_argument("--telemetry", choices=["sim", "nvml", "prometheus"], help="telemetry source")
-    p.add_argument("--prometheus-url", help="DCGM exporter /metrics URL for --telemetry prometheus")
+    p.add_argument(
+        "--telemetry",
+        choices=["sim", "nvml", "prometheus"],
+        help="where the fleet's GPU state comes from: sim (a simulated fleet, the default), nvml "
+        "(this host's GPUs) or prometheus (dcgm-exporter and kube-state-metrics series; see "
+        "--prometheus-url); default: FLEETMIND_TELEMETRY or sim",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        help="--telemetry prometheus: the Prometheus server (e.g. http://prometheus:9090), queried "
+        "for every node's dcgm-exporter and kube-state-metrics series; a URL ending in /metrics "
+        "reads one dcgm-exporter directly",
+    )
     p.add_argument("--rca-model", help="RCA model: path, MLflow URI, or baseline:<name>")
     p.add_argument(
         "--placement-model", help="placement model: path, MLflow URI, or heuristic:<name>"

@@ -7,13 +7,16 @@ Steps (each prints what it did and how long it took):
    evaluate it against the baselines on the generated test incidents, and log the run to MLflow
    (``sqlite:///mlflow.db`` unless ``MLFLOW_TRACKING_URI`` is set).
 3. **Placement**: evaluate the placement policies (heuristics, and the released PPO agent when present)
-   on the openb trace in FGD mode for one seed (skipped with a note when the openb data is absent).
+   on the openb trace in FGD mode for one seed. Without the openb data (and always in ``--quick``
+   mode) it runs on the synthetic openb-schema trace (:mod:`data.openb_synthetic`) and says so.
 4. **Service**: start ``fleetmind serve`` (uvicorn, a fresh SQLite database in ``OUT``) on one test graph.
 5. **Alert storm**: replay one test incident's alerts through the Alertmanager webhook in the groups
    Alertmanager would send, then read the incident back with its ranked root causes and paths.
-6. **Placement decision**: ask the service to place a 4-GPU job and a GPU-sharing job.
+6. **Placement decision**: ask the service to place a 4-GPU job and a GPU-sharing job, each reserved
+   (``"reserve": true``) so that the second one sees the first one's GPUs as taken.
 
-Finally the service is stopped and the command that opens the MLflow UI is printed.
+Finally the service is stopped, and the demo prints where its outputs are (``OUT/rca``,
+``OUT/demo_summary.json``, ``OUT/service.log``, the MLflow store) and what to run next.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ class DemoConfig:
 
     Attributes:
         out: working folder for generated data, the service database and logs.
-        quick: smaller everything (used by the test suite): fewer incidents, no placement evaluation.
+        quick: smaller everything (used by the test suite): fewer incidents, placement evaluated with
+            two heuristics on the synthetic trace.
         incidents: simulated incidents to generate (train/val/test).
         seed: master seed of the whole demo.
         port: service port (0 = pick a free one).
@@ -165,30 +169,49 @@ def _print_rca_table(report: dict[str, Any]) -> None:
         )
 
 
-def placement_eval(cfg: DemoConfig) -> dict[str, Any] | None:
-    """Step 3: one-seed FGD-mode evaluation of the placement policies on openb ``default``."""
-    from fleetmind.data.paths import shared_data_dir
+def placement_eval(cfg: DemoConfig) -> dict[str, Any]:
+    """Step 3: one-seed FGD-mode evaluation of the placement policies on openb ``default``.
 
-    try:
-        shared_data_dir()
-    except FleetMindError as err:
-        _say(f"      skipped: {err}")
-        return None
+    Uses the synthetic openb-schema trace when the openb data is missing, and always in ``quick``
+    mode (heuristics only there); the result's ``data`` says which trace it was.
+    """
+    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+    from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL, synthetic_openb_dir
+    from fleetmind.data.paths import allow_synthetic_openb
     from fleetmind.envs.fgd_mode import evaluate_policies
     from fleetmind.rl.policy_adapter import load_ppo_policy
 
+    if cfg.quick:
+        csv_dir = synthetic_openb_dir()
+        synthetic = True
+    else:
+        synthetic = allow_synthetic_openb() is not None
+        csv_dir = None
+    if csv_dir is not None:
+        trace = load_openb_trace(csv_dir / "openb_pod_list_default.csv")
+        nodes = load_openb_nodes(csv_dir / "openb_node_list_gpu_node.csv")
+    else:
+        trace, nodes = load_openb_trace("default"), load_openb_nodes()
+    data = SYNTHETIC_LABEL if synthetic else "openb (Alibaba cluster-trace-gpu-v2023)"
+    if synthetic:
+        _say(f"      data: {SYNTHETIC_LABEL};")
+        _say("      `fleetmind data fetch openb` downloads the real trace")
     policies: list[Any] = ["BestFit", "FGD"]
     if not cfg.quick:
         try:
             policies.append(load_ppo_policy(None))
         except FleetMindError as err:
             _say(f"      PPO agent not available ({err}); heuristics only")
-    _say(f"      trace openb default, seed 42: {len(policies)} policies, about 11,000 pods each")
-    res = evaluate_policies("default", policies, seeds=[42], progress=True)
+    _say(
+        f"      trace default ({len(trace):,} pods on {len(nodes)} nodes), seed 42: "
+        f"{len(policies)} policies"
+    )
+    res = evaluate_policies(trace, policies, seeds=[42], nodes=nodes, progress=not cfg.quick)
     for name, m in res["policies"].items():
         _say(
             f"      {name:<10} unallocated GPU at 100 % arrived: {m['unallocated_gpu_pct_at_100']:.2f} %"
         )
+    res["data"] = data
     return res
 
 
@@ -339,7 +362,11 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
 
 
 def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
-    """Step 6: two placement requests against the live (simulated) fleet."""
+    """Step 6: two placement requests against the live (simulated) fleet.
+
+    Both are reserved (``"reserve": true``): the service books their GPUs until the scheduler binds
+    the pods or the hold expires, so the second request does not land on a GPU the first one holds.
+    """
     import httpx
 
     jobs = [
@@ -349,6 +376,7 @@ def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
             "gpu_milli": 1000,
             "cpu_milli": 16000,
             "memory_mib": 65536,
+            "reserve": True,
         },
         {
             "job_id": "notebook-shared",
@@ -356,6 +384,7 @@ def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
             "gpu_milli": 300,
             "cpu_milli": 4000,
             "memory_mib": 8192,
+            "reserve": True,
         },
     ]
     out = []
@@ -369,6 +398,7 @@ def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
             _say(
                 f"      {job['job_id']}: cluster={d['cluster']} node={d['node']} gpus={d['gpus']} "
                 f"policy={d['policy']} model={d['model_version']}"
+                + (" reserved" if d.get("reserved") else "")
                 + (f" (fallback: {d['fallback_reason']})" if d.get("fallback_reason") else "")
             )
             out.append(d)
@@ -387,10 +417,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         data_dir = generate_data(cfg)
     with _step(2, total, "RCA: GAT against the baselines, logged to MLflow"):
         summary["rca"] = rca_model(cfg, data_dir)
-    with _step(3, total, "Placement: policies on the openb trace (FGD mode, one seed)"):
-        summary["placement_eval"] = None if cfg.quick else placement_eval(cfg)
-        if cfg.quick:
-            _say("      skipped in --quick mode")
+    with _step(3, total, "Placement: policies on an openb-schema trace (FGD mode, one seed)"):
+        summary["placement_eval"] = placement_eval(cfg)
     ds = load_dataset(data_dir, splits=["test"])
     incident = max(ds.splits["test"], key=lambda i: len(i["alerts"]))
     graph_path = data_dir / "graphs" / f"{incident['graph']}.json"
@@ -405,9 +433,28 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
             summary["placements"] = placement_decisions(svc)
     finally:
         svc.stop()
-    (cfg.out / "demo_summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    uri = _tracking_uri(cfg)
-    _say("\nDone. Explore the tracked runs with:")
-    _say(f"  .venv/bin/mlflow ui --backend-store-uri {uri}")
-    _say("Run the service yourself with:  .venv/bin/fleetmind serve")
+    summary_path = cfg.out / "demo_summary.json"
+    summary_path.write_text(json.dumps(summary, indent=2, default=str))
+    _print_outputs(cfg, data_dir, summary_path, svc.log_path)
     return summary
+
+
+def _print_outputs(cfg: DemoConfig, data_dir: Path, summary_path: Path, log_path: Path) -> None:
+    """Where the demo's outputs are, and what to run next."""
+    uri = _tracking_uri(cfg)
+    _say("\nDone. Outputs:")
+    rows = [
+        ("simulated incidents", f"{data_dir}/ (train/val/test JSONL, graphs/)"),
+        ("summary (RCA, incident, placements)", str(summary_path)),
+        ("service log", str(log_path)),
+        ("MLflow runs (fleetmind-demo)", uri),
+    ]
+    for what, where in rows:
+        _say(f"  {what + ':':<38}{where}")
+    _say("Next:")
+    for cmd, what in (
+        (f"mlflow ui --backend-store-uri {uri}", "browse the tracked runs"),
+        ("fleetmind serve", "the service on http://127.0.0.1:8000 (embedded graph)"),
+        ("fleetmind replay examples/storm-gpu-xid.json", "an alert storm into it, then open /ui/"),
+    ):
+        _say(f"  {cmd:<48}  {what}")

@@ -49,6 +49,36 @@ router = APIRouter(
 
 MAX_FORM_BYTES = 16 * 1024
 
+LOW_SCORE = 0.05
+"""Causes below this score (after the first) are collapsed on the incident page, graphs unopened."""
+
+root_router = APIRouter(include_in_schema=False, dependencies=[Depends(cookie_session)])
+"""``/`` (to the incident list) and ``/favicon.ico``: public, outside ``/ui``."""
+
+FAVICON_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
+    '<rect width="32" height="32" rx="7" fill="#0f172a"/>'
+    '<g fill="#60a5fa"><rect x="6" y="6" width="8" height="8" rx="2"/>'
+    '<rect x="18" y="6" width="8" height="8" rx="2"/><rect x="6" y="18" width="8" height="8" rx="2"/></g>'
+    '<rect x="18" y="18" width="8" height="8" rx="2" fill="#f87171"/></svg>'
+)
+
+
+@root_router.get("/")
+def site_root() -> RedirectResponse:
+    """The service's root is the incident list (which asks for a login first when tokens are set)."""
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@root_router.get("/favicon.ico")
+def favicon() -> Response:
+    """The FleetMind icon (SVG), public so that a browser's automatic request is not a 401."""
+    return Response(
+        FAVICON_SVG,
+        media_type="image/svg+xml",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )
+
 
 @lru_cache(maxsize=1)
 def templates() -> Environment:
@@ -324,6 +354,13 @@ def _incident(
             kinds.setdefault(c["node"], c.get("kind") or "?")
             svg = path_svg(path, kinds, firing_nodes, edge_kinds(graph, path), title=title)
         causes.append({**c, "rank": rank, "svg": Markup(svg), "reached": len(depth)})
+    feedback = list_feedback(services.db, incident_id)  # newest first
+    latest = feedback[0] if feedback else None
+    for c in causes:
+        c["confirmed_by"] = latest["by"] if latest and latest["root_cause"] == c["node"] else None
+        c["low"] = c["rank"] > 1 and (
+            float(c.get("score") or 0.0) < LOW_SCORE or not c.get("fault_type")
+        )
     timeline = Markup(
         timeline_svg(
             [
@@ -345,12 +382,16 @@ def _incident(
         status_code=status_code,
         session=session,
         incident=row,
-        causes=causes,
+        causes=[c for c in causes if not c["low"]],
+        low_causes=[c for c in causes if c["low"]],
+        low_score=LOW_SCORE,
+        engineer_root=latest,
         alerts=sorted(alerts, key=lambda a: a["starts_ts"]),
         timeline=timeline,
-        alert_names=alert_names.most_common(8),
+        alert_names=alert_names.most_common(10),
+        alert_kinds=len(alert_names),
         section="incidents",
-        feedback=list_feedback(services.db, incident_id),
+        feedback=feedback,
         can_admin=session.can("admin"),
         flash=flash
         or ("Thank you: your feedback is stored as a training label." if saved else None),
@@ -422,6 +463,7 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
     error = services.telemetry_error
     clusters: dict[str, dict[str, Any]] = {}
     source = None
+    marks = _incident_marks(services)
     if services.telemetry is not None:
         try:
             snap = services.telemetry.snapshot()
@@ -429,38 +471,18 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
             snap, error = None, str(err)
         if snap is not None:
             source = snap.source
-            res = services.reservations
             for n in snap.nodes:
                 cl = clusters.setdefault(
-                    n.cluster, {"name": n.cluster, "nodes": [], "gpus": 0, "alloc": 0.0, "util": []}
+                    n.cluster,
+                    {"name": n.cluster, "nodes": [], "gpus": 0, "alloc": 0.0, "util": [], "bad": 0},
                 )
-                gpus = []
-                for g in n.gpus:
-                    free = max(0, g.free_milli - res.gpu_used(n.cluster, n.name, g.index))
-                    used = (1000 - free) / 1000
-                    gpus.append(
-                        {
-                            "index": g.index,
-                            "model": g.model,
-                            "used": used,
-                            "util": g.util_pct,
-                            "mem_used": g.mem_used_mib,
-                            "mem_total": g.mem_total_mib,
-                            "healthy": g.healthy,
-                        }
-                    )
+                cl["nodes"].append(_fleet_node(n, services.reservations, marks))
+                for g in cl["nodes"][-1]["gpus"]:
                     cl["gpus"] += 1
-                    cl["alloc"] += used
-                    if g.util_pct is not None:
-                        cl["util"].append(g.util_pct)
-                cl["nodes"].append(
-                    {
-                        "name": n.name,
-                        "gpus": gpus,
-                        "used": sum(g["used"] for g in gpus),
-                        "model": gpus[0]["model"] if gpus else "",
-                    }
-                )
+                    cl["alloc"] += g["used"]
+                    cl["bad"] += int(not g["healthy"] or bool(g["incidents"]))
+                    if g["util"] is not None:
+                        cl["util"].append(g["util"])
     for cl in clusters.values():
         cl["alloc_pct"] = 100 * cl["alloc"] / cl["gpus"] if cl["gpus"] else 0.0
         cl["util_pct"] = sum(cl["util"]) / len(cl["util"]) if cl["util"] else None
@@ -473,3 +495,63 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
         error=error,
         section="fleet",
     )
+
+
+def _fleet_node(
+    n: Any, reservations: Any, marks: dict[tuple[str, ...], list[str]]
+) -> dict[str, Any]:
+    """One node of the fleet view: per GPU the allocated share (telemetry's ``free_milli`` and the
+    service's own reservations, 0..1), utilisation, memory, health and the open incidents on it."""
+    host_marks = marks.get((n.cluster, n.name), [])
+    gpus = []
+    for g in n.gpus:
+        held = reservations.gpu_used(n.cluster, n.name, g.index)
+        telemetry_used = (1000 - max(0, min(1000, g.free_milli))) / 1000
+        gpus.append(
+            {
+                "index": g.index,
+                "model": g.model,
+                "used": min(1.0, telemetry_used + held / 1000),
+                "reserved": held / 1000,
+                "util": g.util_pct,
+                "mem_used": g.mem_used_mib,
+                "mem_total": g.mem_total_mib,
+                "healthy": g.healthy,
+                "xid": g.xid_errors,
+                "incidents": sorted(
+                    set(host_marks + marks.get((n.cluster, n.name, str(g.index)), []))
+                ),
+            }
+        )
+    models = sorted({g["model"] for g in gpus if g["model"]})
+    return {
+        "name": n.name,
+        "gpus": gpus,
+        "used": sum(g["used"] for g in gpus),
+        "model": ", ".join(models),
+        "incidents": sorted({m for g in gpus for m in g["incidents"]} | set(host_marks)),
+    }
+
+
+def _incident_marks(services: Any, limit: int = 50) -> dict[tuple[str, ...], list[str]]:
+    """GPUs and hosts with a firing alert in an open incident: ``(cluster, node[, gpu])`` ->
+    ``["#<id> <alertname>", ...]``, from the graph's ``match`` labels of the alerting nodes."""
+    graph = services.graphs.graph
+    out: dict[tuple[str, ...], list[str]] = {}
+    for inc in services.db.list_incidents("open", limit=limit):
+        for a in services.db.list_alerts(incident_id=inc["id"], limit=2000):
+            nid = a.get("node")
+            if a.get("status") != "firing" or not nid or nid not in graph.index:
+                continue
+            node = graph.node(nid)
+            m = node.match
+            if node.kind == "gpu" and {"cluster", "node", "gpu"} <= set(m):
+                key: tuple[str, ...] = (str(m["cluster"]), str(m["node"]), str(m["gpu"]))
+            elif node.kind == "host" and {"cluster", "node"} <= set(m):
+                key = (str(m["cluster"]), str(m["node"]))
+            else:
+                continue
+            label = f"#{inc['id']} {a.get('alertname') or '?'}"
+            if label not in out.setdefault(key, []):
+                out[key].append(label)
+    return out

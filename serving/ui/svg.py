@@ -28,12 +28,15 @@ KIND_COLOURS = {
     "dns": "#0369a1",
     "config": "#0369a1",
 }
-_CHAR_W = 7.0  # px per character of the 12 px monospace-ish label font
+_CHAR_W = 7.6  # px per character of the 12.5 px monospace label font
+_EDGE_CHAR_W = 6.0  # px per character of the 10 px edge-label font
 _BOX_H = 46
 _GAP_X = 64
 _GAP_Y = 40
 _PAD = 12
-_MAX_LABEL = 34
+_MAX_LABEL = 40
+MIN_SCALE = 0.8
+"""Graphs shrink to fit their card down to this scale (text stays >= 10 px); wider ones scroll."""
 
 
 @dataclass
@@ -45,11 +48,25 @@ class _Box:
     w: float
 
 
-def _short(node: str) -> str:
-    """A node id shortened for a box: its last segments, at most ``_MAX_LABEL`` characters."""
-    if len(node) <= _MAX_LABEL:
+def _short(node: str, limit: int = _MAX_LABEL) -> str:
+    """A node id shortened for a box, at most ``limit`` characters: the middle gives way, so the
+    cluster (its first segment) and the node's own name (its end) stay readable."""
+    if len(node) <= limit:
         return node
-    return "…" + node[-(_MAX_LABEL - 1) :]
+    if "/" in node:  # a node id: its cluster, then the end of its own name
+        head = node.split("/", 1)[0][: limit // 3] + "/…"
+    else:
+        head = node[: limit // 2] + "…"
+    return head + node[-(limit - len(head)) :]
+
+
+def _svg_open(width: float, height: float, title: str) -> str:
+    """The ``<svg>`` start tag of a graph: natural size, shrinkable to :data:`MIN_SCALE` of it."""
+    return (
+        f'<svg class="path-graph" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
+        f'width="{width:.0f}" height="{height:.0f}" style="min-width:{MIN_SCALE * width:.0f}px" '
+        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
+    )
 
 
 def edge_kinds(graph: DependencyGraph | None, path: Sequence[str]) -> list[str]:
@@ -98,9 +115,7 @@ def path_svg(
     width = 2 * _PAD + ncols * col_w + (ncols - 1) * _GAP_X
     height = 2 * _PAD + nrows * _BOX_H + (nrows - 1) * _GAP_Y
     out = [
-        f'<svg class="path-graph" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
-        f'width="{width:.0f}" height="{height:.0f}" xmlns="http://www.w3.org/2000/svg">',
-        f"<title>{escape(title or ' → '.join(path))}</title>",
+        _svg_open(width, height, title or " → ".join(path)),
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
         'fill="#64748b"/></marker></defs>',
@@ -239,7 +254,9 @@ def tree_svg(
         layers.append(nxt)
     widths = {n: max(110.0, _CHAR_W * len(_short(n)) + 28) for n in order}
     col_w = [max(widths[n] for n in layer) for layer in layers]
-    xs = [_PAD + sum(col_w[:i]) + i * _GAP_X for i in range(len(layers))]
+    # each child has one incoming edge, labelled just left of its box: the gap fits the longest
+    gap = max([_GAP_X] + [_EDGE_CHAR_W * len(k) + 34 for _, _, k in edges])
+    xs = [_PAD + sum(col_w[:i]) + i * gap for i in range(len(layers))]
     tallest = max(len(layer) for layer in layers)
     row_h = _BOX_H + 16
     height = 2 * _PAD + tallest * row_h - 16
@@ -252,9 +269,7 @@ def tree_svg(
     width = xs[-1] + col_w[-1] + _PAD
     bold = set(zip(highlight, highlight[1:], strict=False))
     out = [
-        f'<svg class="path-graph" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
-        f'width="{width:.0f}" height="{height:.0f}" xmlns="http://www.w3.org/2000/svg">',
-        f"<title>{escape(title or root)}</title>",
+        _svg_open(width, height, title or root),
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
         'fill="#64748b"/></marker></defs>',
@@ -271,8 +286,8 @@ def tree_svg(
             f'<path d="M{x1:.1f},{y1:.1f} C{mid:.1f},{y1:.1f} {mid:.1f},{y2:.1f} {x2:.1f},{y2:.1f}" '
             f'fill="none" stroke="{"#0f172a" if strong else "#94a3b8"}" '
             f'stroke-width="{2.2 if strong else 1.3}" marker-end="url(#arrow)"/>'
-            f'<text class="edge" x="{mid:.1f}" y="{(y1 + y2) / 2 - 4:.1f}" text-anchor="middle" '
-            f'font-size="9.5" fill="#64748b">{escape(kind)}</text>'
+            f'<text class="edge" x="{x2 - 8:.1f}" y="{y2 - 6:.1f}" text-anchor="end" '
+            f'font-size="10" fill="#64748b">{escape(kind)}</text>'
         )
     for n, (x, y, w) in pos.items():
         out.append(_box(n, kinds.get(n, "?"), x, y, w, n == root, n in alerting))
@@ -291,16 +306,19 @@ def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bo
         f'fill="{fill}" stroke="{stroke}" stroke-width="{2 if root or hot else 1.2}"/>'
         f'<rect x="{x + 1:.1f}" y="{y + 6:.1f}" width="4" height="{_BOX_H - 12}" rx="2" '
         f'fill="{colour}"/>'
-        f'<text x="{x + 13:.1f}" y="{y + 18:.1f}" font-size="9.5" fill="{colour}" '
+        f'<text x="{x + 13:.1f}" y="{y + 18:.1f}" font-size="10" fill="{colour}" '
         f'font-weight="700" letter-spacing=".4">{escape(kind.upper())}'
         f"{' · CAUSE' if root else ''}</text>"
-        f'<text x="{x + 13:.1f}" y="{y + 35:.1f}" font-size="12" fill="#0f172a" '
+        f'<text x="{x + 13:.1f}" y="{y + 35:.1f}" font-size="12.5" fill="#0f172a" '
         f'font-family="ui-monospace,SFMono-Regular,Menlo,monospace">{escape(_short(node))}</text>'
     ]
     if hot:
         parts.append(f'<circle cx="{x + w - 10:.1f}" cy="{y + 12:.1f}" r="3.5" fill="#dc2626"/>')
     parts.append("</g>")
     return "".join(parts)
+
+
+_TIMELINE_LABEL = 44
 
 
 def timeline_svg(
@@ -322,8 +340,10 @@ def timeline_svg(
     t0 = min(e[0] for e in rows)
     t1 = max(max(e[0], e[1] or e[0]) for e in rows)
     span = max(t1 - t0, 60.0)
-    label_w = 220
-    plot_w = width - label_w - 16
+    # the label column fits the longest label (11 px font, about 6.4 px a character), up to 40 %
+    labels = [_short(e[2], _TIMELINE_LABEL) for e in rows]
+    label_w = min(max(120.0, 6.4 * max(len(t) for t in labels) + 16), 0.4 * width)
+    plot_w = width - label_w - 24
     height = 28 + row_h * len(rows)
 
     def x(t: float) -> float:
@@ -341,14 +361,15 @@ def timeline_svg(
             f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">'
             f"+{(t - t0) / 60:.1f} min</text>"
         )
-    for i, (start, end, label, status) in enumerate(rows):
+    for i, (start, end, _, status) in enumerate(rows):
+        label = labels[i]
         y = 20 + i * row_h
         firing = status == "firing"
         xe = x(end if (end is not None and not firing) else t1)
         colour = "#dc2626" if firing else "#94a3b8"
         out.append(
             f'<text x="{label_w - 8}" y="{y + 11}" font-size="11" fill="#334155" '
-            f'text-anchor="end">{escape(label[:36])}</text>'
+            f'text-anchor="end">{escape(label)}</text>'
             f'<rect x="{x(start):.1f}" y="{y + 2}" width="{max(4.0, xe - x(start)):.1f}" '
             f'height="{row_h - 6}" rx="3" fill="{colour}" opacity="0.85"/>'
         )
