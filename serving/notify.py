@@ -134,6 +134,26 @@ def post_with_retry(
     return False, outcome
 
 
+def confidence_words(score: Any, settings: Settings, method: str | None) -> str:
+    """How sure the top cause is, in the words the incident page shows beside it.
+
+    The same thresholds as :func:`severity_for`: ``high`` (would page as critical), ``medium``
+    (warning), ``low`` (not sent); a method without calibrated scores says so instead of guessing.
+    """
+    if method is not None and method not in CALIBRATED_METHODS:
+        return "confidence unknown: this ranker's scores are not probabilities"
+    sev = severity_for(score, settings, method)
+    try:
+        pct = f"{100 * float(score):.0f} %"
+    except (TypeError, ValueError):
+        return "confidence unknown"
+    if sev == "critical":
+        return f"high confidence ({pct}, calibrated): sent as critical"
+    if sev == "warning":
+        return f"medium confidence ({pct}): sent as a warning; check the next causes too"
+    return f"low confidence ({pct}): not sent to Alertmanager; treat the list as leads"
+
+
 class Notifier:
     """Sends settled root causes out (see the module docstring).
 

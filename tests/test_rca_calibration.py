@@ -209,3 +209,13 @@ def test_severity_follows_the_calibrated_score() -> None:
 def test_a_warning_floor_above_the_critical_score_is_refused() -> None:
     with pytest.raises(ValidationError, match="must not exceed the critical score"):
         _settings(notify_critical_score=0.4, notify_warning_score=0.6)
+
+
+def test_confidence_in_words_follows_the_severity_thresholds() -> None:
+    from fleetmind.serving.notify import confidence_words
+
+    s = _settings(notify_critical_score=0.7, notify_warning_score=0.3)
+    assert confidence_words(0.93, s, "gat").startswith("high confidence (93 %")
+    assert confidence_words(0.5, s, "gat").startswith("medium confidence (50 %)")
+    assert confidence_words(0.012, s, "gat").startswith("low confidence (1 %)")
+    assert "not probabilities" in confidence_words(3.4, s, "upstream-coverage")

@@ -137,6 +137,8 @@ def test_incident_page_has_ranked_causes_paths_timeline_and_fault(client: TestCl
     for name in ("KubeNodeNotReady", "GpuXidError", "PodCrashLooping", "ServiceErrorRate"):
         assert name in html
     assert "Fault type" in html
+    # the fixture ranks with a baseline: the page says its score is no probability
+    assert 'id="confidence"' in html and "not probabilities" in html
     assert client.get("/ui/incidents/999").status_code == 404
     assert client.get("/ui/incidents/-1").status_code == 422
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
+from fleetmind.serving.notify import confidence_words
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
@@ -385,6 +386,9 @@ def _incident(
         causes=[c for c in causes if not c["low"]],
         low_causes=[c for c in causes if c["low"]],
         low_score=LOW_SCORE,
+        confidence=confidence_words(causes[0]["score"], services.settings, row.get("method"))
+        if causes
+        else None,
         engineer_root=latest,
         alerts=sorted(alerts, key=lambda a: a["starts_ts"]),
         timeline=timeline,
