@@ -222,3 +222,19 @@ def test_cli_bad_rollout_option_is_a_one_line_error(tiny, capsys) -> None:
     assert "rollout k must be at least 2" in err and err.count("\n") == 1
     assert cli.main([*argv, "--policies", "rollout", "--ray-address", "local"]) == 2
     assert "runs locally" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:offered load:UserWarning")
+def test_sim_copy_diverges_without_touching_the_original(shared_data) -> None:
+    from fleetmind.envs.dynamic.sim import DynamicSim
+
+    _, _, env = _dyn_setup(64)
+    jobs, prio = job_stream(env, 3)
+    sim = DynamicSim(env.fleet, jobs, backfill_depth=env.backfill_depth, priority=prio)
+    j = sim.next_decision()
+    twin = sim.copy()
+    node = int(np.flatnonzero(twin.feasible(j))[0])
+    twin.place(j, node)
+    assert sim.status[j] != twin.status[j] and j in sim.queue and j not in twin.queue
+    assert sim.state.allocated_gpu_milli == 0 < twin.state.allocated_gpu_milli
+    assert twin.next_decision() is not None and sim.n_decisions == 0
