@@ -16,12 +16,14 @@ queueing delay), the relative gain over the clone, and where the decisions that 
 arrived % of GPU capacity; dynamic: decision index), binned. The 2026-12-01 note
 (``docs/research/2026-12-01-placement-headroom.md``) was made with
 
-    nice -n 10 python -m benchmarks.placement.headroom --mode fgd \\
+    nice -n 10 python -m benchmarks.placement.headroom --mode fgd --seeds 5101 \\
+        --every-known 32 --every-sampled 96 --depth2 --every-depth2 192 \\
         --json benchmarks/results/placement_headroom_fgd.json
-    nice -n 10 python -m benchmarks.placement.headroom --mode dynamic \\
+    nice -n 10 python -m benchmarks.placement.headroom --mode dynamic --depth2 \\
         --json benchmarks/results/placement_headroom_dynamic.json
 
-(the defaults below; the two ran side by side, one core each).
+(the two side by side on the shared 2-core machine; fgd mode with one workload seed and sparser
+look-aheads than the defaults, to fit the CPU budget).
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def run_fgd_mode(args: argparse.Namespace, variants: list[tuple[str, Path]]) -> 
             t0 = time.process_time()
             base = run_fgd(trace, clone, seed, nodes).unallocated[100]
             row: dict[str, Any] = {"trace": name, "seed": seed, "clone": base, "runs": {}}
-            todo = ["known"] + (["sampled"] if si == 0 else [])
+            todo = ["known"] + (["sampled"] if si == 0 and not args.no_sampled else [])
             todo += ["known_depth2"] if args.depth2 and vi == 0 and si == 0 else []
             for label in todo:
                 c0 = time.process_time()
@@ -182,7 +184,7 @@ def run_dynamic_mode(args: argparse.Namespace, variants: list[tuple[str, Path]])
                 "clone": {k: base[k] for k in ("mean_slowdown", "p99_queue_delay_s")},
                 "runs": {},
             }
-            todo = ["known"] + (["sampled"] if si == 0 else [])
+            todo = ["known"] + (["sampled"] if si == 0 and not args.no_sampled else [])
             todo += ["known_depth2"] if args.depth2 and vi == 0 and si == 0 else []
             for label in todo:
                 c0 = time.process_time()
@@ -239,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every-known-dyn", type=int, default=8)
     ap.add_argument("--every-sampled-dyn", type=int, default=16)
     ap.add_argument("--depth2", action="store_true", help="also a depth-2 run (first row)")
+    ap.add_argument("--no-sampled", action="store_true", help="skip the sampled-future runs")
     ap.add_argument("--depth2-fgd-band", nargs=2, type=float, default=[60.0, 80.0])
     ap.add_argument("--every-depth2", type=int, default=96)
     ap.add_argument("--depth2-dyn-band", nargs=2, type=float, default=[0.0, 128.0])
