@@ -590,9 +590,10 @@ class DynamicRolloutPolicy:
         planned = plan[1] if plan is not None and plan[0] == i else None
         if plan is not None and plan[0] <= i:
             self._plan = None
-        choices = self._choices(self.env, j, cfg.k)
+        in_window = lo <= i < hi
+        choices = self._choices(self.env, j, cfg.k if in_window else 1)
         look = False
-        if lo <= i < hi and len(choices) >= 2:
+        if in_window and len(choices) >= 2:
             look = self._in_band % cfg.every == 0
             self._in_band += 1
         if look:

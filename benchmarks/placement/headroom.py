@@ -109,7 +109,9 @@ def rel(clone: float, other: float) -> float:
     return round(100.0 * (other - clone) / clone, 3) if clone else float("nan")
 
 
-def run_fgd_mode(args: argparse.Namespace, variants: list[tuple[str, Path]]) -> list[dict]:
+def run_fgd_mode(
+    args: argparse.Namespace, variants: list[tuple[str, Path]]
+) -> tuple[list[dict], dict[str, dict]]:
     nodes = load_openb_nodes()
     clone = load_ppo_policy(clone_file(REPO_ROOT / "models" / "placement"))
     cfgs = {
@@ -152,7 +154,9 @@ def run_fgd_mode(args: argparse.Namespace, variants: list[tuple[str, Path]]) -> 
     return rows, {k: {**asdict(c)} for k, c in cfgs.items()}
 
 
-def run_dynamic_mode(args: argparse.Namespace, variants: list[tuple[str, Path]]) -> list[dict]:
+def run_dynamic_mode(
+    args: argparse.Namespace, variants: list[tuple[str, Path]]
+) -> tuple[list[dict], dict[str, dict]]:
     ref = REPO_ROOT / "models" / "placement-dynamic"
     mcfg = model_config(ref)
     model = load_dynamic_actor(clone_file(ref), n_candidates=mcfg.n_candidates)
