@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from fleetmind.data.errors import ModelLoadError
+from fleetmind.envs.multicluster_env import N_GLOBAL_FEATURES
 from fleetmind.rl.export import PlacementActor, load_torch
 from fleetmind.rl.policy import MASKED_LOGIT
 
@@ -333,13 +334,11 @@ def _actor_from_onnx(path: Path, like: PlacementActor | None) -> PlacementActor:
         runner = OnnxActor(path)
         k = runner.n_candidates
         dim = int(runner.obs_dim or 0)
-        f = None
-        for g in (12,):
-            if (dim - g) % k == 0 and (dim - g) // k + g == d_in:
-                f = (dim - g) // k
-        if f is None:
+        g = N_GLOBAL_FEATURES
+        f = (dim - g) // k if dim > g and (dim - g) % k == 0 else None
+        if f is None or f + g != d_in:
             raise ModelLoadError(f"{path}: cannot infer K, F, G from its graph")
-        cfg = {"n_candidates": k, "n_cand_features": f, "n_global_features": 12, "hidden": hidden}
+        cfg = {"n_candidates": k, "n_cand_features": f, "n_global_features": g, "hidden": hidden}
     actor = PlacementActor(**cfg)
     sd = actor.state_dict()
     for key, w in zip(

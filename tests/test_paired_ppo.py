@@ -5,6 +5,7 @@ workloads avoid the frozen evaluation set, and its export loads like any dynamic
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,8 +43,13 @@ def _tiny_envs(n_jobs: int = 128) -> list:
     return [MultiClusterPlacementEnv(**cfg.env_kwargs(t)) for t in ("multigpu20", "gpushare40")]
 
 
-def test_clone_loads_with_the_logits_of_its_onnx_file(shared_data) -> None:
-    clone = load_clone(RELEASED)
+@pytest.mark.parametrize("only_onnx", [False, True])
+def test_clone_loads_with_the_logits_of_its_onnx_file(shared_data, tmp_path, only_onnx) -> None:
+    """From the released folder (``policy.pt``, byte twin of ``clone.onnx``) and from a folder
+    holding ``clone.onnx`` alone (its weights read from the graph)."""
+    if only_onnx:
+        shutil.copy2(RELEASED / "clone.onnx", tmp_path / "clone.onnx")
+    clone = load_clone(tmp_path if only_onnx else RELEASED)
     cfg = clone.config
     dim = cfg["n_candidates"] * cfg["n_cand_features"] + cfg["n_global_features"]
     x = np.random.default_rng(1).uniform(0, 1, (8, dim)).astype(np.float32)
