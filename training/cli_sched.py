@@ -775,6 +775,47 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="fgd mode: add the host-stranding and model-scarcity signals as candidate features"
         " (F = 20; docs/ppo.md)",
     )
+    tr.add_argument(
+        "--algo",
+        choices=["ppo", "paired"],
+        default="ppo",
+        help="ppo (default: imitation warm start, then MaskablePPO) or paired (dynamic mode:"
+        " paired, critic-free PPO over a model's clone; docs/ppo-dynamic.md)",
+    )
+    pa = tr.add_argument_group("--algo paired (dynamic mode)")
+    pa.add_argument(
+        "--init",
+        default=None,
+        help="dynamic-mode model folder whose clone starts the learner (default: the released"
+        " models/placement-dynamic)",
+    )
+    pa.add_argument("--iterations", type=int, default=40, help="iterations (default 40)")
+    pa.add_argument(
+        "--workloads-per-iter",
+        type=int,
+        default=2,
+        help="fresh workloads (variant + job stream) per iteration (default 2)",
+    )
+    pa.add_argument(
+        "--group-size", type=int, default=6, help="sampled episodes per workload (default 6)"
+    )
+    pa.add_argument("--lr", type=float, default=3e-5, help="Adam step size (default 3e-5)")
+    pa.add_argument(
+        "--kl-coef", type=float, default=0.05, help="KL-to-clone penalty weight (default 0.05)"
+    )
+    pa.add_argument(
+        "--baseline",
+        choices=["time", "episode"],
+        default="time",
+        help="advantage baseline: time-aligned cost-to-go (default) or the group's mean return",
+    )
+    pa.add_argument(
+        "--val-streams",
+        type=int,
+        default=30,
+        help="fresh validation streams for the checkpoint choice (default 30)",
+    )
+    pa.add_argument("--val-every", type=int, default=5, help="validate every N iterations")
     tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
     tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tr.add_argument(
@@ -924,6 +965,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--penalty-features is an fgd-mode option (dynamic mode has --queue-features)"
         )
+    if args.algo == "paired":
+        return _train_paired(args)
     shared = dict(
         traces=args.trace,
         timesteps=args.timesteps,
@@ -981,6 +1024,45 @@ def cmd_train(args: argparse.Namespace) -> int:
             penalty_features=args.penalty_features,
         )
     if args.seeds:
+        return _train_seeds(args, recipe.__name__, a)
+    summary = recipe.run(a)
+    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0
+
+
+def _train_paired(args: argparse.Namespace) -> int:
+    """``fleetmind sched train --algo paired`` (:mod:`training.recipes.paired`)."""
+    import json
+
+    if args.mode != "dynamic":
+        raise ConfigError("--algo paired is a dynamic-mode recipe (add --mode dynamic)")
+    if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
+        raise ConfigError(
+            "--algo paired starts from a model's clone (--init); --teacher, --queue-features and"
+            " --reward belong to --algo ppo"
+        )
+    from fleetmind.training.recipes import paired as recipe
+
+    a = recipe.PairedArgs(
+        traces=args.trace,
+        init=args.init or str(recipe.RELEASE_DIR),
+        iterations=args.iterations,
+        workloads_per_iter=args.workloads_per_iter,
+        group_size=args.group_size,
+        learning_rate=args.lr,
+        kl_coef=args.kl_coef,
+        baseline=args.baseline,
+        dyn_jobs=args.dyn_jobs if args.dyn_jobs != 2048 else None,
+        val_streams=args.val_streams,
+        val_every=args.val_every,
+        seed=args.seed,
+        max_minutes=args.max_minutes,
+        out=args.out if args.out != "runs/ppo" else "runs/paired",
+        release=args.release,
+    )
+    if args.seeds:
+        a.init = str(Path(a.init).resolve())
         return _train_seeds(args, recipe.__name__, a)
     summary = recipe.run(a)
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))

@@ -1,0 +1,431 @@
+"""Paired, critic-free PPO over the dynamic-mode clone: ``fleetmind sched train --algo paired``.
+
+    fleetmind sched train --mode dynamic --algo paired --trace default \
+        --init models/placement-dynamic --iterations 40 --group-size 6 --workloads-per-iter 2 \
+        --val-streams 30 --val-every 5 --max-minutes 30
+
+Steps (see ``docs/ppo-dynamic.md``, section "Paired PPO"; the algorithm is :mod:`rl.paired`):
+
+1. Loads the clone of ``--init`` (a dynamic-mode model folder, default the released one) twice:
+   a frozen reference and the learner. The env setting is the model's own (``metadata.json``);
+   training episodes may be shorter (``--dyn-jobs``), validation uses the model's setting.
+2. Every iteration draws ``--workloads-per-iter`` fresh workloads: a variant of a ``--trace``
+   made by ``fleetmind sched variants``' generator (kinds cycled over cpu, gpushare, gpuspec,
+   multigpu; level uniform over the published range of the kind; generator seed
+   :data:`TRAIN_GEN_SEED` + ...) and a stream seed (:data:`TRAIN_STREAM_SEED` + ...). Neither
+   range meets the frozen evaluation set (generator seeds 20261201-20261208, stream seeds
+   7301-7310), the pre-set held-out seeds 42-51 or the headroom benchmark's variants.
+3. On each workload the greedy clone runs once and the learner samples ``--group-size`` episodes
+   on the same stream; one :func:`rl.paired.ppo_update` follows (gamma 1, group-relative
+   advantages, KL to the clone, no value loss).
+4. Every ``--val-every`` iterations the greedy learner and the greedy clone run on
+   ``--val-streams`` validation workloads (own generator and stream seed ranges, the same for
+   every training seed). The checkpoint kept is the one with the lowest mean paired slowdown
+   ratio to the clone among those whose mean p99 queueing-delay ratio is <= 1; the clone itself
+   (ratio 1) competes.
+5. Exports ``policy.pt``/``policy.onnx`` (the kept checkpoint), ``final.onnx`` (the last),
+   ``clone.onnx``/``clone.pt``, the init's ``teacher.json``, ``metadata.json``, ``model_card.md``
+   and ``train_summary.json`` to ``<out>/<run>/model``; with ``--release`` to
+   ``models/placement-dynamic/``. MLflow: per iteration ``paired/sample_gap_pct`` (sampled
+   episodes vs clone, same workloads), ``paired/kl_clone``, ``paired/clip_frac``; per validation
+   ``val/gap_pct`` and ``val/p99_ratio``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import mlflow
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import load_openb_trace
+from fleetmind.data.openb_variants import (
+    PUBLISHED_LEVELS,
+    VARIANT_KINDS,
+    generate_variant,
+    write_variant,
+)
+from fleetmind.data.paths import MODELS_DIR
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, model_config
+from fleetmind.rl.export import save_onnx, save_torch
+from fleetmind.rl.paired import (
+    BASELINES,
+    PairedHyperparams,
+    greedy_metrics,
+    load_clone,
+    paired_iteration,
+    trainable_copy,
+)
+from fleetmind.training.recipes.common import seed_everything
+from fleetmind.training.recipes.tracking import tracked_run
+
+RELEASE_DIR = MODELS_DIR / "placement-dynamic"
+TRAIN_GEN_SEED = 31_000_000
+"""Variant generator seeds of training workloads: ``TRAIN_GEN_SEED + 100_000 * seed + i``."""
+TRAIN_STREAM_SEED = 600_000
+"""Stream seeds of training workloads: ``TRAIN_STREAM_SEED + 100_000 * seed + i``."""
+VAL_GEN_SEED = 32_000_000
+"""Variant generator seeds of validation workloads: ``VAL_GEN_SEED + i``."""
+VAL_STREAM_SEED = 700_000
+"""Stream seeds of validation workloads: ``VAL_STREAM_SEED + i``."""
+LEVEL_RANGE = {k: (min(v), max(v)) for k, v in PUBLISHED_LEVELS.items()}
+"""Level range of each variant kind (the published levels' span, %)."""
+
+
+@dataclass
+class PairedArgs:
+    """Settings of a paired-PPO run (``fleetmind sched train --algo paired`` flags)."""
+
+    mode: ClassVar[str] = "dynamic"
+
+    traces: list[str] = field(default_factory=lambda: ["default"])
+    """source traces of the fresh variants (openb names or CSV paths)"""
+    init: str = str(RELEASE_DIR)
+    """dynamic-mode model folder whose clone starts (and anchors) the learner"""
+    iterations: int = 40
+    """training iterations"""
+    workloads_per_iter: int = 2
+    """fresh workloads per iteration"""
+    group_size: int = 6
+    """sampled learner episodes per workload (``G``)"""
+    learning_rate: float = 3e-5
+    """Adam step size"""
+    clip_range: float = 0.2
+    """PPO ratio clip"""
+    kl_coef: float = 0.05
+    """weight of KL(learner || clone)"""
+    n_epochs: int = 2
+    """passes over an iteration's steps"""
+    batch_size: int = 2048
+    """minibatch (steps)"""
+    baseline: str = "time"
+    """``time`` (time-aligned cost-to-go) or ``episode`` (group mean return)"""
+    dyn_jobs: int | None = None
+    """jobs per training episode (None: the model's own setting)"""
+    kinds: list[str] = field(default_factory=lambda: list(VARIANT_KINDS))
+    """variant kinds of training and validation workloads"""
+    val_streams: int = 30
+    """validation workloads for the checkpoint choice"""
+    val_every: int = 5
+    """validate every this many iterations"""
+    val_jobs: int | None = None
+    """jobs per validation episode (None: the model's own setting)"""
+    seed: int = 0
+    """seed of the learner's sampling and of the training workloads"""
+    max_minutes: float | None = None
+    """stop after the iteration during which this much wall time passed"""
+    out: str = "runs/paired"
+    """run folder (``<out>/<run name>/``)"""
+    release: bool = False
+    """copy the artifact to ``models/placement-dynamic/``"""
+    tracking_uri: str | None = None
+    """MLflow tracking URI"""
+    experiment: str = "fleetmind-placement"
+    """MLflow experiment name"""
+    threads: int = 1
+    """torch threads"""
+    progress: bool = True
+    """progress bar"""
+
+    def hyperparams(self) -> PairedHyperparams:
+        return PairedHyperparams(
+            group_size=self.group_size,
+            learning_rate=self.learning_rate,
+            clip_range=self.clip_range,
+            kl_coef=self.kl_coef,
+            n_epochs=self.n_epochs,
+            batch_size=self.batch_size,
+            baseline=self.baseline,
+        )
+
+    def check(self) -> None:
+        """:class:`ConfigError` naming the first bad setting."""
+        ints = {
+            "--iterations": (self.iterations, 0),
+            "--workloads-per-iter": (self.workloads_per_iter, 1),
+            "--group-size": (self.group_size, 2),
+            "--val-streams": (self.val_streams, 1),
+            "--val-every": (self.val_every, 1),
+        }
+        for flag, (v, lo) in ints.items():
+            if v < lo:
+                raise ConfigError(f"{flag} must be >= {lo}, got {v}")
+        for flag, v in (("--dyn-jobs", self.dyn_jobs), ("--val-jobs", self.val_jobs)):
+            if v is not None and v < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {v}")
+        for flag, x in (("--lr", self.learning_rate), ("--kl-coef", self.kl_coef)):
+            if not (np.isfinite(x) and x >= 0):
+                raise ConfigError(f"{flag} must be a finite number >= 0, got {x}")
+        if self.baseline not in BASELINES:
+            raise ConfigError(f"--baseline must be one of {', '.join(BASELINES)}")
+        bad = [k for k in self.kinds if k not in VARIANT_KINDS]
+        if bad or not self.kinds:
+            raise ConfigError(f"variant kinds must be among {', '.join(VARIANT_KINDS)}, got {bad}")
+
+
+def make_workload(
+    source: str, kind: str, level: float, gen_seed: int, cfg: DynEvalConfig, folder: Path
+) -> MultiClusterPlacementEnv:
+    """An env on a fresh variant (``fleetmind sched variants``' generator) of ``source``."""
+    path = folder / f"{Path(str(source)).stem}-{kind}{level:.1f}-s{gen_seed}.csv"
+    if not path.is_file():
+        write_variant(path, generate_variant(kind, level, gen_seed, source=source))
+    return MultiClusterPlacementEnv(**cfg.env_kwargs(load_openb_trace(path)))
+
+
+def workload_specs(
+    traces: list[str],
+    kinds: list[str],
+    n: int,
+    gen_base: int,
+    rng: np.random.Generator,
+    offset: int = 0,
+) -> list[tuple[str, str, float, int]]:
+    """``n`` workload specs ``(source, kind, level, generator seed)``: workload ``i`` has kind
+    ``kinds[(offset + i) % len(kinds)]``, a level drawn uniformly over :data:`LEVEL_RANGE`
+    (rounded to 0.5), source ``traces[(offset + i) // len(kinds) % len(traces)]`` and generator
+    seed ``gen_base + i``."""
+    out = []
+    for i in range(n):
+        j = offset + i
+        kind = kinds[j % len(kinds)]
+        lo, hi = LEVEL_RANGE[kind]
+        level = round(float(rng.uniform(lo, hi)) * 2) / 2
+        out.append((str(traces[(j // len(kinds)) % len(traces)]), kind, level, gen_base + i))
+    return out
+
+
+def _ratio_ci(ratios: np.ndarray, seed: int = 0, n_boot: int = 2000) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the mean of ``ratios`` - 1, in %."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(ratios), (n_boot, len(ratios)))
+    means = ratios[idx].mean(axis=1)
+    return float(100 * (np.percentile(means, 2.5) - 1)), float(
+        100 * (np.percentile(means, 97.5) - 1)
+    )
+
+
+def run(args: PairedArgs) -> dict[str, Any]:
+    """The paired-PPO recipe (module docstring). Returns the JSON summary."""
+    args.check()
+    for t in dict.fromkeys(args.traces):
+        load_openb_trace(t)  # a typo is one line, before anything is written
+    clone = load_clone(args.init)
+    base_cfg = model_config(args.init)
+    train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
+    val_cfg = replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs))
+    seed_everything(args.seed, args.threads)
+    hp = args.hyperparams()
+    run_name = f"MultiClusterPlacement-v0__paired__{args.seed}__{int(time.time())}"
+    run_dir = Path(args.out) / run_name
+    model_dir = run_dir / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    var_dir = Path(args.out) / "variants"
+    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "paired"}
+    t0 = time.perf_counter()
+    actor = trainable_copy(clone)
+    opt = torch.optim.Adam(actor.parameters(), lr=hp.learning_rate)
+    gen = torch.Generator().manual_seed(args.seed)
+    rng = np.random.default_rng([args.seed, 1])
+    spec_rng = np.random.default_rng([args.seed, 2])
+
+    with tracked_run(args, run_name, summary):
+        mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
+        # validation workloads: the same for every training seed
+        val_specs = workload_specs(
+            list(args.traces),
+            list(args.kinds),
+            args.val_streams,
+            VAL_GEN_SEED,
+            np.random.default_rng(VAL_GEN_SEED),
+        )
+        val_envs = [make_workload(*s, val_cfg, var_dir) for s in val_specs]
+        val_seeds = [VAL_STREAM_SEED + i for i in range(args.val_streams)]
+        n_train_eps = args.iterations * args.workloads_per_iter * (hp.group_size + 1)
+        bar = tqdm(
+            total=n_train_eps + args.val_streams * (2 + args.iterations // args.val_every),
+            desc="paired PPO",
+            unit="episode",
+            disable=not args.progress,
+        )
+        clone_val = [greedy_metrics(e, s, clone) for e, s in zip(val_envs, val_seeds, strict=True)]
+        bar.update(args.val_streams)
+        clone_ms = np.array([m["mean_slowdown"] for m in clone_val])
+        clone_p99 = np.array([m["p99_queue_delay_s"] for m in clone_val])
+        state: dict[str, Any] = {
+            "best_ratio": 1.0,
+            "best_iteration": 0,
+            "best_state": {k: v.clone() for k, v in actor.state_dict().items()},
+            "validations": [
+                {"iteration": 0, "gap_pct": 0.0, "ci_pct": [0.0, 0.0], "p99_ratio": 1.0}
+            ],
+            "iterations": [],
+        }
+
+        def validate(it: int) -> None:
+            ms = [greedy_metrics(e, s, actor) for e, s in zip(val_envs, val_seeds, strict=True)]
+            bar.update(args.val_streams)
+            r = np.array([m["mean_slowdown"] for m in ms]) / clone_ms
+            p99_l = np.array([m["p99_queue_delay_s"] for m in ms])
+            p99 = float(p99_l.mean() / max(float(clone_p99.mean()), 1e-9))
+            lo, hi = _ratio_ci(r, seed=it)
+            row = {
+                "iteration": it,
+                "gap_pct": float(100 * (r.mean() - 1)),
+                "ci_pct": [lo, hi],
+                "p99_ratio": p99,
+            }
+            state["validations"].append(row)
+            mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
+            if r.mean() < state["best_ratio"] and p99 <= 1.0:
+                state.update(
+                    best_ratio=float(r.mean()),
+                    best_iteration=it,
+                    best_state={k: v.clone() for k, v in actor.state_dict().items()},
+                )
+
+        done_its = 0
+        for it in range(1, args.iterations + 1):
+            base = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
+            specs = workload_specs(
+                list(args.traces),
+                list(args.kinds),
+                args.workloads_per_iter,
+                TRAIN_GEN_SEED + base,
+                spec_rng,
+                offset=base,
+            )
+            envs = [make_workload(*s, train_cfg, var_dir) for s in specs]
+            wl = [(e, TRAIN_STREAM_SEED + base + i) for i, e in enumerate(envs)]
+            res = paired_iteration(wl, actor, clone, opt, hp, rng, gen, progress=bar.update)
+            row = {
+                "iteration": it,
+                "sample_gap_pct": res.sample_gap_pct,
+                **{k: float(v) for k, v in res.update.items()},
+            }
+            state["iterations"].append(row)
+            mlflow.log_metrics(
+                {
+                    "paired/sample_gap_pct": row["sample_gap_pct"],
+                    "paired/kl_clone": row["kl_clone"],
+                    "paired/clip_frac": row["clip_frac"],
+                    "paired/approx_kl": row["approx_kl"],
+                },
+                step=it,
+            )
+            bar.set_postfix(gap=f"{row['sample_gap_pct']:+.2f}%", kl=f"{row['kl_clone']:.4f}")
+            done_its = it
+            out_of_time = (
+                args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
+            )
+            if it % args.val_every == 0 or it == args.iterations or out_of_time:
+                validate(it)
+            if out_of_time:
+                break
+        bar.close()
+
+        save_onnx(actor, model_dir / "final.onnx")
+        actor.load_state_dict(state["best_state"])
+        save_torch(actor, model_dir / "policy.pt")
+        save_onnx(actor, model_dir / "policy.onnx")
+        save_torch(clone, model_dir / "clone.pt")
+        init = Path(args.init)
+        if (init / "clone.onnx").is_file():
+            shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
+        else:
+            save_onnx(clone, model_dir / "clone.onnx")
+        if (init / "teacher.json").is_file():
+            shutil.copy2(init / "teacher.json", model_dir / "teacher.json")
+        meta = {
+            "format": DYNAMIC_FORMAT,
+            "version": run_name,
+            "mode": "dynamic",
+            "env_id": "fleetmind/MultiClusterPlacement-v0",
+            "env_kwargs": asdict(base_cfg),
+            "algo": "paired",
+            "init": str(args.init),
+            "train_traces": list(args.traces),
+            "teacher": "clone of " + str(args.init),
+        }
+        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+        wall = time.perf_counter() - t0
+        best_val = next(
+            v for v in state["validations"] if v["iteration"] == state["best_iteration"]
+        )
+        summary.update(
+            iterations=done_its,
+            best_iteration=state["best_iteration"],
+            validation=state["validations"],
+            validation_best=best_val,
+            history=state["iterations"],
+            hyperparameters=asdict(hp),
+            train_env=asdict(train_cfg),
+            val_env=asdict(val_cfg),
+            val_workloads=[list(s) + [sd] for s, sd in zip(val_specs, val_seeds, strict=True)],
+            wall_time_s=round(wall, 1),
+            artifact=str(model_dir),
+            metrics={"paired_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
+        )
+        _write_card(model_dir, args, summary)
+        (model_dir / "train_summary.json").write_text(
+            json.dumps(summary, indent=1, default=str) + "\n"
+        )
+        mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": best_val["gap_pct"]})
+        mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
+        if args.release:
+            RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+            for f in model_dir.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, RELEASE_DIR / f.name)
+            summary["released"] = str(RELEASE_DIR)
+    return summary
+
+
+def command_line(args: PairedArgs) -> str:
+    """The ``fleetmind sched train`` flags that reproduce ``args``."""
+    return (
+        "--mode dynamic --algo paired"
+        + "".join(f" --trace {t}" for t in args.traces)
+        + f" --init {args.init} --iterations {args.iterations}"
+        + f" --workloads-per-iter {args.workloads_per_iter} --group-size {args.group_size}"
+        + f" --lr {args.learning_rate:g} --kl-coef {args.kl_coef:g} --baseline {args.baseline}"
+        + (f" --dyn-jobs {args.dyn_jobs}" if args.dyn_jobs else "")
+        + f" --val-streams {args.val_streams} --val-every {args.val_every}"
+        + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
+        + f" --seed {args.seed}"
+    )
+
+
+def _write_card(model_dir: Path, args: PairedArgs, summary: dict[str, Any]) -> None:
+    b = summary["validation_best"]
+    lines = [
+        "# fleetmind-placement-dynamic: paired-PPO placement agent for dynamic mode",
+        "",
+        "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO agent),",
+        f"started from the clone in `{args.init}` and trained with paired, critic-free PPO",
+        "(`rl/paired.py`): on each fresh workload the greedy clone once and G sampled episodes of",
+        "the learner on the same job stream, group-relative advantages, a KL penalty to the clone.",
+        "",
+        "| field | value |",
+        "| --- | --- |",
+        f"| run | {summary['run_name']} |",
+        f"| command | `fleetmind sched train {command_line(args)}` |",
+        f"| iterations run | {summary['iterations']} |",
+        f"| kept checkpoint (iteration) | {summary['best_iteration']} |",
+        f"| validation: mean slowdown vs clone, {args.val_streams} paired fresh streams | "
+        f"{b['gap_pct']:+.2f} % [{b['ci_pct'][0]:+.2f}, {b['ci_pct'][1]:+.2f}] |",
+        f"| validation: mean p99 queueing-delay ratio to the clone | {b['p99_ratio']:.3f} |",
+        f"| wall time (s) | {summary['wall_time_s']} |",
+        "",
+        "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
+    ]
+    (model_dir / "model_card.md").write_text("\n".join(lines) + "\n")
