@@ -1,4 +1,6 @@
-"""Dynamic simulation mode: a multi-cluster fleet, jobs that arrive, queue, run and depart.
+"""``fleetmind.envs.dynamic``, the folder ``envs/dynamic/``.
+
+Dynamic simulation mode: a multi-cluster fleet, jobs that arrive, queue, run and depart.
 
 The model and every constant are documented, with sources, in ``docs/dynamic.md``. In short:
 

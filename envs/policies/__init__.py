@@ -1,4 +1,6 @@
-"""Placement heuristics behind one interface: Random, DotProd, GpuClustering, GpuPacking, BestFit,
+"""``fleetmind.envs.policies``, the folder ``envs/policies/``.
+
+Placement heuristics behind one interface: Random, DotProd, GpuClustering, GpuPacking, BestFit,
 FGD and TopologyBestEffort.
 
 Scoring, GPU choice and tie-breaking follow the FGD authors' simulator (Weng et al., USENIX ATC'23,

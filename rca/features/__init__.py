@@ -1,4 +1,6 @@
-"""Per-node alert features for the GAT ranker: ``(graph, alerts) -> float32 array (|V|, F)``.
+"""``fleetmind.rca.features``, the folder ``rca/features/``.
+
+Per-node alert features for the GAT ranker: ``(graph, alerts) -> float32 array (|V|, F)``.
 
 Every alert (an Alertmanager v4 alert object) is mapped to a node with
 :meth:`data.graph.DependencyGraph.node_for_alert`; alerts that match no node are ignored (and counted in

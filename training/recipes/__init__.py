@@ -1,4 +1,6 @@
-"""Training recipes of the PPO placement agent, one module per simulation mode.
+"""``fleetmind.training.recipes``, the folder ``training/recipes/``.
+
+Training recipes of the PPO placement agent, one module per simulation mode.
 
 * :mod:`.fgd`: ``fleetmind sched train --mode fgd`` (``fleetmind/GpuPlacement-v0``), settings
   :class:`~.fgd.FgdArgs`, entry point :func:`~.fgd.run`.
