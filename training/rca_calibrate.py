@@ -18,6 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import FleetMindError
+from fleetmind.data.rca_dataset import load_dataset
+from fleetmind.rca.calibration import fit_temperature, reliability, top1
+from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
+from fleetmind.training.cli_common import write_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,10 +63,6 @@ def _split_logits(gat: Any, ds: Any, split: str) -> tuple[list[Any], list[int]]:
 def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     """Fit and report; returns the JSON payload (see the module docstring)."""
     from tqdm import tqdm
-
-    from fleetmind.data.rca_dataset import load_dataset
-    from fleetmind.rca.calibration import fit_temperature, reliability, top1
-    from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 
     folder = Path(args.model) if args.model else RELEASED_DIR
     if args.write and not (folder / "config.json").is_file():
@@ -131,8 +131,6 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """CLI handler: print a table, write JSON and (with ``--write``) the artifact."""
-    from fleetmind.training.cli_common import write_json
-
     payload = calibrate(args)
     print(
         f"temperature {payload['temperature']:.4f} (fitted on {args.split}, "
