@@ -5,7 +5,7 @@ Each command group lives in its own module ``training/cli_<group>.py`` exposing
 callable ``func(args: argparse.Namespace) -> int``. Group modules import heavy libraries (torch, mlflow,
 ...) inside their handlers so that ``fleetmind --help`` stays fast.
 
-Errors caused by the user (:class:`data.errors.FleetMindError`) print one line,
+Errors caused by the user (:class:`fleetmind.data.errors.FleetMindError`) print one line,
 ``fleetmind: error: <reason>``, and exit with status 2.
 """
 

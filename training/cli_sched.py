@@ -524,7 +524,7 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_search_teacher(args: argparse.Namespace) -> int:
-    """``fleetmind sched search-teacher``: see :mod:`rl.teacher_search`."""
+    """``fleetmind sched search-teacher``: see :mod:`fleetmind.rl.teacher_search`."""
     import json
 
     from tqdm import tqdm
@@ -776,7 +776,7 @@ def _trace_seeds(items: list[str] | None) -> dict[str, list[int]]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """``fleetmind sched train``: the recipe of ``--mode`` (:mod:`training.recipes`)."""
+    """``fleetmind sched train``: the recipe of ``--mode`` (:mod:`fleetmind.training.recipes`)."""
     import json
 
     dyn_only = args.cem_trace_seeds or args.cem_worst_weight or args.cem_nonneg

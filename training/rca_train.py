@@ -4,8 +4,8 @@
 
 What a run does:
 
-1. Seeds everything, reads the dataset (:class:`rca.lightning_module.RCADataModule`), computes features.
-2. Trains :class:`rca.lightning_module.GATLightning` with Lightning: per-epoch ``train/*`` and ``val/*``
+1. Seeds everything, reads the dataset (:class:`fleetmind.rca.lightning_module.RCADataModule`), computes features.
+2. Trains :class:`fleetmind.rca.lightning_module.GATLightning` with Lightning: per-epoch ``train/*`` and ``val/*``
    metrics, early stopping and best-checkpointing on ``val/mrr``, a wall-clock cap (``max_minutes``).
    ``--accelerator``/``--devices``/``--strategy``/``--num-nodes`` go to the Lightning ``Trainer``
    (``--devices 2 --strategy ddp`` is two-process data parallel; on CPU over gloo): each rank trains
@@ -13,13 +13,13 @@ What a run does:
    (``sync_dist``), and steps 3-4 run on rank zero only, from the checkpoint rank zero saved.
 3. Restores the best checkpoint, evaluates every test split (``test``, ``test_large``, ...), writes the
    artifact folder (``<out>/<run name>/model``: ``config.json`` + ``model.pt``, see
-   :mod:`rca.gat_analyzer`).
+   :mod:`fleetmind.rca.gat_analyzer`).
 4. Logs params, metrics and the model (a pyfunc wrapper around the artifact, explicit pip
    requirements) to MLflow, registers a new version of ``fleetmind-rca`` and moves the ``champion``
    alias to it only when its ``val/ac1`` beats the current champion's.
 
 Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. The pyfunc wrapper lives in
-:mod:`training.rca_pyfunc` (it must be importable by name when MLflow loads the model).
+:mod:`fleetmind.training.rca_pyfunc` (it must be importable by name when MLflow loads the model).
 """
 
 from __future__ import annotations

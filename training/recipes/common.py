@@ -20,8 +20,8 @@ from fleetmind.rl.ppo import PPOHyperparams
 class PPOArgs:
     """Settings shared by the placement training recipes (``fleetmind sched train`` flags).
 
-    Each recipe has its own subclass: :class:`training.recipes.fgd.FgdArgs` and
-    :class:`training.recipes.dynamic.DynamicArgs`.
+    Each recipe has its own subclass: :class:`fleetmind.training.recipes.fgd.FgdArgs` and
+    :class:`fleetmind.training.recipes.dynamic.DynamicArgs`.
     """
 
     mode: ClassVar[str] = ""
@@ -49,7 +49,7 @@ class PPOArgs:
     swamps the actor's; 0 clones the actor alone (the critic then starts untrained)"""
     teacher: str = "fgd"
     """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
-    :mod:`rl.teacher`) or the path of a saved scorer JSON (``rl.teacher.load_teacher``: a linear
+    :mod:`fleetmind.rl.teacher`) or the path of a saved scorer JSON (``rl.teacher.load_teacher``: a linear
     scorer, or a linear scorer with a host-stranding penalty)"""
     cem_generations: int = 8
     """teacher=cem: CEM generations"""

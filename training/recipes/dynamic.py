@@ -6,15 +6,15 @@
 Steps (see ``docs/ppo-dynamic.md``):
 
 1. Seeds everything; every env is ``fleetmind/MultiClusterPlacement-v0`` with the protocol's setting
-   (:class:`rl.dynamic_eval.DynEvalConfig`: 10 % node sample, ``--dyn-jobs`` jobs, load 0.8).
+   (:class:`fleetmind.rl.dynamic_eval.DynEvalConfig`: 10 % node sample, ``--dyn-jobs`` jobs, load 0.8).
 2. Teacher: FGD (candidate 0, ``--teacher fgd``), a linear candidate scorer searched by the
    cross-entropy method on the training traces x ``--cem-seeds`` streams (``--teacher cem``,
-   :mod:`rl.dynamic_teacher`), or a saved scorer JSON.
+   :mod:`fleetmind.rl.dynamic_teacher`), or a saved scorer JSON.
 3. Imitation warm start: ``--bc-episodes`` teacher episodes per training trace (workload seeds
-   ``seed + 2000 + i``) cloned into the MaskablePPO candidate scorer (:func:`rl.ppo.behaviour_clone`).
+   ``seed + 2000 + i``) cloned into the MaskablePPO candidate scorer (:func:`fleetmind.rl.ppo.behaviour_clone`).
 4. MaskablePPO fine-tuning (``--timesteps``, ``--max-minutes``) on ``--n-envs`` envs, in
    parallel processes (``SubprocVecEnv``, fork) when more than one (:func:`make_dyn_vec_env`) (each episode draws one training trace), with a periodic greedy validation on the
-   training traces x ``--eval-seeds`` (objective ``J`` of :mod:`rl.dynamic_teacher`: mean slowdown
+   training traces x ``--eval-seeds`` (objective ``J`` of :mod:`fleetmind.rl.dynamic_teacher`: mean slowdown
    relative to FGD plus the p99-queueing guard). The best policy (the clone included) is kept.
 5. Exports the best policy (``policy.pt``, ``policy.onnx``, ``ppo.zip``, ``teacher.json``, with
    ``--teacher cem`` the search's final mean ``teacher_mean.json``, ``metadata.json``,
@@ -125,7 +125,7 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
     """``MultiClusterPlacement-v0`` over several traces: each ``reset`` draws one trace.
 
     Same spaces, ``action_masks()`` and ``n_candidates``/``n_cand_features``/``n_global_features``
-    as :class:`envs.multicluster_env.MultiClusterPlacementEnv`, one of which (per trace) it drives;
+    as :class:`fleetmind.envs.multicluster_env.MultiClusterPlacementEnv`, one of which (per trace) it drives;
     the trace and the episode's seed come from ``self.np_random``.
     """
 
@@ -167,7 +167,7 @@ class DynSearchOptions:
     trace_seeds: dict[str, list[int]] = field(default_factory=dict)
     """per training trace, CEM workload seeds replacing ``--cem-seeds`` for that trace"""
     worst_weight: float = 0.0
-    """weight of the per-trace worst case in the objective (``J4`` of :mod:`rl.dynamic_teacher`)"""
+    """weight of the per-trace worst case in the objective (``J4`` of :mod:`fleetmind.rl.dynamic_teacher`)"""
     nonneg: list[str] = field(default_factory=list)
     """candidate features whose effective teacher weight is kept >= 0 for every job"""
     max_minutes: float | None = None
@@ -282,7 +282,7 @@ def _n_cand_features(args: Any) -> int:
 def _teacher(
     args: Any, streams: Any, run_dir: Path, summary: dict[str, Any], progress: bool
 ) -> Any:
-    """``None`` (FGD), a loaded or a CEM-searched :class:`rl.dynamic_teacher.DynLinearScorer`."""
+    """``None`` (FGD), a loaded or a CEM-searched :class:`fleetmind.rl.dynamic_teacher.DynLinearScorer`."""
     n_feat = _n_cand_features(args)
     if args.teacher == "fgd":
         return None

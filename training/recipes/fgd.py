@@ -8,9 +8,9 @@ What a run does:
 1. Seeds everything (Python, NumPy, torch, env and action-space seeds).
 2. Imitation warm start: rolls out a teacher on the training traces and clones it into the
    candidate scorer (actor cross-entropy + critic regression on the teacher's discounted returns;
-   see :mod:`rl.ppo`). The teacher is FGD (candidate 0 of every observation; ``--teacher fgd``), a
+   see :mod:`fleetmind.rl.ppo`). The teacher is FGD (candidate 0 of every observation; ``--teacher fgd``), a
    linear candidate scorer searched first by the cross-entropy method (``--teacher cem``; see
-   :mod:`rl.teacher`), or a saved scorer JSON.
+   :mod:`fleetmind.rl.teacher`), or a saved scorer JSON.
 3. MaskablePPO on ``SubprocVecEnv`` envs (``fleetmind/GpuPlacement-v0``; episodes start after an FGD
    prefix up to ``fgd_until_pct`` of capacity and stop at ``stop_arrived_pct``, from a pool of
    workload seeds), with SB3 callbacks: MLflow logging (``train/*`` episode metrics, ``losses/*``),
@@ -20,7 +20,7 @@ What a run does:
    ``model_card.md``) to ``<out>/<run name>/model`` (and to ``models/placement/`` with ``--release``),
    logs it to MLflow as a pyfunc model, registers ``fleetmind-placement`` and moves the ``champion``
    alias to the new version when its evaluation beats the current champion's
-   (:mod:`training.recipes.tracking`).
+   (:mod:`fleetmind.training.recipes.tracking`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def cem_search_with_bar(
     show: bool = True,
     **search_kwargs: Any,
 ) -> Any:
-    """:func:`rl.teacher.cem_search` with a tqdm bar counted in episodes (one tick per scored
+    """:func:`fleetmind.rl.teacher.cem_search` with a tqdm bar counted in episodes (one tick per scored
     episode: ``(generations x population + 1 [+ 1 with init]) x len(episodes)`` in all).
     ``search_kwargs`` go to ``cem_search`` (generations, population, n_elite, init_sd, seed,
     blocks). Returns its ``CEMResult``."""
@@ -140,8 +140,8 @@ def cem_search_with_bar(
 def _make_teacher(
     args: FgdArgs, env_kwargs: dict[str, Any], run_dir: Path, summary: dict[str, Any]
 ) -> Any:
-    """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`rl.teacher.LinearScorer`
-    or :class:`rl.teacher.StrandPenaltyScorer` loaded from ``args.teacher``, or a linear scorer
+    """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`fleetmind.rl.teacher.LinearScorer`
+    or :class:`fleetmind.rl.teacher.StrandPenaltyScorer` loaded from ``args.teacher``, or a linear scorer
     searched by CEM (logged to MLflow). Either way it is saved as ``<run>/model/teacher.json``."""
 
     if args.teacher == "fgd":

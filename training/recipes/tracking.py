@@ -5,7 +5,7 @@
 * one tracked run (:func:`tracked_run`): tracking URI (:func:`tracking_uri`), experiment, and the
   recipe's settings logged as parameters once, at the start;
 * the exported model as an MLflow pyfunc (:func:`log_placement_pyfunc`: the
-  :class:`training.placement_pyfunc.PlacementPyfunc` wrapper, explicit pip requirements,
+  :class:`fleetmind.training.placement_pyfunc.PlacementPyfunc` wrapper, explicit pip requirements,
   registration as ``fleetmind-placement`` and the ``champion`` alias moved when it wins).
 
 Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``.
