@@ -137,3 +137,16 @@ def test_every_docs_reference_resolves() -> None:
         if not resolves(target, None)
     ]
     assert not bad, "\n".join(bad)
+
+
+def test_docs_and_model_cards_name_no_scratch_run_folder() -> None:
+    """Prose and commands name a neutral ``$RUN_DIR``, not the folder one run happened to use
+    (result JSON keeps what was recorded; ``benchmarks/INDEX.md`` shows it as ``$RUN_DIR``)."""
+    pages = [
+        REPO_ROOT / "README.md",
+        REPO_ROOT / "benchmarks" / "INDEX.md",
+        *sorted((REPO_ROOT / "docs").rglob("*.md")),
+        *sorted((REPO_ROOT / "models").rglob("*.md")),
+    ]
+    hits = [str(p.relative_to(REPO_ROOT)) for p in pages if "/tmp/train" in p.read_text()]
+    assert not hits, hits
