@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -14,88 +13,7 @@ import torch
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.rl.ppo import PPOHyperparams
-
-
-@dataclass
-class PPOArgs:
-    """Settings shared by the placement training recipes (``fleetmind sched train`` flags).
-
-    Each recipe has its own subclass: :class:`fleetmind.training.recipes.fgd.FgdArgs` and
-    :class:`fleetmind.training.recipes.dynamic.DynamicArgs`.
-    """
-
-    mode: ClassVar[str] = ""
-    """the recipe's simulation mode (``--mode``)"""
-
-    traces: list[str] = field(default_factory=lambda: ["default"])
-    """training traces (openb names or CSV paths); one drawn per episode"""
-    timesteps: int = 100_000
-    """PPO environment steps (decisions) after the warm start"""
-    seed: int = 0
-    """seed of weights, envs and workloads"""
-    n_envs: int = 2
-    """parallel envs (SubprocVecEnv when > 1)"""
-    n_candidates: int = 16
-    """K, candidate placements per decision"""
-    bc_episodes: int = 2
-    """teacher episodes for the imitation warm start (0: none)"""
-    bc_epochs: int = 30
-    """maximum epochs of behaviour cloning (stops at cross-entropy ``bc_target_ce``)"""
-    bc_target_ce: float = 0.2
-    """behaviour cloning stops once the epoch's cross-entropy is below this"""
-    bc_value_coef: float = 0.5
-    """weight of the critic's return regression in the cloning loss. The critic pools the actor's
-    row embeddings, so with large returns (dynamic mode: value MSE ~1,000) this term's gradient
-    swamps the actor's; 0 clones the actor alone (the critic then starts untrained)"""
-    teacher: str = "fgd"
-    """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
-    :mod:`fleetmind.rl.teacher`) or the path of a saved scorer JSON (``rl.teacher.load_teacher``: a linear
-    scorer, or a linear scorer with a host-stranding penalty)"""
-    cem_generations: int = 8
-    """teacher=cem: CEM generations"""
-    cem_population: int = 14
-    """teacher=cem: weight vectors scored per generation"""
-    cem_seeds: list[int] = field(default_factory=lambda: [1000])
-    """teacher=cem: workload seeds of the search episodes (one episode per training trace and
-    seed; when that makes a single episode, the same trace with the next seed is added)"""
-    learning_rate: float = 1e-4
-    """PPO Adam step size"""
-    n_steps: int = 512
-    """rollout steps per env per update"""
-    batch_size: int = 128
-    """PPO minibatch"""
-    clip_range: float = 0.15
-    """PPO clip"""
-    target_kl: float = 0.02
-    """PPO early stop on approximate KL"""
-    gamma: float = 0.995
-    """discount"""
-    ent_coef: float = 0.001
-    """entropy bonus"""
-    vf_coef: float = 0.5
-    """PPO value-loss weight. The critic pools the actor's row embeddings, so with large returns
-    (dynamic mode) a big weight lets the value loss dominate the shared trunk's clipped gradient"""
-    hidden: int = 64
-    """hidden width (tanh)"""
-    eval_seeds: list[int] = field(default_factory=lambda: [42])
-    """workload seeds of the periodic evaluation"""
-    eval_freq: int = 20_000
-    """evaluate every this many PPO steps"""
-    max_minutes: float | None = None
-    """stop PPO after this much wall time (minutes; None: run all timesteps)"""
-    out: str = "runs/ppo"
-    """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
-    release: bool = False
-    """also copy the artifact to the recipe's released model folder (``models/placement/``,
-    ``models/placement-dynamic/``)"""
-    tracking_uri: str | None = None
-    """MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"""
-    experiment: str = "fleetmind-placement"
-    """MLflow experiment name"""
-    threads: int = 1
-    """torch threads"""
-    progress: bool = True
-    """progress bars"""
+from fleetmind.training.recipes.settings import PPOArgs
 
 
 def check_loss_weights(bc_value_coef: float, vf_coef: float) -> None:

@@ -37,7 +37,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import mlflow
@@ -66,39 +66,17 @@ from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model,
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.ppo import TeacherData, behaviour_clone, collect_teacher, make_model
 from fleetmind.training.recipes.common import (
-    PPOArgs,
     check_loss_weights,
     hyperparams,
     log_cem_search,
     seed_everything,
     write_model_card,
 )
+from fleetmind.training.recipes.settings import DynamicArgs
 from fleetmind.training.recipes.tracking import run_dirs, tracked_run
 
 RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 """Folder of the released dynamic-mode model."""
-
-
-@dataclass
-class DynamicArgs(PPOArgs):
-    """Settings of a dynamic-mode training run (``fleetmind sched train --mode dynamic`` flags)."""
-
-    mode: ClassVar[str] = "dynamic"
-
-    cem_trace_seeds: dict[str, list[int]] = field(default_factory=dict)
-    """teacher=cem: search seeds per trace, replacing ``cem_seeds`` for that trace"""
-    cem_worst_weight: float = 0.0
-    """teacher=cem: weight of the worst per-trace slowdown ratio in the objective"""
-    cem_nonneg: list[str] = field(default_factory=list)
-    """teacher=cem: candidate features whose effective weight is kept >= 0"""
-    cem_max_minutes: float | None = None
-    """teacher=cem: end the search after the generation in which this many minutes
-    passed (None: no limit)"""
-    dyn_jobs: int = 2048
-    """jobs per episode of fleetmind/MultiClusterPlacement-v0 (2,048, the env's and
-    the released dynamic model's setting)"""
-    queue_features: bool = False
-    """the 4 queue-aware candidate features (env option ``queue_features``)"""
 
 
 def make_dyn_vec_env(traces: list[str], env_kwargs: dict[str, Any], n_envs: int, seed: int) -> Any:

@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -63,51 +63,14 @@ from fleetmind.rl.teacher import (
     load_teacher,
 )
 from fleetmind.training.recipes.common import (
-    PPOArgs,
     check_loss_weights,
     hyperparams,
     log_cem_search,
     seed_everything,
     write_model_card,
 )
+from fleetmind.training.recipes.settings import FgdArgs
 from fleetmind.training.recipes.tracking import log_placement_pyfunc, run_dirs, tracked_run
-
-
-@dataclass
-class FgdArgs(PPOArgs):
-    """Settings of an fgd-mode training run (``fleetmind sched train --mode fgd`` flags)."""
-
-    mode: ClassVar[str] = "fgd"
-
-    nodes: str | None = None
-    """node list CSV or openb name (default: the openb GPU nodes)"""
-    fgd_until_pct: float = 80.0
-    """training episodes: FGD places pods until this % of capacity has arrived"""
-    stop_arrived_pct: float = 101.0
-    """training episodes end when arrivals pass this % of capacity (the metric is read at 100)"""
-    workload_seeds: list[int] = field(default_factory=lambda: [1000, 1001])
-    """pool of training workload seeds (disjoint from the evaluation seeds 42-51)"""
-    bc_fgd_until_pct: float = 0.0
-    """teacher demonstrations: FGD prefix (default 0, whole episodes, so that the clone also sees the
-    early, lightly loaded states that the PPO episodes skip but evaluation does not)"""
-    cem_init: str | None = None
-    """teacher=cem: start the search at this saved scorer JSON (default: at FGD)"""
-    cem_init_sd: float = 0.5
-    """teacher=cem: initial standard deviation of the search distribution"""
-    cem_multi_gpu_block: bool = False
-    """teacher=cem: add the ``x * is_multi_gpu`` feature block (``rl.teacher.BLOCKS_4``)"""
-    eval_traces: list[str] = field(default_factory=lambda: ["default"])
-    """traces of the periodic evaluation"""
-    eval_fgd_until_pct: float = 80.0
-    """periodic evaluation: FGD prefix (0 = the agent places everything; slower)"""
-    reward: str = "shaped"
-    """training reward: ``shaped`` (allocated GPU + fragmentation shaping) or ``metric`` (the
-    evaluation metric's per-step decomposition; ``envs.gpu_placement_env``)"""
-    penalty_features: bool = False
-    """append the stranding and model-scarcity signals to every candidate row (``F = 20``;
-    env option ``penalty_features``), so that the network observes what the teacher subtracts"""
-    register: bool = True
-    """register the model in MLflow and maybe move the champion alias"""
 
 
 def cem_search_with_bar(
