@@ -37,10 +37,9 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.cli_common import write_json
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
+from fleetmind.training.tracking import pip_requirements, promote_if_better, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-rca"
-CHAMPION = "champion"
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 @dataclass
@@ -106,55 +105,6 @@ class Args:
     """write ``rank<R>.json`` (this rank's training sample indices per epoch) to this folder"""
 
 
-def tracking_uri(explicit: str | None = None) -> str:
-    """The MLflow tracking URI to use: explicit, else ``MLFLOW_TRACKING_URI``, else the embedded one."""
-    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-
-
-def promote_if_better(
-    client: Any, name: str, version: str, val_ac1: float
-) -> tuple[bool, str | None]:
-    """Tag ``version`` with its ``val_ac1`` and move ``champion`` to it if it beats the champion.
-
-    A version beats the champion when its ``val_ac1`` tag is strictly higher; with no champion yet
-    (or one without the tag) the new version becomes champion.
-
-    Returns:
-        ``(promoted, previous champion version or None)``.
-    """
-    from mlflow.exceptions import MlflowException
-
-    client.set_model_version_tag(name, version, "val_ac1", f"{val_ac1:.6f}")
-    try:
-        champ = client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
-        champ = None
-    prev = None if champ is None else str(champ.version)
-    best = -1.0
-    if champ is not None:
-        try:
-            best = float(champ.tags.get("val_ac1", "-1"))
-        except ValueError:
-            best = -1.0
-    if champ is None or val_ac1 > best:
-        client.set_registered_model_alias(name, CHAMPION, str(version))
-        return True, prev
-    return False, prev
-
-
-def pip_requirements() -> list[str]:
-    """Explicit requirements of the logged model (no slow inference of requirements)."""
-    from importlib.metadata import version
-
-    reqs = []
-    for pkg in ("torch", "torch-geometric", "numpy", "scipy", "mlflow"):
-        try:
-            reqs.append(f"{pkg}=={version(pkg)}")
-        except Exception:  # pragma: no cover
-            reqs.append(pkg)
-    return reqs
-
-
 def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) -> dict[str, Any]:
     """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
     import mlflow
@@ -165,14 +115,19 @@ def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) 
         name="model",
         python_model=GATPyfunc(),
         artifacts={"gat": str(artifact_dir)},
-        pip_requirements=pip_requirements(),
+        pip_requirements=pip_requirements(("torch", "torch-geometric", "numpy", "scipy", "mlflow")),
         registered_model_name=REGISTERED_MODEL if register else None,
     )
     out: dict[str, Any] = {"model_uri": info.model_uri}
     if register:
         version = str(info.registered_model_version)
         promoted, prev = promote_if_better(
-            mlflow.MlflowClient(), REGISTERED_MODEL, version, val_ac1
+            mlflow.MlflowClient(),
+            REGISTERED_MODEL,
+            version,
+            tag="val_ac1",
+            score=val_ac1,
+            higher_is_better=True,
         )
         out.update(
             registered_model=REGISTERED_MODEL,
