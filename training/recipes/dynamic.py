@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,6 @@ from typing import Any
 import gymnasium as gym
 import mlflow
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 from tqdm import tqdm
 
@@ -54,6 +54,7 @@ from fleetmind.envs.multicluster_env import (
     N_QUEUE_FEATURES,
     MultiClusterPlacementEnv,
 )
+from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig
 from fleetmind.rl.dynamic_teacher import (
     DEFAULT_INTERACT,
@@ -332,6 +333,16 @@ def _collect(envs: dict[str, Any], args: Any, teacher: Any, gamma: float, bar: A
     )
 
 
+def episode_metrics(info: Mapping[str, Any]) -> dict[str, float]:
+    """MLflow metrics of one finished training episode (none without the env's ``metrics``)."""
+    if "metrics" not in info:
+        return {}
+    return {
+        "train/episode_return": float(info["episode"]["r"]),
+        "train/mean_slowdown": float(info["metrics"]["mean_slowdown"]),
+    }
+
+
 def run(args: DynamicArgs) -> dict[str, Any]:
     """The dynamic-mode recipe (module docstring). Returns the JSON summary."""
     # every trace read before anything is written (MLflow run, run folder): a typo is one line
@@ -422,33 +433,13 @@ def run(args: DynamicArgs) -> dict[str, Any]:
                 state.update(best=m["objective"], best_step=step, best_metrics=m)
                 model.save(ckpt_dir / "best.zip")
 
-        class EvalCallback(BaseCallback):
-            """Episode metrics to MLflow, periodic validation, wall-time cap."""
-
-            def __init__(self) -> None:
-                super().__init__()
-                self._next = args.eval_freq
-
-            def _on_step(self) -> bool:
-                for info in self.locals.get("infos", []):
-                    if "episode" in info and "metrics" in info:
-                        mlflow.log_metrics(
-                            {
-                                "train/episode_return": float(info["episode"]["r"]),
-                                "train/mean_slowdown": float(info["metrics"]["mean_slowdown"]),
-                            },
-                            step=self.num_timesteps,
-                        )
-                if self.num_timesteps >= self._next:
-                    self._next += args.eval_freq
-                    do_eval(self.num_timesteps)
-                limit = args.max_minutes
-                return limit is None or time.perf_counter() - t_ppo < 60 * limit
-
         do_eval(0)  # the cloned policy competes for "best" too
         t_ppo = time.perf_counter()
         if args.timesteps > 0:
-            model.learn(args.timesteps, callback=EvalCallback(), progress_bar=progress)
+            callback = MlflowEvalCallback(
+                do_eval, args.eval_freq, episode_metrics, max_minutes=args.max_minutes
+            )
+            model.learn(args.timesteps, callback=callback, progress_bar=progress)
             if state["history"][-1]["step"] != model.num_timesteps:
                 do_eval(model.num_timesteps)
             # the last policy too, whichever checkpoint the validation keeps

@@ -28,13 +28,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
@@ -44,6 +44,7 @@ from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
+from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.policy_adapter import RELEASED_DIR
@@ -180,6 +181,16 @@ def _make_teacher(
     return res.best
 
 
+def episode_metrics(info: Mapping[str, Any]) -> dict[str, float]:
+    """MLflow metrics of one finished training episode (a ``VecMonitor`` info dict)."""
+    ep = info["episode"]
+    metrics = {"train/episode_return": float(ep["r"]), "train/episode_length": float(ep["l"])}
+    for k in ("unallocated_gpu_pct_at_100", "n_failed"):
+        if k in info and np.isfinite(info[k]):
+            metrics[f"train/{k}"] = float(info[k])
+    return metrics
+
+
 def _n_features(args: FgdArgs) -> int:
     return N_CAND_FEATURES + (N_PENALTY_FEATURES if args.penalty_features else 0)
 
@@ -302,52 +313,19 @@ def run(args: FgdArgs) -> dict[str, Any]:
                 model.save(ckpt_dir / "best.zip")
             return val
 
-        class MlflowCallback(BaseCallback):
-            """Episode metrics and PPO losses to MLflow; periodic evaluation and checkpoints."""
-
-            def __init__(self) -> None:
-                super().__init__()
-                self._next_eval = args.eval_freq
-
-            def _on_step(self) -> bool:
-                for info in self.locals.get("infos", []):
-                    ep = info.get("episode")
-                    if ep is None:
-                        continue
-                    metrics = {
-                        "train/episode_return": float(ep["r"]),
-                        "train/episode_length": float(ep["l"]),
-                    }
-                    for k in ("unallocated_gpu_pct_at_100", "n_failed"):
-                        if k in info and np.isfinite(info[k]):
-                            metrics[f"train/{k}"] = float(info[k])
-                    mlflow.log_metrics(metrics, step=self.num_timesteps)
-                if self.num_timesteps >= self._next_eval:
-                    self._next_eval += args.eval_freq
-                    do_eval(self.num_timesteps)
-                    model.save(ckpt_dir / f"step_{self.num_timesteps}.zip")
-                if (
-                    args.max_minutes is not None
-                    and time.perf_counter() - t_ppo > 60 * args.max_minutes
-                ):
-                    return False
-                return True
-
-            def _on_rollout_end(self) -> None:
-                vals = {
-                    f"losses/{k.split('/')[-1]}": float(v)
-                    for k, v in self.model.logger.name_to_value.items()
-                    if k.startswith("train/")
-                }
-                if vals:
-                    mlflow.log_metrics(vals, step=self.num_timesteps)
-
         do_eval(0)  # the cloned policy is a candidate for "best" too
         t_ppo = time.perf_counter()
         if args.timesteps > 0:
             model.learn(
                 total_timesteps=args.timesteps,
-                callback=CallbackList([MlflowCallback()]),
+                callback=MlflowEvalCallback(
+                    do_eval,
+                    args.eval_freq,
+                    episode_metrics,
+                    max_minutes=args.max_minutes,
+                    checkpoint_dir=ckpt_dir,
+                    log_losses=True,
+                ),
                 progress_bar=args.progress,
             )
             do_eval(model.num_timesteps)
