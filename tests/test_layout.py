@@ -64,3 +64,15 @@ def test_readme_layout_section_states_the_mapping() -> None:
     for top, folder in SETUPTOOLS["package-dir"].items():
         if top not in ("fleetmind", "fleetmind.models"):
             assert f"`{folder}/`" in section, folder
+
+
+def test_errors_live_in_fleetmind_errors_and_the_old_module_reexports_them() -> None:
+    import fleetmind.data.errors as old
+    import fleetmind.errors as errors
+
+    names = ["FleetMindError", "DataError", "ConfigError", "ModelLoadError", "NotAvailableError"]
+    for name in names:
+        cls = getattr(errors, name)
+        assert getattr(old, name) is cls and cls.__module__ == "fleetmind.errors"
+        assert issubclass(cls, errors.FleetMindError)
+    assert sorted(old.__all__) == sorted(names)
