@@ -46,12 +46,9 @@ class MlflowEvalCallback(BaseCallback):
         log_losses: bool = False,
     ) -> None:
         super().__init__()
-        self.evaluate = evaluate
-        self.eval_freq = eval_freq
-        self.episode_metrics = episode_metrics
-        self.max_minutes = max_minutes
-        self.checkpoint_dir = checkpoint_dir
-        self.log_losses = log_losses
+        self.evaluate, self.eval_freq = evaluate, eval_freq
+        self.episode_metrics, self.log_losses = episode_metrics, log_losses
+        self.max_minutes, self.checkpoint_dir = max_minutes, checkpoint_dir
         self._next_eval = eval_freq
         self._started = time.perf_counter()
 

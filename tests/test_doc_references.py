@@ -15,6 +15,7 @@ import ast
 import functools
 import importlib
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,10 @@ import pytest
 from fleetmind.data.paths import REPO_ROOT
 
 FOLDERS: dict[str, str] = {
-    "fleetmind": "fleetmind",
-    "data": "fleetmind.data",
-    "rca": "fleetmind.rca",
-    "envs": "fleetmind.envs",
-    "rl": "fleetmind.rl",
-    "training": "fleetmind.training",
-    "serving": "fleetmind.serving",
-    "models": "fleetmind.models",
+    folder: package
+    for package, folder in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"][
+        "setuptools"
+    ]["package-dir"].items()
 }
 """Source folder -> the package it installs as (pyproject's ``package-dir``)."""
 

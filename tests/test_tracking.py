@@ -67,7 +67,7 @@ def test_a_champion_without_a_readable_tag_is_replaced() -> None:
 def test_both_trainers_use_the_one_helper(monkeypatch: pytest.MonkeyPatch) -> None:
     assert rca_train.tracking_uri is tracking_uri
     assert placement_tracking.tracking_uri is tracking_uri
-    assert rca_train.promote_if_better is placement_tracking.promote_if_better
+    assert rca_train.log_pyfunc_model is placement_tracking.log_pyfunc_model
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert tracking_uri() == "sqlite:///mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///x.db")

@@ -37,7 +37,7 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.cli_common import write_json
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
-from fleetmind.training.tracking import pip_requirements, promote_if_better, tracking_uri
+from fleetmind.training.tracking import log_pyfunc_model, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-rca"
 
@@ -107,35 +107,17 @@ class Args:
 
 def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) -> dict[str, Any]:
     """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
-    import mlflow
-
     from fleetmind.training.rca_pyfunc import GATPyfunc
 
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=GATPyfunc(),
-        artifacts={"gat": str(artifact_dir)},
-        pip_requirements=pip_requirements(("torch", "torch-geometric", "numpy", "scipy", "mlflow")),
-        registered_model_name=REGISTERED_MODEL if register else None,
+    return log_pyfunc_model(
+        GATPyfunc(),
+        {"gat": str(artifact_dir)},
+        ("torch", "torch-geometric", "numpy", "scipy", "mlflow"),
+        REGISTERED_MODEL if register else None,
+        tag="val_ac1",
+        score=val_ac1,
+        higher_is_better=True,
     )
-    out: dict[str, Any] = {"model_uri": info.model_uri}
-    if register:
-        version = str(info.registered_model_version)
-        promoted, prev = promote_if_better(
-            mlflow.MlflowClient(),
-            REGISTERED_MODEL,
-            version,
-            tag="val_ac1",
-            score=val_ac1,
-            higher_is_better=True,
-        )
-        out.update(
-            registered_model=REGISTERED_MODEL,
-            version=version,
-            champion=promoted,
-            previous_champion=prev,
-        )
-    return out
 
 
 def parse_devices(value: str | int) -> Any:

@@ -6,7 +6,9 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
 * :func:`pip_requirements`: the pinned requirements a logged pyfunc model declares (pinned to the
   installed versions; no slow inference of requirements);
 * :func:`promote_if_better`: tag a registered model version with its score and move the
-  :data:`CHAMPION` alias to it when it beats the champion's.
+  :data:`CHAMPION` alias to it when it beats the champion's;
+* :func:`log_pyfunc_model`: log a model to the active run as an MLflow pyfunc, then register and
+  promote it.
 """
 
 from __future__ import annotations
@@ -72,3 +74,50 @@ def promote_if_better(
         client.set_registered_model_alias(name, CHAMPION, str(version))
         return True, prev
     return False, prev
+
+
+def log_pyfunc_model(
+    python_model: Any,
+    artifacts: dict[str, str],
+    packages: Sequence[str],
+    registered_model: str | None,
+    *,
+    tag: str,
+    score: float,
+    higher_is_better: bool,
+) -> dict[str, Any]:
+    """Log ``python_model`` (with ``artifacts``, requiring ``packages`` pinned) as ``model`` in the
+    active MLflow run; with a ``registered_model`` name, register it and :func:`promote_if_better`.
+
+    Returns:
+        ``{"model_uri"}``, plus ``registered_model``, ``version``, ``champion`` (moved to this
+        version?) and ``previous_champion`` when registered.
+    """
+    import mlflow
+    import mlflow.pyfunc
+
+    info = mlflow.pyfunc.log_model(
+        name="model",
+        python_model=python_model,
+        artifacts=artifacts,
+        pip_requirements=pip_requirements(packages),
+        registered_model_name=registered_model,
+    )
+    out: dict[str, Any] = {"model_uri": info.model_uri}
+    if registered_model is not None:
+        version = str(info.registered_model_version)
+        promoted, prev = promote_if_better(
+            mlflow.MlflowClient(),
+            registered_model,
+            version,
+            tag=tag,
+            score=score,
+            higher_is_better=higher_is_better,
+        )
+        out.update(
+            registered_model=registered_model,
+            version=version,
+            champion=promoted,
+            previous_champion=prev,
+        )
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 import torch
 
 from fleetmind.data.errors import ConfigError
-from fleetmind.rl.ppo import PPOHyperparams
+from fleetmind.rl.ppo import PPOHyperparams, TeacherData, behaviour_clone
 from fleetmind.training.recipes.settings import PPOArgs
 
 
@@ -21,6 +22,54 @@ def check_loss_weights(bc_value_coef: float, vf_coef: float) -> None:
     for flag, v in (("--bc-value-coef", bc_value_coef), ("--vf-coef", vf_coef)):
         if not (np.isfinite(v) and v >= 0):
             raise ConfigError(f"{flag} must be a finite number >= 0, got {v}")
+
+
+@dataclass
+class TrainingRun:
+    """A placement training run in progress: what both recipes keep from step to step (each
+    recipe's subclass adds its evaluation setup)."""
+
+    args: Any
+    """the recipe's settings"""
+    name: str
+    """the run name (``<env>__ppo__<seed>__<time>``)"""
+    dir: Path
+    """the run folder (the model is exported to ``<dir>/model``)"""
+    ckpt_dir: Path
+    env_kwargs: dict[str, Any]
+    """the training env's keyword arguments"""
+    hp: PPOHyperparams
+    summary: dict[str, Any]
+    """the JSON summary the recipe returns, filled in as the run goes"""
+    t_start: float
+    """``time.perf_counter()`` at the start (wall time of the whole run)"""
+    state: dict[str, Any] = field(
+        default_factory=lambda: {"best": float("inf"), "best_step": -1, "history": []}
+    )
+    """the best evaluated policy so far (``best`` score, lower is better, and ``best_step``) and
+    every evaluation (``history``)"""
+    model: Any = None
+    """the MaskablePPO model being trained"""
+    venv: Any = None
+    """its vectorised training envs"""
+    ppo_seconds: float = 0.0
+    """wall time of the PPO step"""
+
+
+def clone_teacher(model: Any, data: TeacherData, args: PPOArgs) -> dict[str, Any]:
+    """Behaviour-clone the teacher's demonstrations ``data`` into ``model.policy`` (the run's
+    epochs, target cross-entropy and value weight), log the cloning metrics at step 0 and return
+    the run summary's ``bc`` entry (those metrics and the number of samples)."""
+    bc = behaviour_clone(
+        model.policy,
+        data,
+        epochs=args.bc_epochs,
+        seed=args.seed,
+        target_ce=args.bc_target_ce,
+        value_coef=args.bc_value_coef,
+    )
+    mlflow.log_metrics(bc, step=0)
+    return {**bc, "samples": int(len(data.actions))}
 
 
 def seed_everything(seed: int, threads: int) -> None:

@@ -65,9 +65,11 @@ from fleetmind.rl.dynamic_teacher import (
 )
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
-from fleetmind.rl.ppo import TeacherData, behaviour_clone, collect_teacher, make_model
+from fleetmind.rl.ppo import TeacherData, collect_teacher, make_model
 from fleetmind.training.recipes.common import (
+    TrainingRun,
     check_loss_weights,
+    clone_teacher,
     hyperparams,
     log_cem_search,
     seed_everything,
@@ -344,31 +346,16 @@ def episode_metrics(info: Mapping[str, Any]) -> dict[str, float]:
 
 
 @dataclass
-class _Run:
-    """One dynamic-mode training run in progress: settings, folders, validation streams and what
-    it has measured."""
+class _Run(TrainingRun):
+    """One dynamic-mode training run in progress (:class:`TrainingRun`), with its validation
+    streams; ``state`` also keeps the best validation's ``best_metrics``."""
 
-    args: DynamicArgs
-    name: str
-    dir: Path
-    ckpt_dir: Path
-    env_kwargs: dict[str, Any]
-    hp: Any
-    opts: DynSearchOptions
-    summary: dict[str, Any]
-    t_start: float
+    opts: Any = None
+    """the teacher search's options (:class:`DynSearchOptions`)"""
     envs: dict[str, Any] = field(default_factory=dict)
     val: Any = None
     """validation streams: training traces x eval seeds"""
     ref: dict[str, float] = field(default_factory=dict)
-    state: dict[str, Any] = field(
-        default_factory=lambda: {"best": float("inf"), "best_step": -1, "history": []}
-    )
-    """the best validated policy so far (``best``, ``best_step``, ``best_metrics``) and every
-    validation"""
-    model: Any = None
-    venv: Any = None
-    ppo_seconds: float = 0.0
 
     def evaluate(self, act: Any) -> dict[str, float]:
         """``act`` on the validation streams: objective, mean slowdown and p99 queue delay."""
@@ -446,16 +433,7 @@ def _warm_start(r: _Run) -> None:
         bar = tqdm(desc="teacher demonstrations", unit="step", disable=not progress)
         data = _collect(r.envs, a, teacher, r.hp.gamma, bar)
         bar.close()
-        bc = behaviour_clone(
-            r.model.policy,
-            data,
-            epochs=a.bc_epochs,
-            seed=a.seed,
-            target_ce=a.bc_target_ce,
-            value_coef=a.bc_value_coef,
-        )
-        mlflow.log_metrics(bc, step=0)
-        r.summary["bc"] = {**bc, "samples": int(len(data.actions))}
+        r.summary["bc"] = clone_teacher(r.model, data, a)
     save_onnx(actor_from_model(r.model), r.dir / "model" / "clone.onnx")
 
 
@@ -579,7 +557,7 @@ def run(args: DynamicArgs) -> dict[str, Any]:
     run_name, run_dir, ckpt_dir = run_dirs(args, "MultiClusterPlacement-v0")
     (run_dir / "model").mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic"}
-    r = _Run(args, run_name, run_dir, ckpt_dir, env_kwargs, hp, opts, summary, t_start)
+    r = _Run(args, run_name, run_dir, ckpt_dir, env_kwargs, hp, summary, t_start, opts=opts)
     with tracked_run(args, run_name, summary):
         _references(r)
         _warm_start(r)

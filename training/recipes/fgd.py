@@ -49,7 +49,6 @@ from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model,
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.policy_adapter import RELEASED_DIR
 from fleetmind.rl.ppo import (
-    behaviour_clone,
     collect_teacher,
     evaluate_greedy,
     make_model,
@@ -64,7 +63,9 @@ from fleetmind.rl.teacher import (
     load_teacher,
 )
 from fleetmind.training.recipes.common import (
+    TrainingRun,
     check_loss_weights,
+    clone_teacher,
     hyperparams,
     log_cem_search,
     seed_everything,
@@ -196,29 +197,15 @@ def _n_features(args: FgdArgs) -> int:
 
 
 @dataclass
-class _Run:
-    """One fgd-mode training run in progress: settings, folders, envs and what it has measured."""
+class _Run(TrainingRun):
+    """One fgd-mode training run in progress (:class:`TrainingRun`), with its evaluation env."""
 
-    args: FgdArgs
-    name: str
-    dir: Path
-    ckpt_dir: Path
-    nodes: Any
-    env_kwargs: dict[str, Any]
-    hp: Any
-    eval_env: GpuPlacementEnv
-    summary: dict[str, Any]
-    t_start: float
+    nodes: Any = None
+    eval_env: Any = None
+    """the evaluation env (:class:`GpuPlacementEnv` on the evaluation traces)"""
     refs: dict[str, float] = field(default_factory=dict)
     """mean unallocated GPU % at 100 % of FGD, BestFit and the teacher (evaluation episodes)"""
-    state: dict[str, Any] = field(
-        default_factory=lambda: {"best": float("inf"), "best_step": -1, "history": []}
-    )
-    """the best evaluated policy so far (``best``, ``best_step``) and every evaluation"""
-    model: Any = None
-    venv: Any = None
     teacher: Any = None
-    ppo_seconds: float = 0.0
 
     def evaluate(self, act: Any) -> float:
         """Mean unallocated GPU % at 100 % of ``act`` over the evaluation traces and seeds."""
@@ -272,7 +259,16 @@ def _start(args: FgdArgs, t_start: float) -> _Run:
     )
     summary: dict[str, Any] = {"run_name": run_name}
     return _Run(
-        args, run_name, run_dir, ckpt_dir, nodes, env_kwargs, hp, eval_env, summary, t_start
+        args=args,
+        name=run_name,
+        dir=run_dir,
+        ckpt_dir=ckpt_dir,
+        env_kwargs=env_kwargs,
+        hp=hp,
+        summary=summary,
+        t_start=t_start,
+        nodes=nodes,
+        eval_env=eval_env,
     )
 
 
@@ -318,16 +314,7 @@ def _warm_start(r: _Run) -> None:
             teach_env, a.bc_episodes, a.seed, r.hp.gamma, teacher=teacher, progress=bar.update
         )
         bar.close()
-        bc = behaviour_clone(
-            r.model.policy,
-            data,
-            epochs=a.bc_epochs,
-            seed=a.seed,
-            target_ce=a.bc_target_ce,
-            value_coef=a.bc_value_coef,
-        )
-        mlflow.log_metrics(bc, step=0)
-        r.summary["bc"] = {**bc, "samples": int(len(data.actions))}
+        r.summary["bc"] = clone_teacher(r.model, data, a)
     save_onnx(actor_from_model(r.model), r.dir / "model" / "clone.onnx")
     if teacher is not None:
         if hasattr(teacher, "bind"):
@@ -343,14 +330,8 @@ def _learn(r: _Run) -> None:
     r.evaluate_policy(0)  # the cloned policy is a candidate for "best" too
     t_ppo = time.perf_counter()
     if a.timesteps > 0:
-        callback = MlflowEvalCallback(
-            r.evaluate_policy,
-            a.eval_freq,
-            episode_metrics,
-            max_minutes=a.max_minutes,
-            checkpoint_dir=r.ckpt_dir,
-            log_losses=True,
-        )
+        options = {"max_minutes": a.max_minutes, "checkpoint_dir": r.ckpt_dir, "log_losses": True}
+        callback = MlflowEvalCallback(r.evaluate_policy, a.eval_freq, episode_metrics, **options)
         r.model.learn(total_timesteps=a.timesteps, callback=callback, progress_bar=a.progress)
         r.evaluate_policy(r.model.num_timesteps)
         save_onnx(actor_from_model(r.model), r.dir / "model" / "final.onnx")

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-import mlflow.pyfunc
 
 from fleetmind.training.placement_pyfunc import PlacementPyfunc
-from fleetmind.training.tracking import pip_requirements, promote_if_better, tracking_uri
+from fleetmind.training.tracking import log_pyfunc_model, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-placement"
 
@@ -70,26 +69,12 @@ def log_placement_pyfunc(model_dir: Path, score: float) -> dict[str, Any]:
     """Log ``model_dir`` as a pyfunc model in the active run, register it as
     :data:`REGISTERED_MODEL` and move :data:`CHAMPION` to it when ``score`` (lower is better)
     beats the champion's. Returns the registry entry of the run summary."""
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=PlacementPyfunc(),
-        artifacts={"placement": str(model_dir)},
-        pip_requirements=pip_requirements(("numpy", "onnxruntime", "mlflow")),
-        registered_model_name=REGISTERED_MODEL,
-    )
-    version = str(info.registered_model_version)
-    promoted, prev = promote_if_better(
-        mlflow.MlflowClient(),
+    return log_pyfunc_model(
+        PlacementPyfunc(),
+        {"placement": str(model_dir)},
+        ("numpy", "onnxruntime", "mlflow"),
         REGISTERED_MODEL,
-        version,
         tag="eval_unalloc",
         score=score,
         higher_is_better=False,
     )
-    return {
-        "model_uri": info.model_uri,
-        "registered_model": REGISTERED_MODEL,
-        "version": version,
-        "champion": promoted,
-        "previous_champion": prev,
-    }
