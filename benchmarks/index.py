@@ -297,6 +297,14 @@ def _probe(d: dict[str, Any]) -> str | None:
     return None
 
 
+def _headroom(d: dict[str, Any]) -> str | None:
+    """``benchmarks.placement.headroom``: the rollout policy against the clone, per run label."""
+    if not str(d.get("command", "")).startswith("python -m benchmarks.placement.headroom"):
+        return None
+    parts = [f"{k} {v['mean_relative_pct']:+.1f} %" for k, v in d["summary"].items()]
+    return f"{d['mode']} mode, rollout vs its clone: " + ", ".join(parts)
+
+
 def _speed(d: dict[str, Any]) -> str | None:
     if "decision_ms" in d:
         return f"{fmt(first(d, 'actor_ms.onnx.median'), ' ms')} per actor call, {fmt(d['decision_ms'].get('median'), ' ms')} per decision"
@@ -388,6 +396,7 @@ HEADLINES: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     _gat_speed,
     _dynamic_heuristics,
     _failure_causes,
+    _headroom,
     _probe,
     _speed,
     _learnability,

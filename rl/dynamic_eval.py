@@ -156,8 +156,12 @@ def evaluate_streams(
     heuristics: Sequence[str] = DEFAULT_HEURISTICS,
     config: DynEvalConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    policies: dict[str, Callable[[MultiClusterPlacementEnv, int], Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every heuristic and actor on the same job streams, one per seed.
+
+    ``policies`` maps further names to ``make(env, seed) -> DynamicPolicy`` (e.g. the rollout
+    policy, :class:`fleetmind.rl.rollout.DynamicRolloutPolicy`), built for each seed and run on its stream.
 
     Returns:
         ``{policy: {metric: mean over seeds, "per_seed": {metric: [per seed]}}}`` for the metrics of
@@ -166,7 +170,7 @@ def evaluate_streams(
     cfg = config or DynEvalConfig()
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
     env = MultiClusterPlacementEnv(**cfg.env_kwargs(tr))
-    names = list(heuristics) + list(actors or {})
+    names = list(heuristics) + list(actors or {}) + list(policies or {})
     rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for seed in seeds:
         jobs, priority = job_stream(env, int(seed))
@@ -177,6 +181,10 @@ def evaluate_streams(
                 progress(f"{name} seed {seed}")
         for name, act in (actors or {}).items():
             rows[name].append(run_policy(env, jobs, priority, EnvActorPolicy(act, env, name)))
+            if progress is not None:
+                progress(f"{name} seed {seed}")
+        for name, make in (policies or {}).items():
+            rows[name].append(run_policy(env, jobs, priority, make(env, int(seed))))
             if progress is not None:
                 progress(f"{name} seed {seed}")
     out: dict[str, dict[str, Any]] = {}

@@ -31,8 +31,9 @@ from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.rl.dynamic_teacher import DynLinearScorer
 from fleetmind.rl.teacher import StrandPenaltyScorer, load_teacher
 
-STAGE_NAMES: tuple[str, ...] = ("ppo", "clone", "teacher")
-"""Policy names ``fleetmind sched evaluate`` maps to a model folder's stages."""
+STAGE_NAMES: tuple[str, ...] = ("ppo", "clone", "teacher", "rollout")
+"""Policy names ``fleetmind sched evaluate`` maps to a model folder's stages (``rollout``: the
+clone improved by rollouts at run time, :mod:`fleetmind.rl.rollout`)."""
 
 
 def model_folder(ref: str | Path | None, default: Path) -> Path:

@@ -113,6 +113,8 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
     if "teacher" in stages:
         runs = [_teacher_run(args.model, trace, s, nodes) for s in seeds]
         result["policies"]["teacher"] = aggregate_results(runs)
+    if "rollout" in stages:
+        result["policies"]["rollout"] = _rollout_fgd(args, trace, seeds, nodes)
     _published_means(trace.name, result["policies"], seeds)
     if args.causes:
         causes: dict[str, Any] = {n: n for n in named}
@@ -133,6 +135,8 @@ def _evaluate_fgd_ray(
 
     if args.causes:
         raise ConfigError("--causes runs locally; drop --ray-address to use it")
+    if "rollout" in policies:
+        raise ConfigError("policy 'rollout' runs locally; drop --ray-address to use it")
     if args.model is not None and ("clone" in policies or "teacher" in policies):
         _local(args.model)
     ref = job_path(args.trace)
@@ -157,6 +161,44 @@ def _stage_policies(model: str | None, stages: list[str]) -> dict[str, Any]:
         out["ppo"] = _load_ppo(model)
     if "clone" in stages:
         out["clone"] = _load_ppo(str(clone_file(model_folder(_local(model), RELEASED_DIR))))
+    return out
+
+
+def rollout_config(args: argparse.Namespace) -> Any:
+    """The ``--rollout-*`` options as an :class:`fleetmind.rl.rollout.RolloutConfig` (checked)."""
+    from fleetmind.rl.rollout import RolloutConfig
+
+    return RolloutConfig(
+        k=args.rollout_k,
+        band=tuple(args.rollout_band) if args.rollout_band else None,
+        every=args.rollout_every,
+        future=args.rollout_future,
+        samples=args.rollout_samples,
+        depth=args.rollout_depth,
+        sample_seed=args.rollout_seed,
+    )
+
+
+def _rollout_fgd(args: argparse.Namespace, trace: Any, seeds: list[int], nodes: Any) -> dict:
+    """Policy ``rollout`` in fgd mode: the model folder's clone improved by rollouts, one run per
+    seed (``rl.rollout.run_rollout_fgd``); the aggregate plus where it deviated from the clone."""
+    from dataclasses import asdict
+
+    from tqdm import tqdm
+
+    from fleetmind.envs.fgd_mode import aggregate_results
+    from fleetmind.rl.rollout import run_rollout_fgd
+
+    cfg = rollout_config(args)
+    clone = _stage_policies(args.model, ["clone"])["clone"]
+    runs, logs = [], {}
+    for s in seeds:
+        with tqdm(desc=f"rollout {trace.name} seed {s}", unit="pod", leave=False) as bar:
+            res, log = run_rollout_fgd(trace, clone, s, nodes, cfg, progress=bar.update)
+        runs.append(res)
+        logs[str(s)] = log.summary()
+    out = aggregate_results(runs)
+    out["rollout"] = {"config": {**asdict(cfg), "band": list(cfg.window("fgd"))}, "per_seed": logs}
     return out
 
 
@@ -215,7 +257,7 @@ def _evaluate_dynamic(
 
     from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
 
-    if policies and any(p.lower() in ("ppo", "clone", "teacher") for p in policies):
+    if policies and any(p.lower() in ("ppo", "clone", "teacher", "rollout") for p in policies):
         return _evaluate_dynamic_agent(args, policies, seeds)
     n_runs = len(policies) * len(seeds) if policies else None
     with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
@@ -255,7 +297,7 @@ def _evaluate_dynamic_agent(
         return name.replace("_", "").replace("-", "").lower()
 
     known = {norm(n): n for n in available_policies()}
-    stages = ("ppo", "clone", "teacher")
+    stages = ("ppo", "clone", "teacher", "rollout")
     heuristics = []
     for p in policies:
         if p.lower() in stages:
@@ -277,6 +319,9 @@ def _evaluate_dynamic_agent(
         actors["clone"] = actor_fn(clone)
     if "teacher" in wanted:
         actors["teacher"] = load_dynamic_teacher(folder)
+    extra, rollouts = {}, {}
+    if "rollout" in wanted:
+        extra["rollout"] = _rollout_dynamic_factory(args, folder, cfg, rollouts)
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_streams(
             args.trace,
@@ -285,7 +330,16 @@ def _evaluate_dynamic_agent(
             heuristics=heuristics,
             config=cfg,
             progress=lambda _msg: bar.update(1),
+            policies=extra,
         )
+    if "rollout" in per_policy:
+        for _, bar in rollouts.values():
+            bar.close()
+        rcfg = rollout_config(args)
+        per_policy["rollout"]["rollout"] = {
+            "config": {**asdict(rcfg), "band": list(rcfg.window("dynamic"))},
+            "per_seed": {s: pol.log.summary() for s, (pol, _) in rollouts.items()},
+        }
     return {
         "trace": str(args.trace),
         "mode": "dynamic",
@@ -295,18 +349,46 @@ def _evaluate_dynamic_agent(
     }
 
 
+def _rollout_dynamic_factory(
+    args: argparse.Namespace, folder: Path, cfg: Any, runs: dict[str, Any]
+) -> Any:
+    """``make(env, seed)`` of the dynamic-mode rollout policy over the folder's clone; each policy
+    built lands in ``runs[str(seed)]`` (its ``log`` is read after the run)."""
+    from tqdm import tqdm
+
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.rl.dynamic_eval import load_dynamic_actor
+    from fleetmind.rl.named_policies import clone_file
+    from fleetmind.rl.rollout import DynamicRolloutPolicy
+
+    rcfg = rollout_config(args)
+    model = load_dynamic_actor(clone_file(folder), n_candidates=cfg.n_candidates)
+
+    def make(env: Any, seed: int) -> Any:
+        def new_env() -> Any:
+            return MultiClusterPlacementEnv(**cfg.env_kwargs(env.trace))
+
+        bar = tqdm(total=cfg.n_jobs, desc=f"rollout seed {seed}", unit="job", leave=False)
+        pol = DynamicRolloutPolicy(model, new_env, seed, rcfg, progress=bar.update)
+        runs[str(seed)] = (pol, bar)
+        return pol
+
+    return make
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``fleetmind sched evaluate``: policies x seeds on one trace; prints a table, writes JSON."""
     seeds = parse_seeds(args.seeds)
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    rollout_config(args)  # bad --rollout-* options fail before any run
     if args.causes and args.mode != "fgd":
         raise ConfigError(
             "--causes is an fgd-mode option (dynamic mode has no failed pods: jobs queue)"
         )
     if args.mode == "fgd":
         policies = list(args.policies or DEFAULT_POLICIES)
-        stage = ("ppo", "clone", "teacher")
+        stage = ("ppo", "clone", "teacher", "rollout")
         if args.model is not None and not any(p.lower() in stage for p in policies):
             if args.policies:  # an explicit list without the policy the model is for
                 raise ConfigError(
@@ -445,7 +527,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         default=None,
         help=f"policies, printed in this order (default: {' '.join(DEFAULT_POLICIES)}); the released model's stages: 'ppo' "
         "(the released policy), 'clone' (its warm-start clone before PPO, clone.onnx) and "
-        "'teacher' (the scorer the clone imitated, teacher_strand.json or teacher.json)",
+        "'teacher' (the scorer the clone imitated, teacher_strand.json or teacher.json); 'rollout' "
+        "(the clone improved by rollouts at run time; slow, see --rollout-*)",
     )
     ev.add_argument(
         "--seeds",
@@ -475,6 +558,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         action="store_true",
         help=f"print every metric column (default: the main ones, within {TABLE_WIDTH} columns)",
     )
+    _rollout_args(ev)
     ev.add_argument("--json", default=None, help="write the results JSON here (every metric)")
     _ray_arg(ev, "fgd mode: run every (policy, seed) as a Ray task")
     ev.set_defaults(func=cmd_evaluate)
@@ -482,6 +566,57 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     _register_train(sub)
     _register_variants(sub)
     _register_search(sub)
+
+
+def _rollout_args(ev: argparse.ArgumentParser) -> None:
+    """Options of policy ``rollout`` (``rl.rollout``; slow: clone episodes per decision)."""
+    from fleetmind.rl.rollout import FUTURES
+
+    ev.add_argument(
+        "--rollout-k",
+        type=int,
+        default=3,
+        help="rollout: candidates tried per decision (default 3)",
+    )
+    ev.add_argument(
+        "--rollout-band",
+        nargs=2,
+        type=float,
+        default=None,
+        metavar=("LO", "HI"),
+        help="rollout: where it looks ahead; fgd mode, arrived workload in %% of GPU capacity"
+        " (default 50 90); dynamic mode, decision indices (default 0 256); elsewhere it acts as"
+        " the clone",
+    )
+    ev.add_argument(
+        "--rollout-every",
+        type=int,
+        default=1,
+        help="rollout: look ahead at every n-th decision of the band (default 1)",
+    )
+    ev.add_argument(
+        "--rollout-future",
+        choices=list(FUTURES),
+        default="known",
+        help="rollout: 'known' (the seed's real future arrivals; an upper bound) or 'sampled'"
+        " (futures drawn from the trace's statistics; default known)",
+    )
+    ev.add_argument(
+        "--rollout-samples",
+        type=int,
+        default=4,
+        help="rollout: sampled futures averaged per decision (default 4)",
+    )
+    ev.add_argument(
+        "--rollout-depth",
+        type=int,
+        default=1,
+        choices=[1, 2],
+        help="rollout: consecutive decisions searched (default 1)",
+    )
+    ev.add_argument(
+        "--rollout-seed", type=int, default=0, help="rollout: seed of the sampled futures"
+    )
 
 
 def _ray_arg(parser: argparse.ArgumentParser, what: str) -> None:

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.calibration import fit_temperature, reliability, top1
@@ -62,8 +64,6 @@ def _split_logits(gat: Any, ds: Any, split: str) -> tuple[list[Any], list[int]]:
 
 def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     """Fit and report; returns the JSON payload (see the module docstring)."""
-    from tqdm import tqdm
-
     folder = Path(args.model) if args.model else RELEASED_DIR
     if args.write and not (folder / "config.json").is_file():
         raise FleetMindError(f"--write needs a local artifact folder; {folder} has no config.json")

@@ -102,6 +102,40 @@ class DynamicSim:
         self.n_decisions = 0
         self._ever_fit = np.isfinite(self.jobs.ideal_s)  # fits some node of the empty fleet
 
+    def copy(self) -> DynamicSim:
+        """An independent copy of the run so far (for lookahead: rollouts from this state).
+
+        The fleet, the job stream and the pods are shared (read-only); the cluster state, the
+        per-job records, the queue and the event heap are copied, so the two runs can diverge.
+        """
+        new = object.__new__(DynamicSim)
+        new.__dict__.update(self.__dict__)
+        new.state = self.state.copy()
+        for name in ("status", "start_s", "end_s", "run_s", "data_s", "node_of", "cluster_alloc"):
+            setattr(new, name, getattr(self, name).copy())
+        for name in ("gpus_of", "queue", "_departures", "_released_nodes", "_checked_upto"):
+            setattr(new, name, list(getattr(self, name)))
+        return new
+
+    def replace_future(self, jobs: DynJobs) -> None:
+        """Swap the jobs that have not arrived yet for those of ``jobs`` (same length ``J``).
+
+        Jobs ``0 .. m-1`` (``m`` = arrivals handled so far) must be this run's own; the rest are
+        taken from ``jobs``, whose arrival times must not precede :attr:`now`. Used to roll a
+        copy of the run out against a sampled future instead of the real one.
+
+        Raises:
+            ValueError: ``jobs`` has another length or a future arrival before :attr:`now`.
+        """
+        m = self._next_arrival
+        if len(jobs) != len(self.jobs):
+            raise ValueError(f"replacement stream has {len(jobs)} jobs, the run {len(self.jobs)}")
+        if m < len(jobs) and float(jobs.arrival_s[m]) < self.now:
+            raise ValueError("a replacement job arrives before the simulator's current time")
+        self.jobs = jobs
+        self._pods = self._pods[:m] + [jobs.pod(j) for j in range(m, len(jobs))]
+        self._ever_fit = np.isfinite(jobs.ideal_s)
+
     @property
     def n_running(self) -> int:
         return len(self._departures)
