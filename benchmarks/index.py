@@ -418,12 +418,18 @@ def headline_of(d: dict[str, Any]) -> str | None:
     return None
 
 
+SCRATCH = re.compile(r"/tmp/train(/s\d+[a-z0-9]*)?(?=[/ \"'`)]|$)")
+"""A training run's scratch folder as older results recorded it (``/tmp/train/s12b``)."""
+
+
 def cell(text: str | None, limit: int = 160) -> str:
     if text is None:
         return NOT_RECORDED
     text = " ".join(str(text).split()).replace("|", "\\|")
     # older results recorded the dataset folder as ../shared/data (docs/data.md)
     text = text.replace("../shared/data/", "$FLEETMIND_SHARED_DATA/")
+    # and the scratch folder a training run wrote to as /tmp/train/<name>: shown as $RUN_DIR
+    text = SCRATCH.sub("$RUN_DIR", text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -469,8 +475,9 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
         'cite it. Older files lack some of these fields: the index then says "not recorded". A date'
         ' marked "(file name)" comes from the file name, not from the file.',
         "",
-        "Commands are as recorded. Scripts have since moved into areas and run as modules from the"
-        " checkout root; a recorded `python benchmarks/<script>.py` is now:",
+        "Commands are as recorded, with the scratch folder a run wrote to shown as `$RUN_DIR`"
+        " and the shared data folder as `$FLEETMIND_SHARED_DATA`. Scripts have since moved into"
+        " areas and run as modules from the checkout root; a recorded `python benchmarks/<script>.py` is now:",
         "",
         "| recorded script | run now as |",
         "| --- | --- |",

@@ -1,4 +1,6 @@
-"""FleetMind `data` package.
+"""``fleetmind.data``, the folder ``data/``.
+
+Fleets, topologies, dependency graphs, the alert simulator, traces and dataset loaders.
 
 Importing it checks that ``fleetmind`` is the installed package and not a folder of that name that
 Python found first (a source checkout named ``fleetmind`` with Python started in its parent folder,

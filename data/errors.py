@@ -1,28 +1,15 @@
-"""User-facing errors.
+"""The library's user-facing errors, re-exported from :mod:`fleetmind.errors`, where they live.
 
-Every error that a user can cause (bad file, unknown node, impossible job, corrupt model, wrong config)
-is raised as a :class:`FleetMindError` subclass with a one-line message that names what is wrong. The CLI
-prints ``fleetmind: error: <message>`` and exits with status 2; the service maps them to 4xx responses.
+They were defined here up to 0.2.0; ``from fleetmind.data.errors import ConfigError`` keeps working
+and names the same classes.
 """
 
-from __future__ import annotations
+from fleetmind.errors import (
+    ConfigError,
+    DataError,
+    FleetMindError,
+    ModelLoadError,
+    NotAvailableError,
+)
 
-
-class FleetMindError(Exception):
-    """Base class for errors caused by user input; ``str(err)`` is a one-line explanation."""
-
-
-class DataError(FleetMindError):
-    """A data file or folder is missing, malformed, or inconsistent."""
-
-
-class ConfigError(FleetMindError):
-    """A configuration value or command-line option is invalid."""
-
-
-class ModelLoadError(FleetMindError):
-    """A model artifact is missing, corrupt, or incompatible with this version."""
-
-
-class NotAvailableError(FleetMindError):
-    """A feature needs something absent here (NVML, an optional package, a model not yet released)."""
+__all__ = ["ConfigError", "DataError", "FleetMindError", "ModelLoadError", "NotAvailableError"]

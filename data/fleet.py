@@ -3,7 +3,7 @@
 A :class:`Fleet` holds ``C`` clusters (each in a region), ``N`` nodes and the node templates they use.
 Per-node facts are arrays indexed by node (``node_cluster``, ``node_template``, ``gpu_count``,
 ``cpu_milli``, ``memory_mib``); GPU-to-GPU topology lives in the shared
-:class:`~data.topology.NodeTemplate` objects (``fleet.templates[fleet.node_template[n]]``).
+:class:`~fleetmind.data.topology.NodeTemplate` objects (``fleet.templates[fleet.node_template[n]]``).
 Between clusters, ``wan_latency_ms`` (round trip) and ``wan_bandwidth_gbps`` (GB/s, one direction)
 are ``(C, C)`` matrices; the diagonal is 0 ms and ``inf`` GB/s (no WAN inside a cluster).
 
@@ -132,7 +132,7 @@ class Fleet:
     Attributes:
         name: fleet name.
         clusters: ``C`` :class:`Cluster`.
-        templates: ``T`` :class:`~data.topology.NodeTemplate` (distinct, shared by nodes).
+        templates: ``T`` :class:`~fleetmind.data.topology.NodeTemplate` (distinct, shared by nodes).
         node_names: ``N`` node names (unique).
         node_cluster: ``(N,)`` int64 cluster index of each node.
         node_template: ``(N,)`` int64 index into ``templates``.

@@ -21,8 +21,8 @@ YAML schema (full description with examples in ``docs/fleet.md``)::
     wan:                          # optional overrides of the region-based defaults
       - {between: [east, west], latency_ms: 62.0, bandwidth_gbps: 1.25}
 
-Errors name the file, the line and the key (:class:`~data.errors.DataError` for unreadable or
-malformed files, :class:`~data.errors.ConfigError` for an unknown template or region reference).
+Errors name the file, the line and the key (:class:`~fleetmind.data.errors.DataError` for unreadable or
+malformed files, :class:`~fleetmind.data.errors.ConfigError` for an unknown template or region reference).
 """
 
 from __future__ import annotations
@@ -459,9 +459,9 @@ def load_openb_fleet(
     """The openb GPU nodes (1,213 nodes, 6,212 GPUs) as a fleet.
 
     :param path: the CSV (``sn,cpu_milli,memory_mib,gpu,model``) or a folder holding
-        ``openb_node_list_gpu_node.csv``; default :func:`data.paths.openb_csv_dir`.
+        ``openb_node_list_gpu_node.csv``; default :func:`fleetmind.data.paths.openb_csv_dir`.
     :param n_clusters: split the nodes into this many clusters (regions from
-        :data:`data.fleet.REGION_ORDER`); 1 keeps one cluster ``openb``.
+        :data:`fleetmind.data.fleet.REGION_ORDER`); 1 keeps one cluster ``openb``.
     :param seed: seed of the split: nodes are shuffled with ``numpy.random.default_rng(seed)`` and
         dealt round-robin, so cluster sizes differ by at most one. Node order stays that of the file.
     :raises DataError: missing file or malformed row (names file and line).

@@ -174,7 +174,7 @@ class DependencyGraph:
     def from_json(cls, obj: Mapping[str, Any]) -> DependencyGraph:
         """Build a graph from the JSON dict; raises DataError naming the first bad entry.
 
-        The structure is checked by :class:`data.graph_schema.GraphModel` (the one model behind
+        The structure is checked by :class:`fleetmind.data.graph_schema.GraphModel` (the one model behind
         ``docs/graph.schema.json``), ids and edge ends by the constructor.
         """
         from pydantic import ValidationError
@@ -189,7 +189,7 @@ class DependencyGraph:
 
     @classmethod
     def from_model(cls, model: Any) -> DependencyGraph:
-        """Build a graph from a validated :class:`data.graph_schema.GraphModel`."""
+        """Build a graph from a validated :class:`fleetmind.data.graph_schema.GraphModel`."""
         nodes = [
             GraphNode(
                 id=n.id, kind=n.kind, cluster=n.cluster, match=dict(n.match), attrs=dict(n.attrs)

@@ -5,7 +5,7 @@ responses: the Kubernetes API's list responses (``v1.NodeList``, ``v1.PodList``,
 ``v1.ServiceList``, optionally ``discovery.k8s.io/v1`` ``EndpointSliceList``), as
 ``fleetmind graph build`` fetches them with the ``kubernetes`` client; call edges from an OTLP
 JSON export (``resourceSpans``) or a Jaeger JSON export (``data[].spans``); NVLink topology from
-:func:`data.fleet_io.discover_local_fleet` when run on a GPU host.
+:func:`fleetmind.data.fleet_io.discover_local_fleet` when run on a GPU host.
 
 What becomes what (ids follow ``serving/defaults/graph.json``; ``match`` labels are the alert
 labels Prometheus rules carry):
@@ -284,7 +284,7 @@ def nvlinks_from_nvml() -> dict[str, list[int]]:
     """``{this host: GPU indices with an NVLink to another GPU}`` through NVML.
 
     Raises:
-        NotAvailableError: NVML is absent (see :func:`data.fleet_io.discover_local_fleet`).
+        NotAvailableError: NVML is absent (see :func:`fleetmind.data.fleet_io.discover_local_fleet`).
     """
     fleet = discover_local_fleet()
     out = {}

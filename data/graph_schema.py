@@ -1,7 +1,7 @@
 """The graph JSON format as ONE pydantic model: validation for the loader, the service and the CLI.
 
 :class:`GraphModel` checks the structure (types, node and edge kinds, lengths, no NUL characters);
-:class:`data.graph.DependencyGraph` then checks what needs the whole graph (unique node ids, edge
+:class:`fleetmind.data.graph.DependencyGraph` then checks what needs the whole graph (unique node ids, edge
 ends that exist). ``DependencyGraph.from_json``, the service's ``PUT /api/v1/graph`` and
 ``POST /api/v1/rca`` bodies, and ``fleetmind graph build`` all use it. The JSON Schema in
 ``docs/graph.schema.json`` is generated from it (:func:`graph_json_schema`;

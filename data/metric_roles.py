@@ -2,7 +2,7 @@
 
 Real systems name their metrics in many ways (``latency``, ``p90_latency_ms``, ``cpu_usage``,
 ``MemoryUtilization``, ``request_count``, ``success_rate``, ``http_5xx``, ...). The PetShop adapter
-(:mod:`data.petshop`) and the incident synthesiser of ``fleetmind rca fit`` (:mod:`data.synth_incidents`)
+(:mod:`fleetmind.data.petshop`) and the incident synthesiser of ``fleetmind rca fit`` (:mod:`fleetmind.data.synth_incidents`)
 map every metric name to one of six roles with :func:`metric_role`, by its words (split at
 non-letters and at camelCase boundaries), first matching rule wins:
 
@@ -25,7 +25,7 @@ role           direction  words (any of)                                        
 
 ``errors`` comes before ``traffic`` so ``error_count`` is an error metric; ``success`` before
 ``latency`` so ``success_time`` is not a latency. Counts (``traffic``, or any name with ``count``,
-``total``, ``sum`` or ``num``) get the Poisson floor of :class:`data.petshop.DetectorConfig`.
+``total``, ``sum`` or ``num``) get the Poisson floor of :class:`fleetmind.data.petshop.DetectorConfig`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Alibaba's cluster: every command that uses it says so (:data:`SYNTHETIC_LABEL`).
 
 The folder is written once per version of the generator into FleetMind's cache folder
 (``FLEETMIND_CACHE_DIR``, else ``$XDG_CACHE_HOME/fleetmind``, else ``~/.cache/fleetmind``) and reused;
-:func:`data.paths.openb_csv_dir` returns it when :func:`data.paths.allow_synthetic_openb` was called and
+:func:`fleetmind.data.paths.openb_csv_dir` returns it when :func:`fleetmind.data.paths.allow_synthetic_openb` was called and
 the openb folder is missing.
 """
 

@@ -55,11 +55,11 @@ def allow_synthetic_openb() -> Path | None:
     The ``fleetmind`` commands that can run without the downloaded data (``demo``, ``sched``,
     ``fleet show --topology openb``) call this; the library and the benchmarks do not, so they keep
     failing loudly without the data. It sets :data:`OPENB_FALLBACK_ENV` (worker processes inherit
-    it). The synthetic folder (:mod:`data.openb_synthetic`) is generated on first use.
+    it). The synthetic folder (:mod:`fleetmind.data.openb_synthetic`) is generated on first use.
 
     Returns:
         The synthetic ``csv/`` folder when the openb folder is missing (callers print
-        :data:`data.openb_synthetic.SYNTHETIC_LABEL`), or ``None`` when the real data is there.
+        :data:`fleetmind.data.openb_synthetic.SYNTHETIC_LABEL`), or ``None`` when the real data is there.
     """
     if _real_openb_dir() is not None:
         return None

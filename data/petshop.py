@@ -27,7 +27,7 @@ a column absent from the normal period, or with fewer than ``min_normal_points``
 baseline and raises no alert (it is listed in ``incident["window"]["unscored"]``); only the normal
 period's *distribution* is used, never its timestamps, so normal data recorded at another time (as in
 PetShop, where it was recorded months later) is fine; window rows are sorted by time and duplicate
-timestamps dropped. A malformed folder raises :class:`~data.errors.DataError` naming the file and problem.
+timestamps dropped. A malformed folder raises :class:`~fleetmind.data.errors.DataError` naming the file and problem.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ ALERTNAMES: dict[str, str] = {
     "cpu": "HighCPU",
     "memory": "HighMemory",
 }
-"""Alertname per metric kind; any other metric gets :func:`data.metric_roles.metric_alertname`."""
+"""Alertname per metric kind; any other metric gets :func:`fleetmind.data.metric_roles.metric_alertname`."""
 
 DIRECTIONS: dict[str, str] = {
     "latency": "up",
@@ -68,7 +68,7 @@ DIRECTIONS: dict[str, str] = {
     "memory": "up",
 }
 """Which deviation is a symptom: ``up`` (only increases), ``down`` (only drops), ``both``; any other
-metric gets :func:`data.metric_roles.metric_direction` (``cpu_usage`` up, ``success_rate`` down, ...)."""
+metric gets :func:`fleetmind.data.metric_roles.metric_direction` (``cpu_usage`` up, ``success_rate`` down, ...)."""
 
 NO_END = "0001-01-01T00:00:00Z"
 """Alertmanager's ``endsAt`` for an alert that is still firing."""

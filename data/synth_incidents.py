@@ -35,11 +35,11 @@ labelled training incidents:
 3. add unrelated drifts: a Poisson(:attr:`SynthConfig.noise_mean`) number of random (node, metric)
    pairs shifted for the whole window (30 % of them next to the fault), as long-running unrelated
    anomalies are in real windows;
-4. turn the window into alerts with the adapter's detector (:func:`data.petshop.detect_alerts`, here
+4. turn the window into alerts with the adapter's detector (:func:`fleetmind.data.petshop.detect_alerts`, here
    vectorised as :meth:`SystemModel.detect`, which a test holds equal to it) and the baseline fitted
    on the normal period: the same rules and settings the adapter uses on real issue windows.
 
-Metric roles come from metric names (:mod:`data.metric_roles`), so nothing here depends on node or
+Metric roles come from metric names (:mod:`fleetmind.data.metric_roles`), so nothing here depends on node or
 metric names of a particular system. The only inputs are ``graph`` and ``normal``: no issue window, no
 ``target.json``, no label.
 """
@@ -127,7 +127,7 @@ class SystemModel:
 
     Args:
         graph: the call graph (edges ``caller -> callee``, any edge kind counts as a dependency).
-        normal: normal-period metrics, columns ``(node, metric, statistic)`` (:func:`read_metrics_csv`).
+        normal: normal-period metrics, columns ``(node, metric, statistic)`` (:func:`~fleetmind.data.petshop.read_metrics_csv`).
         config: detection rules (the adapter's :class:`DetectorConfig` by default).
 
     Attributes:
@@ -195,7 +195,7 @@ class SystemModel:
         self._prepare_detector()
 
     def _prepare_detector(self) -> None:
-        """Column arrays for :meth:`detect`: the columns :func:`detect_alerts` scores, in its order."""
+        """Column arrays for :meth:`detect`: the columns :func:`~fleetmind.data.petshop.detect_alerts` scores, in its order."""
         cfg = self.config
         chosen = _pick_statistics(self.normal.columns, cfg.statistic_preference)
         pos = {c: j for j, c in enumerate(self.normal.columns)}
@@ -212,7 +212,7 @@ class SystemModel:
         self._det_dir = [DIRECTIONS.get(m) or metric_direction(m) for _, m, _ in self._det_cols]
 
     def detect(self, x: np.ndarray, times: np.ndarray) -> list[dict[str, Any]]:
-        """:func:`data.petshop.detect_alerts` on a window given as an array (the same rules and the
+        """:func:`fleetmind.data.petshop.detect_alerts` on a window given as an array (the same rules and the
         same alert objects, ``tests/test_rca_fit.py`` checks equality), vectorised over columns.
 
         Args:

@@ -564,7 +564,7 @@ def get_template(name: str, gpu_model: str | None = None) -> NodeTemplate:
 
     ``name`` may carry the model after a colon (``"pcie-4gpu:T4"``, ``"dgx1-v100:V100M32"``); the
     result's name then has that form too. The same object is returned for the same request, so
-    per-template caches (:mod:`data.gpu_alloc`) are shared.
+    per-template caches (:mod:`fleetmind.data.gpu_alloc`) are shared.
 
     Raises:
         ConfigError: if the base name is not one of :data:`BUILTIN_TEMPLATES`.
@@ -639,7 +639,7 @@ DCGM_MODEL_NAMES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class HostTemplate:
-    """A GPU server layout for the RCA graph generator (:mod:`data.rca_gen.graphs`).
+    """A GPU server layout for the RCA graph generator (:mod:`fleetmind.data.rca_gen.graphs`).
 
     Attributes:
         name: template name.
@@ -655,7 +655,7 @@ class HostTemplate:
 
 
 def rca_host_templates() -> dict[str, HostTemplate]:
-    """Host layouts for the RCA graph generator (:mod:`data.rca_gen.graphs`), built from the templates.
+    """Host layouts for the RCA graph generator (:mod:`fleetmind.data.rca_gen.graphs`), built from the templates.
 
     Returns ``{name: HostTemplate}`` for the names in :data:`DCGM_MODEL_NAMES`; each template lists
     its interconnect ``link`` nodes: one per NVLink-connected pair (``"nvl-i-j"``, level ``NV#``,

@@ -1,4 +1,7 @@
-"""FleetMind `envs` package."""
+"""``fleetmind.envs``, the folder ``envs/``.
+
+The placement simulator, its gymnasium environments and the heuristic policies.
+"""
 
 from gymnasium.envs.registration import register, registry
 

@@ -525,7 +525,7 @@ class CandidateBuilder:
         e.hver[stale] = st.version.take(stale)
 
     def fgd_deltas(self, pod: Pod, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`envs.policies.FGD.node_deltas`, cached per pod shape and node version.
+        """:meth:`fleetmind.envs.policies.FGD.node_deltas`, cached per pod shape and node version.
 
         A node's delta depends only on that node's state and the pod's CPU, GPU request and
         ``gpu_spec``, so entries stay valid until the node changes (``state.version``); each decision

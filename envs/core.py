@@ -8,7 +8,7 @@ API (stable; other modules build on it):
 * ``Pod(cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec_mask=ANY_GPU_MODEL)``: a request
   (a NamedTuple). ``num_gpu == 0``: CPU-only. ``num_gpu == 1 and gpu_milli < 1000``: GPU-sharing
   pod (one GPU with ``gpu_milli`` idle). Otherwise ``num_gpu`` whole GPUs. ``pod_from_trace(trace, i)``
-  builds one from a :class:`data.openb.PodTrace` row. ``pod.pod_class``: -1 CPU-only, 0 sharing,
+  builds one from a :class:`fleetmind.data.openb.PodTrace` row. ``pod.pod_class``: -1 CPU-only, 0 sharing,
   k for a k-GPU pod (used by GpuClustering).
 * ``ClusterState(cpu_milli, memory_mib, num_gpu, model_id, priority=None, names=None)`` or
   ``ClusterState.from_openb(nodes, priority=None)``. Arrays (read them, do not write them):
@@ -196,7 +196,7 @@ class ClusterState:
 
     @classmethod
     def from_openb(cls, nodes: OpenbNodes, priority: np.ndarray | None = None) -> ClusterState:
-        """A state for an openb node list (see :func:`data.openb.load_openb_nodes`)."""
+        """A state for an openb node list (see :func:`fleetmind.data.openb.load_openb_nodes`)."""
         return cls(
             nodes.cpu_milli, nodes.memory_mib, nodes.num_gpu, nodes.model_id, priority, nodes.names
         )

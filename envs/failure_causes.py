@@ -126,7 +126,7 @@ def run_with_causes(
     *,
     level: int = 100,
 ) -> tuple[FgdResult, FailureBreakdown]:
-    """Run fgd mode like :func:`envs.fgd_mode.run_fgd` and sort its failures by cause.
+    """Run fgd mode like :func:`fleetmind.envs.fgd_mode.run_fgd` and sort its failures by cause.
 
     Args:
         trace: the pod trace (e.g. ``load_openb_trace("default")`` or :func:`relax_host` of it).

@@ -179,7 +179,7 @@ def run_fgd(
 
     Args:
         trace: a :class:`PodTrace` or an openb trace name / CSV path.
-        policy: a :class:`Policy` or a policy name (see :data:`envs.policies.POLICIES`).
+        policy: a :class:`Policy` or a policy name (see :data:`fleetmind.envs.policies.POLICIES`).
         seed: drives the shuffle, resampling, node priority and the policy's randomness.
         nodes: the node list (default: the openb GPU nodes).
         scale: workload size relative to GPU capacity.

@@ -39,7 +39,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     list, in the setup of the FGD paper (Weng et al., USENIX ATC'23; ``envs/fgd_mode.py``): the
     trace is shuffled by a workload seed and resampled to 1.3x the cluster's GPU capacity, nodes get a
     seeded tie-break priority, and nothing departs. CPU, memory, ``gpu_spec``, GPU-sharing
-    (``gpu_milli`` < 1000) and multi-GPU requests are enforced by :class:`envs.core.ClusterState`.
+    (``gpu_milli`` < 1000) and multi-GPU requests are enforced by :class:`fleetmind.envs.core.ClusterState`.
     The goal is to keep the unallocated GPU % at 100 % arrived workload low, i.e. to avoid
     fragmentation that leaves later pods without a feasible node.
 
@@ -323,7 +323,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     def host_stranding_deltas(self) -> np.ndarray:
         """``(K,)`` float64: how many GPUs (1000 milli) the pending pod would leave stranded by host
         resources on each candidate's node, minus those stranded there now
-        (:func:`envs.candidates.stranded_gpu_milli` at the episode workload's typical CPU and
+        (:func:`fleetmind.envs.candidates.stranded_gpu_milli` at the episode workload's typical CPU and
         memory per milli-GPU). Padding rows are 0. Not part of the observation: teachers read it
         (``rl.teacher.StrandPenaltyScorer``).
 
@@ -342,7 +342,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     def model_scarcity_penalties(self) -> np.ndarray:
         """``(K,)`` float64: for a pending GPU pod without a ``gpu_spec``, its request in GPUs
         times the scarcity of each candidate node's GPU model
-        (:func:`envs.candidates.restricted_model_scarcity` of the episode's workload); 0 for
+        (:func:`fleetmind.envs.candidates.restricted_model_scarcity` of the episode's workload); 0 for
         model-restricted and CPU-only pods, padding rows, and workloads without restricted pods.
         Not part of the observation: teachers read it (``rl.teacher.StrandPenaltyScorer``).
 

@@ -79,7 +79,7 @@ def fits_rows(
     num_gpu: np.ndarray,
 ) -> np.ndarray:
     """``(k,)`` bool: ``pod`` fits each of ``k`` node states (the rules of
-    :meth:`envs.core.ClusterState.feasible`; ``gpu_idle`` is ``(k, 8)`` milli-GPU with absent
+    :meth:`fleetmind.envs.core.ClusterState.feasible`; ``gpu_idle`` is ``(k, 8)`` milli-GPU with absent
     slots at 0)."""
     ok = (cpu_free >= pod.cpu_milli) & (mem_free >= pod.memory_mib)
     if pod.num_gpu == 0:
@@ -106,7 +106,7 @@ def fits_window(
     n_gpus: np.ndarray,
 ) -> np.ndarray:
     """``(W, k)`` bool: :func:`fits_rows` for ``W`` requests at once (``(W,)`` request arrays as
-    in :class:`envs.dynamic.jobs.DynJobs`; node states as in :func:`fits_rows`)."""
+    in :class:`fleetmind.envs.dynamic.jobs.DynJobs`; node states as in :func:`fits_rows`)."""
     ok = (cpu_free[None, :] >= cpu_milli[:, None]) & (mem_free[None, :] >= memory_mib[:, None])
     any_model = (gpu_spec_mask == ANY_GPU_MODEL)[:, None]
     model_ok = np.where(
@@ -165,7 +165,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         time / ideal runtime): place jobs fast now without fragmenting the fleet for later jobs.
 
         CPU, memory, ``gpu_spec``, GPU-sharing (``gpu_milli`` < 1000) and multi-GPU requests are enforced by
-        :class:`envs.core.ClusterState`. The env is work-conserving: every job that fits somewhere is
+        :class:`fleetmind.envs.core.ClusterState`. The env is work-conserving: every job that fits somewhere is
         placed at once, so there is no "wait" action. This keeps an episode at one step per job, rules out
         an agent that idles the fleet forever, and matches the heuristics it is compared with; holding a
         job back for a better node is left to the queue (jobs that fit nowhere wait).
@@ -228,7 +228,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         An empty fleet. A stream of ``n_jobs`` jobs is drawn with ``self.np_random``: a random start in
         the circular, time-sorted trace, the trace's inter-arrival gaps scaled to ``target_util``, and
         per job a communication intensity, a data home cluster and a dataset size
-        (:func:`envs.dynamic.jobs.build_jobs`). The node tie-break priority is a random permutation.
+        (:func:`fleetmind.envs.dynamic.jobs.build_jobs`). The node tie-break priority is a random permutation.
 
         ## Episode End
 
@@ -249,7 +249,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
 
         * ``trace``: openb trace name, CSV path or :class:`PodTrace` (default ``"default"``).
         * ``fleet``: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML fleet path, a
-          :class:`data.fleet.Fleet` or a :class:`envs.dynamic.fleet.DynFleet` (default ``"openb"``).
+          :class:`fleetmind.data.fleet.Fleet` or a :class:`fleetmind.envs.dynamic.fleet.DynFleet` (default ``"openb"``).
         * ``n_clusters``: clusters of the openb fleet (default 3).
         * ``node_fraction``: stratified share of the fleet's nodes kept (default 0.1: 1,213 openb nodes
           would need tens of thousands of jobs per episode to load them; see ``docs/dynamic.md``).

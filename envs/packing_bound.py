@@ -240,7 +240,7 @@ def fgd_run_bound(
 ) -> PackingBound:
     """:func:`gpu_packing_bound` of the pods an fgd-mode run (``run_fgd(trace, ..., seed)``, any
     policy) has seen by the time its arrived GPU request reaches ``level`` % of capacity, i.e. the
-    pods :func:`envs.failure_causes.run_with_causes` counts failures among.
+    pods :func:`fleetmind.envs.failure_causes.run_with_causes` counts failures among.
 
     Args:
         gpu_models: keep each pod on the GPU models its ``gpu_spec`` allows (a tighter bound, still

@@ -1,4 +1,6 @@
-"""Released model artifacts and model cards, shipped as package data (``fleetmind.models``).
+"""``fleetmind.models``, the folder ``models/``.
+
+Released model artifacts and model cards, shipped as package data (``fleetmind.models``).
 
 ``fleetmind.data.paths.MODELS_DIR`` is this folder. Each subfolder is one artifact with its card.
 """

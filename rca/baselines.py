@@ -1,7 +1,7 @@
-"""Baseline root-cause rankers behind :class:`rca.base.BaseAnalyzer`.
+"""Baseline root-cause rankers behind :class:`fleetmind.rca.base.BaseAnalyzer`.
 
 Every baseline maps the incident's alerts onto graph nodes with
-:meth:`data.graph.DependencyGraph.node_for_alert`, ignores alerts of severity ``none`` (the
+:meth:`fleetmind.data.graph.DependencyGraph.node_for_alert`, ignores alerts of severity ``none`` (the
 always-firing ``Watchdog``; any operator filters it), and ranks **candidate** nodes; nodes it does not
 rank count as "not found" in the metrics (reciprocal rank 0).
 

@@ -1,6 +1,6 @@
 """Propagation paths from attention weights: why the GAT blames a node.
 
-In the message graph of :func:`rca.model.message_graph`, the attention coefficient
+In the message graph of :func:`fleetmind.rca.model.message_graph`, the attention coefficient
 :math:`\\alpha_{ij}` of an edge ``j -> i`` says how much node ``i`` listened to ``j``. A fault that
 spread from a cause ``c`` to an alerting node ``a`` should show up as a chain of edges
 ``c -> v1 -> ... -> a`` along which every receiver attended strongly to its sender. We average the

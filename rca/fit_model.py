@@ -1,9 +1,9 @@
 """The per-system GAT of ``fleetmind rca fit``: node features from metric alerts, artifact, analyzer.
 
 A fitted model belongs to one system (one call graph). Its input is the alerts the metric detector of
-:mod:`data.petshop` raises (``labels.service``, ``labels.metric``, annotations ``z_score``, ``delta``,
+:mod:`fleetmind.data.petshop` raises (``labels.service``, ``labels.metric``, annotations ``z_score``, ``delta``,
 ``baseline``, ``startsAt``), turned into per-node features that say nothing about node or metric
-names: per metric role (:data:`data.metric_roles.ROLES`, from the metric's name) six columns
+names: per metric role (:data:`fleetmind.data.metric_roles.ROLES`, from the metric's name) six columns
 
 ==============  ======================================================================================
 column          meaning (0 when the node has no alert of that role)
@@ -20,7 +20,7 @@ column          meaning (0 when the node has no alert of that role)
 
 then ``observed:<role>`` (the node has a scored normal-period metric of this role, from the fit), and
 ``any_alert``, ``earliest``, ``log1p`` in/out degree, share of callers and of callees that alert.
-The network is :class:`rca.model.GATRanker` (relation-aware GATv2, both edge directions).
+The network is :class:`fleetmind.rca.model.GATRanker` (relation-aware GATv2, both edge directions).
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def observed_matrix(graph: DependencyGraph, observed: Mapping[str, Sequence[str]
 
 
 def model_inputs(graph: DependencyGraph) -> tuple[Any, Any]:
-    """``(edge_index, edge_type)`` tensors of ``graph`` for :class:`GATRanker`."""
+    """``(edge_index, edge_type)`` tensors of ``graph`` for :class:`~fleetmind.rca.model.GATRanker`."""
     import torch
 
     return (

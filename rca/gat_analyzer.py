@@ -96,7 +96,7 @@ def save_artifact(
     metrics: Mapping[str, Any] | None = None,
     data: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``model`` (a :class:`rca.model.GATRanker`) as an artifact folder; returns the folder.
+    """Write ``model`` (a :class:`fleetmind.rca.model.GATRanker`) as an artifact folder; returns the folder.
 
     The version string is ``gat-`` plus the first 10 hex digits of the weights' SHA-256.
     """
@@ -235,7 +235,7 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
 
 
 class GATAnalyzer(BaseAnalyzer):
-    """Root-cause ranking with the trained GAT (:mod:`rca.model`), with fault types and paths.
+    """Root-cause ranking with the trained GAT (:mod:`fleetmind.rca.model`), with fault types and paths.
 
     Construct with :meth:`load` (or ``GATAnalyzer(GATAnalyzerConfig(model=ref))``).
     """
@@ -246,7 +246,7 @@ class GATAnalyzer(BaseAnalyzer):
     """``startsAt`` / ``endsAt`` may be unix seconds as well as RFC 3339 strings (the service passes
     seconds: ``rca.features.times.parse_time`` reads both)."""
     accepts_alert_columns: ClassVar[bool] = True
-    """``alerts`` may be :class:`rca.features.columnar.AlertColumns` on the graph ranked (the service parses
+    """``alerts`` may be :class:`fleetmind.rca.features.columnar.AlertColumns` on the graph ranked (the service parses
     request bodies straight into them)."""
 
     def __init__(self, config: GATAnalyzerConfig | None = None) -> None:

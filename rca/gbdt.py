@@ -1,7 +1,7 @@
 """Learned baselines: gradient-boosted trees and an alert-name table, trained on a dataset's train split.
 
 These are the baselines a learned ranker has to beat. They read the alert names, as the GAT does
-(the fixed heuristics in :mod:`rca.baselines` do not):
+(the fixed heuristics in :mod:`fleetmind.rca.baselines` do not):
 
 | name | features of a candidate node | model |
 | --- | --- | --- |

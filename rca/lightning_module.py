@@ -3,9 +3,9 @@
 * :func:`incident_to_data` turns one incident (graph + alerts + ground truth) into a ``Data`` with
   ``x (|V|, F)``, ``edge_index (2, |E|)``, ``edge_type (|E|,)``, ``root_index (1,)`` (incremented on
   batching, so it stays a global node index) and ``fault (1,)``.
-* :class:`RCADataModule` reads a dataset folder (:mod:`data.rca_dataset`), computes features once and
+* :class:`RCADataModule` reads a dataset folder (:mod:`fleetmind.data.rca_dataset`), computes features once and
   serves seeded, shuffled PyG ``DataLoader`` batches of many graphs.
-* :class:`GATLightning` wraps :class:`rca.model.GATRanker` with one shared step per stage that logs
+* :class:`GATLightning` wraps :class:`fleetmind.rca.model.GATRanker` with one shared step per stage that logs
   ``{stage}/loss``, ``{stage}/rank_loss``, ``{stage}/fault_loss``, ``{stage}/ac1``, ``{stage}/ac3``,
   ``{stage}/mrr`` and ``{stage}/fault_acc`` per epoch.
 """
@@ -37,7 +37,7 @@ class CroppedIncident:
     """An incident's features restricted to its candidate subgraph.
 
     Attributes:
-        features: :class:`rca.features.dense.AlertFeatures` of the whole graph.
+        features: :class:`fleetmind.rca.features.dense.AlertFeatures` of the whole graph.
         keep: int64 ``(|V'|,)`` indices of the kept nodes in the whole graph (sorted).
         x: float32 ``(|V'|, F)``. edge_index: int64 ``(2, |E'|)`` in subgraph indices.
         edge_type: int64 ``(|E'|,)``.
@@ -53,7 +53,7 @@ class CroppedIncident:
 def crop_incident(
     graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], crop_hops: int | None
 ) -> CroppedIncident:
-    """Features of the whole graph, then the subgraph of :func:`rca.features.dense.candidate_mask`."""
+    """Features of the whole graph, then the subgraph of :func:`fleetmind.rca.features.dense.candidate_mask`."""
     f = alert_features(graph, alerts)
     keep_mask = candidate_mask(graph, f, crop_hops)
     ei, et = graph.edge_index, graph.edge_type
@@ -79,7 +79,7 @@ def incident_to_data(
         root: ground-truth root-cause node id (``None`` at inference).
         fault: fault-type class id (``-1`` when unknown).
         crop_hops: keep only the candidate subgraph (nodes within this many hops of a node with a
-            recent alert, see :func:`rca.features.dense.candidate_mask`); ``None`` keeps the whole graph.
+            recent alert, see :func:`fleetmind.rca.features.dense.candidate_mask`); ``None`` keeps the whole graph.
 
     Returns:
         ``Data(x, edge_index, edge_type, num_nodes)`` plus, with a ``root``, ``root_index (1,)``,
@@ -142,7 +142,7 @@ class RCADataModule(pl.LightningDataModule):
         val_fraction: share of training graphs held out when the folder has no ``val`` split.
         max_train: use at most this many training incidents (seeded subsample; ``None``: all).
         progress: show a progress bar while computing features.
-        crop_hops: candidate subgraph radius (:func:`rca.features.dense.candidate_mask`), the same at
+        crop_hops: candidate subgraph radius (:func:`fleetmind.rca.features.dense.candidate_mask`), the same at
             training and inference (stored in the model config). Training incidents whose root
             falls outside are dropped; in validation and test they count as misses.
         use_cache: keep computed features in ``DIR/.gat_cache/`` (keyed by the feature version,
@@ -293,7 +293,7 @@ class GATLightning(pl.LightningModule):
     Args:
         fault_types: fault type names (class ids of the fault head).
         hidden: hidden channels. heads: attention heads. layers: GATv2 layers. edge_dim: relation
-            embedding width. dropout: dropout rate (see :class:`rca.model.GATConfig`).
+            embedding width. dropout: dropout rate (see :class:`fleetmind.rca.model.GATConfig`).
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
         fault_weight: weight of the fault-type cross-entropy in the total loss.

@@ -76,7 +76,7 @@ PLUGINS: dict[str, str] = {"gat": "fleetmind.rca.gat_analyzer:make_analyzer"}
 """Lazily imported methods: name -> ``module:function`` with signature ``(model, seed) -> BaseAnalyzer``."""
 
 DATA_TRAINED: tuple[str, ...] = ("name_table", "node_gbdt", "hop2_gbdt")
-"""Learned baselines (:mod:`rca.gbdt`) fitted on the train split of the dataset being evaluated
+"""Learned baselines (:mod:`fleetmind.rca.gbdt`) fitted on the train split of the dataset being evaluated
 (``make_analyzers(data=DIR)``); listed by default only when a dataset folder is given."""
 
 
@@ -135,7 +135,7 @@ def make_analyzers(
             error, not a missing row.
         seed: seed of randomised methods (and of the learned baselines' fit).
         data: dataset folder whose ``train`` split fits the learned baselines of
-            :data:`DATA_TRAINED` (cached, see :mod:`rca.gbdt`); ``None``: they are not listed by
+            :data:`DATA_TRAINED` (cached, see :mod:`fleetmind.rca.gbdt`); ``None``: they are not listed by
             default and asking for one is an error.
 
     Raises:

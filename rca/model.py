@@ -2,7 +2,7 @@ r"""The GAT root-cause ranker: edge-type aware GATv2 layers over per-node alert 
 
 Architecture (one incident graph, or a PyG batch of several):
 
-1. ``h = MLP(x)``: alert features (:mod:`rca.features`) to ``hidden`` channels.
+1. ``h = MLP(x)``: alert features (:mod:`fleetmind.rca.features`) to ``hidden`` channels.
 2. ``layers`` residual blocks ``h = h + Dropout(ELU(GATv2Conv(LayerNorm(h), edge_attr=E[r])))``, where
    the message graph holds every dependency edge in **both directions as separate relation types**
    (``r = kind`` for dependent -> dependency, ``r = kind + 6`` for dependency -> dependent) plus a
@@ -39,16 +39,16 @@ class GATConfig:
     """Hyper-parameters of :class:`GATRanker` (stored next to its weights).
 
     Attributes:
-        in_dim: width F of the input features (:data:`rca.features.layout.NUM_FEATURES`).
+        in_dim: width F of the input features (:data:`fleetmind.rca.features.layout.NUM_FEATURES`).
         hidden: hidden channels (divisible by ``heads``).
         heads: attention heads H per layer (concatenated to ``hidden``).
         layers: number of GATv2 layers (>= 2); the receptive field in hops.
         edge_dim: width of the relation embedding fed to attention.
         dropout: dropout on block outputs and attention coefficients.
         fault_types: fault type names, index = class id of the fault head.
-        feature_version: :data:`rca.features.layout.FEATURE_VERSION` the model was trained with.
+        feature_version: :data:`fleetmind.rca.features.layout.FEATURE_VERSION` the model was trained with.
         crop_hops: candidate subgraph radius used in training and inference
-            (:func:`rca.features.dense.candidate_mask`; ``None``: the whole graph).
+            (:func:`fleetmind.rca.features.dense.candidate_mask`; ``None``: the whole graph).
     """
 
     in_dim: int = NUM_FEATURES

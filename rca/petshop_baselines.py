@@ -2,7 +2,7 @@
 
 These methods read raw metric tables rather than alerts, so they implement
 :meth:`MetricAnalyzer.rank_metrics` (the adapter) next to the alert interface of
-:class:`~rca.base.BaseAnalyzer`; :meth:`MetricAnalyzer.find_root_causes` refuses with a clear message.
+:class:`~fleetmind.rca.base.BaseAnalyzer`; :meth:`MetricAnalyzer.find_root_causes` refuses with a clear message.
 
 * :class:`TraversalBaseline`: the graph-traversal baseline of the PetShop paper (Hardt et al. 2023,
   arXiv:2311.04806, Sec. 5; its repository's ``baseline_anomaly_traversal``), re-implemented from its

@@ -2,14 +2,14 @@
 
 Every method ranks the candidate nodes of each issue; the rank of the ground-truth root cause gives
 
-* ``AC@k``, ``Avg@5``, ``MRR`` as defined in :mod:`rca.metrics` (a method that does not return the
+* ``AC@k``, ``Avg@5``, ``MRR`` as defined in :mod:`fleetmind.rca.metrics` (a method that does not return the
   root cause misses at every ``k`` and adds 0 to MRR);
 * ``ms_per_incident``: mean wall time of the method's ranking call (alert detection, shared by all
   alert-based methods, is reported once as ``alerting_ms_per_incident``).
 
 Methods: alert-based analyzers (``find_root_causes(graph, alerts)``: the FleetMind propagation ranker,
 the GAT when a model is available, the simulated-data baselines of ``rca.baselines``)
-and the metric-level baselines of :mod:`rca.petshop_baselines`.
+and the metric-level baselines of :mod:`fleetmind.rca.petshop_baselines`.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def default_alert_methods(
     """The alert-based methods available here, and ``{name: reason}`` for those that are not.
 
     ``propagation`` always; ``gat`` (zero-shot: the released artifact or ``model``) when it loads;
-    the simulated-data baselines of :data:`rca.baselines.BASELINES` (through
-    :func:`rca.metrics.make_analyzers`, so they are built exactly as ``rca evaluate`` builds them).
+    the simulated-data baselines of :data:`fleetmind.rca.baselines.BASELINES` (through
+    :func:`fleetmind.rca.metrics.make_analyzers`, so they are built exactly as ``rca evaluate`` builds them).
     """
 
     methods: dict[str, BaseAnalyzer] = {"propagation": PropagationRanker()}

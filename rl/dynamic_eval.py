@@ -3,10 +3,10 @@
 Protocol (``docs/ppo-dynamic.md``). For a trace and a seed ``s``, one job stream and one node
 tie-break priority are drawn from ``numpy.random.default_rng(s)`` exactly as
 ``fleetmind/MultiClusterPlacement-v0`` draws them on ``reset(seed=s)`` (and as
-:func:`envs.dynamic.evaluate.evaluate_dynamic` does): :func:`envs.dynamic.jobs.build_jobs`, then a
-permutation. Every policy then runs a fresh :class:`envs.dynamic.sim.DynamicSim` on that stream:
+:func:`fleetmind.envs.dynamic.evaluate.evaluate_dynamic` does): :func:`fleetmind.envs.dynamic.jobs.build_jobs`, then a
+permutation. Every policy then runs a fresh :class:`fleetmind.envs.dynamic.sim.DynamicSim` on that stream:
 
-* a heuristic through :func:`envs.dynamic.policies.make_dynamic_policy` (its own node and GPU rule);
+* a heuristic through :func:`fleetmind.envs.dynamic.policies.make_dynamic_policy` (its own node and GPU rule);
 * a learned actor ``act(obs, mask) -> candidate`` through :class:`EnvActorPolicy`, which builds the
   env's observation and candidates for each decision (:meth:`MultiClusterPlacementEnv.attach`).
 
@@ -103,7 +103,7 @@ class DynEvalConfig:
 
 
 class EnvActorPolicy:
-    """A :class:`envs.dynamic.sim.DynamicPolicy` that asks an env-trained actor.
+    """A :class:`fleetmind.envs.dynamic.sim.DynamicPolicy` that asks an env-trained actor.
 
     Each decision builds ``env``'s observation for the job, calls ``act(obs, mask)`` and places
     the job on the chosen candidate's node and GPU set.
@@ -161,7 +161,7 @@ def evaluate_streams(
     """Every heuristic and actor on the same job streams, one per seed.
 
     ``policies`` maps further names to ``make(env, seed) -> DynamicPolicy`` (e.g. the rollout
-    policy, :class:`rl.rollout.DynamicRolloutPolicy`), built for each seed and run on its stream.
+    policy, :class:`fleetmind.rl.rollout.DynamicRolloutPolicy`), built for each seed and run on its stream.
 
     Returns:
         ``{policy: {metric: mean over seeds, "per_seed": {metric: [per seed]}}}`` for the metrics of
@@ -250,8 +250,8 @@ def load_dynamic_actor(ref: str | Path, n_candidates: int | None = None) -> Any:
     build the evaluation env with :func:`model_config`).
 
     Returns:
-        an object with ``predict(obs, mask)`` (:class:`rl.export.PlacementActor` or
-        :class:`rl.export.OnnxActor`).
+        an object with ``predict(obs, mask)`` (:class:`fleetmind.rl.export.PlacementActor` or
+        :class:`fleetmind.rl.export.OnnxActor`).
 
     Raises:
         ModelLoadError: missing or corrupt file, or a model made for another env (fgd mode, other

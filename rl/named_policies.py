@@ -13,7 +13,7 @@ A released model folder (``models/placement/``, ``models/placement-dynamic/``) h
 anyone can see what each stage added. In fgd mode the teacher reads its penalties from
 ``fleetmind/GpuPlacement-v0`` (they are computed from the episode's resampled workload), so a
 teacher run is a greedy episode of that env with no FGD prefix; its metric is the same
-window mean as :func:`envs.fgd_mode.run_fgd` (``envs.fgd_mode.unallocated_at``).
+window mean as :func:`fleetmind.envs.fgd_mode.run_fgd` (``envs.fgd_mode.unallocated_at``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from fleetmind.rl.teacher import StrandPenaltyScorer, load_teacher
 
 STAGE_NAMES: tuple[str, ...] = ("ppo", "clone", "teacher", "rollout")
 """Policy names ``fleetmind sched evaluate`` maps to a model folder's stages (``rollout``: the
-clone improved by rollouts at run time, :mod:`rl.rollout`)."""
+clone improved by rollouts at run time, :mod:`fleetmind.rl.rollout`)."""
 
 
 def model_folder(ref: str | Path | None, default: Path) -> Path:

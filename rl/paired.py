@@ -107,7 +107,7 @@ def run_episode(
     actor: PlacementActor,
     rng: np.random.Generator | None = None,
 ) -> Episode:
-    """One episode of ``env`` (a :class:`envs.multicluster_env.MultiClusterPlacementEnv`) on the
+    """One episode of ``env`` (a :class:`fleetmind.envs.multicluster_env.MultiClusterPlacementEnv`) on the
     stream of ``reset(seed=seed)``: greedy when ``rng`` is None, else actions sampled from the
     actor's masked softmax with ``rng`` (Gumbel-max, so the draws are reproducible)."""
     obs, info = env.reset(seed=int(seed))

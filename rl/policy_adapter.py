@@ -1,7 +1,7 @@
-"""The trained PPO agent as a placement policy (:class:`envs.policies.Policy` interface).
+"""The trained PPO agent as a placement policy (:class:`fleetmind.envs.policies.Policy` interface).
 
 Used by ``fleetmind sched evaluate --policies ppo [--model REF]`` (through
-:func:`envs.fgd_mode.evaluate_fgd`) and by the service's placement route.
+:func:`fleetmind.envs.fgd_mode.evaluate_fgd`) and by the service's placement route.
 
 ``REF`` is one of:
 
@@ -12,7 +12,7 @@ Used by ``fleetmind sched evaluate --policies ppo [--model REF]`` (through
   with ``mlflow.artifacts.download_artifacts``.
 
 Each decision builds the same candidate observation as ``fleetmind/GpuPlacement-v0``
-(:class:`envs.candidates.CandidateBuilder`) and takes the exported actor's greedy action; a pod with a
+(:class:`fleetmind.envs.candidates.CandidateBuilder`) and takes the exported actor's greedy action; a pod with a
 single feasible node goes there, one with none fails, exactly as in the env and the heuristics.
 """
 
@@ -37,15 +37,15 @@ RELEASED_DIR = MODELS_DIR / "placement"
 _BUILDER_OPTIONS = frozenset(
     {"n_fgd", "n_bestfit", "n_packing", "n_clustering", "n_dotprod", "penalty_features"}
 )
-"""Keys a model's ``metadata["builder"]`` may set (:class:`envs.candidates.CandidateBuilder`)."""
+"""Keys a model's ``metadata["builder"]`` may set (:class:`fleetmind.envs.candidates.CandidateBuilder`)."""
 
 
 class PPOPlacementPolicy(Policy):
     """Greedy placement with an exported PPO actor over FGD-mode candidates.
 
     Args:
-        actor: an object with ``predict(obs (D,), mask (K,)) -> int`` (:class:`rl.export.OnnxActor`
-            or :class:`rl.export.PlacementActor`).
+        actor: an object with ``predict(obs (D,), mask (K,)) -> int`` (:class:`fleetmind.rl.export.OnnxActor`
+            or :class:`fleetmind.rl.export.PlacementActor`).
         n_candidates: ``K`` the actor was trained with.
         metadata: the artifact's ``metadata.json`` (``typical_pods`` is the fallback workload model
             when :meth:`reset` gets no trace).

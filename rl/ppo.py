@@ -1,13 +1,13 @@
 """MaskablePPO for placement: vectorised envs, imitation warm start, greedy evaluation.
 
 The pieces the recipes of ``training/recipes/`` compose (SB3 split: the algorithm is sb3-contrib's
-``MaskablePPO``; the network is :class:`rl.policy.CandidateScorerPolicy`):
+``MaskablePPO``; the network is :class:`fleetmind.rl.policy.CandidateScorerPolicy`):
 
 * :func:`make_vec_env`: ``SubprocVecEnv`` (``DummyVecEnv`` for one env) of seeded placement envs
   wrapped in ``VecMonitor`` (episode return, length and the fgd-mode metric in ``info``).
 * :func:`collect_teacher` + :func:`behaviour_clone`: imitation warm start. The teacher is FGD
   (candidate 0 of every observation) or any ``act(obs, mask)``, e.g. the CEM-searched linear scorer
-  of :mod:`rl.teacher`. Cloning its decisions (cross-entropy on the masked logits) and regressing
+  of :mod:`fleetmind.rl.teacher`. Cloning its decisions (cross-entropy on the masked logits) and regressing
   the critic on the teacher's discounted returns starts PPO at the teacher's level instead of at a
   random policy, which a 30-minute budget on two shared cores could never climb out of.
 * :func:`make_model`: ``MaskablePPO`` with the documented hyperparameters.
@@ -100,7 +100,7 @@ def make_vec_env(
 
 
 def make_model(venv: Any, hp: PPOHyperparams, seed: int, device: str = "cpu") -> Any:
-    """A ``MaskablePPO`` with :class:`rl.policy.CandidateScorerPolicy` on ``venv``."""
+    """A ``MaskablePPO`` with :class:`fleetmind.rl.policy.CandidateScorerPolicy` on ``venv``."""
     from sb3_contrib import MaskablePPO
 
     from fleetmind.rl.policy import CandidateScorerPolicy

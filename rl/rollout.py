@@ -6,7 +6,7 @@ simulator, finishes the episode greedily with the clone (argmax), and keeps the 
 finished episode scores best on the mode's metric. Outside the window it acts as the clone.
 
 * **fgd mode** (:func:`run_rollout_fgd`): the metric is the unallocated GPU % at 100 % arrived
-  (:func:`envs.fgd_mode.unallocated_at`); the window is a band of arrived workload, in % of the
+  (:func:`fleetmind.envs.fgd_mode.unallocated_at`); the window is a band of arrived workload, in % of the
   GPU capacity (the *fill* at the decision). A rollout stops once the arrived workload passes
   101 %: later pods cannot change the metric.
 * **dynamic mode** (:class:`DynamicRolloutPolicy`): the metric is the mean slowdown of the run
@@ -158,8 +158,8 @@ class RolloutLog:
 
 
 def actor_logits(actor: Any, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """``(K,)`` float logits of an exported actor (:class:`rl.export.OnnxActor` or
-    :class:`rl.export.PlacementActor`, or any object with ``logits(obs, mask) -> (K,)``) for one
+    """``(K,)`` float logits of an exported actor (:class:`fleetmind.rl.export.OnnxActor` or
+    :class:`fleetmind.rl.export.PlacementActor`, or any object with ``logits(obs, mask) -> (K,)``) for one
     observation; masked entries very negative."""
     if hasattr(actor, "logits"):
         return np.asarray(actor.logits(obs, mask), dtype=float)
@@ -449,7 +449,7 @@ def run_rollout_fgd(
     config: RolloutConfig | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[FgdResult, RolloutLog]:
-    """One fgd-mode run (:func:`envs.fgd_mode.run_fgd`'s workload, node priority and metric) of the
+    """One fgd-mode run (:func:`fleetmind.envs.fgd_mode.run_fgd`'s workload, node priority and metric) of the
     rollout policy over ``clone`` (a :class:`PPOPlacementPolicy`, e.g. a model folder's
     ``clone.onnx``).
 
@@ -457,7 +457,7 @@ def run_rollout_fgd(
         progress: called with 1 after each pod (e.g. ``tqdm.update``).
 
     Returns:
-        the run's :class:`envs.fgd_mode.FgdResult` (policy ``"rollout"``) and its
+        the run's :class:`fleetmind.envs.fgd_mode.FgdResult` (policy ``"rollout"``) and its
         :class:`RolloutLog` (``where`` = arrived % of GPU capacity).
     """
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
@@ -489,11 +489,11 @@ def splice_future(real: DynJobs, sample: DynJobs, m: int, now: float) -> DynJobs
 
 
 class DynamicRolloutPolicy:
-    """The rollout policy in dynamic mode (a :class:`envs.dynamic.sim.DynamicPolicy`).
+    """The rollout policy in dynamic mode (a :class:`fleetmind.envs.dynamic.sim.DynamicPolicy`).
 
     Args:
         model: the clone (an object with ``predict(obs, mask)`` and logits:
-            :class:`rl.export.OnnxActor` or :class:`rl.export.PlacementActor`).
+            :class:`fleetmind.rl.export.OnnxActor` or :class:`fleetmind.rl.export.PlacementActor`).
         make_env: builds a :class:`MultiClusterPlacementEnv` of the clone's setting (the
             observation builder; one per look-ahead level, made once).
         seed: the run's seed (seeds the sampled futures with ``config.sample_seed``).

@@ -145,7 +145,7 @@ def _cached(key: Any, make: Callable[[], Any]) -> Any:
 
 
 def fgd_eval_job(job: tuple[str, str, int, str | None, str | None]) -> Any:
-    """One fgd-mode run ``(trace, policy, seed, nodes, model)`` -> :class:`envs.fgd_mode.FgdResult`
+    """One fgd-mode run ``(trace, policy, seed, nodes, model)`` -> :class:`fleetmind.envs.fgd_mode.FgdResult`
     without its per-pod arrays. ``policy`` is a heuristic name, a stage name (``ppo``, ``clone``,
     ``teacher``: ``model`` is the model folder or file, ``None`` for the release),
     ``teacher:PATH`` (a saved teacher JSON) or ``policy:PATH`` (an exported policy file)."""

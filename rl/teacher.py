@@ -9,7 +9,7 @@ unit of improvement: every candidate weight vector is scored by the very metric 
 *teacher*: the candidate scorer network is cloned from it, and MaskablePPO fine-tunes from there.
 
 Scorer. For an observation of the placement envs (``K`` rows of ``F`` candidate features, then ``G``
-globals; see :mod:`envs.candidates`), each row ``x_k`` gets the score
+globals; see :mod:`fleetmind.envs.candidates`), each row ``x_k`` gets the score
 
     s_k = w . [x_k, x_k * is_sharing, x_k * is_cpu_only]          (w: (3F,))
 
@@ -296,7 +296,7 @@ def episode_metric(
     workload_seed: int,
     key: str = "unallocated_gpu_pct_at_100",
 ) -> float:
-    """``info[key]`` of one greedy episode of ``act`` (:func:`rl.ppo.greedy_rollout`)."""
+    """``info[key]`` of one greedy episode of ``act`` (:func:`fleetmind.rl.ppo.greedy_rollout`)."""
     from fleetmind.rl.ppo import greedy_rollout
 
     return float(greedy_rollout(env, act, trace, int(workload_seed))[key])

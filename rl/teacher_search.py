@@ -5,7 +5,7 @@ The same job as ``rl.teacher.cem_search`` (a ``LinearScorer`` over the candidate
 ``(trace, workload seed)`` episodes, the FGD-choice weight fixed at its start value so the rest is
 relative to it), but the sampling and update are the maintained ``cma`` package's CMA-ES
 (Hansen's reference implementation) instead of a hand-written cross-entropy loop, and the
-population's episodes are independent jobs for :func:`rl.scaleout.run_tasks` (``ray_address``:
+population's episodes are independent jobs for :func:`fleetmind.rl.scaleout.run_tasks` (``ray_address``:
 Ray tasks). ``rl.teacher.cem_search`` stays for reproducing the released teachers, which it
 found.
 
@@ -94,7 +94,7 @@ def cmaes_search(
         seed: CMA-ES seed (``cma`` option ``seed``; ``seed + 1`` since 0 means "random" there).
         init: start weights (default FGD's); scored too, so the result never loses to it on the
             episodes.
-        ray_address, workers: executor of the episode jobs (:func:`rl.scaleout.run_tasks`).
+        ray_address, workers: executor of the episode jobs (:func:`fleetmind.rl.scaleout.run_tasks`).
         progress: called with 1 after each episode job.
 
     Raises:

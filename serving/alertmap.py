@@ -2,7 +2,7 @@
 :meth:`DependencyGraph.node_for_alert`.
 
 The fast lookup (nodes grouped by the key set of their ``match`` labels, so one alert costs one dict
-lookup per distinct key set, whatever the graph size) lives in :func:`rca.features.mapping.node_index_for_alert`
+lookup per distinct key set, whatever the graph size) lives in :func:`fleetmind.rca.features.mapping.node_index_for_alert`
 and is cached per graph there; the service needs node ids, so this module only converts.
 """
 

@@ -2,7 +2,7 @@
 
 ``create_app(settings)`` builds the app; the ``lifespan`` opens the database, loads the graph, the
 models (registry), the telemetry source and starts the incident worker; routers receive them through
-the dependencies of :mod:`serving.deps`. Run it with ``fleetmind serve`` or
+the dependencies of :mod:`fleetmind.serving.deps`. Run it with ``fleetmind serve`` or
 ``uvicorn fleetmind.serving.app:create_app --factory``.
 """
 
@@ -130,7 +130,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
 
 
 async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | None:
-    """Start ``settings.rca_processes`` ranking processes (:mod:`serving.rca_pool`).
+    """Start ``settings.rca_processes`` ranking processes (:mod:`fleetmind.serving.rca_pool`).
 
     ``None`` (RCA ranked in this process, with a message on stderr) when they cannot start.
     """
@@ -155,7 +155,7 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | 
 
 
 def start_keep_warm(linger_s: float) -> KeepWarm | None:
-    """Start the idle-priority busy loops of ``FLEETMIND_KEEP_WARM_S`` (:mod:`serving.keepwarm`).
+    """Start the idle-priority busy loops of ``FLEETMIND_KEEP_WARM_S`` (:mod:`fleetmind.serving.keepwarm`).
 
     ``None`` (serving without them, with a message on stderr) when they cannot start.
     """
@@ -332,11 +332,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 class ConcurrencyLimit:
     """At most ``limit`` HTTP requests in progress in this process; beyond it 503 at once (before
-    the token or the body is read). The probes (:data:`serving.deps.PUBLIC_PATHS`) are always
+    the token or the body is read). The probes (:data:`fleetmind.serving.deps.PUBLIC_PATHS`) are always
     answered, so a saturated process still reports itself alive.
 
     Replaces uvicorn's ``limit_concurrency``, which counts open connections: idle sockets, which
-    cost nothing here, then crowd out every request (:mod:`serving.http_guard` bounds them).
+    cost nothing here, then crowd out every request (:mod:`fleetmind.serving.http_guard` bounds them).
     """
 
     def __init__(self, app: Any, limit: int) -> None:

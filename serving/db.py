@@ -14,9 +14,9 @@ Tables:
 * ``incidents``: groups of alerts with the latest ranked root causes (JSON) and the analyzer that
   produced them.
 * ``incident_feedback`` and ``feedback_graphs``: root causes engineers confirmed or corrected, with
-  the alerts and graph they were given on (:mod:`serving.feedback`).
-* ``notifications``: which root causes went to Alertmanager and the webhook (:mod:`serving.notify`).
-* ``ui_sessions``: signed-in browsers of ``/ui`` (:mod:`serving.ui.auth`), keyed by a hash of
+  the alerts and graph they were given on (:mod:`fleetmind.serving.feedback`).
+* ``notifications``: which root causes went to Alertmanager and the webhook (:mod:`fleetmind.serving.notify`).
+* ``ui_sessions``: signed-in browsers of ``/ui`` (:mod:`fleetmind.serving.ui.auth`), keyed by a hash of
   the session cookie.
 """
 
@@ -244,7 +244,7 @@ class Database:
         self._group = _GroupCommit(self._store_now) if self.is_sqlite else None
 
     def migrate(self, apply: bool = True) -> str:
-        """Bring the schema to this release's newest Alembic revision (:mod:`serving.migrations`).
+        """Bring the schema to this release's newest Alembic revision (:mod:`fleetmind.serving.migrations`).
 
         Args:
             apply: ``False``: change nothing, and refuse (``ConfigError``) unless the database is
@@ -691,7 +691,7 @@ class LeaderLock:
     ``idle_session_timeout = lease_s``: if the holder stops checking (a hung or vanished host), the
     server ends its session and frees the lock within ``lease_s`` seconds, whatever TCP does. A
     holder whose check runs late can overlap with the next one for a moment; grouping itself is
-    fenced by :data:`GROUP_KEY` (see :meth:`serving.incidents.IncidentManager.process_pending`), so
+    fenced by :data:`GROUP_KEY` (see :meth:`fleetmind.serving.incidents.IncidentManager.process_pending`), so
     no alert is grouped twice even then.
     """
 

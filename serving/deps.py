@@ -5,7 +5,7 @@ Authentication: each bearer token carries scopes (``FLEETMIND_READ_TOKEN``: ``re
 ``FLEETMIND_INGEST_TOKEN``: ``ingest``, ``FLEETMIND_SCHEDULE_TOKEN``: ``schedule``,
 ``FLEETMIND_ADMIN_TOKEN``: ``admin``, ``FLEETMIND_API_TOKEN``: all four). A client certificate
 verified against ``FLEETMIND_SCHEDULER_CLIENT_CA`` carries ``schedule`` on ``/api/v1/scheduler/*``
-(:mod:`serving.tls`). A route declares the scope it needs with
+(:mod:`fleetmind.serving.tls`). A route declares the scope it needs with
 :func:`require_scope`::
 
     router = APIRouter(prefix="/api/v1/things", dependencies=[Depends(require_scope("read"))])

@@ -46,7 +46,7 @@ name are DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most
 CPU-only pods prefer nodes without GPUs: the choice is one of those (10, the others 9..5), nodes
 with GPUs score 4..0.
 
-Decisions come from the served placement policy (:mod:`serving.registry`: the released PPO agent);
+Decisions come from the served placement policy (:mod:`fleetmind.serving.registry`: the released PPO agent);
 when the registry had to fall back (no PPO model), the extender uses FGD with the typical pods stored
 in ``models/placement/metadata.json`` (BestFit when those are missing too). Prioritize gives the
 policy's choice 10 and the other feasible nodes 0..9 by the policy's scores (BestFit's for PPO,

@@ -1,7 +1,7 @@
 """Reload the served dependency graph from its file on a schedule (``FLEETMIND_GRAPH_REFRESH_S``).
 
 ``fleetmind graph build`` (e.g. a CronJob) rewrites the file; this thread notices a changed file
-(modification time or size) and swaps the graph in (:meth:`serving.graphstore.GraphStore.replace`),
+(modification time or size) and swaps the graph in (:meth:`fleetmind.serving.graphstore.GraphStore.replace`),
 as ``PUT /api/v1/graph`` does. A file that fails validation keeps the served graph and is logged.
 """
 

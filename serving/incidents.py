@@ -15,7 +15,7 @@ thread then, per batch of pending alerts:
 4. re-runs the served RCA analyzer on every incident it touched and stores the ranked causes.
 
 Because the pending flag is durable, alerts stored just before a crash are grouped after the restart.
-Replicas on one database elect one worker through :class:`serving.db.LeaderLock` (a file lock on
+Replicas on one database elect one worker through :class:`fleetmind.serving.db.LeaderLock` (a file lock on
 SQLite, an advisory lock on PostgreSQL); the others take over when it dies.
 """
 

@@ -102,7 +102,7 @@ class Metrics:
         self.model_loads.labels(kind, "success" if ok else "failure").inc()
 
     def set_models(self, models: Any) -> None:
-        """Expose the served model set (a :class:`serving.registry.ModelSet`)."""
+        """Expose the served model set (a :class:`fleetmind.serving.registry.ModelSet`)."""
         self.model_info.clear()
         for m in (models.rca, models.placement):
             self.model_info.labels(

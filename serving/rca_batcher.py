@@ -4,7 +4,7 @@ Ranking is CPU-bound Python and torch, so one process ranks one incident at a ti
 number of threads. Instead of a lock, requests queue for one ranking thread; each time that thread is
 free it takes **everything queued** (up to ``max_batch``) and ranks it together: requests for the same
 analyzer and graph go through the analyzer's ``find_root_causes_many`` (the GAT runs one batched
-forward for all of them, see :meth:`rca.gat_analyzer.GATAnalyzer.find_root_causes_many`, which returns
+forward for all of them, see :meth:`fleetmind.rca.gat_analyzer.GATAnalyzer.find_root_causes_many`, which returns
 exactly what ``find_root_causes`` returns per incident), other analyzers are called one by one. There
 is no waiting for a batch to fill: an idle server ranks a lone request at once, a busy one batches the
 requests that arrived while it was busy, which is when batching pays.

@@ -1,12 +1,12 @@
 """Cheap parses of a ``POST /api/v1/rca`` body for the GAT (no pydantic, no per-alert models).
 
-Both parsers here accept a body only when they are sure :class:`serving.schemas.RCARequest`
+Both parsers here accept a body only when they are sure :class:`fleetmind.serving.schemas.RCARequest`
 accepts it and reads it alike; anything else (valid or not) gives ``None``, and the caller parses
 the body with pydantic, which answers every 422 (see ``serving.routers.rca.parse_alerts``).
 
 * :func:`plain_alerts`: the GAT's alert dicts, unix-second timestamps.
 * :func:`plain_columns`: straight to the GAT's per-alert columns
-  (:class:`rca.features.columnar.AlertColumns`) on a given graph, without the dicts: label sets and
+  (:class:`fleetmind.rca.features.columnar.AlertColumns`) on a given graph, without the dicts: label sets and
   annotations are kept as their JSON text (``msgspec.Raw``) and validated once per distinct text
   (a memo; an incident storm repeats them), and timestamps are read column-wise with numpy.
 """
@@ -64,7 +64,7 @@ _MsgLabels = Annotated[
 
 
 class _PlainAlert(msgspec.Struct):
-    """An alert as :class:`serving.schemas.AlertIn` accepts it, minus what it reads leniently.
+    """An alert as :class:`fleetmind.serving.schemas.AlertIn` accepts it, minus what it reads leniently.
 
     The same types, lengths and counts (``msgspec`` checks them in C while it decodes); unknown
     keys are skipped. Timestamps stay strings: :func:`_plain_time` reads them as pydantic does
@@ -92,7 +92,7 @@ _PLAIN_DECODER = msgspec.json.Decoder(_PlainBody)
 
 
 def _plain_time(v: Any) -> float | None:
-    """Unix seconds of a timestamp, as :func:`_seconds` gives them from pydantic's datetime."""
+    """Unix seconds of a timestamp, as :func:`fleetmind.serving.rca_request._seconds` gives them from pydantic's datetime."""
     if v is None or v == _NO_END:
         return None
     m = _ISO.fullmatch(v) if type(v) is str else None
@@ -131,10 +131,10 @@ def plain_alerts(body: bytes) -> tuple[PlainRequest, list[dict[str, Any]]] | Non
     """The GAT's alert dicts (unix seconds) from a body, without pydantic; ``None`` when unsure.
 
     A cheaper path for the common body: ``msgspec`` decodes it into :class:`_PlainBody`, checking
-    in C what :class:`RCARequest` checks (the same types, lengths and counts; no ``graph``; an
+    in C what :class:`~fleetmind.serving.schemas.RCARequest` checks (the same types, lengths and counts; no ``graph``; an
     ``int`` ``top_k`` in range), and the timestamps must have the strict form of :data:`_ISO`; no
     ``\\u0000`` anywhere in the body. Anything else, valid or not, gives ``None`` and goes through
-    pydantic, so every answer and every 422 is the one :class:`RCARequest` gives (checked in
+    pydantic, so every answer and every 422 is the one :class:`~fleetmind.serving.schemas.RCARequest` gives (checked in
     ``tests/test_serving_rca_fastpath.py``). For a 200-alert benchmark body it costs about 1.9 ms
     of CPU against 2.5 ms for the ``orjson`` parse and plain-Python checks it replaced; a third of
     what is left is the timestamps.
@@ -203,7 +203,7 @@ def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, Al
     """The GAT's alert columns on ``graph`` from a body; ``None`` when unsure (see
     :func:`plain_alerts`, whose checks this makes).
 
-    Gives the :class:`rca.features.columnar.AlertColumns` that ``rca.features.columnar.alert_columns`` computes from
+    Gives the :class:`fleetmind.rca.features.columnar.AlertColumns` that ``rca.features.columnar.alert_columns`` computes from
     :func:`plain_alerts`'s dicts (checked in ``tests/test_serving_rca_fastpath.py``), for about a
     third of the CPU: no dict per alert, each distinct label set decoded, validated and mapped
     onto a node once per graph (memo keyed by its JSON text), each distinct ``annotations`` text

@@ -7,11 +7,11 @@ on one worker. With ``FLEETMIND_RCA_PROCESSES=N`` the server process keeps HTTP,
 everything else, and queues each RCA request's raw body for ``N`` ranking processes
 (:class:`RankingPool`): first come, first served, a process takes up to
 ``FLEETMIND_RCA_PROCESS_MAX_BATCH`` queued requests whenever it has answered its previous ones,
-parses the bodies, ranks them together (``find_root_causes_many``, as :mod:`serving.rca_batcher`
+parses the bodies, ranks them together (``find_root_causes_many``, as :mod:`fleetmind.serving.rca_batcher`
 does in-process) and returns the finished response JSON.
 
 What a ranking process ranks with is shipped from the server process, never loaded on its own:
-the served model (``registry.current.rca``, the :class:`serving.registry.LoadedModel`) and graph
+the served model (``registry.current.rca``, the :class:`fleetmind.serving.registry.LoadedModel`) and graph
 objects are pickled to a ranking process the first time a request needs them there, under a
 token; the request names the tokens. So a request is ranked by exactly the model and graph it read
 in the server process: a model reload or a graph ``PUT`` swaps the server's reference as before,
@@ -91,7 +91,7 @@ class RankingPool:
         processes: number of ranking processes (about one per core).
         config: what each process applies at start: ``torch_threads``, ``gc_gen0_threshold``,
             ``malloc_mmap_threshold_mb``, ``max_batch``, ``nice`` (see
-            :class:`serving.settings.Settings`).
+            :class:`fleetmind.serving.settings.Settings`).
         on_batch: called with the size of every batch a process ranked (metrics).
         start_timeout_s: how long a process may take to import its libraries and say ready.
     """
@@ -211,8 +211,8 @@ class RankingPool:
         waits for at most one batch of its own.
 
         Args:
-            model: the served :class:`serving.registry.LoadedModel` (read once by the caller).
-            graph: the served :class:`data.graph.DependencyGraph` (the body may name another).
+            model: the served :class:`fleetmind.serving.registry.LoadedModel` (read once by the caller).
+            graph: the served :class:`fleetmind.data.graph.DependencyGraph` (the body may name another).
             body: the raw request body.
 
         Returns:

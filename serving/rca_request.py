@@ -1,7 +1,7 @@
 """Request parsing and response building of ``POST /api/v1/rca``.
 
-Shared by the route (:mod:`serving.routers.rca`, in the server process) and the ranking processes
-(:mod:`serving.rca_pool`): a body is validated with the same rules and answered with the same JSON
+Shared by the route (:mod:`fleetmind.serving.routers.rca`, in the server process) and the ranking processes
+(:mod:`fleetmind.serving.rca_pool`): a body is validated with the same rules and answered with the same JSON
 wherever it is ranked.
 """
 
@@ -45,7 +45,7 @@ def parse_request(body: bytes) -> RCARequest:
 
 class _UtcOverflow(Exception):
     """Timestamps that ``AlertIn`` rejects (a UTC conversion that overflows, an instant outside
-    :data:`serving.schemas.EARLIEST`..``LATEST``, an ``endsAt`` before the ``startsAt``)."""
+    :data:`fleetmind.serving.schemas.EARLIEST`..``LATEST``, an ``endsAt`` before the ``startsAt``)."""
 
 
 def _check_utc(dt: datetime) -> None:
@@ -184,8 +184,8 @@ def parse_for(
     """Validate the body and build the alerts as ``analyzer`` takes them on ``graph`` (the served
     graph; a body with its own ``graph`` is parsed by :func:`parse_alerts`).
 
-    An analyzer with ``accepts_alert_columns`` (the GAT) gets :class:`rca.features.columnar.AlertColumns`
-    from :func:`serving.rca_parse.plain_columns` when that parser is sure of the body; otherwise,
+    An analyzer with ``accepts_alert_columns`` (the GAT) gets :class:`fleetmind.rca.features.columnar.AlertColumns`
+    from :func:`fleetmind.serving.rca_parse.plain_columns` when that parser is sure of the body; otherwise,
     and for other analyzers, :func:`parse_alerts` (the same 422s as :class:`RCARequest`).
     """
     if getattr(analyzer, "accepts_alert_columns", False):

@@ -12,7 +12,7 @@ shows it. A hold ends when
 * or its **TTL** expires (``FLEETMIND_RESERVATION_TTL_S``, default 120 s): the pod was never bound
   (kube-scheduler chose another node, or gave up). Expired rows are deleted on the next write.
 
-Table ``reservations`` (:data:`serving.db.reservations`, Alembic revision ``0004``): one row per pod key
+Table ``reservations`` (:data:`fleetmind.serving.db.reservations`, Alembic revision ``0004``): one row per pod key
 (``namespace/name`` for pods, ``placement/<job id>`` for the placement route).
 
 Concurrency: kube-scheduler schedules one pod at a time (one leader), so extender calls do not

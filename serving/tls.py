@@ -10,7 +10,7 @@ kube-scheduler's HTTP extender sends no ``Authorization`` header; it authenticat
   the TLS layer verifies any certificate offered against that CA; a client offering one it did not
   sign fails the handshake. A connection that presented a verified certificate is marked by
   :class:`ClientCertProtocol` in the ASGI scope's ``state`` (:data:`CLIENT_CERT_KEY`: the
-  certificate's subject), and :class:`serving.deps.AuthMiddleware` grants it the ``schedule`` scope
+  certificate's subject), and :class:`fleetmind.serving.deps.AuthMiddleware` grants it the ``schedule`` scope
   on ``/api/v1/scheduler/*`` only. Every other route still needs its bearer token.
 
 uvicorn does not put TLS details into the ASGI scope, so :class:`ClientCertProtocol` (the guarded

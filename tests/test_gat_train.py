@@ -28,7 +28,7 @@ def mlflow_uri(tmp_path_factory):
 def test_champion_moves_only_when_val_ac1_improves(mlflow_uri) -> None:
     from mlflow import MlflowClient
 
-    from fleetmind.training.rca_train import CHAMPION, promote_if_better
+    from fleetmind.training.tracking import CHAMPION, promote_if_better
 
     REGISTERED_MODEL = "test-champion-rule"
     c = MlflowClient(mlflow_uri)
@@ -36,7 +36,9 @@ def test_champion_moves_only_when_val_ac1_improves(mlflow_uri) -> None:
 
     def new_version(acc: float) -> tuple[str, bool, str | None]:
         v = c.create_model_version(REGISTERED_MODEL, source="file:///nowhere").version
-        promoted, prev = promote_if_better(c, REGISTERED_MODEL, str(v), acc)
+        promoted, prev = promote_if_better(
+            c, REGISTERED_MODEL, str(v), tag="val_ac1", score=acc, higher_is_better=True
+        )
         return str(v), promoted, prev
 
     assert new_version(0.80) == ("1", True, None)

@@ -3,7 +3,7 @@
 kube-scheduler's HTTP extender sends no bearer token; with ``enableHTTPS: true`` and a ``tlsConfig``
 (``certFile``, ``keyFile``, ``caFile``; ``k8s.io/kube-scheduler/config/v1`` ``ExtenderTLSConfig``)
 it presents a client certificate and verifies the extender's. The service runs here on uvicorn
-with the options ``fleetmind serve`` gives it (:func:`serving.tls.uvicorn_options`); certificates
+with the options ``fleetmind serve`` gives it (:func:`fleetmind.serving.tls.uvicorn_options`); certificates
 are made with ``cryptography``: a server CA, the scheduler's client CA, and a stranger's CA.
 The ``ExtenderArgs`` bodies are shaped as kube-scheduler sends them with ``nodeCacheCapable: true``
 (``Pod``, ``NodeNames``; ``staging/src/k8s.io/kube-scheduler/extender/v1/types.go``).

@@ -1,11 +1,12 @@
 """The ``fleetmind`` command line.
 
 Each command group lives in its own module ``training/cli_<group>.py`` exposing
-``register(subparsers) -> None``; the module adds its sub-commands and sets ``func`` on each parser to a
-callable ``func(args: argparse.Namespace) -> int``. Group modules import heavy libraries (torch, mlflow,
+``register(subparsers, name, help_text) -> None`` (``name`` and ``help_text`` come from
+:data:`GROUPS`); the module adds its group parser and sub-commands and sets ``func`` on each parser
+to a callable ``func(args: argparse.Namespace) -> int``. Group modules import heavy libraries (torch, mlflow,
 ...) inside their handlers so that ``fleetmind --help`` stays fast.
 
-Errors caused by the user (:class:`data.errors.FleetMindError`) print one line,
+Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one line,
 ``fleetmind: error: <reason>``, and exit with status 2.
 """
 
@@ -17,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from fleetmind.data.errors import FleetMindError
+from fleetmind.errors import FleetMindError
 
 GROUPS: dict[str, str] = {
     "fleet": "fleet topology: show clusters, nodes and GPU link matrices",

@@ -22,7 +22,7 @@ def synthetic_openb_note(uses_openb_folder: bool = True) -> str | None:
             the user gave every file explicitly); no fallback is enabled then.
 
     Returns:
-        :data:`data.openb_synthetic.SYNTHETIC_LABEL` when the openb data is missing (the caller prints
+        :data:`fleetmind.data.openb_synthetic.SYNTHETIC_LABEL` when the openb data is missing (the caller prints
         it and records it in its JSON), else ``None``.
     """
     if not uses_openb_folder:

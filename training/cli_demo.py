@@ -1,4 +1,4 @@
-"""``fleetmind demo``: the end-to-end demo (see :mod:`training.demo`)."""
+"""``fleetmind demo``: the end-to-end demo (see :mod:`fleetmind.training.demo`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``fleetmind doctor --prometheus URL``: check the metrics FleetMind needs on a live Prometheus
-(see :mod:`serving.telemetry.doctor`). Exit status 0: no error found; 1: errors found; 2: bad input
+(see :mod:`fleetmind.serving.telemetry.doctor`). Exit status 0: no error found; 1: errors found; 2: bad input
 or Prometheus unreachable."""
 
 from __future__ import annotations

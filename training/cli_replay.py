@@ -1,4 +1,4 @@
-"""``fleetmind replay STORM.json``: post a stored alert storm to a running service (see :mod:`training.replay`)."""
+"""``fleetmind replay STORM.json``: post a stored alert storm to a running service (see :mod:`fleetmind.training.replay`)."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def _stage_policies(model: str | None, stages: list[str]) -> dict[str, Any]:
 
 
 def rollout_config(args: argparse.Namespace) -> Any:
-    """The ``--rollout-*`` options as an :class:`rl.rollout.RolloutConfig` (checked)."""
+    """The ``--rollout-*`` options as an :class:`fleetmind.rl.rollout.RolloutConfig` (checked)."""
     from fleetmind.rl.rollout import RolloutConfig
 
     return RolloutConfig(
@@ -659,7 +659,7 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_search_teacher(args: argparse.Namespace) -> int:
-    """``fleetmind sched search-teacher``: see :mod:`rl.teacher_search`."""
+    """``fleetmind sched search-teacher``: see :mod:`fleetmind.rl.teacher_search`."""
     import json
 
     from tqdm import tqdm
@@ -759,22 +759,9 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="train the PPO placement agent (MLflow-tracked, registered as fleetmind-placement)",
         description="Imitation warm start from FGD, then MaskablePPO; exports ONNX + torch.",
     )
-    tr.add_argument("--trace", action="append", required=True, help="training trace (repeatable)")
+    from fleetmind.training.recipes.flags import add_train_flags
+
     tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
-    tr.add_argument(
-        "--dyn-jobs", type=int, default=2048, help="dynamic mode: jobs per episode (default 2048)"
-    )
-    tr.add_argument(
-        "--queue-features",
-        action="store_true",
-        help="dynamic mode: add the queue-aware candidate features (docs/ppo-dynamic.md)",
-    )
-    tr.add_argument(
-        "--penalty-features",
-        action="store_true",
-        help="fgd mode: add the host-stranding and model-scarcity signals as candidate features"
-        " (F = 20; docs/ppo.md)",
-    )
     tr.add_argument(
         "--algo",
         choices=["ppo", "paired"],
@@ -816,8 +803,6 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="fresh validation streams for the checkpoint choice (default 30)",
     )
     pa.add_argument("--val-every", type=int, default=5, help="validate every N iterations")
-    tr.add_argument("--timesteps", type=int, default=100_000, help="PPO decisions (default 100000)")
-    tr.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tr.add_argument(
         "--seeds",
         nargs="+",
@@ -825,115 +810,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="train one run per seed (e.g. 0-2), each in OUT/seed<S>; see --ray-address/--workers",
     )
     tr.add_argument("--workers", type=int, default=1, help="--seeds: local processes (default 1)")
-    tr.add_argument(
-        "--reward",
-        choices=["shaped", "metric"],
-        default="shaped",
-        help="fgd mode: 'shaped' (default) or 'metric', the evaluation metric's per-step "
-        "decomposition (the step rewards sum to minus the unallocated GPU %% at 100 %%)",
-    )
-    tr.add_argument("--n-envs", type=int, default=2, help="parallel envs (default 2)")
-    tr.add_argument("--bc-episodes", type=int, default=2, help="teacher demonstration episodes")
-    tr.add_argument(
-        "--teacher",
-        default="fgd",
-        help="warm-start teacher: fgd, cem (search a linear scorer first) or a scorer JSON path"
-        " (fgd mode: a linear scorer or a strand scorer, see docs/ppo.md)",
-    )
-    tr.add_argument(
-        "--bc-target-ce",
-        type=float,
-        default=0.2,
-        help="behaviour cloning stops below this cross-entropy (default 0.2)",
-    )
-    tr.add_argument(
-        "--bc-value-coef",
-        type=float,
-        default=0.5,
-        help="weight of the critic's return regression in the cloning loss (default 0.5; 0: "
-        "clone the actor alone, e.g. when --timesteps 0 leaves the critic unused)",
-    )
-    tr.add_argument(
-        "--vf-coef",
-        type=float,
-        default=0.5,
-        help="PPO value-loss weight (default 0.5; the critic shares the actor's row trunk)",
-    )
-    tr.add_argument(
-        "--bc-fgd-until-pct",
-        type=float,
-        default=0.0,
-        help="teacher demonstrations: FGD prefix %% (default 0: whole episodes)",
-    )
-    tr.add_argument(
-        "--eval-fgd-until-pct",
-        type=float,
-        default=80.0,
-        help="periodic evaluation: FGD prefix %% (0: the agent places every pod; default 80)",
-    )
-    tr.add_argument("--cem-generations", type=int, default=8, help="teacher=cem: generations")
-    tr.add_argument("--cem-population", type=int, default=14, help="teacher=cem: population")
-    tr.add_argument(
-        "--cem-seeds", nargs="+", type=int, default=[1000], help="teacher=cem: workload seeds"
-    )
-    tr.add_argument(
-        "--cem-init", default=None, help="teacher=cem: start the search at this scorer JSON"
-    )
-    tr.add_argument(
-        "--cem-init-sd",
-        type=float,
-        default=0.5,
-        help="teacher=cem: initial search standard deviation (default 0.5)",
-    )
-    tr.add_argument(
-        "--cem-multi-gpu-block",
-        action="store_true",
-        help="teacher=cem: weigh multi-GPU pods' features apart (a fourth weight block)",
-    )
-    tr.add_argument(
-        "--cem-trace-seeds",
-        action="append",
-        default=None,
-        metavar="TRACE=SEEDS",
-        help="dynamic mode, teacher=cem: search seeds for one training trace instead of"
-        " --cem-seeds (e.g. multigpu20=1000-1003; repeatable)",
-    )
-    tr.add_argument(
-        "--cem-worst-weight",
-        type=float,
-        default=0.0,
-        help="dynamic mode, teacher=cem: weight of the per-trace worst case in the search"
-        " objective (default 0: off)",
-    )
-    tr.add_argument(
-        "--cem-nonneg",
-        nargs="+",
-        default=None,
-        metavar="FEATURE",
-        help="dynamic mode, teacher=cem: keep these candidate features' effective teacher weights"
-        " >= 0 for every job (e.g. gpu_used_after)",
-    )
-    tr.add_argument(
-        "--cem-max-minutes",
-        type=float,
-        default=None,
-        help="dynamic mode, teacher=cem: end the search after the generation during which this"
-        " much wall time passed",
-    )
-    tr.add_argument(
-        "--fgd-until-pct",
-        type=float,
-        default=80.0,
-        help="training episodes: FGD places pods until this %% of capacity arrived (default 80)",
-    )
-    tr.add_argument("--eval-trace", action="append", default=None, help="periodic-eval trace")
-    tr.add_argument("--eval-seeds", nargs="+", type=int, default=[42], help="periodic-eval seeds")
-    tr.add_argument("--eval-freq", type=int, default=20_000, help="evaluate every N steps")
-    tr.add_argument("--max-minutes", type=float, default=None, help="PPO wall-time cap")
-    tr.add_argument("--out", default="runs/ppo", help="run folder (default runs/ppo)")
-    tr.add_argument("--release", action="store_true", help="copy the model to models/placement/")
-    tr.add_argument("--no-register", action="store_true", help="skip the MLflow registry")
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
+    add_train_flags(tr)  # one flag per recipe setting (training/recipes/settings.py)
     _ray_arg(tr, "--seeds: run every training seed")
     tr.set_defaults(func=cmd_train)
 
@@ -952,8 +830,10 @@ def _trace_seeds(items: list[str] | None) -> dict[str, list[int]]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """``fleetmind sched train``: the recipe of ``--mode`` (:mod:`training.recipes`)."""
+    """``fleetmind sched train``: the recipe of ``--mode`` (:mod:`fleetmind.training.recipes`)."""
     import json
+
+    from fleetmind.training.recipes.flags import recipe_kwargs
 
     dyn_only = args.cem_trace_seeds or args.cem_worst_weight or args.cem_nonneg
     if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
@@ -967,25 +847,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     if args.algo == "paired":
         return _train_paired(args)
-    shared = dict(
-        traces=args.trace,
-        timesteps=args.timesteps,
-        seed=args.seed,
-        n_envs=args.n_envs,
-        bc_episodes=args.bc_episodes,
-        teacher=args.teacher,
-        bc_target_ce=args.bc_target_ce,
-        bc_value_coef=args.bc_value_coef,
-        vf_coef=args.vf_coef,
-        cem_generations=args.cem_generations,
-        cem_population=args.cem_population,
-        cem_seeds=args.cem_seeds,
-        eval_seeds=args.eval_seeds,
-        eval_freq=args.eval_freq,
-        max_minutes=args.max_minutes,
-        out=args.out,
-        release=args.release,
-    )
     if args.mode == "dynamic":
         if args.reward != "shaped":
             raise ConfigError("--reward metric is an fgd-mode option (dynamic mode has its own)")
@@ -998,31 +859,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             load_openb_trace(t)
         from fleetmind.training.recipes import dynamic as recipe
 
-        a = recipe.DynamicArgs(
-            **shared,
-            dyn_jobs=args.dyn_jobs,
-            queue_features=args.queue_features,
-            cem_trace_seeds=_trace_seeds(args.cem_trace_seeds),
-            cem_worst_weight=args.cem_worst_weight,
-            cem_nonneg=args.cem_nonneg or [],
-            cem_max_minutes=args.cem_max_minutes,
-        )
+        cls = recipe.DynamicArgs
     else:
         from fleetmind.training.recipes import fgd as recipe
 
-        a = recipe.FgdArgs(
-            **shared,
-            bc_fgd_until_pct=args.bc_fgd_until_pct,
-            eval_fgd_until_pct=args.eval_fgd_until_pct,
-            cem_init=args.cem_init,
-            cem_init_sd=args.cem_init_sd,
-            cem_multi_gpu_block=args.cem_multi_gpu_block,
-            fgd_until_pct=args.fgd_until_pct,
-            eval_traces=args.eval_trace or args.trace[:1],
-            register=not args.no_register,
-            reward=args.reward,
-            penalty_features=args.penalty_features,
-        )
+        cls = recipe.FgdArgs
+    a = cls(**recipe_kwargs(args, cls, convert={"cem_trace_seeds": _trace_seeds}))
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a)
     summary = recipe.run(a)
@@ -1032,7 +874,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_paired(args: argparse.Namespace) -> int:
-    """``fleetmind sched train --algo paired`` (:mod:`training.recipes.paired`)."""
+    """``fleetmind sched train --algo paired`` (:mod:`fleetmind.training.recipes.paired`)."""
     import json
 
     if args.mode != "dynamic":

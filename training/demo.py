@@ -2,13 +2,13 @@
 
 Steps (each prints what it did and how long it took):
 
-1. **Data**: generate simulated multi-cluster incidents (:mod:`data.rca_gen`) into ``OUT/rca``.
+1. **Data**: generate simulated multi-cluster incidents (:mod:`fleetmind.data.rca_gen`) into ``OUT/rca``.
 2. **RCA model**: load the released GAT from ``models/rca`` (or train a small one if it is missing),
    evaluate it against the baselines on the generated test incidents, and log the run to MLflow
    (``sqlite:///mlflow.db`` unless ``MLFLOW_TRACKING_URI`` is set).
 3. **Placement**: evaluate the placement policies (heuristics, and the released PPO agent when present)
    on the openb trace in FGD mode for one seed. Without the openb data (and always in ``--quick``
-   mode) it runs on the synthetic openb-schema trace (:mod:`data.openb_synthetic`) and says so.
+   mode) it runs on the synthetic openb-schema trace (:mod:`fleetmind.data.openb_synthetic`) and says so.
 4. **Service**: start ``fleetmind serve`` (uvicorn, a fresh SQLite database in ``OUT``) on one test graph.
 5. **Alert storm**: replay one test incident's alerts through the Alertmanager webhook in the groups
    Alertmanager would send, then read the incident back with its ranked root causes and paths.

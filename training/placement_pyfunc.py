@@ -1,4 +1,4 @@
-"""MLflow pyfunc wrapper of the exported placement actor (logged by :mod:`training.recipes.tracking`)."""
+"""MLflow pyfunc wrapper of the exported placement actor (logged by :mod:`fleetmind.training.recipes.tracking`)."""
 
 from __future__ import annotations
 

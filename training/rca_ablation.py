@@ -7,7 +7,7 @@ folder's ``train`` split, best epoch chosen on ``val`` (MRR), scored on ``test``
 
 * ``full``: the GAT as shipped (same features, same graph);
 * ``no_names``: alert-name features zeroed (the ``name:*`` and ``kw:*`` columns of
-  :data:`rca.features.FEATURE_NAMES`, in training and test): severities, timing, neighbour
+  :data:`fleetmind.rca.features.FEATURE_NAMES`, in training and test): severities, timing, neighbour
   shares, kinds and degrees remain;
 * ``no_edges``: every dependency edge removed, so each node only attends to itself: the same network
   as a per-node MLP over the same features (the features still hold the 1-hop ``nbr:*`` shares the

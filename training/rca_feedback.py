@@ -4,7 +4,7 @@
 engineer confirmed or corrected (:func:`merge_feedback` writes the combined dataset folder: DIR's
 splits and graphs, with the feedback incidents appended to ``train.jsonl`` ``weight`` times each);
 ``fleetmind rca evaluate --feedback-db URL`` ranks those incidents with every method. The labels
-come from :mod:`serving.feedback` (the latest feedback per incident, with the alerts and graph it
+come from :mod:`fleetmind.serving.feedback` (the latest feedback per incident, with the alerts and graph it
 was given on).
 """
 

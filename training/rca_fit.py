@@ -8,8 +8,8 @@ Example::
 What it reads, and nothing else: ``DIR/graph.csv`` (the call graph) and ``DIR/noissue/metrics.csv`` (the
 normal period). It never lists or opens ``train/``, ``test/``, any issue window or any ``target.json``
 (``tests/test_rca_fit.py`` fails if it does). It synthesises labelled incidents on that graph
-(:mod:`data.synth_incidents`: faults injected into normal-period windows, alerts from the adapter's
-detector), trains :class:`rca.model.GATRanker` on per-node alert features (:mod:`rca.fit_model`) with the
+(:mod:`fleetmind.data.synth_incidents`: faults injected into normal-period windows, alerts from the adapter's
+detector), trains :class:`fleetmind.rca.model.GATRanker` on per-node alert features (:mod:`fleetmind.rca.fit_model`) with the
 listwise loss, keeps the epoch with the best AC@1 on a second, independently seeded set of synthetic
 incidents, and writes the model folder ``--out``.
 
@@ -53,7 +53,7 @@ class FitArgs:
         epochs: training epochs (the best on synthetic validation AC@1 is kept).
         batch: graphs per step.
         lr: Adam learning rate.
-        hidden / layers / heads: network size (:class:`rca.model.GATConfig`).
+        hidden / layers / heads: network size (:class:`fleetmind.rca.model.GATConfig`).
         seed: seed of synthesis, initialisation and shuffling.
         threads: torch intra-op threads (``None``: torch's default; 1, the default, is the fastest
             for these small graphs on a shared machine).

@@ -1,4 +1,4 @@
-"""MLflow pyfunc wrapper of the GAT artifact (logged by :mod:`training.rca_train`)."""
+"""MLflow pyfunc wrapper of the GAT artifact (logged by :mod:`fleetmind.training.rca_train`)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 
 What a run does:
 
-1. Seeds everything, reads the dataset (:class:`rca.lightning_module.RCADataModule`), computes features.
-2. Trains :class:`rca.lightning_module.GATLightning` with Lightning: per-epoch ``train/*`` and ``val/*``
+1. Seeds everything, reads the dataset (:class:`fleetmind.rca.lightning_module.RCADataModule`), computes features.
+2. Trains :class:`fleetmind.rca.lightning_module.GATLightning` with Lightning: per-epoch ``train/*`` and ``val/*``
    metrics, early stopping and best-checkpointing on ``val/mrr``, a wall-clock cap (``max_minutes``).
    ``--accelerator``/``--devices``/``--strategy``/``--num-nodes`` go to the Lightning ``Trainer``
    (``--devices 2 --strategy ddp`` is two-process data parallel; on CPU over gloo): each rank trains
@@ -13,13 +13,13 @@ What a run does:
    (``sync_dist``), and steps 3-4 run on rank zero only, from the checkpoint rank zero saved.
 3. Restores the best checkpoint, evaluates every test split (``test``, ``test_large``, ...), writes the
    artifact folder (``<out>/<run name>/model``: ``config.json`` + ``model.pt``, see
-   :mod:`rca.gat_analyzer`).
+   :mod:`fleetmind.rca.gat_analyzer`).
 4. Logs params, metrics and the model (a pyfunc wrapper around the artifact, explicit pip
    requirements) to MLflow, registers a new version of ``fleetmind-rca`` and moves the ``champion``
    alias to it only when its ``val/ac1`` beats the current champion's.
 
 Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. The pyfunc wrapper lives in
-:mod:`training.rca_pyfunc` (it must be importable by name when MLflow loads the model).
+:mod:`fleetmind.training.rca_pyfunc` (it must be importable by name when MLflow loads the model).
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.cli_common import write_json
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
+from fleetmind.training.tracking import log_pyfunc_model, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-rca"
-CHAMPION = "champion"
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 @dataclass
@@ -106,81 +105,19 @@ class Args:
     """write ``rank<R>.json`` (this rank's training sample indices per epoch) to this folder"""
 
 
-def tracking_uri(explicit: str | None = None) -> str:
-    """The MLflow tracking URI to use: explicit, else ``MLFLOW_TRACKING_URI``, else the embedded one."""
-    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-
-
-def promote_if_better(
-    client: Any, name: str, version: str, val_ac1: float
-) -> tuple[bool, str | None]:
-    """Tag ``version`` with its ``val_ac1`` and move ``champion`` to it if it beats the champion.
-
-    A version beats the champion when its ``val_ac1`` tag is strictly higher; with no champion yet
-    (or one without the tag) the new version becomes champion.
-
-    Returns:
-        ``(promoted, previous champion version or None)``.
-    """
-    from mlflow.exceptions import MlflowException
-
-    client.set_model_version_tag(name, version, "val_ac1", f"{val_ac1:.6f}")
-    try:
-        champ = client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
-        champ = None
-    prev = None if champ is None else str(champ.version)
-    best = -1.0
-    if champ is not None:
-        try:
-            best = float(champ.tags.get("val_ac1", "-1"))
-        except ValueError:
-            best = -1.0
-    if champ is None or val_ac1 > best:
-        client.set_registered_model_alias(name, CHAMPION, str(version))
-        return True, prev
-    return False, prev
-
-
-def pip_requirements() -> list[str]:
-    """Explicit requirements of the logged model (no slow inference of requirements)."""
-    from importlib.metadata import version
-
-    reqs = []
-    for pkg in ("torch", "torch-geometric", "numpy", "scipy", "mlflow"):
-        try:
-            reqs.append(f"{pkg}=={version(pkg)}")
-        except Exception:  # pragma: no cover
-            reqs.append(pkg)
-    return reqs
-
-
 def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) -> dict[str, Any]:
     """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
-    import mlflow
-
     from fleetmind.training.rca_pyfunc import GATPyfunc
 
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=GATPyfunc(),
-        artifacts={"gat": str(artifact_dir)},
-        pip_requirements=pip_requirements(),
-        registered_model_name=REGISTERED_MODEL if register else None,
+    return log_pyfunc_model(
+        GATPyfunc(),
+        {"gat": str(artifact_dir)},
+        ("torch", "torch-geometric", "numpy", "scipy", "mlflow"),
+        REGISTERED_MODEL if register else None,
+        tag="val_ac1",
+        score=val_ac1,
+        higher_is_better=True,
     )
-    out: dict[str, Any] = {"model_uri": info.model_uri}
-    if register:
-        version = str(info.registered_model_version)
-        promoted, prev = promote_if_better(
-            mlflow.MlflowClient(), REGISTERED_MODEL, version, val_ac1
-        )
-        out.update(
-            registered_model=REGISTERED_MODEL,
-            version=version,
-            champion=promoted,
-            previous_champion=prev,
-        )
-    return out
 
 
 def parse_devices(value: str | int) -> Any:

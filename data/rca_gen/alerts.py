@@ -2,9 +2,9 @@
 
 How an incident is made (all randomness from one ``numpy.random.Generator``):
 
-1. Draw a fault type from the prior (:func:`data.rca_gen.faults.fault_prior`, Llama 3 failure mix),
+1. Draw a fault type from the prior (:func:`fleetmind.data.rca_gen.faults.fault_prior`, Llama 3 failure mix),
    an origin node of an allowed kind/role, and whether the root is **silent** (raises nothing itself).
-2. Spread the fault breadth-first over :data:`data.rca_gen.faults.HOPS` (probability per neighbour,
+2. Spread the fault breadth-first over :data:`fleetmind.data.rca_gen.faults.HOPS` (probability per neighbour,
    log-normal onset delays) up to ``max_depth`` hops. A cascade with fewer than
    ``min_symptom_nodes`` alerting nodes besides the root is redrawn (nobody runs RCA on one alert).
 3. Each affected node raises the alerts of its effect (:data:`EFFECT_ALERTS`), each with its own
@@ -124,7 +124,7 @@ class AlertSimConfig:
         concurrent_hop_scale: factor on hop probabilities of the concurrent faults.
         max_depth: longest propagation chain in hops.
         min_symptom_nodes: fewest alerting nodes besides the root.
-        fault_prior: fault type -> weight (default: :func:`data.rca_gen.faults.fault_prior`).
+        fault_prior: fault type -> weight (default: :func:`fleetmind.data.rca_gen.faults.fault_prior`).
         start_time: ISO date of the first incident; incidents are spaced 2 hours apart.
     """
 

@@ -134,7 +134,7 @@ def _run_job(args: tuple[DatasetSpec, str, int, int]) -> tuple[str, dict[str, An
 def generate_dataset(
     out: str | Path, spec: DatasetSpec, progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
-    """Generate a dataset folder (see :mod:`data.rca_dataset`) and return its ``meta.json`` dict.
+    """Generate a dataset folder (see :mod:`fleetmind.data.rca_dataset`) and return its ``meta.json`` dict.
 
     Args:
         out: the folder (created; old ``*.jsonl`` in it are removed).

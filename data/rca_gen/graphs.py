@@ -1,6 +1,6 @@
 """Seeded multi-cluster AI-platform dependency graphs.
 
-A generated graph is a :class:`data.graph.DependencyGraph` (edges point dependent -> dependency) with:
+A generated graph is a :class:`fleetmind.data.graph.DependencyGraph` (edges point dependent -> dependency) with:
 
 * **global shared infra** (``cluster=None``): ``global/model-registry`` (registry), ``global/image-mirror``
   (registry), ``global/config-store`` (config), ``global/dns`` (dns), ``global/object-storage``
@@ -26,7 +26,7 @@ namespace, pod}``; service ``{cluster, service}``; cluster infra ``{cluster, com
 infra ``{component}``; WAN ``{component: wan, peer_a, peer_b}``; cluster ``{cluster}``.
 
 GPU hosts follow server templates (DGX-1 V100 hybrid cube-mesh, DGX A100 NV12 all-to-all, DGX H100
-NV18 all-to-all, PCIe-only servers), from :func:`data.topology.rca_host_templates`.
+NV18 all-to-all, PCIe-only servers), from :func:`fleetmind.data.topology.rca_host_templates`.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ TEMPLATE_WEIGHTS: dict[str, float] = {
 
 
 def host_templates() -> dict[str, HostTemplate]:
-    """The GPU server templates (:func:`data.topology.rca_host_templates`)."""
+    """The GPU server templates (:func:`fleetmind.data.topology.rca_host_templates`)."""
     return dict(rca_host_templates())
 
 

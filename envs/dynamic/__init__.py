@@ -1,10 +1,12 @@
-"""Dynamic simulation mode: a multi-cluster fleet, jobs that arrive, queue, run and depart.
+"""``fleetmind.envs.dynamic``, the folder ``envs/dynamic/``.
+
+Dynamic simulation mode: a multi-cluster fleet, jobs that arrive, queue, run and depart.
 
 The model and every constant are documented, with sources, in ``docs/dynamic.md``. In short:
 
 * **Fleet** (:class:`.fleet.DynFleet`): the nodes of several clusters concatenated into one
-  :class:`envs.core.ClusterState` (``N`` nodes, up to 8 GPUs each), plus per node its cluster, GPU
-  relative speed and ``(8, 8)`` GPU-to-GPU bandwidth (GB/s, from :mod:`data.topology`), and per
+  :class:`fleetmind.envs.core.ClusterState` (``N`` nodes, up to 8 GPUs each), plus per node its cluster, GPU
+  relative speed and ``(8, 8)`` GPU-to-GPU bandwidth (GB/s, from :mod:`fleetmind.data.topology`), and per
   cluster pair a WAN bandwidth (GB/s) and round-trip time (s).
 * **Jobs** (:class:`.jobs.DynJobs`, built by :func:`.jobs.build_jobs`): a stream of ``n_jobs`` pods
   taken from the trace in ``creation_time`` order (circularly, from a random start) with the trace's
@@ -23,7 +25,7 @@ The model and every constant are documented, with sources, in ``docs/dynamic.md`
   runtime), p99 queueing delay, GPU allocation ratio (time average over the arrival window).
 
 Policies implement :class:`.sim.DynamicPolicy` (``select(sim, j) -> (node, gpus)``); the
-single-cluster node scorers of :mod:`envs.policies` are applied to the whole fleet through
+single-cluster node scorers of :mod:`fleetmind.envs.policies` are applied to the whole fleet through
 :class:`.policies.NodeScorerPolicy`. :func:`.evaluate.evaluate_dynamic` runs every policy on the
 same job streams.
 

@@ -53,11 +53,11 @@ def evaluate_dynamic(
     same jobs and priority, and its own random stream (Random's choices) is seeded with the seed.
 
     Args:
-        trace: openb trace name or path, or a :class:`data.openb.PodTrace`.
+        trace: openb trace name or path, or a :class:`fleetmind.data.openb.PodTrace`.
         policies: names (default: :func:`available_policies`).
         seeds: seeds.
         fleet: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML path, a
-            :class:`DynFleet` or a :class:`data.fleet.Fleet`.
+            :class:`DynFleet` or a :class:`fleetmind.data.fleet.Fleet`.
         n_clusters: clusters of the openb fleet.
         node_fraction: stratified share of the fleet's nodes kept (:meth:`DynFleet.sample`, seed 0;
             1.0 keeps all).

@@ -1,8 +1,8 @@
 """The dynamic-mode fleet (:class:`DynFleet`) and the best GPU set of a node by bottleneck bandwidth.
 
-The nodes of several clusters concatenated into one :class:`envs.core.ClusterState` (``N`` nodes, up
+The nodes of several clusters concatenated into one :class:`fleetmind.envs.core.ClusterState` (``N`` nodes, up
 to 8 GPUs each), plus per node its cluster, GPU relative speed and ``(8, 8)`` GPU-to-GPU bandwidth
-(GB/s, from :mod:`data.topology`), and per cluster pair a WAN bandwidth (GB/s) and round-trip time (s).
+(GB/s, from :mod:`fleetmind.data.topology`), and per cluster pair a WAN bandwidth (GB/s) and round-trip time (s).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ class DynFleet:
         cpu_milli, memory_mib, num_gpu: ``(N,)`` capacities (milli-cores, MiB, GPUs 0..8).
         model: ``(N,)`` GPU model names.
         link_gbps: ``(N, 8, 8)`` GB/s (one direction) between GPU pairs (``inf`` on the diagonal,
-            0 on absent slots), from :meth:`data.topology.NodeTemplate.bandwidth_gbps`.
+            0 on absent slots), from :meth:`fleetmind.data.topology.NodeTemplate.bandwidth_gbps`.
         cluster_names: ``(C,)``; regions: ``(C,)`` region of each cluster.
         wan_gbps: ``(C, C)`` WAN bandwidth, GB/s one direction (``inf`` on the diagonal).
         wan_rtt_s: ``(C, C)`` WAN round-trip time, seconds (0 on the diagonal).
         speed_basis: ``"fp32"`` or ``"fp16"`` (see :func:`gpu_speed`).
-        templates: optional ``(N,)`` list of :class:`data.topology.NodeTemplate` (for
+        templates: optional ``(N,)`` list of :class:`fleetmind.data.topology.NodeTemplate` (for
             TopologyBestEffort's go-gpuallocator scores); set by :meth:`from_fleet`.
     """
 
@@ -173,7 +173,7 @@ class DynFleet:
         return self.subset(np.sort(np.concatenate(keep)))
 
     def cluster_state(self, priority: np.ndarray | None = None) -> ClusterState:
-        """A fresh :class:`envs.core.ClusterState` over all nodes of the fleet."""
+        """A fresh :class:`fleetmind.envs.core.ClusterState` over all nodes of the fleet."""
         return ClusterState(
             self.cpu_milli, self.memory_mib, self.num_gpu, self.model_id, priority, self.names
         )
@@ -184,7 +184,7 @@ class DynFleet:
 
     @classmethod
     def from_fleet(cls, fleet: Any, speed_basis: str = DEFAULT_SPEED_BASIS) -> DynFleet:
-        """Convert a :class:`data.fleet.Fleet` to arrays.
+        """Convert a :class:`fleetmind.data.fleet.Fleet` to arrays.
 
         Uses the fleet's node arrays, each node's template (GPU model, ``bandwidth_gbps()``), the
         clusters' regions, ``wan_bandwidth_gbps`` (GB/s) and ``wan_latency_ms`` (round trip).
@@ -221,8 +221,8 @@ def load_dynamic_fleet(
     fleet: str | Any = "openb", n_clusters: int = 3, speed_basis: str = DEFAULT_SPEED_BASIS
 ) -> DynFleet:
     """The dynamic-mode fleet: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters, via
-    :func:`data.fleet_io.load_openb_fleet`), a YAML path (:func:`data.fleet_io.load_fleet_yaml`), a
-    :class:`DynFleet` (returned as is) or a :class:`data.fleet.Fleet`.
+    :func:`fleetmind.data.fleet_io.load_openb_fleet`), a YAML path (:func:`fleetmind.data.fleet_io.load_fleet_yaml`), a
+    :class:`DynFleet` (returned as is) or a :class:`fleetmind.data.fleet.Fleet`.
 
     Raises:
         DataError / ConfigError: from the fleet loaders.

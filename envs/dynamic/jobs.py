@@ -43,7 +43,7 @@ class DynJobs:
         arrival_s: ``(J,)`` arrival times (s, first arrival at 0, load-scaled).
         work_s: ``(J,)`` runtime on the reference placement (s).
         cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec_mask: ``(J,)`` requests (see
-            :class:`envs.core.Pod`).
+            :class:`fleetmind.envs.core.Pod`).
         comm: ``(J,)`` communication intensity in [0, 1) (0 for jobs of fewer than two GPUs).
         data_home: ``(J,)`` cluster index holding the job's dataset.
         data_gb: ``(J,)`` dataset size (GB).
@@ -75,7 +75,7 @@ class DynJobs:
         return len(self.names)
 
     def pod(self, j: int) -> Pod:
-        """The :class:`envs.core.Pod` request of job ``j``."""
+        """The :class:`fleetmind.envs.core.Pod` request of job ``j``."""
         return Pod(
             int(self.cpu_milli[j]),
             int(self.memory_mib[j]),
@@ -247,7 +247,7 @@ def build_jobs(
     openb ``default``; floored at :data:`MIN_WORK_S` and capped at ``max_work_s``.
 
     Args:
-        trace: a :class:`data.openb.PodTrace` (``data.openb.load_openb_trace``).
+        trace: a :class:`fleetmind.data.openb.PodTrace` (``data.openb.load_openb_trace``).
         fleet: the fleet (capacity for load scaling, ideal runtimes, data homes).
         rng: the random stream.
         target_util: offered GPU load over the arrival window (fraction of capacity, > 0).

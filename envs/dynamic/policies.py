@@ -1,6 +1,6 @@
 """Dynamic-mode placement policies (:class:`DynamicPolicy`: ``select(sim, j) -> (node, gpus)``).
 
-The single-cluster node scorers of :mod:`envs.policies` are applied to the whole fleet through
+The single-cluster node scorers of :mod:`fleetmind.envs.policies` are applied to the whole fleet through
 :class:`NodeScorerPolicy`; :class:`LocalityAwarePolicy` is FleetMind's own baseline.
 """
 
@@ -59,15 +59,15 @@ def estimate_completion(
 
 
 class NodeScorerPolicy:
-    """Applies a single-cluster policy of :mod:`envs.policies` to the whole multi-cluster fleet.
+    """Applies a single-cluster policy of :mod:`fleetmind.envs.policies` to the whole multi-cluster fleet.
 
-    The fleet's nodes form one :class:`envs.core.ClusterState`, so the policy scores every feasible
+    The fleet's nodes form one :class:`fleetmind.envs.core.ClusterState`, so the policy scores every feasible
     node of every cluster exactly as it would in one big cluster: it ignores clusters, WAN, data
     location, GPU speed and (except TopologyBestEffort's GPU choice) link speeds. Its node and GPU
     choice are used as given. Ties go to the seeded node priority of the simulator's state.
 
     Args:
-        policy: an :class:`envs.policies.Policy` (``reset(state, rng=, trace=)``,
+        policy: an :class:`fleetmind.envs.policies.Policy` (``reset(state, rng=, trace=)``,
             ``select(state, pod) -> (node, gpus)``).
         trace: the original trace (FGD's typical pods).
         seed: seed of the policy's own random stream (Random's choices).
@@ -103,7 +103,7 @@ class LocalityAwarePolicy:
     plus runtime with the node's best-bottleneck GPU set).
 
     * ``order="fit-first"`` (default): keep the nodes with the best FGD score (fragmentation
-      decrease over the trace's typical pods, :class:`envs.policies.FGD`), then those within
+      decrease over the trace's typical pods, :class:`fleetmind.envs.policies.FGD`), then those within
       ``1 + rel_tol`` of the smallest estimate among them; ties go to the state's node priority.
     * ``order="speed-first"``: keep the nodes within ``1 + rel_tol`` of the smallest estimate, then
       the best FGD score among them; ties by priority.
@@ -183,7 +183,7 @@ HEURISTIC_NAMES = (
     "FGD",
     "TopologyBestEffort",
 )
-"""Names of the :mod:`envs.policies` heuristics evaluated in dynamic mode."""
+"""Names of the :mod:`fleetmind.envs.policies` heuristics evaluated in dynamic mode."""
 
 OWN_POLICIES: dict[str, Callable[..., DynamicPolicy]] = {"LocalityAware": LocalityAwarePolicy}
 """Dynamic-mode policies defined here."""
@@ -198,7 +198,7 @@ def available_policies() -> list[str]:
 def make_dynamic_policy(
     name: str, trace: PodTrace | None, fleet: DynFleet, seed: int
 ) -> DynamicPolicy:
-    """A dynamic-mode policy by name: a heuristic of :mod:`envs.policies` (via
+    """A dynamic-mode policy by name: a heuristic of :mod:`fleetmind.envs.policies` (via
     :class:`NodeScorerPolicy`) or one of :data:`OWN_POLICIES`.
 
     Raises:

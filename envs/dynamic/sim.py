@@ -172,7 +172,7 @@ class DynamicSim:
 
     def best_gpus(self, j: int, node: int) -> np.ndarray:
         """GPUs for job ``j`` on ``node``: the best-bottleneck idle set for ``k >= 2``, else
-        :meth:`envs.core.ClusterState.choose_gpus` (tightest fit)."""
+        :meth:`fleetmind.envs.core.ClusterState.choose_gpus` (tightest fit)."""
         pod = self._pods[j]
         if pod.num_gpu >= 2:
             bits = self.idle_bits(node)

@@ -1,9 +1,11 @@
-"""Placement heuristics behind one interface: Random, DotProd, GpuClustering, GpuPacking, BestFit,
+"""``fleetmind.envs.policies``, the folder ``envs/policies/``.
+
+Placement heuristics behind one interface: Random, DotProd, GpuClustering, GpuPacking, BestFit,
 FGD and TopologyBestEffort.
 
 Scoring, GPU choice and tie-breaking follow the FGD authors' simulator (Weng et al., USENIX ATC'23,
 ``docs/placement.md`` gives the rules). Every score is computed
-vectorised over the nodes of a :class:`envs.core.ClusterState`.
+vectorised over the nodes of a :class:`fleetmind.envs.core.ClusterState`.
 
 Interface (:class:`Policy`, :mod:`.base`):
 

@@ -1,6 +1,6 @@
 """The placement policy interface (:class:`Policy`): ``reset``, ``score``, ``choose_gpus``, ``select``.
 
-See :mod:`envs.policies` for the interface's contract.
+See :mod:`fleetmind.envs.policies` for the interface's contract.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Score functions of the placement heuristics, vectorised over the nodes of a :class:`envs.core.ClusterState`.
+"""Score functions of the placement heuristics, vectorised over the nodes of a :class:`fleetmind.envs.core.ClusterState`.
 
 Scoring follows the FGD authors' simulator (Weng et al., USENIX ATC'23; ``docs/placement.md``
 gives the rules). The PPO candidate features reuse these functions.
@@ -24,7 +24,7 @@ GPU_NORM = 8_000
 # Each score has a mask-based public form, ``(N,)`` over all nodes, and an index-based ``*_at``
 # form that computes only the rows ``idx`` (the feasible nodes): ``f_at(state, pod, idx)`` equals
 # ``f(state, pod, mask)[idx]`` for ``idx = np.flatnonzero(mask)``. Both share one formula helper,
-# so they agree bit for bit; ``stats`` (a :class:`envs.core.NodeStats` updated to ``state``)
+# so they agree bit for bit; ``stats`` (a :class:`fleetmind.envs.core.NodeStats` updated to ``state``)
 # supplies per-node totals kept by version instead of recomputing them.
 def _bestfit_raw(cpu_free: np.ndarray, idle_total: np.ndarray, pod: Pod) -> np.ndarray:
     cpu_left = (cpu_free - pod.cpu_milli) / CPU_NORM

@@ -18,15 +18,15 @@ class TopologyBestEffort(Policy):
     """Topology-aware best effort: multi-GPU pods go where their GPU set has the best links.
 
     For a pod of k >= 2 whole GPUs, every feasible node proposes its best free k-GPU set under
-    NVIDIA go-gpuallocator's pair scores (:func:`data.gpu_alloc.best_gpu_set`, greedy rule); the node
+    NVIDIA go-gpuallocator's pair scores (:func:`fleetmind.data.gpu_alloc.best_gpu_set`, greedy rule); the node
     score is ``1000 * floor(mean pair score of that set) + BestFit score``, so link quality comes first
     (NVLink pairs score 100 per link + the PCIe level, a cross-socket pair 10) and the tightest node
-    breaks ties. Other pods (CPU-only, sharing, one GPU) are placed like :class:`BestFit`. The pod gets
+    breaks ties. Other pods (CPU-only, sharing, one GPU) are placed like :class:`~.heuristics.BestFit`. The pod gets
     the proposed set.
 
     Args:
-        templates: one :class:`data.topology.NodeTemplate` per node of the state; ``None`` maps each
-            node through :func:`data.fleet_io.openb_template_for` (its GPU model and GPU count) at
+        templates: one :class:`fleetmind.data.topology.NodeTemplate` per node of the state; ``None`` maps each
+            node through :func:`fleetmind.data.fleet_io.openb_template_for` (its GPU model and GPU count) at
             :meth:`reset`.
         allocation: ``"greedy"`` or ``"partition"`` (go-gpuallocator's best-effort partition rule).
     """

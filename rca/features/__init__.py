@@ -1,7 +1,9 @@
-"""Per-node alert features for the GAT ranker: ``(graph, alerts) -> float32 array (|V|, F)``.
+"""``fleetmind.rca.features``, the folder ``rca/features/``.
+
+Per-node alert features for the GAT ranker: ``(graph, alerts) -> float32 array (|V|, F)``.
 
 Every alert (an Alertmanager v4 alert object) is mapped to a node with
-:meth:`data.graph.DependencyGraph.node_for_alert`; alerts that match no node are ignored (and counted in
+:meth:`fleetmind.data.graph.DependencyGraph.node_for_alert`; alerts that match no node are ignored (and counted in
 :attr:`AlertFeatures.unmapped`). The features of node ``v`` (column blocks, in order, see
 :data:`FEATURE_NAMES`):
 
@@ -27,7 +29,7 @@ block               width  meaning
 ``nbr:*``           24     for each edge kind and direction (``out`` = dependencies, ``in`` =
                            dependents): the share of neighbours with a recent (non-stale) alert, and
                            ``log1p`` neighbour count
-``kind:*``          12     one-hot node kind (:data:`data.graph.NODE_KINDS`)
+``kind:*``          12     one-hot node kind (:data:`fleetmind.data.graph.NODE_KINDS`)
 ``deg:*``           2      ``log1p`` in- and out-degree over all edge kinds
 ==================  =====  ==============================================================================
 

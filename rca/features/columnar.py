@@ -1,7 +1,7 @@
 """The serving fast path: an incident's alerts column-wise (:class:`AlertColumns`) and its features on the candidate subgraph only (:func:`incident_crop`, :func:`crop_columns`).
 
-Gives exactly (bit for bit) the rows of :func:`rca.features.dense.alert_features` that
-:func:`rca.features.dense.candidate_mask` keeps, computed for the kept nodes only.
+Gives exactly (bit for bit) the rows of :func:`fleetmind.rca.features.dense.alert_features` that
+:func:`fleetmind.rca.features.dense.candidate_mask` keeps, computed for the kept nodes only.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class IncidentCrop:
     """One incident's features on its candidate subgraph (what the GAT runs on).
 
     Attributes:
-        x: float32 ``(|V'|, F)``: the rows ``keep`` of :func:`alert_features`'s matrix.
+        x: float32 ``(|V'|, F)``: the rows ``keep`` of :func:`~fleetmind.rca.features.dense.alert_features`'s matrix.
         keep: int64 ``(|V'|,)`` indices of the kept nodes in the whole graph (sorted).
         edge_index: int64 ``(2, |E'|)`` dependency edges between kept nodes, in subgraph indices.
         edge_type: int64 ``(|E'|,)`` their kinds.
@@ -101,7 +101,7 @@ class AlertColumns:
 
 
 _LOG1P_TABLE = np.log1p(np.arange(4096, dtype=np.float32))
-"""``log1p`` of the float32 counts 0..4095 (the values :func:`alert_features` takes it of)."""
+"""``log1p`` of the float32 counts 0..4095 (the values :func:`~fleetmind.rca.features.dense.alert_features` takes it of)."""
 
 
 def _log1p_counts(counts: np.ndarray) -> np.ndarray:
@@ -145,18 +145,18 @@ def incident_crop(
 ) -> IncidentCrop:
     """Features of one incident on its candidate subgraph, computed for the kept nodes only.
 
-    Gives exactly (bit for bit) the rows of :func:`alert_features` that
-    :func:`candidate_mask` keeps, and the edges between them, in the layout of
+    Gives exactly (bit for bit) the rows of :func:`~fleetmind.rca.features.dense.alert_features` that
+    :func:`~fleetmind.rca.features.dense.candidate_mask` keeps, and the edges between them, in the layout of
     ``rca.lightning_module.crop_incident``; faster because the per-node work is done on the kept
     nodes (a few hundred of a 1,000-node graph) and each alert costs one memoised lookup of its label
     set (node, severity and alertname columns together). ``startsAt`` / ``endsAt`` may be RFC 3339
-    strings or unix seconds (see :func:`parse_time`).
+    strings or unix seconds (see :func:`~fleetmind.rca.features.times.parse_time`).
 
     Args:
         graph: the dependency graph.
         alerts: Alertmanager v4 alert objects, or their :class:`AlertColumns` on ``graph``
             (:func:`alert_columns`, or the service's parse of a request body).
-        hops: candidate radius (:func:`candidate_mask`; ``None`` keeps the whole graph).
+        hops: candidate radius (:func:`~fleetmind.rca.features.dense.candidate_mask`; ``None`` keeps the whole graph).
 
     Raises:
         DataError: when a timestamp is malformed.
@@ -170,7 +170,7 @@ def alert_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -
 
     Each alert costs one memoised lookup of its label set (node, severity and alertname columns
     together). ``startsAt`` / ``endsAt`` may be RFC 3339 strings or unix seconds (see
-    :func:`parse_time`).
+    :func:`~fleetmind.rca.features.times.parse_time`).
 
     Raises:
         DataError: when a timestamp is malformed.
@@ -264,7 +264,7 @@ def columns_from_parsed(
         graph: the graph the infos were computed on.
         infos: per alert, :func:`label_info` of its labels (or a memo of it).
         starts, ends: float64 ``(A,)`` unix seconds of ``startsAt`` / ``endsAt`` as
-            :func:`parse_time` reads them, NaN where ``None``.
+            :func:`~fleetmind.rca.features.times.parse_time` reads them, NaN where ``None``.
         firing: bool ``(A,)``, True for ``status == "firing"`` (else ``"resolved"``).
 
     Gives what :func:`alert_columns` gives for the same alerts as dicts (the same arrays).

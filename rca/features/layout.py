@@ -1,7 +1,7 @@
 """The feature matrix's vocabularies and column layout (:data:`FEATURE_NAMES`, :data:`FEATURE_VERSION`).
 
 Vocabulary changes change :data:`FEATURE_VERSION`; a model stores the version it was trained with and
-refuses features of another one. The blocks are described in :mod:`rca.features`.
+refuses features of another one. The blocks are described in :mod:`fleetmind.rca.features`.
 """
 
 from __future__ import annotations

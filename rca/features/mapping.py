@@ -100,7 +100,7 @@ def _keysets(st: _GraphStatic, g: DependencyGraph) -> list[tuple[tuple[str, ...]
 def node_index_for_alert(
     graph: DependencyGraph, labels: Mapping[str, Any], st: _GraphStatic | None = None
 ) -> int | None:
-    """Fast :meth:`data.graph.DependencyGraph.node_for_alert` returning the node index.
+    """Fast :meth:`fleetmind.data.graph.DependencyGraph.node_for_alert` returning the node index.
 
     Same rules (``fleetmind_node`` override, ``instance`` standing in for ``node``, all match labels
     equal, most match labels, then the more specific kind, then the first node), but instead of

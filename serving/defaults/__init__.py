@@ -1,6 +1,8 @@
-"""Embedded defaults of the service: a small example dependency graph (``graph.json``).
+"""``fleetmind.serving.defaults``, the folder ``serving/defaults/``.
 
-``graph.json`` is written by :func:`serving.defaults.example.build_example_graph` with its default
+Embedded defaults of the service: a small example dependency graph (``graph.json``).
+
+``graph.json`` is written by :func:`fleetmind.serving.defaults.example.build_example_graph` with its default
 arguments (``python -m serving.defaults.example`` regenerates it).
 """
 

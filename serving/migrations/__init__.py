@@ -1,4 +1,6 @@
-"""Schema migrations of the service database (Alembic), run by the service at start.
+"""``fleetmind.serving.migrations``, the folder ``serving/migrations/``.
+
+Schema migrations of the service database (Alembic), run by the service at start.
 
 The schema lives in revisions under ``versions/`` (``0001`` is the schema of release 0.2.0, created
 until then by ``MetaData.create_all``); :func:`upgrade` brings a database to the newest revision

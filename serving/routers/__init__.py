@@ -1,1 +1,3 @@
-"""One router per resource: alerts, incidents, rca, placements, fleet, graph, models, health."""
+"""``fleetmind.serving.routers``, the folder ``serving/routers/``.
+
+One router per resource: alerts, incidents, rca, placements, fleet, graph, models, health."""

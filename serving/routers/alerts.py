@@ -80,7 +80,7 @@ MAX_LISTED_REJECTIONS = 20
 
 def _brief(e: dict[str, Any]) -> dict[str, Any]:
     """One pydantic error with FastAPI's ``body`` location prefix (its 422 format): type, location
-    and message only, JSON-safe (:mod:`serving.validation`). The input can be bytes that are not
+    and message only, JSON-safe (:mod:`fleetmind.serving.validation`). The input can be bytes that are not
     UTF-8, a lone surrogate or a dict key that JSON cannot carry (a 500, which Alertmanager retries
     forever), or megabytes long."""
     return json_safe_error({"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]})

@@ -54,7 +54,7 @@ async def rank(
 ) -> Response:
     """Rank root-cause candidates on the served graph (or on ``graph`` when given).
 
-    The ranking runs on the process's RCA thread (:mod:`serving.rca_batcher`), batched with the
+    The ranking runs on the process's RCA thread (:mod:`fleetmind.serving.rca_batcher`), batched with the
     requests that arrive meanwhile; the event loop stays free for other requests. The body is an
     ``RCARequest`` (see the OpenAPI spec); the answer an ``RCAResponse``, serialised here.
     """

@@ -1,6 +1,6 @@
 """``/api/v1/scheduler``: the kube-scheduler extender (filter, prioritize) and binding feedback.
 
-See :mod:`serving.extender` for the protocol, :mod:`serving.reservations` for the holds, and
+See :mod:`fleetmind.serving.extender` for the protocol, :mod:`fleetmind.serving.reservations` for the holds, and
 ``docs/serving.md`` ("Connect to your cluster") for the ``KubeSchedulerConfiguration``.
 """
 

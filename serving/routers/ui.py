@@ -1,8 +1,8 @@
-"""``/ui/``: incident pages and the fleet view (server-rendered HTML, see :mod:`serving.ui`).
+"""``/ui/``: incident pages and the fleet view (server-rendered HTML, see :mod:`fleetmind.serving.ui`).
 
 Pages read the database and the telemetry source directly (no extra HTTP round trip); they need
-the ``read`` scope, the feedback form (:mod:`serving.feedback`, same checks as the API) ``admin``. Without a session cookie a page redirects to
-``/ui/login``, which takes the bearer token and sets the cookie (:mod:`serving.ui.auth`).
+the ``read`` scope, the feedback form (:mod:`fleetmind.serving.feedback`, same checks as the API) ``admin``. Without a session cookie a page redirects to
+``/ui/login``, which takes the bearer token and sets the cookie (:mod:`fleetmind.serving.ui.auth`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from fleetmind.serving.ui.svg import (
 
 
 async def cookie_session() -> None:
-    """Marks the pages public for the bearer-token middleware (:class:`serving.deps.AuthMiddleware`
+    """Marks the pages public for the bearer-token middleware (:class:`fleetmind.serving.deps.AuthMiddleware`
     reads ``fleetmind_scope``): a browser sends no ``Authorization`` header; each page checks the
     session cookie itself (:func:`_session`) and redirects to the login form without one."""
 
@@ -190,7 +190,7 @@ async def read_form(request: Request) -> dict[str, str]:
 
     Reads at most :data:`MAX_FORM_BYTES` (plus one network chunk): the login form is served
     without a token, so nobody may make it buffer more (the authentication middleware also stops
-    such bodies at ``PUBLIC_BODY_BYTES``, :mod:`serving.deps`)."""
+    such bodies at ``PUBLIC_BODY_BYTES``, :mod:`fleetmind.serving.deps`)."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():

@@ -1,7 +1,9 @@
-"""Telemetry plug-ins: where the service learns the live state of the fleet.
+"""``fleetmind.serving.telemetry``, the folder ``serving/telemetry/``.
+
+Telemetry plug-ins: where the service learns the live state of the fleet.
 
 ``sim`` (the simulator's fleet), ``nvml`` (local GPUs through pynvml) and ``prometheus`` (a
-DCGM-exporter ``/metrics`` endpoint) implement :class:`serving.telemetry.base.TelemetrySource`.
+DCGM-exporter ``/metrics`` endpoint) implement :class:`fleetmind.serving.telemetry.base.TelemetrySource`.
 """
 
 from fleetmind.serving.telemetry.base import (

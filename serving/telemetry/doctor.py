@@ -1,7 +1,7 @@
 """``fleetmind doctor --prometheus URL``: are the metrics FleetMind needs there, and do they look right?
 
 It asks a live Prometheus (instant queries to ``/api/v1/query``) what the ``prometheus`` telemetry
-source (:mod:`serving.telemetry.prometheus`) would read, and reports findings, each ``ok``,
+source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports findings, each ``ok``,
 ``info``, ``warn`` or ``error``:
 
 | check | looks for |

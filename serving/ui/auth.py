@@ -1,6 +1,6 @@
 """Browser sessions for ``/ui``: the bearer token, typed once into a login form, starts a session.
 
-Sessions live in the database (table ``ui_sessions``, :mod:`serving.db`). The cookie holds only a
+Sessions live in the database (table ``ui_sessions``, :mod:`fleetmind.serving.db`). The cookie holds only a
 random session id (256 bits); the table keys the session by the SHA-256 of that id, so a copy of
 the table lets nobody sign in. A row holds the digest of the token that logged in, its scopes, the
 session's CSRF token and the expiry, which the server sets (``FLEETMIND_UI_SESSION_HOURS``, at most

@@ -6,96 +6,15 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import mlflow
 import numpy as np
 import torch
 
 from fleetmind.data.errors import ConfigError
-from fleetmind.rl.ppo import PPOHyperparams
-
-
-@dataclass
-class PPOArgs:
-    """Settings shared by the placement training recipes (``fleetmind sched train`` flags).
-
-    Each recipe has its own subclass: :class:`training.recipes.fgd.FgdArgs` and
-    :class:`training.recipes.dynamic.DynamicArgs`.
-    """
-
-    mode: ClassVar[str] = ""
-    """the recipe's simulation mode (``--mode``)"""
-
-    traces: list[str] = field(default_factory=lambda: ["default"])
-    """training traces (openb names or CSV paths); one drawn per episode"""
-    timesteps: int = 100_000
-    """PPO environment steps (decisions) after the warm start"""
-    seed: int = 0
-    """seed of weights, envs and workloads"""
-    n_envs: int = 2
-    """parallel envs (SubprocVecEnv when > 1)"""
-    n_candidates: int = 16
-    """K, candidate placements per decision"""
-    bc_episodes: int = 2
-    """teacher episodes for the imitation warm start (0: none)"""
-    bc_epochs: int = 30
-    """maximum epochs of behaviour cloning (stops at cross-entropy ``bc_target_ce``)"""
-    bc_target_ce: float = 0.2
-    """behaviour cloning stops once the epoch's cross-entropy is below this"""
-    bc_value_coef: float = 0.5
-    """weight of the critic's return regression in the cloning loss. The critic pools the actor's
-    row embeddings, so with large returns (dynamic mode: value MSE ~1,000) this term's gradient
-    swamps the actor's; 0 clones the actor alone (the critic then starts untrained)"""
-    teacher: str = "fgd"
-    """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
-    :mod:`rl.teacher`) or the path of a saved scorer JSON (``rl.teacher.load_teacher``: a linear
-    scorer, or a linear scorer with a host-stranding penalty)"""
-    cem_generations: int = 8
-    """teacher=cem: CEM generations"""
-    cem_population: int = 14
-    """teacher=cem: weight vectors scored per generation"""
-    cem_seeds: list[int] = field(default_factory=lambda: [1000])
-    """teacher=cem: workload seeds of the search episodes (one episode per training trace and
-    seed; when that makes a single episode, the same trace with the next seed is added)"""
-    learning_rate: float = 1e-4
-    """PPO Adam step size"""
-    n_steps: int = 512
-    """rollout steps per env per update"""
-    batch_size: int = 128
-    """PPO minibatch"""
-    clip_range: float = 0.15
-    """PPO clip"""
-    target_kl: float = 0.02
-    """PPO early stop on approximate KL"""
-    gamma: float = 0.995
-    """discount"""
-    ent_coef: float = 0.001
-    """entropy bonus"""
-    vf_coef: float = 0.5
-    """PPO value-loss weight. The critic pools the actor's row embeddings, so with large returns
-    (dynamic mode) a big weight lets the value loss dominate the shared trunk's clipped gradient"""
-    hidden: int = 64
-    """hidden width (tanh)"""
-    eval_seeds: list[int] = field(default_factory=lambda: [42])
-    """workload seeds of the periodic evaluation"""
-    eval_freq: int = 20_000
-    """evaluate every this many PPO steps"""
-    max_minutes: float | None = None
-    """stop PPO after this much wall time (minutes; None: run all timesteps)"""
-    out: str = "runs/ppo"
-    """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
-    release: bool = False
-    """also copy the artifact to the recipe's released model folder (``models/placement/``,
-    ``models/placement-dynamic/``)"""
-    tracking_uri: str | None = None
-    """MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"""
-    experiment: str = "fleetmind-placement"
-    """MLflow experiment name"""
-    threads: int = 1
-    """torch threads"""
-    progress: bool = True
-    """progress bars"""
+from fleetmind.rl.ppo import PPOHyperparams, TeacherData, behaviour_clone
+from fleetmind.training.recipes.settings import PPOArgs
 
 
 def check_loss_weights(bc_value_coef: float, vf_coef: float) -> None:
@@ -103,6 +22,54 @@ def check_loss_weights(bc_value_coef: float, vf_coef: float) -> None:
     for flag, v in (("--bc-value-coef", bc_value_coef), ("--vf-coef", vf_coef)):
         if not (np.isfinite(v) and v >= 0):
             raise ConfigError(f"{flag} must be a finite number >= 0, got {v}")
+
+
+@dataclass
+class TrainingRun:
+    """A placement training run in progress: what both recipes keep from step to step (each
+    recipe's subclass adds its evaluation setup)."""
+
+    args: Any
+    """the recipe's settings"""
+    name: str
+    """the run name (``<env>__ppo__<seed>__<time>``)"""
+    dir: Path
+    """the run folder (the model is exported to ``<dir>/model``)"""
+    ckpt_dir: Path
+    env_kwargs: dict[str, Any]
+    """the training env's keyword arguments"""
+    hp: PPOHyperparams
+    summary: dict[str, Any]
+    """the JSON summary the recipe returns, filled in as the run goes"""
+    t_start: float
+    """``time.perf_counter()`` at the start (wall time of the whole run)"""
+    state: dict[str, Any] = field(
+        default_factory=lambda: {"best": float("inf"), "best_step": -1, "history": []}
+    )
+    """the best evaluated policy so far (``best`` score, lower is better, and ``best_step``) and
+    every evaluation (``history``)"""
+    model: Any = None
+    """the MaskablePPO model being trained"""
+    venv: Any = None
+    """its vectorised training envs"""
+    ppo_seconds: float = 0.0
+    """wall time of the PPO step"""
+
+
+def clone_teacher(model: Any, data: TeacherData, args: PPOArgs) -> dict[str, Any]:
+    """Behaviour-clone the teacher's demonstrations ``data`` into ``model.policy`` (the run's
+    epochs, target cross-entropy and value weight), log the cloning metrics at step 0 and return
+    the run summary's ``bc`` entry (those metrics and the number of samples)."""
+    bc = behaviour_clone(
+        model.policy,
+        data,
+        epochs=args.bc_epochs,
+        seed=args.seed,
+        target_ce=args.bc_target_ce,
+        value_coef=args.bc_value_coef,
+    )
+    mlflow.log_metrics(bc, step=0)
+    return {**bc, "samples": int(len(data.actions))}
 
 
 def seed_everything(seed: int, threads: int) -> None:

@@ -6,15 +6,15 @@
 Steps (see ``docs/ppo-dynamic.md``):
 
 1. Seeds everything; every env is ``fleetmind/MultiClusterPlacement-v0`` with the protocol's setting
-   (:class:`rl.dynamic_eval.DynEvalConfig`: 10 % node sample, ``--dyn-jobs`` jobs, load 0.8).
+   (:class:`fleetmind.rl.dynamic_eval.DynEvalConfig`: 10 % node sample, ``--dyn-jobs`` jobs, load 0.8).
 2. Teacher: FGD (candidate 0, ``--teacher fgd``), a linear candidate scorer searched by the
    cross-entropy method on the training traces x ``--cem-seeds`` streams (``--teacher cem``,
-   :mod:`rl.dynamic_teacher`), or a saved scorer JSON.
+   :mod:`fleetmind.rl.dynamic_teacher`), or a saved scorer JSON.
 3. Imitation warm start: ``--bc-episodes`` teacher episodes per training trace (workload seeds
-   ``seed + 2000 + i``) cloned into the MaskablePPO candidate scorer (:func:`rl.ppo.behaviour_clone`).
+   ``seed + 2000 + i``) cloned into the MaskablePPO candidate scorer (:func:`fleetmind.rl.ppo.behaviour_clone`).
 4. MaskablePPO fine-tuning (``--timesteps``, ``--max-minutes``) on ``--n-envs`` envs, in
    parallel processes (``SubprocVecEnv``, fork) when more than one (:func:`make_dyn_vec_env`) (each episode draws one training trace), with a periodic greedy validation on the
-   training traces x ``--eval-seeds`` (objective ``J`` of :mod:`rl.dynamic_teacher`: mean slowdown
+   training traces x ``--eval-seeds`` (objective ``J`` of :mod:`fleetmind.rl.dynamic_teacher`: mean slowdown
    relative to FGD plus the p99-queueing guard). The best policy (the clone included) is kept.
 5. Exports the best policy (``policy.pt``, ``policy.onnx``, ``ppo.zip``, ``teacher.json``, with
    ``--teacher cem`` the search's final mean ``teacher_mean.json``, ``metadata.json``,
@@ -35,14 +35,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import mlflow
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 from tqdm import tqdm
 
@@ -54,6 +54,7 @@ from fleetmind.envs.multicluster_env import (
     N_QUEUE_FEATURES,
     MultiClusterPlacementEnv,
 )
+from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig
 from fleetmind.rl.dynamic_teacher import (
     DEFAULT_INTERACT,
@@ -64,41 +65,21 @@ from fleetmind.rl.dynamic_teacher import (
 )
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
-from fleetmind.rl.ppo import TeacherData, behaviour_clone, collect_teacher, make_model
+from fleetmind.rl.ppo import TeacherData, collect_teacher, make_model
 from fleetmind.training.recipes.common import (
-    PPOArgs,
+    TrainingRun,
     check_loss_weights,
+    clone_teacher,
     hyperparams,
     log_cem_search,
     seed_everything,
     write_model_card,
 )
+from fleetmind.training.recipes.settings import DynamicArgs
 from fleetmind.training.recipes.tracking import run_dirs, tracked_run
 
 RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 """Folder of the released dynamic-mode model."""
-
-
-@dataclass
-class DynamicArgs(PPOArgs):
-    """Settings of a dynamic-mode training run (``fleetmind sched train --mode dynamic`` flags)."""
-
-    mode: ClassVar[str] = "dynamic"
-
-    cem_trace_seeds: dict[str, list[int]] = field(default_factory=dict)
-    """teacher=cem: search seeds per trace, replacing ``cem_seeds`` for that trace"""
-    cem_worst_weight: float = 0.0
-    """teacher=cem: weight of the worst per-trace slowdown ratio in the objective"""
-    cem_nonneg: list[str] = field(default_factory=list)
-    """teacher=cem: candidate features whose effective weight is kept >= 0"""
-    cem_max_minutes: float | None = None
-    """teacher=cem: end the search after the generation in which this many minutes
-    passed (None: no limit)"""
-    dyn_jobs: int = 2048
-    """jobs per episode of fleetmind/MultiClusterPlacement-v0 (2,048, the env's and
-    the released dynamic model's setting)"""
-    queue_features: bool = False
-    """the 4 queue-aware candidate features (env option ``queue_features``)"""
 
 
 def make_dyn_vec_env(traces: list[str], env_kwargs: dict[str, Any], n_envs: int, seed: int) -> Any:
@@ -125,7 +106,7 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
     """``MultiClusterPlacement-v0`` over several traces: each ``reset`` draws one trace.
 
     Same spaces, ``action_masks()`` and ``n_candidates``/``n_cand_features``/``n_global_features``
-    as :class:`envs.multicluster_env.MultiClusterPlacementEnv`, one of which (per trace) it drives;
+    as :class:`fleetmind.envs.multicluster_env.MultiClusterPlacementEnv`, one of which (per trace) it drives;
     the trace and the episode's seed come from ``self.np_random``.
     """
 
@@ -167,7 +148,7 @@ class DynSearchOptions:
     trace_seeds: dict[str, list[int]] = field(default_factory=dict)
     """per training trace, CEM workload seeds replacing ``--cem-seeds`` for that trace"""
     worst_weight: float = 0.0
-    """weight of the per-trace worst case in the objective (``J4`` of :mod:`rl.dynamic_teacher`)"""
+    """weight of the per-trace worst case in the objective (``J4`` of :mod:`fleetmind.rl.dynamic_teacher`)"""
     nonneg: list[str] = field(default_factory=list)
     """candidate features whose effective teacher weight is kept >= 0 for every job"""
     max_minutes: float | None = None
@@ -282,7 +263,7 @@ def _n_cand_features(args: Any) -> int:
 def _teacher(
     args: Any, streams: Any, run_dir: Path, summary: dict[str, Any], progress: bool
 ) -> Any:
-    """``None`` (FGD), a loaded or a CEM-searched :class:`rl.dynamic_teacher.DynLinearScorer`."""
+    """``None`` (FGD), a loaded or a CEM-searched :class:`fleetmind.rl.dynamic_teacher.DynLinearScorer`."""
     n_feat = _n_cand_features(args)
     if args.teacher == "fgd":
         return None
@@ -354,9 +335,50 @@ def _collect(envs: dict[str, Any], args: Any, teacher: Any, gamma: float, bar: A
     )
 
 
-def run(args: DynamicArgs) -> dict[str, Any]:
-    """The dynamic-mode recipe (module docstring). Returns the JSON summary."""
-    # every trace read before anything is written (MLflow run, run folder): a typo is one line
+def episode_metrics(info: Mapping[str, Any]) -> dict[str, float]:
+    """MLflow metrics of one finished training episode (none without the env's ``metrics``)."""
+    if "metrics" not in info:
+        return {}
+    return {
+        "train/episode_return": float(info["episode"]["r"]),
+        "train/mean_slowdown": float(info["metrics"]["mean_slowdown"]),
+    }
+
+
+@dataclass
+class _Run(TrainingRun):
+    """One dynamic-mode training run in progress (:class:`TrainingRun`), with its validation
+    streams; ``state`` also keeps the best validation's ``best_metrics``."""
+
+    opts: Any = None
+    """the teacher search's options (:class:`DynSearchOptions`)"""
+    envs: dict[str, Any] = field(default_factory=dict)
+    val: Any = None
+    """validation streams: training traces x eval seeds"""
+    ref: dict[str, float] = field(default_factory=dict)
+
+    def evaluate(self, act: Any) -> dict[str, float]:
+        """``act`` on the validation streams: objective, mean slowdown and p99 queue delay."""
+        ms = self.val.run(act)
+        return {
+            "objective": self.val.objective(ms),
+            "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in ms])),
+            "p99_queue_delay_s": float(np.mean([m["p99_queue_delay_s"] for m in ms])),
+        }
+
+    def evaluate_policy(self, step: int) -> None:
+        """Validate the policy being trained; keep it as ``best.zip`` when it is the best yet."""
+        m = self.evaluate(actor_from_model(self.model).predict)
+        mlflow.log_metrics({f"eval/ppo_{k}": v for k, v in m.items()}, step=step)
+        self.state["history"].append({"step": step, **m})
+        if m["objective"] < self.state["best"]:
+            self.state.update(best=m["objective"], best_step=step, best_metrics=m)
+            self.model.save(self.ckpt_dir / "best.zip")
+
+
+def _check(args: DynamicArgs) -> DynSearchOptions:
+    """Every trace read and every setting checked before anything is written (MLflow run, run
+    folder): a typo is one line. Returns the teacher search's options."""
     for t in dict.fromkeys(args.traces):
         load_openb_trace(t)
     if args.timesteps < 0 or args.n_envs < 1:
@@ -367,195 +389,182 @@ def run(args: DynamicArgs) -> dict[str, Any]:
         DynLinearScorer.load(args.teacher)  # fail fast (ModelLoadError) before any simulation
     opts = search_options(args)  # fail fast (ConfigError) too
     check_loss_weights(args.bc_value_coef, args.vf_coef)
+    return opts
+
+
+def _references(r: _Run) -> None:
+    """Log the env settings (and a non-default search); build the validation streams and FGD's
+    result on them (the objective's unit)."""
+    a = r.args
+    mlflow.log_params({f"env/{k}": v for k, v in r.env_kwargs.items()})
+    if not r.opts.is_default():
+        mlflow.log_params({f"search/{k}": json.dumps(v) for k, v in r.opts.to_dict().items()})
+    # validation streams (training traces x eval seeds) and CEM streams (x cem seeds)
+    r.val = StreamSet.build(a.traces, a.eval_seeds, r.env_kwargs, r.envs)
+    r.ref = {
+        "objective": 1.0,
+        "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in r.val.fgd])),
+    }
+    mlflow.log_metrics({"eval/fgd_mean_slowdown": r.ref["mean_slowdown"]}, step=0)
+
+
+def _warm_start(r: _Run) -> None:
+    """The teacher (searched or loaded), then the model cloned from its demonstrations; saved as
+    ``clone.onnx`` (policy name ``clone``)."""
+    a, progress = r.args, bool(r.args.progress)
+    teacher = None
+    if a.teacher != "fgd":
+        streams = (
+            build_search_streams(list(a.traces), list(a.cem_seeds), r.opts, r.env_kwargs, r.envs)
+            if a.teacher == "cem"
+            else None
+        )
+        teacher = _teacher(a, streams, r.dir, r.summary, progress)
+    if teacher is not None:
+        r.summary["teacher_eval"] = r.evaluate(teacher)
+        mlflow.log_metrics(
+            {f"eval/teacher_{k}": v for k, v in r.summary["teacher_eval"].items()}, step=0
+        )
+    r.venv = make_dyn_vec_env(list(a.traces), r.env_kwargs, a.n_envs, a.seed)
+    r.venv.seed(a.seed)
+    r.model = make_model(r.venv, r.hp, a.seed)
+    mlflow.log_param("n_parameters", count_parameters(r.model.policy))
+    if a.bc_episodes > 0:
+        bar = tqdm(desc="teacher demonstrations", unit="step", disable=not progress)
+        data = _collect(r.envs, a, teacher, r.hp.gamma, bar)
+        bar.close()
+        r.summary["bc"] = clone_teacher(r.model, data, a)
+    save_onnx(actor_from_model(r.model), r.dir / "model" / "clone.onnx")
+
+
+def _learn(r: _Run) -> None:
+    """MaskablePPO from the clone, validated every ``eval_freq`` steps (the clone and the last
+    policy too); the last policy is saved as ``final.onnx`` whichever one is kept as best."""
+    a = r.args
+    r.evaluate_policy(0)  # the cloned policy competes for "best" too
+    t_ppo = time.perf_counter()
+    if a.timesteps > 0:
+        callback = MlflowEvalCallback(
+            r.evaluate_policy, a.eval_freq, episode_metrics, max_minutes=a.max_minutes
+        )
+        r.model.learn(a.timesteps, callback=callback, progress_bar=bool(a.progress))
+        if r.state["history"][-1]["step"] != r.model.num_timesteps:
+            r.evaluate_policy(r.model.num_timesteps)
+        save_onnx(actor_from_model(r.model), r.dir / "model" / "final.onnx")
+    r.ppo_seconds = time.perf_counter() - t_ppo
+    r.venv.close()
+
+
+def _command(args: DynamicArgs, env_kwargs: dict[str, Any], opts: DynSearchOptions) -> str:
+    """The ``sched train`` flags of the run, as its model card records them."""
+    return (
+        "--mode dynamic"
+        + "".join(f" --trace {t}" for t in args.traces)
+        + f" --dyn-jobs {args.dyn_jobs} --teacher {args.teacher}"
+        + (" --queue-features" if env_kwargs.get("queue_features") else "")
+        + (
+            f" --cem-generations {args.cem_generations} --cem-population {args.cem_population}"
+            f" --cem-seeds {' '.join(map(str, args.cem_seeds))}" + opts.flags()
+            if args.teacher == "cem"
+            else ""
+        )
+        + f" --bc-episodes {args.bc_episodes} --bc-target-ce {args.bc_target_ce:g}"
+        + (f" --bc-value-coef {args.bc_value_coef:g}" if args.bc_value_coef != 0.5 else "")
+        + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
+        + f" --timesteps {args.timesteps} --n-envs {args.n_envs} --seed {args.seed}"
+        + f" --eval-seeds {' '.join(map(str, args.eval_seeds))} --eval-freq {args.eval_freq}"
+        + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
+    )
+
+
+def _export(r: _Run) -> Path:
+    """The best policy exported to ``<run>/model`` with its metadata and card, logged to MLflow;
+    returns that folder."""
+    a, summary = r.args, r.summary
+    best_model = load_sb3_model(r.ckpt_dir / "best.zip")
+    model_dir = r.dir / "model"
+    export_policy(best_model, model_dir)
+    best_model.save(model_dir / "ppo.zip")
+    wall = time.perf_counter() - r.t_start
+    meta = {
+        "format": DYNAMIC_FORMAT,
+        "version": r.name,
+        "mode": "dynamic",
+        "env_id": "fleetmind/MultiClusterPlacement-v0",
+        "env_kwargs": r.env_kwargs,
+        "train_traces": list(a.traces),
+        "teacher": a.teacher,
+    }
+    if not r.opts.is_default():
+        meta["teacher_search"] = r.opts.to_dict()
+    (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+    card = {
+        "run": r.name,
+        "env": "fleetmind/MultiClusterPlacement-v0 (dynamic mode)",
+        "env_kwargs": r.env_kwargs,
+        "command": _command(a, r.env_kwargs, r.opts),
+        "train_traces": list(a.traces),
+        "teacher": a.teacher,
+        "teacher_search (objective J on its streams: FGD -> teacher)": (
+            f"{summary['cem']['objective_fgd']:.4f} -> {summary['cem']['objective_teacher']:.4f}"
+            if "cem" in summary
+            else "-"
+        ),
+        "bc_samples": summary.get("bc", {}).get("samples", 0),
+        "ppo_timesteps": int(r.model.num_timesteps),
+        "best_step": r.state["best_step"],
+        "validation (train traces x eval seeds)": r.state.get("best_metrics", {}),
+        "validation_fgd_mean_slowdown": round(r.ref["mean_slowdown"], 4),
+        "wall_time_s": round(wall, 1),
+        "ppo_wall_time_s": round(r.ppo_seconds, 1),
+        "parameters": count_parameters(best_model.policy),
+        "hyperparameters": asdict(r.hp),
+    }
+    write_model_card(model_dir, card)
+    _retitle_card(model_dir / "model_card.md")
+    mlflow.log_metrics({"final/wall_time_s": wall, "final/eval_objective": r.state["best"]})
+    mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
+    summary.update(
+        metrics={"ppo": r.state.get("best_metrics", {}), "fgd": r.ref},
+        best_step=r.state["best_step"],
+        history=r.state["history"],
+        timesteps=int(r.model.num_timesteps),
+        wall_time_s=round(wall, 1),
+        artifact=str(model_dir),
+    )
+    return model_dir
+
+
+def _release(model_dir: Path, summary: dict[str, Any]) -> None:
+    """Copy the exported model and the run summary to ``models/placement-dynamic/``."""
+    RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+    for f in model_dir.iterdir():
+        if f.is_file():
+            shutil.copy2(f, RELEASE_DIR / f.name)
+    (RELEASE_DIR / "train_summary.json").write_text(
+        json.dumps(summary, indent=1, default=str) + "\n"
+    )
+    summary["released"] = str(RELEASE_DIR)
+
+
+def run(args: DynamicArgs) -> dict[str, Any]:
+    """The dynamic-mode recipe (module docstring): warm start, learn, export (and release; the
+    dynamic model is logged to MLflow, not registered). Returns the JSON summary."""
+    opts = _check(args)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
-    env_kwargs = _env_kwargs(args)
-    hp = hyperparams(args)
+    env_kwargs, hp = _env_kwargs(args), hyperparams(args)  # --dyn-jobs checked before any write
     run_name, run_dir, ckpt_dir = run_dirs(args, "MultiClusterPlacement-v0")
     (run_dir / "model").mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic"}
-    progress = bool(args.progress)
-
+    r = _Run(args, run_name, run_dir, ckpt_dir, env_kwargs, hp, summary, t_start, opts=opts)
     with tracked_run(args, run_name, summary):
-        mlflow.log_params({f"env/{k}": v for k, v in env_kwargs.items()})
-        if not opts.is_default():
-            mlflow.log_params({f"search/{k}": json.dumps(v) for k, v in opts.to_dict().items()})
-        # validation streams (training traces x eval seeds) and CEM streams (x cem seeds)
-        envs: dict[str, Any] = {}
-        val = StreamSet.build(args.traces, args.eval_seeds, env_kwargs, envs)
-        ref = {
-            "objective": 1.0,
-            "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in val.fgd])),
-        }
-        mlflow.log_metrics({"eval/fgd_mean_slowdown": ref["mean_slowdown"]}, step=0)
-        teacher = None
-        if args.teacher != "fgd":
-            streams = (
-                build_search_streams(
-                    list(args.traces), list(args.cem_seeds), opts, env_kwargs, envs
-                )
-                if args.teacher == "cem"
-                else None
-            )
-            teacher = _teacher(args, streams, run_dir, summary, progress)
-
-        def evaluate(act: Any) -> dict[str, float]:
-            ms = val.run(act)
-            return {
-                "objective": val.objective(ms),
-                "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in ms])),
-                "p99_queue_delay_s": float(np.mean([m["p99_queue_delay_s"] for m in ms])),
-            }
-
-        if teacher is not None:
-            summary["teacher_eval"] = evaluate(teacher)
-            mlflow.log_metrics(
-                {f"eval/teacher_{k}": v for k, v in summary["teacher_eval"].items()}, step=0
-            )
-
-        venv = make_dyn_vec_env(list(args.traces), env_kwargs, args.n_envs, args.seed)
-        venv.seed(args.seed)
-        model = make_model(venv, hp, args.seed)
-        mlflow.log_param("n_parameters", count_parameters(model.policy))
-        if args.bc_episodes > 0:
-            bar = tqdm(desc="teacher demonstrations", unit="step", disable=not progress)
-            data = _collect(envs, args, teacher, hp.gamma, bar)
-            bar.close()
-            bc = behaviour_clone(
-                model.policy,
-                data,
-                epochs=args.bc_epochs,
-                seed=args.seed,
-                target_ce=args.bc_target_ce,
-                value_coef=args.bc_value_coef,
-            )
-            mlflow.log_metrics(bc, step=0)
-            summary["bc"] = {**bc, "samples": int(len(data.actions))}
-        # the warm start before any PPO update ships as clone.onnx (policy name "clone")
-        save_onnx(actor_from_model(model), run_dir / "model" / "clone.onnx")
-
-        state: dict[str, Any] = {"best": float("inf"), "best_step": -1, "history": []}
-
-        def do_eval(step: int) -> None:
-            m = evaluate(actor_from_model(model).predict)
-            mlflow.log_metrics({f"eval/ppo_{k}": v for k, v in m.items()}, step=step)
-            state["history"].append({"step": step, **m})
-            if m["objective"] < state["best"]:
-                state.update(best=m["objective"], best_step=step, best_metrics=m)
-                model.save(ckpt_dir / "best.zip")
-
-        class EvalCallback(BaseCallback):
-            """Episode metrics to MLflow, periodic validation, wall-time cap."""
-
-            def __init__(self) -> None:
-                super().__init__()
-                self._next = args.eval_freq
-
-            def _on_step(self) -> bool:
-                for info in self.locals.get("infos", []):
-                    if "episode" in info and "metrics" in info:
-                        mlflow.log_metrics(
-                            {
-                                "train/episode_return": float(info["episode"]["r"]),
-                                "train/mean_slowdown": float(info["metrics"]["mean_slowdown"]),
-                            },
-                            step=self.num_timesteps,
-                        )
-                if self.num_timesteps >= self._next:
-                    self._next += args.eval_freq
-                    do_eval(self.num_timesteps)
-                limit = args.max_minutes
-                return limit is None or time.perf_counter() - t_ppo < 60 * limit
-
-        do_eval(0)  # the cloned policy competes for "best" too
-        t_ppo = time.perf_counter()
-        if args.timesteps > 0:
-            model.learn(args.timesteps, callback=EvalCallback(), progress_bar=progress)
-            if state["history"][-1]["step"] != model.num_timesteps:
-                do_eval(model.num_timesteps)
-            # the last policy too, whichever checkpoint the validation keeps
-            save_onnx(actor_from_model(model), run_dir / "model" / "final.onnx")
-        ppo_seconds = time.perf_counter() - t_ppo
-        venv.close()
-
-        best_model = load_sb3_model(ckpt_dir / "best.zip")
-        model_dir = run_dir / "model"
-        export_policy(best_model, model_dir)
-        best_model.save(model_dir / "ppo.zip")
-        wall = time.perf_counter() - t_start
-        meta = {
-            "format": DYNAMIC_FORMAT,
-            "version": run_name,
-            "mode": "dynamic",
-            "env_id": "fleetmind/MultiClusterPlacement-v0",
-            "env_kwargs": env_kwargs,
-            "train_traces": list(args.traces),
-            "teacher": args.teacher,
-        }
-        if not opts.is_default():
-            meta["teacher_search"] = opts.to_dict()
-        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
-        command = (
-            "--mode dynamic"
-            + "".join(f" --trace {t}" for t in args.traces)
-            + f" --dyn-jobs {args.dyn_jobs} --teacher {args.teacher}"
-            + (" --queue-features" if env_kwargs.get("queue_features") else "")
-            + (
-                f" --cem-generations {args.cem_generations} --cem-population {args.cem_population}"
-                f" --cem-seeds {' '.join(map(str, args.cem_seeds))}" + opts.flags()
-                if args.teacher == "cem"
-                else ""
-            )
-            + f" --bc-episodes {args.bc_episodes} --bc-target-ce {args.bc_target_ce:g}"
-            + (f" --bc-value-coef {args.bc_value_coef:g}" if args.bc_value_coef != 0.5 else "")
-            + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
-            + f" --timesteps {args.timesteps} --n-envs {args.n_envs} --seed {args.seed}"
-            + f" --eval-seeds {' '.join(map(str, args.eval_seeds))} --eval-freq {args.eval_freq}"
-            + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
-        )
-        card = {
-            "run": run_name,
-            "env": "fleetmind/MultiClusterPlacement-v0 (dynamic mode)",
-            "env_kwargs": env_kwargs,
-            "command": command,
-            "train_traces": list(args.traces),
-            "teacher": args.teacher,
-            "teacher_search (objective J on its streams: FGD -> teacher)": (
-                f"{summary['cem']['objective_fgd']:.4f} -> {summary['cem']['objective_teacher']:.4f}"
-                if "cem" in summary
-                else "-"
-            ),
-            "bc_samples": summary.get("bc", {}).get("samples", 0),
-            "ppo_timesteps": int(model.num_timesteps),
-            "best_step": state["best_step"],
-            "validation (train traces x eval seeds)": state.get("best_metrics", {}),
-            "validation_fgd_mean_slowdown": round(ref["mean_slowdown"], 4),
-            "wall_time_s": round(wall, 1),
-            "ppo_wall_time_s": round(ppo_seconds, 1),
-            "parameters": count_parameters(best_model.policy),
-            "hyperparameters": asdict(hp),
-        }
-        write_model_card(model_dir, card)
-        _retitle_card(model_dir / "model_card.md")
-        mlflow.log_metrics({"final/wall_time_s": wall, "final/eval_objective": state["best"]})
-        mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
-        summary.update(
-            metrics={"ppo": state.get("best_metrics", {}), "fgd": ref},
-            best_step=state["best_step"],
-            history=state["history"],
-            timesteps=int(model.num_timesteps),
-            wall_time_s=round(wall, 1),
-            artifact=str(model_dir),
-        )
+        _references(r)
+        _warm_start(r)
+        _learn(r)
+        model_dir = _export(r)
         if args.release:
-            RELEASE_DIR.mkdir(parents=True, exist_ok=True)
-            for f in model_dir.iterdir():
-                if f.is_file():
-                    shutil.copy2(f, RELEASE_DIR / f.name)
-            (RELEASE_DIR / "train_summary.json").write_text(
-                json.dumps(summary, indent=1, default=str) + "\n"
-            )
-            summary["released"] = str(RELEASE_DIR)
+            _release(model_dir, summary)
     return summary
 
 

@@ -8,9 +8,9 @@ What a run does:
 1. Seeds everything (Python, NumPy, torch, env and action-space seeds).
 2. Imitation warm start: rolls out a teacher on the training traces and clones it into the
    candidate scorer (actor cross-entropy + critic regression on the teacher's discounted returns;
-   see :mod:`rl.ppo`). The teacher is FGD (candidate 0 of every observation; ``--teacher fgd``), a
+   see :mod:`fleetmind.rl.ppo`). The teacher is FGD (candidate 0 of every observation; ``--teacher fgd``), a
    linear candidate scorer searched first by the cross-entropy method (``--teacher cem``; see
-   :mod:`rl.teacher`), or a saved scorer JSON.
+   :mod:`fleetmind.rl.teacher`), or a saved scorer JSON.
 3. MaskablePPO on ``SubprocVecEnv`` envs (``fleetmind/GpuPlacement-v0``; episodes start after an FGD
    prefix up to ``fgd_until_pct`` of capacity and stop at ``stop_arrived_pct``, from a pool of
    workload seeds), with SB3 callbacks: MLflow logging (``train/*`` episode metrics, ``losses/*``),
@@ -20,7 +20,7 @@ What a run does:
    ``model_card.md``) to ``<out>/<run name>/model`` (and to ``models/placement/`` with ``--release``),
    logs it to MLflow as a pyfunc model, registers ``fleetmind-placement`` and moves the ``champion``
    alias to the new version when its evaluation beats the current champion's
-   (:mod:`training.recipes.tracking`).
+   (:mod:`fleetmind.training.recipes.tracking`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import mlflow
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
@@ -44,11 +44,11 @@ from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
+from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.policy_adapter import RELEASED_DIR
 from fleetmind.rl.ppo import (
-    behaviour_clone,
     collect_teacher,
     evaluate_greedy,
     make_model,
@@ -63,51 +63,16 @@ from fleetmind.rl.teacher import (
     load_teacher,
 )
 from fleetmind.training.recipes.common import (
-    PPOArgs,
+    TrainingRun,
     check_loss_weights,
+    clone_teacher,
     hyperparams,
     log_cem_search,
     seed_everything,
     write_model_card,
 )
+from fleetmind.training.recipes.settings import FgdArgs
 from fleetmind.training.recipes.tracking import log_placement_pyfunc, run_dirs, tracked_run
-
-
-@dataclass
-class FgdArgs(PPOArgs):
-    """Settings of an fgd-mode training run (``fleetmind sched train --mode fgd`` flags)."""
-
-    mode: ClassVar[str] = "fgd"
-
-    nodes: str | None = None
-    """node list CSV or openb name (default: the openb GPU nodes)"""
-    fgd_until_pct: float = 80.0
-    """training episodes: FGD places pods until this % of capacity has arrived"""
-    stop_arrived_pct: float = 101.0
-    """training episodes end when arrivals pass this % of capacity (the metric is read at 100)"""
-    workload_seeds: list[int] = field(default_factory=lambda: [1000, 1001])
-    """pool of training workload seeds (disjoint from the evaluation seeds 42-51)"""
-    bc_fgd_until_pct: float = 0.0
-    """teacher demonstrations: FGD prefix (default 0, whole episodes, so that the clone also sees the
-    early, lightly loaded states that the PPO episodes skip but evaluation does not)"""
-    cem_init: str | None = None
-    """teacher=cem: start the search at this saved scorer JSON (default: at FGD)"""
-    cem_init_sd: float = 0.5
-    """teacher=cem: initial standard deviation of the search distribution"""
-    cem_multi_gpu_block: bool = False
-    """teacher=cem: add the ``x * is_multi_gpu`` feature block (``rl.teacher.BLOCKS_4``)"""
-    eval_traces: list[str] = field(default_factory=lambda: ["default"])
-    """traces of the periodic evaluation"""
-    eval_fgd_until_pct: float = 80.0
-    """periodic evaluation: FGD prefix (0 = the agent places everything; slower)"""
-    reward: str = "shaped"
-    """training reward: ``shaped`` (allocated GPU + fragmentation shaping) or ``metric`` (the
-    evaluation metric's per-step decomposition; ``envs.gpu_placement_env``)"""
-    penalty_features: bool = False
-    """append the stranding and model-scarcity signals to every candidate row (``F = 20``;
-    env option ``penalty_features``), so that the network observes what the teacher subtracts"""
-    register: bool = True
-    """register the model in MLflow and maybe move the champion alias"""
 
 
 def cem_search_with_bar(
@@ -119,7 +84,7 @@ def cem_search_with_bar(
     show: bool = True,
     **search_kwargs: Any,
 ) -> Any:
-    """:func:`rl.teacher.cem_search` with a tqdm bar counted in episodes (one tick per scored
+    """:func:`fleetmind.rl.teacher.cem_search` with a tqdm bar counted in episodes (one tick per scored
     episode: ``(generations x population + 1 [+ 1 with init]) x len(episodes)`` in all).
     ``search_kwargs`` go to ``cem_search`` (generations, population, n_elite, init_sd, seed,
     blocks). Returns its ``CEMResult``."""
@@ -140,8 +105,8 @@ def cem_search_with_bar(
 def _make_teacher(
     args: FgdArgs, env_kwargs: dict[str, Any], run_dir: Path, summary: dict[str, Any]
 ) -> Any:
-    """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`rl.teacher.LinearScorer`
-    or :class:`rl.teacher.StrandPenaltyScorer` loaded from ``args.teacher``, or a linear scorer
+    """The warm-start teacher: ``None`` for FGD (candidate 0), else a :class:`fleetmind.rl.teacher.LinearScorer`
+    or :class:`fleetmind.rl.teacher.StrandPenaltyScorer` loaded from ``args.teacher``, or a linear scorer
     searched by CEM (logged to MLflow). Either way it is saved as ``<run>/model/teacher.json``."""
 
     if args.teacher == "fgd":
@@ -217,21 +182,61 @@ def _make_teacher(
     return res.best
 
 
+def episode_metrics(info: Mapping[str, Any]) -> dict[str, float]:
+    """MLflow metrics of one finished training episode (a ``VecMonitor`` info dict)."""
+    ep = info["episode"]
+    metrics = {"train/episode_return": float(ep["r"]), "train/episode_length": float(ep["l"])}
+    for k in ("unallocated_gpu_pct_at_100", "n_failed"):
+        if k in info and np.isfinite(info[k]):
+            metrics[f"train/{k}"] = float(info[k])
+    return metrics
+
+
 def _n_features(args: FgdArgs) -> int:
     return N_CAND_FEATURES + (N_PENALTY_FEATURES if args.penalty_features else 0)
 
 
-def run(args: FgdArgs) -> dict[str, Any]:
-    """Warm start, train, evaluate, export, log and register; returns the JSON summary."""
-    # every trace read before anything is written (MLflow run, run folder): a typo is one line
+@dataclass
+class _Run(TrainingRun):
+    """One fgd-mode training run in progress (:class:`TrainingRun`), with its evaluation env."""
+
+    nodes: Any = None
+    eval_env: Any = None
+    """the evaluation env (:class:`GpuPlacementEnv` on the evaluation traces)"""
+    refs: dict[str, float] = field(default_factory=dict)
+    """mean unallocated GPU % at 100 % of FGD, BestFit and the teacher (evaluation episodes)"""
+    teacher: Any = None
+
+    def evaluate(self, act: Any) -> float:
+        """Mean unallocated GPU % at 100 % of ``act`` over the evaluation traces and seeds."""
+        a = self.args
+        res = evaluate_greedy(self.eval_env, act, a.eval_traces, a.eval_seeds)
+        return float(np.mean([v for per in res.values() for v in per.values()]))
+
+    def evaluate_policy(self, step: int) -> float:
+        """Evaluate the policy being trained; keep it as ``best.zip`` when it is the best yet."""
+        val = self.evaluate(actor_from_model(self.model).predict)
+        mlflow.log_metric("eval/ppo_unalloc100", val, step=step)
+        mlflow.log_metric("eval/gap_vs_fgd", val - self.refs["FGD"], step=step)
+        self.state["history"].append({"step": step, "unalloc100": val})
+        if val < self.state["best"]:
+            self.state["best"], self.state["best_step"] = val, step
+            self.model.save(self.ckpt_dir / "best.zip")
+        return val
+
+
+def _check(args: FgdArgs) -> None:
+    """Every trace read and every setting checked before anything is written (MLflow run, run
+    folder): a typo is one line."""
     for t in dict.fromkeys([*args.traces, *args.eval_traces]):
         load_openb_trace(t)
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
     check_loss_weights(args.bc_value_coef, args.vf_coef)
-    seed_everything(args.seed, args.threads)
-    t_start = time.perf_counter()
 
+
+def _start(args: FgdArgs, t_start: float) -> _Run:
+    """The run's folders, training env settings and evaluation env."""
     nodes = load_openb_nodes(args.nodes)
     env_kwargs = {
         "traces": list(args.traces),
@@ -245,8 +250,6 @@ def run(args: FgdArgs) -> dict[str, Any]:
     }
     hp = hyperparams(args)
     run_name, run_dir, ckpt_dir = run_dirs(args, "GpuPlacement-v0")
-    summary: dict[str, Any] = {"run_name": run_name}
-
     eval_env = GpuPlacementEnv(
         traces=list(args.eval_traces),
         nodes=nodes,
@@ -254,246 +257,214 @@ def run(args: FgdArgs) -> dict[str, Any]:
         fgd_until_pct=args.eval_fgd_until_pct,
         penalty_features=args.penalty_features,
     )
+    summary: dict[str, Any] = {"run_name": run_name}
+    return _Run(
+        args=args,
+        name=run_name,
+        dir=run_dir,
+        ckpt_dir=ckpt_dir,
+        env_kwargs=env_kwargs,
+        hp=hp,
+        summary=summary,
+        t_start=t_start,
+        nodes=nodes,
+        eval_env=eval_env,
+    )
 
-    def evaluate(act: Any) -> dict[str, dict[int, float]]:
-        return evaluate_greedy(eval_env, act, args.eval_traces, args.eval_seeds)
 
-    with tracked_run(args, run_name, summary):
-        # ------------------------------------------------------------------ references
-        refs: dict[str, float] = {}
-        # FGD = always candidate 0: identical to envs.fgd_mode.run_fgd(trace, "FGD", seed)
-        fgd_res = evaluate(lambda obs, mask: 0)
-        refs["FGD"] = float(np.mean([v for per in fgd_res.values() for v in per.values()]))
-        refs["BestFit"] = float(
-            np.mean(
-                [
-                    run_fgd(t, "BestFit", s, nodes).unallocated[100]
-                    for t in args.eval_traces
-                    for s in args.eval_seeds
-                ]
-            )
+def _references(r: _Run) -> None:
+    """FGD's and BestFit's results on the evaluation episodes, logged at step 0."""
+    a = r.args
+    # FGD = always candidate 0: identical to envs.fgd_mode.run_fgd(trace, "FGD", seed)
+    r.refs["FGD"] = r.evaluate(lambda obs, mask: 0)
+    r.refs["BestFit"] = float(
+        np.mean(
+            [
+                run_fgd(t, "BestFit", s, r.nodes).unallocated[100]
+                for t in a.eval_traces
+                for s in a.eval_seeds
+            ]
         )
-        for pol, val in refs.items():
-            mlflow.log_metric(f"eval/{pol.lower()}_unalloc100", val, step=0)
-        summary["eval_reference"] = refs
+    )
+    for pol, val in r.refs.items():
+        mlflow.log_metric(f"eval/{pol.lower()}_unalloc100", val, step=0)
+    r.summary["eval_reference"] = r.refs
 
-        # ------------------------------------------------------------------ model + warm start
-        venv = make_vec_env(args.n_envs, args.seed, env_kwargs)
-        model = make_model(venv, hp, args.seed)
-        mlflow.log_param("n_parameters", count_parameters(model.policy))
-        teacher = _make_teacher(args, env_kwargs, run_dir, summary)
-        if args.bc_episodes > 0:
-            teach_env = GpuPlacementEnv(
-                **{
-                    **env_kwargs,
-                    "workload_seeds": list(args.workload_seeds),
-                    "fgd_until_pct": args.bc_fgd_until_pct,
-                }
-            )
-            if hasattr(teacher, "bind"):  # reads the env's state (StrandPenaltyScorer)
-                teacher.bind(teach_env)
-            bar = tqdm(
-                desc=f"{args.teacher} demonstrations", unit="step", disable=not args.progress
-            )
-            data = collect_teacher(
-                teach_env,
-                args.bc_episodes,
-                args.seed,
-                hp.gamma,
-                teacher=teacher,
-                progress=bar.update,
-            )
-            bar.close()
-            bc = behaviour_clone(
-                model.policy,
-                data,
-                epochs=args.bc_epochs,
-                seed=args.seed,
-                target_ce=args.bc_target_ce,
-                value_coef=args.bc_value_coef,
-            )
-            mlflow.log_metrics(bc, step=0)
-            summary["bc"] = {**bc, "samples": int(len(data.actions))}
-        # the warm start before any PPO update ships as clone.onnx (policy name "clone")
-        save_onnx(actor_from_model(model), run_dir / "model" / "clone.onnx")
-        if teacher is not None:
-            if hasattr(teacher, "bind"):
-                teacher.bind(eval_env)
-            t_res = evaluate(teacher)
-            t_val = float(np.mean([v for per in t_res.values() for v in per.values()]))
-            mlflow.log_metric("eval/teacher_unalloc100", t_val, step=0)
-            refs["teacher"] = t_val
 
-        # ------------------------------------------------------------------ callbacks
-        state: dict[str, Any] = {"best": float("inf"), "best_step": -1, "history": []}
-
-        def do_eval(step: int) -> float:
-            actor = actor_from_model(model)
-            res = evaluate(actor.predict)
-            val = float(np.mean([v for per in res.values() for v in per.values()]))
-            mlflow.log_metric("eval/ppo_unalloc100", val, step=step)
-            mlflow.log_metric("eval/gap_vs_fgd", val - refs["FGD"], step=step)
-            state["history"].append({"step": step, "unalloc100": val})
-            if val < state["best"]:
-                state["best"], state["best_step"] = val, step
-                model.save(ckpt_dir / "best.zip")
-            return val
-
-        class MlflowCallback(BaseCallback):
-            """Episode metrics and PPO losses to MLflow; periodic evaluation and checkpoints."""
-
-            def __init__(self) -> None:
-                super().__init__()
-                self._next_eval = args.eval_freq
-
-            def _on_step(self) -> bool:
-                for info in self.locals.get("infos", []):
-                    ep = info.get("episode")
-                    if ep is None:
-                        continue
-                    metrics = {
-                        "train/episode_return": float(ep["r"]),
-                        "train/episode_length": float(ep["l"]),
-                    }
-                    for k in ("unallocated_gpu_pct_at_100", "n_failed"):
-                        if k in info and np.isfinite(info[k]):
-                            metrics[f"train/{k}"] = float(info[k])
-                    mlflow.log_metrics(metrics, step=self.num_timesteps)
-                if self.num_timesteps >= self._next_eval:
-                    self._next_eval += args.eval_freq
-                    do_eval(self.num_timesteps)
-                    model.save(ckpt_dir / f"step_{self.num_timesteps}.zip")
-                if (
-                    args.max_minutes is not None
-                    and time.perf_counter() - t_ppo > 60 * args.max_minutes
-                ):
-                    return False
-                return True
-
-            def _on_rollout_end(self) -> None:
-                vals = {
-                    f"losses/{k.split('/')[-1]}": float(v)
-                    for k, v in self.model.logger.name_to_value.items()
-                    if k.startswith("train/")
-                }
-                if vals:
-                    mlflow.log_metrics(vals, step=self.num_timesteps)
-
-        do_eval(0)  # the cloned policy is a candidate for "best" too
-        t_ppo = time.perf_counter()
-        if args.timesteps > 0:
-            model.learn(
-                total_timesteps=args.timesteps,
-                callback=CallbackList([MlflowCallback()]),
-                progress_bar=args.progress,
-            )
-            do_eval(model.num_timesteps)
-            # the last policy too, whichever checkpoint the evaluation keeps (policy name: a path)
-            save_onnx(actor_from_model(model), run_dir / "model" / "final.onnx")
-        ppo_seconds = time.perf_counter() - t_ppo
-        venv.close()
-
-        # ------------------------------------------------------------------ export best
-        best = load_sb3_model(ckpt_dir / "best.zip")
-        model_dir = run_dir / "model"
-        paths = export_policy(best, model_dir)
-        best.save(model_dir / "ppo.zip")
-        wall = time.perf_counter() - t_start
-        typical = TypicalPods.from_trace(eval_env._trace(0))  # noqa: SLF001
-        meta = {
-            "format": "fleetmind-placement/1",
-            "version": run_name,
-            "n_candidates": args.n_candidates,
-            "mode": args.mode,
-            "train_traces": list(args.traces),
-            "typical_pods": typical_to_json(typical),
-            "typical_pods_trace": eval_env._trace(0).name,  # noqa: SLF001
-        }
-        if args.penalty_features:
-            # the adapter rebuilds the features from the evaluated trace; the service, which has
-            # no trace, uses the statistics of the typical-pods trace stored here
-            meta["builder"] = {"penalty_features": True}
-            meta["penalty_context"] = PenaltyContext.from_trace(
-                eval_env._trace(0),  # noqa: SLF001
-                eval_env.state,
-            ).to_json()
-        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
-        card = {
-            "run": run_name,
-            "command": " ".join(
-                [f"--trace {t}" for t in args.traces]
-                + [
-                    f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
-                    f" --eval-freq {args.eval_freq} --eval-fgd-until-pct {args.eval_fgd_until_pct:g}"
-                    + "".join(f" --eval-trace {t}" for t in args.eval_traces)
-                    + f" --eval-seeds {' '.join(map(str, args.eval_seeds))}"
-                    f" --teacher {args.teacher} --bc-episodes {args.bc_episodes}"
-                    f" --bc-target-ce {args.bc_target_ce:g} --bc-fgd-until-pct {args.bc_fgd_until_pct:g}"
-                    + (
-                        f" --bc-value-coef {args.bc_value_coef:g}"
-                        if args.bc_value_coef != 0.5
-                        else ""
-                    )
-                    + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
-                    + f" --fgd-until-pct {args.fgd_until_pct:g}"
-                    + (f" --reward {args.reward}" if args.reward != "shaped" else "")
-                    + (" --penalty-features" if args.penalty_features else "")
-                    + (
-                        f" --cem-generations {args.cem_generations} --cem-population"
-                        f" {args.cem_population} --cem-seeds {' '.join(map(str, args.cem_seeds))}"
-                        if args.teacher == "cem"
-                        else ""
-                    )
-                    + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
-                ]
-            ),
-            "train_traces": args.traces,
-            "teacher": args.teacher,
-            "teacher_format": (
-                teacher.to_dict()["format"]
-                if teacher is not None and args.teacher != "cem"
-                else "-"
-            ),
-            "teacher_search (mean unalloc % on its episodes: FGD -> teacher)": (
-                f"{summary['cem']['fgd']:.3f} -> {summary['cem']['teacher']:.3f}"
-                if "cem" in summary
-                else "-"
-            ),
-            "ppo_timesteps": int(model.num_timesteps),
-            "bc_samples": summary.get("bc", {}).get("samples", 0),
-            "wall_time_s": round(wall, 1),
-            "ppo_wall_time_s": round(ppo_seconds, 1),
-            "parameters": count_parameters(best.policy),
-            "best_step": state["best_step"],
-            "eval_traces": args.eval_traces,
-            "eval_seeds": args.eval_seeds,
-            "eval_fgd_prefix_pct": args.eval_fgd_until_pct,
-            "eval_ppo_unalloc100": round(state["best"], 4),
-            "eval_fgd_unalloc100 (full FGD run)": round(refs["FGD"], 4),
-            "eval_bestfit_unalloc100": round(refs["BestFit"], 4),
-            "eval_teacher_unalloc100": round(refs["teacher"], 4) if "teacher" in refs else "-",
-            "hyperparameters": asdict(hp),
-        }
-        write_model_card(model_dir, card)
-        mlflow.log_metrics({"final/wall_time_s": wall, "final/eval_unalloc100": state["best"]})
-        mlflow.log_artifacts(str(model_dir), artifact_path="placement")
-        summary.update(
-            metrics={
-                "eval_unalloc100": state["best"],
-                **{f"{k}_unalloc100": v for k, v in refs.items()},
-            },
-            best_step=state["best_step"],
-            history=state["history"],
-            timesteps=int(model.num_timesteps),
-            wall_time_s=round(wall, 1),
-            artifact=str(model_dir),
-            files={k: str(v) for k, v in paths.items()},
+def _warm_start(r: _Run) -> None:
+    """The model, cloned from the teacher's demonstrations; saved as ``clone.onnx`` (policy name
+    ``clone``), with the teacher's own evaluation among the references."""
+    a = r.args
+    r.venv = make_vec_env(a.n_envs, a.seed, r.env_kwargs)
+    r.model = make_model(r.venv, r.hp, a.seed)
+    mlflow.log_param("n_parameters", count_parameters(r.model.policy))
+    r.teacher = teacher = _make_teacher(a, r.env_kwargs, r.dir, r.summary)
+    if a.bc_episodes > 0:
+        teach_env = GpuPlacementEnv(
+            **{
+                **r.env_kwargs,
+                "workload_seeds": list(a.workload_seeds),
+                "fgd_until_pct": a.bc_fgd_until_pct,
+            }
         )
+        if hasattr(teacher, "bind"):  # reads the env's state (StrandPenaltyScorer)
+            teacher.bind(teach_env)
+        bar = tqdm(desc=f"{a.teacher} demonstrations", unit="step", disable=not a.progress)
+        data = collect_teacher(
+            teach_env, a.bc_episodes, a.seed, r.hp.gamma, teacher=teacher, progress=bar.update
+        )
+        bar.close()
+        r.summary["bc"] = clone_teacher(r.model, data, a)
+    save_onnx(actor_from_model(r.model), r.dir / "model" / "clone.onnx")
+    if teacher is not None:
+        if hasattr(teacher, "bind"):
+            teacher.bind(r.eval_env)
+        r.refs["teacher"] = r.evaluate(teacher)
+        mlflow.log_metric("eval/teacher_unalloc100", r.refs["teacher"], step=0)
+
+
+def _learn(r: _Run) -> None:
+    """MaskablePPO from the clone, evaluated every ``eval_freq`` steps (the clone and the last
+    policy too); the last policy is saved as ``final.onnx`` whichever one is kept as best."""
+    a = r.args
+    r.evaluate_policy(0)  # the cloned policy is a candidate for "best" too
+    t_ppo = time.perf_counter()
+    if a.timesteps > 0:
+        options = {"max_minutes": a.max_minutes, "checkpoint_dir": r.ckpt_dir, "log_losses": True}
+        callback = MlflowEvalCallback(r.evaluate_policy, a.eval_freq, episode_metrics, **options)
+        r.model.learn(total_timesteps=a.timesteps, callback=callback, progress_bar=a.progress)
+        r.evaluate_policy(r.model.num_timesteps)
+        save_onnx(actor_from_model(r.model), r.dir / "model" / "final.onnx")
+    r.ppo_seconds = time.perf_counter() - t_ppo
+    r.venv.close()
+
+
+def _export(r: _Run) -> Path:
+    """The best policy exported to ``<run>/model`` with its metadata and card, logged to MLflow;
+    returns that folder."""
+    best = load_sb3_model(r.ckpt_dir / "best.zip")
+    model_dir = r.dir / "model"
+    paths = export_policy(best, model_dir)
+    best.save(model_dir / "ppo.zip")
+    wall = time.perf_counter() - r.t_start
+    (model_dir / "metadata.json").write_text(json.dumps(_metadata(r), indent=1) + "\n")
+    write_model_card(model_dir, _card(r, best, wall))
+    mlflow.log_metrics({"final/wall_time_s": wall, "final/eval_unalloc100": r.state["best"]})
+    mlflow.log_artifacts(str(model_dir), artifact_path="placement")
+    r.summary.update(
+        metrics={
+            "eval_unalloc100": r.state["best"],
+            **{f"{k}_unalloc100": v for k, v in r.refs.items()},
+        },
+        best_step=r.state["best_step"],
+        history=r.state["history"],
+        timesteps=int(r.model.num_timesteps),
+        wall_time_s=round(wall, 1),
+        artifact=str(model_dir),
+        files={k: str(v) for k, v in paths.items()},
+    )
+    return model_dir
+
+
+def _metadata(r: _Run) -> dict[str, Any]:
+    """``metadata.json`` of the exported model (what the policy adapter and the service read)."""
+    a, eval_env = r.args, r.eval_env
+    typical = TypicalPods.from_trace(eval_env._trace(0))  # noqa: SLF001
+    meta = {
+        "format": "fleetmind-placement/1",
+        "version": r.name,
+        "n_candidates": a.n_candidates,
+        "mode": a.mode,
+        "train_traces": list(a.traces),
+        "typical_pods": typical_to_json(typical),
+        "typical_pods_trace": eval_env._trace(0).name,  # noqa: SLF001
+    }
+    if a.penalty_features:
+        # the adapter rebuilds the features from the evaluated trace; the service, which has
+        # no trace, uses the statistics of the typical-pods trace stored here
+        meta["builder"] = {"penalty_features": True}
+        meta["penalty_context"] = PenaltyContext.from_trace(
+            eval_env._trace(0),  # noqa: SLF001
+            eval_env.state,
+        ).to_json()
+    return meta
+
+
+def _command(args: FgdArgs) -> str:
+    """The ``sched train`` flags of the run, as its model card records them."""
+    return " ".join(
+        [f"--trace {t}" for t in args.traces]
+        + [
+            f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
+            f" --eval-freq {args.eval_freq} --eval-fgd-until-pct {args.eval_fgd_until_pct:g}"
+            + "".join(f" --eval-trace {t}" for t in args.eval_traces)
+            + f" --eval-seeds {' '.join(map(str, args.eval_seeds))}"
+            f" --teacher {args.teacher} --bc-episodes {args.bc_episodes}"
+            f" --bc-target-ce {args.bc_target_ce:g} --bc-fgd-until-pct {args.bc_fgd_until_pct:g}"
+            + (f" --bc-value-coef {args.bc_value_coef:g}" if args.bc_value_coef != 0.5 else "")
+            + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
+            + f" --fgd-until-pct {args.fgd_until_pct:g}"
+            + (f" --reward {args.reward}" if args.reward != "shaped" else "")
+            + (" --penalty-features" if args.penalty_features else "")
+            + (
+                f" --cem-generations {args.cem_generations} --cem-population"
+                f" {args.cem_population} --cem-seeds {' '.join(map(str, args.cem_seeds))}"
+                if args.teacher == "cem"
+                else ""
+            )
+            + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
+        ]
+    )
+
+
+def _card(r: _Run, best: Any, wall: float) -> dict[str, Any]:
+    """The model card's fields."""
+    args, summary, refs, teacher = r.args, r.summary, r.refs, r.teacher
+    return {
+        "run": r.name,
+        "command": _command(args),
+        "train_traces": args.traces,
+        "teacher": args.teacher,
+        "teacher_format": (
+            teacher.to_dict()["format"] if teacher is not None and args.teacher != "cem" else "-"
+        ),
+        "teacher_search (mean unalloc % on its episodes: FGD -> teacher)": (
+            f"{summary['cem']['fgd']:.3f} -> {summary['cem']['teacher']:.3f}"
+            if "cem" in summary
+            else "-"
+        ),
+        "ppo_timesteps": int(r.model.num_timesteps),
+        "bc_samples": summary.get("bc", {}).get("samples", 0),
+        "wall_time_s": round(wall, 1),
+        "ppo_wall_time_s": round(r.ppo_seconds, 1),
+        "parameters": count_parameters(best.policy),
+        "best_step": r.state["best_step"],
+        "eval_traces": args.eval_traces,
+        "eval_seeds": args.eval_seeds,
+        "eval_fgd_prefix_pct": args.eval_fgd_until_pct,
+        "eval_ppo_unalloc100": round(r.state["best"], 4),
+        "eval_fgd_unalloc100 (full FGD run)": round(refs["FGD"], 4),
+        "eval_bestfit_unalloc100": round(refs["BestFit"], 4),
+        "eval_teacher_unalloc100": round(refs["teacher"], 4) if "teacher" in refs else "-",
+        "hyperparameters": asdict(r.hp),
+    }
+
+
+def run(args: FgdArgs) -> dict[str, Any]:
+    """Warm start, learn, export, register (and release); returns the JSON summary."""
+    _check(args)
+    seed_everything(args.seed, args.threads)
+    r = _start(args, t_start=time.perf_counter())
+    with tracked_run(args, r.name, r.summary):
+        _references(r)
+        _warm_start(r)
+        _learn(r)
+        model_dir = _export(r)
         if args.register:
-            summary["registry"] = log_placement_pyfunc(model_dir, state["best"])
+            r.summary["registry"] = log_placement_pyfunc(model_dir, r.state["best"])
     if args.release:
         RELEASED_DIR.mkdir(parents=True, exist_ok=True)
         for f in model_dir.iterdir():
             shutil.copy2(f, RELEASED_DIR / f.name)
-        summary["released"] = str(RELEASED_DIR)
-    return summary
+        r.summary["released"] = str(RELEASED_DIR)
+    return r.summary

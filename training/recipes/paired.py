@@ -4,7 +4,7 @@
         --init models/placement-dynamic --iterations 40 --group-size 6 --workloads-per-iter 2 \
         --val-streams 30 --val-every 5 --max-minutes 30
 
-Steps (see ``docs/ppo-dynamic.md``, section "Paired PPO"; the algorithm is :mod:`rl.paired`):
+Steps (see ``docs/ppo-dynamic.md``, section "Paired PPO"; the algorithm is :mod:`fleetmind.rl.paired`):
 
 1. Loads the clone of ``--init`` (a dynamic-mode model folder, default the released one) twice:
    a frozen reference and the learner. The env setting is the model's own (``metadata.json``);
@@ -16,7 +16,7 @@ Steps (see ``docs/ppo-dynamic.md``, section "Paired PPO"; the algorithm is :mod:
    range meets the frozen evaluation set (generator seeds 20261201-20261208, stream seeds
    7301-7310), the pre-set held-out seeds 42-51 or the headroom benchmark's variants.
 3. On each workload the greedy clone runs once and the learner samples ``--group-size`` episodes
-   on the same stream; one :func:`rl.paired.ppo_update` follows (gamma 1, group-relative
+   on the same stream; one :func:`fleetmind.rl.paired.ppo_update` follows (gamma 1, group-relative
    advantages, KL to the clone, no value loss).
 4. Every ``--val-every`` iterations the greedy learner and the greedy clone run on
    ``--val-streams`` validation workloads (own generator and stream seed ranges, the same for

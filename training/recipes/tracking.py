@@ -5,10 +5,11 @@
 * one tracked run (:func:`tracked_run`): tracking URI (:func:`tracking_uri`), experiment, and the
   recipe's settings logged as parameters once, at the start;
 * the exported model as an MLflow pyfunc (:func:`log_placement_pyfunc`: the
-  :class:`training.placement_pyfunc.PlacementPyfunc` wrapper, explicit pip requirements,
+  :class:`fleetmind.training.placement_pyfunc.PlacementPyfunc` wrapper, explicit pip requirements,
   registration as ``fleetmind-placement`` and the ``champion`` alias moved when it wins).
 
-Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``.
+Tracking URI, pinned requirements and the champion rule are the ones both trainers share
+(:mod:`fleetmind.training.tracking`; here the champion is the lowest ``eval_unalloc``).
 """
 
 from __future__ import annotations
@@ -23,53 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-import mlflow.pyfunc
 
 from fleetmind.training.placement_pyfunc import PlacementPyfunc
+from fleetmind.training.tracking import log_pyfunc_model, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-placement"
-CHAMPION = "champion"
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-
-
-def tracking_uri(explicit: str | None = None) -> str:
-    """Explicit URI, else ``MLFLOW_TRACKING_URI``, else the embedded SQLite store."""
-    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-
-
-def pip_requirements() -> list[str]:
-    """Explicit requirements of the logged model."""
-    from importlib.metadata import version
-
-    out = []
-    for pkg in ("numpy", "onnxruntime", "mlflow"):
-        try:
-            out.append(f"{pkg}=={version(pkg)}")
-        except Exception:  # pragma: no cover
-            out.append(pkg)
-    return out
-
-
-def promote_if_better(client: Any, version: str, score: float) -> tuple[bool, str | None]:
-    """Tag ``version`` with ``eval_unalloc`` (lower is better); move ``champion`` if it wins."""
-    from mlflow.exceptions import MlflowException
-
-    client.set_model_version_tag(REGISTERED_MODEL, version, "eval_unalloc", f"{score:.6f}")
-    try:
-        champ = client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION)
-    except MlflowException:
-        champ = None
-    prev = None if champ is None else str(champ.version)
-    best = float("inf")
-    if champ is not None:
-        try:
-            best = float(champ.tags.get("eval_unalloc", "inf"))
-        except ValueError:
-            best = float("inf")
-    if champ is None or score < best:
-        client.set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version)
-        return True, prev
-    return False, prev
 
 
 def run_dirs(args: Any, env_id: str) -> tuple[str, Path, Path]:
@@ -110,19 +69,12 @@ def log_placement_pyfunc(model_dir: Path, score: float) -> dict[str, Any]:
     """Log ``model_dir`` as a pyfunc model in the active run, register it as
     :data:`REGISTERED_MODEL` and move :data:`CHAMPION` to it when ``score`` (lower is better)
     beats the champion's. Returns the registry entry of the run summary."""
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=PlacementPyfunc(),
-        artifacts={"placement": str(model_dir)},
-        pip_requirements=pip_requirements(),
-        registered_model_name=REGISTERED_MODEL,
+    return log_pyfunc_model(
+        PlacementPyfunc(),
+        {"placement": str(model_dir)},
+        ("numpy", "onnxruntime", "mlflow"),
+        REGISTERED_MODEL,
+        tag="eval_unalloc",
+        score=score,
+        higher_is_better=False,
     )
-    version = str(info.registered_model_version)
-    promoted, prev = promote_if_better(mlflow.MlflowClient(), version, score)
-    return {
-        "model_uri": info.model_uri,
-        "registered_model": REGISTERED_MODEL,
-        "version": version,
-        "champion": promoted,
-        "previous_champion": prev,
-    }

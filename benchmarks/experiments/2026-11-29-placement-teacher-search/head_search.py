@@ -1,18 +1,18 @@
 """Cross-entropy search of the deployed placement network's logit head on whole-episode metrics.
 
 Why this exists. The released fgd-mode model (``models/placement/``) is a behaviour clone of a
-linear teacher found by a cross-entropy search (:mod:`rl.teacher`). That recipe loses twice: the
+linear teacher found by a cross-entropy search (:mod:`fleetmind.rl.teacher`). That recipe loses twice: the
 teacher is linear, and the clone copies it imperfectly (accuracy 0.972). This module searches the
 deployed network itself: the shared row MLP ``(F+G) -> 64 -> 64`` (tanh) of the released
-:class:`rl.policy.CandidateScorerNet` stays frozen, and only its final logit layer (64 weights and a
-bias) is searched, with the same CEM loop (:func:`rl.teacher.cem_loop`) and the same episode runner
-(:func:`rl.teacher.episode_metric`) as the linear teachers. The result is a policy in the deployed
+:class:`fleetmind.rl.policy.CandidateScorerNet` stays frozen, and only its final logit layer (64 weights and a
+bias) is searched, with the same CEM loop (:func:`fleetmind.rl.teacher.cem_loop`) and the same episode runner
+(:func:`fleetmind.rl.teacher.episode_metric`) as the linear teachers. The result is a policy in the deployed
 architecture, so no cloning step follows: :func:`export_head` writes it back into a copy of the
 model folder.
 
 Scorer. For an observation ``obs (K*F + G,)``, every row ``x_k = [row_k, globals]`` goes through
 the frozen MLP to ``h_k (64,)``; the logit is ``w . h_k + b`` and the scorer picks the valid row
-with the highest logit (ties to the lowest index), exactly as :class:`rl.export.PlacementActor`
+with the highest logit (ties to the lowest index), exactly as :class:`fleetmind.rl.export.PlacementActor`
 does. The MLP runs in torch (float32, no grad, the same modules as the actor), so the released head
 reproduces the released actor's choices bit for bit.
 
@@ -58,7 +58,7 @@ class HeadScorer(TeacherScorer):
     """The released network's frozen row MLP with a searchable logit head.
 
     Args:
-        actor: a :class:`rl.export.PlacementActor` (its row MLP is used, never changed).
+        actor: a :class:`fleetmind.rl.export.PlacementActor` (its row MLP is used, never changed).
         head: ``(H+1,)`` ``[w, b]``; ``None``: the actor's own head.
         model_dir: where the actor came from (stored in the JSON so the scorer can be rebuilt).
 

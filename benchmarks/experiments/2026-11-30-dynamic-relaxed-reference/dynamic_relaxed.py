@@ -1,6 +1,6 @@
 """Relaxed reference schedules for dynamic mode: how much could any placement policy win?
 
-A placement policy of :class:`envs.dynamic.sim.DynamicSim` only decides *where* a job runs; the
+A placement policy of :class:`fleetmind.envs.dynamic.sim.DynamicSim` only decides *where* a job runs; the
 simulator decides *when* it may start (FIFO queue, backfill window, work-conserving). Two things
 cost a job time because of where it runs: its runtime there (slower GPUs, slow links, remote data)
 and the packing (a job waits while enough free capacity exists, but split over nodes). This
@@ -301,7 +301,7 @@ class IdealRuntimeSim(DynamicSim):
     """:class:`DynamicSim` in which every job runs its ideal runtime ``I = jobs.ideal_s[j]`` (s)
     with no data staging, wherever the policy puts it; nodes, GPUs, the queue and the policy's
     decisions are the real ones (the policy still sees the real runtime model through
-    :func:`envs.dynamic.policies.estimate_completion`). ``metrics()`` then measures what is left of a
+    :func:`fleetmind.envs.dynamic.policies.estimate_completion`). ``metrics()`` then measures what is left of a
     policy's slowdown once placement no longer changes runtimes: queueing under node packing."""
 
     def runtime(self, j: int, node: int, gpus: Sequence[int]) -> tuple[float, float]:

@@ -1,0 +1,31 @@
+"""User-facing errors of the whole library (``fleetmind.errors``).
+
+Every error that a user can cause (bad file, unknown node, impossible job, corrupt model, wrong config)
+is raised as a :class:`FleetMindError` subclass with a one-line message that names what is wrong. The CLI
+prints ``fleetmind: error: <message>`` and exits with status 2; the service maps them to 4xx responses.
+
+Any subpackage may import this module (it imports nothing). :mod:`fleetmind.data.errors`, where
+these classes lived up to 0.2.0, re-exports them, so older imports keep working.
+"""
+
+from __future__ import annotations
+
+
+class FleetMindError(Exception):
+    """Base class for errors caused by user input; ``str(err)`` is a one-line explanation."""
+
+
+class DataError(FleetMindError):
+    """A data file or folder is missing, malformed, or inconsistent."""
+
+
+class ConfigError(FleetMindError):
+    """A configuration value or command-line option is invalid."""
+
+
+class ModelLoadError(FleetMindError):
+    """A model artifact is missing, corrupt, or incompatible with this version."""
+
+
+class NotAvailableError(FleetMindError):
+    """A feature needs something absent here (NVML, an optional package, a model not yet released)."""

@@ -1,0 +1,204 @@
+"""``fleetmind sched train`` flags generated from the recipe settings (:mod:`.settings`).
+
+Each flag is one field of :class:`~fleetmind.training.recipes.settings.FgdArgs` and/or
+:class:`~fleetmind.training.recipes.settings.DynamicArgs`: its type, default and help text are read
+from the dataclass field and the docstring under it, so a setting is defined once. :data:`TRAIN_FLAGS`
+lists which fields are flags (the others, such as ``learning_rate``, are set from Python only) and
+the few that need more than the field says (a repeatable ``--trace``, the inverted
+``--no-register``). A field that only one recipe has gets a ``fgd mode:`` / ``dynamic mode:``
+prefix in its help; :func:`recipe_kwargs` passes a recipe only the fields it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetmind.training.recipes import settings
+from fleetmind.training.recipes.settings import DynamicArgs, FgdArgs
+
+RECIPES: tuple[type, ...] = (FgdArgs, DynamicArgs)
+"""Settings classes whose fields become flags (one parser serves both modes)."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One ``sched train`` flag: the settings field it sets and what argparse needs beyond it."""
+
+    field: str
+    """the settings field (``cem_seeds``)"""
+    name: str | None = None
+    """the flag (default: ``--`` and the field with dashes, ``--cem-seeds``)"""
+    argparse: dict[str, Any] = field(default_factory=dict)
+    """extra ``add_argument`` keywords (``action``, ``required``, ``choices``, ``metavar``, ...);
+    a ``default`` here replaces the field's"""
+    convert: Callable[[Any, argparse.Namespace], Any] | None = None
+    """``(parsed value, all parsed flags) -> field value`` when they differ"""
+    invert: bool = False
+    """a ``store_true`` flag that sets a ``True``-by-default field to ``False`` (``--no-register``)"""
+
+    @property
+    def flag(self) -> str:
+        return self.name or "--" + self.field.replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+def _eval_traces(value: list[str] | None, args: argparse.Namespace) -> list[str]:
+    return value or list(args.trace[:1])
+
+
+TRAIN_FLAGS: tuple[Flag, ...] = (
+    Flag("traces", "--trace", {"action": "append", "required": True, "default": None}),
+    Flag("dyn_jobs"),
+    Flag("queue_features"),
+    Flag("penalty_features"),
+    Flag("timesteps"),
+    Flag("seed"),
+    Flag("reward", argparse={"choices": ["shaped", "metric"]}),
+    Flag("n_envs"),
+    Flag("bc_episodes"),
+    Flag("teacher"),
+    Flag("bc_target_ce"),
+    Flag("bc_value_coef"),
+    Flag("vf_coef"),
+    Flag("bc_fgd_until_pct"),
+    Flag("eval_fgd_until_pct"),
+    Flag("cem_generations"),
+    Flag("cem_population"),
+    Flag("cem_seeds"),
+    Flag("cem_init"),
+    Flag("cem_init_sd"),
+    Flag("cem_multi_gpu_block"),
+    Flag(
+        "cem_trace_seeds",
+        argparse={"action": "append", "default": None, "metavar": "TRACE=SEEDS"},
+    ),  # parsed to {trace: seeds} by the caller's converter (cli_sched._trace_seeds)
+    Flag("cem_worst_weight"),
+    Flag("cem_nonneg", argparse={"metavar": "FEATURE"}),
+    Flag("cem_max_minutes"),
+    Flag("fgd_until_pct"),
+    Flag(
+        "eval_traces",
+        "--eval-trace",
+        {"action": "append", "default": None},
+        convert=_eval_traces,
+    ),
+    Flag("eval_seeds"),
+    Flag("eval_freq"),
+    Flag("max_minutes"),
+    Flag("out"),
+    Flag("release"),
+    Flag("register", "--no-register", invert=True),
+)
+"""The fields ``fleetmind sched train`` exposes, in ``--help`` order."""
+
+
+@functools.cache
+def field_docs() -> dict[tuple[str, str], str]:
+    """``(class name, field) -> docstring`` of every settings field (the string under it)."""
+    tree = ast.parse(inspect.getsource(settings))
+    docs: dict[tuple[str, str], str] = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        body = cls.body
+        for stmt, nxt in zip(body, body[1:], strict=False):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[(cls.name, stmt.target.id)] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _field(name: str) -> tuple[dataclasses.Field[Any], type, list[type]]:
+    """The field ``name``, the settings class it was read from and every recipe that has it."""
+    owners = [c for c in RECIPES if name in {f.name for f in dataclasses.fields(c)}]
+    if not owners:
+        raise KeyError(f"no recipe setting named {name!r}")
+    f = next(f for f in dataclasses.fields(owners[0]) if f.name == name)
+    return f, owners[0], owners
+
+
+def field_default(f: dataclasses.Field[Any]) -> Any:
+    """A field's default value (a fresh one from its factory)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _help(name: str, cls: type, owners: list[type], default: Any, show_default: bool) -> str:
+    doc = next(
+        field_docs()[(c.__name__, name)] for c in cls.__mro__ if (c.__name__, name) in field_docs()
+    )
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc).replace("``", "").replace("%", "%%")
+    if len(owners) == 1:
+        mode = owners[0].mode
+        doc = f"{mode} mode, {doc}" if doc.startswith("teacher=cem:") else f"{mode} mode: {doc}"
+    if show_default and "(default" not in doc:
+        shown = " ".join(map(str, default)) if isinstance(default, list) else default
+        doc += f" (default {shown})"
+    return doc
+
+
+def add_train_flags(parser: argparse.ArgumentParser, flags: tuple[Flag, ...] = TRAIN_FLAGS) -> None:
+    """Add ``flags`` to ``parser``, typed and documented from the settings fields."""
+    for spec in flags:
+        f, cls, owners = _field(spec.field)
+        hints = typing.get_type_hints(cls)
+        kind = hints[spec.field]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        base = [kind]
+        kw: dict[str, Any] = {"default": field_default(f)}
+        origin = typing.get_origin(base[0])
+        if spec.invert or base[0] is bool:
+            kw = {"action": "store_true"}
+        elif origin is list:
+            kw.update(nargs="+", type=typing.get_args(base[0])[0])
+        elif base[0] in (int, float):
+            kw["type"] = base[0]
+        kw.update(spec.argparse)
+        if kw.get("action") == "append":  # one value per use of the flag
+            kw.pop("nargs", None)
+        show = kw.get("action") != "store_true" and kw.get("default") not in (None, [], {})
+        kw["help"] = _help(spec.field, cls, owners, kw.get("default"), show)
+        parser.add_argument(spec.flag, **kw)
+
+
+def recipe_kwargs(
+    args: argparse.Namespace,
+    cls: type,
+    flags: tuple[Flag, ...] = TRAIN_FLAGS,
+    convert: dict[str, Callable[[Any], Any]] | None = None,
+) -> dict[str, Any]:
+    """The settings of recipe ``cls`` that ``flags`` set, from the parsed ``args``; ``convert``
+    maps a field to a function of its parsed value (``cem_trace_seeds``: ``TRACE=SEEDS`` items)."""
+    convert = convert or {}
+    have = {f.name for f in dataclasses.fields(cls)}
+    out: dict[str, Any] = {}
+    for spec in flags:
+        if spec.field not in have:
+            continue
+        value = getattr(args, spec.dest)
+        if spec.invert:
+            value = not value
+        elif spec.convert is not None:
+            value = spec.convert(value, args)
+        if spec.field in convert:
+            value = convert[spec.field](value)
+        out[spec.field] = value
+    return out

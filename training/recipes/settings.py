@@ -1,0 +1,156 @@
+"""Settings of the placement training recipes, one dataclass per recipe.
+
+:class:`PPOArgs` holds what both recipes share, :class:`FgdArgs` and :class:`DynamicArgs` add each
+mode's own. Each field is defined here once, with its default and its docstring; the
+``fleetmind sched train`` flags are generated from these fields
+(:mod:`fleetmind.training.recipes.flags`). The module imports nothing heavy, so that building the
+CLI's parser does not load torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+@dataclass
+class PPOArgs:
+    """Settings shared by the placement training recipes (``fleetmind sched train`` flags).
+
+    Each recipe has its own subclass: :class:`fleetmind.training.recipes.fgd.FgdArgs` and
+    :class:`fleetmind.training.recipes.dynamic.DynamicArgs`.
+    """
+
+    mode: ClassVar[str] = ""
+    """the recipe's simulation mode (``--mode``)"""
+
+    traces: list[str] = field(default_factory=lambda: ["default"])
+    """training traces (openb names or CSV paths); one drawn per episode"""
+    timesteps: int = 100_000
+    """PPO environment steps (decisions) after the warm start"""
+    seed: int = 0
+    """seed of weights, envs and workloads"""
+    n_envs: int = 2
+    """parallel envs (SubprocVecEnv when > 1)"""
+    n_candidates: int = 16
+    """K, candidate placements per decision"""
+    bc_episodes: int = 2
+    """teacher episodes for the imitation warm start (0: none)"""
+    bc_epochs: int = 30
+    """maximum epochs of behaviour cloning (stops at cross-entropy ``bc_target_ce``)"""
+    bc_target_ce: float = 0.2
+    """behaviour cloning stops once the epoch's cross-entropy is below this"""
+    bc_value_coef: float = 0.5
+    """weight of the critic's return regression in the cloning loss. The critic pools the actor's
+    row embeddings, so with large returns (dynamic mode: value MSE ~1,000) this term's gradient
+    swamps the actor's; 0 clones the actor alone (the critic then starts untrained)"""
+    teacher: str = "fgd"
+    """warm-start teacher: ``fgd`` (candidate 0), ``cem`` (search a linear scorer first, see
+    :mod:`fleetmind.rl.teacher`) or the path of a saved scorer JSON (``rl.teacher.load_teacher``: a linear
+    scorer, or a linear scorer with a host-stranding penalty)"""
+    cem_generations: int = 8
+    """teacher=cem: CEM generations"""
+    cem_population: int = 14
+    """teacher=cem: weight vectors scored per generation"""
+    cem_seeds: list[int] = field(default_factory=lambda: [1000])
+    """teacher=cem: workload seeds of the search episodes (one episode per training trace and
+    seed; when that makes a single episode, the same trace with the next seed is added)"""
+    learning_rate: float = 1e-4
+    """PPO Adam step size"""
+    n_steps: int = 512
+    """rollout steps per env per update"""
+    batch_size: int = 128
+    """PPO minibatch"""
+    clip_range: float = 0.15
+    """PPO clip"""
+    target_kl: float = 0.02
+    """PPO early stop on approximate KL"""
+    gamma: float = 0.995
+    """discount"""
+    ent_coef: float = 0.001
+    """entropy bonus"""
+    vf_coef: float = 0.5
+    """PPO value-loss weight. The critic pools the actor's row embeddings, so with large returns
+    (dynamic mode) a big weight lets the value loss dominate the shared trunk's clipped gradient"""
+    hidden: int = 64
+    """hidden width (tanh)"""
+    eval_seeds: list[int] = field(default_factory=lambda: [42])
+    """workload seeds of the periodic evaluation"""
+    eval_freq: int = 20_000
+    """evaluate every this many PPO steps"""
+    max_minutes: float | None = None
+    """stop PPO after this much wall time (minutes; None: run all timesteps)"""
+    out: str = "runs/ppo"
+    """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
+    release: bool = False
+    """also copy the artifact to the recipe's released model folder (``models/placement/``,
+    ``models/placement-dynamic/``)"""
+    tracking_uri: str | None = None
+    """MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"""
+    experiment: str = "fleetmind-placement"
+    """MLflow experiment name"""
+    threads: int = 1
+    """torch threads"""
+    progress: bool = True
+    """progress bars"""
+
+
+@dataclass
+class FgdArgs(PPOArgs):
+    """Settings of an fgd-mode training run (``fleetmind sched train --mode fgd`` flags)."""
+
+    mode: ClassVar[str] = "fgd"
+
+    nodes: str | None = None
+    """node list CSV or openb name (default: the openb GPU nodes)"""
+    fgd_until_pct: float = 80.0
+    """training episodes: FGD places pods until this % of capacity has arrived"""
+    stop_arrived_pct: float = 101.0
+    """training episodes end when arrivals pass this % of capacity (the metric is read at 100)"""
+    workload_seeds: list[int] = field(default_factory=lambda: [1000, 1001])
+    """pool of training workload seeds (disjoint from the evaluation seeds 42-51)"""
+    bc_fgd_until_pct: float = 0.0
+    """teacher demonstrations: FGD prefix (default 0, whole episodes, so that the clone also sees the
+    early, lightly loaded states that the PPO episodes skip but evaluation does not)"""
+    cem_init: str | None = None
+    """teacher=cem: start the search at this saved scorer JSON (default: at FGD)"""
+    cem_init_sd: float = 0.5
+    """teacher=cem: initial standard deviation of the search distribution"""
+    cem_multi_gpu_block: bool = False
+    """teacher=cem: add the ``x * is_multi_gpu`` feature block (``rl.teacher.BLOCKS_4``)"""
+    eval_traces: list[str] = field(default_factory=lambda: ["default"])
+    """traces of the periodic evaluation (default: the first training trace)"""
+    eval_fgd_until_pct: float = 80.0
+    """periodic evaluation: FGD prefix (0 = the agent places everything; slower)"""
+    reward: str = "shaped"
+    """training reward: ``shaped`` (allocated GPU + fragmentation shaping) or ``metric`` (the
+    evaluation metric's per-step decomposition; ``envs.gpu_placement_env``)"""
+    penalty_features: bool = False
+    """append the stranding and model-scarcity signals to every candidate row (``F = 20``;
+    env option ``penalty_features``), so that the network observes what the teacher subtracts"""
+    register: bool = True
+    """register the model in MLflow and maybe move the champion alias (``--no-register``: skip
+    the MLflow registry)"""
+
+
+@dataclass
+class DynamicArgs(PPOArgs):
+    """Settings of a dynamic-mode training run (``fleetmind sched train --mode dynamic`` flags)."""
+
+    mode: ClassVar[str] = "dynamic"
+
+    cem_trace_seeds: dict[str, list[int]] = field(default_factory=dict)
+    """teacher=cem: search seeds per trace, replacing ``cem_seeds`` for that trace (flag:
+    ``TRACE=SEEDS``, e.g. ``multigpu20=1000-1003``, repeatable)"""
+    cem_worst_weight: float = 0.0
+    """teacher=cem: weight of the worst per-trace slowdown ratio in the objective"""
+    cem_nonneg: list[str] = field(default_factory=list)
+    """teacher=cem: candidate features whose effective weight is kept >= 0"""
+    cem_max_minutes: float | None = None
+    """teacher=cem: end the search after the generation in which this many minutes
+    passed (None: no limit)"""
+    dyn_jobs: int = 2048
+    """jobs per episode of fleetmind/MultiClusterPlacement-v0 (2,048, the env's and
+    the released dynamic model's setting)"""
+    queue_features: bool = False
+    """the 4 queue-aware candidate features (env option ``queue_features``)"""

@@ -1,0 +1,123 @@
+"""MLflow tracking shared by both trainers: the RCA GAT (:mod:`fleetmind.training.rca_train`) and
+the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
+
+* :func:`tracking_uri`: where runs are tracked (an explicit URI, else ``MLFLOW_TRACKING_URI``, else
+  the embedded :data:`DEFAULT_TRACKING_URI`);
+* :func:`pip_requirements`: the pinned requirements a logged pyfunc model declares (pinned to the
+  installed versions; no slow inference of requirements);
+* :func:`promote_if_better`: tag a registered model version with its score and move the
+  :data:`CHAMPION` alias to it when it beats the champion's;
+* :func:`log_pyfunc_model`: log a model to the active run as an MLflow pyfunc, then register and
+  promote it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+"""The embedded SQLite store, in the current folder."""
+CHAMPION = "champion"
+"""The registry alias of the best version of a registered model."""
+
+
+def tracking_uri(explicit: str | None = None) -> str:
+    """The MLflow tracking URI to use: explicit, else ``MLFLOW_TRACKING_URI``, else the embedded one."""
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def pip_requirements(packages: Sequence[str]) -> list[str]:
+    """``packages`` pinned to their installed versions (``name==version``; a package that is not
+    installed is listed unpinned)."""
+    from importlib.metadata import version
+
+    out = []
+    for pkg in packages:
+        try:
+            out.append(f"{pkg}=={version(pkg)}")
+        except Exception:  # pragma: no cover
+            out.append(pkg)
+    return out
+
+
+def promote_if_better(
+    client: Any, name: str, version: str, *, tag: str, score: float, higher_is_better: bool
+) -> tuple[bool, str | None]:
+    """Tag ``version`` of registered model ``name`` with ``tag`` = ``score`` (6 decimals) and move
+    :data:`CHAMPION` to it if it beats the champion's ``tag``.
+
+    A version beats the champion when its score is strictly better (a tie keeps the champion);
+    with no champion yet, or one without a readable tag, the new version becomes champion.
+
+    Returns:
+        ``(promoted, previous champion version or None)``.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client.set_model_version_tag(name, version, tag, f"{score:.6f}")
+    try:
+        champ = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        champ = None
+    prev = None if champ is None else str(champ.version)
+    worst = float("-inf") if higher_is_better else float("inf")
+    best = worst
+    if champ is not None:
+        try:
+            best = float(champ.tags.get(tag, worst))
+        except ValueError:
+            best = worst
+    wins = score > best if higher_is_better else score < best
+    if champ is None or wins:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+        return True, prev
+    return False, prev
+
+
+def log_pyfunc_model(
+    python_model: Any,
+    artifacts: dict[str, str],
+    packages: Sequence[str],
+    registered_model: str | None,
+    *,
+    tag: str,
+    score: float,
+    higher_is_better: bool,
+) -> dict[str, Any]:
+    """Log ``python_model`` (with ``artifacts``, requiring ``packages`` pinned) as ``model`` in the
+    active MLflow run; with a ``registered_model`` name, register it and :func:`promote_if_better`.
+
+    Returns:
+        ``{"model_uri"}``, plus ``registered_model``, ``version``, ``champion`` (moved to this
+        version?) and ``previous_champion`` when registered.
+    """
+    import mlflow
+    import mlflow.pyfunc
+
+    info = mlflow.pyfunc.log_model(
+        name="model",
+        python_model=python_model,
+        artifacts=artifacts,
+        pip_requirements=pip_requirements(packages),
+        registered_model_name=registered_model,
+    )
+    out: dict[str, Any] = {"model_uri": info.model_uri}
+    if registered_model is not None:
+        version = str(info.registered_model_version)
+        promoted, prev = promote_if_better(
+            mlflow.MlflowClient(),
+            registered_model,
+            version,
+            tag=tag,
+            score=score,
+            higher_is_better=higher_is_better,
+        )
+        out.update(
+            registered_model=registered_model,
+            version=version,
+            champion=promoted,
+            previous_champion=prev,
+        )
+    return out
