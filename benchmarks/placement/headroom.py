@@ -109,24 +109,39 @@ def rel(clone: float, other: float) -> float:
     return round(100.0 * (other - clone) / clone, 3) if clone else float("nan")
 
 
+def _configs(
+    args: argparse.Namespace,
+    band: list[float],
+    every_known: int,
+    every_sampled: int,
+    depth2_band: list[float],
+    every_depth2: int,
+) -> dict[str, RolloutConfig]:
+    """The three rollout settings a mode is measured with (known, sampled, known at depth 2)."""
+    return {
+        "known": RolloutConfig(k=args.k, band=tuple(band), every=every_known),
+        "sampled": RolloutConfig(
+            k=args.k, band=tuple(band), every=every_sampled, future="sampled", samples=args.samples
+        ),
+        "known_depth2": RolloutConfig(
+            k=args.k, band=tuple(depth2_band), every=every_depth2, depth=2
+        ),
+    }
+
+
 def run_fgd_mode(
     args: argparse.Namespace, variants: list[tuple[str, Path]]
 ) -> tuple[list[dict], dict[str, dict]]:
     nodes = load_openb_nodes()
     clone = load_ppo_policy(clone_file(REPO_ROOT / "models" / "placement"))
-    cfgs = {
-        "known": RolloutConfig(k=args.k, band=tuple(args.fgd_band), every=args.every_known),
-        "sampled": RolloutConfig(
-            k=args.k,
-            band=tuple(args.fgd_band),
-            every=args.every_sampled,
-            future="sampled",
-            samples=args.samples,
-        ),
-        "known_depth2": RolloutConfig(
-            k=args.k, band=tuple(args.depth2_fgd_band), every=args.every_depth2, depth=2
-        ),
-    }
+    cfgs = _configs(
+        args,
+        args.fgd_band,
+        args.every_known,
+        args.every_sampled,
+        args.depth2_fgd_band,
+        args.every_depth2,
+    )
     rows = []
     for vi, (name, path) in enumerate(variants):
         trace = load_openb_trace(path)
@@ -160,19 +175,14 @@ def run_dynamic_mode(
     ref = REPO_ROOT / "models" / "placement-dynamic"
     mcfg = model_config(ref)
     model = load_dynamic_actor(clone_file(ref), n_candidates=mcfg.n_candidates)
-    cfgs = {
-        "known": RolloutConfig(k=args.k, band=tuple(args.dyn_band), every=args.every_known_dyn),
-        "sampled": RolloutConfig(
-            k=args.k,
-            band=tuple(args.dyn_band),
-            every=args.every_sampled_dyn,
-            future="sampled",
-            samples=args.samples,
-        ),
-        "known_depth2": RolloutConfig(
-            k=args.k, band=tuple(args.depth2_dyn_band), every=args.every_depth2_dyn, depth=2
-        ),
-    }
+    cfgs = _configs(
+        args,
+        args.dyn_band,
+        args.every_known_dyn,
+        args.every_sampled_dyn,
+        args.depth2_dyn_band,
+        args.every_depth2_dyn,
+    )
     rows = []
     for vi, (name, path) in enumerate(variants):
         trace = load_openb_trace(path)
