@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from placement_helpers import NODES, PODS
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
@@ -26,16 +27,6 @@ from fleetmind.rl.rollout import (
 )
 from fleetmind.training import cli
 
-NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
-    f"n{i},{[32000, 64000, 96000][i % 3]},{[65536, 262144][i % 2]},{[1, 2, 4, 8][i % 4]},"
-    f"{['T4', 'P100', 'V100M32'][i % 3]}\n"
-    for i in range(14)
-)
-PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
-    f"p{i:03d},{1000 + 500 * (i % 5)},{2048 * (1 + i % 3)},{[0, 1, 1, 2, 1][i % 5]},"
-    f"{[0, 300, 1000, 1000, 650][i % 5]}\n"
-    for i in range(60)
-)
 K = 16
 EVERYWHERE = RolloutConfig(k=3, band=(0.0, 101.0))
 

@@ -3,7 +3,7 @@
 For each frozen trace (``benchmarks/placement/frozen_set.yaml``, regenerated into
 ``runs/frozen_set`` with hashes checked) and evaluation seed, the model's ``policy.onnx`` and its
 folder's ``clone.onnx`` run on the same stream in the model's own setting
-(:func:`rl.dynamic_eval.evaluate_streams`). Reported: per trace and overall, the mean slowdown of
+(:func:`fleetmind.rl.dynamic_eval.evaluate_streams`). Reported: per trace and overall, the mean slowdown of
 each, the paired gap (model / clone - 1, %) with a 95 % t-interval over the paired runs, and the
 mean p99 queueing delay of each. Used for the release rule of
 ``docs/research/2026-12-01-paired-ppo.md``:

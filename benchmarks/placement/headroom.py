@@ -109,15 +109,24 @@ def rel(clone: float, other: float) -> float:
     return round(100.0 * (other - clone) / clone, 3) if clone else float("nan")
 
 
-def _configs(
-    args: argparse.Namespace,
-    band: list[float],
-    every_known: int,
-    every_sampled: int,
-    depth2_band: list[float],
-    every_depth2: int,
-) -> dict[str, RolloutConfig]:
+_CONFIG_FLAGS = {
+    "fgd": ("fgd_band", "every_known", "every_sampled", "depth2_fgd_band", "every_depth2"),
+    "dynamic": (
+        "dyn_band",
+        "every_known_dyn",
+        "every_sampled_dyn",
+        "depth2_dyn_band",
+        "every_depth2_dyn",
+    ),
+}
+"""Per mode, the flags behind its band, strides and depth-2 band (in :func:`_configs`' order)."""
+
+
+def _configs(args: argparse.Namespace, mode: str) -> dict[str, RolloutConfig]:
     """The three rollout settings a mode is measured with (known, sampled, known at depth 2)."""
+    band, every_known, every_sampled, depth2_band, every_depth2 = (
+        getattr(args, f) for f in _CONFIG_FLAGS[mode]
+    )
     return {
         "known": RolloutConfig(k=args.k, band=tuple(band), every=every_known),
         "sampled": RolloutConfig(
@@ -134,14 +143,7 @@ def run_fgd_mode(
 ) -> tuple[list[dict], dict[str, dict]]:
     nodes = load_openb_nodes()
     clone = load_ppo_policy(clone_file(REPO_ROOT / "models" / "placement"))
-    cfgs = _configs(
-        args,
-        args.fgd_band,
-        args.every_known,
-        args.every_sampled,
-        args.depth2_fgd_band,
-        args.every_depth2,
-    )
+    cfgs = _configs(args, "fgd")
     rows = []
     for vi, (name, path) in enumerate(variants):
         trace = load_openb_trace(path)
@@ -175,14 +177,7 @@ def run_dynamic_mode(
     ref = REPO_ROOT / "models" / "placement-dynamic"
     mcfg = model_config(ref)
     model = load_dynamic_actor(clone_file(ref), n_candidates=mcfg.n_candidates)
-    cfgs = _configs(
-        args,
-        args.dyn_band,
-        args.every_known_dyn,
-        args.every_sampled_dyn,
-        args.depth2_dyn_band,
-        args.every_depth2_dyn,
-    )
+    cfgs = _configs(args, "dynamic")
     rows = []
     for vi, (name, path) in enumerate(variants):
         trace = load_openb_trace(path)

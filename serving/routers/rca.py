@@ -15,6 +15,7 @@ from fleetmind.serving.deps import (
     RCABatcherDep,
     RCAPoolDep,
     RegistryDep,
+    replay,
 )
 from fleetmind.serving.rca_pool import PoolUnavailable
 from fleetmind.serving.rca_request import parse_for, response_json
@@ -132,7 +133,7 @@ class FastLane:
         scope["route"] = self._route = self._route or _find_route(fast)
         if outcome[0] != "ok":
             scope[POOL_OUTCOME] = outcome
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay(body, receive), send)
             return
         services.metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
         payload = outcome[1]
@@ -158,16 +159,3 @@ def _token_ok(services: Any, scope: Any) -> bool:
 
 def _find_route(app: Any) -> Any:
     return next((r for r in app.routes if getattr(r, "path", None) == PATH), None)
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def again() -> Any:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return again
