@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    """Configuration of the FleetMind service (see ``docs/serving.md`` for the table)."""
+    """Configuration of the FleetMind service (see ``docs/serving/settings.md`` for the table)."""
 
     model_config = SettingsConfigDict(env_prefix="FLEETMIND_", extra="ignore")
 
@@ -311,7 +311,7 @@ class Settings(BaseSettings):
         le=3600,
         description="keep the CPUs busy at idle priority (one SCHED_IDLE busy loop per CPU) until "
         "this many seconds after the last request, so that a VM's vCPUs do not halt between "
-        "requests (0: off; Linux only; see docs/serving.md, Scaling)",
+        "requests (0: off; Linux only; see docs/serving/operations.md)",
     )
     gc_gen0_threshold: int | None = Field(
         100_000,

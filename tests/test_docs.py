@@ -91,6 +91,36 @@ def test_every_result_file_and_image_a_document_names_exists() -> None:
     assert not missing, "\n".join(missing)
 
 
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives ``page``'s headings: lower case, punctuation but ``-`` and ``_``
+    dropped, spaces as ``-``, a repeated heading numbered ``-1``, ``-2``... (code blocks skipped)."""
+    anchors: set[str] = set()
+    in_code = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            name, n = slug, 0
+            while name in anchors:
+                n += 1
+                name = f"{slug}-{n}"
+            anchors.add(name)
+    return anchors
+
+
+def test_every_link_anchor_names_a_heading() -> None:
+    # the pages of docs/serving/ link to each other's sections; a renamed heading breaks them
+    bad = []
+    for doc in (d for d in DOCS if d.is_file()):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
+            page = (doc.parent / target) if target else doc
+            if page.suffix == ".md" and page.is_file() and anchor not in heading_anchors(page):
+                bad.append(f"{doc.relative_to(ROOT)}: {target}#{anchor}")
+    assert not bad, "\n".join(bad)
+
+
 def test_benchmark_index_is_current() -> None:
     assert (ROOT / "benchmarks" / "INDEX.md").read_text() == index.render(), (
         "benchmarks/INDEX.md is out of date: run python -m benchmarks.index"

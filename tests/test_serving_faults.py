@@ -16,7 +16,7 @@ stored alerts, each alert has an incident, nothing is left pending):
 * slow clients holding connections open: other clients are still served.
 
 Missing binaries (``postgresql``, ``prometheus-alertmanager``) or no permission to mount a tmpfs
-skip the case with the reason. The measured figures go to ``docs/serving.md`` (Guarantees).
+skip the case with the reason. The measured figures go to ``docs/serving/operations.md`` (Guarantees).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``fleetmind serve``: run the inference service (FastAPI on uvicorn) on the embedded defaults.
 
-Options override the matching ``FLEETMIND_*`` environment variables (see ``docs/serving.md``).
+Options override the matching ``FLEETMIND_*`` environment variables (see ``docs/serving/settings.md``).
 """
 
 from __future__ import annotations

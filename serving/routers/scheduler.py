@@ -1,7 +1,7 @@
 """``/api/v1/scheduler``: the kube-scheduler extender (filter, prioritize) and binding feedback.
 
 See :mod:`fleetmind.serving.extender` for the protocol, :mod:`fleetmind.serving.reservations` for the holds, and
-``docs/serving.md`` ("Connect to your cluster") for the ``KubeSchedulerConfiguration``.
+``docs/serving/cluster.md`` for the ``KubeSchedulerConfiguration``.
 """
 
 from __future__ import annotations
