@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.provenance import REPO_ROOT, RESULTS
+from benchmarks.provenance import AREAS, REPO_ROOT, RESULTS
 
 INDEX = REPO_ROOT / "benchmarks" / "INDEX.md"
 NOT_RECORDED = "not recorded"
@@ -75,12 +75,14 @@ MOVED_SCRIPTS = {
 }
 """Where the scripts named in older results' ``command`` now live (run them as modules)."""
 
-AREAS = (
-    ("Root-cause analysis", ("rca_", "gat_", "petshop_")),
-    ("Placement (fgd mode)", ("fgd", "fleet", "placement_", "ppo_eval", "ppo.json")),
-    ("Dynamic mode", ("dynamic", "ppo_dynamic")),
-    ("Service", ("serving", "incident_")),
-)
+AREA_TITLES = {
+    "rca": "Root-cause analysis",
+    "placement": "Placement (fgd mode)",
+    "dynamic": "Dynamic mode",
+    "serving": "Service",
+}
+"""The heading of each results folder (:data:`benchmarks.provenance.AREAS`), in index order."""
+assert tuple(AREA_TITLES) == AREAS
 
 
 def doc_files() -> list[Path]:
@@ -91,9 +93,14 @@ def doc_files() -> list[Path]:
     return [d for d in docs if d.is_file()]
 
 
+MODEL_MARKERS = ("model_card.md", "policy.pt", "policy.onnx")
+"""A folder holding one of these is a model artifact (its JSON is metadata, not a result)."""
+
+
 def result_files() -> list[Path]:
-    """Every result JSON, except the files of model artifacts kept under ``results/``."""
-    models = {p.parent for pat in ("policy.pt", "policy.onnx") for p in RESULTS.rglob(pat)}
+    """Every result JSON under ``results/`` and its area folders, except the files of the model
+    folders kept beside them (``dynamic/ppo_dynamic_multigpu_fix_models/seed0/metadata.json``)."""
+    models = {p.parent for pat in MODEL_MARKERS for p in RESULTS.rglob(pat)}
     return sorted(
         p for p in RESULTS.rglob("*.json") if not any(p.is_relative_to(m) for m in models)
     )
@@ -433,11 +440,9 @@ def cell(text: str | None, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def area_of(name: str) -> str:
-    for area, prefixes in AREAS:
-        if name.startswith(prefixes):
-            return area
-    return "Other"
+def area_of(rel: str) -> str:
+    """The index heading of a result at ``rel`` (relative to ``results/``): its area folder's."""
+    return AREA_TITLES.get(rel.split("/")[0], "Other")
 
 
 def row(path: Path, cited: list[str]) -> str:
@@ -470,7 +475,10 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
         " tests/test_docs.py checks that it is current. -->",
         "",
         f"Every result JSON in [`benchmarks/results/`](results/): {len(results)} files, "
-        f"{n_cited} of them cited by a document. Each row gives the command that wrote the file, "
+        f"{n_cited} of them cited by a document, filed by the area they measure in the folders"
+        " `rca/`, `placement/` (fgd mode), `dynamic/` (dynamic mode) and `serving/`, named after the"
+        " benchmark packages ([README.md](README.md) says why and how to rebuild the model files"
+        " that are not in git). Each row gives the command that wrote the file, "
         "the commit and date it records, a headline figure read from it, and the documents that "
         'cite it. Older files lack some of these fields: the index then says "not recorded". A date'
         ' marked "(file name)" comes from the file name, not from the file.',
@@ -486,7 +494,7 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
     by_area: dict[str, list[Path]] = {}
     for r in results:
         by_area.setdefault(area_of(r.relative_to(RESULTS).as_posix()), []).append(r)
-    order = [a for a, _ in AREAS] + ["Other"]
+    order = [*AREA_TITLES.values(), "Other"]
     for area in order:
         if area not in by_area:
             continue

@@ -1,7 +1,7 @@
 """Where a benchmark result came from: the command, the commit, the date, the machine, the versions.
 
 Every benchmark that writes a JSON starts it with :func:`provenance`, so that each file in
-``benchmarks/results/`` says how to reproduce it and ``python -m benchmarks.index`` can list it::
+``benchmarks/results/<area>/`` says how to reproduce it and ``python -m benchmarks.index`` can list it::
 
     from benchmarks.provenance import RESULTS, load_now, provenance
 
@@ -31,7 +31,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 """The checkout's root folder (the one holding ``pyproject.toml``)."""
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-"""Where the benchmarks write their JSON results."""
+"""Where the benchmarks write their JSON results, one folder per area (:data:`AREAS`)."""
+
+AREAS = ("rca", "placement", "dynamic", "serving")
+"""The folders of :data:`RESULTS`, named after the benchmark packages. A result goes to the area it
+measures, whichever script wrote it: dynamic-mode runs of ``benchmarks.placement.headroom`` go to
+``dynamic/``, the dated experiments' results to the area they studied (``benchmarks/README.md``)."""
 
 LIBRARY_FOLDERS = ("fleetmind", "data", "rca", "envs", "rl", "training", "serving", "models")
 """Folders whose uncommitted changes make ``code_modified`` true."""

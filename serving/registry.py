@@ -37,7 +37,7 @@ log = logging.getLogger("fleetmind.serving")
 
 RCA_BASELINE_PREFERENCE = ("deepest", "most_alerts", "pagerank")
 """Peer baselines (``rca.baselines``) tried in order when the GAT is unavailable: best first by
-``benchmarks/results/rca_baselines_default.json`` (1,000 simulated incidents: deepest AC@1 0.318,
+``benchmarks/results/rca/rca_baselines_default.json`` (1,000 simulated incidents: deepest AC@1 0.318,
 MRR 0.470; most_alerts 0.080 / 0.221; pagerank 0.032 / 0.175)."""
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.provenance import AREAS as RESULT_AREAS
 from benchmarks.provenance import RESULTS, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +45,16 @@ def test_benchmarks_are_packages_by_area_and_dated_experiments() -> None:
             assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+", f.name), f.name
     loose = [p.name for p in BENCH.glob("*.py")]
     assert sorted(loose) == ["__init__.py", "index.py", "provenance.py"]
+
+
+def test_results_are_filed_by_area() -> None:
+    # one folder per benchmark package; nothing lies loose in results/ (benchmarks/README.md)
+    assert set(RESULT_AREAS) == set(AREAS)
+    loose = sorted(p.name for p in RESULTS.iterdir() if p.is_file())
+    assert not loose, loose
+    folders = {p.name for p in RESULTS.iterdir() if p.is_dir()}
+    assert folders == set(AREAS), folders
+    assert all(list((RESULTS / a).glob("*.json")) for a in AREAS)
 
 
 def test_no_benchmark_or_test_edits_sys_path() -> None:

@@ -19,6 +19,7 @@ DOCS = [
     ROOT / "README.md",
     ROOT / "CHANGELOG.md",
     ROOT / "benchmarks" / "INDEX.md",
+    ROOT / "benchmarks" / "README.md",
     *sorted((ROOT / "docs").rglob("*.md")),
     *sorted((ROOT / "models").rglob("*.md")),
 ]

@@ -11,7 +11,7 @@ from benchmarks.dynamic.ppo_eval import EnsembleActor
 from fleetmind.rl.dynamic_eval import load_dynamic_actor
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "benchmarks" / "results" / "ppo_dynamic_multigpu_fix_models"
+MODELS = ROOT / "benchmarks" / "results" / "dynamic" / "ppo_dynamic_multigpu_fix_models"
 
 pytestmark = pytest.mark.skipif(
     not (MODELS / "seed0" / "policy.pt").is_file(), reason="multi-GPU fix models not present"

@@ -119,7 +119,14 @@ def test_old_metadata_means_no_queue_features(tmp_path) -> None:
     assert DynEvalConfig.from_metadata({"queue_features": True}).queue_features is True
     root = Path(__file__).resolve().parents[1]
     # the first dynamic release (kept since the multi-GPU fix model replaced it) predates the key
-    first = root / "benchmarks" / "results" / "ppo_dynamic_multigpu_fix_models" / "previous_release"
+    first = (
+        root
+        / "benchmarks"
+        / "results"
+        / "dynamic"
+        / "ppo_dynamic_multigpu_fix_models"
+        / "previous_release"
+    )
     released = root / "models" / "placement-dynamic"
     for model_dir, has_key in ((first, False), (released, True)):
         if not (model_dir / "metadata.json").is_file():

@@ -2,7 +2,7 @@
 
 Small settings throughout (a few hundred synthetic incidents, one or two epochs): these tests check
 behaviour (what is read, what is written, that ranks come out and do not depend on node names), not
-accuracy; the accuracy on PetShop is a benchmark (``benchmarks/results/petshop_fit_low_traffic.json``).
+accuracy; the accuracy on PetShop is a benchmark (``benchmarks/results/rca/petshop_fit_low_traffic.json``).
 """
 
 from __future__ import annotations

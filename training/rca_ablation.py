@@ -1,6 +1,6 @@
 """GAT ablations: what does the ranker use? One command, JSON with bootstrap 95 % intervals.
 
-    python -m fleetmind.training.rca_ablation --data DIR --json benchmarks/results/rca_ablation_default.json
+    python -m fleetmind.training.rca_ablation --data DIR --json benchmarks/results/rca/rca_ablation_default.json
 
 Variants, each trained from scratch with the same settings (``--epochs``, seed, network size) on the
 folder's ``train`` split, best epoch chosen on ``val`` (MRR), scored on ``test``:

@@ -535,7 +535,7 @@ incidents had their root outside it and were dropped.
 
 **Limits.** Trained on simulated data only: alert names outside the simulator's catalog fall into an
 `other` bucket plus keyword groups; real fleets (e.g. PetShop) differ in graph shape and alert timing.
-Baseline comparisons and speed figures: `docs/gat.md`, `benchmarks/results/gat_*.json`.
+Baseline comparisons and speed figures: `docs/gat.md`, `benchmarks/results/rca/gat_*.json`.
 """
     (dest / "MODEL_CARD.md").write_text(card)
     return dest

@@ -232,7 +232,8 @@ def main() -> None:
         },
     }
     path = Path(
-        a.json or REPO / "benchmarks" / "results" / "placement_dynamic_ablation_frozen.json"
+        a.json
+        or REPO / "benchmarks" / "results" / "dynamic" / "placement_dynamic_ablation_frozen.json"
     )
     path.write_text(json.dumps(out, indent=1) + "\n")
     print("ppo vs clone:", ppo_vs_clone)

@@ -1,6 +1,6 @@
 """Dynamic-mode figures and speed: every policy on openb ``default`` (3 clusters), several seeds.
 
-Runs :func:`fleetmind.envs.dynamic.evaluate.evaluate_dynamic` and writes ``benchmarks/results/dynamic.json`` with
+Runs :func:`fleetmind.envs.dynamic.evaluate.evaluate_dynamic` and writes ``benchmarks/results/dynamic/dynamic.json`` with
 the per-policy metrics (means and per-seed values), the setup (fleet, jobs, offered load), the wall
 time of each run, the machine and package versions, and the command.
 
@@ -8,7 +8,7 @@ Usage::
 
     python -m benchmarks.dynamic.heuristics                       # defaults below
     python -m benchmarks.dynamic.heuristics --target-util 0.6 --seeds 42 43 44 \\
-        --out benchmarks/results/dynamic_u60.json
+        --out benchmarks/results/dynamic/dynamic_u60.json
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from fleetmind.envs.dynamic.model import (
     MAX_WORK_S,
 )
 
-OUT = RESULTS / "dynamic.json"
+OUT = RESULTS / "dynamic" / "dynamic.json"
 
 
 def env_speed(steps: int) -> dict:

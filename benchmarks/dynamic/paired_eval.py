@@ -9,7 +9,7 @@ mean p99 queueing delay of each. Used for the release rule of
 ``docs/research/2026-12-01-paired-ppo.md``:
 
     nice -n 10 python -m benchmarks.dynamic.paired_eval --model runs/paired/RUN/model \\
-        --json benchmarks/results/paired_ppo_frozen.json [--traces frozen-gpuspec25 ...] \\
+        --json benchmarks/results/dynamic/paired_ppo_frozen.json [--traces frozen-gpuspec25 ...] \\
         [--seeds 7301-7310]
 """
 

@@ -2,7 +2,7 @@
 
 Protocol (``docs/ppo-dynamic.md``): per trace and seed, one job stream (``fleetmind.rl.dynamic_eval``:
 10 % stratified node sample of the openb GPU fleet in 3 clusters, 2,048 jobs, offered load 0.8,
-backfill 8) that every policy runs on. Writes ``benchmarks/results/ppo_dynamic_eval.json``: machine,
+backfill 8) that every policy runs on. Writes ``benchmarks/results/dynamic/ppo_dynamic_eval.json``: machine,
 load averages, package versions, the command, per trace and policy the mean and per-seed metrics,
 the best heuristic (lowest mean slowdown) and PPO's relative gaps to it.
 
@@ -39,7 +39,7 @@ from fleetmind.rl.dynamic_eval import (
 )
 from fleetmind.training.cli_sched import parse_seeds
 
-OUT = RESULTS / "ppo_dynamic_eval.json"
+OUT = RESULTS / "dynamic" / "ppo_dynamic_eval.json"
 PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib")
 
 

@@ -37,7 +37,7 @@ Without ``--recipe``/``--scratch``, the long-PPO and from-scratch rows are liste
       --recipe "penalty features, metric reward: clone + 1M PPO" $F/penalty_features_ppo1m/seed{0,1,2} \
       --scratch "PPO from scratch, 1M, penalty features" $F/scratch_ppo1m/seed{0,1,2}
 
-with ``F=benchmarks/results/placement_ablation_models/fgd``.
+with ``F=benchmarks/results/placement/ablation_models``.
 """
 
 from __future__ import annotations
@@ -290,7 +290,9 @@ def main() -> None:
         "wall_time_s": round(time.time() - t0, 1),
         "per_episode": {f"{p}|{t}|{s}": v for (p, t, s), v in val.items()},
     }
-    path = Path(a.json or REPO / "benchmarks" / "results" / f"placement_ablation_{a.set}.json")
+    path = Path(
+        a.json or REPO / "benchmarks" / "results" / "placement" / f"placement_ablation_{a.set}.json"
+    )
     path.write_text(json.dumps(out, indent=1) + "\n")
     for row, r in table.items():
         print(f"{row:30s} {r['unallocated_pct_mean']:7.3f} {r['gap_vs_fgd_pct_mean']:+7.2f} %")

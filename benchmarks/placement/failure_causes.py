@@ -10,7 +10,7 @@ with all CPU and memory requests dropped, so only the GPUs constrain placement.
         gpushare60 multigpu30 gpuspec20 --seeds 42-46 --policies ppo FGD BestFit --relax-host \\
         --workers 2
 
-Writes ``benchmarks/results/placement_failure_causes.json`` (means over seeds and every run), with
+Writes ``benchmarks/results/placement/placement_failure_causes.json`` (means over seeds and every run), with
 the command, machine and package versions. ``ppo`` is the released model (or ``--model``). Every
 trace also gets ``fleetmind.envs.packing_bound``'s lower bound on the GPU request any policy leaves unplaced;
 ``--policies`` with no name computes only that, for all 21 traces in under a minute.
@@ -41,7 +41,7 @@ from fleetmind.envs.failure_causes import (
 from fleetmind.envs.packing_bound import fgd_run_bound
 from fleetmind.training.cli_sched import parse_seeds
 
-OUT = RESULTS / "placement_failure_causes.json"
+OUT = RESULTS / "placement" / "placement_failure_causes.json"
 PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib")
 
 _PPO: dict[str, object] = {}

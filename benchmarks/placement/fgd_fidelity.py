@@ -2,7 +2,7 @@
 
 Runs every openb trace in the shared folder (``default`` on seeds 42-51, the others on
 ``--other-seeds``, 42-44 by default, to fit the shared 2-core machine) and writes
-``benchmarks/results/fgd_fidelity.json`` after each trace, so a partial run keeps what it finished.
+``benchmarks/results/placement/fgd_fidelity.json`` after each trace, so a partial run keeps what it finished.
 ``--markdown`` prints the docs table from an existing JSON instead of running.
 
 Usage::
@@ -30,7 +30,7 @@ from fleetmind.data.openb import (
 from fleetmind.envs.fgd_mode import evaluate_fgd
 from fleetmind.envs.policies import PUBLISHED_POLICIES
 
-OUT = RESULTS / "fgd_fidelity.json"
+OUT = RESULTS / "placement" / "fgd_fidelity.json"
 
 
 def seeds_of(text: str) -> list[int]:

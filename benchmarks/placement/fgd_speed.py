@@ -1,5 +1,5 @@
 """Speed of the fgd-mode simulator: per-decision latency on the full openb fleet and the full
-six-policy x 10-seed evaluation on ``default``. Writes ``benchmarks/results/fgd.json``.
+six-policy x 10-seed evaluation on ``default``. Writes ``benchmarks/results/placement/fgd.json``.
 
 Decision latency: a seed-42 ``default`` workload is placed with FGD up to ``--warm`` pods (a realistic,
 partly full cluster), then each policy's ``select`` (feasibility mask included) is timed on the next
@@ -26,7 +26,7 @@ from fleetmind.envs.core import ClusterState, pods_from_trace
 from fleetmind.envs.fgd_mode import build_workload, evaluate_fgd
 from fleetmind.envs.policies import PUBLISHED_POLICIES, make_policy
 
-OUT = RESULTS / "fgd.json"
+OUT = RESULTS / "placement" / "fgd.json"
 
 
 def decision_latency(warm: int, decisions: int, policies: list[str]) -> dict:

@@ -1,6 +1,6 @@
 """Speed of the fleet model's hot paths: the GPU-set allocator and the fleet loaders.
 
-Run: ``python -m benchmarks.placement.fleet_speed`` (writes ``benchmarks/results/fleet.json``).
+Run: ``python -m benchmarks.placement.fleet_speed`` (writes ``benchmarks/results/placement/fleet.json``).
 
 Figures (microseconds per call, median of repeats):
 
@@ -88,7 +88,7 @@ def main() -> None:
         _median_us(lambda: load_fleet_yaml(example), 5) / 1000, 2
     )
     results = {**provenance(__spec__.name, load_start=load0, packages=("pyyaml",)), **results}
-    out = RESULTS / "fleet.json"
+    out = RESULTS / "placement" / "fleet.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -18,12 +18,12 @@ arrived % of GPU capacity; dynamic: decision index), binned. The 2026-12-01 note
 
     nice -n 10 python -m benchmarks.placement.headroom --mode fgd --seeds 5101 \\
         --every-known 32 --every-sampled 96 --depth2 --every-depth2 192 \\
-        --json benchmarks/results/placement_headroom_fgd.json
+        --json benchmarks/results/placement/placement_headroom_fgd.json
     nice -n 10 python -m benchmarks.placement.headroom --mode dynamic --depth2 \\
-        --json benchmarks/results/placement_headroom_dynamic.json
+        --json benchmarks/results/dynamic/placement_headroom_dynamic.json
     nice -n 10 python -m benchmarks.placement.headroom --mode fgd --variants multigpu:30:20261242 \\
         --seeds 5101 --fgd-band 20 50 --every-known 32 --no-sampled \\
-        --json benchmarks/results/placement_headroom_fgd_early.json
+        --json benchmarks/results/placement/placement_headroom_fgd_early.json
 
 (the two side by side on the shared 2-core machine; fgd mode with one workload seed and sparser
 look-aheads than the defaults, to fit the CPU budget).

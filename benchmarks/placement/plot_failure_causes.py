@@ -1,4 +1,4 @@
-"""Figure of ``benchmarks/results/placement_failure_causes.json``: where FGD's unallocated GPUs go.
+"""Figure of ``benchmarks/results/placement/placement_failure_causes.json``: where FGD's unallocated GPUs go.
 
 Per trace, one stacked bar splits FGD's unallocated GPU % at 100 % arrived into the relaxed-packing
 lower bound (no policy can do better), the extra that FGD loses with CPU and memory requests
@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.provenance import REPO_ROOT, RESULTS  # noqa: E402
 
-SRC = RESULTS / "placement_failure_causes.json"
+SRC = RESULTS / "placement" / "placement_failure_causes.json"
 OUT = REPO_ROOT / "docs" / "img" / "fgd_loss_breakdown.png"
 KEY = "unallocated_gpu_pct_at_100"
 

@@ -2,7 +2,7 @@
 
 python -m benchmarks.placement.plot_ppo_eval [JSON]   # -> docs/img/ppo_vs_fgd.png
 
-The default JSON, ``benchmarks/results/ppo_eval_scarcity.json``, is the released model
+The default JSON, ``benchmarks/results/placement/ppo_eval_scarcity.json``, is the released model
 (2026-11-30); ``ppo_eval_strand.json`` holds the same day's first strand release and
 ``ppo_eval.json`` the release of 2026-11-29.
 """
@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.provenance import REPO_ROOT, RESULTS  # noqa: E402
 
-SRC = RESULTS / "ppo_eval_scarcity.json"
+SRC = RESULTS / "placement" / "ppo_eval_scarcity.json"
 OUT = REPO_ROOT / "docs" / "img" / "ppo_vs_fgd.png"
 STYLE = {"BestFit": "#9e9e9e", "FGD": "#1f77b4", "ppo": "#d62728"}
 KEY = "unallocated_gpu_pct_at_100"

@@ -2,7 +2,7 @@
 
 Runs ``ppo`` (the released model, or ``--model``), ``FGD`` and ``BestFit`` in fgd mode on every
 ``--trace`` for every seed, in ``--workers`` processes (one run per job), and writes
-``benchmarks/results/ppo_eval.json``: per trace and policy the mean/std/per-seed unallocated GPU % at
+``benchmarks/results/placement/ppo_eval.json``: per trace and policy the mean/std/per-seed unallocated GPU % at
 100 % (and 130 %) arrived, PPO - FGD in points and in % of FGD, and over the held-out traces (those
 not in the model's ``train_traces``) the two targets: PPO <= FGD on every trace, and the mean
 relative gap (target: at least 10 % below FGD).
@@ -29,7 +29,7 @@ from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
 from fleetmind.envs.fgd_mode import aggregate_results, run_fgd
 from fleetmind.training.cli_sched import parse_seeds
 
-OUT = RESULTS / "ppo_eval.json"
+OUT = RESULTS / "placement" / "ppo_eval.json"
 POLICIES = ("ppo", "FGD", "BestFit")
 
 _PPO: dict[str, object] = {}

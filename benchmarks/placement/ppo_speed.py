@@ -1,4 +1,4 @@
-"""Speed of the PPO placement agent. Writes ``benchmarks/results/ppo.json``.
+"""Speed of the PPO placement agent. Writes ``benchmarks/results/placement/ppo.json``.
 
 Figures:
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
 
-OUT = RESULTS / "ppo.json"
+OUT = RESULTS / "placement" / "ppo.json"
 PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib", "gymnasium")
 
 

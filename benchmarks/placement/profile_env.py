@@ -3,7 +3,7 @@
 Runs ``--steps`` decisions of ``fleetmind/GpuPlacement-v0`` (trace ``default``, workload seed 42,
 FGD prefix 80 % as in training, candidate 0 = FGD's choice as the actor) and of
 ``MultiClusterPlacement-v0`` (``default``, seed 0, candidate 0), each under ``cProfile``, and writes
-steps per second and the top functions by own time to ``benchmarks/results/placement_env_profile.json``.
+steps per second and the top functions by own time to ``benchmarks/results/placement/placement_env_profile.json``.
 
     python -m benchmarks.placement.profile_env [--steps 3000]
 """
@@ -61,7 +61,9 @@ def main() -> None:
     load0 = load_now()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--json", default=str(REPO / "benchmarks/results/placement_env_profile.json"))
+    ap.add_argument(
+        "--json", default=str(REPO / "benchmarks/results/placement/placement_env_profile.json")
+    )
     a = ap.parse_args()
     from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
     from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv

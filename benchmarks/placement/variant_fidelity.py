@@ -3,7 +3,7 @@
 For every published level of every kind, generate ``--seeds`` variants from ``default`` and compare
 their pod-mix statistics (``data.openb_variants.pod_mix_stats``) with the published file's: the
 generated mean, standard deviation, and the published value's z-score. Writes
-``benchmarks/results/variant_fidelity.json``.
+``benchmarks/results/placement/variant_fidelity.json``.
 
     python -m benchmarks.placement.variant_fidelity [--seeds 20] [--json PATH]
 """
@@ -71,7 +71,9 @@ def main() -> None:
     load0 = load_now()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20, help="generator seeds per level")
-    ap.add_argument("--json", default=str(REPO / "benchmarks/results/variant_fidelity.json"))
+    ap.add_argument(
+        "--json", default=str(REPO / "benchmarks/results/placement/variant_fidelity.json")
+    )
     a = ap.parse_args()
     seeds = list(range(a.seeds))
     result: dict = {

@@ -15,7 +15,7 @@ Run after ``fleetmind rca calibrate --write`` (which fits the temperature on ``v
     python -m benchmarks.rca.gat_dataset --out /tmp/rcasim/rel_default --incidents 6700 \\
         --train-per-graph 1 --val 300
     python -m benchmarks.rca.calibration --data /tmp/rcasim/rel_default \\
-        --json benchmarks/results/rca_calibration_default.json
+        --json benchmarks/results/rca/rca_calibration_default.json
 """
 
 from __future__ import annotations

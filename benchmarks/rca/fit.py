@@ -3,8 +3,8 @@ time on a generated 50-service system; writes JSON with machine, versions, comma
 
 Usage::
 
-    python -m benchmarks.rca.fit petshop [--scenario DIR] [--out benchmarks/results/petshop_fit_low_traffic.json]
-    python -m benchmarks.rca.fit fit-time [--services 50] [--out benchmarks/results/rca_fit_time.json]
+    python -m benchmarks.rca.fit petshop [--scenario DIR] [--out benchmarks/results/rca/petshop_fit_low_traffic.json]
+    python -m benchmarks.rca.fit fit-time [--services 50] [--out benchmarks/results/rca/rca_fit_time.json]
 
 ``petshop`` fits the model (reading only ``graph.csv`` and ``noissue/metrics.csv``), then runs
 ``fleetmind rca petshop --model`` once, with every method (zero-shot GAT, propagation, traversal, BARO,
@@ -43,12 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     p1 = sub.add_parser("petshop")
     p1.add_argument("--scenario", default=None)
-    p1.add_argument("--out", default=str(RESULTS / "petshop_fit_low_traffic.json"))
+    p1.add_argument("--out", default=str(RESULTS / "rca" / "petshop_fit_low_traffic.json"))
     p1.add_argument("--model-out", default=None, help="keep the fitted model here")
     p2 = sub.add_parser("fit-time")
     p2.add_argument("--services", type=int, default=50)
     p2.add_argument("--rows", type=int, default=1440)
-    p2.add_argument("--out", default=str(RESULTS / "rca_fit_time.json"))
+    p2.add_argument("--out", default=str(RESULTS / "rca" / "rca_fit_time.json"))
     args = ap.parse_args(argv)
 
     load0 = load_now()

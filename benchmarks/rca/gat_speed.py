@@ -1,6 +1,6 @@
 """GAT inference speed on one CPU core: latency per incident on a 1,000-node graph, batched throughput.
 
-    python -m benchmarks.rca.gat_speed [--model REF] [--incidents 60] [--out benchmarks/results/gat_speed.json]
+    python -m benchmarks.rca.gat_speed [--model REF] [--incidents 60] [--out benchmarks/results/rca/gat_speed.json]
 
 Incidents come from the simulator (``data/rca_gen``) on one generated topology of about 1,000 nodes,
 plus an alert-storm variant (every incident padded to 200 alerts with extra copies of its own alerts
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--incidents", type=int, default=60)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(RESULTS / "gat_speed.json"))
+    ap.add_argument("--out", default=str(RESULTS / "rca" / "gat_speed.json"))
     a = ap.parse_args(argv)
 
     import torch

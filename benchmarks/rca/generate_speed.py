@@ -1,7 +1,7 @@
 """Benchmark: time to generate an RCA dataset (target: 10,000 incidents on ~1,000-node graphs <= 2 min, 2 cores).
 
 Run: ``python -m benchmarks.rca.generate_speed [--incidents 10000] [--workers 2]``; writes
-``benchmarks/results/rca_generate.json`` with machine info, versions, the command and the figures.
+``benchmarks/results/rca/rca_generate.json`` with machine info, versions, the command and the figures.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument(
         "--nodes", type=int, default=1000, help="graph node budget (min = 0.8x, max = 1.2x)"
     )
-    ap.add_argument("--out", default=str(RESULTS / "rca_generate.json"))
+    ap.add_argument("--out", default=str(RESULTS / "rca" / "rca_generate.json"))
     args = ap.parse_args()
 
     import numpy as np

@@ -9,7 +9,7 @@ subsampled to 30 %), scored as AC@1 (argmax per incident) on held-out topologies
 reaches AC@1 >= 0.9, the signal is there for the GAT.
 
 Run: ``python -m benchmarks.rca.learnability DATA [--train 1500] [--eval 400]`` -> JSON in
-``benchmarks/results/rca_learnability_<name>.json``.
+``benchmarks/results/rca/rca_learnability_<name>.json``.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def main() -> None:
         "featurize_and_fit_s": round(fit_s, 1),
         "results": out,
     }
-    path = RESULTS / f"rca_learnability_{name}.json"
+    path = RESULTS / "rca" / f"rca_learnability_{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=2) + "\n")
 

@@ -3,7 +3,7 @@
 Runs the FleetMind propagation ranker on every issue of a PetShop scenario folder with the default
 settings, then with each setting of :class:`fleetmind.data.petshop.DetectorConfig` and
 :class:`fleetmind.rca.propagation.PropagationConfig` moved away from its default (one at a time), and writes
-AC@1 / AC@3 / AC@5 / MRR per variant plus machine info to ``benchmarks/results/petshop_sensitivity.json``.
+AC@1 / AC@3 / AC@5 / MRR per variant plus machine info to ``benchmarks/results/rca/petshop_sensitivity.json``.
 The defaults were fixed before this sweep; the sweep shows how much the headline figure depends on them.
 
 Usage::
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--scenario", default=None, help="scenario folder (default: shared petshop/low_traffic)"
     )
-    ap.add_argument("--out", default=str(RESULTS / "petshop_sensitivity.json"))
+    ap.add_argument("--out", default=str(RESULTS / "rca" / "petshop_sensitivity.json"))
     args = ap.parse_args(argv)
     load0 = load_now()
     folder = Path(args.scenario) if args.scenario else shared_data_dir() / "petshop" / "low_traffic"

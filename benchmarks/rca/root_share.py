@@ -6,7 +6,7 @@ count once); a token is ``alertname`` or ``alertname:xid``. A name with root sha
 away. The **name table** (``rca.gbdt.NameTableAnalyzer``) scores a node by ``P(root | token at the
 node)`` counted on ``train`` and is scored on ``--split`` (held-out topologies).
 
-Run: ``python -m benchmarks.rca.root_share DATA --json benchmarks/results/rca_root_share_<name>.json
+Run: ``python -m benchmarks.rca.root_share DATA --json benchmarks/results/rca/rca_root_share_<name>.json
 [--md docs/rca-data.md]`` (the Markdown table goes between the ``root-share`` markers of the file).
 """
 

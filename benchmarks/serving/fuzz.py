@@ -22,7 +22,7 @@ is how the year-10000 alert was found: it was stored fine and broke every reader
 run (the benchmark) writes JSON::
 
     .venv/bin/python -m benchmarks.serving.fuzz --cases 10000 --databases sqlite postgresql
-    # writes benchmarks/results/serving_fuzz.json
+    # writes benchmarks/results/serving/serving_fuzz.json
 
 PostgreSQL comes from the Debian ``postgresql`` binaries (a throwaway cluster, as the tests start).
 """
@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-every", type=int, default=200, help="requests between read phases")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
-    p.add_argument("--out", type=Path, default=RESULTS / "serving_fuzz.json")
+    p.add_argument("--out", type=Path, default=RESULTS / "serving" / "serving_fuzz.json")
     args = p.parse_args(argv)
     load0 = load_now()
     config = FuzzConfig(args.cases, args.read_every, args.seed)

@@ -19,7 +19,7 @@ released GAT, and reads back the incidents and their ranked causes. Per ``hops``
   ``second_root_top1_of_some_incident`` and ``both_roots_top1``.
 
 Run: ``python -m benchmarks.serving.incident_grouping DATA [--splits test val] [--hops 2 3 4]
-[--limit N] [--out benchmarks/results/incident_grouping_<name>.json]``.
+[--limit N] [--out benchmarks/results/serving/incident_grouping_<name>.json]``.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def main() -> None:
     results = [evaluate(ds, storms, h, args.window_s) for h in args.hops]
     meta = json.loads((Path(args.data) / "meta.json").read_text())
     name = Path(args.data).name
-    out = Path(args.out or RESULTS / f"incident_grouping_{name}.json")
+    out = Path(args.out or RESULTS / "serving" / f"incident_grouping_{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "benchmark": "incident_grouping",

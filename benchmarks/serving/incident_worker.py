@@ -10,7 +10,7 @@ rankings) until nothing is pending, on the released GAT. It reports the wall and
 per second, and a SHA-256 of the resulting incidents (ids, status, counts, nodes, clusters, alert
 times, top causes), so two code versions can be checked to form the same incidents::
 
-    python -m benchmarks.serving.incident_worker --alerts 400000 --out benchmarks/results/incident_worker.json
+    python -m benchmarks.serving.incident_worker --alerts 400000 --out benchmarks/results/serving/incident_worker.json
 
 To time another checkout's ``serving/`` (e.g. a ``git worktree`` of an older commit, 0.2.0 or
 later), run this module from this checkout's root with the Python environment that has the other

@@ -16,7 +16,7 @@
 
 Usage (from the checkout root)::
 
-    .venv/bin/python -m benchmarks.serving.k8s            # writes benchmarks/results/k8s.json
+    .venv/bin/python -m benchmarks.serving.k8s            # writes benchmarks/results/serving/k8s.json
     .venv/bin/python -m benchmarks.serving.k8s --only extender --pods 200
 
 Each section keeps its own provenance (a rerun of one section keeps the others); the top-level
@@ -52,7 +52,7 @@ def _test_helpers() -> Any:
     return sys.modules["k8s_helpers"]
 
 
-OUT = RESULTS / "k8s.json"
+OUT = RESULTS / "serving" / "k8s.json"
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -18,7 +18,7 @@ Phases (each against the same server, SQLite WAL with synchronous=FULL, the ~1,0
 Targets: ingestion >= 1,000 alerts/s with zero loss; RCA p99 <= 100 ms at 20 clients;
 placement p99 <= 20 ms.
 
-    python -m benchmarks.serving.service [--quick] [--out benchmarks/results/serving.json]
+    python -m benchmarks.serving.service [--quick] [--out benchmarks/results/serving/serving.json]
         [--rca-processes N] [--workers N] [--skip-ingest]
 
 ``--rca-processes N`` starts the server with ``FLEETMIND_RCA_PROCESSES=N`` (RCA requests ranked in
@@ -602,7 +602,7 @@ def positive_int(text: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(RESULTS / "serving.json"))
+    ap.add_argument("--out", default=str(RESULTS / "serving" / "serving.json"))
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--ingest-alerts", type=positive_int, default=20000)
     ap.add_argument("--ingest-batch", type=positive_int, default=50)

@@ -26,7 +26,7 @@ validation set that neither searched on:
         multigpu20 --cem-seeds 1000 1001 --seed 10 --out runs/search_s10
     python -m benchmarks.experiments.2026-11-29-placement-teacher-search.teacher_search validate --scorer released=models/placement/teacher.json \
         --scorer s10=runs/search_s10/teacher_best.json --traces cpu037 cpu250 --seeds 43 44 \
-        --out benchmarks/results/placement_teacher_validation.json
+        --out benchmarks/results/placement/placement_teacher_validation.json
 """
 
 from __future__ import annotations

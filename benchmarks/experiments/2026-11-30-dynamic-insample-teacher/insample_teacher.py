@@ -14,11 +14,11 @@ its own streams, the scorer class lacks the capacity (or the features) there; if
 but not on seeds 46-51, it is a generalisation problem; if it can on both, the training traces
 are the problem.
 
-Figures of the released agent and teacher are read from ``benchmarks/results/ppo_dynamic_eval*.json``
+Figures of the released agent and teacher are read from ``benchmarks/results/dynamic/ppo_dynamic_eval*.json``
 (streams are deterministic by seed); FGD and LocalityAware are recomputed on all 10 seeds and the
 released teacher on seed 42, and compared with those files (``stream_check``).
 
-Writes ``benchmarks/results/ppo_dynamic_insample.json`` (machine, versions, command, load
+Writes ``benchmarks/results/dynamic/ppo_dynamic_insample.json`` (machine, versions, command, load
 averages, git state, per-trace per-seed figures, wall times, the searched weights), rewritten
 after every trace. A wall-clock deadline (``--deadline-utc``) caps each search
 (``max_minutes``) so that the trace's evaluation still ends before it; a trace that cannot fit at
@@ -69,8 +69,11 @@ from fleetmind.rl.dynamic_teacher import (
 )
 from fleetmind.training.cli_sched import parse_seeds
 
-OUT = RESULTS / "ppo_dynamic_insample.json"
-PUBLISHED = (RESULTS / "ppo_dynamic_eval.json", RESULTS / "ppo_dynamic_eval_more_traces.json")
+OUT = RESULTS / "dynamic" / "ppo_dynamic_insample.json"
+PUBLISHED = (
+    RESULTS / "dynamic" / "ppo_dynamic_eval.json",
+    RESULTS / "dynamic" / "ppo_dynamic_eval_more_traces.json",
+)
 RELEASED_TEACHER = ROOT / "models" / "placement-dynamic" / "teacher.json"
 KEYS = ("mean_slowdown", "p99_queue_delay_s", "mean_run_slowdown", "remote_data_frac")
 TARGET = 0.10

@@ -22,7 +22,7 @@ Usage::
         benchmarks.experiments.2026-11-30-dynamic-multigpu-diagnosis.multigpu_diagnosis \
         --traces multigpu30 --seeds 42 43 44 45 --model released=models/placement-dynamic \
         --model seed2=<path> --model qf=<path> --guard \
-        --out benchmarks/results/ppo_dynamic_multigpu_diagnosis.json
+        --out benchmarks/results/dynamic/ppo_dynamic_multigpu_diagnosis.json
 """
 
 from __future__ import annotations
@@ -311,7 +311,9 @@ def main() -> None:
         action="store_true",
         help="also run each actor with the guard active only while a multi-GPU job is queued",
     )
-    ap.add_argument("--out", default=str(RESULTS / "ppo_dynamic_multigpu_diagnosis.json"))
+    ap.add_argument(
+        "--out", default=str(RESULTS / "dynamic" / "ppo_dynamic_multigpu_diagnosis.json")
+    )
     args = ap.parse_args()
 
     t_start = time.time()

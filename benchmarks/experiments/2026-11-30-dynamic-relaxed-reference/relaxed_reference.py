@@ -9,10 +9,10 @@ stratified node sample, 133 nodes, 2,048 jobs, offered load 0.8, backfill depth 
   nodes (``IdealRuntimeSim``), to split its slowdown into a run-time part and a packing part;
 * for traces without published figures (the training traces), all seven heuristics and the
   released PPO agent; for the 11 unseen traces, every heuristic's and PPO's per-seed figures are
-  read from ``benchmarks/results/ppo_dynamic_eval*.json`` after checking that the recomputed best
+  read from ``benchmarks/results/dynamic/ppo_dynamic_eval*.json`` after checking that the recomputed best
   heuristic (every seed) and PPO (seed 42) reproduce them exactly (same streams).
 
-Writes ``benchmarks/results/dynamic_relaxed_reference.json`` (machine, versions, command, load
+Writes ``benchmarks/results/dynamic/dynamic_relaxed_reference.json`` (machine, versions, command, load
 averages, every figure; rewritten after each trace).
 
     nice -n 19 python -m benchmarks.experiments.2026-11-30-dynamic-relaxed-reference.relaxed_reference
@@ -49,8 +49,11 @@ from .dynamic_relaxed import (
     RelaxedSim,
 )
 
-OUT = RESULTS / "dynamic_relaxed_reference.json"
-PUBLISHED = (RESULTS / "ppo_dynamic_eval.json", RESULTS / "ppo_dynamic_eval_more_traces.json")
+OUT = RESULTS / "dynamic" / "dynamic_relaxed_reference.json"
+PUBLISHED = (
+    RESULTS / "dynamic" / "ppo_dynamic_eval.json",
+    RESULTS / "dynamic" / "ppo_dynamic_eval_more_traces.json",
+)
 UNSEEN = (
     "cpu050 gpushare20 gpushare60 multigpu30 gpuspec20 gpuspec10 gpuspec33 multigpu40 "
     "gpushare100 cpu200 gpuspec05"

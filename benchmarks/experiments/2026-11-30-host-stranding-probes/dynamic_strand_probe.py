@@ -13,7 +13,7 @@ each policy's mean slowdown; a row reports the teacher's gap to the best heurist
 
     python -m benchmarks.experiments.2026-11-30-host-stranding-probes.dynamic_strand_probe \\
         --traces default gpushare40 multigpu20 \\
-        --seeds 300-304 --alphas 0 1 2 4 8 --out benchmarks/results/dynamic_strand_probe.json
+        --seeds 300-304 --alphas 0 1 2 4 8 --out benchmarks/results/dynamic/dynamic_strand_probe.json
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Can a GPU-model scarcity term fix the strand teacher on ``gpuspec33``? (2026-11-30 probe)
 
-Item 15's model (teacher ``benchmarks/results/placement_strand_teacher.json``: R minus 4 x the
+Item 15's model (teacher ``benchmarks/results/placement/placement_strand_teacher.json``: R minus 4 x the
 change in host-stranded GPUs) is 3.3 % above FGD on ``gpuspec33``. There, a third of the GPU pods may use
 only some GPU models, and they fail for lack of GPU room on those models
-(``benchmarks/results/placement_failure_causes_gpuspec33.json``). This probe adds a second term
+(``benchmarks/results/placement/placement_failure_causes_gpuspec33.json``). This probe adds a second term
 that keeps pods *without* a model restriction off the models the restricted pods need:
 
     score_k = strand(x_k) - beta * r[model of node_k] * request / 1000   (unrestricted GPU pods)
@@ -29,7 +29,7 @@ from benchmarks.provenance import REPO_ROOT as ROOT
 
 from .probe_common import probe_main, whole_episode_env
 
-TEACHER = ROOT / "benchmarks" / "results" / "placement_strand_teacher.json"
+TEACHER = ROOT / "benchmarks" / "results" / "placement" / "placement_strand_teacher.json"
 """Item 15's teacher (R, alpha 4, no beta). The choice and confirmation runs read the same file as
 ``models/placement/teacher_strand.json``, which held it until item 16's release replaced it."""
 

@@ -18,7 +18,7 @@ machine. Model:
 Nothing else competes for the CPU in the model: the server process (HTTP), the load generator and
 the operating system's scheduling are left out, so the model's tail is a lower bound of the real
 one. Run: ``python -m benchmarks.experiments.2026-11-30-serving-queue-model.queue_model`` ->
-``benchmarks/results/serving_queue_model.json``.
+``benchmarks/results/serving/serving_queue_model.json``.
 """
 
 from __future__ import annotations
@@ -108,10 +108,12 @@ def fitted_cost() -> tuple[float, float, dict[str, float]]:
     """``a + s * b`` through the mean measured CPU per request at batches of 2 and 8."""
     per_req: dict[int, float] = {}
     for b in (2, 8):
-        files = sorted(glob.glob(str(RESULTS / f"serving_2026-11-30_0009_batch{b}_run*.json")))
+        files = sorted(
+            glob.glob(str(RESULTS / "serving" / f"serving_2026-11-30_0009_batch{b}_run*.json"))
+        )
         if not files:
             sys.exit(
-                f"no {RESULTS}/serving_2026-11-30_0009_batch{b}_run*.json: run the benchmark first"
+                f"no {RESULTS}/serving/serving_2026-11-30_0009_batch{b}_run*.json: run the benchmark first"
             )
         vals = [json.loads(Path(f).read_text())["rca"]["server_cpu_ms_per_request"] for f in files]
         per_req[b] = sum(vals) / len(vals)
@@ -132,7 +134,7 @@ def main() -> None:
         default=[0.8, 0.7, 0.6, 0.5],
         help="also run batches of 2, 4 and 8 with the fitted batch cost times each factor",
     )
-    ap.add_argument("--out", default=str(RESULTS / "serving_queue_model.json"))
+    ap.add_argument("--out", default=str(RESULTS / "serving" / "serving_queue_model.json"))
     args = ap.parse_args()
     load0 = load_now()
     a, s, measured = fitted_cost()
