@@ -31,7 +31,6 @@ EXCEPTIONS: dict[str, str] = {
     "envs/candidates.py::CandidateBuilder.build": "not yet shortened",
     "envs/dynamic/jobs.py::build_jobs": "not yet shortened",
     "envs/packing_bound.py::gpu_packing_bound": "not yet shortened",
-    "rca/features/dense.py::alert_features": "not yet shortened",
     "rl/dynamic_teacher.py::cem_search_dynamic": "not yet shortened",
     "rl/teacher.py::cem_search": "not yet shortened",
     "training/rca_ablation.py::main": "not yet shortened",
