@@ -11,6 +11,7 @@ the test too, so the list only shrinks.
 from __future__ import annotations
 
 import ast
+import functools
 
 from fleetmind.data.paths import REPO_ROOT
 
@@ -34,15 +35,16 @@ def lengths_in(source: str, path: str) -> dict[str, tuple[int, int]]:
     """``path::qualified name -> (def line, lines)`` of every function and method in ``source``.
 
     Qualified names join enclosing classes and functions with dots (``CandidateBuilder.build``,
-    ``run.on_step``).
+    ``run.on_step``); of two definitions under one name (``if``/``else`` variants) the longer counts.
     """
     found: dict[str, tuple[int, int]] = {}
 
     def walk(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                end = child.end_lineno or child.lineno
-                found[f"{path}::{prefix}{child.name}"] = (child.lineno, end - child.lineno + 1)
+                key, end = f"{path}::{prefix}{child.name}", child.end_lineno or child.lineno
+                span = (child.lineno, end - child.lineno + 1)
+                found[key] = max(found.get(key, span), span, key=lambda ln: ln[1])
                 walk(child, f"{prefix}{child.name}.")
             elif isinstance(child, ast.ClassDef):
                 walk(child, f"{prefix}{child.name}.")
@@ -53,6 +55,7 @@ def lengths_in(source: str, path: str) -> dict[str, tuple[int, int]]:
     return found
 
 
+@functools.cache
 def function_lengths() -> dict[str, tuple[int, int]]:
     """:func:`lengths_in` over every module of :data:`LIBRARY`; paths posix, relative to the root."""
     found: dict[str, tuple[int, int]] = {}
@@ -77,11 +80,14 @@ def test_the_walk_sees_methods_nested_functions_and_branches() -> None:
         "        return inner\n"
         "if sys.platform:\n"
         "    async def b(): ...\n"
+        "else:\n"
+        "    def b():\n"
+        "        pass\n"
     )
     assert lengths_in(src, "x.py") == {
         "x.py::A.m": (4, 5),
         "x.py::A.m.inner": (5, 2),
-        "x.py::b": (10, 1),
+        "x.py::b": (12, 2),
     }
     assert "data/rca_gen/faults/__init__.py::alertnames" in function_lengths()
 
