@@ -31,6 +31,7 @@ import csv
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -232,17 +233,53 @@ def fleet_from_dict(doc: Mapping[str, Any], src: str = "<dict>") -> Fleet:
         raise DataError(f"{src}: a fleet file must be a mapping with a 'clusters' list")
     _check_keys(src, doc, _TOP_KEYS, "the fleet")
     name = str(doc.get("name") or Path(src).stem)
-    custom: dict[str, NodeTemplate] = {}
+    table = _TemplateTable(src, _custom_templates(doc, src))
+    clusters_doc = _need(src, doc, "clusters", "the fleet")
+    if not isinstance(clusters_doc, list) or not clusters_doc:
+        raise DataError(f"{_where(src, doc)}: 'clusters' must be a non-empty list")
+    clusters: list[Cluster] = []
+    nodes = _NodeColumns()
+    for ci, cdoc in enumerate(clusters_doc):
+        clusters.append(_read_cluster(src, ci, cdoc, table, nodes))
+    c_index = {c.name: i for i, c in enumerate(clusters)}
+    if len(c_index) != len(clusters):
+        raise DataError(f"{src}: duplicate cluster names")
+    seen: set[str] = set()
+    for nm in nodes.names:
+        if nm in seen:
+            raise DataError(f"{src}: duplicate node name {nm!r}")
+        seen.add(nm)
+
+    columns = (nodes.names, nodes.cluster, nodes.template, nodes.cpu, nodes.mem)
+    fleet = Fleet(name, clusters, table.templates, *columns)
+    wan = doc.get("wan") or []
+    if wan:
+        lat, bw = _wan_matrices(src, doc, wan, fleet, c_index)
+        fleet = Fleet(name, clusters, table.templates, *columns, lat, bw)
+    fleet.source = src
+    return fleet
+
+
+def _custom_templates(doc: Mapping[str, Any], src: str) -> dict[str, NodeTemplate]:
+    """The fleet file's own ``templates:``, by name."""
     tdefs = doc.get("templates") or {}
     if not isinstance(tdefs, Mapping):
         raise DataError(f"{_where(src, doc)}: 'templates' must be a mapping name -> template")
-    for tname, spec in tdefs.items():
-        custom[str(tname)] = template_from_dict(str(tname), spec, src)
+    return {str(tname): template_from_dict(str(tname), spec, src) for tname, spec in tdefs.items()}
 
-    templates: list[NodeTemplate] = []
-    t_index: dict[str, int] = {}
 
-    def resolve(node: Mapping[str, Any]) -> int:
+class _TemplateTable:
+    """The templates a fleet uses, in order of first use, resolved from custom or built-in names."""
+
+    def __init__(self, src: str, custom: dict[str, NodeTemplate]) -> None:
+        self.src = src
+        self.custom = custom
+        self.templates: list[NodeTemplate] = []
+        self.index: dict[str, int] = {}
+
+    def resolve(self, node: Mapping[str, Any]) -> int:
+        """Index in :attr:`templates` of a node mapping's ``template`` (with its ``gpu_model``)."""
+        src, custom = self.src, self.custom
         tname = str(_need(src, node, "template", "a node"))
         model = node.get("gpu_model")
         if tname in custom:
@@ -260,94 +297,91 @@ def fleet_from_dict(doc: Mapping[str, Any], src: str = "<dict>") -> Fleet:
                 f"{_where(src, node)}: unknown template {tname!r}; known templates: {known} "
                 "(or pcie-<n>gpu, or define it under 'templates:')"
             )
-        if tpl.name not in t_index:
-            t_index[tpl.name] = len(templates)
-            templates.append(tpl)
-        return t_index[tpl.name]
+        if tpl.name not in self.index:
+            self.index[tpl.name] = len(self.templates)
+            self.templates.append(tpl)
+        return self.index[tpl.name]
 
-    clusters_doc = _need(src, doc, "clusters", "the fleet")
-    if not isinstance(clusters_doc, list) or not clusters_doc:
-        raise DataError(f"{_where(src, doc)}: 'clusters' must be a non-empty list")
-    clusters: list[Cluster] = []
-    node_names: list[str] = []
-    node_cluster: list[int] = []
-    node_template: list[int] = []
-    cpu: list[int] = []
-    mem: list[int] = []
-    for ci, cdoc in enumerate(clusters_doc):
-        if not isinstance(cdoc, Mapping):
-            raise DataError(f"{src}: cluster #{ci + 1} must be a mapping")
-        _check_keys(src, cdoc, _CLUSTER_KEYS, "a cluster")
-        cname = str(_need(src, cdoc, "name", "a cluster"))
-        clusters.append(Cluster(cname, str(cdoc.get("region", "unknown"))))
-        nodes = cdoc.get("nodes") or []
-        if not isinstance(nodes, list):
-            raise DataError(f"{_where(src, cdoc)}: 'nodes' of cluster {cname!r} must be a list")
-        for ndoc in nodes:
-            if not isinstance(ndoc, Mapping):
-                raise DataError(f"{_where(src, cdoc)}: each node of {cname!r} must be a mapping")
-            _check_keys(src, ndoc, _NODE_KEYS, f"a node of cluster {cname!r}")
-            ti = resolve(ndoc)
-            tpl = templates[ti]
-            if "name" in ndoc:
-                if "count" in ndoc or "name_prefix" in ndoc:
-                    raise DataError(
-                        f"{_where(src, ndoc)}: give either 'name' or 'name_prefix' + 'count'"
-                    )
-                names = [str(ndoc["name"])]
-            else:
-                prefix = str(_need(src, ndoc, "name_prefix", "a node without 'name'"))
-                count = _as_int(src, ndoc, "count", 1)
-                names = [f"{prefix}{k}" for k in range(count)]
-            c_default, m_default = default_node_resources(tpl)
-            c_val = _as_int(src, ndoc, "cpu_milli", c_default)
-            m_val = _as_int(src, ndoc, "memory_mib", m_default)
-            for nm in names:
-                node_names.append(nm)
-                node_cluster.append(ci)
-                node_template.append(ti)
-                cpu.append(c_val)
-                mem.append(m_val)
-    c_index = {c.name: i for i, c in enumerate(clusters)}
-    if len(c_index) != len(clusters):
-        raise DataError(f"{src}: duplicate cluster names")
-    seen: set[str] = set()
-    for nm in node_names:
-        if nm in seen:
-            raise DataError(f"{src}: duplicate node name {nm!r}")
-        seen.add(nm)
 
-    fleet = Fleet(name, clusters, templates, node_names, node_cluster, node_template, cpu, mem)
-    wan = doc.get("wan") or []
-    if wan:
-        if not isinstance(wan, list):
-            raise DataError(f"{_where(src, doc)}: 'wan' must be a list of pairs")
-        lat = fleet.wan_latency_ms.copy()
-        bw = fleet.wan_bandwidth_gbps.copy()
-        for wdoc in wan:
-            if not isinstance(wdoc, Mapping):
-                raise DataError(f"{src}: each 'wan' entry must be a mapping")
-            _check_keys(src, wdoc, _WAN_KEYS, "a wan entry")
-            pair = _need(src, wdoc, "between", "a wan entry")
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise DataError(f"{_where(src, wdoc)}: 'between' must name two clusters")
-            ij = []
-            for cn in pair:
-                if str(cn) not in c_index:
-                    raise ConfigError(
-                        f"{_where(src, wdoc)}: 'between' names unknown cluster {cn!r}"
-                    )
-                ij.append(c_index[str(cn)])
-            i, j = ij
-            if "latency_ms" in wdoc:
-                lat[i, j] = lat[j, i] = _as_float(src, wdoc, "latency_ms")
-            if "bandwidth_gbps" in wdoc:
-                bw[i, j] = bw[j, i] = _as_float(src, wdoc, "bandwidth_gbps")
-        fleet = Fleet(
-            name, clusters, templates, node_names, node_cluster, node_template, cpu, mem, lat, bw
-        )
-    fleet.source = src
-    return fleet
+@dataclass
+class _NodeColumns:
+    """Per-node columns of a fleet being read (name, cluster index, template index, CPU, memory)."""
+
+    names: list[str] = field(default_factory=list)
+    cluster: list[int] = field(default_factory=list)
+    template: list[int] = field(default_factory=list)
+    cpu: list[int] = field(default_factory=list)
+    mem: list[int] = field(default_factory=list)
+
+
+def _read_cluster(
+    src: str, ci: int, cdoc: Any, table: _TemplateTable, nodes: _NodeColumns
+) -> Cluster:
+    """Read cluster ``ci``'s mapping: append its nodes to ``nodes``, return the cluster."""
+    if not isinstance(cdoc, Mapping):
+        raise DataError(f"{src}: cluster #{ci + 1} must be a mapping")
+    _check_keys(src, cdoc, _CLUSTER_KEYS, "a cluster")
+    cname = str(_need(src, cdoc, "name", "a cluster"))
+    cluster = Cluster(cname, str(cdoc.get("region", "unknown")))
+    ndocs = cdoc.get("nodes") or []
+    if not isinstance(ndocs, list):
+        raise DataError(f"{_where(src, cdoc)}: 'nodes' of cluster {cname!r} must be a list")
+    for ndoc in ndocs:
+        if not isinstance(ndoc, Mapping):
+            raise DataError(f"{_where(src, cdoc)}: each node of {cname!r} must be a mapping")
+        _check_keys(src, ndoc, _NODE_KEYS, f"a node of cluster {cname!r}")
+        ti = table.resolve(ndoc)
+        names = _node_names(src, ndoc)
+        c_default, m_default = default_node_resources(table.templates[ti])
+        c_val = _as_int(src, ndoc, "cpu_milli", c_default)
+        m_val = _as_int(src, ndoc, "memory_mib", m_default)
+        for nm in names:
+            nodes.names.append(nm)
+            nodes.cluster.append(ci)
+            nodes.template.append(ti)
+            nodes.cpu.append(c_val)
+            nodes.mem.append(m_val)
+    return cluster
+
+
+def _node_names(src: str, ndoc: Mapping[str, Any]) -> list[str]:
+    """A node entry's names: its ``name``, or ``name_prefix`` + 0 .. ``count`` - 1."""
+    if "name" in ndoc:
+        if "count" in ndoc or "name_prefix" in ndoc:
+            raise DataError(f"{_where(src, ndoc)}: give either 'name' or 'name_prefix' + 'count'")
+        return [str(ndoc["name"])]
+    prefix = str(_need(src, ndoc, "name_prefix", "a node without 'name'"))
+    count = _as_int(src, ndoc, "count", 1)
+    return [f"{prefix}{k}" for k in range(count)]
+
+
+def _wan_matrices(
+    src: str, doc: Mapping[str, Any], wan: Any, fleet: Fleet, c_index: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(latency ms, bandwidth Gbit/s)``, ``(C, C)`` each: the fleet's defaults with the ``wan``
+    entries' pairs overridden (symmetric)."""
+    if not isinstance(wan, list):
+        raise DataError(f"{_where(src, doc)}: 'wan' must be a list of pairs")
+    lat = fleet.wan_latency_ms.copy()
+    bw = fleet.wan_bandwidth_gbps.copy()
+    for wdoc in wan:
+        if not isinstance(wdoc, Mapping):
+            raise DataError(f"{src}: each 'wan' entry must be a mapping")
+        _check_keys(src, wdoc, _WAN_KEYS, "a wan entry")
+        pair = _need(src, wdoc, "between", "a wan entry")
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise DataError(f"{_where(src, wdoc)}: 'between' must name two clusters")
+        ij = []
+        for cn in pair:
+            if str(cn) not in c_index:
+                raise ConfigError(f"{_where(src, wdoc)}: 'between' names unknown cluster {cn!r}")
+            ij.append(c_index[str(cn)])
+        i, j = ij
+        if "latency_ms" in wdoc:
+            lat[i, j] = lat[j, i] = _as_float(src, wdoc, "latency_ms")
+        if "bandwidth_gbps" in wdoc:
+            bw[i, j] = bw[j, i] = _as_float(src, wdoc, "bandwidth_gbps")
+    return lat, bw
 
 
 def default_node_resources(t: NodeTemplate) -> tuple[int, int]:

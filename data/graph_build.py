@@ -120,6 +120,29 @@ def build_graph(
     c = str(cluster)
     b = _Builder(name or f"k8s-{c}")
     b.node(c, "cluster", c, {"cluster": c})
+    gpus_of = _add_hosts(b, c, node_items, nvlinks or {})
+    svc_ids, by_name, selectors = _add_services(b, c, svc_items)
+    members = _slice_members(slice_items, svc_ids)
+    for p in pod_items:
+        pod = _add_pod(b, c, p, gpus_of)
+        if pod is None:
+            continue
+        pid, ns, nm, labels = pod
+        if slice_items:
+            for sid in members.get((ns, nm), ()):
+                b.edge(pid, sid, "member_of")
+        else:
+            for sns, sid, sel in selectors:
+                if sns == ns and all(labels.get(k) == v for k, v in sel.items()):
+                    b.edge(pid, sid, "member_of")
+    _add_calls(b, c, calls, by_name)
+    return b.model()
+
+
+def _add_hosts(
+    b: _Builder, c: str, node_items: list[dict[str, Any]], nvlinks: Mapping[str, Iterable[int]]
+) -> dict[str, int]:
+    """Add each Kubernetes node as a host with its GPUs and NVLink; return GPUs per node name."""
     gpus_of: dict[str, int] = {}
     for n in node_items:
         nm = str(_meta(n).get("name") or "")
@@ -139,14 +162,21 @@ def build_graph(
             g = b.node(f"{c}/gpu/{nm}/{i}", "gpu", c, {"cluster": c, "node": nm, "gpu": str(i)},
                        model=model)  # fmt: skip
             b.edge(g, host, "attached_to")
-        linked = sorted(set((nvlinks or {}).get(nm, ())))
+        linked = sorted(set(nvlinks.get(nm, ())))
         if len(linked) > 1:
             link = b.node(f"{c}/link/{nm}/nvlink", "link", c,
                           {"cluster": c, "node": nm, "link": "nvlink"})  # fmt: skip
             for i in linked:
                 if i < k:
                     b.edge(link, f"{c}/gpu/{nm}/{i}", "attached_to")
+    return gpus_of
 
+
+def _add_services(
+    b: _Builder, c: str, svc_items: list[dict[str, Any]]
+) -> tuple[dict[tuple[str, str], str], dict[str, str], list[tuple[str, str, dict[str, str]]]]:
+    """Add each Service; return its ids by ``(namespace, name)``, the first id per bare name, and
+    ``(namespace, id, selector)`` of those with a selector."""
     svc_ids: dict[tuple[str, str], str] = {}
     by_name: dict[str, str] = {}
     selectors: list[tuple[str, str, dict[str, str]]] = []
@@ -164,7 +194,13 @@ def build_graph(
         sel = (s.get("spec") or {}).get("selector") or {}
         if isinstance(sel, dict) and sel:
             selectors.append((ns, sid, {str(k): str(v) for k, v in sel.items()}))
+    return svc_ids, by_name, selectors
 
+
+def _slice_members(
+    slice_items: list[dict[str, Any]], svc_ids: dict[tuple[str, str], str]
+) -> dict[tuple[str, str], set[str]]:
+    """Service ids per pod ``(namespace, name)``, as the EndpointSlices name them."""
     members: dict[tuple[str, str], set[str]] = {}
     for sl in slice_items:
         m = _meta(sl)
@@ -180,40 +216,42 @@ def build_graph(
                     str(ref["name"]),
                 )
                 members.setdefault(key, set()).add(sid)
+    return members
 
-    for p in pod_items:
-        m = _meta(p)
-        phase = (p.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            continue
-        ns, nm = str(m.get("namespace") or "default"), str(m.get("name") or "")
-        if not nm:
-            continue
-        owners = [o for o in m.get("ownerReferences") or [] if isinstance(o, dict)]
-        owner = next(
-            (f"{o.get('kind')}/{o.get('name')}" for o in owners if o.get("controller")), None
-        )
-        pid = b.node(f"{c}/pod/{ns}/{nm}", "pod", c, {"cluster": c, "namespace": ns, "pod": nm},
-                     owner=owner or (f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else None))  # fmt: skip
-        host = (p.get("spec") or {}).get("nodeName")
-        if host and f"{c}/host/{host}" in b.nodes:
-            b.edge(pid, f"{c}/host/{host}", "runs_on")
-            for part in (
-                str((m.get("annotations") or {}).get(GPU_INDEX_ANNOTATION, ""))
-                .replace(",", "-")
-                .split("-")
-            ):
-                if part.strip().isdigit() and int(part) < gpus_of.get(host, 0):
-                    b.edge(pid, f"{c}/gpu/{host}/{int(part)}", "runs_on")
-        if slice_items:
-            for sid in members.get((ns, nm), ()):
-                b.edge(pid, sid, "member_of")
-        else:
-            labels = m.get("labels") or {}
-            for sns, sid, sel in selectors:
-                if sns == ns and all(labels.get(k) == v for k, v in sel.items()):
-                    b.edge(pid, sid, "member_of")
 
+def _add_pod(
+    b: _Builder, c: str, p: Mapping[str, Any], gpus_of: dict[str, int]
+) -> tuple[str, str, str, dict[str, Any]] | None:
+    """Add a running pod with its ``runs_on`` edges (host, annotated GPUs); return ``(id,
+    namespace, name, labels)``, or None for a finished or nameless pod."""
+    m = _meta(p)
+    phase = (p.get("status") or {}).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return None
+    ns, nm = str(m.get("namespace") or "default"), str(m.get("name") or "")
+    if not nm:
+        return None
+    owners = [o for o in m.get("ownerReferences") or [] if isinstance(o, dict)]
+    owner = next((f"{o.get('kind')}/{o.get('name')}" for o in owners if o.get("controller")), None)
+    pid = b.node(f"{c}/pod/{ns}/{nm}", "pod", c, {"cluster": c, "namespace": ns, "pod": nm},
+                 owner=owner or (f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else None))  # fmt: skip
+    host = (p.get("spec") or {}).get("nodeName")
+    if host and f"{c}/host/{host}" in b.nodes:
+        b.edge(pid, f"{c}/host/{host}", "runs_on")
+        for part in (
+            str((m.get("annotations") or {}).get(GPU_INDEX_ANNOTATION, ""))
+            .replace(",", "-")
+            .split("-")
+        ):
+            if part.strip().isdigit() and int(part) < gpus_of.get(host, 0):
+                b.edge(pid, f"{c}/gpu/{host}/{int(part)}", "runs_on")
+    return pid, ns, nm, m.get("labels") or {}
+
+
+def _add_calls(
+    b: _Builder, c: str, calls: Iterable[tuple[str, str]], by_name: dict[str, str]
+) -> None:
+    """Add a ``calls`` edge per pair; a service not in the cluster becomes ``<c>/svc/<name>``."""
     for caller, callee in calls:
         ids = []
         for svc in (caller, callee):
@@ -224,7 +262,6 @@ def build_graph(
                 by_name[svc] = sid
             ids.append(sid)
         b.edge(ids[0], ids[1], "calls")
-    return b.model()
 
 
 def calls_from_spans(doc: Any) -> list[tuple[str, str]]:

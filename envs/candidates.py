@@ -557,13 +557,56 @@ class CandidateBuilder:
             return node, np.array([e.gpu[node]], dtype=np.int64)
         return node, st.choose_gpus(pod, node)
 
+    def _pick(
+        self, pod: Pod, e: _ShapeCache, idx: np.ndarray, order: np.ndarray, prank: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """``(chosen, bf, bf_top)``: the candidates as positions into the feasible nodes ``idx``
+        (each heuristic's quota of its top nodes, then FGD's next ones; FGD's first), BestFit's
+        normalised scores over ``idx``, and BestFit's top positions.
+
+        Every order is by one distinct integer key, -score * N + priority rank (ascending);
+        ``order`` is FGD's.
+        """
+        q_fgd, q_bf, q_pk, q_cl, q_dp = self.quota
+        picks = order[:q_fgd].tolist()
+        raw = e.bf_raw.take(idx)
+        bf = minmax_normalise(raw, raw)  # BestFit normalises over the feasible nodes
+        bf_top = _top_keys(bf * -self.state.n_nodes + prank.take(idx), max(q_bf, 1))
+        picks += bf_top[:q_bf]
+        if pod.num_gpu > 0:
+            picks += _top_keys(e.pkey.take(idx), q_pk)
+            picks += _top_keys(e.ckey.take(idx), q_cl)
+        if q_dp:
+            picks += _top_keys(e.dkey.take(idx), q_dp)
+        picks += order[q_fgd : q_fgd + self.n_candidates].tolist()
+        chosen = np.array(list(dict.fromkeys(picks))[: self.n_candidates], dtype=np.int64)
+        return chosen, bf, bf_top
+
+    def _fgd_rank(
+        self,
+        e: _ShapeCache,
+        idx: np.ndarray,
+        fkey: np.ndarray,
+        order: np.ndarray,
+        chosen: np.ndarray,
+        prio_is_perm: bool,
+    ) -> np.ndarray:
+        """Rank of each candidate in FGD's full order over ``idx`` (higher score first, ties by
+        priority)."""
+        if prio_is_perm:
+            return fkey.take(order).searchsorted(fkey.take(chosen))
+        # repeated priorities: equal (score, priority) do not count as ahead
+        prio = self.state.priority.take(idx)
+        fgd_int = e.score.take(idx)
+        sc, pc = fgd_int[chosen, None], prio[chosen, None]
+        return ((fgd_int[None, :] > sc) | ((fgd_int[None, :] == sc) & (prio[None, :] < pc))).sum(1)
+
     def build(self, pod: Pod, mask: np.ndarray, arrived_milli: int) -> Candidates:
         """Candidates and observation for ``pod`` among the feasible nodes ``mask`` (>= 1 True)."""
         st = self.state
         fgd = self.fgd
         k_max = self.n_candidates
         n_nodes = st.n_nodes
-        q_fgd, q_bf, q_pk, q_cl, q_dp = self.quota
         idx = mask.nonzero()[0]  # feasible nodes; "positions" below index into idx
         n_feas = idx.size
 
@@ -573,34 +616,12 @@ class CandidateBuilder:
         fgd._refresh(st)  # noqa: SLF001 - F_n of every node, for the features
         prank, prio_is_perm = self._priority_rank()
 
-        # every order is by one distinct integer key, -score * N + priority rank (ascending)
         fkey = e.fkey.take(idx)  # FGD: higher integer score first, ties by priority
         order = fkey.argsort()
-        picks = order[:q_fgd].tolist()
-        raw = e.bf_raw.take(idx)
-        bf = minmax_normalise(raw, raw)  # BestFit normalises over the feasible nodes
-        bf_top = _top_keys(bf * -n_nodes + prank.take(idx), max(q_bf, 1))
-        picks += bf_top[:q_bf]
-        if pod.num_gpu > 0:
-            picks += _top_keys(e.pkey.take(idx), q_pk)
-            picks += _top_keys(e.ckey.take(idx), q_cl)
-        if q_dp:
-            picks += _top_keys(e.dkey.take(idx), q_dp)
-        picks += order[q_fgd : q_fgd + k_max].tolist()
-        chosen = np.array(list(dict.fromkeys(picks))[:k_max], dtype=np.int64)  # FGD's first
+        chosen, bf, bf_top = self._pick(pod, e, idx, order, prank)
         k = chosen.size
         nodes = idx.take(chosen)
-
-        # rank of each candidate in FGD's full order (higher score first, ties by priority)
-        if prio_is_perm:
-            rank = fkey.take(order).searchsorted(fkey.take(chosen))
-        else:  # repeated priorities: equal (score, priority) do not count as ahead
-            prio = st.priority.take(idx)
-            fgd_int = e.score.take(idx)
-            sc, pc = fgd_int[chosen, None], prio[chosen, None]
-            rank = (
-                (fgd_int[None, :] > sc) | ((fgd_int[None, :] == sc) & (prio[None, :] < pc))
-            ).sum(1)
+        rank = self._fgd_rank(e, idx, fkey, order, chosen, prio_is_perm)
 
         # per-candidate node state after placing
         ngpu = st.num_gpu.take(nodes)

@@ -138,33 +138,12 @@ def gpu_packing_bound(
         raise ValueError("num_gpu and gpu_milli must have the same shape")
     if n_gpus <= 0:
         raise ValueError(f"n_gpus must be positive, got {n_gpus}")
-    if model_gpus is None:
-        pools = {-1: int(n_gpus)}  # one pool that every pod may use
-        spec = np.full(num_gpu.shape, ANY_GPU_MODEL, dtype=np.int64)
-    else:
-        pools = {int(m): int(g) for m, g in model_gpus.items() if g > 0}
-        if sum(pools.values()) != n_gpus or any(m < 0 for m in pools):
-            raise ValueError(f"model_gpus {model_gpus} do not add up to n_gpus={n_gpus}")
-        spec = (
-            np.full(num_gpu.shape, ANY_GPU_MODEL, dtype=np.int64)
-            if gpu_spec_mask is None
-            else np.asarray(gpu_spec_mask, dtype=np.int64)
-        )
-        if spec.shape != num_gpu.shape:
-            raise ValueError("gpu_spec_mask must have one entry per pod")
+    pools, spec = _pools_and_spec(num_gpu, n_gpus, gpu_spec_mask, model_gpus)
     gpu = num_gpu > 0
     milli, k, spec = gpu_milli[gpu], num_gpu[gpu], spec[gpu]
     if ((milli < 1) | (milli > GPU_MILLI)).any():
         raise ValueError("every GPU pod's gpu_milli must be in 1..1000")
-    # item types (size, allowed mask); a k-GPU pod is k items of 1000
-    items: dict[tuple[int, int], int] = {}
-    for m_, k_, s_ in zip(milli.tolist(), k.tolist(), spec.tolist(), strict=True):
-        key = (m_, s_)
-        items[key] = items.get(key, 0) + (k_ if m_ == GPU_MILLI else 1)
-    keys = sorted(items)
-    sizes = np.array([key[0] for key in keys], dtype=np.int64)
-    masks = np.array([key[1] for key in keys], dtype=np.int64)
-    counts = np.array([items[key] for key in keys], dtype=np.int64)
+    sizes, masks, counts = _item_types(milli, k, spec)
     request = int(sizes @ counts)
     capacity = n_gpus * GPU_MILLI
     if request == 0:
@@ -178,9 +157,80 @@ def gpu_packing_bound(
         ],
         dtype=bool,
     )  # (T, pools)
+    bound, n_cols, it = _column_generation(
+        sizes, counts, allowed, pool_gpus, float(request), max_iterations
+    )
+    packable = min(bound, float(request), float(capacity))
+    return PackingBound(
+        request_milli=request,
+        max_packable_milli=packable,
+        min_failed_milli=max(request - packable, 0.0),
+        capacity_milli=capacity,
+        columns=n_cols,
+        iterations=it,
+    )
+
+
+def _pools_and_spec(
+    num_gpu: np.ndarray,
+    n_gpus: int,
+    gpu_spec_mask: np.ndarray | None,
+    model_gpus: dict[int, int] | None,
+) -> tuple[dict[int, int], np.ndarray]:
+    """``(GPUs per pool, (P,) allowed-model mask per pod)``, checked (see
+    :func:`gpu_packing_bound`); without ``model_gpus`` one pool (id -1) that every pod may use."""
+    if model_gpus is None:
+        return {-1: int(n_gpus)}, np.full(num_gpu.shape, ANY_GPU_MODEL, dtype=np.int64)
+    pools = {int(m): int(g) for m, g in model_gpus.items() if g > 0}
+    if sum(pools.values()) != n_gpus or any(m < 0 for m in pools):
+        raise ValueError(f"model_gpus {model_gpus} do not add up to n_gpus={n_gpus}")
+    spec = (
+        np.full(num_gpu.shape, ANY_GPU_MODEL, dtype=np.int64)
+        if gpu_spec_mask is None
+        else np.asarray(gpu_spec_mask, dtype=np.int64)
+    )
+    if spec.shape != num_gpu.shape:
+        raise ValueError("gpu_spec_mask must have one entry per pod")
+    return pools, spec
+
+
+def _item_types(
+    milli: np.ndarray, k: np.ndarray, spec: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(sizes, masks, counts)``, ``(T,)`` each: the item types ``(size, allowed mask)`` of the
+    GPU pods, sorted, and how many items of each; a k-GPU pod is k items of 1000."""
+    items: dict[tuple[int, int], int] = {}
+    for m_, k_, s_ in zip(milli.tolist(), k.tolist(), spec.tolist(), strict=True):
+        key = (m_, s_)
+        items[key] = items.get(key, 0) + (k_ if m_ == GPU_MILLI else 1)
+    keys = sorted(items)
+    sizes = np.array([key[0] for key in keys], dtype=np.int64)
+    masks = np.array([key[1] for key in keys], dtype=np.int64)
+    counts = np.array([items[key] for key in keys], dtype=np.int64)
+    return sizes, masks, counts
+
+
+def _column_generation(
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    allowed: np.ndarray,
+    pool_gpus: np.ndarray,
+    request: float,
+    max_iterations: int,
+) -> tuple[float, int, int]:
+    """``(upper bound on the packable milli-GPU, columns, iterations)`` of the packing LP over
+    bin configurations, by column generation (see the module docstring).
+
+    Args:
+        sizes, counts: ``(T,)`` item sizes (milli-GPU) and counts.
+        allowed: ``(T, pools)`` whether a pool's GPUs may take a type.
+        pool_gpus: ``(pools,)`` GPUs per pool.
+        request: the total request (milli-GPU), the bound before any round.
+        max_iterations: rounds before giving up on optimality (the bound stays valid).
+    """
     # a type no pool allows gets no column: it is never packed, so it counts as failed
     unit = math.gcd(GPU_MILLI, *sizes.tolist())
-    n_types, n_pools = len(sizes), len(pool_ids)
+    n_types, n_pools = allowed.shape
     # columns: (pool index, multiplicities); start with one single-size column per allowed pair
     cols: list[tuple[int, np.ndarray]] = [
         (j, np.eye(n_types, dtype=np.int64)[t] * min(counts[t], GPU_MILLI // sizes[t]))
@@ -189,7 +239,7 @@ def gpu_packing_bound(
         if allowed[t, j]
     ]
     b_ub = np.concatenate([pool_gpus, counts]).astype(float)
-    bound = float(request)
+    bound = request
     it = 0
     while it < max_iterations:
         it += 1
@@ -219,15 +269,7 @@ def gpu_packing_bound(
         if not new:
             break
         cols.extend(new)
-    packable = min(bound, float(request), float(capacity))
-    return PackingBound(
-        request_milli=request,
-        max_packable_milli=packable,
-        min_failed_milli=max(request - packable, 0.0),
-        capacity_milli=capacity,
-        columns=len(cols),
-        iterations=it,
-    )
+    return bound, len(cols), it
 
 
 def fgd_run_bound(

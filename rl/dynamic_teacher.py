@@ -46,6 +46,7 @@ search is the released recipe's, draw for draw):
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -342,6 +343,36 @@ class DynCEMResult:
     scores"""
 
 
+def _cem_loop_until(
+    max_minutes: float | None, *args: Any, generations: int, **kwargs: Any
+) -> tuple[Any, float, list[dict[str, float]], np.ndarray, bool]:
+    """:func:`fleetmind.rl.teacher.cem_loop` (same arguments) ended after the generation during
+    which ``max_minutes`` of wall time passed (``None``: never).
+
+    Returns:
+        ``(best, best_score, history, mean after the last generation, stopped early)``.
+    """
+    t0 = time.monotonic()
+    state: dict[str, Any] = {}
+
+    def on_generation(b: Any, bs: float, hist: list[dict[str, float]], mu_now: np.ndarray) -> None:
+        state.update(best=b, best_score=bs, history=hist, mu=mu_now.copy())
+        if max_minutes is not None and time.monotonic() - t0 >= 60.0 * max_minutes:
+            if len(hist) < generations:
+                raise _StopSearch
+
+    try:
+        best, best_score, history, mu_end = cem_loop(
+            *args,
+            generations=generations,
+            on_generation=on_generation if max_minutes is not None else None,
+            **kwargs,
+        )
+    except _StopSearch:
+        return state["best"], state["best_score"], state["history"], state["mu"], True
+    return best, best_score, history, mu_end, False
+
+
 def cem_search_dynamic(
     streams: StreamSet,
     n_candidates: int,
@@ -413,39 +444,22 @@ def cem_search_dynamic(
     sd = np.full(mu.shape, init_sd)
     anchor = int(np.argmax(np.abs(mu)))  # fixes the scale: the rest is relative to it
     sd[anchor] = 0.0
-    import time
-
-    t0 = time.monotonic()
-    state: dict[str, Any] = {}
-
-    def on_generation(b: Any, bs: float, hist: list[dict[str, float]], mu_now: np.ndarray) -> None:
-        state.update(best=b, best_score=bs, history=hist, mu=mu_now.copy())
-        if max_minutes is not None and time.monotonic() - t0 >= 60.0 * max_minutes:
-            if len(hist) < generations:
-                raise _StopSearch
-
-    stopped = False
-    try:
-        best, best_score, history, mu_end = cem_loop(
-            mu,
-            sd,
-            anchor,
-            make,
-            score,
-            best,
-            best_score,
-            generations=generations,
-            population=population,
-            n_elite=n_elite,
-            sd_floor=sd_floor,
-            rng=rng,
-            progress=progress,
-            on_generation=on_generation if max_minutes is not None else None,
-        )
-    except _StopSearch:
-        best, best_score, history = state["best"], state["best_score"], state["history"]
-        mu_end = state["mu"]
-        stopped = True
+    best, best_score, history, mu_end, stopped = _cem_loop_until(
+        max_minutes,
+        mu,
+        sd,
+        anchor,
+        make,
+        score,
+        best,
+        best_score,
+        generations=generations,
+        population=population,
+        n_elite=n_elite,
+        sd_floor=sd_floor,
+        rng=rng,
+        progress=progress,
+    )
     eps = [(name, s) for name, s, _, _ in streams.episodes]
     return DynCEMResult(
         cast(DynLinearScorer, best),

@@ -333,6 +333,27 @@ far, its score, the history so far (one entry per finished generation) and the `
 distribution mean after that generation's refit."""
 
 
+def _scored_start(
+    init: LinearScorer,
+    blocks: tuple[str, ...],
+    k: int,
+    f: int,
+    score: Callable[[LinearScorer], float],
+    progress: Callable[[int], None] | None,
+) -> tuple[LinearScorer, float]:
+    """``init`` extended to ``blocks``, checked against the env's ``K`` and ``F``, and its score."""
+    start = init.with_blocks(blocks)
+    if (start.n_candidates, start.n_cand_features) != (k, f):
+        raise ValueError(
+            f"init scorer has K={start.n_candidates}, F={start.n_cand_features};"
+            f" the env has K={k}, F={f}"
+        )
+    init_score = score(start)
+    if progress is not None:
+        progress(1)
+    return start, init_score
+
+
 def cem_search(
     env: Any,
     episodes: Sequence[tuple[str, int]],
@@ -392,15 +413,7 @@ def cem_search(
         progress(1)
     best, best_score = fgd, fgd_score
     if init is not None:
-        start = init.with_blocks(blocks)
-        if (start.n_candidates, start.n_cand_features) != (k, f):
-            raise ValueError(
-                f"init scorer has K={start.n_candidates}, F={start.n_cand_features};"
-                f" the env has K={k}, F={f}"
-            )
-        init_score = score(start)
-        if progress is not None:
-            progress(1)
+        start, init_score = _scored_start(init, blocks, k, f, score, progress)
         if init_score < best_score:
             best, best_score = start, init_score
     else:

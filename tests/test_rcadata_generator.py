@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 
@@ -12,6 +13,7 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.data.graph import NODE_KINDS
 from fleetmind.data.rca_gen.alerts import ZERO_TIME, AlertSimConfig, IncidentSimulator
 from fleetmind.data.rca_gen.faults import EFFECT_ALERTS, FAULT_TYPES, HOPS, fault_prior
+from fleetmind.data.rca_gen.generate import DatasetSpec, generate_dataset
 from fleetmind.data.rca_gen.graphs import GraphGenConfig, generate_graph
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -198,3 +200,21 @@ def test_firing_alerts_have_zero_end_time(graph) -> None:
     for inc in _sim_many(graph, 10, seed=8):
         for a in inc["alerts"]:
             assert (a["status"] == "firing") == (a["endsAt"] == ZERO_TIME)
+
+
+SEEDED_DATASET_SHA256 = "d0015b2e1caede3fbc2fe3c07786bc43a977a87760fe08a3080d1a0a3640af37"
+"""Graphs and incidents of ``DatasetSpec(n_incidents=40, seed=3, workers=1)``, as of 2026-12-02.
+
+Moving code between modules must not change a byte; a deliberate change of the catalog, the
+simulator or the graph generator updates this value and says so in CHANGELOG.md.
+"""
+
+
+def test_seeded_dataset_bytes_are_pinned(tmp_path) -> None:
+    generate_dataset(tmp_path, DatasetSpec(n_incidents=40, seed=3, workers=1))
+    digest = hashlib.sha256()
+    for path in sorted(tmp_path.rglob("*")):
+        if path.is_file() and path.name != "meta.json":  # meta.json names the Python version
+            digest.update(path.relative_to(tmp_path).as_posix().encode())
+            digest.update(path.read_bytes())
+    assert digest.hexdigest() == SEEDED_DATASET_SHA256

@@ -131,7 +131,7 @@ def _train(train: list, val: list, fault_types: list[str], a: argparse.Namespace
     return module.model
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="dataset folder (train / val / test)")
     ap.add_argument("--json", required=True)
@@ -146,7 +146,77 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--work", default="/tmp/fleetmind-rca-ablation")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _git_commit() -> str | None:
+    """The checkout's short commit, or None outside a git checkout."""
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _run_variants(
+    a: argparse.Namespace,
+    feats: dict[str, list],
+    fault_types: list[str],
+    setups: dict[str, tuple[np.ndarray | None, bool]],
+) -> tuple[dict[str, Any], Any]:
+    """Train and score each of ``a.variants``; return the summaries by variant and the ``full``
+    variant's model (None when not run)."""
+    out: dict[str, Any] = {}
+    full_model = None
+    for v in a.variants:
+        cols, drop = setups[v]
+        t = time.time()
+        model = _train(
+            _variant(feats["train_ok"], cols, drop),
+            _variant(feats["val"], cols, drop),
+            fault_types,
+            a,
+        )
+        r = _ranks(model, _variant(feats["test"], cols, drop))
+        out[v] = {**_summary(r, a.boot, a.seed), "train_s": round(time.time() - t, 1)}
+        print(f"{v:<18} AC@1 {out[v]['ac@1']:.3f} {out[v]['ci95']['ac@1']}", flush=True)
+        if v == "full":
+            full_model = model
+    return out, full_model
+
+
+def _run_lofo(
+    a: argparse.Namespace,
+    feats: dict[str, list],
+    faults: dict[str, np.ndarray],
+    fault_types: list[str],
+    full_model: Any,
+) -> dict[str, Any]:
+    """Leave each of ``a.lofo`` out of training and validation; score on its test incidents."""
+    train_ok_fault = faults["train"][[not bool(d.root_missing) for d in feats["train"]]]
+    lofo: dict[str, Any] = {}
+    for f in a.lofo:
+        t = time.time()
+        tr = [d for d, ff in zip(feats["train_ok"], train_ok_fault, strict=True) if ff != f]
+        va = [d for d, ff in zip(feats["val"], faults["val"], strict=True) if ff != f]
+        te = [d for d, ff in zip(feats["test"], faults["test"], strict=True) if ff == f]
+        if not te:
+            continue
+        # the fault head keeps the left-out class (never a target); only the ranking is scored
+        model = _train(tr, va, fault_types, a)
+        lofo[f] = {
+            "left_out": _summary(_ranks(model, te), a.boot, a.seed),
+            "full": _summary(_ranks(full_model, te), a.boot, a.seed) if full_model else None,
+            "train_incidents": len(tr),
+            "train_s": round(time.time() - t, 1),
+        }
+        print(f"lofo {f:<24} AC@1 {lofo[f]['left_out']['ac@1']:.3f}", flush=True)
+    return lofo
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
 
     import logging
 
@@ -172,7 +242,6 @@ def main(argv: list[str] | None = None) -> int:
         for name, incs in (("train", train_inc), ("val", val_inc), ("test", test_inc))
     }
     feats["train_ok"] = [d for d in feats["train"] if not bool(d.root_missing)]
-    train_ok_fault = faults["train"][[not bool(d.root_missing) for d in feats["train"]]]
     names = np.array(FEATURE_NAMES)
     name_cols = np.flatnonzero([n.startswith(("name:", "kw:")) for n in names])
     nbr_cols = np.flatnonzero([n.startswith("nbr:") for n in names])
@@ -182,49 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         "no_edges": (None, True),
         "no_edges_no_nbr": (nbr_cols, True),
     }
-    out: dict[str, Any] = {}
-    full_model = None
-    for v in a.variants:
-        cols, drop = setups[v]
-        t = time.time()
-        model = _train(
-            _variant(feats["train_ok"], cols, drop),
-            _variant(feats["val"], cols, drop),
-            fault_types,
-            a,
-        )
-        r = _ranks(model, _variant(feats["test"], cols, drop))
-        out[v] = {**_summary(r, a.boot, a.seed), "train_s": round(time.time() - t, 1)}
-        print(f"{v:<18} AC@1 {out[v]['ac@1']:.3f} {out[v]['ci95']['ac@1']}", flush=True)
-        if v == "full":
-            full_model = model
-    lofo: dict[str, Any] = {}
-    for f in a.lofo:
-        t = time.time()
-        tr = [d for d, ff in zip(feats["train_ok"], train_ok_fault, strict=True) if ff != f]
-        va = [d for d, ff in zip(feats["val"], faults["val"], strict=True) if ff != f]
-        te = [d for d, ff in zip(feats["test"], faults["test"], strict=True) if ff == f]
-        if not te:
-            continue
-        # the fault head keeps the left-out class (never a target); only the ranking is scored
-        model = _train(tr, va, fault_types, a)
-        lofo[f] = {
-            "left_out": _summary(_ranks(model, te), a.boot, a.seed),
-            "full": _summary(_ranks(full_model, te), a.boot, a.seed) if full_model else None,
-            "train_incidents": len(tr),
-            "train_s": round(time.time() - t, 1),
-        }
-        print(f"lofo {f:<24} AC@1 {lofo[f]['left_out']['ac@1']:.3f}", flush=True)
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
+    out, full_model = _run_variants(a, feats, fault_types, setups)
+    lofo = _run_lofo(a, feats, faults, fault_types, full_model)
     res = {
         "benchmark": "rca_gat_ablation",
         "command": " ".join(["python -m fleetmind.training.rca_ablation", *(argv or sys.argv[1:])]),
-        "commit": commit,
+        "commit": _git_commit(),
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
         "versions": {"torch": torch.__version__, "numpy": np.__version__},
         "data": str(a.data),

@@ -176,56 +176,13 @@ def ShardLog(out_dir: str) -> Any:  # noqa: N802 - a class factory (pytorch_ligh
 def run(args: Args) -> dict[str, Any]:
     """Train, evaluate, log and register; returns the JSON summary (run id, metrics, registry info)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import logging
-    import warnings
-
     import mlflow
-    import pytorch_lightning as pl
-    import torch
-    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
     from pytorch_lightning.loggers import MLFlowLogger
 
-    from fleetmind.rca.lightning_module import GATLightning, RCADataModule, evaluate_ranks
+    from fleetmind.rca.lightning_module import GATLightning, evaluate_ranks
 
-    if not args.data:
-        raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
-    if args.epochs < 1:
-        raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
-    for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=".*treespec.*")
-
-    # ------------------------------------------------------------------ seeding
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    pl.seed_everything(args.seed, workers=True, verbose=False)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    data_dir, feedback = args.data, None
-    if args.feedback_db:
-        target = merged_dir(args.out, args.data, args.feedback_db, args.feedback_weight)
-        feedback = merge_feedback(args.data, args.feedback_db, target, args.feedback_weight)
-        data_dir = feedback["dir"]
-        print(
-            f"training with {feedback['n_feedback']} feedback incidents "
-            f"(x{feedback['weight']}) from {safe_url(args.feedback_db)}"
-        )
-
-    t_start = time.time()
-    dm = RCADataModule(
-        data_dir,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        max_train=args.max_train,
-        progress=args.progress,
-        crop_hops=args.crop_hops,
-    )
-    dm.setup()
-    t_feat = time.time() - t_start
-
+    _check_and_seed(args)
+    dm, feedback, t_feat = _data_module(args)
     run_name = f"rca__gat__{args.seed}__{int(time.time())}"
     out_dir = Path(args.out) / run_name
     uri = tracking_uri(args.tracking_uri)
@@ -244,40 +201,7 @@ def run(args: Args) -> dict[str, Any]:
         crop_hops=args.crop_hops,
     )
     logger.log_hyperparams({**asdict(args), **{f"data/{k}": v for k, v in dm.info.items()}})
-    ckpt = ModelCheckpoint(
-        dirpath=out_dir / "checkpoints",
-        filename="best-{epoch:02d}",
-        monitor="val/mrr",
-        mode="max",
-        save_top_k=1,
-        save_last=True,
-    )
-    callbacks: list[Any] = [
-        ckpt,
-        EarlyStopping(monitor="val/mrr", mode="max", patience=args.patience, min_delta=1e-4),
-    ]
-    if args.progress:
-        callbacks.append(TQDMProgressBar(refresh_rate=10))
-    if args.shard_log:
-        callbacks.append(ShardLog(args.shard_log))
-    # every 10 steps, or once per epoch when an epoch is shorter (a tiny run logs its loss at all,
-    # and Lightning does not warn that the interval exceeds the epoch)
-    batches_per_epoch = max(1, -(-len(dm.train_data) // args.batch_size))
-    trainer = pl.Trainer(
-        max_epochs=args.epochs,
-        max_time={"minutes": args.max_minutes},
-        logger=logger,
-        callbacks=callbacks,
-        accelerator=args.accelerator,
-        devices=parse_devices(args.devices),
-        strategy=args.strategy,
-        num_nodes=args.num_nodes,
-        deterministic=False,
-        enable_progress_bar=args.progress,
-        enable_model_summary=False,
-        log_every_n_steps=min(10, batches_per_epoch),
-        num_sanity_val_steps=0,
-    )
+    trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
     t_fit = time.time()
     trainer.fit(module, datamodule=dm)
     fit_s = time.time() - t_fit
@@ -301,21 +225,8 @@ def run(args: Args) -> dict[str, Any]:
         metrics=metrics,
         data={"dir": str(args.data), **dm.info, "seed": args.seed},
     )
-    client = mlflow.MlflowClient(tracking_uri=uri)
-    flat = {
-        f"{split}/{k.replace('@', '')}": v
-        for split, m in metrics.items()
-        for k, v in m.items()
-        if k != "n"
-    }
-    flat.update(
-        {"time/features_s": t_feat, "time/fit_s": fit_s, "time/epochs": trainer.current_epoch}
-    )
-    for k, v in flat.items():
-        client.log_metric(logger.run_id, f"final/{k}", float(v))
-    with mlflow.start_run(run_id=logger.run_id):
-        reg = log_and_register(artifact, metrics["val"]["ac@1"], register=args.register)
-    client.set_terminated(logger.run_id)
+    times = {"time/features_s": t_feat, "time/fit_s": fit_s, "time/epochs": trainer.current_epoch}
+    reg = _log_final(uri, logger.run_id, metrics, times, artifact, args.register)
     return {
         "run_id": logger.run_id,
         "run_name": run_name,
@@ -332,6 +243,128 @@ def run(args: Args) -> dict[str, Any]:
         **({"feedback": feedback} if feedback else {}),
         **reg,
     }
+
+
+def _check_and_seed(args: Args) -> None:
+    """Refuse a run without data or epochs, quiet Lightning's chatter, seed every generator."""
+    import logging
+    import warnings
+
+    import pytorch_lightning as pl
+    import torch
+
+    if not args.data:
+        raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
+    if args.epochs < 1:
+        raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
+    for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*treespec.*")
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+
+def _data_module(args: Args) -> tuple[Any, dict[str, Any] | None, float]:
+    """``(RCADataModule set up, feedback merge summary or None, feature seconds)``: the dataset,
+    merged with the feedback database's incidents when ``args.feedback_db`` is given."""
+    from fleetmind.rca.lightning_module import RCADataModule
+
+    data_dir, feedback = args.data, None
+    if args.feedback_db:
+        target = merged_dir(args.out, args.data, args.feedback_db, args.feedback_weight)
+        feedback = merge_feedback(args.data, args.feedback_db, target, args.feedback_weight)
+        data_dir = feedback["dir"]
+        print(
+            f"training with {feedback['n_feedback']} feedback incidents "
+            f"(x{feedback['weight']}) from {safe_url(args.feedback_db)}"
+        )
+    t_start = time.time()
+    dm = RCADataModule(
+        data_dir,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        max_train=args.max_train,
+        progress=args.progress,
+        crop_hops=args.crop_hops,
+    )
+    dm.setup()
+    return dm, feedback, time.time() - t_start
+
+
+def _trainer(args: Args, logger: Any, out_dir: Path, n_train: int) -> tuple[Any, Any]:
+    """``(pl.Trainer, its ModelCheckpoint)``: best and last checkpoints on ``val/mrr``, early
+    stopping, the wall-clock cap and the distributed settings of ``args``."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+
+    ckpt = ModelCheckpoint(
+        dirpath=out_dir / "checkpoints",
+        filename="best-{epoch:02d}",
+        monitor="val/mrr",
+        mode="max",
+        save_top_k=1,
+        save_last=True,
+    )
+    callbacks: list[Any] = [
+        ckpt,
+        EarlyStopping(monitor="val/mrr", mode="max", patience=args.patience, min_delta=1e-4),
+    ]
+    if args.progress:
+        callbacks.append(TQDMProgressBar(refresh_rate=10))
+    if args.shard_log:
+        callbacks.append(ShardLog(args.shard_log))
+    # every 10 steps, or once per epoch when an epoch is shorter (a tiny run logs its loss at all,
+    # and Lightning does not warn that the interval exceeds the epoch)
+    batches_per_epoch = max(1, -(-n_train // args.batch_size))
+    trainer = pl.Trainer(
+        max_epochs=args.epochs,
+        max_time={"minutes": args.max_minutes},
+        logger=logger,
+        callbacks=callbacks,
+        accelerator=args.accelerator,
+        devices=parse_devices(args.devices),
+        strategy=args.strategy,
+        num_nodes=args.num_nodes,
+        deterministic=False,
+        enable_progress_bar=args.progress,
+        enable_model_summary=False,
+        log_every_n_steps=min(10, batches_per_epoch),
+        num_sanity_val_steps=0,
+    )
+    return trainer, ckpt
+
+
+def _log_final(
+    uri: str,
+    run_id: str,
+    metrics: dict[str, Any],
+    times: dict[str, float],
+    artifact: Path,
+    register: bool,
+) -> dict[str, Any]:
+    """Log the final metrics (``final/<split>/<metric>`` and ``final/time/*``) to the run, log and
+    register the model, end the run; return the registry summary of :func:`log_and_register`."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    flat = {
+        f"{split}/{k.replace('@', '')}": v
+        for split, m in metrics.items()
+        for k, v in m.items()
+        if k != "n"
+    }
+    flat.update(times)
+    for k, v in flat.items():
+        client.log_metric(run_id, f"final/{k}", float(v))
+    with mlflow.start_run(run_id=run_id):
+        reg = log_and_register(artifact, metrics["val"]["ac@1"], register=register)
+    client.set_terminated(run_id)
+    return reg
 
 
 # ---------------------------------------------------------------------------------------- CLI

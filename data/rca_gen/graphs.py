@@ -351,13 +351,56 @@ def _build_cluster(
     tw: np.ndarray,
     cfg: GraphGenConfig,
 ) -> dict[str, dict]:
+    """Add cluster ``c`` of about ``budget`` nodes; return its services by name.
+
+    The steps draw from ``rng`` in a fixed order (templates, services, GPU placement, CPU hosts,
+    racks, pods, calls), which the seeded datasets depend on.
+    """
     cl = b.node(f"{c}/cluster", "cluster", c, {"cluster": c}, role="cluster")
     for comp, kind, gdep in CLUSTER_INFRA:
         nid = b.node(f"{c}/infra/{comp}", kind, c, {"cluster": c, "component": comp}, role=comp)
         b.edge(nid, cl, "hosted_on")
         if gdep is not None:
             b.edge(nid, f"global/{gdep}", "depends_on")
-    # GPU templates of this cluster
+    host_tpl = _gpu_host_templates(rng, budget, templates, tnames, tw, cfg)
+    n_gpu_hosts = len(host_tpl)
+    gpus_total = sum(templates[t].n_gpus for t in host_tpl)
+    svcs = _pick_services(rng, gpus_total)
+    placements = _place_gpu_services(rng, svcs, [templates[t].n_gpus for t in host_tpl])
+    svcs = [s for s in svcs if s["gpus"] == 0 or placements[s["name"]]]
+    # --- CPU hosts for CPU pods
+    cpu_pods = sum(s["replicas"] for s in svcs if s["gpus"] == 0)
+    n_cpu_hosts = max(2, math.ceil(cpu_pods / rng.integers(4, 9)))
+    host_ids = _add_hosts(b, rng, c, [templates[t] for t in host_tpl], n_cpu_hosts)
+    # --- services and pods
+    n_hosts = n_gpu_hosts + n_cpu_hosts
+    cpu_slots = [int(x) for x in rng.permutation(np.arange(n_gpu_hosts, n_hosts).repeat(8))]
+    out: dict[str, dict] = {}
+    for s in svcs:
+        if s["gpus"] > 0:
+            pl = placements[s["name"]]
+        else:
+            pl = [
+                (cpu_slots.pop() if cpu_slots else int(rng.integers(n_gpu_hosts, n_hosts)), [])
+                for _ in range(s["replicas"])
+            ]
+        _add_service(b, c, s, pl, host_ids)
+        out[s["name"]] = s
+    for src, dst in _calls(rng, svcs):
+        b.edge(f"{c}/svc/{src}", f"{c}/svc/{dst}", "calls")
+    return out
+
+
+def _gpu_host_templates(
+    rng: np.random.Generator,
+    budget: int,
+    templates: dict[str, HostTemplate],
+    tnames: list[str],
+    tw: np.ndarray,
+    cfg: GraphGenConfig,
+) -> list[str]:
+    """Template name of each GPU host of a cluster: one template, or a mix of two, sized so that
+    the hosts with their GPUs, links and pods fill about ``budget`` nodes."""
     t1 = str(rng.choice(tnames, p=tw))
     mix = [t1]
     if rng.random() < cfg.mixed_template_prob and len(tnames) > 1:
@@ -366,14 +409,20 @@ def _build_cluster(
     per_host = np.mean([1 + templates[t].n_gpus + len(templates[t].links) + 2.5 for t in mix])
     overhead = 40
     n_gpu_hosts = max(1, int(round((budget - overhead) / per_host)))
-    host_tpl = [
-        mix[0] if (len(mix) == 1 or rng.random() < 0.6) else mix[1] for _ in range(n_gpu_hosts)
-    ]
-    gpus_total = sum(templates[t].n_gpus for t in host_tpl)
-    svcs = _pick_services(rng, gpus_total)
-    # --- GPU allocation (first fit over hosts in a shuffled order)
-    free: list[list[int]] = [list(range(templates[t].n_gpus)) for t in host_tpl]
-    order = rng.permutation(n_gpu_hosts)
+    return [mix[0] if (len(mix) == 1 or rng.random() < 0.6) else mix[1] for _ in range(n_gpu_hosts)]
+
+
+def _place_gpu_services(
+    rng: np.random.Generator, svcs: list[dict], gpus_per_host: list[int]
+) -> dict[str, list[tuple[int, list[int]]]]:
+    """Replicas of the GPU services on the GPU hosts: ``{service: [(host index, GPU indices)]}``.
+
+    First fit over the hosts in a shuffled order: the mandatory replicas first (a model server
+    that does not fit asks for one GPU; trainers may be dropped), then more model-server replicas
+    until a drawn utilisation (55-95 %) is reached. May lower a model server's ``gpus`` in place.
+    """
+    free: list[list[int]] = [list(range(n)) for n in gpus_per_host]
+    order = rng.permutation(len(gpus_per_host))
     placements: dict[str, list[tuple[int, list[int]]]] = {s["name"]: [] for s in svcs}
 
     def place(k: int) -> tuple[int, list[int]] | None:
@@ -396,6 +445,7 @@ def _build_cluster(
             if p is None:
                 break
             placements[s["name"]].append(p)
+    gpus_total = sum(gpus_per_host)
     target_util = rng.uniform(0.55, 0.95)
     ms = [s for s in gpu_svcs if s["role"] == "model-server"]
     guard = 0
@@ -411,11 +461,20 @@ def _build_cluster(
                 break
             continue
         placements[s["name"]].append(p)
-    svcs = [s for s in svcs if s["gpus"] == 0 or placements[s["name"]]]
-    # --- CPU hosts for CPU pods
-    cpu_pods = sum(s["replicas"] for s in svcs if s["gpus"] == 0)
-    n_cpu_hosts = max(2, math.ceil(cpu_pods / rng.integers(4, 9)))
-    # --- hosts, racks, GPUs, links
+    return placements
+
+
+def _add_hosts(
+    b: _Builder,
+    rng: np.random.Generator,
+    c: str,
+    gpu_hosts: list[HostTemplate],
+    n_cpu_hosts: int,
+) -> list[str]:
+    """Add racks (ToR switches), the GPU hosts (with GPUs and links) then the CPU hosts; return the
+    host ids in that order. Racks mix GPU and CPU hosts."""
+    cl = f"{c}/cluster"
+    n_gpu_hosts = len(gpu_hosts)
     n_hosts = n_gpu_hosts + n_cpu_hosts
     rack_size = int(rng.integers(4, 9))
     n_racks = math.ceil(n_hosts / rack_size)
@@ -430,38 +489,7 @@ def _build_cluster(
         hname = f"h{hi}"
         rack = int(np.where(host_order == hi)[0][0]) // rack_size
         if hi < n_gpu_hosts:
-            tpl = templates[host_tpl[hi]]
-            hid = b.node(
-                f"{c}/host/{hname}",
-                "host",
-                c,
-                {"cluster": c, "node": hname},
-                role="gpu-host",
-                template=tpl.name,
-                rack=rack,
-            )
-            for gi in range(tpl.n_gpus):
-                gid = b.node(
-                    f"{hid}/gpu{gi}",
-                    "gpu",
-                    c,
-                    {"cluster": c, "node": hname, "gpu": str(gi)},
-                    model=tpl.gpu_model,
-                    index=gi,
-                    numa=int(gi >= tpl.n_gpus // 2),
-                )
-                b.edge(gid, hid, "attached_to")
-            for label, gpus, level, bw in tpl.links:
-                lid = b.node(
-                    f"{hid}/{label}",
-                    "link",
-                    c,
-                    {"cluster": c, "node": hname, "link": label},
-                    level=level,
-                    bandwidth_gbps=bw,
-                )
-                for gi in gpus:
-                    b.edge(lid, f"{hid}/gpu{gi}", "attached_to")
+            hid = _add_gpu_host(b, c, hname, gpu_hosts[hi], rack)
         else:
             hid = b.node(
                 f"{c}/host/{hname}",
@@ -475,54 +503,83 @@ def _build_cluster(
         b.edge(hid, cl, "member_of")
         b.edge(hid, f"{c}/net/tor-{rack}", "depends_on")
         host_ids.append(hid)
-    # --- services and pods
-    cpu_slots = [int(x) for x in rng.permutation(np.arange(n_gpu_hosts, n_hosts).repeat(8))]
-    out: dict[str, dict] = {}
-    for s in svcs:
-        ns = NAMESPACES[s["role"]]
-        sid = b.node(
-            f"{c}/svc/{s['name']}",
-            "service",
+    return host_ids
+
+
+def _add_gpu_host(b: _Builder, c: str, hname: str, tpl: HostTemplate, rack: int) -> str:
+    """Add a GPU host of template ``tpl`` with its GPUs and links; return the host id."""
+    hid = b.node(
+        f"{c}/host/{hname}",
+        "host",
+        c,
+        {"cluster": c, "node": hname},
+        role="gpu-host",
+        template=tpl.name,
+        rack=rack,
+    )
+    for gi in range(tpl.n_gpus):
+        gid = b.node(
+            f"{hid}/gpu{gi}",
+            "gpu",
             c,
-            {"cluster": c, "service": s["name"]},
-            role=s["role"],
-            namespace=ns,
-            model=s.get("model"),
+            {"cluster": c, "node": hname, "gpu": str(gi)},
+            model=tpl.gpu_model,
+            index=gi,
+            numa=int(gi >= tpl.n_gpus // 2),
         )
-        b.edge(sid, cl, "member_of")
-        b.edge(sid, f"{c}/infra/coredns", "depends_on")
-        b.edge(sid, f"{c}/infra/config-agent", "depends_on")
-        if s["role"] in ("model-server", "embedder", "reranker"):
-            b.edge(sid, "global/model-registry", "depends_on")
-        if s["role"] in ("batch-trainer", "vector-db", "eval-runner"):
-            b.edge(sid, "global/object-storage", "depends_on")
-        if s["gpus"] > 0:
-            pl = placements[s["name"]]
-        else:
-            pl = [
-                (cpu_slots.pop() if cpu_slots else int(rng.integers(n_gpu_hosts, n_hosts)), [])
-                for _ in range(s["replicas"])
-            ]
-        for i, (h, gpus) in enumerate(pl):
-            pname = f"{s['name']}-{i}"
-            pid = b.node(
-                f"{c}/pod/{pname}",
-                "pod",
-                c,
-                {"cluster": c, "namespace": ns, "pod": pname},
-                role=s["role"],
-                service=s["name"],
-                namespace=ns,
-            )
-            b.edge(pid, sid, "member_of")
-            b.edge(pid, host_ids[h], "runs_on")
-            for gi in gpus:
-                b.edge(pid, f"{host_ids[h]}/gpu{gi}", "runs_on")
-            b.edge(pid, f"{c}/infra/image-mirror", "depends_on")
-        out[s["name"]] = s
-    for src, dst in _calls(rng, svcs):
-        b.edge(f"{c}/svc/{src}", f"{c}/svc/{dst}", "calls")
-    return out
+        b.edge(gid, hid, "attached_to")
+    for label, gpus, level, bw in tpl.links:
+        lid = b.node(
+            f"{hid}/{label}",
+            "link",
+            c,
+            {"cluster": c, "node": hname, "link": label},
+            level=level,
+            bandwidth_gbps=bw,
+        )
+        for gi in gpus:
+            b.edge(lid, f"{hid}/gpu{gi}", "attached_to")
+    return hid
+
+
+def _add_service(
+    b: _Builder, c: str, s: dict, pods: list[tuple[int, list[int]]], host_ids: list[str]
+) -> None:
+    """Add service ``s`` with its dependencies and one pod per ``(host index, GPU indices)``."""
+    ns = NAMESPACES[s["role"]]
+    cl = f"{c}/cluster"
+    sid = b.node(
+        f"{c}/svc/{s['name']}",
+        "service",
+        c,
+        {"cluster": c, "service": s["name"]},
+        role=s["role"],
+        namespace=ns,
+        model=s.get("model"),
+    )
+    b.edge(sid, cl, "member_of")
+    b.edge(sid, f"{c}/infra/coredns", "depends_on")
+    b.edge(sid, f"{c}/infra/config-agent", "depends_on")
+    if s["role"] in ("model-server", "embedder", "reranker"):
+        b.edge(sid, "global/model-registry", "depends_on")
+    if s["role"] in ("batch-trainer", "vector-db", "eval-runner"):
+        b.edge(sid, "global/object-storage", "depends_on")
+    for i, (h, gpus) in enumerate(pods):
+        pname = f"{s['name']}-{i}"
+        pid = b.node(
+            f"{c}/pod/{pname}",
+            "pod",
+            c,
+            {"cluster": c, "namespace": ns, "pod": pname},
+            role=s["role"],
+            service=s["name"],
+            namespace=ns,
+        )
+        b.edge(pid, sid, "member_of")
+        b.edge(pid, host_ids[h], "runs_on")
+        for gi in gpus:
+            b.edge(pid, f"{host_ids[h]}/gpu{gi}", "runs_on")
+        b.edge(pid, f"{c}/infra/image-mirror", "depends_on")
 
 
 def generate_graphs(

@@ -219,6 +219,40 @@ def _arrival_stream(
     return idx, np.cumsum(step), False
 
 
+def _trace_work(
+    trace: PodTrace, rng: np.random.Generator, max_work_s: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(work, fallback)``, ``(P,)`` each: every trace pod's work in seconds on the reference
+    placement (see :func:`build_jobs`), and whether it was drawn rather than observed."""
+    work_all = np.asarray(trace.deletion_time - trace.scheduled_time, dtype=np.float64)
+    observed = np.isfinite(work_all) & (work_all > 0)
+    fallback_all = ~observed
+    if fallback_all.any():
+        k = int(fallback_all.sum())
+        if observed.any():
+            work_all[fallback_all] = rng.choice(work_all[observed], size=k)
+        else:
+            work_all[fallback_all] = rng.lognormal(
+                math.log(SYNTHETIC_DURATION_MEDIAN_S), SYNTHETIC_DURATION_SIGMA, k
+            )
+    work_all = np.maximum(work_all, MIN_WORK_S)
+    if max_work_s is not None:
+        work_all = np.minimum(work_all, float(max_work_s))
+    return work_all, fallback_all
+
+
+def _data_homes(
+    fleet: DynFleet, rng: np.random.Generator, n: int, catalog_gb: dict[str, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(data home cluster, dataset GB)``, ``(n,)`` each: a cluster drawn in proportion to its
+    GPU capacity, a size drawn uniformly from ``catalog_gb``."""
+    cap = np.bincount(fleet.cluster, weights=fleet.num_gpu, minlength=fleet.n_clusters)
+    cap = cap if cap.sum() > 0 else np.ones(fleet.n_clusters)
+    data_home = rng.choice(fleet.n_clusters, size=n, p=cap / cap.sum())
+    catalog = np.array(list(catalog_gb.values()), dtype=np.float64)
+    return data_home, catalog[rng.integers(0, catalog.size, n)]
+
+
 def build_jobs(
     trace: PodTrace,
     fleet: DynFleet,
@@ -270,21 +304,7 @@ def build_jobs(
     n = p if n_jobs is None else int(n_jobs)
     if n < 1:
         raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
-    # work (s) on the reference placement, per pod of the trace
-    work_all = np.asarray(trace.deletion_time - trace.scheduled_time, dtype=np.float64)
-    observed = np.isfinite(work_all) & (work_all > 0)
-    fallback_all = ~observed
-    if fallback_all.any():
-        k = int(fallback_all.sum())
-        if observed.any():
-            work_all[fallback_all] = rng.choice(work_all[observed], size=k)
-        else:
-            work_all[fallback_all] = rng.lognormal(
-                math.log(SYNTHETIC_DURATION_MEDIAN_S), SYNTHETIC_DURATION_SIGMA, k
-            )
-    work_all = np.maximum(work_all, MIN_WORK_S)
-    if max_work_s is not None:
-        work_all = np.minimum(work_all, float(max_work_s))
+    work_all, fallback_all = _trace_work(trace, rng, max_work_s)
     idx, raw, synthetic = _arrival_stream(trace, rng, n, float(max_gap_s))
     work = work_all[idx]
     num_gpu = trace.num_gpu[idx].astype(np.int64)
@@ -293,12 +313,7 @@ def build_jobs(
     scale = _scale_for_load(raw, work, g, float(fleet.gpu_capacity), float(target_util))
     arrival = raw * scale
     comm = np.where(num_gpu >= 2, rng.uniform(0.0, comm_max, n), 0.0)
-    # data home: a cluster drawn in proportion to its GPU capacity
-    cap = np.bincount(fleet.cluster, weights=fleet.num_gpu, minlength=fleet.n_clusters)
-    cap = cap if cap.sum() > 0 else np.ones(fleet.n_clusters)
-    data_home = rng.choice(fleet.n_clusters, size=n, p=cap / cap.sum())
-    catalog = np.array(list((data_catalog_gb or DATASET_CATALOG_GB).values()), dtype=np.float64)
-    data_gb = catalog[rng.integers(0, catalog.size, n)]
+    data_home, data_gb = _data_homes(fleet, rng, n, data_catalog_gb or DATASET_CATALOG_GB)
     cpu = trace.cpu_milli[idx].astype(np.int64)
     mem = trace.memory_mib[idx].astype(np.int64)
     spec = trace.gpu_spec_mask[idx].astype(np.int64)

@@ -317,32 +317,19 @@ def crop_columns(graph: DependencyGraph, cols: AlertColumns, hops: int | None) -
     n = st.n
     unmapped = cols.unmapped
     rows = cols.rows
-    sev_i, name_i, name_u = cols.sev, cols.name_col, cols.name_u
-    starts, ends, firing = cols.starts, cols.ends, cols.firing
-    names = cols.names
     alerting = np.zeros(n, dtype=bool)
     timing: tuple[Any, ...] | None = None
     recent_alerting = alerting
     if rows.size:
-        r = rows
-        alerting[r] = True
-        tm = _node_timing(starts, ends, r, n)  # the same arithmetic as alert_features
+        alerting[rows] = True
+        tm = _node_timing(cols.starts, cols.ends, rows, n)  # the same arithmetic as alert_features
         if tm is not None:
             recent_alerting = np.isfinite(tm[6])
             timing = tm
         else:
             recent_alerting = alerting
     seeds = recent_alerting if recent_alerting.any() else alerting
-    if hops is None or not seeds.any():
-        mask = np.ones(n, dtype=bool)
-    else:
-        src, dst = st.src, st.dst
-        mask = seeds.copy()
-        for _ in range(hops):
-            new = mask.copy()
-            new[dst[mask[src]]] = True
-            new[src[mask[dst]]] = True
-            mask = new
+    mask = _hop_mask(st, seeds, hops)
     keep = np.flatnonzero(mask)
     m = keep.size
     x = np.zeros((m, NUM_FEATURES), dtype=np.float32)
@@ -354,68 +341,118 @@ def crop_columns(graph: DependencyGraph, cols: AlertColumns, hops: int | None) -
         sub = np.full(n, -1, dtype=np.int64)
         sub[keep] = np.arange(m)
         a_idx = np.flatnonzero(alerting & mask)  # alerting kept nodes, sorted
-        xa = sub[a_idx]  # their rows in x
-        na = a_idx.size
-        pos = np.full(n, -1, dtype=np.int64)
-        pos[a_idx] = np.arange(na)
-        ia = pos[r]  # each alert's alerting-kept node (-1: outside the crop)
-        in_crop = ia >= 0
-        ia = ia[in_crop]
-        x[xa, 0] = 1.0
-        # alert counts per (node, column): small integers, log1p by table
-        n_cols = _N_SEV + _N_NAME
-        lin = np.concatenate(
-            [
-                ia * n_cols + np.asarray(sev_i)[in_crop],
-                ia * n_cols + _N_SEV + np.asarray(name_i)[in_crop],
-            ]
-        )
-        cnt = np.bincount(lin, minlength=na * n_cols).reshape(na, n_cols)
-        x[xa, _OFF_SEV:_OFF_KW] = _log1p_counts(cnt)
-        n_names = len(names)
-        per_name = np.bincount(
-            ia * n_names + np.asarray(name_u)[in_crop], minlength=na * n_names
-        ).reshape(na, n_names)
-        # keyword counts: alerts per (node, distinct name) times each name's 0/1 keyword flags
-        kw = per_name.astype(np.float32) @ np.stack([_keywords(nm) for nm in names])
-        x[xa, _OFF_KW:_OFF_TIME] = _log1p_counts(kw.astype(np.int64))
+        _fill_alert_counts(x, cols, sub, a_idx, n)
         if timing is not None:
-            t_last, t0, span, dur_each, first, last, first_recent = timing
-            # per-alert sums in alert order (np.bincount adds sequentially, like np.add.at)
-            dur = np.bincount(r, weights=dur_each, minlength=n)[a_idx]
-            nal = np.bincount(r, minlength=n).astype(np.float64)[a_idx]
-            fire = np.bincount(r, weights=np.asarray(firing), minlength=n)[a_idx]
-            fa, la = first[a_idx], last[a_idx]
-            x[xa, _OFF_TIME + 0] = np.clip(fa / span, -1.0, 1.0)
-            x[xa, _OFF_TIME + 1] = np.clip(la / span, -1.0, 1.0)
-            x[xa, _OFF_TIME + 2] = np.minimum(np.log1p((t_last - t0 - fa) / 60.0), 10.0)
-            x[xa, _OFF_TIME + 3] = np.minimum(np.log1p((t_last - t0 - la) / 60.0), 10.0)
-            x[xa, _OFF_TIME + 4] = (fa < 0.0).astype(np.float32)
-            rec_idx = np.flatnonzero(recent_alerting)
-            fr = first_recent[rec_idx]
-            rec_in = mask[rec_idx]
-            xr = sub[rec_idx[rec_in]]
-            x[xr, _OFF_TIME + 5] = (fr[rec_in] <= 1.0).astype(np.float32)
-            if len(rec_idx) > 1:  # dense rank over all recently alerting nodes, ties share a rank
-                uniq, inv = np.unique(fr, return_inverse=True)
-                x[xr, _OFF_TIME + 6] = (inv / max(len(uniq) - 1, 1))[rec_in]
-            else:
-                x[xr, _OFF_TIME + 6] = 0.0
-            x[xa, _OFF_TIME + 7] = np.log1p(dur / nal / 60.0)
-            x[xa, _OFF_TIME + 8] = fire / nal
-        # share of recently alerting neighbours per edge kind and direction
-        af = recent_alerting.astype(np.float32)
-        k_e = len(EDGE_KINDS)
-        out_cnt = np.bincount(st.et * n + st.src, weights=af[st.dst], minlength=k_e * n)
-        in_cnt = np.bincount(st.et * n + st.dst, weights=af[st.src], minlength=k_e * n)
-        out_cnt = out_cnt.astype(np.float32).reshape(k_e, n)[:, keep]
-        in_cnt = in_cnt.astype(np.float32).reshape(k_e, n)[:, keep]
-        cols = _OFF_NBR + 4 * np.arange(k_e)
-        x[:, cols] = (out_cnt * st.inv_deg[:, 0][:, keep]).T
-        x[:, cols + 2] = (in_cnt * st.inv_deg[:, 1][:, keep]).T
+            _fill_alert_timing(x, cols, timing, sub, a_idx, recent_alerting, mask)
+        _fill_neighbour_shares(x, st, recent_alerting, keep)
     ei, et = graph.edge_index, graph.edge_type
     if m == n:
         return IncidentCrop(x, keep, ei, et, alerting, unmapped)
     new_id = np.cumsum(mask) - 1
     em = mask[ei[0]] & mask[ei[1]]
     return IncidentCrop(x, keep, new_id[ei[:, em]], et[em], alerting, unmapped)
+
+
+def _hop_mask(st: _GraphStatic, seeds: np.ndarray, hops: int | None) -> np.ndarray:
+    """``(N,)`` bool: the nodes within ``hops`` edges (either direction) of a seed; all nodes when
+    ``hops`` is None or there is no seed."""
+    if hops is None or not seeds.any():
+        return np.ones(st.n, dtype=bool)
+    src, dst = st.src, st.dst
+    mask = seeds.copy()
+    for _ in range(hops):
+        new = mask.copy()
+        new[dst[mask[src]]] = True
+        new[src[mask[dst]]] = True
+        mask = new
+    return mask
+
+
+def _fill_alert_counts(
+    x: np.ndarray, cols: AlertColumns, sub: np.ndarray, a_idx: np.ndarray, n: int
+) -> None:
+    """Set the alert flag, severity / alertname counts and keyword counts of the crop's alerting
+    rows. ``sub``: ``(N,)`` row in ``x`` of each node (-1: cropped away); ``a_idx``: alerting kept
+    nodes, sorted."""
+    r = cols.rows
+    xa = sub[a_idx]  # their rows in x
+    na = a_idx.size
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[a_idx] = np.arange(na)
+    ia = pos[r]  # each alert's alerting-kept node (-1: outside the crop)
+    in_crop = ia >= 0
+    ia = ia[in_crop]
+    x[xa, 0] = 1.0
+    # alert counts per (node, column): small integers, log1p by table
+    n_cols = _N_SEV + _N_NAME
+    lin = np.concatenate(
+        [
+            ia * n_cols + np.asarray(cols.sev)[in_crop],
+            ia * n_cols + _N_SEV + np.asarray(cols.name_col)[in_crop],
+        ]
+    )
+    cnt = np.bincount(lin, minlength=na * n_cols).reshape(na, n_cols)
+    x[xa, _OFF_SEV:_OFF_KW] = _log1p_counts(cnt)
+    names = cols.names
+    n_names = len(names)
+    per_name = np.bincount(
+        ia * n_names + np.asarray(cols.name_u)[in_crop], minlength=na * n_names
+    ).reshape(na, n_names)
+    # keyword counts: alerts per (node, distinct name) times each name's 0/1 keyword flags
+    kw = per_name.astype(np.float32) @ np.stack([_keywords(nm) for nm in names])
+    x[xa, _OFF_KW:_OFF_TIME] = _log1p_counts(kw.astype(np.int64))
+
+
+def _fill_alert_timing(
+    x: np.ndarray,
+    cols: AlertColumns,
+    timing: tuple[Any, ...],
+    sub: np.ndarray,
+    a_idx: np.ndarray,
+    recent_alerting: np.ndarray,
+    mask: np.ndarray,
+) -> None:
+    """Set the time block of the crop's alerting rows from ``_node_timing``'s result (the same
+    arithmetic as :func:`fleetmind.rca.features.dense.alert_features`)."""
+    r = cols.rows
+    n = mask.size
+    xa = sub[a_idx]
+    t_last, t0, span, dur_each, first, last, first_recent = timing
+    # per-alert sums in alert order (np.bincount adds sequentially, like np.add.at)
+    dur = np.bincount(r, weights=dur_each, minlength=n)[a_idx]
+    nal = np.bincount(r, minlength=n).astype(np.float64)[a_idx]
+    fire = np.bincount(r, weights=np.asarray(cols.firing), minlength=n)[a_idx]
+    fa, la = first[a_idx], last[a_idx]
+    x[xa, _OFF_TIME + 0] = np.clip(fa / span, -1.0, 1.0)
+    x[xa, _OFF_TIME + 1] = np.clip(la / span, -1.0, 1.0)
+    x[xa, _OFF_TIME + 2] = np.minimum(np.log1p((t_last - t0 - fa) / 60.0), 10.0)
+    x[xa, _OFF_TIME + 3] = np.minimum(np.log1p((t_last - t0 - la) / 60.0), 10.0)
+    x[xa, _OFF_TIME + 4] = (fa < 0.0).astype(np.float32)
+    rec_idx = np.flatnonzero(recent_alerting)
+    fr = first_recent[rec_idx]
+    rec_in = mask[rec_idx]
+    xr = sub[rec_idx[rec_in]]
+    x[xr, _OFF_TIME + 5] = (fr[rec_in] <= 1.0).astype(np.float32)
+    if len(rec_idx) > 1:  # dense rank over all recently alerting nodes, ties share a rank
+        uniq, inv = np.unique(fr, return_inverse=True)
+        x[xr, _OFF_TIME + 6] = (inv / max(len(uniq) - 1, 1))[rec_in]
+    else:
+        x[xr, _OFF_TIME + 6] = 0.0
+    x[xa, _OFF_TIME + 7] = np.log1p(dur / nal / 60.0)
+    x[xa, _OFF_TIME + 8] = fire / nal
+
+
+def _fill_neighbour_shares(
+    x: np.ndarray, st: _GraphStatic, recent_alerting: np.ndarray, keep: np.ndarray
+) -> None:
+    """Set the share of recently alerting neighbours per edge kind and direction of every row."""
+    n = st.n
+    af = recent_alerting.astype(np.float32)
+    k_e = len(EDGE_KINDS)
+    out_cnt = np.bincount(st.et * n + st.src, weights=af[st.dst], minlength=k_e * n)
+    in_cnt = np.bincount(st.et * n + st.dst, weights=af[st.src], minlength=k_e * n)
+    out_cnt = out_cnt.astype(np.float32).reshape(k_e, n)[:, keep]
+    in_cnt = in_cnt.astype(np.float32).reshape(k_e, n)[:, keep]
+    cols = _OFF_NBR + 4 * np.arange(k_e)
+    x[:, cols] = (out_cnt * st.inv_deg[:, 0][:, keep]).T
+    x[:, cols + 2] = (in_cnt * st.inv_deg[:, 1][:, keep]).T

@@ -233,10 +233,18 @@ def run(args: PairedArgs) -> dict[str, Any]:
     summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "paired"}
     t0 = time.perf_counter()
     actor = trainable_copy(clone)
-    opt = torch.optim.Adam(actor.parameters(), lr=hp.learning_rate)
-    gen = torch.Generator().manual_seed(args.seed)
-    rng = np.random.default_rng([args.seed, 1])
-    spec_rng = np.random.default_rng([args.seed, 2])
+    learner = _Learner(
+        args,
+        hp,
+        train_cfg,
+        var_dir,
+        actor,
+        clone,
+        torch.optim.Adam(actor.parameters(), lr=hp.learning_rate),
+        rng=np.random.default_rng([args.seed, 1]),
+        gen=torch.Generator().manual_seed(args.seed),
+        spec_rng=np.random.default_rng([args.seed, 2]),
+    )
 
     with tracked_run(args, run_name, summary):
         mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
@@ -257,116 +265,29 @@ def run(args: PairedArgs) -> dict[str, Any]:
             unit="episode",
             disable=not args.progress,
         )
-        clone_val = [greedy_metrics(e, s, clone) for e, s in zip(val_envs, val_seeds, strict=True)]
-        bar.update(args.val_streams)
-        clone_ms = np.array([m["mean_slowdown"] for m in clone_val])
-        clone_p99 = np.array([m["p99_queue_delay_s"] for m in clone_val])
-        state: dict[str, Any] = {
-            "best_ratio": 1.0,
-            "best_iteration": 0,
-            "best_state": {k: v.clone() for k, v in actor.state_dict().items()},
-            "validations": [
-                {"iteration": 0, "gap_pct": 0.0, "ci_pct": [0.0, 0.0], "p99_ratio": 1.0}
-            ],
-            "iterations": [],
-        }
-
-        def validate(it: int) -> None:
-            ms = [greedy_metrics(e, s, actor) for e, s in zip(val_envs, val_seeds, strict=True)]
-            bar.update(args.val_streams)
-            r = np.array([m["mean_slowdown"] for m in ms]) / clone_ms
-            p99_l = np.array([m["p99_queue_delay_s"] for m in ms])
-            p99 = float(p99_l.mean() / max(float(clone_p99.mean()), 1e-9))
-            lo, hi = _ratio_ci(r, seed=it)
-            row = {
-                "iteration": it,
-                "gap_pct": float(100 * (r.mean() - 1)),
-                "ci_pct": [lo, hi],
-                "p99_ratio": p99,
-            }
-            state["validations"].append(row)
-            mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
-            if r.mean() < state["best_ratio"] and p99 <= 1.0:
-                state.update(
-                    best_ratio=float(r.mean()),
-                    best_iteration=it,
-                    best_state={k: v.clone() for k, v in actor.state_dict().items()},
-                )
-
+        val = _Validator.start(val_envs, val_seeds, clone, actor, bar)
         done_its = 0
         for it in range(1, args.iterations + 1):
-            base = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
-            specs = workload_specs(
-                list(args.traces),
-                list(args.kinds),
-                args.workloads_per_iter,
-                TRAIN_GEN_SEED + base,
-                spec_rng,
-                offset=base,
-            )
-            envs = [make_workload(*s, train_cfg, var_dir) for s in specs]
-            wl = [(e, TRAIN_STREAM_SEED + base + i) for i, e in enumerate(envs)]
-            res = paired_iteration(wl, actor, clone, opt, hp, rng, gen, progress=bar.update)
-            row = {
-                "iteration": it,
-                "sample_gap_pct": res.sample_gap_pct,
-                **{k: float(v) for k, v in res.update.items()},
-            }
-            state["iterations"].append(row)
-            mlflow.log_metrics(
-                {
-                    "paired/sample_gap_pct": row["sample_gap_pct"],
-                    "paired/kl_clone": row["kl_clone"],
-                    "paired/clip_frac": row["clip_frac"],
-                    "paired/approx_kl": row["approx_kl"],
-                },
-                step=it,
-            )
-            bar.set_postfix(gap=f"{row['sample_gap_pct']:+.2f}%", kl=f"{row['kl_clone']:.4f}")
+            learner.iteration(it, bar)
             done_its = it
             out_of_time = (
                 args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
             )
             if it % args.val_every == 0 or it == args.iterations or out_of_time:
-                validate(it)
+                val.validate(it, actor)
             if out_of_time:
                 break
         bar.close()
 
-        save_onnx(actor, model_dir / "final.onnx")
-        actor.load_state_dict(state["best_state"])
-        save_torch(actor, model_dir / "policy.pt")
-        save_onnx(actor, model_dir / "policy.onnx")
-        save_torch(clone, model_dir / "clone.pt")
-        init = Path(args.init)
-        if (init / "clone.onnx").is_file():
-            shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
-        else:
-            save_onnx(clone, model_dir / "clone.onnx")
-        if (init / "teacher.json").is_file():
-            shutil.copy2(init / "teacher.json", model_dir / "teacher.json")
-        meta = {
-            "format": DYNAMIC_FORMAT,
-            "version": run_name,
-            "mode": "dynamic",
-            "env_id": "fleetmind/MultiClusterPlacement-v0",
-            "env_kwargs": asdict(base_cfg),
-            "algo": "paired",
-            "init": str(args.init),
-            "train_traces": list(args.traces),
-            "teacher": "clone of " + str(args.init),
-        }
-        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+        _export(actor, clone, val.best_state, model_dir, args, run_name, base_cfg)
         wall = time.perf_counter() - t0
-        best_val = next(
-            v for v in state["validations"] if v["iteration"] == state["best_iteration"]
-        )
+        best_val = next(v for v in val.rows if v["iteration"] == val.best_iteration)
         summary.update(
             iterations=done_its,
-            best_iteration=state["best_iteration"],
-            validation=state["validations"],
+            best_iteration=val.best_iteration,
+            validation=val.rows,
             validation_best=best_val,
-            history=state["iterations"],
+            history=learner.history,
             hyperparameters=asdict(hp),
             train_env=asdict(train_cfg),
             val_env=asdict(val_cfg),
@@ -375,19 +296,171 @@ def run(args: PairedArgs) -> dict[str, Any]:
             artifact=str(model_dir),
             metrics={"paired_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
         )
-        _write_card(model_dir, args, summary)
-        (model_dir / "train_summary.json").write_text(
-            json.dumps(summary, indent=1, default=str) + "\n"
-        )
-        mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": best_val["gap_pct"]})
-        mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
-        if args.release:
-            RELEASE_DIR.mkdir(parents=True, exist_ok=True)
-            for f in model_dir.iterdir():
-                if f.is_file():
-                    shutil.copy2(f, RELEASE_DIR / f.name)
-            summary["released"] = str(RELEASE_DIR)
+        _publish(model_dir, args, summary, wall, best_val["gap_pct"])
     return summary
+
+
+@dataclass
+class _Learner:
+    """The training half of :func:`run`: one paired iteration per call on fresh workloads."""
+
+    args: PairedArgs
+    hp: PairedHyperparams
+    cfg: DynEvalConfig
+    var_dir: Path
+    actor: Any
+    clone: Any
+    opt: torch.optim.Optimizer
+    rng: np.random.Generator
+    gen: torch.Generator
+    spec_rng: np.random.Generator
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def iteration(self, it: int, bar: Any) -> None:
+        """Iteration ``it`` (from 1): draw its workloads, update the actor, log the row."""
+        args = self.args
+        base = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
+        specs = workload_specs(
+            list(args.traces),
+            list(args.kinds),
+            args.workloads_per_iter,
+            TRAIN_GEN_SEED + base,
+            self.spec_rng,
+            offset=base,
+        )
+        envs = [make_workload(*s, self.cfg, self.var_dir) for s in specs]
+        wl = [(e, TRAIN_STREAM_SEED + base + i) for i, e in enumerate(envs)]
+        res = paired_iteration(
+            wl, self.actor, self.clone, self.opt, self.hp, self.rng, self.gen, progress=bar.update
+        )
+        row = {
+            "iteration": it,
+            "sample_gap_pct": res.sample_gap_pct,
+            **{k: float(v) for k, v in res.update.items()},
+        }
+        self.history.append(row)
+        mlflow.log_metrics(
+            {
+                "paired/sample_gap_pct": row["sample_gap_pct"],
+                "paired/kl_clone": row["kl_clone"],
+                "paired/clip_frac": row["clip_frac"],
+                "paired/approx_kl": row["approx_kl"],
+            },
+            step=it,
+        )
+        bar.set_postfix(gap=f"{row['sample_gap_pct']:+.2f}%", kl=f"{row['kl_clone']:.4f}")
+
+
+@dataclass
+class _Validator:
+    """Greedy runs of the actor on fixed validation streams, against its clone's on the same
+    streams; keeps the weights of the best iteration (lowest mean slowdown ratio with a p99
+    queueing delay no worse than the clone's)."""
+
+    envs: list[Any]
+    seeds: list[int]
+    clone_ms: np.ndarray
+    clone_p99: np.ndarray
+    bar: Any
+    best_state: dict[str, Any]
+    best_ratio: float = 1.0
+    best_iteration: int = 0
+    rows: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {"iteration": 0, "gap_pct": 0.0, "ci_pct": [0.0, 0.0], "p99_ratio": 1.0}
+        ]
+    )
+
+    @classmethod
+    def start(
+        cls, envs: list[Any], seeds: list[int], clone: Any, actor: Any, bar: Any
+    ) -> _Validator:
+        """Run the clone on the validation streams; the actor as it starts is the best so far."""
+        clone_val = [greedy_metrics(e, s, clone) for e, s in zip(envs, seeds, strict=True)]
+        bar.update(len(envs))
+        return cls(
+            envs,
+            seeds,
+            np.array([m["mean_slowdown"] for m in clone_val]),
+            np.array([m["p99_queue_delay_s"] for m in clone_val]),
+            bar,
+            {k: v.clone() for k, v in actor.state_dict().items()},
+        )
+
+    def validate(self, it: int, actor: Any) -> None:
+        """Validate the actor after iteration ``it``: log the row, keep its weights if best."""
+        ms = [greedy_metrics(e, s, actor) for e, s in zip(self.envs, self.seeds, strict=True)]
+        self.bar.update(len(self.envs))
+        r = np.array([m["mean_slowdown"] for m in ms]) / self.clone_ms
+        p99_l = np.array([m["p99_queue_delay_s"] for m in ms])
+        p99 = float(p99_l.mean() / max(float(self.clone_p99.mean()), 1e-9))
+        lo, hi = _ratio_ci(r, seed=it)
+        row = {
+            "iteration": it,
+            "gap_pct": float(100 * (r.mean() - 1)),
+            "ci_pct": [lo, hi],
+            "p99_ratio": p99,
+        }
+        self.rows.append(row)
+        mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
+        if r.mean() < self.best_ratio and p99 <= 1.0:
+            self.best_ratio = float(r.mean())
+            self.best_iteration = it
+            self.best_state = {k: v.clone() for k, v in actor.state_dict().items()}
+
+
+def _export(
+    actor: Any,
+    clone: Any,
+    best_state: dict[str, Any],
+    model_dir: Path,
+    args: PairedArgs,
+    run_name: str,
+    base_cfg: DynEvalConfig,
+) -> None:
+    """Write the model folder: ``final.onnx`` (last weights), ``policy.pt``/``.onnx`` (best
+    weights, loaded into ``actor``), the clone, the start model's teacher, ``metadata.json``."""
+    save_onnx(actor, model_dir / "final.onnx")
+    actor.load_state_dict(best_state)
+    save_torch(actor, model_dir / "policy.pt")
+    save_onnx(actor, model_dir / "policy.onnx")
+    save_torch(clone, model_dir / "clone.pt")
+    init = Path(args.init)
+    if (init / "clone.onnx").is_file():
+        shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
+    else:
+        save_onnx(clone, model_dir / "clone.onnx")
+    if (init / "teacher.json").is_file():
+        shutil.copy2(init / "teacher.json", model_dir / "teacher.json")
+    meta = {
+        "format": DYNAMIC_FORMAT,
+        "version": run_name,
+        "mode": "dynamic",
+        "env_id": "fleetmind/MultiClusterPlacement-v0",
+        "env_kwargs": asdict(base_cfg),
+        "algo": "paired",
+        "init": str(args.init),
+        "train_traces": list(args.traces),
+        "teacher": "clone of " + str(args.init),
+    }
+    (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _publish(
+    model_dir: Path, args: PairedArgs, summary: dict[str, Any], wall: float, gap_pct: float
+) -> None:
+    """Write the model card and ``train_summary.json``, log them to MLflow, copy the folder to
+    the released model's with ``--release``."""
+    _write_card(model_dir, args, summary)
+    (model_dir / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
+    mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
+    if args.release:
+        RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+        for f in model_dir.iterdir():
+            if f.is_file():
+                shutil.copy2(f, RELEASE_DIR / f.name)
+        summary["released"] = str(RELEASE_DIR)
 
 
 def command_line(args: PairedArgs) -> str:
