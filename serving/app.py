@@ -39,8 +39,10 @@ from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from fleetmind.serving.metrics import Metrics, MetricsMiddleware
 from fleetmind.serving.notify import Notifier
-from fleetmind.serving.rca_batcher import RCABatcher
-from fleetmind.serving.rca_pool import RankingPool
+from fleetmind.serving.rca import router as rca
+from fleetmind.serving.rca.batcher import RCABatcher
+from fleetmind.serving.rca.fast_lane import FastLane
+from fleetmind.serving.rca.pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.reservations import DbReservations
 from fleetmind.serving.routers import (
@@ -52,7 +54,6 @@ from fleetmind.serving.routers import (
     incidents,
     models,
     placements,
-    rca,
     scheduler,
     ui,
 )
@@ -130,7 +131,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
 
 
 async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | None:
-    """Start ``settings.rca_processes`` ranking processes (:mod:`fleetmind.serving.rca_pool`).
+    """Start ``settings.rca_processes`` ranking processes (:mod:`fleetmind.serving.rca.pool`).
 
     ``None`` (RCA ranked in this process, with a message on stderr) when they cannot start.
     """
@@ -248,7 +249,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configured = settings or get_settings()
     app.state.settings = configured
     limit = configured.max_body_bytes
-    app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
+    app.add_middleware(FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(
         RCAAdmission, max_queue=configured.rca_max_queue, deadline_s=configured.rca_deadline_s

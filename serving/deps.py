@@ -47,8 +47,8 @@ from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm
 from fleetmind.serving.metrics import Metrics
 from fleetmind.serving.placement import Reservations
-from fleetmind.serving.rca_batcher import RCABatcher
-from fleetmind.serving.rca_pool import RankingPool
+from fleetmind.serving.rca.batcher import RCABatcher
+from fleetmind.serving.rca.pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.settings import SCOPES, Settings, get_settings
 from fleetmind.serving.telemetry.base import TelemetrySource

@@ -34,7 +34,7 @@ from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
 from fleetmind.rca.gat_analyzer import RELEASED_DIR
 from fleetmind.serving.app import create_app
 from fleetmind.serving.defaults.example import build_example_graph
-from fleetmind.serving.rca_request import parse_alerts, response_json
+from fleetmind.serving.rca.request import parse_alerts, response_json
 from fleetmind.serving.registry import ModelSet, make_rca_baseline
 from fleetmind.serving.settings import Settings
 from tests.serving_helpers import wait_for
@@ -271,7 +271,7 @@ def test_processes_that_cannot_start_leave_ranking_in_the_server(
 ) -> None:
     import asyncio
 
-    from fleetmind.serving.rca_pool import RankingPool
+    from fleetmind.serving.rca.pool import RankingPool
 
     pool = RankingPool(1, {"nice": "not a number"}, start_timeout_s=60)
     with pytest.raises(RuntimeError, match="did not start"):
@@ -298,7 +298,7 @@ def test_a_batch_waits_for_every_request_the_server_has_rung_for() -> None:
     import socket
     import time
 
-    from fleetmind.serving.rca_pool import _frame, _Inbox
+    from fleetmind.serving.rca.pool import _frame, _Inbox
 
     data, data_peer = socket.socketpair()
     bell, bell_peer = socket.socketpair()

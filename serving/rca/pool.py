@@ -7,7 +7,7 @@ on one worker. With ``FLEETMIND_RCA_PROCESSES=N`` the server process keeps HTTP,
 everything else, and queues each RCA request's raw body for ``N`` ranking processes
 (:class:`RankingPool`): first come, first served, a process takes up to
 ``FLEETMIND_RCA_PROCESS_MAX_BATCH`` queued requests whenever it has answered its previous ones,
-parses the bodies, ranks them together (``find_root_causes_many``, as :mod:`fleetmind.serving.rca_batcher`
+parses the bodies, ranks them together (``find_root_causes_many``, as :mod:`fleetmind.serving.rca.batcher`
 does in-process) and returns the finished response JSON.
 
 What a ranking process ranks with is shipped from the server process, never loaded on its own:
@@ -51,8 +51,8 @@ from typing import Any
 
 import fleetmind.rca.gat_analyzer  # noqa: F401 - loaded before a ranking process freezes its GC, as in the server
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.serving.rca_batcher import rank_group
-from fleetmind.serving.rca_request import parse_for, response_json
+from fleetmind.serving.rca.batcher import rank_group
+from fleetmind.serving.rca.request import parse_for, response_json
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
 
 log = logging.getLogger("fleetmind.serving")
@@ -176,7 +176,7 @@ class RankingPool:
             pass
         fds = [child_sock.fileno(), child_bell.fileno()]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fleetmind.serving.rca_pool", *map(str, fds)],
+            [sys.executable, "-m", "fleetmind.serving.rca.pool", *map(str, fds)],
             pass_fds=fds,
         )
         child_sock.close()
@@ -498,7 +498,7 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m serving.rca_pool FD [BELL_FD]``: serve ranking requests on socket ``FD`` until
+    """``python -m serving.rca.pool FD [BELL_FD]``: serve ranking requests on socket ``FD`` until
     it closes (``BELL_FD``: the server's one byte per request handed over, see :class:`_Inbox`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which closes us
     sock = socket.socket(fileno=int(argv[1]))

@@ -1,89 +1,13 @@
-"""``POST /api/v1/rca``: synchronous ranking of a given alert set."""
+"""The ASGI fast lane of ``POST /api/v1/rca``: a request straight to the ranking processes."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
-
-from fleetmind.data.graph import DependencyGraph
-from fleetmind.serving.deps import (
-    AUTH_SCOPE_KEY,
-    GraphsDep,
-    MetricsDep,
-    RCABatcherDep,
-    RCAPoolDep,
-    RegistryDep,
-    replay,
-)
-from fleetmind.serving.rca_pool import PoolUnavailable
-from fleetmind.serving.rca_request import parse_for, response_json
-from fleetmind.serving.schemas import (
-    ErrorOut,
-    RCAResponse,
-)
-
-router = APIRouter(prefix="/api/v1/rca", tags=["rca"])
-
-REQUEST_BODY = {
-    "required": True,
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RCARequest"}}},
-}
-"""The OpenAPI request body of ``POST /api/v1/rca`` (the handler parses the body itself)."""
-
-JSON = "application/json"
-PATH = "/api/v1/rca"
-POOL_OUTCOME = "fleetmind.rca_pool_outcome"
-"""Scope key: what the ranking processes answered when :class:`FastLane` hands a request on."""
-
-
-@router.post(
-    "",
-    response_model=RCAResponse,
-    responses={422: {"model": ErrorOut}},
-    summary="Rank root causes of an alert set",
-    openapi_extra={"requestBody": REQUEST_BODY},
-)
-async def rank(
-    request: Request,
-    registry: RegistryDep,
-    graphs: GraphsDep,
-    metrics: MetricsDep,
-    batcher: RCABatcherDep,
-    pool: RCAPoolDep,
-) -> Response:
-    """Rank root-cause candidates on the served graph (or on ``graph`` when given).
-
-    The ranking runs on the process's RCA thread (:mod:`fleetmind.serving.rca_batcher`), batched with the
-    requests that arrive meanwhile; the event loop stays free for other requests. The body is an
-    ``RCARequest`` (see the OpenAPI spec); the answer an ``RCAResponse``, serialised here.
-    """
-    model = registry.current.rca
-    body = await request.body()
-    outcome = request.scope.get(POOL_OUTCOME)  # FastLane asked the ranking processes already
-    if outcome is None and pool is not None:  # a ranking process parses, ranks and answers
-        start = time.perf_counter()
-        try:
-            outcome = await pool.rank(model, graphs.graph, body)
-        except PoolUnavailable:  # no process could answer: rank here
-            outcome = ("unavailable", None)
-        if outcome[0] == "ok":
-            metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
-            return Response(outcome[1], media_type=JSON)
-    if outcome is not None and outcome[0] == "error":
-        raise outcome[1]
-    # no ranking process, or "invalid" (the parse below raises RCARequest's 422): rank here
-    graph = graphs.graph  # read once: the alert columns are valid on this graph object only
-    req, alerts = parse_for(model.impl, graph, body)
-    if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
-        from starlette.concurrency import run_in_threadpool
-
-        graph = await run_in_threadpool(DependencyGraph.from_model, req.graph)
-    start = time.perf_counter()
-    result = await batcher.rank(model.impl, graph, alerts, req.top_k)
-    metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
-    return Response(response_json(model, graph, alerts, req.top_k, result), media_type=JSON)
+from fleetmind.serving.deps import AUTH_SCOPE_KEY, replay
+from fleetmind.serving.rca.pool import PoolUnavailable
+from fleetmind.serving.rca.router import JSON, PATH, POOL_OUTCOME
 
 
 class FastLane:
