@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fleetmind.serving.deps import AUTH_SCOPE_KEY, replay
-from fleetmind.serving.rca.pool import PoolUnavailable
-from fleetmind.serving.rca.router import JSON, PATH, POOL_OUTCOME
+from fleetmind.serving.rca.pool import Ranked
+from fleetmind.serving.rca.router import JSON, PATH, POOL_OUTCOME, rank_in_processes
 
 
 class FastLane:
@@ -17,7 +16,7 @@ class FastLane:
     an RCA request: this lane skips FastAPI's routing and dependency resolution for it (~a third
     of the server process's CPU per request) and answers the ranking process's response as is.
     It serves only the plain case: the app started, a ranking pool, no dependency overrides, the
-    bearer token right or not required, and an ``ok`` answer. Everything else (a 401, a body the
+    bearer token right or not required, and a :class:`~fleetmind.serving.rca.pool.Ranked` answer. Everything else (a 401, a body the
     processes found invalid, a ranking error, no process alive) goes on to the route with the body
     and the processes' answer (scope key :data:`POOL_OUTCOME`), which answers exactly as before.
     Sits inside the body-size and metrics middlewares, so limits and request metrics apply; the
@@ -49,18 +48,15 @@ class FastLane:
                 break
         body = b"".join(chunks)
         model = services.registry.current.rca
-        start = time.perf_counter()
-        try:
-            outcome = await pool.rank(model, services.graphs.graph, body)
-        except PoolUnavailable:
-            outcome = ("unavailable", None)
+        outcome = await rank_in_processes(
+            pool, model, services.graphs.graph, body, services.metrics
+        )
         scope["route"] = self._route = self._route or _find_route(fast)
-        if outcome[0] != "ok":
+        if not isinstance(outcome, Ranked):
             scope[POOL_OUTCOME] = outcome
             await self.app(scope, replay(body, receive), send)
             return
-        services.metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
-        payload = outcome[1]
+        payload = outcome.body
         await send(
             {
                 "type": "http.response.start",
