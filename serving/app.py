@@ -39,12 +39,11 @@ from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from fleetmind.serving.metrics import Metrics, MetricsMiddleware
 from fleetmind.serving.notify import Notifier
-from fleetmind.serving.rca import router as rca
+from fleetmind.serving.rca import router as rca_router
 from fleetmind.serving.rca.batcher import RCABatcher
 from fleetmind.serving.rca.fast_lane import FastLane
 from fleetmind.serving.rca.pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
-from fleetmind.serving.reservations import DbReservations
 from fleetmind.serving.routers import (
     alerts,
     feedback,
@@ -53,10 +52,11 @@ from fleetmind.serving.routers import (
     health,
     incidents,
     models,
-    placements,
-    scheduler,
     ui,
 )
+from fleetmind.serving.scheduler import placement_router
+from fleetmind.serving.scheduler import router as scheduler_router
+from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
@@ -235,10 +235,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
     # request (~1-2 ms each).
     # read-only for the caller (placements with reserve=true also need 'schedule')
-    for r in (incidents, rca, placements, fleet):
+    for r in (incidents, rca_router, placement_router, fleet):
         app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
     # the extender holds capacity: 'schedule' (a token, or kube-scheduler's client certificate)
-    app.include_router(scheduler.router, dependencies=[Depends(require_scope("schedule"))])
+    app.include_router(scheduler_router.router, dependencies=[Depends(require_scope("schedule"))])
     for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)
     app.include_router(health.router)

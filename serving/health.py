@@ -23,7 +23,7 @@ Fleet skew is the mean of the coefficients of variation (population std / mean a
 request rate, P95 latency and CPU use (requested / allocatable CPU); a metric with fewer than two
 clusters reporting it, or a zero mean, is left out; 0 with nothing to compare.
 
-Multi-cluster placement reads the health (``serving/routers/placements.py``): a job without a
+Multi-cluster placement reads the health (``serving/scheduler/placement_router.py``): a job without a
 ``cluster`` is placed only in clusters whose health is at least ``FLEETMIND_HEALTH_MIN``
 (default 0.2) when one of them can hold it; otherwise anywhere.
 """

@@ -1,6 +1,6 @@
 """``/api/v1/scheduler``: the kube-scheduler extender (filter, prioritize) and binding feedback.
 
-See :mod:`fleetmind.serving.extender` for the protocol, :mod:`fleetmind.serving.reservations` for the holds, and
+See :mod:`fleetmind.serving.scheduler.extender` for the protocol, :mod:`fleetmind.serving.scheduler.reservations` for the holds, and
 ``docs/serving.md`` ("Connect to your cluster") for the ``KubeSchedulerConfiguration``.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Body
 
 from fleetmind.data.errors import DataError
-from fleetmind.serving import extender as ext
 from fleetmind.serving.deps import RegistryDep, ServicesDep, TelemetryDep
-from fleetmind.serving.placement import Reservations
-from fleetmind.serving.reservations import DbReservations
+from fleetmind.serving.scheduler import extender as ext
+from fleetmind.serving.scheduler.placement import Reservations
+from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import ErrorOut
 from fleetmind.serving.telemetry.base import FleetSnapshot
 
