@@ -52,7 +52,6 @@ from fleetmind.serving.routers import (
     health,
     incidents,
     models,
-    ui,
 )
 from fleetmind.serving.scheduler import placement_router
 from fleetmind.serving.scheduler import router as scheduler_router
@@ -61,6 +60,7 @@ from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
+from fleetmind.serving.ui import router as ui_router
 from fleetmind.serving.validation import json_safe_errors
 
 log = logging.getLogger("fleetmind.serving")
@@ -242,8 +242,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)
     app.include_router(health.router)
-    app.include_router(ui.router)  # its own auth: a session cookie from the login form
-    app.include_router(ui.root_router)  # "/" -> /ui/, /favicon.ico (public)
+    app.include_router(ui_router.router)  # its own auth: a session cookie from the login form
+    app.include_router(ui_router.root_router)  # "/" -> /ui/, /favicon.ico (public)
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
     configured = settings or get_settings()
