@@ -8,8 +8,8 @@ the dependencies of :mod:`fleetmind.serving.deps`. Run it with ``fleetmind serve
 
 from __future__ import annotations
 
+import copy
 import logging
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import SQLAlchemyError
+from uvicorn.config import LOGGING_CONFIG
 
 from fleetmind.data.errors import (
     ConfigError,
@@ -68,8 +69,31 @@ from fleetmind.serving.ui import router as ui_router
 from fleetmind.serving.validation import json_safe_errors
 
 log = logging.getLogger("fleetmind.serving")
+"""The service's log; under ``fleetmind serve`` its records go to stderr (:func:`uvicorn_log_config`)."""
 
 API_VERSION = "1"
+
+
+def uvicorn_log_config(level: str = "info") -> dict[str, Any]:
+    """The logging configuration ``fleetmind serve`` hands uvicorn: uvicorn's own, plus the
+    ``fleetmind`` loggers on stderr at ``level`` (``--log-level``: ``debug`` .. ``critical``).
+
+    So a failure the service survives (telemetry unavailable, ranking processes or keep-warm not
+    started, ...) is one line on stderr, ``WARNING:  fleetmind: telemetry unavailable: ...``,
+    beside uvicorn's lines; every worker process applies it at its start.
+    """
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["fleetmind"] = {
+        **config["formatters"]["default"],
+        "fmt": "%(levelprefix)s fleetmind: %(message)s",
+    }
+    config["handlers"]["fleetmind"] = {**config["handlers"]["default"], "formatter": "fleetmind"}
+    config["loggers"]["fleetmind"] = {
+        "handlers": ["fleetmind"],
+        "level": level.upper(),
+        "propagate": False,
+    }
+    return config
 
 
 def load_graph(settings: Settings) -> tuple[DependencyGraph, str]:
@@ -100,7 +124,6 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         telemetry = make_source(settings, graph)
     except FleetMindError as err:
         telemetry_error = str(err)
-        print(f"fleetmind: telemetry unavailable: {err}", file=sys.stderr)
         log.warning("telemetry unavailable: %s", err)
     manager = IncidentManager(
         db,
@@ -137,7 +160,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
 async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | None:
     """Start ``settings.rca_processes`` ranking processes (:mod:`fleetmind.serving.rca.pool`).
 
-    ``None`` (RCA ranked in this process, with a message on stderr) when they cannot start.
+    ``None`` (RCA ranked in this process, with an error logged) when they cannot start.
     """
     pool = RankingPool(
         settings.rca_processes,
@@ -153,7 +176,6 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | 
     try:
         await pool.start()
     except RuntimeError as err:
-        print(f"fleetmind: {err}; ranking RCA requests in the server process", file=sys.stderr)
         log.error("%s; ranking RCA requests in the server process", err)
         return None
     return pool
@@ -162,13 +184,12 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | 
 def start_keep_warm(linger_s: float) -> KeepWarm | None:
     """Start the idle-priority busy loops of ``FLEETMIND_KEEP_WARM_S`` (:mod:`fleetmind.serving.keepwarm`).
 
-    ``None`` (serving without them, with a message on stderr) when they cannot start.
+    ``None`` (serving without them, with an error logged) when they cannot start.
     """
     keep_warm = KeepWarm(linger_s)
     try:
         keep_warm.start()
     except OSError as err:
-        print(f"fleetmind: keep-warm not started: {err}", file=sys.stderr)
         log.error("keep-warm not started: %s", err)
         return None
     return keep_warm

@@ -40,7 +40,7 @@ from fleetmind.serving.rca.pool import Failed, Invalid, Ranked, _answer, _dump_e
 from fleetmind.serving.rca.request import parse_alerts, response_json
 from fleetmind.serving.registry import ModelSet, make_rca_baseline
 from fleetmind.serving.settings import Settings
-from tests.serving_helpers import wait_for
+from tests.serving_helpers import serve_logging, wait_for
 
 pytestmark = pytest.mark.skipif(
     not (RELEASED_DIR / "model.pt").is_file(), reason="no released GAT artifact in models/rca"
@@ -270,7 +270,7 @@ def test_fast_lane_answers_ok_requests_and_leaves_the_rest_to_the_route(
 
 
 def test_processes_that_cannot_start_leave_ranking_in_the_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import asyncio
 
@@ -291,8 +291,12 @@ def test_processes_that_cannot_start_leave_ranking_in_the_server(
         incident_worker=False,
         rca_processes=2,
     )
-    with TestClient(create_app(settings)) as c:
+    capsys.readouterr()
+    with serve_logging(), TestClient(create_app(settings)) as c:
         assert c.app.state.services.rca_pool is None
+        err = capsys.readouterr().err  # as `fleetmind serve` logs it: once, on stderr
+        assert err.count("ranking RCA requests in the server process") == 1
+        assert "ERROR:    fleetmind: RCA ranking processes did not start: test;" in err
         r = c.post("/api/v1/rca", json={"alerts": [{"labels": {"cluster": "c0"}}]})
         assert r.status_code == 200 and r.json()["method"] == "upstream-coverage"
 
