@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Body
 
 from fleetmind.data.errors import DataError
-from fleetmind.serving.deps import RegistryDep, ServicesDep, TelemetryDep
+from fleetmind.serving.deps import RegistryDep, Services, ServicesDep, TelemetryDep
 from fleetmind.serving.scheduler import extender as ext
 from fleetmind.serving.scheduler.placement import Reservations
 from fleetmind.serving.scheduler.reservations import DbReservations
@@ -26,14 +26,14 @@ _ARGS_DOC = (
 _BIND_DOC = "ExtenderBindingArgs (PodName, PodNamespace, PodUID, Node)"
 
 
-def _state(services: Any) -> ext.ExtenderState:
+def _state(services: Services) -> ext.ExtenderState:
     state = services.extender
     if state is None:
         state = services.extender = ext.ExtenderState(services.settings.scheduler_cluster)
     return state
 
 
-def _held(services: Any, snapshot: FleetSnapshot) -> Any:
+def _held(services: Services, snapshot: FleetSnapshot) -> Any:
     res: Reservations = services.reservations
     if isinstance(res, DbReservations):
         return lambda req: res.view(snapshot, exclude=req.key)
