@@ -8,10 +8,8 @@ the dependencies of :mod:`fleetmind.serving.deps`. Run it with ``fleetmind serve
 
 from __future__ import annotations
 
-import asyncio
-import json
+import copy
 import logging
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import SQLAlchemyError
+from uvicorn.config import LOGGING_CONFIG
 
 from fleetmind.data.errors import (
     ConfigError,
@@ -32,17 +31,24 @@ from fleetmind.data.errors import (
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.db import Database
 from fleetmind.serving.defaults import DEFAULT_GRAPH
-from fleetmind.serving.deps import PUBLIC_PATHS, AuthMiddleware, Services, require_scope
+from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
 from fleetmind.serving.graph_refresh import GraphRefresher
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from fleetmind.serving.metrics import Metrics, MetricsMiddleware
+from fleetmind.serving.middleware import (
+    BodyLimitMiddleware,
+    ConcurrencyLimit,
+    RCAAdmission,
+    SecurityHeaders,
+)
 from fleetmind.serving.notify import Notifier
-from fleetmind.serving.rca_batcher import RCABatcher
-from fleetmind.serving.rca_pool import RankingPool
+from fleetmind.serving.rca import router as rca_router
+from fleetmind.serving.rca.batcher import RCABatcher
+from fleetmind.serving.rca.fast_lane import FastLane
+from fleetmind.serving.rca.pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
-from fleetmind.serving.reservations import DbReservations
 from fleetmind.serving.routers import (
     alerts,
     feedback,
@@ -51,20 +57,43 @@ from fleetmind.serving.routers import (
     health,
     incidents,
     models,
-    placements,
-    rca,
-    scheduler,
-    ui,
 )
+from fleetmind.serving.scheduler import placement_router
+from fleetmind.serving.scheduler import router as scheduler_router
+from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
+from fleetmind.serving.ui import router as ui_router
 from fleetmind.serving.validation import json_safe_errors
 
 log = logging.getLogger("fleetmind.serving")
+"""The service's log; under ``fleetmind serve`` its records go to stderr (:func:`uvicorn_log_config`)."""
 
 API_VERSION = "1"
+
+
+def uvicorn_log_config(level: str = "info") -> dict[str, Any]:
+    """The logging configuration ``fleetmind serve`` hands uvicorn: uvicorn's own, plus the
+    ``fleetmind`` loggers on stderr at ``level`` (``--log-level``: ``debug`` .. ``critical``).
+
+    So a failure the service survives (telemetry unavailable, ranking processes or keep-warm not
+    started, ...) is one line on stderr, ``WARNING:  fleetmind: telemetry unavailable: ...``,
+    beside uvicorn's lines; every worker process applies it at its start.
+    """
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["fleetmind"] = {
+        **config["formatters"]["default"],
+        "fmt": "%(levelprefix)s fleetmind: %(message)s",
+    }
+    config["handlers"]["fleetmind"] = {**config["handlers"]["default"], "formatter": "fleetmind"}
+    config["loggers"]["fleetmind"] = {
+        "handlers": ["fleetmind"],
+        "level": level.upper(),
+        "propagate": False,
+    }
+    return config
 
 
 def load_graph(settings: Settings) -> tuple[DependencyGraph, str]:
@@ -95,7 +124,6 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         telemetry = make_source(settings, graph)
     except FleetMindError as err:
         telemetry_error = str(err)
-        print(f"fleetmind: telemetry unavailable: {err}", file=sys.stderr)
         log.warning("telemetry unavailable: %s", err)
     manager = IncidentManager(
         db,
@@ -130,9 +158,9 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
 
 
 async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | None:
-    """Start ``settings.rca_processes`` ranking processes (:mod:`fleetmind.serving.rca_pool`).
+    """Start ``settings.rca_processes`` ranking processes (:mod:`fleetmind.serving.rca.pool`).
 
-    ``None`` (RCA ranked in this process, with a message on stderr) when they cannot start.
+    ``None`` (RCA ranked in this process, with an error logged) when they cannot start.
     """
     pool = RankingPool(
         settings.rca_processes,
@@ -148,7 +176,6 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | 
     try:
         await pool.start()
     except RuntimeError as err:
-        print(f"fleetmind: {err}; ranking RCA requests in the server process", file=sys.stderr)
         log.error("%s; ranking RCA requests in the server process", err)
         return None
     return pool
@@ -157,13 +184,12 @@ async def start_rca_pool(settings: Settings, metrics: Metrics) -> RankingPool | 
 def start_keep_warm(linger_s: float) -> KeepWarm | None:
     """Start the idle-priority busy loops of ``FLEETMIND_KEEP_WARM_S`` (:mod:`fleetmind.serving.keepwarm`).
 
-    ``None`` (serving without them, with a message on stderr) when they cannot start.
+    ``None`` (serving without them, with an error logged) when they cannot start.
     """
     keep_warm = KeepWarm(linger_s)
     try:
         keep_warm.start()
     except OSError as err:
-        print(f"fleetmind: keep-warm not started: {err}", file=sys.stderr)
         log.error("keep-warm not started: %s", err)
         return None
     return keep_warm
@@ -234,21 +260,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
     # request (~1-2 ms each).
     # read-only for the caller (placements with reserve=true also need 'schedule')
-    for r in (incidents, rca, placements, fleet):
+    for r in (incidents, rca_router, placement_router, fleet):
         app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
     # the extender holds capacity: 'schedule' (a token, or kube-scheduler's client certificate)
-    app.include_router(scheduler.router, dependencies=[Depends(require_scope("schedule"))])
+    app.include_router(scheduler_router.router, dependencies=[Depends(require_scope("schedule"))])
     for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
         app.include_router(r.router)
     app.include_router(health.router)
-    app.include_router(ui.router)  # its own auth: a session cookie from the login form
-    app.include_router(ui.root_router)  # "/" -> /ui/, /favicon.ico (public)
+    app.include_router(ui_router.router)  # its own auth: a session cookie from the login form
+    app.include_router(ui_router.root_router)  # "/" -> /ui/, /favicon.ico (public)
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
     configured = settings or get_settings()
     app.state.settings = configured
     limit = configured.max_body_bytes
-    app.add_middleware(rca.FastLane)  # innermost: after the body limit and the metrics
+    app.add_middleware(FastLane)  # innermost: after the body limit and the metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(
         RCAAdmission, max_queue=configured.rca_max_queue, deadline_s=configured.rca_deadline_s
@@ -328,181 +354,3 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(FleetMindError, fleetmind_error)
     app.add_exception_handler(SQLAlchemyError, db_error)
-
-
-class ConcurrencyLimit:
-    """At most ``limit`` HTTP requests in progress in this process; beyond it 503 at once (before
-    the token or the body is read). The probes (:data:`fleetmind.serving.deps.PUBLIC_PATHS`) are always
-    answered, so a saturated process still reports itself alive.
-
-    Replaces uvicorn's ``limit_concurrency``, which counts open connections: idle sockets, which
-    cost nothing here, then crowd out every request (:mod:`fleetmind.serving.http_guard` bounds them).
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-        self.in_flight = 0
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
-            await self.app(scope, receive, send)
-            return
-        if self.in_flight >= self.limit:
-            await _json_answer(send, 503, "too many requests in progress; retry shortly", 1)
-            return
-        self.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight -= 1
-
-
-class SecurityHeaders:
-    """``X-Content-Type-Options: nosniff`` on every response (a browser never runs a JSON answer
-    or an error page as a script or a style), and on ``/ui`` answers without a page's own
-    ``Content-Security-Policy`` (redirects, plain errors) one that allows nothing."""
-
-    UI_DEFAULT_CSP = (
-        b"default-src 'none'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
-    )
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        ui = scope.get("path", "").startswith("/ui")
-
-        async def _send(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                names = {k.lower() for k, _ in headers}
-                if b"x-content-type-options" not in names:
-                    headers.append((b"x-content-type-options", b"nosniff"))
-                if ui and b"content-security-policy" not in names:
-                    headers.append((b"content-security-policy", self.UI_DEFAULT_CSP))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, _send)
-
-
-class RCAAdmission:
-    """Bound the RCA work of this process: ``POST /api/v1/rca`` requests admitted at once (queued
-    or ranking) and how long each may take.
-
-    Beyond ``max_queue`` a request gets 429 with ``Retry-After`` at once (before its body is read);
-    one not answered within ``deadline_s`` gets 503 with ``Retry-After`` (its queued work is
-    dropped: the ranking thread and processes skip requests whose client is gone).
-    """
-
-    PATH = "/api/v1/rca"
-
-    def __init__(self, app: Any, max_queue: int, deadline_s: float) -> None:
-        self.app = app
-        self.max_queue = max_queue
-        self.deadline_s = deadline_s
-        self.in_flight = 0
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != self.PATH or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        if self.in_flight >= self.max_queue:
-            await _json_answer(send, 429, "too many RCA requests queued; retry shortly", 1)
-            return
-        started = False
-
-        async def _send(message: Any) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        self.in_flight += 1
-        try:
-            await asyncio.wait_for(self.app(scope, receive, _send), self.deadline_s)
-        except TimeoutError:
-            if not started:
-                retry = max(1, round(self.deadline_s / 10))
-                await _json_answer(send, 503, "RCA request timed out in the queue; retry", retry)
-        finally:
-            self.in_flight -= 1
-
-
-async def _json_answer(send: Any, code: int, detail: str, retry_after: int | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    await send({"type": "http.response.start", "status": code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-class BodyLimitMiddleware:
-    """Reject request bodies larger than ``max_bytes`` with 413 (declared or streamed)."""
-
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = None
-        for k, v in scope.get("headers", ()):
-            if k == b"content-length":
-                try:
-                    declared = int(v)
-                except ValueError:
-                    declared = -1
-        if declared is not None and (declared < 0 or declared > self.max_bytes):
-            await _too_large(send, self.max_bytes)
-            return
-        if declared is not None:
-            await self.app(scope, receive, send)
-            return
-        # Chunked body: read it whole (bounded), then replay it.
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await _too_large(send, self.max_bytes)
-                return
-            chunks.append(body)
-            more = message.get("more_body", False)
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-async def _too_large(send: Any, limit: int) -> None:
-    body = f'{{"detail":"request body larger than {limit} bytes"}}'.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

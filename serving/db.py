@@ -108,7 +108,7 @@ incidents = Table(
 )
 
 # Capacity held for pods by the scheduler extender and reserve=true placements, shared by replicas
-# (serving/reservations.py; migration 0004).
+# (serving/scheduler/reservations.py; migration 0004).
 reservations = Table(
     "reservations",
     metadata,

@@ -43,13 +43,15 @@ from starlette.requests import cookie_parser
 from fleetmind.data.errors import NotAvailableError
 from fleetmind.serving.db import Database
 from fleetmind.serving.graphstore import GraphStore
+from fleetmind.serving.health import HealthService
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm
 from fleetmind.serving.metrics import Metrics
-from fleetmind.serving.placement import Reservations
-from fleetmind.serving.rca_batcher import RCABatcher
-from fleetmind.serving.rca_pool import RankingPool
+from fleetmind.serving.rca.batcher import RCABatcher
+from fleetmind.serving.rca.pool import RankingPool
 from fleetmind.serving.registry import ModelRegistry
+from fleetmind.serving.scheduler.extender import ExtenderState
+from fleetmind.serving.scheduler.placement import Reservations
 from fleetmind.serving.settings import SCOPES, Settings, get_settings
 from fleetmind.serving.telemetry.base import TelemetrySource
 from fleetmind.serving.tls import scheduler_cert
@@ -73,8 +75,8 @@ class Services:
     rca_batcher: RCABatcher = field(default_factory=RCABatcher)
     rca_pool: RankingPool | None = None
     keep_warm: KeepWarm | None = None
-    extender: Any = None  # serving.extender.ExtenderState, built on the first extender call
-    health: Any = None  # serving.health.HealthService, built on first use
+    extender: ExtenderState | None = None  # built on the first extender call
+    health: HealthService | None = None  # built on first use (health_service)
 
 
 async def get_services(request: Request) -> Services:

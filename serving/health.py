@@ -23,7 +23,7 @@ Fleet skew is the mean of the coefficients of variation (population std / mean a
 request rate, P95 latency and CPU use (requested / allocatable CPU); a metric with fewer than two
 clusters reporting it, or a zero mean, is left out; 0 with nothing to compare.
 
-Multi-cluster placement reads the health (``serving/routers/placements.py``): a job without a
+Multi-cluster placement reads the health (``serving/scheduler/placement_router.py``): a job without a
 ``cluster`` is placed only in clusters whose health is at least ``FLEETMIND_HEALTH_MIN``
 (default 0.2) when one of them can hold it; otherwise anywhere.
 """
@@ -34,9 +34,12 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetmind.serving.telemetry.base import FleetSnapshot
+
+if TYPE_CHECKING:  # deps imports this module: the type only, for the annotations
+    from fleetmind.serving.deps import Services
 
 SIGNALS = ("gpu_util", "vram_pressure", "latency")
 INITIAL_WEIGHTS = (0.4, 0.35, 0.25)
@@ -239,7 +242,7 @@ class HealthService:
             return out
 
 
-def health_service(services: Any) -> HealthService:
+def health_service(services: Services) -> HealthService:
     """The app's :class:`HealthService` (built once, on first use, whatever the concurrency)."""
     hs = services.health
     if hs is None:
@@ -250,7 +253,7 @@ def health_service(services: Any) -> HealthService:
     return hs
 
 
-def healthy_nodes(services: Any, telemetry: Any, snapshot: FleetSnapshot) -> set[str] | None:
+def healthy_nodes(services: Services, telemetry: Any, snapshot: FleetSnapshot) -> set[str] | None:
     """Names of the nodes in clusters at or above ``FLEETMIND_HEALTH_MIN``; None when every
     cluster qualifies (or there is one cluster, or health is unknown): no restriction."""
     clusters = {n.cluster for n in snapshot.nodes}

@@ -25,7 +25,7 @@ three checks to uvicorn's httptools protocol and changes nothing else:
   beyond it, the oldest connection that has no request in progress (waiting for headers, or idle
   between keep-alive requests) is closed to make room; only when every connection is busy is the
   new one refused with ``503``. Requests in progress are bounded separately by
-  :class:`fleetmind.serving.app.ConcurrencyLimit` (``FLEETMIND_LIMIT_CONCURRENCY``), which exempts the probes.
+  :class:`fleetmind.serving.middleware.ConcurrencyLimit` (``FLEETMIND_LIMIT_CONCURRENCY``), which exempts the probes.
 
 :func:`server_options` gives the ``uvicorn.run`` keyword arguments that install all of this.
 """
@@ -176,7 +176,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 def server_options(settings: Settings) -> dict[str, Any]:
     """``uvicorn.run``/``uvicorn.Config`` keyword arguments for the connection limits.
 
-    ``limit_concurrency`` is left to :class:`fleetmind.serving.app.ConcurrencyLimit` (uvicorn's own counts
+    ``limit_concurrency`` is left to :class:`fleetmind.serving.middleware.ConcurrencyLimit` (uvicorn's own counts
     idle connections); ``timeout_keep_alive`` closes a connection idle 5 s after a response.
     """
     return {

@@ -31,7 +31,12 @@ from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
 from fleetmind.rca import baselines
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.serving.fallback import UpstreamCoverageAnalyzer
-from fleetmind.serving.placement import BestFitPlacer, PeerPolicyPlacer, Placer, peer_heuristic
+from fleetmind.serving.scheduler.placement import (
+    BestFitPlacer,
+    PeerPolicyPlacer,
+    Placer,
+    peer_heuristic,
+)
 
 log = logging.getLogger("fleetmind.serving")
 

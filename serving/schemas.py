@@ -222,7 +222,7 @@ class RCAAlert(TypedDict):
 class RCARequestFast(BaseModel):
     """What :class:`RCARequest` accepts, parsed into plain alert dicts (:class:`RCAAlert`).
 
-    ``serving.routers.rca`` parses with this model and falls back to :class:`RCARequest` for
+    ``serving.rca.router`` parses with this model and falls back to :class:`RCARequest` for
     anything it rejects, so error responses stay :class:`RCARequest`'s.
     """
 

@@ -1,7 +1,7 @@
 """Process tuning of the service: GC thresholds, glibc malloc, torch threads.
 
 Applied by the server (:func:`fleetmind.serving.app.build_services`, its lifespan) and by each RCA worker
-process of :mod:`fleetmind.serving.rca_pool` as it starts, so both rank under the same settings.
+process of :mod:`fleetmind.serving.rca.pool` as it starts, so both rank under the same settings.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def tune_malloc(mmap_threshold_mb: int | None) -> bool:
 def set_torch_threads(n: int | None) -> None:
     """Pin torch's intra-op threads for this process (``None``: leave torch's default).
 
-    Each process ranks on one thread at a time (:mod:`fleetmind.serving.rca_batcher`), so one torch thread per
+    Each process ranks on one thread at a time (:mod:`fleetmind.serving.rca.batcher`), so one torch thread per
     process and one process per core (``--workers``) use the cores without oversubscribing them; the
     GAT analyzer also asks for one thread per call, and a process-wide 1 keeps concurrent callers
     (the RCA batcher, the incident worker) from restoring a larger value under each other.

@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import logging.config
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from fleetmind.data.paths import REPO_ROOT
+from fleetmind.serving.app import uvicorn_log_config
+
+
+@contextlib.contextmanager
+def serve_logging(level: str = "info") -> Iterator[None]:
+    """The logging ``fleetmind serve`` sets up (:func:`fleetmind.serving.app.uvicorn_log_config`),
+    its handlers writing to the ``sys.stderr`` of the moment (pytest's ``capsys``), undone on exit."""
+    config = uvicorn_log_config(level)
+    saved = {}
+    for name in config["loggers"]:
+        logger = logging.getLogger(name)
+        saved[name] = (logger.handlers[:], logger.level, logger.propagate, logger.disabled)
+    logging.config.dictConfig(config)
+    try:
+        yield
+    finally:
+        for name, (handlers, old_level, propagate, disabled) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers[:] = handlers
+            logger.setLevel(old_level)
+            logger.propagate = propagate
+            logger.disabled = disabled
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from fleetmind.data.errors import DataError
 from fleetmind.serving.app import create_app
-from fleetmind.serving.extender import MAX_GPUS, check_name, parse_quantity, pod_request
+from fleetmind.serving.scheduler.extender import MAX_GPUS, check_name, parse_quantity, pod_request
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource
@@ -275,8 +275,8 @@ def test_postgresql_refusals_are_422_not_database_unavailable(tmp_path: Any) -> 
     caller's error (422), not "database unavailable" (503)."""
     from serving_helpers import PgCluster, pg_bindir
 
-    from fleetmind.serving.placement import Option
-    from fleetmind.serving.reservations import DbReservations
+    from fleetmind.serving.scheduler.placement import Option
+    from fleetmind.serving.scheduler.reservations import DbReservations
     from fleetmind.serving.schemas import JobSpec
 
     bindir = pg_bindir()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +16,10 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.serving.app import create_app
 from fleetmind.serving.defaults.example import build_example_graph
-from fleetmind.serving.deps import get_registry
+from fleetmind.serving.deps import Services, get_registry
+from fleetmind.serving.health import HealthService
 from fleetmind.serving.registry import LoadedModel, ModelRegistry, ModelSet
+from fleetmind.serving.scheduler.extender import ExtenderState
 from fleetmind.serving.settings import Settings, get_settings
 
 GPU_ALERT = {"alertname": "GpuXidError", "cluster": "c0", "node": "c0-h1", "gpu": "3"}
@@ -497,3 +500,10 @@ def test_cli_serve_rejects_bad_options(
     assert "graph file not found" in capsys.readouterr().err
     assert main(["serve", "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
+
+
+def test_services_fields_have_real_types() -> None:
+    hints = typing.get_type_hints(Services)  # every annotation resolves at run time
+    assert not [name for name, hint in hints.items() if hint is typing.Any]
+    assert hints["extender"] == ExtenderState | None
+    assert hints["health"] == HealthService | None

@@ -117,3 +117,29 @@ def test_unusable_database_is_a_config_error_before_uvicorn(
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{good}")
     assert cli_serve.run(args()) == 0 and started == [True]
     assert good.is_file()  # the tables the server's startup would create
+
+
+def test_serve_logs_the_service_to_stderr_at_its_level(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    import uvicorn
+
+    from fleetmind.serving.app import uvicorn_log_config
+    from tests.serving_helpers import serve_logging
+
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.append(kw))
+    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
+    assert cli_serve.run(parse("--log-level", "warning")) == 0
+    config = seen[0]["log_config"]
+    assert config == uvicorn_log_config("warning") and seen[0]["log_level"] == "warning"
+    assert config["loggers"]["fleetmind"]["level"] == "WARNING"
+    assert {"uvicorn", "uvicorn.access"} <= set(config["loggers"])  # uvicorn's own kept
+    capsys.readouterr()
+    with serve_logging("warning"):  # what uvicorn.run applies in each worker
+        logging.getLogger("fleetmind.serving").info("not shown at --log-level warning")
+        logging.getLogger("fleetmind.serving").warning("telemetry unavailable: test")
+    err = capsys.readouterr().err
+    assert "WARNING:  fleetmind: telemetry unavailable: test" in err and "not shown" not in err

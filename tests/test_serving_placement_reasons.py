@@ -1,10 +1,10 @@
-"""serving.placement.why_no_fit: a 409 for an impossible job says what is missing."""
+"""fleetmind.serving.scheduler.placement.why_no_fit: a 409 for an impossible job says what is missing."""
 
 from __future__ import annotations
 
 import pytest
 
-from fleetmind.serving.placement import BestFitPlacer, Option, Reservations, why_no_fit
+from fleetmind.serving.scheduler.placement import BestFitPlacer, Option, Reservations, why_no_fit
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 

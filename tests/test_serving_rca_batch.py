@@ -3,7 +3,7 @@
 * ``GATAnalyzer.find_root_causes_many`` (one batched GAT forward) against ``find_root_causes`` per
   incident, with the released GAT on simulated incidents: same ranking, bit-identical scores, same
   fault types and paths.
-* ``serving.rca_batcher.RCABatcher``: concurrent requests are batched, each gets its own result, a bad
+* ``serving.rca.batcher.RCABatcher``: concurrent requests are batched, each gets its own result, a bad
   request fails alone.
 * ``POST /api/v1/rca`` with the GAT under concurrent requests answers what ``find_root_causes`` says.
 """
@@ -28,7 +28,7 @@ from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.serving.app import create_app
 from fleetmind.serving.defaults.example import build_example_graph
-from fleetmind.serving.rca_batcher import RCABatcher
+from fleetmind.serving.rca.batcher import RCABatcher
 from fleetmind.serving.settings import Settings
 
 needs_gat = pytest.mark.skipif(

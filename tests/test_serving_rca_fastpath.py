@@ -28,7 +28,7 @@ from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.rca.lightning_module import crop_incident
 from fleetmind.rca.model import GATConfig, GATRanker
 from fleetmind.serving.defaults.example import build_example_graph
-from fleetmind.serving.rca_parse import (
+from fleetmind.serving.rca.parse import (
     PlainRequest,
     _plain_time,
     _Unsure,
@@ -36,7 +36,7 @@ from fleetmind.serving.rca_parse import (
     plain_columns,
     read_times,
 )
-from fleetmind.serving.rca_request import _model_alerts, parse_alerts, parse_request
+from fleetmind.serving.rca.request import _model_alerts, parse_alerts, parse_request
 from fleetmind.serving.schemas import RCARequest, RCARequestFast
 
 

@@ -10,7 +10,9 @@ seconds) answers:
   concurrent requests during reloads all succeed, later answers come from the new objects, and
   objects the server dropped are forgotten;
 * bad bodies: the same 422 as in-process; a graph in the body: ranked on it;
-* a killed ranking process: its requests are answered anyway and another process is started.
+* a killed ranking process: its requests are answered anyway and another process is started;
+* each result a process sends becomes a typed answer (:class:`Ranked`, :class:`Invalid`,
+  :class:`Failed` with the error as the server raises it, also for an error that does not pickle).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
 from fleetmind.rca.gat_analyzer import RELEASED_DIR
 from fleetmind.serving.app import create_app
 from fleetmind.serving.defaults.example import build_example_graph
-from fleetmind.serving.rca_request import parse_alerts, response_json
+from fleetmind.serving.rca.pool import Failed, Invalid, Ranked, _answer, _dump_error
+from fleetmind.serving.rca.request import parse_alerts, response_json
 from fleetmind.serving.registry import ModelSet, make_rca_baseline
 from fleetmind.serving.settings import Settings
-from tests.serving_helpers import wait_for
+from tests.serving_helpers import serve_logging, wait_for
 
 pytestmark = pytest.mark.skipif(
     not (RELEASED_DIR / "model.pt").is_file(), reason="no released GAT artifact in models/rca"
@@ -267,11 +270,11 @@ def test_fast_lane_answers_ok_requests_and_leaves_the_rest_to_the_route(
 
 
 def test_processes_that_cannot_start_leave_ranking_in_the_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import asyncio
 
-    from fleetmind.serving.rca_pool import RankingPool
+    from fleetmind.serving.rca.pool import RankingPool
 
     pool = RankingPool(1, {"nice": "not a number"}, start_timeout_s=60)
     with pytest.raises(RuntimeError, match="did not start"):
@@ -288,8 +291,12 @@ def test_processes_that_cannot_start_leave_ranking_in_the_server(
         incident_worker=False,
         rca_processes=2,
     )
-    with TestClient(create_app(settings)) as c:
+    capsys.readouterr()
+    with serve_logging(), TestClient(create_app(settings)) as c:
         assert c.app.state.services.rca_pool is None
+        err = capsys.readouterr().err  # as `fleetmind serve` logs it: once, on stderr
+        assert err.count("ranking RCA requests in the server process") == 1
+        assert "ERROR:    fleetmind: RCA ranking processes did not start: test;" in err
         r = c.post("/api/v1/rca", json={"alerts": [{"labels": {"cluster": "c0"}}]})
         assert r.status_code == 200 and r.json()["method"] == "upstream-coverage"
 
@@ -298,7 +305,7 @@ def test_a_batch_waits_for_every_request_the_server_has_rung_for() -> None:
     import socket
     import time
 
-    from fleetmind.serving.rca_pool import _frame, _Inbox
+    from fleetmind.serving.rca.pool import _frame, _Inbox
 
     data, data_peer = socket.socketpair()
     bell, bell_peer = socket.socketpair()
@@ -323,3 +330,20 @@ def test_a_batch_waits_for_every_request_the_server_has_rung_for() -> None:
     assert len(_Inbox(data_peer).take()) == 1
     for s in (data, data_peer, bell, bell_peer):
         s.close()
+
+
+def test_result_entries_become_typed_answers() -> None:
+    assert _answer("ok", b'{"ranked": []}') == Ranked(b'{"ranked": []}')
+    assert _answer("invalid", None) == Invalid()
+    failed = _answer("error", _dump_error(ValueError("top_k out of range")))
+    assert isinstance(failed, Failed) and type(failed.error) is ValueError
+    assert str(failed.error) == "top_k out of range"
+
+    class Local(Exception):  # a local class does not pickle: sent as a RuntimeError naming it
+        pass
+
+    failed = _answer("error", _dump_error(Local("no pickle")))
+    assert isinstance(failed, Failed) and type(failed.error) is RuntimeError
+    assert str(failed.error) == "Local: no pickle"
+    failed = _answer("error", b"not a pickle")  # an answer that does not unpickle: still an error
+    assert isinstance(failed, Failed) and "could not be read" in str(failed.error)

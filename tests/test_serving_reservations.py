@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from test_serving_persistence import postgres_url  # noqa: F401 (fixture)
 
 from fleetmind.serving.app import create_app
-from fleetmind.serving.reservations import DbReservations, reservations_table
+from fleetmind.serving.scheduler.reservations import DbReservations, reservations_table
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource

@@ -18,11 +18,12 @@ import pytest
 from fastapi.testclient import TestClient
 from serving_helpers import PgCluster, alert, pg_bindir, wait_for, webhook
 
-from fleetmind.serving.app import RCAAdmission, create_app
+from fleetmind.serving.app import create_app
 from fleetmind.serving.db import Database, LeaderLock
 from fleetmind.serving.defaults.example import build_example_graph
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
+from fleetmind.serving.middleware import RCAAdmission
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.routers.alerts import alert_row, store_or_reject
 from fleetmind.serving.schemas import AlertIn

@@ -25,7 +25,7 @@ from fleetmind.envs.policies import FGD
 from fleetmind.envs.policies.fgd import typical_from_json
 from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy
 from fleetmind.serving.app import create_app
-from fleetmind.serving.extender import parse_quantity, pod_request
+from fleetmind.serving.scheduler.extender import parse_quantity, pod_request
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.sim import SimSource
 
@@ -96,7 +96,7 @@ def _recorded(name: str) -> dict[str, Any]:
 
 
 def _sim_pod(args: dict[str, Any]) -> Pod:
-    """The recorded Pod as the simulator's Pod (read independently of serving.extender)."""
+    """The recorded Pod as the simulator's Pod (read independently of fleetmind.serving.scheduler.extender)."""
     meta = args["Pod"]["metadata"]
     ann = meta.get("annotations", {})
     c = args["Pod"]["spec"]["containers"][0]["resources"]

@@ -17,6 +17,7 @@ from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.serving.app import create_app
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.prometheus import PrometheusSource, parse_dcgm
+from tests.serving_helpers import serve_logging
 
 # Exposition text in the shape dcgm-exporter 3.x serves (default counters, Kubernetes pod mapping on).
 _LAB = (
@@ -176,8 +177,10 @@ def test_missing_nvml_is_a_clear_message(
         placement_model="heuristic:builtin-bestfit",
         incident_worker=False,
     )
-    with TestClient(create_app(settings)) as c:  # the service starts anyway
-        assert "telemetry unavailable" in capsys.readouterr().err
+    with serve_logging(), TestClient(create_app(settings)) as c:  # the service starts anyway
+        err = capsys.readouterr().err  # as `fleetmind serve` logs it: once, on stderr
+        assert err.count("telemetry unavailable") == 1
+        assert "WARNING:  fleetmind: telemetry unavailable: telemetry source" in err
         r = c.get("/api/v1/fleet")
         assert r.status_code == 503 and "FLEETMIND_TELEMETRY=prometheus" in r.json()["detail"]
         assert (

@@ -12,9 +12,9 @@ from serving_helpers import webhook
 from ui_helpers import TRUE_ROOT, storm_alerts
 
 from fleetmind.serving.app import create_app
-from fleetmind.serving.routers import ui as ui_router
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.ui import auth
+from fleetmind.serving.ui import router as ui_router
 from fleetmind.serving.ui.svg import path_svg, timeline_svg
 
 TOKEN = "ui-s3cret-token"

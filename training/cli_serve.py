@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from fleetmind.serving.app import load_graph
+    from fleetmind.serving.app import load_graph, uvicorn_log_config
     from fleetmind.serving.db import Database
     from fleetmind.serving.http_guard import server_options
     from fleetmind.serving.settings import Settings, get_settings
@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        log_config=uvicorn_log_config(args.log_level),  # the service's warnings on stderr too
         # header timeout and size limit, connection limits; then HTTPS and kube-scheduler's
         # client certificate (whose protocol keeps those limits: it subclasses the guarded one)
         **{**server_options(settings), **uvicorn_options(settings)},

@@ -1,6 +1,6 @@
 """CPU time per ``POST /api/v1/rca`` request of a ranking process's work, looped in one process.
 
-What a ranking process does for a batch (``serving/rca_pool.py``): parse each body, rank the batch
+What a ranking process does for a batch (``serving/rca/pool.py``): parse each body, rank the batch
 together (``rank_group``), serialise each answer (``response_json``), here without HTTP or IPC, on
 the benchmark's workload (``benchmarks.serving.rca_workload.sim_incidents``: the 999-node benchmark graph, distinct
 simulated 200-alert incidents), with the server's malloc and GC settings and warm memos (a
@@ -48,8 +48,8 @@ def main() -> None:
     tune_malloc(32)
     from fleetmind.rca.gat_analyzer import GATAnalyzer
     from fleetmind.serving.defaults.example import benchmark_graph
-    from fleetmind.serving.rca_batcher import rank_group
-    from fleetmind.serving.rca_request import parse_for, response_json
+    from fleetmind.serving.rca.batcher import rank_group
+    from fleetmind.serving.rca.request import parse_for, response_json
     from fleetmind.serving.registry import LoadedModel
 
     graph = benchmark_graph()

@@ -375,7 +375,7 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
 
     from fleetmind.rca.features.columnar import incident_crop
     from fleetmind.rca.gat_analyzer import GATAnalyzer
-    from fleetmind.serving.rca_request import parse_alerts, parse_for
+    from fleetmind.serving.rca.request import parse_alerts, parse_for
     from fleetmind.serving.schemas import CauseOut, RCARequest, RCAResponse
 
     if rca_model.get("method") != "gat":
@@ -388,9 +388,9 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     # per-graph cache is built, and the label and annotation memos of the body parse have seen
     # the texts (a ranking process of the 20-client run misses ~10 % of them; the cold-memo cost
     # of the parse is reported separately). The analyzer gets what the server gives it: the
-    # alert columns of fleetmind.serving.rca_parse.plain_columns.
+    # alert columns of fleetmind.serving.rca.parse.plain_columns.
     from fleetmind.rca.features.mapping import _static
-    from fleetmind.serving import rca_parse
+    from fleetmind.serving.rca import parse as rca_parse
     from fleetmind.serving.tuning import tune_malloc
 
     tune_malloc(32)
@@ -485,8 +485,8 @@ def ranking_loop(graph: Any, gat: Any, bodies: list[bytes], batch: int, reps: in
     """CPU ms per request of what a ranking process does, looped in this process: batches of
     ``batch`` bodies parsed (``parse_for``), ranked together (``rank_group``) and answered
     (``response_json``), the best of ``reps`` passes over ``bodies`` (no HTTP, no IPC)."""
-    from fleetmind.serving.rca_batcher import rank_group
-    from fleetmind.serving.rca_request import parse_for, response_json
+    from fleetmind.serving.rca.batcher import rank_group
+    from fleetmind.serving.rca.request import parse_for, response_json
     from fleetmind.serving.registry import LoadedModel
 
     model = LoadedModel("rca", gat, "gat", gat.version, None, None, 0.0)
@@ -516,7 +516,7 @@ def interleaved_breakdown(
     import torch
 
     from fleetmind.rca.features.columnar import incident_crop
-    from fleetmind.serving.rca_request import parse_for
+    from fleetmind.serving.rca.request import parse_for
 
     hops = gat.model.config.crop_hops
     acc = dict.fromkeys(("parse", "crop", "forward", "ranking_paths", "response"), 0.0)

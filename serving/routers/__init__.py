@@ -1,3 +1,3 @@
 """``fleetmind.serving.routers``, the folder ``serving/routers/``.
 
-One router per resource: alerts, incidents, rca, placements, fleet, graph, models, health."""
+One router per resource: alerts, incidents, fleet, graph, models, health."""

@@ -3,7 +3,7 @@
 A snapshot lists nodes (hosts) with their GPUs. Placement needs, per GPU, how much is free in openb
 units (``free_milli``, 0..1000 of one GPU); each source derives it from what it observes (the
 simulator's bookkeeping, or used/total framebuffer memory for NVML and DCGM). The service adds its
-own reservations on top (:class:`fleetmind.serving.placement.Reservations`).
+own reservations on top (:class:`fleetmind.serving.scheduler.placement.Reservations`).
 """
 
 from __future__ import annotations

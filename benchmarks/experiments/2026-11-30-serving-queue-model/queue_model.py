@@ -7,7 +7,7 @@ machine. Model:
 * ``clients`` closed-loop clients; each sends its next request ``think_ms`` after an answer (HTTP,
   the load generator);
 * ``processes`` ranking processes, each on its own core, take up to ``batch`` queued requests in
-  arrival order whenever they are free (``fleetmind.serving.rca_pool.RankingPool``'s rule) and answer them
+  arrival order whenever they are free (``fleetmind.serving.rca.pool.RankingPool``'s rule) and answer them
   all at the end of the batch;
 * a batch of ``b`` requests takes ``a + s * b`` ms, times a uniform factor in ``1 +- jitter``.
   ``a`` and ``s`` are fitted to the measured server CPU per request with batches of 2 and 8 (the
@@ -51,7 +51,7 @@ def simulate(
 
     ``answer_each``: the ``k``-th request of a batch is answered at ``a + s * k`` (times the
     batch's jitter factor) instead of all at the end of the batch: a ranking process that sends
-    each answer as soon as it is ranked (not what ``fleetmind.serving.rca_pool`` does today).
+    each answer as soon as it is ranked (not what ``fleetmind.serving.rca.pool`` does today).
     """
     rnd = random.Random(seed)
     queue: list[int] = []

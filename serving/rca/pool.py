@@ -7,7 +7,7 @@ on one worker. With ``FLEETMIND_RCA_PROCESSES=N`` the server process keeps HTTP,
 everything else, and queues each RCA request's raw body for ``N`` ranking processes
 (:class:`RankingPool`): first come, first served, a process takes up to
 ``FLEETMIND_RCA_PROCESS_MAX_BATCH`` queued requests whenever it has answered its previous ones,
-parses the bodies, ranks them together (``find_root_causes_many``, as :mod:`fleetmind.serving.rca_batcher`
+parses the bodies, ranks them together (``find_root_causes_many``, as :mod:`fleetmind.serving.rca.batcher`
 does in-process) and returns the finished response JSON.
 
 What a ranking process ranks with is shipped from the server process, never loaded on its own:
@@ -25,7 +25,10 @@ Server -> process: ``("config", dict)`` first, ``("obj", token, pickled_object)`
 ``("ready", pid)`` and ``("results", [(job, kind, payload), ...], [batch sizes])`` where ``kind`` is
 ``"ok"`` (payload: the response JSON bytes), ``"invalid"`` (the body failed validation: the server
 parses it again to answer the exact 422) or ``"error"`` (payload: the pickled exception, raised in
-the server as the in-process path would raise it).
+the server as the in-process path would raise it). The server turns each into a typed answer,
+:class:`Ranked`, :class:`Invalid` or :class:`Failed` (the error unpickled), which
+:meth:`RankingPool.rank` returns; the kinds stay strings on the wire, where an exception travels as
+its own pickle so that one that does not unpickle spoils only its own answer.
 
 If a ranking process dies, its requests in flight are ranked in the server process instead
 (:class:`PoolUnavailable`) and the process is started again.
@@ -51,8 +54,8 @@ from typing import Any
 
 import fleetmind.rca.gat_analyzer  # noqa: F401 - loaded before a ranking process freezes its GC, as in the server
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.serving.rca_batcher import rank_group
-from fleetmind.serving.rca_request import parse_for, response_json
+from fleetmind.serving.rca.batcher import rank_group
+from fleetmind.serving.rca.request import parse_for, response_json
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
 
 log = logging.getLogger("fleetmind.serving")
@@ -62,6 +65,38 @@ _LEN = struct.Struct("!I")
 
 class PoolUnavailable(Exception):
     """No ranking process can take the request (none alive, or it died with the request)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A ranking process ranked the request: ``body`` is the finished response JSON (UTF-8 bytes),
+    answered as is."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """The request body failed validation: the caller parses it again to raise the exact 422."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Parsing or ranking raised ``error``: the caller raises it, as the in-process path would."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """No ranking process could answer (:class:`PoolUnavailable`): the caller ranks in-process."""
+
+
+PoolAnswer = Ranked | Invalid | Failed
+"""What :meth:`RankingPool.rank` returns."""
+PoolOutcome = Ranked | Invalid | Failed | Unavailable
+"""What asking the ranking processes came to, :class:`Unavailable` included (the route and its
+fast lane hand it on to the in-process path)."""
 
 
 def _frame(msg: Any) -> bytes:
@@ -77,7 +112,7 @@ class _Child:
     writer: asyncio.StreamWriter
     ready: asyncio.Future[int]
     bell: socket.socket
-    pending: dict[int, asyncio.Future[tuple[str, Any]]] = field(default_factory=dict)
+    pending: dict[int, asyncio.Future[PoolAnswer]] = field(default_factory=dict)
     installed: set[int] = field(default_factory=set)
     alive: bool = True
     served: int = 0
@@ -119,7 +154,7 @@ class RankingPool:
         self._next_job = 0
         self._turn = 0
         self.max_batch = int(config.get("max_batch") or 16)
-        self._queue: deque[tuple[Any, Any, bytes, asyncio.Future[tuple[str, Any]]]] = deque()
+        self._queue: deque[tuple[Any, Any, bytes, asyncio.Future[PoolAnswer]]] = deque()
         self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -176,7 +211,7 @@ class RankingPool:
             pass
         fds = [child_sock.fileno(), child_bell.fileno()]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fleetmind.serving.rca_pool", *map(str, fds)],
+            [sys.executable, "-m", "fleetmind.serving.rca.pool", *map(str, fds)],
             pass_fds=fds,
         )
         child_sock.close()
@@ -202,7 +237,7 @@ class RankingPool:
             log.error("RCA ranking process %d could not be restarted: %r", slot, err)
 
     # ------------------------------------------------------------------ requests
-    async def rank(self, model: Any, graph: Any, body: bytes) -> tuple[str, Any]:
+    async def rank(self, model: Any, graph: Any, body: bytes) -> PoolAnswer:
         """Have a ranking process answer an RCA request (first come, first served).
 
         Requests wait in one queue, in arrival order; a process takes up to ``max_batch`` of them
@@ -216,8 +251,8 @@ class RankingPool:
             body: the raw request body.
 
         Returns:
-            ``("ok", response_json_bytes)``, ``("invalid", None)`` (the caller parses the body to
-            raise the exact 422) or ``("error", exception)`` (the caller raises it).
+            :class:`Ranked` (the response JSON), :class:`Invalid` (the caller parses the body to
+            raise the exact 422) or :class:`Failed` (the caller raises its error).
 
         Raises:
             PoolUnavailable: no process alive, or the process died before answering.
@@ -225,13 +260,10 @@ class RankingPool:
         if not any(c is not None and c.alive for c in self._children):
             raise PoolUnavailable("no RCA ranking process is running")
         assert self._loop is not None
-        fut: asyncio.Future[tuple[str, Any]] = self._loop.create_future()
+        fut: asyncio.Future[PoolAnswer] = self._loop.create_future()
         self._queue.append((model, graph, body, fut))
         self._pump()
-        kind, payload = await fut
-        if kind == "error":
-            payload = _load_error(payload)
-        return kind, payload
+        return await fut
 
     def _pump(self) -> None:
         """Hand queued requests to processes that have nothing left to answer."""
@@ -314,7 +346,7 @@ class RankingPool:
                     for job, kind, payload in msg[1]:
                         fut = child.pending.pop(job, None)
                         if fut is not None and not fut.done():
-                            fut.set_result((kind, payload))
+                            fut.set_result(_answer(kind, payload))
                     if self.on_batch is not None:
                         for size in msg[2]:
                             self.on_batch(size)
@@ -344,6 +376,15 @@ class RankingPool:
                     log.error("RCA ranking process %d exited; starting another", child.proc.pid)
                     asyncio.get_running_loop().create_task(self._respawn(child.slot))
                 self._pump()  # the others take the queue (or it is ranked in the server)
+
+
+def _answer(kind: str, payload: Any) -> PoolAnswer:
+    """The typed answer of one ``(job, kind, payload)`` entry of a ``results`` frame."""
+    if kind == "ok":
+        return Ranked(payload)
+    if kind == "invalid":
+        return Invalid()
+    return Failed(_load_error(payload))
 
 
 def _load_error(blob: bytes) -> BaseException:
@@ -498,7 +539,7 @@ def _serve(sock: socket.socket, bell: socket.socket | None = None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m serving.rca_pool FD [BELL_FD]``: serve ranking requests on socket ``FD`` until
+    """``python -m serving.rca.pool FD [BELL_FD]``: serve ranking requests on socket ``FD`` until
     it closes (``BELL_FD``: the server's one byte per request handed over, see :class:`_Inbox`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which closes us
     sock = socket.socket(fileno=int(argv[1]))

@@ -34,7 +34,7 @@ from sqlalchemy.exc import OperationalError, StatementError
 
 from fleetmind.data.errors import DataError
 from fleetmind.serving.db import Database, reservations
-from fleetmind.serving.placement import Option, Reservations
+from fleetmind.serving.scheduler.placement import Option, Reservations
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, Request
 
 from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep, has_scope
 from fleetmind.serving.health import healthy_nodes
-from fleetmind.serving.placement import why_no_fit
+from fleetmind.serving.scheduler.placement import why_no_fit
 from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
 
 router = APIRouter(prefix="/api/v1/placements", tags=["placements"])

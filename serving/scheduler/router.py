@@ -1,6 +1,6 @@
 """``/api/v1/scheduler``: the kube-scheduler extender (filter, prioritize) and binding feedback.
 
-See :mod:`fleetmind.serving.extender` for the protocol, :mod:`fleetmind.serving.reservations` for the holds, and
+See :mod:`fleetmind.serving.scheduler.extender` for the protocol, :mod:`fleetmind.serving.scheduler.reservations` for the holds, and
 ``docs/serving/cluster.md`` for the ``KubeSchedulerConfiguration``.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Body
 
 from fleetmind.data.errors import DataError
-from fleetmind.serving import extender as ext
-from fleetmind.serving.deps import RegistryDep, ServicesDep, TelemetryDep
-from fleetmind.serving.placement import Reservations
-from fleetmind.serving.reservations import DbReservations
+from fleetmind.serving.deps import RegistryDep, Services, ServicesDep, TelemetryDep
+from fleetmind.serving.scheduler import extender as ext
+from fleetmind.serving.scheduler.placement import Reservations
+from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import ErrorOut
 from fleetmind.serving.telemetry.base import FleetSnapshot
 
@@ -26,14 +26,14 @@ _ARGS_DOC = (
 _BIND_DOC = "ExtenderBindingArgs (PodName, PodNamespace, PodUID, Node)"
 
 
-def _state(services: Any) -> ext.ExtenderState:
+def _state(services: Services) -> ext.ExtenderState:
     state = services.extender
     if state is None:
         state = services.extender = ext.ExtenderState(services.settings.scheduler_cluster)
     return state
 
 
-def _held(services: Any, snapshot: FleetSnapshot) -> Any:
+def _held(services: Services, snapshot: FleetSnapshot) -> Any:
     res: Reservations = services.reservations
     if isinstance(res, DbReservations):
         return lambda req: res.view(snapshot, exclude=req.key)

@@ -1,7 +1,7 @@
 """Request parsing and response building of ``POST /api/v1/rca``.
 
-Shared by the route (:mod:`fleetmind.serving.routers.rca`, in the server process) and the ranking processes
-(:mod:`fleetmind.serving.rca_pool`): a body is validated with the same rules and answered with the same JSON
+Shared by the route (:mod:`fleetmind.serving.rca.router`, in the server process) and the ranking processes
+(:mod:`fleetmind.serving.rca.pool`): a body is validated with the same rules and answered with the same JSON
 wherever it is ranked.
 """
 
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import RCAResult
 from fleetmind.serving.alertmap import node_for_alert
-from fleetmind.serving.rca_parse import _EPOCH, PlainRequest, plain_alerts, plain_columns
+from fleetmind.serving.rca.parse import _EPOCH, PlainRequest, plain_alerts, plain_columns
 from fleetmind.serving.registry import LoadedModel
 from fleetmind.serving.schemas import (
     AlertIn,
@@ -185,7 +185,7 @@ def parse_for(
     graph; a body with its own ``graph`` is parsed by :func:`parse_alerts`).
 
     An analyzer with ``accepts_alert_columns`` (the GAT) gets :class:`fleetmind.rca.features.columnar.AlertColumns`
-    from :func:`fleetmind.serving.rca_parse.plain_columns` when that parser is sure of the body; otherwise,
+    from :func:`fleetmind.serving.rca.parse.plain_columns` when that parser is sure of the body; otherwise,
     and for other analyzers, :func:`parse_alerts` (the same 422s as :class:`RCARequest`).
     """
     if getattr(analyzer, "accepts_alert_columns", False):

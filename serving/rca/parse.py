@@ -2,7 +2,7 @@
 
 Both parsers here accept a body only when they are sure :class:`fleetmind.serving.schemas.RCARequest`
 accepts it and reads it alike; anything else (valid or not) gives ``None``, and the caller parses
-the body with pydantic, which answers every 422 (see ``serving.routers.rca.parse_alerts``).
+the body with pydantic, which answers every 422 (see ``fleetmind.serving.rca.request.parse_alerts``).
 
 * :func:`plain_alerts`: the GAT's alert dicts, unix-second timestamps.
 * :func:`plain_columns`: straight to the GAT's per-alert columns
@@ -92,7 +92,7 @@ _PLAIN_DECODER = msgspec.json.Decoder(_PlainBody)
 
 
 def _plain_time(v: Any) -> float | None:
-    """Unix seconds of a timestamp, as :func:`fleetmind.serving.rca_request._seconds` gives them from pydantic's datetime."""
+    """Unix seconds of a timestamp, as :func:`fleetmind.serving.rca.request._seconds` gives them from pydantic's datetime."""
     if v is None or v == _NO_END:
         return None
     m = _ISO.fullmatch(v) if type(v) is str else None

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetmind.data.errors import DataError
-from fleetmind.serving.placement import (
+from fleetmind.serving.scheduler.placement import (
     BestFitPlacer,
     Option,
     Placer,

@@ -1,0 +1,192 @@
+"""The service's own ASGI middleware, in the order :func:`fleetmind.serving.app.create_app` stacks
+them (outermost first): :class:`SecurityHeaders` on every answer, :class:`ConcurrencyLimit` on the
+requests in progress, :class:`RCAAdmission` on the RCA queue and deadline, and
+:class:`BodyLimitMiddleware` on request body sizes. Each answers its refusals itself, as JSON
+``{"detail": ...}``, before any route runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fleetmind.serving.deps import PUBLIC_PATHS
+
+
+class ConcurrencyLimit:
+    """At most ``limit`` HTTP requests in progress in this process; beyond it 503 at once (before
+    the token or the body is read). The probes (:data:`fleetmind.serving.deps.PUBLIC_PATHS`) are always
+    answered, so a saturated process still reports itself alive.
+
+    Replaces uvicorn's ``limit_concurrency``, which counts open connections: idle sockets, which
+    cost nothing here, then crowd out every request (:mod:`fleetmind.serving.http_guard` bounds them).
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.in_flight = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            await _json_answer(send, 503, "too many requests in progress; retry shortly", 1)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+class SecurityHeaders:
+    """``X-Content-Type-Options: nosniff`` on every response (a browser never runs a JSON answer
+    or an error page as a script or a style), and on ``/ui`` answers without a page's own
+    ``Content-Security-Policy`` (redirects, plain errors) one that allows nothing."""
+
+    UI_DEFAULT_CSP = (
+        b"default-src 'none'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    )
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ui = scope.get("path", "").startswith("/ui")
+
+        async def _send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                names = {k.lower() for k, _ in headers}
+                if b"x-content-type-options" not in names:
+                    headers.append((b"x-content-type-options", b"nosniff"))
+                if ui and b"content-security-policy" not in names:
+                    headers.append((b"content-security-policy", self.UI_DEFAULT_CSP))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, _send)
+
+
+class RCAAdmission:
+    """Bound the RCA work of this process: ``POST /api/v1/rca`` requests admitted at once (queued
+    or ranking) and how long each may take.
+
+    Beyond ``max_queue`` a request gets 429 with ``Retry-After`` at once (before its body is read);
+    one not answered within ``deadline_s`` gets 503 with ``Retry-After`` (its queued work is
+    dropped: the ranking thread and processes skip requests whose client is gone).
+    """
+
+    PATH = "/api/v1/rca"
+
+    def __init__(self, app: Any, max_queue: int, deadline_s: float) -> None:
+        self.app = app
+        self.max_queue = max_queue
+        self.deadline_s = deadline_s
+        self.in_flight = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != self.PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_queue:
+            await _json_answer(send, 429, "too many RCA requests queued; retry shortly", 1)
+            return
+        started = False
+
+        async def _send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        self.in_flight += 1
+        try:
+            await asyncio.wait_for(self.app(scope, receive, _send), self.deadline_s)
+        except TimeoutError:
+            if not started:
+                retry = max(1, round(self.deadline_s / 10))
+                await _json_answer(send, 503, "RCA request timed out in the queue; retry", retry)
+        finally:
+            self.in_flight -= 1
+
+
+async def _json_answer(send: Any, code: int, detail: str, retry_after: int | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimitMiddleware:
+    """Reject request bodies larger than ``max_bytes`` with 413 (declared or streamed)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = None
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    declared = int(v)
+                except ValueError:
+                    declared = -1
+        if declared is not None and (declared < 0 or declared > self.max_bytes):
+            await _too_large(send, self.max_bytes)
+            return
+        if declared is not None:
+            await self.app(scope, receive, send)
+            return
+        # Chunked body: read it whole (bounded), then replay it.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await _too_large(send, self.max_bytes)
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _too_large(send: Any, limit: int) -> None:
+    body = f'{{"detail":"request body larger than {limit} bytes"}}'.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
