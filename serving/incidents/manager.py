@@ -157,6 +157,26 @@ class IncidentManager:
     def open_count(self) -> int:
         return self.grouper.open_count
 
+    @property
+    def window_s(self) -> float:
+        """Time window of grouping, seconds; set, it applies to the next alerts grouped."""
+        return self.grouper.window_s
+
+    @window_s.setter
+    def window_s(self, value: float) -> None:
+        self.grouper.window_s = value
+        self.config = dataclasses.replace(self.config, window_s=value)
+
+    @property
+    def hops(self) -> int:
+        """Graph distance of grouping, hops; set, it applies to the next alerts grouped."""
+        return self.grouper.hops
+
+    @hops.setter
+    def hops(self, value: int) -> None:
+        self.grouper.hops = value
+        self.config = dataclasses.replace(self.config, hops=value)
+
     def housekeeping(self, now: float | None = None, force: bool = False) -> None:
         """Auto-resolve quiet incidents and delete old closed ones (at most once a minute)."""
         mono = time.monotonic()
