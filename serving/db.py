@@ -691,7 +691,7 @@ class LeaderLock:
     ``idle_session_timeout = lease_s``: if the holder stops checking (a hung or vanished host), the
     server ends its session and frees the lock within ``lease_s`` seconds, whatever TCP does. A
     holder whose check runs late can overlap with the next one for a moment; grouping itself is
-    fenced by :data:`GROUP_KEY` (see :meth:`fleetmind.serving.incidents.IncidentManager.process_pending`), so
+    fenced by :data:`GROUP_KEY` (see :meth:`fleetmind.serving.incidents.store.IncidentStore.grouping`), so
     no alert is grouped twice even then.
     """
 

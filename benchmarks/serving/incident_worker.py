@@ -87,12 +87,12 @@ def main() -> None:
         db.store_alerts(rows[s : s + 5000])
     wall, cpu = time.perf_counter(), time.process_time()
     grouped = 0
-    while True:  # what the worker thread does while a backlog remains (IncidentManager._run)
+    while True:  # what the worker thread does while a backlog remains (IncidentWorker._work)
         n = manager.process_pending(defer=True)
         if n == 0:
             break
         grouped += n
-        manager.rank_due(older_than_s=manager.backlog_rank_s)
+        manager.rank_due(older_than_s=manager.config.backlog_rank_s)
     manager.rank_due()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     keep = ("id", "status", "alert_count", "firing_count", "nodes", "clusters")

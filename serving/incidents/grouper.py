@@ -1,0 +1,235 @@
+"""The grouping rules of the incident worker, over plain in-memory data.
+
+A :class:`Grouper` holds the open incidents (their alert time span, graph nodes and clusters) and
+decides, for each newly grouped alert, which incident it joins:
+
+* **time**: the alert started within ``window_s`` seconds of the incident's first..last alert;
+* **graph**: some node of the incident lies within ``hops`` undirected hops of the alert's node
+  (the caller's ``neighbourhood`` function says which nodes those are; the service's
+  :meth:`fleetmind.serving.graphstore.GraphView.neighbourhood` does not cross ``cluster`` nodes);
+  an alert no node matches joins an incident holding its ``cluster`` label instead;
+* an alert that fits several open incidents **merges** them into the oldest (lowest id), which
+  takes their time spans, nodes and clusters; the others are no longer open;
+* an alert that fits none **opens** a new incident;
+* a **firing** alert of an incident that is no longer open (resolved, or merged into one that is
+  not open) **reopens** it;
+* after a batch, an open incident whose alerts are all resolved **settles** as ``resolved``.
+
+It reads no clock, database or thread state: times (unix seconds) and counts are passed in, and the
+caller stores what it decides (:mod:`fleetmind.serving.incidents.store`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Literal
+
+Neighbourhood = Callable[[str, int], AbstractSet[str]]
+"""``(node id, hops) -> node ids within hops`` of the served graph."""
+
+
+@dataclass
+class OpenIncident:
+    """What grouping knows of one open incident.
+
+    Attributes:
+        id: the incident's id (the database's primary key).
+        first_ts: start of its earliest alert, unix seconds.
+        last_ts: start of its latest alert, unix seconds.
+        nodes: graph node ids its alerts mapped onto.
+        clusters: cluster labels of its alerts (from the label, else from the alert's node).
+    """
+
+    id: int
+    first_ts: float
+    last_ts: float
+    nodes: set[str] = field(default_factory=set)
+    clusters: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Where one alert went.
+
+    Attributes:
+        incident: the id of the open incident it joined.
+        opened: whether that incident was opened for it.
+        merged: the ids of incidents merged into ``incident`` by it, ascending.
+    """
+
+    incident: int
+    opened: bool = False
+    merged: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settled:
+    """An incident's alert counts after a batch, and what it became.
+
+    Attributes:
+        id: the incident id.
+        total: its alerts.
+        firing: its firing alerts.
+        state: ``"open"`` (still open), ``"resolved"`` (was open, all its alerts resolved) or
+            ``"closed"`` (was not open: resolved or merged before; only its counts change).
+        incident: the open incident's state (``None`` when ``state`` is ``"closed"``).
+    """
+
+    id: int
+    total: int
+    firing: int
+    state: Literal["open", "resolved", "closed"]
+    incident: OpenIncident | None = None
+
+
+class Grouper:
+    """The open incidents and the rules that group alerts into them.
+
+    Args:
+        window_s: time window of grouping, seconds.
+        hops: graph distance of grouping, undirected hops.
+    """
+
+    def __init__(self, window_s: float = 600.0, hops: int = 2) -> None:
+        self.window_s = window_s
+        self.hops = hops
+        self._open: dict[int, OpenIncident] = {}
+        # during a batch: the open incidents its alerts can join by time (see batch())
+        self._pool: dict[int, OpenIncident] | None = None
+
+    # ------------------------------------------------------------------ state
+    def load(self, incidents: Iterable[OpenIncident]) -> None:
+        """Replace the open incidents (read back from the database)."""
+        self._open = {o.id: o for o in incidents}
+
+    def is_open(self, incident_id: int) -> bool:
+        return incident_id in self._open
+
+    def get(self, incident_id: int) -> OpenIncident | None:
+        """The open incident ``incident_id`` (``None`` when it is not open)."""
+        return self._open.get(incident_id)
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def forget(self, incident_ids: Iterable[int]) -> None:
+        """Drop incidents closed elsewhere (auto-resolved by housekeeping)."""
+        for inc_id in incident_ids:
+            self._drop(inc_id)
+
+    @contextlib.contextmanager
+    def batch(self, starts: Sequence[float]) -> Iterator[None]:
+        """Group one batch of alerts whose start times (unix s) are ``starts``.
+
+        Only the open incidents within the window of the batch's start range can take one of its
+        alerts: a long-running service can hold thousands of open incidents, and each alert would
+        scan them all. Incidents opened, reopened or merged during the batch enter or leave this
+        pool. Decisions are the same with or without it.
+        """
+        lo, hi = min(starts) - self.window_s, max(starts) + self.window_s
+        self._pool = {i: o for i, o in self._open.items() if o.first_ts <= hi and o.last_ts >= lo}
+        try:
+            yield
+        finally:
+            self._pool = None
+
+    # ------------------------------------------------------------------ rules
+    def assign(
+        self,
+        ts: float,
+        node: str | None,
+        cluster: str | None,
+        neighbourhood: Neighbourhood,
+        new_id: Callable[[], int],
+    ) -> Assignment:
+        """Join a new alert to an open incident, merging or opening incidents as the rules say.
+
+        Args:
+            ts: the alert's start, unix seconds.
+            node: the graph node it maps onto (``None``: no node matches).
+            cluster: its cluster (its ``cluster`` label, else its node's cluster), if any.
+            neighbourhood: node ids within a number of hops of a node (called with ``hops``).
+            new_id: called once, only when a new incident opens: stores it, returns its id.
+        """
+        w = self.window_s
+        pool = self._open if self._pool is None else self._pool
+        in_time = [o for o in pool.values() if o.first_ts - w <= ts <= o.last_ts + w]
+        if node is not None:
+            hood = neighbourhood(node, self.hops)
+            matches = [o for o in in_time if o.nodes & hood]
+        else:
+            matches = [o for o in in_time if cluster is not None and cluster in o.clusters]
+        if matches:
+            matches.sort(key=lambda o: o.id)
+            target, others = matches[0], matches[1:]
+            for other in others:
+                self._merge(target, other)
+            placed = Assignment(target.id, merged=tuple(o.id for o in others))
+        else:
+            target = OpenIncident(int(new_id()), ts, ts)
+            self._add(target)
+            placed = Assignment(target.id, opened=True)
+        target.first_ts = min(target.first_ts, ts)
+        target.last_ts = max(target.last_ts, ts)
+        if node is not None:
+            target.nodes.add(node)
+        if cluster is not None:
+            target.clusters.add(cluster)
+        return placed
+
+    def reopens(self, incident_id: int, status: str) -> bool:
+        """Whether an alert of ``incident_id`` (merges followed) with ``status`` reopens it."""
+        return status == "firing" and incident_id not in self._open
+
+    def reopen(self, stored: OpenIncident, ts: float) -> None:
+        """Open ``stored`` (a closed incident as stored) again for an alert that started at ``ts``.
+
+        Its span extends to ``ts``; the alert's node was recorded when it first joined.
+        """
+        if stored.id in self._open:
+            return
+        stored.last_ts = max(stored.last_ts, ts)
+        self._add(stored)
+
+    def settle(self, counts: Mapping[int, tuple[int, int]]) -> list[Settled]:
+        """What each counted incident becomes, by id.
+
+        Args:
+            counts: incident id -> ``(alerts, firing alerts)`` after the batch.
+
+        Returns:
+            One :class:`Settled` per incident, ascending ids; those ``resolved`` are no longer open.
+        """
+        out = []
+        for inc_id, (total, firing) in sorted(counts.items()):
+            o = self._open.get(inc_id)
+            if o is None:
+                out.append(Settled(inc_id, total, firing, "closed"))
+                continue
+            resolved = firing == 0 and total > 0
+            if resolved:
+                self._drop(inc_id)
+            out.append(Settled(inc_id, total, firing, "resolved" if resolved else "open", o))
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _merge(self, target: OpenIncident, other: OpenIncident) -> None:
+        target.nodes |= other.nodes
+        target.clusters |= other.clusters
+        target.first_ts = min(target.first_ts, other.first_ts)
+        target.last_ts = max(target.last_ts, other.last_ts)
+        self._drop(other.id)
+
+    def _add(self, incident: OpenIncident) -> None:
+        self._open[incident.id] = incident
+        if self._pool is not None:
+            self._pool[incident.id] = incident
+
+    def _drop(self, incident_id: int) -> None:
+        self._open.pop(incident_id, None)
+        if self._pool is not None:
+            self._pool.pop(incident_id, None)

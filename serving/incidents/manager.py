@@ -1,0 +1,310 @@
+"""Grouping alerts into incidents and keeping their ranked root causes current.
+
+Ingestion only stores alerts (``pending`` = true) and wakes the :class:`IncidentManager`; its worker
+thread (:mod:`fleetmind.serving.incidents.worker`) then, per batch of pending alerts:
+
+1. maps each new firing alert onto a graph node (:func:`fleetmind.serving.alertmap.node_for_alert`);
+2. joins it to an open incident, merges incidents or opens one, by the rules of
+   :class:`fleetmind.serving.incidents.grouper.Grouper` (time window, graph hops, cluster);
+3. for a status change (``resolved``) updates the counts; an incident whose alerts are all resolved is
+   ``resolved``, and a re-firing alert reopens it;
+4. re-runs the served RCA analyzer on every incident it touched and stores the ranked causes.
+
+The SQL is in :mod:`fleetmind.serving.incidents.store`. Because the pending flag is durable, alerts
+stored just before a crash are grouped after the restart. Replicas on one database elect one worker
+through :class:`fleetmind.serving.db.LeaderLock`; the others take over when it dies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fleetmind.serving.alertmap import node_for_alert
+from fleetmind.serving.db import Database, LeaderLock
+from fleetmind.serving.incidents.grouper import Grouper
+from fleetmind.serving.incidents.store import IncidentStore, alert_dict
+from fleetmind.serving.incidents.worker import GroupingLag, IncidentWorker, RankSchedule
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from fleetmind.serving.graphstore import GraphStore, GraphView
+    from fleetmind.serving.metrics import Metrics
+    from fleetmind.serving.registry import ModelRegistry
+
+log = logging.getLogger("fleetmind.serving")
+
+
+@dataclass(frozen=True)
+class IncidentConfig:
+    """How the incident worker groups, ranks and keeps house.
+
+    Attributes:
+        window_s: time window of grouping, seconds.
+        hops: graph distance of grouping, undirected hops.
+        top_k: causes stored per incident.
+        rank_interval_s: during storms an incident is re-ranked at most this often, seconds.
+        max_rank_alerts: an incident is ranked on its newest this many alerts.
+        auto_resolve_s: open incidents unchanged this long are resolved, seconds (0: never).
+        retention_s: closed incidents and their alerts are deleted this long after closing,
+            seconds (0: kept).
+        leader_lease_s: how long a vanished leader holds the lease, seconds (PostgreSQL).
+        backlog_rank_s: during a backlog, incidents deferred this long are ranked, seconds.
+        housekeeping_interval_s: auto-resolve and retention run at most this often, seconds.
+    """
+
+    window_s: float = 600.0
+    hops: int = 2
+    top_k: int = 5
+    rank_interval_s: float = 2.0
+    max_rank_alerts: int = 1000
+    auto_resolve_s: float = 0.0
+    retention_s: float = 0.0
+    leader_lease_s: float = 10.0
+    backlog_rank_s: float = 10.0
+    housekeeping_interval_s: float = 60.0
+
+
+class IncidentManager:
+    """Groups pending alerts into incidents and re-runs RCA on each update.
+
+    Args:
+        db: the database.
+        graphs: the served graph.
+        registry: the served models (its current RCA analyzer ranks incidents).
+        config: grouping, ranking and housekeeping settings (default: :class:`IncidentConfig`).
+        metrics: optional metrics (open incidents gauge, grouping lag, RCA latency).
+        **overrides: fields of :class:`IncidentConfig` by name (``window_s=300.0``), applied over
+            ``config``; an unknown name raises ``TypeError``.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        graphs: GraphStore,
+        registry: ModelRegistry,
+        config: IncidentConfig | None = None,
+        metrics: Metrics | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.config = dataclasses.replace(config or IncidentConfig(), **overrides)
+        self.db = db
+        self.graphs = graphs
+        self.registry = registry
+        self.metrics = metrics
+        self.store = IncidentStore(db)
+        self.grouper = Grouper(self.config.window_s, self.config.hops)
+        self.schedule = RankSchedule(self.config.rank_interval_s)
+        self.lag = GroupingLag(db, metrics)
+        self.leader = LeaderLock(db, self.config.leader_lease_s)
+        self.worker = IncidentWorker(
+            self, self.leader, self.schedule, self.lag, self.config.backlog_rank_s
+        )
+        self._process_lock = threading.Lock()
+        self._next_housekeeping = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+    def load_open(self) -> None:
+        """Rebuild the in-memory open incidents from the database."""
+        self.grouper.load(self.store.open_incidents())
+        self._set_gauge()
+
+    def start(self) -> None:
+        """Start the worker thread (idempotent); it groups alerts while it holds the leader lock."""
+        if self.worker.running:
+            return
+        self.load_open()
+        self.worker.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the worker thread and release the leader lock."""
+        self.worker.stop(timeout)
+
+    def notify(self) -> None:
+        """Tell the worker that new alerts are pending."""
+        self.worker.notify()
+
+    def take_over(self) -> None:
+        """Become the worker: reload the open incidents (the previous leader changed them) and
+        queue the rankings it left undone (``needs_ranking``, durable across crashes)."""
+        self.load_open()
+        self.schedule.queue(self.db.incidents_needing_ranking(), time.monotonic())
+
+    def update_lag(self) -> None:
+        """Export the grouping lag (:meth:`fleetmind.serving.incidents.worker.GroupingLag.refresh`)."""
+        self.lag.refresh()
+
+    def stuck_for(self) -> float:
+        """Seconds the worker has failed every loop (0 when its last loop succeeded)."""
+        return self.worker.stuck_for()
+
+    @property
+    def last_error(self) -> str | None:
+        """The worker's last failure, ``"Type: message"`` (``None`` once a loop succeeds)."""
+        return self.worker.last_error
+
+    @property
+    def failing_since(self) -> float | None:
+        """Monotonic time of the worker's first failure in a row (``None``: not failing)."""
+        return self.worker.failing_since
+
+    @property
+    def open_count(self) -> int:
+        return self.grouper.open_count
+
+    @property
+    def window_s(self) -> float:
+        """Time window of grouping, seconds; set, it applies to the next alerts grouped."""
+        return self.grouper.window_s
+
+    @window_s.setter
+    def window_s(self, value: float) -> None:
+        self.grouper.window_s = value
+        self.config = dataclasses.replace(self.config, window_s=value)
+
+    @property
+    def hops(self) -> int:
+        """Graph distance of grouping, hops; set, it applies to the next alerts grouped."""
+        return self.grouper.hops
+
+    @hops.setter
+    def hops(self, value: int) -> None:
+        self.grouper.hops = value
+        self.config = dataclasses.replace(self.config, hops=value)
+
+    def housekeeping(self, now: float | None = None, force: bool = False) -> None:
+        """Auto-resolve quiet incidents and delete old closed ones (at most once a minute)."""
+        mono = time.monotonic()
+        if not force and mono < self._next_housekeeping:
+            return
+        self._next_housekeeping = mono + self.config.housekeeping_interval_s
+        now = time.time() if now is None else now
+        cfg = self.config
+        with self._process_lock:
+            if cfg.auto_resolve_s > 0:
+                ids = self.db.auto_resolve(now - cfg.auto_resolve_s, now)
+                self.grouper.forget(ids)
+                self.schedule.drop(ids)
+                self._set_gauge()
+            if cfg.retention_s > 0:
+                n_inc, n_alerts = self.db.purge(now - cfg.retention_s)
+                if n_inc or n_alerts:
+                    log.info("retention: deleted %d incidents and %d alerts", n_inc, n_alerts)
+
+    # ------------------------------------------------------------------ grouping
+    def process_pending(self, limit: int = 500, defer: bool = False) -> int:
+        """Group up to ``limit`` pending alerts and re-rank the touched incidents; returns how many.
+
+        With ``defer`` (the worker thread), rankings are coalesced: while a backlog of pending
+        alerts remains, touched incidents are ranked once it is grouped (or after
+        ``backlog_rank_s``); an incident ranked less than ``rank_interval_s`` ago is re-ranked when
+        that interval has passed. A storm thus costs a few rankings per incident, not one per batch.
+        """
+        with self._process_lock:
+            rows, touched = self._group_batch(limit)
+            if not rows:
+                return 0
+            self._set_gauge()
+            # updated_ts: when the alert (or its latest status change) was stored
+            self.lag.show(min(r["updated_ts"] for r in rows))
+            if self.metrics is not None:
+                self.metrics.alerts_grouped.inc(len(rows))
+            backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
+            for inc_id in self.schedule.after_batch(touched, time.monotonic(), defer, backlog):
+                self._rank(inc_id)
+            return len(rows)
+
+    def rank_due(self, older_than_s: float = 0.0) -> None:
+        """Re-rank the incidents whose deferred ranking has been due for ``older_than_s`` seconds."""
+        for inc_id in self.schedule.take_due(time.monotonic() - older_than_s):
+            self._rank(inc_id)
+
+    def _group_batch(self, limit: int) -> tuple[list[dict[str, Any]], set[int]]:
+        """Group the oldest ``limit`` pending alerts in one transaction: ``(rows, touched ids)``."""
+        view = self.graphs.view
+        now = time.time()
+        touched: set[int] = set()
+        with self.store.grouping() as conn:
+            rows = self.store.pending(conn, limit)
+            if not rows:
+                self.lag.clear()
+                return rows, touched
+            done = []
+            with self.grouper.batch([r["starts_ts"] for r in rows]):
+                for row in rows:
+                    inc_id, node = self._group_alert(conn, row, view, now)
+                    if inc_id is not None:
+                        touched.add(inc_id)
+                    done.append(
+                        {"_id": row["id"], "_upd": row["updated_ts"], "_inc": inc_id, "_node": node}
+                    )
+                self.store.mark_grouped(conn, done)
+                if touched:
+                    counts = self.store.counts(conn, touched)
+                    self.store.write_counts(conn, self.grouper.settle(counts), now)
+        return rows, touched
+
+    def _group_alert(
+        self, conn: Connection, row: dict[str, Any], view: GraphView, now: float
+    ) -> tuple[int | None, str | None]:
+        """One pending alert's ``(incident id, node)``, storing incidents opened, merged or
+        reopened for it."""
+        inc_id, node = row["incident_id"], row["node"]
+        if inc_id is None:  # a new alert, or one resolved before it was grouped
+            node = node_for_alert(view.graph, row["labels"])
+            ts = row["starts_ts"]
+            cluster = row["labels"].get("cluster")
+            if node is not None:
+                cluster = cluster or view.graph.node(node).cluster
+            placed = self.grouper.assign(
+                ts,
+                node,
+                cluster,
+                view.neighbourhood,
+                lambda: self.store.insert_incident(conn, ts, now),
+            )
+            for other in placed.merged:
+                self.store.merge(conn, placed.incident, other, now)
+            return placed.incident, node
+        if not self.grouper.is_open(inc_id):
+            # The incident was resolved or merged: re-firing reopens it.
+            inc_id = self.store.follow_merges(conn, inc_id)
+            if self.grouper.reopens(inc_id, row["status"]):
+                stored = self.store.reopen(conn, inc_id)
+                if stored is not None:
+                    self.grouper.reopen(stored, row["starts_ts"])
+        return inc_id, node
+
+    # ------------------------------------------------------------------ ranking
+    def _rank(self, inc_id: int) -> None:
+        self.schedule.ranked(inc_id, time.monotonic())
+        model = self.registry.current.rca
+        state, rows = self.store.rank_input(inc_id, self.config.max_rank_alerts)
+        if not rows:
+            return
+        start = time.perf_counter()
+        try:
+            result = model.impl.find_root_causes(
+                self.graphs.graph, [alert_dict(r) for r in rows], self.config.top_k
+            )
+        except Exception as err:
+            log.warning("RCA failed on incident %s: %s", inc_id, err)
+            return
+        if self.metrics is not None:
+            self.metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+        self.db.set_incident_rca(
+            inc_id,
+            [c.to_json() for c in result.causes],
+            result.method or model.method,
+            result.model_version or model.version,
+            ranked_state=state,
+        )
+
+    def _set_gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.open_incidents.set(self.grouper.open_count)

@@ -1,0 +1,227 @@
+"""The SQL of the incident worker: reading pending alerts, storing what grouping decided.
+
+Everything here runs on a :class:`fleetmind.serving.db.Database`; the decisions themselves come from
+:class:`fleetmind.serving.incidents.grouper.Grouper`. Grouping runs in one write transaction per
+batch (:meth:`IncidentStore.grouping`); on PostgreSQL that transaction first takes the advisory
+transaction lock :data:`fleetmind.serving.db.LeaderLock.GROUP_KEY`, so two processes that both
+believe they lead (for the second before one notices it lost the lease) never group the same alert
+twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from sqlalchemy import and_, bindparam, case, func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from fleetmind.serving.db import Database, LeaderLock, alerts, incidents
+from fleetmind.serving.incidents.grouper import OpenIncident, Settled
+from fleetmind.serving.schemas import iso_utc
+
+# The count refresh (IncidentStore.write_counts): built once, so each batch only binds parameters
+# (building an update per incident cost more than the SQL itself).
+_COUNTS = (
+    select(
+        alerts.c.incident_id,
+        func.count(),
+        func.sum(case((alerts.c.status == "firing", 1), else_=0)),
+    )
+    .where(alerts.c.incident_id.in_(bindparam("ids", expanding=True)))
+    .group_by(alerts.c.incident_id)
+)
+_SET_COUNTS = (
+    update(incidents)
+    .where(incidents.c.id == bindparam("_id"))
+    .values(
+        alert_count=bindparam("_n"),
+        firing_count=bindparam("_f"),
+        updated_ts=bindparam("_now"),
+        needs_ranking=True,  # durable: a crash before the ranking leaves it due
+    )
+)
+_SET_OPEN = _SET_COUNTS.values(
+    nodes=bindparam("_nodes", type_=incidents.c.nodes.type),
+    clusters=bindparam("_clusters", type_=incidents.c.clusters.type),
+    first_alert_ts=bindparam("_first"),
+    last_alert_ts=bindparam("_last"),
+)
+_SET_RESOLVED = _SET_OPEN.values(status="resolved", closed_ts=bindparam("_now"))
+_SET_GROUPED = (
+    update(alerts)
+    .where(and_(alerts.c.id == bindparam("_id"), alerts.c.updated_ts == bindparam("_upd")))
+    .values(incident_id=bindparam("_inc"), node=bindparam("_node"), pending=False)
+)
+
+
+def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored alert row as an Alertmanager v4 alert object (what analyzers take)."""
+    return {
+        "status": row["status"],
+        "labels": row["labels"],
+        "annotations": row["annotations"],
+        "startsAt": row["starts_at"]
+        if row["starts_at"] != "unknown"
+        else _iso_seconds(row["starts_ts"]),
+        "endsAt": _iso_seconds(row.get("ends_ts")),
+        "fingerprint": row["fingerprint"],
+    }
+
+
+def _iso_seconds(t: float | None) -> str | None:
+    """Stored unix seconds as an ISO 8601 string in UTC (``None`` stays ``None``)."""
+    return iso_utc(t)  # clamped: rows stored before timestamps were bounded still read
+
+
+class IncidentStore:
+    """Reads and writes of incidents and alerts for grouping and ranking.
+
+    Args:
+        db: the service database.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ------------------------------------------------------------------ reads
+    def open_incidents(self) -> list[OpenIncident]:
+        """Every open incident, as grouping sees it."""
+        return [
+            OpenIncident(
+                row["id"],
+                row["first_alert_ts"],
+                row["last_alert_ts"],
+                set(row["nodes"] or []),
+                set(row["clusters"] or []),
+            )
+            for row in self.db.list_incidents("open", limit=1_000_000)
+        ]
+
+    def rank_input(self, incident_id: int, max_alerts: int) -> tuple[Any, list[dict[str, Any]]]:
+        """``(state, alerts)``: the incident's ``updated_ts`` when read and its newest
+        ``max_alerts`` alerts, oldest first, in one read transaction."""
+        with self.db.read() as conn:
+            state = conn.execute(
+                select(incidents.c.updated_ts).where(incidents.c.id == incident_id)
+            ).scalar()
+            rows = self.db.incident_alerts(conn, incident_id, max_alerts)
+        return state, rows
+
+    # ------------------------------------------------------------------ the grouping transaction
+    @contextlib.contextmanager
+    def grouping(self) -> Iterator[Connection]:
+        """A write transaction for one batch, fenced against other replicas (see the module)."""
+        with self.db.write() as conn:
+            if not self.db.is_sqlite:
+                conn.execute(select(func.pg_advisory_xact_lock(LeaderLock.GROUP_KEY))).all()
+            yield conn
+
+    def pending(self, conn: Connection, limit: int) -> list[dict[str, Any]]:
+        """The oldest ``limit`` pending alerts (:meth:`fleetmind.serving.db.Database.pending_alerts`)."""
+        return self.db.pending_alerts(limit, conn)
+
+    def insert_incident(self, conn: Connection, ts: float, now: float) -> int:
+        """Store a new empty open incident whose alerts start at ``ts``; returns its id."""
+        inc_id = conn.execute(
+            insert(incidents).values(
+                status="open",
+                opened_ts=now,
+                updated_ts=now,
+                first_alert_ts=ts,
+                last_alert_ts=ts,
+                alert_count=0,
+                firing_count=0,
+                nodes=[],
+                clusters=[],
+                causes=[],
+            )
+        ).inserted_primary_key[0]
+        return int(inc_id)
+
+    def merge(self, conn: Connection, target: int, other: int, now: float) -> None:
+        """Move ``other``'s alerts to ``target`` and mark ``other`` ``merged`` into it."""
+        conn.execute(update(alerts).where(alerts.c.incident_id == other).values(incident_id=target))
+        conn.execute(
+            update(incidents)
+            .where(incidents.c.id == other)
+            .values(status="merged", merged_into=target, closed_ts=now, updated_ts=now)
+        )
+
+    def follow_merges(self, conn: Connection, incident_id: int) -> int:
+        """The incident ``incident_id`` was merged into, following ``merged_into`` chains."""
+        for _ in range(100):
+            row = conn.execute(
+                select(incidents.c.status, incidents.c.merged_into).where(
+                    incidents.c.id == incident_id
+                )
+            ).first()
+            if row is None or row.status != "merged" or row.merged_into is None:
+                return incident_id
+            incident_id = row.merged_into
+        return incident_id
+
+    def reopen(self, conn: Connection, incident_id: int) -> OpenIncident | None:
+        """Mark a stored incident open again; returns it as stored (``None``: no such incident)."""
+        inc = conn.execute(select(incidents).where(incidents.c.id == incident_id)).first()
+        if inc is None:
+            return None
+        conn.execute(
+            update(incidents)
+            .where(incidents.c.id == incident_id)
+            .values(status="open", closed_ts=None)
+        )
+        return OpenIncident(
+            incident_id, inc.first_alert_ts, inc.last_alert_ts, set(inc.nodes), set(inc.clusters)
+        )
+
+    def mark_grouped(self, conn: Connection, done: list[dict[str, Any]]) -> None:
+        """Store each alert's incident and node and clear its ``pending`` flag.
+
+        ``done`` holds one ``{"_id", "_upd", "_inc", "_node"}`` per alert (its id, the
+        ``updated_ts`` it was read with, its incident id and node): an alert whose status changed
+        since it was read keeps ``pending`` and is grouped again.
+        """
+        conn.execute(_SET_GROUPED, done)
+
+    def counts(self, conn: Connection, incident_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """``{incident id: (alerts, firing alerts)}``.
+
+        The counts are exact (``COUNT`` over the incidents' alerts, read from the covering index
+        ``ix_alerts_incident`` in one grouped query), so every way an alert can move (a new
+        alert, a status change, a merge) is counted without bookkeeping.
+        """
+        ids = sorted(int(i) for i in incident_ids)
+        counts = dict.fromkeys(ids, (0, 0))
+        for i in range(0, len(ids), 500):  # bound the IN list (SQLite's variable limit)
+            for inc_id, total, firing in conn.execute(_COUNTS, {"ids": ids[i : i + 500]}):
+                counts[int(inc_id)] = (int(total), int(firing or 0))
+        return counts
+
+    def write_counts(self, conn: Connection, settled: list[Settled], now: float) -> None:
+        """Store the counts (and, for open and resolved incidents, nodes, clusters and alert
+        times) of ``settled``, marking each due for ranking.
+
+        The updates go out as three prepared statements with one parameter set per incident
+        (SQLAlchemy builds and compiles each once), not a statement built per incident.
+        """
+        params: dict[str, list[dict[str, Any]]] = {"closed": [], "open": [], "resolved": []}
+        for s in settled:
+            values: dict[str, Any] = {"_id": s.id, "_n": s.total, "_f": s.firing, "_now": now}
+            if s.incident is not None:
+                o = s.incident
+                values.update(
+                    _nodes=sorted(o.nodes),
+                    _clusters=sorted(o.clusters),
+                    _first=o.first_ts,
+                    _last=o.last_ts,
+                )
+            params[s.state].append(values)
+        for stmt, rows in (
+            (_SET_COUNTS, params["closed"]),
+            (_SET_OPEN, params["open"]),
+            (_SET_RESOLVED, params["resolved"]),
+        ):
+            if rows:
+                conn.execute(stmt, rows)

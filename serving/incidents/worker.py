@@ -1,0 +1,246 @@
+"""The incident worker's thread: wake-ups, the leader lease, deferred rankings and the lag gauge.
+
+Replicas on one database elect one worker through :class:`fleetmind.serving.db.LeaderLock` (a file
+lock on SQLite, an advisory lock on PostgreSQL). Each loop of :class:`IncidentWorker` (about once a
+second, or when woken, or when a deferred ranking is due):
+
+1. confirms the lease (a lost lease drops the queued rankings: the next leader re-reads them);
+2. when it does not lead, tries to take the lease, and on success takes over (reloads the open
+   incidents and queues the rankings the previous leader left undone);
+3. groups pending alerts until none remain, ranking incidents deferred for ``backlog_rank_s`` in
+   between so that a long storm starves none;
+4. ranks what is due and runs housekeeping;
+5. exports the grouping lag, whether or not the loop succeeded.
+
+A failing loop is logged, retried a second later, and shows in :meth:`IncidentWorker.stuck_for`
+(the readiness probe) while the alerts stay pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from fleetmind.serving.db import Database, LeaderLock
+    from fleetmind.serving.metrics import Metrics
+
+log = logging.getLogger("fleetmind.serving")
+
+
+class RankSchedule:
+    """When each touched incident is re-ranked: now, or deferred to a due time.
+
+    Times are monotonic seconds, passed in.
+
+    Args:
+        interval_s: an incident ranked less than this long ago is re-ranked when it has passed.
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._due: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+
+    def after_batch(
+        self, touched: Iterable[int], now: float, defer: bool, backlog: bool
+    ) -> list[int]:
+        """The incidents of a grouped batch to rank now, ascending; the others are queued.
+
+        Without ``defer`` (a direct call) every touched incident is ranked now. With it (the
+        worker), while a ``backlog`` of pending alerts remains they wait until it is grouped, and
+        one ranked less than ``interval_s`` ago waits until that interval has passed.
+        """
+        now_ids = []
+        for inc_id in sorted(touched):
+            last = self._last.get(inc_id)
+            if defer and backlog:
+                self._due.setdefault(inc_id, now)
+            elif defer and last is not None and now - last < self.interval_s:
+                self._due.setdefault(inc_id, last + self.interval_s)
+            else:
+                self._due.pop(inc_id, None)
+                now_ids.append(inc_id)
+        return now_ids
+
+    def take_due(self, now: float) -> list[int]:
+        """Remove and return the incidents due at ``now``."""
+        ids = [i for i, t in self._due.items() if t <= now]
+        for inc_id in ids:
+            self._due.pop(inc_id, None)
+        return ids
+
+    def queue(self, incident_ids: Iterable[int], now: float) -> None:
+        """Make ``incident_ids`` due at ``now`` (unless already queued)."""
+        for inc_id in incident_ids:
+            self._due.setdefault(inc_id, now)
+
+    def ranked(self, incident_id: int, now: float) -> None:
+        self._last[incident_id] = now
+
+    def drop(self, incident_ids: Iterable[int]) -> None:
+        for inc_id in incident_ids:
+            self._due.pop(inc_id, None)
+
+    def clear(self) -> None:
+        self._due.clear()
+
+    def wait_s(self, now: float, longest: float = 1.0) -> float:
+        """How long the worker may sleep: ``longest``, or until the next ranking is due."""
+        if not self._due:
+            return longest
+        return max(0.01, min(longest, min(self._due.values()) - now))
+
+
+class GroupingLag:
+    """The ``grouping_lag`` gauge: now minus when the oldest ungrouped alert was stored, seconds.
+
+    Args:
+        db: the database (its oldest pending alert).
+        metrics: the gauge's owner (``None``: nothing is exported).
+    """
+
+    def __init__(self, db: Database, metrics: Metrics | None) -> None:
+        self.db = db
+        self.metrics = metrics
+        self._oldest: float | None = None
+
+    def refresh(self) -> None:
+        """Read the oldest pending alert and export its age.
+
+        Read at every loop, whether or not a batch succeeded, so a worker that fails every batch
+        (or a replica whose leader is stuck) shows a growing lag. When the database cannot be read
+        the last oldest value seen keeps ageing.
+        """
+        try:
+            self._oldest = self.db.oldest_pending_ts()
+        except Exception:  # the database is down: keep the last value seen (it keeps ageing)
+            pass
+        if self.metrics is not None:
+            oldest = self._oldest
+            self.metrics.grouping_lag.set(0.0 if oldest is None else max(0.0, time.time() - oldest))
+
+    def clear(self) -> None:
+        """Nothing is pending."""
+        if self.metrics is not None:
+            self.metrics.grouping_lag.set(0.0)
+        self._oldest = None
+
+    def show(self, oldest_ts: float) -> None:
+        """A batch was grouped whose oldest alert was stored at ``oldest_ts`` (unix s)."""
+        if self.metrics is not None:
+            self.metrics.grouping_lag.set(max(0.0, time.time() - oldest_ts))
+
+
+class WorkerHost(Protocol):
+    """The steps the worker runs (:class:`fleetmind.serving.incidents.IncidentManager`), looked
+    up at every call."""
+
+    def process_pending(self, limit: int = 500, defer: bool = False) -> int: ...
+
+    def rank_due(self, older_than_s: float = 0.0) -> None: ...
+
+    def housekeeping(self, now: float | None = None, force: bool = False) -> None: ...
+
+    def take_over(self) -> None: ...
+
+
+class IncidentWorker:
+    """The background thread that groups alerts while this process holds the leader lease.
+
+    Args:
+        host: runs the steps (grouping, ranking, housekeeping, taking over).
+        leader: the lease on the database.
+        schedule: deferred rankings (its due times set the wake-ups).
+        lag: the grouping lag gauge.
+        backlog_rank_s: during a backlog, rank incidents deferred this long, seconds.
+    """
+
+    def __init__(
+        self,
+        host: WorkerHost,
+        leader: LeaderLock,
+        schedule: RankSchedule,
+        lag: GroupingLag,
+        backlog_rank_s: float = 10.0,
+    ) -> None:
+        self.host = host
+        self.leader = leader
+        self.schedule = schedule
+        self.lag = lag
+        self.backlog_rank_s = backlog_rank_s
+        self.last_error: str | None = None
+        self.failing_since: float | None = None  # monotonic time of the first failure in a row
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Start the thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="fleetmind-incidents", daemon=True)
+        self._thread.start()
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (waiting up to ``timeout`` seconds) and release the lease."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.leader.release()
+
+    def notify(self) -> None:
+        """Wake the thread: new alerts are pending."""
+        self._wake.set()
+
+    def stuck_for(self) -> float:
+        """Seconds the worker has failed every loop (0 when its last loop succeeded)."""
+        return 0.0 if self.failing_since is None else time.monotonic() - self.failing_since
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.schedule.wait_s(time.monotonic()))
+            self._wake.clear()
+            try:
+                if self._lead():
+                    self._work()
+                    self.last_error = None
+                    self.failing_since = None
+            except Exception as err:  # keep the worker alive; the alerts stay pending
+                self.last_error = f"{type(err).__name__}: {err}"
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                log.exception("incident worker failed; retrying")
+                self._stop.wait(1.0)
+            self.lag.refresh()
+
+    def _lead(self) -> bool:
+        """Whether this process leads now (taking the lease, and over, when it is free)."""
+        if self.leader.held and not self.leader.check():
+            log.warning("incident worker: lost the leader lock; another replica may group")
+            self.schedule.clear()
+        if not self.leader.held:
+            if not self.leader.acquire():
+                return False  # another process groups alerts; check again in a second
+            self.host.take_over()
+        return True
+
+    def _work(self) -> None:
+        """Group until nothing is pending, then rank what is due and keep house."""
+        host = self.host
+        while not self._stop.is_set() and host.process_pending(defer=True) > 0:
+            host.rank_due(older_than_s=self.backlog_rank_s)  # no starvation in a long storm
+            if not self.leader.check():
+                break
+        host.rank_due()
+        host.housekeeping()
