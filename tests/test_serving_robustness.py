@@ -381,3 +381,30 @@ def test_truncated_alerts_are_counted(tmp_path: Path) -> None:
         r = c.post("/api/v1/alerts", json=webhook([alert(GPU)], truncatedAlerts=42))
         assert r.json()["truncated"] == 42
         assert "fleetmind_alerts_truncated_total 42.0" in c.get("/metrics").text
+
+
+# ----------------------------------------------------------------------------- failed grouping
+def test_a_failed_grouping_transaction_leaves_no_phantom_incident(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grouping transaction that fails after opening an incident is rolled back; the next batch
+    reads the open incidents back, so no alert joins an incident id that was never stored."""
+    m = manager(db)
+    db.store_alerts(rows(alert(GPU, fingerprint="a")))
+    mark_grouped = m.store.mark_grouped
+
+    def lost(conn: Any, done: list[dict[str, Any]]) -> None:
+        raise RuntimeError("connection lost in the middle of the batch")
+
+    monkeypatch.setattr(m.store, "mark_grouped", lost)
+    with pytest.raises(RuntimeError):
+        m.process_pending()
+    assert m.store.open_incidents() == []  # the incident it opened was rolled back
+    monkeypatch.setattr(m.store, "mark_grouped", mark_grouped)
+    db.store_alerts(rows(alert(HOST, fingerprint="b")))
+    assert m.process_pending() == 2
+    stored = {i["id"] for i in db.list_incidents()}
+    grouped = {a["fingerprint"]: a["incident_id"] for a in db.list_alerts()}
+    assert set(grouped) == {"a", "b"}
+    assert set(grouped.values()) <= stored and stored, (grouped, stored)
+    assert {o.id for o in m.store.open_incidents()} == {i for i in stored if m.grouper.is_open(i)}

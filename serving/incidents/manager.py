@@ -107,6 +107,8 @@ class IncidentManager:
         )
         self._process_lock = threading.Lock()
         self._next_housekeeping = 0.0
+        # a grouping transaction failed: the open incidents in memory may name rows it rolled back
+        self._open_stale = False
 
     # ------------------------------------------------------------------ lifecycle
     def load_open(self) -> None:
@@ -229,6 +231,21 @@ class IncidentManager:
         view = self.graphs.view
         now = time.time()
         touched: set[int] = set()
+        if self._open_stale:  # read back what the database kept before grouping more alerts
+            self.load_open()
+            self._open_stale = False
+        try:
+            return self._group_rows(limit, view, now, touched)
+        except Exception:
+            # The transaction rolled back, but the grouper may hold incidents it opened, merged or
+            # reopened inside it; later alerts must not join an id that was never stored.
+            self._open_stale = True
+            raise
+
+    def _group_rows(
+        self, limit: int, view: GraphView, now: float, touched: set[int]
+    ) -> tuple[list[dict[str, Any]], set[int]]:
+        """The transaction of :meth:`_group_batch`; ``touched`` collects the incident ids."""
         with self.store.grouping() as conn:
             rows = self.store.pending(conn, limit)
             if not rows:
