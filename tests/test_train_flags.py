@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fleetmind.training.cli_sched import _trace_seeds, register
+from fleetmind.cli.sched import _trace_seeds, register
 from fleetmind.training.recipes.flags import TRAIN_FLAGS, field_docs, recipe_kwargs
 from fleetmind.training.recipes.settings import DynamicArgs, FgdArgs, PPOArgs
 
@@ -32,7 +32,7 @@ def test_building_the_parser_loads_no_heavy_module() -> None:
     # (checked in a fresh interpreter; other tests load torch into this one)
     code = (
         "import sys, argparse;"
-        "from fleetmind.training.cli_sched import register;"
+        "from fleetmind.cli.sched import register;"
         "ap = argparse.ArgumentParser(); register(ap.add_subparsers(), 's', 'p');"
         "print(sorted(m for m in ('torch', 'mlflow', 'stable_baselines3') if m in sys.modules))"
     )

@@ -18,10 +18,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from fleetmind.cli.common import add_group
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
 from fleetmind.data.paths import openb_is_synthetic
-from fleetmind.training.cli_common import add_group, write_json
+from fleetmind.training.io import write_json
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 DEFAULT_SEEDS = list(range(42, 52))
