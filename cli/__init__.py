@@ -1,11 +1,111 @@
 """``fleetmind.cli``, the folder ``cli/``.
 
-The ``fleetmind`` command line: :func:`fleetmind.cli.main.main` builds the parser from one module per
-command group (``cli/sched.py`` is ``fleetmind sched``, ...). The CLI is the one layer that may import
-every other (it trains, evaluates, starts the service); nothing in the library imports it.
-``python -m fleetmind.cli`` runs it as the ``fleetmind`` console script does.
+The ``fleetmind`` command line: :func:`main` and the parser it builds. The CLI is the one layer
+that may import every other (it trains, evaluates, starts the service); nothing in the library
+imports it. ``python -m fleetmind.cli`` runs it as the ``fleetmind`` console script does.
+
+:data:`GROUPS` names the command groups and their help lines. For each one, :func:`build_parser`
+imports the module ``fleetmind.cli.<group>`` (the file ``cli/<group>.py``) and calls its
+``register(subparsers, name, help_text) -> None`` with the group's name and help line. ``register``
+adds the group's parser (through :func:`fleetmind.cli.common.add_group` when the group has
+sub-commands, which also stores the group parser as ``group_parser`` so that a bare ``fleetmind
+<group>`` prints its help) and sets ``func`` on every leaf parser: ``func(args: argparse.Namespace)
+-> int | None``, the exit status (``None`` counts as 0). Group modules import heavy libraries
+(torch, mlflow, ...) inside their handlers, so that ``fleetmind --help`` stays fast.
+
+Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one line,
+``fleetmind: error: <reason>``, and exit with status 2.
 """
 
-from fleetmind.cli.main import main
+from __future__ import annotations
 
-__all__ = ["main"]
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from fleetmind.errors import FleetMindError
+
+GROUPS: dict[str, str] = {
+    "fleet": "fleet topology: show clusters, nodes and GPU link matrices",
+    "rca": "root-cause analysis: generate incidents, train and evaluate the GAT, PetShop benchmark",
+    "sched": "placement: evaluate heuristics and the PPO agent, train the agent",
+    "serve": "run the inference service (FastAPI) on the embedded defaults",
+    "graph": "dependency graph: build it from a Kubernetes cluster, print its JSON Schema",
+    "demo": "end-to-end demo: data, models, service, an alert storm and a placement",
+    "replay": "post a stored alert storm (examples/*.json) to a running service, as Alertmanager would",
+    "data": "public datasets: download openb or PetShop and verify them",
+    "doctor": "check the metrics FleetMind needs on a live Prometheus (--prometheus URL)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full argument parser with every command group registered."""
+    parser = argparse.ArgumentParser(
+        prog="fleetmind",
+        description="FleetMind: root-cause analysis and learned GPU placement for multi-cluster AI fleets.",
+    )
+    parser.add_argument("--version", action="version", version=f"fleetmind {_version()}")
+    sub = parser.add_subparsers(dest="group", metavar="{" + ",".join(GROUPS) + "}")
+    for name, help_text in GROUPS.items():
+        module = importlib.import_module(f"fleetmind.cli.{name}")
+        module.register(sub, name, help_text)
+    return parser
+
+
+OPENB_FALLBACK_GROUPS = ("sched", "fleet")
+"""Groups whose openb names fall back to the synthetic openb-schema trace when the data is missing
+(``demo`` does the same in its placement step)."""
+
+
+def _openb_fallback_note() -> None:
+    from fleetmind.cli.data import synthetic_openb_note
+
+    note = synthetic_openb_note()
+    if note is not None:
+        print(
+            f"fleetmind: note: openb data not found; using a {note}; "
+            "`fleetmind data fetch openb` downloads the real trace",
+            file=sys.stderr,
+        )
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("fleetmind")
+    except Exception:  # pragma: no cover - not installed, e.g. run from a bare checkout
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fleetmind`` console script; returns the process exit status."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        # A group without a sub-command: show that group's help.
+        target = getattr(args, "group_parser", None) or parser
+        target.print_help()
+        return 0 if args.group is None else 2
+    from fleetmind.data.paths import OPENB_FALLBACK_ENV
+
+    saved = os.environ.get(OPENB_FALLBACK_ENV)
+    try:
+        if args.group in OPENB_FALLBACK_GROUPS:
+            _openb_fallback_note()
+        return int(func(args) or 0)
+    except FleetMindError as err:
+        print(f"fleetmind: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fleetmind: interrupted", file=sys.stderr)
+        return 130
+    finally:  # in-process callers (tests, notebooks) get their environment back
+        if saved is None:
+            os.environ.pop(OPENB_FALLBACK_ENV, None)
+        else:
+            os.environ[OPENB_FALLBACK_ENV] = saved

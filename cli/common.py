@@ -11,7 +11,7 @@ def add_group(
     """Add a command group and return ``(group_parser, its_subparsers)``.
 
     The group parser is stored as ``group_parser`` in the parsed namespace, so that ``fleetmind
-    <group>`` without a sub-command prints the group's help (:func:`fleetmind.cli.main.main`).
+    <group>`` without a sub-command prints the group's help (:func:`fleetmind.cli.main`).
     """
     group = subparsers.add_parser(name, help=help_text, description=help_text)
     group.set_defaults(group_parser=group)
