@@ -462,6 +462,7 @@ def _print_outputs(cfg: DemoConfig, data_dir: Path, summary_path: Path, log_path
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    """Add ``fleetmind demo`` (the contract of a group module: :mod:`fleetmind.cli`)."""
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--out", default="out/demo", help="working folder (default: out/demo)")
     p.add_argument(
@@ -476,6 +477,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``fleetmind demo``: :func:`run_demo` with the parsed flags; exit status 0."""
     run_demo(
         DemoConfig(
             out=Path(args.out),
