@@ -2,9 +2,10 @@
 
 The library's parts live in subpackages: :mod:`fleetmind.data` (fleets, graphs, traces, datasets),
 :mod:`fleetmind.rca` (rankers and metrics), :mod:`fleetmind.envs` (placement simulators, gymnasium
-envs and heuristics), :mod:`fleetmind.rl` (the placement agent), :mod:`fleetmind.training` (the
-``fleetmind`` CLI), :mod:`fleetmind.serving` (the FastAPI service) and :mod:`fleetmind.models` (the
-released models). In a source checkout they are the top-level folders of the same names (``rca/`` is
+envs and heuristics), :mod:`fleetmind.rl` (the placement agent), :mod:`fleetmind.training`
+(training and evaluation runs), :mod:`fleetmind.serving` (the FastAPI service),
+:mod:`fleetmind.models` (the released models) and :mod:`fleetmind.cli` (the ``fleetmind``
+command). In a source checkout they are the top-level folders of the same names (``rca/`` is
 ``fleetmind.rca``), mapped under this namespace by ``package-dir`` in ``pyproject.toml``;
 ``docs/layout.md`` lists every package with its folder.
 

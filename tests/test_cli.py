@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fleetmind import cli
 from fleetmind.data.errors import DataError
-from fleetmind.training import cli
 
 
 def test_help_lists_every_group(capsys: pytest.CaptureFixture[str]) -> None:

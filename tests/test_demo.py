@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from fleetmind.cli.demo import DemoConfig, _webhook_batches, run_demo
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
-from fleetmind.training.demo import DemoConfig, _webhook_batches, run_demo
 
 
 def test_webhook_batches_group_like_alertmanager() -> None:

@@ -21,8 +21,8 @@ from k8s_helpers import (
 )
 from k8s_helpers import prometheus_binary as _prometheus_binary
 
+from fleetmind.cli import main
 from fleetmind.serving.telemetry.doctor import diagnose, has_errors
-from fleetmind.training.cli import main
 
 KSM_PODS = """# HELP kube_pod_container_resource_requests requests
 # TYPE kube_pod_container_resource_requests gauge

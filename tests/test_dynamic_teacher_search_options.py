@@ -224,7 +224,7 @@ def test_objective_worst_trace_term_is_the_documented_formula() -> None:
 
 
 def cli_args(argv: list[str]) -> argparse.Namespace:
-    from fleetmind.training.cli_sched import register
+    from fleetmind.cli.sched import register
 
     ap = argparse.ArgumentParser()
     register(ap.add_subparsers(dest="group"), "sched", "placement")
@@ -232,7 +232,7 @@ def cli_args(argv: list[str]) -> argparse.Namespace:
 
 
 def test_options_parse_check_and_round_trip_through_metadata_and_flags() -> None:
-    from fleetmind.training.cli_sched import _trace_seeds
+    from fleetmind.cli.sched import _trace_seeds
 
     base = ["--mode", "dynamic", "--trace", "default", "--trace", "multigpu20", "--teacher", "cem"]
     ns = cli_args(

@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 from serving_helpers import alert, webhook
 from ui_helpers import TRUE_ROOT, storm_alerts
 
+from fleetmind.cli import main
 from fleetmind.serving.app import create_app
 from fleetmind.serving.feedback import feedback_incidents
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.ui import auth
-from fleetmind.training.cli import main
 
 TOKEN = "feedback-token"
 H = {"Authorization": f"Bearer {TOKEN}"}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from fleetmind.training.cli import main
-from fleetmind.training.cli_sched import parse_seeds
+from fleetmind.cli import main
+from fleetmind.cli.sched import parse_seeds
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,32000,65536,4,P100\nn2,8000,8192,0,\n"
 PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleetmind.cli import main
 from fleetmind.data.errors import DataError
 from fleetmind.data.fetch import fetch_dataset, load_manifest
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.data.openb_synthetic import MARKER, SYNTHETIC_LABEL, write_synthetic_openb
 from fleetmind.data.paths import OPENB_FALLBACK_ENV, openb_csv_dir
-from fleetmind.training.cli import main
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def test_sched_table_fits_100_columns_keeps_the_order_and_has_a_legend(
 
 
 def test_demo_placement_runs_on_the_synthetic_trace(no_data: Path, tmp_path: Path) -> None:
-    from fleetmind.training.demo import DemoConfig, placement_eval
+    from fleetmind.cli.demo import DemoConfig, placement_eval
 
     res = placement_eval(DemoConfig(out=tmp_path / "demo", quick=True))
     assert res["data"] == SYNTHETIC_LABEL

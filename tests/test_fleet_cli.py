@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleetmind.training.cli import main
+from fleetmind.cli import main
 
 
 def test_fleet_show_openb_counts(shared_data, capsys, tmp_path):

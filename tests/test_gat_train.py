@@ -50,8 +50,8 @@ def test_champion_moves_only_when_val_ac1_improves(mlflow_uri) -> None:
 
 
 def test_tiny_cli_training_run_registers_and_loads(mlflow_uri, tmp_path) -> None:
+    from fleetmind.cli import main
     from fleetmind.rca.gat_analyzer import GATAnalyzer
-    from fleetmind.training.cli import main
 
     data = toy_dataset(tmp_path / "toy", n_train=24, n_val=8, n_test=8)
     out_json = tmp_path / "run.json"

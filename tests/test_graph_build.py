@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from fleetmind.cli import main
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.graph_build import build_graph, calls_from_spans
@@ -21,7 +22,6 @@ from fleetmind.data.graph_schema import GraphModel, graph_json_schema
 from fleetmind.data.paths import REPO_ROOT
 from fleetmind.serving.app import create_app
 from fleetmind.serving.settings import Settings
-from fleetmind.training.cli import main
 
 DATA = Path(__file__).parent / "data" / "k8s"
 

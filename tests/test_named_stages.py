@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from placement_helpers import NODES, PODS
 
+from fleetmind import cli
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.rl.teacher import LinearScorer
-from fleetmind.training import cli
 
 
 @pytest.fixture()

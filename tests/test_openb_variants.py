@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleetmind.cli import main
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.data.openb_variants import (
     generate_variant,
@@ -18,7 +19,6 @@ from fleetmind.data.openb_variants import (
     sha256_text,
     variant_name,
 )
-from fleetmind.training.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -222,7 +222,7 @@ def _tiny_nodes(folder):  # noqa: ANN001, ANN202 - test helper
 
 
 def test_cli_refuses_penalty_features_in_dynamic_mode(capsys):
-    from fleetmind.training.cli import main
+    from fleetmind.cli import main
 
     rc = main(["sched", "train", "--mode", "dynamic", "--trace", "default", "--penalty-features"])
     assert rc == 2

@@ -147,7 +147,7 @@ def test_evaluate_scenario_shape_and_consistency():
 
 
 def test_cli_writes_evaluate_shaped_json(tmp_path, capsys):
-    from fleetmind.training.cli import main
+    from fleetmind.cli import main
 
     out = tmp_path / "r.json"
     rc = main(

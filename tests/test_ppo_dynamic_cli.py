@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fleetmind.training import cli
+from fleetmind import cli
 
 
 def test_dynamic_evaluate_runs_the_released_agent_next_to_heuristics(shared_data, tmp_path, capsys):

@@ -195,7 +195,7 @@ def test_cem_search_from_a_saved_scorer(tiny, tmp_path):
 
 
 def test_fgd_only_cem_options_are_refused_in_dynamic_mode(tmp_path, capsys):
-    from fleetmind.training import cli
+    from fleetmind import cli
 
     for flags in (["--cem-multi-gpu-block"], ["--cem-init", str(tmp_path / "w.json")]):
         argv = ["sched", "train", "--mode", "dynamic", "--trace", "default", *flags]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from fleetmind.cli import main
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
@@ -19,7 +20,6 @@ from fleetmind.rca.calibration import fit_temperature, reliability, root_nll, to
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, UNKNOWN_FAULT, GATAnalyzer
 from fleetmind.serving.notify import severity_for
 from fleetmind.serving.settings import Settings
-from fleetmind.training.cli import main
 
 
 # ------------------------------------------------------------------------------ temperature

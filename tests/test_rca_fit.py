@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleetmind.cli import main
 from fleetmind.data.metric_roles import metric_alertname, metric_direction
 from fleetmind.data.petshop import load_scenario, read_graph_csv
 from fleetmind.data.synth_incidents import SynthConfig, SystemModel
 from fleetmind.data.synth_system import make_system
 from fleetmind.rca.fit_eval import bootstrap_intervals
 from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_features, is_fit_artifact
-from fleetmind.training.cli import main
 from fleetmind.training.rca_fit import FitArgs, fit, read_system
 
 SLICE = Path(__file__).parent / "data" / "petshop_slice"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from fleetmind import cli
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.gbdt import CACHE_DIR, GBDTAnalyzer, GBDTConfig
 from fleetmind.rca.metrics import evaluate_methods, is_silent_root, make_analyzers
-from fleetmind.training import cli
 
 
 @pytest.fixture(scope="module")

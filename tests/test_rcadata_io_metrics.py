@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from fleetmind import cli
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.rca_dataset import load_dataset, write_dataset
 from fleetmind.data.rca_gen.alerts import AlertSimConfig, IncidentSimulator
@@ -27,7 +28,6 @@ from fleetmind.rca.metrics import (
     register_method,
     summarize,
 )
-from fleetmind.training import cli
 
 T0 = 1_767_225_600.0
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from fleetmind.cli import main
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.app import create_app
 from fleetmind.serving.settings import Settings
-from fleetmind.training.cli import main
 from fleetmind.training.replay import (
     load_storm,
     plan_notifications,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from placement_helpers import NODES, PODS
 
+from fleetmind import cli
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.data.paths import MODELS_DIR
@@ -25,7 +26,6 @@ from fleetmind.rl.rollout import (
     run_rollout_fgd,
     splice_future,
 )
-from fleetmind.training import cli
 
 K = 16
 EVERYWHERE = RolloutConfig(k=3, band=(0.0, 101.0))

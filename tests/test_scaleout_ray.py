@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from fleetmind import cli
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.rl.teacher_search import cmaes_search
-from fleetmind.training import cli
 
 ray = pytest.importorskip("ray")
 

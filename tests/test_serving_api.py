@@ -492,7 +492,7 @@ def test_grouping_lag_and_grouped_alerts_in_metrics(client: TestClient) -> None:
 def test_cli_serve_rejects_bad_options(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fleetmind.training.cli import main
+    from fleetmind.cli import main
 
     monkeypatch.setenv("FLEETMIND_GRAPH", "restored-after-the-test")  # the CLI exports its options
 

@@ -167,8 +167,8 @@ def test_empty_token_is_an_error_not_auth_off(tmp_path: Path, field: str) -> Non
 def test_serve_refuses_public_bind_without_token(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from fleetmind.training.cli import main
-    from fleetmind.training.cli_serve import is_loopback
+    from fleetmind.cli import main
+    from fleetmind.cli.serve import is_loopback
 
     for var in ("API", "READ", "INGEST", "SCHEDULE", "ADMIN"):
         monkeypatch.delenv(f"FLEETMIND_{var}_TOKEN", raising=False)
@@ -193,8 +193,8 @@ def test_serve_passes_connection_limits_to_uvicorn(
     bound; requests in progress are limited in the app (``FLEETMIND_LIMIT_CONCURRENCY``)."""
     import uvicorn
 
+    from fleetmind.cli import main
     from fleetmind.serving.http_guard import GuardedHttpToolsProtocol
-    from fleetmind.training.cli import main
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from fleetmind.cli import serve as cli_serve
 from fleetmind.data.errors import ConfigError
-from fleetmind.training import cli_serve
 
 
 @pytest.fixture(autouse=True)

@@ -392,7 +392,7 @@ def test_slow_clients_do_not_starve_others(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "fleetmind.training.cli",
+            "fleetmind.cli",
             "serve",
             "--port",
             str(port),

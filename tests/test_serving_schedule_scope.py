@@ -57,7 +57,7 @@ def test_serve_refuses_placeholder_and_short_tokens(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     var: str, value: str,
 ) -> None:  # fmt: skip
-    from fleetmind.training.cli import main
+    from fleetmind.cli import main
 
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path}/x.db")
     monkeypatch.setenv(var, value)
@@ -75,7 +75,7 @@ def test_serve_refuses_placeholder_and_short_tokens(
 def test_serve_refuses_half_set_tls(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from fleetmind.training.cli import main
+    from fleetmind.cli import main
 
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path}/x.db")
     monkeypatch.setenv("FLEETMIND_TLS_CERT", str(tmp_path / "cert.pem"))

@@ -43,7 +43,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "FLEETMIND_LIMIT_CONCURRENCY": str(LIMIT_CONCURRENCY),
         "FLEETMIND_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
     }
-    cmd = [sys.executable, "-m", "fleetmind.training.cli", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(port)]
     proc = subprocess.Popen(
         [*cmd, "--log-level", "warning"],
         cwd=REPO_ROOT,

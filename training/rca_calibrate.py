@@ -23,7 +23,7 @@ from fleetmind.data.errors import FleetMindError
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.calibration import fit_temperature, reliability, top1
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
-from fleetmind.training.cli_common import write_json
+from fleetmind.training.io import write_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -39,7 +39,7 @@ from fleetmind.rca.fit_model import (
     model_inputs,
     save_fit_artifact,
 )
-from fleetmind.training.cli_common import write_json
+from fleetmind.training.io import write_json
 
 
 @dataclass

@@ -21,7 +21,7 @@ from fleetmind.rca.fit_eval import bootstrap_intervals
 from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
 from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
-from fleetmind.training.cli_common import write_json
+from fleetmind.training.io import write_json
 
 METHOD_CHOICES = (
     "propagation",

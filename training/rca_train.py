@@ -35,7 +35,7 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.rca.gat_analyzer import save_artifact
-from fleetmind.training.cli_common import write_json
+from fleetmind.training.io import write_json
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
 from fleetmind.training.tracking import log_pyfunc_model, tracking_uri
 

@@ -39,6 +39,7 @@ from benchmarks.placement.ablation import ci95, repo_relative
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
     DynEvalConfig,
@@ -49,7 +50,6 @@ from fleetmind.rl.dynamic_eval import (
 )
 from fleetmind.rl.dynamic_teacher import DynLinearScorer
 from fleetmind.rl.scaleout import run_tasks
-from fleetmind.training.cli_sched import parse_seeds
 
 TARGET_GAP_PCT = -10.0
 """A trace is met when the model's mean slowdown is at least 10 % below the best heuristic's."""

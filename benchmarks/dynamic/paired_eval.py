@@ -24,8 +24,8 @@ import numpy as np
 from benchmarks.placement.ablation import ci95, repo_relative
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
-from fleetmind.training.cli_sched import parse_seeds
 
 
 def main(argv: list[str] | None = None) -> int:

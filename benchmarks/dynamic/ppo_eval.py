@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
     DynEvalConfig,
@@ -37,7 +38,6 @@ from fleetmind.rl.dynamic_eval import (
     evaluate_streams,
     load_dynamic_actor,
 )
-from fleetmind.training.cli_sched import parse_seeds
 
 OUT = RESULTS / "dynamic" / "ppo_dynamic_eval.json"
 PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib")

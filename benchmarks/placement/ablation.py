@@ -53,9 +53,9 @@ from scipy import stats
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.rl.scaleout import fgd_eval_job, run_tasks
 from fleetmind.rl.teacher import LinearScorer, StrandPenaltyScorer
-from fleetmind.training.cli_sched import parse_seeds
 
 HELDOUT = ["cpu050", "gpushare20", "gpushare60", "multigpu30", "gpuspec20"]
 RELEASE = REPO / "models" / "placement"

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.data.errors import DataError
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.failure_causes import (
@@ -39,7 +40,6 @@ from fleetmind.envs.failure_causes import (
     summarise_breakdowns,
 )
 from fleetmind.envs.packing_bound import fgd_run_bound
-from fleetmind.training.cli_sched import parse_seeds
 
 OUT = RESULTS / "placement" / "placement_failure_causes.json"
 PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib")

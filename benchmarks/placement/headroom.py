@@ -42,6 +42,7 @@ import numpy as np
 
 from benchmarks.placement.frozen_set import load_manifest
 from benchmarks.provenance import REPO_ROOT, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.data.openb_variants import generate_variant, write_variant
 from fleetmind.envs.fgd_mode import run_fgd
@@ -57,7 +58,6 @@ from fleetmind.rl.dynamic_eval import (
 from fleetmind.rl.named_policies import clone_file
 from fleetmind.rl.policy_adapter import load_ppo_policy
 from fleetmind.rl.rollout import RolloutConfig, RolloutLog, run_rollout_dynamic, run_rollout_fgd
-from fleetmind.training.cli_sched import parse_seeds
 
 VARIANTS = ["multigpu:30:20261242", "gpuspec:20:20261243"]
 """Default fresh variants, ``KIND:LEVEL:GENERATOR_SEED`` (seeds unused elsewhere)."""

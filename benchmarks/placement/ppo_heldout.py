@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.fgd_mode import aggregate_results, run_fgd
-from fleetmind.training.cli_sched import parse_seeds
 
 OUT = RESULTS / "placement" / "ppo_eval.json"
 POLICIES = ("ppo", "FGD", "BestFit")

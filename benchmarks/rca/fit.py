@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.cli import main as cli
 from fleetmind.data.paths import shared_data_dir
 from fleetmind.data.synth_system import make_system
-from fleetmind.training.cli import main as cli
 from fleetmind.training.rca_fit import FitArgs, fit
 
 

@@ -7,6 +7,12 @@ lists which fields are flags (the others, such as ``learning_rate``, are set fro
 the few that need more than the field says (a repeatable ``--trace``, the inverted
 ``--no-register``). A field that only one recipe has gets a ``fgd mode:`` / ``dynamic mode:``
 prefix in its help; :func:`recipe_kwargs` passes a recipe only the fields it has.
+
+``--algo paired`` has its own recipe settings,
+:class:`~fleetmind.training.recipes.settings.PairedArgs`: :data:`PAIRED_FLAGS` are its own flags,
+generated the same way into their own argument group; the flags it shares with the PPO recipes (``--trace``, ``--seed``, ``--dyn-jobs``, ``--out``, ...) are
+those of :data:`TRAIN_FLAGS`, and one left at the PPO recipes' default gives ``PairedArgs``' own
+(``--out`` is ``runs/paired``).
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetmind.training.recipes import settings
-from fleetmind.training.recipes.settings import DynamicArgs, FgdArgs
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DynamicArgs, FgdArgs
 
 RECIPES: tuple[type, ...] = (FgdArgs, DynamicArgs)
-"""Settings classes whose fields become flags (one parser serves both modes)."""
+"""Settings classes whose fields become the :data:`TRAIN_FLAGS` (one parser serves both modes)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ TRAIN_FLAGS: tuple[Flag, ...] = (
     Flag(
         "cem_trace_seeds",
         argparse={"action": "append", "default": None, "metavar": "TRACE=SEEDS"},
-    ),  # parsed to {trace: seeds} by the caller's converter (cli_sched._trace_seeds)
+    ),  # parsed to {trace: seeds} by the caller's converter (fleetmind.cli.sched._trace_seeds)
     Flag("cem_worst_weight"),
     Flag("cem_nonneg", argparse={"metavar": "FEATURE"}),
     Flag("cem_max_minutes"),
@@ -103,6 +109,26 @@ TRAIN_FLAGS: tuple[Flag, ...] = (
     Flag("register", "--no-register", invert=True),
 )
 """The fields ``fleetmind sched train`` exposes, in ``--help`` order."""
+
+
+def _released_clone(value: str | None, args: argparse.Namespace) -> str:
+    return value or str(DYNAMIC_RELEASE_DIR)
+
+
+PAIRED_FLAGS: tuple[Flag, ...] = (
+    # default None in the parser: --help names the released model, not this machine's path to it
+    Flag("init", argparse={"default": None}, convert=_released_clone),
+    Flag("iterations"),
+    Flag("workloads_per_iter"),
+    Flag("group_size"),
+    Flag("learning_rate", "--lr"),
+    Flag("kl_coef"),
+    Flag("baseline"),
+    Flag("val_streams"),
+    Flag("val_every"),
+)
+"""The fields of :class:`~fleetmind.training.recipes.settings.PairedArgs` that only ``--algo
+paired`` has, in ``--help`` order (built from ``recipes=(PairedArgs,)``)."""
 
 
 @functools.cache
@@ -124,9 +150,12 @@ def field_docs() -> dict[tuple[str, str], str]:
     return docs
 
 
-def _field(name: str) -> tuple[dataclasses.Field[Any], type, list[type]]:
-    """The field ``name``, the settings class it was read from and every recipe that has it."""
-    owners = [c for c in RECIPES if name in {f.name for f in dataclasses.fields(c)}]
+def _field(
+    name: str, recipes: tuple[type, ...] = RECIPES
+) -> tuple[dataclasses.Field[Any], type, list[type]]:
+    """The field ``name``, the settings class it was read from and every one of ``recipes`` that
+    has it."""
+    owners = [c for c in recipes if name in {f.name for f in dataclasses.fields(c)}]
     if not owners:
         raise KeyError(f"no recipe setting named {name!r}")
     f = next(f for f in dataclasses.fields(owners[0]) if f.name == name)
@@ -140,12 +169,14 @@ def field_default(f: dataclasses.Field[Any]) -> Any:
     return None if f.default is dataclasses.MISSING else f.default
 
 
-def _help(name: str, cls: type, owners: list[type], default: Any, show_default: bool) -> str:
+def _help(
+    name: str, cls: type, owners: list[type], default: Any, show_default: bool, prefix: bool
+) -> str:
     doc = next(
         field_docs()[(c.__name__, name)] for c in cls.__mro__ if (c.__name__, name) in field_docs()
     )
     doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc).replace("``", "").replace("%", "%%")
-    if len(owners) == 1:
+    if prefix:
         mode = owners[0].mode
         doc = f"{mode} mode, {doc}" if doc.startswith("teacher=cem:") else f"{mode} mode: {doc}"
     if show_default and "(default" not in doc:
@@ -154,10 +185,16 @@ def _help(name: str, cls: type, owners: list[type], default: Any, show_default: 
     return doc
 
 
-def add_train_flags(parser: argparse.ArgumentParser, flags: tuple[Flag, ...] = TRAIN_FLAGS) -> None:
-    """Add ``flags`` to ``parser``, typed and documented from the settings fields."""
+def add_train_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flags: tuple[Flag, ...] = TRAIN_FLAGS,
+    recipes: tuple[type, ...] = RECIPES,
+) -> None:
+    """Add ``flags`` to ``parser`` (or an argument group), typed and documented from the fields of
+    ``recipes``; a field that only one of several recipes has gets that recipe's mode in its help.
+    A ``Literal[...]`` field becomes a flag with those choices."""
     for spec in flags:
-        f, cls, owners = _field(spec.field)
+        f, cls, owners = _field(spec.field, recipes)
         hints = typing.get_type_hints(cls)
         kind = hints[spec.field]
         if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
@@ -167,6 +204,8 @@ def add_train_flags(parser: argparse.ArgumentParser, flags: tuple[Flag, ...] = T
         origin = typing.get_origin(base[0])
         if spec.invert or base[0] is bool:
             kw = {"action": "store_true"}
+        elif origin is typing.Literal:
+            kw.update(choices=list(typing.get_args(base[0])))
         elif origin is list:
             kw.update(nargs="+", type=typing.get_args(base[0])[0])
         elif base[0] in (int, float):
@@ -175,8 +214,16 @@ def add_train_flags(parser: argparse.ArgumentParser, flags: tuple[Flag, ...] = T
         if kw.get("action") == "append":  # one value per use of the flag
             kw.pop("nargs", None)
         show = kw.get("action") != "store_true" and kw.get("default") not in (None, [], {})
-        kw["help"] = _help(spec.field, cls, owners, kw.get("default"), show)
+        prefix = len(owners) == 1 < len(recipes)
+        kw["help"] = _help(spec.field, cls, owners, kw.get("default"), show, prefix)
         parser.add_argument(spec.flag, **kw)
+
+
+def _parser_default(spec: Flag) -> Any:
+    """The default of a :data:`TRAIN_FLAGS` flag in the parser (its field's, or the override)."""
+    if spec.invert:
+        return False
+    return spec.argparse.get("default", field_default(_field(spec.field)[0]))
 
 
 def recipe_kwargs(
@@ -186,14 +233,19 @@ def recipe_kwargs(
     convert: dict[str, Callable[[Any], Any]] | None = None,
 ) -> dict[str, Any]:
     """The settings of recipe ``cls`` that ``flags`` set, from the parsed ``args``; ``convert``
-    maps a field to a function of its parsed value (``cem_trace_seeds``: ``TRACE=SEEDS`` items)."""
+    maps a field to a function of its parsed value (``cem_trace_seeds``: ``TRACE=SEEDS`` items).
+
+    For a ``cls`` outside :data:`RECIPES` (``PairedArgs``), a :data:`TRAIN_FLAGS` flag left at its
+    parser default is left out, so that ``cls``' own default applies."""
     convert = convert or {}
-    have = {f.name for f in dataclasses.fields(cls)}
+    have = {f.name: f for f in dataclasses.fields(cls)}
     out: dict[str, Any] = {}
     for spec in flags:
         if spec.field not in have:
             continue
         value = getattr(args, spec.dest)
+        if cls not in RECIPES and spec in TRAIN_FLAGS and value == _parser_default(spec):
+            continue
         if spec.invert:
             value = not value
         elif spec.convert is not None:

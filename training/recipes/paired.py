@@ -38,7 +38,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -53,7 +53,6 @@ from fleetmind.data.openb_variants import (
     generate_variant,
     write_variant,
 )
-from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, model_config
 from fleetmind.rl.export import save_onnx, save_torch
@@ -66,9 +65,9 @@ from fleetmind.rl.paired import (
     trainable_copy,
 )
 from fleetmind.training.recipes.common import seed_everything
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, PairedArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
-RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 TRAIN_GEN_SEED = 31_000_000
 """Variant generator seeds of training workloads: ``TRAIN_GEN_SEED + 100_000 * seed + i``."""
 TRAIN_STREAM_SEED = 600_000
@@ -81,95 +80,42 @@ LEVEL_RANGE = {k: (min(v), max(v)) for k, v in PUBLISHED_LEVELS.items()}
 """Level range of each variant kind (the published levels' span, %)."""
 
 
-@dataclass
-class PairedArgs:
-    """Settings of a paired-PPO run (``fleetmind sched train --algo paired`` flags)."""
+def _hyperparams(args: PairedArgs) -> PairedHyperparams:
+    """The update's hyperparameters (:mod:`fleetmind.rl.paired`) from the run's settings."""
+    return PairedHyperparams(
+        group_size=args.group_size,
+        learning_rate=args.learning_rate,
+        clip_range=args.clip_range,
+        kl_coef=args.kl_coef,
+        n_epochs=args.n_epochs,
+        batch_size=args.batch_size,
+        baseline=args.baseline,
+    )
 
-    mode: ClassVar[str] = "dynamic"
 
-    traces: list[str] = field(default_factory=lambda: ["default"])
-    """source traces of the fresh variants (openb names or CSV paths)"""
-    init: str = str(RELEASE_DIR)
-    """dynamic-mode model folder whose clone starts (and anchors) the learner"""
-    iterations: int = 40
-    """training iterations"""
-    workloads_per_iter: int = 2
-    """fresh workloads per iteration"""
-    group_size: int = 6
-    """sampled learner episodes per workload (``G``)"""
-    learning_rate: float = 3e-5
-    """Adam step size"""
-    clip_range: float = 0.2
-    """PPO ratio clip"""
-    kl_coef: float = 0.05
-    """weight of KL(learner || clone)"""
-    n_epochs: int = 2
-    """passes over an iteration's steps"""
-    batch_size: int = 2048
-    """minibatch (steps)"""
-    baseline: str = "time"
-    """``time`` (time-aligned cost-to-go) or ``episode`` (group mean return)"""
-    dyn_jobs: int | None = None
-    """jobs per training episode (None: the model's own setting)"""
-    kinds: list[str] = field(default_factory=lambda: list(VARIANT_KINDS))
-    """variant kinds of training and validation workloads"""
-    val_streams: int = 30
-    """validation workloads for the checkpoint choice"""
-    val_every: int = 5
-    """validate every this many iterations"""
-    val_jobs: int | None = None
-    """jobs per validation episode (None: the model's own setting)"""
-    seed: int = 0
-    """seed of the learner's sampling and of the training workloads"""
-    max_minutes: float | None = None
-    """stop after the iteration during which this much wall time passed"""
-    out: str = "runs/paired"
-    """run folder (``<out>/<run name>/``)"""
-    release: bool = False
-    """copy the artifact to ``models/placement-dynamic/``"""
-    tracking_uri: str | None = None
-    """MLflow tracking URI"""
-    experiment: str = "fleetmind-placement"
-    """MLflow experiment name"""
-    threads: int = 1
-    """torch threads"""
-    progress: bool = True
-    """progress bar"""
-
-    def hyperparams(self) -> PairedHyperparams:
-        return PairedHyperparams(
-            group_size=self.group_size,
-            learning_rate=self.learning_rate,
-            clip_range=self.clip_range,
-            kl_coef=self.kl_coef,
-            n_epochs=self.n_epochs,
-            batch_size=self.batch_size,
-            baseline=self.baseline,
-        )
-
-    def check(self) -> None:
-        """:class:`ConfigError` naming the first bad setting."""
-        ints = {
-            "--iterations": (self.iterations, 0),
-            "--workloads-per-iter": (self.workloads_per_iter, 1),
-            "--group-size": (self.group_size, 2),
-            "--val-streams": (self.val_streams, 1),
-            "--val-every": (self.val_every, 1),
-        }
-        for flag, (v, lo) in ints.items():
-            if v < lo:
-                raise ConfigError(f"{flag} must be >= {lo}, got {v}")
-        for flag, v in (("--dyn-jobs", self.dyn_jobs), ("--val-jobs", self.val_jobs)):
-            if v is not None and v < 1:
-                raise ConfigError(f"{flag} must be >= 1, got {v}")
-        for flag, x in (("--lr", self.learning_rate), ("--kl-coef", self.kl_coef)):
-            if not (np.isfinite(x) and x >= 0):
-                raise ConfigError(f"{flag} must be a finite number >= 0, got {x}")
-        if self.baseline not in BASELINES:
-            raise ConfigError(f"--baseline must be one of {', '.join(BASELINES)}")
-        bad = [k for k in self.kinds if k not in VARIANT_KINDS]
-        if bad or not self.kinds:
-            raise ConfigError(f"variant kinds must be among {', '.join(VARIANT_KINDS)}, got {bad}")
+def _check(args: PairedArgs) -> None:
+    """:class:`ConfigError` naming the first bad setting."""
+    ints = {
+        "--iterations": (args.iterations, 0),
+        "--workloads-per-iter": (args.workloads_per_iter, 1),
+        "--group-size": (args.group_size, 2),
+        "--val-streams": (args.val_streams, 1),
+        "--val-every": (args.val_every, 1),
+    }
+    for flag, (v, lo) in ints.items():
+        if v < lo:
+            raise ConfigError(f"{flag} must be >= {lo}, got {v}")
+    for flag, v in (("--dyn-jobs", args.dyn_jobs), ("--val-jobs", args.val_jobs)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {v}")
+    for flag, x in (("--lr", args.learning_rate), ("--kl-coef", args.kl_coef)):
+        if not (np.isfinite(x) and x >= 0):
+            raise ConfigError(f"{flag} must be a finite number >= 0, got {x}")
+    if args.baseline not in BASELINES:
+        raise ConfigError(f"--baseline must be one of {', '.join(BASELINES)}")
+    bad = [k for k in args.kinds if k not in VARIANT_KINDS]
+    if bad or not args.kinds:
+        raise ConfigError(f"variant kinds must be among {', '.join(VARIANT_KINDS)}, got {bad}")
 
 
 def make_workload(
@@ -216,7 +162,7 @@ def _ratio_ci(ratios: np.ndarray, seed: int = 0, n_boot: int = 2000) -> tuple[fl
 
 def run(args: PairedArgs) -> dict[str, Any]:
     """The paired-PPO recipe (module docstring). Returns the JSON summary."""
-    args.check()
+    _check(args)
     for t in dict.fromkeys(args.traces):
         load_openb_trace(t)  # a typo is one line, before anything is written
     clone = load_clone(args.init)
@@ -224,7 +170,7 @@ def run(args: PairedArgs) -> dict[str, Any]:
     train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
     val_cfg = replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs))
     seed_everything(args.seed, args.threads)
-    hp = args.hyperparams()
+    hp = _hyperparams(args)
     run_name = f"MultiClusterPlacement-v0__paired__{args.seed}__{int(time.time())}"
     run_dir = Path(args.out) / run_name
     model_dir = run_dir / "model"
@@ -456,11 +402,11 @@ def _publish(
     mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
     mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
     if args.release:
-        RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+        DYNAMIC_RELEASE_DIR.mkdir(parents=True, exist_ok=True)
         for f in model_dir.iterdir():
             if f.is_file():
-                shutil.copy2(f, RELEASE_DIR / f.name)
-        summary["released"] = str(RELEASE_DIR)
+                shutil.copy2(f, DYNAMIC_RELEASE_DIR / f.name)
+        summary["released"] = str(DYNAMIC_RELEASE_DIR)
 
 
 def command_line(args: PairedArgs) -> str:

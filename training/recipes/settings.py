@@ -1,7 +1,7 @@
 """Settings of the placement training recipes, one dataclass per recipe.
 
-:class:`PPOArgs` holds what both recipes share, :class:`FgdArgs` and :class:`DynamicArgs` add each
-mode's own. Each field is defined here once, with its default and its docstring; the
+:class:`PPOArgs` holds what both PPO recipes share, :class:`FgdArgs` and :class:`DynamicArgs` add
+each mode's own; :class:`PairedArgs` is the paired-PPO recipe's (``--algo paired``). Each field is defined here once, with its default and its docstring; the
 ``fleetmind sched train`` flags are generated from these fields
 (:mod:`fleetmind.training.recipes.flags`). The module imports nothing heavy, so that building the
 CLI's parser does not load torch.
@@ -10,7 +10,14 @@ CLI's parser does not load torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from fleetmind.data.openb_variants import VARIANT_KINDS
+from fleetmind.data.paths import MODELS_DIR
+
+DYNAMIC_RELEASE_DIR = MODELS_DIR / "placement-dynamic"
+"""The released dynamic-mode model: where ``--release`` copies a dynamic-mode artifact, and the
+clone that paired PPO starts from by default."""
 
 
 @dataclass
@@ -154,3 +161,62 @@ class DynamicArgs(PPOArgs):
     the released dynamic model's setting)"""
     queue_features: bool = False
     """the 4 queue-aware candidate features (env option ``queue_features``)"""
+
+
+@dataclass
+class PairedArgs:
+    """Settings of a paired-PPO run (``fleetmind sched train --mode dynamic --algo paired`` flags;
+    the recipe is :mod:`fleetmind.training.recipes.paired`)."""
+
+    mode: ClassVar[str] = "dynamic"
+
+    traces: list[str] = field(default_factory=lambda: ["default"])
+    """source traces of the fresh variants (openb names or CSV paths)"""
+    init: str = str(DYNAMIC_RELEASE_DIR)
+    """dynamic-mode model folder whose clone starts (and anchors) the learner (default: the
+    released ``models/placement-dynamic``)"""
+    iterations: int = 40
+    """training iterations"""
+    workloads_per_iter: int = 2
+    """fresh workloads (variant + job stream) per iteration"""
+    group_size: int = 6
+    """sampled learner episodes per workload (``G``)"""
+    learning_rate: float = 3e-5
+    """Adam step size"""
+    clip_range: float = 0.2
+    """PPO ratio clip"""
+    kl_coef: float = 0.05
+    """KL-to-clone penalty weight: KL(learner || clone)"""
+    n_epochs: int = 2
+    """passes over an iteration's steps"""
+    batch_size: int = 2048
+    """minibatch (steps)"""
+    baseline: Literal["time", "episode"] = "time"
+    """advantage baseline: ``time`` (time-aligned cost-to-go) or ``episode`` (the group's mean
+    return)"""
+    dyn_jobs: int | None = None
+    """jobs per training episode (None: the model's own setting)"""
+    kinds: list[str] = field(default_factory=lambda: list(VARIANT_KINDS))
+    """variant kinds of training and validation workloads"""
+    val_streams: int = 30
+    """fresh validation workloads for the checkpoint choice"""
+    val_every: int = 5
+    """validate every this many iterations"""
+    val_jobs: int | None = None
+    """jobs per validation episode (None: the model's own setting)"""
+    seed: int = 0
+    """seed of the learner's sampling and of the training workloads"""
+    max_minutes: float | None = None
+    """stop after the iteration during which this much wall time passed"""
+    out: str = "runs/paired"
+    """run folder (``<out>/<run name>/``)"""
+    release: bool = False
+    """copy the artifact to ``models/placement-dynamic/``"""
+    tracking_uri: str | None = None
+    """MLflow tracking URI"""
+    experiment: str = "fleetmind-placement"
+    """MLflow experiment name"""
+    threads: int = 1
+    """torch threads"""
+    progress: bool = True
+    """progress bar"""

@@ -48,6 +48,7 @@ import numpy as np
 
 from benchmarks.provenance import REPO_ROOT as ROOT
 from benchmarks.provenance import RESULTS, command, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.multicluster_env import (
     CAND_FEATURE_NAMES,
@@ -67,7 +68,6 @@ from fleetmind.rl.dynamic_teacher import (
     StreamSet,
     cem_search_dynamic,
 )
-from fleetmind.training.cli_sched import parse_seeds
 
 OUT = RESULTS / "dynamic" / "ppo_dynamic_insample.json"
 PUBLISHED = (

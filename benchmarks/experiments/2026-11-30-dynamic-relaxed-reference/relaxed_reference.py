@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.dynamic.sim import DynamicSim
@@ -41,7 +42,6 @@ from fleetmind.rl.dynamic_eval import (
     job_stream,
     load_dynamic_actor,
 )
-from fleetmind.training.cli_sched import parse_seeds
 
 from .dynamic_relaxed import (
     TIERS,

@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks.provenance import REPO_ROOT as ROOT
 from benchmarks.provenance import load_now, provenance
-from fleetmind.training.cli_sched import parse_seeds
+from fleetmind.cli.sched import parse_seeds
 
 MODEL = ROOT / "models" / "placement-dynamic"
 PACKAGES = ("scipy", "onnxruntime", "stable-baselines3", "sb3-contrib")

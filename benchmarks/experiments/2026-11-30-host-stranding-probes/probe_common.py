@@ -106,7 +106,7 @@ def probe_main(
     import time
     from pathlib import Path
 
-    from fleetmind.training.cli_sched import parse_seeds
+    from fleetmind.cli.sched import parse_seeds
 
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--traces", nargs="+", required=True)

@@ -18,10 +18,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from fleetmind.cli.common import add_group
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
 from fleetmind.data.paths import openb_is_synthetic
-from fleetmind.training.cli_common import add_group, write_json
+from fleetmind.training.io import write_json
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 DEFAULT_SEEDS = list(range(42, 52))
@@ -759,7 +760,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="train the PPO placement agent (MLflow-tracked, registered as fleetmind-placement)",
         description="Imitation warm start from FGD, then MaskablePPO; exports ONNX + torch.",
     )
-    from fleetmind.training.recipes.flags import add_train_flags
+    from fleetmind.training.recipes.flags import PAIRED_FLAGS, add_train_flags
+    from fleetmind.training.recipes.settings import PairedArgs
 
     tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
     tr.add_argument(
@@ -770,39 +772,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         " paired, critic-free PPO over a model's clone; docs/ppo-dynamic.md)",
     )
     pa = tr.add_argument_group("--algo paired (dynamic mode)")
-    pa.add_argument(
-        "--init",
-        default=None,
-        help="dynamic-mode model folder whose clone starts the learner (default: the released"
-        " models/placement-dynamic)",
-    )
-    pa.add_argument("--iterations", type=int, default=40, help="iterations (default 40)")
-    pa.add_argument(
-        "--workloads-per-iter",
-        type=int,
-        default=2,
-        help="fresh workloads (variant + job stream) per iteration (default 2)",
-    )
-    pa.add_argument(
-        "--group-size", type=int, default=6, help="sampled episodes per workload (default 6)"
-    )
-    pa.add_argument("--lr", type=float, default=3e-5, help="Adam step size (default 3e-5)")
-    pa.add_argument(
-        "--kl-coef", type=float, default=0.05, help="KL-to-clone penalty weight (default 0.05)"
-    )
-    pa.add_argument(
-        "--baseline",
-        choices=["time", "episode"],
-        default="time",
-        help="advantage baseline: time-aligned cost-to-go (default) or the group's mean return",
-    )
-    pa.add_argument(
-        "--val-streams",
-        type=int,
-        default=30,
-        help="fresh validation streams for the checkpoint choice (default 30)",
-    )
-    pa.add_argument("--val-every", type=int, default=5, help="validate every N iterations")
+    add_train_flags(pa, PAIRED_FLAGS, recipes=(PairedArgs,))  # PairedArgs' own settings
     tr.add_argument(
         "--seeds",
         nargs="+",
@@ -885,24 +855,10 @@ def _train_paired(args: argparse.Namespace) -> int:
             " --reward belong to --algo ppo"
         )
     from fleetmind.training.recipes import paired as recipe
+    from fleetmind.training.recipes.flags import PAIRED_FLAGS, TRAIN_FLAGS, recipe_kwargs
+    from fleetmind.training.recipes.settings import PairedArgs
 
-    a = recipe.PairedArgs(
-        traces=args.trace,
-        init=args.init or str(recipe.RELEASE_DIR),
-        iterations=args.iterations,
-        workloads_per_iter=args.workloads_per_iter,
-        group_size=args.group_size,
-        learning_rate=args.lr,
-        kl_coef=args.kl_coef,
-        baseline=args.baseline,
-        dyn_jobs=args.dyn_jobs if args.dyn_jobs != 2048 else None,
-        val_streams=args.val_streams,
-        val_every=args.val_every,
-        seed=args.seed,
-        max_minutes=args.max_minutes,
-        out=args.out if args.out != "runs/ppo" else "runs/paired",
-        release=args.release,
-    )
+    a = PairedArgs(**recipe_kwargs(args, PairedArgs, TRAIN_FLAGS + PAIRED_FLAGS))
     if args.seeds:
         a.init = str(Path(a.init).resolve())
         return _train_seeds(args, recipe.__name__, a)

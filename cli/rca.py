@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from fleetmind.training.cli_common import add_group, write_json
+from fleetmind.cli.common import add_group
+from fleetmind.training.io import write_json
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:

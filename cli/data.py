@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from fleetmind.training.cli_common import add_group
+from fleetmind.cli.common import add_group
 
 
 def synthetic_openb_note(uses_openb_folder: bool = True) -> str | None:

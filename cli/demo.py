@@ -21,6 +21,7 @@ Finally the service is stopped, and the demo prints where its outputs are (``OUT
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -230,7 +231,7 @@ class _Service:
         cmd = [
             sys.executable,
             "-m",
-            "fleetmind.training.cli",
+            "fleetmind.cli",
             "serve",
             "--port",
             str(self.port),
@@ -458,3 +459,32 @@ def _print_outputs(cfg: DemoConfig, data_dir: Path, summary_path: Path, log_path
         ("fleetmind replay examples/storm-gpu-xid.json", "an alert storm into it, then open /ui/"),
     ):
         _say(f"  {cmd:<48}  {what}")
+
+
+def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    """Add ``fleetmind demo`` (the contract of a group module: :mod:`fleetmind.cli`)."""
+    p = subparsers.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("--out", default="out/demo", help="working folder (default: out/demo)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes; placement scored with two heuristics on the synthetic openb-schema trace",
+    )
+    p.add_argument("--incidents", type=int, default=300, help="simulated incidents (default: 300)")
+    p.add_argument("--seed", type=int, default=7, help="master seed (default: 7)")
+    p.add_argument("--port", type=int, default=0, help="service port (default: a free one)")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``fleetmind demo``: :func:`run_demo` with the parsed flags; exit status 0."""
+    run_demo(
+        DemoConfig(
+            out=Path(args.out),
+            quick=args.quick,
+            incidents=args.incidents,
+            seed=args.seed,
+            port=args.port,
+        )
+    )
+    return 0

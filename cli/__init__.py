@@ -1,10 +1,17 @@
-"""The ``fleetmind`` command line.
+"""``fleetmind.cli``, the folder ``cli/``.
 
-Each command group lives in its own module ``training/cli_<group>.py`` exposing
-``register(subparsers, name, help_text) -> None`` (``name`` and ``help_text`` come from
-:data:`GROUPS`); the module adds its group parser and sub-commands and sets ``func`` on each parser
-to a callable ``func(args: argparse.Namespace) -> int``. Group modules import heavy libraries (torch, mlflow,
-...) inside their handlers so that ``fleetmind --help`` stays fast.
+The ``fleetmind`` command line: :func:`main` and the parser it builds. The CLI is the one layer
+that may import every other (it trains, evaluates, starts the service); nothing in the library
+imports it. ``python -m fleetmind.cli`` runs it as the ``fleetmind`` console script does.
+
+:data:`GROUPS` names the command groups and their help lines. For each one, :func:`build_parser`
+imports the module ``fleetmind.cli.<group>`` (the file ``cli/<group>.py``) and calls its
+``register(subparsers, name, help_text) -> None`` with the group's name and help line. ``register``
+adds the group's parser (through :func:`fleetmind.cli.common.add_group` when the group has
+sub-commands, which also stores the group parser as ``group_parser`` so that a bare ``fleetmind
+<group>`` prints its help) and sets ``func`` on every leaf parser: ``func(args: argparse.Namespace)
+-> int | None``, the exit status (``None`` counts as 0). Group modules import heavy libraries
+(torch, mlflow, ...) inside their handlers, so that ``fleetmind --help`` stays fast.
 
 Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one line,
 ``fleetmind: error: <reason>``, and exit with status 2.
@@ -42,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fleetmind {_version()}")
     sub = parser.add_subparsers(dest="group", metavar="{" + ",".join(GROUPS) + "}")
     for name, help_text in GROUPS.items():
-        module = importlib.import_module(f"fleetmind.training.cli_{name}")
+        module = importlib.import_module(f"fleetmind.cli.{name}")
         module.register(sub, name, help_text)
     return parser
 
@@ -53,7 +60,7 @@ OPENB_FALLBACK_GROUPS = ("sched", "fleet")
 
 
 def _openb_fallback_note() -> None:
-    from fleetmind.training.cli_data import synthetic_openb_note
+    from fleetmind.cli.data import synthetic_openb_note
 
     note = synthetic_openb_note()
     if note is not None:
@@ -102,7 +109,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.pop(OPENB_FALLBACK_ENV, None)
         else:
             os.environ[OPENB_FALLBACK_ENV] = saved
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleetmind.training.cli_common import add_group
+from fleetmind.cli.common import add_group
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
