@@ -23,6 +23,32 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 # ---------------------------------------------------------------------------------------- generate
+_KNOB_FLAGS: tuple[tuple[str, type, str], ...] = (
+    (
+        "--silent-root-rate",
+        float,
+        "share of incidents whose root raises no alert (default 0.2, hard 0.35)",
+    ),
+    ("--noise-per-node", float, "background alerts per graph node (default 0.006, hard 0.015)"),
+    ("--noise-min", int, "fewest background alerts per incident (default 2, hard 5)"),
+    ("--flap-fraction", float, "share of background alerts that flap (default 0.3)"),
+    (
+        "--second-incident-rate",
+        float,
+        "chance of an unrelated older incident in the window (default 0.1, hard 0.3)",
+    ),
+    ("--storm-copies", int, "extra per-route copies of a hub alert, at most (default 4, hard 8)"),
+    ("--storm-pod-prob", float, "chance each pod of a hub repeats its alert (default 0.3)"),
+    ("--jitter-s", float, "timestamp jitter std in seconds (default 5, hard 20)"),
+    ("--scrape-interval-s", float, "Prometheus scrape interval (default 30)"),
+    ("--eval-interval-s", float, "rule evaluation interval (default 30)"),
+    ("--for-scale", float, "multiplier on every rule's for: duration (default 1)"),
+    ("--window-s", float, "incident window after the fault onset (default 1800)"),
+    ("--resolve-prob", float, "chance a symptom alert resolved within the window (default 0.1)"),
+)
+"""The alert simulator's knobs as flags: ``(flag, type, help)``; each defaults to the preset's value."""
+
+
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate",
@@ -75,81 +101,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "--workers", type=int, default=None, help="worker processes (default min(2, cpus))"
     )
     k = p.add_argument_group("alert simulator knobs (override the --difficulty preset)")
-    k.add_argument(
-        "--silent-root-rate",
-        type=float,
-        default=None,
-        help="share of incidents whose root raises no alert (default 0.2, hard 0.35)",
-    )
-    k.add_argument(
-        "--noise-per-node",
-        type=float,
-        default=None,
-        help="background alerts per graph node (default 0.006, hard 0.015)",
-    )
-    k.add_argument(
-        "--noise-min",
-        type=int,
-        default=None,
-        help="fewest background alerts per incident (default 2, hard 5)",
-    )
-    k.add_argument(
-        "--flap-fraction",
-        type=float,
-        default=None,
-        help="share of background alerts that flap (default 0.3)",
-    )
-    k.add_argument(
-        "--second-incident-rate",
-        type=float,
-        default=None,
-        help="chance of an unrelated older incident in the window (default 0.1, hard 0.3)",
-    )
-    k.add_argument(
-        "--storm-copies",
-        type=int,
-        default=None,
-        help="extra per-route copies of a hub alert, at most (default 4, hard 8)",
-    )
-    k.add_argument(
-        "--storm-pod-prob",
-        type=float,
-        default=None,
-        help="chance each pod of a hub repeats its alert (default 0.3)",
-    )
-    k.add_argument(
-        "--jitter-s",
-        type=float,
-        default=None,
-        help="timestamp jitter std in seconds (default 5, hard 20)",
-    )
-    k.add_argument(
-        "--scrape-interval-s",
-        type=float,
-        default=None,
-        help="Prometheus scrape interval (default 30)",
-    )
-    k.add_argument(
-        "--eval-interval-s", type=float, default=None, help="rule evaluation interval (default 30)"
-    )
-    k.add_argument(
-        "--for-scale",
-        type=float,
-        default=None,
-        help="multiplier on every rule's for: duration (default 1)",
-    )
-    k.add_argument(
-        "--window-s",
-        type=float,
-        default=None,
-        help="incident window after the fault onset (default 1800)",
-    )
-    k.add_argument(
-        "--resolve-prob",
-        type=float,
-        default=None,
-        help="chance a symptom alert resolved within the window (default 0.1)",
-    )
+    for flag, kind, help_text in _KNOB_FLAGS:
+        k.add_argument(flag, type=kind, default=None, help=help_text)
     p.set_defaults(func=_generate)
 
 

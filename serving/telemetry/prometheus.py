@@ -70,6 +70,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleetmind.data.errors import DataError, NotAvailableError
@@ -286,15 +287,24 @@ def _gpu_indices(text: str) -> list[int]:
     return out
 
 
-def build_nodes(
-    dcgm: Iterable[Sample], ksm: Iterable[Sample], default_cluster: str = "local"
-) -> list[NodeState]:
-    """Nodes from DCGM samples and kube-state-metrics samples (see the module docstring).
+@dataclass
+class _KsmView:
+    """What kube-state-metrics says, per ``(cluster, node)`` and per pod (see :func:`build_nodes`)."""
 
-    Returns the nodes sorted by (cluster, name); GPUs by index.
-    """
-    # ---- kube-state-metrics: finished pods, pod placement, requests, allocatable, GPU shares
-    ksm = list(ksm)
+    pod_node: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    pod_by_name: dict[str, tuple[str, str]] = field(default_factory=dict)
+    daemonset: dict[tuple[str, str], str] = field(default_factory=dict)
+    alloc: dict[tuple[str, str], dict[str, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    requests: dict[tuple[str, str], dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
+    shares: list[tuple[dict[str, str], int, list[int]]] = field(default_factory=list)
+
+
+def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
+    """Finished pods left out: pod placement, requests, allocatable and GPU shares."""
     finished = {
         (lab.get("namespace", ""), lab.get("pod", ""))
         for name, lab, v in ksm
@@ -302,61 +312,57 @@ def build_nodes(
         and v == 1
         and lab.get("phase") in ("Succeeded", "Failed")
     }
-    pod_node: dict[tuple[str, str], tuple[str, str]] = {}
-    pod_by_name: dict[str, tuple[str, str]] = {}
-    daemonset: dict[tuple[str, str], str] = {}
-    alloc: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    requests: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    shares: list[tuple[dict[str, str], int, list[int]]] = []
+    view = _KsmView()
     for name, lab, v in ksm:
         cluster = lab.get("cluster") or default_cluster
         key = (lab.get("namespace", ""), lab.get("pod", ""))
         if name == "kube_node_status_allocatable" and lab.get("node"):
-            alloc[(cluster, lab["node"])][lab.get("resource", "")] = v
+            view.alloc[(cluster, lab["node"])][lab.get("resource", "")] = v
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
-            pod_node[key] = (cluster, lab["node"])
-            pod_by_name.setdefault(key[1], (cluster, lab["node"]))
+            view.pod_node[key] = (cluster, lab["node"])
+            view.pod_by_name.setdefault(key[1], (cluster, lab["node"]))
             if lab.get("created_by_kind"):
-                daemonset[key] = lab["created_by_kind"]
+                view.daemonset[key] = lab["created_by_kind"]
         elif name == "kube_pod_container_resource_requests" and key not in finished:
             if lab.get("node"):
-                requests[(cluster, lab["node"])][lab.get("resource", "")] += v
+                view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
         elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
-            requests[(cluster, lab["node"])][lab.get("resource", "")] += v
+            view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
         elif name == "kube_pod_annotations" and key not in finished and lab.get(ANN_MILLI):
             try:
                 milli = int(float(lab[ANN_MILLI]))
             except ValueError:
                 continue
-            shares.append((lab, milli, _gpu_indices(lab.get(ANN_INDEX, ""))))
-    # the exporter's own pods: DaemonSet pods, pods named by Hostname, pods next to an exported_pod
-    dcgm = list(dcgm)
-    own_pods = {key[1] for key, kind in daemonset.items() if kind == "DaemonSet"}
+            view.shares.append((lab, milli, _gpu_indices(lab.get(ANN_INDEX, ""))))
+    return view
+
+
+def _exporter_pods(view: _KsmView, dcgm: list[Sample]) -> set[str]:
+    """The exporter's own pods: DaemonSet pods, pods named by Hostname, pods next to an
+    exported_pod."""
+    own_pods = {key[1] for key, kind in view.daemonset.items() if kind == "DaemonSet"}
     for _, lab, _ in dcgm:
         if lab.get("exported_pod") and lab.get("pod"):
             own_pods.add(lab["pod"])
         for h in ("Hostname", "hostname"):
             if lab.get(h):
                 own_pods.add(lab[h])
-    pods_on: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for (ns, pod), where in pod_node.items():
-        pods_on[where].add(f"{ns}/{pod}")
-    held: dict[tuple[str, str, int], int] = defaultdict(int)
-    for lab, milli, idx in shares:
-        where = pod_node.get((lab.get("namespace", ""), lab.get("pod", "")))
-        if where is not None:
-            for g in idx:
-                held[(*where, g)] += milli
+    return own_pods
 
-    # ---- DCGM: one record per (cluster, node, gpu[, MIG instance])
+
+def _read_dcgm(
+    dcgm: list[Sample], view: _KsmView, own_pods: set[str], default_cluster: str
+) -> tuple[dict[tuple[str, str, int], dict[str, Any]], set[tuple[str, str]]]:
+    """One record per ``(cluster, node, gpu[, MIG instance])``, and the nodes whose exporter
+    serves the windowed ``DCGM_EXP_XID_ERRORS_COUNT``."""
     gpus: dict[tuple[str, str, int], dict[str, Any]] = defaultdict(dict)
-    windowed: set[tuple[str, str]] = set()  # nodes whose exporter serves DCGM_EXP_XID_ERRORS_COUNT
+    windowed: set[tuple[str, str]] = set()
     for name, lab, v in dcgm:
-        field = _FIELDS.get(name)
-        if field is None:
+        field_name = _FIELDS.get(name)
+        if field_name is None:
             continue
         cluster = lab.get("cluster") or default_cluster
-        host = _node_name(lab, pod_by_name, cluster)
+        host = _node_name(lab, view.pod_by_name, cluster)
         try:
             phys = int(lab.get("gpu", "0"))
         except ValueError:
@@ -369,7 +375,7 @@ def build_nodes(
             except ValueError:
                 continue
         g = gpus[(cluster, host, idx)]
-        if field == "xid_count":
+        if field_name == "xid_count":
             windowed.add((cluster, host))
             try:
                 xid = int(lab.get("xid", ""))
@@ -378,7 +384,7 @@ def build_nodes(
             if v > 0 and xid in HARDWARE_XIDS:
                 g.setdefault("hw_xids", set()).add(xid)
             continue
-        g[field] = v
+        g[field_name] = v
         if idx != phys:
             g["parent"] = phys
             g.setdefault("profile", gi)
@@ -391,51 +397,76 @@ def build_nodes(
         pod = workload_pod(lab, own_pods)
         if pod:
             g["pod"] = pod
+    return gpus, windowed
+
+
+def _gpu_state(g: dict[str, Any], idx: int, healthy: bool, share: int | None) -> GpuState:
+    """One GPU from its DCGM record; ``share`` is the milli-GPUs pods hold on it (or ``None``)."""
+    used, free = g.get("used"), g.get("free")
+    total = used + free if used is not None and free is not None else None
+    if not healthy:
+        free_milli = 0
+    elif share is not None:
+        free_milli = max(0, 1000 - share)
+    elif g.get("pod"):
+        free_milli = 0
+    elif total and used is not None:
+        free_milli = 1000 if used / total < IDLE_MEMORY_FRACTION else int(1000 * free / total)
+    else:
+        free_milli = 0
+    util = g.get("util")
+    if util is None and g.get("gr_active") is not None:
+        util = 100.0 * g["gr_active"]
+    model = str(g.get("model", "unknown"))
+    if "parent" in g:
+        model = f"{model} MIG {g['profile']}"
+    return GpuState(
+        index=idx,
+        model=model,
+        uuid=g.get("uuid"),
+        util_pct=util,
+        mem_used_mib=used,
+        mem_total_mib=total,
+        xid_errors=g.get("xid"),
+        free_milli=free_milli,
+        healthy=healthy,
+        mig_parent=g.get("parent"),
+    )
+
+
+def build_nodes(
+    dcgm: Iterable[Sample], ksm: Iterable[Sample], default_cluster: str = "local"
+) -> list[NodeState]:
+    """Nodes from DCGM samples and kube-state-metrics samples (see the module docstring).
+
+    Returns the nodes sorted by (cluster, name); GPUs by index.
+    """
+    view = _read_ksm(list(ksm), default_cluster)
+    dcgm = list(dcgm)
+    own_pods = _exporter_pods(view, dcgm)
+    pods_on: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for (ns, pod), where in view.pod_node.items():
+        pods_on[where].add(f"{ns}/{pod}")
+    held: dict[tuple[str, str, int], int] = defaultdict(int)
+    for lab, milli, idx in view.shares:
+        where = view.pod_node.get((lab.get("namespace", ""), lab.get("pod", "")))
+        if where is not None:
+            for g in idx:
+                held[(*where, g)] += milli
+    gpus, windowed = _read_dcgm(dcgm, view, own_pods, default_cluster)
 
     nodes: dict[tuple[str, str], NodeState] = {}
     for (cluster, host, idx), g in sorted(gpus.items()):
         node = nodes.setdefault((cluster, host), NodeState(name=host, cluster=cluster))
-        used, free = g.get("used"), g.get("free")
-        total = used + free if used is not None and free is not None else None
-        xid = g.get("xid")
         if (cluster, host) in windowed:
             healthy = not g.get("hw_xids")
         else:
-            healthy = not is_hardware_xid(xid)
+            healthy = not is_hardware_xid(g.get("xid"))
         share = held.get((cluster, host, g.get("parent", idx)))
-        if not healthy:
-            free_milli = 0
-        elif share is not None:
-            free_milli = max(0, 1000 - share)
-        elif g.get("pod"):
-            free_milli = 0
-        elif total and used is not None:
-            free_milli = 1000 if used / total < IDLE_MEMORY_FRACTION else int(1000 * free / total)
-        else:
-            free_milli = 0
-        util = g.get("util")
-        if util is None and g.get("gr_active") is not None:
-            util = 100.0 * g["gr_active"]
-        model = str(g.get("model", "unknown"))
-        if "parent" in g:
-            model = f"{model} MIG {g['profile']}"
-        node.gpus.append(
-            GpuState(
-                index=idx,
-                model=model,
-                uuid=g.get("uuid"),
-                util_pct=util,
-                mem_used_mib=used,
-                mem_total_mib=total,
-                xid_errors=xid,
-                free_milli=free_milli,
-                healthy=healthy,
-                mig_parent=g.get("parent"),
-            )
-        )
-    for key, res in alloc.items():
+        node.gpus.append(_gpu_state(g, idx, healthy, share))
+    for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
-        req = requests.get(key, {})
+        req = view.requests.get(key, {})
         if "cpu" in res:
             node.cpu_milli = int(round(res["cpu"] * 1000))
             node.cpu_milli_free = node.cpu_milli - int(round(req.get("cpu", 0.0) * 1000))
