@@ -57,6 +57,10 @@ class DistillHyperparams:
     """candidates the improver tries (the base policy's top ``k`` by its logits)"""
     samples: int = 2
     """sampled futures per improver call (the same for every candidate)"""
+    future: str = "sampled"
+    """the improver's future: ``sampled`` (independent streams of the same trace and load after
+    the decision: what a deployed rollout policy could do) or ``known`` (the training workload's
+    own arrivals: hindsight labels, exact for the workload they came from)"""
     base: str = "clone"
     """policy the improver rolls out: ``clone`` (DAgger on the fixed rollout policy) or
     ``learner`` (approximate policy iteration)"""
@@ -79,12 +83,12 @@ class DistillHyperparams:
     """each fit starts from the clone's weights (else from the current learner)"""
 
     def rollout_config(self, sample_seed: int) -> RolloutConfig:
-        """The improver's :class:`RolloutConfig` (sampled futures, this window)."""
+        """The improver's :class:`RolloutConfig` (this window and future)."""
         return RolloutConfig(
             k=self.k,
             band=(float(self.window[0]), float(self.window[1])),
             every=1,
-            future="sampled",
+            future=self.future,
             samples=self.samples,
             sample_seed=int(sample_seed),
         )

@@ -69,6 +69,7 @@ from fleetmind.rl.distill import (
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, model_config
 from fleetmind.rl.export import OnnxActor, save_onnx, save_torch
 from fleetmind.rl.paired import greedy_metrics, load_clone, trainable_copy
+from fleetmind.rl.rollout import FUTURES
 from fleetmind.training.recipes.common import seed_everything
 from fleetmind.training.recipes.paired import (
     RELEASE_DIR,
@@ -98,6 +99,7 @@ def hyperparams(a: DistillArgs) -> DistillHyperparams:
         every=a.every,
         k=a.k,
         samples=a.samples,
+        future=a.future,
         base=a.base,
         margin=a.margin,
         anchor_per_workload=a.anchor_per_workload,
@@ -138,6 +140,8 @@ def check(a: DistillArgs) -> None:
     ):
         if not (np.isfinite(x) and x >= 0):
             raise ConfigError(f"{flag} must be a finite number >= 0, got {x}")
+    if a.future not in FUTURES:
+        raise ConfigError(f"--future must be one of {', '.join(FUTURES)}, got {a.future!r}")
     if a.base not in BASES:
         raise ConfigError(f"--base must be one of {', '.join(BASES)}, got {a.base!r}")
     bad = [k for k in a.kinds if k not in VARIANT_KINDS]
@@ -382,7 +386,7 @@ def command_line(a: DistillArgs) -> str:
         + (f" --init {a.init}" if a.init else "")
         + f" --iterations {a.iterations} --workloads-per-iter {a.workloads_per_iter}"
         + f" --window {a.window[0]} {a.window[1]} --every {a.every} --k {a.k}"
-        + f" --samples {a.samples} --base {a.base} --margin {a.margin:g}"
+        + f" --samples {a.samples} --future {a.future} --base {a.base} --margin {a.margin:g}"
         + f" --anchor-per-workload {a.anchor_per_workload} --lr {a.learning_rate:g}"
         + f" --anchor-coef {a.anchor_coef:g} --fit-steps {a.fit_steps}"
         + f" --batch-size {a.batch_size}"
@@ -419,3 +423,28 @@ def _write_card(model_dir: Path, args: DistillArgs, summary: dict[str, Any]) -> 
         "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
     ]
     (model_dir / "model_card.md").write_text("\n".join(lines) + "\n")
+
+
+def cli_train(args: Any) -> int:
+    """``fleetmind sched train --algo distill`` from the parsed flags (the ``--algo distill``
+    group that :func:`fleetmind.training.recipes.flags.add_recipe_group` builds from
+    :class:`DistillArgs`; the shared flags ``--trace``, ``--seed``, ``--init``, ``--iterations``,
+    ``--workloads-per-iter``, ``--lr``, ``--val-streams``, ``--val-every``, ``--dyn-jobs``,
+    ``--max-minutes``, ``--out``, ``--release`` count only when given)."""
+    from fleetmind.training.cli_common import write_json
+    from fleetmind.training.recipes.flags import recipe_group_kwargs
+
+    if args.mode != "dynamic":
+        raise ConfigError("--algo distill is a dynamic-mode recipe (add --mode dynamic)")
+    if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
+        raise ConfigError(
+            "--algo distill starts from a model's clone (--init); --teacher, --queue-features and"
+            " --reward belong to --algo ppo"
+        )
+    if args.seeds:
+        raise ConfigError("--seeds is not available with --algo distill; run one --seed at a time")
+    a = DistillArgs(**recipe_group_kwargs(args, DistillArgs))
+    summary = run(a)
+    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0

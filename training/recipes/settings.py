@@ -181,6 +181,9 @@ class DistillArgs:
     """candidates the improver tries (the base policy's top k)"""
     samples: int = 2
     """sampled futures per improver call"""
+    future: str = "sampled"
+    """the improver's future: sampled (independent streams after the decision, what a deployed
+    rollout policy could do) or known (the training workload's own arrivals: hindsight labels)"""
     base: str = "clone"
     """policy the improver rolls out: clone (DAgger on the rollout policy) or learner
     (approximate policy iteration)"""
