@@ -70,7 +70,9 @@ from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, model_config
 from fleetmind.rl.export import OnnxActor, save_onnx, save_torch
 from fleetmind.rl.paired import greedy_metrics, load_clone, trainable_copy
 from fleetmind.rl.rollout import FUTURES
+from fleetmind.training.cli_common import write_json
 from fleetmind.training.recipes.common import seed_everything
+from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.paired import (
     RELEASE_DIR,
     VAL_GEN_SEED,
@@ -431,9 +433,6 @@ def cli_train(args: Any) -> int:
     :class:`DistillArgs`; the shared flags ``--trace``, ``--seed``, ``--init``, ``--iterations``,
     ``--workloads-per-iter``, ``--lr``, ``--val-streams``, ``--val-every``, ``--dyn-jobs``,
     ``--max-minutes``, ``--out``, ``--release`` count only when given)."""
-    from fleetmind.training.cli_common import write_json
-    from fleetmind.training.recipes.flags import recipe_group_kwargs
-
     if args.mode != "dynamic":
         raise ConfigError("--algo distill is a dynamic-mode recipe (add --mode dynamic)")
     if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
