@@ -760,16 +760,17 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         help="train the PPO placement agent (MLflow-tracked, registered as fleetmind-placement)",
         description="Imitation warm start from FGD, then MaskablePPO; exports ONNX + torch.",
     )
-    from fleetmind.training.recipes.flags import PAIRED_FLAGS, add_train_flags
-    from fleetmind.training.recipes.settings import PairedArgs
+    from fleetmind.training.recipes.flags import PAIRED_FLAGS, add_recipe_group, add_train_flags
+    from fleetmind.training.recipes.settings import DistillArgs, PairedArgs
 
     tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
     tr.add_argument(
         "--algo",
-        choices=["ppo", "paired"],
+        choices=["ppo", "paired", "distill"],
         default="ppo",
-        help="ppo (default: imitation warm start, then MaskablePPO) or paired (dynamic mode:"
-        " paired, critic-free PPO over a model's clone; docs/ppo-dynamic.md)",
+        help="ppo (default: imitation warm start, then MaskablePPO), paired (dynamic mode:"
+        " paired, critic-free PPO over a model's clone) or distill (dynamic mode: the rollout"
+        " policy's decisions distilled into the clone; docs/ppo-dynamic.md)",
     )
     pa = tr.add_argument_group("--algo paired (dynamic mode)")
     add_train_flags(pa, PAIRED_FLAGS, recipes=(PairedArgs,))  # PairedArgs' own settings
@@ -782,6 +783,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--workers", type=int, default=1, help="--seeds: local processes (default 1)")
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
     add_train_flags(tr)  # one flag per recipe setting (training/recipes/settings.py)
+    add_recipe_group(tr, DistillArgs, "--algo distill (dynamic mode)")
     _ray_arg(tr, "--seeds: run every training seed")
     tr.set_defaults(func=cmd_train)
 
@@ -817,6 +819,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     if args.algo == "paired":
         return _train_paired(args)
+    if args.algo == "distill":
+        from fleetmind.training.recipes.distill import cli_train
+
+        return cli_train(args)
     if args.mode == "dynamic":
         if args.reward != "shaped":
             raise ConfigError("--reward metric is an fgd-mode option (dynamic mode has its own)")

@@ -582,6 +582,14 @@ class DynamicRolloutPolicy:
             second = (s2.n_decisions, best[1])
         return float(np.mean(vals)), second
 
+    def step_values(
+        self, sim: DynamicSim, j: int, steps: list[tuple[int, np.ndarray]]
+    ) -> list[float]:
+        """The estimated mean slowdown of placing job ``j`` by each ``(node, gpus)`` step and
+        then following the clone (the mean over this run's futures; :meth:`reset` first). Used
+        by :mod:`fleetmind.rl.distill` to label states the rollout policy did not visit itself."""
+        return [self._q(sim, j, step)[0] for step in steps]
+
     def select(self, sim: DynamicSim, j: int) -> tuple[int, np.ndarray | None]:
         cfg = self.cfg
         lo, hi = cfg.window("dynamic")

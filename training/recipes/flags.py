@@ -254,3 +254,110 @@ def recipe_kwargs(
             value = convert[spec.field](value)
         out[spec.field] = value
     return out
+
+
+GROUP_RENAMES: dict[str, str] = {"traces": "--trace", "learning_rate": "--lr"}
+"""Flags of :func:`add_recipe_group` whose name is not the field's."""
+GROUP_HIDDEN: frozenset[str] = frozenset(
+    {"tracking_uri", "experiment", "threads", "progress", "kinds"}
+)
+"""Settings :func:`add_recipe_group` leaves to Python (no flag)."""
+SHARED = "_recipe_shared"
+"""Namespace key where :func:`add_recipe_group` records which settings use a shared flag."""
+GIVEN = "_recipe_given"
+"""Namespace key of the dests of the shared flags given on the command line."""
+
+
+def _mark_given(action: argparse.Action) -> None:
+    """Make ``action`` record its dest in the namespace's :data:`GIVEN` set when it is used (it
+    stores its value as before)."""
+    if getattr(action, "_marks_given", False):
+        return
+    base = type(action)
+
+    def call(
+        self: Any, parser: Any, namespace: Any, values: Any, option_string: Any = None
+    ) -> None:
+        setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), self.dest})
+        base.__call__(self, parser, namespace, values, option_string)
+
+    action.__class__ = type(base.__name__, (base,), {"__call__": call, "_marks_given": True})
+
+
+def _group_flag(name: str, default: Any) -> str:
+    if name in GROUP_RENAMES:
+        return GROUP_RENAMES[name]
+    flag = "--" + name.replace("_", "-")
+    return flag.replace("--", "--no-", 1) if default is True else flag
+
+
+def add_recipe_group(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+    """Add one flag per field of the settings dataclass ``cls`` (a recipe outside
+    :data:`RECIPES`, e.g. :class:`~fleetmind.training.recipes.settings.DistillArgs`) in an argument group
+    ``title``; type, default and help come from the field and its docstring. A ``True``-by-default
+    bool becomes ``--no-<field>``. A flag ``parser`` already has (``--trace``, ``--seed``,
+    ``--iterations``...) is shared, not added again: it is marked so that
+    :func:`recipe_group_kwargs` takes its value only when it was given on the command line (else
+    the recipe's own default). Call it after the parser's other flags are added."""
+    group = parser.add_argument_group(title)
+    existing = {s: a for a in parser._actions for s in a.option_strings}  # noqa: SLF001
+    shared_help = []
+    hints = typing.get_type_hints(cls)
+    docs = field_docs()
+    shared: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in GROUP_HIDDEN:
+            continue
+        default = field_default(f)
+        flag = _group_flag(f.name, default)
+        if flag in existing:
+            shared[f.name] = existing[flag].dest
+            _mark_given(existing[flag])
+            shown = " ".join(map(str, default)) if isinstance(default, list) else default
+            shared_help.append(f"{flag} {shown}")
+            continue
+        kind = hints[f.name]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        kw: dict[str, Any] = {"default": default, "dest": f"{cls.__name__}.{f.name}"}
+        if kind is bool:
+            kw = {"action": "store_true", "dest": kw["dest"]}
+        elif typing.get_origin(kind) is list:
+            kw.update(nargs="+", type=typing.get_args(kind)[0])
+        elif kind in (int, float):
+            kw["type"] = kind
+        if kind is not bool:
+            kw["metavar"] = f.name.upper()
+        if f.name == "window":  # a (LO, HI) pair
+            kw.update(nargs=2, metavar=("LO", "HI"))
+        doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", docs.get((cls.__name__, f.name), ""))
+        doc = doc.replace("``", "").replace("%", "%%")
+        if kind is not bool and default not in (None, [], {}):
+            shown = " ".join(map(str, default)) if isinstance(default, list) else default
+            doc += f" (default {shown})"
+        kw["help"] = f"turn off: {doc}" if default is True else doc
+        group.add_argument(flag, **kw)
+    group.description = (
+        "flags shared with other recipes take these defaults unless given: "
+        + ", ".join(shared_help)
+    )
+    parser.set_defaults(**{f"{SHARED}.{cls.__name__}": shared})
+
+
+def recipe_group_kwargs(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The settings of ``cls`` from flags added by :func:`add_recipe_group`: its own flags as
+    parsed; a shared flag's value when it was given on the command line, else the field's
+    default."""
+    shared = getattr(args, f"{SHARED}.{cls.__name__}", None) or {}
+    given = getattr(args, GIVEN, set())
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in GROUP_HIDDEN:
+            continue
+        if f.name in shared:
+            if shared[f.name] in given:
+                out[f.name] = getattr(args, shared[f.name])
+            continue
+        value = getattr(args, f"{cls.__name__}.{f.name}")
+        out[f.name] = (not value) if field_default(f) is True else value
+    return out

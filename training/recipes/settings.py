@@ -220,3 +220,77 @@ class PairedArgs:
     """torch threads"""
     progress: bool = True
     """progress bar"""
+
+
+@dataclass
+class DistillArgs:
+    """Settings of a distillation run (``fleetmind sched train --mode dynamic --algo distill``
+    flags; the recipe is :mod:`fleetmind.training.recipes.distill`)."""
+
+    mode: ClassVar[str] = "dynamic"
+
+    traces: list[str] = field(default_factory=lambda: ["default"])
+    """source traces of the fresh variants (openb names or CSV paths)"""
+    init: str | None = None
+    """dynamic-mode model folder whose clone starts the learner and anchors it (default: the
+    released models/placement-dynamic)"""
+    iterations: int = 8
+    """DAgger iterations (label, aggregate, fit, validate)"""
+    workloads_per_iter: int = 4
+    """fresh workloads (variant + job stream) labelled per iteration"""
+    window: list[int] = field(default_factory=lambda: [0, 64])
+    """decision indices LO HI where the improver is asked (the early decisions, where the
+    rollout headroom of 2026-12-01 lay)"""
+    every: int = 4
+    """ask the improver at every n-th decision of the window"""
+    k: int = 3
+    """candidates the improver tries (the base policy's top k)"""
+    samples: int = 2
+    """sampled futures per improver call"""
+    future: str = "sampled"
+    """the improver's future: sampled (independent streams after the decision, what a deployed
+    rollout policy could do) or known (the training workload's own arrivals: hindsight labels)"""
+    base: str = "clone"
+    """policy the improver rolls out: clone (DAgger on the rollout policy) or learner
+    (approximate policy iteration)"""
+    margin: float = 0.0
+    """estimated mean-slowdown gain an improved action needs over the base's greedy one"""
+    anchor_per_workload: int = 512
+    """visited states per workload kept for the KL anchor to the clone"""
+    learning_rate: float = 1e-3
+    """Adam step size of each fit"""
+    anchor_coef: float = 1.0
+    """weight of KL(clone || learner) on the anchor states"""
+    fit_steps: int = 300
+    """Adam steps per fit"""
+    batch_size: int = 256
+    """minibatch of labelled and of anchor states per step"""
+    restart: bool = True
+    """fit each iteration from the clone's weights on the whole aggregate"""
+    dyn_jobs: int | None = 1024
+    """jobs per training episode (shorter than the model's 2,048 to halve the rollout cost;
+    None: the model's own setting)"""
+    kinds: list[str] = field(default_factory=lambda: ["cpu", "gpushare", "gpuspec", "multigpu"])
+    """variant kinds of training and validation workloads"""
+    val_streams: int = 30
+    """paired fresh validation streams for the checkpoint choice"""
+    val_every: int = 1
+    """validate every this many iterations"""
+    val_jobs: int | None = None
+    """jobs per validation episode (None: the model's own setting)"""
+    seed: int = 0
+    """seed of the training workloads, the sampled futures and the fit"""
+    max_minutes: float | None = None
+    """stop after the iteration during which this much wall time passed"""
+    out: str = "runs/distill"
+    """run folder (<out>/<run name>/)"""
+    release: bool = False
+    """copy the artifact to models/placement-dynamic/"""
+    tracking_uri: str | None = None
+    """MLflow tracking URI"""
+    experiment: str = "fleetmind-placement"
+    """MLflow experiment name"""
+    threads: int = 1
+    """torch threads"""
+    progress: bool = True
+    """progress bar"""

@@ -1,0 +1,159 @@
+"""A distilled dynamic-mode model against its clone and the rollout policy, paired on the frozen set.
+
+For each frozen trace (``benchmarks/placement/frozen_set.yaml``, regenerated into
+``runs/frozen_set`` with hashes checked) and evaluation seed, the chosen policies run on the same
+job stream in the model's own setting (:func:`fleetmind.rl.dynamic_eval.evaluate_streams`):
+
+* ``model``: the folder's ``policy.onnx``; ``clone``: the folder's ``clone.onnx``;
+* ``rollout``: the rollout policy over the clone (:class:`fleetmind.rl.rollout.DynamicRolloutPolicy`,
+  sampled futures; by default the distillation recipe's improver settings: k 3, 2 futures,
+  decisions 0-63, every 4th). It costs about ``16 x 6`` clone episodes per run, so it usually
+  runs on a subset of the seeds (``--seeds``).
+
+Reported per trace and overall: each policy's mean slowdown and mean p99 queueing delay, and the
+paired gaps ``a / b - 1`` (%) with a 95 % t-interval over the paired runs, for every pair of the
+policies run. ``--merge`` adds the per-run rows of an earlier output (e.g. the rollout subset)
+so that pairs across the two files are computed on their common runs. Used for the release rule
+of ``docs/research/2026-12-02-placement-distillation.md``:
+
+    nice -n 5 python -m benchmarks.dynamic.distill_eval --model DIR --policies model clone \\
+        --json benchmarks/results/dynamic/distill_frozen.json
+    nice -n 5 python -m benchmarks.dynamic.distill_eval --model DIR --policies rollout clone \\
+        --seeds 7301 --json benchmarks/results/dynamic/distill_rollout_frozen.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.placement.ablation import ci95, repo_relative
+from benchmarks.placement.frozen_set import load_manifest, write_all
+from benchmarks.provenance import REPO_ROOT, load_now, provenance
+from fleetmind.cli.sched import parse_seeds
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
+from fleetmind.rl.rollout import DynamicRolloutPolicy, RolloutConfig
+
+POLICIES = ("model", "clone", "rollout")
+
+
+def pair_stats(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, Any] | None:
+    """Paired gap of ``a`` over ``b`` on the runs that have both: ``{"n_runs", "gap_pct",
+    "ci95_pct", "<a>_p99_queue_delay_s", "<b>_p99_queue_delay_s"}``; None when no run has both."""
+    both = [r for r in runs if a in r and b in r]
+    if not both:
+        return None
+    gaps = [100 * (r[a]["mean_slowdown"] / r[b]["mean_slowdown"] - 1) for r in both]
+    return {
+        "n_runs": len(both),
+        "gap_pct": float(np.mean(gaps)),
+        "ci95_pct": ci95(gaps),
+        f"{a}_mean_slowdown": float(np.mean([r[a]["mean_slowdown"] for r in both])),
+        f"{b}_mean_slowdown": float(np.mean([r[b]["mean_slowdown"] for r in both])),
+        f"{a}_p99_queue_delay_s": float(np.mean([r[a]["p99_queue_delay_s"] for r in both])),
+        f"{b}_p99_queue_delay_s": float(np.mean([r[b]["p99_queue_delay_s"] for r in both])),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="dynamic-mode model folder with clone.onnx")
+    ap.add_argument("--policies", nargs="+", choices=POLICIES, default=["model", "clone"])
+    ap.add_argument("--traces", nargs="+", default=None, help="frozen trace names (default: all)")
+    ap.add_argument("--seeds", nargs="+", default=None, help="evaluation seeds (default: frozen)")
+    ap.add_argument("--rollout-k", type=int, default=3)
+    ap.add_argument("--rollout-window", nargs=2, type=float, default=[0.0, 64.0])
+    ap.add_argument("--rollout-every", type=int, default=4)
+    ap.add_argument("--rollout-samples", type=int, default=2)
+    ap.add_argument("--rollout-seed", type=int, default=0, help="sampled futures' seed")
+    ap.add_argument("--merge", default=None, help="an earlier output JSON whose runs to pair with")
+    ap.add_argument("--json", required=True, help="output JSON")
+    a = ap.parse_args(argv)
+    load0 = load_now()
+    man = load_manifest()
+    paths = write_all(REPO_ROOT / "runs" / "frozen_set", man)
+    names = a.traces or list(paths)
+    seeds = parse_seeds(a.seeds) if a.seeds else [int(s) for s in man["eval_seeds"]]
+    model = Path(a.model)
+    cfg = model_config(model)
+    actors = {}
+    if "clone" in a.policies:
+        actors["clone"] = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
+    if "model" in a.policies:
+        actors["model"] = actor_fn(load_dynamic_actor(model / "policy.onnx", cfg.n_candidates))
+    rcfg = RolloutConfig(
+        k=a.rollout_k,
+        band=(a.rollout_window[0], a.rollout_window[1]),
+        every=a.rollout_every,
+        future="sampled",
+        samples=a.rollout_samples,
+        sample_seed=a.rollout_seed,
+    )
+    extra = {}
+    if "rollout" in a.policies:
+        base = load_dynamic_actor(model / "clone.onnx", cfg.n_candidates)
+
+        def make(env: MultiClusterPlacementEnv, seed: int) -> DynamicRolloutPolicy:
+            def new_env() -> MultiClusterPlacementEnv:
+                return MultiClusterPlacementEnv(**cfg.env_kwargs(env.trace))
+
+            return DynamicRolloutPolicy(base, new_env, seed, rcfg)
+
+        extra["rollout"] = make
+    runs: list[dict[str, Any]] = []
+    for name in names:
+        res = evaluate_streams(
+            str(paths[name]), seeds, actors, heuristics=(), config=cfg, policies=extra
+        )
+        for i, s in enumerate(seeds):
+            row: dict[str, Any] = {"trace": name, "seed": int(s)}
+            for pol, r in res.items():
+                row[pol] = {
+                    "mean_slowdown": r["per_seed"]["mean_slowdown"][i],
+                    "p99_queue_delay_s": r["per_seed"]["p99_queue_delay_s"][i],
+                }
+            runs.append(row)
+            print(json.dumps(row), flush=True)
+    if a.merge:
+        earlier = {
+            (r["trace"], r["seed"]): r for r in json.loads(Path(a.merge).read_text())["runs"]
+        }
+        for r in runs:
+            for pol, v in earlier.get((r["trace"], r["seed"]), {}).items():
+                if pol in POLICIES and pol not in r:
+                    r[pol] = v
+    present = [p for p in POLICIES if any(p in r for r in runs)]
+    pairs = {f"{x}_vs_{y}": pair_stats(runs, x, y) for x, y in itertools.combinations(present, 2)}
+    per_trace = {
+        n: {
+            f"{x}_vs_{y}": pair_stats([r for r in runs if r["trace"] == n], x, y)
+            for x, y in itertools.combinations(present, 2)
+        }
+        for n in names
+    }
+    out = {
+        **provenance(__spec__.name, argv, load_start=load0, packages=("onnxruntime", "torch")),
+        "model": str(repo_relative(str(model))),
+        "setting": cfg.__dict__,
+        "policies": list(a.policies),
+        "rollout_config": {**rcfg.__dict__, "band": list(rcfg.window("dynamic"))},
+        "seeds": seeds,
+        "merged_from": a.merge,
+        "overall": pairs,
+        "traces": per_trace,
+        "runs": runs,
+    }
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out["overall"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

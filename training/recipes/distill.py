@@ -1,0 +1,449 @@
+"""Distillation of rollout-improved decisions (DAgger) over the dynamic-mode clone:
+``fleetmind sched train --mode dynamic --algo distill``.
+
+    fleetmind sched train --mode dynamic --algo distill --trace default \
+        --iterations 8 --workloads-per-iter 4 --window 0 64 --every 4 --max-minutes 40
+
+Steps (``docs/ppo-dynamic.md``, section "Distillation"; the algorithm is :mod:`fleetmind.rl.distill`):
+
+1. Loads the clone of ``--init`` (default the released ``models/placement-dynamic``) twice: the
+   frozen anchor and the learner (the same network, so the export and its inference cost do not
+   change). The improver rolls out the clone's ONNX file (``--base clone``) or the current learner.
+2. Every iteration draws ``--workloads-per-iter`` fresh workloads: variants of a ``--trace`` made
+   by ``fleetmind sched variants``' generator (kinds cycled, level uniform over the published
+   range; generator seeds :data:`TRAIN_GEN_SEED` + ...) and a stream seed
+   (:data:`TRAIN_STREAM_SEED` + ...). Neither range meets the frozen evaluation set
+   (``benchmarks/placement/frozen_set.yaml``: generator seeds 20261201-20261208, stream seeds
+   7301-7310), the pre-set held-out seeds 42-51, paired PPO's training ranges or the validation
+   ranges.
+3. The learner runs each workload greedily; the improver labels the decisions of ``--window``
+   (every ``--every``-th); the labels join the aggregate and the learner is fitted on it
+   (:func:`fleetmind.rl.distill.fit`).
+4. Every ``--val-every`` iterations the greedy learner runs on ``--val-streams`` validation
+   workloads, paired with the greedy clone on the same streams (paired PPO's validation ranges,
+   so the two learners are validated on the same streams). **Checkpoint rule:** keep the
+   validated iteration with the lowest mean paired slowdown ratio to the clone among those whose
+   mean p99 queueing-delay ratio to the clone is <= 1; the clone itself (iteration 0, ratio 1)
+   competes, so a run that finds nothing exports the clone.
+5. Exports ``policy.pt``/``policy.onnx`` (kept), ``final.onnx`` (last), ``clone.onnx``/``clone.pt``,
+   the init's ``teacher.json``, ``metadata.json`` (``algo: distill``), ``model_card.md``,
+   ``train_summary.json`` and ``dataset.npz`` (the aggregate's labelled states) to
+   ``<out>/<run>/model``; with ``--release`` to ``models/placement-dynamic/``. The folder loads
+   anywhere a dynamic-mode model does: ``fleetmind sched evaluate --mode dynamic --policies ppo
+   clone --model DIR``. MLflow, per iteration: ``distill/labels``, ``distill/changed_frac``
+   (labels differing from the base's greedy action), ``distill/ce``, ``distill/agree_label``,
+   ``distill/kl_clone`` (KL(clone || learner) on the anchor states), ``distill/agree_clone``,
+   ``distill/train_slowdown`` (the learner's own episodes); per validation ``val/gap_pct``,
+   ``val/p99_ratio``, ``val/kl_clone``.
+
+Labelling runs in this process: each workload is one independent job, so it could go to
+:func:`fleetmind.rl.scaleout.run_tasks` (Ray tasks), but the learner's weights would have to travel with
+every job and the machine the recipe was sized on has 2 shared cores; not wired.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import load_openb_trace
+from fleetmind.data.openb_variants import VARIANT_KINDS
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.rl.distill import (
+    BASES,
+    Aggregate,
+    DistillHyperparams,
+    distill_iteration,
+    kl_to_clone,
+)
+from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, model_config
+from fleetmind.rl.export import OnnxActor, save_onnx, save_torch
+from fleetmind.rl.paired import greedy_metrics, load_clone, trainable_copy
+from fleetmind.rl.rollout import FUTURES
+from fleetmind.training.io import write_json
+from fleetmind.training.recipes.common import seed_everything
+from fleetmind.training.recipes.flags import recipe_group_kwargs
+from fleetmind.training.recipes.paired import (
+    RELEASE_DIR,
+    VAL_GEN_SEED,
+    VAL_STREAM_SEED,
+    _ratio_ci,
+    make_workload,
+    workload_specs,
+)
+from fleetmind.training.recipes.settings import DistillArgs
+from fleetmind.training.recipes.tracking import tracked_run
+
+__all__ = ["DistillArgs", "command_line", "run"]
+
+TRAIN_GEN_SEED = 33_000_000
+"""Variant generator seeds of training workloads: ``TRAIN_GEN_SEED + 100_000 * seed + i``."""
+TRAIN_STREAM_SEED = 800_000
+"""Stream seeds of training workloads: ``TRAIN_STREAM_SEED + 100_000 * seed + i``."""
+SAMPLE_SEED = 900_000
+"""Seeds of the improver's sampled futures: ``SAMPLE_SEED + 100_000 * seed + i``."""
+
+
+def hyperparams(a: DistillArgs) -> DistillHyperparams:
+    """The algorithm's settings from the recipe's."""
+    return DistillHyperparams(
+        window=(int(a.window[0]), int(a.window[1])),
+        every=a.every,
+        k=a.k,
+        samples=a.samples,
+        future=a.future,
+        base=a.base,
+        margin=a.margin,
+        anchor_per_workload=a.anchor_per_workload,
+        learning_rate=a.learning_rate,
+        anchor_coef=a.anchor_coef,
+        steps=a.fit_steps,
+        batch_size=a.batch_size,
+        restart=a.restart,
+    )
+
+
+def check(a: DistillArgs) -> None:
+    """:class:`ConfigError` naming the first bad setting."""
+    ints = {
+        "--iterations": (a.iterations, 0),
+        "--workloads-per-iter": (a.workloads_per_iter, 1),
+        "--every": (a.every, 1),
+        "--k": (a.k, 2),
+        "--samples": (a.samples, 1),
+        "--anchor-per-workload": (a.anchor_per_workload, 1),
+        "--fit-steps": (a.fit_steps, 0),
+        "--batch-size": (a.batch_size, 1),
+        "--val-streams": (a.val_streams, 1),
+        "--val-every": (a.val_every, 1),
+    }
+    for flag, (v, lo) in ints.items():
+        if v < lo:
+            raise ConfigError(f"{flag} must be >= {lo}, got {v}")
+    if len(a.window) != 2 or not (0 <= a.window[0] < a.window[1]):
+        raise ConfigError(f"--window takes LO HI with 0 <= LO < HI, got {a.window}")
+    for flag, v in (("--dyn-jobs", a.dyn_jobs), ("--val-jobs", a.val_jobs)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {v}")
+    for flag, x in (
+        ("--lr", a.learning_rate),
+        ("--anchor-coef", a.anchor_coef),
+        ("--margin", a.margin),
+    ):
+        if not (np.isfinite(x) and x >= 0):
+            raise ConfigError(f"{flag} must be a finite number >= 0, got {x}")
+    if a.future not in FUTURES:
+        raise ConfigError(f"--future must be one of {', '.join(FUTURES)}, got {a.future!r}")
+    if a.base not in BASES:
+        raise ConfigError(f"--base must be one of {', '.join(BASES)}, got {a.base!r}")
+    bad = [k for k in a.kinds if k not in VARIANT_KINDS]
+    if bad or not a.kinds:
+        raise ConfigError(f"variant kinds must be among {', '.join(VARIANT_KINDS)}, got {bad}")
+
+
+def run(args: DistillArgs) -> dict[str, Any]:
+    """The distillation recipe (module docstring). Returns the JSON summary."""
+    check(args)
+    for t in dict.fromkeys(args.traces):
+        load_openb_trace(t)  # a typo is one line, before anything is written
+    init = Path(args.init) if args.init else RELEASE_DIR
+    clone = load_clone(init)
+    base_cfg = model_config(init)
+    train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
+    val_cfg = replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs))
+    seed_everything(args.seed, args.threads)
+    hp = hyperparams(args)
+    run_name = f"MultiClusterPlacement-v0__distill__{args.seed}__{int(time.time())}"
+    run_dir = Path(args.out) / run_name
+    model_dir = run_dir / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    var_dir = Path(args.out) / "variants"
+    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "distill"}
+    t0 = time.perf_counter()
+    actor = trainable_copy(clone)
+    # the improver's base: the clone's ONNX file (fast), or the learner itself
+    base: Any = None
+    if hp.base == "clone":
+        base = OnnxActor(init / "clone.onnx") if (init / "clone.onnx").is_file() else clone
+    gen = torch.Generator().manual_seed(args.seed)
+    spec_rng = np.random.default_rng([args.seed, 2])
+    data = Aggregate()
+
+    with tracked_run(args, run_name, summary):
+        mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
+        val_specs = workload_specs(
+            list(args.traces),
+            list(args.kinds),
+            args.val_streams,
+            VAL_GEN_SEED,
+            np.random.default_rng(VAL_GEN_SEED),
+        )
+        val_envs = [make_workload(*s, val_cfg, var_dir) for s in val_specs]
+        val_seeds = [VAL_STREAM_SEED + i for i in range(args.val_streams)]
+        n_val = args.val_streams * (1 + 1 + args.iterations // args.val_every)
+        bar = tqdm(
+            total=args.iterations * args.workloads_per_iter + n_val,
+            desc="distill",
+            unit="episode",
+            disable=not args.progress,
+        )
+        clone_val = [greedy_metrics(e, s, clone) for e, s in zip(val_envs, val_seeds, strict=True)]
+        bar.update(args.val_streams)
+        clone_ms = np.array([m["mean_slowdown"] for m in clone_val])
+        clone_p99 = np.array([m["p99_queue_delay_s"] for m in clone_val])
+        state: dict[str, Any] = {
+            "best_ratio": 1.0,
+            "best_iteration": 0,
+            "best_state": {k: v.clone() for k, v in actor.state_dict().items()},
+            "validations": [
+                {
+                    "iteration": 0,
+                    "gap_pct": 0.0,
+                    "ci_pct": [0.0, 0.0],
+                    "p99_ratio": 1.0,
+                    "per_stream_ratio": [1.0] * args.val_streams,
+                }
+            ],
+            "iterations": [],
+        }
+
+        def validate(it: int) -> None:
+            ms = [greedy_metrics(e, s, actor) for e, s in zip(val_envs, val_seeds, strict=True)]
+            bar.update(args.val_streams)
+            r = np.array([m["mean_slowdown"] for m in ms]) / clone_ms
+            p99 = float(
+                np.mean([m["p99_queue_delay_s"] for m in ms]) / max(float(clone_p99.mean()), 1e-9)
+            )
+            lo, hi = _ratio_ci(r, seed=it)
+            row = {
+                "iteration": it,
+                "gap_pct": float(100 * (r.mean() - 1)),
+                "ci_pct": [lo, hi],
+                "p99_ratio": p99,
+                "per_stream_ratio": [round(float(x), 6) for x in r],
+            }
+            state["validations"].append(row)
+            mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
+            if r.mean() < state["best_ratio"] and p99 <= 1.0:
+                state.update(
+                    best_ratio=float(r.mean()),
+                    best_iteration=it,
+                    best_state={k: v.clone() for k, v in actor.state_dict().items()},
+                )
+
+        done_its = 0
+        for it in range(1, args.iterations + 1):
+            off = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
+            specs = workload_specs(
+                list(args.traces),
+                list(args.kinds),
+                args.workloads_per_iter,
+                TRAIN_GEN_SEED + off,
+                spec_rng,
+                offset=off,
+            )
+            wl = []
+            for i, s in enumerate(specs):
+                env = make_workload(*s, train_cfg, var_dir)
+
+                def make_env(tr: Any = env.trace) -> MultiClusterPlacementEnv:
+                    return MultiClusterPlacementEnv(**train_cfg.env_kwargs(tr))
+
+                wl.append((env, TRAIN_STREAM_SEED + off + i, make_env))
+            res = distill_iteration(
+                wl,
+                actor,
+                clone,
+                data,
+                hp,
+                gen,
+                sample_seed=SAMPLE_SEED + off,
+                base=base,
+                progress=bar.update,
+            )
+            changed = sum(int((lab.labels != lab.greedy).sum()) for lab in res.labels)
+            n_new = sum(len(lab.labels) for lab in res.labels)
+            row = {
+                "iteration": it,
+                "workloads": [list(s) + [TRAIN_STREAM_SEED + off + i] for i, s in enumerate(specs)],
+                "new_labels": n_new,
+                "new_changed": changed,
+                "train_slowdown": [lab.metrics["mean_slowdown"] for lab in res.labels],
+                "rollouts": sum(lab.rollouts for lab in res.labels),
+                **{k: float(v) for k, v in res.fit.items()},
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+            state["iterations"].append(row)
+            mlflow.log_metrics(
+                {
+                    "distill/labels": res.fit["n_labels"],
+                    "distill/changed_frac": res.fit["n_changed"] / max(res.fit["n_labels"], 1),
+                    "distill/ce": res.fit["ce"],
+                    "distill/agree_label": res.fit["agree_label"],
+                    "distill/kl_clone": res.fit["kl_clone"],
+                    "distill/agree_clone": res.fit["agree_clone"],
+                    "distill/train_slowdown": float(np.mean(row["train_slowdown"])),
+                },
+                step=it,
+            )
+            bar.set_postfix(kl=f"{res.fit['kl_clone']:.4f}", labels=int(res.fit["n_labels"]))
+            done_its = it
+            out_of_time = (
+                args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
+            )
+            if it % args.val_every == 0 or it == args.iterations or out_of_time:
+                validate(it)
+                val_kl = kl_to_clone(
+                    actor, clone, data.arrays()["anchor_obs"], data.arrays()["anchor_masks"]
+                )
+                state["validations"][-1]["kl_clone"] = val_kl["kl_clone"]
+                mlflow.log_metrics({"val/kl_clone": val_kl["kl_clone"]}, step=it)
+            if out_of_time:
+                break
+        bar.close()
+
+        save_onnx(actor, model_dir / "final.onnx")
+        actor.load_state_dict(state["best_state"])
+        save_torch(actor, model_dir / "policy.pt")
+        save_onnx(actor, model_dir / "policy.onnx")
+        save_torch(clone, model_dir / "clone.pt")
+        if (init / "clone.onnx").is_file():
+            shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
+        else:
+            save_onnx(clone, model_dir / "clone.onnx")
+        if (init / "teacher.json").is_file():
+            shutil.copy2(init / "teacher.json", model_dir / "teacher.json")
+        if data.parts:
+            arr = data.arrays()
+            np.savez_compressed(
+                model_dir / "dataset.npz",
+                obs=arr["obs"],
+                masks=arr["masks"],
+                labels=arr["labels"],
+                greedy=np.concatenate([p.greedy for p in data.parts]),
+                gain=np.concatenate([p.gain for p in data.parts]),
+                index=np.concatenate([p.index for p in data.parts]),
+            )
+        meta = {
+            "format": DYNAMIC_FORMAT,
+            "version": run_name,
+            "mode": "dynamic",
+            "env_id": "fleetmind/MultiClusterPlacement-v0",
+            "env_kwargs": asdict(base_cfg),
+            "algo": "distill",
+            "init": str(init),
+            "train_traces": list(args.traces),
+            "teacher": "clone of " + str(init),
+        }
+        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+        wall = time.perf_counter() - t0
+        best_val = next(
+            v for v in state["validations"] if v["iteration"] == state["best_iteration"]
+        )
+        summary.update(
+            iterations=done_its,
+            best_iteration=state["best_iteration"],
+            validation=state["validations"],
+            validation_best=best_val,
+            history=state["iterations"],
+            hyperparameters={**asdict(hp), "window": list(hp.window)},
+            train_env=asdict(train_cfg),
+            val_env=asdict(val_cfg),
+            val_workloads=[list(s) + [sd] for s, sd in zip(val_specs, val_seeds, strict=True)],
+            wall_time_s=round(wall, 1),
+            artifact=str(model_dir),
+            command=command_line(args),
+            metrics={"distill_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
+        )
+        _write_card(model_dir, args, summary)
+        (model_dir / "train_summary.json").write_text(
+            json.dumps(summary, indent=1, default=str) + "\n"
+        )
+        mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": best_val["gap_pct"]})
+        mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
+        if args.release:
+            RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+            for f in model_dir.iterdir():
+                if f.is_file() and f.name != "dataset.npz":
+                    shutil.copy2(f, RELEASE_DIR / f.name)
+            summary["released"] = str(RELEASE_DIR)
+    return summary
+
+
+def command_line(a: DistillArgs) -> str:
+    """The ``fleetmind sched train`` flags that reproduce ``a``."""
+    return (
+        "--mode dynamic --algo distill"
+        + "".join(f" --trace {t}" for t in a.traces)
+        + (f" --init {a.init}" if a.init else "")
+        + f" --iterations {a.iterations} --workloads-per-iter {a.workloads_per_iter}"
+        + f" --window {a.window[0]} {a.window[1]} --every {a.every} --k {a.k}"
+        + f" --samples {a.samples} --future {a.future} --base {a.base} --margin {a.margin:g}"
+        + f" --anchor-per-workload {a.anchor_per_workload} --lr {a.learning_rate:g}"
+        + f" --anchor-coef {a.anchor_coef:g} --fit-steps {a.fit_steps}"
+        + f" --batch-size {a.batch_size}"
+        + ("" if a.restart else " --no-restart")
+        + (f" --dyn-jobs {a.dyn_jobs}" if a.dyn_jobs else "")
+        + f" --val-streams {a.val_streams} --val-every {a.val_every}"
+        + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
+        + f" --seed {a.seed}"
+    )
+
+
+def _write_card(model_dir: Path, args: DistillArgs, summary: dict[str, Any]) -> None:
+    b = summary["validation_best"]
+    lines = [
+        "# fleetmind-placement-dynamic: distilled placement agent for dynamic mode",
+        "",
+        "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO agent),",
+        f"started from the clone in `{args.init or RELEASE_DIR}` and fitted by distillation",
+        "(`rl/distill.py`): the rollout policy with sampled futures labels the learner's early",
+        "decisions on fresh workloads (DAgger), cross-entropy on those labels plus a KL anchor to",
+        "the clone on every visited state.",
+        "",
+        "| field | value |",
+        "| --- | --- |",
+        f"| run | {summary['run_name']} |",
+        f"| command | `fleetmind sched train {command_line(args)}` |",
+        f"| iterations run | {summary['iterations']} |",
+        f"| kept checkpoint (iteration) | {summary['best_iteration']} |",
+        f"| validation: mean slowdown vs clone, {args.val_streams} paired fresh streams | "
+        f"{b['gap_pct']:+.2f} % [{b['ci_pct'][0]:+.2f}, {b['ci_pct'][1]:+.2f}] |",
+        f"| validation: mean p99 queueing-delay ratio to the clone | {b['p99_ratio']:.3f} |",
+        f"| wall time (s) | {summary['wall_time_s']} |",
+        "",
+        "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
+    ]
+    (model_dir / "model_card.md").write_text("\n".join(lines) + "\n")
+
+
+def cli_train(args: Any) -> int:
+    """``fleetmind sched train --algo distill`` from the parsed flags (the ``--algo distill``
+    group that :func:`fleetmind.training.recipes.flags.add_recipe_group` builds from
+    :class:`DistillArgs`; the shared flags ``--trace``, ``--seed``, ``--init``, ``--iterations``,
+    ``--workloads-per-iter``, ``--lr``, ``--val-streams``, ``--val-every``, ``--dyn-jobs``,
+    ``--max-minutes``, ``--out``, ``--release`` count only when given)."""
+    if args.mode != "dynamic":
+        raise ConfigError("--algo distill is a dynamic-mode recipe (add --mode dynamic)")
+    if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
+        raise ConfigError(
+            "--algo distill starts from a model's clone (--init); --teacher, --queue-features and"
+            " --reward belong to --algo ppo"
+        )
+    if args.seeds:
+        raise ConfigError("--seeds is not available with --algo distill; run one --seed at a time")
+    a = DistillArgs(**recipe_group_kwargs(args, DistillArgs))
+    summary = run(a)
+    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0
