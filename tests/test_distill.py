@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from fleetmind import cli
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.rl.distill import (
     Aggregate,
@@ -24,7 +25,6 @@ from fleetmind.rl.distill import (
 )
 from fleetmind.rl.dynamic_eval import load_dynamic_actor, model_config
 from fleetmind.rl.paired import greedy_metrics, load_clone, trainable_copy
-from fleetmind.training import cli
 
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 

@@ -74,14 +74,13 @@ from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import seed_everything
 from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.paired import (
-    RELEASE_DIR,
     VAL_GEN_SEED,
     VAL_STREAM_SEED,
     _ratio_ci,
     make_workload,
     workload_specs,
 )
-from fleetmind.training.recipes.settings import DistillArgs
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
 __all__ = ["DistillArgs", "command_line", "run"]
@@ -156,7 +155,7 @@ def run(args: DistillArgs) -> dict[str, Any]:
     check(args)
     for t in dict.fromkeys(args.traces):
         load_openb_trace(t)  # a typo is one line, before anything is written
-    init = Path(args.init) if args.init else RELEASE_DIR
+    init = Path(args.init) if args.init else DYNAMIC_RELEASE_DIR
     clone = load_clone(init)
     base_cfg = model_config(init)
     train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
@@ -372,11 +371,11 @@ def run(args: DistillArgs) -> dict[str, Any]:
         mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": best_val["gap_pct"]})
         mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
         if args.release:
-            RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+            DYNAMIC_RELEASE_DIR.mkdir(parents=True, exist_ok=True)
             for f in model_dir.iterdir():
                 if f.is_file() and f.name != "dataset.npz":
-                    shutil.copy2(f, RELEASE_DIR / f.name)
-            summary["released"] = str(RELEASE_DIR)
+                    shutil.copy2(f, DYNAMIC_RELEASE_DIR / f.name)
+            summary["released"] = str(DYNAMIC_RELEASE_DIR)
     return summary
 
 
@@ -406,7 +405,7 @@ def _write_card(model_dir: Path, args: DistillArgs, summary: dict[str, Any]) -> 
         "# fleetmind-placement-dynamic: distilled placement agent for dynamic mode",
         "",
         "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO agent),",
-        f"started from the clone in `{args.init or RELEASE_DIR}` and fitted by distillation",
+        f"started from the clone in `{args.init or DYNAMIC_RELEASE_DIR}` and fitted by distillation",
         "(`rl/distill.py`): the rollout policy with sampled futures labels the learner's early",
         "decisions on fresh workloads (DAgger), cross-entropy on those labels plus a KL anchor to",
         "the clone on every visited state.",
