@@ -22,6 +22,7 @@ A run is the same code as ``fleetmind sched evaluate --policies FGD teacher clon
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -80,20 +81,59 @@ def _job(job: tuple[str, str, int, str, str]) -> dict[str, Any]:
     }
 
 
+def _stage_key(model_dir: Path, ppo: Path) -> str:
+    """What a cached run depends on besides trace, policy and seed: the SHA-256 (first 16 hex
+    digits) of the clone, the PPO policy and the teacher file, joined."""
+    from fleetmind.rl.named_policies import clone_file, teacher_file
+
+    files = (clone_file(model_dir), ppo, teacher_file(model_dir))
+    return "-".join(hashlib.sha256(f.read_bytes()).hexdigest()[:16] for f in files)
+
+
 def _paired(a: list[float], b: list[float]) -> dict[str, Any]:
     """Mean of a - b over paired seeds with a 95 % t-interval (points), and seeds where a > b."""
     d = np.asarray(a) - np.asarray(b)
     m = float(d.mean())
-    if len(d) > 1 and float(d.std(ddof=1)) > 0:
+    ci = None  # one seed: no interval
+    if len(d) > 1:
         half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
-    else:
-        half = 0.0
+        ci = [round(m - half, 4), round(m + half, 4)]
     return {
         "mean": round(m, 4),
-        "ci95": [round(m - half, 4), round(m + half, 4)],
+        "ci95": ci,
         "seeds_worse": int((d > 1e-9).sum()),
         "n": len(d),
     }
+
+
+def pooled(traces: dict[str, Any]) -> dict[str, Any]:
+    """Across the held-out traces of a result's ``traces``: each trace's mean PPO - clone and
+    clone - FGD in % of the second policy's mean, their mean and 95 % t-interval over traces (the
+    traces as the replicates; with one seed per trace this is the only interval there is)."""
+    held = [v for v in traces.values() if v["held_out"]]
+    out: dict[str, Any] = {"held_out_traces": len(held)}
+    for key, (a, b) in {
+        "ppo_vs_clone_pct": ("ppo", "clone"),
+        "clone_vs_fgd_pct": ("clone", "FGD"),
+    }.items():
+        rel = np.array(
+            [100.0 * (v["unalloc100"][a]["mean"] / v["unalloc100"][b]["mean"] - 1.0) for v in held]
+        )
+        if len(rel) == 0:
+            continue
+        half = (
+            float(stats.t.ppf(0.975, len(rel) - 1) * rel.std(ddof=1) / np.sqrt(len(rel)))
+            if len(rel) > 1
+            else 0.0
+        )
+        m = float(rel.mean())
+        out[key] = {
+            "mean": round(m, 3),
+            "ci95_over_traces": [round(m - half, 3), round(m + half, 3)],
+            "traces_above": int((rel > 0).sum()),
+            "traces_below": int((rel < 0).sum()),
+        }
+    return out
 
 
 def _summarise(
@@ -154,8 +194,50 @@ def _summarise(
             "traces_clone_above_fgd": clone_above_fgd,
             "traces_ppo_above_fgd": ppo_above_fgd,
         },
+        "pooled_over_held_out_traces": pooled(traces),
         "traces": traces,
     }
+
+
+def _maybe_write(
+    a: argparse.Namespace,
+    argv: list[str] | None,
+    names: list[str],
+    seeds: list[int],
+    complete: list[int],
+    done: dict[tuple[str, str, int], dict],
+    meta: dict[str, Any],
+    ppo: Path,
+    load0: list[float] | None,
+    t0: float,
+) -> list[int]:
+    """Rewrite the result JSON when another seed has finished on every trace; the seeds complete."""
+    model_dir = Path(a.model)
+    train = set(meta.get("train_traces", []))
+    new = [
+        x
+        for x in seeds
+        if x not in complete and all((t, q, x) in done for t in names for q in (*POLICIES, "bound"))
+    ]
+    if not new:
+        return complete
+    complete = sorted(complete + new)
+    out = {
+        **provenance(__spec__.name, argv, load_start=load0),
+        "model": f"{model_dir} ({meta.get('version')})",
+        "ppo_policy": str(ppo.relative_to(REPO_ROOT) if ppo.is_relative_to(REPO_ROOT) else ppo),
+        "stage_sha256_clone_ppo_teacher": _stage_key(model_dir, ppo),
+        "mode": "fgd",
+        "metric": "unallocated GPU % of capacity once 100 % of it has arrived (unalloc@100)",
+        "train_traces": sorted(train),
+        "seeds": complete,
+        "seeds_requested": seeds,
+        "wall_time_s": round(time.perf_counter() - t0, 1),
+        **_summarise(names, complete, done, train),
+    }
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out["verdict"]), flush=True)
+    return complete
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -169,14 +251,32 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ppo", default=None, help="PPO policy file (default: see the module doc)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument(
+        "--cache",
+        default=None,
+        help="JSON-lines file of finished runs: read to skip runs already done (same model, seeds"
+        " are deterministic), appended as runs finish, so an interrupted audit resumes",
+    )
+    ap.add_argument(
+        "--repool",
+        metavar="JSON",
+        default=None,
+        help="only (re)compute 'pooled_over_held_out_traces' of an earlier output from its per-trace"
+        " means, in place; runs nothing",
+    )
     a = ap.parse_args(argv)
+    if a.repool:
+        res = json.loads(Path(a.repool).read_text())
+        res["pooled_over_held_out_traces"] = pooled(res["traces"])
+        Path(a.repool).write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(res["pooled_over_held_out_traces"]))
+        return
     seeds = parse_seeds(a.seeds)
     model_dir = Path(a.model)
     ppo = Path(a.ppo) if a.ppo else model_dir / "ppo_policy.onnx"
     if not ppo.is_file():
         ppo = model_dir / "policy.onnx"
     meta = json.loads((model_dir / "metadata.json").read_text())
-    train = set(meta.get("train_traces", []))
     data = Path(a.data)
     names = (
         [f"openb_pod_list_{t}" for t in a.traces]
@@ -192,38 +292,26 @@ def main(argv: list[str] | None = None) -> None:
     load0 = load_now()
     t0 = time.perf_counter()
     done: dict[tuple[str, str, int], dict] = {}
-    complete: list[int] = []
+    cache = Path(a.cache) if a.cache else None
+    key = _stage_key(model_dir, ppo)
+    if cache and cache.is_file():
+        for line in cache.read_text().splitlines():
+            row = json.loads(line)
+            if row["key"] == key:
+                done[(row["trace"], row["policy"], row["seed"])] = row["result"]
+    todo = [j for j in jobs if (Path(j[0]).stem, j[1], j[2]) not in done]
+    complete = _maybe_write(a, argv, names, seeds, [], done, meta, ppo, load0, t0)
     with ProcessPoolExecutor(max_workers=a.workers) as pool:
-        futs = {pool.submit(_job, j): j for j in jobs}
+        futs = {pool.submit(_job, j): j for j in todo}
         for fut in as_completed(futs):
             path, p, s, _, _ = futs[fut]
-            done[(Path(path).stem, p, s)] = fut.result()
+            done[(Path(path).stem, p, s)] = r = fut.result()
+            if cache:
+                row = {"key": key, "trace": Path(path).stem}
+                with cache.open("a") as fh:
+                    fh.write(json.dumps({**row, "policy": p, "seed": s, "result": r}) + "\n")
             print(f"[{len(done)}/{len(jobs)}] {Path(path).stem} {p} seed {s}", flush=True)
-            new = [
-                x
-                for x in seeds
-                if x not in complete
-                and all((t, q, x) in done for t in names for q in (*POLICIES, "bound"))
-            ]
-            if not new:
-                continue
-            complete = sorted(complete + new)
-            out = {
-                **provenance(__spec__.name, argv, load_start=load0),
-                "model": f"{model_dir} ({meta.get('version')})",
-                "ppo_policy": str(
-                    ppo.relative_to(REPO_ROOT) if ppo.is_relative_to(REPO_ROOT) else ppo
-                ),
-                "mode": "fgd",
-                "metric": "unallocated GPU % of capacity once 100 % of it has arrived (unalloc@100)",
-                "train_traces": sorted(train),
-                "seeds": complete,
-                "seeds_requested": seeds,
-                "wall_time_s": round(time.perf_counter() - t0, 1),
-                **_summarise(names, complete, done, train),
-            }
-            Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
-            print(json.dumps(out["verdict"]), flush=True)
+            complete = _maybe_write(a, argv, names, seeds, complete, done, meta, ppo, load0, t0)
 
 
 if __name__ == "__main__":
