@@ -71,7 +71,7 @@ def test_released_head_reproduces_the_released_model(tiny):
     assert all(masks[i, a] for i, a in enumerate(mine))
     actor = load_torch(RELEASED / "policy.pt")
     np.testing.assert_array_equal(mine, actor.predict(obs, masks))
-    model = load_sb3_model(RELEASED / "ppo.zip")  # saved before the namespace move (0.1.0)
+    model = load_sb3_model(RELEASED / "ppo.zip")  # the SB3 file holds the released actor too
     ppo = [
         int(model.predict(o, action_masks=m, deterministic=True)[0])
         for o, m in zip(obs, masks, strict=True)
