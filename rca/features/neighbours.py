@@ -138,9 +138,19 @@ def edge_features(x: np.ndarray, edge_index: np.ndarray) -> np.ndarray:
 
 def propagation_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """The ``prop:*`` block for every node of ``graph``: float32 ``(|V|, 5)``."""
+    from fleetmind.rca.baselines import graph_cache
+    from fleetmind.rca.features.mapping import _static, node_index_for_alert
     from fleetmind.rca.propagation import PropagationConfig, PropagationRanker
 
     n = graph.num_nodes
+    # the ranker maps alerts with DependencyGraph.node_for_alert (pure Python, ~5 ms per new label
+    # set); fill its per-graph memo with the vectorised mapping, which follows the same rules
+    memo, st = graph_cache(graph).label_cache, _static(graph)
+    for a in alerts:
+        labels = a.get("labels") or {}
+        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        if key not in memo:
+            memo[key] = node_index_for_alert(graph, labels, st)
     res = PropagationRanker(PropagationConfig(explain_top=0)).find_root_causes(
         graph,
         alerts,  # type: ignore[arg-type]
