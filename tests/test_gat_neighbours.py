@@ -61,7 +61,12 @@ def _chain() -> DependencyGraph:
 
 
 def _a(labels: dict, start: str) -> dict:
-    return {"labels": labels, "startsAt": start, "endsAt": "0001-01-01T00:00:00Z", "status": "firing"}
+    return {
+        "labels": labels,
+        "startsAt": start,
+        "endsAt": "0001-01-01T00:00:00Z",
+        "status": "firing",
+    }
 
 
 def _storm() -> list[dict]:
