@@ -83,7 +83,7 @@ def rank_metrics(ranks: np.ndarray) -> dict[str, float]:
         "n": int(ranks.size),
         "ac@1": float(np.mean(hit & (ranks < 1))),
         "ac@3": float(np.mean(hit & (ranks < 3))),
-        "mrr": float(np.mean(np.where(hit, 1.0 / (ranks + 1.0), 0.0))),
+        "mrr": float(np.mean(np.where(hit, 1.0 / (np.maximum(ranks, 0) + 1.0), 0.0))),
     }
 
 
@@ -118,7 +118,7 @@ def _boot(ranks: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, Any
         hit = r >= 0
         ac1 = (hit & (r < 1)).astype(float)
         ac3 = (hit & (r < 3)).astype(float)
-        rr = np.where(hit, 1.0 / (r + 1.0), 0.0)
+        rr = np.where(hit, 1.0 / (np.maximum(r, 0) + 1.0), 0.0)
         out[name] = {
             **rank_metrics(r),
             **{
@@ -215,23 +215,31 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
 
     work = Path(a.work)
     gb = json.loads((work / "tune-gbdt.json").read_text())
-    gt = json.loads((work / "tune-gat.json").read_text())
+    gt_file = work / "tune-gat.json"
+    gt = json.loads(gt_file.read_text()) if gt_file.is_file() else {}
     methods: dict[str, Any] = {}
     for name in ("hop2_gbdt", "node_gbdt"):  # the chosen fits, as tune-gbdt saved them
         methods[name] = ("gbdt", joblib.load(work / f"{name}.joblib"))
     for name, r in gt.items():
-        methods[name] = ("gat", GATAnalyzer.load(r["artifact"]))
+        if isinstance(r, dict) and "artifact" in r:
+            methods[name] = ("gat", GATAnalyzer.load(r["artifact"]))
     out: dict[str, Any] = {}
     for spec in a.test:
         folder, split = spec.rsplit(":", 1)
         ds = load_dataset(folder, [split])
         incs = ds.split(split)[: a.limit]
         ranks = {}
-        for name, (kind, an) in methods.items():
-            t0 = time.perf_counter()
-            ranks[name] = (gbdt_ranks if kind == "gbdt" else gat_ranks)(an, incs, ds)
-            print(name, spec, rank_metrics(ranks[name]), f"{time.perf_counter() - t0:.0f}s")
         key = f"{Path(folder).name}:{split}"
+        for name, (kind, an) in methods.items():
+            # ranks are kept per (method, test set, limit) so a later run reuses them
+            cache = work / f"ranks-{name}-{Path(folder).name}-{split}-{a.limit}.npy"
+            t0 = time.perf_counter()
+            if cache.is_file():
+                ranks[name] = np.load(cache)
+            else:
+                ranks[name] = (gbdt_ranks if kind == "gbdt" else gat_ranks)(an, incs, ds)
+                np.save(cache, ranks[name])
+            print(name, spec, rank_metrics(ranks[name]), f"{time.perf_counter() - t0:.0f}s")
         out[key] = {
             "data_meta": {k: ds.meta.get(k) for k in ("seed", "equivalent_command")},
             "methods": _boot(ranks, a.boot, a.seed),
