@@ -138,6 +138,21 @@ def _boot(ranks: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, Any
     return out
 
 
+def _configs(
+    a: argparse.Namespace,
+    phase: str,
+    name: str,
+    grid: dict[str, list[Any]],
+    default: dict[str, Any],
+    k: int,
+) -> list[dict[str, Any]]:
+    """The configurations to try: drawn (:func:`draw_configs`), or with ``--refit-from WORK`` the
+    one chosen there (tuned on a smaller set, refitted here)."""
+    if a.refit_from:
+        return [json.loads((Path(a.refit_from) / f"{phase}.json").read_text())[name]["chosen"]]
+    return draw_configs(grid, default, k, a.seed)
+
+
 def tune_gbdt(a: argparse.Namespace) -> dict[str, Any]:
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.gbdt import GBDTAnalyzer, GBDTConfig
@@ -148,7 +163,7 @@ def tune_gbdt(a: argparse.Namespace) -> dict[str, Any]:
     for name, hops in (("hop2_gbdt", 2), ("node_gbdt", 0)):
         trials = []
         best_an, best_key = None, (-1.0, -1.0)
-        for cfg in draw_configs(GBDT_GRID, GBDT_DEFAULT, a.configs, a.seed):
+        for cfg in _configs(a, "tune-gbdt", name, GBDT_GRID, GBDT_DEFAULT, a.configs):
             t0 = time.perf_counter()
             an = GBDTAnalyzer(GBDTConfig(hops=hops, seed=0, max_train=10**9, **cfg), name=name)
             an.train(train, ds.graphs)
@@ -172,7 +187,7 @@ def tune_gat(a: argparse.Namespace) -> dict[str, Any]:
         nb = variant == "neighbours"
         k = a.configs if (variant == "neighbours" or a.tune_base) else 1
         trials = []
-        for cfg in draw_configs(GAT_GRID, GAT_DEFAULT, k, a.seed):
+        for cfg in _configs(a, "tune-gat", f"gat_{variant}", GAT_GRID, GAT_DEFAULT, k):
             t0 = time.perf_counter()
             out = run(
                 Args(
@@ -260,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["neighbours", "base"])
     ap.add_argument("--tune-base", action="store_true", help="tune the base GAT too")
     ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument(
+        "--refit-from", default=None, help="WORK folder whose chosen configurations to refit"
+    )
     ap.add_argument("--max-minutes", type=float, default=12.0)
     ap.add_argument("--test", action="append", default=[], help="FOLDER:SPLIT to score")
     ap.add_argument("--limit", type=int, default=None, help="first N incidents of each test")
