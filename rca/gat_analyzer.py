@@ -35,8 +35,9 @@ from fleetmind.data.paths import MODELS_DIR
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.explain import attention_paths
-from fleetmind.rca.features.columnar import incident_crop
+from fleetmind.rca.features.columnar import AlertColumns, incident_crop
 from fleetmind.rca.features.layout import FEATURE_VERSION
+from fleetmind.rca.features.neighbours import neighbour_inputs
 
 ARTIFACT_FORMAT = "fleetmind-rca-gat"
 ARTIFACT_FORMAT_VERSION = 1
@@ -439,9 +440,6 @@ class GATAnalyzer(BaseAnalyzer):
         is a ``neighbours`` one, see :mod:`fleetmind.rca.features.neighbours`)."""
         if not self.model.config.neighbours:
             return x, None
-        from fleetmind.rca.features.columnar import AlertColumns
-        from fleetmind.rca.features.neighbours import neighbour_inputs
-
         if isinstance(alerts, AlertColumns):
             raise TypeError("a neighbours GAT reads alert label values: pass the alert dicts")
         node, edge = neighbour_inputs(graph, alerts, x, keep, edge_index)

@@ -29,6 +29,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidate_mask
 from fleetmind.rca.features.layout import FEATURE_VERSION
+from fleetmind.rca.features.neighbours import neighbour_inputs
 from fleetmind.rca.model import GATConfig, GATRanker, input_width, listwise_loss, root_ranks
 
 
@@ -93,8 +94,6 @@ def incident_to_data(
     x = c.x
     extra: dict[str, torch.Tensor] = {}
     if neighbours:
-        from fleetmind.rca.features.neighbours import neighbour_inputs
-
         node, edge = neighbour_inputs(graph, alerts, c.x, c.keep, c.edge_index)
         x = np.concatenate([c.x, node], axis=1)
         extra["edge_attr"] = torch.from_numpy(edge)

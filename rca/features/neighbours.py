@@ -53,7 +53,10 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.baselines import graph_cache
 from fleetmind.rca.features.layout import _OFF_KW, _OFF_SEV, _OFF_TIME
+from fleetmind.rca.features.mapping import _static, node_index_for_alert
+from fleetmind.rca.propagation import PropagationConfig, PropagationRanker
 
 XID_VOCAB: tuple[str, ...] = (
     "13",
@@ -138,9 +141,6 @@ def edge_features(x: np.ndarray, edge_index: np.ndarray) -> np.ndarray:
 
 def propagation_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """The ``prop:*`` block for every node of ``graph``: float32 ``(|V|, 5)``."""
-    from fleetmind.rca.baselines import graph_cache
-    from fleetmind.rca.features.mapping import _static, node_index_for_alert
-    from fleetmind.rca.propagation import PropagationConfig, PropagationRanker
 
     n = graph.num_nodes
     # the ranker maps alerts with DependencyGraph.node_for_alert (pure Python, ~5 ms per new label
@@ -172,7 +172,6 @@ def propagation_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, An
 
 def label_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """The ``xid:*`` and ``link:*`` blocks for every node of ``graph``: float32 ``(|V|, |X| + 3)``."""
-    from fleetmind.rca.features.mapping import _static, node_index_for_alert
 
     n = graph.num_nodes
     width = len(XID_VOCAB) + 3
