@@ -35,8 +35,9 @@ from fleetmind.data.paths import MODELS_DIR
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.explain import attention_paths
-from fleetmind.rca.features.columnar import incident_crop
-from fleetmind.rca.features.layout import FEATURE_VERSION, NUM_FEATURES
+from fleetmind.rca.features.columnar import AlertColumns, incident_crop
+from fleetmind.rca.features.layout import FEATURE_VERSION
+from fleetmind.rca.features.neighbours import neighbour_inputs
 
 ARTIFACT_FORMAT = "fleetmind-rca-gat"
 ARTIFACT_FORMAT_VERSION = 1
@@ -183,7 +184,7 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     """
     import torch
 
-    from fleetmind.rca.model import GATConfig, GATRanker
+    from fleetmind.rca.model import GATConfig, GATRanker, input_width
 
     path, reg_version = _resolve_ref(ref)
     try:
@@ -201,10 +202,11 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
         cfg = GATConfig.from_dict(dict(meta["model"]))
     except (KeyError, TypeError, ValueError) as err:
         raise ModelLoadError(f"{path / 'config.json'}: bad model config ({err})") from None
-    if cfg.feature_version != FEATURE_VERSION or cfg.in_dim != NUM_FEATURES:
+    width = input_width(cfg.neighbours)
+    if cfg.feature_version != FEATURE_VERSION or cfg.in_dim != width:
         raise ModelLoadError(
             f"{path}: model was trained on feature version {cfg.feature_version} ({cfg.in_dim} "
-            f"features), this FleetMind computes version {FEATURE_VERSION} ({NUM_FEATURES}); retrain "
+            f"features), this FleetMind computes version {FEATURE_VERSION} ({width}); retrain "
             "with `fleetmind rca train`"
         )
     try:
@@ -256,6 +258,9 @@ class GATAnalyzer(BaseAnalyzer):
         self.fault_types: list[str] = list(self.model.config.fault_types)
         self.temperature: float = calibration_temperature(self.meta)
         self._fault_mask_cache: dict[tuple[str, str | None], np.ndarray] = {}
+        if self.model.config.neighbours:
+            # its inputs read label values (XID codes), which only the alert dicts carry
+            self.accepts_alert_columns = False  # type: ignore[misc]
 
     @classmethod
     def load(cls, ref: str | Path | None = None, **kwargs: Any) -> GATAnalyzer:
@@ -345,18 +350,21 @@ class GATAnalyzer(BaseAnalyzer):
             for s in range(0, len(items), batch_size):
                 chunk = items[s : s + batch_size]
                 crops = [crop_incident(g, a, hops) for g, a in chunk]
-                b = Batch.from_data_list(
-                    [
-                        Data(
-                            x=torch.from_numpy(c.x),
-                            edge_index=torch.from_numpy(c.edge_index),
-                            edge_type=torch.from_numpy(c.edge_type),
-                            num_nodes=c.x.shape[0],
-                        )
-                        for c in crops
-                    ]
-                )
-                logits, _, _ = self.model(b.x, b.edge_index, b.edge_type, b.batch)
+                datas = []
+                for (g, a), c in zip(chunk, crops, strict=True):
+                    x, ea = self._inputs(g, a, c.x, c.keep, c.edge_index)
+                    d = Data(
+                        x=torch.from_numpy(x),
+                        edge_index=torch.from_numpy(c.edge_index),
+                        edge_type=torch.from_numpy(c.edge_type),
+                        num_nodes=c.x.shape[0],
+                    )
+                    if ea is not None:
+                        d.edge_attr = torch.from_numpy(ea)
+                    datas.append(d)
+                b = Batch.from_data_list(datas)
+                ea_b = b.edge_attr if self.model.config.neighbours else None
+                logits, _, _ = self.model(b.x, b.edge_index, b.edge_type, b.batch, edge_attr=ea_b)
                 yield crops, logits, b
 
     def score_many(
@@ -412,11 +420,30 @@ class GATAnalyzer(BaseAnalyzer):
         if n == 0:
             return RCAResult([], method=self.name, model_version=self.version)
         c = incident_crop(graph, alerts, self.model.config.crop_hops)
+        x, ea = self._inputs(graph, alerts, c.x, c.keep, c.edge_index)
         with self._threads(), torch.inference_mode():
             ei = torch.from_numpy(c.edge_index)
             et = torch.from_numpy(c.edge_type)
-            logits, h, att = self.model.infer(torch.from_numpy(c.x), ei, et)
+            ea_t = None if ea is None else torch.from_numpy(ea)
+            logits, h, att = self.model.infer(torch.from_numpy(x), ei, et, edge_attr=ea_t)
             return self._result(graph, c, logits, h, att, top_k)
+
+    def _inputs(
+        self,
+        graph: DependencyGraph,
+        alerts: Any,
+        x: np.ndarray,
+        keep: np.ndarray,
+        edge_index: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The model's node input ``(|V'|, in_dim)`` and per-edge input (``None`` unless the model
+        is a ``neighbours`` one, see :mod:`fleetmind.rca.features.neighbours`)."""
+        if not self.model.config.neighbours:
+            return x, None
+        if isinstance(alerts, AlertColumns):
+            raise TypeError("a neighbours GAT reads alert label values: pass the alert dicts")
+        node, edge = neighbour_inputs(graph, alerts, x, keep, edge_index)
+        return np.ascontiguousarray(np.concatenate([x, node], axis=1)), edge
 
     def find_root_causes_many(
         self,
@@ -442,6 +469,8 @@ class GATAnalyzer(BaseAnalyzer):
         """
         import torch
 
+        if self.model.config.neighbours:  # per incident (its inputs are not batched here)
+            return [self.find_root_causes(g, a, k) for g, a, k in items]
         out: list[RCAResult | None] = [None] * len(items)
         crops = []
         for i, (graph, alerts, _) in enumerate(items):

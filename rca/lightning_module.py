@@ -29,7 +29,8 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidate_mask
 from fleetmind.rca.features.layout import FEATURE_VERSION
-from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
+from fleetmind.rca.features.neighbours import neighbour_inputs
+from fleetmind.rca.model import GATConfig, GATRanker, input_width, listwise_loss, root_ranks
 
 
 @dataclass
@@ -70,6 +71,7 @@ def incident_to_data(
     root: str | None = None,
     fault: int = -1,
     crop_hops: int | None = None,
+    neighbours: bool = False,
 ) -> Data:
     """Build the PyG ``Data`` of one incident.
 
@@ -80,18 +82,27 @@ def incident_to_data(
         fault: fault-type class id (``-1`` when unknown).
         crop_hops: keep only the candidate subgraph (nodes within this many hops of a node with a
             recent alert, see :func:`fleetmind.rca.features.dense.candidate_mask`); ``None`` keeps the whole graph.
+        neighbours: append :mod:`fleetmind.rca.features.neighbours`'s node columns to ``x`` and
+            add its per-edge rows as ``edge_attr (|E|, NUM_EDGE_FEATURES)``.
 
     Returns:
-        ``Data(x, edge_index, edge_type, num_nodes)`` plus, with a ``root``, ``root_index (1,)``,
+        ``Data(x, edge_index, edge_type, num_nodes)`` (and ``edge_attr`` with ``neighbours``) plus, with a ``root``, ``root_index (1,)``,
         ``fault (1,)`` and ``root_missing (1,)`` (True when the root fell outside the crop; then
         ``root_index`` points at node 0 and the incident counts as a miss).
     """
     c = crop_incident(graph, alerts, crop_hops)
+    x = c.x
+    extra: dict[str, torch.Tensor] = {}
+    if neighbours:
+        node, edge = neighbour_inputs(graph, alerts, c.x, c.keep, c.edge_index)
+        x = np.concatenate([c.x, node], axis=1)
+        extra["edge_attr"] = torch.from_numpy(edge)
     d = Data(
-        x=torch.from_numpy(np.ascontiguousarray(c.x)),
+        x=torch.from_numpy(np.ascontiguousarray(x)),
         edge_index=torch.from_numpy(np.ascontiguousarray(c.edge_index)),
         edge_type=torch.from_numpy(np.ascontiguousarray(c.edge_type)),
         num_nodes=c.x.shape[0],
+        **extra,
     )
     if root is not None:
         r = graph.index[root]
@@ -110,6 +121,7 @@ def incidents_to_data(
     progress: bool = False,
     desc: str = "features",
     crop_hops: int | None = None,
+    neighbours: bool = False,
 ) -> list[Data]:
     """Features of many incidents (fault types outside ``fault_types`` get class ``-1``)."""
     from tqdm.auto import tqdm
@@ -119,8 +131,15 @@ def incidents_to_data(
     for inc in tqdm(incidents, desc=desc, disable=not progress, leave=False):
         g = graphs[inc["graph"]]
         fault = fidx.get(inc["fault_type"], -1)
-        out.append(incident_to_data(g, inc["alerts"], inc["root_cause"], fault, crop_hops))
+        out.append(
+            incident_to_data(g, inc["alerts"], inc["root_cause"], fault, crop_hops, neighbours)
+        )
     return out
+
+
+def _edge_attr(batch: Data) -> torch.Tensor | None:
+    """The batch's per-edge inputs (``None`` for data without them)."""
+    return getattr(batch, "edge_attr", None)
 
 
 MISSING_RANK = 10**6
@@ -147,6 +166,8 @@ class RCADataModule(pl.LightningDataModule):
             falls outside are dropped; in validation and test they count as misses.
         use_cache: keep computed features in ``DIR/.gat_cache/`` (keyed by the feature version,
             these settings and the split files' sizes and mtimes) and reuse them.
+        neighbours: also compute :mod:`fleetmind.rca.features.neighbours`'s inputs (for a
+            ``neighbours`` model).
     """
 
     def __init__(
@@ -159,6 +180,7 @@ class RCADataModule(pl.LightningDataModule):
         progress: bool = False,
         crop_hops: int | None = 1,
         use_cache: bool = True,
+        neighbours: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -170,6 +192,7 @@ class RCADataModule(pl.LightningDataModule):
         self.progress = progress
         self.crop_hops = crop_hops
         self.use_cache = use_cache
+        self.neighbours = neighbours
         self.fault_types: list[str] = []
         self.train_data: list[Data] = []
         self.val_data: list[Data] = []
@@ -189,6 +212,7 @@ class RCADataModule(pl.LightningDataModule):
             "seed": self.seed,
             "max_train": self.max_train,
             "val_fraction": self.val_fraction,
+            **({"neighbours": True} if self.neighbours else {}),
             "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files],
         }
         h = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -256,12 +280,12 @@ class RCADataModule(pl.LightningDataModule):
         self.fault_types = sorted({str(inc["fault_type"]) for inc in train})
         g = ds.graphs
         ch = self.crop_hops
-        ft, pb = self.fault_types, self.progress
-        train_data = incidents_to_data(train, g, ft, pb, "train features", ch)
+        ft, pb, nb = self.fault_types, self.progress, self.neighbours
+        train_data = incidents_to_data(train, g, ft, pb, "train features", ch, nb)
         self.train_data = [d for d in train_data if not bool(d.root_missing)]
-        self.val_data = incidents_to_data(val, g, ft, pb, "val features", ch)
+        self.val_data = incidents_to_data(val, g, ft, pb, "val features", ch, nb)
         self.test_sets = {
-            name: incidents_to_data(incs, g, ft, pb, f"{name} features", ch)
+            name: incidents_to_data(incs, g, ft, pb, f"{name} features", ch, nb)
             for name, incs in ds.splits.items()
             if name not in ("train", "val") and incs
         }
@@ -299,6 +323,8 @@ class GATLightning(pl.LightningModule):
         fault_weight: weight of the fault-type cross-entropy in the total loss.
         epochs: planned epochs (cosine learning-rate schedule length).
         crop_hops: candidate subgraph radius stored in the model config (must match the data).
+        neighbours: the :class:`fleetmind.rca.model.GATConfig` switch (the data must carry the
+            same inputs, see :class:`RCADataModule`).
     """
 
     def __init__(
@@ -314,6 +340,7 @@ class GATLightning(pl.LightningModule):
         fault_weight: float = 0.5,
         epochs: int = 30,
         crop_hops: int | None = 1,
+        neighbours: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -326,15 +353,21 @@ class GATLightning(pl.LightningModule):
                 dropout=dropout,
                 fault_types=list(fault_types),
                 crop_hops=crop_hops,
+                in_dim=input_width(neighbours),
+                neighbours=neighbours,
             )
         )
 
     def forward(self, batch: Data) -> torch.Tensor:
         """Root-cause logits ``(|V|,)`` of a batch."""
-        return self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch)[0]
+        return self.model(
+            batch.x, batch.edge_index, batch.edge_type, batch.batch, edge_attr=_edge_attr(batch)
+        )[0]
 
     def _shared_step(self, batch: Data, stage: str) -> torch.Tensor:
-        logits, h, _ = self.model(batch.x, batch.edge_index, batch.edge_type, batch.batch)
+        logits, h, _ = self.model(
+            batch.x, batch.edge_index, batch.edge_type, batch.batch, edge_attr=_edge_attr(batch)
+        )
         present = ~batch.root_missing
         rank_loss = listwise_loss(logits, batch.batch, batch.root_index[present])
         known = (batch.fault >= 0) & present
@@ -389,7 +422,9 @@ def evaluate_ranks(
     model.eval()
     ranks = []
     for batch in DataLoader(list(data), batch_size=batch_size):
-        logits, _, _ = model(batch.x, batch.edge_index, batch.edge_type, batch.batch)
+        logits, _, _ = model(
+            batch.x, batch.edge_index, batch.edge_type, batch.batch, edge_attr=_edge_attr(batch)
+        )
         r = root_ranks(logits, batch.batch, batch.root_index)
         r[batch.root_missing] = MISSING_RANK
         ranks.append(r)

@@ -27,6 +27,7 @@ from torch_geometric.utils import scatter
 
 from fleetmind.data.graph import EDGE_KINDS
 from fleetmind.rca.features.layout import FEATURE_VERSION, NUM_FEATURES
+from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 
 NUM_RELATIONS = 2 * len(EDGE_KINDS) + 1
 """Relation types of the message graph: forward kinds, reverse kinds, self loop."""
@@ -49,6 +50,11 @@ class GATConfig:
         feature_version: :data:`fleetmind.rca.features.layout.FEATURE_VERSION` the model was trained with.
         crop_hops: candidate subgraph radius used in training and inference
             (:func:`fleetmind.rca.features.dense.candidate_mask`; ``None``: the whole graph).
+        neighbours: the model also reads :mod:`fleetmind.rca.features.neighbours`: its input is
+            ``F + NUM_NODE_EXTRA`` wide (propagation verdict, XID and link labels) and each message
+            edge adds a projection of its caller/callee comparison row to the relation embedding.
+            ``False`` (the default, and what a stored config without the key means) is the model
+            as it was before 2026-12-02, with the same parameters and the same outputs.
     """
 
     in_dim: int = NUM_FEATURES
@@ -60,9 +66,13 @@ class GATConfig:
     fault_types: list[str] = field(default_factory=list)
     feature_version: int = FEATURE_VERSION
     crop_hops: int | None = 1
+    neighbours: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.neighbours:  # configs written before the switch existed stay byte-identical
+            d.pop("neighbours")
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GATConfig:
@@ -71,6 +81,11 @@ class GATConfig:
         if unknown:
             raise ValueError(f"unknown GATConfig keys: {sorted(unknown)}")
         return cls(**d)
+
+
+def input_width(neighbours: bool) -> int:
+    """Width of the node input: ``F``, plus ``NUM_NODE_EXTRA`` for a ``neighbours`` model."""
+    return NUM_FEATURES + (NUM_NODE_EXTRA if neighbours else 0)
 
 
 def message_graph(edge_index: Tensor, edge_type: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
@@ -124,6 +139,10 @@ class GATRanker(nn.Module):
             nn.Linear(c.in_dim, c.hidden), nn.ELU(), nn.Linear(c.hidden, c.hidden)
         )
         self.rel_emb = nn.Embedding(NUM_RELATIONS, c.edge_dim)
+        # only a neighbours model has this module (an old state dict has no such keys)
+        self.edge_in: nn.Linear | None = (
+            nn.Linear(NUM_EDGE_FEATURES, c.edge_dim) if c.neighbours else None
+        )
         self.norms = nn.ModuleList(nn.LayerNorm(c.hidden) for _ in range(c.layers))
         self.convs = nn.ModuleList(
             GATv2Conv(
@@ -152,6 +171,7 @@ class GATRanker(nn.Module):
         edge_type: Tensor,
         batch: Tensor | None = None,
         return_attention: bool = False,
+        edge_attr: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, list[Tensor]]:
         """Score all nodes.
 
@@ -161,6 +181,9 @@ class GATRanker(nn.Module):
             edge_type: ``(|E|,)`` edge kind ids.
             batch: ``(|V|,)`` graph id of each node (``None``: one graph).
             return_attention: also return the attention weights of every layer.
+            edge_attr: ``(|E|, NUM_EDGE_FEATURES)`` caller/callee comparisons of the dependency
+                edges (:func:`fleetmind.rca.features.neighbours.edge_features`); required by a
+                ``neighbours`` model, ignored by others.
 
         Returns:
             ``(logits (|V|,), h (|V|, hidden), attention)``; ``attention`` is empty unless requested.
@@ -168,6 +191,11 @@ class GATRanker(nn.Module):
         n = x.size(0)
         ei, rel = message_graph(edge_index, edge_type, n)
         ea = self.rel_emb(rel)
+        if self.edge_in is not None:
+            if edge_attr is None:
+                raise ValueError("a neighbours GATRanker needs edge_attr")
+            loops = edge_attr.new_zeros((n, edge_attr.size(1)))
+            ea = ea + self.edge_in(torch.cat([edge_attr, edge_attr, loops]))
         h = self.inp(x)
         att: list[Tensor] = []
         for norm, conv in zip(self.norms, self.convs, strict=True):
@@ -182,7 +210,12 @@ class GATRanker(nn.Module):
 
     @torch.no_grad()
     def infer(
-        self, x: Tensor, edge_index: Tensor, edge_type: Tensor, logits: bool = True
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_type: Tensor,
+        logits: bool = True,
+        edge_attr: Tensor | None = None,
     ) -> tuple[Tensor | None, Tensor, list[Tensor]]:
         """:meth:`forward` with ``return_attention=True`` in eval mode, with less per-call overhead.
 
@@ -197,14 +230,18 @@ class GATRanker(nn.Module):
         (evaluation): in training mode this is :meth:`forward`.
 
         ``logits=False`` skips the score head and returns ``None`` for the logits (a caller that
-        scores each graph of a batch on its own, see ``rca.gat_analyzer``).
+        scores each graph of a batch on its own, see ``rca.gat_analyzer``). A ``neighbours`` model
+        (per-edge inputs ``edge_attr``) takes :meth:`forward`'s path.
 
         Shapes:
             ``x (|V|, F)``, ``edge_index (2, |E|)``, ``edge_type (|E|,)`` ->
             ``logits (|V|,)``, ``h (|V|, hidden)``, per layer attention ``(2|E| + |V|, H)``.
         """
-        if self.training:  # dropout is on: the generic path
-            return self.forward(x, edge_index, edge_type, return_attention=True)
+        if self.training or self.edge_in is not None:  # dropout on, or per-edge inputs
+            out, h, att = self.forward(
+                x, edge_index, edge_type, return_attention=True, edge_attr=edge_attr
+            )
+            return (out if logits else None), h, att
         n = x.size(0)
         # message_graph's edges without its self loops: forward, then reversed; each node's self
         # loop is handled densely (it is the last message every node receives, so adding it after

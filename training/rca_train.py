@@ -72,6 +72,8 @@ class Args:
     """weight of the fault-type loss"""
     crop_hops: int = 1
     """candidate subgraph radius around recently alerting nodes (training and inference)"""
+    neighbours: bool = False
+    """also read the neighbour-comparison inputs (``fleetmind.rca.features.neighbours``)"""
     patience: int = 6
     """early stopping: epochs without val/mrr improvement"""
     max_minutes: float = 8.0
@@ -199,6 +201,7 @@ def run(args: Args) -> dict[str, Any]:
         fault_weight=args.fault_weight,
         epochs=args.epochs,
         crop_hops=args.crop_hops,
+        neighbours=args.neighbours,
     )
     logger.log_hyperparams({**asdict(args), **{f"data/{k}": v for k, v in dm.info.items()}})
     trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
@@ -291,6 +294,7 @@ def _data_module(args: Args) -> tuple[Any, dict[str, Any] | None, float]:
         max_train=args.max_train,
         progress=args.progress,
         crop_hops=args.crop_hops,
+        neighbours=args.neighbours,
     )
     dm.setup()
     return dm, feedback, time.time() - t_start
@@ -440,6 +444,12 @@ def add_arguments(p: Any) -> None:
         metavar="DIR",
         help="also copy the artifact to DIR and write its model card (e.g. models/rca)",
     )
+    p.add_argument(
+        "--neighbours",
+        action="store_true",
+        help="also read neighbour comparisons: per-edge caller/callee inputs, the propagation "
+        "ranker's verdict and alert label values (XID codes)",
+    )
     p.add_argument("--json", default=None, help="write run id, metrics and registry info here")
 
 
@@ -469,6 +479,7 @@ def cli(args: Any) -> int:
         strategy=args.strategy,
         num_nodes=args.num_nodes,
         shard_log=args.shard_log,
+        neighbours=getattr(args, "neighbours", False),
     )
     res = run(a)
     if res.get("rank", 0) != 0:  # other DDP ranks: rank zero reports

@@ -41,6 +41,8 @@ Modules, each importing only the ones before it: :mod:`.layout` (vocabularies, c
 offsets), :mod:`.times` (timestamps), :mod:`.mapping` (alerts to nodes, per-graph cache),
 :mod:`.dense` (:func:`~.dense.alert_features` over the whole graph, :func:`~.dense.candidate_mask`)
 and :mod:`.columnar` (the serving fast path: :class:`~.columnar.AlertColumns`,
-:func:`~.columnar.incident_crop`). This package re-exports nothing: import from the module that
+:func:`~.columnar.incident_crop`); :mod:`.neighbours` (per-edge caller/callee comparisons, the
+propagation ranker's verdict and alert label values, read only by a model with
+``GATConfig.neighbours``) imports :mod:`.layout` and :mod:`.mapping`, and the propagation ranker. This package re-exports nothing: import from the module that
 defines a name.
 """
