@@ -38,6 +38,10 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
+import yaml
+
+from fleetmind.data.errors import DataError
+
 ROLES: tuple[str, ...] = ("latency", "errors", "traffic", "saturation", "other")
 """Roles a model sees (``success`` is folded into ``errors``: both say "requests fail")."""
 
@@ -231,10 +235,6 @@ def load_role_map(path: str | Path) -> RoleMap:
     Raises:
         DataError: the file is missing, not a mapping of strings, or names an unknown role.
     """
-    import yaml
-
-    from fleetmind.data.errors import DataError
-
     p = Path(path)
     if not p.is_file():
         raise DataError(f"role map not found: {p}")

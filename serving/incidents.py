@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
 
+from fleetmind.rca.anchoring import anchor_result, symptom_node
 from fleetmind.serving.alertmap import node_for_alert
 from fleetmind.serving.db import Database, LeaderLock, alerts, incidents
 from fleetmind.serving.schemas import iso_utc
@@ -111,6 +112,9 @@ class IncidentManager:
         window_s: time window of grouping, seconds.
         hops: graph distance of grouping, hops.
         top_k: causes stored per incident.
+        slo_alerts: alertnames of user-facing alerts (``FLEETMIND_SLO_ALERTS``): the incident's
+            symptom is its first alert named here, else its highest-severity alert; ranked causes
+            are anchored on it (:func:`fleetmind.rca.anchoring.anchor_result`).
         metrics: optional metrics (open incidents gauge, RCA latency).
     """
 
@@ -128,8 +132,10 @@ class IncidentManager:
         auto_resolve_s: float = 0.0,
         retention_s: float = 0.0,
         leader_lease_s: float = 10.0,
+        slo_alerts: frozenset[str] = frozenset(),
     ) -> None:
         self.db = db
+        self.slo_alerts = slo_alerts
         self.graphs = graphs
         self.registry = registry
         self.window_s = window_s
@@ -523,9 +529,10 @@ class IncidentManager:
             return
         start = time.perf_counter()
         try:
-            result = model.impl.find_root_causes(
-                self.graphs.graph, [alert_dict(r) for r in rows], self.top_k
-            )
+            graph, alerts = self.graphs.graph, [alert_dict(r) for r in rows]
+            result = model.impl.find_root_causes(graph, alerts, self.top_k)
+            symptom = symptom_node(graph, alerts, self.slo_alerts)
+            result = anchor_result(result, graph, alerts, symptom)
         except Exception as err:
             log.warning("RCA failed on incident %s: %s", inc_id, err)
             return
