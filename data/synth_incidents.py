@@ -91,6 +91,9 @@ class SynthConfig:
             depends on (drawn per incident).
         early_onset_rate: probability that the fault starts one row inside the window's pre-onset
             reference rows (a window opened late), so the reference is partly faulty.
+        partial_symptom_rate: probability that each of the root's own effects goes unseen (its
+            metric measured where the fault does not show), keeping at least one role the fault
+            implies; the neighbours' effects stay.
         hidden_edge_rate: probability that the fault also reaches a leaf sibling of the root (a
             node without callees sharing a caller with it) over an edge the graph does not show.
         stale_rate / stale_share / stale_z: with probability ``stale_rate`` the baseline is stale: a
@@ -119,6 +122,7 @@ class SynthConfig:
     noise_mean: float = 2.5
     lag_prob: tuple[float, float] = (0.0, 0.6)
     early_onset_rate: float = 0.1
+    partial_symptom_rate: float = 0.3
     hidden_edge_rate: float = 0.25
     stale_rate: float = 0.7
     stale_share: tuple[float, float] = (0.0, 0.4)
@@ -398,7 +402,17 @@ class SystemModel:
                             else (kind, amount)
                         )
 
-        affected = {v for v, _ in effects}
+        # partial symptoms: each of the root's own effects is unseen with probability
+        # partial_symptom_rate (a metric measured where the fault does not show), as long as one
+        # role the fault implies remains; its neighbours' effects stay
+        own = [k for k in effects if k[0] == root]
+        keep_one = [k for k in own if k[1] in SYMPTOM_ROLES[fault] and self.groups.get(k)]
+        if keep_one:
+            kept = keep_one[int(rng.integers(len(keep_one)))]
+            for k in own:
+                if k != kept and rng.random() < cfg.partial_symptom_rate:
+                    del effects[k]
+        affected = {v for v, _ in effects} | {root}
         starts = self._onsets(rng, root, onset, affected)
         for (v, role), (kind, amount) in effects.items():
             if silent and v == root:
