@@ -23,6 +23,8 @@ labelled training incidents:
               diluted; a surge sometimes slows the root (latency, as above)
    stop       the root stops serving: its requests fall to 0-20 %, its success rate collapses, its
               callers see errors (as ``errors``)
+   network    delay on the root's network links: its callers' latency rises (as ``latency``), its
+              own metrics do not move (the delay is outside the process that reports them)
    ========== =================================================================================
 
    with probability :attr:`SynthConfig.silent_rate` the root's own metrics are left untouched (a
@@ -66,7 +68,7 @@ from fleetmind.data.petshop import (
     reference_rows,
 )
 
-FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop")
+FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop", "network")
 """Fault types the synthesiser injects."""
 
 
@@ -116,6 +118,7 @@ class SynthConfig:
             "saturation": 0.15,
             "traffic": 0.10,
             "stop": 0.15,
+            "network": 0.10,
         }
     )
     silent_rate: float = 0.0
@@ -139,6 +142,7 @@ SYMPTOM_ROLES: dict[str, frozenset[str]] = {
     "saturation": frozenset({"saturation", "latency"}),
     "traffic": frozenset({"traffic"}),
     "stop": frozenset({"traffic", "errors", "success"}),
+    "network": frozenset(),
 }
 """Roles in which a root shows each fault type (a root with a scored metric of one of them must
 alert on one of them, or the incident is drawn again)."""
@@ -378,6 +382,9 @@ class SystemModel:
                 effects[(v, "traffic")] = ("mul", max(0.0, 1.0 + a))
             if f > 1 and rng.random() < 0.5:
                 latency(0.2, 5.0)
+        elif fault == "network":  # delay on the root's links: its callers wait, it does not
+            latency(0.3, 30.0)
+            effects.pop((root, "latency"), None)
         else:  # stop
             errors(0.3, 1.0)
             effects[(root, "traffic")] = ("mul", float(rng.uniform(0.0, 0.2)))
