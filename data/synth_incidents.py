@@ -23,8 +23,6 @@ labelled training incidents:
               diluted; a surge sometimes slows the root (latency, as above)
    stop       the root stops serving: its requests fall to 0-20 %, its success rate collapses, its
               callers see errors (as ``errors``)
-   network    delay on the root's network links: its callers' latency rises (as ``latency``), its
-              own metrics do not move (the delay is outside the process that reports them)
    ========== =================================================================================
 
    with probability :attr:`SynthConfig.silent_rate` the root's own metrics are left untouched (a
@@ -37,6 +35,12 @@ labelled training incidents:
 3. add unrelated drifts: a Poisson(:attr:`SynthConfig.noise_mean`) number of random (node, metric)
    pairs shifted for the whole window (30 % of them next to the fault), as long-running unrelated
    anomalies are in real windows;
+   then domain randomisation (:meth:`SystemModel._drift`, ranges in :class:`SynthConfig`): a stale
+   baseline (many columns offset for the whole window), a subtree-wide latency drift, Gaussian
+   noise; lag probability, onset (sometimes inside the window's pre-onset reference rows) and which
+   of the root's own effects are seen (partial symptoms) are drawn per incident. A root that has a
+   metric of a role its fault implies (:data:`SYMPTOM_ROLES`) must alert in it, or the incident is
+   drawn again;
 4. turn the window into alerts with the adapter's detector (:func:`fleetmind.data.petshop.detect_alerts`, here
    vectorised as :meth:`SystemModel.detect`, which a test holds equal to it) and the baseline fitted
    on the normal period: the same rules and settings the adapter uses on real issue windows.
@@ -68,7 +72,7 @@ from fleetmind.data.petshop import (
     reference_rows,
 )
 
-FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop", "network")
+FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop")
 """Fault types the synthesiser injects."""
 
 
@@ -118,7 +122,6 @@ class SynthConfig:
             "saturation": 0.15,
             "traffic": 0.10,
             "stop": 0.15,
-            "network": 0.10,
         }
     )
     silent_rate: float = 0.0
@@ -142,7 +145,6 @@ SYMPTOM_ROLES: dict[str, frozenset[str]] = {
     "saturation": frozenset({"saturation", "latency"}),
     "traffic": frozenset({"traffic"}),
     "stop": frozenset({"traffic", "errors", "success"}),
-    "network": frozenset(),
 }
 """Roles in which a root shows each fault type (a root with a scored metric of one of them must
 alert on one of them, or the incident is drawn again)."""
@@ -169,7 +171,7 @@ class SystemModel:
         config: detection rules (the adapter's :class:`DetectorConfig` by default).
 
     Attributes:
-        groups: ``{(node_index, role): column indices}`` where ``role`` is :func:`metric_role`'s.
+        groups: ``{(node_index, role): column indices}`` where ``role`` is the role map's (:meth:`fleetmind.data.metric_roles.RoleMap.role`).
         observed: ``(|V|, len(ROLES))`` bool, node ``v`` has a scored metric of model role ``r``.
         callers / callees: adjacency lists of node indices.
     """
@@ -382,9 +384,6 @@ class SystemModel:
                 effects[(v, "traffic")] = ("mul", max(0.0, 1.0 + a))
             if f > 1 and rng.random() < 0.5:
                 latency(0.2, 5.0)
-        elif fault == "network":  # delay on the root's links: its callers wait, it does not
-            latency(0.3, 30.0)
-            effects.pop((root, "latency"), None)
         else:  # stop
             errors(0.3, 1.0)
             effects[(root, "traffic")] = ("mul", float(rng.uniform(0.0, 0.2)))
