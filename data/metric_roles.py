@@ -34,7 +34,8 @@ folder, or ``--roles FILE``; :func:`scenario_role_map`), e.g. ``ok_ratio: succes
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -162,8 +163,12 @@ ROLE_MAP_FILE = "roles.yaml"
 """Name of the role-map override file a scenario folder may hold."""
 
 
+@dataclass
 class RoleMap:
     """Metric name -> role, detected by name (:func:`metric_role`) unless overridden.
+
+    A dataclass, so that a :class:`fleetmind.data.petshop.DetectorConfig` holding one stays
+    ``asdict``/JSON-friendly.
 
     Args:
         overrides: ``{metric name: role}`` with roles from :data:`OVERRIDE_ROLES` (``cpu`` and
@@ -173,9 +178,12 @@ class RoleMap:
         ValueError: an override names an unknown role.
     """
 
-    def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
-        self.overrides: dict[str, str] = {}
-        for name, role in (overrides or {}).items():
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        given = dict(self.overrides or {})
+        self.overrides = {}
+        for name, role in given.items():
             r = str(role).strip().lower()
             if r not in OVERRIDE_ROLES:
                 raise ValueError(
