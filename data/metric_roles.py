@@ -26,12 +26,22 @@ role           direction  words (any of)                                        
 ``errors`` comes before ``traffic`` so ``error_count`` is an error metric; ``success`` before
 ``latency`` so ``success_time`` is not a latency. Counts (``traffic``, or any name with ``count``,
 ``total``, ``sum`` or ``num``) get the Poisson floor of :class:`fleetmind.data.petshop.DetectorConfig`.
+
+A name the rules get wrong is overridden with a :class:`RoleMap` (a ``roles.yaml`` in the scenario
+folder, or ``--roles FILE``; :func:`scenario_role_map`), e.g. ``ok_ratio: success``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from fleetmind.data.errors import DataError
 
 ROLES: tuple[str, ...] = ("latency", "errors", "traffic", "saturation", "other")
 """Roles a model sees (``success`` is folded into ``errors``: both say "requests fail")."""
@@ -133,3 +143,129 @@ def metric_alertname(name: str) -> str:
 def is_count_metric(name: str) -> bool:
     """Whether metric ``name`` counts events (traffic, or a count/total/sum/num of something)."""
     return metric_role(name) == "traffic" or any(w in _COUNT_WORDS for w in words(name))
+
+
+# ---------------------------------------------------------------------------- role maps
+OVERRIDE_ROLES: dict[str, str] = {
+    "latency": "latency",
+    "errors": "errors",
+    "success": "success",
+    "traffic": "traffic",
+    "saturation": "saturation",
+    "cpu": "saturation",
+    "memory": "saturation",
+    "other": "other",
+}
+"""Role names a role-map override may use, and the role each stands for (CPU and memory are
+saturation metrics; ``success`` is an error role whose symptom is a drop)."""
+
+ROLE_MAP_FILE = "roles.yaml"
+"""Name of the role-map override file a scenario folder may hold."""
+
+
+@dataclass
+class RoleMap:
+    """Metric name -> role, detected by name (:func:`metric_role`) unless overridden.
+
+    A dataclass, so that a :class:`fleetmind.data.petshop.DetectorConfig` holding one stays
+    ``asdict``/JSON-friendly.
+
+    Args:
+        overrides: ``{metric name: role}`` with roles from :data:`OVERRIDE_ROLES` (``cpu`` and
+            ``memory`` are stored as ``saturation``); names not listed are detected by name.
+
+    Raises:
+        ValueError: an override names an unknown role.
+    """
+
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        given = dict(self.overrides or {})
+        self.overrides = {}
+        for name, role in given.items():
+            r = str(role).strip().lower()
+            if r not in OVERRIDE_ROLES:
+                raise ValueError(
+                    f"metric {name!r}: unknown role {role!r}; "
+                    f"use one of {', '.join(OVERRIDE_ROLES)}"
+                )
+            self.overrides[str(name)] = OVERRIDE_ROLES[r]
+
+    def role(self, name: str) -> str:
+        """The role of metric ``name`` (one of ``success``, ``errors``, ``latency``,
+        ``saturation``, ``traffic``, ``other``)."""
+        return self.overrides.get(str(name)) or metric_role(str(name))
+
+    def model_role(self, name: str) -> str:
+        """:meth:`role` with ``success`` folded into ``errors`` (one of :data:`ROLES`)."""
+        role = self.role(name)
+        return "errors" if role == "success" else role
+
+    def direction(self, name: str) -> str:
+        """``up``, ``down`` or ``both``: which deviation of metric ``name`` is a symptom."""
+        return DIRECTION_OF_ROLE[self.role(name)]
+
+    def alertname(self, name: str) -> str:
+        """Alertname for an anomaly of metric ``name``."""
+        role = self.role(name)
+        return ALERTNAME_OF_ROLE.get(role, f"{str(name)[:1].upper()}{str(name)[1:]}Anomaly")
+
+    def is_count(self, name: str) -> bool:
+        """Whether metric ``name`` counts events (traffic, or a count/total/sum/num of something)."""
+        return self.role(name) == "traffic" or any(w in _COUNT_WORDS for w in words(name))
+
+    def report(self, metrics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """``{metric: {"role", "source"}}`` for ``metrics`` (source ``override`` or ``name``)."""
+        return {
+            str(m): {
+                "role": self.role(m),
+                "source": "override" if str(m) in self.overrides else "name",
+            }
+            for m in sorted({str(m) for m in metrics})
+        }
+
+    def to_dict(self) -> dict[str, str]:
+        """The overrides (``{metric: role}``), as stored in a fitted model's ``config.json``."""
+        return dict(self.overrides)
+
+
+def load_role_map(path: str | Path) -> RoleMap:
+    """Read a role-map override file: a YAML (or JSON) mapping ``metric name: role``.
+
+    Example ``roles.yaml``::
+
+        p90: latency
+        ok_ratio: success
+        rps: traffic
+        container_cpu: cpu
+
+    Raises:
+        DataError: the file is missing, not a mapping of strings, or names an unknown role.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"role map not found: {p}")
+    try:
+        obj = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        raise DataError(f"{p}: not YAML: {str(err).splitlines()[0]}") from None
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
+    ):
+        raise DataError(f"{p}: expected a mapping 'metric name: role' of strings")
+    try:
+        return RoleMap(obj)
+    except ValueError as err:
+        raise DataError(f"{p}: {err}") from None
+
+
+def scenario_role_map(folder: str | Path, path: str | Path | None = None) -> RoleMap:
+    """The role map of a scenario: ``path`` when given, else ``folder/roles.yaml`` when present,
+    else detection by name only."""
+    if path is not None:
+        return load_role_map(path)
+    p = Path(folder) / ROLE_MAP_FILE
+    return load_role_map(p) if p.is_file() else RoleMap()

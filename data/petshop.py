@@ -35,8 +35,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ import pandas as pd
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
-from fleetmind.data.metric_roles import is_count_metric, metric_alertname, metric_direction
+from fleetmind.data.metric_roles import RoleMap, scenario_role_map
 
 SPLITS: tuple[str, ...] = ("train", "test")
 """Issue splits of a PetShop scenario folder, in the order ``split="all"`` returns them."""
@@ -106,6 +106,25 @@ class DetectorConfig:
         statistic_preference: which statistic represents a (node, metric); first present wins.
         metrics: metric kinds to alert on; ``None`` for every metric in the file.
         critical_z: z-score from which an alert's severity is ``critical`` (else ``warning``).
+        pre_onset: also score each window against its own rows before the onset (see below).
+        pre_fraction / min_pre_rows / min_post_rows: the window's first
+            ``max(min_pre_rows, floor(pre_fraction * T))`` rows are its pre-onset reference, leaving at
+            least ``min_post_rows`` rows to score; shorter windows are scored against the normal
+            period only.
+        min_window_rows: issue windows of a scenario must have at least this many rows.
+        roles: metric name -> role (:class:`~fleetmind.data.metric_roles.RoleMap`: detected by name
+            unless overridden by a ``roles.yaml``); decides directions, alertnames, count metrics.
+
+    **Pre-onset scoring** (``pre_onset``; BARO's idea, Pham et al. FSE 2024: compare with the data just
+    before the fault, robustly). The normal period may be recorded days or months away from the window
+    (PetShop's was), so a metric that drifted since then deviates in every row of the window. With
+    ``k`` reference rows (:func:`reference_rows`; no label, no symptom time is used), for rows
+    ``t >= k`` a second robust z-score is taken against the window's own rows ``[0, k)``:
+    centre ``med(x[:k])``, scale the normal period's (a MAD from a few rows, one of them perhaps
+    already faulty, would be meaningless); the evidence z-score is
+    the smaller of the two (both must exceed ``z_threshold``), and rows before ``k`` never alert. A
+    drift that is already there before the onset therefore raises no alert; a fault that starts at
+    ``k`` does, with the same z as before when the pre-onset rows sit at the normal level.
     """
 
     z_threshold: float = 5.0
@@ -117,12 +136,39 @@ class DetectorConfig:
     statistic_preference: tuple[str, ...] = ("Average", "Sum", "p50", "p90", "p95", "p99")
     metrics: tuple[str, ...] | None = None
     critical_z: float = 20.0
+    pre_onset: bool = True
+    pre_fraction: float = 0.2
+    min_pre_rows: int = 2
+    min_post_rows: int = 2
+    min_window_rows: int = 5
+    roles: RoleMap = field(default_factory=RoleMap)
 
     def __post_init__(self) -> None:
         if self.z_threshold <= 0 or self.min_consecutive < 1 or self.min_normal_points < 2:
             raise DataError(
                 "DetectorConfig needs z_threshold > 0, min_consecutive >= 1, min_normal_points >= 2"
             )
+        if self.min_pre_rows < 1 or self.min_post_rows < 1:
+            raise DataError("DetectorConfig needs min_pre_rows >= 1 and min_post_rows >= 1")
+
+    def direction(self, metric: str) -> str:
+        """``up``/``down``/``both`` for ``metric``: the role map's override, else :data:`DIRECTIONS`,
+        else the role detected from the name."""
+        if metric in self.roles.overrides:
+            return self.roles.direction(metric)
+        return DIRECTIONS.get(metric) or self.roles.direction(metric)
+
+    def alertname(self, metric: str) -> str:
+        """Alertname for ``metric`` (override, else :data:`ALERTNAMES`, else by role)."""
+        if metric in self.roles.overrides:
+            return self.roles.alertname(metric)
+        return ALERTNAMES.get(metric) or self.roles.alertname(metric)
+
+    def is_count(self, metric: str) -> bool:
+        """Whether ``metric`` is an event count (Poisson floor)."""
+        if metric in self.roles.overrides:
+            return self.roles.is_count(metric)
+        return metric in self.count_metrics or self.roles.is_count(metric)
 
 
 # ---------------------------------------------------------------------------- file readers
@@ -250,8 +296,7 @@ def fit_baseline(normal: pd.DataFrame, config: DetectorConfig | None = None) -> 
     spread = (1.4826 * mad).where(mad > 0, 1.2533 * absdev.mean(skipna=True))
     scale = np.maximum(spread, cfg.rel_scale_floor * median.abs())
     scale = np.maximum(scale, cfg.abs_scale_floor)
-    metric = pd.Series([c[1] for c in scale.index], index=scale.index)
-    is_count = metric.isin(cfg.count_metrics) | metric.map(is_count_metric).astype(bool)
+    is_count = pd.Series([cfg.is_count(c[1]) for c in scale.index], index=scale.index, dtype=bool)
     scale[is_count] = np.maximum(scale[is_count], np.sqrt(median[is_count].clip(lower=0) + 1.0))
     return Baseline(median=median, scale=scale, n_points=counts[keep])
 
@@ -285,6 +330,75 @@ def _pick_statistics(columns: pd.Index, preference: tuple[str, ...]) -> dict[tup
     return chosen
 
 
+def reference_rows(n_rows: int, config: DetectorConfig) -> int | None:
+    """How many leading rows of an ``n_rows`` window are its own pre-onset reference.
+
+    ``max(min_pre_rows, floor(pre_fraction * n_rows))``, capped so that ``min_post_rows`` rows remain;
+    ``None`` (normal period only) when pre-onset scoring is off or the window is shorter than
+    ``min_pre_rows + min_post_rows``. An incident window opens before its fault (PetShop's windows two
+    rows before the symptom, Train Ticket's four minutes before the injection; an alert's look-back
+    does the same), so its first rows show the system as it was just before, drift included.
+    """
+    if not config.pre_onset or n_rows < config.min_pre_rows + config.min_post_rows:
+        return None
+    k = max(config.min_pre_rows, int(config.pre_fraction * n_rows))
+    return min(k, n_rows - config.min_post_rows)
+
+
+def _column_nanmedian(a: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(a, axis=0)`` for a ``(k, C)`` array (NaN for all-NaN columns), without the
+    slow masked-array path numpy takes for small arrays."""
+    srt = np.sort(a, axis=0)  # NaN sorts last
+    cnt = (~np.isnan(srt)).sum(axis=0)
+    lo = np.clip((cnt - 1) // 2, 0, None)
+    hi = np.clip(cnt // 2, 0, srt.shape[0] - 1)
+    cols = np.arange(srt.shape[1])
+    med = 0.5 * (srt[lo, cols] + srt[hi, cols])
+    return np.where(cnt > 0, med, np.nan)
+
+
+def window_scores(
+    x: np.ndarray,
+    median: np.ndarray,
+    scale: np.ndarray,
+    directions: Sequence[str],
+    config: DetectorConfig,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
+    """Evidence z-scores and anomaly flags of a window (the rule of :class:`DetectorConfig`).
+
+    Args:
+        x: ``(T, C)`` window values (rows sorted by time; NaN = missing).
+        median / scale: ``(C,)`` the normal period's robust centre and scale per column.
+        directions: ``C`` of ``up``/``down``/``both``.
+        config: detection rules.
+
+    Returns:
+        ``(z, flags, reference, onset)``: ``z`` ``(T, C)`` direction-signed evidence z-scores (the
+        smaller of the normal-period and pre-onset scores when pre-onset scoring applies; ``-inf``
+        before the onset), ``flags`` ``(T, C)`` bool ``z > z_threshold``, ``reference`` ``(C,)`` the
+        level a change is measured from (the pre-onset median, else the normal median), ``onset``
+        the first row scored against the reference rows (:func:`reference_rows`) or ``None``.
+    """
+    sign = np.array([{"up": 1.0, "down": -1.0}.get(d, 0.0) for d in directions])
+    dev = (x - median) / scale
+    signed = np.where(sign == 0.0, np.abs(dev), dev * sign)
+    reference = np.asarray(median, dtype=float).copy()
+    onset = reference_rows(x.shape[0], config)
+    z = signed
+    if onset is not None:
+        pre = x[:onset]
+        pmed = _column_nanmedian(pre)
+        pdev = (x - pmed) / scale
+        psigned = np.where(sign == 0.0, np.abs(pdev), pdev * sign)
+        known = np.isfinite(pmed)
+        z = np.where(known, np.fmin(signed, psigned), signed)
+        z = np.where(np.isnan(signed), np.nan, z)
+        z[:onset] = -np.inf
+        reference = np.where(known, pmed, reference)
+    flags = np.nan_to_num(z, nan=-np.inf, neginf=-np.inf) > config.z_threshold
+    return z, flags, reference, onset
+
+
 def detector_alert(
     column: tuple[str, str, str],
     run: tuple[int, int],
@@ -295,29 +409,35 @@ def detector_alert(
     step: float,
     critical_z: float,
     extra_labels: dict[str, str] | None = None,
+    alertname: str | None = None,
+    reference: float | None = None,
 ) -> dict[str, Any]:
     """One detector alert (Alertmanager v4 object) for a run of anomalous rows of one column.
 
     Args:
         column: ``(node, metric, statistic)``.
         run: first and last row of the run (inclusive).
-        signed: ``(T,)`` deviation in the alert's direction, in baseline scales (z-scores).
+        signed: ``(T,)`` evidence z-scores in the alert's direction (see :func:`window_scores`).
         x: ``(T,)`` the column's values.
         baseline: ``(median, scale, direction)`` of the column in the normal period.
         times: ``(T,)`` row times, seconds since the epoch.
         step: seconds between rows (the end of a resolved alert is one step after its last row).
         critical_z: z-score from which the alert is ``critical`` instead of ``warning``.
         extra_labels: labels added to the alert.
+        alertname: the alert's name (default: by the metric's role).
+        reference: the level the change is measured from (``baseline``/``delta`` annotations; the
+            pre-onset median when pre-onset scoring applies), default the normal median.
     """
     node, metric, stat = column
     med, scale, direction = baseline
+    ref = med if reference is None or not math.isfinite(reference) else float(reference)
     start, end = run
     peak = int(start + np.nanargmax(signed[start : end + 1]))
     z = float(signed[peak])
     value = float(x[peak])
     still_firing = end == len(x) - 1
     labels = {
-        "alertname": ALERTNAMES.get(metric) or metric_alertname(metric),
+        "alertname": alertname or ALERTNAMES.get(metric) or RoleMap().alertname(metric),
         "severity": "critical" if z >= critical_z else "warning",
         "service": node,
         "metric": metric,
@@ -332,8 +452,9 @@ def detector_alert(
             "summary": f"{node} {metric} ({stat}) {value:.6g} vs normal median {med:.6g}",
             "z_score": f"{z:.4g}",
             "value": f"{value:.6g}",
-            "baseline": f"{med:.6g}",
-            "delta": f"{value - med:.6g}",
+            "baseline": f"{ref:.6g}",
+            "normal_median": f"{med:.6g}",
+            "delta": f"{value - ref:.6g}",
             "scale": f"{scale:.6g}",
             "direction": direction,
         },
@@ -342,6 +463,53 @@ def detector_alert(
         "generatorURL": "",
         "fingerprint": hashlib.sha1(fp_src).hexdigest()[:16],
     }
+
+
+def alerts_from_scores(
+    columns: Sequence[tuple[str, str, str]],
+    x: np.ndarray,
+    median: np.ndarray,
+    scale: np.ndarray,
+    directions: Sequence[str],
+    times: np.ndarray,
+    config: DetectorConfig,
+    extra_labels: Mapping[str, str] | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """Alerts of a window given as an array (shared by :func:`detect_alerts` and the synthesiser).
+
+    Args:
+        columns: ``C`` column keys ``(node, metric, statistic)``.
+        x: ``(T, C)`` values, rows sorted by time.
+        median / scale: ``(C,)`` normal-period centre and scale.
+        directions: ``C`` directions.
+        times: ``(T,)`` unix seconds.
+        config: detection rules.
+        extra_labels: labels added to every alert.
+
+    Returns:
+        ``(alerts, onset)``: alerts sorted by ``startsAt`` then descending z-score, and the number
+        of reference rows (``None`` when the window is too short for pre-onset scoring).
+    """
+    if len(columns) == 0:
+        return [], None
+    z, flags, reference, onset = window_scores(x, median, scale, directions, config)
+    step = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+    extra = {str(k): str(v) for k, v in (extra_labels or {}).items()}
+    alerts = []
+    for k in np.flatnonzero(flags.sum(axis=0) >= config.min_consecutive):
+        run = _first_run(flags[:, k], config.min_consecutive)
+        if run is None:
+            continue
+        node, metric, stat = columns[k]
+        alerts.append(
+            detector_alert(
+                columns[k], run, z[:, k], x[:, k],
+                (float(median[k]), float(scale[k]), directions[k]), times, step,
+                config.critical_z, extra, config.alertname(metric), float(reference[k]),
+            )
+        )  # fmt: skip
+    alerts.sort(key=lambda a: (a["startsAt"], -float(a["annotations"]["z_score"])))
+    return alerts, onset
 
 
 def detect_alerts(
@@ -363,15 +531,28 @@ def detect_alerts(
         the ``node/metric/statistic`` columns that had no baseline.
 
     Each alert has ``labels`` ``{alertname, severity, service, metric, statistic, ...extra}``,
-    ``annotations`` ``{summary, z_score, value, baseline, delta, scale, direction}`` (numbers as strings,
-    as Alertmanager carries them), ``startsAt``, ``endsAt``, ``generatorURL`` and ``fingerprint``.
+    ``annotations`` ``{summary, z_score, value, baseline, normal_median, delta, scale, direction}``
+    (numbers as strings, as Alertmanager carries them; ``baseline`` and ``delta`` are measured from the
+    pre-onset level when pre-onset scoring applies), ``startsAt``, ``endsAt``, ``generatorURL`` and
+    ``fingerprint``.
     """
+    alerts, unscored, _ = detect_window(window, baseline, config, extra_labels)
+    return alerts, unscored
+
+
+def detect_window(
+    window: pd.DataFrame,
+    baseline: Baseline,
+    config: DetectorConfig | None = None,
+    extra_labels: Mapping[str, str] | None = None,
+) -> tuple[list[dict[str, Any]], list[str], int | None]:
+    """:func:`detect_alerts` that also returns the number of pre-onset reference rows (``None``:
+    normal period only)."""
     cfg = config or DetectorConfig()
     times = window.index.to_numpy(dtype=float)
     chosen = _pick_statistics(window.columns, cfg.statistic_preference)
-    alerts: list[dict[str, Any]] = []
+    cols: list[tuple[str, str, str]] = []
     unscored: list[str] = []
-    step = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
     for (node, metric), stat in chosen.items():
         if cfg.metrics is not None and metric not in cfg.metrics:
             continue
@@ -379,24 +560,17 @@ def detect_alerts(
         if col not in baseline.median.index:
             unscored.append("/".join(col))
             continue
-        x = window[col].to_numpy(dtype=float)
-        med = float(baseline.median[col])
-        scale = float(baseline.scale[col])
-        direction = DIRECTIONS.get(metric) or metric_direction(metric)
-        dev = (x - med) / scale
-        signed = {"up": dev, "down": -dev}.get(direction, np.abs(dev))
-        flags = np.nan_to_num(signed, nan=-np.inf) > cfg.z_threshold
-        run = _first_run(flags, cfg.min_consecutive)
-        if run is None:
-            continue
-        alerts.append(
-            detector_alert(
-                (node, metric, stat), run, signed, x, (med, scale, direction), times, step,
-                cfg.critical_z, extra_labels,
-            )
-        )  # fmt: skip
-    alerts.sort(key=lambda a: (a["startsAt"], -float(a["annotations"]["z_score"])))
-    return alerts, unscored
+        cols.append(col)
+    x = (
+        window[cols].to_numpy(dtype=float)
+        if cols
+        else np.zeros((len(times), 0))
+    )  # fmt: skip
+    med = np.array([float(baseline.median[c]) for c in cols])
+    scale = np.array([float(baseline.scale[c]) for c in cols])
+    dirs = [cfg.direction(c[1]) for c in cols]
+    alerts, onset = alerts_from_scores(cols, x, med, scale, dirs, times, cfg, extra_labels)
+    return alerts, unscored, onset
 
 
 # ---------------------------------------------------------------------------- scenario
@@ -460,10 +634,11 @@ class PetShopScenario:
             raise DataError(
                 f"{issue.path / 'target.json'}: root cause {root!r} is not in graph.csv"
             )
-        alerts, unscored = detect_alerts(
+        times = window.index.to_numpy(dtype=float)
+        check_window(window, issue.path / "metrics.csv", self.config.min_window_rows)
+        alerts, unscored, onset = detect_window(
             window, self.baseline, self.config, extra_labels={"scenario": self.name}
         )
-        times = window.index.to_numpy(dtype=float)
         return {
             "id": issue.id,
             "graph": self.graph.name,
@@ -478,8 +653,14 @@ class PetShopScenario:
                 "n_points": int(len(times)),
                 "step_s": float(np.median(np.diff(times))) if len(times) > 1 else math.nan,
                 "unscored": unscored,
+                "reference_rows": onset,
             },
         }
+
+    def roles(self) -> dict[str, dict[str, str]]:
+        """``{metric: {"role", "source"}}`` for every metric of the normal period (source
+        ``override`` from the role map, or ``name``)."""
+        return self.config.roles.report(self.normal.columns.get_level_values(1))
 
     def incidents(self, split: str = "all") -> Iterator[dict[str, Any]]:
         """Incident dicts of every issue of ``split``."""
@@ -492,12 +673,44 @@ def _issue_number(name: str) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
-def load_scenario(path: str | Path, config: DetectorConfig | None = None) -> PetShopScenario:
-    """Load a PetShop-format scenario folder (graph, normal period, baseline).
+MIN_STEP_S = 1.0
+MAX_STEP_S = 300.0
+"""Row intervals the reader accepts (1 s to 5 min)."""
+
+
+def check_window(window: pd.DataFrame, path: str | Path, min_rows: int = 5) -> float:
+    """Check an issue window's shape: at least ``min_rows`` rows, a median row interval of 1 s to
+    5 min. Returns the interval in seconds.
 
     Raises:
-        DataError: the folder, ``graph.csv`` or ``noissue/metrics.csv`` is missing or malformed, or no
-            ``train/``/``test/`` split folder exists.
+        DataError: naming the file and the problem.
+    """
+    times = window.index.to_numpy(dtype=float)
+    if len(times) < min_rows:
+        raise DataError(
+            f"{path}: {len(times)} rows; an issue window needs at least {min_rows} "
+            "(rows before the onset are the window's own reference)"
+        )
+    step = float(np.median(np.diff(times)))
+    if not MIN_STEP_S <= step <= MAX_STEP_S:
+        raise DataError(f"{path}: rows are {step:g} s apart; the reader takes 1 s to 300 s (5 min)")
+    return step
+
+
+def load_scenario(
+    path: str | Path, config: DetectorConfig | None = None, roles: str | Path | None = None
+) -> PetShopScenario:
+    """Load a PetShop-format scenario folder (graph, normal period, baseline).
+
+    Args:
+        path: the scenario folder.
+        config: detection rules (its ``roles`` are replaced by the scenario's role map).
+        roles: a role-map override file; default ``path/roles.yaml`` when present
+            (:func:`fleetmind.data.metric_roles.scenario_role_map`).
+
+    Raises:
+        DataError: the folder, ``graph.csv`` or ``noissue/metrics.csv`` is missing or malformed, no
+            ``train/``/``test/`` split folder exists, or the role map is invalid.
     """
     root = Path(path)
     if not root.is_dir():
@@ -506,7 +719,7 @@ def load_scenario(path: str | Path, config: DetectorConfig | None = None) -> Pet
         raise DataError(f"{root}: graph.csv not found (is this a PetShop scenario folder?)")
     if not any((root / s).is_dir() for s in SPLITS):
         raise DataError(f"{root}: neither train/ nor test/ issue folder found")
-    cfg = config or DetectorConfig()
+    cfg = replace(config or DetectorConfig(), roles=scenario_role_map(root, roles))
     graph = read_graph_csv(root / "graph.csv", name=root.name)
     normal = read_metrics_csv(root / "noissue" / "metrics.csv")
     return PetShopScenario(

@@ -35,6 +35,12 @@ labelled training incidents:
 3. add unrelated drifts: a Poisson(:attr:`SynthConfig.noise_mean`) number of random (node, metric)
    pairs shifted for the whole window (30 % of them next to the fault), as long-running unrelated
    anomalies are in real windows;
+   then domain randomisation (:meth:`SystemModel._drift`, ranges in :class:`SynthConfig`): a stale
+   baseline (many columns offset for the whole window), a subtree-wide latency drift, Gaussian
+   noise; lag probability, onset (sometimes inside the window's pre-onset reference rows) and which
+   of the root's own effects are seen (partial symptoms) are drawn per incident. A root that has a
+   metric of a role its fault implies (:data:`SYMPTOM_ROLES`) must alert in it, or the incident is
+   drawn again;
 4. turn the window into alerts with the adapter's detector (:func:`fleetmind.data.petshop.detect_alerts`, here
    vectorised as :meth:`SystemModel.detect`, which a test holds equal to it) and the baseline fitted
    on the normal period: the same rules and settings the adapter uses on real issue windows.
@@ -56,20 +62,14 @@ import pandas as pd
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.metric_roles import (
-    ROLES,
-    metric_direction,
-    metric_role,
-    model_role,
-)
+from fleetmind.data.metric_roles import ROLES
 from fleetmind.data.petshop import (
-    DIRECTIONS,
     Baseline,
     DetectorConfig,
-    _first_run,
     _pick_statistics,
-    detector_alert,
+    alerts_from_scores,
     fit_baseline,
+    reference_rows,
 )
 
 FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop")
@@ -80,20 +80,41 @@ FAULTS: tuple[str, ...] = ("latency", "errors", "saturation", "traffic", "stop")
 class SynthConfig:
     """Settings of the incident synthesiser (one set for every system).
 
+    Ranges are domain randomisation: each incident draws its own value uniformly from the range, so
+    the model sees every degree of drift and lag between the bounds. The bounds were set from what
+    real incident windows look like in general (a normal period recorded days to months away, alerts
+    that drift over whole windows, onsets a scrape or two apart), never from a system's labels.
+
     Attributes:
         n_incidents: incidents to synthesise.
-        window_rows: inclusive range of window lengths ``W`` in rows (clipped to the normal period).
+        window_rows: inclusive range of window lengths ``W`` in rows (clipped to the normal period;
+            at least 5, the reader's minimum).
         fault_mix: probability of each fault type (:data:`FAULTS`), normalised.
-        silent_rate: probability that the root's own metrics are left untouched.
+        silent_rate: probability that the root's own metrics are left untouched (0: a root with
+            metrics always shows its fault, as every root of the real systems does).
         noise_mean: mean number of unrelated drifting (node, metric) pairs per incident.
-        lag_prob: probability that a node shows the fault one row after the node it depends on.
+        lag_prob: range of the probability that a node shows the fault one row after the node it
+            depends on (drawn per incident).
+        early_onset_rate: probability that the fault starts one row inside the window's pre-onset
+            reference rows (a window opened late), so the reference is partly faulty.
+        partial_symptom_rate: probability that each of the root's own effects goes unseen (its
+            metric measured where the fault does not show), keeping at least one role the fault
+            implies; the neighbours' effects stay.
         hidden_edge_rate: probability that the fault also reaches a leaf sibling of the root (a
             node without callees sharing a caller with it) over an edge the graph does not show.
+        stale_rate / stale_share / stale_z: with probability ``stale_rate`` the baseline is stale: a
+            share (drawn from ``stale_share``) of all columns is offset for the whole window by a
+            log-uniform ``stale_z`` number of baseline scales, either sign.
+        subtree_drift_rate / subtree_z: with probability ``subtree_drift_rate`` a random node and
+            every node that (transitively) calls it drift in latency for the whole window, by
+            ``subtree_z`` scales at the node, added up along the call chain as a fault would.
+        noise_sd: range of the standard deviation of Gaussian noise added to every column, in
+            baseline scales (drawn per incident).
         seed: random seed.
     """
 
     n_incidents: int = 6000
-    window_rows: tuple[int, int] = (4, 12)
+    window_rows: tuple[int, int] = (5, 12)
     fault_mix: dict[str, float] = field(
         default_factory=lambda: {
             "latency": 0.35,
@@ -103,11 +124,30 @@ class SynthConfig:
             "stop": 0.15,
         }
     )
-    silent_rate: float = 0.05
+    silent_rate: float = 0.0
     noise_mean: float = 2.5
-    lag_prob: float = 0.3
+    lag_prob: tuple[float, float] = (0.0, 0.6)
+    early_onset_rate: float = 0.1
+    partial_symptom_rate: float = 0.3
     hidden_edge_rate: float = 0.25
+    stale_rate: float = 0.7
+    stale_share: tuple[float, float] = (0.0, 0.4)
+    stale_z: tuple[float, float] = (2.0, 40.0)
+    subtree_drift_rate: float = 0.5
+    subtree_z: tuple[float, float] = (3.0, 60.0)
+    noise_sd: tuple[float, float] = (0.0, 1.0)
     seed: int = 0
+
+
+SYMPTOM_ROLES: dict[str, frozenset[str]] = {
+    "latency": frozenset({"latency"}),
+    "errors": frozenset({"errors", "success"}),
+    "saturation": frozenset({"saturation", "latency"}),
+    "traffic": frozenset({"traffic"}),
+    "stop": frozenset({"traffic", "errors", "success"}),
+}
+"""Roles in which a root shows each fault type (a root with a scored metric of one of them must
+alert on one of them, or the incident is drawn again)."""
 
 
 @dataclass
@@ -131,7 +171,7 @@ class SystemModel:
         config: detection rules (the adapter's :class:`DetectorConfig` by default).
 
     Attributes:
-        groups: ``{(node_index, role): column indices}`` where ``role`` is :func:`metric_role`'s.
+        groups: ``{(node_index, role): column indices}`` where ``role`` is the role map's (:meth:`fleetmind.data.metric_roles.RoleMap.role`).
         observed: ``(|V|, len(ROLES))`` bool, node ``v`` has a scored metric of model role ``r``.
         callers / callees: adjacency lists of node indices.
     """
@@ -161,9 +201,9 @@ class SystemModel:
             i = graph.index.get(str(node))
             if i is None:
                 continue
-            self.groups.setdefault((i, metric_role(metric)), []).append(j)
+            self.groups.setdefault((i, self.config.roles.role(metric)), []).append(j)
             if cols[j] in scored:
-                self.observed[i, ROLES.index(model_role(metric))] = True
+                self.observed[i, ROLES.index(self.config.roles.model_role(metric))] = True
         self.callers: list[list[int]] = [[] for _ in range(n)]
         self.callees: list[list[int]] = [[] for _ in range(n)]
         for s, d in graph.edge_index.T:
@@ -209,7 +249,8 @@ class SystemModel:
         self._det_idx = np.array([pos[c] for c in self._det_cols], dtype=np.int64)
         self._det_med = np.array([float(self.baseline.median[c]) for c in self._det_cols])
         self._det_scale = np.array([float(self.baseline.scale[c]) for c in self._det_cols])
-        self._det_dir = [DIRECTIONS.get(m) or metric_direction(m) for _, m, _ in self._det_cols]
+        self._det_dir = [cfg.direction(m) for _, m, _ in self._det_cols]
+        self._det_role = [cfg.roles.role(m) for _, m, _ in self._det_cols]
 
     def detect(self, x: np.ndarray, times: np.ndarray) -> list[dict[str, Any]]:
         """:func:`fleetmind.data.petshop.detect_alerts` on a window given as an array (the same rules and the
@@ -219,41 +260,16 @@ class SystemModel:
             x: ``(W, C)`` window values in the columns of the normal period.
             times: ``(W,)`` unix seconds.
         """
-        cfg = self.config
-        if len(self._det_idx) == 0:
-            return []
-        dev = (x[:, self._det_idx] - self._det_med) / self._det_scale
-        signed = dev.copy()
-        for k, d in enumerate(self._det_dir):
-            if d == "down":
-                signed[:, k] = -dev[:, k]
-            elif d != "up":
-                signed[:, k] = np.abs(dev[:, k])
-        flags = np.nan_to_num(signed, nan=-np.inf) > cfg.z_threshold
-        cand = np.flatnonzero(flags.sum(axis=0) >= cfg.min_consecutive)
-        step = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
-        alerts = []
-        for k in cand:
-            run = _first_run(flags[:, k], cfg.min_consecutive)
-            if run is None:
-                continue
-            alerts.append(self._alert(k, run, signed[:, k], x[:, self._det_idx[k]], times, step))
-        alerts.sort(key=lambda a: (a["startsAt"], -float(a["annotations"]["z_score"])))
-        return alerts
-
-    def _alert(
-        self,
-        k: int,
-        run: tuple[int, int],
-        signed: np.ndarray,
-        x: np.ndarray,
-        times: np.ndarray,
-        step: float,
-    ) -> dict[str, Any]:
-        baseline = (float(self._det_med[k]), float(self._det_scale[k]), self._det_dir[k])
-        return detector_alert(
-            self._det_cols[k], run, signed, x, baseline, times, step, self.config.critical_z
+        alerts, _ = alerts_from_scores(
+            self._det_cols,
+            x[:, self._det_idx],
+            self._det_med,
+            self._det_scale,
+            self._det_dir,
+            times,
+            self.config,
         )
+        return alerts
 
     # ------------------------------------------------------------------ helpers
     def _level(self, j: int) -> float:
@@ -311,10 +327,10 @@ class SystemModel:
     # ------------------------------------------------------------------ one incident
     def incident(self, rng: np.random.Generator, cfg: SynthConfig) -> SynthIncident | None:
         """Synthesise one incident, or ``None`` when the fault raised no alert near the root."""
-        self._lag = cfg.lag_prob
+        self._lag = float(rng.uniform(*cfg.lag_prob))
         t = len(self.values)
         lo, hi = cfg.window_rows
-        w_rows = int(min(t, rng.integers(lo, hi + 1)))
+        w_rows = int(min(t, rng.integers(max(lo, 1), max(lo, hi) + 1)))
         s = int(rng.integers(0, t - w_rows + 1))
         x = self.values[s : s + w_rows].copy()
         root = int(rng.choice(self.candidates, p=self.candidate_p))
@@ -322,7 +338,10 @@ class SystemModel:
         p = np.array([cfg.fault_mix[f] for f in faults], dtype=float)
         fault = str(rng.choice(faults, p=p / p.sum()))
         silent = bool(rng.random() < cfg.silent_rate)
-        onset = int(rng.integers(0, max(1, w_rows - 1)))
+        k_ref = reference_rows(w_rows, self.config) or 0
+        onset = int(rng.integers(k_ref, max(k_ref + 1, w_rows - 1)))
+        if k_ref > 0 and rng.random() < cfg.early_onset_rate:
+            onset = k_ref - 1  # the window opened late: its reference already holds the fault
 
         # effects: {(node, role): (kind, amount)}; kind "add" (absolute), "mul" (factor), "drop" (share)
         effects: dict[tuple[int, str], tuple[str, float]] = {}
@@ -389,7 +408,17 @@ class SystemModel:
                             else (kind, amount)
                         )
 
-        affected = {v for v, _ in effects}
+        # partial symptoms: each of the root's own effects is unseen with probability
+        # partial_symptom_rate (a metric measured where the fault does not show), as long as one
+        # role the fault implies remains; its neighbours' effects stay
+        own = [k for k in effects if k[0] == root]
+        keep_one = [k for k in own if k[1] in SYMPTOM_ROLES[fault] and self.groups.get(k)]
+        if keep_one:
+            kept = keep_one[int(rng.integers(len(keep_one)))]
+            for k in own:
+                if k != kept and rng.random() < cfg.partial_symptom_rate:
+                    del effects[k]
+        affected = {v for v, _ in effects} | {root}
         starts = self._onsets(rng, root, onset, affected)
         for (v, role), (kind, amount) in effects.items():
             if silent and v == root:
@@ -433,11 +462,14 @@ class SystemModel:
                 if np.isfinite(self.scale[j]):
                     x[:, j] += sign * z * self.scale[j]
 
+        self._drift(rng, cfg, x)
         alerts = self.detect(x, self.normal.index.to_numpy(dtype=float)[s : s + w_rows])
         if not alerts:
             return None
         hit = {self.graph.index.get(a["labels"].get("service", "")) for a in alerts}
         if not (hit & affected):
+            return None
+        if not silent and not self._shows_symptom(root, fault, alerts):
             return None
         return SynthIncident(
             alerts=alerts,
@@ -447,6 +479,46 @@ class SystemModel:
             silent=silent or not self.observed[root].any(),
             window_rows=w_rows,
         )
+
+    def _shows_symptom(self, root: int, fault: str, alerts: list[dict[str, Any]]) -> bool:
+        """Whether the root alerts in a role its fault implies (:data:`SYMPTOM_ROLES`); a root with
+        no scored metric of those roles passes (it cannot show them)."""
+        want = SYMPTOM_ROLES[fault]
+        rid = self.graph.nodes[root].id
+        roles = self.config.roles
+        can = any(
+            self.graph.index.get(c[0]) == root and roles.role(c[1]) in want for c in self._det_cols
+        )
+        if not can:
+            return True
+        return any(
+            a["labels"].get("service") == rid and roles.role(a["labels"].get("metric", "")) in want
+            for a in alerts
+        )
+
+    def _drift(self, rng: np.random.Generator, cfg: SynthConfig, x: np.ndarray) -> None:
+        """Domain randomisation on a window ``x`` ``(W, C)`` in place: a stale baseline (many
+        columns offset for the whole window), a subtree-wide latency drift, Gaussian noise."""
+        w_rows, n_cols = x.shape
+        finite = np.isfinite(self.scale)
+        if rng.random() < cfg.stale_rate:
+            share = rng.uniform(*cfg.stale_share)
+            cols = np.flatnonzero(finite & (rng.random(n_cols) < share))
+            z = np.exp(rng.uniform(*np.log(cfg.stale_z), size=cols.size))
+            x[:, cols] += rng.choice([-1.0, 1.0], size=cols.size) * z * self.scale[cols]
+        if rng.random() < cfg.subtree_drift_rate and self.candidates.size:
+            v = int(rng.choice(self.candidates))
+            z = float(np.exp(rng.uniform(*np.log(cfg.subtree_z))))
+            lat = [j for j in self.groups.get((v, "latency"), []) if finite[j]]
+            ref = float(np.median(self.scale[lat])) if lat else 0.0
+            if ref > 0:
+                for u, a in self._spread(rng, v, z * ref, 0.1, 3.0, up=True).items():
+                    for j in self.groups.get((u, "latency"), []):
+                        x[:, j] += a
+        sd = rng.uniform(*cfg.noise_sd)
+        if sd > 0:
+            noise = rng.standard_normal(x.shape) * sd * np.where(finite, self.scale, 0.0)
+            x += noise
 
     def incidents(self, cfg: SynthConfig, progress: Any = None) -> Iterator[SynthIncident]:
         """Yield ``cfg.n_incidents`` incidents (seeded; ``progress(n)`` is called per incident)."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.metric_roles import ROLES, model_role
+from fleetmind.data.metric_roles import ROLES, RoleMap
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.features.times import parse_time
 
@@ -78,7 +78,10 @@ def _start(a: Mapping[str, Any]) -> float:
 
 
 def fit_features(
-    graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], observed: np.ndarray
+    graph: DependencyGraph,
+    alerts: Sequence[Mapping[str, Any]],
+    observed: np.ndarray,
+    roles: RoleMap | None = None,
 ) -> np.ndarray:
     """Per-node features of one incident (see the module table).
 
@@ -87,11 +90,13 @@ def fit_features(
         alerts: Alertmanager v4 alerts; an alert maps to a node by its ``service`` label when that
             names a node, else by :meth:`DependencyGraph.node_for_alert`; unmapped alerts are ignored.
         observed: ``(|V|, len(ROLES))`` bool, which roles each node has normal-period metrics for.
+        roles: the system's role map (default: roles detected from metric names).
 
     Returns:
         float32 ``(|V|, NUM_FIT_FEATURES)``.
     """
     n, nr, nc = graph.num_nodes, len(ROLES), len(ROLE_COLUMNS)
+    roles = roles or RoleMap()
     x = np.zeros((n, nr * nc + nr + len(NODE_COLUMNS)), dtype=np.float32)
     parsed = []
     for a in alerts:
@@ -104,7 +109,7 @@ def fit_features(
         if i is None:
             continue
         ann = a.get("annotations") or {}
-        role = model_role(str(lab.get("metric") or lab.get("alertname") or ""))
+        role = roles.model_role(str(lab.get("metric") or lab.get("alertname") or ""))
         z = _f(ann.get("z_score"))
         z = 5.0 if not math.isfinite(z) or z <= 0 else z
         delta = _f(ann.get("delta"))
@@ -277,6 +282,7 @@ class FittedGATAnalyzer(BaseAnalyzer):
         self.model = model
         self.meta = dict(meta)
         self._cache: dict[int, tuple[Any, Any, np.ndarray]] = {}
+        self.roles = RoleMap(self.meta.get("roles") or {})
 
     @classmethod
     def load(cls, ref: str | Path) -> FittedGATAnalyzer:
@@ -296,7 +302,7 @@ class FittedGATAnalyzer(BaseAnalyzer):
             ei, et = model_inputs(graph)
             self._cache = {key: (ei, et, observed_matrix(graph, self.meta.get("observed", {})))}
         ei, et, obs = self._cache[key]
-        x = torch.from_numpy(fit_features(graph, alerts, obs))
+        x = torch.from_numpy(fit_features(graph, alerts, obs, self.roles))
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one small graph: one thread is fastest and spares the machine
         try:

@@ -15,13 +15,15 @@ and the metric-level baselines of :mod:`fleetmind.rca.petshop_baselines`.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.petshop import PetShopScenario, read_metrics_csv, read_target
+from fleetmind.rca.anchoring import anchor_result
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES
+from fleetmind.rca.drift import alert_prevalence, downweight_alerts
 from fleetmind.rca.metrics import make_analyzers, rank_of, summarize
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
 from fleetmind.rca.propagation import PropagationRanker
@@ -79,8 +81,16 @@ def evaluate_scenario(
     alert_methods: Mapping[str, BaseAnalyzer] | None = None,
     metric_methods: Mapping[str, MetricAnalyzer] | None = None,
     progress: bool = False,
+    drift_weighting: bool = True,
+    anchored: Collection[str] = ("gat_fit",),
 ) -> dict[str, Any]:
     """Run every method on every issue of ``split`` and summarize.
+
+    Alert-based methods see every window's alerts after :func:`fleetmind.rca.drift.downweight_alerts`
+    with the prevalence measured over all windows of the scenario (``drift_weighting``; label-free:
+    only the windows' alerts are read). Methods named in ``anchored`` are symptom-anchored on the
+    issue's target node (:func:`fleetmind.rca.anchoring.anchor_result`) and reported under their name;
+    the same method without anchoring is reported as ``<name>:unanchored``.
 
     Returns:
         ``{"n_incidents", "methods": {name: metrics}, "by_split": {split: {"n_incidents", "methods"}},
@@ -97,7 +107,8 @@ def evaluate_scenario(
         else metric_methods
     )
     issues = scenario.issues(split)
-    names = list(alert_methods) + list(metric_methods)
+    anchored = [n for n in anchored if n in alert_methods]
+    names = list(alert_methods) + [f"{n}:unanchored" for n in anchored] + list(metric_methods)
     rows: list[dict[str, Any]] = []
     times: dict[str, list[float]] = {n: [] for n in names}
     alert_ms: list[float] = []
@@ -110,10 +121,26 @@ def evaluate_scenario(
         from tqdm import tqdm
 
         bar = tqdm(total=len(issues), desc="rca petshop", unit="issue")
+    incidents = []
     for issue in issues:
         t0 = time.perf_counter()
-        inc = scenario.incident(issue)
+        incidents.append(scenario.incident(issue))
         alert_ms.append((time.perf_counter() - t0) * 1e3)
+    all_windows = (
+        [scenario.incident(i)["alerts"] for i in scenario.issues("all")]
+        if split != "all"
+        else [inc["alerts"] for inc in incidents]
+    )
+    prevalence = alert_prevalence(all_windows)
+    for issue, inc in zip(issues, incidents, strict=True):
+        raw_alerts = inc["alerts"]
+        alerts = (
+            downweight_alerts(
+                raw_alerts, prevalence, len(all_windows), z_threshold=scenario.config.z_threshold
+            )
+            if drift_weighting
+            else raw_alerts
+        )
         window = read_metrics_csv(issue.path / "metrics.csv")
         target = read_target(issue.path / "target.json")["target"]
         row: dict[str, Any] = {
@@ -121,13 +148,21 @@ def evaluate_scenario(
             "split": inc["split"],
             "fault_type": inc["fault_type"],
             "root_cause": inc["root_cause"],
-            "n_alerts": len(inc["alerts"]),
+            "n_alerts": len(raw_alerts),
+            "n_alerts_weighted": len(alerts),
             "ranks": {},
             "top3": {},
         }
         for name, method in alert_methods.items():
             t0 = time.perf_counter()
-            res = method.find_root_causes(scenario.graph, inc["alerts"])
+            res = method.find_root_causes(scenario.graph, alerts)
+            if name in anchored:
+                ms = (time.perf_counter() - t0) * 1e3
+                plain = res.ranked_nodes()
+                row["ranks"][f"{name}:unanchored"] = rank_of(plain, inc["root_cause"])
+                row["top3"][f"{name}:unanchored"] = plain[:3]
+                times[f"{name}:unanchored"].append(ms)
+                res = anchor_result(res, scenario.graph, alerts, str(target.get("node")))
             times[name].append((time.perf_counter() - t0) * 1e3)
             ranked = res.ranked_nodes()
             row["ranks"][name] = rank_of(ranked, inc["root_cause"])
@@ -170,5 +205,15 @@ def evaluate_scenario(
     }
     out["per_incident"] = rows
     out["alerting_ms_per_incident"] = float(sum(alert_ms) / max(1, len(alert_ms)))
+    out["roles"] = scenario.roles()
+    out["evidence"] = {
+        "pre_onset": scenario.config.pre_onset,
+        "drift_weighting": drift_weighting,
+        "windows_for_prevalence": len(all_windows),
+        "prevalent_pairs": sorted(
+            f"{k[0]}/{k[1]}" for k, v in prevalence.items() if v > 0.5 and len(all_windows) >= 8
+        ),
+        "anchored": list(anchored),
+    }
     out["published"] = PUBLISHED
     return out

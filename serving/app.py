@@ -137,6 +137,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         auto_resolve_s=settings.incident_auto_resolve_s,
         retention_s=settings.retention_s,
         leader_lease_s=settings.leader_lease_s,
+        slo_alerts=settings.slo_alert_names(),
     )
     batcher = RCABatcher(
         settings.rca_max_batch, lambda size, _s: metrics.rca_batch_size.observe(size)

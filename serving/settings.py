@@ -219,6 +219,12 @@ class Settings(BaseSettings):
         description="an RCA request not answered within this many seconds gets 503 with Retry-After",
     )
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
+    slo_alerts: str = Field(
+        "",
+        description="comma-separated alertnames of user-facing (SLO) alerts; an incident's symptom "
+        "is its first alert named here, else its highest-severity alert, and causes that no "
+        "alerting dependency path joins to the symptom are down-weighted",
+    )
     public_url: str = Field(
         "http://127.0.0.1:8000",
         description="the service's address as operators reach it; links to incident pages start here",
@@ -355,6 +361,10 @@ class Settings(BaseSettings):
             if token is not None:
                 out.setdefault(token, set()).update(scopes)
         return {t: frozenset(s) for t, s in out.items()}
+
+    def slo_alert_names(self) -> frozenset[str]:
+        """The alertnames of ``FLEETMIND_SLO_ALERTS``."""
+        return frozenset(n.strip() for n in self.slo_alerts.split(",") if n.strip())
 
     def weak_tokens(self) -> list[str]:
         """``FLEETMIND_<NAME>_TOKEN`` of each token that is a placeholder (``change-me...``) or

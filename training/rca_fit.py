@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.errors import DataError
-from fleetmind.data.petshop import read_graph_csv, read_metrics_csv
+from fleetmind.data.metric_roles import scenario_role_map
+from fleetmind.data.petshop import DetectorConfig, read_graph_csv, read_metrics_csv
 from fleetmind.data.synth_incidents import SynthConfig, SystemModel
 from fleetmind.rca.fit_model import (
     NUM_FIT_FEATURES,
@@ -57,6 +58,8 @@ class FitArgs:
         seed: seed of synthesis, initialisation and shuffling.
         threads: torch intra-op threads (``None``: torch's default; 1, the default, is the fastest
             for these small graphs on a shared machine).
+        roles: a role-map override file (default ``DIR/roles.yaml`` when present; else roles are
+            detected from metric names).
     """
 
     scenario: str
@@ -70,10 +73,12 @@ class FitArgs:
     heads: int = 4
     seed: int = 0
     threads: int | None = 1
+    roles: str | None = None
 
 
 def read_system(scenario: str | Path) -> tuple[Any, Any]:
-    """The only files ``rca fit`` reads: ``(graph, normal metrics)`` of a scenario folder.
+    """The graph and metric files ``rca fit`` reads: ``(graph, normal metrics)`` of a scenario folder
+    (the role map, :func:`fleetmind.data.metric_roles.scenario_role_map`, is the only other file).
 
     Raises:
         DataError: folder, ``graph.csv`` or ``noissue/metrics.csv`` missing or malformed.
@@ -89,7 +94,9 @@ def read_system(scenario: str | Path) -> tuple[Any, Any]:
 
 def _features(system: Any, incs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
 
-    x = np.stack([fit_features(system.graph, i.alerts, system.observed) for i in incs])
+    x = np.stack(
+        [fit_features(system.graph, i.alerts, system.observed, system.config.roles) for i in incs]
+    )
     y = np.array([i.root for i in incs], dtype=np.int64)
     return x, y
 
@@ -109,7 +116,8 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     graph, normal = read_system(args.scenario)
-    system = SystemModel(graph, normal)
+    roles = scenario_role_map(args.scenario, args.roles)
+    system = SystemModel(graph, normal, DetectorConfig(roles=roles))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -210,13 +218,16 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     t_total = time.perf_counter() - t_start
     meta = {
         "fit": {
-            "reads": ["graph.csv", "noissue/metrics.csv"],
+            "reads": ["graph.csv", "noissue/metrics.csv"]
+            + (["role map"] if roles.overrides else []),
+            "roles": roles.report(normal.columns.get_level_values(1)),
             "settings": asdict(args) | {"out": None, "scenario": None},
             "synthetic_incidents": {"train": len(train), "val": len(val)},
             "best_epoch": best[1],
             "val": best[3],
         }
     }
+    meta["roles"] = roles.to_dict()
     out = save_fit_artifact(model, args.out, graph, system.observed, meta)
 
     _, saved = load_fit_model(out)
@@ -244,6 +255,7 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         },
         "history": history,
         "settings": asdict(args),
+        "roles": meta["fit"]["roles"],
     }
 
 
@@ -265,6 +277,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs (default {d.epochs})")
     p.add_argument("--seed", type=int, default=d.seed, help="seed (default 0)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (default 1)")
+    p.add_argument(
+        "--roles",
+        default=None,
+        help="role-map override file (YAML 'metric: role'; default DIR/roles.yaml when present)",
+    )
     p.add_argument("--json", default=None, help="write the fit summary JSON here")
 
 
@@ -280,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         seed=args.seed,
         threads=args.threads,
+        roles=args.roles,
     )
     res = fit(fa, progress=True)
     m = res["metrics"]

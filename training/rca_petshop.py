@@ -67,6 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="BARO/NSigma implementation (default auto: RCAEval when installed)",
     )
+    p.add_argument(
+        "--roles",
+        default=None,
+        help="role-map override file (YAML 'metric: role'; default DIR/roles.yaml when present)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of randomised baselines (default 0)")
     p.add_argument("--json", default=None, help="write the results JSON here")
 
@@ -74,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
     wanted = set(args.methods or METHOD_CHOICES)
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, roles=args.roles)
     fitted = is_fit_artifact(args.model)
     alert_methods, skipped = default_alert_methods(
         model=None if fitted else args.model,
@@ -118,6 +123,15 @@ def run(args: argparse.Namespace) -> int:
         "command": "fleetmind " + " ".join(sys.argv[1:]),
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
     }
+    roles = res["roles"]
+    print(
+        f"{scenario.name}: metric roles "
+        + ", ".join(
+            f"{m}={r['role']}" + ("*" if r["source"] == "override" else "")
+            for m, r in roles.items()
+        )
+        + "  (* = role map override)"
+    )
     for split, block in [(args.split, top)] + [
         (s, b) for s, b in res["by_split"].items() if s != args.split
     ]:
@@ -130,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
                 f"  {name:<20}{m['ac@1']:>7.3f}{m['ac@3']:>7.3f}{m['ac@5']:>7.3f}{m['avg@5']:>7.3f}{m['mrr']:>7.3f}{m['ms_per_incident']:>9.2f}"
             )
     print(
-        f"  bootstrap 95 % intervals ({args.split}, {intervals['_meta']['resamples']} resamples):"
+        f"  bootstrap 95 % intervals ({args.split}, {intervals['_meta']['resamples']} resamples, "
+        f"clustered by root: {intervals['_meta']['n_clusters']} roots):"
     )
     for name, iv in intervals.items():
         if name != "_meta":

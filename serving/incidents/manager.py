@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fleetmind.rca.anchoring import anchor_result, symptom_node
 from fleetmind.serving.alertmap import node_for_alert
 from fleetmind.serving.db import Database, LeaderLock
 from fleetmind.serving.incidents.grouper import Grouper
@@ -56,6 +57,9 @@ class IncidentConfig:
         leader_lease_s: how long a vanished leader holds the lease, seconds (PostgreSQL).
         backlog_rank_s: during a backlog, incidents deferred this long are ranked, seconds.
         housekeeping_interval_s: auto-resolve and retention run at most this often, seconds.
+        slo_alerts: alertnames of user-facing alerts (``FLEETMIND_SLO_ALERTS``): the incident's
+            symptom is its first alert named here, else its highest-severity alert; ranked causes
+            are anchored on it (:func:`fleetmind.rca.anchoring.anchor_result`).
     """
 
     window_s: float = 600.0
@@ -68,6 +72,7 @@ class IncidentConfig:
     leader_lease_s: float = 10.0
     backlog_rank_s: float = 10.0
     housekeeping_interval_s: float = 60.0
+    slo_alerts: frozenset[str] = frozenset()
 
 
 class IncidentManager:
@@ -306,9 +311,10 @@ class IncidentManager:
             return
         start = time.perf_counter()
         try:
-            result = model.impl.find_root_causes(
-                self.graphs.graph, [alert_dict(r) for r in rows], self.config.top_k
-            )
+            graph, alerts = self.graphs.graph, [alert_dict(r) for r in rows]
+            result = model.impl.find_root_causes(graph, alerts, self.config.top_k)
+            symptom = symptom_node(graph, alerts, self.config.slo_alerts)
+            result = anchor_result(result, graph, alerts, symptom)
         except Exception as err:
             log.warning("RCA failed on incident %s: %s", inc_id, err)
             return

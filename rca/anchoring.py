@@ -1,0 +1,139 @@
+"""Symptom anchoring: weight root-cause candidates by an anomalous dependency path to the symptom.
+
+An incident usually announces itself through one user-facing symptom: the front end's latency, an SLO
+alert. A root cause of that symptom is something the symptomatic component depends on, directly or
+through components that are themselves anomalous (the fault travels up the call chain). So a
+candidate is **joined** to the symptom when a dependency path ``symptom -> ... -> candidate`` exists
+(edges in the graph's direction, ``src`` depends on ``dst``) whose nodes before the candidate all
+alert; the symptom node itself is joined. :func:`anchor_result` keeps the scores of joined candidates
+and multiplies the others' by ``weight`` (for probability-like scores; log-scale scores such as
+logits get ``+ log(weight)``), then re-sorts. It never raises a score.
+
+The symptom comes from the incident: a scenario's target (PetShop's ``target.json`` names the alerting
+front end), or, in the service, the alert whose ``alertname`` is one of the ``FLEETMIND_SLO_ALERTS``
+setting, else the highest-severity alert (:func:`symptom_node`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.rca.base import RCAResult
+
+DEFAULT_WEIGHT = 0.1
+"""Weight of a candidate no anomalous path joins to the symptom (one value for every system)."""
+
+SEVERITY_ORDER: dict[str, int] = {"critical": 3, "error": 2, "page": 3, "warning": 1, "info": 0}
+
+
+def alert_node(graph: DependencyGraph, alert: Mapping[str, Any]) -> str | None:
+    """The graph node an alert lands on (its ``service`` label, else the graph's alert matching)."""
+    lab = alert.get("labels") or {}
+    svc = lab.get("service")
+    if svc is not None and str(svc) in graph.index:
+        return str(svc)
+    return graph.node_for_alert(lab)
+
+
+def symptom_node(
+    graph: DependencyGraph,
+    alerts: Sequence[Mapping[str, Any]],
+    slo_alerts: Collection[str] = (),
+) -> str | None:
+    """The node of an incident's user-facing symptom, or ``None`` when no alert maps to a node.
+
+    The first alert (in the given order) whose ``alertname`` is in ``slo_alerts`` wins; without one,
+    the highest-severity alert (``critical`` > ``warning`` > ``info``; ties by the larger
+    ``z_score`` annotation, then the earlier ``startsAt``).
+    """
+    mapped = [(a, alert_node(graph, a)) for a in alerts]
+    mapped = [(a, n) for a, n in mapped if n is not None]
+    if not mapped:
+        return None
+    for a, n in mapped:
+        if str((a.get("labels") or {}).get("alertname", "")) in slo_alerts:
+            return n
+
+    def key(item: tuple[Mapping[str, Any], str]) -> tuple[int, float, str]:
+        a = item[0]
+        sev = SEVERITY_ORDER.get(str((a.get("labels") or {}).get("severity", "")).lower(), 0)
+        try:
+            z = float((a.get("annotations") or {}).get("z_score", 0.0))
+        except (TypeError, ValueError):
+            z = 0.0
+        return (-sev, -(z if math.isfinite(z) else 0.0), str(a.get("startsAt", "")))
+
+    return min(mapped, key=key)[1]
+
+
+def joined_to_symptom(graph: DependencyGraph, anomalous: Collection[str], symptom: str) -> set[str]:
+    """Nodes joined to ``symptom`` by a dependency path through anomalous nodes.
+
+    Args:
+        graph: edges ``src -> dst`` mean ``src`` depends on ``dst``.
+        anomalous: nodes that alert.
+        symptom: the symptom's node (joined whether or not it alerts).
+
+    Returns:
+        The symptom and every node reachable from it along dependency edges where each node on the
+        way, before the last, is the symptom or anomalous.
+    """
+    if symptom not in graph.index:
+        return set()
+    deps: dict[str, list[str]] = {}
+    for e in graph.edges:
+        deps.setdefault(e.src, []).append(e.dst)
+    joined = {symptom}
+    todo = deque([symptom])
+    while todo:
+        v = todo.popleft()
+        if v != symptom and v not in anomalous:
+            continue  # a quiet node ends the path: it is joined but passes nothing on
+        for u in deps.get(v, ()):
+            if u not in joined:
+                joined.add(u)
+                todo.append(u)
+    return joined
+
+
+def anchor_result(
+    result: RCAResult,
+    graph: DependencyGraph,
+    alerts: Sequence[Mapping[str, Any]],
+    symptom: str | None,
+    weight: float = DEFAULT_WEIGHT,
+) -> RCAResult:
+    """``result`` with candidates not joined to the symptom weighted by ``weight`` and re-sorted.
+
+    Scores all >= 0 are multiplied by ``weight``; otherwise (log-scale scores) ``log(weight)`` is
+    added. Without a symptom, or a symptom outside the graph, ``result`` is returned unchanged.
+    ``extra["anchor"]`` records the symptom and how many candidates were joined.
+    """
+    if symptom is None or symptom not in graph.index or not result.causes:
+        return result
+    if not 0.0 < weight <= 1.0:
+        raise ValueError(f"anchor weight must be in (0, 1], got {weight}")
+    anomalous = {n for a in alerts if (n := alert_node(graph, a)) is not None}
+    joined = joined_to_symptom(graph, anomalous, symptom)
+    log_scale = any(c.score < 0 for c in result.causes)
+    causes = []
+    for c in result.causes:
+        if c.node in joined:
+            causes.append(c)
+        elif log_scale:
+            causes.append(replace(c, score=c.score + math.log(weight)))
+        else:
+            causes.append(replace(c, score=c.score * weight))
+    order = sorted(range(len(causes)), key=lambda i: (-causes[i].score, i))
+    extra = dict(result.extra)
+    extra["anchor"] = {
+        "symptom": symptom,
+        "joined": sum(c.node in joined for c in result.causes),
+        "weight": weight,
+    }
+    return replace(result, causes=[causes[i] for i in order], extra=extra)
