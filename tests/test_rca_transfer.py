@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetmind.cli import main
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 from fleetmind.data.metric_roles import RoleMap, load_role_map
@@ -24,7 +25,6 @@ from fleetmind.rca.base import RankedCause, RCAResult
 from fleetmind.rca.drift import alert_prevalence, downweight_alerts
 from fleetmind.rca.fit_eval import bootstrap_intervals
 from fleetmind.serving.settings import Settings
-from fleetmind.training.cli import main
 
 
 def _frame(values: dict[tuple[str, str, str], list[float]], times: list[float]) -> pd.DataFrame:

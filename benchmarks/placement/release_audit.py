@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
-from fleetmind.training.cli_sched import parse_seeds
+from fleetmind.cli.sched import parse_seeds
 
 OUT = RESULTS / "placement" / "placement_release_audit.json"
 DATA = Path("/work/shared/data/openb/csv")

@@ -41,7 +41,7 @@ def _fleetmind() -> list[str]:
     if exe.exists():
         return [str(exe)]
     found = shutil.which("fleetmind")
-    return [found] if found else [sys.executable, "-m", "fleetmind.training.cli"]
+    return [found] if found else [sys.executable, "-m", "fleetmind.cli"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = load_now()
     systems: dict[str, Any] = {}
     if args.what == "run":
-        from fleetmind.training.cli import main as cli
+        from fleetmind.cli import main as cli
 
         with tempfile.TemporaryDirectory() as tmp:
             for rel in args.systems:
