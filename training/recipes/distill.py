@@ -46,7 +46,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ from fleetmind.rl.distill import (
     distill_iteration,
     kl_to_clone,
 )
-from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, model_config
+from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, model_config
 from fleetmind.rl.export import OnnxActor, save_onnx, save_torch
 from fleetmind.rl.paired import greedy_metrics, load_clone, trainable_copy
 from fleetmind.rl.rollout import FUTURES
@@ -80,6 +81,7 @@ from fleetmind.training.recipes.paired import (
     make_workload,
     workload_specs,
 )
+from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
@@ -163,32 +165,27 @@ def run(args: DistillArgs) -> dict[str, Any]:
     seed_everything(args.seed, args.threads)
     hp = hyperparams(args)
     run_name = f"MultiClusterPlacement-v0__distill__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.out) / run_name
-    model_dir = run_dir / "model"
+    model_dir = Path(args.out) / run_name / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
     var_dir = Path(args.out) / "variants"
     summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "distill"}
     t0 = time.perf_counter()
-    actor = trainable_copy(clone)
-    # the improver's base: the clone's ONNX file (fast), or the learner itself
-    base: Any = None
-    if hp.base == "clone":
-        base = OnnxActor(init / "clone.onnx") if (init / "clone.onnx").is_file() else clone
-    gen = torch.Generator().manual_seed(args.seed)
-    spec_rng = np.random.default_rng([args.seed, 2])
-    data = Aggregate()
+    learner = _Learner(
+        args,
+        hp,
+        train_cfg,
+        var_dir,
+        clone,
+        actor=trainable_copy(clone),
+        base=_improver_base(hp, init, clone),
+        gen=torch.Generator().manual_seed(args.seed),
+        spec_rng=np.random.default_rng([args.seed, 2]),
+        t0=t0,
+    )
 
     with tracked_run(args, run_name, summary):
         mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
-        val_specs = workload_specs(
-            list(args.traces),
-            list(args.kinds),
-            args.val_streams,
-            VAL_GEN_SEED,
-            np.random.default_rng(VAL_GEN_SEED),
-        )
-        val_envs = [make_workload(*s, val_cfg, var_dir) for s in val_specs]
-        val_seeds = [VAL_STREAM_SEED + i for i in range(args.val_streams)]
+        val_specs, val_envs, val_seeds = _validation_workloads(args, val_cfg, var_dir)
         n_val = args.val_streams * (1 + 1 + args.iterations // args.val_every)
         bar = tqdm(
             total=args.iterations * args.workloads_per_iter + n_val,
@@ -196,165 +193,19 @@ def run(args: DistillArgs) -> dict[str, Any]:
             unit="episode",
             disable=not args.progress,
         )
-        clone_val = [greedy_metrics(e, s, clone) for e, s in zip(val_envs, val_seeds, strict=True)]
-        bar.update(args.val_streams)
-        clone_ms = np.array([m["mean_slowdown"] for m in clone_val])
-        clone_p99 = np.array([m["p99_queue_delay_s"] for m in clone_val])
-        state: dict[str, Any] = {
-            "best_ratio": 1.0,
-            "best_iteration": 0,
-            "best_state": {k: v.clone() for k, v in actor.state_dict().items()},
-            "validations": [
-                {
-                    "iteration": 0,
-                    "gap_pct": 0.0,
-                    "ci_pct": [0.0, 0.0],
-                    "p99_ratio": 1.0,
-                    "per_stream_ratio": [1.0] * args.val_streams,
-                }
-            ],
-            "iterations": [],
-        }
-
-        def validate(it: int) -> None:
-            ms = [greedy_metrics(e, s, actor) for e, s in zip(val_envs, val_seeds, strict=True)]
-            bar.update(args.val_streams)
-            r = np.array([m["mean_slowdown"] for m in ms]) / clone_ms
-            p99 = float(
-                np.mean([m["p99_queue_delay_s"] for m in ms]) / max(float(clone_p99.mean()), 1e-9)
-            )
-            lo, hi = _ratio_ci(r, seed=it)
-            row = {
-                "iteration": it,
-                "gap_pct": float(100 * (r.mean() - 1)),
-                "ci_pct": [lo, hi],
-                "p99_ratio": p99,
-                "per_stream_ratio": [round(float(x), 6) for x in r],
-            }
-            state["validations"].append(row)
-            mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
-            if r.mean() < state["best_ratio"] and p99 <= 1.0:
-                state.update(
-                    best_ratio=float(r.mean()),
-                    best_iteration=it,
-                    best_state={k: v.clone() for k, v in actor.state_dict().items()},
-                )
-
-        done_its = 0
-        for it in range(1, args.iterations + 1):
-            off = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
-            specs = workload_specs(
-                list(args.traces),
-                list(args.kinds),
-                args.workloads_per_iter,
-                TRAIN_GEN_SEED + off,
-                spec_rng,
-                offset=off,
-            )
-            wl = []
-            for i, s in enumerate(specs):
-                env = make_workload(*s, train_cfg, var_dir)
-
-                def make_env(tr: Any = env.trace) -> MultiClusterPlacementEnv:
-                    return MultiClusterPlacementEnv(**train_cfg.env_kwargs(tr))
-
-                wl.append((env, TRAIN_STREAM_SEED + off + i, make_env))
-            res = distill_iteration(
-                wl,
-                actor,
-                clone,
-                data,
-                hp,
-                gen,
-                sample_seed=SAMPLE_SEED + off,
-                base=base,
-                progress=bar.update,
-            )
-            changed = sum(int((lab.labels != lab.greedy).sum()) for lab in res.labels)
-            n_new = sum(len(lab.labels) for lab in res.labels)
-            row = {
-                "iteration": it,
-                "workloads": [list(s) + [TRAIN_STREAM_SEED + off + i] for i, s in enumerate(specs)],
-                "new_labels": n_new,
-                "new_changed": changed,
-                "train_slowdown": [lab.metrics["mean_slowdown"] for lab in res.labels],
-                "rollouts": sum(lab.rollouts for lab in res.labels),
-                **{k: float(v) for k, v in res.fit.items()},
-                "wall_s": round(time.perf_counter() - t0, 1),
-            }
-            state["iterations"].append(row)
-            mlflow.log_metrics(
-                {
-                    "distill/labels": res.fit["n_labels"],
-                    "distill/changed_frac": res.fit["n_changed"] / max(res.fit["n_labels"], 1),
-                    "distill/ce": res.fit["ce"],
-                    "distill/agree_label": res.fit["agree_label"],
-                    "distill/kl_clone": res.fit["kl_clone"],
-                    "distill/agree_clone": res.fit["agree_clone"],
-                    "distill/train_slowdown": float(np.mean(row["train_slowdown"])),
-                },
-                step=it,
-            )
-            bar.set_postfix(kl=f"{res.fit['kl_clone']:.4f}", labels=int(res.fit["n_labels"]))
-            done_its = it
-            out_of_time = (
-                args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
-            )
-            if it % args.val_every == 0 or it == args.iterations or out_of_time:
-                validate(it)
-                val_kl = kl_to_clone(
-                    actor, clone, data.arrays()["anchor_obs"], data.arrays()["anchor_masks"]
-                )
-                state["validations"][-1]["kl_clone"] = val_kl["kl_clone"]
-                mlflow.log_metrics({"val/kl_clone": val_kl["kl_clone"]}, step=it)
-            if out_of_time:
-                break
+        val = _Validator.start(val_envs, val_seeds, clone, learner.actor, bar)
+        done_its = learner.learn(val, bar)
         bar.close()
 
-        save_onnx(actor, model_dir / "final.onnx")
-        actor.load_state_dict(state["best_state"])
-        save_torch(actor, model_dir / "policy.pt")
-        save_onnx(actor, model_dir / "policy.onnx")
-        save_torch(clone, model_dir / "clone.pt")
-        if (init / "clone.onnx").is_file():
-            shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
-        else:
-            save_onnx(clone, model_dir / "clone.onnx")
-        if (init / "teacher.json").is_file():
-            shutil.copy2(init / "teacher.json", model_dir / "teacher.json")
-        if data.parts:
-            arr = data.arrays()
-            np.savez_compressed(
-                model_dir / "dataset.npz",
-                obs=arr["obs"],
-                masks=arr["masks"],
-                labels=arr["labels"],
-                greedy=np.concatenate([p.greedy for p in data.parts]),
-                gain=np.concatenate([p.gain for p in data.parts]),
-                index=np.concatenate([p.index for p in data.parts]),
-            )
-        meta = {
-            "format": DYNAMIC_FORMAT,
-            "version": run_name,
-            "mode": "dynamic",
-            "env_id": "fleetmind/MultiClusterPlacement-v0",
-            "env_kwargs": asdict(base_cfg),
-            "algo": "distill",
-            "init": str(init),
-            "train_traces": list(args.traces),
-            "teacher": "clone of " + str(init),
-        }
-        (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+        _export(learner, val.best_state, model_dir, init, run_name, base_cfg)
         wall = time.perf_counter() - t0
-        best_val = next(
-            v for v in state["validations"] if v["iteration"] == state["best_iteration"]
-        )
+        best_val = next(v for v in val.rows if v["iteration"] == val.best_iteration)
         summary.update(
             iterations=done_its,
-            best_iteration=state["best_iteration"],
-            validation=state["validations"],
+            best_iteration=val.best_iteration,
+            validation=val.rows,
             validation_best=best_val,
-            history=state["iterations"],
+            history=learner.history,
             hyperparameters={**asdict(hp), "window": list(hp.window)},
             train_env=asdict(train_cfg),
             val_env=asdict(val_cfg),
@@ -364,19 +215,254 @@ def run(args: DistillArgs) -> dict[str, Any]:
             command=command_line(args),
             metrics={"distill_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
         )
-        _write_card(model_dir, args, summary)
-        (model_dir / "train_summary.json").write_text(
-            json.dumps(summary, indent=1, default=str) + "\n"
-        )
-        mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": best_val["gap_pct"]})
-        mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
-        if args.release:
-            DYNAMIC_RELEASE_DIR.mkdir(parents=True, exist_ok=True)
-            for f in model_dir.iterdir():
-                if f.is_file() and f.name != "dataset.npz":
-                    shutil.copy2(f, DYNAMIC_RELEASE_DIR / f.name)
-            summary["released"] = str(DYNAMIC_RELEASE_DIR)
+        _publish(model_dir, args, summary, wall, best_val["gap_pct"])
     return summary
+
+
+def _improver_base(hp: DistillHyperparams, init: Path, clone: Any) -> Any:
+    """The policy the improver rolls out: with ``--base clone`` the init's ``clone.onnx`` (fast)
+    or, without one, the clone network; ``None`` (the learner itself) with ``--base learner``."""
+    if hp.base != "clone":
+        return None
+    return OnnxActor(init / "clone.onnx") if (init / "clone.onnx").is_file() else clone
+
+
+def _validation_workloads(
+    args: DistillArgs, cfg: DynEvalConfig, var_dir: Path
+) -> tuple[list[tuple[str, str, float, int]], list[MultiClusterPlacementEnv], list[int]]:
+    """The ``--val-streams`` validation workloads (paired PPO's ranges, the same for every
+    training seed): their specs ``(source, kind, level, generator seed)``, envs and stream
+    seeds."""
+    specs = workload_specs(
+        list(args.traces),
+        list(args.kinds),
+        args.val_streams,
+        VAL_GEN_SEED,
+        np.random.default_rng(VAL_GEN_SEED),
+    )
+    envs = [make_workload(*s, cfg, var_dir) for s in specs]
+    return specs, envs, [VAL_STREAM_SEED + i for i in range(args.val_streams)]
+
+
+@dataclass
+class _Learner:
+    """The training half of :func:`run`: one DAgger iteration per call on fresh workloads, the
+    labels gathered in :attr:`data`."""
+
+    args: DistillArgs
+    hp: DistillHyperparams
+    cfg: DynEvalConfig
+    var_dir: Path
+    clone: Any
+    actor: Any
+    base: Any
+    gen: torch.Generator
+    spec_rng: np.random.Generator
+    t0: float
+    """``time.perf_counter()`` at the run's start (``--max-minutes``, the rows' ``wall_s``)"""
+    data: Aggregate = field(default_factory=Aggregate)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def learn(self, val: _Validator, bar: Any) -> int:
+        """Iterations 1 to ``--iterations``, or until ``--max-minutes`` have passed; validates
+        every ``--val-every``-th, the last and the one that runs out of time. Returns the number
+        run."""
+        args = self.args
+        done_its = 0
+        for it in range(1, args.iterations + 1):
+            self.iteration(it, bar)
+            done_its = it
+            out_of_time = (
+                args.max_minutes is not None
+                and time.perf_counter() - self.t0 > 60 * args.max_minutes
+            )
+            if it % args.val_every == 0 or it == args.iterations or out_of_time:
+                val.validate(it, self.actor)
+                val.anchor_kl(it, self.actor, self.clone, self.data)
+            if out_of_time:
+                break
+        return done_its
+
+    def iteration(self, it: int, bar: Any) -> None:
+        """Iteration ``it`` (from 1): draw its workloads, label them, fit, log the row."""
+        args = self.args
+        off = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
+        specs = workload_specs(
+            list(args.traces),
+            list(args.kinds),
+            args.workloads_per_iter,
+            TRAIN_GEN_SEED + off,
+            self.spec_rng,
+            offset=off,
+        )
+        wl = [self._workload(s, TRAIN_STREAM_SEED + off + i) for i, s in enumerate(specs)]
+        res = distill_iteration(
+            wl,
+            self.actor,
+            self.clone,
+            self.data,
+            self.hp,
+            self.gen,
+            sample_seed=SAMPLE_SEED + off,
+            base=self.base,
+            progress=bar.update,
+        )
+        row = {
+            "iteration": it,
+            "workloads": [list(s) + [TRAIN_STREAM_SEED + off + i] for i, s in enumerate(specs)],
+            "new_labels": sum(len(lab.labels) for lab in res.labels),
+            "new_changed": sum(int((lab.labels != lab.greedy).sum()) for lab in res.labels),
+            "train_slowdown": [lab.metrics["mean_slowdown"] for lab in res.labels],
+            "rollouts": sum(lab.rollouts for lab in res.labels),
+            **{k: float(v) for k, v in res.fit.items()},
+            "wall_s": round(time.perf_counter() - self.t0, 1),
+        }
+        self.history.append(row)
+        fit = res.fit
+        mlflow.log_metrics(
+            {
+                "distill/labels": fit["n_labels"],
+                "distill/changed_frac": fit["n_changed"] / max(fit["n_labels"], 1),
+                "distill/ce": fit["ce"],
+                "distill/agree_label": fit["agree_label"],
+                "distill/kl_clone": fit["kl_clone"],
+                "distill/agree_clone": fit["agree_clone"],
+                "distill/train_slowdown": float(np.mean(row["train_slowdown"])),
+            },
+            step=it,
+        )
+        bar.set_postfix(kl=f"{fit['kl_clone']:.4f}", labels=int(fit["n_labels"]))
+
+    def _workload(
+        self, spec: tuple[str, str, float, int], stream_seed: int
+    ) -> tuple[MultiClusterPlacementEnv, int, Callable[[], MultiClusterPlacementEnv]]:
+        """``(env, stream seed, make_env)`` of one training workload; ``make_env`` builds a
+        fresh env on the same variant (the improver's rollouts)."""
+        env = make_workload(*spec, self.cfg, self.var_dir)
+
+        def make_env(tr: Any = env.trace) -> MultiClusterPlacementEnv:
+            return MultiClusterPlacementEnv(**self.cfg.env_kwargs(tr))
+
+        return env, stream_seed, make_env
+
+
+@dataclass
+class _Validator(PairedValidator):
+    """Paired PPO's validation (greedy learner against the greedy clone on fixed streams, best
+    weights kept by the same rule); each row also has the per-stream slowdown ratios and the
+    learner's KL to the clone on the anchor states."""
+
+    @classmethod
+    def start(
+        cls, envs: list[Any], seeds: list[int], clone: Any, actor: Any, bar: Any
+    ) -> _Validator:
+        """Run the clone on the validation streams; the actor as it starts is the best so far."""
+        val = super().start(envs, seeds, clone, actor, bar)
+        val.rows[0]["per_stream_ratio"] = [1.0] * len(envs)
+        return val
+
+    def validate(self, it: int, actor: Any) -> None:
+        """Validate the actor after iteration ``it``: log the row, keep its weights if best."""
+        ms = [greedy_metrics(e, s, actor) for e, s in zip(self.envs, self.seeds, strict=True)]
+        self.bar.update(len(self.envs))
+        r = np.array([m["mean_slowdown"] for m in ms]) / self.clone_ms
+        p99_l = np.array([m["p99_queue_delay_s"] for m in ms])
+        p99 = float(p99_l.mean() / max(float(self.clone_p99.mean()), 1e-9))
+        lo, hi = _ratio_ci(r, seed=it)
+        row = {
+            "iteration": it,
+            "gap_pct": float(100 * (r.mean() - 1)),
+            "ci_pct": [lo, hi],
+            "p99_ratio": p99,
+            "per_stream_ratio": [round(float(x), 6) for x in r],
+        }
+        self.rows.append(row)
+        mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
+        if r.mean() < self.best_ratio and p99 <= 1.0:
+            self.best_ratio = float(r.mean())
+            self.best_iteration = it
+            self.best_state = {k: v.clone() for k, v in actor.state_dict().items()}
+
+    def anchor_kl(self, it: int, actor: Any, clone: Any, data: Aggregate) -> None:
+        """Add KL(clone || actor) on the aggregate's anchor states to the last row (``kl_clone``,
+        nats per state) and log it."""
+        arr = data.arrays()
+        kl = kl_to_clone(actor, clone, arr["anchor_obs"], arr["anchor_masks"])["kl_clone"]
+        self.rows[-1]["kl_clone"] = kl
+        mlflow.log_metrics({"val/kl_clone": kl}, step=it)
+
+
+def _export(
+    learner: _Learner,
+    best_state: dict[str, Any],
+    model_dir: Path,
+    init: Path,
+    run_name: str,
+    base_cfg: DynEvalConfig,
+) -> None:
+    """Write the model folder: ``final.onnx`` (last weights), ``policy.pt``/``.onnx`` (best
+    weights, loaded into the learner's actor), the clone, the init's teacher,
+    ``dataset.npz`` (the aggregate) and ``metadata.json``."""
+    actor, clone = learner.actor, learner.clone
+    save_onnx(actor, model_dir / "final.onnx")
+    actor.load_state_dict(best_state)
+    save_torch(actor, model_dir / "policy.pt")
+    save_onnx(actor, model_dir / "policy.onnx")
+    save_torch(clone, model_dir / "clone.pt")
+    if (init / "clone.onnx").is_file():
+        shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
+    else:
+        save_onnx(clone, model_dir / "clone.onnx")
+    if (init / "teacher.json").is_file():
+        shutil.copy2(init / "teacher.json", model_dir / "teacher.json")
+    _save_dataset(learner.data, model_dir / "dataset.npz")
+    meta = {
+        "format": DYNAMIC_FORMAT,
+        "version": run_name,
+        "mode": "dynamic",
+        "env_id": "fleetmind/MultiClusterPlacement-v0",
+        "env_kwargs": asdict(base_cfg),
+        "algo": "distill",
+        "init": str(init),
+        "train_traces": list(learner.args.traces),
+        "teacher": "clone of " + str(init),
+    }
+    (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _save_dataset(data: Aggregate, path: Path) -> None:
+    """The aggregate's labelled states (``obs``, ``masks``, ``labels``, the base's ``greedy``
+    actions, the improver's ``gain`` and the decision ``index``), compressed; nothing when it
+    is empty."""
+    if not data.parts:
+        return
+    arr = data.arrays()
+    np.savez_compressed(
+        path,
+        obs=arr["obs"],
+        masks=arr["masks"],
+        labels=arr["labels"],
+        greedy=np.concatenate([p.greedy for p in data.parts]),
+        gain=np.concatenate([p.gain for p in data.parts]),
+        index=np.concatenate([p.index for p in data.parts]),
+    )
+
+
+def _publish(
+    model_dir: Path, args: DistillArgs, summary: dict[str, Any], wall: float, gap_pct: float
+) -> None:
+    """Write the model card and ``train_summary.json``, log them to MLflow, copy the folder
+    (less ``dataset.npz``) to the released model's with ``--release``."""
+    _write_card(model_dir, args, summary)
+    (model_dir / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
+    mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
+    if args.release:
+        DYNAMIC_RELEASE_DIR.mkdir(parents=True, exist_ok=True)
+        for f in model_dir.iterdir():
+            if f.is_file() and f.name != "dataset.npz":
+                shutil.copy2(f, DYNAMIC_RELEASE_DIR / f.name)
+        summary["released"] = str(DYNAMIC_RELEASE_DIR)
 
 
 def command_line(a: DistillArgs) -> str:
