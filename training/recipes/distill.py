@@ -75,10 +75,9 @@ from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import seed_everything
 from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.paired import (
-    VAL_GEN_SEED,
-    VAL_STREAM_SEED,
     _ratio_ci,
     make_workload,
+    validation_workloads,
     workload_specs,
 )
 from fleetmind.training.recipes.paired import _Validator as PairedValidator
@@ -185,7 +184,7 @@ def run(args: DistillArgs) -> dict[str, Any]:
 
     with tracked_run(args, run_name, summary):
         mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
-        val_specs, val_envs, val_seeds = _validation_workloads(args, val_cfg, var_dir)
+        val_specs, val_envs, val_seeds = validation_workloads(args, val_cfg, var_dir)
         n_val = args.val_streams * (1 + 1 + args.iterations // args.val_every)
         bar = tqdm(
             total=args.iterations * args.workloads_per_iter + n_val,
@@ -225,23 +224,6 @@ def _improver_base(hp: DistillHyperparams, init: Path, clone: Any) -> Any:
     if hp.base != "clone":
         return None
     return OnnxActor(init / "clone.onnx") if (init / "clone.onnx").is_file() else clone
-
-
-def _validation_workloads(
-    args: DistillArgs, cfg: DynEvalConfig, var_dir: Path
-) -> tuple[list[tuple[str, str, float, int]], list[MultiClusterPlacementEnv], list[int]]:
-    """The ``--val-streams`` validation workloads (paired PPO's ranges, the same for every
-    training seed): their specs ``(source, kind, level, generator seed)``, envs and stream
-    seeds."""
-    specs = workload_specs(
-        list(args.traces),
-        list(args.kinds),
-        args.val_streams,
-        VAL_GEN_SEED,
-        np.random.default_rng(VAL_GEN_SEED),
-    )
-    envs = [make_workload(*s, cfg, var_dir) for s in specs]
-    return specs, envs, [VAL_STREAM_SEED + i for i in range(args.val_streams)]
 
 
 @dataclass

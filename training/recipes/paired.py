@@ -65,7 +65,7 @@ from fleetmind.rl.paired import (
     trainable_copy,
 )
 from fleetmind.training.recipes.common import seed_everything
-from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, PairedArgs
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs, PairedArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
 TRAIN_GEN_SEED = 31_000_000
@@ -194,16 +194,7 @@ def run(args: PairedArgs) -> dict[str, Any]:
 
     with tracked_run(args, run_name, summary):
         mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
-        # validation workloads: the same for every training seed
-        val_specs = workload_specs(
-            list(args.traces),
-            list(args.kinds),
-            args.val_streams,
-            VAL_GEN_SEED,
-            np.random.default_rng(VAL_GEN_SEED),
-        )
-        val_envs = [make_workload(*s, val_cfg, var_dir) for s in val_specs]
-        val_seeds = [VAL_STREAM_SEED + i for i in range(args.val_streams)]
+        val_specs, val_envs, val_seeds = validation_workloads(args, val_cfg, var_dir)
         n_train_eps = args.iterations * args.workloads_per_iter * (hp.group_size + 1)
         bar = tqdm(
             total=n_train_eps + args.val_streams * (2 + args.iterations // args.val_every),
@@ -212,17 +203,7 @@ def run(args: PairedArgs) -> dict[str, Any]:
             disable=not args.progress,
         )
         val = _Validator.start(val_envs, val_seeds, clone, actor, bar)
-        done_its = 0
-        for it in range(1, args.iterations + 1):
-            learner.iteration(it, bar)
-            done_its = it
-            out_of_time = (
-                args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
-            )
-            if it % args.val_every == 0 or it == args.iterations or out_of_time:
-                val.validate(it, actor)
-            if out_of_time:
-                break
+        done_its = learner.learn(val, bar, t0)
         bar.close()
 
         _export(actor, clone, val.best_state, model_dir, args, run_name, base_cfg)
@@ -246,6 +227,23 @@ def run(args: PairedArgs) -> dict[str, Any]:
     return summary
 
 
+def validation_workloads(
+    args: PairedArgs | DistillArgs, cfg: DynEvalConfig, var_dir: Path
+) -> tuple[list[tuple[str, str, float, int]], list[MultiClusterPlacementEnv], list[int]]:
+    """The ``--val-streams`` validation workloads (the same for every training seed and for both
+    dynamic-mode learners): their specs ``(source, kind, level, generator seed)``, envs and stream
+    seeds."""
+    specs = workload_specs(
+        list(args.traces),
+        list(args.kinds),
+        args.val_streams,
+        VAL_GEN_SEED,
+        np.random.default_rng(VAL_GEN_SEED),
+    )
+    envs = [make_workload(*s, cfg, var_dir) for s in specs]
+    return specs, envs, [VAL_STREAM_SEED + i for i in range(args.val_streams)]
+
+
 @dataclass
 class _Learner:
     """The training half of :func:`run`: one paired iteration per call on fresh workloads."""
@@ -261,6 +259,23 @@ class _Learner:
     gen: torch.Generator
     spec_rng: np.random.Generator
     history: list[dict[str, Any]] = field(default_factory=list)
+
+    def learn(self, val: _Validator, bar: Any, t0: float) -> int:
+        """Iterations 1 to ``--iterations``, or until ``--max-minutes`` have passed since
+        ``t0`` (``time.perf_counter()``); validates every ``--val-every``-th, the last and the one
+        that runs out of time. Returns the number run."""
+        args, done_its = self.args, 0
+        for it in range(1, args.iterations + 1):
+            self.iteration(it, bar)
+            done_its = it
+            out_of_time = (
+                args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
+            )
+            if it % args.val_every == 0 or it == args.iterations or out_of_time:
+                val.validate(it, self.actor)
+            if out_of_time:
+                break
+        return done_its
 
     def iteration(self, it: int, bar: Any) -> None:
         """Iteration ``it`` (from 1): draw its workloads, update the actor, log the row."""
