@@ -149,6 +149,11 @@ SYMPTOM_ROLES: dict[str, frozenset[str]] = {
 """Roles in which a root shows each fault type (a root with a scored metric of one of them must
 alert on one of them, or the incident is drawn again)."""
 
+_Effects = dict[tuple[int, str], tuple[str, float]]
+"""What a fault does to a window: ``{(node index, role): (kind, amount)}``; kind ``add`` (absolute),
+``mul`` (factor), ``drop`` (share of the value), ``errs`` (error counts up by a share), ``sat``
+(up by ``amount`` times the column's typical level)."""
+
 
 @dataclass
 class SynthIncident:
@@ -343,38 +348,46 @@ class SystemModel:
         if k_ref > 0 and rng.random() < cfg.early_onset_rate:
             onset = k_ref - 1  # the window opened late: its reference already holds the fault
 
-        # effects: {(node, role): (kind, amount)}; kind "add" (absolute), "mul" (factor), "drop" (share)
-        effects: dict[tuple[int, str], tuple[str, float]] = {}
+        effects = self._fault_effects(rng, root, fault)
+        if rng.random() < cfg.hidden_edge_rate:
+            self._hidden_edge(rng, root, effects)
+        self._partial_symptoms(rng, cfg, root, fault, effects)
+        affected = {v for v, _ in effects} | {root}
+        starts = self._onsets(rng, root, onset, affected)
+        self._inject(rng, x, effects, starts, skip=root if silent else None)
+        self._unrelated_drifts(rng, cfg, x, affected, root)
+        self._drift(rng, cfg, x)
+        alerts = self.detect(x, self.normal.index.to_numpy(dtype=float)[s : s + w_rows])
+        if not alerts:
+            return None
+        hit = {self.graph.index.get(a["labels"].get("service", "")) for a in alerts}
+        if not (hit & affected):
+            return None
+        if not silent and not self._shows_symptom(root, fault, alerts):
+            return None
+        return SynthIncident(
+            alerts=alerts,
+            root=root,
+            root_id=self.graph.nodes[root].id,
+            fault=fault,
+            silent=silent or not self.observed[root].any(),
+            window_rows=w_rows,
+        )
 
-        def latency(scale_lo: float, scale_hi: float) -> None:
-            meds = [abs(self.med[j]) for j in self.groups.get((root, "latency"), [])]
-            meds = [m for m in meds if np.isfinite(m) and m > 0]
-            ref = float(np.median(meds)) if meds else self.latency_ref
-            amount = ref * float(np.exp(rng.uniform(np.log(scale_lo), np.log(scale_hi))))
-            for v, a in self._spread(rng, root, amount, 0.1, 3.0, up=True).items():
-                effects[(v, "latency")] = ("add", a)
-
-        def errors(d_lo: float, d_hi: float) -> None:
-            d = float(np.exp(rng.uniform(np.log(d_lo), np.log(d_hi))))
-            for v, a in self._spread(rng, root, d, 0.1, 0.9, up=True).items():
-                effects[(v, "success")] = ("drop", min(a, 1.0))
-                effects[(v, "errors")] = ("errs", min(a, 1.0))
-            if rng.random() < 0.3:  # timeouts: callers wait
-                for v, a in self._spread(
-                    rng, root, self.latency_ref * rng.uniform(0.5, 5), 0.1, 1.0, up=True
-                ).items():
-                    if v != root:
-                        effects[(v, "latency")] = ("add", a)
-
+    # ------------------------------------------------------------------ incident steps
+    def _fault_effects(self, rng: np.random.Generator, root: int, fault: str) -> _Effects:
+        """What ``fault`` at ``root`` does to the root and its neighbours (the table in the module
+        docstring), as ``{(node, role): (kind, amount)}``."""
+        effects: _Effects = {}
         if fault == "latency":
-            latency(0.3, 30.0)
+            self._latency_effects(rng, root, effects, 0.3, 30.0)
             if rng.random() < 0.3:
                 effects[(root, "saturation")] = ("sat", float(rng.uniform(0.5, 5)))
         elif fault == "errors":
-            errors(0.01, 0.8)
+            self._error_effects(rng, root, effects, 0.01, 0.8)
         elif fault == "saturation":
             effects[(root, "saturation")] = ("sat", float(rng.uniform(0.5, 5)))
-            latency(0.2, 10.0)
+            self._latency_effects(rng, root, effects, 0.2, 10.0)
             if rng.random() < 0.3:
                 effects[(root, "success")] = ("drop", float(rng.uniform(0.01, 0.3)))
         elif fault == "traffic":
@@ -383,34 +396,74 @@ class SystemModel:
             for v, a in self._spread(rng, root, f - 1.0, 0.3, 1.0, up=False).items():
                 effects[(v, "traffic")] = ("mul", max(0.0, 1.0 + a))
             if f > 1 and rng.random() < 0.5:
-                latency(0.2, 5.0)
+                self._latency_effects(rng, root, effects, 0.2, 5.0)
         else:  # stop
-            errors(0.3, 1.0)
+            self._error_effects(rng, root, effects, 0.3, 1.0)
             effects[(root, "traffic")] = ("mul", float(rng.uniform(0.0, 0.2)))
+        return effects
 
-        # edges the graph misses (load balancers, proxies, shared hosts that traces do not show):
-        # the fault also reaches a node that shares a caller with the root
-        if rng.random() < cfg.hidden_edge_rate:
-            sibs = sorted(
-                {u for c in self.callers[root] for u in self.callees[c] if not self.callees[u]}
-                - {root}
-            )
-            if sibs:
-                u = int(rng.choice(sibs))
-                for (v, role), (kind, amount) in list(effects.items()):
-                    if v == root and (u, role) not in effects:
-                        w = float(np.exp(rng.uniform(np.log(0.5), np.log(5.0))))
-                        effects[(u, role)] = (
-                            (kind, amount * w)
-                            if kind == "add"
-                            else (kind, min(1.0, amount * w))
-                            if kind in ("drop", "errs")
-                            else (kind, amount)
-                        )
+    def _latency_effects(
+        self,
+        rng: np.random.Generator,
+        root: int,
+        effects: _Effects,
+        scale_lo: float,
+        scale_hi: float,
+    ) -> None:
+        """Add a latency rise at ``root`` (log-uniform ``[scale_lo, scale_hi]`` times the root's
+        typical latency) that adds up along the call chains to its callers."""
+        meds = [abs(self.med[j]) for j in self.groups.get((root, "latency"), [])]
+        meds = [m for m in meds if np.isfinite(m) and m > 0]
+        ref = float(np.median(meds)) if meds else self.latency_ref
+        amount = ref * float(np.exp(rng.uniform(np.log(scale_lo), np.log(scale_hi))))
+        for v, a in self._spread(rng, root, amount, 0.1, 3.0, up=True).items():
+            effects[(v, "latency")] = ("add", a)
 
-        # partial symptoms: each of the root's own effects is unseen with probability
-        # partial_symptom_rate (a metric measured where the fault does not show), as long as one
-        # role the fault implies remains; its neighbours' effects stay
+    def _error_effects(
+        self, rng: np.random.Generator, root: int, effects: _Effects, d_lo: float, d_hi: float
+    ) -> None:
+        """Add a success-rate drop (share log-uniform in ``[d_lo, d_hi]``) at ``root``, diluted
+        toward its callers; sometimes the callers' latency rises too (timeouts)."""
+        d = float(np.exp(rng.uniform(np.log(d_lo), np.log(d_hi))))
+        for v, a in self._spread(rng, root, d, 0.1, 0.9, up=True).items():
+            effects[(v, "success")] = ("drop", min(a, 1.0))
+            effects[(v, "errors")] = ("errs", min(a, 1.0))
+        if rng.random() < 0.3:  # timeouts: callers wait
+            for v, a in self._spread(
+                rng, root, self.latency_ref * rng.uniform(0.5, 5), 0.1, 1.0, up=True
+            ).items():
+                if v != root:
+                    effects[(v, "latency")] = ("add", a)
+
+    def _hidden_edge(self, rng: np.random.Generator, root: int, effects: _Effects) -> None:
+        """Copy the root's effects, each scaled by its own factor, to one leaf sibling of the root.
+
+        An edge the graph misses (load balancers, proxies, shared hosts that traces do not show):
+        the fault also reaches a node without callees that shares a caller with the root.
+        """
+        sibs = sorted(
+            {u for c in self.callers[root] for u in self.callees[c] if not self.callees[u]} - {root}
+        )
+        if not sibs:
+            return
+        u = int(rng.choice(sibs))
+        for (v, role), (kind, amount) in list(effects.items()):
+            if v == root and (u, role) not in effects:
+                w = float(np.exp(rng.uniform(np.log(0.5), np.log(5.0))))
+                effects[(u, role)] = (
+                    (kind, amount * w)
+                    if kind == "add"
+                    else (kind, min(1.0, amount * w))
+                    if kind in ("drop", "errs")
+                    else (kind, amount)
+                )
+
+    def _partial_symptoms(
+        self, rng: np.random.Generator, cfg: SynthConfig, root: int, fault: str, effects: _Effects
+    ) -> None:
+        """Drop each of the root's own effects with probability ``cfg.partial_symptom_rate`` (a
+        metric measured where the fault does not show), keeping one role the fault implies; the
+        neighbours' effects stay."""
         own = [k for k in effects if k[0] == root]
         keep_one = [k for k in own if k[1] in SYMPTOM_ROLES[fault] and self.groups.get(k)]
         if keep_one:
@@ -418,10 +471,20 @@ class SystemModel:
             for k in own:
                 if k != kept and rng.random() < cfg.partial_symptom_rate:
                     del effects[k]
-        affected = {v for v, _ in effects} | {root}
-        starts = self._onsets(rng, root, onset, affected)
+
+    def _inject(
+        self,
+        rng: np.random.Generator,
+        x: np.ndarray,
+        effects: _Effects,
+        starts: dict[int, int],
+        skip: int | None,
+    ) -> None:
+        """Apply ``effects`` to the window ``x`` ``(W, C)`` in place, each node from its onset row
+        in ``starts`` (the first faulty row ramped in); node ``skip`` (a silent root) is left as is."""
+        w_rows = x.shape[0]
         for (v, role), (kind, amount) in effects.items():
-            if silent and v == root:
+            if v == skip:
                 continue
             js = self.groups.get((v, role), [])
             if not js:
@@ -442,7 +505,16 @@ class SystemModel:
                 else:  # "sat": saturation rises by amount x its typical level
                     col += self._level(j) * amount * ramp
 
-        # unrelated drifts over the whole window
+    def _unrelated_drifts(
+        self,
+        rng: np.random.Generator,
+        cfg: SynthConfig,
+        x: np.ndarray,
+        affected: set[int],
+        root: int,
+    ) -> None:
+        """Shift a Poisson(``cfg.noise_mean``) number of random (node, role) groups of ``x`` for the
+        whole window by 3-60 baseline scales (30 % of them next to the ``affected`` nodes)."""
         near = sorted({u for v in affected for u in self.callers[v] + self.callees[v]} - {root})
         keys = list(self.groups)
         for _ in range(int(rng.poisson(cfg.noise_mean))):
@@ -461,24 +533,6 @@ class SystemModel:
             for j in self.groups[(v, role)]:
                 if np.isfinite(self.scale[j]):
                     x[:, j] += sign * z * self.scale[j]
-
-        self._drift(rng, cfg, x)
-        alerts = self.detect(x, self.normal.index.to_numpy(dtype=float)[s : s + w_rows])
-        if not alerts:
-            return None
-        hit = {self.graph.index.get(a["labels"].get("service", "")) for a in alerts}
-        if not (hit & affected):
-            return None
-        if not silent and not self._shows_symptom(root, fault, alerts):
-            return None
-        return SynthIncident(
-            alerts=alerts,
-            root=root,
-            root_id=self.graph.nodes[root].id,
-            fault=fault,
-            silent=silent or not self.observed[root].any(),
-            window_rows=w_rows,
-        )
 
     def _shows_symptom(self, root: int, fault: str, alerts: list[dict[str, Any]]) -> bool:
         """Whether the root alerts in a role its fault implies (:data:`SYMPTOM_ROLES`); a root with

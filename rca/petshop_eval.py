@@ -18,8 +18,10 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import pandas as pd
+
 from fleetmind.data.errors import FleetMindError
-from fleetmind.data.petshop import PetShopScenario, read_metrics_csv, read_target
+from fleetmind.data.petshop import PetShopIssue, PetShopScenario, read_metrics_csv, read_target
 from fleetmind.rca.anchoring import anchor_result
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES
@@ -111,7 +113,6 @@ def evaluate_scenario(
     names = list(alert_methods) + [f"{n}:unanchored" for n in anchored] + list(metric_methods)
     rows: list[dict[str, Any]] = []
     times: dict[str, list[float]] = {n: [] for n in names}
-    alert_ms: list[float] = []
     for method in metric_methods.values():  # import optional backends before anything is timed
         prepare = getattr(method, "prepare", None)
         if prepare is not None:
@@ -121,11 +122,7 @@ def evaluate_scenario(
         from tqdm import tqdm
 
         bar = tqdm(total=len(issues), desc="rca petshop", unit="issue")
-    incidents = []
-    for issue in issues:
-        t0 = time.perf_counter()
-        incidents.append(scenario.incident(issue))
-        alert_ms.append((time.perf_counter() - t0) * 1e3)
+    incidents, alert_ms = _detect(scenario, issues)
     all_windows = (
         [scenario.incident(i)["alerts"] for i in scenario.issues("all")]
         if split != "all"
@@ -143,44 +140,110 @@ def evaluate_scenario(
         )
         window = read_metrics_csv(issue.path / "metrics.csv")
         target = read_target(issue.path / "target.json")["target"]
-        row: dict[str, Any] = {
-            "id": inc["id"],
-            "split": inc["split"],
-            "fault_type": inc["fault_type"],
-            "root_cause": inc["root_cause"],
-            "n_alerts": len(raw_alerts),
-            "n_alerts_weighted": len(alerts),
-            "ranks": {},
-            "top3": {},
-        }
-        for name, method in alert_methods.items():
-            t0 = time.perf_counter()
-            res = method.find_root_causes(scenario.graph, alerts)
-            if name in anchored:
-                ms = (time.perf_counter() - t0) * 1e3
-                plain = res.ranked_nodes()
-                row["ranks"][f"{name}:unanchored"] = rank_of(plain, inc["root_cause"])
-                row["top3"][f"{name}:unanchored"] = plain[:3]
-                times[f"{name}:unanchored"].append(ms)
-                res = anchor_result(res, scenario.graph, alerts, str(target.get("node")))
-            times[name].append((time.perf_counter() - t0) * 1e3)
-            ranked = res.ranked_nodes()
-            row["ranks"][name] = rank_of(ranked, inc["root_cause"])
-            row["top3"][name] = ranked[:3]
-        for name, method in metric_methods.items():
-            t0 = time.perf_counter()
-            res = method.rank_metrics(scenario.graph, scenario.normal, window, target)
-            times[name].append((time.perf_counter() - t0) * 1e3)
-            ranked = res.ranked_nodes()
-            row["ranks"][name] = rank_of(ranked, inc["root_cause"])
-            row["top3"][name] = ranked[:3]
-            if "backend" in res.extra:
-                row.setdefault("backend", {})[name] = res.extra["backend"]
+        row = _incident_row(inc, len(raw_alerts), len(alerts))
+        _rank_by_alerts(row, times, scenario, alerts, alert_methods, anchored, target)
+        _rank_by_metrics(row, times, scenario, window, metric_methods, target)
         rows.append(row)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
+    out = _summaries(rows, times, names)
+    out["alerting_ms_per_incident"] = float(sum(alert_ms) / max(1, len(alert_ms)))
+    out["roles"] = scenario.roles()
+    out["evidence"] = {
+        "pre_onset": scenario.config.pre_onset,
+        "drift_weighting": drift_weighting,
+        "windows_for_prevalence": len(all_windows),
+        "prevalent_pairs": sorted(
+            f"{k[0]}/{k[1]}" for k, v in prevalence.items() if v > 0.5 and len(all_windows) >= 8
+        ),
+        "anchored": list(anchored),
+    }
+    out["published"] = PUBLISHED
+    return out
+
+
+def _detect(
+    scenario: PetShopScenario, issues: list[PetShopIssue]
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """Each issue's incident (its window's alerts and labels) and the alert detection time, in ms."""
+    incidents, alert_ms = [], []
+    for issue in issues:
+        t0 = time.perf_counter()
+        incidents.append(scenario.incident(issue))
+        alert_ms.append((time.perf_counter() - t0) * 1e3)
+    return incidents, alert_ms
+
+
+def _incident_row(inc: Mapping[str, Any], n_alerts: int, n_weighted: int) -> dict[str, Any]:
+    """The ``per_incident`` row of one incident, ranks and top 3 still empty."""
+    return {
+        "id": inc["id"],
+        "split": inc["split"],
+        "fault_type": inc["fault_type"],
+        "root_cause": inc["root_cause"],
+        "n_alerts": n_alerts,
+        "n_alerts_weighted": n_weighted,
+        "ranks": {},
+        "top3": {},
+    }
+
+
+def _record(row: dict[str, Any], name: str, ranked: list[str]) -> None:
+    """Record under ``name`` in ``row`` the root cause's rank in ``ranked`` and the top 3 of ``ranked``."""
+    row["ranks"][name] = rank_of(ranked, row["root_cause"])
+    row["top3"][name] = ranked[:3]
+
+
+def _rank_by_alerts(
+    row: dict[str, Any],
+    times: dict[str, list[float]],
+    scenario: PetShopScenario,
+    alerts: list[dict[str, Any]],
+    methods: Mapping[str, BaseAnalyzer],
+    anchored: Collection[str],
+    target: Mapping[str, Any],
+) -> None:
+    """Rank one issue's ``alerts`` with every alert-based method into ``row``, times (ms) into
+    ``times``; an ``anchored`` method is recorded plain as ``<name>:unanchored`` and then anchored
+    on the target node (its time includes the plain ranking)."""
+    for name, method in methods.items():
+        t0 = time.perf_counter()
+        res = method.find_root_causes(scenario.graph, alerts)
+        if name in anchored:
+            ms = (time.perf_counter() - t0) * 1e3
+            _record(row, f"{name}:unanchored", res.ranked_nodes())
+            times[f"{name}:unanchored"].append(ms)
+            res = anchor_result(res, scenario.graph, alerts, str(target.get("node")))
+        times[name].append((time.perf_counter() - t0) * 1e3)
+        _record(row, name, res.ranked_nodes())
+
+
+def _rank_by_metrics(
+    row: dict[str, Any],
+    times: dict[str, list[float]],
+    scenario: PetShopScenario,
+    window: pd.DataFrame,
+    methods: Mapping[str, MetricAnalyzer],
+    target: Mapping[str, Any],
+) -> None:
+    """Rank one issue's metrics ``window`` with every metric-level method into ``row`` (with the
+    backend each used, when it says), times (ms) into ``times``."""
+    for name, method in methods.items():
+        t0 = time.perf_counter()
+        res = method.rank_metrics(scenario.graph, scenario.normal, window, target)
+        times[name].append((time.perf_counter() - t0) * 1e3)
+        _record(row, name, res.ranked_nodes())
+        if "backend" in res.extra:
+            row.setdefault("backend", {})[name] = res.extra["backend"]
+
+
+def _summaries(
+    rows: list[dict[str, Any]], times: dict[str, list[float]], names: list[str]
+) -> dict[str, Any]:
+    """Metrics of every method in ``names`` over all ``rows``, by split (with ``all`` when there are
+    several) and by fault type, and the rows themselves as ``per_incident``."""
 
     def block(sel: list[int]) -> dict[str, Any]:
         return {
@@ -204,16 +267,4 @@ def evaluate_scenario(
         for f in sorted({str(r["fault_type"]) for r in rows})
     }
     out["per_incident"] = rows
-    out["alerting_ms_per_incident"] = float(sum(alert_ms) / max(1, len(alert_ms)))
-    out["roles"] = scenario.roles()
-    out["evidence"] = {
-        "pre_onset": scenario.config.pre_onset,
-        "drift_weighting": drift_weighting,
-        "windows_for_prevalence": len(all_windows),
-        "prevalent_pairs": sorted(
-            f"{k[0]}/{k[1]}" for k, v in prevalence.items() if v > 0.5 and len(all_windows) >= 8
-        ),
-        "anchored": list(anchored),
-    }
-    out["published"] = PUBLISHED
     return out

@@ -23,8 +23,6 @@ LIBRARY = ("data", "rca", "envs", "rl", "training", "serving", "cli", "fleetmind
 
 EXCEPTIONS: dict[str, str] = {
     # path::qualified name -> why it may stay long for now
-    "data/synth_incidents.py::SystemModel.incident": "being changed (RCA evidence)",
-    "training/rca_fit.py::fit": "being changed (RCA evidence)",
 }
 """Functions allowed over :data:`MAX_LINES`, each with its reason."""
 

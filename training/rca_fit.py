@@ -25,14 +25,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import scenario_role_map
 from fleetmind.data.petshop import DetectorConfig, read_graph_csv, read_metrics_csv
-from fleetmind.data.synth_incidents import SynthConfig, SystemModel
+from fleetmind.data.synth_incidents import SynthConfig, SynthIncident, SystemModel
 from fleetmind.rca.fit_model import (
     NUM_FIT_FEATURES,
     fit_features,
@@ -41,6 +42,9 @@ from fleetmind.rca.fit_model import (
     save_fit_artifact,
 )
 from fleetmind.training.io import write_json
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -110,111 +114,18 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     """
     import torch
 
-    from fleetmind.rca.model import GATConfig, GATRanker, listwise_loss, root_ranks
-
     t_start = time.perf_counter()
     if args.threads:
         torch.set_num_threads(args.threads)
     graph, normal = read_system(args.scenario)
     roles = scenario_role_map(args.scenario, args.roles)
     system = SystemModel(graph, normal, DetectorConfig(roles=roles))
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=args.incidents + max(200, args.incidents // 6), desc="synthesise", unit="inc"
-        )
-    upd = bar.update if bar is not None else None
-    train = list(system.incidents(SynthConfig(n_incidents=args.incidents, seed=args.seed), upd))
-    val = list(
-        system.incidents(
-            SynthConfig(n_incidents=max(200, args.incidents // 6), seed=args.seed + 10_007), upd
-        )
-    )
-    if bar is not None:
-        bar.close()
+    train, val = _synthesise(system, args, progress)
     xtr, ytr = _features(system, train)
     xva, yva = _features(system, val)
     t_synth = time.perf_counter() - t_start
 
-    torch.manual_seed(args.seed)
-    cfg = GATConfig(
-        in_dim=NUM_FIT_FEATURES,
-        hidden=args.hidden,
-        heads=args.heads,
-        layers=args.layers,
-        dropout=0.1,
-        fault_types=[],
-        crop_hops=None,
-    )
-    model = GATRanker(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, args.epochs))
-    ei, et = model_inputs(graph)
-    n = graph.num_nodes
-
-    def batched(b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        off = (torch.arange(b) * n).repeat_interleave(ei.size(1))
-        return (
-            ei.repeat(1, b) + off.unsqueeze(0),
-            et.repeat(b),
-            torch.arange(b).repeat_interleave(n),
-        )
-
-    def evaluate(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-        model.eval()
-        ranks = []
-        with torch.no_grad():
-            for k in range(0, len(y), 256):
-                xb = torch.from_numpy(x[k : k + 256])
-                b = xb.size(0)
-                bei, bet, bb = batched(b)
-                logits, _, _ = model(xb.reshape(b * n, -1), bei, bet, bb)
-                root = torch.from_numpy(y[k : k + 256]) + torch.arange(b) * n
-                ranks.append(root_ranks(logits, bb, root))
-        r = torch.cat(ranks).double()
-        return {
-            "ac1": float((r < 1).double().mean()),
-            "ac3": float((r < 3).double().mean()),
-            "mrr": float((1.0 / (r + 1)).mean()),
-        }
-
-    rng = np.random.default_rng(args.seed)
-    best: tuple[float, int, dict[str, Any], dict[str, float]] | None = None
-    history = []
-    for epoch in range(args.epochs):
-        model.train()
-        perm = rng.permutation(len(ytr))
-        total = 0.0
-        for k in range(0, len(perm), args.batch):
-            idx = perm[k : k + args.batch]
-            b = len(idx)
-            bei, bet, bb = batched(b)
-            xb = torch.from_numpy(xtr[idx]).reshape(b * n, -1)
-            root = torch.from_numpy(ytr[idx]) + torch.arange(b) * n
-            logits, _, _ = model(xb, bei, bet, bb)
-            loss = listwise_loss(logits, bb, root)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
-            total += float(loss.detach()) * b
-        sched.step()
-        m = evaluate(xva, yva)
-        history.append({"epoch": epoch, "train_loss": total / len(ytr), **m})
-        if progress:
-            print(
-                f"epoch {epoch:>3}  loss {total / len(ytr):.4f}  val AC@1 {m['ac1']:.3f}  "
-                f"AC@3 {m['ac3']:.3f}",
-                flush=True,
-            )
-        key = m["ac1"] + 1e-3 * m["mrr"]
-        if best is None or key > best[0]:
-            best = (key, epoch, {k: v.clone() for k, v in model.state_dict().items()}, m)
-    assert best is not None
-    model.load_state_dict(best[2])
-    model.eval()
+    model, history, best_epoch, best = _train(args, graph, (xtr, ytr), (xva, yva), progress)
     t_total = time.perf_counter() - t_start
     meta = {
         "fit": {
@@ -223,8 +134,8 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
             "roles": roles.report(normal.columns.get_level_values(1)),
             "settings": asdict(args) | {"out": None, "scenario": None},
             "synthetic_incidents": {"train": len(train), "val": len(val)},
-            "best_epoch": best[1],
-            "val": best[3],
+            "best_epoch": best_epoch,
+            "val": best,
         }
     }
     meta["roles"] = roles.to_dict()
@@ -236,13 +147,13 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         "version": saved["version"],
         "run_id": None,
         "metrics": {
-            "val_ac1": best[3]["ac1"],
-            "val_ac3": best[3]["ac3"],
-            "val_mrr": best[3]["mrr"],
-            "best_epoch": best[1],
+            "val_ac1": best["ac1"],
+            "val_ac3": best["ac3"],
+            "val_mrr": best["mrr"],
+            "best_epoch": best_epoch,
         },
         "counts": {
-            "nodes": n,
+            "nodes": graph.num_nodes,
             "edges": int(graph.num_edges),
             "normal_rows": int(len(normal)),
             "train_incidents": len(train),
@@ -257,6 +168,158 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         "settings": asdict(args),
         "roles": meta["fit"]["roles"],
     }
+
+
+def _synthesise(
+    system: SystemModel, args: FitArgs, progress: bool
+) -> tuple[list[SynthIncident], list[SynthIncident]]:
+    """The training incidents (``args.incidents``, seed ``args.seed``) and the validation incidents
+    (a sixth as many, at least 200, from an independent seed) on ``system``."""
+    n_val = max(200, args.incidents // 6)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.incidents + n_val, desc="synthesise", unit="inc")
+    upd = bar.update if bar is not None else None
+    train = list(system.incidents(SynthConfig(n_incidents=args.incidents, seed=args.seed), upd))
+    val = list(system.incidents(SynthConfig(n_incidents=n_val, seed=args.seed + 10_007), upd))
+    if bar is not None:
+        bar.close()
+    return train, val
+
+
+@dataclass
+class _GraphBatch:
+    """Batches of one graph: ``b`` copies of its edges, offset by ``n`` nodes per copy.
+
+    Attributes:
+        edge_index: ``(2, E)`` long, the graph's edges (:func:`fleetmind.rca.fit_model.model_inputs`).
+        edge_type: ``(E,)`` long, their kinds.
+        n: nodes per graph.
+    """
+
+    edge_index: torch.Tensor
+    edge_type: torch.Tensor
+    n: int
+
+    def inputs(self, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(edge_index (2, b*E), edge_type (b*E,), batch (b*n,))`` of ``b`` copies."""
+        import torch
+
+        ei, et, n = self.edge_index, self.edge_type, self.n
+        off = (torch.arange(b) * n).repeat_interleave(ei.size(1))
+        return (
+            ei.repeat(1, b) + off.unsqueeze(0),
+            et.repeat(b),
+            torch.arange(b).repeat_interleave(n),
+        )
+
+    def roots(self, y: np.ndarray) -> torch.Tensor:
+        """Root node indices ``y`` ``(b,)`` of ``b`` graphs as indices into the batch ``(b,)``."""
+        import torch
+
+        return torch.from_numpy(y) + torch.arange(len(y)) * self.n
+
+
+def _evaluate(model: Any, g: _GraphBatch, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """AC@1, AC@3 and MRR of ``model`` on incidents ``x`` ``(N, n, F)`` with roots ``y`` ``(N,)``."""
+    import torch
+
+    from fleetmind.rca.model import root_ranks
+
+    model.eval()
+    ranks = []
+    with torch.no_grad():
+        for k in range(0, len(y), 256):
+            xb = torch.from_numpy(x[k : k + 256])
+            b = xb.size(0)
+            bei, bet, bb = g.inputs(b)
+            logits, _, _ = model(xb.reshape(b * g.n, -1), bei, bet, bb)
+            ranks.append(root_ranks(logits, bb, g.roots(y[k : k + 256])))
+    r = torch.cat(ranks).double()
+    return {
+        "ac1": float((r < 1).double().mean()),
+        "ac3": float((r < 3).double().mean()),
+        "mrr": float((1.0 / (r + 1)).mean()),
+    }
+
+
+def _train_epoch(
+    model: Any, opt: Any, g: _GraphBatch, x: np.ndarray, y: np.ndarray, perm: np.ndarray, batch: int
+) -> float:
+    """One epoch of listwise-loss steps over incidents ``x`` ``(N, n, F)`` / roots ``y`` in the
+    order ``perm``, ``batch`` graphs a step; returns the mean training loss per incident."""
+    import torch
+
+    from fleetmind.rca.model import listwise_loss
+
+    model.train()
+    total = 0.0
+    for k in range(0, len(perm), batch):
+        idx = perm[k : k + batch]
+        b = len(idx)
+        bei, bet, bb = g.inputs(b)
+        xb = torch.from_numpy(x[idx]).reshape(b * g.n, -1)
+        logits, _, _ = model(xb, bei, bet, bb)
+        loss = listwise_loss(logits, bb, g.roots(y[idx]))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        total += float(loss.detach()) * b
+    return total / len(y)
+
+
+def _train(
+    args: FitArgs,
+    graph: DependencyGraph,
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+    progress: bool,
+) -> tuple[Any, list[dict[str, Any]], int, dict[str, float]]:
+    """Train a :class:`fleetmind.rca.model.GATRanker` on ``train`` ``(x, y)`` for ``args.epochs``
+    epochs (AdamW, cosine schedule) and keep the epoch with the best AC@1 (MRR breaks ties) on
+    ``val``. Returns ``(model in eval mode, per-epoch history, best epoch, its val metrics)``."""
+    import torch
+
+    from fleetmind.rca.model import GATConfig, GATRanker
+
+    torch.manual_seed(args.seed)
+    cfg = GATConfig(
+        in_dim=NUM_FIT_FEATURES,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        dropout=0.1,
+        fault_types=[],
+        crop_hops=None,
+    )
+    model = GATRanker(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, args.epochs))
+    g = _GraphBatch(*model_inputs(graph), n=graph.num_nodes)
+    rng = np.random.default_rng(args.seed)
+    best: tuple[float, int, dict[str, Any], dict[str, float]] | None = None
+    history = []
+    for epoch in range(args.epochs):
+        perm = rng.permutation(len(train[1]))
+        loss = _train_epoch(model, opt, g, *train, perm, args.batch)
+        sched.step()
+        m = _evaluate(model, g, *val)
+        history.append({"epoch": epoch, "train_loss": loss, **m})
+        if progress:
+            print(
+                f"epoch {epoch:>3}  loss {loss:.4f}  val AC@1 {m['ac1']:.3f}  AC@3 {m['ac3']:.3f}",
+                flush=True,
+            )
+        key = m["ac1"] + 1e-3 * m["mrr"]
+        if best is None or key > best[0]:
+            best = (key, epoch, {k: v.clone() for k, v in model.state_dict().items()}, m)
+    assert best is not None
+    model.load_state_dict(best[2])
+    model.eval()
+    return model, history, best[1], best[3]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
