@@ -58,7 +58,6 @@ from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.openb import load_openb_trace
-from fleetmind.data.openb_variants import VARIANT_KINDS
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 from fleetmind.rl.distill import (
     BASES,
@@ -76,6 +75,7 @@ from fleetmind.training.recipes.common import seed_everything
 from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.paired import (
     _ratio_ci,
+    check_learner,
     make_workload,
     validation_workloads,
     workload_specs,
@@ -115,40 +115,26 @@ def hyperparams(a: DistillArgs) -> DistillHyperparams:
 
 def check(a: DistillArgs) -> None:
     """:class:`ConfigError` naming the first bad setting."""
-    ints = {
-        "--iterations": (a.iterations, 0),
-        "--workloads-per-iter": (a.workloads_per_iter, 1),
-        "--every": (a.every, 1),
-        "--k": (a.k, 2),
-        "--samples": (a.samples, 1),
-        "--anchor-per-workload": (a.anchor_per_workload, 1),
-        "--fit-steps": (a.fit_steps, 0),
-        "--batch-size": (a.batch_size, 1),
-        "--val-streams": (a.val_streams, 1),
-        "--val-every": (a.val_every, 1),
-    }
-    for flag, (v, lo) in ints.items():
-        if v < lo:
-            raise ConfigError(f"{flag} must be >= {lo}, got {v}")
     if len(a.window) != 2 or not (0 <= a.window[0] < a.window[1]):
         raise ConfigError(f"--window takes LO HI with 0 <= LO < HI, got {a.window}")
-    for flag, v in (("--dyn-jobs", a.dyn_jobs), ("--val-jobs", a.val_jobs)):
-        if v is not None and v < 1:
-            raise ConfigError(f"{flag} must be >= 1, got {v}")
-    for flag, x in (
-        ("--lr", a.learning_rate),
-        ("--anchor-coef", a.anchor_coef),
-        ("--margin", a.margin),
-    ):
-        if not (np.isfinite(x) and x >= 0):
-            raise ConfigError(f"{flag} must be a finite number >= 0, got {x}")
+    check_learner(
+        a,
+        {
+            "--iterations": (a.iterations, 0),
+            "--workloads-per-iter": (a.workloads_per_iter, 1),
+            "--every": (a.every, 1),
+            "--k": (a.k, 2),
+            "--samples": (a.samples, 1),
+            "--anchor-per-workload": (a.anchor_per_workload, 1),
+            "--fit-steps": (a.fit_steps, 0),
+            "--batch-size": (a.batch_size, 1),
+        },
+        {"--lr": a.learning_rate, "--anchor-coef": a.anchor_coef, "--margin": a.margin},
+    )
     if a.future not in FUTURES:
         raise ConfigError(f"--future must be one of {', '.join(FUTURES)}, got {a.future!r}")
     if a.base not in BASES:
         raise ConfigError(f"--base must be one of {', '.join(BASES)}, got {a.base!r}")
-    bad = [k for k in a.kinds if k not in VARIANT_KINDS]
-    if bad or not a.kinds:
-        raise ConfigError(f"variant kinds must be among {', '.join(VARIANT_KINDS)}, got {bad}")
 
 
 def run(args: DistillArgs) -> dict[str, Any]:

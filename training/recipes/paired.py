@@ -95,10 +95,33 @@ def _hyperparams(args: PairedArgs) -> PairedHyperparams:
 
 def _check(args: PairedArgs) -> None:
     """:class:`ConfigError` naming the first bad setting."""
+    check_learner(
+        args,
+        {
+            "--iterations": (args.iterations, 0),
+            "--workloads-per-iter": (args.workloads_per_iter, 1),
+            "--group-size": (args.group_size, 2),
+        },
+        {"--lr": args.learning_rate, "--kl-coef": args.kl_coef},
+    )
+    if args.baseline not in BASELINES:
+        raise ConfigError(f"--baseline must be one of {', '.join(BASELINES)}")
+
+
+def check_learner(
+    args: PairedArgs | DistillArgs,
+    ints: dict[str, tuple[int, int]],
+    rates: dict[str, float],
+) -> None:
+    """:class:`ConfigError` naming the first bad setting of a dynamic-mode learner.
+
+    Args:
+        args: the run's settings (their validation and job-count fields are checked here too).
+        ints: ``flag -> (value, smallest allowed)``.
+        rates: ``flag -> value`` that must be a finite number >= 0.
+    """
     ints = {
-        "--iterations": (args.iterations, 0),
-        "--workloads-per-iter": (args.workloads_per_iter, 1),
-        "--group-size": (args.group_size, 2),
+        **ints,
         "--val-streams": (args.val_streams, 1),
         "--val-every": (args.val_every, 1),
     }
@@ -108,11 +131,9 @@ def _check(args: PairedArgs) -> None:
     for flag, v in (("--dyn-jobs", args.dyn_jobs), ("--val-jobs", args.val_jobs)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} must be >= 1, got {v}")
-    for flag, x in (("--lr", args.learning_rate), ("--kl-coef", args.kl_coef)):
+    for flag, x in rates.items():
         if not (np.isfinite(x) and x >= 0):
             raise ConfigError(f"{flag} must be a finite number >= 0, got {x}")
-    if args.baseline not in BASELINES:
-        raise ConfigError(f"--baseline must be one of {', '.join(BASELINES)}")
     bad = [k for k in args.kinds if k not in VARIANT_KINDS]
     if bad or not args.kinds:
         raise ConfigError(f"variant kinds must be among {', '.join(VARIANT_KINDS)}, got {bad}")
