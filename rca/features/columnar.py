@@ -32,6 +32,7 @@ from fleetmind.rca.features.mapping import (
     _keywords,
     _node_index,
     _static,
+    expand_hops,
     node_index_for_alert,
 )
 from fleetmind.rca.features.times import _NAN, _alert_times, _node_timing
@@ -359,13 +360,7 @@ def _hop_mask(st: _GraphStatic, seeds: np.ndarray, hops: int | None) -> np.ndarr
     if hops is None or not seeds.any():
         return np.ones(st.n, dtype=bool)
     src, dst = st.src, st.dst
-    mask = seeds.copy()
-    for _ in range(hops):
-        new = mask.copy()
-        new[dst[mask[src]]] = True
-        new[src[mask[dst]]] = True
-        mask = new
-    return mask
+    return expand_hops(src, dst, seeds, hops)
 
 
 def _fill_alert_counts(

@@ -23,7 +23,7 @@ from fleetmind.rca.features.layout import (
     _SEV_INDEX,
     NUM_FEATURES,
 )
-from fleetmind.rca.features.mapping import _GraphStatic, _keywords, _static, map_alerts
+from fleetmind.rca.features.mapping import _GraphStatic, _keywords, _static, expand_hops, map_alerts
 from fleetmind.rca.features.times import _alert_times, _node_timing
 
 
@@ -205,10 +205,4 @@ def candidate_mask(graph: DependencyGraph, feats: AlertFeatures, hops: int | Non
     if not seeds.any():
         return np.ones(n, dtype=bool)
     src, dst = graph.edge_index
-    mask = seeds.copy()
-    for _ in range(hops):
-        new = mask.copy()
-        new[dst[mask[src]]] = True
-        new[src[mask[dst]]] = True
-        mask = new
-    return mask
+    return expand_hops(src, dst, seeds, hops)

@@ -169,3 +169,15 @@ def map_alerts(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> l
             cache[key] = idx
         out.append(idx)
     return out
+
+
+def expand_hops(src: np.ndarray, dst: np.ndarray, seeds: np.ndarray, hops: int) -> np.ndarray:
+    """``(N,)`` bool: ``seeds`` grown by ``hops`` steps along the edges ``src[i] -> dst[i]`` in
+    either direction (undirected hops)."""
+    mask = seeds.copy()
+    for _ in range(hops):
+        new = mask.copy()
+        new[dst[mask[src]]] = True
+        new[src[mask[dst]]] = True
+        mask = new
+    return mask
