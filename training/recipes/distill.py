@@ -79,6 +79,7 @@ from fleetmind.training.recipes.paired import (
     make_workload,
     validation_workloads,
     workload_specs,
+    write_learner_card,
 )
 from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs
@@ -454,30 +455,24 @@ def command_line(a: DistillArgs) -> str:
 
 
 def _write_card(model_dir: Path, args: DistillArgs, summary: dict[str, Any]) -> None:
-    b = summary["validation_best"]
-    lines = [
-        "# fleetmind-placement-dynamic: distilled placement agent for dynamic mode",
-        "",
-        "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO agent),",
-        f"started from the clone in `{args.init or DYNAMIC_RELEASE_DIR}` and fitted by distillation",
-        "(`rl/distill.py`): the rollout policy with sampled futures labels the learner's early",
-        "decisions on fresh workloads (DAgger), cross-entropy on those labels plus a KL anchor to",
-        "the clone on every visited state.",
-        "",
-        "| field | value |",
-        "| --- | --- |",
-        f"| run | {summary['run_name']} |",
-        f"| command | `fleetmind sched train {command_line(args)}` |",
-        f"| iterations run | {summary['iterations']} |",
-        f"| kept checkpoint (iteration) | {summary['best_iteration']} |",
-        f"| validation: mean slowdown vs clone, {args.val_streams} paired fresh streams | "
-        f"{b['gap_pct']:+.2f} % [{b['ci_pct'][0]:+.2f}, {b['ci_pct'][1]:+.2f}] |",
-        f"| validation: mean p99 queueing-delay ratio to the clone | {b['p99_ratio']:.3f} |",
-        f"| wall time (s) | {summary['wall_time_s']} |",
-        "",
-        "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
-    ]
-    (model_dir / "model_card.md").write_text("\n".join(lines) + "\n")
+    write_learner_card(
+        model_dir,
+        [
+            "# fleetmind-placement-dynamic: distilled placement agent for dynamic mode",
+            "",
+            "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO"
+            " agent),",
+            f"started from the clone in `{args.init or DYNAMIC_RELEASE_DIR}` and fitted by"
+            " distillation",
+            "(`rl/distill.py`): the rollout policy with sampled futures labels the learner's early",
+            "decisions on fresh workloads (DAgger), cross-entropy on those labels plus a KL anchor"
+            " to",
+            "the clone on every visited state.",
+        ],
+        summary,
+        command_line(args),
+        args.val_streams,
+    )
 
 
 def cli_train(args: Any) -> int:

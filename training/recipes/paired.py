@@ -461,22 +461,41 @@ def command_line(args: PairedArgs) -> str:
 
 
 def _write_card(model_dir: Path, args: PairedArgs, summary: dict[str, Any]) -> None:
+    write_learner_card(
+        model_dir,
+        [
+            "# fleetmind-placement-dynamic: paired-PPO placement agent for dynamic mode",
+            "",
+            "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO"
+            " agent),",
+            f"started from the clone in `{args.init}` and trained with paired, critic-free PPO",
+            "(`rl/paired.py`): on each fresh workload the greedy clone once and G sampled episodes"
+            " of",
+            "the learner on the same job stream, group-relative advantages, a KL penalty to the"
+            " clone.",
+        ],
+        summary,
+        command_line(args),
+        args.val_streams,
+    )
+
+
+def write_learner_card(
+    model_dir: Path, intro: list[str], summary: dict[str, Any], command: str, val_streams: int
+) -> None:
+    """``model_dir/model_card.md`` of a dynamic-mode learner: ``intro`` (title and a paragraph),
+    then the run's table (command, iterations, kept checkpoint, paired validation gap)."""
     b = summary["validation_best"]
     lines = [
-        "# fleetmind-placement-dynamic: paired-PPO placement agent for dynamic mode",
-        "",
-        "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO agent),",
-        f"started from the clone in `{args.init}` and trained with paired, critic-free PPO",
-        "(`rl/paired.py`): on each fresh workload the greedy clone once and G sampled episodes of",
-        "the learner on the same job stream, group-relative advantages, a KL penalty to the clone.",
+        *intro,
         "",
         "| field | value |",
         "| --- | --- |",
         f"| run | {summary['run_name']} |",
-        f"| command | `fleetmind sched train {command_line(args)}` |",
+        f"| command | `fleetmind sched train {command}` |",
         f"| iterations run | {summary['iterations']} |",
         f"| kept checkpoint (iteration) | {summary['best_iteration']} |",
-        f"| validation: mean slowdown vs clone, {args.val_streams} paired fresh streams | "
+        f"| validation: mean slowdown vs clone, {val_streams} paired fresh streams | "
         f"{b['gap_pct']:+.2f} % [{b['ci_pct'][0]:+.2f}, {b['ci_pct'][1]:+.2f}] |",
         f"| validation: mean p99 queueing-delay ratio to the clone | {b['p99_ratio']:.3f} |",
         f"| wall time (s) | {summary['wall_time_s']} |",
