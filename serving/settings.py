@@ -221,9 +221,9 @@ class Settings(BaseSettings):
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
     slo_alerts: str = Field(
         "",
-        description="comma-separated alertnames of user-facing (SLO) alerts; an incident's symptom "
-        "is its first alert named here, else its highest-severity alert, and causes that no "
-        "alerting dependency path joins to the symptom are down-weighted",
+        description="comma-separated alertnames of user-facing (SLO) alerts; in an incident with "
+        "one, the first is its symptom and causes that no alerting dependency path joins to it "
+        "are down-weighted; incidents without one keep the model's ranking",
     )
     public_url: str = Field(
         "http://127.0.0.1:8000",

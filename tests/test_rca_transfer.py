@@ -20,7 +20,7 @@ from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 from fleetmind.data.metric_roles import RoleMap, load_role_map
 from fleetmind.data.petshop import DetectorConfig, detect_alerts, fit_baseline, load_scenario
-from fleetmind.rca.anchoring import anchor_result, joined_to_symptom, symptom_node
+from fleetmind.rca.anchoring import anchor_result, joined_to_symptom, named_symptom, symptom_node
 from fleetmind.rca.base import RankedCause, RCAResult
 from fleetmind.rca.drift import alert_prevalence, downweight_alerts
 from fleetmind.rca.fit_eval import bootstrap_intervals
@@ -257,6 +257,20 @@ def test_symptom_is_the_slo_alert_else_the_most_severe() -> None:
     assert symptom_node(g, alerts, {"CheckoutSLOBurn"}) == "web"
     assert symptom_node(g, alerts) == "db"
     assert symptom_node(g, [{"labels": {"service": "elsewhere"}}]) is None
+
+
+def test_the_service_anchors_only_on_a_named_slo_alert() -> None:
+    """The incident worker's symptom (:func:`named_symptom`) is an alert named in
+    ``FLEETMIND_SLO_ALERTS``; without one the ranking stays the model's (no severity fallback)."""
+    g = _graph()
+    alerts = [
+        {"labels": {"service": "db", "alertname": "HighLatency", "severity": "critical"}},
+        {"labels": {"service": "elsewhere", "alertname": "CheckoutSLOBurn"}},
+        {"labels": {"service": "web", "alertname": "CheckoutSLOBurn", "severity": "warning"}},
+    ]
+    assert named_symptom(g, alerts, {"CheckoutSLOBurn"}) == "web"  # the first one on the graph
+    assert named_symptom(g, alerts, frozenset()) is None
+    assert named_symptom(g, alerts[:1], {"CheckoutSLOBurn"}) is None
 
 
 def test_slo_alerts_setting_parses_names() -> None:

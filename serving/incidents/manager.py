@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fleetmind.rca.anchoring import anchor_result, symptom_node
+from fleetmind.rca.anchoring import anchor_result, named_symptom
 from fleetmind.serving.alertmap import node_for_alert
 from fleetmind.serving.db import Database, LeaderLock
 from fleetmind.serving.incidents.grouper import Grouper
@@ -57,9 +57,10 @@ class IncidentConfig:
         leader_lease_s: how long a vanished leader holds the lease, seconds (PostgreSQL).
         backlog_rank_s: during a backlog, incidents deferred this long are ranked, seconds.
         housekeeping_interval_s: auto-resolve and retention run at most this often, seconds.
-        slo_alerts: alertnames of user-facing alerts (``FLEETMIND_SLO_ALERTS``): the incident's
-            symptom is its first alert named here, else its highest-severity alert; ranked causes
-            are anchored on it (:func:`fleetmind.rca.anchoring.anchor_result`).
+        slo_alerts: alertnames of user-facing alerts (``FLEETMIND_SLO_ALERTS``): when an incident
+            has one, its first such alert is the symptom and ranked causes are anchored on it
+            (:func:`fleetmind.rca.anchoring.named_symptom`,
+            :func:`fleetmind.rca.anchoring.anchor_result`); otherwise the ranking is the model's.
     """
 
     window_s: float = 600.0
@@ -313,7 +314,7 @@ class IncidentManager:
         try:
             graph, alerts = self.graphs.graph, [alert_dict(r) for r in rows]
             result = model.impl.find_root_causes(graph, alerts, self.config.top_k)
-            symptom = symptom_node(graph, alerts, self.config.slo_alerts)
+            symptom = named_symptom(graph, alerts, self.config.slo_alerts)
             result = anchor_result(result, graph, alerts, symptom)
         except Exception as err:
             log.warning("RCA failed on incident %s: %s", inc_id, err)
