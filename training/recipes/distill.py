@@ -44,12 +44,11 @@ every job and the machine the recipe was sized on has 2 shared cores; not wired.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import mlflow
 import numpy as np
@@ -66,22 +65,24 @@ from fleetmind.rl.distill import (
     distill_iteration,
     kl_to_clone,
 )
-from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, model_config
-from fleetmind.rl.export import OnnxActor, save_onnx, save_torch
-from fleetmind.rl.paired import greedy_metrics, load_clone, trainable_copy
+from fleetmind.rl.dynamic_eval import DynEvalConfig, model_config
+from fleetmind.rl.export import OnnxActor
+from fleetmind.rl.paired import load_clone, trainable_copy
 from fleetmind.rl.rollout import FUTURES
 from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import seed_everything
 from fleetmind.training.recipes.flags import recipe_group_kwargs
+from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.paired import (
-    _ratio_ci,
     check_learner,
+    export_learner,
+    iterate,
+    iteration_specs,
     make_workload,
+    publish_learner,
     validation_workloads,
-    workload_specs,
     write_learner_card,
 )
-from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
@@ -233,37 +234,19 @@ class _Learner:
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def learn(self, val: _Validator, bar: Any) -> int:
-        """Iterations 1 to ``--iterations``, or until ``--max-minutes`` have passed; validates
-        every ``--val-every``-th, the last and the one that runs out of time. Returns the number
-        run."""
-        args = self.args
-        done_its = 0
-        for it in range(1, args.iterations + 1):
-            self.iteration(it, bar)
-            done_its = it
-            out_of_time = (
-                args.max_minutes is not None
-                and time.perf_counter() - self.t0 > 60 * args.max_minutes
-            )
-            if it % args.val_every == 0 or it == args.iterations or out_of_time:
-                val.validate(it, self.actor)
-                val.anchor_kl(it, self.actor, self.clone, self.data)
-            if out_of_time:
-                break
-        return done_its
+        """:func:`fleetmind.training.recipes.paired.iterate` over this learner's iterations,
+        validating the actor and its KL to the clone."""
+
+        def validate(it: int) -> None:
+            val.validate(it, self.actor)
+            val.anchor_kl(it, self.actor, self.clone, self.data)
+
+        return iterate(self.args, self.t0, lambda it: self.iteration(it, bar), validate)
 
     def iteration(self, it: int, bar: Any) -> None:
         """Iteration ``it`` (from 1): draw its workloads, label them, fit, log the row."""
         args = self.args
-        off = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
-        specs = workload_specs(
-            list(args.traces),
-            list(args.kinds),
-            args.workloads_per_iter,
-            TRAIN_GEN_SEED + off,
-            self.spec_rng,
-            offset=off,
-        )
+        off, specs = iteration_specs(args, it, TRAIN_GEN_SEED, self.spec_rng)
         wl = [self._workload(s, TRAIN_STREAM_SEED + off + i) for i, s in enumerate(specs)]
         res = distill_iteration(
             wl,
@@ -321,36 +304,7 @@ class _Validator(PairedValidator):
     weights kept by the same rule); each row also has the per-stream slowdown ratios and the
     learner's KL to the clone on the anchor states."""
 
-    @classmethod
-    def start(
-        cls, envs: list[Any], seeds: list[int], clone: Any, actor: Any, bar: Any
-    ) -> _Validator:
-        """Run the clone on the validation streams; the actor as it starts is the best so far."""
-        val = super().start(envs, seeds, clone, actor, bar)
-        val.rows[0]["per_stream_ratio"] = [1.0] * len(envs)
-        return val
-
-    def validate(self, it: int, actor: Any) -> None:
-        """Validate the actor after iteration ``it``: log the row, keep its weights if best."""
-        ms = [greedy_metrics(e, s, actor) for e, s in zip(self.envs, self.seeds, strict=True)]
-        self.bar.update(len(self.envs))
-        r = np.array([m["mean_slowdown"] for m in ms]) / self.clone_ms
-        p99_l = np.array([m["p99_queue_delay_s"] for m in ms])
-        p99 = float(p99_l.mean() / max(float(self.clone_p99.mean()), 1e-9))
-        lo, hi = _ratio_ci(r, seed=it)
-        row = {
-            "iteration": it,
-            "gap_pct": float(100 * (r.mean() - 1)),
-            "ci_pct": [lo, hi],
-            "p99_ratio": p99,
-            "per_stream_ratio": [round(float(x), 6) for x in r],
-        }
-        self.rows.append(row)
-        mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
-        if r.mean() < self.best_ratio and p99 <= 1.0:
-            self.best_ratio = float(r.mean())
-            self.best_iteration = it
-            self.best_state = {k: v.clone() for k, v in actor.state_dict().items()}
+    per_stream: ClassVar[bool] = True
 
     def anchor_kl(self, it: int, actor: Any, clone: Any, data: Aggregate) -> None:
         """Add KL(clone || actor) on the aggregate's anchor states to the last row (``kl_clone``,
@@ -372,31 +326,11 @@ def _export(
     """Write the model folder: ``final.onnx`` (last weights), ``policy.pt``/``.onnx`` (best
     weights, loaded into the learner's actor), the clone, the init's teacher,
     ``dataset.npz`` (the aggregate) and ``metadata.json``."""
-    actor, clone = learner.actor, learner.clone
-    save_onnx(actor, model_dir / "final.onnx")
-    actor.load_state_dict(best_state)
-    save_torch(actor, model_dir / "policy.pt")
-    save_onnx(actor, model_dir / "policy.onnx")
-    save_torch(clone, model_dir / "clone.pt")
-    if (init / "clone.onnx").is_file():
-        shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
-    else:
-        save_onnx(clone, model_dir / "clone.onnx")
-    if (init / "teacher.json").is_file():
-        shutil.copy2(init / "teacher.json", model_dir / "teacher.json")
+    export_learner(
+        learner.actor, learner.clone, best_state, model_dir, init, run_name, base_cfg, "distill",
+        list(learner.args.traces),
+    )  # fmt: skip
     _save_dataset(learner.data, model_dir / "dataset.npz")
-    meta = {
-        "format": DYNAMIC_FORMAT,
-        "version": run_name,
-        "mode": "dynamic",
-        "env_id": "fleetmind/MultiClusterPlacement-v0",
-        "env_kwargs": asdict(base_cfg),
-        "algo": "distill",
-        "init": str(init),
-        "train_traces": list(learner.args.traces),
-        "teacher": "clone of " + str(init),
-    }
-    (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
 def _save_dataset(data: Aggregate, path: Path) -> None:
@@ -423,15 +357,9 @@ def _publish(
     """Write the model card and ``train_summary.json``, log them to MLflow, copy the folder
     (less ``dataset.npz``) to the released model's with ``--release``."""
     _write_card(model_dir, args, summary)
-    (model_dir / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
-    mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
-    if args.release:
-        DYNAMIC_RELEASE_DIR.mkdir(parents=True, exist_ok=True)
-        for f in model_dir.iterdir():
-            if f.is_file() and f.name != "dataset.npz":
-                shutil.copy2(f, DYNAMIC_RELEASE_DIR / f.name)
-        summary["released"] = str(DYNAMIC_RELEASE_DIR)
+    publish_learner(
+        model_dir, summary, wall, gap_pct, release=args.release, keep_out=frozenset({"dataset.npz"})
+    )
 
 
 def command_line(a: DistillArgs) -> str:

@@ -36,9 +36,10 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import mlflow
 import numpy as np
@@ -248,6 +249,48 @@ def run(args: PairedArgs) -> dict[str, Any]:
     return summary
 
 
+def iterate(
+    args: PairedArgs | DistillArgs,
+    t0: float,
+    step: Callable[[int], None],
+    validate: Callable[[int], None],
+) -> int:
+    """``step(it)`` for iterations 1 to ``--iterations``, or until ``--max-minutes`` have passed
+    since ``t0`` (``time.perf_counter()``); ``validate(it)`` after every ``--val-every``-th, the
+    last and the one that runs out of time. Returns the number run."""
+    done_its = 0
+    for it in range(1, args.iterations + 1):
+        step(it)
+        done_its = it
+        out_of_time = (
+            args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
+        )
+        if it % args.val_every == 0 or it == args.iterations or out_of_time:
+            validate(it)
+        if out_of_time:
+            break
+    return done_its
+
+
+def iteration_specs(
+    args: PairedArgs | DistillArgs, it: int, gen_seed: int, spec_rng: np.random.Generator
+) -> tuple[int, list[tuple[str, str, float, int]]]:
+    """``(offset, specs)`` of iteration ``it``'s fresh training workloads: ``offset`` =
+    ``100_000 * seed + (it - 1) * workloads_per_iter`` numbers the workloads of the run, ``specs``
+    are ``(source, kind, level, generator seed)`` drawn with generator seeds from ``gen_seed +
+    offset``."""
+    off = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
+    specs = workload_specs(
+        list(args.traces),
+        list(args.kinds),
+        args.workloads_per_iter,
+        gen_seed + off,
+        spec_rng,
+        offset=off,
+    )
+    return off, specs
+
+
 def validation_workloads(
     args: PairedArgs | DistillArgs, cfg: DynEvalConfig, var_dir: Path
 ) -> tuple[list[tuple[str, str, float, int]], list[MultiClusterPlacementEnv], list[int]]:
@@ -282,34 +325,17 @@ class _Learner:
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def learn(self, val: _Validator, bar: Any, t0: float) -> int:
-        """Iterations 1 to ``--iterations``, or until ``--max-minutes`` have passed since
-        ``t0`` (``time.perf_counter()``); validates every ``--val-every``-th, the last and the one
-        that runs out of time. Returns the number run."""
-        args, done_its = self.args, 0
-        for it in range(1, args.iterations + 1):
-            self.iteration(it, bar)
-            done_its = it
-            out_of_time = (
-                args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes
-            )
-            if it % args.val_every == 0 or it == args.iterations or out_of_time:
-                val.validate(it, self.actor)
-            if out_of_time:
-                break
-        return done_its
+        """:func:`iterate` over this learner's iterations, validating the actor."""
+        return iterate(
+            self.args,
+            t0,
+            lambda it: self.iteration(it, bar),
+            lambda it: val.validate(it, self.actor),
+        )
 
     def iteration(self, it: int, bar: Any) -> None:
         """Iteration ``it`` (from 1): draw its workloads, update the actor, log the row."""
-        args = self.args
-        base = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
-        specs = workload_specs(
-            list(args.traces),
-            list(args.kinds),
-            args.workloads_per_iter,
-            TRAIN_GEN_SEED + base,
-            self.spec_rng,
-            offset=base,
-        )
+        base, specs = iteration_specs(self.args, it, TRAIN_GEN_SEED, self.spec_rng)
         envs = [make_workload(*s, self.cfg, self.var_dir) for s in specs]
         wl = [(e, TRAIN_STREAM_SEED + base + i) for i, e in enumerate(envs)]
         res = paired_iteration(
@@ -337,8 +363,10 @@ class _Learner:
 class _Validator:
     """Greedy runs of the actor on fixed validation streams, against its clone's on the same
     streams; keeps the weights of the best iteration (lowest mean slowdown ratio with a p99
-    queueing delay no worse than the clone's)."""
+    queueing delay no worse than the clone's). With :attr:`per_stream`, each row also lists the
+    per-stream slowdown ratios."""
 
+    per_stream: ClassVar[bool] = False
     envs: list[Any]
     seeds: list[int]
     clone_ms: np.ndarray
@@ -360,7 +388,7 @@ class _Validator:
         """Run the clone on the validation streams; the actor as it starts is the best so far."""
         clone_val = [greedy_metrics(e, s, clone) for e, s in zip(envs, seeds, strict=True)]
         bar.update(len(envs))
-        return cls(
+        val = cls(
             envs,
             seeds,
             np.array([m["mean_slowdown"] for m in clone_val]),
@@ -368,6 +396,9 @@ class _Validator:
             bar,
             {k: v.clone() for k, v in actor.state_dict().items()},
         )
+        if cls.per_stream:
+            val.rows[0]["per_stream_ratio"] = [1.0] * len(envs)
+        return val
 
     def validate(self, it: int, actor: Any) -> None:
         """Validate the actor after iteration ``it``: log the row, keep its weights if best."""
@@ -383,6 +414,8 @@ class _Validator:
             "ci_pct": [lo, hi],
             "p99_ratio": p99,
         }
+        if self.per_stream:
+            row["per_stream_ratio"] = [round(float(x), 6) for x in r]
         self.rows.append(row)
         mlflow.log_metrics({"val/gap_pct": row["gap_pct"], "val/p99_ratio": p99}, step=it)
         if r.mean() < self.best_ratio and p99 <= 1.0:
@@ -400,14 +433,32 @@ def _export(
     run_name: str,
     base_cfg: DynEvalConfig,
 ) -> None:
-    """Write the model folder: ``final.onnx`` (last weights), ``policy.pt``/``.onnx`` (best
-    weights, loaded into ``actor``), the clone, the start model's teacher, ``metadata.json``."""
+    """Write the model folder (:func:`export_learner`)."""
+    export_learner(
+        actor, clone, best_state, model_dir, Path(args.init), run_name, base_cfg, "paired",
+        list(args.traces),
+    )  # fmt: skip
+
+
+def export_learner(
+    actor: Any,
+    clone: Any,
+    best_state: dict[str, Any],
+    model_dir: Path,
+    init: Path,
+    run_name: str,
+    base_cfg: DynEvalConfig,
+    algo: str,
+    traces: list[str],
+) -> None:
+    """Write a dynamic-mode learner's model folder: ``final.onnx`` (last weights),
+    ``policy.pt``/``.onnx`` (best weights, loaded into ``actor``), the clone, the start model
+    ``init``'s teacher and ``metadata.json`` (``algo``, the training ``traces``)."""
     save_onnx(actor, model_dir / "final.onnx")
     actor.load_state_dict(best_state)
     save_torch(actor, model_dir / "policy.pt")
     save_onnx(actor, model_dir / "policy.onnx")
     save_torch(clone, model_dir / "clone.pt")
-    init = Path(args.init)
     if (init / "clone.onnx").is_file():
         shutil.copy2(init / "clone.onnx", model_dir / "clone.onnx")
     else:
@@ -420,10 +471,10 @@ def _export(
         "mode": "dynamic",
         "env_id": "fleetmind/MultiClusterPlacement-v0",
         "env_kwargs": asdict(base_cfg),
-        "algo": "paired",
-        "init": str(args.init),
-        "train_traces": list(args.traces),
-        "teacher": "clone of " + str(args.init),
+        "algo": algo,
+        "init": str(init),
+        "train_traces": traces,
+        "teacher": "clone of " + str(init),
     }
     (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
 
@@ -434,13 +485,27 @@ def _publish(
     """Write the model card and ``train_summary.json``, log them to MLflow, copy the folder to
     the released model's with ``--release``."""
     _write_card(model_dir, args, summary)
+    publish_learner(model_dir, summary, wall, gap_pct, release=args.release)
+
+
+def publish_learner(
+    model_dir: Path,
+    summary: dict[str, Any],
+    wall: float,
+    gap_pct: float,
+    release: bool,
+    keep_out: frozenset[str] = frozenset(),
+) -> None:
+    """A dynamic-mode learner's last step: ``train_summary.json``, the final metrics and the model
+    folder in MLflow, and with ``release`` a copy of the folder's files (less ``keep_out``) in the
+    released model's folder (``summary["released"]`` names it)."""
     (model_dir / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
     mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
-    if args.release:
+    if release:
         DYNAMIC_RELEASE_DIR.mkdir(parents=True, exist_ok=True)
         for f in model_dir.iterdir():
-            if f.is_file():
+            if f.is_file() and f.name not in keep_out:
                 shutil.copy2(f, DYNAMIC_RELEASE_DIR / f.name)
         summary["released"] = str(DYNAMIC_RELEASE_DIR)
 
