@@ -761,16 +761,17 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         description="Imitation warm start from FGD, then MaskablePPO; exports ONNX + torch.",
     )
     from fleetmind.training.recipes.flags import PAIRED_FLAGS, add_recipe_group, add_train_flags
-    from fleetmind.training.recipes.settings import DistillArgs, PairedArgs
+    from fleetmind.training.recipes.settings import DistillArgs, EsArgs, PairedArgs
 
     tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
     tr.add_argument(
         "--algo",
-        choices=["ppo", "paired", "distill"],
+        choices=["ppo", "paired", "distill", "es"],
         default="ppo",
         help="ppo (default: imitation warm start, then MaskablePPO), paired (dynamic mode:"
-        " paired, critic-free PPO over a model's clone) or distill (dynamic mode: the rollout"
-        " policy's decisions distilled into the clone; docs/ppo-dynamic.md)",
+        " paired, critic-free PPO over a model's clone), distill (dynamic mode: the rollout"
+        " policy's decisions distilled into the clone) or es (dynamic mode: evolution strategies"
+        " on a residual head of the clone); docs/ppo-dynamic.md",
     )
     pa = tr.add_argument_group("--algo paired (dynamic mode)")
     add_train_flags(pa, PAIRED_FLAGS, recipes=(PairedArgs,))  # PairedArgs' own settings
@@ -780,11 +781,17 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="train one run per seed (e.g. 0-2), each in OUT/seed<S>; see --ray-address/--workers",
     )
-    tr.add_argument("--workers", type=int, default=1, help="--seeds: local processes (default 1)")
+    tr.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="local processes for --seeds (default 1) or for --algo es episodes (default 2)",
+    )
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
     add_train_flags(tr)  # one flag per recipe setting (training/recipes/settings.py)
+    _ray_arg(tr, "--seeds: run every training seed; --algo es: run its episodes")
     add_recipe_group(tr, DistillArgs, "--algo distill (dynamic mode)")
-    _ray_arg(tr, "--seeds: run every training seed")
+    add_recipe_group(tr, EsArgs, "--algo es (dynamic mode)")
     tr.set_defaults(func=cmd_train)
 
 
@@ -823,6 +830,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fleetmind.training.recipes.distill import cli_train
 
         return cli_train(args)
+    if args.algo == "es":
+        from fleetmind.training.recipes.es import cli_train as es_train
+
+        return es_train(args)
     if args.mode == "dynamic":
         if args.reward != "shaped":
             raise ConfigError("--reward metric is an fgd-mode option (dynamic mode has its own)")

@@ -140,13 +140,20 @@ def check_learner(
         raise ConfigError(f"variant kinds must be among {', '.join(VARIANT_KINDS)}, got {bad}")
 
 
+def variant_file(source: str, kind: str, level: float, gen_seed: int, folder: Path) -> Path:
+    """The CSV of a fresh variant (``fleetmind sched variants``' generator) of ``source`` in
+    ``folder``, written on first use; an absolute path."""
+    path = (folder / f"{Path(str(source)).stem}-{kind}{level:.1f}-s{gen_seed}.csv").resolve()
+    if not path.is_file():
+        write_variant(path, generate_variant(kind, level, gen_seed, source=source))
+    return path
+
+
 def make_workload(
     source: str, kind: str, level: float, gen_seed: int, cfg: DynEvalConfig, folder: Path
 ) -> MultiClusterPlacementEnv:
-    """An env on a fresh variant (``fleetmind sched variants``' generator) of ``source``."""
-    path = folder / f"{Path(str(source)).stem}-{kind}{level:.1f}-s{gen_seed}.csv"
-    if not path.is_file():
-        write_variant(path, generate_variant(kind, level, gen_seed, source=source))
+    """An env on a fresh variant (:func:`variant_file`) of ``source``."""
+    path = variant_file(source, kind, level, gen_seed, folder)
     return MultiClusterPlacementEnv(**cfg.env_kwargs(load_openb_trace(path)))
 
 
@@ -380,13 +387,25 @@ class _Validator:
             {"iteration": 0, "gap_pct": 0.0, "ci_pct": [0.0, 0.0], "p99_ratio": 1.0}
         ]
     )
+    runner: Callable[[Any], list[dict[str, float]]] | None = None
+    """``runner(actor)``: the actor's greedy metrics on every validation stream, in order (e.g.
+    as parallel jobs); default: :func:`greedy_metrics` in this process"""
 
     @classmethod
     def start(
-        cls, envs: list[Any], seeds: list[int], clone: Any, actor: Any, bar: Any
+        cls,
+        envs: list[Any],
+        seeds: list[int],
+        clone: Any,
+        actor: Any,
+        bar: Any,
+        runner: Callable[[Any], list[dict[str, float]]] | None = None,
     ) -> _Validator:
         """Run the clone on the validation streams; the actor as it starts is the best so far."""
-        clone_val = [greedy_metrics(e, s, clone) for e, s in zip(envs, seeds, strict=True)]
+        if runner is not None:
+            clone_val = runner(clone)
+        else:
+            clone_val = [greedy_metrics(e, s, clone) for e, s in zip(envs, seeds, strict=True)]
         bar.update(len(envs))
         val = cls(
             envs,
@@ -395,6 +414,7 @@ class _Validator:
             np.array([m["p99_queue_delay_s"] for m in clone_val]),
             bar,
             {k: v.clone() for k, v in actor.state_dict().items()},
+            runner=runner,
         )
         if cls.per_stream:
             val.rows[0]["per_stream_ratio"] = [1.0] * len(envs)
@@ -402,7 +422,10 @@ class _Validator:
 
     def validate(self, it: int, actor: Any) -> None:
         """Validate the actor after iteration ``it``: log the row, keep its weights if best."""
-        ms = [greedy_metrics(e, s, actor) for e, s in zip(self.envs, self.seeds, strict=True)]
+        if self.runner is not None:
+            ms = self.runner(actor)
+        else:
+            ms = [greedy_metrics(e, s, actor) for e, s in zip(self.envs, self.seeds, strict=True)]
         self.bar.update(len(self.envs))
         r = np.array([m["mean_slowdown"] for m in ms]) / self.clone_ms
         p99_l = np.array([m["p99_queue_delay_s"] for m in ms])

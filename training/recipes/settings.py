@@ -294,3 +294,59 @@ class DistillArgs:
     """torch threads"""
     progress: bool = True
     """progress bar"""
+
+
+@dataclass
+class EsArgs:
+    """Settings of an evolution-strategies run (``fleetmind sched train --mode dynamic --algo es``
+    flags; the recipe is :mod:`fleetmind.training.recipes.es`)."""
+
+    mode: ClassVar[str] = "dynamic"
+
+    traces: list[str] = field(default_factory=lambda: ["default"])
+    """source traces of the fresh variants (openb names or CSV paths)"""
+    init: str | None = None
+    """dynamic-mode model folder whose clone is the base of the residual head (default: the
+    released models/placement-dynamic)"""
+    iterations: int = 100
+    """ES generations"""
+    workloads_per_iter: int = 2
+    """fresh workloads (variant + job stream) every candidate of a generation is scored on"""
+    pairs: int = 8
+    """antithetic perturbation pairs per generation"""
+    sigma: float = 0.15
+    """perturbation standard deviation of the residual head (head-weight units)"""
+    learning_rate: float = 0.03
+    """Adam step size on the residual head"""
+    l2: float = 0.0
+    """pull of the residual head toward 0 (the clone)"""
+    dyn_jobs: int | None = None
+    """jobs per training episode (None: the model's own setting, 2,048)"""
+    kinds: list[str] = field(default_factory=lambda: ["cpu", "gpushare", "gpuspec", "multigpu"])
+    """variant kinds of training and validation workloads"""
+    val_streams: int = 30
+    """paired fresh validation streams for the checkpoint choice"""
+    val_every: int = 5
+    """validate every this many generations"""
+    val_jobs: int | None = None
+    """jobs per validation episode (None: the model's own setting)"""
+    workers: int = 2
+    """local processes for the episodes (ignored with --ray-address)"""
+    ray_address: str | None = None
+    """run the episodes as Ray tasks on this cluster ('auto', 'HOST:PORT', 'local')"""
+    seed: int = 0
+    """seed of the training workloads and the perturbations"""
+    max_minutes: float | None = None
+    """stop after the generation during which this much wall time passed"""
+    out: str = "runs/es"
+    """run folder (<out>/<run name>/)"""
+    release: bool = False
+    """copy the artifact to models/placement-dynamic/"""
+    tracking_uri: str | None = None
+    """MLflow tracking URI"""
+    experiment: str = "fleetmind-placement"
+    """MLflow experiment name"""
+    threads: int = 1
+    """torch threads"""
+    progress: bool = True
+    """progress bar"""

@@ -1,0 +1,340 @@
+"""Evolution strategies with common random numbers over the dynamic-mode clone:
+``fleetmind sched train --mode dynamic --algo es``.
+
+    fleetmind sched train --mode dynamic --algo es --trace default \
+        --iterations 100 --workloads-per-iter 2 --pairs 8 --sigma 0.15 --workers 2
+
+Steps (``docs/ppo-dynamic.md``, section "Evolution strategies"; the algorithm is
+:mod:`fleetmind.rl.es`):
+
+1. Loads the clone of ``--init`` (default the released ``models/placement-dynamic``): the learner
+   is that clone with a residual on its logit head (``theta``, 64 values, zero at the start), so
+   the export and its inference cost are the clone's.
+2. Every generation draws ``--workloads-per-iter`` fresh workloads: variants of a ``--trace`` by
+   ``fleetmind sched variants``' generator (kinds cycled, level uniform over the published
+   range; generator seeds :data:`TRAIN_GEN_SEED` + ...) and stream seeds
+   (:data:`TRAIN_STREAM_SEED` + ...), apart from the frozen evaluation set, the held-out seeds
+   42-51, the other learners' training ranges and the validation ranges. The clone, ``theta``
+   and ``--pairs`` antithetic perturbations are scored on the same workloads; one Adam step.
+3. Every ``--val-every`` generations ``theta`` runs greedily on ``--val-streams`` validation
+   workloads (paired PPO's, so every dynamic-mode learner is validated on the same streams),
+   paired with the clone on the same streams. **Checkpoint rule:** keep the validated generation
+   with the lowest mean paired slowdown ratio to the clone among those whose mean p99
+   queueing-delay ratio is <= 1; the clone (generation 0) competes.
+4. Exports the model folder as the other learners do (``policy.pt``/``.onnx`` kept,
+   ``final.onnx`` last, the clone, ``metadata.json`` with ``algo: es``, ``model_card.md``,
+   ``train_summary.json``); with ``--release`` to ``models/placement-dynamic/``. MLflow per
+   generation: ``es/center_gap_pct`` (``theta`` vs the clone on the generation's workloads),
+   ``es/pop_gap_pct``, ``es/best_gap_pct``, ``es/theta_norm``, ``es/step_norm``; per validation
+   ``val/gap_pct``, ``val/p99_ratio``, ``val/kl_clone`` (KL(clone || learner) on the clone's
+   states of the first validation stream).
+
+Episodes run as jobs of :func:`fleetmind.rl.scaleout.run_tasks`: ``--workers`` local processes, or
+Ray tasks with ``--ray-address``; the results are the same either way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+from tqdm import tqdm
+
+from fleetmind.data.errors import ConfigError
+from fleetmind.data.openb import load_openb_trace
+from fleetmind.rl.distill import kl_to_clone
+from fleetmind.rl.dynamic_eval import DynEvalConfig, model_config
+from fleetmind.rl.es import (
+    Adam,
+    EsHyperparams,
+    Workload,
+    episode_job,
+    es_generation,
+    residual_of,
+    with_residual,
+)
+from fleetmind.rl.paired import load_clone, run_episode, trainable_copy
+from fleetmind.rl.scaleout import job_path, run_tasks
+from fleetmind.training.io import write_json
+from fleetmind.training.recipes.common import seed_everything
+from fleetmind.training.recipes.flags import recipe_group_kwargs
+from fleetmind.training.recipes.paired import _Validator as PairedValidator
+from fleetmind.training.recipes.paired import (
+    check_learner,
+    export_learner,
+    iterate,
+    iteration_specs,
+    publish_learner,
+    validation_workloads,
+    variant_file,
+    write_learner_card,
+)
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, EsArgs
+from fleetmind.training.recipes.tracking import tracked_run
+
+__all__ = ["EsArgs", "command_line", "run"]
+
+TRAIN_GEN_SEED = 34_000_000
+"""Variant generator seeds of training workloads: ``TRAIN_GEN_SEED + 100_000 * seed + i``."""
+TRAIN_STREAM_SEED = 1_000_000
+"""Stream seeds of training workloads: ``TRAIN_STREAM_SEED + 100_000 * seed + i``."""
+
+
+def hyperparams(a: EsArgs) -> EsHyperparams:
+    """The algorithm's settings from the recipe's."""
+    return EsHyperparams(pairs=a.pairs, sigma=a.sigma, learning_rate=a.learning_rate, l2=a.l2)
+
+
+def check(a: EsArgs) -> None:
+    """:class:`ConfigError` naming the first bad setting."""
+    check_learner(
+        a,
+        {
+            "--iterations": (a.iterations, 0),
+            "--workloads-per-iter": (a.workloads_per_iter, 1),
+            "--pairs": (a.pairs, 1),
+            "--workers": (a.workers, 1),
+        },
+        {"--lr": a.learning_rate, "--l2": a.l2},
+    )
+    if not (np.isfinite(a.sigma) and a.sigma > 0):
+        raise ConfigError(f"--sigma must be a finite number > 0, got {a.sigma}")
+
+
+def _runner(a: EsArgs, bar: Any | None = None) -> Any:
+    """``run(fn, items)`` over :func:`run_tasks` with the run's workers or Ray cluster."""
+    return partial(
+        run_tasks,
+        ray_address=a.ray_address,
+        workers=a.workers,
+        progress=(bar.update if bar is not None else None),
+    )
+
+
+def run(args: EsArgs) -> dict[str, Any]:
+    """The ES recipe (module docstring). Returns the JSON summary."""
+    check(args)
+    for t in dict.fromkeys(args.traces):
+        load_openb_trace(t)  # a typo is one line, before anything is written
+    init = Path(args.init) if args.init else DYNAMIC_RELEASE_DIR
+    init_ref = str(job_path(init))
+    clone = load_clone(init)
+    base_cfg = model_config(init)
+    train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
+    val_cfg = replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs))
+    seed_everything(args.seed, args.threads)
+    hp = hyperparams(args)
+    run_name = f"MultiClusterPlacement-v0__es__{args.seed}__{int(time.time())}"
+    model_dir = Path(args.out) / run_name / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    var_dir = Path(args.out) / "variants"
+    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "es"}
+    t0 = time.perf_counter()
+    with tracked_run(args, run_name, summary):
+        mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
+        val_specs, val_envs, val_seeds = validation_workloads(args, val_cfg, var_dir)
+        n_val = args.val_streams * (1 + 1 + args.iterations // args.val_every)
+        per_gen = args.workloads_per_iter * (2 + 2 * args.pairs)
+        bar = tqdm(
+            total=args.iterations * per_gen + n_val,
+            desc="ES",
+            unit="episode",
+            disable=not args.progress,
+        )
+        learner = _Learner(
+            args, hp, train_cfg, var_dir, init_ref, clone, trainable_copy(clone), t0, bar
+        )
+        val_wl = [
+            Workload.of(variant_file(*s, var_dir), sd, val_cfg)
+            for s, sd in zip(val_specs, val_seeds, strict=True)
+        ]
+        val = _Validator.start(
+            val_envs, val_seeds, clone, learner.actor, bar, runner=learner.val_runner(val_wl)
+        )
+        anchor = run_episode(val_envs[0], val_seeds[0], clone)  # states for the KL column
+        done_its = learner.learn(val, anchor)
+        bar.close()
+
+        export_learner(
+            learner.actor, clone, val.best_state, model_dir, init, run_name, base_cfg, "es",
+            list(args.traces),
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        best_val = next(v for v in val.rows if v["iteration"] == val.best_iteration)
+        summary.update(
+            iterations=done_its,
+            best_iteration=val.best_iteration,
+            validation=val.rows,
+            validation_best=best_val,
+            history=learner.history,
+            hyperparameters=asdict(hp),
+            train_env=asdict(train_cfg),
+            val_env=asdict(val_cfg),
+            val_workloads=[list(s) + [sd] for s, sd in zip(val_specs, val_seeds, strict=True)],
+            wall_time_s=round(wall, 1),
+            artifact=str(model_dir),
+            command=command_line(args),
+            metrics={"es_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
+        )
+        _write_card(model_dir, args, summary)
+        publish_learner(model_dir, summary, wall, best_val["gap_pct"], release=args.release)
+    return summary
+
+
+@dataclass
+class _Learner:
+    """The training half of :func:`run`: one ES generation per call on fresh workloads."""
+
+    args: EsArgs
+    hp: EsHyperparams
+    cfg: DynEvalConfig
+    var_dir: Path
+    init: str
+    """the model folder as the jobs see it (absolute)"""
+    clone: Any
+    actor: Any
+    """the clone with ``theta`` on its head (what validation and the export see)"""
+    t0: float
+    bar: Any
+    theta: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    opt: Adam | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        dim = int(self.clone.scorer.logit_head.weight.numel())
+        self.theta = np.zeros(dim)
+        self.opt = Adam(dim, self.hp.learning_rate)
+        self.rng = np.random.default_rng([self.args.seed, 3])
+        self.spec_rng = np.random.default_rng([self.args.seed, 2])
+        self.w0 = self.clone.scorer.logit_head.weight.detach().double().numpy().reshape(-1)
+
+    def learn(self, val: _Validator, anchor: Any) -> int:
+        """:func:`fleetmind.training.recipes.paired.iterate` over the generations, validating
+        ``theta`` and its KL to the clone on ``anchor``'s states."""
+
+        def validate(it: int) -> None:
+            val.validate(it, self.actor)
+            kl = kl_to_clone(self.actor, self.clone, anchor.obs, anchor.masks)["kl_clone"]
+            val.rows[-1]["kl_clone"] = kl
+            mlflow.log_metrics({"val/kl_clone": kl}, step=it)
+
+        return iterate(self.args, self.t0, self.generation, validate)
+
+    def val_runner(self, workloads: list[Workload]) -> Any:
+        """``runner(actor)`` for the validator: the actor's residual scored as parallel jobs."""
+
+        def runner(actor: Any) -> list[dict[str, float]]:
+            theta = None if actor is self.clone else tuple(residual_of(actor, self.clone))
+            jobs = [(self.init, wl, theta) for wl in workloads]
+            return _runner(self.args)(episode_job, jobs)
+
+        return runner
+
+    def generation(self, it: int) -> None:
+        """Generation ``it`` (from 1): draw its workloads, score, step, log the row."""
+        off, specs = iteration_specs(self.args, it, TRAIN_GEN_SEED, self.spec_rng)
+        wl = [
+            Workload.of(variant_file(*s, self.var_dir), TRAIN_STREAM_SEED + off + i, self.cfg)
+            for i, s in enumerate(specs)
+        ]
+        assert self.opt is not None
+        g = es_generation(
+            self.theta, wl, self.init, self.hp, self.opt, self.rng, run=_runner(self.args, self.bar)
+        )
+        self.theta = g.theta
+        with_residual(self.actor, self.w0, self.theta)
+        row = {
+            "iteration": it,
+            "workloads": [list(s) + [TRAIN_STREAM_SEED + off + i] for i, s in enumerate(specs)],
+            "center_gap_pct": g.center_gap_pct,
+            "center_p99_ratio": g.center_p99_ratio,
+            "pop_gap_pct": g.pop_gap_pct,
+            "best_gap_pct": g.best_gap_pct,
+            "step_norm": g.step_norm,
+            "theta_norm": float(np.linalg.norm(self.theta)),
+            "clone_slowdown": g.clone_slowdown,
+            "wall_s": round(time.perf_counter() - self.t0, 1),
+        }
+        self.history.append(row)
+        mlflow.log_metrics(
+            {
+                f"es/{k}": row[k]
+                for k in (
+                    "center_gap_pct",
+                    "pop_gap_pct",
+                    "best_gap_pct",
+                    "theta_norm",
+                    "step_norm",
+                )
+            },
+            step=it,
+        )
+        self.bar.set_postfix(center=f"{g.center_gap_pct:+.2f}%", theta=f"{row['theta_norm']:.3f}")
+
+
+@dataclass
+class _Validator(PairedValidator):
+    """Paired PPO's validation and checkpoint rule, with per-stream ratios in each row."""
+
+    per_stream = True
+
+
+def command_line(a: EsArgs) -> str:
+    """The ``fleetmind sched train`` flags that reproduce ``a``."""
+    return (
+        "--mode dynamic --algo es"
+        + "".join(f" --trace {t}" for t in a.traces)
+        + (f" --init {a.init}" if a.init else "")
+        + f" --iterations {a.iterations} --workloads-per-iter {a.workloads_per_iter}"
+        + f" --pairs {a.pairs} --sigma {a.sigma:g} --lr {a.learning_rate:g} --l2 {a.l2:g}"
+        + (f" --dyn-jobs {a.dyn_jobs}" if a.dyn_jobs else "")
+        + f" --val-streams {a.val_streams} --val-every {a.val_every}"
+        + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
+        + f" --seed {a.seed}"
+    )
+
+
+def _write_card(model_dir: Path, args: EsArgs, summary: dict[str, Any]) -> None:
+    write_learner_card(
+        model_dir,
+        [
+            "# fleetmind-placement-dynamic: ES placement agent for dynamic mode",
+            "",
+            "The candidate scorer of `docs/ppo-dynamic.md` (same network and export as the PPO"
+            " agent):",
+            f"the clone in `{args.init or DYNAMIC_RELEASE_DIR}` with a residual on its logit head,"
+            " found by",
+            "evolution strategies (`rl/es.py`): antithetic perturbations scored against the clone"
+            " on the",
+            "same fresh workloads (common random numbers), centred-rank shaping, Adam.",
+        ],
+        summary,
+        command_line(args),
+        args.val_streams,
+    )
+
+
+def cli_train(args: Any) -> int:
+    """``fleetmind sched train --algo es`` from the parsed flags (the ``--algo es`` group that
+    :func:`fleetmind.training.recipes.flags.add_recipe_group` builds from :class:`EsArgs`; shared
+    flags count only when given)."""
+    if args.mode != "dynamic":
+        raise ConfigError("--algo es is a dynamic-mode recipe (add --mode dynamic)")
+    if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
+        raise ConfigError(
+            "--algo es starts from a model's clone (--init); --teacher, --queue-features and"
+            " --reward belong to --algo ppo"
+        )
+    if args.seeds:
+        raise ConfigError("--seeds is not available with --algo es; run one --seed at a time")
+    a = EsArgs(**recipe_group_kwargs(args, EsArgs))
+    summary = run(a)
+    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0
