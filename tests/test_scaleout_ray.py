@@ -1,5 +1,6 @@
 """A real two-node Ray cluster on this machine (a head and one more node process, loopback only):
-an evaluation sweep and a CMA-ES teacher search give exactly the single-process results."""
+an evaluation sweep, a CMA-ES teacher search and an ES generation of the dynamic-mode learner
+give exactly the single-process results."""
 
 from __future__ import annotations
 
@@ -13,11 +14,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from functools import partial
 
+import numpy as np
 import pytest
 
 from fleetmind import cli
 from fleetmind.data.paths import MODELS_DIR
+from fleetmind.rl.dynamic_eval import model_config
+from fleetmind.rl.es import Adam, EsHyperparams, Workload, es_generation
+from fleetmind.rl.scaleout import run_tasks
 from fleetmind.rl.teacher_search import cmaes_search
 
 ray = pytest.importorskip("ray")
@@ -144,6 +151,25 @@ def test_cluster_has_two_nodes_and_sweeps_match_single_process(cluster, tmp_path
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
     node_of = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_node_id)
     assert len(set(ray.get([node_of.remote() for _ in range(6)]))) == 2
+
+
+@pytest.mark.filterwarnings("ignore:offered load:UserWarning")
+def test_es_generation_on_the_cluster_matches_single_process(cluster, shared_data) -> None:
+    """The ES learner's episodes (``rl/es.py``) as Ray tasks: the same fitness values, the same
+    step, in the same order, as in this process."""
+    init = MODELS_DIR / "placement-dynamic"
+    cfg = replace(model_config(init), n_jobs=32, node_fraction=0.03)
+    wl = [Workload.of("multigpu20", 11, cfg), Workload.of("gpushare40", 12, cfg)]
+    hp = EsHyperparams(pairs=2, sigma=0.3, learning_rate=0.1)
+
+    def once(run: object = None) -> object:
+        return es_generation(
+            np.zeros(64), wl, str(init), hp, Adam(64, 0.1), np.random.default_rng(3), run=run
+        )
+
+    here, there = once(), once(partial(run_tasks, ray_address=cluster))
+    assert there.theta.tolist() == here.theta.tolist()
+    assert (there.pop_gap_pct, there.clone_slowdown) == (here.pop_gap_pct, here.clone_slowdown)
 
 
 def test_unreachable_cluster_is_a_one_line_error(tmp_path, capsys) -> None:

@@ -2,7 +2,7 @@
 ``fleetmind sched train --mode dynamic --algo es``.
 
     fleetmind sched train --mode dynamic --algo es --trace default \
-        --iterations 100 --workloads-per-iter 2 --pairs 8 --sigma 0.15 --workers 2
+        --iterations 100 --workloads-per-iter 4 --pairs 8 --sigma 0.15 --workers 2
 
 Steps (``docs/ppo-dynamic.md``, section "Evolution strategies"; the algorithm is
 :mod:`fleetmind.rl.es`):
@@ -15,7 +15,8 @@ Steps (``docs/ppo-dynamic.md``, section "Evolution strategies"; the algorithm is
    range; generator seeds :data:`TRAIN_GEN_SEED` + ...) and stream seeds
    (:data:`TRAIN_STREAM_SEED` + ...), apart from the frozen evaluation set, the held-out seeds
    42-51, the other learners' training ranges and the validation ranges. The clone, ``theta``
-   and ``--pairs`` antithetic perturbations are scored on the same workloads; one Adam step.
+   and ``--pairs`` antithetic perturbations are scored on the same workloads; one step
+   (``--optimizer``).
 3. Every ``--val-every`` generations ``theta`` runs greedily on ``--val-streams`` validation
    workloads (paired PPO's, so every dynamic-mode learner is validated on the same streams),
    paired with the clone on the same streams. **Checkpoint rule:** keep the validated generation
@@ -51,11 +52,12 @@ from fleetmind.data.openb import load_openb_trace
 from fleetmind.rl.distill import kl_to_clone
 from fleetmind.rl.dynamic_eval import DynEvalConfig, model_config
 from fleetmind.rl.es import (
-    Adam,
+    OPTIMIZERS,
     EsHyperparams,
     Workload,
     episode_job,
     es_generation,
+    make_optimizer,
     residual_of,
     with_residual,
 )
@@ -88,7 +90,13 @@ TRAIN_STREAM_SEED = 1_000_000
 
 def hyperparams(a: EsArgs) -> EsHyperparams:
     """The algorithm's settings from the recipe's."""
-    return EsHyperparams(pairs=a.pairs, sigma=a.sigma, learning_rate=a.learning_rate, l2=a.l2)
+    return EsHyperparams(
+        pairs=a.pairs,
+        sigma=a.sigma,
+        learning_rate=a.learning_rate,
+        optimizer=a.optimizer,
+        l2=a.l2,
+    )
 
 
 def check(a: EsArgs) -> None:
@@ -105,6 +113,10 @@ def check(a: EsArgs) -> None:
     )
     if not (np.isfinite(a.sigma) and a.sigma > 0):
         raise ConfigError(f"--sigma must be a finite number > 0, got {a.sigma}")
+    if a.optimizer not in OPTIMIZERS:
+        raise ConfigError(
+            f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {a.optimizer!r}"
+        )
 
 
 def _runner(a: EsArgs, bar: Any | None = None) -> Any:
@@ -203,13 +215,13 @@ class _Learner:
     t0: float
     bar: Any
     theta: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    opt: Adam | None = None
+    opt: Any = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         dim = int(self.clone.scorer.logit_head.weight.numel())
         self.theta = np.zeros(dim)
-        self.opt = Adam(dim, self.hp.learning_rate)
+        self.opt = make_optimizer(self.hp, dim)
         self.rng = np.random.default_rng([self.args.seed, 3])
         self.spec_rng = np.random.default_rng([self.args.seed, 2])
         self.w0 = self.clone.scorer.logit_head.weight.detach().double().numpy().reshape(-1)
@@ -243,7 +255,6 @@ class _Learner:
             Workload.of(variant_file(*s, self.var_dir), TRAIN_STREAM_SEED + off + i, self.cfg)
             for i, s in enumerate(specs)
         ]
-        assert self.opt is not None
         g = es_generation(
             self.theta, wl, self.init, self.hp, self.opt, self.rng, run=_runner(self.args, self.bar)
         )
@@ -292,7 +303,8 @@ def command_line(a: EsArgs) -> str:
         + "".join(f" --trace {t}" for t in a.traces)
         + (f" --init {a.init}" if a.init else "")
         + f" --iterations {a.iterations} --workloads-per-iter {a.workloads_per_iter}"
-        + f" --pairs {a.pairs} --sigma {a.sigma:g} --lr {a.learning_rate:g} --l2 {a.l2:g}"
+        + f" --pairs {a.pairs} --sigma {a.sigma:g} --lr {a.learning_rate:g}"
+        + f" --optimizer {a.optimizer} --l2 {a.l2:g}"
         + (f" --dyn-jobs {a.dyn_jobs}" if a.dyn_jobs else "")
         + f" --val-streams {a.val_streams} --val-every {a.val_every}"
         + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
@@ -312,7 +324,8 @@ def _write_card(model_dir: Path, args: EsArgs, summary: dict[str, Any]) -> None:
             " found by",
             "evolution strategies (`rl/es.py`): antithetic perturbations scored against the clone"
             " on the",
-            "same fresh workloads (common random numbers), centred-rank shaping, Adam.",
+            "same fresh workloads (common random numbers), per-workload centred ranks, one step"
+            " per generation.",
         ],
         summary,
         command_line(args),

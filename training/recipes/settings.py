@@ -310,14 +310,17 @@ class EsArgs:
     released models/placement-dynamic)"""
     iterations: int = 100
     """ES generations"""
-    workloads_per_iter: int = 2
-    """fresh workloads (variant + job stream) every candidate of a generation is scored on"""
+    workloads_per_iter: int = 4
+    """fresh workloads (variant + job stream) every candidate of a generation is scored on (4:
+    one of each variant kind)"""
     pairs: int = 8
     """antithetic perturbation pairs per generation"""
     sigma: float = 0.15
     """perturbation standard deviation of the residual head (head-weight units)"""
-    learning_rate: float = 0.03
-    """Adam step size on the residual head"""
+    learning_rate: float = 0.02
+    """step size on the residual head (per unit of the rank-utility gradient with sgd)"""
+    optimizer: str = "sgd"
+    """sgd (plain ascent: a noisy gradient gives a small step) or adam"""
     l2: float = 0.0
     """pull of the residual head toward 0 (the clone)"""
     dyn_jobs: int | None = None
