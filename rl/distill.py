@@ -28,8 +28,10 @@ Shapes: observations ``(N, K*F + G)`` float32, masks ``(N, K)`` bool, labels ``(
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,9 +39,9 @@ import torch
 
 from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
-from fleetmind.rl.dynamic_eval import job_stream
-from fleetmind.rl.export import PlacementActor
-from fleetmind.rl.paired import masked_logits
+from fleetmind.rl.dynamic_eval import Workload, cached, job_stream
+from fleetmind.rl.export import OnnxActor, PlacementActor
+from fleetmind.rl.paired import load_clone, masked_logits
 from fleetmind.rl.rollout import DynamicRolloutPolicy, RolloutConfig, top_k
 
 BASES = ("clone", "learner")
@@ -194,6 +196,34 @@ def label_workload(
         anchor_masks=np.asarray(all_mask, dtype=bool)[keep],
         metrics=dict(sim.metrics()),
         rollouts=improver.log.rollouts,
+    )
+
+
+LabelJob = tuple[str, dict[str, np.ndarray] | None, Workload, DistillHyperparams, int]
+"""``(init, learner weights, workload, hp, sample seed)``: the argument of :func:`label_job`."""
+
+
+def label_job(job: LabelJob) -> Labels:
+    """:func:`label_workload` as an independent job (for :func:`fleetmind.rl.scaleout.run_tasks`:
+    local processes or Ray tasks). ``init`` is the model folder whose clone anchors the run
+    (absolute path); the learner is that clone's network with the given weights (``None``: the
+    clone's), as numpy arrays by parameter name. The improver's base is the folder's
+    ``clone.onnx`` (``hp.base == "clone"``; the clone network when the folder has none) or the
+    learner. Gives the same labels as :func:`label_workload` in this process."""
+    init, state, wl, hp, sample_seed = job
+    torch.set_num_threads(1)
+    clone = cached(("distill-clone", init), lambda: load_clone(init))
+    learner = cached(("distill-learner", init), lambda: copy.deepcopy(clone).eval())
+    weights = clone.state_dict() if state is None else state
+    learner.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+    onnx = Path(init) / "clone.onnx"
+    if hp.base == "clone":
+        base = cached(("distill-base", init), lambda: OnnxActor(onnx) if onnx.is_file() else clone)
+    else:
+        base = learner
+    env = wl.env()
+    return label_workload(
+        env, wl.stream_seed, learner, base, hp, wl.make_env, sample_seed=sample_seed
     )
 
 

@@ -102,6 +102,42 @@ class DynEvalConfig:
         return {"trace": trace, **asdict(self)}
 
 
+@dataclass(frozen=True)
+class Workload:
+    """One dynamic-mode workload as a picklable job argument: a trace (an openb name or a CSV
+    path, absolute for Ray workers) and a stream seed, in the env setting ``cfg``."""
+
+    trace: str
+    stream_seed: int
+    cfg: tuple[tuple[str, Any], ...]
+    """``DynEvalConfig`` as sorted ``(field, value)`` pairs (hashable, picklable)"""
+
+    @classmethod
+    def of(cls, trace: str | Path, stream_seed: int, cfg: DynEvalConfig) -> Workload:
+        return cls(str(trace), int(stream_seed), tuple(sorted(asdict(cfg).items())))
+
+    def config(self) -> DynEvalConfig:
+        return DynEvalConfig(**dict(self.cfg))
+
+    def make_env(self) -> MultiClusterPlacementEnv:
+        """A new env of this workload's trace and setting."""
+        return MultiClusterPlacementEnv(**self.config().env_kwargs(load_openb_trace(self.trace)))
+
+    def env(self) -> MultiClusterPlacementEnv:
+        """An env of this trace and setting, built once per process (:func:`cached`)."""
+        return cached(("env", self.trace, self.cfg), self.make_env)
+
+
+_CACHE: dict[Any, Any] = {}
+
+
+def cached(key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, once per process and ``key`` (job functions keep their models and envs)."""
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
 class EnvActorPolicy:
     """A :class:`fleetmind.envs.dynamic.sim.DynamicPolicy` that asks an env-trained actor.
 

@@ -34,16 +34,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from fleetmind.data.openb import load_openb_trace
-from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
-from fleetmind.rl.dynamic_eval import DynEvalConfig
+from fleetmind.rl.dynamic_eval import Workload, cached
 from fleetmind.rl.export import PlacementActor
 from fleetmind.rl.paired import greedy_metrics, load_clone
 
@@ -90,30 +87,6 @@ def residual_of(actor: PlacementActor, clone: PlacementActor) -> np.ndarray:
     return head_weights(actor) - head_weights(clone)
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One workload: a trace (an openb name or a CSV path, absolute for Ray workers) and a
-    stream seed, in the env setting ``cfg``."""
-
-    trace: str
-    stream_seed: int
-    cfg: tuple[tuple[str, Any], ...]
-    """``DynEvalConfig`` as sorted ``(field, value)`` pairs (hashable, picklable)"""
-
-    @classmethod
-    def of(cls, trace: str | Path, stream_seed: int, cfg: DynEvalConfig) -> Workload:
-        return cls(str(trace), int(stream_seed), tuple(sorted(asdict(cfg).items())))
-
-
-_CACHE: dict[Any, Any] = {}
-
-
-def _cached(key: Any, make: Callable[[], Any]) -> Any:
-    if key not in _CACHE:
-        _CACHE[key] = make()
-    return _CACHE[key]
-
-
 def episode_job(job: tuple[str, Workload, tuple[float, ...] | None]) -> dict[str, float]:
     """The final metrics of one greedy episode: ``(init, workload, theta)`` -> the simulator's
     metrics (``mean_slowdown``, ``p99_queue_delay_s``, ...). ``init`` is the model folder whose
@@ -121,12 +94,8 @@ def episode_job(job: tuple[str, Workload, tuple[float, ...] | None]) -> dict[str
     env are built once per process."""
     init, wl, theta = job
     torch.set_num_threads(1)
-    clone, actor, w0 = _cached(("model", init), lambda: _base_models(init))
-    cfg = DynEvalConfig(**dict(wl.cfg))
-    env = _cached(
-        ("env", wl.trace, wl.cfg),
-        lambda: MultiClusterPlacementEnv(**cfg.env_kwargs(load_openb_trace(wl.trace))),
-    )
+    clone, actor, w0 = cached(("es-model", init), lambda: _base_models(init))
+    env = wl.env()
     if theta is None:
         return greedy_metrics(env, wl.stream_seed, clone)
     return greedy_metrics(env, wl.stream_seed, with_residual(actor, w0, np.asarray(theta)))

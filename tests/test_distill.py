@@ -21,10 +21,13 @@ from fleetmind.rl.distill import (
     DistillHyperparams,
     distill_iteration,
     kl_to_clone,
+    label_job,
     label_workload,
 )
-from fleetmind.rl.dynamic_eval import load_dynamic_actor, model_config
+from fleetmind.rl.dynamic_eval import Workload, load_dynamic_actor, model_config
+from fleetmind.rl.export import OnnxActor
 from fleetmind.rl.paired import greedy_metrics, load_clone, trainable_copy
+from fleetmind.rl.scaleout import run_tasks
 
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
@@ -91,6 +94,34 @@ def test_labels_are_the_improvers_best_candidate(shared_data) -> None:
     assert kl["kl_clone"] == pytest.approx(0.0, abs=1e-6) and kl["agree_clone"] == 1.0
 
 
+def test_label_jobs_give_the_labels_of_this_process(shared_data) -> None:
+    """``label_job`` (what ``--workers``/``--ray-address`` run) labels a workload exactly as
+    ``label_workload`` does here, in this process and in forked ones, with the clone's weights or
+    a learner's."""
+    cfg = replace(model_config(RELEASED), n_jobs=40, node_fraction=0.03)
+    wl = Workload.of("multigpu20", 11, cfg)
+    clone = load_clone(RELEASED)
+    hp = DistillHyperparams(window=(0, 12), every=3, anchor_per_workload=16)
+    here = label_workload(
+        wl.make_env(), 11, clone, OnnxActor(RELEASED / "clone.onnx"), hp, wl.make_env, 4
+    )
+    moved = trainable_copy(clone)
+    with torch.no_grad():
+        moved.scorer.logit_head.weight.add_(0.5)
+    state = {k: v.detach().numpy().copy() for k, v in moved.state_dict().items()}
+    jobs = [(str(RELEASED), None, wl, hp, 4), (str(RELEASED), state, wl, hp, 4)]
+    got = run_tasks(label_job, jobs, workers=2)
+    assert got[0].labels.tolist() == here.labels.tolist() and got[0].rollouts == here.rollouts
+    assert np.array_equal(got[0].gain, here.gain)
+    assert np.array_equal(got[0].anchor_obs, here.anchor_obs)
+    assert label_job(jobs[0]).labels.tolist() == here.labels.tolist()
+    want = label_workload(
+        wl.make_env(), 11, moved, OnnxActor(RELEASED / "clone.onnx"), hp, wl.make_env, 4
+    )
+    assert got[1].learner.tolist() == want.learner.tolist()
+    assert np.array_equal(got[1].anchor_obs, want.anchor_obs)
+
+
 def test_workload_seeds_avoid_the_frozen_evaluation_set(repo_root) -> None:
     from fleetmind.training.recipes import distill, paired
 
@@ -146,22 +177,28 @@ def test_recipe_exports_a_model_that_loads_as_ppo_and_clone(shared_data, tmp_pat
     from fleetmind.training.recipes.distill import DistillArgs, run
 
     torch.set_num_threads(1)
-    summary = run(
-        DistillArgs(
-            traces=["default"],
-            iterations=1,
-            workloads_per_iter=1,
-            window=[0, 8],
-            every=4,
-            fit_steps=5,
-            dyn_jobs=48,
-            val_jobs=48,
-            val_streams=2,
-            out=str(tmp_path / "runs"),
-            tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
-            progress=False,
-        )
+    args = DistillArgs(
+        traces=["default"],
+        iterations=1,
+        workloads_per_iter=2,
+        window=[0, 8],
+        every=4,
+        fit_steps=5,
+        dyn_jobs=48,
+        val_jobs=48,
+        val_streams=2,
+        out=str(tmp_path / "runs"),
+        tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+        progress=False,
     )
+    summary = run(args)
+    # the same run with its labels as jobs in two processes: the same labels, fit and validation
+    twin = run(replace(args, workers=2, out=str(tmp_path / "runs2")))
+    for key in ("new_labels", "new_changed", "train_slowdown", "ce", "kl_clone"):
+        assert twin["history"][0][key] == summary["history"][0][key], key
+    assert [v["gap_pct"] for v in twin["validation"]] == [
+        v["gap_pct"] for v in summary["validation"]
+    ]
     model_dir = Path(summary["artifact"])
     names = {p.name for p in model_dir.iterdir()}
     want = {"policy.pt", "policy.onnx", "final.onnx", "clone.onnx", "metadata.json", "dataset.npz"}
@@ -170,7 +207,7 @@ def test_recipe_exports_a_model_that_loads_as_ppo_and_clone(shared_data, tmp_pat
     assert meta["algo"] == "distill" and meta["env_kwargs"]["n_jobs"] == 2048
     assert [v["iteration"] for v in summary["validation"]] == [0, 1]
     hist = summary["history"]
-    assert len(hist) == 1 and hist[0]["new_labels"] == 2 and "kl_clone" in hist[0]
+    assert len(hist) == 1 and hist[0]["new_labels"] == 4 and "kl_clone" in hist[0]
     assert "--algo distill" in summary["command"]
     load_dynamic_actor(model_dir)  # what `sched evaluate --policies ppo --model DIR` loads
     load_dynamic_actor(model_dir / "clone.onnx")

@@ -36,9 +36,10 @@ Steps (``docs/ppo-dynamic.md``, section "Distillation"; the algorithm is :mod:`f
    ``distill/train_slowdown`` (the learner's own episodes); per validation ``val/gap_pct``,
    ``val/p99_ratio``, ``val/kl_clone``.
 
-Labelling runs in this process: each workload is one independent job, so it could go to
-:func:`fleetmind.rl.scaleout.run_tasks` (Ray tasks), but the learner's weights would have to travel with
-every job and the machine the recipe was sized on has 2 shared cores; not wired.
+Labelling runs in this process, or with ``--workers N`` / ``--ray-address`` as one
+:func:`fleetmind.rl.distill.label_job` per workload through :func:`fleetmind.rl.scaleout.run_tasks`
+(local processes or Ray tasks; the learner's weights, 15,000 values, travel with each job); the
+labels are the same either way.
 """
 
 from __future__ import annotations
@@ -62,13 +63,17 @@ from fleetmind.rl.distill import (
     BASES,
     Aggregate,
     DistillHyperparams,
+    IterationResult,
     distill_iteration,
+    fit,
     kl_to_clone,
+    label_job,
 )
-from fleetmind.rl.dynamic_eval import DynEvalConfig, model_config
+from fleetmind.rl.dynamic_eval import DynEvalConfig, Workload, model_config
 from fleetmind.rl.export import OnnxActor
 from fleetmind.rl.paired import load_clone, trainable_copy
 from fleetmind.rl.rollout import FUTURES
+from fleetmind.rl.scaleout import job_path, run_tasks
 from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import seed_everything
 from fleetmind.training.recipes.flags import recipe_group_kwargs
@@ -81,6 +86,7 @@ from fleetmind.training.recipes.paired import (
     make_workload,
     publish_learner,
     validation_workloads,
+    variant_file,
     write_learner_card,
 )
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs
@@ -129,6 +135,7 @@ def check(a: DistillArgs) -> None:
             "--samples": (a.samples, 1),
             "--anchor-per-workload": (a.anchor_per_workload, 1),
             "--fit-steps": (a.fit_steps, 0),
+            "--workers": (a.workers, 1),
             "--batch-size": (a.batch_size, 1),
         },
         {"--lr": a.learning_rate, "--anchor-coef": a.anchor_coef, "--margin": a.margin},
@@ -168,6 +175,7 @@ def run(args: DistillArgs) -> dict[str, Any]:
         gen=torch.Generator().manual_seed(args.seed),
         spec_rng=np.random.default_rng([args.seed, 2]),
         t0=t0,
+        init=str(job_path(init)),
     )
 
     with tracked_run(args, run_name, summary):
@@ -230,6 +238,8 @@ class _Learner:
     spec_rng: np.random.Generator
     t0: float
     """``time.perf_counter()`` at the run's start (``--max-minutes``, the rows' ``wall_s``)"""
+    init: str = ""
+    """the start model folder as label jobs see it (absolute)"""
     data: Aggregate = field(default_factory=Aggregate)
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -248,17 +258,20 @@ class _Learner:
         args = self.args
         off, specs = iteration_specs(args, it, TRAIN_GEN_SEED, self.spec_rng)
         wl = [self._workload(s, TRAIN_STREAM_SEED + off + i) for i, s in enumerate(specs)]
-        res = distill_iteration(
-            wl,
-            self.actor,
-            self.clone,
-            self.data,
-            self.hp,
-            self.gen,
-            sample_seed=SAMPLE_SEED + off,
-            base=self.base,
-            progress=bar.update,
-        )
+        if args.workers > 1 or args.ray_address:
+            res = self._iteration_as_jobs(specs, off, bar)
+        else:
+            res = distill_iteration(
+                wl,
+                self.actor,
+                self.clone,
+                self.data,
+                self.hp,
+                self.gen,
+                sample_seed=SAMPLE_SEED + off,
+                base=self.base,
+                progress=bar.update,
+            )
         row = {
             "iteration": it,
             "workloads": [list(s) + [TRAIN_STREAM_SEED + off + i] for i, s in enumerate(specs)],
@@ -284,6 +297,33 @@ class _Learner:
             step=it,
         )
         bar.set_postfix(kl=f"{fit['kl_clone']:.4f}", labels=int(fit["n_labels"]))
+
+    def _iteration_as_jobs(
+        self, specs: list[tuple[str, str, float, int]], off: int, bar: Any
+    ) -> IterationResult:
+        """The iteration's labelling as :func:`fleetmind.rl.distill.label_job` jobs (``--workers``
+        processes or Ray tasks; the same labels as in this process), then the fit here."""
+        state = {k: v.detach().numpy().copy() for k, v in self.actor.state_dict().items()}
+        jobs = [
+            (
+                self.init,
+                state,
+                Workload.of(variant_file(*s, self.var_dir), TRAIN_STREAM_SEED + off + i, self.cfg),
+                self.hp,
+                SAMPLE_SEED + off + i,
+            )
+            for i, s in enumerate(specs)
+        ]
+        labels = run_tasks(
+            label_job,
+            jobs,
+            ray_address=self.args.ray_address,
+            workers=self.args.workers,
+            progress=bar.update,
+        )
+        for lab in labels:
+            self.data.add(lab)
+        return IterationResult(labels, fit(self.actor, self.clone, self.data, self.hp, self.gen))
 
     def _workload(
         self, spec: tuple[str, str, float, int], stream_seed: int
@@ -378,6 +418,7 @@ def command_line(a: DistillArgs) -> str:
         + (f" --dyn-jobs {a.dyn_jobs}" if a.dyn_jobs else "")
         + f" --val-streams {a.val_streams} --val-every {a.val_every}"
         + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
+        + (f" --workers {a.workers}" if a.workers > 1 else "")
         + f" --seed {a.seed}"
     )
 

@@ -278,6 +278,10 @@ class DistillArgs:
     """validate every this many iterations"""
     val_jobs: int | None = None
     """jobs per validation episode (None: the model's own setting)"""
+    workers: int = 1
+    """local processes that label the workloads of an iteration (ignored with --ray-address)"""
+    ray_address: str | None = None
+    """label the workloads as Ray tasks on this cluster ('auto', 'HOST:PORT', 'local')"""
     seed: int = 0
     """seed of the training workloads, the sampled futures and the fit"""
     max_minutes: float | None = None
