@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from gat_helpers import toy_graph, toy_incident
 
+from fleetmind.rca.gat_analyzer import GATAnalyzer
 from fleetmind.rca.parsimony import LONE_ALERT_MARGIN, lone_alert_cap
 
 # a chain 0 - 1 - 2 and, apart from it, a star 3 - {4, 5, 6}
@@ -45,3 +47,19 @@ def test_margin_must_be_a_finite_non_negative_number() -> None:
             lone_alert_cap(z, EDGES[:, :2], alerting, bad)
     out = lone_alert_cap(z, EDGES[:, :2], alerting, 0.0)
     assert out is None  # a zero margin only lowers logits above the alerting node's
+
+
+def test_the_released_gat_puts_a_lone_alerting_root_first() -> None:
+    # toy incident 2 of tests/test_gat_neighbours.py: an XID on c0/host/h1/gpu0 and one unseen
+    # alert on the other cluster; the model alone ranks two quiet c1 hosts above the GPU
+    g = toy_graph("g", clusters=2)
+    rng = np.random.default_rng(7)
+    inc = [toy_incident(g, rng, i) for i in range(3)][2]
+    assert inc["root_cause"] == "c0/host/h1/gpu0"
+    plain = GATAnalyzer.load(None, lone_alert_margin=None)
+    assert plain.find_root_causes(g, inc["alerts"], top_k=1).causes[0].node != inc["root_cause"]
+    gat = GATAnalyzer.load(None)
+    causes = gat.find_root_causes(g, inc["alerts"], top_k=3).causes
+    assert causes[0].node == inc["root_cause"]
+    ((keep, z),) = gat.crop_logits_many([(g, inc["alerts"])])
+    assert keep[int(np.argmax(z))] == g.index[inc["root_cause"]]
