@@ -332,6 +332,19 @@ def _learnability(d: dict[str, Any]) -> str | None:
     return None
 
 
+def _origin_only(d: dict[str, Any]) -> str | None:
+    if d.get("benchmark") != "rca_origin_only":
+        return None
+    split = "test" if "test" in d["splits"] else next(iter(d["splits"]))
+    oo = d["splits"][split]["origin_only"]
+    full = d["splits"][split]["full"]
+    return (
+        f"{split}: origin-only AC@1 {oo['gat']['ac@1']['value']:.3f} with the lone-alert rule, "
+        f"{oo['gat:no_lone_rule']['ac@1']['value']:.3f} without ({oo['n']} storms); full "
+        f"incidents {full['gat']['ac@1']['value']:.3f} / {full['gat:no_lone_rule']['ac@1']['value']:.3f}"
+    )
+
+
 def _sensitivity(d: dict[str, Any]) -> str | None:
     variants = d.get("variants")
     if isinstance(variants, list) and variants and "ac@1" in variants[0]:
@@ -407,6 +420,7 @@ HEADLINES: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     _probe,
     _speed,
     _learnability,
+    _origin_only,
     _sensitivity,
     _fuzz,
     _plan,

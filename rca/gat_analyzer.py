@@ -38,6 +38,7 @@ from fleetmind.rca.explain import attention_paths
 from fleetmind.rca.features.columnar import AlertColumns, incident_crop
 from fleetmind.rca.features.layout import FEATURE_VERSION
 from fleetmind.rca.features.neighbours import neighbour_inputs
+from fleetmind.rca.parsimony import LONE_ALERT_MARGIN, lone_alert_cap
 
 ARTIFACT_FORMAT = "fleetmind-rca-gat"
 ARTIFACT_FORMAT_VERSION = 1
@@ -83,12 +84,17 @@ class GATAnalyzerConfig:
             (:func:`fleetmind.data.rca_gen.faults.plausible_fault_types`) allows at its node's kind
             and role, ``unknown`` when none fits (``False``: the fault head's plain argmax, for
             ablations).
+        lone_alert_margin: keep every quiet candidate this many logits below the only alerting
+            node of its connected group of candidates (:mod:`fleetmind.rca.parsimony`: a lone
+            alert is its own node's fault before a silent neighbour's); ``None`` leaves the
+            model's ranking as it is (for ablations).
     """
 
     model: str | None = None
     explain_top: int = 10
     num_threads: int | None = 1
     mask_fault_types: bool = True
+    lone_alert_margin: float | None = LONE_ALERT_MARGIN
 
 
 def save_artifact(
@@ -330,6 +336,15 @@ class GATAnalyzer(BaseAnalyzer):
             return UNKNOWN_FAULT
         return self.fault_types[int(np.argmax(np.where(mask, logits, -np.inf)))]
 
+    def _capped(self, c: Any, logits: np.ndarray) -> np.ndarray | None:
+        """``logits`` (float ``(m,)``, of crop ``c``) after the lone-alert rule, or ``None`` when
+        the rule is off or changes nothing (:func:`fleetmind.rca.parsimony.lone_alert_cap`)."""
+        if self.config.lone_alert_margin is None:
+            return None
+        return lone_alert_cap(
+            logits, c.edge_index, c.alerting[c.keep], self.config.lone_alert_margin
+        )
+
     def score(self, graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Root-cause probabilities of every node, float64 ``(|V|,)`` summing to 1."""
         return self.score_many([(graph, alerts)])[0]
@@ -339,7 +354,8 @@ class GATAnalyzer(BaseAnalyzer):
         items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]]]],
         batch_size: int,
     ) -> Any:
-        """Yield ``(crop, raw node logits of the crop)`` per incident, one PyG batch at a time."""
+        """Yield ``(crops, node logits of the crops, batch)``, one PyG batch at a time; the
+        logits are the model's, after the lone-alert rule (:meth:`_capped`)."""
         import torch
         from torch_geometric.data import Batch, Data
 
@@ -365,6 +381,11 @@ class GATAnalyzer(BaseAnalyzer):
                 b = Batch.from_data_list(datas)
                 ea_b = b.edge_attr if self.model.config.neighbours else None
                 logits, _, _ = self.model(b.x, b.edge_index, b.edge_type, b.batch, edge_attr=ea_b)
+                ptr = b.ptr.numpy()
+                for i, c in enumerate(crops):
+                    z = self._capped(c, logits[ptr[i] : ptr[i + 1]].double().numpy())
+                    if z is not None:
+                        logits[ptr[i] : ptr[i + 1]] = torch.from_numpy(z).to(logits.dtype)
                 yield crops, logits, b
 
     def score_many(
@@ -390,7 +411,8 @@ class GATAnalyzer(BaseAnalyzer):
         items: Sequence[tuple[DependencyGraph, Sequence[Mapping[str, Any]]]],
         batch_size: int = 64,
     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Uncalibrated GAT logits of each incident's candidate subgraph.
+        """Uncalibrated GAT logits of each incident's candidate subgraph (after the lone-alert
+        rule, as :meth:`find_root_causes` ranks them).
 
         Returns:
             per incident ``(keep, logits)``: ``keep`` int64 ``(m,)`` node indices of the candidate
@@ -531,6 +553,9 @@ class GATAnalyzer(BaseAnalyzer):
 
         n = graph.num_nodes
         m = c.keep.size
+        capped = self._capped(c, logits.double().numpy())
+        if capped is not None:
+            logits = torch.from_numpy(capped).to(logits.dtype)
         sub_probs = torch.softmax(logits / self.temperature, 0).double().numpy()
         probs = np.zeros(n)
         probs[c.keep] = sub_probs

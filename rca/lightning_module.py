@@ -50,6 +50,11 @@ class CroppedIncident:
     edge_index: np.ndarray
     edge_type: np.ndarray
 
+    @property
+    def alerting(self) -> np.ndarray:
+        """bool ``(|V|,)``, True where at least one alert maps onto the node (whole graph)."""
+        return self.features.alerting
+
 
 def crop_incident(
     graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], crop_hops: int | None

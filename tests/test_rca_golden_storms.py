@@ -167,3 +167,36 @@ def test_silent_switch_behind_two_unreachable_hosts(
 ) -> None:
     root, alerts = tor_down_silent(fleet)
     assert gat.find_root_causes(fleet, alerts, top_k=1).causes[0].node == root
+
+
+# Lone alerts: one component fails and nothing around it notices (the alert rule names and
+# severities are the simulator's, data/rca_gen/faults/effect_alerts.py). The model alone ranks a
+# quiet neighbour first in most of these (the config agent's global store, a router's callee, the
+# cluster CoreDNS's upstream, a model server's cache); the lone-alert rule
+# (fleetmind.rca.parsimony) must put the alerting node first.
+LONE = {
+    "gpu_thermal": ("gpu", None, "GPUThermalThrottling", "warning"),
+    "host_not_ready": ("host", "gpu-host", "KubeNodeNotReady", "critical"),
+    "config_agent_push": ("config", "config-agent", "ConfigPushValidationFailed", "warning"),
+    "router_backlog": ("service", "router", "RequestQueueBacklog", "warning"),
+    "coredns_errors": ("dns", "coredns", "CoreDNSErrorsHigh", "warning"),
+    "model_server_latency": ("service", "model-server", "ServiceLatencyHigh", "warning"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONE))
+def test_a_lone_alert_ranks_its_own_node_first(
+    name: str, fleet: DependencyGraph, gat: GATAnalyzer
+) -> None:
+    kind, role, alertname, severity = LONE[name]
+    node = _first(fleet, kind, role)
+    alerts = [_alert(fleet.node(node).match, alertname, 0, severity)]
+    assert fleet.node_for_alert(alerts[0]["labels"]) == node
+    res = gat.find_root_causes(fleet, alerts, top_k=3)
+    assert res.causes[0].node == node, [(c.node, round(c.score, 3)) for c in res.causes]
+    assert res.causes[0].score > res.causes[1].score
+    _types_fit(fleet, res.causes)
+    # the batched path and the probability vector rank the same way
+    (many,) = gat.find_root_causes_many([(fleet, alerts, 3)])
+    assert [(c.node, c.score) for c in many.causes] == [(c.node, c.score) for c in res.causes]
+    assert int(np.argmax(gat.score(fleet, alerts))) == fleet.index[node]
