@@ -785,11 +785,12 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         "--workers",
         type=int,
         default=1,
-        help="local processes for --seeds (default 1) or for --algo es episodes (default 2)",
+        help="local processes: one per training run with --seeds (default 1); else the episodes"
+        " of --algo paired (default 1) and --algo es (default 2)",
     )
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
     add_train_flags(tr)  # one flag per recipe setting (training/recipes/settings.py)
-    _ray_arg(tr, "--seeds: run every training seed; --algo es: run its episodes")
+    _ray_arg(tr, "--seeds: run every training seed; else --algo paired/es episodes, distill labels")
     add_recipe_group(tr, DistillArgs, "--algo distill (dynamic mode)")
     add_recipe_group(tr, EsArgs, "--algo es (dynamic mode)")
     tr.set_defaults(func=cmd_train)
@@ -876,6 +877,10 @@ def _train_paired(args: argparse.Namespace) -> int:
     from fleetmind.training.recipes.settings import PairedArgs
 
     a = PairedArgs(**recipe_kwargs(args, PairedArgs, TRAIN_FLAGS + PAIRED_FLAGS))
+    if not args.seeds:  # one run: --workers/--ray-address run its episodes
+        a.workers, a.ray_address = args.workers, args.ray_address
+    if a.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     if args.seeds:
         a.init = str(Path(a.init).resolve())
         return _train_seeds(args, recipe.__name__, a)

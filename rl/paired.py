@@ -34,6 +34,7 @@ import torch
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.envs.multicluster_env import N_GLOBAL_FEATURES
+from fleetmind.rl.dynamic_eval import Workload, cached
 from fleetmind.rl.export import PlacementActor, load_torch
 from fleetmind.rl.policy import MASKED_LOGIT
 
@@ -256,9 +257,7 @@ def paired_iteration(
 ) -> IterationResult:
     """One iteration over ``workloads`` (``(env, stream seed)`` pairs): the greedy clone once and
     ``hp.group_size`` sampled learner episodes on each, then one :func:`ppo_update`."""
-    eps: list[Episode] = []
-    advs: list[np.ndarray] = []
-    clone_ms, sampled_ms = [], []
+    clone_ms, groups = [], []
     for env, seed in workloads:
         key = (id(env), int(seed))
         if clone_cache is not None and key in clone_cache:
@@ -270,16 +269,82 @@ def paired_iteration(
         if progress is not None:
             progress(1)
         group = []
-        for _ in range(hp.group_size):
-            group.append(run_episode(env, seed, actor, rng))
+        for s in episode_seeds(rng, hp.group_size):
+            group.append(run_episode(env, seed, actor, np.random.default_rng(s)))
             if progress is not None:
                 progress(1)
-        eps.extend(group)
-        advs.extend(group_advantages(group, hp.baseline))
         clone_ms.append(float(c))
-        sampled_ms.append(float(np.mean([e.metrics["mean_slowdown"] for e in group])))
+        groups.append(group)
+    return _update(actor, clone, opt, hp, gen, clone_ms, groups)
+
+
+def episode_seeds(rng: np.random.Generator, n: int) -> list[int]:
+    """``n`` seeds of sampled episodes drawn from ``rng`` (each episode samples from its own
+    generator, so that it is the same wherever it runs)."""
+    return [int(x) for x in rng.integers(0, 2**63 - 1, size=n)]
+
+
+def _update(
+    actor: PlacementActor,
+    clone: PlacementActor,
+    opt: torch.optim.Optimizer,
+    hp: PairedHyperparams,
+    gen: torch.Generator,
+    clone_ms: list[float],
+    groups: list[list[Episode]],
+) -> IterationResult:
+    """Group advantages of every workload's episodes, then one :func:`ppo_update`."""
+    eps = [e for g in groups for e in g]
+    advs = [a for g in groups for a in group_advantages(g, hp.baseline)]
+    sampled_ms = [float(np.mean([e.metrics["mean_slowdown"] for e in g])) for g in groups]
     stats = ppo_update(actor, clone, opt, eps, advs, hp, gen)
     return IterationResult(clone_ms, sampled_ms, stats)
+
+
+EpisodeJob = tuple[str, dict[str, np.ndarray] | None, Workload, int | None]
+"""``(init, actor weights or None for the clone's, workload, sampling seed or None for greedy)``."""
+
+
+def episode_job(job: EpisodeJob) -> Episode:
+    """One :func:`run_episode` as an independent job (for :func:`fleetmind.rl.scaleout.run_tasks`:
+    local processes or Ray tasks); ``init`` is the model folder whose clone gives the network
+    (absolute path). The same episode as in this process."""
+    init, state, wl, sample_seed = job
+    torch.set_num_threads(1)
+    clone = cached(("paired-clone", init), lambda: load_clone(init))
+    if state is None:
+        actor = clone
+    else:
+        actor = cached(("paired-actor", init), lambda: copy.deepcopy(clone).eval())
+        actor.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    rng = None if sample_seed is None else np.random.default_rng(sample_seed)
+    return run_episode(wl.env(), wl.stream_seed, actor, rng)
+
+
+def paired_iteration_as_jobs(
+    workloads: Sequence[Workload],
+    init: str,
+    actor: PlacementActor,
+    clone: PlacementActor,
+    opt: torch.optim.Optimizer,
+    hp: PairedHyperparams,
+    rng: np.random.Generator,
+    gen: torch.Generator,
+    run: Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]],
+) -> IterationResult:
+    """:func:`paired_iteration` with every episode an :func:`episode_job` run by ``run`` (e.g.
+    :func:`fleetmind.rl.scaleout.run_tasks` with workers or a Ray address bound); the update is
+    the same as in this process for the same ``rng`` and ``gen``."""
+    state = {k: v.detach().numpy().copy() for k, v in actor.state_dict().items()}
+    jobs: list[EpisodeJob] = []
+    for wl in workloads:
+        jobs.append((init, None, wl, None))
+        jobs.extend((init, state, wl, s) for s in episode_seeds(rng, hp.group_size))
+    got = run(episode_job, jobs)
+    n = 1 + hp.group_size
+    clone_ms = [float(got[i * n].metrics["mean_slowdown"]) for i in range(len(workloads))]
+    groups = [got[i * n + 1 : (i + 1) * n] for i in range(len(workloads))]
+    return _update(actor, clone, opt, hp, gen, clone_ms, groups)
 
 
 def greedy_metrics(env: Any, seed: int, actor: PlacementActor) -> dict[str, float]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ import yaml
 
 from fleetmind import cli
 from fleetmind.data.paths import MODELS_DIR
-from fleetmind.rl.dynamic_eval import load_dynamic_actor, model_config
+from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.rl.dynamic_eval import Workload, load_dynamic_actor, model_config
 from fleetmind.rl.export import OnnxActor
 from fleetmind.rl.paired import (
     Episode,
@@ -26,9 +28,11 @@ from fleetmind.rl.paired import (
     load_clone,
     masked_logits,
     paired_iteration,
+    paired_iteration_as_jobs,
     run_episode,
     trainable_copy,
 )
+from fleetmind.rl.scaleout import run_tasks
 
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
@@ -104,6 +108,33 @@ def test_learner_beats_its_clone_on_its_training_workloads(shared_data) -> None:
     assert again == before
 
 
+def test_episodes_as_jobs_give_the_same_update(shared_data) -> None:
+    """``--workers``/``--ray-address``: every episode an ``episode_job`` in other processes, the
+    same episodes, statistics and updated weights as in this process."""
+    cfg = replace(model_config(RELEASED), n_jobs=48, node_fraction=0.03)
+    pairs = [("multigpu20", 11), ("gpushare40", 12)]
+    clone = load_clone(RELEASED)
+    hp = PairedHyperparams(group_size=3, learning_rate=1e-3, batch_size=64)
+    out = []
+    for jobs in (False, True):
+        actor = trainable_copy(clone)
+        opt = torch.optim.Adam(actor.parameters(), lr=hp.learning_rate)
+        rng, gen = np.random.default_rng(4), torch.Generator().manual_seed(4)
+        if jobs:
+            wl = [Workload.of(t, s, cfg) for t, s in pairs]
+            run = partial(run_tasks, workers=2)
+            res = paired_iteration_as_jobs(wl, str(RELEASED), actor, clone, opt, hp, rng, gen, run)
+        else:
+            envs = [MultiClusterPlacementEnv(**cfg.env_kwargs(t)) for t, _ in pairs]
+            wl_here = [(e, s) for e, (_, s) in zip(envs, pairs, strict=True)]
+            res = paired_iteration(wl_here, actor, clone, opt, hp, rng, gen)
+        out.append((res, actor.state_dict()))
+    (a, wa), (b, wb) = out
+    assert a.clone == b.clone and a.sampled == b.sampled and a.update == b.update
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert a.update["kl_clone"] > 0
+
+
 def test_workload_seeds_avoid_the_frozen_evaluation_set(repo_root) -> None:
     from fleetmind.training.recipes import paired as recipe
 
@@ -163,3 +194,16 @@ def test_cli_refuses_bad_paired_settings(shared_data, capsys, extra, message) ->
     assert cli.main(["sched", "train", "--trace", "default", "--algo", "paired", *extra]) == 2
     err = capsys.readouterr().err
     assert "fleetmind: error:" in err and message in err
+
+
+def test_workers_and_ray_address_reach_one_run_and_not_the_seeds(monkeypatch) -> None:
+    """Without ``--seeds`` the run's episodes use ``--workers``/``--ray-address``; with it, they
+    stay with the seeds' runs."""
+    from fleetmind.training.recipes import paired as recipe
+
+    seen = []
+    monkeypatch.setattr(recipe, "run", lambda a: seen.append(a) or {"history": []})
+    base = ["sched", "train", "--mode", "dynamic", "--algo", "paired", "--trace", "default"]
+    assert cli.main([*base, "--workers", "2", "--ray-address", "local"]) == 0
+    assert (seen[0].workers, seen[0].ray_address) == (2, "local")
+    assert cli.main([*base, "--workers", "0"]) == 2

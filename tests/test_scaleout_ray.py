@@ -1,6 +1,6 @@
 """A real two-node Ray cluster on this machine (a head and one more node process, loopback only):
-an evaluation sweep, a CMA-ES teacher search and an ES generation of the dynamic-mode learner
-give exactly the single-process results."""
+an evaluation sweep, a CMA-ES teacher search and the jobs of the three dynamic-mode learners (ES,
+paired PPO, distillation) give exactly the single-process results."""
 
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ import pytest
 
 from fleetmind import cli
 from fleetmind.data.paths import MODELS_DIR
+from fleetmind.rl.distill import DistillHyperparams, label_job
 from fleetmind.rl.dynamic_eval import model_config
 from fleetmind.rl.es import Adam, EsHyperparams, Workload, es_generation
+from fleetmind.rl.paired import episode_job as paired_episode_job
+from fleetmind.rl.paired import load_clone
 from fleetmind.rl.scaleout import run_tasks
 from fleetmind.rl.teacher_search import cmaes_search
 
@@ -154,12 +157,14 @@ def test_cluster_has_two_nodes_and_sweeps_match_single_process(cluster, tmp_path
 
 
 @pytest.mark.filterwarnings("ignore:offered load:UserWarning")
-def test_es_generation_on_the_cluster_matches_single_process(cluster, shared_data) -> None:
-    """The ES learner's episodes (``rl/es.py``) as Ray tasks: the same fitness values, the same
-    step, in the same order, as in this process."""
+def test_learners_jobs_on_the_cluster_match_single_process(cluster, shared_data) -> None:
+    """The dynamic-mode learners' jobs as Ray tasks: an ES generation (``rl/es.py``), paired
+    PPO's episodes (``rl/paired.py``) and distillation's labels (``rl/distill.py``) give the same
+    results, in the same order, as in this process."""
     init = MODELS_DIR / "placement-dynamic"
     cfg = replace(model_config(init), n_jobs=32, node_fraction=0.03)
     wl = [Workload.of("multigpu20", 11, cfg), Workload.of("gpushare40", 12, cfg)]
+    on_cluster = partial(run_tasks, ray_address=cluster)
     hp = EsHyperparams(pairs=2, sigma=0.3, learning_rate=0.1)
 
     def once(run: object = None) -> object:
@@ -167,9 +172,23 @@ def test_es_generation_on_the_cluster_matches_single_process(cluster, shared_dat
             np.zeros(64), wl, str(init), hp, Adam(64, 0.1), np.random.default_rng(3), run=run
         )
 
-    here, there = once(), once(partial(run_tasks, ray_address=cluster))
+    here, there = once(), once(on_cluster)
     assert there.theta.tolist() == here.theta.tolist()
     assert (there.pop_gap_pct, there.clone_slowdown) == (here.pop_gap_pct, here.clone_slowdown)
+
+    state = {k: v.numpy().copy() for k, v in load_clone(init).state_dict().items()}
+    ep_jobs = [(str(init), None, wl[0], None), (str(init), state, wl[1], 7)]
+    ep_here = [paired_episode_job(j) for j in ep_jobs]
+    ep_there = on_cluster(paired_episode_job, ep_jobs)
+    for a, b in zip(ep_here, ep_there, strict=True):
+        assert a.actions.tolist() == b.actions.tolist() and a.metrics == b.metrics
+
+    dhp = DistillHyperparams(window=(0, 8), every=4, anchor_per_workload=8)
+    lab_jobs = [(str(init), None, w, dhp, 1) for w in wl]
+    lab_here = [label_job(j) for j in lab_jobs]
+    lab_there = on_cluster(label_job, lab_jobs)
+    for a, b in zip(lab_here, lab_there, strict=True):
+        assert a.labels.tolist() == b.labels.tolist() and a.gain.tolist() == b.gain.tolist()
 
 
 def test_unreachable_cluster_is_a_one_line_error(tmp_path, capsys) -> None:

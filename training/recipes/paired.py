@@ -38,6 +38,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -55,7 +56,7 @@ from fleetmind.data.openb_variants import (
     write_variant,
 )
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
-from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, model_config
+from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload, model_config
 from fleetmind.rl.export import save_onnx, save_torch
 from fleetmind.rl.paired import (
     BASELINES,
@@ -63,8 +64,10 @@ from fleetmind.rl.paired import (
     greedy_metrics,
     load_clone,
     paired_iteration,
+    paired_iteration_as_jobs,
     trainable_copy,
 )
+from fleetmind.rl.scaleout import job_path, run_tasks
 from fleetmind.training.recipes.common import seed_everything
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs, PairedArgs
 from fleetmind.training.recipes.tracking import tracked_run
@@ -343,11 +346,26 @@ class _Learner:
     def iteration(self, it: int, bar: Any) -> None:
         """Iteration ``it`` (from 1): draw its workloads, update the actor, log the row."""
         base, specs = iteration_specs(self.args, it, TRAIN_GEN_SEED, self.spec_rng)
-        envs = [make_workload(*s, self.cfg, self.var_dir) for s in specs]
-        wl = [(e, TRAIN_STREAM_SEED + base + i) for i, e in enumerate(envs)]
-        res = paired_iteration(
-            wl, self.actor, self.clone, self.opt, self.hp, self.rng, self.gen, progress=bar.update
-        )
+        a = self.args
+        if a.workers > 1 or a.ray_address:  # every episode a job: processes or Ray tasks
+            jobs_wl = [
+                Workload.of(variant_file(*s, self.var_dir), TRAIN_STREAM_SEED + base + i, self.cfg)
+                for i, s in enumerate(specs)
+            ]
+            run = partial(
+                run_tasks, ray_address=a.ray_address, workers=a.workers, progress=bar.update
+            )
+            res = paired_iteration_as_jobs(
+                jobs_wl, str(job_path(a.init)), self.actor, self.clone, self.opt, self.hp,
+                self.rng, self.gen, run,
+            )  # fmt: skip
+        else:
+            envs = [make_workload(*s, self.cfg, self.var_dir) for s in specs]
+            wl = [(e, TRAIN_STREAM_SEED + base + i) for i, e in enumerate(envs)]
+            res = paired_iteration(
+                wl, self.actor, self.clone, self.opt, self.hp, self.rng, self.gen,
+                progress=bar.update,
+            )  # fmt: skip
         row = {
             "iteration": it,
             "sample_gap_pct": res.sample_gap_pct,

@@ -204,6 +204,10 @@ class PairedArgs:
     """validate every this many iterations"""
     val_jobs: int | None = None
     """jobs per validation episode (None: the model's own setting)"""
+    workers: int = 1
+    """local processes for the episodes (``--workers`` without ``--seeds``)"""
+    ray_address: str | None = None
+    """run the episodes as Ray tasks on this cluster (``--ray-address`` without ``--seeds``)"""
     seed: int = 0
     """seed of the learner's sampling and of the training workloads"""
     max_minutes: float | None = None
