@@ -321,6 +321,11 @@ def episode_job(job: EpisodeJob) -> Episode:
     return run_episode(wl.env(), wl.stream_seed, actor, rng)
 
 
+def greedy_metrics_job(job: EpisodeJob) -> dict[str, float]:
+    """:func:`episode_job`'s final metrics only (validation: nothing else travels back)."""
+    return dict(episode_job(job).metrics)
+
+
 def paired_iteration_as_jobs(
     workloads: Sequence[Workload],
     init: str,

@@ -85,6 +85,7 @@ from fleetmind.training.recipes.paired import (
     iteration_specs,
     make_workload,
     publish_learner,
+    validation_runner,
     validation_workloads,
     variant_file,
     write_learner_card,
@@ -188,7 +189,8 @@ def run(args: DistillArgs) -> dict[str, Any]:
             unit="episode",
             disable=not args.progress,
         )
-        val = _Validator.start(val_envs, val_seeds, clone, learner.actor, bar)
+        runner = validation_runner(args, clone, val_specs, val_seeds, val_cfg, var_dir)
+        val = _Validator.start(val_envs, val_seeds, clone, learner.actor, bar, runner=runner)
         done_its = learner.learn(val, bar)
         bar.close()
 

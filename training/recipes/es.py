@@ -55,10 +55,8 @@ from fleetmind.rl.es import (
     OPTIMIZERS,
     EsHyperparams,
     Workload,
-    episode_job,
     es_generation,
     make_optimizer,
-    residual_of,
     with_residual,
 )
 from fleetmind.rl.paired import load_clone, run_episode, trainable_copy
@@ -73,6 +71,7 @@ from fleetmind.training.recipes.paired import (
     iterate,
     iteration_specs,
     publish_learner,
+    validation_runner,
     validation_workloads,
     variant_file,
     write_learner_card,
@@ -162,13 +161,8 @@ def run(args: EsArgs) -> dict[str, Any]:
         learner = _Learner(
             args, hp, train_cfg, var_dir, init_ref, clone, trainable_copy(clone), t0, bar
         )
-        val_wl = [
-            Workload.of(variant_file(*s, var_dir), sd, val_cfg)
-            for s, sd in zip(val_specs, val_seeds, strict=True)
-        ]
-        val = _Validator.start(
-            val_envs, val_seeds, clone, learner.actor, bar, runner=learner.val_runner(val_wl)
-        )
+        runner = validation_runner(args, clone, val_specs, val_seeds, val_cfg, var_dir)
+        val = _Validator.start(val_envs, val_seeds, clone, learner.actor, bar, runner=runner)
         anchor = run_episode(val_envs[0], val_seeds[0], clone)  # states for the KL column
         done_its = learner.learn(val, anchor)
         bar.close()
@@ -237,16 +231,6 @@ class _Learner:
             mlflow.log_metrics({"val/kl_clone": kl}, step=it)
 
         return iterate(self.args, self.t0, self.generation, validate)
-
-    def val_runner(self, workloads: list[Workload]) -> Any:
-        """``runner(actor)`` for the validator: the actor's residual scored as parallel jobs."""
-
-        def runner(actor: Any) -> list[dict[str, float]]:
-            theta = None if actor is self.clone else tuple(residual_of(actor, self.clone))
-            jobs = [(self.init, wl, theta) for wl in workloads]
-            return _runner(self.args)(episode_job, jobs)
-
-        return runner
 
     def generation(self, it: int) -> None:
         """Generation ``it`` (from 1): draw its workloads, score, step, log the row."""

@@ -62,6 +62,7 @@ from fleetmind.rl.paired import (
     BASELINES,
     PairedHyperparams,
     greedy_metrics,
+    greedy_metrics_job,
     load_clone,
     paired_iteration,
     paired_iteration_as_jobs,
@@ -69,7 +70,7 @@ from fleetmind.rl.paired import (
 )
 from fleetmind.rl.scaleout import job_path, run_tasks
 from fleetmind.training.recipes.common import seed_everything
-from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs, PairedArgs
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs, EsArgs, PairedArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
 TRAIN_GEN_SEED = 31_000_000
@@ -113,7 +114,7 @@ def _check(args: PairedArgs) -> None:
 
 
 def check_learner(
-    args: PairedArgs | DistillArgs,
+    args: PairedArgs | DistillArgs | EsArgs,
     ints: dict[str, tuple[int, int]],
     rates: dict[str, float],
 ) -> None:
@@ -234,7 +235,8 @@ def run(args: PairedArgs) -> dict[str, Any]:
             unit="episode",
             disable=not args.progress,
         )
-        val = _Validator.start(val_envs, val_seeds, clone, actor, bar)
+        runner = validation_runner(args, clone, val_specs, val_seeds, val_cfg, var_dir)
+        val = _Validator.start(val_envs, val_seeds, clone, actor, bar, runner=runner)
         done_its = learner.learn(val, bar, t0)
         bar.close()
 
@@ -260,7 +262,7 @@ def run(args: PairedArgs) -> dict[str, Any]:
 
 
 def iterate(
-    args: PairedArgs | DistillArgs,
+    args: PairedArgs | DistillArgs | EsArgs,
     t0: float,
     step: Callable[[int], None],
     validate: Callable[[int], None],
@@ -283,7 +285,7 @@ def iterate(
 
 
 def iteration_specs(
-    args: PairedArgs | DistillArgs, it: int, gen_seed: int, spec_rng: np.random.Generator
+    args: PairedArgs | DistillArgs | EsArgs, it: int, gen_seed: int, spec_rng: np.random.Generator
 ) -> tuple[int, list[tuple[str, str, float, int]]]:
     """``(offset, specs)`` of iteration ``it``'s fresh training workloads: ``offset`` =
     ``100_000 * seed + (it - 1) * workloads_per_iter`` numbers the workloads of the run, ``specs``
@@ -301,8 +303,36 @@ def iteration_specs(
     return off, specs
 
 
+def validation_runner(
+    args: PairedArgs | DistillArgs | EsArgs,
+    clone: Any,
+    specs: list[tuple[str, str, float, int]],
+    seeds: list[int],
+    cfg: DynEvalConfig,
+    var_dir: Path,
+) -> Callable[[Any], list[dict[str, float]]] | None:
+    """With ``--workers`` > 1 or ``--ray-address``: ``runner(actor)`` giving the actor's greedy
+    metrics on the validation workloads as :func:`fleetmind.rl.paired.greedy_metrics_job` jobs
+    (the clone's own weights when ``actor`` is ``clone``); else None (validate in this process)."""
+    if args.workers <= 1 and not args.ray_address:
+        return None
+    init = str(job_path(args.init or DYNAMIC_RELEASE_DIR))
+    wl = [
+        Workload.of(variant_file(*s, var_dir), sd, cfg) for s, sd in zip(specs, seeds, strict=True)
+    ]
+    run = partial(run_tasks, ray_address=args.ray_address, workers=args.workers)
+
+    def runner(actor: Any) -> list[dict[str, float]]:
+        state = None
+        if actor is not clone:
+            state = {k: v.detach().numpy().copy() for k, v in actor.state_dict().items()}
+        return run(greedy_metrics_job, [(init, state, w, None) for w in wl])
+
+    return runner
+
+
 def validation_workloads(
-    args: PairedArgs | DistillArgs, cfg: DynEvalConfig, var_dir: Path
+    args: PairedArgs | DistillArgs | EsArgs, cfg: DynEvalConfig, var_dir: Path
 ) -> tuple[list[tuple[str, str, float, int]], list[MultiClusterPlacementEnv], list[int]]:
     """The ``--val-streams`` validation workloads (the same for every training seed and for both
     dynamic-mode learners): their specs ``(source, kind, level, generator seed)``, envs and stream
