@@ -44,7 +44,6 @@ labels are the same either way.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -74,15 +73,15 @@ from fleetmind.rl.export import OnnxActor
 from fleetmind.rl.paired import load_clone, trainable_copy
 from fleetmind.rl.rollout import FUTURES
 from fleetmind.rl.scaleout import job_path, run_tasks
-from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import seed_everything
-from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.paired import (
     check_learner,
+    cli_clone_learner,
     export_learner,
     iterate,
     iteration_specs,
+    learner_flags_tail,
     make_workload,
     publish_learner,
     validation_runner,
@@ -417,11 +416,7 @@ def command_line(a: DistillArgs) -> str:
         + f" --anchor-coef {a.anchor_coef:g} --fit-steps {a.fit_steps}"
         + f" --batch-size {a.batch_size}"
         + ("" if a.restart else " --no-restart")
-        + (f" --dyn-jobs {a.dyn_jobs}" if a.dyn_jobs else "")
-        + f" --val-streams {a.val_streams} --val-every {a.val_every}"
-        + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
-        + (f" --workers {a.workers}" if a.workers > 1 else "")
-        + f" --seed {a.seed}"
+        + learner_flags_tail(a)
     )
 
 
@@ -447,22 +442,6 @@ def _write_card(model_dir: Path, args: DistillArgs, summary: dict[str, Any]) -> 
 
 
 def cli_train(args: Any) -> int:
-    """``fleetmind sched train --algo distill`` from the parsed flags (the ``--algo distill``
-    group that :func:`fleetmind.training.recipes.flags.add_recipe_group` builds from
-    :class:`DistillArgs`; the shared flags ``--trace``, ``--seed``, ``--init``, ``--iterations``,
-    ``--workloads-per-iter``, ``--lr``, ``--val-streams``, ``--val-every``, ``--dyn-jobs``,
-    ``--max-minutes``, ``--out``, ``--release`` count only when given)."""
-    if args.mode != "dynamic":
-        raise ConfigError("--algo distill is a dynamic-mode recipe (add --mode dynamic)")
-    if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
-        raise ConfigError(
-            "--algo distill starts from a model's clone (--init); --teacher, --queue-features and"
-            " --reward belong to --algo ppo"
-        )
-    if args.seeds:
-        raise ConfigError("--seeds is not available with --algo distill; run one --seed at a time")
-    a = DistillArgs(**recipe_group_kwargs(args, DistillArgs))
-    summary = run(a)
-    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
-    write_json(args.json, summary)
-    return 0
+    """``fleetmind sched train --algo distill`` from the parsed flags
+    (:func:`fleetmind.training.recipes.paired.cli_clone_learner` over :class:`DistillArgs`)."""
+    return cli_clone_learner(args, "distill", DistillArgs, run)

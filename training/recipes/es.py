@@ -36,7 +36,6 @@ Ray tasks with ``--ray-address``; the results are the same either way.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -61,15 +60,15 @@ from fleetmind.rl.es import (
 )
 from fleetmind.rl.paired import load_clone, run_episode, trainable_copy
 from fleetmind.rl.scaleout import job_path, run_tasks
-from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import seed_everything
-from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.paired import (
     check_learner,
+    cli_clone_learner,
     export_learner,
     iterate,
     iteration_specs,
+    learner_flags_tail,
     publish_learner,
     validation_runner,
     validation_workloads,
@@ -289,10 +288,7 @@ def command_line(a: EsArgs) -> str:
         + f" --iterations {a.iterations} --workloads-per-iter {a.workloads_per_iter}"
         + f" --pairs {a.pairs} --sigma {a.sigma:g} --lr {a.learning_rate:g}"
         + f" --optimizer {a.optimizer} --l2 {a.l2:g}"
-        + (f" --dyn-jobs {a.dyn_jobs}" if a.dyn_jobs else "")
-        + f" --val-streams {a.val_streams} --val-every {a.val_every}"
-        + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
-        + f" --seed {a.seed}"
+        + learner_flags_tail(a)
     )
 
 
@@ -318,20 +314,6 @@ def _write_card(model_dir: Path, args: EsArgs, summary: dict[str, Any]) -> None:
 
 
 def cli_train(args: Any) -> int:
-    """``fleetmind sched train --algo es`` from the parsed flags (the ``--algo es`` group that
-    :func:`fleetmind.training.recipes.flags.add_recipe_group` builds from :class:`EsArgs`; shared
-    flags count only when given)."""
-    if args.mode != "dynamic":
-        raise ConfigError("--algo es is a dynamic-mode recipe (add --mode dynamic)")
-    if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
-        raise ConfigError(
-            "--algo es starts from a model's clone (--init); --teacher, --queue-features and"
-            " --reward belong to --algo ppo"
-        )
-    if args.seeds:
-        raise ConfigError("--seeds is not available with --algo es; run one --seed at a time")
-    a = EsArgs(**recipe_group_kwargs(args, EsArgs))
-    summary = run(a)
-    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
-    write_json(args.json, summary)
-    return 0
+    """``fleetmind sched train --algo es`` from the parsed flags
+    (:func:`fleetmind.training.recipes.paired.cli_clone_learner` over :class:`EsArgs`)."""
+    return cli_clone_learner(args, "es", EsArgs, run)

@@ -69,7 +69,9 @@ from fleetmind.rl.paired import (
     trainable_copy,
 )
 from fleetmind.rl.scaleout import job_path, run_tasks
+from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import seed_everything
+from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs, EsArgs, PairedArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
@@ -589,11 +591,41 @@ def command_line(args: PairedArgs) -> str:
         + f" --init {args.init} --iterations {args.iterations}"
         + f" --workloads-per-iter {args.workloads_per_iter} --group-size {args.group_size}"
         + f" --lr {args.learning_rate:g} --kl-coef {args.kl_coef:g} --baseline {args.baseline}"
-        + (f" --dyn-jobs {args.dyn_jobs}" if args.dyn_jobs else "")
-        + f" --val-streams {args.val_streams} --val-every {args.val_every}"
-        + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
-        + f" --seed {args.seed}"
+        + learner_flags_tail(args)
     )
+
+
+def learner_flags_tail(a: PairedArgs | DistillArgs | EsArgs) -> str:
+    """The flags every dynamic-mode learner shares, as its ``command_line`` ends: training
+    episode length, validation, time limit, workers and seed."""
+    return (
+        (f" --dyn-jobs {a.dyn_jobs}" if a.dyn_jobs else "")
+        + f" --val-streams {a.val_streams} --val-every {a.val_every}"
+        + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
+        + (f" --workers {a.workers}" if a.workers > 1 else "")
+        + (f" --ray-address {a.ray_address}" if a.ray_address else "")
+        + f" --seed {a.seed}"
+    )
+
+
+def cli_clone_learner(args: Any, algo: str, cls: type, run_fn: Callable[[Any], dict]) -> int:
+    """``fleetmind sched train --algo ALGO`` for a learner over a model's clone whose flags come
+    from :func:`fleetmind.training.recipes.flags.add_recipe_group` (``cls``'s fields; shared flags
+    count only when given): refuse the PPO recipes' options, run, print the id line, write
+    ``--json``."""
+    if args.mode != "dynamic":
+        raise ConfigError(f"--algo {algo} is a dynamic-mode recipe (add --mode dynamic)")
+    if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
+        raise ConfigError(
+            f"--algo {algo} starts from a model's clone (--init); --teacher, --queue-features and"
+            " --reward belong to --algo ppo"
+        )
+    if args.seeds:
+        raise ConfigError(f"--seeds is not available with --algo {algo}; run one --seed at a time")
+    summary = run_fn(cls(**recipe_group_kwargs(args, cls)))
+    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    write_json(args.json, summary)
+    return 0
 
 
 def _write_card(model_dir: Path, args: PairedArgs, summary: dict[str, Any]) -> None:
