@@ -46,17 +46,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import mlflow
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
-from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 from fleetmind.rl.distill import (
     BASES,
@@ -68,14 +66,13 @@ from fleetmind.rl.distill import (
     kl_to_clone,
     label_job,
 )
-from fleetmind.rl.dynamic_eval import DynEvalConfig, Workload, model_config
+from fleetmind.rl.dynamic_eval import DynEvalConfig, Workload
 from fleetmind.rl.export import OnnxActor
-from fleetmind.rl.paired import load_clone, trainable_copy
+from fleetmind.rl.paired import trainable_copy
 from fleetmind.rl.rollout import FUTURES
 from fleetmind.rl.scaleout import job_path, run_tasks
-from fleetmind.training.recipes.common import seed_everything
-from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.paired import (
+    LearnerRun,
     check_learner,
     cli_clone_learner,
     export_learner,
@@ -84,11 +81,10 @@ from fleetmind.training.recipes.paired import (
     learner_flags_tail,
     make_workload,
     publish_learner,
-    validation_runner,
-    validation_workloads,
     variant_file,
     write_learner_card,
 )
+from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
@@ -149,70 +145,33 @@ def check(a: DistillArgs) -> None:
 def run(args: DistillArgs) -> dict[str, Any]:
     """The distillation recipe (module docstring). Returns the JSON summary."""
     check(args)
-    for t in dict.fromkeys(args.traces):
-        load_openb_trace(t)  # a typo is one line, before anything is written
-    init = Path(args.init) if args.init else DYNAMIC_RELEASE_DIR
-    clone = load_clone(init)
-    base_cfg = model_config(init)
-    train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
-    val_cfg = replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs))
-    seed_everything(args.seed, args.threads)
+    r = LearnerRun.start(args, "distill")
     hp = hyperparams(args)
-    run_name = f"MultiClusterPlacement-v0__distill__{args.seed}__{int(time.time())}"
-    model_dir = Path(args.out) / run_name / "model"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    var_dir = Path(args.out) / "variants"
-    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "distill"}
-    t0 = time.perf_counter()
     learner = _Learner(
         args,
         hp,
-        train_cfg,
-        var_dir,
-        clone,
-        actor=trainable_copy(clone),
-        base=_improver_base(hp, init, clone),
+        r.train_cfg,
+        r.var_dir,
+        r.clone,
+        actor=trainable_copy(r.clone),
+        base=_improver_base(hp, r.init, r.clone),
         gen=torch.Generator().manual_seed(args.seed),
         spec_rng=np.random.default_rng([args.seed, 2]),
-        t0=t0,
-        init=str(job_path(init)),
+        t0=r.t0,
+        init=str(job_path(r.init)),
     )
 
-    with tracked_run(args, run_name, summary):
-        mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
-        val_specs, val_envs, val_seeds = validation_workloads(args, val_cfg, var_dir)
-        n_val = args.val_streams * (1 + 1 + args.iterations // args.val_every)
-        bar = tqdm(
-            total=args.iterations * args.workloads_per_iter + n_val,
-            desc="distill",
-            unit="episode",
-            disable=not args.progress,
-        )
-        runner = validation_runner(args, clone, val_specs, val_seeds, val_cfg, var_dir)
-        val = _Validator.start(val_envs, val_seeds, clone, learner.actor, bar, runner=runner)
+    with tracked_run(args, r.run_name, r.summary):
+        n_train = args.iterations * args.workloads_per_iter
+        bar, val = r.validator(args, n_train, "distill", learner.actor, _Validator)
         done_its = learner.learn(val, bar)
         bar.close()
 
-        _export(learner, val.best_state, model_dir, init, run_name, base_cfg)
-        wall = time.perf_counter() - t0
-        best_val = next(v for v in val.rows if v["iteration"] == val.best_iteration)
-        summary.update(
-            iterations=done_its,
-            best_iteration=val.best_iteration,
-            validation=val.rows,
-            validation_best=best_val,
-            history=learner.history,
-            hyperparameters={**asdict(hp), "window": list(hp.window)},
-            train_env=asdict(train_cfg),
-            val_env=asdict(val_cfg),
-            val_workloads=[list(s) + [sd] for s, sd in zip(val_specs, val_seeds, strict=True)],
-            wall_time_s=round(wall, 1),
-            artifact=str(model_dir),
-            command=command_line(args),
-            metrics={"distill_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
-        )
-        _publish(model_dir, args, summary, wall, best_val["gap_pct"])
-    return summary
+        _export(learner, val.best_state, r.model_dir, r.init, r.run_name, r.base_cfg)
+        hyper = {**asdict(hp), "window": list(hp.window)}
+        wall, best = r.finish(val, done_its, learner.history, hyper, command_line(args))
+        _publish(r.model_dir, args, r.summary, wall, best["gap_pct"])
+    return r.summary
 
 
 def _improver_base(hp: DistillHyperparams, init: Path, clone: Any) -> Any:

@@ -37,19 +37,17 @@ Ray tasks with ``--ray-address``; the results are the same either way.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import numpy as np
-from tqdm import tqdm
 
 from fleetmind.data.errors import ConfigError
-from fleetmind.data.openb import load_openb_trace
 from fleetmind.rl.distill import kl_to_clone
-from fleetmind.rl.dynamic_eval import DynEvalConfig, model_config
+from fleetmind.rl.dynamic_eval import DynEvalConfig
 from fleetmind.rl.es import (
     OPTIMIZERS,
     EsHyperparams,
@@ -58,11 +56,10 @@ from fleetmind.rl.es import (
     make_optimizer,
     with_residual,
 )
-from fleetmind.rl.paired import load_clone, run_episode, trainable_copy
+from fleetmind.rl.paired import run_episode, trainable_copy
 from fleetmind.rl.scaleout import job_path, run_tasks
-from fleetmind.training.recipes.common import seed_everything
-from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.paired import (
+    LearnerRun,
     check_learner,
     cli_clone_learner,
     export_learner,
@@ -70,11 +67,10 @@ from fleetmind.training.recipes.paired import (
     iteration_specs,
     learner_flags_tail,
     publish_learner,
-    validation_runner,
-    validation_workloads,
     variant_file,
     write_learner_card,
 )
+from fleetmind.training.recipes.paired import _Validator as PairedValidator
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, EsArgs
 from fleetmind.training.recipes.tracking import tracked_run
 
@@ -130,66 +126,27 @@ def _runner(a: EsArgs, bar: Any | None = None) -> Any:
 def run(args: EsArgs) -> dict[str, Any]:
     """The ES recipe (module docstring). Returns the JSON summary."""
     check(args)
-    for t in dict.fromkeys(args.traces):
-        load_openb_trace(t)  # a typo is one line, before anything is written
-    init = Path(args.init) if args.init else DYNAMIC_RELEASE_DIR
-    init_ref = str(job_path(init))
-    clone = load_clone(init)
-    base_cfg = model_config(init)
-    train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
-    val_cfg = replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs))
-    seed_everything(args.seed, args.threads)
+    r = LearnerRun.start(args, "es")
     hp = hyperparams(args)
-    run_name = f"MultiClusterPlacement-v0__es__{args.seed}__{int(time.time())}"
-    model_dir = Path(args.out) / run_name / "model"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    var_dir = Path(args.out) / "variants"
-    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "es"}
-    t0 = time.perf_counter()
-    with tracked_run(args, run_name, summary):
-        mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
-        val_specs, val_envs, val_seeds = validation_workloads(args, val_cfg, var_dir)
-        n_val = args.val_streams * (1 + 1 + args.iterations // args.val_every)
-        per_gen = args.workloads_per_iter * (2 + 2 * args.pairs)
-        bar = tqdm(
-            total=args.iterations * per_gen + n_val,
-            desc="ES",
-            unit="episode",
-            disable=not args.progress,
-        )
+    with tracked_run(args, r.run_name, r.summary):
+        actor = trainable_copy(r.clone)
+        n_train = args.iterations * args.workloads_per_iter * (2 + 2 * args.pairs)
+        bar, val = r.validator(args, n_train, "ES", actor, _Validator)
         learner = _Learner(
-            args, hp, train_cfg, var_dir, init_ref, clone, trainable_copy(clone), t0, bar
+            args, hp, r.train_cfg, r.var_dir, str(job_path(r.init)), r.clone, actor, r.t0, bar
         )
-        runner = validation_runner(args, clone, val_specs, val_seeds, val_cfg, var_dir)
-        val = _Validator.start(val_envs, val_seeds, clone, learner.actor, bar, runner=runner)
-        anchor = run_episode(val_envs[0], val_seeds[0], clone)  # states for the KL column
+        anchor = run_episode(val.envs[0], val.seeds[0], r.clone)  # states for the KL column
         done_its = learner.learn(val, anchor)
         bar.close()
 
         export_learner(
-            learner.actor, clone, val.best_state, model_dir, init, run_name, base_cfg, "es",
+            actor, r.clone, val.best_state, r.model_dir, r.init, r.run_name, r.base_cfg, "es",
             list(args.traces),
         )  # fmt: skip
-        wall = time.perf_counter() - t0
-        best_val = next(v for v in val.rows if v["iteration"] == val.best_iteration)
-        summary.update(
-            iterations=done_its,
-            best_iteration=val.best_iteration,
-            validation=val.rows,
-            validation_best=best_val,
-            history=learner.history,
-            hyperparameters=asdict(hp),
-            train_env=asdict(train_cfg),
-            val_env=asdict(val_cfg),
-            val_workloads=[list(s) + [sd] for s, sd in zip(val_specs, val_seeds, strict=True)],
-            wall_time_s=round(wall, 1),
-            artifact=str(model_dir),
-            command=command_line(args),
-            metrics={"es_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
-        )
-        _write_card(model_dir, args, summary)
-        publish_learner(model_dir, summary, wall, best_val["gap_pct"], release=args.release)
-    return summary
+        wall, best = r.finish(val, done_its, learner.history, asdict(hp), command_line(args))
+        _write_card(r.model_dir, args, r.summary)
+        publish_learner(r.model_dir, r.summary, wall, best["gap_pct"], release=args.release)
+    return r.summary
 
 
 @dataclass

@@ -198,69 +198,136 @@ def _ratio_ci(ratios: np.ndarray, seed: int = 0, n_boot: int = 2000) -> tuple[fl
 def run(args: PairedArgs) -> dict[str, Any]:
     """The paired-PPO recipe (module docstring). Returns the JSON summary."""
     _check(args)
-    for t in dict.fromkeys(args.traces):
-        load_openb_trace(t)  # a typo is one line, before anything is written
-    clone = load_clone(args.init)
-    base_cfg = model_config(args.init)
-    train_cfg = replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs))
-    val_cfg = replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs))
-    seed_everything(args.seed, args.threads)
+    r = LearnerRun.start(args, "paired")
     hp = _hyperparams(args)
-    run_name = f"MultiClusterPlacement-v0__paired__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.out) / run_name
-    model_dir = run_dir / "model"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    var_dir = Path(args.out) / "variants"
-    summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic", "algo": "paired"}
-    t0 = time.perf_counter()
-    actor = trainable_copy(clone)
+    actor = trainable_copy(r.clone)
     learner = _Learner(
         args,
         hp,
-        train_cfg,
-        var_dir,
+        r.train_cfg,
+        r.var_dir,
         actor,
-        clone,
+        r.clone,
         torch.optim.Adam(actor.parameters(), lr=hp.learning_rate),
         rng=np.random.default_rng([args.seed, 1]),
         gen=torch.Generator().manual_seed(args.seed),
         spec_rng=np.random.default_rng([args.seed, 2]),
     )
 
-    with tracked_run(args, run_name, summary):
-        mlflow.log_params({f"env/{k}": v for k, v in asdict(train_cfg).items()})
-        val_specs, val_envs, val_seeds = validation_workloads(args, val_cfg, var_dir)
+    with tracked_run(args, r.run_name, r.summary):
         n_train_eps = args.iterations * args.workloads_per_iter * (hp.group_size + 1)
-        bar = tqdm(
-            total=n_train_eps + args.val_streams * (2 + args.iterations // args.val_every),
-            desc="paired PPO",
-            unit="episode",
-            disable=not args.progress,
-        )
-        runner = validation_runner(args, clone, val_specs, val_seeds, val_cfg, var_dir)
-        val = _Validator.start(val_envs, val_seeds, clone, actor, bar, runner=runner)
-        done_its = learner.learn(val, bar, t0)
+        bar, val = r.validator(args, n_train_eps, "paired PPO", actor)
+        done_its = learner.learn(val, bar, r.t0)
         bar.close()
 
-        _export(actor, clone, val.best_state, model_dir, args, run_name, base_cfg)
-        wall = time.perf_counter() - t0
-        best_val = next(v for v in val.rows if v["iteration"] == val.best_iteration)
-        summary.update(
-            iterations=done_its,
+        _export(actor, r.clone, val.best_state, r.model_dir, args, r.run_name, r.base_cfg)
+        wall, best_val = r.finish(val, done_its, learner.history, asdict(hp), command_line(args))
+        _publish(r.model_dir, args, r.summary, wall, best_val["gap_pct"])
+    return r.summary
+
+
+@dataclass
+class LearnerRun:
+    """What a dynamic-mode learner's run over a model's clone sets up and reports: the start
+    model, the env settings, the run's folders and its JSON summary (:meth:`start`,
+    :meth:`validator`, :meth:`finish`)."""
+
+    algo: str
+    init: Path
+    """the start model folder (``--init``, default the released one)"""
+    clone: Any
+    base_cfg: DynEvalConfig
+    """the start model's own env setting (validation and export)"""
+    train_cfg: DynEvalConfig
+    val_cfg: DynEvalConfig
+    run_name: str
+    model_dir: Path
+    var_dir: Path
+    """where the fresh variants' CSVs go"""
+    summary: dict[str, Any]
+    t0: float
+    """``time.perf_counter()`` at the start (``--max-minutes``)"""
+    val_specs: list[tuple[str, str, float, int]] = field(default_factory=list)
+    val_seeds: list[int] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, args: PairedArgs | DistillArgs | EsArgs, algo: str) -> LearnerRun:
+        """Check the traces (a typo is one line, before anything is written), load the clone,
+        seed everything and make the run's folder."""
+        for t in dict.fromkeys(args.traces):
+            load_openb_trace(t)
+        init = Path(args.init) if args.init else DYNAMIC_RELEASE_DIR
+        clone = load_clone(init)
+        base_cfg = model_config(init)
+        seed_everything(args.seed, args.threads)
+        run_name = f"MultiClusterPlacement-v0__{algo}__{args.seed}__{int(time.time())}"
+        model_dir = Path(args.out) / run_name / "model"
+        model_dir.mkdir(parents=True, exist_ok=True)
+        return cls(
+            algo,
+            init,
+            clone,
+            base_cfg,
+            replace(base_cfg, n_jobs=int(args.dyn_jobs or base_cfg.n_jobs)),
+            replace(base_cfg, n_jobs=int(args.val_jobs or base_cfg.n_jobs)),
+            run_name,
+            model_dir,
+            Path(args.out) / "variants",
+            {"run_name": run_name, "mode": "dynamic", "algo": algo},
+            time.perf_counter(),
+        )
+
+    def validator(
+        self,
+        args: PairedArgs | DistillArgs | EsArgs,
+        n_train: int,
+        desc: str,
+        actor: Any,
+        cls: type[_Validator] | None = None,
+    ) -> tuple[Any, _Validator]:
+        """Inside the MLflow run: log the env, build the validation workloads, a progress bar of
+        ``n_train`` training episodes plus the validations, and the validator (``cls``, default
+        :class:`_Validator`) with the clone's runs done."""
+        mlflow.log_params({f"env/{k}": v for k, v in asdict(self.train_cfg).items()})
+        specs, envs, seeds = validation_workloads(args, self.val_cfg, self.var_dir)
+        self.val_specs, self.val_seeds = specs, seeds
+        n_val = args.val_streams * (2 + args.iterations // args.val_every)
+        bar = tqdm(total=n_train + n_val, desc=desc, unit="episode", disable=not args.progress)
+        runner = validation_runner(args, self.clone, specs, seeds, self.val_cfg, self.var_dir)
+        val = (cls or _Validator).start(envs, seeds, self.clone, actor, bar, runner=runner)
+        return bar, val
+
+    def finish(
+        self,
+        val: _Validator,
+        iterations: int,
+        history: list[dict[str, Any]],
+        hyperparameters: dict[str, Any],
+        command: str,
+    ) -> tuple[float, dict[str, Any]]:
+        """Fill the summary after training; returns ``(wall time s, the kept validation row)``."""
+        wall = time.perf_counter() - self.t0
+        best = next(v for v in val.rows if v["iteration"] == val.best_iteration)
+        pairs = zip(self.val_specs, self.val_seeds, strict=True)
+        self.summary.update(
+            iterations=iterations,
             best_iteration=val.best_iteration,
             validation=val.rows,
-            validation_best=best_val,
-            history=learner.history,
-            hyperparameters=asdict(hp),
-            train_env=asdict(train_cfg),
-            val_env=asdict(val_cfg),
-            val_workloads=[list(s) + [sd] for s, sd in zip(val_specs, val_seeds, strict=True)],
+            validation_best=best,
+            history=history,
+            hyperparameters=hyperparameters,
+            train_env=asdict(self.train_cfg),
+            val_env=asdict(self.val_cfg),
+            val_workloads=[list(s) + [sd] for s, sd in pairs],
             wall_time_s=round(wall, 1),
-            artifact=str(model_dir),
-            metrics={"paired_val_gap_pct": best_val["gap_pct"], "ci_pct": best_val["ci_pct"]},
+            artifact=str(self.model_dir),
+            command=command,
+            metrics={
+                f"{self.algo}_val_gap_pct": best["gap_pct"],
+                "ci_pct": best["ci_pct"],
+            },
         )
-        _publish(model_dir, args, summary, wall, best_val["gap_pct"])
-    return summary
+        return wall, best
 
 
 def iterate(
