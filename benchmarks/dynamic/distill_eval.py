@@ -1,4 +1,4 @@
-"""A distilled dynamic-mode model against its clone and the rollout policy, paired on the frozen set.
+"""A dynamic-mode learner's model against its clone and the rollout policy, paired on the frozen set.
 
 For each frozen trace (``benchmarks/placement/frozen_set.yaml``, regenerated into
 ``runs/frozen_set`` with hashes checked) and evaluation seed, the chosen policies run on the same
@@ -13,8 +13,9 @@ job stream in the model's own setting (:func:`fleetmind.rl.dynamic_eval.evaluate
 Reported per trace and overall: each policy's mean slowdown and mean p99 queueing delay, and the
 paired gaps ``a / b - 1`` (%) with a 95 % t-interval over the paired runs, for every pair of the
 policies run. ``--merge`` adds the per-run rows of an earlier output (e.g. the rollout subset)
-so that pairs across the two files are computed on their common runs. Used for the release rule
-of ``docs/research/2026-12-02-placement-distillation.md``:
+so that pairs across the two files are computed on their common runs; ``--workers`` runs the
+traces in parallel processes. Used for the release rules of the distillation and ES notes
+(``docs/research/2026-12-02-placement-distillation.md``, ``...-placement-es.md``):
 
     nice -n 5 python -m benchmarks.dynamic.distill_eval --model DIR --policies model clone \\
         --json benchmarks/results/dynamic/distill_frozen.json
@@ -39,6 +40,7 @@ from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
 from fleetmind.rl.rollout import DynamicRolloutPolicy, RolloutConfig
+from fleetmind.rl.scaleout import run_tasks
 
 POLICIES = ("model", "clone", "rollout")
 
@@ -61,6 +63,45 @@ def pair_stats(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, Any] | N
     }
 
 
+def trace_runs(
+    job: tuple[str, str, list[int], tuple[str, ...], str, RolloutConfig],
+) -> list[dict[str, Any]]:
+    """The runs of one frozen trace: ``(trace CSV, name, seeds, policies, model folder, rollout
+    settings)`` -> one row per seed with each policy's mean slowdown and p99 queueing delay (a
+    job of :func:`fleetmind.rl.scaleout.run_tasks`, so traces can run in parallel)."""
+    path, name, seeds, policies, model_ref, rcfg = job
+    model = Path(model_ref)
+    cfg = model_config(model)
+    actors = {}
+    if "clone" in policies:
+        actors["clone"] = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
+    if "model" in policies:
+        actors["model"] = actor_fn(load_dynamic_actor(model / "policy.onnx", cfg.n_candidates))
+    extra = {}
+    if "rollout" in policies:
+        base = load_dynamic_actor(model / "clone.onnx", cfg.n_candidates)
+
+        def make(env: MultiClusterPlacementEnv, seed: int) -> DynamicRolloutPolicy:
+            def new_env() -> MultiClusterPlacementEnv:
+                return MultiClusterPlacementEnv(**cfg.env_kwargs(env.trace))
+
+            return DynamicRolloutPolicy(base, new_env, seed, rcfg)
+
+        extra["rollout"] = make
+    res = evaluate_streams(path, seeds, actors, heuristics=(), config=cfg, policies=extra)
+    rows = []
+    for i, s in enumerate(seeds):
+        row: dict[str, Any] = {"trace": name, "seed": int(s)}
+        for pol, r in res.items():
+            row[pol] = {
+                "mean_slowdown": r["per_seed"]["mean_slowdown"][i],
+                "p99_queue_delay_s": r["per_seed"]["p99_queue_delay_s"][i],
+            }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="dynamic-mode model folder with clone.onnx")
@@ -73,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rollout-samples", type=int, default=2)
     ap.add_argument("--rollout-seed", type=int, default=0, help="sampled futures' seed")
     ap.add_argument("--merge", default=None, help="an earlier output JSON whose runs to pair with")
+    ap.add_argument("--workers", type=int, default=1, help="traces run in this many processes")
     ap.add_argument("--json", required=True, help="output JSON")
     a = ap.parse_args(argv)
     load0 = load_now()
@@ -82,11 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(a.seeds) if a.seeds else [int(s) for s in man["eval_seeds"]]
     model = Path(a.model)
     cfg = model_config(model)
-    actors = {}
-    if "clone" in a.policies:
-        actors["clone"] = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
-    if "model" in a.policies:
-        actors["model"] = actor_fn(load_dynamic_actor(model / "policy.onnx", cfg.n_candidates))
     rcfg = RolloutConfig(
         k=a.rollout_k,
         band=(a.rollout_window[0], a.rollout_window[1]),
@@ -95,31 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         samples=a.rollout_samples,
         sample_seed=a.rollout_seed,
     )
-    extra = {}
-    if "rollout" in a.policies:
-        base = load_dynamic_actor(model / "clone.onnx", cfg.n_candidates)
-
-        def make(env: MultiClusterPlacementEnv, seed: int) -> DynamicRolloutPolicy:
-            def new_env() -> MultiClusterPlacementEnv:
-                return MultiClusterPlacementEnv(**cfg.env_kwargs(env.trace))
-
-            return DynamicRolloutPolicy(base, new_env, seed, rcfg)
-
-        extra["rollout"] = make
+    jobs = [(str(paths[n]), n, seeds, tuple(a.policies), str(model), rcfg) for n in names]
     runs: list[dict[str, Any]] = []
-    for name in names:
-        res = evaluate_streams(
-            str(paths[name]), seeds, actors, heuristics=(), config=cfg, policies=extra
-        )
-        for i, s in enumerate(seeds):
-            row: dict[str, Any] = {"trace": name, "seed": int(s)}
-            for pol, r in res.items():
-                row[pol] = {
-                    "mean_slowdown": r["per_seed"]["mean_slowdown"][i],
-                    "p99_queue_delay_s": r["per_seed"]["p99_queue_delay_s"][i],
-                }
-            runs.append(row)
-            print(json.dumps(row), flush=True)
+    for rows in run_tasks(trace_runs, jobs, workers=a.workers):
+        runs.extend(rows)
     if a.merge:
         earlier = {
             (r["trace"], r["seed"]): r for r in json.loads(Path(a.merge).read_text())["runs"]
