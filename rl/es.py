@@ -55,9 +55,9 @@ class EsHyperparams:
 
     pairs: int = 8
     """antithetic pairs per generation (``2 x pairs`` perturbed candidates)"""
-    sigma: float = 0.3
-    """perturbation standard deviation (head-weight units; 0.3 changes ~7 % of the clone's
-    decisions with two or more feasible candidates on a ``default`` variant)"""
+    sigma: float = 0.15
+    """perturbation standard deviation (head-weight units; on a ``default`` variant 0.3 changed
+    ~7 % of the clone's decisions that had two or more feasible candidates)"""
     learning_rate: float = 0.02
     """step size on ``theta`` (per unit of the rank-utility gradient with ``sgd``)"""
     optimizer: str = "sgd"
@@ -80,11 +80,6 @@ def with_residual(actor: PlacementActor, base: np.ndarray, theta: np.ndarray) ->
     with torch.no_grad():
         actor.scorer.logit_head.weight.copy_(w.reshape(actor.scorer.logit_head.weight.shape))
     return actor
-
-
-def residual_of(actor: PlacementActor, clone: PlacementActor) -> np.ndarray:
-    """``(H,)``: ``actor``'s head weights minus ``clone``'s (its ``theta``)."""
-    return head_weights(actor) - head_weights(clone)
 
 
 def episode_job(job: tuple[str, Workload, tuple[float, ...] | None]) -> dict[str, float]:

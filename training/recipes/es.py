@@ -53,6 +53,7 @@ from fleetmind.rl.es import (
     EsHyperparams,
     Workload,
     es_generation,
+    head_weights,
     make_optimizer,
     with_residual,
 )
@@ -174,7 +175,7 @@ class _Learner:
         self.opt = make_optimizer(self.hp, dim)
         self.rng = np.random.default_rng([self.args.seed, 3])
         self.spec_rng = np.random.default_rng([self.args.seed, 2])
-        self.w0 = self.clone.scorer.logit_head.weight.detach().double().numpy().reshape(-1)
+        self.w0 = head_weights(self.clone)
 
     def learn(self, val: _Validator, anchor: Any) -> int:
         """:func:`fleetmind.training.recipes.paired.iterate` over the generations, validating

@@ -483,6 +483,19 @@ class _Learner:
         bar.set_postfix(gap=f"{row['sample_gap_pct']:+.2f}%", kl=f"{row['kl_clone']:.4f}")
 
 
+def _greedy_runs(
+    envs: list[Any],
+    seeds: list[int],
+    actor: Any,
+    runner: Callable[[Any], list[dict[str, float]]] | None,
+) -> list[dict[str, float]]:
+    """``actor``'s greedy metrics on each validation stream: by ``runner`` (jobs) when given,
+    else in this process."""
+    if runner is not None:
+        return runner(actor)
+    return [greedy_metrics(e, s, actor) for e, s in zip(envs, seeds, strict=True)]
+
+
 @dataclass
 class _Validator:
     """Greedy runs of the actor on fixed validation streams, against its clone's on the same
@@ -519,10 +532,7 @@ class _Validator:
         runner: Callable[[Any], list[dict[str, float]]] | None = None,
     ) -> _Validator:
         """Run the clone on the validation streams; the actor as it starts is the best so far."""
-        if runner is not None:
-            clone_val = runner(clone)
-        else:
-            clone_val = [greedy_metrics(e, s, clone) for e, s in zip(envs, seeds, strict=True)]
+        clone_val = _greedy_runs(envs, seeds, clone, runner)
         bar.update(len(envs))
         val = cls(
             envs,
@@ -539,10 +549,7 @@ class _Validator:
 
     def validate(self, it: int, actor: Any) -> None:
         """Validate the actor after iteration ``it``: log the row, keep its weights if best."""
-        if self.runner is not None:
-            ms = self.runner(actor)
-        else:
-            ms = [greedy_metrics(e, s, actor) for e, s in zip(self.envs, self.seeds, strict=True)]
+        ms = _greedy_runs(self.envs, self.seeds, actor, self.runner)
         self.bar.update(len(self.envs))
         r = np.array([m["mean_slowdown"] for m in ms]) / self.clone_ms
         p99_l = np.array([m["p99_queue_delay_s"] for m in ms])
