@@ -87,25 +87,45 @@ def rank_metrics(ranks: np.ndarray) -> dict[str, float]:
     }
 
 
-def gbdt_ranks(an: Any, incs: list[dict], ds: Any) -> np.ndarray:
+def gbdt_scores(an: Any, incs: list[dict], ds: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per incident, ``(candidate node indices (m,), probabilities (m,))`` of a GBDT analyzer."""
+    return [tuple(an.scores(ds.graph_of(inc), inc["alerts"])[:2]) for inc in incs]
+
+
+def gat_scores(gat: Any, incs: list[dict], ds: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per incident, ``(kept node indices (m,), log-softmax of the logits (m,))`` of a GAT."""
+    items = [(ds.graph_of(i), i["alerts"]) for i in incs]
     out = []
-    for inc in incs:
-        g = ds.graph_of(inc)
-        c, p, _ = an.scores(g, inc["alerts"])
-        r = g.index[str(inc["root_cause"])]
+    for keep, z in gat.crop_logits_many(items):
+        z = np.asarray(z, dtype=np.float64)
+        out.append((np.asarray(keep), z - np.logaddexp.reduce(z)))
+    return out
+
+
+def ranks_of(scores: list[tuple[np.ndarray, np.ndarray]], incs: list[dict], ds: Any) -> np.ndarray:
+    """0-based rank of each incident's root among its candidates (``-1``: not a candidate);
+    ties count in the root's favour, as for every method here."""
+    out = []
+    for inc, (c, p) in zip(incs, scores, strict=True):
+        r = ds.graph_of(inc).index[str(inc["root_cause"])]
         pos = np.flatnonzero(c == r)
         out.append(-1 if pos.size == 0 else int(np.sum(p > p[pos[0]])))
     return np.asarray(out, dtype=np.int64)
 
 
-def gat_ranks(gat: Any, incs: list[dict], ds: Any) -> np.ndarray:
-    items = [(ds.graph_of(i), i["alerts"]) for i in incs]
+def mean_scores(
+    members: list[list[tuple[np.ndarray, np.ndarray]]],
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The seed ensemble: per incident, the members' scores averaged (GAT: mean log-probability;
+    GBDT: mean probability). Every member must rank the same candidates, which holds because the
+    candidates come from the graph and the alerts, not from the fit."""
     out = []
-    for inc, (keep, z) in zip(incs, gat.crop_logits_many(items), strict=True):
-        r = ds.graph_of(inc).index[str(inc["root_cause"])]
-        pos = np.flatnonzero(keep == r)
-        out.append(-1 if pos.size == 0 else int(np.sum(z > z[pos[0]])))
-    return np.asarray(out, dtype=np.int64)
+    for per in zip(*members, strict=True):
+        c0 = per[0][0]
+        if any(not np.array_equal(c, c0) for c, _ in per[1:]):
+            raise ValueError("ensemble members rank different candidates")
+        out.append((c0, np.mean([p for _, p in per], axis=0)))
+    return out
 
 
 def _boot(ranks: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, Any]:
@@ -126,15 +146,17 @@ def _boot(ranks: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, Any
                 for k, v in (("ac@1", ac1), ("ac@3", ac3), ("mrr", rr))
             },
         }
-    if "hop2_gbdt" in ranks:
-        h = (ranks["hop2_gbdt"] == 0).astype(float)
-        for name, r in ranks.items():
-            if name.startswith("gat"):
-                d = (r == 0).astype(float) - h
-                out[name]["minus_hop2_gbdt_ac@1"] = float(d.mean())
-                out[name]["minus_hop2_gbdt_ac@1_ci95"] = [
-                    float(np.percentile(d[idx].mean(1), q)) for q in (2.5, 97.5)
-                ]
+    for name, r in ranks.items():
+        # a GAT fit against the hop2_gbdt fit of the same training seed (``@WORK``), an
+        # ensemble against the hop2_gbdt ensemble
+        ref = "hop2_gbdt" + (name[name.index("@") :] if "@" in name else "")
+        if not (name.startswith("gat") and ref in ranks):
+            continue
+        d = (r == 0).astype(float) - (ranks[ref] == 0).astype(float)
+        out[name]["minus_hop2_gbdt_ac@1"] = float(d.mean())
+        out[name]["minus_hop2_gbdt_ac@1_ci95"] = [
+            float(np.percentile(d[idx].mean(1), q)) for q in (2.5, 97.5)
+        ]
     return out
 
 
@@ -165,9 +187,11 @@ def tune_gbdt(a: argparse.Namespace) -> dict[str, Any]:
         best_an, best_key = None, (-1.0, -1.0)
         for cfg in _configs(a, "tune-gbdt", name, GBDT_GRID, GBDT_DEFAULT, a.configs):
             t0 = time.perf_counter()
-            an = GBDTAnalyzer(GBDTConfig(hops=hops, seed=0, max_train=10**9, **cfg), name=name)
+            an = GBDTAnalyzer(
+                GBDTConfig(hops=hops, seed=a.train_seed, max_train=10**9, **cfg), name=name
+            )
             an.train(train, ds.graphs)
-            m = rank_metrics(gbdt_ranks(an, val, ds))
+            m = rank_metrics(ranks_of(gbdt_scores(an, val, ds), val, ds))
             trials.append({"config": cfg, "val": m, "wall_s": round(time.perf_counter() - t0, 1)})
             print(name, cfg, m, flush=True)
             if (m["ac@1"], m["mrr"]) > best_key:
@@ -193,7 +217,7 @@ def tune_gat(a: argparse.Namespace) -> dict[str, Any]:
                 Args(
                     data=a.data,
                     epochs=a.epochs,
-                    seed=0,
+                    seed=a.train_seed,
                     out=str(runs / variant),
                     max_minutes=a.max_minutes,
                     register=False,
@@ -224,42 +248,75 @@ def tune_gat(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def evaluate(a: argparse.Namespace) -> dict[str, Any]:
-    from fleetmind.data.rca_dataset import load_dataset
+def _fitted(work: Path) -> dict[str, tuple[str, Any]]:
+    """The chosen fits a WORK folder holds: ``{method: (kind, analyzer)}``."""
     from fleetmind.rca.gat_analyzer import GATAnalyzer
 
-    work = Path(a.work)
-    gb = json.loads((work / "tune-gbdt.json").read_text())
-    gt_file = work / "tune-gat.json"
-    gt = json.loads(gt_file.read_text()) if gt_file.is_file() else {}
-    methods: dict[str, Any] = {}
+    methods: dict[str, tuple[str, Any]] = {}
     for name in ("hop2_gbdt", "node_gbdt"):  # the chosen fits, as tune-gbdt saved them
-        methods[name] = ("gbdt", joblib.load(work / f"{name}.joblib"))
-    for name, r in gt.items():
+        if (work / f"{name}.joblib").is_file():
+            methods[name] = ("gbdt", joblib.load(work / f"{name}.joblib"))
+    gt_file = work / "tune-gat.json"
+    for name, r in (json.loads(gt_file.read_text()) if gt_file.is_file() else {}).items():
         if isinstance(r, dict) and "artifact" in r:
             methods[name] = ("gat", GATAnalyzer.load(r["artifact"]))
+    return methods
+
+
+def evaluate(a: argparse.Namespace) -> dict[str, Any]:
+    """Score WORK's chosen fits and, with ``--member W2 ...``, each method's seed ensemble: the
+    same configuration fitted with other ``--train-seed`` values, scores averaged
+    (:func:`mean_scores`). Single fits are reported as ``NAME@WORKNAME``, ensembles as ``NAME``
+    when there are members."""
+    from fleetmind.data.rca_dataset import load_dataset
+
+    works = [Path(a.work), *[Path(m) for m in a.member]]
+    fitted = {w: _fitted(w) for w in works}
+    tuning: dict[str, Any] = {}
+    for w in works:
+        for f in ("tune-gbdt.json", "tune-gat.json"):
+            if (w / f).is_file():
+                for k, v in json.loads((w / f).read_text()).items():
+                    if isinstance(v, dict) and "chosen" in v:
+                        tuning[f"{k}@{w.name}" if a.member else k] = v
     out: dict[str, Any] = {}
     for spec in a.test:
         folder, split = spec.rsplit(":", 1)
         ds = load_dataset(folder, [split])
         incs = ds.split(split)[: a.limit]
-        ranks = {}
+        scores: dict[str, dict[Path, Any]] = {}
+        for w in works:
+            for name, (kind, an) in fitted[w].items():
+                # scores are kept per (fit, test set, limit) so a later run reuses them
+                cache = w / f"scores-{name}-{Path(folder).name}-{split}-{a.limit}.joblib"
+                t0 = time.perf_counter()
+                if cache.is_file():
+                    sc = joblib.load(cache)
+                else:
+                    sc = (gbdt_scores if kind == "gbdt" else gat_scores)(an, incs, ds)
+                    joblib.dump(sc, cache)
+                scores.setdefault(name, {})[w] = sc
+                print(
+                    name,
+                    w.name,
+                    spec,
+                    rank_metrics(ranks_of(sc, incs, ds)),
+                    f"{time.perf_counter() - t0:.0f}s",
+                    flush=True,
+                )
+        ranks: dict[str, np.ndarray] = {}
+        for name, per in scores.items():
+            if a.member:
+                for w, sc in per.items():
+                    ranks[f"{name}@{w.name}"] = ranks_of(sc, incs, ds)
+            ranks[name] = ranks_of(mean_scores(list(per.values())), incs, ds)
         key = f"{Path(folder).name}:{split}"
-        for name, (kind, an) in methods.items():
-            # ranks are kept per (method, test set, limit) so a later run reuses them
-            cache = work / f"ranks-{name}-{Path(folder).name}-{split}-{a.limit}.npy"
-            t0 = time.perf_counter()
-            if cache.is_file():
-                ranks[name] = np.load(cache)
-            else:
-                ranks[name] = (gbdt_ranks if kind == "gbdt" else gat_ranks)(an, incs, ds)
-                np.save(cache, ranks[name])
-            print(name, spec, rank_metrics(ranks[name]), f"{time.perf_counter() - t0:.0f}s")
         out[key] = {
             "data_meta": {k: ds.meta.get(k) for k in ("seed", "equivalent_command")},
+            "members": {n: [w.name for w in per] for n, per in scores.items()},
             "methods": _boot(ranks, a.boot, a.seed),
         }
-    return {"tuning": {**gb, **gt}, "test": out}
+    return {"tuning": tuning, "test": out}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "gat_neighbours"))
     ap.add_argument("--configs", type=int, default=3, help="configurations per tuned method")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draws and the bootstrap")
+    ap.add_argument(
+        "--train-seed", type=int, default=0, help="seed of every fit (weights, batches, sampling)"
+    )
     ap.add_argument("--variants", nargs="+", default=["neighbours", "base"])
     ap.add_argument("--tune-base", action="store_true", help="tune the base GAT too")
     ap.add_argument("--epochs", type=int, default=10)
@@ -280,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--max-minutes", type=float, default=12.0)
     ap.add_argument("--test", action="append", default=[], help="FOLDER:SPLIT to score")
+    ap.add_argument(
+        "--member",
+        action="append",
+        default=[],
+        help="another WORK folder (the same configurations, another --train-seed) to average with",
+    )
     ap.add_argument("--limit", type=int, default=None, help="first N incidents of each test")
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--json", default=None, help="result file (evaluate)")

@@ -1,0 +1,54 @@
+"""Seed ensembles in the GAT-versus-GBDT benchmark (``benchmarks/rca/gat_neighbours.py``): members'
+scores are averaged per candidate, ranks count ties in the root's favour, and members that rank
+different candidates are refused rather than silently misaligned."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from benchmarks.rca.gat_neighbours import mean_scores, rank_metrics, ranks_of
+
+
+def _ds(roots: list[int]) -> tuple[list[dict], SimpleNamespace]:
+    """Incidents whose root is node ``roots[i]`` of a graph with node ids ``"0" .. "9"``."""
+    graph = SimpleNamespace(index={str(i): i for i in range(10)})
+    incs = [{"root_cause": str(r)} for r in roots]
+    return incs, SimpleNamespace(graph_of=lambda inc: graph)
+
+
+def test_mean_of_two_members_can_fix_what_each_gets_wrong() -> None:
+    cand = np.array([3, 5, 7])
+    a = [(cand, np.array([0.5, 0.45, 0.05]))]  # root 5 second
+    b = [(cand, np.array([0.1, 0.2, 0.7]))]  # root 5 second
+    incs, ds = _ds([5])
+    assert ranks_of(a, incs, ds).tolist() == [1]
+    assert ranks_of(b, incs, ds).tolist() == [1]
+    mean = mean_scores([a, b])
+    np.testing.assert_allclose(mean[0][1], [0.3, 0.325, 0.375])
+    assert ranks_of(mean, incs, ds).tolist() == [1]
+    c = [(cand, np.array([0.1, 0.6, 0.3]))]
+    assert ranks_of(mean_scores([a, b, c]), incs, ds).tolist() == [0]
+
+
+def test_ties_favour_the_root_and_a_missing_root_is_a_miss() -> None:
+    incs, ds = _ds([4, 9])
+    scores = [
+        (np.array([1, 4, 2]), np.array([0.4, 0.4, 0.2])),
+        (np.array([1, 2]), np.array([0.9, 0.1])),
+    ]
+    r = ranks_of(scores, incs, ds)
+    assert r.tolist() == [0, -1]
+    assert rank_metrics(r)["ac@1"] == 0.5
+    assert rank_metrics(r)["mrr"] == 0.5
+
+
+def test_members_with_different_candidates_are_refused() -> None:
+    a = [(np.array([1, 2]), np.array([0.5, 0.5]))]
+    b = [(np.array([1, 3]), np.array([0.5, 0.5]))]
+    with pytest.raises(ValueError, match="different candidates"):
+        mean_scores([a, b])
+    with pytest.raises(ValueError):
+        mean_scores([a, a + a])  # a member with another number of incidents
