@@ -128,6 +128,13 @@ def test_benchmark_index_is_current() -> None:
     )
 
 
+def test_every_research_note_is_in_the_notes_index() -> None:
+    notes = sorted(p.name for p in (ROOT / "docs" / "research").glob("20*.md"))
+    index_text = (ROOT / "docs" / "research" / "README.md").read_text()
+    missing = [n for n in notes if f"({n})" not in index_text]
+    assert not missing, f"docs/research/README.md does not list {missing}"
+
+
 def test_no_work_session_words_in_tracked_files_or_their_names() -> None:
     hits = []
     for rel in tracked():
