@@ -82,3 +82,27 @@ def test_tiny_cli_training_run_registers_and_loads(mlflow_uri, tmp_path) -> None
     assert local.model.config.hidden == 16
     ckpts = os.listdir(os.path.join(os.path.dirname(res["artifact"]), "checkpoints"))
     assert any(c.startswith("best") for c in ckpts)
+
+
+def test_train_flags_reach_the_fit_and_the_release_command(monkeypatch) -> None:
+    """``--dropout``, ``--weight-decay`` and ``--neighbours`` reach :class:`Args`, and the command
+    written into a release's model card repeats them (a card without ``--neighbours`` would
+    rebuild another model)."""
+    import argparse
+
+    from fleetmind.training import rca_train
+
+    p = argparse.ArgumentParser()
+    rca_train.add_arguments(p)
+    argv = ["--data", "d", "--dropout", "0.2", "--weight-decay", "0.001", "--neighbours"]
+    ns = p.parse_args([*argv, "--release", "out"])
+    tail = rca_train._argv_tail(ns)
+    assert {"--dropout 0.2", "--weight-decay 0.001", "--neighbours"} <= set(tail)
+    assert not {"--dropout 0.1", "--neighbours"} & set(
+        rca_train._argv_tail(p.parse_args(["--data", "d"]))
+    )
+    seen = {}
+    monkeypatch.setattr(rca_train, "run", lambda a: (seen.setdefault("args", a), {"rank": 1})[1])
+    assert rca_train.cli(ns) == 0
+    a = seen["args"]
+    assert (a.dropout, a.weight_decay, a.neighbours) == (0.2, 0.001, True)

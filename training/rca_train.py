@@ -387,6 +387,8 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="graphs per batch")
     p.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
+    p.add_argument("--dropout", type=float, default=d.dropout, help="dropout between layers")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden channels")
     p.add_argument("--heads", type=int, default=d.heads, help="attention heads")
     p.add_argument("--layers", type=int, default=d.layers, help="GATv2 layers (>= 2)")
@@ -463,6 +465,8 @@ def cli(args: Any) -> int:
         out=args.out,
         batch_size=args.batch_size,
         lr=args.lr,
+        weight_decay=args.weight_decay,
+        dropout=args.dropout,
         hidden=args.hidden,
         heads=args.heads,
         layers=args.layers,
@@ -508,6 +512,8 @@ def _argv_tail(args: Any) -> list[str]:
     for flag, name in (
         ("--batch-size", "batch_size"),
         ("--lr", "lr"),
+        ("--weight-decay", "weight_decay"),
+        ("--dropout", "dropout"),
         ("--hidden", "hidden"),
         ("--heads", "heads"),
         ("--layers", "layers"),
@@ -516,6 +522,8 @@ def _argv_tail(args: Any) -> list[str]:
     ):
         if getattr(args, name) != getattr(d, name):
             out.append(f"{flag} {getattr(args, name)}")
+    if getattr(args, "neighbours", False):
+        out.append("--neighbours")
     out.append(f"--release {args.release}")
     return out
 
