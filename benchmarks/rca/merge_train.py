@@ -21,6 +21,9 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+from typing import Any
+
+from benchmarks.provenance import provenance
 
 
 def _renamed_graph(path: Path, prefix: str) -> tuple[str, dict]:
@@ -29,8 +32,11 @@ def _renamed_graph(path: Path, prefix: str) -> tuple[str, dict]:
     return g["name"], g
 
 
-def merge(base: Path, adds: list[Path], out: Path, forbid: set[int]) -> dict[str, int]:
+def merge(
+    base: Path, adds: list[Path], out: Path, forbid: set[int], record: dict[str, Any] | None = None
+) -> dict[str, int]:
     """Write ``out``: ``base`` plus each of ``adds``' train split (renamed). Returns the split sizes.
+    ``record`` (the command's provenance) is kept in ``meta.json`` beside the added folders.
 
     Raises:
         ValueError: ``out`` exists, an added folder has no ``train.jsonl`` or comes from a
@@ -64,6 +70,8 @@ def merge(base: Path, adds: list[Path], out: Path, forbid: set[int]) -> dict[str
                 n += 1
             added.append({"folder": str(add), "seed": seed, "train_incidents": n})
     meta["merged_train"] = added
+    if record is not None:
+        meta["merged_by"] = record
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return {
         p.stem: sum(1 for ln in p.read_text().splitlines() if ln.strip())
@@ -79,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forbid", type=int, nargs="*", default=[1], help="held-out seeds")
     a = ap.parse_args(argv)
     try:
-        counts = merge(Path(a.base), [Path(x) for x in a.add], Path(a.out), set(a.forbid))
+        counts = merge(
+            Path(a.base),
+            [Path(x) for x in a.add],
+            Path(a.out),
+            set(a.forbid),
+            record=provenance(__spec__.name, argv),
+        )
     except (ValueError, OSError, KeyError) as e:
         ap.error(str(e))
     print(f"wrote {a.out}: {counts}")
