@@ -26,11 +26,14 @@ def _folder(root: Path, name: str, seed: int, **caps: int) -> Path:
 def test_merge_adds_renamed_train_topologies_and_keeps_the_rest(tmp_path: Path) -> None:
     base = _folder(tmp_path, "base", 0, val=4, test=4)
     add = _folder(tmp_path, "add", 3, val=0, test=0)
+    (base / ".gat_cache").mkdir()
+    (base / ".gat_cache" / "features-x.pt").write_bytes(b"stale")
     out = tmp_path / "merged"
     counts = merge(base, [add], out, forbid={1})
     before, extra = load_dataset(base), load_dataset(add, ["train"])
     merged = load_dataset(out)
     assert counts["train"] == len(before.split("train")) + len(extra.split("train"))
+    assert not (out / ".gat_cache").exists()  # the base's feature cache is not copied
     for split in ("val", "test"):
         assert (out / f"{split}.jsonl").read_bytes() == (base / f"{split}.jsonl").read_bytes()
     added = [i for i in merged.split("train") if i["graph"].startswith("s3-")]

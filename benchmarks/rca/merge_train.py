@@ -26,10 +26,10 @@ from typing import Any
 from benchmarks.provenance import provenance
 
 
-def _renamed_graph(path: Path, prefix: str) -> tuple[str, dict]:
+def _renamed_graph(path: Path, prefix: str) -> dict:
     g = json.loads(path.read_text())
     g["name"] = prefix + g["name"]
-    return g["name"], g
+    return g
 
 
 def merge(
@@ -44,7 +44,8 @@ def merge(
     """
     if out.exists():
         raise ValueError(f"{out} exists; choose a new folder")
-    shutil.copytree(base, out)
+    # the base's feature cache (hundreds of MB, keyed by its files) would never be read here
+    shutil.copytree(base, out, ignore=shutil.ignore_patterns(".gat_cache"))
     meta = json.loads((out / "meta.json").read_text())
     added = []
     with (out / "train.jsonl").open("a") as train:
@@ -62,7 +63,7 @@ def merge(
                 inc = json.loads(line)
                 gpath = out / "graphs" / f"{prefix}{inc['graph']}.json"
                 if not gpath.is_file():
-                    name, g = _renamed_graph(add / "graphs" / f"{inc['graph']}.json", prefix)
+                    g = _renamed_graph(add / "graphs" / f"{inc['graph']}.json", prefix)
                     gpath.write_text(json.dumps(g, separators=(",", ":")))
                 inc["graph"] = prefix + inc["graph"]
                 inc["id"] = prefix + inc["id"]
