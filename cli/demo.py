@@ -118,6 +118,7 @@ def rca_model(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
     from fleetmind.rca.baselines import BASELINES
     from fleetmind.rca.gat_analyzer import GATAnalyzer
     from fleetmind.rca.metrics import evaluate_methods, make_analyzers
+    from fleetmind.training.tracking import ready_store
 
     try:
         gat = GATAnalyzer.load(None)
@@ -143,6 +144,7 @@ def rca_model(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
     report = evaluate_methods(ds.splits["test"], analyzers, ds.graphs)
     _print_rca_table(report)
     uri = _tracking_uri(cfg)
+    ready_store(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("fleetmind-demo")
     with mlflow.start_run(run_name=f"demo__rca__{cfg.seed}__{int(time.time())}") as run:

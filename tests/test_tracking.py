@@ -3,6 +3,10 @@ direction each trainer's score needs (RCA: higher val_ac1 wins; placement: lower
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +18,7 @@ from fleetmind.training.tracking import (
     CHAMPION,
     pip_requirements,
     promote_if_better,
+    ready_store,
     tracking_uri,
 )
 
@@ -74,3 +79,63 @@ def test_both_trainers_use_the_one_helper(monkeypatch: pytest.MonkeyPatch) -> No
     assert tracking_uri() == "sqlite:///x.db" and tracking_uri("file:/y") == "file:/y"
     (numpy,) = pip_requirements(["numpy"])
     assert numpy.startswith("numpy==")
+
+
+_FIRST_USE = """
+import sys, time
+from pathlib import Path
+import mlflow
+from fleetmind.training.tracking import ready_store
+uri, box, i, lock = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+(box / f"ready-{i}").touch()
+while not (box / "go").exists():
+    time.sleep(0.01)
+if lock:
+    ready_store(uri)
+mlflow.set_tracking_uri(uri)
+mlflow.set_experiment(f"exp-{i}")
+"""
+
+
+def _first_use_together(tmp_path, n: int, lock: bool) -> list[subprocess.CompletedProcess]:
+    """``n`` processes that first use one new SQLite store at the same moment (a file barrier)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FIRST_USE, uri, str(tmp_path), str(i), "1" if lock else "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(n)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    return [
+        subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs
+    ]
+
+
+def test_runs_started_together_on_a_new_store_all_start(tmp_path) -> None:
+    """Two training runs started together on the default embedded store used to race to create
+    its tables (``sqlite3.OperationalError: table ... already exists`` in the slower one);
+    ``ready_store`` creates them under a lock, so every run starts and the store holds them all."""
+    import mlflow
+
+    done = _first_use_together(tmp_path, 3, lock=True)
+    assert [p.returncode for p in done] == [0, 0, 0], [p.stderr[-400:] for p in done]
+    names = {
+        e.name
+        for e in mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()
+    }
+    assert {"exp-0", "exp-1", "exp-2"} <= names
+    assert (tmp_path / "mlflow.db.lock").exists()
+
+
+def test_ready_store_leaves_other_stores_alone(tmp_path) -> None:
+    ready_store(f"file:{tmp_path / 'mlruns'}")
+    assert not any(tmp_path.iterdir())

@@ -37,7 +37,7 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.io import write_json
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
-from fleetmind.training.tracking import log_pyfunc_model, tracking_uri
+from fleetmind.training.tracking import log_pyfunc_model, ready_store, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-rca"
 
@@ -188,6 +188,7 @@ def run(args: Args) -> dict[str, Any]:
     run_name = f"rca__gat__{args.seed}__{int(time.time())}"
     out_dir = Path(args.out) / run_name
     uri = tracking_uri(args.tracking_uri)
+    ready_store(uri)
     mlflow.set_tracking_uri(uri)
     logger = MLFlowLogger(experiment_name=args.experiment, run_name=run_name, tracking_uri=uri)
     module = GATLightning(

@@ -3,6 +3,8 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
 
 * :func:`tracking_uri`: where runs are tracked (an explicit URI, else ``MLFLOW_TRACKING_URI``, else
   the embedded :data:`DEFAULT_TRACKING_URI`);
+* :func:`ready_store`: create an embedded SQLite store's tables under a file lock, so that runs
+  started together on a new store do not race to create them;
 * :func:`pip_requirements`: the pinned requirements a logged pyfunc model declares (pinned to the
   installed versions; no slow inference of requirements);
 * :func:`promote_if_better`: tag a registered model version with its score and move the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -26,6 +29,31 @@ CHAMPION = "champion"
 def tracking_uri(explicit: str | None = None) -> str:
     """The MLflow tracking URI to use: explicit, else ``MLFLOW_TRACKING_URI``, else the embedded one."""
     return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def ready_store(uri: str) -> None:
+    """Make sure the tracking store at ``uri`` exists, its tables created and migrated.
+
+    MLflow creates an SQLite store's tables on first use; two processes that first use a new
+    store at the same moment (two training runs started together, the default
+    ``sqlite:///mlflow.db``) both try, and the slower one fails with ``table ... already
+    exists``. Here the first use happens under an exclusive lock on ``<db>.lock`` beside the
+    database, so the others wait and then find the tables made. Other stores are left alone.
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    import fcntl
+
+    import mlflow
+
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            mlflow.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pip_requirements(packages: Sequence[str]) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 import mlflow
 
 from fleetmind.training.placement_pyfunc import PlacementPyfunc
-from fleetmind.training.tracking import log_pyfunc_model, tracking_uri
+from fleetmind.training.tracking import log_pyfunc_model, ready_store, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-placement"
 
@@ -56,6 +56,7 @@ def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[A
     ``run_id``."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(args.tracking_uri)
+    ready_store(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(args.experiment)
     summary["tracking_uri"] = uri
