@@ -4,6 +4,7 @@ different candidates are refused rather than silently misaligned."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -52,3 +53,24 @@ def test_members_with_different_candidates_are_refused() -> None:
         mean_scores([a, b])
     with pytest.raises(ValueError):
         mean_scores([a, a + a])  # a member with another number of incidents
+
+
+def test_an_incumbent_replaces_the_default_and_the_draws_avoid_it() -> None:
+    """``--first`` puts a configuration chosen earlier where the shipped default stands, so both
+    methods of a same-budget re-tuning start from their incumbent; wrong keys are refused."""
+    from argparse import Namespace
+
+    from benchmarks.rca.gat_neighbours import GAT_DEFAULT, GAT_GRID, _configs
+
+    inc = {"hidden": 48, "lr": 3e-3, "dropout": 0.2, "weight_decay": 1e-4}
+    a = Namespace(refit_from=None, first=json.dumps(inc), seed=8800)
+    got = _configs(a, "tune-gat", "gat_neighbours", GAT_GRID, GAT_DEFAULT, 6)
+    assert got[0] == inc and len(got) == 6
+    assert all(c != inc for c in got[1:])
+    plain = _configs(
+        Namespace(refit_from=None, first=None, seed=8800), "", "", GAT_GRID, GAT_DEFAULT, 6
+    )
+    assert plain[0] == GAT_DEFAULT and plain[0] != inc
+    bad = Namespace(refit_from=None, first='{"hidden": 48}', seed=0)
+    with pytest.raises(SystemExit, match="exactly the keys"):
+        _configs(bad, "tune-gat", "gat_neighbours", GAT_GRID, GAT_DEFAULT, 2)
