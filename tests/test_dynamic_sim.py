@@ -239,3 +239,22 @@ def test_random_runs_keep_invariants(seed: int, depth: int, util: float) -> None
     assert (sim.run_s[started] >= jobs.ideal_s[started] * (1 - 1e-9)).all()
     assert sim.state.allocated_gpu_milli == 0  # every departure gave its resources back
     np.testing.assert_array_equal(sim.state.cpu_free, sim.state.cpu_cap)
+
+
+def test_a_stream_too_short_for_its_load_is_warned_once_per_setting(monkeypatch) -> None:
+    """A training run draws thousands of streams of one setting; each used to repeat the
+    'cannot load' warning (its load differs per stream), burying the progress bars."""
+    import warnings
+
+    from fleetmind.envs.dynamic import jobs as jobs_mod
+
+    monkeypatch.setattr(jobs_mod, "_SHORT_STREAMS_WARNED", set())
+    fleet, tr = two_cluster_fleet(), small_trace(200)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for seed in range(3):
+            build_jobs(tr, fleet, np.random.default_rng(seed), target_util=0.99, n_jobs=3)
+        build_jobs(tr, fleet, np.random.default_rng(0), target_util=0.99, n_jobs=4)
+        build_jobs(tr, fleet, np.random.default_rng(0), target_util=0.7)  # reaches its load
+    said = [str(w.message) for w in got if "cannot load" in str(w.message)]
+    assert len(said) == 2 and "3 jobs" in said[0] and "4 jobs" in said[1]

@@ -253,6 +253,10 @@ def _data_homes(
     return data_home, catalog[rng.integers(0, catalog.size, n)]
 
 
+_SHORT_STREAMS_WARNED: set[tuple[int, int, float]] = set()
+"""``(n_jobs, GPU capacity, target load)`` settings already warned about in this process."""
+
+
 def build_jobs(
     trace: PodTrace,
     fleet: DynFleet,
@@ -319,11 +323,15 @@ def build_jobs(
     spec = trace.gpu_spec_mask[idx].astype(np.int64)
     ideal = ideal_runtimes(fleet, work, cpu, mem, num_gpu, spec, comm)
     reached = offered_load(arrival, work, g, float(fleet.gpu_capacity))
-    if reached < 0.99 * target_util:
+    key = (n, int(fleet.gpu_capacity), float(target_util))
+    if reached < 0.99 * target_util and key not in _SHORT_STREAMS_WARNED:
+        # once per setting and process: a training run draws thousands of such streams, and a
+        # warning per stream (its load differs each time) buried the progress bars
+        _SHORT_STREAMS_WARNED.add(key)
         warnings.warn(
             f"offered load {reached:.2f} < target {target_util:.2f}: {n} jobs cannot load "
             f"{fleet.gpu_capacity} GPUs that much even arriving together; raise n_jobs or use "
-            "fewer nodes",
+            "fewer nodes (said once for this setting)",
             stacklevel=2,
         )
     return DynJobs(
