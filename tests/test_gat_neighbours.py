@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -206,9 +207,11 @@ def test_neighbours_artifact_round_trip(tmp_path) -> None:
     assert edge.shape == (crop.edge_index.shape[1], NUM_EDGE_FEATURES)
 
 
-# Scores of the released models/rca on four toy incidents, computed with the code as it was before
+# Scores of the GAT released until 2026-12-02 (base inputs, 1,760 training incidents; its artifact is
+# kept in tests/data/rca_legacy_gat) on four toy incidents, computed with the code as it was before
 # the neighbours switch (commit e161885, `GATAnalyzer.load(None)` on toy_graph("g", clusters=2) and
 # toy_incident(g, default_rng(7), i) for i in 0..3): top 3 causes and their scores.
+LEGACY_DIR = Path(__file__).parent / "data" / "rca_legacy_gat"
 RELEASED_REFERENCE = [
     [("c1/svc/s2", 0.711904), ("c1/svc/s1", 0.287463), ("c1/svc/s0", 0.000595)],
     [("c1/host/h1/gpu1", 0.769767), ("c1/host/h1", 0.16288), ("c1/host/h1/gpu0", 0.042752)],
@@ -217,16 +220,23 @@ RELEASED_REFERENCE = [
 ]
 
 
-def test_released_config_keeps_the_old_model_and_scores() -> None:
+def test_released_model_is_a_base_gat() -> None:
+    # the service's columnar parse and batched forward need a model without neighbour inputs
     meta = json.loads((MODELS_DIR / "rca" / "config.json").read_text())
+    assert "neighbours" not in meta["model"]
+    assert GATAnalyzer.load(None).accepts_alert_columns
+
+
+def test_an_artifact_saved_before_the_switch_keeps_its_model_and_scores() -> None:
+    meta = json.loads((LEGACY_DIR / "config.json").read_text())
     assert "neighbours" not in meta["model"]
     cfg = GATConfig.from_dict(meta["model"])
     assert cfg.neighbours is False and cfg.in_dim == NUM_FEATURES
     assert cfg.to_dict() == meta["model"]  # re-saving writes the same config
-    state = torch.load(MODELS_DIR / "rca" / "model.pt", map_location="cpu", weights_only=True)
+    state = torch.load(LEGACY_DIR / "model.pt", map_location="cpu", weights_only=True)
     assert set(GATRanker(cfg).state_dict()) == set(state)  # no new parameters
     # the model's own ranking: the lone-alert rule (on by default since) reorders incidents 2 and 3
-    gat = GATAnalyzer.load(None, lone_alert_margin=None)
+    gat = GATAnalyzer.load(str(LEGACY_DIR), lone_alert_margin=None)
     assert gat.accepts_alert_columns
     g = toy_graph("g", clusters=2)
     rng = np.random.default_rng(7)

@@ -156,12 +156,9 @@ def tor_down_silent(g: DependencyGraph) -> tuple[str, list[dict]]:
     return root, [a for a in alerts if a["labels"]["alertname"] != "SwitchPortsDown"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (2026-12-01): with the switch itself silent, the released GAT ranks one of "
-    "the unreachable hosts first; the common upstream of several silent-root symptoms needs "
-    "training storms of this shape",
-)
+# A silent ToR switch behind two unreachable hosts: the common upstream of several silent-root
+# symptoms. The GAT trained on 1,760 incidents ranked one of the hosts first (a strict xfail until
+# 2026-12-02); the release trained on 8,800 incidents (more storms of this shape) ranks the switch.
 def test_silent_switch_behind_two_unreachable_hosts(
     fleet: DependencyGraph, gat: GATAnalyzer
 ) -> None:

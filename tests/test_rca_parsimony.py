@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,16 +50,21 @@ def test_margin_must_be_a_finite_non_negative_number() -> None:
     assert out is None  # a zero margin only lowers logits above the alerting node's
 
 
-def test_the_released_gat_puts_a_lone_alerting_root_first() -> None:
+def test_a_trained_gat_puts_a_lone_alerting_root_first() -> None:
     # toy incident 2 of tests/test_gat_neighbours.py: an XID on c0/host/h1/gpu0 and one unseen
-    # alert on the other cluster; the model alone ranks two quiet c1 hosts above the GPU
+    # alert on the other cluster; the GAT released until 2026-12-02 (tests/data/rca_legacy_gat)
+    # alone ranks two quiet c1 hosts above the GPU. (The release trained on 8,800 incidents also
+    # ranks the quiet hosts first here, but then the noise alert's cluster: this two-cluster toy
+    # graph is far from its training graphs; its lone-alert storms on a generated fleet are in
+    # tests/test_rca_golden_storms.py.)
     g = toy_graph("g", clusters=2)
     rng = np.random.default_rng(7)
     inc = [toy_incident(g, rng, i) for i in range(3)][2]
     assert inc["root_cause"] == "c0/host/h1/gpu0"
-    plain = GATAnalyzer.load(None, lone_alert_margin=None)
+    legacy = str(Path(__file__).parent / "data" / "rca_legacy_gat")
+    plain = GATAnalyzer.load(legacy, lone_alert_margin=None)
     assert plain.find_root_causes(g, inc["alerts"], top_k=1).causes[0].node != inc["root_cause"]
-    gat = GATAnalyzer.load(None)
+    gat = GATAnalyzer.load(legacy)
     causes = gat.find_root_causes(g, inc["alerts"], top_k=3).causes
     assert causes[0].node == inc["root_cause"]
     ((keep, z),) = gat.crop_logits_many([(g, inc["alerts"])])
