@@ -385,7 +385,13 @@ LEARNED_BASELINES: dict[str, tuple[type[GBDTAnalyzer], int]] = {
 """Method name -> (class, hops) of the baselines that train on a dataset's train split."""
 
 
-def make_learned(name: str, data: str | Path, seed: int = 0) -> GBDTAnalyzer:
-    """Build ``name`` (one of :data:`LEARNED_BASELINES`) fitted on ``data``'s train split (cached)."""
+def make_learned(
+    name: str, data: str | Path, seed: int = 0, max_train: int | None = None
+) -> GBDTAnalyzer:
+    """Build ``name`` (one of :data:`LEARNED_BASELINES`) fitted on ``data``'s train split (cached).
+
+    ``max_train``: at most this many training incidents (``None``: :class:`GBDTConfig`'s default).
+    """
     cls, hops = LEARNED_BASELINES[name]
-    return cls(GBDTConfig(hops=hops, seed=seed), name=name).prepare(data)
+    extra = {} if max_train is None else {"max_train": int(max_train)}
+    return cls(GBDTConfig(hops=hops, seed=seed, **extra), name=name).prepare(data)

@@ -124,6 +124,7 @@ def make_analyzers(
     model: str | None = None,
     seed: int = 0,
     data: str | None = None,
+    max_train: int | None = None,
 ) -> dict[str, BaseAnalyzer]:
     """Build analyzers by name (default: every baseline plus plug-ins that load).
 
@@ -137,6 +138,8 @@ def make_analyzers(
         data: dataset folder whose ``train`` split fits the learned baselines of
             :data:`DATA_TRAINED` (cached, see :mod:`fleetmind.rca.gbdt`); ``None``: they are not listed by
             default and asking for one is an error.
+        max_train: at most this many ``train`` incidents for those learned baselines (``None``:
+            their default, :class:`fleetmind.rca.gbdt.GBDTConfig`'s ``max_train``).
 
     Raises:
         ConfigError: an unknown method name, a ``model`` with ``names`` that hold no learned
@@ -160,7 +163,7 @@ def make_analyzers(
                     f"method {name!r} trains on a dataset's train split: give the dataset folder "
                     "(rca evaluate --data DIR)"
                 )
-            out[name] = make_learned(name, data, seed)
+            out[name] = make_learned(name, data, seed, max_train)
         elif name in _FACTORIES:
             out[name] = _FACTORIES[name](model, seed)
         elif name in PLUGINS:

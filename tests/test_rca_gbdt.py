@@ -46,6 +46,18 @@ def test_learned_baselines_fit_on_train_and_are_cached(tiny: Path) -> None:
     assert res["methods"]["hop2_gbdt"]["ac@1"] > res["methods"]["random"]["ac@1"]
 
 
+def test_learned_baselines_take_a_training_cap(tiny: Path) -> None:
+    # the main table passes the whole train split (as the GAT sees it); GBDTConfig's default
+    # keeps 2,000, which cut 8,800 training incidents to 2,000 before the cap was passed through
+    n_train = len(load_dataset(tiny, ["train"]).split("train"))
+    assert n_train > 10
+    capped = make_analyzers(["hop2_gbdt", "name_table"], data=str(tiny), seed=0, max_train=10)
+    assert capped["hop2_gbdt"].fit_info["train_incidents"] == 10
+    assert capped["name_table"].fit_info["train_incidents"] == 10
+    full = make_analyzers(["hop2_gbdt"], data=str(tiny), seed=0, max_train=10**9)
+    assert full["hop2_gbdt"].fit_info["train_incidents"] == n_train
+
+
 def test_evaluate_splits_every_method_by_silent_root(tiny: Path) -> None:
     js = tiny.parent / "eval.json"
     methods = ["random", "most_alerts", "deepest", "name_table", "node_gbdt", "hop2_gbdt"]
