@@ -761,17 +761,18 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         description="Imitation warm start from FGD, then MaskablePPO; exports ONNX + torch.",
     )
     from fleetmind.training.recipes.flags import PAIRED_FLAGS, add_recipe_group, add_train_flags
-    from fleetmind.training.recipes.settings import DistillArgs, EsArgs, PairedArgs
+    from fleetmind.training.recipes.settings import DistillArgs, EsArgs, OrderArgs, PairedArgs
 
     tr.add_argument("--mode", choices=["fgd", "dynamic"], default="fgd", help="simulation mode")
     tr.add_argument(
         "--algo",
-        choices=["ppo", "paired", "distill", "es"],
+        choices=["ppo", "paired", "distill", "es", "order"],
         default="ppo",
         help="ppo (default: imitation warm start, then MaskablePPO), paired (dynamic mode:"
         " paired, critic-free PPO over a model's clone), distill (dynamic mode: the rollout"
         " policy's decisions distilled into the clone) or es (dynamic mode: evolution strategies"
-        " on a residual head of the clone); docs/ppo-dynamic.md",
+        " on a residual head of the clone) or order (dynamic mode: evolution strategies on the"
+        " queue order the clone places jobs in); docs/ppo-dynamic.md",
     )
     pa = tr.add_argument_group("--algo paired (dynamic mode)")
     add_train_flags(pa, PAIRED_FLAGS, recipes=(PairedArgs,))  # PairedArgs' own settings
@@ -793,6 +794,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     _ray_arg(tr, "--seeds: run every training seed; else --algo paired/es episodes, distill labels")
     add_recipe_group(tr, DistillArgs, "--algo distill (dynamic mode)")
     add_recipe_group(tr, EsArgs, "--algo es (dynamic mode)")
+    add_recipe_group(tr, OrderArgs, "--algo order (dynamic mode; the flags of --algo es)")
     tr.set_defaults(func=cmd_train)
 
 
@@ -835,6 +837,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fleetmind.training.recipes.es import cli_train as es_train
 
         return es_train(args)
+    if args.algo == "order":
+        from fleetmind.training.recipes.order import cli_train as order_train
+
+        return order_train(args)
     if args.mode == "dynamic":
         if args.reward != "shaped":
             raise ConfigError("--reward metric is an fgd-mode option (dynamic mode has its own)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -15,6 +16,7 @@ from fleetmind.envs.core import Pod
 from fleetmind.envs.dynamic.fleet import DynFleet, best_bottleneck_set, load_dynamic_fleet
 from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
 from fleetmind.envs.dynamic.model import DEFAULT_BACKFILL_DEPTH, DEFAULT_TARGET_UTIL, MAX_WORK_S
+from fleetmind.envs.dynamic.order import make_order
 from fleetmind.envs.dynamic.policies import estimate_completion
 from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.policies import FGD, fgd_score_from_delta
@@ -267,6 +269,9 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
           :data:`QUEUE_FEATURE_NAMES`, :meth:`queue_rows`): does placing the job here take room
           the queue head or the backfill window needs (default ``False``: ``F = 14``, the
           observation of models trained before the option).
+        * ``queue_order``: which startable job of the backfill window starts next
+          (:mod:`fleetmind.envs.dynamic.order`): a name (``fifo``, ``sjf``, ``hrrn``, ``small``)
+          or a weight vector; ``None`` (default): FIFO with backfill.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -288,6 +293,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         render_mode: str | None = None,
         candidate_set: str = "default",
         queue_features: bool = False,
+        queue_order: str | Sequence[float] | None = None,
     ) -> None:
         if n_candidates < 1:
             raise ConfigError(f"n_candidates must be >= 1, got {n_candidates}")
@@ -312,6 +318,7 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.render_mode = render_mode
         self.n_candidates = int(n_candidates)
         self.queue_features = bool(queue_features)
+        self.queue_order = make_order(queue_order)
         self.n_cand_features = N_CAND_FEATURES + (N_QUEUE_FEATURES if self.queue_features else 0)
         self.n_global_features = N_GLOBAL_FEATURES
         dim = self.n_candidates * self.n_cand_features + N_GLOBAL_FEATURES
@@ -342,15 +349,23 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         )
         return jobs, np.argsort(rng.permutation(self.fleet.n_nodes))
 
+    def new_sim(self, jobs: DynJobs, priority: np.ndarray) -> DynamicSim:
+        """A :class:`DynamicSim` of this env's fleet and queue settings on ``jobs``."""
+        return DynamicSim(
+            self.fleet,
+            jobs,
+            backfill_depth=self.backfill_depth,
+            priority=priority,
+            order=self.queue_order,
+        )
+
     # ------------------------------------------------------------------------------- gym API
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.jobs, priority = self.draw_stream(self.np_random)
-        self.sim = DynamicSim(
-            self.fleet, self.jobs, backfill_depth=self.backfill_depth, priority=priority
-        )
+        self.sim = self.new_sim(self.jobs, priority)
         self._fgd.reset(self.sim.state, trace=self.trace)
         self._steps = 0
         self._job = self.sim.next_decision()

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 from fleetmind.rl.dynamic_eval import Workload, cached, job_stream
 from fleetmind.rl.export import OnnxActor, PlacementActor
@@ -145,7 +144,7 @@ def label_workload(
         sample_seed: seeds the sampled futures (with ``seed``).
     """
     jobs, priority = job_stream(env, int(seed))
-    sim = DynamicSim(env.fleet, jobs, backfill_depth=env.backfill_depth, priority=priority)
+    sim = env.new_sim(jobs, priority)
     improver = DynamicRolloutPolicy(base, make_env, int(seed), hp.rollout_config(sample_seed))
     improver.reset(sim)  # draws the sampled futures (a pure function of the seeds)
     env.attach(sim)

@@ -88,6 +88,9 @@ class DynEvalConfig:
     n_candidates: int = 16
     candidate_set: str = "locality"
     queue_features: bool = False
+    queue_order: tuple[float, ...] | None = None
+    """weights of the queue order (:mod:`fleetmind.envs.dynamic.order`); ``None``: FIFO with
+    backfill (every model trained before the option)"""
 
     @classmethod
     def from_metadata(cls, env_kwargs: dict[str, Any]) -> DynEvalConfig:
@@ -95,7 +98,10 @@ class DynEvalConfig:
         from an older file takes its default (``queue_features`` False: models trained before
         the option existed see the 14-feature rows)."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in env_kwargs.items() if k in known})
+        kw = {k: v for k, v in env_kwargs.items() if k in known}
+        if kw.get("queue_order") is not None:  # JSON gives a list; the config stays hashable
+            kw["queue_order"] = tuple(float(x) for x in kw["queue_order"])
+        return cls(**kw)
 
     def env_kwargs(self, trace: str | PodTrace) -> dict[str, Any]:
         """Keyword arguments of :class:`MultiClusterPlacementEnv` for ``trace``."""
@@ -181,7 +187,7 @@ def run_policy(
     policy: Any,
 ) -> dict[str, float]:
     """One :class:`DynamicSim` run of ``policy`` (a heuristic or an :class:`EnvActorPolicy`)."""
-    sim = DynamicSim(env.fleet, jobs, backfill_depth=env.backfill_depth, priority=priority)
+    sim = env.new_sim(jobs, priority)
     return sim.run(policy)
 
 

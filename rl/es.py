@@ -198,10 +198,12 @@ def es_generation(
     opt: Sgd | Adam,
     rng: np.random.Generator,
     run: Runner | None = None,
+    episode: Callable[[Any], dict[str, float]] | None = None,
 ) -> Generation:
     """One generation (module docstring): score the clone, ``theta`` and ``2 x hp.pairs``
     perturbations on every workload, then one step of ``opt``. ``run`` runs the episode jobs (default:
-    in this process)."""
+    in this process); ``episode`` is the job (default :func:`episode_job`: ``theta`` a residual on
+    the clone's head; :func:`fleetmind.rl.order_es.order_episode_job`: ``theta`` a queue order)."""
     dim = len(theta)
     eps = rng.standard_normal((hp.pairs, dim))
     cands = [None, tuple(map(float, theta))]
@@ -209,7 +211,7 @@ def es_generation(
         cands.append(tuple(map(float, theta + hp.sigma * e)))
         cands.append(tuple(map(float, theta - hp.sigma * e)))
     jobs = [(init, wl, c) for c in cands for wl in workloads]
-    got = (run or _local)(episode_job, jobs)
+    got = (run or _local)(episode or episode_job, jobs)
     n_w = len(workloads)
     ms = np.array([g["mean_slowdown"] for g in got]).reshape(len(cands), n_w)
     p99 = np.array([g["p99_queue_delay_s"] for g in got]).reshape(len(cands), n_w)

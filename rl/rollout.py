@@ -653,5 +653,5 @@ def run_rollout_dynamic(
     the simulator's metrics (:meth:`DynamicSim.metrics` plus ``ms_per_decision``) and the log."""
     pol = DynamicRolloutPolicy(model, make_env, seed, config, progress)
     env = pol.env
-    sim = DynamicSim(env.fleet, jobs, backfill_depth=env.backfill_depth, priority=priority)
+    sim = env.new_sim(jobs, priority)
     return sim.run(pol), pol.log

@@ -30,6 +30,7 @@ from fleetmind.envs.dynamic.model import (
     REJECTED,
     RUNNING,
 )
+from fleetmind.envs.dynamic.order import LinearOrder
 
 
 # Simulator
@@ -47,7 +48,8 @@ class DynamicSim:
     :meth:`next_decision` advances simulated time until some queued job can start: events at the
     same time are handled departures first, then arrivals; then the queue is scanned from its head,
     at most ``1 + backfill_depth`` jobs deep (a job that no node can host now is skipped, later
-    jobs may start before it: backfilling without reservations). A job that fits on no node of the
+    jobs may start before it: backfilling without reservations). With an ``order``, every job of
+    that window that fits now is a candidate and the order picks one. A job that fits on no node of the
     empty fleet is rejected on arrival.
 
     Args:
@@ -55,6 +57,8 @@ class DynamicSim:
         jobs: the :class:`DynJobs` (sorted by arrival).
         backfill_depth: jobs behind the queue head that may start before it (0 = strict FIFO).
         priority: ``(N,)`` tie-break ranks for the node scorers (lower wins); ``None`` = index order.
+        order: which startable job of the backfill window starts next
+            (:class:`fleetmind.envs.dynamic.order.LinearOrder`); ``None``: the first one (FIFO).
     """
 
     def __init__(
@@ -63,12 +67,14 @@ class DynamicSim:
         jobs: DynJobs,
         backfill_depth: int = DEFAULT_BACKFILL_DEPTH,
         priority: np.ndarray | None = None,
+        order: LinearOrder | None = None,
     ) -> None:
         if backfill_depth < 0:
             raise ConfigError(f"backfill_depth must be >= 0, got {backfill_depth}")
         self.fleet = fleet
         self.jobs = jobs
         self.backfill_depth = int(backfill_depth)
+        self.order = order
         self.state = fleet.cluster_state(priority)
         self._pods = [jobs.pod(j) for j in range(len(jobs))]
         # per-cluster GPU capacity (milli) for load features
@@ -240,6 +246,12 @@ class DynamicSim:
 
     def _scan_queue(self) -> int | None:
         depth = 1 + self.backfill_depth
+        if self.order is not None:
+            window = self.queue[:depth]
+            pos = [p for p, j in enumerate(window) if self._can_start(j)]
+            if not pos:
+                return None
+            return self.order.pick(self, [window[p] for p in pos], pos)
         for pos, j in enumerate(self.queue):
             if pos >= depth:
                 break

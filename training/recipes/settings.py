@@ -361,3 +361,25 @@ class EsArgs:
     """torch threads"""
     progress: bool = True
     """progress bar"""
+
+
+@dataclass
+class OrderArgs(EsArgs):
+    """Settings of a learned-queue-order run (``fleetmind sched train --mode dynamic --algo
+    order`` flags; the recipe is :mod:`fleetmind.training.recipes.order`). The fields are
+    :class:`EsArgs`'; the defaults below differ (``theta`` has 4 values, not 64)."""
+
+    iterations: int = 30
+    """ES generations"""
+    workloads_per_iter: int = 4
+    """fresh workloads (variant + job stream) every candidate of a generation is scored on"""
+    pairs: int = 4
+    """antithetic perturbation pairs per generation"""
+    sigma: float = 0.3
+    """perturbation standard deviation of the order weights"""
+    learning_rate: float = 0.05
+    """step size on the order weights (Adam: about this much per weight and generation)"""
+    optimizer: str = "adam"
+    """sgd or adam"""
+    out: str = "runs/order"
+    """run folder (<out>/<run name>/)"""
