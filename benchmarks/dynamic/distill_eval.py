@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from benchmarks.placement.ablation import ci95, repo_relative
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT, load_now, provenance
 from fleetmind.cli.sched import parse_seeds
+from fleetmind.envs.dynamic.order import NAMED_ORDERS
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
 from fleetmind.rl.rollout import DynamicRolloutPolicy, RolloutConfig
@@ -64,17 +66,23 @@ def pair_stats(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, Any] | N
 
 
 def trace_runs(
-    job: tuple[str, str, list[int], tuple[str, ...], str, RolloutConfig],
+    job: tuple[str, str, list[int], tuple[str, ...], str, RolloutConfig, str | None],
 ) -> list[dict[str, Any]]:
     """The runs of one frozen trace: ``(trace CSV, name, seeds, policies, model folder, rollout
-    settings)`` -> one row per seed with each policy's mean slowdown and p99 queueing delay (a
+    settings, queue order of the model and rollout policies or None for the model's own)`` -> one
+    row per seed with each policy's mean slowdown and p99 queueing delay (a
     job of :func:`fleetmind.rl.scaleout.run_tasks`, so traces can run in parallel)."""
-    path, name, seeds, policies, model_ref, rcfg = job
+    path, name, seeds, policies, model_ref, rcfg, order = job
     model = Path(model_ref)
     cfg = model_config(model)
+    if order is not None:
+        cfg = replace(cfg, queue_order=None if order == "fifo" else NAMED_ORDERS[order])
     actors = {}
-    if "clone" in policies:
-        actors["clone"] = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
+    clone_res = {}
+    if "clone" in policies:  # the clone is the FIFO one, whatever order the model runs with
+        clone = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
+        fifo = replace(cfg, queue_order=None)
+        clone_res = evaluate_streams(path, seeds, {"clone": clone}, heuristics=(), config=fifo)
     if "model" in policies:
         actors["model"] = actor_fn(load_dynamic_actor(model / "policy.onnx", cfg.n_candidates))
     extra = {}
@@ -89,6 +97,7 @@ def trace_runs(
 
         extra["rollout"] = make
     res = evaluate_streams(path, seeds, actors, heuristics=(), config=cfg, policies=extra)
+    res.update(clone_res)
     rows = []
     for i, s in enumerate(seeds):
         row: dict[str, Any] = {"trace": name, "seed": int(s)}
@@ -113,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rollout-every", type=int, default=4)
     ap.add_argument("--rollout-samples", type=int, default=2)
     ap.add_argument("--rollout-seed", type=int, default=0, help="sampled futures' seed")
+    ap.add_argument(
+        "--queue-order",
+        choices=list(NAMED_ORDERS),
+        default=None,
+        help="run the model (and rollout) policies with this named queue order instead of the"
+        " model's own (envs/dynamic/order.py; the clone always runs FIFO)",
+    )
     ap.add_argument("--merge", default=None, help="an earlier output JSON whose runs to pair with")
     ap.add_argument("--workers", type=int, default=1, help="traces run in this many processes")
     ap.add_argument("--json", required=True, help="output JSON")
@@ -132,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         samples=a.rollout_samples,
         sample_seed=a.rollout_seed,
     )
-    jobs = [(str(paths[n]), n, seeds, tuple(a.policies), str(model), rcfg) for n in names]
+    jobs = [
+        (str(paths[n]), n, seeds, tuple(a.policies), str(model), rcfg, a.queue_order) for n in names
+    ]
     runs: list[dict[str, Any]] = []
     for rows in run_tasks(trace_runs, jobs, workers=a.workers):
         runs.extend(rows)
@@ -157,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         **provenance(__spec__.name, argv, load_start=load0, packages=("onnxruntime", "torch")),
         "model": str(repo_relative(str(model))),
         "setting": cfg.__dict__,
+        "queue_order": a.queue_order,
         "policies": list(a.policies),
         "rollout_config": {**rcfg.__dict__, "band": list(rcfg.window("dynamic"))},
         "seeds": seeds,
