@@ -280,7 +280,7 @@ def _evaluate_dynamic_agent(
     (``rl.dynamic_eval.DynEvalConfig``: 10 % node sample, 2,048 jobs, offered load 0.8), on the
     same job stream per seed, because the agent was trained on that setting and its candidates
     come from ``fleetmind/MultiClusterPlacement-v0``."""
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     from tqdm import tqdm
 
@@ -322,17 +322,34 @@ def _evaluate_dynamic_agent(
         actors["teacher"] = load_dynamic_teacher(folder)
     extra, rollouts = {}, {}
     if "rollout" in wanted:
-        extra["rollout"] = _rollout_dynamic_factory(args, folder, cfg, rollouts)
+        base = replace(cfg, queue_order=None)  # the rollout improves the clone, a FIFO stage
+        extra["rollout"] = _rollout_dynamic_factory(args, folder, base, rollouts)
+    # a model with a learned queue order (--algo order) runs with it; the heuristics and the
+    # stages below it (teacher, clone, rollout) run with the simulator's FIFO queue
+    own = {k: v for k, v in actors.items() if k == "ppo"} if cfg.queue_order else actors
+    fifo = {k: v for k, v in actors.items() if k not in own}
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_streams(
             args.trace,
             seeds,
-            actors=actors,
-            heuristics=heuristics,
+            actors=own,
+            heuristics=() if cfg.queue_order else heuristics,
             config=cfg,
             progress=lambda _msg: bar.update(1),
-            policies=extra,
+            policies={} if cfg.queue_order else extra,
         )
+        if cfg.queue_order:  # the same job streams: they do not depend on the order
+            per_policy.update(
+                evaluate_streams(
+                    args.trace,
+                    seeds,
+                    actors=fifo,
+                    heuristics=heuristics,
+                    config=replace(cfg, queue_order=None),
+                    progress=lambda _msg: bar.update(1),
+                    policies=extra,
+                )
+            )
     if "rollout" in per_policy:
         for _, bar in rollouts.values():
             bar.close()

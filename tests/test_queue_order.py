@@ -171,3 +171,32 @@ def test_frozen_set_evaluator_keeps_the_clone_fifo(shared_data) -> None:
     sjf = run(("model", "clone"), "sjf")
     assert sjf["clone"] == run(("clone",), None)["clone"]  # the clone runs FIFO either way
     assert sjf["model"] != run(("model",), "fifo")["model"]  # the model runs the order it is given
+
+
+def test_sched_evaluate_runs_a_model_with_its_order_and_the_rest_fifo(
+    shared_data, tmp_path
+) -> None:
+    import shutil
+
+    from fleetmind import cli
+
+    model = tmp_path / "order-model"
+    shutil.copytree(RELEASED, model)
+    shutil.copy2(model / "clone.onnx", model / "policy.onnx")  # the agent = the clone + the order
+    meta = json.loads((model / "metadata.json").read_text())
+    meta["env_kwargs"]["queue_order"] = list(NAMED_ORDERS["sjf"])
+    (model / "metadata.json").write_text(json.dumps(meta))
+
+    def run(folder: Path, policies: list[str]) -> dict:
+        out = tmp_path / f"{folder.name}-{len(policies)}.json"
+        argv = ["sched", "evaluate", "--mode", "dynamic", "--trace", "multigpu20", "--seeds", "5"]
+        assert (
+            cli.main([*argv, "--model", str(folder), "--policies", *policies, "--json", str(out)])
+            == 0
+        )
+        return {k: v["mean_slowdown"] for k, v in json.loads(out.read_text())["policies"].items()}
+
+    ordered = run(model, ["ppo", "clone", "FGD"])
+    plain = run(RELEASED, ["clone", "FGD"])
+    assert ordered["clone"] == plain["clone"] and ordered["FGD"] == plain["FGD"]  # FIFO both
+    assert ordered["ppo"] != ordered["clone"]  # the same network with the order starts other jobs
