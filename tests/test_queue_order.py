@@ -32,7 +32,7 @@ def _workloads() -> list[Workload]:
     """Two small congested workloads (2 % of the openb nodes, 384 jobs): queues hold several
     startable jobs at once, so the order matters (on 3 % of the nodes and 64-256 jobs FIFO and
     SJF start the same jobs)."""
-    cfg = replace(model_config(RELEASED), n_jobs=384, node_fraction=0.02)
+    cfg = replace(model_config(RELEASED), n_jobs=384, node_fraction=0.02, queue_order=None)
     return [Workload.of("multigpu20", 11, cfg), Workload.of("default", 13, cfg)]
 
 
