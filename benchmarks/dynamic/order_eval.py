@@ -59,7 +59,7 @@ def trace_result(job: tuple[str, list[int], str, tuple[str, ...], tuple[str, ...
         ord_res = evaluate_streams(trace, seeds, {}, ordered, cfg)
         res.update({f"{k} + order": v for k, v in ord_res.items()})
     out = {
-        p: {k: r["per_seed"][k] for k in ("mean_slowdown", "p99_queue_delay_s")}
+        p: {k: r["per_seed"][k] for k in ("mean_slowdown", "p99_queue_delay_s", "ms_per_decision")}
         for p, r in res.items()
     }
     print(json.dumps({"trace": trace, "done": sorted(out)}), flush=True)
