@@ -74,11 +74,14 @@ def test_missing_clone_or_teacher_is_a_one_line_error(tiny, tmp_path, capsys) ->
 
 @pytest.mark.filterwarnings("ignore:offered load:UserWarning")  # a short stream on purpose
 def test_dynamic_stages_by_name(shared_data, tmp_path) -> None:
-    """The dynamic release ran no PPO update, so its clone.onnx is its policy: same results.
+    """The dynamic release ran no PPO update, so its clone.onnx is its policy network: without its
+    queue order (the learned part since 2026-12-02, tests/test_queue_order.py) the same results.
     (A copy of the release whose metadata asks for 256 jobs, to keep the run short.)"""
     folder = tmp_path / "dyn"
     shutil.copytree(MODELS_DIR / "placement-dynamic", folder)
+    assert (folder / "policy.onnx").read_bytes() == (folder / "clone.onnx").read_bytes()
     meta = json.loads((folder / "metadata.json").read_text())
+    assert len(meta["env_kwargs"].pop("queue_order")) == 4
     meta["env_kwargs"]["n_jobs"] = 256
     (folder / "metadata.json").write_text(json.dumps(meta))
     out = tmp_path / "dyn.json"
