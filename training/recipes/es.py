@@ -237,10 +237,11 @@ class _Validator(PairedValidator):
     per_stream = True
 
 
-def command_line(a: EsArgs) -> str:
-    """The ``fleetmind sched train`` flags that reproduce ``a``."""
+def command_line(a: EsArgs, algo: str = "es") -> str:
+    """The ``fleetmind sched train`` flags that reproduce ``a`` (``algo``: ``es``, or ``order`` for
+    :class:`~fleetmind.training.recipes.settings.OrderArgs`, which has the same fields)."""
     return (
-        "--mode dynamic --algo es"
+        f"--mode dynamic --algo {algo}"
         + "".join(f" --trace {t}" for t in a.traces)
         + (f" --init {a.init}" if a.init else "")
         + f" --iterations {a.iterations} --workloads-per-iter {a.workloads_per_iter}"

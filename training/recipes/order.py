@@ -51,13 +51,13 @@ from fleetmind.rl.export import save_onnx
 from fleetmind.rl.order_es import OrderActor, order_episode_job
 from fleetmind.rl.scaleout import job_path, run_tasks
 from fleetmind.training.recipes.es import check, hyperparams
+from fleetmind.training.recipes.es import command_line as es_command_line
 from fleetmind.training.recipes.paired import (
     LearnerRun,
     _Validator,
     cli_clone_learner,
     iterate,
     iteration_specs,
-    learner_flags_tail,
     publish_learner,
     validation_workloads,
     variant_file,
@@ -193,15 +193,7 @@ def _export(r: LearnerRun, theta: np.ndarray, args: OrderArgs) -> None:
 
 def command_line(a: OrderArgs) -> str:
     """The ``fleetmind sched train`` flags that reproduce ``a``."""
-    return (
-        "--mode dynamic --algo order"
-        + "".join(f" --trace {t}" for t in a.traces)
-        + (f" --init {a.init}" if a.init else "")
-        + f" --iterations {a.iterations} --workloads-per-iter {a.workloads_per_iter}"
-        + f" --pairs {a.pairs} --sigma {a.sigma:g} --lr {a.learning_rate:g}"
-        + f" --optimizer {a.optimizer}"
-        + learner_flags_tail(a)
-    )
+    return es_command_line(a, "order")
 
 
 def _write_card(model_dir: Path, args: OrderArgs, summary: dict[str, Any]) -> None:
