@@ -31,6 +31,7 @@ import numpy as np
 from fleetmind.data.errors import ConfigError, ModelLoadError
 from fleetmind.data.openb import PodTrace, load_openb_trace
 from fleetmind.envs.dynamic.jobs import DynJobs
+from fleetmind.envs.dynamic.order import make_order
 from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.multicluster_env import (
@@ -262,8 +263,10 @@ def model_config(ref: str | Path) -> DynEvalConfig:
     if not isinstance(kw, dict):
         raise ModelLoadError(f"{p} metadata: env_kwargs is not an object")
     try:
-        return DynEvalConfig.from_metadata(kw)
-    except TypeError as exc:
+        cfg = DynEvalConfig.from_metadata(kw)
+        make_order(cfg.queue_order)  # a wrong weight vector fails here, not mid-evaluation
+        return cfg
+    except (TypeError, ValueError, ConfigError) as exc:
         raise ModelLoadError(f"{p} metadata: bad env_kwargs: {exc}") from exc
 
 

@@ -200,3 +200,14 @@ def test_sched_evaluate_runs_a_model_with_its_order_and_the_rest_fifo(
     plain = run(RELEASED, ["clone", "FGD"])
     assert ordered["clone"] == plain["clone"] and ordered["FGD"] == plain["FGD"]  # FIFO both
     assert ordered["ppo"] != ordered["clone"]  # the same network with the order starts other jobs
+
+
+@pytest.mark.parametrize("bad", [["x", 0, 0, 0], [1.0, 2.0], 5, [1.0, float("inf"), 0.0, 0.0]])
+def test_a_model_with_a_bad_order_is_a_load_error(tmp_path, bad) -> None:
+    from fleetmind.data.errors import ModelLoadError
+
+    (tmp_path / "metadata.json").write_text(
+        json.dumps({"mode": "dynamic", "env_kwargs": {"queue_order": bad}})
+    )
+    with pytest.raises(ModelLoadError, match="bad env_kwargs"):
+        model_config(tmp_path)
