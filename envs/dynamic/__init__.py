@@ -19,8 +19,9 @@ The model and every constant are documented, with sources, in ``docs/dynamic.md`
   throughput, ``B_min`` the slowest link among the job's GPUs and ``c`` its communication intensity;
   remote data adds ``RTT + size_GB / WAN_GB/s`` before the run.
 * **Scheduling** (:class:`.sim.DynamicSim`): event driven; a FIFO queue with a bounded backfill
-  window (the head first, then up to ``backfill_depth`` later jobs that fit now, no reservations); a
-  job that no node of the empty fleet could host is rejected on arrival.
+  window (the head first, then up to ``backfill_depth`` later jobs that fit now, no reservations),
+  or, with a :class:`.order.LinearOrder`, the job of that window the order ranks first; a job that
+  no node of the empty fleet could host is rejected on arrival.
 * **Metrics** (:meth:`.sim.DynamicSim.metrics`): mean and p99 JCT, mean slowdown (JCT / ideal
   runtime), p99 queueing delay, GPU allocation ratio (time average over the arrival window).
 
@@ -30,6 +31,7 @@ single-cluster node scorers of :mod:`fleetmind.envs.policies` are applied to the
 same job streams.
 
 Modules, each importing only the ones before it: :mod:`.model` (constants, runtime formula),
-:mod:`.fleet`, :mod:`.jobs`, :mod:`.sim`, :mod:`.policies`, :mod:`.evaluate`. This package
+:mod:`.fleet`, :mod:`.jobs`, :mod:`.order` (which startable queued job starts next), :mod:`.sim`,
+:mod:`.policies`, :mod:`.evaluate`. This package
 re-exports nothing: import from the module that defines a name.
 """
