@@ -326,30 +326,17 @@ def _evaluate_dynamic_agent(
         extra["rollout"] = _rollout_dynamic_factory(args, folder, base, rollouts)
     # a model with a learned queue order (--algo order) runs with it; the heuristics and the
     # stages below it (teacher, clone, rollout) run with the simulator's FIFO queue
-    own = {k: v for k, v in actors.items() if k == "ppo"} if cfg.queue_order else actors
-    fifo = {k: v for k, v in actors.items() if k not in own}
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_streams(
             args.trace,
             seeds,
-            actors=own,
-            heuristics=() if cfg.queue_order else heuristics,
+            actors=actors,
+            heuristics=heuristics,
             config=cfg,
             progress=lambda _msg: bar.update(1),
-            policies={} if cfg.queue_order else extra,
+            policies=extra,
+            ordered={"ppo"},
         )
-        if cfg.queue_order:  # the same job streams: they do not depend on the order
-            per_policy.update(
-                evaluate_streams(
-                    args.trace,
-                    seeds,
-                    actors=fifo,
-                    heuristics=heuristics,
-                    config=replace(cfg, queue_order=None),
-                    progress=lambda _msg: bar.update(1),
-                    policies=extra,
-                )
-            )
     if "rollout" in per_policy:
         for _, bar in rollouts.values():
             bar.close()

@@ -21,7 +21,7 @@ Shapes:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -200,11 +200,15 @@ def evaluate_streams(
     config: DynEvalConfig | None = None,
     progress: Callable[[str], None] | None = None,
     policies: dict[str, Callable[[MultiClusterPlacementEnv, int], Any]] | None = None,
+    ordered: Collection[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every heuristic and actor on the same job streams, one per seed.
 
     ``policies`` maps further names to ``make(env, seed) -> DynamicPolicy`` (e.g. the rollout
     policy, :class:`fleetmind.rl.rollout.DynamicRolloutPolicy`), built for each seed and run on its stream.
+    ``ordered``: the names that run with ``config``'s queue order; every other policy runs with
+    FIFO (a model with a learned order against its clone and the heuristics as published).
+    ``None``: every policy runs with ``config``'s order. The job streams do not depend on it.
 
     Returns:
         ``{policy: {metric: mean over seeds, "per_seed": {metric: [per seed]}}}`` for the metrics of
@@ -215,19 +219,26 @@ def evaluate_streams(
     env = MultiClusterPlacementEnv(**cfg.env_kwargs(tr))
     names = list(heuristics) + list(actors or {}) + list(policies or {})
     rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    order = env.queue_order
+
+    def use(name: str) -> MultiClusterPlacementEnv:
+        """``env`` with the queue order ``name`` runs with."""
+        env.queue_order = order if ordered is None or name in ordered else None
+        return env
+
     for seed in seeds:
         jobs, priority = job_stream(env, int(seed))
         for name in heuristics:
             pol = make_dynamic_policy(name, tr, env.fleet, int(seed))
-            rows[name].append(run_policy(env, jobs, priority, pol))
+            rows[name].append(run_policy(use(name), jobs, priority, pol))
             if progress is not None:
                 progress(f"{name} seed {seed}")
         for name, act in (actors or {}).items():
-            rows[name].append(run_policy(env, jobs, priority, EnvActorPolicy(act, env, name)))
+            rows[name].append(run_policy(use(name), jobs, priority, EnvActorPolicy(act, env, name)))
             if progress is not None:
                 progress(f"{name} seed {seed}")
         for name, make in (policies or {}).items():
-            rows[name].append(run_policy(env, jobs, priority, make(env, int(seed))))
+            rows[name].append(run_policy(use(name), jobs, priority, make(env, int(seed))))
             if progress is not None:
                 progress(f"{name} seed {seed}")
     out: dict[str, dict[str, Any]] = {}

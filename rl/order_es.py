@@ -38,9 +38,6 @@ class OrderActor:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.theta = np.asarray(state["theta"], dtype=np.float64).copy()
 
-    def order(self) -> LinearOrder:
-        return LinearOrder(tuple(map(float, self.theta)))
-
 
 def order_episode_job(job: tuple[str, Workload, tuple[float, ...] | None]) -> dict[str, float]:
     """The final metrics of one greedy episode of the clone: ``(init, workload, theta)`` ->

@@ -78,11 +78,8 @@ def trace_runs(
     if order is not None:
         cfg = replace(cfg, queue_order=None if order == "fifo" else NAMED_ORDERS[order])
     actors = {}
-    clone_res = {}
-    if "clone" in policies:  # the clone is the FIFO one, whatever order the model runs with
-        clone = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
-        fifo = replace(cfg, queue_order=None)
-        clone_res = evaluate_streams(path, seeds, {"clone": clone}, heuristics=(), config=fifo)
+    if "clone" in policies:
+        actors["clone"] = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
     if "model" in policies:
         actors["model"] = actor_fn(load_dynamic_actor(model / "policy.onnx", cfg.n_candidates))
     extra = {}
@@ -96,8 +93,10 @@ def trace_runs(
             return DynamicRolloutPolicy(base, new_env, seed, rcfg)
 
         extra["rollout"] = make
-    res = evaluate_streams(path, seeds, actors, heuristics=(), config=cfg, policies=extra)
-    res.update(clone_res)
+    # the clone runs FIFO whatever order the model runs with
+    res = evaluate_streams(
+        path, seeds, actors, heuristics=(), config=cfg, policies=extra, ordered={"model", "rollout"}
+    )
     rows = []
     for i, s in enumerate(seeds):
         row: dict[str, Any] = {"trace": name, "seed": int(s)}

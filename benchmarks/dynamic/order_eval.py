@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +49,10 @@ def trace_result(job: tuple[str, list[int], str, tuple[str, ...], tuple[str, ...
     trace, seeds, model_ref, heuristics, ordered = job
     model = Path(model_ref)
     cfg = model_config(model)
-    fifo = replace(cfg, queue_order=None)
     clone = actor_fn(load_dynamic_actor(model / "clone.onnx", cfg.n_candidates))
     agent = actor_fn(load_dynamic_actor(model / "policy.onnx", cfg.n_candidates))
-    res = evaluate_streams(trace, seeds, {"clone": clone}, heuristics, fifo)
-    res.update(evaluate_streams(trace, seeds, {"model": agent}, (), cfg))
+    actors = {"clone": clone, "model": agent}
+    res = evaluate_streams(trace, seeds, actors, heuristics, cfg, ordered={"model"})
     if ordered:
         ord_res = evaluate_streams(trace, seeds, {}, ordered, cfg)
         res.update({f"{k} + order": v for k, v in ord_res.items()})

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -193,12 +192,8 @@ def main() -> None:
     summary_rows = []
     for trace in a.traces:
         t1 = time.perf_counter()
-        if a.heuristics_order == "fifo" and cfg.queue_order is not None:
-            # the same job streams (they do not depend on the order), heuristics under FIFO
-            res = evaluate_streams(trace, seeds, {}, heuristics, replace(cfg, queue_order=None))
-            res.update(evaluate_streams(trace, seeds, actors, (), cfg))
-        else:
-            res = evaluate_streams(trace, seeds, actors, heuristics, cfg)
+        ordered = set(actors) if a.heuristics_order == "fifo" else None  # heuristics FIFO
+        res = evaluate_streams(trace, seeds, actors, heuristics, cfg, ordered=ordered)
         best = best_heuristic(res, heuristics)
         row = summary_row(trace, res, "PPO", best)
         summary_rows.append(row)
