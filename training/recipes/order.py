@@ -44,6 +44,7 @@ import mlflow
 import numpy as np
 from tqdm.auto import tqdm
 
+from fleetmind.data.errors import ConfigError
 from fleetmind.envs.dynamic.order import ORDER_FEATURES
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload
 from fleetmind.rl.es import es_generation, make_optimizer
@@ -77,7 +78,14 @@ TRAIN_STREAM_SEED = 1_200_000
 def run(args: OrderArgs) -> dict[str, Any]:
     """The learned-queue-order recipe (module docstring). Returns the JSON summary."""
     check(args)
+    if args.backfill_depth is not None and args.backfill_depth < 0:
+        raise ConfigError(f"--backfill-depth must be >= 0, got {args.backfill_depth}")
     r = LearnerRun.start(args, "order")
+    if args.backfill_depth is not None:  # every side of every comparison runs in this window
+        d = int(args.backfill_depth)
+        r.base_cfg = replace(r.base_cfg, backfill_depth=d)
+        r.train_cfg = replace(r.train_cfg, backfill_depth=d)
+        r.val_cfg = replace(r.val_cfg, backfill_depth=d)
     hp = hyperparams(args)
     init = str(job_path(r.init))
     run_jobs = partial(run_tasks, ray_address=args.ray_address, workers=args.workers)
@@ -193,7 +201,8 @@ def _export(r: LearnerRun, theta: np.ndarray, args: OrderArgs) -> None:
 
 def command_line(a: OrderArgs) -> str:
     """The ``fleetmind sched train`` flags that reproduce ``a``."""
-    return es_command_line(a, "order")
+    depth = "" if a.backfill_depth is None else f" --backfill-depth {a.backfill_depth}"
+    return es_command_line(a, "order") + depth
 
 
 def _write_card(model_dir: Path, args: OrderArgs, summary: dict[str, Any]) -> None:

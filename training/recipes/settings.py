@@ -383,3 +383,7 @@ class OrderArgs(EsArgs):
     """sgd or adam"""
     out: str = "runs/order"
     """run folder (<out>/<run name>/)"""
+    backfill_depth: int | None = None
+    """jobs behind the queue head the order may start before it, in training, validation and the
+    exported model (None: the start model's setting, 8 for the released clone); the window the
+    order chooses from is 1 + this (``docs/ppo-dynamic.md``, "Learned queue order")"""
