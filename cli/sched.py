@@ -262,8 +262,9 @@ def _evaluate_dynamic(
         return _evaluate_dynamic_agent(args, policies, seeds)
     n_runs = len(policies) * len(seeds) if policies else None
     with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
+        depth = {} if args.backfill_depth is None else {"backfill_depth": args.backfill_depth}
         per_policy = evaluate_dynamic(
-            args.trace, policies, seeds, progress=lambda _msg: bar.update(1)
+            args.trace, policies, seeds, progress=lambda _msg: bar.update(1), **depth
         )
     return {
         "trace": str(args.trace),
@@ -311,6 +312,8 @@ def _evaluate_dynamic_agent(
     ref = _local(args.model) if args.model else MODELS_DIR / "placement-dynamic"
     folder = model_folder(ref, Path(ref))
     cfg = model_config(ref)  # the model's own setting (queue_features...); defaults otherwise
+    if args.backfill_depth is not None:  # every policy in the window asked for
+        cfg = replace(cfg, backfill_depth=args.backfill_depth)
     actors = {}
     wanted = [p.lower() for p in policies]
     if "ppo" in wanted:
@@ -390,6 +393,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.causes and args.mode != "fgd":
         raise ConfigError(
             "--causes is an fgd-mode option (dynamic mode has no failed pods: jobs queue)"
+        )
+    depth = getattr(args, "backfill_depth", None)
+    if depth is not None and (args.mode != "dynamic" or depth < 0):
+        raise ConfigError(
+            "--backfill-depth is a dynamic-mode option and must be >= 0"
+            f" (got {depth} in {args.mode} mode)"
         )
     if args.mode == "fgd":
         policies = list(args.policies or DEFAULT_POLICIES)
@@ -562,6 +571,15 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "--wide",
         action="store_true",
         help=f"print every metric column (default: the main ones, within {TABLE_WIDTH} columns)",
+    )
+    ev.add_argument(
+        "--backfill-depth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="dynamic mode: jobs behind the queue head that may start before it, for every policy"
+        " (default: the model's setting, 8 without a model; kube-scheduler itself has no such"
+        " window: docs/dynamic.md)",
     )
     _rollout_args(ev)
     ev.add_argument("--json", default=None, help="write the results JSON here (every metric)")

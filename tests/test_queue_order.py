@@ -50,21 +50,25 @@ def test_fifo_weights_are_fifo_and_short_first_changes_the_starts(shared_data) -
     assert wl[0].env().queue_order is None
 
 
-def test_a_started_job_is_the_orders_choice_among_the_startable(shared_data) -> None:
+@pytest.mark.parametrize("depth", [8, 64])
+def test_a_started_job_is_the_orders_choice_among_the_startable(shared_data, depth) -> None:
     env = MultiClusterPlacementEnv(
         trace="multigpu20", node_fraction=0.02, n_jobs=384, candidate_set="locality",
-        queue_order="sjf",
+        queue_order="sjf", backfill_depth=depth,
     )  # fmt: skip
     env.reset(seed=11)
-    sim, seen = env.sim, 0
+    sim, seen, deep = env.sim, 0, 0
+    assert sim.backfill_depth == depth
     while (j := sim.next_decision()) is not None:
         window = sim.queue[: 1 + sim.backfill_depth]
+        deep += window.index(j) > 8  # started from beyond the default window
         ok = [q for q in window if q == j or bool(sim.feasible(q).any())]
         assert sim.jobs.ideal_s[j] == min(sim.jobs.ideal_s[q] for q in ok)
         seen += len(ok) > 1
         node = int(np.flatnonzero(sim.feasible(j))[0])
         sim.place(j, node)
     assert seen > 10  # decisions with a real choice
+    assert (deep > 0) == (depth > 8)  # a deeper window gives the order jobs further back
 
 
 def test_learner_beats_its_clone_on_its_training_workloads(shared_data) -> None:
@@ -142,6 +146,7 @@ def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path) ->
             val_streams=2,
             val_every=1,
             workers=1,
+            backfill_depth=32,
             out=str(tmp_path / "runs"),
             tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
             progress=False,
@@ -151,12 +156,14 @@ def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path) ->
     meta = json.loads((model_dir / "metadata.json").read_text())
     assert meta["algo"] == "order" and len(meta["env_kwargs"]["queue_order"]) == 4
     assert model_config(model_dir).queue_order == tuple(meta["env_kwargs"]["queue_order"])
+    # trained, validated and exported in the window it was given (the start model's is 8)
+    assert meta["env_kwargs"]["backfill_depth"] == 32 and summary["val_env"]["backfill_depth"] == 32
     assert (model_dir / "policy.onnx").read_bytes() == (model_dir / "clone.onnx").read_bytes()
     assert [v["iteration"] for v in summary["validation"]] == [0, 1, 2]
     assert len(summary["history"]) == 2 and set(summary["queue_order"]) >= {
         "queue_position_over_window"
     }
-    assert "--algo order" in summary["command"]
+    assert "--algo order" in summary["command"] and "--backfill-depth 32" in summary["command"]
     load_dynamic_actor(model_dir)  # what `sched evaluate --policies ppo --model DIR` loads
 
 
@@ -211,3 +218,39 @@ def test_a_model_with_a_bad_order_is_a_load_error(tmp_path, bad) -> None:
     )
     with pytest.raises(ModelLoadError, match="bad env_kwargs"):
         model_config(tmp_path)
+
+
+def test_a_negative_backfill_depth_is_a_one_line_config_error(tmp_path) -> None:
+    from fleetmind.training.recipes.order import OrderArgs, run
+
+    with pytest.raises(ConfigError, match="--backfill-depth must be >= 0"):
+        run(OrderArgs(backfill_depth=-1, out=str(tmp_path / "runs"), progress=False))
+    assert not (tmp_path / "runs").exists()  # refused before anything is written
+
+
+def test_sched_evaluate_backfill_depth_sets_every_policys_window(shared_data, tmp_path) -> None:
+    from fleetmind import cli
+
+    def run(*extra: str) -> dict:
+        out = tmp_path / f"ev{len(extra)}.json"
+        argv = ["sched", "evaluate", "--mode", "dynamic", "--trace", "multigpu20", "--seeds", "5"]
+        argv += ["--model", str(RELEASED), "--policies", "clone", "FGD", *extra]
+        assert cli.main([*argv, "--json", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    own, strict = run(), run("--backfill-depth", "0")
+    assert own["setting"]["backfill_depth"] == model_config(RELEASED).backfill_depth
+    assert strict["setting"]["backfill_depth"] == 0
+    for p in ("clone", "FGD"):  # strict FIFO: nothing passes a blocked head, so jobs wait longer
+        assert strict["policies"][p]["mean_slowdown"] > own["policies"][p]["mean_slowdown"]
+
+
+@pytest.mark.parametrize(
+    "argv", [["--backfill-depth", "4"], ["--mode", "dynamic", "--backfill-depth", "-1"]]
+)
+def test_sched_evaluate_refuses_a_bad_backfill_depth(argv, capsys) -> None:
+    from fleetmind import cli
+
+    assert cli.main(["sched", "evaluate", "--trace", "default", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "--backfill-depth is a dynamic-mode option" in err and "Traceback" not in err
