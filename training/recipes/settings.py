@@ -385,5 +385,6 @@ class OrderArgs(EsArgs):
     """run folder (<out>/<run name>/)"""
     backfill_depth: int | None = None
     """jobs behind the queue head the order may start before it, in training, validation and the
-    exported model (None: the start model's setting, 8 for the released clone); the window the
+    exported model (None: the start model's setting: 256 for the release since 2026-12-03, 8 for
+    models before it); the window the
     order chooses from is 1 + this (``docs/ppo-dynamic.md``, "Learned queue order")"""
