@@ -394,7 +394,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--causes is an fgd-mode option (dynamic mode has no failed pods: jobs queue)"
         )
-    depth = getattr(args, "backfill_depth", None)
+    depth = args.backfill_depth
     if depth is not None and (args.mode != "dynamic" or depth < 0):
         raise ConfigError(
             "--backfill-depth is a dynamic-mode option and must be >= 0"

@@ -23,25 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind.data.openb_variants import VARIANT_KINDS
 from fleetmind.envs.dynamic.order import NAMED_ORDERS
 from fleetmind.rl.dynamic_eval import Workload, model_config
 from fleetmind.rl.order_es import order_episode_job
 from fleetmind.rl.scaleout import run_tasks
-from fleetmind.training.recipes.paired import LEVEL_RANGE, variant_file
-
-KINDS = ("cpu", "gpushare", "gpuspec", "multigpu")
-
-
-def probe_specs(n: int, gen_seed: int) -> list[tuple[str, str, float, int]]:
-    """``n`` variant specs ``(source, kind, level %, generator seed)``: kinds cycled, levels drawn
-    uniformly over :data:`LEVEL_RANGE` to the nearest 0.5 (seeded by ``gen_seed``)."""
-    rng = np.random.default_rng(gen_seed)
-    out = []
-    for i in range(n):
-        kind = KINDS[i % len(KINDS)]
-        lo, hi = LEVEL_RANGE[kind]
-        out.append(("default", kind, float(np.round(rng.uniform(lo, hi) * 2) / 2), gen_seed + i))
-    return out
+from fleetmind.training.recipes.paired import variant_file, workload_specs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     orders = {"fifo": None, "sjf": NAMED_ORDERS["sjf"]}
     if base.queue_order is not None:
         orders["model"] = tuple(base.queue_order)
-    specs = probe_specs(a.workloads, a.gen_seed)
+    rng = np.random.default_rng(a.gen_seed)
+    specs = workload_specs(["default"], list(VARIANT_KINDS), a.workloads, a.gen_seed, rng)
     folder = Path(a.variants)
     folder.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, list[float]]] = {}
