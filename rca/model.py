@@ -231,18 +231,30 @@ class GATRanker(nn.Module):
 
         ``logits=False`` skips the score head and returns ``None`` for the logits (a caller that
         scores each graph of a batch on its own, see ``rca.gat_analyzer``). A ``neighbours`` model
-        (per-edge inputs ``edge_attr``) takes :meth:`forward`'s path.
+        (per-edge inputs ``edge_attr``) adds each edge's projected input to the relation table's
+        row; that sum is taken in another order than :meth:`forward`'s, so its outputs agree with
+        :meth:`forward` to float rounding (``tests/test_gat_neighbours.py``), not bit for bit.
 
         Shapes:
             ``x (|V|, F)``, ``edge_index (2, |E|)``, ``edge_type (|E|,)`` ->
             ``logits (|V|,)``, ``h (|V|, hidden)``, per layer attention ``(2|E| + |V|, H)``.
         """
-        if self.training or self.edge_in is not None:  # dropout on, or per-edge inputs
+        if self.training:  # dropout on
             out, h, att = self.forward(
                 x, edge_index, edge_type, return_attention=True, edge_attr=edge_attr
             )
             return (out if logits else None), h, att
         n = x.size(0)
+        n_e = edge_index.size(1)
+        ein = loop_in = None
+        if self.edge_in is not None:
+            if edge_attr is None:
+                raise ValueError("a neighbours GATRanker needs edge_attr")
+            # forward's edge input is rel_emb[rel] + edge_in(edge_attr) (zeros for the self loops);
+            # lin_edge has no bias, so per layer its projection is the relation table plus
+            # lin_edge(edge_in(edge_attr)), the same sum in another order (float rounding only)
+            ein = F.linear(edge_attr, self.edge_in.weight, self.edge_in.bias)
+            loop_in = self.edge_in.bias.view(1, -1)
         # message_graph's edges without its self loops: forward, then reversed; each node's self
         # loop is handled densely (it is the last message every node receives, so adding it after
         # the scatter keeps torch_geometric's order of summation)
@@ -261,10 +273,16 @@ class GATRanker(nn.Module):
             z = x_r.index_select(0, dst)
             z += x_j  # x_i + x_j
             z += table.index_select(0, rel).view(-1, heads, ch)
+            if ein is not None:
+                e_l = F.linear(ein, conv.lin_edge.weight).view(-1, heads, ch)
+                z[:n_e] += e_l
+                z[n_e:] += e_l
             z = nn.functional.leaky_relu_(z, conv.negative_slope)
             a = z.mul_(conv.att).sum(dim=-1)
             z_loop = x_r + x_l
             z_loop += table[SELF_LOOP].view(1, heads, ch)
+            if loop_in is not None:
+                z_loop += F.linear(loop_in, conv.lin_edge.weight).view(1, heads, ch)
             z_loop = nn.functional.leaky_relu_(z_loop, conv.negative_slope)
             a_loop = z_loop.mul_(conv.att).sum(dim=-1)
             if idx2 is None:

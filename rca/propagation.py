@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
+import numpy as np
+
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.baselines import alerts_by_node, graph_cache
@@ -80,12 +82,56 @@ def _float(x: Any) -> float | None:
 
 
 def _parse_time(s: Any) -> float:
+    """Unix seconds from an RFC 3339 string or a number (the service passes seconds); 0.0 if absent."""
+    if isinstance(s, int | float) and not isinstance(s, bool):
+        return float(s) if math.isfinite(s) else 0.0
     if not s:
         return 0.0
     try:
         return datetime.fromisoformat(str(s).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
+
+
+def _closure(start: int, edges: list[list[int]]) -> set[int]:
+    """Indices reachable from ``start`` over ``edges`` (``start`` included)."""
+    if not edges[start]:  # most alerts of a storm explain nothing and are explained by nothing
+        return {start}
+    seen = {start}
+    q = deque([start])
+    while q:
+        u = q.popleft()
+        for w in edges[u]:
+            if w not in seen:
+                seen.add(w)
+                q.append(w)
+    return seen
+
+
+def _sink_members(edges: list[list[int]]) -> list[bool]:
+    """Per vertex of the directed graph ``edges`` (adjacency lists): whether it lies in a sink
+    strongly connected component, i.e. every vertex it reaches reaches it back."""
+    n = len(edges)
+    if n == 0:
+        return []
+    src = [u for u, ws in enumerate(edges) for _ in ws]
+    if not src:
+        return [True] * n
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    dst = [w for ws in edges for w in ws]
+    adj = csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
+    _, comp = connected_components(adj, directed=True, connection="strong")
+    s, d = np.asarray(src), np.asarray(dst)
+    leaves = np.ones(int(comp.max()) + 1, dtype=bool)
+    leaves[comp[s][comp[s] != comp[d]]] = False  # a component with an edge out is no sink
+    return leaves[comp].tolist()
+
+
+def node_order(scores: np.ndarray) -> np.ndarray:
+    """Node indices best first: by score descending, ties by index (int64 ``(|V|,)``)."""
+    return np.lexsort((np.arange(scores.size), -scores))
 
 
 class PropagationRanker(BaseAnalyzer):
@@ -120,10 +166,48 @@ class PropagationRanker(BaseAnalyzer):
         self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]], top_k: int | None = None
     ) -> RCAResult:
         cfg: PropagationConfig = self.config
-        n = graph.num_nodes
-        cache = graph_cache(graph)
-        deps, dependents = cache.down, cache.up
         items = self._alerts(graph, alerts)
+        scores, best_alert, blast = self.score_items(graph, items)
+        order = node_order(scores)
+        if top_k is not None:
+            order = order[:top_k]
+        dependents = graph_cache(graph).up
+        causes = []
+        for pos, v in enumerate(order.tolist()):
+            path: tuple[str, ...] = (graph.nodes[v].id,)
+            if v in best_alert and pos < cfg.explain_top:
+                path = self._path(graph, v, blast[best_alert[v]], items, dependents)
+            node = graph.nodes[v]
+            causes.append(
+                RankedCause(
+                    node=node.id,
+                    kind=node.kind,
+                    cluster=node.cluster,
+                    score=float(scores[v]),
+                    fault_type=items[best_alert[v]].metric if v in best_alert else None,
+                    path=path,
+                )
+            )
+        return RCAResult(causes=causes, method=self.name)
+
+    def score_items(
+        self, graph: DependencyGraph, items: list[_Alert]
+    ) -> tuple[np.ndarray, dict[int, int], dict[int, set[int]]]:
+        """Every node's score from alerts already mapped onto nodes (steps 1-3 of the module docstring).
+
+        Args:
+            graph: the dependency graph.
+            items: the mapped alerts, grouped by node in first-seen order (as :meth:`_alerts` builds them).
+
+        Returns:
+            ``(scores, best_alert, blast)``: float64 ``(|V|,)`` scores (``2e6 +`` blast score for a node
+            with a root alert, ``1e6 +`` for an alerting node whose alerts are all explained, else the
+            number of alerting dependents), ``{node: index of its best alert}`` and each alert's blast
+            radius (alert indices; for the alerts a node's score was taken from, best alerts among them).
+        """
+        cfg: PropagationConfig = self.config
+        cache = graph_cache(graph)
+        deps = cache.down
         alerting = {a.node for a in items}
         by_node: dict[int, list[int]] = {}
         for i, a in enumerate(items):
@@ -161,57 +245,30 @@ class PropagationRanker(BaseAnalyzer):
                     explains_me[i].append(j)
                     explained_by_me[j].append(i)
 
-        def closure(start: int, edges: list[list[int]]) -> set[int]:
-            seen = {start}
-            q = deque([start])
-            while q:
-                u = q.popleft()
-                for w in edges[u]:
-                    if w not in seen:
-                        seen.add(w)
-                        q.append(w)
-            return seen
-
         strength = [1.0 + max(0.0, math.log(a.z / cfg.z_ref)) for a in items]
-        down = [closure(i, explains_me) for i in range(len(items))]
-        # root: every alert that explains me (transitively) is explained by me in turn
-        is_root = [all(i in down[j] for j in down[i]) for i in range(len(items))]
-        blast = [closure(i, explained_by_me) for i in range(len(items))]
-        alert_score = [sum(strength[j] for j in blast[i]) for i in range(len(items))]
+        is_root = _sink_members(explains_me)
+        blast: dict[int, set[int]] = {}  # computed for the alerts a node's score is taken from
 
-        scores = [0.0] * n
+        def alert_score(i: int) -> float:
+            if i not in blast:
+                blast[i] = _closure(i, explained_by_me)
+            return sum(strength[j] for j in blast[i])
+
+        # silent nodes: how many alerting nodes depend on them directly (edges counted)
+        mask = np.zeros(graph.num_nodes, dtype=bool)
+        mask[list(alerting)] = True
+        src, dst = cache.edge_arrays()
+        scores = np.bincount(dst[mask[src]], minlength=graph.num_nodes).astype(np.float64)
         best_alert: dict[int, int] = {}
         for v, idx in by_node.items():
             roots = [i for i in idx if is_root[i]]
             pool = roots or idx
-            i_best = max(pool, key=lambda i: alert_score[i])
-            best_alert[v] = i_best
+            pool_scores = [alert_score(i) for i in pool]
+            k = max(range(len(pool)), key=pool_scores.__getitem__)
+            best_alert[v] = pool[k]
             tier = 2.0e6 if roots else 1.0e6
-            scores[v] = tier + alert_score[i_best]
-        for v in range(n):
-            if v not in alerting:
-                scores[v] = float(sum(1 for u in dependents[v] if u in alerting))
-
-        order = sorted(range(n), key=lambda v: (-scores[v], v))
-        if top_k is not None:
-            order = order[:top_k]
-        causes = []
-        for pos, v in enumerate(order):
-            path: tuple[str, ...] = (graph.nodes[v].id,)
-            if v in best_alert and pos < cfg.explain_top:
-                path = self._path(graph, v, blast[best_alert[v]], items, dependents)
-            node = graph.nodes[v]
-            causes.append(
-                RankedCause(
-                    node=node.id,
-                    kind=node.kind,
-                    cluster=node.cluster,
-                    score=scores[v],
-                    fault_type=items[best_alert[v]].metric if v in best_alert else None,
-                    path=path,
-                )
-            )
-        return RCAResult(causes=causes, method=self.name)
+            scores[v] = tier + pool_scores[k]
+        return scores, best_alert, blast
 
     @staticmethod
     def _path(

@@ -37,6 +37,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="passes over the incidents")
     ap.add_argument("--out", default=None, help="JSON of the figures")
     ap.add_argument("--dump", default=None, help="pickle the response bodies of one pass here")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="RCA model folder to rank with (default: the released models/rca)",
+    )
     args = ap.parse_args()
     load0 = load_now()
     repo = code_root()  # where fleetmind (and so every project module below) comes from
@@ -55,7 +60,7 @@ def main() -> None:
     graph = benchmark_graph()
     bodies = sim_incidents(graph, args.incidents + 24, 200, seed=0)
     warm, bodies = bodies[args.incidents :], bodies[: args.incidents]
-    gat = GATAnalyzer.load(None)
+    gat = GATAnalyzer.load(args.model)
     model = LoadedModel("rca", gat, "gat", gat.version, None, None, 0.0)
 
     def run(batch_bodies: list[bytes]) -> list[bytes]:
@@ -86,6 +91,8 @@ def main() -> None:
             **provenance(__spec__.name, load_start=load0),
             "repo": str(repo),
             "batch": args.batch,
+            "model": gat.version,
+            "neighbours": bool(gat.model.config.neighbours),
             "incidents": len(bodies),
             "cpu_ms_per_request_by_pass": passes,
         }

@@ -83,6 +83,9 @@ class AlertColumns:
         firing: float64 ``(A,)``, 1.0 for a firing alert, 0.0 for a resolved one.
         unmapped: alerts that matched no node.
         count: all alerts, mapped or not (``len()``).
+        labels: the label set of each mapped alert, in ``rows`` order, for models that read label
+            values (a ``neighbours`` GAT); ``None`` unless the builder was asked for them. No
+            annotations: the service's parse drops them, as its alert dicts do.
     """
 
     graph: DependencyGraph
@@ -96,6 +99,7 @@ class AlertColumns:
     firing: np.ndarray
     unmapped: int
     count: int
+    labels: list[Mapping[str, str]] | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -258,6 +262,7 @@ def columns_from_parsed(
     starts: np.ndarray,
     ends: np.ndarray,
     firing: np.ndarray,
+    labels: Sequence[Mapping[str, str]] | None = None,
 ) -> AlertColumns:
     """:class:`AlertColumns` of alerts parsed elsewhere (the service parses request bodies).
 
@@ -267,6 +272,7 @@ def columns_from_parsed(
         starts, ends: float64 ``(A,)`` unix seconds of ``startsAt`` / ``endsAt`` as
             :func:`~fleetmind.rca.features.times.parse_time` reads them, NaN where ``None``.
         firing: bool ``(A,)``, True for ``status == "firing"`` (else ``"resolved"``).
+        labels: per alert, its label set (kept for the mapped alerts as :attr:`AlertColumns.labels`).
 
     Gives what :func:`alert_columns` gives for the same alerts as dicts (the same arrays).
     """
@@ -277,7 +283,10 @@ def columns_from_parsed(
     # a firing alert's end that is not after its start is Alertmanager's "no end yet"
     with np.errstate(invalid="ignore"):
         e = np.where(f & (e <= s), _NAN, e)
-    return _columns(graph, mapped, count - len(keep), count, s, e, f.astype(np.float64))
+    cols = _columns(graph, mapped, count - len(keep), count, s, e, f.astype(np.float64))
+    if labels is not None:
+        cols.labels = [labels[j] for j in keep]
+    return cols
 
 
 def label_info(graph: DependencyGraph, labels: Mapping[str, Any]) -> _LabelInfo:
@@ -308,6 +317,15 @@ def label_json_memo(graph: DependencyGraph) -> dict[bytes, _LabelInfo]:
     if len(st.label_json) >= 100_000:
         st.label_json.clear()
     return st.label_json
+
+
+def label_dict_memo(graph: DependencyGraph) -> dict[bytes, dict[str, str]]:
+    """A per-graph memo of label sets keyed by their JSON text (what the text decodes to; see
+    :func:`label_json_memo`), for parsers that keep the label values."""
+    st = _static(graph)
+    if len(st.label_json_dicts) >= 100_000:
+        st.label_json_dicts.clear()
+    return st.label_json_dicts
 
 
 def crop_columns(graph: DependencyGraph, cols: AlertColumns, hops: int | None) -> IncidentCrop:

@@ -45,6 +45,7 @@ class _GraphStatic:
         self.keysets: list[tuple[tuple[str, ...], dict]] | None = None
         self.keyset_getters: list[tuple[int, dict, Any, frozenset[str]]] | None = None
         self.label_json: dict[bytes, tuple[int | None, int, int, str]] = {}
+        self.label_json_dicts: dict[bytes, dict[str, str]] = {}
 
 
 _STATIC: weakref.WeakKeyDictionary[DependencyGraph, _GraphStatic] = weakref.WeakKeyDictionary()

@@ -53,10 +53,17 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.rca.baselines import graph_cache
+from fleetmind.rca.features.columnar import AlertColumns, _label_info
 from fleetmind.rca.features.layout import _OFF_KW, _OFF_SEV, _OFF_TIME
 from fleetmind.rca.features.mapping import _static, node_index_for_alert
-from fleetmind.rca.propagation import PropagationConfig, PropagationRanker
+from fleetmind.rca.propagation import (
+    PropagationConfig,
+    PropagationRanker,
+    _Alert,
+    _float,
+    _parse_time,
+    node_order,
+)
 
 XID_VOCAB: tuple[str, ...] = (
     "13",
@@ -139,51 +146,124 @@ def edge_features(x: np.ndarray, edge_index: np.ndarray) -> np.ndarray:
     return out
 
 
-def propagation_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """The ``prop:*`` block for every node of ``graph``: float32 ``(|V|, 5)``."""
+Alerts = Sequence[Mapping[str, Any]] | AlertColumns
+"""Alert dicts, or :class:`~fleetmind.rca.features.columnar.AlertColumns` that carry their ``labels``."""
 
+
+def propagation_columns(graph: DependencyGraph, alerts: Alerts) -> np.ndarray:
+    """The ``prop:*`` block for every node of ``graph``: float32 ``(|V|, 5)``.
+
+    The propagation ranker's tiers, scores and order (:class:`fleetmind.rca.propagation.PropagationRanker`
+    at its defaults, the same numbers its ``find_root_causes`` gives), computed without building a
+    ranked cause per node: each alert is mapped once (vectorised label mapping, memoised per graph),
+    and the order is one ``lexsort``. ``startsAt`` may be RFC 3339 or unix seconds (the service passes
+    seconds). From :class:`~fleetmind.rca.features.columnar.AlertColumns` (the service's parse) it
+    reads the labels and start times the columns keep; they carry no annotations, so every alert's
+    strength comes from its severity, as for the service's alert dicts.
+    """
     n = graph.num_nodes
-    # the ranker maps alerts with DependencyGraph.node_for_alert (pure Python, ~5 ms per new label
-    # set); fill its per-graph memo with the vectorised mapping, which follows the same rules
-    memo, st = graph_cache(graph).label_cache, _static(graph)
-    for a in alerts:
-        labels = a.get("labels") or {}
-        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-        if key not in memo:
-            memo[key] = node_index_for_alert(graph, labels, st)
-    res = PropagationRanker(PropagationConfig(explain_top=0)).find_root_causes(
-        graph,
-        alerts,  # type: ignore[arg-type]
+    ranker = PropagationRanker(PropagationConfig(explain_top=0))
+    items = (
+        _column_items(_labelled(alerts), ranker.config)
+        if isinstance(alerts, AlertColumns)
+        else _mapped_items(graph, alerts, ranker.config)
     )
+    scores, _, _ = ranker.score_items(graph, items)
     out = np.zeros((n, 5), dtype=np.float32)
-    for rank, c in enumerate(res.causes):
-        v = graph.index[c.node]
-        s = float(c.score)
-        if s >= 2.0e6:
-            out[v, 0], s = 1.0, s - 2.0e6
-        elif s >= 1.0e6:
-            out[v, 1], s = 1.0, s - 1.0e6
-        else:
-            out[v, 2] = 1.0
-        out[v, 3] = np.log1p(max(s, 0.0))
-        out[v, 4] = 1.0 / (1.0 + rank)
+    root = scores >= 2.0e6
+    explained = ~root & (scores >= 1.0e6)
+    s = scores - np.where(root, 2.0e6, np.where(explained, 1.0e6, 0.0))
+    out[:, 0] = root
+    out[:, 1] = explained
+    out[:, 2] = ~(root | explained)
+    out[:, 3] = np.log1p(np.maximum(s, 0.0))
+    rank = np.empty(n, dtype=np.float64)
+    rank[node_order(scores)] = np.arange(n, dtype=np.float64)
+    out[:, 4] = 1.0 / (1.0 + rank)
     return out
 
 
-def label_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> np.ndarray:
+def _mapped_items(
+    graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], cfg: PropagationConfig
+) -> list[_Alert]:
+    """The ranker's mapped alerts (what its ``_alerts`` builds: grouped by node in first-seen order,
+    ``severity="none"`` and unmapped alerts dropped), with one label-set lookup per alert."""
+    st = _static(graph)
+    memo = st.label_info
+    by_node: dict[int, list[_Alert]] = {}
+    for a in alerts:
+        labels = a.get("labels") or {}
+        if labels.get("severity") == "none":
+            continue
+        try:  # the label-set memo the feature columns fill (the same mapping rules)
+            info = memo.get(tuple(labels.items()))
+        except TypeError:
+            info = None
+        v = (info if info is not None else _label_info(graph, st, labels))[0]
+        if v is None:
+            continue
+        ann = a.get("annotations") or {}
+        z = _float(ann.get("z_score"))
+        if z is None:
+            z = 2.0 * cfg.z_ref if labels.get("severity") == "critical" else cfg.z_ref
+        by_node.setdefault(v, []).append(
+            _Alert(
+                node=v,
+                metric=labels.get("metric"),
+                start=_parse_time(a.get("startsAt")),
+                z=max(z, 1e-9),
+                delta=_float(ann.get("delta")),
+            )
+        )
+    return [it for group in by_node.values() for it in group]
+
+
+def _labelled(cols: AlertColumns) -> AlertColumns:
+    if cols.labels is None:
+        raise TypeError(
+            "a neighbours GAT reads alert label values: pass the alert dicts, or AlertColumns "
+            "built with their labels (serving.rca.parse.plain_columns(..., labels=True))"
+        )
+    return cols
+
+
+def _column_items(cols: AlertColumns, cfg: PropagationConfig) -> list[_Alert]:
+    """:func:`_mapped_items` of alerts given as columns with labels (no annotations)."""
+    by_node: dict[int, list[_Alert]] = {}
+    labels = cols.labels or []
+    for v, lab, t in zip(cols.rows.tolist(), labels, cols.starts.tolist(), strict=True):
+        sev = lab.get("severity")
+        if sev == "none":
+            continue
+        by_node.setdefault(v, []).append(
+            _Alert(
+                node=v,
+                metric=lab.get("metric"),
+                start=0.0 if t != t else t,  # NaN: no start, as _parse_time reads a missing one
+                z=2.0 * cfg.z_ref if sev == "critical" else cfg.z_ref,
+                delta=None,
+            )
+        )
+    return [it for group in by_node.values() for it in group]
+
+
+def label_columns(graph: DependencyGraph, alerts: Alerts) -> np.ndarray:
     """The ``xid:*`` and ``link:*`` blocks for every node of ``graph``: float32 ``(|V|, |X| + 3)``."""
 
     n = graph.num_nodes
     width = len(XID_VOCAB) + 3
     cnt = np.zeros((n, width), dtype=np.float32)
     st = _static(graph)
-    for a in alerts:
-        labels = a.get("labels") or {}
+    if isinstance(alerts, AlertColumns):
+        pairs: Any = zip(_labelled(alerts).labels or [], alerts.rows.tolist(), strict=True)
+    else:
+        pairs = ((a.get("labels") or {}, -1) for a in alerts)
+    for labels, row in pairs:
         xid = labels.get("xid")
         link = labels.get("link")
         if xid is None and link is None:
             continue
-        v = node_index_for_alert(graph, labels, st)
+        v = row if row >= 0 else node_index_for_alert(graph, labels, st)
         if v is None:
             continue
         if xid is not None:
@@ -199,7 +279,7 @@ def label_columns(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -
 
 def neighbour_inputs(
     graph: DependencyGraph,
-    alerts: Sequence[Mapping[str, Any]],
+    alerts: Alerts,
     x: np.ndarray,
     keep: np.ndarray,
     edge_index: np.ndarray,
@@ -208,7 +288,8 @@ def neighbour_inputs(
 
     Args:
         graph: the whole dependency graph.
-        alerts: the incident's Alertmanager alert objects (dicts: the label values are read).
+        alerts: the incident's Alertmanager alert objects (dicts: the label values are read), or
+            their :class:`~fleetmind.rca.features.columnar.AlertColumns` with ``labels``.
         x: float32 ``(|V'|, F)`` base features of the kept nodes.
         keep: int64 ``(|V'|,)`` whole-graph indices of the kept nodes.
         edge_index: int64 ``(2, |E'|)`` crop edges in crop indices.

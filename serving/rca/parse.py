@@ -25,6 +25,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.features.columnar import (
     AlertColumns,
     columns_from_parsed,
+    label_dict_memo,
     label_info_str,
     label_json_memo,
 )
@@ -199,9 +200,13 @@ _ANNOTATIONS_OK: set[bytes] = set()
 _ANNOTATIONS_MAX = 100_000
 
 
-def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, AlertColumns] | None:
+def plain_columns(
+    body: bytes, graph: DependencyGraph, labels: bool = False
+) -> tuple[PlainRequest, AlertColumns] | None:
     """The GAT's alert columns on ``graph`` from a body; ``None`` when unsure (see
-    :func:`plain_alerts`, whose checks this makes).
+    :func:`plain_alerts`, whose checks this makes). ``labels``: also keep each mapped alert's label
+    set (:attr:`~fleetmind.rca.features.columnar.AlertColumns.labels`, for a model that reads label
+    values; each distinct set decoded once per graph).
 
     Gives the :class:`fleetmind.rca.features.columnar.AlertColumns` that ``rca.features.columnar.alert_columns`` computes from
     :func:`plain_alerts`'s dicts (checked in ``tests/test_serving_rca_fastpath.py``), for about a
@@ -215,7 +220,9 @@ def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, Al
         req = _RAW_DECODER.decode(body)
         alerts = req.alerts
         memo = label_json_memo(graph)
+        dicts = label_dict_memo(graph) if labels else None
         infos = []
+        kept: list[dict[str, str]] = []
         ok = _ANNOTATIONS_OK
         for a in alerts:
             key = bytes(a.labels)
@@ -224,6 +231,11 @@ def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, Al
                 info = label_info_str(graph, _LABELS.decode(key))
                 memo[key] = info
             infos.append(info)
+            if dicts is not None:
+                d = dicts.get(key)
+                if d is None:
+                    d = dicts[key] = _LABELS.decode(key)
+                kept.append(d)
             ann = a.annotations
             if ann is not _NO_ANNOTATIONS:
                 key = bytes(ann)
@@ -240,7 +252,9 @@ def plain_columns(body: bytes, graph: DependencyGraph) -> tuple[PlainRequest, Al
         return None
     firing = np.array([a.status == "firing" for a in alerts], dtype=bool)
     n = len(alerts)
-    cols = columns_from_parsed(graph, infos, times[:n], times[n:], firing)
+    cols = columns_from_parsed(
+        graph, infos, times[:n], times[n:], firing, labels=kept if labels else None
+    )
     return PlainRequest(req.top_k), cols
 
 

@@ -185,11 +185,12 @@ def parse_for(
     graph; a body with its own ``graph`` is parsed by :func:`parse_alerts`).
 
     An analyzer with ``accepts_alert_columns`` (the GAT) gets :class:`fleetmind.rca.features.columnar.AlertColumns`
+    (with each mapped alert's labels when it ``reads_alert_labels``, as a ``neighbours`` GAT does)
     from :func:`fleetmind.serving.rca.parse.plain_columns` when that parser is sure of the body; otherwise,
     and for other analyzers, :func:`parse_alerts` (the same 422s as :class:`RCARequest`).
     """
     if getattr(analyzer, "accepts_alert_columns", False):
-        fast = plain_columns(body, graph)
+        fast = plain_columns(body, graph, bool(getattr(analyzer, "reads_alert_labels", False)))
         if fast is not None:
             return fast
     return parse_alerts(body, bool(getattr(analyzer, "accepts_epoch_seconds", False)))
