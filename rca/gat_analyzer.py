@@ -242,6 +242,12 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     return model, meta, reg_version
 
 
+_MIN_BATCHED_ROWS = 16
+"""Crops with fewer nodes or edges than this are ranked alone by
+:meth:`GATAnalyzer.find_root_causes_many` (exact equality with a single forward; tiny crops
+are cheap)."""
+
+
 class GATAnalyzer(BaseAnalyzer):
     """Root-cause ranking with the trained GAT (:mod:`fleetmind.rca.model`), with fault types and paths.
 
@@ -439,12 +445,20 @@ class GATAnalyzer(BaseAnalyzer):
             ``config.explain_top`` causes carry a fault type and the highest-attention propagation
             path to an alerting node. ``extra`` holds ``unmapped_alerts`` (alerts matching no node).
         """
-        import torch
 
         n = graph.num_nodes
         if n == 0:
             return RCAResult([], method=self.name, model_version=self.version)
-        c = incident_crop(graph, alerts, self.model.config.crop_hops)
+        return self._rank_crop(
+            graph, alerts, incident_crop(graph, alerts, self.model.config.crop_hops), top_k
+        )
+
+    def _rank_crop(
+        self, graph: DependencyGraph, alerts: Any, c: Any, top_k: int | None
+    ) -> RCAResult:
+        """:meth:`find_root_causes` of an incident whose crop ``c`` is computed already."""
+        import torch
+
         x, ea = self._inputs(graph, alerts, c.x, c.keep, c.edge_index)
         with self._threads(), torch.inference_mode():
             ei = torch.from_numpy(c.edge_index)
@@ -478,9 +492,12 @@ class GATAnalyzer(BaseAnalyzer):
         bit-identical scores, fault types and paths): the message passing of disjoint graphs in one
         batch computes every node the same way, and the two steps whose floating-point result
         depends on the batch layout (the final ``hidden -> 1`` projection, a matrix-vector product,
-        and the mean pooling of the fault head) run per incident. For a ``neighbours`` model the
-        scores agree to float rounding instead (its 157-wide input layer, multiplied over a batch of
-        a small graph, was seen to round differently in the last bit; ``tests/test_gat_neighbours.py``).
+        and the mean pooling of the fault head) run per incident, and so does the input layer
+        (its product over a batch's rows, 131 or 157 features wide, was seen to round differently
+        in the last bit from one graph's 49 rows). An incident whose crop has
+        fewer than :data:`_MIN_BATCHED_ROWS` nodes or edges is ranked on its own: a matrix product
+        over a handful of rows takes another kernel path on CPU and can round differently in the
+        last bit than the same rows inside a batch (seen up to 6 rows).
 
         Args:
             items: ``(graph, alerts, top_k)`` per incident; graphs may differ.
@@ -496,11 +513,15 @@ class GATAnalyzer(BaseAnalyzer):
 
         out: list[RCAResult | None] = [None] * len(items)
         crops = []
-        for i, (graph, alerts, _) in enumerate(items):
+        for i, (graph, alerts, top_k) in enumerate(items):
             if graph.num_nodes == 0:
                 out[i] = RCAResult([], method=self.name, model_version=self.version)
+                continue
+            c = incident_crop(graph, alerts, self.model.config.crop_hops)
+            if c.keep.size < _MIN_BATCHED_ROWS or c.edge_index.shape[1] < _MIN_BATCHED_ROWS:
+                out[i] = self._rank_crop(graph, alerts, c, top_k)  # tiny: alone (see below)
             else:
-                crops.append((i, incident_crop(graph, alerts, self.model.config.crop_hops)))
+                crops.append((i, c))
         if not crops:
             return [r for r in out if r is not None]
         sizes = np.array([c.keep.size for _, c in crops], dtype=np.int64)
@@ -516,12 +537,15 @@ class GATAnalyzer(BaseAnalyzer):
         et = np.concatenate([c.edge_type for _, c in crops])
         e_tot = int(eoff[-1])
         with self._threads(), torch.inference_mode():
+            # the input layer per incident: over a whole batch its product can round differently
+            h0 = torch.cat([self.model.embed(torch.from_numpy(xi)) for xi, _ in inputs])
             _, h_all, att_all = self.model.infer(
                 torch.from_numpy(x),
                 torch.from_numpy(ei),
                 torch.from_numpy(et),
                 logits=False,
                 edge_attr=None if ea is None else torch.from_numpy(ea),
+                h0=h0,
             )
             for j, (i, c) in enumerate(crops):
                 n0, n1, e0, e1 = int(noff[j]), int(noff[j + 1]), int(eoff[j]), int(eoff[j + 1])

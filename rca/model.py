@@ -216,6 +216,7 @@ class GATRanker(nn.Module):
         edge_type: Tensor,
         logits: bool = True,
         edge_attr: Tensor | None = None,
+        h0: Tensor | None = None,
     ) -> tuple[Tensor | None, Tensor, list[Tensor]]:
         """:meth:`forward` with ``return_attention=True`` in eval mode, with less per-call overhead.
 
@@ -230,7 +231,9 @@ class GATRanker(nn.Module):
         (evaluation): in training mode this is :meth:`forward`.
 
         ``logits=False`` skips the score head and returns ``None`` for the logits (a caller that
-        scores each graph of a batch on its own, see ``rca.gat_analyzer``). A ``neighbours`` model
+        scores each graph of a batch on its own, see ``rca.gat_analyzer``). ``h0``: the input
+        layer's output ``(|V|, hidden)`` computed by the caller (``rca.gat_analyzer`` runs it per
+        graph of a batch: its product over a batch's rows can round differently from one graph's). A ``neighbours`` model
         (per-edge inputs ``edge_attr``) adds each edge's projected input to the relation table's
         row; that sum is taken in another order than :meth:`forward`'s, so its outputs agree with
         :meth:`forward` to float rounding (``tests/test_gat_neighbours.py``), not bit for bit.
@@ -262,7 +265,7 @@ class GATRanker(nn.Module):
         dst = torch.cat([edge_index[1], edge_index[0]])
         rel = torch.cat([edge_type, edge_type + len(EDGE_KINDS)])
         idx2 = idx3 = None
-        h = _sequential(self.inp, x)
+        h = _sequential(self.inp, x) if h0 is None else h0
         att: list[Tensor] = []
         for norm, conv, table in zip(self.norms, self.convs, self._relation_tables(), strict=True):
             heads, ch = conv.heads, conv.out_channels
@@ -306,6 +309,10 @@ class GATRanker(nn.Module):
         if not logits:
             return None, h, att
         return self.score(h), h, att
+
+    def embed(self, x: Tensor) -> Tensor:
+        """The input layer, ``inp(x)``, without module dispatch. Shapes: ``(|V|, F) -> (|V|, hidden)``."""
+        return _sequential(self.inp, x)
 
     def score(self, h: Tensor) -> Tensor:
         """The score head, ``score_head(h).squeeze(-1)``, without module dispatch.

@@ -420,13 +420,22 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
         st = _static(graph)
         st.label_info.clear()
         st.label_json.clear()
+        st.label_json_dicts.clear()
         rca_parse._ANNOTATIONS_OK.clear()
         return parse_for(gat, graph, b)
 
-    def forward(c: Any) -> None:
+    def inputs(ac: Any) -> Any:  # the model's inputs: the crop's rows, or with neighbour inputs
+        a, c = ac
+        return gat._inputs(graph, a, c.x, c.keep, c.edge_index)
+
+    def forward(ci: Any) -> None:
+        c, (x, ea) = ci
         with torch.inference_mode():
             gat.model.infer(
-                torch.from_numpy(c.x), torch.from_numpy(c.edge_index), torch.from_numpy(c.edge_type)
+                torch.from_numpy(x),
+                torch.from_numpy(c.edge_index),
+                torch.from_numpy(c.edge_type),
+                edge_attr=None if ea is None else torch.from_numpy(ea),
             )
 
     def respond(r: Any) -> bytes:
@@ -445,7 +454,9 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
     single = cpu_ms(lambda a: gat.find_root_causes(graph, a, 5), set_a)
     crop = cpu_ms(lambda a: incident_crop(graph, a, hops), set_a)
     crops = [incident_crop(graph, a, hops) for a in set_a]
-    fwd = cpu_ms(forward, crops)
+    pairs = list(zip(set_a, crops, strict=True))
+    nb = cpu_ms(inputs, pairs)
+    fwd = cpu_ms(forward, [(ac[1], inputs(ac)) for ac in pairs])
     results = [gat.find_root_causes(graph, a, 5) for a in set_a]
     batch = 16
     chunks = [set_c[i : i + batch] for i in range(0, len(set_c), batch)]
@@ -464,8 +475,9 @@ def request_breakdown(graph: Any, bodies: list[bytes], rca_model: dict[str, Any]
         ),
         "gat_find_root_causes_single": single,
         "of_which_features_mapping_and_crop": crop,
+        "of_which_neighbour_inputs": nb,
         "of_which_gat_forward_with_attention": fwd,
-        "of_which_ranking_fault_types_paths": round(single - crop - fwd, 3),
+        "of_which_ranking_fault_types_paths": round(single - crop - nb - fwd, 3),
         f"gat_find_root_causes_many_batch{batch}_per_incident": batched,
         "response_build_and_json": cpu_ms(respond, results),
         "mean_candidate_subgraph_nodes": round(sum(c.keep.size for c in crops) / len(crops), 1),
@@ -510,8 +522,9 @@ def interleaved_breakdown(
     The per-step figures of :func:`request_breakdown` loop one step over many incidents, so that
     step's code and data stay in the caches; a server runs parse -> crop -> forward -> ranking ->
     response for one request, then the next. This runs the steps of
-    ``GATAnalyzer.find_root_causes`` (``incident_crop``, ``GATRanker.infer``, ``_result``) in that
-    order, ``reps`` times over ``bodies``, timing each step with ``time.process_time``.
+    ``GATAnalyzer.find_root_causes`` (``incident_crop`` and, for a ``neighbours`` model, its
+    neighbour inputs, timed as ``crop``; ``GATRanker.infer``; ``_result``) in that order, ``reps``
+    times over ``bodies``, timing each step with ``time.process_time``.
     """
     import torch
 
@@ -528,11 +541,13 @@ def interleaved_breakdown(
                 alerts = parse_for(gat, graph, b)[1]
                 t1 = clock()
                 c = incident_crop(graph, alerts, hops)
+                x, ea = gat._inputs(graph, alerts, c.x, c.keep, c.edge_index)  # + neighbour inputs
                 t2 = clock()
                 logits, h, att = gat.model.infer(
-                    torch.from_numpy(c.x),
+                    torch.from_numpy(x),
                     torch.from_numpy(c.edge_index),
                     torch.from_numpy(c.edge_type),
+                    edge_attr=None if ea is None else torch.from_numpy(ea),
                 )
                 t3 = clock()
                 result = gat._result(graph, c, logits, h, att, 5)
