@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
@@ -93,6 +93,23 @@ def _parse_time(s: Any) -> float:
         return 0.0
 
 
+def alert_item(node: int, alert: Mapping[str, Any], cfg: PropagationConfig) -> _Alert:
+    """One alert mapped onto ``node`` as the ranker reads it: metric label, start (unix seconds),
+    strength ``z`` (the ``z_score`` annotation, else from severity) and ``delta`` annotation."""
+    labels = alert.get("labels") or {}
+    ann = alert.get("annotations") or {}
+    z = _float(ann.get("z_score"))
+    if z is None:
+        z = 2.0 * cfg.z_ref if labels.get("severity") == "critical" else cfg.z_ref
+    return _Alert(
+        node=node,
+        metric=labels.get("metric"),
+        start=_parse_time(alert.get("startsAt")),
+        z=max(z, 1e-9),
+        delta=_float(ann.get("delta")),
+    )
+
+
 def _closure(start: int, edges: list[list[int]]) -> set[int]:
     """Indices reachable from ``start`` over ``edges`` (``start`` included)."""
     if not edges[start]:  # most alerts of a storm explain nothing and are explained by nothing
@@ -143,24 +160,11 @@ class PropagationRanker(BaseAnalyzer):
     def _alerts(self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]]) -> list[_Alert]:
         """Parse alerts mapped onto nodes (the label -> node mapping is cached on the graph)."""
         cfg: PropagationConfig = self.config
-        out = []
-        for node, mapped in alerts_by_node(graph, alerts).items():
-            for a in mapped:
-                labels = a.get("labels") or {}
-                ann = a.get("annotations") or {}
-                z = _float(ann.get("z_score"))
-                if z is None:
-                    z = 2.0 * cfg.z_ref if labels.get("severity") == "critical" else cfg.z_ref
-                out.append(
-                    _Alert(
-                        node=node,
-                        metric=labels.get("metric"),
-                        start=_parse_time(a.get("startsAt")),
-                        z=max(z, 1e-9),
-                        delta=_float(ann.get("delta")),
-                    )
-                )
-        return out
+        return [
+            alert_item(node, a, cfg)
+            for node, mapped in alerts_by_node(graph, alerts).items()
+            for a in mapped
+        ]
 
     def find_root_causes(
         self, graph: DependencyGraph, alerts: Sequence[dict[str, Any]], top_k: int | None = None

@@ -60,8 +60,7 @@ from fleetmind.rca.propagation import (
     PropagationConfig,
     PropagationRanker,
     _Alert,
-    _float,
-    _parse_time,
+    alert_item,
     node_order,
 )
 
@@ -202,19 +201,7 @@ def _mapped_items(
         v = (info if info is not None else _label_info(graph, st, labels))[0]
         if v is None:
             continue
-        ann = a.get("annotations") or {}
-        z = _float(ann.get("z_score"))
-        if z is None:
-            z = 2.0 * cfg.z_ref if labels.get("severity") == "critical" else cfg.z_ref
-        by_node.setdefault(v, []).append(
-            _Alert(
-                node=v,
-                metric=labels.get("metric"),
-                start=_parse_time(a.get("startsAt")),
-                z=max(z, 1e-9),
-                delta=_float(ann.get("delta")),
-            )
-        )
+        by_node.setdefault(v, []).append(alert_item(v, a, cfg))
     return [it for group in by_node.values() for it in group]
 
 
