@@ -51,19 +51,10 @@ class _GraphCache:
         n = graph.num_nodes
         self.down: list[list[int]] = [[] for _ in range(n)]
         self.up: list[list[int]] = [[] for _ in range(n)]
-        self.graph_edges = graph.edge_index
         for s, d in zip(graph.edge_index[0].tolist(), graph.edge_index[1].tolist(), strict=True):
             self.down[s].append(d)
             self.up[d].append(s)
         self.label_cache: dict[tuple, int | None] = {}
-        self._edges: tuple[np.ndarray, np.ndarray] | None = None
-
-    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(src, dst)`` int64 arrays of the edges (``src`` depends on ``dst``), self-loops kept."""
-        if self._edges is None:
-            ei = np.asarray(self.graph_edges, dtype=np.int64).reshape(2, -1)
-            self._edges = (ei[0].copy(), ei[1].copy())
-        return self._edges
 
 
 def graph_cache(graph: DependencyGraph) -> _GraphCache:

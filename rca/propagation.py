@@ -261,7 +261,7 @@ class PropagationRanker(BaseAnalyzer):
         # silent nodes: how many alerting nodes depend on them directly (edges counted)
         mask = np.zeros(graph.num_nodes, dtype=bool)
         mask[list(alerting)] = True
-        src, dst = cache.edge_arrays()
+        src, dst = graph.edge_index  # src depends on dst, as in cache.up
         scores = np.bincount(dst[mask[src]], minlength=graph.num_nodes).astype(np.float64)
         best_alert: dict[int, int] = {}
         for v, idx in by_node.items():
