@@ -16,6 +16,8 @@ from fleetmind.serving.app import create_app
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import make_source
 from fleetmind.serving.telemetry.prometheus import (
+    FLEET_QUERIES,
+    KSM_FLEET_QUERY,
     PrometheusApiSource,
     PrometheusSource,
     build_nodes,
@@ -93,6 +95,28 @@ def test_every_node_of_the_fleet_from_prometheus(prom: str) -> None:
     cpu = nodes["cpu-only-1"]
     assert cpu.gpus == [] and cpu.cpu_milli == 16_000
     src.close()
+
+
+@pytest.mark.external
+def test_the_joined_kube_state_metrics_query_answers_as_its_parts(prom: str) -> None:
+    """The kube-state-metrics series are read in one query (one query sees whole scrapes: TSDB
+    isolation, prometheus/prometheus#6841); its tagged answer must equal the four queries'."""
+    src = PrometheusApiSource(prom)
+    joined = src.query(KSM_FLEET_QUERY)
+    names = (
+        "kube_node_status_allocatable",
+        "node_requests",
+        "kube_pod_info",
+        "kube_pod_annotations",
+    )
+    parts = [x for n in names for x in src.query(FLEET_QUERIES[n], n)]
+    src.close()
+
+    def key(samples: list) -> list:
+        return sorted((n, sorted(lab.items()), v) for n, lab, v in samples)
+
+    assert {n for n, _, _ in parts} == set(names)  # every part has an answer in the fixture
+    assert key(joined) == key(parts)
 
 
 @pytest.mark.external

@@ -3,8 +3,9 @@
 ``FLEETMIND_PROMETHEUS_URL`` chooses the mode:
 
 * a **Prometheus server** (``http://prometheus:9090``, any URL whose path does not end in
-  ``/metrics``): six concurrent instant queries to ``/api/v1/query`` per refresh
-  (:data:`FLEET_QUERIES`; aggregations keep only the labels used and sum requests per node) read
+  ``/metrics``): four concurrent instant queries to ``/api/v1/query`` per refresh
+  (:data:`FLEET_QUERIES`, the kube-state-metrics ones joined into :data:`KSM_FLEET_QUERY` so that
+  they read one scrape; aggregations keep only the labels used and sum requests per node) read
   every node of the fleet, DCGM series from dcgm-exporter and node and pod series from
   kube-state-metrics (:class:`PrometheusApiSource`);
 * a **DCGM exporter** (``http://node:9400/metrics``): its exposition text, one node
@@ -138,6 +139,21 @@ FLEET_QUERIES: dict[str, str] = {
     "kube_pod_annotations": f"max by (cluster, namespace, pod, annotation_alibabacloud_com_gpu_milli, annotation_alibabacloud_com_gpu_index) "
     f'(kube_pod_annotations{{annotation_alibabacloud_com_gpu_milli!=""}}) {_DONE}',
 }
+_KSM_NAMES = (
+    "kube_node_status_allocatable",
+    "node_requests",
+    "kube_pod_info",
+    "kube_pod_annotations",
+)
+_QUERY_TAG = "fleetmind_query"
+KSM_FLEET_QUERY = " or ".join(
+    f'label_replace({FLEET_QUERIES[n]}, "{_QUERY_TAG}", "{n}", "", "")' for n in _KSM_NAMES
+)
+"""The kube-state-metrics entries of :data:`FLEET_QUERIES` as **one** query, each answer tagged
+with ``fleetmind_query``. One query sees whole scrapes only (Prometheus TSDB isolation, since 2.17,
+prometheus/prometheus#6841), so a pod, its requests and its GPU-share annotation come from the same
+kube-state-metrics scrape; four separate queries could each see a different one (a scrape committed
+between them lists a new pod before its share is read, and its hold would end too early)."""
 ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
 ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
 EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
@@ -200,8 +216,8 @@ def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
 
 # ----------------------------------------------------------------------------- server mode
 class PrometheusApiSource(TelemetrySource):
-    """Every node of the fleet from a Prometheus server's HTTP API (:data:`FLEET_QUERIES`, run
-    concurrently)."""
+    """Every node of the fleet from a Prometheus server's HTTP API (four concurrent queries: the
+    three DCGM entries of :data:`FLEET_QUERIES` and :data:`KSM_FLEET_QUERY`)."""
 
     name = "prometheus"
 
@@ -216,7 +232,7 @@ class PrometheusApiSource(TelemetrySource):
         self.url = url.rstrip("/")
         self.default_cluster = default_cluster
         self._client = httpx.Client(timeout=timeout_s)
-        self._pool = ThreadPoolExecutor(len(FLEET_QUERIES), thread_name_prefix="fleetmind-prom")
+        self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
 
     def query(self, promql: str, name: str | None = None) -> list[Sample]:
         """One instant query; its vector as samples (named ``name`` when given, else by
@@ -250,18 +266,19 @@ class PrometheusApiSource(TelemetrySource):
                 value = float(r["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
-            out.append((name or labels.get("__name__", ""), labels, value))
+            tag = labels.pop(_QUERY_TAG, None)
+            out.append((name or tag or labels.get("__name__", ""), labels, value))
         return out
 
     def collect(self) -> FleetSnapshot:
-        """Run :data:`FLEET_QUERIES` concurrently and build the snapshot."""
+        """Run the DCGM entries of :data:`FLEET_QUERIES` and :data:`KSM_FLEET_QUERY`
+        concurrently and build the snapshot."""
         futures = {
-            n: self._pool.submit(self.query, q, None if n == "DCGM" else n)
-            for n, q in FLEET_QUERIES.items()
+            n: self._pool.submit(self.query, FLEET_QUERIES[n], None if n == "DCGM" else n)
+            for n in _DCGM_SAMPLES
         }
-        res = {n: f.result() for n, f in futures.items()}
-        dcgm = [x for n in _DCGM_SAMPLES for x in res.pop(n)]
-        ksm = [x for samples in res.values() for x in samples]
+        ksm = self._pool.submit(self.query, KSM_FLEET_QUERY).result()
+        dcgm = [x for n in _DCGM_SAMPLES for x in futures[n].result()]
         return FleetSnapshot(
             "prometheus", build_nodes(dcgm, ksm, self.default_cluster), time.time()
         )
