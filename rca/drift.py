@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 PairKey = tuple[str, str]
+MIN_DRIFT_WINDOWS = 8
+"""Fewer windows than this: prevalence is noise and nothing is down-weighted."""
 
 
 def _pair(alert: Mapping[str, Any]) -> PairKey:
@@ -58,7 +60,7 @@ def downweight_alerts(
     prevalence: Mapping[PairKey, float],
     n_windows: int,
     start: float = 0.5,
-    min_windows: int = 8,
+    min_windows: int = MIN_DRIFT_WINDOWS,
     z_threshold: float = 5.0,
 ) -> list[dict[str, Any]]:
     """Alerts with the evidence of prevalent pairs scaled down (see the module docstring).

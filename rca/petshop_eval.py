@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -25,10 +26,11 @@ from fleetmind.data.petshop import PetShopIssue, PetShopScenario, read_metrics_c
 from fleetmind.rca.anchoring import anchor_result
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES
-from fleetmind.rca.drift import alert_prevalence, downweight_alerts
+from fleetmind.rca.drift import MIN_DRIFT_WINDOWS, alert_prevalence, downweight_alerts
 from fleetmind.rca.metrics import make_analyzers, rank_of, summarize
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
 from fleetmind.rca.propagation import PropagationRanker
+from fleetmind.rca.shared_callee import promote_shared_callees
 
 PUBLISHED: dict[str, Any] = {
     "petshop_traversal": {
@@ -85,6 +87,7 @@ def evaluate_scenario(
     progress: bool = False,
     drift_weighting: bool = True,
     anchored: Collection[str] = ("gat_fit",),
+    shared_callee: Collection[str] = ("gat_fit",),
 ) -> dict[str, Any]:
     """Run every method on every issue of ``split`` and summarize.
 
@@ -92,7 +95,10 @@ def evaluate_scenario(
     with the prevalence measured over all windows of the scenario (``drift_weighting``; label-free:
     only the windows' alerts are read). Methods named in ``anchored`` are symptom-anchored on the
     issue's target node (:func:`fleetmind.rca.anchoring.anchor_result`) and reported under their name;
-    the same method without anchoring is reported as ``<name>:unanchored``.
+    the same method without anchoring is reported as ``<name>:unanchored``. Methods named in
+    ``shared_callee`` then move shared quiet callees above their callers
+    (:func:`fleetmind.rca.shared_callee.promote_shared_callees`, prevalent pairs as in the drift
+    weighting); the ranking before that step is reported as ``<name>:no_shared_callee``.
 
     Returns:
         ``{"n_incidents", "methods": {name: metrics}, "by_split": {split: {"n_incidents", "methods"}},
@@ -110,7 +116,13 @@ def evaluate_scenario(
     )
     issues = scenario.issues(split)
     anchored = [n for n in anchored if n in alert_methods]
-    names = list(alert_methods) + [f"{n}:unanchored" for n in anchored] + list(metric_methods)
+    shared_callee = [n for n in shared_callee if n in alert_methods]
+    names = (
+        list(alert_methods)
+        + [f"{n}:unanchored" for n in anchored]
+        + [f"{n}:no_shared_callee" for n in shared_callee]
+        + list(metric_methods)
+    )
     rows: list[dict[str, Any]] = []
     times: dict[str, list[float]] = {n: [] for n in names}
     for method in metric_methods.values():  # import optional backends before anything is timed
@@ -129,6 +141,13 @@ def evaluate_scenario(
         else [inc["alerts"] for inc in incidents]
     )
     prevalence = alert_prevalence(all_windows)
+    post = _PostSteps(
+        anchored=tuple(anchored),
+        shared_callee=tuple(shared_callee),
+        prevalent=frozenset(
+            k for k, v in prevalence.items() if v > 0.5 and len(all_windows) >= MIN_DRIFT_WINDOWS
+        ),
+    )
     for issue, inc in zip(issues, incidents, strict=True):
         raw_alerts = inc["alerts"]
         alerts = (
@@ -141,7 +160,7 @@ def evaluate_scenario(
         window = read_metrics_csv(issue.path / "metrics.csv")
         target = read_target(issue.path / "target.json")["target"]
         row = _incident_row(inc, len(raw_alerts), len(alerts))
-        _rank_by_alerts(row, times, scenario, alerts, alert_methods, anchored, target)
+        _rank_by_alerts(row, times, scenario, alerts, alert_methods, post, target)
         _rank_by_metrics(row, times, scenario, window, metric_methods, target)
         rows.append(row)
         if bar is not None:
@@ -155,10 +174,9 @@ def evaluate_scenario(
         "pre_onset": scenario.config.pre_onset,
         "drift_weighting": drift_weighting,
         "windows_for_prevalence": len(all_windows),
-        "prevalent_pairs": sorted(
-            f"{k[0]}/{k[1]}" for k, v in prevalence.items() if v > 0.5 and len(all_windows) >= 8
-        ),
+        "prevalent_pairs": sorted(f"{k[0]}/{k[1]}" for k in post.prevalent),
         "anchored": list(anchored),
+        "shared_callee": list(shared_callee),
     }
     out["published"] = PUBLISHED
     return out
@@ -196,26 +214,42 @@ def _record(row: dict[str, Any], name: str, ranked: list[str]) -> None:
     row["top3"][name] = ranked[:3]
 
 
+@dataclass(frozen=True)
+class _PostSteps:
+    """What follows a method's ranking: symptom anchoring for ``anchored`` methods, then the shared
+    quiet callee rule for ``shared_callee`` methods (with the system's ``prevalent`` pairs)."""
+
+    anchored: tuple[str, ...] = ()
+    shared_callee: tuple[str, ...] = ()
+    prevalent: frozenset[tuple[str, str]] = frozenset()
+
+
 def _rank_by_alerts(
     row: dict[str, Any],
     times: dict[str, list[float]],
     scenario: PetShopScenario,
     alerts: list[dict[str, Any]],
     methods: Mapping[str, BaseAnalyzer],
-    anchored: Collection[str],
+    post: _PostSteps,
     target: Mapping[str, Any],
 ) -> None:
     """Rank one issue's ``alerts`` with every alert-based method into ``row``, times (ms) into
-    ``times``; an ``anchored`` method is recorded plain as ``<name>:unanchored`` and then anchored
-    on the target node (its time includes the plain ranking)."""
+    ``times``. An anchored method is recorded plain as ``<name>:unanchored`` and then anchored on
+    the target node; a shared-callee method is recorded as ``<name>:no_shared_callee`` before the
+    rule moves shared quiet callees. A method's time includes its steps before."""
     for name, method in methods.items():
         t0 = time.perf_counter()
         res = method.find_root_causes(scenario.graph, alerts)
-        if name in anchored:
-            ms = (time.perf_counter() - t0) * 1e3
+        if name in post.anchored:
+            times[f"{name}:unanchored"].append((time.perf_counter() - t0) * 1e3)
             _record(row, f"{name}:unanchored", res.ranked_nodes())
-            times[f"{name}:unanchored"].append(ms)
             res = anchor_result(res, scenario.graph, alerts, str(target.get("node")))
+        if name in post.shared_callee:
+            times[f"{name}:no_shared_callee"].append((time.perf_counter() - t0) * 1e3)
+            _record(row, f"{name}:no_shared_callee", res.ranked_nodes())
+            res = promote_shared_callees(res, scenario.graph, alerts, post.prevalent)
+            if "shared_callees" in res.extra:
+                row.setdefault("shared_callees", {})[name] = res.extra["shared_callees"]
         times[name].append((time.perf_counter() - t0) * 1e3)
         _record(row, name, res.ranked_nodes())
 

@@ -169,7 +169,12 @@ def test_fit_then_petshop_on_other_system_shape(
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["n_incidents"] == 3
-    assert set(res["methods"]) == {"propagation", "gat_fit", "gat_fit:unanchored"}
+    assert set(res["methods"]) == {
+        "propagation",
+        "gat_fit",
+        "gat_fit:unanchored",
+        "gat_fit:no_shared_callee",
+    }
     ranks = [r["ranks"]["gat_fit"] for r in res["per_incident"]]
     assert all(r is not None for r in ranks)
     # an 8x latency fault that adds up along the call chain: the fitted model puts its root near the top

@@ -137,11 +137,11 @@ def run(args: argparse.Namespace) -> int:
     ]:
         print(f"{scenario.name} / {split}: {block['n_incidents']} issues")
         print(
-            f"  {'method':<20}{'AC@1':>7}{'AC@3':>7}{'AC@5':>7}{'Avg@5':>7}{'MRR':>7}{'ms/inc':>9}"
+            f"  {'method':<26}{'AC@1':>7}{'AC@3':>7}{'AC@5':>7}{'Avg@5':>7}{'MRR':>7}{'ms/inc':>9}"
         )
         for name, m in block["methods"].items():
             print(
-                f"  {name:<20}{m['ac@1']:>7.3f}{m['ac@3']:>7.3f}{m['ac@5']:>7.3f}{m['avg@5']:>7.3f}{m['mrr']:>7.3f}{m['ms_per_incident']:>9.2f}"
+                f"  {name:<26}{m['ac@1']:>7.3f}{m['ac@3']:>7.3f}{m['ac@5']:>7.3f}{m['avg@5']:>7.3f}{m['mrr']:>7.3f}{m['ms_per_incident']:>9.2f}"
             )
     print(
         f"  bootstrap 95 % intervals ({args.split}, {intervals['_meta']['resamples']} resamples, "
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     for name, iv in intervals.items():
         if name != "_meta":
             print(
-                f"  {name:<20}AC@1 [{iv['ac@1'][0]:.3f}, {iv['ac@1'][1]:.3f}]  AC@3 [{iv['ac@3'][0]:.3f}, {iv['ac@3'][1]:.3f}]"
+                f"  {name:<26}AC@1 [{iv['ac@1'][0]:.3f}, {iv['ac@1'][1]:.3f}]  AC@3 [{iv['ac@3'][0]:.3f}, {iv['ac@3'][1]:.3f}]"
             )
     for name, why in payload["skipped"].items():
         print(f"  skipped {name}: {why}")
