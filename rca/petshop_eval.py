@@ -170,14 +170,7 @@ def evaluate_scenario(
     out = _summaries(rows, times, names)
     out["alerting_ms_per_incident"] = float(sum(alert_ms) / max(1, len(alert_ms)))
     out["roles"] = scenario.roles()
-    out["evidence"] = {
-        "pre_onset": scenario.config.pre_onset,
-        "drift_weighting": drift_weighting,
-        "windows_for_prevalence": len(all_windows),
-        "prevalent_pairs": sorted(f"{k[0]}/{k[1]}" for k in post.prevalent),
-        "anchored": list(anchored),
-        "shared_callee": list(shared_callee),
-    }
+    out["evidence"] = post.report(scenario, drift_weighting, len(all_windows))
     out["published"] = PUBLISHED
     return out
 
@@ -222,6 +215,19 @@ class _PostSteps:
     anchored: tuple[str, ...] = ()
     shared_callee: tuple[str, ...] = ()
     prevalent: frozenset[tuple[str, str]] = frozenset()
+
+    def report(
+        self, scenario: PetShopScenario, drift_weighting: bool, n_windows: int
+    ) -> dict[str, Any]:
+        """The ``evidence`` block of :func:`evaluate_scenario`'s result."""
+        return {
+            "pre_onset": scenario.config.pre_onset,
+            "drift_weighting": drift_weighting,
+            "windows_for_prevalence": n_windows,
+            "prevalent_pairs": sorted(f"{k[0]}/{k[1]}" for k in self.prevalent),
+            "anchored": list(self.anchored),
+            "shared_callee": list(self.shared_callee),
+        }
 
 
 def _rank_by_alerts(
