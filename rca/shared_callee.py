@@ -8,8 +8,8 @@ only itself. The rule here, applied after any ranker:
 
 * a caller counts when it alerts on latency (an alertname of the latency role,
   :func:`fleetmind.data.metric_roles.metric_role`: the detector's ``HighLatency``,
-  ``ServiceLatencyHigh``, ...) and that alert is not *prevalent* (a ``(service, metric)`` pair alerting in more
-  than half of a system's windows is drift, :mod:`fleetmind.rca.drift`);
+  ``ServiceLatencyHigh``, ...) and that alert is not *prevalent* (a ``(service, metric)`` pair
+  alerting in more than half of a system's windows is drift, :mod:`fleetmind.rca.drift`);
 * a node that does not alert at all, has at least ``min_callers`` (default 2) callers, and whose
   callers **all** count is a **shared quiet callee** (a delay on the way into a component slows
   every call into it, so every caller shows it); it moves to the rank directly above the
@@ -23,7 +23,7 @@ latency rises (``data/synth_system.py``); with it, none.
 
 Edges ``src -> dst`` mean ``src`` calls (depends on) ``dst``. The rule reads only the alerts, the
 graph and the prevalence; it is a hand-set rule, not a learned one. It was designed on a development
-system (Train Ticket from Nezha, where 14 of 21 roots are network delays that their own metrics do
+system (Train Ticket from Nezha, where 13 of 21 roots are network delays that their own metrics do
 not show); see ``docs/research/2026-12-03-rca-shared-callee.md`` for what it changes and where.
 """
 
