@@ -103,8 +103,9 @@ def evaluate_scenario(
     Returns:
         ``{"n_incidents", "methods": {name: metrics}, "by_split": {split: {"n_incidents", "methods"}},
         "by_fault_type": {...}, "per_incident": [{"id", "split", "fault_type", "root_cause",
-        "n_alerts", "ranks": {name: rank|None}, "top3": {name: [...]}}], "alerting_ms_per_incident",
-        "published"}``; ``methods`` covers ``split``.
+        "n_alerts", "ranks": {name: rank|None}, "top3": {name: [...]}, "shared_callees": {name:
+        {callee: [callers]}} (only where the rule moved a node)}], "alerting_ms_per_incident",
+        "roles", "evidence", "published"}``; ``methods`` covers ``split``.
     """
     alert_methods = dict(
         {"propagation": PropagationRanker()} if alert_methods is None else alert_methods
