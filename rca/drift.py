@@ -22,9 +22,13 @@ from typing import Any
 PairKey = tuple[str, str]
 MIN_DRIFT_WINDOWS = 8
 """Fewer windows than this: prevalence is noise and nothing is down-weighted."""
+DRIFT_START = 0.5
+"""Share of windows above which a pair's alerts are drift rather than evidence."""
 
 
-def _pair(alert: Mapping[str, Any]) -> PairKey:
+def alert_pair(alert: Mapping[str, Any]) -> PairKey:
+    """The ``(service, metric)`` pair an alert is counted under (labels ``service`` or
+    ``instance``; ``metric`` or ``alertname``)."""
     lab = alert.get("labels") or {}
     return (
         str(lab.get("service") or lab.get("instance") or ""),
@@ -44,11 +48,24 @@ def alert_prevalence(windows: Sequence[Sequence[Mapping[str, Any]]]) -> dict[Pai
     n = len(windows)
     counts: Counter[PairKey] = Counter()
     for alerts in windows:
-        counts.update({_pair(a) for a in alerts})
+        counts.update({alert_pair(a) for a in alerts})
     return {k: c / n for k, c in counts.items()} if n else {}
 
 
-def prevalence_weight(share: float, start: float = 0.5) -> float:
+def prevalent_pairs(
+    prevalence: Mapping[PairKey, float],
+    n_windows: int,
+    start: float = DRIFT_START,
+    min_windows: int = MIN_DRIFT_WINDOWS,
+) -> frozenset[PairKey]:
+    """Pairs alerting in more than ``start`` of ``n_windows`` windows (none below
+    ``min_windows``): the ones :func:`downweight_alerts` scales down."""
+    if n_windows < min_windows:
+        return frozenset()
+    return frozenset(k for k, v in prevalence.items() if v > start)
+
+
+def prevalence_weight(share: float, start: float = DRIFT_START) -> float:
     """``w(f)`` of the module docstring: 1 up to ``start``, then linear to 0 at ``f = 1``."""
     if share <= start:
         return 1.0
@@ -59,7 +76,7 @@ def downweight_alerts(
     alerts: Sequence[Mapping[str, Any]],
     prevalence: Mapping[PairKey, float],
     n_windows: int,
-    start: float = 0.5,
+    start: float = DRIFT_START,
     min_windows: int = MIN_DRIFT_WINDOWS,
     z_threshold: float = 5.0,
 ) -> list[dict[str, Any]]:
@@ -81,7 +98,7 @@ def downweight_alerts(
         return [dict(a) for a in alerts]
     out = []
     for a in alerts:
-        share = float(prevalence.get(_pair(a), 0.0))
+        share = float(prevalence.get(alert_pair(a), 0.0))
         w = prevalence_weight(share, start)
         if w >= 1.0:
             out.append(dict(a))

@@ -26,7 +26,7 @@ from fleetmind.data.petshop import PetShopIssue, PetShopScenario, read_metrics_c
 from fleetmind.rca.anchoring import anchor_result
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES
-from fleetmind.rca.drift import MIN_DRIFT_WINDOWS, alert_prevalence, downweight_alerts
+from fleetmind.rca.drift import alert_prevalence, downweight_alerts, prevalent_pairs
 from fleetmind.rca.metrics import make_analyzers, rank_of, summarize
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, MetricAnalyzer
 from fleetmind.rca.propagation import PropagationRanker
@@ -145,9 +145,7 @@ def evaluate_scenario(
     post = _PostSteps(
         anchored=tuple(anchored),
         shared_callee=tuple(shared_callee),
-        prevalent=frozenset(
-            k for k, v in prevalence.items() if v > 0.5 and len(all_windows) >= MIN_DRIFT_WINDOWS
-        ),
+        prevalent=prevalent_pairs(prevalence, len(all_windows)),
     )
     for issue, inc in zip(issues, incidents, strict=True):
         raw_alerts = inc["alerts"]

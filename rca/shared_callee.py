@@ -39,6 +39,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import metric_role
 from fleetmind.rca.anchoring import alert_node
 from fleetmind.rca.base import RCAResult
+from fleetmind.rca.drift import alert_pair
 
 MIN_CALLERS = 2
 """Callers a quiet node needs to be promoted (with one caller, that caller is as likely the root)."""
@@ -56,8 +57,9 @@ def shared_quiet_callees(
     Args:
         graph: the dependency graph (``src`` calls ``dst``).
         alerts: the incident's alerts (Alertmanager v4 dicts; ``service`` label or graph matching).
-        prevalent: ``(service, metric)`` pairs that alert in most windows of the system; their
-            latency alerts do not count.
+        prevalent: ``(service, metric)`` pairs (:func:`fleetmind.rca.drift.alert_pair`) that
+            alert in most windows of the system (:func:`fleetmind.rca.drift.prevalent_pairs`);
+            their latency alerts do not count.
         min_callers: callers needed (all of them counting).
 
     Returns:
@@ -73,10 +75,7 @@ def shared_quiet_callees(
         if metric_role(str(lab.get("alertname", ""))) != "latency":
             continue
         node = alert_node(graph, a)
-        if (
-            node is not None
-            and (node, str(lab.get("metric") or lab.get("alertname"))) not in prevalent
-        ):
+        if node is not None and alert_pair(a) not in prevalent:
             slow.add(node)
     if len(slow) < min_callers:
         return {}
