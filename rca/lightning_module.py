@@ -31,6 +31,7 @@ from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidat
 from fleetmind.rca.features.layout import FEATURE_VERSION
 from fleetmind.rca.features.neighbours import neighbour_inputs
 from fleetmind.rca.model import GATConfig, GATRanker, input_width, listwise_loss, root_ranks
+from fleetmind.rca.thinning import thinned_copies
 
 
 @dataclass
@@ -173,6 +174,9 @@ class RCADataModule(pl.LightningDataModule):
             these settings and the split files' sizes and mtimes) and reuse them.
         neighbours: also compute :mod:`fleetmind.rca.features.neighbours`'s inputs (for a
             ``neighbours`` model).
+        thin_share: add thinned copies (:func:`fleetmind.rca.thinning.thinned_copies`, the
+            root's alerts and 0-3 other alerting nodes) of this share of the training incidents;
+            validation and test splits are never thinned.
     """
 
     def __init__(
@@ -186,6 +190,7 @@ class RCADataModule(pl.LightningDataModule):
         crop_hops: int | None = 1,
         use_cache: bool = True,
         neighbours: bool = False,
+        thin_share: float = 0.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -198,6 +203,7 @@ class RCADataModule(pl.LightningDataModule):
         self.crop_hops = crop_hops
         self.use_cache = use_cache
         self.neighbours = neighbours
+        self.thin_share = thin_share
         self.fault_types: list[str] = []
         self.train_data: list[Data] = []
         self.val_data: list[Data] = []
@@ -218,6 +224,7 @@ class RCADataModule(pl.LightningDataModule):
             "max_train": self.max_train,
             "val_fraction": self.val_fraction,
             **({"neighbours": True} if self.neighbours else {}),
+            **({"thin_share": self.thin_share} if self.thin_share else {}),
             "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files],
         }
         h = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -284,9 +291,10 @@ class RCADataModule(pl.LightningDataModule):
             train = [train[i] for i in keep]
         self.fault_types = sorted({str(inc["fault_type"]) for inc in train})
         g = ds.graphs
+        thinned = thinned_copies(train, g, self.thin_share, self.seed) if self.thin_share else []
         ch = self.crop_hops
         ft, pb, nb = self.fault_types, self.progress, self.neighbours
-        train_data = incidents_to_data(train, g, ft, pb, "train features", ch, nb)
+        train_data = incidents_to_data(train + thinned, g, ft, pb, "train features", ch, nb)
         self.train_data = [d for d in train_data if not bool(d.root_missing)]
         self.val_data = incidents_to_data(val, g, ft, pb, "val features", ch, nb)
         self.test_sets = {
@@ -299,6 +307,7 @@ class RCADataModule(pl.LightningDataModule):
             "n_val": len(val),
             "train_graphs": len({i["graph"] for i in train}),
             "val_graphs": len({i["graph"] for i in val}),
+            "n_thinned": len(thinned),
             "train_root_outside_crop": len(train_data) - len(self.train_data),
             "crop_hops": ch,
             **{f"n_{k}": len(v) for k, v in self.test_sets.items()},

@@ -85,7 +85,7 @@ def test_tiny_cli_training_run_registers_and_loads(mlflow_uri, tmp_path) -> None
 
 
 def test_train_flags_reach_the_fit_and_the_release_command(monkeypatch) -> None:
-    """``--dropout``, ``--weight-decay`` and ``--neighbours`` reach :class:`Args`, and the command
+    """``--dropout``, ``--weight-decay``, ``--neighbours`` and ``--thin-share`` reach :class:`Args`, and the command
     written into a release's model card repeats them (a card without ``--neighbours`` would
     rebuild another model)."""
     import argparse
@@ -95,9 +95,12 @@ def test_train_flags_reach_the_fit_and_the_release_command(monkeypatch) -> None:
     p = argparse.ArgumentParser()
     rca_train.add_arguments(p)
     argv = ["--data", "d", "--dropout", "0.2", "--weight-decay", "0.001", "--neighbours"]
+    argv += ["--thin-share", "0.25"]
     ns = p.parse_args([*argv, "--release", "out"])
     tail = rca_train._argv_tail(ns)
-    assert {"--dropout 0.2", "--weight-decay 0.001", "--neighbours"} <= set(tail)
+    assert {"--dropout 0.2", "--weight-decay 0.001", "--neighbours", "--thin-share 0.25"} <= set(
+        tail
+    )
     assert not {"--dropout 0.1", "--neighbours"} & set(
         rca_train._argv_tail(p.parse_args(["--data", "d"]))
     )
@@ -105,4 +108,30 @@ def test_train_flags_reach_the_fit_and_the_release_command(monkeypatch) -> None:
     monkeypatch.setattr(rca_train, "run", lambda a: (seen.setdefault("args", a), {"rank": 1})[1])
     assert rca_train.cli(ns) == 0
     a = seen["args"]
-    assert (a.dropout, a.weight_decay, a.neighbours) == (0.2, 0.001, True)
+    assert (a.dropout, a.weight_decay, a.neighbours, a.thin_share) == (0.2, 0.001, True, 0.25)
+
+
+@pytest.mark.parametrize("neighbours", [False, True])
+def test_release_card_says_what_the_model_reads(tmp_path, neighbours: bool) -> None:
+    """A released card names the import path users load and, for a neighbour model, its neighbour
+    inputs (a card of the 2026-12-03 release called all 157 inputs alert features)."""
+    from fleetmind.rca.features.neighbours import NUM_NODE_EXTRA
+    from fleetmind.training import rca_train
+
+    art = tmp_path / "art"
+    art.mkdir()
+    cfg = {"layers": 3, "hidden": 48, "heads": 4, "edge_dim": 16, "feature_version": 2}
+    cfg |= {"in_dim": 131 + (NUM_NODE_EXTRA if neighbours else 0), "fault_types": ["a", "b"]}
+    cfg["neighbours"] = neighbours
+    (art / "config.json").write_text(json.dumps({"version": "gat-x", "model": cfg, "data": {}}))
+    (art / "model.pt").write_bytes(b"")
+    res = {"artifact": str(art), "run_id": "r", "run_name": "n", "epochs": 1, "fit_seconds": 1.0}
+    res |= {"metrics": {"val": {"n": 1, "ac@1": 1, "ac@3": 1, "ac@5": 1, "mrr": 1}}, "data": {}}
+    card = (rca_train.release(res, tmp_path / "rel", command="c") / "MODEL_CARD.md").read_text()
+    assert "`fleetmind.rca.gat_analyzer.GATAnalyzer.load(None)`" in card
+    assert ("neighbour inputs" in card) is neighbours
+    assert (f"{cfg['in_dim']} per-node alert features" in card) is not neighbours
+    if neighbours:
+        assert (
+            f"131 alert features (feature version 2, `rca/features/`) and {NUM_NODE_EXTRA}" in card
+        )

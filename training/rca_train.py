@@ -74,6 +74,8 @@ class Args:
     """candidate subgraph radius around recently alerting nodes (training and inference)"""
     neighbours: bool = False
     """also read the neighbour-comparison inputs (``fleetmind.rca.features.neighbours``)"""
+    thin_share: float = 0.0
+    """share of training incidents that also get a thinned copy (``fleetmind.rca.thinning``)"""
     patience: int = 6
     """early stopping: epochs without val/mrr improvement"""
     max_minutes: float = 8.0
@@ -296,6 +298,7 @@ def _data_module(args: Args) -> tuple[Any, dict[str, Any] | None, float]:
         progress=args.progress,
         crop_hops=args.crop_hops,
         neighbours=args.neighbours,
+        thin_share=args.thin_share,
     )
     dm.setup()
     return dm, feedback, time.time() - t_start
@@ -453,6 +456,13 @@ def add_arguments(p: Any) -> None:
         help="also read neighbour comparisons: per-edge caller/callee inputs, the propagation "
         "ranker's verdict and alert label values (XID codes)",
     )
+    p.add_argument(
+        "--thin-share",
+        type=float,
+        default=d.thin_share,
+        help="also train on thinned copies (the root's alerts and 0-3 other alerting nodes) of "
+        "this share of the training incidents, drawn with --seed (default 0: none)",
+    )
     p.add_argument("--json", default=None, help="write run id, metrics and registry info here")
 
 
@@ -485,6 +495,7 @@ def cli(args: Any) -> int:
         num_nodes=args.num_nodes,
         shard_log=args.shard_log,
         neighbours=getattr(args, "neighbours", False),
+        thin_share=getattr(args, "thin_share", 0.0),
     )
     res = run(a)
     if res.get("rank", 0) != 0:  # other DDP ranks: rank zero reports
@@ -520,6 +531,7 @@ def _argv_tail(args: Any) -> list[str]:
         ("--layers", "layers"),
         ("--max-train", "max_train"),
         ("--max-minutes", "max_minutes"),
+        ("--thin-share", "thin_share"),
     ):
         if getattr(args, name) != getattr(d, name):
             out.append(f"{flag} {getattr(args, name)}")
@@ -527,6 +539,22 @@ def _argv_tail(args: Any) -> list[str]:
         out.append("--neighbours")
     out.append(f"--release {args.release}")
     return out
+
+
+def _inputs_text(cfg: dict[str, Any]) -> str:
+    """The model card's words for what a model reads: base alert features, plus neighbour inputs."""
+    from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
+
+    version = f"feature version {cfg['feature_version']}, `rca/features/`"
+    if not cfg.get("neighbours"):
+        return f" as attention edge features; {cfg['in_dim']} per-node alert features ({version})"
+    base = cfg["in_dim"] - NUM_NODE_EXTRA
+    return (
+        f" plus a projection of each dependency edge's caller/callee comparison ({NUM_EDGE_FEATURES} columns)"
+        f" as attention edge features; {cfg['in_dim']} per-node inputs: {base} alert features"
+        f" ({version}) and {NUM_NODE_EXTRA} neighbour inputs (the propagation ranker's tier, score and"
+        " rank; XID and link label counts; `rca/features/neighbours.py`)"
+    )
 
 
 def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
@@ -556,12 +584,11 @@ def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
 **What it does.** Ranks every node of a dependency graph (services, pods, hosts, GPUs, links, clusters,
 shared infra) as the root cause of an alert storm (Alertmanager v4 alerts) and predicts the fault
 type; each cause comes with the highest-attention propagation path to an alerting node. Loaded by
-`rca.gat_analyzer.GATAnalyzer.load(None)` (the service, `fleetmind rca evaluate`, the demo).
+`fleetmind.rca.gat_analyzer.GATAnalyzer.load(None)` (the service, `fleetmind rca evaluate`, the demo).
 
 **Model.** {cfg["layers"]} residual GATv2 layers (Brody et al., ICLR 2022), hidden {cfg["hidden"]},
 {cfg["heads"]} heads, edge-type embeddings (both directions of each of the 6 edge kinds + self loop,
-dim {cfg["edge_dim"]}) as attention edge features; {meta["model"]["in_dim"]} per-node alert features
-(feature version {cfg["feature_version"]}, `rca/features/`); listwise softmax cross-entropy over each
+dim {cfg["edge_dim"]}){_inputs_text(cfg)}; listwise softmax cross-entropy over each
 graph's nodes plus a fault-type head ({len(cfg["fault_types"])} classes). Weights: `model.pt`
 (state dict), hyper-parameters and metrics: `config.json`.
 
