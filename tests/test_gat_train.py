@@ -113,8 +113,9 @@ def test_train_flags_reach_the_fit_and_the_release_command(monkeypatch) -> None:
 
 @pytest.mark.parametrize("neighbours", [False, True])
 def test_release_card_says_what_the_model_reads(tmp_path, neighbours: bool) -> None:
-    """A released card names the import path users load and, for a neighbour model, its neighbour
-    inputs (a card of the 2026-12-03 release called all 157 inputs alert features)."""
+    """A released card names the import path users load, a neighbour model's neighbour inputs (a
+    card of the 2026-12-03 release called all 157 inputs alert features) and thinned training
+    copies as training data, not as a test split."""
     from fleetmind.rca.features.neighbours import NUM_NODE_EXTRA
     from fleetmind.training import rca_train
 
@@ -126,11 +127,14 @@ def test_release_card_says_what_the_model_reads(tmp_path, neighbours: bool) -> N
     (art / "config.json").write_text(json.dumps({"version": "gat-x", "model": cfg, "data": {}}))
     (art / "model.pt").write_bytes(b"")
     res = {"artifact": str(art), "run_id": "r", "run_name": "n", "epochs": 1, "fit_seconds": 1.0}
-    res |= {"metrics": {"val": {"n": 1, "ac@1": 1, "ac@3": 1, "ac@5": 1, "mrr": 1}}, "data": {}}
+    data = {"n_train": 10, "n_val": 2, "n_test": 3} | ({"n_thinned": 4} if neighbours else {})
+    res |= {"metrics": {"val": {"n": 1, "ac@1": 1, "ac@3": 1, "ac@5": 1, "mrr": 1}}, "data": data}
     card = (rca_train.release(res, tmp_path / "rel", command="c") / "MODEL_CARD.md").read_text()
     assert "`fleetmind.rca.gat_analyzer.GATAnalyzer.load(None)`" in card
     assert ("neighbour inputs" in card) is neighbours
     assert (f"{cfg['in_dim']} per-node alert features" in card) is not neighbours
+    assert "3 `test` incidents" in card and "`thinned` incidents" not in card
+    assert ("plus 4 thinned copies of training incidents" in card) is neighbours
     if neighbours:
         assert (
             f"131 alert features (feature version 2, `rca/features/`) and {NUM_NODE_EXTRA}" in card

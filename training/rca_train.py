@@ -577,7 +577,13 @@ def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
     tests = "".join(
         f", {v} `{k[2:]}` incidents"
         for k, v in d.items()
-        if k.startswith("n_") and k not in ("n_train", "n_val")
+        if k.startswith("n_") and k not in ("n_train", "n_val", "n_thinned")
+    )
+    thinned = (
+        f" plus {d['n_thinned']} thinned copies of training incidents (`--thin-share`,"
+        " `rca/thinning.py`)"
+        if d.get("n_thinned")
+        else ""
     )
     card = f"""# FleetMind RCA model card: GAT root-cause ranker (`{meta["version"]}`)
 
@@ -593,7 +599,7 @@ graph's nodes plus a fault-type head ({len(cfg["fault_types"])} classes). Weight
 (state dict), hyper-parameters and metrics: `config.json`.
 
 **Data.** Simulated incidents from `data/rca_gen` read from `{meta["data"].get("dir")}`:
-{d.get("n_train")} training incidents on {d.get("train_graphs")} topologies, {d.get("n_val")} validation
+{d.get("n_train")} training incidents on {d.get("train_graphs")} topologies{thinned}, {d.get("n_val")} validation
 incidents on {d.get("val_graphs")} other topologies{tests}. Validation and test splits use topologies
 that no training incident uses; `test_large` uses graphs with more clusters than any training graph.
 Candidate subgraph radius {d.get("crop_hops")} hop(s); {d.get("train_root_outside_crop")} training
