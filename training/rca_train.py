@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.errors import ConfigError
+from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.io import write_json
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
@@ -543,8 +544,6 @@ def _argv_tail(args: Any) -> list[str]:
 
 def _inputs_text(cfg: dict[str, Any]) -> str:
     """The model card's words for what a model reads: base alert features, plus neighbour inputs."""
-    from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
-
     version = f"feature version {cfg['feature_version']}, `rca/features/`"
     if not cfg.get("neighbours"):
         return f" as attention edge features; {cfg['in_dim']} per-node alert features ({version})"
