@@ -2,9 +2,10 @@
 
 On-call often sends part of a storm: the alerts on the faulty component and one or two beside it.
 The simulator (:mod:`fleetmind.data.rca_gen`) never writes such an incident: every incident has at
-least two alerting nodes besides its root, so a GAT trained on it has not seen a storm of the root and
-one neighbour, and ranks the neighbour first in about one such storm in five
-(``benchmarks/results/rca/origin_only_released.json``, ``root_plus_neighbour``). A thinned copy
+least two alerting nodes besides its root, so a GAT trained on it alone has not seen a storm of the
+root and one neighbour: the releases trained that way ranked the root first in 0.81-0.84 of such
+storms against 0.97 of full ones (2026-12-03, ``docs/research/2026-12-03-rca-thinned-storms.md``;
+trained with thinned copies, 0.98). A thinned copy
 keeps every alert on the root and the alerts of ``k`` other alerting nodes drawn at random
 (``k`` uniform in ``0..max_others``, at least one when the root itself is silent); alerts that map to
 no graph node are dropped. It is domain randomisation over how much of a storm arrives, not a value

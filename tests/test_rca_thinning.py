@@ -73,3 +73,13 @@ def test_the_data_module_adds_thinned_training_graphs_only(tmp_path) -> None:
     assert np.mean([d.num_nodes for d in thin.train_data[-n:]]) < np.mean(
         [d.num_nodes for d in plain.train_data]
     )
+
+
+def test_a_share_outside_zero_to_one_is_a_one_line_cli_error(tmp_path, capsys) -> None:
+    from fleetmind.cli import main
+
+    data = toy_dataset(tmp_path / "toy", n_train=4, n_val=2, n_test=2)
+    rc = main(["rca", "train", "--data", str(data), "--thin-share", "1.5", "--no-register"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--thin-share must lie in [0, 1], got 1.5" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -264,6 +264,8 @@ def _check_and_seed(args: Args) -> None:
         raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
     if args.epochs < 1:
         raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
+    if not 0.0 <= args.thin_share <= 1.0:
+        raise ConfigError(f"--thin-share must lie in [0, 1], got {args.thin_share}")
     for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
