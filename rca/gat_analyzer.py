@@ -497,7 +497,9 @@ class GATAnalyzer(BaseAnalyzer):
         in the last bit from one graph's 49 rows). An incident whose crop has
         fewer than :data:`_MIN_BATCHED_ROWS` nodes or edges is ranked on its own: a matrix product
         over a handful of rows takes another kernel path on CPU and can round differently in the
-        last bit than the same rows inside a batch (seen up to 6 rows).
+        last bit than the same rows inside a batch (seen up to 6 rows). The layers' activation is
+        :func:`fleetmind.rca.model.elu`, whose result does not depend on an element's place in
+        the batch (``F.elu``'s did, for the last partial vector block).
 
         Args:
             items: ``(graph, alerts, top_k)`` per incident; graphs may differ.

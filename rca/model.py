@@ -83,6 +83,19 @@ class GATConfig:
         return cls(**d)
 
 
+def elu(x: Tensor) -> Tensor:
+    """ELU (alpha 1) whose result for an element does not depend on where it sits in the tensor.
+
+    ``F.elu`` on CPU runs the vectorised ``expm1`` over whole vector blocks and a scalar ``expm1``
+    over the last, partial block, and the two can differ in the last bit; so a node's value could
+    change with its position in a batch (seen for the 2026-12-03 release: 1 row of 53 in a batch of
+    six incidents). ``torch.expm1`` maps every element, the tail too, through the vectorised
+    function; the clamp keeps positive inputs out of it (no overflow, no NaN gradient). Equal to
+    ``F.elu``'s vectorised path bit for bit. Shapes: any -> the same.
+    """
+    return torch.where(x > 0, x, torch.expm1(x.clamp(max=0)))
+
+
 def input_width(neighbours: bool) -> int:
     """Width of the node input: ``F``, plus ``NUM_NODE_EXTRA`` for a ``neighbours`` model."""
     return NUM_FEATURES + (NUM_NODE_EXTRA if neighbours else 0)
@@ -204,7 +217,7 @@ class GATRanker(nn.Module):
                 att.append(alpha)
             else:
                 out = conv(norm(h), ei, edge_attr=ea)
-            h = h + self.drop(nn.functional.elu(out))
+            h = h + self.drop(elu(out))
         logits = self.score_head(h).squeeze(-1)
         return logits, h, att
 
@@ -305,7 +318,7 @@ class GATRanker(nn.Module):
             out += x_l.mul_(a_loop.unsqueeze(-1))
             out = out.view(-1, heads * ch).add_(conv.bias)
             att.append(torch.cat([a, a_loop]))
-            h = h.add_(F.elu(out))
+            h = h.add_(elu(out))
         if not logits:
             return None, h, att
         return self.score(h), h, att

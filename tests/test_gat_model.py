@@ -343,3 +343,23 @@ def test_vectorised_alert_mapping_matches_graph_rules() -> None:
         ref = g.node_for_alert(labels)
         assert node_index_for_alert(g, labels) == (None if ref is None else g.index[ref]), labels
         assert service_node_for_alert(g, labels) == ref, labels
+
+
+def test_elu_of_an_element_does_not_depend_on_its_place_in_the_tensor() -> None:
+    """The layer activation gives a node the same bits alone and inside a batch (``F.elu`` runs a
+    scalar ``expm1`` over the last partial vector block, which broke batched == single serving for
+    the 2026-12-03 release), equals ``F.elu`` on whole blocks and keeps finite gradients."""
+    from fleetmind.rca.model import elu
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 3, 7, 13, 17, 31, 53, 100, 2544, 2545, 3000):
+        x = torch.randn(n, generator=g) * 3
+        big = torch.cat([torch.randn(8453, generator=g), x, torch.randn(37, generator=g)])
+        assert torch.equal(elu(x), elu(big)[8453 : 8453 + n])
+    x = torch.randn(4096, generator=g) * 3
+    assert torch.equal(elu(x), torch.nn.functional.elu(x))  # 4096: no partial block
+    y = torch.tensor([-200.0, -1.0, 0.0, 1.0, 200.0], requires_grad=True)
+    elu(y).sum().backward()
+    assert torch.isfinite(y.grad).all() and y.grad.tolist() == pytest.approx(
+        [0.0, float(torch.exp(torch.tensor(-1.0))), 1.0, 1.0, 1.0]
+    )
