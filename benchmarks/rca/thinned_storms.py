@@ -4,7 +4,8 @@ Each ``NAME=MODEL`` artifact is scored as :mod:`benchmarks.rca.origin_only` scor
 incidents, the root's alerts only, and the root plus one alerting neighbour, each with and without
 the lone-alert rule. Models trained with ``fleetmind rca train --thin-share S`` sit beside fits of
 the same seed without it (``docs/research/2026-12-03-rca-thinned-storms.md``). Decisions use the
-``val`` split only.
+``val`` split only. A ``NAME=FILE.joblib`` is a fitted learned baseline (``hop2_gbdt``, e.g. from
+:mod:`benchmarks.rca.thinned_gbdt`); it has no lone-alert rule, so its two variants are one.
 
 Run::
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+import joblib
 
 from benchmarks.provenance import load_now, provenance
 from benchmarks.rca.origin_only import run_split
@@ -44,11 +47,16 @@ def main(argv: list[str] | None = None) -> int:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             ap.error(f"expected NAME=ARTIFACT_FOLDER, got {spec!r}")
-        gats = {
-            "gat": GATAnalyzer.load(path),
-            "gat:no_lone_rule": GATAnalyzer.load(path, lone_alert_margin=None),
-        }
-        versions[name] = gats["gat"].version
+        if path.endswith(".joblib"):
+            an = joblib.load(path)
+            gats = {"gat": an, "gat:no_lone_rule": an}
+            versions[name] = f"{an.name} ({Path(path).name})"
+        else:
+            gats = {
+                "gat": GATAnalyzer.load(path),
+                "gat:no_lone_rule": GATAnalyzer.load(path, lone_alert_margin=None),
+            }
+            versions[name] = gats["gat"].version
         out[name] = run_split(gats, ds, a.split, a)
         for part in ("full", "root_plus_neighbour", "origin_only"):
             p = out[name][part]
