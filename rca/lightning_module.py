@@ -291,7 +291,7 @@ class RCADataModule(pl.LightningDataModule):
             train = [train[i] for i in keep]
         self.fault_types = sorted({str(inc["fault_type"]) for inc in train})
         g = ds.graphs
-        thinned = thinned_copies(train, g, self.thin_share, self.seed) if self.thin_share else []
+        thinned = thinned_copies(train, g, self.thin_share, self.seed)
         ch = self.crop_hops
         ft, pb, nb = self.fault_types, self.progress, self.neighbours
         train_data = incidents_to_data(train + thinned, g, ft, pb, "train features", ch, nb)

@@ -48,7 +48,7 @@ def thin_incident(
     k = int(rng.integers(0, hi + 1)) if hi else 0
     if not has_own:
         k = max(k, 1)
-    if k > len(others) or (k == 0 and not has_own):
+    if k > len(others):  # a silent root and no other alerting node: nothing would remain
         return None
     kept = {root, *(others[i] for i in rng.choice(len(others), size=k, replace=False))}
     return {**incident, "alerts": [a for n, a in on if n in kept]}
