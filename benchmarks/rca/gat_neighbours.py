@@ -17,6 +17,11 @@ configuration is trained once, seed 0, on the folder's ``train`` split; the one 
 validation AC@1 (ties: MRR) is kept. Nothing is chosen on a test split. The wall-clock of each fit is
 recorded (on a shared machine it says more about the load than about the method).
 
+**Thinned storms.** ``--thin-share S`` trains both learners on the training split plus the same
+seeded thinned copies (:func:`fleetmind.rca.thinning.thinned_copies`, drawn with ``--train-seed``; the
+GAT through ``fleetmind rca train --thin-share``); validation and tests are never thinned. The share
+is recorded in each trial's configuration.
+
 **Scoring.** A root outside a method's candidates counts as a miss. AC@1, AC@3 and MRR come with
 95 % percentile-bootstrap intervals over incidents (2,000 resamples, seeded), and the paired
 difference GAT - ``hop2_gbdt`` in AC@1 with its own interval (the same resampled incidents for both).
@@ -171,7 +176,13 @@ def _configs(
     """The configurations to try: drawn (:func:`draw_configs`), or with ``--refit-from WORK`` the
     one chosen there (tuned on a smaller set, refitted here)."""
     if a.refit_from:
-        return [json.loads((Path(a.refit_from) / f"{phase}.json").read_text())[name]["chosen"]]
+        rec = json.loads((Path(a.refit_from) / f"{phase}.json").read_text())[name]
+        if rec.get("thin_share", 0.0) != a.thin_share:
+            raise SystemExit(
+                f"{a.refit_from} chose {name} with --thin-share {rec.get('thin_share', 0.0)}; "
+                f"refit it with the same share, not {a.thin_share}"
+            )
+        return [rec["chosen"]]
     if a.first:  # an incumbent chosen earlier stands in for the shipped default
         first = json.loads(a.first)
         if set(first) != set(grid):
@@ -180,12 +191,19 @@ def _configs(
     return draw_configs(grid, default, k, a.seed)
 
 
+def _thin(a: argparse.Namespace) -> dict[str, float]:
+    """The trial record's thinned-storm share (absent when none, as in the older records)."""
+    return {"thin_share": a.thin_share} if a.thin_share else {}
+
+
 def tune_gbdt(a: argparse.Namespace) -> dict[str, Any]:
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.gbdt import GBDTAnalyzer, GBDTConfig
+    from fleetmind.rca.thinning import thinned_copies
 
     ds = load_dataset(a.data, ["train", "val"])
-    train, val = ds.split("train"), ds.split("val")
+    train, val = list(ds.split("train")), ds.split("val")
+    train += thinned_copies(train, ds.graphs, a.thin_share, a.train_seed)
     res: dict[str, Any] = {}
     for name, hops in (("hop2_gbdt", 2), ("node_gbdt", 0)):
         if name not in a.gbdts:
@@ -199,13 +217,25 @@ def tune_gbdt(a: argparse.Namespace) -> dict[str, Any]:
             )
             an.train(train, ds.graphs)
             m = rank_metrics(ranks_of(gbdt_scores(an, val, ds), val, ds))
-            trials.append({"config": cfg, "val": m, "wall_s": round(time.perf_counter() - t0, 1)})
+            trials.append(
+                {
+                    "config": cfg,
+                    **_thin(a),
+                    "val": m,
+                    "wall_s": round(time.perf_counter() - t0, 1),
+                }
+            )
             print(name, cfg, m, flush=True)
             if (m["ac@1"], m["mrr"]) > best_key:
                 best_an, best_key = an, (m["ac@1"], m["mrr"])
         best = max(trials, key=lambda t: (t["val"]["ac@1"], t["val"]["mrr"]))
         joblib.dump(best_an, Path(a.work) / f"{name}.joblib")
-        res[name] = {"trials": trials, "chosen": best["config"], "chosen_val": best["val"]}
+        res[name] = {
+            "trials": trials,
+            "chosen": best["config"],
+            **_thin(a),
+            "chosen_val": best["val"],
+        }
     return res
 
 
@@ -231,6 +261,7 @@ def tune_gat(a: argparse.Namespace) -> dict[str, Any]:
                     tracking_uri=f"sqlite:///{Path(a.work).resolve() / 'mlflow.db'}",
                     progress=False,
                     neighbours=nb,
+                    thin_share=a.thin_share,
                     **cfg,
                 )
             )
@@ -238,6 +269,7 @@ def tune_gat(a: argparse.Namespace) -> dict[str, Any]:
             trials.append(
                 {
                     "config": cfg,
+                    **_thin(a),
                     "val": {k2: val[k2] for k2 in ("n", "ac@1", "ac@3", "mrr")},
                     "epochs": out["epochs"],
                     "artifact": out["artifact"],
@@ -249,6 +281,7 @@ def tune_gat(a: argparse.Namespace) -> dict[str, Any]:
         res[f"gat_{variant}"] = {
             "trials": trials,
             "chosen": best["config"],
+            **_thin(a),
             "chosen_val": best["val"],
             "artifact": best["artifact"],
         }
@@ -358,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
         "--refit-from", default=None, help="WORK folder whose chosen configurations to refit"
     )
     ap.add_argument("--max-minutes", type=float, default=12.0)
+    ap.add_argument(
+        "--thin-share",
+        type=float,
+        default=0.0,
+        help="train both learners on thinned copies of this share of the training incidents too",
+    )
     ap.add_argument("--test", action="append", default=[], help="FOLDER:SPLIT to score")
     ap.add_argument(
         "--member",
@@ -369,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--json", default=None, help="result file (evaluate)")
     a = ap.parse_args(argv)
+    if not 0.0 <= a.thin_share <= 1.0:
+        ap.error(f"--thin-share must lie in [0, 1], got {a.thin_share}")
     Path(a.work).mkdir(parents=True, exist_ok=True)
     load0 = load_now()
     fn = {"tune-gbdt": tune_gbdt, "tune-gat": tune_gat, "evaluate": evaluate}[a.phase]
