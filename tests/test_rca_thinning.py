@@ -83,3 +83,43 @@ def test_a_share_outside_zero_to_one_is_a_one_line_cli_error(tmp_path, capsys) -
     err = capsys.readouterr().err
     assert rc != 0 and "--thin-share must lie in [0, 1], got 1.5" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_gbdt_baseline_trains_on_the_same_thinned_copies_and_refits_keep_the_share(
+    tmp_path, monkeypatch
+) -> None:
+    """``benchmarks.rca.gat_neighbours tune-gbdt --thin-share`` gives ``hop2_gbdt`` the copies the
+    GAT's data module adds (same function, same seed), records the share, and a ``--refit-from``
+    with another share is refused: a paired comparison must not mix recipes silently."""
+    import json
+
+    from benchmarks.rca import gat_neighbours
+    from fleetmind.data.rca_dataset import load_dataset
+    from fleetmind.rca.gbdt import GBDTAnalyzer
+
+    data = toy_dataset(tmp_path / "ds", n_train=40, n_val=10, n_test=4)
+    ds = load_dataset(data, ["train"])
+    want = len(ds.split("train")) + len(thinned_copies(ds.split("train"), ds.graphs, 0.5, 3))
+    assert want > len(ds.split("train"))
+    seen: list[list] = []
+    train = GBDTAnalyzer.train
+
+    def spy(self, incidents, graphs):
+        seen.append(list(incidents))
+        return train(self, incidents, graphs)
+
+    monkeypatch.setattr(GBDTAnalyzer, "train", spy)
+    small = '{"max_iter": 20, "learning_rate": 0.1, "max_leaf_nodes": 15, "neg_rate": 0.3}'
+    common = ["--data", str(data), "--gbdts", "hop2_gbdt", "--configs", "1", "--first", small]
+    w = tmp_path / "w"
+    args = ["tune-gbdt", "--work", str(w), *common, "--train-seed", "3", "--thin-share", "0.5"]
+    assert gat_neighbours.main(args) == 0
+    assert len(seen[0]) == want
+    rec = json.loads((w / "tune-gbdt.json").read_text())["hop2_gbdt"]
+    assert rec["thin_share"] == 0.5 and rec["trials"][0]["thin_share"] == 0.5
+    with pytest.raises(SystemExit, match="same share"):
+        gat_neighbours.main(
+            ["tune-gbdt", "--work", str(tmp_path / "r"), *common, "--refit-from", str(w)]
+        )
+    with pytest.raises(SystemExit):  # argparse: a share outside [0, 1]
+        gat_neighbours.main(["tune-gbdt", "--work", str(w), *common, "--thin-share", "2"])
