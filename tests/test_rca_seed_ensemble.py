@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from benchmarks.rca.gat_neighbours import mean_scores, rank_metrics, ranks_of
+from benchmarks.rca.gat_neighbours import _boot, mean_scores, rank_metrics, ranks_of, tie_shares
 
 
 def _ds(roots: list[int]) -> tuple[list[dict], SimpleNamespace]:
@@ -44,6 +44,35 @@ def test_ties_favour_the_root_and_a_missing_root_is_a_miss() -> None:
     assert r.tolist() == [0, -1]
     assert rank_metrics(r)["ac@1"] == 0.5
     assert rank_metrics(r)["mrr"] == 0.5
+
+
+def test_ties_shared_count_a_k_way_tie_as_one_kth_of_a_hit() -> None:
+    """The second count: a root tied with two others at the top earns 1/3, alone 1, below 0; the
+    paired lead under it differs from the favourable count exactly by the GBDT's coin flips."""
+    incs, ds = _ds([4, 4, 4, 9])
+    gbdt = [
+        (np.array([1, 4, 2]), np.array([0.4, 0.4, 0.4])),  # three-way tie at the top
+        (np.array([1, 4, 2]), np.array([0.2, 0.5, 0.3])),  # alone at the top
+        (np.array([1, 4, 2]), np.array([0.5, 0.4, 0.4])),  # below another
+        (np.array([1, 2]), np.array([0.9, 0.1])),  # not a candidate
+    ]
+    np.testing.assert_allclose(tie_shares(gbdt, incs, ds), [1 / 3, 1, 0, 0])
+    gat = [  # log-probabilities without ties: the root first on incidents 0 and 1
+        (c, np.log(np.array(p)))
+        for c, p in (
+            (gbdt[0][0], [0.3, 0.5, 0.2]),
+            (gbdt[1][0], [0.2, 0.5, 0.3]),
+            (gbdt[2][0], [0.5, 0.3, 0.2]),
+            (gbdt[3][0], [0.9, 0.1]),
+        )
+    ]
+    ranks = {"hop2_gbdt": ranks_of(gbdt, incs, ds), "gat_neighbours": ranks_of(gat, incs, ds)}
+    shares = {"hop2_gbdt": tie_shares(gbdt, incs, ds), "gat_neighbours": tie_shares(gat, incs, ds)}
+    out = _boot(ranks, 50, 0, shares)["gat_neighbours"]
+    # favourable count: GAT 2 hits, GBDT 2 (the tie counted whole); shared: GBDT 1/3 + 1
+    assert out["minus_hop2_gbdt_ac@1"] == pytest.approx(0.0)
+    assert out["minus_hop2_gbdt_ac@1_ties_shared"] == pytest.approx((2 - 4 / 3) / 4)
+    assert out["ac@1_ties_shared"] == pytest.approx(0.5)
 
 
 def test_members_with_different_candidates_are_refused() -> None:

@@ -25,6 +25,10 @@ is recorded in each trial's configuration.
 **Scoring.** A root outside a method's candidates counts as a miss. AC@1, AC@3 and MRR come with
 95 % percentile-bootstrap intervals over incidents (2,000 resamples, seeded), and the paired
 difference GAT - ``hop2_gbdt`` in AC@1 with its own interval (the same resampled incidents for both).
+A tie at the top counts in the root's favour (``ac@1``, the rule of every comparison made with this
+file); ``ac@1_ties_shared`` counts a tie of ``k`` candidates as ``1/k`` of a hit (:func:`tie_shares`),
+which is what a random tie-break earns on average. The GBDT's tree probabilities tie; the GAT's do
+not, so the first rule credits the GBDT with its coin flips.
 """
 
 from __future__ import annotations
@@ -118,6 +122,23 @@ def ranks_of(scores: list[tuple[np.ndarray, np.ndarray]], incs: list[dict], ds: 
     return np.asarray(out, dtype=np.int64)
 
 
+def tie_shares(
+    scores: list[tuple[np.ndarray, np.ndarray]], incs: list[dict], ds: Any
+) -> np.ndarray:
+    """Per incident, the share of a hit at rank 1 when ties are broken at random: ``1/k`` when the
+    root ties with ``k - 1`` other candidates for the top score, 1 when it tops alone, 0 otherwise
+    (not a candidate, or below another). Its mean is the expected AC@1 of a random tie-break; the
+    GBDT's tree probabilities tie, the GAT's log-probabilities practically never do."""
+    out = []
+    for inc, (c, p) in zip(incs, scores, strict=True):
+        pos = np.flatnonzero(c == ds.graph_of(inc).index[str(inc["root_cause"])])
+        if pos.size == 0 or np.any(p > p[pos[0]]):
+            out.append(0.0)
+        else:
+            out.append(1.0 / float(np.sum(p == p[pos[0]])))
+    return np.asarray(out, dtype=np.float64)
+
+
 def mean_scores(
     members: list[list[tuple[np.ndarray, np.ndarray]]],
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -133,8 +154,15 @@ def mean_scores(
     return out
 
 
-def _boot(ranks: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, Any]:
-    """Intervals of every method's AC@1/AC@3/MRR and of GAT - hop2_gbdt AC@1 (paired)."""
+def _boot(
+    ranks: dict[str, np.ndarray],
+    n_boot: int,
+    seed: int,
+    shares: dict[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """Intervals of every method's AC@1/AC@3/MRR and of GAT - hop2_gbdt AC@1 (paired); with
+    ``shares`` (:func:`tie_shares`, per method), the AC@1 with ties shared and its paired lead too."""
+    shares = shares or {}
     rng = np.random.default_rng(seed)
     n = next(iter(ranks.values())).size
     idx = rng.integers(0, n, size=(n_boot, n))
@@ -162,6 +190,14 @@ def _boot(ranks: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, Any
         out[name]["minus_hop2_gbdt_ac@1_ci95"] = [
             float(np.percentile(d[idx].mean(1), q)) for q in (2.5, 97.5)
         ]
+        if name in shares and ref in shares:
+            ds_ = shares[name] - shares[ref]
+            out[name]["minus_hop2_gbdt_ac@1_ties_shared"] = float(ds_.mean())
+            out[name]["minus_hop2_gbdt_ac@1_ties_shared_ci95"] = [
+                float(np.percentile(ds_[idx].mean(1), q)) for q in (2.5, 97.5)
+            ]
+    for name, sh in shares.items():
+        out[name]["ac@1_ties_shared"] = float(sh.mean())
     return out
 
 
@@ -345,16 +381,19 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
                     flush=True,
                 )
         ranks: dict[str, np.ndarray] = {}
+        shares: dict[str, np.ndarray] = {}
         for name, per in scores.items():
             if a.member:
                 for w, sc in per.items():
                     ranks[f"{name}@{w.name}"] = ranks_of(sc, incs, ds)
+                    shares[f"{name}@{w.name}"] = tie_shares(sc, incs, ds)
             ranks[name] = ranks_of(mean_scores(list(per.values())), incs, ds)
+            shares[name] = tie_shares(mean_scores(list(per.values())), incs, ds)
         key = f"{Path(folder).name}:{split}"
         out[key] = {
             "data_meta": {k: ds.meta.get(k) for k in ("seed", "equivalent_command")},
             "members": {n: [w.name for w in per] for n, per in scores.items()},
-            "methods": _boot(ranks, a.boot, a.seed),
+            "methods": _boot(ranks, a.boot, a.seed, shares),
         }
     return {"tuning": tuning, "test": out}
 
