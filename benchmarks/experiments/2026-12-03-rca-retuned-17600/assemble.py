@@ -9,7 +9,8 @@ Run (after the fits of ``docs/research/2026-12-03-rca-retuned-17600.md``)::
         --gat /tmp/w/W17_0/tune-gat.json --gat /tmp/thinb0/train.json:0.1 \
         --gat /tmp/W18/gat_d1/tune-gat.json --gat /tmp/W18/gat_d2/tune-gat.json \
         --gbdt /tmp/w/W17_0 --gbdt /tmp/W18/gbdt_thin --gbdt /tmp/W18/gbdt_d1 --gbdt /tmp/W18/gbdt_d2 \
-        --seed-work 1=/tmp/w/W17_1 --seed-work 2=/tmp/w/W17_2
+        --gbdt /tmp/W18/gbdt_d3 --seed-work 1=/tmp/w/W17_1 --seed-work 2=/tmp/w/W17_2 \
+        --gbdt-failed '{"max_iter":150,"learning_rate":0.2,"max_leaf_nodes":15,"neg_rate":1.0}=...'
 
 A ``train.json`` of ``fleetmind rca train`` (``PATH:SHARE``) stands for a GAT trial fitted outside
 the benchmark; its configuration is the incumbent's (it was fitted with the release recipe).
@@ -22,6 +23,8 @@ import json
 import shutil
 from pathlib import Path
 from typing import Any
+
+from benchmarks.provenance import load_now, provenance
 
 INCUMBENT_GAT = {"hidden": 48, "lr": 0.003, "dropout": 0.2, "weight_decay": 0.0001}
 
@@ -57,7 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--gbdt", action="append", required=True, help="tune-gbdt work folder")
     ap.add_argument("--seed-work", action="append", default=[], help="SEED=WORK of the chosen pair")
+    ap.add_argument(
+        "--gbdt-failed",
+        action="append",
+        default=[],
+        help="CONFIG_JSON=REASON of a GBDT trial that did not finish (kept in the record)",
+    )
     a = ap.parse_args(argv)
+    prov = provenance(__spec__.name, argv, load_start=load_now())
     out = Path(a.out)
     gat = [t for s in a.gat for t in _gat_trials(s)]
     gbdt = []
@@ -65,14 +75,19 @@ def main(argv: list[str] | None = None) -> int:
         for t in json.loads((Path(w) / "tune-gbdt.json").read_text())["hop2_gbdt"]["trials"]:
             gbdt.append({**t, "source": str(Path(w) / "hop2_gbdt.joblib")})
     bg, bb = _best(gat), _best(gbdt)
+    for spec in a.gbdt_failed:
+        cfg, _, why = spec.partition("=")
+        gbdt.append({"config": json.loads(cfg), "failed": why})
     s0 = out / "S0"
     s0.mkdir(parents=True, exist_ok=True)
     rec_gat = {"trials": gat, "chosen": bg["config"], "chosen_val": bg["val"]}
     rec_gat |= {"thin_share": bg.get("thin_share", 0.0), "artifact": bg["artifact"]}
     rec_gbdt = {"trials": gbdt, "chosen": bb["config"], "chosen_val": bb["val"]}
     rec_gbdt["thin_share"] = bb.get("thin_share", 0.0)
-    (s0 / "tune-gat.json").write_text(json.dumps({"gat_neighbours": rec_gat}, indent=2) + "\n")
-    (s0 / "tune-gbdt.json").write_text(json.dumps({"hop2_gbdt": rec_gbdt}, indent=2) + "\n")
+    (s0 / "tune-gat.json").write_text(
+        json.dumps({**prov, "gat_neighbours": rec_gat}, indent=2) + "\n"
+    )
+    (s0 / "tune-gbdt.json").write_text(json.dumps({**prov, "hop2_gbdt": rec_gbdt}, indent=2) + "\n")
     link = s0 / "hop2_gbdt.joblib"
     link.unlink(missing_ok=True)
     link.symlink_to(bb["source"])
