@@ -12,6 +12,9 @@ Run (after the fits of ``docs/research/2026-12-03-rca-retuned-17600.md``)::
         --gbdt /tmp/W18/gbdt_d3 --seed-work 1=/tmp/w/W17_1 --seed-work 2=/tmp/w/W17_2 \
         --gbdt-failed '{"max_iter":150,"learning_rate":0.2,"max_leaf_nodes":15,"neg_rate":1.0}=...'
 
+With the fifth trials (``--gat W18/gat_e25/tune-gat.json --gbdt W18/gbdt_l300``, out
+``W18/evalL``, seeds from ``W18/L_1``, ``W18/L_2``) it lays out the longer-trained pair.
+
 A ``train.json`` of ``fleetmind rca train`` (``PATH:SHARE``) stands for a GAT trial fitted outside
 the benchmark; its configuration is the incumbent's (it was fitted with the release recipe).
 """
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     s0.mkdir(parents=True, exist_ok=True)
     rec_gat = {"trials": gat, "chosen": bg["config"], "chosen_val": bg["val"]}
     rec_gat |= {"thin_share": bg.get("thin_share", 0.0), "artifact": bg["artifact"]}
+    rec_gat["epochs"] = bg["epochs"]  # the fifth trial differs from the first only in epochs
     rec_gbdt = {"trials": gbdt, "chosen": bb["config"], "chosen_val": bb["val"]}
     rec_gbdt["thin_share"] = bb.get("thin_share", 0.0)
     (s0 / "tune-gat.json").write_text(
