@@ -29,8 +29,8 @@ A tie at the top counts in the root's favour (``ac@1``, the rule of every compar
 file); ``ac@1_ties_shared`` counts a tie of ``k`` candidates as ``1/k`` of a hit (:func:`tie_shares`),
 which is what a random tie-break earns on average. The GBDT's tree probabilities tie (1-4 of 504
 test incidents per fit have the root tied first); the GAT's rarely do (symmetric candidates with the
-same inputs and neighbourhood: once in six fits' test rankings), so the first rule credits mostly the
-GBDT with its coin flips.
+same inputs and neighbourhood: at most one incident per fit and test set), so the first rule credits
+mostly the GBDT with its coin flips.
 """
 
 from __future__ import annotations
