@@ -5,7 +5,8 @@ incidents, the root's alerts only, and the root plus one alerting neighbour, eac
 the lone-alert rule. Models trained with ``fleetmind rca train --thin-share S`` sit beside fits of
 the same seed without it (``docs/research/2026-12-03-rca-thinned-storms.md``). Decisions use the
 ``val`` split only. A ``NAME=FILE.joblib`` is a fitted learned baseline (``hop2_gbdt``, e.g. from
-:mod:`benchmarks.rca.thinned_gbdt`); it has no lone-alert rule, so its two variants are one.
+``benchmarks.rca.gat_neighbours tune-gbdt --thin-share S``); it has no lone-alert rule, so its two
+variants are one.
 
 Run::
 
