@@ -6,7 +6,9 @@ For each fit of the longer-trained pair (three seeds per learner, the work folde
 whether a GBDT hit came from a tie at the top (counted in the root's favour by the decision rule),
 and groups the misses by fault type and by silent roots. The **ceiling** is the paired lead the GAT
 would have if it found every root that at least one of the six fits finds, with the GBDT as it is:
-``(GBDT misses - incidents every fit misses) / n``. No test set is read.
+``(GBDT misses - incidents every fit misses) / n``, with ties at the top counted in the root's
+favour (the decision rule's count) and, beside it, shared (a ``k``-way tie worth ``1/k``). No test
+set is read.
 
 Run (after the fits of ``docs/research/2026-12-03-rca-retuned-17600.md``)::
 
@@ -68,6 +70,12 @@ def summarise(
         "gbdt_hits_from_ties_seed_mean": float(b_tie_credit.sum()),
         "lead_points_seed_mean": round(100.0 * float(b_miss.sum() - g_miss.sum()) / n, 2),
         "ceiling_lead_points": round(100.0 * float(b_miss.sum() - every.sum()) / n, 2),
+        # the same with tied top scores broken at random (a k-way tie at the top is worth 1/k)
+        "gbdt_misses_ties_shared_seed_mean": round(float(n - per[gbdt]["shares"].mean(0).sum()), 2),
+        "gat_misses_ties_shared_seed_mean": round(float(n - per[gat]["shares"].mean(0).sum()), 2),
+        "ceiling_lead_points_ties_shared": round(
+            100.0 * float(n - per[gbdt]["shares"].mean(0).sum() - every.sum()) / n, 2
+        ),
         "by_group": {k: {m: round(v, 2) for m, v in d.items()} for k, d in sorted(groups.items())},
         "incidents_missed": [
             {
