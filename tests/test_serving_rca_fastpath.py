@@ -286,6 +286,9 @@ PLAIN_TIMES = [
     "\u0662026-01-01T00:00:00Z",
     "2026-01-01",
     "yesterday",
+    "",  # an empty endsAt reached a 500 in the column parser (schemathesis, released GAT)
+    "Z",
+    "+05:30",
     1767225600,
     None,
 ]

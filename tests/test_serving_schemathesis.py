@@ -1,6 +1,8 @@
 """Property-based API fuzzing: schemathesis generates valid and invalid requests from the OpenAPI
 spec (positive and negative modes); no request may produce a 5xx. Bounded to a few examples per
-operation so that it stays well under a minute."""
+operation so that it stays well under a minute. The service runs its released models, as it does
+at its defaults: the released GAT parses request bodies on its own path (``serving/rca/parse.py``),
+which a baseline model never reaches."""
 
 from __future__ import annotations
 
@@ -23,8 +25,6 @@ app = create_app(
     Settings(
         database_url=f"sqlite:///{_TMP}/fuzz.db",
         sqlite_synchronous="NORMAL",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
         incident_worker=False,
         max_body_bytes=256 * 1024,
     )

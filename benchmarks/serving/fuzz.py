@@ -551,14 +551,20 @@ TOKENS = {
 }
 
 
-def make_settings(database_url: str) -> Any:
+def make_settings(
+    database_url: str, rca_model: str | None = None, placement_model: str | None = None
+) -> Any:
+    """The fuzzed service's settings: the released models unless told otherwise (``None``, the
+    service's own default). The released GAT reads request bodies through its own column parser
+    (``serving/rca/parse.py``), which a baseline model never reaches; fuzzed with a baseline only,
+    an empty ``endsAt`` got a 500 there at the defaults."""
     from fleetmind.serving.settings import Settings
 
     return Settings(
         database_url=database_url,
         sqlite_synchronous="OFF",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
+        rca_model=rca_model,
+        placement_model=placement_model,
         incident_worker=False,  # the read phase groups, in this thread: deterministic
         max_body_bytes=256 * 1024,
         api_token=TOKENS["admin"],
@@ -587,12 +593,12 @@ def database(kind: str) -> Iterator[str]:
         cluster.close()
 
 
-def run_database(kind: str, config: FuzzConfig) -> dict[str, Any]:
+def run_database(kind: str, config: FuzzConfig, models: dict[str, str | None]) -> dict[str, Any]:
     from fleetmind.serving.app import create_app
 
     with database(kind) as url:
         t0 = time.perf_counter()
-        report = fuzz_app(create_app(make_settings(url)), TOKENS, config)
+        report = fuzz_app(create_app(make_settings(url, **models)), TOKENS, config)
         elapsed = time.perf_counter() - t0
     return {"seconds": round(elapsed, 1), **report.to_json()}
 
@@ -604,13 +610,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
     p.add_argument("--out", type=Path, default=RESULTS / "serving" / "serving_fuzz.json")
+    p.add_argument(
+        "--rca-model", default=None, help="FLEETMIND_RCA_MODEL (default: the released GAT)"
+    )
+    p.add_argument(
+        "--placement-model",
+        default=None,
+        help="FLEETMIND_PLACEMENT_MODEL (default: the released placement agent)",
+    )
     args = p.parse_args(argv)
+    models = {"rca_model": args.rca_model, "placement_model": args.placement_model}
     load0 = load_now()
     config = FuzzConfig(args.cases, args.read_every, args.seed)
     results = {}
     for kind in args.databases:
         print(f"fuzzing on {kind}: {args.cases} requests", file=sys.stderr)
-        results[kind] = run_database(kind, config)
+        results[kind] = run_database(kind, config, models)
         print(
             f"  {results[kind]['server_errors']} server errors in {results[kind]['requests']} "
             f"requests ({results[kind]['seconds']} s)",
@@ -623,7 +638,12 @@ def main(argv: list[str] | None = None) -> int:
             load_start=load0,
             packages=["schemathesis", "hypothesis", "fastapi", "sqlalchemy", "psycopg"],
         ),
-        "config": {"cases": args.cases, "read_every": args.read_every, "seed": args.seed},
+        "config": {
+            "cases": args.cases,
+            "read_every": args.read_every,
+            "seed": args.seed,
+            "models": {k: v or "released" for k, v in models.items()},
+        },
         "databases": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

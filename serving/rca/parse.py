@@ -376,6 +376,8 @@ def _read_fixed(strs: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
     one by one). Every value is an exact integer in float64 until the final division."""
     rows = len(strs)
     none = (np.zeros(rows), np.zeros(rows, dtype=bool))
+    if n < 19:  # shorter than "YYYY-MM-DDTHH:MM:SS" (an empty "endsAt", say): no strict form
+        return none
     first = strs[0]
     form = "Z" if first[-1] == "Z" else "off" if n >= 25 and first[n - 6] in "+-" else ""
     lay = _layout(n, form)
