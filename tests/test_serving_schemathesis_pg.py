@@ -2,7 +2,7 @@
 boundary values such as strings at their schema's maximum length, and its fuzzing phase, valid and
 invalid) against the app on a throwaway PostgreSQL with tokens set; no request may produce a 5xx.
 SQLite ignores declared column lengths, so only this run can see a value the schema accepts and
-PostgreSQL refuses."""
+PostgreSQL refuses. The service runs its released models, as at its defaults."""
 
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ _PORT = free_port()
 app = create_app(
     Settings(
         database_url=f"postgresql+psycopg://postgres@127.0.0.1:{_PORT}/postgres",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
         incident_worker=True,  # the worker groups what the fuzzer stores, on PostgreSQL too
         max_body_bytes=1024 * 1024,
         api_token=TOKEN,
