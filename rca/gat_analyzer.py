@@ -447,10 +447,16 @@ class GATAnalyzer(BaseAnalyzer):
         """
 
         n = graph.num_nodes
-        if n == 0:
-            return RCAResult([], method=self.name, model_version=self.version)
+        if n == 0:  # nothing to rank, and no alert can map
+            return self._empty(alerts)
         return self._rank_crop(
             graph, alerts, incident_crop(graph, alerts, self.model.config.crop_hops), top_k
+        )
+
+    def _empty(self, alerts: Any) -> RCAResult:
+        """The result on a graph without nodes: no cause, every alert unmapped."""
+        return RCAResult(
+            [], method=self.name, model_version=self.version, extra={"unmapped_alerts": len(alerts)}
         )
 
     def _rank_crop(
@@ -517,7 +523,7 @@ class GATAnalyzer(BaseAnalyzer):
         crops = []
         for i, (graph, alerts, top_k) in enumerate(items):
             if graph.num_nodes == 0:
-                out[i] = RCAResult([], method=self.name, model_version=self.version)
+                out[i] = self._empty(alerts)
                 continue
             c = incident_crop(graph, alerts, self.model.config.crop_hops)
             if c.keep.size < _MIN_BATCHED_ROWS or c.edge_index.shape[1] < _MIN_BATCHED_ROWS:

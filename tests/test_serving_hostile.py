@@ -400,3 +400,21 @@ def test_rca_refuses_the_timestamps_the_webhook_refuses(tmp_path: Path, model: s
             r = c.post("/api/v1/rca", json={"alerts": [a, ok]}, headers=R)
             assert r.status_code == 422, (a, r.status_code)
         assert c.post("/api/v1/rca", json={"alerts": [ok]}, headers=R).status_code == 200
+
+
+@pytest.mark.parametrize("model", ["baseline:upstream-coverage", None])
+@pytest.mark.parametrize("rca_processes", [0, 2])
+def test_rca_on_an_empty_served_graph_answers_no_cause(
+    tmp_path: Path, model: str | None, rca_processes: int
+) -> None:
+    """A graph without nodes may be served (``PUT /api/v1/graph`` accepts it); ranking on it
+    answers no cause with every alert unmapped. With the released GAT (``model=None``) this was a
+    500 (the long fuzz run at the service's defaults found it, 2026-12-03): its result on an empty
+    graph carried no unmapped count, and the response counted the alert columns as dicts."""
+    settings = make_settings(tmp_path, rca_model=model, rca_processes=rca_processes)
+    with TestClient(create_app(settings)) as c:
+        assert c.put("/api/v1/graph", json={"nodes": [], "edges": []}, headers=A).is_success
+        alerts = [{"labels": {}}, {"labels": {"alertname": "GPUXidError", "node": "h0"}}]
+        r = c.post("/api/v1/rca", json={"alerts": alerts}, headers=R)
+        assert r.status_code == 200, r.text
+        assert r.json()["causes"] == [] and r.json()["mapped_alerts"] == 0

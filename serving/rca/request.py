@@ -205,7 +205,9 @@ def response_json(
 ) -> bytes:
     """The ``RCAResponse`` JSON of ``result`` (``alerts`` ranked on ``graph`` by ``model``)."""
     unmapped = result.extra.get("unmapped_alerts") if result.extra else None
-    if isinstance(unmapped, int):  # the analyzer mapped the alerts already (the GAT does)
+    if not isinstance(unmapped, int):  # alert columns know how many alerts matched no node
+        unmapped = getattr(alerts, "unmapped", None)
+    if isinstance(unmapped, int):  # the alerts were mapped already (the GAT's path does)
         mapped = len(alerts) - unmapped
     else:
         mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
