@@ -1,7 +1,8 @@
 """The fuzzing suite at CI size: every route, valid and invalid requests, the values that broke the
 service before, a token per scope, and the stateful read phase, on SQLite and on PostgreSQL, with
-the service's released models (its defaults); no request may get a 5xx. The long run (10,000 requests a database) is
-``python -m benchmarks.serving.fuzz`` (``benchmarks/results/serving/serving_fuzz.json``).
+the service's released models (its defaults); no request may get a 5xx. The long run (10,000
+requests a database) is ``python -m benchmarks.serving.fuzz``
+(``benchmarks/results/serving/serving_fuzz.json``).
 
 Seeded: a failure names the request, and the same seed sends it again.
 """

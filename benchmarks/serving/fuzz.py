@@ -556,8 +556,8 @@ def make_settings(
 ) -> Any:
     """The fuzzed service's settings: the released models unless told otherwise (``None``, the
     service's own default). The released GAT reads request bodies through its own column parser
-    (``serving/rca/parse.py``), which a baseline model never reaches; fuzzed with a baseline only,
-    an empty ``endsAt`` got a 500 there at the defaults."""
+    (``serving/rca/parse.py``) and result path, which a baseline model never reaches; fuzzed with a
+    baseline only, an empty ``endsAt`` and an empty served graph got 500s there at the defaults."""
     from fleetmind.serving.settings import Settings
 
     return Settings(
