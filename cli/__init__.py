@@ -14,7 +14,9 @@ sub-commands, which also stores the group parser as ``group_parser`` so that a b
 (torch, mlflow, ...) inside their handlers, so that ``fleetmind --help`` stays fast.
 
 Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one line,
-``fleetmind: error: <reason>``, and exit with status 2.
+``fleetmind: error: <reason>``, and exit with status 2; so does an :class:`OSError` about a path
+(``fleetmind: error: <path>: <reason>``), which no handler caught: a file the command could not
+read or write is the user's to fix, and the path says which.
 """
 
 from __future__ import annotations
@@ -80,6 +82,16 @@ def _version() -> str:
         return "unknown"
 
 
+def _end_progress_bars() -> None:
+    """Close the tqdm bars a failed command left open, so that its error starts a line of its own
+    instead of trailing a half-drawn bar."""
+    tqdm_module = sys.modules.get("tqdm.std")
+    if tqdm_module is None:  # no bar was ever drawn
+        return
+    for bar in list(getattr(tqdm_module.tqdm, "_instances", ())):
+        bar.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetmind`` console script; returns the process exit status."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -99,7 +111,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             _openb_fallback_note()
         return int(func(args) or 0)
     except FleetMindError as err:
+        _end_progress_bars()
         print(f"fleetmind: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if not err.filename:  # not about a path: a bug or the system's trouble, keep the traceback
+            raise
+        # A path the command could not read or write (an --out under a file, a folder it may not
+        # create, a disk that is full): the path and the reason say all a user can act on.
+        _end_progress_bars()
+        where = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
+        print(f"fleetmind: error: {where}: {err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fleetmind: interrupted", file=sys.stderr)

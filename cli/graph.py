@@ -59,14 +59,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def _read(path: Path) -> Any:
-    from fleetmind.data.errors import DataError
+    from fleetmind.data.files import read_json
 
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"file not found: {path}") from None
-    except json.JSONDecodeError as err:
-        raise DataError(f"{path} is not valid JSON: {err}") from None
+    return read_json(path)
 
 
 def fetch_lists(
@@ -114,11 +109,12 @@ def fetch_lists(
 
 
 def _build(args: argparse.Namespace) -> int:
+    from fleetmind.data.files import require_dir
     from fleetmind.data.graph import DependencyGraph
     from fleetmind.data.graph_build import build_graph, calls_from_spans, nvlinks_from_nvml
 
     if args.from_dir:
-        d = Path(args.from_dir)
+        d = require_dir(args.from_dir, "--from-dir folder")
         nodes, pods, services = (_read(d / f"{k}.json") for k in ("nodes", "pods", "services"))
         slices = _read(d / "endpointslices.json") if (d / "endpointslices.json").exists() else None
     else:

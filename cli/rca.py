@@ -239,7 +239,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from fleetmind.data.errors import ConfigError
+    from fleetmind.data.errors import ConfigError, DataError
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.metrics import evaluate_methods, make_analyzers
 
@@ -256,7 +256,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         raise ConfigError("--data DIR or --feedback-db URL is required")
     if args.limit is not None:
+        if args.limit < 1:
+            raise ConfigError(f"--limit must be >= 1, got {args.limit}")
         incidents = incidents[: args.limit]
+    if not incidents:  # AC@1 0.000 over nothing would read as a model that fails
+        source = "the feedback database" if args.feedback_db else f"dataset {args.data}"
+        raise DataError(f"split {args.split!r} of {source} has no incidents to evaluate")
     analyzers = make_analyzers(
         args.methods, model=args.model, seed=args.seed, data=args.data or None
     )

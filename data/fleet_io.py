@@ -39,6 +39,7 @@ import numpy as np
 import yaml
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.data.files import read_text
 from fleetmind.data.fleet import REGION_ORDER, Cluster, Fleet
 from fleetmind.data.paths import openb_csv_dir
 from fleetmind.data.topology import (
@@ -402,8 +403,9 @@ def load_fleet_yaml(path: str | os.PathLike[str]) -> Fleet:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"fleet file {p} not found (give a YAML file or 'openb')")
+    text = read_text(p, "fleet file")  # its errors name the file already
     try:
-        doc = yaml.load(p.read_text(), Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
     except DataError as err:
         raise DataError(f"{p}: {err}") from None
     except yaml.YAMLError as err:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.files import read_json
 from fleetmind.data.graph_schema import EDGE_KINDS, NODE_KINDS, GraphModel, validation_message
 
 # More specific kinds win when an alert's labels match several nodes equally well.
@@ -206,11 +207,4 @@ class DependencyGraph:
     @classmethod
     def load(cls, path: str | Path) -> DependencyGraph:
         """Read a graph JSON file; raises DataError for a missing or malformed file."""
-        p = Path(path)
-        try:
-            obj = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise DataError(f"graph file not found: {p}") from None
-        except json.JSONDecodeError as err:
-            raise DataError(f"graph file {p} is not valid JSON: {err}") from None
-        return cls.from_json(obj)
+        return cls.from_json(read_json(path, "graph file"))

@@ -42,6 +42,7 @@ from pathlib import Path
 import yaml
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.files import read_text
 
 ROLES: tuple[str, ...] = ("latency", "errors", "traffic", "saturation", "other")
 """Roles a model sees (``success`` is folded into ``errors``: both say "requests fail")."""
@@ -246,8 +247,9 @@ def load_role_map(path: str | Path) -> RoleMap:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"role map not found: {p}")
+    text = read_text(p, "role map")
     try:
-        obj = yaml.safe_load(p.read_text())
+        obj = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise DataError(f"{p}: not YAML: {str(err).splitlines()[0]}") from None
     if obj is None:

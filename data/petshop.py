@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.files import read_json
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 from fleetmind.data.metric_roles import RoleMap, scenario_role_map
 
@@ -256,10 +257,7 @@ def read_target(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"target file not found: {p}")
-    try:
-        obj = json.loads(p.read_text())
-    except json.JSONDecodeError as err:
-        raise DataError(f"{p} is not valid JSON: {err}") from None
+    obj = read_json(p, "target file")
     try:
         root = str(obj["root_cause"]["node"])
         target = dict(obj["target"])

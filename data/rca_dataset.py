@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.files import read_json
 from fleetmind.data.graph import DependencyGraph
 
 STANDARD_SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -104,8 +105,15 @@ def read_incidents(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     out: list[dict[str, Any]] = []
     try:
-        with p.open() as fh:
-            for lineno, line in enumerate(fh, 1):
+        with p.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise DataError(
+                        f"{p}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
+                        f"{err.start + 1})"
+                    ) from None
                 if not line.strip():
                     continue
                 try:
@@ -116,6 +124,8 @@ def read_incidents(path: str | Path) -> list[dict[str, Any]]:
                 out.append(inc)
     except FileNotFoundError:
         raise DataError(f"split file not found: {p}") from None
+    except IsADirectoryError:
+        raise DataError(f"split file {p} is a folder, not a file") from None
     return out
 
 
@@ -168,10 +178,7 @@ def load_dataset(path: str | Path, splits: Iterable[str] | None = None) -> RCADa
     meta: dict[str, Any] = {}
     mpath = root / "meta.json"
     if mpath.is_file():
-        try:
-            meta = json.loads(mpath.read_text())
-        except json.JSONDecodeError as err:
-            raise DataError(f"{mpath} is not valid JSON: {err}") from None
+        meta = read_json(mpath, "dataset metadata")
     return RCADataset(root=root, splits=data, graphs=graphs, meta=meta)
 
 

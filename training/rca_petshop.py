@@ -15,7 +15,7 @@ import argparse
 import platform
 import sys
 
-from fleetmind.data.errors import DataError
+from fleetmind.data.errors import DataError, ModelLoadError
 from fleetmind.data.petshop import load_scenario
 from fleetmind.rca.fit_eval import bootstrap_intervals
 from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         gat="gat" in wanted,
         simulated="simulated" in wanted,
     )
+    if args.model and not fitted and "gat" in skipped:
+        # a model the user named must load; only the released default may be missing quietly
+        raise ModelLoadError(f"--model {args.model}: {skipped['gat']}")
     if fitted and "gat_fit" in wanted:
         alert_methods["gat_fit"] = FittedGATAnalyzer.load(args.model)
     core = {"propagation", "gat", "gat_fit"}

@@ -24,6 +24,7 @@ Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. T
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -252,6 +253,38 @@ def run(args: Args) -> dict[str, Any]:
     }
 
 
+def check_args(args: Args) -> None:
+    """Raise :class:`ConfigError` (one line, the option's name) for a value training cannot use,
+    before any data is read: torch would otherwise stop minutes later with a traceback."""
+    if not args.data:
+        raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
+    at_least_one = {
+        "--epochs": args.epochs,
+        "--batch-size": args.batch_size,
+        "--hidden": args.hidden,
+        "--heads": args.heads,
+        "--layers": args.layers,
+        "--patience": args.patience,
+    }
+    for flag, value in at_least_one.items():
+        if value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
+    if not (args.lr > 0 and math.isfinite(args.lr)):
+        raise ConfigError(f"--lr must be a positive number, got {args.lr}")
+    if not (args.weight_decay >= 0 and math.isfinite(args.weight_decay)):
+        raise ConfigError(f"--weight-decay must be >= 0, got {args.weight_decay}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ConfigError(f"--dropout must lie in [0, 1), got {args.dropout}")
+    if not 0.0 <= args.thin_share <= 1.0:
+        raise ConfigError(f"--thin-share must lie in [0, 1], got {args.thin_share}")
+    if not args.max_minutes > 0:
+        raise ConfigError(f"--max-minutes must be positive, got {args.max_minutes}")
+    if args.max_train is not None and args.max_train < 1:
+        raise ConfigError(f"--max-train must be >= 1, got {args.max_train}")
+    if args.threads is not None and args.threads < 0:
+        raise ConfigError(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
+
+
 def _check_and_seed(args: Args) -> None:
     """Refuse a run without data or epochs, quiet Lightning's chatter, seed every generator."""
     import logging
@@ -260,12 +293,7 @@ def _check_and_seed(args: Args) -> None:
     import pytorch_lightning as pl
     import torch
 
-    if not args.data:
-        raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
-    if args.epochs < 1:
-        raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
-    if not 0.0 <= args.thin_share <= 1.0:
-        raise ConfigError(f"--thin-share must lie in [0, 1], got {args.thin_share}")
+    check_args(args)
     for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
