@@ -112,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(args) or 0)
     except FleetMindError as err:
         _end_progress_bars()
-        print(f"fleetmind: error: {err}", file=sys.stderr)
+        # one line whatever the message quotes (an HTML error page, a multi-line library error)
+        print(f"fleetmind: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except OSError as err:
         if not err.filename:  # not about a path: a bug or the system's trouble, keep the traceback

@@ -133,3 +133,27 @@ def test_replay_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
         assert len(err) == 1 and err[0].startswith("fleetmind: error: "), err
     with pytest.raises(DataError, match="alertname"):
         load_storm(bad)
+
+
+def test_replay_to_a_server_that_is_not_fleetmind_is_one_line(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Python's own http.server answers POST with a multi-line HTML 501 page; the error quotes it
+    on one line (it printed the page's nine lines)."""
+    import threading
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # its request log goes to stderr too
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert main(["replay", str(EXAMPLES[0]), "--url", url, "--wait", "0"]) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "answered 501: <!DOCTYPE HTML> <html" in err[0], err
