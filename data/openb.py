@@ -192,6 +192,11 @@ def _resolve(name_or_path: str | Path, kind: str) -> Path:
     return cand
 
 
+_MAX_FIELD = float(2**53)
+"""Largest count a trace field may hold (every integer up to it is exact as a float; 2**53 MiB is
+8 ZiB)."""
+
+
 def _int_field(value: str, path: Path, row: int, col: str) -> int:
     try:
         f = float(value)
@@ -203,6 +208,11 @@ def _int_field(value: str, path: Path, row: int, col: str) -> int:
         raise DataError(
             f"{path}: row {row} (line {row + 1}): field {col!r} must be a non-negative integer, got {value!r}"
         )
+    if f > _MAX_FIELD:  # beyond int64 the arrays cannot hold it; far beyond any real request
+        raise DataError(
+            f"{path}: row {row} (line {row + 1}): field {col!r} is too large: {value!r} "
+            f"(at most {_MAX_FIELD:.0f})"
+        )
     return int(f)
 
 
@@ -210,11 +220,14 @@ def _float_field(value: str, path: Path, row: int, col: str) -> float:
     if value.strip() == "":
         return math.nan
     try:
-        return float(value)
+        f = float(value)
     except ValueError:
         raise DataError(
             f"{path}: row {row} (line {row + 1}): field {col!r} is not a number: {value!r}"
         ) from None
+    if math.isinf(f):  # a time at infinity would never arrive or never end
+        raise DataError(f"{path}: row {row} (line {row + 1}): field {col!r} is infinite: {value!r}")
+    return f
 
 
 def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:

@@ -53,6 +53,10 @@ def test_five_column_trace(tmp_path) -> None:
         ("c,100,5,1,0,,LS,Running,1,2,1", r"row 2 .*'gpu_milli' is 0"),
         ("c,100,5,1,500,,LS,Running,xx,2,1", r"row 2 .*'creation_time'"),
         ("c,100,5,1", r"row 2 .*expected 11 fields, got 4"),
+        # an int64 overflow and a time at infinity: a traceback and a silent run before 2026-12-03
+        ("c,100,99999999999999999999999,1,500,,LS,Running,1,2,1", r"'memory_mib' is too large"),
+        ("c,100,5,1,500,,LS,Running,inf,2,1", r"row 2 .*'creation_time' is infinite"),
+        ("c,100,5,1,500,,LS,Running,1,-inf,1", r"row 2 .*'deletion_time' is infinite"),
     ],
 )
 def test_malformed_trace_names_file_row_and_field(tmp_path, row: str, match: str) -> None:
