@@ -817,7 +817,14 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     add_recipe_group(tr, DistillArgs, "--algo distill (dynamic mode)")
     add_recipe_group(tr, EsArgs, "--algo es (dynamic mode)")
     add_recipe_group(tr, OrderArgs, "--algo order (dynamic mode; the flags of --algo es)")
-    tr.set_defaults(func=cmd_train)
+    # the flags only the other recipes read, so that --algo ppo refuses them instead of ignoring
+    other = {
+        a.dest: (a.option_strings[0], a.default)
+        for g in tr._action_groups  # noqa: SLF001 - argparse keeps its groups private
+        if (g.title or "").startswith("--algo ")
+        for a in g._group_actions  # noqa: SLF001
+    }
+    tr.set_defaults(func=cmd_train, _other_recipe_flags=other)
 
 
 def _trace_seeds(items: list[str] | None) -> dict[str, list[int]]:
@@ -863,6 +870,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fleetmind.training.recipes.order import cli_train as order_train
 
         return order_train(args)
+    other = getattr(args, "_other_recipe_flags", {})
+    ignored = [flag for dest, (flag, default) in other.items() if getattr(args, dest) != default]
+    if ignored:  # e.g. --lr: PPO's step size is the recipe's own, and the flag would do nothing
+        raise ConfigError(
+            f"{', '.join(ignored)}: option(s) of --algo paired/distill/es/order, which --algo ppo"
+            " (the default) does not read"
+        )
     if args.mode == "dynamic":
         if args.reward != "shaped":
             raise ConfigError("--reward metric is an fgd-mode option (dynamic mode has its own)")

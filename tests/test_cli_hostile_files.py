@@ -164,3 +164,23 @@ def test_an_error_after_a_progress_bar_starts_its_own_line(
     assert cli.main([]) == 2
     err = capsys.readouterr().err
     assert "work:" in err and "\nfleetmind: error: row 3 of x.csv is not a number\n" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--lr", "1e-4"], "--lr"),
+        (["--init", "models/placement-dynamic", "--sigma", "0.5"], "--init, --sigma"),
+        (["--no-restart"], "--no-restart"),
+    ],
+)
+def test_sched_train_ppo_refuses_flags_only_other_recipes_read(
+    extra: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--lr` is the step size of --algo paired/distill/es/order; PPO (the default recipe) has its
+    own and trained on, ignoring it, before 2026-12-03."""
+    argv = ["sched", "train", "--trace", "default", "--timesteps", "10", "--no-register"]
+    assert cli.main([*argv, "--out", str(tmp_path / "runs"), *extra]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith(f"fleetmind: error: {named}: ") and "--algo ppo" in line
+    assert not (tmp_path / "runs").exists()
