@@ -122,7 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # create, a disk that is full): the path and the reason say all a user can act on.
         _end_progress_bars()
         where = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
-        print(f"fleetmind: error: {where}: {err.strerror or err}", file=sys.stderr)
+        reason = err.strerror or str(err)
+        if isinstance(err, FileExistsError) and os.path.isfile(err.filename):
+            reason = "a file is where a folder is needed"  # mkdir(exist_ok=True) on a file
+        print(f"fleetmind: error: {where}: {reason}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fleetmind: interrupted", file=sys.stderr)

@@ -77,6 +77,10 @@ def test_split_file_with_bytes_that_are_not_utf8_names_its_line(tmp_path: Path) 
         (["serve", "--graph", "{bin}"], "is not UTF-8 text"),
         (["serve", "--graph", "{folder}"], "is a folder, not a file"),
         (["graph", "schema", "--out", "{afile}/schema.json"], "Not a directory"),
+        (
+            ["fleet", "show", "--topology", "openb", "--json", "{afile}/x.json"],
+            "afile: a file is where a folder is needed",
+        ),
         (["rca", "petshop", "--scenario", str(SLICE), "--roles", "{bin}"], "role map"),
     ],
 )
