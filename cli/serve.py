@@ -108,33 +108,17 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: may resolve to anything
 
 
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
+def _checked_settings(args: argparse.Namespace, settings_cls: type) -> Any:
+    """The service's settings from the environment, checked as the server would check them at
+    start (tokens, TLS, public bind, graph, database schema); :class:`ConfigError` or
+    :class:`DataError` with one line when it would not start."""
     from pydantic import ValidationError
 
-    from fleetmind.serving.app import load_graph, uvicorn_log_config
+    from fleetmind.serving.app import load_graph
     from fleetmind.serving.db import Database
-    from fleetmind.serving.http_guard import server_options
-    from fleetmind.serving.settings import Settings, get_settings
-    from fleetmind.serving.tls import uvicorn_options
 
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"--port must be within 1..65535, got {args.port}")
-    if args.workers is None:
-        raw = os.environ.get("FLEETMIND_WORKERS", "1")
-        try:
-            args.workers = int(raw)
-        except ValueError:
-            raise ConfigError(f"FLEETMIND_WORKERS must be an integer, got {raw!r}") from None
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
-    for attr, env in _ENV_OPTIONS.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            os.environ[env] = str(value)
-    get_settings.cache_clear()
     try:
-        settings = Settings()
+        settings = settings_cls()
     except ValidationError as err:
         raise ConfigError(_settings_error(err)) from None
     weak = settings.weak_tokens()
@@ -164,6 +148,44 @@ def run(args: argparse.Namespace) -> int:
         db.migrate(apply=settings.migrate_on_start)  # what the server's startup does first
     finally:
         db.dispose()
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from fleetmind.serving.app import uvicorn_log_config
+    from fleetmind.serving.http_guard import server_options
+    from fleetmind.serving.settings import Settings, get_settings
+    from fleetmind.serving.tls import uvicorn_options
+
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port must be within 1..65535, got {args.port}")
+    if args.workers is None:
+        raw = os.environ.get("FLEETMIND_WORKERS", "1")
+        try:
+            args.workers = int(raw)
+        except ValueError:
+            raise ConfigError(f"FLEETMIND_WORKERS must be an integer, got {raw!r}") from None
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    saved = {env: os.environ.get(env) for env in _ENV_OPTIONS.values()}
+    for attr, env in _ENV_OPTIONS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            os.environ[env] = str(value)
+    get_settings.cache_clear()
+    try:
+        settings = _checked_settings(args, Settings)
+    except BaseException:
+        # in-process callers (tests, notebooks) keep their environment when serve refuses to start
+        for env, old in saved.items():
+            if old is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = old
+        get_settings.cache_clear()
+        raise
     uvicorn.run(
         "fleetmind.serving.app:create_app",
         factory=True,

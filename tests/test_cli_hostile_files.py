@@ -7,6 +7,7 @@ and out-of-range training options).
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -92,8 +93,12 @@ def test_unreadable_paths_are_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     subs = {"tmp": str(tmp_path), **{k: str(v) for k, v in files.items()}}
+    before = {k: v for k, v in os.environ.items() if k.startswith("FLEETMIND_")}
     assert cli.main([a.format(**subs) for a in argv]) == 2
     assert words in _one_error_line(capsys)
+    # serve sets FLEETMIND_* for its workers; one that refuses to start gives them back (a
+    # FLEETMIND_GRAPH left behind broke every later in-process service test)
+    assert {k: v for k, v in os.environ.items() if k.startswith("FLEETMIND_")} == before
 
 
 @pytest.mark.parametrize(
