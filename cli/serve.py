@@ -110,8 +110,9 @@ def is_loopback(host: str) -> bool:
 
 def _checked_settings(args: argparse.Namespace, settings_cls: type) -> Any:
     """The service's settings from the environment, checked as the server would check them at
-    start (tokens, TLS, public bind, graph, database schema); :class:`ConfigError` or
-    :class:`DataError` with one line when it would not start."""
+    start (tokens, TLS, public bind, graph, database schema). Raises
+    :class:`fleetmind.errors.ConfigError` or :class:`fleetmind.errors.DataError`, one line, when
+    it would not start."""
     from pydantic import ValidationError
 
     from fleetmind.serving.app import load_graph

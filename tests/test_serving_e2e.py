@@ -290,6 +290,7 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
                 "PendingPodsOverQueueCapacity",
                 "ModelWeightLoadFailures",
                 "FleetMindIncidentGroupingLag",
+                "FleetMindModelFallback",
             ]
         )
         health = httpx.get(url).json()["data"]["groups"]
