@@ -193,3 +193,14 @@ def test_sched_train_ppo_refuses_flags_only_other_recipes_read(
     line = _one_error_line(capsys)
     assert line.startswith(f"fleetmind: error: {named}: ") and "--algo ppo" in line
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("option", "value"), [("--graphs", "0"), ("--workers", "0")])
+def test_rca_generate_refuses_zero_graphs_or_workers(
+    option: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both were taken as 1 without a word (a dataset on one training topology for --graphs 0)."""
+    out = tmp_path / "ds"
+    assert cli.main(["rca", "generate", "--out", str(out), "--incidents", "10", option, value]) == 2
+    assert f"{option} must be >= 1" in _one_error_line(capsys)
+    assert not out.exists()

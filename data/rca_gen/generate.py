@@ -68,6 +68,10 @@ class DatasetSpec:
     def check(self) -> None:
         if self.n_incidents < 3:
             raise ConfigError(f"--incidents must be >= 3 (got {self.n_incidents})")
+        if self.n_graphs is not None and min(self.n_graphs) < 1:
+            raise ConfigError(f"--graphs must be >= 1 (got {self.n_graphs[0]})")
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1 (got {self.workers})")
         if not 0 <= self.large_fraction <= 1:
             raise ConfigError(f"large_fraction must be in [0, 1] (got {self.large_fraction})")
         if self.graphs.max_clusters < 3 and self.large_fraction > 0:
