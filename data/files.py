@@ -2,9 +2,10 @@
 
 :func:`read_text` and :func:`read_json` turn every way a named file can be unreadable into one
 :class:`~fleetmind.errors.DataError` line that says which file and what is wrong with it: missing,
-a folder, unreadable (permissions, I/O), bytes that are not UTF-8, not JSON. Loaders of graphs,
-scenarios, datasets and recorded Kubernetes lists use them, so that the CLI prints
-``fleetmind: error: ...`` and the service answers 4xx instead of a traceback.
+a folder, unreadable (permissions, I/O), bytes that are not UTF-8, not JSON. The loaders of graph
+files, fleet files, role maps, dataset metadata, PetShop targets and recorded Kubernetes lists use
+them, so that the CLI prints ``fleetmind: error: ...`` and ``fleetmind serve`` refuses a bad
+``--graph`` in one line instead of a traceback.
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ def read_incidents(path: str | Path) -> list[dict[str, Any]]:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
                     raise DataError(
-                        f"{p}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
-                        f"{err.start + 1})"
+                        f"{p}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} is byte "
+                        f"{err.start + 1} of the line)"
                     ) from None
                 if not line.strip():
                     continue

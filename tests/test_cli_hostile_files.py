@@ -62,7 +62,9 @@ def test_read_helpers_name_the_file_and_the_fault(files: dict[str, Path]) -> Non
 def test_split_file_with_bytes_that_are_not_utf8_names_its_line(tmp_path: Path) -> None:
     split = tmp_path / "val.jsonl"
     split.write_bytes(b"\n\n" + b'{"id": "x\xff"}\n')
-    with pytest.raises(DataError, match=r"val\.jsonl:3: not UTF-8 text \(byte 0xff at column 10\)"):
+    with pytest.raises(
+        DataError, match=r"val\.jsonl:3: not UTF-8 text \(byte 0xff is byte 10 of the line\)"
+    ):
         read_incidents(split)
     split.unlink()
     split.mkdir()
