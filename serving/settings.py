@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -17,7 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """Configuration of the FleetMind service (see ``docs/serving/settings.md`` for the table)."""
 
-    model_config = SettingsConfigDict(env_prefix="FLEETMIND_", extra="ignore")
+    # allow_inf_nan: a duration of inf would overflow sleeps and database timeouts; the settings
+    # that can mean "never" say so with 0
+    model_config = SettingsConfigDict(env_prefix="FLEETMIND_", extra="ignore", allow_inf_nan=False)
 
     database_url: str = Field(
         "sqlite:///fleetmind.db",
@@ -338,6 +341,18 @@ class Settings(BaseSettings):
         ge=1,
         description="torch intra-op threads per process (1 suits one worker per core; unset: torch's default)",
     )
+
+    @field_validator(
+        "prometheus_url", "public_url", "notify_alertmanager_url", "notify_webhook_url"
+    )
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http:// or https:// URL with a host, got {v!r}")
+        return v
 
     @field_validator("api_token", "ingest_token", "read_token", "schedule_token", "admin_token")
     @classmethod

@@ -98,6 +98,36 @@ def test_bad_settings_name_every_variable(monkeypatch: pytest.MonkeyPatch) -> No
     assert "FLEETMIND_SQLITE_SYNCHRONOUS='maybe'" in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        # inf passed every ge=0 check: a sleep or a database timeout would overflow at run time
+        ("FLEETMIND_RETENTION_S", "inf", "finite number"),
+        ("FLEETMIND_DB_STATEMENT_TIMEOUT_S", "inf", "finite number"),
+        ("FLEETMIND_INCIDENT_RANK_INTERVAL_S", "inf", "finite number"),
+        ("FLEETMIND_TELEMETRY_TIMEOUT_S", "inf", "finite number"),
+        # URLs that only failed at the first scrape or the first notification
+        ("FLEETMIND_PROMETHEUS_URL", "prometheus:9090", "http:// or https:// URL"),
+        ("FLEETMIND_NOTIFY_ALERTMANAGER_URL", "not a url", "http:// or https:// URL"),
+        ("FLEETMIND_NOTIFY_WEBHOOK_URL", "ftp://hooks.example", "http:// or https:// URL"),
+        ("FLEETMIND_PUBLIC_URL", "fleetmind.example", "http:// or https:// URL"),
+    ],
+)
+def test_infinite_durations_and_non_http_urls_are_refused_before_uvicorn(
+    variable: str, value: str, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    started: list[bool] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: started.append(True))
+    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as err:
+        cli_serve.run(args())
+    assert f"{variable}={value!r}" in str(err.value) and words in str(err.value)
+    assert started == []
+
+
 def test_unusable_database_is_a_config_error_before_uvicorn(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
