@@ -346,9 +346,9 @@ class Settings(BaseSettings):
         "prometheus_url", "public_url", "notify_alertmanager_url", "notify_webhook_url"
     )
     @classmethod
-    def _http_url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
+    def _http_url(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None or (not v.strip() and info.field_name.startswith("notify_")):
+            return None  # an empty notification URL (a common `value: ""`) means off, as unset does
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http:// or https:// URL with a host, got {v!r}")

@@ -128,6 +128,13 @@ def test_infinite_durations_and_non_http_urls_are_refused_before_uvicorn(
     assert started == []
 
 
+def test_an_empty_notification_url_means_off() -> None:
+    from fleetmind.serving.settings import Settings
+
+    settings = Settings(notify_alertmanager_url="", notify_webhook_url=" ")
+    assert settings.notify_alertmanager_url is None and settings.notify_webhook_url is None
+
+
 def test_unusable_database_is_a_config_error_before_uvicorn(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
