@@ -108,7 +108,7 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: may resolve to anything
 
 
-def _checked_settings(args: argparse.Namespace, settings_cls: type) -> Any:
+def _checked_settings(args: argparse.Namespace) -> Any:
     """The service's settings from the environment, checked as the server would check them at
     start (tokens, TLS, public bind, graph, database schema). Raises
     :class:`fleetmind.errors.ConfigError` or :class:`fleetmind.errors.DataError`, one line, when
@@ -117,9 +117,10 @@ def _checked_settings(args: argparse.Namespace, settings_cls: type) -> Any:
 
     from fleetmind.serving.app import load_graph
     from fleetmind.serving.db import Database
+    from fleetmind.serving.settings import Settings
 
     try:
-        settings = settings_cls()
+        settings = Settings()
     except ValidationError as err:
         raise ConfigError(_settings_error(err)) from None
     weak = settings.weak_tokens()
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fleetmind.serving.app import uvicorn_log_config
     from fleetmind.serving.http_guard import server_options
-    from fleetmind.serving.settings import Settings, get_settings
+    from fleetmind.serving.settings import get_settings
     from fleetmind.serving.tls import uvicorn_options
 
     if not 0 < args.port < 65536:
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             os.environ[env] = str(value)
     get_settings.cache_clear()
     try:
-        settings = _checked_settings(args, Settings)
+        settings = _checked_settings(args)
     except BaseException:
         # in-process callers (tests, notebooks) keep their environment when serve refuses to start
         for env, old in saved.items():

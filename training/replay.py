@@ -210,7 +210,7 @@ def replay(
                 raise NotAvailableError(f"cannot reach {url}: {err}") from None
             if r.status_code != 200:
                 raise NotAvailableError(
-                    f"{url}/api/v1/alerts answered {r.status_code}: {' '.join(r.text[:200].split())}"
+                    f"{url}/api/v1/alerts answered {r.status_code}: {r.text[:200]}"
                     + (" (give an ingest token: --token)" if r.status_code in (401, 403) else "")
                 )
             group = ", ".join(f"{k}={v}" for k, v in n.payload["groupLabels"].items() if v)
