@@ -5,15 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 import mlflow.pyfunc
+import numpy as np
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.gat_analyzer import GATAnalyzer
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as plain Python: MLflow's scoring server hands each field of an ``inputs`` row
+    over as a NumPy object array (a 0-d one for a JSON object), which the loaders do not take."""
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
 class GATPyfunc(mlflow.pyfunc.PythonModel):
     """MLflow pyfunc wrapper of the GAT artifact.
 
-    ``predict`` takes a list (or DataFrame) of ``{"graph": <graph JSON>, "alerts": [...]}`` rows and
+    ``predict`` takes a list (or DataFrame) of ``{"graph": <graph JSON>, "alerts": [...]}`` rows (as
+    ``mlflow models serve`` takes them: ``{"inputs": [rows], "params": {"top_k": 3}}``) and
     returns, per incident, the top causes as JSON dicts (node, kind, cluster, score, fault_type, path);
     ``params={"top_k": k}`` sets how many (default 5).
     """
@@ -32,7 +40,7 @@ class GATPyfunc(mlflow.pyfunc.PythonModel):
         rows = model_input.to_dict("records") if hasattr(model_input, "to_dict") else model_input
         out = []
         for row in rows:
-            g = DependencyGraph.from_json(row["graph"])
-            res = self.analyzer.find_root_causes(g, row["alerts"], top_k=top_k)
+            g = DependencyGraph.from_json(_plain(row["graph"]))
+            res = self.analyzer.find_root_causes(g, _plain(row["alerts"]), top_k=top_k)
             out.append([c.to_json() for c in res.causes])
         return out

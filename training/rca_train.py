@@ -113,16 +113,17 @@ class Args:
 
 def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) -> dict[str, Any]:
     """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
-    from fleetmind.training.rca_pyfunc import GATPyfunc
+    from fleetmind.training.pyfunc_entries import RCA
 
     return log_pyfunc_model(
-        GATPyfunc(),
+        RCA,
         {"gat": str(artifact_dir)},
         ("torch", "torch-geometric", "numpy", "scipy", "mlflow"),
         REGISTERED_MODEL if register else None,
         tag="val_ac1",
         score=val_ac1,
         higher_is_better=True,
+        params={"top_k": 5},
     )
 
 

@@ -16,6 +16,7 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,16 @@ def promote_if_better(
     return False, prev
 
 
+def _param_type(value: int | float | str | bool) -> str:
+    """The MLflow parameter type of a default value (``bool`` before ``int``: it is one)."""
+    for kind, name in ((bool, "boolean"), (int, "long"), (float, "double"), (str, "string")):
+        if isinstance(value, kind):
+            return name
+    raise TypeError(f"no MLflow parameter type for {value!r}")
+
+
 def log_pyfunc_model(
-    python_model: Any,
+    entry: Path,
     artifacts: dict[str, str],
     packages: Sequence[str],
     registered_model: str | None,
@@ -113,9 +122,17 @@ def log_pyfunc_model(
     tag: str,
     score: float,
     higher_is_better: bool,
+    params: dict[str, int | float | str | bool] | None = None,
 ) -> dict[str, Any]:
-    """Log ``python_model`` (with ``artifacts``, requiring ``packages`` pinned) as ``model`` in the
-    active MLflow run; with a ``registered_model`` name, register it and :func:`promote_if_better`.
+    """Log the pyfunc built by the models-from-code file ``entry`` (see
+    :mod:`fleetmind.training.pyfunc_entries`; with ``artifacts``, requiring ``packages`` pinned) as
+    ``model`` in the active MLflow run; with a ``registered_model`` name, register it and
+    :func:`promote_if_better`.
+
+    ``params`` (name to default) become the signature's parameter schema, so that
+    ``predict(..., params={...})`` and the ``params`` of a scoring server's ``/invocations`` body
+    reach the wrapper (MLflow drops, with a warning, every parameter a signature does not declare).
+    The inputs are left without a schema: the wrappers take free-form JSON rows.
 
     Returns:
         ``{"model_uri"}``, plus ``registered_model``, ``version``, ``champion`` (moved to this
@@ -123,14 +140,26 @@ def log_pyfunc_model(
     """
     import mlflow
     import mlflow.pyfunc
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ParamSchema, ParamSpec
 
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=python_model,
-        artifacts=artifacts,
-        pip_requirements=pip_requirements(packages),
-        registered_model_name=registered_model,
-    )
+    signature = None
+    if params:
+        signature = ModelSignature(
+            params=ParamSchema([ParamSpec(k, _param_type(v), v) for k, v in params.items()])
+        )
+    with warnings.catch_warnings():
+        # A signature without an input example draws a warning; the inputs are free-form JSON
+        # rows, so there is no input schema that an example could check.
+        warnings.filterwarnings("ignore", message=".*input example was not provided.*")
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=str(entry),
+            artifacts=artifacts,
+            pip_requirements=pip_requirements(packages),
+            registered_model_name=registered_model,
+            signature=signature,
+        )
     out: dict[str, Any] = {"model_uri": info.model_uri}
     if registered_model is not None:
         version = str(info.registered_model_version)

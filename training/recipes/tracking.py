@@ -25,7 +25,7 @@ from typing import Any
 
 import mlflow
 
-from fleetmind.training.placement_pyfunc import PlacementPyfunc
+from fleetmind.training.pyfunc_entries import PLACEMENT
 from fleetmind.training.tracking import log_pyfunc_model, ready_store, tracking_uri
 
 REGISTERED_MODEL = "fleetmind-placement"
@@ -71,7 +71,7 @@ def log_placement_pyfunc(model_dir: Path, score: float) -> dict[str, Any]:
     :data:`REGISTERED_MODEL` and move :data:`CHAMPION` to it when ``score`` (lower is better)
     beats the champion's. Returns the registry entry of the run summary."""
     return log_pyfunc_model(
-        PlacementPyfunc(),
+        PLACEMENT,
         {"placement": str(model_dir)},
         ("numpy", "onnxruntime", "mlflow"),
         REGISTERED_MODEL,
