@@ -856,6 +856,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--penalty-features is an fgd-mode option (dynamic mode has --queue-features)"
         )
+    from fleetmind.training.tracking import ready_store, tracking_uri
+
+    # every recipe tracks its run: a store that cannot be used stops it before it writes anything
+    ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
     if args.algo == "paired":
         return _train_paired(args)
     if args.algo == "distill":

@@ -31,6 +31,7 @@ import numpy as np
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.mlflow_store import bounded_requests, reason
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
@@ -158,26 +159,25 @@ def _resolve_ref(ref: str | None) -> tuple[Path, str | None]:
 def _download_mlflow(uri: str) -> tuple[Path, str | None]:
     try:
         import mlflow
-        from mlflow.exceptions import MlflowException
     except ImportError:  # pragma: no cover - mlflow is a dependency
         raise ModelLoadError(f"loading {uri!r} needs MLflow, which is not installed") from None
     version = None
     try:
-        if uri.startswith("models:/"):
-            spec = uri[len("models:/") :]
-            client = mlflow.MlflowClient()
-            if "@" in spec:
-                name, alias = spec.split("@", 1)
-                mv = client.get_model_version_by_alias(name, alias)
-                version = f"{name}/{mv.version}"
-            elif "/" in spec and spec.split("/", 1)[1].isdigit():
-                version = spec
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
-    except MlflowException as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ModelLoadError(f"cannot load GAT model {uri!r} from MLflow: {msg}") from None
+        with bounded_requests():  # a server that is down: an error in seconds, not minutes
+            if uri.startswith("models:/"):
+                spec = uri[len("models:/") :]
+                client = mlflow.MlflowClient()
+                if "@" in spec:
+                    name, alias = spec.split("@", 1)
+                    mv = client.get_model_version_by_alias(name, alias)
+                    version = f"{name}/{mv.version}"
+                elif "/" in spec and spec.split("/", 1)[1].isdigit():
+                    version = spec
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
     except OSError as err:
         raise ModelLoadError(f"cannot load GAT model {uri!r} from MLflow: {err}") from None
+    except Exception as err:  # MLflow's, SQLAlchemy's and the drivers' errors: the store's fault
+        raise ModelLoadError(f"cannot load GAT model {uri!r} from MLflow: {reason(err)}") from None
     path, _ = _resolve_ref(str(local))
     return path, version
 

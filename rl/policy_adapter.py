@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.errors import ConfigError, ModelLoadError
+from fleetmind.data.mlflow_store import bounded_requests, reason
 from fleetmind.data.openb import PodTrace
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.candidates import CandidateBuilder, Candidates, PenaltyContext
@@ -158,11 +159,10 @@ def _resolve_ref(ref: str | Path | None) -> Path:
         try:
             import mlflow
 
-            local = mlflow.artifacts.download_artifacts(artifact_uri=s)
+            with bounded_requests():  # a server that is down: an error in seconds, not minutes
+                local = mlflow.artifacts.download_artifacts(artifact_uri=s)
         except Exception as exc:
-            raise ModelLoadError(
-                f"cannot fetch placement model {s}: {exc}".splitlines()[0]
-            ) from exc
+            raise ModelLoadError(f"cannot fetch placement model {s}: {reason(exc)}") from None
         path = Path(local)
         found = sorted(path.rglob("policy.onnx")) or sorted(path.rglob("policy.pt"))
         if not found:

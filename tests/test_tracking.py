@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from mlflow.exceptions import MlflowException
 
+from fleetmind.data.errors import ConfigError
 from fleetmind.training import rca_train
 from fleetmind.training.recipes import tracking as placement_tracking
 from fleetmind.training.tracking import (
@@ -136,6 +137,12 @@ def test_runs_started_together_on_a_new_store_all_start(tmp_path) -> None:
     assert (tmp_path / "mlflow.db.lock").exists()
 
 
-def test_ready_store_leaves_other_stores_alone(tmp_path) -> None:
-    ready_store(f"file:{tmp_path / 'mlruns'}")
-    assert not any(tmp_path.iterdir())
+def test_ready_store_locks_only_sqlite_and_asks_every_store(tmp_path, monkeypatch) -> None:
+    uri = f"file:{tmp_path / 'mlruns'}"
+    # MLflow 3 refuses file stores unless told otherwise (its message says how): one line here
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(ConfigError, match=r"cannot be used: .*MLFLOW_ALLOW_FILE_STORE"):
+        ready_store(uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    ready_store(uri)
+    assert not list(tmp_path.glob("*.lock"))

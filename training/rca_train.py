@@ -38,6 +38,7 @@ from fleetmind.data.errors import ConfigError
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.io import write_json
+from fleetmind.training.pyfunc_entries import RCA
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
 from fleetmind.training.tracking import log_pyfunc_model, ready_store, tracking_uri
 
@@ -113,8 +114,6 @@ class Args:
 
 def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) -> dict[str, Any]:
     """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
-    from fleetmind.training.pyfunc_entries import RCA
-
     return log_pyfunc_model(
         RCA,
         {"gat": str(artifact_dir)},
@@ -189,11 +188,11 @@ def run(args: Args) -> dict[str, Any]:
     from fleetmind.rca.lightning_module import GATLightning, evaluate_ranks
 
     _check_and_seed(args)
+    uri = tracking_uri(args.tracking_uri)
+    ready_store(uri)  # before the data: a store that cannot be used stops the run at once
     dm, feedback, t_feat = _data_module(args)
     run_name = f"rca__gat__{args.seed}__{int(time.time())}"
     out_dir = Path(args.out) / run_name
-    uri = tracking_uri(args.tracking_uri)
-    ready_store(uri)
     mlflow.set_tracking_uri(uri)
     logger = MLFlowLogger(experiment_name=args.experiment, run_name=run_name, tracking_uri=uri)
     module = GATLightning(

@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fleetmind.data.mlflow_store import bounded_requests, reason
+from fleetmind.errors import ConfigError
+
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 """The embedded SQLite store, in the current folder."""
 CHAMPION = "champion"
@@ -33,28 +36,52 @@ def tracking_uri(explicit: str | None = None) -> str:
 
 
 def ready_store(uri: str) -> None:
-    """Make sure the tracking store at ``uri`` exists, its tables created and migrated.
+    """Make sure the tracking store at ``uri`` answers, an SQLite store's tables created and
+    migrated; called before a command does any work it would track.
 
     MLflow creates an SQLite store's tables on first use; two processes that first use a new
     store at the same moment (two training runs started together, the default
     ``sqlite:///mlflow.db``) both try, and the slower one fails with ``table ... already
     exists``. Here the first use happens under an exclusive lock on ``<db>.lock`` beside the
-    database, so the others wait and then find the tables made. Other stores are left alone.
-    """
-    if not uri.startswith("sqlite:///"):
-        return
-    import fcntl
+    database, so the others wait and then find the tables made.
 
+    Every store is asked for one experiment and one registered model, with MLflow's HTTP retries
+    bounded (:func:`fleetmind.data.mlflow_store.bounded_requests`), so that a server that is down,
+    a file that is not a database or a URI scheme MLflow does not take stops the command at once
+    instead of after minutes of retries or a whole training run.
+
+    Raises:
+        fleetmind.errors.ConfigError: the store cannot be used; one line naming it and why.
+    """
     import mlflow
 
-    db = Path(uri.removeprefix("sqlite:///"))
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            mlflow.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    def probe() -> None:
+        client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client.search_experiments(max_results=1)
+        client.search_registered_models(max_results=1)
+
+    try:
+        with bounded_requests():
+            if not uri.startswith("sqlite:///"):
+                probe()
+                return
+            import fcntl
+
+            db = Path(uri.removeprefix("sqlite:///"))
+            db.parent.mkdir(parents=True, exist_ok=True)
+            with open(db.with_name(db.name + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    probe()
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+    except OSError:
+        raise  # a path the store needs (the CLI names it)
+    except Exception as err:  # MLflow, SQLAlchemy and driver errors alike: the store is unusable
+        raise ConfigError(
+            f"MLflow tracking store {uri} cannot be used: {reason(err)} (set MLFLOW_TRACKING_URI "
+            f"or --tracking-uri; the default is {DEFAULT_TRACKING_URI})"
+        ) from None
 
 
 def pip_requirements(packages: Sequence[str]) -> list[str]:
