@@ -206,3 +206,25 @@ def test_rca_generate_refuses_zero_graphs_or_workers(
     assert cli.main(["rca", "generate", "--out", str(out), "--incidents", "10", option, value]) == 2
     assert f"{option} must be >= 1" in _one_error_line(capsys)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--accelerator", "nonsense", "invalid accelerator name"),
+        ("--strategy", "nonsense", "invalid strategy name"),
+        ("--devices", "0", "devices=0"),
+        ("--num-nodes", "0", "`num_nodes` must be a positive integer"),
+    ],
+)
+def test_rca_train_refuses_devices_lightning_refuses_before_the_data(
+    option: str, value: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lightning's own reason (a throwaway trainer is built from the four device options), on one
+    line, before the data (a folder that does not exist here) or the tracking store is touched."""
+    argv = ["rca", "train", "--data", str(tmp_path / "none"), "--no-register"]
+    argv += ["--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--out", str(tmp_path / "r")]
+    assert cli.main([*argv, option, value]) == 2
+    line = _one_error_line(capsys)
+    assert f"{option} {value}" in line and words in line
+    assert not (tmp_path / "r").exists() and not (tmp_path / "mlflow.db").exists()

@@ -296,6 +296,7 @@ def _check_and_seed(args: Args) -> None:
     check_args(args)
     for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    _check_devices(args)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*treespec.*")
     random.seed(args.seed)
@@ -304,6 +305,39 @@ def _check_and_seed(args: Args) -> None:
     pl.seed_everything(args.seed, workers=True, verbose=False)
     if args.threads:
         torch.set_num_threads(args.threads)
+
+
+def _check_devices(args: Args) -> None:
+    """Refuse, before any data is read, an accelerator, device list, strategy or node count that
+    Lightning would refuse when the real trainer is built (a GPU that is not there, ``--devices
+    0``, a strategy name it does not know): a throwaway trainer is built from those four alone.
+
+    Raises:
+        fleetmind.errors.ConfigError: Lightning's reason, on one line, naming the options.
+    """
+    import pytorch_lightning as pl
+
+    try:
+        pl.Trainer(
+            accelerator=args.accelerator,
+            devices=parse_devices(args.devices),
+            strategy=args.strategy,
+            num_nodes=args.num_nodes,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+    except ConfigError:
+        raise
+    except (
+        Exception
+    ) as err:  # Lightning's MisconfigurationException, ValueError, TypeError, ImportError
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(
+            f"--accelerator {args.accelerator} --devices {args.devices} --strategy "
+            f"{args.strategy} --num-nodes {args.num_nodes}: {why}"
+        ) from None
 
 
 def _data_module(args: Args) -> tuple[Any, dict[str, Any] | None, float]:
