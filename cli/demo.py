@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleetmind import argtypes
 from fleetmind.data.errors import FleetMindError, NotAvailableError
 
 
@@ -473,7 +474,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         help="small sizes; placement scored with two heuristics on the synthetic openb-schema trace",
     )
     p.add_argument("--incidents", type=int, default=300, help="simulated incidents (default: 300)")
-    p.add_argument("--seed", type=int, default=7, help="master seed (default: 7)")
+    p.add_argument("--seed", type=argtypes.seed, default=7, help="master seed (default: 7)")
     p.add_argument("--port", type=int, default=0, help="service port (default: a free one)")
     p.set_defaults(func=cmd_demo)
 

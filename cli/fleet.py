@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fleetmind import argtypes
 from fleetmind.cli.common import add_group
 from fleetmind.training.io import write_json
 
@@ -26,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument(
         "--clusters", type=int, default=1, help="openb only: split into N clusters (default 1)"
     )
-    p.add_argument("--seed", type=int, default=0, help="openb only: seed of the cluster split")
+    p.add_argument(
+        "--seed", type=argtypes.seed, default=0, help="openb only: seed of the cluster split"
+    )
     p.add_argument(
         "--node",
         default=None,

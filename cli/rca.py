@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from fleetmind import argtypes
 from fleetmind.cli.common import add_group
 from fleetmind.training.io import write_json
 
@@ -63,7 +64,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         default=1000,
         help="incidents in train+val+test, split 70/15/15 (default 1000); test_large adds --large-fraction of this",
     )
-    p.add_argument("--seed", type=int, default=0, help="master seed (default 0)")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="master seed (default 0)")
     p.add_argument(
         "--difficulty",
         choices=["default", "hard"],
@@ -233,7 +234,9 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         help="model REF for learned methods (local path or models:/name@alias)",
     )
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N incidents")
-    p.add_argument("--seed", type=int, default=0, help="seed of randomised methods (default 0)")
+    p.add_argument(
+        "--seed", type=argtypes.seed, default=0, help="seed of randomised methods (default 0)"
+    )
     p.add_argument("--json", default=None, help="write the results JSON here")
     p.set_defaults(func=_evaluate)
 

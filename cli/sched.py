@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from fleetmind import argtypes
 from fleetmind.cli.common import add_group
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
@@ -26,6 +27,8 @@ from fleetmind.training.io import write_json
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 DEFAULT_SEEDS = list(range(42, 52))
+MAX_SEEDS = 10_000
+"""The most seeds one ``--seeds`` takes (each is a whole run: ten are the published protocol)."""
 
 
 def parse_seeds(items: list[str]) -> list[int]:
@@ -42,13 +45,17 @@ def parse_seeds(items: list[str]) -> list[int]:
                     a, b = int(lo), int(hi)
                     if b < a:
                         raise ConfigError(f"bad seed range {part!r}: end before start")
-                    seeds.extend(range(a, b + 1))
                 else:
-                    seeds.append(int(part))
+                    a = b = int(part)
             except ValueError:
                 raise ConfigError(
                     f"bad seed {part!r}: expected an integer or a range like 42-51"
                 ) from None
+            if b >= argtypes.SEED_LIMIT:
+                raise ConfigError(f"bad seed {part!r}: a seed lies in [0, 2**32)")
+            if len(seeds) + b - a + 1 > MAX_SEEDS:
+                raise ConfigError(f"at most {MAX_SEEDS:,} seeds at once, got {part!r}")
+            seeds.extend(range(a, b + 1))
     if not seeds:
         raise ConfigError("no seeds given")
     return seeds
@@ -667,7 +674,7 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
     se.add_argument("--population", type=int, default=14, help="CMA-ES population (default 14)")
     se.add_argument("--init-sd", type=float, default=0.5, help="initial step size (default 0.5)")
     se.add_argument("--init", default=None, help="start from this linear scorer JSON (default FGD)")
-    se.add_argument("--seed", type=int, default=0, help="CMA-ES seed (default 0)")
+    se.add_argument("--seed", type=argtypes.seed, default=0, help="CMA-ES seed (default 0)")
     se.add_argument(
         "--fgd-until-pct",
         type=float,
@@ -757,7 +764,7 @@ def _register_variants(sub: argparse._SubParsersAction) -> None:
         "(GPU demand of sharing pods), gpuspec 20 (GPU pods with a model constraint), multigpu 30 "
         "(GPU demand of multi-GPU pods)",
     )
-    va.add_argument("--seed", required=True, type=int, help="random seed")
+    va.add_argument("--seed", required=True, type=argtypes.seed, help="random seed")
     va.add_argument("--out", required=True, help="output CSV path")
     va.set_defaults(func=cmd_variants)
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fleetmind import argtypes
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import scenario_role_map
@@ -338,7 +339,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"synthetic training incidents (default {d.incidents})",
     )
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs (default {d.epochs})")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed (default 0)")
+    p.add_argument("--seed", type=argtypes.seed, default=d.seed, help="seed (default 0)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (default 1)")
     p.add_argument(
         "--roles",

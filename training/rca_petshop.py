@@ -15,6 +15,7 @@ import argparse
 import platform
 import sys
 
+from fleetmind import argtypes
 from fleetmind.data.errors import DataError, ModelLoadError
 from fleetmind.data.petshop import load_scenario
 from fleetmind.rca.fit_eval import bootstrap_intervals
@@ -72,7 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="role-map override file (YAML 'metric: role'; default DIR/roles.yaml when present)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of randomised baselines (default 0)")
+    p.add_argument(
+        "--seed", type=argtypes.seed, default=0, help="seed of randomised baselines (default 0)"
+    )
     p.add_argument("--json", default=None, help="write the results JSON here")
 
 

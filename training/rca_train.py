@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import save_artifact
@@ -253,6 +254,11 @@ def run(args: Args) -> dict[str, Any]:
     }
 
 
+MAX_HIDDEN = 8192
+"""The widest GAT ``rca train`` accepts (the released one has 48 channels; 8192 already needs
+gigabytes per batch): a larger value is a typo, refused before torch tries to allocate it."""
+
+
 def check_args(args: Args) -> None:
     """Raise :class:`ConfigError` (one line, the option's name) for a value training cannot use,
     before any data is read: torch would otherwise stop minutes later with a traceback."""
@@ -277,8 +283,17 @@ def check_args(args: Args) -> None:
         raise ConfigError(f"--dropout must lie in [0, 1), got {args.dropout}")
     if not 0.0 <= args.thin_share <= 1.0:
         raise ConfigError(f"--thin-share must lie in [0, 1], got {args.thin_share}")
-    if not args.max_minutes > 0:
-        raise ConfigError(f"--max-minutes must be positive, got {args.max_minutes}")
+    if not (args.max_minutes > 0 and math.isfinite(args.max_minutes)):
+        raise ConfigError(f"--max-minutes must be a positive number, got {args.max_minutes}")
+    if args.hidden % args.heads:
+        raise ConfigError(
+            f"--hidden must be a multiple of --heads (each head gets hidden/heads channels), got "
+            f"{args.hidden} and {args.heads}"
+        )
+    if args.hidden > MAX_HIDDEN:
+        raise ConfigError(f"--hidden must be <= {MAX_HIDDEN}, got {args.hidden}")
+    if not 0 <= args.seed < 2**32:
+        raise ConfigError(f"--seed must lie in [0, 2**32), got {args.seed}")
     if args.max_train is not None and args.max_train < 1:
         raise ConfigError(f"--max-train must be >= 1, got {args.max_train}")
     if args.threads is not None and args.threads < 0:
@@ -450,7 +465,7 @@ def add_arguments(p: Any) -> None:
     p.add_argument(
         "--epochs", type=int, default=d.epochs, help=f"maximum epochs (default {d.epochs})"
     )
-    p.add_argument("--seed", type=int, default=d.seed, help=f"seed (default {d.seed})")
+    p.add_argument("--seed", type=argtypes.seed, default=d.seed, help=f"seed (default {d.seed})")
     p.add_argument(
         "--out", default=d.out, help=f"checkpoints and artifact folder (default {d.out})"
     )

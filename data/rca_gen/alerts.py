@@ -48,6 +48,7 @@ An alert (Alertmanager webhook v4 ``alerts[]`` entry)::
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -89,6 +90,11 @@ NOISE_KIND_WEIGHTS: dict[str, float] = {
     "network": 0.04,
     "link": 0.03,
 }
+
+
+MAX_COUNT_KNOB = 10_000
+"""The largest value an integer knob of :class:`AlertSimConfig` takes (copies, depths, alert counts:
+the defaults are single digits; a larger value is a typo that would overflow NumPy's samplers)."""
 
 
 @dataclass
@@ -175,8 +181,23 @@ class AlertSimConfig:
         """Raise ConfigError naming the first invalid knob."""
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
+            if not isinstance(v, int | float) or isinstance(v, bool):
+                continue
+            if not math.isfinite(v):  # nan passes `v < 0`; inf overflows a timestamp later
+                raise ConfigError(
+                    f"alert simulator knob {f.name} must be a finite number (got {v})"
+                )
+            if v < 0:
                 raise ConfigError(f"alert simulator knob {f.name} must be >= 0 (got {v})")
+            if isinstance(v, int) and v > MAX_COUNT_KNOB:
+                raise ConfigError(
+                    f"alert simulator knob {f.name} must be <= {MAX_COUNT_KNOB} (got {v})"
+                )
+        for name in ("scrape_interval_s", "eval_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(
+                    f"alert simulator knob {name} must be > 0 (got {getattr(self, name)})"
+                )
         for name in (
             "silent_root_rate",
             "flap_fraction",

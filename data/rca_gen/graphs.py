@@ -114,6 +114,12 @@ NAMESPACES = {
 }
 
 
+MAX_NODES = 200_000
+"""The largest node budget the generator takes (a budget of 100,000 built 97,592 nodes in 0.7 s,
+37 MB of JSON, 2026-12-04; the default budgets are 200-3,000): a larger one is a typo that would
+exhaust memory."""
+
+
 @dataclass
 class GraphGenConfig:
     """Knobs of the graph generator.
@@ -141,9 +147,10 @@ class GraphGenConfig:
             raise ConfigError(
                 f"clusters must satisfy 1 <= min ({self.min_clusters}) <= max ({self.max_clusters}) <= {len(REGIONS)}"
             )
-        if not 50 <= self.min_nodes <= self.max_nodes:
+        if not 50 <= self.min_nodes <= self.max_nodes <= MAX_NODES:
             raise ConfigError(
-                f"nodes must satisfy 50 <= min ({self.min_nodes}) <= max ({self.max_nodes})"
+                f"nodes must satisfy 50 <= min ({self.min_nodes}) <= max ({self.max_nodes}) <= "
+                f"{MAX_NODES:,}"
             )
 
 
