@@ -96,3 +96,21 @@ def test_rca_train_refuses_shapes_the_gat_cannot_take(
     assert cli.main([*argv, *options]) == 2
     assert words in _error_line(capsys)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--seed", "-1"],
+        ["--seed", HUGE],
+        ["--eval-seeds", "42", "-3"],
+        ["--cem-seeds", "4294967296"],
+    ],
+)
+def test_sched_train_seed_flags_built_from_the_recipes_take_the_seed_range(
+    options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["sched", "train", "--trace", "default", *options])
+    assert exc.value.code == 2
+    assert "a seed lies in [0, 2**32)" in _error_line(capsys)

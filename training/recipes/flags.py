@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetmind import argtypes
 from fleetmind.training.recipes import settings
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DynamicArgs, FgdArgs
 
@@ -185,6 +186,14 @@ def _help(
     return doc
 
 
+def _value_type(name: str, kind: Any) -> Any:
+    """The ``argparse`` type of a field's values: :func:`fleetmind.argtypes.seed` for an integer
+    seed field (``seed``, ``*_seed``, ``*_seeds``), else the field's own type."""
+    if kind is int and (name == "seed" or name.endswith(("_seed", "_seeds"))):
+        return argtypes.seed
+    return kind
+
+
 def add_train_flags(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     flags: tuple[Flag, ...] = TRAIN_FLAGS,
@@ -207,9 +216,9 @@ def add_train_flags(
         elif origin is typing.Literal:
             kw.update(choices=list(typing.get_args(base[0])))
         elif origin is list:
-            kw.update(nargs="+", type=typing.get_args(base[0])[0])
+            kw.update(nargs="+", type=_value_type(spec.field, typing.get_args(base[0])[0]))
         elif base[0] in (int, float):
-            kw["type"] = base[0]
+            kw["type"] = _value_type(spec.field, base[0])
         kw.update(spec.argparse)
         if kw.get("action") == "append":  # one value per use of the flag
             kw.pop("nargs", None)
@@ -323,9 +332,9 @@ def add_recipe_group(parser: argparse.ArgumentParser, cls: type, title: str) -> 
         if kind is bool:
             kw = {"action": "store_true", "dest": kw["dest"]}
         elif typing.get_origin(kind) is list:
-            kw.update(nargs="+", type=typing.get_args(kind)[0])
+            kw.update(nargs="+", type=_value_type(f.name, typing.get_args(kind)[0]))
         elif kind in (int, float):
-            kw["type"] = kind
+            kw["type"] = _value_type(f.name, kind)
         if kind is not bool:
             kw["metavar"] = f.name.upper()
         if f.name == "window":  # a (LO, HI) pair
