@@ -114,3 +114,15 @@ def test_sched_train_seed_flags_built_from_the_recipes_take_the_seed_range(
         cli.main(["sched", "train", "--trace", "default", *options])
     assert exc.value.code == 2
     assert "a seed lies in [0, 2**32)" in _error_line(capsys)
+
+
+@pytest.mark.parametrize("options", [["--bc-fgd-until-pct", "inf"], ["--max-minutes", "nan"]])
+def test_sched_train_float_flags_take_finite_numbers(
+    options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --bc-fgd-until-pct inf stepped an environment that was never reset (an assertion deep in
+    # the demonstrations)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["sched", "train", "--trace", "default", *options])
+    assert exc.value.code == 2
+    assert f"argument {options[0]}: expected a finite number" in _error_line(capsys)

@@ -188,9 +188,12 @@ def _help(
 
 def _value_type(name: str, kind: Any) -> Any:
     """The ``argparse`` type of a field's values: :func:`fleetmind.argtypes.seed` for an integer
-    seed field (``seed``, ``*_seed``, ``*_seeds``), else the field's own type."""
+    seed field (``seed``, ``*_seed``, ``*_seeds``), :func:`fleetmind.argtypes.finite_float` for a
+    float, else the field's own type."""
     if kind is int and (name == "seed" or name.endswith(("_seed", "_seeds"))):
         return argtypes.seed
+    if kind is float:  # no recipe setting means anything at nan or inf
+        return argtypes.finite_float
     return kind
 
 
