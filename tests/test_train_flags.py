@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from fleetmind import argtypes
 from fleetmind.cli.sched import _trace_seeds, register
 from fleetmind.training.recipes.flags import PAIRED_FLAGS, TRAIN_FLAGS, field_docs, recipe_kwargs
 from fleetmind.training.recipes.settings import (
@@ -164,7 +165,7 @@ def test_paired_flags_are_one_help_group_with_the_field_docstrings() -> None:
     doc = field_docs()
     assert actions["iterations"].help == doc[("PairedArgs", "iterations")] + " (default 40)"
     assert actions["lr"].help == "Adam step size (default 3e-05)"
-    assert actions["lr"].type is float and actions["val_every"].default == 5
+    assert actions["lr"].type is argtypes.finite_float and actions["val_every"].default == 5
     assert tuple(actions["baseline"].choices) == BASELINES  # the Literal's values are the update's
     # --init's default is the released model, named rather than printed as this machine's path
     assert actions["init"].default is None and "models/placement-dynamic" in actions["init"].help
