@@ -863,8 +863,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--penalty-features is an fgd-mode option (dynamic mode has --queue-features)"
         )
+    from fleetmind.data.openb import trace_file
     from fleetmind.training.tracking import ready_store, tracking_uri
 
+    for name in args.trace or []:  # a misspelt trace: one line, before a store or folder is made
+        trace_file(name)
     # every recipe tracks its run: a store that cannot be used stops it before it writes anything
     ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
     if args.algo == "paired":

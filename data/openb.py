@@ -192,6 +192,16 @@ def _resolve(name_or_path: str | Path, kind: str) -> Path:
     return cand
 
 
+def trace_file(name_or_path: str | Path) -> Path:
+    """The CSV file an openb trace name (``default``, ``gpushare40``, ...) or path means, without
+    reading it.
+
+    Raises:
+        DataError: no such trace (the message lists the known names) or file.
+    """
+    return _resolve(name_or_path, "trace")
+
+
 _MAX_FIELD = float(2**53)
 """Largest count a trace field may hold (every integer up to it is exact as a float; 2**53 MiB is
 8 ZiB)."""
