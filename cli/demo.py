@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind import argtypes
-from fleetmind.data.errors import FleetMindError, NotAvailableError
+from fleetmind.data.errors import ConfigError, FleetMindError, NotAvailableError
 
 
 @dataclass
@@ -481,6 +481,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``fleetmind demo``: :func:`run_demo` with the parsed flags; exit status 0."""
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be within 0..65535 (0: a free one), got {args.port}")
     run_demo(
         DemoConfig(
             out=Path(args.out),

@@ -8,13 +8,17 @@ import argparse
 import json
 from pathlib import Path
 
+from fleetmind import argtypes
+
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument(
         "--prometheus", required=True, metavar="URL", help="Prometheus server (http://host:9090)"
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="query timeout, s (default: 10)")
+    p.add_argument(
+        "--timeout", type=argtypes.finite_float, default=10.0, help="query timeout, s (default: 10)"
+    )
     p.add_argument("--json", type=Path, help="also write the findings as JSON to this path")
     p.set_defaults(func=run)
 

@@ -6,6 +6,9 @@ import argparse
 import os
 import time
 
+from fleetmind import argtypes
+from fleetmind.data.errors import ConfigError
+
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     p = subparsers.add_parser(
@@ -40,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     )
     p.add_argument(
         "--wait",
-        type=float,
+        type=argtypes.finite_float,
         default=30.0,
         help="seconds to wait for the ranked incidents afterwards (default 30; 0: do not wait)",
     )
@@ -91,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         or os.environ.get("FLEETMIND_API_TOKEN")
         or os.environ.get("FLEETMIND_INGEST_TOKEN")
     )
+    if args.wait < 0:
+        raise ConfigError(f"--wait must be >= 0 seconds, got {args.wait}")
     print(f"{storm.get('name') or args.storm}: {storm.get('description', '')}".rstrip(": "))
     replay(storm, args.url, token=token, speed=args.speed)
     if args.wait > 0:

@@ -126,3 +126,35 @@ def test_sched_train_float_flags_take_finite_numbers(
         cli.main(["sched", "train", "--trace", "default", *options])
     assert exc.value.code == 2
     assert f"argument {options[0]}: expected a finite number" in _error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["doctor", "--prometheus", "http://127.0.0.1:9", "--timeout", "inf"], "expected a finite"),
+        (["replay", "examples/storm-dns.json", "--wait", "nan"], "expected a finite number"),
+    ],
+)
+def test_time_options_take_finite_numbers(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # doctor --timeout inf overflowed a timestamp (OverflowError)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2 and words in _error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["demo", "--port", HUGE], "--port must be within 0..65535"),
+        (["replay", "examples/storm-dns.json", "--wait", "-1"], "--wait must be >= 0 seconds"),
+    ],
+)
+def test_ports_and_waits_out_of_range_are_refused_before_anything_starts(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # demo --port 10^20 was an OverflowError after the data and models were made
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert cli.main(argv) == 2
+    assert words in _error_line(capsys)
