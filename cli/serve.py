@@ -23,6 +23,12 @@ _ENV_OPTIONS = {
 }
 
 
+MAX_WORKERS = 256
+"""The most worker processes ``fleetmind serve --workers`` (or ``FLEETMIND_WORKERS``) starts: each
+is a full copy of the service (models, database pool), so more than a few per core only adds
+memory; a larger value is a typo (``--workers 10^20`` began starting that many processes)."""
+
+
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -169,8 +175,10 @@ def run(args: argparse.Namespace) -> int:
             args.workers = int(raw)
         except ValueError:
             raise ConfigError(f"FLEETMIND_WORKERS must be an integer, got {raw!r}") from None
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise ConfigError(
+            f"--workers (FLEETMIND_WORKERS) must lie in [1, {MAX_WORKERS}], got {args.workers}"
+        )
     saved = {env: os.environ.get(env) for env in _ENV_OPTIONS.values()}
     for attr, env in _ENV_OPTIONS.items():
         value = getattr(args, attr, None)

@@ -44,10 +44,15 @@ def test_workers_from_option_env_or_default(monkeypatch: pytest.MonkeyPatch) -> 
     assert cli_serve.run(args()) == 0
     assert cli_serve.run(args(workers=2)) == 0  # the option wins over the variable
     assert seen == [1, 3, 2]
-    for bad in ("0", "two"):
+    for bad in ("0", "two", "257"):
         monkeypatch.setenv("FLEETMIND_WORKERS", bad)
         with pytest.raises(ConfigError, match="FLEETMIND_WORKERS|--workers"):
             cli_serve.run(args())
+    # 10^20 workers began starting processes before the cap (uvicorn forks them one by one)
+    monkeypatch.delenv("FLEETMIND_WORKERS")
+    with pytest.raises(ConfigError, match=r"must lie in \[1, 256\], got 99999999999999999999"):
+        cli_serve.run(args(workers=99999999999999999999))
+    assert seen == [1, 3, 2]
 
 
 @pytest.mark.parametrize(
