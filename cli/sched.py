@@ -863,13 +863,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--penalty-features is an fgd-mode option (dynamic mode has --queue-features)"
         )
-    from fleetmind.data.openb import trace_file
-    from fleetmind.training.tracking import ready_store, tracking_uri
-
-    for name in args.trace or []:  # a misspelt trace: one line, before a store or folder is made
-        trace_file(name)
-    # every recipe tracks its run: a store that cannot be used stops it before it writes anything
-    ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
     if args.algo == "paired":
         return _train_paired(args)
     if args.algo == "distill":
@@ -908,6 +901,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fleetmind.training.recipes import fgd as recipe
 
         cls = recipe.FgdArgs
+    from fleetmind.data.openb import trace_file
+    from fleetmind.training.tracking import ready_store, tracking_uri
+
+    # Every option is checked; the run tracks itself in MLflow, so a store that cannot be used
+    # stops it here, before it writes anything (a misspelt trace first: it creates no store).
+    for name in args.trace or []:
+        trace_file(name)
+    ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
     a = cls(**recipe_kwargs(args, cls, convert={"cem_trace_seeds": _trace_seeds}))
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a)
