@@ -99,33 +99,25 @@ def test_rca_train_refuses_shapes_the_gat_cannot_take(
 
 
 @pytest.mark.parametrize(
-    "options",
+    ("options", "words"),
     [
-        ["--seed", "-1"],
-        ["--seed", HUGE],
-        ["--eval-seeds", "42", "-3"],
-        ["--cem-seeds", "4294967296"],
+        (["--seed", "-1"], "argument --seed: a seed lies in [0, 2**32)"),
+        (["--seed", HUGE], "argument --seed: a seed lies in [0, 2**32)"),
+        (["--eval-seeds", "42", "-3"], "argument --eval-seeds: a seed lies in [0, 2**32)"),
+        (["--cem-seeds", "4294967296"], "argument --cem-seeds: a seed lies in [0, 2**32)"),
+        # --bc-fgd-until-pct inf stepped an environment that was never reset (an assertion deep
+        # in the demonstrations); no recipe float means anything at nan or inf
+        (["--bc-fgd-until-pct", "inf"], "argument --bc-fgd-until-pct: expected a finite number"),
+        (["--max-minutes", "nan"], "argument --max-minutes: expected a finite number"),
     ],
 )
-def test_sched_train_seed_flags_built_from_the_recipes_take_the_seed_range(
-    options: list[str], capsys: pytest.CaptureFixture[str]
+def test_sched_train_flags_built_from_the_recipes_take_seeds_and_finite_numbers(
+    options: list[str], words: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(["sched", "train", "--trace", "default", *options])
     assert exc.value.code == 2
-    assert "a seed lies in [0, 2**32)" in _error_line(capsys)
-
-
-@pytest.mark.parametrize("options", [["--bc-fgd-until-pct", "inf"], ["--max-minutes", "nan"]])
-def test_sched_train_float_flags_take_finite_numbers(
-    options: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    # --bc-fgd-until-pct inf stepped an environment that was never reset (an assertion deep in
-    # the demonstrations)
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["sched", "train", "--trace", "default", *options])
-    assert exc.value.code == 2
-    assert f"argument {options[0]}: expected a finite number" in _error_line(capsys)
+    assert words in _error_line(capsys)
 
 
 @pytest.mark.parametrize(
