@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
@@ -32,14 +33,15 @@ RELEASED_PLACEMENT = REPO / "models" / "placement"
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)  # artifacts land under tmp_path/mlruns
     ready_store(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("pyfunc-test")
-    return uri
+    yield uri
+    mlflow.set_tracking_uri(None)  # later tests see the environment's store again
 
 
 @pytest.fixture

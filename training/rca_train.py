@@ -292,7 +292,7 @@ def check_args(args: Args) -> None:
         )
     if args.hidden > MAX_HIDDEN:
         raise ConfigError(f"--hidden must be <= {MAX_HIDDEN}, got {args.hidden}")
-    if not 0 <= args.seed < 2**32:
+    if not 0 <= args.seed < argtypes.SEED_LIMIT:
         raise ConfigError(f"--seed must lie in [0, 2**32), got {args.seed}")
     if args.max_train is not None and args.max_train < 1:
         raise ConfigError(f"--max-train must be >= 1, got {args.max_train}")
