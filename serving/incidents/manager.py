@@ -8,7 +8,11 @@ thread (:mod:`fleetmind.serving.incidents.worker`) then, per batch of pending al
    :class:`fleetmind.serving.incidents.grouper.Grouper` (time window, graph hops, cluster);
 3. for a status change (``resolved``) updates the counts; an incident whose alerts are all resolved is
    ``resolved``, and a re-firing alert reopens it;
-4. re-runs the served RCA analyzer on every incident it touched and stores the ranked causes.
+4. re-runs the served RCA analyzer on every incident that gained evidence (an alert grouped for the
+   first time, or one firing again) and stores the ranked causes. Resolutions alone do not re-rank:
+   an incident keeps the causes ranked while its alerts fired (a storm recovering root first would
+   otherwise move its top cause to a symptom and page on-call again). An incident none of whose
+   alerts matches a graph node gets no causes (there is nothing to rank; it is never notified).
 
 The SQL is in :mod:`fleetmind.serving.incidents.store`. Because the pending flag is durable, alerts
 stored just before a crash are grouped after the restart. Replicas on one database elect one worker
@@ -214,7 +218,7 @@ class IncidentManager:
         that interval has passed. A storm thus costs a few rankings per incident, not one per batch.
         """
         with self._process_lock:
-            rows, touched = self._group_batch(limit)
+            rows, evidence = self._group_batch(limit)
             if not rows:
                 return 0
             self._set_gauge()
@@ -223,7 +227,7 @@ class IncidentManager:
             if self.metrics is not None:
                 self.metrics.alerts_grouped.inc(len(rows))
             backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
-            for inc_id in self.schedule.after_batch(touched, time.monotonic(), defer, backlog):
+            for inc_id in self.schedule.after_batch(evidence, time.monotonic(), defer, backlog):
                 self._rank(inc_id)
             return len(rows)
 
@@ -233,7 +237,8 @@ class IncidentManager:
             self._rank(inc_id)
 
     def _group_batch(self, limit: int) -> tuple[list[dict[str, Any]], set[int]]:
-        """Group the oldest ``limit`` pending alerts in one transaction: ``(rows, touched ids)``."""
+        """Group the oldest ``limit`` pending alerts in one transaction: ``(rows, ids of the
+        incidents that gained evidence)``, the ones to re-rank."""
         view = self.graphs.view
         now = time.time()
         touched: set[int] = set()
@@ -241,7 +246,8 @@ class IncidentManager:
             self.load_open()
             self._open_stale = False
         try:
-            return self._group_rows(limit, view, now, touched)
+            rows, touched, evidence = self._group_rows(limit, view, now, touched)
+            return rows, evidence
         except Exception:
             # The transaction rolled back, but the grouper may hold incidents it opened, merged or
             # reopened inside it; later alerts must not join an id that was never stored.
@@ -250,27 +256,32 @@ class IncidentManager:
 
     def _group_rows(
         self, limit: int, view: GraphView, now: float, touched: set[int]
-    ) -> tuple[list[dict[str, Any]], set[int]]:
-        """The transaction of :meth:`_group_batch`; ``touched`` collects the incident ids."""
+    ) -> tuple[list[dict[str, Any]], set[int], set[int]]:
+        """The transaction of :meth:`_group_batch`: ``(rows, touched, evidence)``; ``touched``
+        collects the incident ids whose counts changed, ``evidence`` those that gained evidence."""
+        evidence: set[int] = set()
         with self.store.grouping() as conn:
             rows = self.store.pending(conn, limit)
             if not rows:
                 self.lag.clear()
-                return rows, touched
+                return rows, touched, evidence
             done = []
             with self.grouper.batch([r["starts_ts"] for r in rows]):
                 for row in rows:
+                    new = row["incident_id"] is None or row["status"] == "firing"
                     inc_id, node = self._group_alert(conn, row, view, now)
                     if inc_id is not None:
                         touched.add(inc_id)
+                        if new:
+                            evidence.add(inc_id)
                     done.append(
                         {"_id": row["id"], "_upd": row["updated_ts"], "_inc": inc_id, "_node": node}
                     )
                 self.store.mark_grouped(conn, done)
                 if touched:
                     counts = self.store.counts(conn, touched)
-                    self.store.write_counts(conn, self.grouper.settle(counts), now)
-        return rows, touched
+                    self.store.write_counts(conn, self.grouper.settle(counts), now, evidence)
+        return rows, touched, evidence
 
     def _group_alert(
         self, conn: Connection, row: dict[str, Any], view: GraphView, now: float
@@ -309,6 +320,11 @@ class IncidentManager:
         model = self.registry.current.rca
         state, rows = self.store.rank_input(inc_id, self.config.max_rank_alerts)
         if not rows:
+            return
+        if all(r["node"] is None for r in rows):
+            # No alert names a node of the graph (Watchdog, TargetDown of an unknown job): a
+            # ranking would rest on the graph alone and page someone about a guess.
+            self.db.set_incident_rca(inc_id, [], model.method, model.version, ranked_state=state)
             return
         start = time.perf_counter()
         try:

@@ -11,10 +11,10 @@ twice.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, insert, select, update
+from sqlalchemy import Boolean, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
 from fleetmind.serving.db import Database, LeaderLock, alerts, incidents
@@ -39,7 +39,10 @@ _SET_COUNTS = (
         alert_count=bindparam("_n"),
         firing_count=bindparam("_f"),
         updated_ts=bindparam("_now"),
-        needs_ranking=True,  # durable: a crash before the ranking leaves it due
+        # durable: a crash before the ranking leaves it due. Only new evidence (an alert grouped
+        # for the first time, or one firing again) makes it due; a resolution alone keeps the
+        # ranking made while the alerts fired, and a due ranking stays due.
+        needs_ranking=or_(incidents.c.needs_ranking, bindparam("_rank", type_=Boolean)),
     )
 )
 _SET_OPEN = _SET_COUNTS.values(
@@ -199,16 +202,28 @@ class IncidentStore:
                 counts[int(inc_id)] = (int(total), int(firing or 0))
         return counts
 
-    def write_counts(self, conn: Connection, settled: list[Settled], now: float) -> None:
+    def write_counts(
+        self,
+        conn: Connection,
+        settled: list[Settled],
+        now: float,
+        evidence: Collection[int] | None = None,
+    ) -> None:
         """Store the counts (and, for open and resolved incidents, nodes, clusters and alert
-        times) of ``settled``, marking each due for ranking.
+        times) of ``settled``, marking those in ``evidence`` (default: all) due for ranking.
 
         The updates go out as three prepared statements with one parameter set per incident
         (SQLAlchemy builds and compiles each once), not a statement built per incident.
         """
         params: dict[str, list[dict[str, Any]]] = {"closed": [], "open": [], "resolved": []}
         for s in settled:
-            values: dict[str, Any] = {"_id": s.id, "_n": s.total, "_f": s.firing, "_now": now}
+            values: dict[str, Any] = {
+                "_id": s.id,
+                "_n": s.total,
+                "_f": s.firing,
+                "_now": now,
+                "_rank": evidence is None or s.id in evidence,
+            }
             if s.incident is not None:
                 o = s.incident
                 values.update(

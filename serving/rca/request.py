@@ -211,8 +211,10 @@ def response_json(
         mapped = len(alerts) - unmapped
     else:
         mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
+    # No alert names a node: a ranking would rest on the graph alone, so there is no answer.
+    causes = result.causes[:top_k] if mapped else []
     body = RCAResponse(
-        causes=[CauseOut(**c.to_json()) for c in result.causes[:top_k]],
+        causes=[CauseOut(**c.to_json()) for c in causes],
         method=result.method or model.method,
         model_version=result.model_version or model.version,
         graph=graph.name,
