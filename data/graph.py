@@ -38,6 +38,17 @@ _KIND_SPECIFICITY.update({"link": 100, "gpu": 90, "pod": 80, "host": 70, "servic
 OVERRIDE_LABEL = "fleetmind_node"
 """An alert label whose value is a node id maps the alert to that node directly."""
 
+NODE_NAME_LABELS = ("kubernetes_node", "Hostname", "hostname")
+"""Labels that stand in for a missing ``node`` when their value names a host of the graph, in this
+order (then ``instance``'s host): ``kubernetes_node`` from the common relabelling of
+``__meta_kubernetes_pod_node_name``, ``Hostname`` of dcgm-exporter (``hostname`` in its newest
+code). dcgm-exporter in a pod without ``hostNetwork`` reports its own pod name as ``Hostname``,
+which names no host and is passed over."""
+
+TARGET_LABELS = frozenset({"pod", "namespace", "service", "container", "endpoint"})
+"""The labels a Prometheus Operator ``ServiceMonitor`` gives every series of a scrape target (the
+exporter's own Service, pod, namespace, container and port), which its alerts keep."""
+
 
 @dataclass
 class GraphNode:
@@ -100,6 +111,7 @@ class DependencyGraph:
         self.edge_type = np.array(etype, dtype=np.int64)
         self.node_type = np.array([NODE_KINDS.index(n.kind) for n in self.nodes], dtype=np.int64)
         self._label_index: dict[tuple[str, str], list[int]] | None = None
+        self._derived: dict[str, Any] = {}  # caches of the alert mapping (host names, pod services)
 
     # ------------------------------------------------------------------ basics
     @property
@@ -124,17 +136,91 @@ class DependencyGraph:
     def node_for_alert(self, labels: Mapping[str, Any]) -> str | None:
         """Map an alert's labels onto a node id, or ``None`` when nothing matches.
 
-        Rules: a ``fleetmind_node`` label naming a node wins. Otherwise ``instance`` (``host:port``) stands
-        in for a missing ``node`` label, and the node whose ``match`` labels are all present in the alert
-        with equal values, with the most match labels, wins; ties go to the more specific kind
-        (link > gpu > pod > host > service > others).
+        Rules: a ``fleetmind_node`` label naming a node wins. Otherwise the labels are read as the
+        alert's subject (:meth:`alert_subject`: ``exported_pod``/``exported_namespace`` over the scrape
+        target's ``pod``/``namespace``; :data:`NODE_NAME_LABELS`, then ``instance`` (``host:port``),
+        standing in for a missing ``node``), and the node whose ``match`` labels are all present in the
+        alert with equal values, with the most match labels, wins; ties go to the more specific kind
+        (link > gpu > pod > host > service > others). When that node is the exporter that reported
+        a host's alert (:meth:`is_scrape_target`), the alert is matched again without the target's
+        labels (:data:`TARGET_LABELS`), and that match wins if there is one.
         """
         labels = {str(k): str(v) for k, v in labels.items() if v is not None}
         direct = labels.get(OVERRIDE_LABEL)
         if direct is not None and direct in self.index:
             return direct
-        if "node" not in labels and "instance" in labels:
-            labels["node"] = labels["instance"].rsplit(":", 1)[0]
+        labels = self.alert_subject(labels)
+        best = self._best_match(labels)
+        if best is not None and self.is_scrape_target(best, labels):
+            other = self._best_match({k: v for k, v in labels.items() if k not in TARGET_LABELS})
+            best = other if other is not None else best
+        return None if best is None else self.nodes[best].id
+
+    def alert_subject(self, labels: dict[str, str]) -> dict[str, str]:
+        """An alert's ``str -> str`` labels as they identify its subject (a new dict when changed).
+
+        * With ``honor_labels: false`` (Prometheus's default, and dcgm-exporter's ServiceMonitor),
+          an exporter's own ``pod``/``namespace`` labels (the workload it reports on) are renamed
+          ``exported_pod``/``exported_namespace`` and ``pod``/``namespace`` name the exporter; the
+          exported ones are the subject's.
+        * A missing ``node`` is taken from the first of :data:`NODE_NAME_LABELS` that names a host
+          of the graph, else from ``instance`` without its port.
+        """
+        if "exported_pod" in labels or "exported_namespace" in labels:
+            labels = dict(labels)
+            for key in ("pod", "namespace"):
+                if f"exported_{key}" in labels:
+                    labels[key] = labels[f"exported_{key}"]
+        if "node" not in labels:
+            hosts = self._host_names()
+            for key in NODE_NAME_LABELS:
+                value = labels.get(key)
+                if value is not None and value in hosts:
+                    return {**labels, "node": value}
+            if "instance" in labels:
+                return {**labels, "node": labels["instance"].rsplit(":", 1)[0]}
+        return labels
+
+    def is_scrape_target(self, i: int, labels: Mapping[str, str]) -> bool:
+        """Whether node ``i``, matched by an alert's ``labels``, is the exporter that reported the
+        alert rather than its subject: a pod that belongs to the Service the alert's ``service``
+        label names, while the alert's ``node`` names a host. kube-state-metrics' node alerts
+        (``KubeNodeNotReady``), node-exporter's and dcgm-exporter's carry the exporter pod's
+        ``pod``/``namespace``/``service`` as target labels (:data:`TARGET_LABELS`) beside the node
+        they are about; a pod's own alerts name Services it does not belong to (kube-state-metrics'
+        ``service`` label) or no node."""
+        if self.nodes[i].kind != "pod" or "service" not in labels:
+            return False
+        if labels.get("node") not in self._host_names():
+            return False
+        return labels["service"] in self._pod_services().get(i, ())
+
+    def _host_names(self) -> frozenset[str]:
+        """The ``node`` match values of the graph's hosts (cached)."""
+        cached = self._derived.get("hosts")
+        if cached is None:
+            cached = self._derived["hosts"] = frozenset(
+                str(n.match["node"]) for n in self.nodes if n.kind == "host" and "node" in n.match
+            )
+        return cached
+
+    def _pod_services(self) -> dict[int, frozenset[str]]:
+        """Pod index -> the ``service`` match values of the Services it is ``member_of`` (cached)."""
+        cached = self._derived.get("pod_services")
+        if cached is None:
+            out: dict[int, set[str]] = {}
+            for e in self.edges:
+                if e.kind != "member_of":
+                    continue
+                src, dst = self.nodes[self.index[e.src]], self.nodes[self.index[e.dst]]
+                if src.kind == "pod" and dst.kind == "service" and "service" in dst.match:
+                    out.setdefault(self.index[e.src], set()).add(str(dst.match["service"]))
+            cached = self._derived["pod_services"] = {k: frozenset(v) for k, v in out.items()}
+        return cached
+
+    def _best_match(self, labels: Mapping[str, str]) -> int | None:
+        """Index of the node whose ``match`` labels all equal ``labels``'s, most of them first,
+        then the more specific kind, then the first node; ``None`` when none matches."""
         if self._label_index is None:
             idx: dict[tuple[str, str], list[int]] = {}
             for i, n in enumerate(self.nodes):
@@ -151,7 +237,7 @@ class DependencyGraph:
                 key = (len(m), _KIND_SPECIFICITY.get(self.nodes[i].kind, 0), -i)
                 if best is None or key > best:
                     best = key
-        return None if best is None else self.nodes[-best[2]].id
+        return None if best is None else -best[2]
 
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from fleetmind.data.graph import (
     _KIND_SPECIFICITY,
     EDGE_KINDS,
     OVERRIDE_LABEL,
+    TARGET_LABELS,
     DependencyGraph,
 )
 from fleetmind.rca.features.layout import _N_KIND, _N_NBR, KEYWORD_GROUPS
@@ -103,8 +104,9 @@ def node_index_for_alert(
 ) -> int | None:
     """Fast :meth:`fleetmind.data.graph.DependencyGraph.node_for_alert` returning the node index.
 
-    Same rules (``fleetmind_node`` override, ``instance`` standing in for ``node``, all match labels
-    equal, most match labels, then the more specific kind, then the first node), but instead of
+    Same rules (``fleetmind_node`` override, the subject's labels, all match labels equal, most
+    match labels, then the more specific kind, then the first node, a scrape target matched
+    again without its labels), but instead of
     checking candidate nodes it looks the alert's values up once per distinct key set of the
     graph's ``match`` labels (a handful), so an alert costs a few dict lookups whatever the graph size.
     """
@@ -123,8 +125,18 @@ def _node_index(graph: DependencyGraph, st: _GraphStatic, lab: dict[str, str]) -
     direct = lab.get(OVERRIDE_LABEL)
     if direct is not None and direct in graph.index:
         return graph.index[direct]
-    if "node" not in lab and "instance" in lab:
-        lab = {**lab, "node": lab["instance"].rsplit(":", 1)[0]}
+    lab = graph.alert_subject(lab)
+    best = _table_match(sets, lab)
+    if best is not None and graph.is_scrape_target(best, lab):
+        other = _table_match(sets, {k: v for k, v in lab.items() if k not in TARGET_LABELS})
+        best = other if other is not None else best
+    return best
+
+
+def _table_match(
+    sets: list[tuple[int, dict, Any, frozenset[str]]], lab: Mapping[str, str]
+) -> int | None:
+    """The best node index for subject labels ``lab`` by the key-set tables (``None``: no match)."""
     present = lab.keys()
     best: _Rank | None = None
     for size, table, values_of, keys in sets:
