@@ -33,7 +33,11 @@ NO_NUL = r"^[^\x00]*$"
 engine, in Rust: a Python validator per string cost ~1 ms per 200-alert request. Unpaired surrogates
 need no check of ours: the JSON parser and pydantic-core's ``str`` validation reject them (422)."""
 
-Text = Annotated[str, StringConstraints(max_length=8192, pattern=NO_NUL)]
+TEXT_LIMIT = 8192
+"""Longest label value, annotation or URL stored, characters (the webhook clips longer ones from
+Alertmanager, :func:`fleetmind.serving.routers.alerts.clip_text`; other routes reject them)."""
+
+Text = Annotated[str, StringConstraints(max_length=TEXT_LIMIT, pattern=NO_NUL)]
 ShortText = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL)]
 LabelName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]
 Labels = Annotated[dict[LabelName, Text], Field(max_length=256)]

@@ -126,7 +126,7 @@ def test_one_bad_alert_does_not_cost_the_others(client: TestClient) -> None:
     ones are left out and named (index, field, reason), and counted in /metrics."""
     good = [alert(GPU_ALERT, fingerprint="g1"), alert(HOST_ALERT, fingerprint="g2")]
     bad_status = {"labels": {"alertname": "X"}, "status": "weird"}
-    bad_label = {"labels": {"alertname": "Y" * 9000}}
+    bad_label = {"labels": {"alertname": "Y", "": "empty name"}}  # (long values are clipped)
     r = client.post("/api/v1/alerts", json=webhook([good[0], bad_status, good[1], bad_label]))
     assert r.status_code == 200, r.text
     out = r.json()
@@ -134,7 +134,7 @@ def test_one_bad_alert_does_not_cost_the_others(client: TestClient) -> None:
     assert [x["index"] for x in out["rejected"]] == [1, 3]
     first = out["rejected"][0]["errors"][0]
     assert first["loc"] == ["body", "alerts", 1, "status"] and "firing" in first["msg"]
-    assert out["rejected"][1]["errors"][0]["loc"] == ["body", "alerts", 3, "labels", "alertname"]
+    assert out["rejected"][1]["errors"][0]["loc"][:5] == ["body", "alerts", 3, "labels", ""]
     stored = client.get("/api/v1/alerts").json()
     assert sorted(a["fingerprint"] for a in stored) == ["g1", "g2"]
     assert "fleetmind_alerts_rejected_total 2.0" in client.get("/metrics").text

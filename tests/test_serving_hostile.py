@@ -132,6 +132,40 @@ def test_truncated_alerts_is_bounded_and_nothing_is_stored_first(client: TestCli
     assert client.get("/api/v1/alerts", headers=R).json() == []
 
 
+def test_long_text_from_rules_is_clipped_not_lost(client: TestClient) -> None:
+    """Prometheus and Alertmanager put no limit on label values, annotations or the generator URL
+    (a long PromQL expression), and Alertmanager does not retry a 4xx: a rejected alert would be
+    gone. Values past the stored limit are clipped, with their length and a hash of the whole."""
+    from fleetmind.serving.schemas import TEXT_LIMIT
+
+    long = "x" * (TEXT_LIMIT + 900)
+    a = alert(
+        {"alertname": "Long", "cluster": "c0", "query": long},
+        annotations={"description": "d" * 20_000, "summary": "short"},
+        generatorURL="http://prometheus:9090/graph?g0.expr=" + "q" * 9000,
+    )
+    b = alert({"alertname": "Long", "cluster": "c0", "query": long[:-1] + "y"})  # differs late
+    hook = webhook([a, b], commonAnnotations={"description": "d" * 20_000}, groupKey="k" * 9000)
+    r = client.post("/api/v1/alerts", json=hook, headers=IN)
+    assert r.status_code == 200, r.text
+    assert r.json()["accepted"] == 2 and r.json()["rejected_count"] == 0
+    stored = sorted(client.get("/api/v1/alerts", headers=R).json(), key=lambda x: x["id"])
+    assert len(stored) == 2
+    first = stored[0]
+    assert len(first["labels"]["query"]) == TEXT_LIMIT
+    assert (
+        first["labels"]["query"].startswith("x" * 1000)
+        and "9092 characters" in first["labels"]["query"]
+    )
+    assert stored[1]["labels"]["query"] != first["labels"]["query"]  # the hash keeps them apart
+    assert len(first["annotations"]["description"]) == TEXT_LIMIT
+    assert first["annotations"]["summary"] == "short"
+    # a label name past its limit is still refused (names identify; no rule writes such names)
+    bad = alert({"alertname": "Name", "cluster": "c0", "n" * 300: "v"})
+    r = client.post("/api/v1/alerts", json=webhook([bad, alert({"alertname": "Ok"})]), headers=IN)
+    assert r.status_code == 200 and r.json()["rejected_count"] == 1
+
+
 # ------------------------------------------------------------------------------ 422 bodies
 HOSTILE_VALUES = ("NaN", "Infinity", "-Infinity", '"\\ud800"', '"\\udfff x"', "1" + "0" * 4000)
 

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep, require_scope
 from fleetmind.serving.schemas import (
     MAX_DB_INT,
+    TEXT_LIMIT,
     AlertIn,
     AlertmanagerWebhook,
     AlertOut,
@@ -78,6 +79,51 @@ WEBHOOK_BODY = {
 MAX_LISTED_REJECTIONS = 20
 
 
+def clip_text(value: str) -> str:
+    """``value`` cut to :data:`fleetmind.serving.schemas.TEXT_LIMIT` characters, ending in a note of
+    its length and a hash of the whole (so two long values that differ late stay different)."""
+    if len(value) <= TEXT_LIMIT:
+        return value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    tail = f"... [clipped from {len(value)} characters, blake2b {digest}]"
+    return value[: TEXT_LIMIT - len(tail)] + tail
+
+
+_ENVELOPE_TEXT = ("groupKey", "externalURL")
+_ENVELOPE_MAPS = ("groupLabels", "commonLabels", "commonAnnotations")
+
+
+def _clip_long_text(doc: Any) -> int:
+    """Clip, in place, the over-long strings of a webhook document where rules and templates put
+    text (label values, annotations, ``generatorURL``, the envelope's group key, labels and
+    annotations); returns how many were clipped. Prometheus puts no limit on these, and
+    Alertmanager does not retry a 4xx: rejected, the alert would be lost."""
+    if not isinstance(doc, dict):
+        return 0
+    clipped = 0
+
+    def clip_in(obj: Any, keys: Any) -> None:
+        nonlocal clipped
+        if not isinstance(obj, dict):
+            return
+        for k in list(keys if keys is not None else obj):
+            v = obj.get(k)
+            if isinstance(v, str) and len(v) > TEXT_LIMIT:
+                obj[k] = clip_text(v)
+                clipped += 1
+
+    clip_in(doc, _ENVELOPE_TEXT)
+    for key in _ENVELOPE_MAPS:
+        clip_in(doc.get(key), None)
+    items = doc.get("alerts")
+    for a in items if isinstance(items, list) else ():
+        if isinstance(a, dict):
+            clip_in(a.get("labels"), None)
+            clip_in(a.get("annotations"), None)
+            clip_in(a, ("generatorURL",))
+    return clipped
+
+
 def _brief(e: dict[str, Any]) -> dict[str, Any]:
     """One pydantic error with FastAPI's ``body`` location prefix (its 422 format): type, location
     and message only, JSON-safe (:mod:`fleetmind.serving.validation`). The input can be bytes that are not
@@ -118,6 +164,15 @@ def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedA
         return hook.alerts, list(range(len(hook.alerts))), [], hook.truncatedAlerts or 0
     except ValidationError as err:
         errors = err.errors(include_url=False)
+    if any(e["type"] == "string_too_long" for e in errors):
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        n = _clip_long_text(doc)
+        if n:  # once: what is left too long (a label name) is rejected below
+            log.info("webhook: clipped %d values longer than %d characters", n, TEXT_LIMIT)
+            return parse_indexed(json.dumps(doc).encode())
     by_alert: dict[int, list[dict[str, Any]]] = {}
     for e in errors:
         loc = e["loc"]
