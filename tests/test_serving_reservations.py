@@ -209,6 +209,21 @@ def test_reserved_placements_are_shared_and_expire(pair: Any) -> None:
     assert free == {"gpu-a": 1000, "gpu-b": 1000}
 
 
+def test_a_retried_reservation_keeps_its_gpus(pair: Any) -> None:
+    """A client that retries ``reserve=true`` with the same ``job_id`` (a timeout, a redeploy) gets
+    the same GPUs back and still holds one set: its own hold does not count against it."""
+    a, b, _ = pair
+    job = {"job_id": "train-8", "num_gpu": 1, "reserve": True}
+    first = a.post("/api/v1/placements", json=job).json()
+    again = b.post("/api/v1/placements", json=job).json()  # the other replica, same database
+    assert (again["node"], again["gpus"]) == (first["node"], first["gpus"])
+    rows = a.app.state.services.reservations.rows()
+    assert [(r["pod_key"], r["node"]) for r in rows] == [("placement/train-8", first["node"])]
+    other = a.post("/api/v1/placements", json={**job, "job_id": "train-9"}).json()
+    assert other["node"] != first["node"]  # the one GPU left
+    assert a.post("/api/v1/placements", json={**job, "job_id": "train-10"}).status_code == 409
+
+
 @pytest.mark.parametrize(
     "body",
     [

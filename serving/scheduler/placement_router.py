@@ -6,7 +6,8 @@ from fastapi import APIRouter, HTTPException, Request
 
 from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep, has_scope
 from fleetmind.serving.health import healthy_nodes
-from fleetmind.serving.scheduler.placement import why_no_fit
+from fleetmind.serving.scheduler.placement import Reservations, why_no_fit
+from fleetmind.serving.scheduler.reservations import DbReservations, job_key
 from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
 
 router = APIRouter(prefix="/api/v1/placements", tags=["placements"])
@@ -41,12 +42,19 @@ def place(
     k = 1 + job.alternatives
     allowed = healthy_nodes(services, telemetry, snapshot) if job.cluster is None else None
 
+    def held() -> Reservations:
+        # A job that names itself does not see its own hold: a retried reserve=true gets the
+        # same GPUs back (the new hold replaces the old), not the next free ones.
+        res = services.reservations
+        if job.job_id and isinstance(res, DbReservations):
+            return res.view(snapshot, exclude=job_key(job.job_id))
+        return res
+
     def place() -> list:
         # healthy clusters first (serving/health.py); anywhere when none of them can hold the job
-        opts = model.impl.place(snapshot, job, services.reservations, k, allowed=allowed)
-        return opts or (
-            model.impl.place(snapshot, job, services.reservations, k) if allowed else []
-        )
+        res = held()
+        opts = model.impl.place(snapshot, job, res, k, allowed=allowed)
+        return opts or (model.impl.place(snapshot, job, res, k) if allowed else [])
 
     if job.reserve:
         with services.place_lock:
@@ -62,7 +70,7 @@ def place(
             409,
             f"no node{where} can hold the job ({job.num_gpu} GPU x {job.gpu_milli} milli, "
             f"model {job.gpu_model or 'any'}, {job.cpu_milli} mCPU, {job.memory_mib} MiB): "
-            + why_no_fit(snapshot, job, services.reservations),
+            + why_no_fit(snapshot, job, held()),
         )
     metrics.placements.labels(model.method, "placed", "placements").inc()
     best = options[0]

@@ -45,6 +45,11 @@ MAX_KEY_CHARS = 320
 """Longest pod key (``namespace/name``: 63 + 1 + 253, or ``placement/<job id>``), as stored."""
 
 
+def job_key(job_id: str) -> str:
+    """The hold key of a ``POST /api/v1/placements`` job (``placement/<job id>``)."""
+    return f"placement/{job_id}"
+
+
 def _checked_key(key: str, uid: str | None = None) -> None:
     """Refuse what the table cannot hold before the database sees it (PostgreSQL refuses NUL and
     over-long strings with an error that is not about being down)."""
@@ -245,5 +250,6 @@ class DbReservations(Reservations):
         return self._current().mem_items()
 
     def book(self, opt: Option, job: JobSpec) -> None:
-        """A ``reserve=true`` placement: held under ``placement/<job_id>`` for the TTL."""
-        self.hold(f"placement/{job.job_id or uuid.uuid4().hex}", opt, job)
+        """A ``reserve=true`` placement: held under :func:`job_key` for the TTL (a job without an
+        id under a fresh one)."""
+        self.hold(job_key(job.job_id or uuid.uuid4().hex), opt, job)
