@@ -100,7 +100,8 @@ class Settings(BaseSettings):
     scheduler_cluster: str | None = Field(
         None,
         description="the telemetry cluster the kube-scheduler extender places into (unset: node "
-        "names are looked up in every cluster, first match wins)",
+        "names are looked up in every cluster; a name several clusters use fails GPU pods, "
+        "with a reason that says to set this)",
     )
     reservation_ttl_s: float = Field(
         120.0,

@@ -247,3 +247,49 @@ def test_bad_pods_are_refused_with_a_reason(ppo_client: TestClient, mutate: Any)
 def test_malformed_args_get_422(ppo_client: TestClient, body: Any) -> None:
     r = ppo_client.post("/api/v1/scheduler/filter", json=body)
     assert r.status_code == 422
+
+
+def test_node_names_two_clusters_share_are_not_guessed() -> None:
+    """One FleetMind whose telemetry holds two clusters with the same node names (``worker-1``
+    in each) cannot know which one kube-scheduler means: without FLEETMIND_SCHEDULER_CLUSTER a GPU
+    pod fails those nodes with a reason that says what to set (it used to take the first cluster's
+    node: a wrong model verdict and a hold in the other cluster); with it, the names resolve."""
+    from fleetmind.serving.scheduler import extender as ext
+    from fleetmind.serving.scheduler.placement import BestFitPlacer, Reservations
+    from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+
+    def node(cluster: str, name: str, model: str) -> NodeState:
+        gpus = [GpuState(index=i, model=model) for i in range(2)]
+        return NodeState(name, cluster, gpus, 32000, 32000, 131072, 131072)
+
+    snap = FleetSnapshot(
+        "test",
+        [
+            node("east", "worker-1", "A100"),
+            node("east", "worker-2", "A100"),
+            node("west", "worker-1", "H100"),
+            node("west", "worker-3", "H100"),
+        ],
+    )
+    args = json.loads(json.dumps(_recorded("extender_args_gpu_model.json")))
+    args["Pod"]["metadata"]["annotations"]["alibabacloud.com/gpu-card-model"] = "H100"
+    args["NodeNames"] = ["worker-1", "worker-2", "worker-3"]
+
+    _, d = ext.decide(args, snap, Reservations(), BestFitPlacer(), ext.NodeIndex())
+    assert "clusters east, west" in d.failed["worker-1"]
+    assert "FLEETMIND_SCHEDULER_CLUSTER" in d.failed["worker-1"]
+    assert "pod wants H100" in d.unresolvable["worker-2"]  # names one cluster has still resolve
+    assert [o.node for o in d.options] == ["worker-3"]
+
+    _, d = ext.decide(args, snap, Reservations(), BestFitPlacer(), ext.NodeIndex("west"))
+    assert sorted(o.node for o in d.options) == ["worker-1", "worker-3"]
+    assert {o.cluster for o in d.options} == {"west"}
+    assert "worker-2" in d.failed  # not a node of west's telemetry
+
+    cpu = json.loads(json.dumps(args))  # a CPU-only pod: kube-scheduler's own filter decides
+    cpu["Pod"]["metadata"]["annotations"] = {}
+    for c in cpu["Pod"]["spec"]["containers"]:
+        c.get("resources", {}).get("limits", {}).pop("nvidia.com/gpu", None)
+        c.get("resources", {}).get("requests", {}).pop("nvidia.com/gpu", None)
+    _, d = ext.decide(cpu, snap, Reservations(), BestFitPlacer(), ext.NodeIndex())
+    assert "worker-1" in d.passthrough and not d.failed

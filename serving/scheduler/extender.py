@@ -55,6 +55,7 @@ which ranks candidates only).
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections import defaultdict
@@ -73,6 +74,8 @@ from fleetmind.serving.scheduler.placement import (
 )
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
+
+log = logging.getLogger("fleetmind.serving")
 
 MAX_EXTENDER_PRIORITY = 10
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -456,22 +459,41 @@ def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, 
 
 
 class NodeIndex:
-    """Snapshot nodes by name (one cluster when ``cluster`` is set), rebuilt per snapshot."""
+    """Snapshot nodes by name (one cluster when ``cluster`` is set), rebuilt per snapshot.
+
+    Without a cluster, a name that several clusters of the telemetry use is *ambiguous*: which
+    node kube-scheduler means cannot be known (``FLEETMIND_SCHEDULER_CLUSTER`` says it).
+    """
 
     def __init__(self, cluster: str | None = None) -> None:
         self.cluster = cluster
         self._snap: FleetSnapshot | None = None
         self._by_name: dict[str, NodeState] = {}
+        self.ambiguous: dict[str, list[str]] = {}
+        """Node name -> the clusters that have it (empty when ``cluster`` is set)."""
 
     def lookup(self, snap: FleetSnapshot, names: list[str]) -> dict[str, NodeState]:
-        """``{name: node}`` for the ``names`` the snapshot knows."""
+        """``{name: node}`` for the ``names`` the snapshot knows (ambiguous names left out)."""
         if snap is not self._snap:
             by_name: dict[str, NodeState] = {}
+            clusters: dict[str, set[str]] = {}
             for n in snap.nodes:
                 if self.cluster is None or n.cluster == self.cluster:
                     by_name.setdefault(n.name, n)
+                    clusters.setdefault(n.name, set()).add(str(n.cluster))
+            ambiguous = {k: sorted(v) for k, v in clusters.items() if len(v) > 1}
+            changed, self.ambiguous = ambiguous != self.ambiguous, ambiguous
+            if ambiguous and changed:  # once per change, not per snapshot
+                log.warning(
+                    "kube-scheduler extender: %d node names are in several clusters (%s); set "
+                    "FLEETMIND_SCHEDULER_CLUSTER to the scheduler's cluster",
+                    len(self.ambiguous),
+                    ", ".join(sorted(self.ambiguous)[:5]),
+                )
             self._snap, self._by_name = snap, by_name
-        return {n: self._by_name[n] for n in names if n in self._by_name}
+        return {
+            n: self._by_name[n] for n in names if n in self._by_name and n not in self.ambiguous
+        }
 
 
 def candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
@@ -528,10 +550,15 @@ def decide(
     for name in names:
         node = known.get(name)
         if node is None:
-            if req.num_gpu:
-                d.failed[name] = "FleetMind has no GPU telemetry for this node"
-            else:
+            if not req.num_gpu:
                 d.passthrough.append(name)
+            elif name in index.ambiguous:
+                d.failed[name] = (
+                    f"node name {name!r} is in clusters {', '.join(index.ambiguous[name])}: set "
+                    "FLEETMIND_SCHEDULER_CLUSTER to this scheduler's cluster"
+                )
+            else:
+                d.failed[name] = "FleetMind has no GPU telemetry for this node"
             continue
         if req.num_gpu and not _model_ok(node, req.gpu_models):
             models = sorted({g.model for g in node.gpus}) or ["none"]
