@@ -85,7 +85,12 @@ class DependencyGraph:
     def __init__(self, name: str, nodes: Iterable[GraphNode], edges: Iterable[GraphEdge]) -> None:
         self.name = name
         self.nodes: list[GraphNode] = list(nodes)
-        self.edges: list[GraphEdge] = list(edges)
+        # A repeated edge (same ends, same kind) is one dependency: kept twice, it would count
+        # twice in every degree and message of the models.
+        unique: dict[tuple[str, str, str], GraphEdge] = {}
+        for e in edges:
+            unique.setdefault((e.src, e.dst, e.kind), e)
+        self.edges: list[GraphEdge] = list(unique.values())
         self.index: dict[str, int] = {}
         for i, n in enumerate(self.nodes):
             if n.kind not in NODE_KINDS:
