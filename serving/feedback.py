@@ -105,9 +105,15 @@ def record_feedback(
         )
     node = fb.root_cause.strip()
     if node not in graph.index:
+        # suggest only nodes the graph still has: it may have changed since the incident
+        known = [n for n in inc["nodes"] or [] if n in graph.index][:5]
+        hint = (
+            f"e.g. one of the incident's nodes: {', '.join(known)}"
+            if known
+            else "none of the incident's nodes is in it: the graph changed since the incident"
+        )
         raise DataError(
-            f"root_cause {node!r} is not a node of the served graph {graph.name!r} "
-            f"(e.g. one of the incident's nodes: {', '.join((inc['nodes'] or [])[:5]) or 'none'})"
+            f"root_cause {node!r} is not a node of the served graph {graph.name!r} ({hint})"
         )
     causes = inc["causes"] or []
     ranks = {c["node"]: i for i, c in enumerate(causes, start=1)}

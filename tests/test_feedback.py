@@ -152,6 +152,20 @@ def test_the_incident_page_form_stores_feedback(client: TestClient) -> None:
     # unknown node: the page again, with the reason; no CSRF token: refused
     r = client.post(page + "/feedback", data={**form, "root_cause": "nope"})
     assert r.status_code == 422 and "is not a node of the served graph" in r.text
+    assert "e.g. one of the incident&#39;s nodes: " in r.text  # nodes the graph has
+    # the graph changed since the incident: no suggestion of nodes it no longer has
+    from fleetmind.data.errors import DataError
+    from fleetmind.data.graph import DependencyGraph, GraphNode
+    from fleetmind.serving.feedback import FeedbackIn, record_feedback
+
+    other = DependencyGraph("other", [GraphNode("x/host/h0", "host", "x")], [])
+    with pytest.raises(DataError, match="the graph changed since the incident"):
+        record_feedback(
+            client.app.state.services.db,
+            other,
+            storm["id"],
+            FeedbackIn(root_cause=TRUE_ROOT, by="c"),
+        )
     r = client.post(page + "/feedback", data={**form, "by": ""})
     assert r.status_code == 422 and "Enter your name" in r.text
     assert client.post(page + "/feedback", data={**form, "csrf": "x" * 30}).status_code == 403
