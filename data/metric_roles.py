@@ -173,7 +173,8 @@ class RoleMap:
 
     Args:
         overrides: ``{metric name: role}`` with roles from :data:`OVERRIDE_ROLES` (``cpu`` and
-            ``memory`` are stored as ``saturation``); names not listed are detected by name.
+            ``memory`` are stored as ``saturation``; names are stripped of surrounding whitespace,
+            as metric names read from a header are); names not listed are detected by name.
 
     Raises:
         ValueError: an override names an unknown role.
@@ -191,7 +192,7 @@ class RoleMap:
                     f"metric {name!r}: unknown role {role!r}; "
                     f"use one of {', '.join(OVERRIDE_ROLES)}"
                 )
-            self.overrides[str(name)] = OVERRIDE_ROLES[r]
+            self.overrides[str(name).strip()] = OVERRIDE_ROLES[r]
 
     def role(self, name: str) -> str:
         """The role of metric ``name`` (one of ``success``, ``errors``, ``latency``,
@@ -225,6 +226,11 @@ class RoleMap:
             }
             for m in sorted({str(m) for m in metrics})
         }
+
+    def unmatched(self, metrics: Iterable[str]) -> list[str]:
+        """Override entries (sorted) that name none of ``metrics``: they change nothing."""
+        present = {str(m) for m in metrics}
+        return sorted(m for m in self.overrides if m not in present)
 
     def to_dict(self) -> dict[str, str]:
         """The overrides (``{metric: role}``), as stored in a fitted model's ``config.json``."""
@@ -262,6 +268,41 @@ def load_role_map(path: str | Path) -> RoleMap:
         return RoleMap(obj)
     except ValueError as err:
         raise DataError(f"{p}: {err}") from None
+
+
+def role_map_source(folder: str | Path, path: str | Path | None = None) -> str | None:
+    """The file :func:`scenario_role_map` reads (``path``, else ``folder/roles.yaml`` when present),
+    or ``None`` when roles are detected by name only."""
+    if path is not None:
+        return str(path)
+    p = Path(folder) / ROLE_MAP_FILE
+    return str(p) if p.is_file() else None
+
+
+def check_role_map(roles: RoleMap, metrics: Iterable[str], where: str) -> list[str]:
+    """Check a role map against the metric names of the data it is applied to.
+
+    Args:
+        roles: the role map.
+        metrics: metric names present in the data (e.g. the normal period's second header row).
+        where: the role map's file, named in the error.
+
+    Returns:
+        The override entries that name no metric of ``metrics`` (sorted; empty when all match or
+        there are no overrides); the caller warns about them.
+
+    Raises:
+        DataError: the map has overrides and none of them names a metric of the data.
+    """
+    unmatched = roles.unmatched(metrics)
+    if roles.overrides and len(unmatched) == len(roles.overrides):
+        present = sorted({str(m) for m in metrics})
+        shown = ", ".join(present[:8]) + (", ..." if len(present) > 8 else "")
+        raise DataError(
+            f"{where}: none of its entries ({', '.join(unmatched)}) names a metric of the data "
+            f"(metrics: {shown or 'none'})"
+        )
+    return unmatched
 
 
 def scenario_role_map(folder: str | Path, path: str | Path | None = None) -> RoleMap:

@@ -27,7 +27,11 @@ a column absent from the normal period, or with fewer than ``min_normal_points``
 baseline and raises no alert (it is listed in ``incident["window"]["unscored"]``); only the normal
 period's *distribution* is used, never its timestamps, so normal data recorded at another time (as in
 PetShop, where it was recorded months later) is fine; window rows are sorted by time and duplicate
-timestamps dropped. A malformed folder raises :class:`~fleetmind.data.errors.DataError` naming the file and problem.
+timestamps dropped; names in headers are stripped of surrounding whitespace. A malformed folder raises
+:class:`~fleetmind.data.errors.DataError` naming the file and problem (``graph.csv`` cells must be 0 or
+1; a window must name at least one graph node). :meth:`PetShopScenario.check_baseline` and
+:meth:`PetShopScenario.check_evidence` say why a scenario would give no alert at all (``rca petshop``
+runs them before ranking).
 """
 
 from __future__ import annotations
@@ -47,7 +51,12 @@ import pandas as pd
 from fleetmind.data.errors import DataError
 from fleetmind.data.files import read_json
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
-from fleetmind.data.metric_roles import RoleMap, scenario_role_map
+from fleetmind.data.metric_roles import (
+    RoleMap,
+    check_role_map,
+    role_map_source,
+    scenario_role_map,
+)
 
 SPLITS: tuple[str, ...] = ("train", "test")
 """Issue splits of a PetShop scenario folder, in the order ``split="all"`` returns them."""
@@ -178,10 +187,12 @@ def read_metrics_csv(path: str | Path) -> pd.DataFrame:
 
     Returns:
         DataFrame indexed by unix time in seconds (float, sorted ascending, unique), with a 3-level
-        column index ``(node, metric, statistic)`` and float values (NaN where missing).
+        column index ``(node, metric, statistic)`` (names stripped of surrounding whitespace, so a
+        header written ``a, b, c`` reads as ``a``, ``b``, ``c``) and float values (NaN where missing).
 
     Raises:
-        DataError: missing file, wrong header, non-numeric timestamps, or no rows.
+        DataError: missing file, wrong header, a column named twice, non-numeric timestamps, or
+            no rows.
     """
     p = Path(path)
     if not p.is_file():
@@ -205,21 +216,25 @@ def read_metrics_csv(path: str | Path) -> pd.DataFrame:
     df = df.astype(float)
     df = df[~df.index.duplicated(keep="first")].sort_index()
     df.columns = pd.MultiIndex.from_tuples(
-        [tuple(str(level) for level in c) for c in df.columns],
+        [tuple(str(level).strip() for level in c) for c in df.columns],
         names=["node", "metric", "statistic"],
     )
+    dup = df.columns[df.columns.duplicated()]
+    if len(dup):
+        raise DataError(f"{p}: column {'/'.join(dup[0])!r} appears more than once in the header")
     return df
 
 
 def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
     """Read ``graph.csv`` (square 0/1 adjacency, row caller -> column callee) as a DependencyGraph.
 
-    Every node is a ``service`` with ``match = {"service": <name>}``; every non-zero cell
-    ``(caller, callee)`` becomes the edge ``caller -> callee`` of kind ``calls``. Self-loops are dropped.
+    Every node is a ``service`` with ``match = {"service": <name>}`` (names stripped of surrounding
+    whitespace); every cell ``(caller, callee)`` that is 1 becomes the edge ``caller -> callee`` of
+    kind ``calls``, a 0 is no edge. Self-loops are dropped.
 
     Raises:
-        DataError: missing file, a non-square matrix, row and column names that differ, or
-            non-numeric cells.
+        DataError: missing file, a non-square matrix, row and column names that differ or repeat,
+            or a cell that is not 0 or 1 (an absent edge written as ``-1`` would otherwise be an edge).
     """
     p = Path(path)
     if not p.is_file():
@@ -228,10 +243,16 @@ def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
         adj = pd.read_csv(p, index_col=0)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
         raise DataError(f"{p}: not an adjacency-matrix CSV: {err}") from None
-    rows = [str(r) for r in adj.index]
-    cols = [str(c) for c in adj.columns]
+    rows = [str(r).strip() for r in adj.index]
+    cols = [str(c).strip() for c in adj.columns]
     if len(rows) == 0 or len(rows) != len(cols):
         raise DataError(f"{p}: adjacency matrix must be square, got {len(rows)}x{len(cols)}")
+    for names, what in ((rows, "row"), (cols, "column")):
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                raise DataError(f"{p}: node {n!r} names more than one {what}")
+            seen.add(n)
     if set(rows) != set(cols):
         missing = sorted(set(rows) ^ set(cols))[0]
         raise DataError(f"{p}: node {missing!r} is a row or a column but not both")
@@ -239,6 +260,13 @@ def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
     if values.isna().any().any():
         r, c = np.argwhere(values.isna().to_numpy())[0]
         raise DataError(f"{p}: cell ({rows[r]!r}, {cols[c]!r}) is not a number")
+    not01 = ~values.isin([0, 1]).to_numpy()
+    if not01.any():
+        r, c = np.argwhere(not01)[0]
+        raise DataError(
+            f"{p}: cell (row {rows[r]!r}, column {cols[c]!r}) is {values.iat[r, c]:g}; "
+            "cells must be 1 (the row calls the column) or 0 (no call)"
+        )
     nodes = [GraphNode(id=n, kind="service", cluster=None, match={"service": n}) for n in rows]
     edges = []
     arr = values.to_numpy()
@@ -299,8 +327,17 @@ def fit_baseline(normal: pd.DataFrame, config: DetectorConfig | None = None) -> 
     return Baseline(median=median, scale=scale, n_points=counts[keep])
 
 
+_ISO_MIN = "0001-01-01T00:00:00Z"
+_ISO_MAX = "9999-12-31T23:59:59Z"
+
+
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(float(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 UTC string of unix time ``ts`` (seconds); never raises: a time outside the years
+    1-9999 (or NaN) is clamped to the nearest end of that range, so order is kept."""
+    try:
+        return datetime.fromtimestamp(float(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return _ISO_MAX if float(ts) > 0 else _ISO_MIN
 
 
 def _first_run(flags: np.ndarray, min_len: int) -> tuple[int, int] | None:
@@ -624,7 +661,16 @@ class PetShopScenario:
         return out
 
     def incident(self, issue: PetShopIssue) -> dict[str, Any]:
-        """Build the incident dict of one issue (alerts, ground truth, target, window info)."""
+        """Build the incident dict of one issue (alerts, ground truth, target, window info).
+
+        ``window`` holds ``start``/``end`` (RFC 3339), ``n_points``, ``step_s``, ``unscored`` (the
+        ``node/metric/statistic`` columns without a baseline), ``scored`` (how many columns were
+        scored) and ``reference_rows``.
+
+        Raises:
+            DataError: a malformed window or target, a root cause outside the graph, or a window
+                none of whose node names is a graph node.
+        """
         target = read_target(issue.path / "target.json")
         window = read_metrics_csv(issue.path / "metrics.csv")
         root = target["root_cause"]
@@ -634,9 +680,19 @@ class PetShopScenario:
             )
         times = window.index.to_numpy(dtype=float)
         check_window(window, issue.path / "metrics.csv", self.config.min_window_rows)
+        nodes = sorted(set(window.columns.get_level_values(0)))
+        if not any(n in self.graph.index for n in nodes):
+            raise DataError(
+                f"{issue.path / 'metrics.csv'}: none of its {len(nodes)} node names is a graph.csv "
+                f"node (e.g. {nodes[0]!r}; graph.csv has e.g. {self.graph.nodes[0].id!r}); "
+                "names must match exactly, case included"
+            )
         alerts, unscored, onset = detect_window(
             window, self.baseline, self.config, extra_labels={"scenario": self.name}
         )
+        metrics = self.config.metrics
+        chosen = _pick_statistics(window.columns, self.config.statistic_preference)
+        n_cols = sum(1 for _, m in chosen if metrics is None or m in metrics)
         return {
             "id": issue.id,
             "graph": self.graph.name,
@@ -651,9 +707,73 @@ class PetShopScenario:
                 "n_points": int(len(times)),
                 "step_s": float(np.median(np.diff(times))) if len(times) > 1 else math.nan,
                 "unscored": unscored,
+                "scored": n_cols - len(unscored),
                 "reference_rows": onset,
             },
         }
+
+    def check_baseline(self) -> None:
+        """Check that the normal period gives the detector something to score: at least one column
+        of a graph node has a baseline (``min_normal_points`` non-NaN values).
+
+        Raises:
+            DataError: naming the likely cause: too few normal rows or values, or metric node names
+                that are not graph.csv nodes.
+        """
+        path = self.root / "noissue" / "metrics.csv"
+        need = self.config.min_normal_points
+        if len(self.baseline.median) == 0:
+            most = int(self.normal.notna().sum().max()) if self.normal.shape[1] else 0
+            raise DataError(
+                f"{path}: no metric column has a baseline: one needs at least {need} non-NaN "
+                f"values and the most any column has is {most} (of {len(self.normal)} rows)"
+            )
+        nodes = sorted({str(c[0]) for c in self.baseline.median.index})
+        if not any(n in self.graph.index for n in nodes):
+            raise DataError(
+                f"{path}: none of its {len(nodes)} node names with a baseline is a graph.csv node "
+                f"(e.g. {nodes[0]!r}; graph.csv has e.g. {self.graph.nodes[0].id!r}); names must "
+                "match exactly, case included"
+            )
+
+    def check_evidence(self) -> None:
+        """Check that at least one issue window raises an alert, reading windows until one does
+        (usually the first); without any, every alert-based ranking is by node name alone.
+
+        Raises:
+            DataError: naming the likely cause: no window column has a baseline (window names that
+                differ from the normal period's), or no window deviates from the normal period.
+        """
+        issues = self.issues("all")
+        example: tuple[str, str] | None = None
+        any_scored = False
+        for issue in issues:
+            window = self.incident(issue)
+            if window["alerts"]:
+                return
+            any_scored = any_scored or window["window"]["scored"] > 0
+            if example is None and window["window"]["unscored"]:
+                example = (issue.id, window["window"]["unscored"][0])
+        if not issues:
+            return
+        if not any_scored:
+            seen = f" (e.g. {example[0]} has {example[1]!r})" if example else ""
+            raise DataError(
+                f"{self.root}: no column of any issue window has a normal-period baseline{seen}; "
+                "node, metric and statistic names of the windows must match noissue/metrics.csv, "
+                "case included"
+            )
+        cfg = self.config
+        raise DataError(
+            f"{self.root}: none of the {len(issues)} issue windows raised an alert (robust z > "
+            f"{cfg.z_threshold:g} in {cfg.min_consecutive} consecutive rows against the normal "
+            "period), so alert-based rankings would order nodes by name alone; check that the "
+            "windows hold the issues and noissue/ a normal period of the same metrics"
+        )
+
+    def unmatched_roles(self) -> list[str]:
+        """Role-map override entries that name no metric of the normal period (likely typos)."""
+        return self.config.roles.unmatched(self.normal.columns.get_level_values(1))
 
     def roles(self) -> dict[str, dict[str, str]]:
         """``{metric: {"role", "source"}}`` for every metric of the normal period (source
@@ -675,10 +795,38 @@ MIN_STEP_S = 1.0
 MAX_STEP_S = 300.0
 """Row intervals the reader accepts (1 s to 5 min)."""
 
+MS_LIKE = 1e11
+"""Timestamps from this size on read as milliseconds (unix seconds reach it in the year 5138; unix
+milliseconds passed it in 1973)."""
+
+
+def check_row_interval(times: np.ndarray, path: str | Path) -> float:
+    """Check the median interval between rows of a metrics file: 1 s to 5 min. Returns it in seconds.
+
+    Args:
+        times: ``(T,)`` row times, unix seconds, sorted ascending (at least 2 rows).
+        path: the file, named in the error.
+
+    Raises:
+        DataError: the interval is outside 1 s..300 s; the message says that the timestamps look
+            like milliseconds when the interval divided by 1000 would be accepted and the times
+            are at least :data:`MS_LIKE`.
+    """
+    t = np.asarray(times, dtype=float)
+    step = float(np.median(np.diff(t)))
+    if MIN_STEP_S <= step <= MAX_STEP_S:
+        return step
+    hint = ""
+    if MIN_STEP_S <= step / 1000.0 <= MAX_STEP_S and float(np.max(np.abs(t))) >= MS_LIKE:
+        hint = "; the timestamps look like milliseconds: write unix seconds"
+    raise DataError(
+        f"{path}: rows are {step:g} s apart; the reader takes 1 s to 300 s (5 min){hint}"
+    )
+
 
 def check_window(window: pd.DataFrame, path: str | Path, min_rows: int = 5) -> float:
     """Check an issue window's shape: at least ``min_rows`` rows, a median row interval of 1 s to
-    5 min. Returns the interval in seconds.
+    5 min (:func:`check_row_interval`). Returns the interval in seconds.
 
     Raises:
         DataError: naming the file and the problem.
@@ -689,10 +837,7 @@ def check_window(window: pd.DataFrame, path: str | Path, min_rows: int = 5) -> f
             f"{path}: {len(times)} rows; an issue window needs at least {min_rows} "
             "(rows before the onset are the window's own reference)"
         )
-    step = float(np.median(np.diff(times)))
-    if not MIN_STEP_S <= step <= MAX_STEP_S:
-        raise DataError(f"{path}: rows are {step:g} s apart; the reader takes 1 s to 300 s (5 min)")
-    return step
+    return check_row_interval(times, path)
 
 
 def load_scenario(
@@ -708,7 +853,9 @@ def load_scenario(
 
     Raises:
         DataError: the folder, ``graph.csv`` or ``noissue/metrics.csv`` is missing or malformed, no
-            ``train/``/``test/`` split folder exists, or the role map is invalid.
+            ``train/``/``test/`` split folder exists, or the role map is invalid or none of its
+            entries names a metric of the normal period (:func:`~fleetmind.data.metric_roles.check_role_map`;
+            entries of which only some match are listed by :meth:`PetShopScenario.unmatched_roles`).
     """
     root = Path(path)
     if not root.is_dir():
@@ -720,6 +867,9 @@ def load_scenario(
     cfg = replace(config or DetectorConfig(), roles=scenario_role_map(root, roles))
     graph = read_graph_csv(root / "graph.csv", name=root.name)
     normal = read_metrics_csv(root / "noissue" / "metrics.csv")
+    check_role_map(
+        cfg.roles, normal.columns.get_level_values(1), role_map_source(root, roles) or "role map"
+    )
     return PetShopScenario(
         root=root, graph=graph, normal=normal, baseline=fit_baseline(normal, cfg), config=cfg
     )

@@ -199,18 +199,39 @@ def save_fit_artifact(
     return out
 
 
-def is_fit_artifact(ref: str | Path | None) -> bool:
-    """Whether ``ref`` is a local folder holding a fitted-model artifact."""
-    if ref is None or "://" in str(ref) or str(ref).startswith(("models:/", "runs:/")):
-        return False
+def fit_artifact_problem(ref: str | Path | None) -> str | None:
+    """Why ``ref`` is not a local folder holding a fitted-model artifact, or ``None`` when it is.
+
+    Returns:
+        A short reason (``"no such file or folder"``, ``"no config.json in it"``, ``"its
+        config.json is format 'fleetmind-rca-gat', not 'fleetmind-rca-fit'"``, ...), or ``None``.
+    """
+    if ref is None:
+        return "no model given"
+    if "://" in str(ref) or str(ref).startswith(("models:/", "runs:/")):
+        return "an MLflow URI; a fitted model is a local folder"
     p = Path(ref)
     if p.is_file() and p.name == "config.json":
         p = p.parent
+    if not p.exists():
+        return "no such file or folder"
+    if not p.is_dir():
+        return "a file, not a model folder"
     try:
         meta = json.loads((p / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return isinstance(meta, dict) and meta.get("format") == FIT_FORMAT
+    except FileNotFoundError:
+        return "no config.json in it"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"its config.json cannot be read ({type(err).__name__})"
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if fmt != FIT_FORMAT:
+        return f"its config.json is format {fmt!r}, not {FIT_FORMAT!r}"
+    return None
+
+
+def is_fit_artifact(ref: str | Path | None) -> bool:
+    """Whether ``ref`` is a local folder holding a fitted-model artifact."""
+    return fit_artifact_problem(ref) is None
 
 
 def load_fit_model(ref: str | Path) -> tuple[Any, dict[str, Any]]:

@@ -15,11 +15,16 @@ incidents, and writes the model folder ``--out``.
 
 Defaults are one set of settings for every system (no per-system tuning): 4,000 training and 666
 validation incidents, 3 GATv2 layers of 64 channels, 20 epochs of Adam (lr 3e-3, batch 64 graphs).
+
+Before any training, ``--out`` (:func:`check_out_dir`: new, empty, or an earlier fit's folder) and
+``--json`` (:func:`check_json_path`) are checked, and the normal period's rows must be 1 s to 5 min
+apart (:func:`fleetmind.data.petshop.check_row_interval`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -30,13 +35,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fleetmind import argtypes
-from fleetmind.data.errors import DataError
+from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.metric_roles import scenario_role_map
-from fleetmind.data.petshop import DetectorConfig, read_graph_csv, read_metrics_csv
+from fleetmind.data.metric_roles import check_role_map, role_map_source, scenario_role_map
+from fleetmind.data.petshop import (
+    DetectorConfig,
+    check_row_interval,
+    read_graph_csv,
+    read_metrics_csv,
+)
 from fleetmind.data.synth_incidents import SynthConfig, SynthIncident, SystemModel
 from fleetmind.rca.fit_model import (
     NUM_FIT_FEATURES,
+    fit_artifact_problem,
     fit_features,
     load_fit_model,
     model_inputs,
@@ -97,6 +108,61 @@ def read_system(scenario: str | Path) -> tuple[Any, Any]:
     return graph, normal
 
 
+def _writable_parent(path: Path, flag: str) -> None:
+    """Check that ``path`` can be created: its nearest existing ancestor is a writable folder.
+
+    Raises:
+        ConfigError: naming ``flag``, the path and the ancestor that blocks it.
+    """
+    anc = path.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"{flag} {path}: {anc} is a file, where a folder is needed")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot write in {anc} (permission denied)")
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Check that ``out`` can hold the fitted model without overwriting anything else: a new or
+    empty folder, or a model folder an earlier ``rca fit`` wrote (replaced), in a writable place.
+
+    Raises:
+        ConfigError: ``out`` is a file, a non-empty folder that is not a fitted model (e.g. the
+            released GAT in ``models/rca``), or not writable.
+    """
+    p = Path(out)
+    if p.exists():
+        if not p.is_dir():
+            raise ConfigError(f"--out {p}: a file is there; --out names a model folder")
+        problem = fit_artifact_problem(p)
+        if problem is not None and any(p.iterdir()):
+            raise ConfigError(
+                f"--out {p}: a non-empty folder that is not a model written by 'fleetmind rca fit' "
+                f"({problem}); name a new or empty folder"
+            )
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(f"--out {p}: cannot write in it (permission denied)")
+        return
+    _writable_parent(p, "--out")
+
+
+def check_json_path(path: str | Path | None) -> None:
+    """Check that the summary file ``path`` (``--json``; ``None``: none is written) can be written.
+
+    Raises:
+        ConfigError: ``path`` is a folder, or its folder cannot be created or written.
+    """
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"--json {p}: a folder is there; --json names a file")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ConfigError(f"--json {p}: cannot write it (permission denied)")
+    _writable_parent(p, "--json")
+
+
 def _features(system: Any, incs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
 
     x = np.stack(
@@ -109,6 +175,15 @@ def _features(system: Any, incs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
 def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     """Synthesise incidents, train, keep the best epoch, write the model folder.
 
+    ``args.out`` is checked first (:func:`check_out_dir`), and the normal period's rows must be 1 s
+    to 5 min apart (:func:`fleetmind.data.petshop.check_row_interval`, as for issue windows);
+    role-map entries that name no metric of the normal period are warned about on stderr.
+
+    Raises:
+        DataError: unreadable or malformed inputs, a normal period whose rows are too close or too
+            far apart (or in milliseconds), or a role map none of whose entries names a metric.
+        ConfigError: ``args.out`` cannot be written or would overwrite something else.
+
     Returns:
         ``{"out", "version", "metrics": {"val_ac1", "val_ac3", "val_mrr", "best_epoch"}, "counts",
         "timing_s": {"synthesis", "training", "total"}, "settings"}``.
@@ -116,10 +191,23 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     import torch
 
     t_start = time.perf_counter()
+    check_out_dir(args.out)
     if args.threads:
         torch.set_num_threads(args.threads)
     graph, normal = read_system(args.scenario)
+    if len(normal) >= 2:  # fewer rows: SystemModel says how many it needs
+        check_row_interval(
+            normal.index.to_numpy(dtype=float), Path(args.scenario) / "noissue" / "metrics.csv"
+        )
     roles = scenario_role_map(args.scenario, args.roles)
+    where = role_map_source(args.scenario, args.roles) or "role map"
+    unmatched = check_role_map(roles, normal.columns.get_level_values(1), where)
+    if unmatched:
+        print(
+            f"fleetmind: warning: {where}: entries that name no metric of noissue/metrics.csv "
+            "(ignored): " + ", ".join(unmatched),
+            file=sys.stderr,
+        )
     system = SystemModel(graph, normal, DetectorConfig(roles=roles))
     train, val = _synthesise(system, args, progress)
     xtr, ytr = _features(system, train)
@@ -331,7 +419,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         help="scenario folder; only graph.csv and noissue/metrics.csv are read",
     )
-    p.add_argument("--out", required=True, help="model folder to write")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="model folder to write: new, empty, or one an earlier `rca fit` wrote (replaced)",
+    )
     p.add_argument(
         "--incidents",
         type=int,
@@ -354,6 +446,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.incidents < 50 or args.epochs < 1:
         raise DataError("--incidents must be >= 50 and --epochs >= 1")
+    check_out_dir(args.out)
+    check_json_path(args.json)
     fa = FitArgs(
         scenario=args.scenario,
         out=args.out,

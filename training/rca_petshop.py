@@ -7,6 +7,10 @@ Example::
 Prints AC@1/3/5, Avg@5, MRR and ms per incident for every method on the chosen split (default: all
 issues) and on each split, and writes the JSON of the ``rca evaluate`` contract (plus ``by_split``,
 ``by_fault_type``, ``per_incident`` and the published reference figures) to ``--json``.
+
+Stops with a one-line error, before ranking, when ``--methods gat_fit`` is asked for without a model
+fitted by ``rca fit``, when that model knows none of the scenario's graph nodes (fewer than half: a
+warning), or when an alert-based method would rank without evidence (no baseline, no window alert).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import platform
 import sys
 
 from fleetmind import argtypes
-from fleetmind.data.errors import DataError, ModelLoadError
-from fleetmind.data.petshop import load_scenario
+from fleetmind.data.errors import ConfigError, DataError, ModelLoadError
+from fleetmind.data.metric_roles import role_map_source
+from fleetmind.data.petshop import PetShopScenario, load_scenario
 from fleetmind.rca.fit_eval import bootstrap_intervals
-from fleetmind.rca.fit_model import FittedGATAnalyzer, is_fit_artifact
+from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_artifact_problem
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
 from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 from fleetmind.training.io import write_json
@@ -79,11 +84,77 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, help="write the results JSON here")
 
 
+ALERT_METHODS = frozenset({"propagation", "gat", "gat_fit", "simulated"})
+"""Methods that rank from the detector's alerts (the others read the metrics themselves)."""
+
+
+def _warn(message: str) -> None:
+    print(f"fleetmind: warning: {message}", file=sys.stderr)
+
+
+def _check_model(args: argparse.Namespace) -> tuple[bool, str | None]:
+    """``(fitted, why_not)``: whether ``--model`` is a folder written by ``rca fit``, else why not.
+
+    Raises:
+        ConfigError: ``gat_fit`` was named in ``--methods`` and ``--model`` is not such a folder
+            (running the other methods without it would read as a complete result).
+    """
+    problem = fit_artifact_problem(args.model)
+    if problem is None:
+        return True, None
+    if args.methods is not None and "gat_fit" in args.methods:
+        if args.model is None:
+            raise ConfigError(
+                "--methods gat_fit needs --model PATH, a folder written by 'fleetmind rca fit'"
+            )
+        raise ConfigError(
+            f"--model {args.model}: not a model fitted by 'fleetmind rca fit' ({problem})"
+        )
+    return False, "needs --model PATH, a folder written by 'fleetmind rca fit'"
+
+
+def _load_fitted(path: str, scenario: PetShopScenario) -> FittedGATAnalyzer:
+    """The ``gat_fit`` analyzer of ``path``, checked against the scenario's graph.
+
+    Raises:
+        ConfigError: none of the scenario's graph nodes is a node the model was fitted on (a model
+            of another system); fewer than half of them only warn on stderr.
+    """
+    analyzer = FittedGATAnalyzer.load(path)
+    known = set(analyzer.meta.get("nodes") or [])
+    nodes = [n.id for n in scenario.graph.nodes]
+    hits = sum(1 for n in nodes if n in known)
+    fitted_on = analyzer.meta.get("graph") or "another system"
+    if hits == 0:
+        raise ConfigError(
+            f"--model {path}: fitted on {fitted_on!r}, whose {len(known)} nodes include none of "
+            f"the {len(nodes)} graph nodes of {scenario.root}; fit a model on this system with "
+            "'fleetmind rca fit'"
+        )
+    if 2 * hits < len(nodes):
+        _warn(
+            f"--model {path}: only {hits} of the {len(nodes)} graph nodes of {scenario.root} are "
+            f"nodes it was fitted on ({fitted_on!r}); the others count as unmonitored"
+        )
+    return analyzer
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
     wanted = set(args.methods or METHOD_CHOICES)
+    fitted, fit_skip = _check_model(args)
     scenario = load_scenario(args.scenario, roles=args.roles)
-    fitted = is_fit_artifact(args.model)
+    unmatched = scenario.unmatched_roles()
+    if unmatched:
+        where = role_map_source(args.scenario, args.roles)
+        _warn(
+            f"{where}: entries that name no metric of noissue/metrics.csv (ignored): "
+            + ", ".join(unmatched)
+        )
+    fitted_method = _load_fitted(args.model, scenario) if fitted and "gat_fit" in wanted else None
+    if wanted & ALERT_METHODS:
+        scenario.check_baseline()
+        scenario.check_evidence()
     alert_methods, skipped = default_alert_methods(
         model=None if fitted else args.model,
         seed=args.seed,
@@ -93,8 +164,10 @@ def run(args: argparse.Namespace) -> int:
     if args.model and not fitted and "gat" in skipped:
         # a model the user named must load; only the released default may be missing quietly
         raise ModelLoadError(f"--model {args.model}: {skipped['gat']}")
-    if fitted and "gat_fit" in wanted:
-        alert_methods["gat_fit"] = FittedGATAnalyzer.load(args.model)
+    if fitted_method is not None:
+        alert_methods["gat_fit"] = fitted_method
+    elif fit_skip is not None:
+        skipped["gat_fit"] = fit_skip
     core = {"propagation", "gat", "gat_fit"}
     alert_methods = {
         n: m
