@@ -42,6 +42,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    case,
     create_engine,
     event,
     false,
@@ -70,7 +71,7 @@ alerts = Table(
     Column("annotations", JSON, nullable=False),
     Column("generator_url", Text, nullable=True),
     Column("node", Text, nullable=True),
-    Column("received_ts", Float, nullable=False),
+    Column("received_ts", Float, nullable=False),  # the latest delivery (re-sends included)
     Column("updated_ts", Float, nullable=False),
     Column("pending", Boolean, nullable=False, default=True, index=True),
     Column("incident_id", Integer, nullable=True),
@@ -183,24 +184,38 @@ ui_sessions = Table(
 )
 
 
+_SQLITE_CHANGES = (
+    "(alerts.status != excluded.status "
+    "AND NOT (alerts.status = 'resolved' AND excluded.status = 'firing' "
+    "AND (excluded.ends_ts IS NULL OR alerts.ends_ts IS NULL "
+    "OR excluded.ends_ts <= alerts.ends_ts)))"
+)
 _SQLITE_UPSERT = (
     "INSERT INTO alerts (fingerprint, starts_at, starts_ts, ends_ts, status, alertname, labels, "
     "annotations, generator_url, node, received_ts, updated_ts, pending, incident_id) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (fingerprint, starts_at) DO UPDATE SET status = excluded.status, "
-    "ends_ts = excluded.ends_ts, annotations = excluded.annotations, "
-    "updated_ts = excluded.updated_ts, pending = 1 WHERE alerts.status != excluded.status "
-    "AND NOT (alerts.status = 'resolved' AND excluded.status = 'firing' "
-    "AND (excluded.ends_ts IS NULL OR alerts.ends_ts IS NULL OR excluded.ends_ts <= alerts.ends_ts))"
+    "ON CONFLICT (fingerprint, starts_at) DO UPDATE SET received_ts = excluded.received_ts, "
+    + ", ".join(
+        f"{col} = CASE WHEN {_SQLITE_CHANGES} THEN {new} ELSE alerts.{col} END"
+        for col, new in (
+            ("status", "excluded.status"),
+            ("ends_ts", "excluded.ends_ts"),
+            ("annotations", "excluded.annotations"),
+            ("updated_ts", "excluded.updated_ts"),
+            ("pending", "1"),
+        )
+    )
 )
 """The webhook's upsert on SQLite (the same rule as :meth:`Database._build_upsert`).
 
-A stored alert changes only when its status does; a ``firing`` delivery of a ``resolved`` alert
-(same fingerprint and ``startsAt``) reopens it only when it is newer than the resolution: its
-``endsAt`` (the sender's "valid until", renewed at every evaluation) lies after the stored
-resolution time. A stale firing notification (sent before the resolution, delivered after it, e.g.
-by a lagging Alertmanager peer or a retry) has an earlier or no ``endsAt`` and changes nothing. A
-true re-fire of a rule starts a new ``startsAt`` (a new row) anyway."""
+Every delivery sets ``received_ts`` (the latest delivery: Alertmanager re-sends a firing alert
+every ``repeat_interval``, which is how auto-resolve knows it still fires). Otherwise a stored alert
+changes only when its status does; a ``firing`` delivery of a ``resolved`` alert (same fingerprint
+and ``startsAt``) reopens it only when it is newer than the resolution: its ``endsAt`` (the
+sender's "valid until", renewed at every evaluation) lies after the stored resolution time. A stale
+firing notification (sent before the resolution, delivered after it, e.g. by a lagging
+Alertmanager peer or a retry) has an earlier or no ``endsAt`` and changes nothing. A true re-fire
+of a rule starts a new ``startsAt`` (a new row) anyway."""
 
 
 class Database:
@@ -356,25 +371,21 @@ class Database:
             from sqlalchemy.dialects.postgresql import insert
         stmt = insert(alerts)
         ex = stmt.excluded
+        changes = (alerts.c.status != ex.status) & ~(
+            (alerts.c.status == "resolved")
+            & (ex.status == "firing")
+            & (ex.ends_ts.is_(None) | alerts.c.ends_ts.is_(None) | (ex.ends_ts <= alerts.c.ends_ts))
+        )
         return stmt.on_conflict_do_update(
             index_elements=["fingerprint", "starts_at"],
             set_={
-                "status": ex.status,
-                "ends_ts": ex.ends_ts,
-                "annotations": ex.annotations,
-                "updated_ts": ex.updated_ts,
-                "pending": True,
+                "received_ts": ex.received_ts,
+                "status": case((changes, ex.status), else_=alerts.c.status),
+                "ends_ts": case((changes, ex.ends_ts), else_=alerts.c.ends_ts),
+                "annotations": case((changes, ex.annotations), else_=alerts.c.annotations),
+                "updated_ts": case((changes, ex.updated_ts), else_=alerts.c.updated_ts),
+                "pending": case((changes, True), else_=alerts.c.pending),
             },
-            where=(alerts.c.status != ex.status)
-            & ~(
-                (alerts.c.status == "resolved")
-                & (ex.status == "firing")
-                & (
-                    ex.ends_ts.is_(None)
-                    | alerts.c.ends_ts.is_(None)
-                    | (ex.ends_ts <= alerts.c.ends_ts)
-                )
-            ),
         )
 
     def count_alerts(self, status: str | None = None) -> int:
@@ -436,14 +447,27 @@ class Database:
             return [int(r[0]) for r in conn.execute(q)]
 
     def auto_resolve(self, quiet_before: float, now: float) -> list[int]:
-        """Resolve open incidents unchanged since ``quiet_before`` (unix s): their firing alerts
-        get status ``resolved`` and ``endsAt`` = ``now``; returns the incident ids."""
+        """Resolve open incidents unchanged since ``quiet_before`` (unix s) none of whose firing
+        alerts was delivered since (Alertmanager re-sends firing alerts every
+        ``repeat_interval``): their firing alerts get status ``resolved`` and ``endsAt`` = ``now``;
+        returns the incident ids."""
+        still_sent = (
+            select(alerts.c.id)
+            .where(
+                alerts.c.incident_id == incidents.c.id,
+                alerts.c.status == "firing",
+                alerts.c.received_ts >= quiet_before,
+            )
+            .exists()
+        )
         with self.write() as conn:
             ids = [
                 int(r[0])
                 for r in conn.execute(
                     select(incidents.c.id).where(
-                        incidents.c.status == "open", incidents.c.updated_ts < quiet_before
+                        incidents.c.status == "open",
+                        incidents.c.updated_ts < quiet_before,
+                        ~still_sent,
                     )
                 )
             ]

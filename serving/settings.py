@@ -159,8 +159,9 @@ class Settings(BaseSettings):
     incident_auto_resolve_s: float = Field(
         86400.0,
         ge=0,
-        description="an open incident none of whose alerts changed for this long is resolved, "
-        "its firing alerts with it (0: never); keep it above Alertmanager's repeat_interval",
+        description="an open incident none of whose alerts changed or was delivered again "
+        "(firing) for this long is resolved, its firing alerts with it (0: never); keep it above "
+        "Alertmanager's repeat_interval",
     )
     retention_s: float = Field(
         30 * 86400.0,
