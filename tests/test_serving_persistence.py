@@ -350,3 +350,63 @@ def test_an_incident_reopened_in_a_batch_takes_the_batch_s_new_alerts(db: Databa
     m.process_pending()
     (inc,) = db.list_incidents("open")
     assert inc["id"] == closed["id"] and inc["alert_count"] == 2 and inc["firing_count"] == 2
+
+
+def test_auto_resolve_spares_incidents_whose_alerts_are_still_sent(db: Database) -> None:
+    """Alertmanager re-sends a firing alert every ``repeat_interval`` (identical, ``endsAt``
+    0001-01-01): a re-send is the sign that it still fires. Re-sends changed no row, so
+    auto-resolve closed every incident still firing after 24 h, and its later re-sends could not
+    reopen it."""
+    import time
+
+    graph = build_example_graph()
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    m = IncidentManager(db, GraphStore(graph, "t"), reg, window_s=60.0)
+    now = time.time()
+    resent = alert(GPU, starts="2026-01-01T00:00:00Z", fingerprint="still")
+    quiet = alert({**HOST, "cluster": "c1", "node": "c1-h2"}, starts="2026-01-01T00:00:00Z")
+    db.store_alerts([alert_row(AlertIn.model_validate(a), now) for a in (resent, quiet)])
+    m.process_pending()
+    assert len(db.list_incidents("open")) == 2  # two clusters: two incidents
+    # 5 h later Alertmanager re-sends the one that still fires (repeat_interval 4 h)
+    db.store_alerts([alert_row(AlertIn.model_validate(resent), now + 5 * 3600)])
+    (stored,) = [a for a in db.list_alerts() if a["fingerprint"] == "still"]
+    assert stored["status"] == "firing" and not stored["pending"]  # a re-send changes no state
+    ids = db.auto_resolve(quiet_before=now + 3 * 3600, now=now + 6 * 3600)
+    (open_inc,) = db.list_incidents("open")
+    (closed,) = db.list_incidents("resolved")
+    assert ids == [closed["id"]] and "c0/gpu/c0-h1/3" in open_inc["nodes"]
+    assert "c1/host/c1-h2" in closed["nodes"]
+
+
+def test_incident_ids_are_not_handed_out_again_after_retention(db: Database) -> None:
+    """SQLite gives a new row the largest id plus one: once retention deleted the newest
+    incident, the next one took its id, and that id's feedback label (and notification, and the
+    page link on-call got) named an unrelated incident."""
+    import time
+
+    from fleetmind.serving.db import incident_feedback
+
+    graph = build_example_graph()
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    m = IncidentManager(db, GraphStore(graph, "t"), reg, window_s=60.0)
+    gone = alert(GPU, fingerprint="old")
+    db.store_alerts(rows(gone))
+    m.process_pending()
+    (old,) = db.list_incidents("open")
+    with db.write() as conn:
+        conn.execute(
+            incident_feedback.insert().values(
+                incident_id=old["id"], root_cause="global/dns", by="alice", created_ts=1.0,
+                graph_digest="0" * 64, alerts=[],
+            )
+        )  # fmt: skip
+    db.store_alerts(rows({**gone, "status": "resolved", "endsAt": "2026-01-01T00:05:00Z"}))
+    m.process_pending()
+    assert db.purge(time.time() + 1) == (1, 1)  # the incident and its alert are gone
+    db.store_alerts(rows(alert(HOST, fingerprint="new", starts="2026-02-01T00:00:00Z")))
+    m.process_pending()
+    (new,) = db.list_incidents("open")
+    assert new["id"] > old["id"]

@@ -17,7 +17,14 @@ from typing import Any
 from sqlalchemy import Boolean, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
-from fleetmind.serving.db import Database, LeaderLock, alerts, incidents
+from fleetmind.serving.db import (
+    Database,
+    LeaderLock,
+    alerts,
+    incident_feedback,
+    incidents,
+    notifications,
+)
 from fleetmind.serving.incidents.grouper import OpenIncident, Settled
 from fleetmind.serving.schemas import iso_utc
 
@@ -126,9 +133,24 @@ class IncidentStore:
         return self.db.pending_alerts(limit, conn)
 
     def insert_incident(self, conn: Connection, ts: float, now: float) -> int:
-        """Store a new empty open incident whose alerts start at ``ts``; returns its id."""
+        """Store a new empty open incident whose alerts start at ``ts``; returns its id.
+
+        Ids are never handed out twice. PostgreSQL's sequence sees to it; SQLite gives a new row
+        the largest id plus one, so after retention deleted the newest incidents their ids would
+        come back, and their feedback labels, notifications and the links on-call was paged with
+        would name an unrelated incident. On SQLite the id is chosen past every id those name.
+        """
+        explicit: dict[str, int] = {}
+        if self.db.is_sqlite:  # one writer at a time: no other insert can take the id
+            used = max(
+                conn.execute(select(func.max(incidents.c.id))).scalar() or 0,
+                conn.execute(select(func.max(incident_feedback.c.incident_id))).scalar() or 0,
+                conn.execute(select(func.max(notifications.c.incident_id))).scalar() or 0,
+            )
+            explicit["id"] = int(used) + 1
         inc_id = conn.execute(
             insert(incidents).values(
+                **explicit,
                 status="open",
                 opened_ts=now,
                 updated_ts=now,
