@@ -194,3 +194,30 @@ def test_indexes_on_existing_postgresql_tables_are_built_concurrently(pg: PgClus
     assert "ix_alerts_incident_id" in names  # left for the operator to drop
     assert names["ix_alerts_pending_updated"] == ["pending", "updated_ts"]
     db.dispose()
+
+
+def test_replicas_upgrading_postgresql_at_once_all_start(pg: PgCluster) -> None:
+    """Replicas of a rollout start together on a release database. A replica waiting for the
+    migration lock in ``pg_advisory_lock`` held a snapshot that the migrating one's
+    ``CREATE INDEX CONCURRENTLY`` waited for: PostgreSQL ended one of them with "deadlock
+    detected" (the replica exited 2). Each now waits with no transaction open."""
+    import subprocess
+    import sys
+
+    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    db = Database(pg.url)
+    release_metadata().create_all(db.engine)
+    with db.engine.begin() as conn:  # a release database from before the covering index
+        conn.execute(text("DROP INDEX ix_alerts_incident"))
+    db.dispose()
+    code = "import sys; from fleetmind.serving.db import Database; Database(sys.argv[1]).migrate()"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, pg.url], stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    errs = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+    assert all(rc == 0 for rc, _ in errs), errs
+    db = Database(pg.url)
+    names = {i["name"] for i in inspect(db.engine).get_indexes("alerts")}
+    assert {"ix_alerts_incident", "ix_alerts_pending_updated"} <= names
+    db.dispose()

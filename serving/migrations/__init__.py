@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ BASELINE = "0001"
 """The revision of the schema ``create_all`` made before migrations (release 0.2.0)."""
 
 _PG_MIGRATE_KEY = 0x464C4D4D  # "FLMM": not the incident worker's key
+_PG_LOCK_POLL_S = 0.2
+"""How often a process waiting to migrate PostgreSQL tries the migration lock again, seconds."""
 
 
 def _config(conn: Connection | None = None) -> Any:
@@ -72,7 +75,15 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn.execute(text("SET statement_timeout = 0"))  # an index build may take long
-            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATE_KEY})
+            conn.commit()
+            # Polled, with no transaction open between tries: a process blocked in
+            # pg_advisory_lock holds a snapshot, and the holder's CREATE INDEX CONCURRENTLY waits
+            # for every older snapshot to end: two replicas upgrading at once deadlocked.
+            while not conn.execute(
+                text("SELECT pg_try_advisory_lock(:k)"), {"k": _PG_MIGRATE_KEY}
+            ).scalar():
+                conn.commit()
+                time.sleep(_PG_LOCK_POLL_S)
             conn.commit()
             try:
                 yield conn
