@@ -14,7 +14,7 @@ labels Prometheus rules carry):
 | --- | --- | --- |
 | the cluster (``--cluster``, else node label ``fleetmind.io/cluster``, else ``default``) | ``<c>`` ``cluster`` | |
 | ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone`` | ``member_of`` cluster |
-| its GPUs (allocatable ``nvidia.com/gpu``, else label ``nvidia.com/gpu.count``) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
+| its GPUs (allocatable ``nvidia.com/gpu``, else label ``nvidia.com/gpu.count``; at most :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster |
 | ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it, or (no slices) whose selector matches its labels |
@@ -26,12 +26,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from fleetmind.data.errors import DataError
 from fleetmind.data.fleet_io import discover_local_fleet
-from fleetmind.data.graph_schema import GraphModel
+from fleetmind.data.graph_schema import (
+    MAX_GRAPH_EDGES,
+    MAX_GRAPH_NODES,
+    GraphModel,
+    validation_message,
+)
 
 CLUSTER_LABEL = "fleetmind.io/cluster"
 GPU_INDEX_ANNOTATION = "alibabacloud.com/gpu-index"
+MAX_NODE_GPUS = 64
+"""Most GPUs one Kubernetes node may report (allocatable ``nvidia.com/gpu`` or label
+``nvidia.com/gpu.count``): the scheduler extender's per-pod bound
+(``serving/scheduler/extender.py`` ``MAX_GPUS``); a real node has at most a few dozen (8 on a
+DGX/HGX board, 56 MIG instances of 8 GPUs with 7 each). A larger count is refused before any GPU
+node is made."""
 
 
 def _items(doc: Any, what: str) -> list[dict[str, Any]]:
@@ -57,33 +70,79 @@ class _Builder:
         self, nid: str, kind: str, cluster: str | None, match: dict[str, str], **attrs: Any
     ) -> str:
         if nid not in self.nodes:
+            if len(self.nodes) >= MAX_GRAPH_NODES:
+                raise DataError(
+                    f"the cluster makes more than {MAX_GRAPH_NODES:,} graph nodes (hosts, GPUs, "
+                    f"services, pods), the most a graph may hold; at {kind} {_short(nid)}"
+                )
             self.nodes[nid] = {"id": nid, "kind": kind, "cluster": cluster, "match": match,
                                "attrs": {k: v for k, v in attrs.items() if v not in (None, "")}}  # fmt: skip
         return nid
 
     def edge(self, src: str, dst: str, kind: str) -> None:
         if src != dst:
+            if len(self.edges) >= MAX_GRAPH_EDGES and (src, dst, kind) not in self.edges:
+                raise DataError(
+                    f"the cluster makes more than {MAX_GRAPH_EDGES:,} graph edges, the most a "
+                    f"graph may hold; at {kind} {_short(src)} -> {_short(dst)}"
+                )
             self.edges.add((src, dst, kind))
 
     def model(self) -> GraphModel:
-        return GraphModel.model_validate(
-            {
-                "name": self.name,
-                "nodes": list(self.nodes.values()),
-                "edges": [{"src": s, "dst": d, "kind": k} for s, d, k in sorted(self.edges)],
-            }
-        )
+        """The graph, validated.
+
+        Raises:
+            DataError: a value the graph JSON cannot hold (e.g. a ``--cluster`` name longer than
+                256 characters, a span's service name that makes an id longer than the limit),
+                naming the graph node or edge.
+        """
+        nodes = list(self.nodes.values())
+        edges = [{"src": s, "dst": d, "kind": k} for s, d, k in sorted(self.edges)]
+        try:
+            return GraphModel.model_validate({"name": self.name, "nodes": nodes, "edges": edges})
+        except ValidationError as err:
+            loc = err.errors(include_url=False)[0].get("loc", ())
+            what = f"graph {_short(self.name)}"
+            if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
+                what = f"{nodes[loc[1]]['kind']} {_short(nodes[loc[1]]['id'])}"
+            elif len(loc) >= 2 and loc[0] == "edges" and isinstance(loc[1], int):
+                e = edges[loc[1]]
+                what = f"{e['kind']} edge {_short(e['src'])} -> {_short(e['dst'])}"
+            raise DataError(f"cannot build the graph: {what}: {validation_message(err)}") from None
+
+
+def _short(text: str, keep: int = 100) -> str:
+    """``text`` quoted, its middle elided when longer than ``keep`` characters (with its length)."""
+    if len(text) <= keep:
+        return repr(text)
+    return repr(f"{text[: keep // 2]}...{text[-keep // 2 :]}") + f" ({len(text):,} characters)"
 
 
 def _gpu_count(node: Mapping[str, Any]) -> int:
+    """GPUs of a Kubernetes node: allocatable ``nvidia.com/gpu``, else label
+    ``nvidia.com/gpu.count``; 0 when neither is an integer.
+
+    Raises:
+        DataError: more than :data:`MAX_NODE_GPUS` (names the node).
+    """
     alloc = (node.get("status") or {}).get("allocatable") or {}
     labels = _meta(node).get("labels") or {}
-    for v in (alloc.get("nvidia.com/gpu"), labels.get("nvidia.com/gpu.count")):
+    for key, v in (
+        ("allocatable nvidia.com/gpu", alloc.get("nvidia.com/gpu")),
+        ("label nvidia.com/gpu.count", labels.get("nvidia.com/gpu.count")),
+    ):
         try:
-            if v is not None:
-                return max(0, int(str(v)))
+            if v is None:
+                continue
+            k = max(0, int(str(v)))
         except ValueError:
             continue
+        if k > MAX_NODE_GPUS:
+            raise DataError(
+                f"node {_short(str(_meta(node).get('name') or ''))}: {key} is {k:,}; at most "
+                f"{MAX_NODE_GPUS} GPUs per node"
+            )
+        return k
     return 0
 
 
@@ -108,7 +167,10 @@ def build_graph(
         name: graph name (default ``k8s-<cluster>``).
 
     Raises:
-        DataError: a document is not a list response.
+        DataError: a document is not a list response; a node reports more than
+            :data:`MAX_NODE_GPUS` GPUs; the graph would pass :data:`MAX_GRAPH_NODES` nodes or
+            :data:`MAX_GRAPH_EDGES` edges; or a value the graph JSON cannot hold (one line naming
+            the graph node or edge).
     """
     node_items = _items(nodes, "nodes")
     pod_items = _items(pods, "pods")

@@ -41,7 +41,17 @@ EDGE_KINDS: tuple[str, ...] = (
 """Edge kinds; every edge points from the dependent (``src``) to its dependency (``dst``)."""
 
 NO_NUL = r"^[^\x00]*$"
+MAX_ID_LENGTH = 512
+"""Longest node id (and edge end): the longest id ``fleetmind graph build`` makes from valid
+Kubernetes names, ``<cluster>/pod/<namespace>/<pod>`` with a 63-character cluster label value, a
+63-character namespace and a 253-character pod name, has 63 + 5 + 63 + 1 + 253 = 385 characters.
+The service stores node ids as TEXT and feedback accepts a 512-character ``root_cause``."""
+MAX_GRAPH_NODES = 200_000
+"""Most nodes in one graph."""
+MAX_GRAPH_EDGES = 2_000_000
+"""Most edges in one graph."""
 ShortText = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL)]
+NodeId = Annotated[str, StringConstraints(max_length=MAX_ID_LENGTH, pattern=NO_NUL)]
 LabelName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]
 Text = Annotated[str, StringConstraints(max_length=8192, pattern=NO_NUL)]
 NodeKind = Literal[NODE_KINDS]  # type: ignore[valid-type]
@@ -89,7 +99,7 @@ class GraphNodeModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: ShortText = Field(description="unique node id, e.g. 'c0/host/h12'")
+    id: NodeId = Field(description="unique node id, e.g. 'c0/host/h12'")
     kind: NodeKind = Field(description="node kind")
     cluster: ShortText | None = Field(None, description="cluster, or null for global nodes")
     match: Annotated[dict[LabelName, Text], Field(max_length=256)] = Field(
@@ -123,8 +133,8 @@ class GraphEdgeModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    src: ShortText = Field(description="the dependent node's id")
-    dst: ShortText = Field(description="the dependency's id")
+    src: NodeId = Field(description="the dependent node's id")
+    dst: NodeId = Field(description="the dependency's id")
     kind: EdgeKind = Field(description="edge kind")
 
     @field_validator("src", "dst", mode="before")
@@ -139,8 +149,8 @@ class GraphModel(BaseModel):
     model_config = ConfigDict(title="FleetMind dependency graph")
 
     name: ShortText = "graph"
-    nodes: list[GraphNodeModel] = Field(..., max_length=200_000)
-    edges: list[GraphEdgeModel] = Field(..., max_length=2_000_000)
+    nodes: list[GraphNodeModel] = Field(..., max_length=MAX_GRAPH_NODES)
+    edges: list[GraphEdgeModel] = Field(..., max_length=MAX_GRAPH_EDGES)
 
 
 def graph_json_schema() -> dict[str, Any]:

@@ -125,6 +125,58 @@ def test_one_model_rejects_bad_graphs_with_the_place() -> None:
     assert g.nodes[0].id == "7" and g.nodes[0].match == {"node": "7"}  # numbers become text
 
 
+def _k8s_node(name: str, gpus: str | None = None) -> dict:
+    alloc = {} if gpus is None else {"nvidia.com/gpu": gpus}
+    return {"metadata": {"name": name, "labels": {}}, "status": {"allocatable": alloc}}
+
+
+def _k8s_pod(name: str, namespace: str, host: str) -> dict:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"nodeName": host},
+            "status": {"phase": "Running"}}  # fmt: skip
+
+
+def test_longest_kubernetes_names_make_valid_ids() -> None:
+    host, ns, pod = "h" * 253, "n" * 63, "p" * 253  # DNS subdomain / label limits
+    c = "c" * 63  # a label value
+    g = build_graph({"items": [_k8s_node(host, "8")]}, {"items": [_k8s_pod(pod, ns, host)]},
+                    {"items": []}, cluster=c)  # fmt: skip
+    graph = DependencyGraph.from_model(g)
+    pid = f"{c}/pod/{ns}/{pod}"
+    assert len(pid) == 385 and graph.node(pid).match["pod"] == pod
+    assert (pid, f"{c}/host/{host}", "runs_on") in _edges(g)
+
+
+def test_build_refuses_what_a_graph_cannot_hold(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fleetmind.data import graph_build
+
+    empty = {"items": []}
+    with pytest.raises(
+        DataError, match=r"node 'big': allocatable nvidia.com/gpu is 1,000; at most 64"
+    ):
+        build_graph({"items": [_k8s_node("big", "1000")]}, empty, empty)
+    assert graph_build._gpu_count(_k8s_node("dgx", "64")) == 64
+    monkeypatch.setattr(graph_build, "MAX_GRAPH_NODES", 20)
+    with pytest.raises(DataError, match="more than 20 graph nodes"):
+        build_graph({"items": [_k8s_node(f"n{i}", "8") for i in range(3)]}, empty, empty)
+    monkeypatch.undo()
+    with pytest.raises(DataError, match=r"^cannot build the graph: graph 'k8s-c.*: name: String"):
+        build_graph(empty, empty, empty, cluster="c" * 300)
+    with pytest.raises(DataError, match=r"^cannot build the graph: service '.*\(606 characters\)"):
+        build_graph(empty, empty, empty, cluster="c", calls=[("a", "s" * 600)])
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / "nodes.json").write_text(json.dumps({"items": [_k8s_node("big", "1000")]}))
+    (rec / "pods.json").write_text(json.dumps(empty))
+    (rec / "services.json").write_text(json.dumps(empty))
+    out = tmp_path / "g.json"
+    assert main(["graph", "build", "--from-dir", str(rec), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fleetmind: error: node 'big'") and err.count("\n") == 1
+    assert not out.exists()
+
+
 def _fake_api(tmp_path: Path) -> tuple[ThreadingHTTPServer, Path]:
     paths = {
         "/api/v1/nodes": "api_nodes.json",
