@@ -50,7 +50,15 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def _default_node(fleet: Any) -> int:
-    """First 8-GPU V100 node, else the first node with the most GPUs."""
+    """First 8-GPU V100 node, else the first node with the most GPUs.
+
+    Raises:
+        DataError: the fleet has no nodes (the loaders refuse such files; a fleet built otherwise).
+    """
+    from fleetmind.data.errors import DataError
+
+    if fleet.n_nodes == 0:
+        raise DataError(f"fleet {fleet.name!r} has no nodes, so no node to show")
     for i in range(fleet.n_nodes):
         if fleet.gpu_count[i] == 8 and str(fleet.gpu_model[i]).startswith("V100"):
             return i

@@ -7,14 +7,20 @@ policy; ``clone``, its warm-start clone before PPO; ``teacher``, the scorer the 
 ``{"trace", "mode", "seeds", "policies": {name: {metrics..., "ms_per_decision"}}}``. In fgd mode the
 metrics are ``unallocated_gpu_pct_at_100`` / ``_at_130`` (mean over seeds), their ``_std``, the
 ``per_seed`` values, and, for openb traces with published results, ``published_unallocated_gpu_pct_at_100``
-/ ``_130`` (mean of the FGD authors' per-seed values over the same seeds).
+/ ``_130`` (mean of the FGD authors' per-seed values over the same seeds). A value that is not defined
+(a level no pod record came near, on a node list of a few nodes) is ``null`` in the JSON and ``-``
+in the table: the file is strict JSON (:func:`json_safe`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import sys
 import textwrap
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,13 +97,14 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
 
 
 def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
-    from fleetmind.data.openb import load_openb_nodes, load_openb_trace
+    from fleetmind.data.openb import check_gpu_specs, load_openb_nodes, load_openb_trace
     from fleetmind.envs.fgd_mode import aggregate_results, evaluate_fgd
     from fleetmind.envs.policies import POLICIES, canonical_policy_name
     from fleetmind.rl.named_policies import STAGE_NAMES
 
     trace = load_openb_trace(args.trace)
     nodes = load_openb_nodes(args.nodes)
+    check_gpu_specs(trace, nodes.model.tolist(), f"the node list {nodes.source}")
     named = []
     stages = [p.lower() for p in policies if p.lower() in STAGE_NAMES]
     for p in policies:
@@ -263,22 +270,63 @@ def _evaluate_dynamic(
 ) -> dict:
     from tqdm import tqdm
 
+    from fleetmind.data.openb import check_gpu_specs, load_openb_trace
     from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
 
     if policies and any(p.lower() in ("ppo", "clone", "teacher", "rollout") for p in policies):
         return _evaluate_dynamic_agent(args, policies, seeds)
+    trace = load_openb_trace(args.trace)
+    kwargs: dict[str, Any] = {}
+    if args.backfill_depth is not None:
+        kwargs["backfill_depth"] = args.backfill_depth
+    fleet = _dynamic_fleet(args.nodes)
+    if fleet is not None:  # the node list as given: all its GPU nodes, no sample
+        kwargs.update(fleet=fleet, node_fraction=1.0)
+        check_gpu_specs(trace, fleet.model_names, f"the node list {fleet.source}")
+    elif models := _openb_models():
+        check_gpu_specs(trace, models, "the openb node list")
     n_runs = len(policies) * len(seeds) if policies else None
     with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
-        depth = {} if args.backfill_depth is None else {"backfill_depth": args.backfill_depth}
         per_policy = evaluate_dynamic(
-            args.trace, policies, seeds, progress=lambda _msg: bar.update(1), **depth
+            trace, policies, seeds, progress=lambda _msg: bar.update(1), **kwargs
         )
-    return {
-        "trace": str(args.trace),
-        "mode": "dynamic",
-        "seeds": list(seeds),
-        "policies": per_policy,
-    }
+    out: dict[str, Any] = {"trace": str(args.trace), "mode": "dynamic", "seeds": list(seeds)}
+    if fleet is not None:
+        out["nodes"] = {"source": fleet.source, "n_nodes": fleet.n_nodes, "n_gpus": fleet.n_gpus}
+    out["policies"] = per_policy
+    return out
+
+
+DYNAMIC_NODE_CLUSTERS = 3
+"""Clusters a ``--nodes`` list is dealt into in dynamic mode (as the openb fleet; fewer when the
+list has fewer nodes)."""
+
+
+def _dynamic_fleet(nodes_arg: str | None) -> Any:
+    """``--nodes`` in dynamic mode: the node list (read as fgd mode reads it, GPU nodes only) as a
+    fleet of :data:`DYNAMIC_NODE_CLUSTERS` clusters (seed 0); None without ``--nodes``.
+
+    Raises:
+        DataError: no such file, a malformed row, or no GPU node.
+    """
+    if nodes_arg is None:
+        return None
+    from fleetmind.data.fleet_io import fleet_from_openb_nodes
+    from fleetmind.data.openb import load_openb_nodes
+
+    nodes = load_openb_nodes(nodes_arg)  # GPU nodes; fleet_from_openb_nodes refuses none
+    return fleet_from_openb_nodes(nodes, n_clusters=max(1, min(DYNAMIC_NODE_CLUSTERS, len(nodes))))
+
+
+def _openb_models() -> list[str]:
+    """The GPU models of the openb node list (empty when it cannot be read: the evaluation then
+    says why)."""
+    from fleetmind.data.openb import load_openb_nodes
+
+    try:
+        return sorted(set(load_openb_nodes().model.tolist()))
+    except DataError:
+        return []
 
 
 def _evaluate_dynamic_agent(
@@ -305,6 +353,11 @@ def _evaluate_dynamic_agent(
     def norm(name: str) -> str:
         return name.replace("_", "").replace("-", "").lower()
 
+    if args.nodes is not None:  # the agent's setting fixes the fleet (rl.dynamic_eval)
+        raise ConfigError(
+            "--nodes: in dynamic mode the policies ppo, clone, teacher and rollout run on the "
+            "model's own fleet (a sample of the openb GPU nodes); drop --nodes or those policies"
+        )
     known = {norm(n): n for n in available_policies()}
     stages = ("ppo", "clone", "teacher", "rollout")
     heuristics = []
@@ -391,8 +444,60 @@ def _rollout_dynamic_factory(
     return make
 
 
+@contextlib.contextmanager
+def trace_warnings_on_stderr() -> Iterator[None]:
+    """Print the :class:`fleetmind.data.openb.TraceWarning` raised inside as one line each,
+    ``fleetmind: warning: <message>`` on stderr (other warnings keep Python's format)."""
+    from fleetmind.data.openb import TraceWarning
+
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, TraceWarning):
+            print(f"fleetmind: warning: {' '.join(str(message).split())}", file=sys.stderr)
+            sys.stderr.flush()
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", TraceWarning)  # each distinct message once
+        warnings.showwarning = show
+        yield
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every float that JSON cannot carry (NaN, infinities) replaced by None,
+    through dicts, lists and tuples, so that ``json.dumps(..., allow_nan=False)`` accepts it.
+
+    In fgd mode ``unallocated_gpu_pct_at_130`` (or ``_100``) is NaN when no pod record lands near
+    that arrived level, as on a node list of a few nodes, where one pod moves the arrived % by more
+    than a point; the JSON then says null and the table ``-``.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar
+        return json_safe(value.item())
+    return value
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``fleetmind sched evaluate``: policies x seeds on one trace; prints a table, writes JSON."""
+    with trace_warnings_on_stderr():
+        return _cmd_evaluate(args)
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
@@ -425,6 +530,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     if openb_is_synthetic():
         result["data"] = SYNTHETIC_LABEL
+    result = json_safe(result)  # NaN (a level no record reached) -> null, '-' in the table
     _print_table(result, wide=args.wide)
     if "failure_causes" in result:
         _print_causes(result["failure_causes"])
@@ -435,14 +541,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _print_causes(causes: dict) -> None:
     from fleetmind.envs.failure_causes import FAILURE_CAUSES
 
+    def num(v: Any, digits: int) -> str:
+        return "-" if v is None else f"{v:.{digits}f}"  # None: not defined (null in the JSON)
+
     print(
         "failed GPU request at 100 % arrived, by cause (% of GPU capacity); lower bound for any "
-        f"policy: {causes['lower_bound_pct']:.2f}"
+        f"policy: {num(causes['lower_bound_pct'], 2)}"
     )
     print("policy".ljust(16) + "".join(c.rjust(16) for c in ("failed", *FAILURE_CAUSES)))
     for name, c in causes["policies"].items():
         cells = [c["failed_pct"], *(c["by_cause"][k] for k in FAILURE_CAUSES)]
-        print(str(name).ljust(16) + "".join(f"{v:.3f}".rjust(16) for v in cells))
+        print(str(name).ljust(16) + "".join(num(v, 3).rjust(16) for v in cells))
     sys.stdout.flush()
 
 
@@ -481,8 +590,8 @@ def _in_order(policies: dict[str, Any], requested: list[str] | None) -> dict[str
 
 def _cell(metrics: dict[str, Any], key: str) -> str:
     v = metrics.get(key)
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        return "-"
+    if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+        return "-"  # absent, or not defined (null in the JSON)
     if key == "cpu_seconds_total" and v == 0 and metrics.get("seconds_total"):
         return "-"  # not measured (the teacher runs outside the timed loop)
     return f"{v:.3f}" if abs(v) < 1e5 else f"{v:.3g}"
@@ -493,12 +602,15 @@ def _print_table(result: dict, wide: bool = False) -> None:
     pols = result.get("policies", {})
     if not pols:
         return
+    headers = {key: head for key, head, _ in COLUMNS}
     numeric = [
         k
         for k in dict.fromkeys(k for m in pols.values() for k in m)
+        # a number in some row, or a main column that is null (not defined, e.g. unalloc@130 on a
+        # few nodes): it shows as '-'
         if any(isinstance(m.get(k), int | float) for m in pols.values())
+        or (k in headers and any(k in m and m[k] is None for m in pols.values()))
     ]
-    headers = {key: head for key, head, _ in COLUMNS}
     name_w = max([len(str(n)) for n in pols] + [6]) + 2
     if wide:
         keys = numeric
@@ -563,7 +675,12 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         help="model REF (folder, file or models:/ URI) for policy 'ppo'; a local folder for 'clone' "
         "and 'teacher'; with the default policies, adds ppo",
     )
-    ev.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
+    ev.add_argument(
+        "--nodes",
+        default=None,
+        help="node list CSV (default: openb GPU nodes); dynamic mode runs on all its GPU nodes, "
+        "dealt into 3 clusters",
+    )
     ev.add_argument(
         "--workers", type=int, default=1, help="processes for heuristic runs (default 1)"
     )
@@ -847,8 +964,49 @@ def _trace_seeds(items: list[str] | None) -> dict[str, list[int]]:
     return out
 
 
+def check_trace_has_decisions(traces: list[str], nodes_arg: str | None = None) -> None:
+    """Refuse training traces that give the agent nothing to decide on the node list: no job fits
+    any node (every episode would end at reset: all pods fail) or every job fits at most one (each
+    goes to its only node without asking). Checked on empty nodes; the openb GPU nodes by default.
+
+    Raises:
+        DataError: names the trace, the node list and, for the first case, why the first pod fits
+            nowhere.
+    """
+    from fleetmind.data.openb import (
+        check_gpu_specs,
+        load_openb_nodes,
+        load_openb_trace,
+        no_fit_reason,
+        nodes_fitting,
+    )
+
+    nodes = load_openb_nodes(nodes_arg)
+    where = f"the node list {nodes.source} ({len(nodes):,} nodes)"
+    for name in dict.fromkeys(traces):
+        trace = load_openb_trace(name)
+        check_gpu_specs(trace, nodes.model.tolist(), f"the node list {nodes.source}")
+        fit = nodes_fitting(trace, nodes)
+        if not fit.any():
+            raise DataError(
+                f"no job of the trace {name} fits any node of {where}, so training has no "
+                f"placement to learn (e.g. {no_fit_reason(trace, nodes, 0)}); "
+                "`sched evaluate` shows such a trace as 100 % unallocated"
+            )
+        if int(fit.max()) < 2:
+            raise DataError(
+                f"every job of the trace {name} fits at most one node of {where}, so training "
+                "has no placement choice to learn"
+            )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """``fleetmind sched train``: the recipe of ``--mode`` (:mod:`fleetmind.training.recipes`)."""
+    with trace_warnings_on_stderr():
+        return _cmd_train(args)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
     import json
 
     from fleetmind.training.recipes.flags import recipe_kwargs
@@ -908,8 +1066,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     # stops it here, before it writes anything (a misspelt trace first: it creates no store).
     for name in args.trace or []:
         trace_file(name)
-    ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
     a = cls(**recipe_kwargs(args, cls, convert={"cem_trace_seeds": _trace_seeds}))
+    # a trace that asks for no decision would end every episode at reset; say so before MLflow
+    check_trace_has_decisions(list(a.traces), getattr(a, "nodes", None))
+    ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a)
     summary = recipe.run(a)

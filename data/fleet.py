@@ -29,6 +29,12 @@ import numpy as np
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.topology import NodeTemplate
 
+MAX_FLEET_NODES = 200_000
+"""Most nodes one fleet may hold: the node bound of the RCA graphs (``data/rca_gen/graphs.py``
+``MAX_NODES``, the graph JSON's node limit), 3x the largest documented Kubernetes cluster (GKE's
+65,000 nodes) and 40x upstream Kubernetes' tested 5,000. A fleet file asking for more is refused
+before any node is built."""
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -172,6 +178,8 @@ class Fleet:
         n, c, t = len(self.node_names), len(self.clusters), len(self.templates)
         if c == 0:
             raise ConfigError(f"fleet {self.name!r} has no clusters")
+        if n > MAX_FLEET_NODES:
+            raise ConfigError(f"fleet {self.name!r} has {n:,} nodes; at most {MAX_FLEET_NODES:,}")
         names = [cl.name for cl in self.clusters]
         if len(set(names)) != c:
             raise ConfigError(f"fleet {self.name!r}: duplicate cluster names")

@@ -40,7 +40,8 @@ import yaml
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.files import read_text
-from fleetmind.data.fleet import REGION_ORDER, Cluster, Fleet
+from fleetmind.data.fleet import MAX_FLEET_NODES, REGION_ORDER, Cluster, Fleet
+from fleetmind.data.openb import OpenbNodes
 from fleetmind.data.paths import openb_csv_dir
 from fleetmind.data.topology import (
     BUILTIN_TEMPLATES,
@@ -242,6 +243,10 @@ def fleet_from_dict(doc: Mapping[str, Any], src: str = "<dict>") -> Fleet:
     nodes = _NodeColumns()
     for ci, cdoc in enumerate(clusters_doc):
         clusters.append(_read_cluster(src, ci, cdoc, table, nodes))
+    if not nodes.names:
+        raise DataError(
+            f"{_where(src, doc)}: the fleet has no nodes (every cluster's 'nodes' is empty or absent)"
+        )
     c_index = {c.name: i for i, c in enumerate(clusters)}
     if len(c_index) != len(clusters):
         raise DataError(f"{src}: duplicate cluster names")
@@ -332,7 +337,7 @@ def _read_cluster(
             raise DataError(f"{_where(src, cdoc)}: each node of {cname!r} must be a mapping")
         _check_keys(src, ndoc, _NODE_KEYS, f"a node of cluster {cname!r}")
         ti = table.resolve(ndoc)
-        names = _node_names(src, ndoc)
+        names = _node_names(src, ndoc, MAX_FLEET_NODES - len(nodes.names))
         c_default, m_default = default_node_resources(table.templates[ti])
         c_val = _as_int(src, ndoc, "cpu_milli", c_default)
         m_val = _as_int(src, ndoc, "memory_mib", m_default)
@@ -345,14 +350,26 @@ def _read_cluster(
     return cluster
 
 
-def _node_names(src: str, ndoc: Mapping[str, Any]) -> list[str]:
-    """A node entry's names: its ``name``, or ``name_prefix`` + 0 .. ``count`` - 1."""
+def _node_names(src: str, ndoc: Mapping[str, Any], room: int) -> list[str]:
+    """A node entry's names: its ``name``, or ``name_prefix`` + 0 .. ``count`` - 1.
+
+    ``room``: how many more nodes the fleet may hold (:data:`MAX_FLEET_NODES` minus those read so
+    far); more raises :class:`DataError` before any name is made.
+    """
     if "name" in ndoc:
         if "count" in ndoc or "name_prefix" in ndoc:
             raise DataError(f"{_where(src, ndoc)}: give either 'name' or 'name_prefix' + 'count'")
+        count = 1
+    else:
+        prefix = str(_need(src, ndoc, "name_prefix", "a node without 'name'"))
+        count = _as_int(src, ndoc, "count", 1)
+    if count > room:
+        raise DataError(
+            f"{_where(src, ndoc)}: {count:,} more nodes after {MAX_FLEET_NODES - room:,} take the "
+            f"fleet past {MAX_FLEET_NODES:,}, the most a fleet may hold"
+        )
+    if "name" in ndoc:
         return [str(ndoc["name"])]
-    prefix = str(_need(src, ndoc, "name_prefix", "a node without 'name'"))
-    count = _as_int(src, ndoc, "count", 1)
     return [f"{prefix}{k}" for k in range(count)]
 
 
@@ -541,20 +558,68 @@ def load_openb_fleet(
             cpu.append(c)
             mem.append(m)
     n = len(names)
+    if n == 0:
+        raise DataError(f"{p}: no GPU nodes (a fleet needs at least one)")
+    clusters, node_cluster = _split_clusters(n, n_clusters, seed)
+    fleet = Fleet("openb", clusters, templates, names, node_cluster, tmpl_ids, cpu, mem)
+    fleet.source = str(p)
+    return fleet
+
+
+def _split_clusters(n: int, n_clusters: int, seed: int) -> tuple[list[Cluster], np.ndarray]:
+    """``n_clusters`` openb clusters and each of ``n`` nodes' cluster index ``(n,)``: the nodes
+    shuffled with ``numpy.random.default_rng(seed)`` and dealt round-robin.
+
+    Raises:
+        ConfigError: ``n_clusters`` < 1 or more than the nodes.
+    """
     if n_clusters < 1 or n_clusters > max(n, 1):
         raise ConfigError(f"--clusters must be between 1 and {n}, got {n_clusters}")
     if n_clusters == 1:
-        clusters = [Cluster("openb", REGION_ORDER[0])]
-        node_cluster = np.zeros(n, dtype=np.int64)
-    else:
-        clusters = [
-            Cluster(f"openb-{i}", REGION_ORDER[i % len(REGION_ORDER)]) for i in range(n_clusters)
-        ]
-        perm = np.random.default_rng(seed).permutation(n)
-        node_cluster = np.empty(n, dtype=np.int64)
-        node_cluster[perm] = np.arange(n) % n_clusters
-    fleet = Fleet("openb", clusters, templates, names, node_cluster, tmpl_ids, cpu, mem)
-    fleet.source = str(p)
+        return [Cluster("openb", REGION_ORDER[0])], np.zeros(n, dtype=np.int64)
+    clusters = [
+        Cluster(f"openb-{i}", REGION_ORDER[i % len(REGION_ORDER)]) for i in range(n_clusters)
+    ]
+    perm = np.random.default_rng(seed).permutation(n)
+    node_cluster = np.empty(n, dtype=np.int64)
+    node_cluster[perm] = np.arange(n) % n_clusters
+    return clusters, node_cluster
+
+
+def fleet_from_openb_nodes(nodes: OpenbNodes, n_clusters: int = 1, seed: int = 0) -> Fleet:
+    """A node list read by :func:`fleetmind.data.openb.load_openb_nodes` (GPU nodes only) as a fleet,
+    with the templates and cluster split of :func:`load_openb_fleet`.
+
+    :param nodes: the node list (node order kept: ``load_openb_nodes`` sorts by name).
+    :param n_clusters: clusters to deal the nodes into (at most the node count).
+    :param seed: seed of the split.
+    :raises DataError: no GPU node in the list.
+    :raises ConfigError: ``n_clusters`` < 1 or more than the nodes.
+    """
+    keep = np.flatnonzero(nodes.num_gpu > 0)
+    if keep.size == 0:
+        raise DataError(f"node list {nodes.source or '<memory>'}: no GPU nodes")
+    templates: list[NodeTemplate] = []
+    t_index: dict[str, int] = {}
+    tmpl_ids: list[int] = []
+    for i in keep.tolist():
+        tpl = openb_template_for(str(nodes.model[i]), int(nodes.num_gpu[i]))
+        if tpl.name not in t_index:
+            t_index[tpl.name] = len(templates)
+            templates.append(tpl)
+        tmpl_ids.append(t_index[tpl.name])
+    clusters, node_cluster = _split_clusters(int(keep.size), n_clusters, seed)
+    fleet = Fleet(
+        "openb",
+        clusters,
+        templates,
+        nodes.names[keep].tolist(),
+        node_cluster,
+        tmpl_ids,
+        nodes.cpu_milli[keep],
+        nodes.memory_mib[keep],
+    )
+    fleet.source = nodes.source
     return fleet
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -42,6 +44,12 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_OPTIONAL_STR = ("gpu_spec", "qos", "pod_phase")
 POD_TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
+
+
+class TraceWarning(UserWarning):
+    """A trace value the loader changed (``gpu_milli`` above 1000, clipped), or a ``gpu_spec`` that
+    names a GPU model no node of the node list has (:func:`check_gpu_specs`). The CLI prints these
+    as ``fleetmind: warning: <message>``."""
 
 
 def gpu_model_id(name: str) -> int:
@@ -312,9 +320,11 @@ def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> O
 def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     """Load an openb pod trace by name (``default``, ``gpuspec20``, ``multigpu30``...) or CSV path.
 
-    ``gpu_milli`` is clipped to 1000 and set to 0 for CPU-only pods. Files with only the five columns
-    ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` (the ``multigpu*`` traces) get empty strings
-    and NaN times.
+    ``gpu_milli`` (the share of each GPU) is set to 0 for CPU-only pods and clipped to 1000 for GPU
+    pods, as the FGD simulator does; a file with GPU pods above 1000 (no openb trace has one) gets a
+    :class:`TraceWarning` naming the first such row and how many there are. Files with only the
+    five columns ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` (the ``multigpu*`` traces) get
+    empty strings and NaN times.
 
     Raises:
         DataError: unknown name, missing file or column, or a malformed row; the message names the
@@ -332,6 +342,8 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     strs: dict[str, list[str]] = {c: [""] * n for c in ("name", *POD_OPTIONAL_STR)}
     times = {c: np.full(n, np.nan) for c in POD_TIME_COLUMNS}
     kept = 0
+    # GPU pods asking for more than GPU_MILLI per GPU; (data row, gpu_milli) of the first
+    n_clipped, first_clipped = 0, (0, 0)
     for r, row in enumerate(rows, start=1):
         if not row or all(not c.strip() for c in row):
             continue
@@ -357,9 +369,22 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
             raise DataError(
                 f"{p}: row {r} (line {r + 1}): field 'gpu_milli' is 0 for a pod with num_gpu > 0"
             )
+        if ints["num_gpu"][kept] > 0 and ints["gpu_milli"][kept] > GPU_MILLI:
+            if n_clipped == 0:
+                first_clipped = (r, int(ints["gpu_milli"][kept]))
+            n_clipped += 1
         kept += 1
     if kept == 0:
         raise DataError(f"{p}: no pod rows")
+    if n_clipped:
+        r, v = first_clipped
+        warnings.warn(
+            f"{p}: {n_clipped:,} GPU pod(s) ask for gpu_milli above {GPU_MILLI} (first: row {r}"
+            f" (line {r + 1}), gpu_milli {v}); gpu_milli is the share of each GPU, so they are"
+            f" clipped to {GPU_MILLI} as the FGD simulator does (ask for whole GPUs with num_gpu)",
+            TraceWarning,
+            stacklevel=2,
+        )
     num_gpu = ints["num_gpu"][:kept]
     gpu_milli = np.where(num_gpu > 0, np.minimum(ints["gpu_milli"][:kept], GPU_MILLI), 0)
     spec = np.array(strs["gpu_spec"][:kept], dtype=object)
@@ -491,3 +516,99 @@ def nodes_from_arrays(
         model_id=np.array([gpu_model_id(m) if m else -1 for m in models], dtype=np.int64),
         source="<memory>",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# A trace against a node list
+# ---------------------------------------------------------------------------------------------
+
+
+def unknown_gpu_specs(trace: PodTrace, models: Iterable[str]) -> tuple[dict[str, int], int]:
+    """The ``gpu_spec`` model names of GPU pods that no node of a node list has.
+
+    Matching is exact (case-sensitive; the openb files spell each model one way, and the
+    feasibility rule compares model ids): ``v100`` does not name ``V100``.
+
+    Args:
+        trace: the pods.
+        models: the GPU models of the node list (e.g. ``OpenbNodes.model``, ``Fleet.model_names``).
+
+    Returns:
+        ``({model: GPU pods whose gpu_spec names it}, pods that can run on no node)``: the second
+        counts pods whose every named model is unknown (they stay unplaced whatever the policy).
+    """
+    have = {str(m) for m in models if str(m)}
+    spec = trace.gpu_spec[trace.num_gpu > 0]
+    names, counts = np.unique(spec[spec != ""], return_counts=True)
+    unknown: dict[str, int] = {}
+    stranded = 0
+    for s, k in zip(names.tolist(), counts.tolist(), strict=True):
+        parts = {x.strip() for x in str(s).split("|") if x.strip()}
+        missing = parts - have
+        for m in missing:
+            unknown[m] = unknown.get(m, 0) + int(k)
+        if parts and missing == parts:
+            stranded += int(k)
+    return dict(sorted(unknown.items())), stranded
+
+
+def check_gpu_specs(trace: PodTrace, models: Iterable[str], what: str = "the node list") -> bool:
+    """Warn (:class:`TraceWarning`) when a ``gpu_spec`` of ``trace`` names a GPU model that no node
+    of ``what`` has: the unknown names, how many pods carry each, how many can run nowhere, and a
+    model that differs only in case. Returns True when it warned."""
+    have = sorted({str(m) for m in models if str(m)})
+    unknown, stranded = unknown_gpu_specs(trace, have)
+    if not unknown:
+        return False
+    by_lower = {m.lower(): m for m in have}
+    items = []
+    for name, k in list(unknown.items())[:8]:
+        hint = by_lower.get(name.lower())
+        pods = f"{k:,} pod" + ("" if k == 1 else "s")
+        items.append(f"{name!r} ({pods}" + (f"; the nodes have {hint!r})" if hint else ")"))
+    more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+    warnings.warn(
+        f"trace {trace.source or trace.name}: gpu_spec names GPU model(s) that no node of {what} has: "
+        f"{', '.join(items)}{more}; {stranded:,} pod(s) can run on no node and stay unplaced "
+        f"(model names are case-sensitive; the nodes have {', '.join(have) or 'no GPU model'})",
+        TraceWarning,
+        stacklevel=2,
+    )
+    return True
+
+
+def nodes_fitting(trace: PodTrace, nodes: OpenbNodes) -> np.ndarray:
+    """``(P,)`` int64: how many nodes of ``nodes`` could host each pod while empty (CPU, memory,
+    ``gpu_spec``, GPU count; the feasibility rule of :class:`fleetmind.envs.core.ClusterState`)."""
+    bit = np.where(nodes.model_id >= 0, np.left_shift(1, np.maximum(nodes.model_id, 0)), 0)
+    shape = np.stack(
+        [trace.cpu_milli, trace.memory_mib, trace.num_gpu, trace.gpu_spec_mask], axis=1
+    )
+    uniq, inverse = np.unique(shape, axis=0, return_inverse=True)  # one check per pod shape
+    counts = np.zeros(len(uniq), dtype=np.int64)
+    for u, (cpu, mem, ngpu, mask) in enumerate(uniq.tolist()):
+        ok = (nodes.cpu_milli >= cpu) & (nodes.memory_mib >= mem)
+        if ngpu > 0:
+            ok &= nodes.num_gpu >= ngpu
+            if mask != ANY_GPU_MODEL:
+                ok &= (bit & mask) != 0
+        counts[u] = int(np.count_nonzero(ok))
+    return counts[inverse.reshape(-1)]
+
+
+def no_fit_reason(trace: PodTrace, nodes: OpenbNodes, i: int) -> str:
+    """Why pod ``i`` of ``trace`` fits no empty node of ``nodes``, in a few words (the first
+    resource it asks more of than the largest node has)."""
+    name = str(trace.pod_names[i])
+    if len(nodes) == 0:
+        return "the node list has no nodes"
+    for col, what in (("cpu_milli", "cpu_milli"), ("memory_mib", "memory_mib")):
+        want, most = int(getattr(trace, col)[i]), int(getattr(nodes, col).max())
+        if want > most:
+            return f"pod {name} asks for {what} {want:,} (the largest node has {most:,})"
+    ngpu = int(trace.num_gpu[i])
+    if ngpu > int(nodes.num_gpu.max()):
+        return f"pod {name} asks for {ngpu} GPUs (the largest node has {int(nodes.num_gpu.max())})"
+    if trace.gpu_spec[i]:
+        return f"pod {name} asks for GPU model(s) {trace.gpu_spec[i]!r} that no node with room has"
+    return f"pod {name} fits no node by CPU, memory and GPUs together"

@@ -25,9 +25,12 @@ def test_load_trace_from_csv_clips_and_masks(tmp_path) -> None:
         + "a,2000,200,0,300,,BE,Running,5,,5\n"
         + "c,3000,300,2,1000,T4|P100,LS,Running,1,2,1\n",
     )
-    tr = load_openb_trace(p)
+    from fleetmind.data.openb import TraceWarning
+
+    with pytest.warns(TraceWarning, match="gpu_milli above 1000"):
+        tr = load_openb_trace(p)
     assert tr.name == "trace" and len(tr) == 3
-    assert tr.gpu_milli.tolist() == [1000, 0, 1000]  # clipped; CPU-only -> 0
+    assert tr.gpu_milli.tolist() == [1000, 0, 1000]  # clipped, with a warning; CPU-only -> 0
     assert tr.gpu_spec_mask[0] == ANY_GPU_MODEL
     assert tr.gpu_spec_mask[2] == (1 << gpu_model_id("T4")) | (1 << gpu_model_id("P100"))
     assert np.isnan(tr.deletion_time[1]) and tr.creation_time.tolist() == [0, 5, 1]
