@@ -23,6 +23,7 @@ Tables:
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -253,6 +254,9 @@ class Database:
         except Exception as err:  # bad URL, missing driver
             raise ConfigError(f"cannot use database URL {url!r}: {err}") from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
+        db_path = self.engine.url.database if self.is_sqlite else None
+        self._file = db_path if db_path and db_path != ":memory:" else None
+        self._file_id: tuple[int, int] | None = None  # (device, inode) of the file in use
         self._write_lock = threading.Lock() if self.is_sqlite else None
         self._upsert: Any = None
         # SQLite has one writer and pays an fsync per commit: concurrent webhooks share commits.
@@ -286,7 +290,9 @@ class Database:
                         "one process with it true (the default) to upgrade, then restart the others"
                     )
                 return rev
-            return migrations.upgrade(self.engine)
+            before = migrations.upgrade(self.engine)
+            self.check_file()  # the file exists now: remember which one it is
+            return before
         except SQLAlchemyError as err:
             reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
             raise ConfigError(f"cannot open the database at {self.engine.url!r}: {reason}") from err
@@ -298,6 +304,34 @@ class Database:
     def dispose(self) -> None:
         self.engine.dispose()
 
+    def check_file(self) -> None:
+        """Raise ``sqlalchemy.exc.OperationalError`` when the SQLite file in use was deleted or
+        replaced (a 503, not a 200: the open connections would go on writing into a file that no
+        longer has a name, lost at the next start). Nothing for PostgreSQL or an in-memory one."""
+        if self._file is None:
+            return
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            st = os.stat(self._file)
+        except FileNotFoundError:
+            st = None
+        if st is not None and self._file_id is None:
+            self._file_id = (st.st_dev, st.st_ino)  # the file this process opened
+            return
+        if st is None or (st.st_dev, st.st_ino) != self._file_id:
+            if self._file_id is None:
+                return  # not created yet: the first connection creates it
+            what = "deleted" if st is None else "replaced"
+            raise OperationalError(
+                "check the SQLite file",
+                None,
+                Exception(
+                    f"the database file {self._file} was {what} while the service ran; "
+                    "restart the service"
+                ),
+            )
+
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A write transaction (committed on exit, rolled back on error)."""
@@ -305,6 +339,7 @@ class Database:
             with self.engine.begin() as conn:
                 yield conn
             return
+        self.check_file()
         with self._write_lock, self.engine.begin() as conn:
             yield conn
 
@@ -314,9 +349,10 @@ class Database:
             yield conn
 
     def ping(self) -> None:
-        """Raise when the database cannot be reached."""
+        """Raise when the database cannot be reached (or its SQLite file is gone)."""
         with self.read() as conn:
             conn.execute(select(1)).scalar_one()
+        self.check_file()
 
     # ------------------------------------------------------------------ alerts
     def store_alerts(self, rows: Sequence[dict[str, Any]]) -> None:

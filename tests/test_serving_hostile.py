@@ -237,6 +237,27 @@ def test_database_errors_from_input_are_422_and_outages_503(tmp_path: Path) -> N
         assert r.status_code == 503 and "unavailable" in r.json()["detail"]
 
 
+def test_a_deleted_sqlite_file_is_503_not_silent_loss(tmp_path: Path) -> None:
+    """Deleting the SQLite file under a running service (a cleanup job, a volume swapped) left
+    its connections writing into a file without a name: webhooks got 200 and /readyz said ready,
+    and every alert acknowledged since was gone at the next start. Now both answer 503, so
+    Alertmanager keeps retrying and the orchestrator restarts the service."""
+    import os
+
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        hook = webhook([alert({"alertname": "Before", "cluster": "c0"})])
+        assert c.post("/api/v1/alerts", json=hook, headers=IN).status_code == 200
+        assert c.get("/readyz").status_code == 200
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(f"{tmp_path}/hostile.db{suffix}"):
+                os.remove(f"{tmp_path}/hostile.db{suffix}")
+        hook = webhook([alert({"alertname": "After", "cluster": "c0"})])
+        r = c.post("/api/v1/alerts", json=hook, headers=IN)
+        assert r.status_code == 503, r.text
+        r = c.get("/readyz")
+        assert r.status_code == 503 and "database" in r.text
+
+
 def _raiser(err: Exception) -> Any:
     def route() -> None:
         raise err
