@@ -29,6 +29,26 @@ is a full copy of the service (models, database pool), so more than a few per co
 memory; a larger value is a typo (``--workers 10^20`` began starting that many processes)."""
 
 
+SIGHUP_NOTE = (
+    "SIGHUP received: ignored (FleetMind reloads nothing on SIGHUP; models: POST "
+    "/api/v1/models/reload; the graph: FLEETMIND_GRAPH_REFRESH_S; settings: a restart)"
+)
+
+
+def _ignore_sighup() -> None:
+    """Log and ignore SIGHUP in a single-process server. Its default action ends the process at
+    once, dropping the requests in flight (a systemd ``ExecReload=kill -HUP`` was an outage);
+    with ``--workers N`` uvicorn's supervisor handles SIGHUP itself (it restarts the workers)."""
+    import logging
+    import signal
+
+    def note(_signum: int, _frame: Any) -> None:
+        logging.getLogger("fleetmind.serving").warning(SIGHUP_NOTE)
+
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, note)
+
+
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     p = subparsers.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -196,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
                 os.environ[env] = old
         get_settings.cache_clear()
         raise
+    if args.workers == 1:
+        _ignore_sighup()
     uvicorn.run(
         "fleetmind.serving.app:create_app",
         factory=True,
