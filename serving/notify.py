@@ -247,7 +247,7 @@ class Notifier:
             if seen is None or seen[0] != (node, severity):
                 self._seen[inc["id"]] = ((node, severity), now)
                 seen = self._seen[inc["id"]]
-            if now - seen[1] < self.settings.notify_settle_s:
+            if 0 <= now - seen[1] < self.settings.notify_settle_s:  # (< 0: the clock stepped back)
                 continue
             row = rows.get(inc["id"])
             firing = row is not None and row["state"] == "firing"
@@ -328,8 +328,10 @@ class Notifier:
         changed = False
         firing = row["state"] == "firing"
         if self.am_url:
+            # a send "in the future" means the wall clock stepped back: re-send now, or
+            # Alertmanager's resolve_timeout would end the alert while the clock catches up
             due = row["am_sent_ts"] is None or (
-                firing and now - row["am_sent_ts"] >= self.settings.notify_resend_s
+                firing and not 0 <= now - row["am_sent_ts"] < self.settings.notify_resend_s
             )
             if due and self._retry_at.get((inc_id, "am"), 0.0) <= now:
                 if self._send(

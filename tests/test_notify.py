@@ -119,6 +119,13 @@ def test_a_settled_root_cause_goes_to_alertmanager_and_the_webhook(app: TestClie
     clock.t += 31
     assert n.poll() == 2 and len(rec.to(HOOK)) == 2
 
+    # the wall clock steps back an hour (a VM restored, NTP corrected): the re-sends go on, or
+    # Alertmanager's resolve_timeout (5 min) would end the alerts while the clock catches up
+    clock.t -= 3600
+    assert n.poll() == 2 and len(rec.to(HOOK)) == 2
+    clock.t += 61
+    assert n.poll() == 2
+
 
 def test_resolving_the_incident_resolves_the_alert_once(app: TestClient) -> None:
     rec, clock = Recorder(), Clock()
