@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from fleetmind.data.errors import ConfigError
@@ -173,9 +174,13 @@ def _checked_settings(args: argparse.Namespace) -> Any:
         settings.db_statement_timeout_s,
     )
     try:
-        db.migrate(apply=settings.migrate_on_start)  # what the server's startup does first
+        before = db.migrate(apply=settings.migrate_on_start)  # what the server's startup does first
     finally:
         db.dispose()
+    from fleetmind.serving.migrations import head
+
+    if before != head():  # the server's own log line would only see the upgraded schema
+        print(f"fleetmind: database schema upgraded from {before} to {head()}", file=sys.stderr)
     return settings
 
 

@@ -29,6 +29,7 @@ from fleetmind.data.errors import (
     NotAvailableError,
 )
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving import migrations
 from fleetmind.serving.db import Database
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
@@ -114,7 +115,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         settings.db_statement_timeout_s,
     )
     before = db.migrate(apply=settings.migrate_on_start)
-    log.info("database schema: was %s, now %s", before, "head")
+    log.info("database schema: was %s, now %s", before, migrations.head())
     graph, source = load_graph(settings)
     graphs = GraphStore(graph, source)
     registry = ModelRegistry(settings.rca_model, settings.placement_model, metrics.on_model_load)

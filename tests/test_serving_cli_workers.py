@@ -18,6 +18,36 @@ def _tmp_database(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
 
 
+@pytest.fixture(autouse=True)
+def _keep_sighup() -> Any:
+    """``run`` installs a SIGHUP handler for a single-process server: give the test process its
+    own back."""
+    import signal
+
+    if not hasattr(signal, "SIGHUP"):
+        yield
+        return
+    before = signal.getsignal(signal.SIGHUP)
+    yield
+    signal.signal(signal.SIGHUP, before)
+
+
+def test_an_upgrade_of_the_schema_is_said(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI upgrades the schema before uvicorn starts, so the server's own log line saw only
+    the upgraded schema; the CLI says what it upgraded, once."""
+    import uvicorn
+
+    from fleetmind.serving.migrations import head
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    assert cli_serve.run(args()) == 0
+    assert f"database schema upgraded from none to {head()}" in capsys.readouterr().err
+    assert cli_serve.run(args()) == 0  # current: nothing to say
+    assert "upgraded" not in capsys.readouterr().err
+
+
 def parse(*argv: str) -> argparse.Namespace:
     """``fleetmind serve ARGV`` as the CLI parses it."""
     parser = argparse.ArgumentParser()
