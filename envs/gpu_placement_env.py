@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +30,23 @@ from fleetmind.envs.candidates import (
 )
 from fleetmind.envs.core import ClusterState, pods_from_trace
 from fleetmind.envs.fgd_mode import DEFAULT_SCALE, build_workload, unallocated_at
+from fleetmind.errors import RenderModeError
+
+
+def _trace_digest(trace: PodTrace) -> str:
+    """A digest of what a trace asks for (its name, requests, constraints and times)."""
+    h = hashlib.blake2b(trace.name.encode(), digest_size=16)
+    for arr in (
+        trace.cpu_milli,
+        trace.memory_mib,
+        trace.num_gpu,
+        trace.gpu_milli,
+        trace.gpu_spec_mask,
+        trace.creation_time,
+        trace.deletion_time,
+    ):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
 
 
 class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
@@ -166,7 +184,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     ) -> None:
         super().__init__()
         if render_mode is not None:
-            raise ConfigError(f"render_mode {render_mode!r} is not supported")
+            raise RenderModeError(f"render_mode {render_mode!r} is not supported (no render modes)")
         items = traces if isinstance(traces, list | tuple) else [traces]
         if not items:
             raise ConfigError("GpuPlacementEnv needs at least one trace")
@@ -182,6 +200,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.fgd_until_pct = float(fgd_until_pct)
         self.cache_prefix = bool(cache_prefix)
         self.workload_seeds = [int(x) for x in workload_seeds] if workload_seeds else None
+        # keyed on the trace's content: two traces may share a name (a variant written as
+        # openb_pod_list_default.csv beside the real one), and would share a prefix
         self._snapshots: dict[tuple[str, int, float], tuple] = {}
         self.n_candidates = int(n_candidates)
         self.penalty_features = bool(penalty_features)
@@ -272,7 +292,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._n_failed = 0
         self._n_decisions = 0
         self._truncated = False
-        snap_key = (trace.name, int(wseed), self.fgd_until_pct)
+        snap_key = (_trace_digest(trace), int(wseed), self.fgd_until_pct)
         snap = self._snapshots.get(snap_key) if self.fgd_until_pct > 0 else None
         if snap is not None:
             self.state = snap[0].copy()
@@ -371,10 +391,16 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         return int(self._cand.nodes[action]), self._cand.gpus[action]
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        assert self._cand is not None, "call reset() before step()"
-        assert not self._done, "episode is over; call reset()"
-        a = int(action)
-        assert 0 <= a < self.n_candidates and self._cand.mask[a], f"invalid action {a}"
+        if self._cand is None or self._done:
+            raise RuntimeError("call reset() before step() (and again after the episode ended)")
+        try:
+            a = int(action)
+        except (TypeError, ValueError):
+            raise ValueError(f"action {action!r} is not an integer") from None
+        if a != action or not 0 <= a < self.n_candidates:
+            raise ValueError(f"action {action!r} is not one of 0..{self.n_candidates - 1}")
+        if not self._cand.mask[a]:
+            raise ValueError(f"action {a} is masked out (action_masks()[{a}] is False)")
         st = self.state
         alloc0 = st.allocated_gpu_milli
         node, gpus = self.candidate(a)

@@ -21,6 +21,7 @@ from fleetmind.envs.dynamic.policies import estimate_completion
 from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.policies import FGD, fgd_score_from_delta
 from fleetmind.envs.policies.scores import bestfit_scores
+from fleetmind.errors import RenderModeError
 
 N_CAND_FEATURES = 14
 N_QUEUE_FEATURES = 4
@@ -305,7 +306,9 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
             )
         self.candidate_set = candidate_set
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']}")
+            raise RenderModeError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
         self.trace = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
         base = load_dynamic_fleet(fleet, n_clusters, speed_basis)
         self.fleet: DynFleet = base.sample(node_fraction) if node_fraction < 1 else base

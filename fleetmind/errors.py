@@ -23,6 +23,13 @@ class ConfigError(FleetMindError):
     """A configuration value or command-line option is invalid."""
 
 
+class RenderModeError(ConfigError, TypeError):
+    """An environment was asked for a ``render_mode`` it does not have.
+
+    A :class:`TypeError` too: stable-baselines3's ``make_vec_env`` asks every environment id for
+    ``render_mode="rgb_array"`` and falls back to none on a ``TypeError`` only."""
+
+
 class ModelLoadError(FleetMindError):
     """A model artifact is missing, corrupt, or incompatible with this version."""
 
