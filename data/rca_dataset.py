@@ -129,13 +129,13 @@ def read_incidents(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def load_dataset(path: str | Path, splits: Iterable[str] | None = None) -> RCADataset:
+def load_dataset(path: str | Path, splits: str | Iterable[str] | None = None) -> RCADataset:
     """Read a dataset folder.
 
     Args:
         path: the folder (``{train,val,test}.jsonl`` + ``graphs/``).
-        splits: the split names to read (default: every ``*.jsonl`` in the folder). A named split that
-            is missing is an error.
+        splits: the split names to read, or one name (default: every ``*.jsonl`` in the
+            folder). A named split that is missing is an error.
 
     Raises:
         DataError: the folder, a split file or a graph file is missing or malformed, or an incident
@@ -151,7 +151,7 @@ def load_dataset(path: str | Path, splits: Iterable[str] | None = None) -> RCADa
                 f"dataset folder {root} has no split files (expected train.jsonl, val.jsonl, test.jsonl)"
             )
     else:
-        names = list(splits)
+        names = [splits] if isinstance(splits, str) else list(splits)  # "test": one split
         missing = [n for n in names if not (root / f"{n}.jsonl").is_file()]
         if missing:
             have = sorted(p.stem for p in root.glob("*.jsonl"))

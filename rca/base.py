@@ -8,8 +8,10 @@ path that explains it. The service, the CLI and the benchmarks only use this int
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -94,3 +96,34 @@ class BaseAnalyzer(ABC):
             alerts: Alertmanager v4 alert objects (``labels``, ``startsAt``, ...).
             top_k: keep only the best ``top_k`` causes (all nodes when ``None``).
         """
+
+
+_THREADS_LOCK = threading.Lock()
+_threads_depth = 0
+_threads_saved = 0
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run torch on ``n`` intra-op threads inside the block, and give the process its own number
+    back after the last of overlapping blocks (from any thread) ends.
+
+    ``torch.set_num_threads`` is process-wide: two threads that each saved and restored it around
+    their own call left the process at the other's temporary value (1) for good. Overlapping
+    blocks share the first one's ``n``.
+    """
+    global _threads_depth, _threads_saved
+    import torch
+
+    with _THREADS_LOCK:
+        if _threads_depth == 0:
+            _threads_saved = torch.get_num_threads()
+            torch.set_num_threads(n)
+        _threads_depth += 1
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            _threads_depth -= 1
+            if _threads_depth == 0:
+                torch.set_num_threads(_threads_saved)

@@ -38,7 +38,7 @@ import numpy as np
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import ROLES, RoleMap
-from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threads
 from fleetmind.rca.features.times import parse_time
 
 FIT_FORMAT = "fleetmind-rca-fit"
@@ -324,13 +324,9 @@ class FittedGATAnalyzer(BaseAnalyzer):
             self._cache = {key: (ei, et, observed_matrix(graph, self.meta.get("observed", {})))}
         ei, et, obs = self._cache[key]
         x = torch.from_numpy(fit_features(graph, alerts, obs, self.roles))
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # one small graph: one thread is fastest and spares the machine
-        try:
-            with torch.no_grad():
-                logits, _, _ = self.model(x, ei, et)
-        finally:
-            torch.set_num_threads(threads)
+        # one small graph: one thread is fastest and spares the machine
+        with torch_threads(1), torch.no_grad():
+            logits, _, _ = self.model(x, ei, et)
         return logits.numpy().astype(float)
 
     def find_root_causes(

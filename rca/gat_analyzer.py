@@ -34,7 +34,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.mlflow_store import bounded_requests, reason
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
-from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threads
 from fleetmind.rca.explain import attention_paths
 from fleetmind.rca.features.columnar import incident_crop
 from fleetmind.rca.features.layout import FEATURE_VERSION
@@ -308,22 +308,10 @@ class GATAnalyzer(BaseAnalyzer):
     def _threads(self) -> Any:
         import contextlib
 
-        import torch
-
         n = self.config.num_threads
         if n is None:
             return contextlib.nullcontext()
-
-        @contextlib.contextmanager
-        def cm() -> Any:
-            old = torch.get_num_threads()
-            torch.set_num_threads(n)
-            try:
-                yield
-            finally:
-                torch.set_num_threads(old)
-
-        return cm()
+        return torch_threads(n)
 
     def _fault_type(self, node: Any, logits: np.ndarray) -> str:
         """The most likely fault type that the catalog allows at ``node``'s kind (and role).
