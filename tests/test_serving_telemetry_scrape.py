@@ -196,3 +196,44 @@ def test_the_exporter_own_pod_is_never_a_workload() -> None:
         [("DCGM_FI_DEV_FB_USED", lab, 0.0), ("DCGM_FI_DEV_FB_FREE", lab, 80000.0)], []
     )
     assert node.name == "gpu-z" and node.gpus[0].free_milli == 1000
+
+
+@pytest.mark.external
+def test_kube_state_metrics_scraped_twice_counts_requests_once(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Two kube-state-metrics targets at once (a rolling update, two replicas for availability,
+    two scrape jobs) give every request series twice: summed as they came, a node's free CPU and
+    memory fell by the requests again and the extender turned pods away from nodes with room.
+    Requests are now deduplicated per container before the sum, as the kubernetes-mixin
+    recording rules do (``max by (namespace, pod, container)``)."""
+    if prometheus_binary() is None:
+        pytest.skip("Prometheus not installed (Debian package prometheus)")
+    cpu_cores, request_cores = 96, 8
+    ksm = KSM + (
+        "# HELP kube_pod_container_resource_requests requests\n"
+        "# TYPE kube_pod_container_resource_requests gauge\n"
+        'kube_pod_container_resource_requests{namespace="ml",pod="train-0",container="main",'
+        f'node="gpu-a",resource="cpu",unit="core"}} {request_cores}\n'
+    )
+    assert f'node="gpu-a",resource="cpu",unit="core"}} {cpu_cores}' in ksm
+    exporter = ExporterServer({"/dcgm-a": dcgm_text("Hostname", "gpu-a", NODE_A), "/ksm": ksm})
+    prom = Prometheus(
+        tmp_path_factory.mktemp("prom2"),
+        exporter,
+        {"dcgm-a": "/dcgm-a", "kube-state-metrics": "/ksm", "kube-state-metrics-new": "/ksm"},
+        scrape={
+            "dcgm-a": {"honor_labels": True},
+            "kube-state-metrics": KSM_SCRAPE,
+            "kube-state-metrics-new": KSM_SCRAPE,
+        },
+    )
+    try:
+        prom.wait_for("kube_pod_container_resource_requests", 2)  # both targets scraped
+        prom.wait_for("DCGM_FI_DEV_FB_FREE", len(NODE_A))
+        node = _nodes(prom.url)["gpu-a"]
+        assert node.cpu_milli == cpu_cores * 1000
+        assert node.cpu_milli_free == (cpu_cores - request_cores) * 1000
+    finally:
+        prom.stop()
+        exporter.close()

@@ -132,8 +132,11 @@ FLEET_QUERIES: dict[str, str] = {
     "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) (DCGM_EXP_XID_ERRORS_COUNT)",
     "kube_node_status_allocatable": "max by (cluster, node, resource) "
     '(kube_node_status_allocatable{resource=~"cpu|memory"})',
+    # one value per container before the sum: two kube-state-metrics targets at once (a rolling
+    # update, two replicas) give each request twice (as the kubernetes-mixin rules deduplicate)
     "node_requests": "sum by (cluster, node, resource) "
-    f'(kube_pod_container_resource_requests{{resource=~"cpu|memory",node!=""}} {_DONE})',
+    "(max by (cluster, node, namespace, pod, container, resource) "
+    f'(kube_pod_container_resource_requests{{resource=~"cpu|memory",node!=""}} {_DONE}))',
     "kube_pod_info": "max by (cluster, namespace, pod, node, created_by_kind) "
     f'(kube_pod_info{{node!=""}}) {_DONE}',
     "kube_pod_annotations": f"max by (cluster, namespace, pod, annotation_alibabacloud_com_gpu_milli, annotation_alibabacloud_com_gpu_index) "
