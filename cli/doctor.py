@@ -19,6 +19,12 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument(
         "--timeout", type=argtypes.finite_float, default=10.0, help="query timeout, s (default: 10)"
     )
+    p.add_argument(
+        "--cluster",
+        default=None,
+        help="cluster of series without a 'cluster' label, as the service names it "
+        "(default: FLEETMIND_TELEMETRY_CLUSTER, else 'local')",
+    )
     p.add_argument("--json", type=Path, help="also write the findings as JSON to this path")
     p.set_defaults(func=run)
 
@@ -37,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--prometheus is a Prometheus server, not an exporter's /metrics URL")
     if not args.timeout > 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout}")
-    findings = diagnose(args.prometheus, timeout_s=args.timeout)
+    import os
+
+    cluster = args.cluster or os.environ.get("FLEETMIND_TELEMETRY_CLUSTER") or "local"
+    findings = diagnose(args.prometheus, timeout_s=args.timeout, cluster=cluster)
     for f in findings:
         print(f.line())
     if args.json is not None:

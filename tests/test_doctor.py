@@ -50,15 +50,22 @@ def proms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
                       scrape={"dcgm": {**DCGM_CHART_SCRAPE, "labels": target}, "ksm": KSM_SCRAPE})  # fmt: skip
     bad = Prometheus(tmp_path_factory.mktemp("bad"), exporter, {"dcgm": "/bad"},
                      scrape={"dcgm": {**DCGM_CHART_SCRAPE, "labels": target}})  # fmt: skip
+    # a 'cluster' label on the DCGM job only (as a per-job label in deploy/prometheus.yml would
+    # be), none on kube-state-metrics: the GPUs and the node's CPU land in two clusters
+    split = Prometheus(tmp_path_factory.mktemp("split"), exporter, {"dcgm": "/good", "ksm": "/ksm"},
+                       scrape={"dcgm": {**DCGM_CHART_SCRAPE, "labels": {**target, "cluster": "c0"}},
+                               "ksm": KSM_SCRAPE})  # fmt: skip
     try:
         good.wait_for(
             '{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info|kube_pod_status_phase"}', 2 + 3 + 1
         )
         bad.wait_for("DCGM_FI_DEV_FB_USED", 3)
-        yield {"good": good.url, "bad": bad.url}
+        split.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info|kube_pod_status_phase"}', 6)
+        yield {"good": good.url, "bad": bad.url, "split": split.url}
     finally:
         good.stop()
         bad.stop()
+        split.stop()
         exporter.close()
 
 
@@ -79,6 +86,23 @@ def test_a_healthy_fleet_has_no_errors(proms: dict[str, str]) -> None:
     assert any(lvl == "ok" and "1 of 2 GPUs have room" in msg for lvl, msg in by["occupancy"])
     assert any(lvl == "info" and "application XID" in msg and "43" in msg for lvl, msg in by["xid"])
     assert any("DCGM_EXP_XID_ERRORS_COUNT" in msg for _, msg in by["metrics"])
+    # the series are seconds old: no "kept the same last XID for 1h" (it said so at once)
+    assert not any("kept the same" in msg for _, msg in by["xid"])
+    assert not any(lvl in ("warn", "error") for lvl, _ in by.get("nodes", []))
+
+
+@pytest.mark.external
+def test_gpus_and_cpu_in_two_clusters_are_an_error(proms: dict[str, str]) -> None:
+    """The extender then refuses every GPU pod (the GPU node has no CPU to give, the CPU node no
+    GPUs); the doctor said ok."""
+    findings = diagnose(proms["split"])
+    nodes = _by(findings)["nodes"]
+    assert has_errors(findings)
+    assert any(lvl == "error" and "c0/gpu-a" in msg for lvl, msg in nodes), nodes
+    assert any(lvl == "warn" and "several clusters (gpu-a)" in msg for lvl, msg in nodes), nodes
+    # told which cluster the unlabelled series belong to, the doctor sees one fleet
+    ok = diagnose(proms["split"], cluster="c0")
+    assert not has_errors(ok) and "nodes" not in _by(ok)
 
 
 @pytest.mark.external

@@ -137,6 +137,8 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
             out.append(
                 Finding("warn", "xid", f"{len(sick)} GPU(s) out for a hardware XID: {shown}")
             )
+        if "kube_node_status_allocatable" in present:
+            out += _unmatched(snap)
         odd = [n.name for n in snap.nodes if n.gpus and EXPORTER_POD.match(n.name)]
         if odd:
             out.append(
@@ -147,6 +149,40 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
                     "label from __meta_kubernetes_pod_node_name, or scrape kube_pod_info)",
                 )
             )
+    return out
+
+
+def _unmatched(snap: Any) -> list[Finding]:
+    """GPU nodes that kube-state-metrics does not name under the same cluster, and node names two
+    clusters share: the extender can place nothing on the first (no CPU or memory to give) and
+    cannot tell the second apart."""
+    out = []
+    orphans = [f"{n.cluster}/{n.name}" for n in snap.nodes if n.gpus and n.cpu_milli <= 0]
+    if orphans:
+        out.append(
+            Finding(
+                "error",
+                "nodes",
+                f"{len(orphans)} GPU node(s) have no allocatable CPU or memory from "
+                f"kube-state-metrics under the same cluster and name: {', '.join(orphans[:5])} "
+                "(a 'cluster' label on the DCGM jobs only, or an exporter pod name that "
+                "kube_pod_info does not place on a node); the extender can place nothing there",
+            )
+        )
+    clusters: dict[str, set[str]] = {}
+    for n in snap.nodes:
+        clusters.setdefault(n.name, set()).add(str(n.cluster))
+    shared = sorted(name for name, cs in clusters.items() if len(cs) > 1)
+    if shared:
+        out.append(
+            Finding(
+                "warn",
+                "nodes",
+                f"{len(shared)} node name(s) are in several clusters ({', '.join(shared[:5])}): "
+                "set FLEETMIND_SCHEDULER_CLUSTER for the extender, or give every job the same "
+                "'cluster' label",
+            )
+        )
     return out
 
 
@@ -206,10 +242,13 @@ def _xids(src: PrometheusApiSource) -> list[Finding]:
                 f"XID as their last XID ({', '.join(app[:8])}); FleetMind ignores those",
             )
         )
+    # "kept for 1h": unchanged over the window, and the series was there an hour ago (a new
+    # series, e.g. after an exporter restart, has no change in its few samples either)
     stale = _count(
         src,
-        f"(DCGM_FI_DEV_XID_ERRORS != 0) unless "
-        f"(changes(DCGM_FI_DEV_XID_ERRORS[{STALE_XID_WINDOW}]) > 0)",
+        f"((DCGM_FI_DEV_XID_ERRORS != 0) unless "
+        f"(changes(DCGM_FI_DEV_XID_ERRORS[{STALE_XID_WINDOW}]) > 0)) "
+        f"and (DCGM_FI_DEV_XID_ERRORS offset {STALE_XID_WINDOW})",
     )
     if stale:
         out.append(
