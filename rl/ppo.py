@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fleetmind.data.errors import ConfigError
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 
 EPISODE_INFO_KEYS = (
@@ -151,12 +152,19 @@ def collect_teacher(
     teacher: Callable[[np.ndarray, np.ndarray], int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> TeacherData:
-    """Roll out ``teacher`` (default FGD = candidate 0) for ``episodes`` episodes of ``env``."""
+    """Roll out ``teacher`` (default FGD = candidate 0) for ``episodes`` episodes of ``env``.
+
+    An episode that ends at its reset (no decision left after the FGD prefix: the reset's info
+    is the final one, with ``n_decisions``) gives no samples.
+
+    Raises:
+        ConfigError: no episode reached a decision (nothing to clone).
+    """
     obs_l, mask_l, act_l, ret_l = [], [], [], []
     for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
+        obs, info = env.reset(seed=seed + ep)
         rewards = []
-        done = False
+        done = "n_decisions" in info
         while not done:
             mask = env.action_masks()
             a = 0 if teacher is None else int(teacher(obs, mask))
@@ -174,6 +182,11 @@ def collect_teacher(
             g = rewards[i] + gamma * g
             rets[i] = g
         ret_l.append(rets)
+    if not act_l:
+        raise ConfigError(
+            f"none of {episodes} teacher episodes reached a placement decision (every pod was "
+            "placed by the FGD prefix or fits nowhere): lower fgd_until_pct or use another trace"
+        )
     return TeacherData(
         np.asarray(obs_l, dtype=np.float32),
         np.asarray(mask_l, dtype=bool),
