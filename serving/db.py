@@ -437,13 +437,28 @@ class Database:
         incident_id: int | None = None,
         limit: int = 100,
         offset: int = 0,
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
-        q = select(alerts).order_by(alerts.c.id)
+        """Stored alerts in the order they were first stored (``newest``: newest first)."""
+        q = select(alerts).order_by(alerts.c.id.desc() if newest else alerts.c.id)
         if status:
             q = q.where(alerts.c.status == status)
         if incident_id is not None:
             q = q.where(alerts.c.incident_id == incident_id)
         q = q.limit(limit).offset(offset)
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def firing_alerts_of_open_incidents(self, limit: int = 100_000) -> list[dict[str, Any]]:
+        """The firing alerts of every open incident (``incident_id``, ``node``, ``alertname``),
+        by incident id then alert id: one query, whatever the number of incidents."""
+        open_ids = select(incidents.c.id).where(incidents.c.status == "open")
+        q = (
+            select(alerts.c.incident_id, alerts.c.node, alerts.c.alertname)
+            .where(alerts.c.status == "firing", alerts.c.incident_id.in_(open_ids))
+            .order_by(alerts.c.incident_id, alerts.c.id)
+            .limit(limit)
+        )
         with self.read() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 
@@ -560,11 +575,19 @@ class Database:
 
     # ------------------------------------------------------------------ incidents
     def list_incidents(
-        self, status: str | None = "open", limit: int = 100, offset: int = 0
+        self,
+        status: str | None = "open",
+        limit: int = 100,
+        offset: int = 0,
+        before: int | None = None,
     ) -> list[dict[str, Any]]:
+        """Incidents, newest (highest id) first; ``before``: only ids below it (a page after
+        the one that ended there, stable while new incidents open)."""
         q = select(incidents).order_by(incidents.c.id.desc())
         if status:
             q = q.where(incidents.c.status == status)
+        if before is not None:
+            q = q.where(incidents.c.id < before)
         q = q.limit(limit).offset(offset)
         with self.read() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]

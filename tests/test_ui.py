@@ -275,3 +275,129 @@ def test_the_cookie_carries_the_scopes_of_the_token(tmp_path: Path) -> None:
             html = c.get("/ui/incidents/1").text
             assert TRUE_ROOT in html
             assert ('id="feedback-form"' in html) is form, token
+
+
+def _flood(c: TestClient, n: int) -> list[int]:
+    """``n`` more open incidents, each with one firing alert on host c1-h3 (stored directly)."""
+    from fleetmind.serving.db import alerts, incidents
+
+    db, ids = c.app.state.services.db, []
+    with db.write() as conn:
+        for i in range(n):
+            inc = conn.execute(
+                incidents.insert().values(
+                    status="open",
+                    opened_ts=1.0,
+                    updated_ts=1.0,
+                    first_alert_ts=1.0,
+                    last_alert_ts=1.0,
+                    alert_count=1,
+                    firing_count=1,
+                    nodes=["c1/host/c1-h3"],
+                    clusters=["c1"],
+                    causes=[],
+                )
+            ).inserted_primary_key[0]
+            conn.execute(
+                alerts.insert().values(
+                    fingerprint=f"flood-{i}",
+                    starts_at=f"t{i}",
+                    starts_ts=1.0,
+                    status="firing",
+                    alertname="KubeNodeNotReady",
+                    labels={},
+                    annotations={},
+                    node="c1/host/c1-h3",
+                    received_ts=1.0,
+                    updated_ts=1.0,
+                    pending=False,
+                    incident_id=inc,
+                )
+            )
+            ids.append(int(inc))
+    return ids  # fmt: skip
+
+
+def test_every_open_incident_can_be_reached_and_marks_the_fleet(client: TestClient) -> None:
+    """The list showed the newest 200 incidents with no word of the others, and the fleet view
+    marked only the newest 50 open incidents' hosts: the storm's c0-h1 lost its marks."""
+    login(client)
+    first = {int(i) for i in re.findall(r'data-incident="(\d+)"', client.get("/ui/").text)}
+    _flood(client, ui_router.LIST_INCIDENTS + 5)
+    html = client.get("/ui/").text
+    page1 = [int(i) for i in re.findall(r'data-incident="(\d+)"', html)]
+    assert len(page1) == ui_router.LIST_INCIDENTS
+    older = re.search(r'href="/ui/\?show=open&amp;before=(\d+)"', html)
+    assert older and int(older.group(1)) == page1[-1]
+    page2 = re.findall(r'data-incident="(\d+)"', client.get(f"/ui/?before={older.group(1)}").text)
+    assert first <= {int(i) for i in page2}  # the storm's incidents are one click away
+    assert not set(page1) & {int(i) for i in page2}
+    fleet = client.get("/ui/fleet").text
+    assert re.search(r'<div class="node hot" data-node="c0-h1">', fleet)  # still marked
+
+
+def test_a_long_incident_shows_what_still_fires_and_says_what_is_cut(client: TestClient) -> None:
+    """Past 40 timeline bars and 200 table rows the page kept the earliest alerts, all
+    resolved, while hundreds fired, and said nothing."""
+    from fleetmind.serving.db import alerts, incidents
+
+    login(client)
+    db = client.app.state.services.db
+    with db.write() as conn:
+        inc = conn.execute(
+            incidents.insert().values(
+                status="open",
+                opened_ts=1.0,
+                updated_ts=1.0,
+                first_alert_ts=1.0,
+                last_alert_ts=2.0,
+                alert_count=300,
+                firing_count=100,
+                nodes=["c0/host/c0-h2"],
+                clusters=["c0"],
+                causes=[],
+            )
+        ).inserted_primary_key[0]
+        for i in range(300):  # 200 resolved first, then 100 firing
+            conn.execute(
+                alerts.insert().values(
+                    fingerprint=f"long-{i}", starts_at=f"t{i}", starts_ts=1000.0 + i,
+                    ends_ts=None if i >= 200 else 5000.0, status="firing" if i >= 200 else "resolved",
+                    alertname=f"A{i}", labels={}, annotations={}, node="c0/host/c0-h2",
+                    received_ts=1.0, updated_ts=1.0, pending=False, incident_id=inc,
+                )
+            )  # fmt: skip
+    html = client.get(f"/ui/incidents/{inc}").text
+    assert 'id="alerts-cut"' in html and "40 of 300 alerts" in html
+    statuses = re.findall(r'<span class="badge (open|resolved)">(firing|resolved)</span>', html)
+    assert len(statuses) == ui_router.TABLE_ALERTS
+    assert [s for _, s in statuses[:100]] == ["firing"] * 100  # every firing alert first
+    timeline = re.search(r'<svg class="timeline".*?</svg>', html, re.S).group(0)
+    assert timeline.count('fill="#dc2626"') == 40  # the bars drawn are firing ones
+
+
+def test_scores_and_ages_do_not_round_across_a_line() -> None:
+    assert ui_router.score_text(0.6996) == "0.699" and ui_router.score_text(0.7) == "0.700"
+    assert ui_router.age(1000.0, now=1000.0 - 7200) == "in 2h 0m"  # a sender's clock ahead
+    assert ui_router.age(1000.0, now=1030.0) == "30s"
+
+
+def test_a_merged_incident_page_says_where_it_went(client: TestClient) -> None:
+    """A notification's link to a merged incident landed on its target without a word."""
+    from fleetmind.serving.db import incidents
+
+    login(client)
+    target = _flood(client, 1)[0]
+    db = client.app.state.services.db
+    with db.write() as conn:
+        gone = conn.execute(
+            incidents.insert().values(
+                status="merged", merged_into=target, opened_ts=1.0, updated_ts=1.0,
+                first_alert_ts=1.0, last_alert_ts=1.0, alert_count=0, firing_count=0, nodes=[],
+                clusters=[], causes=[],
+            )
+        ).inserted_primary_key[0]  # fmt: skip
+    r = client.get(f"/ui/incidents/{gone}", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith(f"/ui/incidents/{target}?")
+    html = client.get(r.headers["location"]).text
+    assert f"Incident #{gone} was merged into this one" in html

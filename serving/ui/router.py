@@ -7,6 +7,7 @@ the ``read`` scope, the feedback form (:mod:`fleetmind.serving.feedback`, same c
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections import Counter
@@ -53,6 +54,15 @@ MAX_FORM_BYTES = 16 * 1024
 LOW_SCORE = 0.05
 """Causes below this score (after the first) are collapsed on the incident page, graphs unopened."""
 
+LIST_INCIDENTS = 200
+"""Rows of one page of the incident list (newest first; a link leads to the older ones)."""
+MAX_PAGE_ALERTS = 2000
+"""Alerts an incident page reads: the newest."""
+TABLE_ALERTS = 200
+"""Rows of the page's alert table: the firing alerts first, then the latest resolved."""
+TIMELINE_ROWS = 40
+"""Bars of the page's timeline (:func:`fleetmind.serving.ui.svg.timeline_svg` chooses them)."""
+
 root_router = APIRouter(include_in_schema=False, dependencies=[Depends(cookie_session)])
 """``/`` (to the incident list) and ``/favicon.ico``: public, outside ``/ui``."""
 
@@ -90,14 +100,27 @@ def templates() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["age"] = age
+    env.filters["score"] = score_text
     env.filters["iso"] = iso
     return env
 
 
+def score_text(score: Any) -> str:
+    """A score to three decimals, rounded down (0.6996 is below a 0.7 threshold: "0.699")."""
+    try:
+        return f"{math.floor(1000 * float(score) + 1e-9) / 1000:.3f}"
+    except (TypeError, ValueError, OverflowError):
+        return "-"
+
+
 def age(ts: float | None, now: float | None = None) -> str:
-    """``ts`` (Unix seconds) as a short age: ``45s``, ``12m``, ``3h 5m``, ``2d 4h``."""
+    """``ts`` (Unix seconds) as a short age: ``45s``, ``12m``, ``3h 5m``, ``2d 4h``; a time in
+    the future as ``in 5m`` (a sender's clock ahead of ours)."""
     if ts is None:
         return "-"
+    ahead = ts - (now or time.time())
+    if ahead >= 60:
+        return "in " + age(now or time.time(), (now or time.time()) + ahead)
     s = max(0, int((now or time.time()) - ts))
     if s < 60:
         return f"{s}s"
@@ -287,12 +310,17 @@ def incidents_page(
     request: Request,
     services: ServicesDep,
     show: Annotated[str, Query(pattern="^(open|recent)$")] = "open",
+    before: Annotated[int | None, Query(ge=1, le=MAX_DB_INT)] = None,
 ) -> Response:
     session = _session(request, services)
     if isinstance(session, Response):
         return session
     db = services.db
-    rows = db.list_incidents("open" if show == "open" else None, limit=200)
+    rows = db.list_incidents(
+        "open" if show == "open" else None, limit=LIST_INCIDENTS + 1, before=before
+    )
+    older = rows[LIST_INCIDENTS - 1]["id"] if len(rows) > LIST_INCIDENTS else None
+    rows = rows[:LIST_INCIDENTS]
     if show == "recent":
         rows = [r for r in rows if r["status"] != "merged"]
     counts = {s: db.count_incidents(s) for s in ("open", "resolved")}
@@ -303,6 +331,8 @@ def incidents_page(
         incidents=rows,
         show=show,
         counts=counts,
+        older=older,
+        before=before,
         section="incidents",
     )
 
@@ -338,8 +368,11 @@ def _incident(
             message=f"There is no incident {incident_id}.",
         )
     if row["status"] == "merged" and row["merged_into"] is not None:
-        return RedirectResponse(f"/ui/incidents/{row['merged_into']}", status_code=303)
-    alerts = services.db.list_alerts(incident_id=incident_id, limit=2000)
+        target = f"/ui/incidents/{row['merged_into']}?merged_from={incident_id}"
+        return RedirectResponse(target, status_code=303)
+    # the newest MAX_PAGE_ALERTS (as ranking reads the newest): a long incident's oldest are
+    # the least likely to still fire
+    alerts = services.db.list_alerts(incident_id=incident_id, limit=MAX_PAGE_ALERTS, newest=True)
     graph = services.graphs.graph
     firing_nodes = {a["node"] for a in alerts if a["status"] == "firing" and a["node"]}
     causes = []
@@ -372,11 +405,18 @@ def _incident(
                     a["status"],
                 )
                 for a in alerts
-            ]
+            ],
+            max_rows=TIMELINE_ROWS,
         )
     )
     alert_names = Counter(a["alertname"] or "?" for a in alerts)
     saved = request.query_params.get("feedback") == "saved"
+    merged_from = request.query_params.get("merged_from", "")
+    merged = (
+        f"Incident #{merged_from} was merged into this one (their alerts joined on the graph)."
+        if merged_from.isdigit() and len(merged_from) <= 10
+        else None
+    )
     return render(
         request,
         "incident.html",
@@ -390,7 +430,17 @@ def _incident(
         if causes
         else None,
         engineer_root=latest,
-        alerts=sorted(alerts, key=lambda a: a["starts_ts"]),
+        # firing first (oldest start first), then resolved (latest first)
+        alerts=sorted(
+            alerts,
+            key=lambda a: (
+                a["status"] != "firing",
+                a["starts_ts"] * (1 if a["status"] == "firing" else -1),
+            ),
+        )[:TABLE_ALERTS],
+        alerts_read=len(alerts),
+        table_alerts=TABLE_ALERTS,
+        timeline_rows=min(len(alerts), TIMELINE_ROWS),
         timeline=timeline,
         alert_names=alert_names.most_common(10),
         alert_kinds=len(alert_names),
@@ -398,7 +448,8 @@ def _incident(
         feedback=feedback,
         can_admin=session.can("admin"),
         flash=flash
-        or ("Thank you: your feedback is stored as a training label." if saved else None),
+        or ("Thank you: your feedback is stored as a training label." if saved else None)
+        or merged,
         flash_kind="err" if flash else "ok",
         form=form or {},
     )
@@ -537,25 +588,25 @@ def _fleet_node(
     }
 
 
-def _incident_marks(services: Any, limit: int = 50) -> dict[tuple[str, ...], list[str]]:
-    """GPUs and hosts with a firing alert in an open incident: ``(cluster, node[, gpu])`` ->
-    ``["#<id> <alertname>", ...]``, from the graph's ``match`` labels of the alerting nodes."""
+def _incident_marks(services: Any) -> dict[tuple[str, ...], list[str]]:
+    """GPUs and hosts with a firing alert in an open incident (every open incident: a newer one
+    never hides an older one's marks): ``(cluster, node[, gpu])`` -> ``["#<id> <alertname>",
+    ...]`` in incident order, from the graph's ``match`` labels of the alerting nodes."""
     graph = services.graphs.graph
     out: dict[tuple[str, ...], list[str]] = {}
-    for inc in services.db.list_incidents("open", limit=limit):
-        for a in services.db.list_alerts(incident_id=inc["id"], limit=2000):
-            nid = a.get("node")
-            if a.get("status") != "firing" or not nid or nid not in graph.index:
-                continue
-            node = graph.node(nid)
-            m = node.match
-            if node.kind == "gpu" and {"cluster", "node", "gpu"} <= set(m):
-                key: tuple[str, ...] = (str(m["cluster"]), str(m["node"]), str(m["gpu"]))
-            elif node.kind == "host" and {"cluster", "node"} <= set(m):
-                key = (str(m["cluster"]), str(m["node"]))
-            else:
-                continue
-            label = f"#{inc['id']} {a.get('alertname') or '?'}"
-            if label not in out.setdefault(key, []):
-                out[key].append(label)
+    for a in services.db.firing_alerts_of_open_incidents():
+        nid = a.get("node")
+        if not nid or nid not in graph.index:
+            continue
+        node = graph.node(nid)
+        m = node.match
+        if node.kind == "gpu" and {"cluster", "node", "gpu"} <= set(m):
+            key: tuple[str, ...] = (str(m["cluster"]), str(m["node"]), str(m["gpu"]))
+        elif node.kind == "host" and {"cluster", "node"} <= set(m):
+            key = (str(m["cluster"]), str(m["node"]))
+        else:
+            continue
+        label = f"#{a['incident_id']} {a.get('alertname') or '?'}"
+        if label not in out.setdefault(key, []):
+            out[key].append(label)
     return out

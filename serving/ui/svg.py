@@ -332,11 +332,14 @@ def timeline_svg(
     Args:
         events: ``(start_s, end_s or None, label, status)`` per alert, Unix seconds; open-ended
             alerts run to the latest time shown.
-        width: drawing width in px; rows of ``row_h`` px, at most ``max_rows`` (the earliest).
+        width: drawing width in px; rows of ``row_h`` px, at most ``max_rows``: the firing alerts
+            first, then the latest to start (what on-call needs of a long incident), drawn in
+            order of start.
     """
     if not events:
         return ""
-    rows = sorted(events, key=lambda e: e[0])[:max_rows]
+    chosen = sorted(events, key=lambda e: (e[3] != "firing", -e[0]))[:max_rows]
+    rows = sorted(chosen, key=lambda e: e[0])
     t0 = min(e[0] for e in rows)
     t1 = max(max(e[0], e[1] or e[0]) for e in rows)
     span = max(t1 - t0, 60.0)
