@@ -29,6 +29,7 @@ exponential backoff (``FLEETMIND_NOTIFY_BACKOFF_S``, doubling; on connection err
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import weakref
@@ -45,6 +46,10 @@ from fleetmind.serving.settings import Settings
 log = logging.getLogger("fleetmind.serving.notify")
 
 ALERTNAME = "FleetMindRootCause"
+CLOSED, SUPERSEDED, UNSURE = "incident closed", "root cause changed", "score below the floor"
+"""Why a FleetMindRootCause alert was resolved (annotation ``resolved_because``, and the webhook's
+wording): its incident resolved or was merged; the incident's settled top cause (or its severity)
+changed; its score fell below ``FLEETMIND_NOTIFY_WARNING_SCORE``."""
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
@@ -144,8 +149,9 @@ def confidence_words(score: Any, settings: Settings, method: str | None) -> str:
         return "confidence unknown: this ranker's scores are not probabilities"
     sev = severity_for(score, settings, method)
     try:
-        pct = f"{100 * float(score):.0f} %"
-    except (TypeError, ValueError):
+        # rounded down: 0.6996 is below a 0.7 threshold and must not read "70 %"
+        pct = f"{math.floor(100 * float(score) + 1e-9)} %"
+    except (TypeError, ValueError, OverflowError):
         return "confidence unknown"
     if sev == "critical":
         return f"high confidence ({pct}, calibrated): sent as critical"
@@ -254,7 +260,8 @@ class Notifier:
             if firing and row["cause_node"] == node and row["labels"]["severity"] == severity:
                 continue
             if firing:  # the settled cause or its severity changed, or it fell below the floor
-                self._set_resolved(row, now)
+                because = SUPERSEDED if severity is not None else UNSURE
+                self._set_resolved(row, now, because)
                 sent += self._deliver(row, now, inc)
             if severity is None:  # too unsure to page anyone: the incident page still shows it
                 continue
@@ -264,7 +271,7 @@ class Notifier:
                 self._seen.pop(inc_id, None)
         for inc_id, row in rows.items():
             if row["state"] == "firing" and inc_id not in open_ids:
-                self._set_resolved(row, now)
+                self._set_resolved(row, now, CLOSED)
             sent += self._deliver(row, now)
         return sent
 
@@ -308,7 +315,8 @@ class Notifier:
         self._save(row)
         return row
 
-    def _set_resolved(self, row: dict[str, Any], now: float) -> None:
+    def _set_resolved(self, row: dict[str, Any], now: float, because: str = CLOSED) -> None:
+        row["annotations"] = {**row["annotations"], "resolved_because": because}
         row.update(state="resolved", ends_at=_iso(now), am_sent_ts=None, hook_sent=False)
         row["updated_ts"] = now
         self._save(row)
@@ -398,8 +406,19 @@ class Notifier:
         """Slack-compatible JSON: ``text`` (mrkdwn) for Slack, the same facts under ``fleetmind``."""
         a, lab = row["annotations"], row["labels"]
         resolved = row["state"] == "resolved"
+        because = a.get("resolved_because") or CLOSED if resolved else None
         link = f"<{a['incident_url']}|incident {lab['incident']}>"
-        if resolved:
+        if because == SUPERSEDED:  # the incident is still open: its root cause changed
+            text = (
+                f":arrows_counterclockwise: Root cause of {link} changed: `{lab['cause_node']}` "
+                "withdrawn, the new one follows"
+            )
+        elif because == UNSURE:
+            text = (
+                f":grey_question: Root cause `{lab['cause_node']}` of {link} withdrawn: the "
+                "model is no longer sure (score below the warning floor); the incident is open"
+            )
+        elif resolved:
             text = f":white_check_mark: Resolved {link} (root cause was `{lab['cause_node']}`)"
         else:
             text = (
@@ -411,6 +430,7 @@ class Notifier:
             "text": text,
             "fleetmind": {
                 "status": row["state"],
+                "resolved_because": because,
                 "incident": int(lab["incident"]),
                 "cause_node": lab["cause_node"],
                 "cause_kind": lab["cause_kind"],

@@ -151,6 +151,7 @@ def test_resolving_the_incident_resolves_the_alert_once(app: TestClient) -> None
     assert am[0]["labels"]["incident"] == str(inc_id) and am[0]["endsAt"]
     [hook] = rec.to(HOOK)
     assert hook["fleetmind"]["status"] == "resolved" and "Resolved" in hook["text"]
+    assert hook["fleetmind"]["resolved_because"] == "incident closed"
     rec.calls.clear()
     clock.t += 600
     n.poll()
@@ -225,6 +226,12 @@ def test_a_changed_top_cause_resolves_the_old_alert(app: TestClient) -> None:
     new = [a for a in posted if a["labels"]["cause_node"] == causes[0]["node"]]
     assert len(old) == 1 and old[0]["endsAt"]
     assert len(new) == 1 and "endsAt" not in new[0]
+    assert old[0]["annotations"]["resolved_because"] == "root cause changed"
+    # the chat message says the cause changed: the incident is open (it said "Resolved")
+    hooks = [h for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
+    withdrawn = next(h for h in hooks if h["fleetmind"]["status"] == "resolved")
+    assert "changed" in withdrawn["text"] and "Resolved" not in withdrawn["text"]
+    assert withdrawn["fleetmind"]["resolved_because"] == "root cause changed"
 
 
 def _rank_as_gat(c: TestClient, inc: dict, score: float) -> None:
