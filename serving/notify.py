@@ -60,7 +60,9 @@ CALIBRATED_METHODS = frozenset({"gat"})
 """Ranking methods whose top score is a calibrated probability (``fleetmind rca calibrate``)."""
 
 
-def severity_for(score: Any, settings: Settings, method: str | None = "gat") -> str | None:
+def severity_for(
+    score: Any, settings: Settings, method: str | None = "gat", top: Any = None
+) -> str | None:
     """``severity`` of the FleetMindRootCause alert for a top cause's ``score``.
 
     The GAT's top score is a calibrated probability that the cause is the root (temperature
@@ -69,17 +71,22 @@ def severity_for(score: Any, settings: Settings, method: str | None = "gat") -> 
     ``FLEETMIND_NOTIFY_WARNING_SCORE``, and ``None`` (no alert) below, or for a score that is not
     a finite number. A method outside :data:`CALIBRATED_METHODS` (a baseline the service fell
     back to, whose scores are not probabilities) is never ``critical``: its causes are sent as
-    ``warning``.
+    ``warning``. Neither is a cause (``top``: the cause's JSON) that names no fault its node can
+    have (``fault_type`` unknown or absent) or a whole cluster: a page must say what broke, and a
+    cluster as root cause is what an alert from a host the graph does not know maps to.
     """
     if method is not None and method not in CALIBRATED_METHODS:
         return "warning"
+    vague = top is not None and (
+        (top.get("fault_type") or "unknown") == "unknown" or top.get("kind") == "cluster"
+    )
     try:
         p = float(score)
     except (TypeError, ValueError):
         return None
     if not p == p or p in (float("inf"), float("-inf")):  # NaN or infinite
         return None
-    if p >= settings.notify_critical_score:
+    if p >= settings.notify_critical_score and not vague:
         return "critical"
     if p >= settings.notify_warning_score:
         return "warning"
@@ -139,7 +146,7 @@ def post_with_retry(
     return False, outcome
 
 
-def confidence_words(score: Any, settings: Settings, method: str | None) -> str:
+def confidence_words(score: Any, settings: Settings, method: str | None, top: Any = None) -> str:
     """How sure the top cause is, in the words the incident page shows beside it.
 
     The same thresholds as :func:`severity_for`: ``high`` (would page as critical), ``medium``
@@ -147,7 +154,7 @@ def confidence_words(score: Any, settings: Settings, method: str | None) -> str:
     """
     if method is not None and method not in CALIBRATED_METHODS:
         return "confidence unknown: this ranker's scores are not probabilities"
-    sev = severity_for(score, settings, method)
+    sev = severity_for(score, settings, method, top)
     try:
         # rounded down: 0.6996 is below a 0.7 threshold and must not read "70 %"
         pct = f"{math.floor(100 * float(score) + 1e-9)} %"
@@ -156,6 +163,11 @@ def confidence_words(score: Any, settings: Settings, method: str | None) -> str:
     if sev == "critical":
         return f"high confidence ({pct}, calibrated): sent as critical"
     if sev == "warning":
+        if float(score) >= settings.notify_critical_score:  # capped: see severity_for
+            return (
+                f"high score ({pct}) but no fault type its node can have, or a whole cluster: "
+                "sent as a warning; check the alerts' labels against the graph"
+            )
         return f"medium confidence ({pct}): sent as a warning; check the next causes too"
     return f"low confidence ({pct}): not sent to Alertmanager; treat the list as leads"
 
@@ -248,7 +260,7 @@ class Notifier:
                 continue
             top = causes[0]
             node = top["node"]
-            severity = severity_for(top.get("score"), self.settings, inc.get("method"))
+            severity = severity_for(top.get("score"), self.settings, inc.get("method"), top)
             seen = self._seen.get(inc["id"])
             if seen is None or seen[0] != (node, severity):
                 self._seen[inc["id"]] = ((node, severity), now)

@@ -235,9 +235,11 @@ def test_a_changed_top_cause_resolves_the_old_alert(app: TestClient) -> None:
 
 
 def _rank_as_gat(c: TestClient, inc: dict, score: float) -> None:
-    """Store ``inc``'s causes as the calibrated GAT's, its top cause scored ``score``."""
+    """Store ``inc``'s causes as the calibrated GAT's, its top cause scored ``score`` (with the
+    fault type the GAT names for a host that went NotReady: the baseline names none)."""
     causes = [dict(x) for x in inc["causes"]]
     causes[0]["score"] = score
+    causes[0]["fault_type"] = causes[0].get("fault_type") or "host_not_ready"
     c.app.state.services.db.set_incident_rca(inc["id"], causes, "gat", None)
 
 

@@ -207,6 +207,16 @@ def test_severity_follows_the_calibrated_score() -> None:
     assert severity_for(0.012, s) is None
     for bad in (float("nan"), float("inf"), None, "x"):
         assert severity_for(bad, s) is None
+    # a cause that names no fault its node can have, or a whole cluster, is never critical:
+    # an alert from a host the graph does not know maps to its cluster, scored 0.75
+    host = {"node": "c1/host/c1-h2", "kind": "host", "fault_type": "host_not_ready"}
+    assert severity_for(0.93, s, "gat", host) == "critical"
+    assert severity_for(0.93, s, "gat", {**host, "fault_type": "unknown"}) == "warning"
+    assert (
+        severity_for(0.75, s, "gat", {"node": "c1", "kind": "cluster", "fault_type": "x"})
+        == "warning"
+    )
+    assert severity_for(0.1, s, "gat", {**host, "fault_type": None}) is None
 
 
 def test_a_warning_floor_above_the_critical_score_is_refused() -> None:

@@ -426,7 +426,9 @@ def _incident(
         causes=[c for c in causes if not c["low"]],
         low_causes=[c for c in causes if c["low"]],
         low_score=LOW_SCORE,
-        confidence=confidence_words(causes[0]["score"], services.settings, row.get("method"))
+        confidence=confidence_words(
+            causes[0]["score"], services.settings, row.get("method"), causes[0]
+        )
         if causes
         else None,
         engineer_root=latest,
