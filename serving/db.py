@@ -597,8 +597,11 @@ class Database:
             row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).first()
         return None if row is None else dict(row._mapping)
 
-    def count_incidents(self, status: str = "open") -> int:
-        q = select(func.count()).select_from(incidents).where(incidents.c.status == status)
+    def count_incidents(self, status: str | None = "open") -> int:
+        """Incidents of ``status`` (``None``: all)."""
+        q = select(func.count()).select_from(incidents)
+        if status is not None:
+            q = q.where(incidents.c.status == status)
         with self.read() as conn:
             return int(conn.execute(q).scalar_one())
 

@@ -283,7 +283,7 @@ def _flood(c: TestClient, n: int) -> list[int]:
 
     db, ids = c.app.state.services.db, []
     with db.write() as conn:
-        for i in range(n):
+        for _ in range(n):
             inc = conn.execute(
                 incidents.insert().values(
                     status="open",
@@ -300,8 +300,8 @@ def _flood(c: TestClient, n: int) -> list[int]:
             ).inserted_primary_key[0]
             conn.execute(
                 alerts.insert().values(
-                    fingerprint=f"flood-{i}",
-                    starts_at=f"t{i}",
+                    fingerprint=f"flood-{inc}",
+                    starts_at=f"t{inc}",
                     starts_ts=1.0,
                     status="firing",
                     alertname="KubeNodeNotReady",
@@ -401,3 +401,41 @@ def test_a_merged_incident_page_says_where_it_went(client: TestClient) -> None:
     assert r.status_code == 303 and r.headers["location"].startswith(f"/ui/incidents/{target}?")
     html = client.get(r.headers["location"]).text
     assert f"Incident #{gone} was merged into this one" in html
+
+
+def test_the_incident_api_pages_without_repeats_and_gives_the_newest_alerts(
+    client: TestClient,
+) -> None:
+    """Paged by offset, a new incident between two pages repeated one; there was no total; and
+    an incident's detail returned its oldest alerts, not the newest that ranking reads."""
+    h = {"Authorization": f"Bearer {TOKEN}"}
+    ids = _flood(client, 12)
+    r = client.get("/api/v1/incidents?limit=5", headers=h)
+    page1 = [i["id"] for i in r.json()]
+    total = int(r.headers["X-Total-Count"])
+    assert page1 == sorted(ids, reverse=True)[:5] and total >= 12
+    _flood(client, 1)  # one opens between the pages
+    page2 = [
+        i["id"]
+        for i in client.get(f"/api/v1/incidents?limit=5&before={page1[-1]}", headers=h).json()
+    ]
+    assert page2 == sorted(ids, reverse=True)[5:10]
+    # the newest alerts of a long incident
+    from fleetmind.serving.db import alerts
+
+    db = client.app.state.services.db
+    with db.write() as conn:
+        for i in range(5):
+            conn.execute(
+                alerts.insert().values(
+                    fingerprint=f"more-{i}", starts_at=f"m{i}", starts_ts=2.0 + i, status="firing",
+                    alertname=f"More{i}", labels={}, annotations={}, node="c1/host/c1-h3",
+                    received_ts=1.0, updated_ts=1.0, pending=False, incident_id=ids[0],
+                )
+            )  # fmt: skip
+    got = client.get(f"/api/v1/incidents/{ids[0]}?alerts_limit=3", headers=h).json()["alerts"]
+    assert [a["labels"] for a in got] and [a["fingerprint"] for a in got] == [
+        "more-2",
+        "more-3",
+        "more-4",
+    ]

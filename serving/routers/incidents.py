@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from fleetmind.serving.deps import DbDep
 from fleetmind.serving.routers.alerts import alert_out
@@ -46,11 +46,21 @@ def incident_out(row: dict[str, Any]) -> dict[str, Any]:
 @router.get("", response_model=list[IncidentOut], summary="Incidents, newest first")
 def list_incidents(
     db: DbDep,
+    response: Response,
     status: Annotated[Literal["open", "resolved", "merged", "all"], Query()] = "open",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_DB_INT)] = 0,
+    before: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_DB_INT, description="only ids below this (the last id of a page)"),
+    ] = None,
 ) -> list[IncidentOut]:
-    rows = db.list_incidents(None if status == "all" else status, limit, offset)
+    """Newest (highest id) first. Page with ``before`` = the last id of the previous page: unlike
+    ``offset``, it neither repeats nor skips an incident when new ones open between pages.
+    ``X-Total-Count``: the incidents of ``status`` in all."""
+    wanted = None if status == "all" else status
+    rows = db.list_incidents(wanted, limit, offset, before=before)
+    response.headers["X-Total-Count"] = str(db.count_incidents(wanted))
     return [IncidentOut(**incident_out(r)) for r in rows]
 
 
@@ -68,5 +78,7 @@ def get_incident(
     row = db.get_incident(incident_id)
     if row is None:
         raise HTTPException(404, f"no incident {incident_id}")
-    alerts = db.list_alerts(incident_id=incident_id, limit=max(1, alerts_limit))[:alerts_limit]
+    # the newest alerts_limit (what ranking reads), oldest first
+    newest = db.list_alerts(incident_id=incident_id, limit=max(1, alerts_limit), newest=True)
+    alerts = newest[:alerts_limit][::-1]
     return IncidentDetail(**incident_out(row), alerts=[alert_out(a) for a in alerts])
