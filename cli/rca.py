@@ -188,7 +188,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train the GAT root-cause ranker (Lightning), log to MLflow, register fleetmind-rca",
         description="Train the GAT on a dataset folder; MLflow tracking (MLFLOW_TRACKING_URI or "
-        "sqlite:///mlflow.db), registers fleetmind-rca and moves @champion when val AC@1 improves.",
+        "sqlite:///mlflow.db), registers fleetmind-rca and moves @champion when val AC@1 improves on the same validation set.",
     )
     p.set_defaults(func=_train)
     from fleetmind.training.rca_train import add_arguments

@@ -375,19 +375,7 @@ def _incident(
     alerts = services.db.list_alerts(incident_id=incident_id, limit=MAX_PAGE_ALERTS, newest=True)
     graph = services.graphs.graph
     firing_nodes = {a["node"] for a in alerts if a["status"] == "firing" and a["node"]}
-    causes = []
-    for rank, c in enumerate(row["causes"] or [], start=1):
-        path = list(c.get("path") or [c["node"]])
-        title = f"Propagation of cause {rank} ({c['node']}) to the incident's alerting nodes"
-        depth, edges = propagation_tree(graph, c["node"], firing_nodes, path)
-        if depth:
-            kinds = {n: graph.node(n).kind for n in depth}
-            svg = tree_svg(depth, edges, kinds, firing_nodes, highlight=path, title=title)
-        else:  # the cause is not in the served graph (replaced since): its stored path alone
-            kinds = {n: graph.node(n).kind for n in path if n in graph.index}
-            kinds.setdefault(c["node"], c.get("kind") or "?")
-            svg = path_svg(path, kinds, firing_nodes, edge_kinds(graph, path), title=title)
-        causes.append({**c, "rank": rank, "svg": Markup(svg), "reached": len(depth)})
+    causes = _cause_graphs(graph, row["causes"] or [], firing_nodes)
     feedback = list_feedback(services.db, incident_id)  # newest first
     latest = feedback[0] if feedback else None
     for c in causes:
@@ -411,12 +399,7 @@ def _incident(
     )
     alert_names = Counter(a["alertname"] or "?" for a in alerts)
     saved = request.query_params.get("feedback") == "saved"
-    merged_from = request.query_params.get("merged_from", "")
-    merged = (
-        f"Incident #{merged_from} was merged into this one (their alerts joined on the graph)."
-        if merged_from.isdigit() and len(merged_from) <= 10
-        else None
-    )
+    merged = _merged_note(request.query_params.get("merged_from", ""))
     return render(
         request,
         "incident.html",
@@ -455,6 +438,35 @@ def _incident(
         flash_kind="err" if flash else "ok",
         form=form or {},
     )
+
+
+def _cause_graphs(
+    graph: Any, stored: list[dict[str, Any]], firing_nodes: set[str]
+) -> list[dict[str, Any]]:
+    """The stored causes with ``rank``, their propagation graph (``svg``) and ``reached``."""
+    causes = []
+    for rank, c in enumerate(stored, start=1):
+        path = list(c.get("path") or [c["node"]])
+        title = f"Propagation of cause {rank} ({c['node']}) to the incident's alerting nodes"
+        depth, edges = propagation_tree(graph, c["node"], firing_nodes, path)
+        if depth:
+            kinds = {n: graph.node(n).kind for n in depth}
+            svg = tree_svg(depth, edges, kinds, firing_nodes, highlight=path, title=title)
+        else:  # the cause is not in the served graph (replaced since): its stored path alone
+            kinds = {n: graph.node(n).kind for n in path if n in graph.index}
+            kinds.setdefault(c["node"], c.get("kind") or "?")
+            svg = path_svg(path, kinds, firing_nodes, edge_kinds(graph, path), title=title)
+        causes.append({**c, "rank": rank, "svg": Markup(svg), "reached": len(depth)})
+    return causes
+
+
+def _merged_note(merged_from: str) -> str | None:
+    """The page's note for a visitor redirected from a merged incident (``?merged_from=N``)."""
+    if merged_from.isdigit() and len(merged_from) <= 10:
+        return (
+            f"Incident #{merged_from} was merged into this one (their alerts joined on the graph)."
+        )
+    return None
 
 
 @router.post("/incidents/{incident_id}/feedback", response_class=HTMLResponse)
