@@ -6,7 +6,8 @@ A dataset folder (DESIGN.md, "Alerts and incidents")::
       train.jsonl, val.jsonl, test.jsonl   one incident a line (other ``*.jsonl`` splits allowed,
                                            e.g. ``test_large.jsonl``)
       graphs/<graph>.json                  the topology each incident names (``data.graph`` JSON)
-      meta.json                            optional: generator settings, seed, split -> graphs
+      meta.json                            optional: generator settings, seed, split -> graphs,
+                                           ``counts`` (incidents per split) and ``complete``
 
 An incident line::
 
@@ -14,6 +15,10 @@ An incident line::
      "root_cause": "us-east/host/h12/gpu3", "fault_type": "gpu_xid", ...}
 
 Extra keys (``secondary`` ground truth, ``silent_root``, ...) are kept as they are.
+
+:class:`DatasetWriter` marks a folder ``"complete": false`` in ``meta.json`` while it writes and
+``true`` once every split is whole; :func:`load_dataset` refuses a folder it left incomplete
+(:func:`check_complete`). A folder without ``meta.json`` (made by hand) is read as it is.
 
 Example:
     >>> ds = load_dataset("/tmp/rca_small")          # doctest: +SKIP
@@ -179,7 +184,74 @@ def load_dataset(path: str | Path, splits: str | Iterable[str] | None = None) ->
     mpath = root / "meta.json"
     if mpath.is_file():
         meta = read_json(mpath, "dataset metadata")
+    check_complete(root, meta, {name: len(incs) for name, incs in data.items()})
     return RCADataset(root=root, splits=data, graphs=graphs, meta=meta)
+
+
+def check_folder_complete(path: str | Path) -> None:
+    """:func:`check_complete` for a folder without parsing its incidents (each split's size is its
+    count of non-blank lines): for readers that may skip :func:`load_dataset`, such as a feature
+    cache.
+
+    Raises:
+        DataError: as :func:`check_complete`; a folder that is not there passes (its reader says so).
+    """
+    root = Path(path)
+    mpath = root / "meta.json"
+    if not mpath.is_file():
+        return
+    meta = read_json(mpath, "dataset metadata")
+    sizes = {}
+    for split in sorted(root.glob("*.jsonl")):
+        with split.open("rb") as fh:
+            sizes[split.stem] = sum(1 for line in fh if line.strip())
+    check_complete(root, meta, sizes)
+
+
+def check_complete(root: Path, meta: Any, sizes: Mapping[str, int]) -> None:
+    """Refuse a dataset folder whose writer did not finish.
+
+    Args:
+        root: the folder (for the message).
+        meta: its parsed ``meta.json`` (``{}`` when it has none: a folder made by hand passes).
+        sizes: split name -> incidents read from ``<split>.jsonl``.
+
+    Raises:
+        DataError: one line saying to regenerate the folder, when ``meta.json`` says
+            ``"complete": false`` (the writer stopped, or is still writing), holds nothing but
+            ``counts`` (what an interrupted ``fleetmind rca generate`` left before ``complete``
+            was recorded), or records more incidents for a split than its file holds, or a
+            different number for a split other than ``train`` (``rca train --feedback-db`` and
+            ``benchmarks/rca/merge_train.py`` append training incidents to a copy).
+    """
+    if not meta:
+        return
+    if not isinstance(meta, dict):
+        raise DataError(f"dataset metadata {root / 'meta.json'} must be a JSON object")
+    redo = "regenerate it (fleetmind rca generate --out DIR)"
+    complete = meta.get("complete")
+    if complete is False:
+        why = f" ({meta['stopped_by']})" if meta.get("stopped_by") else ""
+        raise DataError(
+            f"dataset {root} is incomplete: its writer stopped before the end{why}; {redo}"
+        )
+    if complete is None and set(meta) == {"counts"}:
+        raise DataError(
+            f"dataset {root} may be incomplete: its meta.json holds only split counts, as an "
+            f"interrupted `fleetmind rca generate` left it; {redo}, or delete meta.json if every "
+            "split file is whole"
+        )
+    counts = meta.get("counts")
+    if not isinstance(counts, dict):
+        return
+    for name, n in sizes.items():
+        want = counts.get(name)
+        if not isinstance(want, int) or n == want or (name == "train" and n > want):
+            continue
+        raise DataError(
+            f"dataset {root} is incomplete: {name}.jsonl holds {n} incidents but meta.json "
+            f"records {want}; {redo}"
+        )
 
 
 class DatasetWriter:
@@ -191,6 +263,12 @@ class DatasetWriter:
             w.add_graph(g)
             w.add_incident("train", inc)
             w.set_meta({...})
+
+    On entering, ``meta.json`` becomes ``{"complete": false}`` (replacing an earlier folder's); on
+    a clean exit it is the :meth:`set_meta` dict plus ``counts`` and ``"complete": true``. When an
+    exception (Ctrl-C included) leaves the block, it stays ``"complete": false`` with the
+    ``counts`` written so far and ``stopped_by`` (the exception's type), so that
+    :func:`load_dataset` refuses the partial folder; a killed process leaves the first marker.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -207,7 +285,11 @@ class DatasetWriter:
             raise DataError(f"cannot create dataset folder {self.root}: {err}") from None
         for stale in self.root.glob("*.jsonl"):
             stale.unlink()
+        self._write_meta({"complete": False})
         return self
+
+    def _write_meta(self, meta: Mapping[str, Any]) -> None:
+        (self.root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     def add_graph(self, graph: DependencyGraph) -> None:
         """Write ``graphs/<name>.json`` (once per name)."""
@@ -228,14 +310,20 @@ class DatasetWriter:
         self.counts[split] += 1
 
     def set_meta(self, meta: Mapping[str, Any]) -> None:
+        """What ``meta.json`` holds once the block ends without an error."""
         self.meta = dict(meta)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         for fh in self._files.values():
             fh.close()
+        if exc_type is not None:
+            stopped = {"complete": False, "counts": self.counts, "stopped_by": exc_type.__name__}
+            self._write_meta(stopped)
+            return
         meta = dict(self.meta)
         meta.setdefault("counts", self.counts)
-        (self.root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        meta["complete"] = True
+        self._write_meta(meta)
 
 
 def write_dataset(

@@ -202,12 +202,30 @@ def feedback_incidents(
     ``<graph name>-<digest[:12]>``. ``fault_type`` is the engineer's, else the model's for that
     node, else ``default_fault``.
 
+    Only reads: a SQLite URL whose file does not exist is refused before connecting (SQLite
+    would create an empty database there).
+
     Raises:
-        NotAvailableError: the database cannot be opened or holds no feedback table.
+        NotAvailableError: the database cannot be opened (a SQLite file that does not exist
+            included) or holds no feedback table.
     """
+    from pathlib import Path
+
     from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
+    try:
+        parsed = make_url(url)
+    except Exception:  # Database(url) below reports a URL that does not parse
+        parsed = None
+    if parsed is not None and parsed.get_backend_name() == "sqlite":
+        file = parsed.database  # None or ":memory:": in memory; "file:..." with uri=true: a URI
+        uri_mode = str(parsed.query.get("uri", "")).lower() in ("true", "1")
+        if file and file != ":memory:" and not uri_mode and not Path(file).is_file():
+            raise NotAvailableError(
+                f"cannot read the feedback database {url!r}: no such file {file}"
+            )
     try:
         db = Database(url)
         names = set(inspect(db.engine).get_table_names())

@@ -36,7 +36,7 @@ def test_champion_moves_only_when_val_ac1_improves(mlflow_uri) -> None:
 
     def new_version(acc: float) -> tuple[str, bool, str | None]:
         v = c.create_model_version(REGISTERED_MODEL, source="file:///nowhere").version
-        promoted, prev = promote_if_better(
+        promoted, prev, _ = promote_if_better(
             c, REGISTERED_MODEL, str(v), tag="val_ac1", score=acc, higher_is_better=True
         )
         return str(v), promoted, prev

@@ -67,6 +67,7 @@ def test_a_champion_without_a_readable_tag_is_replaced() -> None:
     assert promote_if_better(reg, "m", "2", tag="s", score=0.0, higher_is_better=False) == (
         True,
         "1",
+        None,
     )
 
 

@@ -7,6 +7,11 @@ expected calibration error before and after on every split asked for. ``--write`
 temperature, what it was fitted on and the figures in the artifact's ``config.json`` under
 ``calibration``; :class:`fleetmind.rca.gat_analyzer.GATAnalyzer` applies it on load. The ranking
 is unchanged (a temperature is monotone); only the scores move.
+
+A fit split with fewer than :data:`MIN_FIT_INCIDENTS` usable incidents is refused, and a fitted
+temperature on a bound of the search range (:data:`fleetmind.rca.calibration.T_MIN`, ``T_MAX``)
+draws a warning on stderr: the likelihood kept improving past it (e.g. every root ranked first),
+so the temperature is an artefact of the range, not a fit.
 """
 
 from __future__ import annotations
@@ -14,16 +19,35 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from fleetmind.data.errors import FleetMindError
+from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.data.rca_dataset import load_dataset
-from fleetmind.rca.calibration import fit_temperature, reliability, top1
+from fleetmind.rca.calibration import T_MAX, T_MIN, fit_temperature, reliability, top1
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.training.io import write_json
+
+MIN_FIT_INCIDENTS = 30
+"""The fewest incidents (with their root among the candidates) a temperature is fitted on: on
+fewer, a handful of logits decide it (one perfectly ranked incident drives it to ``T_MIN``)."""
+
+
+def bound_warning(t: float) -> str | None:
+    """One line when temperature ``t`` lies on a bound of the search range (within 0.1 % of it),
+    else ``None``."""
+    for bound, name in ((T_MIN, "T_MIN"), (T_MAX, "T_MAX")):
+        if abs(math.log(t / bound)) < 1e-3:
+            return (
+                f"the fitted temperature {t:.4f} lies on the search bound {name} = {bound:g}: the "
+                "fit split's likelihood kept improving past it (all roots ranked first, or too "
+                "few incidents), so it is no calibration; check the ECE figures before --write"
+            )
+    return None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,6 +96,7 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     ds = load_dataset(args.data)
     if args.split not in ds.splits:
         raise FleetMindError(f"{args.data} has no {args.split!r} split (has {sorted(ds.splits)})")
+    _require_enough(args, len(ds.split(args.split)), "")
     evals = (
         args.eval_splits
         if args.eval_splits is not None
@@ -91,7 +116,11 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
         raise FleetMindError(
             f"no incident of split {args.split!r} has its root among the candidates"
         )
+    _require_enough(args, len(fit_z), " with their root among the candidates")
     t = fit_temperature(fit_z, fit_y)
+    warning = bound_warning(t)
+    if warning is not None:
+        print(f"fleetmind: warning: {warning}", file=sys.stderr)
     report: dict[str, Any] = {}
     for s in splits:
         zs, ys = data[s]
@@ -127,6 +156,17 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
         }
         (folder / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
     return payload
+
+
+def _require_enough(args: argparse.Namespace, n: int, which: str) -> None:
+    """Refuse a fit split of fewer than :data:`MIN_FIT_INCIDENTS` incidents (``which``: what
+    counted them)."""
+    if n < MIN_FIT_INCIDENTS:
+        noun = "incident" if n == 1 else "incidents"
+        raise DataError(
+            f"split {args.split!r} of {args.data} has {n} {noun}{which}; fitting a temperature "
+            f"needs at least {MIN_FIT_INCIDENTS} (generate more, or pick a larger --split)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,8 +15,10 @@ What a run does:
    artifact folder (``<out>/<run name>/model``: ``config.json`` + ``model.pt``, see
    :mod:`fleetmind.rca.gat_analyzer`).
 4. Logs params, metrics and the model (a pyfunc wrapper around the artifact, explicit pip
-   requirements) to MLflow, registers a new version of ``fleetmind-rca`` and moves the ``champion``
-   alias to it only when its ``val/ac1`` beats the current champion's.
+   requirements) to MLflow, registers a new version of ``fleetmind-rca`` tagged with its
+   ``val_ac1`` and its validation set (:func:`validation_set`), and moves the ``champion`` alias
+   to it only when its ``val_ac1`` beats the current champion's on the same validation set
+   (:func:`fleetmind.training.tracking.promote_if_better`).
 
 Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. The pyfunc wrapper lives in
 :mod:`fleetmind.training.rca_pyfunc` (it must be importable by name when MLflow loads the model).
@@ -24,6 +26,8 @@ Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. T
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import random
@@ -36,12 +40,20 @@ import numpy as np
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError
+from fleetmind.data.files import read_json
+from fleetmind.data.rca_dataset import check_folder_complete, read_incidents
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.io import write_json
 from fleetmind.training.pyfunc_entries import RCA
 from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
-from fleetmind.training.tracking import log_pyfunc_model, ready_store, tracking_uri
+from fleetmind.training.tracking import (
+    EVAL_SET_TAG,
+    EvalSet,
+    log_pyfunc_model,
+    ready_store,
+    tracking_uri,
+)
 
 REGISTERED_MODEL = "fleetmind-rca"
 
@@ -113,8 +125,11 @@ class Args:
     """write ``rank<R>.json`` (this rank's training sample indices per epoch) to this folder"""
 
 
-def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) -> dict[str, Any]:
-    """Log the artifact as a pyfunc model in the active run; register and maybe promote it."""
+def log_and_register(
+    artifact_dir: Path, val_ac1: float, register: bool = True, val_set: EvalSet | None = None
+) -> dict[str, Any]:
+    """Log the artifact as a pyfunc model in the active run; register and maybe promote it
+    (``val_set``: what ``val_ac1`` was measured on, see :func:`validation_set`)."""
     return log_pyfunc_model(
         RCA,
         {"gat": str(artifact_dir)},
@@ -124,7 +139,51 @@ def log_and_register(artifact_dir: Path, val_ac1: float, register: bool = True) 
         score=val_ac1,
         higher_is_better=True,
         params={"top_k": 5},
+        eval_set=val_set,
     )
+
+
+def validation_set(data_dir: str | Path, seed: int, val_fraction: float, n_val: int) -> EvalSet:
+    """The identity of a run's validation set, so that only scores on the same set compare.
+
+    The fingerprint is the SHA-256 (hex) of the folder's ``val`` incidents (each as canonical
+    JSON, sorted, so their order in the file does not matter) and of the graphs they name; a
+    folder without a ``val`` split (:class:`fleetmind.rca.lightning_module.RCADataModule` then
+    holds out ``val_fraction`` of the training graphs, drawn with ``seed``) hashes
+    ``train.jsonl``, every ``graphs/*.json``, ``seed`` and ``val_fraction``. Two trainings on the
+    same data share it: the same folder, one regenerated with the same settings, or (with a
+    ``val`` split) a copy with feedback added to training.
+
+    Args:
+        data_dir: the dataset folder training read.
+        seed: the run's seed.
+        val_fraction: the data module's held-out share of training graphs (without ``val``).
+        n_val: validation incidents the run scored (``RCADataModule.info["n_val"]``).
+    """
+    root = Path(data_dir)
+    h = hashlib.sha256()
+    val = root / "val.jsonl"
+    incidents = read_incidents(val) if val.is_file() else []
+    if incidents:
+        h.update(b"val\n")
+        for line in sorted(_canonical(inc) for inc in incidents):
+            h.update(line.encode() + b"\n")
+        for name in sorted({str(inc["graph"]) for inc in incidents}):
+            graph = read_json(root / "graphs" / f"{name}.json", "graph file")
+            h.update(_canonical(graph).encode() + b"\n")
+    else:
+        h.update(f"held-out\n{seed}\n{val_fraction!r}\n".encode())
+        for path in [root / "train.jsonl", *sorted((root / "graphs").glob("*.json"))]:
+            h.update(path.name.encode() + b"\n")
+            with path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+    return EvalSet(h.hexdigest(), int(n_val))
+
+
+def _canonical(obj: Any) -> str:
+    """``obj`` as JSON with sorted keys and no spaces (one form per value)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
 def parse_devices(value: str | int) -> Any:
@@ -143,8 +202,6 @@ def parse_devices(value: str | int) -> Any:
 
 
 def _shard_log_callback() -> Any:
-    import json
-
     import pytorch_lightning as pl
 
     class ShardLog(pl.Callback):
@@ -235,7 +292,8 @@ def run(args: Args) -> dict[str, Any]:
         data={"dir": str(args.data), **dm.info, "seed": args.seed},
     )
     times = {"time/features_s": t_feat, "time/fit_s": fit_s, "time/epochs": trainer.current_epoch}
-    reg = _log_final(uri, logger.run_id, metrics, times, artifact, args.register)
+    val_set = validation_set(dm.data_dir, args.seed, dm.val_fraction, dm.info["n_val"])
+    reg = _log_final(uri, logger.run_id, metrics, times, artifact, args.register, val_set)
     return {
         "run_id": logger.run_id,
         "run_name": run_name,
@@ -360,6 +418,8 @@ def _data_module(args: Args) -> tuple[Any, dict[str, Any] | None, float]:
     merged with the feedback database's incidents when ``args.feedback_db`` is given."""
     from fleetmind.rca.lightning_module import RCADataModule
 
+    # the feature cache spares the data module from reading the folder: check it was finished
+    check_folder_complete(args.data)
     data_dir, feedback = args.data, None
     if args.feedback_db:
         target = merged_dir(args.out, args.data, args.feedback_db, args.feedback_weight)
@@ -434,9 +494,11 @@ def _log_final(
     times: dict[str, float],
     artifact: Path,
     register: bool,
+    val_set: EvalSet | None = None,
 ) -> dict[str, Any]:
     """Log the final metrics (``final/<split>/<metric>`` and ``final/time/*``) to the run, log and
-    register the model, end the run; return the registry summary of :func:`log_and_register`."""
+    register the model (``val_set``: see :func:`validation_set`), end the run; return the registry
+    summary of :func:`log_and_register`."""
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=uri)
@@ -449,8 +511,10 @@ def _log_final(
     flat.update(times)
     for k, v in flat.items():
         client.log_metric(run_id, f"final/{k}", float(v))
+    if val_set is not None:
+        client.set_tag(run_id, EVAL_SET_TAG, val_set.fingerprint)
     with mlflow.start_run(run_id=run_id):
-        reg = log_and_register(artifact, metrics["val"]["ac@1"], register=register)
+        reg = log_and_register(artifact, metrics["val"]["ac@1"], register, val_set)
     client.set_terminated(run_id)
     return reg
 
@@ -592,6 +656,7 @@ def cli(args: Any) -> int:
             )
     if "version" in res:
         state = "champion" if res["champion"] else f"champion stays {res['previous_champion']}"
+        state = res.get("champion_refused") or state
         print(f"registered {res['registered_model']} version {res['version']} ({state})")
     print(f"artifact {res['artifact']}")
     write_json(args.json, res)
@@ -637,7 +702,6 @@ def _inputs_text(cfg: dict[str, Any]) -> str:
 
 def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
     """Copy the run's artifact to ``dest`` (e.g. ``models/rca``) and write ``MODEL_CARD.md``."""
-    import json
     import shutil
 
     dest = Path(dest)

@@ -7,8 +7,9 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
   started together on a new store do not race to create them;
 * :func:`pip_requirements`: the pinned requirements a logged pyfunc model declares (pinned to the
   installed versions; no slow inference of requirements);
-* :func:`promote_if_better`: tag a registered model version with its score and move the
-  :data:`CHAMPION` alias to it when it beats the champion's;
+* :func:`promote_if_better`: tag a registered model version with its score (and what it was
+  measured on, an :class:`EvalSet`) and move the :data:`CHAMPION` alias to it when it beats the
+  champion's on the same evaluation set;
 * :func:`log_pyfunc_model`: log a model to the active run as an MLflow pyfunc, then register and
   promote it.
 """
@@ -18,8 +19,9 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleetmind.data.mlflow_store import bounded_requests, reason
 from fleetmind.errors import ConfigError
@@ -28,6 +30,43 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 """The embedded SQLite store, in the current folder."""
 CHAMPION = "champion"
 """The registry alias of the best version of a registered model."""
+EVAL_SET_TAG = "eval_set"
+"""Model version tag: the fingerprint of the evaluation set its score was measured on."""
+EVAL_N_TAG = "eval_n"
+"""Model version tag: how many items (incidents) that evaluation set holds."""
+MIN_EVAL_N = 30
+"""The fewest items a score's evaluation set may hold to displace a champion that records no
+evaluation set (one registered before versions recorded theirs): on fewer, AC@1 moves by 1/30 or
+more per incident and says little about the model."""
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """What a score was measured on: two scores compare only when their fingerprints are equal.
+
+    Attributes:
+        fingerprint: a digest of the evaluation items (e.g. SHA-256 hex of the validation
+            incidents and their graphs); equal for two trainings on the same data.
+        n: how many items it holds (incidents).
+    """
+
+    fingerprint: str
+    n: int
+
+
+class Promotion(NamedTuple):
+    """The outcome of :func:`promote_if_better`.
+
+    Attributes:
+        promoted: whether :data:`CHAMPION` moved to the new version.
+        previous: the champion's version before the call (``None``: there was none).
+        refused: why the scores were not compared, on one line naming how to promote the version
+            by hand (``None`` when they were, or when there was no champion).
+    """
+
+    promoted: bool
+    previous: str | None
+    refused: str | None = None
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -99,37 +138,84 @@ def pip_requirements(packages: Sequence[str]) -> list[str]:
 
 
 def promote_if_better(
-    client: Any, name: str, version: str, *, tag: str, score: float, higher_is_better: bool
-) -> tuple[bool, str | None]:
+    client: Any,
+    name: str,
+    version: str,
+    *,
+    tag: str,
+    score: float,
+    higher_is_better: bool,
+    eval_set: EvalSet | None = None,
+) -> Promotion:
     """Tag ``version`` of registered model ``name`` with ``tag`` = ``score`` (6 decimals) and move
     :data:`CHAMPION` to it if it beats the champion's ``tag``.
 
     A version beats the champion when its score is strictly better (a tie keeps the champion);
     with no champion yet, or one without a readable tag, the new version becomes champion.
 
+    With an ``eval_set``, the version is also tagged :data:`EVAL_SET_TAG` and :data:`EVAL_N_TAG`,
+    and the scores are compared only when the champion's :data:`EVAL_SET_TAG` equals it: a score
+    on another evaluation set does not compare, and the champion stays. A champion without that
+    tag (registered before versions recorded it) is compared as before, but only by a score
+    measured on at least :data:`MIN_EVAL_N` items. Without an ``eval_set`` the rule is the plain
+    score comparison.
+
     Returns:
-        ``(promoted, previous champion version or None)``.
+        :class:`Promotion` ``(promoted, previous champion version or None, why not compared)``.
     """
     from mlflow.exceptions import MlflowException
 
     client.set_model_version_tag(name, version, tag, f"{score:.6f}")
+    if eval_set is not None:
+        client.set_model_version_tag(name, version, EVAL_SET_TAG, eval_set.fingerprint)
+        client.set_model_version_tag(name, version, EVAL_N_TAG, str(eval_set.n))
     try:
         champ = client.get_model_version_by_alias(name, CHAMPION)
     except MlflowException:
         champ = None
-    prev = None if champ is None else str(champ.version)
-    worst = float("-inf") if higher_is_better else float("inf")
-    best = worst
-    if champ is not None:
-        try:
-            best = float(champ.tags.get(tag, worst))
-        except ValueError:
-            best = worst
-    wins = score > best if higher_is_better else score < best
-    if champ is None or wins:
+    if champ is None:
         client.set_registered_model_alias(name, CHAMPION, str(version))
-        return True, prev
-    return False, prev
+        return Promotion(True, None)
+    prev = str(champ.version)
+    if eval_set is not None:
+        refused = _incomparable(name, version, tag, eval_set, prev, dict(champ.tags or {}))
+        if refused is not None:
+            return Promotion(False, prev, refused)
+    worst = float("-inf") if higher_is_better else float("inf")
+    try:
+        best = float(champ.tags.get(tag, worst))
+    except ValueError:
+        best = worst
+    if score > best if higher_is_better else score < best:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+        return Promotion(True, prev)
+    return Promotion(False, prev)
+
+
+def _incomparable(
+    name: str, version: str, tag: str, eval_set: EvalSet, prev: str, champ_tags: dict[str, str]
+) -> str | None:
+    """Why ``version``'s score cannot be set against champion ``prev``'s (one line), or ``None``."""
+    by_hand = (
+        f"to promote it anyway: mlflow.MlflowClient().set_registered_model_alias("
+        f"{name!r}, {CHAMPION!r}, {str(version)!r})"
+    )
+    theirs = champ_tags.get(EVAL_SET_TAG)
+    if theirs is None:
+        if eval_set.n < MIN_EVAL_N:
+            return (
+                f"champion stays version {prev}: this version's {tag} comes from {eval_set.n} "
+                f"evaluation incidents, fewer than {MIN_EVAL_N}, and the champion records no "
+                f"evaluation set to compare with; {by_hand}"
+            )
+        return None
+    if theirs != eval_set.fingerprint:
+        n = champ_tags.get(EVAL_N_TAG, "?")
+        return (
+            f"champion stays version {prev}: its {tag} was measured on another evaluation set "
+            f"({n} incidents; this version's {eval_set.n}), so the scores do not compare; {by_hand}"
+        )
+    return None
 
 
 def _param_type(value: int | float | str | bool) -> str:
@@ -150,6 +236,7 @@ def log_pyfunc_model(
     score: float,
     higher_is_better: bool,
     params: dict[str, int | float | str | bool] | None = None,
+    eval_set: EvalSet | None = None,
 ) -> dict[str, Any]:
     """Log the pyfunc built by the models-from-code file ``entry`` (see
     :mod:`fleetmind.training.pyfunc_entries`; with ``artifacts``, requiring ``packages`` pinned) as
@@ -159,11 +246,13 @@ def log_pyfunc_model(
     ``params`` (name to default) become the signature's parameter schema, so that
     ``predict(..., params={...})`` and the ``params`` of a scoring server's ``/invocations`` body
     reach the wrapper (MLflow drops, with a warning, every parameter a signature does not declare).
-    The inputs are left without a schema: the wrappers take free-form JSON rows.
+    The inputs are left without a schema: the wrappers take free-form JSON rows. ``eval_set``
+    (what ``score`` was measured on) goes to :func:`promote_if_better`.
 
     Returns:
         ``{"model_uri"}``, plus ``registered_model``, ``version``, ``champion`` (moved to this
-        version?) and ``previous_champion`` when registered.
+        version?) and ``previous_champion`` when registered, and ``champion_refused`` (one line:
+        why the scores were not compared) when the champion stayed for that reason.
     """
     import mlflow
     import mlflow.pyfunc
@@ -190,13 +279,14 @@ def log_pyfunc_model(
     out: dict[str, Any] = {"model_uri": info.model_uri}
     if registered_model is not None:
         version = str(info.registered_model_version)
-        promoted, prev = promote_if_better(
+        promoted, prev, refused = promote_if_better(
             mlflow.MlflowClient(),
             registered_model,
             version,
             tag=tag,
             score=score,
             higher_is_better=higher_is_better,
+            eval_set=eval_set,
         )
         out.update(
             registered_model=registered_model,
@@ -204,4 +294,6 @@ def log_pyfunc_model(
             champion=promoted,
             previous_champion=prev,
         )
+        if refused is not None:
+            out["champion_refused"] = refused
     return out
