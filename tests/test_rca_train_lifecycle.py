@@ -14,12 +14,11 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from gat_helpers import toy_dataset
-from mlflow.exceptions import MlflowException
+from tracking_helpers import FakeRegistry
 
 from fleetmind.cli import main
 from fleetmind.data.errors import DataError, NotAvailableError
@@ -86,26 +85,6 @@ def _train(data: Path, out: Path, *extra: str) -> int:
 
 
 # ------------------------------------------------------------------ the champion rule
-class FakeRegistry:
-    """The MlflowClient calls of the champion rule, on one registered model, in memory."""
-
-    def __init__(self) -> None:
-        self.tags: dict[str, dict[str, str]] = {}
-        self.alias: str | None = None
-
-    def set_model_version_tag(self, name: str, version: str, key: str, value: str) -> None:
-        self.tags.setdefault(version, {})[key] = value
-
-    def get_model_version_by_alias(self, name: str, alias: str) -> SimpleNamespace:
-        if self.alias is None:
-            raise MlflowException("no alias")
-        return SimpleNamespace(version=self.alias, tags=self.tags.get(self.alias, {}))
-
-    def set_registered_model_alias(self, name: str, alias: str, version: str) -> None:
-        assert alias == CHAMPION
-        self.alias = version
-
-
 def _register(reg: FakeRegistry, version: int, score: float, eval_set: EvalSet | None) -> tuple:
     return promote_if_better(
         reg, "m", str(version), tag="val_ac1", score=score, higher_is_better=True, eval_set=eval_set

@@ -7,41 +7,19 @@ import os
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
-from mlflow.exceptions import MlflowException
+from tracking_helpers import FakeRegistry
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.training import rca_train
 from fleetmind.training.recipes import tracking as placement_tracking
 from fleetmind.training.tracking import (
-    CHAMPION,
     pip_requirements,
     promote_if_better,
     ready_store,
     tracking_uri,
 )
-
-
-class FakeRegistry:
-    """The three MlflowClient calls the rule makes, on one registered model, in memory."""
-
-    def __init__(self) -> None:
-        self.tags: dict[str, dict[str, str]] = {}
-        self.alias: str | None = None
-
-    def set_model_version_tag(self, name: str, version: str, key: str, value: str) -> None:
-        self.tags.setdefault(version, {})[key] = value
-
-    def get_model_version_by_alias(self, name: str, alias: str) -> SimpleNamespace:
-        if self.alias is None:
-            raise MlflowException("no alias")
-        return SimpleNamespace(version=self.alias, tags=self.tags.get(self.alias, {}))
-
-    def set_registered_model_alias(self, name: str, alias: str, version: str) -> None:
-        assert alias == CHAMPION
-        self.alias = version
 
 
 @pytest.mark.parametrize(

@@ -277,45 +277,40 @@ def test_the_cookie_carries_the_scopes_of_the_token(tmp_path: Path) -> None:
             assert ('id="feedback-form"' in html) is form, token
 
 
+def _incident_row(conn: object, **kw: object) -> int:
+    """Store one incident row directly (defaults: open, one firing alert on c1-h3); its id."""
+    from fleetmind.serving.db import incidents
+
+    row = {
+        "status": "open", "opened_ts": 1.0, "updated_ts": 1.0, "first_alert_ts": 1.0,
+        "last_alert_ts": 1.0, "alert_count": 1, "firing_count": 1, "nodes": ["c1/host/c1-h3"],
+        "clusters": ["c1"], "causes": [], **kw,
+    }  # fmt: skip
+    return int(conn.execute(incidents.insert().values(**row)).inserted_primary_key[0])
+
+
+def _alert_row(conn: object, incident_id: int, key: str, **kw: object) -> None:
+    """Store one grouped alert of ``incident_id`` directly, fingerprint ``key`` (defaults:
+    firing, on c1-h3)."""
+    from fleetmind.serving.db import alerts
+
+    row = {
+        "fingerprint": key, "starts_at": f"t-{key}", "starts_ts": 1.0, "status": "firing",
+        "alertname": "KubeNodeNotReady", "labels": {}, "annotations": {},
+        "node": "c1/host/c1-h3", "received_ts": 1.0, "updated_ts": 1.0, "pending": False,
+        "incident_id": incident_id, **kw,
+    }  # fmt: skip
+    conn.execute(alerts.insert().values(**row))
+
+
 def _flood(c: TestClient, n: int) -> list[int]:
     """``n`` more open incidents, each with one firing alert on host c1-h3 (stored directly)."""
-    from fleetmind.serving.db import alerts, incidents
-
-    db, ids = c.app.state.services.db, []
-    with db.write() as conn:
+    ids = []
+    with c.app.state.services.db.write() as conn:
         for _ in range(n):
-            inc = conn.execute(
-                incidents.insert().values(
-                    status="open",
-                    opened_ts=1.0,
-                    updated_ts=1.0,
-                    first_alert_ts=1.0,
-                    last_alert_ts=1.0,
-                    alert_count=1,
-                    firing_count=1,
-                    nodes=["c1/host/c1-h3"],
-                    clusters=["c1"],
-                    causes=[],
-                )
-            ).inserted_primary_key[0]
-            conn.execute(
-                alerts.insert().values(
-                    fingerprint=f"flood-{inc}",
-                    starts_at=f"t{inc}",
-                    starts_ts=1.0,
-                    status="firing",
-                    alertname="KubeNodeNotReady",
-                    labels={},
-                    annotations={},
-                    node="c1/host/c1-h3",
-                    received_ts=1.0,
-                    updated_ts=1.0,
-                    pending=False,
-                    incident_id=inc,
-                )
-            )
-            ids.append(int(inc))
-    return ids  # fmt: skip
+            ids.append(_incident_row(conn))
+            _alert_row(conn, ids[-1], f"flood-{ids[-1]}")
+    return ids
 
 
 def test_every_open_incident_can_be_reached_and_marks_the_fleet(client: TestClient) -> None:
@@ -339,33 +334,18 @@ def test_every_open_incident_can_be_reached_and_marks_the_fleet(client: TestClie
 def test_a_long_incident_shows_what_still_fires_and_says_what_is_cut(client: TestClient) -> None:
     """Past 40 timeline bars and 200 table rows the page kept the earliest alerts, all
     resolved, while hundreds fired, and said nothing."""
-    from fleetmind.serving.db import alerts, incidents
-
     login(client)
-    db = client.app.state.services.db
-    with db.write() as conn:
-        inc = conn.execute(
-            incidents.insert().values(
-                status="open",
-                opened_ts=1.0,
-                updated_ts=1.0,
-                first_alert_ts=1.0,
-                last_alert_ts=2.0,
-                alert_count=300,
-                firing_count=100,
-                nodes=["c0/host/c0-h2"],
-                clusters=["c0"],
-                causes=[],
-            )
-        ).inserted_primary_key[0]
+    with client.app.state.services.db.write() as conn:
+        inc = _incident_row(
+            conn, last_alert_ts=2.0, alert_count=300, firing_count=100,
+            nodes=["c0/host/c0-h2"], clusters=["c0"],
+        )  # fmt: skip
         for i in range(300):  # 200 resolved first, then 100 firing
-            conn.execute(
-                alerts.insert().values(
-                    fingerprint=f"long-{i}", starts_at=f"t{i}", starts_ts=1000.0 + i,
-                    ends_ts=None if i >= 200 else 5000.0, status="firing" if i >= 200 else "resolved",
-                    alertname=f"A{i}", labels={}, annotations={}, node="c0/host/c0-h2",
-                    received_ts=1.0, updated_ts=1.0, pending=False, incident_id=inc,
-                )
+            firing = i >= 200
+            _alert_row(
+                conn, inc, f"long-{i}", starts_ts=1000.0 + i, ends_ts=None if firing else 5000.0,
+                status="firing" if firing else "resolved", alertname=f"A{i}",
+                node="c0/host/c0-h2",
             )  # fmt: skip
     html = client.get(f"/ui/incidents/{inc}").text
     assert 'id="alerts-cut"' in html and "40 of 300 alerts" in html
@@ -384,19 +364,13 @@ def test_scores_and_ages_do_not_round_across_a_line() -> None:
 
 def test_a_merged_incident_page_says_where_it_went(client: TestClient) -> None:
     """A notification's link to a merged incident landed on its target without a word."""
-    from fleetmind.serving.db import incidents
-
     login(client)
     target = _flood(client, 1)[0]
-    db = client.app.state.services.db
-    with db.write() as conn:
-        gone = conn.execute(
-            incidents.insert().values(
-                status="merged", merged_into=target, opened_ts=1.0, updated_ts=1.0,
-                first_alert_ts=1.0, last_alert_ts=1.0, alert_count=0, firing_count=0, nodes=[],
-                clusters=[], causes=[],
-            )
-        ).inserted_primary_key[0]  # fmt: skip
+    with client.app.state.services.db.write() as conn:
+        gone = _incident_row(
+            conn, status="merged", merged_into=target, alert_count=0, firing_count=0, nodes=[],
+            clusters=[],
+        )  # fmt: skip
     r = client.get(f"/ui/incidents/{gone}", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"].startswith(f"/ui/incidents/{target}?")
     html = client.get(r.headers["location"]).text
@@ -421,18 +395,9 @@ def test_the_incident_api_pages_without_repeats_and_gives_the_newest_alerts(
     ]
     assert page2 == sorted(ids, reverse=True)[5:10]
     # the newest alerts of a long incident
-    from fleetmind.serving.db import alerts
-
-    db = client.app.state.services.db
-    with db.write() as conn:
+    with client.app.state.services.db.write() as conn:
         for i in range(5):
-            conn.execute(
-                alerts.insert().values(
-                    fingerprint=f"more-{i}", starts_at=f"m{i}", starts_ts=2.0 + i, status="firing",
-                    alertname=f"More{i}", labels={}, annotations={}, node="c1/host/c1-h3",
-                    received_ts=1.0, updated_ts=1.0, pending=False, incident_id=ids[0],
-                )
-            )  # fmt: skip
+            _alert_row(conn, ids[0], f"more-{i}", starts_ts=2.0 + i, alertname=f"More{i}")
     got = client.get(f"/api/v1/incidents/{ids[0]}?alerts_limit=3", headers=h).json()["alerts"]
     assert [a["labels"] for a in got] and [a["fingerprint"] for a in got] == [
         "more-2",
