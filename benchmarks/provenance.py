@@ -18,14 +18,28 @@ start and end) and ``versions`` (Python, torch, numpy and any ``packages`` asked
 from __future__ import annotations
 
 import datetime as dt
-import importlib.metadata as md
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from fleetmind.provenance import LIBRARY_FOLDERS, code_root, git_commit, versions
+
+__all__ = [
+    "AREAS",
+    "LIBRARY_FOLDERS",
+    "RESULTS",
+    "REPO_ROOT",
+    "code_root",
+    "command",
+    "git_commit",
+    "load_now",
+    "machine",
+    "provenance",
+    "versions",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The checkout's root folder (the one holding ``pyproject.toml``)."""
@@ -37,9 +51,6 @@ AREAS = ("rca", "placement", "dynamic", "serving")
 """The folders of :data:`RESULTS`, named after the benchmark packages. A result goes to the area it
 measures, whichever script wrote it: dynamic-mode runs of ``benchmarks.placement.headroom`` go to
 ``dynamic/``, the dated experiments' results to the area they studied (``benchmarks/README.md``)."""
-
-LIBRARY_FOLDERS = ("fleetmind", "data", "rca", "envs", "rl", "training", "serving", "models")
-"""Folders whose uncommitted changes make ``code_modified`` true."""
 
 
 def load_now() -> list[float] | None:
@@ -55,33 +66,6 @@ def command(module: str, argv: Sequence[str] | None = None) -> str:
     return " ".join(["python", "-m", module, *args])
 
 
-def code_root() -> Path:
-    """The folder above the imported ``fleetmind`` package: a checkout's root in a source install."""
-    import fleetmind
-
-    return Path(fleetmind.__file__).resolve().parents[1]
-
-
-def git_commit(root: Path | None = None) -> dict[str, Any]:
-    """``{"commit": HEAD or None, "code_modified": bool or None}`` of the checkout at ``root``
-    (default: :func:`code_root`, so a run with another checkout's environment names that one)."""
-    root = root or code_root()
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    try:
-        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
-            raise OSError(f"{root} is not the root of a git checkout")
-        head = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--", *LIBRARY_FOLDERS)
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "code_modified": None}
-    return {"commit": head, "code_modified": bool(dirty)}
-
-
 def machine(load_start: list[float] | None = None, **extra: Any) -> dict[str, Any]:
     """Platform, processor, core count, Python, and the load averages at the start and now."""
     return {
@@ -93,17 +77,6 @@ def machine(load_start: list[float] | None = None, **extra: Any) -> dict[str, An
         "loadavg_end": load_now(),
         **extra,
     }
-
-
-def versions(packages: Iterable[str] = ()) -> dict[str, str | None]:
-    """Python, torch and numpy versions, and those of ``packages`` (``None`` if not installed)."""
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for pkg in ("torch", "numpy", *packages):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = None
-    return out
 
 
 def provenance(

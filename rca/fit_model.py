@@ -38,6 +38,7 @@ import numpy as np
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import ROLES, RoleMap
+from fleetmind.provenance import artifact_provenance
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threads
 from fleetmind.rca.features.times import parse_time
 
@@ -194,6 +195,7 @@ def save_fit_artifact(
             for i in range(graph.num_nodes)
         },
         **dict(meta),
+        "provenance": artifact_provenance(),
     }
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return out

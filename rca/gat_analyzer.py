@@ -3,7 +3,8 @@
 An artifact is a folder with two files:
 
 * ``config.json``: ``{"format": "fleetmind-rca-gat", "format_version": 1, "version": ...,
-  "model": <GATConfig dict>, "metrics": {...}, "data": {...}}``
+  "model": <GATConfig dict>, "metrics": {...}, "data": {...}, "provenance": {"commit",
+  "code_modified", "created", "versions"}}`` (provenance: :func:`fleetmind.provenance.artifact_provenance`)
 * ``model.pt``: the ``GATRanker`` state dict (``torch.save``; loaded with ``weights_only=True``).
 
 :meth:`GATAnalyzer.load` accepts a local artifact folder (or its ``config.json``), an MLflow model URI
@@ -34,6 +35,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.mlflow_store import bounded_requests, reason
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
+from fleetmind.provenance import artifact_provenance
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threads
 from fleetmind.rca.explain import attention_paths
 from fleetmind.rca.features.columnar import incident_crop
@@ -124,6 +126,7 @@ def save_artifact(
         "model": model.config.to_dict(),
         "metrics": dict(metrics or {}),
         "data": dict(data or {}),
+        "provenance": artifact_provenance(),
     }
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return out

@@ -229,6 +229,21 @@ def test_save_load_round_trip_identical_scores(artifact) -> None:
     assert gat.version.startswith("gat-")
 
 
+def test_artifact_names_the_commit_and_versions_that_made_it(artifact) -> None:
+    """A model folder found on its own says which code and which torch made it."""
+    import re
+
+    from fleetmind.provenance import code_root, git_commit
+
+    path, _ = artifact
+    prov = json.loads((path / "config.json").read_text())["provenance"]
+    assert prov["versions"]["torch"] == torch.__version__
+    assert prov["versions"]["fleetmind"] and prov["versions"]["torch_geometric"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", prov["created"])
+    assert prov["commit"] == git_commit(code_root())["commit"]
+    assert GATAnalyzer.load(path).version.startswith("gat-")  # loading ignores the extra key
+
+
 def test_find_root_causes_result(artifact) -> None:
     path, _ = artifact
     gat = GATAnalyzer.load(path)

@@ -104,6 +104,14 @@ def test_train_flags_reach_the_fit_and_the_release_command(monkeypatch) -> None:
     assert not {"--dropout 0.1", "--neighbours"} & set(
         rca_train._argv_tail(p.parse_args(["--data", "d"]))
     )
+    fb = p.parse_args(
+        ["--data", "d", "--feedback-db", "postgresql://u:secret@db/fm", "--patience", "7"]
+        + ["--feedback-weight", "3", "--release", "out"]
+    )
+    fb_tail = rca_train._argv_tail(fb)
+    assert {"--patience 7", "--feedback-weight 3"} <= set(fb_tail)
+    assert "--feedback-db postgresql://u:***@db/fm" in fb_tail  # the card never holds a password
+    assert "secret" not in " ".join(fb_tail)
     seen = {}
     monkeypatch.setattr(rca_train, "run", lambda a: (seen.setdefault("args", a), {"rank": 1})[1])
     assert rca_train.cli(ns) == 0

@@ -664,6 +664,9 @@ def cli(args: Any) -> int:
 
 
 def _argv_tail(args: Any) -> list[str]:
+    """The ``fleetmind rca train`` flags that shape the model, as given (the model card's
+    "Regenerate" command). Where the run went (``--out``, ``--tracking-uri``, ``--json``) and how
+    many threads it used are left out; a feedback database URL is shown without its password."""
     out = [f"--data {args.data}", f"--epochs {args.epochs}", f"--seed {args.seed}"]
     d = Args()
     for flag, name in (
@@ -674,12 +677,20 @@ def _argv_tail(args: Any) -> list[str]:
         ("--hidden", "hidden"),
         ("--heads", "heads"),
         ("--layers", "layers"),
+        ("--patience", "patience"),
         ("--max-train", "max_train"),
         ("--max-minutes", "max_minutes"),
         ("--thin-share", "thin_share"),
+        ("--feedback-weight", "feedback_weight"),
+        ("--accelerator", "accelerator"),
+        ("--devices", "devices"),
+        ("--strategy", "strategy"),
+        ("--num-nodes", "num_nodes"),
     ):
-        if getattr(args, name) != getattr(d, name):
+        if getattr(args, name, getattr(d, name)) != getattr(d, name):
             out.append(f"{flag} {getattr(args, name)}")
+    if getattr(args, "feedback_db", None):
+        out.append(f"--feedback-db {safe_url(args.feedback_db)}")
     if getattr(args, "neighbours", False):
         out.append("--neighbours")
     out.append(f"--release {args.release}")

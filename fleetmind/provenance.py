@@ -1,0 +1,72 @@
+"""Where a result or a model came from: the checkout's commit and the versions it ran with.
+
+Shared by the benchmarks (every result JSON) and the model writers (each artifact's
+``config.json`` holds ``provenance``), so that a model folder found on its own still says which
+code and which torch made it::
+
+    >>> from fleetmind.provenance import artifact_provenance
+    >>> sorted(artifact_provenance())                                   # doctest: +SKIP
+    ['code_modified', 'commit', 'created', 'versions']
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata as md
+import platform
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+LIBRARY_FOLDERS = ("fleetmind", "data", "rca", "envs", "rl", "training", "serving", "models")
+"""Folders whose uncommitted changes make ``code_modified`` true."""
+
+
+def code_root() -> Path:
+    """The folder above the imported ``fleetmind`` package: a checkout's root in a source install."""
+    return Path(__file__).resolve().parents[1]
+
+
+def git_commit(root: Path | None = None) -> dict[str, Any]:
+    """``{"commit": HEAD or None, "code_modified": bool or None}`` of the checkout at ``root``
+    (default: :func:`code_root`, so a run with another checkout's environment names that one).
+
+    Both are ``None`` outside a git checkout (an installed wheel) or without ``git``.
+    """
+    root = root or code_root()
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
+            raise OSError(f"{root} is not the root of a git checkout")
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--", *LIBRARY_FOLDERS)
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "code_modified": None}
+    return {"commit": head, "code_modified": bool(dirty)}
+
+
+def versions(packages: Iterable[str] = ()) -> dict[str, str | None]:
+    """Python, torch and numpy versions, and those of ``packages`` (``None`` if not installed)."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("torch", "numpy", *packages):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def artifact_provenance(packages: Iterable[str] = ()) -> dict[str, Any]:
+    """``{"commit", "code_modified", "created" (UTC, ISO 8601), "versions"}`` for a model's
+    ``config.json``; ``versions`` always names ``fleetmind`` and ``torch_geometric`` too."""
+    return {
+        **git_commit(),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "versions": versions(("fleetmind", "torch_geometric", *packages)),
+    }
