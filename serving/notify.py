@@ -51,6 +51,22 @@ CLOSED, SUPERSEDED, UNSURE = "incident closed", "root cause changed", "score bel
 wording): its incident resolved or was merged; the incident's settled top cause (or its severity)
 changed; its score fell below ``FLEETMIND_NOTIFY_WARNING_SCORE``."""
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+CLUSTER_CHARS = 256
+"""Longest ``cluster`` label a notification carries (an incident's clusters come from the
+``cluster`` labels of its alerts, which anyone who can post alerts chooses)."""
+
+
+def mrkdwn(text: str) -> str:
+    """``text`` as literal Slack mrkdwn: ``&``, ``<`` and ``>`` escaped, as Slack's "Escaping text"
+    rule asks, so that no value from an alert label becomes a ``<!channel>`` ping or a link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code_span(text: str) -> str:
+    """``text`` as one mrkdwn code span: escaped (:func:`mrkdwn`), backticks and line breaks
+    replaced so that it cannot close the span, and no formatting applies inside it."""
+    flat = " ".join(str(text).replace("`", "'").split())
+    return f"`{mrkdwn(flat)}`"
 
 
 _COUNTERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -293,6 +309,8 @@ class Notifier:
         url = f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}"
         path = list(top.get("path") or [top["node"]])
         cluster = top.get("cluster") or ",".join(inc["clusters"] or []) or "unknown"
+        if len(cluster) > CLUSTER_CHARS:  # an incident's clusters come from alert labels
+            cluster = cluster[: CLUSTER_CHARS - 1] + "…"
         labels = {
             "alertname": ALERTNAME,
             "incident": str(inc["id"]),
@@ -420,23 +438,24 @@ class Notifier:
         resolved = row["state"] == "resolved"
         because = a.get("resolved_because") or CLOSED if resolved else None
         link = f"<{a['incident_url']}|incident {lab['incident']}>"
+        node, cluster, path = (code_span(v) for v in (lab["cause_node"], lab["cluster"], a["path"]))
         if because == SUPERSEDED:  # the incident is still open: its root cause changed
             text = (
-                f":arrows_counterclockwise: Root cause of {link} changed: `{lab['cause_node']}` "
+                f":arrows_counterclockwise: Root cause of {link} changed: {node} "
                 "withdrawn, the new one follows"
             )
         elif because == UNSURE:
             text = (
-                f":grey_question: Root cause `{lab['cause_node']}` of {link} withdrawn: the "
+                f":grey_question: Root cause {node} of {link} withdrawn: the "
                 "model is no longer sure (score below the warning floor); the incident is open"
             )
         elif resolved:
-            text = f":white_check_mark: Resolved {link} (root cause was `{lab['cause_node']}`)"
+            text = f":white_check_mark: Resolved {link} (root cause was {node})"
         else:
             text = (
-                f":rotating_light: Root cause of {link}: `{lab['cause_node']}`"
-                + (f" ({a['fault_type']})" if a.get("fault_type") else "")
-                + f", score {a['score']}, cluster {lab['cluster']}\nPath: `{a['path']}`"
+                f":rotating_light: Root cause of {link}: {node}"
+                + (f" ({mrkdwn(a['fault_type'])})" if a.get("fault_type") else "")
+                + f", score {a['score']}, cluster {cluster}\nPath: {path}"
             )
         return {
             "text": text,

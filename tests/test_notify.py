@@ -287,3 +287,53 @@ def test_a_gat_cause_below_the_warning_floor_is_never_sent(app: TestClient) -> N
     clock.t += 31
     n.poll()
     assert _alerts_of(rec, inc) == []
+
+
+def test_alert_label_values_reach_chat_as_text_not_markup(tmp_path: Path) -> None:
+    """Whoever can post alerts chooses their ``cluster`` labels, and a cause on a node with no
+    cluster (the example graph's ``dns``) names the incident's clusters: in the chat message they
+    are literal text. Slack's "Formatting text for app surfaces", *Escaping text*: ``&``, ``<``
+    and ``>`` are control characters; ``<!channel>`` pings everyone, ``<url|label>`` is a link."""
+    hostile = "<!channel> <https://evil.example/login|Click to acknowledge> `x` *pwn*\nPath: y"
+    storm = [
+        alert({"alertname": "DNSDown", "service": svc, "cluster": hostile}, T0.isoformat())
+        for svc in ("dns", "registry", "config")
+    ]
+    rec, clock = Recorder(), Clock()
+    with TestClient(create_app(settings(tmp_path))) as c:
+        c.post("/api/v1/alerts", json=webhook(storm)).raise_for_status()
+        c.app.state.services.incidents.process_pending()
+        n = notifier(c, rec, clock)
+        n.poll()
+        clock.t += 31
+        assert n.poll() == 2
+    (msg,) = rec.to(HOOK)
+    text = msg["text"]
+    assert "<!channel>" not in text and "<https://evil.example" not in text
+    assert "&lt;!channel&gt; &lt;https://evil.example/login|Click to acknowledge&gt;" in text
+    assert text.count("\n") == 1 and text.count("`") == 6  # one code span each: node, cluster, path
+    assert msg["fleetmind"]["cluster"].startswith("<!channel>")  # the raw value, as JSON data
+    (am,) = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    assert len(am["labels"]["cluster"]) <= 256
+
+
+def test_an_incident_over_many_clusters_gets_a_bounded_cluster_label(tmp_path: Path) -> None:
+    """Alert labels name the incident's clusters; the notification's ``cluster`` label stays short."""
+    storm = [
+        alert(
+            {"alertname": "DNSDown", "service": "dns", "cluster": f"cluster-{i:04d}"},
+            T0.isoformat(),
+        )
+        for i in range(200)
+    ]
+    rec, clock = Recorder(), Clock()
+    with TestClient(create_app(settings(tmp_path))) as c:
+        c.post("/api/v1/alerts", json=webhook(storm)).raise_for_status()
+        c.app.state.services.incidents.process_pending()
+        n = notifier(c, rec, clock)
+        n.poll()
+        clock.t += 31
+        n.poll()
+    labels = [a["labels"] for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    assert labels and all(len(lab["cluster"]) <= 256 for lab in labels)
+    assert any(lab["cluster"].endswith("…") for lab in labels)

@@ -473,3 +473,54 @@ def test_rca_on_an_empty_served_graph_answers_no_cause(
         r = c.post("/api/v1/rca", json={"alerts": alerts}, headers=R)
         assert r.status_code == 200, r.text
         assert r.json()["causes"] == [] and r.json()["mapped_alerts"] == 0
+
+
+def test_prometheus_credentials_never_reach_clients(tmp_path: Path) -> None:
+    """A Prometheus URL may carry basic-auth ``user:password@``; the 503s and the fleet page's
+    banner that quote it go to read-scope clients (OWASP Top 10 A01, CWE-209)."""
+    settings = make_settings(
+        tmp_path,
+        telemetry="prometheus",
+        prometheus_url="http://promuser:S3cret%40Pw@127.0.0.1:9",
+        telemetry_timeout_s=0.5,
+    )
+    with TestClient(create_app(settings)) as c:
+        fleet = c.get("/api/v1/fleet", headers=R)
+        place = c.post("/api/v1/placements", headers=R, json={"num_gpu": 1})
+        login(c, READ)
+        page = c.get("/ui/fleet")
+    assert fleet.status_code == 503 and "127.0.0.1:9" in fleet.json()["detail"]
+    for text in (fleet.text, place.text, page.text):
+        assert "S3cret" not in text and "promuser" not in text
+    assert place.status_code == 503
+
+
+def test_a_large_rca_body_is_parsed_off_the_event_loop(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validating a 16 MiB body (a graph of 130,000 nodes) takes seconds; on the event loop it held
+    back every probe and webhook meanwhile, and back-to-back requests from a read token tripped the
+    shipped liveness probe (3 s). FastAPI, "Concurrency and async / await": blocking work in an
+    ``async def`` route blocks the loop."""
+    from fleetmind.serving.rca import router as rca_router
+
+    real, on_loop = rca_router.parse_for, []
+
+    def spy(*args: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(*args)
+
+    monkeypatch.setattr(rca_router, "parse_for", spy)
+    one = [alert({"alertname": "KubeNodeNotReady", "node": "c0-h0"})]
+    big = [  # ~500 KiB: 2,000 alerts with a summary each
+        alert({"alertname": "KubeNodeNotReady", "node": "c0-h0", "n": str(i)},
+              annotations={"summary": "x" * 200})
+        for i in range(2000)
+    ]  # fmt: skip
+    for alerts in (one, big):
+        assert client.post("/api/v1/rca", headers=R, json={"alerts": alerts}).status_code == 200
+    assert on_loop == [True, False]  # small bodies stay inline: no thread hop on the hot path

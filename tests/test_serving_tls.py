@@ -232,3 +232,23 @@ def test_plain_http_is_not_served(served: Any) -> None:
     url, _ = served
     with pytest.raises(httpx.TransportError):
         httpx.get(url.replace("https://", "http://") + "/healthz", timeout=5.0)
+
+
+def test_cookies_are_secure_when_the_service_holds_the_certificate(served: Any) -> None:
+    """With ``FLEETMIND_TLS_CERT`` set and ``FLEETMIND_PUBLIC_URL`` at its ``http://`` default, the
+    UI's cookies still carry ``Secure`` (RFC 6265 section 4.1.2.5; OWASP Session Management Cheat
+    Sheet): without it a browser sends the session to the same host over plain HTTP."""
+    url, pki = served
+    with _client(pki, None) as c:
+        form = c.get(url + "/ui/login")
+        csrf = c.cookies.get("fm_csrf")
+        done = c.post(
+            url + "/ui/login",
+            data={"token": READ, "csrf": csrf, "next": "/ui/"},
+            headers={"Origin": url},
+            follow_redirects=False,
+        )
+    assert form.status_code == 200 and done.status_code == 303, done.text
+    for resp, name in ((form, "fm_csrf"), (done, "fm_session")):
+        (cookie,) = [h for h in resp.headers.get_list("set-cookie") if h.startswith(name + "=")]
+        assert "secure" in cookie.lower().split("; "), cookie

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.deps import GraphsDep, MetricsDep, RCABatcherDep, RCAPoolDep, RegistryDep
@@ -33,6 +34,9 @@ REQUEST_BODY = {
 """The OpenAPI request body of ``POST /api/v1/rca`` (the handler parses the body itself)."""
 
 JSON = "application/json"
+INLINE_PARSE_BYTES = 256 * 1024
+"""Bodies up to this size (bytes) are parsed on the event loop (well under a millisecond per KiB);
+larger ones, which take seconds near the 16 MiB body limit, in a worker thread."""
 PATH = "/api/v1/rca"
 POOL_OUTCOME = "fleetmind.rca_pool_outcome"
 """Scope key: what the ranking processes answered when
@@ -72,10 +76,13 @@ async def rank(
     # no ranking process, none could answer (Unavailable), or Invalid (the parse below raises
     # RCARequest's 422): rank here
     graph = graphs.graph  # read once: the alert columns are valid on this graph object only
-    req, alerts = parse_for(model.impl, graph, body)
+    if len(body) > INLINE_PARSE_BYTES:  # a large body (a graph, thousands of alerts) takes
+        # seconds to validate: in a worker thread the event loop answers probes and webhooks
+        # meanwhile (the parser lets go of the GIL between objects)
+        req, alerts = await run_in_threadpool(parse_for, model.impl, graph, body)
+    else:
+        req, alerts = parse_for(model.impl, graph, body)
     if req.graph is not None:  # validating a large graph is CPU work: keep it off the event loop
-        from starlette.concurrency import run_in_threadpool
-
         graph = await run_in_threadpool(DependencyGraph.from_model, req.graph)
     start = time.perf_counter()
     result = await batcher.rank(model.impl, graph, alerts, req.top_k)

@@ -167,6 +167,16 @@ Sample = tuple[str, dict[str, str], float]
 
 
 # ----------------------------------------------------------------------------- exporter mode
+_USERINFO = re.compile(r"//[^/?#\s]*@")
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` (a URL, or a message quoting one) with each URL's ``user:password@`` removed: a
+    Prometheus URL may carry basic-auth credentials, and its errors reach read-scope clients
+    (``/api/v1/fleet``'s 503, the fleet page's banner)."""
+    return _USERINFO.sub("//", text)
+
+
 class PrometheusSource(TelemetrySource):
     """Scrape ``url`` (a DCGM exporter, or anything serving the same series) on each snapshot."""
 
@@ -179,6 +189,7 @@ class PrometheusSource(TelemetrySource):
         import httpx
 
         self.url = url
+        self.shown_url = without_userinfo(url)
         self.default_cluster = default_cluster
         self._client = httpx.Client(timeout=timeout_s)
 
@@ -189,7 +200,9 @@ class PrometheusSource(TelemetrySource):
             resp = self._client.get(self.url)
             resp.raise_for_status()
         except httpx.HTTPError as err:
-            raise NotAvailableError(f"cannot scrape DCGM exporter at {self.url}: {err}") from None
+            raise NotAvailableError(
+                f"cannot scrape DCGM exporter at {self.shown_url}: {without_userinfo(str(err))}"
+            ) from None
         return FleetSnapshot("prometheus", parse_dcgm(resp.text, self.default_cluster), time.time())
 
     def close(self) -> None:
@@ -233,6 +246,7 @@ class PrometheusApiSource(TelemetrySource):
         import httpx
 
         self.url = url.rstrip("/")
+        self.shown_url = without_userinfo(self.url)
         self.default_cluster = default_cluster
         self._client = httpx.Client(timeout=timeout_s)
         self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
@@ -253,10 +267,12 @@ class PrometheusApiSource(TelemetrySource):
             if not isinstance(body, dict):
                 raise ValueError("the answer is not a JSON object")
         except (httpx.HTTPError, ValueError, msgspec.DecodeError) as err:
-            raise NotAvailableError(f"cannot query Prometheus at {self.url}: {err}") from None
+            raise NotAvailableError(
+                f"cannot query Prometheus at {self.shown_url}: {without_userinfo(str(err))}"
+            ) from None
         if resp.status_code != 200 or body.get("status") != "success":
             raise NotAvailableError(
-                f"Prometheus at {self.url} refused the query: "
+                f"Prometheus at {self.shown_url} refused the query: "
                 f"{body.get('error') or resp.status_code}"
             )
         data = body.get("data") or {}

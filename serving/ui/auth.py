@@ -159,8 +159,16 @@ def end_session(request: Request, db: Any) -> None:
         db.delete_ui_session(session_key(cookie))
 
 
-def secure_cookies(settings: Settings) -> bool:
-    return settings.public_url.lower().startswith("https://")
+def secure_cookies(settings: Settings, request: Request | None = None) -> bool:
+    """Whether cookies get ``Secure`` (RFC 6265 section 4.1.2.5): when users reach the service over
+    HTTPS, whether a proxy says so (``FLEETMIND_PUBLIC_URL`` is ``https://``), the service holds
+    the certificate itself (``FLEETMIND_TLS_CERT``, whatever the public URL says), or this request
+    came over TLS. Without it a browser sends the session to the same host over plain HTTP."""
+    return (
+        settings.public_url.lower().startswith("https://")
+        or bool(settings.tls_cert)
+        or (request is not None and request.url.scheme == "https")
+    )
 
 
 def csrf_token(request: Request, session: Session | None = None) -> tuple[str, bool]:

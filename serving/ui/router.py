@@ -182,7 +182,7 @@ def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> H
             token,
             httponly=True,
             samesite="strict",
-            secure=settings is not None and auth.secure_cookies(settings),
+            secure=settings is not None and auth.secure_cookies(settings, request),
             path="/ui",
         )
     return resp
@@ -280,7 +280,7 @@ async def login(request: Request, services: ServicesDep) -> Response:
         max_age=max_age,
         httponly=True,
         samesite="strict",
-        secure=auth.secure_cookies(settings),
+        secure=auth.secure_cookies(settings, request),
         path="/",
     )
     return resp
