@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from sqlalchemy.exc import SQLAlchemyError
@@ -62,7 +62,7 @@ from fleetmind.serving.routers import (
 from fleetmind.serving.scheduler import placement_router
 from fleetmind.serving.scheduler import router as scheduler_router
 from fleetmind.serving.scheduler.reservations import DbReservations
-from fleetmind.serving.schemas import AlertmanagerWebhook, RCARequest
+from fleetmind.serving.schemas import AlertmanagerWebhook, ErrorOut, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
@@ -307,10 +307,48 @@ def _document_models(app: FastAPI, models: list[type[BaseModel]]) -> None:
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, sub in defs.get("$defs", {}).items():
             comps.setdefault(name, sub)
+        _document_422(schema)
         app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+UNPROCESSABLE = {
+    "description": "Unprocessable input: ``detail`` is a message (``ErrorOut``) or the list of "
+    "validation errors (``HTTPValidationError``), whichever check refused it",
+    "content": {
+        "application/json": {
+            "schema": {
+                "anyOf": [
+                    {"$ref": "#/components/schemas/ErrorOut"},
+                    {"$ref": "#/components/schemas/HTTPValidationError"},
+                ]
+            }
+        }
+    },
+}
+"""The 422 answer of every operation that takes input: a route's own checks send a message, the
+request models send FastAPI's error list, and one route can send either."""
+
+
+def _document_422(schema: dict[str, Any]) -> None:
+    """Give every operation with a body or a 422 answer the :data:`UNPROCESSABLE` 422, and make
+    sure both of its schemas are among the components."""
+    from fastapi.openapi.utils import (
+        validation_error_definition,
+        validation_error_response_definition,
+    )
+
+    comps = schema.setdefault("components", {}).setdefault("schemas", {})
+    comps.setdefault("ErrorOut", ErrorOut.model_json_schema())
+    comps.setdefault("ValidationError", copy.deepcopy(validation_error_definition))
+    comps.setdefault("HTTPValidationError", copy.deepcopy(validation_error_response_definition))
+    for ops in schema.get("paths", {}).values():
+        for op in ops.values():
+            responses = op.get("responses") if isinstance(op, dict) else None
+            if responses is not None and ("requestBody" in op or "422" in responses):
+                responses["422"] = copy.deepcopy(UNPROCESSABLE)
 
 
 def is_input_error(exc: BaseException) -> bool:
@@ -321,6 +359,13 @@ def is_input_error(exc: BaseException) -> bool:
     from sqlalchemy.exc import IntegrityError
 
     return isinstance(exc, SADataError | IntegrityError)
+
+
+BODY_400 = "There was an error parsing the body"
+"""FastAPI's ``detail`` when a body it parses is JSON it cannot decode (fastapi/routing.py)."""
+UNREADABLE_BODY = (
+    "the body is not JSON this route can read: UTF-8 text, integers of at most 4,300 digits"
+)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -351,8 +396,19 @@ def _install_error_handlers(app: FastAPI) -> None:
         errors = json_safe_errors(exc.errors())  # type: ignore[attr-defined]
         return JSONResponse({"detail": errors}, status_code=422)
 
-    from fastapi.exceptions import RequestValidationError
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # FastAPI answers 400 "There was an error parsing the body" for a JSON body that is not
+        # UTF-8 or holds an integer over Python's 4,300 digits: input it cannot read, a 422 as
+        # on the routes that parse their own bodies
+        if getattr(exc, "status_code", None) == 400 and getattr(exc, "detail", None) == BODY_400:
+            return JSONResponse({"detail": UNREADABLE_BODY}, status_code=422)
+        return await http_exception_handler(request, exc)  # type: ignore[arg-type]
 
+    from fastapi.exception_handlers import http_exception_handler
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(FleetMindError, fleetmind_error)
     app.add_exception_handler(SQLAlchemyError, db_error)
