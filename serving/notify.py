@@ -286,6 +286,7 @@ class Notifier:
             row = rows.get(inc["id"])
             firing = row is not None and row["state"] == "firing"
             if firing and row["cause_node"] == node and row["labels"]["severity"] == severity:
+                self._refresh(row, inc, top)  # the next re-send carries today's counts
                 continue
             if firing:  # the settled cause or its severity changed, or it fell below the floor
                 because = SUPERSEDED if severity is not None else UNSURE
@@ -306,8 +307,6 @@ class Notifier:
     def _set_firing(
         self, inc: dict[str, Any], top: dict[str, Any], severity: str, now: float
     ) -> dict[str, Any]:
-        url = f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}"
-        path = list(top.get("path") or [top["node"]])
         cluster = top.get("cluster") or ",".join(inc["clusters"] or []) or "unknown"
         if len(cluster) > CLUSTER_CHARS:  # an incident's clusters come from alert labels
             cluster = cluster[: CLUSTER_CHARS - 1] + "…"
@@ -319,23 +318,12 @@ class Notifier:
             "cluster": cluster,
             "severity": severity,
         }
-        fault = top.get("fault_type") or ""
-        annotations = {
-            "summary": f"Root cause of incident {inc['id']}: {top['node']}"
-            + (f" ({fault})" if fault else ""),
-            "description": f"{inc['firing_count']} firing alerts in {cluster}; FleetMind ranks "
-            f"{top['node']} first ({inc['method'] or 'rca'}).",
-            "path": " -> ".join(path),
-            "score": f"{float(top['score']):.4f}",
-            "fault_type": fault,
-            "incident_url": url,
-        }
         row = {
             "incident_id": inc["id"],
             "state": "firing",
             "cause_node": top["node"],
             "labels": labels,
-            "annotations": annotations,
+            "annotations": self._annotations(inc, top, cluster),
             "starts_at": _iso(now),
             "ends_at": None,
             "am_sent_ts": None,
@@ -344,6 +332,38 @@ class Notifier:
         }
         self._save(row)
         return row
+
+    def _annotations(
+        self, inc: dict[str, Any], top: dict[str, Any], cluster: str
+    ) -> dict[str, str]:
+        """The FleetMindRootCause annotations of incident ``inc`` whose top cause is ``top``."""
+        fault = top.get("fault_type") or ""
+        return {
+            "summary": f"Root cause of incident {inc['id']}: {top['node']}"
+            + (f" ({fault})" if fault else ""),
+            "description": f"{inc['firing_count']} firing alerts in {cluster}; FleetMind ranks "
+            f"{top['node']} first ({inc['method'] or 'rca'}).",
+            "path": " -> ".join(top.get("path") or [top["node"]]),
+            "score": f"{float(top['score']):.4f}",
+            "fault_type": fault,
+            "incident_url": f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}",
+        }
+
+    def _refresh(self, row: dict[str, Any], inc: dict[str, Any], top: dict[str, Any]) -> None:
+        """Bring a firing row's annotations (firing count, score, path) up to the incident as it
+        is now; Alertmanager replaces an alert's annotations at each re-send, keyed by its labels,
+        which stay as they were."""
+        fresh = self._annotations(inc, top, row["labels"]["cluster"])
+        if fresh == row["annotations"]:
+            return
+        row["annotations"] = fresh
+        with self.db.write() as conn:
+            conn.execute(
+                notifications.update()
+                .where(notifications.c.incident_id == row["incident_id"])
+                .where(notifications.c.state == "firing")
+                .values(annotations=fresh)
+            )
 
     def _set_resolved(self, row: dict[str, Any], now: float, because: str = CLOSED) -> None:
         row["annotations"] = {**row["annotations"], "resolved_because": because}

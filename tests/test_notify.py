@@ -337,3 +337,44 @@ def test_an_incident_over_many_clusters_gets_a_bounded_cluster_label(tmp_path: P
     labels = [a["labels"] for body in rec.to(AM + "/api/v2/alerts") for a in body]
     assert labels and all(len(lab["cluster"]) <= 256 for lab in labels)
     assert any(lab["cluster"].endswith("…") for lab in labels)
+
+
+def test_resends_carry_the_incident_as_it_is_now(app: TestClient) -> None:
+    """Alertmanager replaces an alert's annotations at each re-send (its identity is the label
+    set, prometheus/alertmanager ``types.Alert.Merge``): the description's firing count follows
+    the incident while the labels, and so the alert, stay the same."""
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    inc = storm_incident(app)
+
+    def mine() -> dict:
+        posted = [a for body in rec.to(AM + "/api/v2/alerts") for a in body]
+        return [a for a in posted if a["labels"]["incident"] == str(inc["id"])][-1]
+
+    first = mine()
+    assert first["annotations"]["description"].startswith(f"{inc['firing_count']} firing alerts")
+    more = [
+        alert(
+            {"alertname": "GpuXidError", "cluster": "c0", "node": "c0-h1", "gpu": str(g)},
+            (T0 + timedelta(seconds=200)).isoformat(),
+            fingerprint=f"more-{g}",
+        )
+        for g in (2, 3)
+    ]
+    app.post("/api/v1/alerts", json=webhook(more)).raise_for_status()
+    app.app.state.services.incidents.process_pending()
+    grown = storm_incident_by_id(app, inc["id"])
+    assert grown["firing_count"] > inc["firing_count"]
+    clock.t += 61
+    n.poll()
+    again = mine()
+    assert grown["causes"][0]["node"] == inc["causes"][0]["node"]  # the same settled cause
+    assert again["labels"] == first["labels"]
+    assert again["annotations"]["description"].startswith(f"{grown['firing_count']} firing alerts")
+
+
+def storm_incident_by_id(c: TestClient, inc_id: int) -> dict:
+    return c.get(f"/api/v1/incidents/{inc_id}").json()
