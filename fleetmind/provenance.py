@@ -19,8 +19,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-LIBRARY_FOLDERS = ("fleetmind", "data", "rca", "envs", "rl", "training", "serving", "models")
-"""Folders whose uncommitted changes make ``code_modified`` true."""
+LIBRARY_FOLDERS = (
+    "fleetmind",
+    "data",
+    "rca",
+    "envs",
+    "rl",
+    "training",
+    "serving",
+    "models",
+    "cli",
+    "benchmarks",
+)
+"""Folders whose uncommitted changes make ``code_modified`` true: the library, the CLI that drives
+it and the benchmark scripts (a result written by an edited script does not come from the commit
+it names). Result files under ``benchmarks/results/`` do not count."""
 
 
 def code_root() -> Path:
@@ -45,7 +58,7 @@ def git_commit(root: Path | None = None) -> dict[str, Any]:
         if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
             raise OSError(f"{root} is not the root of a git checkout")
         head = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--", *LIBRARY_FOLDERS)
+        dirty = git("status", "--porcelain", "--", *LIBRARY_FOLDERS, ":(exclude)benchmarks/results")
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "code_modified": None}
     return {"commit": head, "code_modified": bool(dirty)}

@@ -134,3 +134,40 @@ def test_provenance_names_command_commit_date_machine_versions() -> None:
     assert p["machine"]["loadavg_start"] == [0.1] and p["machine"]["cpu_count"]
     assert p["versions"]["python"] and "torch" in p["versions"] and "numpy" in p["versions"]
     assert RESULTS == BENCH / "results"
+
+
+def test_every_runnable_script_parses_its_arguments() -> None:
+    """``python -m benchmarks.<area>.<script> --help`` prints usage: a script that read
+    ``sys.argv`` by hand ran the whole benchmark on ``--help`` and overwrote a committed result
+    (or took ``--help`` for a file name)."""
+    for path in FILES:
+        text = path.read_text()
+        if '__name__ == "__main__"' not in text:
+            continue
+        parses = "ArgumentParser(" in text or "probe_main(" in text
+        assert parses, f"{path} runs without an argument parser"
+
+
+def test_an_edited_script_or_cli_marks_the_code_modified(tmp_path: Path) -> None:
+    """A result written by an edited benchmark script, or through an edited CLI, does not come
+    from the commit it names; a new result file does not make the code modified."""
+    from fleetmind.provenance import git_commit
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    for rel in ("benchmarks/placement/speed.py", "cli/main.py", "rca/model.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "init")
+    root = tmp_path.resolve()
+    assert git_commit(root)["code_modified"] is False
+    (tmp_path / "benchmarks" / "results").mkdir()
+    (tmp_path / "benchmarks" / "results" / "new.json").write_text("{}\n")
+    assert git_commit(root)["code_modified"] is False
+    for rel in ("benchmarks/placement/speed.py", "cli/main.py"):
+        (tmp_path / rel).write_text("x = 2\n")
+        assert git_commit(root)["code_modified"] is True, rel
+        git("checkout", "-q", "--", rel)

@@ -12,8 +12,11 @@ Figures (microseconds per call, median of repeats):
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -77,7 +80,18 @@ def bench_alloc(policy: str, n_queries: int = 2000, seed: int = 0) -> dict[str, 
     }
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.placement.fleet_speed",
+        description="Time the GPU-set allocator and the fleet loaders; write a result JSON.",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "placement" / "fleet.json",
+        help="result JSON (default benchmarks/results/placement/fleet.json)",
+    )
+    args = ap.parse_args(argv)
     load0 = load_now()
     results: dict[str, object] = {
         "alloc_dgx1_v100": {p: bench_alloc(p) for p in ("greedy", "partition")},
@@ -87,10 +101,12 @@ def main() -> None:
     results["load_example_yaml_ms"] = round(
         _median_us(lambda: load_fleet_yaml(example), 5) / 1000, 2
     )
-    results = {**provenance(__spec__.name, load_start=load0, packages=("pyyaml",)), **results}
-    out = RESULTS / "placement" / "fleet.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    results = {
+        **provenance(__spec__.name, argv, load_start=load0, packages=("pyyaml",)),
+        **results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
 

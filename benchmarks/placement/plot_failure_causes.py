@@ -10,8 +10,9 @@ and without host limits.
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -27,8 +28,15 @@ OUT = REPO_ROOT / "docs" / "img" / "fgd_loss_breakdown.png"
 KEY = "unallocated_gpu_pct_at_100"
 
 
-def main() -> None:
-    src = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.placement.plot_failure_causes",
+        description="Plot where FGD and the agent lose GPUs from a placement_failure_causes JSON.",
+    )
+    ap.add_argument("json", nargs="?", type=Path, default=SRC, help=f"input (default {SRC.name})")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"figure (default docs/img/{OUT.name})")
+    args = ap.parse_args(argv)
+    src = args.json
     d = json.loads(src.read_text())
     traced, relaxed = d["summary"]["as_traced"], d["summary"]["no_host_limits"]
     names = list(traced)
@@ -66,9 +74,9 @@ def main() -> None:
     ax.set_title(f"Where FGD's unallocated GPUs go (mean of seeds {seeds[0]}-{seeds[-1]})")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(OUT, dpi=120)
-    print(f"wrote {OUT}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

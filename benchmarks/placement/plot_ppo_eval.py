@@ -9,8 +9,9 @@ The default JSON, ``benchmarks/results/placement/ppo_eval_scarcity.json``, is th
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -27,8 +28,15 @@ STYLE = {"BestFit": "#9e9e9e", "FGD": "#1f77b4", "ppo": "#d62728"}
 KEY = "unallocated_gpu_pct_at_100"
 
 
-def main() -> None:
-    src = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.placement.plot_ppo_eval",
+        description="Plot PPO vs FGD and BestFit per openb trace from a ppo_heldout JSON.",
+    )
+    ap.add_argument("json", nargs="?", type=Path, default=SRC, help=f"input (default {SRC.name})")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"figure (default docs/img/{OUT.name})")
+    args = ap.parse_args(argv)
+    src = args.json
     d = json.loads(src.read_text())
     names = list(d["traces"])
     fig, ax = plt.subplots(figsize=(9.5, 4.2))
@@ -54,9 +62,9 @@ def main() -> None:
     ax.legend(loc="upper left")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(OUT, dpi=120)
-    print(OUT)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+    print(args.out)
 
 
 if __name__ == "__main__":
