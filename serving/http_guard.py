@@ -19,8 +19,15 @@ three checks to uvicorn's httptools protocol and changes nothing else:
   ``client_header_timeout``; Go's ``ReadHeaderTimeout``). The body is not covered: a slow upload is
   bounded by the body limits and ``limit_concurrency`` instead.
 * **header size limit** (``FLEETMIND_MAX_HEADER_BYTES``, 32 KiB, nginx's default of 4 x 8 KiB):
-  request line and headers larger than this get ``431`` and the connection is closed, before the
-  app (and authentication) sees anything.
+  request line and headers larger than this get ``431 Request Header Fields Too Large`` (RFC 6585
+  section 5; RFC 9110 section 15.5 leaves the limit to the server) and the connection is closed,
+  before the app (and authentication) sees anything. The head is measured exactly, CRLFCRLF
+  included, whatever the read boundaries: a head that is still unfinished at the end of a read
+  counts every byte of it so far, and one that completes within a read (the whole head in one
+  write, say) is measured up to its end in that read (:meth:`GuardedHttpToolsProtocol._head_size`),
+  checked in ``on_headers_complete`` before uvicorn builds the request. Each request of a
+  keep-alive or pipelined connection is measured on its own, and a 431 for a pipelined request
+  goes out after the answers owed to the requests before it.
 * **connections** (``FLEETMIND_MAX_CONNECTIONS``, 1,000: under the usual 1,024 open-file limit):
   beyond it, the oldest connection that has no request in progress (waiting for headers, or idle
   between keep-alive requests) is closed to make room; only when every connection is busy is the
@@ -85,9 +92,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._limits = self.limits or _limits()
         self._header_timer: asyncio.TimerHandle | None = None
-        self._awaiting_headers = True
-        self._header_bytes = 0
+        self._awaiting_headers = True  # no request in progress (for the timer and idle())
         self._opened = 0.0
+        # head measurement (see _head_size): positions are offsets into the read being parsed
+        self._data = b""  # the read being parsed
+        self._tail = b""  # the last 3 bytes of the read before: a CRLFCRLF may straddle two
+        self._pos = 0  # where the next message can begin in _data (a lower bound if not exact)
+        self._pos_exact = True
+        self._in_head = False  # a message began and its headers are not complete
+        self._head_start = 0  # where it began in _data (< 0: in earlier reads)
+        self._start_exact = True
+        self._header_bytes = 0  # bytes of an unfinished head in the reads before this one
+        self._parsed_head = 0  # request target plus header names and values, from the callbacks
+        self._chunked_body = False  # in a body with transfer-coding: its framing is not counted
+        self._refused = False  # answered 431: the rest of the read is ignored
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -102,39 +120,122 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        before = self._awaiting_headers
-        super().data_received(data)
-        if not self._awaiting_headers or self.transport.is_closing():
+        if self._refused:
             return
-        # still inside a request's headers: all of ``data`` belongs to them (or, when a pipelined
-        # request began in this chunk, at most ``data``)
-        self._header_bytes = self._header_bytes + len(data) if before else len(data)
-        if self._header_bytes > self._limits.max_header_bytes:
-            self._cancel_header_timer()
-            _plain_answer(
-                self.transport,
-                b"431 Request Header Fields Too Large",
-                b"request headers larger than %d bytes" % self._limits.max_header_bytes,
-            )
+        self._data, self._pos, self._pos_exact = data, 0, not self._chunked_body
+        if self._in_head:  # a head begun in the reads before continues at offset 0
+            self._head_start, self._start_exact = -self._header_bytes, True
+        super().data_received(data)
+        if self._in_head and not self._refused and not self.transport.is_closing():
+            # headers still unfinished at the end of the read: all of it from the head's start
+            self._header_bytes = len(data) - self._head_start
+            if self._header_bytes > self._limits.max_header_bytes:
+                self._refuse()
+        self._tail = data[-3:]
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:
+            super().send_400_response(msg)
 
     # ------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:
+        if self._refused:
+            return
         super().on_message_begin()
-        self._awaiting_headers = True
+        self._awaiting_headers = self._in_head = True
+        self._parsed_head = 0
+        # llhttp skips empty lines before a request line; its head starts after them
+        start = self._pos
+        while start < len(self._data) and self._data[start] in b"\r\n":
+            start += 1
+        self._head_start, self._start_exact = start, self._pos_exact
+
+    def on_url(self, url: bytes) -> None:
+        if not self._refused:
+            self._parsed_head += len(url)
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._refused:
+            self._parsed_head += len(name) + len(value) + 4  # ": " and CRLF
+            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        self._in_head = False
+        if self._head_size() > self._limits.max_header_bytes:
+            self._refuse()  # before uvicorn builds the request: the app never sees it
+            return
         self._awaiting_headers = False
         self._header_bytes = 0
         self._cancel_header_timer()
+        self._chunked_body = any(name == b"transfer-encoding" for name, _ in self.headers)
+        self._pos_exact = self._pos_exact and not self._chunked_body
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            self._pos += len(body)  # contiguous unless chunked (then _pos_exact is False)
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._refused:
+            self._chunked_body = False
+            super().on_message_complete()
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)  # the next request's headers were read already
         super().on_response_complete()
+        if self._refused:
+            if not pipelined and not self.transport.is_closing():
+                self._answer_431()
+            return
         if not pipelined and not self.transport.is_closing():
             self._awaiting_headers = True
-            self._header_bytes = 0
             self._arm_header_timer()
+
+    # ------------------------------------------------------------------ header size
+    def _head_size(self) -> int:
+        """Bytes of the request line and headers that just completed, CRLFCRLF included.
+
+        llhttp (as httptools runs it) takes CRLF line ends only and no obs-fold, so a head ends at
+        the first empty line after its start: found in the reads, exact whatever their boundaries.
+        Where the start is not known exactly (a request pipelined after a chunked body in the
+        same read), the parser's own pieces are counted instead: method, target, version, header
+        names and values, and the separators as senders write them (one space after each colon;
+        llhttp hands over no other whitespace).
+        """
+        start = self._head_start
+        if self._start_exact:
+            keep = min(-start, len(self._tail)) if start < 0 else 0
+            buf = self._tail[len(self._tail) - keep :] + self._data if keep else self._data
+            end = buf.find(b"\r\n\r\n", max(start, 0))
+            if end >= 0:
+                self._pos = end + 4 - keep
+                return self._pos - start
+        self._pos_exact = False
+        version = b"HTTP/" + self.parser.get_http_version().encode()
+        size = len(self.parser.get_method()) + self._parsed_head + len(version) + 6
+        self._pos = start + size  # still a lower bound
+        return size
+
+    def _refuse(self) -> None:
+        """Answer 431 and close; after the responses still owed, when requests were pipelined
+        before this one (answers go out in request order, RFC 9112 section 9.3.2)."""
+        self._refused = True
+        self._cancel_header_timer()
+        if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            self.flow.pause_reading()  # answered from on_response_complete
+            return
+        self._answer_431()
+
+    def _answer_431(self) -> None:
+        _plain_answer(
+            self.transport,
+            b"431 Request Header Fields Too Large",
+            b"request headers larger than %d bytes" % self._limits.max_header_bytes,
+        )
 
     # ------------------------------------------------------------------ limits
     def idle(self) -> bool:

@@ -142,6 +142,20 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
     return valid, rejected
 
 
+def _truncated_of(doc: dict[str, Any]) -> int:
+    """The envelope's ``truncatedAlerts`` as the all-valid path reads it: validated JSON-mode by
+    :class:`AlertmanagerWebhook` itself, so ``"5"`` and ``5.0`` count 5 on both paths and a value
+    it refuses is refused on both (Alertmanager sends an integer: ``TruncatedAlerts uint64`` of
+    ``Message`` in prometheus/alertmanager ``notify/webhook/webhook.go``).
+
+    Raises:
+        ValueError: the value does not validate (pydantic's ``ValidationError`` is one); the
+            caller answers 422 with the envelope's errors.
+    """
+    envelope = {"alerts": [], "truncatedAlerts": doc.get("truncatedAlerts")}
+    return AlertmanagerWebhook.model_validate_json(json.dumps(envelope)).truncatedAlerts or 0
+
+
 def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedAlert], int]:
     """The valid alerts of a webhook body, and the invalid ones left out.
 
@@ -183,7 +197,7 @@ def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedA
     try:  # pydantic parsed the JSON and found an alerts list: only some alerts failed
         doc = json.loads(body)
         items = doc["alerts"]
-        truncated = doc.get("truncatedAlerts") or 0
+        truncated = _truncated_of(doc)
     except (ValueError, KeyError, TypeError, AttributeError):  # json and pydantic disagree
         raise RequestValidationError(_body_errors(errors)) from None
     valid = []
@@ -207,7 +221,7 @@ def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedA
         )
         for i, errs in sorted(by_alert.items())
     ]
-    return valid, positions, rejected, truncated if isinstance(truncated, int) else 0
+    return valid, positions, rejected, truncated
 
 
 def store_or_reject(
