@@ -184,3 +184,33 @@ def test_node_label_wins_and_an_unresolved_exporter_pod_name_is_not_a_node() -> 
     relabelled = [(name, {**la, "node": "gpu-7"}, v) for name, la, v in fb]
     (n,) = build_nodes(relabelled, [])
     assert n.name == "gpu-7" and n.gpus[0].free_milli == 1000
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "success", "data": "x"},
+        {"status": "success", "data": {"resultType": "vector", "result": "abc"}},
+        {"status": "success", "data": {"resultType": "vector", "result": [1]}},
+        {"status": "success", "data": {"resultType": "vector", "result": [{"metric": "x"}]}},
+        {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"a": 1}}]}},
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_unavailable_not_a_crash(body: dict) -> None:
+    """Well-formed JSON that is not an instant-query answer (a proxy's own JSON, an older API)
+    is Prometheus being unusable, a 503, never an AttributeError (the API's shape:
+    prometheus.io/docs/prometheus/latest/querying/api/#instant-queries)."""
+    import httpx
+
+    src = PrometheusApiSource("http://prom.test:9090")
+    src._client = httpx.Client(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=body))
+    )
+    try:
+        got = src.query("up")
+    except NotAvailableError as err:
+        assert "prom.test:9090" in str(err)
+    else:
+        assert got == []  # no sample of a vector in it
+    finally:
+        src.close()

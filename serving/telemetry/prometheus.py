@@ -275,12 +275,21 @@ class PrometheusApiSource(TelemetrySource):
                 f"Prometheus at {self.shown_url} refused the query: "
                 f"{body.get('error') or resp.status_code}"
             )
-        data = body.get("data") or {}
+        data = body.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(result, list | None):
+            raise NotAvailableError(
+                f"Prometheus at {self.shown_url} answered a query with a body that is not an "
+                "instant-query answer (api/v1/query: data.resultType, data.result)"
+            )
         if data.get("resultType") != "vector":
             raise NotAvailableError(f"Prometheus answered {data.get('resultType')!r}, not a vector")
         out: list[Sample] = []
-        for r in data.get("result", []):
-            labels = r.get("metric") or {}
+        for r in result or []:
+            labels = r.get("metric") if isinstance(r, dict) else None
+            if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+                continue  # not a sample of a vector: skipped as a value that is not a number is
+            labels = dict(labels)
             try:
                 value = float(r["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
