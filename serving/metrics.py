@@ -16,7 +16,10 @@
 
 ``fleetmind_model_loads_total`` is the series the ``ModelWeightLoadFailures`` rule in
 ``deploy/fleetmind-rules.yml`` watches, and ``fleetmind_incident_grouping_lag_seconds`` the
-``FleetMindIncidentGroupingLag`` rule's.
+``FleetMindIncidentGroupingLag`` rule's. Its four series (:data:`MODEL_KINDS` x
+:data:`LOAD_RESULTS`) exist at 0 from the start: a series born at 1 on its first failure shows
+``rate()`` no increase, so the rule would never see it (Prometheus, "Instrumentation: Avoid
+missing metrics").
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from prometheus_client import (
 )
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+MODEL_KINDS = ("rca", "placement")
+"""The ``kind`` label of the model metrics (:class:`fleetmind.serving.registry.ModelRegistry`'s)."""
+LOAD_RESULTS = ("success", "failure")
+"""The ``result`` label of ``fleetmind_model_loads_total``."""
 
 
 class Metrics:
@@ -81,6 +88,9 @@ class Metrics:
         self.model_loads = Counter(
             "fleetmind_model_loads", "model load attempts", ["kind", "result"], registry=r
         )
+        for kind in MODEL_KINDS:  # at 0 before any load: rate() needs the 0 to see a failure
+            for result in LOAD_RESULTS:
+                self.model_loads.labels(kind, result)
         self.rca_latency = Histogram(
             "fleetmind_rca_duration_seconds",
             "time to rank one alert set",
