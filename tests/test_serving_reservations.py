@@ -127,8 +127,9 @@ def _check_shared_holds(a: TestClient, b: TestClient, _clock: Clock) -> None:
     out = _passed(b, "job-2")
     assert out["NodeNames"] == [other]
     assert "after reservations" in out["FailedNodes"][first]
-    # the held pod itself, retried on the other replica, is not blocked by its own hold
-    assert set(_passed(b, "job-1")["NodeNames"]) == {"gpu-a", "gpu-b"}
+    # job-2's filter passed one node, so it held it (kube-scheduler skips prioritize then); the
+    # held pod itself, retried on the other replica, is not blocked by its own hold
+    assert _passed(b, "job-1")["NodeNames"] == [first]
     second = _chosen(b, "job-2")
     assert second == other
     # both GPUs are held now: a third pod fits nowhere, on either replica
@@ -144,7 +145,8 @@ def test_holds_expire_after_the_ttl(pair: Any) -> None:
     assert first not in _passed(b, "job-2")["NodeNames"]
     clock.t += 2
     assert set(_passed(b, "job-2")["NodeNames"]) == {"gpu-a", "gpu-b"}
-    assert b.app.state.services.reservations.rows() == []
+    # job-1's hold expired; job-2's filter held the only node it passed at TTL - 1
+    assert [r["pod_key"] for r in b.app.state.services.reservations.rows()] == ["ml/job-2"]
     _chosen(b, "job-2")  # a write deletes the expired row
     keys = [r["pod_key"] for r in a.app.state.services.reservations.rows()]
     assert keys == ["ml/job-2"]
@@ -165,6 +167,7 @@ def test_bound_pods_are_released_when_telemetry_shows_them(pair: Any) -> None:
     out = _passed(a, "job-2")
     assert first in out["FailedNodes"]  # its GPU is in use per telemetry
     res = a.app.state.services.reservations
+    assert res.release("ml/job-2")  # its filter held the only node that passed
     assert [r["pod_key"] for r in res.rows()] == ["ml/job-1"]  # the row waits for its grace
     assert res.view(a.app.state.services.telemetry.snapshot()).gpu_items() == []
     assert res.view(None).gpu_items() == [(("k8s", first, 0), 1000)]

@@ -15,31 +15,48 @@ shows it. A hold ends when
 Table ``reservations`` (:data:`fleetmind.serving.db.reservations`, Alembic revision ``0004``): one row per pod key
 (``namespace/name`` for pods, ``placement/<job id>`` for the placement route).
 
-Concurrency: kube-scheduler schedules one pod at a time (one leader), so extender calls do not
-race; two replicas answering ``POST /api/v1/placements`` at the same instant may both see the same
-free capacity (one request wide), as with any optimistic scheduler.
+Who holds: the extender's **prioritize** holds the node it scores 10, and its **filter** holds the
+one node it passes when it passes exactly one (kube-scheduler then skips prioritize: "When only one
+node after predicate, just use it.", ``schedulePod`` in ``pkg/scheduler/schedule_one.go``); a
+``reserve=true`` placement holds its first option. A pod's later hold replaces its earlier one.
+
+Concurrency: extender calls do race (kube-scheduler's ``httpTimeout`` with ``ignorable: true`` moves
+on while FleetMind still answers; several scheduler profiles or replicas). In one process the routes
+decide and hold under ``Services.place_lock``; across replicas :meth:`DbReservations.hold`, given the
+snapshot and the view the decision read, re-reads the node's holds inside its write transaction
+(PostgreSQL: a transaction advisory lock per node; SQLite: the database write lock, taken by the
+transaction's first statement) and refuses when capacity taken since then leaves the option no
+room; the caller decides again. A pod's hold is an upsert on its key, so the same pod held twice at
+once ends with one row, never a unique-key error. Unchecked holds (``reserve=true`` placements)
+stay optimistic across replicas: two replicas may both see the same free capacity (one request
+wide).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import delete, select, text
 from sqlalchemy.exc import OperationalError, StatementError
 
 from fleetmind.data.errors import DataError
 from fleetmind.serving.db import Database, reservations
 from fleetmind.serving.scheduler.placement import Option, Reservations
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.telemetry.base import FleetSnapshot
+from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 
 reservations_table = reservations
 
+
+_PG_LOCK_CLASS = 0x464D5256
+"""First key of the two-key PostgreSQL advisory locks taken per node by :meth:`DbReservations.hold`
+(``"FMRV"``; the two-key space is apart from the one-key locks of migrations and leadership)."""
 
 MAX_KEY_CHARS = 320
 """Longest pod key (``namespace/name``: 63 + 1 + 253, or ``placement/<job id>``), as stored."""
@@ -70,6 +87,40 @@ def _bad_input_is_422() -> Iterator[None]:
     except (StatementError, ValueError, UnicodeError) as err:
         reason = type(getattr(err, "orig", None) or err).__name__
         raise DataError(f"the database refused the reservation's values ({reason})") from None
+
+
+def _node_lock_key(cluster: str, node: str) -> int:
+    """A signed 32-bit key for the node's advisory lock (a collision only serialises two nodes)."""
+    digest = hashlib.blake2b(f"{cluster}\x00{node}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _fits(node: NodeState, option: Option, job: JobSpec, held: Reservations) -> bool:
+    """Whether ``option`` still has room on ``node`` after ``held`` (the placers' arithmetic)."""
+    free = {
+        g.index: g.free_milli - held.gpu_used(node.cluster, node.name, g.index)
+        for g in node.gpus
+        if g.healthy
+    }
+    if any(free.get(g, 0) < job.gpu_milli for g in option.gpus):
+        return False
+    if job.cpu_milli and node.cpu_milli:
+        if node.cpu_milli_free - held.cpu_used(node.cluster, node.name) < job.cpu_milli:
+            return False
+    if job.memory_mib and node.memory_mib:
+        if node.memory_mib_free - held.mem_used(node.cluster, node.name) < job.memory_mib:
+            return False
+    return True
+
+
+def _taken(option: Option, seen: Reservations, now: Reservations) -> bool:
+    """Whether holds on ``option``'s node or GPUs grew between the decision's view and now."""
+    c, n = option.cluster, option.node
+    return (
+        any(now.gpu_used(c, n, g) > seen.gpu_used(c, n, g) for g in option.gpus)
+        or now.cpu_used(c, n) > seen.cpu_used(c, n)
+        or now.mem_used(c, n) > seen.mem_used(c, n)
+    )
 
 
 def _view(rows: Iterable[Any]) -> Reservations:
@@ -115,47 +166,120 @@ class DbReservations(Reservations):
         self._cache_lock = threading.Lock()
 
     # ------------------------------------------------------------------ holds
-    def hold(self, key: str, option: Option, job: JobSpec, uid: str | None = None) -> None:
-        """Hold ``option`` for pod ``key`` (replacing the pod's earlier hold)."""
+    def hold(
+        self,
+        key: str,
+        option: Option,
+        job: JobSpec,
+        uid: str | None = None,
+        snapshot: FleetSnapshot | None = None,
+        seen: Reservations | None = None,
+    ) -> bool:
+        """Hold ``option`` for pod ``key`` (replacing the pod's earlier hold, in one upsert).
+
+        With ``snapshot`` and ``seen`` (the view the decision was made on), the node's holds are
+        read again inside the write transaction, under a per-node lock: when others held capacity
+        on the option's node since ``seen`` and the option no longer fits the snapshot after them,
+        nothing is held and False comes back (decide again on a fresh view).
+
+        Returns:
+            True when the hold was written.
+        """
         _checked_key(key, uid)
         now = self.clock()
         t = reservations_table
+        values = {
+            "pod_key": key,
+            "pod_uid": uid,
+            "cluster": option.cluster,
+            "node": option.node,
+            "gpus": list(option.gpus),
+            "gpu_milli": job.gpu_milli if option.gpus else 0,
+            "cpu_milli": job.cpu_milli,
+            "memory_mib": job.memory_mib,
+            "created_ts": now,
+            "expires_ts": now + self.ttl_s,
+            "bound_ts": None,
+        }
         with _bad_input_is_422(), self.db.write() as conn:
-            conn.execute(delete(t).where(or_(t.c.pod_key == key, t.c.expires_ts <= now)))
-            conn.execute(
-                t.insert().values(
-                    pod_key=key,
-                    pod_uid=uid,
-                    cluster=option.cluster,
-                    node=option.node,
-                    gpus=list(option.gpus),
-                    gpu_milli=job.gpu_milli if option.gpus else 0,
-                    cpu_milli=job.cpu_milli,
-                    memory_mib=job.memory_mib,
-                    created_ts=now,
-                    expires_ts=now + self.ttl_s,
-                    bound_ts=None,
+            if not self.db.is_sqlite:  # before any row lock: no lock-order cycle between nodes
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
+                    {"c": _PG_LOCK_CLASS, "k": _node_lock_key(option.cluster, option.node)},
                 )
-            )
+            # On SQLite this first statement writes, which takes the database's write lock (as
+            # BEGIN IMMEDIATE would): the reads below see every committed hold, and no replica
+            # commits another until this transaction ends.
+            conn.execute(delete(t).where(t.c.expires_ts <= now, t.c.pod_key != key))
+            if snapshot is not None and seen is not None:
+                if not self._room_left(conn, key, option, job, snapshot, seen, now):
+                    return False
+            conn.execute(self._upsert(values))
         self._cached = None
+        return True
 
-    def bound(self, key: str, node: str) -> str:
+    def _upsert(self, values: dict[str, Any]) -> Any:
+        if self.db.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        stmt = insert(reservations_table).values(**values)
+        return stmt.on_conflict_do_update(
+            index_elements=["pod_key"],
+            set_={k: stmt.excluded[k] for k in values if k != "pod_key"},
+        )
+
+    def _room_left(
+        self,
+        conn: Any,
+        key: str,
+        option: Option,
+        job: JobSpec,
+        snapshot: FleetSnapshot,
+        seen: Reservations,
+        now: float,
+    ) -> bool:
+        """The capacity check of :meth:`hold`, inside its transaction: False when holds taken
+        after ``seen`` leave ``option`` without room on its node."""
+        t = reservations_table
+        rows = conn.execute(
+            select(t).where(
+                t.c.cluster == option.cluster,
+                t.c.node == option.node,
+                t.c.expires_ts > now,
+                t.c.pod_key != key,
+            )
+        ).all()
+        held = _view(self._live(rows, snapshot))
+        if not _taken(option, seen, held):
+            return True  # nothing new on this node: the decision's view still holds
+        node = next(
+            (n for n in snapshot.nodes if n.cluster == option.cluster and n.name == option.node),
+            None,
+        )
+        return node is None or _fits(node, option, job, held)
+
+    def bound(self, key: str, node: str, uid: str | None = None) -> str:
         """Record that pod ``key`` was bound to ``node``.
+
+        Args:
+            uid: the bound pod's uid, when known: a hold recorded with another uid belongs to
+                another pod of the same name (deleted and recreated) and is left alone.
 
         Returns:
             ``"held"`` (the hold now waits for telemetry), ``"moved"`` (bound elsewhere: the hold is
             dropped) or ``"unknown"`` (no live hold for that pod).
         """
-        _checked_key(key)
+        _checked_key(key, uid)
         if len(node) > 256 or "\x00" in node:
             raise DataError("a node name is at most 256 characters without NUL")
         now = self.clock()
         t = reservations_table
         with _bad_input_is_422(), self.db.write() as conn:
             row = conn.execute(
-                select(t.c.node).where(t.c.pod_key == key, t.c.expires_ts > now)
+                select(t.c.node, t.c.pod_uid).where(t.c.pod_key == key, t.c.expires_ts > now)
             ).first()
-            if row is None:
+            if row is None or (uid is not None and row.pod_uid is not None and row.pod_uid != uid):
                 return "unknown"
             if row.node != node:
                 conn.execute(delete(t).where(t.c.pod_key == key))
@@ -202,6 +326,12 @@ class DbReservations(Reservations):
         t = reservations_table
         with self.db.read() as conn:
             rows = conn.execute(select(t).where(t.c.expires_ts > now)).all()
+        return _view(self._live(rows, snapshot, exclude))
+
+    def _live(
+        self, rows: list[Any], snapshot: FleetSnapshot | None, exclude: str | None = None
+    ) -> list[Any]:
+        """The rows that still hold capacity under ``snapshot`` (see :meth:`view`)."""
         seen: dict[tuple[str, str], Any] = {}
         if snapshot is not None and rows:
             seen = {(n.cluster, n.name): n.pods for n in snapshot.nodes if n.pods}
@@ -218,7 +348,7 @@ class DbReservations(Reservations):
             ):
                 continue
             live.append(r)
-        return _view(live)
+        return live
 
     def _current(self) -> Reservations:
         now = self.clock()

@@ -6,14 +6,15 @@ See :mod:`fleetmind.serving.scheduler.extender` for the protocol, :mod:`fleetmin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Body
 
-from fleetmind.data.errors import DataError
+from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.serving.deps import RegistryDep, Services, ServicesDep, TelemetryDep
 from fleetmind.serving.scheduler import extender as ext
-from fleetmind.serving.scheduler.placement import Reservations
+from fleetmind.serving.scheduler.placement import Option, Reservations
 from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import ErrorOut
 from fleetmind.serving.telemetry.base import FleetSnapshot
@@ -33,23 +34,83 @@ def _state(services: Services) -> ext.ExtenderState:
     return state
 
 
-def _held(services: Services, snapshot: FleetSnapshot) -> Any:
+_HOLD_TRIES = 5
+"""Decisions per call at most while other replicas keep taking the chosen capacity first."""
+
+
+def _held(services: Services, snapshot: FleetSnapshot) -> tuple[Any, list[Reservations]]:
+    """What :func:`ext.decide` reads as held capacity, and the list that keeps the view it read
+    (database holds: the pod's own hold left out, so a retried pod does not block itself)."""
     res: Reservations = services.reservations
-    if isinstance(res, DbReservations):
-        return lambda req: res.view(snapshot, exclude=req.key)
-    return res
+    seen: list[Reservations] = []
+    if not isinstance(res, DbReservations):
+        return res, seen
+
+    def view(req: ext.PodRequest) -> Reservations:
+        seen.append(res.view(snapshot, exclude=req.key))
+        return seen[-1]
+
+    return view, seen
+
+
+def _for_filter(decision: ext.Decision) -> Option | None:
+    """What filter holds: the node, when it is the only one that passes.
+
+    kube-scheduler skips prioritize (so the extenders' prioritize too) when one node is left after
+    filtering ("When only one node after predicate, just use it.", ``schedulePod`` in
+    ``pkg/scheduler/schedule_one.go``), so this is the pod's node if it is scheduled at all, and
+    without a hold here nothing would hold it. With two or more nodes passing, nothing is held:
+    prioritize follows and holds the node it scores 10, and holding the best option here would cost
+    a database write per filter call and book capacity on a node kube-scheduler may not pick
+    (later extenders, the score plugins) for the TTL. A later extender's filter that leaves one of
+    several nodes FleetMind passed is not seen here; that pod goes unheld, as before.
+    """
+    if len(decision.options) == 1 and not decision.passthrough:
+        return decision.options[0]
+    return None
+
+
+def _for_prioritize(decision: ext.Decision) -> Option | None:
+    """What prioritize holds: the policy's choice (the node it scores 10)."""
+    return decision.options[0] if decision.options else None
 
 
 def _decide(
-    services: Any, registry: Any, telemetry: Any, args: dict[str, Any], path: str
+    services: Any,
+    registry: Any,
+    telemetry: Any,
+    args: dict[str, Any],
+    path: str,
+    to_hold: Callable[[ext.Decision], Option | None],
 ) -> tuple[ext.PodRequest, ext.Decision]:
-    """Decide for the pod of ``args`` and count the decision in ``fleetmind_placements_total``
-    (``path``: filter or prioritize; ``policy``: the served one, or ``fallback``)."""
+    """Decide for the pod of ``args``, hold ``to_hold(decision)`` (database holds), and count the
+    decision in ``fleetmind_placements_total`` (``path``: filter or prioritize; ``policy``: the
+    served one, or ``fallback``).
+
+    Deciding and holding happen under ``services.place_lock`` (shared with ``reserve=true``
+    placements), so the calls of one process never decide on the same free capacity; the hold
+    re-checks the node inside its transaction for other replicas, and a refused hold (capacity
+    taken meanwhile) means deciding again on a fresh view.
+    """
     state = _state(services)
     model = registry.current.placement
     placer = state.placer(model.impl, model.fallback_reason)
     snapshot = telemetry.snapshot()
-    req, decision = ext.decide(args, snapshot, _held(services, snapshot), placer, state.index)
+    res = services.reservations
+    with services.place_lock:
+        for _ in range(_HOLD_TRIES):
+            held, seen = _held(services, snapshot)
+            req, decision = ext.decide(args, snapshot, held, placer, state.index)
+            option = to_hold(decision) if isinstance(res, DbReservations) else None
+            if option is None or res.hold(
+                req.key, option, req.job(), uid=req.uid, snapshot=snapshot, seen=seen[0]
+            ):
+                break
+        else:
+            raise NotAvailableError(
+                f"the capacity chosen for pod {req.key} was taken by other decisions "
+                f"{_HOLD_TRIES} times in a row; retry"
+            )
     policy = model.method if model.fallback_reason is None else "fallback"
     placed = bool(decision.options or decision.passthrough)
     services.metrics.placements.labels(policy, "placed" if placed else "infeasible", path).inc()
@@ -68,9 +129,13 @@ def filter_nodes(
     args: dict[str, Any] = Body(..., description=_ARGS_DOC),
 ) -> dict[str, Any]:
     """Keep the candidate nodes that can hold the Pod; the others go to ``FailedNodes`` (room may
-    free up) or ``FailedAndUnresolvableNodes`` (the node could never hold it), with a reason."""
+    free up) or ``FailedAndUnresolvableNodes`` (the node could never hold it), with a reason.
+
+    When exactly one node passes, it is held for the Pod as prioritize would hold it:
+    kube-scheduler does not call prioritize then (see :func:`_for_filter`).
+    """
     _, objs = ext.candidate_names(args)
-    _, decision = _decide(services, registry, telemetry, args, "filter")
+    _, decision = _decide(services, registry, telemetry, args, "filter", _for_filter)
     return ext.filter_result(decision, objs)
 
 
@@ -88,12 +153,10 @@ def prioritize(
     """``HostPriorityList``: the policy's choice scores 10, the other feasible nodes 0..9.
 
     The choice is held (GPUs, CPU, memory) for the Pod until it is seen bound or the hold's TTL
-    expires, so that the next pods, on any replica, see that capacity as used.
+    expires, so that the next pods, on any replica, see that capacity as used; the hold replaces
+    one the Pod's filter made.
     """
-    req, decision = _decide(services, registry, telemetry, args, "prioritize")
-    res = services.reservations
-    if decision.options and isinstance(res, DbReservations):
-        res.hold(req.key, decision.options[0], req.job(), uid=req.uid)
+    _, decision = _decide(services, registry, telemetry, args, "prioritize", _for_prioritize)
     return ext.priority_list(decision)
 
 
@@ -110,7 +173,8 @@ def bound(
 
     Answers ``{"Error": "", "Outcome": held|moved|unknown}``: ``held`` the hold now waits for
     telemetry to show the pod (``FLEETMIND_RESERVATION_BOUND_GRACE_S`` at most), ``moved`` the pod
-    went to another node than FleetMind chose (hold dropped), ``unknown`` no live hold.
+    went to another node than FleetMind chose (hold dropped), ``unknown`` no live hold (or only one
+    recorded for another ``PodUID``: an earlier pod of that name, deleted and recreated).
     """
     if not isinstance(args, dict):
         raise DataError("the body must be an ExtenderBindingArgs object")
@@ -123,8 +187,8 @@ def bound(
     name = ext.check_name(name, "ExtenderBindingArgs.PodName")
     node = ext.check_name(node, "ExtenderBindingArgs.Node")
     ns = ext.check_name(ns, "ExtenderBindingArgs.PodNamespace", label=True)
-    ext.check_uid(ext.get_ci(args, "PodUID"), "ExtenderBindingArgs.PodUID")
+    uid = ext.check_uid(ext.get_ci(args, "PodUID"), "ExtenderBindingArgs.PodUID")
     res = services.reservations
     if not isinstance(res, DbReservations):
         return {"Error": "", "Outcome": "unknown"}
-    return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node)}
+    return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node, uid=uid)}
