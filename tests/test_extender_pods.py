@@ -134,6 +134,8 @@ def test_two_huge_gpu_requests_are_refused() -> None:
         ("kube-system", True, True),
         ("a.b", True, False),
         ("a" * 64, True, False),
+        ("train-0\n", False, False),  # a regex ending in $ let a final newline through
+        ("ml\n", True, False),
     ],
 )
 def test_kubernetes_names(value: str, label: bool, ok: bool) -> None:
@@ -229,6 +231,13 @@ def test_extender_decisions_count_in_placements_total(client: TestClient) -> Non
         + '"}, "spec": {"containers": []}}, "NodeNames": ["cpu-1"]}',
         '{"Pod": {"metadata": {"name": "p", "uid": "u\\u0000"}, "spec": {"containers": []}}, "NodeNames": ["cpu-1"]}',
         '{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": []}}, "NodeNames": ["cpu-1\\ud800"]}',
+        '{"Pod": {"metadata": {"name": "p", "annotations": {"alibabacloud.com/gpu-card-model": "Z\\ud800"}}, "spec": {"containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "NodeNames": ["cpu-1"]}',
+        '{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": []}}, "Nodes": {"items": [{"metadata": {"name": "cpu-1", "labels": {"x": "\\udc00"}}}]}}',
+        '{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": []}}, "Nodes": {"items": [{"metadata": {"name": "cpu-1"}, "status": {"x": NaN}}]}}',
+        '{"Pod": {"metadata": {"name": "p\\n"}, "spec": {"containers": []}}, "NodeNames": ["cpu-1"]}',
+        '{"Pod": {"metadata": {"name": "p", "annotations": {"alibabacloud.com/gpu-count": "1_0", "alibabacloud.com/gpu-milli": "500"}}, "spec": {"containers": []}}, "NodeNames": ["cpu-1"]}',
+        '{"Pod": {"metadata": {"name": "p", "annotations": {"alibabacloud.com/gpu-count": "\\u0663", "alibabacloud.com/gpu-milli": "500"}}, "spec": {"containers": []}}, "NodeNames": ["cpu-1"]}',
+        '["not", "an", "object"]',
     ],
     ids=[
         "cpu-1e306",
@@ -238,6 +247,13 @@ def test_extender_decisions_count_in_placements_total(client: TestClient) -> Non
         "uid-300",
         "nul-uid",
         "surrogate-node",
+        "surrogate-echoed-in-a-reason",
+        "surrogate-in-an-echoed-node",
+        "nan-in-an-echoed-node",
+        "newline-name",
+        "underscore-count",
+        "arabic-indic-count",
+        "not-an-object",
     ],  # fmt: skip
 )
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])

@@ -109,9 +109,14 @@ _SUFFIX = {
     "Pi": 2.0**50,
     "Ei": 2.0**60,
 }
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_UID = re.compile(r"^[\x21-\x7e]+$")
+# matched with fullmatch: ``$`` also matches before a final newline ("job\n" would pass)
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_UID = re.compile(r"[\x21-\x7e]+")
+_GO_INT = re.compile(r"[+-]?[0-9]{1,18}")
+"""What Go's ``strconv.Atoi`` (as the GPU-share scheduler plugins read annotations) takes: ASCII
+digits with an optional sign, no ``_``, no spaces, no other scripts' digits (Python's ``int``
+takes ``"1_0"`` and ``"٣"``)."""
 
 
 def _shown(value: Any) -> str:
@@ -155,7 +160,7 @@ def check_name(value: Any, what: str, label: bool = False) -> str:
         DataError: anything else (empty, too long, upper case, NUL, lone surrogates, ...).
     """
     limit, rule = (63, _DNS_LABEL) if label else (253, _DNS_SUBDOMAIN)
-    if not isinstance(value, str) or not value or len(value) > limit or not rule.match(value):
+    if not isinstance(value, str) or not value or len(value) > limit or not rule.fullmatch(value):
         kind = "DNS-1123 label" if label else "DNS-1123 subdomain"
         chars = "'-'" if label else "'-', '.'"
         raise DataError(
@@ -174,7 +179,7 @@ def check_uid(value: Any, what: str = "Pod.metadata.uid") -> str | None:
     """
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or len(value) > MAX_UID_CHARS or not _UID.match(value):
+    if not isinstance(value, str) or len(value) > MAX_UID_CHARS or not _UID.fullmatch(value):
         raise DataError(
             f"{what} must be at most {MAX_UID_CHARS} printable ASCII characters, got {_shown(value)}"
         )
@@ -346,13 +351,13 @@ def pod_request(pod: Any) -> PodRequest:
     if not isinstance(ann, dict):
         raise DataError("Pod.metadata.annotations must be an object")
     if not mig and (ANN_GPU_COUNT in ann or ANN_GPU_MILLI in ann):
-        try:
-            num_gpu = int(str(ann.get(ANN_GPU_COUNT, 1))[:20])
-            gpu_milli = int(str(ann.get(ANN_GPU_MILLI, 1000))[:20])
-        except (TypeError, ValueError):
+        count, milli = str(ann.get(ANN_GPU_COUNT, 1)), str(ann.get(ANN_GPU_MILLI, 1000))
+        if not (_GO_INT.fullmatch(count) and _GO_INT.fullmatch(milli)):
             raise DataError(
-                f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers"
-            ) from None
+                f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers "
+                f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
+            )
+        num_gpu, gpu_milli = int(count), int(milli)
         if not 1 <= gpu_milli <= 1000 or num_gpu < 0:
             raise DataError(f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0")
     if num_gpu > MAX_GPUS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Depends, Request
 
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.serving.deps import RegistryDep, Services, ServicesDep, TelemetryDep
@@ -25,6 +25,33 @@ _ARGS_DOC = (
     "ExtenderArgs of k8s.io/kube-scheduler/extender/v1 (Go field names: Pod, Nodes, NodeNames)"
 )
 _BIND_DOC = "ExtenderBindingArgs (PodName, PodNamespace, PodUID, Node)"
+
+
+def _body(doc: str) -> dict[str, Any]:
+    """The OpenAPI request body of an extender route (the route parses the body itself)."""
+    schema = {"type": "object", "description": doc}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+async def go_json(request: Request) -> dict[str, Any]:
+    """The body as kube-scheduler's Go ``encoding/json`` writes it: UTF-8 JSON without lone
+    surrogates, ``NaN`` or infinities (Go's encoder emits none of them). Python's ``json`` took
+    both: an echoed lone surrogate made the answer unserialisable (a 500) and ``NaN`` came back
+    as ``null``.
+
+    Raises:
+        DataError: anything else (a 422 naming what the parser refused).
+    """
+    import pydantic_core
+
+    body = await request.body()
+    try:
+        args = pydantic_core.from_json(body, allow_inf_nan=False)
+    except ValueError as err:
+        raise DataError(f"the body is not JSON as kube-scheduler sends it ({err})") from None
+    if not isinstance(args, dict):
+        raise DataError("the body must be a JSON object (ExtenderArgs or ExtenderBindingArgs)")
+    return args
 
 
 def _state(services: Services) -> ext.ExtenderState:
@@ -121,12 +148,13 @@ def _decide(
     "/filter",
     responses={422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
     summary="kube-scheduler extender filter",
+    openapi_extra=_body(_ARGS_DOC),
 )
 def filter_nodes(
     services: ServicesDep,
     registry: RegistryDep,
     telemetry: TelemetryDep,
-    args: dict[str, Any] = Body(..., description=_ARGS_DOC),
+    args: dict[str, Any] = Depends(go_json),
 ) -> dict[str, Any]:
     """Keep the candidate nodes that can hold the Pod; the others go to ``FailedNodes`` (room may
     free up) or ``FailedAndUnresolvableNodes`` (the node could never hold it), with a reason.
@@ -143,12 +171,13 @@ def filter_nodes(
     "/prioritize",
     responses={422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
     summary="kube-scheduler extender prioritize",
+    openapi_extra=_body(_ARGS_DOC),
 )
 def prioritize(
     services: ServicesDep,
     registry: RegistryDep,
     telemetry: TelemetryDep,
-    args: dict[str, Any] = Body(..., description=_ARGS_DOC),
+    args: dict[str, Any] = Depends(go_json),
 ) -> list[dict[str, Any]]:
     """``HostPriorityList``: the policy's choice scores 10, the other feasible nodes 0..9.
 
@@ -164,10 +193,11 @@ def prioritize(
     "/bound",
     responses={422: {"model": ErrorOut}},
     summary="A pod was bound to a node (ends its hold)",
+    openapi_extra=_body(_BIND_DOC),
 )
 def bound(
     services: ServicesDep,
-    args: dict[str, Any] = Body(..., description=_BIND_DOC),
+    args: dict[str, Any] = Depends(go_json),
 ) -> dict[str, str]:
     """Tell FleetMind that kube-scheduler bound a pod (``ExtenderBindingArgs``).
 
