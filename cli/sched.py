@@ -6,8 +6,9 @@ policy; ``clone``, its warm-start clone before PPO; ``teacher``, the scorer the 
 ``rl/named_policies.py``) on a trace and writes
 ``{"trace", "mode", "seeds", "policies": {name: {metrics..., "ms_per_decision"}}}``. In fgd mode the
 metrics are ``unallocated_gpu_pct_at_100`` / ``_at_130`` (mean over seeds), their ``_std``, the
-``per_seed`` values, and, for openb traces with published results, ``published_unallocated_gpu_pct_at_100``
-/ ``_130`` (mean of the FGD authors' per-seed values over the same seeds). A value that is not defined
+``per_seed`` values, and, for the shared openb traces on the openb GPU node list, ``published_unallocated_gpu_pct_at_100``
+/ ``_130`` (mean of the FGD authors' per-seed values over the same seeds; elsewhere ``"published": null``
+and ``"published_reason"``, :func:`published_mismatch`). A value that is not defined
 (a level no pod record came near, on a node list of a few nodes) is ``null`` in the JSON and ``-``
 in the table: the file is strict JSON (:func:`json_safe`).
 """
@@ -67,10 +68,69 @@ def parse_seeds(items: list[str]) -> list[int]:
     return seeds
 
 
+def check_writable(path: str | None, flag: str) -> None:
+    """Check, before any work, that the file ``path`` can be written: not a folder, and its
+    nearest existing parent a folder this process may write in (the missing ones are created);
+    nothing for None.
+
+    Raises:
+        ConfigError: naming ``flag``, the path and what blocks it.
+    """
+    if path is None:
+        return
+    import os
+
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {p}: a folder is there; {flag} names a file")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ConfigError(f"{flag} {p}: cannot write this file (permission denied)")
+        return
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {p}: {parent} is a file, where a folder is needed")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {p}: cannot write in {parent} (permission denied)")
+
+
 def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's policy object
     from fleetmind.rl.policy_adapter import load_ppo_policy
 
     return load_ppo_policy(ref)
+
+
+def published_mismatch(trace: Any, nodes: Any) -> str | None:
+    """Why the FGD authors' published values do not describe a run of ``trace`` on ``nodes`` (a
+    loaded :class:`fleetmind.data.openb.PodTrace` and
+    :class:`fleetmind.data.openb.OpenbNodes`), or None when they do: they were measured on
+    the shared openb trace files and the openb GPU node list (``gpu_node``), so a trace file
+    elsewhere (a copy, or any CSV named like an openb trace) or another node list gets none."""
+    from fleetmind.data.paths import openb_csv_dir
+
+    try:
+        folder = openb_csv_dir().resolve()
+    except DataError:
+        return "the shared openb data folder is absent"
+    path = Path(trace.source).resolve()
+    if path.parent != folder or not path.name.startswith("openb_pod_list_"):
+        return f"the trace {trace.source} is not one of the shared openb trace files in {folder}"
+    if Path(nodes.source).resolve() != folder / "openb_node_list_gpu_node.csv":
+        return f"the node list {nodes.source} is not the openb GPU node list the authors used"
+    return None
+
+
+def _add_published(result: dict, trace: Any, nodes: Any, seeds: list[int]) -> None:
+    """The published means beside each policy (:func:`_published_means`) when they describe this
+    run; else ``"published": null`` and ``"published_reason"`` in ``result``."""
+    reason = published_mismatch(trace, nodes)
+    if reason is None:
+        _published_means(trace.name, result["policies"], seeds)
+    else:
+        result["published"] = None
+        result["published_reason"] = f"published FGD values omitted: {reason}"
 
 
 def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
@@ -118,7 +178,7 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
             ) from None
     if getattr(args, "ray_address", None):
         result = _evaluate_fgd_ray(args, trace, named + stages, seeds)
-        _published_means(trace.name, result["policies"], seeds)
+        _add_published(result, trace, nodes, seeds)
         return result
     objects = _stage_policies(args.model, stages)
     result = evaluate_fgd(trace, named, seeds, nodes=nodes, workers=args.workers, progress=True)
@@ -130,7 +190,7 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
         result["policies"]["teacher"] = aggregate_results(runs)
     if "rollout" in stages:
         result["policies"]["rollout"] = _rollout_fgd(args, trace, seeds, nodes)
-    _published_means(trace.name, result["policies"], seeds)
+    _add_published(result, trace, nodes, seeds)
     if args.causes:
         causes: dict[str, Any] = {n: n for n in named}
         causes.update(objects)
@@ -499,6 +559,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
+    check_writable(args.json, "--json")  # before the runs, not after them
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
     rollout_config(args)  # bad --rollout-* options fail before any run
@@ -512,22 +573,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             "--backfill-depth is a dynamic-mode option and must be >= 0"
             f" (got {depth} in {args.mode} mode)"
         )
+    policies = _policy_list(args)
     if args.mode == "fgd":
-        policies = list(args.policies or DEFAULT_POLICIES)
-        stage = ("ppo", "clone", "teacher", "rollout")
-        if args.model is not None and not any(p.lower() in stage for p in policies):
-            if args.policies:  # an explicit list without the policy the model is for
-                raise ConfigError(
-                    f"--model {args.model} is the model of policy 'ppo', which --policies "
-                    f"({' '.join(args.policies)}) does not name; add ppo to --policies"
-                )
-            policies.append("ppo")  # a model given: evaluate it beside the default heuristics
         result = _evaluate_fgd(args, policies, seeds)
     else:
-        result = _evaluate_dynamic(args, args.policies, seeds)
-    result["policies"] = _in_order(
-        result["policies"], policies if args.mode == "fgd" else args.policies
-    )
+        result = _evaluate_dynamic(args, policies, seeds)
+    result["policies"] = _in_order(result["policies"], policies)
     if openb_is_synthetic():
         result["data"] = SYNTHETIC_LABEL
     result = json_safe(result)  # NaN (a level no record reached) -> null, '-' in the table
@@ -536,6 +587,50 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         _print_causes(result["failure_causes"])
     write_json(args.json, result)
     return 0
+
+
+STAGES = ("ppo", "clone", "teacher", "rollout")
+"""The released model's stages (``rl/named_policies.py``): the policies ``--model`` is for."""
+
+
+def _policy_list(args: argparse.Namespace) -> list[str] | None:
+    """``--policies`` once each (names compared as the runs name them, so ``FGD fgd`` runs FGD
+    once), with ``ppo`` added in fgd mode when ``--model`` comes with the default list; None: the
+    dynamic-mode default (every heuristic).
+
+    Raises:
+        ConfigError: ``--model`` with no policy that reads it (``ppo``, ``clone``, ``teacher``,
+            ``rollout``), in either mode.
+    """
+    policies = _unique_policies(args.policies) if args.policies else None
+    if args.model is None or any(p.lower() in STAGES for p in policies or []):
+        return policies if policies or args.mode != "fgd" else list(DEFAULT_POLICIES)
+    if policies:  # an explicit list without the policy the model is for
+        raise ConfigError(
+            f"--model {args.model} is the model of policy 'ppo', which --policies "
+            f"({' '.join(args.policies)}) does not name; add ppo to --policies"
+        )
+    if args.mode != "fgd":  # the default is every heuristic, in a setting the agent does not use
+        raise ConfigError(
+            f"--model {args.model}: in dynamic mode name the model's policies (e.g. --policies ppo"
+            " FGD); the default list holds only heuristics"
+        )
+    return [*DEFAULT_POLICIES, "ppo"]  # a model given: evaluate it beside the default heuristics
+
+
+def _unique_policies(names: list[str]) -> list[str]:
+    """``names`` without repeats, compared as the policies are looked up (case-, ``_``- and
+    ``-``-insensitive: ``FGD fgd`` is one policy, ``PPO ppo`` one stage); the first spelling
+    stays."""
+    seen: dict[str, str] = {}
+    for p in names:
+        seen.setdefault(_norm(p), p)
+    return list(seen.values())
+
+
+def _norm(name: str) -> str:
+    """A policy name as ``envs.policies.canonical_policy_name`` compares them."""
+    return name.replace("_", "").replace("-", "").lower()
 
 
 def _print_causes(causes: dict) -> None:
@@ -789,20 +884,28 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
     se.add_argument("--nodes", default=None, help="node list CSV (default: openb GPU nodes)")
     se.add_argument("--generations", type=int, default=8, help="CMA-ES iterations (default 8)")
     se.add_argument("--population", type=int, default=14, help="CMA-ES population (default 14)")
-    se.add_argument("--init-sd", type=float, default=0.5, help="initial step size (default 0.5)")
+    se.add_argument(
+        "--init-sd", type=float, default=0.5, help="initial step size, > 0 (default 0.5)"
+    )
     se.add_argument("--init", default=None, help="start from this linear scorer JSON (default FGD)")
     se.add_argument("--seed", type=argtypes.seed, default=0, help="CMA-ES seed (default 0)")
     se.add_argument(
         "--fgd-until-pct",
         type=float,
         default=80.0,
-        help="pods arriving before this %% of capacity go by FGD (default 80: search the tail)",
+        help="pods arriving before this %% of capacity go by FGD (default 80: search the tail;"
+        " in [0, 101), where episodes stop)",
     )
     se.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
     _ray_arg(se, "run every episode")
     se.add_argument("--out", required=True, help="scorer JSON to write")
     se.add_argument("--json", default=None, help="write the search summary JSON here")
     se.set_defaults(func=cmd_search_teacher)
+
+
+SEARCH_STOP_PCT = 101.0
+"""``sched search-teacher``: its episodes end once arrivals pass this % of GPU capacity (the
+metric is read at 100), so ``--fgd-until-pct`` must stay below it."""
 
 
 def cmd_search_teacher(args: argparse.Namespace) -> int:
@@ -812,9 +915,15 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from fleetmind.rl.scaleout import job_path
-    from fleetmind.rl.teacher_search import cmaes_search
+    from fleetmind.rl.teacher_search import check_search_settings, cmaes_search
 
     seeds = parse_seeds(args.episode_seeds)
+    check_writable(args.out, "--out")
+    check_writable(args.json, "--json")
+    check_search_settings(
+        {"fgd_until_pct": float(args.fgd_until_pct), "stop_arrived_pct": SEARCH_STOP_PCT},
+        args.init_sd,
+    )
     init = None
     if args.init is not None:
         from fleetmind.rl.teacher import LinearScorer
@@ -823,7 +932,7 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
     cfg: dict[str, Any] = {
         "traces": [job_path(t) for t in args.trace],
         "fgd_until_pct": float(args.fgd_until_pct),
-        "stop_arrived_pct": 101.0,
+        "stop_arrived_pct": SEARCH_STOP_PCT,
     }
     if args.nodes is not None:
         cfg["nodes_path"] = job_path(args.nodes)
@@ -1011,6 +1120,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from fleetmind.training.recipes.flags import recipe_kwargs
 
+    check_writable(args.json, "--json")  # before the training, not after it
+
     dyn_only = args.cem_trace_seeds or args.cem_worst_weight or args.cem_nonneg
     if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
         raise ConfigError(
@@ -1067,6 +1178,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     for name in args.trace or []:
         trace_file(name)
     a = cls(**recipe_kwargs(args, cls, convert={"cem_trace_seeds": _trace_seeds}))
+    _check_ppo_settings(a)
     # a trace that asks for no decision would end every episode at reset; say so before MLflow
     check_trace_has_decisions(list(a.traces), getattr(a, "nodes", None))
     ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
@@ -1076,6 +1188,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
     write_json(args.json, summary)
     return 0
+
+
+def _check_ppo_settings(a: Any) -> None:
+    """The PPO recipes' settings the recipe checks again at its start, checked here too so that
+    ``--seeds`` refuses them before it starts a run per seed; in fgd mode, also a trace without
+    GPU demand (every episode would measure nothing)."""
+    from fleetmind.training.recipes.common import check_fgd_prefixes, check_run_limits
+
+    check_run_limits(a)
+    if a.mode == "fgd":
+        from fleetmind.data.openb import load_openb_trace
+        from fleetmind.envs.fgd_mode import check_gpu_demand
+
+        check_fgd_prefixes(a)
+        for t in dict.fromkeys([*a.traces, *a.eval_traces]):
+            check_gpu_demand(load_openb_trace(t))
 
 
 def _train_paired(args: argparse.Namespace) -> int:

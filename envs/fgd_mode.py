@@ -110,10 +110,58 @@ class FgdResult:
         return out
 
 
+def check_gpu_demand(trace: PodTrace) -> None:
+    """Refuse a trace that requests no GPU: fgd mode measures unallocated GPU % as GPU requests
+    arrive, so such a trace has no arrived level to report (and nothing to resample up to).
+
+    Raises:
+        DataError: every pod is CPU-only (``num_gpu`` or ``gpu_milli`` 0), or the trace is empty.
+    """
+    if len(trace) == 0 or not bool((np.asarray(trace.gpu_request) > 0).any()):
+        raise DataError(
+            f"trace {trace.name} ({len(trace):,} pods) requests no GPU (every pod has num_gpu 0 or"
+            " gpu_milli 0): fgd mode measures unallocated GPU % as GPU requests arrive, so it needs"
+            " at least one GPU pod"
+        )
+
+
+MAX_RESAMPLE_FACTOR = 100
+"""Resampling gives up (``DataError``) after this many times the draws the trace's mean GPU
+request needs to reach the target, plus :data:`MAX_RESAMPLE_SLACK` (never reached by a trace with
+GPU demand in practice; a guard against an endless loop)."""
+MAX_RESAMPLE_SLACK = 100_000
+
+
+def _resample(trace: PodTrace, rng: np.random.Generator, total: int, target: float) -> list[int]:
+    """Step 2 below target: pods drawn with replacement until a draw would pass ``target``."""
+    req = trace.gpu_request
+    gm = trace.gpu_milli
+    n = len(trace)
+    mean_req = float(np.mean(req))
+    cap = MAX_RESAMPLE_SLACK + int(MAX_RESAMPLE_FACTOR * (target - total) / max(mean_req, 1e-9))
+    extra: list[int] = []
+    while True:
+        for j in rng.integers(n, size=1024).tolist():
+            if total + gm[j] > target:
+                return extra
+            if len(extra) >= cap:
+                raise DataError(
+                    f"trace {trace.name}: resampling to {target:,.0f} GPU milli gave up after"
+                    f" {len(extra):,} draws (too little GPU demand per pod)"
+                )
+            extra.append(j)
+            total += int(req[j])
+
+
 def build_workload(
     trace: PodTrace, n_nodes: int, gpu_capacity_milli: int, seed: int, scale: float = DEFAULT_SCALE
 ) -> FgdWorkload:
-    """Arrival order and node priority of one run (steps 1-3 of the module docstring)."""
+    """Arrival order and node priority of one run (steps 1-3 of the module docstring).
+
+    Raises:
+        DataError: the trace requests no GPU (:func:`check_gpu_demand`).
+    """
+    check_gpu_demand(trace)
     rng = np.random.default_rng(seed)
     order = np.argsort(trace.pod_names, kind="stable")
     order = order[rng.permutation(len(order))]
@@ -122,20 +170,7 @@ def build_workload(
     total = int(req[order].sum())
     n_original = len(order)
     if total < target:
-        extra: list[int] = []
-        gm = trace.gpu_milli
-        n = len(trace)
-        while True:
-            draws = rng.integers(n, size=1024)
-            stop = False
-            for j in draws.tolist():
-                if total + gm[j] > target:
-                    stop = True
-                    break
-                extra.append(j)
-                total += int(req[j])
-            if stop:
-                break
+        extra = _resample(trace, rng, total, target)
         order = np.concatenate([order, np.asarray(extra, dtype=np.int64)])
     elif total > target:
         removal = rng.permutation(len(order))
@@ -294,12 +329,13 @@ def evaluate_fgd(
     from tqdm import tqdm
 
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
+    check_gpu_demand(tr)  # before any run (and before worker processes start)
     nodes = nodes if nodes is not None else load_openb_nodes()
     if isinstance(policies, dict):
         named: list[str] = []
         objects = dict(policies)
     else:
-        named = list(policies)
+        named = list(dict.fromkeys(policies))  # a name given twice runs once
         objects = {}
     names = named + list(objects)
     runs: dict[str, list[FgdResult]] = {n: [] for n in names}

@@ -17,6 +17,8 @@ from typing import Any
 import mlflow
 from stable_baselines3.common.callbacks import BaseCallback
 
+from fleetmind.data.errors import ConfigError
+
 
 class MlflowEvalCallback(BaseCallback):
     """Episode metrics (and losses) to MLflow, a periodic evaluation, a wall-time cap.
@@ -24,7 +26,7 @@ class MlflowEvalCallback(BaseCallback):
     Args:
         evaluate: called with the number of environment steps so far (summed over the vectorised
             envs, SB3's ``num_timesteps``) each time ``eval_freq`` more steps have passed.
-        eval_freq: environment steps between evaluations.
+        eval_freq: environment steps between evaluations (>= 1; ConfigError otherwise).
         episode_metrics: ``info -> {metric name: value}`` for an info dict whose episode has just
             ended (one with an ``"episode"`` entry, from ``VecMonitor``); logged at the current
             step. An empty dict logs nothing.
@@ -46,6 +48,10 @@ class MlflowEvalCallback(BaseCallback):
         log_losses: bool = False,
     ) -> None:
         super().__init__()
+        if eval_freq < 1:  # 0 or less would evaluate (and checkpoint) at every step
+            raise ConfigError(
+                f"--eval-freq must be >= 1 (PPO steps between evaluations), got {eval_freq}"
+            )
         self.evaluate, self.eval_freq = evaluate, eval_freq
         self.episode_metrics, self.log_losses = episode_metrics, log_losses
         self.max_minutes, self.checkpoint_dir = max_minutes, checkpoint_dir

@@ -390,7 +390,13 @@ def _actor_from_onnx(path: Path, like: PlacementActor | None) -> PlacementActor:
 
     from fleetmind.rl.export import OnnxActor
 
-    m = onnx.load(str(path))
+    try:
+        m = onnx.load(str(path))
+    except Exception as exc:  # protobuf's DecodeError and kin: a truncated or foreign file
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise ModelLoadError(
+            f"cannot load clone ONNX model {path}: not a valid ONNX file ({detail})"
+        ) from None
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     mats = [
         inits[n.input[1]] for n in m.graph.node if n.op_type == "MatMul" and n.input[1] in inits

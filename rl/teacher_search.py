@@ -15,6 +15,7 @@ episode's metric is a pure function of (weights, trace, workload seed), whicheve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,20 @@ def fgd_weights(blocks: Sequence[str] = BLOCKS) -> np.ndarray:
     return w
 
 
+def check_search_settings(env_config: dict[str, Any], init_sd: float) -> None:
+    """ConfigError unless ``init_sd`` (CMA-ES's ``sigma0``) is a finite number > 0 and the
+    episodes' FGD prefix leaves the scorer a decision: ``0 <= fgd_until_pct < stop_arrived_pct``."""
+    if not (math.isfinite(init_sd) and init_sd > 0):
+        raise ConfigError(
+            f"--init-sd must be a finite number > 0 (CMA-ES's step size), got {init_sd}"
+        )
+    until = float(env_config.get("fgd_until_pct", 0.0))
+    stop = env_config.get("stop_arrived_pct")
+    if not until >= 0 or (stop is not None and not until < float(stop)):
+        where = "" if stop is None else f" and below the level episodes stop at ({float(stop):g} %)"
+        raise ConfigError(f"--fgd-until-pct must be >= 0{where}, got {until:g}")
+
+
 def cmaes_search(
     env_config: dict[str, Any],
     episodes: Sequence[tuple[str, int]],
@@ -98,7 +113,9 @@ def cmaes_search(
         progress: called with 1 after each episode job.
 
     Raises:
-        ConfigError: no episodes, a population below 2, or start weights of the wrong shape.
+        ConfigError: no episodes, a population below 2, an initial step size that is not a finite
+            number > 0, an FGD prefix (``fgd_until_pct``) outside ``[0, stop_arrived_pct)``, or
+            start weights of the wrong shape.
     """
     import cma
 
@@ -106,6 +123,7 @@ def cmaes_search(
         raise ConfigError("the teacher search needs at least one (trace, workload seed) episode")
     if population < 2 or generations < 1:
         raise ConfigError("the teacher search needs --population >= 2 and --generations >= 1")
+    check_search_settings(env_config, init_sd)
     blocks = tuple(env_config.get("blocks", BLOCKS))
     cfg = {**env_config, "blocks": blocks}
     eps = [(str(t), int(w)) for t, w in episodes]

@@ -24,6 +24,43 @@ def check_loss_weights(bc_value_coef: float, vf_coef: float) -> None:
             raise ConfigError(f"{flag} must be a finite number >= 0, got {v}")
 
 
+def check_run_limits(args: Any) -> None:
+    """The PPO recipes' shared settings: ``--eval-freq`` >= 1 (evaluations are every so many
+    steps: 0 or less would evaluate and checkpoint at every step), ``--bc-episodes`` >= 0 (0: no
+    warm start) and :func:`check_max_minutes`; ConfigError otherwise."""
+    if args.eval_freq < 1:
+        raise ConfigError(
+            f"--eval-freq must be >= 1 (PPO steps between evaluations), got {args.eval_freq}"
+        )
+    if args.bc_episodes < 0:
+        raise ConfigError(f"--bc-episodes must be >= 0 (0: no warm start), got {args.bc_episodes}")
+    check_max_minutes(args.max_minutes)
+
+
+def check_max_minutes(value: float | None, flag: str = "--max-minutes") -> None:
+    """A wall-time cap must be a number > 0; omit the flag (None) for no cap."""
+    if value is not None and not value > 0:
+        raise ConfigError(f"{flag} must be > 0 minutes (omit it for no time limit), got {value}")
+
+
+def check_fgd_prefixes(args: Any) -> None:
+    """fgd mode's FGD prefixes: ``0 <= --fgd-until-pct < stop_arrived_pct`` (a training episode
+    must leave the agent a decision before it stops), and ``--eval-fgd-until-pct`` and
+    ``--bc-fgd-until-pct`` in [0, 100] (% of GPU capacity); ConfigError otherwise."""
+    stop = args.stop_arrived_pct
+    if not 0 <= args.fgd_until_pct < stop:
+        raise ConfigError(
+            f"--fgd-until-pct must be >= 0 and below the level training episodes stop at ({stop:g} %"
+            f" of GPU capacity), got {args.fgd_until_pct:g}"
+        )
+    for flag, v in (
+        ("--eval-fgd-until-pct", args.eval_fgd_until_pct),
+        ("--bc-fgd-until-pct", args.bc_fgd_until_pct),
+    ):
+        if not 0 <= v <= 100:
+            raise ConfigError(f"{flag} must be in [0, 100] (% of GPU capacity), got {v:g}")
+
+
 @dataclass
 class TrainingRun:
     """A placement training run in progress: what both recipes keep from step to step (each

@@ -69,6 +69,7 @@ from fleetmind.rl.ppo import TeacherData, collect_teacher, make_model
 from fleetmind.training.recipes.common import (
     TrainingRun,
     check_loss_weights,
+    check_run_limits,
     clone_teacher,
     hyperparams,
     log_cem_search,
@@ -383,6 +384,7 @@ def _check(args: DynamicArgs) -> DynSearchOptions:
         load_openb_trace(t)
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
+    check_run_limits(args)
     if args.teacher == "cem" and (args.cem_generations < 1 or args.cem_population < 2):
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
     if args.teacher not in ("fgd", "cem"):

@@ -64,7 +64,9 @@ from fleetmind.rl.teacher import (
 )
 from fleetmind.training.recipes.common import (
     TrainingRun,
+    check_fgd_prefixes,
     check_loss_weights,
+    check_run_limits,
     clone_teacher,
     hyperparams,
     log_cem_search,
@@ -232,6 +234,8 @@ def _check(args: FgdArgs) -> None:
         load_openb_trace(t)
     if args.timesteps < 0 or args.n_envs < 1:
         raise ConfigError("--timesteps must be >= 0 and --n-envs >= 1")
+    check_run_limits(args)
+    check_fgd_prefixes(args)
     check_loss_weights(args.bc_value_coef, args.vf_coef)
 
 

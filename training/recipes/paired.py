@@ -70,7 +70,7 @@ from fleetmind.rl.paired import (
 )
 from fleetmind.rl.scaleout import job_path, run_tasks
 from fleetmind.training.io import write_json
-from fleetmind.training.recipes.common import seed_everything
+from fleetmind.training.recipes.common import check_max_minutes, seed_everything
 from fleetmind.training.recipes.flags import recipe_group_kwargs
 from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs, EsArgs, PairedArgs
 from fleetmind.training.recipes.tracking import tracked_run
@@ -135,6 +135,7 @@ def check_learner(
     for flag, (v, lo) in ints.items():
         if v < lo:
             raise ConfigError(f"{flag} must be >= {lo}, got {v}")
+    check_max_minutes(args.max_minutes)
     for flag, v in (("--dyn-jobs", args.dyn_jobs), ("--val-jobs", args.val_jobs)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} must be >= 1, got {v}")

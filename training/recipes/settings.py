@@ -34,7 +34,8 @@ class PPOArgs:
     traces: list[str] = field(default_factory=lambda: ["default"])
     """training traces (openb names or CSV paths); one drawn per episode"""
     timesteps: int = 100_000
-    """PPO environment steps (decisions) after the warm start"""
+    """PPO environment steps (decisions) after the warm start, rounded up to whole rollouts of
+    n_steps (512) x --n-envs steps (MLflow param timesteps_effective)"""
     seed: int = 0
     """seed of weights, envs and workloads"""
     n_envs: int = 2
@@ -86,7 +87,7 @@ class PPOArgs:
     eval_freq: int = 20_000
     """evaluate every this many PPO steps"""
     max_minutes: float | None = None
-    """stop PPO after this much wall time (minutes; None: run all timesteps)"""
+    """stop PPO after this much wall time (minutes, > 0; omit for no limit: all timesteps)"""
     out: str = "runs/ppo"
     """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
     release: bool = False

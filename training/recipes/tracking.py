@@ -3,7 +3,8 @@
 * run naming (:func:`run_dirs`: CleanRL-style ``<env>__ppo__<seed>__<time>``, its folder and
   checkpoint folder);
 * one tracked run (:func:`tracked_run`): tracking URI (:func:`tracking_uri`), experiment, and the
-  recipe's settings logged as parameters once, at the start;
+  recipe's settings logged as parameters once, at the start (the PPO recipes' also
+  ``timesteps_effective``, :func:`effective_timesteps`);
 * the exported model as an MLflow pyfunc (:func:`log_placement_pyfunc`: the
   :class:`fleetmind.training.placement_pyfunc.PlacementPyfunc` wrapper, explicit pip requirements,
   registration as ``fleetmind-placement`` and the ``champion`` alias moved when it wins).
@@ -46,7 +47,19 @@ def run_params(args: Any) -> dict[str, Any]:
     params: dict[str, Any] = {"mode": args.mode}
     for k, v in asdict(args).items():
         params[k] = json.dumps(v) if isinstance(v, (list, dict)) else v
+    if all(hasattr(args, k) for k in ("timesteps", "n_steps", "n_envs")):  # the PPO recipes
+        params["timesteps_effective"] = effective_timesteps(
+            args.timesteps, args.n_steps, args.n_envs
+        )
     return params
+
+
+def effective_timesteps(timesteps: int, n_steps: int, n_envs: int) -> int:
+    """The PPO steps a run of ``timesteps`` takes: MaskablePPO collects whole rollouts of
+    ``n_steps`` x ``n_envs`` steps, so it rounds ``timesteps`` up to a multiple of that (a time
+    limit, ``--max-minutes``, may stop it earlier)."""
+    rollout = max(1, n_steps * n_envs)
+    return 0 if timesteps <= 0 else -(-timesteps // rollout) * rollout
 
 
 @contextmanager
