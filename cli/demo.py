@@ -22,6 +22,7 @@ Finally the service is stopped, and the demo prints where its outputs are (``OUT
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import socket
@@ -59,6 +60,12 @@ class DemoConfig:
     seed: int = 7
     port: int = 0
     tracking_uri: str | None = None
+
+
+MIN_INCIDENTS = 4
+"""The fewest ``--incidents`` with a test split: the generator gives test ``round(0.15 * n)``
+incidents (:mod:`fleetmind.data.rca_gen.generate`), none for 3; the demo evaluates on the test
+split and replays its largest incident."""
 
 
 def _say(msg: str) -> None:
@@ -145,7 +152,7 @@ def rca_model(cfg: DemoConfig, data_dir: Path) -> dict[str, Any]:
     report = evaluate_methods(ds.splits["test"], analyzers, ds.graphs)
     _print_rca_table(report)
     uri = _tracking_uri(cfg)
-    ready_store(uri)
+    ready_store(uri, flag=None)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("fleetmind-demo")
     with mlflow.start_run(run_name=f"demo__rca__{cfg.seed}__{int(time.time())}") as run:
@@ -225,6 +232,7 @@ class _Service:
     def __init__(self, cfg: DemoConfig, graph_path: Path) -> None:
         self.port = cfg.port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.graph = str(json.loads(graph_path.read_text()).get("name"))
         db = (cfg.out / "fleetmind.db").resolve()
         for suffix in ("", "-wal", "-shm"):
             Path(str(db) + suffix).unlink(missing_ok=True)
@@ -248,20 +256,34 @@ class _Service:
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
+    def _check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise NotAvailableError(
+                f"the service exited with status {self.proc.returncode}; see {self.log_path}"
+            )
+
     def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until the demo's own service answers ``/readyz``: its process still running and
+        the graph it serves the demo's (a 200 from another service on the port is not it)."""
         import httpx
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise NotAvailableError(
-                    f"the service exited with status {self.proc.returncode}; see {self.log_path}"
-                )
+            self._check_alive()
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                r = httpx.get(self.url + "/readyz", timeout=2)
+                body = r.json() if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                body = None
+            if body is not None:
+                self._check_alive()
+                served = body.get("graph") if isinstance(body, dict) else None
+                if served == self.graph:
                     return
-            except httpx.HTTPError:
-                pass
+                raise NotAvailableError(
+                    f"another service answers on port {self.port} (serving graph {served!r}, "
+                    f"not the demo's {self.graph!r}); pick a free --port or leave it out"
+                )
             time.sleep(0.5)
         raise NotAvailableError(
             f"the service was not ready after {timeout_s:.0f} s; see {self.log_path}"
@@ -409,10 +431,33 @@ def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
     return out
 
 
+def _check_config(cfg: DemoConfig) -> None:
+    """Refuse, before any step runs, what would only fail later: too few incidents for a test
+    split, a port another program holds, an MLflow store that cannot be used."""
+    from fleetmind.cli.serve import bind_error
+    from fleetmind.data.rca_gen.generate import MAX_INCIDENTS
+    from fleetmind.training.tracking import ready_store
+
+    if not cfg.quick and not MIN_INCIDENTS <= cfg.incidents <= MAX_INCIDENTS:
+        raise ConfigError(
+            f"--incidents must lie in [{MIN_INCIDENTS}, {MAX_INCIDENTS:,}] (fewer than "
+            f"{MIN_INCIDENTS} leave no test incident to evaluate and replay), got {cfg.incidents}"
+        )
+    if not 0 <= cfg.port <= 65535:
+        raise ConfigError(f"--port must be within 0..65535 (0: a free one), got {cfg.port}")
+    err = bind_error("127.0.0.1", cfg.port) if cfg.port else None  # where the service listens
+    if err is not None and err.errno == errno.EADDRINUSE:
+        raise ConfigError(f"port {cfg.port} is in use (pick another --port, or leave it out)")
+    if err is not None:
+        raise ConfigError(f"cannot listen on port {cfg.port}: {err.strerror or err}")
+    ready_store(_tracking_uri(cfg), flag=None)  # the demo has no --tracking-uri
+
+
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run all steps; returns a summary dict (also written to ``OUT/demo_summary.json``)."""
     from fleetmind.data.rca_dataset import load_dataset
 
+    _check_config(cfg)
     cfg.out.mkdir(parents=True, exist_ok=True)
     total = 6
     summary: dict[str, Any] = {}
@@ -473,7 +518,12 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         action="store_true",
         help="small sizes; placement scored with two heuristics on the synthetic openb-schema trace",
     )
-    p.add_argument("--incidents", type=int, default=300, help="simulated incidents (default: 300)")
+    p.add_argument(
+        "--incidents",
+        type=int,
+        default=300,
+        help=f"simulated incidents, at least {MIN_INCIDENTS} (default: 300)",
+    )
     p.add_argument("--seed", type=argtypes.seed, default=7, help="master seed (default: 7)")
     p.add_argument("--port", type=int, default=0, help="service port (default: a free one)")
     p.set_defaults(func=cmd_demo)
@@ -481,8 +531,6 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``fleetmind demo``: :func:`run_demo` with the parsed flags; exit status 0."""
-    if not 0 <= args.port <= 65535:
-        raise ConfigError(f"--port must be within 0..65535 (0: a free one), got {args.port}")
     run_demo(
         DemoConfig(
             out=Path(args.out),

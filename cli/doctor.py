@@ -30,15 +30,12 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from urllib.parse import urlsplit
-
     from fleetmind.data.errors import ConfigError
+    from fleetmind.data.fetch import check_http_url
     from fleetmind.serving.telemetry.doctor import as_json, diagnose, has_errors
     from fleetmind.serving.telemetry.prometheus import is_exporter_url
 
-    url = urlsplit(args.prometheus)
-    if url.scheme not in ("http", "https") or not url.netloc:
-        raise ConfigError(f"--prometheus must be an http(s) URL, got {args.prometheus!r}")
+    check_http_url(args.prometheus, "--prometheus")
     if is_exporter_url(args.prometheus):
         raise ConfigError("--prometheus is a Prometheus server, not an exporter's /metrics URL")
     if not args.timeout > 0:

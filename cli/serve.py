@@ -135,9 +135,44 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: may resolve to anything
 
 
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why a server could not listen on ``host``:``port`` now (``None``: it can), found by binding
+    a socket there and closing it again, with ``SO_REUSEADDR`` as uvicorn binds (so a port that
+    only has connections in TIME_WAIT counts as free)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as err:
+        return err
+    family, kind, proto, _, addr = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(addr)
+    except OSError as err:
+        return err
+    return None
+
+
+def _check_port(host: str, port: int) -> None:
+    """Raise :class:`ConfigError` (one line) when the server could not listen on ``host``:``port``:
+    before the database is migrated, not uvicorn's ``[Errno 98]`` log line after it."""
+    import errno
+
+    err = bind_error(host, port)
+    if err is None:
+        return
+    if err.errno == errno.EADDRINUSE:
+        raise ConfigError(f"port {port} on {host} is in use (pick another with --port)")
+    raise ConfigError(f"cannot listen on {host} port {port}: {err.strerror or err}")
+
+
 def _checked_settings(args: argparse.Namespace) -> Any:
     """The service's settings from the environment, checked as the server would check them at
-    start (tokens, TLS, public bind, graph, database schema). Raises
+    start (tokens, TLS, public bind, a free port, graph, database schema). Raises
     :class:`fleetmind.errors.ConfigError` or :class:`fleetmind.errors.DataError`, one line, when
     it would not start."""
     from pydantic import ValidationError
@@ -165,6 +200,7 @@ def _checked_settings(args: argparse.Namespace) -> Any:
             "FLEETMIND_READ_TOKEN / FLEETMIND_INGEST_TOKEN / FLEETMIND_ADMIN_TOKEN), bind "
             "127.0.0.1, or pass --insecure"
         )
+    _check_port(args.host, args.port)
     # a bad graph or database is a one-line error here, not a traceback in the server's startup
     load_graph(settings)
     db = Database(

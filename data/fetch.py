@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
-from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 
 CHUNK_BYTES = 1 << 16
 
@@ -66,6 +67,71 @@ def _safe_relative(rel: str) -> PurePosixPath:
     return p
 
 
+def check_http_url(url: str, flag: str) -> None:
+    """Raise :class:`ConfigError` (one line naming ``flag``) unless ``url`` is an http(s) URL that
+    an HTTP client can use (a host, a valid port; ``http://[::1`` is not one).
+
+    Used for the URLs the ``fleetmind`` commands take (``--base-url``, ``--url``, ``--prometheus``),
+    before anything is printed or created.
+    """
+    import httpx
+
+    bad = f"{flag} must be an http(s) URL (http://HOST:PORT), got {url!r}"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a port out of range or not a number)
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL) as err:
+        raise ConfigError(f"{bad}: {err}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(bad)
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    out = []
+    while not path.exists() and path != path.parent:
+        out.append(path)
+        path = path.parent
+    return out
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove the folders of ``dirs`` (deepest first) that are empty; keep the others."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            pass  # not empty (a file was verified there) or already gone
+
+
+def _download(client: Any, url: str, part: Path) -> tuple[int, str]:
+    """Stream ``url`` into ``part``; returns its size and SHA-256 (``part`` removed on failure)."""
+    import httpx
+
+    h = hashlib.sha256()
+    size = 0
+    try:
+        with client.stream("GET", url) as resp:
+            if resp.status_code != 200:
+                raise NotAvailableError(f"{url}: HTTP {resp.status_code}")
+            with part.open("wb") as out:
+                for chunk in resp.iter_bytes(CHUNK_BYTES):
+                    out.write(chunk)
+                    h.update(chunk)
+                    size += len(chunk)
+    except httpx.InvalidURL as err:
+        part.unlink(missing_ok=True)
+        raise ConfigError(f"cannot download {url}: not a valid URL: {err}") from None
+    except httpx.HTTPError as err:
+        part.unlink(missing_ok=True)
+        raise NotAvailableError(f"cannot download {url}: {err}") from None
+    except NotAvailableError:
+        part.unlink(missing_ok=True)
+        raise
+    return size, h.hexdigest()
+
+
 def fetch_dataset(
     name: str,
     dest: str | Path,
@@ -77,6 +143,10 @@ def fetch_dataset(
 ) -> FetchReport:
     """Download dataset ``name`` into ``dest/<folder>`` and verify every file.
 
+    Folders are made as a file needs them; those this call made and that hold no verified file
+    are removed again when it fails, so a failed fetch leaves no empty dataset folder behind (one
+    that would read as the dataset being there).
+
     Args:
         name: a manifest key (``openb``, ``petshop``).
         dest: the shared data folder (what ``FLEETMIND_SHARED_DATA`` names).
@@ -87,6 +157,7 @@ def fetch_dataset(
         progress: called with one line per file.
 
     Raises:
+        ConfigError: ``base_url`` is not an http(s) URL.
         DataError: unknown dataset, a checksum or size mismatch (nothing is moved into place for
             that file).
         NotAvailableError: the server could not be reached or answered with an error status.
@@ -96,46 +167,38 @@ def fetch_dataset(
     man = manifest if manifest is not None else load_manifest()
     if name not in man:
         raise DataError(f"unknown dataset {name!r}; known: {', '.join(sorted(man))}")
+    if base_url is not None:
+        check_http_url(base_url, "--base-url")
     entry = man[name]
     root = Path(dest) / entry["folder"]
     base = base_url or entry["base_url"]
     if not base.endswith("/"):
         base += "/"
     downloaded, kept = [], []
-    with httpx.Client(timeout=timeout_s, follow_redirects=True) as client:
-        for f in entry["files"]:
-            target = root / _safe_relative(f["path"])
-            if target.is_file() and _sha256(target) == f["sha256"]:
-                kept.append(f["path"])
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            part = target.with_name(target.name + ".part")
-            url = base + f["url_path"]
-            h = hashlib.sha256()
-            size = 0
-            try:
-                with client.stream("GET", url) as resp:
-                    if resp.status_code != 200:
-                        raise NotAvailableError(f"{url}: HTTP {resp.status_code}")
-                    with part.open("wb") as out:
-                        for chunk in resp.iter_bytes(CHUNK_BYTES):
-                            out.write(chunk)
-                            h.update(chunk)
-                            size += len(chunk)
-            except httpx.HTTPError as err:
-                part.unlink(missing_ok=True)
-                raise NotAvailableError(f"cannot download {url}: {err}") from None
-            except NotAvailableError:
-                part.unlink(missing_ok=True)
-                raise
-            if size != f["bytes"] or h.hexdigest() != f["sha256"]:
-                part.unlink(missing_ok=True)
-                raise DataError(
-                    f"{url}: checksum mismatch ({size} bytes, sha256 {h.hexdigest()[:12]}..., "
-                    f"expected {f['bytes']} bytes, {f['sha256'][:12]}...); nothing was kept"
-                )
-            part.replace(target)
-            downloaded.append(f["path"])
-            if progress is not None:
-                progress(f"  {f['path']} ({size:,} bytes) ok")
+    made: list[Path] = []
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=True) as client:
+            for f in entry["files"]:
+                target = root / _safe_relative(f["path"])
+                if target.is_file() and _sha256(target) == f["sha256"]:
+                    kept.append(f["path"])
+                    continue
+                made = _missing_dirs(target.parent) + made
+                target.parent.mkdir(parents=True, exist_ok=True)
+                part = target.with_name(target.name + ".part")
+                url = base + f["url_path"]
+                size, digest = _download(client, url, part)
+                if size != f["bytes"] or digest != f["sha256"]:
+                    part.unlink(missing_ok=True)
+                    raise DataError(
+                        f"{url}: checksum mismatch ({size} bytes, sha256 {digest[:12]}..., "
+                        f"expected {f['bytes']} bytes, {f['sha256'][:12]}...); nothing was kept"
+                    )
+                part.replace(target)
+                downloaded.append(f["path"])
+                if progress is not None:
+                    progress(f"  {f['path']} ({size:,} bytes) ok")
+    except BaseException:
+        _remove_empty(sorted(made, key=lambda d: -len(d.parts)))
+        raise
     return FetchReport(root, downloaded, kept, entry["citation"], entry["terms"])

@@ -58,7 +58,8 @@ def allow_synthetic_openb() -> Path | None:
     it). The synthetic folder (:mod:`fleetmind.data.openb_synthetic`) is generated on first use.
 
     Returns:
-        The synthetic ``csv/`` folder when the openb folder is missing (callers print
+        The synthetic ``csv/`` folder when the openb data is missing (no ``openb/csv`` folder, or
+        one without :data:`OPENB_REQUIRED_FILES`, as a failed fetch may leave it; callers print
         :data:`fleetmind.data.openb_synthetic.SYNTHETIC_LABEL`), or ``None`` when the real data is there.
     """
     if _real_openb_dir() is not None:
@@ -67,12 +68,18 @@ def allow_synthetic_openb() -> Path | None:
     return openb_csv_dir()
 
 
+OPENB_REQUIRED_FILES = ("openb_node_list_gpu_node.csv", "openb_pod_list_default.csv")
+"""Files of ``openb/csv`` without which the openb data counts as missing (the node list and the
+default pod list, which :func:`fleetmind.data.openb.load_openb_nodes` and ``load_openb_trace("default")``
+read): an empty or partly fetched folder does not turn the synthetic fallback off."""
+
+
 def _real_openb_dir() -> Path | None:
     try:
         path = shared_data_dir() / "openb" / "csv"
     except DataError:
         return None
-    return path if path.is_dir() else None
+    return path if all((path / name).is_file() for name in OPENB_REQUIRED_FILES) else None
 
 
 def openb_csv_dir() -> Path:

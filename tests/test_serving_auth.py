@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
-from serving_helpers import alert, webhook
+from serving_helpers import alert, free_port, webhook
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.deps import PUBLIC_PATHS, flat_routes
@@ -201,7 +201,8 @@ def test_serve_passes_connection_limits_to_uvicorn(
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path}/x.db")
     monkeypatch.setenv("FLEETMIND_LIMIT_CONCURRENCY", "77")
     monkeypatch.setenv("FLEETMIND_API_TOKEN", "a-long-enough-test-token")
-    assert main(["serve", "--host", "0.0.0.0"]) == 0  # a token is set: a public bind is allowed
+    port = str(free_port())  # serve checks its port is free first: not 8000, which may be taken
+    assert main(["serve", "--host", "0.0.0.0", "--port", port]) == 0  # a token is set: allowed
     assert seen["http"] is GuardedHttpToolsProtocol and seen["timeout_keep_alive"] == 5
     assert seen["limit_concurrency"] is None  # uvicorn's counts idle connections
     get_settings.cache_clear()  # nothing cached from this test's environment

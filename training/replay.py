@@ -37,14 +37,20 @@ class Notification:
     payload: dict[str, Any]
 
 
-def _ts(value: Any, where: str) -> datetime:
+def _ts(value: Any, where: str, field: str = "startsAt") -> datetime:
     if not isinstance(value, str):
-        raise DataError(f"{where}: startsAt must be an RFC 3339 time string, got {value!r}")
+        raise DataError(f"{where}: {field} must be an RFC 3339 time string, got {value!r}")
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise DataError(f"{where}: startsAt {value!r} is not an RFC 3339 time") from None
+        raise DataError(f"{where}: {field} {value!r} is not an RFC 3339 time") from None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _has_end(alert: dict[str, Any]) -> bool:
+    """Whether ``alert`` has an ``endsAt`` to re-time (Alertmanager's zero time ``0001-...`` and
+    an empty or null one mean none)."""
+    return bool(alert.get("endsAt")) and not str(alert["endsAt"]).startswith("0001")
 
 
 def load_storm(path: str | Path) -> dict[str, Any]:
@@ -52,7 +58,8 @@ def load_storm(path: str | Path) -> dict[str, Any]:
 
     Raises:
         DataError: unreadable JSON, no ``alerts`` list, an alert without ``labels.alertname`` or with
-            a bad ``startsAt``.
+            a bad ``startsAt`` or ``endsAt``, or times too far apart to re-time the storm to end now
+            (:func:`retime`).
     """
     p = Path(path)
     try:
@@ -71,7 +78,13 @@ def load_storm(path: str | Path) -> dict[str, Any]:
         if not a["labels"].get("alertname"):
             raise DataError(f"{where}: labels.alertname is missing")
         _ts(a.get("startsAt"), where)
+        if a.get("endsAt") is not None and a.get("endsAt") != "":
+            _ts(a["endsAt"], where, "endsAt")
     storm["alerts"] = sorted(alerts, key=lambda a: _ts(a["startsAt"], ""))
+    try:
+        retime(storm["alerts"], datetime.now(UTC))
+    except DataError as err:
+        raise DataError(f"{p}: {err}") from None
     return storm
 
 
@@ -139,17 +152,38 @@ def plan_notifications(
     return out
 
 
+def storm_span(alerts: list[dict[str, Any]]) -> timedelta:
+    """Time from the first alert's ``startsAt`` to the last one's (``alerts`` as :func:`load_storm`
+    checked them)."""
+    starts = [_ts(a["startsAt"], "") for a in alerts]
+    return max(starts) - min(starts)
+
+
 def retime(alerts: list[dict[str, Any]], end: datetime) -> list[dict[str, Any]]:
-    """Copies of ``alerts`` shifted so that the last one starts at ``end`` (gaps kept)."""
+    """Copies of ``alerts`` shifted so that the last one starts at ``end`` (gaps kept).
+
+    Raises:
+        DataError: a shifted time falls outside the years 1..9999 (the alerts' times lie that far
+            apart).
+    """
+    first = min(_ts(a["startsAt"], "") for a in alerts)
     last = max(_ts(a["startsAt"], "") for a in alerts)
     shift = end - last
     out = []
-    for a in alerts:
-        b = dict(a)
-        b["startsAt"] = (_ts(a["startsAt"], "") + shift).isoformat().replace("+00:00", "Z")
-        if a.get("endsAt") and not str(a["endsAt"]).startswith("0001"):
-            b["endsAt"] = (_ts(a["endsAt"], "") + shift).isoformat().replace("+00:00", "Z")
-        out.append(b)
+    try:
+        for a in alerts:
+            b = dict(a)
+            b["startsAt"] = (_ts(a["startsAt"], "") + shift).isoformat().replace("+00:00", "Z")
+            if _has_end(a):
+                b["endsAt"] = (_ts(a["endsAt"], "", "endsAt") + shift).isoformat()
+                b["endsAt"] = b["endsAt"].replace("+00:00", "Z")
+            out.append(b)
+    except OverflowError:
+        raise DataError(
+            f"the alerts' times lie too far apart to replay: re-timed so that the last startsAt "
+            f"({last.isoformat()}) becomes {end.isoformat()}, a startsAt (the first: "
+            f"{first.isoformat()}) or an endsAt would fall outside the years 1..9999"
+        ) from None
     return out
 
 
@@ -182,12 +216,11 @@ def replay(
 
     if not speed > 0:
         raise ConfigError(f"--speed must be positive, got {speed}")
-    span = timedelta(
-        seconds=max(
-            (_ts(a["startsAt"], "") - _ts(storm["alerts"][0]["startsAt"], "")).total_seconds()
-            for a in storm["alerts"]
-        )
-    )
+    if client is None:
+        from fleetmind.data.fetch import check_http_url
+
+        check_http_url(url, "--url")
+    span = storm_span(storm["alerts"])
     start = datetime.now(UTC)
     # the storm happened over its real span and ends now; deliveries are compressed by `speed`
     alerts = retime(storm["alerts"], start)

@@ -74,7 +74,7 @@ def tracking_uri(explicit: str | None = None) -> str:
     return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
-def ready_store(uri: str) -> None:
+def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
     """Make sure the tracking store at ``uri`` answers, an SQLite store's tables created and
     migrated; called before a command does any work it would track.
 
@@ -88,6 +88,11 @@ def ready_store(uri: str) -> None:
     bounded (:func:`fleetmind.data.mlflow_store.bounded_requests`), so that a server that is down,
     a file that is not a database or a URI scheme MLflow does not take stops the command at once
     instead of after minutes of retries or a whole training run.
+
+    Args:
+        uri: the tracking URI.
+        flag: the calling command's option that sets the URI, named in the error beside
+            ``MLFLOW_TRACKING_URI`` (``None``: the command has none, e.g. ``fleetmind demo``).
 
     Raises:
         fleetmind.errors.ConfigError: the store cannot be used; one line naming it and why.
@@ -117,9 +122,10 @@ def ready_store(uri: str) -> None:
     except OSError:
         raise  # a path the store needs (the CLI names it)
     except Exception as err:  # MLflow, SQLAlchemy and driver errors alike: the store is unusable
+        where = "MLFLOW_TRACKING_URI" + (f" or {flag}" if flag else "")
         raise ConfigError(
-            f"MLflow tracking store {uri} cannot be used: {reason(err)} (set MLFLOW_TRACKING_URI "
-            f"or --tracking-uri; the default is {DEFAULT_TRACKING_URI})"
+            f"MLflow tracking store {uri} cannot be used: {reason(err)} (set {where}; the "
+            f"default is {DEFAULT_TRACKING_URI})"
         ) from None
 
 

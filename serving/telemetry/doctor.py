@@ -17,9 +17,11 @@ Returns the findings; :func:`has_errors` says whether any is an ``error``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from fleetmind.data.errors import NotAvailableError
 from fleetmind.serving.telemetry.prometheus import (
     EXPORTER_POD,
     HARDWARE_XIDS,
@@ -85,18 +87,30 @@ def diagnose(url: str, timeout_s: float = 10.0, cluster: str = "local") -> list[
         src.close()
 
 
+def _as_count(value: float, promql: str) -> int:
+    """A ``count(...)`` sample as an int; a NaN, infinite or negative one means the answer is not
+    usable (not a Prometheus, or a broken proxy in front of it)."""
+    if not math.isfinite(value) or value < 0:
+        raise NotAvailableError(
+            f"Prometheus answered {value} for {promql}, which is not a count; the server's "
+            "answers cannot be used (is the URL a Prometheus server?)"
+        )
+    return int(value)
+
+
 def _count(src: PrometheusApiSource, promql: str) -> int:
-    got = src.query(f"count({promql})", "count")
-    return int(got[0][2]) if got else 0
+    query = f"count({promql})"
+    got = src.query(query, "count")
+    return _as_count(got[0][2], query) if got else 0
 
 
 def _diagnose(src: PrometheusApiSource) -> list[Finding]:
     out: list[Finding] = []
     # ---- metrics
     names = "|".join([*REQUIRED, *OPTIONAL])
+    by_name = f'count by (__name__) ({{__name__=~"{names}"}})'
     present = {
-        lab.get("__name__", ""): int(v)
-        for _, lab, v in src.query(f'count by (__name__) ({{__name__=~"{names}"}})', "count")
+        lab.get("__name__", ""): _as_count(v, by_name) for _, lab, v in src.query(by_name, "count")
     }
     missing = [m for m in REQUIRED if m not in present]
     for exporter in dict.fromkeys(REQUIRED[m] for m in missing):
