@@ -61,8 +61,10 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     """``fleetmind data fetch``: download, verify, print citation and terms."""
-    from fleetmind.data.fetch import fetch_dataset, load_manifest
+    from fleetmind.data.fetch import check_http_url, fetch_dataset, load_manifest
 
+    if args.base_url is not None:  # before the header line: a bad URL is the only output
+        check_http_url(args.base_url, "--base-url")
     dest = Path(args.dest or os.environ.get("FLEETMIND_SHARED_DATA") or "fleetmind-data")
     entry = load_manifest()[args.dataset]
     print(

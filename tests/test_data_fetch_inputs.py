@@ -72,8 +72,10 @@ def test_bad_base_url_is_one_line(
     """``http://[::1`` raised httpx.InvalidURL, which is no HTTPError: a traceback."""
     dest = tmp_path / "d"
     assert main(["data", "fetch", "openb", "--dest", str(dest), "--base-url", url]) == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    out = capsys.readouterr()
+    err = [ln for ln in out.err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("fleetmind: error: --base-url"), err
+    assert out.out == ""  # the error is all it says: no "N files into ..." line first
     assert not dest.exists()
     with pytest.raises(ConfigError, match="--base-url"):
         fetch_dataset("openb", dest, base_url=url, manifest=_manifest(FILES))
