@@ -213,11 +213,14 @@ class Notifier:
         self.settings = settings
         self.is_leader = is_leader
         self.clock = clock
-        self.am_url = (
-            settings.notify_alertmanager_url.rstrip("/") + "/api/v2/alerts"
-            if settings.notify_alertmanager_url
-            else None
-        )
+        # every instance of an Alertmanager HA pair gets every alert: they gossip silences and
+        # the notification log, not alerts (Prometheus likewise sends to each instance)
+        self.am_urls = [
+            base.strip().rstrip("/") + "/api/v2/alerts"
+            for base in (settings.notify_alertmanager_url or "").split(",")
+            if base.strip()
+        ]
+        self.am_url = self.am_urls[0] if self.am_urls else None
         self.hook_url = settings.notify_webhook_url
         self._client = httpx.Client(timeout=5.0, transport=transport)
         self._seen: dict[int, tuple[str, float]] = {}  # incident -> (top cause, since)
@@ -229,7 +232,7 @@ class Notifier:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.am_url or self.hook_url)
+        return bool(self.am_urls or self.hook_url)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -391,13 +394,12 @@ class Notifier:
             due = row["am_sent_ts"] is None or (
                 firing and not 0 <= now - row["am_sent_ts"] < self.settings.notify_resend_s
             )
-            if due and self._retry_at.get((inc_id, "am"), 0.0) <= now:
-                if self._send(
-                    "alertmanager", self.am_url, [self.alertmanager_alert(row)], inc_id, now
-                ):
-                    row["am_sent_ts"] = now
-                    changed = True
-                    done += 1
+            # one success is a delivery; an instance that missed it gets the next re-send
+            ok = due and self._send_to_alertmanagers(row, inc_id, now)
+            if ok:
+                row["am_sent_ts"] = now
+                changed = True
+                done += 1
         if self.hook_url and not row["hook_sent"]:
             if self._retry_at.get((inc_id, "hook"), 0.0) <= now:
                 if self._send("webhook", self.hook_url, self.webhook_body(row), inc_id, now):
@@ -414,7 +416,19 @@ class Notifier:
                 )
         return done
 
-    def _send(self, channel: str, url: str, body: Any, inc_id: int, now: float) -> bool:
+    def _send_to_alertmanagers(self, row: dict[str, Any], inc_id: int, now: float) -> bool:
+        """Post ``row``'s alert to every Alertmanager not in back-off; whether any took it."""
+        body = [self.alertmanager_alert(row)]
+        took = False
+        for i, url in enumerate(self.am_urls):
+            key = "am" if i == 0 else f"am{i}"
+            if self._retry_at.get((inc_id, key), 0.0) <= now:
+                took = self._send("alertmanager", url, body, inc_id, now, key) or took
+        return took
+
+    def _send(
+        self, channel: str, url: str, body: Any, inc_id: int, now: float, key_name: str = ""
+    ) -> bool:
         ok, outcome = post_with_retry(
             self._client,
             url,
@@ -425,7 +439,7 @@ class Notifier:
         )
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
-        key = (inc_id, "am" if channel == "alertmanager" else "hook")
+        key = (inc_id, key_name or ("am" if channel == "alertmanager" else "hook"))
         if ok:
             self._retry_at.pop(key, None)
         else:

@@ -240,7 +240,9 @@ class Settings(BaseSettings):
     notify_alertmanager_url: str | None = Field(
         None,
         description="Alertmanager base URL: a settled root cause is posted to its /api/v2/alerts "
-        "as a FleetMindRootCause alert, resolved when the incident resolves",
+        "as a FleetMindRootCause alert, resolved when the incident resolves; several URLs "
+        "separated by commas for an HA pair (each instance gets every alert: the peers gossip "
+        "silences and notifications, not alerts)",
     )
     notify_webhook_url: str | None = Field(
         None, description="generic JSON webhook (Slack-compatible 'text') for settled root causes"
@@ -351,9 +353,11 @@ class Settings(BaseSettings):
     def _http_url(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is None or (not v.strip() and info.field_name.startswith("notify_")):
             return None  # an empty notification URL (a common `value: ""`) means off, as unset does
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"expected an http:// or https:// URL with a host, got {v!r}")
+        several = info.field_name == "notify_alertmanager_url"
+        for url in [u.strip() for u in v.split(",")] if several else [v]:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"expected an http:// or https:// URL with a host, got {url!r}")
         return v
 
     @field_validator("api_token", "ingest_token", "read_token", "schedule_token", "admin_token")

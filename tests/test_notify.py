@@ -378,3 +378,59 @@ def test_resends_carry_the_incident_as_it_is_now(app: TestClient) -> None:
 
 def storm_incident_by_id(c: TestClient, inc_id: int) -> dict:
     return c.get(f"/api/v1/incidents/{inc_id}").json()
+
+
+def test_own_root_cause_alerts_coming_back_open_no_incident(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With Alertmanager's default single route every alert goes to every receiver, FleetMind's
+    own FleetMindRootCause included: it came back through the webhook, opened an incident about
+    cluster ``c0``, which was ranked and notified in turn. It is stored, never grouped, and the
+    service says once how to route it away."""
+    ours = {
+        "alertname": ALERTNAME,
+        "incident": "1",
+        "cause_node": TRUE_ROOT,
+        "cause_kind": "host",
+        "cluster": "c0",
+        "severity": "warning",
+    }
+    back = [
+        alert({**ours, "incident": str(i)}, T0.isoformat(), fingerprint=f"own-{i}") for i in (1, 2)
+    ]
+    with TestClient(create_app(settings(tmp_path))) as c, caplog.at_level("WARNING"):
+        assert c.post("/api/v1/alerts", json=webhook(back)).json()["accepted"] == 2
+        c.app.state.services.incidents.process_pending()
+        c.post("/api/v1/alerts", json=webhook([{**back[0], "status": "resolved",
+                                               "endsAt": datetime.now(UTC).isoformat()}]))  # fmt: skip
+        c.app.state.services.incidents.process_pending()
+        stored = c.get("/api/v1/alerts").json()
+        incidents = c.get("/api/v1/incidents").json()
+    assert len(stored) == 2 and all(a["incident_id"] is None for a in stored)
+    assert incidents == []
+    said = [r.getMessage() for r in caplog.records if ALERTNAME in r.getMessage()]
+    assert len(said) == 1 and 'alertname!="FleetMindRootCause"' in said[0]
+
+
+def test_every_alertmanager_of_an_ha_pair_gets_the_alert(app: TestClient) -> None:
+    """Alertmanager HA peers gossip silences and the notification log, not alerts; like Prometheus,
+    the notifier posts to every instance. One peer down does not stop the page."""
+    am2 = "http://am2.test:9093"
+    rec, clock = Recorder(), Clock()
+    rec.script[am2 + "/api/v2/alerts"] = [503, 503, 503]  # the second peer is down at first
+    n = notifier(app, rec, clock, notify_alertmanager_url=f"{AM}, {am2}/", notify_retries=2)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    first = [a["labels"]["incident"] for body in rec.to(AM + "/api/v2/alerts") for a in body]
+    assert sorted(first) == sorted({i for i in first}) and first  # each incident once, to AM
+    assert rec.to(am2 + "/api/v2/alerts")  # tried (and failed) on the second peer
+    clock.t += 400  # past the resend interval and the failed peer's back-off
+    n.poll()
+    again = [a["labels"]["incident"] for body in rec.to(am2 + "/api/v2/alerts") for a in body]
+    assert set(first) <= set(again)  # the peer that was down has every alert now
+
+
+def test_alertmanager_urls_are_checked_one_by_one(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="ftp://am2"):
+        settings(tmp_path, notify_alertmanager_url=f"{AM},ftp://am2:9093")

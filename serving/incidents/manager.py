@@ -34,6 +34,7 @@ from fleetmind.serving.db import Database, LeaderLock
 from fleetmind.serving.incidents.grouper import Grouper
 from fleetmind.serving.incidents.store import IncidentStore, alert_dict
 from fleetmind.serving.incidents.worker import GroupingLag, IncidentWorker, RankSchedule
+from fleetmind.serving.notify import ALERTNAME as OWN_ALERTNAME
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -289,6 +290,9 @@ class IncidentManager:
         """One pending alert's ``(incident id, node)``, storing incidents opened, merged or
         reopened for it."""
         inc_id, node = row["incident_id"], row["node"]
+        if row["labels"].get("alertname") == OWN_ALERTNAME:
+            self._own_alert_came_back()
+            return None, None  # stored, never grouped: it would open an incident about itself
         if inc_id is None:  # a new alert, or one resolved before it was grouped
             node = node_for_alert(view.graph, row["labels"])
             ts = row["starts_ts"]
@@ -313,6 +317,21 @@ class IncidentManager:
                 if stored is not None:
                     self.grouper.reopen(stored, row["starts_ts"])
         return inc_id, node
+
+    def _own_alert_came_back(self) -> None:
+        """Say once per process that Alertmanager routes FleetMind's own root-cause alerts back to
+        its webhook: with Alertmanager's default single route each FleetMindRootCause opened an
+        incident about itself, which was ranked and notified in turn, and so on."""
+        if getattr(self, "_warned_own", False):
+            return
+        self._warned_own = True
+        log.warning(
+            "%s alerts arrive at the webhook: they are stored but never grouped; route them away "
+            'from FleetMind in Alertmanager (a matcher alertname!="%s" on FleetMind\'s route, as '
+            "deploy/alertmanager.yml does)",
+            OWN_ALERTNAME,
+            OWN_ALERTNAME,
+        )
 
     # ------------------------------------------------------------------ ranking
     def _rank(self, inc_id: int) -> None:
