@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fleetmind.cli.common import add_group
+from fleetmind.errors import NotAvailableError
+
+DEFAULT_TIMEOUT_S = 30.0
+"""``--timeout``: seconds to connect to the API server, and to wait for each part of an answer."""
+PAGE_SIZE = 500
+"""Items asked for per list request (``limit``); the client follows ``metadata.continue`` until the
+list is complete, as ``kubectl get`` does (chunks of 500)."""
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -18,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         description="Build the graph JSON (docs/graph.schema.json) from the Kubernetes API: nodes "
         "(hosts, their GPUs), services, pods (runs_on host/GPUs, member_of services by "
         "EndpointSlices or selectors), plus NVLink topology of this host (--nvml) and call edges "
-        "from trace spans (--spans). The service loads it with FLEETMIND_GRAPH.",
+        "from trace spans (--spans). The service loads it with FLEETMIND_GRAPH. What the graph "
+        "leaves out (an ambiguous trace service name, NVLinks of an unknown node) is printed as a "
+        "warning.",
     )
     b.add_argument("--out", required=True, metavar="GRAPH.json", help="where to write the graph")
     b.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: ~/.kube/config)")
@@ -37,14 +50,33 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
                    "fleetmind.io/cluster, else 'default')")  # fmt: skip
     b.add_argument("--name", default=None, help="graph name (default k8s-<cluster>)")
     b.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds to connect to the Kubernetes API and to wait for its answer, per request "
+        f"(default {DEFAULT_TIMEOUT_S:g})",
+    )
+    b.add_argument(
         "--spans",
+        "--traces",
+        dest="spans",
         nargs="*",
         default=[],
         metavar="FILE.json",
-        help="OTLP JSON or Jaeger JSON trace exports: calls edges between services",
+        help="OTLP JSON or Jaeger JSON trace exports, or JSON Lines of OTLP exports (the "
+        "OpenTelemetry Collector's file exporter): calls edges between services, spans paired "
+        "across all files",
     )
     b.add_argument(
         "--nvml", action="store_true", help="add this host's NVLink topology (NVML; a GPU host)"
+    )
+    b.add_argument(
+        "--node",
+        default=None,
+        metavar="NAME",
+        help="the Kubernetes Node this host is, for --nvml (default: environment variable "
+        "NODE_NAME, set in a pod from the downward API's spec.nodeName; else the hostname)",
     )
     b.set_defaults(func=_build)
 
@@ -58,6 +90,16 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     s.set_defaults(func=_schema)
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 def _read(path: Path) -> Any:
     from fleetmind.data.files import read_json
 
@@ -65,66 +107,180 @@ def _read(path: Path) -> Any:
 
 
 def fetch_lists(
-    kubeconfig: str | None, context: str | None, in_cluster: bool
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[Any, Any, Any, Any]:
     """Nodes, pods, services and EndpointSlices (None when the API has none) as raw JSON lists.
 
-    Raises:
-        NotAvailableError: no client library, no configuration, or the API cannot be reached.
-    """
-    from fleetmind.data.errors import NotAvailableError
+    Each list is read in pages of :data:`PAGE_SIZE` (``limit``, then ``continue`` until the API
+    server returns no ``metadata.continue``); each request waits at most ``timeout`` seconds to
+    connect and for each part of the answer; a failed connection is tried twice more, a read
+    timeout is not.
+    EndpointSlices the API does not serve (404) or the account may not list (403) give a warning,
+    and the build falls back to Service selectors.
 
+    Raises:
+        NotAvailableError: no client library, no configuration (naming a missing kubeconfig), or
+            a list request that fails: one line naming the resource and the server, with the HTTP
+            status, reason and the API's Status message, or the connection error or timeout.
+    """
     try:
-        from kubernetes import client, config
+        from kubernetes import client
     except ImportError:
         raise NotAvailableError(
             "fleetmind graph build needs the kubernetes package (pip install kubernetes), "
             "or --from-dir with recorded list responses"
         ) from None
+    api = client.ApiClient(_client_configuration(kubeconfig, context, in_cluster))
+    core, disc = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    host = str(api.configuration.host)
+    nodes = _list_all(core.list_node, "nodes", host, timeout)
+    pods = _list_all(core.list_pod_for_all_namespaces, "pods", host, timeout)
+    services = _list_all(core.list_service_for_all_namespaces, "services", host, timeout)
+    try:
+        slices = _list_all(
+            disc.list_endpoint_slice_for_all_namespaces, "endpointslices", host, timeout
+        )
+    except _ListError as err:
+        if err.status not in (403, 404):
+            raise
+        print(f"fleetmind: warning: {err}; Service selectors stand in for them (not-ready pods "
+              "included)", file=sys.stderr)  # fmt: skip
+        slices = None
+    return nodes, pods, services, slices
+
+
+def _client_configuration(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Any:
+    """The client's configuration from the pod's service account or a kubeconfig file, with
+    retries that repeat a failed connection but never a request after a read timeout."""
+    import urllib3
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if not in_cluster:
+        path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        if os.pathsep not in path and not Path(path).expanduser().is_file():
+            src = "the default" if path == "~/.kube/config" else "$KUBECONFIG"
+            src = "--kubeconfig" if kubeconfig else src
+            raise NotAvailableError(
+                f"no Kubernetes configuration: kubeconfig file not found: {path} ({src}; or "
+                "--in-cluster in a pod, or --from-dir with recorded list responses)"
+            )
     try:
         if in_cluster:
-            config.load_incluster_config()
+            config.load_incluster_config(client_configuration=cfg)
         else:
-            config.load_kube_config(config_file=kubeconfig, context=context)
-    except Exception as err:  # ConfigException, missing file
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+    except Exception as err:  # noqa: BLE001 - ConfigException, bad YAML, missing token file
         raise NotAvailableError(f"no Kubernetes configuration: {err}") from None
-    core, disc = client.CoreV1Api(), client.DiscoveryV1Api()
+    cfg.retries = urllib3.Retry(total=2, read=0)
+    return cfg
 
-    def raw(fn: Any) -> Any:
-        return json.loads(fn(_preload_content=False).data)
 
+class _ListError(NotAvailableError):
+    """A list request that failed; ``status`` is the HTTP status, if the server answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _list_all(fn: Callable[..., Any], what: str, host: str, timeout: float) -> dict[str, Any]:
+    """The whole list response of ``fn`` (a ``list_*`` method), its pages' items joined.
+
+    Raises:
+        _ListError: one line naming ``what`` and ``host``.
+    """
+    from kubernetes.client.rest import ApiException
+
+    doc: dict[str, Any] = {}
+    items: list[Any] = []
+    seen: set[str] = set()
+    token = None
+    where = f"cannot list {what} from the Kubernetes API at {host}"
+    while True:
+        kw = {"_continue": token} if token else {}
+        try:
+            resp = fn(
+                limit=PAGE_SIZE, _request_timeout=(timeout, timeout), _preload_content=False, **kw
+            )
+        except ApiException as err:
+            raise _ListError(f"{where}: {_status_text(err)}", err.status) from None
+        except Exception as err:  # noqa: BLE001 - urllib3's connection errors and timeouts
+            raise _ListError(f"{where}: {_connection_text(err, timeout)}") from None
+        try:
+            doc = json.loads(resp.data)
+        except ValueError:  # not UTF-8, not JSON
+            raise _ListError(f"{where}: the answer is not JSON") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("items", []), list):
+            raise _ListError(f"{where}: the answer is not a list response")
+        items += doc.get("items") or []
+        token = (doc.get("metadata") or {}).get("continue")
+        if not token:
+            break
+        if token in seen:
+            raise _ListError(f"{where}: the server repeats the continue token {token!r}")
+        seen.add(token)
+    doc["items"] = items
+    return doc
+
+
+def _status_text(err: Any) -> str:
+    """``403 Forbidden: <the Status body's message>`` of an ``ApiException``."""
+    text = f"{err.status} {err.reason or ''}".strip()
     try:
-        nodes = raw(core.list_node)
-        pods = raw(core.list_pod_for_all_namespaces)
-        services = raw(core.list_service_for_all_namespaces)
-    except Exception as err:
-        raise NotAvailableError(
-            f"cannot list from the Kubernetes API: {err}".splitlines()[0]
-        ) from None
-    try:
-        slices = raw(disc.list_endpoint_slice_for_all_namespaces)
-    except Exception:
-        slices = None  # no discovery.k8s.io/v1 (or no permission): selectors are used instead
-    return nodes, pods, services, slices
+        message = json.loads(err.body).get("message")
+    except Exception:  # noqa: BLE001 - no body, not JSON, not a Status
+        message = None
+    return f"{text}: {message}" if message else text
+
+
+def _connection_text(err: Exception, timeout: float) -> str:
+    import urllib3
+
+    reason = getattr(err, "reason", None) or err
+    if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+        return f"no answer within {timeout:g} s (--timeout)"
+    if isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
+        return f"could not connect within {timeout:g} s (--timeout)"
+    return f"{type(reason).__name__}: {reason}"
 
 
 def _build(args: argparse.Namespace) -> int:
     from fleetmind.data.files import require_dir
     from fleetmind.data.graph import DependencyGraph
-    from fleetmind.data.graph_build import build_graph, calls_from_spans, nvlinks_from_nvml
+    from fleetmind.data.graph_build import (
+        GraphBuildWarning,
+        build_graph,
+        calls_from_spans,
+        nvlinks_from_nvml,
+        read_span_file,
+    )
 
     if args.from_dir:
         d = require_dir(args.from_dir, "--from-dir folder")
         nodes, pods, services = (_read(d / f"{k}.json") for k in ("nodes", "pods", "services"))
         slices = _read(d / "endpointslices.json") if (d / "endpointslices.json").exists() else None
     else:
-        nodes, pods, services, slices = fetch_lists(args.kubeconfig, args.context, args.in_cluster)
-    calls: list[tuple[str, str]] = []
-    for f in args.spans:
-        calls += calls_from_spans(_read(Path(f)))
-    nvlinks = nvlinks_from_nvml() if args.nvml else None
-    model = build_graph(nodes, pods, services, slices, cluster=args.cluster, calls=calls,
-                        nvlinks=nvlinks, name=args.name)  # fmt: skip
+        nodes, pods, services, slices = fetch_lists(
+            args.kubeconfig, args.context, args.in_cluster, args.timeout
+        )
+    calls = calls_from_spans(*(doc for f in args.spans for doc in read_span_file(f)))
+    node = args.node or os.environ.get("NODE_NAME") or None
+    nvlinks = nvlinks_from_nvml(node) if args.nvml else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", GraphBuildWarning)
+        model = build_graph(nodes, pods, services, slices, cluster=args.cluster, calls=calls,
+                            nvlinks=nvlinks, name=args.name)  # fmt: skip
+    for w in caught:
+        if issubclass(w.category, GraphBuildWarning):
+            print(f"fleetmind: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     graph = DependencyGraph.from_model(model)  # ids unique, edge ends exist
     Path(args.out).write_text(model.model_dump_json(indent=1) + "\n")
     kinds: dict[str, int] = {}

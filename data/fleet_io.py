@@ -650,7 +650,9 @@ def _bus_id(pci: Any) -> str:
     return str(bid).strip("\x00").lower()
 
 
-def discover_local_fleet(cluster: str = "local", region: str = "local") -> Fleet:
+def discover_local_fleet(
+    cluster: str = "local", region: str = "local", node_name: str | None = None
+) -> Fleet:
     """Discover this host's GPUs through NVML (pynvml) as a one-node fleet.
 
     Per GPU pair: ``nvmlDeviceGetTopologyCommonAncestor`` gives the PCIe level
@@ -660,6 +662,9 @@ def discover_local_fleet(cluster: str = "local", region: str = "local") -> Fleet
     has that bus id) give every pair of switch-attached GPUs ``min`` of their switch link counts, as
     ``nvidia-smi topo -m`` shows on DGX A100/H100. NUMA: ``nvmlDeviceGetNumaNodeId`` where the
     driver has it, else groups of GPUs not separated by ``SYS``.
+
+    The one node is named ``node_name`` when given (e.g. the Kubernetes Node a pod runs on, which
+    differs from the pod's hostname), else this host's name.
 
     :raises NotAvailableError: NVML (library or driver) is absent or fails; the message names the
         alternatives (``--topology FILE.yaml`` or ``--topology openb``).
@@ -677,7 +682,7 @@ def discover_local_fleet(cluster: str = "local", region: str = "local") -> Fleet
             f"NVML is not available on this host ({err}); {NOT_AVAILABLE_HINT}"
         ) from None
     try:
-        return _discover(pynvml, cluster, region)
+        return _discover(pynvml, cluster, region, node_name)
     except pynvml.NVMLError as err:
         raise NotAvailableError(f"NVML query failed ({err}); {NOT_AVAILABLE_HINT}") from None
     finally:
@@ -687,7 +692,7 @@ def discover_local_fleet(cluster: str = "local", region: str = "local") -> Fleet
             pass
 
 
-def _discover(nv: Any, cluster: str, region: str) -> Fleet:
+def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) -> Fleet:
     import socket
 
     g = int(nv.nvmlDeviceGetCount())
@@ -731,7 +736,7 @@ def _discover(nv: Any, cluster: str, region: str) -> Fleet:
                 nvl[a, b] = max(int(nvl[a, b]), int(min(to_switch[a], to_switch[b])))
     numa = _numa_ids(nv, handles, level)
     model = names[0].replace("NVIDIA ", "").replace("Tesla ", "").split()[0] if names else "GPU"
-    host = socket.gethostname() or "localhost"
+    host = node_name or socket.gethostname() or "localhost"
     tpl = NodeTemplate(
         name=f"nvml-{host}",
         gpu_model=model,

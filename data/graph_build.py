@@ -13,22 +13,26 @@ labels Prometheus rules carry):
 | Kubernetes | node | edges |
 | --- | --- | --- |
 | the cluster (``--cluster``, else node label ``fleetmind.io/cluster``, else ``default``) | ``<c>`` ``cluster`` | |
-| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone`` | ``member_of`` cluster |
-| its GPUs (allocatable ``nvidia.com/gpu``, else label ``nvidia.com/gpu.count``; at most :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
+| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` suffix, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone`` | ``member_of`` cluster |
+| its physical GPUs (:func:`_gpu_count`; at most :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster |
-| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it, or (no slices) whose selector matches its labels |
-| a span whose parent span is in another service | | ``calls`` caller service -> callee service (a service not in the cluster becomes ``<c>/svc/<name>``) |
+| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
+| a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``) |
 """
 
 from __future__ import annotations
 
+import json
+import os
+import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from pydantic import ValidationError
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.files import read_text
 from fleetmind.data.fleet_io import discover_local_fleet
 from fleetmind.data.graph_schema import (
     MAX_GRAPH_EDGES,
@@ -39,12 +43,28 @@ from fleetmind.data.graph_schema import (
 
 CLUSTER_LABEL = "fleetmind.io/cluster"
 GPU_INDEX_ANNOTATION = "alibabacloud.com/gpu-index"
+SHARED_SUFFIX = "-SHARED"
+"""What GPU feature discovery appends to label ``nvidia.com/gpu.product`` on a node whose GPUs are
+shared (time-slicing or MPS, ``renameByDefault: false``); stripped from the model name."""
+SPAN_NAMESPACE_KEYS = ("k8s.namespace.name", "service.namespace")
+"""Resource attributes (OTLP) or process tags (Jaeger) that give a span's service its Kubernetes
+namespace, the first present wins."""
 MAX_NODE_GPUS = 64
-"""Most GPUs one Kubernetes node may report (allocatable ``nvidia.com/gpu`` or label
-``nvidia.com/gpu.count``): the scheduler extender's per-pod bound
+"""Most physical GPUs one Kubernetes node may report (see :func:`_gpu_count`): the scheduler
+extender's per-pod bound
 (``serving/scheduler/extender.py`` ``MAX_GPUS``); a real node has at most a few dozen (8 on a
 DGX/HGX board, 56 MIG instances of 8 GPUs with 7 each). A larger count is refused before any GPU
 node is made."""
+
+
+SpanService: TypeAlias = str | tuple[str, str]
+"""A service of a trace: its bare ``service.name``, or ``(namespace, name)`` when the span's
+resource names its namespace (:data:`SPAN_NAMESPACE_KEYS`)."""
+
+
+class GraphBuildWarning(UserWarning):
+    """Something the build left out of the graph (an ambiguous trace service name, NVLinks of a
+    node name that is no Node of the cluster). The CLI prints it as ``fleetmind: warning: ...``."""
 
 
 def _items(doc: Any, what: str) -> list[dict[str, Any]]:
@@ -118,32 +138,52 @@ def _short(text: str, keep: int = 100) -> str:
     return repr(f"{text[: keep // 2]}...{text[-keep // 2 :]}") + f" ({len(text):,} characters)"
 
 
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else max(0, int(str(value)))
+    except ValueError:
+        return None
+
+
 def _gpu_count(node: Mapping[str, Any]) -> int:
-    """GPUs of a Kubernetes node: allocatable ``nvidia.com/gpu``, else label
-    ``nvidia.com/gpu.count``; 0 when neither is an integer.
+    """Physical GPUs of a Kubernetes node: the indices dcgm-exporter's ``gpu`` label takes.
+
+    * Shared GPUs (GPU Operator time-slicing or MPS: label ``nvidia.com/gpu.replicas`` above 1 or
+      ``nvidia.com/gpu.sharing-strategy`` other than ``none``): allocatable ``nvidia.com/gpu`` is
+      GPUs x replicas, so label ``nvidia.com/gpu.count`` (the physical GPUs), else allocatable
+      divided by the replicas.
+    * MIG with the ``mixed`` strategy (label ``nvidia.com/mig.strategy``): allocatable
+      ``nvidia.com/gpu`` counts only the GPUs not in MIG mode (``0`` when all are), the MIG
+      instances are other resources; label ``nvidia.com/gpu.count`` counts every physical GPU.
+    * Otherwise allocatable ``nvidia.com/gpu``, else label ``nvidia.com/gpu.count``.
+
+    0 when none of these is an integer.
 
     Raises:
-        DataError: more than :data:`MAX_NODE_GPUS` (names the node).
+        DataError: more than :data:`MAX_NODE_GPUS` physical GPUs (names the node and the value).
     """
     alloc = (node.get("status") or {}).get("allocatable") or {}
     labels = _meta(node).get("labels") or {}
-    for key, v in (
-        ("allocatable nvidia.com/gpu", alloc.get("nvidia.com/gpu")),
-        ("label nvidia.com/gpu.count", labels.get("nvidia.com/gpu.count")),
-    ):
-        try:
-            if v is None:
-                continue
-            k = max(0, int(str(v)))
-        except ValueError:
-            continue
-        if k > MAX_NODE_GPUS:
-            raise DataError(
-                f"node {_short(str(_meta(node).get('name') or ''))}: {key} is {k:,}; at most "
-                f"{MAX_NODE_GPUS} GPUs per node"
-            )
-        return k
-    return 0
+    allocatable = _int_or_none(alloc.get("nvidia.com/gpu"))
+    count = _int_or_none(labels.get("nvidia.com/gpu.count"))
+    replicas = _int_or_none(labels.get("nvidia.com/gpu.replicas")) or 1
+    shared = replicas > 1 or str(labels.get("nvidia.com/gpu.sharing-strategy") or "none") != "none"
+    mixed_mig = labels.get("nvidia.com/mig.strategy") == "mixed"
+    if count is not None and (shared or mixed_mig or allocatable is None):
+        k, key = count, "label nvidia.com/gpu.count"
+    elif allocatable is not None and shared:
+        k = allocatable // replicas
+        key = f"allocatable nvidia.com/gpu / {replicas} replicas (label nvidia.com/gpu.replicas)"
+    elif allocatable is not None:
+        k, key = allocatable, "allocatable nvidia.com/gpu"
+    else:
+        return 0
+    if k > MAX_NODE_GPUS:
+        raise DataError(
+            f"node {_short(str(_meta(node).get('name') or ''))}: {key} is {k:,}; at most "
+            f"{MAX_NODE_GPUS} GPUs per node"
+        )
+    return k
 
 
 def build_graph(
@@ -162,8 +202,10 @@ def build_graph(
     Args:
         nodes, pods, services, endpoint_slices: list responses of the Kubernetes API (JSON).
         cluster: cluster name (default: node label ``fleetmind.io/cluster``, else ``default``).
-        calls: ``(caller service, callee service)`` pairs (:func:`calls_from_spans`).
-        nvlinks: ``{node name: GPU indices with an active NVLink}`` (:func:`nvlinks_from_nvml`).
+        calls: ``(caller service, callee service)`` pairs (:func:`calls_from_spans`), each service
+            a bare name or ``(namespace, name)`` (:data:`SpanService`).
+        nvlinks: ``{node name: GPU indices with an active NVLink}`` (:func:`nvlinks_from_nvml`); a
+            name that is no Node gives a :class:`GraphBuildWarning`.
         name: graph name (default ``k8s-<cluster>``).
 
     Raises:
@@ -183,7 +225,7 @@ def build_graph(
     b = _Builder(name or f"k8s-{c}")
     b.node(c, "cluster", c, {"cluster": c})
     gpus_of = _add_hosts(b, c, node_items, nvlinks or {})
-    svc_ids, by_name, selectors = _add_services(b, c, svc_items)
+    svc_ids, selectors = _add_services(b, c, svc_items)
     members = _slice_members(slice_items, svc_ids)
     for p in pod_items:
         pod = _add_pod(b, c, p, gpus_of)
@@ -197,7 +239,7 @@ def build_graph(
             for sns, sid, sel in selectors:
                 if sns == ns and all(labels.get(k) == v for k, v in sel.items()):
                     b.edge(pid, sid, "member_of")
-    _add_calls(b, c, calls, by_name)
+    _add_calls(b, c, calls, svc_ids)
     return b.model()
 
 
@@ -211,9 +253,8 @@ def _add_hosts(
         if not nm:
             continue
         labels = _meta(n).get("labels") or {}
-        model = labels.get("nvidia.com/gpu.product") or labels.get(
-            "alibabacloud.com/gpu-card-model"
-        )
+        model = str(labels.get("nvidia.com/gpu.product") or "").removesuffix(SHARED_SUFFIX)
+        model = model or labels.get("alibabacloud.com/gpu-card-model")
         host = b.node(f"{c}/host/{nm}", "host", c, {"cluster": c, "node": nm}, gpu_model=model,
                       region=labels.get("topology.kubernetes.io/region"),
                       zone=labels.get("topology.kubernetes.io/zone"))  # fmt: skip
@@ -231,16 +272,23 @@ def _add_hosts(
             for i in linked:
                 if i < k:
                     b.edge(link, f"{c}/gpu/{nm}/{i}", "attached_to")
+    for nm in sorted(set(nvlinks) - set(gpus_of)):
+        warnings.warn(
+            f"NVLinks of node {_short(nm)} left out: no Node of the cluster has that name (the "
+            "NVML host is named by --node, else the NODE_NAME environment variable, which a pod "
+            "sets from the downward API's spec.nodeName, else its hostname)",
+            GraphBuildWarning,
+            stacklevel=3,
+        )
     return gpus_of
 
 
 def _add_services(
     b: _Builder, c: str, svc_items: list[dict[str, Any]]
-) -> tuple[dict[tuple[str, str], str], dict[str, str], list[tuple[str, str, dict[str, str]]]]:
-    """Add each Service; return its ids by ``(namespace, name)``, the first id per bare name, and
-    ``(namespace, id, selector)`` of those with a selector."""
+) -> tuple[dict[tuple[str, str], str], list[tuple[str, str, dict[str, str]]]]:
+    """Add each Service; return its ids by ``(namespace, name)`` and ``(namespace, id, selector)``
+    of those with a selector."""
     svc_ids: dict[tuple[str, str], str] = {}
-    by_name: dict[str, str] = {}
     selectors: list[tuple[str, str, dict[str, str]]] = []
     for s in svc_items:
         m = _meta(s)
@@ -252,17 +300,19 @@ def _add_services(
         )
         b.edge(sid, c, "member_of")
         svc_ids[(ns, nm)] = sid
-        by_name.setdefault(nm, sid)
         sel = (s.get("spec") or {}).get("selector") or {}
         if isinstance(sel, dict) and sel:
             selectors.append((ns, sid, {str(k): str(v) for k, v in sel.items()}))
-    return svc_ids, by_name, selectors
+    return svc_ids, selectors
 
 
 def _slice_members(
     slice_items: list[dict[str, Any]], svc_ids: dict[tuple[str, str], str]
 ) -> dict[tuple[str, str], set[str]]:
-    """Service ids per pod ``(namespace, name)``, as the EndpointSlices name them."""
+    """Service ids per pod ``(namespace, name)``, as the EndpointSlices name them.
+
+    An endpoint whose ``conditions.ready`` is ``false`` is left out; a missing (null) ``ready``
+    means ready, as the ``discovery.k8s.io/v1`` API defines it."""
     members: dict[tuple[str, str], set[str]] = {}
     for sl in slice_items:
         m = _meta(sl)
@@ -271,7 +321,10 @@ def _slice_members(
         if sid is None:
             continue
         for ep in sl.get("endpoints") or []:
-            ref = ep.get("targetRef") if isinstance(ep, dict) else None
+            cond = ep.get("conditions") if isinstance(ep, dict) else None
+            if not isinstance(ep, dict) or (isinstance(cond, dict) and cond.get("ready") is False):
+                continue
+            ref = ep.get("targetRef")
             if isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("name"):
                 key = (
                     str(ref.get("namespace") or m.get("namespace") or "default"),
@@ -311,81 +364,174 @@ def _add_pod(
 
 
 def _add_calls(
-    b: _Builder, c: str, calls: Iterable[tuple[str, str]], by_name: dict[str, str]
+    b: _Builder,
+    c: str,
+    calls: Iterable[tuple[SpanService, SpanService]],
+    svc_ids: dict[tuple[str, str], str],
 ) -> None:
-    """Add a ``calls`` edge per pair; a service not in the cluster becomes ``<c>/svc/<name>``."""
+    """Add a ``calls`` edge per pair.
+
+    A service ``(namespace, name)`` is the Service of that namespace and name; one not found, and a
+    bare name, is the one Service of that name in any namespace. A bare name that several
+    namespaces' Services share is ambiguous: its edges are left out with a
+    :class:`GraphBuildWarning` (a wrong edge would blame the other namespace). A name no Service
+    has is outside the cluster and becomes ``<c>/svc/<name>``.
+    """
+    by_name: dict[str, list[str]] = {}
+    for (_, nm), sid in sorted(svc_ids.items()):
+        by_name.setdefault(nm, []).append(sid)
+    ambiguous: set[str] = set()
     for caller, callee in calls:
         ids = []
         for svc in (caller, callee):
-            sid = by_name.get(svc)
-            if sid is None:
-                sid = b.node(f"{c}/svc/{svc}", "service", c, {"cluster": c, "service": svc})
-                b.edge(sid, c, "member_of")
-                by_name[svc] = sid
-            ids.append(sid)
-        b.edge(ids[0], ids[1], "calls")
+            ns, nm = svc if isinstance(svc, tuple) else (None, str(svc))
+            found = [svc_ids[(ns, nm)]] if (ns, nm) in svc_ids else by_name.get(nm, [])
+            if len(found) > 1:
+                ambiguous.add(nm)
+                break
+            if not found:
+                found = [b.node(f"{c}/svc/{nm}", "service", c, {"cluster": c, "service": nm})]
+                b.edge(found[0], c, "member_of")
+            ids.append(found[0])
+        if len(ids) == 2:
+            b.edge(ids[0], ids[1], "calls")
+    for nm in sorted(ambiguous):
+        warnings.warn(
+            f"calls of trace service {_short(nm)} left out: Services of that name are in "
+            f"{len(by_name[nm])} namespaces and its spans name none of them (set resource "
+            f"attribute k8s.namespace.name or service.namespace)",
+            GraphBuildWarning,
+            stacklevel=3,
+        )
 
 
-def calls_from_spans(doc: Any) -> list[tuple[str, str]]:
-    """``(caller service, callee service)`` pairs from an OTLP JSON or Jaeger JSON trace export.
+def _is_span_export(doc: Any) -> bool:
+    return isinstance(doc, Mapping) and (
+        isinstance(doc.get("resourceSpans"), list) or isinstance(doc.get("data"), list)
+    )
 
-    A span whose parent span belongs to another service is a call from the parent's service to
-    the span's. OTLP: ``resourceSpans[].resource.attributes`` ``service.name`` and
-    ``scopeSpans[].spans[]`` (``spanId``, ``parentSpanId``); Jaeger: ``data[].spans[]``
-    (``spanID``, ``references[]`` ``CHILD_OF``, ``processID``) and ``data[].processes``.
+
+def read_span_file(path: str | os.PathLike[str]) -> list[Any]:
+    """The trace exports in one span file, for :func:`calls_from_spans`.
+
+    The file is one JSON document (an OTLP JSON export, a Jaeger JSON export), or JSON Lines: one
+    export per line, as the OpenTelemetry Collector's file exporter writes them (blank lines
+    skipped).
 
     Raises:
-        DataError: neither format.
+        DataError: unreadable, not JSON nor JSON Lines, or a document that is neither format
+            (naming the file and the line).
     """
-    service_of: dict[str, str] = {}
-    parent_of: dict[str, str] = {}
-    if isinstance(doc, Mapping) and isinstance(doc.get("resourceSpans"), list):
-        for rs in doc["resourceSpans"]:
-            attrs = ((rs.get("resource") or {}).get("attributes")) or []
-            svc = next(
-                (str((a.get("value") or {}).get("stringValue")) for a in attrs
-                 if a.get("key") == "service.name"),
-                "unknown",
-            )  # fmt: skip
-            for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
-                for sp in ss.get("spans") or []:
-                    sid = sp.get("spanId")
-                    if sid:
-                        service_of[sid] = svc
-                        if sp.get("parentSpanId"):
-                            parent_of[sid] = sp["parentSpanId"]
-    elif isinstance(doc, Mapping) and isinstance(doc.get("data"), list):
-        for tr in doc["data"]:
-            procs = tr.get("processes") or {}
-            for sp in tr.get("spans") or []:
-                sid = sp.get("spanID")
-                if not sid:
-                    continue
-                service_of[sid] = str(
-                    (procs.get(sp.get("processID")) or {}).get("serviceName", "unknown")
-                )
-                for ref in sp.get("references") or []:
-                    if ref.get("refType") == "CHILD_OF" and ref.get("spanID"):
-                        parent_of[sid] = ref["spanID"]
-    else:
-        raise DataError(
-            "spans must be an OTLP JSON export (resourceSpans) or a Jaeger JSON export (data)"
-        )
+    text = read_text(path, "span file")
+    try:
+        docs = [(0, json.loads(text))]
+    except json.JSONDecodeError as err:
+        if err.msg != "Extra data":  # not several documents: a broken one
+            raise DataError(f"span file {path} is not valid JSON: {err}") from None
+        docs = []
+        for n, line in enumerate(text.splitlines(), 1):
+            try:
+                docs += [(n, json.loads(line))] if line.strip() else []
+            except json.JSONDecodeError as err:
+                raise DataError(f"span file {path} line {n} is not valid JSON: {err}") from None
+    for n, doc in docs:
+        if not _is_span_export(doc):
+            raise DataError(
+                f"span file {path}{f' line {n}' if n else ''} is neither an OTLP JSON export "
+                "(resourceSpans) nor a Jaeger JSON export (data)"
+            )
+    return [doc for _, doc in docs]
+
+
+def calls_from_spans(*docs: Any) -> list[tuple[SpanService, SpanService]]:
+    """``(caller service, callee service)`` pairs from OTLP JSON or Jaeger JSON trace exports.
+
+    A span whose parent span belongs to another service is a call from the parent's service to
+    the span's; spans are paired across all ``docs`` (``(trace id, span id)``), so a parent in
+    another file or export batch counts. OTLP: ``resourceSpans[].resource.attributes``
+    ``service.name`` and ``scopeSpans[].spans[]`` (``traceId``, ``spanId``, ``parentSpanId``);
+    Jaeger: ``data[].spans[]`` (``traceID``, ``spanID``, ``references[]`` ``CHILD_OF``,
+    ``processID``) and ``data[].processes`` (``serviceName``, ``tags``). A service is
+    ``(namespace, name)`` when the resource attributes or process tags name the namespace
+    (:data:`SPAN_NAMESPACE_KEYS`), else its bare name.
+
+    Raises:
+        DataError: a document of neither format.
+    """
+    service_of: dict[tuple[str, str], SpanService] = {}
+    parent_of: dict[tuple[str, str], tuple[str, str]] = {}
+    for doc in docs:
+        if not _is_span_export(doc):
+            raise DataError(
+                "spans must be an OTLP JSON export (resourceSpans) or a Jaeger JSON export (data)"
+            )
+        if isinstance(doc.get("resourceSpans"), list):
+            _otlp_spans(doc["resourceSpans"], service_of, parent_of)
+        else:
+            _jaeger_spans(doc["data"], service_of, parent_of)
     pairs = set()
     for sid, parent in parent_of.items():
         a, b = service_of.get(parent), service_of.get(sid)
         if a and b and a != b:
             pairs.add((a, b))
-    return sorted(pairs)
+    return sorted(pairs, key=lambda p: tuple(s if isinstance(s, tuple) else ("", s) for s in p))
 
 
-def nvlinks_from_nvml() -> dict[str, list[int]]:
-    """``{this host: GPU indices with an NVLink to another GPU}`` through NVML.
+def _span_service(name: str, tags: Mapping[str, str]) -> SpanService:
+    ns = next((tags[k] for k in SPAN_NAMESPACE_KEYS if tags.get(k)), None)
+    return (ns, name) if ns else name
+
+
+def _otlp_spans(
+    resource_spans: list[Any],
+    service_of: dict[tuple[str, str], SpanService],
+    parent_of: dict[tuple[str, str], tuple[str, str]],
+) -> None:
+    for rs in resource_spans:
+        attrs = ((rs.get("resource") or {}).get("attributes")) or []
+        tags = {str(a.get("key")): str((a.get("value") or {}).get("stringValue")) for a in attrs
+                if isinstance(a, dict) and (a.get("value") or {}).get("stringValue")}  # fmt: skip
+        svc = _span_service(tags.get("service.name", "unknown"), tags)
+        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+            for sp in ss.get("spans") or []:
+                tid, sid = str(sp.get("traceId") or ""), sp.get("spanId")
+                if sid:
+                    service_of[(tid, sid)] = svc
+                    if sp.get("parentSpanId"):
+                        parent_of[(tid, sid)] = (tid, sp["parentSpanId"])
+
+
+def _jaeger_spans(
+    data: list[Any],
+    service_of: dict[tuple[str, str], SpanService],
+    parent_of: dict[tuple[str, str], tuple[str, str]],
+) -> None:
+    for tr in data:
+        procs = tr.get("processes") or {}
+        for sp in tr.get("spans") or []:
+            tid, sid = str(sp.get("traceID") or ""), sp.get("spanID")
+            if not sid:
+                continue
+            proc = procs.get(sp.get("processID")) or {}
+            tags = {str(t.get("key")): str(t.get("value")) for t in proc.get("tags") or []
+                    if isinstance(t, dict) and t.get("value")}  # fmt: skip
+            service_of[(tid, sid)] = _span_service(str(proc.get("serviceName", "unknown")), tags)
+            for ref in sp.get("references") or []:
+                if ref.get("refType") == "CHILD_OF" and ref.get("spanID"):
+                    parent_of[(tid, sid)] = (str(ref.get("traceID") or tid), ref["spanID"])
+
+
+def nvlinks_from_nvml(node: str | None = None) -> dict[str, list[int]]:
+    """``{node: GPU indices with an NVLink to another GPU}`` of this host through NVML.
+
+    Args:
+        node: the Kubernetes Node this host is (default: this host's name, which in a pod is the
+            pod's name; ``fleetmind graph build`` passes ``--node`` or ``NODE_NAME``).
 
     Raises:
         NotAvailableError: NVML is absent (see :func:`fleetmind.data.fleet_io.discover_local_fleet`).
     """
-    fleet = discover_local_fleet()
+    fleet = discover_local_fleet(node_name=node)
     out = {}
     for n, name in enumerate(fleet.node_names):
         nv = fleet.templates[int(fleet.node_template[n])].nvlinks
