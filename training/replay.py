@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.data.fetch import check_http_url
 
 GROUP_BY: tuple[str, ...] = ("cluster", "alertname")
 GROUP_WAIT_S = 10.0
@@ -217,8 +218,6 @@ def replay(
     if not speed > 0:
         raise ConfigError(f"--speed must be positive, got {speed}")
     if client is None:
-        from fleetmind.data.fetch import check_http_url
-
         check_http_url(url, "--url")
     span = storm_span(storm["alerts"])
     start = datetime.now(UTC)
