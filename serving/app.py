@@ -113,6 +113,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         settings.sqlite_synchronous,
         settings.db_connect_timeout_s,
         settings.db_statement_timeout_s,
+        refire_margin_s=settings.alert_refire_margin_s,
     )
     before = db.migrate(apply=settings.migrate_on_start)
     log.info("database schema: was %s, now %s", before, migrations.head())

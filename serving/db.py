@@ -48,6 +48,7 @@ from sqlalchemy import (
     event,
     false,
     func,
+    literal_column,
     select,
     update,
 )
@@ -185,38 +186,100 @@ ui_sessions = Table(
 )
 
 
-_SQLITE_CHANGES = (
-    "(alerts.status != excluded.status "
-    "AND NOT (alerts.status = 'resolved' AND excluded.status = 'firing' "
-    "AND (excluded.ends_ts IS NULL OR alerts.ends_ts IS NULL "
-    "OR excluded.ends_ts <= alerts.ends_ts)))"
-)
-_SQLITE_UPSERT = (
-    "INSERT INTO alerts (fingerprint, starts_at, starts_ts, ends_ts, status, alertname, labels, "
-    "annotations, generator_url, node, received_ts, updated_ts, pending, incident_id) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (fingerprint, starts_at) DO UPDATE SET received_ts = excluded.received_ts, "
-    + ", ".join(
-        f"{col} = CASE WHEN {_SQLITE_CHANGES} THEN {new} ELSE alerts.{col} END"
-        for col, new in (
-            ("status", "excluded.status"),
-            ("ends_ts", "excluded.ends_ts"),
-            ("annotations", "excluded.annotations"),
-            ("updated_ts", "excluded.updated_ts"),
-            ("pending", "1"),
+REFIRE_MARGIN_S = 15.0
+"""Default of :class:`Database`'s ``refire_margin_s`` (``FLEETMIND_ALERT_REFIRE_MARGIN_S``)."""
+
+_NO_START = "unknown"  # fleetmind.serving.routers.alerts.NO_START: keyed on the fingerprint alone
+
+
+def _sqlite_changes(margin_s: float) -> str:
+    """The status-change condition of :data:`_UPSERT_RULE` on SQLite (``alerts``: the stored
+    row, ``excluded``: the delivery)."""
+    return (
+        "(alerts.status != excluded.status "
+        "AND NOT (alerts.status = 'resolved' AND excluded.status = 'firing' "
+        "AND NOT ((excluded.ends_ts IS NOT NULL AND alerts.ends_ts IS NOT NULL "
+        "AND excluded.ends_ts > alerts.ends_ts) "
+        f"OR excluded.received_ts > alerts.updated_ts + {float(margin_s)!r})))"
+    )
+
+
+def _sqlite_upsert(margin_s: float) -> str:
+    """The webhook's upsert on SQLite (the same rule as :meth:`Database._build_upsert`)."""
+    changes = _sqlite_changes(margin_s)
+    return (
+        "INSERT INTO alerts (fingerprint, starts_at, starts_ts, ends_ts, status, alertname, labels, "
+        "annotations, generator_url, node, received_ts, updated_ts, pending, incident_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (fingerprint, starts_at) DO UPDATE SET received_ts = excluded.received_ts, "
+        + ", ".join(
+            f"{col} = CASE WHEN {changes} THEN {new} ELSE alerts.{col} END"
+            for col, new in (
+                ("status", "excluded.status"),
+                ("ends_ts", "excluded.ends_ts"),
+                ("annotations", "excluded.annotations"),
+                ("updated_ts", "excluded.updated_ts"),
+                ("pending", "1"),
+            )
         )
     )
-)
-"""The webhook's upsert on SQLite (the same rule as :meth:`Database._build_upsert`).
+
+
+_UPSERT_RULE = """How a delivery changes a stored alert (both databases; :func:`_sqlite_upsert`,
+:meth:`Database._build_upsert`).
 
 Every delivery sets ``received_ts`` (the latest delivery: Alertmanager re-sends a firing alert
 every ``repeat_interval``, which is how auto-resolve knows it still fires). Otherwise a stored alert
-changes only when its status does; a ``firing`` delivery of a ``resolved`` alert (same fingerprint
-and ``startsAt``) reopens it only when it is newer than the resolution: its ``endsAt`` (the
-sender's "valid until", renewed at every evaluation) lies after the stored resolution time. A stale
-firing notification (sent before the resolution, delivered after it, e.g. by a lagging
-Alertmanager peer or a retry) has an earlier or no ``endsAt`` and changes nothing. A true re-fire
-of a rule starts a new ``startsAt`` (a new row) anyway."""
+changes only when its status does (then ``updated_ts`` is when that delivery was received, and the
+row is ``pending`` again for the incident worker).
+
+A ``firing`` delivery of a ``resolved`` alert (same fingerprint and ``startsAt``) reopens it when
+it is newer than the resolution, by either sign:
+
+* it is received more than ``refire_margin_s`` after the resolution was (the stored
+  ``updated_ts``), on the service's own clock. Alertmanager's webhook carries no other sign: it
+  clears ``endsAt`` of every alert not yet resolved when it flushes a group (prometheus/alertmanager
+  ``dispatch/dispatch.go``, ``aggrGroup.flush``: "Ensure that alerts don't resolve as time move
+  forwards"), so a firing alert always comes with ``endsAt`` 0001-01-01. And the same
+  ``startsAt`` does fire again: Prometheus keeps an alert's ``activeAt`` while its rule stays
+  active, so when its sends stop for longer than the ``endsAt`` it gave (a restart, a partition),
+  Alertmanager resolves the alert and later reports it firing with the same ``startsAt``;
+* its ``endsAt`` (a sender that renews it at each evaluation) lies after the stored resolution
+  time.
+
+A stale firing notification (computed before the resolution, delivered after it: the second peer
+of an Alertmanager HA pair sends what it flushed ``--cluster.peer-timeout``, 15 s, later; two
+webhook requests committing out of order) arrives within the margin and changes nothing. A
+genuine re-fire that arrives within it is taken at Alertmanager's next re-send of the alert."""
+
+_MOVE_START = (
+    "UPDATE alerts SET starts_at = :starts_at, starts_ts = :starts_ts, received_ts = :received_ts "
+    "WHERE id = (SELECT a.id FROM alerts a WHERE a.fingerprint = :fingerprint "
+    f"AND a.status = 'firing' AND a.starts_at <> '{_NO_START}' AND a.starts_ts > :starts_ts "
+    "ORDER BY a.starts_ts, a.id LIMIT 1) "
+    "AND NOT EXISTS (SELECT 1 FROM alerts b WHERE b.fingerprint = :fingerprint "
+    "AND b.starts_at = :starts_at)"
+)
+"""A firing delivery moves the unresolved row of its fingerprint that starts later to its own,
+earlier ``startsAt`` (keeping the row's incident), instead of a second row for the same alert.
+
+One alert reaches the webhook with two ``startsAt``: Alertmanager merges every alert it receives
+with the one it holds for the fingerprint and keeps the earliest ``StartsAt`` (prometheus/alertmanager
+``types.Alert.Merge``: "Always pick the earliest starting time"), so when Prometheus HA replicas
+with different ``activeAt`` send the same alert, Alertmanager notifies it first with the later
+replica's ``startsAt``, then with the earlier one's, and resolves it with that one only. When a row
+with the earlier ``startsAt`` already exists, nothing moves (the unique key): the later row is
+resolved with the alert (:data:`_RESOLVE_EARLIER`). Rows without ``startsAt`` are left alone."""
+
+_RESOLVE_EARLIER = (
+    "UPDATE alerts SET status = 'resolved', ends_ts = :ends_ts, updated_ts = :updated_ts, "
+    "received_ts = :received_ts, pending = TRUE "
+    "WHERE fingerprint = :fingerprint AND status = 'firing' AND starts_at <> :starts_at "
+    f"AND starts_at <> '{_NO_START}' AND starts_ts <= :resolved_until"
+)
+"""A resolved delivery also resolves every firing row of its fingerprint that started by its
+``endsAt`` (the same alert under a ``startsAt`` Alertmanager has since merged to an earlier one,
+see :data:`_MOVE_START`). A row that started after the resolution is a later episode and stays."""
 
 
 class Database:
@@ -228,6 +291,9 @@ class Database:
     Args:
         url: SQLAlchemy database URL.
         sqlite_synchronous: ``PRAGMA synchronous`` for SQLite.
+        refire_margin_s: a firing delivery of a resolved alert reopens it when received more than
+            this long after the resolution (``FLEETMIND_ALERT_REFIRE_MARGIN_S``; see
+            :data:`_UPSERT_RULE`).
     """
 
     def __init__(
@@ -236,8 +302,13 @@ class Database:
         sqlite_synchronous: str = "FULL",
         connect_timeout_s: float = 5.0,
         statement_timeout_s: float = 30.0,
+        refire_margin_s: float = REFIRE_MARGIN_S,
     ) -> None:
         self.url = url
+        if not 0 <= refire_margin_s < float("inf"):
+            raise ConfigError(f"refire margin must be a finite number >= 0, not {refire_margin_s}")
+        self.refire_margin_s = float(refire_margin_s)
+        self._sqlite_upsert = _sqlite_upsert(self.refire_margin_s)
         try:
             if url.startswith("sqlite"):
                 self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False})
@@ -356,7 +427,9 @@ class Database:
 
     # ------------------------------------------------------------------ alerts
     def store_alerts(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert alerts; an existing ``(fingerprint, starts_at)`` only changes when its status does.
+        """Store webhook rows, in order: insert new alerts, change stored ones by the rules of
+        :data:`_UPSERT_RULE` (status changes, stale firing deliveries), :data:`_MOVE_START` (one
+        alert notified under two ``startsAt``) and :data:`_RESOLVE_EARLIER`.
 
         Returns after the transaction committed (durable per the SQLite synchronous setting or the
         PostgreSQL commit).
@@ -369,9 +442,30 @@ class Database:
             self._store_now(list(rows))
 
     def _store_now(self, rows: list[dict[str, Any]]) -> None:
+        """Store ``rows`` in one transaction, with the effect of storing them one after another.
+
+        The statements run set-wise (one ``executemany`` each) over rounds of rows whose
+        fingerprints differ (the n-th delivery of each fingerprint in the n-th round: one round for
+        a webhook, whose alerts Alertmanager keys by fingerprint), since each rule reads the other
+        rows of a fingerprint."""
+        with self.write() as conn:
+            for part in _rounds(rows):
+                self._store_round(conn, part)
+
+    def _store_round(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """:data:`_MOVE_START` for the firing rows, the upsert, :data:`_RESOLVE_EARLIER` for the
+        resolved ones; ``rows`` have distinct fingerprints."""
+        firing = [r for r in rows if r["status"] == "firing" and r["starts_at"] != _NO_START]
+        resolved = [
+            {**r, "resolved_until": r["ends_ts"] if r["ends_ts"] is not None else r["received_ts"]}
+            for r in rows
+            if r["status"] == "resolved" and r["starts_at"] != _NO_START
+        ]
         if self.is_sqlite:
             # The DBAPI directly: SQLAlchemy's per-row parameter processing costs about as much as
-            # the fsync for a webhook of 50 alerts. Same statement as _build_upsert.
+            # the fsync for a webhook of 50 alerts. Same statements as on PostgreSQL.
+            if firing:
+                conn.exec_driver_sql(_MOVE_START, firing)
             params = [
                 (
                     r["fingerprint"],
@@ -391,26 +485,36 @@ class Database:
                 )
                 for r in rows
             ]
-            with self.write() as conn:
-                conn.exec_driver_sql(_SQLITE_UPSERT, params)
+            conn.exec_driver_sql(self._sqlite_upsert, params)
+            if resolved:
+                conn.exec_driver_sql(_RESOLVE_EARLIER, resolved)
             return
+        from sqlalchemy import text
+
         stmt = self._upsert
         if stmt is None:
             stmt = self._upsert = self._build_upsert()
-        with self.write() as conn:
-            conn.execute(stmt, rows)
+        if firing:
+            conn.execute(text(_MOVE_START), firing)
+        conn.execute(stmt, rows)
+        if resolved:
+            conn.execute(text(_RESOLVE_EARLIER), resolved)
 
     def _build_upsert(self) -> Any:
+        """The upsert of :data:`_UPSERT_RULE` as a SQLAlchemy statement (PostgreSQL)."""
         if self.is_sqlite:
             from sqlalchemy.dialects.sqlite import insert
         else:
             from sqlalchemy.dialects.postgresql import insert
         stmt = insert(alerts)
         ex = stmt.excluded
+        newer = (
+            ex.ends_ts.is_not(None)
+            & alerts.c.ends_ts.is_not(None)
+            & (ex.ends_ts > alerts.c.ends_ts)
+        ) | (ex.received_ts > alerts.c.updated_ts + literal_column(repr(self.refire_margin_s)))
         changes = (alerts.c.status != ex.status) & ~(
-            (alerts.c.status == "resolved")
-            & (ex.status == "firing")
-            & (ex.ends_ts.is_(None) | alerts.c.ends_ts.is_(None) | (ex.ends_ts <= alerts.c.ends_ts))
+            (alerts.c.status == "resolved") & (ex.status == "firing") & ~newer
         )
         return stmt.on_conflict_do_update(
             index_elements=["fingerprint", "starts_at"],
@@ -672,6 +776,20 @@ class Database:
             conn.execute(delete(ui_sessions).where(ui_sessions.c.key == key))
 
 
+def _rounds(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``rows`` in rounds of distinct fingerprints, each fingerprint's rows in their order (the
+    n-th row of a fingerprint in round n)."""
+    seen: dict[str, int] = {}
+    out: list[list[dict[str, Any]]] = []
+    for r in rows:
+        n = seen.get(r["fingerprint"], 0)
+        seen[r["fingerprint"]] = n + 1
+        if n == len(out):
+            out.append([])
+        out[n].append(r)
+    return out
+
+
 def pg_connect_args(
     url: str, connect_timeout_s: float, statement_timeout_s: float
 ) -> dict[str, Any]:
@@ -747,12 +865,8 @@ class _GroupCommit:
             raise item.error
 
     def _commit(self, batch: list[_Item]) -> None:
-        merged: dict[tuple[str, str], dict[str, Any]] = {}
-        for it in batch:
-            for r in it.rows:
-                merged[(r["fingerprint"], r["starts_at"])] = r  # later writes win, as in sequence
-        try:
-            self._store(list(merged.values()))
+        try:  # in arrival order: the store keeps the order per fingerprint
+            self._store([r for it in batch for r in it.rows])
         except Exception:
             for it in batch:
                 try:

@@ -163,6 +163,18 @@ class Settings(BaseSettings):
         "(firing) for this long is resolved, its firing alerts with it (0: never); keep it above "
         "Alertmanager's repeat_interval",
     )
+    alert_refire_margin_s: float = Field(
+        15.0,
+        ge=0,
+        le=3600,
+        description="a firing delivery of a resolved alert (same fingerprint and startsAt) "
+        "reopens it when received more than this long (s) after the resolution was; an earlier "
+        "one is taken as stale (sent before the resolution, delivered after it). 15 s is "
+        "Alertmanager's default --cluster.peer-timeout, how long the second peer of an HA pair "
+        "waits before sending what it computed earlier, and half the 30 s group_interval of "
+        "deploy/alertmanager.yml, the earliest Alertmanager notifies a group again; keep it below "
+        "your smallest group_interval (a re-fire taken as stale waits for the next re-send)",
+    )
     retention_s: float = Field(
         30 * 86400.0,
         ge=0,
