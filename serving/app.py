@@ -362,6 +362,8 @@ def is_input_error(exc: BaseException) -> bool:
     return isinstance(exc, SADataError | IntegrityError)
 
 
+CLIENT_CLOSED = 499
+"""The status recorded for a request whose client went away before its body was read (nginx's)."""
 BODY_400 = "There was an error parsing the body"
 """FastAPI's ``detail`` when a body it parses is JSON it cannot decode (fastapi/routing.py)."""
 UNREADABLE_BODY = (
@@ -409,6 +411,14 @@ def _install_error_handlers(app: FastAPI) -> None:
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
+    async def client_gone(_request: Request, _exc: Exception) -> Response:
+        # the client closed the connection mid-body: nothing to answer, nothing stored; nginx's
+        # 499 ("client closed request") keeps it out of the 5xx counts, and no traceback is logged
+        return Response(status_code=CLIENT_CLOSED)
+
+    from starlette.requests import ClientDisconnect
+
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(FleetMindError, fleetmind_error)

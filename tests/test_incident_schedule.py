@@ -66,3 +66,18 @@ def test_config_overrides_apply_by_name_and_unknown_names_fail() -> None:
     with pytest.raises(TypeError):
         IncidentManager(db, graphs, None, hop=3)  # type: ignore[arg-type]
     db.dispose()
+
+
+def test_rankings_older_than_the_interval_are_forgotten() -> None:
+    """One entry per incident ever ranked stayed for the life of the process (3,000 incidents
+    resolved and purged left 3,000); only rankings that can still defer one are kept."""
+    s = RankSchedule(interval_s=5.0)
+    for i in range(20_000):  # an incident ranked every 10 ms: at most 500 within the interval
+        s.ranked(i, i * 0.01)
+    assert len(s._last) <= 2 * 1024 + 500
+    now = 20_000 * 0.01
+    recent = 19_999  # ranked 10 ms ago: a new alert for it still waits for the interval
+    assert s.after_batch([recent], now, defer=True, backlog=False) == []
+    assert s.after_batch([5], now, defer=True, backlog=False) == [5]  # long ago: ranked now
+    s.drop([recent])
+    assert recent not in s._last

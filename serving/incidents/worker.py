@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("fleetmind.serving")
 
 
+_PRUNE_AT = 1024
+""":class:`RankSchedule` forgets stale rankings once it holds more than this many (and twice as
+many as its last pruning kept): amortised O(1) per ranking."""
+
+
 class RankSchedule:
     """When each touched incident is re-ranked: now, or deferred to a due time.
 
@@ -44,6 +49,7 @@ class RankSchedule:
         self.interval_s = interval_s
         self._due: dict[int, float] = {}
         self._last: dict[int, float] = {}
+        self._kept = 0  # entries left by the last pruning: the next one waits for twice as many
 
     def after_batch(
         self, touched: Iterable[int], now: float, defer: bool, backlog: bool
@@ -79,11 +85,18 @@ class RankSchedule:
             self._due.setdefault(inc_id, now)
 
     def ranked(self, incident_id: int, now: float) -> None:
+        """Record a ranking of ``incident_id`` at ``now``; forget rankings older than
+        ``interval_s``, which no longer defer anything (one entry per incident ever ranked
+        otherwise stayed for the life of the process)."""
         self._last[incident_id] = now
+        if len(self._last) > _PRUNE_AT and len(self._last) > 2 * self._kept:
+            self._last = {i: t for i, t in self._last.items() if now - t < self.interval_s}
+            self._kept = len(self._last)
 
     def drop(self, incident_ids: Iterable[int]) -> None:
         for inc_id in incident_ids:
             self._due.pop(inc_id, None)
+            self._last.pop(inc_id, None)
 
     def clear(self) -> None:
         self._due.clear()
