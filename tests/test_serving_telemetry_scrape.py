@@ -135,10 +135,12 @@ def test_a_six_gpu_pod_passes_the_extender_filter(scraped: Any, tmp_path: Any) -
         return {"Pod": pod, "NodeNames": ["gpu-a", "gpu-b"]}
 
     with TestClient(create_app(settings)) as client:
-        out = client.post("/api/v1/scheduler/filter", json=args(6)).json()
-        assert out["NodeNames"] == ["gpu-a"], out
+        # the 7-GPU pod first: filter holds the lone node a pod passes (kube-scheduler skips
+        # prioritize then), so after the 6-GPU pod gpu-a would show its GPUs held
         out = client.post("/api/v1/scheduler/filter", json=args(7)).json()
         assert out["NodeNames"] == [] and "6 GPU(s)" in out["FailedNodes"]["gpu-a"], out
+        out = client.post("/api/v1/scheduler/filter", json=args(6)).json()
+        assert out["NodeNames"] == ["gpu-a"], out
 
 
 @pytest.mark.external
