@@ -225,6 +225,8 @@ class Notifier:
         self._client = httpx.Client(timeout=5.0, transport=transport)
         self._seen: dict[int, tuple[str, float]] = {}  # incident -> (top cause, since)
         self._retry_at: dict[tuple[int, str], float] = {}
+        self._permanent: dict[tuple[int, str], str] = {}  # refused with a 4xx: not retried
+        self._last_outcome = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
@@ -400,12 +402,20 @@ class Notifier:
                 row["am_sent_ts"] = now
                 changed = True
                 done += 1
+            elif due and not firing and self._overdue(row, now):
+                row["am_sent_ts"] = now  # the resolution is dropped (Alertmanager's
+                changed = True  # resolve_timeout ends an alert no longer re-sent anyway)
+                self._give_up("alertmanager", inc_id, "undelivered too long")
         if self.hook_url and not row["hook_sent"]:
             if self._retry_at.get((inc_id, "hook"), 0.0) <= now:
-                if self._send("webhook", self.hook_url, self.webhook_body(row), inc_id, now):
+                sent = self._send("webhook", self.hook_url, self.webhook_body(row), inc_id, now)
+                if sent:
+                    done += 1
+                if sent or self._permanent.pop((inc_id, "hook"), None) or self._overdue(row, now):
+                    if not sent:
+                        self._give_up("webhook", inc_id, self._last_outcome)
                     row["hook_sent"] = True
                     changed = True
-                    done += 1
         if changed:
             with self.db.write() as conn:
                 conn.execute(
@@ -424,6 +434,7 @@ class Notifier:
             key = "am" if i == 0 else f"am{i}"
             if self._retry_at.get((inc_id, key), 0.0) <= now:
                 took = self._send("alertmanager", url, body, inc_id, now, key) or took
+            self._permanent.pop((inc_id, key), None)  # a firing alert is re-sent regardless
         return took
 
     def _send(
@@ -440,9 +451,12 @@ class Notifier:
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         key = (inc_id, key_name or ("am" if channel == "alertmanager" else "hook"))
+        self._last_outcome = outcome
         if ok:
             self._retry_at.pop(key, None)
         else:
+            if outcome.isdigit() and int(outcome) not in RETRY_STATUS:
+                self._permanent[key] = outcome  # a 4xx will not get better: the caller gives up
             # after the in-call retries, wait before the next round tries again (capped at 5 min)
             pause = min(
                 300.0,
@@ -451,6 +465,21 @@ class Notifier:
             self._retry_at[key] = now + pause
             log.warning("%s notification for incident %s failed (%s)", channel, inc_id, outcome)
         return ok
+
+    def _overdue(self, row: dict[str, Any], now: float) -> bool:
+        """Whether ``row``'s message has waited longer than ``FLEETMIND_NOTIFY_GIVE_UP_S`` (since
+        its state last changed; a clock stepped back counts as not overdue)."""
+        return now - float(row["updated_ts"]) > self.settings.notify_give_up_s
+
+    def _give_up(self, channel: str, inc_id: int, why: str) -> None:
+        """Log once that incident ``inc_id``'s message to ``channel`` is dropped, and why."""
+        self._retry_at.pop((inc_id, "am" if channel == "alertmanager" else "hook"), None)
+        log.error(
+            "%s notification for incident %s dropped (%s); later messages are still sent",
+            channel,
+            inc_id,
+            why,
+        )
 
     @staticmethod
     def alertmanager_alert(row: dict[str, Any]) -> dict[str, Any]:

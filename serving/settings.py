@@ -304,6 +304,15 @@ class Settings(BaseSettings):
     notify_backoff_s: float = Field(
         0.5, ge=0, le=60, description="first retry delay; doubles on each retry (s)"
     )
+    notify_give_up_s: float = Field(
+        3600.0,
+        ge=60,
+        le=7 * 86400,
+        description="a chat message, or a resolution for Alertmanager, not delivered this long "
+        "after it was due is dropped with an error logged (s); a receiver answering a 4xx other "
+        "than 408/425/429 is given up on at once. A firing root cause is re-sent to Alertmanager "
+        "while its incident is open, whatever this says",
+    )
     rca_max_batch: int = Field(
         16, ge=1, le=1024, description="most concurrent RCA requests ranked in one batch"
     )

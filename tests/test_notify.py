@@ -434,3 +434,57 @@ def test_every_alertmanager_of_an_ha_pair_gets_the_alert(app: TestClient) -> Non
 def test_alertmanager_urls_are_checked_one_by_one(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ftp://am2"):
         settings(tmp_path, notify_alertmanager_url=f"{AM},ftp://am2:9093")
+
+
+def test_a_refused_chat_message_is_dropped_once_not_retried_forever(
+    app: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A revoked Slack URL answers 404 for good: it was POSTed every round, with a warning each,
+    for every incident ever notified (retention had deleted some of them). A 4xx other than
+    408/425/429 is final: the message is dropped with one error."""
+    rec, clock = Recorder(), Clock()
+    rec.script[HOOK] = [404] * 100
+    n = notifier(app, rec, clock)
+    n.poll()
+    clock.t += 31
+    with caplog.at_level("ERROR"):
+        n.poll()
+        tries = len(rec.to(HOOK))
+        for _ in range(10):
+            clock.t += 400
+            n.poll()
+    assert tries == 2 and len(rec.to(HOOK)) == tries  # once per incident, never again
+    dropped = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 2 and "404" in dropped[0].getMessage()
+    assert len(rec.to(AM + "/api/v2/alerts")) > 2  # Alertmanager still hears the open incidents
+
+
+def test_a_resolution_alertmanager_never_takes_is_dropped_after_the_give_up_time(
+    app: TestClient,
+) -> None:
+    """Alertmanager down for good: the resolutions of incidents gone from the database were
+    retried forever. After ``FLEETMIND_NOTIFY_GIVE_UP_S`` a resolution is dropped (Alertmanager
+    ends an alert that is no longer re-sent after its resolve_timeout anyway)."""
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock, notify_give_up_s=600.0)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    inc = storm_incident(app)
+    rec.script[AM + "/api/v2/alerts"] = [503] * 1000
+    done = datetime.now(UTC).isoformat()
+    resolved = [{**a, "status": "resolved", "endsAt": done} for a in storm_alerts(T0)]
+    app.post("/api/v1/alerts", json=webhook(resolved)).raise_for_status()
+    app.app.state.services.incidents.process_pending()
+    assert app.get(f"/api/v1/incidents/{inc['id']}").json()["status"] == "resolved"
+    for _ in range(5):  # within the give-up time: still trying
+        clock.t += 100
+        n.poll()
+    clock.t += 400  # past it: one last try, then the resolution is dropped
+    n.poll()
+    before = len(rec.to(AM + "/api/v2/alerts"))
+    for _ in range(5):
+        clock.t += 400
+        n.poll()
+    posted = [a for body in rec.to(AM + "/api/v2/alerts")[before:] for a in body]
+    assert before > 2 and not [a for a in posted if a["labels"]["incident"] == str(inc["id"])]
