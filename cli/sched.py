@@ -1181,7 +1181,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     _check_ppo_settings(a)
     # a trace that asks for no decision would end every episode at reset; say so before MLflow
     check_trace_has_decisions(list(a.traces), getattr(a, "nodes", None))
-    ready_store(tracking_uri(getattr(args, "tracking_uri", None)))
+    # sched train has no --tracking-uri: the error names MLFLOW_TRACKING_URI alone
+    ready_store(tracking_uri(getattr(args, "tracking_uri", None)), flag=None)
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a)
     summary = recipe.run(a)

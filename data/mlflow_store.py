@@ -10,7 +10,10 @@ the user set them: a server that refuses connections is then reported within sec
 that command, imports included), one that never answers after three tries of 30 s at most.
 
 :func:`reason` turns MLflow's errors (a connection pool's retry report, a database driver's error
-with its SQL, a registry that does not take the URI's scheme) into one short line.
+with its SQL, a registry that does not take the URI's scheme) into one short line, and
+:func:`safe_uri` masks the password of a URL (``http://user:pass@host``) wherever one is shown.
+:func:`is_mlflow_uri` tells an MLflow URI from a local path and :func:`download` fetches a model
+into a folder the caller removes, an alias resolved once, for both model loaders.
 
 Used by the model loaders (:mod:`fleetmind.rca.gat_analyzer`, :mod:`fleetmind.rl.policy_adapter`)
 and by :func:`fleetmind.training.tracking.ready_store`, which every tracked command calls first.
@@ -23,6 +26,7 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 BOUNDED: dict[str, str] = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
@@ -62,16 +66,75 @@ def bounded_requests() -> Iterator[None]:
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^\"')\]]+)")
 _SQL = re.compile(r"\((?:sqlite3|psycopg2?|pymysql)\.[\w.]+\) ([^\n\[]+)")
+_USERINFO = re.compile(r"//[^/\s@'\"]+@")
+_STATUS = re.compile(r"too many (\d{3} )?error responses")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+_MORE_LINES = 3
+_MORE_CHARS = 300
+"""How many lines after a first line that ends with a colon :func:`reason` adds, and the
+characters of each (MLflow's download errors list every file that failed, with the server's
+answer)."""
+
+
+def safe_uri(text: str) -> str:
+    """``text`` with the user and password of every URL in it masked: ``http://user:pw@host``
+    reads ``http://***@host`` (for messages, logs, JSON and MLflow params)."""
+    return _USERINFO.sub("//***@", text)
+
+
+def is_mlflow_uri(ref: str) -> bool:
+    """Whether ``ref`` is a URI for MLflow to resolve rather than a local path: a scheme of two
+    or more characters and ``:/`` (``models:/``, ``runs:/``, ``mlflow-artifacts:/``,
+    ``file:///``, ``s3://``); ``C:/models`` (a drive letter) and ``models/rca`` stay local."""
+    return _SCHEME.match(ref) is not None
+
+
+def download(uri: str, dst: str | Path) -> tuple[Path, str, str | None]:
+    """Download the MLflow model or artifacts at ``uri`` into the folder ``dst`` (which the caller
+    owns and removes); returns ``(local path, the URI downloaded, "name/version" or None)``.
+
+    A ``models:/name@alias`` is resolved once, and ``models:/name/<version>`` downloaded: the
+    version reported is the one served even when the alias moves meanwhile (``download_artifacts``
+    would resolve the alias a second time). Call within :func:`bounded_requests`; MLflow's errors
+    pass through (:func:`reason` says them in one line).
+    """
+    import mlflow
+
+    pinned, version = uri, None
+    if uri.startswith("models:/"):
+        spec = uri[len("models:/") :]
+        if "@" in spec:
+            name, alias = spec.split("@", 1)
+            mv = mlflow.MlflowClient().get_model_version_by_alias(name, alias)
+            version = f"{name}/{mv.version}"
+            pinned = f"models:/{version}"
+        elif "/" in spec and spec.split("/", 1)[1].isdigit():
+            version = spec
+    local = mlflow.artifacts.download_artifacts(artifact_uri=pinned, dst_path=str(dst))
+    return Path(local), pinned, version
 
 
 def reason(err: BaseException) -> str:
-    """One short line saying why an MLflow call failed.
+    """One short line saying why an MLflow call failed, any password in it masked.
 
-    A request that never got an answer reads ``the server did not answer (<socket error>)``;
-    a database error reads as the driver's message without its SQL; anything else is the error's
-    first line (its type's name when it has no text).
+    A request that never got an answer reads ``the server did not answer (<socket error>)``,
+    one that timed out names ``MLFLOW_HTTP_REQUEST_TIMEOUT``, one that got only 5xx answers says
+    so; a database error reads as the driver's message without its SQL; anything else is the
+    error's first line, joined with the next when it ends with a colon (MLflow's download errors
+    put the cause there; see :func:`_first_lines`), or its type's name when it has no text.
     """
-    text = str(err)
+    text = safe_uri(str(err))
+    # urllib3 reports a read timeout and too many 5xx answers as "Max retries exceeded ...
+    # (Caused by ReadTimeoutError / ResponseError)": those come before the connection failure
+    if "Read timed out" in text or "ReadTimeoutError" in text:
+        return "the server did not answer in time (MLFLOW_HTTP_REQUEST_TIMEOUT sets the seconds)"
+    m = _STATUS.search(text)
+    if m:
+        code = f"HTTP {m.group(1).strip()}" if m.group(1) else "errors"
+        return (
+            f"the server answered with {code} on every try (MLFLOW_HTTP_REQUEST_MAX_RETRIES sets "
+            "how often to retry)"
+        )
     if "Max retries exceeded" in text or "Failed to establish a new connection" in text:
         m = _ERRNO.search(text)
         why = m.group(1).strip() if m else "connection failed"
@@ -79,10 +142,23 @@ def reason(err: BaseException) -> str:
             f"the server did not answer ({why}; MLFLOW_HTTP_REQUEST_MAX_RETRIES sets how often "
             "to retry)"
         )
-    if "Read timed out" in text:
-        return "the server did not answer in time (MLFLOW_HTTP_REQUEST_TIMEOUT sets the seconds)"
     m = _SQL.search(text)
     if m:
         return m.group(1).strip()
-    first = text.strip().splitlines()[0].strip() if text.strip() else ""
-    return first or type(err).__name__
+    return _first_lines(text) or type(err).__name__
+
+
+def _first_lines(text: str) -> str:
+    """The first line of ``text``; while it ends with a colon, the next ones joined to it
+    (``##### File model.pt #####`` headers read ``model.pt:``), each of those cut to
+    :data:`_MORE_CHARS` characters, :data:`_MORE_LINES` at most."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    out = lines[0] if lines else ""
+    for line in lines[1 : 1 + _MORE_LINES]:
+        if not out.endswith(":"):
+            break
+        line = re.sub(r"^#+\s*File (.+?)\s*#+$", r"\1:", line)
+        if len(line) > _MORE_CHARS:
+            line = line[: _MORE_CHARS - 3].rstrip() + "..."
+        out = f"{out} {line}"
+    return out

@@ -8,8 +8,9 @@ An artifact is a folder with two files:
 * ``model.pt``: the ``GATRanker`` state dict (``torch.save``; loaded with ``weights_only=True``).
 
 :meth:`GATAnalyzer.load` accepts a local artifact folder (or its ``config.json``), an MLflow model URI
-(``models:/fleetmind-rca@champion``, ``runs:/<id>/model``; needs MLflow and the tracking server), or
-``None`` for the released artifact in ``models/rca/``.
+(``models:/fleetmind-rca@champion``, ``runs:/<id>/model``, ``mlflow-artifacts:/...``; needs MLflow and
+the tracking server; downloaded into a temporary folder removed once loaded), or ``None`` for the
+released artifact in ``models/rca/``.
 
 Example:
     >>> gat = GATAnalyzer.load(None)                                    # doctest: +SKIP
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ import numpy as np
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.mlflow_store import bounded_requests, reason
+from fleetmind.data.mlflow_store import bounded_requests, download, is_mlflow_uri, reason, safe_uri
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.data.rca_gen.faults import FAULT_TYPES, plausible_fault_types
 from fleetmind.provenance import artifact_provenance
@@ -132,8 +134,8 @@ def save_artifact(
     return out
 
 
-def _resolve_ref(ref: str | None) -> tuple[Path, str | None]:
-    """Local folder holding ``config.json`` + ``model.pt`` for ``ref``, and a registry version if any."""
+def _resolve_ref(ref: str | None) -> Path:
+    """Local folder holding ``config.json`` + ``model.pt`` for ``ref`` (not an MLflow URI)."""
     if ref is None:
         path = RELEASED_DIR
         if not (path / "config.json").is_file():
@@ -141,10 +143,7 @@ def _resolve_ref(ref: str | None) -> tuple[Path, str | None]:
                 f"no released GAT artifact in {path}; train one with `fleetmind rca train --data DIR` "
                 "or pass a model path"
             )
-        return path, None
-    ref = str(ref)
-    if "://" in ref or ref.startswith(("models:/", "runs:/")):
-        return _download_mlflow(ref)
+        return path
     path = Path(ref)
     if path.is_file() and path.name == "config.json":
         path = path.parent
@@ -154,35 +153,46 @@ def _resolve_ref(ref: str | None) -> tuple[Path, str | None]:
         found = sorted(path.rglob("config.json"))
         found = [p for p in found if (p.parent / "model.pt").is_file()]
         if not found:
-            raise ModelLoadError(f"{path} is not a GAT artifact (no config.json + model.pt)")
+            raise ModelLoadError(
+                f"{path} is not a GAT artifact (no config.json + model.pt; it holds {_holds(path)})"
+            )
         path = found[0].parent
-    return path, None
+    return path
 
 
-def _download_mlflow(uri: str) -> tuple[Path, str | None]:
+def _holds(path: Path, most: int = 8) -> str:
+    """The files under ``path`` (relative, sorted, at most ``most`` named), for messages."""
+    files = sorted(str(f.relative_to(path)) for f in path.rglob("*") if f.is_file())
+    if not files:
+        return "no files"
+    more = f" and {len(files) - most} more" if len(files) > most else ""
+    return ", ".join(files[:most]) + more
+
+
+def _load_mlflow(uri: str) -> tuple[Any, dict[str, Any], str | None]:
+    """:func:`load_model` for an MLflow URI: downloaded into a temporary folder that is removed
+    once the weights are read; messages name the URI (an alias: the version it resolved to)."""
     try:
-        import mlflow
+        import mlflow  # noqa: F401
     except ImportError:  # pragma: no cover - mlflow is a dependency
         raise ModelLoadError(f"loading {uri!r} needs MLflow, which is not installed") from None
-    version = None
-    try:
-        with bounded_requests():  # a server that is down: an error in seconds, not minutes
-            if uri.startswith("models:/"):
-                spec = uri[len("models:/") :]
-                client = mlflow.MlflowClient()
-                if "@" in spec:
-                    name, alias = spec.split("@", 1)
-                    mv = client.get_model_version_by_alias(name, alias)
-                    version = f"{name}/{mv.version}"
-                elif "/" in spec and spec.split("/", 1)[1].isdigit():
-                    version = spec
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
-    except OSError as err:
-        raise ModelLoadError(f"cannot load GAT model {uri!r} from MLflow: {err}") from None
-    except Exception as err:  # MLflow's, SQLAlchemy's and the drivers' errors: the store's fault
-        raise ModelLoadError(f"cannot load GAT model {uri!r} from MLflow: {reason(err)}") from None
-    path, _ = _resolve_ref(str(local))
-    return path, version
+    with tempfile.TemporaryDirectory(prefix="fleetmind-gat-") as tmp:
+        try:
+            with bounded_requests():  # a server that is down: an error in seconds, not minutes
+                local, shown, version = download(uri, tmp)
+        except OSError as err:
+            raise ModelLoadError(
+                f"cannot load GAT model {uri!r} from MLflow: {safe_uri(str(err))}"
+            ) from None
+        except Exception as err:  # MLflow's, SQLAlchemy's and the drivers' errors: the store's
+            raise ModelLoadError(
+                f"cannot load GAT model {uri!r} from MLflow: {reason(err)}"
+            ) from None
+        try:
+            model, meta = _load_folder(_resolve_ref(str(local)))
+        except ModelLoadError as err:  # name the model, not the temporary folder
+            raise ModelLoadError("MLflow model " + str(err).replace(str(local), shown)) from None
+    return model, meta, version
 
 
 def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
@@ -191,11 +201,18 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     Raises:
         ModelLoadError: the artifact is missing, corrupt, or made for another format/feature version.
     """
+    if ref is not None and is_mlflow_uri(str(ref)):
+        return _load_mlflow(str(ref))
+    model, meta = _load_folder(_resolve_ref(ref))
+    return model, meta, None
+
+
+def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
+    """The model and ``config.json`` of the artifact folder ``path``, read whole."""
     import torch
 
     from fleetmind.rca.model import GATConfig, GATRanker, input_width
 
-    path, reg_version = _resolve_ref(ref)
     try:
         meta = json.loads((path / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as err:
@@ -242,7 +259,7 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
             f"{path / 'model.pt'} does not fit the model in config.json ({first})"
         ) from None
     model.eval()
-    return model, meta, reg_version
+    return model, meta
 
 
 _MIN_BATCHED_ROWS = 16

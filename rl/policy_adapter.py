@@ -8,8 +8,9 @@ Used by ``fleetmind sched evaluate --policies ppo [--model REF]`` (through
 * ``None``: the released artifact folder ``models/placement/``;
 * a folder holding ``policy.onnx`` and/or ``policy.pt`` (plus ``metadata.json``);
 * a ``policy.onnx`` or ``policy.pt`` file;
-* an MLflow model URI (``models:/fleetmind-placement@champion``, ``runs:/<id>/model``), downloaded
-  with ``mlflow.artifacts.download_artifacts``.
+* an MLflow URI (``models:/fleetmind-placement@champion``, ``runs:/<id>/model``,
+  ``mlflow-artifacts:/...``, ``file:///...``), downloaded with ``mlflow.artifacts.download_artifacts``
+  into a temporary folder removed once the model is loaded.
 
 Each decision builds the same candidate observation as ``fleetmind/GpuPlacement-v0``
 (:class:`fleetmind.envs.candidates.CandidateBuilder`) and takes the exported actor's greedy action; a pod with a
@@ -19,13 +20,14 @@ single feasible node goes there, one with none fails, exactly as in the env and 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fleetmind.data.errors import ConfigError, ModelLoadError
-from fleetmind.data.mlflow_store import bounded_requests, reason
+from fleetmind.data.mlflow_store import bounded_requests, download, is_mlflow_uri, reason
 from fleetmind.data.openb import PodTrace
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.candidates import CandidateBuilder, Candidates, PenaltyContext
@@ -152,23 +154,30 @@ class PPOPlacementPolicy(Policy):
 
 
 def _resolve_ref(ref: str | Path | None) -> Path:
-    if ref is None:
-        return RELEASED_DIR
-    s = str(ref)
-    if s.startswith(("models:/", "runs:/")):
+    return RELEASED_DIR if ref is None else Path(ref)
+
+
+def _load_mlflow(uri: str, backend: str) -> PPOPlacementPolicy:
+    """:func:`load_ppo_policy` for an MLflow URI: downloaded into a temporary folder that is
+    removed once the actor is in memory; messages and the policy's source name the URI (an
+    alias: the version it resolved to), not the temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="fleetmind-placement-") as tmp:
         try:
-            import mlflow
+            import mlflow  # noqa: F401
 
             with bounded_requests():  # a server that is down: an error in seconds, not minutes
-                local = mlflow.artifacts.download_artifacts(artifact_uri=s)
+                local, shown, _ = download(uri, tmp)
         except Exception as exc:
-            raise ModelLoadError(f"cannot fetch placement model {s}: {reason(exc)}") from None
-        path = Path(local)
-        found = sorted(path.rglob("policy.onnx")) or sorted(path.rglob("policy.pt"))
+            raise ModelLoadError(f"cannot fetch placement model {uri}: {reason(exc)}") from None
+        found = sorted(local.rglob("policy.onnx")) or sorted(local.rglob("policy.pt"))
         if not found:
-            raise ModelLoadError(f"MLflow model {s} holds no policy.onnx or policy.pt")
-        return found[0].parent
-    return Path(s)
+            raise ModelLoadError(f"MLflow model {shown} holds no policy.onnx or policy.pt")
+        try:
+            policy = _load_folder(found[0].parent, backend)
+        except ModelLoadError as exc:  # name the model, not the temporary folder
+            raise ModelLoadError(str(exc).replace(str(local), shown)) from None
+        policy.source = policy.source.replace(str(local), shown)
+    return policy
 
 
 def load_ppo_policy(ref: str | Path | None = None, backend: str = "auto") -> PPOPlacementPolicy:
@@ -182,9 +191,15 @@ def load_ppo_policy(ref: str | Path | None = None, backend: str = "auto") -> PPO
     Raises:
         ModelLoadError: the reference does not exist, or a file is corrupt or not a placement model.
     """
+    if ref is not None and is_mlflow_uri(str(ref)):
+        return _load_mlflow(str(ref), backend)
+    return _load_folder(_resolve_ref(ref), backend)
+
+
+def _load_folder(path: Path, backend: str) -> PPOPlacementPolicy:
+    """The policy in the local folder or file ``path`` (its files read whole)."""
     from fleetmind.rl.export import OnnxActor, load_torch
 
-    path = _resolve_ref(ref)
     if path.is_dir():
         folder = path
         onnx_file, pt_file = folder / "policy.onnx", folder / "policy.pt"

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
+from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.rca import baselines
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.serving.fallback import UpstreamCoverageAnalyzer
@@ -113,6 +114,7 @@ class ModelRegistry:
         """Initial load: fall back where the models cannot be loaded."""
         with self._reload_lock:
             self._current = ModelSet(self._load_rca(), self._load_placement(), 1)
+            _log_fallbacks(self._current)
             return self._current
 
     def reload(self) -> ModelSet:
@@ -126,14 +128,21 @@ class ModelRegistry:
             rca = self._load_rca()
             placement = self._load_placement()
             problems = []
-            if rca.fallback_reason and not old.rca.fallback_reason:
-                problems.append(f"rca: {rca.fallback_reason}")
-            if placement.fallback_reason and not old.placement.fallback_reason:
-                problems.append(f"placement: {placement.fallback_reason}")
+            for was, now in ((old.rca, rca), (old.placement, placement)):
+                if now.fallback_reason and not was.fallback_reason:
+                    problems.append(f"{now.kind}: {now.fallback_reason}")
+                    log.warning(
+                        "%s reload failed, kept %s %s: %s",
+                        _LABEL[now.kind],
+                        was.method,
+                        was.version or was.source,
+                        now.fallback_reason,
+                    )
             if problems:
                 raise ModelLoadError("reload kept the served models; " + "; ".join(problems))
             new = ModelSet(rca, placement, old.generation + 1)
             self._current = new  # the atomic swap: one reference assignment
+            _log_fallbacks(new)
             return new
 
     def set_current(self, models: ModelSet) -> None:
@@ -168,8 +177,7 @@ class ModelRegistry:
             reason = f"GAT model not loaded: {type(err).__name__}: {err}"
         self._count("rca", False)
         analyzer = best_rca_baseline()
-        log.warning("RCA falls back to %s: %s", analyzer.name, reason)
-        return LoadedModel("rca", analyzer, analyzer.name, None, None, reason, now)
+        return LoadedModel("rca", analyzer, analyzer.name, None, None, safe_uri(reason), now)
 
     # ------------------------------------------------------------------ placement
     def _load_placement(self) -> LoadedModel:
@@ -200,12 +208,21 @@ class ModelRegistry:
             reason = f"PPO model not loaded: {type(err).__name__}: {err}"
         self._count("placement", False)
         placer = best_heuristic()
-        log.warning("placement falls back to %s: %s", placer.name, reason)
-        return LoadedModel("placement", placer, placer.name, None, None, reason, now)
+        return LoadedModel("placement", placer, placer.name, None, None, safe_uri(reason), now)
 
     def _count(self, kind: str, ok: bool) -> None:
         if self._on_load is not None:
             self._on_load(kind, ok)
+
+
+_LABEL = {"rca": "RCA", "placement": "placement"}
+
+
+def _log_fallbacks(models: ModelSet) -> None:
+    """Log each model of a set now served that is a fallback, with the reason."""
+    for m in (models.rca, models.placement):
+        if m.fallback_reason:
+            log.warning("%s falls back to %s: %s", _LABEL[m.kind], m.method, m.fallback_reason)
 
 
 def _version_of(obj: Any) -> str | None:

@@ -76,15 +76,22 @@ def test_a_file_that_is_not_a_database_and_an_unknown_scheme(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "argv",
+    "argv,where",
     [
-        ["rca", "train", "--data", "no-such-dataset", "--epochs", "1"],  # the store comes first
-        ["sched", "train", "--trace", "default", "--timesteps", "64", "--max-minutes", "1"],
+        (  # the store comes first
+            ["rca", "train", "--data", "no-such-dataset", "--epochs", "1"],
+            "MLFLOW_TRACKING_URI or --tracking-uri",
+        ),
+        (  # sched train has no --tracking-uri (before 2026-12-05 its error named one)
+            ["sched", "train", "--trace", "default", "--timesteps", "64", "--max-minutes", "1"],
+            "MLFLOW_TRACKING_URI",
+        ),
     ],
     ids=["rca-train", "sched-train"],
 )
 def test_training_stops_at_once_on_a_store_it_cannot_use(
     argv: list[str],
+    where: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -99,7 +106,7 @@ def test_training_stops_at_once_on_a_store_it_cannot_use(
     last = err.strip().splitlines()[-1]
     assert last == (
         f"fleetmind: error: MLflow tracking store sqlite:///{bad} cannot be used: file is not a "
-        "database (set MLFLOW_TRACKING_URI or --tracking-uri; the default is sqlite:///mlflow.db)"
+        f"database (set {where}; the default is sqlite:///mlflow.db)"
     )
     assert not (tmp_path / "runs").exists()  # nothing was trained or written
 
@@ -114,9 +121,9 @@ def test_model_loaders_bound_mlflows_retries_and_say_why(
     seen: list[str | None] = []
     real = mlflow.artifacts.download_artifacts
 
-    def download(artifact_uri: str) -> str:
+    def download(artifact_uri: str, dst_path: str | None = None) -> str:
         seen.append(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES"))
-        return real(artifact_uri=artifact_uri)
+        return real(artifact_uri=artifact_uri, dst_path=dst_path)
 
     monkeypatch.setattr(mlflow.artifacts, "download_artifacts", download)
     try:
@@ -143,3 +150,41 @@ def test_reason_keeps_first_lines_and_drops_sql() -> None:
         "(Background on this error at: https://sqlalche.me/e/21/4xp6)"
     )
     assert reason(RuntimeError(sql)) == "file is not a database"
+
+
+def test_a_password_in_the_tracking_uri_is_masked_where_the_store_is_named(
+    no_http_settings: None,
+) -> None:
+    """MLflow takes basic-auth credentials in the tracking URI (``http://user:password@host``,
+    ``mlflow/utils/rest_utils.py``), and urllib3's retry report names the URL it asked; the
+    store's error printed both (before 2026-12-05)."""
+    uri = f"http://admin:S3cret@127.0.0.1:{_closed_port()}"
+    with pytest.raises(ConfigError) as exc:
+        ready_store(uri)
+    msg = str(exc.value)
+    assert "S3cret" not in msg and msg.startswith("MLflow tracking store http://***@127.0.0.1:")
+    err = RuntimeError(f"HTTPConnectionPool: Max retries exceeded with url: {uri}/api")
+    assert "S3cret" not in reason(err)
+    assert (
+        reason(RuntimeError(f"boom at {uri}/x\nmore"))
+        == f"boom at http://***@{uri.split('@')[1]}/x"
+    )
+
+
+def test_reason_tells_a_timeout_and_5xx_from_a_refused_connection() -> None:
+    """urllib3 wraps a read timeout and too many 5xx answers in the same ``Max retries exceeded``
+    report as a refused connection (``urllib3/connectionpool.py``: ``MaxRetryError(reason=
+    ReadTimeoutError / ResponseError)``, the retry ``mlflow/utils/request_utils.py`` sets up);
+    both read "the server did not answer (connection failed; ...)" before 2026-12-05."""
+    from urllib3.exceptions import MaxRetryError, ReadTimeoutError, ResponseError
+
+    def wrapped(cause: Exception) -> str:  # MLflow's message around urllib3's (requests keeps it)
+        err = MaxRetryError(None, "/api/2.0/mlflow/experiments/search", cause)  # type: ignore[arg-type]
+        return reason(RuntimeError(f"API request to http://h/api failed with exception {err}"))
+
+    timeout = ReadTimeoutError(None, "/api", "Read timed out. (read timeout=2)")  # type: ignore[arg-type]
+    assert wrapped(timeout) == (
+        "the server did not answer in time (MLFLOW_HTTP_REQUEST_TIMEOUT sets the seconds)"
+    )
+    five = ResponseError(ResponseError.SPECIFIC_ERROR.format(status_code=503))
+    assert wrapped(five).startswith("the server answered with HTTP 503 on every try")

@@ -77,6 +77,27 @@ def test_failed_reload_keeps_served_model(gat_loader: dict) -> None:
     assert reg.current.rca.method == "gat" and reg.current.generation == 1
 
 
+def test_a_failed_reload_logs_what_it_kept_not_a_fallback(
+    gat_loader: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reload that cannot load the model keeps the one served (the 409 of
+    ``POST /api/v1/models/reload``); its log said "RCA falls back to deepest", which it did not.
+    The fallback is logged when one is served (the first load), the kept model on a failed reload."""
+    reg = ModelRegistry("models:/fleetmind-rca@champion", "heuristic:builtin-bestfit")
+    reg.load()
+    gat_loader["fail"] = "cannot load GAT model 'models:/fleetmind-rca@champion' from MLflow: x"
+    with caplog.at_level("WARNING", logger="fleetmind.serving"):
+        with pytest.raises(ModelLoadError):
+            reg.reload()
+        assert [r.getMessage() for r in caplog.records] == [
+            "RCA reload failed, kept gat fleetmind-rca/1: GAT model not loaded: cannot load GAT "
+            "model 'models:/fleetmind-rca@champion' from MLflow: x"
+        ]
+        caplog.clear()
+        ModelRegistry("models:/fleetmind-rca@champion", "heuristic:builtin-bestfit").load()
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["RCA falls back to deepest"]
+
+
 def test_fallback_reports_reason(gat_loader: dict) -> None:
     gat_loader["fail"] = "corrupt artifact models/rca/model.pt"
     reg = ModelRegistry(None, "heuristic:builtin-bestfit")

@@ -41,6 +41,7 @@ import numpy as np
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.files import read_json
+from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.rca_dataset import check_folder_complete, read_incidents
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import save_artifact
@@ -266,7 +267,7 @@ def run(args: Args) -> dict[str, Any]:
         crop_hops=args.crop_hops,
         neighbours=args.neighbours,
     )
-    logger.log_hyperparams({**asdict(args), **{f"data/{k}": v for k, v in dm.info.items()}})
+    logger.log_hyperparams({**_shown_args(args), **{f"data/{k}": v for k, v in dm.info.items()}})
     trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
     t_fit = time.time()
     trainer.fit(module, datamodule=dm)
@@ -300,7 +301,7 @@ def run(args: Args) -> dict[str, Any]:
         "rank": 0,
         "world_size": int(trainer.world_size),
         "checkpoint": str(ckpt.best_model_path),
-        "tracking_uri": uri,
+        "tracking_uri": safe_uri(uri),
         "artifact": str(artifact),
         "epochs": int(trainer.current_epoch),
         "fit_seconds": round(fit_s, 1),
@@ -310,6 +311,17 @@ def run(args: Args) -> dict[str, Any]:
         **({"feedback": feedback} if feedback else {}),
         **reg,
     }
+
+
+def _shown_args(args: Args) -> dict[str, Any]:
+    """``args`` as the run's MLflow params: the feedback database URL and the tracking URI
+    without their passwords (MLflow shows params to everyone who can read the experiment)."""
+    shown = asdict(args)
+    if args.feedback_db:
+        shown["feedback_db"] = safe_url(args.feedback_db)
+    if args.tracking_uri:
+        shown["tracking_uri"] = safe_uri(args.tracking_uri)
+    return shown
 
 
 MAX_HIDDEN = 8192

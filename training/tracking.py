@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from fleetmind.data.mlflow_store import bounded_requests, reason
+from fleetmind.data.mlflow_store import bounded_requests, reason, safe_uri
 from fleetmind.errors import ConfigError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -124,7 +124,7 @@ def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
     except Exception as err:  # MLflow, SQLAlchemy and driver errors alike: the store is unusable
         where = "MLFLOW_TRACKING_URI" + (f" or {flag}" if flag else "")
         raise ConfigError(
-            f"MLflow tracking store {uri} cannot be used: {reason(err)} (set {where}; the "
+            f"MLflow tracking store {safe_uri(uri)} cannot be used: {reason(err)} (set {where}; the "
             f"default is {DEFAULT_TRACKING_URI})"
         ) from None
 

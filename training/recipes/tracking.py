@@ -26,6 +26,7 @@ from typing import Any
 
 import mlflow
 
+from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.training.pyfunc_entries import PLACEMENT
 from fleetmind.training.tracking import log_pyfunc_model, ready_store, tracking_uri
 
@@ -47,6 +48,8 @@ def run_params(args: Any) -> dict[str, Any]:
     params: dict[str, Any] = {"mode": args.mode}
     for k, v in asdict(args).items():
         params[k] = json.dumps(v) if isinstance(v, (list, dict)) else v
+        if isinstance(params[k], str):  # a tracking URI with user:password@ shows no password
+            params[k] = safe_uri(params[k])
     if all(hasattr(args, k) for k in ("timesteps", "n_steps", "n_envs")):  # the PPO recipes
         params["timesteps_effective"] = effective_timesteps(
             args.timesteps, args.n_steps, args.n_envs
@@ -72,7 +75,7 @@ def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[A
     ready_store(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(args.experiment)
-    summary["tracking_uri"] = uri
+    summary["tracking_uri"] = safe_uri(uri)
     with mlflow.start_run(run_name=run_name) as mlrun:
         summary["run_id"] = mlrun.info.run_id
         mlflow.log_params(run_params(args))
