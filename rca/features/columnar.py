@@ -28,11 +28,15 @@ from fleetmind.rca.features.layout import (
     NUM_FEATURES,
 )
 from fleetmind.rca.features.mapping import (
+    ENTRY_BYTES,
+    LABEL_BYTES,
+    ByteMemo,
     _GraphStatic,
     _keywords,
     _node_index,
     _static,
     expand_hops,
+    label_dict_bytes,
     node_index_for_alert,
 )
 from fleetmind.rca.features.times import _NAN, _alert_times, _node_timing
@@ -119,7 +123,9 @@ def _log1p_counts(counts: np.ndarray) -> np.ndarray:
 def _label_info(graph: DependencyGraph, st: _GraphStatic, labels: Mapping[str, Any]) -> _LabelInfo:
     """``(node index or None, severity column, alertname column, alertname)`` of a label set.
 
-    Memoised per graph on the label set itself (alert storms repeat label sets across incidents).
+    Memoised per graph on the label set itself (alert storms repeat label sets across incidents),
+    in a memo bounded by bytes (:class:`~fleetmind.rca.features.mapping.ByteMemo`; a label set of
+    more than a few KB is not kept).
     """
     # the items in their order are the key (cheaper than a frozenset; the same labels in another
     # order are just another entry); unhashable values fall back to strings, as in map_alerts
@@ -137,9 +143,7 @@ def _label_info(graph: DependencyGraph, st: _GraphStatic, labels: Mapping[str, A
             _NAME_INDEX.get(name, _N_NAME - 1),
             name,
         )
-        if len(st.label_info) >= 100_000:
-            st.label_info.clear()
-        st.label_info[key] = info
+        st.label_info.put(key, info, label_dict_bytes(labels))
     return info
 
 
@@ -307,25 +311,32 @@ def label_info_str(graph: DependencyGraph, labels: dict[str, str]) -> _LabelInfo
     )
 
 
-def label_json_memo(graph: DependencyGraph) -> dict[bytes, _LabelInfo]:
+def label_json_memo(graph: DependencyGraph) -> ByteMemo:
     """A per-graph memo for callers that key :func:`label_info` by the labels' JSON text.
 
-    Who fills it must store only the :func:`label_info` of what the key decodes to; it is
-    cleared with the graph's other caches.
+    Who fills it must store only the :func:`label_info` of what the key decodes to, through
+    :func:`put_label_json` (which counts its bytes); it is bounded by bytes
+    (:class:`~fleetmind.rca.features.mapping.ByteMemo`) and cleared with the graph's other caches.
     """
-    st = _static(graph)
-    if len(st.label_json) >= 100_000:
-        st.label_json.clear()
-    return st.label_json
+    return _static(graph).label_json
 
 
-def label_dict_memo(graph: DependencyGraph) -> dict[bytes, dict[str, str]]:
+def put_label_json(memo: ByteMemo, key: bytes, info: _LabelInfo) -> None:
+    """Keep ``info`` (the :func:`label_info` of the JSON text ``key``) in :func:`label_json_memo`."""
+    memo.put(key, info, ENTRY_BYTES + 96 + len(key) + len(info[3]))
+
+
+def label_dict_memo(graph: DependencyGraph) -> ByteMemo:
     """A per-graph memo of label sets keyed by their JSON text (what the text decodes to; see
-    :func:`label_json_memo`), for parsers that keep the label values."""
-    st = _static(graph)
-    if len(st.label_json_dicts) >= 100_000:
-        st.label_json_dicts.clear()
-    return st.label_json_dicts
+    :func:`label_json_memo`), for parsers that keep the label values; filled through
+    :func:`put_label_dict`."""
+    return _static(graph).label_json_dicts
+
+
+def put_label_dict(memo: ByteMemo, key: bytes, labels: dict[str, str]) -> None:
+    """Keep ``labels`` (what the JSON text ``key`` decodes to) in :func:`label_dict_memo`; the
+    decoded strings count as long as the text."""
+    memo.put(key, labels, ENTRY_BYTES + 2 * len(key) + LABEL_BYTES * len(labels))
 
 
 def crop_columns(graph: DependencyGraph, cols: AlertColumns, hops: int | None) -> IncidentCrop:

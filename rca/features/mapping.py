@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,6 +18,116 @@ from fleetmind.data.graph import (
     DependencyGraph,
 )
 from fleetmind.rca.features.layout import _N_KIND, _N_NBR, KEYWORD_GROUPS
+
+MEMO_BUDGET = 16 * 1024 * 1024
+"""Bytes (as :class:`ByteMemo` counts them) a per-graph label-set memo holds before it empties.
+
+A realistic label set costs 0.5-1 KB counted this way (5-10 labels of some 30 characters each:
+the simulated incidents of ``benchmarks/serving`` have 255-byte label sets, 3,000 distinct ones
+in 40 incidents of 200 alerts), so one memo holds 16,000-35,000 of them, far more than an incident
+storm repeats. The four memos of a graph (:class:`_GraphStatic`) and two 4 MB ones per process
+(alertname keywords here, ``annotations`` texts in ``serving.rca.parse``) bound a process to about
+72 MB per graph whatever label text clients send, where a cap of 100,000 entries let 128 KB label
+sets hold ~25 GB."""
+
+MEMO_MAX_ENTRY = 8 * 1024
+"""The largest entry (as :class:`ByteMemo` counts it) a label-set memo keeps: a label set of up
+to about 40 labels or 7 KB of text. Larger ones are computed again each time (they are rare, and
+each would push out thousands of ordinary ones)."""
+
+ENTRY_BYTES = 64
+"""What :class:`ByteMemo` counts per entry besides its strings (the dict slot, the value tuple)."""
+
+LABEL_BYTES = 144
+"""What :class:`ByteMemo` counts per label besides its text (a tuple of the pair and two string
+objects, as measured with ``tracemalloc``: 107-128 bytes per label of a tuple-of-items key)."""
+
+
+class ByteMemo(dict):
+    """A memo (a ``dict``) bounded by bytes rather than entries: thread-safe writes, free reads.
+
+    Each entry is counted as the caller's estimate of its size (string lengths plus
+    :data:`ENTRY_BYTES` / :data:`LABEL_BYTES` of object overhead, see :func:`label_set_bytes`);
+    :meth:`put` drops an entry over ``max_entry`` and empties the memo before ``nbytes`` would pass
+    ``budget`` (clear-on-overflow: a plain ``dict`` lookup stays as fast as before, where an LRU
+    would cost a move per hit). Reads (``get``, ``in``) are the ``dict``'s own; writes hold a
+    lock so ``nbytes`` stays exact when threads (request handlers, the batcher, the incident
+    worker) fill one memo. ``memo[key] = value`` counts the entry by :func:`approx_bytes`.
+    """
+
+    __slots__ = ("_lock", "budget", "max_entry", "nbytes")
+
+    def __init__(self, budget: int = MEMO_BUDGET, max_entry: int = MEMO_MAX_ENTRY) -> None:
+        super().__init__()
+        self.budget = budget
+        self.max_entry = max_entry
+        self.nbytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, key: Any, value: Any, size: int) -> None:
+        """Keep ``value`` under ``key``, counted as ``size`` bytes (not kept over ``max_entry``)."""
+        if size > self.max_entry:
+            return
+        with self._lock:
+            if self.nbytes + size > self.budget:
+                dict.clear(self)
+                self.nbytes = 0
+            n = len(self)
+            dict.setdefault(self, key, value)  # kept as it was if there (another thread's miss)
+            if len(self) > n:
+                self.nbytes += size
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.put(key, value, ENTRY_BYTES + approx_bytes(key) + approx_bytes(value))
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if not dict.__contains__(self, key):
+            self[key] = default
+        return dict.get(self, key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def clear(self) -> None:
+        with self._lock:
+            dict.clear(self)
+            self.nbytes = 0
+
+    def __reduce__(self) -> Any:  # a copy starts empty (a lock does not pickle)
+        return (type(self), (self.budget, self.max_entry))
+
+
+def label_set_bytes(items: Any, per_label: int = LABEL_BYTES) -> int:
+    """What :class:`ByteMemo` counts for a label set's ``(key, value)`` pairs: their text and
+    ``per_label`` bytes of objects per label, plus :data:`ENTRY_BYTES` (non-string keys or values
+    count as their ``str()``)."""
+    n = ENTRY_BYTES
+    for k, v in items:
+        n += per_label + (len(k) if k.__class__ is str else len(str(k)))
+        n += len(v) if v.__class__ is str else len(str(v))
+    return n
+
+
+def label_dict_bytes(labels: Mapping[Any, Any], per_label: int = LABEL_BYTES) -> int:
+    """:func:`label_set_bytes` of a label mapping (joined in C when keys and values are strings)."""
+    try:
+        text = len("".join(labels)) + len("".join(labels.values()))
+    except TypeError:  # not all strings
+        return label_set_bytes(labels.items(), per_label)
+    return ENTRY_BYTES + per_label * len(labels) + text
+
+
+def approx_bytes(obj: Any) -> int:
+    """Rough bytes of ``obj`` for :class:`ByteMemo`: string lengths, plus 48 per item of a
+    container (tuples, lists, sets, dicts), 32 for anything else."""
+    if isinstance(obj, str | bytes):
+        return len(obj)
+    if isinstance(obj, dict):
+        return sum(96 + approx_bytes(k) + approx_bytes(v) for k, v in obj.items())
+    if isinstance(obj, tuple | list | set | frozenset):
+        return sum(48 + approx_bytes(x) for x in obj)
+    return 32
 
 
 class _GraphStatic:
@@ -41,17 +152,19 @@ class _GraphStatic:
         base[:, _N_NBR + _N_KIND + 1] = np.log1p(self.deg[:, 0].sum(0))
         self.base = base
         self.inv_deg = np.where(self.deg > 0, 1.0 / np.maximum(self.deg, 1), 0.0).astype(np.float32)
-        self.alert_cache: dict[Any, int | None] = {}
-        self.label_info: dict[Any, tuple[int | None, int, int, str]] = {}
+        # memos of label sets (bounded by bytes: clients choose the label text)
+        self.alert_cache: ByteMemo = ByteMemo()
+        self.label_info: ByteMemo = ByteMemo()
         self.keysets: list[tuple[tuple[str, ...], dict]] | None = None
         self.keyset_getters: list[tuple[int, dict, Any, frozenset[str]]] | None = None
-        self.label_json: dict[bytes, tuple[int | None, int, int, str]] = {}
-        self.label_json_dicts: dict[bytes, dict[str, str]] = {}
+        self.label_json: ByteMemo = ByteMemo()
+        self.label_json_dicts: ByteMemo = ByteMemo()
 
 
 _STATIC: weakref.WeakKeyDictionary[DependencyGraph, _GraphStatic] = weakref.WeakKeyDictionary()
 
-_KW_CACHE: dict[str, np.ndarray] = {}
+_KW_CACHE = ByteMemo(budget=4 * 1024 * 1024, max_entry=1024)
+"""Keyword flags of each alertname (:func:`_keywords`); names over ~900 characters are not kept."""
 
 
 def _static(g: DependencyGraph) -> _GraphStatic:
@@ -69,8 +182,7 @@ def _keywords(name: str) -> np.ndarray:
         v = np.array(
             [any(w in low for w in words) for words in KEYWORD_GROUPS.values()], dtype=np.float32
         )
-        if len(_KW_CACHE) < 10_000:
-            _KW_CACHE[name] = v
+        _KW_CACHE.put(name, v, ENTRY_BYTES + 128 + len(name))
     return v
 
 
@@ -178,8 +290,8 @@ def map_alerts(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) -> l
             out.append(hit)
             continue
         idx = node_index_for_alert(graph, labels, st)
-        if len(cache) < 100_000:
-            cache[key] = idx
+        # a frozenset costs about twice a tuple per item
+        cache.put(key, idx, label_dict_bytes(labels, 2 * LABEL_BYTES))
         out.append(idx)
     return out
 

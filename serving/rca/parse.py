@@ -28,7 +28,10 @@ from fleetmind.rca.features.columnar import (
     label_dict_memo,
     label_info_str,
     label_json_memo,
+    put_label_dict,
+    put_label_json,
 )
+from fleetmind.rca.features.mapping import ENTRY_BYTES, ByteMemo
 
 _EPOCH = datetime(1970, 1, 1).timestamp()
 """Timestamps below this are "no time" for the analyzers (``rca.features.times.parse_time``)."""
@@ -195,9 +198,10 @@ class _RawBody(msgspec.Struct):
 
 _RAW_DECODER = msgspec.json.Decoder(_RawBody)
 _LABELS = msgspec.json.Decoder(_MsgLabels)
-_ANNOTATIONS_OK: set[bytes] = set()
-"""JSON texts of ``annotations`` that :data:`_LABELS` accepted (bounded, see below)."""
-_ANNOTATIONS_MAX = 100_000
+_ANNOTATIONS_OK = ByteMemo(budget=4 * 1024 * 1024, max_entry=2048)
+"""JSON texts of ``annotations`` that :data:`_LABELS` accepted (keys; values ``True``), bounded by
+bytes: 4 MB holds some 20,000 realistic texts (100-200 bytes); a text over ~1.9 KB is validated each
+time instead (decoding it costs about what hashing it for a lookup does: ~1 us per KB)."""
 
 
 def plain_columns(
@@ -212,7 +216,9 @@ def plain_columns(
     :func:`plain_alerts`'s dicts (checked in ``tests/test_serving_rca_fastpath.py``), for about a
     third of the CPU: no dict per alert, each distinct label set decoded, validated and mapped
     onto a node once per graph (memo keyed by its JSON text), each distinct ``annotations`` text
-    validated once, the timestamps read by :func:`read_times`.
+    validated once, the timestamps read by :func:`read_times`. The memos are bounded by bytes
+    (:class:`fleetmind.rca.features.mapping.ByteMemo`): a label set or text of more than a few KB is
+    decoded each time rather than kept.
     """
     if b"\\u0000" in body:
         return None
@@ -226,24 +232,24 @@ def plain_columns(
         ok = _ANNOTATIONS_OK
         for a in alerts:
             key = bytes(a.labels)
-            info = memo.get(key)
-            if info is None:
-                info = label_info_str(graph, _LABELS.decode(key))
-                memo[key] = info
-            infos.append(info)
+            d = None
             if dicts is not None:
                 d = dicts.get(key)
                 if d is None:
-                    d = dicts[key] = _LABELS.decode(key)
+                    d = _LABELS.decode(key)
+                    put_label_dict(dicts, key, d)
                 kept.append(d)
+            info = memo.get(key)
+            if info is None:  # (label_info_str reads d, it does not change it)
+                info = label_info_str(graph, _LABELS.decode(key) if d is None else d)
+                put_label_json(memo, key, info)
+            infos.append(info)
             ann = a.annotations
             if ann is not _NO_ANNOTATIONS:
                 key = bytes(ann)
                 if key not in ok:
                     _LABELS.decode(key)
-                    if len(ok) >= _ANNOTATIONS_MAX:
-                        ok.clear()
-                    ok.add(key)
+                    ok.put(key, True, ENTRY_BYTES + 64 + len(key))
         starts = [a.startsAt for a in alerts]
         ends = [a.endsAt for a in alerts]
         times = read_times(starts + ends)
@@ -311,11 +317,16 @@ minutes, microseconds, and ``d * 86400 + h * 3600 + mi * 60 + s``."""
 _FIELD_LO = np.array([1900, 1, 1, 0, 0, 0, 0, 0, 0, 0], dtype=np.float64)
 _FIELD_HI = np.array([2200, 12, 31, 23, 59, 59, 23, 59, 999_999, 1e12], dtype=np.float64)
 _LAYOUTS: dict[tuple[int, str], _Layout | None] = {}
+_LAYOUT_MAX = 35
+"""The longest strict timestamp (``YYYY-MM-DDTHH:MM:SS.fffffffff+hh:mm``); :func:`_layout` does not
+memoise longer lengths (clients choose them)."""
 
 
 def _layout(n: int, form: str) -> _Layout | None:
     """The layout of length-``n`` timestamps ending in ``form`` (``"Z"``, ``"off"`` for
     ``+hh:mm``, ``""`` for none), or ``None`` when no strict timestamp has it."""
+    if n > _LAYOUT_MAX:
+        return None  # no strict form; not memoised (clients choose the lengths)
     key = (n, form)
     if key in _LAYOUTS:
         return _LAYOUTS[key]
