@@ -140,6 +140,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         retention_s=settings.retention_s,
         leader_lease_s=settings.leader_lease_s,
         slo_alerts=settings.slo_alert_names(),
+        ungrouped_alerts=settings.ungrouped_alert_names(),
     )
     batcher = RCABatcher(
         settings.rca_max_batch, lambda size, _s: metrics.rca_batch_size.observe(size)

@@ -242,6 +242,13 @@ class Settings(BaseSettings):
         "one, the first is its symptom and causes that no alerting dependency path joins to it "
         "are down-weighted; incidents without one keep the model's ranking",
     )
+    ungrouped_alerts: str = Field(
+        "Watchdog,InfoInhibitor",
+        description="comma-separated alertnames stored but never grouped into incidents: "
+        "heartbeats and inhibitor helpers (kube-prometheus' Watchdog always fires, "
+        "InfoInhibitor carries severity none); alerts with severity none are never grouped "
+        "either, nor FleetMind's own FleetMindRootCause",
+    )
     public_url: str = Field(
         "http://127.0.0.1:8000",
         description="the service's address as operators reach it; links to incident pages start here",
@@ -407,6 +414,10 @@ class Settings(BaseSettings):
     def slo_alert_names(self) -> frozenset[str]:
         """The alertnames of ``FLEETMIND_SLO_ALERTS``."""
         return frozenset(n.strip() for n in self.slo_alerts.split(",") if n.strip())
+
+    def ungrouped_alert_names(self) -> frozenset[str]:
+        """The alertnames of ``FLEETMIND_UNGROUPED_ALERTS``."""
+        return frozenset(n.strip() for n in self.ungrouped_alerts.split(",") if n.strip())
 
     def weak_tokens(self) -> list[str]:
         """``FLEETMIND_<NAME>_TOKEN`` of each token that is a placeholder (``change-me...``) or

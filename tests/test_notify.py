@@ -488,3 +488,31 @@ def test_a_resolution_alertmanager_never_takes_is_dropped_after_the_give_up_time
         n.poll()
     posted = [a for body in rec.to(AM + "/api/v2/alerts")[before:] for a in body]
     assert before > 2 and not [a for a in posted if a["labels"]["incident"] == str(inc["id"])]
+
+
+def test_heartbeats_are_stored_but_open_no_incident(tmp_path: Path) -> None:
+    """kube-prometheus' Watchdog always fires and InfoInhibitor carries ``severity="none"``; with
+    the ``cluster`` external label both mapped to the cluster node, opened incidents, and
+    InfoInhibitor alone paged a FleetMindRootCause naming the cluster."""
+    ext = {"cluster": "c0", "prometheus": "monitoring/kps-prometheus"}
+    beats = [
+        alert({"alertname": "Watchdog", "severity": "none", **ext}, T0.isoformat()),
+        alert(
+            {"alertname": "InfoInhibitor", "severity": "none", "namespace": "ml", **ext},
+            T0.isoformat(),
+        ),  # fmt: skip
+        alert({"alertname": "DeadMansSnitch", "severity": "info", **ext}, T0.isoformat()),
+    ]
+    s = settings(tmp_path, ungrouped_alerts="Watchdog,InfoInhibitor,DeadMansSnitch")
+    rec, clock = Recorder(), Clock()
+    with TestClient(create_app(s)) as c:
+        assert c.post("/api/v1/alerts", json=webhook(beats)).json()["accepted"] == 3
+        c.app.state.services.incidents.process_pending()
+        n = notifier(c, rec, clock)
+        n.poll()
+        clock.t += 31
+        n.poll()
+        stored = c.get("/api/v1/alerts").json()
+        incidents = c.get("/api/v1/incidents").json()
+    assert len(stored) == 3 and all(a["incident_id"] is None for a in stored)
+    assert incidents == [] and rec.calls == []

@@ -270,6 +270,22 @@ def test_bridging_alert_merges_incidents(client: TestClient) -> None:
     assert len(gone) == 1 and gone[0]["merged_into"] == merged["id"]
 
 
+def test_a_merge_within_one_webhook_moves_every_alert(client: TestClient) -> None:
+    """Two incidents opened and merged by alerts of the same webhook (one grouping batch): the
+    alerts grouped before the merge were written back to the merged-away incident, which the
+    survivor's count, ranking and page then left out."""
+    g = {"alertname": "GpuDown", "cluster": "c0", "node": "c0-h0", "gpu": "0"}
+    g2 = {"alertname": "GpuDown", "cluster": "c0", "node": "c0-h0", "gpu": "7"}
+    host = {"alertname": "HostDown", "cluster": "c0", "node": "c0-h0"}
+    services(client).incidents.hops = 1  # gpu0 and gpu7 3+ hops apart: two incidents, then one
+    client.post("/api/v1/alerts", json=webhook([alert(g), alert(g2), alert(host)]))
+    process(client)
+    (merged,) = client.get("/api/v1/incidents").json()
+    assert merged["alert_count"] == 3
+    stored = client.get("/api/v1/alerts").json()
+    assert {a["incident_id"] for a in stored} == {merged["id"]}
+
+
 def test_unknown_incident_is_404(client: TestClient) -> None:
     r = client.get("/api/v1/incidents/999")
     assert r.status_code == 404 and "999" in r.json()["detail"]

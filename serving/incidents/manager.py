@@ -66,6 +66,10 @@ class IncidentConfig:
             has one, its first such alert is the symptom and ranked causes are anchored on it
             (:func:`fleetmind.rca.anchoring.named_symptom`,
             :func:`fleetmind.rca.anchoring.anchor_result`); otherwise the ranking is the model's.
+        ungrouped_alerts: alertnames stored but never grouped (``FLEETMIND_UNGROUPED_ALERTS``):
+            heartbeats such as kube-prometheus' Watchdog, which always fires, and InfoInhibitor;
+            alerts with ``severity="none"`` and FleetMind's own FleetMindRootCause are never
+            grouped either.
     """
 
     window_s: float = 600.0
@@ -79,6 +83,16 @@ class IncidentConfig:
     backlog_rank_s: float = 10.0
     housekeeping_interval_s: float = 60.0
     slo_alerts: frozenset[str] = frozenset()
+    ungrouped_alerts: frozenset[str] = frozenset({"Watchdog", "InfoInhibitor"})
+
+
+def _followed(merges: dict[int, int], inc_id: int | None) -> int | None:
+    """``inc_id`` after the merges of a batch (``merges``: merged-away id -> target)."""
+    for _ in range(len(merges)):
+        if inc_id not in merges:
+            break
+        inc_id = merges[inc_id]
+    return inc_id
 
 
 class IncidentManager:
@@ -267,10 +281,11 @@ class IncidentManager:
                 self.lag.clear()
                 return rows, touched, evidence
             done = []
+            merges: dict[int, int] = {}  # incidents merged away in this batch -> their target
             with self.grouper.batch([r["starts_ts"] for r in rows]):
                 for row in rows:
                     new = row["incident_id"] is None or row["status"] == "firing"
-                    inc_id, node = self._group_alert(conn, row, view, now)
+                    inc_id, node = self._group_alert(conn, row, view, now, merges)
                     if inc_id is not None:
                         touched.add(inc_id)
                         if new:
@@ -278,6 +293,11 @@ class IncidentManager:
                     done.append(
                         {"_id": row["id"], "_upd": row["updated_ts"], "_inc": inc_id, "_node": node}
                     )
+                if merges:  # an alert grouped before its incident merged away follows the merge
+                    for d in done:
+                        d["_inc"] = _followed(merges, d["_inc"])
+                    touched |= {_followed(merges, i) for i in touched}
+                    evidence = {_followed(merges, i) for i in evidence}
                 self.store.mark_grouped(conn, done)
                 if touched:
                     counts = self.store.counts(conn, touched)
@@ -285,14 +305,22 @@ class IncidentManager:
         return rows, touched, evidence
 
     def _group_alert(
-        self, conn: Connection, row: dict[str, Any], view: GraphView, now: float
+        self,
+        conn: Connection,
+        row: dict[str, Any],
+        view: GraphView,
+        now: float,
+        merges: dict[int, int],
     ) -> tuple[int | None, str | None]:
         """One pending alert's ``(incident id, node)``, storing incidents opened, merged or
-        reopened for it."""
+        reopened for it; ``merges`` collects the incidents merged away (id -> target)."""
         inc_id, node = row["incident_id"], row["node"]
-        if row["labels"].get("alertname") == OWN_ALERTNAME:
+        name = row["labels"].get("alertname")
+        if name == OWN_ALERTNAME:
             self._own_alert_came_back()
             return None, None  # stored, never grouped: it would open an incident about itself
+        if name in self.config.ungrouped_alerts or row["labels"].get("severity") == "none":
+            return None, None  # a heartbeat or an inhibitor helper: no fault of any node
         if inc_id is None:  # a new alert, or one resolved before it was grouped
             node = node_for_alert(view.graph, row["labels"])
             ts = row["starts_ts"]
@@ -308,6 +336,7 @@ class IncidentManager:
             )
             for other in placed.merged:
                 self.store.merge(conn, placed.incident, other, now)
+                merges[other] = placed.incident
             return placed.incident, node
         if not self.grouper.is_open(inc_id):
             # The incident was resolved or merged: re-firing reopens it.
