@@ -119,12 +119,14 @@ def test_a_resolution_does_not_clear_a_ranking_still_due(
 def test_alerts_that_match_no_node_get_no_causes(
     manager: IncidentManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # kube-prometheus' Watchdog as Alertmanager sends it (kube-prometheus
-    # manifests/kubePrometheus-prometheusRule.yaml: "vector(1)", severity none)
+    # kube-prometheus' TargetDown for a job the graph does not know (kube-prometheus
+    # manifests/kubePrometheus-prometheusRule.yaml: by (job, namespace, service), severity warning);
+    # heartbeats such as Watchdog are never grouped at all (FLEETMIND_UNGROUPED_ALERTS)
     watchdog = alert(
-        {"alertname": "Watchdog", "severity": "none", "prometheus": "monitoring/k8s"},
+        {"alertname": "TargetDown", "severity": "warning", "job": "billing-exporter",
+         "namespace": "billing", "service": "billing-exporter", "prometheus": "monitoring/k8s"},
         fingerprint="wd01",
-    )
+    )  # fmt: skip
     db = manager.db
     db.store_alerts(_rows(watchdog))
     seen = _ranked(manager, monkeypatch)
