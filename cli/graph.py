@@ -34,7 +34,11 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "warning.",
     )
     b.add_argument("--out", required=True, metavar="GRAPH.json", help="where to write the graph")
-    b.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: ~/.kube/config)")
+    b.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
+    )
     b.add_argument("--context", default=None, help="kubeconfig context (default: current)")
     b.add_argument(
         "--in-cluster", action="store_true", help="use the pod's service account (in a cluster)"

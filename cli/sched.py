@@ -768,7 +768,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "--model",
         default=None,
         help="model REF (folder, file or models:/ URI) for policy 'ppo'; a local folder for 'clone' "
-        "and 'teacher'; with the default policies, adds ppo",
+        "and 'teacher'; in fgd mode with the default policies it adds ppo, in dynamic mode name the "
+        "policies that read it (ppo, clone, teacher, rollout)",
     )
     ev.add_argument(
         "--nodes",

@@ -316,8 +316,8 @@ class Settings(BaseSettings):
         ge=60,
         le=7 * 86400,
         description="a chat message, or a resolution for Alertmanager, not delivered this long "
-        "after it was due is dropped with an error logged (s); a receiver answering a 4xx other "
-        "than 408/425/429 is given up on at once. A firing root cause is re-sent to Alertmanager "
+        "after it was due is dropped with an error logged (s); a chat message answered with a "
+        "status that is not retried (see FLEETMIND_NOTIFY_RETRIES) is dropped at once. A firing root cause is re-sent to Alertmanager "
         "while its incident is open, whatever this says",
     )
     rca_max_batch: int = Field(
