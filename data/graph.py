@@ -20,7 +20,7 @@ This module is plain Python + numpy (no torch), so datasets are readable without
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,23 @@ NODE_NAME_LABELS = ("kubernetes_node", "Hostname", "hostname")
 """Labels that stand in for a missing ``node`` when their value names a host of the graph, in this
 order (then ``instance``'s host): ``kubernetes_node`` from the common relabelling of
 ``__meta_kubernetes_pod_node_name``, ``Hostname`` of dcgm-exporter (``hostname`` in its newest
-code). dcgm-exporter in a pod without ``hostNetwork`` reports its own pod name as ``Hostname``,
-which names no host and is passed over."""
+code). dcgm-exporter in a pod without ``hostNetwork`` reports its own pod name as ``Hostname``:
+a value that names a pod of the graph stands for the host that pod runs on."""
+
+WORKLOAD_LABELS = {
+    "deployment": "Deployment",
+    "statefulset": "StatefulSet",
+    "daemonset": "DaemonSet",
+    "job_name": "Job",
+}
+"""kube-state-metrics' label naming a workload controller -> the controller's kind, as the pods'
+``owner`` attr (``Kind/name``, from ``fleetmind graph build``) names it; the labels of
+kube-prometheus' ``KubeDeploymentReplicasMismatch``, ``KubeStatefulSetReplicasMismatch``,
+``KubeDaemonSetRolloutStuck``, ``KubeJobFailed`` and their kin."""
+
+_SUBJECT_KINDS = frozenset({"pod", "gpu", "host", "link"})
+"""Kinds an alert naming a workload controller keeps when its labels match one (not the exporter):
+a pod, GPU, host or link the alert names is more specific than its controller."""
 
 TARGET_LABELS = frozenset({"pod", "namespace", "service", "container", "endpoint"})
 """The labels a Prometheus Operator ``ServiceMonitor`` gives every series of a scrape target (the
@@ -142,63 +157,130 @@ class DependencyGraph:
         """Map an alert's labels onto a node id, or ``None`` when nothing matches.
 
         Rules: a ``fleetmind_node`` label naming a node wins. Otherwise the labels are read as the
-        alert's subject (:meth:`alert_subject`: ``exported_pod``/``exported_namespace`` over the scrape
-        target's ``pod``/``namespace``; :data:`NODE_NAME_LABELS`, then ``instance`` (``host:port``),
-        standing in for a missing ``node``), and the node whose ``match`` labels are all present in the
-        alert with equal values, with the most match labels, wins; ties go to the more specific kind
-        (link > gpu > pod > host > service > others). When that node is the exporter that reported
-        a host's alert (:meth:`is_scrape_target`), the alert is matched again without the target's
-        labels (:data:`TARGET_LABELS`), and that match wins if there is one.
+        alert's subject (:meth:`alert_subject`: the graph's one cluster standing in for a missing
+        ``cluster``; ``exported_pod``/``exported_namespace`` over the scrape target's
+        ``pod``/``namespace``; :data:`NODE_NAME_LABELS`, then ``instance`` (``host:port``, a host's
+        name or one of its ``addresses``), standing in for a missing ``node``), and the node whose
+        ``match`` labels are all present in the alert with equal values, with the most match
+        labels, wins; ties go to the more specific kind (link > gpu > pod > host > service >
+        others). An alert naming a workload controller (:data:`WORKLOAD_LABELS`) lands on the
+        controller's node (:meth:`workload_node`) unless its labels match a pod, GPU, host or link
+        that is not its exporter. When the match is the exporter that reported the alert
+        (:meth:`is_scrape_target`), the alert is matched again without the target's labels
+        (:data:`TARGET_LABELS`), and that match wins if there is one.
         """
-        labels = {str(k): str(v) for k, v in labels.items() if v is not None}
+        i = self.resolve_alert(
+            {str(k): str(v) for k, v in labels.items() if v is not None}, self._best_match
+        )
+        return None if i is None else self.nodes[i].id
+
+    def resolve_alert(
+        self, labels: dict[str, str], match: Callable[[Mapping[str, str]], int | None]
+    ) -> int | None:
+        """The node index of :meth:`node_for_alert` for ``str -> str`` ``labels``, with ``match``
+        finding the best node of a label set (:meth:`_best_match`, or the fast tables of
+        :func:`fleetmind.rca.features.mapping.node_index_for_alert`: both paths share these rules)."""
         direct = labels.get(OVERRIDE_LABEL)
         if direct is not None and direct in self.index:
-            return direct
+            return self.index[direct]
         labels = self.alert_subject(labels)
-        best = self._best_match(labels)
+        best = match(labels)
+        workload = (
+            self.workload_node(labels) if not labels.keys().isdisjoint(WORKLOAD_LABELS) else None
+        )
         if best is not None and self.is_scrape_target(best, labels):
-            other = self._best_match({k: v for k, v in labels.items() if k not in TARGET_LABELS})
-            best = other if other is not None else best
-        return None if best is None else self.nodes[best].id
+            if workload is not None:
+                return workload
+            other = match({k: v for k, v in labels.items() if k not in TARGET_LABELS})
+            return other if other is not None else best
+        if workload is not None and (best is None or self.nodes[best].kind not in _SUBJECT_KINDS):
+            return workload
+        return best
 
     def alert_subject(self, labels: dict[str, str]) -> dict[str, str]:
         """An alert's ``str -> str`` labels as they identify its subject (a new dict when changed).
 
+        * A missing ``cluster`` is the graph's cluster when its nodes name exactly one
+          (kube-prometheus-stack adds only ``prometheus=<namespace>/<name>`` as an external label
+          unless ``prometheus.prometheusSpec.externalLabels`` sets ``cluster``).
         * With ``honor_labels: false`` (Prometheus's default, and dcgm-exporter's ServiceMonitor),
           an exporter's own ``pod``/``namespace`` labels (the workload it reports on) are renamed
           ``exported_pod``/``exported_namespace`` and ``pod``/``namespace`` name the exporter; the
           exported ones are the subject's.
         * A missing ``node`` is taken from the first of :data:`NODE_NAME_LABELS` that names a host
-          of the graph, else from ``instance`` without its port.
+          of the graph, or a pod of the graph that runs on one host (dcgm-exporter without
+          ``hostNetwork`` reports its pod's name as ``Hostname``): that host; else from
+          ``instance`` without its port, or the host that address is one of the ``addresses`` of
+          (node-exporter's ``instance`` is ``<InternalIP>:9100`` without relabelling).
         """
+        if "cluster" not in labels:
+            sole = self._sole_cluster()
+            if sole is not None:
+                labels = {**labels, "cluster": sole}
         if "exported_pod" in labels or "exported_namespace" in labels:
             labels = dict(labels)
             for key in ("pod", "namespace"):
                 if f"exported_{key}" in labels:
                     labels[key] = labels[f"exported_{key}"]
         if "node" not in labels:
-            hosts = self._host_names()
+            hosts, pod_hosts = self._host_names(), self._pod_hosts()
             for key in NODE_NAME_LABELS:
                 value = labels.get(key)
-                if value is not None and value in hosts:
-                    return {**labels, "node": value}
+                if value is not None and (value in hosts or value in pod_hosts):
+                    return {**labels, "node": value if value in hosts else pod_hosts[value]}
             if "instance" in labels:
-                return {**labels, "node": labels["instance"].rsplit(":", 1)[0]}
+                addr = (
+                    labels["instance"].rsplit(":", 1)[0]
+                    if ":" in labels["instance"]
+                    else labels["instance"]
+                )
+                addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+                return {**labels, "node": self._host_addresses().get(addr, addr)}
         return labels
 
     def is_scrape_target(self, i: int, labels: Mapping[str, str]) -> bool:
         """Whether node ``i``, matched by an alert's ``labels``, is the exporter that reported the
         alert rather than its subject: a pod that belongs to the Service the alert's ``service``
-        label names, while the alert's ``node`` names a host. kube-state-metrics' node alerts
-        (``KubeNodeNotReady``), node-exporter's and dcgm-exporter's carry the exporter pod's
-        ``pod``/``namespace``/``service`` as target labels (:data:`TARGET_LABELS`) beside the node
-        they are about; a pod's own alerts name Services it does not belong to (kube-state-metrics'
-        ``service`` label) or no node."""
-        if self.nodes[i].kind != "pod" or "service" not in labels:
+        (or ``job``) label names, while the alert's ``node`` names a host or the alert names a
+        workload controller (:data:`WORKLOAD_LABELS`). kube-state-metrics' node alerts
+        (``KubeNodeNotReady``) and workload alerts (``KubeDeploymentReplicasMismatch`` of a
+        Deployment in its own namespace), node-exporter's and dcgm-exporter's carry the exporter
+        pod's ``pod``/``namespace``/``service`` as target labels (:data:`TARGET_LABELS`) beside
+        the node or workload they are about; a pod's own alerts name Services it does not belong
+        to (kube-state-metrics' ``service`` label) or no node."""
+        if self.nodes[i].kind != "pod" or ("service" not in labels and "job" not in labels):
             return False
-        if labels.get("node") not in self._host_names():
+        if labels.get("node") not in self._host_names() and labels.keys().isdisjoint(
+            WORKLOAD_LABELS
+        ):
             return False
-        return labels["service"] in self._pod_services().get(i, ())
+        services = self._pod_services().get(i, ())
+        return labels.get("service") in services or labels.get("job") in services
+
+    def workload_node(self, labels: Mapping[str, str]) -> int | None:
+        """The node an alert about a workload controller lands on, or ``None``.
+
+        The controller is named by one of :data:`WORKLOAD_LABELS` (kube-state-metrics' labels)
+        and ``namespace``; its pods are the graph's pods whose attr ``owner`` is that controller
+        (a Deployment's pods are owned by its ReplicaSets, ``ReplicaSet/<deployment>-<hash>``) in
+        the alert's ``cluster``. It lands on a Service whose member pods are all the controller's
+        (one selecting every pod first, then one named like the controller, then the first by
+        id); without one, on the controller's first pod by id: an alert about a controller lands
+        where its pods run, never on the cluster."""
+        namespace = labels.get("namespace")
+        if namespace is None:
+            return None
+        workloads = self._workloads()
+        for key, kind in WORKLOAD_LABELS.items():
+            name = labels.get(key)
+            if name is None:
+                continue
+            found = workloads.get((labels.get("cluster"), namespace, kind, name))
+            if found is None and "cluster" not in labels:
+                found = workloads.get((None, namespace, kind, name))
+            if found is not None:
+                return found
+        return None
 
     def _host_names(self) -> frozenset[str]:
         """The ``node`` match values of the graph's hosts (cached)."""
@@ -222,6 +304,91 @@ class DependencyGraph:
                     out.setdefault(self.index[e.src], set()).add(str(dst.match["service"]))
             cached = self._derived["pod_services"] = {k: frozenset(v) for k, v in out.items()}
         return cached
+
+    def _sole_cluster(self) -> str | None:
+        """The ``cluster`` match value when the graph's nodes name exactly one, else None (cached)."""
+        if "sole_cluster" not in self._derived:
+            clusters = {str(n.match["cluster"]) for n in self.nodes if "cluster" in n.match}
+            self._derived["sole_cluster"] = clusters.pop() if len(clusters) == 1 else None
+        return self._derived["sole_cluster"]
+
+    def _host_addresses(self) -> dict[str, str]:
+        """Host ``addresses`` attr values (IPs, DNS names) -> the host's ``node`` match value,
+        for addresses that name one host (cached)."""
+        cached = self._derived.get("host_addresses")
+        if cached is None:
+            seen: dict[str, set[str]] = {}
+            for n in self.nodes:
+                addrs = n.attrs.get("addresses") if n.kind == "host" else None
+                if "node" in n.match and isinstance(addrs, list):
+                    for a in addrs:
+                        seen.setdefault(str(a), set()).add(str(n.match["node"]))
+            cached = {a: next(iter(h)) for a, h in seen.items() if len(h) == 1}
+            self._derived["host_addresses"] = cached
+        return cached
+
+    def _pod_hosts(self) -> dict[str, str]:
+        """Pod ``pod`` match value -> the ``node`` match value of the one host it ``runs_on``,
+        for pod names that run on one host (cached)."""
+        cached = self._derived.get("pod_hosts")
+        if cached is None:
+            seen: dict[str, set[str]] = {}
+            for e in self.edges:
+                if e.kind != "runs_on":
+                    continue
+                src, dst = self.nodes[self.index[e.src]], self.nodes[self.index[e.dst]]
+                if src.kind == "pod" and dst.kind == "host" and "pod" in src.match:
+                    if "node" in dst.match:
+                        seen.setdefault(str(src.match["pod"]), set()).add(str(dst.match["node"]))
+            cached = {p: next(iter(h)) for p, h in seen.items() if len(h) == 1}
+            self._derived["pod_hosts"] = cached
+        return cached
+
+    def _workloads(self) -> dict[tuple[str | None, str, str, str], int]:
+        """``(cluster, namespace, controller kind, name) -> node index`` of :meth:`workload_node`;
+        the same key with cluster ``None`` for a controller found in one cluster only (cached)."""
+        cached = self._derived.get("workloads")
+        if cached is None:
+            pods: dict[tuple[str | None, str, str, str], list[int]] = {}
+            for i, n in enumerate(self.nodes):
+                ctl = _controller(n) if n.kind == "pod" else None
+                if ctl is not None:
+                    pods.setdefault((n.match.get("cluster"), *ctl), []).append(i)
+            members: dict[int, set[int]] = {}  # service index -> its member pods
+            for e in self.edges:
+                j = self.index[e.dst]
+                if e.kind == "member_of" and self.nodes[j].kind == "service":
+                    members.setdefault(j, set()).add(self.index[e.src])
+            services: dict[int, list[int]] = {}  # pod index -> its services
+            for j, m in members.items():
+                for i in m:
+                    services.setdefault(i, []).append(j)
+            cached = {
+                key: self._workload_target(ids, key[3], members, services)
+                for key, ids in pods.items()
+            }
+            clusters: dict[tuple[str, str, str], list[int]] = {}
+            for key, target in cached.items():
+                clusters.setdefault(key[1:], []).append(target)
+            cached.update({(None, *k): t[0] for k, t in clusters.items() if len(t) == 1})
+            self._derived["workloads"] = cached
+        return cached
+
+    def _workload_target(
+        self,
+        pods: list[int],
+        name: str,
+        members: Mapping[int, set[int]],
+        services: Mapping[int, list[int]],
+    ) -> int:
+        """A controller's Service (see :meth:`workload_node`), else its first pod by id."""
+        mine = set(pods)
+        ranked = sorted(
+            (members[j] != mine, self.nodes[j].match.get("service") != name, self.nodes[j].id, j)
+            for j in {j for i in pods for j in services.get(i, ())}
+            if members[j] <= mine
+        )
+        return ranked[0][3] if ranked else min(pods, key=lambda i: self.nodes[i].id)
 
     def _best_match(self, labels: Mapping[str, str]) -> int | None:
         """Index of the node whose ``match`` labels all equal ``labels``'s, most of them first,
@@ -299,3 +466,15 @@ class DependencyGraph:
     def load(cls, path: str | Path) -> DependencyGraph:
         """Read a graph JSON file; raises DataError for a missing or malformed file."""
         return cls.from_json(read_json(path, "graph file"))
+
+
+def _controller(node: GraphNode) -> tuple[str, str, str] | None:
+    """``(namespace, controller kind, name)`` of the workload controller a pod node belongs to,
+    from its ``owner`` attr: a ReplicaSet ``<deployment>-<hash>`` is its Deployment's."""
+    owner, namespace = node.attrs.get("owner"), node.match.get("namespace")
+    if not isinstance(owner, str) or "/" not in owner or namespace is None:
+        return None
+    kind, name = owner.split("/", 1)
+    if kind == "ReplicaSet" and "-" in name:
+        kind, name = "Deployment", name.rsplit("-", 1)[0]
+    return str(namespace), kind, name

@@ -13,11 +13,11 @@ labels Prometheus rules carry):
 | Kubernetes | node | edges |
 | --- | --- | --- |
 | the cluster (``--cluster``, else node label ``fleetmind.io/cluster``, else ``default``) | ``<c>`` ``cluster`` | |
-| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` suffix, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone`` | ``member_of`` cluster |
+| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` suffix, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
 | its physical GPUs (:func:`_gpu_count`; at most :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
-| ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster |
-| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
+| ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
+| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``) |
 """
 
@@ -46,6 +46,10 @@ GPU_INDEX_ANNOTATION = "alibabacloud.com/gpu-index"
 SHARED_SUFFIX = "-SHARED"
 """What GPU feature discovery appends to label ``nvidia.com/gpu.product`` on a node whose GPUs are
 shared (time-slicing or MPS, ``renameByDefault: false``); stripped from the model name."""
+NODE_ADDRESS_TYPES = ("InternalIP", "Hostname")
+"""The ``status.addresses`` types of a Node kept as its host's attr ``addresses``: the
+``instance`` label of a target scraped on the node's network (node-exporter's ``<InternalIP>:9100``
+without relabelling), mapped back to the host by :meth:`fleetmind.data.graph.DependencyGraph.alert_subject`."""
 SPAN_NAMESPACE_KEYS = ("k8s.namespace.name", "service.namespace")
 """Resource attributes (OTLP) or process tags (Jaeger) that give a span's service its Kubernetes
 namespace, the first present wins."""
@@ -226,7 +230,10 @@ def build_graph(
     b.node(c, "cluster", c, {"cluster": c})
     gpus_of = _add_hosts(b, c, node_items, nvlinks or {})
     svc_ids, selectors = _add_services(b, c, svc_items)
-    members = _slice_members(slice_items, svc_ids)
+    members, node_endpoints = _slice_members(slice_items, svc_ids)
+    for sid, nm in sorted(node_endpoints):
+        if f"{c}/host/{nm}" in b.nodes:
+            b.edge(sid, f"{c}/host/{nm}", "runs_on")
     for p in pod_items:
         pod = _add_pod(b, c, p, gpus_of)
         if pod is None:
@@ -257,7 +264,8 @@ def _add_hosts(
         model = model or labels.get("alibabacloud.com/gpu-card-model")
         host = b.node(f"{c}/host/{nm}", "host", c, {"cluster": c, "node": nm}, gpu_model=model,
                       region=labels.get("topology.kubernetes.io/region"),
-                      zone=labels.get("topology.kubernetes.io/zone"))  # fmt: skip
+                      zone=labels.get("topology.kubernetes.io/zone"),
+                      addresses=_node_addresses(n, nm))  # fmt: skip
         b.edge(host, c, "member_of")
         k = _gpu_count(n)
         gpus_of[nm] = k
@@ -281,6 +289,19 @@ def _add_hosts(
             stacklevel=3,
         )
     return gpus_of
+
+
+def _node_addresses(node: Mapping[str, Any], name: str) -> list[str] | None:
+    """The Node's ``status.addresses`` of :data:`NODE_ADDRESS_TYPES` other than its name, in
+    order, or None: what a scrape of the node's own port (node-exporter, the kubelet) puts in
+    ``instance``."""
+    out: list[str] = []
+    for a in (node.get("status") or {}).get("addresses") or []:
+        if isinstance(a, dict) and a.get("type") in NODE_ADDRESS_TYPES and a.get("address"):
+            addr = str(a["address"])
+            if addr != name and addr not in out:
+                out.append(addr)
+    return out or None
 
 
 def _add_services(
@@ -308,12 +329,17 @@ def _add_services(
 
 def _slice_members(
     slice_items: list[dict[str, Any]], svc_ids: dict[tuple[str, str], str]
-) -> dict[tuple[str, str], set[str]]:
-    """Service ids per pod ``(namespace, name)``, as the EndpointSlices name them.
+) -> tuple[dict[tuple[str, str], set[str]], set[tuple[str, str]]]:
+    """Service ids per pod ``(namespace, name)``, and ``(service id, node name)`` of endpoints
+    that are Nodes, as the EndpointSlices name them.
 
+    A Node endpoint is a Service served by the nodes themselves: the Prometheus Operator's kubelet
+    Service (``<release>-kubelet`` in ``kube-system``, kube-prometheus-stack's
+    ``prometheusOperator.kubeletService``), whose endpoints' ``targetRef`` is ``kind: Node``.
     An endpoint whose ``conditions.ready`` is ``false`` is left out; a missing (null) ``ready``
     means ready, as the ``discovery.k8s.io/v1`` API defines it."""
     members: dict[tuple[str, str], set[str]] = {}
+    node_endpoints: set[tuple[str, str]] = set()
     for sl in slice_items:
         m = _meta(sl)
         svc = (m.get("labels") or {}).get("kubernetes.io/service-name")
@@ -331,7 +357,9 @@ def _slice_members(
                     str(ref["name"]),
                 )
                 members.setdefault(key, set()).add(sid)
-    return members
+            elif isinstance(ref, dict) and ref.get("kind") == "Node" and ref.get("name"):
+                node_endpoints.add((sid, str(ref["name"])))
+    return members, node_endpoints
 
 
 def _add_pod(

@@ -174,10 +174,20 @@ def test_alerts_land_on_their_subject(
     assert fast is not None and graph.nodes[fast].id == expected
 
 
-def test_a_hostname_that_names_no_host_is_passed_over(graph: DependencyGraph) -> None:
-    """dcgm-exporter without hostNetwork reports its pod's name as Hostname; then ``instance``
-    stands in as before, and the subject is whatever else the labels name."""
+def test_a_hostname_that_names_an_exporter_pod_is_its_host(graph: DependencyGraph) -> None:
+    """dcgm-exporter without hostNetwork reports its pod's name as Hostname: the host that pod
+    runs on is the node (it named no host before, and the alert fell to the exporter's pod)."""
     labels = {**DCGM, "alertname": "GPUXidError", "Hostname": "dcgm-exporter-abcde"}
+    assert graph.alert_subject(labels)["node"] == "gpu-a100-1"
+    assert graph.node_for_alert(labels) == f"{C}/gpu/gpu-a100-1/1"
+    (fast,) = map_alerts(graph, [{"labels": labels}])
+    assert fast is not None and graph.nodes[fast].id == f"{C}/gpu/gpu-a100-1/1"
+
+
+def test_a_hostname_that_names_nothing_is_passed_over(graph: DependencyGraph) -> None:
+    """A Hostname that names no host nor pod of the graph: ``instance`` stands in as before, and
+    the subject is whatever else the labels name."""
+    labels = {**DCGM, "alertname": "GPUXidError", "Hostname": "dcgm-exporter-gone"}
     assert graph.alert_subject(labels)["node"] == "10.244.9.9"
     labels["node"] = "gpu-a100-1"  # the usual relabelling of __meta_kubernetes_pod_node_name
     assert graph.node_for_alert(labels) == f"{C}/gpu/gpu-a100-1/1"

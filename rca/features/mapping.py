@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 import weakref
@@ -10,13 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetmind.data.graph import (
-    _KIND_SPECIFICITY,
-    EDGE_KINDS,
-    OVERRIDE_LABEL,
-    TARGET_LABELS,
-    DependencyGraph,
-)
+from fleetmind.data.graph import _KIND_SPECIFICITY, EDGE_KINDS, DependencyGraph
 from fleetmind.rca.features.layout import _N_KIND, _N_NBR, KEYWORD_GROUPS
 
 MEMO_BUDGET = 16 * 1024 * 1024
@@ -216,11 +211,12 @@ def node_index_for_alert(
 ) -> int | None:
     """Fast :meth:`fleetmind.data.graph.DependencyGraph.node_for_alert` returning the node index.
 
-    Same rules (``fleetmind_node`` override, the subject's labels, all match labels equal, most
-    match labels, then the more specific kind, then the first node, a scrape target matched
-    again without its labels), but instead of
-    checking candidate nodes it looks the alert's values up once per distinct key set of the
-    graph's ``match`` labels (a handful), so an alert costs a few dict lookups whatever the graph size.
+    Same rules, shared through :meth:`~fleetmind.data.graph.DependencyGraph.resolve_alert`
+    (``fleetmind_node`` override, the subject's labels, all match labels equal, most match
+    labels, then the more specific kind, then the first node, a workload controller's node, a
+    scrape target matched again without its labels), but instead of checking candidate nodes it
+    looks the alert's values up once per distinct key set of the graph's ``match`` labels (a
+    handful), so an alert costs a few dict lookups whatever the graph size.
     """
     st = st if st is not None else _static(graph)
     return _node_index(graph, st, {str(k): str(v) for k, v in labels.items() if v is not None})
@@ -234,15 +230,7 @@ def _node_index(graph: DependencyGraph, st: _GraphStatic, lab: dict[str, str]) -
             (len(keys), table, _values_getter(keys), frozenset(keys))
             for keys, table in _keysets(st, graph)
         ]
-    direct = lab.get(OVERRIDE_LABEL)
-    if direct is not None and direct in graph.index:
-        return graph.index[direct]
-    lab = graph.alert_subject(lab)
-    best = _table_match(sets, lab)
-    if best is not None and graph.is_scrape_target(best, lab):
-        other = _table_match(sets, {k: v for k, v in lab.items() if k not in TARGET_LABELS})
-        best = other if other is not None else best
-    return best
+    return graph.resolve_alert(lab, functools.partial(_table_match, sets))
 
 
 def _table_match(
