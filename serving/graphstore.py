@@ -24,9 +24,11 @@ class GraphView:
     def neighbourhood(self, node_id: str, hops: int) -> frozenset[str]:
         """Node ids within ``hops`` undirected hops of ``node_id``.
 
-        ``cluster`` nodes are reached but never crossed (nor expanded when they are the start):
-        every member links to its cluster, so crossing one would make a whole cluster one
-        neighbourhood and a single cluster-level alert would merge every incident in it.
+        ``cluster`` nodes are neither reached from another node nor expanded when they are the
+        start (a cluster node's neighbourhood is itself): every member links to its cluster, so
+        crossing one would make a whole cluster one neighbourhood, and merely reaching it put the
+        cluster node in every member's neighbourhood, so that one cluster-level alert
+        (KubeCPUOvercommit) joined every unrelated incident of the cluster into one.
         """
         key = (node_id, hops)
         with self._lock:
@@ -50,7 +52,7 @@ class GraphView:
                 if g.nodes[v].kind == "cluster":
                     continue
                 for u in adj[v]:
-                    if u not in seen:
+                    if u not in seen and g.nodes[u].kind != "cluster":
                         seen.add(u)
                         nxt.append(u)
             frontier = nxt

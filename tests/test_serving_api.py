@@ -286,6 +286,21 @@ def test_a_merge_within_one_webhook_moves_every_alert(client: TestClient) -> Non
     assert {a["incident_id"] for a in stored} == {merged["id"]}
 
 
+def test_a_cluster_level_alert_does_not_join_unrelated_incidents(client: TestClient) -> None:
+    """kube-prometheus' KubeCPUOvercommit (``by (cluster)``) maps to the cluster node, which was in
+    every member's neighbourhood: with it, a GPU fault on one host and a host fault on another
+    became one incident, ranked as one."""
+    overcommit = {"alertname": "KubeCPUOvercommit", "severity": "warning", "cluster": "c0"}
+    gpu = {"alertname": "GpuXidError", "cluster": "c0", "node": "c0-h0", "gpu": "3"}
+    far = {"alertname": "HostDown", "cluster": "c0", "node": "c0-h3"}
+    for labels in (overcommit, gpu, far):
+        client.post("/api/v1/alerts", json=webhook([alert(labels)]))
+        process(client)
+    incs = client.get("/api/v1/incidents").json()
+    assert sorted(i["alert_count"] for i in incs) == [1, 1, 1]
+    assert ["c0"] in [i["nodes"] for i in incs]
+
+
 def test_unknown_incident_is_404(client: TestClient) -> None:
     r = client.get("/api/v1/incidents/999")
     assert r.status_code == 404 and "999" in r.json()["detail"]
