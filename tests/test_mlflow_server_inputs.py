@@ -83,10 +83,13 @@ def artifact_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     for k in BOUNDED:
         monkeypatch.setenv(k, {"MLFLOW_HTTP_REQUEST_TIMEOUT": "1"}.get(k, "0"))
     srv.port = srv.server_address[1]
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://admin:{PASSWORD}@127.0.0.1:{srv.port}")
+    uri = f"http://admin:{PASSWORD}@127.0.0.1:{srv.port}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)  # process-wide: an earlier test's URI would win over the env
     try:
         yield srv
     finally:
+        mlflow.set_tracking_uri(None)
         srv.shutdown()
         srv.server_close()
 
@@ -159,7 +162,10 @@ def test_timeouts_and_5xx_are_not_connection_failures(
 def _register(name: str, folder: Path) -> str:
     """Log ``folder`` as a run's ``model`` and register it as a new version of ``name``."""
     client = mlflow.MlflowClient()
-    with mlflow.start_run() as run:
+    # an experiment of this store by id: an earlier test's active experiment is process-wide
+    exp = client.get_experiment_by_name("fleetmind-test")
+    exp_id = exp.experiment_id if exp else client.create_experiment("fleetmind-test")
+    with mlflow.start_run(experiment_id=exp_id) as run:
         mlflow.log_artifacts(str(folder), "model")
     if not client.search_registered_models(f"name = '{name}'"):
         client.create_registered_model(name)
