@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind import argtypes
+from fleetmind.argtypes import check_writable_file
 from fleetmind.cli.common import add_group
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
@@ -69,31 +70,13 @@ def parse_seeds(items: list[str]) -> list[int]:
 
 
 def check_writable(path: str | None, flag: str) -> None:
-    """Check, before any work, that the file ``path`` can be written: not a folder, and its
-    nearest existing parent a folder this process may write in (the missing ones are created);
-    nothing for None.
+    """Check, before any work, that the file ``path`` can be written (nothing for ``None``;
+    :func:`fleetmind.argtypes.check_writable_file`).
 
     Raises:
         ConfigError: naming ``flag``, the path and what blocks it.
     """
-    if path is None:
-        return
-    import os
-
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{flag} {p}: a folder is there; {flag} names a file")
-    if p.exists():
-        if not os.access(p, os.W_OK):
-            raise ConfigError(f"{flag} {p}: cannot write this file (permission denied)")
-        return
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{flag} {p}: {parent} is a file, where a folder is needed")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {p}: cannot write in {parent} (permission denied)")
+    check_writable_file(path, flag)
 
 
 def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's policy object

@@ -5,13 +5,18 @@
   FleetMind seeds takes (NumPy refuses negative seeds; Lightning's ``seed_everything`` refuses
   seeds from ``2**32`` on); a value outside is a one-line usage error rather than a traceback
   from deep inside a run;
-* :func:`finite_float`: an ``argparse`` type for numbers that must be finite.
+* :func:`finite_float`: an ``argparse`` type for numbers that must be finite;
+* :func:`check_writable_file` and :func:`check_creatable`: an output path checked before any
+  work, so that a bad ``--json`` or ``--out`` is a one-line error, not a run lost at its end.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
+
+from fleetmind.errors import ConfigError
 
 SEED_LIMIT = 2**32
 """Seeds lie in ``[0, SEED_LIMIT)``."""
@@ -46,3 +51,42 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
+
+
+def check_creatable(path: Path, flag: str) -> None:
+    """Check that ``path`` can be created: its nearest existing ancestor is a writable folder
+    (the missing folders between are created by the writer).
+
+    Raises:
+        ConfigError: naming ``flag``, the path and the ancestor that blocks it.
+    """
+    import os
+
+    anc = path.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"{flag} {path}: {anc} is a file, where a folder is needed")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot write in {anc} (permission denied)")
+
+
+def check_writable_file(path: str | Path | None, flag: str) -> None:
+    """Check, before any work, that the file ``path`` can be written: not a folder, writable if
+    it exists, else :func:`check_creatable`; nothing for ``None``.
+
+    Raises:
+        ConfigError: naming ``flag``, the path and what blocks it.
+    """
+    import os
+
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {p}: a folder is there; {flag} names a file")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ConfigError(f"{flag} {p}: cannot write this file (permission denied)")
+        return
+    check_creatable(p, flag)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -13,6 +16,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402  - a declared dependency; imported once for every test
 
 from fleetmind.data.paths import REPO_ROOT  # noqa: E402
+
+if TYPE_CHECKING:
+    from serving_helpers import PgCluster
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +38,33 @@ def shared_data() -> os.PathLike[str]:
         return shared_data_dir()
     except DataError as err:
         pytest.skip(str(err))
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PgCluster]:
+    """A throw-away PostgreSQL cluster for one test module (skips without the Debian package);
+    a module that needs other server settings defines its own ``pg``."""
+    from serving_helpers import PgCluster, pg_bindir
+
+    bindir = pg_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL binaries not installed (Debian package postgresql)")
+    cluster = PgCluster(bindir).start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def http_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A local HTTP server (Python's http.server) over a fixture folder: (base URL, folder)."""
+    from fetch_helpers import serve_folder
+
+    root = tmp_path / "www"
+    root.mkdir()
+    with serve_folder(root) as url:
+        yield url, root
 
 
 @pytest.fixture

@@ -261,3 +261,26 @@ class PgCluster:
             capture_output=True,
         )
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def two_a100_hosts(
+    pods: dict[str, frozenset[str]] | None = None, used: set[str] = frozenset()
+) -> list[Any]:
+    """Telemetry of two hosts, ``gpu-a`` and ``gpu-b``, with one A100 each (a ``used`` one has no
+    free share; ``pods``: the pods telemetry sees on each), for the scheduler tests."""
+    from fleetmind.serving.telemetry.base import GpuState, NodeState
+
+    pods = pods or {}
+    return [
+        NodeState(
+            name=n,
+            cluster="k8s",
+            gpus=[GpuState(index=0, model="A100", free_milli=0 if n in used else 1000)],
+            cpu_milli=32_000,
+            cpu_milli_free=32_000,
+            memory_mib=131_072,
+            memory_mib_free=131_072,
+            pods=pods.get(n, frozenset()),
+        )
+        for n in ("gpu-a", "gpu-b")
+    ]

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import PgCluster, pg_bindir
+from serving_helpers import PgCluster
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.db import Database
@@ -106,18 +106,6 @@ class Clock:
 
     def __getattr__(self, name: str) -> Any:  # anything else the route may read
         return getattr(time, name)
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PgCluster]:
-    bindir = pg_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL binaries not installed (Debian package postgresql)")
-    cluster = PgCluster(bindir).start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -3,14 +3,10 @@ dataset folder left behind that would read as the data being there."""
 
 from __future__ import annotations
 
-import hashlib
-import http.server
-import threading
-from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import pytest
+from fetch_helpers import toy_manifest
 
 from fleetmind.cli import main
 from fleetmind.data.errors import ConfigError, NotAvailableError
@@ -26,43 +22,7 @@ FILES = {NODES: b"sn,cpu_milli\n", DEFAULT: b"name\np0\n", OTHER: b"name\np1\n"}
 
 
 def _manifest(files: dict[str, bytes]) -> dict:
-    return {
-        "openb": {
-            "title": "toy openb",
-            "base_url": "http://unused.invalid/",
-            "folder": "openb",
-            "citation": "c",
-            "terms": "t",
-            "files": [
-                {
-                    "path": p,
-                    "url_path": p.split("/")[-1],
-                    "sha256": hashlib.sha256(b).hexdigest(),
-                    "bytes": len(b),
-                }
-                for p, b in files.items()
-            ],  # fmt: skip
-        }
-    }
-
-
-@pytest.fixture
-def http_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A local HTTP server over a folder: (base URL, folder)."""
-    root = tmp_path / "www"
-    root.mkdir()
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", root
-    finally:
-        server.shutdown()
-        server.server_close()
+    return toy_manifest("openb", files, "c", "t")
 
 
 @pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999/", "ftp://mirror/"])

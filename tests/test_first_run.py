@@ -3,17 +3,13 @@ against a local HTTP server (never the internet), and the ``sched evaluate`` tab
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import json
 import re
-import threading
-from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fetch_helpers import toy_manifest
 
 from fleetmind.cli import main
 from fleetmind.data.errors import DataError
@@ -106,45 +102,7 @@ FILES = {"csv/a.csv": b"x,y\n1,2\n", "csv/b.csv": b"name\nopenb-node-0\n"}
 
 
 def _manifest(files: dict[str, bytes]) -> dict:
-    return {
-        "toy": {
-            "title": "toy",
-            "base_url": "http://unused.invalid/",
-            "folder": "toy",
-            "citation": "Someone et al., Toy data, 2026.",
-            "terms": "research use",
-            "files": [
-                {
-                    "path": p,
-                    "url_path": p.split("/")[-1],
-                    "sha256": hashlib.sha256(b).hexdigest(),
-                    "bytes": len(b),
-                }
-                for p, b in files.items()
-            ],
-        }
-    }
-
-
-@pytest.fixture
-def http_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A local HTTP server (Python's http.server) over a fixture folder: (base URL, folder)."""
-    root = tmp_path / "www"
-    root.mkdir()
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:  # no access log on stderr
-            pass
-
-    handler = partial(Quiet, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", root
-    finally:
-        server.shutdown()
-        server.server_close()
+    return toy_manifest("toy", files, "Someone et al., Toy data, 2026.", "research use")
 
 
 def test_fetch_downloads_verifies_and_keeps(http_dir: tuple[str, Path], tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import two_a100_hosts
 from test_serving_persistence import postgres_url  # noqa: F401 (fixture)
 
 from fleetmind.serving.app import create_app
@@ -27,28 +28,11 @@ from fleetmind.serving.scheduler.placement import Option
 from fleetmind.serving.scheduler.reservations import DbReservations, reservations_table
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.settings import Settings
-from fleetmind.serving.telemetry.base import GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource
 
 NODES = ("gpu-a", "gpu-b")
 PRIORITIZE = "/api/v1/scheduler/prioritize"
 FILTER = "/api/v1/scheduler/filter"
-
-
-def _nodes(used: set[str] = frozenset()) -> list[NodeState]:
-    """Two hosts with one A100 each (a used one has no free share)."""
-    return [
-        NodeState(
-            name=n,
-            cluster="k8s",
-            gpus=[GpuState(index=0, model="A100", free_milli=0 if n in used else 1000)],
-            cpu_milli=32_000,
-            cpu_milli_free=32_000,
-            memory_mib=131_072,
-            memory_mib_free=131_072,
-        )
-        for n in NODES
-    ]
 
 
 def _pod(name: str, milli: int | None = None, uid: str | None = None) -> dict[str, Any]:
@@ -89,7 +73,7 @@ def _apps(url: str, n: int = 1, used: set[str] = frozenset()) -> Iterator[list[T
     with ExitStack() as stack:
         clients = [stack.enter_context(TestClient(create_app(_settings(url)))) for _ in range(n)]
         for c in clients:
-            c.app.state.services.telemetry = SimSource(_nodes(used))
+            c.app.state.services.telemetry = SimSource(two_a100_hosts(used=used))
             assert isinstance(c.app.state.services.reservations, DbReservations)
         with clients[0].app.state.services.db.write() as conn:
             conn.execute(reservations_table.delete())

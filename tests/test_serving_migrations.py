@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serving_helpers import PgCluster, alert, pg_bindir
+from serving_helpers import PgCluster, alert
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -79,18 +79,6 @@ def release_metadata() -> MetaData:
         Column("merged_into", Integer, nullable=True),
     )
     return md
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PgCluster]:
-    bindir = pg_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL binaries not installed (Debian package postgresql)")
-    cluster = PgCluster(bindir).start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

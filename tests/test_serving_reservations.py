@@ -11,36 +11,16 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import two_a100_hosts
 from test_serving_persistence import postgres_url  # noqa: F401 (fixture)
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.scheduler.reservations import DbReservations, reservations_table
 from fleetmind.serving.settings import Settings
-from fleetmind.serving.telemetry.base import GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource
 
 TTL = 120.0
 GRACE = 30.0
-
-
-def _nodes(
-    pods: dict[str, frozenset[str]] | None = None, used: set[str] = frozenset()
-) -> list[NodeState]:
-    """Two hosts with one A100 each (a used one has no free share)."""
-    pods = pods or {}
-    return [
-        NodeState(
-            name=n,
-            cluster="k8s",
-            gpus=[GpuState(index=0, model="A100", free_milli=0 if n in used else 1000)],
-            cpu_milli=32_000,
-            cpu_milli_free=32_000,
-            memory_mib=131_072,
-            memory_mib_free=131_072,
-            pods=pods.get(n, frozenset()),
-        )
-        for n in ("gpu-a", "gpu-b")
-    ]
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -84,7 +64,7 @@ def _replicas(url: str) -> Iterator[tuple[TestClient, TestClient, Clock]]:
     with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
         for c in (a, b):
             s = c.app.state.services
-            s.telemetry = SimSource(_nodes())
+            s.telemetry = SimSource(two_a100_hosts())
             assert isinstance(s.reservations, DbReservations)
             s.reservations.clock = clock
         assert a.app.state.services.db is not b.app.state.services.db
@@ -163,7 +143,9 @@ def test_bound_pods_are_released_when_telemetry_shows_them(pair: Any) -> None:
     # bound, but telemetry does not show it yet: still held
     assert first not in _passed(a, "job-2")["NodeNames"]
     # the next scrape shows the pod (and its GPU in use) on that node: the hold ends there
-    a.app.state.services.telemetry = SimSource(_nodes({first: frozenset({"ml/job-1"})}, {first}))
+    a.app.state.services.telemetry = SimSource(
+        two_a100_hosts({first: frozenset({"ml/job-1"})}, {first})
+    )
     out = _passed(a, "job-2")
     assert first in out["FailedNodes"]  # its GPU is in use per telemetry
     res = a.app.state.services.reservations

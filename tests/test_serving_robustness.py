@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import PgCluster, alert, pg_bindir, wait_for, webhook
+from serving_helpers import PgCluster, alert, wait_for, webhook
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.db import Database, LeaderLock
@@ -31,18 +31,6 @@ from fleetmind.serving.settings import Settings
 
 GPU = {"alertname": "GpuXid", "cluster": "c0", "node": "c0-h1", "gpu": "3"}
 HOST = {"alertname": "HostDown", "cluster": "c0", "node": "c0-h1"}
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PgCluster]:
-    bindir = pg_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL binaries not installed (Debian package postgresql)")
-    cluster = PgCluster(bindir).start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def fresh(pg: PgCluster) -> str:

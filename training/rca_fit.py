@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fleetmind import argtypes
+from fleetmind.argtypes import check_creatable, check_writable_file
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import check_role_map, role_map_source, scenario_role_map
@@ -108,21 +109,6 @@ def read_system(scenario: str | Path) -> tuple[Any, Any]:
     return graph, normal
 
 
-def _writable_parent(path: Path, flag: str) -> None:
-    """Check that ``path`` can be created: its nearest existing ancestor is a writable folder.
-
-    Raises:
-        ConfigError: naming ``flag``, the path and the ancestor that blocks it.
-    """
-    anc = path.parent
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
-    if not anc.is_dir():
-        raise ConfigError(f"{flag} {path}: {anc} is a file, where a folder is needed")
-    if not os.access(anc, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: cannot write in {anc} (permission denied)")
-
-
 def check_out_dir(out: str | Path) -> None:
     """Check that ``out`` can hold the fitted model without overwriting anything else: a new or
     empty folder, or a model folder an earlier ``rca fit`` wrote (replaced), in a writable place.
@@ -144,7 +130,7 @@ def check_out_dir(out: str | Path) -> None:
         if not os.access(p, os.W_OK | os.X_OK):
             raise ConfigError(f"--out {p}: cannot write in it (permission denied)")
         return
-    _writable_parent(p, "--out")
+    check_creatable(p, "--out")
 
 
 def check_json_path(path: str | Path | None) -> None:
@@ -153,14 +139,7 @@ def check_json_path(path: str | Path | None) -> None:
     Raises:
         ConfigError: ``path`` is a folder, or its folder cannot be created or written.
     """
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"--json {p}: a folder is there; --json names a file")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ConfigError(f"--json {p}: cannot write it (permission denied)")
-    _writable_parent(p, "--json")
+    check_writable_file(path, "--json")
 
 
 def _features(system: Any, incs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
