@@ -11,7 +11,7 @@ that command, imports included), one that never answers after three tries of 30 
 
 :func:`reason` turns MLflow's errors (a connection pool's retry report, a database driver's error
 with its SQL, a registry that does not take the URI's scheme) into one short line, and
-:func:`safe_uri` masks the password of a URL (``http://user:pass@host``) wherever one is shown.
+:func:`fleetmind.redact.safe_uri` masks the password of a URL (``http://user:pass@host``) wherever one is shown.
 :func:`is_mlflow_uri` tells an MLflow URI from a local path and :func:`download` fetches a model
 into a folder the caller removes, an alias resolved once, for both model loaders.
 
@@ -27,6 +27,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from fleetmind.redact import safe_uri
 
 BOUNDED: dict[str, str] = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
@@ -66,7 +68,6 @@ def bounded_requests() -> Iterator[None]:
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^\"')\]]+)")
 _SQL = re.compile(r"\((?:sqlite3|psycopg2?|pymysql)\.[\w.]+\) ([^\n\[]+)")
-_USERINFO = re.compile(r"//[^/\s@'\"]+@")
 _STATUS = re.compile(r"too many (\d{3} )?error responses")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 _MORE_LINES = 3
@@ -74,12 +75,6 @@ _MORE_CHARS = 300
 """How many lines after a first line that ends with a colon :func:`reason` adds, and the
 characters of each (MLflow's download errors list every file that failed, with the server's
 answer)."""
-
-
-def safe_uri(text: str) -> str:
-    """``text`` with the user and password of every URL in it masked: ``http://user:pw@host``
-    reads ``http://***@host`` (for messages, logs, JSON and MLflow params)."""
-    return _USERINFO.sub("//***@", text)
 
 
 def is_mlflow_uri(ref: str) -> bool:

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
 
 IDLE_MEMORY_FRACTION = 0.05
@@ -167,16 +168,6 @@ Sample = tuple[str, dict[str, str], float]
 
 
 # ----------------------------------------------------------------------------- exporter mode
-_USERINFO = re.compile(r"//[^/?#\s]*@")
-
-
-def without_userinfo(text: str) -> str:
-    """``text`` (a URL, or a message quoting one) with each URL's ``user:password@`` removed: a
-    Prometheus URL may carry basic-auth credentials, and its errors reach read-scope clients
-    (``/api/v1/fleet``'s 503, the fleet page's banner)."""
-    return _USERINFO.sub("//", text)
-
-
 class PrometheusSource(TelemetrySource):
     """Scrape ``url`` (a DCGM exporter, or anything serving the same series) on each snapshot."""
 
@@ -189,7 +180,7 @@ class PrometheusSource(TelemetrySource):
         import httpx
 
         self.url = url
-        self.shown_url = without_userinfo(url)
+        self.shown_url = safe_uri(url)
         self.default_cluster = default_cluster
         self._client = httpx.Client(timeout=timeout_s)
 
@@ -201,7 +192,7 @@ class PrometheusSource(TelemetrySource):
             resp.raise_for_status()
         except httpx.HTTPError as err:
             raise NotAvailableError(
-                f"cannot scrape DCGM exporter at {self.shown_url}: {without_userinfo(str(err))}"
+                f"cannot scrape DCGM exporter at {self.shown_url}: {safe_uri(str(err))}"
             ) from None
         return FleetSnapshot("prometheus", parse_dcgm(resp.text, self.default_cluster), time.time())
 
@@ -246,7 +237,7 @@ class PrometheusApiSource(TelemetrySource):
         import httpx
 
         self.url = url.rstrip("/")
-        self.shown_url = without_userinfo(self.url)
+        self.shown_url = safe_uri(self.url)
         self.default_cluster = default_cluster
         self._client = httpx.Client(timeout=timeout_s)
         self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
@@ -268,7 +259,7 @@ class PrometheusApiSource(TelemetrySource):
                 raise ValueError("the answer is not a JSON object")
         except (httpx.HTTPError, ValueError, msgspec.DecodeError) as err:
             raise NotAvailableError(
-                f"cannot query Prometheus at {self.shown_url}: {without_userinfo(str(err))}"
+                f"cannot query Prometheus at {self.shown_url}: {safe_uri(str(err))}"
             ) from None
         if resp.status_code != 200 or body.get("status") != "success":
             raise NotAvailableError(
