@@ -148,7 +148,7 @@ def post_with_retry(
             outcome = str(r.status_code)
             if r.status_code < 300:
                 return True, outcome
-            if r.status_code not in RETRY_STATUS:
+            if is_final(outcome):
                 return False, outcome  # a 4xx will not get better by asking again
         except httpx.HTTPError as err:
             outcome = type(err).__name__
@@ -160,6 +160,12 @@ def post_with_retry(
             else:
                 time.sleep(delay)
     return False, outcome
+
+
+def is_final(outcome: str) -> bool:
+    """Whether a failed post's ``outcome`` (:func:`post_with_retry`'s) will not get better by
+    asking again: an HTTP status outside :data:`RETRY_STATUS` (a revoked chat URL's 404)."""
+    return outcome.isdigit() and int(outcome) not in RETRY_STATUS
 
 
 def confidence_words(score: Any, settings: Settings, method: str | None, top: Any = None) -> str:
@@ -225,8 +231,6 @@ class Notifier:
         self._client = httpx.Client(timeout=5.0, transport=transport)
         self._seen: dict[int, tuple[str, float]] = {}  # incident -> (top cause, since)
         self._retry_at: dict[tuple[int, str], float] = {}
-        self._permanent: dict[tuple[int, str], str] = {}  # refused with a 4xx: not retried
-        self._last_outcome = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
@@ -408,14 +412,16 @@ class Notifier:
                 self._give_up("alertmanager", inc_id, "undelivered too long")
         if self.hook_url and not row["hook_sent"]:
             if self._retry_at.get((inc_id, "hook"), 0.0) <= now:
-                sent = self._send("webhook", self.hook_url, self.webhook_body(row), inc_id, now)
-                if sent:
-                    done += 1
-                if sent or self._permanent.pop((inc_id, "hook"), None) or self._overdue(row, now):
-                    if not sent:
-                        self._give_up("webhook", inc_id, self._last_outcome)
+                sent, outcome = self._send(
+                    "webhook", self.hook_url, self.webhook_body(row), inc_id, now
+                )
+                dropped = not sent and (is_final(outcome) or self._overdue(row, now))
+                if dropped:
+                    self._give_up("webhook", inc_id, outcome)
+                if sent or dropped:
                     row["hook_sent"] = True
                     changed = True
+                    done += sent
         if changed:
             with self.db.write() as conn:
                 conn.execute(
@@ -433,13 +439,14 @@ class Notifier:
         for i, url in enumerate(self.am_urls):
             key = "am" if i == 0 else f"am{i}"
             if self._retry_at.get((inc_id, key), 0.0) <= now:
-                took = self._send("alertmanager", url, body, inc_id, now, key) or took
-            self._permanent.pop((inc_id, key), None)  # a firing alert is re-sent regardless
+                took = self._send("alertmanager", url, body, inc_id, now, key)[0] or took
         return took
 
     def _send(
         self, channel: str, url: str, body: Any, inc_id: int, now: float, key_name: str = ""
-    ) -> bool:
+    ) -> tuple[bool, str]:
+        """Post ``body`` (with :func:`post_with_retry`); ``(delivered, last outcome)``. A failure
+        puts the channel of ``inc_id`` in back-off until a later round."""
         ok, outcome = post_with_retry(
             self._client,
             url,
@@ -451,12 +458,9 @@ class Notifier:
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         key = (inc_id, key_name or ("am" if channel == "alertmanager" else "hook"))
-        self._last_outcome = outcome
         if ok:
             self._retry_at.pop(key, None)
         else:
-            if outcome.isdigit() and int(outcome) not in RETRY_STATUS:
-                self._permanent[key] = outcome  # a 4xx will not get better: the caller gives up
             # after the in-call retries, wait before the next round tries again (capped at 5 min)
             pause = min(
                 300.0,
@@ -464,7 +468,7 @@ class Notifier:
             )
             self._retry_at[key] = now + pause
             log.warning("%s notification for incident %s failed (%s)", channel, inc_id, outcome)
-        return ok
+        return ok, outcome
 
     def _overdue(self, row: dict[str, Any], now: float) -> bool:
         """Whether ``row``'s message has waited longer than ``FLEETMIND_NOTIFY_GIVE_UP_S`` (since
