@@ -47,7 +47,7 @@ from sqlalchemy.exc import OperationalError, StatementError
 
 from fleetmind.data.errors import DataError
 from fleetmind.serving.db import Database, reservations
-from fleetmind.serving.scheduler.placement import Option, Reservations
+from fleetmind.serving.scheduler.placement import Option, Reservations, free_gpus
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 
@@ -97,11 +97,7 @@ def _node_lock_key(cluster: str, node: str) -> int:
 
 def _fits(node: NodeState, option: Option, job: JobSpec, held: Reservations) -> bool:
     """Whether ``option`` still has room on ``node`` after ``held`` (the placers' arithmetic)."""
-    free = {
-        g.index: g.free_milli - held.gpu_used(node.cluster, node.name, g.index)
-        for g in node.gpus
-        if g.healthy
-    }
+    free = dict(free_gpus(node, held))
     if any(free.get(g, 0) < job.gpu_milli for g in option.gpus):
         return False
     if job.cpu_milli and node.cpu_milli:
