@@ -189,7 +189,9 @@ ui_sessions = Table(
 REFIRE_MARGIN_S = 15.0
 """Default of :class:`Database`'s ``refire_margin_s`` (``FLEETMIND_ALERT_REFIRE_MARGIN_S``)."""
 
-_NO_START = "unknown"  # fleetmind.serving.routers.alerts.NO_START: keyed on the fingerprint alone
+NO_START = "unknown"
+"""``starts_at`` of an alert sent without ``startsAt``: its key is its fingerprint alone, so every
+retry of it is the same row (its ``starts_ts`` is when it was first received)."""
 
 
 def _sqlite_changes(margin_s: float) -> str:
@@ -255,7 +257,7 @@ genuine re-fire that arrives within it is taken at Alertmanager's next re-send o
 _MOVE_START = (
     "UPDATE alerts SET starts_at = :starts_at, starts_ts = :starts_ts, received_ts = :received_ts "
     "WHERE id = (SELECT a.id FROM alerts a WHERE a.fingerprint = :fingerprint "
-    f"AND a.status = 'firing' AND a.starts_at <> '{_NO_START}' AND a.starts_ts > :starts_ts "
+    f"AND a.status = 'firing' AND a.starts_at <> '{NO_START}' AND a.starts_ts > :starts_ts "
     "ORDER BY a.starts_ts, a.id LIMIT 1) "
     "AND NOT EXISTS (SELECT 1 FROM alerts b WHERE b.fingerprint = :fingerprint "
     "AND b.starts_at = :starts_at)"
@@ -275,7 +277,7 @@ _RESOLVE_EARLIER = (
     "UPDATE alerts SET status = 'resolved', ends_ts = :ends_ts, updated_ts = :updated_ts, "
     "received_ts = :received_ts, pending = TRUE "
     "WHERE fingerprint = :fingerprint AND status = 'firing' AND starts_at <> :starts_at "
-    f"AND starts_at <> '{_NO_START}' AND starts_ts <= :resolved_until"
+    f"AND starts_at <> '{NO_START}' AND starts_ts <= :resolved_until"
 )
 """A resolved delivery also resolves every firing row of its fingerprint that started by its
 ``endsAt`` (the same alert under a ``startsAt`` Alertmanager has since merged to an earlier one,
@@ -455,11 +457,11 @@ class Database:
     def _store_round(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         """:data:`_MOVE_START` for the firing rows, the upsert, :data:`_RESOLVE_EARLIER` for the
         resolved ones; ``rows`` have distinct fingerprints."""
-        firing = [r for r in rows if r["status"] == "firing" and r["starts_at"] != _NO_START]
+        firing = [r for r in rows if r["status"] == "firing" and r["starts_at"] != NO_START]
         resolved = [
             {**r, "resolved_until": r["ends_ts"] if r["ends_ts"] is not None else r["received_ts"]}
             for r in rows
-            if r["status"] == "resolved" and r["starts_at"] != _NO_START
+            if r["status"] == "resolved" and r["starts_at"] != NO_START
         ]
         if self.is_sqlite:
             # The DBAPI directly: SQLAlchemy's per-row parameter processing costs about as much as

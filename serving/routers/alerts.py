@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from fleetmind.serving.db import NO_START
 from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep, require_scope
 from fleetmind.serving.schemas import (
     MAX_DB_INT,
@@ -31,9 +32,6 @@ router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 log = logging.getLogger("fleetmind.serving")
 
 _UNSET_YEAR = 1  # Alertmanager sends 0001-01-01T00:00:00Z for an unknown endsAt
-NO_START = "unknown"
-"""``starts_at`` of an alert sent without ``startsAt``: its key is its fingerprint alone, so every
-retry of it is the same row (its ``starts_ts`` is when it was first received)."""
 
 
 def fingerprint_of(labels: dict[str, str]) -> str:
