@@ -21,7 +21,6 @@ from fleetmind.serving.rca.pool import (
 from fleetmind.serving.rca.request import parse_for, response_json
 from fleetmind.serving.registry import LoadedModel
 from fleetmind.serving.schemas import (
-    ErrorOut,
     RCAResponse,
 )
 
@@ -46,7 +45,6 @@ POOL_OUTCOME = "fleetmind.rca_pool_outcome"
 @router.post(
     "",
     response_model=RCAResponse,
-    responses={422: {"model": ErrorOut}},
     summary="Rank root causes of an alert set",
     openapi_extra={"requestBody": REQUEST_BODY},
 )

@@ -271,7 +271,6 @@ def store_or_reject(
         401: {"model": ErrorOut},
         403: {"model": ErrorOut},
         413: {"model": ErrorOut},
-        422: {"model": ErrorOut},
         503: {"model": ErrorOut},
     },
     openapi_extra={"requestBody": WEBHOOK_BODY},

@@ -27,7 +27,7 @@ IncidentId = Annotated[int, Path(ge=0, le=MAX_DB_INT)]
     response_model=FeedbackOut,
     status_code=201,
     dependencies=[Depends(require_scope("admin"))],
-    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    responses={404: {"model": ErrorOut}},
     summary="Confirm or correct the root cause of an incident (stored as a training label)",
 )
 def post_feedback(

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.deps import GraphsDep, require_scope
-from fleetmind.serving.schemas import ErrorOut, GraphIn, GraphSummary
+from fleetmind.serving.schemas import GraphIn, GraphSummary
 
 router = APIRouter(prefix="/api/v1/graph", tags=["graph"])
 
@@ -26,7 +26,6 @@ def get_graph(graphs: GraphsDep) -> dict[str, Any]:
     "",
     response_model=GraphSummary,
     dependencies=[Depends(require_scope("admin"))],
-    responses={422: {"model": ErrorOut}},
     summary="Replace the served graph (in this process; new alerts group on it)",
 )
 def put_graph(body: GraphIn, graphs: GraphsDep) -> GraphSummary:

@@ -146,7 +146,7 @@ def _decide(
 
 @router.post(
     "/filter",
-    responses={422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    responses={503: {"model": ErrorOut}},
     summary="kube-scheduler extender filter",
     openapi_extra=_body(_ARGS_DOC),
 )
@@ -169,7 +169,7 @@ def filter_nodes(
 
 @router.post(
     "/prioritize",
-    responses={422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    responses={503: {"model": ErrorOut}},
     summary="kube-scheduler extender prioritize",
     openapi_extra=_body(_ARGS_DOC),
 )
@@ -191,7 +191,6 @@ def prioritize(
 
 @router.post(
     "/bound",
-    responses={422: {"model": ErrorOut}},
     summary="A pod was bound to a node (ends its hold)",
     openapi_extra=_body(_BIND_DOC),
 )
