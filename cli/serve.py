@@ -170,6 +170,32 @@ def _check_port(host: str, port: int) -> None:
     raise ConfigError(f"cannot listen on {host} port {port}: {err.strerror or err}")
 
 
+def _check_model_refs(settings: Any) -> None:
+    """Raise :class:`ConfigError` (one line naming the variable and the known names) when
+    ``FLEETMIND_RCA_MODEL`` is ``baseline:<name>`` or ``FLEETMIND_PLACEMENT_MODEL`` is
+    ``heuristic:<name>`` with a name the server's startup could not build (it raised there, in
+    uvicorn's lifespan: a traceback and uvicorn's exit status)."""
+    from fleetmind.envs.policies import POLICIES
+    from fleetmind.serving.registry import make_heuristic, make_rca_baseline
+
+    rca, placement = settings.rca_model, settings.placement_model
+    if rca and rca.startswith("baseline:"):
+        try:
+            make_rca_baseline(rca.split(":", 1)[1])
+        except ConfigError as err:  # its message lists the known baselines
+            raise ConfigError(f"FLEETMIND_RCA_MODEL={rca!r} (--rca-model): {err}") from None
+    if placement and placement.startswith("heuristic:"):
+        name = placement.split(":", 1)[1]
+        try:
+            make_heuristic(name)
+        except ConfigError:
+            known = ", ".join(sorted({*POLICIES, "builtin"}, key=str.lower))
+            raise ConfigError(
+                f"FLEETMIND_PLACEMENT_MODEL={placement!r} (--placement-model): unknown placement "
+                f"heuristic {name!r}; known: {known}"
+            ) from None
+
+
 def _checked_settings(args: argparse.Namespace) -> Any:
     """The service's settings from the environment, checked as the server would check them at
     start (tokens, TLS, public bind, a free port, graph, database schema). Raises
@@ -200,6 +226,7 @@ def _checked_settings(args: argparse.Namespace) -> Any:
             "FLEETMIND_READ_TOKEN / FLEETMIND_INGEST_TOKEN / FLEETMIND_ADMIN_TOKEN), bind "
             "127.0.0.1, or pass --insecure"
         )
+    _check_model_refs(settings)
     _check_port(args.host, args.port)
     # a bad graph or database is a one-line error here, not a traceback in the server's startup
     load_graph(settings)

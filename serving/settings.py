@@ -14,6 +14,19 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MAX_DURATION_S = 365 * 86400.0
+"""The longest any duration setting may be (one year), unless its own bound is lower. A wait on a
+thread (``Event.wait``, the graph refresh) raises ``OverflowError`` past ``threading.TIMEOUT_MAX``
+(about 9.2e9 s on 64-bit Linux) and kills its thread with nothing reported; a year is far below
+that and above any interval, timeout or grace period that makes sense, so a larger value is a typo
+(``1e12``) and stops ``fleetmind serve`` with one line instead."""
+MAX_RETENTION_S = 10 * 365 * 86400.0
+"""The longest ``FLEETMIND_RETENTION_S`` (ten years): history is the one duration that may
+sensibly exceed a year (0 keeps everything)."""
+MAX_STATEMENT_TIMEOUT_S = 86400.0
+"""The longest ``FLEETMIND_DB_STATEMENT_TIMEOUT_S`` (one day; 0: none). PostgreSQL's own limit is
+2,147,483,647 ms (24.8 days), past which every connection is refused."""
+
 
 class Settings(BaseSettings):
     """Configuration of the FleetMind service (see ``docs/serving/settings.md`` for the table)."""
@@ -36,6 +49,7 @@ class Settings(BaseSettings):
     graph_refresh_s: float = Field(
         0.0,
         ge=0,
+        le=MAX_DURATION_S,
         description="reload FLEETMIND_GRAPH every this many seconds when the file changed "
         "(0: load once at start)",
     )
@@ -94,9 +108,11 @@ class Settings(BaseSettings):
         "local", description="cluster name for GPUs whose telemetry carries no 'cluster' label"
     )
     telemetry_timeout_s: float = Field(
-        2.0, gt=0, description="scrape timeout of the prometheus source"
+        2.0, gt=0, le=MAX_DURATION_S, description="scrape timeout of the prometheus source"
     )
-    telemetry_ttl_s: float = Field(5.0, ge=0, description="how long a telemetry snapshot is reused")
+    telemetry_ttl_s: float = Field(
+        5.0, ge=0, le=MAX_DURATION_S, description="how long a telemetry snapshot is reused"
+    )
     scheduler_cluster: str | None = Field(
         None,
         description="the telemetry cluster the kube-scheduler extender places into (unset: node "
@@ -106,12 +122,14 @@ class Settings(BaseSettings):
     reservation_ttl_s: float = Field(
         120.0,
         gt=0,
+        le=MAX_DURATION_S,
         description="an extender or reserve=true hold not seen bound is released "
         "after this many seconds",
     )
     reservation_bound_grace_s: float = Field(
         30.0,
         ge=0,
+        le=MAX_DURATION_S,
         description="a bound pod's hold stays this long (s) unless telemetry shows "
         "the pod first (about two Prometheus scrape intervals)",
     )
@@ -122,7 +140,10 @@ class Settings(BaseSettings):
         "health (P99), skew (P95) and request rate",
     )
     health_latency_slo_s: float = Field(
-        1.0, gt=0, description="P99 latency counted as fully degraded in cluster health (s)"
+        1.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="P99 latency counted as fully degraded in cluster health (s)",
     )
     health_min: float = Field(
         0.2,
@@ -142,7 +163,10 @@ class Settings(BaseSettings):
         "the released artifact in models/placement/",
     )
     incident_window_s: float = Field(
-        600.0, gt=0, description="alerts this close in time (s) may join the same incident"
+        600.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="alerts this close in time (s) may join the same incident",
     )
     incident_hops: int = Field(
         2,
@@ -154,11 +178,15 @@ class Settings(BaseSettings):
         True, description="let this process compete for the incident worker (leader lock)"
     )
     incident_rank_interval_s: float = Field(
-        2.0, ge=0, description="an incident is re-ranked at most this often during a storm (s)"
+        2.0,
+        ge=0,
+        le=MAX_DURATION_S,
+        description="an incident is re-ranked at most this often during a storm (s)",
     )
     incident_auto_resolve_s: float = Field(
         86400.0,
         ge=0,
+        le=MAX_DURATION_S,
         description="an open incident none of whose alerts changed or was delivered again "
         "(firing) for this long is resolved, its firing alerts with it (0: never); keep it above "
         "Alertmanager's repeat_interval",
@@ -178,6 +206,7 @@ class Settings(BaseSettings):
     retention_s: float = Field(
         30 * 86400.0,
         ge=0,
+        le=MAX_RETENTION_S,
         description="incidents closed longer ago than this are deleted with their alerts (0: keep)",
     )
     leader_lease_s: float = Field(
@@ -190,13 +219,17 @@ class Settings(BaseSettings):
     worker_stuck_s: float = Field(
         60.0,
         gt=0,
+        le=MAX_DURATION_S,
         description="/readyz answers 503 once the incident worker has failed for this long",
     )
     db_connect_timeout_s: float = Field(
         5.0, gt=0, le=300, description="PostgreSQL connect (and pool checkout) timeout, seconds"
     )
     db_statement_timeout_s: float = Field(
-        30.0, ge=0, description="PostgreSQL statement_timeout, seconds (0: none)"
+        30.0,
+        ge=0,
+        le=MAX_STATEMENT_TIMEOUT_S,
+        description="PostgreSQL statement_timeout, seconds (0: none)",
     )
     limit_concurrency: int = Field(
         1024,
@@ -233,6 +266,7 @@ class Settings(BaseSettings):
     rca_deadline_s: float = Field(
         30.0,
         gt=0,
+        le=MAX_DURATION_S,
         description="an RCA request not answered within this many seconds gets 503 with Retry-After",
     )
     rca_top_k: int = Field(5, ge=1, le=1000, description="ranked causes kept per incident")
@@ -294,11 +328,13 @@ class Settings(BaseSettings):
     notify_settle_s: float = Field(
         30.0,
         ge=0,
+        le=MAX_DURATION_S,
         description="a root cause is sent once an incident's top cause stayed the same this long (s)",
     )
     notify_resend_s: float = Field(
         60.0,
         gt=0,
+        le=MAX_DURATION_S,
         description="a firing FleetMindRootCause alert is re-posted this often (Alertmanager "
         "expires alerts that are not re-sent within its resolve_timeout)",
     )
@@ -386,6 +422,15 @@ class Settings(BaseSettings):
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"expected an http:// or https:// URL with a host, got {url!r}")
+        return v
+
+    @field_validator("telemetry_cluster", "scheduler_cluster", mode="before")
+    @classmethod
+    def _empty_cluster_is_unset(cls, v: object, info: ValidationInfo) -> object:
+        """An empty cluster name (a manifest's ``value: ""``) means unset, as for the notification
+        URLs: cluster '' would match no GPU, failing every GPU pod at the extender's filter."""
+        if isinstance(v, str) and not v.strip():
+            return cls.model_fields[info.field_name or ""].default
         return v
 
     @field_validator("api_token", "ingest_token", "read_token", "schedule_token", "admin_token")
