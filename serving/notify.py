@@ -168,11 +168,22 @@ def is_final(outcome: str) -> bool:
     return outcome.isdigit() and int(outcome) not in RETRY_STATUS
 
 
-def confidence_words(score: Any, settings: Settings, method: str | None, top: Any = None) -> str:
-    """How sure the top cause is, in the words the incident page shows beside it.
+def confidence_words(
+    score: Any,
+    settings: Settings,
+    method: str | None,
+    top: Any = None,
+    sent: bool = False,
+    is_open: bool = True,
+) -> str:
+    """How sure the top cause is, in the words the incident page shows beside it, and what the
+    notifier does with it.
 
-    The same thresholds as :func:`severity_for`: ``high`` (would page as critical), ``medium``
+    The same thresholds as :func:`severity_for`: ``high`` (pages as critical), ``medium``
     (warning), ``low`` (not sent); a method without calibrated scores says so instead of guessing.
+    ``sent``: the notifier has delivered this cause at this severity (its ``notifications`` row);
+    otherwise the words say what will happen: nothing while no notification URL is set, a page
+    once the ranking settles (``FLEETMIND_NOTIFY_SETTLE_S``) while the incident is open.
     """
     if method is not None and method not in CALIBRATED_METHODS:
         return "confidence unknown: this ranker's scores are not probabilities"
@@ -182,16 +193,26 @@ def confidence_words(score: Any, settings: Settings, method: str | None, top: An
         pct = f"{math.floor(100 * float(score) + 1e-9)} %"
     except (TypeError, ValueError, OverflowError):
         return "confidence unknown"
+    if sev is None:
+        return f"low confidence ({pct}): not sent to Alertmanager; treat the list as leads"
+    as_sev = "as critical" if sev == "critical" else "as a warning"
+    notifying = any(u.strip() for u in (settings.notify_alertmanager_url or "").split(","))
+    if sent:
+        outcome = f"sent {as_sev}"
+    elif not (notifying or settings.notify_webhook_url):
+        outcome = f"would page {as_sev} (notifications are off)"
+    elif is_open:
+        outcome = f"pages {as_sev} once settled"
+    else:
+        outcome = f"not sent {as_sev} (the incident closed first)"
     if sev == "critical":
-        return f"high confidence ({pct}, calibrated): sent as critical"
-    if sev == "warning":
-        if float(score) >= settings.notify_critical_score:  # capped: see severity_for
-            return (
-                f"high score ({pct}) but no fault type its node can have, or a whole cluster: "
-                "sent as a warning; check the alerts' labels against the graph"
-            )
-        return f"medium confidence ({pct}): sent as a warning; check the next causes too"
-    return f"low confidence ({pct}): not sent to Alertmanager; treat the list as leads"
+        return f"high confidence ({pct}, calibrated): {outcome}"
+    if float(score) >= settings.notify_critical_score:  # capped: see severity_for
+        return (
+            f"high score ({pct}) but no fault type its node can have, or a whole cluster: "
+            f"{outcome}; check the alerts' labels against the graph"
+        )
+    return f"medium confidence ({pct}): {outcome}; check the next causes too"
 
 
 class Notifier:

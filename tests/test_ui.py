@@ -66,11 +66,13 @@ def test_pages_redirect_to_login_without_a_session(client: TestClient) -> None:
     assert client.get("/ui/login").status_code == 200
 
 
-def test_login_sets_an_httponly_strict_cookie_without_the_token(client: TestClient) -> None:
+def test_login_sets_an_httponly_lax_cookie_without_the_token(client: TestClient) -> None:
     r = login(client, next_="/ui/fleet")
     assert r.status_code == 303 and r.headers["location"] == "/ui/fleet"
     cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith("fm_session="))
-    assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+    # Lax: a link from chat or a pager (a cross-site top-level GET) carries it, a cross-site POST
+    # does not (RFC 6265bis section 5.4.7; OWASP CSRF Prevention Cheat Sheet, SameSite)
+    assert "HttpOnly" in cookie and "samesite=lax" in cookie.lower()
     assert TOKEN not in cookie
     assert client.get("/ui/", follow_redirects=False).status_code == 200
 
@@ -140,7 +142,7 @@ def test_incident_page_has_ranked_causes_paths_timeline_and_fault(client: TestCl
     # the fixture ranks with a baseline: the page says its score is no probability
     assert 'id="confidence"' in html and "not probabilities" in html
     assert client.get("/ui/incidents/999").status_code == 404
-    assert client.get("/ui/incidents/-1").status_code == 422
+    assert client.get("/ui/incidents/-1").status_code == 404  # no incident number: no incident
 
 
 def test_fleet_page_shows_every_node_and_gpu_of_the_snapshot(client: TestClient) -> None:
@@ -404,3 +406,202 @@ def test_the_incident_api_pages_without_repeats_and_gives_the_newest_alerts(
         "more-3",
         "more-4",
     ]
+
+
+def _page_csrf(html: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+
+
+def test_a_form_posted_after_the_session_ended_returns_to_its_page(client: TestClient) -> None:
+    """Feedback posted after sign-out went to /ui/login?next=<the POST-only action>: after sign-in
+    the browser GETs a 303's target (RFC 9110 section 15.4.4) and got a JSON 401. ``next`` must be
+    the incident page the form was on."""
+    login(client)
+    csrf = _page_csrf(client.get("/ui/incidents/1").text)
+    client.post("/ui/logout", data={"csrf": csrf})  # the session ends (another tab, or expiry)
+    r = client.post(
+        "/ui/incidents/1/feedback",
+        data={"csrf": csrf, "root_cause": TRUE_ROOT, "by": "alice", "note": ""},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and r.headers["location"] == "/ui/login?next=/ui/incidents/1"
+    r = login(client, next_="/ui/incidents/1")
+    assert r.headers["location"] == "/ui/incidents/1"
+    page = client.get(r.headers["location"], follow_redirects=False)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    # a GET keeps its own path and query
+    client.cookies.delete(auth.SESSION_COOKIE)
+    r = client.get("/ui/?show=recent", follow_redirects=False)
+    assert r.headers["location"] == "/ui/login?next=/ui/%3Fshow%3Drecent"
+
+
+def test_an_admin_only_login_opens_the_api_docs(tmp_path: Path) -> None:
+    """The header's API link (/docs) answered 403 "lacks the 'read' scope" to an admin-only login,
+    though the pages let admin read (Session.can) and the docs say /docs takes a session."""
+    scoped = {"api_token": None, "read_token": "r-tok", "admin_token": "a-tok"}
+    with TestClient(create_app(make_settings(tmp_path, **scoped))) as c:
+        for token in ("a-tok", "r-tok"):
+            c.cookies.clear()
+            assert login(c, token=token).status_code == 303
+            assert c.get("/ui/").status_code == 200
+            assert c.get("/docs").status_code == 200, token
+            assert c.get("/openapi.json").status_code == 200, token
+        c.cookies.clear()
+        assert c.get("/docs").status_code == 401  # no session, no token
+
+
+def test_the_confidence_line_says_what_the_notifier_does(tmp_path: Path) -> None:
+    """ "sent as critical" showed with no notification URL set and before the cause settled."""
+    from fleetmind.serving.notify import confidence_words
+
+    top = {"node": TRUE_ROOT, "kind": "host", "fault_type": "host_down", "score": 0.93}
+    off = make_settings(tmp_path)
+    on = make_settings(tmp_path, notify_alertmanager_url="http://am.example:9093")
+    hook = make_settings(tmp_path, notify_webhook_url="https://hooks.example/x")
+    assert confidence_words(0.93, off, "gat", top).endswith(
+        "would page as critical (notifications are off)"
+    )
+    assert confidence_words(0.93, on, "gat", top).endswith("pages as critical once settled")
+    assert confidence_words(0.93, hook, "gat", top).endswith("pages as critical once settled")
+    assert confidence_words(0.93, on, "gat", top, sent=True).endswith("sent as critical")
+    assert "not sent as critical" in confidence_words(0.93, on, "gat", top, is_open=False)
+    assert "pages as a warning once settled" in confidence_words(0.5, on, "gat", top)
+    assert confidence_words(0.5, off, "gat", top).startswith(
+        "medium confidence (50 %): would page as a warning (notifications are off)"
+    )
+
+
+def test_the_incident_page_says_sent_only_when_delivered(client: TestClient) -> None:
+    from fleetmind.serving.db import notifications
+
+    login(client)
+    top = {"node": TRUE_ROOT, "kind": "host", "fault_type": "host_down", "score": 0.93,
+           "path": [TRUE_ROOT]}  # fmt: skip
+    with client.app.state.services.db.write() as conn:
+        inc = _incident_row(conn, method="gat", causes=[top], nodes=[TRUE_ROOT])
+    html = client.get(f"/ui/incidents/{inc}").text
+    line = re.search(r'id="confidence">([^<]+)<', html).group(1)
+    assert "sent as critical" not in line and "notifications are off" in line
+    with client.app.state.services.db.write() as conn:
+        conn.execute(
+            notifications.insert().values(
+                incident_id=inc, state="firing", cause_node=TRUE_ROOT,
+                labels={"severity": "critical"}, annotations={}, starts_at="x",
+                am_sent_ts=5.0, hook_sent=False, updated_ts=5.0,
+            )
+        )  # fmt: skip
+    html = client.get(f"/ui/incidents/{inc}").text
+    assert re.search(r'id="confidence">[^<]*: sent as critical<', html)
+
+
+def test_an_incident_no_alert_of_which_maps_onto_the_graph_says_so(client: TestClient) -> None:
+    """Ranked (a method is set) with no causes and no graph node: the list said "ranking…" and the
+    page "Not ranked yet." forever."""
+    login(client)
+    with client.app.state.services.db.write() as conn:
+        inc = _incident_row(conn, method="upstream-coverage", causes=[], nodes=[], clusters=["c9"])
+        _alert_row(conn, inc, "unmapped-0", node=None, alertname="MysteryAlert")
+    row = client.get("/ui/").text.split(f'data-incident="{inc}"', 1)[1].split("</tr>", 1)[0]
+    assert "ranking" not in row and "no alert maps onto the dependency graph" in row
+    html = client.get(f"/ui/incidents/{inc}").text
+    note = re.search(r'id="no-causes">(.*?)</div>', html, re.S).group(1)
+    assert "no alert maps onto the dependency graph" in note
+    assert "MysteryAlert" in note and "c9" in note and "Not ranked yet" not in html
+    with client.app.state.services.db.write() as conn:  # not ranked yet: still says so
+        fresh = _incident_row(conn, causes=[])
+    assert "Not ranked yet." in client.get(f"/ui/incidents/{fresh}").text
+
+
+def test_sign_out_from_a_stale_tab_goes_to_the_login_form(client: TestClient) -> None:
+    """The form's CSRF token belonged to a session that had already ended: a bare 403."""
+    login(client)
+    csrf = _page_csrf(client.get("/ui/").text)
+    stale = client.cookies.get(auth.SESSION_COOKIE)
+    assert client.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    client.cookies.set(auth.SESSION_COOKIE, stale)  # the other tab's browser still sends it
+    r = client.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/login"
+    cleared = next(h for h in r.headers.get_list("set-cookie") if h.startswith("fm_session="))
+    assert "max-age=0" in cleared.lower() or "expires=thu, 01 jan 1970" in cleared.lower()
+    # a cross-site POST is still refused (OWASP CSRF Prevention Cheat Sheet: verify the Origin)
+    client.cookies.set(auth.SESSION_COOKIE, stale)
+    r = client.post(
+        "/ui/logout",
+        data={"csrf": csrf},
+        headers={"Origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403
+
+
+def _css(html: str) -> dict[str, str]:
+    """The page's ``<style>`` rules: selector -> declarations (whitespace removed)."""
+    style = re.search(r"<style>(.*?)</style>", html, re.S).group(1)
+    rules: dict[str, str] = {}
+    for sel, body in re.findall(r"([^{}]+)\{([^}]*)\}", style):
+        for one in sel.split(","):
+            key = " ".join(one.split())
+            rules[key] = rules.get(key, "") + re.sub(r"\s+", "", body) + ";"
+    return rules
+
+
+def test_long_unbroken_text_may_wrap_or_is_cut_with_its_full_text_in_a_title(
+    client: TestClient,
+) -> None:
+    """A long alert name made the alert table 50,291 px wide, an alert name under a fleet node ran
+    41,134 px, a 256-character confirmed badge crushed the cause's node and a 230-character URL in
+    a note overflowed the feedback history. ``overflow-wrap: anywhere`` lets a line break inside
+    a word and, unlike ``break-word``, counts those breaks in the min-content width a table's
+    columns are sized by (CSS Text Module Level 3, section 5.5; MDN "overflow-wrap")."""
+    login(client)
+    name = "x" * 256
+    r = client.post(
+        "/ui/incidents/1/feedback",
+        data={"csrf": _page_csrf(client.get("/ui/incidents/1").text), "root_cause": TRUE_ROOT,
+              "by": name, "note": "https://example.org/" + "a" * 230},
+        follow_redirects=False,
+    )  # fmt: skip
+    assert r.status_code == 303
+    html = client.get("/ui/incidents/1").text
+    css = _css(html)
+    assert "overflow-wrap:anywhere" in css["td"]
+    assert "overflow-wrap:anywhere" in css[".node .inc"]
+    badge = css[".cause h3 .badge"]
+    assert "max-width:" in badge and "text-overflow:ellipsis" in badge
+    assert "overflow:hidden" in badge and "white-space:nowrap" in badge
+    assert "table-layout:fixed" in css["#feedback-history"]
+    assert f'title="root cause given by {name}"' in html  # the full text of a cut badge
+
+
+def test_small_page_details(client: TestClient) -> None:
+    """Feedback times without year or zone; a list that kept polling after saying it stopped;
+    JSON errors inside /ui/; a sign-in page promising a "signed" cookie."""
+    login(client)
+    r = client.post(
+        "/ui/incidents/1/feedback",
+        data={"csrf": _page_csrf(client.get("/ui/incidents/1").text), "root_cause": TRUE_ROOT,
+              "by": "alice", "note": ""},
+    )  # fmt: skip
+    history = r.text.split('id="feedback-history"', 1)[1]
+    assert re.search(r">\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC<", history)
+    script = client.get("/ui/").text.split("<script", 1)[1]
+    timer = re.search(r"const (\w+) = setInterval\(", script).group(1)
+    stop = script.index(f"clearInterval({timer})")
+    assert script.index("no longer refreshes") < stop < script.index("return;", stop)
+    bad = {
+        "/ui/incidents/abc": 404,
+        "/ui/incidents/" + "9" * 30: 404,
+        "/ui/?show=bogus": 422,
+        "/ui/?before=x": 422,
+        "/ui/x": 404,
+    }
+    for path, code in bad.items():
+        r = client.get(path, follow_redirects=False)
+        assert r.status_code == code, path
+        assert r.headers["content-type"].startswith("text/html"), path
+        assert 'id="error-message"' in r.text and "Sign out" in r.text
+    client.cookies.delete(auth.SESSION_COOKIE)
+    r = client.get("/ui/x", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/login?next=/ui/x"
+    login_page = client.get("/ui/login").text
+    assert "signed session cookie" not in login_page and "random session id" in login_page

@@ -11,7 +11,10 @@ session's CSRF token and the expiry, which the server sets (``FLEETMIND_UI_SESSI
   rotation ends every session made with the old token);
 * at its expiry.
 
-Cookies are ``HttpOnly`` and ``SameSite=Strict`` (``Secure`` when the public URL is https).
+Cookies are ``HttpOnly`` (``Secure`` when the public URL is https); the session cookie is
+``SameSite=Lax``, so a link from chat or a pager opens the page signed in, while a cross-site POST
+gets no session (and would fail the CSRF and ``Origin`` checks anyway); ``fm_csrf`` is
+``SameSite=Strict``.
 
 CSRF: a signed-in page's forms carry the session's own CSRF token, compared with the one stored
 for the session (a token taken from another session, even a valid one, is refused). The login form,

@@ -8,6 +8,7 @@ the ``read`` scope, the feedback form (:mod:`fleetmind.serving.feedback`, same c
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import time
 from collections import Counter
@@ -15,17 +16,19 @@ from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from pydantic import ValidationError
+from sqlalchemy import select
 
 from fleetmind.data.errors import DataError, FleetMindError
+from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
-from fleetmind.serving.notify import confidence_words
+from fleetmind.serving.notify import confidence_words, severity_for
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
@@ -189,7 +192,14 @@ def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> H
 
 
 def _login_redirect(request: Request) -> RedirectResponse:
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    """To the login form, which sends the browser back to ``next`` once signed in. A 303 is
+    followed by a GET (RFC 9110 section 15.4.4), so a form's POST (the session ended while it was
+    being filled in) returns to the page the form was on, not to its POST-only action."""
+    if request.method in ("GET", "HEAD"):
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    else:
+        page = re.match(r"/ui/incidents/\d+(?=/|$)", request.url.path)
+        target = page.group(0) if page else "/ui/"
     return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
 
 
@@ -274,12 +284,17 @@ async def login(request: Request, services: ServicesDep) -> Response:
         auth.start_session, services.db, settings, form.get("token", "").strip(), scopes
     )
     resp = RedirectResponse(target, status_code=303)
+    # Lax, not Strict: a link from chat, a pager or Alertmanager (the notifier's incident_url)
+    # is a cross-site top-level GET, which gets a Lax cookie and so opens the page signed in;
+    # cross-site POSTs still get none (RFC 6265bis section 5.4.7; OWASP CSRF Prevention Cheat
+    # Sheet, "SameSite Cookie Attribute"), and every POST also needs the session's CSRF token and
+    # a same-site Origin (auth.csrf_ok)
     resp.set_cookie(
         auth.SESSION_COOKIE,
         value,
         max_age=max_age,
         httponly=True,
-        samesite="strict",
+        samesite="lax",
         secure=auth.secure_cookies(settings, request),
         path="/",
     )
@@ -291,8 +306,21 @@ async def logout(request: Request, services: ServicesDep) -> Response:
     """End the session: its row is deleted, so every copy of the cookie stops working."""
     form = await read_form(request)
     session = await run_in_threadpool(auth.read_session, request, services.settings, services.db)
+    if session is None and auth.same_origin(request):
+        # the session already ended (a stale tab: its form's token belonged to it): nothing to
+        # end, so no forgery to fear; clear the cookies and show the login form
+        resp = RedirectResponse("/ui/login", status_code=303)
+        resp.delete_cookie(auth.SESSION_COOKIE, path="/")
+        resp.delete_cookie(auth.CSRF_COOKIE, path="/ui")
+        return resp
     if not auth.csrf_ok(request, form.get("csrf"), session):
-        return Response("cross-site request refused", status_code=403)
+        return render(
+            request,
+            "error.html",
+            status_code=403,
+            session=session,
+            message="The form expired or came from another site; reload the page and try again.",
+        )
     await run_in_threadpool(auth.end_session, request, services.db)
     resp = RedirectResponse("/ui/login", status_code=303)
     resp.delete_cookie(auth.SESSION_COOKIE, path="/")
@@ -309,15 +337,24 @@ def ui_root() -> RedirectResponse:
 def incidents_page(
     request: Request,
     services: ServicesDep,
-    show: Annotated[str, Query(pattern="^(open|recent)$")] = "open",
-    before: Annotated[int | None, Query(ge=1, le=MAX_DB_INT)] = None,
+    show: str = "open",
+    before: str | None = None,
 ) -> Response:
     session = _session(request, services)
     if isinstance(session, Response):
         return session
+    before_id = None if before is None else _db_id(before, lowest=1)
+    if show not in ("open", "recent") or (before is not None and before_id is None):
+        return render(
+            request,
+            "error.html",
+            status_code=422,
+            session=session,
+            message="The list takes show=open or show=recent and before=<incident number>.",
+        )
     db = services.db
     rows = db.list_incidents(
-        "open" if show == "open" else None, limit=LIST_INCIDENTS + 1, before=before
+        "open" if show == "open" else None, limit=LIST_INCIDENTS + 1, before=before_id
     )
     older = rows[LIST_INCIDENTS - 1]["id"] if len(rows) > LIST_INCIDENTS else None
     rows = rows[:LIST_INCIDENTS]
@@ -332,8 +369,26 @@ def incidents_page(
         show=show,
         counts=counts,
         older=older,
-        before=before,
+        before=before_id,
         section="incidents",
+    )
+
+
+def _db_id(text: str, lowest: int = 0) -> int | None:
+    """``text`` as a row id (decimal digits, ``lowest`` to :data:`MAX_DB_INT`), else ``None``."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_DB_INT)):
+        return None
+    value = int(text)
+    return value if lowest <= value <= MAX_DB_INT else None
+
+
+def _no_incident(request: Request, session: auth.Session, incident_id: object) -> HTMLResponse:
+    return render(
+        request,
+        "error.html",
+        status_code=404,
+        session=session,
+        message=f"There is no incident {incident_id}.",
     )
 
 
@@ -341,12 +396,16 @@ def incidents_page(
 def incident_page(
     request: Request,
     services: ServicesDep,
-    incident_id: Annotated[int, Path(ge=0, le=MAX_DB_INT)],
+    incident_id: str,
 ) -> Response:
+    """One incident; an id that is no incident number is a 404 page like a missing one."""
     session = _session(request, services)
     if isinstance(session, Response):
         return session
-    return _incident(request, services, incident_id, session)
+    number = _db_id(incident_id)
+    if number is None:
+        return _no_incident(request, session, incident_id[:40])
+    return _incident(request, services, number, session)
 
 
 def _incident(
@@ -360,13 +419,7 @@ def _incident(
 ) -> Response:
     row = services.db.get_incident(incident_id)
     if row is None:
-        return render(
-            request,
-            "error.html",
-            status_code=404,
-            session=session,
-            message=f"There is no incident {incident_id}.",
-        )
+        return _no_incident(request, session, incident_id)
     if row["status"] == "merged" and row["merged_into"] is not None:
         target = f"/ui/incidents/{row['merged_into']}?merged_from={incident_id}"
         return RedirectResponse(target, status_code=303)
@@ -410,7 +463,12 @@ def _incident(
         low_causes=[c for c in causes if c["low"]],
         low_score=LOW_SCORE,
         confidence=confidence_words(
-            causes[0]["score"], services.settings, row.get("method"), causes[0]
+            causes[0]["score"],
+            services.settings,
+            row.get("method"),
+            causes[0],
+            sent=_notified(services, row, causes[0]),
+            is_open=row["status"] == "open",
         )
         if causes
         else None,
@@ -458,6 +516,26 @@ def _cause_graphs(
             svg = path_svg(path, kinds, firing_nodes, edge_kinds(graph, path), title=title)
         causes.append({**c, "rank": rank, "svg": Markup(svg), "reached": len(depth)})
     return causes
+
+
+def _notified(services: Any, incident: dict[str, Any], top: dict[str, Any]) -> bool:
+    """Whether the notifier delivered ``top`` at the severity it has now (its ``notifications``
+    row names the cause and severity, and Alertmanager or the webhook took it)."""
+    severity = severity_for(top.get("score"), services.settings, incident.get("method"), top)
+    if severity is None:
+        return False
+    with services.db.read() as conn:
+        row = conn.execute(
+            select(notifications).where(notifications.c.incident_id == incident["id"])
+        ).first()
+    if row is None:
+        return False
+    n = row._mapping
+    return (
+        n["cause_node"] == top["node"]
+        and (n["labels"] or {}).get("severity") == severity
+        and (n["state"] == "resolved" or n["am_sent_ts"] is not None or bool(n["hook_sent"]))
+    )
 
 
 def _merged_note(merged_from: str) -> str | None:
@@ -624,3 +702,20 @@ def _incident_marks(services: Any) -> dict[tuple[str, ...], list[str]]:
         if label not in out.setdefault(key, []):
             out[key].append(label)
     return out
+
+
+# ---------------------------------------------------------------------------------------- not found
+@router.get("/{rest:path}", response_class=HTMLResponse)
+def not_found_page(request: Request, services: ServicesDep, rest: str) -> Response:
+    """Any other ``/ui/...`` path: a 404 page for a signed-in browser (the login form without a
+    session), not the API's JSON answer. Registered last, so it shadows no page."""
+    session = _session(request, services)
+    if isinstance(session, Response):
+        return session
+    return render(
+        request,
+        "error.html",
+        status_code=404,
+        session=session,
+        message=f"There is no page /ui/{rest[:80]}.",
+    )
