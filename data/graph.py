@@ -31,9 +31,24 @@ from fleetmind.data.errors import DataError
 from fleetmind.data.files import read_json
 from fleetmind.data.graph_schema import EDGE_KINDS, NODE_KINDS, GraphModel, validation_message
 
-# More specific kinds win when an alert's labels match several nodes equally well.
-_KIND_SPECIFICITY = {k: i for i, k in enumerate(reversed(NODE_KINDS))}
-_KIND_SPECIFICITY.update({"link": 100, "gpu": 90, "pod": 80, "host": 70, "service": 60})
+_KIND_SPECIFICITY: dict[str, int] = {
+    "link": 100,
+    "gpu": 90,
+    "pod": 80,
+    "host": 70,
+    "service": 60,
+    "registry": 6,
+    "dns": 5,
+    "config": 4,
+    "storage": 3,
+    "network": 2,
+    "infra": 1,
+    "cluster": 0,
+}
+"""Node kind -> rank; a more specific kind wins when an alert's labels match several nodes equally
+well. The cluster ranks last: Prometheus' ``cluster`` external label (docs/graph.md) puts ``cluster``
+on every alert, also on alerts about cluster-less shared infrastructure (``{"service": "dns",
+"cluster": "c0"}`` is the DNS node, not the cluster)."""
 
 OVERRIDE_LABEL = "fleetmind_node"
 """An alert label whose value is a node id maps the alert to that node directly."""
@@ -162,12 +177,13 @@ class DependencyGraph:
         ``pod``/``namespace``; :data:`NODE_NAME_LABELS`, then ``instance`` (``host:port``, a host's
         name or one of its ``addresses``), standing in for a missing ``node``), and the node whose
         ``match`` labels are all present in the alert with equal values, with the most match
-        labels, wins; ties go to the more specific kind (link > gpu > pod > host > service >
-        others). An alert naming a workload controller (:data:`WORKLOAD_LABELS`) lands on the
-        controller's node (:meth:`workload_node`) unless its labels match a pod, GPU, host or link
-        that is not its exporter. When the match is the exporter that reported the alert
-        (:meth:`is_scrape_target`), the alert is matched again without the target's labels
-        (:data:`TARGET_LABELS`), and that match wins if there is one.
+        labels, wins; ties go to the more specific kind (:data:`_KIND_SPECIFICITY`: link > gpu >
+        pod > host > service > shared infrastructure > cluster). An alert naming a workload
+        controller (:data:`WORKLOAD_LABELS`) lands on the controller's node (:meth:`workload_node`)
+        unless its labels match a pod, GPU, host or link that is not its exporter. When the match
+        is the exporter that reported the alert (:meth:`is_scrape_target`), the alert is matched
+        again without the target's labels (:data:`TARGET_LABELS`), and that match wins if there is
+        one.
         """
         i = self.resolve_alert(
             {str(k): str(v) for k, v in labels.items() if v is not None}, self._best_match

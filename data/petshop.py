@@ -29,7 +29,8 @@ period's *distribution* is used, never its timestamps, so normal data recorded a
 PetShop, where it was recorded months later) is fine; window rows are sorted by time and duplicate
 timestamps dropped; names in headers are stripped of surrounding whitespace. A malformed folder raises
 :class:`~fleetmind.data.errors.DataError` naming the file and problem (``graph.csv`` cells must be 0 or
-1; a window must name at least one graph node). :meth:`PetShopScenario.check_baseline` and
+1; a window must name at least one graph node; a metric value must not be ``inf``; a timestamp of the
+normal period must not repeat). :meth:`PetShopScenario.check_baseline` and
 :meth:`PetShopScenario.check_evidence` say why a scenario would give no alert at all (``rca petshop``
 runs them before ranking).
 """
@@ -182,8 +183,14 @@ class DetectorConfig:
 
 
 # ---------------------------------------------------------------------------- file readers
-def read_metrics_csv(path: str | Path) -> pd.DataFrame:
+def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFrame:
     """Read a PetShop ``metrics.csv``.
+
+    Args:
+        path: the file.
+        unique_times: a timestamp written on more than one row is an error (the normal period,
+            whose rows are the baseline's sample: dropping one would change it silently); when
+            ``False`` (issue windows) later rows of a repeated timestamp are dropped.
 
     Returns:
         DataFrame indexed by unix time in seconds (float, sorted ascending, unique), with a 3-level
@@ -191,8 +198,9 @@ def read_metrics_csv(path: str | Path) -> pd.DataFrame:
         header written ``a, b, c`` reads as ``a``, ``b``, ``c``) and float values (NaN where missing).
 
     Raises:
-        DataError: missing file, wrong header, a column named twice, non-numeric timestamps, or
-            no rows.
+        DataError: missing file, wrong header, a column named twice, non-numeric timestamps, no
+            rows, a value that is ``inf`` or ``-inf`` (an empty cell or ``nan`` is a missing value),
+            or (``unique_times``) a repeated timestamp.
     """
     p = Path(path)
     if not p.is_file():
@@ -214,15 +222,36 @@ def read_metrics_csv(path: str | Path) -> pd.DataFrame:
     if non_numeric:
         df[non_numeric] = df[non_numeric].apply(pd.to_numeric, errors="coerce")
     df = df.astype(float)
-    df = df[~df.index.duplicated(keep="first")].sort_index()
     df.columns = pd.MultiIndex.from_tuples(
         [tuple(str(level).strip() for level in c) for c in df.columns],
         names=["node", "metric", "statistic"],
     )
+    _check_finite(df, p)
+    repeated = df.index.duplicated(keep="first")
+    if unique_times and repeated.any():
+        raise DataError(
+            f"{p}: timestamp {df.index[int(np.argmax(repeated))]:.15g} is on more than one row; "
+            "the normal period needs one row per timestamp"
+        )
+    df = df[~repeated].sort_index()
     dup = df.columns[df.columns.duplicated()]
     if len(dup):
         raise DataError(f"{p}: column {'/'.join(dup[0])!r} appears more than once in the header")
     return df
+
+
+def _check_finite(df: pd.DataFrame, path: Path) -> None:
+    """Raise :class:`DataError` naming the first ``inf``/``-inf`` cell of ``df`` (file order): its
+    column, its data row (1 = the first row under the header) and that row's timestamp."""
+    bad = np.isinf(df.to_numpy(dtype=float))
+    if not bad.any():
+        return
+    r, c = np.argwhere(bad)[0]
+    raise DataError(
+        f"{path}: column {'/'.join(df.columns[c])!r}, data row {r + 1} (time {df.index[r]:.15g}) is "
+        f"{df.iat[r, c]:g}; values must be finite numbers (leave a cell empty or write nan for a "
+        "missing value)"
+    )
 
 
 def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
@@ -866,7 +895,7 @@ def load_scenario(
         raise DataError(f"{root}: neither train/ nor test/ issue folder found")
     cfg = replace(config or DetectorConfig(), roles=scenario_role_map(root, roles))
     graph = read_graph_csv(root / "graph.csv", name=root.name)
-    normal = read_metrics_csv(root / "noissue" / "metrics.csv")
+    normal = read_metrics_csv(root / "noissue" / "metrics.csv", unique_times=True)
     check_role_map(
         cfg.roles, normal.columns.get_level_values(1), role_map_source(root, roles) or "role map"
     )

@@ -186,8 +186,12 @@ class SystemModel:
     ) -> None:
         self.graph = graph
         self.config = config or DetectorConfig()
-        if len(normal) < 4:
-            raise DataError(f"normal period has {len(normal)} rows; at least 4 are needed")
+        need = self.config.min_normal_points
+        if len(normal) < need:
+            raise DataError(
+                f"normal period has {len(normal)} rows; at least {need} are needed "
+                "(min_normal_points: a metric's baseline needs that many values)"
+            )
         self.normal = normal
         self.baseline: Baseline = fit_baseline(normal, self.config)
         self.values = normal.to_numpy(dtype=float)
@@ -224,6 +228,12 @@ class SystemModel:
         # through its callers, so the prior favours components an operator watches
         w = np.where(has_metrics[self.candidates], 1.0, 0.1) if self.candidates.size else None
         self.candidate_p = None if w is None else w / w.sum()
+        if len(scored) == 0:
+            most = int(normal.notna().sum().max()) if normal.shape[1] else 0
+            raise DataError(
+                f"normal period: no metric column has a baseline: one needs at least {need} "
+                f"non-NaN values and the most any column has is {most} (of {len(normal)} rows)"
+            )
         if self.candidates.size == 0:
             raise DataError(
                 f"graph {graph.name!r}: no node has a normal-period metric with a baseline "

@@ -17,8 +17,8 @@ Defaults are one set of settings for every system (no per-system tuning): 4,000 
 validation incidents, 3 GATv2 layers of 64 channels, 20 epochs of Adam (lr 3e-3, batch 64 graphs).
 
 Before any training, ``--out`` (:func:`check_out_dir`: new, empty, or an earlier fit's folder) and
-``--json`` (:func:`check_json_path`) are checked, and the normal period's rows must be 1 s to 5 min
-apart (:func:`fleetmind.data.petshop.check_row_interval`).
+``--json`` (:func:`check_json_path`) are checked, and the normal period must have at least 30 rows
+(:func:`check_normal_rows`), 1 s to 5 min apart (:func:`fleetmind.data.petshop.check_row_interval`).
 """
 
 from __future__ import annotations
@@ -98,15 +98,32 @@ def read_system(scenario: str | Path) -> tuple[Any, Any]:
     (the role map, :func:`fleetmind.data.metric_roles.scenario_role_map`, is the only other file).
 
     Raises:
-        DataError: folder, ``graph.csv`` or ``noissue/metrics.csv`` missing or malformed.
+        DataError: folder, ``graph.csv`` or ``noissue/metrics.csv`` missing or malformed (an
+            ``inf`` value, a repeated timestamp: :func:`fleetmind.data.petshop.read_metrics_csv`).
     """
 
     root = Path(scenario)
     if not root.is_dir():
         raise DataError(f"scenario folder not found: {root}")
     graph = read_graph_csv(root / "graph.csv", name=root.name)
-    normal = read_metrics_csv(root / "noissue" / "metrics.csv")
+    normal = read_metrics_csv(root / "noissue" / "metrics.csv", unique_times=True)
     return graph, normal
+
+
+def check_normal_rows(normal: Any, path: str | Path, config: DetectorConfig) -> None:
+    """Check that the normal period has at least ``config.min_normal_points`` rows (30 by default):
+    a metric needs that many values for a baseline, so a shorter period gives the synthesiser no
+    node to inject faults into.
+
+    Raises:
+        DataError: naming the file, its row count and the minimum.
+    """
+    need = config.min_normal_points
+    if len(normal) < need:
+        raise DataError(
+            f"{path}: the normal period has {len(normal)} rows; rca fit needs at least {need} "
+            "(a metric's baseline needs that many values)"
+        )
 
 
 def check_out_dir(out: str | Path) -> None:
@@ -155,12 +172,14 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     """Synthesise incidents, train, keep the best epoch, write the model folder.
 
     ``args.out`` is checked first (:func:`check_out_dir`), and the normal period's rows must be 1 s
-    to 5 min apart (:func:`fleetmind.data.petshop.check_row_interval`, as for issue windows);
-    role-map entries that name no metric of the normal period are warned about on stderr.
+    to 5 min apart (:func:`fleetmind.data.petshop.check_row_interval`, as for issue windows) and at
+    least ``min_normal_points`` (30) (:func:`check_normal_rows`); role-map entries that name no
+    metric of the normal period are warned about on stderr.
 
     Raises:
-        DataError: unreadable or malformed inputs, a normal period whose rows are too close or too
-            far apart (or in milliseconds), or a role map none of whose entries names a metric.
+        DataError: unreadable or malformed inputs, a normal period of fewer than 30 rows or whose
+            rows are too close or too far apart (or in milliseconds), or a role map none of whose
+            entries names a metric.
         ConfigError: ``args.out`` cannot be written or would overwrite something else.
 
     Returns:
@@ -174,10 +193,9 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     graph, normal = read_system(args.scenario)
-    if len(normal) >= 2:  # fewer rows: SystemModel says how many it needs
-        check_row_interval(
-            normal.index.to_numpy(dtype=float), Path(args.scenario) / "noissue" / "metrics.csv"
-        )
+    normal_csv = Path(args.scenario) / "noissue" / "metrics.csv"
+    check_normal_rows(normal, normal_csv, DetectorConfig())
+    check_row_interval(normal.index.to_numpy(dtype=float), normal_csv)
     roles = scenario_role_map(args.scenario, args.roles)
     where = role_map_source(args.scenario, args.roles) or "role map"
     unmatched = check_role_map(roles, normal.columns.get_level_values(1), where)
