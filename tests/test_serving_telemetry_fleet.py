@@ -108,7 +108,8 @@ def test_the_joined_kube_state_metrics_query_answers_as_its_parts(prom: str) -> 
         "node_requests",
         "kube_pod_info",
         "kube_pod_annotations",
-    )
+        "node_gpus",
+    )  # node_gpu_replicas: no time-sliced node in the fixture
     parts = [x for n in names for x in src.query(FLEET_QUERIES[n], n)]
     src.close()
 

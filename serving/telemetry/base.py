@@ -35,6 +35,9 @@ class GpuState:
     healthy: bool = True
     mig_parent: int | None = None
     """Physical GPU index when this is a MIG instance (``index`` is then ``100 (parent + 1) + GI``)."""
+    missing: bool = False
+    """A placeholder: the kubelet counts this GPU on the node but its exporter reports nothing
+    (fallen off the bus, exporter down); always unhealthy with nothing free."""
 
 
 @dataclass
@@ -50,6 +53,10 @@ class NodeState:
     memory_mib_free: int = 0
     pods: frozenset[str] = frozenset()
     """``namespace/name`` of the pods telemetry shows on this node (empty when it cannot tell)."""
+    gpu_replicas: int = 1
+    """Time-slicing replicas per physical GPU (the device plugin's ``sharing.timeSlicing``
+    ``replicas``; 1 without time-slicing): one ``nvidia.com/gpu`` a pod requests here is one
+    replica, ``1000 // gpu_replicas`` milli-GPU of a GPU."""
 
 
 @dataclass
@@ -127,9 +134,22 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
     raise ConfigError(f"unknown telemetry source {kind!r}; use sim, nvml or prometheus")
 
 
+IDLE_MEMORY_FRACTION = 0.05
+"""A GPU with less than this fraction of its framebuffer used counts as idle (fully free): NVML's
+``used`` is reserved plus allocated memory (``nvmlMemory_t``, "Sum of Reserved and Allocated device
+memory", https://docs.nvidia.com/deploy/nvml-api/structnvmlMemory__t.html), and the driver reserves
+some of it on every GPU (about 580 MiB of an idle H100's 81559 MiB), so an idle GPU never reads
+0 used; dcgm-exporter's ``DCGM_FI_DEV_FB_USED`` is the same reading."""
+
+
 def free_milli_from_memory(used_mib: float | None, total_mib: float | None) -> int:
-    """Free share of a GPU in openb milli-GPU units, from framebuffer memory (0 when unknown)."""
+    """Free share of a GPU in openb milli-GPU units (0..1000), from framebuffer memory (MiB).
+
+    1000 when under :data:`IDLE_MEMORY_FRACTION` of the framebuffer is used (driver-reserved
+    memory alone), else the free fraction; 0 when unknown.
+    """
     if used_mib is None or not total_mib or total_mib <= 0:
         return 0
-    frac = max(0.0, min(1.0, 1.0 - used_mib / total_mib))
-    return int(frac * 1000)
+    if used_mib / total_mib < IDLE_MEMORY_FRACTION:
+        return 1000
+    return int(1000 * max(0.0, min(total_mib, total_mib - used_mib)) / total_mib)

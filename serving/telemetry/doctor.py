@@ -6,11 +6,12 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 
 | check | looks for |
 | --- | --- |
-| ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation, last XID; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (windowed ``DCGM_EXP_XID_ERRORS_COUNT``, GPU-sharing annotations) are named when absent |
+| ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation as ``DCGM_FI_DEV_GPU_UTIL`` or, for MIG, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (last XID ``DCGM_FI_DEV_XID_ERRORS``, absent until a GPU has had an XID; windowed ``DCGM_EXP_XID_ERRORS_COUNT``; GPU-sharing annotations) are named when absent |
+| ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``) |
 | ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``) |
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
 | ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
-| ``nodes`` | node names that are exporter pod names (``Hostname`` of a non-hostNetwork exporter without ``kube_pod_info`` to resolve it) |
+| ``nodes`` | node names that are exporter pod names (``Hostname`` of a non-hostNetwork exporter without ``kube_pod_info`` to resolve it); GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas) |
 
 Returns the findings; :func:`has_errors` says whether any is an ``error``.
 """
@@ -32,15 +33,17 @@ Level = Literal["ok", "info", "warn", "error"]
 REQUIRED = {
     "DCGM_FI_DEV_FB_USED": "dcgm-exporter",
     "DCGM_FI_DEV_FB_FREE": "dcgm-exporter",
-    "DCGM_FI_DEV_GPU_UTIL": "dcgm-exporter",
-    "DCGM_FI_DEV_XID_ERRORS": "dcgm-exporter",
+    "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE": "dcgm-exporter",
     "kube_node_status_allocatable": "kube-state-metrics",
     "kube_pod_container_resource_requests": "kube-state-metrics",
     "kube_pod_info": "kube-state-metrics",
     "kube_pod_status_phase": "kube-state-metrics",
 }
-"""Series the ``prometheus`` source reads, and the exporter that serves each."""
+"""Series the ``prometheus`` source reads, and the exporter that serves each; ``A|B``: either
+(MIG instances export ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, not ``DCGM_FI_DEV_GPU_UTIL``)."""
 OPTIONAL = {
+    "DCGM_FI_DEV_XID_ERRORS": "absent: no XID yet (dcgm-exporter 4.5.3 and later skip blank "
+    "values, and the last XID is blank until a GPU has had one; NVIDIA/dcgm-exporter#700, #646)",
     "DCGM_EXP_XID_ERRORS_COUNT": "windowed XID counts let a GPU come back once its hardware XID "
     "leaves the window (dcgm-exporter: add it to the counters CSV, --xid-count-window-size)",
     "kube_pod_annotations": "GPU shares of the GPU-sharing scheduler (kube-state-metrics "
@@ -112,17 +115,17 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
     present = {
         lab.get("__name__", ""): _as_count(v, by_name) for _, lab, v in src.query(by_name, "count")
     }
-    missing = [m for m in REQUIRED if m not in present]
+    missing = [m for m in REQUIRED if not any(a in present for a in m.split("|"))]
     for exporter in dict.fromkeys(REQUIRED[m] for m in missing):
         gone = [m for m in missing if REQUIRED[m] == exporter]
-        out.append(
-            Finding("error", "metrics", f"missing {', '.join(gone)} (is {exporter} scraped?)")
-        )
+        shown = ", ".join(m.replace("|", " or ") for m in gone)
+        out.append(Finding("error", "metrics", f"missing {shown} (is {exporter} scraped?)"))
     if not missing:
         out.append(Finding("ok", "metrics", f"all {len(REQUIRED)} required series are there"))
     for m, why in OPTIONAL.items():
         if m not in present:
             out.append(Finding("info", "metrics", f"no {m}: {why}"))
+    out += _targets_down(src)
     gpu_series = present.get("DCGM_FI_DEV_FB_USED", 0)
     if gpu_series:
         out += _layout(src, gpu_series)
@@ -144,7 +147,10 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
         else:
             out.append(Finding("ok", "occupancy", f"{free} of {len(gpus)} GPUs have room"))
         sick = [
-            (n.name, g.index, g.xid_errors) for n in snap.nodes for g in n.gpus if not g.healthy
+            (n.name, g.index, g.xid_errors)
+            for n in snap.nodes
+            for g in n.gpus
+            if not g.healthy and not g.missing
         ]
         if sick:
             shown = ", ".join(f"{n}/{i} (XID {x:g})" for n, i, x in sick[:5] if x is not None)
@@ -153,6 +159,7 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
             )
         if "kube_node_status_allocatable" in present:
             out += _unmatched(snap)
+        out += _missing_gpus(snap)
         odd = [n.name for n in snap.nodes if n.gpus and EXPORTER_POD.match(n.name)]
         if odd:
             out.append(
@@ -164,6 +171,47 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
                 )
             )
     return out
+
+
+def _targets_down(src: PrometheusApiSource) -> list[Finding]:
+    """dcgm-exporter scrape targets Prometheus cannot scrape (``up == 0`` in a job named like
+    ``*dcgm*``, as the chart's ServiceMonitor job ``serviceMonitor/<ns>/<name>-dcgm-exporter/0``)."""
+    down = src.query('up{job=~"(?i).*dcgm.*"} == 0', "up")
+    if not down:
+        return []
+    shown = ", ".join(
+        lab.get("node") or lab.get("pod") or lab.get("instance", "?") for _, lab, _ in down[:5]
+    )
+    return [
+        Finding(
+            "warn",
+            "targets",
+            f"{len(down)} dcgm-exporter target(s) down ({shown}): their GPUs are shown unhealthy "
+            "where kube-state-metrics counts them, else not at all",
+        )
+    ]
+
+
+def _missing_gpus(snap: Any) -> list[Finding]:
+    """Nodes whose DCGM series report fewer GPUs than the kubelet counts (placeholders)."""
+    short = []
+    for n in snap.nodes:
+        lost = sum(g.missing for g in n.gpus)
+        if lost:
+            reps = f" x {n.gpu_replicas} replicas" if n.gpu_replicas > 1 else ""
+            short.append(f"{n.name} ({len(n.gpus) - lost} of {len(n.gpus)} GPUs{reps})")
+    if not short:
+        return []
+    return [
+        Finding(
+            "warn",
+            "nodes",
+            f"{len(short)} node(s) report fewer GPUs than kube-state-metrics counts "
+            f"(nvidia.com/gpu capacity): {', '.join(short[:5])}; the others are shown unhealthy "
+            "(fallen off the bus, exporter down). Time-sliced nodes: export the replicas label "
+            "(kube-state-metrics --metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas])",
+        )
+    ]
 
 
 def _unmatched(snap: Any) -> list[Finding]:

@@ -46,37 +46,59 @@ class NvmlSource(TelemetrySource):
         self.host = socket.gethostname()
 
     def collect(self) -> FleetSnapshot:
+        """This host's GPUs now.
+
+        A GPU whose queries fail (``NVMLError``, e.g. ``NVMLError_GpuIsLost`` after it fell off
+        the bus, XID 79) is reported unhealthy with nothing free, under its index; what it still
+        answered (name, UUID) is kept.
+
+        Raises:
+            NotAvailableError: NVML cannot list the GPUs (the driver stopped answering).
+        """
         nv = self._nvml
-        gpus = []
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            name = nv.nvmlDeviceGetName(h)
-            name = name.decode() if isinstance(name, bytes) else str(name)
-            uuid = nv.nvmlDeviceGetUUID(h)
-            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            try:
-                util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
-            except nv.NVMLError:
-                util = None
-            used, total = mem.used / 2**20, mem.total / 2**20
-            gpus.append(
-                GpuState(
-                    index=i,
-                    model=name,
-                    uuid=uuid,
-                    util_pct=util,
-                    mem_used_mib=used,
-                    mem_total_mib=total,
-                    xid_errors=None,
-                    free_milli=free_milli_from_memory(used, total),
-                )
-            )
+        try:
+            count = nv.nvmlDeviceGetCount()
+        except nv.NVMLError as err:
+            raise NotAvailableError(
+                f"telemetry source 'nvml': NVML cannot list this host's GPUs ({err}); {_OTHERS}"
+            ) from None
+        gpus = [self._gpu(i) for i in range(count)]
         node = NodeState(name=self.host, cluster=self.cluster, gpus=gpus)
         return FleetSnapshot("nvml", [node], time.time())
+
+    def _gpu(self, i: int) -> GpuState:
+        """GPU ``i``: utilisation (%), framebuffer used/total (MiB); unhealthy when NVML fails.
+
+        Any device query can raise ``NVMLError`` (nvidia-ml-py's ``pynvml.py`` maps every
+        ``nvmlReturn_t`` to a subclass, ``NVML_ERROR_GPU_IS_LOST`` to ``NVMLError_GpuIsLost``).
+        """
+        nv = self._nvml
+        gpu = GpuState(index=i, model="unknown", healthy=False, free_milli=0)
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            gpu.model = _text(nv.nvmlDeviceGetName(h))
+            gpu.uuid = _text(nv.nvmlDeviceGetUUID(h))
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            used, total = mem.used / 2**20, mem.total / 2**20
+        except nv.NVMLError:
+            return gpu
+        try:
+            gpu.util_pct = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+        except nv.NVMLError as err:
+            if isinstance(err, getattr(nv, "NVMLError_GpuIsLost", ())):
+                return gpu
+            # NOT_SUPPORTED on some GPUs (e.g. MIG mode): no reading, GPU still usable
+        gpu.mem_used_mib, gpu.mem_total_mib = used, total
+        gpu.healthy, gpu.free_milli = True, free_milli_from_memory(used, total)
+        return gpu
 
     def close(self) -> None:
         try:
             self._nvml.nvmlShutdown()
         except Exception:  # pragma: no cover - already shut down
             pass
+
+
+def _text(value: bytes | str) -> str:
+    """An NVML string (bytes in older nvidia-ml-py releases) as ``str``."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -51,6 +51,8 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
 | ``kube_pod_info{node, pod, namespace}`` | ``NodeState.pods`` (pods bound there), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods |
+| ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
+| ``kube_node_labels{label_nvidia_com_gpu_replicas}`` | ``gpu_replicas``, time-slicing replicas per GPU |
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
 
 Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
@@ -61,12 +63,26 @@ dcgm-exporter in a DaemonSet without ``hostNetwork`` reports the *exporter pod's
 kube-state-metrics places on a node, that node is used instead.
 
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
-GPU-sharing pods on it (annotations); else 0 when a workload pod holds it (see Scrape styles); else 1000 when under
-5 % of its framebuffer is used, otherwise the free framebuffer fraction.
+GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
+``1000 * (r - pods) // r`` with ``r`` the node's time-slicing replicas (1 without time-slicing: 0
+free); else 1000 when under 5 % of its framebuffer is used (driver-reserved memory,
+:data:`fleetmind.serving.telemetry.base.IDLE_MEMORY_FRACTION`), otherwise the free framebuffer
+fraction.
+
+Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
+counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
+exporter target down: its series go stale) gets unhealthy placeholders with nothing free
+(:func:`add_missing_gpus`). Time-slicing advertises ``r`` devices per GPU (k8s-device-plugin
+``sharing.timeSlicing.resources[].replicas``, https://docs.nvidia.com/datacenter/cloud-native/
+gpu-operator/latest/gpu-sharing.html); ``r`` is GPU feature discovery's ``nvidia.com/gpu.replicas``
+node label, which kube-state-metrics exports with
+``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]`` (``kube_node_labels``), and
+becomes ``NodeState.gpu_replicas``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections import defaultdict
@@ -76,9 +92,14 @@ from typing import Any
 
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.redact import safe_uri
-from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
+from fleetmind.serving.telemetry.base import (
+    FleetSnapshot,
+    GpuState,
+    NodeState,
+    TelemetrySource,
+    free_milli_from_memory,
+)
 
-IDLE_MEMORY_FRACTION = 0.05
 _FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "util",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_active",
@@ -117,6 +138,11 @@ KSM_QUERY = (
     '{__name__=~"kube_node_status_allocatable|kube_pod_container_resource_requests|kube_pod_info'
     '|kube_pod_annotations|kube_pod_status_phase",resource=~"cpu|memory|",phase=~"Succeeded|Failed|"}'
 )
+MAX_PLACEHOLDERS = 64
+"""Most placeholder GPUs added to one node (a bogus capacity value must not build millions)."""
+REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
+"""GPU feature discovery's node label ``nvidia.com/gpu.replicas`` as kube-state-metrics exports it
+(``kube_node_labels``, with ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]``)."""
 _GPU_KEY = "cluster, node, kubernetes_node, Hostname, hostname, instance, gpu, GPU_I_ID"
 _POD_LABELS = "pod, namespace, exported_pod, exported_namespace"
 _DONE = (
@@ -125,7 +151,7 @@ _DONE = (
 FLEET_QUERIES: dict[str, str] = {
     # name given to the answer's samples (DCGM: their own) -> PromQL; aggregations keep only the
     # labels used
-    "DCGM": f"max by (__name__, {_GPU_KEY}) "
+    "DCGM": f"max by (__name__, {_GPU_KEY}, modelName, UUID) "
     '({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_XID_ERRORS'
     '|DCGM_FI_PROF_GR_ENGINE_ACTIVE"})',
     "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, {_POD_LABELS}) "
@@ -142,12 +168,21 @@ FLEET_QUERIES: dict[str, str] = {
     f'(kube_pod_info{{node!=""}}) {_DONE}',
     "kube_pod_annotations": f"max by (cluster, namespace, pod, annotation_alibabacloud_com_gpu_milli, annotation_alibabacloud_com_gpu_index) "
     f'(kube_pod_annotations{{annotation_alibabacloud_com_gpu_milli!=""}}) {_DONE}',
+    # whole GPUs per node as the kubelet counts them (capacity: healthy and unhealthy devices;
+    # allocatable: healthy ones), and the time-slicing replicas GPU feature discovery labels
+    "node_gpus": "max by (__name__, cluster, node) "
+    '({__name__=~"kube_node_status_capacity|kube_node_status_allocatable",'
+    'resource="nvidia_com_gpu"})',
+    "node_gpu_replicas": f"max by (cluster, node, {REPLICAS_LABEL}) "
+    f'(kube_node_labels{{{REPLICAS_LABEL}!=""}})',
 }
 _KSM_NAMES = (
     "kube_node_status_allocatable",
     "node_requests",
     "kube_pod_info",
     "kube_pod_annotations",
+    "node_gpus",
+    "node_gpu_replicas",
 )
 _QUERY_TAG = "fleetmind_query"
 KSM_FLEET_QUERY = " or ".join(
@@ -337,6 +372,11 @@ class _KsmView:
         default_factory=lambda: defaultdict(lambda: defaultdict(float))
     )
     shares: list[tuple[dict[str, str], int, list[int]]] = field(default_factory=list)
+    gpu_count: dict[tuple[str, str], dict[str, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    """``kube_node_status_capacity`` / ``_allocatable`` ``nvidia_com_gpu`` per node, by metric."""
+    replicas: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
@@ -364,6 +404,12 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
                 view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
         elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
             view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
+        elif name == "node_gpus" and lab.get("node"):
+            view.gpu_count[(cluster, lab["node"])][lab.get("__name__", "")] = v
+        elif name == "node_gpu_replicas" and lab.get("node"):
+            r = lab.get(REPLICAS_LABEL, "")
+            if r.isdigit() and int(r) >= 1:
+                view.replicas[(cluster, lab["node"])] = int(r)
         elif name == "kube_pod_annotations" and key not in finished and lab.get(ANN_MILLI):
             try:
                 milli = int(float(lab[ANN_MILLI]))
@@ -432,24 +478,29 @@ def _read_dcgm(
             g["uuid"] = lab["UUID"]
         pod = workload_pod(lab, own_pods)
         if pod:
-            g["pod"] = pod
+            g.setdefault("pods", set()).add(pod)
     return gpus, windowed
 
 
-def _gpu_state(g: dict[str, Any], idx: int, healthy: bool, share: int | None) -> GpuState:
-    """One GPU from its DCGM record; ``share`` is the milli-GPUs pods hold on it (or ``None``)."""
+def _gpu_state(
+    g: dict[str, Any], idx: int, healthy: bool, share: int | None, replicas: int = 1
+) -> GpuState:
+    """One GPU from its DCGM record; ``share`` is the milli-GPUs pods hold on it (or ``None``);
+    ``replicas`` the node's time-slicing replicas per GPU (1: none)."""
     used, free = g.get("used"), g.get("free")
     total = used + free if used is not None and free is not None else None
     if not healthy:
         free_milli = 0
     elif share is not None:
         free_milli = max(0, 1000 - share)
-    elif g.get("pod"):
-        free_milli = 0
-    elif total and used is not None:
-        free_milli = 1000 if used / total < IDLE_MEMORY_FRACTION else int(1000 * free / total)
+    elif g.get("pods"):
+        # each workload pod holds one replica (k8s-device-plugin sharing.timeSlicing); without
+        # time-slicing one pod holds the whole GPU. dcgm-exporter may name only one of the pods of
+        # a time-sliced GPU: free is then an upper bound, and kube-scheduler still refuses a node
+        # whose allocatable nvidia.com/gpu replicas are all requested.
+        free_milli = max(0, replicas - len(g["pods"])) * 1000 // replicas
     else:
-        free_milli = 0
+        free_milli = free_milli_from_memory(used, total)
     util = g.get("util")
     if util is None and g.get("gr_active") is not None:
         util = 100.0 * g["gr_active"]
@@ -499,7 +550,12 @@ def build_nodes(
         else:
             healthy = not is_hardware_xid(g.get("xid"))
         share = held.get((cluster, host, g.get("parent", idx)))
-        node.gpus.append(_gpu_state(g, idx, healthy, share))
+        replicas = view.replicas.get((cluster, host), 1)
+        node.gpus.append(_gpu_state(g, idx, healthy, share, replicas))
+    for key, counted in view.gpu_count.items():
+        node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
+        node.gpu_replicas = view.replicas.get(key, 1)
+        add_missing_gpus(node, counted)
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         req = view.requests.get(key, {})
@@ -511,7 +567,43 @@ def build_nodes(
             node.memory_mib_free = node.memory_mib - int(-(-req.get("memory", 0.0) // 2**20))
     for key, node in nodes.items():
         node.pods = frozenset(pods_on.get(key, ()))
+        node.gpu_replicas = view.replicas.get(key, 1)
     return [nodes[k] for k in sorted(nodes)]
+
+
+def add_missing_gpus(node: NodeState, counted: dict[str, float]) -> None:
+    """Append placeholders for the GPUs the kubelet counts on ``node`` but DCGM does not report.
+
+    ``counted``: ``kube_node_status_capacity`` and/or ``kube_node_status_allocatable`` of
+    ``nvidia_com_gpu``. Capacity wins: the device plugin takes an unhealthy GPU out of allocatable
+    but not out of capacity. A placeholder (a GPU fallen off the bus, a node whose exporter target
+    is down) is unhealthy with nothing free, so nothing is placed on it, at the lowest physical
+    index no GPU of the node uses.
+
+    Devices are compared, not GPUs: with time-slicing the device plugin advertises
+    ``node.gpu_replicas`` devices per GPU (read from GPU feature discovery's ``nvidia.com/gpu.replicas``
+    node label; guessing it from devices / reported GPUs would read a 2-GPU node that lost one as 2
+    replicas and hide the loss); MIG instances count one each (the single strategy advertises them
+    as ``nvidia.com/gpu``; the mixed strategy leaves MIG GPUs out of it, so reported devices are
+    then at least the count and no placeholder is added).
+    """
+    devices = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
+    if not devices or not math.isfinite(devices):
+        return
+    missing = min(MAX_PLACEHOLDERS, int(devices) // max(1, node.gpu_replicas) - len(node.gpus))
+    if missing <= 0:
+        return
+    used = {g.index for g in node.gpus} | {
+        g.mig_parent for g in node.gpus if g.mig_parent is not None
+    }
+    models = {g.model.split(" MIG ")[0] for g in node.gpus if g.model != "unknown"}
+    model = models.pop() if len(models) == 1 else "unknown"
+    free_indices = (i for i in range(len(used) + missing) if i not in used)
+    for idx in list(free_indices)[:missing]:
+        node.gpus.append(
+            GpuState(index=idx, model=model, free_milli=0, healthy=False, missing=True)
+        )
+    node.gpus.sort(key=lambda g: g.index)
 
 
 def workload_pod(lab: dict[str, str], own_pods: set[str] | frozenset[str] = frozenset()) -> str:
