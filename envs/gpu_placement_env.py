@@ -70,7 +70,12 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     ``Discrete(K)`` (``K = n_candidates``, default 16): the index of one of the candidate placements
     proposed for the current pod (a node and the GPUs there; see ``envs/candidates.py``). Candidate 0
     is always FGD's choice. ``action_masks()`` returns the ``(K,)`` bool mask of real candidates (for
-    sb3-contrib's ``MaskablePPO``); a masked action is an error.
+    sb3-contrib's ``MaskablePPO``). When fewer than ``K`` nodes are feasible, the real candidates are
+    rows ``0..k-1``; a masked action ``a >= k`` places candidate ``a % k`` (:meth:`real_action`, the
+    rule of ``MultiClusterPlacement-v0``), so every element of ``Discrete(K)`` is a valid ``step()``
+    input (gymnasium's and SB3's env checkers step with ``action_space.sample()``). The mask and the
+    observation do not change: a masked policy never sees the difference. An action outside
+    ``0..K-1`` raises ``ValueError``.
 
     ## Observation Space
 
@@ -386,6 +391,16 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
             return np.ones(self.n_candidates, dtype=bool)
         return self._cand.mask.copy()
 
+    def real_action(self, action: int) -> int:
+        """The candidate that action ``action`` (``0..K-1``) places on: itself when real, else
+        the real candidate it repeats cyclically (``action % k`` for ``k`` real candidates, which
+        are rows ``0..k-1``), the rule of ``MultiClusterPlacement-v0``'s padding rows."""
+        mask = self._cand.mask
+        if mask[action]:
+            return int(action)
+        real = np.flatnonzero(mask)
+        return int(real[action % real.size])
+
     def candidate(self, action: int) -> tuple[int, np.ndarray]:
         """``(node, gpus)`` of candidate ``action`` for the current pod."""
         return int(self._cand.nodes[action]), self._cand.gpus[action]
@@ -399,8 +414,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
             raise ValueError(f"action {action!r} is not an integer") from None
         if a != action or not 0 <= a < self.n_candidates:
             raise ValueError(f"action {action!r} is not one of 0..{self.n_candidates - 1}")
-        if not self._cand.mask[a]:
-            raise ValueError(f"action {a} is masked out (action_masks()[{a}] is False)")
+        a = self.real_action(a)
         st = self.state
         alloc0 = st.allocated_gpu_milli
         node, gpus = self.candidate(a)

@@ -35,6 +35,7 @@ from fleetmind.envs.dynamic.order import make_order
 from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.dynamic.sim import DynamicSim
 from fleetmind.envs.multicluster_env import (
+    CANDIDATE_SETS,
     N_CAND_FEATURES,
     N_GLOBAL_FEATURES,
     N_QUEUE_FEATURES,
@@ -97,9 +98,16 @@ class DynEvalConfig:
     def from_metadata(cls, env_kwargs: dict[str, Any]) -> DynEvalConfig:
         """The setting recorded in a model's ``metadata.json`` (``env_kwargs``); a key missing
         from an older file takes its default (``queue_features`` False: models trained before
-        the option existed see the 14-feature rows)."""
+        the option existed see the 14-feature rows).
+
+        Raises:
+            ValueError: a value of the wrong type (``"deep"`` for ``backfill_depth``, ``null``
+                for ``n_candidates``) or outside the env's range.
+        """
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in env_kwargs.items() if k in known}
+        for name, value in kw.items():
+            _check_setting(name, value)
         if kw.get("queue_order") is not None:  # JSON gives a list; the config stays hashable
             kw["queue_order"] = tuple(float(x) for x in kw["queue_order"])
         return cls(**kw)
@@ -107,6 +115,44 @@ class DynEvalConfig:
     def env_kwargs(self, trace: str | PodTrace) -> dict[str, Any]:
         """Keyword arguments of :class:`MultiClusterPlacementEnv` for ``trace``."""
         return {"trace": trace, **asdict(self)}
+
+
+_MIN_SETTING: dict[str, int] = {
+    "n_clusters": 1,
+    "n_jobs": 1,
+    "backfill_depth": 0,
+    "n_candidates": 1,
+}
+"""Smallest value of each integer setting of :class:`DynEvalConfig` (the env's own checks)."""
+
+
+def _check_setting(name: str, value: Any) -> None:
+    """``ValueError`` unless ``value`` has the type (and range) of ``DynEvalConfig.<name>``.
+
+    JSON gives ``int``/``float``/``str``/``bool``/``list``/``None``; ``bool`` is not a number here.
+    """
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if name in _MIN_SETTING:
+        if type(value) is not int or value < _MIN_SETTING[name]:
+            raise ValueError(f"{name} must be an integer >= {_MIN_SETTING[name]}, got {value!r}")
+    elif name == "node_fraction":
+        if not number or not 0 < value <= 1:
+            raise ValueError(f"node_fraction must be a number in (0, 1], got {value!r}")
+    elif name == "target_util":
+        if not number or not 0 < value < float("inf"):
+            raise ValueError(f"target_util must be a positive number, got {value!r}")
+    elif name == "candidate_set":
+        if value not in CANDIDATE_SETS:
+            raise ValueError(f"candidate_set must be one of {CANDIDATE_SETS}, got {value!r}")
+    elif name == "queue_features":
+        if not isinstance(value, bool):
+            raise ValueError(f"queue_features must be true or false, got {value!r}")
+    elif name == "queue_order" and value is not None:
+        ok = isinstance(value, list | tuple) and all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in value
+        )
+        if not ok:
+            raise ValueError(f"queue_order must be a list of numbers or null, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -286,8 +332,8 @@ def _read_metadata(folder: Path) -> dict[str, Any] | None:
     if not meta_file.is_file():
         return None
     try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as exc:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8
         raise ModelLoadError(f"corrupt metadata {meta_file}: {exc}") from exc
     if not isinstance(meta, dict) or meta.get("mode") != "dynamic":
         raise ModelLoadError(
@@ -344,7 +390,7 @@ def load_dynamic_actor(ref: str | Path, n_candidates: int | None = None) -> Any:
             f"{N_CAND_FEATURES + N_QUEUE_FEATURES} with queue_features), G={N_GLOBAL_FEATURES}"
         )
     if meta is not None:
-        qf = bool(meta.get("env_kwargs", {}).get("queue_features", False))
+        qf = model_config(folder).queue_features  # checked settings (ModelLoadError if bad)
         want = N_CAND_FEATURES + (N_QUEUE_FEATURES if qf else 0)
         if f != want:
             raise ModelLoadError(

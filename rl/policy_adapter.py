@@ -229,10 +229,15 @@ def _load_folder(path: Path, backend: str) -> PPOPlacementPolicy:
         actor = load_torch(pt_file)
         k = actor.config["n_candidates"]
         source = pt_file
-    if "n_candidates" in meta and int(meta["n_candidates"]) != k:
-        raise ModelLoadError(
-            f"{source}: actor has {k} candidates but metadata.json says {meta['n_candidates']}"
-        )
+    if "n_candidates" in meta:
+        n = meta["n_candidates"]
+        if type(n) is not int:  # bool is an int subclass: excluded too
+            raise ModelLoadError(
+                f"corrupt placement model metadata {meta_file}: n_candidates must be an integer,"
+                f" got {n!r}"
+            )
+        if n != k:
+            raise ModelLoadError(f"{source}: actor has {k} candidates but metadata.json says {n}")
     policy = PPOPlacementPolicy(actor, k, meta, source=str(source))
     dim = getattr(actor, "obs_dim", None)
     if dim is None and hasattr(actor, "config"):

@@ -8,6 +8,7 @@ stores, so such input is a 422 instead of a 500.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, NotRequired
 
@@ -282,6 +283,27 @@ class JobSpec(BaseModel):
     cluster: ShortText | None = Field(None, description="only consider this cluster")
     reserve: bool = Field(False, description="book the GPUs so that later placements see them used")
     alternatives: int = Field(3, ge=0, le=20)
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _names_a_model(cls, v: str | None) -> str | None:
+        """A set ``gpu_model`` names at least one model (``|``/``,``-separated, the entries that
+        ``serving.scheduler.placement.parse_gpu_models`` keeps); ``""`` is the same as unset."""
+        if v and not any(w.strip() for w in re.split(r"[|,]", v)):
+            raise ValueError(f"gpu_model {v!r} names no GPU model (e.g. 'A100' or 'A100|H100')")
+        return v
+
+    @model_validator(mode="after")
+    def _gpu_job_takes_a_share(self) -> JobSpec:
+        """A GPU job (``num_gpu`` > 0) takes 1..1000 milli of each GPU; ``gpu_milli`` 0 would hold
+        nothing (openb and FGD read ``gpu_milli`` 0 as a CPU-only pod: ask ``num_gpu`` 0 for that,
+        where ``gpu_milli`` is ignored)."""
+        if self.num_gpu > 0 and self.gpu_milli < 1:
+            raise ValueError(
+                f"gpu_milli must be 1..1000 for a job with num_gpu {self.num_gpu} "
+                "(num_gpu 0 for a CPU-only job)"
+            )
+        return self
 
 
 class PlacementOption(BaseModel):

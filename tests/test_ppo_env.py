@@ -69,14 +69,22 @@ def test_random_masked_actions_are_always_feasible(tiny, seed):
     assert 0.0 <= info["unallocated_gpu_pct_at_100"] <= 100.0
 
 
-def test_masked_action_is_rejected(tiny):
+def test_masked_action_places_the_candidate_it_repeats(tiny):
+    """gymnasium's contract: every element of ``action_space`` is a valid ``step()`` input (its
+    ``check_env`` steps with ``action_space.sample()``); padding action ``a`` places real
+    candidate ``a % k``, as ``MultiClusterPlacement-v0`` does."""
     nodes, trace = tiny
     env = GpuPlacementEnv(traces=trace, nodes=nodes, n_candidates=len(nodes) + 4)
+    twin = GpuPlacementEnv(traces=trace, nodes=nodes, n_candidates=len(nodes) + 4)
     env.reset(seed=0)
-    bad = np.flatnonzero(~env.action_masks())
+    twin.reset(seed=0)
+    mask = env.action_masks()
+    bad = np.flatnonzero(~mask)
     assert bad.size >= 4  # more slots than nodes: padding is always masked
-    with pytest.raises(ValueError, match="masked out"):
-        env.step(int(bad[0]))
+    k = int(mask.sum())
+    got, want = env.step(int(bad[0])), twin.step(int(bad[0]) % k)
+    assert np.array_equal(got[0], want[0]) and got[1:] == want[1:]
+    assert np.array_equal(env.action_masks(), twin.action_masks())  # masks are unchanged
 
 
 @pytest.mark.parametrize("wseed", [42, 43])

@@ -35,8 +35,10 @@ server's defaulting). Resources read:
   ``kubernetes-scheduler-simulator`` of the FGD paper): annotations
   ``alibabacloud.com/gpu-milli`` (share of each GPU, 1..1000), ``alibabacloud.com/gpu-count``
   (number of GPUs) and ``alibabacloud.com/gpu-card-model`` (allowed models, ``|``- or
-  ``,``-separated). When ``gpu-count`` or ``gpu-milli`` is present it takes precedence over
-  ``nvidia.com/gpu``.
+  ``,``-separated, each the whole model name or whole tokens of it:
+  :func:`fleetmind.serving.scheduler.placement.gpu_model_matches`; one that names no model, such
+  as ``"|"``, leaves the pod unschedulable). When ``gpu-count`` or ``gpu-milli`` is present it
+  takes precedence over ``nvidia.com/gpu``.
 
 Input is checked before it is used: quantities are bounded (:data:`MAX_CPU_MILLI`,
 :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`), names follow Kubernetes' rules (a pod name and a node
@@ -70,6 +72,8 @@ from fleetmind.serving.scheduler.placement import (
     Placer,
     Reservations,
     free_gpus,
+    gpu_model_matches,
+    parse_gpu_models,
     peer_heuristic,
 )
 from fleetmind.serving.schemas import JobSpec
@@ -211,6 +215,9 @@ class PodRequest:
     num_gpu: int
     gpu_milli: int
     gpu_models: tuple[str, ...] = ()
+    gpu_model_spec: str = ""
+    """The ``gpu-card-model`` annotation as given (clipped): one that names no model (``"|"``,
+    ``" "``) matches no node, where an absent or empty one allows any."""
 
     def job(self, cluster: str | None = None) -> JobSpec:
         """The placement request (``gpu_model``: the allowed models, ``|``-separated)."""
@@ -364,12 +371,9 @@ def pod_request(pod: Any) -> PodRequest:
         raise DataError(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
     if num_gpu > 1 and gpu_milli < 1000:
         raise DataError("a multi-GPU pod takes whole GPUs: gpu-milli must be 1000")
+    spec = "" if mig else str(ann.get(ANN_GPU_MODEL) or "")[:1000]
     if not mig:
-        models = tuple(
-            m.strip()
-            for m in re.split(r"[|,]", str(ann.get(ANN_GPU_MODEL) or "")[:1000])
-            if m.strip()
-        )
+        models = parse_gpu_models(spec)
     return PodRequest(
         key=key,
         uid=uid,
@@ -378,6 +382,7 @@ def pod_request(pod: Any) -> PodRequest:
         num_gpu=num_gpu,
         gpu_milli=gpu_milli if num_gpu else 0,
         gpu_models=models,
+        gpu_model_spec=spec,
     )
 
 
@@ -428,11 +433,11 @@ class Decision:
         return out
 
 
-def _model_ok(node: NodeState, models: tuple[str, ...]) -> bool:
-    if not models:
-        return True
-    want = [m.lower() for m in models]
-    return any(g.model.lower() == w or w in g.model.lower() for g in node.gpus for w in want)
+def _model_ok(node: NodeState, req: PodRequest) -> bool:
+    """Whether a GPU of ``node`` is a model ``req`` allows (:func:`gpu_model_matches`)."""
+    if not req.gpu_models:
+        return not req.gpu_model_spec  # an annotation that names no model allows none
+    return any(gpu_model_matches(g.model, req.gpu_models) for g in node.gpus)
 
 
 def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool]:
@@ -565,11 +570,12 @@ def decide(
             else:
                 d.failed[name] = "FleetMind has no GPU telemetry for this node"
             continue
-        if req.num_gpu and not _model_ok(node, req.gpu_models):
+        if req.num_gpu and not _model_ok(node, req):
             models = sorted({g.model for g in node.gpus}) or ["none"]
-            d.unresolvable[name] = (
-                f"GPU model {', '.join(models)}; pod wants {' or '.join(req.gpu_models)}"
+            wants = " or ".join(req.gpu_models) or (
+                f"a model, but {ANN_GPU_MODEL} {req.gpu_model_spec!r} names none"
             )
+            d.unresolvable[name] = f"GPU model {', '.join(models)}; pod wants {wants}"
             continue
         cands.append(node)
     if cands:

@@ -7,8 +7,9 @@ Units follow openb: ``gpu_milli`` is the share of one GPU (1000 = a whole GPU); 
 from __future__ import annotations
 
 import json
+import re
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,6 +21,48 @@ from fleetmind.envs.policies.fgd import typical_from_json
 from fleetmind.envs.policies.scores import bestfit_scores
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
+
+_SPEC_SEPARATORS = re.compile(r"[|,]")
+_MODEL_TOKEN_SEPARATORS = re.compile(r"[\s_-]+")
+
+
+def parse_gpu_models(spec: str | None) -> tuple[str, ...]:
+    """The GPU models a spec allows (``JobSpec.gpu_model``, the ``gpu-card-model`` annotation).
+
+    The spec lists models separated by ``|`` (openb's ``gpu_spec``) or ``,``; entries are
+    stripped and empty ones dropped, so ``None``, ``""`` and an all-separator spec (``"|"``,
+    ``" "``) give ``()``. Callers decide what ``()`` means: no constraint for an unset spec.
+    """
+    if not spec:
+        return ()
+    return tuple(w.strip() for w in _SPEC_SEPARATORS.split(spec) if w.strip())
+
+
+def _model_tokens(name: str) -> list[str]:
+    return [t for t in _MODEL_TOKEN_SEPARATORS.split(name.lower()) if t]
+
+
+def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
+    """Whether a GPU named ``model`` is one of ``wants`` (True when ``wants`` is empty).
+
+    A wanted name matches, case-insensitively, the whole model name or a whole run of its tokens
+    (split on whitespace, ``-`` and ``_``): ``"A100"`` matches ``"A100"`` and ``"NVIDIA
+    A100-SXM4-80GB"``, ``"MIG 3g.40gb"`` matches ``"A100 MIG 3g.40gb"``, but ``"A10"`` does not
+    match ``"A100"``. openb's simulator compares names for equality (``data.openb.gpu_spec_mask``;
+    FGD's ``IsNodeAccessibleToPodByType``); tokens let a short name select telemetry's long one.
+    """
+    if not wants:
+        return True
+    have = _model_tokens(model)
+    full = model.strip().lower()
+    for w in wants:
+        if w.strip().lower() == full:
+            return True
+        want = _model_tokens(w)
+        n = len(want)
+        if n and any(have[i : i + n] == want for i in range(len(have) - n + 1)):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -130,7 +173,7 @@ class BestFitPlacer:
         alternative_gpus: bool = True,
     ) -> list[Option]:
         options: list[Option] = []
-        wants = _model_wants(job)
+        wants = parse_gpu_models(job.gpu_model)
         for node in snapshot.nodes:
             if job.cluster is not None and node.cluster != job.cluster:
                 continue
@@ -152,7 +195,7 @@ class BestFitPlacer:
             free = [
                 (i, f)
                 for i, f in free_gpus(node, reservations)
-                if wants is None or any(w in models[i].lower() for w in wants)
+                if gpu_model_matches(models[i], wants)
             ]
             total_free = sum(f for _, f in free)
             if job.num_gpu == 0:
@@ -169,14 +212,6 @@ class BestFitPlacer:
             )
         options.sort(key=lambda o: (-o.score, o.cluster, o.node))
         return options[:k]
-
-
-def _model_wants(job: JobSpec) -> list[str] | None:
-    """Lower-cased model names a job accepts (``gpu_model`` may list several, ``|``-separated)."""
-    if not job.gpu_model:
-        return None
-    wants = [w.strip().lower() for w in job.gpu_model.split("|") if w.strip()]
-    return wants or None
 
 
 def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
@@ -270,12 +305,12 @@ class PeerPolicyPlacer:
             if i is not None:
                 state.mem_free[i[0]] -= milli
         mask_model = ANY_GPU_MODEL
-        wants = _model_wants(job)
-        if wants is not None:
+        wants = parse_gpu_models(job.gpu_model)
+        if wants:
             ids = [
                 gpu_model_id(x.gpus[0].model)
                 for x in nodes
-                if x.gpus and any(w in x.gpus[0].model.lower() for w in wants)
+                if x.gpus and gpu_model_matches(x.gpus[0].model, wants)
             ]
             mask_model = 0
             for m in set(ids):
@@ -420,19 +455,20 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
         if fit:
             return f"{fit} node(s) {nowhere}"
         return f"no node has both the CPU and the memory: {host_summary(nodes)}"
-    want = job.gpu_model.lower() if job.gpu_model else None
+    wants = parse_gpu_models(job.gpu_model)
     free = {
         id(n): [
             f
             for i, f in free_gpus(n, reservations)
-            if want is None or want in {g.index: g.model for g in n.gpus}[i].lower()
+            if gpu_model_matches({g.index: g.model for g in n.gpus}[i], wants)
         ]
         for n in nodes
     }
-    if want is not None and not any(want in g.model.lower() for n in nodes for g in n.gpus):
+    if wants and not any(gpu_model_matches(g.model, wants) for n in nodes for g in n.gpus):
         models = sorted({g.model for n in nodes for g in n.gpus})
         return (
-            f"no GPU model matches {job.gpu_model!r} (models here: {', '.join(models) or 'none'})"
+            f"no GPU model matches {' or '.join(map(repr, wants))} (models here: "
+            f"{', '.join(models) or 'none'})"
         )
     need = max(job.gpu_milli, 0)
     room = [n for n in nodes if sum(f >= need for f in free[id(n)]) >= job.num_gpu]
@@ -448,7 +484,7 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
         return f"{len(room)} node(s) {nowhere}"
     total = sum(sum(max(f, 0) for f in fs) for fs in free.values())
     request = job.num_gpu * need
-    label = f"{job.gpu_model!r} GPUs" if want is not None else "GPUs"
+    label = f"{' or '.join(map(repr, wants))} GPUs" if wants else "GPUs"
     if total >= request:
         largest = max((max(fs) for fs in free.values() if fs), default=0)
         most = max(sum(f >= need for f in fs) for fs in free.values())

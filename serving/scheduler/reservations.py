@@ -124,7 +124,7 @@ def _view(rows: Iterable[Any]) -> Reservations:
     res = Reservations()
     for r in rows:
         opt = Option(r.cluster, r.node, tuple(int(g) for g in r.gpus or ()), 0.0)
-        job = JobSpec(
+        job = JobSpec.model_construct(  # unvalidated: a stored hold is read as it was written
             num_gpu=len(opt.gpus), gpu_milli=r.gpu_milli, cpu_milli=r.cpu_milli,
             memory_mib=r.memory_mib,
         )  # fmt: skip
