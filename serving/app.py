@@ -30,7 +30,7 @@ from fleetmind.data.errors import (
 )
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving import migrations
-from fleetmind.serving.db import Database
+from fleetmind.serving.db import Database, is_input_error
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
 from fleetmind.serving.graph_refresh import GraphRefresher
@@ -353,16 +353,6 @@ def _document_422(schema: dict[str, Any]) -> None:
                 responses["422"] = copy.deepcopy(UNPROCESSABLE)
 
 
-def is_input_error(exc: BaseException) -> bool:
-    """Whether a SQLAlchemy error is the database refusing a value (a string longer than its
-    column, a NUL, a number out of range, a broken constraint: SQLSTATE classes 22 and 23), as
-    opposed to the database being unreachable or failing (``OperationalError`` and the rest)."""
-    from sqlalchemy.exc import DataError as SADataError
-    from sqlalchemy.exc import IntegrityError
-
-    return isinstance(exc, SADataError | IntegrityError)
-
-
 CLIENT_CLOSED = 499
 """The status recorded for a request whose client went away before its body was read (nginx's)."""
 BODY_400 = "There was an error parsing the body"
@@ -385,7 +375,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         code = next(c for t, c in status_of if isinstance(exc, t))
         return JSONResponse({"detail": str(exc)}, status_code=code)
 
-    async def db_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def db_error(request: Request, exc: Exception) -> JSONResponse:
         if is_input_error(exc):  # the database refused a value: the client's input, not an outage
             reason = type(getattr(exc, "orig", None) or exc).__name__
             log.warning("database refused a value: %s", reason)
@@ -394,7 +384,13 @@ def _install_error_handlers(app: FastAPI) -> None:
                 status_code=422,
             )
         log.error("database error: %s", exc)
-        return JSONResponse({"detail": "database unavailable; nothing was stored"}, status_code=503)
+        read = request.method in ("GET", "HEAD")  # a read stores nothing: say only what failed
+        detail = (
+            "database unavailable; try again"
+            if read
+            else "database unavailable; nothing was stored"
+        )
+        return JSONResponse({"detail": detail}, status_code=503)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
         errors = json_safe_errors(exc.errors())  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ Tables:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -186,6 +187,37 @@ ui_sessions = Table(
 )
 
 
+INPUT_SQLSTATE_CLASSES = ("22", "23")
+"""SQLSTATE classes of a database refusing a value: 22 (data exception: too long, out of range,
+invalid text) and 23 (integrity constraint violation). PostgreSQL, Appendix A "PostgreSQL Error
+Codes"; psycopg raises ``DataError`` and ``IntegrityError`` for them (``psycopg.errors``)."""
+
+
+def is_input_error(exc: BaseException) -> bool:
+    """Whether a SQLAlchemy error is the database refusing a value (a string longer than its
+    column, a NUL, a number out of range, a broken constraint: SQLSTATE classes 22 and 23), or a
+    value that could not even be sent (a parameter SQLAlchemy could not convert), as opposed to the
+    database being unreachable, read-only or failing (every other error: an outage, 503).
+
+    ``sqlalchemy.exc.StatementError`` alone says nothing: every DBAPI error (``OperationalError``,
+    ``InternalError`` such as a read-only transaction, ``ProgrammingError``) subclasses it.
+    """
+    from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
+
+    if isinstance(exc, DBAPIError):
+        state = getattr(exc.orig, "sqlstate", None)  # psycopg; None for client-side errors
+        if isinstance(state, str) and len(state) == 5:
+            return state[:2] in INPUT_SQLSTATE_CLASSES
+        return isinstance(exc, DataError | IntegrityError)  # sqlite3, psycopg client-side
+    if isinstance(exc, StatementError):  # raised before the database saw the statement
+        return isinstance(exc.orig, ValueError | TypeError)  # UnicodeError is a ValueError
+    return False
+
+
+class DatabaseReadOnly(Exception):
+    """The database accepts no writes (a standby, ``default_transaction_read_only``): not ready."""
+
+
 REFIRE_MARGIN_S = 15.0
 """Default of :class:`Database`'s ``refire_margin_s`` (``FLEETMIND_ALERT_REFIRE_MARGIN_S``)."""
 
@@ -254,13 +286,22 @@ of an Alertmanager HA pair sends what it flushed ``--cluster.peer-timeout``, 15 
 webhook requests committing out of order) arrives within the margin and changes nothing. A
 genuine re-fire that arrives within it is taken at Alertmanager's next re-send of the alert."""
 
+_COVER = (
+    "FROM alerts r WHERE r.fingerprint = :fingerprint AND r.status = 'resolved' "
+    f"AND r.starts_at <> :starts_at AND r.starts_at <> '{NO_START}' "
+    "AND r.starts_ts <= :starts_ts AND r.ends_ts >= :starts_ts"
+)
+"""The resolved rows of a firing delivery's fingerprint whose ``[startsAt, endsAt]`` holds its
+``startsAt`` (:data:`_STALE_FIRING`)."""
+_COVERED = f"EXISTS (SELECT 1 {_COVER})"
+
 _MOVE_START = (
     "UPDATE alerts SET starts_at = :starts_at, starts_ts = :starts_ts, received_ts = :received_ts "
     "WHERE id = (SELECT a.id FROM alerts a WHERE a.fingerprint = :fingerprint "
     f"AND a.status = 'firing' AND a.starts_at <> '{NO_START}' AND a.starts_ts > :starts_ts "
     "ORDER BY a.starts_ts, a.id LIMIT 1) "
     "AND NOT EXISTS (SELECT 1 FROM alerts b WHERE b.fingerprint = :fingerprint "
-    "AND b.starts_at = :starts_at)"
+    f"AND b.starts_at = :starts_at) AND NOT {_COVERED}"
 )
 """A firing delivery moves the unresolved row of its fingerprint that starts later to its own,
 earlier ``startsAt`` (keeping the row's incident), instead of a second row for the same alert.
@@ -282,6 +323,24 @@ _RESOLVE_EARLIER = (
 """A resolved delivery also resolves every firing row of its fingerprint that started by its
 ``endsAt`` (the same alert under a ``startsAt`` Alertmanager has since merged to an earlier one,
 see :data:`_MOVE_START`). A row that started after the resolution is a later episode and stays."""
+
+_STALE_FIRING = (
+    "UPDATE alerts SET status = 'resolved', "
+    f"ends_ts = (SELECT r.ends_ts {_COVER} ORDER BY r.ends_ts DESC, r.id LIMIT 1), "
+    "incident_id = COALESCE(alerts.incident_id, "
+    f"(SELECT r.incident_id {_COVER} ORDER BY r.ends_ts DESC, r.id LIMIT 1)), pending = TRUE "
+    f"WHERE fingerprint = :fingerprint AND starts_at = :starts_at AND status = 'firing' AND {_COVERED}"
+)
+"""A firing delivery whose ``startsAt`` lies within ``[startsAt, endsAt]`` of a resolved row of
+its fingerprint is stored resolved, with that row's ``endsAt``: the resolved alert notified late
+under another ``startsAt`` (an HA peer's notification from before Alertmanager merged the alert to
+its earliest ``StartsAt``, ``types.Alert.Merge``), which :data:`_RESOLVE_EARLIER` would have
+resolved had it been stored before the resolution. It joins that row's incident, which stays
+resolved. The rule mirrors that one (a row started by the resolution's ``endsAt`` is the resolved
+alert); a ``startsAt`` after the stored ``endsAt`` is a new episode and fires. The alert firing again keeps its ``startsAt`` (Alertmanager merges
+overlapping alerts to the earliest one, and Prometheus keeps ``activeAt``): that is the same row,
+reopened by :data:`_UPSERT_RULE`'s re-fire margin; and :data:`_MOVE_START` does not move a later
+episode onto a ``startsAt`` such a row covers."""
 
 
 class Database:
@@ -422,9 +481,14 @@ class Database:
             yield conn
 
     def ping(self) -> None:
-        """Raise when the database cannot be reached (or its SQLite file is gone)."""
+        """Raise when the database cannot be reached (or its SQLite file is gone), or, on
+        PostgreSQL, when it accepts no writes (:class:`DatabaseReadOnly`: a standby after a
+        failover, ``default_transaction_read_only``), where every webhook would answer 503."""
         with self.read() as conn:
-            conn.execute(select(1)).scalar_one()
+            if self.is_sqlite:
+                conn.execute(select(1)).scalar_one()
+            elif conn.exec_driver_sql("SHOW transaction_read_only").scalar_one() == "on":
+                raise DatabaseReadOnly("the database is read-only")
         self.check_file()
 
     # ------------------------------------------------------------------ alerts
@@ -451,12 +515,33 @@ class Database:
         a webhook, whose alerts Alertmanager keys by fingerprint), since each rule reads the other
         rows of a fingerprint."""
         with self.write() as conn:
+            self._lock_fingerprints(conn, rows)
             for part in _rounds(rows):
                 self._store_round(conn, part)
 
+    def _lock_fingerprints(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        """PostgreSQL: take a transaction advisory lock per fingerprint of ``rows`` (two-key
+        ``pg_advisory_xact_lock``, released at commit or rollback), in ascending key order so two
+        webhooks never wait on each other in a cycle. Under READ COMMITTED the rules that read the
+        other rows of a fingerprint (:data:`_MOVE_START`'s ``NOT EXISTS``, :data:`_STALE_FIRING`,
+        :data:`_RESOLVE_EARLIER`) do not see a row another transaction has inserted and not
+        committed: the same alert sent to two replicas at once under two ``startsAt`` was stored
+        twice. With the lock the second transaction waits, and its statements (each with a fresh
+        snapshot) see the first one's rows. SQLite has one writer at a time already."""
+        if self.is_sqlite:
+            return
+        from sqlalchemy import text
+
+        keys = sorted({_fingerprint_lock_key(r["fingerprint"]) for r in rows})
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:c, :k)"),
+            [{"c": ALERT_LOCK_CLASS, "k": k} for k in keys],
+        )
+
     def _store_round(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """:data:`_MOVE_START` for the firing rows, the upsert, :data:`_RESOLVE_EARLIER` for the
-        resolved ones; ``rows`` have distinct fingerprints."""
+        """:data:`_MOVE_START` for the firing rows, the upsert, :data:`_STALE_FIRING` for the
+        firing rows and :data:`_RESOLVE_EARLIER` for the resolved ones; ``rows`` have distinct
+        fingerprints."""
         firing = [r for r in rows if r["status"] == "firing" and r["starts_at"] != NO_START]
         resolved = [
             {**r, "resolved_until": r["ends_ts"] if r["ends_ts"] is not None else r["received_ts"]}
@@ -488,6 +573,8 @@ class Database:
                 for r in rows
             ]
             conn.exec_driver_sql(self._sqlite_upsert, params)
+            if firing:
+                conn.exec_driver_sql(_STALE_FIRING, firing)
             if resolved:
                 conn.exec_driver_sql(_RESOLVE_EARLIER, resolved)
             return
@@ -499,6 +586,8 @@ class Database:
         if firing:
             conn.execute(text(_MOVE_START), firing)
         conn.execute(stmt, rows)
+        if firing:
+            conn.execute(text(_STALE_FIRING), firing)
         if resolved:
             conn.execute(text(_RESOLVE_EARLIER), resolved)
 
@@ -778,6 +867,18 @@ class Database:
             conn.execute(delete(ui_sessions).where(ui_sessions.c.key == key))
 
 
+ALERT_LOCK_CLASS = 0x464D414C
+"""First key of the two-key advisory locks the webhook's store transaction takes per fingerprint
+(``"FMAL"``; apart from the reservations' per-node class and the one-key leader locks)."""
+
+
+def _fingerprint_lock_key(fingerprint: str) -> int:
+    """A signed 32-bit key for a fingerprint's advisory lock (a collision only serialises two
+    fingerprints)."""
+    digest = hashlib.blake2b(fingerprint.encode("utf-8", "surrogatepass"), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
 def _rounds(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """``rows`` in rounds of distinct fingerprints, each fingerprint's rows in their order (the
     n-th row of a fingerprint in round n)."""
@@ -797,9 +898,14 @@ def pg_connect_args(
 ) -> dict[str, Any]:
     """libpq options of the service's PostgreSQL connections.
 
-    A connect timeout and a statement timeout (a stalled server fails a request in bounded time:
+    A connect timeout and a statement timeout (a statement the server runs for too long fails:
     503, retried by Alertmanager), and TCP keepalives plus ``tcp_user_timeout`` so that a dead
     server or network is noticed in about 10 s, not after the kernel's two hours.
+
+    None of these bounds a server that is alive at the TCP level but never answers (processes
+    stopped with SIGSTOP, a proxy that acknowledges and does not forward): ``statement_timeout``
+    is enforced by the server, and the kernel keeps acknowledging, so the request waits until
+    the connection recovers or is reset (``docs/serving/operations.md``, "Known limitation").
     """
     args: dict[str, Any] = {
         "connect_timeout": max(1, round(connect_timeout_s)),

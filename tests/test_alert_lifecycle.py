@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import PgCluster
+from serving_helpers import PgCluster, wait_for
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.db import Database
@@ -348,3 +348,95 @@ def test_the_service_passes_its_refire_margin_to_the_database(tmp_path: Path) ->
     )
     with TestClient(create_app(s)) as c:
         assert c.app.state.services.db.refire_margin_s == 7.5
+
+
+# ----------------------------------------------------------------------------- 3: late, later start
+def test_a_late_firing_under_a_later_starts_at_does_not_reopen_a_resolved_alert(
+    service: Service,
+) -> None:
+    """Alertmanager keeps the earliest ``StartsAt`` of an alert (``types.Alert.Merge``: "Always
+    pick the earliest starting time"), so after it resolved the alert under T0, a firing
+    notification under T0+20 (an HA peer's from before it merged replica B's alert in) is the same,
+    resolved alert. Before: a second row was stored firing and the incident reopened until
+    auto-resolve (24 h). A startsAt after the resolution's endsAt is a new episode and fires."""
+    s = service
+    s.post(T0 + 30, am_alert(T0))
+    s.group()
+    (inc,) = s.incidents("open")
+    s.post(T0 + 700, am_alert(T0, ends=T0 + 600))
+    s.group()
+    assert s.incidents("open") == []
+    s.post(T0 + 720, am_alert(T0 + 20))  # the peer's stale notification
+    assert [a["status"] for a in s.alerts()] == ["resolved", "resolved"]
+    assert {a["endsAt"][:19] for a in s.alerts()} == {iso(T0 + 600)[:19]}
+    s.group()
+    assert s.incidents("open") == [] and [i["id"] for i in s.incidents("resolved")] == [inc["id"]]
+    s.post(T0 + 760, am_alert(T0 + 20))  # again, past the re-fire margin: still the same alert
+    assert [a["status"] for a in s.alerts()] == ["resolved", "resolved"]
+    s.post(T0 + 1000, am_alert(T0 + 900))  # started after the endsAt: a new episode
+    assert [a["status"] for a in s.alerts()] == ["resolved", "resolved", "firing"]
+    s.group()
+    assert len(s.incidents("open")) == 1
+
+
+def test_a_stale_start_does_not_move_a_new_episode_into_a_resolved_one(db: Database) -> None:
+    """:data:`fleetmind.serving.db._MOVE_START` moves a firing row to an earlier startsAt; not
+    into the span of a resolved row (that notification is stale): the new episode keeps firing."""
+    db.store_alerts(rows(1000.0, am_alert(T0)))
+    db.store_alerts(rows(1600.0, am_alert(T0, ends=T0 + 600)))
+    db.store_alerts(rows(2000.0, am_alert(T0 + 900)))  # a new episode
+    db.store_alerts(rows(2010.0, am_alert(T0 + 20)))  # stale, inside the first episode
+    first, stale, new = sorted(db.list_alerts(), key=lambda a: a["starts_ts"])
+    assert (first["status"], stale["status"], new["status"]) == ("resolved", "resolved", "firing")
+    assert stale["starts_ts"] == pytest.approx(T0 + 20)
+    assert stale["ends_ts"] == pytest.approx(T0 + 600)
+    assert new["starts_ts"] == pytest.approx(T0 + 900)
+
+
+# ----------------------------------------------------------------------------- 4: two replicas
+def test_one_alert_sent_to_two_replicas_at_once_is_one_row_on_postgresql(pg: PgCluster) -> None:
+    """Two replicas store the same alert under two startsAt in overlapping transactions. Under
+    READ COMMITTED a statement sees only rows committed before it began (PostgreSQL docs,
+    "Transaction Isolation", 13.2.1), so the second replica's ``_MOVE_START`` did not see the
+    first's uncommitted row and inserted a second one. The store transaction now takes a
+    transaction advisory lock per fingerprint (``pg_advisory_xact_lock``, "Advisory Lock
+    Functions"): the second waits for the first to commit, then moves its row."""
+    import threading
+
+    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    first, second = Database(pg.url), Database(pg.url)
+    first.migrate()
+    go, reached, errors = threading.Event(), threading.Event(), []
+    store_round = first._store_round
+
+    def paused(conn: Any, part: list[dict[str, Any]]) -> None:  # replica 1, before its commit
+        store_round(conn, part)
+        reached.set()
+        go.wait(60)
+
+    first._store_round = paused  # type: ignore[method-assign]
+
+    def run(db: Database, at: float, starts: float) -> None:
+        try:
+            db.store_alerts(rows(at, am_alert(starts)))
+        except Exception as err:  # reported below
+            errors.append(err)
+
+    a = threading.Thread(target=run, args=(first, 1000.0, T0 + 20))
+    b = threading.Thread(target=run, args=(second, 1000.5, T0))
+    blocked = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    try:
+        a.start()
+        assert reached.wait(30)  # replica 1 stored its row, not committed yet
+        b.start()
+        # replica 2 either finishes (it did not wait: the old race) or waits on the lock
+        assert wait_for(lambda: not b.is_alive() or pg.psql(blocked) != "0", timeout=30)
+    finally:
+        go.set()
+        a.join(60)
+        b.join(60)
+        first.dispose()
+        second.dispose()
+    assert not errors, errors
+    assert pg.psql("SELECT count(*) FROM alerts") == "1"
+    assert float(pg.psql("SELECT starts_ts FROM alerts")) == pytest.approx(T0)

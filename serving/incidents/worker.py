@@ -13,7 +13,8 @@ second, or when woken, or when a deferred ranking is due):
 5. exports the grouping lag, whether or not the loop succeeded.
 
 A failing loop is logged, retried a second later, and shows in :meth:`IncidentWorker.stuck_for`
-(the readiness probe) while the alerts stay pending.
+(the readiness probe) while the alerts stay pending; the next loop that runs without an error,
+as leader or as follower, clears it.
 """
 
 from __future__ import annotations
@@ -227,14 +228,15 @@ class IncidentWorker:
             try:
                 if self._lead():
                     self._work()
-                    self.last_error = None
-                    self.failing_since = None
             except Exception as err:  # keep the worker alive; the alerts stay pending
                 self.last_error = f"{type(err).__name__}: {err}"
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
                 log.exception("incident worker failed; retrying")
                 self._stop.wait(1.0)
+            else:  # a loop without error, leading or not (another replica may lead): not failing
+                self.last_error = None
+                self.failing_since = None
             self.lag.refresh()
 
     def _lead(self) -> bool:

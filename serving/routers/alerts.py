@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from fleetmind.serving.db import NO_START
+from fleetmind.serving.db import NO_START, is_input_error
 from fleetmind.serving.deps import DbDep, IncidentsDep, MetricsDep, require_scope
 from fleetmind.serving.schemas import (
     MAX_DB_INT,
@@ -231,27 +231,27 @@ def store_or_reject(
     up). ``positions``: each row's index in the webhook. Returns the stored rows and the rejected.
 
     Raises:
-        sqlalchemy.exc.OperationalError (and other errors that are not about the data): the
-            database is unavailable; nothing is acknowledged (the route answers 503).
+        sqlalchemy.exc.SQLAlchemyError: any error that is not about the data
+            (:func:`fleetmind.serving.db.is_input_error`: unreachable, timed out, read-only, a
+            failing server); nothing is acknowledged (the route answers 503, which Alertmanager
+            retries).
     """
-    from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
+    from sqlalchemy.exc import SQLAlchemyError
 
-    data_errors = (DataError, IntegrityError, StatementError)
     try:
         db.store_alerts(rows)
         return rows, []
-    except OperationalError:
-        raise
-    except data_errors:
-        pass
+    except SQLAlchemyError as err:
+        if not is_input_error(err):
+            raise
     stored, rejected = [], []
     for row, pos in zip(rows, positions, strict=True):
         try:
             db.store_alerts([row])
             stored.append(row)
-        except OperationalError:
-            raise
-        except data_errors as err:
+        except SQLAlchemyError as err:
+            if not is_input_error(err):
+                raise
             reason = type(getattr(err, "orig", None) or err).__name__
             rejected.append(
                 RejectedAlert(

@@ -43,10 +43,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from sqlalchemy import delete, select, text
-from sqlalchemy.exc import OperationalError, StatementError
+from sqlalchemy.exc import SQLAlchemyError
 
 from fleetmind.data.errors import DataError
-from fleetmind.serving.db import Database, reservations
+from fleetmind.serving.db import Database, is_input_error, reservations
 from fleetmind.serving.scheduler.placement import Option, Reservations, free_gpus
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
@@ -79,13 +79,17 @@ def _checked_key(key: str, uid: str | None = None) -> None:
 @contextlib.contextmanager
 def _bad_input_is_422() -> Iterator[None]:
     """The database refusing a value (not being down) is the caller's error: :class:`DataError`
-    (422). ``OperationalError`` (unreachable, timed out) still propagates (503)."""
+    (422), as :func:`fleetmind.serving.db.is_input_error` tells. Every other database error
+    (unreachable, timed out, read-only, failing) propagates: 503."""
     try:
         yield
-    except OperationalError:
-        raise
-    except (StatementError, ValueError, UnicodeError) as err:
+    except SQLAlchemyError as err:
+        if not is_input_error(err):
+            raise
         reason = type(getattr(err, "orig", None) or err).__name__
+        raise DataError(f"the database refused the reservation's values ({reason})") from None
+    except (ValueError, UnicodeError) as err:
+        reason = type(err).__name__
         raise DataError(f"the database refused the reservation's values ({reason})") from None
 
 
