@@ -252,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fleetmind.serving.app import uvicorn_log_config
     from fleetmind.serving.http_guard import server_options
+    from fleetmind.serving.metrics import cleanup_multiprocess_dir, prepare_multiprocess_dir
     from fleetmind.serving.settings import get_settings
     from fleetmind.serving.tls import uvicorn_options
 
@@ -286,16 +287,23 @@ def run(args: argparse.Namespace) -> int:
         raise
     if args.workers == 1:
         _ignore_sighup()
-    uvicorn.run(
-        "fleetmind.serving.app:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        log_config=uvicorn_log_config(args.log_level),  # the service's warnings on stderr too
-        # header timeout and size limit, connection limits; then HTTPS and kube-scheduler's
-        # client certificate (whose protocol keeps those limits: it subclasses the guarded one)
-        **{**server_options(settings), **uvicorn_options(settings)},
-    )
+    # several workers: /metrics merges them through prometheus-client's multiprocess mode, whose
+    # directory must be set (and empty) before the workers import it
+    shared = prepare_multiprocess_dir() if args.workers > 1 else None
+    try:
+        uvicorn.run(
+            "fleetmind.serving.app:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            log_config=uvicorn_log_config(args.log_level),  # the service's warnings on stderr too
+            # header timeout and size limit, connection limits; then HTTPS and kube-scheduler's
+            # client certificate (whose protocol keeps those limits: it subclasses the guarded one)
+            **{**server_options(settings), **uvicorn_options(settings)},
+        )
+    finally:
+        if shared is not None:
+            cleanup_multiprocess_dir(*shared)
     return 0

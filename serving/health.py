@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -199,29 +200,60 @@ def fleet_health(
 
 
 _BUILD_LOCK = threading.RLock()
-_GAUGES: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+_COLLECTORS: weakref.WeakKeyDictionary[Any, HealthCollector] = weakref.WeakKeyDictionary()
+
+
+class HealthCollector:
+    """``fleetmind_cluster_health{cluster}`` and ``fleetmind_fleet_skew`` of the latest refresh.
+
+    A custom collector that mirrors :attr:`HealthModel.last` at each scrape: a cluster gone from the
+    telemetry, or whose health became unknown, has no series any more (client_python,
+    github.com/prometheus/client_python/issues/277: state mirrored from elsewhere is exported by a
+    collector, not by children that are never removed). Nothing is exported before the first
+    refresh.
+    """
+
+    def __init__(self) -> None:
+        self.model: HealthModel | None = None
+
+    def collect(self) -> Iterator[Any]:
+        """The two gauge families of the latest refresh (none before the first)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        last = self.model.last if self.model is not None else None
+        if last is None:
+            return
+        health = GaugeMetricFamily(
+            "fleetmind_cluster_health", "cluster health, 1 idle and healthy .. 0 saturated",
+            labels=["cluster"],
+        )  # fmt: skip
+        for c in last.clusters:
+            if c.health is not None:
+                health.add_metric([c.cluster], c.health)
+        yield health
+        yield GaugeMetricFamily(
+            "fleetmind_fleet_skew",
+            "mean CV of request rate, P95 latency and CPU use across clusters",
+            value=last.skew,
+        )
 
 
 class HealthService:
-    """The app's health model, refreshed once per telemetry snapshot, exported as gauges."""
+    """The app's health model, refreshed once per telemetry snapshot, exported by a
+    :class:`HealthCollector` on ``registry`` (with several workers, each worker's own)."""
 
     def __init__(self, settings: Any, registry: Any) -> None:
-        from prometheus_client import Gauge
-
         self.settings = settings
         self.model = HealthModel(settings.health_latency_slo_s)
         self._snap: FleetSnapshot | None = None
         self._lock = threading.Lock()
-        with _BUILD_LOCK:  # one pair of gauges per registry (an app restarted keeps its metrics)
-            gauges = _GAUGES.get(registry)
-            if gauges is None:
-                gauges = _GAUGES[registry] = (
-                    Gauge("fleetmind_cluster_health", "cluster health, 1 idle and healthy .. 0 "
-                          "saturated", ["cluster"], registry=registry),
-                    Gauge("fleetmind_fleet_skew", "mean CV of request rate, P95 latency and CPU "
-                          "use across clusters", registry=registry),
-                )  # fmt: skip
-        self.g_health, self.g_skew = gauges
+        with _BUILD_LOCK:  # one collector per registry (an app restarted keeps its metrics)
+            collector = _COLLECTORS.get(registry)
+            if collector is None:
+                collector = _COLLECTORS[registry] = HealthCollector()
+                registry.register(collector)
+            collector.model = self.model  # the latest service's model is the one exported
+        self.collector = collector
 
     def current(self, telemetry: Any) -> FleetHealth:
         """Health for the telemetry's current snapshot (computed once per snapshot)."""
@@ -235,10 +267,6 @@ class HealthService:
                 self.settings.telemetry_cluster,
             )  # fmt: skip
             self._snap = snap
-            for c in out.clusters:
-                if c.health is not None:
-                    self.g_health.labels(c.cluster).set(c.health)
-            self.g_skew.set(out.skew)
             return out
 
 
@@ -249,7 +277,9 @@ def health_service(services: Services) -> HealthService:
         with _BUILD_LOCK:
             hs = services.health
             if hs is None:
-                hs = services.health = HealthService(services.settings, services.metrics.registry)
+                hs = services.health = HealthService(
+                    services.settings, services.metrics.process_registry
+                )
     return hs
 
 

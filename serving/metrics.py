@@ -6,7 +6,8 @@
 | ``fleetmind_alerts_ingested_total`` | counter | ``status`` (firing, resolved) |
 | ``fleetmind_alerts_truncated_total`` | counter | - (alerts Alertmanager reported left out, ``truncatedAlerts``) |
 | ``fleetmind_alerts_rejected_total`` | counter | - (invalid alerts left out of an otherwise stored webhook) |
-| ``fleetmind_open_incidents`` | gauge | - |
+| ``fleetmind_http_bodies_too_large_total`` | counter | ``route`` (``/api/v1/alerts``, ``other``: requests refused with 413 for their body size) |
+| ``fleetmind_open_incidents`` | gauge | - (exported by the process that leads the incident worker; 0 in the others) |
 | ``fleetmind_alerts_grouped_total`` | counter | - (pending alerts the incident worker has grouped) |
 | ``fleetmind_incident_grouping_lag_seconds`` | gauge | - (age of the oldest ungrouped alert, read at every worker loop; 0 when none is pending) |
 | ``fleetmind_model_info`` | gauge (1) | ``kind``, ``method``, ``version``, ``fallback`` |
@@ -20,10 +21,26 @@
 :data:`LOAD_RESULTS`) exist at 0 from the start: a series born at 1 on its first failure shows
 ``rate()`` no increase, so the rule would never see it (Prometheus, "Instrumentation: Avoid
 missing metrics").
+
+**Several worker processes** (``fleetmind serve --workers N``): the CLI points
+``PROMETHEUS_MULTIPROC_DIR`` at an empty directory before uvicorn starts the workers
+(:func:`prepare_multiprocess_dir`), so prometheus-client keeps every value in a per-process file
+there, and ``/metrics`` answers the files of all workers merged (client_python, "Multiprocess
+Mode"): counters and histograms summed (an exited worker's counts stay in the total), the gauges
+the maximum over live workers (``livemax``). Workers that exited are found at every scrape and
+their gauge files dropped (:func:`mark_dead_workers`; uvicorn's supervisor has no hook to call
+``mark_process_dead``). Collectors that read objects of their own process
+(``fleetmind_cluster_health``, ``fleetmind_fleet_skew``) live on :attr:`Metrics.process_registry`
+and are answered by the worker that serves the scrape. Without the variable (one process, the
+default, and the tests) everything is on one private registry.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -35,19 +52,85 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 MODEL_KINDS = ("rca", "placement")
 """The ``kind`` label of the model metrics (:class:`fleetmind.serving.registry.ModelRegistry`'s)."""
 LOAD_RESULTS = ("success", "failure")
 """The ``result`` label of ``fleetmind_model_loads_total``."""
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus-client's multiprocess switch, read when it is imported: set before workers start."""
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
+
+
+def prepare_multiprocess_dir() -> tuple[str, bool]:
+    """Point :data:`MULTIPROC_ENV` at an empty directory for the workers about to start.
+
+    A directory the operator set is emptied of prometheus-client's ``*.db`` files (values of an
+    earlier run would be merged into this one's); otherwise a new temporary one is made. Returns
+    the directory and whether it was made here (the caller removes it with
+    :func:`cleanup_multiprocess_dir`).
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.remove(os.path.join(given, name))
+        return given, False
+    path = tempfile.mkdtemp(prefix="fleetmind-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    return path, True
+
+
+def cleanup_multiprocess_dir(path: str, made: bool) -> None:
+    """Undo :func:`prepare_multiprocess_dir` once the workers are gone."""
+    if made:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
+
+
+def mark_dead_workers(path: str) -> list[int]:
+    """``mark_process_dead`` for every process with ``live*`` gauge files in ``path`` that is gone.
+
+    Their gauges then leave the merged values (client_python: "live" modes count only processes
+    not marked dead); counters and histograms keep their files (the totals do not drop). Returns
+    the pids marked.
+    """
+    dead = set()
+    for name in os.listdir(path):
+        m = _LIVE_GAUGE_FILE.fullmatch(name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            dead.add(int(m.group(1)))
+    for pid in sorted(dead):
+        mark_process_dead(pid, path)
+    return sorted(dead)
 
 
 class Metrics:
-    """The service's collectors, registered on their own :class:`CollectorRegistry`."""
+    """The service's collectors, registered on their own :class:`CollectorRegistry`.
+
+    With :data:`MULTIPROC_ENV` set, the counters, histograms and gauges write their values to that
+    directory and :meth:`render` merges every worker's; :attr:`process_registry` holds what only
+    this process can answer. Without it, :attr:`process_registry` is :attr:`registry`.
+    """
 
     def __init__(self) -> None:
+        self.multiprocess_dir = os.environ.get(MULTIPROC_ENV) or None
         self.registry = CollectorRegistry()
+        self.process_registry = CollectorRegistry() if self.multiprocess_dir else self.registry
+        self._model_labels: list[tuple[str, str, str, str]] = []
         r = self.registry
         self.request_latency = Histogram(
             "fleetmind_http_request_duration_seconds",
@@ -69,7 +152,20 @@ class Metrics:
             "invalid alerts left out of a webhook whose other alerts were stored",
             registry=r,
         )
-        self.open_incidents = Gauge("fleetmind_open_incidents", "incidents now open", registry=r)
+        self.bodies_too_large = Counter(
+            "fleetmind_http_bodies_too_large",
+            "requests refused with 413 for their body size (route: the webhook's path, or other)",
+            ["route"],
+            registry=r,
+        )
+        # gauges: the largest value of the live workers (only the leader exports open incidents;
+        # the lag is read from the shared database by every worker; model_info is 1 or 0)
+        self.open_incidents = Gauge(
+            "fleetmind_open_incidents",
+            "incidents now open",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.alerts_grouped = Counter(
             "fleetmind_alerts_grouped", "pending alerts grouped into incidents", registry=r
         )
@@ -78,12 +174,14 @@ class Metrics:
             "seconds since the oldest ungrouped alert (or status change) was stored, read at every "
             "loop of the incident worker whether or not it succeeds (0 when none is pending)",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.model_info = Gauge(
             "fleetmind_model_info",
             "served models (value 1)",
             ["kind", "method", "version", "fallback"],
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.model_loads = Counter(
             "fleetmind_model_loads", "model load attempts", ["kind", "result"], registry=r
@@ -112,15 +210,34 @@ class Metrics:
         self.model_loads.labels(kind, "success" if ok else "failure").inc()
 
     def set_models(self, models: Any) -> None:
-        """Expose the served model set (a :class:`fleetmind.serving.registry.ModelSet`)."""
-        self.model_info.clear()
-        for m in (models.rca, models.placement):
-            self.model_info.labels(
-                m.kind, m.method, m.version or "", "true" if m.fallback_reason else "false"
-            ).set(1)
+        """Expose the served model set (a :class:`fleetmind.serving.registry.ModelSet`).
+
+        In multiprocess mode a series cannot be removed from the worker's file (client_python:
+        ``clear`` is not implemented there): the models this worker no longer serves read 0.
+        """
+        labels = [
+            (m.kind, m.method, m.version or "", "true" if m.fallback_reason else "false")
+            for m in (models.rca, models.placement)
+        ]
+        if self.multiprocess_dir:
+            for old in self._model_labels:
+                if old not in labels:
+                    self.model_info.labels(*old).set(0)
+        else:
+            self.model_info.clear()
+        self._model_labels = labels
+        for values in labels:
+            self.model_info.labels(*values).set(1)
 
     def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        """The exposition text of ``/metrics`` and its content type."""
+        if not self.multiprocess_dir:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        mark_dead_workers(self.multiprocess_dir)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, self.multiprocess_dir)
+        body = generate_latest(merged) + generate_latest(self.process_registry)
+        return body, CONTENT_TYPE_LATEST
 
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,8 +126,8 @@ class IncidentManager:
         self.store = IncidentStore(db)
         self.grouper = Grouper(self.config.window_s, self.config.hops)
         self.schedule = RankSchedule(self.config.rank_interval_s)
-        self.lag = GroupingLag(db, metrics)
         self.leader = LeaderLock(db, self.config.leader_lease_s)
+        self.lag = _LoopGauges(db, metrics, self._follow)
         self.worker = IncidentWorker(
             self, self.leader, self.schedule, self.lag, self.config.backlog_rank_s
         )
@@ -137,9 +138,12 @@ class IncidentManager:
 
     # ------------------------------------------------------------------ lifecycle
     def load_open(self) -> None:
-        """Rebuild the in-memory open incidents from the database."""
+        """Rebuild the in-memory open incidents from the database.
+
+        The open-incident gauge is not set here: only the process that groups alerts (the leader,
+        :meth:`take_over`) exports the count, so a replica that loaded it at start-up does not
+        export that value forever."""
         self.grouper.load(self.store.open_incidents())
-        self._set_gauge()
 
     def start(self) -> None:
         """Start the worker thread (idempotent); it groups alerts while it holds the leader lock."""
@@ -160,6 +164,7 @@ class IncidentManager:
         """Become the worker: reload the open incidents (the previous leader changed them) and
         queue the rankings it left undone (``needs_ranking``, durable across crashes)."""
         self.load_open()
+        self._set_gauge()
         self.schedule.queue(self.db.incidents_needing_ranking(), time.monotonic())
 
     def update_lag(self) -> None:
@@ -394,5 +399,31 @@ class IncidentManager:
         )
 
     def _set_gauge(self) -> None:
+        """Export the open incidents this process groups (the leader, or a caller grouping)."""
         if self.metrics is not None:
             self.metrics.open_incidents.set(self.grouper.open_count)
+
+    def _follow(self) -> None:
+        """At every worker loop: a process that does not lead exports 0 open incidents (the
+        leader exports the count), so ``sum`` and ``max`` over replicas both read the count."""
+        if self.metrics is not None and not self.leader.held:
+            self.metrics.open_incidents.set(0)
+
+
+class _LoopGauges(GroupingLag):
+    """The grouping lag, and the followers' open-incident gauge, refreshed at every worker loop.
+
+    Args:
+        db: the database (its oldest pending alert).
+        metrics: the gauges' owner (``None``: nothing is exported).
+        follow: sets the open-incident gauge of a process that does not lead.
+    """
+
+    def __init__(self, db: Database, metrics: Metrics | None, follow: Callable[[], None]) -> None:
+        super().__init__(db, metrics)
+        self._follow = follow
+
+    def refresh(self) -> None:
+        """Export the grouping lag, then the follower's open-incident gauge."""
+        super().refresh()
+        self._follow()
