@@ -39,6 +39,7 @@ from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
 from fleetmind.serving.metrics import Metrics, MetricsMiddleware
 from fleetmind.serving.middleware import (
+    WEBHOOK_PATH,
     BodyLimitMiddleware,
     ConcurrencyLimit,
     RCAAdmission,
@@ -278,8 +279,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configured = settings or get_settings()
     app.state.settings = configured
     limit = configured.max_body_bytes
+    webhook_limit = max(configured.max_webhook_bytes, limit)  # never below the global limit
     app.add_middleware(FastLane)  # innermost: after the body limit and the metrics
-    app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=limit,
+        route_limits={("POST", WEBHOOK_PATH): webhook_limit},
+        metrics=metrics,
+    )
     app.add_middleware(
         RCAAdmission, max_queue=configured.rca_max_queue, deadline_s=configured.rca_deadline_s
     )

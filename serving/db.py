@@ -696,7 +696,12 @@ class Database:
         """Resolve open incidents unchanged since ``quiet_before`` (unix s) none of whose firing
         alerts was delivered since (Alertmanager re-sends firing alerts every
         ``repeat_interval``): their firing alerts get status ``resolved`` and ``endsAt`` = ``now``;
-        returns the incident ids."""
+        returns the incident ids.
+
+        Firing alerts in no incident (grouped already, ``pending`` false: the never-grouped
+        heartbeats, inhibitor helpers and severity ``none`` alerts) not delivered since
+        ``quiet_before`` are resolved the same way (:meth:`_resolve_quiet_ungrouped`), so that
+        :meth:`purge` deletes them after the retention period."""
         still_sent = (
             select(alerts.c.id)
             .where(
@@ -735,7 +740,31 @@ class Database:
                         needs_ranking=False,
                     )
                 )
+            self._resolve_quiet_ungrouped(conn, quiet_before, now)
         return ids
+
+    @staticmethod
+    def _resolve_quiet_ungrouped(conn: Connection, quiet_before: float, now: float) -> int:
+        """Resolve the firing alerts in no incident not delivered since ``quiet_before`` (unix s),
+        ``endsAt`` = ``now``; returns how many.
+
+        With ``send_resolved: false`` (or a lost resolved notification) such an alert never hears
+        its end: each episode of an InfoInhibitor stayed a firing row forever, listed as firing and
+        kept from retention. An alert that still fires is re-sent every ``repeat_interval``
+        (a Watchdog always is), which keeps ``received_ts`` recent. Pending rows are left to the
+        incident worker, which has not grouped them yet. The row stays not pending: the worker
+        would not group it anyway."""
+        c = alerts.c
+        return conn.execute(
+            update(alerts)
+            .where(
+                c.incident_id.is_(None),
+                c.pending.is_(False),
+                c.status == "firing",
+                c.received_ts < quiet_before,
+            )
+            .values(status="resolved", ends_ts=now, updated_ts=now)
+        ).rowcount
 
     def purge(self, before: float) -> tuple[int, int]:
         """Delete incidents closed (resolved or merged) before ``before`` (unix s) with their

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fleetmind.serving.deps import PUBLIC_PATHS
+from fleetmind.serving.metrics import Metrics
+
+log = logging.getLogger("fleetmind.serving")
+
+WEBHOOK_PATH = "/api/v1/alerts"
+"""The Alertmanager webhook's path (``POST``), which has its own body limit
+(``FLEETMIND_MAX_WEBHOOK_BYTES``)."""
 
 
 class ConcurrencyLimit:
@@ -127,16 +136,40 @@ async def _json_answer(send: Any, code: int, detail: str, retry_after: int | Non
 
 
 class BodyLimitMiddleware:
-    """Reject request bodies larger than ``max_bytes`` with 413 (declared or streamed)."""
+    """Reject request bodies larger than their limit with 413 (declared or streamed).
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    Args:
+        app: the ASGI app inside.
+        max_bytes: the limit of every request but those of ``route_limits``, bytes.
+        route_limits: ``(method, path)`` -> its own limit, bytes (the Alertmanager webhook's).
+        metrics: counts each refusal in ``fleetmind_http_bodies_too_large_total`` by ``route``
+            (a path of ``route_limits``, or ``other``).
+
+    Each refusal is also logged (a warning, with the size): a sender such as Alertmanager does
+    not retry a 4xx, so the alerts of a refused webhook are lost without it being seen here.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        max_bytes: int,
+        route_limits: Mapping[tuple[str, str], int] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.route_limits = dict(route_limits or {})
+        self.metrics = metrics
+        if metrics is not None:  # at 0 from the start: rate() sees the first refusal
+            for route in {p for _, p in self.route_limits} | {"other"}:
+                metrics.bodies_too_large.labels(route)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        key = (scope.get("method", ""), scope.get("path", ""))
+        limit = self.route_limits.get(key, self.max_bytes)
         declared = None
         for k, v in scope.get("headers", ()):
             if k == b"content-length":
@@ -144,8 +177,8 @@ class BodyLimitMiddleware:
                     declared = int(v)
                 except ValueError:
                     declared = -1
-        if declared is not None and (declared < 0 or declared > self.max_bytes):
-            await _too_large(send, self.max_bytes)
+        if declared is not None and (declared < 0 or declared > limit):
+            await self._refuse(send, key, limit, f"{declared} bytes declared")
             return
         if declared is not None:
             await self.app(scope, receive, send)
@@ -160,8 +193,8 @@ class BodyLimitMiddleware:
                 return
             body = message.get("body", b"")
             size += len(body)
-            if size > self.max_bytes:
-                await _too_large(send, self.max_bytes)
+            if size > limit:
+                await self._refuse(send, key, limit, f"more than {limit} bytes streamed")
                 return
             chunks.append(body)
             more = message.get("more_body", False)
@@ -175,6 +208,24 @@ class BodyLimitMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any, key: tuple[str, str], limit: int, size: str) -> None:
+        """Answer 413, count it and log it (``size``: what the request declared or sent)."""
+        route = key[1] if key in self.route_limits else "other"
+        if self.metrics is not None:
+            self.metrics.bodies_too_large.labels(route).inc()
+        log.warning(
+            "413 for %s %s: %s, the limit is %d bytes%s",
+            key[0],
+            key[1][:200],
+            size,
+            limit,
+            "; its alerts are lost (Alertmanager does not retry a 4xx): lower max_alerts in "
+            "the receiver's webhook_config or raise FLEETMIND_MAX_WEBHOOK_BYTES"
+            if route == WEBHOOK_PATH
+            else "",
+        )
+        await _too_large(send, limit)
 
 
 async def _too_large(send: Any, limit: int) -> None:

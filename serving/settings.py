@@ -23,6 +23,16 @@ that and above any interval, timeout or grace period that makes sense, so a larg
 MAX_RETENTION_S = 10 * 365 * 86400.0
 """The longest ``FLEETMIND_RETENTION_S`` (ten years): history is the one duration that may
 sensibly exceed a year (0 keeps everything)."""
+WEBHOOK_MAX_ALERTS = 10_000
+"""The most alerts one webhook may carry (:class:`fleetmind.serving.schemas.AlertmanagerWebhook`),
+the ``max_alerts`` of the receiver in ``deploy/alertmanager.yml``."""
+WEBHOOK_ALERT_BYTES = 4096
+"""The bytes per alert ``FLEETMIND_MAX_WEBHOOK_BYTES``' default allows (4 KiB). The project's own
+GpuXidError with dcgm-exporter's labels takes about 1,810 bytes of webhook JSON, most of it the
+``generatorURL`` (Prometheus ``util/strutil.TableLinkForExpression``: ``/graph?g0.expr=`` and the
+query-escaped expression, 1,057 characters; Alertmanager's Go JSON encoder writes each ``&`` as
+``\\u0026``): 4 KiB leaves more than twice that. Alerts bigger than this (long annotations, rules
+with longer expressions) call for a lower ``max_alerts``, not a larger limit."""
 MAX_STATEMENT_TIMEOUT_S = 86400.0
 """The longest ``FLEETMIND_DB_STATEMENT_TIMEOUT_S`` (one day; 0: none). PostgreSQL's own limit is
 2,147,483,647 ms (24.8 days), past which every connection is refused."""
@@ -95,8 +105,18 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
         ge=1024,
-        description="largest request body accepted; the default holds a webhook of 10,000 "
-        "Alertmanager alerts of about 1.5 KB (labels, annotations, generatorURL)",
+        description="largest request body accepted by every route but the Alertmanager webhook "
+        "(FLEETMIND_MAX_WEBHOOK_BYTES)",
+    )
+    # Its own limit, not a larger global one: the webhook is the one route whose body size is set
+    # by a sender that cannot shrink a refused request (Alertmanager drops a 4xx unretried,
+    # notify.Retrier.Check), while every other route is bounded by what its client chooses to send.
+    max_webhook_bytes: int = Field(
+        WEBHOOK_MAX_ALERTS * WEBHOOK_ALERT_BYTES,
+        ge=1024,
+        description="largest POST /api/v1/alerts body accepted (the larger of this and "
+        "FLEETMIND_MAX_BODY_BYTES); the default, 40,960,000 (about 39 MiB), holds a webhook of "
+        "10,000 alerts (its most, Alertmanager's max_alerts) of up to 4 KiB each",
     )
     telemetry: Literal["sim", "nvml", "prometheus"] = Field("sim", description="telemetry source")
     prometheus_url: str = Field(

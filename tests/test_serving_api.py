@@ -163,7 +163,8 @@ def test_not_json_gets_4xx(client: TestClient) -> None:
 
 
 def test_body_size_limit(tmp_path: Path) -> None:
-    with TestClient(create_app(make_settings(tmp_path, max_body_bytes=2048))) as c:
+    settings = make_settings(tmp_path, max_body_bytes=2048, max_webhook_bytes=2048)
+    with TestClient(create_app(settings)) as c:
         big = webhook([alert({"alertname": "x", "junk": "y" * 4000})])
         r = c.post("/api/v1/alerts", json=big)
         assert r.status_code == 413
