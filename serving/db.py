@@ -520,19 +520,26 @@ class Database:
                 self._store_round(conn, part)
 
     def _lock_fingerprints(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-        """PostgreSQL: take a transaction advisory lock per fingerprint of ``rows`` (two-key
-        ``pg_advisory_xact_lock``, released at commit or rollback), in ascending key order so two
-        webhooks never wait on each other in a cycle. Under READ COMMITTED the rules that read the
+        """PostgreSQL: take a transaction advisory lock per lock slot of the fingerprints of
+        ``rows`` (two-key ``pg_advisory_xact_lock``, released at commit or rollback; at most
+        :data:`ALERT_LOCK_SLOTS`), in ascending order so two webhooks never wait on each other in
+        a cycle. Under READ COMMITTED the rules that read the
         other rows of a fingerprint (:data:`_MOVE_START`'s ``NOT EXISTS``, :data:`_STALE_FIRING`,
         :data:`_RESOLVE_EARLIER`) do not see a row another transaction has inserted and not
         committed: the same alert sent to two replicas at once under two ``startsAt`` was stored
         twice. With the lock the second transaction waits, and its statements (each with a fresh
-        snapshot) see the first one's rows. SQLite has one writer at a time already."""
+        snapshot) see the first one's rows. SQLite has one writer at a time already.
+
+        Slots, not one lock per fingerprint: every advisory lock takes an entry of PostgreSQL's
+        shared lock table, sized ``max_locks_per_transaction`` (64) x ``max_connections``, and a
+        10,000-alert webhook took 10,000 of them: two such webhooks at once failed with "out of
+        shared memory" (503, retried into the same failure). Two fingerprints in one slot only
+        wait for each other."""
         if self.is_sqlite:
             return
         from sqlalchemy import text
 
-        keys = sorted({_fingerprint_lock_key(r["fingerprint"]) for r in rows})
+        keys = sorted({_fingerprint_lock_slot(r["fingerprint"]) for r in rows})
         conn.execute(
             text("SELECT pg_advisory_xact_lock(:c, :k)"),
             [{"c": ALERT_LOCK_CLASS, "k": k} for k in keys],
@@ -901,11 +908,17 @@ ALERT_LOCK_CLASS = 0x464D414C
 (``"FMAL"``; apart from the reservations' per-node class and the one-key leader locks)."""
 
 
-def _fingerprint_lock_key(fingerprint: str) -> int:
-    """A signed 32-bit key for a fingerprint's advisory lock (a collision only serialises two
-    fingerprints)."""
+ALERT_LOCK_SLOTS = 32
+"""How many advisory locks the alert store may take (:meth:`Database._lock_fingerprints`): half of
+PostgreSQL's default ``max_locks_per_transaction``, so a webhook of any size takes at most 32
+entries of the shared lock table."""
+
+
+def _fingerprint_lock_slot(fingerprint: str) -> int:
+    """The lock slot of a fingerprint, ``0 <= slot <`` :data:`ALERT_LOCK_SLOTS` (a stable hash:
+    every replica maps a fingerprint to the same slot)."""
     digest = hashlib.blake2b(fingerprint.encode("utf-8", "surrogatepass"), digest_size=4).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    return int.from_bytes(digest, "big") % ALERT_LOCK_SLOTS
 
 
 def _rounds(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:

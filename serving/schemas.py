@@ -289,7 +289,7 @@ class JobSpec(BaseModel):
     def _names_a_model(cls, v: str | None) -> str | None:
         """A set ``gpu_model`` names at least one model (``|``/``,``-separated, the entries that
         ``serving.scheduler.placement.parse_gpu_models`` keeps); ``""`` is the same as unset."""
-        if v and not any(w.strip() for w in re.split(r"[|,]", v)):
+        if v and not any(re.search(r"[^\s_-]", w) for w in re.split(r"[|,]", v)):
             raise ValueError(f"gpu_model {v!r} names no GPU model (e.g. 'A100' or 'A100|H100')")
         return v
 

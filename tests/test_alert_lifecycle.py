@@ -440,3 +440,29 @@ def test_one_alert_sent_to_two_replicas_at_once_is_one_row_on_postgresql(pg: PgC
     assert not errors, errors
     assert pg.psql("SELECT count(*) FROM alerts") == "1"
     assert float(pg.psql("SELECT starts_ts FROM alerts")) == pytest.approx(T0)
+
+
+def test_a_large_webhook_takes_a_bounded_number_of_locks(pg: PgCluster) -> None:
+    """Every advisory lock takes an entry of PostgreSQL's shared lock table, which holds
+    ``max_locks_per_transaction`` (64) x ``max_connections`` entries (PostgreSQL docs, "Lock
+    Management"); one lock per fingerprint made a 10,000-alert webhook take 10,000, and two such
+    webhooks at once failed with "out of shared memory". The store locks fingerprint slots."""
+    from sqlalchemy import text
+
+    from fleetmind.serving.db import ALERT_LOCK_SLOTS
+
+    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    d = Database(pg.url)
+    d.migrate()
+    many = rows(1000.0, *(am_alert(T0, fp=f"{i:016x}") for i in range(2000)))
+    held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+    try:
+        with d.write() as conn:
+            d._lock_fingerprints(conn, many)
+            n = conn.execute(text(held)).scalar_one()
+        assert 1 <= n <= ALERT_LOCK_SLOTS <= 64
+        d.store_alerts(many)
+        with d.read() as conn:
+            assert conn.execute(text("SELECT count(*) FROM alerts")).scalar_one() == 2000
+    finally:
+        d.dispose()

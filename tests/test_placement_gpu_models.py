@@ -189,3 +189,26 @@ def test_extender_filter_matches_whole_models(annotation: str | None, passing: s
         assert d.unresolvable[name].startswith("GPU model"), d.unresolvable
     if annotation in ("|", " "):
         assert "names none" in d.unresolvable["a100"]
+
+
+def test_wanted_words_may_skip_the_form_factor_in_nvidias_names() -> None:
+    """NVIDIA's model names put the form factor between the model and its memory
+    (``nvidia-smi``/NVML ``nvmlDeviceGetName``: "NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe",
+    "Tesla V100-SXM2-16GB"), so a job asking for a memory variant names words that are not
+    adjacent there; the words must still come in order and be whole."""
+    assert gpu_model_matches("A100-SXM4-40GB", ["A100-40GB"])
+    assert gpu_model_matches("NVIDIA A100-SXM4-80GB", ["A100 80GB"])
+    assert gpu_model_matches("NVIDIA A100 80GB PCIe", ["A100-80GB"])
+    assert gpu_model_matches("Tesla V100-SXM2-16GB", ["V100-16GB"])
+    assert not gpu_model_matches("NVIDIA A100-SXM4-80GB", ["A100-40GB"])
+    assert not gpu_model_matches("NVIDIA A100-SXM4-80GB", ["80GB A100"])  # out of order
+    assert not gpu_model_matches("NVIDIA A100-SXM4-80GB", ["A10-80GB"])
+
+
+@pytest.mark.parametrize("spec", ["-", "_", " - ", "-|_"])
+def test_a_spec_of_separators_names_no_model(spec: str) -> None:
+    """A spec whose entries have no word would match no GPU at all: it names no model (422),
+    as ``"|"`` does."""
+    assert parse_gpu_models(spec) == ()
+    with pytest.raises(ValidationError, match="names no GPU model"):
+        JobSpec(num_gpu=1, gpu_milli=500, gpu_model=spec)

@@ -113,6 +113,17 @@ def test_parse_dcgm_exposition() -> None:
     assert b.free_milli == 500
 
 
+@pytest.mark.parametrize("used, free", [(10, "NaN"), ("NaN", 80000), ("+Inf", 10)])
+def test_a_nan_framebuffer_sample_leaves_that_gpu_with_nothing_free(used: str, free: str) -> None:
+    """The exposition format allows NaN and +Inf sample values (Prometheus "Exposition formats",
+    and Prometheus returns NaN for such samples), and one of them made the whole snapshot fail
+    (``ValueError: cannot convert float NaN to integer``). That GPU is unknown: nothing free."""
+    text = HEADER + _gpu("node-a", 0, 0, 10, 80000) + _gpu("node-a", 1, 0, used, free)
+    (node,) = parse_dcgm(text)
+    gpus = {g.index: g for g in node.gpus}
+    assert gpus[0].free_milli == 1000 and gpus[1].free_milli == 0
+
+
 def test_parse_rejects_garbage() -> None:
     with pytest.raises(DataError, match="not Prometheus format"):
         parse_dcgm('DCGM_FI_DEV_GPU_UTIL{gpu="0" 1\n')

@@ -30,12 +30,12 @@ def parse_gpu_models(spec: str | None) -> tuple[str, ...]:
     """The GPU models a spec allows (``JobSpec.gpu_model``, the ``gpu-card-model`` annotation).
 
     The spec lists models separated by ``|`` (openb's ``gpu_spec``) or ``,``; entries are
-    stripped and empty ones dropped, so ``None``, ``""`` and an all-separator spec (``"|"``,
-    ``" "``) give ``()``. Callers decide what ``()`` means: no constraint for an unset spec.
+    stripped and those without a word dropped, so ``None``, ``""`` and an all-separator spec
+    (``"|"``, ``" "``, ``"-"``) give ``()``. Callers decide what ``()`` means: no constraint for an unset spec.
     """
     if not spec:
         return ()
-    return tuple(w.strip() for w in _SPEC_SEPARATORS.split(spec) if w.strip())
+    return tuple(w.strip() for w in _SPEC_SEPARATORS.split(spec) if _model_tokens(w))
 
 
 def _model_tokens(name: str) -> list[str]:
@@ -45,10 +45,11 @@ def _model_tokens(name: str) -> list[str]:
 def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
     """Whether a GPU named ``model`` is one of ``wants`` (True when ``wants`` is empty).
 
-    A wanted name matches, case-insensitively, the whole model name or a whole run of its tokens
-    (split on whitespace, ``-`` and ``_``): ``"A100"`` matches ``"A100"`` and ``"NVIDIA
-    A100-SXM4-80GB"``, ``"MIG 3g.40gb"`` matches ``"A100 MIG 3g.40gb"``, but ``"A10"`` does not
-    match ``"A100"``. openb's simulator compares names for equality (``data.openb.gpu_spec_mask``;
+    A wanted name matches, case-insensitively, the whole model name or when its words (split on
+    whitespace, ``-`` and ``_``) are whole words of the model name in the same order:
+    ``"A100"`` matches ``"A100"`` and ``"NVIDIA A100-SXM4-80GB"``, ``"A100-40GB"`` matches
+    ``"A100-SXM4-40GB"`` (NVIDIA's names put the form factor between model and memory),
+    ``"MIG 3g.40gb"`` matches ``"A100 MIG 3g.40gb"``, but ``"A10"`` does not match ``"A100"``. openb's simulator compares names for equality (``data.openb.gpu_spec_mask``;
     FGD's ``IsNodeAccessibleToPodByType``); tokens let a short name select telemetry's long one.
     """
     if not wants:
@@ -59,8 +60,8 @@ def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
         if w.strip().lower() == full:
             return True
         want = _model_tokens(w)
-        n = len(want)
-        if n and any(have[i : i + n] == want for i in range(len(have) - n + 1)):
+        words = iter(have)  # each wanted word found after the previous one: in order
+        if want and all(any(h == t for h in words) for t in want):
             return True
     return False
 

@@ -8,6 +8,7 @@ own reservations on top (:class:`fleetmind.serving.scheduler.placement.Reservati
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -146,9 +147,12 @@ def free_milli_from_memory(used_mib: float | None, total_mib: float | None) -> i
     """Free share of a GPU in openb milli-GPU units (0..1000), from framebuffer memory (MiB).
 
     1000 when under :data:`IDLE_MEMORY_FRACTION` of the framebuffer is used (driver-reserved
-    memory alone), else the free fraction; 0 when unknown.
+    memory alone), else the free fraction; 0 when unknown (missing, NaN or infinite: Prometheus
+    returns NaN for a sample it has as NaN, and one such GPU must not fail the whole snapshot).
     """
-    if used_mib is None or not total_mib or total_mib <= 0:
+    if used_mib is None or total_mib is None:
+        return 0
+    if not (math.isfinite(used_mib) and math.isfinite(total_mib)) or total_mib <= 0:
         return 0
     if used_mib / total_mib < IDLE_MEMORY_FRACTION:
         return 1000
