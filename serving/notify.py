@@ -256,6 +256,14 @@ class Notifier:
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self.counter = None if registry is None else _counter(registry)
+        if self.counter is not None:  # each enabled channel's series exist at 0 from the start:
+            # rate()/increase() see only increases between samples, so a first failure that
+            # created its series would be invisible to an alert on it
+            for channel in ("alertmanager",) * bool(self.am_urls) + ("webhook",) * bool(
+                self.hook_url
+            ):
+                for outcome in ("sent", "failed"):
+                    self.counter.labels(channel, outcome)
 
     @property
     def enabled(self) -> bool:

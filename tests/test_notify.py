@@ -516,3 +516,24 @@ def test_heartbeats_are_stored_but_open_no_incident(tmp_path: Path) -> None:
         incidents = c.get("/api/v1/incidents").json()
     assert len(stored) == 3 and all(a["incident_id"] is None for a in stored)
     assert incidents == [] and rec.calls == []
+
+
+def test_each_enabled_channels_counters_exist_at_zero(tmp_path: Path) -> None:
+    """``rate()`` and ``increase()`` see only increases between scraped samples (Prometheus
+    "Functions"), so a series created by its first failure never shows that failure: every
+    enabled channel's ``fleetmind_notifications_total`` series is exported at 0 from start, and
+    a channel that is off exports none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    s = settings(tmp_path, notify_alertmanager_url=None)
+    with TestClient(create_app(s)) as c:
+        text = c.get("/metrics").text
+    (family,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "fleetmind_notifications"
+    ]
+    got = {
+        (x.labels["channel"], x.labels["outcome"]): x.value
+        for x in family.samples
+        if x.name.endswith("_total")
+    }
+    assert got == {("webhook", "sent"): 0.0, ("webhook", "failed"): 0.0}
