@@ -64,31 +64,29 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
 
 
-def prepare_multiprocess_dir() -> tuple[str, bool]:
-    """Point :data:`MULTIPROC_ENV` at an empty directory for the workers about to start.
+def prepare_multiprocess_dir() -> tuple[str, str | None]:
+    """Point :data:`MULTIPROC_ENV` at a new, empty directory for the workers about to start.
 
-    A directory the operator set is emptied of prometheus-client's ``*.db`` files (values of an
-    earlier run would be merged into this one's); otherwise a new temporary one is made. Returns
-    the directory and whether it was made here (the caller removes it with
-    :func:`cleanup_multiprocess_dir`).
+    A directory of this run's own: inside the one the operator set (which may be shared with
+    other instances, whose live files must not be removed or merged into this one's), else in
+    the system's temporary directory. Returns the directory and the variable's value before
+    (:func:`cleanup_multiprocess_dir` removes the one and restores the other).
     """
-    given = os.environ.get(MULTIPROC_ENV)
+    given = os.environ.get(MULTIPROC_ENV) or None
     if given:
         os.makedirs(given, exist_ok=True)
-        for name in os.listdir(given):
-            if name.endswith(".db"):
-                os.remove(os.path.join(given, name))
-        return given, False
-    path = tempfile.mkdtemp(prefix="fleetmind-metrics-")
+    path = tempfile.mkdtemp(prefix="fleetmind-metrics-", dir=given)
     os.environ[MULTIPROC_ENV] = path
-    return path, True
+    return path, given
 
 
-def cleanup_multiprocess_dir(path: str, made: bool) -> None:
+def cleanup_multiprocess_dir(path: str, previous: str | None) -> None:
     """Undo :func:`prepare_multiprocess_dir` once the workers are gone."""
-    if made:
+    shutil.rmtree(path, ignore_errors=True)
+    if previous is None:
         os.environ.pop(MULTIPROC_ENV, None)
-        shutil.rmtree(path, ignore_errors=True)
+    else:
+        os.environ[MULTIPROC_ENV] = previous
 
 
 def _alive(pid: int) -> bool:

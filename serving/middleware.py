@@ -168,7 +168,10 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        key = (scope.get("method", ""), scope.get("path", ""))
+        path = scope.get("path", "")
+        # one trailing slash is the same route: FastAPI redirects it (307) and Alertmanager
+        # follows, so the webhook configured as ".../alerts/" keeps the webhook's limit and label
+        key = (scope.get("method", ""), path[:-1] if len(path) > 1 and path[-1] == "/" else path)
         limit = self.route_limits.get(key, self.max_bytes)
         declared = None
         for k, v in scope.get("headers", ()):
@@ -215,8 +218,8 @@ class BodyLimitMiddleware:
         if self.metrics is not None:
             self.metrics.bodies_too_large.labels(route).inc()
         log.warning(
-            "413 for %s %s: %s, the limit is %d bytes%s",
-            key[0],
+            "413 for %s %r: %s, the limit is %d bytes%s",  # repr: a decoded path may hold newlines
+            key[0][:20],
             key[1][:200],
             size,
             limit,

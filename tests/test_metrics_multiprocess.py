@@ -104,7 +104,9 @@ def test_serve_with_workers_points_them_at_an_empty_metrics_dir(
 ) -> None:
     """``serve --workers 2`` sets ``PROMETHEUS_MULTIPROC_DIR`` before uvicorn starts the workers
     (client_python: "must be set ... before the application starts", and "wiped between runs"):
-    an operator's directory is emptied of an earlier run's files; ``--workers 1`` sets nothing."""
+    a new directory of this run's own, inside the operator's when one is set, whose other files
+    (another instance's, live, or an earlier run's) are left alone and not merged; ``--workers
+    1`` sets nothing."""
     import uvicorn
 
     seen: list[str | None] = []
@@ -134,4 +136,6 @@ def test_serve_with_workers_points_them_at_an_empty_metrics_dir(
         assert main(["serve", "--port", port, "--workers", "2"]) == 0
     finally:
         get_settings.cache_clear()
-    assert seen[2] == str(stale) and stale.is_dir()  # the operator's directory is kept
+    # a directory of its own inside the operator's, removed after; the other files untouched
+    assert os.path.dirname(seen[2]) == str(stale) and not os.path.exists(seen[2])
+    assert os.listdir(stale) == ["counter_123.db"] and os.environ[MULTIPROC_ENV] == str(stale)

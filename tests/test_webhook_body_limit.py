@@ -116,7 +116,7 @@ def test_a_refused_webhook_is_counted_and_logged(
         with caplog.at_level(logging.WARNING, logger="fleetmind.serving"):
             r = c.post("/api/v1/alerts", content=raw, headers={"content-type": "application/json"})
         assert r.status_code == 413 and "8192" in r.json()["detail"]
-        (record,) = [x for x in caplog.records if "413 for POST /api/v1/alerts" in x.getMessage()]
+        (record,) = [x for x in caplog.records if "413 for POST '/api/v1/alerts'" in x.getMessage()]
         assert f"{len(raw)} bytes" in record.getMessage() and "max_alerts" in record.getMessage()
 
         def chunks():  # no content-length: the webhook's limit applies while streaming
@@ -127,6 +127,29 @@ def test_a_refused_webhook_is_counted_and_logged(
         r = c.post("/api/v1/alerts", content=chunks(), headers={"content-type": "application/json"})
         assert r.status_code == 413
         assert _too_large(c.get("/metrics").text) == {"/api/v1/alerts": 2.0, "other": 1.0}
+
+
+def test_the_webhook_with_a_trailing_slash_keeps_its_limit_and_label(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Alertmanager configured with ``url: .../api/v1/alerts/`` follows FastAPI's 307 to the
+    route (Go's net/http client follows 307 and 308 with the body, ``Client.Do``), so the
+    delivery looks healthy: the slash form gets the webhook's limit and its counter label. A
+    path decoded with a newline (``%0a``) is logged quoted, never as a second log line."""
+    settings = make_settings(tmp_path, max_body_bytes=2048, max_webhook_bytes=8192)
+    pad = {"summary": "s" * 2500}
+    with TestClient(create_app(settings), follow_redirects=True) as c:
+        fits = webhook([alert({"alertname": "a"}, annotations=pad)])
+        assert c.post("/api/v1/alerts/", json=fits).status_code == 200
+        big = webhook([alert({"alertname": "b"}, annotations={"summary": "s" * 9000})])
+        r = c.post("/api/v1/alerts/", json=big)
+        assert r.status_code == 413 and "8192" in r.json()["detail"]
+        assert _too_large(c.get("/metrics").text) == {"/api/v1/alerts": 1.0, "other": 0.0}
+        with caplog.at_level(logging.WARNING, logger="fleetmind.serving"):
+            r = c.post("/api/v1/x%0aWARNING:%20forged", content=b"z" * 4096)
+        assert r.status_code == 413
+    (record,) = [x for x in caplog.records if "forged" in x.getMessage()]
+    assert "\n" not in record.getMessage() and "\\n" in record.getMessage()
 
 
 def test_the_webhook_never_gets_less_than_the_global_limit(tmp_path: Path) -> None:
