@@ -171,6 +171,8 @@ notifications = Table(
     Column("ends_at", String(40), nullable=True),
     Column("am_sent_ts", Float, nullable=True),  # last delivery to Alertmanager of this state
     Column("hook_sent", Boolean, nullable=False, default=False),  # webhook got this state
+    # the firing message's fate per channel, kept when the row resolves (migration 0006)
+    Column("delivery", JSON, nullable=True),
     Column("updated_ts", Float, nullable=False),
 )
 

@@ -23,7 +23,10 @@ the old alert is resolved and the new one sent; when its score falls below the w
 alert is resolved. Failed posts are retried ``FLEETMIND_NOTIFY_RETRIES`` times with
 exponential backoff (``FLEETMIND_NOTIFY_BACKOFF_S``, doubling; on connection errors, 408, 429 and
 5xx, never on other 4xx) and then again on a later poll. What was delivered is stored in the
-``notifications`` table, so a restart neither repeats a message nor forgets to resolve an alert.
+``notifications`` table, so a restart neither repeats a message nor forgets to resolve an alert;
+its ``delivery`` column keeps what became of the firing message on each channel (sent, failing,
+dropped: :func:`delivery_outcome`), so the incident page says "sent" only for a delivered one and
+the webhook gets a resolved message only for a firing one it took.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -175,14 +178,18 @@ def confidence_words(
     top: Any = None,
     sent: bool = False,
     is_open: bool = True,
+    failing: str | None = None,
+    dropped: str | None = None,
 ) -> str:
     """How sure the top cause is, in the words the incident page shows beside it, and what the
     notifier does with it.
 
     The same thresholds as :func:`severity_for`: ``high`` (pages as critical), ``medium``
-    (warning), ``low`` (not sent); a method without calibrated scores says so instead of guessing.
-    ``sent``: the notifier has delivered this cause at this severity (its ``notifications`` row);
-    otherwise the words say what will happen: nothing while no notification URL is set, a page
+    (notifies as a warning: ``warning`` goes to a channel, it does not page), ``low`` (not sent);
+    a method without calibrated scores says so instead of guessing. ``sent``: a channel took this
+    cause at this severity (its ``notifications`` row, :func:`delivery_outcome`); ``failing``:
+    why sending it failed so far while it is retried; ``dropped``: why the notifier gave up on it.
+    Otherwise the words say what will happen: nothing while no notification URL is set, a page
     once the ranking settles (``FLEETMIND_NOTIFY_SETTLE_S``) while the incident is open.
     """
     if method is not None and method not in CALIBRATED_METHODS:
@@ -194,15 +201,23 @@ def confidence_words(
     except (TypeError, ValueError, OverflowError):
         return "confidence unknown"
     if sev is None:
-        return f"low confidence ({pct}): not sent to Alertmanager; treat the list as leads"
+        return f"low confidence ({pct}): not sent; treat the list as leads"
     as_sev = "as critical" if sev == "critical" else "as a warning"
+    # a warning goes to a channel, it does not page anyone
+    verb, verbs = ("page", "pages") if sev == "critical" else ("notify", "notifies")
     notifying = any(u.strip() for u in (settings.notify_alertmanager_url or "").split(","))
     if sent:
         outcome = f"sent {as_sev}"
     elif not (notifying or settings.notify_webhook_url):
-        outcome = f"would page {as_sev} (notifications are off)"
+        outcome = f"would {verb} {as_sev} (notifications are off)"
+    elif failing and is_open:
+        outcome = f"sending {as_sev} failed ({failing}); retrying"
+    elif dropped:
+        outcome = f"not sent {as_sev} ({dropped})"
+    elif failing:
+        outcome = f"not sent {as_sev} (the incident closed first; sending failed: {failing})"
     elif is_open:
-        outcome = f"pages {as_sev} once settled"
+        outcome = f"{verbs} {as_sev} once settled"
     else:
         outcome = f"not sent {as_sev} (the incident closed first)"
     if sev == "critical":
@@ -213,6 +228,38 @@ def confidence_words(
             f"{outcome}; check the alerts' labels against the graph"
         )
     return f"medium confidence ({pct}): {outcome}; check the next causes too"
+
+
+CHANNEL_NAMES = {"alertmanager": "Alertmanager", "webhook": "the webhook"}
+
+
+def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
+    """What became of a ``notifications`` row's firing message: ``(sent, failing, dropped)``.
+
+    ``sent``: some channel took it (a resolved row keeps this: it is about the firing message, not
+    the resolution); otherwise ``failing`` names the channels still retried with their last
+    outcome (``"the webhook: 500"``), and ``dropped`` those the notifier gave up on and why
+    (``"the webhook refused it: 404"``). A row from before the ``delivery`` column (``NULL``)
+    counts as sent while firing if a channel took this state, and as unknown (not sent) resolved.
+    """
+    delivery = row.get("delivery")
+    if delivery is None:
+        sent = row["state"] == "firing" and (
+            row.get("am_sent_ts") is not None or bool(row.get("hook_sent"))
+        )
+        return sent, None, None
+    if "sent" in delivery.values():
+        return True, None, None
+    failing, dropped = [], []
+    for channel, outcome in sorted(delivery.items()):
+        name = CHANNEL_NAMES.get(channel, channel)
+        if not outcome.startswith("dropped: "):
+            failing.append(f"{name}: {outcome}")
+        elif is_final(why := outcome.removeprefix("dropped: ")):
+            dropped.append(f"{name} refused it: {why}")
+        else:
+            dropped.append(f"{name} failed until FLEETMIND_NOTIFY_GIVE_UP_S: {why}")
+    return False, "; ".join(failing) or None, "; ".join(dropped) or None
 
 
 class Notifier:
@@ -366,6 +413,7 @@ class Notifier:
             "ends_at": None,
             "am_sent_ts": None,
             "hook_sent": False,
+            "delivery": {},  # the firing message's fate per channel (see delivery_outcome)
             "updated_ts": now,
         }
         self._save(row)
@@ -404,8 +452,15 @@ class Notifier:
             )
 
     def _set_resolved(self, row: dict[str, Any], now: float, because: str = CLOSED) -> None:
+        """Turn ``row`` into its resolution, to be delivered. The webhook gets no resolved (or
+        withdrawn) message for a firing one it never took: "Resolved incident 13" in a channel
+        that never heard of incident 13 is noise. Alertmanager still gets the alert with
+        ``endsAt``: an alert it does not have is a no-op there, and one instance of an HA pair
+        may have taken the firing alert even if the row does not say so."""
         row["annotations"] = {**row["annotations"], "resolved_because": because}
-        row.update(state="resolved", ends_at=_iso(now), am_sent_ts=None, hook_sent=False)
+        delivery = row.get("delivery")  # None: a row from before it was stored (send as before)
+        hook_unsent = delivery is not None and delivery.get("webhook") != "sent"
+        row.update(state="resolved", ends_at=_iso(now), am_sent_ts=None, hook_sent=hook_unsent)
         row["updated_ts"] = now
         self._save(row)
 
@@ -423,6 +478,10 @@ class Notifier:
         inc_id = row["incident_id"]
         changed = False
         firing = row["state"] == "firing"
+        # the firing message's fate is recorded (a row from before the column was added: not)
+        track = firing and row.get("delivery") is not None
+        if track:
+            row["delivery"] = dict(row["delivery"])
         if self.am_url:
             # a send "in the future" means the wall clock stepped back: re-send now, or
             # Alertmanager's resolve_timeout would end the alert while the clock catches up
@@ -430,7 +489,10 @@ class Notifier:
                 firing and not 0 <= now - row["am_sent_ts"] < self.settings.notify_resend_s
             )
             # one success is a delivery; an instance that missed it gets the next re-send
-            ok = due and self._send_to_alertmanagers(row, inc_id, now)
+            ok, am_outcome = self._send_to_alertmanagers(row, inc_id, now) if due else (False, "")
+            if track and am_outcome and row["delivery"].get("alertmanager") != "sent":
+                row["delivery"]["alertmanager"] = "sent" if ok else am_outcome
+                changed = True
             if ok:
                 row["am_sent_ts"] = now
                 changed = True
@@ -447,6 +509,10 @@ class Notifier:
                 dropped = not sent and (is_final(outcome) or self._overdue(row, now))
                 if dropped:
                     self._give_up("webhook", inc_id, outcome)
+                if track:
+                    note = "sent" if sent else f"dropped: {outcome}" if dropped else outcome
+                    row["delivery"]["webhook"] = note
+                    changed = True
                 if sent or dropped:
                     row["hook_sent"] = True
                     changed = True
@@ -457,19 +523,29 @@ class Notifier:
                     notifications.update()
                     .where(notifications.c.incident_id == inc_id)
                     .where(notifications.c.state == row["state"])
-                    .values(am_sent_ts=row["am_sent_ts"], hook_sent=row["hook_sent"])
+                    .values(
+                        am_sent_ts=row["am_sent_ts"],
+                        hook_sent=row["hook_sent"],
+                        delivery=row.get("delivery"),
+                    )
                 )
         return done
 
-    def _send_to_alertmanagers(self, row: dict[str, Any], inc_id: int, now: float) -> bool:
-        """Post ``row``'s alert to every Alertmanager not in back-off; whether any took it."""
+    def _send_to_alertmanagers(
+        self, row: dict[str, Any], inc_id: int, now: float
+    ) -> tuple[bool, str]:
+        """Post ``row``'s alert to every Alertmanager not in back-off; ``(whether any took it,
+        an outcome)``: a taker's, else the last failure's, ``""`` when none was tried."""
         body = [self.alertmanager_alert(row)]
-        took = False
+        took, last = False, ""
         for i, url in enumerate(self.am_urls):
             key = "am" if i == 0 else f"am{i}"
             if self._retry_at.get((inc_id, key), 0.0) <= now:
-                took = self._send("alertmanager", url, body, inc_id, now, key)[0] or took
-        return took
+                ok, outcome = self._send("alertmanager", url, body, inc_id, now, key)
+                if ok or not took:
+                    last = outcome
+                took = ok or took
+        return took, last
 
     def _send(
         self, channel: str, url: str, body: Any, inc_id: int, now: float, key_name: str = ""

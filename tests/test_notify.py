@@ -537,3 +537,94 @@ def test_each_enabled_channels_counters_exist_at_zero(tmp_path: Path) -> None:
         if x.name.endswith("_total")
     }
     assert got == {("webhook", "sent"): 0.0, ("webhook", "failed"): 0.0}
+
+
+def _confidence(c: TestClient, inc: dict) -> str:
+    """The incident page's confidence line (auth is off in these settings)."""
+    html = c.get(f"/ui/incidents/{inc['id']}").text
+    return html.split('id="confidence">', 1)[1].split("<", 1)[0]
+
+
+def _resolve_storm(c: TestClient) -> None:
+    """Alertmanager's webhook says the storm's alerts resolved; the incident closes."""
+    done = datetime.now(UTC).isoformat()
+    resolved = [{**a, "status": "resolved", "endsAt": done} for a in storm_alerts(T0)]
+    c.post("/api/v1/alerts", json=webhook(resolved)).raise_for_status()
+    c.app.state.services.incidents.process_pending()
+
+
+def test_a_message_the_webhook_refused_does_not_read_as_sent(app: TestClient) -> None:
+    """The webhook answered 404 and the message was dropped, yet the page said "sent as
+    critical": dropping set the same flag as delivering. A final 4xx is a refusal (RFC 9110
+    §15.5: the client must not repeat it unchanged), so the page says the message was not sent
+    and why, and no "Resolved" message follows for a firing one the channel never took."""
+    inc = storm_incident(app)
+    _rank_as_gat(app, inc, 0.93)
+    rec, clock = Recorder(), Clock()
+    rec.script[HOOK] = [404] * 100
+    n = notifier(app, rec, clock, notify_alertmanager_url=None)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    line = _confidence(app, inc)
+    assert "sent as critical" not in line.replace("not sent as critical", "")
+    assert line.endswith("not sent as critical (the webhook refused it: 404)")
+    _resolve_storm(app)
+    tried = len(rec.to(HOOK))
+    clock.t += 1
+    n.poll()
+    assert len(rec.to(HOOK)) == tried  # no "Resolved incident N" for a message never received
+    assert "not sent as critical (the webhook refused it: 404)" in _confidence(app, inc)
+
+
+def test_an_undelivered_root_cause_is_not_sent_once_the_incident_resolves(
+    app: TestClient,
+) -> None:
+    """The receiver answered 500 until the incident resolved: the resolved row read as "sent as
+    critical" and the webhook got "Resolved incident N (root cause was ...)" for a firing message
+    it never had. Only a delivered firing message is "sent"; the webhook's resolution is sent
+    only where the firing message went. Alertmanager still gets ``endsAt`` (an alert it does not
+    hold is a no-op there)."""
+    inc = storm_incident(app)
+    _rank_as_gat(app, inc, 0.93)
+    rec, clock = Recorder(), Clock()
+    rec.script[HOOK] = [500] * 100
+    rec.script[AM + "/api/v2/alerts"] = [500] * 100
+    n = notifier(app, rec, clock)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    line = _confidence(app, inc)
+    assert "sending as critical failed (Alertmanager: 500; the webhook: 500); retrying" in line
+    _resolve_storm(app)
+    rec.script.clear()  # the receivers are back
+    rec.calls.clear()
+    clock.t += 400
+    n.poll()
+    assert [h for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]] == []
+    ends = [a for a in _alerts_of(rec, inc) if a.get("endsAt")]
+    assert len(ends) == 1
+    line = _confidence(app, inc)
+    assert "sent as critical" not in line.replace("not sent as critical", "")
+    assert "not sent as critical (the incident closed first" in line
+
+
+def test_a_delivered_root_cause_stays_sent_after_the_incident_resolves(app: TestClient) -> None:
+    """The other side of the two tests above: a firing message the webhook took is still "sent"
+    once resolved, and its resolution goes out (Slack-compatible webhook: one message each)."""
+    inc = storm_incident(app)
+    _rank_as_gat(app, inc, 0.93)
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock, notify_alertmanager_url=None)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    assert _confidence(app, inc).endswith(": sent as critical")
+    _resolve_storm(app)
+    clock.t += 1
+    n.poll()
+    mine = [
+        h["fleetmind"]["status"] for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]
+    ]
+    assert mine == ["firing", "resolved"]
+    assert _confidence(app, inc).endswith(": sent as critical")

@@ -465,9 +465,9 @@ def test_the_confidence_line_says_what_the_notifier_does(tmp_path: Path) -> None
     assert confidence_words(0.93, hook, "gat", top).endswith("pages as critical once settled")
     assert confidence_words(0.93, on, "gat", top, sent=True).endswith("sent as critical")
     assert "not sent as critical" in confidence_words(0.93, on, "gat", top, is_open=False)
-    assert "pages as a warning once settled" in confidence_words(0.5, on, "gat", top)
+    assert "notifies as a warning once settled" in confidence_words(0.5, on, "gat", top)
     assert confidence_words(0.5, off, "gat", top).startswith(
-        "medium confidence (50 %): would page as a warning (notifications are off)"
+        "medium confidence (50 %): would notify as a warning (notifications are off)"
     )
 
 
@@ -605,3 +605,58 @@ def test_small_page_details(client: TestClient) -> None:
     assert r.status_code == 303 and r.headers["location"] == "/ui/login?next=/ui/x"
     login_page = client.get("/ui/login").text
     assert "signed session cookie" not in login_page and "random session id" in login_page
+
+
+def test_a_warning_notifies_and_a_low_score_is_not_sent_anywhere(tmp_path: Path) -> None:
+    """A warning "would page": the operators' guide routes ``critical`` to a pager and
+    ``warning`` to a channel (Alertmanager routes on the label; a warning pages no one); and the
+    low line said "not sent to Alertmanager" with only a webhook configured."""
+    from fleetmind.serving.notify import confidence_words
+
+    top = {"node": TRUE_ROOT, "kind": "host", "fault_type": "host_down", "score": 0.5}
+    hook = make_settings(tmp_path, notify_webhook_url="https://hooks.example/x")
+    off = make_settings(tmp_path)
+    for s in (hook, off):
+        for score in (0.5, 0.93):
+            cause = {**top, "fault_type": "unknown"} if score > 0.7 else top  # capped: warning
+            assert "page" not in confidence_words(score, s, "gat", cause)
+    assert confidence_words(0.5, hook, "gat", top).endswith(
+        "notifies as a warning once settled; check the next causes too"
+    )
+    low = confidence_words(0.1, hook, "gat", top)
+    assert low == "low confidence (10 %): not sent; treat the list as leads"
+
+
+def test_a_post_to_an_odd_ui_path_gets_the_html_404_page(client: TestClient) -> None:
+    """``POST /ui/incidents/abc/feedback`` answered FastAPI's JSON 422 and ``POST /ui/nope`` a
+    JSON error: a browser's form post gets the pages' HTML 404 (RFC 9110 §15.5.5: the target
+    resource was not found), like ``GET`` of the same paths."""
+    login(client)
+    csrf = client.cookies.get(auth.CSRF_COOKIE)
+    for path in ("/ui/incidents/abc/feedback", "/ui/incidents/99999999999999999999/feedback",
+                 "/ui/nope"):  # fmt: skip
+        r = client.post(path, data={"csrf": csrf, "by": "x", "root_cause": TRUE_ROOT})
+        assert r.status_code == 404, (path, r.status_code, r.text[:200])
+        assert r.headers["content-type"].startswith("text/html"), path
+        assert 'id="error-message"' in r.text
+
+
+def test_the_pages_reflow_at_a_phone_width(client: TestClient) -> None:
+    """At 390 px the pages scrolled sideways (WCAG 2.1 SC 1.4.10 Reflow: no two-dimensional
+    scrolling down to 320 CSS px, a data table excepted): an unbroken alert name in the empty-state
+    text, a long path in the 404 message, cause heads that did not wrap (badges squashed to one
+    letter) and the incident table. The browser test measures this in Chromium; here the rules
+    that do it are checked where no browser is installed."""
+    login(client)
+    css = client.get("/ui/").text.split("<style>", 1)[1].split("</style>", 1)[0]
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    rules = {sel.strip(): body for sel, body in re.findall(r"([^{}]+)\{([^}]*)\}", css)}
+    assert "flex-wrap:wrap" in rules[".cause h3"]
+    assert "min-width:4em" in rules[".cause h3 .badge, #fault-type"]
+    wrap = next(body for sel, body in rules.items() if "#error-message" in sel)
+    assert "overflow-wrap:anywhere" in wrap
+    assert {".empty", ".sub", "#error-message"} <= {
+        s.strip() for sel in rules if "#error-message" in sel for s in sel.split(",")
+    }
+    assert "overflow-x:auto" in rules[".table-scroll"]
+    assert re.search(r'<div class="table-scroll"><table id="incidents">', client.get("/ui/").text)

@@ -156,6 +156,24 @@ def _shoot(driver: object, name: str, out: Path, width: int = WIDTHS[0]) -> Path
     return path
 
 
+PHONE = 390
+"""A phone's width in CSS px: WCAG 2.1 SC 1.4.10 Reflow asks for no scrolling in two dimensions
+down to 320 CSS px (a data table may scroll inside its own box)."""
+
+
+def _assert_reflows(driver: object, url: str) -> None:
+    """``url`` at :data:`PHONE` px wide (Chrome DevTools' Emulation.setDeviceMetricsOverride, as a
+    phone's viewport): the page is no wider than the screen, so nothing scrolls sideways."""
+    metrics = {"width": PHONE, "height": 844, "deviceScaleFactor": 1, "mobile": True}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        driver.get(url)
+        wide = driver.execute_script("return document.documentElement.scrollWidth")
+        assert wide <= PHONE, f"{url} is {wide} px wide at {PHONE} px"
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
 @pytest.mark.external
 def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: object) -> None:
     driver = browser
@@ -234,6 +252,10 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
         assert "confirmed · alice" in top.find_element(By.CSS_SELECTOR, ".confirmed").text
         assert not top.find_elements(By.CSS_SELECTOR, "form.confirm")  # no second Confirm
         _shoot(driver, "ui-incident", shots)
+        # a phone: the incident page (its cause heads), the list and a long path's 404 page
+        page = driver.current_url
+        for url in (page, server.url + "/ui/", server.url + "/ui/" + "no-such-page-" * 40):
+            _assert_reflows(driver, url)
 
         for i, (n, milli) in enumerate(
             [(8, 1000), (4, 1000), (1, 500), (1, 1000), (8, 1000), (1, 700), (2, 1000)]
@@ -254,6 +276,20 @@ def test_browser_signs_in_and_sees_the_true_root_first(tmp_path: Path, browser: 
             _assert_text_layout(driver, ".node .name > span")  # name and GPU model apart
             _shoot(driver, f"ui-fleet-{width}", shots, width)
         _shoot(driver, "ui-fleet", shots)
+
+        # an incident none of whose alerts maps onto the graph: its page names them, unbroken
+        labels = {"alertname": "Unmapped" + "X" * 200, "cluster": "elsewhere-" + "z" * 120}
+        lost = alert(labels, starts=alerts[0]["startsAt"], fingerprint="lost")
+        r = httpx.post(server.url + "/api/v1/alerts", json=webhook([lost]), headers=auth)
+        assert r.status_code == 200
+
+        def unmapped() -> list[dict]:
+            incs = httpx.get(server.url + "/api/v1/incidents", headers=auth).json()
+            return [i for i in incs if i["method"] and not i["causes"]]
+
+        [inc] = wait_for(unmapped, timeout=60)
+        _assert_reflows(driver, f"{server.url}/ui/incidents/{inc['id']}")
+        assert "Unmapped" in driver.find_element(By.ID, "no-causes").text
 
     for png in shots.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

@@ -13,10 +13,10 @@ import secrets
 import time
 from collections import Counter
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -28,7 +28,7 @@ from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
-from fleetmind.serving.notify import confidence_words, severity_for
+from fleetmind.serving.notify import confidence_words, delivery_outcome, severity_for
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
@@ -451,6 +451,7 @@ def _incident(
         )
     )
     alert_names = Counter(a["alertname"] or "?" for a in alerts)
+    sent, failing, dropped = _notified(services, row, causes[0]) if causes else (False, None, None)
     saved = request.query_params.get("feedback") == "saved"
     merged = _merged_note(request.query_params.get("merged_from", ""))
     return render(
@@ -467,8 +468,10 @@ def _incident(
             services.settings,
             row.get("method"),
             causes[0],
-            sent=_notified(services, row, causes[0]),
+            sent=sent,
             is_open=row["status"] == "open",
+            failing=failing,
+            dropped=dropped,
         )
         if causes
         else None,
@@ -518,24 +521,27 @@ def _cause_graphs(
     return causes
 
 
-def _notified(services: Any, incident: dict[str, Any], top: dict[str, Any]) -> bool:
-    """Whether the notifier delivered ``top`` at the severity it has now (its ``notifications``
-    row names the cause and severity, and Alertmanager or the webhook took it)."""
+def _notified(
+    services: Any, incident: dict[str, Any], top: dict[str, Any]
+) -> tuple[bool, str | None, str | None]:
+    """What became of the notification of ``top`` at the severity it has now, as
+    :func:`~fleetmind.serving.notify.delivery_outcome` says: ``(sent, failing, dropped)``. Only a
+    ``notifications`` row naming this cause and severity counts, and only a firing message a
+    channel took is "sent" (a dropped or never delivered one is not, resolved or not)."""
+    nothing = (False, None, None)
     severity = severity_for(top.get("score"), services.settings, incident.get("method"), top)
     if severity is None:
-        return False
+        return nothing
     with services.db.read() as conn:
         row = conn.execute(
             select(notifications).where(notifications.c.incident_id == incident["id"])
         ).first()
     if row is None:
-        return False
+        return nothing
     n = row._mapping
-    return (
-        n["cause_node"] == top["node"]
-        and (n["labels"] or {}).get("severity") == severity
-        and (n["state"] == "resolved" or n["am_sent_ts"] is not None or bool(n["hook_sent"]))
-    )
+    if n["cause_node"] != top["node"] or (n["labels"] or {}).get("severity") != severity:
+        return nothing
+    return delivery_outcome(n)
 
 
 def _merged_note(merged_from: str) -> str | None:
@@ -551,12 +557,23 @@ def _merged_note(merged_from: str) -> str | None:
 async def incident_feedback(
     request: Request,
     services: ServicesDep,
-    incident_id: Annotated[int, Path(ge=0, le=MAX_DB_INT)],
+    incident_id: str,
 ) -> Response:
-    """The feedback form of the incident page (admin scope; same checks as the API)."""
+    """The feedback form of the incident page (admin scope; same checks as the API). An id that
+    is no incident number is the same HTML 404 page as :func:`incident_page`'s, not JSON."""
     session = _session(request, services, scope="admin")
     if isinstance(session, Response):
         return session
+    number = _db_id(incident_id)
+    if number is None:
+        return _no_incident(request, session, incident_id[:40])
+    return await _record_feedback(request, services, number, session)
+
+
+async def _record_feedback(
+    request: Request, services: Any, incident_id: int, session: auth.Session
+) -> Response:
+    """Check and store the feedback form posted for incident ``incident_id``."""
     form = await read_form(request)
     if not auth.csrf_ok(request, form.get("csrf"), session):
         return render(
@@ -705,10 +722,11 @@ def _incident_marks(services: Any) -> dict[tuple[str, ...], list[str]]:
 
 
 # ---------------------------------------------------------------------------------------- not found
-@router.get("/{rest:path}", response_class=HTMLResponse)
+@router.api_route("/{rest:path}", methods=["GET", "POST"], response_class=HTMLResponse)
 def not_found_page(request: Request, services: ServicesDep, rest: str) -> Response:
-    """Any other ``/ui/...`` path: a 404 page for a signed-in browser (the login form without a
-    session), not the API's JSON answer. Registered last, so it shadows no page."""
+    """Any other ``/ui/...`` path, read or posted to: a 404 page for a signed-in browser (the
+    login form without a session), not the API's JSON answer. Registered last, so it shadows no
+    page."""
     session = _session(request, services)
     if isinstance(session, Response):
         return session
