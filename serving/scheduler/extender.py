@@ -218,14 +218,26 @@ class PodRequest:
     gpu_model_spec: str = ""
     """The ``gpu-card-model`` annotation as given (clipped): one that names no model (``"|"``,
     ``" "``) matches no node, where an absent or empty one allows any."""
+    device_gpus: bool = False
+    """The GPUs are ``nvidia.com/gpu`` devices (no MIG, no GPU-sharing annotations): on a
+    time-sliced node each is one replica of a GPU (:meth:`need`)."""
 
-    def job(self, cluster: str | None = None) -> JobSpec:
-        """The placement request (``gpu_model``: the allowed models, ``|``-separated)."""
+    def need(self, replicas: int = 1) -> int:
+        """Milli-GPU the pod takes of each GPU it gets on a node with ``replicas`` time-slicing
+        replicas per GPU: one ``nvidia.com/gpu`` there is one replica, ``1000 // replicas``
+        (floor, as the telemetry's ``1000 * (r - k) // r`` free share of a GPU ``k`` pods hold)."""
+        if self.device_gpus and replicas > 1:
+            return 1000 // replicas
+        return self.gpu_milli
+
+    def job(self, cluster: str | None = None, replicas: int = 1) -> JobSpec:
+        """The placement request (``gpu_model``: the allowed models, ``|``-separated) on nodes
+        with ``replicas`` time-slicing replicas per GPU (:meth:`need`)."""
         return JobSpec(
             job_id=self.key[:200],
             gpu_model="|".join(self.gpu_models)[:200] or None if self.num_gpu else None,
             num_gpu=self.num_gpu,
-            gpu_milli=self.gpu_milli if self.num_gpu else 1000,
+            gpu_milli=self.need(replicas) if self.num_gpu else 1000,
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
             cluster=cluster,
@@ -353,7 +365,7 @@ def pod_request(pod: Any) -> PodRequest:
         models = (f"MIG {res[len(MIG_PREFIX) :]}",)
     if gpus != int(gpus) or gpus > MAX_GPUS:
         raise DataError(f"GPUs must be a whole number up to {MAX_GPUS}, got {gpus:g}")
-    num_gpu, gpu_milli = int(gpus), 1000
+    num_gpu, gpu_milli, device_gpus = int(gpus), 1000, not mig
     ann = meta.get("annotations") or {}
     if not isinstance(ann, dict):
         raise DataError("Pod.metadata.annotations must be an object")
@@ -364,7 +376,7 @@ def pod_request(pod: Any) -> PodRequest:
                 f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers "
                 f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
             )
-        num_gpu, gpu_milli = int(count), int(milli)
+        num_gpu, gpu_milli, device_gpus = int(count), int(milli), False
         if not 1 <= gpu_milli <= 1000 or num_gpu < 0:
             raise DataError(f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0")
     if num_gpu > MAX_GPUS:
@@ -383,6 +395,7 @@ def pod_request(pod: Any) -> PodRequest:
         gpu_milli=gpu_milli if num_gpu else 0,
         gpu_models=models,
         gpu_model_spec=spec,
+        device_gpus=device_gpus and num_gpu > 0,
     )
 
 
@@ -403,6 +416,9 @@ class Decision:
     cpu_only: bool = False
     """The pod asks for no GPU: nodes without GPUs (``gpu_nodes`` lists the others) come first."""
     gpu_nodes: frozenset[str] = frozenset()
+    replicas: dict[str, int] = field(default_factory=dict)
+    """Time-slicing replicas per GPU of the candidate nodes that have them (> 1): the hold on such
+    a node is ``PodRequest.job(replicas=...)``."""
 
     def scores(self) -> dict[str, int]:
         """Host -> 0..10: the choice 10, the other feasible nodes 0..9 by policy score, others 0.
@@ -450,7 +466,7 @@ def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, 
     if req.memory_mib and node.memory_mib and node.memory_mib < req.memory_mib:
         return f"node has {node.memory_mib} MiB allocatable, pod needs {req.memory_mib}", True
     if req.num_gpu:
-        need = req.gpu_milli
+        need = req.need(node.gpu_replicas)
         fit = sum(f >= need for _, f in free_gpus(node, res))
         if fit < req.num_gpu:
             return (
@@ -531,6 +547,36 @@ def candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | N
     raise DataError("ExtenderArgs needs Nodes (a v1.NodeList) or NodeNames (a list of strings)")
 
 
+def _place(
+    snapshot: FleetSnapshot,
+    req: PodRequest,
+    d: Decision,
+    cands: list[NodeState],
+    reservations: Reservations,
+    placer: Placer,
+    cluster: str | None,
+) -> list[Option]:
+    """The placer's options on ``cands``, best first: one call per time-slicing replica count
+    (the pod's share of a GPU differs between them, :meth:`PodRequest.need`); with several, the
+    options are merged by score (stable: a fleet without time-slicing is one call, as before)."""
+    groups: dict[int, list[NodeState]] = {}
+    for node in cands:
+        groups.setdefault(d.replicas.get(node.name, 1), []).append(node)
+    options: list[Option] = []
+    for r, nodes in sorted(groups.items()):
+        options += placer.place(
+            snapshot,
+            req.job(cluster, r),
+            reservations,
+            len(nodes),
+            allowed={n.name for n in nodes},
+            alternative_gpus=False,  # only the choice is held: its GPUs are enough
+        )
+    if len(groups) > 1:
+        options.sort(key=lambda o: -o.score)
+    return options
+
+
 def decide(
     args: dict[str, Any],
     snapshot: FleetSnapshot,
@@ -577,17 +623,17 @@ def decide(
             )
             d.unresolvable[name] = f"GPU model {', '.join(models)}; pod wants {wants}"
             continue
+        r = node.gpu_replicas if req.device_gpus else 1
+        if r > 1 and req.num_gpu > 1:
+            d.unresolvable[name] = (
+                f"time-sliced node ({r} replicas per GPU): FleetMind places one {GPU_RESOURCE} "
+                f"replica per pod here, the pod asks for {req.num_gpu}"
+            )
+            continue
+        if r > 1:
+            d.replicas[name] = r
         cands.append(node)
-    if cands:
-        job = req.job(index.cluster)
-        d.options = placer.place(
-            snapshot,
-            job,
-            reservations,
-            len(cands),
-            allowed={n.name for n in cands},
-            alternative_gpus=False,  # only the choice is held: its GPUs are enough
-        )
+    d.options = _place(snapshot, req, d, cands, reservations, placer, index.cluster)
     if d.cpu_only:  # nodes without GPUs first (stable: policy order within each kind)
         d.options.sort(key=lambda o: o.node in d.gpu_nodes)
     chosen = {o.node for o in d.options}

@@ -130,7 +130,12 @@ def _decide(
             req, decision = ext.decide(args, snapshot, held, placer, state.index)
             option = to_hold(decision) if isinstance(res, DbReservations) else None
             if option is None or res.hold(
-                req.key, option, req.job(), uid=req.uid, snapshot=snapshot, seen=seen[0]
+                req.key,
+                option,
+                req.job(replicas=decision.replicas.get(option.node, 1)),
+                uid=req.uid,
+                snapshot=snapshot,
+                seen=seen[0],
             ):
                 break
         else:

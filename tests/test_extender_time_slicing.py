@@ -1,0 +1,106 @@
+"""The kube-scheduler extender on time-sliced GPUs.
+
+The NVIDIA device plugin's ``sharing.timeSlicing`` advertises ``replicas`` ``nvidia.com/gpu``
+devices per physical GPU, and "each replica can be handed out independently to a pod"
+(https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html). The
+telemetry gives a GPU that ``k`` of ``r`` replicas hold ``1000 * (r - k) // r`` free
+(``NodeState.gpu_replicas``); the extender must ask one replica (``1000 // r``) per
+``nvidia.com/gpu`` there, not a whole GPU, or a node with free replicas is refused once each of
+its GPUs holds a pod.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.scheduler.extender import NodeIndex, decide
+from fleetmind.serving.scheduler.placement import BestFitPlacer, Reservations
+from fleetmind.serving.settings import Settings
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+from fleetmind.serving.telemetry.sim import SimSource
+
+
+def _node(name: str, free: int, replicas: int = 1) -> NodeState:
+    return NodeState(
+        name=name,
+        cluster="k8s",
+        gpus=[GpuState(index=0, model="A100", free_milli=free)],
+        cpu_milli=32_000,
+        cpu_milli_free=32_000,
+        memory_mib=131_072,
+        memory_mib_free=131_072,
+        gpu_replicas=replicas,
+    )
+
+
+def _args(gpus: str = "1", ann: dict[str, str] | None = None, name: str = "p") -> dict[str, Any]:
+    limits = {"cpu": "1", "memory": "1Gi"}
+    if gpus:
+        limits["nvidia.com/gpu"] = gpus
+    pod = {
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "annotations": ann or {},
+        },
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+    }
+    return {"Pod": pod, "NodeNames": ["ts", "whole"]}
+
+
+def _decide(args: dict[str, Any], nodes: list[NodeState]) -> Any:
+    snap = FleetSnapshot(source="test", nodes=nodes)
+    return decide(args, snap, Reservations(), BestFitPlacer(), NodeIndex())
+
+
+def test_a_time_sliced_gpu_with_free_replicas_takes_one_more_pod() -> None:
+    """One of four replicas taken (750 free): a ``nvidia.com/gpu: 1`` pod fits there (250); the
+    whole-GPU node whose GPU is taken still fails, with the whole GPU it needs."""
+    req, d = _decide(_args(), [_node("ts", 750, replicas=4), _node("whole", 0)])
+    assert [o.node for o in d.options] == ["ts"] and d.replicas == {"ts": 4}
+    assert req.need(4) == 250 and req.job(replicas=4).gpu_milli == 250
+    assert d.failed["whole"].startswith("0 GPU(s) with 1000 milli free")
+    # all four replicas taken: no room, and the reason names the replica's share
+    _, full = _decide(_args(), [_node("ts", 0, replicas=4), _node("whole", 0)])
+    assert full.options == [] and "250 milli free" in full.failed["ts"]
+
+
+def test_several_replicas_in_one_pod_are_refused_on_time_sliced_nodes_only() -> None:
+    _, d = _decide(_args("2"), [_node("ts", 1000, replicas=4), _node("whole", 1000)])
+    assert "time-sliced node (4 replicas per GPU)" in d.unresolvable["ts"]
+    assert d.options == [] and "pod needs 2" in d.unresolvable["whole"]  # one GPU there
+
+
+def test_sharing_annotations_keep_their_share_on_time_sliced_nodes() -> None:
+    """A pod sized by ``alibabacloud.com/gpu-milli`` asks that share wherever it lands."""
+    ann = {"alibabacloud.com/gpu-milli": "500"}
+    req, d = _decide(_args("", ann), [_node("ts", 250, replicas=4), _node("whole", 1000)])
+    assert not req.device_gpus and req.need(4) == 500
+    assert [o.node for o in d.options] == ["whole"] and d.replicas == {}
+
+
+def test_the_hold_on_a_time_sliced_node_is_one_replica(tmp_path: Path) -> None:
+    """Filter holds the lone node that passes (kube-scheduler skips prioritize then,
+    ``schedule_one.go``): on a time-sliced node the hold is one replica, so the node takes
+    exactly its free replicas and refuses the next pod."""
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/ts.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+    )
+    with TestClient(create_app(settings)) as c:
+        nodes = [_node("ts", 750, replicas=4), _node("whole", 0)]
+        c.app.state.services.telemetry = SimSource(nodes)
+        passed = []
+        for i in range(4):
+            out = c.post("/api/v1/scheduler/filter", json=_args(name=f"p{i}")).json()
+            passed.append(out["NodeNames"])
+        assert passed == [["ts"], ["ts"], ["ts"], []]
+        rows = c.app.state.services.reservations.rows()
+        assert sorted(r["gpu_milli"] for r in rows) == [250, 250, 250]
