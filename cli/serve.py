@@ -289,7 +289,9 @@ def run(args: argparse.Namespace) -> int:
         _ignore_sighup()
     # several workers: /metrics merges them through prometheus-client's multiprocess mode, whose
     # directory must be set (and empty) before the workers import it
-    shared = prepare_multiprocess_dir() if args.workers > 1 else None
+    # (one worker too when the operator set the directory: it may be shared with other instances)
+    multi = args.workers > 1 or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    shared = prepare_multiprocess_dir() if multi else None
     try:
         uvicorn.run(
             "fleetmind.serving.app:create_app",

@@ -206,8 +206,10 @@ def confidence_words(
     # a warning goes to a channel, it does not page anyone
     verb, verbs = ("page", "pages") if sev == "critical" else ("notify", "notifies")
     notifying = any(u.strip() for u in (settings.notify_alertmanager_url or "").split(","))
-    if sent:
-        outcome = f"sent {as_sev}"
+    if sent:  # by a channel; one that did not is named (on-call may rely on that one)
+        gaps = [f"{failing}, retrying" if failing and is_open else failing, dropped]
+        gaps = [g for g in gaps if g]
+        outcome = f"sent {as_sev}" + (f" (not everywhere: {'; '.join(gaps)})" if gaps else "")
     elif not (notifying or settings.notify_webhook_url):
         outcome = f"would {verb} {as_sev} (notifications are off)"
     elif failing and is_open:
@@ -237,9 +239,9 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
     """What became of a ``notifications`` row's firing message: ``(sent, failing, dropped)``.
 
     ``sent``: some channel took it (a resolved row keeps this: it is about the firing message, not
-    the resolution); otherwise ``failing`` names the channels still retried with their last
-    outcome (``"the webhook: 500"``), and ``dropped`` those the notifier gave up on and why
-    (``"the webhook refused it: 404"``). A row from before the ``delivery`` column (``NULL``)
+    the resolution); ``failing`` names the channels that did not and are still retried, with
+    their last outcome (``"the webhook: 500"``), and ``dropped`` those the notifier gave up on and
+    why (``"the webhook refused it: 404"``), whether or not another channel took it. A row from before the ``delivery`` column (``NULL``)
     counts as sent while firing if a channel took this state, and as unknown (not sent) resolved.
     """
     delivery = row.get("delivery")
@@ -248,18 +250,19 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
             row.get("am_sent_ts") is not None or bool(row.get("hook_sent"))
         )
         return sent, None, None
-    if "sent" in delivery.values():
-        return True, None, None
     failing, dropped = [], []
     for channel, outcome in sorted(delivery.items()):
         name = CHANNEL_NAMES.get(channel, channel)
+        if outcome == "sent":
+            continue
         if not outcome.startswith("dropped: "):
             failing.append(f"{name}: {outcome}")
         elif is_final(why := outcome.removeprefix("dropped: ")):
             dropped.append(f"{name} refused it: {why}")
         else:
             dropped.append(f"{name} failed until FLEETMIND_NOTIFY_GIVE_UP_S: {why}")
-    return False, "; ".join(failing) or None, "; ".join(dropped) or None
+    sent = "sent" in delivery.values()
+    return sent, "; ".join(failing) or None, "; ".join(dropped) or None
 
 
 class Notifier:

@@ -104,3 +104,22 @@ def test_the_hold_on_a_time_sliced_node_is_one_replica(tmp_path: Path) -> None:
         assert passed == [["ts"], ["ts"], ["ts"], []]
         rows = c.app.state.services.reservations.rows()
         assert sorted(r["gpu_milli"] for r in rows) == [250, 250, 250]
+
+
+def test_exclusive_gpus_come_first_in_a_mixed_fleet() -> None:
+    """Scores of separate placer calls are not comparable (a policy's own pick against another
+    call's rank), so a fleet mixing time-sliced and whole-GPU nodes is not merged by score: the
+    whole GPU first (the device plugin's exclusive GPU), then the replica, re-scored in that
+    order so prioritize gives the choice 10 and the rest less."""
+    nodes = [_node("ts", 750, replicas=4), _node("whole", 1000)]
+    _, d = _decide(_args(), nodes)
+    assert [o.node for o in d.options] == ["whole", "ts"]
+    assert [o.score for o in d.options] == [0.0, -1.0]
+    assert d.scores() == {"whole": 10, "ts": 9}
+
+
+def test_a_replica_label_above_1000_asks_one_milli_not_zero() -> None:
+    """A bogus ``nvidia.com/gpu.replicas`` (1024) would ask 0 milli, which no job may ask (422
+    inside the extender: a 500 for every GPU pod); it asks the smallest share, one milli."""
+    req, d = _decide(_args(), [_node("ts", 1000, replicas=1024), _node("whole", 0)])
+    assert req.need(1024) == 1 and [o.node for o in d.options] == ["ts"]

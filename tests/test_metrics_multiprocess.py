@@ -134,8 +134,11 @@ def test_serve_with_workers_points_them_at_an_empty_metrics_dir(
         assert MULTIPROC_ENV not in os.environ and not os.path.exists(seen[1])  # removed after
         monkeypatch.setenv(MULTIPROC_ENV, str(stale))
         assert main(["serve", "--port", port, "--workers", "2"]) == 0
+        # one worker in an operator's directory, which other instances may share: its own too
+        assert main(["serve", "--port", port, "--workers", "1"]) == 0
     finally:
         get_settings.cache_clear()
     # a directory of its own inside the operator's, removed after; the other files untouched
     assert os.path.dirname(seen[2]) == str(stale) and not os.path.exists(seen[2])
+    assert os.path.dirname(seen[3]) == str(stale) and seen[3] != seen[2]
     assert os.listdir(stale) == ["counter_123.db"] and os.environ[MULTIPROC_ENV] == str(stale)

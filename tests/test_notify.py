@@ -628,3 +628,18 @@ def test_a_delivered_root_cause_stays_sent_after_the_incident_resolves(app: Test
     ]
     assert mine == ["firing", "resolved"]
     assert _confidence(app, inc).endswith(": sent as critical")
+
+
+def test_a_channel_that_did_not_take_the_message_is_named_beside_sent(tmp_path: Path) -> None:
+    """Alertmanager took the page, the webhook keeps failing (or the other way round): the page
+    says sent, and which channel did not take it, since on-call may rely on that one."""
+    from fleetmind.serving.notify import confidence_words, delivery_outcome
+
+    row = {"state": "firing", "delivery": {"alertmanager": "sent", "webhook": "500"}}
+    sent, failing, dropped = delivery_outcome(row)
+    assert (sent, failing, dropped) == (True, "the webhook: 500", None)
+    words = confidence_words(0.99, settings(tmp_path), "gat", sent=sent, failing=failing)
+    assert words.endswith("sent as critical (not everywhere: the webhook: 500, retrying)")
+    row = {"state": "resolved", "delivery": {"alertmanager": "dropped: 404", "webhook": "sent"}}
+    sent, failing, dropped = delivery_outcome(row)
+    assert sent and failing is None and dropped == "Alertmanager refused it: 404"

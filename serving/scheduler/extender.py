@@ -57,6 +57,7 @@ which ranks candidates only).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -227,7 +228,7 @@ class PodRequest:
         replicas per GPU: one ``nvidia.com/gpu`` there is one replica, ``1000 // replicas``
         (floor, as the telemetry's ``1000 * (r - k) // r`` free share of a GPU ``k`` pods hold)."""
         if self.device_gpus and replicas > 1:
-            return 1000 // replicas
+            return max(1, 1000 // replicas)  # a label above 1000 replicas: one milli each
         return self.gpu_milli
 
     def job(self, cluster: str | None = None, replicas: int = 1) -> JobSpec:
@@ -557,8 +558,14 @@ def _place(
     cluster: str | None,
 ) -> list[Option]:
     """The placer's options on ``cands``, best first: one call per time-slicing replica count
-    (the pod's share of a GPU differs between them, :meth:`PodRequest.need`); with several, the
-    options are merged by score (stable: a fleet without time-slicing is one call, as before)."""
+    (the pod's share of a GPU differs between them, :meth:`PodRequest.need`; a fleet without
+    time-slicing is one call, as before).
+
+    Candidates that mix replica counts: the scores of separate calls are not comparable (a
+    policy's own pick, a one-node call's rank), so the groups are not merged by score. Exclusive
+    GPUs come first (a pod asking ``nvidia.com/gpu`` gets a whole GPU where one is free, as the
+    device plugin gives it on a node without time-slicing), then fewer replicas before more, each
+    group in its policy's order; the options are re-scored by that order for prioritize."""
     groups: dict[int, list[NodeState]] = {}
     for node in cands:
         groups.setdefault(d.replicas.get(node.name, 1), []).append(node)
@@ -573,7 +580,7 @@ def _place(
             alternative_gpus=False,  # only the choice is held: its GPUs are enough
         )
     if len(groups) > 1:
-        options.sort(key=lambda o: -o.score)
+        options = [dataclasses.replace(o, score=-float(i)) for i, o in enumerate(options)]
     return options
 
 
