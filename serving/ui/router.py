@@ -314,13 +314,7 @@ async def logout(request: Request, services: ServicesDep) -> Response:
         resp.delete_cookie(auth.CSRF_COOKIE, path="/ui")
         return resp
     if not auth.csrf_ok(request, form.get("csrf"), session):
-        return render(
-            request,
-            "error.html",
-            status_code=403,
-            session=session,
-            message="The form expired or came from another site; reload the page and try again.",
-        )
+        return _form_refused(request, session)
     await run_in_threadpool(auth.end_session, request, services.db)
     resp = RedirectResponse("/ui/login", status_code=303)
     resp.delete_cookie(auth.SESSION_COOKIE, path="/")
@@ -570,19 +564,24 @@ async def incident_feedback(
     return await _record_feedback(request, services, number, session)
 
 
+def _form_refused(request: Request, session: auth.Session | None) -> Response:
+    """The 403 page for a form whose CSRF token or origin does not check out."""
+    return render(
+        request,
+        "error.html",
+        status_code=403,
+        session=session,
+        message="The form expired or came from another site; reload the page and try again.",
+    )
+
+
 async def _record_feedback(
     request: Request, services: Any, incident_id: int, session: auth.Session
 ) -> Response:
     """Check and store the feedback form posted for incident ``incident_id``."""
     form = await read_form(request)
     if not auth.csrf_ok(request, form.get("csrf"), session):
-        return render(
-            request,
-            "error.html",
-            status_code=403,
-            session=session,
-            message="The form expired or came from another site; reload the page and try again.",
-        )
+        return _form_refused(request, session)
     if not form.get("by", "").strip():
         return _incident(
             request,
