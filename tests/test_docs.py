@@ -122,6 +122,27 @@ def test_every_link_anchor_names_a_heading() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_no_blank_line_splits_a_table() -> None:
+    """A blank line ends a Markdown table (CommonMark GFM "Tables (extension)": the table is broken
+    at the first empty line), so rows after one inside a table render as plain text. A table row
+    right after a blank line that follows a row, and is not the header of a new table (a
+    delimiter row next), is such a split."""
+    row = re.compile(r"^\s*\|")
+    delimiter = re.compile(r"^\s*\|?\s*:?-{3,}")
+    bad = []
+    for doc in (d for d in DOCS if d.is_file()):
+        lines = doc.read_text().splitlines()
+        for i in range(2, len(lines) - 1):
+            if (
+                row.match(lines[i])
+                and not lines[i - 1].strip()
+                and row.match(lines[i - 2])
+                and not delimiter.match(lines[i + 1])
+            ):
+                bad.append(f"{doc.relative_to(ROOT)}:{i + 1}")
+    assert not bad, "\n".join(bad)
+
+
 def test_benchmark_index_is_current() -> None:
     assert (ROOT / "benchmarks" / "INDEX.md").read_text() == index.render(), (
         "benchmarks/INDEX.md is out of date: run python -m benchmarks.index"
