@@ -600,13 +600,7 @@ async def _record_feedback(
         )
         record_feedback(services.db, services.graphs.graph, incident_id, fb)
     except IncidentNotFound:
-        return render(
-            request,
-            "error.html",
-            status_code=404,
-            session=session,
-            message=f"There is no incident {incident_id}.",
-        )
+        return _no_incident(request, session, incident_id)
     except (ValidationError, DataError) as err:
         text = (
             "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
