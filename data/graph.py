@@ -216,6 +216,10 @@ class DependencyGraph:
     def alert_subject(self, labels: dict[str, str]) -> dict[str, str]:
         """An alert's ``str -> str`` labels as they identify its subject (a new dict when changed).
 
+        * A label with an empty value is no label: in Prometheus an empty label value is the same
+          as an absent label (Prometheus docs, "Data model"), and Alertmanager removes them from
+          the alerts it receives (``removeEmptyLabels`` in prometheus/alertmanager
+          ``api/v2/api.go``). ``cluster=""`` is a missing ``cluster``, never a cluster named "".
         * A missing ``cluster`` is the graph's cluster when its nodes name exactly one
           (kube-prometheus-stack adds only ``prometheus=<namespace>/<name>`` as an external label
           unless ``prometheus.prometheusSpec.externalLabels`` sets ``cluster``).
@@ -229,6 +233,8 @@ class DependencyGraph:
           ``instance`` without its port, or the host that address is one of the ``addresses`` of
           (node-exporter's ``instance`` is ``<InternalIP>:9100`` without relabelling).
         """
+        if "" in labels.values():
+            labels = {k: v for k, v in labels.items() if v != ""}
         if "cluster" not in labels:
             sole = self._sole_cluster()
             if sole is not None:

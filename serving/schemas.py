@@ -17,6 +17,8 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -41,7 +43,13 @@ Alertmanager, :func:`fleetmind.serving.routers.alerts.clip_text`; other routes r
 Text = Annotated[str, StringConstraints(max_length=TEXT_LIMIT, pattern=NO_NUL)]
 ShortText = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL)]
 LabelName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]
-Labels = Annotated[dict[LabelName, Text], Field(max_length=256)]
+Labels = dict[LabelName, Text]
+"""An alert's labels or annotations. How many is not bounded here: neither Prometheus (a scrape
+config's ``label_limit`` defaults to 0, no limit) nor Alertmanager (``model.LabelSet.Validate`` of
+prometheus/common checks names and values only) bounds it, and Alertmanager drops a notification
+its receiver refuses with a 4xx, so any bound would lose real alerts (kube-state-metrics'
+``kube_pod_labels`` carries one label per Kubernetes label of the pod). The body size limits
+(``FLEETMIND_MAX_WEBHOOK_BYTES``, ``FLEETMIND_MAX_BODY_BYTES``) bound them instead."""
 
 NodeKind = Literal[NODE_KINDS]  # type: ignore[valid-type]
 EdgeKind = Literal[EDGE_KINDS]  # type: ignore[valid-type]
@@ -127,21 +135,50 @@ class AlertIn(BaseModel):
         return self
 
 
+UNREAD_ENVELOPE = (
+    "version",
+    "groupKey",
+    "status",
+    "receiver",
+    "groupLabels",
+    "commonLabels",
+    "commonAnnotations",
+    "externalURL",
+)
+"""The fields of :class:`AlertmanagerWebhook` that FleetMind does not read."""
+
+
 class AlertmanagerWebhook(BaseModel):
-    """The Alertmanager webhook v4 payload (``webhook_configs`` receiver)."""
+    """The Alertmanager webhook v4 payload (``webhook_configs`` receiver).
+
+    Only ``alerts`` and ``truncatedAlerts`` are read. The other fields (:data:`UNREAD_ENVELOPE`)
+    are typed as Alertmanager sends them, for the OpenAPI spec, but never refuse a webhook: a
+    value of another type or length (``"version": 4``, ``"groupLabels": null``, a ``receiver``
+    name over 256 characters, which Alertmanager allows) reads as ``None``. Alertmanager drops a
+    notification answered with a 4xx, so a 422 for a field nothing reads would lose every alert
+    of it.
+    """
 
     model_config = ConfigDict(extra="allow")
 
-    version: ShortText = "4"
+    version: ShortText | None = "4"
     groupKey: Text | None = None
     truncatedAlerts: int | None = Field(None, ge=0, le=MAX_DB_INT)
     status: Literal["firing", "resolved"] | None = None
     receiver: ShortText | None = None
-    groupLabels: Labels = Field(default_factory=dict)
-    commonLabels: Labels = Field(default_factory=dict)
-    commonAnnotations: Labels = Field(default_factory=dict)
+    groupLabels: Labels | None = Field(default_factory=dict)
+    commonLabels: Labels | None = Field(default_factory=dict)
+    commonAnnotations: Labels | None = Field(default_factory=dict)
     externalURL: Text | None = None
     alerts: list[AlertIn] = Field(..., max_length=10000)
+
+    @field_validator(*UNREAD_ENVELOPE, mode="wrap")
+    @classmethod
+    def _unread(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            return None
 
 
 class RejectedAlert(BaseModel):

@@ -296,11 +296,20 @@ class Settings(BaseSettings):
         "one, the first is its symptom and causes that no alerting dependency path joins to it "
         "are down-weighted; incidents without one keep the model's ranking",
     )
+    # DatasourceError/DatasourceNoData: Grafana-managed alerting raises them by default when a
+    # rule's query fails or returns nothing (Grafana docs, "No Data and Error states",
+    # alerting/fundamentals/alert-rule-evaluation/state-and-health); they keep the rule's labels
+    # (a cluster label maps them onto the cluster node) but say the monitoring broke, not the
+    # fleet. TestAlert: a contact point's Test button sends alertname=TestAlert, instance=Grafana
+    # and never a resolve (grafana/alerting notify/receivers.go, newTestAlert). Stored, they are
+    # resolved by FLEETMIND_INCIDENT_AUTO_RESOLVE_S once no longer delivered.
     ungrouped_alerts: str = Field(
-        "Watchdog,InfoInhibitor",
+        "Watchdog,InfoInhibitor,DatasourceError,DatasourceNoData,TestAlert",
         description="comma-separated alertnames stored but never grouped into incidents: "
         "heartbeats and inhibitor helpers (kube-prometheus' Watchdog always fires, "
-        "InfoInhibitor carries severity none); alerts with severity none are never grouped "
+        "InfoInhibitor carries severity none), and Grafana's alerts about alerting itself "
+        "(DatasourceError and DatasourceNoData: a rule's query failed or returned no data; "
+        "TestAlert: a contact point's test); alerts with severity none are never grouped "
         "either, nor FleetMind's own FleetMindRootCause",
     )
     public_url: str = Field(

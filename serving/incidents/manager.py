@@ -68,7 +68,8 @@ class IncidentConfig:
             (:func:`fleetmind.rca.anchoring.named_symptom`,
             :func:`fleetmind.rca.anchoring.anchor_result`); otherwise the ranking is the model's.
         ungrouped_alerts: alertnames stored but never grouped (``FLEETMIND_UNGROUPED_ALERTS``):
-            heartbeats such as kube-prometheus' Watchdog, which always fires, and InfoInhibitor;
+            heartbeats such as kube-prometheus' Watchdog, which always fires, InfoInhibitor, and
+            Grafana's DatasourceError, DatasourceNoData and TestAlert (the settings' default);
             alerts with ``severity="none"`` and FleetMind's own FleetMindRootCause are never
             grouped either.
     """
@@ -84,7 +85,9 @@ class IncidentConfig:
     backlog_rank_s: float = 10.0
     housekeeping_interval_s: float = 60.0
     slo_alerts: frozenset[str] = frozenset()
-    ungrouped_alerts: frozenset[str] = frozenset({"Watchdog", "InfoInhibitor"})
+    ungrouped_alerts: frozenset[str] = frozenset(
+        {"Watchdog", "InfoInhibitor", "DatasourceError", "DatasourceNoData", "TestAlert"}
+    )
 
 
 def _followed(merges: dict[int, int], inc_id: int | None) -> int | None:
@@ -329,7 +332,7 @@ class IncidentManager:
         if inc_id is None:  # a new alert, or one resolved before it was grouped
             node = node_for_alert(view.graph, row["labels"])
             ts = row["starts_ts"]
-            cluster = row["labels"].get("cluster")
+            cluster = row["labels"].get("cluster") or None  # "": no cluster (Prometheus)
             if node is not None:
                 cluster = cluster or view.graph.node(node).cluster
             placed = self.grouper.assign(

@@ -26,7 +26,7 @@ from fleetmind.serving.schemas import (
     RejectedAlert,
     from_unix,
 )
-from fleetmind.serving.validation import MAX_ERRORS, json_safe_error
+from fleetmind.serving.validation import MAX_ERRORS, json_safe_error, safe_text
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 log = logging.getLogger("fleetmind.serving")
@@ -35,9 +35,14 @@ _UNSET_YEAR = 1  # Alertmanager sends 0001-01-01T00:00:00Z for an unknown endsAt
 
 
 def fingerprint_of(labels: dict[str, str]) -> str:
-    """A stable label-set hash for senders that do not send Alertmanager's ``fingerprint``."""
+    """A stable label-set hash for senders that do not send Alertmanager's ``fingerprint``.
+
+    Labels with an empty value are left out: in Prometheus an empty label value is the same as no
+    label, and Alertmanager removes them before it fingerprints an alert (``removeEmptyLabels`` in
+    prometheus/alertmanager ``api/v2/api.go``), so ``{a="x", b=""}`` and ``{a="x"}`` are one alert.
+    """
     h = hashlib.sha256()
-    for k in sorted(labels):
+    for k in sorted(k for k, v in labels.items() if v != ""):
         h.update(k.encode())
         h.update(b"\xff")
         h.update(labels[k].encode())
@@ -87,15 +92,12 @@ def clip_text(value: str) -> str:
     return value[: TEXT_LIMIT - len(tail)] + tail
 
 
-_ENVELOPE_TEXT = ("groupKey", "externalURL")
-_ENVELOPE_MAPS = ("groupLabels", "commonLabels", "commonAnnotations")
-
-
 def _clip_long_text(doc: Any) -> int:
-    """Clip, in place, the over-long strings of a webhook document where rules and templates put
-    text (label values, annotations, ``generatorURL``, the envelope's group key, labels and
-    annotations); returns how many were clipped. Prometheus puts no limit on these, and
-    Alertmanager does not retry a 4xx: rejected, the alert would be lost."""
+    """Clip, in place, the over-long strings of a webhook document's alerts where rules and
+    templates put text (label values, annotations, ``generatorURL``); returns how many were
+    clipped. Prometheus puts no limit on these, and Alertmanager does not retry a 4xx: rejected,
+    the alert would be lost. The envelope's text needs no clipping: a field of it that does not
+    validate reads as ``None`` (:data:`fleetmind.serving.schemas.UNREAD_ENVELOPE`)."""
     if not isinstance(doc, dict):
         return 0
     clipped = 0
@@ -110,9 +112,6 @@ def _clip_long_text(doc: Any) -> int:
                 obj[k] = clip_text(v)
                 clipped += 1
 
-    clip_in(doc, _ENVELOPE_TEXT)
-    for key in _ENVELOPE_MAPS:
-        clip_in(doc.get(key), None)
     items = doc.get("alerts")
     for a in items if isinstance(items, list) else ():
         if isinstance(a, dict):
@@ -132,6 +131,40 @@ def _brief(e: dict[str, Any]) -> dict[str, Any]:
 
 def _body_errors(errors: list[Any]) -> list[dict[str, Any]]:
     return [_brief(e) for e in errors[:MAX_ERRORS]]
+
+
+def _one_line(value: Any) -> str:
+    """``value`` as log text on one line: cut (:func:`safe_text`), control and non-ASCII
+    characters escaped (a label name can hold a newline)."""
+    return safe_text(str(value)).encode("unicode_escape").decode("ascii")
+
+
+def _where(loc: Any) -> str:
+    """A ``loc`` of :func:`_brief` without its ``body`` prefix, as ``alerts.3.labels.alertname``."""
+    parts = list(loc)
+    if parts[:1] == ["body"]:
+        parts = parts[1:]
+    return _one_line(".".join(str(p) for p in parts)) or "body"
+
+
+def log_refused(body: bytes, errors: list[dict[str, Any]]) -> None:
+    """Say in one WARNING line why a whole webhook was refused (422, nothing stored): how many
+    alerts it held (Alertmanager does not retry a 4xx: they are lost) and its first error. The
+    refusal is counted in ``fleetmind_http_request_duration_seconds`` (``route="/api/v1/alerts"``,
+    ``status="422"``)."""
+    try:
+        items = json.loads(body).get("alerts")
+        held = f"{len(items)} alerts lost" if isinstance(items, list) else "no alerts list"
+    except (ValueError, AttributeError, RecursionError):
+        held = "not a JSON object"
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid"}
+    log.warning(
+        "webhook refused (422, nothing stored: %s); %d errors, first %s: %s",
+        held,
+        len(errors),
+        _where(first.get("loc", ())),
+        _one_line(first.get("msg", "")),
+    )
 
 
 def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
@@ -283,12 +316,18 @@ async def receive_alerts(
     Idempotent on ``(fingerprint, startsAt)``: a re-delivered alert changes nothing; a ``resolved``
     delivery of a stored alert closes it out. Unknown keys are ignored. Invalid alerts of an
     otherwise valid webhook are left out and listed under ``rejected`` (the valid ones are stored);
-    a webhook with no valid alert, or an invalid envelope, gets 422 and nothing is stored.
+    a webhook with no valid alert, or an envelope without a valid ``alerts`` list or
+    ``truncatedAlerts``, gets 422, nothing is stored, and a WARNING line says why
+    (:func:`log_refused`).
     """
     body = await request.body()
 
     def parse_and_store() -> tuple[int, list[RejectedAlert], list[dict[str, Any]], int]:
-        valid, positions, rejected, truncated = parse_indexed(body)
+        try:
+            valid, positions, rejected, truncated = parse_indexed(body)
+        except RequestValidationError as err:
+            log_refused(body, list(err.errors()))
+            raise
         now = time.time()
         rows: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
         for a, pos in zip(valid, positions, strict=True):
@@ -321,8 +360,8 @@ async def receive_alerts(
             accepted,
             len(rejected),
             rejected[0].index,
-            ".".join(str(p) for p in first["loc"][3:]) or "alert",
-            first.get("msg"),
+            _one_line(".".join(str(p) for p in first["loc"][3:])) or "alert",
+            _one_line(first.get("msg", "")),
         )
     return IngestResponse(
         accepted=accepted,
