@@ -61,10 +61,9 @@ class _Unsure(Exception):
 
 _MsgText = Annotated[str, msgspec.Meta(max_length=8192)]
 _MsgShort = Annotated[str, msgspec.Meta(max_length=256)]
-_MsgLabels = Annotated[
-    dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)], _MsgText],
-    msgspec.Meta(max_length=256),
-]
+# No bound on how many labels: as ``schemas.Labels`` (neither Prometheus nor Alertmanager bounds
+# it; the body size limit does).
+_MsgLabels = dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)], _MsgText]
 
 
 class _PlainAlert(msgspec.Struct):
