@@ -22,6 +22,22 @@ WEBHOOK_PATH = "/api/v1/alerts"
 """The Alertmanager webhook's path (``POST``), which has its own body limit
 (``FLEETMIND_MAX_WEBHOOK_BYTES``)."""
 
+SCHEDULER_PATHS = ("/api/v1/scheduler/filter", "/api/v1/scheduler/prioritize")
+"""The kube-scheduler extender's filter and prioritize (``POST``), which have their own body limit
+(:data:`SCHEDULER_MAX_BYTES`)."""
+SCHEDULER_NODES = 5_000
+SCHEDULER_NODE_BYTES = 16 * 1024
+SCHEDULER_MAX_BYTES = SCHEDULER_NODES * SCHEDULER_NODE_BYTES
+"""The extender's body limit, 81,920,000 bytes (about 78 MiB), or the global limit when that is
+larger: ``ExtenderArgs`` of :data:`SCHEDULER_NODES` candidate nodes of up to
+:data:`SCHEDULER_NODE_BYTES` each. With ``nodeCacheCapable: false`` kube-scheduler sends every
+candidate's full ``v1.Node``: with labels from GPU feature discovery, conditions and the node's
+image list one takes ~15 KB (kubelet reports up to 50 images, ``--node-status-max-images``), so the
+16 MiB global limit refused lists of more than ~1,100 nodes with 413, which kube-scheduler reads
+as the extender failing (skipped when ``ignorable``, else every pod pending). With
+``percentageOfNodesToScore: 100`` (common for bin packing) every feasible node is sent.
+``nodeCacheCapable: true`` sends names only (~20 bytes a node)."""
+
 
 class ConcurrencyLimit:
     """At most ``limit`` HTTP requests in progress in this process; beyond it 503 at once (before
@@ -144,6 +160,9 @@ class BodyLimitMiddleware:
         route_limits: ``(method, path)`` -> its own limit, bytes (the Alertmanager webhook's).
         metrics: counts each refusal in ``fleetmind_http_bodies_too_large_total`` by ``route``
             (a path of ``route_limits``, or ``other``).
+        scheduler_bytes: the limit of the extender's filter and prioritize
+            (:data:`SCHEDULER_PATHS`) unless ``route_limits`` names them, bytes; ``max_bytes``
+            when that is larger. Their refusals count as ``other`` (each is logged with its path).
 
     Each refusal is also logged (a warning, with the size): a sender such as Alertmanager does
     not retry a 4xx, so the alerts of a refused webhook are lost without it being seen here.
@@ -155,13 +174,18 @@ class BodyLimitMiddleware:
         max_bytes: int,
         route_limits: Mapping[tuple[str, str], int] | None = None,
         metrics: Metrics | None = None,
+        scheduler_bytes: int = SCHEDULER_MAX_BYTES,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.route_limits = dict(route_limits or {})
+        self._labelled = {p for _, p in self.route_limits}
+        """Paths counted under their own ``route`` label (the others: ``other``)."""
+        for path in SCHEDULER_PATHS:
+            self.route_limits.setdefault(("POST", path), max(scheduler_bytes, max_bytes))
         self.metrics = metrics
         if metrics is not None:  # at 0 from the start: rate() sees the first refusal
-            for route in {p for _, p in self.route_limits} | {"other"}:
+            for route in self._labelled | {"other"}:
                 metrics.bodies_too_large.labels(route)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -216,19 +240,30 @@ class BodyLimitMiddleware:
         """Answer 413, count it and log it (``size``: what the request declared or sent)."""
         route = key[1] if key in self.route_limits else "other"
         if self.metrics is not None:
-            self.metrics.bodies_too_large.labels(route).inc()
+            self.metrics.bodies_too_large.labels(
+                route if route in self._labelled else "other"
+            ).inc()
         log.warning(
             "413 for %s %r: %s, the limit is %d bytes%s",  # repr: a decoded path may hold newlines
             key[0][:20],
             key[1][:200],
             size,
             limit,
-            "; its alerts are lost (Alertmanager does not retry a 4xx): lower max_alerts in "
-            "the receiver's webhook_config or raise FLEETMIND_MAX_WEBHOOK_BYTES"
-            if route == WEBHOOK_PATH
-            else "",
+            _REFUSAL_HINT.get(route, ""),
         )
         await _too_large(send, limit)
+
+
+_SCHEDULER_HINT = (
+    "; kube-scheduler reads it as the extender failing (skipped when ignorable, else the pod "
+    "stays pending): set nodeCacheCapable: true in its extender config (node names only)"
+)
+_REFUSAL_HINT = {
+    WEBHOOK_PATH: "; its alerts are lost (Alertmanager does not retry a 4xx): lower max_alerts "
+    "in the receiver's webhook_config or raise FLEETMIND_MAX_WEBHOOK_BYTES",
+    **dict.fromkeys(SCHEDULER_PATHS, _SCHEDULER_HINT),
+}
+"""What a refused body costs, per route, for the warning."""
 
 
 async def _too_large(send: Any, limit: int) -> None:

@@ -106,7 +106,8 @@ class Settings(BaseSettings):
         16 * 1024 * 1024,
         ge=1024,
         description="largest request body accepted by every route but the Alertmanager webhook "
-        "(FLEETMIND_MAX_WEBHOOK_BYTES)",
+        "(FLEETMIND_MAX_WEBHOOK_BYTES) and the kube-scheduler extender's filter and prioritize "
+        "(81,920,000 bytes, or this when larger)",
     )
     # Its own limit, not a larger global one: the webhook is the one route whose body size is set
     # by a sender that cannot shrink a refused request (Alertmanager drops a 4xx unretried,

@@ -20,7 +20,13 @@ from fastapi.testclient import TestClient
 
 from fleetmind.data.errors import DataError
 from fleetmind.serving.app import create_app
-from fleetmind.serving.scheduler.extender import MAX_GPUS, check_name, parse_quantity, pod_request
+from fleetmind.serving.scheduler.extender import (
+    MAX_GPUS,
+    PodOutOfBounds,
+    check_name,
+    parse_quantity,
+    pod_request,
+)
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource
@@ -113,9 +119,9 @@ def test_quantities_are_bounded(bad: dict[str, str]) -> None:
 
 
 def test_two_huge_gpu_requests_are_refused() -> None:
-    with pytest.raises(DataError, match="more than the 64"):
+    with pytest.raises(PodOutOfBounds, match="more than the 64"):
         pod_request(pod([c("a", gpu="1e308"), c("b", gpu="1e308")]))
-    with pytest.raises(DataError, match=f"up to {MAX_GPUS}"):
+    with pytest.raises(PodOutOfBounds, match=f"at most {MAX_GPUS}"):
         pod_request(pod([c("a", gpu="40"), c("b", gpu="40")]))
     assert parse_quantity("64", bound=64) == 64
 
@@ -180,7 +186,7 @@ def test_cpu_only_pods_prefer_cpu_nodes(client: TestClient) -> None:
     scores = {
         h["Host"]: h["Score"] for h in client.post("/api/v1/scheduler/prioritize", json=args).json()
     }
-    assert sorted([scores["cpu-1"], scores["cpu-2"]]) == [9, 10] and scores["gpu-1"] < 5
+    assert sorted([scores["cpu-1"], scores["cpu-2"]]) == [4, 10] and scores["gpu-1"] < 3
     # the hold is on the node scored 10
     (hold,) = [r for r in client.app.state.services.reservations.rows() if r["pod_key"] == "ml/p"]
     assert scores[hold["node"]] == 10
@@ -222,8 +228,6 @@ def test_extender_decisions_count_in_placements_total(client: TestClient) -> Non
 @pytest.mark.parametrize(
     "body",
     [
-        '{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1e306"}}}]}}, "NodeNames": ["cpu-1"]}',
-        '{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1e308"}}}, {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1e308"}}}]}}, "NodeNames": ["cpu-1"]}',
         '{"Pod": {"metadata": {"name": "p\\u0000"}, "spec": {"containers": []}}, "NodeNames": ["cpu-1"]}',
         '{"Pod": {"metadata": {"name": "p", "namespace": "\\ud800"}, "spec": {"containers": []}}, "NodeNames": ["cpu-1"]}',
         '{"Pod": {"metadata": {"name": "p", "uid": "'
@@ -240,8 +244,6 @@ def test_extender_decisions_count_in_placements_total(client: TestClient) -> Non
         '["not", "an", "object"]',
     ],
     ids=[
-        "cpu-1e306",
-        "gpu-1e308-twice",
         "nul-name",
         "surrogate-namespace",
         "uid-300",

@@ -98,12 +98,22 @@ def test_wanted_models_match_telemetry_names_and_lists() -> None:
 
 
 def test_409_reason_reads_each_model_of_a_list() -> None:
-    """9 GPUs of two 8-GPU nodes: the models exist, the room does not (not 'no model matches')."""
+    """9 GPUs of two 8-GPU nodes: the models exist, no node has that many GPUs (not 'no model
+    matches'); 5 GPUs where each node has 4 free: the free GPU of both models is split."""
     snap = FleetSnapshot(source="test", nodes=[node("a", "A100", 8), node("h", "H100", 8)])
     job = JobSpec(num_gpu=9, gpu_model="A100|H100")
     assert BestFitPlacer().place(snap, job, Reservations(), 1) == []
     r = why_no_fit(snap, job, Reservations())
-    assert r.startswith("free GPU is split: 16000 milli free on healthy 'A100' or 'H100' GPUs")
+    assert (
+        r == "no node has 9 healthy 'A100' or 'H100' GPUs, free or not: the most on one node is 8"
+    )
+    for n in snap.nodes:
+        for g in n.gpus[:4]:
+            g.free_milli = 0
+    job = JobSpec(num_gpu=5, gpu_model="A100|H100")
+    assert BestFitPlacer().place(snap, job, Reservations(), 1) == []
+    r = why_no_fit(snap, job, Reservations())
+    assert r.startswith("free GPU is split: 8000 milli free on healthy 'A100' or 'H100' GPUs")
 
 
 # ------------------------------------------------------------------------------ the schema

@@ -2,7 +2,8 @@
 
 The fleet is every 30th openb GPU node, filled by a seeded FGD run in the simulator; the service sees
 the same state through its telemetry, and its filter/prioritize answers must equal the simulator's
-feasible set and the policy's choice for the same pod (PPO as released; FGD when PPO is missing).
+feasible set and the policy's choice for the same pod (PPO as released; when PPO is missing, the
+registry's fallback, BestFit, which ``GET /api/v1/models`` and the placement route name too).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from k8s_helpers import extender_args, filled_state, node_json, state_nodes
 from fleetmind.data.errors import DataError
 from fleetmind.data.openb import gpu_spec_mask, load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, Pod
-from fleetmind.envs.policies import FGD
+from fleetmind.envs.policies import FGD, BestFit
 from fleetmind.envs.policies.fgd import typical_from_json
 from fleetmind.rl.policy_adapter import RELEASED_DIR, load_ppo_policy
 from fleetmind.serving.app import create_app
@@ -82,10 +83,10 @@ def ppo_client(
 
 
 @pytest.fixture(scope="module")
-def fgd_client(
+def fallback_client(
     tmp_path_factory: pytest.TempPathFactory, fleet: ClusterState
 ) -> Iterator[TestClient]:
-    c = _client(tmp_path_factory.mktemp("fgd"), fleet, str(tmp_path_factory.mktemp("absent")))
+    c = _client(tmp_path_factory.mktemp("fb"), fleet, str(tmp_path_factory.mktemp("absent")))
     assert c.app.state.services.registry.current.placement.fallback_reason
     yield c
     c.__exit__(None, None, None)
@@ -177,14 +178,18 @@ def test_model_constraint_fails_other_models_unresolvably(ppo_client: TestClient
 
 
 @pytest.mark.parametrize("name", RECORDED)
-def test_fgd_is_the_fallback_and_matches_the_simulator(
-    fgd_client: TestClient, fleet: ClusterState, name: str
+def test_the_registry_fallback_places_and_matches_the_simulator(
+    fallback_client: TestClient, fleet: ClusterState, name: str
 ) -> None:
+    """Without PPO the extender places with the policy the registry fell back to (BestFit), the
+    one /api/v1/models names, not a second fallback of its own."""
+    served = fallback_client.get("/api/v1/models").json()["placement"]["method"]
+    assert served == "heuristic:BestFit"
     args = _recorded(name)
-    feasible, choice = _simulate(fleet, _sim_pod(args), FGD(typical=_typical()))
-    out = fgd_client.post("/api/v1/scheduler/filter", json=args).json()
+    feasible, choice = _simulate(fleet, _sim_pod(args), BestFit())
+    out = fallback_client.post("/api/v1/scheduler/filter", json=args).json()
     assert set(out["NodeNames"]) == feasible
-    scores = fgd_client.post("/api/v1/scheduler/prioritize", json=args).json()
+    scores = fallback_client.post("/api/v1/scheduler/prioritize", json=args).json()
     assert [h["Host"] for h in scores if h["Score"] == 10] == [choice]
 
 

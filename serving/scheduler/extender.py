@@ -40,19 +40,28 @@ server's defaulting). Resources read:
   as ``"|"``, leaves the pod unschedulable). When ``gpu-count`` or ``gpu-milli`` is present it
   takes precedence over ``nvidia.com/gpu``.
 
-Input is checked before it is used: quantities are bounded (:data:`MAX_CPU_MILLI`,
-:data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`), names follow Kubernetes' rules (a pod name and a node
-name are DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most
-:data:`MAX_UID_CHARS` printable ASCII characters; anything else is a :class:`DataError` (422).
+Input is checked before it is used: names follow Kubernetes' rules (a pod name and a node name are
+DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most :data:`MAX_UID_CHARS`
+printable ASCII characters; anything else is a :class:`DataError` (422). A valid pod that asks for
+more than FleetMind's bounds (:data:`MAX_CPU_MILLI`, :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`:
+:class:`PodOutOfBounds`) fails every node as unresolvable, with the reason, rather than with an
+error: kube-scheduler reads any answer but 200 as an error without its body (``send`` in
+``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod or, with
+``ignorable: true``, schedules it without FleetMind.
 
-CPU-only pods prefer nodes without GPUs: the choice is one of those (10, the others 9..5), nodes
-with GPUs score 4..0.
+Decisions come from the served placement policy (:mod:`fleetmind.serving.registry`: the released
+PPO agent, or the heuristic the registry fell back to, as ``GET /api/v1/models`` names it).
+Prioritize gives the policy's choice :data:`MAX_EXTENDER_PRIORITY` (10) and the other feasible
+nodes ``0..``:data:`OTHERS_MAX` (4) by the policy's scores (BestFit's for PPO, which ranks
+candidates only): see :meth:`Decision.scores` for what that gap is worth in kube-scheduler. CPU-only
+pods prefer nodes without GPUs: the choice is one of those, the other such nodes score 4..3, nodes
+with GPUs 2..0.
 
-Decisions come from the served placement policy (:mod:`fleetmind.serving.registry`: the released PPO agent);
-when the registry had to fall back (no PPO model), the extender uses FGD with the typical pods stored
-in ``models/placement/metadata.json`` (BestFit when those are missing too). Prioritize gives the
-policy's choice 10 and the other feasible nodes 0..9 by the policy's scores (BestFit's for PPO,
-which ranks candidates only).
+Without GPU telemetry to decide on (no GPU in the snapshot, or none of the candidate nodes in it),
+a GPU pod gets 503 (:func:`decide`): kube-scheduler then skips the extender when it is
+``ignorable`` (``findNodesThatPassExtenders`` in ``pkg/scheduler/schedule_one.go`` skips an
+ignorable extender only when its filter returns an error; a 200 failing every node would leave
+every GPU pod pending).
 """
 
 from __future__ import annotations
@@ -66,16 +75,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetmind.data.errors import DataError
+from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.serving.scheduler.placement import (
-    BestFitPlacer,
     Option,
     Placer,
     Reservations,
     free_gpus,
     gpu_model_matches,
     parse_gpu_models,
-    peer_heuristic,
 )
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
@@ -83,6 +90,10 @@ from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 log = logging.getLogger("fleetmind.serving")
 
 MAX_EXTENDER_PRIORITY = 10
+OTHERS_MAX = 4
+"""The highest prioritize score of a feasible node other than the policy's choice (which scores
+:data:`MAX_EXTENDER_PRIORITY`): the choice leads every other node by at least 6 points, ``6 x
+weight x 10`` in kube-scheduler's sum (:meth:`Decision.scores`)."""
 GPU_RESOURCE = "nvidia.com/gpu"
 ANN_GPU_MILLI = "alibabacloud.com/gpu-milli"
 ANN_GPU_COUNT = "alibabacloud.com/gpu-count"
@@ -124,6 +135,19 @@ digits with an optional sign, no ``_``, no spaces, no other scripts' digits (Pyt
 takes ``"1_0"`` and ``"٣"``)."""
 
 
+class PodOutOfBounds(DataError):
+    """A valid pod that asks for more than FleetMind supports (:data:`MAX_CPU_MILLI`,
+    :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`): no node could hold it. The extender fails every
+    node as unresolvable with this message (:func:`decide`); elsewhere it is a 422 like any
+    :class:`DataError`.
+
+    Attributes:
+        key: the pod's ``namespace/name`` when it was read before the bound was hit.
+    """
+
+    key: str | None = None
+
+
 def _shown(value: Any) -> str:
     """``value`` for an error message: ASCII-escaped (NUL, lone surrogates) and cut to 80 chars."""
     text = ascii(value)
@@ -137,7 +161,7 @@ def parse_quantity(value: Any, what: str = "quantity", bound: float = math.inf) 
         bound: the largest value accepted (in the resource's base unit).
 
     Raises:
-        DataError: not a quantity, negative, or above ``bound``.
+        DataError: not a quantity or negative; :class:`PodOutOfBounds` above ``bound``.
     """
     if isinstance(value, bool):
         raise DataError(f"{what}: {_shown(value)} is not a Kubernetes quantity")
@@ -153,7 +177,7 @@ def parse_quantity(value: Any, what: str = "quantity", bound: float = math.inf) 
     if not math.isfinite(out) or out < 0:
         raise DataError(f"{what}: {_shown(value)} is not a finite, non-negative quantity")
     if out > bound:
-        raise DataError(f"{what}: {_shown(value)} is more than the {bound:g} supported")
+        raise PodOutOfBounds(f"{what}: {_shown(value)} is more than the {bound:g} supported")
     return out
 
 
@@ -327,9 +351,11 @@ def pod_request(pod: Any) -> PodRequest:
     """Read a ``v1.Pod`` (JSON) into a :class:`PodRequest` (see the module docstring).
 
     Raises:
-        DataError: not a Pod, a name or uid Kubernetes would not accept, a malformed or out-of-bounds
-            quantity or annotation, or an impossible request (fractional GPUs of more than one GPU,
-            two MIG profiles).
+        DataError: not a Pod, a name or uid Kubernetes would not accept, a malformed quantity or
+            annotation, or an impossible request (fractional GPUs of more than one GPU, two MIG
+            profiles).
+        PodOutOfBounds: (a :class:`DataError`) a quantity above FleetMind's bounds, with the
+            pod's key.
     """
     if not isinstance(pod, dict):
         raise DataError("ExtenderArgs.Pod must be a v1.Pod object")
@@ -344,11 +370,20 @@ def pod_request(pod: Any) -> PodRequest:
     ns = meta.get("namespace") or "default"
     key = f"{check_name(ns, 'Pod.metadata.namespace', label=True)}/{name}"
     uid = check_uid(meta.get("uid"))
+    try:
+        return _requests(key, uid, meta, spec)
+    except PodOutOfBounds as err:
+        err.key = key
+        raise
+
+
+def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, Any]) -> PodRequest:
+    """The resource part of :func:`pod_request` (the pod's name and uid already checked)."""
     total = effective_requests(spec)
     cpu_milli = math.ceil(total.get("cpu", 0.0) * 1000 - 1e-9)
     memory_mib = math.ceil(total.get("memory", 0.0) / 2**20 - 1e-9)
     if cpu_milli > MAX_CPU_MILLI or memory_mib > MAX_MEMORY_MIB:
-        raise DataError(
+        raise PodOutOfBounds(
             f"the pod asks for {cpu_milli} mCPU and {memory_mib} MiB; at most "
             f"{MAX_CPU_MILLI} mCPU and {MAX_MEMORY_MIB} MiB are supported"
         )
@@ -364,8 +399,10 @@ def pod_request(pod: Any) -> PodRequest:
             raise DataError(f"the pod asks for both {GPU_RESOURCE} and MIG instances")
         ((res, gpus),) = mig.items()
         models = (f"MIG {res[len(MIG_PREFIX) :]}",)
-    if gpus != int(gpus) or gpus > MAX_GPUS:
-        raise DataError(f"GPUs must be a whole number up to {MAX_GPUS}, got {gpus:g}")
+    if gpus != int(gpus):
+        raise DataError(f"GPUs must be a whole number, got {gpus:g}")
+    if gpus > MAX_GPUS:
+        raise PodOutOfBounds(f"the pod asks for {gpus:g} GPUs; at most {MAX_GPUS} are supported")
     num_gpu, gpu_milli, device_gpus = int(gpus), 1000, not mig
     ann = meta.get("annotations") or {}
     if not isinstance(ann, dict):
@@ -381,7 +418,7 @@ def pod_request(pod: Any) -> PodRequest:
         if not 1 <= gpu_milli <= 1000 or num_gpu < 0:
             raise DataError(f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0")
     if num_gpu > MAX_GPUS:
-        raise DataError(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
+        raise PodOutOfBounds(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
     if num_gpu > 1 and gpu_milli < 1000:
         raise DataError("a multi-GPU pod takes whole GPUs: gpu-milli must be 1000")
     spec = "" if mig else str(ann.get(ANN_GPU_MODEL) or "")[:1000]
@@ -422,31 +459,43 @@ class Decision:
     a node is ``PodRequest.job(replicas=...)``."""
 
     def scores(self) -> dict[str, int]:
-        """Host -> 0..10: the choice 10, the other feasible nodes 0..9 by policy score, others 0.
+        """Host -> 0..10: the policy's choice 10, the other feasible nodes ``0..``:data:`OTHERS_MAX`
+        (4) by policy score (the best of them 4, the worst 0; all 4 when they tie), others 0.
 
         A CPU-only pod with feasible nodes both with and without GPUs: the first node without GPUs
-        (the choice) 10, the other such nodes 9..5, the GPU nodes 4..0, each in policy order (a
-        CPU-only pod should not take a GPU node's CPU and memory while a CPU node has room)."""
+        (the choice) 10, the other such nodes 4..3, the GPU nodes 2..0, each in policy order (a
+        CPU-only pod should not take a GPU node's CPU and memory while a CPU node has room).
+
+        What the gap is worth: kube-scheduler adds ``score x weight x 10`` per node
+        (``finalscore := score * weight * (MaxNodeScore / MaxExtenderPriority)``, ``prioritizeNodes``
+        in ``pkg/scheduler/schedule_one.go``) to its score plugins' weighted 0..100 scores, so the
+        choice leads any other node by at least ``6 x weight x 10``: 180 at the ``weight: 3`` of
+        ``deploy/kube-scheduler-config.yaml``. The default plugins' weights
+        (``pkg/scheduler/apis/config/v1/default_plugins.go``) make that more than the resource
+        plugins can take back together (NodeResourcesFit's LeastAllocated 1 x 100, which prefers
+        the emptier node that bin packing avoids, plus BalancedAllocation 1 x 50: with CPU and
+        memory its score is ``(1 - |f_cpu - f_mem| / 2) x 100``, 50..100), and less than one
+        preference a user states at full strength (a preferred NodeAffinity 2 x 100,
+        PodTopologySpread or InterPodAffinity 2 x 100, a PreferNoSchedule taint the pod does not
+        tolerate 3 x 100), which therefore still wins."""
         out = dict.fromkeys(self.names, 0)
-        cpu = [o for o in self.options if o.node not in self.gpu_nodes]
-        gpu = [o for o in self.options if o.node in self.gpu_nodes]
-        if self.cpu_only and cpu and gpu:
-            out[cpu[0].node] = MAX_EXTENDER_PRIORITY
-            for i, o in enumerate(cpu[1:]):
-                out[o.node] = 9 - (5 * i) // len(cpu[1:])
-            for i, o in enumerate(gpu):
-                out[o.node] = 4 - (5 * i) // len(gpu)
-            return out
         if not self.options:
             return out
-        rest = self.options[1:]
-        if rest:
+        choice, rest = self.options[0], self.options[1:]
+        gpu = [o for o in rest if o.node in self.gpu_nodes]
+        if self.cpu_only and gpu and choice.node not in self.gpu_nodes:
+            cpu = [o for o in rest if o.node not in self.gpu_nodes]
+            for i, o in enumerate(cpu):
+                out[o.node] = OTHERS_MAX - (2 * i) // len(cpu)  # 4..3
+            for i, o in enumerate(gpu):
+                out[o.node] = OTHERS_MAX - 2 - (3 * i) // len(gpu)  # 2..0
+        elif rest:
             lo = min(o.score for o in rest)
             hi = max(o.score for o in rest)
             for o in rest:
                 frac = (o.score - lo) / (hi - lo) if hi > lo else 1.0
-                out[o.node] = int(math.floor((MAX_EXTENDER_PRIORITY - 1) * frac + 1e-9))
-        out[self.options[0].node] = MAX_EXTENDER_PRIORITY
+                out[o.node] = int(math.floor(OTHERS_MAX * frac + 1e-9))
+        out[choice.node] = MAX_EXTENDER_PRIORITY
         return out
 
 
@@ -498,16 +547,25 @@ class NodeIndex:
         self._by_name: dict[str, NodeState] = {}
         self.ambiguous: dict[str, list[str]] = {}
         """Node name -> the clusters that have it (empty when ``cluster`` is set)."""
+        self.nodes = 0
+        """Nodes of the last snapshot looked up (of ``cluster`` when set)."""
+        self.gpus = 0
+        """GPUs telemetry reports on those nodes (placeholders for GPUs it does not report left
+        out): 0 means no GPU telemetry at all."""
 
     def lookup(self, snap: FleetSnapshot, names: list[str]) -> dict[str, NodeState]:
         """``{name: node}`` for the ``names`` the snapshot knows (ambiguous names left out)."""
         if snap is not self._snap:
             by_name: dict[str, NodeState] = {}
             clusters: dict[str, set[str]] = {}
+            nodes = gpus = 0
             for n in snap.nodes:
                 if self.cluster is None or n.cluster == self.cluster:
                     by_name.setdefault(n.name, n)
                     clusters.setdefault(n.name, set()).add(str(n.cluster))
+                    nodes += 1
+                    gpus += sum(not g.missing for g in n.gpus)
+            self.nodes, self.gpus = nodes, gpus
             ambiguous = {k: sorted(v) for k, v in clusters.items() if len(v) > 1}
             changed, self.ambiguous = ambiguous != self.ambiguous, ambiguous
             if ambiguous and changed:  # once per change, not per snapshot
@@ -524,7 +582,8 @@ class NodeIndex:
 
 
 def candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
-    """Node names of ``ExtenderArgs`` and, when it carried ``Nodes``, the node objects by name.
+    """Node names of ``ExtenderArgs`` (each once, in the order given) and, when it carried
+    ``Nodes``, the node objects by name (a repeated name: its last object).
 
     Raises:
         DataError: neither ``Nodes`` nor ``NodeNames``, or malformed.
@@ -544,7 +603,8 @@ def candidate_names(args: dict[str, Any]) -> tuple[list[str], dict[str, Any] | N
             objs[check_name(name, f"ExtenderArgs.Nodes.items[{i}].metadata.name")] = item
         return list(objs), objs
     if isinstance(names, list) and all(isinstance(n, str) for n in names):
-        return [check_name(n, f"ExtenderArgs.NodeNames[{i}]") for i, n in enumerate(names)], None
+        checked = (check_name(n, f"ExtenderArgs.NodeNames[{i}]") for i, n in enumerate(names))
+        return list(dict.fromkeys(checked)), None
     raise DataError("ExtenderArgs needs Nodes (a v1.NodeList) or NodeNames (a list of strings)")
 
 
@@ -595,15 +655,31 @@ def decide(
 
     ``reservations``: held capacity, or a function of the pod giving it (to leave out the pod's own
     hold). Nodes the telemetry does not know fail for GPU pods ("no GPU telemetry") and pass unranked
-    for CPU-only pods (kube-scheduler's own resource filter has checked them).
+    for CPU-only pods (kube-scheduler's own resource filter has checked them). A pod beyond
+    FleetMind's bounds (:class:`PodOutOfBounds`) fails every node as unresolvable, with the reason.
+
+    Raises:
+        DataError: ``args`` is not ``ExtenderArgs`` (or its pod is malformed).
+        NotAvailableError: a GPU pod, and telemetry has no GPU at all (of the scheduler's cluster)
+            or knows none of the candidate nodes: FleetMind cannot judge any of them, and an error
+            is what makes kube-scheduler skip an ``ignorable`` extender (a 200 that fails every
+            node leaves the pod pending).
     """
     if not isinstance(args, dict):
         raise DataError("the body must be an ExtenderArgs object")
-    req = pod_request(get_ci(args, "Pod"))
+    try:
+        req = pod_request(get_ci(args, "Pod"))
+    except PodOutOfBounds as err:
+        names, _ = candidate_names(args)
+        # The pod as far as it was read: only its key is used (nothing passes, nothing is held).
+        unread = PodRequest(err.key or "", None, 0, 0, 0, 0)
+        return unread, Decision(names, unresolvable=dict.fromkeys(names, str(err)))
     names, _ = candidate_names(args)
+    known = index.lookup(snapshot, names)
+    if req.num_gpu and names:
+        _require_gpu_telemetry(snapshot, names, known, index)
     if callable(reservations):
         reservations = reservations(req)
-    known = index.lookup(snapshot, names)
     d = Decision(
         names,
         cpu_only=not req.num_gpu,
@@ -651,6 +727,33 @@ def decide(
     return req, d
 
 
+def _require_gpu_telemetry(
+    snapshot: FleetSnapshot, names: list[str], known: dict[str, NodeState], index: NodeIndex
+) -> None:
+    """Raise :class:`NotAvailableError` (503) when telemetry cannot judge any candidate of a GPU
+    pod: it reports no GPU (of ``index.cluster``), or knows none of ``names``."""
+    where = f"cluster {index.cluster!r}" if index.cluster else "any cluster"
+    if not index.gpus:
+        raise NotAvailableError(
+            f"FleetMind's telemetry ({snapshot.source}) reports no GPU in {where} "
+            f"({index.nodes} node(s)): no DCGM series? Run `fleetmind doctor --prometheus URL`. "
+            "Answering 503 so that kube-scheduler skips this extender (ignorable: true)"
+        )
+    if not known:
+        shown = ", ".join(repr(n) for n in names[:3]) + (", ..." if len(names) > 3 else "")
+        cause = (
+            "their names are in several clusters: set FLEETMIND_SCHEDULER_CLUSTER"
+            if any(n in index.ambiguous for n in names)
+            else "telemetry names nodes differently, or FLEETMIND_SCHEDULER_CLUSTER or "
+            "FLEETMIND_TELEMETRY_CLUSTER names another cluster"
+        )
+        raise NotAvailableError(
+            f"none of the {len(names)} candidate node(s) ({shown}) is in FleetMind's telemetry "
+            f"({index.nodes} node(s) in {where}): {cause}. Answering 503 so that kube-scheduler "
+            "skips this extender (ignorable: true)"
+        )
+
+
 def filter_result(d: Decision, node_objs: dict[str, Any] | None) -> dict[str, Any]:
     """``ExtenderFilterResult`` (Go field names) for a decision."""
     passed = [o.node for o in d.options] + d.passthrough
@@ -680,23 +783,9 @@ def priority_list(d: Decision) -> list[dict[str, Any]]:
     return [{"Host": n, "Score": scores[n]} for n in d.names]
 
 
-def fallback_placer() -> Placer:
-    """FGD with the released model's typical pods (BestFit when they cannot be read)."""
-    return peer_heuristic("fgd") or BestFitPlacer()
-
-
 class ExtenderState:
-    """Per-app extender state: the node index and the FGD fallback (built on first use)."""
+    """Per-app extender state: the node index (rebuilt per telemetry snapshot)."""
 
     def __init__(self, cluster: str | None = None) -> None:
         self.index = NodeIndex(cluster)
         self.cluster = cluster
-        self._fallback: Placer | None = None
-
-    def placer(self, served: Placer, fallback_reason: str | None) -> Placer:
-        """The served policy, or FGD when the registry fell back from PPO."""
-        if fallback_reason is None:
-            return served
-        if self._fallback is None:
-            self._fallback = fallback_placer()
-        return self._fallback

@@ -407,6 +407,7 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
     applies, with the figures behind it:
 
     * the cluster or GPU model asked for has no node or GPU;
+    * no node has as many healthy (matching) GPUs as the job asks for, free or not;
     * ``host``: some nodes have GPU room for the job but lack its CPU or memory (the same cause as
       ``envs.failure_causes``);
     * GPU room is split: enough free GPU in all, but no node has the GPUs the job needs;
@@ -471,6 +472,10 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
             f"no GPU model matches {' or '.join(map(repr, wants))} (models here: "
             f"{', '.join(models) or 'none'})"
         )
+    label = f"{' or '.join(map(repr, wants))} GPUs" if wants else "GPUs"
+    if (most := max(len(fs) for fs in free.values())) < job.num_gpu:
+        n = job.num_gpu
+        return f"no node has {n} healthy {label}, free or not: the most on one node is {most}"
     need = max(job.gpu_milli, 0)
     room = [n for n in nodes if sum(f >= need for f in free[id(n)]) >= job.num_gpu]
     if room:
@@ -485,7 +490,6 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
         return f"{len(room)} node(s) {nowhere}"
     total = sum(sum(max(f, 0) for f in fs) for fs in free.values())
     request = job.num_gpu * need
-    label = f"{' or '.join(map(repr, wants))} GPUs" if wants else "GPUs"
     if total >= request:
         largest = max((max(fs) for fs in free.values() if fs), default=0)
         most = max(sum(f >= need for f in fs) for fs in free.values())

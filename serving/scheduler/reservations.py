@@ -7,8 +7,11 @@ shows it. A hold ends when
 * the pod is **seen bound**: ``POST /api/v1/scheduler/bound`` (kube-scheduler's
   ``ExtenderBindingArgs``), after which the hold stays until a telemetry snapshot collected
   ``bound_grace_s`` after the binding (by then the scrape shows the pod's usage; default 30 s, two
-  Prometheus scrape intervals), or at once when telemetry lists the pod on that node
-  (``NodeState.pods``, from kube-state-metrics); a binding to another node drops the hold;
+  Prometheus scrape intervals); a binding to another node drops the hold;
+* or telemetry lists the pod on **any node** of the hold's cluster (``NodeState.pods``, from
+  kube-state-metrics): on the held node its usage is in that scrape, and on another node (a later
+  extender or a score plugin chose otherwise, and no ``/bound`` said so) the held capacity is not
+  the pod's at all;
 * or its **TTL** expires (``FLEETMIND_RESERVATION_TTL_S``, default 120 s): the pod was never bound
   (kube-scheduler chose another node, or gave up). Expired rows are deleted on the next write.
 
@@ -319,7 +322,8 @@ class DbReservations(Reservations):
 
         Args:
             snapshot: telemetry in use: a bound hold ends once the snapshot was collected
-                ``bound_grace_s`` after the binding, or lists the pod on its node.
+                ``bound_grace_s`` after the binding; any hold ends once the snapshot lists its pod
+                on a node of the hold's cluster (that node or another).
             exclude: a pod key whose own hold is left out (a retried pod must not block itself).
         """
         now = self.clock()
@@ -332,15 +336,18 @@ class DbReservations(Reservations):
         self, rows: list[Any], snapshot: FleetSnapshot | None, exclude: str | None = None
     ) -> list[Any]:
         """The rows that still hold capacity under ``snapshot`` (see :meth:`view`)."""
-        seen: dict[tuple[str, str], Any] = {}
+        placed: set[tuple[str, str]] = set()
         if snapshot is not None and rows:
-            seen = {(n.cluster, n.name): n.pods for n in snapshot.nodes if n.pods}
+            keys = {r.pod_key for r in rows}  # intersect per node: rows are few, pods many
+            placed = {(n.cluster, p) for n in snapshot.nodes if n.pods for p in n.pods & keys}
         live = []
         for r in rows:
             if r.pod_key == exclude:
                 continue
-            if r.pod_key in seen.get((r.cluster, r.node), ()):
-                continue  # telemetry shows the pod's usage on that node
+            if (r.cluster, r.pod_key) in placed:
+                # running on the held node (its usage is in the snapshot) or on another one (the
+                # held capacity was never taken): either way the hold has nothing left to do
+                continue
             if (
                 r.bound_ts is not None
                 and snapshot is not None

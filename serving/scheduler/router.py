@@ -110,9 +110,11 @@ def _decide(
     path: str,
     to_hold: Callable[[ext.Decision], Option | None],
 ) -> tuple[ext.PodRequest, ext.Decision]:
-    """Decide for the pod of ``args``, hold ``to_hold(decision)`` (database holds), and count the
-    decision in ``fleetmind_placements_total`` (``path``: filter or prioritize; ``policy``: the
-    served one, or ``fallback``).
+    """Decide for the pod of ``args`` with the served placement policy (the registry's, a fallback
+    heuristic included: the one ``GET /api/v1/models`` and ``POST /api/v1/placements`` name), hold
+    ``to_hold(decision)`` (database holds), and count the decision in
+    ``fleetmind_placements_total`` (``path``: filter or prioritize; ``policy``: that policy's name,
+    e.g. ``ppo`` or ``heuristic:BestFit``).
 
     Deciding and holding happen under ``services.place_lock`` (shared with ``reserve=true``
     placements), so the calls of one process never decide on the same free capacity; the hold
@@ -121,7 +123,7 @@ def _decide(
     """
     state = _state(services)
     model = registry.current.placement
-    placer = state.placer(model.impl, model.fallback_reason)
+    placer = model.impl
     snapshot = telemetry.snapshot()
     res = services.reservations
     with services.place_lock:
@@ -143,15 +145,20 @@ def _decide(
                 f"the capacity chosen for pod {req.key} was taken by other decisions "
                 f"{_HOLD_TRIES} times in a row; retry"
             )
-    policy = model.method if model.fallback_reason is None else "fallback"
-    placed = bool(decision.options or decision.passthrough)
-    services.metrics.placements.labels(policy, "placed" if placed else "infeasible", path).inc()
+    outcome = "placed" if decision.options or decision.passthrough else "infeasible"
+    services.metrics.placements.labels(model.method, outcome, path).inc()
     return req, decision
 
 
 @router.post(
     "/filter",
-    responses={503: {"model": ErrorOut}},
+    responses={
+        503: {
+            "model": ErrorOut,
+            "description": "a GPU pod, and telemetry has no GPU or none of the candidate nodes "
+            "(kube-scheduler skips an ignorable extender); or holds kept being taken",
+        }
+    },
     summary="kube-scheduler extender filter",
     openapi_extra=_body(_ARGS_DOC),
 )
@@ -184,7 +191,8 @@ def prioritize(
     telemetry: TelemetryDep,
     args: dict[str, Any] = Depends(go_json),
 ) -> list[dict[str, Any]]:
-    """``HostPriorityList``: the policy's choice scores 10, the other feasible nodes 0..9.
+    """``HostPriorityList``: the policy's choice scores 10, the other feasible nodes 0..4
+    (:meth:`fleetmind.serving.scheduler.extender.Decision.scores`).
 
     The choice is held (GPUs, CPU, memory) for the Pod until it is seen bound or the hold's TTL
     expires, so that the next pods, on any replica, see that capacity as used; the hold replaces
