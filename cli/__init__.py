@@ -16,7 +16,8 @@ sub-commands, which also stores the group parser as ``group_parser`` so that a b
 Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one line,
 ``fleetmind: error: <reason>``, and exit with status 2; so does an :class:`OSError` about a path
 (``fleetmind: error: <path>: <reason>``), which no handler caught: a file the command could not
-read or write is the user's to fix, and the path says which.
+read or write is the user's to fix, and the path says which. A reader of stdout that goes away
+(``fleetmind ... | head``) ends the command quietly with status 141 (:func:`_stdout_closed`).
 """
 
 from __future__ import annotations
@@ -92,6 +93,26 @@ def _end_progress_bars() -> None:
         bar.close()
 
 
+STDOUT_CLOSED_STATUS = 141
+"""Exit status when the reader of stdout went away (``fleetmind ... | head``): 128 + SIGPIPE, what a
+shell reports for a program that SIGPIPE ended (``yes | head``), so ``set -o pipefail`` still sees
+the output was cut short."""
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away: point stdout at ``os.devnull`` so that Python's flush at exit
+    does not raise again, and return :data:`STDOUT_CLOSED_STATUS` (the recipe of the Python docs'
+    "Note on SIGPIPE", :mod:`signal`). Files the command wrote before are complete."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): nothing to flush
+        return STDOUT_CLOSED_STATUS
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return STDOUT_CLOSED_STATUS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetmind`` console script; returns the process exit status."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -109,7 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.group in OPENB_FALLBACK_GROUPS:
             _openb_fallback_note()
-        return int(func(args) or 0)
+        status = int(func(args) or 0)
+        sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at exit
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
     except FleetMindError as err:
         _end_progress_bars()
         # one line whatever the message quotes (an HTML error page, a multi-line library error)

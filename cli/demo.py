@@ -38,6 +38,7 @@ from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, FleetMindError, NotAvailableError
+from fleetmind.data.paths import REPO_ROOT
 
 
 @dataclass
@@ -180,6 +181,24 @@ def _print_rca_table(report: dict[str, Any]) -> None:
         )
 
 
+OPENB_LABEL = "openb (Alibaba cluster-trace-gpu-v2023)"
+"""How the demo names the real openb trace (the synthetic one: ``SYNTHETIC_LABEL``)."""
+
+
+def _placement_title(cfg: DemoConfig) -> str:
+    """Step 3's title, naming the trace :func:`placement_eval` will use: the synthetic openb-schema
+    one in ``quick`` mode or without the openb data, else the real openb trace."""
+    from fleetmind.data.paths import allow_synthetic_openb
+
+    synthetic = cfg.quick or allow_synthetic_openb() is not None
+    trace = (
+        "the synthetic openb-schema trace"
+        if synthetic
+        else "the openb trace (Alibaba cluster-trace-gpu-v2023)"
+    )
+    return f"Placement: policies on {trace} (FGD mode, one seed)"
+
+
 def placement_eval(cfg: DemoConfig) -> dict[str, Any]:
     """Step 3: one-seed FGD-mode evaluation of the placement policies on openb ``default``.
 
@@ -203,7 +222,7 @@ def placement_eval(cfg: DemoConfig) -> dict[str, Any]:
         nodes = load_openb_nodes(csv_dir / "openb_node_list_gpu_node.csv")
     else:
         trace, nodes = load_openb_trace("default"), load_openb_nodes()
-    data = SYNTHETIC_LABEL if synthetic else "openb (Alibaba cluster-trace-gpu-v2023)"
+    data = SYNTHETIC_LABEL if synthetic else OPENB_LABEL
     if synthetic:
         _say(f"      data: {SYNTHETIC_LABEL};")
         _say("      `fleetmind data fetch openb` downloads the real trace")
@@ -327,11 +346,15 @@ def _webhook_batches(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
     """Step 5: replay one incident through the webhook and read back its ranked root causes.
 
-    Waits (up to 60 s) until every incident has been ranked and none changed for 2.5 s. A storm can
-    form several incidents (grouping joins alerts within ``incident_hops`` of each other and does
-    not cross ``cluster`` nodes); the largest one is shown.
+    Waits (up to 60 s) until every incident has been ranked and none changed for longer than the
+    service's re-rank interval (:func:`fleetmind.cli.replay.wait_settled`). A storm can form several
+    incidents (grouping joins alerts within ``incident_hops`` of each other and does not cross
+    ``cluster`` nodes), some of them resolved already (all their alerts arrived resolved): all are
+    counted, open and resolved, and the largest one is shown.
     """
     import httpx
+
+    from fleetmind.cli.replay import DEFAULT_RANK_INTERVAL_S, SETTLE_MARGIN_S, wait_settled
 
     payloads = _webhook_batches(incident["alerts"])
     with httpx.Client(base_url=svc.url, timeout=30) as client:
@@ -339,34 +362,23 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
             r = client.post("/api/v1/alerts", json=p)
             r.raise_for_status()
         _say(f"      posted {len(incident['alerts'])} alerts in {len(payloads)} webhook calls")
-        deadline = time.monotonic() + 60
-        items: list[dict[str, Any]] = []
-        seen, stable = None, 0
-        while time.monotonic() < deadline:
-            items = [i for i in client.get("/api/v1/incidents").json() if i.get("alert_count")]
-            state = sorted(
-                (i["id"], i["alert_count"], [c["node"] for c in i.get("causes") or []])
-                for i in items
-            )
-            ranked = bool(items) and all(i.get("causes") for i in items)
-            # Repeated alerts (same fingerprint and start) are stored once, so the posted count
-            # need not be reached. Done when every incident is ranked and neither the counts nor
-            # the rankings moved for 2.5 s, longer than the worker's 2 s re-rank debounce
-            # (FLEETMIND_INCIDENT_RANK_INTERVAL_S), so no ranking of a partial incident is shown.
-            stable = stable + 1 if ranked and state == seen else 0
-            if stable >= 5:
-                break
-            seen = state
-            time.sleep(0.5)
+
+        def read() -> list[dict[str, Any]]:
+            # every status: an incident whose alerts all arrived resolved is resolved at once; a
+            # merged one's alerts moved to the incident it joined
+            got = client.get("/api/v1/incidents", params={"status": "all"}).json()
+            return [i for i in got if i.get("alert_count") and i.get("status") != "merged"]
+
+        # Repeated alerts (same fingerprint and start) are stored once, so the posted count need
+        # not be reached: done when the counts and the rankings stop moving.
+        result = wait_settled(read, 60.0, DEFAULT_RANK_INTERVAL_S + SETTLE_MARGIN_S)
+    items = result[0] if result is not None else []
     with_causes = [i for i in items if i.get("causes")]
     if not with_causes:
         raise NotAvailableError("the service opened no incident with ranked causes within 60 s")
     best = max(with_causes, key=lambda i: i["alert_count"])
     if len(items) > 1:
-        sizes = ", ".join(
-            str(i["alert_count"]) for i in sorted(items, key=lambda i: -i["alert_count"])
-        )
-        _say(f"      the storm formed {len(items)} incidents ({sizes} alerts); the largest:")
+        _say(f"      the storm formed {_incident_counts(items)}; the largest:")
     truth = incident["root_cause"]
     _say(
         f"      incident #{best['id']}: {best['alert_count']} alerts on {len(best['nodes'])} nodes, "
@@ -385,6 +397,17 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
             + (" (it raised no alert itself: a silent root, the hardest case)" if silent else "")
         )
     return best
+
+
+def _incident_counts(items: list[dict[str, Any]]) -> str:
+    """``5 incidents (42, 2, 1, 1, 1 alerts; 4 open, 1 resolved)``: their sizes, largest first,
+    and how many are in each status."""
+    sizes = ", ".join(str(i["alert_count"]) for i in sorted(items, key=lambda i: -i["alert_count"]))
+    by_status: dict[str, int] = {}
+    for i in items:
+        by_status[str(i.get("status"))] = by_status.get(str(i.get("status")), 0) + 1
+    statuses = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items()))
+    return f"{len(items)} incidents ({sizes} alerts; {statuses})"
 
 
 def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
@@ -466,7 +489,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         data_dir = generate_data(cfg)
     with _step(2, total, "RCA: GAT against the baselines, logged to MLflow"):
         summary["rca"] = rca_model(cfg, data_dir)
-    with _step(3, total, "Placement: policies on an openb-schema trace (FGD mode, one seed)"):
+    with _step(3, total, _placement_title(cfg)):
         summary["placement_eval"] = placement_eval(cfg)
     ds = load_dataset(data_dir, splits=["test"])
     incident = max(ds.splits["test"], key=lambda i: len(i["alerts"]))
@@ -504,9 +527,28 @@ def _print_outputs(cfg: DemoConfig, data_dir: Path, summary_path: Path, log_path
     for cmd, what in (
         (f"mlflow ui --backend-store-uri {uri}", "browse the tracked runs"),
         ("fleetmind serve", "the service on http://127.0.0.1:8000 (embedded graph)"),
-        ("fleetmind replay examples/storm-gpu-xid.json", "an alert storm into it, then open /ui/"),
+        (f"fleetmind replay {_example_storm()}", "an alert storm into it, then open /ui/"),
     ):
         _say(f"  {cmd:<48}  {what}")
+    if not (REPO_ROOT / EXAMPLE_STORM).is_file():
+        _say(
+            f"  ({EXAMPLE_STORM} is in the FleetMind source checkout; the package does not ship it)"
+        )
+
+
+EXAMPLE_STORM = "examples/storm-gpu-xid.json"
+"""The storm the demo suggests replaying next, relative to a FleetMind checkout (the wheel does not
+ship ``examples/``)."""
+
+
+def _example_storm() -> str:
+    """:data:`EXAMPLE_STORM` as the user can type it: relative when run from the checkout, else the
+    checkout's absolute path (an editable install), else as it is in a checkout."""
+    if Path(EXAMPLE_STORM).resolve() == (REPO_ROOT / EXAMPLE_STORM).resolve():
+        return EXAMPLE_STORM
+    if (REPO_ROOT / EXAMPLE_STORM).is_file():
+        return str(REPO_ROOT / EXAMPLE_STORM)
+    return EXAMPLE_STORM
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:

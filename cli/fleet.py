@@ -65,10 +65,29 @@ def _default_node(fleet: Any) -> int:
     return int(fleet.gpu_count.argmax())
 
 
-def _print_fleet(fleet: Any, node: str | None) -> dict[str, Any]:
+def _node_view(fleet: Any, node: str | None) -> tuple[int, Any]:
+    """``(index, template)`` of the node whose link matrix is shown (``node``, else the default)."""
+    idx = fleet.node_index(node) if node is not None else _default_node(fleet)
+    return idx, fleet.template_of(idx)
+
+
+def _fleet_summary(fleet: Any, node: str | None) -> dict[str, Any]:
+    """The fleet's summary as ``--json`` writes it, with the node shown (``shown_node``)."""
+    s = fleet.summary()
+    idx, tpl = _node_view(fleet, node)
+    s["shown_node"] = {
+        "name": fleet.node_names[idx],
+        "template": tpl.name,
+        "links": tpl.labels(),
+        "numa": [int(x) for x in tpl.numa],
+    }
+    return s
+
+
+def _print_fleet(fleet: Any, s: dict[str, Any], node: str | None) -> None:
+    """Print the summary ``s`` of ``fleet`` (from :func:`_fleet_summary`) and the node's matrix."""
     from fleetmind.data.topology import nvidia_smi_topo
 
-    s = fleet.summary()
     print(
         f"fleet {s['name']}: {s['n_clusters']} cluster(s), {s['n_nodes']:,} nodes, "
         f"{s['n_gpus']:,} GPUs  (source: {s['source']})"
@@ -99,29 +118,23 @@ def _print_fleet(fleet: Any, node: str | None) -> dict[str, Any]:
                         f"{fleet.wan_latency_ms[i, j]:6.1f}/{fleet.wan_bandwidth_gbps[i, j]:<6.2f}"
                     )
             print(f"  {a.name:<18}" + " ".join(cells))
-    idx = fleet.node_index(node) if node is not None else _default_node(fleet)
-    tpl = fleet.template_of(idx)
+    idx, tpl = _node_view(fleet, node)
     print()
     print(
         f"node {fleet.node_names[idx]} (cluster {fleet.clusters[int(fleet.node_cluster[idx])].name}, "
         f"template {tpl.name}, {tpl.n_gpus}x {tpl.gpu_model}):"
     )
     print(nvidia_smi_topo(tpl))
-    s["shown_node"] = {
-        "name": fleet.node_names[idx],
-        "template": tpl.name,
-        "links": tpl.labels(),
-        "numa": [int(x) for x in tpl.numa],
-    }
-    return s
 
 
 def _show(args: argparse.Namespace) -> int:
     from fleetmind.data.fleet_io import load_fleet
 
     fleet = load_fleet(args.topology, n_clusters=args.clusters, seed=args.seed)
-    summary = _print_fleet(fleet, args.node)
+    summary = _fleet_summary(fleet, args.node)
+    # the file before the screen: a reader that stops early (| head) does not cost the file
     write_json(args.json, summary)
+    _print_fleet(fleet, summary, args.node)
     return 0
 
 
@@ -129,9 +142,11 @@ def _discover(args: argparse.Namespace) -> int:
     from fleetmind.data.fleet_io import discover_local_fleet, dump_fleet_yaml
 
     fleet = discover_local_fleet()
-    summary = _print_fleet(fleet, None)
+    summary = _fleet_summary(fleet, None)
     if args.out:
         dump_fleet_yaml(fleet, args.out)
-        print(f"\nsaved {args.out}")
     write_json(args.json, summary)
+    _print_fleet(fleet, summary, None)
+    if args.out:
+        print(f"\nsaved {args.out}")
     return 0

@@ -5,11 +5,23 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError
+
+DEFAULT_RANK_INTERVAL_S = 2.0
+"""The service's default ``FLEETMIND_INCIDENT_RANK_INTERVAL_S``, seconds: during a storm it re-ranks
+an incident at most this often (:class:`fleetmind.serving.settings.Settings`)."""
+
+POLL_S = 0.5
+"""Seconds between two reads of the incidents while their rankings settle."""
+
+SETTLE_MARGIN_S = 1.0
+"""Seconds a ranking must stay unchanged beyond the rank interval before it counts as settled: the
+worker's wake-up and the ranking itself take some time after the interval has passed."""
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -20,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
             "Post a stored alert storm (examples/*.json) to a running FleetMind service the way "
             "Alertmanager's FleetMind route would: grouped by cluster and alertname, first "
             "notification 10 s after a group's first alert, then every 30 s while it grows. The "
-            "storm is re-timed to end now. Then waits for the incidents to be ranked and prints "
-            "their top causes and pages."
+            "storm is re-timed to end now. Then waits for the incidents' rankings to settle and "
+            "prints their top causes and pages."
         ),
     )
     p.add_argument("storm", help="storm file, e.g. examples/storm-gpu-xid.json")
@@ -47,7 +59,17 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "--wait",
         type=argtypes.finite_float,
         default=30.0,
-        help="seconds to wait for the ranked incidents afterwards (default 30; 0: do not wait)",
+        help="seconds to wait for the incidents' rankings to settle afterwards (default 30; 0: do "
+        "not wait)",
+    )
+    p.add_argument(
+        "--rank-interval",
+        type=argtypes.finite_float,
+        default=DEFAULT_RANK_INTERVAL_S,
+        metavar="S",
+        help="the service's FLEETMIND_INCIDENT_RANK_INTERVAL_S: a ranking counts as settled once "
+        f"unchanged for this long plus {SETTLE_MARGIN_S:g} s (default {DEFAULT_RANK_INTERVAL_S:g}, "
+        "the service's default)",
     )
     p.set_defaults(func=run)
 
@@ -82,20 +104,186 @@ def _unmapped_error(client: Any, storm: dict[str, Any], headers: dict[str, str])
     )
 
 
+def _at(value: Any) -> datetime | None:
+    """An RFC 3339 time of the API as an aware datetime (``None``: missing or unreadable)."""
+    try:
+        t = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
 def _touched(items: list[dict[str, Any]], since: datetime) -> list[dict[str, Any]]:
     """The incidents whose last alert started at ``since`` or later (the replay re-times its
     alerts into ``[since, now]``), newest first; those on no graph node (alerts the graph does
     not name: never ranked) are left out."""
     out = []
     for inc in items:
-        try:
-            last = datetime.fromisoformat(str(inc.get("last_alert_at")).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        recent = (last if last.tzinfo else last.replace(tzinfo=UTC)) >= since
-        if recent and inc.get("alert_count") and inc.get("nodes"):
+        last = _at(inc.get("last_alert_at"))
+        if last is not None and last >= since and inc.get("alert_count") and inc.get("nodes"):
             out.append(inc)
     return sorted(out, key=lambda i: i.get("last_alert_at") or "", reverse=True)
+
+
+def ranking_state(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must stay unchanged for the rankings of ``items`` to count as settled: each incident's
+    id, alert count and ranked causes (node and score), in id order."""
+    return sorted(
+        (
+            i.get("id"),
+            i.get("alert_count"),
+            [(c.get("node"), c.get("score")) for c in i.get("causes") or []],
+        )
+        for i in items
+    )
+
+
+def wait_settled(
+    read: Callable[[], list[dict[str, Any]] | None],
+    wait_s: float,
+    settle_s: float,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> tuple[list[dict[str, Any]], bool] | None:
+    """Read incidents until their rankings settle, or ``wait_s`` seconds have passed.
+
+    The service ranks an incident when an alert joins it, and during a storm at most once every
+    ``FLEETMIND_INCIDENT_RANK_INTERVAL_S``: an incident that was ranked before the last alerts
+    joined keeps its earlier ranking until then. So a ranking counts as settled only once every
+    incident read is ranked (those on a graph node) and :func:`ranking_state` has stayed the same
+    for ``settle_s`` seconds (more than that interval).
+
+    Args:
+        read: the incidents to wait for, read afresh; ``None`` stops the wait (the caller said why).
+        wait_s: the longest wait, seconds.
+        settle_s: how long the rankings must stay unchanged, seconds.
+        clock, sleep: monotonic seconds and the waiting function (default: :mod:`time`'s).
+
+    Returns:
+        ``(incidents as last read, whether they settled)``, or ``None`` when ``read`` stopped it.
+    """
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    deadline = clock() + wait_s
+    seen: list[tuple[Any, ...]] | None = None
+    changed_at = clock()
+    while True:
+        items = read()
+        if items is None:
+            return None
+        now = clock()
+        state = ranking_state(items)
+        if state != seen:
+            seen, changed_at = state, now
+        ranked = bool(items) and all(i.get("causes") for i in items if i.get("nodes"))
+        if ranked and now - changed_at >= settle_s:
+            return items, True
+        if now >= deadline:
+            return items, False
+        sleep(POLL_S)
+
+
+def _since(storm: dict[str, Any], start: datetime) -> datetime:
+    """The earliest ``startsAt`` of a replay started at ``start`` (re-timed to end then, over the
+    storm's span), less a second for the service's rounding."""
+    from fleetmind.training.replay import storm_span
+
+    return start - storm_span(storm["alerts"]) - timedelta(seconds=1)
+
+
+def _storm_key(alert: dict[str, Any]) -> tuple[str, Any]:
+    """A storm alert's identity: its own fingerprint, else its labels."""
+    if alert.get("fingerprint"):
+        return ("fingerprint", alert["fingerprint"])
+    return ("labels", frozenset((str(k), str(v)) for k, v in alert["labels"].items()))
+
+
+def _earlier_alerts(
+    client: Any,
+    headers: dict[str, str],
+    inc: dict[str, Any],
+    storm: dict[str, Any],
+    start: datetime,
+) -> int | None:
+    """How many of ``inc``'s alerts are not this replay's: alerts of an earlier storm that the
+    replayed ones joined (within ``FLEETMIND_INCIDENT_WINDOW_S``).
+
+    The replay re-timed the storm so that its last alert starts at its own start, ``start`` or
+    later: an alert is this replay's when it is a storm alert (by fingerprint, else by labels)
+    shifted by at least ``start`` minus the storm's last ``startsAt``. An earlier replay of the
+    same storm shifted it less, and its alerts may well start after this replay's first one.
+
+    Returns:
+        The count, or ``None`` when the service did not list the incident's alerts but its first
+        alert started before this replay's first.
+    """
+    import httpx
+
+    try:
+        r = client.get(
+            f"/api/v1/incidents/{inc['id']}",
+            params={"alerts_limit": RCA_MAX_ALERTS},
+            headers=headers,
+            timeout=10,
+        )
+        alerts = r.json().get("alerts") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        alerts = None
+    if not isinstance(alerts, list):
+        first = _at(inc.get("first_alert_at"))
+        return None if first is not None and first < _since(storm, start) else 0
+    origin: dict[tuple[str, Any], list[datetime]] = {}
+    for a in storm["alerts"]:
+        t = _at(a["startsAt"])  # load_storm checked every startsAt
+        if t is not None:
+            origin.setdefault(_storm_key(a), []).append(t)
+    last = max(t for ts in origin.values() for t in ts)
+    min_shift = start - last - timedelta(milliseconds=1)  # the API's times are to the microsecond
+
+    def ours(a: Any) -> bool:
+        t = _at(a.get("startsAt")) if isinstance(a, dict) else None
+        if t is None or not isinstance(a.get("labels"), dict):
+            return False
+        keys = [("fingerprint", a.get("fingerprint")), _storm_key({"labels": a["labels"]})]
+        return any(t - o >= min_shift for k in keys for o in origin.get(k, ()))
+
+    return max(int(inc.get("alert_count") or 0) - sum(map(ours, alerts)), 0)
+
+
+def _print_incident(
+    client: Any,
+    url: str,
+    headers: dict[str, str],
+    inc: dict[str, Any],
+    storm: dict[str, Any],
+    start: datetime,
+) -> None:
+    """One incident's top cause and page, and a note when it also holds earlier alerts."""
+    top = (inc.get("causes") or [{}])[0]
+    expected = storm.get("expected_root")
+    mark = ""
+    if expected:
+        mark = (
+            "  (the storm's root)"
+            if top.get("node") == expected
+            else f"  (storm's root: {expected})"
+        )
+    print(
+        f"incident #{inc['id']}: {inc['alert_count']} alerts; top cause "
+        f"{top.get('node', 'not ranked yet')} {top.get('fault_type') or ''}{mark}"
+    )
+    earlier = _earlier_alerts(client, headers, inc, storm, start)
+    if earlier != 0:
+        if earlier is None:
+            held = "earlier alerts"
+        else:
+            held = f"{earlier} earlier alert" + ("" if earlier == 1 else "s")
+        print(
+            f"  it also holds {held}, not this replay's, so its top cause may be theirs (replay "
+            "into a fresh service, or wait FLEETMIND_INCIDENT_WINDOW_S, default 600 s, after "
+            "the last storm)"
+        )
+    print(f"  {url.rstrip('/')}/ui/incidents/{inc['id']}")
 
 
 def _show_incidents(
@@ -103,43 +291,43 @@ def _show_incidents(
     url: str,
     headers: dict[str, str],
     storm: dict[str, Any],
-    since: datetime,
+    start: datetime,
     wait_s: float,
+    rank_interval_s: float = DEFAULT_RANK_INTERVAL_S,
 ) -> None:
-    """Wait (up to ``wait_s``) until the incidents this replay touched are ranked; print them."""
+    """Wait (up to ``wait_s``) until the rankings of the incidents that the replay started at
+    ``start`` touched settle (:func:`wait_settled`); print them."""
     import httpx
 
-    expected = storm.get("expected_root")
-    deadline = time.monotonic() + wait_s
-    items: list[dict] = []
-    while True:
+    base = url.rstrip("/")
+    since = _since(storm, start)  # the incidents it touched end after this
+
+    def read() -> list[dict[str, Any]] | None:
         try:
             r = client.get("/api/v1/incidents", headers=headers, timeout=10)
         except httpx.HTTPError:
-            return
+            return None
         if r.status_code in (401, 403):
-            print(f"open {url.rstrip('/')}/ui/ to see the incidents (this token cannot read them)")
-            return
-        items = _touched(r.json(), since) if r.status_code == 200 else []
-        if items and all(i.get("causes") for i in items) or time.monotonic() > deadline:
-            break
-        time.sleep(1.0)
+            print(f"open {base}/ui/ to see the incidents (this token cannot read them)")
+            return None
+        return _touched(r.json(), since) if r.status_code == 200 else []
+
+    settle_s = rank_interval_s + SETTLE_MARGIN_S
+    result = wait_settled(read, wait_s, settle_s)
+    if result is None:
+        return
+    items, settled = result
     if not items:
-        print(f"no incident of this storm yet; see {url.rstrip('/')}/ui/")
-    for inc in items[:3]:
-        top = (inc.get("causes") or [{}])[0]
-        mark = ""
-        if expected:
-            mark = (
-                "  (the storm's root)"
-                if top.get("node") == expected
-                else f"  (storm's root: {expected})"
-            )
+        print(f"no incident of this storm yet; see {base}/ui/")
+        return
+    if not settled:
         print(
-            f"incident #{inc['id']}: {inc['alert_count']} alerts; top cause {top.get('node', 'not ranked yet')}"
-            f" {top.get('fault_type') or ''}{mark}"
+            f"the rankings had not settled after --wait {wait_s:g} s (unchanged for "
+            f"{settle_s:g} s: the rank interval {rank_interval_s:g} s and a margin); as they "
+            f"stood last (see {base}/ui/, or a longer --wait):"
         )
-        print(f"  {url.rstrip('/')}/ui/incidents/{inc['id']}")
+    for inc in items[:3]:
+        _print_incident(client, url, headers, inc, storm, start)
 
 
 def _client(url: str) -> Any:
@@ -151,7 +339,7 @@ def _client(url: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from fleetmind.data.fetch import check_http_url
-    from fleetmind.training.replay import load_storm, replay, storm_span
+    from fleetmind.training.replay import load_storm, replay
 
     check_http_url(args.url, "--url")
     storm = load_storm(args.storm)
@@ -162,10 +350,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.wait < 0:
         raise ConfigError(f"--wait must be >= 0 seconds, got {args.wait}")
+    if args.rank_interval < 0:
+        raise ConfigError(f"--rank-interval must be >= 0 seconds, got {args.rank_interval}")
     print(f"{storm.get('name') or args.storm}: {storm.get('description', '')}".rstrip(": "))
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    # the replay re-times the alerts into [now - span, now]: incidents it touched end there
-    since = datetime.now(UTC) - storm_span(storm["alerts"]) - timedelta(seconds=1)
+    # the replay re-times the alerts to end when it starts: at `start` or a moment later
+    start = datetime.now(UTC)
     client = _client(args.url)
     try:
         replay(storm, args.url, token=token, speed=args.speed, client=client)
@@ -173,7 +363,7 @@ def run(args: argparse.Namespace) -> int:
         if why is not None:
             raise DataError(why)
         if args.wait > 0:
-            _show_incidents(client, args.url, headers, storm, since, args.wait)
+            _show_incidents(client, args.url, headers, storm, start, args.wait, args.rank_interval)
     finally:
         client.close()
     return 0

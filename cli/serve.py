@@ -223,8 +223,8 @@ def _checked_settings(args: argparse.Namespace) -> Any:
     if not settings.tokens() and not is_loopback(args.host) and not args.insecure:
         raise ConfigError(
             f"refusing to serve on {args.host} without a token: set FLEETMIND_API_TOKEN (or "
-            "FLEETMIND_READ_TOKEN / FLEETMIND_INGEST_TOKEN / FLEETMIND_ADMIN_TOKEN), bind "
-            "127.0.0.1, or pass --insecure"
+            "FLEETMIND_READ_TOKEN / FLEETMIND_INGEST_TOKEN / FLEETMIND_SCHEDULE_TOKEN / "
+            "FLEETMIND_ADMIN_TOKEN), bind 127.0.0.1, or pass --insecure"
         )
     _check_model_refs(settings)
     _check_port(args.host, args.port)
