@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "(hosts, their GPUs), services, pods (runs_on host/GPUs, member_of services by "
         "EndpointSlices or selectors), plus NVLink topology of this host (--nvml) and call edges "
         "from trace spans (--spans). The service loads it with FLEETMIND_GRAPH. What the graph "
-        "leaves out (an ambiguous trace service name, NVLinks of an unknown node) is printed as a "
-        "warning.",
+        "leaves out (an ambiguous trace service name, NVLinks of an unknown node, the GPUs of a "
+        "node whose GPU count cannot be made out) is printed as a warning.",
     )
     b.add_argument("--out", required=True, metavar="GRAPH.json", help="where to write the graph")
     b.add_argument(
@@ -286,7 +286,7 @@ def _build(args: argparse.Namespace) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     graph = DependencyGraph.from_model(model)  # ids unique, edge ends exist
-    Path(args.out).write_text(model.model_dump_json(indent=1) + "\n")
+    Path(args.out).write_text(model.model_dump_json() + "\n")  # compact: ~20% smaller than indented
     kinds: dict[str, int] = {}
     for n in graph.nodes:
         kinds[n.kind] = kinds.get(n.kind, 0) + 1

@@ -13,8 +13,8 @@ labels Prometheus rules carry):
 | Kubernetes | node | edges |
 | --- | --- | --- |
 | the cluster (``--cluster``, else node label ``fleetmind.io/cluster``, else ``default``) | ``<c>`` ``cluster`` | |
-| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` suffix, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
-| its physical GPUs (:func:`_gpu_count`; at most :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
+| ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` and ``-MIG-<profile>`` suffixes, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
+| its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
 | ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
@@ -53,12 +53,35 @@ without relabelling), mapped back to the host by :meth:`fleetmind.data.graph.Dep
 SPAN_NAMESPACE_KEYS = ("k8s.namespace.name", "service.namespace")
 """Resource attributes (OTLP) or process tags (Jaeger) that give a span's service its Kubernetes
 namespace, the first present wins."""
+MIG_SUFFIX = "-MIG-"
+"""What GPU feature discovery puts between the GPU model and the MIG profile in label
+``nvidia.com/gpu.product`` under the MIG ``single`` strategy (``NVIDIA-A100-SXM4-40GB-MIG-1g.5gb``,
+or ``-MIG-INVALID`` on a node the strategy does not fit); the profile is cut from the model name."""
+GPU_RESOURCE = "nvidia.com/gpu"
+GKE_SHARED_CLIENTS_LABEL = "cloud.google.com/gke-max-shared-clients-per-gpu"
+"""GKE's node label of GPU time-sharing and MPS: containers per physical GPU (allocatable
+``nvidia.com/gpu`` is GPUs x this)."""
+GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
+"""GKE's node label of MIG: the profile every GPU of the node is cut into (allocatable
+``nvidia.com/gpu`` counts the instances)."""
 MAX_NODE_GPUS = 64
 """Most physical GPUs one Kubernetes node may report (see :func:`_gpu_count`): the scheduler
 extender's per-pod bound
 (``serving/scheduler/extender.py`` ``MAX_GPUS``); a real node has at most a few dozen (8 on a
-DGX/HGX board, 56 MIG instances of 8 GPUs with 7 each). A larger count is refused before any GPU
-node is made."""
+DGX/HGX board, 16 on an HGX-2). A node with a larger count gets no GPU nodes, with a
+:class:`GraphBuildWarning`: typically a time-sliced node without GPU feature discovery's labels,
+whose allocatable ``nvidia.com/gpu`` counts every replica."""
+MIG_INSTANCES_PER_GPU: dict[str, int] = {
+    "1g.5gb": 7, "1g.6gb": 4, "1g.10gb": 7, "1g.12gb": 7, "1g.18gb": 7, "1g.20gb": 4,
+    "1g.23gb": 7, "1g.24gb": 4, "1g.35gb": 4, "1g.36gb": 4, "1g.45gb": 4, "1g.47gb": 4,
+    "2g.10gb": 3, "2g.12gb": 2, "2g.20gb": 3, "2g.24gb": 3, "2g.35gb": 3, "2g.36gb": 3,
+    "2g.45gb": 3, "2g.47gb": 3, "2g.48gb": 2,
+}  # fmt: skip
+"""MIG instances of a ``1g`` or ``2g`` profile that one GPU is cut into under the MIG ``single``
+strategy, as the NVIDIA GPU Operator's ``default-mig-parted-config`` fills a GPU with it
+(``all-<profile>``, ``assets/state-mig-manager/0400_configmap.yaml``); ``1g.10gb`` makes 4 on a
+40 GB A100/A800. Every ``3g`` profile makes 2, ``4g`` and ``7g`` 1, a ``+me`` (media extensions)
+profile 1; ``+gfx`` and ``-me`` variants as their base profile (:func:`_mig_instances_per_gpu`)."""
 
 
 SpanService: TypeAlias = str | tuple[str, str]
@@ -68,7 +91,8 @@ resource names its namespace (:data:`SPAN_NAMESPACE_KEYS`)."""
 
 class GraphBuildWarning(UserWarning):
     """Something the build left out of the graph (an ambiguous trace service name, NVLinks of a
-    node name that is no Node of the cluster). The CLI prints it as ``fleetmind: warning: ...``."""
+    node name that is no Node of the cluster, the GPUs of a node whose GPU count cannot be made
+    out: :func:`_gpu_count`). The CLI prints it as ``fleetmind: warning: ...``."""
 
 
 def _items(doc: Any, what: str) -> list[dict[str, Any]]:
@@ -82,6 +106,23 @@ def _items(doc: Any, what: str) -> list[dict[str, Any]]:
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     m = obj.get("metadata")
     return m if isinstance(m, dict) else {}
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else ``{}``: a field of the wrong type in a list item
+    (``labels`` as a list, ``status`` as a string) is read as absent, as :func:`_meta` reads a
+    wrong ``metadata``."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _seq(value: Any) -> list[Any]:
+    """``value`` when it is a JSON array, else ``[]`` (see :func:`_obj`)."""
+    return value if isinstance(value, list) else []
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The item's ``metadata.labels`` (``{}`` when absent or not an object)."""
+    return _obj(_meta(obj).get("labels"))
 
 
 class _Builder:
@@ -150,44 +191,88 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _gpu_count(node: Mapping[str, Any]) -> int:
-    """Physical GPUs of a Kubernetes node: the indices dcgm-exporter's ``gpu`` label takes.
+    """Physical GPUs of a Kubernetes node: the indices dcgm-exporter's ``gpu`` label takes (it
+    reports a MIG instance under its GPU's index, with ``GPU_I_ID``).
 
-    * Shared GPUs (GPU Operator time-slicing or MPS: label ``nvidia.com/gpu.replicas`` above 1 or
-      ``nvidia.com/gpu.sharing-strategy`` other than ``none``): allocatable ``nvidia.com/gpu`` is
-      GPUs x replicas, so label ``nvidia.com/gpu.count`` (the physical GPUs), else allocatable
-      divided by the replicas.
-    * MIG with the ``mixed`` strategy (label ``nvidia.com/mig.strategy``): allocatable
-      ``nvidia.com/gpu`` counts only the GPUs not in MIG mode (``0`` when all are), the MIG
-      instances are other resources; label ``nvidia.com/gpu.count`` counts every physical GPU.
-    * Otherwise allocatable ``nvidia.com/gpu``, else label ``nvidia.com/gpu.count``.
+    The larger of two counts, each left out when its fields are absent:
 
+    * the devices the device plugin advertises, capacity ``nvidia.com/gpu`` (healthy and
+      unhealthy; else allocatable, which drops a GPU the plugin marks unhealthy after an XID:
+      kubelet's device manager counts capacity as healthy + unhealthy devices, allocatable as the
+      healthy ones), divided by the devices per GPU;
+    * GPU feature discovery's label ``nvidia.com/gpu.count`` (physical GPUs; MIG instances under
+      the ``single`` strategy, then divided by the instances per GPU).
+
+    Devices per GPU: replicas (time-slicing or MPS: label ``nvidia.com/gpu.replicas``, GKE's
+    :data:`GKE_SHARED_CLIENTS_LABEL`) x MIG instances per GPU under the ``single`` strategy
+    (label ``nvidia.com/gpu.product`` ``<model>-MIG-<profile>``, GKE's
+    :data:`GKE_PARTITION_LABEL`; :func:`_mig_instances_per_gpu`). With the MIG ``mixed`` strategy
+    capacity counts only the GPUs not in MIG mode and the label every GPU, so the label counts.
     0 when none of these is an integer.
 
-    Raises:
-        DataError: more than :data:`MAX_NODE_GPUS` physical GPUs (names the node and the value).
+    A node whose count cannot be made out gets 0 and a :class:`GraphBuildWarning` naming it,
+    rather than GPU nodes dcgm-exporter never reports: a MIG profile of unknown instances per GPU,
+    MIG instances that are no whole number of GPUs, or more than :data:`MAX_NODE_GPUS` GPUs.
     """
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    labels = _meta(node).get("labels") or {}
-    allocatable = _int_or_none(alloc.get("nvidia.com/gpu"))
-    count = _int_or_none(labels.get("nvidia.com/gpu.count"))
-    replicas = _int_or_none(labels.get("nvidia.com/gpu.replicas")) or 1
-    shared = replicas > 1 or str(labels.get("nvidia.com/gpu.sharing-strategy") or "none") != "none"
-    mixed_mig = labels.get("nvidia.com/mig.strategy") == "mixed"
-    if count is not None and (shared or mixed_mig or allocatable is None):
-        k, key = count, "label nvidia.com/gpu.count"
-    elif allocatable is not None and shared:
-        k = allocatable // replicas
-        key = f"allocatable nvidia.com/gpu / {replicas} replicas (label nvidia.com/gpu.replicas)"
-    elif allocatable is not None:
-        k, key = allocatable, "allocatable nvidia.com/gpu"
-    else:
-        return 0
-    if k > MAX_NODE_GPUS:
-        raise DataError(
-            f"node {_short(str(_meta(node).get('name') or ''))}: {key} is {k:,}; at most "
-            f"{MAX_NODE_GPUS} GPUs per node"
-        )
-    return k
+    name = _short(str(_meta(node).get("name") or ""))
+    status, labels = _obj(node.get("status")), _labels(node)
+    product = str(labels.get("nvidia.com/gpu.product") or "").removesuffix(SHARED_SUFFIX)
+    model, _, profile = product.partition(MIG_SUFFIX)
+    profile = profile or str(labels.get(GKE_PARTITION_LABEL) or "")
+    per_gpu = _mig_instances_per_gpu(profile, model) if profile else 1
+    if per_gpu is None:
+        if profile == "INVALID":
+            return _no_gpus(name, "GPU feature discovery marks its MIG configuration invalid")
+        return _no_gpus(name, f"how many instances of MIG profile {_short(profile)} make a GPU is "
+                              "not known")  # fmt: skip
+    replicas = max(
+        _int_or_none(labels.get("nvidia.com/gpu.replicas")) or 1,
+        _int_or_none(labels.get(GKE_SHARED_CLIENTS_LABEL)) or 1,
+    )
+    counts: list[tuple[int, str]] = []  # (GPUs, or MIG instances, what counted them)
+    for field in ("capacity", "allocatable"):
+        devices = _int_or_none(_obj(status.get(field)).get(GPU_RESOURCE))
+        if devices is not None:
+            per = f" / {replicas} replicas" if replicas > 1 else ""
+            counts.append((devices // replicas, f"{field} {GPU_RESOURCE}{per}"))
+            break
+    label = _int_or_none(labels.get("nvidia.com/gpu.count"))
+    if label is not None:
+        counts.append((label, "label nvidia.com/gpu.count"))
+    for n, what in counts:
+        if n % per_gpu:
+            return _no_gpus(name, f"{what} is {n:,} MIG instances of profile {_short(profile)}, "
+                                  f"no whole number of GPUs of {per_gpu} each")  # fmt: skip
+    n, what = max(counts, default=(0, ""))
+    if n // per_gpu > MAX_NODE_GPUS:
+        why = f"{what} gives {n // per_gpu:,} GPUs, more than {MAX_NODE_GPUS} on one node"
+        if not what.startswith("label") and replicas == 1:
+            why += " (time-slicing without GPU feature discovery's labels counts every replica)"
+        return _no_gpus(name, why)
+    return n // per_gpu
+
+
+def _mig_instances_per_gpu(profile: str, model: str = "") -> int | None:
+    """MIG instances of ``profile`` (``1g.5gb``, ``3g.40gb``, ``1g.10gb+me``) that one GPU of
+    ``model`` is cut into (:data:`MIG_INSTANCES_PER_GPU`); None for a profile not known."""
+    base, plus, variant = profile.partition("+")
+    if plus and variant.startswith("me"):  # +me, +me.all: the one instance with the media engines
+        return 1
+    if plus and variant != "gfx":
+        return None
+    base = base.removesuffix("-me")
+    if base == "1g.10gb" and "40GB" in model.upper():
+        return 4
+    g, dot, memory = base.partition("g.")
+    if not dot or not memory.endswith("gb"):
+        return None
+    return {"3": 2, "4": 1, "7": 1}.get(g, MIG_INSTANCES_PER_GPU.get(base))
+
+
+def _no_gpus(name: str, why: str) -> int:
+    """0, after a :class:`GraphBuildWarning` that node ``name`` gets no GPU nodes because ``why``."""
+    warnings.warn(f"GPU nodes of node {name} left out: {why}", GraphBuildWarning, stacklevel=4)
+    return 0
 
 
 def build_graph(
@@ -213,17 +298,19 @@ def build_graph(
         name: graph name (default ``k8s-<cluster>``).
 
     Raises:
-        DataError: a document is not a list response; a node reports more than
-            :data:`MAX_NODE_GPUS` GPUs; the graph would pass :data:`MAX_GRAPH_NODES` nodes or
-            :data:`MAX_GRAPH_EDGES` edges; or a value the graph JSON cannot hold (one line naming
-            the graph node or edge).
+        DataError: a document is not a list response; the graph would pass
+            :data:`MAX_GRAPH_NODES` nodes or :data:`MAX_GRAPH_EDGES` edges; or a value the graph
+            JSON cannot hold (one line naming the graph node or edge). A field of the wrong type
+            in a list item (``labels`` as a list, ``status`` as a string) is read as absent; a
+            node whose GPUs cannot be counted (:func:`_gpu_count`) gets none, with a
+            :class:`GraphBuildWarning`.
     """
     node_items = _items(nodes, "nodes")
     pod_items = _items(pods, "pods")
     svc_items = _items(services, "services")
     slice_items = _items(endpoint_slices, "endpoint slices") if endpoint_slices else []
     if cluster is None:
-        labelled = [(_meta(n).get("labels") or {}).get(CLUSTER_LABEL) for n in node_items]
+        labelled = [_labels(n).get(CLUSTER_LABEL) for n in node_items]
         cluster = next((c for c in labelled if c), "default")
     c = str(cluster)
     b = _Builder(name or f"k8s-{c}")
@@ -259,9 +346,9 @@ def _add_hosts(
         nm = str(_meta(n).get("name") or "")
         if not nm:
             continue
-        labels = _meta(n).get("labels") or {}
-        model = str(labels.get("nvidia.com/gpu.product") or "").removesuffix(SHARED_SUFFIX)
-        model = model or labels.get("alibabacloud.com/gpu-card-model")
+        labels = _labels(n)
+        product = str(labels.get("nvidia.com/gpu.product") or "").removesuffix(SHARED_SUFFIX)
+        model = product.partition(MIG_SUFFIX)[0] or labels.get("alibabacloud.com/gpu-card-model")
         host = b.node(f"{c}/host/{nm}", "host", c, {"cluster": c, "node": nm}, gpu_model=model,
                       region=labels.get("topology.kubernetes.io/region"),
                       zone=labels.get("topology.kubernetes.io/zone"),
@@ -296,7 +383,7 @@ def _node_addresses(node: Mapping[str, Any], name: str) -> list[str] | None:
     order, or None: what a scrape of the node's own port (node-exporter, the kubelet) puts in
     ``instance``."""
     out: list[str] = []
-    for a in (node.get("status") or {}).get("addresses") or []:
+    for a in _seq(_obj(node.get("status")).get("addresses")):
         if isinstance(a, dict) and a.get("type") in NODE_ADDRESS_TYPES and a.get("address"):
             addr = str(a["address"])
             if addr != name and addr not in out:
@@ -321,7 +408,7 @@ def _add_services(
         )
         b.edge(sid, c, "member_of")
         svc_ids[(ns, nm)] = sid
-        sel = (s.get("spec") or {}).get("selector") or {}
+        sel = _obj(s.get("spec")).get("selector")
         if isinstance(sel, dict) and sel:
             selectors.append((ns, sid, {str(k): str(v) for k, v in sel.items()}))
     return svc_ids, selectors
@@ -342,11 +429,11 @@ def _slice_members(
     node_endpoints: set[tuple[str, str]] = set()
     for sl in slice_items:
         m = _meta(sl)
-        svc = (m.get("labels") or {}).get("kubernetes.io/service-name")
+        svc = _labels(sl).get("kubernetes.io/service-name")
         sid = svc_ids.get((str(m.get("namespace") or "default"), str(svc)))
         if sid is None:
             continue
-        for ep in sl.get("endpoints") or []:
+        for ep in _seq(sl.get("endpoints")):
             cond = ep.get("conditions") if isinstance(ep, dict) else None
             if not isinstance(ep, dict) or (isinstance(cond, dict) and cond.get("ready") is False):
                 continue
@@ -364,31 +451,31 @@ def _slice_members(
 
 def _add_pod(
     b: _Builder, c: str, p: Mapping[str, Any], gpus_of: dict[str, int]
-) -> tuple[str, str, str, dict[str, Any]] | None:
+) -> tuple[str, str, str, Mapping[str, Any]] | None:
     """Add a running pod with its ``runs_on`` edges (host, annotated GPUs); return ``(id,
     namespace, name, labels)``, or None for a finished or nameless pod."""
     m = _meta(p)
-    phase = (p.get("status") or {}).get("phase")
+    phase = _obj(p.get("status")).get("phase")
     if phase in ("Succeeded", "Failed"):
         return None
     ns, nm = str(m.get("namespace") or "default"), str(m.get("name") or "")
     if not nm:
         return None
-    owners = [o for o in m.get("ownerReferences") or [] if isinstance(o, dict)]
+    owners = [o for o in _seq(m.get("ownerReferences")) if isinstance(o, dict)]
     owner = next((f"{o.get('kind')}/{o.get('name')}" for o in owners if o.get("controller")), None)
     pid = b.node(f"{c}/pod/{ns}/{nm}", "pod", c, {"cluster": c, "namespace": ns, "pod": nm},
                  owner=owner or (f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else None))  # fmt: skip
-    host = (p.get("spec") or {}).get("nodeName")
-    if host and f"{c}/host/{host}" in b.nodes:
+    host = _obj(p.get("spec")).get("nodeName")
+    if isinstance(host, str) and f"{c}/host/{host}" in b.nodes:
         b.edge(pid, f"{c}/host/{host}", "runs_on")
         for part in (
-            str((m.get("annotations") or {}).get(GPU_INDEX_ANNOTATION, ""))
+            str(_obj(m.get("annotations")).get(GPU_INDEX_ANNOTATION, ""))
             .replace(",", "-")
             .split("-")
         ):
             if part.strip().isdigit() and int(part) < gpus_of.get(host, 0):
                 b.edge(pid, f"{c}/gpu/{host}/{int(part)}", "runs_on")
-    return pid, ns, nm, m.get("labels") or {}
+    return pid, ns, nm, _labels(p)
 
 
 def _add_calls(
@@ -515,18 +602,18 @@ def _otlp_spans(
     service_of: dict[tuple[str, str], SpanService],
     parent_of: dict[tuple[str, str], tuple[str, str]],
 ) -> None:
-    for rs in resource_spans:
-        attrs = ((rs.get("resource") or {}).get("attributes")) or []
-        tags = {str(a.get("key")): str((a.get("value") or {}).get("stringValue")) for a in attrs
-                if isinstance(a, dict) and (a.get("value") or {}).get("stringValue")}  # fmt: skip
+    for rs in map(_obj, resource_spans):
+        attrs = [a for a in _seq(_obj(rs.get("resource")).get("attributes")) if isinstance(a, dict)]
+        tags = {str(a.get("key")): str(_obj(a.get("value")).get("stringValue")) for a in attrs
+                if _obj(a.get("value")).get("stringValue")}  # fmt: skip
         svc = _span_service(tags.get("service.name", "unknown"), tags)
-        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
-            for sp in ss.get("spans") or []:
+        for ss in map(_obj, _seq(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans"))):
+            for sp in map(_obj, _seq(ss.get("spans"))):
                 tid, sid = str(sp.get("traceId") or ""), sp.get("spanId")
                 if sid:
-                    service_of[(tid, sid)] = svc
+                    service_of[(tid, str(sid))] = svc
                     if sp.get("parentSpanId"):
-                        parent_of[(tid, sid)] = (tid, sp["parentSpanId"])
+                        parent_of[(tid, str(sid))] = (tid, str(sp["parentSpanId"]))
 
 
 def _jaeger_spans(
@@ -534,19 +621,22 @@ def _jaeger_spans(
     service_of: dict[tuple[str, str], SpanService],
     parent_of: dict[tuple[str, str], tuple[str, str]],
 ) -> None:
-    for tr in data:
-        procs = tr.get("processes") or {}
-        for sp in tr.get("spans") or []:
+    for tr in map(_obj, data):
+        procs = _obj(tr.get("processes"))
+        for sp in map(_obj, _seq(tr.get("spans"))):
             tid, sid = str(sp.get("traceID") or ""), sp.get("spanID")
             if not sid:
                 continue
-            proc = procs.get(sp.get("processID")) or {}
-            tags = {str(t.get("key")): str(t.get("value")) for t in proc.get("tags") or []
+            proc = _obj(procs.get(str(sp.get("processID"))))
+            tags = {str(t.get("key")): str(t.get("value")) for t in _seq(proc.get("tags"))
                     if isinstance(t, dict) and t.get("value")}  # fmt: skip
-            service_of[(tid, sid)] = _span_service(str(proc.get("serviceName", "unknown")), tags)
-            for ref in sp.get("references") or []:
+            service_of[(tid, str(sid))] = _span_service(
+                str(proc.get("serviceName", "unknown")), tags
+            )
+            for ref in map(_obj, _seq(sp.get("references"))):
                 if ref.get("refType") == "CHILD_OF" and ref.get("spanID"):
-                    parent_of[(tid, sid)] = (str(ref.get("traceID") or tid), ref["spanID"])
+                    parent = (str(ref.get("traceID") or tid), str(ref["spanID"]))
+                    parent_of[(tid, str(sid))] = parent
 
 
 def nvlinks_from_nvml(node: str | None = None) -> dict[str, list[int]]:

@@ -152,10 +152,13 @@ def test_build_refuses_what_a_graph_cannot_hold(
     from fleetmind.data import graph_build
 
     empty = {"items": []}
-    with pytest.raises(
-        DataError, match=r"node 'big': allocatable nvidia.com/gpu is 1,000; at most 64"
+    # more GPUs than a node has: that node gets none, with a warning, the cluster is still built
+    with pytest.warns(
+        graph_build.GraphBuildWarning,
+        match=r"node 'big' left out: allocatable nvidia.com/gpu gives 1,000 GPUs, more than 64",
     ):
-        build_graph({"items": [_k8s_node("big", "1000")]}, empty, empty)
+        big = build_graph({"items": [_k8s_node("big", "1000")]}, empty, empty)
+    assert [n.kind for n in big.nodes] == ["cluster", "host"]
     assert graph_build._gpu_count(_k8s_node("dgx", "64")) == 64
     monkeypatch.setattr(graph_build, "MAX_GRAPH_NODES", 20)
     with pytest.raises(DataError, match="more than 20 graph nodes"):
@@ -167,14 +170,15 @@ def test_build_refuses_what_a_graph_cannot_hold(
         build_graph(empty, empty, empty, cluster="c", calls=[("a", "s" * 600)])
     rec = tmp_path / "rec"
     rec.mkdir()
-    (rec / "nodes.json").write_text(json.dumps({"items": [_k8s_node("big", "1000")]}))
+    (rec / "nodes.json").write_text(json.dumps({"items": [_k8s_node("n", "8")]}))
     (rec / "pods.json").write_text(json.dumps(empty))
     (rec / "services.json").write_text(json.dumps(empty))
     out = tmp_path / "g.json"
-    assert main(["graph", "build", "--from-dir", str(rec), "--out", str(out)]) == 2
+    args = ["graph", "build", "--from-dir", str(rec), "--out", str(out), "--cluster", "c" * 300]
+    assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fleetmind: error: node 'big'") and err.count("\n") == 1
-    assert not out.exists()
+    assert err.startswith("fleetmind: error: cannot build the graph: graph 'k8s-c")
+    assert err.count("\n") == 1 and not out.exists()
 
 
 def _fake_api(tmp_path: Path) -> tuple[ThreadingHTTPServer, Path]:

@@ -20,7 +20,6 @@ import pytest
 
 from fleetmind.cli import main
 from fleetmind.data import graph_build
-from fleetmind.data.errors import DataError
 from fleetmind.data.graph_build import build_graph, calls_from_spans
 
 DATA = Path(__file__).parent / "data" / "k8s"
@@ -98,12 +97,13 @@ def test_time_sliced_and_mig_mixed_nodes_count_physical_gpus() -> None:
     assert host.attrs["gpu_model"] == "Tesla-T4"
     gpu7 = next(n for n in g.nodes if n.id == "default/gpu/ts10/7")
     assert gpu7.attrs["model"] == "Tesla-T4"
-    # the bound applies to physical GPUs
+    # the bound applies to physical GPUs: past it the node gets none, with a warning
     big = _node("big", "650", **{"nvidia.com/gpu.count": "65", "nvidia.com/gpu.replicas": "10"})
-    with pytest.raises(
-        DataError, match=r"node 'big': label nvidia.com/gpu.count is 65; at most 64"
+    with pytest.warns(
+        graph_build.GraphBuildWarning,
+        match=r"node 'big' left out: label nvidia.com/gpu.count gives 65 GPUs, more than 64",
     ):
-        build_graph({"items": [big]}, EMPTY, EMPTY)
+        assert _gpus(build_graph({"items": [big]}, EMPTY, EMPTY)) == {}
 
 
 # -- 2. EndpointSlice readiness ------------------------------------------------------------------
