@@ -74,26 +74,43 @@ class FleetHealth:
         return {c.cluster: c for c in self.clusters}
 
 
+def _finite(value: float | None) -> float | None:
+    """``value`` as a float, ``None`` when missing, NaN or infinite."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def snapshot_signals(snapshot: FleetSnapshot) -> dict[str, ClusterSignals]:
-    """GPU utilisation, VRAM pressure and CPU use per cluster from a telemetry snapshot."""
+    """GPU utilisation, VRAM pressure and CPU use per cluster from a telemetry snapshot.
+
+    A reading that is NaN or infinite counts as missing (a NaN sample, which dcgm-exporter and
+    Prometheus pass through, would otherwise make the sum NaN, and ``min(1.0, nan)`` is 1.0: the
+    whole cluster saturated), as :func:`~fleetmind.serving.telemetry.base.free_milli_from_memory`
+    treats it.
+    """
     acc: dict[str, dict[str, float]] = {}
     for n in snapshot.nodes:
         a = acc.setdefault(n.cluster, dict.fromkeys(
             ("util", "util_n", "used", "total", "cpu_used", "cpu_alloc"), 0.0))  # fmt: skip
         for g in n.gpus:
+            total = _finite(g.mem_total_mib)
             if not g.healthy:
                 a["util"] += 100.0
                 a["util_n"] += 1
-                if g.mem_total_mib:
-                    a["used"] += g.mem_total_mib
-                    a["total"] += g.mem_total_mib
+                if total:
+                    a["used"] += total
+                    a["total"] += total
                 continue
-            if g.util_pct is not None:
-                a["util"] += float(g.util_pct)
+            util = _finite(g.util_pct)
+            if util is not None:
+                a["util"] += util
                 a["util_n"] += 1
-            if g.mem_total_mib and g.mem_used_mib is not None:
-                a["used"] += float(g.mem_used_mib)
-                a["total"] += float(g.mem_total_mib)
+            used = _finite(g.mem_used_mib)
+            if total and used is not None:
+                a["used"] += used
+                a["total"] += total
         if n.cpu_milli:
             a["cpu_used"] += n.cpu_milli - n.cpu_milli_free
             a["cpu_alloc"] += n.cpu_milli
@@ -186,17 +203,37 @@ def fleet_health(
     ``query(promql) -> [(name, labels, value)]``), scored by ``model``."""
     sig = snapshot_signals(snapshot)
     if query is not None:
-        for attr, promql in latency_queries(histogram).items():
-            try:
-                samples = query(promql)
-            except Exception:  # latency is optional: no histogram, Prometheus hiccup
-                continue
-            for _, labels, value in samples:
-                if math.isnan(value) or math.isinf(value):
-                    continue
-                c = labels.get("cluster") or default_cluster
-                setattr(sig.setdefault(c, ClusterSignals(c)), attr, float(value))
+        add_latency(sig, query, histogram, default_cluster)
     return model.update([sig[c] for c in sorted(sig)])
+
+
+def add_latency(
+    sig: dict[str, ClusterSignals], query: Any, histogram: str, default_cluster: str = "local"
+) -> None:
+    """Set P99, P95 latency (s) and request rate (1/s) per cluster in ``sig`` from Prometheus.
+
+    The three :func:`latency_queries` run concurrently (each bounded by the source's timeout, so a
+    slow Prometheus costs one timeout, not three); one that fails is left out (latency is optional:
+    no histogram, a Prometheus hiccup).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = latency_queries(histogram)
+
+    def ask(promql: str) -> list[Any]:
+        try:
+            return list(query(promql))
+        except Exception:
+            return []
+
+    with ThreadPoolExecutor(len(queries), thread_name_prefix="fleetmind-health") as pool:
+        answers = list(pool.map(ask, queries.values()))
+    for attr, samples in zip(queries, answers, strict=True):
+        for _, labels, value in samples:
+            if math.isnan(value) or math.isinf(value):
+                continue
+            c = labels.get("cluster") or default_cluster
+            setattr(sig.setdefault(c, ClusterSignals(c)), attr, float(value))
 
 
 _BUILD_LOCK = threading.RLock()
@@ -245,8 +282,8 @@ class HealthService:
     def __init__(self, settings: Any, registry: Any) -> None:
         self.settings = settings
         self.model = HealthModel(settings.health_latency_slo_s)
-        self._snap: FleetSnapshot | None = None
-        self._lock = threading.Lock()
+        self._done: tuple[FleetSnapshot, FleetHealth] | None = None  # the last snapshot scored
+        self._refresh = threading.Lock()
         with _BUILD_LOCK:  # one collector per registry (an app restarted keeps its metrics)
             collector = _COLLECTORS.get(registry)
             if collector is None:
@@ -256,17 +293,23 @@ class HealthService:
         self.collector = collector
 
     def current(self, telemetry: Any) -> FleetHealth:
-        """Health for the telemetry's current snapshot (computed once per snapshot)."""
+        """Health for the telemetry's current snapshot, computed once per snapshot: callers that
+        ask while it is being computed (the latency queries take up to the telemetry timeout)
+        wait for that computation and share it."""
         snap = telemetry.snapshot()
-        with self._lock:
-            if snap is self._snap and self.model.last is not None:
-                return self.model.last
+        done = self._done
+        if done is not None and done[0] is snap:
+            return done[1]
+        with self._refresh:
+            done = self._done
+            if done is not None and done[0] is snap:
+                return done[1]
             query = getattr(telemetry, "query", None)
             out = fleet_health(
                 self.model, snap, query, self.settings.health_latency_histogram,
                 self.settings.telemetry_cluster,
             )  # fmt: skip
-            self._snap = snap
+            self._done = (snap, out)
             return out
 
 

@@ -134,6 +134,27 @@ class Settings(BaseSettings):
     telemetry_ttl_s: float = Field(
         5.0, ge=0, le=MAX_DURATION_S, description="how long a telemetry snapshot is reused"
     )
+    # Samples with their own timestamps (federation, remote write) get no staleness marker when
+    # their source stops: Prometheus answers them for its whole 5-minute lookback (Prometheus docs,
+    # querying/basics.md, "Staleness"), so a dead cluster looked alive and placeable for 5 minutes.
+    telemetry_max_age_s: float = Field(
+        120.0,
+        ge=0,
+        le=MAX_DURATION_S,
+        description="telemetry=prometheus (server): series whose newest sample is older than "
+        "this (s) are left out, so a federated cluster that stopped sending drops out after it "
+        "instead of Prometheus's 5-minute lookback; 0: no bound",
+    )
+    prometheus_bearer_token_file: str | None = Field(
+        None,
+        description="telemetry=prometheus: send 'Authorization: Bearer <token>' with the token "
+        "read from this file on every request (a rotated service-account token is picked up)",
+    )
+    prometheus_ca_file: str | None = Field(
+        None,
+        description="telemetry=prometheus: PEM bundle of CAs trusted for an https Prometheus, "
+        "besides httpx's default ones (SSL_CERT_FILE when set, else certifi's bundle)",
+    )
     scheduler_cluster: str | None = Field(
         None,
         description="the telemetry cluster the kube-scheduler extender places into (unset: node "

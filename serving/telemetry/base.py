@@ -8,11 +8,13 @@ own reservations on top (:class:`fleetmind.serving.scheduler.placement.Reservati
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleetmind.data.errors import ConfigError
 
@@ -77,7 +79,9 @@ class TelemetrySource(ABC):
     """A plug-in that reports the live fleet state.
 
     Subclasses implement :meth:`collect`; :meth:`snapshot` caches it for ``ttl_s`` seconds so that
-    bursts of placement requests do not each scrape.
+    bursts of placement requests do not each scrape, and runs one :meth:`collect` at a time: the
+    requests that find the cache expired while a refresh is under way wait for it and share its
+    snapshot (or its error) instead of each querying a slow Prometheus.
     """
 
     name: str = "base"
@@ -85,20 +89,64 @@ class TelemetrySource(ABC):
     def __init__(self, ttl_s: float = 5.0) -> None:
         self.ttl_s = ttl_s
         self._cached: FleetSnapshot | None = None
+        self._refresh = threading.Lock()
+        self._refreshes = 0  # refreshes finished (ok or failed); a waiter sharing that outcome
+        self._error: Exception | None = None  # that of the last refresh, None when it worked
 
     @abstractmethod
     def collect(self) -> FleetSnapshot:
         """Read the fleet state now; raises NotAvailableError/DataError when it cannot."""
 
-    def snapshot(self) -> FleetSnapshot:
+    def _fresh(self) -> FleetSnapshot | None:
         snap = self._cached
         if snap is None or time.time() - snap.collected_ts > self.ttl_s:
-            snap = self.collect()
-            self._cached = snap
+            return None
         return snap
+
+    def snapshot(self) -> FleetSnapshot:
+        """The cached snapshot while younger than ``ttl_s`` seconds, else a new one (single-flight:
+        one :meth:`collect` at a time, shared by every caller that waited for it).
+
+        Raises:
+            NotAvailableError, DataError: as :meth:`collect`; callers that waited for a refresh
+                that failed get (a copy of) its error.
+        """
+        snap = self._fresh()
+        if snap is not None:
+            return snap
+        seen = self._refreshes
+        with self._refresh:
+            if self._refreshes != seen:  # another caller refreshed while this one waited
+                if self._error is not None:
+                    raise _copy(self._error) from None
+                if self._cached is not None:
+                    return self._cached
+            snap = self._fresh()
+            if snap is not None:
+                return snap
+            try:
+                snap = self.collect()
+            except Exception as err:
+                self._error = err
+                raise
+            else:
+                self._error = None
+                self._cached = snap
+            finally:
+                self._refreshes += 1
+            return snap
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (NVML handle, HTTP client)."""
+
+
+def _copy(err: Exception) -> Exception:
+    """A copy of ``err`` to raise in another thread (one exception object raised by several threads
+    at once would mix their tracebacks); ``err`` itself when it cannot be copied."""
+    try:
+        return copy.copy(err)
+    except Exception:
+        return err
 
 
 def make_source(settings: Settings, graph: DependencyGraph | None = None) -> TelemetrySource:
@@ -107,7 +155,7 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
     Raises:
         NotAvailableError: the source cannot run here (e.g. no NVML library); the message names the
             other sources.
-        ConfigError: unknown source name.
+        ConfigError: unknown source name, or a CA file that cannot be read.
     """
     kind = settings.telemetry
     if kind == "sim":
@@ -125,12 +173,18 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
             is_exporter_url,
         )
 
-        cls = PrometheusSource if is_exporter_url(settings.prometheus_url) else PrometheusApiSource
-        return cls(
-            settings.prometheus_url,
-            default_cluster=settings.telemetry_cluster,
-            timeout_s=settings.telemetry_timeout_s,
-            ttl_s=settings.telemetry_ttl_s,
+        common: dict[str, Any] = {
+            "default_cluster": settings.telemetry_cluster,
+            "timeout_s": settings.telemetry_timeout_s,
+            "ttl_s": settings.telemetry_ttl_s,
+            # an empty value (a manifest's `value: ""`) means unset
+            "bearer_token_file": settings.prometheus_bearer_token_file or None,
+            "ca_file": settings.prometheus_ca_file or None,
+        }
+        if is_exporter_url(settings.prometheus_url):
+            return PrometheusSource(settings.prometheus_url, **common)
+        return PrometheusApiSource(
+            settings.prometheus_url, max_age_s=settings.telemetry_max_age_s, **common
         )
     raise ConfigError(f"unknown telemetry source {kind!r}; use sim, nvml or prometheus")
 

@@ -7,11 +7,15 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 | check | looks for |
 | --- | --- |
 | ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation as ``DCGM_FI_DEV_GPU_UTIL`` or, for MIG, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (last XID ``DCGM_FI_DEV_XID_ERRORS``, absent until a GPU has had an XID; windowed ``DCGM_EXP_XID_ERRORS_COUNT``; GPU-sharing annotations) are named when absent |
-| ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``) |
+| ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``); federation targets that are down (``up == 0`` in a job named like ``*federat*``): the clusters behind them |
+| ``stale`` | DCGM and kube-state-metrics series whose newest sample is older than the bound the service applies (``FLEETMIND_TELEMETRY_MAX_AGE_S``), by cluster: a federated cluster or a remote-write sender that stopped; Prometheus keeps answering such timestamped series for its 5-minute lookback, the service leaves them out |
 | ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``) |
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
 | ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
 | ``nodes`` | node names that are exporter pod names (``Hostname`` of a non-hostNetwork exporter without ``kube_pod_info`` to resolve it); GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas) |
+
+A partial answer (Thanos with a store down, ``warnings`` in the answer) is refused as the service
+refuses it: the doctor stops with that message.
 
 Returns the findings; :func:`has_errors` says whether any is an ``error``.
 """
@@ -19,11 +23,13 @@ Returns the findings; :func:`has_errors` says whether any is an ``error``.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from fleetmind.data.errors import NotAvailableError
+from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.serving.telemetry.prometheus import (
+    DEFAULT_MAX_AGE_S,
     EXPORTER_POD,
     HARDWARE_XIDS,
     PrometheusApiSource,
@@ -77,17 +83,59 @@ def as_json(url: str, findings: list[Finding]) -> dict[str, Any]:
     }
 
 
-def diagnose(url: str, timeout_s: float = 10.0, cluster: str = "local") -> list[Finding]:
+def diagnose(
+    url: str,
+    timeout_s: float = 10.0,
+    cluster: str = "local",
+    max_age_s: float | None = None,
+    bearer_token_file: str | None = None,
+    ca_file: str | None = None,
+) -> list[Finding]:
     """Query the Prometheus at ``url`` and return the findings (see the module docstring).
 
+    ``max_age_s`` (s), ``bearer_token_file`` and ``ca_file``: as the service's
+    ``FLEETMIND_TELEMETRY_MAX_AGE_S``, ``FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE`` and
+    ``FLEETMIND_PROMETHEUS_CA_FILE``, read from those variables when None.
+
     Raises:
-        NotAvailableError: Prometheus cannot be reached or refuses a query.
+        NotAvailableError: Prometheus cannot be reached, refuses a query or answers partially.
+        ConfigError: ``ca_file`` is not a readable CA bundle.
     """
-    src = PrometheusApiSource(url, default_cluster=cluster, timeout_s=timeout_s, ttl_s=0.0)
+    if max_age_s is None:
+        max_age_s = _env_float("FLEETMIND_TELEMETRY_MAX_AGE_S", DEFAULT_MAX_AGE_S)
+    src = PrometheusApiSource(
+        url,
+        default_cluster=cluster,
+        timeout_s=timeout_s,
+        ttl_s=0.0,
+        max_age_s=max_age_s,
+        bearer_token_file=bearer_token_file
+        or os.environ.get("FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE")
+        or None,
+        ca_file=ca_file or os.environ.get("FLEETMIND_PROMETHEUS_CA_FILE") or None,
+    )
     try:
         return _diagnose(src)
     finally:
         src.close()
+
+
+def _env_float(name: str, default: float) -> float:
+    """A non-negative finite number from the environment variable ``name``, else ``default``.
+
+    Raises:
+        ConfigError: the variable is set to something else.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be a number of seconds >= 0, got {raw!r}")
+    return value
 
 
 def _as_count(value: float, promql: str) -> int:
@@ -126,6 +174,7 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
         if m not in present:
             out.append(Finding("info", "metrics", f"no {m}: {why}"))
     out += _targets_down(src)
+    out += _stale(src)
     gpu_series = present.get("DCGM_FI_DEV_FB_USED", 0)
     if gpu_series:
         out += _layout(src, gpu_series)
@@ -175,19 +224,75 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
 
 def _targets_down(src: PrometheusApiSource) -> list[Finding]:
     """dcgm-exporter scrape targets Prometheus cannot scrape (``up == 0`` in a job named like
-    ``*dcgm*``, as the chart's ServiceMonitor job ``serviceMonitor/<ns>/<name>-dcgm-exporter/0``)."""
+    ``*dcgm*``, as the chart's ServiceMonitor job ``serviceMonitor/<ns>/<name>-dcgm-exporter/0``),
+    and federation targets down (a job named like ``*federat*``): a whole cluster's series."""
+    out = []
     down = src.query('up{job=~"(?i).*dcgm.*"} == 0', "up")
-    if not down:
+    if down:
+        shown = ", ".join(
+            lab.get("node") or lab.get("pod") or lab.get("instance", "?") for _, lab, _ in down[:5]
+        )
+        out.append(
+            Finding(
+                "warn",
+                "targets",
+                f"{len(down)} dcgm-exporter target(s) down ({shown}): their GPUs are shown "
+                "unhealthy where kube-state-metrics counts them, else not at all",
+            )
+        )
+    fed = src.query('up{job=~"(?i).*federat.*"} == 0', "up")
+    if fed:
+        shown = ", ".join(
+            f"{lab.get('cluster', '?')} ({lab.get('instance', '?')})" for _, lab, _ in fed[:5]
+        )
+        out.append(
+            Finding(
+                "warn",
+                "targets",
+                f"{len(fed)} federation target(s) down: cluster {shown}; federated samples carry "
+                "timestamps, so Prometheus marks none stale and answers them for 5 minutes; "
+                f"the service leaves them out once older than {src.max_age_s:g} s "
+                "(FLEETMIND_TELEMETRY_MAX_AGE_S)",
+            )
+        )
+    return out
+
+
+STALE_CHECKED = ("DCGM_FI_DEV_FB_USED", "kube_node_status_allocatable")
+"""Series whose age the ``stale`` check reads (one GPU series, one node series)."""
+
+
+def _stale(src: PrometheusApiSource) -> list[Finding]:
+    """Series the service leaves out for their age (:data:`STALE_CHECKED`), by cluster."""
+    if src.max_age_s <= 0:
+        return [
+            Finding(
+                "info",
+                "stale",
+                "FLEETMIND_TELEMETRY_MAX_AGE_S is 0: series of a federated cluster that stopped "
+                "stay for Prometheus's 5-minute lookback",
+            )
+        ]
+    old: dict[str, int] = {}
+    for metric in STALE_CHECKED:
+        promql = (
+            f"count by (cluster) ({metric} unless "
+            f"(time() - timestamp({metric}) < {float(src.max_age_s)!r}))"
+        )
+        for _, lab, v in src.query(promql, "count"):
+            cluster = lab.get("cluster") or src.default_cluster
+            old[cluster] = old.get(cluster, 0) + _as_count(v, promql)
+    if not old:
         return []
-    shown = ", ".join(
-        lab.get("node") or lab.get("pod") or lab.get("instance", "?") for _, lab, _ in down[:5]
-    )
+    shown = ", ".join(f"{c} ({n} series)" for c, n in sorted(old.items())[:5])
     return [
         Finding(
             "warn",
-            "targets",
-            f"{len(down)} dcgm-exporter target(s) down ({shown}): their GPUs are shown unhealthy "
-            "where kube-state-metrics counts them, else not at all",
+            "stale",
+            f"series older than {src.max_age_s:g} s in cluster(s) {shown}: a federated cluster "
+            "or remote-write sender that stopped sending (its samples carry timestamps, so "
+            "Prometheus keeps them for 5 minutes); the service leaves them out. A live cluster "
+            "here: raise FLEETMIND_TELEMETRY_MAX_AGE_S above its scrape plus federation interval",
         )
     ]
 

@@ -4,7 +4,7 @@
 
 * a **Prometheus server** (``http://prometheus:9090``, any URL whose path does not end in
   ``/metrics``): four concurrent instant queries to ``/api/v1/query`` per refresh
-  (:data:`FLEET_QUERIES`, the kube-state-metrics ones joined into :data:`KSM_FLEET_QUERY` so that
+  (:func:`fleet_queries`, the kube-state-metrics ones joined as in :data:`KSM_FLEET_QUERY` so that
   they read one scrape; aggregations keep only the labels used and sum requests per node) read
   every node of the fleet, DCGM series from dcgm-exporter and node and pod series from
   kube-state-metrics (:class:`PrometheusApiSource`);
@@ -78,6 +78,21 @@ gpu-operator/latest/gpu-sharing.html); ``r`` is GPU feature discovery's ``nvidia
 node label, which kube-state-metrics exports with
 ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]`` (``kube_node_labels``), and
 becomes ``NodeState.gpu_replicas``.
+
+Stale series. Every series read is kept only while its newest sample is younger than
+``max_age_s`` (``FLEETMIND_TELEMETRY_MAX_AGE_S``, :data:`DEFAULT_MAX_AGE_S`; :func:`fresh`).
+Federated samples carry their own timestamps, and "Staleness will not be marked for time series
+that have timestamps included in their scrapes. Only the 5 minute threshold will be applied"
+(Prometheus docs, ``docs/querying/basics.md``): without the bound a federated cluster that stopped
+sending stays in the fleet, with its last free GPUs, for 5 minutes.
+
+Partial answers. Queries send ``partial_response=false``: Thanos Query, whose default is to answer
+without a store that failed (naming it in ``warnings``), then fails the query instead. An answer
+that still has ``warnings`` other than PromQL's annotations (:data:`ANNOTATION_PREFIXES`) is
+refused (:class:`NotAvailableError`, naming the first warning): series may be missing anywhere (a
+Thanos Receive hashring shards a node's series over ingesters), and a fleet missing a node's pod
+requests shows its CPU free; no snapshot is safer than a wrong one. The fleet routes answer 503
+with the warning and ``/ui/fleet`` shows it; ``fleetmind doctor`` stops with it.
 """
 
 from __future__ import annotations
@@ -88,9 +103,10 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from fleetmind.data.errors import DataError, NotAvailableError
+from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
@@ -143,39 +159,85 @@ MAX_PLACEHOLDERS = 64
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 """GPU feature discovery's node label ``nvidia.com/gpu.replicas`` as kube-state-metrics exports it
 (``kube_node_labels``, with ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]``)."""
+ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
+ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
 _GPU_KEY = "cluster, node, kubernetes_node, Hostname, hostname, instance, gpu, GPU_I_ID"
 _POD_LABELS = "pod, namespace, exported_pod, exported_namespace"
 _DONE = (
     'unless on (cluster, namespace, pod) (kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1)'
 )
-FLEET_QUERIES: dict[str, str] = {
-    # name given to the answer's samples (DCGM: their own) -> PromQL; aggregations keep only the
-    # labels used
-    "DCGM": f"max by (__name__, {_GPU_KEY}, modelName, UUID) "
-    '({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_XID_ERRORS'
-    '|DCGM_FI_PROF_GR_ENGINE_ACTIVE"})',
-    "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, {_POD_LABELS}) "
-    "(DCGM_FI_DEV_FB_FREE)",
-    "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) (DCGM_EXP_XID_ERRORS_COUNT)",
-    "kube_node_status_allocatable": "max by (cluster, node, resource) "
-    '(kube_node_status_allocatable{resource=~"cpu|memory"})',
-    # one value per container before the sum: two kube-state-metrics targets at once (a rolling
-    # update, two replicas) give each request twice (as the kubernetes-mixin rules deduplicate)
-    "node_requests": "sum by (cluster, node, resource) "
-    "(max by (cluster, node, namespace, pod, container, resource) "
-    f'(kube_pod_container_resource_requests{{resource=~"cpu|memory",node!=""}} {_DONE}))',
-    "kube_pod_info": "max by (cluster, namespace, pod, node, created_by_kind) "
-    f'(kube_pod_info{{node!=""}}) {_DONE}',
-    "kube_pod_annotations": f"max by (cluster, namespace, pod, annotation_alibabacloud_com_gpu_milli, annotation_alibabacloud_com_gpu_index) "
-    f'(kube_pod_annotations{{annotation_alibabacloud_com_gpu_milli!=""}}) {_DONE}',
-    # whole GPUs per node as the kubelet counts them (capacity: healthy and unhealthy devices;
-    # allocatable: healthy ones), and the time-slicing replicas GPU feature discovery labels
-    "node_gpus": "max by (__name__, cluster, node) "
-    '({__name__=~"kube_node_status_capacity|kube_node_status_allocatable",'
-    'resource="nvidia_com_gpu"})',
-    "node_gpu_replicas": f"max by (cluster, node, {REPLICAS_LABEL}) "
-    f'(kube_node_labels{{{REPLICAS_LABEL}!=""}})',
-}
+DEFAULT_MAX_AGE_S = 120.0
+"""Series whose newest sample is older than this (s) are left out (``FLEETMIND_TELEMETRY_MAX_AGE_S``;
+see Stale series in the module docstring): about two scrape intervals of 30 s, doubled for
+federation, where a sample reaches the federating Prometheus up to one interval of each late."""
+
+
+def fresh(selector: str, max_age_s: float) -> str:
+    """``selector`` (one metric name) without the series whose newest sample is ``max_age_s``
+    seconds old or more; ``selector`` itself when ``max_age_s`` is 0.
+
+    ``timestamp()`` of a vector selector is its sample's own timestamp (Prometheus docs,
+    querying/functions.md); it drops the metric name, so a selector of several names would give
+    series with the same labels ("vector cannot contain metrics with the same labelset"): one
+    name per selector, joined with ``or``.
+    """
+    if max_age_s <= 0:
+        return selector
+    return f"({selector} and (time() - timestamp({selector}) < {float(max_age_s)!r}))"
+
+
+_NAME_TAG = "fleetmind_name"
+
+
+def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
+    """The PromQL the server mode runs, by the name its samples get (DCGM: their own);
+    aggregations keep only the labels used; series older than ``max_age_s`` (0: no bound) are
+    left out before aggregating."""
+
+    def sel(metric: str, matchers: str = "") -> str:
+        return fresh(f"{metric}{{{matchers}}}" if matchers else metric, max_age_s)
+
+    def any_of(names: Iterable[str], matchers: str = "") -> str:
+        # `or` matches label sets without the metric name: series of two names with the same
+        # labels would keep only the first, so each name is tagged apart (the aggregation over
+        # them drops the tag)
+        return " or ".join(
+            f'label_replace({sel(n, matchers)}, "{_NAME_TAG}", "{n}", "", "")' for n in names
+        )
+
+    dcgm = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # fmt: skip
+    cpu_mem, on_node = 'resource=~"cpu|memory"', ',node!=""'
+    shared, replicas = f'{ANN_MILLI}!=""', f'{REPLICAS_LABEL}!=""'
+    gpus = 'resource="nvidia_com_gpu"'
+    return {
+        "DCGM": f"max by (__name__, {_GPU_KEY}, modelName, UUID) ({any_of(dcgm)})",
+        "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, "
+        f"{_POD_LABELS}) ({sel('DCGM_FI_DEV_FB_FREE')})",
+        "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) "
+        f"({sel('DCGM_EXP_XID_ERRORS_COUNT')})",
+        "kube_node_status_allocatable": "max by (cluster, node, resource) "
+        f"({sel('kube_node_status_allocatable', cpu_mem)})",
+        # one value per container before the sum: two kube-state-metrics targets at once (a
+        # rolling update, two replicas) give each request twice (as the kubernetes-mixin rules
+        # deduplicate)
+        "node_requests": "sum by (cluster, node, resource) "
+        "(max by (cluster, node, namespace, pod, container, resource) "
+        f"({sel('kube_pod_container_resource_requests', cpu_mem + on_node)} "
+        f"{_DONE}))",
+        "kube_pod_info": "max by (cluster, namespace, pod, node, created_by_kind) "
+        f"({sel('kube_pod_info', on_node[1:])}) {_DONE}",
+        "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
+        f"({sel('kube_pod_annotations', shared)}) {_DONE}",
+        # whole GPUs per node as the kubelet counts them (capacity: healthy and unhealthy devices;
+        # allocatable: healthy ones), and the time-slicing replicas GPU feature discovery labels
+        "node_gpus": "max by (__name__, cluster, node) "
+        f"({any_of(('kube_node_status_capacity', 'kube_node_status_allocatable'), gpus)})",
+        "node_gpu_replicas": f"max by (cluster, node, {REPLICAS_LABEL}) "
+        f"({sel('kube_node_labels', replicas)})",
+    }
+
+
 _KSM_NAMES = (
     "kube_node_status_allocatable",
     "node_requests",
@@ -185,16 +247,24 @@ _KSM_NAMES = (
     "node_gpu_replicas",
 )
 _QUERY_TAG = "fleetmind_query"
-KSM_FLEET_QUERY = " or ".join(
-    f'label_replace({FLEET_QUERIES[n]}, "{_QUERY_TAG}", "{n}", "", "")' for n in _KSM_NAMES
-)
+
+
+def ksm_fleet_query(queries: dict[str, str]) -> str:
+    """The kube-state-metrics entries of ``queries`` (:func:`fleet_queries`) as **one** query,
+    each answer tagged with ``fleetmind_query`` (see :data:`KSM_FLEET_QUERY`)."""
+    return " or ".join(
+        f'label_replace({queries[n]}, "{_QUERY_TAG}", "{n}", "", "")' for n in _KSM_NAMES
+    )
+
+
+FLEET_QUERIES: dict[str, str] = fleet_queries()
+""":func:`fleet_queries` with the default bound on the age of a sample."""
+KSM_FLEET_QUERY = ksm_fleet_query(FLEET_QUERIES)
 """The kube-state-metrics entries of :data:`FLEET_QUERIES` as **one** query, each answer tagged
 with ``fleetmind_query``. One query sees whole scrapes only (Prometheus TSDB isolation, since 2.17,
 prometheus/prometheus#6841), so a pod, its requests and its GPU-share annotation come from the same
 kube-state-metrics scrape; four separate queries could each see a different one (a scrape committed
 between them lists a new pod before its share is read, and its hold would end too early)."""
-ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
-ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
 EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
 _DCGM_SAMPLES = ("DCGM", "DCGM_FI_DEV_FB_FREE", "DCGM_EXP_XID_ERRORS_COUNT")
 
@@ -209,21 +279,27 @@ class PrometheusSource(TelemetrySource):
     name = "prometheus"
 
     def __init__(
-        self, url: str, default_cluster: str = "local", timeout_s: float = 2.0, ttl_s: float = 5.0
+        self,
+        url: str,
+        default_cluster: str = "local",
+        timeout_s: float = 2.0,
+        ttl_s: float = 5.0,
+        bearer_token_file: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         super().__init__(ttl_s)
-        import httpx
-
         self.url = url
         self.shown_url = safe_uri(url)
         self.default_cluster = default_cluster
-        self._client = httpx.Client(timeout=timeout_s)
+        self.bearer_token_file = bearer_token_file
+        self._client = http_client(timeout_s, ca_file)
 
     def collect(self) -> FleetSnapshot:
         import httpx
 
+        headers = bearer_headers(self.bearer_token_file)
         try:
-            resp = self._client.get(self.url)
+            resp = self._client.get(self.url, headers=headers)
             resp.raise_for_status()
         except httpx.HTTPError as err:
             raise NotAvailableError(
@@ -259,48 +335,72 @@ def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
 # ----------------------------------------------------------------------------- server mode
 class PrometheusApiSource(TelemetrySource):
     """Every node of the fleet from a Prometheus server's HTTP API (four concurrent queries: the
-    three DCGM entries of :data:`FLEET_QUERIES` and :data:`KSM_FLEET_QUERY`)."""
+    three DCGM entries of :func:`fleet_queries` and their kube-state-metrics entries joined as in
+    :data:`KSM_FLEET_QUERY`); series older than ``max_age_s`` seconds are left out (0: only
+    Prometheus's own 5-minute lookback applies)."""
 
     name = "prometheus"
 
     def __init__(
-        self, url: str, default_cluster: str = "local", timeout_s: float = 2.0, ttl_s: float = 5.0
+        self,
+        url: str,
+        default_cluster: str = "local",
+        timeout_s: float = 2.0,
+        ttl_s: float = 5.0,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        bearer_token_file: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         super().__init__(ttl_s)
         from concurrent.futures import ThreadPoolExecutor
 
-        import httpx
-
         self.url = url.rstrip("/")
         self.shown_url = safe_uri(self.url)
         self.default_cluster = default_cluster
-        self._client = httpx.Client(timeout=timeout_s)
+        self.max_age_s = max_age_s
+        self.queries = fleet_queries(max_age_s)
+        self.ksm_query = ksm_fleet_query(self.queries)
+        self.bearer_token_file = bearer_token_file
+        self._client = http_client(timeout_s, ca_file)
         self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
 
     def query(self, promql: str, name: str | None = None) -> list[Sample]:
         """One instant query; its vector as samples (named ``name`` when given, else by
         ``__name__``).
 
+        Sends ``partial_response=false`` (Thanos Query then fails a query that a store did not
+        answer instead of answering it without that store's series; Prometheus ignores the
+        parameter) and refuses an answer with ``warnings`` other than PromQL's own annotations
+        (``PromQL info:``/``PromQL warning:`` about the expression): see Partial answers in the
+        module docstring.
+
         Raises:
-            NotAvailableError: Prometheus cannot be reached or refuses the query.
+            NotAvailableError: Prometheus cannot be reached, refuses the query, or answers
+                something that is not a whole instant-query answer (the message says which: an
+                HTTP status, a redirect, a body that is not JSON, a partial answer).
         """
         import httpx
         import msgspec
 
+        headers = bearer_headers(self.bearer_token_file)
         try:
-            resp = self._client.post(self.url + "/api/v1/query", data={"query": promql})
-            body = msgspec.json.decode(resp.content)  # ~3x faster than json for 5 MB answers
-            if not isinstance(body, dict):
-                raise ValueError("the answer is not a JSON object")
-        except (httpx.HTTPError, ValueError, msgspec.DecodeError) as err:
+            resp = self._client.post(
+                self.url + "/api/v1/query",
+                data={"query": promql, "partial_response": "false"},
+                headers=headers,
+            )
+        except httpx.HTTPError as err:
             raise NotAvailableError(
                 f"cannot query Prometheus at {self.shown_url}: {safe_uri(str(err))}"
             ) from None
-        if resp.status_code != 200 or body.get("status") != "success":
-            raise NotAvailableError(
-                f"Prometheus at {self.shown_url} refused the query: "
-                f"{body.get('error') or resp.status_code}"
-            )
+        try:
+            body = msgspec.json.decode(resp.content)  # ~3x faster than json for 5 MB answers
+        except msgspec.DecodeError:
+            body = None
+        problem = http_problem(resp, body)
+        if problem is not None:
+            raise NotAvailableError(f"Prometheus at {self.shown_url} {problem}")
+        assert isinstance(body, dict)  # http_problem refuses any other answer
         data = body.get("data")
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(data, dict) or not isinstance(result, list | None):
@@ -325,13 +425,13 @@ class PrometheusApiSource(TelemetrySource):
         return out
 
     def collect(self) -> FleetSnapshot:
-        """Run the DCGM entries of :data:`FLEET_QUERIES` and :data:`KSM_FLEET_QUERY`
-        concurrently and build the snapshot."""
+        """Run the DCGM entries of :attr:`queries` and :attr:`ksm_query` concurrently and build
+        the snapshot."""
         futures = {
-            n: self._pool.submit(self.query, FLEET_QUERIES[n], None if n == "DCGM" else n)
+            n: self._pool.submit(self.query, self.queries[n], None if n == "DCGM" else n)
             for n in _DCGM_SAMPLES
         }
-        ksm = self._pool.submit(self.query, KSM_FLEET_QUERY).result()
+        ksm = self._pool.submit(self.query, self.ksm_query).result()
         dcgm = [x for n in _DCGM_SAMPLES for x in futures[n].result()]
         return FleetSnapshot(
             "prometheus", build_nodes(dcgm, ksm, self.default_cluster), time.time()
@@ -340,6 +440,110 @@ class PrometheusApiSource(TelemetrySource):
     def close(self) -> None:
         self._pool.shutdown(wait=False)
         self._client.close()
+
+
+ANNOTATION_PREFIXES = ("PromQL info:", "PromQL warning:")
+"""How Prometheus's PromQL annotations begin (``util/annotations`` of prometheus/prometheus): notes
+on the expression (a histogram with a malformed bucket, a rate over a name that is not a counter),
+not data left out of the answer."""
+
+
+def http_client(timeout_s: float, ca_file: str | None = None) -> Any:
+    """An ``httpx.Client`` with ``timeout_s`` (s) that does not follow redirects and trusts
+    httpx's CAs (``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` when set, else certifi's bundle) and, when
+    given, those of ``ca_file`` (a PEM bundle) too.
+
+    Raises:
+        ConfigError: ``ca_file`` cannot be read as PEM certificates.
+    """
+    import ssl
+
+    import httpx
+
+    if ca_file is None:
+        return httpx.Client(timeout=timeout_s)
+    try:
+        ctx = httpx.create_ssl_context()
+        ctx.load_verify_locations(cafile=ca_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(
+            f"FLEETMIND_PROMETHEUS_CA_FILE {ca_file!r} is not a readable PEM CA bundle: {err}"
+        ) from None
+    return httpx.Client(timeout=timeout_s, verify=ctx)
+
+
+def bearer_headers(token_file: str | None) -> dict[str, str]:
+    """``Authorization: Bearer <token>`` read from ``token_file`` now (each request: a Kubernetes
+    service-account token is rotated in place), or no header when ``token_file`` is None.
+
+    Raises:
+        NotAvailableError: the file cannot be read or is empty.
+    """
+    if token_file is None:
+        return {}
+    try:
+        token = Path(token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise NotAvailableError(
+            f"cannot read FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE {token_file!r}: "
+            f"{type(err).__name__}: {getattr(err, 'strerror', None) or err}"
+        ) from None
+    if not token or any(c in token for c in "\r\n"):
+        raise NotAvailableError(
+            f"FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE {token_file!r} holds no token (empty, or "
+            "several lines)"
+        )
+    return {"Authorization": f"Bearer {token}"}
+
+
+def http_problem(resp: Any, body: Any) -> str | None:
+    """Why an ``/api/v1/query`` answer cannot be used (the end of a sentence that begins
+    "Prometheus at URL"), or None when it is a successful JSON answer.
+
+    ``resp``: the ``httpx.Response``; ``body``: its JSON (None when it is not JSON). The status is
+    read before the body: a 401 from an auth proxy, a proxy's HTML 502 or Prometheus's own
+    ``404 page not found`` (the route prefix missing) is no JSON, and is reported as its status.
+    """
+    code = resp.status_code
+    if 300 <= code < 400:
+        where = resp.headers.get("location")
+        if not where:
+            return f"answered HTTP {code} (a redirect) without a Location"
+        where = str(resp.url.join(where))  # a relative Location, from the query's URL
+        base = where.split("?")[0].removesuffix("/api/v1/query")
+        return (
+            f"redirected to {safe_uri(where)} (HTTP {code}; a query is not followed): set "
+            f"FLEETMIND_PROMETHEUS_URL to {safe_uri(base)}"
+        )
+    if isinstance(body, dict) and body.get("status") == "error":
+        return f"refused the query: {str(body.get('error') or code)[:500]}"
+    if code in (401, 403):
+        return (
+            f"answered HTTP {code} {resp.reason_phrase}: it wants credentials (basic auth as "
+            "user:password@ in FLEETMIND_PROMETHEUS_URL, or a token in "
+            "FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE)"
+        )
+    if code == 404:
+        return (
+            "answered HTTP 404 for /api/v1/query: is the URL missing Prometheus's route prefix "
+            "(--web.route-prefix / --web.external-url, e.g. http://host:9090/prometheus)?"
+        )
+    if code != 200:
+        return f"answered HTTP {code} {resp.reason_phrase}".rstrip()
+    if not isinstance(body, dict):
+        kind = resp.headers.get("content-type", "no content type").split(";")[0]
+        return f"answered HTTP 200 with a body that is not a JSON object ({kind})"
+    if body.get("status") != "success":
+        return f"refused the query: {str(body.get('error') or body.get('status'))[:500]}"
+    warnings = body.get("warnings") or []
+    warnings = [str(w) for w in (warnings if isinstance(warnings, list) else [warnings])]
+    partial = [w for w in warnings if not w.startswith(ANNOTATION_PREFIXES)]
+    if partial:
+        return (
+            f"answered a partial result ({len(partial)} warning(s): {partial[0][:300]}); "
+            "FleetMind does not place on a fleet with series missing"
+        )
+    return None
 
 
 def is_exporter_url(url: str) -> bool:
@@ -363,7 +567,9 @@ class _KsmView:
     """What kube-state-metrics says, per ``(cluster, node)`` and per pod (see :func:`build_nodes`)."""
 
     pod_node: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
-    pod_by_name: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pod_by_name: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(cluster, pod name) -> node``: two clusters may each run a pod of the same name (a
+    DaemonSet pod's suffix is random per cluster, a StatefulSet's is not)."""
     daemonset: dict[tuple[str, str], str] = field(default_factory=dict)
     alloc: dict[tuple[str, str], dict[str, float]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -396,7 +602,7 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
             view.alloc[(cluster, lab["node"])][lab.get("resource", "")] = v
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
             view.pod_node[key] = (cluster, lab["node"])
-            view.pod_by_name.setdefault(key[1], (cluster, lab["node"]))
+            view.pod_by_name.setdefault((cluster, key[1]), lab["node"])
             if lab.get("created_by_kind"):
                 view.daemonset[key] = lab["created_by_kind"]
         elif name == "kube_pod_container_resource_requests" and key not in finished:
@@ -620,16 +826,16 @@ def workload_pod(lab: dict[str, str], own_pods: set[str] | frozenset[str] = froz
     return f"{lab.get('namespace', '')}/{pod}"
 
 
-def _node_name(lab: dict[str, str], pod_by_name: dict[str, tuple[str, str]], cluster: str) -> str:
+def _node_name(lab: dict[str, str], pod_by_name: dict[tuple[str, str], str], cluster: str) -> str:
     """The node of a DCGM series (see the module docstring for the order and the pitfall)."""
     for key in ("node", "kubernetes_node"):
         if lab.get(key):
             return lab[key]
     host = lab.get("Hostname") or lab.get("hostname")
     if host:
-        where = pod_by_name.get(host)
-        if where is not None and where[0] == cluster:
-            return where[1]  # Hostname is the exporter pod's name: use the pod's node
+        where = pod_by_name.get((cluster, host))
+        if where is not None:
+            return where  # Hostname is the exporter pod's name: use the pod's node
         if not EXPORTER_POD.match(host):
             return host
     return lab.get("instance", "unknown").rsplit(":", 1)[0]
