@@ -140,14 +140,21 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
 
 
 def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
-    from fleetmind.data.openb import check_gpu_specs, load_openb_nodes, load_openb_trace
+    from fleetmind.data.openb import (
+        check_gpu_specs,
+        check_pod_sizes,
+        load_openb_nodes,
+        load_openb_trace,
+    )
     from fleetmind.envs.fgd_mode import aggregate_results, evaluate_fgd
     from fleetmind.envs.policies import POLICIES, canonical_policy_name
     from fleetmind.rl.named_policies import STAGE_NAMES
 
     trace = load_openb_trace(args.trace)
     nodes = load_openb_nodes(args.nodes)
-    check_gpu_specs(trace, nodes.model.tolist(), f"the node list {nodes.source}")
+    where = f"the node list {nodes.source}"
+    check_gpu_specs(trace, nodes.model.tolist(), where)
+    check_pod_sizes(trace, nodes.cpu_milli, nodes.memory_mib, nodes.num_gpu, where)
     named = []
     stages = [p.lower() for p in policies if p.lower() in STAGE_NAMES]
     for p in policies:
@@ -313,7 +320,7 @@ def _evaluate_dynamic(
 ) -> dict:
     from tqdm import tqdm
 
-    from fleetmind.data.openb import check_gpu_specs, load_openb_trace
+    from fleetmind.data.openb import check_gpu_specs, check_pod_sizes, load_openb_trace
     from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
 
     if policies and any(p.lower() in ("ppo", "clone", "teacher", "rollout") for p in policies):
@@ -325,9 +332,14 @@ def _evaluate_dynamic(
     fleet = _dynamic_fleet(args.nodes)
     if fleet is not None:  # the node list as given: all its GPU nodes, no sample
         kwargs.update(fleet=fleet, node_fraction=1.0)
-        check_gpu_specs(trace, fleet.model_names, f"the node list {fleet.source}")
-    elif models := _openb_models():
-        check_gpu_specs(trace, models, "the openb node list")
+        where = f"the node list {fleet.source}"
+        check_gpu_specs(trace, fleet.model_names, where)
+        check_pod_sizes(trace, fleet.cpu_milli, fleet.memory_mib, fleet.gpu_count, where)
+    elif (openb := _openb_nodes()) is not None:
+        check_gpu_specs(trace, sorted(set(openb.model.tolist())), "the openb node list")
+        check_pod_sizes(
+            trace, openb.cpu_milli, openb.memory_mib, openb.num_gpu, "the openb node list"
+        )
     n_runs = len(policies) * len(seeds) if policies else None
     with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_dynamic(
@@ -361,15 +373,15 @@ def _dynamic_fleet(nodes_arg: str | None) -> Any:
     return fleet_from_openb_nodes(nodes, n_clusters=max(1, min(DYNAMIC_NODE_CLUSTERS, len(nodes))))
 
 
-def _openb_models() -> list[str]:
-    """The GPU models of the openb node list (empty when it cannot be read: the evaluation then
-    says why)."""
+def _openb_nodes() -> Any:
+    """The openb GPU node list (:class:`fleetmind.data.openb.OpenbNodes`), or None when it cannot
+    be read (the evaluation then says why)."""
     from fleetmind.data.openb import load_openb_nodes
 
     try:
-        return sorted(set(load_openb_nodes().model.tolist()))
+        return load_openb_nodes()
     except DataError:
-        return []
+        return None
 
 
 def _evaluate_dynamic_agent(
@@ -490,7 +502,10 @@ def _rollout_dynamic_factory(
 @contextlib.contextmanager
 def trace_warnings_on_stderr() -> Iterator[None]:
     """Print the :class:`fleetmind.data.openb.TraceWarning` raised inside as one line each,
-    ``fleetmind: warning: <message>`` on stderr (other warnings keep Python's format)."""
+    ``fleetmind: warning: <message>`` on stderr (other warnings keep Python's format); through
+    ``tqdm.write``, so that a line said while a progress bar runs gets a line of its own."""
+    from tqdm import tqdm
+
     from fleetmind.data.openb import TraceWarning
 
     shown = warnings.showwarning
@@ -504,7 +519,7 @@ def trace_warnings_on_stderr() -> Iterator[None]:
         line: str | None = None,
     ) -> None:
         if issubclass(category, TraceWarning):
-            print(f"fleetmind: warning: {' '.join(str(message).split())}", file=sys.stderr)
+            tqdm.write(f"fleetmind: warning: {' '.join(str(message).split())}", file=sys.stderr)
             sys.stderr.flush()
         else:
             shown(message, category, filename, lineno, file, line)

@@ -39,7 +39,7 @@ import numpy as np
 import yaml
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
-from fleetmind.data.files import read_text
+from fleetmind.data.files import read_text, value_error_text
 from fleetmind.data.fleet import MAX_FLEET_NODES, REGION_ORDER, Cluster, Fleet
 from fleetmind.data.openb import OpenbNodes
 from fleetmind.data.paths import openb_csv_dir
@@ -87,6 +87,27 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _LineDict
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _scalar_with_line(construct: Any) -> Any:
+    """``construct`` (a SafeLoader scalar constructor) with its ``ValueError`` as a
+    :class:`DataError` naming the line: an integer of more than 4,300 digits (CPython's limit,
+    CVE-2020-10735) or a date such as ``2026-13-01``."""
+
+    def wrapped(loader: _LineLoader, node: yaml.ScalarNode) -> Any:
+        try:
+            return construct(loader, node)
+        except ValueError as err:
+            raise DataError(f"line {node.start_mark.line + 1}: {value_error_text(err)}") from None
+
+    return wrapped
+
+
+for _tag, _construct in (
+    ("tag:yaml.org,2002:int", _BaseLoader.construct_yaml_int),
+    ("tag:yaml.org,2002:timestamp", _BaseLoader.construct_yaml_timestamp),
+):
+    _LineLoader.add_constructor(_tag, _scalar_with_line(_construct))
+
+
 def _where(src: str, obj: Any) -> str:
     line = getattr(obj, "line", 0)
     return f"{src}:{line}" if line else src
@@ -107,18 +128,41 @@ def _need(src: str, obj: Mapping[str, Any], key: str, what: str) -> Any:
     return obj[key]
 
 
+_MAX_COUNT = 2**53
+"""Largest integer a fleet file may give (``cpu_milli``, ``memory_mib``, ``count``, ...): the
+arrays are int64, and every integer up to it is exact as a float (2**53 MiB is 8 ZiB)."""
+
+
+def _shown(val: Any) -> str:
+    """``repr(val)``, except for an integer too long to print in a message line (``0x`` and 2,000
+    hex digits is a valid YAML integer that ``repr`` even refuses to write, CVE-2020-10735)."""
+    if isinstance(val, int) and val.bit_length() > 128:  # 39 digits and more: not worth a line
+        return f"an integer of {val.bit_length():,} bits"
+    return repr(val)
+
+
 def _as_int(src: str, obj: Mapping[str, Any], key: str, default: int | None = None) -> int:
     val = obj.get(key, default)
-    if isinstance(val, bool) or not isinstance(val, (int, float)) or val != int(val) or val < 0:
-        raise DataError(f"{_where(src, obj)}: {key!r} must be a non-negative integer, got {val!r}")
+    whole = isinstance(val, int) or (isinstance(val, float) and val.is_integer())
+    if isinstance(val, bool) or not whole or val < 0:
+        raise DataError(
+            f"{_where(src, obj)}: {key!r} must be a non-negative integer, got {_shown(val)}"
+        )
+    if val > _MAX_COUNT:
+        raise DataError(f"{_where(src, obj)}: {key!r} is too large: {_shown(val)} (at most 2**53)")
     return int(val)
 
 
 def _as_float(src: str, obj: Mapping[str, Any], key: str) -> float:
     val = obj.get(key)
-    if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
-        raise DataError(f"{_where(src, obj)}: {key!r} must be a non-negative number, got {val!r}")
-    return float(val)
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0:  # NaN too
+        raise DataError(
+            f"{_where(src, obj)}: {key!r} must be a non-negative number, got {_shown(val)}"
+        )
+    try:
+        return float(val)
+    except OverflowError:  # an integer beyond 1.8e308
+        raise DataError(f"{_where(src, obj)}: {key!r} is too large: {_shown(val)}") from None
 
 
 _TEMPLATE_KEYS = {
@@ -418,9 +462,9 @@ def load_fleet_yaml(path: str | os.PathLike[str]) -> Fleet:
         ConfigError: unknown template / cluster reference (names file and line).
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise DataError(f"fleet file {p} not found (give a YAML file or 'openb')")
-    text = read_text(p, "fleet file")  # its errors name the file already
+    text = read_text(p, "fleet file")  # a folder, unreadable, not UTF-8: names the file already
     try:
         doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
     except DataError as err:
@@ -430,6 +474,8 @@ def load_fleet_yaml(path: str | os.PathLike[str]) -> Fleet:
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise DataError(f"{where}: not valid YAML ({problem})") from None
+    except RecursionError:
+        raise DataError(f"{p}: not valid YAML (mappings or lists nested too deeply)") from None
     return fleet_from_dict(doc, str(p))
 
 
@@ -532,7 +578,7 @@ def load_openb_fleet(
     mem: list[int] = []
     templates: list[NodeTemplate] = []
     t_index: dict[str, int] = {}
-    with p.open(newline="") as fh:
+    with p.open(newline="", encoding="utf-8-sig") as fh:  # Excel's "CSV UTF-8" starts with a BOM
         reader = csv.DictReader(fh)
         need = {"sn", "cpu_milli", "memory_mib", "gpu", "model"}
         if reader.fieldnames is None or not need <= set(reader.fieldnames):

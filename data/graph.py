@@ -470,7 +470,14 @@ class DependencyGraph:
 
     @classmethod
     def from_model(cls, model: Any) -> DependencyGraph:
-        """Build a graph from a validated :class:`fleetmind.data.graph_schema.GraphModel`."""
+        """Build a graph from a validated :class:`fleetmind.data.graph_schema.GraphModel`.
+
+        Raises:
+            DataError: the graph has no nodes (served, it would map no alert and rank no cause;
+                a file or ``PUT /api/v1/graph`` that empties it is a mistake, not a topology).
+        """
+        if not model.nodes:
+            raise DataError(f"graph {model.name!r} has no nodes; a graph needs at least one")
         nodes = [
             GraphNode(
                 id=n.id, kind=n.kind, cluster=n.cluster, match=dict(n.match), attrs=dict(n.attrs)

@@ -47,9 +47,10 @@ POD_TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
 
 
 class TraceWarning(UserWarning):
-    """A trace value the loader changed (``gpu_milli`` above 1000, clipped), or a ``gpu_spec`` that
-    names a GPU model no node of the node list has (:func:`check_gpu_specs`). The CLI prints these
-    as ``fleetmind: warning: <message>``."""
+    """A trace value the loader changed (``gpu_milli`` above 1000, clipped), a ``gpu_spec`` that
+    names a GPU model no node of the node list has (:func:`check_gpu_specs`), pods larger than
+    every node (:func:`check_pod_sizes`), or a job stream too short for the offered load of
+    dynamic mode. The CLI prints these as ``fleetmind: warning: <message>``."""
 
 
 def gpu_model_id(name: str) -> int:
@@ -248,9 +249,21 @@ def _float_field(value: str, path: Path, row: int, col: str) -> float:
     return f
 
 
-def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
+def _read_rows(
+    path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> tuple[list[str], list[list[str]]]:
+    """The header (names stripped) and the rows of the CSV ``path``.
+
+    A UTF-8 byte order mark before the header is dropped (Excel's "CSV UTF-8" export writes one;
+    Python's ``utf-8-sig`` codec). A column of ``required`` or ``optional`` named twice is refused:
+    which one holds the values would be a guess.
+
+    Raises:
+        DataError: unreadable or not UTF-8, no header, a ``required`` column missing, a column
+            named twice.
+    """
     try:
-        with path.open(newline="") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             try:
                 header = [h.strip() for h in next(reader)]
@@ -259,6 +272,9 @@ def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[l
             missing = [c for c in required if c not in header]
             if missing:
                 raise DataError(f"{path}: header lacks column(s) {', '.join(missing)}")
+            twice = [c for c in (*required, *optional) if header.count(c) > 1]
+            if twice:
+                raise DataError(f"{path}: header names column(s) {', '.join(twice)} more than once")
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise DataError(f"{path}: cannot read CSV: {err}") from None
@@ -331,7 +347,7 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
             file, the 1-based data row and the field.
     """
     p = _resolve(name_or_path, "trace")
-    header, rows = _read_rows(p, POD_REQUIRED)
+    header, rows = _read_rows(p, POD_REQUIRED, (*POD_OPTIONAL_STR, *POD_TIME_COLUMNS))
     col = {
         c: header.index(c)
         for c in (*POD_REQUIRED, *POD_OPTIONAL_STR, *POD_TIME_COLUMNS)
@@ -571,6 +587,45 @@ def check_gpu_specs(trace: PodTrace, models: Iterable[str], what: str = "the nod
         f"trace {trace.source or trace.name}: gpu_spec names GPU model(s) that no node of {what} has: "
         f"{', '.join(items)}{more}; {stranded:,} pod(s) can run on no node and stay unplaced "
         f"(model names are case-sensitive; the nodes have {', '.join(have) or 'no GPU model'})",
+        TraceWarning,
+        stacklevel=2,
+    )
+    return True
+
+
+def check_pod_sizes(
+    trace: PodTrace,
+    cpu_milli: np.ndarray,
+    memory_mib: np.ndarray,
+    num_gpu: np.ndarray,
+    what: str = "the node list",
+) -> bool:
+    """Warn (:class:`TraceWarning`) when pods of ``trace`` ask for more GPUs, CPU or memory than
+    the largest node of ``what`` has: such a pod can run on no node, whatever the policy, and is
+    counted as failed. Per resource, the largest request, the largest node and how many pods ask
+    for more. Returns True when it warned.
+
+    Args:
+        trace: the pods.
+        cpu_milli, memory_mib, num_gpu: ``(N,)`` capacities of the nodes (milli-cores, MiB, GPUs).
+        what: how the message names the nodes.
+    """
+    over = np.zeros(len(trace), dtype=bool)
+    parts = []
+    for col, cap in (("num_gpu", num_gpu), ("cpu_milli", cpu_milli), ("memory_mib", memory_mib)):
+        want = np.asarray(getattr(trace, col), dtype=np.int64)
+        most = int(np.max(cap)) if len(cap) else 0
+        big = want > most
+        if big.any():
+            k = int(np.count_nonzero(big))
+            pods = f"{k:,} pod asks" if k == 1 else f"{k:,} pods ask"
+            parts.append(f"{col}: {pods} up to {int(want.max()):,}, the largest node has {most:,}")
+            over |= big
+    if not over.any():
+        return False
+    warnings.warn(
+        f"trace {trace.source or trace.name}: {int(over.sum()):,} pod(s) ask for more than any "
+        f"node of {what} has ({'; '.join(parts)}); they can run on no node and stay unplaced",
         TraceWarning,
         stacklevel=2,
     )

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fleetmind.data.errors import ModelLoadError
+from fleetmind.data.errors import DataError, ModelLoadError
+from fleetmind.data.files import read_json
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.mlflow_store import bounded_requests, download, is_mlflow_uri, reason, safe_uri
 from fleetmind.data.paths import MODELS_DIR
@@ -213,10 +214,10 @@ def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
 
     from fleetmind.rca.model import GATConfig, GATRanker, input_width
 
-    try:
-        meta = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ModelLoadError(f"{path / 'config.json'} is not valid JSON ({err})") from None
+    try:  # names the file for every way it is unreadable: a folder, not UTF-8, not JSON, ...
+        meta = read_json(path / "config.json", "model config")
+    except DataError as err:
+        raise ModelLoadError(str(err)) from None
     if not isinstance(meta, dict) or meta.get("format") != ARTIFACT_FORMAT:
         raise ModelLoadError(f"{path / 'config.json'} is not a {ARTIFACT_FORMAT} artifact")
     if meta.get("format_version") != ARTIFACT_FORMAT_VERSION:

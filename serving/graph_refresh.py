@@ -2,7 +2,8 @@
 
 ``fleetmind graph build`` (e.g. a CronJob) rewrites the file; this thread notices a changed file
 (modification time or size) and swaps the graph in (:meth:`fleetmind.serving.graphstore.GraphStore.replace`),
-as ``PUT /api/v1/graph`` does. A file that fails validation keeps the served graph and is logged.
+as ``PUT /api/v1/graph`` does. A file that fails validation (not JSON, malformed, no nodes) keeps
+the served graph, is logged at ERROR in one line and is kept in :attr:`GraphRefresher.last_error`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class GraphRefresher:
         while not self._stop.wait(self.interval_s):
             try:
                 self.check()
-            except Exception:  # pragma: no cover - never let the thread die
+            except Exception as err:  # never let the thread die; say it where errors are read
+                self.last_error = f"graph {self.path} not reloaded: {type(err).__name__}: {err}"
                 log.exception("graph refresh failed")
 
     def start(self) -> None:

@@ -459,20 +459,23 @@ def test_rca_refuses_the_timestamps_the_webhook_refuses(tmp_path: Path, model: s
 
 @pytest.mark.parametrize("model", ["baseline:upstream-coverage", None])
 @pytest.mark.parametrize("rca_processes", [0, 2])
-def test_rca_on_an_empty_served_graph_answers_no_cause(
+def test_a_graph_without_nodes_is_refused_and_rca_keeps_the_served_graph(
     tmp_path: Path, model: str | None, rca_processes: int
 ) -> None:
-    """A graph without nodes may be served (``PUT /api/v1/graph`` accepts it); ranking on it
-    answers no cause with every alert unmapped. With the released GAT (``model=None``) this was a
-    500 (the long fuzz run at the service's defaults found it, 2026-12-03): its result on an empty
-    graph carried no unmapped count, and the response counted the alert columns as dicts."""
+    """A graph without nodes is refused, served (``PUT /api/v1/graph``) or inline in ``POST
+    /api/v1/rca``: it would map no alert and rank no cause. Served, it was accepted up to
+    2026-12-04 and re-ranked every open incident to no cause; ranking on it was a 500 with the
+    released GAT (``model=None``) before 2026-12-03 (the long fuzz run at the service's defaults
+    found it). ``tests/test_serving_rca_batch.py`` still ranks on an empty graph built in code."""
     settings = make_settings(tmp_path, rca_model=model, rca_processes=rca_processes)
     with TestClient(create_app(settings)) as c:
-        assert c.put("/api/v1/graph", json={"nodes": [], "edges": []}, headers=A).is_success
+        r = c.put("/api/v1/graph", json={"nodes": [], "edges": []}, headers=A)
+        assert r.status_code == 422 and "has no nodes" in r.json()["detail"]
         alerts = [{"labels": {}}, {"labels": {"alertname": "GPUXidError", "node": "h0"}}]
+        inline = {"alerts": alerts, "graph": {"nodes": [], "edges": []}}
+        assert c.post("/api/v1/rca", json=inline, headers=R).status_code == 422
         r = c.post("/api/v1/rca", json={"alerts": alerts}, headers=R)
-        assert r.status_code == 200, r.text
-        assert r.json()["causes"] == [] and r.json()["mapped_alerts"] == 0
+        assert r.status_code == 200, r.text  # on the graph still served
 
 
 def test_prometheus_credentials_never_reach_clients(tmp_path: Path) -> None:
