@@ -75,6 +75,20 @@ MOVED_SCRIPTS = {
 }
 """Where the scripts named in older results' ``command`` now live (run them as modules)."""
 
+REMOVED_OPTIONS = {
+    "benchmarks.serving.cpu_loop": {
+        "--repo DIR": "leave it out and run the module with the Python of an environment that has "
+        "DIR installed (`pip install -e DIR`), e.g. `DIR/.venv/bin/python -m benchmarks.serving.cpu_loop`",
+    },
+    "benchmarks.serving.incident_worker": {
+        "--repo DIR": "leave it out and run the module with the Python of an environment that has "
+        "DIR installed (`pip install -e DIR`), e.g. "
+        "`DIR/.venv/bin/python -m benchmarks.serving.incident_worker`",
+    },
+}
+"""Options (with their argument) that older results' commands pass to a moved script and its
+module no longer takes, with what to do instead (the module docstrings say the same)."""
+
 AREA_TITLES = {
     "rca": "Root-cause analysis",
     "placement": "Placement (fgd mode)",
@@ -166,6 +180,59 @@ def command_of(d: dict[str, Any]) -> str | None:
 def commit_of(d: dict[str, Any]) -> str | None:
     commit = first(d, "commit", "code.commit", "git.head", "features_commit")
     return commit[:12] if isinstance(commit, str) else None
+
+
+UNKNOWN_COMMITS = (
+    "03648d39df40",  # placement/placement_env_profile.json
+    "21c93c71d203",  # rca/rca_root_share_{default,hard}.json
+    "432032b820fd",  # rca/petshop_fit_low_traffic.json, rca/rca_fit_time.json
+    "5709ce5a94b6",  # rca/gat_vs_gbdt_retuned_17600.json
+    "58e3628459ea",  # placement/variant_fidelity.json
+    "8146e1e",  # rca/rca_ablation_default.json
+    "bae186cf25a9",  # serving/k8s.json
+)
+"""Commits that results record and this repository's history does not hold (the code they name
+cannot be checked out). Kept as a list rather than asked of git, so that the index is the same in
+any copy of the checkout (a shallow clone holds few commits);
+``tests/test_benchmark_index_provenance.py`` checks it against git where the whole history is."""
+
+PROVENANCE_FIELDS = ("command", "commit", "machine", "versions")
+"""What a result needs to say to be rerun and compared (``benchmarks/provenance.py``)."""
+
+
+def recorded_commit(d: dict[str, Any]) -> str | None:
+    """The commit hash a result records (its leading hex digits; ``None`` when it records none)."""
+    commit = first(d, "commit", "code.commit", "git.head", "features_commit")
+    m = re.match(r"[0-9a-f]{7,40}\b", commit) if isinstance(commit, str) else None
+    return m.group(0) if m else None
+
+
+def provenance_of(d: dict[str, Any]) -> str:
+    """``complete``, or what a result's provenance lacks: the missing fields of
+    :data:`PROVENANCE_FIELDS` (``no commit, versions``), a commit this repository does not hold
+    (:data:`UNKNOWN_COMMITS`), and code changed beside the commit (``code_modified``).
+
+    Library versions count as recorded when an older result put them under ``machine``
+    (``machine.packages``, ``machine.torch``)."""
+    commit = recorded_commit(d)
+    present = {
+        "command": command_of(d) is not None,
+        "commit": commit is not None,
+        "machine": first(d, "machine") is not None,
+        "versions": first(d, "versions", "machine.packages", "machine.torch", "machine.numpy")
+        is not None,
+    }
+    gaps = []
+    missing = [k for k in PROVENANCE_FIELDS if not present[k]]
+    if missing:
+        gaps.append("no " + ", ".join(missing))
+    if commit is not None and any(
+        commit.startswith(u) or u.startswith(commit) for u in UNKNOWN_COMMITS
+    ):
+        gaps.append("commit not in this repository")
+    if d.get("code_modified") is True or first(d, "code.serving_rca_data_modified") is True:
+        gaps.append("code modified beside the commit")
+    return "; ".join(gaps) or "complete"
 
 
 def date_of(d: dict[str, Any], path: Path) -> str | None:
@@ -454,6 +521,15 @@ def cell(text: str | None, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def run_now_as(module: str) -> str:
+    """The "run now as" cell of a moved script: its module, and what replaces each option of
+    :data:`REMOVED_OPTIONS` that its older commands pass."""
+    out = f"`python -m {module}`"
+    for option, instead in REMOVED_OPTIONS.get(module, {}).items():
+        out += f"; for a recorded `{option}`, {instead}"
+    return out
+
+
 def area_of(rel: str) -> str:
     """The index heading of a result at ``rel`` (relative to ``results/``): its area folder's."""
     return AREA_TITLES.get(rel.split("/")[0], "Other")
@@ -467,14 +543,23 @@ def row(path: Path, cited: list[str]) -> str:
     rel = path.relative_to(RESULTS).as_posix()
     link = f"[`{rel}`](results/{rel})"
     if not isinstance(d, dict):
-        return f"| {link} | {NOT_RECORDED} | {NOT_RECORDED} | {NOT_RECORDED} | {NOT_RECORDED} | {', '.join(cited) or 'none'} |"
+        return f"| {link} | {NOT_RECORDED} | {NOT_RECORDED} | {NOT_RECORDED} | {NOT_RECORDED} | {NOT_RECORDED} | {', '.join(cited) or 'none'} |"
     cmd = command_of(d)
     cmd_cell = f"`{cell(cmd)}`" if cmd else NOT_RECORDED
     docs = ", ".join(f"[{c}](../{c})" for c in cited) or "none"
     return (
         f"| {link} | {cmd_cell} | {cell(commit_of(d))} | {cell(date_of(d, path))}"
-        f" | {cell(headline_of(d))} | {docs} |"
+        f" | {cell(provenance_of(d))} | {cell(headline_of(d))} | {docs} |"
     )
+
+
+def _complete(path: Path) -> bool:
+    """Whether the result at ``path`` records complete provenance (:func:`provenance_of`)."""
+    try:
+        d = json.loads(path.read_text())
+    except ValueError:
+        return False
+    return isinstance(d, dict) and provenance_of(d) == "complete"
 
 
 def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = None) -> str:
@@ -482,6 +567,7 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
     docs = list(doc_files() if docs is None else docs)
     cited = citations(results, docs)
     n_cited = sum(bool(c) for c in cited.values())
+    n_complete = sum(_complete(r) for r in results)
     lines = [
         "# Benchmark results",
         "",
@@ -497,6 +583,12 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
         'cite it. Older files lack some of these fields: the index then says "not recorded". A date'
         ' marked "(file name)" comes from the file name, not from the file.',
         "",
+        f"The provenance column says whether a file records all of {', '.join(PROVENANCE_FIELDS)}"
+        f" ({n_complete} of the {len(results)} do: `complete`), else what it lacks: the fields it does"
+        " not record, a commit this repository does not hold (`commit not in this repository`), or"
+        " code changed beside the commit it names (`code modified beside the commit`). Results are"
+        " not rewritten after the fact; a rerun records it all (`benchmarks/provenance.py`).",
+        "",
         "Commands are as recorded, with the scratch folder a run wrote to shown as `$RUN_DIR`"
         " and the shared data folder as `$FLEETMIND_SHARED_DATA`. Scripts have since moved into"
         " areas and run as modules from the checkout root; a recorded `python benchmarks/<script>.py` is now:",
@@ -504,7 +596,7 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
         "| recorded script | run now as |",
         "| --- | --- |",
     ]
-    lines += [f"| `{old}` | `python -m {new}` |" for old, new in MOVED_SCRIPTS.items()]
+    lines += [f"| `{old}` | {run_now_as(new)} |" for old, new in MOVED_SCRIPTS.items()]
     by_area: dict[str, list[Path]] = {}
     for r in results:
         by_area.setdefault(area_of(r.relative_to(RESULTS).as_posix()), []).append(r)
@@ -516,8 +608,8 @@ def render(results: Iterable[Path] | None = None, docs: Iterable[Path] | None = 
             "",
             f"## {area}",
             "",
-            "| file | command | commit | date (UTC) | headline | cited by |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| file | command | commit | date (UTC) | provenance | headline | cited by |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [row(r, cited[r]) for r in by_area[area]]
     return "\n".join(lines) + "\n"

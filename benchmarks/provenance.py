@@ -9,7 +9,7 @@ Every benchmark that writes a JSON starts it with :func:`provenance`, so that ea
     ...  # the measurement
     out = {**provenance(__spec__.name, argv, load_start=load0), "figures": ...}
 
-The keys are ``command`` (``python -m <module> <args>``), ``commit`` (``git rev-parse HEAD`` of
+The keys are ``command`` (``python -m <module> <args>``, quoted for a POSIX shell), ``commit`` (``git rev-parse HEAD`` of
 the checkout that ``fleetmind`` was imported from, or ``None`` when it is not a git checkout, e.g.
 an installed wheel), ``code_modified`` (that checkout's library folders had uncommitted changes), ``date`` (UTC, ISO 8601), ``machine`` (platform, processor, cores, load averages at the
 start and end) and ``versions`` (Python, torch, numpy and any ``packages`` asked for).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -61,9 +62,11 @@ def load_now() -> list[float] | None:
 
 
 def command(module: str, argv: Sequence[str] | None = None) -> str:
-    """The command line that reruns ``module`` with ``argv`` (default: this process's arguments)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join(["python", "-m", module, *args])
+    """The command line that reruns ``module`` with ``argv`` (default: this process's arguments),
+    each argument quoted for a POSIX shell where it needs it (``--note '2-core machine'``), so that
+    the line pastes back into a shell as the same arguments."""
+    args = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
+    return shlex.join(["python", "-m", module, *args])
 
 
 def machine(load_start: list[float] | None = None, **extra: Any) -> dict[str, Any]:

@@ -7,9 +7,15 @@ One small ``_add_<cmd>`` function per sub-command so that owners edit only their
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import os
+import platform
+import shlex
 
 from fleetmind import argtypes
 from fleetmind.cli.common import add_group
+from fleetmind.provenance import git_commit, versions
+from fleetmind.redact import safe_uri
 from fleetmind.training.io import write_json
 
 
@@ -246,6 +252,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.metrics import evaluate_methods, make_analyzers
 
+    load_start = _load_now()
     if args.feedback_db:
         from fleetmind.serving.feedback import feedback_incidents
 
@@ -289,8 +296,56 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"{name:<14}{m['ac@1']:>8.3f}{m['ac@3']:>8.3f}{m['ac@5']:>8.3f}{m['avg@5']:>8.3f}{m['mrr']:>8.3f}{m['ms_per_incident']:>9.2f}"
             f"{br['silent']['ac@1']:>13.3f}{br['non_silent']['ac@1']:>12.3f}"
         )
-    write_json(args.json, res)
+    if args.json is not None:
+        write_json(args.json, {**_evaluate_provenance(args, load_start), **res})
     return 0
+
+
+def _load_now() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _evaluate_command(args: argparse.Namespace) -> str:
+    """The ``fleetmind rca evaluate`` line that reruns ``args``, quoted for a POSIX shell
+    (``shlex.join``), a database URL's password masked."""
+    out = ["fleetmind", "rca", "evaluate"]
+    if args.feedback_db:
+        out += ["--feedback-db", safe_uri(args.feedback_db)]
+    else:
+        out += ["--data", str(args.data), "--split", args.split]
+    if args.methods:
+        out += ["--methods", *args.methods]
+    if args.model:
+        out += ["--model", safe_uri(args.model)]
+    if args.limit is not None:
+        out += ["--limit", str(args.limit)]
+    out += ["--seed", str(args.seed), "--json", str(args.json)]
+    return shlex.join(out)
+
+
+def _evaluate_provenance(args: argparse.Namespace, load_start: list[float] | None) -> dict:
+    """The provenance keys a benchmark result starts with (those of ``benchmarks/provenance.py``,
+    which the CLI may not import: DESIGN.md): ``command``, ``commit`` and ``code_modified``
+    (:func:`fleetmind.provenance.git_commit`), ``date`` (UTC, ISO 8601), ``machine`` (platform,
+    processor, cores, Python, load averages at the start and end) and ``versions`` (Python, torch,
+    numpy, fleetmind, PyG, scikit-learn)."""
+    return {
+        "command": _evaluate_command(args),
+        **git_commit(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_start": load_start,
+            "loadavg_end": _load_now(),
+        },
+        "versions": versions(("fleetmind", "torch_geometric", "scikit-learn")),
+    }
 
 
 # ---------------------------------------------------------------------------------------- petshop

@@ -9,6 +9,14 @@ evaluate --model models:/fleetmind-rca@champion`` sat silent for 4 min 12 s befo
 the user set them: a server that refuses connections is then reported within seconds (7.9 s for
 that command, imports included), one that never answers after three tries of 30 s at most.
 
+A database store (``postgresql://``, ``mysql://``, ``mssql://``, ``sqlite://``) has its own
+retries: MLflow tries to open it 10 times (``MAX_RETRY_COUNT`` in ``mlflow/store/db/utils.py``,
+waiting 0.1, 0.3, 0.7, ... 51.1 s between tries) and logs a five-line warning at each failure, so
+a PostgreSQL server that refuses connections took 111 s and 40 lines of warnings before its
+one-line error (measured 2026-12-04, a closed local port). Inside :func:`bounded_requests` it is
+tried :data:`DB_TRIES` times, and those warnings are not shown (the last error is what
+:func:`reason` reports).
+
 :func:`reason` turns MLflow's errors (a connection pool's retry report, a database driver's error
 with its SQL, a registry that does not take the URI's scheme) into one short line, and
 :func:`fleetmind.redact.safe_uri` masks the password of a URL (``http://user:pass@host``) wherever one is shown.
@@ -21,6 +29,7 @@ and by :func:`fleetmind.training.tracking.ready_store`, which every tracked comm
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -38,22 +47,37 @@ BOUNDED: dict[str, str] = {
 """MLflow's HTTP settings inside :func:`bounded_requests` (retries, backoff factor, seconds per
 request), each applied only where the environment does not set it."""
 
+DB_TRIES = 2
+"""How many times MLflow tries to open a database store inside :func:`bounded_requests` (its own
+``MAX_RETRY_COUNT`` is 10): one retry, 0.1 s after the first failure."""
+_DB_RETRY_LOGGER = "mlflow.store.db.utils"
+_DB_RETRY_MESSAGE = "SQLAlchemy engine could not be created"
+"""MLflow's logger and the start of the warning it logs before each database retry."""
+
 _lock = threading.Lock()
 _depth = 0
 _added: list[str] = []
+_saved_tries: list[int] = []
+
+
+def _not_a_db_retry(record: logging.LogRecord) -> bool:
+    """Logging filter: drop MLflow's warning before a database retry."""
+    return not str(record.msg).startswith(_DB_RETRY_MESSAGE)
 
 
 @contextmanager
 def bounded_requests() -> Iterator[None]:
     """Within the block, MLflow's HTTP requests use :data:`BOUNDED` where the environment sets
-    nothing else. Nested and concurrent blocks share one setting; the last one out restores the
-    environment."""
+    nothing else, and a database store is tried :data:`DB_TRIES` times, without MLflow's warning
+    before each retry. Nested and concurrent blocks share one setting; the last one out restores
+    the environment and MLflow's retry count."""
     global _depth
     with _lock:
         if _depth == 0:
             _added[:] = [k for k in BOUNDED if k not in os.environ]
             for k in _added:
                 os.environ[k] = BOUNDED[k]
+            _bound_db_retries()
         _depth += 1
     try:
         yield
@@ -64,6 +88,25 @@ def bounded_requests() -> Iterator[None]:
                 for k in _added:
                     os.environ.pop(k, None)
                 _added.clear()
+                _unbound_db_retries()
+
+
+def _bound_db_retries() -> None:
+    """Lower MLflow's database retry count to :data:`DB_TRIES` and hide its retry warnings."""
+    import mlflow.store.db.utils as db_utils
+
+    _saved_tries[:] = [db_utils.MAX_RETRY_COUNT]
+    db_utils.MAX_RETRY_COUNT = min(DB_TRIES, db_utils.MAX_RETRY_COUNT)
+    logging.getLogger(_DB_RETRY_LOGGER).addFilter(_not_a_db_retry)
+
+
+def _unbound_db_retries() -> None:
+    """Put back what :func:`_bound_db_retries` changed."""
+    import mlflow.store.db.utils as db_utils
+
+    if _saved_tries:
+        db_utils.MAX_RETRY_COUNT = _saved_tries.pop()
+    logging.getLogger(_DB_RETRY_LOGGER).removeFilter(_not_a_db_retry)
 
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^\"')\]]+)")

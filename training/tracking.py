@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import unquote, urlparse
 
 from fleetmind.data.mlflow_store import bounded_requests, reason, safe_uri
 from fleetmind.errors import ConfigError
@@ -87,7 +88,11 @@ def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
     Every store is asked for one experiment and one registered model, with MLflow's HTTP retries
     bounded (:func:`fleetmind.data.mlflow_store.bounded_requests`), so that a server that is down,
     a file that is not a database or a URI scheme MLflow does not take stops the command at once
-    instead of after minutes of retries or a whole training run.
+    instead of after minutes of retries or a whole training run. Where the store keeps artifacts
+    in a local folder (the embedded store's default: ``./mlruns`` beside where it was created), the
+    folder above its Default experiment's is checked too (:func:`_artifact_root_problem`): a file
+    in its place, or a folder the command may not write, used to fail only when the trained model
+    was logged.
 
     Args:
         uri: the tracking URI.
@@ -99,34 +104,72 @@ def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
     """
     import mlflow
 
-    def probe() -> None:
+    def probe() -> str | None:
         client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)
         client.search_registered_models(max_results=1)
+        try:  # MLflow's Default experiment (id 0): its folder's parent holds every new experiment's
+            return client.get_experiment("0").artifact_location
+        except Exception:  # deleted for good, or a store without it: nothing to check
+            return None
 
+    where = "MLFLOW_TRACKING_URI" + (f" or {flag}" if flag else "")
     try:
         with bounded_requests():
             if not uri.startswith("sqlite:///"):
-                probe()
-                return
-            import fcntl
+                location = probe()
+            else:
+                import fcntl
 
-            db = Path(uri.removeprefix("sqlite:///"))
-            db.parent.mkdir(parents=True, exist_ok=True)
-            with open(db.with_name(db.name + ".lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                try:
-                    probe()
-                finally:
-                    fcntl.flock(lock, fcntl.LOCK_UN)
+                db = Path(uri.removeprefix("sqlite:///"))
+                db.parent.mkdir(parents=True, exist_ok=True)
+                with open(db.with_name(db.name + ".lock"), "a") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    try:
+                        location = probe()
+                    finally:
+                        fcntl.flock(lock, fcntl.LOCK_UN)
     except OSError:
         raise  # a path the store needs (the CLI names it)
     except Exception as err:  # MLflow, SQLAlchemy and driver errors alike: the store is unusable
-        where = "MLFLOW_TRACKING_URI" + (f" or {flag}" if flag else "")
         raise ConfigError(
             f"MLflow tracking store {safe_uri(uri)} cannot be used: {reason(err)} (set {where}; the "
             f"default is {DEFAULT_TRACKING_URI})"
         ) from None
+    problem = _artifact_root_problem(location)
+    if problem is not None:
+        raise ConfigError(
+            f"MLflow tracking store {safe_uri(uri)} cannot be used: {problem}; the models a run "
+            f"logs go there (set {where}; the default is {DEFAULT_TRACKING_URI})"
+        )
+
+
+def _artifact_root_problem(location: str | None) -> str | None:
+    """Why the local folder above the artifact ``location`` of a store's Default experiment (where
+    MLflow puts each new experiment's artifacts: ``<root>/<experiment id>``) cannot take them, on
+    one line; ``None`` when it can, when it does not exist yet but its nearest existing parent is
+    a writable folder (MLflow creates it), or when the artifacts are not in a local folder
+    (``mlflow-artifacts:/``, ``s3://``...)."""
+    if not location:
+        return None
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        path = Path(unquote(parsed.path))
+    elif parsed.scheme and len(parsed.scheme) > 1:  # a remote store (a drive letter is local)
+        return None
+    else:
+        path = Path(location)
+    root = path.parent
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        if probe == root:
+            return f"its artifact folder {root} is a file"
+        return f"its artifact folder {root} cannot be made: {probe} is a file"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"its artifact folder {probe} is not writable"
+    return None
 
 
 def pip_requirements(packages: Sequence[str]) -> list[str]:
@@ -157,7 +200,9 @@ def promote_if_better(
     :data:`CHAMPION` to it if it beats the champion's ``tag``.
 
     A version beats the champion when its score is strictly better (a tie keeps the champion);
-    with no champion yet, or one without a readable tag, the new version becomes champion.
+    the scores compare as stored, at 6 decimals, so that a retraining that reproduces the
+    champion's score exactly (e.g. AC@1 = 1/12) ties with it. With no champion yet, or one without
+    a readable tag, the new version becomes champion.
 
     With an ``eval_set``, the version is also tagged :data:`EVAL_SET_TAG` and :data:`EVAL_N_TAG`,
     and the scores are compared only when the champion's :data:`EVAL_SET_TAG` equals it: a score
@@ -171,7 +216,8 @@ def promote_if_better(
     """
     from mlflow.exceptions import MlflowException
 
-    client.set_model_version_tag(name, version, tag, f"{score:.6f}")
+    stored = f"{score:.6f}"
+    client.set_model_version_tag(name, version, tag, stored)
     if eval_set is not None:
         client.set_model_version_tag(name, version, EVAL_SET_TAG, eval_set.fingerprint)
         client.set_model_version_tag(name, version, EVAL_N_TAG, str(eval_set.n))
@@ -192,7 +238,10 @@ def promote_if_better(
         best = float(champ.tags.get(tag, worst))
     except ValueError:
         best = worst
-    if score > best if higher_is_better else score < best:
+    mine = float(
+        stored
+    )  # the champion's score was stored at 6 decimals too: compare like with like
+    if mine > best if higher_is_better else mine < best:
         client.set_registered_model_alias(name, CHAMPION, str(version))
         return Promotion(True, prev)
     return Promotion(False, prev)

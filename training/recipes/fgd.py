@@ -26,10 +26,11 @@ What a run does:
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ from fleetmind.training.recipes.common import (
     seed_everything,
     write_model_card,
 )
+from fleetmind.training.recipes.flags import TRAIN_FLAGS
 from fleetmind.training.recipes.settings import FgdArgs
 from fleetmind.training.recipes.tracking import log_placement_pyfunc, run_dirs, tracked_run
 
@@ -394,31 +396,66 @@ def _metadata(r: _Run) -> dict[str, Any]:
     return meta
 
 
+_COMMAND_ALWAYS = frozenset(
+    {
+        "traces",
+        "timesteps",
+        "seed",
+        "n_envs",
+        "eval_freq",
+        "eval_fgd_until_pct",
+        "eval_traces",
+        "eval_seeds",
+        "teacher",
+        "bc_episodes",
+        "bc_target_ce",
+        "bc_fgd_until_pct",
+        "fgd_until_pct",
+    }
+)
+"""Settings the model card's command names even at their defaults (the cross-entropy search's
+size and seeds too, with ``--teacher cem``); every other flag appears when it differs from its
+default."""
+_COMMAND_CEM = frozenset({"cem_generations", "cem_population", "cem_seeds"})
+_COMMAND_NEVER = frozenset({"out", "release", "register"})
+"""Where the run went and what it did with the model afterwards, not what it learned."""
+
+
+def _flag_value(value: Any) -> str:
+    """A flag's value as typed (a float shortest, ``1e-05``, ``0.5``), quoted for a POSIX shell."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        value = short if float(short) == value else repr(value)
+    return shlex.quote(str(value))
+
+
 def _command(args: FgdArgs) -> str:
-    """The ``sched train`` flags of the run, as its model card records them."""
-    return " ".join(
-        [f"--trace {t}" for t in args.traces]
-        + [
-            f"--mode {args.mode} --timesteps {args.timesteps} --seed {args.seed} --n-envs {args.n_envs}"
-            f" --eval-freq {args.eval_freq} --eval-fgd-until-pct {args.eval_fgd_until_pct:g}"
-            + "".join(f" --eval-trace {t}" for t in args.eval_traces)
-            + f" --eval-seeds {' '.join(map(str, args.eval_seeds))}"
-            f" --teacher {args.teacher} --bc-episodes {args.bc_episodes}"
-            f" --bc-target-ce {args.bc_target_ce:g} --bc-fgd-until-pct {args.bc_fgd_until_pct:g}"
-            + (f" --bc-value-coef {args.bc_value_coef:g}" if args.bc_value_coef != 0.5 else "")
-            + (f" --vf-coef {args.vf_coef:g}" if args.vf_coef != 0.5 else "")
-            + f" --fgd-until-pct {args.fgd_until_pct:g}"
-            + (f" --reward {args.reward}" if args.reward != "shaped" else "")
-            + (" --penalty-features" if args.penalty_features else "")
-            + (
-                f" --cem-generations {args.cem_generations} --cem-population"
-                f" {args.cem_population} --cem-seeds {' '.join(map(str, args.cem_seeds))}"
-                if args.teacher == "cem"
-                else ""
-            )
-            + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
-        ]
-    )
+    """The ``sched train`` flags of the run, as its model card records them: every
+    :data:`~fleetmind.training.recipes.flags.TRAIN_FLAGS` setting that differs from its default
+    (plus :data:`_COMMAND_ALWAYS`), values quoted for a POSIX shell, so that the card's
+    "Regenerate" line reruns the same training."""
+    defaults = FgdArgs()
+    have = {f.name for f in fields(FgdArgs)}
+    out: list[str] = []
+    for spec in TRAIN_FLAGS:
+        name = spec.field
+        if name not in have or name in _COMMAND_NEVER:
+            continue
+        value = getattr(args, name)
+        shown = name in _COMMAND_ALWAYS or (name in _COMMAND_CEM and args.teacher == "cem")
+        if value is None or value is False or (not shown and value == getattr(defaults, name)):
+            continue
+        if value is True:
+            out.append(spec.flag)
+        elif spec.argparse.get("action") == "append":  # one value per use of the flag
+            out += [f"{spec.flag} {_flag_value(v)}" for v in value]
+        elif isinstance(value, list):
+            out.append(" ".join([spec.flag, *map(_flag_value, value)]))
+        else:
+            out.append(f"{spec.flag} {_flag_value(value)}")
+        if name == "traces":
+            out.append(f"--mode {args.mode}")
+    return " ".join(out)
 
 
 def _card(r: _Run, best: Any, wall: float) -> dict[str, Any]:
