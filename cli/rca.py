@@ -294,7 +294,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         br = m["by_root"]
         print(
             f"{name:<14}{m['ac@1']:>8.3f}{m['ac@3']:>8.3f}{m['ac@5']:>8.3f}{m['avg@5']:>8.3f}{m['mrr']:>8.3f}{m['ms_per_incident']:>9.2f}"
-            f"{br['silent']['ac@1']:>13.3f}{br['non_silent']['ac@1']:>12.3f}"
+            f"{_cell(br['silent']['ac@1'], 13)}{_cell(br['non_silent']['ac@1'], 12)}"
         )
     if args.json is not None:
         write_json(args.json, {**_evaluate_provenance(args, load_start), **res})
@@ -346,6 +346,12 @@ def _evaluate_provenance(args: argparse.Namespace, load_start: list[float] | Non
         },
         "versions": versions(("fleetmind", "torch_geometric", "scikit-learn")),
     }
+
+
+def _cell(value: float | None, width: int) -> str:
+    """A metric right-aligned in ``width`` columns, three decimals; ``-`` when it is undefined
+    (``None``: a subset without incidents)."""
+    return f"{'-' if value is None else format(value, '.3f'):>{width}}"
 
 
 # ---------------------------------------------------------------------------------------- petshop

@@ -58,9 +58,17 @@ def mrr(ranks: Sequence[int | None]) -> float:
     return float(np.mean([0.0 if r is None else 1.0 / r for r in ranks]))
 
 
-def summarize(ranks: Sequence[int | None], ms: Sequence[float] | None = None) -> dict[str, float]:
-    """The metric dict of one method: ``ac@1, ac@3, ac@5, avg@5, mrr, ms_per_incident``."""
-    out = {f"ac@{k}": ac_at_k(ranks, k) for k in K_VALUES}
+def summarize(
+    ranks: Sequence[int | None], ms: Sequence[float] | None = None
+) -> dict[str, float | None]:
+    """The metric dict of one method: ``ac@1, ac@3, ac@5, avg@5, mrr, ms_per_incident``.
+
+    Over no incidents (an empty subset: no silent root, say) every value is ``None``, ``null`` in
+    JSON: undefined, where 0.0 would read as a method that misses every root.
+    """
+    if not ranks:
+        return dict.fromkeys([*(f"ac@{k}" for k in K_VALUES), "avg@5", "mrr", "ms_per_incident"])
+    out: dict[str, float | None] = {f"ac@{k}": ac_at_k(ranks, k) for k in K_VALUES}
     out["avg@5"] = avg_at_k(ranks, 5)
     out["mrr"] = mrr(ranks)
     out["ms_per_incident"] = float(np.mean(ms)) if ms else 0.0
@@ -214,7 +222,8 @@ def evaluate_methods(
     Returns:
         ``{"n_incidents", "n_silent_root", "methods": {name: {"ac@1","ac@3","ac@5","avg@5","mrr",
         "ms_per_incident", "by_root": {"silent": {"n", "ac@1", ...}, "non_silent": {...}}}},
-        "by_fault_type": {name: {fault_type: {"n", "ac@1"}}}}``. A **silent root** is a root node
+        "by_fault_type": {name: {fault_type: {"n", "ac@1"}}}}``; the metrics of an empty part
+        (``n`` 0) are ``None`` (:func:`summarize`). A **silent root** is a root node
         that no alert of the incident maps to (``Watchdog``-style ``severity: none`` alerts do not
         count), whatever the generator's ``silent_root`` field says.
     """

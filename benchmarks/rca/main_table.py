@@ -38,6 +38,11 @@ METHODS = (
 )
 
 
+def _ac1(part: dict) -> str:
+    """A subset's AC@1 with three decimals, ``-`` when the subset is empty (``None``)."""
+    return "-" if part["ac@1"] is None else f"{part['ac@1']:.3f}"
+
+
 def bootstrap(ranks: list, k: int | None, n_boot: int, seed: int) -> list[float]:
     """95 % percentile interval of AC@k (``k``) or MRR (``k=None``) over incidents."""
     r = np.array([np.inf if x is None else x for x in ranks], dtype=float)
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 br = m["by_root"]
                 print(
                     f"{name:<8}{split:<11}{mname:<15}AC@1 {m['ac@1']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
-                    f"  silent {br['silent']['ac@1']:.3f}  non-silent {br['non_silent']['ac@1']:.3f}"
+                    f"  silent {_ac1(br['silent'])}  non-silent {_ac1(br['non_silent'])}"
                 )
     prov = provenance(__spec__.name, argv, load_start=load0, packages=("scikit-learn",))
     commands = {name: prov["command"] for name in out}
