@@ -121,10 +121,14 @@ def read_incidents(path: str | Path) -> list[dict[str, Any]]:
                     ) from None
                 if not line.strip():
                     continue
+                if lineno == 1 and line.startswith("\ufeff"):  # a BOM, as utf-8-sig reads it
+                    line = line[1:]
                 try:
                     inc = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise DataError(f"{p}:{lineno}: not valid JSON ({err.msg})") from None
+                except ValueError as err:  # an integer over Python's 4,300-digit limit
+                    raise DataError(f"{p}:{lineno}: not valid JSON ({err})") from None
                 validate_incident(inc, f"{p}:{lineno}")
                 out.append(inc)
     except FileNotFoundError:

@@ -20,7 +20,6 @@ Shapes:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -28,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fleetmind.data.errors import ConfigError, ModelLoadError
+from fleetmind.data.errors import ConfigError, DataError, ModelLoadError
+from fleetmind.data.files import read_json
 from fleetmind.data.openb import PodTrace, load_openb_trace
 from fleetmind.envs.dynamic.jobs import DynJobs
 from fleetmind.envs.dynamic.order import make_order
@@ -331,10 +331,10 @@ def _read_metadata(folder: Path) -> dict[str, Any] | None:
     meta_file = folder / "metadata.json"
     if not meta_file.is_file():
         return None
-    try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8
-        raise ModelLoadError(f"corrupt metadata {meta_file}: {exc}") from exc
+    try:  # read_json: a BOM is ignored, a huge integer or bad bytes are one line
+        meta = read_json(meta_file, "metadata")
+    except DataError as exc:
+        raise ModelLoadError(f"corrupt {exc}") from exc
     if not isinstance(meta, dict) or meta.get("mode") != "dynamic":
         raise ModelLoadError(
             f"{meta_file} does not describe a dynamic-mode model (mode "

@@ -19,14 +19,14 @@ single feasible node goes there, one with none fails, exactly as in the env and 
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fleetmind.data.errors import ConfigError, ModelLoadError
+from fleetmind.data.errors import ConfigError, DataError, ModelLoadError
+from fleetmind.data.files import read_json
 from fleetmind.data.mlflow_store import bounded_requests, download, is_mlflow_uri, reason
 from fleetmind.data.openb import PodTrace
 from fleetmind.data.paths import MODELS_DIR
@@ -212,10 +212,10 @@ def _load_folder(path: Path, backend: str) -> PPOPlacementPolicy:
     meta: dict[str, Any] = {}
     meta_file = folder / "metadata.json"
     if meta_file.is_file():
-        try:
-            meta = json.loads(meta_file.read_text())
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"corrupt placement model metadata {meta_file}: {exc}") from exc
+        try:  # read_json: a BOM is ignored, a huge integer or bad bytes are one line
+            meta = read_json(meta_file, "placement model metadata")
+        except DataError as exc:
+            raise ModelLoadError(f"corrupt {exc}") from exc
         if not isinstance(meta, dict):
             raise ModelLoadError(f"corrupt placement model metadata {meta_file}: not an object")
     if backend not in ("auto", "onnx", "torch"):

@@ -72,6 +72,19 @@ def test_split_file_with_bytes_that_are_not_utf8_names_its_line(tmp_path: Path) 
         read_incidents(split)
 
 
+def test_split_file_behind_a_bom_reads_and_a_huge_integer_names_its_line(tmp_path: Path) -> None:
+    """A ``.jsonl`` split saved with a byte order mark (utf-8-sig, as the JSON readers take it)
+    reads as without; an integer over CPython's 4,300-digit limit is the line's error."""
+    split = tmp_path / "val.jsonl"
+    split.write_bytes(b"\xef\xbb\xbf" + b'{"id": "x"}\n')
+    with pytest.raises(DataError, match=r"val\.jsonl:1: ") as exc:
+        read_incidents(split)  # read past line 1, then refused by the incident validator
+    assert "not valid JSON" not in str(exc.value)
+    split.write_bytes(b'{"id": 1' + b"0" * 5000 + b"}\n")
+    with pytest.raises(DataError, match=r"val\.jsonl:1: not valid JSON \(Exceeds the limit"):
+        read_incidents(split)
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [

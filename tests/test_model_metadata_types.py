@@ -116,3 +116,24 @@ def test_sched_evaluate_says_one_line_and_exits_2(
     assert main([*argv, "--seeds", "1", "--policies", "ppo", "--model", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err and err[-1].startswith("fleetmind: error:") and "Traceback" not in "\n".join(err)
+
+
+def _bom(name: str) -> bytes:
+    """The released ``metadata.json`` of ``name`` behind a UTF-8 byte order mark (what Windows
+    editors and PowerShell's ``Out-File -Encoding utf8`` write; RFC 8259 section 8.1 lets a parser
+    ignore it)."""
+    return b"\xef\xbb\xbf" + (MODELS_DIR / name / "metadata.json").read_bytes()
+
+
+def test_metadata_behind_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    load_ppo_policy(_copy(tmp_path, "placement", _bom("placement")))
+    folder = _copy(tmp_path, "placement-dynamic", _bom("placement-dynamic"))
+    assert model_config(folder) == model_config(MODELS_DIR / "placement-dynamic")
+
+
+def test_metadata_with_an_integer_python_cannot_read_is_a_load_error(tmp_path: Path) -> None:
+    huge = b'{"n_candidates": 1' + b"0" * 5000 + b"}"  # over CPython's 4,300-digit limit
+    with pytest.raises(ModelLoadError, match="more than 4,300 digits"):
+        load_ppo_policy(_copy(tmp_path, "placement", huge))
+    with pytest.raises(ModelLoadError, match="more than 4,300 digits"):
+        model_config(_copy(tmp_path, "placement-dynamic", huge))
