@@ -227,6 +227,20 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         "database (instead of --data)",
     )
     p.add_argument(
+        "--feedback-since",
+        default=None,
+        metavar="WHEN",
+        help="with --feedback-db: only feedback given at or after WHEN (ISO 8601 date or "
+        "date-time, UTC without an offset), e.g. the --feedback-until of the training run, so "
+        "that the incidents test the model rather than its training",
+    )
+    p.add_argument(
+        "--feedback-until",
+        default=None,
+        metavar="WHEN",
+        help="with --feedback-db: only feedback given before WHEN",
+    )
+    p.add_argument(
         "--methods",
         nargs="+",
         default=None,
@@ -251,14 +265,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     from fleetmind.data.errors import ConfigError, DataError
     from fleetmind.data.rca_dataset import load_dataset
     from fleetmind.rca.metrics import evaluate_methods, make_analyzers
+    from fleetmind.training.rca_feedback import feedback_period
 
     load_start = _load_now()
+    period = feedback_period(args)  # refused without --feedback-db, or not a date
     if args.feedback_db:
         from fleetmind.serving.feedback import feedback_incidents
 
         if args.data:
             raise ConfigError("give --data or --feedback-db, not both")
-        incidents, graphs = feedback_incidents(args.feedback_db)
+        incidents, graphs = feedback_incidents(args.feedback_db, *period)
         args.split = "feedback"
     elif args.data:
         ds = load_dataset(args.data, [args.split])  # only this split: the others may be huge
@@ -271,6 +287,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         incidents = incidents[: args.limit]
     if not incidents:  # AC@1 0.000 over nothing would read as a model that fails
         source = "the feedback database" if args.feedback_db else f"dataset {args.data}"
+        if any(t is not None for t in period):
+            source += " in the period asked for (--feedback-since / --feedback-until)"
         raise DataError(f"split {args.split!r} of {source} has no incidents to evaluate")
     analyzers = make_analyzers(
         args.methods, model=args.model, seed=args.seed, data=args.data or None
@@ -280,12 +298,24 @@ def _evaluate(args: argparse.Namespace) -> int:
         from fleetmind.training.rca_feedback import safe_url
 
         res["data"] = safe_url(args.feedback_db)
+        res["feedback"] = {
+            "since": getattr(args, "feedback_since", None),
+            "until": getattr(args, "feedback_until", None),
+            "used_by_training": _used_by_training(incidents, analyzers),
+        }
     else:
         res["data"] = str(args.data)
     res["split"] = args.split
     print(
         f"{args.split}: {res['n_incidents']} incidents, {res['n_silent_root']} with a silent root"
     )
+    for name, used in res.get("feedback", {}).get("used_by_training", {}).items():
+        how = (
+            "for those this measures the training fit, not a test" if used["n"] else "a test of it"
+        )
+        print(
+            f"  ({used['n']} of them used by training run {used['run']} of the {name} model: {how})"
+        )
     print(
         f"{'method':<14}{'AC@1':>8}{'AC@3':>8}{'AC@5':>8}{'Avg@5':>8}{'MRR':>8}{'ms/inc':>9}"
         f"{'AC@1 silent':>13}{'non-silent':>12}"
@@ -301,6 +331,31 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _used_by_training(incidents: list[dict], analyzers: dict) -> dict[str, dict]:
+    """Per method whose model records the feedback its training used (``rca train
+    --feedback-db`` writes it to the artifact's ``config.json``, ``data.feedback``): the run, the
+    database it read (password masked) and how many of ``incidents`` it trained on, by id
+    (``feedback-<incident id>``: ids of another database would match too)."""
+    ids = {str(inc["id"]) for inc in incidents}
+    out = {}
+    for name, an in analyzers.items():
+        meta = getattr(an, "meta", None)
+        data = meta.get("data") if isinstance(meta, dict) else None
+        fb = data.get("feedback") if isinstance(data, dict) else None
+        if not isinstance(fb, dict) or not isinstance(fb.get("incidents"), list):
+            continue
+        used = sorted(ids & {str(i) for i in fb["incidents"]})
+        run = fb.get("run") or fb.get("run_id") or "?"
+        out[name] = {
+            "run": run,
+            "run_id": fb.get("run_id"),
+            "db": fb.get("db"),
+            "n": len(used),
+            "incidents": used,
+        }
+    return out
+
+
 def _load_now() -> list[float] | None:
     """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
     if not hasattr(os, "getloadavg"):
@@ -314,6 +369,12 @@ def _evaluate_command(args: argparse.Namespace) -> str:
     out = ["fleetmind", "rca", "evaluate"]
     if args.feedback_db:
         out += ["--feedback-db", safe_uri(args.feedback_db)]
+        for flag, value in (
+            ("--feedback-since", getattr(args, "feedback_since", None)),
+            ("--feedback-until", getattr(args, "feedback_until", None)),
+        ):
+            if value is not None:
+                out += [flag, value]
     else:
         out += ["--data", str(args.data), "--split", args.split]
     if args.methods:

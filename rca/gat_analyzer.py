@@ -88,8 +88,9 @@ class GATAnalyzerConfig:
             oversubscribing a shared machine; the previous setting is restored after each call.
         mask_fault_types: type each cause only with fault types that the catalog
             (:func:`fleetmind.data.rca_gen.faults.plausible_fault_types`) allows at its node's kind
-            and role, ``unknown`` when none fits (``False``: the fault head's plain argmax, for
-            ablations).
+            and role, ``unknown`` when none fits (``False``: the fault head's best type of the
+            catalog, whatever the node, for ablations; a class outside the catalog is never
+            given either way).
         lone_alert_margin: keep every quiet candidate this many logits below the only alerting
             node of its connected group of candidates (:mod:`fleetmind.rca.parsimony`: a lone
             alert is its own node's fault before a silent neighbour's); ``None`` leaves the
@@ -337,18 +338,22 @@ class GATAnalyzer(BaseAnalyzer):
     def _fault_type(self, node: Any, logits: np.ndarray) -> str:
         """The most likely fault type that the catalog allows at ``node``'s kind (and role).
 
-        ``logits``: ``(C,)`` fault-head outputs over :attr:`fault_types`. Types outside the
-        catalog (a model trained on other fault names) are never masked; a node whose kind allows
-        none of the model's types gets :data:`UNKNOWN_FAULT`.
+        ``logits``: ``(C,)`` fault-head outputs over :attr:`fault_types`. Only types of the
+        catalog (:data:`fleetmind.data.rca_gen.faults.FAULT_TYPES`) are ever given: a class the
+        model has beyond them (``unknown``, learned from feedback that named no fault type
+        before such labels were left untyped, or another dataset's names) is never the answer.
+        A node whose kind allows none of the model's types gets :data:`UNKNOWN_FAULT`; with
+        ``mask_fault_types`` off, the best catalog type whatever the node.
         """
         if not self.config.mask_fault_types:
-            return self.fault_types[int(np.argmax(logits))]
-        role = node.attrs.get("role") if isinstance(node.attrs, dict) else None
-        key = (node.kind, role if isinstance(role, str) else None)
+            key: tuple[str, str | None] = ("*", None)
+        else:
+            role = node.attrs.get("role") if isinstance(node.attrs, dict) else None
+            key = (node.kind, role if isinstance(role, str) else None)
         mask = self._fault_mask_cache.get(key)
         if mask is None:
-            ok = plausible_fault_types(*key)
-            mask = np.array([t in ok or t not in FAULT_TYPES for t in self.fault_types])
+            ok = FAULT_TYPES if key[0] == "*" else plausible_fault_types(*key)
+            mask = np.array([t in ok for t in self.fault_types])
             self._fault_mask_cache[key] = mask
         if not mask.any():
             return UNKNOWN_FAULT

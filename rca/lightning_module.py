@@ -30,6 +30,7 @@ from fleetmind.data.rca_dataset import load_dataset
 from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidate_mask
 from fleetmind.rca.features.layout import FEATURE_VERSION
 from fleetmind.rca.features.neighbours import neighbour_inputs
+from fleetmind.rca.gat_analyzer import UNKNOWN_FAULT
 from fleetmind.rca.model import GATConfig, GATRanker, input_width, listwise_loss, root_ranks
 from fleetmind.rca.thinning import thinned_copies
 
@@ -129,14 +130,15 @@ def incidents_to_data(
     crop_hops: int | None = None,
     neighbours: bool = False,
 ) -> list[Data]:
-    """Features of many incidents (fault types outside ``fault_types`` get class ``-1``)."""
+    """Features of many incidents (a fault type outside ``fault_types``, or none, gets class
+    ``-1``: the incident trains the ranking only)."""
     from tqdm.auto import tqdm
 
     fidx = {f: i for i, f in enumerate(fault_types)}
     out = []
     for inc in tqdm(incidents, desc=desc, disable=not progress, leave=False):
         g = graphs[inc["graph"]]
-        fault = fidx.get(inc["fault_type"], -1)
+        fault = fidx.get(inc.get("fault_type"), -1)
         out.append(
             incident_to_data(g, inc["alerts"], inc["root_cause"], fault, crop_hops, neighbours)
         )
@@ -150,6 +152,26 @@ def _edge_attr(batch: Data) -> torch.Tensor | None:
 
 MISSING_RANK = 10**6
 """Rank given to an incident whose root fell outside the candidate subgraph."""
+NO_FAULT_TYPE = (None, "", UNKNOWN_FAULT)
+"""``fault_type`` values that name no fault type (the incident trains the ranking only)."""
+
+
+def fault_classes(incidents: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The fault-head classes of a training set: its incidents' fault types, sorted. An incident
+    without one (feedback that named none: ``None``) or typed
+    :data:`fleetmind.rca.gat_analyzer.UNKNOWN_FAULT` gets class ``-1`` and trains the ranking
+    only: ``unknown`` says that no type is known, and a class of its own would teach the head to
+    answer it for every cause."""
+    return sorted(
+        {str(f) for inc in incidents if (f := inc.get("fault_type")) not in NO_FAULT_TYPE}
+    )
+
+
+def feedback_id(incident: Mapping[str, Any]) -> str | None:
+    """The feedback incident id of a training line that :func:`fleetmind.training.rca_feedback.merge_feedback`
+    added (its ``feedback.id``, the same for each copy), ``None`` for a dataset's own incident."""
+    fb = incident.get("feedback")
+    return str(fb.get("id", incident["id"])) if isinstance(fb, Mapping) else None
 
 
 class RCADataModule(pl.LightningDataModule):
@@ -160,12 +182,20 @@ class RCADataModule(pl.LightningDataModule):
     **graphs** (``val_fraction`` of them), so validation still measures unseen topologies. Every other
     split (``test``, ``test_large``, ...) is exposed through :attr:`test_sets`.
 
+    Feedback lines of ``train`` (those :func:`fleetmind.training.rca_feedback.merge_feedback`
+    marks with a ``feedback`` key) are always trained on: the validation graphs are drawn from
+    the dataset's own incidents only, ``max_train`` subsamples those only, and the feedback is
+    added after both. :attr:`feedback` says which were kept and which were dropped (root outside
+    the candidate subgraph), by incident id; :attr:`feedback_data` holds one ``Data`` of each
+    kept one (to report how well the model fits them).
+
     Args:
         data_dir: the dataset folder.
         batch_size: graphs per batch.
         seed: seeds the val split and the shuffling of training batches.
         val_fraction: share of training graphs held out when the folder has no ``val`` split.
-        max_train: use at most this many training incidents (seeded subsample; ``None``: all).
+        max_train: use at most this many of the dataset's own training incidents (seeded
+            subsample; ``None``: all); feedback lines are kept whatever this is.
         progress: show a progress bar while computing features.
         crop_hops: candidate subgraph radius (:func:`fleetmind.rca.features.dense.candidate_mask`), the same at
             training and inference (stored in the model config). Training incidents whose root
@@ -209,6 +239,8 @@ class RCADataModule(pl.LightningDataModule):
         self.val_data: list[Data] = []
         self.test_sets: dict[str, list[Data]] = {}
         self.info: dict[str, Any] = {}
+        self.feedback: dict[str, Any] = {}
+        self.feedback_data: list[Data] = []
         self._ready = False
 
     def _cache_path(self) -> Path | None:
@@ -223,6 +255,7 @@ class RCADataModule(pl.LightningDataModule):
             "seed": self.seed,
             "max_train": self.max_train,
             "val_fraction": self.val_fraction,
+            "split_rule": 2,  # feedback kept out of validation and subsampling; catalog classes
             **({"neighbours": True} if self.neighbours else {}),
             **({"thin_share": self.thin_share} if self.thin_share else {}),
             "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files],
@@ -246,6 +279,7 @@ class RCADataModule(pl.LightningDataModule):
                 self.fault_types = blob["fault_types"]
                 self.train_data, self.val_data = blob["train"], blob["val"]
                 self.test_sets, self.info = blob["test_sets"], blob["info"]
+                self.feedback, self.feedback_data = blob["feedback"], blob["feedback_data"]
                 self._ready = True
                 return
             except Exception:  # a stale or broken cache is recomputed
@@ -258,6 +292,8 @@ class RCADataModule(pl.LightningDataModule):
                 "val": self.val_data,
                 "test_sets": self.test_sets,
                 "info": self.info,
+                "feedback": self.feedback,
+                "feedback_data": self.feedback_data,
             }
             # under DDP every rank computes the same features; one writes the cache, atomically
             if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
@@ -268,13 +304,12 @@ class RCADataModule(pl.LightningDataModule):
                 except OSError:
                     tmp.unlink(missing_ok=True)
 
-    def _compute(self) -> None:
-
-        ds = load_dataset(self.data_dir)
-        if "train" not in ds.splits:
-            raise DataError(f"dataset {self.data_dir} has no train.jsonl")
-        rng = np.random.default_rng(self.seed)
-        train = list(ds.splits["train"])
+    def _splits(self, ds: Any, rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
+        """``(train, val)`` incidents: the folder's ``val`` or held-out training graphs, drawn
+        (like the ``max_train`` subsample) from the dataset's own incidents only; the feedback
+        lines of ``train`` are appended to training after both."""
+        train = [inc for inc in ds.splits["train"] if feedback_id(inc) is None]
+        feedback = [inc for inc in ds.splits["train"] if feedback_id(inc) is not None]
         if "val" in ds.splits and ds.splits["val"]:
             val = list(ds.splits["val"])
         else:
@@ -284,18 +319,28 @@ class RCADataModule(pl.LightningDataModule):
             held = set(names[:n_val])
             val = [inc for inc in train if inc["graph"] in held]
             train = [inc for inc in train if inc["graph"] not in held]
-        if not train or not val:
+        if not (train or feedback) or not val:
             raise DataError(f"dataset {self.data_dir}: need training and validation incidents")
         if self.max_train is not None and len(train) > self.max_train:
             keep = np.sort(rng.choice(len(train), size=self.max_train, replace=False))
             train = [train[i] for i in keep]
-        self.fault_types = sorted({str(inc["fault_type"]) for inc in train})
+        return train + feedback, val
+
+    def _compute(self) -> None:
+
+        ds = load_dataset(self.data_dir)
+        if "train" not in ds.splits:
+            raise DataError(f"dataset {self.data_dir} has no train.jsonl")
+        rng = np.random.default_rng(self.seed)
+        train, val = self._splits(ds, rng)
+        self.fault_types = fault_classes(train)
         g = ds.graphs
         thinned = thinned_copies(train, g, self.thin_share, self.seed)
         ch = self.crop_hops
         ft, pb, nb = self.fault_types, self.progress, self.neighbours
         train_data = incidents_to_data(train + thinned, g, ft, pb, "train features", ch, nb)
         self.train_data = [d for d in train_data if not bool(d.root_missing)]
+        self._feedback_outcome(train, train_data)
         self.val_data = incidents_to_data(val, g, ft, pb, "val features", ch, nb)
         self.test_sets = {
             name: incidents_to_data(incs, g, ft, pb, f"{name} features", ch, nb)
@@ -312,7 +357,37 @@ class RCADataModule(pl.LightningDataModule):
             "crop_hops": ch,
             **{f"n_{k}": len(v) for k, v in self.test_sets.items()},
         }
+        if self.feedback:
+            self.info["n_feedback"] = len(self.feedback["incidents"])
+            self.info["feedback_root_outside_crop"] = len(self.feedback["dropped"])
         self._ready = True
+
+    def _feedback_outcome(self, train: Sequence[Mapping[str, Any]], data: Sequence[Data]) -> None:
+        """Fill :attr:`feedback` and :attr:`feedback_data` from the training incidents and their
+        ``Data`` (the first ``len(train)`` of ``data``, in the same order)."""
+        kept: dict[str, Data] = {}
+        dropped: set[str] = set()
+        copies = [0, 0]  # kept, dropped
+        for inc, d in zip(train, data[: len(train)], strict=True):
+            fid = feedback_id(inc)
+            if fid is None:
+                continue
+            missing = bool(d.root_missing)
+            copies[missing] += 1
+            if missing:
+                dropped.add(fid)
+            else:
+                kept.setdefault(fid, d)
+        if not (kept or dropped):
+            self.feedback, self.feedback_data = {}, []
+            return
+        self.feedback = {
+            "incidents": sorted(kept),
+            "copies": copies[0],
+            "dropped": sorted(dropped),
+            "dropped_copies": copies[1],
+        }
+        self.feedback_data = [kept[k] for k in sorted(kept)]
 
     def train_dataloader(self) -> DataLoader:
         gen = torch.Generator().manual_seed(self.seed)
@@ -390,7 +465,9 @@ class GATLightning(pl.LightningModule):
             fault_loss = torch.nn.functional.cross_entropy(fl, batch.fault[known])
             fault_acc = (fl.argmax(-1) == batch.fault[known]).float().mean()
         else:
-            fault_loss = logits.new_zeros(())
+            # no typed incident in the batch: a zero loss through the head all the same, so that
+            # under DDP every parameter gets its gradient (DDP stops on parameters a step left out)
+            fault_loss = self.model.fault_logits(h, batch.root_index[:1], batch.batch).sum() * 0
             fault_acc = logits.new_zeros(())
         loss = rank_loss + self.hparams.fault_weight * fault_loss
         with torch.no_grad():

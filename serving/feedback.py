@@ -9,7 +9,15 @@ incident wins.
 
 :func:`feedback_incidents` turns the table into incidents of the dataset contract
 (``{"id", "graph", "alerts", "root_cause", "fault_type"}`` plus graphs), which ``fleetmind rca train
---feedback-db URL`` adds to training and ``fleetmind rca evaluate --feedback-db URL`` scores.
+--feedback-db URL`` adds to training and ``fleetmind rca evaluate --feedback-db URL`` scores; both
+take a period (``--feedback-since`` / ``--feedback-until``, read by :func:`feedback_time`), so that
+feedback given after a training run can be kept aside to test it.
+
+A fault type is a label only where the fault catalog
+(:func:`fleetmind.data.rca_gen.faults.plausible_fault_types`) allows it at the node
+(:func:`node_fault_types`): an engineer's other value is refused (422), and a node named without
+one, or that the model did not type, is a label for the root alone (``fault_type`` null), never
+``unknown``, which training would learn as a fault type of its own.
 """
 
 from __future__ import annotations
@@ -17,13 +25,15 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
-from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.graph import DependencyGraph, GraphNode
+from fleetmind.data.rca_gen.faults import plausible_fault_types
 from fleetmind.serving.db import Database, feedback_graphs, incident_feedback
 from fleetmind.serving.incidents import alert_dict
 from fleetmind.serving.schemas import NO_NUL
@@ -50,7 +60,8 @@ class FeedbackIn(BaseModel):
         None,
         max_length=128,
         pattern=NO_NUL,
-        description="fault type, when known (default: the model's)",
+        description="a fault type of the catalog that the node can have, when known "
+        "(default: the model's for that node, when it typed it)",
     )
 
     @field_validator("by")
@@ -80,6 +91,57 @@ class IncidentNotFound(LookupError):
     """No such incident."""
 
 
+def node_fault_types(node: GraphNode) -> list[str]:
+    """The fault types (sorted) that the catalog allows at ``node``: its kind, and its role where
+    the graph names one (:func:`fleetmind.data.rca_gen.faults.plausible_fault_types`, the rule the
+    GAT's fault-type mask follows). Empty for a kind where no fault starts (a cluster)."""
+    role = node.attrs.get("role") if isinstance(node.attrs, dict) else None
+    return sorted(plausible_fault_types(node.kind, role if isinstance(role, str) else None))
+
+
+def _engineer_fault(node: GraphNode, given: str | None) -> str | None:
+    """The engineer's fault type, checked against the catalog (``None``: none given).
+
+    Raises:
+        DataError: a type the catalog does not allow at ``node`` (a 422 naming the allowed ones).
+    """
+    fault = (given or "").strip()
+    if not fault:
+        return None
+    allowed = node_fault_types(node)
+    if fault in allowed:
+        return fault
+    if not allowed:
+        raise DataError(
+            f"fault_type {fault!r}: no fault type of the catalog starts at a {node.kind} node "
+            f"({node.id}); leave fault_type out"
+        )
+    raise DataError(
+        f"fault_type {fault!r} is not a fault type a {node.kind} node can have ({node.id}); "
+        f"one of: {', '.join(allowed)}, or leave it out"
+    )
+
+
+def feedback_time(value: str, flag: str = "--feedback-since") -> float:
+    """Unix seconds of ``value``, an ISO 8601 date or date-time (``2026-12-01``,
+    ``2026-12-01T09:30:00+01:00``; without a UTC offset: UTC), as ``--feedback-since`` and
+    ``--feedback-until`` read it.
+
+    Raises:
+        ConfigError: ``value`` is no such date (one line naming ``flag``).
+    """
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{flag} must be an ISO 8601 date or date-time (e.g. 2026-12-01 or "
+            f"2026-12-01T09:30:00Z), got {value!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
 def _graph_digest(graph: DependencyGraph) -> tuple[str, dict[str, Any]]:
     obj = graph.to_json()
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
@@ -93,7 +155,8 @@ def record_feedback(
 
     Raises:
         IncidentNotFound: no incident ``incident_id``.
-        DataError: ``root_cause`` is not a node of the served graph (a 422).
+        DataError: ``root_cause`` is not a node of the served graph, or ``fault_type`` is not a
+            fault type the catalog allows at that node (a 422 naming the allowed ones).
     """
     inc = db.get_incident(incident_id)
     if inc is None:
@@ -115,11 +178,16 @@ def record_feedback(
         raise DataError(
             f"root_cause {node!r} is not a node of the served graph {graph.name!r} ({hint})"
         )
+    target = graph.node(node)
+    fault = _engineer_fault(target, fb.fault_type)
     causes = inc["causes"] or []
     ranks = {c["node"]: i for i, c in enumerate(causes, start=1)}
-    fault = fb.fault_type or next(
-        (c.get("fault_type") for c in causes if c["node"] == node and c.get("fault_type")), None
-    )
+    if fault is None:  # the model's type for the node, where it gave one the node can have
+        allowed = node_fault_types(target)
+        fault = next(
+            (c["fault_type"] for c in causes if c["node"] == node and c.get("fault_type")), None
+        )
+        fault = fault if fault in allowed else None
     with db.read() as conn:
         alerts = [alert_dict(r) for r in db.incident_alerts(conn, incident_id, MAX_ALERTS)]
     if not alerts:
@@ -155,8 +223,7 @@ def record_feedback(
 
 
 def feedback_out(row: dict[str, Any]) -> dict[str, Any]:
-    from datetime import UTC, datetime
-
+    """A stored row as :class:`FeedbackOut` fields (``created_at``: ISO 8601, UTC)."""
     return {
         "id": row["id"],
         "incident_id": row["incident_id"],
@@ -194,13 +261,22 @@ def list_feedback(db: Database, incident_id: int) -> list[dict[str, Any]]:
 
 
 def feedback_incidents(
-    url: str, default_fault: str = "unknown"
+    url: str, since: float | None = None, until: float | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, DependencyGraph]]:
     """The labelled incidents of a feedback database, in the dataset contract.
 
-    One incident per incident id (its latest feedback), id ``feedback-<incident id>``, graph
-    ``<graph name>-<digest[:12]>``. ``fault_type`` is the engineer's, else the model's for that
-    node, else ``default_fault``.
+    One incident per incident id (its latest feedback given in the period), id
+    ``feedback-<incident id>``, graph ``<graph name>-<digest[:12]>``. ``fault_type`` is the stored
+    one where the catalog allows it at the root (:func:`node_fault_types`; the engineer's, else
+    the model's for that node), else ``None``: the incident labels the root only. Rows stored
+    before fault types were checked (``unknown``, a misspelt name) read as ``None`` too.
+    ``feedback`` holds ``{"by", "model_top", "model_rank", "created_at"}``.
+
+    Args:
+        url: the service's database URL.
+        since: only feedback given at or after this time (unix seconds; ``None``: from the first).
+        until: only feedback given before this time (unix seconds; ``None``: up to now). A
+            training run with ``until=T`` and an evaluation with ``since=T`` share no label.
 
     Only reads: a SQLite URL whose file does not exist is refused before connecting (SQLite
     would create an empty database there).
@@ -238,6 +314,10 @@ def feedback_incidents(
             )
         c = incident_feedback.c
         latest = select(c.incident_id, c.id).order_by(c.incident_id, c.id)
+        if since is not None:
+            latest = latest.where(c.created_ts >= since)
+        if until is not None:
+            latest = latest.where(c.created_ts < until)
         with db.read() as conn:
             last: dict[int, int] = {}
             for inc_id, fid in conn.execute(latest):
@@ -263,23 +343,33 @@ def feedback_incidents(
                 names_of[d] = name
     finally:
         db.dispose()
+    return _labelled(rows, graphs, names_of), graphs
+
+
+def _labelled(
+    rows: list[dict[str, Any]], graphs: dict[str, DependencyGraph], names_of: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Feedback rows as incidents of the dataset contract (see :func:`feedback_incidents`);
+    ``names_of``: graph digest -> graph name in ``graphs``."""
     out = []
     for r in sorted(rows, key=lambda r: r["incident_id"]):
         name = names_of.get(r["graph_digest"])
         if name is None or r["root_cause"] not in graphs[name].index:
             continue
+        allowed = node_fault_types(graphs[name].node(r["root_cause"]))
         out.append(
             {
                 "id": f"feedback-{r['incident_id']}",
                 "graph": name,
                 "alerts": r["alerts"],
                 "root_cause": r["root_cause"],
-                "fault_type": r["fault_type"] or default_fault,
+                "fault_type": r["fault_type"] if r["fault_type"] in allowed else None,
                 "feedback": {
                     "by": r["by"],
                     "model_top": r["model_top"],
                     "model_rank": r["model_rank"],
+                    "created_at": datetime.fromtimestamp(r["created_ts"], UTC).isoformat(),
                 },
             }
         )
-    return out, graphs
+    return out

@@ -47,7 +47,7 @@ from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import save_artifact
 from fleetmind.training.io import write_json
 from fleetmind.training.pyfunc_entries import RCA
-from fleetmind.training.rca_feedback import merge_feedback, merged_dir, safe_url
+from fleetmind.training.rca_feedback import feedback_period, merge_feedback, merged_dir, safe_url
 from fleetmind.training.tracking import (
     EVAL_SET_TAG,
     EvalSet,
@@ -113,6 +113,10 @@ class Args:
     """the service's database URL: its confirmed/corrected incidents join the training split"""
     feedback_weight: int = 1
     """copies of each feedback incident in the training split"""
+    feedback_since: str | None = None
+    """only feedback given at or after this ISO 8601 date(-time) (UTC without an offset)"""
+    feedback_until: str | None = None
+    """only feedback given before this ISO 8601 date(-time): later feedback stays aside to test on"""
     accelerator: str = "auto"
     """Lightning accelerator (``auto``: a GPU when one is visible, else CPU)"""
     devices: str = "auto"
@@ -152,8 +156,9 @@ def validation_set(data_dir: str | Path, seed: int, val_fraction: float, n_val: 
     folder without a ``val`` split (:class:`fleetmind.rca.lightning_module.RCADataModule` then
     holds out ``val_fraction`` of the training graphs, drawn with ``seed``) hashes
     ``train.jsonl``, every ``graphs/*.json``, ``seed`` and ``val_fraction``. Two trainings on the
-    same data share it: the same folder, one regenerated with the same settings, or (with a
-    ``val`` split) a copy with feedback added to training.
+    same data share it: the same folder, or one regenerated with the same settings. :func:`run`
+    passes the ``--data`` folder, not the copy with feedback added: feedback never enters
+    validation, so a run with feedback and one without share it.
 
     Args:
         data_dir: the dataset folder training read.
@@ -286,14 +291,24 @@ def run(args: Args) -> dict[str, Any]:
     metrics: dict[str, Any] = {"val": evaluate_ranks(model, dm.val_data)}
     for name, data in dm.test_sets.items():
         metrics[name] = evaluate_ranks(model, data)
+    if feedback:
+        feedback = _feedback_record(args, feedback, dm, logger.run_id, run_name)
+        feedback["fit"] = evaluate_ranks(model, dm.feedback_data)
     artifact = save_artifact(
         model,
         out_dir / "model",
         metrics=metrics,
-        data={"dir": str(args.data), **dm.info, "seed": args.seed},
+        data={
+            "dir": str(args.data),
+            **dm.info,
+            "seed": args.seed,
+            **({"feedback": _without(feedback, "fit", "dir", "graphs")} if feedback else {}),
+        },
     )
     times = {"time/features_s": t_feat, "time/fit_s": fit_s, "time/epochs": trainer.current_epoch}
-    val_set = validation_set(dm.data_dir, args.seed, dm.val_fraction, dm.info["n_val"])
+    # the dataset's own folder: validation never holds feedback (RCADataModule), so a run with
+    # feedback and one without are measured on the same validation set and their scores compare
+    val_set = validation_set(args.data, args.seed, dm.val_fraction, dm.info["n_val"])
     reg = _log_final(uri, logger.run_id, metrics, times, artifact, args.register, val_set)
     return {
         "run_id": logger.run_id,
@@ -311,6 +326,30 @@ def run(args: Args) -> dict[str, Any]:
         **({"feedback": feedback} if feedback else {}),
         **reg,
     }
+
+
+def _feedback_record(
+    args: Args, merged: dict[str, Any], dm: Any, run_id: str, run_name: str
+) -> dict[str, Any]:
+    """What a run trained on from the feedback database (the ``feedback`` of its JSON and of
+    its artifact's ``config.json`` ``data``, where ``fleetmind rca evaluate --feedback-db``
+    finds which incidents training used): the merge summary of
+    :func:`fleetmind.training.rca_feedback.merge_feedback` plus the database (password masked),
+    the period, the run, and the incidents trained on and dropped (root outside the candidate
+    subgraph), by id."""
+    out = {**merged, "db": safe_url(args.feedback_db or ""), "run_id": run_id, "run": run_name}
+    out.update(since=args.feedback_since, until=args.feedback_until)
+    out.update(
+        incidents=list(dm.feedback.get("incidents", [])),
+        dropped=list(dm.feedback.get("dropped", [])),
+        dropped_copies=int(dm.feedback.get("dropped_copies", 0)),
+    )
+    return out
+
+
+def _without(d: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``d`` without ``keys``."""
+    return {k: v for k, v in d.items() if k not in keys}
 
 
 def _shown_args(args: Args) -> dict[str, Any]:
@@ -368,6 +407,7 @@ def check_args(args: Args) -> None:
         raise ConfigError(f"--max-train must be >= 1, got {args.max_train}")
     if args.threads is not None and args.threads < 0:
         raise ConfigError(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
+    feedback_period(args)
 
 
 def _check_and_seed(args: Args) -> None:
@@ -434,13 +474,11 @@ def _data_module(args: Args) -> tuple[Any, dict[str, Any] | None, float]:
     check_folder_complete(args.data)
     data_dir, feedback = args.data, None
     if args.feedback_db:
-        target = merged_dir(args.out, args.data, args.feedback_db, args.feedback_weight)
-        feedback = merge_feedback(args.data, args.feedback_db, target, args.feedback_weight)
+        since, until = feedback_period(args)
+        w = args.feedback_weight
+        target = merged_dir(args.out, args.data, args.feedback_db, w, since, until)
+        feedback = merge_feedback(args.data, args.feedback_db, target, w, since, until)
         data_dir = feedback["dir"]
-        print(
-            f"training with {feedback['n_feedback']} feedback incidents "
-            f"(x{feedback['weight']}) from {safe_url(args.feedback_db)}"
-        )
     t_start = time.time()
     dm = RCADataModule(
         data_dir,
@@ -453,7 +491,46 @@ def _data_module(args: Args) -> tuple[Any, dict[str, Any] | None, float]:
         thin_share=args.thin_share,
     )
     dm.setup()
+    if feedback:
+        print(feedback_summary(args, feedback, dm.feedback))
     return dm, feedback, time.time() - t_start
+
+
+def feedback_summary(args: Args, merged: dict[str, Any], outcome: dict[str, Any]) -> str:
+    """The lines ``rca train`` prints about its feedback: how many incidents (and copies) it
+    trains on, how many of them have no fault type (they train the ranking only), and which it
+    dropped and why, by incident id.
+
+    Args:
+        args: the run's settings (database, weight, period).
+        merged: :func:`fleetmind.training.rca_feedback.merge_feedback`'s summary.
+        outcome: :attr:`fleetmind.rca.lightning_module.RCADataModule.feedback`.
+    """
+    w = merged["weight"]
+    used, dropped = outcome.get("incidents", []), outcome.get("dropped", [])
+    period = "".join(
+        f" {word} {v}"
+        for word, v in (("since", args.feedback_since), ("until", args.feedback_until))
+        if v is not None
+    )
+    lines = [
+        f"training with {len(used)} of {merged['n_feedback']} feedback incidents "
+        f"(x{w}: {outcome.get('copies', 0)} copies) from {safe_url(args.feedback_db or '')}"
+        f"{period}"
+    ]
+    if merged.get("n_untyped"):
+        lines.append(
+            f"  {merged['n_untyped']} of them without a fault type (none given, or none the "
+            "catalog allows at the node): they train the ranking, not the fault-type head"
+        )
+    if dropped:
+        lines.append(
+            f"  dropped {len(dropped)} feedback incidents ({outcome.get('dropped_copies', 0)} "
+            f"copies): the labelled root lies outside the {args.crop_hops}-hop candidate "
+            f"subgraph around the alerting nodes (--crop-hops), so the model cannot rank it: "
+            f"{', '.join(dropped)}"
+        )
+    return "\n".join(lines)
 
 
 def _trainer(args: Args, logger: Any, out_dir: Path, n_train: int) -> tuple[Any, Any]:
@@ -588,18 +665,7 @@ def add_arguments(p: Any) -> None:
         "--no-register", action="store_true", help="log the model but do not register it"
     )
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
-    p.add_argument(
-        "--feedback-db",
-        default=None,
-        metavar="URL",
-        help="the service's database URL: incidents engineers confirmed or corrected join training",
-    )
-    p.add_argument(
-        "--feedback-weight",
-        type=int,
-        default=d.feedback_weight,
-        help="copies of each feedback incident in the training split (default 1)",
-    )
+    _add_feedback_arguments(p, d)
     p.add_argument(
         "--release",
         default=None,
@@ -620,6 +686,36 @@ def add_arguments(p: Any) -> None:
         "this share of the training incidents, drawn with --seed (default 0: none)",
     )
     p.add_argument("--json", default=None, help="write run id, metrics and registry info here")
+
+
+def _add_feedback_arguments(p: Any, d: Args) -> None:
+    """The ``--feedback-*`` flags of ``fleetmind rca train`` (``d``: the defaults)."""
+    p.add_argument(
+        "--feedback-db",
+        default=None,
+        metavar="URL",
+        help="the service's database URL: incidents engineers confirmed or corrected join training",
+    )
+    p.add_argument(
+        "--feedback-weight",
+        type=int,
+        default=d.feedback_weight,
+        help="copies of each feedback incident in the training split (default 1)",
+    )
+    p.add_argument(
+        "--feedback-since",
+        default=None,
+        metavar="WHEN",
+        help="only feedback given at or after WHEN (ISO 8601 date or date-time, UTC without an "
+        "offset; default: all)",
+    )
+    p.add_argument(
+        "--feedback-until",
+        default=None,
+        metavar="WHEN",
+        help="only feedback given before WHEN, so that later feedback can test the model "
+        "(rca evaluate --feedback-since WHEN; default: all)",
+    )
 
 
 def cli(args: Any) -> int:
@@ -645,6 +741,8 @@ def cli(args: Any) -> int:
         tracking_uri=args.tracking_uri,
         feedback_db=args.feedback_db,
         feedback_weight=args.feedback_weight,
+        feedback_since=getattr(args, "feedback_since", None),
+        feedback_until=getattr(args, "feedback_until", None),
         accelerator=args.accelerator,
         devices=args.devices,
         strategy=args.strategy,
@@ -666,13 +764,43 @@ def cli(args: Any) -> int:
             print(
                 f"{split:<12}{m['n']:>6}{m['ac@1']:>8.3f}{m['ac@3']:>8.3f}{m['ac@5']:>8.3f}{m['mrr']:>8.3f}"
             )
+    fit = res.get("feedback", {}).get("fit", {})
+    if fit.get("n"):
+        print(
+            f"feedback (training fit, not a test): AC@1 {fit['ac@1']:.3f}, MRR {fit['mrr']:.3f} "
+            f"on the {fit['n']} feedback incidents it trained on"
+        )
     if "version" in res:
-        state = "champion" if res["champion"] else f"champion stays {res['previous_champion']}"
-        state = res.get("champion_refused") or state
-        print(f"registered {res['registered_model']} version {res['version']} ({state})")
+        print(promotion_line(res))
     print(f"artifact {res['artifact']}")
     write_json(args.json, res)
     return 0
+
+
+def promotion_line(res: dict[str, Any]) -> str:
+    """The line ``rca train`` prints about the registered version: both validation AC@1 scores
+    (as the registry stores and compares them; 3 decimals, 6 where 3 would hide a difference)
+    and what became of the champion alias (``res``: the registry keys of
+    :func:`fleetmind.training.tracking.log_pyfunc_model`)."""
+    head = f"registered {res['registered_model']} version {res['version']}"
+    mine, theirs, prev = res["score"], res.get("champion_score"), res.get("previous_champion")
+    close = theirs is not None and mine != theirs and f"{mine:.3f}" == f"{theirs:.3f}"
+    digits = 6 if close else 3
+    ours = f"val AC@1 {mine:.{digits}f}"
+    score = "none" if theirs is None else f"{theirs:.{digits}f}"
+    if res.get("champion_refused"):  # the reason first, then the scores that did not compare
+        return (
+            f"{head} ({res['champion_refused']})\n  {ours} (this version); {score} (champion "
+            f"version {prev}): not compared"
+        )
+    if prev is None:
+        return f"{head} ({ours}; no champion before: champion now)"
+    champ = f"champion version {prev}'s {score}"
+    if res["champion"]:
+        return f"{head} ({ours} beats {champ}: champion now)"
+    if mine == theirs:
+        return f"{head} ({ours} equals {champ}; tie: champion kept)"
+    return f"{head} ({ours}, {champ}: champion stays {prev})"
 
 
 def _argv_tail(args: Any) -> list[str]:
@@ -703,6 +831,12 @@ def _argv_tail(args: Any) -> list[str]:
             out.append(f"{flag} {getattr(args, name)}")
     if getattr(args, "feedback_db", None):
         out.append(f"--feedback-db {safe_url(args.feedback_db)}")
+        for flag, name in (
+            ("--feedback-since", "feedback_since"),
+            ("--feedback-until", "feedback_until"),
+        ):
+            if getattr(args, name, None) is not None:
+                out.append(f"{flag} {getattr(args, name)}")
     if getattr(args, "neighbours", False):
         out.append("--neighbours")
     out.append(f"--release {args.release}")

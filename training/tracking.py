@@ -273,6 +273,17 @@ def _incomparable(
     return None
 
 
+def _champion_score(client: Any, name: str, tag: str) -> float | None:
+    """The current champion's stored ``tag`` score (``None``: no champion, or no readable tag)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        champ = client.get_model_version_by_alias(name, CHAMPION)
+        return float(champ.tags[tag])
+    except (MlflowException, KeyError, TypeError, ValueError):
+        return None
+
+
 def _param_type(value: int | float | str | bool) -> str:
     """The MLflow parameter type of a default value (``bool`` before ``int``: it is one)."""
     for kind, name in ((bool, "boolean"), (int, "long"), (float, "double"), (str, "string")):
@@ -306,8 +317,10 @@ def log_pyfunc_model(
 
     Returns:
         ``{"model_uri"}``, plus ``registered_model``, ``version``, ``champion`` (moved to this
-        version?) and ``previous_champion`` when registered, and ``champion_refused`` (one line:
-        why the scores were not compared) when the champion stayed for that reason.
+        version?), ``previous_champion``, ``score`` (this version's, as stored: 6 decimals) and
+        ``champion_score`` (the previous champion's stored ``tag``, ``None`` without one or
+        champion) when registered, and ``champion_refused`` (one line: why the scores were not
+        compared) when the champion stayed for that reason.
     """
     import mlflow
     import mlflow.pyfunc
@@ -334,8 +347,10 @@ def log_pyfunc_model(
     out: dict[str, Any] = {"model_uri": info.model_uri}
     if registered_model is not None:
         version = str(info.registered_model_version)
+        client = mlflow.MlflowClient()
+        theirs = _champion_score(client, registered_model, tag)  # before the alias may move
         promoted, prev, refused = promote_if_better(
-            mlflow.MlflowClient(),
+            client,
             registered_model,
             version,
             tag=tag,
@@ -348,6 +363,8 @@ def log_pyfunc_model(
             version=version,
             champion=promoted,
             previous_champion=prev,
+            score=float(f"{score:.6f}"),
+            champion_score=theirs if prev is not None else None,
         )
         if refused is not None:
             out["champion_refused"] = refused
