@@ -115,7 +115,10 @@ def _stdout_closed() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetmind`` console script; returns the process exit status."""
+    # no usage telemetry from the libraries: MLflow's, and ONNX Runtime's (1.29 and later send
+    # events to mobile.events.data.microsoft.com on Linux too, unless this is set before import)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -60,6 +61,7 @@ from fleetmind.serving.routers import (
     incidents,
     models,
 )
+from fleetmind.serving.routers.health import example_graph_warning
 from fleetmind.serving.scheduler import placement_router
 from fleetmind.serving.scheduler import router as scheduler_router
 from fleetmind.serving.scheduler.reservations import DbReservations
@@ -119,6 +121,9 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     before = db.migrate(apply=settings.migrate_on_start)
     log.info("database schema: was %s, now %s", before, migrations.head())
     graph, source = load_graph(settings)
+    warning = example_graph_warning(settings, graph)
+    if warning is not None:  # ready and ingesting all the same; /readyz and doctor repeat it
+        log.warning("%s (from %s)", warning, source)
     graphs = GraphStore(graph, source)
     registry = ModelRegistry(settings.rca_model, settings.placement_model, metrics.on_model_load)
     metrics.set_models(registry.load())
@@ -214,6 +219,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     Args:
         settings: explicit settings (tests); ``None`` reads ``FLEETMIND_*`` via :func:`get_settings`.
     """
+    # as the CLI does, for ``uvicorn --factory fleetmind.serving.app:create_app``: no usage
+    # telemetry from ONNX Runtime (read when the placement model's first session is made)
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     metrics = Metrics()
 
     @asynccontextmanager

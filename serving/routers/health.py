@@ -6,16 +6,26 @@ default limit is 40), and a probe queued behind them would time out (the Deploym
 3 s) and get a healthy pod restarted or taken out of its Service. ``/healthz`` runs on the event
 loop; the blocking parts of ``/readyz`` (the database ping) and ``/metrics`` (rendering the
 registry) run in a small pool of their own, :data:`PROBE_POOL`.
+
+``/readyz`` also lists ``warnings``: conditions that leave the service ready (it keeps ingesting)
+but not doing its job, such as serving the embedded example graph to a real fleet
+(:func:`example_graph_warning`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+
+from fleetmind.data.files import read_json
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving.defaults import DEFAULT_GRAPH
+from fleetmind.serving.settings import Settings
 
 router = APIRouter(tags=["health"])
 
@@ -25,6 +35,40 @@ PROBE_POOL = ThreadPoolExecutor(4, thread_name_prefix="fleetmind-probe")
 
 async def _in_probe_pool(fn: Any, *args: Any) -> Any:
     return await asyncio.wrap_future(PROBE_POOL.submit(fn, *args))
+
+
+@functools.cache
+def example_graph_name() -> str:
+    """The name of the embedded example graph (``serving/defaults/graph.json``)."""
+    return str(read_json(DEFAULT_GRAPH, "graph file")["name"])
+
+
+def is_example_graph(graph: DependencyGraph) -> bool:
+    """Whether ``graph`` is the embedded example graph, known by its name: a copy of the file
+    (the Kubernetes manifests put one where ``FLEETMIND_GRAPH`` points until the fleet's graph is
+    built) counts too."""
+    return graph.name == example_graph_name()
+
+
+def example_graph_warning(settings: Settings, graph: DependencyGraph) -> str | None:
+    """One line when ``graph`` is the embedded example while the service serves a real fleet
+    (telemetry ``prometheus``, or any token set: a non-loopback bind needs one), else ``None``.
+
+    The example's clusters (c0, c1) are no fleet's: alerts map to no graph node and every incident
+    has no ranked cause, while everything else looks healthy. The line names no file (``/readyz``
+    answers without a token).
+    """
+    if not is_example_graph(graph):
+        return None
+    if settings.telemetry != "prometheus" and not settings.tokens():
+        return None  # the demo and local trials: the example graph is what they are meant to use
+    clusters = sorted({str(n.match["cluster"]) for n in graph.nodes if "cluster" in n.match})
+    return (
+        f"graph: serving the embedded example graph '{graph.name}' (clusters "
+        f"{', '.join(clusters)}), not your fleet's: alerts map to no graph node and incidents get "
+        "no ranked causes; build the fleet's graph with `fleetmind graph build` and point "
+        "FLEETMIND_GRAPH at the file (docs/deploy.md)"
+    )
 
 
 @router.get("/healthz", summary="Liveness")
@@ -52,9 +96,12 @@ async def readyz(request: Request) -> Any:
     problems = ["starting"] if services is None else await _in_probe_pool(_problems, services)
     if problems:
         return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
+    graph = services.graphs.graph
+    warning = example_graph_warning(services.settings, graph)
     return {
         "status": "ready",
-        "graph": services.graphs.graph.name,
+        "graph": graph.name,
+        "warnings": [] if warning is None else [warning],
         "telemetry": services.telemetry.name if services.telemetry else "unavailable",
         "incident_worker": "failing" if services.incidents.failing_since else "ok",
     }

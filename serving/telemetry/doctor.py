@@ -12,6 +12,7 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 | ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``) |
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
 | ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
+| ``graph`` | the dependency graph the service serves (``FLEETMIND_GRAPH`` of the doctor's environment): unset or the embedded example (whose clusters are no fleet's: every alert maps to nothing), a file that does not load, clusters of the series that the graph does not hold, series without a ``cluster`` label while the graph holds several clusters |
 | ``nodes`` | node names that are exporter pod names (``Hostname`` of a non-hostNetwork exporter without ``kube_pod_info`` to resolve it); GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas) |
 
 A partial answer (Thanos with a store down, ``warnings`` in the answer) is refused as the service
@@ -27,7 +28,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from fleetmind.data.errors import ConfigError, NotAvailableError
+from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.telemetry.prometheus import (
     DEFAULT_MAX_AGE_S,
     EXPORTER_POD,
@@ -90,12 +93,13 @@ def diagnose(
     max_age_s: float | None = None,
     bearer_token_file: str | None = None,
     ca_file: str | None = None,
+    graph: str | None = None,
 ) -> list[Finding]:
     """Query the Prometheus at ``url`` and return the findings (see the module docstring).
 
-    ``max_age_s`` (s), ``bearer_token_file`` and ``ca_file``: as the service's
-    ``FLEETMIND_TELEMETRY_MAX_AGE_S``, ``FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE`` and
-    ``FLEETMIND_PROMETHEUS_CA_FILE``, read from those variables when None.
+    ``max_age_s`` (s), ``bearer_token_file``, ``ca_file`` and ``graph`` (a graph file): as the
+    service's ``FLEETMIND_TELEMETRY_MAX_AGE_S``, ``FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE``,
+    ``FLEETMIND_PROMETHEUS_CA_FILE`` and ``FLEETMIND_GRAPH``, read from those variables when None.
 
     Raises:
         NotAvailableError: Prometheus cannot be reached, refuses a query or answers partially.
@@ -115,7 +119,7 @@ def diagnose(
         ca_file=ca_file or os.environ.get("FLEETMIND_PROMETHEUS_CA_FILE") or None,
     )
     try:
-        return _diagnose(src)
+        return _diagnose(src) + graph_findings(src, graph or os.environ.get("FLEETMIND_GRAPH"))
     finally:
         src.close()
 
@@ -219,6 +223,84 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
                     "label from __meta_kubernetes_pod_node_name, or scrape kube_pod_info)",
                 )
             )
+    return out
+
+
+GRAPH_CLUSTERS = (
+    'count by (cluster) ({__name__=~"DCGM_FI_DEV_FB_USED|kube_node_status_allocatable"})'
+)
+"""The clusters of the fleet's series (one GPU series, one node series), as alerts on them carry."""
+
+
+def graph_findings(src: Any, path: str | None) -> list[Finding]:
+    """The ``graph`` check: does the graph the service serves (the file ``path``, the service's
+    ``FLEETMIND_GRAPH``; unset: the embedded example) hold the fleet that Prometheus reports?
+
+    An alert maps onto the graph by its ``cluster`` label, or, without one, onto the graph's
+    cluster when the graph holds exactly one (docs/graph.md); the embedded example's clusters
+    (c0, c1) are no fleet's, so there every alert maps to nothing. ``src`` answers
+    :meth:`PrometheusApiSource.query`.
+    """
+    if not path:
+        return [
+            Finding(
+                "warn",
+                "graph",
+                "FLEETMIND_GRAPH is not set here: a service started with this environment serves "
+                "the embedded example graph, whose clusters are no fleet's, so alerts map to no "
+                "graph node and incidents get no ranked causes. Run the doctor with the service's "
+                "environment (kubectl exec into its pod) or FLEETMIND_GRAPH=<its graph file>",
+            )
+        ]
+    try:
+        graph = DependencyGraph.load(path)
+    except DataError as err:
+        return [Finding("error", "graph", f"FLEETMIND_GRAPH: {err}; the service cannot load it")]
+    if graph.name == DependencyGraph.load(DEFAULT_GRAPH).name:
+        return [
+            Finding(
+                "error",
+                "graph",
+                f"FLEETMIND_GRAPH ({path}) holds the embedded example graph '{graph.name}', whose "
+                "clusters are no fleet's: alerts map to no graph node and incidents get no ranked "
+                "causes; build the fleet's graph with `fleetmind graph build` (docs/deploy.md)",
+            )
+        ]
+    clusters = {str(n.match["cluster"]) for n in graph.nodes if "cluster" in n.match}
+    series = src.query(GRAPH_CLUSTERS, "count")
+    named = sorted({lab["cluster"] for _, lab, _ in series if lab.get("cluster")})
+    out = []
+    missing = [c for c in named if c not in clusters]
+    if missing:
+        out.append(
+            Finding(
+                "warn",
+                "graph",
+                f"series of cluster(s) {', '.join(missing[:5])}, which graph '{graph.name}' does "
+                "not hold: their alerts map to no graph node (build the graph of each cluster, "
+                "with the same --cluster name as the series' 'cluster' label)",
+            )
+        )
+    if any(not lab.get("cluster") for _, lab, _ in series) and len(clusters) != 1:
+        out.append(
+            Finding(
+                "warn",
+                "graph",
+                f"series without a 'cluster' label, and graph '{graph.name}' holds "
+                f"{len(clusters)} clusters: alerts without one map to no graph node (set the "
+                "'cluster' external label of each Prometheus, docs/graph.md)",
+            )
+        )
+    if not out:
+        shown = ", ".join(sorted(clusters)[:5]) or "none"
+        out.append(
+            Finding(
+                "ok",
+                "graph",
+                f"graph '{graph.name}' ({graph.num_nodes} nodes, clusters {shown}) holds the "
+                "clusters of the series",
+            )
+        )
     return out
 
 
