@@ -1,17 +1,20 @@
 """``fleetmind rca calibrate``: fit the GAT's score temperature on a validation split.
 
 Reads a dataset folder (``fleetmind rca generate`` / ``benchmarks.rca.gat_dataset``), runs the model
-on the fit split (``val`` by default), fits one temperature by the true root's negative
-log-likelihood (:func:`fleetmind.rca.calibration.fit_temperature`), and reports the top score's
-expected calibration error before and after on every split asked for. ``--write`` stores the
-temperature, what it was fitted on and the figures in the artifact's ``config.json`` under
+(a local artifact folder, an MLflow model URI, or the released one) on the fit split (``val`` by
+default), fits one temperature by the true root's negative log-likelihood
+(:func:`fleetmind.rca.calibration.fit_temperature`), and reports the top score's expected
+calibration error before and after on every split asked for. ``--write`` stores the temperature,
+what it was fitted on and the figures in a local artifact folder's ``config.json`` under
 ``calibration``; :class:`fleetmind.rca.gat_analyzer.GATAnalyzer` applies it on load. The ranking
-is unchanged (a temperature is monotone); only the scores move.
+is unchanged (a temperature is monotone); only the scores move. ``fleetmind rca train`` calibrates
+the artifact it registers through the same :func:`fit_calibration` and :func:`write_calibration`.
 
-A fit split with fewer than :data:`MIN_FIT_INCIDENTS` usable incidents is refused, and a fitted
-temperature on a bound of the search range (:data:`fleetmind.rca.calibration.T_MIN`, ``T_MAX``)
-draws a warning on stderr: the likelihood kept improving past it (e.g. every root ranked first),
-so the temperature is an artefact of the range, not a fit.
+A fit split with fewer than :data:`MIN_FIT_INCIDENTS` usable incidents is refused
+(:class:`TooFewToFit`), and a fitted temperature on a bound of the search range
+(:data:`fleetmind.rca.calibration.T_MIN`, ``T_MAX``) draws a warning on stderr: the likelihood
+kept improving past it (e.g. every root ranked first), so the temperature is an artefact of the
+range, not a fit.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ import datetime as dt
 import json
 import math
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from fleetmind.data.errors import DataError, FleetMindError
-from fleetmind.data.rca_dataset import load_dataset
+from fleetmind.data.mlflow_store import is_mlflow_uri
+from fleetmind.data.rca_dataset import RCADataset, load_dataset
 from fleetmind.rca.calibration import T_MAX, T_MIN, fit_temperature, reliability, top1
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.training.io import write_json
@@ -45,7 +51,7 @@ def bound_warning(t: float) -> str | None:
             return (
                 f"the fitted temperature {t:.4f} lies on the search bound {name} = {bound:g}: the "
                 "fit split's likelihood kept improving past it (all roots ranked first, or too "
-                "few incidents), so it is no calibration; check the ECE figures before --write"
+                "few incidents), so it is no calibration"
             )
     return None
 
@@ -56,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="local artifact folder (default: the released models/rca); --write edits its config.json",
+        help="local artifact folder or MLflow model URI (default: the released models/rca); "
+        "--write edits a local folder's config.json",
     )
     p.add_argument(
         "--split", default="val", help="split the temperature is fitted on (default val)"
@@ -74,29 +81,154 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, help="write the figures here")
 
 
-def _split_logits(gat: Any, ds: Any, split: str) -> tuple[list[Any], list[int]]:
-    incs = ds.split(split)
-    items = [(ds.graph_of(i), i["alerts"]) for i in incs]
+class TooFewToFit(DataError):
+    """A fit split with fewer than :data:`MIN_FIT_INCIDENTS` usable incidents (``n``: how many)."""
+
+    def __init__(self, message: str, n: int) -> None:
+        super().__init__(message)
+        self.n = n
+
+
+def require_enough(n: int, split: str, data: str | Path, which: str = "", hint: str = "") -> None:
+    """Raise :class:`TooFewToFit` for a fit split of fewer than :data:`MIN_FIT_INCIDENTS`
+    incidents (``which``: what counted them; ``hint``: what to do, in brackets at the end)."""
+    if n < MIN_FIT_INCIDENTS:
+        noun = "incident" if n == 1 else "incidents"
+        raise TooFewToFit(
+            f"split {split!r} of {data} has {n} {noun}{which}; fitting a temperature needs at "
+            f"least {MIN_FIT_INCIDENTS}" + (f" ({hint})" if hint else ""),
+            n,
+        )
+
+
+def incident_logits(
+    gat: GATAnalyzer, ds: RCADataset, incidents: Sequence[Mapping[str, Any]]
+) -> tuple[list[np.ndarray], list[int]]:
+    """``(logits, targets)`` of ``incidents`` (graphs from ``ds``): the candidate subgraph's
+    logits after the lone-alert rule (:meth:`GATAnalyzer.crop_logits_many`, as the service ranks)
+    and the root's index among the candidates, ``-1`` when it is not one."""
+    items = [(ds.graph_of(i), i["alerts"]) for i in incidents]
     out = gat.crop_logits_many(items)
     targets = []
-    for inc, (keep, _) in zip(incs, out, strict=True):
+    for inc, (keep, _) in zip(incidents, out, strict=True):
         root = ds.graph_of(inc).index.get(str(inc["root_cause"]), -1)
         hit = (keep == root).nonzero()[0]
         targets.append(int(hit[0]) if hit.size else -1)
     return [z for _, z in out], targets
 
 
+def fit_calibration(
+    gat: GATAnalyzer,
+    ds: RCADataset,
+    fit: Sequence[Mapping[str, Any]],
+    evals: Mapping[str, Sequence[Mapping[str, Any]]],
+    split: str,
+    data: str | Path,
+    bins: int = 10,
+    hint: str = "",
+    progress: bool = True,
+) -> tuple[dict[str, Any], str | None]:
+    """Fit the temperature on the incidents ``fit`` and report the top score's ECE before and
+    after on them and on each of ``evals`` (split name -> incidents); ``rca calibrate`` and
+    ``rca train`` both calibrate through here.
+
+    Args:
+        gat: the model, loaded as the service loads it (lone-alert rule on).
+        ds: the dataset the incidents come from (their graphs).
+        fit: the fit split's incidents; only those with their root among the candidates count.
+        evals: other splits to report on (a key equal to ``split`` is skipped).
+        split: the fit split's name (the report's first key, and ``fitted_on.split``).
+        data: the dataset folder, for messages and ``fitted_on.data`` (its name).
+        bins: confidence bins of the ECE.
+        hint: what to do about too few incidents (see :func:`require_enough`).
+        progress: show a progress bar over the splits.
+
+    Returns:
+        ``(payload, warning)``: the ``rca calibrate --json`` payload (``model``, ``temperature``,
+        ``fitted_on``, ``bins``, ``date``, ``splits``; ECE in probability units) and
+        :func:`bound_warning`'s line or ``None``.
+
+    Raises:
+        TooFewToFit: fewer than :data:`MIN_FIT_INCIDENTS` fit incidents with their root among the
+            candidates.
+    """
+    named = {split: fit, **{s: incs for s, incs in evals.items() if s != split}}
+    data_of = {
+        s: incident_logits(gat, ds, incs)
+        for s, incs in tqdm(named.items(), desc="rca calibrate", unit="split", disable=not progress)
+    }
+    z, y = data_of[split]
+    fit_z = [zi for zi, yi in zip(z, y, strict=True) if yi >= 0]
+    fit_y = [yi for yi in y if yi >= 0]
+    require_enough(len(fit_z), split, data, " with their root among the candidates", hint)
+    t = fit_temperature(fit_z, fit_y)
+    report: dict[str, Any] = {}
+    for s, (zs, ys) in data_of.items():
+        before = reliability(*top1(zs, ys, 1.0), n_bins=bins)
+        after = reliability(*top1(zs, ys, t), n_bins=bins)
+        report[s] = {"uncalibrated": before.to_dict(), "calibrated": after.to_dict()}
+    payload = {
+        "model": gat.version,
+        "temperature": round(t, 4),
+        "fitted_on": {
+            "data": Path(data).name,
+            "split": split,
+            "n": len(fit_z),
+            "generator": ds.meta.get("equivalent_command") or ds.meta.get("generator"),
+        },
+        "bins": bins,
+        "date": dt.date.today().isoformat(),
+        "splits": report,
+    }
+    return payload, bound_warning(t)
+
+
+def calibration_record(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``calibration`` entry of an artifact's ``config.json`` from :func:`fit_calibration`'s
+    payload: the temperature, what it was fitted on, the date, and per split the top score's ECE
+    uncalibrated and calibrated (probability units) with its incident count."""
+    return {
+        "temperature": payload["temperature"],
+        "fitted_on": dict(payload["fitted_on"]),
+        "date": payload["date"],
+        "ece": {
+            s: {
+                "uncalibrated": r["uncalibrated"]["ece"],
+                "calibrated": r["calibrated"]["ece"],
+                "n": r["calibrated"]["n"],
+            }
+            for s, r in payload["splits"].items()
+        },
+    }
+
+
+def write_calibration(
+    folder: str | Path, record: Mapping[str, Any] | None, reason: str | None = None
+) -> None:
+    """Store ``record`` (:func:`calibration_record`) as ``calibration`` in ``folder``'s
+    ``config.json``; ``None`` stores ``calibration: null`` (scores at ``T = 1``) and ``reason``
+    under ``calibration_skipped``."""
+    path = Path(folder) / "config.json"
+    meta = json.loads(path.read_text())
+    meta["calibration"] = None if record is None else dict(record)
+    meta.pop("calibration_skipped", None)
+    if record is None and reason:
+        meta["calibration_skipped"] = reason
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
 def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     """Fit and report; returns the JSON payload (see the module docstring)."""
-    folder = Path(args.model) if args.model else RELEASED_DIR
-    if args.write and not (folder / "config.json").is_file():
-        raise FleetMindError(f"--write needs a local artifact folder; {folder} has no config.json")
+    ref = str(args.model) if args.model else None
+    if args.write:
+        _check_writable(ref)
     if args.bins < 2:
         raise FleetMindError(f"--bins must be at least 2, got {args.bins}")
     ds = load_dataset(args.data)
     if args.split not in ds.splits:
         raise FleetMindError(f"{args.data} has no {args.split!r} split (has {sorted(ds.splits)})")
-    _require_enough(args, len(ds.split(args.split)), "")
+    hint = "generate more, or pick a larger --split"
+    require_enough(len(ds.split(args.split)), args.split, args.data, "", hint)
     evals = (
         args.eval_splits
         if args.eval_splits is not None
@@ -105,68 +237,38 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     missing = [s for s in evals if s not in ds.splits]
     if missing:
         raise FleetMindError(f"{args.data} has no split(s) {missing} (has {sorted(ds.splits)})")
-    meta = json.loads((folder / "config.json").read_text()) if args.write else None
-    gat = GATAnalyzer.load(str(folder))
-    splits = [args.split, *[s for s in evals if s != args.split]]
-    data = {s: _split_logits(gat, ds, s) for s in tqdm(splits, desc="rca calibrate", unit="split")}
-    z, y = data[args.split]
-    fit_z = [zi for zi, yi in zip(z, y, strict=True) if yi >= 0]
-    fit_y = [yi for yi in y if yi >= 0]
-    if not fit_z:
-        raise FleetMindError(
-            f"no incident of split {args.split!r} has its root among the candidates"
-        )
-    _require_enough(args, len(fit_z), " with their root among the candidates")
-    t = fit_temperature(fit_z, fit_y)
-    warning = bound_warning(t)
+    gat = GATAnalyzer.load(ref)
+    payload, warning = fit_calibration(
+        gat,
+        ds,
+        ds.split(args.split),
+        {s: ds.split(s) for s in evals},
+        args.split,
+        args.data,
+        bins=args.bins,
+        hint=hint,
+    )
     if warning is not None:
-        print(f"fleetmind: warning: {warning}", file=sys.stderr)
-    report: dict[str, Any] = {}
-    for s in splits:
-        zs, ys = data[s]
-        before = reliability(*top1(zs, ys, 1.0), n_bins=args.bins)
-        after = reliability(*top1(zs, ys, t), n_bins=args.bins)
-        report[s] = {"uncalibrated": before.to_dict(), "calibrated": after.to_dict()}
-    payload = {
-        "model": gat.version,
-        "temperature": round(t, 4),
-        "fitted_on": {
-            "data": Path(args.data).name,
-            "split": args.split,
-            "n": len(fit_z),
-            "generator": ds.meta.get("equivalent_command") or ds.meta.get("generator"),
-        },
-        "bins": args.bins,
-        "date": dt.date.today().isoformat(),
-        "splits": report,
-    }
-    if args.write and meta is not None:
-        meta["calibration"] = {
-            "temperature": payload["temperature"],
-            "fitted_on": payload["fitted_on"],
-            "date": payload["date"],
-            "ece": {
-                s: {
-                    "uncalibrated": r["uncalibrated"]["ece"],
-                    "calibrated": r["calibrated"]["ece"],
-                    "n": r["calibrated"]["n"],
-                }
-                for s, r in report.items()
-            },
-        }
-        (folder / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
+        print(
+            f"fleetmind: warning: {warning}; check the ECE figures before --write", file=sys.stderr
+        )
+    if args.write:
+        write_calibration(ref or RELEASED_DIR, calibration_record(payload))
     return payload
 
 
-def _require_enough(args: argparse.Namespace, n: int, which: str) -> None:
-    """Refuse a fit split of fewer than :data:`MIN_FIT_INCIDENTS` incidents (``which``: what
-    counted them)."""
-    if n < MIN_FIT_INCIDENTS:
-        noun = "incident" if n == 1 else "incidents"
-        raise DataError(
-            f"split {args.split!r} of {args.data} has {n} {noun}{which}; fitting a temperature "
-            f"needs at least {MIN_FIT_INCIDENTS} (generate more, or pick a larger --split)"
+def _check_writable(ref: str | None) -> None:
+    """Refuse ``--write`` to anything but a local artifact folder, saying what to do instead."""
+    if ref is not None and is_mlflow_uri(ref):
+        raise FleetMindError(
+            f"--write edits a local artifact folder; {ref} is an MLflow model, whose registered "
+            "files cannot change: `fleetmind rca train` registers versions already calibrated on "
+            "their validation split; to recalibrate, --write the run's local artifact folder "
+            "(<--out>/<run name>/model) and serve that folder (without --write, a URI is reported on)"
         )
+    folder = Path(ref) if ref else RELEASED_DIR
+    if not (folder / "config.json").is_file():
+        raise FleetMindError(f"--write needs a local artifact folder; {folder} has no config.json")
 
 
 def run(args: argparse.Namespace) -> int:

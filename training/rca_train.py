@@ -13,7 +13,11 @@ What a run does:
    (``sync_dist``), and steps 3-4 run on rank zero only, from the checkpoint rank zero saved.
 3. Restores the best checkpoint, evaluates every test split (``test``, ``test_large``, ...), writes the
    artifact folder (``<out>/<run name>/model``: ``config.json`` + ``model.pt``, see
-   :mod:`fleetmind.rca.gat_analyzer`).
+   :mod:`fleetmind.rca.gat_analyzer`) and calibrates it: the score temperature is fitted on the
+   validation incidents, as ``fleetmind rca calibrate --write`` would
+   (:func:`fleetmind.training.rca_calibrate.fit_calibration`), and stored under ``calibration``
+   in ``config.json``; with fewer than 30 usable validation incidents (or a temperature on a
+   bound of the search range) it stores ``calibration: null`` and the reason, and warns.
 4. Logs params, metrics and the model (a pyfunc wrapper around the artifact, explicit pip
    requirements) to MLflow, registers a new version of ``fleetmind-rca`` tagged with its
    ``val_ac1`` and its validation set (:func:`validation_set`), and moves the ``champion`` alias
@@ -31,6 +35,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,11 +47,17 @@ from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.files import read_json
 from fleetmind.data.mlflow_store import safe_uri
-from fleetmind.data.rca_dataset import check_folder_complete, read_incidents
+from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read_incidents
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
-from fleetmind.rca.gat_analyzer import save_artifact
+from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
 from fleetmind.training.io import write_json
 from fleetmind.training.pyfunc_entries import RCA
+from fleetmind.training.rca_calibrate import (
+    TooFewToFit,
+    calibration_record,
+    fit_calibration,
+    write_calibration,
+)
 from fleetmind.training.rca_feedback import feedback_period, merge_feedback, merged_dir, safe_url
 from fleetmind.training.tracking import (
     EVAL_SET_TAG,
@@ -309,7 +320,9 @@ def run(args: Args) -> dict[str, Any]:
     # the dataset's own folder: validation never holds feedback (RCADataModule), so a run with
     # feedback and one without are measured on the same validation set and their scores compare
     val_set = validation_set(args.data, args.seed, dm.val_fraction, dm.info["n_val"])
-    reg = _log_final(uri, logger.run_id, metrics, times, artifact, args.register, val_set)
+    cal = calibrate_artifact(args, dm, artifact, val_set)  # before MLflow logs the folder
+    logged = {**times, **calibration_metrics(cal["calibration"])}
+    reg = _log_final(uri, logger.run_id, metrics, logged, artifact, args.register, val_set)
     return {
         "run_id": logger.run_id,
         "run_name": run_name,
@@ -323,9 +336,112 @@ def run(args: Args) -> dict[str, Any]:
         "feature_seconds": round(t_feat, 1),
         "data": dm.info,
         "metrics": metrics,
+        **cal,
         **({"feedback": feedback} if feedback else {}),
         **reg,
     }
+
+
+CALIBRATION_HINT = (
+    "generate more incidents, or run `fleetmind rca calibrate --data DIR --model ARTIFACT --write` "
+    "on a larger validation split and serve that folder"
+)
+"""What ``rca train``'s warning suggests when the validation split is too small to calibrate."""
+
+
+def calibrate_artifact(args: Args, dm: Any, artifact: Path, val_set: EvalSet) -> dict[str, Any]:
+    """Fit the score temperature of the artifact folder ``artifact`` on the run's validation
+    incidents and store it in its ``config.json``, as ``fleetmind rca calibrate --write`` does
+    (:func:`fleetmind.training.rca_calibrate.fit_calibration`: logits after the lone-alert rule,
+    only incidents with their root among the candidates); ECE is also reported on every test
+    split. The validation split is the one that chose the checkpoint (temperature scaling's
+    protocol, Guo et al. 2017), so its ECE is in-sample; the test splits' is not.
+
+    With fewer than :data:`fleetmind.training.rca_calibrate.MIN_FIT_INCIDENTS` usable validation
+    incidents, or a temperature on a bound of the search range, ``config.json`` gets
+    ``calibration: null`` and ``calibration_skipped`` (the reason), and one warning goes to stderr.
+
+    Returns:
+        ``{"calibration": the stored entry or None}`` plus ``calibration_skipped`` when skipped.
+    """
+    ds, val, split = _validation_incidents(dm)
+    payload: dict[str, Any] = {}
+    if len(val) != dm.info["n_val"]:  # pragma: no cover - the data module's split rule changed
+        skipped: str | None = (
+            f"the validation split redrawn for calibration has {len(val)} incidents, the one "
+            f"training scored {dm.info['n_val']}"
+        )
+    else:
+        try:
+            payload, skipped = fit_calibration(
+                GATAnalyzer.load(str(artifact)),
+                ds,
+                val,
+                {s: ds.split(s) for s in dm.test_sets},
+                "val",
+                args.data,
+                hint=CALIBRATION_HINT,
+                progress=args.progress,
+            )
+        except TooFewToFit as err:
+            skipped = str(err)
+    if skipped is not None:
+        verb = "registering" if args.register else "logging"
+        reason = f"{verb} the model uncalibrated (scores at T = 1): {skipped}"
+        print(f"fleetmind: warning: {reason}", file=sys.stderr)
+        write_calibration(artifact, None, reason)
+        return {"calibration": None, "calibration_skipped": reason}
+    record = calibration_record(payload)
+    record["fitted_on"].update(split=split, eval_set=val_set.fingerprint, in_sample=["val"])
+    write_calibration(artifact, record)
+    return {"calibration": record}
+
+
+def _validation_incidents(dm: Any) -> tuple[Any, list[dict[str, Any]], str]:
+    """``(dataset, validation incidents, their split's name)`` of the data module ``dm``: the
+    folder's ``val`` (read with the test splits only), or the training graphs it held out,
+    redrawn with its seed by its own rule (``RCADataModule._splits``)."""
+    root = Path(dm.data_dir)
+    tests = list(dm.test_sets)
+    if (root / "val.jsonl").is_file():
+        ds = load_dataset(root, ["val", *tests])
+        if ds.splits["val"]:
+            return ds, ds.split("val"), "val"
+    ds = load_dataset(root)
+    _, val = dm._splits(ds, np.random.default_rng(dm.seed))
+    return ds, val, f"val (training graphs held out with seed {dm.seed})"
+
+
+def calibration_metrics(record: dict[str, Any] | None) -> dict[str, float]:
+    """MLflow metrics of a calibration entry (:func:`calibrate_artifact`): ``calibration/temperature``
+    and per split ``<split>/ece`` and ``<split>/ece_uncalibrated`` (probability units); none when
+    the run was not calibrated."""
+    if record is None:
+        return {}
+    out = {"calibration/temperature": float(record["temperature"])}
+    for split, e in record["ece"].items():
+        out[f"{split}/ece"] = float(e["calibrated"])
+        out[f"{split}/ece_uncalibrated"] = float(e["uncalibrated"])
+    return out
+
+
+def calibration_line(res: dict[str, Any]) -> str | None:
+    """The line ``rca train`` prints about the temperature it stored (``None`` when it stored
+    none: :func:`calibrate_artifact` has warned). Validation ECE is in-sample: that split also
+    chose the checkpoint."""
+    cal = res.get("calibration")
+    if not cal:
+        return None
+    ece = cal["ece"]
+    parts = [
+        f"{s} {e['uncalibrated']:.3f} -> {e['calibrated']:.3f}"
+        + (" (in-sample: val chose the checkpoint and T)" if s == "val" else "")
+        for s, e in ece.items()
+    ]
+    return (
+        f"calibrated: temperature {cal['temperature']:.4f} fitted on {cal['fitted_on']['n']} "
+        f"validation incidents; top-score ECE {', '.join(parts)}"
+    )
 
 
 def _feedback_record(
@@ -585,7 +701,8 @@ def _log_final(
     register: bool,
     val_set: EvalSet | None = None,
 ) -> dict[str, Any]:
-    """Log the final metrics (``final/<split>/<metric>`` and ``final/time/*``) to the run, log and
+    """Log the final metrics (``final/<split>/<metric>``, and ``final/<k>`` for each of ``times``:
+    ``time/*`` and :func:`calibration_metrics`) to the run, log and
     register the model (``val_set``: see :func:`validation_set`), end the run; return the registry
     summary of :func:`log_and_register`."""
     import mlflow
@@ -770,6 +887,9 @@ def cli(args: Any) -> int:
             f"feedback (training fit, not a test): AC@1 {fit['ac@1']:.3f}, MRR {fit['mrr']:.3f} "
             f"on the {fit['n']} feedback incidents it trained on"
         )
+    cal_line = calibration_line(res)
+    if cal_line:
+        print(cal_line)
     if "version" in res:
         print(promotion_line(res))
     print(f"artifact {res['artifact']}")
@@ -857,6 +977,24 @@ def _inputs_text(cfg: dict[str, Any]) -> str:
     )
 
 
+def _calibration_text(meta: dict[str, Any]) -> str:
+    """The model card's paragraph on the score temperature stored in ``config.json``."""
+    cal = meta.get("calibration")
+    if not cal:
+        why = meta.get("calibration_skipped") or "no temperature stored"
+        return f"**Calibration.** None: scores are the raw softmax (T = 1); {why}."
+    ece = "; ".join(
+        f"`{s}` {e['uncalibrated']:.3f} -> {e['calibrated']:.3f} ({e['n']} incidents)"
+        for s, e in cal["ece"].items()
+    )
+    return (
+        f"**Calibration.** Temperature {cal['temperature']:.4f} fitted on {cal['fitted_on']['n']} "
+        f"validation incidents (`rca train`, as `rca calibrate`); top-score expected calibration "
+        f"error uncalibrated -> calibrated: {ece}. The validation figure is in-sample (that split "
+        "also chose the checkpoint)."
+    )
+
+
 def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
     """Copy the run's artifact to ``dest`` (e.g. ``models/rca``) and write ``MODEL_CARD.md``."""
     import shutil
@@ -917,6 +1055,8 @@ incidents had their root outside it and were dropped.
 | split | incidents | AC@1 | AC@3 | AC@5 | MRR |
 | --- | --- | --- | --- | --- | --- |
 {rows}
+
+{_calibration_text(meta)}
 
 **Limits.** Trained on simulated data only: alert names outside the simulator's catalog fall into an
 `other` bucket plus keyword groups; real fleets (e.g. PetShop) differ in graph shape and alert timing.
