@@ -17,7 +17,9 @@ Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one l
 ``fleetmind: error: <reason>``, and exit with status 2; so does an :class:`OSError` about a path
 (``fleetmind: error: <path>: <reason>``), which no handler caught: a file the command could not
 read or write is the user's to fix, and the path says which. A reader of stdout that goes away
-(``fleetmind ... | head``) ends the command quietly with status 141 (:func:`_stdout_closed`).
+(``fleetmind ... | head``) ends the command quietly with status 141 (:func:`_stdout_closed`); a
+``BrokenPipeError`` while stdout is still open (a child process or a connection that went away) is
+an :class:`OSError` like any other.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -113,6 +116,45 @@ def _stdout_closed() -> int:
     return STDOUT_CLOSED_STATUS
 
 
+def _stdout_broken() -> bool:
+    """Whether stdout's reader went away (and not some other pipe of the command): flushing what
+    stdout holds fails with ``BrokenPipeError``, or, with nothing left to flush, its file reports an
+    error or a hang-up (``poll``: Linux's pipe(7) write end whose read end is closed gives
+    ``POLLERR``; BSD and macOS give ``POLLHUP``). A stdout that is not a file (a test's capture)
+    is not broken."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):  # Windows: a closed pipe there is EINVAL, not BrokenPipeError
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _path_error(err: OSError) -> int | None:
+    """Print the one line of an :class:`OSError` about a path and return 2; ``None`` when it is not
+    about a path (a bug or the system's trouble: the caller re-raises, keeping the traceback)."""
+    if not err.filename:
+        return None
+    # A path the command could not read or write (an --out under a file, a folder it may not
+    # create, a disk that is full): the path and the reason say all a user can act on.
+    _end_progress_bars()
+    where = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
+    reason = err.strerror or str(err)
+    if isinstance(err, FileExistsError) and os.path.isfile(err.filename):
+        reason = "a file is where a folder is needed"  # mkdir(exist_ok=True) on a file
+    print(f"fleetmind: error: {where}: {reason}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fleetmind`` console script; returns the process exit status."""
     # no usage telemetry from the libraries: MLflow's, and ONNX Runtime's (1.29 and later send
@@ -136,25 +178,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = int(func(args) or 0)
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at exit
         return status
-    except BrokenPipeError:
-        return _stdout_closed()
+    except BrokenPipeError as err:
+        if _stdout_broken():
+            return _stdout_closed()
+        status = _path_error(err)  # another pipe: an OSError like any other
+        if status is None:
+            raise
+        return status
     except FleetMindError as err:
         _end_progress_bars()
         # one line whatever the message quotes (an HTML error page, a multi-line library error)
         print(f"fleetmind: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except OSError as err:
-        if not err.filename:  # not about a path: a bug or the system's trouble, keep the traceback
+        status = _path_error(err)
+        if status is None:  # not about a path: a bug or the system's trouble, keep the traceback
             raise
-        # A path the command could not read or write (an --out under a file, a folder it may not
-        # create, a disk that is full): the path and the reason say all a user can act on.
-        _end_progress_bars()
-        where = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
-        reason = err.strerror or str(err)
-        if isinstance(err, FileExistsError) and os.path.isfile(err.filename):
-            reason = "a file is where a folder is needed"  # mkdir(exist_ok=True) on a file
-        print(f"fleetmind: error: {where}: {reason}", file=sys.stderr)
-        return 2
+        return status
     except KeyboardInterrupt:
         print("fleetmind: interrupted", file=sys.stderr)
         return 130

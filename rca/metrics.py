@@ -223,7 +223,9 @@ def evaluate_methods(
         ``{"n_incidents", "n_silent_root", "methods": {name: {"ac@1","ac@3","ac@5","avg@5","mrr",
         "ms_per_incident", "by_root": {"silent": {"n", "ac@1", ...}, "non_silent": {...}}}},
         "by_fault_type": {name: {fault_type: {"n", "ac@1"}}}}``; the metrics of an empty part
-        (``n`` 0) are ``None`` (:func:`summarize`). A **silent root** is a root node
+        (``n`` 0) are ``None`` (:func:`summarize`). ``by_fault_type`` leaves out untyped
+        incidents (``fault_type`` null or absent: feedback that named no fault type); they count
+        in ``methods``. A **silent root** is a root node
         that no alert of the incident maps to (``Watchdog``-style ``severity: none`` alerts do not
         count), whatever the generator's ``silent_root`` field says.
     """
@@ -239,6 +241,7 @@ def evaluate_methods(
     for inc in it:
         g = graphs[inc["graph"]]
         _prime(g, inc["alerts"])
+        fault = None if inc.get("fault_type") is None else str(inc["fault_type"])
         silent.append(is_silent_root(g, inc["alerts"], inc["root_cause"]))
         for name, an in analyzers.items():
             t = time.perf_counter()
@@ -246,7 +249,8 @@ def evaluate_methods(
             times[name].append((time.perf_counter() - t) * 1000.0)
             r = rank_of(res.ranked_nodes(), inc["root_cause"])
             ranks[name].append(r)
-            by_fault[name].setdefault(str(inc.get("fault_type")), []).append(r)
+            if fault is not None:
+                by_fault[name].setdefault(fault, []).append(r)
     methods = {}
     for n in analyzers:
         m: dict[str, Any] = summarize(ranks[n], times[n])

@@ -28,8 +28,8 @@ SCHEDULER_PATHS = ("/api/v1/scheduler/filter", "/api/v1/scheduler/prioritize")
 SCHEDULER_NODES = 5_000
 SCHEDULER_NODE_BYTES = 16 * 1024
 SCHEDULER_MAX_BYTES = SCHEDULER_NODES * SCHEDULER_NODE_BYTES
-"""The extender's body limit, 81,920,000 bytes (about 78 MiB), or the global limit when that is
-larger: ``ExtenderArgs`` of :data:`SCHEDULER_NODES` candidate nodes of up to
+"""The extender's default body limit (``FLEETMIND_MAX_SCHEDULER_BYTES``), 81,920,000 bytes (about
+78 MiB; the global limit when that is larger): ``ExtenderArgs`` of :data:`SCHEDULER_NODES` candidate nodes of up to
 :data:`SCHEDULER_NODE_BYTES` each. With ``nodeCacheCapable: false`` kube-scheduler sends every
 candidate's full ``v1.Node``: with labels from GPU feature discovery, conditions and the node's
 image list one takes ~15 KB (kubelet reports up to 50 images, ``--node-status-max-images``), so the
@@ -161,8 +161,8 @@ class BodyLimitMiddleware:
         metrics: counts each refusal in ``fleetmind_http_bodies_too_large_total`` by ``route``
             (a path of ``route_limits``, or ``other``).
         scheduler_bytes: the limit of the extender's filter and prioritize
-            (:data:`SCHEDULER_PATHS`) unless ``route_limits`` names them, bytes; ``max_bytes``
-            when that is larger. Their refusals count as ``other`` (each is logged with its path).
+            (:data:`SCHEDULER_PATHS`, ``FLEETMIND_MAX_SCHEDULER_BYTES``) unless ``route_limits``
+            names them, bytes; ``max_bytes`` when that is larger. Their refusals count as ``other`` (each is logged with its path).
 
     Each refusal is also logged (a warning, with the size): a sender such as Alertmanager does
     not retry a 4xx, so the alerts of a refused webhook are lost without it being seen here.

@@ -8,6 +8,7 @@ stores, so such input is a 422 instead of a 500.
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, NotRequired
@@ -18,6 +19,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
@@ -26,6 +28,9 @@ from typing_extensions import TypedDict
 
 from fleetmind.data.graph import EDGE_KINDS, NODE_KINDS
 from fleetmind.data.graph_schema import GraphEdgeModel, GraphModel, GraphNodeModel
+from fleetmind.serving.validation import safe_value
+
+log = logging.getLogger("fleetmind.serving")
 
 MAX_DB_INT = 2**31 - 1
 """Largest id and offset a route takes: ids are INTEGER columns, and SQLAlchemy binds LIMIT/OFFSET
@@ -156,7 +161,9 @@ class AlertmanagerWebhook(BaseModel):
     value of another type or length (``"version": 4``, ``"groupLabels": null``, a ``receiver``
     name over 256 characters, which Alertmanager allows) reads as ``None``. Alertmanager drops a
     notification answered with a 4xx, so a 422 for a field nothing reads would lose every alert
-    of it.
+    of it. ``truncatedAlerts`` is only echoed and counted: one that is not a count of alerts
+    (``1.5``, ``-1``, ``"x"``) reads as 0, with one WARNING line (none when the validation context
+    holds ``{"quiet": True}``: a second reading of the same webhook).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -179,6 +186,22 @@ class AlertmanagerWebhook(BaseModel):
             return handler(value)
         except ValidationError:
             return None
+
+    @field_validator("truncatedAlerts", mode="wrap")
+    @classmethod
+    def _lenient_count(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> int | None:
+        try:
+            return handler(value)
+        except ValidationError as err:
+            if not (isinstance(info.context, dict) and info.context.get("quiet")):
+                log.warning(
+                    "webhook: truncatedAlerts %r is not a count of alerts (%s); read as 0",
+                    safe_value(value),
+                    err.errors(include_url=False)[0]["msg"],
+                )
+            return 0
 
 
 class RejectedAlert(BaseModel):

@@ -28,10 +28,10 @@ WEBHOOK_MAX_ALERTS = 10_000
 the ``max_alerts`` of the receiver in ``deploy/alertmanager.yml``."""
 WEBHOOK_ALERT_BYTES = 4096
 """The bytes per alert ``FLEETMIND_MAX_WEBHOOK_BYTES``' default allows (4 KiB). The project's own
-GpuXidError with dcgm-exporter's labels takes about 1,810 bytes of webhook JSON, most of it the
+GpuXidError with dcgm-exporter's labels takes about 2,290 bytes of webhook JSON, most of it the
 ``generatorURL`` (Prometheus ``util/strutil.TableLinkForExpression``: ``/graph?g0.expr=`` and the
-query-escaped expression, 1,057 characters; Alertmanager's Go JSON encoder writes each ``&`` as
-``\\u0026``): 4 KiB leaves more than twice that. Alerts bigger than this (long annotations, rules
+query-escaped expression, 1,485 characters; Alertmanager's Go JSON encoder writes each ``&`` as
+``\\u0026``): 4 KiB leaves 1.8 times that. Alerts bigger than this (long annotations, rules
 with longer expressions) call for a lower ``max_alerts``, not a larger limit."""
 MAX_STATEMENT_TIMEOUT_S = 86400.0
 """The longest ``FLEETMIND_DB_STATEMENT_TIMEOUT_S`` (one day; 0: none). PostgreSQL's own limit is
@@ -107,7 +107,14 @@ class Settings(BaseSettings):
         ge=1024,
         description="largest request body accepted by every route but the Alertmanager webhook "
         "(FLEETMIND_MAX_WEBHOOK_BYTES) and the kube-scheduler extender's filter and prioritize "
-        "(81,920,000 bytes, or this when larger)",
+        "(FLEETMIND_MAX_SCHEDULER_BYTES)",
+    )
+    max_scheduler_bytes: int = Field(
+        5_000 * 16 * 1024,  # fleetmind.serving.middleware.SCHEDULER_MAX_BYTES
+        ge=1024,
+        description="largest POST /api/v1/scheduler/filter and /prioritize body accepted (the "
+        "larger of this and FLEETMIND_MAX_BODY_BYTES); the default, 81,920,000 (about 78 MiB), "
+        "holds the ExtenderArgs of 5,000 candidate v1.Nodes of 16 KiB (nodeCacheCapable: false)",
     )
     # Its own limit, not a larger global one: the webhook is the one route whose body size is set
     # by a sender that cannot shrink a refused request (Alertmanager drops a 4xx unretried,

@@ -8,11 +8,14 @@ whose ``cluster`` label is templated from a missing value) still deliver ``clust
 taken as a cluster named "": the alert did not map where the same alert without the label maps,
 and unmapped alerts of every source with ``cluster=""`` were grouped into one incident.
 
-Stored labels stay as received; mapping, grouping and the computed fingerprint ignore them.
+Stored labels stay as received; mapping and grouping ignore them. The computed fingerprint (for
+senders that send none) hashes them as received, as earlier releases did, so that it keys the
+same stored alert across an upgrade.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -54,13 +57,17 @@ def test_an_empty_cluster_maps_as_a_missing_one() -> None:
     assert g.alert_subject({"alertname": "X", "cluster": ""})["cluster"] == "c0"
 
 
-def test_unmapped_alerts_with_an_empty_cluster_are_not_grouped_together(tmp_path: Path) -> None:
-    s = Settings(
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(
         database_url=f"sqlite:///{tmp_path}/e.db",
         rca_model="baseline:upstream-coverage",
         placement_model="heuristic:builtin-bestfit",
         incident_worker=False,
     )
+
+
+def test_unmapped_alerts_with_an_empty_cluster_are_not_grouped_together(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
     alerts = [
         {
             "labels": {"alertname": "TargetDown", "job": f"unknown-{i}", "cluster": ""},
@@ -79,6 +86,33 @@ def test_unmapped_alerts_with_an_empty_cluster_are_not_grouped_together(tmp_path
     assert all(a["labels"]["cluster"] == "" for a in stored)  # stored as received
 
 
-def test_the_computed_fingerprint_ignores_empty_labels() -> None:
-    assert fingerprint_of({"alertname": "X", "cluster": ""}) == fingerprint_of({"alertname": "X"})
-    assert fingerprint_of({"alertname": "X", "cluster": "c0"}) != fingerprint_of({"alertname": "X"})
+def _fingerprint_as_stored_before(labels: dict[str, str]) -> str:
+    """The computed fingerprint of earlier releases: every label, empty values included."""
+    h = hashlib.sha256()
+    for k in sorted(labels):
+        h.update(k.encode() + b"\xff" + labels[k].encode() + b"\xfe")
+    return h.hexdigest()[:16]
+
+
+def test_the_computed_fingerprint_keeps_empty_labels_as_stored_before() -> None:
+    """The computed fingerprint is the stored alert's key: an alert stored by an earlier release
+    (a sender without ``fingerprint``, an empty label) must still be found by its resolve.
+    Alertmanager's own fingerprint already leaves empty labels out (``removeEmptyLabels``)."""
+    for labels in (
+        {"alertname": "HostDown", "node": "h1", "cluster": "c0", "pod": ""},
+        {"alertname": "X", "cluster": ""},
+        {"alertname": "X"},
+    ):
+        assert fingerprint_of(labels) == _fingerprint_as_stored_before(labels)
+
+
+def test_a_resolve_without_fingerprint_finds_the_alert_stored_before(tmp_path: Path) -> None:
+    labels = {"alertname": "HostDown", "node": "h1", "cluster": "c0", "pod": ""}
+    alert = {"labels": labels, "startsAt": "2026-01-01T00:00:00Z", "status": "firing"}
+    stored = {**alert, "fingerprint": _fingerprint_as_stored_before(labels)}
+    resolve = {**alert, "status": "resolved", "endsAt": "2026-01-01T00:05:00Z"}
+    with TestClient(create_app(_settings(tmp_path))) as c:
+        assert c.post("/api/v1/alerts", json={"alerts": [stored]}).status_code == 200
+        assert c.post("/api/v1/alerts", json={"alerts": [resolve]}).status_code == 200
+        rows = c.get("/api/v1/alerts").json()
+    assert [r["status"] for r in rows] == ["resolved"]

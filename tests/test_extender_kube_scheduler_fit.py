@@ -43,6 +43,7 @@ from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+from fleetmind.serving.telemetry.prometheus import build_nodes, fleet_queries
 from fleetmind.serving.telemetry.sim import SimSource
 
 FILTER = "/api/v1/scheduler/filter"
@@ -166,7 +167,6 @@ def test_the_gap_beats_the_resource_plugins_and_not_a_stated_preference() -> Non
     resources = 1 * 100 + 1 * (100 - 50)  # LeastAllocated + BalancedAllocation, at their widest
     node_affinity = 2 * 100
     assert resources < points < node_affinity, points
-    assert (MAX_EXTENDER_PRIORITY - 9) * 5 * 10 < 1 * 100  # the former gap lost to LeastAllocated
 
 
 def test_prioritize_answers_the_wide_gap(client: TestClient) -> None:
@@ -178,21 +178,82 @@ def test_prioritize_answers_the_wide_gap(client: TestClient) -> None:
 
 # -------------------------------------------------------------------- holds and telemetry
 def test_a_hold_ends_when_telemetry_shows_the_pod_on_another_node(tmp_path: Path) -> None:
+    """Another node ends the hold only with the held pod's uid (kube_pod_info's ``uid`` label)."""
     db = Database(f"sqlite:///{tmp_path}/holds.db")
     db.migrate()
     res = DbReservations(db)
     job = JobSpec(num_gpu=4, gpu_milli=1000, cpu_milli=48000, memory_mib=0)
-    res.hold("default/train-0", Option("local", "node-a", (0, 1, 2, 3), 1.0), job)
+    res.hold("default/train-0", Option("local", "node-a", (0, 1, 2, 3), 1.0), job, uid="u-1")
     a, b = _gpu_node("node-a"), _gpu_node("node-b")
     assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0)
     b.pods = frozenset({"default/train-0"})  # kube-scheduler bound it to node-b after all
+    b.pod_uids = frozenset({"u-1"})
     view = res.view(FleetSnapshot("sim", [a, b], time.time()))
     assert view.gpu_used("local", "node-a", 0) == 0 and view.cpu_used("local", "node-a") == 0
-    # the same pod name in another cluster is another pod: the hold stays
+    # the same uid in another cluster is not this hold's cluster: the hold stays
     other = NodeState("node-b", "elsewhere", [], pods=frozenset({"default/train-0"}))
-    b.pods = frozenset()
+    other.pod_uids = frozenset({"u-1"})
+    b.pods, b.pod_uids = frozenset(), frozenset()
     view = res.view(FleetSnapshot("sim", [a, b, other], time.time()))
     assert view.gpu_used("local", "node-a", 0) == 1000
+
+
+def _holds_with_an_old_incarnation(tmp_path: Path, uid: str | None) -> DbReservations:
+    """A hold of ``ml/job-worker-0`` on node-a, for the pod of uid ``uid``."""
+    db = Database(f"sqlite:///{tmp_path}/holds.db")
+    db.migrate()
+    res = DbReservations(db)
+    job = JobSpec(num_gpu=8, gpu_milli=1000, cpu_milli=48000, memory_mib=0)
+    res.hold("ml/job-worker-0", Option("local", "node-a", tuple(range(8)), 1.0), job, uid=uid)
+    return res
+
+
+def test_a_re_created_pod_keeps_its_hold_while_its_namesake_is_still_scraped(
+    tmp_path: Path,
+) -> None:
+    """A pod deleted and created again under its name (a StatefulSet's, a training operator's
+    ``job-worker-0``) is a new pod with a new ``metadata.uid`` (Kubernetes' object names and IDs:
+    "a UID ... to distinguish between historical occurrences of similar entities"); the old one's
+    ``kube_pod_info`` stays in Prometheus until its staleness (a scrape interval). Its sighting on
+    another node must not free the new pod's GPUs for a third pod."""
+    res = _holds_with_an_old_incarnation(tmp_path, uid="uid-new")
+    a, b = _gpu_node("node-a"), _gpu_node("node-b")
+    b.pods, b.pod_uids = frozenset({"ml/job-worker-0"}), frozenset({"uid-old"})
+    view = res.view(FleetSnapshot("sim", [a, b], time.time()))
+    assert view.gpu_used("local", "node-a", 0) == 1000 and view.cpu_used("local", "node-a")
+    b.pod_uids = frozenset()  # kube-state-metrics without the uid label: the name alone
+    assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 7)
+    # the new pod itself, by its uid, on another node: the hold is done
+    b.pod_uids = frozenset({"uid-old", "uid-new"})
+    assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0) == 0
+    # on the held node the name is enough, whatever the uids (its usage is in the scrape)
+    b.pods, b.pod_uids = frozenset(), frozenset()
+    a.pods = frozenset({"ml/job-worker-0"})
+    assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0) == 0
+
+
+def test_a_hold_without_a_uid_ends_on_its_own_node_only(tmp_path: Path) -> None:
+    res = _holds_with_an_old_incarnation(tmp_path, uid=None)
+    a, b = _gpu_node("node-a"), _gpu_node("node-b")
+    b.pods, b.pod_uids = frozenset({"ml/job-worker-0"}), frozenset({"uid-old"})
+    assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0)
+    a.pods = frozenset({"ml/job-worker-0"})
+    assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0) == 0
+
+
+def test_kube_state_metrics_uids_reach_the_snapshot() -> None:
+    """``kube_pod_info{uid}`` (kube-state-metrics docs/metrics/workload/pod-metrics.md) is kept by
+    the server-mode query and lands in ``NodeState.pod_uids`` of the pod's node."""
+    assert "uid" in fleet_queries()["kube_pod_info"].split("(")[1].split(")")[0]
+    ksm = [
+        ("kube_pod_info", {"namespace": "ml", "pod": "w-0", "uid": "u-old", "node": "b"}, 1.0),
+        ("kube_pod_info", {"namespace": "ml", "pod": "w-0", "uid": "u-new", "node": "a"}, 1.0),
+        ("kube_pod_info", {"namespace": "ml", "pod": "x", "node": "a"}, 1.0),
+        ("kube_node_status_allocatable", {"node": "a", "resource": "cpu"}, 8.0),
+        ("kube_node_status_allocatable", {"node": "b", "resource": "cpu"}, 8.0),
+    ]
+    nodes = {n.name: n for n in build_nodes([], ksm)}
+    assert nodes["a"].pod_uids == {"u-new"} and nodes["b"].pod_uids == {"u-old"}
 
 
 # ---------------------------------------------------------------- the fallback's name
@@ -225,6 +286,24 @@ def test_the_extender_takes_node_lists_beyond_the_global_body_limit(tmp_path: Pa
         assert r.status_code == 200, r.text
         assert len(r.json()["Nodes"]["items"]) == 8
         assert c.post("/api/v1/rca", json={"alerts": [], "pad": "x" * 4096}).status_code == 413
+
+
+def test_an_operator_can_lower_the_extender_limit(tmp_path: Path) -> None:
+    """FLEETMIND_MAX_SCHEDULER_BYTES sets the extender's limit (default the 5,000-node one), never
+    below FLEETMIND_MAX_BODY_BYTES, as FLEETMIND_MAX_WEBHOOK_BYTES does for the webhook."""
+    assert Settings.model_fields["max_scheduler_bytes"].default == SCHEDULER_MAX_BYTES
+    settings = _settings(tmp_path, max_body_bytes=2048, max_scheduler_bytes=4096)
+    with TestClient(create_app(settings)) as c:
+        _telemetry(c, [_gpu_node("gpu-1")])
+        for pad, status in ((3000, 200), (5000, 413)):
+            items = [{"metadata": {"name": "gpu-1", "labels": {"pad": "x" * pad}}}]
+            r = c.post(FILTER, json={"Pod": _pod(), "Nodes": {"items": items}})
+            assert r.status_code == status, (pad, r.text)
+    settings = _settings(tmp_path, max_body_bytes=8192, max_scheduler_bytes=4096)
+    with TestClient(create_app(settings)) as c:
+        _telemetry(c, [_gpu_node("gpu-1")])
+        items = [{"metadata": {"name": "gpu-1", "labels": {"pad": "x" * 5000}}}]
+        assert c.post(FILTER, json={"Pod": _pod(), "Nodes": {"items": items}}).status_code == 200
 
 
 def test_the_extender_limit_applies_while_streaming() -> None:

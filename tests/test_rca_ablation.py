@@ -47,3 +47,14 @@ def test_bootstrap_interval_brackets_the_estimate() -> None:
     assert lo <= s["ac@1"] <= hi and hi - lo > 0.05
     assert _ci(np.zeros(10), 1, 100, 0) == [1.0, 1.0]
     assert _summary(np.zeros(0), 10, 0) == {"n": 0}
+
+
+def test_untyped_incidents_are_no_fault_class() -> None:
+    """Feedback that named no fault type (``fault_type`` null, ``rca_feedback.merge_feedback``)
+    is no class of the fault head, as in training (``fault_classes``), never one named "None"."""
+    from fleetmind.training.rca_ablation import _fault_labels
+
+    train = [{"fault_type": "gpu_xid"}, {"fault_type": None}, {"fault_type": "oom"}]
+    classes, faults = _fault_labels({"train": train, "test": [{"fault_type": None}]})
+    assert classes == ["gpu_xid", "oom"]
+    assert faults["train"].tolist() == ["gpu_xid", "", "oom"] and faults["test"].tolist() == [""]

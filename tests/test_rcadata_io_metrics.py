@@ -196,6 +196,20 @@ def test_evaluate_methods_shape_and_plugin_hook(small) -> None:
         make_analyzers(["nope"])
 
 
+def test_untyped_incidents_are_no_fault_type_of_their_own(small) -> None:
+    """Feedback that named no fault type is stored with ``fault_type`` null
+    (``training/rca_feedback.py``): it counts in the methods' metrics, and ``by_fault_type`` lists
+    the named types only (no ``"None"`` entry)."""
+    g, incs = small
+    typed = [dict(i) for i in incs[:4]]
+    untyped = [{**i, "fault_type": None} for i in incs[4:6]]
+    res = evaluate_methods(typed + untyped, make_analyzers(["deepest"]), {g.name: g})
+    assert res["n_incidents"] == 6
+    by_type = res["by_fault_type"]["deepest"]
+    assert "None" not in by_type and set(by_type) == {str(i["fault_type"]) for i in typed}
+    assert sum(v["n"] for v in by_type.values()) == 4
+
+
 def test_a_model_that_was_asked_for_and_does_not_load_is_an_error(tmp_path: Path) -> None:
     """Without names or a model, a plug-in that cannot load is skipped (its row is missing); with
     ``model`` given (``rca evaluate --model X``), it is an error naming the model."""

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,30 @@ def _run_lofo(
     return lofo
 
 
+def _fault_labels(
+    splits: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The fault-head classes and each split's fault type per incident.
+
+    Args:
+        splits: split name -> incidents; ``"train"`` gives the classes.
+
+    Returns:
+        the classes as training makes them (:func:`fleetmind.rca.lightning_module.fault_classes`:
+        an untyped incident, e.g. feedback that named no fault type, is no class, never one named
+        ``"None"``), and per split an array of fault types, ``""`` for an untyped incident (never
+        a class, so ``--lofo`` never leaves it out nor scores it).
+    """
+    from fleetmind.rca.lightning_module import fault_classes
+
+    def name(inc: Mapping[str, Any]) -> str:
+        f = inc.get("fault_type")
+        return "" if f is None else str(f)
+
+    faults = {s: np.array([name(i) for i in incs], dtype=str) for s, incs in splits.items()}
+    return fault_classes(splits["train"]), faults
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
 
@@ -232,14 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     ds = load_dataset(a.data, ["train", "val", "test"])
     train_inc = ds.split("train")[: a.max_train] if a.max_train else ds.split("train")
     val_inc, test_inc = ds.split("val"), ds.split("test")
-    fault_types = sorted({str(i["fault_type"]) for i in train_inc})
+    splits = {"train": train_inc, "val": val_inc, "test": test_inc}
+    fault_types, faults = _fault_labels(splits)
     feats = {
         name: incidents_to_data(incs, ds.graphs, fault_types, False, name, 1)
-        for name, incs in (("train", train_inc), ("val", val_inc), ("test", test_inc))
-    }
-    faults = {
-        name: np.array([str(i["fault_type"]) for i in incs])
-        for name, incs in (("train", train_inc), ("val", val_inc), ("test", test_inc))
+        for name, incs in splits.items()
     }
     feats["train_ok"] = [d for d in feats["train"] if not bool(d.root_missing)]
     names = np.array(FEATURE_NAMES)

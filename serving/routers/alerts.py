@@ -37,12 +37,13 @@ _UNSET_YEAR = 1  # Alertmanager sends 0001-01-01T00:00:00Z for an unknown endsAt
 def fingerprint_of(labels: dict[str, str]) -> str:
     """A stable label-set hash for senders that do not send Alertmanager's ``fingerprint``.
 
-    Labels with an empty value are left out: in Prometheus an empty label value is the same as no
-    label, and Alertmanager removes them before it fingerprints an alert (``removeEmptyLabels`` in
-    prometheus/alertmanager ``api/v2/api.go``), so ``{a="x", b=""}`` and ``{a="x"}`` are one alert.
+    Every label is hashed as received, an empty value included: the hash is the stored alert's key,
+    so it must not change across releases (a resolve computed otherwise than its firing would
+    leave the firing alert open). Alertmanager sends its own fingerprint, computed after it
+    removed empty labels (``removeEmptyLabels`` in prometheus/alertmanager ``api/v2/api.go``).
     """
     h = hashlib.sha256()
-    for k in sorted(k for k, v in labels.items() if v != ""):
+    for k in sorted(labels):
         h.update(k.encode())
         h.update(b"\xff")
         h.update(labels[k].encode())
@@ -155,7 +156,9 @@ def log_refused(body: bytes, errors: list[dict[str, Any]]) -> None:
     try:
         items = json.loads(body).get("alerts")
         held = f"{len(items)} alerts lost" if isinstance(items, list) else "no alerts list"
-    except (ValueError, AttributeError, RecursionError):
+    except RecursionError:
+        held = "JSON nested too deeply"
+    except (ValueError, AttributeError):
         held = "not a JSON object"
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid"}
     log.warning(
@@ -173,21 +176,24 @@ def parse_webhook(body: bytes) -> tuple[list[AlertIn], list[RejectedAlert]]:
     return valid, rejected
 
 
+_QUIET = {"quiet": True}
+"""Validation context of a second reading of the same webhook: its warnings were logged once."""
+
+
 def _truncated_of(doc: dict[str, Any]) -> int:
     """The envelope's ``truncatedAlerts`` as the all-valid path reads it: validated JSON-mode by
     :class:`AlertmanagerWebhook` itself, so ``"5"`` and ``5.0`` count 5 on both paths and a value
-    it refuses is refused on both (Alertmanager sends an integer: ``TruncatedAlerts uint64`` of
-    ``Message`` in prometheus/alertmanager ``notify/webhook/webhook.go``).
-
-    Raises:
-        ValueError: the value does not validate (pydantic's ``ValidationError`` is one); the
-            caller answers 422 with the envelope's errors.
-    """
+    that is not a count reads as 0 on both (Alertmanager sends an integer: ``TruncatedAlerts
+    uint64`` of ``Message`` in prometheus/alertmanager ``notify/webhook/webhook.go``). Quiet: the
+    first reading of the webhook logged a bad value already."""
     envelope = {"alerts": [], "truncatedAlerts": doc.get("truncatedAlerts")}
-    return AlertmanagerWebhook.model_validate_json(json.dumps(envelope)).truncatedAlerts or 0
+    hook = AlertmanagerWebhook.model_validate_json(json.dumps(envelope), context=_QUIET)
+    return hook.truncatedAlerts or 0
 
 
-def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedAlert], int]:
+def parse_indexed(
+    body: bytes, context: dict[str, Any] | None = None
+) -> tuple[list[AlertIn], list[int], list[RejectedAlert], int]:
     """The valid alerts of a webhook body, and the invalid ones left out.
 
     A body that validates as :class:`AlertmanagerWebhook` gives all its alerts (one pydantic-core
@@ -195,17 +201,20 @@ def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedA
     bad alert does not cost the rest: Alertmanager does not retry a 4xx answer, so a 422 for the
     whole webhook would drop the whole group notification.
 
+    Args:
+        context: pydantic's validation context (``{"quiet": True}``: a second reading, whose
+            warnings the first one logged).
+
     Returns:
         the valid alerts, their positions in the body's ``alerts``, the rejected ones, and the
-        envelope's ``truncatedAlerts`` (0 when absent).
+        envelope's ``truncatedAlerts`` (0 when absent or not a count of alerts).
 
     Raises:
         RequestValidationError: the body is not JSON (or not UTF-8), the envelope is invalid (no
-            ``alerts`` list, too many alerts, a bad envelope field), or no alert of it is valid;
-            FastAPI's 422.
+            ``alerts`` list, too many alerts), or no alert of it is valid; FastAPI's 422.
     """
     try:
-        hook = AlertmanagerWebhook.model_validate_json(body)
+        hook = AlertmanagerWebhook.model_validate_json(body, context=context)
         return hook.alerts, list(range(len(hook.alerts))), [], hook.truncatedAlerts or 0
     except ValidationError as err:
         errors = err.errors(include_url=False)
@@ -217,7 +226,7 @@ def parse_indexed(body: bytes) -> tuple[list[AlertIn], list[int], list[RejectedA
         n = _clip_long_text(doc)
         if n:  # once: what is left too long (a label name) is rejected below
             log.info("webhook: clipped %d values longer than %d characters", n, TEXT_LIMIT)
-            return parse_indexed(json.dumps(doc).encode())
+            return parse_indexed(json.dumps(doc).encode(), context=_QUIET)
     by_alert: dict[int, list[dict[str, Any]]] = {}
     for e in errors:
         loc = e["loc"]

@@ -60,6 +60,10 @@ class NodeState:
     """Time-slicing replicas per physical GPU (the device plugin's ``sharing.timeSlicing``
     ``replicas``; 1 without time-slicing): one ``nvidia.com/gpu`` a pod requests here is one
     replica, ``1000 // gpu_replicas`` milli-GPU of a GPU."""
+    pod_uids: frozenset[str] = frozenset()
+    """The uids (``metadata.uid``) of the pods telemetry shows on this node, where it carries them
+    (kube-state-metrics' ``kube_pod_info{uid}``; empty when it cannot tell). Unlike a pod's name,
+    a uid is never reused: a pod deleted and created again under its name gets a new one."""
 
 
 @dataclass

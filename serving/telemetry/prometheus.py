@@ -49,7 +49,7 @@ kube-state-metrics series (Prometheus server mode):
 | --- | --- |
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
-| ``kube_pod_info{node, pod, namespace}`` | ``NodeState.pods`` (pods bound there), the node of an exporter pod |
+| ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
 | ``kube_node_labels{label_nvidia_com_gpu_replicas}`` | ``gpu_replicas``, time-slicing replicas per GPU |
@@ -225,7 +225,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         "(max by (cluster, node, namespace, pod, container, resource) "
         f"({sel('kube_pod_container_resource_requests', cpu_mem + on_node)} "
         f"{_DONE}))",
-        "kube_pod_info": "max by (cluster, namespace, pod, node, created_by_kind) "
+        "kube_pod_info": "max by (cluster, namespace, pod, uid, node, created_by_kind) "
         f"({sel('kube_pod_info', on_node[1:])}) {_DONE}",
         "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
         f"({sel('kube_pod_annotations', shared)}) {_DONE}",
@@ -583,6 +583,9 @@ class _KsmView:
     )
     """``kube_node_status_capacity`` / ``_allocatable`` ``nvidia_com_gpu`` per node, by metric."""
     replicas: dict[tuple[str, str], int] = field(default_factory=dict)
+    pod_uids: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    """``(cluster, node) -> uids`` of every running pod ``kube_pod_info`` places there (a pod
+    deleted and created again under its name may show both incarnations for a scrape interval)."""
 
 
 def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
@@ -603,6 +606,8 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
             view.pod_node[key] = (cluster, lab["node"])
             view.pod_by_name.setdefault((cluster, key[1]), lab["node"])
+            if lab.get("uid"):
+                view.pod_uids[(cluster, lab["node"])].add(lab["uid"])
             if lab.get("created_by_kind"):
                 view.daemonset[key] = lab["created_by_kind"]
         elif name == "kube_pod_container_resource_requests" and key not in finished:
@@ -773,6 +778,7 @@ def build_nodes(
             node.memory_mib_free = node.memory_mib - int(-(-req.get("memory", 0.0) // 2**20))
     for key, node in nodes.items():
         node.pods = frozenset(pods_on.get(key, ()))
+        node.pod_uids = frozenset(view.pod_uids.get(key, ()))
         node.gpu_replicas = view.replicas.get(key, 1)
     return [nodes[k] for k in sorted(nodes)]
 
