@@ -127,6 +127,7 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     graphs = GraphStore(graph, source)
     registry = ModelRegistry(settings.rca_model, settings.placement_model, metrics.on_model_load)
     metrics.set_models(registry.load())
+    registry.follow(db, on_reload=metrics.set_models)  # reloads requested on any worker or replica
     telemetry, telemetry_error = None, None
     try:
         telemetry = make_source(settings, graph)
@@ -294,6 +295,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=limit,
         route_limits={("POST", WEBHOOK_PATH): webhook_limit},
         metrics=metrics,
+        scheduler_bytes=configured.max_scheduler_bytes,
     )
     app.add_middleware(
         RCAAdmission, max_queue=configured.rca_max_queue, deadline_s=configured.rca_deadline_s

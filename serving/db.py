@@ -18,6 +18,8 @@ Tables:
 * ``notifications``: which root causes went to Alertmanager and the webhook (:mod:`fleetmind.serving.notify`).
 * ``ui_sessions``: signed-in browsers of ``/ui`` (:mod:`fleetmind.serving.ui.auth`), keyed by a hash of
   the session cookie.
+* ``model_reloads``: one row, the service's model reload generation (``POST /api/v1/models/reload``
+  on any worker or replica), which every process follows (:mod:`fleetmind.serving.registry`).
 """
 
 from __future__ import annotations
@@ -188,6 +190,21 @@ ui_sessions = Table(
     Column("expires_ts", Float, nullable=False),
 )
 
+# The model reload generation every worker and replica follows (serving.registry; migration 0007):
+# one row (id 1), written by POST /api/v1/models/reload.
+model_reloads = Table(
+    "model_reloads",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("generation", Integer, nullable=False),  # +1 per reload request
+    Column("requested_ts", Float, nullable=False),  # Unix s of the latest request
+)
+
+PURGE_CHUNK_ROWS = 5_000
+"""Rows :meth:`Database.purge` deletes per transaction: each holds the write lock (SQLite: the
+whole database's) for milliseconds, so the webhook and the other workers' extender calls go on
+between them (one transaction for 370,000 alerts held it 3 s)."""
+
 
 INPUT_SQLSTATE_CLASSES = ("22", "23")
 """SQLSTATE classes of a database refusing a value: 22 (data exception: too long, out of range,
@@ -288,6 +305,14 @@ of an Alertmanager HA pair sends what it flushed ``--cluster.peer-timeout``, 15 
 webhook requests committing out of order) arrives within the margin and changes nothing. A
 genuine re-fire that arrives within it is taken at Alertmanager's next re-send of the alert."""
 
+HA_START_SKEW_S = 300.0
+"""How much later than a firing alert of its fingerprint a firing delivery may start and still be
+that alert (:data:`_ONTO_EARLIER`), in seconds: Prometheus HA replicas evaluate a rule each on its
+own schedule, so their ``activeAt`` differ by about one evaluation interval (``evaluation_interval``,
+1 m by default). A later start is another episode of the fingerprint: with ``send_resolved: false``
+the earlier one is never resolved, and must not swallow the episodes after it (nor be moved onto
+a late delivery of it, :data:`_MOVE_START`)."""
+
 _COVER = (
     "FROM alerts r WHERE r.fingerprint = :fingerprint AND r.status = 'resolved' "
     f"AND r.starts_at <> :starts_at AND r.starts_at <> '{NO_START}' "
@@ -301,12 +326,14 @@ _MOVE_START = (
     "UPDATE alerts SET starts_at = :starts_at, starts_ts = :starts_ts, received_ts = :received_ts "
     "WHERE id = (SELECT a.id FROM alerts a WHERE a.fingerprint = :fingerprint "
     f"AND a.status = 'firing' AND a.starts_at <> '{NO_START}' AND a.starts_ts > :starts_ts "
+    f"AND a.starts_ts <= :starts_ts + {HA_START_SKEW_S!r} "
     "ORDER BY a.starts_ts, a.id LIMIT 1) "
     "AND NOT EXISTS (SELECT 1 FROM alerts b WHERE b.fingerprint = :fingerprint "
     f"AND b.starts_at = :starts_at) AND NOT {_COVERED}"
 )
-"""A firing delivery moves the unresolved row of its fingerprint that starts later to its own,
-earlier ``startsAt`` (keeping the row's incident), instead of a second row for the same alert.
+"""A firing delivery moves the unresolved row of its fingerprint that starts later, by at most
+:data:`HA_START_SKEW_S`, to its own, earlier ``startsAt`` (keeping the row's incident), instead of
+a second row for the same alert.
 
 One alert reaches the webhook with two ``startsAt``: Alertmanager merges every alert it receives
 with the one it holds for the fingerprint and keeps the earliest ``StartsAt`` (prometheus/alertmanager
@@ -314,7 +341,21 @@ with the one it holds for the fingerprint and keeps the earliest ``StartsAt`` (p
 with different ``activeAt`` send the same alert, Alertmanager notifies it first with the later
 replica's ``startsAt``, then with the earlier one's, and resolves it with that one only. When a row
 with the earlier ``startsAt`` already exists, nothing moves (the unique key): the later row is
-resolved with the alert (:data:`_RESOLVE_EARLIER`). Rows without ``startsAt`` are left alone."""
+resolved with the alert (:data:`_RESOLVE_EARLIER`). Rows without ``startsAt`` are left alone.
+The other order (the earlier ``startsAt`` stored first) is :data:`_ONTO_EARLIER`."""
+
+_ONTO_EARLIER = """A firing delivery whose ``startsAt`` is later than that of a firing (unresolved) row of its
+fingerprint, by less than :data:`HA_START_SKEW_S`, is a delivery of that row, stored as its
+re-send (``received_ts``), not as a second row (:meth:`Database._onto_earlier_starts`).
+
+The same alert sent to two Alertmanager HA peers under two ``startsAt`` (Prometheus replicas with
+different ``activeAt``) is one alert: every peer merges what it receives and keeps the earliest
+``StartsAt`` (prometheus/alertmanager ``types.Alert.Merge``: "Always pick the earliest starting
+time"), so a peer that notifies the later ``startsAt`` after the earlier one was stored is behind,
+not a new alert. The earliest stored firing row takes it. Left alone: a delivery whose own
+``(fingerprint, startsAt)`` row exists (it updates that row), one whose ``startsAt`` a resolved row
+covers (:data:`_STALE_FIRING`), and resolved rows: a fingerprint firing under a later ``startsAt``
+after its previous alert resolved is a new alert."""
 
 _RESOLVE_EARLIER = (
     "UPDATE alerts SET status = 'resolved', ends_ts = :ends_ts, updated_ts = :updated_ts, "
@@ -343,6 +384,14 @@ alert); a ``startsAt`` after the stored ``endsAt`` is a new episode and fires. T
 overlapping alerts to the earliest one, and Prometheus keeps ``activeAt``): that is the same row,
 reopened by :data:`_UPSERT_RULE`'s re-fire margin; and :data:`_MOVE_START` does not move a later
 episode onto a ``startsAt`` such a row covers."""
+
+
+_OWN_ROW_OR_COVERED = (
+    "SELECT EXISTS (SELECT 1 FROM alerts b WHERE b.fingerprint = :fingerprint "
+    f"AND b.starts_at = :starts_at) OR {_COVERED}"
+)
+"""Whether a firing delivery has a row of its own, or a resolved row covers its ``startsAt``: then
+:data:`_ONTO_EARLIER` leaves it to the upsert and :data:`_STALE_FIRING`."""
 
 
 class Database:
@@ -414,6 +463,7 @@ class Database:
         """
         from sqlalchemy.exc import SQLAlchemyError
 
+        self.refuse_in_memory()
         try:
             if not apply:
                 rev = migrations.check(self.engine)
@@ -430,6 +480,27 @@ class Database:
         except SQLAlchemyError as err:
             reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
             raise ConfigError(f"cannot open the database at {self.engine.url!r}: {reason}") from err
+
+    def refuse_in_memory(self) -> None:
+        """Raise ``ConfigError`` for an in-memory SQLite URL (``sqlite://``, ``sqlite:///:memory:``).
+
+        SQLAlchemy gives such a database one connection per thread (``SingletonThreadPool``), and
+        each connection is a database of its own: the schema made at start-up was in none of the
+        request threads' databases, so the service said it was ready and answered 503 to everything.
+        """
+        if not self.is_sqlite:
+            return
+        url = self.engine.url
+        if (
+            self._file is None
+            or url.query.get("mode") == "memory"
+            or "mode=memory" in (url.database or "")
+        ):
+            raise ConfigError(
+                f"an in-memory SQLite database ({url.render_as_string(hide_password=True)}) is "
+                "private to each connection and the service uses many: set "
+                "FLEETMIND_DATABASE_URL to a file, e.g. sqlite:///fleetmind.db"
+            )
 
     def create_all(self) -> None:
         """Create or upgrade the schema (:meth:`migrate`); kept for callers of release 0.2.0."""
@@ -496,8 +567,9 @@ class Database:
     # ------------------------------------------------------------------ alerts
     def store_alerts(self, rows: Sequence[dict[str, Any]]) -> None:
         """Store webhook rows, in order: insert new alerts, change stored ones by the rules of
-        :data:`_UPSERT_RULE` (status changes, stale firing deliveries), :data:`_MOVE_START` (one
-        alert notified under two ``startsAt``) and :data:`_RESOLVE_EARLIER`.
+        :data:`_UPSERT_RULE` (status changes, stale firing deliveries), :data:`_MOVE_START` and
+        :data:`_ONTO_EARLIER` (one alert notified under two ``startsAt``) and
+        :data:`_RESOLVE_EARLIER`.
 
         Returns after the transaction committed (durable per the SQLite synchronous setting or the
         PostgreSQL commit).
@@ -548,20 +620,30 @@ class Database:
         )
 
     def _store_round(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """:data:`_MOVE_START` for the firing rows, the upsert, :data:`_STALE_FIRING` for the
-        firing rows and :data:`_RESOLVE_EARLIER` for the resolved ones; ``rows`` have distinct
-        fingerprints."""
+        """:data:`_MOVE_START` and :data:`_ONTO_EARLIER` for the firing rows, the upsert,
+        :data:`_STALE_FIRING` for the firing rows and :data:`_RESOLVE_EARLIER` for the resolved
+        ones; ``rows`` have distinct fingerprints."""
         firing = [r for r in rows if r["status"] == "firing" and r["starts_at"] != NO_START]
         resolved = [
             {**r, "resolved_until": r["ends_ts"] if r["ends_ts"] is not None else r["received_ts"]}
             for r in rows
             if r["status"] == "resolved" and r["starts_at"] != NO_START
         ]
+        if firing:
+            # a write first: on SQLite it takes the database's write lock, so the read of
+            # _onto_earlier_starts sees every committed row and no other process adds one before
+            # this transaction commits (PostgreSQL: the fingerprints' advisory locks)
+            if self.is_sqlite:
+                conn.exec_driver_sql(_MOVE_START, firing)
+            else:
+                from sqlalchemy import text
+
+                conn.execute(text(_MOVE_START), firing)
+            rows = self._onto_earlier_starts(conn, rows)
+            firing = [r for r in rows if r["status"] == "firing" and r["starts_at"] != NO_START]
         if self.is_sqlite:
             # The DBAPI directly: SQLAlchemy's per-row parameter processing costs about as much as
             # the fsync for a webhook of 50 alerts. Same statements as on PostgreSQL.
-            if firing:
-                conn.exec_driver_sql(_MOVE_START, firing)
             params = [
                 (
                     r["fingerprint"],
@@ -592,13 +674,56 @@ class Database:
         stmt = self._upsert
         if stmt is None:
             stmt = self._upsert = self._build_upsert()
-        if firing:
-            conn.execute(text(_MOVE_START), firing)
         conn.execute(stmt, rows)
         if firing:
             conn.execute(text(_STALE_FIRING), firing)
         if resolved:
             conn.execute(text(_RESOLVE_EARLIER), resolved)
+
+    def _onto_earlier_starts(
+        self, conn: Connection, rows: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """``rows`` with each firing delivery of :data:`_ONTO_EARLIER` given the ``startsAt`` of
+        the earliest firing row of its fingerprint that started less than
+        :data:`HA_START_SKEW_S` before it (``rows``: distinct fingerprints).
+
+        One read of the firing rows of the round's fingerprints; a delivery that would move is
+        checked once more (its own row, a covering resolved row), which is rare."""
+        from sqlalchemy import text
+
+        later = {
+            r["fingerprint"]: r
+            for r in rows
+            if r["status"] == "firing" and r["starts_at"] != NO_START
+        }
+        stored: dict[str, list[tuple[float, str]]] = {}
+        fps = list(later)
+        for i in range(0, len(fps), 500):
+            q = select(alerts.c.fingerprint, alerts.c.starts_ts, alerts.c.starts_at).where(
+                alerts.c.fingerprint.in_(fps[i : i + 500]),
+                alerts.c.status == "firing",
+                alerts.c.starts_at != NO_START,
+            )
+            for fp, ts, at in conn.execute(q):
+                stored.setdefault(fp, []).append((ts, at))
+        moved: dict[str, dict[str, Any]] = {}
+        for fp, r in later.items():
+            start = r["starts_ts"]
+            found = min(
+                (x for x in stored.get(fp, ()) if start - HA_START_SKEW_S <= x[0] < start),
+                default=None,
+            )
+            if found is None or found[1] == r["starts_at"]:
+                continue
+            params = {"fingerprint": fp, "starts_at": r["starts_at"], "starts_ts": r["starts_ts"]}
+            if conn.execute(text(_OWN_ROW_OR_COVERED), params).scalar():
+                continue
+            moved[fp] = {**r, "starts_at": found[1], "starts_ts": found[0]}
+        if not moved:
+            return rows
+        return [
+            moved.get(r["fingerprint"], r) if r is later.get(r["fingerprint"]) else r for r in rows
+        ]
 
     def _build_upsert(self) -> Any:
         """The upsert of :data:`_UPSERT_RULE` as a SQLAlchemy statement (PostgreSQL)."""
@@ -775,36 +900,52 @@ class Database:
             .values(status="resolved", ends_ts=now, updated_ts=now)
         ).rowcount
 
-    def purge(self, before: float) -> tuple[int, int]:
+    def purge(self, before: float, chunk: int = PURGE_CHUNK_ROWS) -> tuple[int, int]:
         """Delete incidents closed (resolved or merged) before ``before`` (unix s) with their
         alerts, and resolved alerts in no incident last changed before it; returns
-        ``(incidents, alerts)`` deleted."""
-        from sqlalchemy import delete
+        ``(incidents, alerts)`` deleted.
 
-        n_inc = n_al = 0
-        with self.write() as conn:
-            ids = [
-                int(r[0])
-                for r in conn.execute(
-                    select(incidents.c.id).where(
-                        incidents.c.status.in_(("resolved", "merged")),
-                        incidents.c.closed_ts < before,
+        Deletes at most ``chunk`` rows per transaction (:data:`PURGE_CHUNK_ROWS`), each statement
+        choosing its rows again: an incident is deleted once it has no alerts left, so one that an
+        alert joined meanwhile waits for the next purge.
+        """
+        from sqlalchemy import delete, exists
+
+        closed = select(incidents.c.id).where(
+            incidents.c.status.in_(("resolved", "merged")), incidents.c.closed_ts < before
+        )
+        a = alerts.c
+        steps = (
+            delete(alerts).where(
+                a.id.in_(select(a.id).where(a.incident_id.in_(closed)).limit(chunk))
+            ),
+            delete(alerts).where(
+                a.id.in_(
+                    select(a.id)
+                    .where(
+                        a.incident_id.is_(None),
+                        a.pending.is_(False),
+                        a.status == "resolved",
+                        a.updated_ts < before,
                     )
+                    .limit(chunk)
                 )
-            ]
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                n_al += conn.execute(delete(alerts).where(alerts.c.incident_id.in_(chunk))).rowcount
-                n_inc += conn.execute(delete(incidents).where(incidents.c.id.in_(chunk))).rowcount
-            n_al += conn.execute(
-                delete(alerts).where(
-                    alerts.c.incident_id.is_(None),
-                    alerts.c.pending.is_(False),
-                    alerts.c.status == "resolved",
-                    alerts.c.updated_ts < before,
+            ),
+            delete(incidents).where(
+                incidents.c.id.in_(
+                    closed.where(~exists().where(a.incident_id == incidents.c.id)).limit(chunk)
                 )
-            ).rowcount
-        return n_inc, n_al
+            ),
+        )
+        counts = [0, 0, 0]
+        for i, stmt in enumerate(steps):
+            while True:
+                with self.write() as conn:
+                    n = conn.execute(stmt).rowcount
+                counts[i] += n
+                if n < chunk:
+                    break
+        return counts[2], counts[0] + counts[1]
 
     # ------------------------------------------------------------------ incidents
     def list_incidents(
@@ -903,6 +1044,42 @@ class Database:
 
         with self.write() as conn:
             conn.execute(delete(ui_sessions).where(ui_sessions.c.key == key))
+
+    # ------------------------------------------------------------------ model reloads
+    def request_model_reload(self, now: float) -> int:
+        """Count one more model reload request for every worker and replica (``model_reloads``).
+
+        Args:
+            now: the request's time (Unix s).
+
+        Returns:
+            the service's reload generation after this request (1 for the first).
+        """
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        stmt = insert(model_reloads).values(id=1, generation=1, requested_ts=now)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["id"],
+            set_={
+                "generation": model_reloads.c.generation + 1,
+                "requested_ts": stmt.excluded.requested_ts,
+            },
+        ).returning(model_reloads.c.generation)
+        with self.write() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def model_reload_state(self) -> tuple[int, float]:
+        """``(generation, requested_ts)`` of the service's model reloads; ``(0, 0.0)`` before the
+        first request."""
+        with self.read() as conn:
+            row = conn.execute(
+                select(model_reloads.c.generation, model_reloads.c.requested_ts).where(
+                    model_reloads.c.id == 1
+                )
+            ).first()
+        return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
 
 
 ALERT_LOCK_CLASS = 0x464D414C

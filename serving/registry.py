@@ -15,6 +15,16 @@ References (``FLEETMIND_RCA_MODEL`` / ``FLEETMIND_PLACEMENT_MODEL``):
 When the model cannot be loaded (loader module absent, artifact missing or corrupt) the registry falls
 back to the best baseline (RCA) or heuristic (placement) and records ``fallback_reason``; responses
 carry the method and the reason.
+
+Every worker process (``fleetmind serve --workers N``) and every replica holds its own registry. A
+reload request (:meth:`ModelRegistry.request_reload`) counts one more *reload generation* in the
+database (table ``model_reloads``), and a registry that follows the database
+(:meth:`ModelRegistry.follow`) looks at that generation at most every :data:`FOLLOW_S` seconds,
+when a request reads its models, in a background thread (a request never waits for it), and
+reloads from its own references when it is behind: so one ``POST /api/v1/models/reload`` reaches
+every worker and replica, each within :data:`FOLLOW_S` seconds of its next request plus its load
+time. Each applies the rule of :meth:`ModelRegistry.reload` on its own (a model that would become a
+fallback keeps the served set, ``reload_error`` says why).
 """
 
 from __future__ import annotations
@@ -23,9 +33,10 @@ import importlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetmind.data.errors import ConfigError, FleetMindError, ModelLoadError
 from fleetmind.data.mlflow_store import safe_uri
@@ -39,7 +50,13 @@ from fleetmind.serving.scheduler.placement import (
     peer_heuristic,
 )
 
+if TYPE_CHECKING:
+    from fleetmind.serving.db import Database
+
 log = logging.getLogger("fleetmind.serving")
+
+FOLLOW_S = 2.0
+"""How often, at most, a registry that follows the database checks its reload generation (s)."""
 
 RCA_BASELINE_PREFERENCE = ("deepest", "pagerank", "most_alerts")
 """Peer baselines (``rca.baselines``) tried in order when the GAT is unavailable: best first by
@@ -98,13 +115,124 @@ class ModelRegistry:
         self._on_load = on_load
         self._reload_lock = threading.Lock()
         self._current: ModelSet | None = None
+        self._loaded_ts = 0.0  # Unix s when the initial load began
+        # following the database's reload generation (follow())
+        self.db: Database | None = None
+        self.follow_s = FOLLOW_S
+        self._on_reload: Callable[[ModelSet], None] | None = None
+        self._follow_lock = threading.Lock()  # one read-and-decide (or request) at a time
+        self._checking = threading.Lock()  # one background check at a time
+        self._next_check = 0.0  # time.monotonic() of the next check
+        self._follow_failing = False
+        self.reload_generation: int | None = None
+        """The service's reload generation this process has taken up (``None``: not known yet)."""
+        self.reload_error: str | None = None
+        """Why this process kept its models at the latest reload it took up, else ``None``."""
 
     @property
     def current(self) -> ModelSet:
         cur = self._current
         if cur is None:
             raise RuntimeError("model registry not loaded")  # lifespan always loads it
+        if self.db is not None and time.monotonic() >= self._next_check:
+            self._check_in_background()
         return cur
+
+    def follow(
+        self,
+        db: Database,
+        on_reload: Callable[[ModelSet], None] | None = None,
+        interval_s: float = FOLLOW_S,
+    ) -> None:
+        """Follow the service's reload generation in ``db`` (see the module docstring).
+
+        Args:
+            db: the service database (table ``model_reloads``).
+            on_reload: called with the new set after a reload another process requested (e.g.
+                ``Metrics.set_models``).
+            interval_s: the most often the generation is read (s).
+        """
+        self.db = db
+        self._on_reload = on_reload
+        self.follow_s = interval_s
+        self._next_check = time.monotonic() + interval_s
+
+    def request_reload(self) -> tuple[int | None, ModelSet]:
+        """Request a reload of every worker and replica (when following a database), then reload
+        this process's models (:meth:`reload`).
+
+        Returns:
+            the service's reload generation (``None`` without a database) and this process's set.
+
+        Raises:
+            ModelLoadError: this process kept its models (the request stands for the others).
+        """
+        generation = None
+        if self.db is not None:
+            with self._follow_lock:
+                generation = self.db.request_model_reload(time.time())
+                self.reload_generation = generation
+        try:
+            models = self.reload()
+        except ModelLoadError as err:
+            self.reload_error = str(err)
+            raise
+        self.reload_error = None
+        return generation, models
+
+    def sync(self) -> ModelSet | None:
+        """Read the service's reload generation and reload when this process is behind.
+
+        Returns:
+            the new set, or ``None`` (nothing to do, or the reload kept the served models:
+            :attr:`reload_error` says why).
+        """
+        if self.db is None:
+            return None
+        with self._follow_lock:
+            generation, requested_ts = self.db.model_reload_state()
+            if self.reload_generation is None:  # first look: a request after our load counts
+                due = generation > 0 and requested_ts >= self._loaded_ts
+            else:
+                due = generation > self.reload_generation
+            self.reload_generation = generation
+        if not due:
+            return None
+        try:
+            models = self.reload()
+        except ModelLoadError as err:
+            self.reload_error = str(err)
+            return None
+        self.reload_error = None
+        log.info(
+            "models reloaded for reload generation %d (generation %d)",
+            generation,
+            models.generation,
+        )
+        if self._on_reload is not None:
+            self._on_reload(models)
+        return models
+
+    def _check_in_background(self) -> None:
+        """Start :meth:`sync` in a thread unless one runs; failures are logged, not raised."""
+        if not self._checking.acquire(blocking=False):
+            return
+        self._next_check = time.monotonic() + self.follow_s
+
+        def run() -> None:
+            try:
+                self.sync()
+                if self._follow_failing:
+                    log.info("model reload generation readable again")
+                self._follow_failing = False
+            except Exception as err:  # the database down: serve on, look again later
+                if not self._follow_failing:
+                    log.warning("cannot read the model reload generation: %s", err)
+                self._follow_failing = True
+            finally:
+                self._checking.release()
+
+        threading.Thread(target=run, name="fleetmind-model-follow", daemon=True).start()
 
     @property
     def loaded(self) -> bool:
@@ -113,6 +241,7 @@ class ModelRegistry:
     def load(self) -> ModelSet:
         """Initial load: fall back where the models cannot be loaded."""
         with self._reload_lock:
+            self._loaded_ts = time.time()
             self._current = ModelSet(self._load_rca(), self._load_placement(), 1)
             _log_fallbacks(self._current)
             return self._current

@@ -45,7 +45,7 @@ def test_a_0005_notification_row_survives_the_upgrade_and_reads_as_before(url: s
         )
     assert db.migrate() == "0005"
     with db.engine.connect() as conn:
-        assert migrations.current(conn) == migrations.head() == "0006"
+        assert migrations.current(conn) == migrations.head() >= "0006"
         row = conn.execute(select(notifications)).one()._mapping
     assert row["delivery"] is None and row["am_sent_ts"] == 5.0
     assert delivery_outcome(row) == (True, None, None)  # Alertmanager took it: as before
@@ -63,5 +63,5 @@ def test_a_0005_notification_row_survives_the_upgrade_and_reads_as_before(url: s
         "Alertmanager: 503",
         "the webhook refused it: 404",
     )
-    assert db.migrate() == "0006"  # idempotent
+    assert db.migrate() == migrations.head()  # idempotent
     db.dispose()

@@ -150,8 +150,8 @@ def test_one_bad_alert_does_not_cost_the_others(client: TestClient) -> None:
     assert r.status_code == 200 and r.json()["accepted"] == 1
     assert [x["index"] for x in r.json()["rejected"]] == [0, 2]
     # a bad envelope still rejects the whole webhook, and stores nothing
-    r = client.post("/api/v1/alerts", json={**webhook([good[0]]), "truncatedAlerts": -1})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "truncatedAlerts"]
+    r = client.post("/api/v1/alerts", json={**webhook([good[0]]), "alerts": {"0": good[0]}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "alerts"]
     assert len(client.get("/api/v1/alerts").json()) == 3
 
 

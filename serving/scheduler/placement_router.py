@@ -2,15 +2,62 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
+
 from fastapi import APIRouter, HTTPException, Request
 
+from fleetmind.data.errors import NotAvailableError
 from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep, has_scope
 from fleetmind.serving.health import healthy_nodes
-from fleetmind.serving.scheduler.placement import Reservations, why_no_fit
+from fleetmind.serving.scheduler.placement import Option, Reservations, why_no_fit
 from fleetmind.serving.scheduler.reservations import DbReservations, job_key
 from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
+from fleetmind.serving.telemetry.base import FleetSnapshot
 
 router = APIRouter(prefix="/api/v1/placements", tags=["placements"])
+
+HOLD_TRIES = 5
+"""Decisions per ``reserve=true`` request at most while other workers or replicas keep taking the
+chosen capacity first (as the extender's ``_HOLD_TRIES``)."""
+
+
+def place_and_hold(
+    res: Reservations,
+    job: JobSpec,
+    snapshot: FleetSnapshot,
+    place: Callable[[Reservations], list[Option]],
+) -> list[Option]:
+    """Decide ``job``'s placement with ``place`` and hold its first option (``reserve=true``).
+
+    Database holds are checked as the extender's are (:func:`fleetmind.serving.scheduler.router._decide`):
+    the decision reads a fresh view of the holds (the job's own hold left out), and
+    :meth:`DbReservations.hold` re-reads the chosen node inside its write transaction; when another
+    worker or replica held capacity there since that view and the option no longer fits, nothing
+    is held and the job is placed again on a new view. ``Services.place_lock`` serialises this
+    within one process only; without the re-check, ``--workers 2`` booked one node twice.
+
+    Returns:
+        the options (empty: nothing can hold the job; nothing held).
+
+    Raises:
+        NotAvailableError: the chosen capacity was taken :data:`HOLD_TRIES` times in a row (503).
+    """
+    if not isinstance(res, DbReservations):
+        options = place(res)
+        if options:
+            res.book(options[0], job)
+        return options
+    key = job_key(job.job_id or uuid.uuid4().hex)
+    for _ in range(HOLD_TRIES):
+        seen = res.view(snapshot, exclude=key)
+        options = place(seen)
+        if not options or res.hold(key, options[0], job, snapshot=snapshot, seen=seen):
+            return options
+    raise NotAvailableError(
+        f"the capacity chosen for the job was taken by other placements {HOLD_TRIES} times in a "
+        "row; retry"
+    )
 
 
 @router.post(
@@ -31,7 +78,8 @@ def place(
 
     ``reserve=true`` books the GPUs so that the following placements see them as used; it holds
     capacity, so it needs the ``schedule`` scope (403 with a read-only token). 409 when no node can
-    hold the job.
+    hold the job; 503 when other workers or replicas kept taking the chosen capacity first
+    (:func:`place_and_hold`).
     """
     if job.reserve and not has_scope(request, "schedule"):
         raise HTTPException(403, "reserve=true holds capacity: it needs the 'schedule' scope")
@@ -50,19 +98,16 @@ def place(
             return res.view(snapshot, exclude=job_key(job.job_id))
         return res
 
-    def place() -> list:
+    def place(res: Reservations) -> list[Option]:
         # healthy clusters first (serving/health.py); anywhere when none of them can hold the job
-        res = held()
         opts = model.impl.place(snapshot, job, res, k, allowed=allowed)
         return opts or (model.impl.place(snapshot, job, res, k) if allowed else [])
 
     if job.reserve:
         with services.place_lock:
-            options = place()
-            if options:
-                services.reservations.book(options[0], job)
+            options = place_and_hold(services.reservations, job, snapshot, place)
     else:
-        options = place()
+        options = place(held())
     if not options:
         metrics.placements.labels(model.method, "infeasible", "placements").inc()
         where = f" in cluster {job.cluster!r}" if job.cluster else ""

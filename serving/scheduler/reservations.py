@@ -8,10 +8,15 @@ shows it. A hold ends when
   ``ExtenderBindingArgs``), after which the hold stays until a telemetry snapshot collected
   ``bound_grace_s`` after the binding (by then the scrape shows the pod's usage; default 30 s, two
   Prometheus scrape intervals); a binding to another node drops the hold;
-* or telemetry lists the pod on **any node** of the hold's cluster (``NodeState.pods``, from
-  kube-state-metrics): on the held node its usage is in that scrape, and on another node (a later
-  extender or a score plugin chose otherwise, and no ``/bound`` said so) the held capacity is not
-  the pod's at all;
+* or telemetry lists the pod on the **held node** (``NodeState.pods``, from kube-state-metrics'
+  ``kube_pod_info``): its usage is in that scrape;
+* or telemetry lists the pod, by its **uid**, on **another node** of the hold's cluster
+  (``NodeState.pod_uids``): a later extender or a score plugin chose otherwise, and no ``/bound``
+  said so, so the held capacity is not the pod's at all. By uid, not by name: a pod deleted and
+  created again under its name (a StatefulSet's ``web-0``, a training operator's ``job-worker-0``)
+  is another pod, and the old one's ``kube_pod_info`` stays in Prometheus for up to a scrape
+  interval (``FLEETMIND_TELEMETRY_MAX_AGE_S`` with federation) after its deletion. A hold or a
+  sighting without a uid ends on the held node only;
 * or its **TTL** expires (``FLEETMIND_RESERVATION_TTL_S``, default 120 s): the pod was never bound
   (kube-scheduler chose another node, or gave up). Expired rows are deleted on the next write.
 
@@ -30,9 +35,9 @@ snapshot and the view the decision read, re-reads the node's holds inside its wr
 (PostgreSQL: a transaction advisory lock per node; SQLite: the database write lock, taken by the
 transaction's first statement) and refuses when capacity taken since then leaves the option no
 room; the caller decides again. A pod's hold is an upsert on its key, so the same pod held twice at
-once ends with one row, never a unique-key error. Unchecked holds (``reserve=true`` placements)
-stay optimistic across replicas: two replicas may both see the same free capacity (one request
-wide).
+once ends with one row, never a unique-key error. ``reserve=true`` placements hold the same way
+(:func:`fleetmind.serving.scheduler.placement_router.place_and_hold`); only :meth:`DbReservations.book`
+(no snapshot, no view) holds unchecked.
 """
 
 from __future__ import annotations
@@ -323,7 +328,7 @@ class DbReservations(Reservations):
         Args:
             snapshot: telemetry in use: a bound hold ends once the snapshot was collected
                 ``bound_grace_s`` after the binding; any hold ends once the snapshot lists its pod
-                on a node of the hold's cluster (that node or another).
+                on the held node (by name), or on any node of the hold's cluster by its uid.
             exclude: a pod key whose own hold is left out (a retried pod must not block itself).
         """
         now = self.clock()
@@ -336,17 +341,25 @@ class DbReservations(Reservations):
         self, rows: list[Any], snapshot: FleetSnapshot | None, exclude: str | None = None
     ) -> list[Any]:
         """The rows that still hold capacity under ``snapshot`` (see :meth:`view`)."""
-        placed: set[tuple[str, str]] = set()
+        placed: set[tuple[str, str, str]] = set()
+        running: set[tuple[str, str]] = set()
         if snapshot is not None and rows:
-            keys = {r.pod_key for r in rows}  # intersect per node: rows are few, pods many
-            placed = {(n.cluster, p) for n in snapshot.nodes if n.pods for p in n.pods & keys}
+            # intersect per node: rows are few, pods many
+            keys = {r.pod_key for r in rows}
+            uids = {r.pod_uid for r in rows if r.pod_uid}
+            for n in snapshot.nodes:
+                placed.update((n.cluster, n.name, p) for p in n.pods & keys)
+                running.update((n.cluster, u) for u in n.pod_uids & uids)
         live = []
         for r in rows:
             if r.pod_key == exclude:
                 continue
-            if (r.cluster, r.pod_key) in placed:
-                # running on the held node (its usage is in the snapshot) or on another one (the
-                # held capacity was never taken): either way the hold has nothing left to do
+            if (r.cluster, r.node, r.pod_key) in placed:
+                continue  # running on the held node: its usage is in the snapshot
+            if r.pod_uid and (r.cluster, r.pod_uid) in running:
+                # this very pod runs (on the held node or another one, where the held capacity was
+                # never taken): the hold has nothing left to do. A name on another node may be an
+                # earlier pod of that name, deleted but still scraped: it ends nothing.
                 continue
             if (
                 r.bound_ts is not None
