@@ -76,6 +76,9 @@ class LoadedModel:
     source: str | None
     fallback_reason: str | None
     loaded_at: float
+    calibrated: bool | None = None
+    """RCA: whether the model's top score is a calibrated probability (a GAT whose ``config.json``
+    holds a fitted temperature); ``None`` where it does not apply (placement, baselines)."""
 
     def info(self) -> dict[str, Any]:
         return {
@@ -85,6 +88,7 @@ class LoadedModel:
             "source": self.source,
             "fallback_reason": self.fallback_reason,
             "loaded_at": datetime.fromtimestamp(self.loaded_at, UTC).isoformat(),
+            "calibrated": self.calibrated,
         }
 
 
@@ -289,6 +293,14 @@ class ModelRegistry:
             mod = importlib.import_module("fleetmind.rca.gat_analyzer")
             analyzer = mod.GATAnalyzer.load(ref)
             self._count("rca", True)
+            calibrated = isinstance(getattr(analyzer, "meta", {}).get("calibration"), dict)
+            if not calibrated:  # the notifier reads its top score as a probability
+                log.warning(
+                    "RCA model %s has no fitted temperature: its scores are not calibrated "
+                    "probabilities, yet FLEETMIND_NOTIFY_CRITICAL_SCORE / _WARNING_SCORE read "
+                    "them as such (fleetmind rca calibrate --write on its artifact folder)",
+                    ref or "models/rca",
+                )
             return LoadedModel(
                 "rca",
                 analyzer,
@@ -297,6 +309,7 @@ class ModelRegistry:
                 ref or "models/rca",
                 None,
                 now,
+                calibrated,
             )
         except ImportError as err:
             reason = f"GAT analyzer not available (rca.gat_analyzer: {err})"

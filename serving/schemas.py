@@ -440,6 +440,11 @@ class ModelInfo(BaseModel):
     source: str | None
     fallback_reason: str | None
     loaded_at: str
+    calibrated: bool | None = Field(
+        None,
+        description="RCA: whether the top score is a calibrated probability (a GAT with a fitted "
+        "temperature); null for placement and baselines",
+    )
 
 
 class ModelsOut(BaseModel):

@@ -85,6 +85,7 @@ def test_a_failed_reload_logs_what_it_kept_not_a_fallback(
     The fallback is logged when one is served (the first load), the kept model on a failed reload."""
     reg = ModelRegistry("models:/fleetmind-rca@champion", "heuristic:builtin-bestfit")
     reg.load()
+    caplog.clear()  # the fake GAT's "no fitted temperature" warning of the first load
     gat_loader["fail"] = "cannot load GAT model 'models:/fleetmind-rca@champion' from MLflow: x"
     with caplog.at_level("WARNING", logger="fleetmind.serving"):
         with pytest.raises(ModelLoadError):
@@ -148,3 +149,23 @@ def test_ppo_policy_is_served_through_the_adapter(
         p = c.post("/api/v1/placements", json={"num_gpu": 2, "alternatives": 2}).json()
         assert p["policy"] == "ppo" and p["model_version"] == "fleetmind-placement/3"
         assert p["fallback_reason"] is None and len(p["gpus"]) == 2 and len(p["alternatives"]) == 2
+
+
+def test_an_uncalibrated_gat_is_named_so(
+    gat_loader: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The notifier reads a GAT's top score as a probability (its severity thresholds): a model
+    without a fitted temperature says so in ``/api/v1/models`` and the log; the released model,
+    calibrated, does not. Temperature scaling: Guo et al. 2017, "On Calibration of Modern Neural
+    Networks"."""
+    reg = ModelRegistry(None, "heuristic:builtin-bestfit")
+    with caplog.at_level("WARNING", logger="fleetmind.serving"):
+        info = reg.load().rca.info()
+    assert info["calibrated"] is False
+    assert any("no fitted temperature" in r.getMessage() for r in caplog.records)
+    assert reg.load().placement.info()["calibrated"] is None
+
+
+def test_the_released_gat_is_calibrated() -> None:
+    info = ModelRegistry(None, "heuristic:builtin-bestfit").load().rca.info()
+    assert info["method"] == "gat" and info["calibrated"] is True
