@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote
 
 from sqlalchemy import (
     JSON,
@@ -497,7 +498,7 @@ class Database:
             or "mode=memory" in (url.database or "")
         ):
             raise ConfigError(
-                f"an in-memory SQLite database ({url.render_as_string(hide_password=True)}) is "
+                f"an in-memory SQLite database ({unquote(url.render_as_string(hide_password=True))}) is "
                 "private to each connection and the service uses many: set "
                 "FLEETMIND_DATABASE_URL to a file, e.g. sqlite:///fleetmind.db"
             )

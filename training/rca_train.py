@@ -643,7 +643,7 @@ def feedback_summary(args: Args, merged: dict[str, Any], outcome: dict[str, Any]
         lines.append(
             f"  dropped {len(dropped)} feedback incidents ({outcome.get('dropped_copies', 0)} "
             f"copies): the labelled root lies outside the {args.crop_hops}-hop candidate "
-            f"subgraph around the alerting nodes (--crop-hops), so the model cannot rank it: "
+            f"subgraph around the alerting nodes, so the model cannot rank it: "
             f"{', '.join(dropped)}"
         )
     return "\n".join(lines)
