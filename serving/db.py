@@ -306,13 +306,16 @@ of an Alertmanager HA pair sends what it flushed ``--cluster.peer-timeout``, 15 
 webhook requests committing out of order) arrives within the margin and changes nothing. A
 genuine re-fire that arrives within it is taken at Alertmanager's next re-send of the alert."""
 
-HA_START_SKEW_S = 300.0
+HA_START_SKEW_S = 90.0
 """How much later than a firing alert of its fingerprint a firing delivery may start and still be
 that alert (:data:`_ONTO_EARLIER`), in seconds: Prometheus HA replicas evaluate a rule each on its
-own schedule, so their ``activeAt`` differ by about one evaluation interval (``evaluation_interval``,
-1 m by default). A later start is another episode of the fingerprint: with ``send_resolved: false``
-the earlier one is never resolved, and must not swallow the episodes after it (nor be moved onto
-a late delivery of it, :data:`_MOVE_START`)."""
+own schedule, so their ``activeAt`` differ by at most one evaluation interval
+(``evaluation_interval``: 1 m by default, 30 s in kube-prometheus-stack), and 90 s covers that
+with room. A later start is another episode of the fingerprint: with ``send_resolved: false`` the
+earlier one is never resolved, and must not swallow the episodes after it (nor be moved onto a late
+delivery of it, :data:`_MOVE_START`). The window is kept short because a folded episode is lost: a
+re-fire inside it whose earlier episode's resolve arrives late (out of order) is resolved with
+it until Alertmanager sends it again."""
 
 _COVER = (
     "FROM alerts r WHERE r.fingerprint = :fingerprint AND r.status = 'resolved' "

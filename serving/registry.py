@@ -174,8 +174,12 @@ class ModelRegistry:
         generation = None
         if self.db is not None:
             with self._follow_lock:
-                generation = self.db.request_model_reload(time.time())
-                self.reload_generation = generation
+                try:
+                    generation = self.db.request_model_reload(time.time())
+                except Exception as err:  # a database outage must not stop this process reloading
+                    log.warning("reload not recorded for the other workers: %s", safe_uri(str(err)))
+                else:
+                    self.reload_generation = generation
         try:
             models = self.reload()
         except ModelLoadError as err:

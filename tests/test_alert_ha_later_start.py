@@ -131,3 +131,15 @@ def test_an_episode_long_after_an_unresolved_one_is_a_new_alert(db: Database) ->
     old, new = sorted(db.list_alerts(), key=lambda a: a["starts_ts"])
     assert old["starts_ts"] == pytest.approx(T0) and old["received_ts"] == 5010.0
     assert new["starts_ts"] == pytest.approx(T0 + 3600) and new["status"] == "firing"
+
+
+def test_a_re_fire_two_minutes_later_survives_a_late_resolve_of_the_first(db: Database) -> None:
+    """Out of order: the first episode (T0) fires, the rule fires again as a new episode two
+    minutes later (longer than HA replicas' start skew, one evaluation interval), and the first
+    episode's resolve arrives only then. The second episode stays firing."""
+    db.store_alerts(rows(1000.0, am_alert(T0)))
+    db.store_alerts(rows(1130.0, am_alert(T0 + 120)))
+    db.store_alerts(rows(1140.0, am_alert(T0, ends=T0 + 60)))
+    old, new = sorted(db.list_alerts(), key=lambda a: a["starts_ts"])
+    assert (old["status"], new["status"]) == ("resolved", "firing")
+    assert new["starts_ts"] == pytest.approx(T0 + 120)

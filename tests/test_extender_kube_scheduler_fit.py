@@ -221,8 +221,6 @@ def test_a_re_created_pod_keeps_its_hold_while_its_namesake_is_still_scraped(
     b.pods, b.pod_uids = frozenset({"ml/job-worker-0"}), frozenset({"uid-old"})
     view = res.view(FleetSnapshot("sim", [a, b], time.time()))
     assert view.gpu_used("local", "node-a", 0) == 1000 and view.cpu_used("local", "node-a")
-    b.pod_uids = frozenset()  # kube-state-metrics without the uid label: the name alone
-    assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 7)
     # the new pod itself, by its uid, on another node: the hold is done
     b.pod_uids = frozenset({"uid-old", "uid-new"})
     assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0) == 0
@@ -238,6 +236,16 @@ def test_a_hold_without_a_uid_ends_on_its_own_node_only(tmp_path: Path) -> None:
     b.pods, b.pod_uids = frozenset({"ml/job-worker-0"}), frozenset({"uid-old"})
     assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0)
     a.pods = frozenset({"ml/job-worker-0"})
+    assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0) == 0
+
+
+def test_telemetry_without_uids_ends_a_hold_by_name_on_another_node(tmp_path: Path) -> None:
+    """A kube-state-metrics series whose ``uid`` was relabelled or federated away: the name on
+    another node is all telemetry can say, and a pod bound elsewhere must not keep its phantom
+    hold for the whole TTL."""
+    res = _holds_with_an_old_incarnation(tmp_path, uid="uid-new")
+    a, b = _gpu_node("node-a"), _gpu_node("node-b")
+    b.pods = frozenset({"ml/job-worker-0"})  # no pod_uids on this node
     assert res.view(FleetSnapshot("sim", [a, b], time.time())).gpu_used("local", "node-a", 0) == 0
 
 

@@ -127,3 +127,22 @@ def test_the_service_follows_its_database(workers: Any) -> None:
     a, _ = workers
     s = a.app.state.services
     assert s.registry.db is s.db
+
+
+def test_a_reload_while_the_database_is_down_still_reloads_this_worker(
+    workers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reloading needed no database before reloads were shared through it: an outage must leave
+    this worker's reload working and say the others were not asked."""
+    a, _ = workers
+    ra = _follow(a)
+    before = ra.current.generation
+
+    def down(_now: float) -> int:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(ra.db, "request_model_reload", down)
+    r = a.post(RELOAD)
+    assert r.status_code == 200, r.text
+    assert ra.current.generation == before + 1
+    assert "could not be written" in r.json()["detail"]

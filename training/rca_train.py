@@ -385,6 +385,8 @@ def calibrate_artifact(args: Args, dm: Any, artifact: Path, val_set: EvalSet) ->
             )
         except TooFewToFit as err:
             skipped = str(err)
+        except Exception as err:  # the trained model is kept and registered, uncalibrated
+            skipped = f"fitting the temperature failed: {type(err).__name__}: {err}"
     if skipped is not None:
         verb = "registering" if args.register else "logging"
         reason = f"{verb} the model uncalibrated (scores at T = 1): {skipped}"

@@ -52,7 +52,10 @@ def models_out(models: ModelSet, registry: ModelRegistry | None = None) -> Model
 
 def _requested(generation: int | None, follow_s: float) -> str:
     if generation is None:
-        return "no other worker or replica was asked (no database to reach them)"
+        return (
+            "no other worker or replica was asked (no database to reach them, or it could not be "
+            "written: see the log)"
+        )
     return (
         f"reload generation {generation} requested for every worker and replica on this "
         f"database: each reloads within {follow_s:g} s of its next request (GET /api/v1/models "

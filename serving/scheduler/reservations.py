@@ -15,8 +15,8 @@ shows it. A hold ends when
   said so, so the held capacity is not the pod's at all. By uid, not by name: a pod deleted and
   created again under its name (a StatefulSet's ``web-0``, a training operator's ``job-worker-0``)
   is another pod, and the old one's ``kube_pod_info`` stays in Prometheus for up to a scrape
-  interval (``FLEETMIND_TELEMETRY_MAX_AGE_S`` with federation) after its deletion. A hold or a
-  sighting without a uid ends on the held node only;
+  interval (``FLEETMIND_TELEMETRY_MAX_AGE_S`` with federation) after its deletion. A hold without
+  a uid ends on the held node only; where a node's telemetry has no uids, the name on it ends holds;
 * or its **TTL** expires (``FLEETMIND_RESERVATION_TTL_S``, default 120 s): the pod was never bound
   (kube-scheduler chose another node, or gave up). Expired rows are deleted on the next write.
 
@@ -343,6 +343,7 @@ class DbReservations(Reservations):
         """The rows that still hold capacity under ``snapshot`` (see :meth:`view`)."""
         placed: set[tuple[str, str, str]] = set()
         running: set[tuple[str, str]] = set()
+        named: set[tuple[str, str]] = set()  # by name, on nodes whose telemetry has no uids
         if snapshot is not None and rows:
             # intersect per node: rows are few, pods many
             keys = {r.pod_key for r in rows}
@@ -350,6 +351,10 @@ class DbReservations(Reservations):
             for n in snapshot.nodes:
                 placed.update((n.cluster, n.name, p) for p in n.pods & keys)
                 running.update((n.cluster, u) for u in n.pod_uids & uids)
+                if n.pods and not n.pod_uids:
+                    # a kube-state-metrics series without ``uid`` (relabelled or federated away):
+                    # the name is all there is, as before uids were read
+                    named.update((n.cluster, p) for p in n.pods & keys)
         live = []
         for r in rows:
             if r.pod_key == exclude:
@@ -361,6 +366,8 @@ class DbReservations(Reservations):
                 # never taken): the hold has nothing left to do. A name on another node may be an
                 # earlier pod of that name, deleted but still scraped: it ends nothing.
                 continue
+            if (r.cluster, r.pod_key) in named:
+                continue  # bound elsewhere, as far as uid-less telemetry can tell
             if (
                 r.bound_ts is not None
                 and snapshot is not None
