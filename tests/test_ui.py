@@ -115,7 +115,9 @@ def test_a_forged_or_stale_cookie_is_not_a_session(client: TestClient, tmp_path:
 def test_incident_list_shows_the_true_root_first(client: TestClient) -> None:
     login(client)
     html = client.get("/ui/").text
-    rows = re.findall(r'data-incident="(\d+)".*?top-cause">([^<]+)<', html, re.S)
+    rows = re.findall(
+        r'data-incident="(\d+)".*?top-cause">([^<]+)<', html.replace("<wbr>", ""), re.S
+    )
     assert len(rows) == 2
     api = client.get("/api/v1/incidents", headers={"Authorization": f"Bearer {TOKEN}"}).json()
     storm_inc = next(i for i in api if i["alert_count"] == 7)
@@ -244,7 +246,7 @@ def test_pages_are_open_when_the_service_has_no_token(tmp_path: Path) -> None:
         c.post("/api/v1/alerts", json=webhook(storm_alerts()))
         c.app.state.services.incidents.process_pending()
         r = c.get("/ui/", follow_redirects=False)
-        assert r.status_code == 200 and TRUE_ROOT in r.text
+        assert r.status_code == 200 and TRUE_ROOT in r.text.replace("<wbr>", "")
         assert "Sign out" not in r.text
 
 
@@ -536,7 +538,9 @@ def test_sign_out_from_a_stale_tab_goes_to_the_login_form(client: TestClient) ->
 
 def _css(html: str) -> dict[str, str]:
     """The page's ``<style>`` rules: selector -> declarations (whitespace removed)."""
-    style = re.search(r"<style>(.*?)</style>", html, re.S).group(1)
+    style = re.sub(
+        r"/\*.*?\*/", "", re.search(r"<style>(.*?)</style>", html, re.S).group(1), flags=re.S
+    )
     rules: dict[str, str] = {}
     for sel, body in re.findall(r"([^{}]+)\{([^}]*)\}", style):
         for one in sel.split(","):
@@ -564,7 +568,10 @@ def test_long_unbroken_text_may_wrap_or_is_cut_with_its_full_text_in_a_title(
     assert r.status_code == 303
     html = client.get("/ui/incidents/1").text
     css = _css(html)
-    assert "overflow-wrap:anywhere" in css["td"]
+    # only name and node cells break anywhere (words, times and badges never: see
+    # test_ui_readability.py); the long name and note here are in such cells
+    assert "overflow-wrap:anywhere" in css["td.wrap"]
+    assert f'<td class="wrap">{name}<' in html and '<td class="mono wrap">c0/<wbr>host/' in html
     assert "overflow-wrap:anywhere" in css[".node .inc"]
     badge = css[".cause h3 .badge"]
     assert "max-width:" in badge and "text-overflow:ellipsis" in badge

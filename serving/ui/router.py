@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from pydantic import ValidationError
 from sqlalchemy import select
 
@@ -35,6 +35,7 @@ from fleetmind.serving.ui.svg import (
     edge_kinds,
     path_svg,
     propagation_tree,
+    short_id,
     timeline_svg,
     tree_svg,
 )
@@ -65,6 +66,9 @@ TABLE_ALERTS = 200
 """Rows of the page's alert table: the firing alerts first, then the latest resolved."""
 TIMELINE_ROWS = 40
 """Bars of the page's timeline (:func:`fleetmind.serving.ui.svg.timeline_svg` chooses them)."""
+NODE_NAME_CHARS = 28
+"""Characters of a node's name on the fleet view (the middle gives way; the card is 250 px or
+more wide, its 12.5 px monospace name about 7.6 px a character)."""
 
 root_router = APIRouter(include_in_schema=False, dependencies=[Depends(cookie_session)])
 """``/`` (to the incident list) and ``/favicon.ico``: public, outside ``/ui``."""
@@ -105,7 +109,18 @@ def templates() -> Environment:
     env.filters["age"] = age
     env.filters["score"] = score_text
     env.filters["iso"] = iso
+    env.filters["wbr"] = breakable
     return env
+
+
+_BREAKS = re.compile(r"(?<=[/_.:,])(?=.)|(?<=[a-z])(?=[A-Z])|(?<=[A-Z\d])(?=[A-Z][a-z])")
+
+
+def breakable(text: Any) -> Markup:
+    """``text`` escaped, with a ``<wbr>`` (where a line may break) after each ``/ _ . : ,`` and
+    between the words of a CamelCase name (``Gpu<wbr>Xid<wbr>Error``), never inside a number: a
+    narrow table cell (``overflow-wrap: anywhere``) then breaks there rather than mid-word."""
+    return Markup("<wbr>").join(escape(part) for part in _BREAKS.split(str(text)))
 
 
 def score_text(score: Any) -> str:
@@ -430,13 +445,15 @@ def _incident(
         c["low"] = c["rank"] > 1 and (
             float(c.get("score") or 0.0) < LOW_SCORE or not c.get("fault_type")
         )
+    # the timeline names each alert's node, with its cluster when the nodes span several
+    clusters = {n.split("/", 1)[0] for a in alerts if (n := a["node"] or "").count("/") >= 2}
     timeline = Markup(
         timeline_svg(
             [
                 (
                     a["starts_ts"],
                     a["ends_ts"],
-                    f"{a['alertname'] or '?'} · {(a['node'] or '-').split('/')[-1]}",
+                    (a["alertname"] or "?", where(a["node"], len(clusters) > 1)),
                     a["status"],
                 )
                 for a in alerts
@@ -487,12 +504,27 @@ def _incident(
         section="incidents",
         feedback=feedback,
         can_admin=session.can("admin"),
+        # what became of the feedback form, shown beside it; the merged note at the top
         flash=flash
-        or ("Thank you: your feedback is stored as a training label." if saved else None)
-        or merged,
+        or ("Thank you: your feedback is stored as a training label." if saved else None),
         flash_kind="err" if flash else "ok",
+        merged_note=merged,
         form=form or {},
     )
+
+
+def where(node: str | None, with_cluster: bool = False) -> str:
+    """An alert's node as the timeline names it: the node id without its cluster and kind
+    (``<cluster>/<kind>/<name>``: ``c0/gpu/c0-h1/3`` is ``c0-h1/3``, host and GPU), the cluster
+    kept (``c0/c0-h1/3``) when ``with_cluster`` (the incident's nodes are in several clusters); an
+    id of fewer segments (``global/dns``) its last one, or whole ``with_cluster``; none ``-``."""
+    if not node:
+        return "-"
+    parts = node.split("/")
+    if len(parts) >= 3:
+        own = "/".join(parts[2:])
+        return f"{parts[0]}/{own}" if with_cluster else own
+    return node if with_cluster else parts[-1]
 
 
 def _cause_graphs(
@@ -545,6 +577,20 @@ def _merged_note(merged_from: str) -> str | None:
             f"Incident #{merged_from} was merged into this one (their alerts joined on the graph)."
         )
     return None
+
+
+@router.get("/incidents/{incident_id}/feedback")
+def incident_feedback_page(request: Request, services: ServicesDep, incident_id: str) -> Response:
+    """The feedback form's action read with ``GET`` (a refused form's page bookmarked, reloaded or
+    reached with Back and Forward): to the form on the incident page (303, RFC 9110 section
+    15.4.4), not a 404. An id that is no incident number gets the incident page's 404."""
+    session = _session(request, services)
+    if isinstance(session, Response):
+        return session
+    number = _db_id(incident_id)
+    if number is None:
+        return _no_incident(request, session, incident_id[:40])
+    return RedirectResponse(f"/ui/incidents/{number}#feedback", status_code=303)
 
 
 @router.post("/incidents/{incident_id}/feedback", response_class=HTMLResponse)
@@ -680,14 +726,36 @@ def _fleet_node(
                 ),
             }
         )
+    for g in gpus:
+        g["text"] = gpu_text(g)
     models = sorted({g["model"] for g in gpus if g["model"]})
     return {
         "name": n.name,
+        "short": short_id(n.name, NODE_NAME_CHARS),
+        "flagged": [g for g in gpus if not g["healthy"] or g["incidents"]],  # as cl["bad"] counts
         "gpus": gpus,
         "used": sum(g["used"] for g in gpus),
         "model": ", ".join(models),
         "incidents": sorted({m for g in gpus for m in g["incidents"]} | set(host_marks)),
     }
+
+
+def gpu_text(g: dict[str, Any]) -> str:
+    """What the fleet view says of one GPU (its square's tooltip and accessible name): index,
+    model, allocated share (0..1 as %), FleetMind's reservation, utilisation (%), memory (MiB),
+    health (the XID) and the open incidents on it."""
+    text = f"GPU {g['index']} {g['model']}: {100 * g['used']:.0f}% allocated"
+    if g["reserved"]:
+        text += f" ({100 * g['reserved']:.0f}% reserved by FleetMind)"
+    if g["util"] is not None:
+        text += f", util {g['util']:.0f}%"
+    if g["mem_total"]:
+        text += f", {g['mem_used'] or 0:.0f}/{g['mem_total']:.0f} MiB"
+    if not g["healthy"]:
+        text += ", UNHEALTHY" + (f" (XID {g['xid']:.0f})" if g["xid"] else "")
+    if g["incidents"]:
+        text += ", open incident: " + "; ".join(g["incidents"])
+    return text
 
 
 def _incident_marks(services: Any) -> dict[tuple[str, ...], list[str]]:

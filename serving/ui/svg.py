@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
+from itertools import accumulate
 
 from fleetmind.data.graph import DependencyGraph
 
@@ -29,14 +30,40 @@ KIND_COLOURS = {
     "config": "#0369a1",
 }
 _CHAR_W = 7.6  # px per character of the 12.5 px monospace label font
-_EDGE_CHAR_W = 6.0  # px per character of the 10 px edge-label font
 _BOX_H = 46
 _GAP_X = 64
 _GAP_Y = 40
 _PAD = 12
 _MAX_LABEL = 40
-MIN_SCALE = 0.8
-"""Graphs shrink to fit their card down to this scale (text stays >= 10 px); wider ones scroll."""
+MIN_FONT_PX = 10.0
+"""The smallest text a drawing may show on screen, in CSS px (the operators' guide promises it)."""
+SMALL_FONT_PX = 11.0
+"""The smallest font size used in any drawing (kind tags, edge labels, the timeline), in px."""
+MIN_SCALE = MIN_FONT_PX / SMALL_FONT_PX
+"""Drawings shrink to fit their card down to this scale, so that their smallest text stays
+:data:`MIN_FONT_PX` or more; wider ones scroll inside their box."""
+
+# Advance widths of DejaVu Sans (what ``system-ui``/``sans-serif`` is on most Linux desktops, and
+# wider than Helvetica, Arial or Segoe UI), in em, read from the font's horizontal metrics: a
+# label estimated with them fits in any of those fonts.
+_SANS_EM = {
+    **dict.fromkeys("ijlI.,:;'|!· ", 0.32),
+    **dict.fromkeys("ftr()[]/-J", 0.42),
+    **dict.fromkeys("_sczkvxyELFTPYS", 0.64),
+    **dict.fromkeys("abdeghnopqu0123456789", 0.64),
+    **dict.fromkeys("ABKRVXZCU", 0.74),
+    **dict.fromkeys("DGHNOQ", 0.79),
+    **dict.fromkeys("mMw#%", 0.98),
+    "W": 0.99,
+}
+_BOLD = 1.12  # DejaVu Sans Bold is about this much wider than Book
+
+
+def text_width(text: str, size: float, bold: bool = False) -> float:
+    """Estimated width in px of ``text`` set in the pages' sans-serif font at ``size`` px; an
+    over-estimate rather than an under-estimate (characters outside the table count 1 em)."""
+    em = sum(_SANS_EM.get(ch, 1.0) for ch in text)
+    return em * size * (_BOLD if bold else 1.0)
 
 
 @dataclass
@@ -48,9 +75,9 @@ class _Box:
     w: float
 
 
-def _short(node: str, limit: int = _MAX_LABEL) -> str:
-    """A node id shortened for a box, at most ``limit`` characters: the middle gives way, so the
-    cluster (its first segment) and the node's own name (its end) stay readable."""
+def short_id(node: str, limit: int = _MAX_LABEL) -> str:
+    """A node id shortened to at most ``limit`` characters: the middle gives way, so the cluster
+    (its first segment) and the node's own name (its end) stay readable."""
     if len(node) <= limit:
         return node
     if "/" in node:  # a node id: its cluster, then the end of its own name
@@ -60,10 +87,11 @@ def _short(node: str, limit: int = _MAX_LABEL) -> str:
     return head + node[-(limit - len(head)) :]
 
 
-def _svg_open(width: float, height: float, title: str) -> str:
-    """The ``<svg>`` start tag of a graph: natural size, shrinkable to :data:`MIN_SCALE` of it."""
+def _svg_open(width: float, height: float, title: str, cls: str = "path-graph") -> str:
+    """The ``<svg>`` start tag of a drawing: natural size, shrinkable to :data:`MIN_SCALE` of it
+    (a CSS ``min-width``: a narrower box scrolls)."""
     return (
-        f'<svg class="path-graph" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
+        f'<svg class="{cls}" role="img" viewBox="0 0 {width:.0f} {height:.0f}" '
         f'width="{width:.0f}" height="{height:.0f}" style="min-width:{MIN_SCALE * width:.0f}px" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
     )
@@ -100,19 +128,21 @@ def path_svg(
     """
     if not path:
         return ""
-    widths = [max(120.0, _CHAR_W * len(_short(n)) + 28) for n in path]
+    widths = [_box_w(n, kinds.get(n, "?"), i == 0, 120.0) for i, n in enumerate(path)]
     col_w = max(widths)
+    # a label on a row's arrow sits in the gap between two boxes: the gap fits the longest
+    gap_x = max([_GAP_X] + [text_width(k, SMALL_FONT_PX) + 16 for k in edges])
     boxes: list[_Box] = []
     for i, n in enumerate(path):
         row, col = divmod(i, per_row)
         if row % 2 == 1:  # snake: odd rows run right to left
             col = per_row - 1 - col
-        x = _PAD + col * (col_w + _GAP_X)
+        x = _PAD + col * (col_w + gap_x)
         y = _PAD + row * (_BOX_H + _GAP_Y)
         boxes.append(_Box(n, kinds.get(n, "?"), x + (col_w - widths[i]) / 2, y, widths[i]))
     ncols = min(per_row, len(path))
     nrows = (len(path) - 1) // per_row + 1
-    width = 2 * _PAD + ncols * col_w + (ncols - 1) * _GAP_X
+    width = 2 * _PAD + ncols * col_w + (ncols - 1) * gap_x
     height = 2 * _PAD + nrows * _BOX_H + (nrows - 1) * _GAP_Y
     out = [
         _svg_open(width, height, title or " → ".join(path)),
@@ -140,7 +170,7 @@ def path_svg(
             out.append(
                 f'<text class="edge" x="{(x1 + x2) / 2 + (6 if x1 == x2 else 0):.1f}" '
                 f'y="{(y1 + y2) / 2 - 5:.1f}" text-anchor="{"start" if x1 == x2 else "middle"}" '
-                f'font-size="10" fill="#64748b">{escape(label)}</text>'
+                f'font-size="{SMALL_FONT_PX:g}" fill="#64748b">{escape(label)}</text>'
             )
     for i, b in enumerate(boxes):
         out.append(_box(b.node, b.kind, b.x, b.y, b.w, i == 0, b.node in alerting))
@@ -252,10 +282,10 @@ def tree_svg(
         for i, v in enumerate(nxt):
             order[v] = i
         layers.append(nxt)
-    widths = {n: max(110.0, _CHAR_W * len(_short(n)) + 28) for n in order}
+    widths = {n: _box_w(n, kinds.get(n, "?"), n == root, 110.0) for n in order}
     col_w = [max(widths[n] for n in layer) for layer in layers]
     # each child has one incoming edge, labelled just left of its box: the gap fits the longest
-    gap = max([_GAP_X] + [_EDGE_CHAR_W * len(k) + 34 for _, _, k in edges])
+    gap = max([_GAP_X] + [text_width(k, SMALL_FONT_PX) + 34 for _, _, k in edges])
     xs = [_PAD + sum(col_w[:i]) + i * gap for i in range(len(layers))]
     tallest = max(len(layer) for layer in layers)
     row_h = _BOX_H + 16
@@ -287,12 +317,25 @@ def tree_svg(
             f'fill="none" stroke="{"#0f172a" if strong else "#94a3b8"}" '
             f'stroke-width="{2.2 if strong else 1.3}" marker-end="url(#arrow)"/>'
             f'<text class="edge" x="{x2 - 8:.1f}" y="{y2 - 6:.1f}" text-anchor="end" '
-            f'font-size="10" fill="#64748b">{escape(kind)}</text>'
+            f'font-size="{SMALL_FONT_PX:g}" fill="#64748b">{escape(kind)}</text>'
         )
     for n, (x, y, w) in pos.items():
         out.append(_box(n, kinds.get(n, "?"), x, y, w, n == root, n in alerting))
     out.append("</svg>")
     return "".join(out)
+
+
+def _tag(kind: str, root: bool) -> str:
+    """The kind tag above a box's node id (``HOST``; the cause's ``HOST · CAUSE``)."""
+    return kind.upper() + (" · CAUSE" if root else "")
+
+
+def _box_w(node: str, kind: str, root: bool, least: float) -> float:
+    """A box's width in px: its node id (12.5 px monospace) or its kind tag (bold, letter-spaced
+    0.4 px, clear of the alert dot at the right), whichever is wider, and at least ``least``."""
+    tag = _tag(kind, root)
+    tag_w = text_width(tag, SMALL_FONT_PX, bold=True) + 0.4 * len(tag)
+    return max(least, _CHAR_W * len(short_id(node)) + 28, tag_w + 13 + 18)
 
 
 def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bool) -> str:
@@ -306,11 +349,10 @@ def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bo
         f'fill="{fill}" stroke="{stroke}" stroke-width="{2 if root or hot else 1.2}"/>'
         f'<rect x="{x + 1:.1f}" y="{y + 6:.1f}" width="4" height="{_BOX_H - 12}" rx="2" '
         f'fill="{colour}"/>'
-        f'<text x="{x + 13:.1f}" y="{y + 18:.1f}" font-size="10" fill="{colour}" '
-        f'font-weight="700" letter-spacing=".4">{escape(kind.upper())}'
-        f"{' · CAUSE' if root else ''}</text>"
+        f'<text x="{x + 13:.1f}" y="{y + 18:.1f}" font-size="{SMALL_FONT_PX:g}" fill="{colour}" '
+        f'font-weight="700" letter-spacing=".4">{escape(_tag(kind, root))}</text>'
         f'<text x="{x + 13:.1f}" y="{y + 35:.1f}" font-size="12.5" fill="#0f172a" '
-        f'font-family="ui-monospace,SFMono-Regular,Menlo,monospace">{escape(_short(node))}</text>'
+        f'font-family="ui-monospace,SFMono-Regular,Menlo,monospace">{escape(short_id(node))}</text>'
     ]
     if hot:
         parts.append(f'<circle cx="{x + w - 10:.1f}" cy="{y + 12:.1f}" r="3.5" fill="#dc2626"/>')
@@ -318,11 +360,67 @@ def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bo
     return "".join(parts)
 
 
-_TIMELINE_LABEL = 44
+_WHERE_KEEP = (32, 24, 16)
+"""Characters a timeline label's node part is cut to, in turn, before its alert name is cut."""
+
+
+def _cut_middle(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: its start and (the longer) end, ``…`` between."""
+    if len(text) <= limit:
+        return text
+    head = max(1, (limit - 1) * 2 // 5)
+    return text[:head] + "…" + text[-(limit - 1 - head) :]
+
+
+def _word_ends(text: str) -> list[int]:
+    """Where a word of ``text`` ends (a prefix ``text[:i]`` is whole words): before a separator,
+    a capital starting a new word (``Gpu|Xid``, ``GPU|Xid``) or a number (``Above|85``). A number
+    and the unit after it stay together (``85C``)."""
+    ends = []
+    for i in range(1, len(text)):
+        a, b = text[i - 1], text[i]
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        if (
+            (a.isalnum() and not b.isalnum())
+            or (a.islower() and b.isupper())
+            or (a.isupper() and b.isupper() and nxt.islower())
+            or (a.isalpha() and b.isdigit())
+            or (a.isdigit() and b.isupper() and nxt.islower())
+        ):
+            ends.append(i)
+    return ends
+
+
+def _cut_words(text: str, room: float, size: float) -> str:
+    """``text`` cut after its last whole word that fits ``room`` px with ``…``; a character cut
+    when whole words would fill less than half of the room (one long word)."""
+    if text_width(text, size) <= room:
+        return text
+    room -= text_width("…", size)
+    prefix = list(accumulate((text_width(ch, size) for ch in text), initial=0.0))
+    i = max((j for j in _word_ends(text) if prefix[j] <= room), default=0)
+    if prefix[i] < room / 2:
+        i = max((j for j in range(len(prefix)) if prefix[j] <= room), default=0)
+    return text[:i].rstrip(" _-.:/·") + "…"
+
+
+def _fit_label(name: str, where: str, room: float, size: float) -> str:
+    """A timeline label ``name · where`` in at most ``room`` px of ``size`` px text: first the
+    node part (``where``) gives way in the middle, down to 16 characters, then the alert name is
+    cut at the end of a word (a cut in its middle could drop a number, such as a threshold)."""
+    full = f"{name} · {where}" if where else name
+    if text_width(full, size) <= room:
+        return full
+    tail = ""
+    for keep in _WHERE_KEEP if where else (0,):
+        tail = f" · {_cut_middle(where, keep)}" if where else ""
+        if text_width(name + tail, size) <= room:
+            return name + tail
+    return _cut_words(name, room - text_width(tail, size), size) + tail
 
 
 def timeline_svg(
-    events: Sequence[tuple[float, float | None, str, str]],
+    events: Sequence[tuple[float, float | None, str | tuple[str, str], str]],
     width: int = 760,
     row_h: int = 18,
     max_rows: int = 40,
@@ -331,10 +429,13 @@ def timeline_svg(
 
     Args:
         events: ``(start_s, end_s or None, label, status)`` per alert, Unix seconds; open-ended
-            alerts run to the latest time shown.
-        width: drawing width in px; rows of ``row_h`` px, at most ``max_rows``: the firing alerts
-            first, then the latest to start (what on-call needs of a long incident), drawn in
-            order of start.
+            alerts run to the latest time shown. ``label`` is the alert's name, or a pair
+            ``(alert name, node)`` drawn as ``name · node``; a label too long for its column (at
+            most 40 % of ``width``) is shortened (:func:`_fit_label`), its full text in a
+            ``<title>`` (the tooltip).
+        width: drawing width in px, shrinking to :data:`MIN_SCALE` of it (then scrolling);
+            rows of ``row_h`` px, at most ``max_rows``: the firing alerts first, then the latest
+            to start (what on-call needs of a long incident), drawn in order of start.
     """
     if not events:
         return ""
@@ -343,37 +444,41 @@ def timeline_svg(
     t0 = min(e[0] for e in rows)
     t1 = max(max(e[0], e[1] or e[0]) for e in rows)
     span = max(t1 - t0, 60.0)
-    # the label column fits the longest label (11 px font, about 6.4 px a character), up to 40 %
-    labels = [_short(e[2], _TIMELINE_LABEL) for e in rows]
-    label_w = min(max(120.0, 6.4 * max(len(t) for t in labels) + 16), 0.4 * width)
+    size = SMALL_FONT_PX
+    parts = [(e[2], "") if isinstance(e[2], str) else e[2] for e in rows]
+    full = [f"{n} · {w}" if w else n for n, w in parts]
+    # the label column fits the longest label, up to 40 %; its text ends 8 px left of the bars
+    # and starts 4 px or more right of the drawing's edge
+    label_w = min(max(120.0, max(text_width(t, size) for t in full) + 12), 0.4 * width)
+    labels = [_fit_label(n, w, label_w - 12, size) for n, w in parts]
     plot_w = width - label_w - 24
     height = 28 + row_h * len(rows)
 
     def x(t: float) -> float:
         return label_w + (t - t0) / span * plot_w
 
-    out = [
-        f'<svg class="timeline" role="img" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" xmlns="http://www.w3.org/2000/svg"><title>Alert timeline</title>'
-    ]
+    out = [_svg_open(width, height, "Alert timeline", cls="timeline")]
     for k in range(5):  # axis ticks: minutes after the first alert
         t = t0 + span * k / 4
         out.append(
             f'<line x1="{x(t):.1f}" y1="14" x2="{x(t):.1f}" y2="{height}" stroke="#e2e8f0"/>'
-            f'<text x="{x(t):.1f}" y="10" font-size="10" fill="#64748b" '
+            f'<text x="{x(t):.1f}" y="10" font-size="{size:g}" fill="#64748b" '
             f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">'
             f"+{(t - t0) / 60:.1f} min</text>"
         )
     for i, (start, end, _, status) in enumerate(rows):
-        label = labels[i]
         y = 20 + i * row_h
         firing = status == "firing"
         xe = x(end if (end is not None and not firing) else t1)
         colour = "#dc2626" if firing else "#94a3b8"
+        text = (
+            f'<text x="{label_w - 8:.1f}" y="{y + 11}" font-size="{size:g}" fill="#334155" '
+            f'text-anchor="end">{escape(labels[i])}</text>'
+        )
+        if labels[i] != full[i]:  # shortened: the whole label is the tooltip
+            text = f"<g><title>{escape(full[i])}</title>{text}</g>"
         out.append(
-            f'<text x="{label_w - 8}" y="{y + 11}" font-size="11" fill="#334155" '
-            f'text-anchor="end">{escape(label)}</text>'
-            f'<rect x="{x(start):.1f}" y="{y + 2}" width="{max(4.0, xe - x(start)):.1f}" '
+            text + f'<rect x="{x(start):.1f}" y="{y + 2}" width="{max(4.0, xe - x(start)):.1f}" '
             f'height="{row_h - 6}" rx="3" fill="{colour}" opacity="0.85"/>'
         )
     out.append("</svg>")
