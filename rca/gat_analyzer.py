@@ -338,12 +338,14 @@ class GATAnalyzer(BaseAnalyzer):
     def _fault_type(self, node: Any, logits: np.ndarray) -> str:
         """The most likely fault type that the catalog allows at ``node``'s kind (and role).
 
-        ``logits``: ``(C,)`` fault-head outputs over :attr:`fault_types`. Only types of the
-        catalog (:data:`fleetmind.data.rca_gen.faults.FAULT_TYPES`) are ever given: a class the
-        model has beyond them (``unknown``, learned from feedback that named no fault type
-        before such labels were left untyped, or another dataset's names) is never the answer.
-        A node whose kind allows none of the model's types gets :data:`UNKNOWN_FAULT`; with
-        ``mask_fault_types`` off, the best catalog type whatever the node.
+        ``logits``: ``(C,)`` fault-head outputs over :attr:`fault_types`. A class named
+        :data:`UNKNOWN_FAULT` (or empty), learned from feedback that named no fault type before
+        such labels were left untyped, is never the answer. Catalog types
+        (:data:`fleetmind.data.rca_gen.faults.FAULT_TYPES`) are given only at node kinds (and
+        roles) that can have them; names outside the catalog (a model trained on another
+        dataset's fault names, e.g. PetShop's metrics) are not masked. A node whose kind allows
+        none of the model's types gets :data:`UNKNOWN_FAULT`; with ``mask_fault_types`` off, the
+        best type whatever the node.
         """
         if not self.config.mask_fault_types:
             key: tuple[str, str | None] = ("*", None)
@@ -353,7 +355,12 @@ class GATAnalyzer(BaseAnalyzer):
         mask = self._fault_mask_cache.get(key)
         if mask is None:
             ok = FAULT_TYPES if key[0] == "*" else plausible_fault_types(*key)
-            mask = np.array([t in ok for t in self.fault_types])
+            mask = np.array(
+                [
+                    t not in (UNKNOWN_FAULT, "") and (t in ok or t not in FAULT_TYPES)
+                    for t in self.fault_types
+                ]
+            )
             self._fault_mask_cache[key] = mask
         if not mask.any():
             return UNKNOWN_FAULT

@@ -175,24 +175,28 @@ def test_a_models_unknown_type_is_no_label(client: TestClient) -> None:
     assert [i["fault_type"] for i in labelled] == [None]
 
 
-def test_the_analyzer_never_gives_a_type_outside_the_catalog(world: World) -> None:
+def test_the_analyzer_never_gives_a_learned_unknown_class(world: World) -> None:
     from fleetmind.serving.feedback import node_fault_types
 
     alerts = _host_storms()[:2]
     top = GATAnalyzer.load(None).find_root_causes(world.graph, alerts, top_k=1).causes[0]
     allowed = node_fault_types(world.graph.node(top.node))
     assert top.fault_type in allowed and len(allowed) > 1
-    # a model whose best class for it lies outside the catalog (learned from "unknown" labels,
-    # or another dataset's names): the best type of the catalog the node can have instead
-    for name in ("unknown", "banana"):
-        other = GATAnalyzer.load(None)
-        other.fault_types = [name if t == top.fault_type else t for t in other.fault_types]
-        for masked in (True, False):
-            other.config.mask_fault_types = masked
-            other._fault_mask_cache.clear()
-            c = other.find_root_causes(world.graph, alerts, top_k=1).causes[0]
-            assert c.node == top.node and c.fault_type != name, (masked, c)
-            assert c.fault_type in (allowed if masked else other.fault_types), (masked, c)
+    # a model whose best class for it is "unknown" (learned from untyped labels): the next best
+    # type the node can have instead, masked or not
+    other = GATAnalyzer.load(None)
+    other.fault_types = ["unknown" if t == top.fault_type else t for t in other.fault_types]
+    for masked in (True, False):
+        other.config.mask_fault_types = masked
+        other._fault_mask_cache.clear()
+        c = other.find_root_causes(world.graph, alerts, top_k=1).causes[0]
+        assert c.node == top.node and c.fault_type != "unknown", (masked, c)
+        assert c.fault_type in (allowed if masked else other.fault_types), (masked, c)
+    # another dataset's fault names (outside the catalog) are the model's own: given as learned
+    other.fault_types = ["banana" if t == "unknown" else t for t in other.fault_types]
+    other.config.mask_fault_types = True
+    other._fault_mask_cache.clear()
+    assert other.find_root_causes(world.graph, alerts, top_k=1).causes[0].fault_type == "banana"
 
 
 # ------------------------------------------------------------------ feedback in the data module
