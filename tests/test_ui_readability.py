@@ -357,6 +357,9 @@ def test_a_refused_feedback_form_can_be_reloaded_and_takes_the_focus(client: Tes
     assert r.status_code == 404 and 'id="error-message"' in r.text
     page = client.get("/ui/incidents/1").text
     assert 'action="/ui/incidents/1/feedback#flash" id="feedback-form"' in page
+    # every feedback form, the causes' Confirm buttons too, lands on the message it leads to
+    actions = re.findall(r'action="(/ui/incidents/1/feedback[^"]*)"', page)
+    assert len(actions) > 1 and set(actions) == {"/ui/incidents/1/feedback#flash"}
     form = {"csrf": _page_csrf(page), "root_cause": "c0/host/nope", "by": "ann", "note": "n"}
     r = client.post("/ui/incidents/1/feedback", data=form)
     assert r.status_code == 422
