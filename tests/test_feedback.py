@@ -229,10 +229,8 @@ def _evaluate_case(client: TestClient, tmp_path: Path) -> None:
     assert main(["rca", "evaluate"]) == 2
 
 
-def _labelled_host_storms(tmp_path: Path) -> str:
-    """Eight incidents (a host down, one of its GPUs with XID errors) that an engineer labels
-    with the host; the service database URL."""
-    settings = make_settings(tmp_path, database_url=f"sqlite:///{tmp_path}/svc.db")
+def host_storms() -> list[dict]:
+    """Eight incidents, an hour apart: a host not ready and one of its GPUs with XID errors."""
     t0 = datetime(2026, 11, 30, tzinfo=UTC)
     hosts = [(c, f"{c}-h{i}") for c in ("c0", "c1") for i in range(4)]
     body = []
@@ -252,6 +250,14 @@ def _labelled_host_storms(tmp_path: Path) -> str:
                 fingerprint=f"x{k}",
             )
         )
+    return body
+
+
+def _labelled_host_storms(tmp_path: Path) -> str:
+    """The incidents of :func:`host_storms`, each labelled by an engineer with its host; the
+    service database URL."""
+    settings = make_settings(tmp_path, database_url=f"sqlite:///{tmp_path}/svc.db")
+    body = host_storms()
     with TestClient(create_app(settings)) as c:
         c.post("/api/v1/alerts", json=webhook(body), headers=H)
         c.app.state.services.incidents.process_pending()

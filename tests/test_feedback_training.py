@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import alert, webhook
+from serving_helpers import webhook
 from sqlalchemy import update
+from test_feedback import host_storms
 
 from fleetmind.cli import main
 from fleetmind.data.errors import ConfigError
@@ -70,30 +71,6 @@ class World:
     """the served graph"""
 
 
-def _host_storms() -> list[dict]:
-    """Eight incidents, an hour apart: a host not ready and one of its GPUs with XID errors."""
-    t0 = datetime(2026, 11, 30, tzinfo=UTC)
-    body = []
-    hosts = [(c, f"{c}-h{i}") for c in ("c0", "c1") for i in range(4)]
-    for k, (cl, h) in enumerate(hosts):
-        start = t0 + timedelta(hours=k)
-        body.append(
-            alert(
-                {"alertname": "NodeNotReady", "cluster": cl, "node": h},
-                starts=start.isoformat(),
-                fingerprint=f"n{k}",
-            )
-        )
-        body.append(
-            alert(
-                {"alertname": "GpuXidError", "cluster": cl, "node": h, "gpu": "2"},
-                starts=(start + timedelta(seconds=30)).isoformat(),
-                fingerprint=f"x{k}",
-            )
-        )
-    return body
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     tmp = tmp_path_factory.mktemp("feedback-training")
@@ -107,7 +84,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     (noval / "val.jsonl").unlink()
     settings = _settings(tmp / "svc.db")
     with TestClient(create_app(settings)) as c:
-        c.post("/api/v1/alerts", json=webhook(_host_storms()), headers=H)
+        c.post("/api/v1/alerts", json=webhook(host_storms()), headers=H)
         c.app.state.services.incidents.process_pending()
         graph = c.app.state.services.graphs.graph
         incs = sorted(c.get("/api/v1/incidents", headers=H).json(), key=lambda i: i["id"])
@@ -130,7 +107,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 def client(tmp_path: Path) -> TestClient:
     with TestClient(create_app(_settings(tmp_path / "fb.db"))) as c:
         c.headers.update(H)
-        c.post("/api/v1/alerts", json=webhook(_host_storms()[:2]))
+        c.post("/api/v1/alerts", json=webhook(host_storms()[:2]))
         c.app.state.services.incidents.process_pending()
         yield c
 
@@ -178,7 +155,7 @@ def test_a_models_unknown_type_is_no_label(client: TestClient) -> None:
 def test_the_analyzer_never_gives_a_learned_unknown_class(world: World) -> None:
     from fleetmind.serving.feedback import node_fault_types
 
-    alerts = _host_storms()[:2]
+    alerts = host_storms()[:2]
     top = GATAnalyzer.load(None).find_root_causes(world.graph, alerts, top_k=1).causes[0]
     allowed = node_fault_types(world.graph.node(top.node))
     assert top.fault_type in allowed and len(allowed) > 1
