@@ -44,6 +44,12 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         help="discover this host's GPUs and links through NVML",
         description="Discover the local GPUs through NVML (pynvml) and print the link matrix.",
     )
+    d.add_argument(
+        "--node",
+        default=None,
+        help="name of this host's node (default: $NODE_NAME, the Kubernetes Node a pod runs on, "
+        "else the host name)",
+    )
     d.add_argument("--out", default=None, metavar="FILE.yaml", help="save the fleet as YAML")
     d.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
     d.set_defaults(func=_discover)
@@ -127,10 +133,27 @@ def _print_fleet(fleet: Any, s: dict[str, Any], node: str | None) -> None:
     print(nvidia_smi_topo(tpl))
 
 
+def _load(load: Any, *args: Any, **kwargs: Any) -> Any:
+    """``load(*args, **kwargs)``; each ``UserWarning`` it raises (an unknown GPU model) is printed
+    as one ``fleetmind: warning:`` line on stderr."""
+    import sys
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        fleet = load(*args, **kwargs)
+    for w in caught:
+        if issubclass(w.category, UserWarning):
+            print(f"fleetmind: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return fleet
+
+
 def _show(args: argparse.Namespace) -> int:
     from fleetmind.data.fleet_io import load_fleet
 
-    fleet = load_fleet(args.topology, n_clusters=args.clusters, seed=args.seed)
+    fleet = _load(load_fleet, args.topology, n_clusters=args.clusters, seed=args.seed)
     summary = _fleet_summary(fleet, args.node)
     # the file before the screen: a reader that stops early (| head) does not cost the file
     write_json(args.json, summary)
@@ -141,7 +164,7 @@ def _show(args: argparse.Namespace) -> int:
 def _discover(args: argparse.Namespace) -> int:
     from fleetmind.data.fleet_io import discover_local_fleet, dump_fleet_yaml
 
-    fleet = discover_local_fleet()
+    fleet = _load(discover_local_fleet, node_name=args.node)
     summary = _fleet_summary(fleet, None)
     if args.out:
         dump_fleet_yaml(fleet, args.out)

@@ -30,6 +30,8 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ from fleetmind.data.openb import OpenbNodes
 from fleetmind.data.paths import openb_csv_dir
 from fleetmind.data.topology import (
     BUILTIN_TEMPLATES,
+    GPU_SPECS,
     LinkLevel,
     NodeTemplate,
     _pcie_count,
@@ -689,6 +692,65 @@ NOT_AVAILABLE_HINT = (
 )
 
 
+def local_node_name(name: str | None = None) -> str:
+    """The name of this host's node: ``name`` when given, else the ``NODE_NAME`` environment
+    variable (the Kubernetes Node a pod runs on, from the downward API ``spec.nodeName``, which
+    differs from the pod's hostname; dcgm-exporter reads the same variable), else the host name.
+    """
+    import socket
+
+    for value in (name, os.environ.get("NODE_NAME"), socket.gethostname()):
+        if value and value.strip():
+            return value.strip()
+    return "localhost"
+
+
+VENDOR_PREFIXES = ("NVIDIA", "Tesla")
+"""Words NVML puts before the model in ``nvmlDeviceGetName`` ("NVIDIA A100-SXM4-80GB", "Tesla
+V100-SXM2-32GB"); left out when the model is looked up."""
+
+
+def gpu_model_from_nvml(name: str, memory_mib: float | None = None) -> str:
+    """The :data:`~fleetmind.data.topology.GPU_SPECS` key of an NVML product name.
+
+    The vendor words (:data:`VENDOR_PREFIXES`) are dropped and the rest split on ``-``, ``_`` and
+    whitespace; the first word's longest known prefix not followed by a digit is the model
+    ("A100-PCIE-40GB" -> ``A100``, "A10G" -> ``A10``, "V100S-PCIE-32GB" -> ``V100``, but "A1000" is
+    not ``A100``). Where the table has memory variants (``V100M16``, ``V100M32``) the size in the
+    name ("32GB"), else ``memory_mib`` (MiB, NVML's total) rounded to GiB, picks one. An unknown
+    model is its words joined by ``-`` ("RTX A6000" -> ``RTX-A6000``) and warns once per name (a
+    ``UserWarning``): it gets the spec table's default (PCIe gen 3, no NVLink).
+
+    :param name: ``nvmlDeviceGetName``'s text.
+    :param memory_mib: the GPU's framebuffer (MiB), or None.
+    """
+    words = [w for w in re.split(r"[-_\s]+", name.strip()) if w]
+    while words and words[0].upper() in (v.upper() for v in VENDOR_PREFIXES):
+        words = words[1:]
+    if not words:
+        return "GPU"
+    first = words[0].upper()
+    known = [
+        k
+        for k in GPU_SPECS
+        if first.startswith(k.upper()) and not first[len(k) : len(k) + 1].isdigit()
+    ]
+    if not known:
+        warnings.warn(
+            f"GPU model {name!r} is not in the spec table (known: {', '.join(GPU_SPECS)}): "
+            f"modelled as {'-'.join(words)!r}, a PCIe gen 3 card without NVLink",
+            UserWarning,
+            stacklevel=2,
+        )
+        return "-".join(words)
+    model = max(known, key=len)
+    sizes = [int(m.group(1)) for w in words[1:] if (m := re.fullmatch(r"(\d+)GB", w.upper()))]
+    gib = sizes[0] if sizes else round(memory_mib / 1024) if memory_mib else None
+    if gib is not None and f"{model}M{gib}" in GPU_SPECS:
+        return f"{model}M{gib}"
+    return model
+
+
 def _bus_id(pci: Any) -> str:
     bid = getattr(pci, "busId", b"")
     if isinstance(bid, bytes):
@@ -709,8 +771,10 @@ def discover_local_fleet(
     ``nvidia-smi topo -m`` shows on DGX A100/H100. NUMA: ``nvmlDeviceGetNumaNodeId`` where the
     driver has it, else groups of GPUs not separated by ``SYS``.
 
-    The one node is named ``node_name`` when given (e.g. the Kubernetes Node a pod runs on, which
-    differs from the pod's hostname), else this host's name.
+    The one node is named by :func:`local_node_name`: ``node_name`` when given, else ``NODE_NAME``
+    (the Kubernetes Node a pod runs on, which differs from the pod's hostname), else this host's
+    name. The GPU model is the spec-table key of the first GPU's NVML name
+    (:func:`gpu_model_from_nvml`).
 
     :raises NotAvailableError: NVML (library or driver) is absent or fails; the message names the
         alternatives (``--topology FILE.yaml`` or ``--topology openb``).
@@ -739,8 +803,6 @@ def discover_local_fleet(
 
 
 def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) -> Fleet:
-    import socket
-
     g = int(nv.nvmlDeviceGetCount())
     if g == 0:
         raise NotAvailableError(f"NVML found no GPUs on this host; {NOT_AVAILABLE_HINT}")
@@ -781,8 +843,8 @@ def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) 
             if a != b:
                 nvl[a, b] = max(int(nvl[a, b]), int(min(to_switch[a], to_switch[b])))
     numa = _numa_ids(nv, handles, level)
-    model = names[0].replace("NVIDIA ", "").replace("Tesla ", "").split()[0] if names else "GPU"
-    host = node_name or socket.gethostname() or "localhost"
+    model = gpu_model_from_nvml(names[0], _memory_mib(nv, handles[0]))
+    host = local_node_name(node_name)
     tpl = NodeTemplate(
         name=f"nvml-{host}",
         gpu_model=model,
@@ -804,6 +866,14 @@ def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) 
     fleet = Fleet("local", [Cluster(cluster, region)], [tpl], [host], [0], [0], [cpu], [mem])
     fleet.source = "nvml"
     return fleet
+
+
+def _memory_mib(nv: Any, handle: Any) -> float | None:
+    """A GPU's framebuffer (MiB) from ``nvmlDeviceGetMemoryInfo``, or None when NVML has none."""
+    try:
+        return float(nv.nvmlDeviceGetMemoryInfo(handle).total) / 2**20
+    except Exception:  # noqa: BLE001 - NVMLError, or a stand-in without the call: no size
+        return None
 
 
 def _numa_ids(nv: Any, handles: list[Any], level: np.ndarray) -> np.ndarray:

@@ -189,7 +189,10 @@ def test_discovery_with_a_fake_nvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
     fleet = discover_local_fleet()
     t = fleet.templates[0]
-    assert fleet.n_nodes == 1 and t.n_gpus == 4 and t.gpu_model == "V100-SXM2-32GB"
+    # the spec-table key, not the NVML name's first word ("V100-SXM2-32GB" is no key, so its
+    # NVLink and PCIe facts were the unknown-model default): V100 with its 32 GB variant
+    assert fleet.n_nodes == 1 and t.n_gpus == 4 and t.gpu_model == "V100M32"
+    assert t.pcie_gen == 3 and t.nvlink_gbps == 25.0
     assert t.nvlinks[0, 1] == 2 and t.nvlinks[2, 3] == 2 and t.nvlinks[0, 2] == 0
     assert t.level[0, 1] == LinkLevel.PIX and t.level[1, 2] == LinkLevel.SYS
     assert list(t.numa) == [0, 0, 1, 1]

@@ -736,7 +736,9 @@ def _require_gpu_telemetry(
     if not index.gpus:
         raise NotAvailableError(
             f"FleetMind's telemetry ({snapshot.source}) reports no GPU in {where} "
-            f"({index.nodes} node(s)): no DCGM series? Run `fleetmind doctor --prometheus URL`. "
+            f"({index.nodes} node(s)): no DCGM series? With a Prometheus server in "
+            "FLEETMIND_PROMETHEUS_URL run `fleetmind doctor --prometheus URL`; with one exporter's "
+            "/metrics URL, `curl URL` and look for DCGM_FI_DEV_FB_USED. "
             "Answering 503 so that kube-scheduler skips this extender (ignorable: true)"
         )
     if not known:

@@ -9,7 +9,7 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 | ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation as ``DCGM_FI_DEV_GPU_UTIL`` or, for MIG, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (last XID ``DCGM_FI_DEV_XID_ERRORS``, absent until a GPU has had an XID; windowed ``DCGM_EXP_XID_ERRORS_COUNT``; GPU-sharing annotations) are named when absent |
 | ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``); federation targets that are down (``up == 0`` in a job named like ``*federat*``): the clusters behind them |
 | ``stale`` | DCGM and kube-state-metrics series whose newest sample is older than the bound the service applies (``FLEETMIND_TELEMETRY_MAX_AGE_S``), by cluster: a federated cluster or a remote-write sender that stopped; Prometheus keeps answering such timestamped series for its 5-minute lookback, the service leaves them out |
-| ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``) |
+| ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``); a ``Hostname`` that several scrape targets carry over different GPUs (dcgm-exporter reading a remote DCGM host engine) is an error |
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
 | ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
 | ``graph`` | the dependency graph the service serves (``FLEETMIND_GRAPH`` of the doctor's environment): unset or the embedded example (whose clusters are no fleet's: every alert maps to nothing), a file that does not load, clusters of the series that the graph does not hold, series without a ``cluster`` label while the graph holds several clusters |
@@ -395,7 +395,8 @@ def _missing_gpus(snap: Any) -> list[Finding]:
             "nodes",
             f"{len(short)} node(s) report fewer GPUs than kube-state-metrics counts "
             f"(nvidia.com/gpu capacity): {', '.join(short[:5])}; the others are shown unhealthy "
-            "(fallen off the bus, exporter down). Time-sliced nodes: export the replicas label "
+            "(fallen off the bus, exporter down, or their series name another node: see layout). "
+            "Time-sliced nodes: export the replicas label "
             "(kube-state-metrics --metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas])",
         )
     ]
@@ -461,9 +462,10 @@ def _layout(src: PrometheusApiSource, series: int) -> list[Finding]:
     for label in ("node", "kubernetes_node", "Hostname", "hostname"):
         n = _count(src, f'DCGM_FI_DEV_FB_USED{{{label}!=""}}')
         if n:
-            out.append(
+            shared = _shared_hostnames(src, label) if label in HOST_LABELS else []
+            out += shared or [
                 Finding("ok", "layout", f"GPU nodes named by the '{label}' label ({n} series)")
-            )
+            ]
             break
     else:
         out.append(
@@ -472,6 +474,47 @@ def _layout(src: PrometheusApiSource, series: int) -> list[Finding]:
                 "layout",
                 "no node, kubernetes_node or Hostname label on DCGM series: nodes are named by "
                 "'instance' (the exporter's address), which kube-scheduler's node names never match",
+            )
+        )
+    return out
+
+
+HOST_LABELS = ("Hostname", "hostname")
+"""dcgm-exporter's own labels naming the node (``hostname`` in its newest code)."""
+
+
+def _shared_hostnames(src: PrometheusApiSource, label: str) -> list[Finding]:
+    """An error for each ``label`` value (``Hostname``) that several scrape targets carry over
+    different GPUs (one ``gpu`` index with several ``UUID`` values): dcgm-exporter reading a remote
+    DCGM host engine (``DCGM_REMOTE_HOSTENGINE_INFO``) reports the engine's host as ``Hostname``
+    (``GetHostname`` in NVIDIA/dcgm-exporter ``internal/pkg/hostname/hostname.go``). Two targets
+    with the same GPUs (an exporter rollout) are no error."""
+    promql = (
+        f"count by (cluster, {label}, instance, gpu, UUID) "
+        f'(DCGM_FI_DEV_FB_USED{{node="",kubernetes_node="",{label}!=""}})'
+    )
+    targets: dict[tuple[str, str], set[str]] = {}
+    uuids: dict[tuple[str, str, str], set[str]] = {}
+    for _, lab, _ in src.query(promql, "count"):
+        key = (lab.get("cluster", ""), lab.get(label, ""))
+        targets.setdefault(key, set()).add(lab.get("instance", ""))
+        if lab.get("UUID"):
+            uuids.setdefault((*key, lab.get("gpu", "")), set()).add(lab["UUID"])
+    mixed = {key[:2] for key, u in uuids.items() if len(u) > 1}
+    out = []
+    for key in sorted(k for k in mixed if len(targets[k]) > 1):
+        shown = ", ".join(sorted(targets[key])[:3]) + (", ..." if len(targets[key]) > 3 else "")
+        out.append(
+            Finding(
+                "error",
+                "layout",
+                f"{label} '{key[1]}' is on the GPUs of {len(targets[key])} scrape targets "
+                f"({shown}): dcgm-exporter reads a remote DCGM host engine "
+                "(DCGM_REMOTE_HOSTENGINE_INFO, e.g. the GPU Operator's standalone DCGM) and names "
+                "every node after it; FleetMind places each target's GPUs on its exporter pod's "
+                "node from kube_pod_info (else on the target's address), but alerts carry that "
+                f"{label} and map to no host. Add a 'node' label to the dcgm-exporter scrape "
+                "(relabel __meta_kubernetes_pod_node_name to node)",
             )
         )
     return out

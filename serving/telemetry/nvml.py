@@ -2,15 +2,20 @@
 
 A host without the NVML library (no NVIDIA driver) raises :class:`NotAvailableError` at startup with a
 message that names the other sources, instead of a traceback.
+
+The one node is named as ``fleetmind graph build --nvml`` and ``fleetmind fleet discover`` name it
+(:func:`fleetmind.data.fleet_io.local_node_name`): ``NODE_NAME`` (the Kubernetes Node, from the
+downward API ``spec.nodeName``), else the host name, so that the extender finds it under the name
+kube-scheduler uses.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
 from fleetmind.data.errors import NotAvailableError
+from fleetmind.data.fleet_io import local_node_name
 from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
     GpuState,
@@ -27,7 +32,12 @@ class NvmlSource(TelemetrySource):
 
     name = "nvml"
 
-    def __init__(self, cluster: str = "local", ttl_s: float = 5.0) -> None:
+    def __init__(
+        self, cluster: str = "local", ttl_s: float = 5.0, node_name: str | None = None
+    ) -> None:
+        """``cluster``: the cluster of the one node; ``ttl_s`` (s): how long a snapshot is
+        reused; ``node_name``: the node's name (default :func:`local_node_name`: ``NODE_NAME``,
+        else the host name)."""
         super().__init__(ttl_s)
         try:
             import pynvml
@@ -43,7 +53,7 @@ class NvmlSource(TelemetrySource):
             ) from None
         self._nvml: Any = pynvml
         self.cluster = cluster
-        self.host = socket.gethostname()
+        self.host = local_node_name(node_name)
 
     def collect(self) -> FleetSnapshot:
         """This host's GPUs now.

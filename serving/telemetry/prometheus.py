@@ -39,9 +39,17 @@ GPU out for good. Only :data:`HARDWARE_XIDS` mark a GPU unhealthy; where the exp
 windowed ``DCGM_EXP_XID_ERRORS_COUNT`` for a node, its GPUs are judged by that window instead, so
 they come back once the window holds no hardware XID.
 
+No reading. DCGM's blank values (:data:`DCGM_BLANKS`, e.g. ``9223372036854775794`` or
+``140737488355328`` for a field the GPU does not support), a utilisation outside 0-100 % and a
+``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` outside 0-1 are no reading (:func:`is_reading`), as if the series
+were absent.
+
 MIG: a series with a ``GPU_I_ID`` label is one MIG instance; each instance becomes its own GPU of
 the node, ``index = 100 * (gpu + 1) + GPU_I_ID`` (never a physical index), ``model`` =
-``"<modelName> MIG <GPU_I_PROFILE>"``, ``mig_parent`` = the physical index.
+``"<modelName> MIG <GPU_I_PROFILE>"``, ``mig_parent`` = the physical index. When the exporter
+monitors both the GPUs and their instances (``-d a``), the physical GPU's own series (those without
+``GPU_I_ID``) are left out: its instances hold its framebuffer; a hardware XID it reports marks
+each of its instances.
 
 kube-state-metrics series (Prometheus server mode):
 
@@ -57,10 +65,19 @@ kube-state-metrics series (Prometheus server mode):
 
 Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
 ``__meta_kubernetes_pod_node_name``), ``kubernetes_node``, then ``Hostname`` (``hostname`` in
-dcgm-exporter's newest code). The pitfall:
-dcgm-exporter in a DaemonSet without ``hostNetwork`` reports the *exporter pod's* name as
-``Hostname`` (``dcgm-exporter-x7k2p``). When ``Hostname`` is the name of a pod that
-kube-state-metrics places on a node, that node is used instead.
+dcgm-exporter's newest code). The pitfalls:
+
+* dcgm-exporter in a DaemonSet without ``hostNetwork`` reports the *exporter pod's* name as
+  ``Hostname`` (``dcgm-exporter-x7k2p``). When ``Hostname`` is the name of a pod that
+  kube-state-metrics places on a node, that node is used instead.
+* dcgm-exporter reading a remote DCGM host engine (``DCGM_REMOTE_HOSTENGINE_INFO=nvidia-dcgm:5555``,
+  the GPU Operator's standalone DCGM) reports the engine's host as ``Hostname`` on every node
+  (``GetHostname``/``parseRemoteHostname`` in NVIDIA/dcgm-exporter
+  ``internal/pkg/hostname/hostname.go``). A name that series of different machines carry (one
+  ``gpu`` index with two ``UUID`` values, or scrape targets ``instance`` that kube-state-metrics
+  places on different nodes) is not used: each target's series go to the node of its exporter
+  pod (``kube_pod_info``), else of a workload pod it names, else to the target's address. A
+  single exporter (``/metrics`` URL) cannot be told apart this way: its GPUs stay under that name.
 
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
 GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
@@ -147,6 +164,29 @@ def is_hardware_xid(value: float | None) -> bool:
     if value is None or value != value or value <= 0:
         return False
     return int(value) == value and int(value) in HARDWARE_XIDS
+
+
+DCGM_BLANKS: tuple[float, ...] = (float(0x7FFFFFF0), 140737488355328.0, float(0x7FFFFFFFFFFFFFF0))
+"""Bases of DCGM's blank values, which dcgm-exporter may export for a field it could not read
+(``DCGM_INT32_BLANK``, ``DCGM_FP64_BLANK`` = 2**47 and ``DCGM_INT64_BLANK`` of ``dcgm_structs.h``
+in NVIDIA/DCGM; each base + 0..15 is a blank: not found, not supported, not permissioned...)."""
+READING_RANGES: dict[str, tuple[float, float]] = {"util": (0.0, 100.0), "gr_active": (0.0, 1.0)}
+"""Valid range of a reading (``DCGM_FI_DEV_GPU_UTIL`` in %, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` a
+ratio); a value outside it (or NaN) is no reading."""
+
+
+def is_dcgm_blank(value: float) -> bool:
+    """Whether ``value`` is one of DCGM's blank sentinels (:data:`DCGM_BLANKS`): no reading."""
+    return any(base <= value <= base + 15 for base in DCGM_BLANKS)
+
+
+def is_reading(field_name: str, value: float) -> bool:
+    """Whether ``value`` of a DCGM field (its name in ``_FIELDS``: ``util``, ``gr_active``...) is
+    a reading: not a blank sentinel, and inside :data:`READING_RANGES` where the field has one."""
+    if is_dcgm_blank(value):
+        return False
+    bounds = READING_RANGES.get(field_name)
+    return bounds is None or bounds[0] <= value <= bounds[1]
 
 
 DCGM_QUERY = "{__name__=~%r}" % "|".join(_FIELDS)  # noqa: UP031 - PromQL wants the quotes
@@ -643,19 +683,82 @@ def _exporter_pods(view: _KsmView, dcgm: list[Sample]) -> set[str]:
     return own_pods
 
 
+def _target_nodes(
+    dcgm: list[Sample], view: _KsmView, own_pods: set[str], default_cluster: str
+) -> dict[tuple[str, str], str]:
+    """``(cluster, instance) -> node`` of each scrape target whose pods kube-state-metrics places:
+    the exporter's own pod (its target's ``pod``) first, else a workload pod it names (a pod holding
+    a GPU runs on that GPU's node)."""
+    found: dict[tuple[str, str], tuple[int, str]] = {}
+    for _, lab, _ in dcgm:
+        inst = lab.get("instance")
+        if not inst:
+            continue
+        cluster = lab.get("cluster") or default_cluster
+        pod, exported = lab.get("pod", ""), lab.get("exported_pod", "")
+        own = 0 if pod in own_pods or EXPORTER_POD.match(pod) else 1
+        for rank, key in (
+            (own, (lab.get("namespace", ""), pod)),
+            (2, (lab.get("exported_namespace", ""), exported)),
+        ):
+            where = view.pod_node.get(key) if key[1] else None
+            if where is not None and where[0] == cluster:
+                if rank < found.get((cluster, inst), (3, ""))[0]:
+                    found[(cluster, inst)] = (rank, where[1])
+                break
+    return {key: node for key, (_, node) in found.items()}
+
+
+def _series_nodes(
+    dcgm: list[Sample], view: _KsmView, own_pods: set[str], default_cluster: str
+) -> list[tuple[str, str]]:
+    """``(cluster, node)`` of each DCGM sample (see the module docstring, Node name).
+
+    A name that series of different machines carry (one GPU index with two UUIDs, or scrape
+    targets that kube-state-metrics places on different nodes: dcgm-exporter reading a remote host
+    engine names every node after the engine's address) is not used: each target's series go to
+    its node (:func:`_target_nodes`), else to the target's address, so two GPUs never merge.
+    """
+    named = []
+    uuids: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    machines: dict[tuple[str, str], set[str]] = defaultdict(set)
+    targets = _target_nodes(dcgm, view, own_pods, default_cluster)
+    for _, lab, _ in dcgm:
+        cluster = lab.get("cluster") or default_cluster
+        host = _node_name(lab, view.pod_by_name, cluster)
+        named.append((cluster, host))
+        if lab.get("UUID"):
+            uuids[(cluster, host, lab.get("gpu", ""))].add(lab["UUID"])
+        target = targets.get((cluster, lab.get("instance", "")))
+        if target is not None:
+            machines[(cluster, host)].add(target)
+    shared = {(c, h) for (c, h, _), u in uuids.items() if len(u) > 1}
+    shared |= {key for key, nodes in machines.items() if len(nodes) > 1}
+    if not shared:
+        return named
+    out = []
+    for (_, lab, _), (cluster, host) in zip(dcgm, named, strict=True):
+        inst = lab.get("instance")
+        if (cluster, host) in shared and inst:
+            host = targets.get((cluster, inst)) or inst.rsplit(":", 1)[0]
+        out.append((cluster, host))
+    return out
+
+
 def _read_dcgm(
     dcgm: list[Sample], view: _KsmView, own_pods: set[str], default_cluster: str
 ) -> tuple[dict[tuple[str, str, int], dict[str, Any]], set[tuple[str, str]]]:
     """One record per ``(cluster, node, gpu[, MIG instance])``, and the nodes whose exporter
-    serves the windowed ``DCGM_EXP_XID_ERRORS_COUNT``."""
+    serves the windowed ``DCGM_EXP_XID_ERRORS_COUNT``. Blank and out-of-range values are no
+    reading (:func:`is_reading`); a physical GPU with MIG instances is left out
+    (:func:`_drop_mig_parents`)."""
     gpus: dict[tuple[str, str, int], dict[str, Any]] = defaultdict(dict)
     windowed: set[tuple[str, str]] = set()
-    for name, lab, v in dcgm:
+    where = _series_nodes(dcgm, view, own_pods, default_cluster)
+    for (name, lab, v), (cluster, host) in zip(dcgm, where, strict=True):
         field_name = _FIELDS.get(name)
         if field_name is None:
             continue
-        cluster = lab.get("cluster") or default_cluster
-        host = _node_name(lab, view.pod_by_name, cluster)
         try:
             phys = int(lab.get("gpu", "0"))
         except ValueError:
@@ -674,10 +777,11 @@ def _read_dcgm(
                 xid = int(lab.get("xid", ""))
             except ValueError:
                 continue
-            if v > 0 and xid in HARDWARE_XIDS:
+            if v > 0 and not is_dcgm_blank(v) and xid in HARDWARE_XIDS:
                 g.setdefault("hw_xids", set()).add(xid)
             continue
-        g[field_name] = v
+        if is_reading(field_name, v):
+            g[field_name] = v
         if idx != phys:
             g["parent"] = phys
             g.setdefault("profile", gi)
@@ -690,7 +794,25 @@ def _read_dcgm(
         pod = workload_pod(lab, own_pods)
         if pod:
             g.setdefault("pods", set()).add(pod)
+    _drop_mig_parents(gpus)
     return gpus, windowed
+
+
+def _drop_mig_parents(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> None:
+    """Leave out the record of a physical GPU that has MIG instances (dcgm-exporter ``-d a``
+    exports both, ``handleGPUOptions`` in NVIDIA/dcgm-exporter
+    ``internal/pkg/devicemonitoring/device_monitoring.go``): its framebuffer is its instances'.
+    A hardware XID it had marks each of its instances."""
+    parents = {(c, h, g["parent"]) for (c, h, _), g in gpus.items() if "parent" in g}
+    for key in parents & gpus.keys():
+        phys = gpus.pop(key)
+        for (c, h, _), g in gpus.items():
+            if (c, h) != key[:2] or g.get("parent") != key[2]:
+                continue
+            if phys.get("hw_xids"):
+                g.setdefault("hw_xids", set()).update(phys["hw_xids"])
+            if is_hardware_xid(phys.get("xid")) and not is_hardware_xid(g.get("xid")):
+                g["xid"] = phys["xid"]
 
 
 def _gpu_state(
