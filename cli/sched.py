@@ -152,6 +152,8 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
 
     trace = load_openb_trace(args.trace)
     nodes = load_openb_nodes(args.nodes)
+    if nodes.total_gpus == 0:  # before the checks below, whose "largest node has 0" misleads
+        raise DataError(f"node list {nodes.source} has no GPUs")
     where = f"the node list {nodes.source}"
     check_gpu_specs(trace, nodes.model.tolist(), where)
     check_pod_sizes(trace, nodes.cpu_milli, nodes.memory_mib, nodes.num_gpu, where)
@@ -874,7 +876,7 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
         "search-teacher",
         help="CMA-ES search of a linear fgd-mode teacher (episodes as local or Ray jobs)",
         description="Search a linear candidate scorer (rl.teacher_search, the cma package's CMA-ES) "
-        "by its mean unallocated GPU %% at 100 %% arrived over fixed (trace, workload seed) "
+        "by its mean unallocated GPU % at 100 % arrived over fixed (trace, workload seed) "
         "episodes of fleetmind/GpuPlacement-v0. Writes the scorer JSON (a --teacher for sched "
         "train) and a summary.",
     )
@@ -936,7 +938,9 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
     if args.nodes is not None:
         cfg["nodes_path"] = job_path(args.nodes)
     episodes = [(job_path(t), s) for t in args.trace for s in seeds]
-    total = (2 + args.generations * args.population) * len(episodes)
+    # FGD's vector, the --init vector when given, then every generation's population
+    vectors = 1 + (init is not None) + args.generations * args.population
+    total = vectors * len(episodes)
     with tqdm(total=total, desc="teacher search", unit="episode") as bar:
         res = cmaes_search(
             cfg,
@@ -1045,6 +1049,11 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     )
     tr.add_argument("--json", default=None, help="write the run summary JSON here")
     add_train_flags(tr)  # one flag per recipe setting (training/recipes/settings.py)
+    # the field's own text describes register=True, what the flag turns off
+    tr._option_string_actions["--no-register"].help = (  # noqa: SLF001
+        "fgd mode: do not register the model in the MLflow model registry (it is still logged"
+        " with the run) and leave the champion alias where it is"
+    )
     _ray_arg(tr, "--seeds: run every training seed; else --algo paired/es episodes, distill labels")
     add_recipe_group(tr, DistillArgs, "--algo distill (dynamic mode)")
     add_recipe_group(tr, EsArgs, "--algo es (dynamic mode)")

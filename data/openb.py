@@ -47,7 +47,8 @@ POD_TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
 
 
 class TraceWarning(UserWarning):
-    """A trace value the loader changed (``gpu_milli`` above 1000, clipped), a ``gpu_spec`` that
+    """A trace value the loader changed (``gpu_milli`` above 1000, clipped; below 1000 on a
+    multi-GPU pod, read as 1000), a ``gpu_spec`` that
     names a GPU model no node of the node list has (:func:`check_gpu_specs`), pods larger than
     every node (:func:`check_pod_sizes`), or a job stream too short for the offered load of
     dynamic mode. The CLI prints these as ``fleetmind: warning: <message>``."""
@@ -118,7 +119,8 @@ class PodTrace:
         cpu_milli: ``(P,)`` int64, CPU request in milli-cores.
         memory_mib: ``(P,)`` int64, memory request in MiB.
         num_gpu: ``(P,)`` int64, GPUs requested (0 = CPU-only pod).
-        gpu_milli: ``(P,)`` int64, per-GPU share in milli-GPU, clipped to 1000 (0 for CPU-only pods).
+        gpu_milli: ``(P,)`` int64, per-GPU share in milli-GPU, clipped to 1000 (0 for CPU-only
+            pods, 1000 for pods of several GPUs).
         gpu_spec: ``(P,)`` str, the raw ``gpu_spec`` ("" when absent).
         gpu_spec_mask: ``(P,)`` int64, allowed-model bitmask (:data:`ANY_GPU_MODEL` = no constraint).
         qos: ``(P,)`` str ("" when the file has no such column).
@@ -293,20 +295,29 @@ def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> O
         :class:`OpenbNodes`, sorted by node name.
 
     Raises:
-        DataError: missing file or column, or a row (1-based data row number) with a bad field.
+        DataError: missing file or column, a row (1-based data row number) with a bad field or
+            another number of fields than the header, or a node name (``sn``) listed twice.
     """
     p = _resolve(path if path is not None else "gpu_node", "node list")
     header, rows = _read_rows(p, NODE_COLUMNS)
     col = {c: header.index(c) for c in NODE_COLUMNS}
     names, cpu, mem, ngpu, model = [], [], [], [], []
+    seen: dict[str, int] = {}  # node name -> its data row
     for r, row in enumerate(rows, start=1):
         if not row or all(not c.strip() for c in row):
             continue
-        if len(row) < len(header):
+        if len(row) != len(header):
             raise DataError(
                 f"{p}: row {r} (line {r + 1}): expected {len(header)} fields, got {len(row)}"
             )
-        names.append(row[col["sn"]].strip())
+        name = row[col["sn"]].strip()
+        if name in seen:
+            raise DataError(
+                f"{p}: row {r} (line {r + 1}): node {name!r} is listed twice (first on line"
+                f" {seen[name] + 1}); each node name may appear once"
+            )
+        seen[name] = r
+        names.append(name)
         cpu.append(_int_field(row[col["cpu_milli"]], p, r, "cpu_milli"))
         mem.append(_int_field(row[col["memory_mib"]], p, r, "memory_mib"))
         g = _int_field(row[col["gpu"]], p, r, "gpu")
@@ -333,12 +344,41 @@ def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> O
     )
 
 
+def _warn_gpu_milli_read(
+    p: Path, clipped: list[tuple[int, int, int]], partial: list[tuple[int, int, int]]
+) -> None:
+    """One :class:`TraceWarning` per kind of ``gpu_milli`` that :func:`load_openb_trace` reads
+    otherwise: above 1000 (``clipped``) and below 1000 on a multi-GPU pod (``partial``), each a
+    list of ``(data row, num_gpu, gpu_milli)``; the warning counts them and names the first."""
+    if clipped:
+        r, _, v = clipped[0]
+        warnings.warn(
+            f"{p}: {len(clipped):,} GPU pod(s) ask for gpu_milli above {GPU_MILLI} (first: row {r}"
+            f" (line {r + 1}), gpu_milli {v}); gpu_milli is the share of each GPU, so they are"
+            f" clipped to {GPU_MILLI} as the FGD simulator does (ask for whole GPUs with num_gpu)",
+            TraceWarning,
+            stacklevel=3,
+        )
+    if partial:
+        r, ng, v = partial[0]
+        warnings.warn(
+            f"{p}: {len(partial):,} multi-GPU pod(s) ask for gpu_milli below {GPU_MILLI} (first:"
+            f" row {r} (line {r + 1}), num_gpu {ng}, gpu_milli {v}); a pod of several GPUs takes"
+            f" whole GPUs, as in the FGD simulator, so they are read as gpu_milli {GPU_MILLI}",
+            TraceWarning,
+            stacklevel=3,
+        )
+
+
 def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     """Load an openb pod trace by name (``default``, ``gpuspec20``, ``multigpu30``...) or CSV path.
 
     ``gpu_milli`` (the share of each GPU) is set to 0 for CPU-only pods and clipped to 1000 for GPU
     pods, as the FGD simulator does; a file with GPU pods above 1000 (no openb trace has one) gets a
-    :class:`TraceWarning` naming the first such row and how many there are. Files with only the
+    :class:`TraceWarning` naming the first such row and how many there are. A pod of several GPUs
+    takes whole GPUs (the FGD simulator's rule, which ``envs.core`` follows), so one that asks for
+    less than 1000 of each is read as 1000, with a :class:`TraceWarning` of the same kind (no openb
+    trace has one either): the GPU it arrives with is then the GPU it holds. Files with only the
     five columns ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` (the ``multigpu*`` traces) get
     empty strings and NaN times.
 
@@ -358,8 +398,10 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     strs: dict[str, list[str]] = {c: [""] * n for c in ("name", *POD_OPTIONAL_STR)}
     times = {c: np.full(n, np.nan) for c in POD_TIME_COLUMNS}
     kept = 0
-    # GPU pods asking for more than GPU_MILLI per GPU; (data row, gpu_milli) of the first
-    n_clipped, first_clipped = 0, (0, 0)
+    # (data row, num_gpu, gpu_milli) of GPU pods asking for more than GPU_MILLI per GPU, and of
+    # multi-GPU pods asking for less than a whole GPU each
+    clipped: list[tuple[int, int, int]] = []
+    partial: list[tuple[int, int, int]] = []
     for r, row in enumerate(rows, start=1):
         if not row or all(not c.strip() for c in row):
             continue
@@ -385,24 +427,18 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
             raise DataError(
                 f"{p}: row {r} (line {r + 1}): field 'gpu_milli' is 0 for a pod with num_gpu > 0"
             )
-        if ints["num_gpu"][kept] > 0 and ints["gpu_milli"][kept] > GPU_MILLI:
-            if n_clipped == 0:
-                first_clipped = (r, int(ints["gpu_milli"][kept]))
-            n_clipped += 1
+        ng, gm = int(ints["num_gpu"][kept]), int(ints["gpu_milli"][kept])
+        if ng > 0 and gm > GPU_MILLI:
+            clipped.append((r, ng, gm))
+        if ng > 1 and gm < GPU_MILLI:
+            partial.append((r, ng, gm))
         kept += 1
     if kept == 0:
         raise DataError(f"{p}: no pod rows")
-    if n_clipped:
-        r, v = first_clipped
-        warnings.warn(
-            f"{p}: {n_clipped:,} GPU pod(s) ask for gpu_milli above {GPU_MILLI} (first: row {r}"
-            f" (line {r + 1}), gpu_milli {v}); gpu_milli is the share of each GPU, so they are"
-            f" clipped to {GPU_MILLI} as the FGD simulator does (ask for whole GPUs with num_gpu)",
-            TraceWarning,
-            stacklevel=2,
-        )
+    _warn_gpu_milli_read(p, clipped, partial)
     num_gpu = ints["num_gpu"][:kept]
     gpu_milli = np.where(num_gpu > 0, np.minimum(ints["gpu_milli"][:kept], GPU_MILLI), 0)
+    gpu_milli = np.where(num_gpu > 1, GPU_MILLI, gpu_milli)  # whole GPUs (the warning above)
     spec = np.array(strs["gpu_spec"][:kept], dtype=object)
     spec = np.where(num_gpu > 0, spec, "").astype(str)
     cache: dict[str, int] = {}

@@ -110,6 +110,8 @@ def _cpu_rows(src: _Source, level: float, rng: np.random.Generator) -> list[int]
         raise ConfigError(f"cpu level must be in [0, 100), got {level}")
     cpu_idx = np.flatnonzero(src.cls == 0)
     gpu_idx = np.flatnonzero(src.cls > 0)
+    if len(gpu_idx) == 0:  # the level is a share beside the GPU pods: no GPU pod, no variant
+        raise DataError(f"{src.path}: no GPU pods to keep (a cpu variant keeps every GPU pod)")
     n_cpu = int(round(frac * len(gpu_idx) / (1.0 - frac)))
     if n_cpu > 0 and len(cpu_idx) == 0:
         raise DataError(f"{src.path}: no CPU-only pods to sample from")

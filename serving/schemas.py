@@ -344,6 +344,17 @@ class JobSpec(BaseModel):
     reserve: bool = Field(False, description="book the GPUs so that later placements see them used")
     alternatives: int = Field(3, ge=0, le=20)
 
+    @field_validator(
+        "num_gpu", "gpu_milli", "cpu_milli", "memory_mib", "alternatives", mode="before"
+    )
+    @classmethod
+    def _no_boolean(cls, v: Any) -> Any:
+        """A count is a number: JSON ``true`` is refused (pydantic's lax mode reads it as 1).
+        Numeric strings (``"2"``) stay accepted, as everywhere else in the API."""
+        if isinstance(v, bool):
+            raise ValueError("must be an integer, not a boolean")
+        return v
+
     @field_validator("gpu_model")
     @classmethod
     def _names_a_model(cls, v: str | None) -> str | None:

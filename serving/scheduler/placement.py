@@ -13,12 +13,16 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fleetmind.data.openb import ANY_GPU_MODEL, gpu_model_id
+import numpy as np
+
+from fleetmind.data.fleet_io import openb_template_for
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MODELS
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
 from fleetmind.envs.policies import make_policy
 from fleetmind.envs.policies.fgd import typical_from_json
 from fleetmind.envs.policies.scores import bestfit_scores
+from fleetmind.envs.policies.topology import TopologyBestEffort
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 
@@ -64,6 +68,42 @@ def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
         if want and all(any(h == t for h in words) for t in want):
             return True
     return False
+
+
+MAX_MODEL_ID = 61
+"""Largest GPU model id a placement state holds: ``ClusterState.model_bit`` is ``1 << model_id``
+in an int64 and a ``gpu_spec_mask`` of -1 means "any model" (``data.openb`` keeps its vocabulary
+to 62 models for the same reason)."""
+
+
+def snapshot_model_ids(models: Sequence[str | None]) -> np.ndarray:
+    """``(len(models),)`` int64: a GPU model id for each node's GPU model name in one fleet
+    snapshot (``None`` for a node without GPUs: -1), chosen without registering anything, so any
+    number of names works.
+
+    A name of the trace vocabulary (:data:`fleetmind.data.openb.GPU_MODELS`: openb's models, the
+    ones a placement model was trained on) keeps its id there, so that the policies' per-model
+    data reads it as in training: FGD's typical pods' ``gpu_spec_mask``, the PPO observation's
+    model-scarcity feature (``envs.candidates.model_scarcity_penalties``). Every other name (DCGM's
+    ``modelName``, MIG profiles, a fleet's own names) gets an id after the vocabulary, in order of
+    first appearance; past :data:`MAX_MODEL_ID` the rest share it. Those ids mean nothing to a
+    trained model: the scarcity feature reads 0 for them, as for any model outside the ones it was
+    trained on, and FGD's typical pods, whose masks name openb models, never fit them. A shared id
+    is safe for the job's own constraint: :class:`PeerPolicyPlacer` matches ``JobSpec.gpu_model``
+    against each node's model name, not its id.
+    """
+    ids = {m: i for i, m in enumerate(GPU_MODELS[: MAX_MODEL_ID + 1])}
+    fresh = len(ids)  # the next id for a name outside the vocabulary
+    out = np.full(len(models), -1, dtype=np.int64)
+    for i, raw in enumerate(models):
+        if raw is None:
+            continue
+        name = raw.strip()
+        if name not in ids:
+            ids[name] = min(fresh, MAX_MODEL_ID)
+            fresh += 1
+        out[i] = ids[name]
+    return out
 
 
 @dataclass(frozen=True)
@@ -235,7 +275,8 @@ class PeerPolicyPlacer:
 
     The snapshot (minus reservations) becomes a ``ClusterState``; the policy's ``select`` gives the
     decision and its ``score`` ranks the alternatives. Nodes with more than 8 GPUs (the simulator's
-    limit) expose their first 8.
+    limit) expose their first 8. A node's GPU model is its first GPU's, numbered per snapshot by
+    :func:`snapshot_model_ids`; a job's ``gpu_model`` is matched by name.
     """
 
     def __init__(self, policy: Any, name: str, version: str | None = None) -> None:
@@ -243,23 +284,23 @@ class PeerPolicyPlacer:
         self.name = name
         self.version = version
         self._lock = threading.Lock()  # policies keep per-state caches
-        # (key, state, where, nodes): the node list is kept so that its id cannot be reused
-        self._cache: tuple[tuple[int, float], Any, dict, list] | None = None
+        # TopologyBestEffort finds a node's template by its model id in data.openb.GPU_MODELS,
+        # which knows only the trace vocabulary: it gets each snapshot's templates by name instead
+        self._topology = type(policy) is TopologyBestEffort and policy.templates is None
+        # (key, state, where, nodes, policy): the node list is kept so that its id cannot be reused
+        self._cache: tuple[tuple[int, float], Any, dict, list, Any] | None = None
 
-    def _base_state(self, snapshot: FleetSnapshot) -> tuple[Any, dict]:
+    def _base_state(self, snapshot: FleetSnapshot) -> tuple[Any, dict, Any]:
         """The snapshot as a ClusterState (before reservations), cached per snapshot, plus a map
-        ``(cluster, node, gpu index) -> (row, slot)`` and ``(cluster, node, -1) -> (row,)``."""
-        import numpy as np
-
+        ``(cluster, node, gpu index) -> (row, slot)`` and ``(cluster, node, -1) -> (row,)``, and
+        the policy to ask on it. GPU model ids come from :func:`snapshot_model_ids`."""
         key = (id(snapshot.nodes), snapshot.collected_ts if snapshot.source != "sim" else 0.0)
         cached = self._cache
         if cached is not None and cached[0] == key and cached[3] is snapshot.nodes:
-            return cached[1], cached[2]
+            return cached[1], cached[2], cached[4]
         nodes = snapshot.nodes
         num_gpu = np.array([min(len(x.gpus), MAX_GPUS_PER_NODE) for x in nodes], dtype=np.int64)
-        model_id = np.array(
-            [gpu_model_id(x.gpus[0].model) if x.gpus else -1 for x in nodes], dtype=np.int64
-        )
+        model_id = snapshot_model_ids([x.gpus[0].model if x.gpus else None for x in nodes])
         cpu = np.array([x.cpu_milli or 10**9 for x in nodes], dtype=np.int64)
         mem = np.array([x.memory_mib or 10**12 for x in nodes], dtype=np.int64)
         state = ClusterState(cpu, mem, num_gpu, model_id, names=np.array([x.name for x in nodes]))
@@ -273,8 +314,15 @@ class PeerPolicyPlacer:
                 state.cpu_free[i] = x.cpu_milli_free
             if x.memory_mib:
                 state.mem_free[i] = x.memory_mib_free
-        self._cache = (key, state, where, nodes)
-        return state, where
+        policy = self.policy
+        if self._topology:
+            templates = [
+                openb_template_for(x.gpus[0].model.strip(), int(g)) if g > 0 else None
+                for x, g in zip(nodes, num_gpu.tolist(), strict=True)
+            ]
+            policy = TopologyBestEffort(templates=templates, allocation=self.policy.allocation)
+        self._cache = (key, state, where, nodes, policy)
+        return state, where, policy
 
     def place(
         self,
@@ -285,13 +333,11 @@ class PeerPolicyPlacer:
         allowed: Collection[str] | None = None,
         alternative_gpus: bool = True,
     ) -> list[Option]:
-        import numpy as np
-
         nodes = snapshot.nodes
         n = len(nodes)
         if n == 0:
             return []
-        base, where = self._base_state(snapshot)
+        base, where, policy = self._base_state(snapshot)
         state = base.copy()
         for (c, name, g), milli in reservations.gpu_items():
             slot = where.get((c, name, g))
@@ -307,14 +353,15 @@ class PeerPolicyPlacer:
                 state.mem_free[i[0]] -= milli
         mask_model = ANY_GPU_MODEL
         wants = parse_gpu_models(job.gpu_model)
+        matches = None
         if wants:
-            ids = [
-                gpu_model_id(x.gpus[0].model)
-                for x in nodes
-                if x.gpus and gpu_model_matches(x.gpus[0].model, wants)
-            ]
+            matches = np.fromiter(
+                (bool(x.gpus) and gpu_model_matches(x.gpus[0].model, wants) for x in nodes),
+                dtype=bool,
+                count=n,
+            )
             mask_model = 0
-            for m in set(ids):
+            for m in set(state.model_id[matches].tolist()):
                 mask_model |= 1 << m
         pod = Pod(
             job.cpu_milli,
@@ -324,6 +371,8 @@ class PeerPolicyPlacer:
             mask_model,
         )
         mask = state.feasible(pod) if mask_model else np.zeros(n, dtype=bool)
+        if matches is not None:  # by name: a model id may be shared (snapshot_model_ids)
+            mask &= matches
         if job.cluster is not None:
             mask &= np.array([x.cluster == job.cluster for x in nodes])
         if allowed is not None:
@@ -331,13 +380,13 @@ class PeerPolicyPlacer:
         if not mask.any():
             return []
         with self._lock:
-            if hasattr(self.policy, "reset"):
-                self.policy.reset(state)
-            node, gpus = self.policy.select(state, pod, mask)
+            if hasattr(policy, "reset"):
+                policy.reset(state)
+            node, gpus = policy.select(state, pod, mask)
             scores = np.zeros(n)
             if k > 1:
                 try:
-                    scores = np.asarray(self.policy.score(state, pod, mask), dtype=np.float64)
+                    scores = np.asarray(policy.score(state, pod, mask), dtype=np.float64)
                 except (
                     NotImplementedError
                 ):  # e.g. PPO ranks candidates only: order the rest by BestFit

@@ -336,10 +336,19 @@ def _learn(r: _Run) -> None:
     r.evaluate_policy(0)  # the cloned policy is a candidate for "best" too
     t_ppo = time.perf_counter()
     if a.timesteps > 0:
+
+        def periodic(step: int) -> float | None:
+            # SB3 updates the policy once more after its last rollout: an evaluation inside that
+            # rollout would score the policy before the update, under the final step; the final
+            # evaluation below scores the policy training ends with, once
+            return r.evaluate_policy(step) if step < a.timesteps else None
+
         options = {"max_minutes": a.max_minutes, "checkpoint_dir": r.ckpt_dir, "log_losses": True}
-        callback = MlflowEvalCallback(r.evaluate_policy, a.eval_freq, episode_metrics, **options)
+        callback = MlflowEvalCallback(periodic, a.eval_freq, episode_metrics, **options)
         r.model.learn(total_timesteps=a.timesteps, callback=callback, progress_bar=a.progress)
-        r.evaluate_policy(r.model.num_timesteps)
+        # stopped by --max-minutes right after an evaluation: no update since, the same policy
+        if r.state["history"][-1]["step"] != r.model.num_timesteps:
+            r.evaluate_policy(r.model.num_timesteps)
         save_onnx(actor_from_model(r.model), r.dir / "model" / "final.onnx")
     r.ppo_seconds = time.perf_counter() - t_ppo
     r.venv.close()
