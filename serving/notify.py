@@ -18,15 +18,23 @@ The alert's ``severity`` comes from the top cause's calibrated score (:func:`sev
 ``FLEETMIND_NOTIFY_WARNING_SCORE``, and no alert below it (the incident page still lists the cause).
 
 When the incident resolves (or is merged into another), the alert is posted again with ``endsAt``
-(resolved) and the webhook gets a resolved message. When a settled top cause or its severity changes,
-the old alert is resolved and the new one sent; when its score falls below the warning floor, the
-alert is resolved. Failed posts are retried ``FLEETMIND_NOTIFY_RETRIES`` times with
-exponential backoff (``FLEETMIND_NOTIFY_BACKOFF_S``, doubling; on connection errors, 408, 429 and
-5xx, never on other 4xx) and then again on a later poll. What was delivered is stored in the
-``notifications`` table, so a restart neither repeats a message nor forgets to resolve an alert;
-its ``delivery`` column keeps what became of the firing message on each channel (sent, failing,
-dropped: :func:`delivery_outcome`), so the incident page says "sent" only for a delivered one and
-the webhook gets a resolved message only for a firing one it took.
+(resolved) and the webhook gets a resolved message. When a settled top cause changes, the old alert
+is resolved and the new one sent; when its severity changes, the old alert is resolved (its
+``severity`` label is part of its identity) and the new one sent, and the webhook gets one message
+saying so; when its score falls below the warning floor, the alert is resolved. The severity has
+hysteresis (:func:`held_severity`): it is lowered only once the score is
+``FLEETMIND_NOTIFY_SEVERITY_MARGIN`` below the threshold it crossed.
+
+Nothing sleeps in a poll: each post is tried once; a receiver that fails (connection error,
+timeout, 408, 425, 429, 5xx) is not tried again in that poll, for any incident, and then waits
+``FLEETMIND_NOTIFY_BACKOFF_S``, doubling with each failure in a row (at most
+``FLEETMIND_NOTIFY_RETRIES`` times). What was delivered is stored in the ``notifications`` table,
+so a restart neither repeats a message nor forgets to resolve an alert; its ``delivery`` column
+keeps what became of the firing message on each channel (sent, failing, dropped:
+:func:`delivery_outcome`), so the incident page says "sent" only for a delivered one and the
+webhook gets a resolved message only for a firing one it took, and the resolutions not yet
+delivered everywhere (:data:`OUTBOX`: each Alertmanager of an HA pair until it takes it, the
+webhook's in order before the next firing message), until ``FLEETMIND_NOTIFY_GIVE_UP_S``.
 """
 
 from __future__ import annotations
@@ -50,10 +58,25 @@ log = logging.getLogger("fleetmind.serving.notify")
 
 ALERTNAME = "FleetMindRootCause"
 CLOSED, SUPERSEDED, UNSURE = "incident closed", "root cause changed", "score below the floor"
+RESEVERED = "severity changed"
 """Why a FleetMindRootCause alert was resolved (annotation ``resolved_because``, and the webhook's
-wording): its incident resolved or was merged; the incident's settled top cause (or its severity)
-changed; its score fell below ``FLEETMIND_NOTIFY_WARNING_SCORE``."""
+wording): its incident resolved or was merged; the incident's settled top cause changed; its score
+fell below ``FLEETMIND_NOTIFY_WARNING_SCORE``; the same cause is sent again at another severity
+(the ``severity`` label is part of the alert's identity, so the old one must end)."""
+OUTBOX = "resolutions"
+"""Key of a ``notifications`` row's ``delivery`` JSON: the row's resolutions (and withdrawals of
+earlier causes) not yet delivered everywhere, oldest first, each ``{"alert": <the Alertmanager
+item with endsAt>, "alertmanager": [the /api/v2/alerts URLs that have not taken it], "webhook":
+<the chat message, or null when none is due>, "due_ts": <when it was due, Unix s>}``."""
+OUTBOX_MAX = 100
+"""Most undelivered resolutions kept per incident (the oldest is dropped, with an error logged)."""
+SEVERITY_WAS = "severity_was"
+"""Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
+when this row re-sends it at another one (its message says "now critical (was warning)")."""
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+MAX_PAUSE_S = 300.0
+"""Longest back-off of a failing receiver (s), whatever ``FLEETMIND_NOTIFY_BACKOFF_S`` and
+``FLEETMIND_NOTIFY_RETRIES`` say."""
 CLUSTER_CHARS = 256
 """Longest ``cluster`` label a notification carries (an incident's clusters come from the
 ``cluster`` labels of its alerts, which anyone who can post alerts chooses)."""
@@ -112,6 +135,37 @@ def severity_for(
     return None
 
 
+SEVERITY_RANK = {None: 0, "warning": 1, "critical": 2}
+"""Severities in order: no alert, ``warning``, ``critical``."""
+
+
+def held_severity(
+    score: Any,
+    previous: str | None,
+    settings: Settings,
+    method: str | None = "gat",
+    top: Any = None,
+) -> str | None:
+    """:func:`severity_for`, with hysteresis against ``previous`` (the severity the same cause
+    has or is settling at): a higher severity is taken at once, a lower one only when the score
+    has fallen ``FLEETMIND_NOTIFY_SEVERITY_MARGIN`` below the threshold it crossed. A score
+    hovering around ``FLEETMIND_NOTIFY_CRITICAL_SCORE`` (0.71, 0.69, 0.72...) pages once, not at
+    every crossing. A drop that is no matter of the score (a method without calibrated scores, a
+    cause that names no fault type) is taken at once: adding the margin does not undo it.
+    """
+    now = severity_for(score, settings, method, top)
+    if previous is None or SEVERITY_RANK[now] >= SEVERITY_RANK.get(previous, 0):
+        return now
+    try:
+        lifted = float(score) + settings.notify_severity_margin
+    except (TypeError, ValueError):
+        return now
+    held = severity_for(lifted, settings, method, top)
+    if SEVERITY_RANK[held] >= SEVERITY_RANK.get(previous, 0):
+        return previous
+    return held if SEVERITY_RANK[held] > SEVERITY_RANK[now] else now
+
+
 def _counter(registry: Any) -> Any:
     """The ``fleetmind_notifications_total`` counter on ``registry`` (created once per registry)."""
     from prometheus_client import Counter
@@ -127,46 +181,34 @@ def _counter(registry: Any) -> Any:
     return counter
 
 
+def _receiver(channel: str, url: str) -> str:
+    """How the log names a receiver: the webhook (a Slack URL is a secret), or an Alertmanager by
+    its host and port."""
+    if channel != "alertmanager":
+        return "the webhook"
+    u = httpx.URL(url)
+    return f"Alertmanager {u.host}:{u.port}" if u.port else f"Alertmanager {u.host}"
+
+
 def _iso(ts: float) -> str:
     return from_unix(ts).isoformat().replace("+00:00", "Z")
 
 
-def post_with_retry(
-    client: httpx.Client,
-    url: str,
-    body: Any,
-    retries: int,
-    backoff_s: float,
-    stop: threading.Event | None = None,
-) -> tuple[bool, str]:
-    """POST ``body`` as JSON; retry transient failures with exponential backoff.
+def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
+    """POST ``body`` as JSON, once (the notifier retries in later polls, never by sleeping).
 
     Returns:
-        ``(delivered, last outcome)``; the outcome is the HTTP status or the error's class name.
+        ``(delivered, outcome)``; the outcome is the HTTP status or the error's class name.
     """
-    outcome = ""
-    for attempt in range(retries + 1):
-        try:
-            r = client.post(url, json=body)
-            outcome = str(r.status_code)
-            if r.status_code < 300:
-                return True, outcome
-            if is_final(outcome):
-                return False, outcome  # a 4xx will not get better by asking again
-        except httpx.HTTPError as err:
-            outcome = type(err).__name__
-        if attempt < retries:
-            delay = backoff_s * (2**attempt)
-            if stop is not None:
-                if stop.wait(delay):
-                    break
-            else:
-                time.sleep(delay)
-    return False, outcome
+    try:
+        r = client.post(url, json=body)
+    except httpx.HTTPError as err:
+        return False, type(err).__name__
+    return r.status_code < 300, str(r.status_code)
 
 
 def is_final(outcome: str) -> bool:
-    """Whether a failed post's ``outcome`` (:func:`post_with_retry`'s) will not get better by
+    """Whether a failed post's ``outcome`` (:func:`post_once`'s) will not get better by
     asking again: an HTTP status outside :data:`RETRY_STATUS` (a revoked chat URL's 404)."""
     return outcome.isdigit() and int(outcome) not in RETRY_STATUS
 
@@ -180,6 +222,7 @@ def confidence_words(
     is_open: bool = True,
     failing: str | None = None,
     dropped: str | None = None,
+    held: str | None = None,
 ) -> str:
     """How sure the top cause is, in the words the incident page shows beside it, and what the
     notifier does with it.
@@ -189,12 +232,14 @@ def confidence_words(
     a method without calibrated scores says so instead of guessing. ``sent``: a channel took this
     cause at this severity (its ``notifications`` row, :func:`delivery_outcome`); ``failing``:
     why sending it failed so far while it is retried; ``dropped``: why the notifier gave up on it.
+    ``held``: the severity the cause fires at now (its ``notifications`` row), which
+    :func:`held_severity` keeps while the score stays within the margin below its threshold.
     Otherwise the words say what will happen: nothing while no notification URL is set, a page
     once the ranking settles (``FLEETMIND_NOTIFY_SETTLE_S``) while the incident is open.
     """
     if method is not None and method not in CALIBRATED_METHODS:
         return "confidence unknown: this ranker's scores are not probabilities"
-    sev = severity_for(score, settings, method, top)
+    sev = held_severity(score, held, settings, method, top)
     try:
         # rounded down: 0.6996 is below a 0.7 threshold and must not read "70 %"
         pct = f"{math.floor(100 * float(score) + 1e-9)} %"
@@ -222,6 +267,11 @@ def confidence_words(
         outcome = f"{verbs} {as_sev} once settled"
     else:
         outcome = f"not sent {as_sev} (the incident closed first)"
+    if sev == "critical" and float(score) < settings.notify_critical_score:
+        return (
+            f"critical held ({pct}, calibrated; within FLEETMIND_NOTIFY_SEVERITY_MARGIN below "
+            f"the critical score): {outcome}"
+        )
     if sev == "critical":
         return f"high confidence ({pct}, calibrated): {outcome}"
     if float(score) >= settings.notify_critical_score:  # capped: see severity_for
@@ -252,6 +302,8 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
         return sent, None, None
     failing, dropped = [], []
     for channel, outcome in sorted(delivery.items()):
+        if channel in (OUTBOX, SEVERITY_WAS):  # what the notifier still has to send, not a fate
+            continue
         name = CHANNEL_NAMES.get(channel, channel)
         if outcome == "sent":
             continue
@@ -297,11 +349,17 @@ class Notifier:
             for base in (settings.notify_alertmanager_url or "").split(",")
             if base.strip()
         ]
-        self.am_url = self.am_urls[0] if self.am_urls else None
         self.hook_url = settings.notify_webhook_url
         self._client = httpx.Client(timeout=5.0, transport=transport)
-        self._seen: dict[int, tuple[str, float]] = {}  # incident -> (top cause, since)
-        self._retry_at: dict[tuple[int, str], float] = {}
+        # incident -> ((top cause, severity), since)
+        self._seen: dict[int, tuple[tuple[str, str | None], float]] = {}
+        # a receiver that failed (connection error, timeout, 408/425/429/5xx): URL -> (failures
+        # in a row, not tried again before this clock time, the last outcome)
+        self._down: dict[str, tuple[int, float, str]] = {}
+        self._down_now: set[str] = set()  # receivers that failed in this poll: not tried again
+        # one message a working Alertmanager refused (a final 4xx): (incident, URL) -> (not tried
+        # again before this clock time, the outcome)
+        self._refused: dict[tuple[int, str], tuple[float, str]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
@@ -344,57 +402,89 @@ class Notifier:
                 self.last_error = f"{type(err).__name__}: {err}"
                 log.exception("notifier failed; retrying")
 
-    # ------------------------------------------------------------------ one round
+    # ------------------------------------------------------------------ one poll
     def poll(self) -> int:
-        """Settle, send and resolve once; returns how many deliveries succeeded."""
+        """Settle, send and resolve once; returns how many messages were delivered.
+
+        Nothing here sleeps: each post is tried once, and a receiver (an Alertmanager URL, the
+        webhook) that fails is not tried again in this poll, for any incident, nor before its
+        back-off has passed (:meth:`_post`), so one that is down or hangs costs at most one
+        attempt (one timeout) per poll, and the others still get their re-sends in time.
+        """
         now = self.clock()
-        sent = 0
+        self._down_now = set()
         n = notifications.c
         pending = select(notifications).where(
             (n.state == "firing") | n.am_sent_ts.is_(None) | n.hook_sent.is_(False)
         )
         with self.db.read() as conn:  # rows done with (resolved and delivered) are not read
             rows = {r.incident_id: dict(r._mapping) for r in conn.execute(pending)}
-        open_incs = self.db.list_incidents("open", limit=100_000)
         open_ids = set()
-        for inc in open_incs:
+        for inc in self.db.list_incidents("open", limit=100_000):
             open_ids.add(inc["id"])
-            causes = inc["causes"] or []
-            if not causes:
-                continue
-            top = causes[0]
-            node = top["node"]
-            severity = severity_for(top.get("score"), self.settings, inc.get("method"), top)
-            seen = self._seen.get(inc["id"])
-            if seen is None or seen[0] != (node, severity):
-                self._seen[inc["id"]] = ((node, severity), now)
-                seen = self._seen[inc["id"]]
-            if 0 <= now - seen[1] < self.settings.notify_settle_s:  # (< 0: the clock stepped back)
-                continue
-            row = rows.get(inc["id"])
-            firing = row is not None and row["state"] == "firing"
-            if firing and row["cause_node"] == node and row["labels"]["severity"] == severity:
-                self._refresh(row, inc, top)  # the next re-send carries today's counts
-                continue
-            if firing:  # the settled cause or its severity changed, or it fell below the floor
-                because = SUPERSEDED if severity is not None else UNSURE
-                self._set_resolved(row, now, because)
-                sent += self._deliver(row, now, inc)
-            if severity is None:  # too unsure to page anyone: the incident page still shows it
-                continue
-            rows[inc["id"]] = self._set_firing(inc, top, severity, now)
+            self._settle(inc, rows, now)
         for inc_id in list(self._seen):
             if inc_id not in open_ids:
                 self._seen.pop(inc_id, None)
+        sent = 0
         for inc_id, row in rows.items():
             if row["state"] == "firing" and inc_id not in open_ids:
                 self._set_resolved(row, now, CLOSED)
             sent += self._deliver(row, now)
         return sent
 
+    def _settle(self, inc: dict[str, Any], rows: dict[int, dict[str, Any]], now: float) -> None:
+        """Follow open incident ``inc``'s top cause; once it has settled at a severity, make
+        ``rows`` (incident id -> its ``notifications`` row) say what is to be sent about it: the
+        firing row refreshed, or resolved and replaced by the new cause's."""
+        causes = inc["causes"] or []
+        if not causes:
+            return
+        top = causes[0]
+        node = top["node"]
+        row = rows.get(inc["id"])
+        firing = row is not None and row["state"] == "firing"
+        previous = self._previous(inc["id"], node, row)
+        severity = held_severity(top.get("score"), previous, self.settings, inc.get("method"), top)
+        seen = self._seen.get(inc["id"])
+        if seen is None or seen[0] != (node, severity):
+            seen = self._seen[inc["id"]] = ((node, severity), now)
+        if 0 <= now - seen[1] < self.settings.notify_settle_s:  # (< 0: the clock stepped back)
+            return
+        if firing and row["cause_node"] == node and row["labels"].get("severity") == severity:
+            self._refresh(row, inc, top)  # the next re-send carries today's counts
+            return
+        was = None
+        if firing:  # the settled cause or its severity changed, or it fell below the floor
+            same = row["cause_node"] == node
+            because = UNSURE if severity is None else RESEVERED if same else SUPERSEDED
+            if because == RESEVERED and self._hook_took(row):
+                was = row["labels"].get("severity")
+            self._set_resolved(row, now, because)
+        if severity is None:  # too unsure to page anyone: the incident page still shows it
+            return
+        outbox = [] if row is None else self._outbox(row)
+        rows[inc["id"]] = self._set_firing(inc, top, severity, now, outbox, was)
+
+    def _previous(self, inc_id: int, node: str, row: dict[str, Any] | None) -> str | None:
+        """The severity cause ``node`` of incident ``inc_id`` has now, for the hysteresis of
+        :func:`held_severity`: its firing row's, else the one it is settling at, else none."""
+        if row is not None and row["state"] == "firing" and row["cause_node"] == node:
+            return row["labels"].get("severity")
+        seen = self._seen.get(inc_id)
+        return seen[0][1] if seen is not None and seen[0][0] == node else None
+
     def _set_firing(
-        self, inc: dict[str, Any], top: dict[str, Any], severity: str, now: float
+        self,
+        inc: dict[str, Any],
+        top: dict[str, Any],
+        severity: str,
+        now: float,
+        outbox: list[dict[str, Any]] | None = None,
+        severity_was: str | None = None,
     ) -> dict[str, Any]:
+        """Store (and return) the firing row of incident ``inc``'s settled cause ``top``, which
+        carries ``outbox``: the resolutions still owed, sent before it (see :data:`OUTBOX`)."""
         cluster = top.get("cluster") or ",".join(inc["clusters"] or []) or "unknown"
         if len(cluster) > CLUSTER_CHARS:  # an incident's clusters come from alert labels
             cluster = cluster[: CLUSTER_CHARS - 1] + "…"
@@ -406,6 +496,11 @@ class Notifier:
             "cluster": cluster,
             "severity": severity,
         }
+        delivery: dict[str, Any] = {}  # the firing message's fate per channel (delivery_outcome)
+        if outbox:
+            delivery[OUTBOX] = outbox
+        if severity_was:
+            delivery[SEVERITY_WAS] = severity_was
         row = {
             "incident_id": inc["id"],
             "state": "firing",
@@ -416,7 +511,7 @@ class Notifier:
             "ends_at": None,
             "am_sent_ts": None,
             "hook_sent": False,
-            "delivery": {},  # the firing message's fate per channel (see delivery_outcome)
+            "delivery": delivery,
             "updated_ts": now,
         }
         self._save(row)
@@ -454,18 +549,65 @@ class Notifier:
                 .values(annotations=fresh)
             )
 
+    @staticmethod
+    def _hook_took(row: dict[str, Any]) -> bool:
+        """Whether the webhook took ``row``'s firing message (a row from before ``delivery`` was
+        stored: whether it was marked sent)."""
+        delivery = row.get("delivery")
+        return bool(row["hook_sent"]) if delivery is None else delivery.get("webhook") == "sent"
+
     def _set_resolved(self, row: dict[str, Any], now: float, because: str = CLOSED) -> None:
-        """Turn ``row`` into its resolution, to be delivered. The webhook gets no resolved (or
-        withdrawn) message for a firing one it never took: "Resolved incident 13" in a channel
-        that never heard of incident 13 is noise. Alertmanager still gets the alert with
-        ``endsAt``: an alert it does not have is a no-op there, and one instance of an HA pair
-        may have taken the firing alert even if the row does not say so."""
+        """Turn ``row`` into its resolution and add that to the resolutions it owes (kept until
+        every receiver took it or ``FLEETMIND_NOTIFY_GIVE_UP_S`` passed, whatever follows).
+
+        Every Alertmanager gets the alert with ``endsAt``, each until it takes it: an alert it
+        does not have is a no-op there, and an HA peer that missed the resolution would hold the
+        alert until its ``resolve_timeout``. The webhook gets a resolved (or withdrawn) message
+        only for a firing one it took: "Resolved incident 13" in a channel that never heard of
+        incident 13 is noise; and none for a change of severity alone, which the next firing
+        message words as such."""
+        took = self._hook_took(row) and because != RESEVERED and bool(self.hook_url)
+        outbox = self._outbox(row)
         row["annotations"] = {**row["annotations"], "resolved_because": because}
-        delivery = row.get("delivery")  # None: a row from before it was stored (send as before)
-        hook_unsent = delivery is not None and delivery.get("webhook") != "sent"
-        row.update(state="resolved", ends_at=_iso(now), am_sent_ts=None, hook_sent=hook_unsent)
-        row["updated_ts"] = now
+        row.update(state="resolved", ends_at=_iso(now), updated_ts=now)
+        entry = {
+            "alert": self.alertmanager_alert(row),
+            "alertmanager": list(self.am_urls),
+            "webhook": self.webhook_body(row) if took else None,
+            "due_ts": now,
+        }
+        if entry["alertmanager"] or entry["webhook"] is not None:
+            outbox.append(entry)
+        if len(outbox) > OUTBOX_MAX:  # the oldest go: a cause changing while receivers are down
+            self._give_up("alertmanager and webhook", row["incident_id"], "too many undelivered")
+            del outbox[: len(outbox) - OUTBOX_MAX]
+        delivery = {k: v for k, v in (row.get("delivery") or {}).items() if k != SEVERITY_WAS}
+        if outbox:
+            delivery[OUTBOX] = outbox
+        else:
+            delivery.pop(OUTBOX, None)
+        keep_null = row.get("delivery") is None and not outbox  # a row from before the column
+        row.update(delivery=None if keep_null else delivery, hook_sent=True)
+        row["am_sent_ts"] = None if outbox else now  # (nothing owed: done with)
         self._save(row)
+
+    def _outbox(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """A copy of the resolutions ``row`` still owes (:data:`OUTBOX`); for a resolved row
+        stored before they were kept there, its own resolution if it was undelivered."""
+        delivery = row.get("delivery") or {}
+        if OUTBOX in delivery:
+            return [dict(e, alertmanager=list(e["alertmanager"])) for e in delivery[OUTBOX]]
+        if row["state"] != "resolved" or (row["am_sent_ts"] is not None and row["hook_sent"]):
+            return []
+        hook = not row["hook_sent"] and bool(self.hook_url)
+        return [
+            {
+                "alert": self.alertmanager_alert(row),
+                "alertmanager": list(self.am_urls) if row["am_sent_ts"] is None else [],
+                "webhook": self.webhook_body(row) if hook else None,
+                "due_ts": float(row["updated_ts"]),
+            }
+        ]
 
     def _save(self, row: dict[str, Any]) -> None:
         with self.db.write() as conn:
@@ -475,56 +617,32 @@ class Notifier:
             conn.execute(notifications.insert().values(**row))
 
     # ------------------------------------------------------------------ delivery
-    def _deliver(self, row: dict[str, Any], now: float, _inc: dict[str, Any] | None = None) -> int:
-        """Send what ``row``'s state still needs; returns the number of successful deliveries."""
-        done = 0
-        inc_id = row["incident_id"]
-        changed = False
-        firing = row["state"] == "firing"
-        # the firing message's fate is recorded (a row from before the column was added: not)
-        track = firing and row.get("delivery") is not None
-        if track:
-            row["delivery"] = dict(row["delivery"])
-        if self.am_url:
-            # a send "in the future" means the wall clock stepped back: re-send now, or
-            # Alertmanager's resolve_timeout would end the alert while the clock catches up
-            due = row["am_sent_ts"] is None or (
-                firing and not 0 <= now - row["am_sent_ts"] < self.settings.notify_resend_s
-            )
-            # one success is a delivery; an instance that missed it gets the next re-send
-            ok, am_outcome = self._send_to_alertmanagers(row, inc_id, now) if due else (False, "")
-            if track and am_outcome and row["delivery"].get("alertmanager") != "sent":
-                row["delivery"]["alertmanager"] = "sent" if ok else am_outcome
-                changed = True
-            if ok:
-                row["am_sent_ts"] = now
-                changed = True
-                done += 1
-            elif due and not firing and self._overdue(row, now):
-                row["am_sent_ts"] = now  # the resolution is dropped (Alertmanager's
-                changed = True  # resolve_timeout ends an alert no longer re-sent anyway)
-                self._give_up("alertmanager", inc_id, "undelivered too long")
-        if self.hook_url and not row["hook_sent"]:
-            if self._retry_at.get((inc_id, "hook"), 0.0) <= now:
-                sent, outcome = self._send(
-                    "webhook", self.hook_url, self.webhook_body(row), inc_id, now
-                )
-                dropped = not sent and (is_final(outcome) or self._overdue(row, now))
-                if dropped:
-                    self._give_up("webhook", inc_id, outcome)
-                if track:
-                    note = "sent" if sent else f"dropped: {outcome}" if dropped else outcome
-                    row["delivery"]["webhook"] = note
-                    changed = True
-                if sent or dropped:
-                    row["hook_sent"] = True
-                    changed = True
-                    done += sent
-        if changed:
+    def _deliver(self, row: dict[str, Any], now: float) -> int:
+        """Send what ``row`` still owes: its resolutions, oldest first, then its firing message;
+        store what became of them. Returns the number of messages delivered."""
+        before = (row["am_sent_ts"], row["hook_sent"], row.get("delivery"))
+        outbox = self._outbox(row)
+        if row.get("delivery") is not None or outbox:  # (a copy: ``before`` keeps the stored one)
+            row["delivery"] = dict(row.get("delivery") or {})
+        done = self._deliver_alertmanager(row, outbox, now)
+        done += self._deliver_webhook(row, outbox, now)
+        outbox = [e for e in outbox if e["alertmanager"] or e["webhook"] is not None]
+        if row["delivery"] is not None:
+            row["delivery"].pop(OUTBOX, None)
+            if outbox:
+                row["delivery"][OUTBOX] = outbox
+            elif before[2] is None and not row["delivery"]:
+                row["delivery"] = None
+        if row["state"] == "resolved" and not outbox:  # every resolution went out or was dropped
+            row["am_sent_ts"] = now if row["am_sent_ts"] is None else row["am_sent_ts"]
+            row["hook_sent"] = True
+            for key in [k for k in self._refused if k[0] == row["incident_id"]]:
+                self._refused.pop(key, None)
+        if (row["am_sent_ts"], row["hook_sent"], row.get("delivery")) != before:
             with self.db.write() as conn:
                 conn.execute(
                     notifications.update()
-                    .where(notifications.c.incident_id == inc_id)
+                    .where(notifications.c.incident_id == row["incident_id"])
                     .where(notifications.c.state == row["state"])
                     .values(
                         am_sent_ts=row["am_sent_ts"],
@@ -534,58 +652,138 @@ class Notifier:
                 )
         return done
 
-    def _send_to_alertmanagers(
-        self, row: dict[str, Any], inc_id: int, now: float
-    ) -> tuple[bool, str]:
-        """Post ``row``'s alert to every Alertmanager not in back-off; ``(whether any took it,
-        an outcome)``: a taker's, else the last failure's, ``""`` when none was tried."""
-        body = [self.alertmanager_alert(row)]
-        took, last = False, ""
-        for i, url in enumerate(self.am_urls):
-            key = "am" if i == 0 else f"am{i}"
-            if self._retry_at.get((inc_id, key), 0.0) <= now:
-                ok, outcome = self._send("alertmanager", url, body, inc_id, now, key)
-                if ok or not took:
-                    last = outcome
-                took = ok or took
-        return took, last
-
-    def _send(
-        self, channel: str, url: str, body: Any, inc_id: int, now: float, key_name: str = ""
-    ) -> tuple[bool, str]:
-        """Post ``body`` (with :func:`post_with_retry`); ``(delivered, last outcome)``. A failure
-        puts the channel of ``inc_id`` in back-off until a later round."""
-        ok, outcome = post_with_retry(
-            self._client,
-            url,
-            body,
-            self.settings.notify_retries,
-            self.settings.notify_backoff_s,
-            self._stop,
+    def _deliver_alertmanager(
+        self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
+    ) -> int:
+        """Post to each Alertmanager, in one request, the resolutions it has not taken (each
+        instance of an HA pair is tracked on its own) and the firing alert when it is due; returns
+        how many of these messages some instance took."""
+        inc_id = row["incident_id"]
+        for e in outbox:  # an instance no longer configured cannot take it any more
+            e["alertmanager"] = [u for u in e["alertmanager"] if u in self.am_urls]
+        firing = row["state"] == "firing"
+        # a send "in the future" means the wall clock stepped back: re-send now, or
+        # Alertmanager's resolve_timeout would end the alert while the clock catches up
+        due = firing and (
+            row["am_sent_ts"] is None
+            or not 0 <= now - row["am_sent_ts"] < self.settings.notify_resend_s
         )
+        taken: set[int] = set()  # indices into outbox; -1: the firing alert
+        last = ""  # the firing alert's outcome: a taker's, else the last failure's
+        for url in self.am_urls:
+            owed = [i for i, e in enumerate(outbox) if url in e["alertmanager"]]
+            body = [outbox[i]["alert"] for i in owed] + [self.alertmanager_alert(row)] * due
+            if not body:
+                continue
+            ok, outcome = self._post("alertmanager", url, body, inc_id)
+            if ok:
+                for i in owed:
+                    outbox[i]["alertmanager"].remove(url)
+                taken.update(owed + [-1] * due)
+            if due and (ok or -1 not in taken):
+                last = outcome
+        if -1 in taken:  # one instance took it; one that missed it gets the next re-send
+            row["am_sent_ts"] = now
+        delivery = row.get("delivery")
+        if due and delivery is not None and last and delivery.get("alertmanager") != "sent":
+            delivery["alertmanager"] = "sent" if -1 in taken else last
+        for e in outbox:  # (Alertmanager's resolve_timeout ends an alert no longer re-sent)
+            if e["alertmanager"] and self._overdue(e["due_ts"], now):
+                e["alertmanager"] = []
+                self._give_up("alertmanager", inc_id, "undelivered too long")
+        return len(taken)
+
+    def _deliver_webhook(
+        self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
+    ) -> int:
+        """Post the webhook's messages in order: the resolutions and withdrawals first, then the
+        firing message; while the receiver fails the rest waits for a later poll. Returns how
+        many were delivered."""
+        if not self.hook_url:
+            for e in outbox:  # the webhook was turned off: nothing will take these
+                e["webhook"] = None
+            return 0
+        inc_id, done = row["incident_id"], 0
+        for e in outbox:
+            if e["webhook"] is None:
+                continue
+            ok, outcome = self._post("webhook", self.hook_url, e["webhook"], inc_id)
+            if ok:
+                e["webhook"], done = None, done + 1
+            elif is_final(outcome) or self._overdue(e["due_ts"], now):
+                e["webhook"] = None
+                self._give_up("webhook", inc_id, outcome)
+            else:
+                return done  # the receiver fails: what follows waits, in order
+        if row["state"] != "firing" or row["hook_sent"]:
+            return done
+        sent, outcome = self._post("webhook", self.hook_url, self.webhook_body(row), inc_id)
+        dropped = not sent and (is_final(outcome) or self._overdue(row["updated_ts"], now))
+        if dropped:
+            self._give_up("webhook", inc_id, outcome)
+        if row.get("delivery") is not None:
+            note = "sent" if sent else f"dropped: {outcome}" if dropped else outcome
+            row["delivery"]["webhook"] = note
+        if sent or dropped:
+            row["hook_sent"] = True
+        return done + sent
+
+    def _post(self, channel: str, url: str, body: Any, inc_id: int) -> tuple[bool, str]:
+        """POST ``body`` to ``url`` once (:func:`post_once`); ``(delivered, outcome)``.
+
+        Not tried, and ``(False, the last outcome)``, when that receiver failed earlier in this
+        poll or is waiting out its back-off, or (Alertmanager) refused this incident's message
+        less than ``FLEETMIND_NOTIFY_RESEND_S`` ago. A failure that may pass (connection error,
+        timeout, 408/425/429/5xx) puts the receiver in back-off for every incident: from the
+        clock as it is after the attempt (a timeout takes its seconds), ``BACKOFF_S`` doubling
+        with each failure in a row, at most ``RETRIES`` times (and never over 300 s).
+        """
+        now = self.clock()
+        failures, retry_at, last = self._down.get(url, (0, 0.0, ""))
+        # (a wait longer than any back-off: the wall clock stepped back; try now)
+        if url in self._down_now or (failures and 0 < retry_at - now <= MAX_PAUSE_S):
+            return False, last
+        refused_until, why = self._refused.get((inc_id, url), (0.0, ""))
+        if 0 < refused_until - now <= self.settings.notify_resend_s:
+            return False, why
+        ok, outcome = post_once(self._client, url, body)
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
-        key = (inc_id, key_name or ("am" if channel == "alertmanager" else "hook"))
+        now, name = self.clock(), _receiver(channel, url)
+        if (ok or is_final(outcome)) and self._down.pop(url, None) is not None:
+            log.info("%s answers again", name)
         if ok:
-            self._retry_at.pop(key, None)
+            self._refused.pop((inc_id, url), None)
+        elif is_final(outcome):  # the receiver works and refuses this message
+            if channel == "alertmanager":  # (a refused chat message is dropped by the caller)
+                self._refused[(inc_id, url)] = (now + self.settings.notify_resend_s, outcome)
+            log.warning("%s refused the notification for incident %s (%s)", name, inc_id, outcome)
         else:
-            # after the in-call retries, wait before the next round tries again (capped at 5 min)
+            failures += 1
             pause = min(
-                300.0,
-                max(1.0, self.settings.notify_backoff_s) * 2 ** (self.settings.notify_retries + 1),
+                MAX_PAUSE_S,
+                self.settings.notify_backoff_s
+                * 2 ** (min(failures, self.settings.notify_retries + 1) - 1),
             )
-            self._retry_at[key] = now + pause
-            log.warning("%s notification for incident %s failed (%s)", channel, inc_id, outcome)
+            self._down[url] = (failures, now + pause, outcome)
+            self._down_now.add(url)
+            log.warning(
+                "%s failed (%s, %d in a row): not tried again for %.1f s",
+                name,
+                outcome,
+                failures,
+                pause,
+            )
         return ok, outcome
 
-    def _overdue(self, row: dict[str, Any], now: float) -> bool:
-        """Whether ``row``'s message has waited longer than ``FLEETMIND_NOTIFY_GIVE_UP_S`` (since
-        its state last changed; a clock stepped back counts as not overdue)."""
-        return now - float(row["updated_ts"]) > self.settings.notify_give_up_s
+    def _overdue(self, since: float, now: float) -> bool:
+        """Whether a message due since ``since`` has waited longer than
+        ``FLEETMIND_NOTIFY_GIVE_UP_S`` (a clock stepped back counts as not overdue)."""
+        return now - float(since) > self.settings.notify_give_up_s
 
-    def _give_up(self, channel: str, inc_id: int, why: str) -> None:
+    @staticmethod
+    def _give_up(channel: str, inc_id: int, why: str) -> None:
         """Log once that incident ``inc_id``'s message to ``channel`` is dropped, and why."""
-        self._retry_at.pop((inc_id, "am" if channel == "alertmanager" else "hook"), None)
         log.error(
             "%s notification for incident %s dropped (%s); later messages are still sent",
             channel,
@@ -619,6 +817,11 @@ class Notifier:
                 f":arrows_counterclockwise: Root cause of {link} changed: {node} "
                 "withdrawn, the new one follows"
             )
+        elif because == RESEVERED:  # (the webhook is not sent these: the next message says it)
+            text = (
+                f":arrows_counterclockwise: Severity of root cause {node} of {link} changed "
+                f"(was {mrkdwn(lab.get('severity') or 'unknown')}); the update follows"
+            )
         elif because == UNSURE:
             text = (
                 f":grey_question: Root cause {node} of {link} withdrawn: the "
@@ -626,10 +829,12 @@ class Notifier:
             )
         elif resolved:
             text = f":white_check_mark: Resolved {link} (root cause was {node})"
-        else:
+        else:  # a change of severity alone is said here (the old alert's end is not)
+            was = (row.get("delivery") or {}).get(SEVERITY_WAS)
             text = (
                 f":rotating_light: Root cause of {link}: {node}"
                 + (f" ({mrkdwn(a['fault_type'])})" if a.get("fault_type") else "")
+                + (f", now {mrkdwn(lab['severity'])} (was {mrkdwn(was)})" if was else "")
                 + f", score {a['score']}, cluster {cluster}\nPath: {path}"
             )
         return {

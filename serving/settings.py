@@ -400,10 +400,25 @@ class Settings(BaseSettings):
         1.0, gt=0, le=60, description="how often the notifier reads the incidents (s)"
     )
     notify_retries: int = Field(
-        5, ge=0, le=20, description="retries of a failed notification (exponential backoff)"
+        5,
+        ge=0,
+        le=20,
+        description="how many times a failing receiver's back-off doubles (then it stays there); "
+        "a failed notification is tried again in later polls until FLEETMIND_NOTIFY_GIVE_UP_S",
     )
     notify_backoff_s: float = Field(
-        0.5, ge=0, le=60, description="first retry delay; doubles on each retry (s)"
+        0.5,
+        ge=0,
+        le=60,
+        description="a receiver that failed (connection error, timeout, 408/425/429/5xx) is not "
+        "tried again, for any incident, for this long; doubles with each failure in a row (s)",
+    )
+    notify_severity_margin: float = Field(
+        0.05,
+        ge=0,
+        le=0.5,
+        description="hysteresis of the severity: a settled cause's severity is lowered only once "
+        "its score is this far below the threshold it crossed (raised at once)",
     )
     notify_give_up_s: float = Field(
         3600.0,
@@ -411,7 +426,7 @@ class Settings(BaseSettings):
         le=7 * 86400,
         description="a chat message, or a resolution for Alertmanager, not delivered this long "
         "after it was due is dropped with an error logged (s); a chat message answered with a "
-        "status that is not retried (see FLEETMIND_NOTIFY_RETRIES) is dropped at once. A firing root cause is re-sent to Alertmanager "
+        "status that is not retried (see FLEETMIND_NOTIFY_BACKOFF_S) is dropped at once. A firing root cause is re-sent to Alertmanager "
         "while its incident is open, whatever this says",
     )
     rca_max_batch: int = Field(

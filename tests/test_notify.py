@@ -15,7 +15,7 @@ from serving_helpers import alert, webhook
 from ui_helpers import STORM_LABELS, TRUE_ROOT, storm_alerts
 
 from fleetmind.serving.app import create_app
-from fleetmind.serving.notify import ALERTNAME, Notifier, post_with_retry
+from fleetmind.serving.notify import ALERTNAME, Notifier
 from fleetmind.serving.settings import Settings
 
 T0 = datetime.now(UTC) - timedelta(minutes=5)
@@ -159,36 +159,28 @@ def test_resolving_the_incident_resolves_the_alert_once(app: TestClient) -> None
     assert rec.to(HOOK) == []
 
 
-def test_transient_failures_are_retried_and_4xx_is_not(app: TestClient) -> None:
+def test_transient_failures_are_retried_in_later_polls_and_4xx_is_not(app: TestClient) -> None:
+    """One attempt per receiver per poll, never a sleeping retry inside one (Prometheus' notifier
+    likewise posts each batch once per Alertmanager and leaves the rest to the next evaluation,
+    prometheus/notifier/notifier.go ``sendAll``): a 503 or 502 is tried again in a later poll;
+    a 400 is a refusal of that message, tried again at the next re-send, not every poll."""
     rec, clock = Recorder(), Clock()
     n = notifier(app, rec, clock, notify_webhook_url=None)
     rec.script[AM + "/api/v2/alerts"] = [503, 502, 200, 400]
     n.poll()
     clock.t += 31
-    assert n.poll() == 1  # first incident: 503, 502, then delivered (2 retries)
-    assert len(rec.to(AM + "/api/v2/alerts")) == 4  # ... and the second got a 400: no retry
+    assert n.poll() == 0  # the first incident: 503; the receiver failed, the second waits
+    assert len(rec.to(AM + "/api/v2/alerts")) == 1
+    clock.t += 1
+    assert n.poll() == 0 and len(rec.to(AM + "/api/v2/alerts")) == 2  # 502
+    clock.t += 1
+    assert n.poll() == 1  # delivered; the second incident got a 400
+    assert len(rec.to(AM + "/api/v2/alerts")) == 4
     clock.t += 5
     n.poll()
-    assert len(rec.to(AM + "/api/v2/alerts")) == 4  # waits before the next round tries again
+    assert len(rec.to(AM + "/api/v2/alerts")) == 4  # the refused one waits for the next re-send
     clock.t += 60
-    assert n.poll() >= 1
-
-
-def test_post_with_retry_backs_off_exponentially() -> None:
-    slept: list[float] = []
-    rec = Recorder()
-    rec.script["http://x/"] = [500, 500, 500, 500]
-    import fleetmind.serving.notify as notify
-
-    real = notify.time.sleep
-    notify.time.sleep = slept.append  # type: ignore[assignment]
-    try:
-        with httpx.Client(transport=httpx.MockTransport(rec)) as client:
-            ok, outcome = post_with_retry(client, "http://x/", {}, retries=3, backoff_s=0.5)
-    finally:
-        notify.time.sleep = real  # type: ignore[assignment]
-    assert (ok, outcome) == (False, "500")
-    assert slept == [0.5, 1.0, 2.0] and len(rec.calls) == 4
+    assert n.poll() == 2
 
 
 def test_a_restart_neither_repeats_nor_forgets(app: TestClient) -> None:
@@ -417,7 +409,7 @@ def test_every_alertmanager_of_an_ha_pair_gets_the_alert(app: TestClient) -> Non
     the notifier posts to every instance. One peer down does not stop the page."""
     am2 = "http://am2.test:9093"
     rec, clock = Recorder(), Clock()
-    rec.script[am2 + "/api/v2/alerts"] = [503, 503, 503]  # the second peer is down at first
+    rec.script[am2 + "/api/v2/alerts"] = [503]  # the second peer is down at first
     n = notifier(app, rec, clock, notify_alertmanager_url=f"{AM}, {am2}/", notify_retries=2)
     n.poll()
     clock.t += 31

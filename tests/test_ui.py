@@ -496,6 +496,28 @@ def test_the_incident_page_says_sent_only_when_delivered(client: TestClient) -> 
     assert re.search(r'id="confidence">[^<]*: sent as critical<', html)
 
 
+def test_the_incident_page_follows_a_critical_the_notifier_holds(client: TestClient) -> None:
+    """A score just under the critical threshold (0.68 against 0.7) keeps a cause that fires as
+    critical critical (``held_severity``, margin 0.05): the page read "medium confidence ...
+    notifies as a warning once settled" while Alertmanager held the critical alert."""
+    from fleetmind.serving.db import notifications
+
+    login(client)
+    top = {"node": TRUE_ROOT, "kind": "host", "fault_type": "host_down", "score": 0.68,
+           "path": [TRUE_ROOT]}  # fmt: skip
+    with client.app.state.services.db.write() as conn:
+        inc = _incident_row(conn, method="gat", causes=[top], nodes=[TRUE_ROOT])
+        conn.execute(
+            notifications.insert().values(
+                incident_id=inc, state="firing", cause_node=TRUE_ROOT,
+                labels={"severity": "critical"}, annotations={}, starts_at="x",
+                am_sent_ts=5.0, hook_sent=False, updated_ts=5.0,
+            )
+        )  # fmt: skip
+    line = re.search(r'id="confidence">([^<]+)<', client.get(f"/ui/incidents/{inc}").text)
+    assert line.group(1).startswith("critical held (68 %") and "sent as critical" in line.group(1)
+
+
 def test_an_incident_no_alert_of_which_maps_onto_the_graph_says_so(client: TestClient) -> None:
     """Ranked (a method is set) with no causes and no graph node: the list said "ranking…" and the
     page "Not ranked yet." forever."""

@@ -28,7 +28,7 @@ from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
-from fleetmind.serving.notify import confidence_words, delivery_outcome, severity_for
+from fleetmind.serving.notify import confidence_words, delivery_outcome, held_severity
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
@@ -462,7 +462,9 @@ def _incident(
         )
     )
     alert_names = Counter(a["alertname"] or "?" for a in alerts)
-    sent, failing, dropped = _notified(services, row, causes[0]) if causes else (False, None, None)
+    sent, failing, dropped, held = (
+        _notified(services, row, causes[0]) if causes else (False, None, None, None)
+    )
     saved = request.query_params.get("feedback") == "saved"
     merged = _merged_note(request.query_params.get("merged_from", ""))
     return render(
@@ -483,6 +485,7 @@ def _incident(
             is_open=row["status"] == "open",
             failing=failing,
             dropped=dropped,
+            held=held,
         )
         if causes
         else None,
@@ -549,25 +552,28 @@ def _cause_graphs(
 
 def _notified(
     services: Any, incident: dict[str, Any], top: dict[str, Any]
-) -> tuple[bool, str | None, str | None]:
+) -> tuple[bool, str | None, str | None, str | None]:
     """What became of the notification of ``top`` at the severity it has now, as
-    :func:`~fleetmind.serving.notify.delivery_outcome` says: ``(sent, failing, dropped)``. Only a
-    ``notifications`` row naming this cause and severity counts, and only a firing message a
-    channel took is "sent" (a dropped or never delivered one is not, resolved or not)."""
-    nothing = (False, None, None)
-    severity = severity_for(top.get("score"), services.settings, incident.get("method"), top)
-    if severity is None:
-        return nothing
+    :func:`~fleetmind.serving.notify.delivery_outcome` says, and the severity its firing row
+    holds: ``(sent, failing, dropped, held)``. Only a ``notifications`` row naming this cause and
+    severity counts (the severity :func:`~fleetmind.serving.notify.held_severity` gives against
+    the row's, as the notifier judges it), and only a firing message a channel took is "sent" (a
+    dropped or never delivered one is not, resolved or not)."""
+    nothing = (False, None, None, None)
     with services.db.read() as conn:
         row = conn.execute(
             select(notifications).where(notifications.c.incident_id == incident["id"])
         ).first()
-    if row is None:
+    n = None if row is None else row._mapping
+    held = None
+    if n is not None and n["state"] == "firing" and n["cause_node"] == top["node"]:
+        held = (n["labels"] or {}).get("severity")
+    severity = held_severity(top.get("score"), held, services.settings, incident.get("method"), top)
+    if severity is None or n is None:
         return nothing
-    n = row._mapping
     if n["cause_node"] != top["node"] or (n["labels"] or {}).get("severity") != severity:
         return nothing
-    return delivery_outcome(n)
+    return (*delivery_outcome(n), held)
 
 
 def _merged_note(merged_from: str) -> str | None:
