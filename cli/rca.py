@@ -7,10 +7,15 @@ One small ``_add_<cmd>`` function per sub-command so that owners edit only their
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import platform
 import shlex
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import TextIO
 
 from fleetmind import argtypes
 from fleetmind.cli.common import add_group
@@ -431,7 +436,42 @@ def _add_petshop(sub: argparse._SubParsersAction) -> None:
 def _cmd_petshop(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_petshop import run
 
-    return run(args)
+    with _scenario_warnings():
+        return run(args)
+
+
+@contextlib.contextmanager
+def _scenario_warnings() -> Iterator[None]:
+    """Print each :class:`fleetmind.data.petshop.ScenarioWarning` once, as it is raised, as one
+    ``fleetmind: warning:`` line on stderr (the same window is read more than once); other
+    warnings show as Python shows them."""
+    from tqdm import tqdm
+
+    from fleetmind.data.petshop import ScenarioWarning
+
+    seen: set[str] = set()
+    show = warnings.showwarning
+
+    def _show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, ScenarioWarning):
+            show(message, category, filename, lineno, file, line)
+            return
+        text = " ".join(str(message).split())
+        if text not in seen:
+            seen.add(text)
+            tqdm.write(f"fleetmind: warning: {text}", file=sys.stderr)  # above a progress bar
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ScenarioWarning)
+        warnings.showwarning = _show
+        yield
 
 
 # ---------------------------------------------------------------------------------------- fit

@@ -4,7 +4,8 @@ Real systems name their metrics in many ways (``latency``, ``p90_latency_ms``, `
 ``MemoryUtilization``, ``request_count``, ``success_rate``, ``http_5xx``, ...). The PetShop adapter
 (:mod:`fleetmind.data.petshop`) and the incident synthesiser of ``fleetmind rca fit`` (:mod:`fleetmind.data.synth_incidents`)
 map every metric name to one of six roles with :func:`metric_role`, by its words (split at
-non-letters and at camelCase boundaries), first matching rule wins:
+non-letters and at camelCase boundaries: ``CPUUtilization`` -> cpu, utilization; ``5XXError`` ->
+5xx, error; ``p90LatencyMs`` -> p90, latency, ms), first matching rule wins:
 
 =============  =========  ===================================================================  ==============
 role           direction  words (any of)                                                       alertname
@@ -13,19 +14,32 @@ role           direction  words (any of)                                        
                           apdex, health, healthy, up
 ``errors``     up         error(s), err(s), fail(s/ed/ure/ures), fault(s), 4xx, 5xx,            HighErrorRate
                           exception(s), timeout(s), reject(ed/s), drop(s/ped), retry/retries
-``latency``    up         latency, duration, rt, response, time, delay, p50, p75, p90, p95,     HighLatency
-                          p99, p999, ms, seconds, wait
-``saturation`` up         cpu, mem, memory, rss, heap, gc, disk, io, iops, load, util,           HighSaturation
-                          utilization, usage, saturation, queue, threads, connections, fd,
-                          swap, throttling, throttled
+``latency``    up         latency, duration, rt, response, delay, p50, p75, p90, p95, p99,      HighLatency
+                          p999, wait
+``saturation`` up         cpu, mem, memory, rss, heap, gc, disk, filesystem, fs, io, iops,      HighSaturation
+                          load, util, utilization, usage, saturation, queue, threads,
+                          connections, fd, swap, throttle(s/d), throttling
+``latency``    up         time, ms, seconds (unit words: only when no word above matched and    HighLatency
+                          the name is not a point in time: start, boot, timestamp, created,
+                          unixtime)
 ``traffic``    both       request(s), req, rps, qps, tps, throughput, calls, call, count,        TrafficAnomaly
                           invocations, hits, traffic, bytes, packets, sent, received
 ``other``      both       anything else                                                        <Metric>Anomaly
 =============  =========  ===================================================================  ==============
 
 ``errors`` comes before ``traffic`` so ``error_count`` is an error metric; ``success`` before
-``latency`` so ``success_time`` is not a latency. Counts (``traffic``, or any name with ``count``,
-``total``, ``sum`` or ``num``) get the Poisson floor of :class:`fleetmind.data.petshop.DetectorConfig`.
+``latency`` so ``success_time`` is not a latency; a resource word before the unit words, so
+``container_cpu_usage_seconds_total`` is saturation, not latency. Two amendments follow the table:
+
+* a latency name whose last word is ``count`` counts requests (Prometheus histograms'
+  ``http_request_duration_seconds_count``): ``traffic``;
+* a name with a headroom word (remaining, avail, available, free) measures what is left, so its
+  direction is ``down`` whatever its role (``node_memory_MemAvailable_bytes`` and
+  ``node_filesystem_avail_bytes`` are saturation metrics whose drop is the symptom), and an error
+  name becomes ``success`` (``error_budget_remaining``: a falling budget is the symptom).
+
+Counts (``traffic``, or any name with ``count``, ``total``, ``sum`` or ``num``) get the Poisson floor
+of :class:`fleetmind.data.petshop.DetectorConfig`.
 
 A name the rules get wrong is overridden with a :class:`RoleMap` (a ``roles.yaml`` in the scenario
 folder, or ``--roles FILE``; :func:`scenario_role_map`), e.g. ``ok_ratio: success``.
@@ -47,12 +61,15 @@ from fleetmind.data.files import read_text
 ROLES: tuple[str, ...] = ("latency", "errors", "traffic", "saturation", "other")
 """Roles a model sees (``success`` is folded into ``errors``: both say "requests fail")."""
 
+_UNIT_WORDS = frozenset("time ms seconds".split())
+"""Latency words that only name a unit: a name that is a point in time carries them too."""
+
 _RULES: tuple[tuple[str, frozenset[str]], ...] = (
     (
         "success",
         frozenset(
-            "availability available success successful succeeded ok 2xx uptime apdex health "
-            "healthy up".split()
+            "availability success successful succeeded ok 2xx uptime apdex health healthy "
+            "up".split()
         ),
     ),
     (
@@ -65,18 +82,17 @@ _RULES: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     (
         "latency",
-        frozenset(
-            "latency duration rt response time delay p50 p75 p90 p95 p99 p999 ms seconds "
-            "wait".split()
-        ),
+        frozenset("latency duration rt response delay p50 p75 p90 p95 p99 p999 wait".split()),
     ),
     (
         "saturation",
         frozenset(
-            "cpu mem memory rss heap gc disk io iops load util utilization usage saturation "
-            "queue threads connections fd swap throttling throttled".split()
+            "cpu mem memory rss heap gc disk filesystem fs io iops load util utilization usage "
+            "saturation queue threads connections fd swap throttle throttles throttled "
+            "throttling".split()
         ),
     ),
+    ("latency", _UNIT_WORDS),
     (
         "traffic",
         frozenset(
@@ -85,6 +101,15 @@ _RULES: tuple[tuple[str, frozenset[str]], ...] = (
         ),
     ),
 )
+"""``(role, words)`` in the order tried (the module table); latency is tried twice, by its own
+words before the resource words and by the unit words ``time``/``ms``/``seconds`` after them."""
+
+_POINT_IN_TIME = frozenset("start boot timestamp created unixtime".split())
+"""Words of a name that is a point in time (``process_start_time_seconds``): not a latency."""
+
+_HEADROOM = frozenset("remaining avail available free".split())
+"""Words of a name that measures what is left (``node_memory_MemAvailable_bytes``): the symptom
+is a drop."""
 
 DIRECTION_OF_ROLE: dict[str, str] = {
     "success": "down",
@@ -105,23 +130,41 @@ ALERTNAME_OF_ROLE: dict[str, str] = {
 }
 
 _COUNT_WORDS = frozenset("count total sum num".split())
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[0-9])(?=[A-Z][a-z])")
+"""camelCase boundaries: lower -> upper (``memoryUsage``), the end of an acronym (``CPUUtil``),
+digits -> a capitalised word (``p90Latency``); a digit followed by capitals stays one word
+(``5XXError`` -> ``5XX``, ``Error``), as AWS CloudWatch writes its status classes."""
 
 
 def words(name: str) -> list[str]:
-    """Lower-case words of a metric name: ``"p90LatencyMs"`` -> ``["p90", "latency", "ms"]``."""
+    """Lower-case words of a metric name: ``"p90LatencyMs"`` -> ``["p90", "latency", "ms"]``,
+    ``"HTTPCode_Target_5XX_Count"`` -> ``["http", "code", "target", "5xx", "count"]``."""
     return [w for w in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", str(name)).lower()) if w]
 
 
 @lru_cache(maxsize=4096)
 def metric_role(name: str) -> str:
     """The role of a metric name: ``success``, ``errors``, ``latency``, ``saturation``, ``traffic``
-    or ``other`` (see the module table)."""
+    or ``other`` (see the module table and its amendments)."""
     ws = words(name)
-    for role, vocab in _RULES:
-        if any(w in vocab for w in ws):
-            return role
-    return "other"
+    role = "other"
+    for rule, vocab in _RULES:
+        if not any(w in vocab for w in ws):
+            continue
+        if vocab is _UNIT_WORDS and any(w in _POINT_IN_TIME for w in ws):
+            continue  # process_start_time_seconds: a point in time, not a duration
+        role = rule
+        break
+    if role == "latency" and ws and ws[-1] == "count":
+        return "traffic"  # http_request_duration_seconds_count: how many requests
+    if role == "errors" and any(w in _HEADROOM for w in ws):
+        return "success"  # error_budget_remaining: a drop is the symptom
+    return role
+
+
+def _headroom(name: str) -> bool:
+    """Whether a name measures what is left (a headroom word): its symptom is a drop."""
+    return any(w in _HEADROOM for w in words(name))
 
 
 def model_role(name: str) -> str:
@@ -131,8 +174,9 @@ def model_role(name: str) -> str:
 
 
 def metric_direction(name: str) -> str:
-    """``up``, ``down`` or ``both``: which deviation of metric ``name`` is a symptom."""
-    return DIRECTION_OF_ROLE[metric_role(name)]
+    """``up``, ``down`` or ``both``: which deviation of metric ``name`` is a symptom (its role's,
+    but ``down`` for a name with a headroom word: ``MemAvailable``, ``avail``, ``free``)."""
+    return "down" if _headroom(name) else DIRECTION_OF_ROLE[metric_role(name)]
 
 
 def metric_alertname(name: str) -> str:
@@ -205,8 +249,11 @@ class RoleMap:
         return "errors" if role == "success" else role
 
     def direction(self, name: str) -> str:
-        """``up``, ``down`` or ``both``: which deviation of metric ``name`` is a symptom."""
-        return DIRECTION_OF_ROLE[self.role(name)]
+        """``up``, ``down`` or ``both``: which deviation of metric ``name`` is a symptom (an
+        override's role decides alone; a name detected by its words: :func:`metric_direction`)."""
+        if str(name) in self.overrides:
+            return DIRECTION_OF_ROLE[self.overrides[str(name)]]
+        return metric_direction(str(name))
 
     def alertname(self, name: str) -> str:
         """Alertname for an anomaly of metric ``name``."""

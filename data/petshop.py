@@ -29,8 +29,10 @@ period's *distribution* is used, never its timestamps, so normal data recorded a
 PetShop, where it was recorded months later) is fine; window rows are sorted by time and duplicate
 timestamps dropped; names in headers are stripped of surrounding whitespace. A malformed folder raises
 :class:`~fleetmind.data.errors.DataError` naming the file and problem (``graph.csv`` cells must be 0 or
-1; a window must name at least one graph node; a metric value must not be ``inf``; a timestamp of the
-normal period must not repeat). :meth:`PetShopScenario.check_baseline` and
+1; a file must be comma-separated; a window must name at least one graph node; a metric value must be
+a number, not ``inf`` nor text such as ``123ms``; timestamps are unix seconds, not milliseconds; a
+timestamp of the normal period must not repeat). Node names that are not graph nodes and gaps in a
+window's rows are warned about (:class:`ScenarioWarning`). :meth:`PetShopScenario.check_baseline` and
 :meth:`PetShopScenario.check_evidence` say why a scenario would give no alert at all (``rca petshop``
 runs them before ranking).
 """
@@ -40,7 +42,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,6 +86,74 @@ metric gets :func:`fleetmind.data.metric_roles.metric_direction` (``cpu_usage`` 
 
 NO_END = "0001-01-01T00:00:00Z"
 """Alertmanager's ``endsAt`` for an alert that is still firing."""
+
+
+class ScenarioWarning(UserWarning):
+    """Something in a scenario folder the commands read past but a user should know: metric node
+    names that are not graph nodes (their columns are ignored), gaps in a window's rows. The CLI
+    prints each as one ``fleetmind: warning:`` line."""
+
+
+@dataclass(frozen=True)
+class NodeMatch:
+    """How the node names of a metrics file match the graph's nodes.
+
+    Attributes:
+        not_in_graph: node names of the file that are no graph node, sorted (their columns are
+            ignored: no alert of theirs reaches a graph node, the synthesiser skips them).
+        case_matches: ``{name: graph node}`` for names of ``not_in_graph`` that equal a graph node
+            up to case (``DB`` for ``db``).
+        without_metrics: graph nodes with no column in the file, sorted.
+        n_graph: graph nodes.
+    """
+
+    not_in_graph: tuple[str, ...]
+    case_matches: dict[str, str]
+    without_metrics: tuple[str, ...]
+    n_graph: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"count", "names", "case_matches", "graph_nodes_without_metrics"}`` (JSON-ready)."""
+        return {
+            "count": len(self.not_in_graph),
+            "names": list(self.not_in_graph),
+            "case_matches": dict(self.case_matches),
+            "graph_nodes_without_metrics": len(self.without_metrics),
+        }
+
+    def warning(self, path: str | Path) -> str | None:
+        """One line naming the node names not in the graph (with their case-insensitive match)
+        and how many graph nodes have no metrics; ``None`` when every name is a graph node."""
+        if not self.not_in_graph:
+            return None
+        shown = [
+            f"{n!r}"
+            + (f" (graph.csv has {self.case_matches[n]!r})" if n in self.case_matches else "")
+            for n in self.not_in_graph[:8]
+        ]
+        more = f", ... ({len(self.not_in_graph)} in all)" if len(self.not_in_graph) > 8 else ""
+        case = "; names must match exactly, case included" if self.case_matches else ""
+        return (
+            f"{path}: {len(self.not_in_graph)} node name(s) are not graph.csv nodes and their "
+            f"columns are ignored: {', '.join(shown)}{more}{case}; {len(self.without_metrics)} of "
+            f"the {self.n_graph} graph nodes have no metrics in this file"
+        )
+
+
+def match_nodes(names: Iterable[str], graph: DependencyGraph) -> NodeMatch:
+    """Match the node names of a metrics file (its first header row) against ``graph``."""
+    present = {str(n) for n in names}
+    ids = [n.id for n in graph.nodes]
+    lower: dict[str, str] = {}
+    for i in ids:
+        lower.setdefault(i.lower(), i)
+    missing = sorted(n for n in present if n not in graph.index)
+    return NodeMatch(
+        not_in_graph=tuple(missing),
+        case_matches={n: lower[n.lower()] for n in missing if n.lower() in lower},
+        without_metrics=tuple(sorted(i for i in ids if i not in present)),
+        n_graph=len(ids),
+    )
 
 
 @dataclass
@@ -198,9 +269,12 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
         header written ``a, b, c`` reads as ``a``, ``b``, ``c``) and float values (NaN where missing).
 
     Raises:
-        DataError: missing file, wrong header, a column named twice, non-numeric timestamps, no
-            rows, a value that is ``inf`` or ``-inf`` (an empty cell or ``nan`` is a missing value),
-            or (``unique_times``) a repeated timestamp.
+        DataError: missing file, wrong header (one naming the separator when the file is not
+            comma-separated), a column named twice, non-numeric timestamps, timestamps in
+            milliseconds (:func:`check_unix_seconds`), no rows, a cell that is neither a number nor
+            missing (``123ms``, ``1,234``: missing is an empty cell or one of pandas' NA strings such
+            as ``nan``, ``NA``, ``N/A``, ``null``), a value that is ``inf`` or ``-inf``, or
+            (``unique_times``) a repeated timestamp.
     """
     p = Path(path)
     if not p.is_file():
@@ -208,7 +282,11 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
     try:
         df = pd.read_csv(p, header=[0, 1, 2], index_col=0)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, IndexError) as err:
-        raise DataError(f"{p}: not a PetShop metrics CSV (3-row header expected): {err}") from None
+        raise DataError(
+            f"{p}: not a PetShop metrics CSV (3-row header expected): {err}{_separator_hint(p)}"
+        ) from None
+    if df.shape[1] == 0 and _separator_hint(p):
+        raise DataError(f"{p}: one column read{_separator_hint(p)}")
     if not isinstance(df.columns, pd.MultiIndex) or df.columns.nlevels != 3:
         raise DataError(f"{p}: expected a 3-row header (node, metric, statistic)")
     if df.shape[0] == 0 or df.shape[1] == 0:
@@ -218,14 +296,11 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
         bad = df.index[int(np.flatnonzero(index.isna().to_numpy())[0])]
         raise DataError(f"{p}: timestamp {bad!r} is not a unix time")
     df.index = pd.Index(index.to_numpy(dtype=float), name="time")
-    non_numeric = [c for c, t in df.dtypes.items() if not pd.api.types.is_numeric_dtype(t)]
-    if non_numeric:
-        df[non_numeric] = df[non_numeric].apply(pd.to_numeric, errors="coerce")
-    df = df.astype(float)
     df.columns = pd.MultiIndex.from_tuples(
         [tuple(str(level).strip() for level in c) for c in df.columns],
         names=["node", "metric", "statistic"],
     )
+    df = _to_numbers(df, p)
     _check_finite(df, p)
     repeated = df.index.duplicated(keep="first")
     if unique_times and repeated.any():
@@ -234,10 +309,59 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
             "the normal period needs one row per timestamp"
         )
     df = df[~repeated].sort_index()
+    check_unix_seconds(df.index.to_numpy(dtype=float), p)
     dup = df.columns[df.columns.duplicated()]
     if len(dup):
         raise DataError(f"{p}: column {'/'.join(dup[0])!r} appears more than once in the header")
     return df
+
+
+def _separator_hint(path: Path) -> str:
+    """``"; the file must be comma-separated (...)"`` when the first line of ``path`` has a ``;``
+    or a tab and no comma (a spreadsheet's export in another locale), else ``""``."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+    except OSError:
+        return ""
+    if "," in first:
+        return ""
+    for sep, name in ((";", "';'"), ("\t", "tabs")):
+        if sep in first:
+            return f"; the file must be comma-separated (its first line is separated by {name})"
+    return ""
+
+
+def _to_numbers(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """``df`` as floats; a cell that is text but neither a number nor empty raises.
+
+    ``pd.read_csv`` has already turned empty cells and its NA strings (``nan``, ``NA``, ``N/A``,
+    ``null``, ...) into NaN; a cell of spaces only is missing too. Anything else that does not
+    parse as a number (``123ms``, ``"1,234"``, ``-``) is an error naming its column, its data row
+    (1 = the first row under the header, file order) and its text, rather than a value silently
+    dropped (``pd.to_numeric(errors="coerce")`` would make a whole column with units vanish).
+    """
+    text_cols = [k for k, t in enumerate(df.dtypes) if not pd.api.types.is_numeric_dtype(t)]
+    if not text_cols:
+        return df.astype(float)
+    out = df.copy()
+    bad = np.zeros(df.shape, dtype=bool)
+    for k in text_cols:
+        raw = df.iloc[:, k]
+        text = raw.where(raw.isna(), raw.astype(str).str.strip())
+        text = text.where(text != "", np.nan)
+        num = pd.to_numeric(text, errors="coerce")
+        bad[:, k] = (num.isna() & text.notna()).to_numpy()
+        out.isetitem(k, num)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise DataError(
+            f"{path}: column {'/'.join(df.columns[c])!r}, data row {r + 1} (time "
+            f"{df.index[r]:.15g}) is {str(df.iat[r, c])!r}, not a number; write plain numbers "
+            "(no units, no thousands separators; leave a cell empty or write nan for a missing "
+            "value)"
+        )
+    return out.astype(float)
 
 
 def _check_finite(df: pd.DataFrame, path: Path) -> None:
@@ -262,8 +386,9 @@ def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
     kind ``calls``, a 0 is no edge. Self-loops are dropped.
 
     Raises:
-        DataError: missing file, a non-square matrix, row and column names that differ or repeat,
-            or a cell that is not 0 or 1 (an absent edge written as ``-1`` would otherwise be an edge).
+        DataError: missing file, a file separated by ``;`` or tabs (named as such), a non-square
+            matrix, row and column names that differ or repeat, or a cell that is not 0 or 1 (an
+            absent edge written as ``-1`` would otherwise be an edge).
     """
     p = Path(path)
     if not p.is_file():
@@ -271,9 +396,11 @@ def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
     try:
         adj = pd.read_csv(p, index_col=0)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
-        raise DataError(f"{p}: not an adjacency-matrix CSV: {err}") from None
+        raise DataError(f"{p}: not an adjacency-matrix CSV: {err}{_separator_hint(p)}") from None
     rows = [str(r).strip() for r in adj.index]
     cols = [str(c).strip() for c in adj.columns]
+    if len(cols) == 0 and _separator_hint(p):
+        raise DataError(f"{p}: one column read{_separator_hint(p)}")
     if len(rows) == 0 or len(rows) != len(cols):
         raise DataError(f"{p}: adjacency matrix must be square, got {len(rows)}x{len(cols)}")
     for names, what in ((rows, "row"), (cols, "column")):
@@ -661,6 +788,7 @@ class PetShopScenario:
         normal: the normal-period metrics (``noissue/metrics.csv``).
         baseline: robust per-column baseline fitted on ``normal``.
         config: detection rules used for every issue.
+        nodes: how the normal period's node names match the graph (``None``: not matched).
     """
 
     root: Path
@@ -668,6 +796,7 @@ class PetShopScenario:
     normal: pd.DataFrame
     baseline: Baseline
     config: DetectorConfig = field(default_factory=DetectorConfig)
+    nodes: NodeMatch | None = None
 
     @property
     def name(self) -> str:
@@ -694,7 +823,10 @@ class PetShopScenario:
 
         ``window`` holds ``start``/``end`` (RFC 3339), ``n_points``, ``step_s``, ``unscored`` (the
         ``node/metric/statistic`` columns without a baseline), ``scored`` (how many columns were
-        scored) and ``reference_rows``.
+        scored), ``reference_rows`` and ``not_in_graph`` (:meth:`NodeMatch.to_dict`: the window's
+        node names that are not graph nodes, whose alerts reach no node). Node names not in the
+        graph and gaps in the window's rows (:func:`gap_warning`) are warned about
+        (:class:`ScenarioWarning`).
 
         Raises:
             DataError: a malformed window or target, a root cause outside the graph, or a window
@@ -716,6 +848,13 @@ class PetShopScenario:
                 f"node (e.g. {nodes[0]!r}; graph.csv has e.g. {self.graph.nodes[0].id!r}); "
                 "names must match exactly, case included"
             )
+        match = match_nodes(nodes, self.graph)
+        for message in (
+            match.warning(issue.path / "metrics.csv"),
+            gap_warning(times, issue.path / "metrics.csv"),
+        ):
+            if message is not None:
+                warnings.warn(message, ScenarioWarning, stacklevel=2)
         alerts, unscored, onset = detect_window(
             window, self.baseline, self.config, extra_labels={"scenario": self.name}
         )
@@ -738,6 +877,7 @@ class PetShopScenario:
                 "unscored": unscored,
                 "scored": n_cols - len(unscored),
                 "reference_rows": onset,
+                "not_in_graph": match.to_dict(),
             },
         }
 
@@ -829,6 +969,67 @@ MS_LIKE = 1e11
 milliseconds passed it in 1973)."""
 
 
+def check_unix_seconds(times: np.ndarray, path: str | Path) -> None:
+    """Refuse timestamps in milliseconds: any time at least :data:`MS_LIKE`.
+
+    Read as seconds they would lie after the year 5138 (every alert's ``startsAt`` clamped to
+    9999-12-31), whatever the row interval; the reader refuses them in every file (issue windows
+    and the normal period, for ``rca petshop`` and ``rca fit`` alike).
+
+    Args:
+        times: ``(T,)`` row times as written, sorted ascending.
+        path: the file, named in the error.
+
+    Raises:
+        DataError: naming the file, the row interval read as seconds and the milliseconds.
+    """
+    t = np.asarray(times, dtype=float)
+    if t.size == 0 or float(np.max(np.abs(t))) < MS_LIKE:
+        return
+    step = float(np.median(np.diff(t))) if t.size > 1 else math.nan
+    where = f"timestamp {t[-1]:.15g} is after the year 5138 as unix seconds"
+    if t.size > 1 and not MIN_STEP_S <= step <= MAX_STEP_S:
+        where = f"rows are {step:g} s apart; the reader takes 1 s to 300 s (5 min)"
+    raise DataError(f"{path}: {where}; the timestamps look like milliseconds: write unix seconds")
+
+
+GAP_FACTOR = 10.0
+"""A row interval above this many times the median one is a gap (warned about, not refused)."""
+
+
+def gap_warning(times: np.ndarray, path: str | Path, factor: float = GAP_FACTOR) -> str | None:
+    """The warning for gaps in a metrics file's rows, or ``None`` when there is none.
+
+    The reader checks only the median row interval (:func:`check_row_interval`); a window with
+    an hour missing in its middle passes it, and its rows after the gap are read as if they
+    followed on.
+
+    Args:
+        times: ``(T,)`` row times, unix seconds, sorted ascending.
+        path: the file, named in the warning.
+        factor: an interval above ``factor`` times the median interval is a gap.
+
+    Returns:
+        One line naming the file, how many gaps, the largest and the times around it (unix seconds
+        and RFC 3339), or ``None``.
+    """
+    t = np.asarray(times, dtype=float)
+    if t.size < 3:
+        return None
+    d = np.diff(t)
+    step = float(np.median(d))
+    gaps = np.flatnonzero(d > factor * step) if step > 0 else np.array([], dtype=int)
+    if gaps.size == 0:
+        return None
+    k = int(gaps[np.argmax(d[gaps])])
+    return (
+        f"{path}: {gaps.size} gap(s) of more than {factor:g} x the median row interval "
+        f"({step:g} s); the largest, {d[k]:g} s, lies between rows at {t[k]:.15g} and "
+        f"{t[k + 1]:.15g} ({_iso(t[k])} and {_iso(t[k + 1])}); rows after a gap are read as if "
+        "they followed on"
+    )
+
+
 def check_row_interval(times: np.ndarray, path: str | Path) -> float:
     """Check the median interval between rows of a metrics file: 1 s to 5 min. Returns it in seconds.
 
@@ -885,6 +1086,10 @@ def load_scenario(
             ``train/``/``test/`` split folder exists, or the role map is invalid or none of its
             entries names a metric of the normal period (:func:`~fleetmind.data.metric_roles.check_role_map`;
             entries of which only some match are listed by :meth:`PetShopScenario.unmatched_roles`).
+
+    Warns:
+        ScenarioWarning: node names of the normal period that are not graph nodes (their columns
+            are ignored), with the graph node of the same name up to case when there is one.
     """
     root = Path(path)
     if not root.is_dir():
@@ -899,6 +1104,15 @@ def load_scenario(
     check_role_map(
         cfg.roles, normal.columns.get_level_values(1), role_map_source(root, roles) or "role map"
     )
+    nodes = match_nodes(normal.columns.get_level_values(0), graph)
+    message = nodes.warning(root / "noissue" / "metrics.csv")
+    if message is not None:
+        warnings.warn(message, ScenarioWarning, stacklevel=2)
     return PetShopScenario(
-        root=root, graph=graph, normal=normal, baseline=fit_baseline(normal, cfg), config=cfg
+        root=root,
+        graph=graph,
+        normal=normal,
+        baseline=fit_baseline(normal, cfg),
+        config=cfg,
+        nodes=nodes,
     )

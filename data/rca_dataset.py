@@ -153,6 +153,11 @@ def load_dataset(path: str | Path, splits: str | Iterable[str] | None = None) ->
     root = Path(path)
     if not root.is_dir():
         raise DataError(f"dataset folder not found: {root}")
+    if not any(root.glob("*.jsonl")) and (root / "graph.csv").is_file():
+        raise DataError(  # a scenario in the PetShop layout (docs/petshop.md), not a dataset
+            f"{root} holds a scenario in the PetShop layout (graph.csv, metric windows), not an "
+            f"incident dataset: evaluate it with `fleetmind rca petshop --scenario {root}`"
+        )
     if splits is None:
         names = sorted(p.stem for p in root.glob("*.jsonl"))
         if not names:

@@ -18,7 +18,8 @@ labelled training incidents:
    errors     the root's success rate drops by a share ``d`` (its error counts rise); a caller's
               share is ``w * d(callee)``, ``w`` in [0.1, 0.9] (errors dilute toward callers);
               sometimes callers' latency moves too (timeouts)
-   saturation the root's saturation metrics (CPU, memory, ...) rise and its latency rises (as above)
+   saturation the root's saturation metrics (CPU, memory, ...) rise (headroom metrics such as
+              ``MemAvailable`` fall) and its latency rises (as above)
    traffic    the root's request count is multiplied or divided by 2-10; its callees' counts follow,
               diluted; a surge sometimes slows the root (latency, as above)
    stop       the root stops serving: its requests fall to 0-20 %, its success rate collapses, its
@@ -66,9 +67,11 @@ from fleetmind.data.metric_roles import ROLES
 from fleetmind.data.petshop import (
     Baseline,
     DetectorConfig,
+    NodeMatch,
     _pick_statistics,
     alerts_from_scores,
     fit_baseline,
+    match_nodes,
     reference_rows,
 )
 
@@ -179,6 +182,8 @@ class SystemModel:
         groups: ``{(node_index, role): column indices}`` where ``role`` is the role map's (:meth:`fleetmind.data.metric_roles.RoleMap.role`).
         observed: ``(|V|, len(ROLES))`` bool, node ``v`` has a scored metric of model role ``r``.
         callers / callees: adjacency lists of node indices.
+        nodes: how the normal period's node names match the graph; the columns of names that are
+            not graph nodes (:attr:`NodeMatch.not_in_graph`) are left out of every incident.
     """
 
     def __init__(
@@ -204,6 +209,7 @@ class SystemModel:
             [float(self.baseline.scale[c]) if c in scored else np.nan for c in cols]
         )
         n = graph.num_nodes
+        self.nodes: NodeMatch = match_nodes(normal.columns.get_level_values(0), graph)
         self.groups: dict[tuple[int, str], list[int]] = {}
         self.observed = np.zeros((n, len(ROLES)), dtype=bool)
         for j, (node, metric, _stat) in enumerate(cols):
@@ -213,6 +219,16 @@ class SystemModel:
             self.groups.setdefault((i, self.config.roles.role(metric)), []).append(j)
             if cols[j] in scored:
                 self.observed[i, ROLES.index(self.config.roles.model_role(metric))] = True
+        # a headroom metric (MemAvailable, error budget left: direction "down" outside the success
+        # role) falls where its role's fault pushes a metric up
+        self._falls = np.array(
+            [
+                self.config.direction(m) == "down"
+                and self.config.roles.role(m) not in ("success", "traffic")
+                for _, m, _ in cols
+            ],
+            dtype=bool,
+        )
         self.callers: list[list[int]] = [[] for _ in range(n)]
         self.callees: list[list[int]] = [[] for _ in range(n)]
         for s, d in graph.edge_index.T:
@@ -491,7 +507,9 @@ class SystemModel:
         skip: int | None,
     ) -> None:
         """Apply ``effects`` to the window ``x`` ``(W, C)`` in place, each node from its onset row
-        in ``starts`` (the first faulty row ramped in); node ``skip`` (a silent root) is left as is."""
+        in ``starts`` (the first faulty row ramped in); node ``skip`` (a silent root) is left as is.
+        A headroom column (direction ``down``: ``MemAvailable``) is divided by ``1 + rise / level``
+        where its role's other columns rise."""
         w_rows = x.shape[0]
         for (v, role), (kind, amount) in effects.items():
             if v == skip:
@@ -504,7 +522,10 @@ class SystemModel:
             ramp[0] = rng.uniform(0.3, 1.0)
             for j in js:
                 col = x[r0:, j]
-                if kind == "add":
+                if self._falls[j] and kind in ("add", "sat"):  # headroom shrinks as the use rises
+                    rise = amount * ramp / self._level(j) if kind == "add" else amount * ramp
+                    col /= 1.0 + rise
+                elif kind == "add":
                     col += amount * ramp
                 elif kind == "mul":
                     col *= 1.0 + (amount - 1.0) * ramp
@@ -542,7 +563,7 @@ class SystemModel:
             )
             for j in self.groups[(v, role)]:
                 if np.isfinite(self.scale[j]):
-                    x[:, j] += sign * z * self.scale[j]
+                    x[:, j] += (-sign if self._falls[j] else sign) * z * self.scale[j]
 
     def _shows_symptom(self, root: int, fault: str, alerts: list[dict[str, Any]]) -> bool:
         """Whether the root alerts in a role its fault implies (:data:`SYMPTOM_ROLES`); a root with
@@ -578,7 +599,7 @@ class SystemModel:
             if ref > 0:
                 for u, a in self._spread(rng, v, z * ref, 0.1, 3.0, up=True).items():
                     for j in self.groups.get((u, "latency"), []):
-                        x[:, j] += a
+                        x[:, j] += -a if self._falls[j] else a
         sd = rng.uniform(*cfg.noise_sd)
         if sd > 0:
             noise = rng.standard_normal(x.shape) * sd * np.where(finite, self.scale, 0.0)

@@ -195,6 +195,8 @@ def _incident_row(inc: Mapping[str, Any], n_alerts: int, n_weighted: int) -> dic
         "root_cause": inc["root_cause"],
         "n_alerts": n_alerts,
         "n_alerts_weighted": n_weighted,
+        # the window's metric columns naming no graph node (data.petshop.NodeMatch), when any
+        "not_in_graph": (inc.get("window") or {}).get("not_in_graph"),
         "ranks": {},
         "top3": {},
     }

@@ -38,10 +38,17 @@ from fleetmind import argtypes
 from fleetmind.argtypes import check_creatable, check_writable_file
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.metric_roles import check_role_map, role_map_source, scenario_role_map
+from fleetmind.data.metric_roles import (
+    RoleMap,
+    check_role_map,
+    role_map_source,
+    scenario_role_map,
+)
 from fleetmind.data.petshop import (
     DetectorConfig,
     check_row_interval,
+    gap_warning,
+    match_nodes,
     read_graph_csv,
     read_metrics_csv,
 )
@@ -168,43 +175,65 @@ def _features(system: Any, incs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def _checked_system(args: FitArgs) -> tuple[DependencyGraph, Any, RoleMap]:
+    """The scenario's graph, normal period and role map, checked (:func:`fit` says how); what
+    is read but suspect is warned about on stderr: role-map entries that name no metric, gaps in
+    the normal period's rows (:func:`fleetmind.data.petshop.gap_warning`: synthetic windows are
+    cut from consecutive rows), and node names that are not graph nodes (their columns are left
+    out; :meth:`fleetmind.data.petshop.NodeMatch.warning`)."""
+    graph, normal = read_system(args.scenario)
+    normal_csv = Path(args.scenario) / "noissue" / "metrics.csv"
+    check_normal_rows(normal, normal_csv, DetectorConfig())
+    times = normal.index.to_numpy(dtype=float)
+    check_row_interval(times, normal_csv)
+    roles = scenario_role_map(args.scenario, args.roles)
+    where = role_map_source(args.scenario, args.roles) or "role map"
+    unmatched = check_role_map(roles, normal.columns.get_level_values(1), where)
+    notes = [
+        f"{where}: entries that name no metric of noissue/metrics.csv (ignored): "
+        + ", ".join(unmatched)
+        if unmatched
+        else None,
+        gap_warning(times, normal_csv),
+        match_nodes(normal.columns.get_level_values(0), graph).warning(normal_csv),
+    ]
+    for message in notes:
+        if message is not None:
+            print(f"fleetmind: warning: {message}", file=sys.stderr)
+    return graph, normal, roles
+
+
 def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
     """Synthesise incidents, train, keep the best epoch, write the model folder.
 
     ``args.out`` is checked first (:func:`check_out_dir`), and the normal period's rows must be 1 s
     to 5 min apart (:func:`fleetmind.data.petshop.check_row_interval`, as for issue windows) and at
     least ``min_normal_points`` (30) (:func:`check_normal_rows`); role-map entries that name no
-    metric of the normal period are warned about on stderr.
+    metric of the normal period, gaps of more than 10 x the median row interval and node names
+    that are not graph nodes are warned about on stderr (:func:`_checked_system`).
 
     Raises:
         DataError: unreadable or malformed inputs, a normal period of fewer than 30 rows or whose
             rows are too close or too far apart (or in milliseconds), or a role map none of whose
             entries names a metric.
-        ConfigError: ``args.out`` cannot be written or would overwrite something else.
+        ConfigError: ``args.out`` cannot be written or would overwrite something else, or
+            ``args.threads`` is below 1.
 
     Returns:
         ``{"out", "version", "metrics": {"val_ac1", "val_ac3", "val_mrr", "best_epoch"}, "counts",
-        "timing_s": {"synthesis", "training", "total"}, "settings"}``.
+        "timing_s": {"synthesis", "training", "total"}, "settings", "roles", "not_in_graph"}``
+        (``not_in_graph``: :meth:`fleetmind.data.petshop.NodeMatch.to_dict` of the normal period,
+        also in the model's ``config.json`` under ``fit``).
     """
     import torch
 
     t_start = time.perf_counter()
     check_out_dir(args.out)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be a positive integer, got {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    graph, normal = read_system(args.scenario)
-    normal_csv = Path(args.scenario) / "noissue" / "metrics.csv"
-    check_normal_rows(normal, normal_csv, DetectorConfig())
-    check_row_interval(normal.index.to_numpy(dtype=float), normal_csv)
-    roles = scenario_role_map(args.scenario, args.roles)
-    where = role_map_source(args.scenario, args.roles) or "role map"
-    unmatched = check_role_map(roles, normal.columns.get_level_values(1), where)
-    if unmatched:
-        print(
-            f"fleetmind: warning: {where}: entries that name no metric of noissue/metrics.csv "
-            "(ignored): " + ", ".join(unmatched),
-            file=sys.stderr,
-        )
+    graph, normal, roles = _checked_system(args)
     system = SystemModel(graph, normal, DetectorConfig(roles=roles))
     train, val = _synthesise(system, args, progress)
     xtr, ytr = _features(system, train)
@@ -218,6 +247,7 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
             "reads": ["graph.csv", "noissue/metrics.csv"]
             + (["role map"] if roles.overrides else []),
             "roles": roles.report(normal.columns.get_level_values(1)),
+            "not_in_graph": system.nodes.to_dict(),
             "settings": asdict(args) | {"out": None, "scenario": None},
             "synthetic_incidents": {"train": len(train), "val": len(val)},
             "best_epoch": best_epoch,
@@ -253,6 +283,7 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         "history": history,
         "settings": asdict(args),
         "roles": meta["fit"]["roles"],
+        "not_in_graph": meta["fit"]["not_in_graph"],
     }
 
 
@@ -408,6 +439,21 @@ def _train(
     return model, history, best[1], best[3]
 
 
+def _threads(text: str) -> int:
+    """``argparse`` type of ``--threads``: a positive integer (torch refuses 0 and below).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or below 1.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the ``rca fit`` options to ``p``."""
     d = FitArgs(scenario="", out="")
@@ -429,7 +475,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs (default {d.epochs})")
     p.add_argument("--seed", type=argtypes.seed, default=d.seed, help="seed (default 0)")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads (default 1)")
+    p.add_argument(
+        "--threads", type=_threads, default=d.threads, help="torch threads, >= 1 (default 1)"
+    )
     p.add_argument(
         "--roles",
         default=None,
