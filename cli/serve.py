@@ -109,17 +109,34 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.set_defaults(func=run)
 
 
+def _from_env(name: str) -> bool:
+    """Whether the variable ``name`` is set (the settings read names case-insensitively)."""
+    return any(key.upper() == name for key in os.environ)
+
+
 def _settings_error(err: Any) -> str:
     """One line naming every bad ``FLEETMIND_*`` variable, its value and what is wrong with it.
 
     ``err``: pydantic's ``ValidationError`` from ``Settings()``; each error's location is the
-    field name, whose variable is ``FLEETMIND_<NAME>``.
+    field name, whose variable is ``FLEETMIND_<NAME>``. Each variable the line names, including
+    one a check compares with (``FLEETMIND_NOTIFY_CRITICAL_SCORE=0.2`` in the warning score's
+    message), says whether it came from the environment or is the default, so that the line does
+    not blame a variable the operator never set.
     """
+    import re
+
+    def source(match: re.Match[str]) -> str:
+        return f"{match[0]} ({'from the environment' if _from_env(match[1]) else 'default'})"
+
     parts = []
     for e in err.errors(include_url=False):
         name = "FLEETMIND_" + "_".join(str(p) for p in e.get("loc", ())).upper()
         value = os.environ.get(name, e.get("input"))
-        parts.append(f"{name}={value!r}: {e.get('msg', 'invalid')}")
+        msg = re.sub(r"\b(FLEETMIND_[A-Z0-9_]+)=[^\s,;]+", source, str(e.get("msg", "invalid")))
+        shown = f"{name}={value!r}"
+        if not _from_env(name):
+            shown += " (default)"
+        parts.append(f"{shown}: {msg}")
     return "invalid setting " + "; ".join(parts)
 
 
@@ -196,16 +213,41 @@ def _check_model_refs(settings: Any) -> None:
             ) from None
 
 
+def _check_sqlite_writable(db: Any) -> None:
+    """Raise :class:`ConfigError` (one line) when the SQLite file of ``FLEETMIND_DATABASE_URL``,
+    or its folder, cannot be written: the service would start and report ready while every
+    webhook, reservation and login failed with 503. SQLite creates the ``-wal`` and ``-shm``
+    files and the service its lock files in that folder. A missing folder is left to the
+    migration's own message."""
+    url = db.engine.url
+    path = url.database if db.is_sqlite else None
+    if not path or path == ":memory:" or url.query.get("uri") or path.startswith("file:"):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ConfigError(
+            f"the SQLite database {path} (FLEETMIND_DATABASE_URL) is not writable: every write "
+            "would fail; give the service's user write access to it, or use a writable copy"
+        )
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"the folder of the SQLite database {path} (FLEETMIND_DATABASE_URL) is not writable: "
+            "SQLite creates its -wal and -shm files there; give the service's user write access "
+            "to the folder, or move the database to a writable one"
+        )
+
+
 def _checked_settings(args: argparse.Namespace) -> Any:
     """The service's settings from the environment, checked as the server would check them at
-    start (tokens, TLS, public bind, a free port, graph, database schema). Raises
+    start (tokens, TLS files, the Prometheus CA file, public bind, a free port, graph, a
+    writable database and its schema). Raises
     :class:`fleetmind.errors.ConfigError` or :class:`fleetmind.errors.DataError`, one line, when
     it would not start."""
     from pydantic import ValidationError
 
     from fleetmind.serving.app import load_graph
-    from fleetmind.serving.db import Database
-    from fleetmind.serving.settings import Settings
+    from fleetmind.serving.db import Database, DatabaseReadOnly
+    from fleetmind.serving.settings import Settings, ca_bundle_problem
 
     try:
         settings = Settings()
@@ -220,6 +262,10 @@ def _checked_settings(args: argparse.Namespace) -> Any:
     tls_problem = settings.tls_problem()
     if tls_problem:
         raise ConfigError(tls_problem)
+    if settings.telemetry == "prometheus" and settings.prometheus_ca_file:
+        ca_problem = ca_bundle_problem("FLEETMIND_PROMETHEUS_CA_FILE", settings.prometheus_ca_file)
+        if ca_problem:  # the telemetry source would refuse it, only as a warning at start
+            raise ConfigError(ca_problem)
     if not settings.tokens() and not is_loopback(args.host) and not args.insecure:
         raise ConfigError(
             f"refusing to serve on {args.host} without a token: set FLEETMIND_API_TOKEN (or "
@@ -237,7 +283,15 @@ def _checked_settings(args: argparse.Namespace) -> Any:
         settings.db_statement_timeout_s,
     )
     try:
+        _check_sqlite_writable(db)
         before = db.migrate(apply=settings.migrate_on_start)  # what the server's startup does first
+        try:  # what /readyz checks (a PostgreSQL standby may be promoted: not ready, not fatal)
+            if db.is_sqlite:
+                db.ping()
+        except DatabaseReadOnly as err:
+            raise ConfigError(
+                f"database {db.engine.url!r}: {err}; every write would fail"
+            ) from None
     finally:
         db.dispose()
     from fleetmind.serving.migrations import head

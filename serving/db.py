@@ -463,7 +463,10 @@ class Database:
         Raises:
             ConfigError: the database cannot be reached or written (no server at the URL, a
                 SQLite file in a missing folder, wrong credentials), is at a revision this release
-                does not know, or is behind while ``apply`` is false.
+                does not know, or is behind while ``apply`` is false;
+                :class:`~fleetmind.serving.migrations.UpgradeFailed` (a ``ConfigError``, "schema
+                upgrade from X to Y failed at revision R: ...") when a revision failed: it was
+                rolled back whole, the ones before it are kept, and the next start runs it again.
         """
         from sqlalchemy.exc import SQLAlchemyError
 
@@ -481,7 +484,7 @@ class Database:
             before = migrations.upgrade(self.engine)
             self.check_file()  # the file exists now: remember which one it is
             return before
-        except SQLAlchemyError as err:
+        except (SQLAlchemyError, OSError) as err:  # OSError: the SQLite lock file next to it
             reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
             raise ConfigError(f"cannot open the database at {self.engine.url!r}: {reason}") from err
 
@@ -558,12 +561,13 @@ class Database:
             yield conn
 
     def ping(self) -> None:
-        """Raise when the database cannot be reached (or its SQLite file is gone), or, on
-        PostgreSQL, when it accepts no writes (:class:`DatabaseReadOnly`: a standby after a
-        failover, ``default_transaction_read_only``), where every webhook would answer 503."""
+        """Raise when the database cannot be reached (or its SQLite file is gone), or when it
+        accepts no writes (:class:`DatabaseReadOnly`), where every webhook would answer 503:
+        on PostgreSQL a standby after a failover or ``default_transaction_read_only``; on SQLite
+        a file, folder or mount that is read-only (:func:`_sqlite_write_check`)."""
         with self.read() as conn:
             if self.is_sqlite:
-                conn.execute(select(1)).scalar_one()
+                _sqlite_write_check(conn.connection.driver_connection)
             elif conn.exec_driver_sql("SHOW transaction_read_only").scalar_one() == "on":
                 raise DatabaseReadOnly("the database is read-only")
         self.check_file()
@@ -1145,13 +1149,53 @@ def pg_connect_args(
     return args
 
 
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""``PRAGMA busy_timeout`` of every SQLite connection: how long a write waits for another
+process's write lock (ms)."""
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
+"""SQLite's primary result codes (https://www.sqlite.org/rescode.html); an extended code carries
+its primary one in the low 8 bits (``SQLITE_READONLY_DIRECTORY`` is 1544 = 8 | 6 << 8)."""
+
+
+def _sqlite_write_check(dbapi_conn: Any) -> None:
+    """Raise :class:`DatabaseReadOnly` when SQLite will not let this connection write: ``BEGIN
+    IMMEDIATE`` takes the write lock, ``PRAGMA user_version`` is set to the value it has (a change
+    to the header page in the cache, which a read-only connection refuses: ``BEGIN IMMEDIATE``
+    alone succeeds on one), and the transaction is rolled back, so nothing reaches the file.
+
+    Another writer holding the lock (``SQLITE_BUSY``, ``SQLITE_LOCKED``) proves nothing either
+    way, and counts as writable: the probe does not wait for it (``busy_timeout`` 0 meanwhile),
+    so readiness neither flaps nor stalls under write load. Only ``SQLITE_READONLY`` (and its
+    extended codes: a read-only file, folder or mount, ``mode=ro``) is read-only; any other error
+    is raised as it is. ``sqlite3.Error.sqlite_errorcode``: Python 3.11.
+    """
+    import sqlite3
+
+    dbapi_conn.execute("PRAGMA busy_timeout=0")
+    try:
+        dbapi_conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(dbapi_conn.execute("PRAGMA user_version").fetchone()[0])
+            dbapi_conn.execute(f"PRAGMA user_version={version}")
+        finally:
+            dbapi_conn.execute("ROLLBACK")
+    except sqlite3.Error as err:
+        code = getattr(err, "sqlite_errorcode", 0) & 0xFF
+        if code == _SQLITE_READONLY:
+            raise DatabaseReadOnly(f"the SQLite database is read-only: {err}") from None
+        if code not in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            raise
+    finally:
+        dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+
+
 def _sqlite_pragmas(engine: Engine, synchronous: str) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:  # pragma: no cover - driver callback
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.close()
 
 

@@ -211,6 +211,17 @@ class Settings(BaseSettings):
         description="placement model: a local path, an MLflow URI, 'heuristic:<name>', or unset for "
         "the released artifact in models/placement/",
     )
+
+    @field_validator("rca_model", "placement_model", mode="before")
+    @classmethod
+    def _empty_model_is_unset(cls, v: object) -> object:
+        """An empty model reference (a manifest's ``value: ""``) means unset, the released
+        artifact, as for the notification URLs: as a path, ``""`` is the working directory, whose
+        recursive search served whatever model lay below it (placement: no model, BestFit)."""
+        if isinstance(v, str) and not v.strip():
+            return None
+        return v
+
     incident_window_s: float = Field(
         600.0,
         gt=0,
@@ -378,8 +389,9 @@ class Settings(BaseSettings):
     def _warning_below_critical(cls, v: float, info: ValidationInfo) -> float:
         critical = info.data.get("notify_critical_score")
         if critical is not None and v > critical:
-            raise ValueError(
-                f"the warning score ({v}) must not exceed the critical score ({critical})"
+            raise ValueError(  # both named: either may be the one set wrong
+                f"the warning score must not exceed the critical score, "
+                f"FLEETMIND_NOTIFY_CRITICAL_SCORE={critical}"
             )
         return v
 
@@ -466,8 +478,8 @@ class Settings(BaseSettings):
     gc_gen0_threshold: int | None = Field(
         100_000,
         ge=1,
-        description="Python GC generation-0 threshold while serving (unset: Python's 700); "
-        "startup objects are also frozen out of collections",
+        description="Python GC generation-0 threshold while serving (Python's own default is "
+        "700); startup objects are also frozen out of collections",
     )
     malloc_mmap_threshold_mb: int | None = Field(
         32,
@@ -480,7 +492,8 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(
         1,
         ge=1,
-        description="torch intra-op threads per process (1 suits one worker per core; unset: torch's default)",
+        description="torch intra-op threads per process (1 suits one worker per core; torch's own "
+        "default is one per core)",
     )
 
     @field_validator(
@@ -550,21 +563,89 @@ class Settings(BaseSettings):
         return out
 
     def tls_problem(self) -> str | None:
-        """Why the TLS settings cannot work (half set, unreadable file), or None."""
-        import os
-
+        """Why the TLS settings cannot work, or None: half set, no readable file, a file that is
+        not PEM, a certificate and key that do not match or are swapped, a key encrypted with a
+        passphrase (the server would stop to prompt for it on a terminal), a client CA bundle
+        without a certificate. Found by loading them as the server does (an ``ssl.SSLContext``)."""
         if bool(self.tls_cert) != bool(self.tls_key):
             return "set both FLEETMIND_TLS_CERT and FLEETMIND_TLS_KEY, or neither"
         if self.scheduler_client_ca and not self.tls_cert:
             return "FLEETMIND_SCHEDULER_CLIENT_CA needs FLEETMIND_TLS_CERT and FLEETMIND_TLS_KEY"
-        for var, path in (
-            ("FLEETMIND_TLS_CERT", self.tls_cert),
-            ("FLEETMIND_TLS_KEY", self.tls_key),
-            ("FLEETMIND_SCHEDULER_CLIENT_CA", self.scheduler_client_ca),
-        ):
-            if path and not os.access(path, os.R_OK):
-                return f"{var}={path!r}: no readable file there"
+        if self.tls_cert and self.tls_key:
+            problem = cert_chain_problem(self.tls_cert, self.tls_key)
+            if problem:
+                return problem
+        if self.scheduler_client_ca:
+            return ca_bundle_problem("FLEETMIND_SCHEDULER_CLIENT_CA", self.scheduler_client_ca)
         return None
+
+
+class _PassphraseNeeded(Exception):
+    """Raised by the password callback of :func:`cert_chain_problem`: the key is encrypted."""
+
+
+def _refuse_passphrase() -> str:
+    raise _PassphraseNeeded  # OpenSSL would otherwise prompt on the terminal
+
+
+def _unreadable(var: str, path: str) -> str | None:
+    import os
+
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        return f"{var}={path!r}: no readable file there"
+    return None
+
+
+def ca_bundle_problem(var: str, path: str) -> str | None:
+    """Why ``path`` cannot serve as a PEM bundle of CA certificates (the variable ``var``), found
+    by loading it into an ``ssl.SSLContext`` (``load_verify_locations``) as the server or client
+    would; None when it can."""
+    import ssl
+
+    problem = _unreadable(var, path)
+    if problem:
+        return problem
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+    except ssl.SSLError:
+        return f"{var}={path!r}: no PEM certificate in it"
+    except OSError as err:
+        return f"{var}={path!r}: {err.strerror or err}"
+    return None
+
+
+def cert_chain_problem(cert: str, key: str) -> str | None:
+    """Why ``FLEETMIND_TLS_CERT`` and ``FLEETMIND_TLS_KEY`` cannot serve HTTPS (None: they can),
+    found by loading them into an ``ssl.SSLContext`` (``load_cert_chain``) with a password
+    callback that refuses, so an encrypted key is reported instead of prompted for."""
+    import ssl
+
+    problem = _unreadable("FLEETMIND_TLS_CERT", cert) or _unreadable("FLEETMIND_TLS_KEY", key)
+    if problem:
+        return problem
+    problem = ca_bundle_problem("FLEETMIND_TLS_CERT", cert)  # the certificates of the chain
+    if problem:
+        with open(cert, "rb") as fh:
+            swapped = b"PRIVATE KEY-----" in fh.read(1 << 16)
+        return problem + (" (a private key: swapped with FLEETMIND_TLS_KEY?)" if swapped else "")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+            cert, key, password=_refuse_passphrase
+        )
+    except _PassphraseNeeded:
+        return (
+            f"FLEETMIND_TLS_KEY={key!r}: the private key is encrypted, and the server cannot ask "
+            "for its passphrase: give it the key unencrypted (openssl pkey -in KEY -out NEW_KEY)"
+        )
+    except ssl.SSLError as err:
+        if "KEY_VALUES_MISMATCH" in str(err):
+            return (
+                f"FLEETMIND_TLS_KEY={key!r} is not the private key of FLEETMIND_TLS_CERT={cert!r}"
+            )
+        return f"FLEETMIND_TLS_KEY={key!r}: no PEM private key in it"
+    except OSError as err:
+        return f"FLEETMIND_TLS_KEY={key!r}: {err.strerror or err}"
+    return None
 
 
 SCOPES = ("read", "ingest", "schedule", "admin")

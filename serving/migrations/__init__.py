@@ -15,6 +15,13 @@ until then by ``MetaData.create_all``); :func:`upgrade` brings a database to the
 Replicas starting together serialise on a lock (a PostgreSQL advisory lock, or a file lock next to
 the SQLite file), so exactly one runs each revision. Revisions that add an index to an existing
 table build it with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL (writes to the table continue).
+
+Each revision is one transaction with its ``alembic_version`` update, on SQLite too: an upgrade
+interrupted part way (a full disk, a crash, a killed process) leaves the database at the last
+revision it finished, and the next start runs the rest. (Python's ``sqlite3`` opens no
+transaction before DDL, so each ``CREATE``/``ALTER`` used to commit alone, and a half-applied
+revision failed every later start with ``duplicate column name``.) A failed upgrade raises
+:class:`UpgradeFailed`, which names the revision.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import inspect, text
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from fleetmind.data.errors import ConfigError
 
@@ -101,11 +109,36 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
         fd = os.open(path + ".migrate.lock", os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        with engine.connect() as conn:
+        with _transactional_ddl(engine).connect() as conn:
             yield conn
     finally:
         if fd is not None:
             os.close(fd)  # drops the flock
+
+
+def _transactional_ddl(engine: Engine) -> Engine:
+    """``engine`` for the migration connection: on SQLite (pysqlite) one whose transactions are
+    real for DDL too, else ``engine`` itself.
+
+    Python's ``sqlite3`` begins a transaction only before ``INSERT``/``UPDATE``/``DELETE``/
+    ``REPLACE``, never before DDL (CPython ``test_sqlite3``: ``test_ddl_does_not_autostart_transaction``),
+    so each ``CREATE TABLE`` or ``ALTER TABLE`` of a revision committed alone. This is SQLAlchemy's
+    documented pysqlite recipe ("Serializable isolation / Savepoints / Transactional DDL", SQLAlchemy
+    docs, dialects/sqlite): the driver in autocommit mode (``isolation_level=None``) and ``BEGIN``
+    emitted by a ``begin`` event. ``IMMEDIATE`` takes the write lock at once (waiting the busy
+    timeout for another writer) rather than failing at the first write of a read transaction.
+    The options engine shares ``engine``'s pool; the pool resets the isolation level when the
+    connection is returned, and the event is local to the options engine.
+    """
+    if engine.dialect.name != "sqlite" or engine.dialect.driver != "pysqlite":
+        return engine
+    ddl = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @event.listens_for(ddl, "begin")
+    def _begin(conn: Connection) -> None:  # pragma: no cover - SQLAlchemy callback
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return ddl
 
 
 def state(engine: Engine) -> tuple[str | None, bool]:
@@ -126,23 +159,81 @@ def check(engine: Engine) -> str | None:
     return rev
 
 
+class UpgradeFailed(ConfigError):
+    """A schema upgrade stopped at a revision (a full disk, a lock timeout, a read-only file).
+
+    The revisions before it are kept (each is a transaction of its own) and the failed one is
+    rolled back, so the next start runs it again.
+
+    Args:
+        before: the revision the database was at (``"none"``, ``"create_all"`` or a revision).
+        target: the revision the upgrade was bringing it to (:func:`head`).
+        revision: the revision that failed (the one after the last the database holds).
+        cause: the database's error, one line.
+    """
+
+    def __init__(self, before: str, target: str, revision: str, cause: str) -> None:
+        self.before, self.target, self.revision, self.cause = before, target, revision, cause
+        super().__init__(
+            f"schema upgrade from {before} to {target} failed at revision {revision}: {cause}"
+        )
+
+
+def _cause(err: BaseException) -> str:
+    """The first line of the database's own message for ``err``."""
+    lines = str(getattr(err, "orig", None) or err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _next_revision(rev: str | None) -> str:
+    """The revision an upgrade runs after ``rev`` (``None``: the database holds none)."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(_config())
+    for s in script.walk_revisions():
+        if s.down_revision == rev:
+            return str(s.revision)
+    return rev or BASELINE
+
+
+def _failed_revision(engine: Engine) -> str:
+    """The revision an upgrade that just failed was running: the one after the last committed."""
+    try:
+        rev, _ = state(engine)
+    except SQLAlchemyError:  # pragma: no cover - the database went away as well
+        return "unknown"
+    return _next_revision(rev)
+
+
 def upgrade(engine: Engine) -> str:
-    """Bring the database to :func:`head`; returns the revision it was at (``"none"``: empty)."""
+    """Bring the database to :func:`head`; returns the revision it was at (``"none"``: empty).
+
+    Raises:
+        ConfigError: the database is at a revision this release does not know.
+        UpgradeFailed: a revision failed (it is rolled back; the ones before it are kept).
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be reached or read.
+    """
     from alembic import command
 
     check(engine)
-    with _migration_lock(engine) as conn:
-        names = set(inspect(conn).get_table_names())
-        rev = current(conn) if "alembic_version" in names else None
-        conn.commit()  # Alembic begins and commits its own transactions
-        before = rev or "none"
-        if rev is None and "alerts" in names:
-            _adopt_baseline(conn)
-            command.stamp(_config(conn), BASELINE)
+    before: str | None = None
+    try:
+        with _migration_lock(engine) as conn:
+            names = set(inspect(conn).get_table_names())
+            rev = current(conn) if "alembic_version" in names else None
+            conn.commit()  # Alembic begins and commits its own transactions
+            before = rev or "none"
+            if rev is None and "alerts" in names:
+                before = "create_all"
+                _adopt_baseline(conn)
+                command.stamp(_config(conn), BASELINE)
+                conn.commit()
+            command.upgrade(_config(conn), "head")
             conn.commit()
-            before = "create_all"
-        command.upgrade(_config(conn), "head")
-        conn.commit()
+    except SQLAlchemyError as err:
+        if before is None:
+            raise  # not reached or not read: no upgrade was attempted
+        raise UpgradeFailed(before, head(), _failed_revision(engine), _cause(err)) from err
     return before
 
 
