@@ -158,6 +158,14 @@ def _resolve_ref(ref: str | None) -> Path:
             raise ModelLoadError(
                 f"{path} is not a GAT artifact (no config.json + model.pt; it holds {_holds(path)})"
             )
+        # e.g. two `rca train --out` runs: which one is meant is not ours to guess
+        if len(found) > 1:
+            names = [str(p.parent.relative_to(path)) for p in found]
+            more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+            raise ModelLoadError(
+                f"{path} holds {len(found)} GAT artifacts ({', '.join(names[:8])}{more}); "
+                "pass the folder of the one to load"
+            )
         path = found[0].parent
     return path
 
@@ -256,12 +264,25 @@ def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
-        first = str(err).splitlines()[0]
+        first = _first_mismatch(str(err))
         raise ModelLoadError(
             f"{path / 'model.pt'} does not fit the model in config.json ({first})"
         ) from None
     model.eval()
     return model, meta
+
+
+def _first_mismatch(text: str, most: int = 300) -> str:
+    """The first line of torch's ``load_state_dict`` error joined with its first cause: torch
+    writes ``Error(s) in loading state_dict for GATRanker:`` and then one tab-indented line per
+    problem (``size mismatch for ...``, ``Missing key(s) ...``); at most ``most`` characters."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return "no detail"
+    out = lines[0]
+    if out.endswith(":") and len(lines) > 1:
+        out = f"{out} {lines[1]}"
+    return out if len(out) <= most else out[: most - 3] + "..."
 
 
 _MIN_BATCHED_ROWS = 16

@@ -144,8 +144,16 @@ def save_onnx(actor: PlacementActor, path: str | Path) -> Path:
 class OnnxActor:
     """onnxruntime session over a ``policy.onnx`` written by :func:`save_onnx`.
 
+    The graph is checked when it loads, so that a model which cannot place fails here, where the
+    service falls back to a heuristic and the CLI stops with one line, rather than at every
+    decision: inputs ``obs`` (float32, rank 2) and ``mask`` (bool, rank 2, a fixed number of
+    candidates ``K``), an output ``action``, and a dry run on zeros (when the graph fixes ``D``;
+    otherwise :meth:`dry_run` is the caller's, with the observation size it builds) that gives one
+    integer action in ``[0, K)``.
+
     Raises:
-        ModelLoadError: the file is missing or not a valid ONNX model with inputs ``obs``/``mask``.
+        ModelLoadError: the file is missing, not a valid ONNX model, or not a placement actor of
+            that signature (one line naming the file and what was found).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -163,13 +171,38 @@ class OnnxActor:
             )
         except Exception as exc:
             raise ModelLoadError(f"cannot load placement ONNX model {path}: {exc}") from exc
-        names = [i.name for i in self.session.get_inputs()]
-        if names != ["obs", "mask"]:
-            raise ModelLoadError(f"{path} has inputs {names}, expected ['obs', 'mask']")
-        self.n_candidates = int(self.session.get_inputs()[1].shape[1])
-        dim = self.session.get_inputs()[0].shape[1]
-        self.obs_dim = int(dim) if isinstance(dim, int) else None
-        """``D``, the observation size the graph takes (None when the graph leaves it free)."""
+        self.path = path
+        # K, and D: the observation size the graph takes (None when the graph leaves it free)
+        self.n_candidates, self.obs_dim = _onnx_signature(self.session, path)
+        if self.obs_dim is not None:
+            self.dry_run(self.obs_dim)
+
+    def dry_run(self, obs_dim: int) -> None:
+        """Run the graph once on a zero observation of ``obs_dim`` values, every candidate allowed.
+
+        Raises:
+            ModelLoadError: the run fails, or does not give one integer action in ``[0, K)``.
+        """
+        k = self.n_candidates
+        obs = np.zeros((1, obs_dim), dtype=np.float32)
+        mask = np.ones((1, k), dtype=bool)
+        try:
+            action = np.asarray(self.session.run(["action"], {"obs": obs, "mask": mask})[0])
+        except Exception as exc:  # onnxruntime's errors run to several lines
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            raise ModelLoadError(
+                f"{self.path}: a dry run on a zero observation ({obs_dim} values, {k} candidates)"
+                f" failed ({detail})"
+            ) from None
+        if (
+            action.shape != (1,)
+            or not np.issubdtype(action.dtype, np.integer)
+            or not 0 <= int(action[0]) < k
+        ):
+            raise ModelLoadError(
+                f"{self.path}: a dry run gave action {action.tolist()!r} ({action.dtype}, shape"
+                f" {action.shape}); a placement actor gives one integer in [0, {k}) per row"
+            )
 
     def predict(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Greedy actions for ``obs (B, D)`` / ``(D,)`` and ``mask (B, K)`` / ``(K,)``."""
@@ -178,6 +211,44 @@ class OnnxActor:
         m = np.atleast_2d(mask).astype(bool, copy=False)
         action = self.session.run(["action"], {"obs": o, "mask": m})[0]
         return action[0] if single else action
+
+
+def _onnx_signature(session: Any, path: Path) -> tuple[int, int | None]:
+    """``(K, D or None)`` of a placement actor's graph (D ``None``: left free by the graph).
+
+    Raises:
+        ModelLoadError: inputs other than float32 ``obs (B, D)`` and bool ``mask (B, K)`` with a
+            fixed integer ``K``, or no output ``action``.
+    """
+    inputs = session.get_inputs()
+    names = [i.name for i in inputs]
+    if names != ["obs", "mask"]:
+        raise ModelLoadError(f"{path} has inputs {names}, expected ['obs', 'mask']")
+    outputs = [o.name for o in session.get_outputs()]
+    if "action" not in outputs:
+        raise ModelLoadError(f"{path} has outputs {outputs}, expected 'action' among them")
+    obs, mask = inputs
+    want = {"obs": ("tensor(float)", "float32"), "mask": ("tensor(bool)", "bool")}
+    for i in inputs:
+        if i.type != want[i.name][0]:
+            raise ModelLoadError(
+                f"{path}: input {i.name!r} is {i.type}, expected {want[i.name][1]}"
+                f" ({i.name} (B, {'D' if i.name == 'obs' else 'K'}) {want[i.name][1]})"
+            )
+        if len(i.shape) != 2:
+            raise ModelLoadError(
+                f"{path}: input {i.name!r} has shape {i.shape}, expected rank 2"
+                f" ({i.name} (B, {'D' if i.name == 'obs' else 'K'}))"
+            )
+    k, d = mask.shape[1], obs.shape[1]
+    if type(k) is not int or k < 1:
+        raise ModelLoadError(
+            f"{path}: input 'mask' has shape {mask.shape}; the number of candidates K (its"
+            " second dimension) must be a fixed integer of at least 1"
+        )
+    if d is not None and type(d) is not int:  # a symbolic name: the graph leaves it free
+        d = None
+    return k, d
 
 
 def export_policy(model: Any, out_dir: str | Path) -> dict[str, Path]:

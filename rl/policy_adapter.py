@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetmind.data.errors import ConfigError, DataError, ModelLoadError
+from fleetmind.data.errors import ConfigError, DataError, ModelLoadError, NotAvailableError
 from fleetmind.data.files import read_json
 from fleetmind.data.mlflow_store import bounded_requests, download, is_mlflow_uri, reason
 from fleetmind.data.openb import PodTrace
@@ -53,6 +53,8 @@ class PPOPlacementPolicy(Policy):
         metadata: the artifact's ``metadata.json`` (``typical_pods`` is the fallback workload model
             when :meth:`reset` gets no trace).
         source: where the model came from (for messages and the service's ``model_version``).
+        registry_version: ``<registered name>/<version>`` when the model came from the MLflow
+            registry (``models:/...``), else ``None``.
     """
 
     name = "ppo"
@@ -63,11 +65,13 @@ class PPOPlacementPolicy(Policy):
         n_candidates: int,
         metadata: dict[str, Any] | None = None,
         source: str = "",
+        registry_version: str | None = None,
     ) -> None:
         super().__init__()
         self.actor = actor
         self.metadata = metadata or {}
         self.source = source
+        self.registry_version = registry_version
         builder_kw = self.metadata.get("builder", {})
         if (
             not isinstance(builder_kw, dict)
@@ -94,7 +98,11 @@ class PPOPlacementPolicy(Policy):
 
     @property
     def version(self) -> str:
-        """A short model identifier (``metadata['version']`` or the source path)."""
+        """``<registered name>/<version>`` when loaded from the MLflow registry (as the GAT's
+        :attr:`fleetmind.rca.gat_analyzer.GATAnalyzer.version`), else ``metadata['version']``
+        or the source path."""
+        if self.registry_version is not None:
+            return self.registry_version
         return str(self.metadata.get("version", self.source))
 
     def reset(
@@ -146,8 +154,36 @@ class PPOPlacementPolicy(Policy):
         self._arrived = max(self._arrived, state.allocated_gpu_milli + pod.gpu_request)
         cand = self.candidates(state, pod, mask)
         self._last = cand
-        a = int(self.actor.predict(cand.obs, cand.mask))
+        a = self._act(cand)
         return int(cand.nodes[a]), cand.gpus[a]
+
+    def _act(self, cand: Candidates) -> int:
+        """The actor's candidate for ``cand``: an index of an allowed candidate.
+
+        Raises:
+            NotAvailableError: the actor fails, or picks no allowed candidate (the service answers
+                503, the CLI stops with one line; the load checks of
+                :class:`fleetmind.rl.export.OnnxActor` make this rare).
+        """
+        try:
+            a = np.asarray(self.actor.predict(cand.obs, cand.mask))
+        except Exception as exc:  # onnxruntime's and torch's errors run to several lines
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            raise NotAvailableError(
+                f"placement model {self.version} failed on a decision ({detail})"
+            ) from None
+        k = cand.mask.size
+        i = int(a.reshape(-1)[0]) if a.size == 1 and np.issubdtype(a.dtype, np.integer) else -1
+        if not 0 <= i < k:
+            raise NotAvailableError(
+                f"placement model {self.version} gave action {a.tolist()!r}, not a candidate"
+                f" index in [0, {k})"
+            )
+        if not cand.mask[i]:
+            raise NotAvailableError(
+                f"placement model {self.version} picked candidate {i}, which the mask rules out"
+            )
+        return i
 
     def score(self, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
         raise NotImplementedError("the PPO policy ranks candidates, not every node; use select()")
@@ -166,7 +202,7 @@ def _load_mlflow(uri: str, backend: str) -> PPOPlacementPolicy:
             import mlflow  # noqa: F401
 
             with bounded_requests():  # a server that is down: an error in seconds, not minutes
-                local, shown, _ = download(uri, tmp)
+                local, shown, version = download(uri, tmp)
         except Exception as exc:
             raise ModelLoadError(f"cannot fetch placement model {uri}: {reason(exc)}") from None
         found = sorted(local.rglob("policy.onnx")) or sorted(local.rglob("policy.pt"))
@@ -177,6 +213,7 @@ def _load_mlflow(uri: str, backend: str) -> PPOPlacementPolicy:
         except ModelLoadError as exc:  # name the model, not the temporary folder
             raise ModelLoadError(str(exc).replace(str(local), shown)) from None
         policy.source = policy.source.replace(str(local), shown)
+        policy.registry_version = version
     return policy
 
 
@@ -218,6 +255,13 @@ def _load_folder(path: Path, backend: str) -> PPOPlacementPolicy:
             raise ModelLoadError(f"corrupt {exc}") from exc
         if not isinstance(meta, dict):
             raise ModelLoadError(f"corrupt placement model metadata {meta_file}: not an object")
+        if meta.get("mode") == "dynamic":
+            raise ModelLoadError(
+                f'{folder} is a dynamic-mode placement model (metadata.json "mode": "dynamic"),'
+                " not an fgd-mode one: evaluate it with `fleetmind sched evaluate --mode dynamic"
+                f" --policies ppo --model {folder}`; fgd mode and the service take an fgd-mode"
+                " model (models/placement/, or one trained with `fleetmind sched train --mode fgd`)"
+            )
     if backend not in ("auto", "onnx", "torch"):
         raise ConfigError(f"unknown backend {backend!r}; use auto, onnx or torch")
     use_onnx = backend == "onnx" or (backend == "auto" and onnx_file.is_file())
@@ -240,6 +284,8 @@ def _load_folder(path: Path, backend: str) -> PPOPlacementPolicy:
             raise ModelLoadError(f"{source}: actor has {k} candidates but metadata.json says {n}")
     policy = PPOPlacementPolicy(actor, k, meta, source=str(source))
     dim = getattr(actor, "obs_dim", None)
+    if dim is None and use_onnx:  # a graph that leaves D free: its dry run with the builder's D
+        actor.dry_run(policy.builder.obs_dim)
     if dim is None and hasattr(actor, "config"):
         c = actor.config
         dim = c["n_candidates"] * c["n_cand_features"] + c["n_global_features"]

@@ -199,6 +199,9 @@ model_reloads = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("generation", Integer, nullable=False),  # +1 per reload request
     Column("requested_ts", Float, nullable=False),  # Unix s of the latest request
+    # the registry URIs the requesting process resolved, for the others to load (migration 0008):
+    # {kind: {"ref": configured reference, "pinned": "models:/<name>/<version>"}}; null: none
+    Column("pins", JSON, nullable=True),
 )
 
 PURGE_CHUNK_ROWS = 5_000
@@ -1054,11 +1057,13 @@ class Database:
             conn.execute(delete(ui_sessions).where(ui_sessions.c.key == key))
 
     # ------------------------------------------------------------------ model reloads
-    def request_model_reload(self, now: float) -> int:
+    def request_model_reload(self, now: float, pins: dict[str, Any] | None = None) -> int:
         """Count one more model reload request for every worker and replica (``model_reloads``).
 
         Args:
             now: the request's time (Unix s).
+            pins: the registry versions the requesting process loaded, which the others load in
+                turn (:mod:`fleetmind.serving.registry`); ``None``: none.
 
         Returns:
             the service's reload generation after this request (1 for the first).
@@ -1067,12 +1072,13 @@ class Database:
             from sqlalchemy.dialects.sqlite import insert
         else:
             from sqlalchemy.dialects.postgresql import insert
-        stmt = insert(model_reloads).values(id=1, generation=1, requested_ts=now)
+        stmt = insert(model_reloads).values(id=1, generation=1, requested_ts=now, pins=pins)
         stmt = stmt.on_conflict_do_update(
             index_elements=["id"],
             set_={
                 "generation": model_reloads.c.generation + 1,
                 "requested_ts": stmt.excluded.requested_ts,
+                "pins": stmt.excluded.pins,
             },
         ).returning(model_reloads.c.generation)
         with self.write() as conn:
@@ -1088,6 +1094,20 @@ class Database:
                 )
             ).first()
         return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+    def model_reload_record(self) -> tuple[int, float, dict[str, Any]]:
+        """``(generation, requested_ts, pins)`` of the service's model reloads, read together;
+        ``(0, 0.0, {})`` before the first request, ``pins`` ``{}`` when the request recorded none
+        (see :meth:`request_model_reload`)."""
+        c = model_reloads.c
+        with self.read() as conn:
+            row = conn.execute(
+                select(c.generation, c.requested_ts, c.pins).where(c.id == 1)
+            ).first()
+        if row is None:
+            return 0, 0.0, {}
+        pins = row[2] if isinstance(row[2], dict) else {}
+        return int(row[0]), float(row[1]), pins
 
 
 ALERT_LOCK_CLASS = 0x464D414C

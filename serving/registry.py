@@ -23,8 +23,11 @@ database (table ``model_reloads``), and a registry that follows the database
 when a request reads its models, in a background thread (a request never waits for it), and
 reloads from its own references when it is behind: so one ``POST /api/v1/models/reload`` reaches
 every worker and replica, each within :data:`FOLLOW_S` seconds of its next request plus its load
-time. Each applies the rule of :meth:`ModelRegistry.reload` on its own (a model that would become a
-fallback keeps the served set, ``reload_error`` says why).
+time. A registry alias (``models:/fleetmind-rca@champion``) is resolved once, by the process that
+got the request: the generation records the versions it loaded (``models:/fleetmind-rca/3``), and
+the others load those, so every process serves the same version even when the alias moves
+meanwhile. Each applies the rule of :meth:`ModelRegistry.reload` on its own (a model that would
+become a fallback keeps the served set, ``reload_error`` says why).
 """
 
 from __future__ import annotations
@@ -162,31 +165,33 @@ class ModelRegistry:
         self._next_check = time.monotonic() + interval_s
 
     def request_reload(self) -> tuple[int | None, ModelSet]:
-        """Request a reload of every worker and replica (when following a database), then reload
-        this process's models (:meth:`reload`).
+        """Reload this process's models (:meth:`reload`), then request a reload of every worker
+        and replica (when following a database), with the registry versions this process
+        resolved (:func:`_pins`): the others load those versions, not their alias again.
 
         Returns:
             the service's reload generation (``None`` without a database) and this process's set.
 
         Raises:
-            ModelLoadError: this process kept its models (the request stands for the others).
+            ModelLoadError: this process kept its models, or a model stays on its fallback (the
+                request stands for the others).
         """
+        attempt = self._reload(None)
         generation = None
         if self.db is not None:
             with self._follow_lock:
                 try:
-                    generation = self.db.request_model_reload(time.time())
+                    generation = self.db.request_model_reload(time.time(), attempt.pins or None)
                 except Exception as err:  # a database outage must not stop this process reloading
                     log.warning("reload not recorded for the other workers: %s", safe_uri(str(err)))
                 else:
                     self.reload_generation = generation
-        try:
-            models = self.reload()
-        except ModelLoadError as err:
-            self.reload_error = str(err)
-            raise
-        self.reload_error = None
-        return generation, models
+        self.reload_error = attempt.error
+        if attempt.error is not None:
+            if attempt.swapped and self._on_reload is not None:  # the route reports no set on 409
+                self._on_reload(attempt.models)
+            raise ModelLoadError(attempt.error)
+        return generation, attempt.models
 
     def sync(self) -> ModelSet | None:
         """Read the service's reload generation and reload when this process is behind.
@@ -198,7 +203,7 @@ class ModelRegistry:
         if self.db is None:
             return None
         with self._follow_lock:
-            generation, requested_ts = self.db.model_reload_state()
+            generation, requested_ts, pins = self.db.model_reload_record()
             if self.reload_generation is None:  # first look: a request after our load counts
                 due = generation > 0 and requested_ts >= self._loaded_ts
             else:
@@ -206,12 +211,11 @@ class ModelRegistry:
             self.reload_generation = generation
         if not due:
             return None
-        try:
-            models = self.reload()
-        except ModelLoadError as err:
-            self.reload_error = str(err)
+        attempt = self._reload(pins)
+        self.reload_error = attempt.error
+        if not attempt.swapped:
             return None
-        self.reload_error = None
+        models = attempt.models
         log.info(
             "models reloaded for reload generation %d (generation %d)",
             generation,
@@ -258,36 +262,59 @@ class ModelRegistry:
         """Load the models again and swap atomically.
 
         A model that served before and now fails to load is kept (the swap never downgrades a served
-        model to a fallback); in that case ModelLoadError is raised and nothing changes.
+        model to a fallback); in that case ModelLoadError is raised and nothing changes. A model
+        that was on its fallback and still cannot load raises ModelLoadError with the reason too,
+        after the swap (the other model is reloaded).
         """
+        attempt = self._reload(None)
+        if attempt.error is not None:
+            raise ModelLoadError(attempt.error)
+        return attempt.models
+
+    def _reload(self, pins: dict[str, Any] | None) -> _Attempt:
+        """:meth:`reload`'s work, as an outcome; ``pins`` (a reload record's, see :func:`_pins`):
+        the registry version to load for each reference that equals this process's own."""
         with self._reload_lock:
             old = self.current
-            rca = self._load_rca()
-            placement = self._load_placement()
-            problems = []
+            rca = self._load_rca(_pinned(pins, "rca", self.rca_ref))
+            placement = self._load_placement(_pinned(pins, "placement", self.placement_ref))
+            tried = _pins(
+                {"rca": (self.rca_ref, rca), "placement": (self.placement_ref, placement)}
+            )
+            kept, stays = [], []
             for was, now in ((old.rca, rca), (old.placement, placement)):
-                if now.fallback_reason and not was.fallback_reason:
-                    problems.append(f"{now.kind}: {now.fallback_reason}")
-                    log.warning(
-                        "%s reload failed, kept %s %s: %s",
-                        _LABEL[now.kind],
-                        was.method,
-                        was.version or was.source,
-                        now.fallback_reason,
+                if not now.fallback_reason:
+                    continue
+                if was.fallback_reason:
+                    stays.append(
+                        f"{now.kind} stays on its fallback {now.method}: {now.fallback_reason}"
                     )
-            if problems:
-                raise ModelLoadError("reload kept the served models; " + "; ".join(problems))
+                    continue
+                kept.append(f"{now.kind}: {now.fallback_reason}")
+                log.warning(
+                    "%s reload failed, kept %s %s: %s",
+                    _LABEL[now.kind],
+                    was.method,
+                    was.version or was.source,
+                    now.fallback_reason,
+                )
+            if kept:
+                error = "reload kept the served models; " + "; ".join(kept + stays)
+                return _Attempt(old, False, error, tried)
             new = ModelSet(rca, placement, old.generation + 1)
             self._current = new  # the atomic swap: one reference assignment
             _log_fallbacks(new)
-            return new
+            error = "reload: " + "; ".join(stays) if stays else None
+            return _Attempt(new, True, error, tried)
 
     def set_current(self, models: ModelSet) -> None:
         """Install a model set directly (tests, embedding)."""
         self._current = replace(models)
 
     # ------------------------------------------------------------------ RCA
-    def _load_rca(self) -> LoadedModel:
+    def _load_rca(self, pinned: str | None = None) -> LoadedModel:
+        """The RCA model of :attr:`rca_ref` (loaded from ``pinned``, its registry version, when
+        given), else the best baseline with the reason."""
         ref = self.rca_ref
         now = time.time()
         if ref and ref.startswith("baseline:"):
@@ -295,7 +322,7 @@ class ModelRegistry:
             return LoadedModel("rca", analyzer, analyzer.name, None, ref, None, now)
         try:
             mod = importlib.import_module("fleetmind.rca.gat_analyzer")
-            analyzer = mod.GATAnalyzer.load(ref)
+            analyzer = mod.GATAnalyzer.load(pinned or ref)
             self._count("rca", True)
             calibrated = isinstance(getattr(analyzer, "meta", {}).get("calibration"), dict)
             if not calibrated:  # the notifier reads its top score as a probability
@@ -326,7 +353,9 @@ class ModelRegistry:
         return LoadedModel("rca", analyzer, analyzer.name, None, None, safe_uri(reason), now)
 
     # ------------------------------------------------------------------ placement
-    def _load_placement(self) -> LoadedModel:
+    def _load_placement(self, pinned: str | None = None) -> LoadedModel:
+        """The placement model of :attr:`placement_ref` (loaded from ``pinned``, its registry
+        version, when given), else the best heuristic with the reason."""
         ref = self.placement_ref
         now = time.time()
         if ref and ref.startswith("heuristic:"):
@@ -334,7 +363,7 @@ class ModelRegistry:
             return LoadedModel("placement", placer, placer.name, None, ref, None, now)
         try:
             mod = importlib.import_module("fleetmind.rl.policy_adapter")
-            policy = mod.load_ppo_policy(ref)
+            policy = mod.load_ppo_policy(pinned or ref)
             placer = PeerPolicyPlacer(policy, name="ppo", version=_version_of(policy))
             self._count("placement", True)
             return LoadedModel(
@@ -369,6 +398,64 @@ def _log_fallbacks(models: ModelSet) -> None:
     for m in (models.rca, models.placement):
         if m.fallback_reason:
             log.warning("%s falls back to %s: %s", _LABEL[m.kind], m.method, m.fallback_reason)
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """The outcome of one reload: the set served after it, whether it was swapped in, why the
+    reload did not fully succeed (one line, ``None``: it did), and the registry versions it
+    loaded (:func:`_pins`)."""
+
+    models: ModelSet
+    swapped: bool
+    error: str | None
+    pins: dict[str, Any]
+
+
+def _pins(loaded: dict[str, tuple[str | None, LoadedModel]]) -> dict[str, Any]:
+    """``{kind: {"ref": ref, "pinned": "models:/<name>/<version>"}}`` for each model loaded from a
+    registry alias (``models:/<name>@<alias>``), whose version the loader reports as
+    ``<name>/<version>`` (it resolved the alias once: :func:`fleetmind.data.mlflow_store.download`)."""
+    out: dict[str, Any] = {}
+    for kind, (ref, m) in loaded.items():
+        if not ref or not ref.startswith("models:/") or "@" not in ref or m.fallback_reason:
+            continue
+        name, _, number = (m.version or "").rpartition("/")
+        if name and number.isdigit():
+            out[kind] = {"ref": ref, "pinned": f"models:/{name}/{number}"}
+    return out
+
+
+def _pinned(pins: dict[str, Any] | None, kind: str, ref: str | None) -> str | None:
+    """The registry URI a reload record pins for ``kind``, when it was resolved from ``ref``
+    (this process's own reference), else ``None``: load ``ref`` itself."""
+    pin = (pins or {}).get(kind)
+    if not isinstance(pin, dict) or pin.get("ref") != ref:
+        return None
+    uri = pin.get("pinned")
+    return uri if isinstance(uri, str) and uri.startswith("models:/") else None
+
+
+_MODEL_OF = {"rca": "the GAT", "placement": "the PPO model"}
+
+
+def fallback_warnings(models: ModelSet) -> list[str]:
+    """One line per model of ``models`` served by a fallback, for ``/readyz``'s ``warnings``:
+    the service is ready (it ingests and answers) but not with its model.
+
+    The line names the fallback and why in words, not the reason's text, which names files and
+    registry URIs (``/readyz`` answers without a token): ``GET /api/v1/models`` and the log give
+    it in full."""
+    out = []
+    for m in (models.rca, models.placement):
+        if not m.fallback_reason:
+            continue
+        why = "is not installed" if "not available" in m.fallback_reason else "failed to load"
+        out.append(
+            f"{m.kind}: serving the fallback {m.method}, because {_MODEL_OF[m.kind]} {why} "
+            "(the reason: fallback_reason of GET /api/v1/models, and the service log)"
+        )
+    return out
 
 
 def _version_of(obj: Any) -> str | None:

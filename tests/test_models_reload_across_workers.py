@@ -60,7 +60,7 @@ def _failing(registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
     """The next loads of ``registry``'s placement model fall back (a champion that cannot load)."""
     served = registry.current.placement
     broken = replace(served, fallback_reason="PPO model not loaded: test")
-    monkeypatch.setattr(registry, "_load_placement", lambda: broken)
+    monkeypatch.setattr(registry, "_load_placement", lambda *_pinned: broken)
 
 
 def test_a_reload_on_one_worker_reaches_the_other(workers: Any) -> None:
@@ -138,7 +138,7 @@ def test_a_reload_while_the_database_is_down_still_reloads_this_worker(
     ra = _follow(a)
     before = ra.current.generation
 
-    def down(_now: float) -> int:
+    def down(_now: float, _pins: object = None) -> int:
         raise OSError("connection refused")
 
     monkeypatch.setattr(ra.db, "request_model_reload", down)

@@ -6,7 +6,7 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
 * :func:`ready_store`: create an embedded SQLite store's tables under a file lock, so that runs
   started together on a new store do not race to create them;
 * :func:`pip_requirements`: the pinned requirements a logged pyfunc model declares (pinned to the
-  installed versions; no slow inference of requirements);
+  installed versions without a local label such as ``+cpu``; no slow inference of requirements);
 * :func:`promote_if_better`: tag a registered model version with its score (and what it was
   measured on, an :class:`EvalSet`) and move the :data:`CHAMPION` alias to it when it beats the
   champion's on the same evaluation set;
@@ -174,16 +174,29 @@ def _artifact_root_problem(location: str | None) -> str | None:
 
 def pip_requirements(packages: Sequence[str]) -> list[str]:
     """``packages`` pinned to their installed versions (``name==version``; a package that is not
-    installed is listed unpinned)."""
+    installed is listed unpinned), without a local version label: ``torch==2.13.0``, not
+    ``torch==2.13.0+cpu``, which no index but the build's own serves (as MLflow's inferred
+    requirements, ``mlflow.utils.requirements_utils._strip_local_version_label``)."""
     from importlib.metadata import version
 
     out = []
     for pkg in packages:
         try:
-            out.append(f"{pkg}=={version(pkg)}")
+            out.append(f"{pkg}=={strip_local_version(version(pkg))}")
         except Exception:  # pragma: no cover
             out.append(pkg)
     return out
+
+
+def strip_local_version(version: str) -> str:
+    """``version`` without its PEP 440 local label (``2.13.0+cpu`` -> ``2.13.0``); a string that
+    is no PEP 440 version is returned as it is."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version
 
 
 def promote_if_better(

@@ -9,7 +9,8 @@ registry) run in a small pool of their own, :data:`PROBE_POOL`.
 
 ``/readyz`` also lists ``warnings``: conditions that leave the service ready (it keeps ingesting)
 but not doing its job, such as serving the embedded example graph to a real fleet
-(:func:`example_graph_warning`).
+(:func:`example_graph_warning`) or a model on its fallback
+(:func:`fleetmind.serving.registry.fallback_warnings`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fastapi.responses import JSONResponse
 from fleetmind.data.files import read_json
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.defaults import DEFAULT_GRAPH
+from fleetmind.serving.registry import fallback_warnings
 from fleetmind.serving.settings import Settings
 
 router = APIRouter(tags=["health"])
@@ -98,10 +100,12 @@ async def readyz(request: Request) -> Any:
         return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
     graph = services.graphs.graph
     warning = example_graph_warning(services.settings, graph)
+    warnings = [] if warning is None else [warning]
+    warnings += fallback_warnings(services.registry.current)  # ready, but not with its models
     return {
         "status": "ready",
         "graph": graph.name,
-        "warnings": [] if warning is None else [warning],
+        "warnings": warnings,
         "telemetry": services.telemetry.name if services.telemetry else "unavailable",
         "incident_worker": "failing" if services.incidents.failing_since else "ok",
     }
