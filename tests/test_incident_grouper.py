@@ -213,3 +213,44 @@ def test_the_batch_pool_keeps_incidents_at_the_window_edges(ts: float) -> None:
     with g.batch([ts]):
         assert g.assign(ts, "b", None, hood_of(CHAIN), ids).incident == 1
     assert ids.calls == 0
+
+
+# A rule that fires again after it resolved gets a new ActiveAt, hence a new startsAt
+# (prometheus rules/alerting.go, AlertingRule.Eval): a new alert of the same fingerprint.
+@pytest.mark.parametrize(
+    ("status", "closed_ts", "ts", "reopens"),
+    [
+        ("resolved", 1000.0, 1000.0, True),
+        ("resolved", 1000.0, 900.0, True),  # started before the resolution was grouped
+        ("resolved", 1000.0, 1600.0, True),
+        ("resolved", 1000.0, 1601.0, False),  # beyond the window: a new incident
+        ("merged", 1000.0, 1000.0, False),
+        ("open", None, 1000.0, False),  # still open: the time and graph rules decide
+    ],
+)
+def test_a_new_episode_reopens_a_resolved_incident_within_the_window_of_its_closing(
+    status: str, closed_ts: float | None, ts: float, reopens: bool
+) -> None:
+    assert Grouper(window_s=600.0, hops=2).reopens_episode(status, closed_ts, ts) is reopens
+
+
+def test_an_alert_joins_the_incident_it_is_sent_into_and_merges_what_it_matches() -> None:
+    g, ids = Grouper(window_s=600.0, hops=2), Ids()
+    g.reopen(OpenIncident(5, 0.0, 0.0, {"x"}, set()), ts=100.0)  # its previous episode's
+    assert g.assign(100.0, None, None, hood_of(CHAIN), ids, into=5).incident == 5
+    g.assign(100.0, "a", None, hood_of(CHAIN), ids)  # 1
+    placed = g.assign(110.0, "x", None, hood_of(CHAIN), ids, into=1)
+    assert (placed.incident, placed.merged) == (1, (5,))
+    assert ids.calls == 1
+
+
+def test_a_long_firing_alert_does_not_take_a_later_storm_on_its_node() -> None:
+    """Start times decide, whatever still fires: an incident whose alerts all started more than
+    ``window_s`` before a new alert does not take it (a long-firing alert, as the simulator's
+    noise has, would otherwise swallow every later storm within ``hops``)."""
+    g, ids = Grouper(window_s=600.0, hops=2), Ids()
+    g.assign(0.0, "a", "c1", hood_of(CHAIN), ids)  # NotReady on a, firing since 0
+    g.settle({1: (1, 1)})  # still firing
+    assert g.assign(601.0, "b", "c1", hood_of(CHAIN), ids).opened
+    assert g.assign(601.0, "a", "c1", hood_of(CHAIN), ids).incident == 2
+    assert ids.calls == 2

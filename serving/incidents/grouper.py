@@ -13,7 +13,9 @@ decides, for each newly grouped alert, which incident it joins:
   takes their time spans, nodes and clusters; the others are no longer open;
 * an alert that fits none **opens** a new incident;
 * a **firing** alert of an incident that is no longer open (resolved, or merged into one that is
-  not open) **reopens** it;
+  not open) **reopens** it, and so does a new episode of a fingerprint (a re-fire: new
+  ``startsAt``) that starts at most ``window_s`` seconds after its previous episode's incident
+  closed as resolved (:meth:`Grouper.reopens_episode`; the caller finds that incident);
 * after a batch, an open incident whose alerts are all resolved **settles** as ``resolved``.
 
 It reads no clock, database or thread state: times (unix seconds) and counts are passed in, and the
@@ -146,6 +148,8 @@ class Grouper:
         cluster: str | None,
         neighbourhood: Neighbourhood,
         new_id: Callable[[], int],
+        *,
+        into: int | None = None,
     ) -> Assignment:
         """Join a new alert to an open incident, merging or opening incidents as the rules say.
 
@@ -155,6 +159,8 @@ class Grouper:
             cluster: its cluster (its ``cluster`` label, else its node's cluster), if any.
             neighbourhood: node ids within a number of hops of a node (called with ``hops``).
             new_id: called once, only when a new incident opens: stores it, returns its id.
+            into: an open incident the alert joins besides those the rules match (the incident
+                of its fingerprint's previous episode, reopened: :meth:`reopens_episode`).
         """
         w = self.window_s
         pool = self._open if self._pool is None else self._pool
@@ -164,6 +170,9 @@ class Grouper:
             matches = [o for o in in_time if o.nodes & hood]
         else:
             matches = [o for o in in_time if cluster is not None and cluster in o.clusters]
+        extra = self._open.get(into) if into is not None else None
+        if extra is not None and all(o.id != extra.id for o in matches):
+            matches.append(extra)
         if matches:
             matches.sort(key=lambda o: o.id)
             target, others = matches[0], matches[1:]
@@ -185,6 +194,22 @@ class Grouper:
     def reopens(self, incident_id: int, status: str) -> bool:
         """Whether an alert of ``incident_id`` (merges followed) with ``status`` reopens it."""
         return status == "firing" and incident_id not in self._open
+
+    def reopens_episode(self, status: str, closed_ts: float | None, ts: float) -> bool:
+        """Whether a new firing episode of a fingerprint reopens its previous episode's incident.
+
+        Prometheus gives an alert that fires again after it resolved a new ``startsAt`` (a new
+        ``activeAt``, ``rules/alerting.go``), so Alertmanager and FleetMind see a new alert of
+        the same fingerprint. It reopens the incident of the previous episode when that incident
+        is ``resolved`` (not merged, not open) and the new episode starts at most ``window_s``
+        after the incident closed; later, it is grouped as any new alert.
+
+        Args:
+            status: the previous episode's incident's status.
+            closed_ts: when that incident closed, unix seconds (``None``: it is open).
+            ts: the new episode's start, unix seconds.
+        """
+        return status == "resolved" and closed_ts is not None and ts <= closed_ts + self.window_s
 
     def reopen(self, stored: OpenIncident, ts: float) -> None:
         """Open ``stored`` (a closed incident as stored) again for an alert that started at ``ts``.

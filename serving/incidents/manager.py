@@ -7,7 +7,8 @@ thread (:mod:`fleetmind.serving.incidents.worker`) then, per batch of pending al
 2. joins it to an open incident, merges incidents or opens one, by the rules of
    :class:`fleetmind.serving.incidents.grouper.Grouper` (time window, graph hops, cluster);
 3. for a status change (``resolved``) updates the counts; an incident whose alerts are all resolved is
-   ``resolved``, and a re-firing alert reopens it;
+   ``resolved``, and a re-firing alert reopens it: the same alert firing again, or a new episode
+   of its fingerprint (new ``startsAt``) that starts within the window of the incident's closing;
 4. re-runs the served RCA analyzer on every incident that gained evidence (an alert grouped for the
    first time, or one firing again) and stores the ranked causes. Resolutions alone do not re-rank:
    an incident keeps the causes ranked while its alerts fired (a storm recovering root first would
@@ -108,6 +109,7 @@ class IncidentManager:
         registry: the served models (its current RCA analyzer ranks incidents).
         config: grouping, ranking and housekeeping settings (default: :class:`IncidentConfig`).
         metrics: optional metrics (open incidents gauge, grouping lag, RCA latency).
+        clock: the wall clock, unix seconds (incidents' opening, update and closing times).
         **overrides: fields of :class:`IncidentConfig` by name (``window_s=300.0``), applied over
             ``config``; an unknown name raises ``TypeError``.
     """
@@ -119,9 +121,11 @@ class IncidentManager:
         registry: ModelRegistry,
         config: IncidentConfig | None = None,
         metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
         **overrides: Any,
     ) -> None:
         self.config = dataclasses.replace(config or IncidentConfig(), **overrides)
+        self.clock = clock
         self.db = db
         self.graphs = graphs
         self.registry = registry
@@ -218,7 +222,7 @@ class IncidentManager:
         if not force and mono < self._next_housekeeping:
             return
         self._next_housekeeping = mono + self.config.housekeeping_interval_s
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         cfg = self.config
         with self._process_lock:
             if cfg.auto_resolve_s > 0:
@@ -263,7 +267,7 @@ class IncidentManager:
         """Group the oldest ``limit`` pending alerts in one transaction: ``(rows, ids of the
         incidents that gained evidence)``, the ones to re-rank."""
         view = self.graphs.view
-        now = time.time()
+        now = self.clock()
         touched: set[int] = set()
         if self._open_stale:  # read back what the database kept before grouping more alerts
             self.load_open()
@@ -290,10 +294,14 @@ class IncidentManager:
                 return rows, touched, evidence
             done = []
             merges: dict[int, int] = {}  # incidents merged away in this batch -> their target
+            refires = [
+                r["id"] for r in rows if r["incident_id"] is None and r["status"] == "firing"
+            ]
+            episodes = self.store.previous_episodes(conn, refires, self.grouper.window_s)
             with self.grouper.batch([r["starts_ts"] for r in rows]):
                 for row in rows:
                     new = row["incident_id"] is None or row["status"] == "firing"
-                    inc_id, node = self._group_alert(conn, row, view, now, merges)
+                    inc_id, node = self._group_alert(conn, row, view, now, merges, episodes)
                     if inc_id is not None:
                         touched.add(inc_id)
                         if new:
@@ -319,9 +327,12 @@ class IncidentManager:
         view: GraphView,
         now: float,
         merges: dict[int, int],
+        episodes: dict[int, tuple[int, str, float | None]],
     ) -> tuple[int | None, str | None]:
         """One pending alert's ``(incident id, node)``, storing incidents opened, merged or
-        reopened for it; ``merges`` collects the incidents merged away (id -> target)."""
+        reopened for it; ``merges`` collects the incidents merged away (id -> target);
+        ``episodes`` holds the incidents of earlier episodes of the batch's new firing alerts
+        (:meth:`fleetmind.serving.incidents.store.IncidentStore.previous_episodes`)."""
         inc_id, node = row["incident_id"], row["node"]
         name = row["labels"].get("alertname")
         if name == OWN_ALERTNAME:
@@ -335,12 +346,14 @@ class IncidentManager:
             cluster = row["labels"].get("cluster") or None  # "": no cluster (Prometheus)
             if node is not None:
                 cluster = cluster or view.graph.node(node).cluster
+            prior = episodes.get(row["id"]) if row["status"] == "firing" else None
             placed = self.grouper.assign(
                 ts,
                 node,
                 cluster,
                 view.neighbourhood,
                 lambda: self.store.insert_incident(conn, ts, now),
+                into=self._reopen_episode(conn, prior, ts, merges),
             )
             for other in placed.merged:
                 self.store.merge(conn, placed.incident, other, now)
@@ -354,6 +367,29 @@ class IncidentManager:
                 if stored is not None:
                     self.grouper.reopen(stored, row["starts_ts"])
         return inc_id, node
+
+    def _reopen_episode(
+        self,
+        conn: Connection,
+        prior: tuple[int, str, float | None] | None,
+        ts: float,
+        merges: dict[int, int],
+    ) -> int | None:
+        """The incident a new firing episode starting at ``ts`` joins besides what grouping
+        matches: its previous episode's (``prior``: id, status, closed_ts as the batch began),
+        reopened here (or earlier in the batch) because it resolved at most the window before
+        ``ts``; else ``None``. A previous episode's incident still open takes the episode only
+        by the time and graph rules, as any alert."""
+        if prior is None or not self.grouper.reopens_episode(prior[1], prior[2], ts):
+            return None  # none, still open, merged, or closed too long before ts
+        inc_id = _followed(merges, prior[0])
+        if inc_id is None or self.grouper.is_open(inc_id):
+            return inc_id
+        stored = self.store.reopen(conn, inc_id)
+        if stored is None:
+            return None
+        self.grouper.reopen(stored, ts)
+        return inc_id
 
     def _own_alert_came_back(self) -> None:
         """Say once per process that Alertmanager routes FleetMind's own root-cause alerts back to
@@ -377,14 +413,17 @@ class IncidentManager:
         state, rows = self.store.rank_input(inc_id, self.config.max_rank_alerts)
         if not rows:
             return
-        if all(r["node"] is None for r in rows):
+        graph = self.graphs.graph
+        # Mapped on the graph it is ranked on: the node stored at grouping time names the graph
+        # served then, and a replaced graph (a cluster removed) may match none of the alerts.
+        if all(node_for_alert(graph, r["labels"]) is None for r in rows):
             # No alert names a node of the graph (Watchdog, TargetDown of an unknown job): a
             # ranking would rest on the graph alone and page someone about a guess.
             self.db.set_incident_rca(inc_id, [], model.method, model.version, ranked_state=state)
             return
         start = time.perf_counter()
         try:
-            graph, alerts = self.graphs.graph, [alert_dict(r) for r in rows]
+            alerts = [alert_dict(r) for r in rows]
             result = model.impl.find_root_causes(graph, alerts, self.config.top_k)
             symptom = named_symptom(graph, alerts, self.config.slo_alerts)
             result = anchor_result(result, graph, alerts, symptom)
