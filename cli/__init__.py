@@ -16,7 +16,8 @@ sub-commands, which also stores the group parser as ``group_parser`` so that a b
 Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one line,
 ``fleetmind: error: <reason>``, and exit with status 2; so does an :class:`OSError` about a path
 (``fleetmind: error: <path>: <reason>``), which no handler caught: a file the command could not
-read or write is the user's to fix, and the path says which. A reader of stdout that goes away
+read or write is the user's to fix, and the path says which; and a write that found no room (a full
+disk, ``ulimit -f``), which flushing or closing a file reports without its name. A reader of stdout that goes away
 (``fleetmind ... | head``) ends the command quietly with status 141 (:func:`_stdout_closed`); a
 ``BrokenPipeError`` while stdout is still open (a child process or a connection that went away) is
 an :class:`OSError` like any other.
@@ -25,6 +26,7 @@ an :class:`OSError` like any other.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import select
@@ -139,11 +141,23 @@ def _stdout_broken() -> bool:
     return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+"""A write that found no room: the disk is full, the quota is spent, or the file would pass the
+size limit (``ulimit -f``). Flushing or closing a file raises them without a file name."""
+
+
 def _path_error(err: OSError) -> int | None:
     """Print the one line of an :class:`OSError` about a path and return 2; ``None`` when it is not
-    about a path (a bug or the system's trouble: the caller re-raises, keeping the traceback)."""
+    about a path (a bug or the system's trouble: the caller re-raises, keeping the traceback).
+
+    A write that found no room (:data:`NO_ROOM_ERRNOS`) is the user's to fix too, with or without
+    a file name: ``fleetmind: error: writing a file failed: No space left on device``."""
     if not err.filename:
-        return None
+        if err.errno not in NO_ROOM_ERRNOS:
+            return None
+        _end_progress_bars()
+        print(f"fleetmind: error: writing a file failed: {err.strerror or err}", file=sys.stderr)
+        return 2
     # A path the command could not read or write (an --out under a file, a folder it may not
     # create, a disk that is full): the path and the reason say all a user can act on.
     _end_progress_bars()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -286,7 +288,7 @@ def _build(args: argparse.Namespace) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     graph = DependencyGraph.from_model(model)  # ids unique, edge ends exist
-    Path(args.out).write_text(model.model_dump_json() + "\n")  # compact: ~20% smaller than indented
+    write_whole(args.out, model.model_dump_json() + "\n")  # compact: ~20% smaller than indented
     kinds: dict[str, int] = {}
     for n in graph.nodes:
         kinds[n.kind] = kinds.get(n.kind, 0) + 1
@@ -297,12 +299,50 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_whole(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all.
+
+    The text goes to a temporary file in the same folder, is flushed to disk (``fsync``) and
+    renamed over ``path`` (``os.replace``, atomic on POSIX file systems): a reader such as the
+    service's refresher sees the old file or the new one, never a part, and a write that fails (a
+    full disk, ``ulimit -f``, a killed CronJob) leaves the old file as it was. The new file keeps
+    the permission bits of the file it replaces, else gets ``0666`` less the umask (what
+    ``open()`` gives, usually ``0644``). A symbolic link is followed: its target is replaced.
+
+    Raises:
+        OSError: one that names ``path`` (with ``filename`` set), whatever step failed.
+    """
+    target = Path(os.path.realpath(path))
+    tmp: str | None = None
+    try:
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as err:
+        raise OSError(err.errno, f"not written: {err.strerror or err}", str(path)) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
 def _schema(args: argparse.Namespace) -> int:
     from fleetmind.data.graph_schema import graph_json_schema
 
     text = json.dumps(graph_json_schema(), indent=2) + "\n"
     if args.out:
-        Path(args.out).write_text(text)
+        write_whole(args.out, text)
     else:
         print(text, end="")
     return 0

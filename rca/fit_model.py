@@ -304,7 +304,8 @@ class FittedGATAnalyzer(BaseAnalyzer):
         super().__init__(None)
         self.model = model
         self.meta = dict(meta)
-        self._cache: dict[int, tuple[Any, Any, np.ndarray]] = {}
+        # the graph itself, not its id(): a new graph may get a freed graph's address
+        self._cache: tuple[DependencyGraph, Any, Any, np.ndarray] | None = None
         self.roles = RoleMap(self.meta.get("roles") or {})
 
     @classmethod
@@ -320,11 +321,12 @@ class FittedGATAnalyzer(BaseAnalyzer):
         """Root-cause logits, float ``(|V|,)``."""
         import torch
 
-        key = id(graph)
-        if key not in self._cache:
+        cached = self._cache  # one read: another thread may swap it meanwhile
+        if cached is None or cached[0] is not graph:
             ei, et = model_inputs(graph)
-            self._cache = {key: (ei, et, observed_matrix(graph, self.meta.get("observed", {})))}
-        ei, et, obs = self._cache[key]
+            cached = (graph, ei, et, observed_matrix(graph, self.meta.get("observed", {})))
+            self._cache = cached
+        _, ei, et, obs = cached
         x = torch.from_numpy(fit_features(graph, alerts, obs, self.roles))
         # one small graph: one thread is fastest and spares the machine
         with torch_threads(1), torch.no_grad():

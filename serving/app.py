@@ -34,7 +34,7 @@ from fleetmind.serving import migrations
 from fleetmind.serving.db import Database, is_input_error
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
-from fleetmind.serving.graph_refresh import GraphRefresher
+from fleetmind.serving.graph_refresh import GraphRefresher, file_version
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.keepwarm import KeepWarm, KeepWarmMiddleware
@@ -120,11 +120,13 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
     )
     before = db.migrate(apply=settings.migrate_on_start)
     log.info("database schema: was %s, now %s", before, migrations.head())
+    # the file's version before it is read: the refresher reloads it if it changes meanwhile
+    loaded = file_version(settings.graph) if settings.graph else None
     graph, source = load_graph(settings)
     warning = example_graph_warning(settings, graph)
     if warning is not None:  # ready and ingesting all the same; /readyz and doctor repeat it
         log.warning("%s (from %s)", warning, source)
-    graphs = GraphStore(graph, source)
+    graphs = GraphStore(graph, source, file_version=loaded)
     registry = ModelRegistry(settings.rca_model, settings.placement_model, metrics.on_model_load)
     metrics.set_models(registry.load())
     registry.follow(db, on_reload=metrics.set_models)  # reloads requested on any worker or replica
@@ -245,7 +247,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.notifier = notifier
         refresher = None
         if s.graph and s.graph_refresh_s > 0:
-            refresher = GraphRefresher(services.graphs, s.graph, s.graph_refresh_s)
+            refresher = GraphRefresher(
+                services.graphs, s.graph, s.graph_refresh_s, services.graphs.file_version
+            )
             refresher.start()
         app.state.services = services
         app.state.graph_refresher = refresher

@@ -40,16 +40,18 @@ class UpstreamCoverageAnalyzer(BaseAnalyzer):
 
     def __init__(self, config: UpstreamCoverageConfig | None = None) -> None:
         super().__init__(config)
-        self._adj_cache: tuple[int, list[list[int]]] | None = None
+        # the graph itself, not its id(): a new graph may get a freed graph's address
+        self._adj_cache: tuple[DependencyGraph, list[list[int]]] | None = None
 
     def _adjacency(self, graph: DependencyGraph) -> list[list[int]]:
+        """Out-neighbours of each node index, cached for the last graph (the served one)."""
         cached = self._adj_cache
-        if cached is not None and cached[0] == id(graph):
+        if cached is not None and cached[0] is graph:
             return cached[1]
         out: list[list[int]] = [[] for _ in range(graph.num_nodes)]
         for s, d in graph.edge_index.T.tolist():
             out[s].append(d)
-        self._adj_cache = (id(graph), out)
+        self._adj_cache = (graph, out)
         return out
 
     def find_root_causes(

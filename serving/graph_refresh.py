@@ -1,61 +1,171 @@
 """Reload the served dependency graph from its file on a schedule (``FLEETMIND_GRAPH_REFRESH_S``).
 
-``fleetmind graph build`` (e.g. a CronJob) rewrites the file; this thread notices a changed file
-(modification time or size) and swaps the graph in (:meth:`fleetmind.serving.graphstore.GraphStore.replace`),
-as ``PUT /api/v1/graph`` does. A file that fails validation (not JSON, malformed, no nodes) keeps
-the served graph, is logged at ERROR in one line and is kept in :attr:`GraphRefresher.last_error`.
+``fleetmind graph build`` (e.g. a CronJob) rewrites the file; this thread notices a rewritten file
+(its inode, size, modification or change time differ) and, when its bytes differ from the last file
+content it loaded (SHA-256), swaps the graph in
+(:meth:`fleetmind.serving.graphstore.GraphStore.replace`), as ``PUT /api/v1/graph`` does. So a
+graph uploaded with ``PUT`` is served until the file's content changes: the same bytes written
+again (a CronJob run on an unchanged cluster, a ``touch``) keep it.
+
+What keeps the served graph:
+
+- content that fails validation (not UTF-8, not JSON, malformed, no nodes): logged at ERROR in one
+  line and kept in :attr:`GraphRefresher.last_error`; that version of the file is not read again.
+- a file that cannot be read (deleted, moved away, permissions, I/O): logged once at WARNING and
+  kept in :attr:`GraphRefresher.last_error`; read again at every check, so it loads once readable.
+
+``/readyz`` lists :attr:`GraphRefresher.last_error` under ``warnings`` (the service stays ready).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.serving.graphstore import GraphStore
+from fleetmind.serving.graphstore import FileVersion, GraphStore
 
 log = logging.getLogger("fleetmind.serving.graph")
 
+Stamp = tuple[int, int, int, int]
+"""``(inode, size in bytes, mtime in ns, ctime in ns)`` of a file (:attr:`FileVersion.stamp`)."""
+
+
+def _stamp(st: os.stat_result) -> Stamp:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stat(path: str) -> Stamp | None:
+    try:
+        return _stamp(os.stat(path))
+    except OSError:
+        return None
+
+
+def read_file(path: str) -> tuple[FileVersion, bytes]:
+    """The file's version and bytes, both from one open file.
+
+    Raises:
+        OSError: the file is missing, a folder, or cannot be read.
+    """
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        raw = f.read()
+    return FileVersion(_stamp(st), hashlib.sha256(raw).hexdigest()), raw
+
+
+def file_version(path: str) -> FileVersion | None:
+    """The version of the file at ``path`` (:func:`read_file`), ``None`` when it cannot be read.
+
+    ``build_services`` takes it before loading the graph, so the refresher reloads a file that
+    changed while the service started (the models take seconds to load).
+    """
+    try:
+        return read_file(path)[0]
+    except OSError:
+        return None
+
 
 class GraphRefresher:
-    """Check ``path`` every ``interval_s`` seconds; load and swap the graph when it changed."""
+    """Check ``path`` every ``interval_s`` seconds; load and swap the graph when its content changed.
 
-    def __init__(self, graphs: GraphStore, path: str, interval_s: float) -> None:
+    Args:
+        graphs: the store to swap graphs into.
+        path: the graph file (``FLEETMIND_GRAPH``).
+        interval_s: seconds between checks.
+        loaded: the version of the file the served graph was read from (:func:`file_version`,
+            taken before the read). ``None``: the file as it is now counts as seen, its content as
+            unknown (the next rewritten file is loaded whatever its bytes).
+    """
+
+    def __init__(
+        self,
+        graphs: GraphStore,
+        path: str,
+        interval_s: float,
+        loaded: FileVersion | None = None,
+    ) -> None:
         self.graphs = graphs
         self.path = path
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seen = self._stamp()
+        self._seen: Stamp | None = _stat(path) if loaded is None else loaded.stamp
+        self._loaded_sha256 = None if loaded is None else loaded.sha256
+        self._content_error: str | None = None  # why the file version in _seen is not served
+        self._read_error: str | None = None  # why the file cannot be read now
         self.reloads = 0
         self.last_error: str | None = None
-
-    def _stamp(self) -> tuple[float, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime, st.st_size)
+        """Why the file's graph is not served (its content is invalid, or it cannot be read), in
+        one line; ``None`` when nothing is wrong."""
 
     def check(self) -> bool:
-        """Reload once if the file changed; True when a new graph is served."""
-        stamp = self._stamp()
-        if stamp is None or stamp == self._seen:
+        """Reload once if the file's content changed; True when a new graph is served."""
+        try:
+            stamp = _stamp(os.stat(self.path))
+            if stamp == self._seen:
+                self._readable()
+                return False
+            version, _ = read_file(self.path)
+        except OSError as err:
+            self._unreadable(err)
             return False
-        self._seen = stamp
+        self._readable()
+        if version.sha256 == self._loaded_sha256:  # the same bytes again: an upload stays served
+            self._settle(version.stamp, None)
+            return False
         try:
             graph = DependencyGraph.load(self.path)
-        except DataError as err:
-            self.last_error = str(err)
+        except DataError as err:  # the file's content (read just above)
+            self._settle(version.stamp, str(err))
             log.error("graph %s not reloaded: %s", self.path, err)
             return False
         self.graphs.replace(graph, source=self.path)
         self.reloads += 1
-        self.last_error = None
+        if _stat(self.path) == version.stamp:
+            self._loaded_sha256 = version.sha256
+            self._settle(version.stamp, None)
+        else:  # rewritten while it was loaded: which bytes it holds is unknown; look again
+            self._loaded_sha256 = None
+            self._settle(None, None)
         log.info("graph reloaded from %s (%d nodes)", self.path, graph.num_nodes)
         return True
+
+    def _settle(self, stamp: Stamp | None, content_error: str | None) -> None:
+        """Mark the file version ``stamp`` as dealt with: loaded, or refused for its content."""
+        self._seen = stamp
+        self._content_error = content_error
+        self.last_error = content_error
+
+    def _unreadable(self, err: OSError) -> None:
+        if isinstance(err, FileNotFoundError):
+            why = "the file is gone (deleted or moved away)"
+        else:
+            why = f"cannot read it: {err.strerror or err}"
+        text = f"graph {self.path} not reloaded: {why}"
+        if text != self._read_error:  # once per problem, not at every check
+            log.warning("%s; serving the graph loaded before", text)
+        self._read_error = self.last_error = text
+
+    def _readable(self) -> None:
+        if self._read_error is not None:
+            log.info("graph %s is readable again", self.path)
+            self._read_error = None
+            self.last_error = self._content_error
+
+    def warning(self) -> str | None:
+        """:attr:`last_error` as a ``/readyz`` warning (which needs no token: the file's path
+        reads ``FLEETMIND_GRAPH``), ``None`` when nothing is wrong."""
+        if self.last_error is None:
+            return None
+        reason = self.last_error.replace(self.path, "FLEETMIND_GRAPH")
+        return (
+            f"graph: FLEETMIND_GRAPH not loaded, still serving graph version "
+            f"{self.graphs.view.version} (a restart would fail): {reason}"
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

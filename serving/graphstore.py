@@ -1,25 +1,68 @@
-"""The served dependency graph, swappable at runtime (``PUT /api/v1/graph``) with cached lookups."""
+"""The served dependency graph, swappable at runtime (``PUT /api/v1/graph``) with cached lookups.
+
+Each swap makes a new :class:`GraphView` that says which graph is served: its ``version`` (1 at
+start, +1 per swap), ``source`` (the file's path, or ``"api"`` for ``PUT /api/v1/graph``) and
+``loaded_at`` (Unix seconds); ``GET /api/v1/graph`` and ``/readyz`` show them.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 from fleetmind.data.graph import DependencyGraph
 
 NEIGHBOURHOOD_CACHE = 4096
 
+API_SOURCE = "api"
+"""The ``source`` of a graph uploaded with ``PUT /api/v1/graph``."""
+
+
+@dataclass(frozen=True)
+class FileVersion:
+    """One version of a graph file, as it was read.
+
+    Attributes:
+        stamp: ``(inode, size in bytes, mtime in ns, ctime in ns)``: tells a file written again
+            (or swapped in with ``mv``) from an untouched one without reading it.
+        sha256: hex digest of the file's bytes: tells changed content from the same bytes written
+            again.
+    """
+
+    stamp: tuple[int, int, int, int]
+    sha256: str
+
 
 @dataclass
 class GraphView:
-    """One immutable graph version plus lazily built, thread-safe caches."""
+    """One immutable graph version plus lazily built, thread-safe caches.
+
+    Attributes:
+        graph: the served graph.
+        version: 1 for the graph loaded at start, +1 per swap (this process's count).
+        source: the file it was read from, or :data:`API_SOURCE`.
+        loaded_at: when it was swapped in, Unix seconds.
+    """
 
     graph: DependencyGraph
     version: int
+    source: str = API_SOURCE
+    loaded_at: float = 0.0
     _undirected: list[list[int]] | None = None
     _hood: OrderedDict[tuple[str, int], frozenset[str]] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def describe(self, paths: bool = True) -> dict[str, Any]:
+        """``version``, ``source`` and ``loaded_at`` (ISO 8601, UTC) of this graph, as the API
+        shows them; without ``paths`` (``/readyz``, which needs no token) a file is ``"file"``."""
+        source = self.source if paths or self.source == API_SOURCE else "file"
+        loaded_at = datetime.fromtimestamp(self.loaded_at, UTC).isoformat()
+        return {"version": self.version, "source": source, "loaded_at": loaded_at}
 
     def neighbourhood(self, node_id: str, hops: int) -> frozenset[str]:
         """Node ids within ``hops`` undirected hops of ``node_id``.
@@ -65,11 +108,26 @@ class GraphView:
 
 
 class GraphStore:
-    """Holds the current :class:`GraphView`; :meth:`replace` swaps it atomically."""
+    """Holds the current :class:`GraphView`; :meth:`replace` swaps it atomically.
 
-    def __init__(self, graph: DependencyGraph, source: str) -> None:
-        self.source = source
-        self._view = GraphView(graph, 1)
+    Args:
+        graph: the graph served at start.
+        source: where it came from (a file's path, or :data:`API_SOURCE`).
+        file_version: the version of the file ``graph`` was read from, taken before it was read
+            (the refresher then reloads a file changed while the service started), if known.
+        clock: Unix seconds, for ``loaded_at`` (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        graph: DependencyGraph,
+        source: str,
+        file_version: FileVersion | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clock = clock
+        self.file_version = file_version
+        self._view = GraphView(graph, 1, source, clock())
 
     @property
     def view(self) -> GraphView:
@@ -79,7 +137,12 @@ class GraphStore:
     def graph(self) -> DependencyGraph:
         return self._view.graph
 
-    def replace(self, graph: DependencyGraph, source: str = "api") -> GraphView:
-        self._view = GraphView(graph, self._view.version + 1)
-        self.source = source
+    @property
+    def source(self) -> str:
+        """Where the served graph came from: a file's path, or :data:`API_SOURCE`."""
+        return self._view.source
+
+    def replace(self, graph: DependencyGraph, source: str = API_SOURCE) -> GraphView:
+        """Serve ``graph`` from now on (a new :class:`GraphView`, ``version`` + 1)."""
+        self._view = GraphView(graph, self._view.version + 1, source, self._clock())
         return self._view

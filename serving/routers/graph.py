@@ -1,10 +1,17 @@
-"""``/api/v1/graph``: the dependency graph the RCA reasons over; replaceable at runtime."""
+"""``/api/v1/graph``: the dependency graph the RCA reasons over; replaceable at runtime.
+
+Both answers say which graph is served: its ``version`` in this process (1 at start, +1 per swap),
+its ``source`` (the ``FLEETMIND_GRAPH`` file's path, or ``"api"``) and ``loaded_at``. While
+``FLEETMIND_GRAPH`` is re-read (``FLEETMIND_GRAPH_REFRESH_S``), an upload is served until the
+file's content changes, and the ``PUT`` answer's ``warnings`` say so.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
+from pydantic import Field
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.deps import GraphsDep, require_scope
@@ -13,22 +20,54 @@ from fleetmind.serving.schemas import GraphIn, GraphSummary
 router = APIRouter(prefix="/api/v1/graph", tags=["graph"])
 
 
+class GraphReplaced(GraphSummary):
+    """The answer to ``PUT /api/v1/graph``: the graph now served, and how long it stays."""
+
+    version: int = Field(description="this process's graph version: 1 at start, +1 per swap")
+    source: str = Field(description="'api': the uploaded graph")
+    loaded_at: str = Field(description="when it was swapped in, ISO 8601 UTC")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what can replace this upload (a re-read FLEETMIND_GRAPH file)",
+    )
+
+
+def upload_warnings(request: Request) -> list[str]:
+    """Why an upload may not last: the ``FLEETMIND_GRAPH`` file is re-read (the refresher)."""
+    refresher = getattr(request.app.state, "graph_refresher", None)
+    if refresher is None:
+        return []
+    return [
+        f"graph: FLEETMIND_GRAPH is re-read every {refresher.interval_s:g} s "
+        "(FLEETMIND_GRAPH_REFRESH_S): this upload is served until the file's content changes, "
+        "then the file's graph replaces it; this process only (each worker and replica has "
+        "its own graph)"
+    ]
+
+
 @router.get(
     "",
-    summary="The served graph (graph JSON of the data contract)",
+    summary="The served graph (graph JSON of the data contract, with version, source, loaded_at)",
     dependencies=[Depends(require_scope("read"))],
 )
 def get_graph(graphs: GraphsDep) -> dict[str, Any]:
-    return graphs.graph.to_json()
+    view = graphs.view
+    return {**view.graph.to_json(), **view.describe()}
 
 
 @router.put(
     "",
-    response_model=GraphSummary,
+    response_model=GraphReplaced,
     dependencies=[Depends(require_scope("admin"))],
     summary="Replace the served graph (in this process; new alerts group on it)",
 )
-def put_graph(body: GraphIn, graphs: GraphsDep) -> GraphSummary:
+def put_graph(body: GraphIn, graphs: GraphsDep, request: Request) -> GraphReplaced:
     graph = DependencyGraph.from_model(body)  # DataError -> 422 naming the bad entry
-    graphs.replace(graph, source="api")
-    return GraphSummary(name=graph.name, num_nodes=graph.num_nodes, num_edges=graph.num_edges)
+    view = graphs.replace(graph, source="api")
+    return GraphReplaced(
+        name=graph.name,
+        num_nodes=graph.num_nodes,
+        num_edges=graph.num_edges,
+        **view.describe(),
+        warnings=upload_warnings(request),
+    )

@@ -9,8 +9,10 @@ registry) run in a small pool of their own, :data:`PROBE_POOL`.
 
 ``/readyz`` also lists ``warnings``: conditions that leave the service ready (it keeps ingesting)
 but not doing its job, such as serving the embedded example graph to a real fleet
-(:func:`example_graph_warning`) or a model on its fallback
-(:func:`fleetmind.serving.registry.fallback_warnings`).
+(:func:`example_graph_warning`), a model on its fallback
+(:func:`fleetmind.serving.registry.fallback_warnings`) or a ``FLEETMIND_GRAPH`` file the refresher
+could not load (:meth:`fleetmind.serving.graph_refresh.GraphRefresher.warning`); and which graph is
+served (``graph``, ``graph_version``, ``graph_source``, ``graph_loaded_at``).
 """
 
 from __future__ import annotations
@@ -98,13 +100,22 @@ async def readyz(request: Request) -> Any:
     problems = ["starting"] if services is None else await _in_probe_pool(_problems, services)
     if problems:
         return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
-    graph = services.graphs.graph
+    view = services.graphs.view
+    graph = view.graph
     warning = example_graph_warning(services.settings, graph)
     warnings = [] if warning is None else [warning]
     warnings += fallback_warnings(services.registry.current)  # ready, but not with its models
+    refresher = getattr(request.app.state, "graph_refresher", None)
+    refused = refresher.warning() if refresher is not None else None
+    if refused is not None:  # ready on the graph loaded before; the file needs fixing
+        warnings.append(refused)
+    info = view.describe(paths=False)  # which graph: version, source ("file"/"api"), loaded_at
     return {
         "status": "ready",
         "graph": graph.name,
+        "graph_version": info["version"],
+        "graph_source": info["source"],
+        "graph_loaded_at": info["loaded_at"],
         "warnings": warnings,
         "telemetry": services.telemetry.name if services.telemetry else "unavailable",
         "incident_worker": "failing" if services.incidents.failing_since else "ok",

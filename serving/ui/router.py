@@ -513,7 +513,14 @@ def _incident(
         flash_kind="err" if flash else "ok",
         merged_note=merged,
         form=form or {},
+        feedback_nodes=_feedback_nodes(graph, causes, row["nodes"] or []),
     )
+
+
+def _feedback_nodes(graph: Any, causes: list[dict[str, Any]], nodes: list[str]) -> list[str]:
+    """The feedback form's suggestions: the causes, then the incident's alerting nodes, those the
+    served graph still has (feedback on another node is refused)."""
+    return [n for n in dict.fromkeys([c["node"] for c in causes] + list(nodes)) if n in graph.index]
 
 
 def where(node: str | None, with_cluster: bool = False) -> str:
@@ -533,7 +540,9 @@ def where(node: str | None, with_cluster: bool = False) -> str:
 def _cause_graphs(
     graph: Any, stored: list[dict[str, Any]], firing_nodes: set[str]
 ) -> list[dict[str, Any]]:
-    """The stored causes with ``rank``, their propagation graph (``svg``) and ``reached``."""
+    """The stored causes with ``rank``, their propagation graph (``svg``), ``reached`` and
+    ``in_graph`` (False for a node the served graph no longer has: feedback on it is refused, so
+    the page marks it and offers no Confirm)."""
     causes = []
     for rank, c in enumerate(stored, start=1):
         path = list(c.get("path") or [c["node"]])
@@ -546,7 +555,10 @@ def _cause_graphs(
             kinds = {n: graph.node(n).kind for n in path if n in graph.index}
             kinds.setdefault(c["node"], c.get("kind") or "?")
             svg = path_svg(path, kinds, firing_nodes, edge_kinds(graph, path), title=title)
-        causes.append({**c, "rank": rank, "svg": Markup(svg), "reached": len(depth)})
+        in_graph = c["node"] in graph.index
+        causes.append(
+            {**c, "rank": rank, "svg": Markup(svg), "reached": len(depth), "in_graph": in_graph}
+        )
     return causes
 
 
