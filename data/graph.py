@@ -71,6 +71,41 @@ WORKLOAD_LABELS = {
 kube-prometheus' ``KubeDeploymentReplicasMismatch``, ``KubeStatefulSetReplicasMismatch``,
 ``KubeDaemonSetRolloutStuck``, ``KubeJobFailed`` and their kin."""
 
+OBJECT_LABELS = frozenset(
+    {
+        "persistentvolume",
+        "persistentvolumeclaim",
+        "horizontalpodautoscaler",
+        "verticalpodautoscaler",
+        "resourcequota",
+        "limitrange",
+        "poddisruptionbudget",
+        "replicaset",
+        "replicationcontroller",
+        "cronjob",
+        "ingress",
+        "networkpolicy",
+        "configmap",
+        "secret",
+        "storageclass",
+        "volumeattachment",
+        "certificatesigningrequest",
+        "lease",
+    }
+)
+"""kube-state-metrics' labels naming a Kubernetes object other than a workload controller
+(:data:`WORKLOAD_LABELS`), a pod, a node, a namespace or a Service (its ``docs/metrics``
+pages: ``kube_persistentvolume_status_phase{persistentvolume}``,
+``kube_persistentvolumeclaim_info{persistentvolumeclaim}``,
+``kube_horizontalpodautoscaler_*{horizontalpodautoscaler}``, ``kube_resourcequota{resourcequota}``
+...). An alert carrying one is about that object (kube-prometheus' ``KubePersistentVolumeErrors``,
+``KubeHpaMaxedOut``, ``KubeQuotaExceeded``), never about the exporter that reported it; kubelet's
+``kubelet_volume_stats_*`` name the claim the same way (``KubePersistentVolumeFillingUp``)."""
+
+CLAIM_LABEL = "persistentvolumeclaim"
+"""The label naming a PersistentVolumeClaim (kube-state-metrics' and the kubelet's volume metrics);
+with ``namespace`` it finds the pods whose attr ``claims`` (``fleetmind graph build``) lists it."""
+
 _SUBJECT_KINDS = frozenset({"pod", "gpu", "host", "link"})
 """Kinds an alert naming a workload controller keeps when its labels match one (not the exporter):
 a pod, GPU, host or link the alert names is more specific than its controller."""
@@ -78,6 +113,14 @@ a pod, GPU, host or link the alert names is more specific than its controller.""
 TARGET_LABELS = frozenset({"pod", "namespace", "service", "container", "endpoint"})
 """The labels a Prometheus Operator ``ServiceMonitor`` gives every series of a scrape target (the
 exporter's own Service, pod, namespace, container and port), which its alerts keep."""
+
+_SERVICE_TARGET_LABELS = TARGET_LABELS - {"pod", "namespace"}
+"""The target labels set aside when a Service matched by ``service`` is not the alert's pod's
+(:meth:`DependencyGraph.names_foreign_pod`): the alert's ``pod``/``namespace`` are its subject's."""
+
+_CLAIM_KEEPS = frozenset({"pod", "gpu", "link"})
+"""Kinds an alert naming a PersistentVolumeClaim keeps when its labels match one (not the
+exporter); a host it matches is the kubelet's ``node`` target label, not the claim's subject."""
 
 
 @dataclass
@@ -180,10 +223,14 @@ class DependencyGraph:
         labels, wins; ties go to the more specific kind (:data:`_KIND_SPECIFICITY`: link > gpu >
         pod > host > service > shared infrastructure > cluster). An alert naming a workload
         controller (:data:`WORKLOAD_LABELS`) lands on the controller's node (:meth:`workload_node`)
-        unless its labels match a pod, GPU, host or link that is not its exporter. When the match
-        is the exporter that reported the alert (:meth:`is_scrape_target`), the alert is matched
-        again without the target's labels (:data:`TARGET_LABELS`), and that match wins if there is
-        one.
+        unless its labels match a pod, GPU, host or link that is not its exporter; one naming a
+        PersistentVolumeClaim (:data:`CLAIM_LABEL`) lands on the first pod using it
+        (:meth:`claim_node`) unless its labels match a pod, GPU or link that is not its exporter.
+        When the match is the exporter that reported the alert (:meth:`is_scrape_target`), the
+        alert is matched again without the target's labels (:data:`TARGET_LABELS`), and that match
+        wins if there is one. A Service matched by its ``service`` label while the alert's ``pod``
+        is no pod of it (:meth:`names_foreign_pod`) gives way to a match without ``service``,
+        ``container`` and ``endpoint``.
         """
         i = self.resolve_alert(
             {str(k): str(v) for k, v in labels.items() if v is not None}, self._best_match
@@ -199,18 +246,28 @@ class DependencyGraph:
         direct = labels.get(OVERRIDE_LABEL)
         if direct is not None and direct in self.index:
             return self.index[direct]
-        labels = self.alert_subject(labels)
+        labels, node_named = self._subject(labels)
         best = match(labels)
+        target = best is not None and self.is_scrape_target(best, labels, node_named)
+        if CLAIM_LABEL in labels:
+            claim = self.claim_node(labels)
+            if claim is not None and (
+                best is None or target or self.nodes[best].kind not in _CLAIM_KEEPS
+            ):
+                return claim
         workload = (
             self.workload_node(labels) if not labels.keys().isdisjoint(WORKLOAD_LABELS) else None
         )
-        if best is not None and self.is_scrape_target(best, labels):
+        if target:
             if workload is not None:
                 return workload
             other = match({k: v for k, v in labels.items() if k not in TARGET_LABELS})
             return other if other is not None else best
         if workload is not None and (best is None or self.nodes[best].kind not in _SUBJECT_KINDS):
             return workload
+        if best is not None and self.names_foreign_pod(best, labels):
+            other = match({k: v for k, v in labels.items() if k not in _SERVICE_TARGET_LABELS})
+            return other if other is not None else best
         return best
 
     def alert_subject(self, labels: dict[str, str]) -> dict[str, str]:
@@ -233,6 +290,13 @@ class DependencyGraph:
           ``instance`` without its port, or the host that address is one of the ``addresses`` of
           (node-exporter's ``instance`` is ``<InternalIP>:9100`` without relabelling).
         """
+        return self._subject(labels)[0]
+
+    def _subject(self, labels: dict[str, str]) -> tuple[dict[str, str], bool]:
+        """:meth:`alert_subject`'s labels, and whether their ``node`` names a host by a node label
+        of the alert (``node`` itself or one of :data:`NODE_NAME_LABELS`) rather than by
+        ``instance``'s address alone (a ``hostNetwork`` pod's ``instance`` is its host's address
+        too: etcd's, the API server's)."""
         if "" in labels.values():
             labels = {k: v for k, v in labels.items() if v != ""}
         if "cluster" not in labels:
@@ -249,7 +313,7 @@ class DependencyGraph:
             for key in NODE_NAME_LABELS:
                 value = labels.get(key)
                 if value is not None and (value in hosts or value in pod_hosts):
-                    return {**labels, "node": value if value in hosts else pod_hosts[value]}
+                    return {**labels, "node": value if value in hosts else pod_hosts[value]}, True
             if "instance" in labels:
                 addr = (
                     labels["instance"].rsplit(":", 1)[0]
@@ -257,27 +321,87 @@ class DependencyGraph:
                     else labels["instance"]
                 )
                 addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
-                return {**labels, "node": self._host_addresses().get(addr, addr)}
-        return labels
+                return {**labels, "node": self._host_addresses().get(addr, addr)}, False
+        return labels, True
 
-    def is_scrape_target(self, i: int, labels: Mapping[str, str]) -> bool:
-        """Whether node ``i``, matched by an alert's ``labels``, is the exporter that reported the
-        alert rather than its subject: a pod that belongs to the Service the alert's ``service``
-        (or ``job``) label names, while the alert's ``node`` names a host or the alert names a
-        workload controller (:data:`WORKLOAD_LABELS`). kube-state-metrics' node alerts
-        (``KubeNodeNotReady``) and workload alerts (``KubeDeploymentReplicasMismatch`` of a
-        Deployment in its own namespace), node-exporter's and dcgm-exporter's carry the exporter
-        pod's ``pod``/``namespace``/``service`` as target labels (:data:`TARGET_LABELS`) beside
-        the node or workload they are about; a pod's own alerts name Services it does not belong
-        to (kube-state-metrics' ``service`` label) or no node."""
-        if self.nodes[i].kind != "pod" or ("service" not in labels and "job" not in labels):
+    def is_scrape_target(self, i: int, labels: Mapping[str, str], node_named: bool = True) -> bool:
+        """Whether node ``i``, matched by an alert's subject ``labels``, is the exporter that
+        reported the alert rather than its subject.
+
+        * A pod that belongs to the Service the alert's ``service`` (or ``job``) label names, while
+          the alert names a Kubernetes object (:data:`WORKLOAD_LABELS`, :data:`OBJECT_LABELS`) or
+          its ``node`` names a host. kube-state-metrics' node alerts (``KubeNodeNotReady``),
+          workload alerts (``KubeDeploymentReplicasMismatch`` of a Deployment in its own
+          namespace) and object alerts (``KubePersistentVolumeErrors``, ``KubeHpaMaxedOut``,
+          ``KubeQuotaExceeded``), node-exporter's and dcgm-exporter's carry the exporter pod's
+          ``pod``/``namespace``/``service`` as target labels (:data:`TARGET_LABELS`) beside what
+          they are about; a pod's own alerts name Services it does not belong to
+          (kube-state-metrics' ``service`` label) or no node.
+        * With ``node_named`` false (the host came from ``instance``'s address alone, see
+          :meth:`_subject`) and no object named, only a DaemonSet's pod is the exporter (or a pod
+          whose ``owner`` the graph does not record): node-exporter's ``instance`` is its host's
+          address, and so is a ``hostNetwork`` static pod's (etcd, the API server), whose alerts
+          (``etcdNoLeader``) are about that pod.
+        * A Service the alert's ``service`` label names, while the alert names a Kubernetes object
+          other than a workload controller (:data:`OBJECT_LABELS`): the kubelet's Service on
+          ``KubePersistentVolumeFillingUp`` of a claim in ``kube-system``.
+        """
+        kind = self.nodes[i].kind
+        objects = not labels.keys().isdisjoint(OBJECT_LABELS)
+        if kind == "service":
+            return objects and self.nodes[i].match.get("service") == labels.get("service")
+        if kind != "pod" or ("service" not in labels and "job" not in labels):
             return False
-        if labels.get("node") not in self._host_names() and labels.keys().isdisjoint(
-            WORKLOAD_LABELS
-        ):
-            return False
+        if not objects and labels.keys().isdisjoint(WORKLOAD_LABELS):
+            if labels.get("node") not in self._host_names():
+                return False
+            if not node_named and not self._daemon_pod(i):
+                return False
         services = self._pod_services().get(i, ())
         return labels.get("service") in services or labels.get("job") in services
+
+    def _daemon_pod(self, i: int) -> bool:
+        """Whether pod ``i`` is a DaemonSet's (attr ``owner`` ``DaemonSet/...``), or the graph
+        does not record its owner."""
+        owner = self.nodes[i].attrs.get("owner")
+        return not isinstance(owner, str) or owner.startswith("DaemonSet/")
+
+    def names_foreign_pod(self, i: int, labels: Mapping[str, str]) -> bool:
+        """Whether node ``i`` is a Service matched by the alert's ``service`` label while the
+        alert's ``pod`` (in its ``namespace``) is none of the Service's pods: neither a member nor
+        named like one of its members' controllers (``<controller>-...``: a pod of the same
+        workload the graph does not hold yet). kube-state-metrics keeps its own Service as a
+        target label on every alert about a pod (``KubePodCrashLooping`` of a new pod in its own
+        namespace); a Service without members proves nothing."""
+        node = self.nodes[i]
+        pod = labels.get("pod")
+        if (
+            node.kind != "service"
+            or pod is None
+            or node.match.get("service") != labels.get("service")
+        ):
+            return False
+        prefixes = self._service_pods().get(i)
+        if not prefixes:
+            return False
+        names, stems = prefixes
+        return (labels.get("namespace"), pod) not in names and not pod.startswith(stems)
+
+    def claim_node(self, labels: Mapping[str, str]) -> int | None:
+        """The pod an alert naming a PersistentVolumeClaim lands on, or ``None``.
+
+        The claim is named by :data:`CLAIM_LABEL` and ``namespace``; the pods using it are the
+        graph's pods in that namespace whose attr ``claims`` (``spec.volumes[]
+        .persistentVolumeClaim.claimName``, recorded by ``fleetmind graph build``) lists it, in
+        the alert's ``cluster``; the first by id (a ``ReadWriteMany`` claim may have several)."""
+        namespace, claim = labels.get("namespace"), labels.get(CLAIM_LABEL)
+        if namespace is None or claim is None:
+            return None
+        claims = self._claims()
+        found = claims.get((labels.get("cluster"), namespace, claim))
+        if found is None and "cluster" not in labels:
+            found = claims.get((None, namespace, claim))
+        return found
 
     def workload_node(self, labels: Mapping[str, str]) -> int | None:
         """The node an alert about a workload controller lands on, or ``None``.
@@ -325,6 +449,53 @@ class DependencyGraph:
                 if src.kind == "pod" and dst.kind == "service" and "service" in dst.match:
                     out.setdefault(self.index[e.src], set()).add(str(dst.match["service"]))
             cached = self._derived["pod_services"] = {k: frozenset(v) for k, v in out.items()}
+        return cached
+
+    def _service_pods(
+        self,
+    ) -> dict[int, tuple[frozenset[tuple[str | None, str]], tuple[str, ...]]]:
+        """Service index -> its member pods' ``(namespace, pod)`` match values, and the name
+        prefixes (``<controller>-``, else the pod name without its last ``-`` part) a pod of the
+        same workloads has (cached)."""
+        cached = self._derived.get("service_pods")
+        if cached is None:
+            names: dict[int, set[tuple[str | None, str]]] = {}
+            stems: dict[int, set[str]] = {}
+            for e in self.edges:
+                if e.kind != "member_of":
+                    continue
+                i, j = self.index[e.src], self.index[e.dst]
+                src, dst = self.nodes[i], self.nodes[j]
+                if src.kind != "pod" or dst.kind != "service" or "pod" not in src.match:
+                    continue
+                pod, ns = str(src.match["pod"]), src.match.get("namespace")
+                names.setdefault(j, set()).add((None if ns is None else str(ns), pod))
+                ctl = _controller(src)
+                stem = ctl[2] if ctl is not None else pod.rsplit("-", 1)[0]
+                stems.setdefault(j, set()).add(f"{stem}-")
+            cached = {j: (frozenset(m), tuple(sorted(stems[j]))) for j, m in names.items()}
+            self._derived["service_pods"] = cached
+        return cached
+
+    def _claims(self) -> dict[tuple[str | None, str, str], int]:
+        """``(cluster, namespace, claim) -> pod index`` of :meth:`claim_node` (the first pod by
+        id); the same key with cluster ``None`` for a claim found in one cluster only (cached)."""
+        cached = self._derived.get("claims")
+        if cached is None:
+            pods: dict[tuple[str | None, str, str], list[int]] = {}
+            for i, n in enumerate(self.nodes):
+                claims = n.attrs.get("claims") if n.kind == "pod" else None
+                namespace = n.match.get("namespace")
+                if not isinstance(claims, list) or namespace is None:
+                    continue
+                for c in claims:
+                    pods.setdefault((n.match.get("cluster"), str(namespace), str(c)), []).append(i)
+            cached = {k: min(v, key=lambda i: self.nodes[i].id) for k, v in pods.items()}
+            clusters: dict[tuple[str, str], list[int]] = {}
+            for key, target in cached.items():
+                clusters.setdefault(key[1:], []).append(target)
+            cached.update({(None, *k): t[0] for k, t in clusters.items() if len(t) == 1})
+            self._derived["claims"] = cached
         return cached
 
     def _sole_cluster(self) -> str | None:

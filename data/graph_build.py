@@ -17,7 +17,7 @@ labels Prometheus rules carry):
 | its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
-| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
+| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``) |
 """
 
@@ -464,7 +464,8 @@ def _add_pod(
     owners = [o for o in _seq(m.get("ownerReferences")) if isinstance(o, dict)]
     owner = next((f"{o.get('kind')}/{o.get('name')}" for o in owners if o.get("controller")), None)
     pid = b.node(f"{c}/pod/{ns}/{nm}", "pod", c, {"cluster": c, "namespace": ns, "pod": nm},
-                 owner=owner or (f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else None))  # fmt: skip
+                 owner=owner or (f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else None),
+                 claims=_claim_names(p, nm) or None)  # fmt: skip
     host = _obj(p.get("spec")).get("nodeName")
     if isinstance(host, str) and f"{c}/host/{host}" in b.nodes:
         b.edge(pid, f"{c}/host/{host}", "runs_on")
@@ -476,6 +477,23 @@ def _add_pod(
             if part.strip().isdigit() and int(part) < gpus_of.get(host, 0):
                 b.edge(pid, f"{c}/gpu/{host}/{int(part)}", "runs_on")
     return pid, ns, nm, _labels(p)
+
+
+def _claim_names(pod: Mapping[str, Any], name: str) -> list[str]:
+    """The PersistentVolumeClaims a pod mounts, sorted: ``spec.volumes[].persistentVolumeClaim
+    .claimName`` (a StatefulSet's ``volumeClaimTemplates`` are filled in there as
+    ``<template>-<pod>``), and ``<pod>-<volume>`` of each generic ephemeral volume
+    (``spec.volumes[].ephemeral``: Kubernetes names the claim it creates so, docs "Ephemeral
+    Volumes", "PersistentVolumeClaim naming")."""
+    out: set[str] = set()
+    for v in _seq(_obj(pod.get("spec")).get("volumes")):
+        v = _obj(v)
+        claim = _obj(v.get("persistentVolumeClaim")).get("claimName")
+        if isinstance(claim, str) and claim:
+            out.add(claim)
+        elif isinstance(v.get("ephemeral"), dict) and isinstance(v.get("name"), str) and v["name"]:
+            out.add(f"{name}-{v['name']}")
+    return sorted(out)
 
 
 def _add_calls(

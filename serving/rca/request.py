@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import RCAResult
+from fleetmind.rca.features.columnar import AlertColumns
 from fleetmind.serving.alertmap import node_for_alert
 from fleetmind.serving.rca.parse import _EPOCH, PlainRequest, plain_alerts, plain_columns
 from fleetmind.serving.registry import LoadedModel
@@ -28,6 +29,7 @@ from fleetmind.serving.schemas import (
     in_time_range,
     utc,
 )
+from fleetmind.serving.settings import Settings, get_settings
 
 
 def parse_request(body: bytes) -> RCARequest:
@@ -190,10 +192,54 @@ def parse_for(
     and for other analyzers, :func:`parse_alerts` (the same 422s as :class:`RCARequest`).
     """
     if getattr(analyzer, "accepts_alert_columns", False):
-        fast = plain_columns(body, graph, bool(getattr(analyzer, "reads_alert_labels", False)))
+        # the label values tell a heartbeat by its severity (response_json): kept when the body
+        # may hold one (a "none" value, or an escape that could spell it)
+        labels = bool(getattr(analyzer, "reads_alert_labels", False))
+        fast = plain_columns(body, graph, labels or b'"none"' in body or b"\\u" in body)
         if fast is not None:
             return fast
     return parse_alerts(body, bool(getattr(analyzer, "accepts_epoch_seconds", False)))
+
+
+HEARTBEAT_SEVERITY = "none"
+"""The ``severity`` of alerts that say nothing about the fleet: kube-prometheus' ``InfoInhibitor``
+and ``Watchdog`` (kube-prometheus-stack ``templates/prometheus/rules-1.14/general.rules.yaml``)."""
+
+_DEFAULT_UNGROUPED = Settings.model_fields["ungrouped_alerts"].default
+
+
+def ungrouped_names() -> frozenset[str]:
+    """The alertnames of ``FLEETMIND_UNGROUPED_ALERTS`` in this process's environment (the
+    default list where the environment's settings do not validate: the server refuses to start
+    with such settings, a library caller gets the default)."""
+    try:
+        return get_settings().ungrouped_alert_names()
+    except ValidationError:
+        return frozenset(n.strip() for n in _DEFAULT_UNGROUPED.split(",") if n.strip())
+
+
+def is_heartbeat(labels: Mapping[str, Any], ungrouped: frozenset[str]) -> bool:
+    """Whether an alert is a heartbeat or helper rather than evidence of a fault: ``severity``
+    :data:`HEARTBEAT_SEVERITY`, or an alertname of ``ungrouped`` (``FLEETMIND_UNGROUPED_ALERTS``);
+    the incident worker never groups these either."""
+    return labels.get("severity") == HEARTBEAT_SEVERITY or labels.get("alertname") in ungrouped
+
+
+def _has_evidence(
+    graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]], ungrouped: frozenset[str]
+) -> bool:
+    """Whether an alert other than a heartbeat (:func:`is_heartbeat`) maps onto a node of
+    ``graph``. ``alerts``: the analyzer's alert dicts, or the columns :func:`parse_for` built
+    (their ``labels`` kept whenever the body may hold a ``severity="none"``, else their alertnames
+    tell)."""
+    if isinstance(alerts, AlertColumns):
+        if alerts.labels is not None:
+            return any(not is_heartbeat(lab, ungrouped) for lab in alerts.labels)
+        return any(name not in ungrouped for name in alerts.names)
+    return any(
+        not is_heartbeat(a["labels"], ungrouped) and node_for_alert(graph, a["labels"]) is not None
+        for a in alerts
+    )
 
 
 def response_json(
@@ -202,8 +248,14 @@ def response_json(
     alerts: Sequence[Mapping[str, Any]],
     top_k: int,
     result: RCAResult,
+    ungrouped: frozenset[str] | None = None,
 ) -> bytes:
-    """The ``RCAResponse`` JSON of ``result`` (``alerts`` ranked on ``graph`` by ``model``)."""
+    """The ``RCAResponse`` JSON of ``result`` (``alerts`` ranked on ``graph`` by ``model``).
+
+    ``ungrouped``: the heartbeat alertnames of :func:`is_heartbeat` (default
+    :func:`ungrouped_names`). Mapped alerts that are all heartbeats are no evidence: the answer has
+    ``mapped_alerts`` 0 and no causes, as when no alert maps.
+    """
     unmapped = result.extra.get("unmapped_alerts") if result.extra else None
     if not isinstance(unmapped, int):  # alert columns know how many alerts matched no node
         unmapped = getattr(alerts, "unmapped", None)
@@ -211,6 +263,10 @@ def response_json(
         mapped = len(alerts) - unmapped
     else:
         mapped = sum(1 for a in alerts if node_for_alert(graph, a["labels"]) is not None)
+    if mapped and not _has_evidence(
+        graph, alerts, ungrouped_names() if ungrouped is None else ungrouped
+    ):
+        mapped = 0  # only Watchdog / InfoInhibitor: nothing says where a fault is
     # No alert names a node: a ranking would rest on the graph alone, so there is no answer.
     causes = result.causes[:top_k] if mapped else []
     body = RCAResponse(
