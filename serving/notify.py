@@ -45,6 +45,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -192,6 +193,15 @@ def _receiver(channel: str, url: str) -> str:
 
 def _iso(ts: float) -> str:
     return from_unix(ts).isoformat().replace("+00:00", "Z")
+
+
+def _unix(iso: Any) -> float | None:
+    """Unix seconds of a stored :func:`_iso` time (``None`` when it is not one)."""
+    try:
+        when = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return None
+    return when.timestamp() if when.tzinfo is not None else None
 
 
 def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
@@ -570,6 +580,11 @@ class Notifier:
         outbox = self._outbox(row)
         row["annotations"] = {**row["annotations"], "resolved_because": because}
         row.update(state="resolved", ends_at=_iso(now), updated_ts=now)
+        started = _unix(row["starts_at"])
+        if started is not None and started > now:  # the wall clock stepped back since it fired:
+            # Alertmanager refuses an alert that ends before it starts (types.Alert.Validate,
+            # "start time must be before end time"); it ended now, it started no later
+            row["starts_at"] = row["ends_at"]
         entry = {
             "alert": self.alertmanager_alert(row),
             "alertmanager": list(self.am_urls),
@@ -657,7 +672,14 @@ class Notifier:
     ) -> int:
         """Post to each Alertmanager, in one request, the resolutions it has not taken (each
         instance of an HA pair is tracked on its own) and the firing alert when it is due; returns
-        how many of these messages some instance took."""
+        how many of these messages some instance took.
+
+        The firing alert also follows, due or not, a resolution that has its labels: a cause that
+        was withdrawn and came back while this instance missed both. Alertmanager keys an alert by
+        its labels and stores a request's alerts in order (provider/mem ``Put``), so the stale
+        resolution alone would end the live alert there until the next re-send; followed by it, the
+        alert stays firing, on an instance that kept its alerts and on one that restarted empty.
+        """
         inc_id = row["incident_id"]
         for e in outbox:  # an instance no longer configured cannot take it any more
             e["alertmanager"] = [u for u in e["alertmanager"] if u in self.am_urls]
@@ -668,20 +690,36 @@ class Notifier:
             row["am_sent_ts"] is None
             or not 0 <= now - row["am_sent_ts"] < self.settings.notify_resend_s
         )
-        taken: set[int] = set()  # indices into outbox; -1: the firing alert
+        # indices into outbox; -1: the firing alert when due, -2: when sent after its resolution
+        taken: set[int] = set()
         last = ""  # the firing alert's outcome: a taker's, else the last failure's
         for url in self.am_urls:
             owed = [i for i, e in enumerate(outbox) if url in e["alertmanager"]]
-            body = [outbox[i]["alert"] for i in owed] + [self.alertmanager_alert(row)] * due
-            if not body:
+            relabelled = any(outbox[i]["alert"]["labels"] == row["labels"] for i in owed)
+            items = owed + [-1 if due else -2] * (due or (firing and relabelled))
+            if not items:
                 continue
-            ok, outcome = self._post("alertmanager", url, body, inc_id)
-            if ok:
-                for i in owed:
+            body = [outbox[i]["alert"] if i >= 0 else self.alertmanager_alert(row) for i in items]
+            results = self._post_alerts(url, body, inc_id)
+            some_took, still_refused = any(ok for ok, _ in results), False
+            for i, (ok, outcome) in zip(items, results, strict=True):
+                if ok:
+                    taken.add(i)
+                    if i >= 0:
+                        outbox[i]["alertmanager"].remove(url)
+                elif i >= 0 and some_took and is_final(outcome):  # refused on its own: invalid
                     outbox[i]["alertmanager"].remove(url)
-                taken.update(owed + [-1] * due)
-            if due and (ok or -1 not in taken):
-                last = outcome
+                    self._give_up(
+                        "alertmanager",
+                        inc_id,
+                        f"{_receiver('alertmanager', url)} refused it: {outcome}",
+                    )
+                else:
+                    still_refused = True
+            if some_took and not still_refused:  # the one it refused was dropped: no hold
+                self._refused.pop((inc_id, url), None)
+            if due and (results[-1][0] or -1 not in taken):
+                last = results[-1][1]
         if -1 in taken:  # one instance took it; one that missed it gets the next re-send
             row["am_sent_ts"] = now
         delivery = row.get("delivery")
@@ -692,6 +730,21 @@ class Notifier:
                 e["alertmanager"] = []
                 self._give_up("alertmanager", inc_id, "undelivered too long")
         return len(taken)
+
+    def _post_alerts(self, url: str, body: list[Any], inc_id: int) -> list[tuple[bool, str]]:
+        """POST ``body`` (alerts of incident ``inc_id``) to one Alertmanager (:meth:`_post`);
+        ``(delivered, outcome)`` of each alert.
+
+        Alertmanager answers 400 when any alert of a request is invalid, while it stores the valid
+        ones (api/v2 ``postAlertsHandler``), and its message does not say which in a form to rely
+        on: after a final refusal of several alerts each is posted alone, once, so that one bad
+        alert does not hold back the others.
+        """
+        held = self._refusal(inc_id, url)
+        ok, outcome = self._post("alertmanager", url, body, inc_id)
+        if ok or held is not None or len(body) == 1 or not is_final(outcome):
+            return [(ok, outcome)] * len(body)
+        return [self._post("alertmanager", url, [a], inc_id, hold=False) for a in body]
 
     def _deliver_webhook(
         self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
@@ -728,12 +781,15 @@ class Notifier:
             row["hook_sent"] = True
         return done + sent
 
-    def _post(self, channel: str, url: str, body: Any, inc_id: int) -> tuple[bool, str]:
+    def _post(
+        self, channel: str, url: str, body: Any, inc_id: int, hold: bool = True
+    ) -> tuple[bool, str]:
         """POST ``body`` to ``url`` once (:func:`post_once`); ``(delivered, outcome)``.
 
         Not tried, and ``(False, the last outcome)``, when that receiver failed earlier in this
-        poll or is waiting out its back-off, or (Alertmanager) refused this incident's message
-        less than ``FLEETMIND_NOTIFY_RESEND_S`` ago. A failure that may pass (connection error,
+        poll or is waiting out its back-off, or (Alertmanager, unless ``hold`` is false) refused
+        this incident's message less than ``FLEETMIND_NOTIFY_RESEND_S`` ago (:meth:`_refusal`).
+        A failure that may pass (connection error,
         timeout, 408/425/429/5xx) puts the receiver in back-off for every incident: from the
         clock as it is after the attempt (a timeout takes its seconds), ``BACKOFF_S`` doubling
         with each failure in a row, at most ``RETRIES`` times (and never over 300 s).
@@ -743,8 +799,8 @@ class Notifier:
         # (a wait longer than any back-off: the wall clock stepped back; try now)
         if url in self._down_now or (failures and 0 < retry_at - now <= MAX_PAUSE_S):
             return False, last
-        refused_until, why = self._refused.get((inc_id, url), (0.0, ""))
-        if 0 < refused_until - now <= self.settings.notify_resend_s:
+        why = self._refusal(inc_id, url) if hold else None
+        if why is not None:
             return False, why
         ok, outcome = post_once(self._client, url, body)
         if self.counter is not None:
@@ -775,6 +831,14 @@ class Notifier:
                 pause,
             )
         return ok, outcome
+
+    def _refusal(self, inc_id: int, url: str) -> str | None:
+        """The outcome with which Alertmanager ``url`` refused incident ``inc_id``'s message less
+        than ``FLEETMIND_NOTIFY_RESEND_S`` ago (it is not asked again before), else ``None``."""
+        refused_until, why = self._refused.get((inc_id, url), (0.0, ""))
+        if 0 < refused_until - self.clock() <= self.settings.notify_resend_s:
+            return why
+        return None
 
     def _overdue(self, since: float, now: float) -> bool:
         """Whether a message due since ``since`` has waited longer than

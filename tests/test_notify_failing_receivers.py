@@ -432,3 +432,149 @@ def test_held_severity(score: float, previous: str | None, method: str, expected
     s = Settings(notify_critical_score=0.7, notify_warning_score=0.3)
     top = cause("c0/host/h1", score)
     assert held_severity(score, previous, s, method, top) == expected
+
+
+# ------------------------------------------------------------------ what Alertmanager keeps
+def am_state(bodies: list, state: dict | None = None) -> dict:
+    """``labels -> "firing" | "resolved"`` after an Alertmanager stored ``bodies`` in order.
+
+    Alertmanager keys an alert by its label set and stores a request's alerts one after another
+    (provider/mem/mem.go ``Put``): a resolution (``endsAt`` in the past) ends the stored alert,
+    and an alert that starts after that end replaces it, firing. The last alert of a label set
+    wins, which is all these tests need."""
+    state = {} if state is None else state
+    for body in bodies:
+        for a in body:
+            key = tuple(sorted(a["labels"].items()))
+            state[key] = "resolved" if "endsAt" in a else "firing"
+    return state
+
+
+def firing_on(state: dict, node: str) -> list[str]:
+    return [v for k, v in state.items() if dict(k)["cause_node"] == node]
+
+
+def test_an_ha_peer_back_after_a_cause_flap_keeps_the_live_alert_firing(db: Database) -> None:
+    """A -> B -> A while the second Alertmanager was unreachable: the first took the re-fired
+    A, so A was not due when the second came back, and it got only what it was owed, A's old
+    resolution and B's. A's resolution has the live alert's labels: Alertmanager ended the live
+    alert until the next re-send, the resolve/re-fire flap the kept resolutions were to prevent.
+    The firing alert now follows a resolution of its labels, in the same post, and the second
+    instance ends with A firing whether it kept its alerts (a partition) or restarted empty."""
+    n, rec, clock = make(
+        db, Receivers, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    [inc] = open_incidents(db, 1, node="c0/host/h1", score=0.9)
+    settle(n, clock)  # A fires on both
+    rec.down[ALERTS2] = 503
+    for node in ("c0/host/h3", "c0/host/h1"):  # A -> B -> A
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
+        clock.t += 1
+        n.poll()
+        clock.t += 31
+        n.poll()
+    clock.t += 5
+    n.poll()
+    del rec.down[ALERTS2]
+    clock.t += 2
+    before, before1 = len(rec.took(ALERTS2)), len(rec.took(ALERTS))
+    n.poll()
+    after = rec.took(ALERTS2)[before:]
+    assert [[(a["labels"]["cause_node"], "endsAt" in a) for a in b] for b in after] == [
+        [("c0/host/h1", True), ("c0/host/h3", True), ("c0/host/h1", False)]
+    ]
+    assert firing_on(am_state(rec.took(ALERTS2)), "c0/host/h1") == ["firing"]  # kept its state
+    assert firing_on(am_state(after), "c0/host/h1") == ["firing"]  # restarted empty
+    assert firing_on(am_state(after), "c0/host/h3") == ["resolved"]
+    assert len(rec.took(ALERTS)) == before1  # the first instance's re-sends keep their time
+    clock.t += 52
+    n.poll()  # 59 s after the first instance took the re-fired A: not due yet
+    assert len(rec.took(ALERTS)) == before1
+    clock.t += 1
+    n.poll()  # due 60 s after that, for both
+    assert len(rec.took(ALERTS)) == before1 + 1 and len(rec.took(ALERTS2)) == before + 2
+
+
+class Validating(Receivers):
+    """Alertmanager's answer to alerts that end before they start (types/types.go
+    ``Alert.Validate``: "start time must be before end time"): api/v2/api.go
+    ``postAlertsHandler`` stores the valid alerts of the request and answers 400 naming the
+    invalid ones. ``stored[url]``: the alerts each URL stored, in order."""
+
+    def __init__(self, clock: Clock, timeout_s: float = 5.0) -> None:
+        super().__init__(clock, timeout_s)
+        self.stored: dict[str, list] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        url = str(request.url)
+        if url == HOOK or url in self.down:
+            return super().__call__(request)
+        body = json.loads(request.content)
+        valid = [a for a in body if not _ends_before_start(a)]
+        self.stored.setdefault(url, []).extend(valid)
+        ok = len(valid) == len(body)
+        self.calls.append((url, ok, body))
+        return httpx.Response(200 if ok else 400)
+
+
+def _ends_before_start(alert: dict) -> bool:
+    from datetime import datetime
+
+    if "endsAt" not in alert:
+        return False
+    return datetime.fromisoformat(alert["endsAt"]) < datetime.fromisoformat(alert["startsAt"])
+
+
+def test_a_resolution_after_the_clock_stepped_back_is_valid(db: Database) -> None:
+    """The wall clock stepped back between firing and resolution: the resolution ended before
+    it started, which Alertmanager refuses. It ends when it is resolved and starts no later."""
+    [inc] = open_incidents(db, 1)
+    n, rec, clock = make(db, Validating, notify_webhook_url=None)
+    settle(n, clock)
+    clock.t -= 600  # NTP stepped a clock that ran ahead back
+    close(db, inc)
+    n.poll()
+    resolution = rec.took(ALERTS)[-1][-1]
+    assert "endsAt" in resolution and not _ends_before_start(resolution)
+    assert resolution["endsAt"] == resolution["startsAt"]
+    assert rec.alerts(ALERTS, inc)[-1] == ("c0/host/h1", "critical", True)
+
+
+def test_one_invalid_alert_does_not_hold_back_the_others_of_its_post(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An owed resolution Alertmanager refuses (one stored before resolutions were kept valid)
+    went in each post with the new cause's alert, so every post was answered 400 and the new
+    cause never counted as delivered. After a final refusal of several alerts each is posted
+    alone: the valid ones are taken, the one refused on its own is dropped with an error."""
+    [inc] = open_incidents(db, 1, "c0/host/h1")
+    n, rec, clock = make(db, Validating, notify_webhook_url=None)
+    settle(n, clock)
+    rec.down[ALERTS] = 503
+    for node in ("c0/host/h3", "c0/host/h2"):  # two withdrawals owed
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h1", 0.1)], "gat", None)
+        settle(n, clock)
+    with db.read() as conn:
+        row = conn.execute(select(notifications)).one()._mapping
+    delivery = dict(row["delivery"])
+    bad = delivery[OUTBOX][0]["alert"]
+    delivery[OUTBOX][0]["alert"] = {**bad, "endsAt": "1970-01-01T00:00:00Z"}  # before it started
+    with db.write() as conn:
+        conn.execute(notifications.update().values(delivery=delivery))
+    del rec.down[ALERTS]
+    clock.t += 1
+    with caplog.at_level("ERROR"):
+        n.poll()
+    assert rec.took(ALERTS)[-2:] == [[delivery[OUTBOX][1]["alert"]], [rec.calls[-1][2][0]]]
+    assert rec.alerts(ALERTS, inc)[-2:] == [
+        ("c0/host/h3", "critical", True),
+        ("c0/host/h2", "critical", False),
+    ]
+    assert len([r for r in caplog.records if "refused it: 400" in r.getMessage()]) == 1
+    with db.read() as conn:
+        row = conn.execute(select(notifications)).one()._mapping
+    assert OUTBOX not in row["delivery"] and row["delivery"]["alertmanager"] == "sent"
+    tried = rec.tried(ALERTS)
+    clock.t += 61
+    n.poll()  # the re-send: the new cause alone, nothing held back
+    assert rec.tried(ALERTS) == tried + 1 and rec.calls[-1][1]

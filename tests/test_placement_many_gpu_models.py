@@ -23,9 +23,12 @@ from fleetmind.data.openb import GPU_MODELS
 from fleetmind.envs.policies import make_policy
 from fleetmind.envs.policies.topology import TopologyBestEffort
 from fleetmind.serving.app import create_app
+from fleetmind.serving.scheduler import placement
 from fleetmind.serving.scheduler.extender import NodeIndex, decide
 from fleetmind.serving.scheduler.placement import (
     MAX_MODEL_ID,
+    OVERFLOW_MODEL_ID,
+    VOCABULARY_MODELS,
     BestFitPlacer,
     PeerPolicyPlacer,
     Reservations,
@@ -88,8 +91,35 @@ def test_ids_keep_the_vocabulary_and_put_other_names_after_it() -> None:
         first,
     ]
     many = snapshot_model_ids([f"FixY{i}" for i in range(100)])
-    assert many.max() == MAX_MODEL_ID and len(set(many[: MAX_MODEL_ID + 1 - first])) == 62 - first
+    own = VOCABULARY_MODELS - first  # names with an id of their own, below the overflow id
+    assert many.max() == MAX_MODEL_ID and len(set(many[:own])) == own
+    assert set(many[own:].tolist()) == {OVERFLOW_MODEL_ID}
     assert "FixX-a" not in GPU_MODELS and "FixY0" not in GPU_MODELS
+
+
+def test_names_past_a_full_vocabulary_share_an_id_no_vocabulary_name_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the process-wide vocabulary at its 62 models (ids 0..61), other names took id 61,
+    the last vocabulary model's: a trace pod whose ``gpu_spec_mask`` names that model (FGD's
+    typical pods) fitted nodes of any unknown model. They share id 62, which no vocabulary name
+    has: only an unconstrained pod (:data:`ANY_GPU_MODEL`, all bits) fits them. Upstream, FGD's
+    simulator admits a pod by comparing GPU type names (``IsNodeAccessibleToPodByType``), so an
+    unknown type never matches a pod that names another."""
+    from fleetmind.data.openb import ANY_GPU_MODEL
+    from fleetmind.envs.core import ClusterState, Pod
+
+    full = [*GPU_MODELS, *(f"FixV{i}" for i in range(VOCABULARY_MODELS - len(GPU_MODELS)))]
+    monkeypatch.setattr(placement, "GPU_MODELS", full)
+    ids = snapshot_model_ids(["FixO-a", full[-1], "FixO-b"]).tolist()
+    assert ids == [OVERFLOW_MODEL_ID, VOCABULARY_MODELS - 1, OVERFLOW_MODEL_ID]
+    assert OVERFLOW_MODEL_ID not in range(VOCABULARY_MODELS)
+    n = len(ids)
+    state = ClusterState(np.full(n, 64_000), np.full(n, 262_144), np.ones(n, dtype=np.int64), ids)
+    assert (state.model_bit > 0).all()  # 1 << 62 is a positive int64
+    last_model = Pod(0, 0, 1, 1000, 1 << (VOCABULARY_MODELS - 1))
+    assert state.feasible(last_model).tolist() == [False, True, False]
+    assert state.feasible(Pod(0, 0, 1, 1000, ANY_GPU_MODEL)).all()
 
 
 def test_ppo_reads_no_scarcity_for_models_it_never_saw() -> None:
@@ -128,6 +158,31 @@ def test_topology_policy_gets_templates_by_name() -> None:
     templates = [openb_template_for(x.gpus[0].model, len(x.gpus)) for x in nodes]
     explicit = PeerPolicyPlacer(TopologyBestEffort(templates=templates), "explicit")
     assert explicit.place(snap, JobSpec(num_gpu=4), Reservations(), 3) == opts
+
+
+def test_a_topology_policy_reset_before_gets_templates_by_name_and_keeps_its_seed() -> None:
+    """A TopologyBestEffort that was reset before (any run fills its ``templates`` from the
+    vocabulary) was used as it was: its next reset looked the snapshot's model ids up in the
+    vocabulary, where a name outside it has no entry. Whether templates were given is what its
+    constructor recorded; the per-snapshot policy keeps the given one's random generator (its
+    seed) and allocation rule."""
+    from fleetmind.envs.core import ClusterState
+
+    policy = TopologyBestEffort(allocation="partition", seed=7)
+    v100 = GPU_MODELS.index("V100M32")
+    earlier = ClusterState(
+        np.full(2, 64_000), np.full(2, 262_144), np.full(2, 8), np.full(2, v100, dtype=np.int64)
+    )
+    policy.reset(earlier)  # an earlier run: templates filled in
+    assert policy.templates is not None
+    nodes = [node("v", "V100M32", 8), node("x", "FixT-H100", 8), node("s", "FixT-small", 2)]
+    snap = FleetSnapshot(source="test", nodes=nodes)
+    placer = PeerPolicyPlacer(policy, "heuristic:TopologyBestEffort")
+    opts = placer.place(snap, JobSpec(num_gpu=4), Reservations(), 3)
+    fresh = PeerPolicyPlacer(TopologyBestEffort(allocation="partition"), "fresh")
+    assert opts == fresh.place(snap, JobSpec(num_gpu=4), Reservations(), 3)
+    used = placer._base_state(snap)[2]
+    assert used is not policy and used.rng is policy.rng and used.allocation == "partition"
 
 
 def test_extender_filter_passes_nodes_of_seventy_models() -> None:

@@ -70,10 +70,18 @@ def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
     return False
 
 
-MAX_MODEL_ID = 61
-"""Largest GPU model id a placement state holds: ``ClusterState.model_bit`` is ``1 << model_id``
-in an int64 and a ``gpu_spec_mask`` of -1 means "any model" (``data.openb`` keeps its vocabulary
-to 62 models for the same reason)."""
+VOCABULARY_MODELS = 62
+"""Most GPU models of the trace vocabulary (:data:`fleetmind.data.openb.GPU_MODELS`, ids 0..61):
+``data.openb.gpu_model_id`` registers no more, so that no ``gpu_spec_mask`` of a trace sets a bit
+past 61."""
+
+OVERFLOW_MODEL_ID = VOCABULARY_MODELS
+"""GPU model id shared by the names that find no free id below it (62): no vocabulary name has it,
+so no pod's ``gpu_spec_mask`` but :data:`~fleetmind.data.openb.ANY_GPU_MODEL` (all bits) admits
+those nodes, and ``1 << 62`` is still a positive int64 (``ClusterState.model_bit``)."""
+
+MAX_MODEL_ID = OVERFLOW_MODEL_ID
+"""Largest GPU model id a placement state holds (:data:`OVERFLOW_MODEL_ID`)."""
 
 
 def snapshot_model_ids(models: Sequence[str | None]) -> np.ndarray:
@@ -86,13 +94,14 @@ def snapshot_model_ids(models: Sequence[str | None]) -> np.ndarray:
     data reads it as in training: FGD's typical pods' ``gpu_spec_mask``, the PPO observation's
     model-scarcity feature (``envs.candidates.model_scarcity_penalties``). Every other name (DCGM's
     ``modelName``, MIG profiles, a fleet's own names) gets an id after the vocabulary, in order of
-    first appearance; past :data:`MAX_MODEL_ID` the rest share it. Those ids mean nothing to a
-    trained model: the scarcity feature reads 0 for them, as for any model outside the ones it was
-    trained on, and FGD's typical pods, whose masks name openb models, never fit them. A shared id
-    is safe for the job's own constraint: :class:`PeerPolicyPlacer` matches ``JobSpec.gpu_model``
-    against each node's model name, not its id.
+    first appearance, below :data:`VOCABULARY_MODELS`; the rest share :data:`OVERFLOW_MODEL_ID`,
+    which no vocabulary name has (with a full vocabulary of 62, every other name gets it). Those ids
+    mean nothing to a trained model: the scarcity feature reads 0 for them, as for any model
+    outside the ones it was trained on, and FGD's typical pods, whose masks name openb models,
+    never fit them. A shared id is safe for the job's own constraint: :class:`PeerPolicyPlacer`
+    matches ``JobSpec.gpu_model`` against each node's model name, not its id.
     """
-    ids = {m: i for i, m in enumerate(GPU_MODELS[: MAX_MODEL_ID + 1])}
+    ids = {m: i for i, m in enumerate(GPU_MODELS[:VOCABULARY_MODELS])}
     fresh = len(ids)  # the next id for a name outside the vocabulary
     out = np.full(len(models), -1, dtype=np.int64)
     for i, raw in enumerate(models):
@@ -100,7 +109,7 @@ def snapshot_model_ids(models: Sequence[str | None]) -> np.ndarray:
             continue
         name = raw.strip()
         if name not in ids:
-            ids[name] = min(fresh, MAX_MODEL_ID)
+            ids[name] = min(fresh, OVERFLOW_MODEL_ID)
             fresh += 1
         out[i] = ids[name]
     return out
@@ -285,8 +294,9 @@ class PeerPolicyPlacer:
         self.version = version
         self._lock = threading.Lock()  # policies keep per-state caches
         # TopologyBestEffort finds a node's template by its model id in data.openb.GPU_MODELS,
-        # which knows only the trace vocabulary: it gets each snapshot's templates by name instead
-        self._topology = type(policy) is TopologyBestEffort and policy.templates is None
+        # which knows only the trace vocabulary: it gets each snapshot's templates by name instead,
+        # unless it was built with its own (``templates`` alone is filled in by any reset)
+        self._topology = type(policy) is TopologyBestEffort and policy._templates_given is None
         # (key, state, where, nodes, policy): the node list is kept so that its id cannot be reused
         self._cache: tuple[tuple[int, float], Any, dict, list, Any] | None = None
 
@@ -321,6 +331,7 @@ class PeerPolicyPlacer:
                 for x, g in zip(nodes, num_gpu.tolist(), strict=True)
             ]
             policy = TopologyBestEffort(templates=templates, allocation=self.policy.allocation)
+            policy.rng = self.policy.rng  # its seed's generator, as the given policy draws it
         self._cache = (key, state, where, nodes, policy)
         return state, where, policy
 
