@@ -200,7 +200,8 @@ model_reloads = Table(
     Column("generation", Integer, nullable=False),  # +1 per reload request
     Column("requested_ts", Float, nullable=False),  # Unix s of the latest request
     # the registry URIs the requesting process resolved, for the others to load (migration 0008):
-    # {kind: {"ref": configured reference, "pinned": "models:/<name>/<version>"}}; null: none
+    # {"generation": the generation they belong to, kind: {"ref": configured reference,
+    # "pinned": "models:/<name>/<version>"}}; null: none (request_model_reload)
     Column("pins", JSON, nullable=True),
 )
 
@@ -1060,6 +1061,11 @@ class Database:
     def request_model_reload(self, now: float, pins: dict[str, Any] | None = None) -> int:
         """Count one more model reload request for every worker and replica (``model_reloads``).
 
+        The pins are stored with the generation they belong to (key ``"generation"``, in the same
+        transaction): a process of a release before pins (revision 0008) counts a request by
+        updating the generation alone, and the pins of an earlier request left in the row must not
+        be loaded for it (:meth:`model_reload_record` drops them).
+
         Args:
             now: the request's time (Unix s).
             pins: the registry versions the requesting process loaded, which the others load in
@@ -1072,17 +1078,24 @@ class Database:
             from sqlalchemy.dialects.sqlite import insert
         else:
             from sqlalchemy.dialects.postgresql import insert
-        stmt = insert(model_reloads).values(id=1, generation=1, requested_ts=now, pins=pins)
+        stmt = insert(model_reloads).values(id=1, generation=1, requested_ts=now, pins=None)
         stmt = stmt.on_conflict_do_update(
             index_elements=["id"],
             set_={
                 "generation": model_reloads.c.generation + 1,
                 "requested_ts": stmt.excluded.requested_ts,
-                "pins": stmt.excluded.pins,
+                "pins": None,
             },
         ).returning(model_reloads.c.generation)
-        with self.write() as conn:
-            return int(conn.execute(stmt).scalar_one())
+        with self.write() as conn:  # the row stays locked until the pins are written
+            generation = int(conn.execute(stmt).scalar_one())
+            if pins:
+                conn.execute(
+                    update(model_reloads)
+                    .where(model_reloads.c.id == 1)
+                    .values(pins={**pins, "generation": generation})
+                )
+            return generation
 
     def model_reload_state(self) -> tuple[int, float]:
         """``(generation, requested_ts)`` of the service's model reloads; ``(0, 0.0)`` before the
@@ -1097,8 +1110,10 @@ class Database:
 
     def model_reload_record(self) -> tuple[int, float, dict[str, Any]]:
         """``(generation, requested_ts, pins)`` of the service's model reloads, read together;
-        ``(0, 0.0, {})`` before the first request, ``pins`` ``{}`` when the request recorded none
-        (see :meth:`request_model_reload`)."""
+        ``(0, 0.0, {})`` before the first request, ``pins`` ``{kind: {"ref", "pinned"}}``, ``{}``
+        when the latest request recorded none: pins stored for another generation (left by a
+        request of an earlier one, which a release before revision 0008 then counted without
+        touching them) or with none (see :meth:`request_model_reload`)."""
         c = model_reloads.c
         with self.read() as conn:
             row = conn.execute(
@@ -1106,8 +1121,10 @@ class Database:
             ).first()
         if row is None:
             return 0, 0.0, {}
-        pins = row[2] if isinstance(row[2], dict) else {}
-        return int(row[0]), float(row[1]), pins
+        generation, pins = int(row[0]), row[2]
+        if not isinstance(pins, dict) or pins.get("generation") != generation:
+            pins = {}
+        return generation, float(row[1]), {k: v for k, v in pins.items() if k != "generation"}
 
 
 ALERT_LOCK_CLASS = 0x464D414C

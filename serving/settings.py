@@ -638,7 +638,13 @@ def cert_chain_problem(cert: str, key: str) -> str | None:
             "for its passphrase: give it the key unencrypted (openssl pkey -in KEY -out NEW_KEY)"
         )
     except ssl.SSLError as err:
-        if "KEY_VALUES_MISMATCH" in str(err):
+        # A key that does not match the certificate: another key of its type
+        # (KEY_VALUES_MISMATCH), or one of another type, e.g. an EC key for an RSA certificate
+        # (NO_CERTIFICATE_ASSIGNED: the key goes to the slot of its type, which holds no
+        # certificate, OpenSSL ssl/ssl_lib.c SSL_CTX_check_private_key; X509_check_private_key's
+        # KEY_TYPE_MISMATCH where it compares them). The certificate itself was checked above.
+        mismatch = ("KEY_VALUES_MISMATCH", "KEY_TYPE_MISMATCH", "NO_CERTIFICATE_ASSIGNED")
+        if any(reason in str(err) for reason in mismatch):
             return (
                 f"FLEETMIND_TLS_KEY={key!r} is not the private key of FLEETMIND_TLS_CERT={cert!r}"
             )

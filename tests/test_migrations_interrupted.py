@@ -146,3 +146,62 @@ def test_the_service_engine_keeps_its_own_transactions(tmp_path: Path) -> None:
         assert conn.connection.driver_connection.isolation_level == ""
     assert not db.engine.dispatch.begin
     db.dispose()
+
+
+def _leave_invalid_index(engine: Engine, name: str) -> None:
+    """What an interrupted ``CREATE INDEX CONCURRENTLY`` leaves: the index recorded, marked
+    invalid (PostgreSQL docs, ``CREATE INDEX``, "Building Indexes Concurrently": a build that
+    fails while scanning the table leaves an invalid index). Here the scan divides by zero."""
+    from sqlalchemy.exc import DBAPIError
+
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as auto:
+        with pytest.raises(DBAPIError, match="division by zero"):
+            auto.execute(text(f"CREATE INDEX CONCURRENTLY {name} ON alerts ((id / (id - id)))"))
+        assert migrations.index_is_invalid(auto, name)
+
+
+def _index_columns(engine: Engine, name: str) -> list[str | None]:
+    with engine.connect() as conn:
+        assert not migrations.index_is_invalid(conn, name)
+    return {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("alerts")}[name]
+
+
+def test_an_interrupted_concurrent_index_build_of_0002_resumes_on_postgresql(
+    pg: PgCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL 0002's column changes commit before its ``CREATE INDEX CONCURRENTLY`` (which
+    cannot run in a transaction): the build interrupted, every later start failed with "column
+    needs_ranking of relation incidents already exists", and the invalid index it left would have
+    been skipped by ``IF NOT EXISTS``. They are skipped, and the index is built again."""
+    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    db = Database(pg.url)
+    _upgrade_to(db.engine, "0001")
+    _disk_full_on_call(monkeypatch, "create_index", 1)
+    with pytest.raises(migrations.UpgradeFailed, match="failed at revision 0002"):
+        db.migrate()
+    with db.engine.connect() as conn:
+        assert migrations.current(conn) == "0001"
+    assert "needs_ranking" in _columns(db.engine, "incidents")  # committed before the build
+    _leave_invalid_index(db.engine, "ix_alerts_pending_updated")
+    monkeypatch.undo()
+    assert db.migrate() == "0001"
+    with db.engine.connect() as conn:
+        assert migrations.current(conn) == migrations.head()
+    assert _index_columns(db.engine, "ix_alerts_pending_updated") == ["pending", "updated_ts"]
+    assert db.count_alerts() == 1
+    db.dispose()
+
+
+def test_an_interrupted_baseline_index_build_is_built_again_on_postgresql(pg: PgCluster) -> None:
+    """A database from before migrations gets ``ix_alerts_incident`` built concurrently before it
+    is stamped; an interrupted build left an invalid index that the next start took as built."""
+    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    db = Database(pg.url)
+    _upgrade_to(db.engine, "0001")
+    with db.engine.begin() as conn:
+        conn.execute(text("DROP TABLE alembic_version"))  # as release 0.2.0's create_all made it
+        conn.execute(text("DROP INDEX ix_alerts_incident"))  # from before the covering index
+    _leave_invalid_index(db.engine, "ix_alerts_incident")
+    assert db.migrate() == "create_all"
+    assert _index_columns(db.engine, "ix_alerts_incident") == ["incident_id", "id", "status"]
+    db.dispose()

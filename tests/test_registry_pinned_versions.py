@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.rca.base import BaseAnalyzer, RCAResult
@@ -105,6 +106,71 @@ def test_followers_load_the_version_the_reload_resolved(
     registry_store["refs"].clear()
     other.sync()
     assert registry_store["refs"] == ["models:/fleetmind-rca@staging"]
+    db.dispose()
+
+
+def test_a_request_counted_by_a_release_before_pins_loads_no_stale_pin(
+    registry_store: dict, tmp_path: Path
+) -> None:
+    """During a rolling upgrade a process of a release before revision 0008 counts a reload by
+    updating ``generation`` and ``requested_ts`` only (its upsert, emulated here): the pins of
+    the earlier request stayed in the row and the followers loaded that old version. The pins now
+    carry the generation they were recorded for, and pins of another generation are ignored."""
+    from sqlalchemy.dialects.sqlite import insert
+
+    from fleetmind.serving.db import model_reloads
+
+    db = Database(f"sqlite:///{tmp_path}/w.db")
+    db.migrate()
+    a, b = _worker(db), _worker(db)
+    registry_store["champion"] = 2
+    assert a.request_reload()[0] == 1
+    assert db.model_reload_record()[2] == {
+        "rca": {"ref": ALIAS, "pinned": "models:/fleetmind-rca/2"}
+    }
+    assert b.sync() is not None and b.current.rca.version == "fleetmind-rca/2"
+    registry_store["champion"] = 3  # the alias moves; an old-release process gets the request
+    old = insert(model_reloads).values(id=1, generation=1, requested_ts=2e9)
+    old = old.on_conflict_do_update(
+        index_elements=["id"],
+        set_={"generation": model_reloads.c.generation + 1, "requested_ts": 2e9},
+    )
+    with db.write() as conn:
+        conn.execute(old)
+    assert db.model_reload_record() == (2, 2e9, {})
+    registry_store["refs"].clear()
+    assert b.sync() is not None
+    assert registry_store["refs"] == [ALIAS]  # resolved again, not the pin of generation 1
+    assert b.current.rca.version == "fleetmind-rca/3"
+    db.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_pins_are_read_only_for_the_generation_they_were_recorded_for(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """``Database.request_model_reload`` stores the generation with the pins (one transaction);
+    ``model_reload_record`` gives ``{}`` for pins of another generation, on both databases."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path}/w.db"
+    else:
+        pg = request.getfixturevalue("pg")
+        pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        url = pg.url
+    db = Database(url)
+    db.migrate()
+    pins = {"rca": {"ref": ALIAS, "pinned": "models:/fleetmind-rca/2"}}
+    assert db.request_model_reload(10.0, pins) == 1
+    assert db.model_reload_record() == (1, 10.0, pins)
+    with db.write() as conn:  # a release before pins counts a request: generation only
+        conn.execute(
+            text("UPDATE model_reloads SET generation = generation + 1, requested_ts = 20")
+        )
+    assert db.model_reload_record() == (2, 20.0, {})
+    assert db.request_model_reload(30.0, None) == 3
+    assert db.model_reload_record() == (3, 30.0, {})
+    assert db.request_model_reload(40.0, pins) == 4
+    assert db.model_reload_record() == (4, 40.0, pins)
     db.dispose()
 
 

@@ -173,6 +173,54 @@ def test_good_tls_files_start(
     assert started[0]["ssl_certfile"] == str(pki["cert"])
 
 
+@pytest.fixture(scope="module")
+def rsa_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A self-signed RSA certificate and its key, made by the ``openssl`` command."""
+    import shutil
+    import subprocess
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command")
+    d = tmp_path_factory.mktemp("rsa")
+    out = {"cert": d / "rsa_cert.pem", "key": d / "rsa_key.pem"}
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=fleetmind"]
+        + ["-days", "1", "-keyout", str(out["key"]), "-out", str(out["cert"])],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+@pytest.mark.parametrize(("cert_type", "key_type"), [("rsa", "ec"), ("ec", "rsa")])
+def test_a_key_of_another_type_than_the_certificate_is_named_as_such(
+    cert_type: str,
+    key_type: str,
+    pki: dict[str, Path],
+    rsa_pki: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    started: list[dict[str, Any]],
+) -> None:
+    """An RSA certificate with an EC key (or the reverse) was reported as "no PEM private key in
+    it": OpenSSL refuses it with ``NO_CERTIFICATE_ASSIGNED`` (the key goes to the slot of its
+    type, which holds no certificate: ``ssl/ssl_lib.c``, ``SSL_CTX_check_private_key``), not the
+    ``KEY_VALUES_MISMATCH`` of another key of the same type."""
+    files = {"ec": pki, "rsa": rsa_pki}
+    cert, key = files[cert_type]["cert"], files[key_type]["key"]
+    monkeypatch.setenv("FLEETMIND_TLS_CERT", str(cert))
+    monkeypatch.setenv("FLEETMIND_TLS_KEY", str(key))
+    assert main(["serve", "--port", str(PORT)]) == 2
+    assert one_error_line(capsys) == (
+        f"fleetmind: error: FLEETMIND_TLS_KEY={str(key)!r} is not the private key of "
+        f"FLEETMIND_TLS_CERT={str(cert)!r}"
+    )
+    assert started == []
+    monkeypatch.setenv("FLEETMIND_TLS_KEY", str(files[cert_type]["key"]))  # its own key
+    assert main(["serve", "--port", str(PORT)]) == 0
+
+
 @pytest.mark.parametrize("ca_file", ["text", "key", "folder", "missing"])
 def test_a_prometheus_ca_file_that_is_not_pem_is_refused(
     ca_file: str,

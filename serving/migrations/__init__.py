@@ -12,9 +12,9 @@ until then by ``MetaData.create_all``); :func:`upgrade` brings a database to the
 * a database at a revision this release does not know (written by a newer release) is refused with
   a :class:`~fleetmind.data.errors.ConfigError`, and nothing is changed.
 
-Replicas starting together serialise on a lock (a PostgreSQL advisory lock, or a file lock next to
-the SQLite file), so exactly one runs each revision. Revisions that add an index to an existing
-table build it with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL (writes to the table continue).
+A database already at ``head`` is only read (no lock is taken: a restart under write load does not
+wait for SQLite's write lock). Replicas starting together serialise on a lock (a PostgreSQL
+advisory lock, or a file lock next to the SQLite file), so exactly one runs each revision.
 
 Each revision is one transaction with its ``alembic_version`` update, on SQLite too: an upgrade
 interrupted part way (a full disk, a crash, a killed process) leaves the database at the last
@@ -22,6 +22,12 @@ revision it finished, and the next start runs the rest. (Python's ``sqlite3`` op
 transaction before DDL, so each ``CREATE``/``ALTER`` used to commit alone, and a half-applied
 revision failed every later start with ``duplicate column name``.) A failed upgrade raises
 :class:`UpgradeFailed`, which names the revision.
+
+The exception: revisions that add an index to an existing table build it with ``CREATE INDEX
+CONCURRENTLY`` on PostgreSQL (writes to the table continue), which runs outside a transaction, so
+what the revision did before it commits first, and a build interrupted part way leaves an invalid
+index. Such a revision, run again, skips what it finds done and drops the invalid index
+(:func:`drop_invalid_index`) before building it.
 """
 
 from __future__ import annotations
@@ -126,7 +132,8 @@ def _transactional_ddl(engine: Engine) -> Engine:
     documented pysqlite recipe ("Serializable isolation / Savepoints / Transactional DDL", SQLAlchemy
     docs, dialects/sqlite): the driver in autocommit mode (``isolation_level=None``) and ``BEGIN``
     emitted by a ``begin`` event. ``IMMEDIATE`` takes the write lock at once (waiting the busy
-    timeout for another writer) rather than failing at the first write of a read transaction.
+    timeout for another writer) rather than failing at the first write of a read transaction;
+    so :func:`upgrade` opens it only when revisions will run, not for a database already current.
     The options engine shares ``engine``'s pool; the pool resets the isolation level when the
     connection is returned, and the event is local to the options engine.
     """
@@ -208,6 +215,11 @@ def _failed_revision(engine: Engine) -> str:
 def upgrade(engine: Engine) -> str:
     """Bring the database to :func:`head`; returns the revision it was at (``"none"``: empty).
 
+    The revision is read first on a plain connection (on SQLite a read, which waits for no
+    writer): a database already at :func:`head` is left at once, without the migration lock or
+    SQLite's write lock. Only when revisions will run are the lock and the write lock taken (and the
+    revision read again under them: another process may have upgraded meanwhile).
+
     Raises:
         ConfigError: the database is at a revision this release does not know.
         UpgradeFailed: a revision failed (it is rolled back; the ones before it are kept).
@@ -215,7 +227,9 @@ def upgrade(engine: Engine) -> str:
     """
     from alembic import command
 
-    check(engine)
+    rev = check(engine)  # a plain read: no write lock, no migration lock
+    if rev == head():
+        return rev  # current: a restart under write load does not queue for the write lock
     before: str | None = None
     try:
         with _migration_lock(engine) as conn:
@@ -244,7 +258,7 @@ def _adopt_baseline(conn: Connection) -> None:
     ``ix_alerts_incident``: it is built (concurrently on PostgreSQL); the old one is left.
     """
     have = {i["name"] for i in inspect(conn).get_indexes("alerts")}
-    if "ix_alerts_incident" in have:
+    if "ix_alerts_incident" in have and not index_is_invalid(conn, "ix_alerts_incident"):
         return
     conn.commit()
     pg = conn.dialect.name == "postgresql"
@@ -254,7 +268,41 @@ def _adopt_baseline(conn: Connection) -> None:
     if pg:  # CONCURRENTLY runs outside a transaction: its own autocommit connection
         with conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as auto:
             auto.execute(text("SET statement_timeout = 0"))
+            drop_invalid_index(auto, "ix_alerts_incident")  # an earlier build interrupted
             auto.execute(text(ddl))
     else:
         conn.execute(text(ddl))
         conn.commit()
+
+
+def index_is_invalid(conn: Connection, name: str) -> bool:
+    """Whether PostgreSQL holds index ``name`` (in the search path) marked invalid; ``False`` when
+    it holds none, and on SQLite.
+
+    ``CREATE INDEX CONCURRENTLY`` records the index in a transaction of its own before building
+    it; a build that stops part way (the process killed, a cancel, a lost connection, a failed
+    build) leaves it invalid: not used by queries, yet updated by every write, and
+    ``CREATE INDEX ... IF NOT EXISTS`` skips it (PostgreSQL docs, ``CREATE INDEX``, "Building
+    Indexes Concurrently": drop it and build it again).
+    """
+    if conn.dialect.name != "postgresql":
+        return False
+    row = conn.execute(
+        text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"),
+        {"name": name},
+    ).first()
+    return row is not None and not row[0]
+
+
+def drop_invalid_index(conn: Connection, name: str) -> bool:
+    """Drop index ``name`` when it is invalid (:func:`index_is_invalid`), so that the ``CREATE
+    INDEX CONCURRENTLY IF NOT EXISTS`` after it builds it again; returns whether it did.
+
+    ``conn`` is in autocommit (``DROP INDEX CONCURRENTLY`` runs outside a transaction), and its
+    process holds the migration lock: no other is building the index meanwhile (a build in
+    progress is invalid too). ``name`` is one of the revisions' own index names, not user input.
+    """
+    if not index_is_invalid(conn, name):
+        return False
+    conn.execute(text(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'))
+    return True

@@ -2,9 +2,11 @@
 
 Each revision runs in a transaction of its own, with its ``alembic_version`` update
 (``transaction_per_migration``): a revision interrupted part way (a full disk, a crash) is rolled
-back whole, and the next start runs it again. On SQLite that needs the connection
-:func:`fleetmind.serving.migrations.upgrade` passes, which emits ``BEGIN`` itself (Python's
-``sqlite3`` opens no transaction before DDL, so each ``CREATE`` or ``ALTER`` committed alone).
+back whole, and the next start runs it again (but a ``CREATE INDEX CONCURRENTLY`` on PostgreSQL,
+which runs outside it once the rest of its revision has committed: see ``versions/0002``). On
+SQLite that needs the connection :func:`fleetmind.serving.migrations.upgrade` passes, which emits
+``BEGIN`` itself (Python's ``sqlite3`` opens no transaction before DDL, so each ``CREATE`` or
+``ALTER`` committed alone).
 """
 
 from __future__ import annotations

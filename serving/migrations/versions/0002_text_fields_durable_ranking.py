@@ -11,6 +11,11 @@ grouping lag and retention.
 * ``ix_alerts_pending_updated`` on ``alerts (pending, updated_ts)``: the oldest ungrouped alert
   (grouping lag) and retention, built ``CONCURRENTLY`` on PostgreSQL.
 
+On PostgreSQL this revision is not one transaction: ``CREATE INDEX CONCURRENTLY`` cannot run in
+one, so the column changes commit before the build. A build interrupted part way leaves them (and
+an invalid index); the next start finds them and skips them, drops the invalid index and builds it
+again. On SQLite the revision is one transaction.
+
 Revision ID: 0002
 Revises: 0001
 Create Date: 2026-12-01
@@ -21,6 +26,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fleetmind.serving.migrations import drop_invalid_index
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -28,17 +35,24 @@ depends_on = None
 
 
 def upgrade() -> None:
-    pg = op.get_bind().dialect.name == "postgresql"
+    bind = op.get_bind()
+    pg = bind.dialect.name == "postgresql"
+    # On PostgreSQL the steps before the index build commit before it (CONCURRENTLY runs outside
+    # a transaction): after a build interrupted part way they are there, and are skipped.
     if pg:
+        alerts = {c["name"]: c["type"] for c in sa.inspect(bind).get_columns("alerts")}
         op.execute("SET LOCAL lock_timeout = '30s'")  # queue behind writers, not forever
         for column, old in (("fingerprint", 128), ("alertname", 256), ("node", 512)):
-            op.alter_column("alerts", column, type_=sa.Text(), existing_type=sa.String(old))
-    op.add_column(
-        "incidents",
-        sa.Column("needs_ranking", sa.Boolean(), nullable=False, server_default=sa.false()),
-    )
+            if not isinstance(alerts[column], sa.Text):
+                op.alter_column("alerts", column, type_=sa.Text(), existing_type=sa.String(old))
+    if "needs_ranking" not in {c["name"] for c in sa.inspect(bind).get_columns("incidents")}:
+        op.add_column(
+            "incidents",
+            sa.Column("needs_ranking", sa.Boolean(), nullable=False, server_default=sa.false()),
+        )
     if pg:
         with op.get_context().autocommit_block():
+            drop_invalid_index(op.get_bind(), "ix_alerts_pending_updated")  # left by that build
             op.create_index(
                 "ix_alerts_pending_updated",
                 "alerts",

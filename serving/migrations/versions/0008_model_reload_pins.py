@@ -1,6 +1,7 @@
 """The registry versions a model reload loaded, for every other worker and replica to load.
 
-``model_reloads.pins`` (JSON, nullable): ``{kind: {"ref": ..., "pinned": "models:/<name>/<version>"}}``,
+``model_reloads.pins`` (JSON, nullable): ``{"generation": G, kind: {"ref": ..., "pinned":
+"models:/<name>/<version>"}}`` (pins of another generation than the row's are ignored),
 written with each reload generation by the process that got ``POST /api/v1/models/reload``: it
 resolved ``models:/<name>@<alias>`` once, and the others load that version rather than resolve the
 alias again (which may have moved meanwhile). ``NULL``: none recorded (read as before: each process
