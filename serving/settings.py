@@ -226,7 +226,8 @@ class Settings(BaseSettings):
         600.0,
         gt=0,
         le=MAX_DURATION_S,
-        description="alerts this close in time (s) may join the same incident",
+        description="alerts whose starts are this close (s) may join an incident; a new episode "
+        "of an alert starting this soon after its incident resolved reopens it",
     )
     incident_hops: int = Field(
         2,
