@@ -325,8 +325,10 @@ def _evaluate_dynamic(
     from fleetmind.data.openb import check_gpu_specs, check_pod_sizes, load_openb_trace
     from fleetmind.envs.dynamic.evaluate import evaluate_dynamic
 
+    _refuse_fgd_scaleout(args)
     if policies and any(p.lower() in ("ppo", "clone", "teacher", "rollout") for p in policies):
         return _evaluate_dynamic_agent(args, policies, seeds)
+    load_start = _load_now()
     trace = load_openb_trace(args.trace)
     kwargs: dict[str, Any] = {}
     if args.backfill_depth is not None:
@@ -351,7 +353,91 @@ def _evaluate_dynamic(
     if fleet is not None:
         out["nodes"] = {"source": fleet.source, "n_nodes": fleet.n_nodes, "n_gpus": fleet.n_gpus}
     out["policies"] = per_policy
-    return out
+    return {**_dynamic_provenance(args, load_start), **out}
+
+
+def _refuse_fgd_scaleout(args: argparse.Namespace) -> None:
+    """``--workers`` and ``--ray-address`` spread fgd mode's runs; dynamic mode runs every policy
+    in this process, so it refuses them rather than ignore them.
+
+    Raises:
+        ConfigError: either given in dynamic mode.
+    """
+    given = [f"--workers {args.workers}"] if args.workers != 1 else []
+    if getattr(args, "ray_address", None):
+        given.append(f"--ray-address {args.ray_address}")
+    if given:
+        raise ConfigError(
+            f"{' and '.join(given)}: fgd-mode option(s); dynamic mode runs its policies in one "
+            "process (drop them)"
+        )
+
+
+def _load_now() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
+    import os
+
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _dynamic_command(args: argparse.Namespace) -> str:
+    """The ``fleetmind sched evaluate`` line that reruns a dynamic-mode ``args``, quoted for a
+    POSIX shell (``shlex.join``)."""
+    import shlex
+
+    from fleetmind.redact import safe_uri
+
+    out = ["fleetmind", "sched", "evaluate", "--trace", str(args.trace), "--mode", "dynamic"]
+    if args.policies:
+        out += ["--policies", *args.policies]
+    out += ["--seeds", *map(str, args.seeds)]
+    for flag, value in (
+        ("--model", args.model),
+        ("--nodes", args.nodes),
+        ("--backfill-depth", args.backfill_depth),
+    ):
+        if value is not None:
+            out += [flag, safe_uri(str(value))]
+    if any(str(p).lower() == "rollout" for p in args.policies or []):
+        out += ["--rollout-k", str(args.rollout_k), "--rollout-every", str(args.rollout_every)]
+        if args.rollout_band:
+            out += ["--rollout-band", *map(str, args.rollout_band)]
+        out += ["--rollout-future", args.rollout_future, "--rollout-samples"]
+        out += [str(args.rollout_samples), "--rollout-depth", str(args.rollout_depth)]
+        out += ["--rollout-seed", str(args.rollout_seed)]
+    if args.json is not None:
+        out += ["--json", str(args.json)]
+    return shlex.join(out)
+
+
+def _dynamic_provenance(args: argparse.Namespace, load_start: list[float] | None) -> dict:
+    """The provenance keys a dynamic-mode result starts with, those of ``rca evaluate --json``
+    and the benchmarks: ``command``, ``commit`` and ``code_modified``
+    (:func:`fleetmind.provenance.git_commit`), ``date`` (UTC, ISO 8601), ``machine`` (platform,
+    processor, cores, Python, load averages at the start and end) and ``versions`` (Python,
+    torch, numpy, fleetmind, gymnasium, ONNX Runtime)."""
+    import datetime as dt
+    import os
+    import platform
+
+    from fleetmind.provenance import git_commit, versions
+
+    return {
+        "command": _dynamic_command(args),
+        **git_commit(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_start": load_start,
+            "loadavg_end": _load_now(),
+        },
+        "versions": versions(("fleetmind", "gymnasium", "onnxruntime")),
+    }
 
 
 DYNAMIC_NODE_CLUSTERS = 3
@@ -410,6 +496,7 @@ def _evaluate_dynamic_agent(
     def norm(name: str) -> str:
         return name.replace("_", "").replace("-", "").lower()
 
+    load_start = _load_now()
     if args.nodes is not None:  # the agent's setting fixes the fleet (rl.dynamic_eval)
         raise ConfigError(
             "--nodes: in dynamic mode the policies ppo, clone, teacher and rollout run on the "
@@ -465,13 +552,28 @@ def _evaluate_dynamic_agent(
             "config": {**asdict(rcfg), "band": list(rcfg.window("dynamic"))},
             "per_seed": {s: pol.log.summary() for s, (pol, _) in rollouts.items()},
         }
+    _add_offered_load(per_policy, args.trace, cfg, seeds)
     return {
+        **_dynamic_provenance(args, load_start),
         "trace": str(args.trace),
         "mode": "dynamic",
         "setting": {**asdict(cfg), "model": str(ref)},
         "seeds": list(seeds),
         "policies": per_policy,
     }
+
+
+def _add_offered_load(per_policy: dict[str, Any], trace: str, cfg: Any, seeds: list[int]) -> None:
+    """Each policy's ``per_seed["offered_load"]``, as the heuristic path gives it: the offered GPU
+    load of each seed's job stream (the same for every policy: ``rl.dynamic_eval.job_stream``;
+    null where every job arrives at one instant)."""
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+    from fleetmind.rl.dynamic_eval import job_stream
+
+    env = MultiClusterPlacementEnv(**cfg.env_kwargs(trace))
+    loads = [float(job_stream(env, int(s))[0].offered_load) for s in seeds]
+    for entry in per_policy.values():
+        entry.setdefault("per_seed", {})["offered_load"] = list(loads)
 
 
 def _rollout_dynamic_factory(
@@ -778,7 +880,10 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "dealt into 3 clusters",
     )
     ev.add_argument(
-        "--workers", type=int, default=1, help="processes for heuristic runs (default 1)"
+        "--workers",
+        type=int,
+        default=1,
+        help="fgd mode: processes for heuristic runs (default 1; dynamic mode refuses it)",
     )
     ev.add_argument(
         "--causes",

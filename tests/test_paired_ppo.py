@@ -39,6 +39,25 @@ pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 RELEASED = MODELS_DIR / "placement-dynamic"
 
 
+class _Bar:
+    """A progress bar that records its total and what was counted (``tqdm``'s calls used here)."""
+
+    made: list[_Bar] = []
+
+    def __init__(self, total: int | None = None, **_: object) -> None:
+        self.total, self.n = total, 0
+        _Bar.made.append(self)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix(self, **_: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _tiny_envs(n_jobs: int = 128) -> list:
     """Two tiny workloads: 3 % of the openb nodes, ``n_jobs`` jobs (queues form)."""
     from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
@@ -153,9 +172,14 @@ def test_workload_seeds_avoid_the_frozen_evaluation_set(repo_root) -> None:
         assert lo <= level <= hi
 
 
-def test_recipe_exports_a_model_that_loads_as_ppo_and_clone(shared_data, tmp_path) -> None:
+def test_recipe_exports_a_model_that_loads_as_ppo_and_clone(
+    shared_data, tmp_path, monkeypatch
+) -> None:
+    from fleetmind.training.recipes import paired
     from fleetmind.training.recipes.paired import PairedArgs, run
 
+    monkeypatch.setattr(paired, "tqdm", _Bar)
+    _Bar.made = []
     summary = run(
         PairedArgs(
             traces=["default"],
@@ -176,10 +200,17 @@ def test_recipe_exports_a_model_that_loads_as_ppo_and_clone(shared_data, tmp_pat
     assert {"policy.pt", "policy.onnx", "clone.onnx", "clone.pt", "metadata.json"} <= names
     meta = json.loads((model_dir / "metadata.json").read_text())
     assert meta["algo"] == "paired" and meta["env_kwargs"]["n_jobs"] == 2048
+    # the code and packages that made it, as RCA's config.json (fleetmind.provenance)
+    assert {"commit", "code_modified", "versions"} <= set(meta["provenance"])
+    assert meta["provenance"]["versions"]["numpy"] == np.__version__
     assert [v["iteration"] for v in summary["validation"]] == [0, 1]
     assert len(summary["history"]) == 1 and "kl_clone" in summary["history"][0]
     load_dynamic_actor(model_dir)  # what `sched evaluate --policies ppo --model DIR` loads
     load_dynamic_actor(model_dir / "clone.onnx")
+    # the bar ends full: 1 x (2 + 1) training episodes, the clone's validation and the one after
+    # the iteration, 2 streams each (paired.iterate); it counted a third validation that never ran
+    (bar,) = _Bar.made
+    assert bar.n == bar.total == 3 + 2 * 2
 
 
 @pytest.mark.parametrize(

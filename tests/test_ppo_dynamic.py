@@ -74,6 +74,13 @@ def test_smoke_run_trains_and_exports(trained) -> None:
     # the CEM search starts at FGD and keeps the best vector: never worse on its own streams
     assert trained["cem"]["objective_teacher"] <= trained["cem"]["objective_fgd"]
     assert np.isfinite(trained["metrics"]["ppo"]["mean_slowdown"])
+    # the objective's unit is per stream the better of FGD and LocalityAware (rl.dynamic_teacher
+    # REFERENCE_POLICIES), not FGD: named so, with FGD's own J beside it (never below 1.0)
+    ref, fgd = trained["metrics"]["reference"], trained["metrics"]["fgd"]
+    assert ref["objective"] == 1.0 and "FGD and LocalityAware" in ref["policy"]
+    assert fgd["objective"] >= 1.0 and fgd["mean_slowdown"] >= ref["mean_slowdown"]
+    # the code and packages that made it, as RCA's config.json (fleetmind.provenance)
+    assert {"commit", "code_modified", "versions"} <= set(meta["provenance"])
 
 
 def test_exported_actor_never_picks_a_masked_candidate(trained, shared_data) -> None:

@@ -28,6 +28,25 @@ pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 RELEASED = MODELS_DIR / "placement-dynamic"
 
 
+class _Bar:
+    """A progress bar that records its total and what was counted (``tqdm``'s calls used here)."""
+
+    made: list[_Bar] = []
+
+    def __init__(self, total: int | None = None, **_: object) -> None:
+        self.total, self.n = total, 0
+        _Bar.made.append(self)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix(self, **_: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _workloads() -> list[Workload]:
     """Two small congested workloads (2 % of the openb nodes, 384 jobs): queues hold several
     startable jobs at once, so the order matters (on 3 % of the nodes and 64-256 jobs FIFO and
@@ -131,10 +150,13 @@ def test_workload_seeds_avoid_the_frozen_set_and_the_other_learners(repo_root) -
     assert all(abs(order.TRAIN_STREAM_SEED - s) >= 10**5 for s in streams)
 
 
-def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path) -> None:
+def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path, monkeypatch) -> None:
+    from fleetmind.training.recipes import order
     from fleetmind.training.recipes.order import OrderArgs, run
 
     torch.set_num_threads(1)
+    monkeypatch.setattr(order, "tqdm", _Bar)
+    _Bar.made = []
     summary = run(
         OrderArgs(
             traces=["default"],
@@ -155,6 +177,9 @@ def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path) ->
     model_dir = Path(summary["artifact"])
     meta = json.loads((model_dir / "metadata.json").read_text())
     assert meta["algo"] == "order" and len(meta["env_kwargs"]["queue_order"]) == 4
+    # the code and packages that made it, as RCA's config.json (fleetmind.provenance)
+    assert {"commit", "code_modified", "versions"} <= set(meta["provenance"])
+    assert meta["provenance"]["versions"]["numpy"] == np.__version__
     assert model_config(model_dir).queue_order == tuple(meta["env_kwargs"]["queue_order"])
     # trained, validated and exported in the window it was given (the start model's is 8)
     assert meta["env_kwargs"]["backfill_depth"] == 32 and summary["val_env"]["backfill_depth"] == 32
@@ -165,6 +190,10 @@ def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path) ->
     }
     assert "--algo order" in summary["command"] and "--backfill-depth 32" in summary["command"]
     load_dynamic_actor(model_dir)  # what `sched evaluate --policies ppo --model DIR` loads
+    # the bar ends full: 2 x (2 + 2 x 1 pairs) training episodes, the clone's validation and one
+    # after each iteration, 2 streams each (recipes.paired.iterate); it ended at 14/16 (88 %)
+    (bar,) = _Bar.made
+    assert bar.n == bar.total == 2 * 4 + 2 * 3
 
 
 def test_frozen_set_evaluator_keeps_the_clone_fifo(shared_data) -> None:

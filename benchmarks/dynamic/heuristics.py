@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.cli.sched import json_safe
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.dynamic.evaluate import dynamic_setup, evaluate_dynamic
 from fleetmind.envs.dynamic.fleet import load_dynamic_fleet
@@ -132,7 +133,9 @@ def main() -> None:
         "wall_s_per_run": run_s,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    # strict JSON: a value that is not defined (the offered load of a stream arriving at one
+    # instant) is null, never a bare NaN or Infinity that JSON parsers refuse
+    args.out.write_text(json.dumps(json_safe(payload), indent=2, allow_nan=False) + "\n")
     print(f"wrote {args.out}")
     keys = (
         "mean_jct_s",

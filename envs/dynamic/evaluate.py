@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from fleetmind.data.openb import PodTrace, TraceWarning, load_openb_trace
+from fleetmind.data.openb import PodTrace, load_openb_trace
 from fleetmind.envs.dynamic.fleet import DynFleet, load_dynamic_fleet
 from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
 from fleetmind.envs.dynamic.model import (
@@ -89,7 +88,10 @@ def evaluate_dynamic(
     per_seed: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        jobs = _build_jobs(tr, fl, rng, target_util, n_jobs, max_work_s)
+        # a stream short of target_util warns (TraceWarning: one line in the CLI)
+        jobs = build_jobs(
+            tr, fl, rng, target_util=target_util, n_jobs=n_jobs, max_work_s=max_work_s
+        )
         priority = np.argsort(rng.permutation(fl.n_nodes))
         for name in names:
             policy = make_dynamic_policy(name, tr, fl, seed)
@@ -114,30 +116,6 @@ def evaluate_dynamic(
         }
         results[name] = entry
     return results
-
-
-def _build_jobs(
-    trace: PodTrace,
-    fleet: DynFleet,
-    rng: np.random.Generator,
-    target_util: float,
-    n_jobs: int | None,
-    max_work_s: float | None,
-) -> DynJobs:
-    """:func:`build_jobs`, its warning that the stream cannot reach ``target_util`` (a trace too
-    short for the fleet) raised again as a :class:`fleetmind.data.openb.TraceWarning`, which the
-    CLI prints as one ``fleetmind: warning:`` line instead of Python's file and source line."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        jobs = build_jobs(
-            trace, fleet, rng, target_util=target_util, n_jobs=n_jobs, max_work_s=max_work_s
-        )
-    for w in caught:
-        if w.category is UserWarning and str(w.message).startswith("offered load"):
-            warnings.warn(str(w.message), TraceWarning, stacklevel=3)
-        else:
-            warnings.warn(w.message, w.category, stacklevel=3)
-    return jobs
 
 
 def dynamic_setup(fleet: DynFleet, jobs: DynJobs, **kw: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fleetmind.data.errors import ConfigError, DataError
-from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace
+from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, TraceWarning
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, Pod
 from fleetmind.envs.dynamic.fleet import DynFleet, best_bottleneck_set
 from fleetmind.envs.dynamic.model import (
@@ -49,9 +49,11 @@ class DynJobs:
         data_gb: ``(J,)`` dataset size (GB).
         ideal_s: ``(J,)`` ideal runtime: the fastest runtime on the empty fleet, data local.
         time_scale: factor applied to trace inter-arrival times (``< 1`` compresses).
-        offered_load: offered GPU load over the arrival window (== ``target_util`` up to bisection).
+        offered_load: offered GPU load over the arrival window (== ``target_util`` up to bisection;
+            NaN when every job arrives at one instant: there is no window).
         synthetic_arrivals: True when arrivals came from the synthetic Poisson process.
-        n_duration_fallback: jobs whose work came from the fallback (no ``scheduled_time``).
+        n_duration_fallback: jobs whose work came from the fallback (no ``scheduled_time`` or no
+            ``deletion_time``).
     """
 
     names: np.ndarray
@@ -200,7 +202,7 @@ def _arrival_stream(
     """Pod indices and unscaled arrival times of an ``n_jobs`` stream (see :func:`build_jobs`)."""
     p = len(trace)
     created = np.asarray(trace.creation_time, dtype=np.float64)
-    synthetic = not bool(np.isfinite(created).all())
+    synthetic = not bool(np.isfinite(created).any())  # partly blank: refused by _check_times
     if synthetic:
         idx = rng.integers(0, p, n_jobs) if n_jobs > p else rng.permutation(p)[:n_jobs]
         raw = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0, n_jobs - 1))])
@@ -225,7 +227,10 @@ def _trace_work(
     """``(work, fallback)``, ``(P,)`` each: every trace pod's work in seconds on the reference
     placement (see :func:`build_jobs`), and whether it was drawn rather than observed."""
     work_all = np.asarray(trace.deletion_time - trace.scheduled_time, dtype=np.float64)
-    observed = np.isfinite(work_all) & (work_all > 0)
+    # a pod deleted in the second it was scheduled ran 0 s (Kubernetes keeps times to the second:
+    # apimachinery meta/v1 Time): observed, and floored below like every short run; a negative
+    # work never gets here (_check_times)
+    observed = np.isfinite(work_all)
     fallback_all = ~observed
     if fallback_all.any():
         k = int(fallback_all.sum())
@@ -239,6 +244,61 @@ def _trace_work(
     if max_work_s is not None:
         work_all = np.minimum(work_all, float(max_work_s))
     return work_all, fallback_all
+
+
+TIME_ORDER = (("scheduled_time", "deletion_time"), ("creation_time", "deletion_time"))
+"""Pairs of pod times that must not run backwards: a pod is deleted after it was scheduled (its
+work would be negative) and after it was created."""
+
+
+def _check_times(trace: PodTrace) -> None:
+    """Refuse a trace whose times cannot be read as a stream: a deletion before the pod's
+    scheduling (a negative work) or creation, or a ``creation_time`` blank for some pods only
+    (arrivals are the trace's own or, for a trace without any creation time, a Poisson process; a
+    mix of both is neither).
+
+    Raises:
+        DataError: naming the trace, the first such pod (its name and position) and the count.
+    """
+    where = trace.source or trace.name
+    names = trace.pod_names
+    for first, then in TIME_ORDER:
+        a = np.asarray(getattr(trace, first), dtype=np.float64)
+        b = np.asarray(getattr(trace, then), dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = np.isfinite(a) & np.isfinite(b) & (b < a)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise DataError(
+                f"trace {where}: pod {str(names[i])!r} (pod {i + 1} of {len(trace):,}) has "
+                f"{then} {float(b[i]):.15g} before {first} {float(a[i]):.15g} "
+                f"({int(bad.sum()):,} pod(s) so); a pod is deleted after it is created and "
+                "scheduled"
+            )
+    created = np.isfinite(np.asarray(trace.creation_time, dtype=np.float64))
+    if created.any() and not created.all():
+        i = int(np.argmin(created))
+        raise DataError(
+            f"trace {where}: pod {str(names[i])!r} (pod {i + 1} of {len(trace):,}) has no "
+            f"creation_time ({int((~created).sum()):,} pod(s) have none); give every pod a "
+            "creation_time, or none (arrivals are then a Poisson process)"
+        )
+
+
+def _warn_unfinished(trace: PodTrace) -> None:
+    """A :class:`fleetmind.data.openb.TraceWarning` counting the pods scheduled but never deleted:
+    their work is unknown and drawn like that of the pods never scheduled."""
+    sched = np.isfinite(np.asarray(trace.scheduled_time, dtype=np.float64))
+    unfinished = sched & ~np.isfinite(np.asarray(trace.deletion_time, dtype=np.float64))
+    if unfinished.any():
+        i = int(np.argmax(unfinished))
+        warnings.warn(
+            f"trace {trace.source or trace.name}: {int(unfinished.sum()):,} scheduled pod(s) have "
+            f"no deletion_time (first: {str(trace.pod_names[i])!r}); their work is drawn from the "
+            "trace's observed works",
+            TraceWarning,
+            stacklevel=3,
+        )
 
 
 def _data_homes(
@@ -255,6 +315,32 @@ def _data_homes(
 
 _SHORT_STREAMS_WARNED: set[tuple[int, int, float]] = set()
 """``(n_jobs, GPU capacity, target load)`` settings already warned about in this process."""
+
+
+def _warn_load(trace: PodTrace, fleet: DynFleet, n: int, target: float, reached: float) -> None:
+    """A :class:`fleetmind.data.openb.TraceWarning` (one ``fleetmind: warning:`` line in the CLI)
+    when a stream's offered load is undefined (``reached`` NaN: every job arrives at one instant)
+    or short of ``target``."""
+    if math.isnan(reached):
+        warnings.warn(
+            f"all pods arrive at one instant; offered load undefined ({n} job(s) of trace "
+            f"{trace.source or trace.name}: a stream needs two distinct arrival times)",
+            TraceWarning,
+            stacklevel=3,
+        )
+        return
+    key = (n, int(fleet.gpu_capacity), target)
+    if reached < 0.99 * target and key not in _SHORT_STREAMS_WARNED:
+        # once per setting and process: a training run draws thousands of such streams, and a
+        # warning per stream (its load differs each time) buried the progress bars
+        _SHORT_STREAMS_WARNED.add(key)
+        warnings.warn(
+            f"offered load {reached:.2f} < target {target:.2f}: {n} jobs cannot load "
+            f"{fleet.gpu_capacity} GPUs that much even arriving together; raise n_jobs or use "
+            "fewer nodes (said once for this setting)",
+            TraceWarning,
+            stacklevel=3,
+        )
 
 
 def build_jobs(
@@ -278,11 +364,16 @@ def build_jobs(
     exponential gaps) over a random permutation (or, for ``n_jobs`` above the trace length, uniform
     draws) of the pods. All gaps are then multiplied by one factor so that :func:`offered_load`
     equals ``target_util`` (if even simultaneous arrival cannot reach it, arrivals collapse to
-    time 0 and ``offered_load`` reports what was reached).
+    time 0 and ``offered_load`` reports what was reached, with a
+    :class:`fleetmind.data.openb.TraceWarning` once per setting). A stream whose jobs all arrive at
+    one instant (one job, or equal creation times) has no arrival window: ``offered_load`` is NaN,
+    with a ``TraceWarning``.
 
-    Work: ``deletion_time - scheduled_time`` (s); pods never scheduled (no ``scheduled_time``) and
-    traces without times draw it from the trace's observed works, else from a log-normal fitted to
-    openb ``default``; floored at :data:`MIN_WORK_S` and capped at ``max_work_s``.
+    Work: ``deletion_time - scheduled_time`` (s; 0 s, a pod deleted in the second it was
+    scheduled, is a run like any other); pods never scheduled (no ``scheduled_time``), pods never
+    deleted (a ``TraceWarning`` counts those that were scheduled) and traces without times draw it
+    from the trace's observed works, else from a log-normal fitted to openb ``default``; floored
+    at :data:`MIN_WORK_S` and capped at ``max_work_s``.
 
     Args:
         trace: a :class:`fleetmind.data.openb.PodTrace` (``data.openb.load_openb_trace``).
@@ -296,7 +387,9 @@ def build_jobs(
         max_gap_s: longest trace inter-arrival gap kept as is (seconds of trace time).
 
     Raises:
-        ConfigError: bad ``target_util``, ``comm_max`` or ``n_jobs``; DataError: empty trace.
+        ConfigError: bad ``target_util``, ``comm_max`` or ``n_jobs``; DataError: empty trace,
+            a ``deletion_time`` before the pod's ``scheduled_time`` or ``creation_time``, or a
+            ``creation_time`` blank for some pods but not all.
     """
     if not target_util > 0:
         raise ConfigError(f"target_util must be > 0, got {target_util}")
@@ -308,13 +401,19 @@ def build_jobs(
     n = p if n_jobs is None else int(n_jobs)
     if n < 1:
         raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
+    _check_times(trace)
+    _warn_unfinished(trace)
     work_all, fallback_all = _trace_work(trace, rng, max_work_s)
     idx, raw, synthetic = _arrival_stream(trace, rng, n, float(max_gap_s))
     work = work_all[idx]
     num_gpu = trace.num_gpu[idx].astype(np.int64)
     gpu_milli = trace.gpu_milli[idx].astype(np.int64)
     g = num_gpu * gpu_milli / GPU_MILLI
-    scale = _scale_for_load(raw, work, g, float(fleet.gpu_capacity), float(target_util))
+    one_instant = bool(raw.max() == raw.min())  # one job, or gaps of 0 s only: no window
+    if one_instant:
+        scale = 1.0  # any factor leaves every arrival at 0
+    else:
+        scale = _scale_for_load(raw, work, g, float(fleet.gpu_capacity), float(target_util))
     arrival = raw * scale
     comm = np.where(num_gpu >= 2, rng.uniform(0.0, comm_max, n), 0.0)
     data_home, data_gb = _data_homes(fleet, rng, n, data_catalog_gb or DATASET_CATALOG_GB)
@@ -322,18 +421,9 @@ def build_jobs(
     mem = trace.memory_mib[idx].astype(np.int64)
     spec = trace.gpu_spec_mask[idx].astype(np.int64)
     ideal = ideal_runtimes(fleet, work, cpu, mem, num_gpu, spec, comm)
-    reached = offered_load(arrival, work, g, float(fleet.gpu_capacity))
-    key = (n, int(fleet.gpu_capacity), float(target_util))
-    if reached < 0.99 * target_util and key not in _SHORT_STREAMS_WARNED:
-        # once per setting and process: a training run draws thousands of such streams, and a
-        # warning per stream (its load differs each time) buried the progress bars
-        _SHORT_STREAMS_WARNED.add(key)
-        warnings.warn(
-            f"offered load {reached:.2f} < target {target_util:.2f}: {n} jobs cannot load "
-            f"{fleet.gpu_capacity} GPUs that much even arriving together; raise n_jobs or use "
-            "fewer nodes (said once for this setting)",
-            stacklevel=2,
-        )
+    cap = float(fleet.gpu_capacity)
+    reached = math.nan if one_instant else offered_load(arrival, work, g, cap)
+    _warn_load(trace, fleet, n, float(target_util), reached)
     return DynJobs(
         names=trace.pod_names[idx],
         arrival_s=arrival,

@@ -15,11 +15,13 @@ Steps (see ``docs/ppo-dynamic.md``):
 4. MaskablePPO fine-tuning (``--timesteps``, ``--max-minutes``) on ``--n-envs`` envs, in
    parallel processes (``SubprocVecEnv``, fork) when more than one (:func:`make_dyn_vec_env`) (each episode draws one training trace), with a periodic greedy validation on the
    training traces x ``--eval-seeds`` (objective ``J`` of :mod:`fleetmind.rl.dynamic_teacher`: mean slowdown
-   relative to FGD plus the p99-queueing guard). The best policy (the clone included) is kept.
+   relative to the better of FGD and LocalityAware per stream, plus the p99-queueing guard; the
+   summary's ``metrics`` give that ``reference`` and FGD's own ``J``). The best policy (the clone
+   included) is kept.
 5. Exports the best policy (``policy.pt``, ``policy.onnx``, ``ppo.zip``, ``teacher.json``, with
-   ``--teacher cem`` the search's final mean ``teacher_mean.json``, ``metadata.json``,
-   ``model_card.md``) to ``<out>/<run>/model`` and with ``--release`` to
-   ``models/placement-dynamic/``. Logged to MLflow; not registered (the ``fleetmind-placement``
+   ``--teacher cem`` the search's final mean ``teacher_mean.json``, ``metadata.json`` with the
+   commit and package versions under ``provenance``, ``model_card.md``) to ``<out>/<run>/model``
+   and with ``--release`` to ``models/placement-dynamic/``. Logged to MLflow; not registered (the ``fleetmind-placement``
    champion is the fgd-mode model).
 
 Multi-GPU search options (opt-in, :class:`DynSearchOptions`; ``docs/ppo-dynamic.md`` section 2
@@ -54,10 +56,12 @@ from fleetmind.envs.multicluster_env import (
     N_QUEUE_FEATURES,
     MultiClusterPlacementEnv,
 )
+from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig
 from fleetmind.rl.dynamic_teacher import (
     DEFAULT_INTERACT,
+    REFERENCE_POLICIES,
     DynLinearScorer,
     StreamSet,
     cem_search_dynamic,
@@ -356,7 +360,11 @@ class _Run(TrainingRun):
     envs: dict[str, Any] = field(default_factory=dict)
     val: Any = None
     """validation streams: training traces x eval seeds"""
-    ref: dict[str, float] = field(default_factory=dict)
+    ref: dict[str, Any] = field(default_factory=dict)
+    """the objective's unit on the validation streams: per stream the better of
+    :data:`fleetmind.rl.dynamic_teacher.REFERENCE_POLICIES` (``objective`` 1.0 by definition)"""
+    fgd: dict[str, float] = field(default_factory=dict)
+    """FGD alone on the validation streams (its ``objective`` is >= 1 when LocalityAware beats it)"""
 
     def evaluate(self, act: Any) -> dict[str, float]:
         """``act`` on the validation streams: objective, mean slowdown and p99 queue delay."""
@@ -394,20 +402,39 @@ def _check(args: DynamicArgs) -> DynSearchOptions:
     return opts
 
 
+REFERENCE_LABEL = (
+    f"per stream the better of {' and '.join(REFERENCE_POLICIES)} (lower mean slowdown)"
+)
+"""What the validation objective's unit (``J`` = 1.0) is, as the summary's ``reference`` says."""
+
+
+def _means(ms: list[dict[str, float]]) -> dict[str, float]:
+    """Mean slowdown and mean p99 queueing delay (s) over the metrics of several streams."""
+    return {
+        "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in ms])),
+        "p99_queue_delay_s": float(np.mean([m["p99_queue_delay_s"] for m in ms])),
+    }
+
+
 def _references(r: _Run) -> None:
-    """Log the env settings (and a non-default search); build the validation streams and FGD's
-    result on them (the objective's unit)."""
+    """Log the env settings (and a non-default search); build the validation streams, the
+    objective's unit on them (the reference) and FGD's own result."""
     a = r.args
     mlflow.log_params({f"env/{k}": v for k, v in r.env_kwargs.items()})
     if not r.opts.is_default():
         mlflow.log_params({f"search/{k}": json.dumps(v) for k, v in r.opts.to_dict().items()})
     # validation streams (training traces x eval seeds) and CEM streams (x cem seeds)
     r.val = StreamSet.build(a.traces, a.eval_seeds, r.env_kwargs, r.envs)
-    r.ref = {
-        "objective": 1.0,
-        "mean_slowdown": float(np.mean([m["mean_slowdown"] for m in r.val.fgd])),
-    }
-    mlflow.log_metrics({"eval/fgd_mean_slowdown": r.ref["mean_slowdown"]}, step=0)
+    r.ref = {"policy": REFERENCE_LABEL, "objective": 1.0, **_means(r.val.ref)}
+    r.fgd = {"objective": r.val.objective(r.val.fgd), **_means(r.val.fgd)}
+    mlflow.log_metrics(
+        {
+            "eval/fgd_mean_slowdown": r.fgd["mean_slowdown"],
+            "eval/fgd_objective": r.fgd["objective"],
+            "eval/reference_mean_slowdown": r.ref["mean_slowdown"],
+        },
+        step=0,
+    )
 
 
 def _warm_start(r: _Run) -> None:
@@ -499,6 +526,7 @@ def _export(r: _Run) -> Path:
     }
     if not r.opts.is_default():
         meta["teacher_search"] = r.opts.to_dict()
+    meta["provenance"] = artifact_provenance(("gymnasium",))  # commit and versions, as RCA's
     (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
     card = {
         "run": r.name,
@@ -516,7 +544,8 @@ def _export(r: _Run) -> Path:
         "ppo_timesteps": int(r.model.num_timesteps),
         "best_step": r.state["best_step"],
         "validation (train traces x eval seeds)": r.state.get("best_metrics", {}),
-        "validation_fgd_mean_slowdown": round(r.ref["mean_slowdown"], 4),
+        "validation_fgd_mean_slowdown": round(r.fgd["mean_slowdown"], 4),
+        "validation_fgd_objective": round(r.fgd["objective"], 4),
         "wall_time_s": round(wall, 1),
         "ppo_wall_time_s": round(r.ppo_seconds, 1),
         "parameters": count_parameters(best_model.policy),
@@ -527,7 +556,7 @@ def _export(r: _Run) -> Path:
     mlflow.log_metrics({"final/wall_time_s": wall, "final/eval_objective": r.state["best"]})
     mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
     summary.update(
-        metrics={"ppo": r.state.get("best_metrics", {}), "fgd": r.ref},
+        metrics={"ppo": r.state.get("best_metrics", {}), "reference": r.ref, "fgd": r.fgd},
         best_step=r.state["best_step"],
         history=r.state["history"],
         timesteps=int(r.model.num_timesteps),

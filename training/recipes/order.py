@@ -22,10 +22,10 @@ Steps (``docs/ppo-dynamic.md``, section "Learned queue order"; the algorithm is
 4. Exports a model folder: ``policy.onnx`` and ``clone.onnx`` are the clone's own network (the
    placements are the clone's), ``metadata.json`` holds the setting with ``queue_order`` = the
    kept ``theta`` (so ``sched evaluate`` and every dynamic-mode evaluator run it with that order),
-   ``algo: order``, ``model_card.md``, ``train_summary.json``; with ``--release`` to
-   ``models/placement-dynamic/``. MLflow per generation: ``order/center_gap_pct``,
-   ``order/pop_gap_pct``, ``order/best_gap_pct``, ``order/theta_<feature>``; per validation
-   ``val/gap_pct``, ``val/p99_ratio``.
+   ``algo: order`` and the commit and package versions (``provenance``), ``model_card.md``,
+   ``train_summary.json``; with ``--release`` to ``models/placement-dynamic/``. MLflow per
+   generation: ``order/center_gap_pct``, ``order/pop_gap_pct``, ``order/best_gap_pct``,
+   ``order/theta_<feature>``; per validation ``val/gap_pct``, ``val/p99_ratio``.
 
 Episodes run as jobs of :func:`fleetmind.rl.scaleout.run_tasks` (``--workers`` local processes
 or Ray tasks with ``--ray-address``), with the same results either way.
@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.envs.dynamic.order import ORDER_FEATURES
+from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload
 from fleetmind.rl.es import es_generation, make_optimizer
 from fleetmind.rl.export import save_onnx
@@ -60,6 +61,7 @@ from fleetmind.training.recipes.paired import (
     iterate,
     iteration_specs,
     publish_learner,
+    validation_episodes,
     validation_workloads,
     variant_file,
     write_learner_card,
@@ -97,7 +99,7 @@ def run(args: OrderArgs) -> dict[str, Any]:
             Workload.of(variant_file(*s, r.var_dir), sd, r.val_cfg)
             for s, sd in zip(specs, seeds, strict=True)
         ]
-        n_val = args.val_streams * (2 + args.iterations // args.val_every)
+        n_val = validation_episodes(args)
         n_train = args.iterations * args.workloads_per_iter * (2 + 2 * args.pairs)
         bar = tqdm(
             total=n_train + n_val, desc="queue order", unit="episode", disable=not args.progress
@@ -195,6 +197,7 @@ def _export(r: LearnerRun, theta: np.ndarray, args: OrderArgs) -> None:
         "train_traces": list(args.traces),
         "teacher": "clone of " + str(r.init),
         "queue_order_features": list(ORDER_FEATURES),
+        "provenance": artifact_provenance(("gymnasium",)),  # commit and versions, as RCA's
     }
     (d / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
 

@@ -56,6 +56,7 @@ from fleetmind.data.openb_variants import (
     write_variant,
 )
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload, model_config
 from fleetmind.rl.export import save_onnx, save_torch
 from fleetmind.rl.paired import (
@@ -292,7 +293,7 @@ class LearnerRun:
         mlflow.log_params({f"env/{k}": v for k, v in asdict(self.train_cfg).items()})
         specs, envs, seeds = validation_workloads(args, self.val_cfg, self.var_dir)
         self.val_specs, self.val_seeds = specs, seeds
-        n_val = args.val_streams * (2 + args.iterations // args.val_every)
+        n_val = validation_episodes(args)
         bar = tqdm(total=n_train + n_val, desc=desc, unit="episode", disable=not args.progress)
         runner = validation_runner(args, self.clone, specs, seeds, self.val_cfg, self.var_dir)
         val = (cls or _Validator).start(envs, seeds, self.clone, actor, bar, runner=runner)
@@ -352,6 +353,15 @@ def iterate(
         if out_of_time:
             break
     return done_its
+
+
+def validation_episodes(args: PairedArgs | DistillArgs | EsArgs) -> int:
+    """Validation episodes of a run that goes the whole ``--iterations`` (the progress bar's
+    share): ``--val-streams`` for the clone at the start, then as many after each validated
+    iteration of :func:`iterate` (every ``--val-every``-th and the last: ``ceil(iterations /
+    val_every)`` of them)."""
+    validated = -(-args.iterations // args.val_every)  # ceil
+    return args.val_streams * (1 + validated)
 
 
 def iteration_specs(
@@ -601,7 +611,8 @@ def export_learner(
 ) -> None:
     """Write a dynamic-mode learner's model folder: ``final.onnx`` (last weights),
     ``policy.pt``/``.onnx`` (best weights, loaded into ``actor``), the clone, the start model
-    ``init``'s teacher and ``metadata.json`` (``algo``, the training ``traces``)."""
+    ``init``'s teacher and ``metadata.json`` (``algo``, the training ``traces``, the commit and
+    package versions under ``provenance``)."""
     save_onnx(actor, model_dir / "final.onnx")
     actor.load_state_dict(best_state)
     save_torch(actor, model_dir / "policy.pt")
@@ -623,6 +634,7 @@ def export_learner(
         "init": str(init),
         "train_traces": traces,
         "teacher": "clone of " + str(init),
+        "provenance": artifact_provenance(("gymnasium",)),  # commit and versions, as RCA's
     }
     (model_dir / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
 
