@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import stat
 import sys
 import tempfile
 import warnings
@@ -302,22 +303,48 @@ def _build(args: argparse.Namespace) -> int:
 def write_whole(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` whole or not at all.
 
-    The text goes to a temporary file in the same folder, is flushed to disk (``fsync``) and
-    renamed over ``path`` (``os.replace``, atomic on POSIX file systems): a reader such as the
-    service's refresher sees the old file or the new one, never a part, and a write that fails (a
-    full disk, ``ulimit -f``, a killed CronJob) leaves the old file as it was. The new file keeps
-    the permission bits of the file it replaces, else gets ``0666`` less the umask (what
-    ``open()`` gives, usually ``0644``). A symbolic link is followed: its target is replaced.
+    When ``path`` is a regular file or does not exist yet, the text goes to a temporary file in the
+    same folder, is flushed to disk (``fsync``) and renamed over ``path`` (``os.replace``, atomic on
+    POSIX file systems): a reader such as the service's refresher sees the old file or the new one,
+    never a part, and a write that fails (a full disk, ``ulimit -f``, a killed CronJob) leaves the
+    old file as it was. The new file keeps the permission bits of the file it replaces, else gets
+    ``0666`` less the umask (what ``open()`` gives, usually ``0644``). A symbolic link is
+    followed: its target is replaced. Anything else (a character device such as ``/dev/null``, a
+    pipe such as ``/dev/stdout`` in a pipeline or ``>(cat)``, a FIFO, a socket) is opened and
+    written in place, as a shell redirection would: renaming over it would replace the device or
+    fail.
 
     Raises:
         OSError: one that names ``path`` (with ``filename`` set), whatever step failed.
     """
-    target = Path(os.path.realpath(path))
+    try:
+        st = os.stat(path)  # follows links, /dev/stdout -> /proc/self/fd/1 -> the pipe included
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise OSError(err.errno, f"not written: {err.strerror or err}", str(path)) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:
+            raise OSError(err.errno, f"not written: {err.strerror or err}", str(path)) from None
+        return
+    _replace_whole(Path(os.path.realpath(path)), text, None if st is None else st.st_mode, path)
+
+
+def _replace_whole(
+    target: Path, text: str, st_mode: int | None, path: str | os.PathLike[str]
+) -> None:
+    """Write ``text`` to a temporary file next to ``target`` and rename it over ``target``.
+
+    ``st_mode`` is the mode of the file replaced (``None``: there is none); errors name ``path``.
+    """
     tmp: str | None = None
     try:
-        try:
-            mode = os.stat(target).st_mode & 0o7777
-        except FileNotFoundError:
+        if st_mode is not None:
+            mode = st_mode & 0o7777
+        else:
             umask = os.umask(0)
             os.umask(umask)
             mode = 0o666 & ~umask

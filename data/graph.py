@@ -372,7 +372,10 @@ class DependencyGraph:
         named like one of its members' controllers (``<controller>-...``: a pod of the same
         workload the graph does not hold yet). kube-state-metrics keeps its own Service as a
         target label on every alert about a pod (``KubePodCrashLooping`` of a new pod in its own
-        namespace); a Service without members proves nothing."""
+        namespace); a Service without members proves nothing, and neither does one with a member
+        whose ``owner`` the graph does not record (a hand-written or older graph): without it a
+        Deployment's pod of a new ReplicaSet (``ranker-5b8f9c7d6-zzzzz``) cannot be told from a
+        foreign one, so the alert keeps the Service."""
         node = self.nodes[i]
         pod = labels.get("pod")
         if (
@@ -456,11 +459,13 @@ class DependencyGraph:
     ) -> dict[int, tuple[frozenset[tuple[str | None, str]], tuple[str, ...]]]:
         """Service index -> its member pods' ``(namespace, pod)`` match values, and the name
         prefixes (``<controller>-``, else the pod name without its last ``-`` part) a pod of the
-        same workloads has (cached)."""
+        same workloads has (cached). Services with a member pod whose attr ``owner`` is not
+        recorded are left out: their pods' workloads are not known."""
         cached = self._derived.get("service_pods")
         if cached is None:
             names: dict[int, set[tuple[str | None, str]]] = {}
             stems: dict[int, set[str]] = {}
+            unowned: set[int] = set()
             for e in self.edges:
                 if e.kind != "member_of":
                     continue
@@ -468,12 +473,18 @@ class DependencyGraph:
                 src, dst = self.nodes[i], self.nodes[j]
                 if src.kind != "pod" or dst.kind != "service" or "pod" not in src.match:
                     continue
+                if not isinstance(src.attrs.get("owner"), str):
+                    unowned.add(j)
                 pod, ns = str(src.match["pod"]), src.match.get("namespace")
                 names.setdefault(j, set()).add((None if ns is None else str(ns), pod))
                 ctl = _controller(src)
                 stem = ctl[2] if ctl is not None else pod.rsplit("-", 1)[0]
                 stems.setdefault(j, set()).add(f"{stem}-")
-            cached = {j: (frozenset(m), tuple(sorted(stems[j]))) for j, m in names.items()}
+            cached = {
+                j: (frozenset(m), tuple(sorted(stems[j])))
+                for j, m in names.items()
+                if j not in unowned
+            }
             self._derived["service_pods"] = cached
         return cached
 
@@ -606,7 +617,14 @@ class DependencyGraph:
 
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict[str, Any]:
-        """Return the JSON-able dict of the data contract."""
+        """Return the JSON-able dict of the data contract.
+
+        ``match`` and ``attrs`` are copies (nested lists and dicts included): a caller that edits
+        the dict, say to build a variant graph from it, leaves this graph as it was. The copy
+        cost 50-110 ms on a graph of 48,000 pod nodes with an ``owner`` and a ``claims`` attr
+        (13 ms without it), next to about 0.9 s that FastAPI spends encoding the dict for
+        ``GET /api/v1/graph``.
+        """
         return {
             "name": self.name,
             "nodes": [
@@ -614,8 +632,8 @@ class DependencyGraph:
                     "id": n.id,
                     "kind": n.kind,
                     "cluster": n.cluster,
-                    "match": n.match,
-                    "attrs": n.attrs,
+                    "match": dict(n.match),
+                    "attrs": _json_copy(n.attrs),
                 }
                 for n in self.nodes
             ],
@@ -666,6 +684,19 @@ class DependencyGraph:
     def load(cls, path: str | Path) -> DependencyGraph:
         """Read a graph JSON file; raises DataError for a missing or malformed file."""
         return cls.from_json(read_json(path, "graph file"))
+
+
+_CONTAINERS = (dict, list)
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of JSON-like ``value``: its dicts and lists copied at every depth, the rest shared
+    (strings, numbers, booleans and ``None`` cannot change)."""
+    if isinstance(value, dict):
+        return {k: _json_copy(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) if isinstance(v, _CONTAINERS) else v for v in value]
+    return value
 
 
 def _controller(node: GraphNode) -> tuple[str, str, str] | None:

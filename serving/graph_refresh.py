@@ -14,12 +14,17 @@ What keeps the served graph:
 - a file that cannot be read (deleted, moved away, permissions, I/O): logged once at WARNING and
   kept in :attr:`GraphRefresher.last_error`; read again at every check, so it loads once readable.
 
-``/readyz`` lists :attr:`GraphRefresher.last_error` under ``warnings`` (the service stays ready).
+``/readyz`` (which needs no token) lists only the kind of failure under ``warnings`` (the file
+cannot be read, is not valid JSON, or is not a valid graph: :meth:`GraphRefresher.warning`); the
+full reason, which may quote node ids or names from the file, stays in the log and in
+:attr:`GraphRefresher.last_error`. The service stays ready.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -32,6 +37,28 @@ log = logging.getLogger("fleetmind.serving.graph")
 
 Stamp = tuple[int, int, int, int]
 """``(inode, size in bytes, mtime in ns, ctime in ns)`` of a file (:attr:`FileVersion.stamp`)."""
+
+
+UNREADABLE, NOT_JSON, NOT_GRAPH = (
+    "the file cannot be read",
+    "the file is not valid JSON",
+    "the file is not a valid graph",
+)
+FAILED = "loading it failed"
+"""The kinds of failure ``/readyz`` names (:meth:`GraphRefresher.warning`): the file is gone or
+cannot be read; its bytes are not UTF-8 JSON that Python parses; the JSON is no graph of the data
+contract (malformed, duplicate ids, no nodes); anything else (a bug: its traceback is logged)."""
+
+
+def _content_kind(raw: bytes) -> str:
+    """The kind of failure of graph file bytes ``raw`` that :meth:`DependencyGraph.load` refused:
+    :data:`NOT_JSON` when they are not JSON text as it reads them (UTF-8, an optional byte order
+    mark; RFC 8259 section 8.1), else :data:`NOT_GRAPH`."""
+    try:
+        json.loads(raw.removeprefix(codecs.BOM_UTF8).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return NOT_JSON
+    return NOT_GRAPH
 
 
 def _stamp(st: os.stat_result) -> Stamp:
@@ -96,11 +123,15 @@ class GraphRefresher:
         self._seen: Stamp | None = _stat(path) if loaded is None else loaded.stamp
         self._loaded_sha256 = None if loaded is None else loaded.sha256
         self._content_error: str | None = None  # why the file version in _seen is not served
+        self._content_kind: str | None = None  # ... and its kind (NOT_JSON, NOT_GRAPH)
         self._read_error: str | None = None  # why the file cannot be read now
         self.reloads = 0
         self.last_error: str | None = None
         """Why the file's graph is not served (its content is invalid, or it cannot be read), in
-        one line; ``None`` when nothing is wrong."""
+        one line; ``None`` when nothing is wrong. It may quote the file's path and contents."""
+        self.last_error_kind: str | None = None
+        """The kind of :attr:`last_error` (:data:`UNREADABLE`, :data:`NOT_JSON`,
+        :data:`NOT_GRAPH` or :data:`FAILED`): all that ``/readyz`` shows of it."""
 
     def check(self) -> bool:
         """Reload once if the file's content changed; True when a new graph is served."""
@@ -109,7 +140,7 @@ class GraphRefresher:
             if stamp == self._seen:
                 self._readable()
                 return False
-            version, _ = read_file(self.path)
+            version, raw = read_file(self.path)
         except OSError as err:
             self._unreadable(err)
             return False
@@ -120,7 +151,7 @@ class GraphRefresher:
         try:
             graph = DependencyGraph.load(self.path)
         except DataError as err:  # the file's content (read just above)
-            self._settle(version.stamp, str(err))
+            self._settle(version.stamp, str(err), _content_kind(raw))
             log.error("graph %s not reloaded: %s", self.path, err)
             return False
         self.graphs.replace(graph, source=self.path)
@@ -134,11 +165,15 @@ class GraphRefresher:
         log.info("graph reloaded from %s (%d nodes)", self.path, graph.num_nodes)
         return True
 
-    def _settle(self, stamp: Stamp | None, content_error: str | None) -> None:
-        """Mark the file version ``stamp`` as dealt with: loaded, or refused for its content."""
+    def _settle(
+        self, stamp: Stamp | None, content_error: str | None, kind: str | None = None
+    ) -> None:
+        """Mark the file version ``stamp`` as dealt with: loaded, or refused for its content
+        (``content_error``, of kind ``kind``)."""
         self._seen = stamp
         self._content_error = content_error
-        self.last_error = content_error
+        self._content_kind = kind if content_error is not None else None
+        self.last_error, self.last_error_kind = content_error, self._content_kind
 
     def _unreadable(self, err: OSError) -> None:
         if isinstance(err, FileNotFoundError):
@@ -149,22 +184,27 @@ class GraphRefresher:
         if text != self._read_error:  # once per problem, not at every check
             log.warning("%s; serving the graph loaded before", text)
         self._read_error = self.last_error = text
+        self.last_error_kind = UNREADABLE
 
     def _readable(self) -> None:
         if self._read_error is not None:
             log.info("graph %s is readable again", self.path)
             self._read_error = None
-            self.last_error = self._content_error
+            self.last_error, self.last_error_kind = self._content_error, self._content_kind
 
     def warning(self) -> str | None:
-        """:attr:`last_error` as a ``/readyz`` warning (which needs no token: the file's path
-        reads ``FLEETMIND_GRAPH``), ``None`` when nothing is wrong."""
+        """The ``/readyz`` warning of :attr:`last_error`, ``None`` when nothing is wrong.
+
+        ``/readyz`` needs no token, so it names the kind of failure only
+        (:attr:`last_error_kind`), not the path (``FLEETMIND_GRAPH``) nor the reason, which may
+        quote node ids from the file (``duplicate node id '<cluster>/pod/<ns>/<name>'``); the
+        reason is logged when the file is refused."""
         if self.last_error is None:
             return None
-        reason = self.last_error.replace(self.path, "FLEETMIND_GRAPH")
         return (
             f"graph: FLEETMIND_GRAPH not loaded, still serving graph version "
-            f"{self.graphs.view.version} (a restart would fail): {reason}"
+            f"{self.graphs.view.version} (a restart would fail): "
+            f"{self.last_error_kind or FAILED}; the reason is in the service's log"
         )
 
     def _run(self) -> None:
@@ -173,6 +213,7 @@ class GraphRefresher:
                 self.check()
             except Exception as err:  # never let the thread die; say it where errors are read
                 self.last_error = f"graph {self.path} not reloaded: {type(err).__name__}: {err}"
+                self.last_error_kind = FAILED
                 log.exception("graph refresh failed")
 
     def start(self) -> None:

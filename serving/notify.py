@@ -59,11 +59,13 @@ log = logging.getLogger("fleetmind.serving.notify")
 
 ALERTNAME = "FleetMindRootCause"
 CLOSED, SUPERSEDED, UNSURE = "incident closed", "root cause changed", "score below the floor"
-RESEVERED = "severity changed"
+RESEVERED, NO_CAUSE = "severity changed", "no cause on the current graph"
 """Why a FleetMindRootCause alert was resolved (annotation ``resolved_because``, and the webhook's
 wording): its incident resolved or was merged; the incident's settled top cause changed; its score
 fell below ``FLEETMIND_NOTIFY_WARNING_SCORE``; the same cause is sent again at another severity
-(the ``severity`` label is part of the alert's identity, so the old one must end)."""
+(the ``severity`` label is part of the alert's identity, so the old one must end); the incident,
+still open, was ranked with no cause at all (none of its alerts names a node of the graph served
+now, e.g. its cluster left the graph)."""
 OUTBOX = "resolutions"
 """Key of a ``notifications`` row's ``delivery`` JSON: the row's resolutions (and withdrawals of
 earlier causes) not yet delivered everywhere, oldest first, each ``{"alert": <the Alertmanager
@@ -361,8 +363,8 @@ class Notifier:
         ]
         self.hook_url = settings.notify_webhook_url
         self._client = httpx.Client(timeout=5.0, transport=transport)
-        # incident -> ((top cause, severity), since)
-        self._seen: dict[int, tuple[tuple[str, str | None], float]] = {}
+        # incident -> ((top cause, severity), since); (None, None): ranked with no cause
+        self._seen: dict[int, tuple[tuple[str | None, str | None], float]] = {}
         # a receiver that failed (connection error, timeout, 408/425/429/5xx): URL -> (failures
         # in a row, not tried again before this clock time, the last outcome)
         self._down: dict[str, tuple[int, float, str]] = {}
@@ -448,18 +450,17 @@ class Notifier:
         ``rows`` (incident id -> its ``notifications`` row) say what is to be sent about it: the
         firing row refreshed, or resolved and replaced by the new cause's."""
         causes = inc["causes"] or []
-        if not causes:
+        row = rows.get(inc["id"])
+        firing = row is not None and row["state"] == "firing"
+        if not causes:  # ranked on a graph none of its alerts maps to: nothing to stand by
+            if firing and self._settled(inc["id"], (None, None), now):
+                self._set_resolved(row, now, NO_CAUSE)
             return
         top = causes[0]
         node = top["node"]
-        row = rows.get(inc["id"])
-        firing = row is not None and row["state"] == "firing"
         previous = self._previous(inc["id"], node, row)
         severity = held_severity(top.get("score"), previous, self.settings, inc.get("method"), top)
-        seen = self._seen.get(inc["id"])
-        if seen is None or seen[0] != (node, severity):
-            seen = self._seen[inc["id"]] = ((node, severity), now)
-        if 0 <= now - seen[1] < self.settings.notify_settle_s:  # (< 0: the clock stepped back)
+        if not self._settled(inc["id"], (node, severity), now):
             return
         if firing and row["cause_node"] == node and row["labels"].get("severity") == severity:
             self._refresh(row, inc, top)  # the next re-send carries today's counts
@@ -475,6 +476,15 @@ class Notifier:
             return
         outbox = [] if row is None else self._outbox(row)
         rows[inc["id"]] = self._set_firing(inc, top, severity, now, outbox, was)
+
+    def _settled(self, inc_id: int, state: tuple[str | None, str | None], now: float) -> bool:
+        """Whether incident ``inc_id`` has had ``state`` (its top cause's node and severity, both
+        ``None`` when it has no cause) for ``FLEETMIND_NOTIFY_SETTLE_S`` seconds up to ``now``
+        (Unix s); a new state starts the wait again."""
+        seen = self._seen.get(inc_id)
+        if seen is None or seen[0] != state:
+            seen = self._seen[inc_id] = (state, now)
+        return not 0 <= now - seen[1] < self.settings.notify_settle_s  # (< 0: clock stepped back)
 
     def _previous(self, inc_id: int, node: str, row: dict[str, Any] | None) -> str | None:
         """The severity cause ``node`` of incident ``inc_id`` has now, for the hysteresis of
@@ -890,6 +900,11 @@ class Notifier:
             text = (
                 f":grey_question: Root cause {node} of {link} withdrawn: the "
                 "model is no longer sure (score below the warning floor); the incident is open"
+            )
+        elif because == NO_CAUSE:
+            text = (
+                f":grey_question: Root cause {node} of {link} withdrawn: none of its alerts "
+                "names a node of the current graph; the incident is open"
             )
         elif resolved:
             text = f":white_check_mark: Resolved {link} (root cause was {node})"

@@ -319,7 +319,7 @@ def test_a_claim_alert_lands_on_the_pod_that_mounts_it(graph: DependencyGraph, c
 
 
 def test_a_claim_shared_by_two_pods_lands_on_the_first_by_id(graph: DependencyGraph) -> None:
-    obj = graph.to_json()
+    obj = copy.deepcopy(graph.to_json())  # the module's graph stays as it was for the others
     for n in obj["nodes"]:
         if n["id"] in (f"{C}/pod/ml/llama-train-0", f"{C}/pod/ml/llama-train-1"):
             n["attrs"]["claims"] = ["shared-dataset"]
@@ -342,9 +342,50 @@ def test_a_pod_without_a_recorded_owner_is_still_taken_for_the_exporter(
     graph: DependencyGraph,
 ) -> None:
     """A hand-written graph without ``owner`` attrs keeps the old reading of ``instance``."""
-    obj = graph.to_json()
+    obj = copy.deepcopy(graph.to_json())  # the module's graph stays as it was for the others
     for n in obj["nodes"]:
         n["attrs"].pop("owner", None)
     bare = DependencyGraph.from_json(obj)
     labels, _ = STATIC_POD_CASES["etcdNoLeader"]
     assert _both(bare, labels) == f"{C}/host/cp-0"
+
+
+def _without_owners(graph: DependencyGraph) -> DependencyGraph:
+    """``graph`` as a hand-written or older graph has it: no pod records its ``owner``."""
+    obj = copy.deepcopy(graph.to_json())
+    for n in obj["nodes"]:
+        n["attrs"].pop("owner", None)
+    return DependencyGraph.from_json(obj)
+
+
+RANKER_NEW_REPLICASET = {  # an application alert of a pod of a ReplicaSet the graph lacks
+    "alertname": "HighErrorRate",
+    "namespace": "ml",
+    "service": "ranker",
+    "job": "ranker",
+    "pod": "ranker-5b8f9c7d6-zzzzz",
+}
+
+
+@pytest.mark.parametrize("owners", [True, False], ids=["owners", "no_owners"])
+def test_a_new_replicasets_pod_keeps_its_service_with_or_without_owners(
+    graph: DependencyGraph, owners: bool
+) -> None:
+    """A Deployment's rollout makes a ReplicaSet ``<deployment>-<pod-template-hash>`` whose pods
+    are ``<replicaset>-<5 chars>`` (Kubernetes ``pkg/controller/deployment/sync.go``
+    ``getNewReplicaSet``; the pods' ``GenerateName`` ``<replicaset>-`` in
+    ``pkg/controller/controller_utils.go``). With owners recorded,
+    ``ranker-`` is the workload's prefix; without them the graph cannot tell a new ReplicaSet's
+    pod from a foreign one, so the Service is kept (as before the foreign-pod rule)."""
+    g = graph if owners else _without_owners(graph)
+    assert _both(g, RANKER_NEW_REPLICASET) == f"{C}/svc/ml/ranker"
+
+
+def test_without_owners_a_new_pod_in_the_exporters_namespace_keeps_the_old_reading(
+    graph: DependencyGraph,
+) -> None:
+    """The foreign-pod rule needs the members' owners: on a graph without them kube-state-metrics'
+    Service label is read as before (the Service), with them the cluster node (NEW_POD_CASES)."""
+    labels, expected = NEW_POD_CASES["grafana_pod_in_ksm_namespace"]
+    assert _both(graph, labels) == expected == C
+    assert _both(_without_owners(graph), labels) == f"{C}/svc/monitoring/kps-kube-state-metrics"

@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,40 @@ def test_no_room_without_a_file_name_is_one_line(
     ]
     # anything else without a file name is a bug or the system's trouble: main keeps its traceback
     assert cli._path_error(OSError(errno.EINVAL, os.strerror(errno.EINVAL))) is None
+
+
+# Only a regular file (or a missing one) is replaced by rename. A FIFO, a pipe or a character device
+# is written in place, as the shell's ``>`` redirection does (POSIX open(2) with O_TRUNC "shall
+# have no effect on FIFO special files or terminal device files"); renaming over it would turn
+# ``--out /dev/null`` into a regular file as root, and fails for ``--out /dev/stdout | ...``.
+# Never test this against real device files: a FIFO in tmp_path and a pipe stand in for them.
+
+
+def test_a_fifo_is_written_in_place_not_replaced(tmp_path: Path) -> None:
+    fifo = tmp_path / "graph.fifo"
+    os.mkfifo(fifo)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so opening to write won't block
+    try:
+        graph_cli.write_whole(fifo, '{"name": "g"}\n')
+        got = os.read(rfd, 4096)
+    except BlockingIOError:
+        got = b""
+    finally:
+        os.close(rfd)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the FIFO, not a regular file
+    assert got == b'{"name": "g"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["graph.fifo"]  # no temporary left
+
+
+def test_out_dev_stdout_into_a_pipe(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "fleetmind.cli", "graph", "schema", "--out", "/dev/stdout"],
+        capture_output=True,  # stdout a pipe: /dev/stdout -> /proc/self/fd/1 -> it, as in ``| jq``
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["$schema"]
+    assert list(tmp_path.iterdir()) == []

@@ -199,3 +199,54 @@ def test_a_deleted_file_is_said_once_and_cleared_when_it_is_back(
         "source": str(path),
         "loaded_at": "2027-01-15T08:00:00+00:00",
     }
+
+
+def _duplicated_pod(name: str) -> str:
+    """A graph file whose pod node appears twice: ``duplicate node id '<cluster>/pod/...'``."""
+    obj = json.loads(_graph_text(name))
+    pod = next(n for n in obj["nodes"] if n["kind"] == "pod")
+    obj["nodes"].append(dict(pod))
+    return json.dumps(obj)
+
+
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        (_duplicated_pod("dup"), "the file is not a valid graph"),
+        ('{"name": "broken", "nodes": [', "the file is not valid JSON"),
+        (b'{"name": "caf\xe9"}', "the file is not valid JSON"),  # Latin-1, not UTF-8
+        (None, "the file cannot be read"),  # deleted
+    ],
+    ids=["duplicate_id", "not_json", "not_utf8", "deleted"],
+)
+def test_readyz_names_the_kind_of_failure_not_the_files_contents(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str | bytes | None, kind: str
+) -> None:
+    """``/readyz`` needs no token, so its warning says what kind of failure kept the file out and
+    no more: a node id (``prod-eu/pod/payments/ledger-0``) or a path would tell anyone who can
+    reach the port what runs in the cluster. The reason stays in the log, as Prometheus logs why
+    a configuration reload failed (``cmd/prometheus/main.go``, ``reloadConfig``) while its
+    ``/-/ready`` answers only whether it is ready (``web/web.go``)."""
+    path = tmp_path / "graph.json"
+    path.write_text(_graph_text("good"))
+    with TestClient(create_app(_settings(tmp_path, path))) as c:
+        if content is None:
+            path.unlink()
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        with caplog.at_level(logging.WARNING, logger="fleetmind.serving.graph"):
+            assert c.app.state.graph_refresher.check() is False
+        r = c.get("/readyz")
+        assert r.status_code == 200 and r.json()["status"] == "ready"
+        (warning,) = r.json()["warnings"]
+    assert warning == (
+        "graph: FLEETMIND_GRAPH not loaded, still serving graph version 1 (a restart would "
+        f"fail): {kind}; the reason is in the service's log"
+    )
+    logged = " ".join(rec.getMessage() for rec in caplog.records)
+    assert str(path) in logged
+    if content == _duplicated_pod("dup"):
+        pod_id = next(n["id"] for n in json.loads(content)["nodes"] if n["kind"] == "pod")
+        assert f"duplicate node id '{pod_id}'" in logged and pod_id not in warning

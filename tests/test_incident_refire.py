@@ -183,3 +183,31 @@ def test_a_new_episode_that_resolved_before_grouping_reopens_nothing(
     flap = {**flap, "status": "resolved", "endsAt": iso(closed + 90)}
     deliver(manager, clock, closed + 100, flap)
     assert incidents(manager) == [(1, "resolved", 7, 0), (2, "resolved", 1, 0)]
+
+
+def test_an_older_episodes_incident_closed_later_is_not_reopened(
+    any_db_manager: IncidentManager, clock: Clock
+) -> None:
+    """The previous episode decides, not the episode whose incident closed last. Episode 1 of F
+    joins incident 1, kept open long after by L; episode 2 of F opens incident 2, which resolves;
+    L resolves, closing incident 1. Episode 3 of F starts more than the window after incident 2
+    closed (its previous episode's) and less after incident 1 closed: it reopens neither (it
+    reopened incident 1, an older episode's). Prometheus starts each episode anew
+    (``rules/alerting.go``: a rule that fires again gets a new ``activeAt``)."""
+    manager = any_db_manager
+    f_labels, l_labels = STORM_LABELS[1], STORM_LABELS[0]
+    t0 = T - 10_000.0
+
+    def f(start: float, ended: float | None = None) -> dict[str, Any]:
+        a = alert(f_labels, starts=iso(start), fingerprint="F")
+        return a if ended is None else {**a, "status": "resolved", "endsAt": iso(ended)}
+
+    long_l = alert(l_labels, starts=iso(t0), fingerprint="L")
+    deliver(manager, clock, t0 + 5, long_l, f(t0 + 10))
+    deliver(manager, clock, t0 + 100, f(t0 + 10, t0 + 90))
+    deliver(manager, clock, t0 + 2005, f(t0 + 2000))  # more than the window later: incident 2
+    deliver(manager, clock, t0 + 2100, f(t0 + 2000, t0 + 2090))  # incident 2 closes
+    deliver(manager, clock, t0 + 5000, {**long_l, "status": "resolved", "endsAt": iso(t0 + 4990)})
+    assert incidents(manager) == [(1, "resolved", 2, 0), (2, "resolved", 1, 0)]
+    deliver(manager, clock, t0 + 5105, f(t0 + 5100))  # 3000 s after incident 2, 100 s after 1
+    assert incidents(manager) == [(1, "resolved", 2, 0), (2, "resolved", 1, 0), (3, "open", 1, 1)]

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from serving_helpers import alert, webhook
 from ui_helpers import STORM_LABELS, TRUE_ROOT, storm_alerts
 
+from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.app import create_app
 from fleetmind.serving.notify import ALERTNAME, Notifier
 from fleetmind.serving.settings import Settings
@@ -635,3 +636,43 @@ def test_a_channel_that_did_not_take_the_message_is_named_beside_sent(tmp_path: 
     row = {"state": "resolved", "delivery": {"alertmanager": "dropped: 404", "webhook": "sent"}}
     sent, failing, dropped = delivery_outcome(row)
     assert sent and failing is None and dropped == "Alertmanager refused it: 404"
+
+
+def test_an_incident_ranked_with_no_cause_withdraws_its_alert(app: TestClient) -> None:
+    """The graph is replaced by one without cluster c0 and the storm incident is ranked again:
+    none of its alerts names a node of the graph, so it is stored with no cause (the manager's
+    ``_rank``). The cause already sent is withdrawn once (after the settle time, as a changed
+    cause is), not re-sent for a node that left the graph until the incident closes. Alertmanager's
+    "Sending alerts" (prometheus.io/docs/alerting/clients): "Clients are expected to continuously
+    re-send alerts as long as they are still active"; one no longer active is sent with its
+    ``endsAt``."""
+    rec, clock = Recorder(), Clock()
+    n = notifier(app, rec, clock)
+    n.poll()
+    clock.t += 31
+    n.poll()
+    inc = storm_incident(app)
+    assert [a["labels"]["cause_node"] for a in _alerts_of(rec, inc)] == [TRUE_ROOT]
+    services = app.app.state.services
+    graph = services.graphs.graph
+    keep = [x for x in graph.nodes if x.cluster != "c0" and x.id != "c0"]
+    ids = {x.id for x in keep}
+    edges = [e for e in graph.edges if e.src in ids and e.dst in ids]
+    services.graphs.replace(DependencyGraph(f"{graph.name}-without-c0", keep, edges))
+    again = alert(STORM_LABELS[0], starts=T0.isoformat(), fingerprint="storm-again")
+    app.post("/api/v1/alerts", json=webhook([again]))
+    services.incidents.process_pending()
+    inc = storm_incident_by_id(app, inc["id"])
+    assert inc["status"] == "open" and inc["causes"] == []
+    rec.calls.clear()
+    n.poll()
+    assert rec.calls == []  # not settled yet
+    for _ in range(3):  # past the settle time, then two re-send intervals
+        clock.t += 61
+        n.poll()
+    sent = _alerts_of(rec, inc)
+    assert [(a["labels"]["cause_node"], bool(a.get("endsAt"))) for a in sent] == [(TRUE_ROOT, True)]
+    assert sent[0]["annotations"]["resolved_because"] == "no cause on the current graph"
+    hooks = [h for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
+    assert [h["fleetmind"]["resolved_because"] for h in hooks] == ["no cause on the current graph"]
+    assert "withdrawn" in hooks[0]["text"] and "Resolved" not in hooks[0]["text"]

@@ -207,41 +207,61 @@ class IncidentStore:
         """``{alert id: (incident id, status, closed_ts)}``: the incident of the latest earlier
         episode of each alert's fingerprint (its alert that started last before it, grouped).
 
-        Only incidents still open (the latest episode may be in one: there is nothing to reopen)
-        or closed at most ``window_s`` seconds before the alert started (the ones
-        :meth:`fleetmind.serving.incidents.grouper.Grouper.reopens_episode` can take) are read,
-        so a fingerprint that fired a thousand times costs a few rows. Reads the
-        ``(fingerprint, starts_at)`` unique index, one query per 500 alerts.
+        The latest earlier episode is picked first; its incident is returned only when still open
+        (there is nothing to reopen) or closed at most ``window_s`` seconds before the alert
+        started (the ones :meth:`fleetmind.serving.incidents.grouper.Grouper.reopens_episode` can
+        take). An older episode's incident is never returned, even one that closed later: a new
+        episode reopens its previous episode's incident or none. Reads the fingerprint's rows
+        through the ``(fingerprint, starts_at)`` unique index, one query per 500 alerts.
         """
-        new, prev = alerts.alias("new"), alerts.alias("prev")
-        q = (
-            select(new.c.id, prev.c.starts_ts, prev.c.id, incidents.c.id, incidents.c.status)
-            .add_columns(incidents.c.closed_ts)
+        new, prev, older = alerts.alias("new"), alerts.alias("prev"), alerts.alias("older")
+        latest = (  # per new alert: the start of its fingerprint's latest earlier grouped episode
+            select(
+                new.c.id.label("alert_id"),
+                new.c.fingerprint,
+                new.c.starts_ts,
+                func.max(older.c.starts_ts).label("prev_ts"),
+            )
             .select_from(
                 new.join(
+                    older,
+                    and_(
+                        older.c.fingerprint == new.c.fingerprint,
+                        older.c.starts_ts < new.c.starts_ts,
+                        older.c.incident_id.is_not(None),
+                    ),
+                )
+            )
+            .where(new.c.id.in_(bindparam("ids", expanding=True)))
+            .group_by(new.c.id, new.c.fingerprint, new.c.starts_ts)
+            .subquery("latest")
+        )
+        q = (
+            select(latest.c.alert_id, prev.c.id, incidents.c.id, incidents.c.status)
+            .add_columns(incidents.c.closed_ts)
+            .select_from(
+                latest.join(
                     prev,
                     and_(
-                        prev.c.fingerprint == new.c.fingerprint, prev.c.starts_ts < new.c.starts_ts
+                        prev.c.fingerprint == latest.c.fingerprint,
+                        prev.c.starts_ts == latest.c.prev_ts,
                     ),
                 ).join(incidents, incidents.c.id == prev.c.incident_id)
             )
             .where(
-                new.c.id.in_(bindparam("ids", expanding=True)),
                 or_(
                     incidents.c.closed_ts.is_(None),
-                    incidents.c.closed_ts >= new.c.starts_ts - float(window_s),
-                ),
+                    incidents.c.closed_ts >= latest.c.starts_ts - float(window_s),
+                )
             )
         )
         ids = sorted(int(i) for i in alert_ids)
-        latest: dict[int, tuple[tuple[float, int], tuple[int, str, float | None]]] = {}
+        latest: dict[int, tuple[int, tuple[int, str, float | None]]] = {}
         for i in range(0, len(ids), 500):  # bound the IN list (SQLite's variable limit)
-            for a_id, p_ts, p_id, inc_id, status, closed in conn.execute(
-                q, {"ids": ids[i : i + 500]}
-            ):
-                key = (float(p_ts), int(p_id))
-                if a_id not in latest or key > latest[a_id][0]:
-                    latest[int(a_id)] = (key, (int(inc_id), str(status), closed))
+            for a_id, p_id, inc_id, status, closed in conn.execute(q, {"ids": ids[i : i + 500]}):
+                # two rows of one start time (``starts_at`` written two ways): the last stored
+                if a_id not in latest or int(p_id) > latest[a_id][0]:
+                    latest[int(a_id)] = (int(p_id), (int(inc_id), str(status), closed))
         return {a_id: found for a_id, (_, found) in latest.items()}
 
     def mark_grouped(self, conn: Connection, done: list[dict[str, Any]]) -> None:

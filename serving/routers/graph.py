@@ -1,13 +1,15 @@
 """``/api/v1/graph``: the dependency graph the RCA reasons over; replaceable at runtime.
 
 Both answers say which graph is served: its ``version`` in this process (1 at start, +1 per swap),
-its ``source`` (the ``FLEETMIND_GRAPH`` file's path, or ``"api"``) and ``loaded_at``. While
-``FLEETMIND_GRAPH`` is re-read (``FLEETMIND_GRAPH_REFRESH_S``), an upload is served until the
-file's content changes, and the ``PUT`` answer's ``warnings`` say so.
+its ``source`` (the ``FLEETMIND_GRAPH`` file's path, or ``"api"``) and ``loaded_at``. An upload
+reaches only the process that answered (one worker of ``--workers N``, one replica), and while
+``FLEETMIND_GRAPH`` is re-read (``FLEETMIND_GRAPH_REFRESH_S``) it is served until the file's
+content changes; the ``PUT`` answer's ``warnings`` say both.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -28,21 +30,31 @@ class GraphReplaced(GraphSummary):
     loaded_at: str = Field(description="when it was swapped in, ISO 8601 UTC")
     warnings: list[str] = Field(
         default_factory=list,
-        description="what can replace this upload (a re-read FLEETMIND_GRAPH file)",
+        description="where this upload is served (this process only) and what can replace it "
+        "(a re-read FLEETMIND_GRAPH file)",
     )
 
 
 def upload_warnings(request: Request) -> list[str]:
-    """Why an upload may not last: the ``FLEETMIND_GRAPH`` file is re-read (the refresher)."""
+    """Why an upload may not be what every request sees: it reaches only this process (other
+    workers and replicas keep their graph, with no propagation), and a re-read ``FLEETMIND_GRAPH``
+    file (the refresher) replaces it once the file's content changes."""
+    out = []
     refresher = getattr(request.app.state, "graph_refresher", None)
-    if refresher is None:
-        return []
-    return [
-        f"graph: FLEETMIND_GRAPH is re-read every {refresher.interval_s:g} s "
-        "(FLEETMIND_GRAPH_REFRESH_S): this upload is served until the file's content changes, "
-        "then the file's graph replaces it; this process only (each worker and replica has "
-        "its own graph)"
-    ]
+    if refresher is not None:
+        out.append(
+            f"graph: FLEETMIND_GRAPH is re-read every {refresher.interval_s:g} s "
+            "(FLEETMIND_GRAPH_REFRESH_S): this upload is served until the file's content "
+            "changes, then the file's graph replaces it"
+        )
+    out.append(
+        f"graph: this upload reaches only the process that answered (pid {os.getpid()}); with "
+        "several workers (--workers) or replicas the others keep their own graph, and they "
+        "disagree for as long as the upload lasts"
+        + (" (until the file's content changes)" if refresher is not None else " (until a restart)")
+        + "; for several workers or replicas write the graph to the FLEETMIND_GRAPH file instead"
+    )
+    return out
 
 
 @router.get(
