@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import os
-import platform
 import shlex
 import sys
 import warnings
@@ -19,7 +16,7 @@ from typing import TextIO
 
 from fleetmind import argtypes
 from fleetmind.cli.common import add_group
-from fleetmind.provenance import git_commit, versions
+from fleetmind.provenance import load_now, run_provenance
 from fleetmind.redact import safe_uri
 from fleetmind.training.io import write_json
 
@@ -361,11 +358,7 @@ def _used_by_training(incidents: list[dict], analyzers: dict) -> dict[str, dict]
     return out
 
 
-def _load_now() -> list[float] | None:
-    """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
-    if not hasattr(os, "getloadavg"):
-        return None
-    return [round(x, 2) for x in os.getloadavg()]
+_load_now = load_now
 
 
 def _evaluate_command(args: argparse.Namespace) -> str:
@@ -393,25 +386,9 @@ def _evaluate_command(args: argparse.Namespace) -> str:
 
 
 def _evaluate_provenance(args: argparse.Namespace, load_start: list[float] | None) -> dict:
-    """The provenance keys a benchmark result starts with (those of ``benchmarks/provenance.py``,
-    which the CLI may not import: DESIGN.md): ``command``, ``commit`` and ``code_modified``
-    (:func:`fleetmind.provenance.git_commit`), ``date`` (UTC, ISO 8601), ``machine`` (platform,
-    processor, cores, Python, load averages at the start and end) and ``versions`` (Python, torch,
-    numpy, fleetmind, PyG, scikit-learn)."""
-    return {
-        "command": _evaluate_command(args),
-        **git_commit(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "loadavg_start": load_start,
-            "loadavg_end": _load_now(),
-        },
-        "versions": versions(("fleetmind", "torch_geometric", "scikit-learn")),
-    }
+    """The provenance keys a benchmark result starts with
+    (:func:`fleetmind.provenance.run_provenance`; versions of PyG and scikit-learn besides)."""
+    return run_provenance(_evaluate_command(args), load_start, ("torch_geometric", "scikit-learn"))
 
 
 def _cell(value: float | None, width: int) -> str:

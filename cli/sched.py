@@ -374,12 +374,10 @@ def _refuse_fgd_scaleout(args: argparse.Namespace) -> None:
 
 
 def _load_now() -> list[float] | None:
-    """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
-    import os
+    """The 1, 5 and 15-minute load averages (:func:`fleetmind.provenance.load_now`)."""
+    from fleetmind.provenance import load_now
 
-    if not hasattr(os, "getloadavg"):
-        return None
-    return [round(x, 2) for x in os.getloadavg()]
+    return load_now()
 
 
 def _dynamic_command(args: argparse.Namespace) -> str:
@@ -414,30 +412,11 @@ def _dynamic_command(args: argparse.Namespace) -> str:
 
 def _dynamic_provenance(args: argparse.Namespace, load_start: list[float] | None) -> dict:
     """The provenance keys a dynamic-mode result starts with, those of ``rca evaluate --json``
-    and the benchmarks: ``command``, ``commit`` and ``code_modified``
-    (:func:`fleetmind.provenance.git_commit`), ``date`` (UTC, ISO 8601), ``machine`` (platform,
-    processor, cores, Python, load averages at the start and end) and ``versions`` (Python,
-    torch, numpy, fleetmind, gymnasium, ONNX Runtime)."""
-    import datetime as dt
-    import os
-    import platform
+    and the benchmarks (:func:`fleetmind.provenance.run_provenance`; versions of gymnasium and
+    ONNX Runtime besides)."""
+    from fleetmind.provenance import run_provenance
 
-    from fleetmind.provenance import git_commit, versions
-
-    return {
-        "command": _dynamic_command(args),
-        **git_commit(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "loadavg_start": load_start,
-            "loadavg_end": _load_now(),
-        },
-        "versions": versions(("fleetmind", "gymnasium", "onnxruntime")),
-    }
+    return run_provenance(_dynamic_command(args), load_start, ("gymnasium", "onnxruntime"))
 
 
 DYNAMIC_NODE_CLUSTERS = 3

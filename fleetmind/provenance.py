@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.metadata as md
+import os
 import platform
 import subprocess
 from collections.abc import Iterable
@@ -82,4 +83,35 @@ def artifact_provenance(packages: Iterable[str] = ()) -> dict[str, Any]:
         **git_commit(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "versions": versions(("fleetmind", "torch_geometric", *packages)),
+    }
+
+
+def load_now() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_provenance(
+    command: str, load_start: list[float] | None, packages: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The provenance keys a result JSON starts with (those of ``benchmarks/provenance.py``, which
+    the CLI may not import: DESIGN.md): ``command``, ``commit`` and ``code_modified``
+    (:func:`git_commit`), ``date`` (UTC, ISO 8601), ``machine`` (platform, processor, cores,
+    Python, the load averages at the start, ``load_start``, and now) and ``versions``
+    (:func:`versions` of ``fleetmind`` and ``packages``)."""
+    return {
+        "command": command,
+        **git_commit(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_start": load_start,
+            "loadavg_end": load_now(),
+        },
+        "versions": versions(("fleetmind", *packages)),
     }
