@@ -903,8 +903,9 @@ class Notifier:
             )
         elif because == NO_CAUSE:
             text = (
-                f":grey_question: Root cause {node} of {link} withdrawn: none of its alerts "
-                "names a node of the current graph; the incident is open"
+                f":grey_question: Root cause {node} of {link} withdrawn: the incident has no "
+                "cause on the current graph (its alerts name none of its nodes); the incident is "
+                "open"
             )
         elif resolved:
             text = f":white_check_mark: Resolved {link} (root cause was {node})"

@@ -676,3 +676,17 @@ def test_an_incident_ranked_with_no_cause_withdraws_its_alert(app: TestClient) -
     hooks = [h for h in rec.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
     assert [h["fleetmind"]["resolved_because"] for h in hooks] == ["no cause on the current graph"]
     assert "withdrawn" in hooks[0]["text"] and "Resolved" not in hooks[0]["text"]
+    # the graph comes back and the incident is ranked again: its cause fires anew, after the
+    # withdrawal (an alert that ended is a new one when it fires again)
+    services.graphs.replace(graph)
+    back = alert(STORM_LABELS[0], starts=T0.isoformat(), fingerprint="storm-back")
+    app.post("/api/v1/alerts", json=webhook([back]))
+    services.incidents.process_pending()
+    assert storm_incident_by_id(app, inc["id"])["causes"][0]["node"] == TRUE_ROOT
+    rec.calls.clear()
+    for _ in range(2):  # past the settle time
+        clock.t += 61
+        n.poll()
+    again_sent = _alerts_of(rec, inc)
+    assert again_sent and all(not a.get("endsAt") for a in again_sent)
+    assert {a["labels"]["cause_node"] for a in again_sent} == {TRUE_ROOT}
