@@ -353,7 +353,7 @@ def _evaluate_dynamic(
     if fleet is not None:
         out["nodes"] = {"source": fleet.source, "n_nodes": fleet.n_nodes, "n_gpus": fleet.n_gpus}
     out["policies"] = per_policy
-    return {**_dynamic_provenance(args, load_start), **out}
+    return {**_evaluate_provenance(args, load_start), **out}
 
 
 def _refuse_fgd_scaleout(args: argparse.Namespace) -> None:
@@ -380,14 +380,14 @@ def _load_now() -> list[float] | None:
     return load_now()
 
 
-def _dynamic_command(args: argparse.Namespace) -> str:
-    """The ``fleetmind sched evaluate`` line that reruns a dynamic-mode ``args``, quoted for a
-    POSIX shell (``shlex.join``)."""
+def _evaluate_command(args: argparse.Namespace) -> str:
+    """The ``fleetmind sched evaluate`` line that reruns ``args`` (either mode), quoted for a
+    POSIX shell (``shlex.join``); URIs with credentials are redacted (``fleetmind.redact``)."""
     import shlex
 
     from fleetmind.redact import safe_uri
 
-    out = ["fleetmind", "sched", "evaluate", "--trace", str(args.trace), "--mode", "dynamic"]
+    out = ["fleetmind", "sched", "evaluate", "--trace", str(args.trace), "--mode", args.mode]
     if args.policies:
         out += ["--policies", *args.policies]
     out += ["--seeds", *map(str, args.seeds)]
@@ -395,9 +395,13 @@ def _dynamic_command(args: argparse.Namespace) -> str:
         ("--model", args.model),
         ("--nodes", args.nodes),
         ("--backfill-depth", args.backfill_depth),
+        ("--workers", args.workers if args.workers != 1 else None),
+        ("--ray-address", getattr(args, "ray_address", None)),
     ):
         if value is not None:
             out += [flag, safe_uri(str(value))]
+    if args.causes:
+        out += ["--causes"]
     if any(str(p).lower() == "rollout" for p in args.policies or []):
         out += ["--rollout-k", str(args.rollout_k), "--rollout-every", str(args.rollout_every)]
         if args.rollout_band:
@@ -410,13 +414,13 @@ def _dynamic_command(args: argparse.Namespace) -> str:
     return shlex.join(out)
 
 
-def _dynamic_provenance(args: argparse.Namespace, load_start: list[float] | None) -> dict:
-    """The provenance keys a dynamic-mode result starts with, those of ``rca evaluate --json``
+def _evaluate_provenance(args: argparse.Namespace, load_start: list[float] | None) -> dict:
+    """The provenance keys a result of either mode starts with, those of ``rca evaluate --json``
     and the benchmarks (:func:`fleetmind.provenance.run_provenance`; versions of gymnasium and
-    ONNX Runtime besides)."""
+    ONNX Runtime besides). ``load_start``: the 1, 5 and 15-minute load averages before the runs."""
     from fleetmind.provenance import run_provenance
 
-    return run_provenance(_dynamic_command(args), load_start, ("gymnasium", "onnxruntime"))
+    return run_provenance(_evaluate_command(args), load_start, ("gymnasium", "onnxruntime"))
 
 
 DYNAMIC_NODE_CLUSTERS = 3
@@ -533,7 +537,7 @@ def _evaluate_dynamic_agent(
         }
     _add_offered_load(per_policy, args.trace, cfg, seeds)
     return {
-        **_dynamic_provenance(args, load_start),
+        **_evaluate_provenance(args, load_start),
         "trace": str(args.trace),
         "mode": "dynamic",
         "setting": {**asdict(cfg), "model": str(ref)},
@@ -656,7 +660,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
     policies = _policy_list(args)
     if args.mode == "fgd":
+        load_start = _load_now()
         result = _evaluate_fgd(args, policies, seeds)
+        result = {**_evaluate_provenance(args, load_start), **result}  # as in dynamic mode
     else:
         result = _evaluate_dynamic(args, policies, seeds)
     result["policies"] = _in_order(result["policies"], policies)

@@ -68,7 +68,12 @@ METRICS = (
     "remote_data_frac",
     "gpu_allocation_ratio",
     "ms_per_decision",
+    "p99_jct_s",
+    "p99_slowdown",
 )
+"""Metrics of :meth:`DynamicSim.metrics` averaged over seeds (seconds for ``*_s``, milliseconds
+for ``ms_per_decision``, ratios otherwise): those of
+:func:`fleetmind.envs.dynamic.evaluate.evaluate_dynamic`, so both CLI paths report the same keys."""
 
 
 @dataclass(frozen=True)
@@ -257,8 +262,10 @@ def evaluate_streams(
     ``None``: every policy runs with ``config``'s order. The job streams do not depend on it.
 
     Returns:
-        ``{policy: {metric: mean over seeds, "per_seed": {metric: [per seed]}}}`` for the metrics of
-        :data:`METRICS`.
+        ``{policy: {metric: mean over seeds, "n_rejected": jobs rejected on arrival (mean over
+        seeds, rounded), "per_seed": {metric: [per seed], "n_started": [jobs started per seed]}}}``
+        for the metrics of :data:`METRICS`, as :func:`fleetmind.envs.dynamic.evaluate.evaluate_dynamic`
+        aggregates them.
     """
     cfg = config or DynEvalConfig()
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
@@ -291,7 +298,8 @@ def evaluate_streams(
     for name in names:
         r = rows[name]
         entry: dict[str, Any] = {k: float(np.mean([x[k] for x in r])) for k in METRICS}
-        entry["per_seed"] = {k: [float(x[k]) for x in r] for k in METRICS}
+        entry["n_rejected"] = int(round(float(np.mean([x["n_rejected"] for x in r]))))
+        entry["per_seed"] = {k: [float(x[k]) for x in r] for k in (*METRICS, "n_started")}
         out[name] = entry
     return out
 

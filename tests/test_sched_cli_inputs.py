@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 import signal
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +21,11 @@ NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
     f"n{i},64000,262144,{[2, 4, 8][i % 3]},{['T4', 'P100', 'V100'][i % 3]}\n" for i in range(6)
 )
 PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
-    f"p{i:02d},{1000 + 500 * (i % 3)},1024,{1 + i % 2},{[250, 500, 1000][i % 3]}\n"
+    f"p{i:02d},{1000 + 500 * (i % 3)},1024,{1 + i % 2},{1000 if i % 2 else [250, 500, 1000][i % 3]}\n"
     for i in range(30)
 )
+"""Single-GPU pods share a GPU (250, 500 or 1000 milli); a 2-GPU pod takes whole GPUs (1000, as the
+FGD simulator reads it: below 1000 the loader warns, ``TraceWarning``)."""
 CPU_PODS = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
     f"c{i},{1000 * (1 + i % 4)},2048,0,0\n" for i in range(10)
 )
@@ -78,6 +81,17 @@ def test_cpu_only_trace_evaluate_exits_2(files, capsys) -> None:
         rc = main([*argv, "--policies", "BestFit", "--seeds", "42"])
     assert rc == 2
     assert "requests no GPU" in one_line_error(capsys)
+
+
+def test_fixture_traces_load_without_trace_warnings(files) -> None:
+    # the fixtures are valid openb-schema traces: a 2-GPU pod at gpu_milli 500 warned (the FGD
+    # simulator, like fleetmind.data.openb, reads a multi-GPU pod as whole GPUs)
+    from fleetmind.data.openb import TraceWarning, load_openb_trace
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TraceWarning)
+        for key in ("pods", "cpu"):
+            load_openb_trace(files[key])
 
 
 def test_resampling_is_capped(files, monkeypatch) -> None:
