@@ -18,15 +18,13 @@ start and end) and ``versions`` (Python, torch, numpy and any ``packages`` asked
 from __future__ import annotations
 
 import datetime as dt
-import os
-import platform
 import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fleetmind.provenance import LIBRARY_FOLDERS, code_root, git_commit, versions
+from fleetmind.provenance import LIBRARY_FOLDERS, code_root, git_commit, load_now, machine, versions
 
 __all__ = [
     "AREAS",
@@ -54,32 +52,12 @@ measures, whichever script wrote it: dynamic-mode runs of ``benchmarks.placement
 ``dynamic/``, the dated experiments' results to the area they studied (``benchmarks/README.md``)."""
 
 
-def load_now() -> list[float] | None:
-    """The 1, 5 and 15-minute load averages, rounded (``None`` where the OS has none)."""
-    if not hasattr(os, "getloadavg"):
-        return None
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def command(module: str, argv: Sequence[str] | None = None) -> str:
     """The command line that reruns ``module`` with ``argv`` (default: this process's arguments),
     each argument quoted for a POSIX shell where it needs it (``--note '2-core machine'``), so that
     the line pastes back into a shell as the same arguments."""
     args = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     return shlex.join(["python", "-m", module, *args])
-
-
-def machine(load_start: list[float] | None = None, **extra: Any) -> dict[str, Any]:
-    """Platform, processor, core count, Python, and the load averages at the start and now."""
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "loadavg_start": load_start,
-        "loadavg_end": load_now(),
-        **extra,
-    }
 
 
 def provenance(

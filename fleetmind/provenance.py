@@ -93,25 +93,31 @@ def load_now() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def machine(load_start: list[float] | None = None, **extra: Any) -> dict[str, Any]:
+    """Platform, processor, core count, Python, and the load averages at the start
+    (``load_start``) and now, plus ``extra``."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_start": load_start,
+        "loadavg_end": load_now(),
+        **extra,
+    }
+
+
 def run_provenance(
     command: str, load_start: list[float] | None, packages: Iterable[str] = ()
 ) -> dict[str, Any]:
     """The provenance keys a result JSON starts with (those of ``benchmarks/provenance.py``, which
     the CLI may not import: DESIGN.md): ``command``, ``commit`` and ``code_modified``
-    (:func:`git_commit`), ``date`` (UTC, ISO 8601), ``machine`` (platform, processor, cores,
-    Python, the load averages at the start, ``load_start``, and now) and ``versions``
-    (:func:`versions` of ``fleetmind`` and ``packages``)."""
+    (:func:`git_commit`), ``date`` (UTC, ISO 8601), ``machine`` (:func:`machine`) and
+    ``versions`` (:func:`versions` of ``fleetmind`` and ``packages``)."""
     return {
         "command": command,
         **git_commit(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "loadavg_start": load_start,
-            "loadavg_end": load_now(),
-        },
+        "machine": machine(load_start),
         "versions": versions(("fleetmind", *packages)),
     }

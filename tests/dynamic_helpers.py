@@ -108,3 +108,23 @@ def small_env_kwargs(**overrides: object) -> dict[str, object]:
     )
     kw.update(overrides)
     return kw
+
+
+class RecordingBar:
+    """A stand-in for ``tqdm`` that records its total and what was counted (the calls the training
+    recipes make); every bar made is appended to :attr:`made`."""
+
+    made: list[RecordingBar] = []
+
+    def __init__(self, total: int | None = None, **_: object) -> None:
+        self.total, self.n = total, 0
+        RecordingBar.made.append(self)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix(self, **_: object) -> None:
+        """Postfix text is not recorded."""
+
+    def close(self) -> None:
+        """Nothing to release."""

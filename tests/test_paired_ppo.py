@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from dynamic_helpers import RecordingBar
 
 from fleetmind import cli
 from fleetmind.data.paths import MODELS_DIR
@@ -37,25 +38,6 @@ from fleetmind.rl.scaleout import run_tasks
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
 RELEASED = MODELS_DIR / "placement-dynamic"
-
-
-class _Bar:
-    """A progress bar that records its total and what was counted (``tqdm``'s calls used here)."""
-
-    made: list[_Bar] = []
-
-    def __init__(self, total: int | None = None, **_: object) -> None:
-        self.total, self.n = total, 0
-        _Bar.made.append(self)
-
-    def update(self, n: int = 1) -> None:
-        self.n += n
-
-    def set_postfix(self, **_: object) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _tiny_envs(n_jobs: int = 128) -> list:
@@ -178,8 +160,8 @@ def test_recipe_exports_a_model_that_loads_as_ppo_and_clone(
     from fleetmind.training.recipes import paired
     from fleetmind.training.recipes.paired import PairedArgs, run
 
-    monkeypatch.setattr(paired, "tqdm", _Bar)
-    _Bar.made = []
+    monkeypatch.setattr(paired, "tqdm", RecordingBar)
+    RecordingBar.made = []
     summary = run(
         PairedArgs(
             traces=["default"],
@@ -209,7 +191,7 @@ def test_recipe_exports_a_model_that_loads_as_ppo_and_clone(
     load_dynamic_actor(model_dir / "clone.onnx")
     # the bar ends full: 1 x (2 + 1) training episodes, the clone's validation and the one after
     # the iteration, 2 streams each (paired.iterate); it counted a third validation that never ran
-    (bar,) = _Bar.made
+    (bar,) = RecordingBar.made
     assert bar.n == bar.total == 3 + 2 * 2
 
 

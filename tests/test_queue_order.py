@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from dynamic_helpers import RecordingBar
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.paths import MODELS_DIR
@@ -26,25 +27,6 @@ from fleetmind.rl.scaleout import run_tasks
 pytestmark = pytest.mark.filterwarnings("ignore:offered load:UserWarning")
 
 RELEASED = MODELS_DIR / "placement-dynamic"
-
-
-class _Bar:
-    """A progress bar that records its total and what was counted (``tqdm``'s calls used here)."""
-
-    made: list[_Bar] = []
-
-    def __init__(self, total: int | None = None, **_: object) -> None:
-        self.total, self.n = total, 0
-        _Bar.made.append(self)
-
-    def update(self, n: int = 1) -> None:
-        self.n += n
-
-    def set_postfix(self, **_: object) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _workloads() -> list[Workload]:
@@ -155,8 +137,8 @@ def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path, mo
     from fleetmind.training.recipes.order import OrderArgs, run
 
     torch.set_num_threads(1)
-    monkeypatch.setattr(order, "tqdm", _Bar)
-    _Bar.made = []
+    monkeypatch.setattr(order, "tqdm", RecordingBar)
+    RecordingBar.made = []
     summary = run(
         OrderArgs(
             traces=["default"],
@@ -192,7 +174,7 @@ def test_recipe_exports_a_model_that_carries_its_order(shared_data, tmp_path, mo
     load_dynamic_actor(model_dir)  # what `sched evaluate --policies ppo --model DIR` loads
     # the bar ends full: 2 x (2 + 2 x 1 pairs) training episodes, the clone's validation and one
     # after each iteration, 2 streams each (recipes.paired.iterate); it ended at 14/16 (88 %)
-    (bar,) = _Bar.made
+    (bar,) = RecordingBar.made
     assert bar.n == bar.total == 2 * 4 + 2 * 3
 
 
