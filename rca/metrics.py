@@ -184,7 +184,9 @@ def make_analyzers(
                     raise NotAvailableError(f"method {name!r} could not be loaded: {err}") from None
         else:
             raise ConfigError(
-                f"unknown method {name!r} (available: {', '.join(available_methods())})"
+                f"unknown method {name!r} (available: "
+                f"{', '.join(available_methods(with_data=True))}; "
+                f"{', '.join(DATA_TRAINED)} need the dataset folder)"
             )
     return out
 

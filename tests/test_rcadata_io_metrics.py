@@ -192,8 +192,10 @@ def test_evaluate_methods_shape_and_plugin_hook(small) -> None:
     assert res["methods"]["oracle"]["ac@1"] == 1.0 and res["methods"]["oracle"]["mrr"] == 1.0
     for m in res["methods"].values():
         assert 0 <= m["ac@1"] <= m["ac@3"] <= m["ac@5"] <= 1
-    with pytest.raises(ConfigError, match="unknown method"):
+    with pytest.raises(ConfigError, match="unknown method") as err:
         make_analyzers(["nope"])
+    # every method --methods accepts is named, the learned baselines too
+    assert all(name in str(err.value) for name in ("hop2_gbdt", "node_gbdt", "name_table"))
 
 
 def test_untyped_incidents_are_no_fault_type_of_their_own(small) -> None:

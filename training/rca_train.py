@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from fleetmind import argtypes
-from fleetmind.data.errors import ConfigError
+from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.files import read_json
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read_incidents
@@ -491,6 +491,8 @@ def check_args(args: Args) -> None:
     before any data is read: torch would otherwise stop minutes later with a traceback."""
     if not args.data:
         raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
+    if not Path(args.data).is_dir():  # before the tracking store is created, which leaves files
+        raise DataError(f"dataset folder not found: {args.data}")
     at_least_one = {
         "--epochs": args.epochs,
         "--batch-size": args.batch_size,
