@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from fleetmind.data.errors import ConfigError
+from fleetmind.redact import safe_uri
 
 _ENV_OPTIONS = {
     "graph": "FLEETMIND_GRAPH",
@@ -95,7 +96,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     )
     p.add_argument(
         "--prometheus-url",
-        help="--telemetry prometheus: the Prometheus server (e.g. http://prometheus:9090), queried "
+        help="with --telemetry prometheus (required): the Prometheus server (e.g. "
+        "http://prometheus:9090), queried "
         "for every node's dcgm-exporter and kube-state-metrics series; a URL ending in /metrics "
         "reads one dcgm-exporter directly",
     )
@@ -112,6 +114,21 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 def _from_env(name: str) -> bool:
     """Whether the variable ``name`` is set (the settings read names case-insensitively)."""
     return any(key.upper() == name for key in os.environ)
+
+
+SECRET_SUFFIXES = ("_TOKEN", "_SECRET", "_PASSWORD")
+"""Settings whose values are never printed: an error names the variable and the rule only."""
+SECRET_SETTINGS = frozenset({"FLEETMIND_NOTIFY_WEBHOOK_URL"})
+"""Secrets by another name: a Slack or receiver webhook URL carries its secret in the path."""
+
+
+def shown_setting(name: str, value: object) -> str:
+    """How a setting error shows ``FLEETMIND_<NAME>=value``: a secret (:data:`SECRET_SUFFIXES`,
+    :data:`SECRET_SETTINGS`) as ``(value hidden)``, any other value with the credentials of the
+    URLs in it masked (:func:`fleetmind.redact.safe_uri`)."""
+    if name.endswith(SECRET_SUFFIXES) or name in SECRET_SETTINGS:
+        return f"{name} (value hidden)"
+    return f"{name}={safe_uri(repr(value))}"
 
 
 def _settings_error(err: Any) -> str:
@@ -133,7 +150,8 @@ def _settings_error(err: Any) -> str:
         name = "FLEETMIND_" + "_".join(str(p) for p in e.get("loc", ())).upper()
         value = os.environ.get(name, e.get("input"))
         msg = re.sub(r"\b(FLEETMIND_[A-Z0-9_]+)=[^\s,;]+", source, str(e.get("msg", "invalid")))
-        shown = f"{name}={value!r}"
+        msg = safe_uri(msg)
+        shown = shown_setting(name, value)
         if not _from_env(name):
             shown += " (default)"
         parts.append(f"{shown}: {msg}")
@@ -237,9 +255,25 @@ def _check_sqlite_writable(db: Any) -> None:
         )
 
 
+def _check_token_file(path: str) -> None:
+    """Refuse to start with a Prometheus bearer token file every request would fail on
+    (unreadable, empty, or holding characters a header cannot carry); the token is never shown.
+
+    Raises:
+        ConfigError: what is wrong with the file.
+    """
+    from fleetmind.data.errors import NotAvailableError
+    from fleetmind.serving.telemetry.prometheus import bearer_headers
+
+    try:
+        bearer_headers(path)
+    except NotAvailableError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _checked_settings(args: argparse.Namespace) -> Any:
     """The service's settings from the environment, checked as the server would check them at
-    start (tokens, TLS files, the Prometheus CA file, public bind, a free port, graph, a
+    start (tokens, TLS files, the Prometheus CA and token files, public bind, a free port, graph, a
     writable database and its schema). Raises
     :class:`fleetmind.errors.ConfigError` or :class:`fleetmind.errors.DataError`, one line, when
     it would not start."""
@@ -253,6 +287,15 @@ def _checked_settings(args: argparse.Namespace) -> Any:
         settings = Settings()
     except ValidationError as err:
         raise ConfigError(_settings_error(err)) from None
+    if (
+        os.environ.get("FLEETMIND_PROMETHEUS_URL")
+        and not os.environ.get("FLEETMIND_TELEMETRY")
+        and settings.telemetry == "sim"
+    ):  # the URL alone left the service on the simulated fleet, with placements that look real
+        raise ConfigError(
+            "--prometheus-url (FLEETMIND_PROMETHEUS_URL) is set but telemetry is sim, the "
+            "default: add --telemetry prometheus (FLEETMIND_TELEMETRY=prometheus) to read it"
+        )
     weak = settings.weak_tokens()
     if weak:
         raise ConfigError(
@@ -266,6 +309,8 @@ def _checked_settings(args: argparse.Namespace) -> Any:
         ca_problem = ca_bundle_problem("FLEETMIND_PROMETHEUS_CA_FILE", settings.prometheus_ca_file)
         if ca_problem:  # the telemetry source would refuse it, only as a warning at start
             raise ConfigError(ca_problem)
+    if settings.telemetry == "prometheus" and settings.prometheus_bearer_token_file:
+        _check_token_file(settings.prometheus_bearer_token_file)
     if not settings.tokens() and not is_loopback(args.host) and not args.insecure:
         raise ConfigError(
             f"refusing to serve on {args.host} without a token: set FLEETMIND_API_TOKEN (or "

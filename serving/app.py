@@ -31,6 +31,7 @@ from fleetmind.data.errors import (
 )
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving import migrations
+from fleetmind.serving.api_docs import add_api_docs
 from fleetmind.serving.db import Database, is_input_error
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
@@ -47,6 +48,7 @@ from fleetmind.serving.middleware import (
     SecurityHeaders,
 )
 from fleetmind.serving.notify import Notifier
+from fleetmind.serving.origin_guard import OriginGuard
 from fleetmind.serving.rca import router as rca_router
 from fleetmind.serving.rca.batcher import RCABatcher
 from fleetmind.serving.rca.fast_lane import FastLane
@@ -273,7 +275,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=API_VERSION,
         description="Root-cause analysis of alert storms and GPU placement for multi-cluster fleets.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: pinned scripts and a policy (serving/api_docs.py)
+        redoc_url=None,
     )
+    add_api_docs(app, app.title)
     # No dependency override for explicit settings: the services carry them (``current_settings``),
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
     # request (~1-2 ms each).
@@ -304,6 +309,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         RCAAdmission, max_queue=configured.rca_max_queue, deadline_s=configured.rca_deadline_s
     )
+    app.add_middleware(OriginGuard)  # cross-site, DNS-rebinding and content-type refusals
     app.add_middleware(AuthMiddleware)  # the token before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(ConcurrencyLimit, limit=configured.limit_concurrency)

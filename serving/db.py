@@ -59,6 +59,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from fleetmind.data.errors import ConfigError
+from fleetmind.redact import safe_uri
 from fleetmind.serving import migrations
 
 metadata = MetaData()
@@ -443,7 +444,7 @@ class Database:
                     connect_args=pg_connect_args(url, connect_timeout_s, statement_timeout_s),
                 )
         except Exception as err:  # bad URL, missing driver
-            raise ConfigError(f"cannot use database URL {url!r}: {err}") from None
+            raise ConfigError(safe_uri(f"cannot use database URL {url!r}: {err}")) from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         db_path = self.engine.url.database if self.is_sqlite else None
         self._file = db_path if db_path and db_path != ":memory:" else None

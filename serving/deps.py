@@ -343,7 +343,11 @@ TOO_LARGE = b"\0too large"
 async def read_bounded(scope: Any, receive: Any, limit: int) -> bytes | None:
     """The whole request body if it is at most ``limit`` bytes; :data:`TOO_LARGE` as soon as it
     is known to be larger (a declared ``Content-Length`` over it, or the bytes streamed so far);
-    ``None`` when the client disconnected. Reads at most ``limit`` plus one network chunk."""
+    ``None`` when the client disconnected. Reads at most ``limit`` plus one network chunk.
+
+    A body that stops arriving does not hold it forever: the server's body timeout
+    (``FLEETMIND_BODY_TIMEOUT_S``, :mod:`fleetmind.serving.http_guard`) answers 408 and closes
+    the connection, and ``receive()`` then gives ``http.disconnect`` (``None`` here)."""
     for k, v in scope.get("headers", ()):
         if k == b"content-length":
             try:

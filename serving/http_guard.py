@@ -1,10 +1,11 @@
-"""Connection limits uvicorn lacks: a header read timeout, a header size limit, and idle sockets
-that cannot crowd out requests.
+"""Connection limits uvicorn lacks: header and body read timeouts, a header size limit, and idle
+sockets that cannot crowd out requests.
 
-uvicorn (0.54) has neither a header timeout nor a header size limit with its default parser
+uvicorn (0.54) has neither a header timeout, a body timeout nor a header size limit with its default parser
 (httptools): ``timeout_keep_alive`` only runs between requests and is cancelled by any byte
 received, so a client that opens a connection and trickles (or never sends) its headers holds it
-forever, and the parser takes headers of any size (a 64 MB header was read before
+forever; a request whose body stops arriving waits in ``receive()`` forever, holding a request
+slot (``FLEETMIND_LIMIT_CONCURRENCY``) and a connection; and the parser takes headers of any size (a 64 MB header was read before
 authentication). Upstream tracks a request-start timeout as an open enhancement
 (Kludex/uvicorn issue 157, ``--timeout-request-start``, ~10 s). Its ``limit_concurrency`` counts
 open connections, idle ones included: with a limit of 20, 19 idle sockets made ``/healthz`` 503.
@@ -12,12 +13,22 @@ open connections, idle ones included: with a limit of 20, 19 idle sockets made `
 Why a protocol subclass here rather than a proxy or another server: the service must be safe as
 ``fleetmind serve`` starts it, with or without nginx in front; gunicorn and hypercorn would change
 the process model the tests and docs rely on (workers, lifespan, TLS options). The subclass adds
-three checks to uvicorn's httptools protocol and changes nothing else:
+four checks to uvicorn's httptools protocol and changes nothing else:
 
 * **header timeout** (``FLEETMIND_HEADER_TIMEOUT_S``, 10 s): a connection whose request headers are
   not complete within this time of its opening, or of its previous response, is closed (as nginx's
-  ``client_header_timeout``; Go's ``ReadHeaderTimeout``). The body is not covered: a slow upload is
-  bounded by the body limits and ``limit_concurrency`` instead.
+  ``client_header_timeout``; Go's ``ReadHeaderTimeout``).
+* **body timeout** (``FLEETMIND_BODY_TIMEOUT_S``, 20 s): a request whose body receives no byte for
+  this long gets ``408 Request Timeout`` (RFC 9110 section 15.5.9) when no response has started,
+  and its connection is closed either way; the route's ``receive()`` then returns
+  ``http.disconnect``. It covers every route, whoever reads the body (FastAPI, a middleware,
+  :func:`fleetmind.serving.deps.read_bounded`). It is a time *between two reads*, as nginx's
+  ``client_body_timeout`` (60 s), not a total: a large upload over a slow link that keeps
+  sending is never cut. Time the server itself holds the body back does not count: while
+  reading is paused for flow control (the app has not taken the buffered body yet) or the client
+  waits for ``100 Continue``. 20 s (Apache's ``mod_reqtimeout`` default for bodies) clears a
+  connection table full of stalled bodies before a Kubernetes probe at its defaults (3 failures
+  10 s apart) restarts the pod.
 * **header size limit** (``FLEETMIND_MAX_HEADER_BYTES``, 32 KiB, nginx's default of 4 x 8 KiB):
   request line and headers larger than this get ``431 Request Header Fields Too Large`` (RFC 6585
   section 5; RFC 9110 section 15.5 leaves the limit to the server) and the connection is closed,
@@ -30,8 +41,10 @@ three checks to uvicorn's httptools protocol and changes nothing else:
   goes out after the answers owed to the requests before it.
 * **connections** (``FLEETMIND_MAX_CONNECTIONS``, 1,000: under the usual 1,024 open-file limit):
   beyond it, the oldest connection that has no request in progress (waiting for headers, or idle
-  between keep-alive requests) is closed to make room; only when every connection is busy is the
-  new one refused with ``503``. Requests in progress are bounded separately by
+  between keep-alive requests) is closed to make room; failing that, the one whose request body
+  has been stalled longest (no byte for :data:`STALLED_S` or more) gets its ``408`` early; only
+  when every connection is busy otherwise is the new one refused with ``503``. So connections
+  stalled in a body cannot starve the probes even within the body timeout. Requests in progress are bounded separately by
   :class:`fleetmind.serving.middleware.ConcurrencyLimit` (``FLEETMIND_LIMIT_CONCURRENCY``), which exempts the probes.
 
 :func:`server_options` gives the ``uvicorn.run`` keyword arguments that install all of this.
@@ -48,19 +61,31 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fleetmind.serving.settings import Settings, get_settings
 
+STALLED_S = 1.0
+"""A request body that received no byte for this long (seconds; or the body timeout, when
+shorter) may be cut with its ``408`` to make room for a new connection (see the module
+docstring): a client that is sending is never cut."""
+
 
 @dataclass(frozen=True)
 class ConnectionLimits:
     """``header_timeout_s``: seconds; ``max_header_bytes``: bytes of request line plus headers;
-    ``max_connections``: open connections per server process."""
+    ``max_connections``: open connections per server process; ``body_timeout_s``: seconds
+    without a body byte (between two reads) before a request gets 408."""
 
     header_timeout_s: float
     max_header_bytes: int
     max_connections: int
+    body_timeout_s: float = 20.0
 
     @classmethod
     def of(cls, settings: Settings) -> ConnectionLimits:
-        return cls(settings.header_timeout_s, settings.max_header_bytes, settings.max_connections)
+        return cls(
+            settings.header_timeout_s,
+            settings.max_header_bytes,
+            settings.max_connections,
+            settings.body_timeout_s,
+        )
 
 
 @lru_cache(maxsize=1)
@@ -92,6 +117,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._limits = self.limits or _limits()
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None  # armed while a body is unfinished
+        self._body_moved = 0.0  # loop time of the body's last progress (or of its headers)
         self._awaiting_headers = True  # no request in progress (for the timer and idle())
         self._opened = 0.0
         # head measurement (see _head_size): positions are offsets into the read being parsed
@@ -117,6 +144,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        self._cancel_body_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -173,15 +201,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._chunked_body = any(name == b"transfer-encoding" for name, _ in self.headers)
         self._pos_exact = self._pos_exact and not self._chunked_body
         super().on_headers_complete()
+        if self._chunked_body or any(
+            name == b"content-length" and value.strip() not in (b"", b"0")
+            for name, value in self.headers
+        ):  # a body to wait for (not an upgrade's stream); on_message_complete cancels it
+            self._arm_body_timer()
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
             self._pos += len(body)  # contiguous unless chunked (then _pos_exact is False)
+            self._arm_body_timer()
             super().on_body(body)
 
     def on_message_complete(self) -> None:
         if not self._refused:
             self._chunked_body = False
+            self._cancel_body_timer()
             super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -258,6 +293,51 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.idle() and not self.transport.is_closing():
             self.transport.close()
 
+    def _arm_body_timer(self) -> None:
+        self._cancel_body_timer()
+        self._body_moved = self.loop.time()
+        self._body_timer = self.loop.call_later(self._limits.body_timeout_s, self._body_timeout)
+
+    def _body_stalled_s(self) -> float:
+        """Seconds the request body has waited for the client (0: not waiting for one)."""
+        cycle = self.cycle
+        if (
+            self._body_timer is None
+            or self.flow.read_paused
+            or (cycle is not None and cycle.waiting_for_100_continue)
+            or self.transport.is_closing()
+        ):
+            return 0.0
+        return self.loop.time() - self._body_moved
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timeout(self) -> None:
+        """No body byte for ``body_timeout_s``: 408 (unless a response started) and close; the
+        wait does not count while the server holds the body back (see the module docstring)."""
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
+            self._arm_body_timer()
+            return
+        self._cut_body(b"no request body byte for %g seconds" % self._limits.body_timeout_s)
+
+    def _cut_body(self, text: bytes) -> None:
+        """Answer 408 with ``text`` (unless a response started) and close: the body stopped
+        arriving."""
+        self._cancel_body_timer()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            cycle.disconnected = True  # the app's own answer, if any, is dropped
+            _plain_answer(self.transport, b"408 Request Timeout", text)
+        else:
+            self.transport.close()
+
     def _make_room(self) -> None:
         """Over the connection limit: close the oldest idle connection, else refuse this one."""
         idle = [
@@ -269,6 +349,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             oldest = min(idle, key=lambda c: c._opened)
             oldest._cancel_header_timer()
             oldest.transport.close()
+            return
+        least = min(STALLED_S, self._limits.body_timeout_s)
+        stalled = [
+            (c._body_stalled_s(), c)
+            for c in self.connections
+            if c is not self and isinstance(c, GuardedHttpToolsProtocol)
+        ]
+        longest = max(stalled, key=lambda sc: sc[0], default=(0.0, None))
+        if longest[1] is not None and longest[0] >= least:
+            longest[1]._cut_body(b"request body stalled; closed to make room for a new connection")
             return
         self._cancel_header_timer()
         _plain_answer(self.transport, b"503 Service Unavailable", b"too many connections")

@@ -46,6 +46,9 @@ class ConcurrencyLimit:
 
     Replaces uvicorn's ``limit_concurrency``, which counts open connections: idle sockets, which
     cost nothing here, then crowd out every request (:mod:`fleetmind.serving.http_guard` bounds them).
+
+    The probes also answer ``HEAD`` (``curl -I``, load balancers' health checks): as ``GET``,
+    without the content (RFC 9110 section 9.3.2), see :func:`head_as_get`.
     """
 
     def __init__(self, app: Any, limit: int) -> None:
@@ -54,7 +57,12 @@ class ConcurrencyLimit:
         self.in_flight = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope.get("path") in PUBLIC_PATHS:
+            if scope.get("method") == "HEAD":
+                scope, send = head_as_get(scope, send)
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:
@@ -65,6 +73,19 @@ class ConcurrencyLimit:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+
+def head_as_get(scope: Any, send: Any) -> tuple[Any, Any]:
+    """A ``HEAD`` request served as ``GET``: a copy of ``scope`` (the server keeps its own
+    ``HEAD``) and a ``send`` that drops the content but keeps the headers, ``Content-Length``
+    included (RFC 9110 section 9.3.2: the same header fields as ``GET``, no content)."""
+
+    async def _send(message: Any) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return {**scope, "method": "GET"}, _send
 
 
 class SecurityHeaders:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -177,7 +178,10 @@ class AlertmanagerWebhook(BaseModel):
     commonLabels: Labels | None = Field(default_factory=dict)
     commonAnnotations: Labels | None = Field(default_factory=dict)
     externalURL: Text | None = None
-    alerts: list[AlertIn] = Field(..., max_length=10000)
+    # no count cap: Alertmanager's max_alerts defaults to 0 (no limit) and it does not retry a
+    # 4xx, so a 422 for a big group lost every alert of it; FLEETMIND_MAX_WEBHOOK_BYTES bounds
+    # the memory a webhook takes
+    alerts: list[AlertIn]
 
     @field_validator(*UNREAD_ENVELOPE, mode="wrap")
     @classmethod
@@ -260,10 +264,22 @@ GraphEdgeIn = GraphEdgeModel
 GraphIn = GraphModel
 
 
+def _not_a_boolean(v: Any) -> Any:
+    """A count is a number: JSON ``true`` is refused (pydantic's lax mode reads it as 1), as
+    :class:`JobSpec` does; numeric strings (``"2"``) stay accepted."""
+    if isinstance(v, bool):
+        raise ValueError("must be an integer, not a boolean")
+    return v
+
+
+Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+"""An integer count that refuses JSON booleans."""
+
+
 class RCARequest(BaseModel):
     alerts: list[AlertIn] = Field(..., min_length=1, max_length=10000)
     graph: GraphIn | None = Field(None, description="rank on this graph instead of the served one")
-    top_k: int = Field(5, ge=1, le=1000)
+    top_k: Count = Field(5, ge=1, le=1000)
 
 
 class RCAAlert(TypedDict):
@@ -293,7 +309,7 @@ class RCARequestFast(BaseModel):
 
     alerts: list[RCAAlert] = Field(..., min_length=1, max_length=10000)
     graph: GraphIn | None = None
-    top_k: int = Field(5, ge=1, le=1000)
+    top_k: Count = Field(5, ge=1, le=1000)
 
 
 class RCAResponse(BaseModel):

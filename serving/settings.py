@@ -14,6 +14,24 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleetmind.redact import safe_uri
+
+
+def _url_problem(url: str) -> str | None:
+    """What is wrong with a service URL setting (``None``: nothing): it must be ``http://`` or
+    ``https://`` with a host and, if it names one, a port from 1 to 65535."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "expected an http:// or https:// URL with a host"
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        return "the URL's port is not a number from 1 to 65535"
+    return None
+
+
 MAX_DURATION_S = 365 * 86400.0
 """The longest any duration setting may be (one year), unless its own bound is lower. A wait on a
 thread (``Event.wait``, the graph refresh) raises ``OverflowError`` past ``threading.TIMEOUT_MAX``
@@ -24,8 +42,9 @@ MAX_RETENTION_S = 10 * 365 * 86400.0
 """The longest ``FLEETMIND_RETENTION_S`` (ten years): history is the one duration that may
 sensibly exceed a year (0 keeps everything)."""
 WEBHOOK_MAX_ALERTS = 10_000
-"""The most alerts one webhook may carry (:class:`fleetmind.serving.schemas.AlertmanagerWebhook`),
-the ``max_alerts`` of the receiver in ``deploy/alertmanager.yml``."""
+"""The ``max_alerts`` of the receiver in ``deploy/alertmanager.yml``, which sizes
+``FLEETMIND_MAX_WEBHOOK_BYTES``' default; a webhook may carry more alerts (no count limit: the
+body limit bounds it)."""
 WEBHOOK_ALERT_BYTES = 4096
 """The bytes per alert ``FLEETMIND_MAX_WEBHOOK_BYTES``' default allows (4 KiB). The project's own
 GpuXidError with dcgm-exporter's labels takes about 2,290 bytes of webhook JSON, most of it the
@@ -43,7 +62,10 @@ class Settings(BaseSettings):
 
     # allow_inf_nan: a duration of inf would overflow sleeps and database timeouts; the settings
     # that can mean "never" say so with 0
-    model_config = SettingsConfigDict(env_prefix="FLEETMIND_", extra="ignore", allow_inf_nan=False)
+    # hide_input_in_errors: an error's text never repeats a value (tokens, webhook URLs)
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETMIND_", extra="ignore", allow_inf_nan=False, hide_input_in_errors=True
+    )
 
     database_url: str = Field(
         "sqlite:///fleetmind.db",
@@ -124,7 +146,7 @@ class Settings(BaseSettings):
         ge=1024,
         description="largest POST /api/v1/alerts body accepted (the larger of this and "
         "FLEETMIND_MAX_BODY_BYTES); the default, 40,960,000 (about 39 MiB), holds a webhook of "
-        "10,000 alerts (its most, Alertmanager's max_alerts) of up to 4 KiB each",
+        "10,000 alerts (deploy/alertmanager.yml's max_alerts) of up to 4 KiB each",
     )
     telemetry: Literal["sim", "nvml", "prometheus"] = Field("sim", description="telemetry source")
     prometheus_url: str = Field(
@@ -311,6 +333,13 @@ class Settings(BaseSettings):
         le=300,
         description="a connection whose request headers are not complete this many seconds after "
         "it opened (or after its previous response) is closed",
+    )
+    body_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        le=3600,
+        description="a request whose body receives no byte for this many seconds (between two "
+        "reads, not in total) gets 408 and its connection is closed",
     )
     max_header_bytes: int = Field(
         32 * 1024,
@@ -506,9 +535,12 @@ class Settings(BaseSettings):
             return None  # an empty notification URL (a common `value: ""`) means off, as unset does
         several = info.field_name == "notify_alertmanager_url"
         for url in [u.strip() for u in v.split(",")] if several else [v]:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"expected an http:// or https:// URL with a host, got {url!r}")
+            problem = _url_problem(url)
+            if problem is not None:
+                # a webhook URL is a secret in its path (Slack's): never echoed; others masked
+                secret = info.field_name == "notify_webhook_url"
+                got = "" if secret else f", got {safe_uri(repr(url))}"
+                raise ValueError(f"{problem}{got}")
         return v
 
     @field_validator("telemetry_cluster", "scheduler_cluster", mode="before")

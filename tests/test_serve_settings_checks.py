@@ -138,3 +138,20 @@ def test_an_empty_cluster_name_means_unset(value: str, monkeypatch: pytest.Monke
     monkeypatch.setenv("FLEETMIND_SCHEDULER_CLUSTER", "c0")
     monkeypatch.setenv("FLEETMIND_TELEMETRY_CLUSTER", "c1")
     assert (Settings().scheduler_cluster, Settings().telemetry_cluster) == ("c0", "c1")
+
+
+def test_a_prometheus_url_without_prometheus_telemetry_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], started: list[bool]
+) -> None:
+    """``--prometheus-url`` alone left the service on the simulated fleet (telemetry ``sim``, the
+    default): /readyz said ``telemetry: sim`` with no warning and placements named simulated
+    nodes that looked real."""
+    monkeypatch.delenv("FLEETMIND_TELEMETRY", raising=False)
+    monkeypatch.delenv("FLEETMIND_PROMETHEUS_URL", raising=False)
+    assert main(["serve", "--prometheus-url", "http://127.0.0.1:9/"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "--telemetry prometheus" in err[0], err
+    assert started == []
+    # chosen explicitly, sim with a URL set elsewhere (a shared values file) still starts
+    assert main(["serve", "--telemetry", "sim", "--prometheus-url", "http://127.0.0.1:9/"]) == 0
+    assert started == [True]

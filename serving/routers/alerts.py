@@ -211,7 +211,7 @@ def parse_indexed(
 
     Raises:
         RequestValidationError: the body is not JSON (or not UTF-8), the envelope is invalid (no
-            ``alerts`` list, too many alerts), or no alert of it is valid; FastAPI's 422.
+            ``alerts`` list), or no alert of it is valid; FastAPI's 422.
     """
     try:
         hook = AlertmanagerWebhook.model_validate_json(body, context=context)

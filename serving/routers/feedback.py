@@ -44,7 +44,12 @@ def post_feedback(
     "/{incident_id}/feedback",
     response_model=list[FeedbackOut],
     dependencies=[Depends(require_scope("read"))],
+    responses={404: {"model": ErrorOut}},
     summary="Feedback given on an incident, newest first",
 )
 def get_feedback(incident_id: IncidentId, db: DbDep) -> list[FeedbackOut]:
+    """The incident's feedback, newest first; 404 when there is no incident ``incident_id`` (an
+    empty list means an incident without feedback)."""
+    if db.get_incident(incident_id) is None:
+        raise HTTPException(404, f"no incident {incident_id}")
     return [FeedbackOut(**r) for r in list_feedback(db, incident_id)]

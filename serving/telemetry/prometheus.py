@@ -343,7 +343,7 @@ class PrometheusSource(TelemetrySource):
             resp.raise_for_status()
         except httpx.HTTPError as err:
             raise NotAvailableError(
-                f"cannot scrape DCGM exporter at {self.shown_url}: {safe_uri(str(err))}"
+                f"cannot scrape DCGM exporter at {self.shown_url}: {request_problem(err)}"
             ) from None
         return FleetSnapshot("prometheus", parse_dcgm(resp.text, self.default_cluster), time.time())
 
@@ -431,7 +431,7 @@ class PrometheusApiSource(TelemetrySource):
             )
         except httpx.HTTPError as err:
             raise NotAvailableError(
-                f"cannot query Prometheus at {self.shown_url}: {safe_uri(str(err))}"
+                f"cannot query Prometheus at {self.shown_url}: {request_problem(err)}"
             ) from None
         try:
             body = msgspec.json.decode(resp.content)  # ~3x faster than json for 5 MB answers
@@ -522,18 +522,41 @@ def bearer_headers(token_file: str | None) -> dict[str, str]:
     if token_file is None:
         return {}
     try:
-        token = Path(token_file).read_text(encoding="utf-8").strip()
+        # a leading byte-order mark (a Windows editor's UTF-8) is no part of the token
+        token = Path(token_file).read_text(encoding="utf-8").removeprefix("\ufeff").strip()
     except (OSError, UnicodeDecodeError) as err:
         raise NotAvailableError(
             f"cannot read FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE {token_file!r}: "
-            f"{type(err).__name__}: {getattr(err, 'strerror', None) or err}"
+            f"{type(err).__name__}: {getattr(err, 'strerror', None) or _decode_problem(err)}"
         ) from None
     if not token or any(c in token for c in "\r\n"):
         raise NotAvailableError(
             f"FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE {token_file!r} holds no token (empty, or "
             "several lines)"
         )
+    if not all("!" <= c <= "~" for c in token):  # the token itself is never shown
+        raise NotAvailableError(
+            f"FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE {token_file!r} holds a character that is not "
+            "visible ASCII (a bearer token is b64token text, RFC 6750 section 2.1)"
+        )
     return {"Authorization": f"Bearer {token}"}
+
+
+def _decode_problem(err: Exception) -> str:
+    """A file that is not UTF-8, said without quoting its bytes (they may be the token)."""
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text (at byte {err.start})"
+    return type(err).__name__
+
+
+def request_problem(err: Exception) -> str:
+    """An ``httpx`` error as a message: a protocol error this side made (an illegal header
+    value) is named only, as its text quotes the header, ``Authorization`` included."""
+    import httpx
+
+    if isinstance(err, httpx.LocalProtocolError):
+        return "the request could not be sent (an invalid header value)"
+    return safe_uri(str(err))
 
 
 def http_problem(resp: Any, body: Any) -> str | None:

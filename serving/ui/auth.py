@@ -185,24 +185,66 @@ def csrf_token(request: Request, session: Session | None = None) -> tuple[str, b
     return secrets.token_urlsafe(24), True
 
 
-def same_origin(request: Request) -> bool:
-    """Whether a POST may come from one of our pages: no ``Origin`` header (older browsers, and
-    non-browser clients, which carry no ambient cookie), or one naming this host. ``null`` and
-    unparseable origins are refused."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_of(url: str) -> tuple[str, str, int | None] | None:
+    """``(scheme, host, port)`` of an origin or URL, the port made explicit for ``http`` and
+    ``https`` (RFC 6454 section 4); ``None`` when it names no host."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:  # "http://[": an invalid IPv6 literal; a port out of range
+        return None
+    scheme = parts.scheme.lower()
+    if not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS.get(scheme)
+
+
+def origin_refusal(request: Request, public_url: str | None = None) -> str | None:
+    """Why a POST's ``Origin`` is not one of ours (``None``: it is). Ours: no ``Origin`` header
+    (older browsers, and non-browser clients, which carry no ambient cookie), one naming the
+    request's ``Host``, or the origin of ``public_url`` (``FLEETMIND_PUBLIC_URL``: behind a
+    proxy that rewrites ``Host``, nginx's default ``proxy_set_header Host $proxy_host``).
+    ``null`` and unparseable origins are refused."""
     origin = request.headers.get("origin")
     if origin is None:
-        return True
+        return None
+    host = request.headers.get("host", "")
     try:
         netloc = urlsplit(origin).netloc
-    except ValueError:  # "http://[": an invalid IPv6 literal
+    except ValueError:
+        netloc = ""
+    if netloc and netloc == host:
+        return None
+    mine = _origin_of(public_url) if public_url else None
+    if mine is not None and _origin_of(origin) == mine:
+        return None
+    return (
+        f"the form's origin {origin[:100]!r} matches neither the Host header {host[:100]!r} nor "
+        f"FLEETMIND_PUBLIC_URL ({(public_url or 'unset')[:100]}): set FLEETMIND_PUBLIC_URL to the "
+        "address users open, or have the proxy pass the Host header on"
+    )
+
+
+def same_origin(request: Request, public_url: str | None = None) -> bool:
+    """Whether a POST may come from one of our pages (see :func:`origin_refusal`)."""
+    return origin_refusal(request, public_url) is None
+
+
+def csrf_ok(
+    request: Request,
+    form_token: str | None,
+    session: Session | None = None,
+    public_url: str | None = None,
+) -> bool:
+    """A POST from one of our own forms: same origin (:func:`same_origin`, ``public_url`` being
+    ``FLEETMIND_PUBLIC_URL``) and the form's token equal to the session's (signed in) or to the
+    ``fm_csrf`` cookie (the login form)."""
+    if not same_origin(request, public_url) or not form_token:
         return False
-    return bool(netloc) and netloc == request.headers.get("host", "")
-
-
-def csrf_ok(request: Request, form_token: str | None, session: Session | None = None) -> bool:
-    """A POST from one of our own forms: same origin (:func:`same_origin`) and the form's token
-    equal to the session's (signed in) or to the ``fm_csrf`` cookie (the login form)."""
-    if not same_origin(request) or not form_token or len(form_token) > MAX_COOKIE_CHARS:
+    if len(form_token) > MAX_COOKIE_CHARS:
         return False
     if session is not None and session.csrf is not None:
         return _same(form_token, session.csrf)

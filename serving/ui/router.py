@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from functools import lru_cache
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import quote, unquote_to_bytes
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
@@ -233,8 +233,27 @@ def _session(request: Request, services: Any, scope: str = "read") -> auth.Sessi
     return session
 
 
+class FormError(ValueError):
+    """A form body that is not UTF-8 text: answered 400 with this message (it names the field)."""
+
+
+MAX_FORM_FIELDS = 50
+
+
+def _form_text(raw: bytes, field: str | None) -> str:
+    """One urlencoded name or value (``+`` and ``%XX`` decoded) as strict UTF-8 (WHATWG URL,
+    application/x-www-form-urlencoded parsing); :class:`FormError` naming the field if not."""
+    try:
+        return unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
+    except UnicodeDecodeError:
+        what = f"field {field[:40]!r}" if field is not None else "a field name"
+        raise FormError(f"the form's {what} is not UTF-8 text") from None
+
+
 async def read_form(request: Request) -> dict[str, str]:
-    """An urlencoded form body (first value of each field); too large or undecodable: empty.
+    """An urlencoded form body (first value of each field); too large or more than
+    :data:`MAX_FORM_FIELDS` fields: empty. A name or value that is not UTF-8 (raw or
+    percent-encoded bytes) raises :class:`FormError`: never stored with U+FFFD in its place.
 
     Reads at most :data:`MAX_FORM_BYTES` (plus one network chunk): the login form is served
     without a token, so nobody may make it buffer more (the authentication middleware also stops
@@ -246,12 +265,20 @@ async def read_form(request: Request) -> dict[str, str]:
         if size > MAX_FORM_BYTES:
             return {}
         chunks.append(chunk)
-    body = b"".join(chunks)
-    try:
-        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50)
-    except (UnicodeDecodeError, ValueError):
+    pairs = [p for p in b"".join(chunks).split(b"&") if p]
+    if len(pairs) > MAX_FORM_FIELDS:
         return {}
-    return {k: v[0] for k, v in parsed.items()}
+    form: dict[str, str] = {}
+    for pair in pairs:
+        raw_name, _, raw_value = pair.partition(b"=")
+        name = _form_text(raw_name, None)
+        form.setdefault(name, _form_text(raw_value, name))
+    return form
+
+
+def _bad_form(request: Request, session: auth.Session | None, exc: FormError) -> Response:
+    """The 400 page for a form body that is not UTF-8 (:class:`FormError`)."""
+    return render(request, "error.html", status_code=400, session=session, message=str(exc))
 
 
 def _safe_next(target: str | None) -> str:
@@ -269,18 +296,23 @@ def login_page(request: Request, next: str | None = None) -> HTMLResponse:  # no
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request, services: ServicesDep) -> Response:
-    form = await read_form(request)
+    settings = services.settings
+    try:
+        form = await read_form(request)
+    except FormError as exc:
+        return render(
+            request, "login.html", status_code=400, next="/ui/", error=str(exc), session=None
+        )
     target = _safe_next(form.get("next"))
-    if not auth.csrf_ok(request, form.get("csrf")):
+    if not auth.csrf_ok(request, form.get("csrf"), public_url=settings.public_url):
         return render(
             request,
             "login.html",
             status_code=403,
             next=target,
-            error="The form expired; please try again.",
+            error=_refusal_text(request, settings),
             session=None,
         )
-    settings = services.settings
     if not auth.auth_enabled(settings):
         return RedirectResponse(target, status_code=303)
     scopes = auth.scopes_of_token(settings, form.get("token", "").strip())
@@ -319,17 +351,21 @@ async def login(request: Request, services: ServicesDep) -> Response:
 @router.post("/logout")
 async def logout(request: Request, services: ServicesDep) -> Response:
     """End the session: its row is deleted, so every copy of the cookie stops working."""
-    form = await read_form(request)
     session = await run_in_threadpool(auth.read_session, request, services.settings, services.db)
-    if session is None and auth.same_origin(request):
+    try:
+        form = await read_form(request)
+    except FormError as exc:
+        return _bad_form(request, session, exc)
+    public_url = services.settings.public_url
+    if session is None and auth.same_origin(request, public_url):
         # the session already ended (a stale tab: its form's token belonged to it): nothing to
         # end, so no forgery to fear; clear the cookies and show the login form
         resp = RedirectResponse("/ui/login", status_code=303)
         resp.delete_cookie(auth.SESSION_COOKIE, path="/")
         resp.delete_cookie(auth.CSRF_COOKIE, path="/ui")
         return resp
-    if not auth.csrf_ok(request, form.get("csrf"), session):
-        return _form_refused(request, session)
+    if not auth.csrf_ok(request, form.get("csrf"), session, public_url):
+        return _form_refused(request, session, services.settings)
     await run_in_threadpool(auth.end_session, request, services.db)
     resp = RedirectResponse("/ui/login", status_code=303)
     resp.delete_cookie(auth.SESSION_COOKIE, path="/")
@@ -628,14 +664,22 @@ async def incident_feedback(
     return await _record_feedback(request, services, number, session)
 
 
-def _form_refused(request: Request, session: auth.Session | None) -> Response:
+def _refusal_text(request: Request, settings: Any) -> str:
+    """Why a form was refused: its origin (:func:`auth.origin_refusal`), else its token."""
+    origin = auth.origin_refusal(request, settings.public_url)
+    if origin is not None:
+        return f"Refused: {origin}."
+    return "The form expired; reload the page and try again."
+
+
+def _form_refused(request: Request, session: auth.Session | None, settings: Any) -> Response:
     """The 403 page for a form whose CSRF token or origin does not check out."""
     return render(
         request,
         "error.html",
         status_code=403,
         session=session,
-        message="The form expired or came from another site; reload the page and try again.",
+        message=_refusal_text(request, settings),
     )
 
 
@@ -643,9 +687,12 @@ async def _record_feedback(
     request: Request, services: Any, incident_id: int, session: auth.Session
 ) -> Response:
     """Check and store the feedback form posted for incident ``incident_id``."""
-    form = await read_form(request)
-    if not auth.csrf_ok(request, form.get("csrf"), session):
-        return _form_refused(request, session)
+    try:
+        form = await read_form(request)
+    except FormError as exc:
+        return _bad_form(request, session, exc)
+    if not auth.csrf_ok(request, form.get("csrf"), session, services.settings.public_url):
+        return _form_refused(request, session, services.settings)
     if not form.get("by", "").strip():
         return _incident(
             request,

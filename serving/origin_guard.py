@@ -1,0 +1,221 @@
+"""Cross-site and DNS-rebinding protection for the API (an ASGI middleware).
+
+A browser lets any page the operator visits send requests to the service: a ``fetch`` in
+``no-cors`` mode with a ``text/plain`` body needs no CORS preflight, and a page whose name an
+attacker re-points at ``127.0.0.1`` (DNS rebinding) can even read the answers. Bearer tokens stop
+both (a page cannot attach the operator's token), but with no token set (authentication off, the
+loopback default) nothing else would. :class:`OriginGuard` makes three checks, in this order:
+
+* **Host** (only with no token set, on connections from this machine, see
+  :func:`from_this_machine`): a request whose ``Host`` is a DNS name other than
+  ``localhost`` (or a name under ``.localhost``), a single-label name, or the host of
+  ``FLEETMIND_PUBLIC_URL`` gets 403. IP literals are accepted (a page cannot re-point an
+  address). The probes (``/healthz``, ``/readyz``, ``/metrics``) are exempt. As Jupyter's
+  ``allow_remote_access=False`` and Vite's ``server.allowedHosts`` do. Single-label names (a
+  machine's short name, Starlette's ``testserver``) are accepted: a rebinding attack needs a name
+  in a domain whose DNS the attacker runs, and such names have a dot.
+* **Origin**: a ``POST``, ``PUT``, ``PATCH`` or ``DELETE`` under ``/api/`` with an ``Origin``
+  header that is not the service's own (the request's ``Host``, or ``FLEETMIND_PUBLIC_URL``'s
+  origin) gets 403. Browsers send ``Origin`` on every such request (the Fetch standard); clients
+  that are not browsers (Alertmanager, kube-scheduler, curl) send none.
+* **Content type**: a ``POST``, ``PUT`` or ``PATCH`` with a body under ``/api/v1/`` (the
+  Alertmanager webhook, the scheduler extender, ``/api/v1/rca``, placements, feedback, the graph)
+  gets 415 (RFC 9110 section 15.5.16) for a ``Content-Type`` that is not JSON (``*/json`` or
+  ``*/*+json``, parameters ignored): one rule for every route, where FastAPI's own answer to a
+  form type was a misleading 422 "Input should be a valid dictionary". Alertmanager always sends ``application/json`` (prometheus/alertmanager
+  ``notify/util.go``, ``PostJSON``) and so does kube-scheduler's extender client
+  (kubernetes ``pkg/scheduler/framework/plugins/extender``... ``extender.go``, ``send``). A request
+  without the header is accepted (scripts that post with ``curl --data-binary`` and no ``-H``);
+  a browser's cross-site request is already refused by the ``Origin`` check.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from fleetmind.serving.deps import PUBLIC_PATHS, settings_of
+from fleetmind.serving.settings import Settings
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""Methods that change state: cross-site ones are refused under ``/api/``."""
+JSON_BODY_PREFIX = "/api/v1/"
+"""Every ``POST``, ``PUT`` and ``PATCH`` with a body under it takes JSON only: 415 for another
+declared content type."""
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def is_json_media_type(value: str) -> bool:
+    """Whether a ``Content-Type`` value names JSON: subtype ``json`` (``application/json``, the
+    older ``text/json``) or a ``+json`` suffix (RFC 6839 section 3.1), parameters
+    (``; charset=utf-8``) ignored. None of them is a type a browser sends cross-site without a
+    CORS preflight (WHATWG Fetch, "CORS-safelisted request-header")."""
+    kind, slash, sub = value.split(";", 1)[0].strip().lower().partition("/")
+    return bool(kind and slash) and (sub == "json" or sub.endswith("+json"))
+
+
+def split_host(value: str) -> tuple[str, int | None]:
+    """A ``Host`` header's (host, port): the host lower-case, without IPv6 brackets or a final
+    dot; the port ``None`` when absent or unreadable."""
+    value = value.strip().lower()
+    port: int | None = None
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        if rest.startswith(":") and rest[1:].isdigit():
+            port = int(rest[1:])
+    else:
+        host, sep, tail = value.rpartition(":")
+        if sep and tail.isdigit() and ":" not in host:
+            port = int(tail)
+        else:
+            host = value
+    return host.rstrip("."), port
+
+
+def is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def host_allowed(host: str, public_host: str | None) -> bool:
+    """Whether a request's ``Host`` (already through :func:`split_host`) is accepted with no token
+    set: an IP literal, ``localhost`` or a name under it, a single-label name, or the host of
+    ``FLEETMIND_PUBLIC_URL``."""
+    if not host or is_ip_literal(host) or "." not in host:
+        return True
+    return host == "localhost" or host.endswith(".localhost") or host == public_host
+
+
+def from_this_machine(client: Any) -> bool:
+    """Whether an ASGI ``client`` (host, port) is a loopback address, or unknown (no address, a
+    Unix socket, a test client's name). DNS rebinding turns a page in the operator's own browser
+    against a service on the same machine, so the Host check applies to those connections; a
+    service started with ``--insecure`` on a network address already answers anyone who can reach
+    it, and its in-cluster callers (Alertmanager at ``fleetmind.<ns>.svc``) connect from other
+    addresses and are not refused for the name they use."""
+    if not client:
+        return True
+    host = str(client[0])
+    return not is_ip_literal(host) or ipaddress.ip_address(host).is_loopback
+
+
+def origin_of(url: str) -> tuple[str, str, int] | None:
+    """The (scheme, host, port) of a URL or a serialised origin; ``None`` for ``null`` or
+    anything unreadable. The port defaults to the scheme's."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if not parts.hostname or scheme not in _DEFAULT_PORTS:
+        return None
+    return scheme, parts.hostname.rstrip(".").lower(), port or _DEFAULT_PORTS[scheme]
+
+
+def same_origin(origin: str, host_header: str | None, public_url: str) -> bool:
+    """Whether an ``Origin`` header names the service itself: the host (and port, where the
+    ``Host`` header gives one) the request was sent to, or ``FLEETMIND_PUBLIC_URL``'s origin."""
+    got = origin_of(origin)
+    if got is None:
+        return False
+    if got == origin_of(public_url):
+        return True
+    if not host_header:
+        return False
+    host, port = split_host(host_header)
+    if host != got[1]:
+        return False
+    # no port in Host: the scheme's default, which Origin then omits too (behind a TLS proxy the
+    # request's own scheme may differ from the browser's)
+    return port == got[2] if port is not None else got[2] == _DEFAULT_PORTS[got[0]]
+
+
+def json_when_undeclared(scope: Any) -> None:
+    """Give a ``POST``, ``PUT`` or ``PATCH`` under ``/api/v1/`` that declares no ``Content-Type``
+    the type ``application/json`` (in ``scope``, in place: outer middleware read what the router
+    leaves in it), so that every route reads such a body as JSON: FastAPI parses a body model
+    only under a JSON media type, and ``curl --data-binary`` without ``-H`` sends none."""
+    if scope.get("method") not in UNSAFE_METHODS or not scope.get("path", "").startswith(
+        JSON_BODY_PREFIX
+    ):
+        return
+    headers = scope.get("headers", ())
+    if any(k.lower() == b"content-type" for k, _ in headers):
+        return
+    scope["headers"] = [*headers, (b"content-type", b"application/json")]
+
+
+class OriginGuard:
+    """ASGI middleware: the Host, Origin and content-type checks of the module docstring."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._auth: tuple[int, bool, str | None] = (0, False, None)
+
+    def _config(self, settings: Settings) -> tuple[bool, str | None]:
+        """(whether any token is set, the host of ``FLEETMIND_PUBLIC_URL``), cached per settings."""
+        key = id(settings)
+        if self._auth[0] != key:
+            public = origin_of(settings.public_url)
+            self._auth = (key, bool(settings.tokens()), public[1] if public else None)
+        return self._auth[1], self._auth[2]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is None:
+            json_when_undeclared(scope)
+            await self.app(scope, receive, send)
+            return
+        code, detail = refusal
+        body = json.dumps({"detail": detail}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": code, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _refusal(self, scope: Any) -> tuple[int, str] | None:
+        """(status, detail) of a refused request; ``None`` to serve it."""
+        headers = {k.lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        path, method = scope.get("path", ""), scope.get("method", "GET")
+        settings = settings_of(scope.get("app"))
+        has_tokens, public_host = self._config(settings)
+        host_header = headers.get(b"host")
+        if (
+            not has_tokens
+            and path not in PUBLIC_PATHS
+            and host_header is not None
+            and from_this_machine(scope.get("client"))
+        ):
+            host, _port = split_host(host_header)
+            if not host_allowed(host, public_host):
+                return 403, (
+                    "unknown Host with no token set (DNS-rebinding protection): reach the "
+                    "service by IP address or localhost, set FLEETMIND_PUBLIC_URL to this "
+                    "address, or set a token"
+                )
+        if method not in UNSAFE_METHODS or not path.startswith("/api/"):
+            return None
+        origin = headers.get(b"origin")
+        if origin is not None and not same_origin(origin, host_header, settings.public_url):
+            return 403, "cross-origin request refused: the Origin header is not this service's"
+        ctype = headers.get(b"content-type")
+        if (
+            ctype is not None
+            and path.startswith(JSON_BODY_PREFIX)
+            and headers.get(b"content-length") != "0"
+            and not is_json_media_type(ctype)
+        ):
+            return 415, (
+                f"unsupported Content-Type {ctype.split(';', 1)[0].strip()[:80]!r}: the API takes "
+                "JSON; send Content-Type: application/json (curl -d sends a form type unless "
+                "told -H 'Content-Type: application/json')"
+            )
+        return None
