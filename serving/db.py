@@ -140,7 +140,6 @@ incident_feedback = Table(
     "incident_feedback",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    # no index: rows are typed by people (a few per incident at most), scans stay cheap
     Column("incident_id", Integer, nullable=False),
     Column("root_cause", Text, nullable=False),
     Column("fault_type", String(128), nullable=True),
@@ -153,6 +152,9 @@ incident_feedback = Table(
     Column("model_version", String(256), nullable=True),
     Column("graph_digest", String(64), nullable=False),
     Column("alerts", JSON, nullable=False),
+    # an incident's feedback, and the highest incident id named (a new SQLite incident's id is
+    # chosen past it: serving.incidents.store) without reading every row (migration 0009)
+    Index("ix_incident_feedback_incident", "incident_id"),
 )
 
 feedback_graphs = Table(
@@ -178,6 +180,23 @@ notifications = Table(
     # the firing message's fate per channel, kept when the row resolves (migration 0006)
     Column("delivery", JSON, nullable=True),
     Column("updated_ts", Float, nullable=False),
+)
+
+NOTIFICATION_OWED = (
+    (notifications.c.state == "firing")
+    | notifications.c.am_sent_ts.is_(None)
+    | notifications.c.hook_sent.is_(False)
+)
+"""The ``notifications`` rows the notifier still has work on (a firing cause, a resolution not
+delivered everywhere), which its every-second poll reads (:mod:`fleetmind.serving.notify`); the
+others are done with, and :meth:`Database.purge` deletes them once their incident is gone."""
+
+# Only the owed rows (migration 0009): the poll reads this partial index, not every row kept.
+Index(
+    "ix_notifications_owed",
+    notifications.c.incident_id,
+    sqlite_where=NOTIFICATION_OWED,
+    postgresql_where=NOTIFICATION_OWED,
 )
 
 # Browser sessions of /ui (serving.ui.auth; migration 0005): a row per login, deleted at logout.
@@ -246,6 +265,11 @@ class DatabaseReadOnly(Exception):
 REFIRE_MARGIN_S = 15.0
 """Default of :class:`Database`'s ``refire_margin_s`` (``FLEETMIND_ALERT_REFIRE_MARGIN_S``)."""
 
+CLOCK_STEP_S = 300.0
+"""A firing delivery of a resolved alert received this long (s) *before* the stored resolution
+was, on the service's clock, is newer than it: the clock stepped back since (see
+:data:`_UPSERT_RULE`)."""
+
 NO_START = "unknown"
 """``starts_at`` of an alert sent without ``startsAt``: its key is its fingerprint alone, so every
 retry of it is the same row (its ``starts_ts`` is when it was first received)."""
@@ -259,7 +283,8 @@ def _sqlite_changes(margin_s: float) -> str:
         "AND NOT (alerts.status = 'resolved' AND excluded.status = 'firing' "
         "AND NOT ((excluded.ends_ts IS NOT NULL AND alerts.ends_ts IS NOT NULL "
         "AND excluded.ends_ts > alerts.ends_ts) "
-        f"OR excluded.received_ts > alerts.updated_ts + {float(margin_s)!r})))"
+        f"OR excluded.received_ts > alerts.updated_ts + {float(margin_s)!r} "
+        f"OR excluded.received_ts < alerts.updated_ts - {CLOCK_STEP_S!r})))"
     )
 
 
@@ -304,7 +329,14 @@ it is newer than the resolution, by either sign:
   active, so when its sends stop for longer than the ``endsAt`` it gave (a restart, a partition),
   Alertmanager resolves the alert and later reports it firing with the same ``startsAt``;
 * its ``endsAt`` (a sender that renews it at each evaluation) lies after the stored resolution
-  time.
+  time;
+* it is received more than :data:`CLOCK_STEP_S` *before* the resolution was: the host clock
+  stepped back since the resolution was stored (it was ahead then), and every later delivery would
+  otherwise look older than the resolution until the clock passed the bad time again (a re-fire
+  ignored for as long as the clock was wrong). The notifier takes a timestamp in the future as the
+  same sign (:mod:`fleetmind.serving.notify`). The bound is longer than any webhook request can
+  wait for the database (``statement_timeout``, ``busy_timeout``: 30 s), so a firing
+  notification held up behind the resolution still changes nothing.
 
 A stale firing notification (computed before the resolution, delivered after it: the second peer
 of an Alertmanager HA pair sends what it flushed ``--cluster.peer-timeout``, 15 s, later; two
@@ -443,6 +475,7 @@ class Database:
                     pool_timeout=connect_timeout_s,
                     connect_args=pg_connect_args(url, connect_timeout_s, statement_timeout_s),
                 )
+                _pg_statement_timeout(self.engine, statement_timeout_s)
         except Exception as err:  # bad URL, missing driver
             raise ConfigError(safe_uri(f"cannot use database URL {url!r}: {err}")) from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
@@ -487,6 +520,10 @@ class Database:
                     )
                 return rev
             before = migrations.upgrade(self.engine)
+            if not self.is_sqlite and before != migrations.head():
+                # the upgrade ran on a pooled connection with statement_timeout 0 (an index build
+                # may take long): drop it, so no request runs without the timeout
+                self.engine.dispose()
             self.check_file()  # the file exists now: remember which one it is
             return before
         except (SQLAlchemyError, OSError) as err:  # OSError: the SQLite lock file next to it
@@ -750,7 +787,10 @@ class Database:
             ex.ends_ts.is_not(None)
             & alerts.c.ends_ts.is_not(None)
             & (ex.ends_ts > alerts.c.ends_ts)
-        ) | (ex.received_ts > alerts.c.updated_ts + literal_column(repr(self.refire_margin_s)))
+        ) | (
+            (ex.received_ts > alerts.c.updated_ts + literal_column(repr(self.refire_margin_s)))
+            | (ex.received_ts < alerts.c.updated_ts - literal_column(repr(CLOCK_STEP_S)))
+        )
         changes = (alerts.c.status != ex.status) & ~(
             (alerts.c.status == "resolved") & (ex.status == "firing") & ~newer
         )
@@ -906,7 +946,10 @@ class Database:
             update(alerts)
             .where(
                 c.incident_id.is_(None),
-                c.pending.is_(False),
+                # IS NOT TRUE, not = FALSE (the same for this NOT NULL column): SQLite's planner
+                # then walks ix_alerts_incident's few ungrouped rows, not every grouped alert
+                # under ix_alerts_pending_updated (277 ms holding the write lock at 2.4M alerts)
+                c.pending.is_not(True),
                 c.status == "firing",
                 c.received_ts < quiet_before,
             )
@@ -915,8 +958,9 @@ class Database:
 
     def purge(self, before: float, chunk: int = PURGE_CHUNK_ROWS) -> tuple[int, int]:
         """Delete incidents closed (resolved or merged) before ``before`` (unix s) with their
-        alerts, and resolved alerts in no incident last changed before it; returns
-        ``(incidents, alerts)`` deleted.
+        alerts, resolved alerts last changed (resolved) before it in any incident or none
+        (:meth:`_purge_resolved_alerts`), and the notification rows of deleted incidents that owe
+        nothing (:meth:`_purge_notifications`); returns ``(incidents, alerts)`` deleted.
 
         Deletes at most ``chunk`` rows per transaction (:data:`PURGE_CHUNK_ROWS`), each statement
         choosing its rows again: an incident is deleted once it has no alerts left, so one that an
@@ -928,37 +972,100 @@ class Database:
             incidents.c.status.in_(("resolved", "merged")), incidents.c.closed_ts < before
         )
         a = alerts.c
-        steps = (
+        n_alerts = self._purge_chunks(
             delete(alerts).where(
                 a.id.in_(select(a.id).where(a.incident_id.in_(closed)).limit(chunk))
             ),
-            delete(alerts).where(
-                a.id.in_(
-                    select(a.id)
-                    .where(
-                        a.incident_id.is_(None),
-                        a.pending.is_(False),
-                        a.status == "resolved",
-                        a.updated_ts < before,
-                    )
-                    .limit(chunk)
-                )
-            ),
+            chunk,
+        )
+        n_alerts += self._purge_resolved_alerts(before, chunk)
+        n_incidents = self._purge_chunks(
             delete(incidents).where(
                 incidents.c.id.in_(
                     closed.where(~exists().where(a.incident_id == incidents.c.id)).limit(chunk)
                 )
             ),
+            chunk,
         )
-        counts = [0, 0, 0]
-        for i, stmt in enumerate(steps):
-            while True:
-                with self.write() as conn:
-                    n = conn.execute(stmt).rowcount
-                counts[i] += n
-                if n < chunk:
-                    break
-        return counts[2], counts[0] + counts[1]
+        self._purge_notifications(chunk)
+        return n_incidents, n_alerts
+
+    def _purge_chunks(self, stmt: Any, chunk: int) -> int:
+        """Run the ``DELETE`` ``stmt`` (which deletes at most ``chunk`` rows), one transaction
+        each time, until it deletes fewer; returns the rows deleted."""
+        total = 0
+        while True:
+            with self.write() as conn:
+                n = conn.execute(stmt).rowcount
+            total += n
+            if n < chunk:
+                return total
+
+    def _purge_resolved_alerts(self, before: float, chunk: int) -> int:
+        """Delete the resolved alerts (grouped already: not ``pending``) resolved before
+        ``before`` (unix s; their ``updated_ts``), whatever their incident, and count the alerts
+        of the incidents they left again (``alert_count``; the firing count is unchanged);
+        returns how many.
+
+        An incident that is never closed for long keeps no alert past the retention period: one
+        fingerprint firing a minute every five reopens its incident each time, and that incident
+        held every episode (8,640 rows a month) for as long as it flapped. The incident row stays.
+        The rows are chosen by ``ix_alerts_pending_updated``; the ``DELETE`` checks them again, so
+        a row a webhook reopened meanwhile stays."""
+        from sqlalchemy import delete
+
+        a = alerts.c
+        cond = (a.pending.is_(False), a.status == "resolved", a.updated_ts < before)
+        total = 0
+        while True:
+            with self.write() as conn:
+                rows = conn.execute(select(a.id, a.incident_id).where(*cond).limit(chunk)).all()
+                for i in range(0, len(rows), 500):
+                    ids = [r[0] for r in rows[i : i + 500]]
+                    total += conn.execute(delete(alerts).where(a.id.in_(ids), *cond)).rowcount
+                touched = sorted({r[1] for r in rows if r[1] is not None})
+                count = (
+                    select(func.count())
+                    .select_from(alerts)
+                    .where(a.incident_id == incidents.c.id)
+                    .scalar_subquery()
+                )
+                for i in range(0, len(touched), 500):
+                    conn.execute(
+                        update(incidents)
+                        .where(incidents.c.id.in_(touched[i : i + 500]))
+                        .values(alert_count=count)
+                    )
+            if len(rows) < chunk:
+                return total
+
+    def _purge_notifications(self, chunk: int) -> int:
+        """Delete the ``notifications`` rows of deleted incidents that owe nothing: resolved,
+        delivered to Alertmanager and the webhook, no resolution left in their outbox (the
+        notifier sets ``am_sent_ts`` of a resolved row only once its outbox is empty:
+        :mod:`fleetmind.serving.notify`); returns how many. A row still owed a delivery stays
+        until the notifier has delivered it (or given up).
+
+        The row of the highest incident id stays whatever it is: on SQLite a new incident's id is
+        chosen past every id the notifications name
+        (:meth:`fleetmind.serving.incidents.store.IncidentStore.insert_incident`), so the ids of
+        incidents on-call was paged about are never handed out again."""
+        from sqlalchemy import delete, exists
+
+        n = notifications.c
+        newest = notifications.alias("newest")
+        done = (
+            select(n.incident_id)
+            .where(
+                n.state == "resolved",
+                n.am_sent_ts.is_not(None),
+                n.hook_sent.is_(True),
+                ~exists().where(incidents.c.id == n.incident_id),
+                n.incident_id < select(func.max(newest.c.incident_id)).scalar_subquery(),
+            )
+            .limit(chunk)
+        )
+        return self._purge_chunks(delete(notifications).where(n.incident_id.in_(done)), chunk)
 
     # ------------------------------------------------------------------ incidents
     def list_incidents(
@@ -1165,9 +1272,13 @@ def pg_connect_args(
 ) -> dict[str, Any]:
     """libpq options of the service's PostgreSQL connections.
 
-    A connect timeout and a statement timeout (a statement the server runs for too long fails:
-    503, retried by Alertmanager), and TCP keepalives plus ``tcp_user_timeout`` so that a dead
-    server or network is noticed in about 10 s, not after the kernel's two hours.
+    A connect timeout, and TCP keepalives plus ``tcp_user_timeout`` so that a dead server or
+    network is noticed in about 10 s, not after the kernel's two hours. The statement timeout is
+    not among them (:func:`_pg_statement_timeout`): libpq's ``options`` here would replace the
+    URL's own (``?options=-csearch_path%3Dapp``: SQLAlchemy lays ``connect_args`` over the URL's
+    query), and PgBouncer refuses a connection that sends ``options`` ("unsupported startup
+    parameter", its ``ignore_startup_parameters``). ``url`` and ``statement_timeout_s`` are kept
+    for callers of earlier releases.
 
     None of these bounds a server that is alive at the TCP level but never answers (processes
     stopped with SIGSTOP, a proxy that acknowledges and does not forward): ``statement_timeout``
@@ -1182,9 +1293,33 @@ def pg_connect_args(
         "keepalives_count": 3,
         "tcp_user_timeout": 10_000,
     }
-    if statement_timeout_s > 0:
-        args["options"] = f"-c statement_timeout={round(statement_timeout_s * 1000)}"
     return args
+
+
+def _pg_statement_timeout(engine: Engine, statement_timeout_s: float) -> None:
+    """``SET statement_timeout`` (``statement_timeout_s`` seconds; 0: none) on every new
+    connection of ``engine``: a statement the server runs for too long fails (503, retried by
+    Alertmanager).
+
+    A ``SET`` after the connection is made, in autocommit so that the pool's rollback does not
+    undo it (SQLAlchemy's "Setting Alternate Search Paths on Connect", PostgreSQL dialect docs),
+    rather than libpq ``options``: that reaches the server through a pooler (PgBouncer in session
+    mode) and leaves the URL's own ``options`` alone.
+    """
+    if statement_timeout_s <= 0:
+        return
+    ms = round(statement_timeout_s * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        autocommit = dbapi_conn.autocommit
+        dbapi_conn.autocommit = True
+        try:
+            cur = dbapi_conn.cursor()  # psycopg and psycopg2 alike
+            cur.execute(f"SET statement_timeout = {ms}")
+            cur.close()
+        finally:
+            dbapi_conn.autocommit = autocommit
 
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000

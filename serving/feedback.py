@@ -34,6 +34,7 @@ from sqlalchemy import select
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph, GraphNode
 from fleetmind.data.rca_gen.faults import plausible_fault_types
+from fleetmind.redact import safe_uri
 from fleetmind.serving.db import Database, feedback_graphs, incident_feedback
 from fleetmind.serving.incidents import alert_dict
 from fleetmind.serving.schemas import NO_NUL
@@ -300,17 +301,18 @@ def feedback_incidents(
         uri_mode = str(parsed.query.get("uri", "")).lower() in ("true", "1")
         if file and file != ":memory:" and not uri_mode and not Path(file).is_file():
             raise NotAvailableError(
-                f"cannot read the feedback database {url!r}: no such file {file}"
+                f"cannot read the feedback database {safe_uri(repr(url))}: no such file {file}"
             )
     try:
         db = Database(url)
         names = set(inspect(db.engine).get_table_names())
     except (ConfigError, SQLAlchemyError) as err:
-        raise NotAvailableError(f"cannot read the feedback database {url!r}: {err}") from None
+        raise NotAvailableError(_unreadable(url, err)) from None
     try:
         if "incident_feedback" not in names:
             raise NotAvailableError(
-                f"{url!r} holds no incident_feedback table (is it the service's database?)"
+                f"{safe_uri(repr(url))} holds no incident_feedback table (is it the service's "
+                "database?)"
             )
         c = incident_feedback.c
         latest = select(c.incident_id, c.id).order_by(c.incident_id, c.id)
@@ -344,6 +346,14 @@ def feedback_incidents(
     finally:
         db.dispose()
     return _labelled(rows, graphs, names_of), graphs
+
+
+def _unreadable(url: str, err: BaseException) -> str:
+    """The one-line error for a feedback database ``url`` that cannot be read: the URL with its
+    password masked (:func:`fleetmind.redact.safe_uri`) and the first line of the driver's
+    error (SQLAlchemy appends its "Background on this error" link on a line of its own)."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return safe_uri(f"cannot read the feedback database {url!r}: {first}")
 
 
 def _labelled(

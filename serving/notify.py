@@ -8,8 +8,9 @@ for ``FLEETMIND_NOTIFY_SETTLE_S`` (the ranking has *settled*), it
   (labels ``alertname``, ``incident``, ``cause_node``, ``cause_kind``, ``cluster``, ``severity``;
   annotations ``summary``, ``path``, ``score``, ``fault_type``, ``incident_url``; ``generatorURL``
   links to the incident page), re-posted every ``FLEETMIND_NOTIFY_RESEND_S`` like any alert source
-  (Alertmanager ends alerts that are not re-sent within its ``resolve_timeout``), so the user's own
-  routes carry it to Slack, PagerDuty or OnCall;
+  (Alertmanager ends alerts that are not re-sent within its ``resolve_timeout``; the re-sends of
+  all incidents go together, up to :data:`BATCH` alerts a post), so the user's own routes carry it
+  to Slack, PagerDuty or OnCall;
 * posts one message to ``FLEETMIND_NOTIFY_WEBHOOK_URL``: Slack-compatible JSON (``text`` in Slack
   mrkdwn) plus the same facts under ``fleetmind``.
 
@@ -29,7 +30,9 @@ Nothing sleeps in a poll: each post is tried once; a receiver that fails (connec
 timeout, 408, 425, 429, 5xx) is not tried again in that poll, for any incident, and then waits
 ``FLEETMIND_NOTIFY_BACKOFF_S``, doubling with each failure in a row (at most
 ``FLEETMIND_NOTIFY_RETRIES`` times). What was delivered is stored in the ``notifications`` table,
-so a restart neither repeats a message nor forgets to resolve an alert; its ``delivery`` column
+so a restart forgets to resolve no alert and re-sends nothing recorded as delivered (at least
+once: a crash between a post and its record repeats it; the webhook's :func:`dedup_key` lets a
+receiver drop the repeat, Alertmanager de-duplicates by labels); its ``delivery`` column
 keeps what became of the firing message on each channel (sent, failing, dropped:
 :func:`delivery_outcome`), so the incident page says "sent" only for a delivered one and the
 webhook gets a resolved message only for a firing one it took, and the resolutions not yet
@@ -39,6 +42,8 @@ webhook's in order before the next firing message), until ``FLEETMIND_NOTIFY_GIV
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import threading
@@ -49,9 +54,9 @@ from datetime import datetime
 from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import Text, bindparam, cast, select
 
-from fleetmind.serving.db import Database, notifications
+from fleetmind.serving.db import Database, incidents, notifications
 from fleetmind.serving.schemas import from_unix
 from fleetmind.serving.settings import Settings
 
@@ -77,12 +82,91 @@ SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+BATCH = 500
+"""Most alerts in one post to an Alertmanager, and most rows read in one query by id."""
 MAX_PAUSE_S = 300.0
 """Longest back-off of a failing receiver (s), whatever ``FLEETMIND_NOTIFY_BACKOFF_S`` and
 ``FLEETMIND_NOTIFY_RETRIES`` say."""
 CLUSTER_CHARS = 256
 """Longest ``cluster`` label a notification carries (an incident's clusters come from the
 ``cluster`` labels of its alerts, which anyone who can post alerts chooses)."""
+
+
+class FailureLog:
+    """Logs a retried loop's failures without flooding the log while, say, the database restarts.
+
+    The first failure of a run (and the first of each other exception class in it) is logged with
+    its traceback; later ones of a class already shown add one line at most every ``every_s``
+    seconds, with how many failed since; the first success after failures logs one line saying
+    how long it failed (``"the database is reachable again after 4.2 s"`` when a database error
+    was among them). The incident worker and the notifier each keep one.
+
+    Args:
+        logger: where the lines go.
+        what: what failed, as the log names it (``"notifier"``).
+        every_s: least seconds between two lines about failures already shown.
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger, self.what, self.every_s, self.clock = logger, what, every_s, clock
+        self._since: float | None = None  # when the current run of failures began
+        self._shown: set[str] = set()  # exception classes of this run already logged in full
+        self._last_line = 0.0  # when a line about this run was last logged
+        self._count = 0  # failures of this run
+        self._quiet = 0  # failures since the last line
+        self._database = False  # whether a database error was among them
+
+    def failed(self, err: BaseException) -> None:
+        """Log failure ``err`` of the loop (or count it, when one like it was just logged)."""
+        from sqlalchemy.exc import DBAPIError
+
+        now, kind = self.clock(), type(err).__name__
+        if self._since is None:
+            self._since, self._count, self._quiet = now, 0, 0
+        self._count += 1
+        self._database = self._database or isinstance(err, DBAPIError)
+        if kind not in self._shown:
+            self._shown.add(kind)
+            self._last_line, self._quiet = now, 0
+            self.logger.error("%s failed; retrying", self.what, exc_info=err)
+            return
+        self._quiet += 1
+        if not 0 <= now - self._last_line < self.every_s:
+            first = (str(err).strip().splitlines() or [""])[0]
+            self.logger.error(
+                "%s still failing (%s: %s): %d failures in the last %.0f s, %d since %.0f s ago",
+                self.what,
+                kind,
+                first,
+                self._quiet,
+                now - self._last_line,
+                self._count,
+                now - self._since,
+            )
+            self._last_line, self._quiet = now, 0
+
+    def succeeded(self) -> None:
+        """Note a loop that ran without error: one line when it ends a run of failures."""
+        if self._since is None:
+            return
+        took = self.clock() - self._since
+        again = "the database is reachable again" if self._database else "works again"
+        self.logger.warning(
+            "%s: %s after %.1f s (%d failed attempt%s)",
+            self.what,
+            again,
+            took,
+            self._count,
+            "" if self._count == 1 else "s",
+        )
+        self._since, self._shown, self._database = None, set(), False
 
 
 def mrkdwn(text: str) -> str:
@@ -204,6 +288,23 @@ def _unix(iso: Any) -> float | None:
     except ValueError:
         return None
     return when.timestamp() if when.tzinfo is not None else None
+
+
+def dedup_key(row: Mapping[str, Any], because: str | None = None) -> str:
+    """The webhook message's idempotency key (``fleetmind.dedup_key``): the same for every post of
+    one message, a new one for each other message.
+
+    A chat message is recorded as delivered after its post (the ``notifications`` row), so a crash
+    or a database outage between the two posts it again: delivery is at least once, and a receiver
+    that keeps the keys it has seen drops the repeat. The key is a digest of what makes the message
+    (incident, firing or resolved, cause, severity, when that firing began and ended, why it
+    ended), all stored in the row: ``<incident>-<state>-<16 hex digits>``.
+    """
+    lab = row["labels"]
+    parts = [lab["incident"], row["state"], lab["cause_node"], lab.get("severity")]
+    parts += [row["starts_at"], row.get("ends_at"), because]
+    digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+    return f"{lab['incident']}-{row['state']}-{digest}"
 
 
 def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
@@ -329,6 +430,19 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
     return sent, "; ".join(failing) or None, "; ".join(dropped) or None
 
 
+_RECORD = (
+    notifications.update()
+    .where(notifications.c.incident_id == bindparam("_id"))
+    .where(notifications.c.state == bindparam("_state"))
+    .values(
+        am_sent_ts=bindparam("_am"),
+        hook_sent=bindparam("_hook"),
+        delivery=bindparam("_delivery", type_=notifications.c.delivery.type),
+    )
+)
+"""What became of a row's messages (one statement for many rows)."""
+
+
 class Notifier:
     """Sends settled root causes out (see the module docstring).
 
@@ -365,6 +479,10 @@ class Notifier:
         self._client = httpx.Client(timeout=5.0, transport=transport)
         # incident -> ((top cause, severity), since); (None, None): ranked with no cause
         self._seen: dict[int, tuple[tuple[str | None, str | None], float]] = {}
+        # open incidents done with as they are (settled, sent) -> their change marks then
+        # (:meth:`_open_marks`): not read again until these change, or at the next sweep
+        self._stable: dict[int, tuple[Any, ...]] = {}
+        self._swept_ts = -math.inf  # when every open incident was last read whole
         # a receiver that failed (connection error, timeout, 408/425/429/5xx): URL -> (failures
         # in a row, not tried again before this clock time, the last outcome)
         self._down: dict[str, tuple[int, float, str]] = {}
@@ -375,6 +493,7 @@ class Notifier:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+        self._failures = FailureLog(log, "notifier")
         self.counter = None if registry is None else _counter(registry)
         if self.counter is not None:  # each enabled channel's series exist at 0 from the start:
             # rate()/increase() see only increases between samples, so a first failure that
@@ -405,14 +524,16 @@ class Notifier:
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.notify_poll_s):
-            if not self.is_leader():
+            if not self.is_leader():  # another process notifies: read all afresh when back
+                self._stable.clear()
                 continue
             try:
                 self.poll()
                 self.last_error = None
+                self._failures.succeeded()
             except Exception as err:  # keep notifying; the database may be back next time
                 self.last_error = f"{type(err).__name__}: {err}"
-                log.exception("notifier failed; retrying")
+                self._failures.failed(err)
 
     # ------------------------------------------------------------------ one poll
     def poll(self) -> int:
@@ -422,49 +543,120 @@ class Notifier:
         webhook) that fails is not tried again in this poll, for any incident, nor before its
         back-off has passed (:meth:`_post`), so one that is down or hangs costs at most one
         attempt (one timeout) per poll, and the others still get their re-sends in time.
+
+        What a poll reads grows with what changed, not with the open incidents: every open
+        incident's id and change marks (a few numbers each, all of them: none is taken for
+        closed), the whole of an incident only when it changed since it was last followed or is
+        still settling (and of each, every ``FLEETMIND_NOTIFY_RESEND_S``), and the whole of a
+        ``notifications`` row only when something is due about it.
         """
         now = self.clock()
         self._down_now = set()
-        n = notifications.c
-        pending = select(notifications).where(
-            (n.state == "firing") | n.am_sent_ts.is_(None) | n.hook_sent.is_(False)
-        )
-        with self.db.read() as conn:  # rows done with (resolved and delivered) are not read
-            rows = {r.incident_id: dict(r._mapping) for r in conn.execute(pending)}
-        open_ids = set()
-        for inc in self.db.list_incidents("open", limit=100_000):
-            open_ids.add(inc["id"])
-            self._settle(inc, rows, now)
-        for inc_id in list(self._seen):
-            if inc_id not in open_ids:
-                self._seen.pop(inc_id, None)
-        sent = 0
+        marks = self._open_marks()
+        sweep = not 0 <= now - self._swept_ts < self.settings.notify_resend_s
+        if sweep:  # (a change the marks miss, e.g. a row edited by hand, waits this long at most)
+            self._stable.clear()
+            self._swept_ts = now
+        for inc_id in [i for i in self._stable if i not in marks]:
+            self._stable.pop(inc_id, None)
+        for inc_id in [i for i in self._seen if i not in marks]:
+            self._seen.pop(inc_id, None)
+        changed = sorted(i for i, mark in marks.items() if self._stable.get(i) != mark)
+        rows = self._pending_rows(set(changed), marks, now)
+        for inc in self._incidents(changed):
+            if inc["status"] != "open":  # closed since the marks were read: the next poll sees it
+                continue
+            if self._settle(inc, rows, now):
+                self._stable[inc["id"]] = marks[inc["id"]]
+            else:  # settling: followed again at each poll until it has settled
+                self._stable.pop(inc["id"], None)
         for inc_id, row in rows.items():
-            if row["state"] == "firing" and inc_id not in open_ids:
+            if row["state"] == "firing" and inc_id not in marks:
                 self._set_resolved(row, now, CLOSED)
-            sent += self._deliver(row, now)
-        return sent
+        return self._deliver_all(list(rows.values()), now)
 
-    def _settle(self, inc: dict[str, Any], rows: dict[int, dict[str, Any]], now: float) -> None:
+    def _open_marks(self) -> dict[int, tuple[Any, ...]]:
+        """Every open incident's id -> what changes with any change the notifier follows (its
+        alerts, its ranking): ``updated_ts``, ``rca_ts`` and ``firing_count``."""
+        c = incidents.c
+        q = select(c.id, c.updated_ts, c.rca_ts, c.firing_count).where(c.status == "open")
+        with self.db.read() as conn:
+            return {int(r[0]): tuple(r[1:]) for r in conn.execute(q)}
+
+    def _incidents(self, ids: list[int]) -> list[dict[str, Any]]:
+        """The incidents ``ids`` as stored (read in chunks of :data:`BATCH`)."""
+        out: list[dict[str, Any]] = []
+        with self.db.read() as conn:
+            for i in range(0, len(ids), BATCH):
+                q = select(incidents).where(incidents.c.id.in_(ids[i : i + BATCH]))
+                out.extend(dict(r._mapping) for r in conn.execute(q))
+        return sorted(out, key=lambda inc: -inc["id"])  # newest first, as before
+
+    def _pending_rows(
+        self, changed: set[int], marks: Mapping[int, Any], now: float
+    ) -> dict[int, dict[str, Any]]:
+        """The ``notifications`` rows this poll may act on, whole: those of the ``changed``
+        incidents, those that owe a message (a resolution, an undelivered firing one, a re-send
+        that is due) and the firing ones whose incident is no longer open (in ``marks``).
+
+        Rows done with (resolved and delivered) are not read; the firing rows of incidents that
+        did not change and owe nothing now are read only in part."""
+        n = notifications.c
+        pending = (n.state == "firing") | n.am_sent_ts.is_(None) | n.hook_sent.is_(False)
+        # (the JSON's text, not the JSON: decoding thousands of them each poll costs the most)
+        carries = cast(n.delivery, Text).like(f'%"{OUTBOX}"%')
+        light = select(n.incident_id, n.state, n.am_sent_ts, n.hook_sent, carries).where(pending)
+        with self.db.read() as conn:
+            wanted = sorted(
+                int(r.incident_id)
+                for r in conn.execute(light)
+                if r.incident_id in changed
+                or r.state != "firing"
+                or r.incident_id not in marks
+                or self._owes(r.am_sent_ts, bool(r.hook_sent), bool(r[4]), now)
+            )
+            rows: dict[int, dict[str, Any]] = {}
+            for i in range(0, len(wanted), BATCH):
+                q = select(notifications).where(n.incident_id.in_(wanted[i : i + BATCH]))
+                rows.update({r.incident_id: dict(r._mapping) for r in conn.execute(q)})
+        return {i: rows[i] for i in sorted(rows)}
+
+    def _owes(self, am_sent_ts: float | None, hook_sent: bool, carries: bool, now: float) -> bool:
+        """Whether a firing row (its ``am_sent_ts``, ``hook_sent``, whether its ``delivery``
+        carries resolutions) has something to send now: those resolutions, its first post, or its
+        re-send (Unix s ``now``)."""
+        if carries:
+            return True
+        if self.hook_url and not hook_sent:
+            return True
+        return bool(self.am_urls) and (
+            am_sent_ts is None or not 0 <= now - am_sent_ts < self.settings.notify_resend_s
+        )
+
+    def _settle(self, inc: dict[str, Any], rows: dict[int, dict[str, Any]], now: float) -> bool:
         """Follow open incident ``inc``'s top cause; once it has settled at a severity, make
         ``rows`` (incident id -> its ``notifications`` row) say what is to be sent about it: the
-        firing row refreshed, or resolved and replaced by the new cause's."""
+        firing row refreshed, or resolved and replaced by the new cause's. Returns whether it is
+        done with the incident as it is (``False`` while a cause or its absence is settling)."""
         causes = inc["causes"] or []
         row = rows.get(inc["id"])
         firing = row is not None and row["state"] == "firing"
         if not causes:  # ranked on a graph none of its alerts maps to: nothing to stand by
-            if firing and self._settled(inc["id"], (None, None), now):
-                self._set_resolved(row, now, NO_CAUSE)
-            return
+            if not firing:
+                return True
+            if not self._settled(inc["id"], (None, None), now):
+                return False
+            self._set_resolved(row, now, NO_CAUSE)
+            return True
         top = causes[0]
         node = top["node"]
         previous = self._previous(inc["id"], node, row)
         severity = held_severity(top.get("score"), previous, self.settings, inc.get("method"), top)
         if not self._settled(inc["id"], (node, severity), now):
-            return
+            return False
         if firing and row["cause_node"] == node and row["labels"].get("severity") == severity:
             self._refresh(row, inc, top)  # the next re-send carries today's counts
-            return
+            return True
         was = None
         if firing:  # the settled cause or its severity changed, or it fell below the floor
             same = row["cause_node"] == node
@@ -473,9 +665,10 @@ class Notifier:
                 was = row["labels"].get("severity")
             self._set_resolved(row, now, because)
         if severity is None:  # too unsure to page anyone: the incident page still shows it
-            return
+            return True
         outbox = [] if row is None else self._outbox(row)
         rows[inc["id"]] = self._set_firing(inc, top, severity, now, outbox, was)
+        return True
 
     def _settled(self, inc_id: int, state: tuple[str | None, str | None], now: float) -> bool:
         """Whether incident ``inc_id`` has had ``state`` (its top cause's node and severity, both
@@ -642,16 +835,58 @@ class Notifier:
             conn.execute(notifications.insert().values(**row))
 
     # ------------------------------------------------------------------ delivery
-    def _deliver(self, row: dict[str, Any], now: float) -> int:
-        """Send what ``row`` still owes: its resolutions, oldest first, then its firing message;
-        store what became of them. Returns the number of messages delivered."""
-        before = (row["am_sent_ts"], row["hook_sent"], row.get("delivery"))
-        outbox = self._outbox(row)
-        if row.get("delivery") is not None or outbox:  # (a copy: ``before`` keeps the stored one)
-            row["delivery"] = dict(row.get("delivery") or {})
-        done = self._deliver_alertmanager(row, outbox, now)
-        done += self._deliver_webhook(row, outbox, now)
-        outbox = [e for e in outbox if e["alertmanager"] or e["webhook"] is not None]
+    def _deliver_all(self, rows: list[dict[str, Any]], now: float) -> int:
+        """Send what ``rows`` still owe: each row's resolutions, oldest first, then its firing
+        message (to each Alertmanager in a few posts for all rows together, :meth:`_post_batch`;
+        to the webhook one message at a time); store what became of them. Returns the number of
+        messages delivered."""
+        before = [(r["am_sent_ts"], r["hook_sent"], r.get("delivery")) for r in rows]
+        outboxes = [self._outbox(r) for r in rows]
+        for row, outbox in zip(rows, outboxes, strict=True):
+            if row.get("delivery") is not None or outbox:  # (a copy: ``before`` keeps the stored)
+                row["delivery"] = dict(row.get("delivery") or {})
+        done = self._deliver_alertmanager(rows, outboxes, now)
+        changed = []
+        for row, outbox, was in zip(rows, outboxes, before, strict=True):
+            chat = self._deliver_webhook(row, outbox, now)
+            done += chat
+            if self._delivered(row, outbox, was, now):
+                changed.append(row)
+            # a chat message is recorded at once: a crash repeats no more than the one in flight
+            if chat or row["hook_sent"] != was[1]:
+                self._record(changed)
+                changed = []
+        for i in range(0, len(changed), BATCH):  # the rest: one commit per batch
+            self._record(changed[i : i + BATCH])
+        return done
+
+    def _record(self, rows: list[dict[str, Any]]) -> None:
+        """Store what became of ``rows``' messages (``am_sent_ts``, ``hook_sent``, ``delivery``),
+        in one transaction."""
+        if not rows:
+            return
+        with self.db.write() as conn:
+            conn.execute(
+                _RECORD,
+                [
+                    {
+                        "_id": row["incident_id"],
+                        "_state": row["state"],
+                        "_am": row["am_sent_ts"],
+                        "_hook": row["hook_sent"],
+                        "_delivery": row.get("delivery"),
+                    }
+                    for row in rows
+                ],
+            )
+
+    def _delivered(
+        self, row: dict[str, Any], outbox: list[dict[str, Any]], before: tuple[Any, ...], now: float
+    ) -> bool:
+        """Put into ``row`` what is left of ``outbox`` after the posts (a row whose resolutions all
+        went out or were dropped is done with); whether the row changed from ``before``
+        (``am_sent_ts``, ``hook_sent``, ``delivery`` as read)."""
+        outbox[:] = [e for e in outbox if e["alertmanager"] or e["webhook"] is not None]
         if row["delivery"] is not None:
             row["delivery"].pop(OUTBOX, None)
             if outbox:
@@ -663,34 +898,51 @@ class Notifier:
             row["hook_sent"] = True
             for key in [k for k in self._refused if k[0] == row["incident_id"]]:
                 self._refused.pop(key, None)
-        if (row["am_sent_ts"], row["hook_sent"], row.get("delivery")) != before:
-            with self.db.write() as conn:
-                conn.execute(
-                    notifications.update()
-                    .where(notifications.c.incident_id == row["incident_id"])
-                    .where(notifications.c.state == row["state"])
-                    .values(
-                        am_sent_ts=row["am_sent_ts"],
-                        hook_sent=row["hook_sent"],
-                        delivery=row.get("delivery"),
-                    )
-                )
-        return done
+        return (row["am_sent_ts"], row["hook_sent"], row.get("delivery")) != before
 
     def _deliver_alertmanager(
-        self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
+        self, rows: list[dict[str, Any]], outboxes: list[list[dict[str, Any]]], now: float
     ) -> int:
-        """Post to each Alertmanager, in one request, the resolutions it has not taken (each
-        instance of an HA pair is tracked on its own) and the firing alert when it is due; returns
-        how many of these messages some instance took.
+        """Post to each Alertmanager the resolutions it has not taken (each instance of an HA pair
+        is tracked on its own) and the firing alerts that are due, of all ``rows`` (``outboxes``:
+        their resolutions) together (:meth:`_post_batch`); returns how many of these messages
+        some instance took.
 
-        The firing alert also follows, due or not, a resolution that has its labels: a cause that
+        A firing alert also follows, due or not, a resolution that has its labels: a cause that
         was withdrawn and came back while this instance missed both. Alertmanager keys an alert by
         its labels and stores a request's alerts in order (provider/mem ``Put``), so the stale
         resolution alone would end the live alert there until the next re-send; followed by it, the
         alert stays firing, on an instance that kept its alerts and on one that restarted empty.
+        Each row's alerts stay together and in this order within one post.
         """
-        inc_id = row["incident_id"]
+        plans = [
+            self._am_plan(row, outbox, now) for row, outbox in zip(rows, outboxes, strict=True)
+        ]
+        results: list[dict[str, list[tuple[bool, str]]]] = [{} for _ in rows]
+        for url in self.am_urls:
+            ks = [k for k, (_, plan) in enumerate(plans) if plan.get(url)]
+            entries = []
+            for k in ks:
+                outbox, items = outboxes[k], plans[k][1][url]
+                body = [
+                    outbox[i]["alert"] if i >= 0 else self.alertmanager_alert(rows[k])
+                    for i in items
+                ]
+                resend = items == [-1] and rows[k]["am_sent_ts"] is not None
+                entries.append((rows[k]["incident_id"], body, resend))
+            for k, res in zip(ks, self._post_batch(url, entries), strict=True):
+                results[k][url] = res
+        return sum(
+            self._am_outcome(row, outbox, plan, res, now)
+            for row, outbox, plan, res in zip(rows, outboxes, plans, results, strict=True)
+        )
+
+    def _am_plan(
+        self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
+    ) -> tuple[bool, dict[str, list[int]]]:
+        """``(due, plan)``: whether ``row``'s firing alert is due (its first post or its re-send),
+        and what each Alertmanager URL gets of it: indices into ``outbox``, then -1 (the firing
+        alert, due) or -2 (the firing alert after a resolution with its labels)."""
         for e in outbox:  # an instance no longer configured cannot take it any more
             e["alertmanager"] = [u for u in e["alertmanager"] if u in self.am_urls]
         firing = row["state"] == "firing"
@@ -700,19 +952,33 @@ class Notifier:
             row["am_sent_ts"] is None
             or not 0 <= now - row["am_sent_ts"] < self.settings.notify_resend_s
         )
-        # indices into outbox; -1: the firing alert when due, -2: when sent after its resolution
-        taken: set[int] = set()
-        last = ""  # the firing alert's outcome: a taker's, else the last failure's
+        plan = {}
         for url in self.am_urls:
             owed = [i for i, e in enumerate(outbox) if url in e["alertmanager"]]
             relabelled = any(outbox[i]["alert"]["labels"] == row["labels"] for i in owed)
             items = owed + [-1 if due else -2] * (due or (firing and relabelled))
-            if not items:
-                continue
-            body = [outbox[i]["alert"] if i >= 0 else self.alertmanager_alert(row) for i in items]
-            results = self._post_alerts(url, body, inc_id)
-            some_took, still_refused = any(ok for ok, _ in results), False
-            for i, (ok, outcome) in zip(items, results, strict=True):
+            if items:
+                plan[url] = items
+        return due, plan
+
+    def _am_outcome(
+        self,
+        row: dict[str, Any],
+        outbox: list[dict[str, Any]],
+        plan: tuple[bool, dict[str, list[int]]],
+        results: dict[str, list[tuple[bool, str]]],
+        now: float,
+    ) -> int:
+        """Take into ``row`` and ``outbox`` what each Alertmanager did with its ``plan``
+        (:meth:`_am_plan`): ``results``, URL -> ``(delivered, outcome)`` of each item; returns
+        how many of the row's messages some instance took."""
+        inc_id, (due, urls) = row["incident_id"], plan
+        taken: set[int] = set()  # indices into outbox; -1, -2: the firing alert (see _am_plan)
+        last = ""  # the firing alert's outcome: a taker's, else the last failure's
+        for url, items in urls.items():
+            res = results[url]
+            some_took, still_refused = any(ok for ok, _ in res), False
+            for i, (ok, outcome) in zip(items, res, strict=True):
                 if ok:
                     taken.add(i)
                     if i >= 0:
@@ -728,8 +994,8 @@ class Notifier:
                     still_refused = True
             if some_took and not still_refused:  # the one it refused was dropped: no hold
                 self._refused.pop((inc_id, url), None)
-            if due and (results[-1][0] or -1 not in taken):
-                last = results[-1][1]
+            if due and (res[-1][0] or -1 not in taken):
+                last = res[-1][1]
         if -1 in taken:  # one instance took it; one that missed it gets the next re-send
             row["am_sent_ts"] = now
         delivery = row.get("delivery")
@@ -741,20 +1007,59 @@ class Notifier:
                 self._give_up("alertmanager", inc_id, "undelivered too long")
         return len(taken)
 
-    def _post_alerts(self, url: str, body: list[Any], inc_id: int) -> list[tuple[bool, str]]:
-        """POST ``body`` (alerts of incident ``inc_id``) to one Alertmanager (:meth:`_post`);
-        ``(delivered, outcome)`` of each alert.
+    def _post_batch(
+        self, url: str, entries: list[tuple[int, list[Any], bool]]
+    ) -> list[list[tuple[bool, str]]]:
+        """POST the alerts of ``entries`` (incident id, its alerts, whether they are only the
+        re-send of its firing alert) to one Alertmanager; the ``(delivered, outcome)`` of each
+        alert of each entry.
 
+        Re-sends go together, up to :data:`BATCH` a post: POST /api/v2/alerts takes a list of
+        alerts (Alertmanager's api/v2 ``postAlerts``), so thousands of open incidents' re-sends
+        cost a few posts, not one each. Any other entry (a first post, resolutions) is posted on
+        its own, its alerts in order. An incident
+        refused less than ``FLEETMIND_NOTIFY_RESEND_S`` ago (:meth:`_refusal`) is left out.
         Alertmanager answers 400 when any alert of a request is invalid, while it stores the valid
         ones (api/v2 ``postAlertsHandler``), and its message does not say which in a form to rely
         on: after a final refusal of several alerts each is posted alone, once, so that one bad
         alert does not hold back the others.
         """
-        held = self._refusal(inc_id, url)
-        ok, outcome = self._post("alertmanager", url, body, inc_id)
-        if ok or held is not None or len(body) == 1 or not is_final(outcome):
-            return [(ok, outcome)] * len(body)
-        return [self._post("alertmanager", url, [a], inc_id, hold=False) for a in body]
+        out: list[list[tuple[bool, str]]] = [[] for _ in entries]
+        chunk: list[int] = []
+        for k, (inc_id, body, resend) in enumerate(entries):
+            why = self._refusal(inc_id, url)
+            if why is not None:
+                out[k] = [(False, why)] * len(body)
+            elif not resend:  # a first post or a resolution: its own post, as it comes
+                self._post_chunk(url, [entries[k]], [out[k]])
+            else:
+                chunk.append(k)
+            if len(chunk) == BATCH or (chunk and k == len(entries) - 1):
+                self._post_chunk(url, [entries[j] for j in chunk], [out[j] for j in chunk])
+                chunk = []
+        return out
+
+    def _post_chunk(
+        self,
+        url: str,
+        entries: list[tuple[int, list[Any], bool]],
+        out: list[list[tuple[bool, str]]],
+    ) -> None:
+        """One post of :meth:`_post_batch`: fill ``out`` (one list per entry) with the outcome
+        of each alert."""
+        ids = {inc_id for inc_id, _, _ in entries}
+        body = [a for _, alerts, _ in entries for a in alerts]
+        one = next(iter(ids)) if len(ids) == 1 else None
+        ok, outcome = self._post("alertmanager", url, body, one, hold=False)
+        if ok:
+            for inc_id in ids:
+                self._refused.pop((inc_id, url), None)
+        alone = not ok and len(body) > 1 and is_final(outcome)
+        for (inc_id, alerts, _), res in zip(entries, out, strict=True):
+            if alone:
+                res[:] = [self._post("alertmanager", url, [a], inc_id, hold=False) for a in alerts]
+            else:
+                res[:] = [(ok, outcome)] * len(alerts)
 
     def _deliver_webhook(
         self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
@@ -792,9 +1097,11 @@ class Notifier:
         return done + sent
 
     def _post(
-        self, channel: str, url: str, body: Any, inc_id: int, hold: bool = True
+        self, channel: str, url: str, body: Any, inc_id: int | None, hold: bool = True
     ) -> tuple[bool, str]:
         """POST ``body`` to ``url`` once (:func:`post_once`); ``(delivered, outcome)``.
+        ``inc_id``: the incident the body is about (``None``: alerts of several incidents, whose
+        refusal the caller takes apart).
 
         Not tried, and ``(False, the last outcome)``, when that receiver failed earlier in this
         poll or is waiting out its back-off, or (Alertmanager, unless ``hold`` is false) refused
@@ -818,8 +1125,12 @@ class Notifier:
         now, name = self.clock(), _receiver(channel, url)
         if (ok or is_final(outcome)) and self._down.pop(url, None) is not None:
             log.info("%s answers again", name)
-        if ok:
+        if ok and inc_id is not None:
             self._refused.pop((inc_id, url), None)
+        elif ok:
+            pass
+        elif is_final(outcome) and inc_id is None:  # several incidents': each is posted alone
+            log.warning("%s refused a post of %d alerts (%s)", name, len(body), outcome)
         elif is_final(outcome):  # the receiver works and refuses this message
             if channel == "alertmanager":  # (a refused chat message is dropped by the caller)
                 self._refused[(inc_id, url)] = (now + self.settings.notify_resend_s, outcome)
@@ -920,6 +1231,7 @@ class Notifier:
         return {
             "text": text,
             "fleetmind": {
+                "dedup_key": dedup_key(row, because),
                 "status": row["state"],
                 "resolved_because": because,
                 "incident": int(lab["incident"]),

@@ -139,6 +139,10 @@ class IncidentStore:
         the largest id plus one, so after retention deleted the newest incidents their ids would
         come back, and their feedback labels, notifications and the links on-call was paged with
         would name an unrelated incident. On SQLite the id is chosen past every id those name.
+        Each ``max`` reads an index (``incident_feedback``: ``ix_incident_feedback_incident``,
+        ``notifications``: its primary key), and retention keeps the notification row of the
+        highest incident id (:meth:`fleetmind.serving.db.Database.purge`), so the notified ids
+        stay behind the next one.
         """
         explicit: dict[str, int] = {}
         if self.db.is_sqlite:  # one writer at a time: no other insert can take the id

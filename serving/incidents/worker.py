@@ -12,7 +12,9 @@ second, or when woken, or when a deferred ranking is due):
 4. ranks what is due and runs housekeeping;
 5. exports the grouping lag, whether or not the loop succeeded.
 
-A failing loop is logged, retried a second later, and shows in :meth:`IncidentWorker.stuck_for`
+A failing loop is logged (its traceback the first time; while it keeps failing the same way,
+one line a minute; one line when it works again: :class:`fleetmind.serving.notify.FailureLog`),
+retried a second later, and shows in :meth:`IncidentWorker.stuck_for`
 (the readiness probe) while the alerts stay pending; the next loop that runs without an error,
 as leader or as follower, clears it.
 """
@@ -24,6 +26,8 @@ import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
+
+from fleetmind.serving.notify import FailureLog
 
 if TYPE_CHECKING:
     from fleetmind.serving.db import Database, LeaderLock
@@ -191,6 +195,7 @@ class IncidentWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failures = FailureLog(log, "incident worker")  # no traceback per loop in an outage
 
     @property
     def running(self) -> bool:
@@ -232,11 +237,12 @@ class IncidentWorker:
                 self.last_error = f"{type(err).__name__}: {err}"
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
-                log.exception("incident worker failed; retrying")
+                self._failures.failed(err)
                 self._stop.wait(1.0)
             else:  # a loop without error, leading or not (another replica may lead): not failing
                 self.last_error = None
                 self.failing_since = None
+                self._failures.succeeded()
             self.lag.refresh()
 
     def _lead(self) -> bool:
