@@ -78,8 +78,8 @@ def test_a_file_that_is_not_a_database_and_an_unknown_scheme(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     "argv,where",
     [
-        (  # the store comes first
-            ["rca", "train", "--data", "no-such-dataset", "--epochs", "1"],
+        (  # the store comes before the data is read (an empty folder: no dataset in it)
+            ["rca", "train", "--data", "empty-dataset", "--epochs", "1"],
             "MLFLOW_TRACKING_URI or --tracking-uri",
         ),
         (  # sched train has no --tracking-uri (before 2026-12-05 its error named one)
@@ -97,6 +97,7 @@ def test_training_stops_at_once_on_a_store_it_cannot_use(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty-dataset").mkdir()
     bad = tmp_path / "bad.db"
     bad.write_text("not a database\n")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{bad}")

@@ -491,8 +491,6 @@ def check_args(args: Args) -> None:
     before any data is read: torch would otherwise stop minutes later with a traceback."""
     if not args.data:
         raise ConfigError("--data DIR is required (a dataset folder from `fleetmind rca generate`)")
-    if not Path(args.data).is_dir():  # before the tracking store is created, which leaves files
-        raise DataError(f"dataset folder not found: {args.data}")
     at_least_one = {
         "--epochs": args.epochs,
         "--batch-size": args.batch_size,
@@ -542,6 +540,8 @@ def _check_and_seed(args: Args) -> None:
     for noisy in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     _check_devices(args)
+    if not Path(args.data).is_dir():  # before the tracking store is created, which leaves files
+        raise DataError(f"dataset folder not found: {args.data}")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*treespec.*")
     random.seed(args.seed)
