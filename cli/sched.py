@@ -7,8 +7,9 @@ policy; ``clone``, its warm-start clone before PPO; ``teacher``, the scorer the 
 ``{"trace", "mode", "seeds", "policies": {name: {metrics..., "ms_per_decision"}}}``. In fgd mode the
 metrics are ``unallocated_gpu_pct_at_100`` / ``_at_130`` (mean over seeds), their ``_std``, the
 ``per_seed`` values, and, for the shared openb traces on the openb GPU node list, ``published_unallocated_gpu_pct_at_100``
-/ ``_130`` (mean of the FGD authors' per-seed values over the same seeds; elsewhere ``"published": null``
-and ``"published_reason"``, :func:`published_mismatch`). A value that is not defined
+/ ``_130`` (mean of the FGD authors' per-seed values over the same seeds; a policy they published
+no value for on some of the seeds gets its own ``"published_reason"`` instead; elsewhere
+``"published": null`` and ``"published_reason"``, :func:`published_mismatch`). A value that is not defined
 (a level no pod record came near, on a node list of a few nodes) is ``null`` in the JSON and ``-``
 in the table: the file is strict JSON (:func:`json_safe`).
 """
@@ -40,8 +41,12 @@ MAX_SEEDS = 10_000
 
 
 def parse_seeds(items: list[str]) -> list[int]:
-    """Seeds from ``["42", "43"]``, ``["42-51"]`` or ``["42,43"]`` (ranges inclusive)."""
-    seeds: list[int] = []
+    """Seeds from ``["42", "43"]``, ``["42-51"]`` or ``["42,43"]`` (ranges inclusive), each once
+    in the order first given: a seed given twice (``42 42``, ``42-51 50``) would run twice and
+    weigh twice in the mean, so the repeat is dropped with one ``fleetmind: warning:`` line on
+    stderr naming the repeated seeds."""
+    seeds: dict[int, None] = {}
+    repeated: dict[int, None] = {}
     for item in items:
         for part in str(item).split(","):
             part = part.strip()
@@ -61,12 +66,34 @@ def parse_seeds(items: list[str]) -> list[int]:
                 ) from None
             if b >= argtypes.SEED_LIMIT:
                 raise ConfigError(f"bad seed {part!r}: a seed lies in [0, 2**32)")
-            if len(seeds) + b - a + 1 > MAX_SEEDS:
+            if b - a + 1 > MAX_SEEDS:  # before the range is expanded
                 raise ConfigError(f"at most {MAX_SEEDS:,} seeds at once, got {part!r}")
-            seeds.extend(range(a, b + 1))
+            for s in range(a, b + 1):
+                if s in seeds:
+                    repeated[s] = None
+                seeds[s] = None
+            if len(seeds) > MAX_SEEDS:
+                raise ConfigError(f"at most {MAX_SEEDS:,} seeds at once, got {part!r}")
     if not seeds:
         raise ConfigError("no seeds given")
-    return seeds
+    if repeated:
+        print(
+            f"fleetmind: warning: seed(s) {seed_ranges(list(repeated))} given more than once;"
+            " each runs once",
+            file=sys.stderr,
+        )
+    return list(seeds)
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """``[42, 43, 44, 7]`` -> ``"7, 42-44"``: sorted, consecutive seeds as inclusive ranges."""
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive seeds
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def check_writable(path: str | None, flag: str) -> None:
@@ -117,6 +144,10 @@ def _add_published(result: dict, trace: Any, nodes: Any, seeds: list[int]) -> No
 
 
 def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
+    """Each policy's ``published_unallocated_gpu_pct_at_100`` / ``_130`` (the authors' values
+    averaged over ``seeds``, %) and ``published_seeds``, when the authors published a value for
+    every one of ``seeds``; when some seed has none, the policy's ``published_reason`` names the
+    seeds without one instead (a mean over other seeds would not describe the run)."""
     from fleetmind.data.openb import load_fgd_published
 
     try:
@@ -127,9 +158,14 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
         rows = pub.get((trace, name))
         if not rows:
             continue
-        vals = [rows[s] for s in seeds if s in rows]
-        if not vals:
+        missing = [s for s in seeds if s not in rows]
+        if missing:  # a mean over fewer seeds would sit beside ours over all of them
+            metrics["published_reason"] = (
+                f"published FGD values omitted: the authors published no value for seed(s) "
+                f"{seed_ranges(missing)} (they published seeds {seed_ranges(list(rows))})"
+            )
             continue
+        vals = [rows[s] for s in seeds]
         metrics["published_unallocated_gpu_pct_at_100"] = round(
             sum(v[0] for v in vals) / len(vals), 4
         )
@@ -817,6 +853,10 @@ def _print_table(result: dict, wide: bool = False) -> None:
         legend.append(f"--wide shows {hidden} more columns; --json writes every value")
     if legend:
         print(textwrap.fill("legend: " + "; ".join(legend), TABLE_WIDTH, subsequent_indent="  "))
+    for name, m in pols.items():  # a policy whose published values do not cover every seed
+        if m.get("published_reason"):
+            note = f"note: {name}: {m['published_reason']}"
+            print(textwrap.fill(note, TABLE_WIDTH, subsequent_indent="  "))
     sys.stdout.flush()
 
 
@@ -991,7 +1031,7 @@ def _register_search(sub: argparse._SubParsersAction) -> None:
     _ray_arg(se, "run every episode")
     se.add_argument("--out", required=True, help="scorer JSON to write")
     se.add_argument("--json", default=None, help="write the search summary JSON here")
-    se.set_defaults(func=cmd_search_teacher)
+    se.set_defaults(func=cmd_search_teacher, _parser=se)
 
 
 SEARCH_STOP_PCT = 101.0
@@ -1008,6 +1048,7 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
     from fleetmind.rl.scaleout import job_path
     from fleetmind.rl.teacher_search import check_search_settings, cmaes_search
 
+    load_start = _load_now()
     seeds = parse_seeds(args.episode_seeds)
     check_writable(args.out, "--out")
     check_writable(args.json, "--json")
@@ -1057,7 +1098,8 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
         "optimiser": "cma.CMAEvolutionStrategy",
     }
     print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score")}))
-    write_json(args.json, summary)
+    prov = _run_provenance(args, ["search-teacher"], load_start, ("gymnasium", "cma"))
+    write_json(args.json, {**prov, "trace_files": _trace_files(args.trace), **summary})
     return 0
 
 
@@ -1155,7 +1197,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         if (g.title or "").startswith("--algo ")
         for a in g._group_actions  # noqa: SLF001
     }
-    tr.set_defaults(func=cmd_train, _other_recipe_flags=other)
+    tr.set_defaults(func=cmd_train, _other_recipe_flags=other, _parser=tr)
 
 
 def _trace_seeds(items: list[str] | None) -> dict[str, list[int]]:
@@ -1218,6 +1260,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from fleetmind.training.recipes.flags import recipe_kwargs
 
+    load_start = _load_now()
     check_writable(args.json, "--json")  # before the training, not after it
 
     dyn_only = args.cem_trace_seeds or args.cem_worst_weight or args.cem_nonneg
@@ -1282,10 +1325,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # sched train has no --tracking-uri: the error names MLFLOW_TRACKING_URI alone
     ready_store(tracking_uri(getattr(args, "tracking_uri", None)), flag=None)
     if args.seeds:
-        return _train_seeds(args, recipe.__name__, a)
-    summary = recipe.run(a)
+        return _train_seeds(args, recipe.__name__, a, load_start)
+    before = _run_folders(a.out)
+    try:
+        summary = recipe.run(a)
+    except KeyboardInterrupt:  # say which run folder was left half-written, then stop as ever
+        _partial_note(a.out, before)
+        raise
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
-    write_json(args.json, summary)
+    _champion_note(summary)
+    write_json(args.json, {**_train_provenance(args, a, load_start), **summary})
     return 0
 
 
@@ -1325,17 +1374,21 @@ def _train_paired(args: argparse.Namespace) -> int:
         a.workers, a.ray_address = args.workers, args.ray_address
     if a.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
+    load_start = _load_now()
     if args.seeds:
         a.init = str(Path(a.init).resolve())
-        return _train_seeds(args, recipe.__name__, a)
+        return _train_seeds(args, recipe.__name__, a, load_start)
     summary = recipe.run(a)
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
-    write_json(args.json, summary)
+    write_json(args.json, {**_train_provenance(args, a, load_start), **summary})
     return 0
 
 
-def _train_seeds(args: argparse.Namespace, recipe: str, a: Any) -> int:
-    """``--seeds``: one training run per seed (``out/seed<S>``), local processes or Ray tasks."""
+def _train_seeds(
+    args: argparse.Namespace, recipe: str, a: Any, load_start: list[float] | None = None
+) -> int:
+    """``--seeds``: one training run per seed (``out/seed<S>``), local processes or Ray tasks;
+    ``load_start``: the 1, 5 and 15-minute load averages when the command started."""
     import json
     from dataclasses import asdict
 
@@ -1355,5 +1408,103 @@ def _train_seeds(args: argparse.Namespace, recipe: str, a: Any) -> int:
     runs = run_tasks(train_job, jobs, ray_address=args.ray_address, workers=args.workers)
     summary = {"seeds": seeds, "runs": {str(s): r for s, r in zip(seeds, runs, strict=True)}}
     print(json.dumps({s: r.get("metrics") for s, r in summary["runs"].items()}))
-    write_json(args.json, summary)
+    for r in summary["runs"].values():
+        _champion_note(r)
+    write_json(args.json, {**_train_provenance(args, a, load_start), **summary})
     return 0
+
+
+TRAIN_VERSIONS = ("gymnasium", "onnxruntime", "mlflow", "stable-baselines3", "sb3-contrib")
+"""The packages whose versions ``sched train --json`` records beside torch and numpy."""
+
+
+def _train_provenance(args: argparse.Namespace, a: Any, load_start: list[float] | None) -> dict:
+    """The keys ``sched train --json`` starts with: those of ``sched evaluate --json``
+    (:func:`_run_provenance`) and ``trace_files``, every training and evaluation trace of the
+    recipe's settings ``a`` as given, with its absolute path and SHA-256 (:func:`_trace_files`)."""
+    traces = [*getattr(a, "traces", []), *getattr(a, "eval_traces", [])]
+    prov = _run_provenance(args, ["train"], load_start, TRAIN_VERSIONS)
+    return {**prov, "trace_files": _trace_files(traces)}
+
+
+def _trace_files(names: list[str]) -> list[dict[str, str]]:
+    """Each trace of ``names`` once (openb names or CSV paths), as given, with its file's absolute
+    path and SHA-256 (:func:`fleetmind.provenance.input_file`)."""
+    from fleetmind.data.openb import trace_file
+    from fleetmind.provenance import input_file
+
+    return [input_file(t, trace_file(t)) for t in dict.fromkeys(map(str, names))]
+
+
+def _run_provenance(
+    args: argparse.Namespace,
+    words: list[str],
+    load_start: list[float] | None,
+    packages: tuple[str, ...],
+) -> dict:
+    """:func:`fleetmind.provenance.run_provenance` of ``fleetmind sched <words...>`` run with
+    ``args`` (:func:`command_line`), with the versions of ``packages`` besides."""
+    from fleetmind.provenance import run_provenance
+
+    line = command_line(args, ["fleetmind", "sched", *words])
+    return run_provenance(line, load_start, packages)
+
+
+def command_line(args: argparse.Namespace, words: list[str]) -> str:
+    """The command line that reruns ``args``: ``words``, then every option of the sub-command's
+    parser (``args._parser``) whose value differs from its default, in the parser's order, quoted
+    for a POSIX shell (``shlex.join``); URIs with credentials are redacted (``fleetmind.redact``).
+    Without ``args._parser``, ``words`` alone."""
+    import shlex
+
+    from fleetmind.redact import safe_uri
+
+    out = list(words)
+    parser = getattr(args, "_parser", None)
+    for act in parser._actions if parser is not None else ():  # noqa: SLF001 - argparse's list
+        longs = [o for o in act.option_strings if o.startswith("--")]
+        if not longs or not hasattr(args, act.dest) or act.dest == "help":
+            continue
+        value = getattr(args, act.dest)
+        if value == act.default or value is None:
+            continue
+        if act.nargs == 0:  # a switch (store_true, store_false)
+            out.append(longs[0])
+        elif isinstance(act, argparse._AppendAction):  # noqa: SLF001 - one flag per value
+            for v in value:
+                out += [longs[0], safe_uri(str(v))]
+        elif isinstance(value, list | tuple):
+            out += [longs[0], *(safe_uri(str(v)) for v in value)]
+        else:
+            out += [longs[0], safe_uri(str(value))]
+    return shlex.join(out)
+
+
+def _run_folders(out: str) -> set[Path]:
+    """The folders in ``out`` (the run folders of ``--out``; none when it does not exist yet)."""
+    root = Path(out)
+    return {p for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+
+
+def _partial_note(out: str, before: set[Path]) -> None:
+    """One ``fleetmind: warning:`` line on stderr per run folder that appeared in ``out`` since
+    ``before`` (:func:`_run_folders`): a run stopped before its end leaves checkpoints and
+    perhaps a ``model/`` folder without its card or ONNX policy."""
+    for folder in sorted(_run_folders(out) - before):
+        print(
+            f"fleetmind: warning: training stopped before the end: {folder} is a partial run"
+            " (its model/ folder, if any, is incomplete); delete it or train again",
+            file=sys.stderr,
+        )
+
+
+def _champion_note(summary: dict[str, Any]) -> None:
+    """One ``fleetmind: note:`` line on stderr when the run's registered version did not have its
+    score compared with the champion's (``registry.champion_refused``: another evaluation set)."""
+    reg = summary.get("registry") or {}
+    if reg.get("champion_refused"):
+        print(
+            f"fleetmind: note: {reg['registered_model']} version {reg['version']} registered; "
+            f"{reg['champion_refused']}",
+            file=sys.stderr,
+        )

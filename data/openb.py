@@ -48,8 +48,8 @@ POD_TIME_COLUMNS = ("creation_time", "deletion_time", "scheduled_time")
 
 class TraceWarning(UserWarning):
     """A trace value the loader changed (``gpu_milli`` above 1000, clipped; below 1000 on a
-    multi-GPU pod, read as 1000), a ``gpu_spec`` that
-    names a GPU model no node of the node list has (:func:`check_gpu_specs`), pods larger than
+    multi-GPU pod, read as 1000; above 0 on a pod with ``num_gpu`` 0, read as 0), a ``gpu_spec``
+    that names a GPU model no node of the node list has (:func:`check_gpu_specs`), pods larger than
     every node (:func:`check_pod_sizes`), or a job stream too short for the offered load of
     dynamic mode. The CLI prints these as ``fleetmind: warning: <message>``."""
 
@@ -345,11 +345,15 @@ def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> O
 
 
 def _warn_gpu_milli_read(
-    p: Path, clipped: list[tuple[int, int, int]], partial: list[tuple[int, int, int]]
+    p: Path,
+    clipped: list[tuple[int, int, int]],
+    partial: list[tuple[int, int, int]],
+    cpu_only: list[tuple[int, int, int]],
 ) -> None:
     """One :class:`TraceWarning` per kind of ``gpu_milli`` that :func:`load_openb_trace` reads
-    otherwise: above 1000 (``clipped``) and below 1000 on a multi-GPU pod (``partial``), each a
-    list of ``(data row, num_gpu, gpu_milli)``; the warning counts them and names the first."""
+    otherwise: above 1000 (``clipped``), below 1000 on a multi-GPU pod (``partial``) and above 0
+    on a pod with ``num_gpu`` 0 (``cpu_only``), each a list of ``(data row, num_gpu,
+    gpu_milli)``; the warning counts them and names the first."""
     if clipped:
         r, _, v = clipped[0]
         warnings.warn(
@@ -368,6 +372,15 @@ def _warn_gpu_milli_read(
             TraceWarning,
             stacklevel=3,
         )
+    if cpu_only:
+        r, _, v = cpu_only[0]
+        warnings.warn(
+            f"{p}: {len(cpu_only):,} pod(s) with num_gpu 0 ask for gpu_milli above 0 (first: row"
+            f" {r} (line {r + 1}), gpu_milli {v}); num_gpu 0 makes a pod CPU-only, so they are read"
+            f" as CPU-only pods, gpu_milli 0 (ask for a share of one GPU with num_gpu 1)",
+            TraceWarning,
+            stacklevel=3,
+        )
 
 
 def load_openb_trace(name_or_path: str | Path) -> PodTrace:
@@ -378,7 +391,9 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     :class:`TraceWarning` naming the first such row and how many there are. A pod of several GPUs
     takes whole GPUs (the FGD simulator's rule, which ``envs.core`` follows), so one that asks for
     less than 1000 of each is read as 1000, with a :class:`TraceWarning` of the same kind (no openb
-    trace has one either): the GPU it arrives with is then the GPU it holds. Files with only the
+    trace has one either): the GPU it arrives with is then the GPU it holds. A pod with
+    ``num_gpu`` 0 is CPU-only whatever its ``gpu_milli``; one with ``gpu_milli`` above 0 gets a
+    :class:`TraceWarning` of the same kind (no openb trace has one). Files with only the
     five columns ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` (the ``multigpu*`` traces) get
     empty strings and NaN times.
 
@@ -402,6 +417,7 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     # multi-GPU pods asking for less than a whole GPU each
     clipped: list[tuple[int, int, int]] = []
     partial: list[tuple[int, int, int]] = []
+    cpu_only: list[tuple[int, int, int]] = []  # num_gpu 0 with a GPU share: read as CPU-only
     for r, row in enumerate(rows, start=1):
         if not row or all(not c.strip() for c in row):
             continue
@@ -432,10 +448,12 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
             clipped.append((r, ng, gm))
         if ng > 1 and gm < GPU_MILLI:
             partial.append((r, ng, gm))
+        if ng == 0 and gm > 0:
+            cpu_only.append((r, ng, gm))
         kept += 1
     if kept == 0:
         raise DataError(f"{p}: no pod rows")
-    _warn_gpu_milli_read(p, clipped, partial)
+    _warn_gpu_milli_read(p, clipped, partial, cpu_only)
     num_gpu = ints["num_gpu"][:kept]
     gpu_milli = np.where(num_gpu > 0, np.minimum(ints["gpu_milli"][:kept], GPU_MILLI), 0)
     gpu_milli = np.where(num_gpu > 1, GPU_MILLI, gpu_milli)  # whole GPUs (the warning above)
@@ -701,5 +719,6 @@ def no_fit_reason(trace: PodTrace, nodes: OpenbNodes, i: int) -> str:
     if ngpu > int(nodes.num_gpu.max()):
         return f"pod {name} asks for {ngpu} GPUs (the largest node has {int(nodes.num_gpu.max())})"
     if trace.gpu_spec[i]:
-        return f"pod {name} asks for GPU model(s) {trace.gpu_spec[i]!r} that no node with room has"
+        spec = str(trace.gpu_spec[i])  # a plain str: numpy 2's repr reads np.str_('H100')
+        return f"pod {name} asks for GPU model(s) {spec!r} that no node with room has"
     return f"pod {name} fits no node by CPU, memory and GPUs together"

@@ -24,6 +24,7 @@ All randomness comes from ``numpy.random.default_rng(seed)`` (workload and node 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -282,13 +283,21 @@ def _run_job(job: tuple[PodTrace, str, int, OpenbNodes | None, tuple[int, ...]])
 
 
 def aggregate_results(results: list[FgdResult], levels: tuple[int, ...] = DEFAULT_LEVELS) -> dict:
-    """Mean, std (ddof=1) and per-seed values of a policy's runs, as in the CLI JSON."""
+    """Mean, std (ddof=1) and per-seed values of a policy's runs, as in the CLI JSON (%).
+
+    A level no run defines (NaN: no pod record near it, on a node list of a few nodes) has a NaN
+    mean and a NaN std, one seed or several (``null`` both in the CLI JSON); with one seed and a
+    defined mean the std is 0.0."""
     out: dict = {}
     for lvl in levels:
         vals = np.array([r.unallocated[lvl] for r in results], dtype=float)
         key = f"unallocated_gpu_pct_at_{lvl}"
-        out[key] = round(float(vals.mean()), 4)
-        out[f"{key}_std"] = round(float(vals.std(ddof=1)), 4) if len(vals) > 1 else 0.0
+        mean = float(vals.mean())
+        out[key] = round(mean, 4)
+        if len(vals) > 1:
+            out[f"{key}_std"] = round(float(vals.std(ddof=1)), 4)
+        else:  # no spread in one run, unless the value itself is not defined
+            out[f"{key}_std"] = 0.0 if math.isfinite(mean) else math.nan
     out["per_seed"] = {
         str(r.seed): {f"unallocated_gpu_pct_at_{lvl}": r.unallocated[lvl] for lvl in levels}
         for r in results
@@ -319,7 +328,7 @@ def evaluate_fgd(
         trace: a :class:`PodTrace` or an openb trace name / CSV path.
         policies: policy names (built with :func:`make_policy`; may run in ``workers`` processes) or
             ``{name: Policy}`` objects (run in this process; the object is reset for every seed).
-        seeds: the seeds (42-51 in the paper).
+        seeds: the seeds (42-51 in the paper); a seed given twice runs once.
         workers: processes for named policies (1 = in this process).
         progress: show a tqdm bar over runs.
 
@@ -331,6 +340,7 @@ def evaluate_fgd(
     tr = trace if isinstance(trace, PodTrace) else load_openb_trace(trace)
     check_gpu_demand(tr)  # before any run (and before worker processes start)
     nodes = nodes if nodes is not None else load_openb_nodes()
+    seeds = list(dict.fromkeys(seeds))  # a seed given twice runs once (and weighs once)
     if isinstance(policies, dict):
         named: list[str] = []
         objects = dict(policies)

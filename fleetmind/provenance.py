@@ -12,6 +12,7 @@ code and which torch made it::
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import importlib.metadata as md
 import os
 import platform
@@ -84,6 +85,23 @@ def artifact_provenance(packages: Iterable[str] = ()) -> dict[str, Any]:
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "versions": versions(("fleetmind", "torch_geometric", *packages)),
     }
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def input_file(given: str, path: str | Path) -> dict[str, str]:
+    """One input file of a run, ``{"given": as the user named it (an openb trace name, a relative
+    CSV path), "path": absolute, "sha256": of its bytes}``, so that a result says which bytes it
+    read even when the name later means another file."""
+    resolved = Path(path).resolve()
+    return {"given": str(given), "path": str(resolved), "sha256": file_sha256(resolved)}
 
 
 def load_now() -> list[float] | None:

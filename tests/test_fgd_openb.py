@@ -27,8 +27,10 @@ def test_load_trace_from_csv_clips_and_masks(tmp_path) -> None:
     )
     from fleetmind.data.openb import TraceWarning
 
-    with pytest.warns(TraceWarning, match="gpu_milli above 1000"):
+    with pytest.warns(TraceWarning) as seen:
         tr = load_openb_trace(p)
+    said = " | ".join(str(w.message) for w in seen)
+    assert "gpu_milli above 1000" in said and "num_gpu 0 ask for gpu_milli above 0" in said
     assert tr.name == "trace" and len(tr) == 3
     assert tr.gpu_milli.tolist() == [1000, 0, 1000]  # clipped, with a warning; CPU-only -> 0
     assert tr.gpu_spec_mask[0] == ANY_GPU_MODEL

@@ -34,7 +34,8 @@ NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,96000,393216,4,G2\nn1,64000,26214
 def _trace(tmp_path: Path, rows: list[tuple[int, int, int]]) -> Path:
     """A trace of pods ``(cpu_milli, memory_mib, num_gpu)``, one second apart."""
     lines = [
-        f"p{i},{c},{m},{g},1000,,BE,Succeeded,{i},{i + 100},{i}" for i, (c, m, g) in enumerate(rows)
+        f"p{i},{c},{m},{g},{1000 if g else 0},,BE,Succeeded,{i},{i + 100},{i}"
+        for i, (c, m, g) in enumerate(rows)
     ]
     path = tmp_path / "t.csv"
     path.write_text(HEADER + "\n".join(lines) + "\n")

@@ -49,10 +49,13 @@ class EvalSet:
         fingerprint: a digest of the evaluation items (e.g. SHA-256 hex of the validation
             incidents and their graphs); equal for two trainings on the same data.
         n: how many items it holds (incidents).
+        unit: what one item is, as the refusal messages name it (``incidents`` for the RCA
+            validation set, ``episodes`` for a placement evaluation: one trace and workload seed).
     """
 
     fingerprint: str
     n: int
+    unit: str = "incidents"
 
 
 class Promotion(NamedTuple):
@@ -273,7 +276,7 @@ def _incomparable(
         if eval_set.n < MIN_EVAL_N:
             return (
                 f"champion stays version {prev}: this version's {tag} comes from {eval_set.n} "
-                f"evaluation incidents, fewer than {MIN_EVAL_N}, and the champion records no "
+                f"evaluation {eval_set.unit}, fewer than {MIN_EVAL_N}, and the champion records no "
                 f"evaluation set to compare with; {by_hand}"
             )
         return None
@@ -281,7 +284,8 @@ def _incomparable(
         n = champ_tags.get(EVAL_N_TAG, "?")
         return (
             f"champion stays version {prev}: its {tag} was measured on another evaluation set "
-            f"({n} incidents; this version's {eval_set.n}), so the scores do not compare; {by_hand}"
+            f"({n} {eval_set.unit}; this version's {eval_set.n}), so the scores do not compare;"
+            f" {by_hand}"
         )
     return None
 

@@ -117,6 +117,24 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_num_threads(max(1, threads))
 
 
+OPENB_DATA = "Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23"
+
+
+def _data_line(card: dict[str, Any]) -> str:
+    """The card's ``Data:`` line: the openb attribution when every training and evaluation trace
+    is an openb trace name, else the files as given (a user's own CSVs are not Alibaba's)."""
+    from fleetmind.data.openb import openb_trace_names
+
+    named = [str(t) for key in ("train_traces", "eval_traces") for t in card.get(key) or []]
+    own = [t for t in dict.fromkeys(named) if t not in openb_trace_names()]
+    if not own:
+        return f"Data: {OPENB_DATA}."
+    line = f"Data: the user's trace file(s) {', '.join(own)}"
+    return line + (
+        f"; the openb traces beside them: {OPENB_DATA}." if len(own) < len(set(named)) else "."
+    )
+
+
 def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
     """``model_card.md`` for an exported placement model."""
     teacher = str(card.get("teacher", "fgd"))
@@ -153,7 +171,7 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
         "",
         "Regenerate: `fleetmind sched train " + card.get("command", "") + "`.",
         "",
-        "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
+        _data_line(card),
     ]
     path = folder / "model_card.md"
     path.write_text("\n".join(lines) + "\n")

@@ -5,16 +5,21 @@
 * one tracked run (:func:`tracked_run`): tracking URI (:func:`tracking_uri`), experiment, and the
   recipe's settings logged as parameters once, at the start (the PPO recipes' also
   ``timesteps_effective``, :func:`effective_timesteps`);
+* what an fgd-mode run's evaluation score is measured on (:func:`placement_eval_set`: the
+  evaluation traces' contents, seeds, FGD prefix and node list), recorded on the run;
 * the exported model as an MLflow pyfunc (:func:`log_placement_pyfunc`: the
   :class:`fleetmind.training.placement_pyfunc.PlacementPyfunc` wrapper, explicit pip requirements,
-  registration as ``fleetmind-placement`` and the ``champion`` alias moved when it wins).
+  registration as ``fleetmind-placement`` and the ``champion`` alias moved when it wins on the
+  same evaluation set).
 
 Tracking URI, pinned requirements and the champion rule are the ones both trainers share
-(:mod:`fleetmind.training.tracking`; here the champion is the lowest ``eval_unalloc``).
+(:mod:`fleetmind.training.tracking`; here the champion is the lowest ``eval_unalloc``, and two
+scores compare only when their evaluation sets are the same).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -27,10 +32,21 @@ from typing import Any
 import mlflow
 
 from fleetmind.data.mlflow_store import safe_uri
+from fleetmind.data.openb import load_openb_nodes, trace_file
+from fleetmind.provenance import input_file
 from fleetmind.training.pyfunc_entries import PLACEMENT
-from fleetmind.training.tracking import log_pyfunc_model, ready_store, tracking_uri
+from fleetmind.training.tracking import (
+    EVAL_N_TAG,
+    EVAL_SET_TAG,
+    EvalSet,
+    log_pyfunc_model,
+    ready_store,
+    tracking_uri,
+)
 
 REGISTERED_MODEL = "fleetmind-placement"
+EVAL_SET_FORMAT = "fleetmind-placement-eval/1"
+"""The version of :func:`placement_eval_set`'s fingerprint (what it hashes, and how)."""
 
 
 def run_dirs(args: Any, env_id: str) -> tuple[str, Path, Path]:
@@ -76,16 +92,90 @@ def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[A
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(args.experiment)
     summary["tracking_uri"] = safe_uri(uri)
+    evals = placement_eval_set(args) if _has_eval_set(args) else None
     with mlflow.start_run(run_name=run_name) as mlrun:
         summary["run_id"] = mlrun.info.run_id
         mlflow.log_params(run_params(args))
+        if evals is not None:  # what eval_unalloc is measured on (log_placement_pyfunc reads it)
+            eval_set, summary["eval_set"] = evals
+            mlflow.set_tags({EVAL_SET_TAG: eval_set.fingerprint, EVAL_N_TAG: str(eval_set.n)})
         yield mlrun
 
 
-def log_placement_pyfunc(model_dir: Path, score: float) -> dict[str, Any]:
+def _has_eval_set(args: Any) -> bool:
+    """Whether ``args`` are an fgd-mode recipe's, whose score :func:`placement_eval_set` names."""
+    return getattr(args, "mode", None) == "fgd" and hasattr(args, "eval_traces")
+
+
+def placement_eval_set(args: Any) -> tuple[EvalSet, dict[str, Any]]:
+    """What an fgd-mode run's ``eval_unalloc`` (mean unallocated GPU % at 100 % arrived over the
+    evaluation episodes) is measured on, so that only scores on the same set compare.
+
+    The fingerprint is the SHA-256 (hex) of :data:`EVAL_SET_FORMAT`, the SHA-256 of each
+    evaluation trace file's bytes (``args.eval_traces``, names or paths), the evaluation seeds
+    (``args.eval_seeds``), the FGD prefix (``args.eval_fgd_until_pct``, % of GPU capacity) and the
+    SHA-256 of the node list file (``args.nodes``; default the openb GPU node list). Traces and
+    seeds are taken as multisets: their order does not change the mean, a repeat does. Two runs
+    on the same files and settings share it, whatever the files are called.
+
+    Returns:
+        ``(EvalSet(fingerprint, n episodes, "episode(s)"), record)``; ``record`` is the run
+        summary's ``eval_set``: the fingerprint, ``n``, each trace and the node list as
+        :func:`fleetmind.provenance.input_file` records them (as given, absolute path, SHA-256),
+        the seeds and the prefix.
+
+    Raises:
+        DataError: a trace or the node list that cannot be found.
+    """
+    traces = [input_file(t, trace_file(t)) for t in args.eval_traces]
+    nodes = input_file(str(args.nodes or "gpu_node"), load_openb_nodes(args.nodes).source)
+    seeds = [int(s) for s in args.eval_seeds]
+    prefix = float(args.eval_fgd_until_pct)
+    content = {
+        "format": EVAL_SET_FORMAT,
+        "traces": sorted(t["sha256"] for t in traces),
+        "seeds": sorted(seeds),
+        "eval_fgd_until_pct": prefix,
+        "nodes": nodes["sha256"],
+    }
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+    n = len(traces) * len(seeds)
+    record = {
+        "fingerprint": digest,
+        "n": n,
+        "traces": traces,
+        "seeds": seeds,
+        "eval_fgd_until_pct": prefix,
+        "nodes": nodes,
+    }
+    return EvalSet(digest, n, "episode(s)"), record
+
+
+def _run_eval_set() -> EvalSet | None:
+    """The :class:`EvalSet` :func:`tracked_run` recorded on the active run (None: none)."""
+    run = mlflow.active_run()
+    if run is None:
+        return None
+    tags = mlflow.MlflowClient().get_run(run.info.run_id).data.tags
+    if EVAL_SET_TAG not in tags or EVAL_N_TAG not in tags:
+        return None
+    return EvalSet(tags[EVAL_SET_TAG], int(tags[EVAL_N_TAG]), "episode(s)")
+
+
+def log_placement_pyfunc(
+    model_dir: Path, score: float, eval_set: EvalSet | None = None
+) -> dict[str, Any]:
     """Log ``model_dir`` as a pyfunc model in the active run, register it as
-    :data:`REGISTERED_MODEL` and move :data:`CHAMPION` to it when ``score`` (lower is better)
-    beats the champion's. Returns the registry entry of the run summary."""
+    :data:`REGISTERED_MODEL` and move :data:`CHAMPION` to it when ``score`` (mean unallocated GPU
+    % at 100 % arrived; lower is better) beats the champion's on the same evaluation set.
+
+    ``eval_set``: what ``score`` was measured on (:func:`placement_eval_set`); default the one
+    :func:`tracked_run` recorded on the active run. A champion measured on another set stays, and
+    so does one that records none unless this set holds at least
+    :data:`fleetmind.training.tracking.MIN_EVAL_N` episodes
+    (:func:`fleetmind.training.tracking.promote_if_better`); the entry's ``champion_refused`` then
+    says why. Returns the registry entry of the run summary.
+    """
     return log_pyfunc_model(
         PLACEMENT,
         {"placement": str(model_dir)},
@@ -94,4 +184,5 @@ def log_placement_pyfunc(model_dir: Path, score: float) -> dict[str, Any]:
         tag="eval_unalloc",
         score=score,
         higher_is_better=False,
+        eval_set=eval_set if eval_set is not None else _run_eval_set(),
     )
