@@ -96,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     )
     p.add_argument(
         "--prometheus-url",
-        help="with --telemetry prometheus (required): the Prometheus server (e.g. "
+        help="needs --telemetry prometheus (refused without it): the Prometheus server (e.g. "
         "http://prometheus:9090), queried "
         "for every node's dcgm-exporter and kube-state-metrics series; a URL ending in /metrics "
         "reads one dcgm-exporter directly",

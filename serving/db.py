@@ -528,7 +528,9 @@ class Database:
             return before
         except (SQLAlchemyError, OSError) as err:  # OSError: the SQLite lock file next to it
             reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
-            raise ConfigError(f"cannot open the database at {self.engine.url!r}: {reason}") from err
+            raise ConfigError(
+                safe_uri(f"cannot open the database at {self.engine.url!r}: {reason}")
+            ) from err
 
     def refuse_in_memory(self) -> None:
         """Raise ``ConfigError`` for an in-memory SQLite URL (``sqlite://``, ``sqlite:///:memory:``).

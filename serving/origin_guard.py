@@ -8,7 +8,7 @@ loopback default) nothing else would. :class:`OriginGuard` makes three checks, i
 
 * **Host** (only with no token set, on connections from this machine, see
   :func:`from_this_machine`): a request whose ``Host`` is a DNS name other than
-  ``localhost`` (or a name under ``.localhost``), a single-label name, or the host of
+  ``localhost`` (or a name under ``.localhost``) or the host of
   ``FLEETMIND_PUBLIC_URL`` gets 403. IP literals are accepted (a page cannot re-point an
   address). The probes (``/healthz``, ``/readyz``, ``/metrics``) are exempt. As Jupyter's
   ``allow_remote_access=False`` and Vite's ``server.allowedHosts`` do. Single-label names (a
@@ -25,7 +25,7 @@ loopback default) nothing else would. :class:`OriginGuard` makes three checks, i
   form type was a misleading 422 "Input should be a valid dictionary". Alertmanager always sends ``application/json`` (prometheus/alertmanager
   ``notify/util.go``, ``PostJSON``) and so does kube-scheduler's extender client
   (kubernetes ``pkg/scheduler/framework/plugins/extender``... ``extender.go``, ``send``). A request
-  without the header is accepted (scripts that post with ``curl --data-binary`` and no ``-H``);
+  without the header is accepted (clients that send no ``Content-Type``) and read as JSON;
   a browser's cross-site request is already refused by the ``Origin`` check.
 """
 
@@ -137,18 +137,24 @@ def same_origin(origin: str, host_header: str | None, public_url: str) -> bool:
 
 
 def json_when_undeclared(scope: Any) -> None:
-    """Give a ``POST``, ``PUT`` or ``PATCH`` under ``/api/v1/`` that declares no ``Content-Type``
-    the type ``application/json`` (in ``scope``, in place: outer middleware read what the router
-    leaves in it), so that every route reads such a body as JSON: FastAPI parses a body model
-    only under a JSON media type, and ``curl --data-binary`` without ``-H`` sends none."""
+    """Give a ``POST``, ``PUT`` or ``PATCH`` under ``/api/v1/`` that declares no ``Content-Type``,
+    or a JSON type other than ``application/json`` (``text/json``, ``application/merge-patch+json``:
+    accepted by :func:`is_json_media_type`), the type ``application/json`` (in ``scope``, in place:
+    outer middleware read what the router leaves in it), so that every route reads such a body as
+    JSON: FastAPI parses a body model only under ``application/json`` (or ``application/*+json``)
+    and answered 422 "Input should be a valid dictionary" for ``text/json``."""
     if scope.get("method") not in UNSAFE_METHODS or not scope.get("path", "").startswith(
         JSON_BODY_PREFIX
     ):
         return
     headers = scope.get("headers", ())
-    if any(k.lower() == b"content-type" for k, _ in headers):
+    declared = [v for k, v in headers if k.lower() == b"content-type"]
+    if declared and declared[0].split(b";", 1)[0].strip().lower() == b"application/json":
         return
-    scope["headers"] = [*headers, (b"content-type", b"application/json")]
+    if declared and not is_json_media_type(declared[0].decode("latin-1")):
+        return  # refused with 415 before this is reached
+    kept = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+    scope["headers"] = [*kept, (b"content-type", b"application/json")]
 
 
 class OriginGuard:

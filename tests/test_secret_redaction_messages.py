@@ -77,3 +77,18 @@ def test_url_setting_with_impossible_port_is_refused(
 ) -> None:
     line = _error_line(monkeypatch, "FLEETMIND_PROMETHEUS_URL", url)
     assert "port" in line and "\n" in line and "Traceback" not in line
+
+
+def test_database_open_error_masks_query_passwords(tmp_path) -> None:
+    """SQLAlchemy's URL repr hides only a userinfo password: ``?password=`` reached the
+    "cannot open the database" line as given."""
+    import pytest
+
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.serving.db import Database
+
+    url = "postgresql+psycopg://u@127.0.0.1:1/db?password=S3cretQ&sslpassword=S3cretS"
+    with pytest.raises(ConfigError) as err:
+        Database(url, connect_timeout_s=1).migrate()
+    assert "cannot open the database" in str(err.value)
+    assert "S3cretQ" not in str(err.value) and "S3cretS" not in str(err.value)

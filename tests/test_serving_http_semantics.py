@@ -59,8 +59,9 @@ def test_api_bodies_need_json_or_no_content_type(client: TestClient) -> None:
             r = _post(client, method, path, doc, ctype)
             assert r.status_code == 415, (ctype, path, r.text[:300])
             assert "application/json" in r.json()["detail"]
-    r = _post(client, "POST", "/api/v1/placements", {"num_gpu": 1}, "application/json")
-    assert r.status_code == 200, r.text[:300]
+    for json_type in ("application/json", "text/json", "application/json; charset=utf-8"):
+        r = _post(client, "POST", "/api/v1/placements", {"num_gpu": 1}, json_type)
+        assert r.status_code == 200, (json_type, r.text[:300])
     r = client.post(
         "/api/v1/incidents/1/feedback", content=json.dumps(feedback).encode(), headers=AUTH
     )  # no Content-Type: read as JSON
