@@ -17,6 +17,7 @@ _ENV_OPTIONS = {
     "graph": "FLEETMIND_GRAPH",
     "database_url": "FLEETMIND_DATABASE_URL",
     "telemetry": "FLEETMIND_TELEMETRY",
+    "host": "FLEETMIND_BIND_HOST",
     "prometheus_url": "FLEETMIND_PROMETHEUS_URL",
     "rca_model": "FLEETMIND_RCA_MODEL",
     "placement_model": "FLEETMIND_PLACEMENT_MODEL",

@@ -267,12 +267,20 @@ REFIRE_MARGIN_S = 15.0
 
 CLOCK_STEP_S = 300.0
 """A firing delivery of a resolved alert received this long (s) *before* the stored resolution
-was, on the service's clock, is newer than it: the clock stepped back since (see
-:data:`_UPSERT_RULE`)."""
+was, on the service's clock, while that resolution lies this far in the future of the database's
+clock, is newer than it: the clock stepped back since (see :data:`_UPSERT_RULE`)."""
 
 NO_START = "unknown"
 """``starts_at`` of an alert sent without ``startsAt``: its key is its fingerprint alone, so every
 retry of it is the same row (its ``starts_ts`` is when it was first received)."""
+
+
+def _db_now(is_sqlite: bool) -> Any:
+    """The database's clock when the statement runs (unix s): not the delivery's ``received_ts``,
+    which a request waiting for the write lock has taken long before (:data:`CLOCK_STEP_S`)."""
+    if is_sqlite:
+        return literal_column("CAST(strftime('%s', 'now') AS REAL)")
+    return literal_column("EXTRACT(EPOCH FROM clock_timestamp())")
 
 
 def _sqlite_changes(margin_s: float) -> str:
@@ -284,7 +292,8 @@ def _sqlite_changes(margin_s: float) -> str:
         "AND NOT ((excluded.ends_ts IS NOT NULL AND alerts.ends_ts IS NOT NULL "
         "AND excluded.ends_ts > alerts.ends_ts) "
         f"OR excluded.received_ts > alerts.updated_ts + {float(margin_s)!r} "
-        f"OR excluded.received_ts < alerts.updated_ts - {CLOCK_STEP_S!r})))"
+        f"OR (excluded.received_ts < alerts.updated_ts - {CLOCK_STEP_S!r} "
+        f"AND alerts.updated_ts > CAST(strftime('%s', 'now') AS REAL) + {CLOCK_STEP_S!r}))))"
     )
 
 
@@ -330,13 +339,15 @@ it is newer than the resolution, by either sign:
   Alertmanager resolves the alert and later reports it firing with the same ``startsAt``;
 * its ``endsAt`` (a sender that renews it at each evaluation) lies after the stored resolution
   time;
-* it is received more than :data:`CLOCK_STEP_S` *before* the resolution was: the host clock
-  stepped back since the resolution was stored (it was ahead then), and every later delivery would
-  otherwise look older than the resolution until the clock passed the bad time again (a re-fire
-  ignored for as long as the clock was wrong). The notifier takes a timestamp in the future as the
-  same sign (:mod:`fleetmind.serving.notify`). The bound is longer than any webhook request can
-  wait for the database (``statement_timeout``, ``busy_timeout``: 30 s), so a firing
-  notification held up behind the resolution still changes nothing.
+* it is received more than :data:`CLOCK_STEP_S` *before* the resolution was, and the
+  resolution lies more than :data:`CLOCK_STEP_S` in the future of the database's clock when the
+  write runs: the host clock stepped back since the resolution was stored (it was ahead then),
+  and every later delivery would otherwise look older than the resolution until the clock passed
+  the bad time again (a re-fire ignored for as long as the clock was wrong). The notifier takes a
+  timestamp in the future as the same sign (:mod:`fleetmind.serving.notify`). Both conditions
+  are needed: a firing notification held up behind the resolution (a request that waited for
+  the write lock, however long) has an old ``received_ts`` but finds the resolution in the past
+  of the clock, and changes nothing.
 
 A stale firing notification (computed before the resolution, delivered after it: the second peer
 of an Alertmanager HA pair sends what it flushed ``--cluster.peer-timeout``, 15 s, later; two
@@ -791,7 +802,13 @@ class Database:
             & (ex.ends_ts > alerts.c.ends_ts)
         ) | (
             (ex.received_ts > alerts.c.updated_ts + literal_column(repr(self.refire_margin_s)))
-            | (ex.received_ts < alerts.c.updated_ts - literal_column(repr(CLOCK_STEP_S)))
+            | (
+                (ex.received_ts < alerts.c.updated_ts - literal_column(repr(CLOCK_STEP_S)))
+                & (
+                    alerts.c.updated_ts
+                    > _db_now(self.is_sqlite) + literal_column(repr(CLOCK_STEP_S))
+                )
+            )
         )
         changes = (alerts.c.status != ex.status) & ~(
             (alerts.c.status == "resolved") & (ex.status == "firing") & ~newer
@@ -1005,19 +1022,33 @@ class Database:
 
     def _purge_resolved_alerts(self, before: float, chunk: int) -> int:
         """Delete the resolved alerts (grouped already: not ``pending``) resolved before
-        ``before`` (unix s; their ``updated_ts``), whatever their incident, and count the alerts
+        ``before`` (unix s; their ``updated_ts``) that are in no incident, or are an earlier
+        episode of an alert (same fingerprint) their incident holds again later; count the alerts
         of the incidents they left again (``alert_count``; the firing count is unchanged);
         returns how many.
 
-        An incident that is never closed for long keeps no alert past the retention period: one
+        A flapping alert keeps no episode past the retention period but its latest: one
         fingerprint firing a minute every five reopens its incident each time, and that incident
-        held every episode (8,640 rows a month) for as long as it flapped. The incident row stays.
-        The rows are chosen by ``ix_alerts_pending_updated``; the ``DELETE`` checks them again, so
-        a row a webhook reopened meanwhile stays."""
-        from sqlalchemy import delete
+        held every episode (8,640 rows a month) for as long as it flapped. Every other alert of an
+        open or recently closed incident stays, however long ago it resolved: the incident's
+        page, its re-ranking and the feedback that copies its alerts into a training label read
+        them. The incident row stays. The rows are chosen by ``ix_alerts_pending_updated``; the
+        ``DELETE`` checks them again, so a row a webhook reopened meanwhile stays."""
+        from sqlalchemy import delete, exists, or_
 
         a = alerts.c
-        cond = (a.pending.is_(False), a.status == "resolved", a.updated_ts < before)
+        later = alerts.alias("later")
+        superseded = exists().where(
+            later.c.incident_id == a.incident_id,
+            later.c.fingerprint == a.fingerprint,
+            later.c.id > a.id,
+        )
+        cond = (
+            a.pending.is_(False),
+            a.status == "resolved",
+            a.updated_ts < before,
+            or_(a.incident_id.is_(None), superseded),
+        )
         total = 0
         while True:
             with self.write() as conn:

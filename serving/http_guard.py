@@ -300,13 +300,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _body_stalled_s(self) -> float:
         """Seconds the request body has waited for the client (0: not waiting for one)."""
-        cycle = self.cycle
-        if (
-            self._body_timer is None
-            or self.flow.read_paused
-            or (cycle is not None and cycle.waiting_for_100_continue)
-            or self.transport.is_closing()
-        ):
+        if self._body_timer is None or self._held_back() or self.transport.is_closing():
             return 0.0
         return self.loop.time() - self._body_moved
 
@@ -321,11 +315,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timer = None
         if self.transport.is_closing():
             return
-        cycle = self.cycle
-        if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
+        if self._held_back():
             self._arm_body_timer()
             return
         self._cut_body(b"no request body byte for %g seconds" % self._limits.body_timeout_s)
+
+    def _held_back(self) -> bool:
+        """Whether the server, not the client, holds the body back: reading paused for flow
+        control, a client waiting for ``100 Continue``, or a pipelined request queued behind one
+        whose answer is still owed (its ``receive()`` resumes reading, so the queued body's bytes
+        may stop without the client being slow; a 408 then would go out in the middle of the
+        earlier answer)."""
+        cycle = self.cycle
+        return bool(
+            self.flow.read_paused
+            or (cycle is not None and cycle.waiting_for_100_continue)
+            or self.pipeline
+        )
 
     def _cut_body(self, text: bytes) -> None:
         """Answer 408 with ``text`` (unless a response started) and close: the body stopped

@@ -6,8 +6,10 @@ attacker re-points at ``127.0.0.1`` (DNS rebinding) can even read the answers. B
 both (a page cannot attach the operator's token), but with no token set (authentication off, the
 loopback default) nothing else would. :class:`OriginGuard` makes three checks, in this order:
 
-* **Host** (only with no token set, on connections from this machine, see
-  :func:`from_this_machine`): a request whose ``Host`` is a DNS name other than
+* **Host** (only with no token set while the service listens on a loopback address,
+  ``FLEETMIND_BIND_HOST``, see :func:`binds_loopback`; every client is then on this machine, and
+  no request header can change that, where ``X-Forwarded-For`` from 127.0.0.1 rewrites uvicorn's
+  ``client``): a request whose ``Host`` is a DNS name other than
   ``localhost`` (or a name under ``.localhost``) or the host of
   ``FLEETMIND_PUBLIC_URL`` gets 403. IP literals are accepted (a page cannot re-point an
   address). The probes (``/healthz``, ``/readyz``, ``/metrics``) are exempt. As Jupyter's
@@ -22,11 +24,14 @@ loopback default) nothing else would. :class:`OriginGuard` makes three checks, i
   Alertmanager webhook, the scheduler extender, ``/api/v1/rca``, placements, feedback, the graph)
   gets 415 (RFC 9110 section 15.5.16) for a ``Content-Type`` that is not JSON (``*/json`` or
   ``*/*+json``, parameters ignored): one rule for every route, where FastAPI's own answer to a
-  form type was a misleading 422 "Input should be a valid dictionary". Alertmanager always sends ``application/json`` (prometheus/alertmanager
+  form type was a misleading 422 "Input should be a valid dictionary". Alertmanager always
+  sends ``application/json`` (prometheus/alertmanager
   ``notify/util.go``, ``PostJSON``) and so does kube-scheduler's extender client
   (kubernetes ``pkg/scheduler/framework/plugins/extender``... ``extender.go``, ``send``). A request
-  without the header is accepted (clients that send no ``Content-Type``) and read as JSON;
-  a browser's cross-site request is already refused by the ``Origin`` check.
+  without the header is accepted and read as JSON (curl's ``-d`` and ``--data-binary`` do send
+  one, ``application/x-www-form-urlencoded``: 415 unless told ``-H 'Content-Type:
+  application/json'``); a browser's cross-site request is already refused by the ``Origin``
+  check.
 """
 
 from __future__ import annotations
@@ -91,17 +96,18 @@ def host_allowed(host: str, public_host: str | None) -> bool:
     return host == "localhost" or host.endswith(".localhost") or host == public_host
 
 
-def from_this_machine(client: Any) -> bool:
-    """Whether an ASGI ``client`` (host, port) is a loopback address, or unknown (no address, a
-    Unix socket, a test client's name). DNS rebinding turns a page in the operator's own browser
-    against a service on the same machine, so the Host check applies to those connections; a
-    service started with ``--insecure`` on a network address already answers anyone who can reach
-    it, and its in-cluster callers (Alertmanager at ``fleetmind.<ns>.svc``) connect from other
-    addresses and are not refused for the name they use."""
-    if not client:
+def binds_loopback(host: str) -> bool:
+    """Whether a listen address (``fleetmind serve --host``, ``FLEETMIND_BIND_HOST``) binds only
+    the loopback interface: ``localhost``, ``127.0.0.0/8``, ``::1`` (or ``::ffff:127.x``)."""
+    host = host.strip().strip("[]").lower()
+    if host == "localhost":
         return True
-    host = str(client[0])
-    return not is_ip_literal(host) or ipaddress.ip_address(host).is_loopback
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: may resolve to anything
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def origin_of(url: str) -> tuple[str, str, int] | None:
@@ -165,11 +171,13 @@ class OriginGuard:
         self._auth: tuple[int, bool, str | None] = (0, False, None)
 
     def _config(self, settings: Settings) -> tuple[bool, str | None]:
-        """(whether any token is set, the host of ``FLEETMIND_PUBLIC_URL``), cached per settings."""
+        """(whether the Host check applies: no token set and a loopback listen address, the host
+        of ``FLEETMIND_PUBLIC_URL``), cached per settings."""
         key = id(settings)
         if self._auth[0] != key:
             public = origin_of(settings.public_url)
-            self._auth = (key, bool(settings.tokens()), public[1] if public else None)
+            check = not settings.tokens() and binds_loopback(settings.bind_host)
+            self._auth = (key, check, public[1] if public else None)
         return self._auth[1], self._auth[2]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -192,14 +200,9 @@ class OriginGuard:
         headers = {k.lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         path, method = scope.get("path", ""), scope.get("method", "GET")
         settings = settings_of(scope.get("app"))
-        has_tokens, public_host = self._config(settings)
+        check_host, public_host = self._config(settings)
         host_header = headers.get(b"host")
-        if (
-            not has_tokens
-            and path not in PUBLIC_PATHS
-            and host_header is not None
-            and from_this_machine(scope.get("client"))
-        ):
+        if check_host and path not in PUBLIC_PATHS and host_header is not None:
             host, _port = split_host(host_header)
             if not host_allowed(host, public_host):
                 return 403, (

@@ -29,6 +29,7 @@ from typing_extensions import TypedDict
 
 from fleetmind.data.graph import EDGE_KINDS, NODE_KINDS
 from fleetmind.data.graph_schema import GraphEdgeModel, GraphModel, GraphNodeModel
+from fleetmind.serving.settings import WEBHOOK_ALERT_CAP
 from fleetmind.serving.validation import safe_value
 
 log = logging.getLogger("fleetmind.serving")
@@ -178,10 +179,9 @@ class AlertmanagerWebhook(BaseModel):
     commonLabels: Labels | None = Field(default_factory=dict)
     commonAnnotations: Labels | None = Field(default_factory=dict)
     externalURL: Text | None = None
-    # no count cap: Alertmanager's max_alerts defaults to 0 (no limit) and it does not retry a
-    # 4xx, so a 422 for a big group lost every alert of it; FLEETMIND_MAX_WEBHOOK_BYTES bounds
-    # the memory a webhook takes
-    alerts: list[AlertIn]
+    # a cap far above real groups (Alertmanager's max_alerts defaults to 0, no limit, and it does
+    # not retry a 4xx: 10,000 lost big groups), low enough that one request cannot take gigabytes
+    alerts: list[AlertIn] = Field(max_length=WEBHOOK_ALERT_CAP)
 
     @field_validator(*UNREAD_ENVELOPE, mode="wrap")
     @classmethod

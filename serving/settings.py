@@ -43,8 +43,14 @@ MAX_RETENTION_S = 10 * 365 * 86400.0
 sensibly exceed a year (0 keeps everything)."""
 WEBHOOK_MAX_ALERTS = 10_000
 """The ``max_alerts`` of the receiver in ``deploy/alertmanager.yml``, which sizes
-``FLEETMIND_MAX_WEBHOOK_BYTES``' default; a webhook may carry more alerts (no count limit: the
-body limit bounds it)."""
+``FLEETMIND_MAX_WEBHOOK_BYTES``' default; a webhook may carry more alerts, up to
+:data:`WEBHOOK_ALERT_CAP`."""
+WEBHOOK_ALERT_CAP = 100_000
+"""The most alerts one webhook may carry (a bigger one gets 422, nothing stored). The byte limit
+alone let 610,000 minimal alerts (40.8 MB) through: 26 s of CPU and the process's resident memory
+from 575 MB to 1.94 GB in one request, so two at once could pass a 4 GiB pod limit; 100,000 took
+4.0 s and 180 MB (local runs, 2 shared cores). Alertmanager's groups are far smaller; a group this
+large needs ``max_alerts`` on its receiver."""
 WEBHOOK_ALERT_BYTES = 4096
 """The bytes per alert ``FLEETMIND_MAX_WEBHOOK_BYTES``' default allows (4 KiB). The project's own
 GpuXidError with dcgm-exporter's labels takes about 2,290 bytes of webhook JSON, most of it the
@@ -381,6 +387,11 @@ class Settings(BaseSettings):
         "(DatasourceError and DatasourceNoData: a rule's query failed or returned no data; "
         "TestAlert: a contact point's test); alerts with severity none are never grouped "
         "either, nor FleetMind's own FleetMindRootCause",
+    )
+    bind_host: str = Field(
+        "127.0.0.1",
+        description="the address the service listens on: `fleetmind serve --host` sets it; with "
+        "no token, the DNS-rebinding Host check applies only while it is a loopback address",
     )
     public_url: str = Field(
         "http://127.0.0.1:8000",

@@ -47,3 +47,42 @@ def test_a_zero_timeout_sets_none(pg: PgCluster) -> None:
             assert conn.execute(text("SHOW statement_timeout")).scalar() == "0"
     finally:
         db.dispose()
+
+
+def test_no_pooled_connection_keeps_the_migration_locks_zero_timeout(pg: PgCluster) -> None:
+    """The migration lock's session sets ``statement_timeout = 0`` (an index build may take
+    long). A replica that waited for the lock while another upgraded found the schema current,
+    ran no revision, and handed that session back to the pool: a request then ran with no
+    timeout."""
+    import threading
+
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from fleetmind.serving import migrations
+
+    pg.psql("DROP DATABASE IF EXISTS waiting")
+    pg.psql("CREATE DATABASE waiting")
+    url = pg.url.rsplit("/", 1)[0] + "/waiting"
+    other = create_engine(url)  # the replica that upgrades
+    holder = other.connect()
+    holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": migrations._PG_MIGRATE_KEY})
+    holder.commit()
+    db = Database(url, statement_timeout_s=7.0)
+    waiting = threading.Thread(target=db.migrate)
+    try:
+        waiting.start()  # polls for the lock the other replica holds
+        with other.connect() as conn:
+            command.upgrade(migrations._config(conn), "head")
+            conn.commit()
+        holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": migrations._PG_MIGRATE_KEY})
+        holder.commit()
+        waiting.join(60)
+        assert not waiting.is_alive()
+        for _ in range(3):  # whichever connection the pool hands out
+            with db.read() as conn:
+                assert conn.execute(text("SHOW statement_timeout")).scalar() == "7s"
+    finally:
+        holder.close()
+        other.dispose()
+        db.dispose()

@@ -61,10 +61,17 @@ def incident(conn, inc_id: int, status: str, closed: float | None) -> None:  # n
     )
 
 
-def alert(conn, n: int, inc_id: int | None, status: str, updated: float) -> None:  # noqa: ANN001
+def alert(  # noqa: ANN201
+    conn,  # noqa: ANN001
+    n: int,
+    inc_id: int | None,
+    status: str,
+    updated: float,
+    fingerprint: str | None = None,
+):
     conn.execute(
         insert(alerts).values(
-            fingerprint=f"fp{n}",
+            fingerprint=fingerprint or f"fp{n}",
             starts_at=f"2026-01-01T00:00:{n:02d}Z",
             starts_ts=0.0,
             ends_ts=updated if status == "resolved" else None,
@@ -143,21 +150,28 @@ def test_a_new_incident_id_stays_past_every_notified_one(db: Database) -> None:
     assert new_id > 3
 
 
-def test_a_flapping_incident_keeps_no_alert_resolved_before_the_retention_period(
-    db: Database,
-) -> None:
+def test_a_flapping_alert_keeps_only_its_latest_old_episode(db: Database) -> None:
+    """One fingerprint firing a minute every five reopens its incident each time: its earlier
+    episodes go once resolved before the retention period, but every other alert of the open
+    incident stays however long ago it resolved (the page, the re-ranking and feedback read
+    them), and so does the flapping alert's latest episode."""
     with db.write() as conn:
         incident(conn, 1, "open", None)  # reopened every few minutes: never closed for long
         for n in range(10):
-            alert(conn, n, 1, "resolved", BEFORE - DAY + n)  # old episodes
-        alert(conn, 10, 1, "resolved", NOW - DAY)  # a recent one
+            alert(conn, n, 1, "resolved", BEFORE - DAY + n, fingerprint="flap")  # old episodes
+        alert(conn, 10, 1, "resolved", NOW - DAY, fingerprint="flap")  # its latest episode
         alert(conn, 11, 1, "firing", BEFORE - DAY)  # still firing since long ago
+        alert(conn, 13, 1, "resolved", BEFORE - DAY)  # a symptom resolved long ago: evidence
         alert(conn, 12, None, "resolved", BEFORE - DAY)  # in no incident, as before
-        conn.execute(incidents.update().values(alert_count=12, firing_count=1))
+        conn.execute(incidents.update().values(alert_count=13, firing_count=1))
     n_incidents, n_alerts = db.purge(BEFORE)
     assert (n_incidents, n_alerts) == (0, 11)
     inc = db.get_incident(1)
     assert inc is not None and inc["status"] == "open"
     rows = db.list_alerts(incident_id=1)
-    assert sorted(r["fingerprint"] for r in rows) == ["fp10", "fp11"]
+    assert sorted((r["fingerprint"], r["starts_at"][-3:]) for r in rows) == [
+        ("flap", "10Z"),
+        ("fp11", "11Z"),
+        ("fp13", "13Z"),
+    ]
     assert (inc["alert_count"], inc["firing_count"]) == (len(rows), 1)

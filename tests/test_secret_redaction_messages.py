@@ -92,3 +92,14 @@ def test_database_open_error_masks_query_passwords(tmp_path) -> None:
         Database(url, connect_timeout_s=1).migrate()
     assert "cannot open the database" in str(err.value)
     assert "S3cretQ" not in str(err.value) and "S3cretS" not in str(err.value)
+
+
+def test_only_secret_words_are_masked_not_words_that_contain_them() -> None:
+    """``keyword``, ``monkey``, ``author`` and ``passfile`` (a path) hold "key", "auth" and "pass"
+    but are no secrets: masking them made printed rerun commands stop reproducing the run."""
+    from fleetmind.redact import safe_uri
+
+    plain = "x?query=up&monkey=1&var-author=me&keyword=gpu&passfile=/etc/pgpass;authority=1"
+    assert safe_uri(plain) == plain
+    masked = safe_uri("h?api_key=1&apiKey=2&access_token=3&sslpassword=4&X-Amz-Signature=5")
+    assert masked == "h?api_key=***&apiKey=***&access_token=***&sslpassword=***&X-Amz-Signature=***"

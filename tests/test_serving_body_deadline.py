@@ -10,6 +10,7 @@ section 15.5.9. uvicorn itself has no body timeout (Kludex/uvicorn issue 157).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -201,6 +203,65 @@ def test_a_full_table_of_stalled_bodies_makes_room_before_the_deadline() -> None
         assert len(cut) == 1 and cut[0].startswith(b"HTTP/1.1 408"), answers  # the others wait
         for s in held:
             s.close()
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+class _ShortDeadline(GuardedHttpToolsProtocol):
+    limits = ConnectionLimits(10.0, 32768, 1000, 0.5)
+
+
+async def _slow_or_drain(scope: Any, receive: Any, send: Any) -> None:
+    """``/slow`` streams two chunks 1.5 s apart (after reading its empty body, as the service's
+    body-limit middleware does); anything else drains its body and answers ``ok``."""
+    if scope["type"] != "http":
+        return
+    msg = await receive()
+    if scope["path"] == "/slow":
+        head = [(b"content-type", b"text/plain"), (b"transfer-encoding", b"chunked")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": b"part1-", "more_body": True})
+        await asyncio.sleep(1.5)
+        await send({"type": "http.response.body", "body": b"part2", "more_body": False})
+        return
+    while msg.get("more_body"):
+        msg = await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_a_pipelined_body_never_cuts_into_the_answer_before_it() -> None:
+    """A request pipelined behind one whose answer is still streaming waits for the server, not
+    the client: a 408 for its stalled body went out in the middle of the earlier chunked answer
+    (RFC 9112 section 9.3.2: answers go out in the order of the requests)."""
+    port = free_port()
+    config = uvicorn.Config(
+        _slow_or_drain, host="127.0.0.1", port=port, http=_ShortDeadline, lifespan="off"
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: srv.started, 20), "uvicorn did not start"
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(
+                b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"
+            )
+            got = b""
+            deadline = time.monotonic() + 6
+            while b"part2" not in got and time.monotonic() < deadline:
+                try:
+                    chunk = s.recv(65536)
+                except TimeoutError:
+                    break
+                if not chunk:
+                    break
+                got += chunk
+        first = got.split(b"0\r\n\r\n", 1)[0]
+        assert b"part1-" in first and b"part2" in first, got  # the chunked answer is whole
+        assert b"408" not in first, got
     finally:
         srv.should_exit = True
         thread.join(10)

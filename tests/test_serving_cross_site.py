@@ -20,7 +20,7 @@ from serving_helpers import alert, webhook
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.origin_guard import (
-    from_this_machine,
+    binds_loopback,
     host_allowed,
     is_json_media_type,
     same_origin,
@@ -102,23 +102,51 @@ def test_rebound_host_refused_without_token(client: TestClient) -> None:
         assert client.get("/api/v1/alerts", headers={"Host": host}).status_code == 200, host
 
 
-def test_host_check_only_on_connections_from_this_machine(tmp_path: Path) -> None:
-    """A rebinding turns the operator's own browser against a service on the same machine (a
-    loopback client); a service started with --insecure on a network address is reached by
-    Alertmanager at its Service name from another address, which must not be refused."""
-    app = create_app(_settings(tmp_path))
+def test_host_check_follows_the_listen_address(tmp_path: Path) -> None:
+    """A rebinding turns the operator's own browser against a service listening on loopback; a
+    service started with --insecure on a network address is reached by Alertmanager at its
+    Service name, which must not be refused (it already answers whoever reaches it)."""
     rebound = {"Host": "rebind.evil.example:8000"}
-    with TestClient(app, client=("127.0.0.1", 50000)) as local:
+    with TestClient(create_app(_settings(tmp_path))) as local:  # FLEETMIND_BIND_HOST 127.0.0.1
         assert local.get("/api/v1/alerts", headers=rebound).status_code == 403
-    with TestClient(app, client=("10.244.1.7", 50000)) as in_cluster:
+    network = create_app(_settings(tmp_path, bind_host="0.0.0.0"))
+    with TestClient(network) as in_cluster:
         r = in_cluster.post(
             "/api/v1/alerts",
             content=_hook(),
             headers={"Host": "fleetmind.fleetmind.svc:8000", "Content-Type": "application/json"},
         )
         assert r.status_code == 200, r.text
-    assert from_this_machine(None) and from_this_machine(("::1", 1))
-    assert not from_this_machine(("192.168.0.2", 1))
+    assert binds_loopback("127.0.0.1") and binds_loopback("[::1]") and binds_loopback("localhost")
+    assert binds_loopback("::ffff:127.0.0.1")  # IPv4-mapped: not is_loopback on Python 3.11
+    assert not binds_loopback("0.0.0.0") and not binds_loopback("::") and not binds_loopback("h")
+
+
+def test_x_forwarded_for_does_not_lift_the_host_check(tmp_path: Path) -> None:
+    """uvicorn's defaults (proxy_headers on, forwarded_allow_ips 127.0.0.1) rewrite the client
+    address from ``X-Forwarded-For`` on a connection from 127.0.0.1, a header a rebinding page can
+    set on its own (same-origin) fetch: the check must not depend on the client address."""
+    import threading
+
+    import httpx
+    import uvicorn
+    from serving_helpers import free_port, wait_for
+
+    port = free_port()
+    app = create_app(_settings(tmp_path))
+    srv = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: srv.started, 20), "uvicorn did not start"
+        spoofed = {"Host": "rebind.evil.example", "X-Forwarded-For": "8.8.8.8"}
+        r = httpx.get(f"http://127.0.0.1:{port}/api/v1/alerts", headers=spoofed, timeout=10)
+        assert r.status_code == 403, r.text
+    finally:
+        srv.should_exit = True
+        thread.join(10)
 
 
 def test_any_host_with_a_token(tmp_path: Path) -> None:

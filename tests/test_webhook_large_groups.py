@@ -1,5 +1,5 @@
-"""A webhook of more than 10,000 alerts is stored whole: the alert count is not limited, only the
-body size (``FLEETMIND_MAX_WEBHOOK_BYTES``).
+"""A webhook of more than 10,000 alerts is stored whole, up to ``WEBHOOK_ALERT_CAP`` (100,000),
+far above real groups and low enough that one request cannot take gigabytes of memory.
 
 Alertmanager's ``webhook_config`` ``max_alerts`` defaults to 0, no limit
 (https://prometheus.io/docs/alerting/latest/configuration/#webhook_config), and it does not retry
@@ -47,3 +47,16 @@ def test_rca_top_k_refuses_a_boolean(tmp_path: Path) -> None:
             r = c.post("/api/v1/rca", json={**body, "top_k": top_k})
             assert r.status_code == code, (top_k, r.text[:300])
         assert "boolean" in c.post("/api/v1/rca", json={**body, "top_k": True}).text
+
+
+def test_a_webhook_over_the_alert_cap_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    """Minimal alerts (~67 bytes each) fit 610,000 into the default byte limit: 26 s and 1.4 GB
+    in one request before the cap."""
+    from fleetmind.serving.settings import WEBHOOK_ALERT_CAP
+
+    assert WEBHOOK_ALERT_CAP == 100_000
+    one = alert({"alertname": "A", "cluster": "c", "node": "h"})
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        r = c.post("/api/v1/alerts", json=webhook([one] * (WEBHOOK_ALERT_CAP + 1)))
+        assert r.status_code == 422 and "100000" in r.text, r.text[:300]
+        assert c.app.state.services.db.count_alerts() == 0

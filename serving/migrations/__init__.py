@@ -106,6 +106,10 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
                     conn.rollback()
                     conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATE_KEY})
                     conn.commit()
+                # statement_timeout 0 above: never hand this session back to the pool, where a
+                # request would run without the service's timeout (also when no revision ran)
+                with contextlib.suppress(Exception):
+                    conn.invalidate()
         return
     path = engine.url.database
     fd = None
