@@ -626,12 +626,16 @@ def _rollout_dynamic_factory(
 def trace_warnings_on_stderr() -> Iterator[None]:
     """Print the :class:`fleetmind.data.openb.TraceWarning` raised inside as one line each,
     ``fleetmind: warning: <message>`` on stderr (other warnings keep Python's format); through
-    ``tqdm.write``, so that a line said while a progress bar runs gets a line of its own."""
+    ``tqdm.write``, so that a line said while a progress bar runs gets a line of its own. Each
+    distinct message is printed once: a trace read at several steps of a run (and by forked
+    environment workers, which inherit the messages said before they start) warns once, where
+    Python's ``default`` action said it again whenever a library changed the warning filters."""
     from tqdm import tqdm
 
     from fleetmind.data.openb import TraceWarning
 
     shown = warnings.showwarning
+    said: set[str] = set()
 
     def show(
         message: Warning | str,
@@ -642,8 +646,11 @@ def trace_warnings_on_stderr() -> Iterator[None]:
         line: str | None = None,
     ) -> None:
         if issubclass(category, TraceWarning):
-            tqdm.write(f"fleetmind: warning: {' '.join(str(message).split())}", file=sys.stderr)
-            sys.stderr.flush()
+            text = " ".join(str(message).split())
+            if text not in said:
+                said.add(text)
+                tqdm.write(f"fleetmind: warning: {text}", file=sys.stderr)
+                sys.stderr.flush()
         else:
             shown(message, category, filename, lineno, file, line)
 
@@ -1061,6 +1068,7 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
         from fleetmind.rl.teacher import LinearScorer
 
         init = LinearScorer.load(args.init).weights
+    inputs = _search_inputs(args)  # what the search reads, hashed before it starts
     cfg: dict[str, Any] = {
         "traces": [job_path(t) for t in args.trace],
         "fgd_until_pct": float(args.fgd_until_pct),
@@ -1099,8 +1107,21 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
     }
     print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score")}))
     prov = _run_provenance(args, ["search-teacher"], load_start, ("gymnasium", "cma"))
-    write_json(args.json, {**prov, "trace_files": _trace_files(args.trace), **summary})
+    write_json(args.json, {**prov, **inputs, **summary})
     return 0
+
+
+def _search_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """``sched search-teacher --json``'s input files, each as given with its absolute path and
+    SHA-256 (:func:`fleetmind.provenance.input_file`): ``trace_files`` (:func:`_trace_files`),
+    ``nodes_file`` (``--nodes``, else the openb GPU node list) and ``init_file`` (the ``--init``
+    scorer; ``None`` without it)."""
+    from fleetmind.data.openb import load_openb_nodes
+    from fleetmind.provenance import input_file
+
+    nodes = input_file(str(args.nodes or "gpu_node"), load_openb_nodes(args.nodes).source)
+    init = None if args.init is None else input_file(str(args.init), args.init)
+    return {"trace_files": _trace_files(args.trace), "nodes_file": nodes, "init_file": init}
 
 
 def _register_variants(sub: argparse._SubParsersAction) -> None:
@@ -1326,6 +1347,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     ready_store(tracking_uri(getattr(args, "tracking_uri", None)), flag=None)
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a, load_start)
+    files = _train_trace_files(a)  # what the run reads, hashed before it starts
     before = _run_folders(a.out)
     try:
         summary = recipe.run(a)
@@ -1334,7 +1356,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
     _champion_note(summary)
-    write_json(args.json, {**_train_provenance(args, a, load_start), **summary})
+    write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
     return 0
 
 
@@ -1378,9 +1400,10 @@ def _train_paired(args: argparse.Namespace) -> int:
     if args.seeds:
         a.init = str(Path(a.init).resolve())
         return _train_seeds(args, recipe.__name__, a, load_start)
+    files = _train_trace_files(a)
     summary = recipe.run(a)
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
-    write_json(args.json, {**_train_provenance(args, a, load_start), **summary})
+    write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
     return 0
 
 
@@ -1397,6 +1420,7 @@ def _train_seeds(
     if args.release:
         raise ConfigError("--release takes one run; train the seeds, then release the chosen one")
     seeds = parse_seeds(args.seeds)
+    files = _train_trace_files(a)
     base = asdict(a)
     jobs = []
     for s in seeds:
@@ -1410,7 +1434,7 @@ def _train_seeds(
     print(json.dumps({s: r.get("metrics") for s, r in summary["runs"].items()}))
     for r in summary["runs"].values():
         _champion_note(r)
-    write_json(args.json, {**_train_provenance(args, a, load_start), **summary})
+    write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
     return 0
 
 
@@ -1418,13 +1442,21 @@ TRAIN_VERSIONS = ("gymnasium", "onnxruntime", "mlflow", "stable-baselines3", "sb
 """The packages whose versions ``sched train --json`` records beside torch and numpy."""
 
 
-def _train_provenance(args: argparse.Namespace, a: Any, load_start: list[float] | None) -> dict:
+def _train_trace_files(a: Any) -> list[dict[str, str]]:
+    """:func:`_trace_files` of every training and evaluation trace of the recipe's settings ``a``;
+    taken before the run starts, so that the digests are those of the files it read (a file
+    rewritten during a long run is not credited to it)."""
+    return _trace_files([*getattr(a, "traces", []), *getattr(a, "eval_traces", [])])
+
+
+def _train_provenance(
+    args: argparse.Namespace, load_start: list[float] | None, files: list[dict[str, str]]
+) -> dict:
     """The keys ``sched train --json`` starts with: those of ``sched evaluate --json``
-    (:func:`_run_provenance`) and ``trace_files``, every training and evaluation trace of the
-    recipe's settings ``a`` as given, with its absolute path and SHA-256 (:func:`_trace_files`)."""
-    traces = [*getattr(a, "traces", []), *getattr(a, "eval_traces", [])]
+    (:func:`_run_provenance`) and ``trace_files``: ``files``, each training and evaluation trace
+    as given, with its absolute path and SHA-256 when the run started (:func:`_train_trace_files`)."""
     prov = _run_provenance(args, ["train"], load_start, TRAIN_VERSIONS)
-    return {**prov, "trace_files": _trace_files(traces)}
+    return {**prov, "trace_files": files}
 
 
 def _trace_files(names: list[str]) -> list[dict[str, str]]:

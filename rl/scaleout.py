@@ -202,16 +202,22 @@ def teacher_metrics_job(job: tuple[dict[str, Any], list[float], str, int]) -> fl
     return float(greedy_rollout(env, scorer, trace, int(wseed))["unallocated_gpu_pct_at_100"])
 
 
+TRAIN_JOB_KEYS = ("run_id", "metrics", "artifact", "history", "registry", "eval_set")
+"""The keys of a run's summary that :func:`train_job` returns (one run of ``sched train --seeds``)."""
+
+
 def train_job(job: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
     """One training run of ``fleetmind sched train``: ``(recipe module, args class, fields)``
     (``training.recipes.fgd`` / ``FgdArgs`` or ``training.recipes.dynamic`` / ``DynamicArgs``;
-    ``out`` made per seed by the caller); returns the run summary's id, metrics and history."""
+    ``out`` made per seed by the caller); returns the run summary's id, metrics, artifact,
+    history, ``registry`` (its version, champion note) and ``eval_set`` (the evaluation set's
+    fingerprint), the keys ``sched train --json`` documents."""
     import importlib
 
     module, cls, fields = job
     recipe = importlib.import_module(module)
     out = recipe.run(getattr(recipe, cls)(**fields))
-    return {k: v for k, v in out.items() if k in ("run_id", "metrics", "artifact", "history")}
+    return {k: v for k, v in out.items() if k in TRAIN_JOB_KEYS}
 
 
 def job_path(p: str | Path | None) -> str | None:

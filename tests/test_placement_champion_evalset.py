@@ -101,6 +101,11 @@ def test_the_fingerprint_follows_the_files_and_settings_not_their_names(files, t
         _args(files, "easy.csv"),
         _args(files, "hard.csv", eval_seeds=[43]),
         _args(files, "hard.csv", eval_fgd_until_pct=0.0),
-        FgdArgs(eval_traces=[files["hard.csv"]]),  # the openb GPU node list
     ):
         assert placement_tracking.placement_eval_set(other)[0].fingerprint != fp.fingerprint
+
+
+def test_the_default_node_list_is_another_evaluation_set(files, shared_data) -> None:
+    fp = placement_tracking.placement_eval_set(_args(files, "hard.csv"))[0].fingerprint
+    default_nodes = FgdArgs(eval_traces=[files["hard.csv"]])  # the openb GPU node list
+    assert placement_tracking.placement_eval_set(default_nodes)[0].fingerprint != fp

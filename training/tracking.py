@@ -211,6 +211,7 @@ def promote_if_better(
     score: float,
     higher_is_better: bool,
     eval_set: EvalSet | None = None,
+    untagged: str | None = None,
 ) -> Promotion:
     """Tag ``version`` of registered model ``name`` with ``tag`` = ``score`` (6 decimals) and move
     :data:`CHAMPION` to it if it beats the champion's ``tag``.
@@ -224,8 +225,10 @@ def promote_if_better(
     and the scores are compared only when the champion's :data:`EVAL_SET_TAG` equals it: a score
     on another evaluation set does not compare, and the champion stays. A champion without that
     tag (registered before versions recorded it) is compared as before, but only by a score
-    measured on at least :data:`MIN_EVAL_N` items. Without an ``eval_set`` the rule is the plain
-    score comparison.
+    measured on at least :data:`MIN_EVAL_N` items, unless ``untagged`` is given: why the caller
+    could not rebuild that champion's evaluation set (the placement rule,
+    :func:`fleetmind.training.recipes.tracking.rebuild_champion_eval_set`); such a champion then
+    stays, whatever the score. Without an ``eval_set`` the rule is the plain score comparison.
 
     Returns:
         :class:`Promotion` ``(promoted, previous champion version or None, why not compared)``.
@@ -246,7 +249,8 @@ def promote_if_better(
         return Promotion(True, None)
     prev = str(champ.version)
     if eval_set is not None:
-        refused = _incomparable(name, version, tag, eval_set, prev, dict(champ.tags or {}))
+        tags = dict(champ.tags or {})
+        refused = _incomparable(name, version, tag, eval_set, prev, tags, untagged)
         if refused is not None:
             return Promotion(False, prev, refused)
     worst = float("-inf") if higher_is_better else float("inf")
@@ -264,14 +268,26 @@ def promote_if_better(
 
 
 def _incomparable(
-    name: str, version: str, tag: str, eval_set: EvalSet, prev: str, champ_tags: dict[str, str]
+    name: str,
+    version: str,
+    tag: str,
+    eval_set: EvalSet,
+    prev: str,
+    champ_tags: dict[str, str],
+    untagged: str | None = None,
 ) -> str | None:
-    """Why ``version``'s score cannot be set against champion ``prev``'s (one line), or ``None``."""
+    """Why ``version``'s score cannot be set against champion ``prev``'s (one line), or ``None``;
+    ``untagged``: see :func:`promote_if_better`."""
     by_hand = (
         f"to promote it anyway: mlflow.MlflowClient().set_registered_model_alias("
         f"{name!r}, {CHAMPION!r}, {str(version)!r})"
     )
     theirs = champ_tags.get(EVAL_SET_TAG)
+    if theirs is None and untagged is not None:
+        return (
+            f"champion stays version {prev}: it records no evaluation set to compare with and "
+            f"{untagged}; {by_hand}"
+        )
     if theirs is None:
         if eval_set.n < MIN_EVAL_N:
             return (
@@ -320,6 +336,7 @@ def log_pyfunc_model(
     higher_is_better: bool,
     params: dict[str, int | float | str | bool] | None = None,
     eval_set: EvalSet | None = None,
+    untagged: str | None = None,
 ) -> dict[str, Any]:
     """Log the pyfunc built by the models-from-code file ``entry`` (see
     :mod:`fleetmind.training.pyfunc_entries`; with ``artifacts``, requiring ``packages`` pinned) as
@@ -330,7 +347,7 @@ def log_pyfunc_model(
     ``predict(..., params={...})`` and the ``params`` of a scoring server's ``/invocations`` body
     reach the wrapper (MLflow drops, with a warning, every parameter a signature does not declare).
     The inputs are left without a schema: the wrappers take free-form JSON rows. ``eval_set``
-    (what ``score`` was measured on) goes to :func:`promote_if_better`.
+    (what ``score`` was measured on) and ``untagged`` go to :func:`promote_if_better`.
 
     Returns:
         ``{"model_uri"}``, plus ``registered_model``, ``version``, ``champion`` (moved to this
@@ -374,6 +391,7 @@ def log_pyfunc_model(
             score=score,
             higher_is_better=higher_is_better,
             eval_set=eval_set,
+            untagged=untagged,
         )
         out.update(
             registered_model=registered_model,

@@ -12,7 +12,10 @@ import mlflow
 import numpy as np
 import torch
 
-from fleetmind.data.errors import ConfigError
+from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.data.openb import trace_file
+from fleetmind.data.openb_synthetic import MARKER, SYNTHETIC_LABEL
+from fleetmind.data.paths import shared_data_dir
 from fleetmind.rl.ppo import PPOHyperparams, TeacherData, behaviour_clone
 from fleetmind.training.recipes.settings import PPOArgs
 
@@ -120,19 +123,54 @@ def seed_everything(seed: int, threads: int) -> None:
 OPENB_DATA = "Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23"
 
 
-def _data_line(card: dict[str, Any]) -> str:
-    """The card's ``Data:`` line: the openb attribution when every training and evaluation trace
-    is an openb trace name, else the files as given (a user's own CSVs are not Alibaba's)."""
-    from fleetmind.data.openb import openb_trace_names
+def _trace_kind(trace: str) -> str:
+    """``openb`` when ``trace`` (a name or a path) resolves to a file of the real openb csv folder,
+    ``synthetic`` when it resolves to the synthetic fallback's (the folder beside its ``SYNTHETIC.md``
+    marker), else ``own``; never raises (a trace that does not resolve, or no data folder at all,
+    counts as the user's own)."""
+    try:
+        parent = trace_file(trace).resolve().parent
+    except (DataError, OSError, ValueError):
+        return "own"
+    try:
+        if parent == (shared_data_dir() / "openb" / "csv").resolve():
+            return "openb"
+    except (DataError, OSError):
+        pass
+    return "synthetic" if (parent.parent / MARKER).is_file() else "own"
 
-    named = [str(t) for key in ("train_traces", "eval_traces") for t in card.get(key) or []]
-    own = [t for t in dict.fromkeys(named) if t not in openb_trace_names()]
-    if not own:
-        return f"Data: {OPENB_DATA}."
-    line = f"Data: the user's trace file(s) {', '.join(own)}"
-    return line + (
-        f"; the openb traces beside them: {OPENB_DATA}." if len(own) < len(set(named)) else "."
-    )
+
+def data_line(traces: Any) -> str:
+    """A model card's ``Data:`` line for the training and evaluation ``traces`` (names or paths):
+    the openb attribution for the traces that resolve to the openb data (:func:`_trace_kind`), the
+    synthetic trace's label for the synthetic fallback, the files as given for the user's own (a
+    user's own CSVs are not Alibaba's)."""
+    named = list(dict.fromkeys(str(t) for t in traces or []))
+    kinds = {t: _trace_kind(t) for t in named}
+    own = [t for t in named if kinds[t] == "own"]
+    parts = [f"the user's trace file(s) {', '.join(own)}"] if own else []
+    if "synthetic" in kinds.values():
+        parts.append(f"the {SYNTHETIC_LABEL}")
+    if "openb" in kinds.values():
+        parts.append(OPENB_DATA if not parts else f"the openb traces beside them: {OPENB_DATA}")
+    return f"Data: {'; '.join(parts) or OPENB_DATA}."
+
+
+def _data_line(card: dict[str, Any]) -> str:
+    """:func:`data_line` of the card's ``train_traces`` and ``eval_traces``."""
+    return data_line([t for key in ("train_traces", "eval_traces") for t in card.get(key) or []])
+
+
+def learner_data_line(model_dir: Path) -> str:
+    """:func:`data_line` of the ``train_traces`` in ``model_dir/metadata.json`` (a dynamic-mode
+    learner's folder, written before its card; its validation workloads are variants of the same
+    traces); no traces there: the openb attribution, as before."""
+    try:
+        meta = json.loads((model_dir / "metadata.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    traces = meta.get("train_traces") if isinstance(meta, dict) else None
+    return data_line(traces if isinstance(traces, list) else [])
 
 
 def write_model_card(folder: Path, card: dict[str, Any]) -> Path:

@@ -739,7 +739,10 @@ def write_learner_card(
     model_dir: Path, intro: list[str], summary: dict[str, Any], command: str, val_streams: int
 ) -> None:
     """``model_dir/model_card.md`` of a dynamic-mode learner: ``intro`` (title and a paragraph),
-    then the run's table (command, iterations, kept checkpoint, paired validation gap)."""
+    then the run's table (command, iterations, kept checkpoint, paired validation gap) and the
+    ``Data:`` line of its traces (:func:`~fleetmind.training.recipes.common.learner_data_line`)."""
+    from fleetmind.training.recipes.common import learner_data_line
+
     b = summary["validation_best"]
     lines = [
         *intro,
@@ -755,6 +758,6 @@ def write_learner_card(
         f"| validation: mean p99 queueing-delay ratio to the clone | {b['p99_ratio']:.3f} |",
         f"| wall time (s) | {summary['wall_time_s']} |",
         "",
-        "Data: Alibaba cluster-trace-gpu-v2023 (openb), research use; Weng et al., USENIX ATC'23.",
+        learner_data_line(model_dir),
     ]
     (model_dir / "model_card.md").write_text("\n".join(lines) + "\n")

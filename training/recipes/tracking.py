@@ -31,11 +31,14 @@ from typing import Any
 
 import mlflow
 
+from fleetmind.data.errors import DataError
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.openb import load_openb_nodes, trace_file
+from fleetmind.data.paths import openb_is_synthetic
 from fleetmind.provenance import input_file
 from fleetmind.training.pyfunc_entries import PLACEMENT
 from fleetmind.training.tracking import (
+    CHAMPION,
     EVAL_N_TAG,
     EVAL_SET_TAG,
     EvalSet,
@@ -162,6 +165,71 @@ def _run_eval_set() -> EvalSet | None:
     return EvalSet(tags[EVAL_SET_TAG], int(tags[EVAL_N_TAG]), "episode(s)")
 
 
+def _is_path(given: str) -> bool:
+    """Whether a trace or node list argument is a file path (as :func:`trace_file` reads it: a
+    ``.csv`` name or an existing file) rather than an openb name."""
+    return Path(given).suffix == ".csv" or Path(given).exists()
+
+
+def _logged_eval_args(params: dict[str, str]) -> Any:
+    """The evaluation settings an fgd-mode run logged (:func:`run_params`: ``eval_traces``,
+    ``eval_seeds``, ``eval_fgd_until_pct``, ``nodes``) as the fields :func:`placement_eval_set`
+    reads. Raises DataError naming what is missing, or a file the run's settings no longer name
+    for sure: a relative path (the run's folder is not recorded) or an openb name while the
+    synthetic trace stands in for the openb data."""
+    from types import SimpleNamespace
+
+    missing = [k for k in ("eval_traces", "eval_seeds", "eval_fgd_until_pct") if k not in params]
+    if missing:
+        raise DataError(f"its run logged no {', '.join(missing)}")
+    try:
+        traces = [str(t) for t in json.loads(params["eval_traces"])]
+        seeds = [int(s) for s in json.loads(params["eval_seeds"])]
+        prefix = float(params["eval_fgd_until_pct"])
+    except (TypeError, ValueError) as err:
+        raise DataError(f"its run's evaluation parameters do not read ({err})") from err
+    nodes = params.get("nodes")
+    nodes = None if nodes in (None, "", "None") else nodes
+    for given in [*traces, nodes or "gpu_node"]:
+        if _is_path(given) and not Path(given).is_absolute():
+            raise DataError(f"its run names {given!r}, a relative path from an unrecorded folder")
+        if not _is_path(given) and openb_is_synthetic():
+            raise DataError(f"its run names openb's {given!r}, and the openb data is missing")
+    return SimpleNamespace(
+        eval_traces=traces, eval_seeds=seeds, eval_fgd_until_pct=prefix, nodes=nodes
+    )
+
+
+def rebuild_champion_eval_set(client: Any, name: str = REGISTERED_MODEL) -> str | None:
+    """Give a champion that records no evaluation set (one registered before versions recorded
+    theirs) its :data:`EVAL_SET_TAG` and :data:`EVAL_N_TAG`, rebuilt by :func:`placement_eval_set`
+    from its source run's logged parameters (:func:`_logged_eval_args`) while those files still
+    resolve, so that the next score compares with it on the same rule as any other.
+
+    Returns:
+        ``None`` when there is no champion, it has its tags, or they were rebuilt; else why they
+        could not be (one clause, for the refusal :func:`log_placement_pyfunc` reports).
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        champ = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        return None
+    if EVAL_SET_TAG in (champ.tags or {}):
+        return None
+    if not champ.run_id:
+        return "its evaluation set cannot be rebuilt: it has no source run"
+    try:
+        params = client.get_run(champ.run_id).data.params
+        eval_set, _ = placement_eval_set(_logged_eval_args(params))
+    except (DataError, MlflowException, OSError) as err:
+        return f"its evaluation set cannot be rebuilt from run {champ.run_id}: {err}"
+    client.set_model_version_tag(name, str(champ.version), EVAL_SET_TAG, eval_set.fingerprint)
+    client.set_model_version_tag(name, str(champ.version), EVAL_N_TAG, str(eval_set.n))
+    return None
+
+
 def log_placement_pyfunc(
     model_dir: Path, score: float, eval_set: EvalSet | None = None
 ) -> dict[str, Any]:
@@ -170,12 +238,17 @@ def log_placement_pyfunc(
     % at 100 % arrived; lower is better) beats the champion's on the same evaluation set.
 
     ``eval_set``: what ``score`` was measured on (:func:`placement_eval_set`); default the one
-    :func:`tracked_run` recorded on the active run. A champion measured on another set stays, and
-    so does one that records none unless this set holds at least
-    :data:`fleetmind.training.tracking.MIN_EVAL_N` episodes
-    (:func:`fleetmind.training.tracking.promote_if_better`); the entry's ``champion_refused`` then
-    says why. Returns the registry entry of the run summary.
+    :func:`tracked_run` recorded on the active run. A champion measured on another set stays
+    (:func:`fleetmind.training.tracking.promote_if_better`); one that records none (an older
+    registry's) first has its set rebuilt from its run's parameters
+    (:func:`rebuild_champion_eval_set`) and compares as any other, or stays when it cannot be
+    rebuilt. The entry's ``champion_refused`` then says why. Returns the registry entry of the
+    run summary.
     """
+    eval_set = eval_set if eval_set is not None else _run_eval_set()
+    untagged = None
+    if eval_set is not None:
+        untagged = rebuild_champion_eval_set(mlflow.MlflowClient())
     return log_pyfunc_model(
         PLACEMENT,
         {"placement": str(model_dir)},
@@ -184,5 +257,6 @@ def log_placement_pyfunc(
         tag="eval_unalloc",
         score=score,
         higher_is_better=False,
-        eval_set=eval_set if eval_set is not None else _run_eval_set(),
+        eval_set=eval_set,
+        untagged=untagged,
     )
