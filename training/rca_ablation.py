@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 import warnings
@@ -35,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from fleetmind.data.rca_dataset import load_dataset
+from fleetmind.provenance import load_now, run_provenance
 from fleetmind.rca.features.layout import FEATURE_NAMES
 
 LOFO_DEFAULT = ("gpu_ecc_error", "host_not_ready", "network_switch_failure")
@@ -150,16 +148,6 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _git_commit() -> str | None:
-    """The checkout's short commit, or None outside a git checkout."""
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def _run_variants(
     a: argparse.Namespace,
     feats: dict[str, list],
@@ -253,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     torch.set_num_threads(1)
-    t0 = time.time()
+    t0, load0 = time.time(), load_now()
     ds = load_dataset(a.data, ["train", "val", "test"])
     train_inc = ds.split("train")[: a.max_train] if a.max_train else ds.split("train")
     val_inc, test_inc = ds.split("val"), ds.split("test")
@@ -277,10 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     lofo = _run_lofo(a, feats, faults, fault_types, full_model)
     res = {
         "benchmark": "rca_gat_ablation",
-        "command": " ".join(["python -m fleetmind.training.rca_ablation", *(argv or sys.argv[1:])]),
-        "commit": _git_commit(),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "versions": {"torch": torch.__version__, "numpy": np.__version__},
+        **run_provenance(
+            " ".join(["python -m fleetmind.training.rca_ablation", *(argv or sys.argv[1:])]),
+            load0,
+            ("torch_geometric",),
+        ),
         "data": str(a.data),
         "data_meta": {k: ds.meta.get(k) for k in ("seed", "equivalent_command", "caps")},
         "settings": {

@@ -16,13 +16,13 @@ warning), or when an alert-based method would rank without evidence (no baseline
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError, ModelLoadError
 from fleetmind.data.metric_roles import role_map_source
 from fleetmind.data.petshop import PetShopScenario, load_scenario
+from fleetmind.provenance import load_now, run_provenance
 from fleetmind.rca.fit_eval import bootstrap_intervals
 from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_artifact_problem
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
@@ -141,6 +141,7 @@ def _load_fitted(path: str, scenario: PetShopScenario) -> FittedGATAnalyzer:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca petshop``; returns the exit status."""
+    load0 = load_now()
     wanted = set(args.methods or METHOD_CHOICES)
     fitted, fit_skip = _check_model(args)
     scenario = load_scenario(args.scenario, roles=args.roles)
@@ -199,8 +200,9 @@ def run(args: argparse.Namespace) -> int:
             if k in wanted or (k == "simulated_baselines" and "simulated" in wanted)
         },
         **{k: v for k, v in res.items() if k not in ("n_incidents", "methods")},
-        "command": "fleetmind " + " ".join(sys.argv[1:]),
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        **run_provenance(
+            "fleetmind " + " ".join(sys.argv[1:]), load0, ("torch_geometric", "scikit-learn")
+        ),
     }
     roles = res["roles"]
     print(

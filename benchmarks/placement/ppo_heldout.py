@@ -5,7 +5,9 @@ Runs ``ppo`` (the released model, or ``--model``), ``FGD`` and ``BestFit`` in fg
 ``benchmarks/results/placement/ppo_eval.json``: per trace and policy the mean/std/per-seed unallocated GPU % at
 100 % (and 130 %) arrived, PPO - FGD in points and in % of FGD, and over the held-out traces (those
 not in the model's ``train_traces``) the two targets: PPO <= FGD on every trace, and the mean
-relative gap (target: at least 10 % below FGD).
+relative gap (target: at least 10 % below FGD). ``--model`` is a model folder or one policy file
+(``.onnx``/``.pt``, read with its folder's ``metadata.json``), as ``fleetmind sched evaluate --model``
+takes; ``policy_file`` in the JSON names the file evaluated and its SHA-256.
 
     python -m benchmarks.placement.ppo_heldout --traces cpu050 gpushare20 gpushare60 multigpu30 \
         gpuspec20 --seeds 42-51 --workers 2
@@ -28,6 +30,7 @@ import numpy as np
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.fgd_mode import aggregate_results, run_fgd
+from fleetmind.provenance import input_file
 
 OUT = RESULTS / "placement" / "ppo_eval.json"
 POLICIES = ("ppo", "FGD", "BestFit")
@@ -51,11 +54,38 @@ def _job(job: tuple[str, str, int, str | None]):  # noqa: ANN202 - FgdResult
     return res
 
 
+def _model_files(model: str | None) -> tuple[Path, Path, dict]:
+    """``(model path, policy file, metadata)`` of ``--model``: a model folder (default
+    ``models/placement``), whose ``policy.onnx`` is evaluated where it exists, else its
+    ``policy.pt`` (as ``load_ppo_policy`` picks), or a policy file (``.onnx``/``.pt``, as
+    ``fleetmind sched evaluate --model`` takes), read with its folder's ``metadata.json``."""
+    path = Path(model) if model else REPO_ROOT / "models" / "placement"
+    if path.is_dir():
+        model_dir = path
+        policy = path / "policy.onnx"
+        if not policy.is_file():
+            policy = path / "policy.pt"
+    elif path.is_file():
+        model_dir, policy = path.parent, path
+    else:
+        sys.exit(f"placement model not found: {path}")
+    meta_file = model_dir / "metadata.json"
+    if not meta_file.is_file():
+        sys.exit(f"{model_dir} has no metadata.json (the model's train_traces)")
+    if not policy.is_file():
+        sys.exit(f"{model_dir} has no policy.onnx or policy.pt")
+    return path, policy, json.loads(meta_file.read_text())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--traces", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", default=["42-51"])
-    ap.add_argument("--model", default=None, help="PPO model (default: models/placement)")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="PPO model folder, or a policy .onnx/.pt file in one (default: models/placement)",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument(
@@ -66,8 +96,7 @@ def main() -> None:
     )
     a = ap.parse_args()
     seeds = parse_seeds(a.seeds)
-    model_dir = Path(a.model) if a.model else REPO_ROOT / "models" / "placement"
-    meta = json.loads((model_dir / "metadata.json").read_text())
+    model_path, policy_file, meta = _model_files(a.model)
     train_traces = set(meta.get("train_traces", []))
     reused: dict[str, dict] = {}
     if a.heuristics_from:
@@ -123,7 +152,8 @@ def main() -> None:
             all_le &= ppo_m <= fgd_m
     out = {
         **provenance(__spec__.name, load_start=load0),
-        "model": f"{model_dir} ({meta.get('version')})",
+        "model": f"{model_path} ({meta.get('version')})",
+        "policy_file": input_file(a.model or policy_file, policy_file),
         "heuristics_from": a.heuristics_from,
         "train_traces": sorted(train_traces),
         "seeds": seeds,

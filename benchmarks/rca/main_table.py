@@ -11,7 +11,7 @@ non-silent roots (a silent root: no alert maps to the root node).
 Run::
 
     python -m benchmarks.rca.main_table default=/tmp/rcasim/rel_default@models/rca \\
-        hard=/tmp/rcasim/rel_hard@models/rca/hard --json benchmarks/results/rca/rca_main_table.json
+        hard=/tmp/rcasim/rel_hard@models/rca_hard --json benchmarks/results/rca/rca_main_table.json
 """
 
 from __future__ import annotations
