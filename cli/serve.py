@@ -160,15 +160,11 @@ def _settings_error(err: Any) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or a name) binds only the loopback interface."""
-    import ipaddress
+    """Whether ``host`` (an address or a name) binds only the loopback interface (the rule the
+    service's DNS-rebinding check uses too: :func:`fleetmind.serving.origin_guard.binds_loopback`)."""
+    from fleetmind.serving.origin_guard import binds_loopback
 
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: may resolve to anything
+    return binds_loopback(host)
 
 
 def bind_error(host: str, port: int) -> OSError | None:

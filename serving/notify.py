@@ -57,6 +57,7 @@ import httpx
 from sqlalchemy import Text, bindparam, cast, select
 
 from fleetmind.serving.db import Database, incidents, notifications
+from fleetmind.serving.failure_log import FailureLog
 from fleetmind.serving.schemas import from_unix
 from fleetmind.serving.settings import Settings
 
@@ -90,83 +91,6 @@ MAX_PAUSE_S = 300.0
 CLUSTER_CHARS = 256
 """Longest ``cluster`` label a notification carries (an incident's clusters come from the
 ``cluster`` labels of its alerts, which anyone who can post alerts chooses)."""
-
-
-class FailureLog:
-    """Logs a retried loop's failures without flooding the log while, say, the database restarts.
-
-    The first failure of a run (and the first of each other exception class in it) is logged with
-    its traceback; later ones of a class already shown add one line at most every ``every_s``
-    seconds, with how many failed since; the first success after failures logs one line saying
-    how long it failed (``"the database is reachable again after 4.2 s"`` when a database error
-    was among them). The incident worker and the notifier each keep one.
-
-    Args:
-        logger: where the lines go.
-        what: what failed, as the log names it (``"notifier"``).
-        every_s: least seconds between two lines about failures already shown.
-        clock: monotonic seconds (tests pass a fake one).
-    """
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        what: str,
-        every_s: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.logger, self.what, self.every_s, self.clock = logger, what, every_s, clock
-        self._since: float | None = None  # when the current run of failures began
-        self._shown: set[str] = set()  # exception classes of this run already logged in full
-        self._last_line = 0.0  # when a line about this run was last logged
-        self._count = 0  # failures of this run
-        self._quiet = 0  # failures since the last line
-        self._database = False  # whether a database error was among them
-
-    def failed(self, err: BaseException) -> None:
-        """Log failure ``err`` of the loop (or count it, when one like it was just logged)."""
-        from sqlalchemy.exc import DBAPIError
-
-        now, kind = self.clock(), type(err).__name__
-        if self._since is None:
-            self._since, self._count, self._quiet = now, 0, 0
-        self._count += 1
-        self._database = self._database or isinstance(err, DBAPIError)
-        if kind not in self._shown:
-            self._shown.add(kind)
-            self._last_line, self._quiet = now, 0
-            self.logger.error("%s failed; retrying", self.what, exc_info=err)
-            return
-        self._quiet += 1
-        if not 0 <= now - self._last_line < self.every_s:
-            first = (str(err).strip().splitlines() or [""])[0]
-            self.logger.error(
-                "%s still failing (%s: %s): %d failures in the last %.0f s, %d since %.0f s ago",
-                self.what,
-                kind,
-                first,
-                self._quiet,
-                now - self._last_line,
-                self._count,
-                now - self._since,
-            )
-            self._last_line, self._quiet = now, 0
-
-    def succeeded(self) -> None:
-        """Note a loop that ran without error: one line when it ends a run of failures."""
-        if self._since is None:
-            return
-        took = self.clock() - self._since
-        again = "the database is reachable again" if self._database else "works again"
-        self.logger.warning(
-            "%s: %s after %.1f s (%d failed attempt%s)",
-            self.what,
-            again,
-            took,
-            self._count,
-            "" if self._count == 1 else "s",
-        )
-        self._since, self._shown, self._database = None, set(), False
 
 
 def mrkdwn(text: str) -> str:

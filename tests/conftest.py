@@ -6,7 +6,7 @@ import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -54,6 +54,24 @@ def pg() -> Iterator[PgCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def migrated_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A :class:`fleetmind.serving.db.Database` at the head revision, once on a SQLite file under
+    ``tmp_path`` and once on an emptied schema of the module's :func:`pg` cluster."""
+    from fleetmind.serving.db import Database
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/migrated.db"
+    else:
+        cluster: PgCluster = request.getfixturevalue("pg")
+        cluster.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        url = cluster.url
+    db = Database(url)
+    db.migrate()
+    yield db
+    db.dispose()
 
 
 @pytest.fixture

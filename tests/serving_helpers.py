@@ -84,15 +84,28 @@ def webhook(alerts: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 
 
 class Server:
-    """``uvicorn fleetmind.serving.app:create_app --factory`` in a child process on 127.0.0.1."""
+    """``uvicorn fleetmind.serving.app:create_app --factory`` in a child process on 127.0.0.1, or
+    with ``cli=True`` ``fleetmind serve`` (its start checks and connection guards,
+    :mod:`fleetmind.serving.http_guard`)."""
 
     def __init__(
-        self, env: dict[str, str], port: int | None = None, log: Path | None = None
+        self,
+        env: dict[str, str],
+        port: int | None = None,
+        log: Path | None = None,
+        cli: bool = False,
     ) -> None:
         self.port = port or free_port()
         self.env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **env}
         self.log = log
+        self.cli = cli
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def _command(self) -> list[str]:
+        if self.cli:
+            return [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(self.port)]
+        app = ["uvicorn", "fleetmind.serving.app:create_app", "--factory", "--host", "127.0.0.1"]
+        return [sys.executable, "-m", *app, "--port", str(self.port)]
 
     @property
     def url(self) -> str:
@@ -101,19 +114,7 @@ class Server:
     def start(self, timeout: float = 30.0) -> Server:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "fleetmind.serving.app:create_app",
-                "--factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
+            [*self._command(), "--log-level", "warning"],
             cwd=REPO_ROOT,
             env=self.env,
             stdout=out,

@@ -14,11 +14,8 @@ still changes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from serving_helpers import PgCluster
 from sqlalchemy import text
 
 from fleetmind.serving.db import CLOCK_STEP_S, Database
@@ -30,18 +27,9 @@ LABELS = {"alertname": "GpuXid", "cluster": "c0", "node": "c0-h1", "gpu": "1"}
 FIRING_END = "0001-01-01T00:00:00Z"  # what Alertmanager sends for a firing alert
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/c.db"
-    else:
-        pg: PgCluster = request.getfixturevalue("pg")
-        pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-        url = pg.url
-    d = Database(url)
-    d.migrate()
-    yield d
-    d.dispose()
+@pytest.fixture
+def db(migrated_db: Database) -> Database:
+    return migrated_db
 
 
 def send(db: Database, received: float, status: str, ends_at: str) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from fleetmind.serving.failure_log import FailureLog
 from fleetmind.serving.incidents.worker import GroupingLag, IncidentWorker, RankSchedule
-from fleetmind.serving.notify import FailureLog, Notifier
+from fleetmind.serving.notify import Notifier
 from fleetmind.serving.settings import Settings
 
 DB_DOWN = OperationalError("SELECT 1", {}, Exception("connection refused\nsecond line"))

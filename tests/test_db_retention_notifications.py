@@ -13,11 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from serving_helpers import PgCluster
 from sqlalchemy import insert, select, text
 
 from fleetmind.serving.db import Database, alerts, incidents, notifications
@@ -28,18 +24,9 @@ NOW = 100 * DAY
 BEFORE = NOW - 30 * DAY  # the retention limit
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/r.db"
-    else:
-        pg: PgCluster = request.getfixturevalue("pg")
-        pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-        url = pg.url
-    d = Database(url)
-    d.migrate()
-    yield d
-    d.dispose()
+@pytest.fixture
+def db(migrated_db: Database) -> Database:
+    return migrated_db
 
 
 def incident(conn, inc_id: int, status: str, closed: float | None) -> None:  # noqa: ANN001

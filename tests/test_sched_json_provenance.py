@@ -64,20 +64,22 @@ def test_train_json_has_provenance_and_trace_digests(
     assert f"fleetmind: note: fleetmind-placement version 2 registered; {refused}" in err
 
 
+def _searched(cfg: dict, episodes: list, **kw: object) -> SimpleNamespace:
+    """What ``teacher_search.cmaes_search`` returns, for a search that ran no episode."""
+    return SimpleNamespace(
+        scorer_dict=lambda k: {"format": "test", "k": k},
+        fgd_score=5.0,
+        init_score=5.0,
+        best_score=4.0,
+        episodes=episodes,
+        history=[],
+    )
+
+
 def test_search_teacher_json_has_provenance(tmp_path: Path, trace: Path, monkeypatch) -> None:
     from fleetmind.rl import teacher_search
 
-    def search(cfg: dict, episodes: list, **kw: object) -> SimpleNamespace:
-        return SimpleNamespace(
-            scorer_dict=lambda k: {"format": "test", "k": k},
-            fgd_score=5.0,
-            init_score=5.0,
-            best_score=4.0,
-            episodes=episodes,
-            history=[],
-        )
-
-    monkeypatch.setattr(teacher_search, "cmaes_search", search)
+    monkeypatch.setattr(teacher_search, "cmaes_search", _searched)
     out, js = tmp_path / "s.json", tmp_path / "summary.json"
     argv = ["sched", "search-teacher", "--trace", str(trace), "--generations", "1"]
     assert main([*argv, "--out", str(out), "--json", str(js)]) == 0
@@ -160,14 +162,7 @@ def test_search_teacher_json_names_nodes_and_init(tmp_path: Path, trace: Path, m
     def search(cfg: dict, episodes: list, **kw: object) -> SimpleNamespace:
         for p in sums:  # the files change while the search runs
             p.write_text(p.read_text() + "\n")
-        return SimpleNamespace(
-            scorer_dict=lambda k: {"format": "test", "k": k},
-            fgd_score=5.0,
-            init_score=5.0,
-            best_score=4.0,
-            episodes=episodes,
-            history=[],
-        )
+        return _searched(cfg, episodes)
 
     monkeypatch.setattr(teacher_search, "cmaes_search", search)
     out, js = tmp_path / "s.json", tmp_path / "summary.json"

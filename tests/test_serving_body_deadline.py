@@ -11,11 +11,7 @@ section 15.5.9. uvicorn itself has no body timeout (Kludex/uvicorn issue 157).
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,9 +20,8 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from serving_helpers import free_port, wait_for
+from serving_helpers import Server, free_port, wait_for
 
-from fleetmind.data.paths import REPO_ROOT
 from fleetmind.serving.http_guard import STALLED_S, ConnectionLimits, GuardedHttpToolsProtocol
 
 TOKEN = "body-deadline-token-0123"
@@ -43,10 +38,7 @@ LOGIN_HEAD = (
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("body")
-    port = free_port()
     env = {
-        **os.environ,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
         "FLEETMIND_DATABASE_URL": f"sqlite:///{tmp}/body.db",
         "FLEETMIND_RCA_MODEL": "baseline:upstream-coverage",
         "FLEETMIND_PLACEMENT_MODEL": "heuristic:builtin-bestfit",
@@ -55,25 +47,15 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "FLEETMIND_LIMIT_CONCURRENCY": str(LIMIT_CONCURRENCY),
         "FLEETMIND_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
     }
-    cmd = [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "--log-level", "warning"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "serve.log", "wb"),  # noqa: SIM115
-    )
-    base = f"http://127.0.0.1:{port}"
+    server = Server(env, log=tmp / "serve.log", cli=True)
     try:
-        if not wait_for(lambda: _status(base + "/readyz") == 200, timeout=90):
-            pytest.fail("fleetmind serve not ready: " + (tmp / "serve.log").read_text()[-2000:])
-        yield base
+        server.start(timeout=90)
+    except RuntimeError as err:
+        pytest.fail(f"fleetmind serve not ready: {err}: " + (tmp / "serve.log").read_text()[-2000:])
+    try:
+        yield server.url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
 
 
 def _status(url: str, **kw: object) -> int | None:

@@ -7,19 +7,13 @@ A few dozen sockets at most, a 2 s header timeout, under a minute in all.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from serving_helpers import free_port, wait_for
-
-from fleetmind.data.paths import REPO_ROOT
+from serving_helpers import Server, wait_for
 
 TOKEN = "slow-clients-token"
 HEADER_TIMEOUT_S = 2.0
@@ -31,10 +25,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("slow")
-    port = free_port()
     env = {
-        **os.environ,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
         "FLEETMIND_DATABASE_URL": f"sqlite:///{tmp}/slow.db",
         "FLEETMIND_RCA_MODEL": "baseline:upstream-coverage",
         "FLEETMIND_PLACEMENT_MODEL": "heuristic:builtin-bestfit",
@@ -43,25 +34,15 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "FLEETMIND_LIMIT_CONCURRENCY": str(LIMIT_CONCURRENCY),
         "FLEETMIND_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
     }
-    cmd = [sys.executable, "-m", "fleetmind.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "--log-level", "warning"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "serve.log", "wb"),  # noqa: SIM115
-    )
-    base = f"http://127.0.0.1:{port}"
+    server = Server(env, log=tmp / "serve.log", cli=True)
     try:
-        if not wait_for(lambda: _status(base + "/readyz") == 200, timeout=90):
-            pytest.fail("fleetmind serve not ready: " + (tmp / "serve.log").read_text()[-2000:])
-        yield base
+        server.start(timeout=90)
+    except RuntimeError as err:
+        pytest.fail(f"fleetmind serve not ready: {err}: " + (tmp / "serve.log").read_text()[-2000:])
+    try:
+        yield server.url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
 
 
 def _status(url: str, **kw: object) -> int | None:

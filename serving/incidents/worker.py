@@ -13,7 +13,7 @@ second, or when woken, or when a deferred ranking is due):
 5. exports the grouping lag, whether or not the loop succeeded.
 
 A failing loop is logged (its traceback the first time; while it keeps failing the same way,
-one line a minute; one line when it works again: :class:`fleetmind.serving.notify.FailureLog`),
+one line a minute; one line when it works again: :class:`fleetmind.serving.failure_log.FailureLog`),
 retried a second later, and shows in :meth:`IncidentWorker.stuck_for`
 (the readiness probe) while the alerts stay pending; the next loop that runs without an error,
 as leader or as follower, clears it.
@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from fleetmind.serving.notify import FailureLog
+from fleetmind.serving.failure_log import FailureLog
 
 if TYPE_CHECKING:
     from fleetmind.serving.db import Database, LeaderLock
