@@ -47,8 +47,12 @@ class ConcurrencyLimit:
     Replaces uvicorn's ``limit_concurrency``, which counts open connections: idle sockets, which
     cost nothing here, then crowd out every request (:mod:`fleetmind.serving.http_guard` bounds them).
 
-    The probes also answer ``HEAD`` (``curl -I``, load balancers' health checks): as ``GET``,
-    without the content (RFC 9110 section 9.3.2), see :func:`head_as_get`.
+    Every route that answers ``GET`` also answers ``HEAD`` (``curl -I``, load balancers' health
+    checks, link checkers): as ``GET``, without the content (RFC 9110 section 9.3.2), see
+    :func:`head_as_get`. RFC 9110 section 9.1 says general-purpose servers MUST support ``GET``
+    and ``HEAD``; Starlette's ``Route`` adds ``HEAD`` to ``GET`` routes, FastAPI's ``APIRoute``
+    does not (fastapi/fastapi issue 1773), so every API and UI page answered 405 to it. A
+    route without ``GET`` answers ``HEAD`` with its own 405 and ``Allow``.
     """
 
     def __init__(self, app: Any, limit: int) -> None:
@@ -60,9 +64,9 @@ class ConcurrencyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope.get("method") == "HEAD":
+            scope, send = head_as_get(scope, send)
         if scope.get("path") in PUBLIC_PATHS:
-            if scope.get("method") == "HEAD":
-                scope, send = head_as_get(scope, send)
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:
