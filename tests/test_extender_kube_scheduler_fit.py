@@ -128,7 +128,10 @@ def test_candidates_all_unknown_is_a_503_some_unknown_fail_per_node(client: Test
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["NodeNames"] == ["gpu-1"]
-    assert out["FailedNodes"] == {"other-1": "FleetMind has no GPU telemetry for this node"}
+    assert out["FailedNodes"] == {}  # unresolvable: preempting there would not change FleetMind
+    assert out["FailedAndUnresolvableNodes"] == {
+        "other-1": "FleetMind has no GPU telemetry for this node"
+    }
 
 
 # ------------------------------------------------------------------- the prioritize gap

@@ -197,7 +197,7 @@ def test_unknown_nodes_fail_gpu_pods_and_pass_cpu_pods(ppo_client: TestClient) -
     args = _recorded("extender_args_gpu_share.json")
     args["NodeNames"] = [*args["NodeNames"][:3], "not-in-telemetry"]
     out = ppo_client.post("/api/v1/scheduler/filter", json=args).json()
-    assert "not-in-telemetry" in out["FailedNodes"]
+    assert "not-in-telemetry" in out["FailedAndUnresolvableNodes"]
     cpu = copy.deepcopy(args)
     cpu["Pod"]["metadata"]["annotations"] = {}
     out = ppo_client.post("/api/v1/scheduler/filter", json=cpu).json()
@@ -281,15 +281,15 @@ def test_node_names_two_clusters_share_are_not_guessed() -> None:
     args["NodeNames"] = ["worker-1", "worker-2", "worker-3"]
 
     _, d = ext.decide(args, snap, Reservations(), BestFitPlacer(), ext.NodeIndex())
-    assert "clusters east, west" in d.failed["worker-1"]
-    assert "FLEETMIND_SCHEDULER_CLUSTER" in d.failed["worker-1"]
+    assert "clusters east, west" in d.unresolvable["worker-1"]
+    assert "FLEETMIND_SCHEDULER_CLUSTER" in d.unresolvable["worker-1"]
     assert "pod wants H100" in d.unresolvable["worker-2"]  # names one cluster has still resolve
     assert [o.node for o in d.options] == ["worker-3"]
 
     _, d = ext.decide(args, snap, Reservations(), BestFitPlacer(), ext.NodeIndex("west"))
     assert sorted(o.node for o in d.options) == ["worker-1", "worker-3"]
     assert {o.cluster for o in d.options} == {"west"}
-    assert "worker-2" in d.failed  # not a node of west's telemetry
+    assert "worker-2" in d.unresolvable  # not a node of west's telemetry
 
     cpu = json.loads(json.dumps(args))  # a CPU-only pod: kube-scheduler's own filter decides
     cpu["Pod"]["metadata"]["annotations"] = {}

@@ -30,7 +30,8 @@ server's defaulting). Resources read:
 * GPUs, whole: the extended resource ``nvidia.com/gpu``.
 * MIG instances of the device plugin's mixed strategy: ``nvidia.com/mig-<profile>`` (e.g.
   ``nvidia.com/mig-3g.40gb``), one GPU each, only on MIG instances of that profile (telemetry names
-  them ``"<model> MIG <profile>"``). One profile per pod.
+  them ``"<model> MIG <profile>"``; the device plugin writes a profile's ``+`` as ``.``, so
+  ``nvidia.com/mig-1g.10gb.me`` is DCGM's ``1g.10gb+me``). One profile per pod.
 * GPUs, shared (the openb trace's scheduler, Alibaba's GPU-sharing scheduler; the names of the
   ``kubernetes-scheduler-simulator`` of the FGD paper): annotations
   ``alibabacloud.com/gpu-milli`` (share of each GPU, 1..1000), ``alibabacloud.com/gpu-count``
@@ -507,20 +508,30 @@ def _model_ok(node: NodeState, req: PodRequest) -> bool:
 
 
 def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool]:
-    """One-line reason a feasible-looking node was refused, and whether it is unresolvable."""
-    healthy = [g for g in node.gpus if g.healthy]
+    """One-line reason a feasible-looking node was refused, and whether it is unresolvable.
+
+    GPUs count only when they are a model the pod allows (a MIG node of the mixed strategy has
+    instances of several profiles)."""
+    models = {g.index: g.model for g in node.gpus}
+    healthy = [g for g in node.gpus if g.healthy and gpu_model_matches(g.model, req.gpu_models)]
+    kind = f"{' or '.join(req.gpu_models)} " if req.gpu_models else ""
     if req.num_gpu and len(healthy) < req.num_gpu:
-        return f"node has {len(healthy)} healthy GPU(s), pod needs {req.num_gpu}", True
+        return f"node has {len(healthy)} healthy {kind}GPU(s), pod needs {req.num_gpu}", True
     if req.cpu_milli and node.cpu_milli and node.cpu_milli < req.cpu_milli:
         return f"node has {node.cpu_milli} mCPU allocatable, pod needs {req.cpu_milli}", True
     if req.memory_mib and node.memory_mib and node.memory_mib < req.memory_mib:
         return f"node has {node.memory_mib} MiB allocatable, pod needs {req.memory_mib}", True
     if req.num_gpu:
         need = req.need(node.gpu_replicas)
-        fit = sum(f >= need for _, f in free_gpus(node, res))
+        fit = sum(
+            f >= need
+            for i, f in free_gpus(node, res)
+            if gpu_model_matches(models[i], req.gpu_models)
+        )
         if fit < req.num_gpu:
             return (
-                f"{fit} GPU(s) with {need} milli free after reservations, pod needs {req.num_gpu}",
+                f"{fit} {kind}GPU(s) with {need} milli free after reservations, pod needs "
+                f"{req.num_gpu}",
                 False,
             )
     if req.cpu_milli and node.cpu_milli:
@@ -654,8 +665,13 @@ def decide(
     """Filter and rank the candidate nodes of ``args`` for its Pod with ``placer``.
 
     ``reservations``: held capacity, or a function of the pod giving it (to leave out the pod's own
-    hold). Nodes the telemetry does not know fail for GPU pods ("no GPU telemetry") and pass unranked
-    for CPU-only pods (kube-scheduler's own resource filter has checked them). A pod beyond
+    hold). Nodes the telemetry does not know (or whose name several clusters use) fail for GPU
+    pods as unresolvable ("no GPU telemetry"; preemption there would change nothing FleetMind can
+    see, so kube-scheduler must not evict pods for them: ``FailedAndUnresolvableNodes`` of
+    ``k8s.io/kube-scheduler/extender/v1``, which ``findNodesThatPassExtenders`` in
+    ``pkg/scheduler/schedule_one.go`` marks ``UnschedulableAndUnresolvable``, where ``FailedNodes``
+    become ``Unschedulable``, candidates for preemption) and pass unranked for CPU-only pods
+    (kube-scheduler's own resource filter has checked them). A pod beyond
     FleetMind's bounds (:class:`PodOutOfBounds`) fails every node as unresolvable, with the reason.
 
     Raises:
@@ -691,13 +707,13 @@ def decide(
         if node is None:
             if not req.num_gpu:
                 d.passthrough.append(name)
-            elif name in index.ambiguous:
-                d.failed[name] = (
+            elif name in index.ambiguous:  # unresolvable: preemption frees nothing FleetMind sees
+                d.unresolvable[name] = (
                     f"node name {name!r} is in clusters {', '.join(index.ambiguous[name])}: set "
                     "FLEETMIND_SCHEDULER_CLUSTER to this scheduler's cluster"
                 )
             else:
-                d.failed[name] = "FleetMind has no GPU telemetry for this node"
+                d.unresolvable[name] = "FleetMind has no GPU telemetry for this node"
             continue
         if req.num_gpu and not _model_ok(node, req):
             models = sorted({g.model for g in node.gpus}) or ["none"]

@@ -42,8 +42,16 @@ def parse_gpu_models(spec: str | None) -> tuple[str, ...]:
     return tuple(w.strip() for w in _SPEC_SEPARATORS.split(spec) if _model_tokens(w))
 
 
+def _model_key(name: str) -> str:
+    """``name`` lower-cased with MIG's ``+`` written ``.``: NVIDIA's k8s-device-plugin advertises
+    the profile ``1g.10gb+me`` (DCGM's ``GPU_I_PROFILE``, so telemetry's model name) as the
+    resource ``nvidia.com/mig-1g.10gb.me``, as NVIDIA/mig-parted's ``normalizeProfileName``
+    (``pkg/mig/builder``) replaces ``+`` with ``.``."""
+    return name.strip().lower().replace("+", ".")
+
+
 def _model_tokens(name: str) -> list[str]:
-    return [t for t in _MODEL_TOKEN_SEPARATORS.split(name.lower()) if t]
+    return [t for t in _MODEL_TOKEN_SEPARATORS.split(_model_key(name)) if t]
 
 
 def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
@@ -55,13 +63,16 @@ def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
     ``"A100-SXM4-40GB"`` (NVIDIA's names put the form factor between model and memory),
     ``"MIG 3g.40gb"`` matches ``"A100 MIG 3g.40gb"``, but ``"A10"`` does not match ``"A100"``. openb's simulator compares names for equality (``data.openb.gpu_spec_mask``;
     FGD's ``IsNodeAccessibleToPodByType``); tokens let a short name select telemetry's long one.
+    ``+`` and ``.`` are the same character (:func:`_model_key`): ``"MIG 1g.10gb.me"`` (the device
+    plugin's resource name) matches ``"H100 MIG 1g.10gb+me"`` (DCGM's profile name), and neither
+    matches ``"MIG 1g.10gb"``.
     """
     if not wants:
         return True
     have = _model_tokens(model)
-    full = model.strip().lower()
+    full = _model_key(model)
     for w in wants:
-        if w.strip().lower() == full:
+        if _model_key(w) == full:
             return True
         want = _model_tokens(w)
         words = iter(have)  # each wanted word found after the previous one: in order
@@ -99,7 +110,7 @@ def snapshot_model_ids(models: Sequence[str | None]) -> np.ndarray:
     mean nothing to a trained model: the scarcity feature reads 0 for them, as for any model
     outside the ones it was trained on, and FGD's typical pods, whose masks name openb models,
     never fit them. A shared id is safe for the job's own constraint: :class:`PeerPolicyPlacer`
-    matches ``JobSpec.gpu_model`` against each node's model name, not its id.
+    matches ``JobSpec.gpu_model`` against each GPU's model name, not the node's id.
     """
     ids = {m: i for i, m in enumerate(GPU_MODELS[:VOCABULARY_MODELS])}
     fresh = len(ids)  # the next id for a name outside the vocabulary
@@ -278,14 +289,35 @@ def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
     return best if best is not None else sorted(i for i, _ in by_fill[:n])
 
 
+@dataclass(frozen=True)
+class _SlotModels:
+    """The GPU model of each slot of a placement state: ``index[row, slot]`` is an entry of
+    ``names`` (-1 for a slot without a GPU)."""
+
+    names: tuple[str, ...]
+    index: np.ndarray
+
+    def matching(self, wants: Sequence[str]) -> np.ndarray:
+        """``(N, 8)`` bool: the slots whose GPU is a model of ``wants`` (:func:`gpu_model_matches`,
+        once per distinct name)."""
+        ok = np.fromiter(
+            (gpu_model_matches(m, wants) for m in self.names), dtype=bool, count=len(self.names)
+        )
+        return np.append(ok, False)[self.index]  # index -1 reads the appended False
+
+
 class PeerPolicyPlacer:
     """Adapter from an ``envs.policies.Policy``-like object (``score``/``select``/``choose_gpus`` on an
     ``envs.core.ClusterState``) to the service's :class:`Placer`.
 
     The snapshot (minus reservations) becomes a ``ClusterState``; the policy's ``select`` gives the
     decision and its ``score`` ranks the alternatives. Nodes with more than 8 GPUs (the simulator's
-    limit) expose their first 8. A node's GPU model is its first GPU's, numbered per snapshot by
-    :func:`snapshot_model_ids`; a job's ``gpu_model`` is matched by name.
+    limit) expose their first 8. A node's GPU model id is its first GPU's, numbered per snapshot by
+    :func:`snapshot_model_ids`; a job's ``gpu_model`` is matched by name against each GPU
+    (:func:`gpu_model_matches`), as :class:`BestFitPlacer` does: the policy sees the GPUs of other
+    models as having nothing free, so on a node that mixes models (MIG instances of several
+    profiles, cards named by ``gpu-card-model``) the job is placed, and held, only on GPUs of the
+    models it allows. The observation's shape is unchanged.
     """
 
     def __init__(self, policy: Any, name: str, version: str | None = None) -> None:
@@ -297,17 +329,22 @@ class PeerPolicyPlacer:
         # which knows only the trace vocabulary: it gets each snapshot's templates by name instead,
         # unless it was built with its own (``templates`` alone is filled in by any reset)
         self._topology = type(policy) is TopologyBestEffort and policy._templates_given is None
-        # (key, state, where, nodes, policy): the node list is kept so that its id cannot be reused
-        self._cache: tuple[tuple[int, float], Any, dict, list, Any] | None = None
+        # (key, state, where, nodes, policy, slot models): the node list is kept so that its id
+        # cannot be reused
+        self._cache: tuple[tuple[int, float], Any, dict, list, Any, _SlotModels] | None = None
 
     def _base_state(self, snapshot: FleetSnapshot) -> tuple[Any, dict, Any]:
         """The snapshot as a ClusterState (before reservations), cached per snapshot, plus a map
         ``(cluster, node, gpu index) -> (row, slot)`` and ``(cluster, node, -1) -> (row,)``, and
         the policy to ask on it. GPU model ids come from :func:`snapshot_model_ids`."""
+        return self._base(snapshot)[:3]
+
+    def _base(self, snapshot: FleetSnapshot) -> tuple[Any, dict, Any, _SlotModels]:
+        """:meth:`_base_state` and the GPU model of each slot (:class:`_SlotModels`)."""
         key = (id(snapshot.nodes), snapshot.collected_ts if snapshot.source != "sim" else 0.0)
         cached = self._cache
         if cached is not None and cached[0] == key and cached[3] is snapshot.nodes:
-            return cached[1], cached[2], cached[4]
+            return cached[1], cached[2], cached[4], cached[5]
         nodes = snapshot.nodes
         num_gpu = np.array([min(len(x.gpus), MAX_GPUS_PER_NODE) for x in nodes], dtype=np.int64)
         model_id = snapshot_model_ids([x.gpus[0].model if x.gpus else None for x in nodes])
@@ -315,11 +352,14 @@ class PeerPolicyPlacer:
         mem = np.array([x.memory_mib or 10**12 for x in nodes], dtype=np.int64)
         state = ClusterState(cpu, mem, num_gpu, model_id, names=np.array([x.name for x in nodes]))
         where: dict[tuple[str, str, int], tuple[int, ...]] = {}
+        slot_model = np.full((len(nodes), MAX_GPUS_PER_NODE), -1, dtype=np.int64)
+        model_names: dict[str, int] = {}
         for i, x in enumerate(nodes):
             where[(x.cluster, x.name, -1)] = (i,)
             for j, g in enumerate(x.gpus[:MAX_GPUS_PER_NODE]):
                 state.gpu_idle[i, j] = max(0, g.free_milli) if g.healthy else 0
                 where[(x.cluster, x.name, g.index)] = (i, j)
+                slot_model[i, j] = model_names.setdefault(g.model, len(model_names))
             if x.cpu_milli:
                 state.cpu_free[i] = x.cpu_milli_free
             if x.memory_mib:
@@ -332,8 +372,9 @@ class PeerPolicyPlacer:
             ]
             policy = TopologyBestEffort(templates=templates, allocation=self.policy.allocation)
             policy.rng = self.policy.rng  # its seed's generator, as the given policy draws it
-        self._cache = (key, state, where, nodes, policy)
-        return state, where, policy
+        slots = _SlotModels(tuple(model_names), slot_model)
+        self._cache = (key, state, where, nodes, policy, slots)
+        return state, where, policy, slots
 
     def place(
         self,
@@ -348,7 +389,7 @@ class PeerPolicyPlacer:
         n = len(nodes)
         if n == 0:
             return []
-        base, where, policy = self._base_state(snapshot)
+        base, where, policy, slots = self._base(snapshot)
         state = base.copy()
         for (c, name, g), milli in reservations.gpu_items():
             slot = where.get((c, name, g))
@@ -366,11 +407,12 @@ class PeerPolicyPlacer:
         wants = parse_gpu_models(job.gpu_model)
         matches = None
         if wants:
-            matches = np.fromiter(
-                (bool(x.gpus) and gpu_model_matches(x.gpus[0].model, wants) for x in nodes),
-                dtype=bool,
-                count=n,
-            )
+            # by name, per GPU: the other models' GPUs show nothing free to the policy, so that
+            # neither its choice nor its GPUs (the hold) fall on them (a MIG node of the mixed
+            # strategy has instances of several profiles, each its own model)
+            ok = slots.matching(wants)
+            state.gpu_idle[~ok] = 0
+            matches = ok.any(axis=1)
             mask_model = 0
             for m in set(state.model_id[matches].tolist()):
                 mask_model |= 1 << m
