@@ -490,8 +490,8 @@ class Database:
         except Exception as err:  # bad URL, missing driver
             raise ConfigError(safe_uri(f"cannot use database URL {url!r}: {err}")) from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
-        db_path = self.engine.url.database if self.is_sqlite else None
-        self._file = db_path if db_path and db_path != ":memory:" else None
+        # the file itself, also for a URI-form URL (sqlite:///file:/srv/fm.db?uri=true)
+        self._file = migrations.sqlite_path(self.engine.url) if self.is_sqlite else None
         self._file_id: tuple[int, int] | None = None  # (device, inode) of the file in use
         self._write_lock = threading.Lock() if self.is_sqlite else None
         self._upsert: Any = None
@@ -1518,8 +1518,8 @@ class LeaderLock:
         if self.held:
             return True
         if self.db.is_sqlite:
-            path = self.db.engine.url.database
-            if not path or path == ":memory:":
+            path = migrations.sqlite_path(self.db.engine.url)
+            if path is None:  # in memory: one process, nothing to share
                 self.held = True
                 return True
             import fcntl

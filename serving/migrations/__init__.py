@@ -2,13 +2,17 @@
 
 Schema migrations of the service database (Alembic), run by the service at start.
 
-The schema lives in revisions under ``versions/`` (``0001`` is the schema of release 0.2.0, created
-until then by ``MetaData.create_all``); :func:`upgrade` brings a database to the newest revision
-(``head``):
+The schema lives in revisions under ``versions/`` (``0001`` is the schema ``MetaData.create_all``
+made in the builds before Alembic; release 0.2.0 already ships ``0001`` to ``0004``, so its
+databases are at ``0004``); :func:`upgrade` brings a database to the newest revision (``head``):
 
 * an empty database gets every revision in order;
 * a database created by ``create_all`` before Alembic (tables, no ``alembic_version``) gets the
   indexes ``0001`` declares that it lacks, is stamped ``0001``, then upgraded;
+* on PostgreSQL, a schema without FleetMind's tables is not created while another schema of the
+  database holds them (a URL's ``search_path`` that release 0.2.0 ignored): the upgrade is
+  refused with a :class:`~fleetmind.data.errors.ConfigError` naming the schema, and nothing is
+  changed;
 * a database at a revision this release does not know (written by a newer release) is refused with
   a :class:`~fleetmind.data.errors.ConfigError`, and nothing is changed.
 
@@ -38,16 +42,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sqlalchemy import event, inspect, text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetmind.data.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
 BASELINE = "0001"
-"""The revision of the schema ``create_all`` made before migrations (release 0.2.0)."""
+"""The revision of the schema ``create_all`` made before migrations (the builds before Alembic,
+which came before release 0.2.0)."""
 
 _PG_MIGRATE_KEY = 0x464C4D4D  # "FLMM": not the incident worker's key
 _PG_LOCK_POLL_S = 0.2
@@ -83,6 +89,42 @@ def current(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
+def sqlite_path(url: URL) -> str | None:
+    """The filesystem path of a SQLite database URL, or ``None`` when the database is in memory
+    (or temporary), or the URL is not SQLite's.
+
+    ``sqlite:///path`` names the file itself. With ``uri=true`` (SQLAlchemy pysqlite's URI form,
+    ``sqlite:///file:/srv/fm.db?mode=rwc&uri=true``) the database part is a SQLite URI: the
+    ``file:`` scheme, an empty or ``localhost`` authority, the URI's own query and fragment
+    are dropped and the path is percent-decoded (https://www.sqlite.org/uri.html); ``mode=memory``
+    (in the URI or in the URL's query, which SQLAlchemy appends to the URI), ``:memory:`` and an
+    empty path are in memory. A ``uri=true`` name not starting with ``file:`` is a plain file name
+    (SQLite's rule). Lock files beside the database and the file-identity check use this path:
+    the raw string (``file:/srv/fm.db``) is no file.
+    """
+    if url.get_backend_name() != "sqlite":
+        return None
+    name = url.database or ""
+    uri = str(url.query.get("uri", "")).lower() in ("true", "1")
+    if uri and name[:5].lower() == "file:":
+        rest = name[5:]
+        rest, _, query = rest.partition("?")
+        query = query.partition("#")[0]
+        rest = rest.partition("#")[0]
+        if rest.startswith("//"):  # file://host/path: only an empty or localhost host is allowed
+            host, slash, tail = rest[2:].partition("/")
+            rest = slash + tail if host in ("", "localhost") else rest
+        params = [kv.partition("=") for kv in query.split("&") if kv]
+        if any(unquote(k) == "mode" and unquote(v) == "memory" for k, _, v in params):
+            return None
+        name = unquote(rest)
+    if uri and str(url.query.get("mode", "")) == "memory":
+        return None
+    if not name or name == ":memory:":
+        return None
+    return name
+
+
 @contextlib.contextmanager
 def _migration_lock(engine: Engine) -> Iterator[Connection]:
     """A connection holding the migration lock (one migrating process per database)."""
@@ -111,9 +153,9 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
                 with contextlib.suppress(Exception):
                     conn.invalidate()
         return
-    path = engine.url.database
+    path = sqlite_path(engine.url)
     fd = None
-    if path and path != ":memory:" and engine.dialect.name == "sqlite":
+    if path is not None:
         import fcntl
 
         fd = os.open(path + ".migrate.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -241,6 +283,8 @@ def upgrade(engine: Engine) -> str:
             rev = current(conn) if "alembic_version" in names else None
             conn.commit()  # Alembic begins and commits its own transactions
             before = rev or "none"
+            if rev is None and "alerts" not in names:
+                _refuse_tables_elsewhere(conn)
             if rev is None and "alerts" in names:
                 before = "create_all"
                 _adopt_baseline(conn)
@@ -253,6 +297,57 @@ def upgrade(engine: Engine) -> str:
             raise  # not reached or not read: no upgrade was attempted
         raise UpgradeFailed(before, head(), _failed_revision(engine), _cause(err)) from err
     return before
+
+
+def _refuse_tables_elsewhere(conn: Connection) -> None:
+    """Raise ``ConfigError`` when PostgreSQL holds FleetMind's tables in a schema other than the
+    one an empty schema would be created in (``current_schema()``, the first existing schema of
+    the ``search_path``).
+
+    Release 0.2.0 replaced the URL's libpq ``options`` with its own, so a URL with
+    ``?options=-csearch_path%3Dapp`` wrote its tables to ``public``; later releases honour the
+    ``search_path``, and found ``app`` empty: a new empty schema there would hide every incident,
+    alert, feedback and owed notification without a word. Two FleetMind schemas in one database
+    are not a supported layout either: the migration and incident-worker advisory locks are per
+    database, so their workers would share one election. A schema counts when it holds
+    ``incidents`` and an ``alerts`` table with FleetMind's columns ``fingerprint``, ``starts_ts``
+    and ``pending`` (another application's ``alerts`` is not mistaken for ours; the catalogs list
+    them whatever the role's privileges).
+    Nothing is done on SQLite (one schema per file).
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    here = conn.execute(text("SELECT current_schema()")).scalar()
+    rows = conn.execute(
+        text(
+            "SELECT n.nspname FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped "
+            "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+            "AND n.nspname IS DISTINCT FROM current_schema() AND ("
+            "(c.relname = 'alerts' AND a.attname IN ('fingerprint', 'starts_ts', 'pending')) "
+            "OR (c.relname = 'incidents' AND a.attname = 'id')) "
+            "GROUP BY n.nspname HAVING count(DISTINCT c.relname || '.' || a.attname) = 4 "
+            "ORDER BY n.nspname"
+        )
+    ).all()
+    conn.commit()
+    if not rows:
+        return
+    found = ", ".join(str(r[0]) for r in rows)
+    target = (
+        f"the search_path schema {here}"
+        if here
+        else "no existing schema of the search_path ("
+        + str(conn.execute(text("SHOW search_path")).scalar())
+        + ")"
+    )
+    raise ConfigError(
+        f"FleetMind tables found in schema {found}, not in {target}: nothing was created; move "
+        f"them (ALTER TABLE {rows[0][0]}.<table> SET SCHEMA {here or '<schema>'}, for every "
+        "table, alembic_version included) or drop the URL's search_path option "
+        "(options=-csearch_path=...)"
+    )
 
 
 def _adopt_baseline(conn: Connection) -> None:

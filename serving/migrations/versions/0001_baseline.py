@@ -1,4 +1,5 @@
-"""The schema of release 0.2.0 (what ``MetaData.create_all`` made before migrations).
+"""The schema ``MetaData.create_all`` made before migrations (the builds before Alembic; release
+0.2.0 ships revisions 0001 to 0004).
 
 Revision ID: 0001
 Revises:
