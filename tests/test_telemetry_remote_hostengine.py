@@ -55,11 +55,21 @@ def _dcgm(node: str, ip: str, pod: str, busy: int) -> list[Sample]:
 
 
 def _ksm(pods: dict[str, str]) -> list[Sample]:
-    """kube-state-metrics: each node's CPU and 4 GPUs; ``pods`` (exporter pod -> node)."""
+    """kube-state-metrics: each node's CPU and 4 GPUs, the workload pods ``ml/train-0``/``-1``
+    running on gpu-node-1 (a pod DCGM names that kube-state-metrics does not list holds no GPU);
+    ``pods`` (exporter pod -> node)."""
     out: list[Sample] = []
     for node in NODES:
         out += [("kube_node_status_allocatable", {"node": node, "resource": "cpu"}, 96.0),
                 ("node_gpus", {"__name__": "kube_node_status_capacity", "node": node}, 4.0)]  # fmt: skip
+    for g in range(2):
+        lab = {
+            "namespace": "ml",
+            "pod": f"train-{g}",
+            "node": "gpu-node-1",
+            "created_by_kind": "Job",
+        }
+        out.append(("kube_pod_info", lab, 1.0))
     for pod, node in pods.items():
         lab = {
             "namespace": "gpu-operator",
@@ -126,6 +136,9 @@ def _ksm_text() -> str:
             f'kube_node_status_allocatable{{node="{node}",resource="memory",unit="byte"}} 5e11',
         ]
     lines.append("# TYPE kube_pod_info gauge")
+    lines.append(
+        'kube_pod_info{namespace="ml",pod="train-0",node="gpu-node-1",created_by_kind="Job"} 1'
+    )
     for node, (_, pod) in NODES.items():
         lines.append(f'kube_pod_info{{namespace="gpu-operator",pod="{pod}",node="{node}",'
                      'created_by_kind="DaemonSet"} 1')  # fmt: skip
@@ -161,7 +174,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         tmp_path_factory.mktemp("remote-he"), exporter, jobs, {**scrape, "ksm": KSM_SCRAPE}
     )
     try:
-        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', 4 + 2)
+        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', 4 + 3)
         yield p.url
     finally:
         p.stop()

@@ -194,24 +194,43 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
 
 
 IDLE_MEMORY_FRACTION = 0.05
-"""A GPU with less than this fraction of its framebuffer used counts as idle (fully free): NVML's
+"""A GPU with less than this fraction of its framebuffer used can count as idle (fully free): NVML's
 ``used`` is reserved plus allocated memory (``nvmlMemory_t``, "Sum of Reserved and Allocated device
 memory", https://docs.nvidia.com/deploy/nvml-api/structnvmlMemory__t.html), and the driver reserves
 some of it on every GPU (about 580 MiB of an idle H100's 81559 MiB), so an idle GPU never reads
-0 used; dcgm-exporter's ``DCGM_FI_DEV_FB_USED`` is the same reading."""
+0 used; dcgm-exporter's ``DCGM_FI_DEV_FB_USED`` is the same reading. Little memory alone does not
+make a GPU idle: see :data:`IDLE_UTIL_PCT` and :func:`free_milli_from_memory`."""
+
+IDLE_UTIL_PCT = 5.0
+"""A GPU busy at this utilisation (%) or more is not idle, however little memory it uses: a small
+inference process (3.5 GiB of an 80 GB H100, under :data:`IDLE_MEMORY_FRACTION`) can keep it 98 %
+busy. Utilisation is the share of the sample period in which a kernel ran
+(``nvmlUtilization_t.gpu``, https://docs.nvidia.com/deploy/nvml-api/structnvmlUtilization__t.html;
+``DCGM_FI_DEV_GPU_UTIL`` is the same reading, whole percent); an idle GPU reads 0 (monitoring
+queries launch no kernels), so 5 % leaves room for a stray kernel while a GPU in real use reads far
+above it."""
 
 
-def free_milli_from_memory(used_mib: float | None, total_mib: float | None) -> int:
+def free_milli_from_memory(
+    used_mib: float | None,
+    total_mib: float | None,
+    util_pct: float | None = None,
+    busy: bool = False,
+) -> int:
     """Free share of a GPU in openb milli-GPU units (0..1000), from framebuffer memory (MiB).
 
-    1000 when under :data:`IDLE_MEMORY_FRACTION` of the framebuffer is used (driver-reserved
-    memory alone), else the free fraction; 0 when unknown (missing, NaN or infinite: Prometheus
-    returns NaN for a sample it has as NaN, and one such GPU must not fail the whole snapshot).
+    1000 when the GPU is idle: under :data:`IDLE_MEMORY_FRACTION` of the framebuffer used
+    (driver-reserved memory alone), utilisation ``util_pct`` (%) under :data:`IDLE_UTIL_PCT` where
+    known (``None``, NaN or infinite: not known), and not ``busy`` (a compute process runs on it,
+    where the source can tell); else the free fraction. 0 when memory is unknown (missing, NaN or
+    infinite: Prometheus returns NaN for a sample it has as NaN, and one such GPU must not fail
+    the whole snapshot).
     """
     if used_mib is None or total_mib is None:
         return 0
     if not (math.isfinite(used_mib) and math.isfinite(total_mib)) or total_mib <= 0:
         return 0
-    if used_mib / total_mib < IDLE_MEMORY_FRACTION:
+    quiet = util_pct is None or not math.isfinite(util_pct) or util_pct < IDLE_UTIL_PCT
+    if used_mib / total_mib < IDLE_MEMORY_FRACTION and quiet and not busy:
         return 1000
     return int(1000 * max(0.0, min(total_mib, total_mib - used_mib)) / total_mib)

@@ -28,7 +28,8 @@ _OTHERS = "use FLEETMIND_TELEMETRY=prometheus (a DCGM exporter) or FLEETMIND_TEL
 
 
 class NvmlSource(TelemetrySource):
-    """Local GPUs via NVML: utilisation (%), framebuffer used/total (MiB), XID-free health."""
+    """Local GPUs via NVML: utilisation (%), framebuffer used/total (MiB), compute processes,
+    XID-free health."""
 
     name = "nvml"
 
@@ -81,6 +82,9 @@ class NvmlSource(TelemetrySource):
 
         Any device query can raise ``NVMLError`` (nvidia-ml-py's ``pynvml.py`` maps every
         ``nvmlReturn_t`` to a subclass, ``NVML_ERROR_GPU_IS_LOST`` to ``NVMLError_GpuIsLost``).
+        The free share is :func:`free_milli_from_memory` of the framebuffer, the utilisation and
+        whether a compute process runs on the GPU (``nvmlDeviceGetComputeRunningProcesses``, a
+        list of process infos: a GPU with one is never idle, however little memory it uses).
         """
         nv = self._nvml
         gpu = GpuState(index=i, model="unknown", healthy=False, free_milli=0)
@@ -98,8 +102,13 @@ class NvmlSource(TelemetrySource):
             if isinstance(err, getattr(nv, "NVMLError_GpuIsLost", ())):
                 return gpu
             # NOT_SUPPORTED on some GPUs (e.g. MIG mode): no reading, GPU still usable
+        try:
+            busy = _has_compute_process(nv, h)
+        except nv.NVMLError:  # the GPU fell off the bus after answering its memory
+            return gpu
         gpu.mem_used_mib, gpu.mem_total_mib = used, total
-        gpu.healthy, gpu.free_milli = True, free_milli_from_memory(used, total)
+        gpu.healthy = True
+        gpu.free_milli = free_milli_from_memory(used, total, gpu.util_pct, busy)
         return gpu
 
     def close(self) -> None:
@@ -107,6 +116,25 @@ class NvmlSource(TelemetrySource):
             self._nvml.nvmlShutdown()
         except Exception:  # pragma: no cover - already shut down
             pass
+
+
+def _has_compute_process(nv: Any, handle: Any) -> bool:
+    """Whether NVML lists a compute process on the GPU (``nvmlDeviceGetComputeRunningProcesses``);
+    False when it cannot tell (``NVML_ERROR_NOT_SUPPORTED``, ``NO_PERMISSION``, a module without the
+    call), so that memory and utilisation alone decide.
+
+    Raises:
+        NVMLError: ``NVMLError_GpuIsLost`` (the GPU fell off the bus).
+    """
+    query = getattr(nv, "nvmlDeviceGetComputeRunningProcesses", None)
+    if query is None:
+        return False
+    try:
+        return len(query(handle) or ()) > 0
+    except nv.NVMLError as err:
+        if isinstance(err, getattr(nv, "NVMLError_GpuIsLost", ())):
+            raise
+        return False
 
 
 def _text(value: bytes | str) -> str:

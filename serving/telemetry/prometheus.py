@@ -58,7 +58,7 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
-| ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods |
+| ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
 | ``kube_node_labels{label_nvidia_com_gpu_replicas}`` | ``gpu_replicas``, time-slicing replicas per GPU |
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
@@ -82,9 +82,18 @@ dcgm-exporter's newest code). The pitfalls:
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
 GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
 ``1000 * (r - pods) // r`` with ``r`` the node's time-slicing replicas (1 without time-slicing: 0
-free); else 1000 when under 5 % of its framebuffer is used (driver-reserved memory,
-:data:`fleetmind.serving.telemetry.base.IDLE_MEMORY_FRACTION`), otherwise the free framebuffer
+free); else 1000 when idle: under 5 % of its framebuffer used (driver-reserved memory,
+:data:`fleetmind.serving.telemetry.base.IDLE_MEMORY_FRACTION`) and, where read, utilisation under
+5 % (:data:`~fleetmind.serving.telemetry.base.IDLE_UTIL_PCT`); otherwise the free framebuffer
 fraction.
+
+Finished pods. The kubelet's podresources ``List()`` keeps reporting the devices of pods in a
+terminal phase (kubernetes/kubernetes#119423), so dcgm-exporter keeps naming a ``Succeeded`` or
+``Failed`` pod on its GPU until the pod is deleted (NVIDIA/dcgm-exporter#140): a completed Job's
+pods stay until its TTL. Where kube-state-metrics lists pods for the cluster (``kube_pod_info``), a
+workload pod DCGM names that it does not place, not finished, in that cluster (finished, deleted)
+holds nothing, and the GPU's free share comes from its framebuffer and utilisation. Without
+kube-state-metrics (a ``/metrics`` URL) every pod DCGM names holds its GPU.
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -649,6 +658,12 @@ class _KsmView:
     pod_uids: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     """``(cluster, node) -> uids`` of every running pod ``kube_pod_info`` places there (a pod
     deleted and created again under its name may show both incarnations for a scrape interval)."""
+    pod_clusters: set[str] = field(default_factory=set)
+    """Clusters with any ``kube_pod_info`` series (finished pods' included): there, a pod DCGM
+    names that is not in ``running`` holds no GPU (:func:`_pod_running`)."""
+    running: set[tuple[str, str, str]] = field(default_factory=set)
+    """``(cluster, namespace, pod)`` of every pod ``kube_pod_info`` places on a node, finished
+    pods left out (``pod_node`` without its cluster: two clusters may each run ``ml/train-0``)."""
 
 
 def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
@@ -664,10 +679,13 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
     for name, lab, v in ksm:
         cluster = lab.get("cluster") or default_cluster
         key = (lab.get("namespace", ""), lab.get("pod", ""))
+        if name == "kube_pod_info":
+            view.pod_clusters.add(cluster)
         if name == "kube_node_status_allocatable" and lab.get("node"):
             view.alloc[(cluster, lab["node"])][lab.get("resource", "")] = v
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
             view.pod_node[key] = (cluster, lab["node"])
+            view.running.add((cluster, *key))
             view.pod_by_name.setdefault((cluster, key[1]), lab["node"])
             if lab.get("uid"):
                 view.pod_uids[(cluster, lab["node"])].add(lab["uid"])
@@ -815,10 +833,27 @@ def _read_dcgm(
         if lab.get("UUID") and "uuid" not in g:
             g["uuid"] = lab["UUID"]
         pod = workload_pod(lab, own_pods)
-        if pod:
+        if pod and _pod_running(pod, cluster, view):
             g.setdefault("pods", set()).add(pod)
     _drop_mig_parents(gpus)
     return gpus, windowed
+
+
+def _pod_running(pod: str, cluster: str, view: _KsmView) -> bool:
+    """Whether the workload pod ``pod`` (``namespace/name``) that a DCGM series names may hold the
+    GPU: kube-state-metrics places it, not finished, in ``cluster``; or kube-state-metrics has no
+    pods of ``cluster`` to judge by (exporter mode, or no ``kube_pod_info``), and DCGM is trusted.
+
+    The kubelet's podresources ``List()`` keeps reporting the devices of pods in a terminal phase
+    (kubernetes/kubernetes#119423), so dcgm-exporter keeps a ``Succeeded`` Job pod's name on its
+    GPU until the pod is deleted (NVIDIA/dcgm-exporter#140); :func:`_read_ksm` leaves
+    ``Succeeded``/``Failed`` pods (and deleted ones, which it no longer lists) out of
+    ``view.running``.
+    """
+    if cluster not in view.pod_clusters:
+        return True
+    ns, _, name = pod.partition("/")
+    return (cluster, ns, name) in view.running
 
 
 def _drop_mig_parents(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> None:
@@ -845,6 +880,9 @@ def _gpu_state(
     ``replicas`` the node's time-slicing replicas per GPU (1: none)."""
     used, free = g.get("used"), g.get("free")
     total = used + free if used is not None and free is not None else None
+    util = g.get("util")
+    if util is None and g.get("gr_active") is not None:
+        util = 100.0 * g["gr_active"]
     if not healthy:
         free_milli = 0
     elif share is not None:
@@ -856,10 +894,7 @@ def _gpu_state(
         # whose allocatable nvidia.com/gpu replicas are all requested.
         free_milli = max(0, replicas - len(g["pods"])) * 1000 // replicas
     else:
-        free_milli = free_milli_from_memory(used, total)
-    util = g.get("util")
-    if util is None and g.get("gr_active") is not None:
-        util = 100.0 * g["gr_active"]
+        free_milli = free_milli_from_memory(used, total, util)
     model = str(g.get("model", "unknown"))
     if "parent" in g:
         model = f"{model} MIG {g['profile']}"
