@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
 
 def add_group(
@@ -16,3 +21,101 @@ def add_group(
     group = subparsers.add_parser(name, help=help_text, description=help_text)
     group.set_defaults(group_parser=group)
     return group, group.add_subparsers(dest="command", metavar="COMMAND")
+
+
+DATASET_FILES = ("*.jsonl", "meta.json", "graph.csv", "graphs/*", ".fleetmind_cache/*")
+"""Files of a dataset folder (``rca generate --out``) a command reads: :data:`FolderInput`."""
+
+MODEL_FILES = (
+    "*.onnx",
+    "*.pt",
+    "*.zip",
+    "*.ckpt",
+    "config.json",
+    "metadata.json",
+    "teacher*.json",
+    "MLmodel",
+)
+"""Files of a model folder (``--model``) the loaders read: :data:`FolderInput`."""
+
+SCENARIO_FILES = ("*.csv", "*.yaml", "*.yml", "roles*.json")
+"""Files of a PetShop-format scenario folder (``--scenario``) the commands read."""
+
+FolderInput = tuple[str, Any, Sequence[str]]
+"""``(flag, value, patterns)``: an input option, its value (a path, a list of paths, an openb
+name, an ``sqlite:///`` URL or ``None``) and, for a folder, the ``fnmatch`` patterns (relative to
+the folder, ``*`` crossing ``/``) of the files in it that the command reads."""
+
+
+def _local_file(value: Any) -> str | None:
+    """The local path ``value`` names: an ``sqlite:///PATH`` URL's path, else ``value`` itself;
+    ``None`` for other URLs (``models:/``, ``http://``, ...)."""
+    text = str(value)
+    if text.startswith("sqlite:///"):
+        return text[len("sqlite:///") :].split("?", 1)[0] or None
+    if "://" in text or text.startswith("models:/") or text.startswith("runs:/"):
+        return None
+    return text
+
+
+def _names_input(out: str, value: str, patterns: Sequence[str]) -> bool:
+    """Whether the existing file ``out`` is the input ``value`` (a file: the same file, links and
+    hard links included) or one of the files matching ``patterns`` in the folder ``value``."""
+    if os.path.isdir(value):
+        root = os.path.realpath(value)
+        real = os.path.realpath(out)
+        if not real.startswith(root.rstrip(os.sep) + os.sep):
+            return False
+        rel = Path(os.path.relpath(real, root)).as_posix()
+        return any(fnmatch.fnmatchcase(rel, pat) for pat in patterns)
+    try:
+        return os.path.samefile(out, value)
+    except OSError:  # the input is not there (an openb name, a file not made yet)
+        return False
+
+
+def refuse_input_as_output(
+    out: str | os.PathLike[str] | None, flag: str, inputs: Iterable[FolderInput]
+) -> None:
+    """Refuse, before any work, an output file ``out`` (given as ``flag``) that is one of the
+    command's input files, which writing the result would replace: a ``--json`` that names the
+    ``--trace`` it reads, a file of the ``--data`` folder. Nothing for ``out`` ``None`` or not yet
+    there (no input is a file that does not exist).
+
+    Raises:
+        ConfigError: one line naming ``flag``, the path and the input option.
+    """
+    from fleetmind.data.errors import ConfigError
+
+    if out is None or not os.path.isfile(out):
+        return
+    for in_flag, value, patterns in inputs:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            path = None if v is None else _local_file(v)
+            if path is not None and _names_input(str(out), path, patterns):
+                raise ConfigError(
+                    f"{flag} {out} is an input of this command ({in_flag}); choose another path"
+                )
+
+
+def refuse_same_output(outputs: Sequence[tuple[str, str | os.PathLike[str] | None]]) -> None:
+    """Refuse two output options (``(flag, path)`` pairs; ``None``: not given) that name one file:
+    the second write would replace the first.
+
+    Raises:
+        ConfigError: one line naming both flags and the path.
+    """
+    from fleetmind.data.errors import ConfigError
+
+    seen: dict[str, str] = {}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise ConfigError(
+                f"{flag} {path} is also {seen[key]}: one would replace the other; "
+                "choose another path"
+            )
+        seen[key] = flag

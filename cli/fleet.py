@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from fleetmind import argtypes
-from fleetmind.cli.common import add_group
+from fleetmind.cli.common import add_group, refuse_input_as_output, refuse_same_output
 from fleetmind.training.io import write_json
 
 
@@ -153,6 +153,7 @@ def _load(load: Any, *args: Any, **kwargs: Any) -> Any:
 def _show(args: argparse.Namespace) -> int:
     from fleetmind.data.fleet_io import load_fleet
 
+    refuse_input_as_output(args.json, "--json", [("--topology", args.topology, ())])
     fleet = _load(load_fleet, args.topology, n_clusters=args.clusters, seed=args.seed)
     summary = _fleet_summary(fleet, args.node)
     # the file before the screen: a reader that stops early (| head) does not cost the file
@@ -164,6 +165,7 @@ def _show(args: argparse.Namespace) -> int:
 def _discover(args: argparse.Namespace) -> int:
     from fleetmind.data.fleet_io import discover_local_fleet, dump_fleet_yaml
 
+    refuse_same_output([("--out", args.out), ("--json", args.json)])
     fleet = _load(discover_local_fleet, node_name=args.node)
     summary = _fleet_summary(fleet, None)
     if args.out:

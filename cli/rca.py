@@ -15,7 +15,13 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from fleetmind import argtypes
-from fleetmind.cli.common import add_group
+from fleetmind.cli.common import (
+    DATASET_FILES,
+    MODEL_FILES,
+    SCENARIO_FILES,
+    add_group,
+    refuse_input_as_output,
+)
 from fleetmind.provenance import load_now, run_provenance
 from fleetmind.redact import safe_uri
 from fleetmind.training.io import write_json
@@ -206,7 +212,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_train import cli
+    from fleetmind.training.tracking import tracking_uri
 
+    refuse_input_as_output(
+        args.json,
+        "--json",
+        [
+            ("--data", args.data, DATASET_FILES),
+            ("--feedback-db", args.feedback_db, ()),
+            ("--tracking-uri", tracking_uri(args.tracking_uri), ()),
+        ],
+    )
     return cli(args)
 
 
@@ -271,6 +287,15 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     load_start = _load_now()
     period = feedback_period(args)  # refused without --feedback-db, or not a date
+    refuse_input_as_output(
+        args.json,
+        "--json",
+        [
+            ("--data", args.data, DATASET_FILES),
+            ("--feedback-db", args.feedback_db, ()),
+            ("--model", args.model, MODEL_FILES),
+        ],
+    )
     if args.feedback_db:
         from fleetmind.serving.feedback import feedback_incidents
 
@@ -413,6 +438,14 @@ def _add_petshop(sub: argparse._SubParsersAction) -> None:
 def _cmd_petshop(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_petshop import run
 
+    refuse_input_as_output(
+        args.json,
+        "--json",
+        [
+            ("--scenario", args.scenario, SCENARIO_FILES),
+            ("--model", getattr(args, "model", None), MODEL_FILES),
+        ],
+    )
     with _scenario_warnings():
         return run(args)
 
@@ -468,6 +501,7 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
 def _cmd_fit(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_fit import run
 
+    refuse_input_as_output(args.json, "--json", [("--scenario", args.scenario, SCENARIO_FILES)])
     return run(args)
 
 
@@ -489,4 +523,9 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_calibrate import run
 
+    refuse_input_as_output(
+        args.json,
+        "--json",
+        [("--data", args.data, DATASET_FILES), ("--model", args.model, MODEL_FILES)],
+    )
     return run(args)

@@ -28,11 +28,16 @@ from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.argtypes import check_writable_file
-from fleetmind.cli.common import add_group
+from fleetmind.cli.common import (
+    MODEL_FILES,
+    add_group,
+    refuse_input_as_output,
+    refuse_same_output,
+)
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
 from fleetmind.data.paths import openb_is_synthetic
-from fleetmind.training.io import write_json
+from fleetmind.training.io import write_json, write_text_whole
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 DEFAULT_SEEDS = list(range(42, 52))
@@ -104,6 +109,26 @@ def check_writable(path: str | None, flag: str) -> None:
         ConfigError: naming ``flag``, the path and what blocks it.
     """
     check_writable_file(path, flag)
+
+
+def _openb_files(names: Any, kind: str) -> list[str]:
+    """The files the ``kind`` (``"trace"`` or ``"node"``) names or paths ``names`` (one, a list or
+    ``None``; ``None`` is the openb GPU node list for ``"node"``) mean, for
+    :func:`fleetmind.cli.common.refuse_input_as_output`; a name that resolves to nothing is kept
+    as it is (its loader refuses it later)."""
+    from fleetmind.data.openb import _resolve
+
+    if names is None:
+        names = ["gpu_node"] if kind == "node" else []
+    elif not isinstance(names, (list, tuple)):
+        names = [names]
+    out = []
+    for name in names:
+        try:
+            out.append(str(_resolve(str(name), kind)))
+        except (DataError, OSError):
+            out.append(str(name))
+    return out
 
 
 def _load_ppo(ref: str | None):  # noqa: ANN202 - returns the PPO package's policy object
@@ -688,6 +713,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     check_writable(args.json, "--json")  # before the runs, not after them
+    refuse_input_as_output(
+        args.json,
+        "--json",
+        [
+            ("--trace", _openb_files(args.trace, "trace"), ()),
+            ("--nodes", _openb_files(args.nodes, "node"), ()),
+            ("--model", args.model, MODEL_FILES),
+        ],
+    )
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
     rollout_config(args)  # bad --rollout-* options fail before any run
@@ -1059,6 +1093,14 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.episode_seeds)
     check_writable(args.out, "--out")
     check_writable(args.json, "--json")
+    refuse_same_output([("--out", args.out), ("--json", args.json)])
+    inputs = [
+        ("--trace", _openb_files(args.trace, "trace"), ()),
+        ("--nodes", _openb_files(args.nodes, "node"), ()),
+        ("--init", args.init, ()),
+    ]
+    refuse_input_as_output(args.out, "--out", inputs)
+    refuse_input_as_output(args.json, "--json", inputs)
     check_search_settings(
         {"fgd_until_pct": float(args.fgd_until_pct), "stop_arrived_pct": SEARCH_STOP_PCT},
         args.init_sd,
@@ -1094,8 +1136,8 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
             progress=bar.update,
         )
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res.scorer_dict(int(cfg.get("n_candidates", 16))), indent=1) + "\n")
+    scorer = res.scorer_dict(int(cfg.get("n_candidates", 16)))
+    write_text_whole(out, json.dumps(scorer, indent=1) + "\n")
     summary = {
         "scorer": str(out),
         "fgd_score": res.fgd_score,
@@ -1155,6 +1197,7 @@ def cmd_variants(args: argparse.Namespace) -> int:
     """``fleetmind sched variants``: write one generated variant; prints its pod count and SHA-256."""
     from fleetmind.data.openb_variants import generate_variant, write_variant
 
+    refuse_input_as_output(args.out, "--out", [("--from", _openb_files(args.source, "trace"), ())])
     text = generate_variant(args.kind, args.level, args.seed, source=args.source)
     try:
         digest = write_variant(args.out, text)
@@ -1283,6 +1326,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     load_start = _load_now()
     check_writable(args.json, "--json")  # before the training, not after it
+    refuse_input_as_output(args.json, "--json", _train_inputs(args))
 
     dyn_only = args.cem_trace_seeds or args.cem_worst_weight or args.cem_nonneg
     if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
@@ -1440,6 +1484,24 @@ def _train_seeds(
 
 TRAIN_VERSIONS = ("gymnasium", "onnxruntime", "mlflow", "stable-baselines3", "sb3-contrib")
 """The packages whose versions ``sched train --json`` records beside torch and numpy."""
+
+
+def _train_inputs(args: argparse.Namespace) -> list[tuple[str, Any, tuple[str, ...]]]:
+    """The input options of ``sched train`` that name files (traces, node list, start points,
+    the tracking store), for :func:`fleetmind.cli.common.refuse_input_as_output`."""
+    from fleetmind.training.tracking import tracking_uri
+
+    inputs: list[tuple[str, Any, tuple[str, ...]]] = [
+        ("--trace", _openb_files(getattr(args, "trace", None) or ["default"], "trace"), ()),
+        ("--eval-trace", _openb_files(getattr(args, "eval_trace", None), "trace"), ()),
+        ("MLFLOW_TRACKING_URI", tracking_uri(getattr(args, "tracking_uri", None)), ()),
+    ]
+    for dest, flag in (("nodes", "--nodes"), ("init", "--init"), ("cem_init", "--cem-init")):
+        inputs.append((flag, getattr(args, dest, None), MODEL_FILES))
+    teacher = getattr(args, "teacher", None)
+    if teacher is not None and teacher != "fgd":
+        inputs.append(("--teacher", teacher, MODEL_FILES))
+    return inputs
 
 
 def _train_trace_files(a: Any) -> list[dict[str, str]]:

@@ -174,6 +174,10 @@ class LinearScorer(TeacherScorer):
         p = Path(path)
         try:
             d = json.loads(p.read_text())
+            if not isinstance(d, dict):
+                raise ModelLoadError(
+                    f"{p} is not a fleetmind linear scorer: expected a JSON object"
+                )
             if d.get("format") != "fleetmind-linear-scorer/1":
                 raise ValueError(f"format tag {d.get('format')!r}")
             blocks = tuple(d.get("blocks", BLOCKS_3))  # files written before blocks existed
@@ -182,7 +186,7 @@ class LinearScorer(TeacherScorer):
             )
         except FileNotFoundError as e:
             raise ModelLoadError(f"linear scorer file {p} does not exist") from e
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ModelLoadError(f"{p} is not a fleetmind linear scorer: {e}") from e
 
 
@@ -257,9 +261,15 @@ class StrandPenaltyScorer(TeacherScorer):
         p = Path(path)
         try:
             d = json.loads(p.read_text())
+            if not isinstance(d, dict):
+                raise ModelLoadError(
+                    f"{p} is not a fleetmind strand scorer: expected a JSON object"
+                )
             if d.get("format") != cls.FORMAT:
                 raise ValueError(f"format tag {d.get('format')!r}")
             base = d["base"]
+            if not isinstance(base, dict):
+                raise ValueError("'base' is not a JSON object")
             if base.get("format") != "fleetmind-linear-scorer/1":
                 raise ValueError(f"base format tag {base.get('format')!r}")
             lin = LinearScorer(
@@ -279,11 +289,14 @@ def load_teacher(path: str | Path) -> LinearScorer | StrandPenaltyScorer:
     """A saved fgd-mode teacher of either kind, by its ``format`` tag."""
     p = Path(path)
     try:
-        fmt = json.loads(p.read_text()).get("format")
+        d = json.loads(p.read_text())
     except FileNotFoundError as e:
         raise ModelLoadError(f"teacher file {p} does not exist") from e
-    except (ValueError, AttributeError) as e:
+    except ValueError as e:
         raise ModelLoadError(f"{p} is not a JSON teacher file: {e}") from e
+    if not isinstance(d, dict):
+        raise ModelLoadError(f"{p} is not a fleetmind teacher file: expected a JSON object")
+    fmt = d.get("format")
     if fmt == StrandPenaltyScorer.FORMAT:
         return StrandPenaltyScorer.load(p)
     return LinearScorer.load(p)

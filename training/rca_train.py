@@ -286,7 +286,7 @@ def run(args: Args) -> dict[str, Any]:
     logger.log_hyperparams({**_shown_args(args), **{f"data/{k}": v for k, v in dm.info.items()}})
     trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
     t_fit = time.time()
-    trainer.fit(module, datamodule=dm)
+    _fit(trainer, module, dm, uri, logger, out_dir)
     fit_s = time.time() - t_fit
     if not trainer.is_global_zero:
         # evaluation, the artifact and MLflow registration happen once, on rank zero
@@ -340,6 +340,56 @@ def run(args: Args) -> dict[str, Any]:
         **({"feedback": feedback} if feedback else {}),
         **reg,
     }
+
+
+def _fit(trainer: Any, module: Any, dm: Any, uri: str, logger: Any, out_dir: Path) -> None:
+    """``trainer.fit(module, datamodule=dm)``, a Ctrl-C in it raised as :class:`KeyboardInterrupt`.
+
+    Lightning catches the interrupt itself (``_call_and_handle_interrupt`` in
+    ``pytorch_lightning/trainer/call.py``): it ignores SIGINT from then on, ends the MLflow run
+    ``FAILED`` and calls ``sys.exit(1)``. Here that exit becomes a ``KeyboardInterrupt`` again, so
+    that the CLI prints ``fleetmind: interrupted`` and returns 130, the SIGINT handler is put
+    back, the MLflow run is marked ``KILLED`` and a warning names the partial run folder
+    ``out_dir`` (nothing is registered: registration comes after the fit).
+    """
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(module, datamodule=dm)
+    except SystemExit as err:
+        # Lightning's sys.exit(1) is raised while it handles the KeyboardInterrupt
+        if not (trainer.interrupted and isinstance(err.__context__, KeyboardInterrupt)):
+            raise
+        _interrupted(handler, uri, logger, out_dir)
+        raise KeyboardInterrupt from None
+    except KeyboardInterrupt:  # a launcher that lets it through
+        _interrupted(handler, uri, logger, out_dir)
+        raise
+
+
+def _interrupted(handler: Any, uri: str, logger: Any, out_dir: Path) -> None:
+    """After a Ctrl-C in the fit: SIGINT's ``handler`` restored, the MLflow run of ``logger``
+    ended ``KILLED`` (left as Lightning ended it when the store does not answer) and one
+    ``fleetmind: warning:`` line on stderr naming ``out_dir`` when the run left files there."""
+    import contextlib
+    import signal
+
+    if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
+        with contextlib.suppress(ValueError, TypeError):  # not the main thread
+            signal.signal(signal.SIGINT, handler)
+    with contextlib.suppress(Exception):
+        from mlflow.tracking import MlflowClient
+
+        run_id = getattr(logger, "_run_id", None)  # None: the run was never created
+        if run_id is not None:
+            MlflowClient(tracking_uri=uri).set_terminated(run_id, status="KILLED")
+    if out_dir.exists():
+        print(
+            f"fleetmind: warning: training stopped before the end: {out_dir} is a partial run"
+            " (checkpoints only, no model/ folder); delete it or train again",
+            file=sys.stderr,
+        )
 
 
 CALIBRATION_HINT = (
