@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import AREAS, REPO_ROOT, RESULTS
+from fleetmind.cli.runner import run_main
 
 INDEX = REPO_ROOT / "benchmarks" / "INDEX.md"
 NOT_RECORDED = "not recorded"
@@ -631,4 +632,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.index"))

@@ -6,8 +6,12 @@
   seeds from ``2**32`` on); a value outside is a one-line usage error rather than a traceback
   from deep inside a run;
 * :func:`finite_float`: an ``argparse`` type for numbers that must be finite;
+* :func:`positive_int` and :func:`nonnegative_int`: ``argparse`` types for counts (``>= 1`` and
+  ``>= 0``), so that a negative count is a usage error up front rather than an ``IndexError`` or a
+  silent empty run later;
 * :func:`check_writable_file` and :func:`check_creatable`: an output path checked before any
-  work, so that a bad ``--json`` or ``--out`` is a one-line error, not a run lost at its end.
+  work, so that a bad ``--json`` or ``--out`` is a one-line error, not a run lost at its end;
+  :func:`output_file` and :func:`output_path` are the same check as ``argparse`` types.
 """
 
 from __future__ import annotations
@@ -53,6 +57,38 @@ def finite_float(text: str) -> float:
     return value
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """``argparse`` type: ``text`` as an integer ``>= 1`` (a count of items, steps, repetitions).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or below 1.
+    """
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """``argparse`` type: ``text`` as an integer ``>= 0`` (a count that may be zero: warm-up
+    steps, an optional limit).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or negative.
+    """
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def check_creatable(path: Path, flag: str) -> None:
     """Check that ``path`` can be created: its nearest existing ancestor is a writable folder
     (the missing folders between are created by the writer).
@@ -90,3 +126,24 @@ def check_writable_file(path: str | Path | None, flag: str) -> None:
             raise ConfigError(f"{flag} {p}: cannot write this file (permission denied)")
         return
     check_creatable(p, flag)
+
+
+def output_file(text: str) -> str:
+    """``argparse`` type: ``text`` as the path of a file to write, checked by
+    :func:`check_writable_file` when the options are parsed (so a bad path is a usage error before
+    any work, not a run lost at its end); returned unchanged (a ``str``).
+
+    Raises:
+        argparse.ArgumentTypeError: the file cannot be written there (a folder in its place, a
+            file where a folder is needed, no permission).
+    """
+    try:
+        check_writable_file(text, "")
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).strip()) from None
+    return text
+
+
+def output_path(text: str) -> Path:
+    """:func:`output_file` returning a :class:`pathlib.Path`."""
+    return Path(output_file(text))

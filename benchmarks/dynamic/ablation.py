@@ -39,7 +39,10 @@ from benchmarks.placement.ablation import ci95, repo_relative
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
+from fleetmind.errors import ConfigError
 from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
     DynEvalConfig,
@@ -97,9 +100,9 @@ def main() -> None:
     ap.add_argument("--heuristics", nargs="+", default=list(DEFAULT_HEURISTICS))
     ap.add_argument("--recipe", nargs="+", action="append", default=[], metavar="LABEL DIR")
     ap.add_argument("--scratch", nargs="+", action="append", default=[], metavar="LABEL DIR")
-    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--workers", type=argtypes.positive_int, default=1)
     ap.add_argument("--ray-address", default=None)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", type=argtypes.output_file, default=None)
     ap.add_argument("--table-from", default=None, help="print the markdown table of this JSON")
     a = ap.parse_args()
     if a.table_from:
@@ -107,11 +110,18 @@ def main() -> None:
         return
     t0 = time.time()
     m = load_manifest()
+    # the seeds and trace names are checked before the frozen set is regenerated
+    seeds = parse_seeds(a.eval_seeds) if a.eval_seeds else list(m["eval_seeds"])
+    known = [e["name"] for e in m["traces"]]
+    unknown = [t for t in a.traces or () if t not in known]
+    if unknown:
+        raise ConfigError(
+            f"--traces: {', '.join(unknown)} not in the frozen set (its traces: {', '.join(known)})"
+        )
     paths = write_all(REPO / "runs" / "frozen_set", m)
     traces = {n: str(p) for n, p in paths.items()}
     if a.traces:
         traces = {n: traces[n] for n in a.traces}
-    seeds = parse_seeds(a.eval_seeds) if a.eval_seeds else list(m["eval_seeds"])
 
     rows: dict[str, list[tuple[str, str]]] = {}
     trained: set[str] = set()
@@ -241,4 +251,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.ablation"))

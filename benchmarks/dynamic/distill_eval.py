@@ -37,6 +37,8 @@ import numpy as np
 from benchmarks.placement.ablation import ci95, repo_relative
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.dynamic.order import NAMED_ORDERS
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
@@ -116,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="+", choices=POLICIES, default=["model", "clone"])
     ap.add_argument("--traces", nargs="+", default=None, help="frozen trace names (default: all)")
     ap.add_argument("--seeds", nargs="+", default=None, help="evaluation seeds (default: frozen)")
-    ap.add_argument("--rollout-k", type=int, default=3)
+    ap.add_argument("--rollout-k", type=argtypes.positive_int, default=3)
     ap.add_argument("--rollout-window", nargs=2, type=float, default=[0.0, 64.0])
-    ap.add_argument("--rollout-every", type=int, default=4)
-    ap.add_argument("--rollout-samples", type=int, default=2)
-    ap.add_argument("--rollout-seed", type=int, default=0, help="sampled futures' seed")
+    ap.add_argument("--rollout-every", type=argtypes.positive_int, default=4)
+    ap.add_argument("--rollout-samples", type=argtypes.positive_int, default=2)
+    ap.add_argument("--rollout-seed", type=argtypes.seed, default=0, help="sampled futures' seed")
     ap.add_argument(
         "--queue-order",
         choices=list(NAMED_ORDERS),
@@ -129,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         " model's own (envs/dynamic/order.py; the clone always runs FIFO)",
     )
     ap.add_argument("--merge", default=None, help="an earlier output JSON whose runs to pair with")
-    ap.add_argument("--workers", type=int, default=1, help="traces run in this many processes")
-    ap.add_argument("--json", required=True, help="output JSON")
+    ap.add_argument(
+        "--workers", type=argtypes.positive_int, default=1, help="traces run in this many processes"
+    )
+    ap.add_argument("--json", type=argtypes.output_file, required=True, help="output JSON")
     a = ap.parse_args(argv)
     load0 = load_now()
     man = load_manifest()
@@ -190,4 +194,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.distill_eval"))

@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import json_safe
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.dynamic.evaluate import dynamic_setup, evaluate_dynamic
@@ -60,17 +61,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="default")
     ap.add_argument("--policies", nargs="*", default=None)
-    ap.add_argument("--seeds", nargs="*", type=int, default=[42, 43, 44])
+    ap.add_argument("--seeds", nargs="*", type=argtypes.seed, default=[42, 43, 44])
     ap.add_argument("--target-util", type=float, default=DEFAULT_TARGET_UTIL)
     ap.add_argument("--node-fraction", type=float, default=DEFAULT_NODE_FRACTION)
-    ap.add_argument("--clusters", type=int, default=3)
-    ap.add_argument("--n-jobs", type=int, default=None)
-    ap.add_argument("--backfill-depth", type=int, default=DEFAULT_BACKFILL_DEPTH)
+    ap.add_argument("--clusters", type=argtypes.positive_int, default=3)
+    ap.add_argument("--n-jobs", type=argtypes.positive_int, default=None)
+    ap.add_argument(
+        "--backfill-depth", type=argtypes.nonnegative_int, default=DEFAULT_BACKFILL_DEPTH
+    )
     ap.add_argument("--speed-basis", default=DEFAULT_SPEED_BASIS)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=argtypes.output_path, default=OUT)
     ap.add_argument(
         "--env-steps",
-        type=int,
+        type=argtypes.nonnegative_int,
         default=0,
         help="also time this many steps of fleetmind/MultiClusterPlacement-v0 (default env)",
     )
@@ -151,4 +154,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.heuristics"))

@@ -28,6 +28,8 @@ import numpy as np
 
 from benchmarks.placement.ablation import ci95
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def run_gaps(result: dict[str, Any]) -> dict[tuple[str, int], dict[str, float]]:
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="NAME=FILE[,FILE...]: one frozen-set output of distill_eval per training seed",
     )
-    ap.add_argument("--json", default=None, help="result file")
+    ap.add_argument("--json", type=argtypes.output_file, default=None, help="result file")
     a = ap.parse_args(argv)
     load0 = load_now()
     learners: dict[str, Any] = {}
@@ -111,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.learner_seeds"))

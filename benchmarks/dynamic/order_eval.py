@@ -25,6 +25,8 @@ import numpy as np
 
 from benchmarks.placement.ablation import ci95
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
@@ -98,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", default=["42-51"])
     ap.add_argument("--heuristics", nargs="+", default=list(DEFAULT_HEURISTICS))
     ap.add_argument("--ordered", nargs="*", default=[], help="heuristics also run with the order")
-    ap.add_argument("--workers", type=int, default=1, help="traces run in this many processes")
-    ap.add_argument("--json", required=True)
+    ap.add_argument(
+        "--workers", type=argtypes.positive_int, default=1, help="traces run in this many processes"
+    )
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     a = ap.parse_args(argv)
     load0 = load_now()
     seeds = parse_seeds(a.seeds)
@@ -153,4 +157,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.order_eval"))

@@ -24,6 +24,8 @@ import numpy as np
 from benchmarks.placement.ablation import ci95, repo_relative
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
 
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", required=True, help="dynamic-mode model folder with clone.onnx")
     ap.add_argument("--traces", nargs="+", default=None, help="frozen trace names (default: all)")
     ap.add_argument("--seeds", nargs="+", default=None, help="evaluation seeds (default: frozen)")
-    ap.add_argument("--json", required=True, help="output JSON")
+    ap.add_argument("--json", type=argtypes.output_file, required=True, help="output JSON")
     a = ap.parse_args(argv)
     load0 = load_now()
     man = load_manifest()
@@ -87,4 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.paired_eval"))

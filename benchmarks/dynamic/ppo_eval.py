@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
@@ -149,7 +151,7 @@ def main() -> None:
         default="fifo",
         help="queue order the heuristics run with: the simulator's FIFO (default) or the model's",
     )
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", type=argtypes.output_file, default=str(OUT))
     a = ap.parse_args()
     from fleetmind.data.paths import MODELS_DIR
     from fleetmind.rl.dynamic_teacher import DynLinearScorer
@@ -235,4 +237,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.ppo_eval"))

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data.openb_variants import VARIANT_KINDS
 from fleetmind.envs.dynamic.order import NAMED_ORDERS
 from fleetmind.rl.dynamic_eval import Workload, model_config
@@ -34,13 +36,13 @@ from fleetmind.training.recipes.paired import variant_file, workload_specs
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models/placement-dynamic", help="dynamic-mode model folder")
-    ap.add_argument("--workloads", type=int, default=12)
-    ap.add_argument("--depths", type=int, nargs="+", default=[8, 32, 64, 256])
-    ap.add_argument("--gen-seed", type=int, default=35_200_000)
-    ap.add_argument("--stream-seed", type=int, default=900_200)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workloads", type=argtypes.positive_int, default=12)
+    ap.add_argument("--depths", type=argtypes.positive_int, nargs="+", default=[8, 32, 64, 256])
+    ap.add_argument("--gen-seed", type=argtypes.seed, default=35_200_000)
+    ap.add_argument("--stream-seed", type=argtypes.seed, default=900_200)
+    ap.add_argument("--workers", type=argtypes.positive_int, default=2)
     ap.add_argument("--variants", default="runs/window-probe", help="where variant CSVs go")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     a = ap.parse_args(argv)
     load0 = load_now()
     model = Path(a.model).resolve()
@@ -97,4 +99,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.dynamic.window_probe"))

@@ -53,7 +53,10 @@ from scipy import stats
 from benchmarks.placement.frozen_set import load_manifest, write_all
 from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
+from fleetmind.errors import ConfigError
 from fleetmind.rl.scaleout import fgd_eval_job, run_tasks
 from fleetmind.rl.teacher import LinearScorer, StrandPenaltyScorer
 
@@ -132,6 +135,16 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
+def _check_traces(wanted: list[str] | None, known: list[str], set_name: str) -> None:
+    """Raise :class:`ConfigError` when ``--traces`` names a trace outside the set."""
+    unknown = [t for t in wanted or () if t not in known]
+    if unknown:
+        raise ConfigError(
+            f"--traces: {', '.join(unknown)} not in the {set_name} set (its traces: "
+            f"{', '.join(known)})"
+        )
+
+
 def main() -> None:
     load0 = load_now()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -139,9 +152,9 @@ def main() -> None:
     ap.add_argument("--eval-seeds", nargs="+", default=None, help="default: the set's own")
     ap.add_argument("--traces", nargs="+", default=None, help="a subset of the set's traces")
     ap.add_argument("--model", nargs="+", default=[str(RELEASE)], help="one folder per seed")
-    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--workers", type=argtypes.positive_int, default=1)
     ap.add_argument("--ray-address", default=None)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", type=argtypes.output_file, default=None)
     ap.add_argument("--table-from", default=None, help="print the markdown table of this JSON")
     ap.add_argument(
         "--merge", nargs="+", default=None, help="add the episodes of earlier runs (same rows)"
@@ -172,14 +185,17 @@ def main() -> None:
         print(markdown(json.loads(Path(a.table_from).read_text())))
         return
     t0 = time.time()
+    # the seeds and trace names are checked before the frozen set is regenerated
     if a.set == "frozen":
         m = load_manifest()
+        seeds = parse_seeds(a.eval_seeds) if a.eval_seeds else list(m["eval_seeds"])
+        _check_traces(a.traces, [e["name"] for e in m["traces"]], a.set)
         paths = write_all(REPO / "runs" / "frozen_set", m)
         traces = {n: str(p) for n, p in paths.items()}
-        seeds = parse_seeds(a.eval_seeds) if a.eval_seeds else list(m["eval_seeds"])
     else:
-        traces = {t: t for t in HELDOUT}
         seeds = parse_seeds(a.eval_seeds) if a.eval_seeds else list(range(42, 52))
+        _check_traces(a.traces, list(HELDOUT), a.set)
+        traces = {t: t for t in HELDOUT}
     if a.traces:
         traces = {n: traces[n] for n in a.traces}
     pen = fgd_penalty_teacher(REPO / "runs" / "ablation_fgd_penalties.json")
@@ -301,4 +317,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.ablation"))

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.data.errors import DataError
 from fleetmind.data.openb import load_openb_trace
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         "--relax-host", action="store_true", help="also run every job with no CPU/memory requests"
     )
     ap.add_argument("--workers", type=positive_int, default=2)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", type=argtypes.output_file, default=str(OUT))
     a = ap.parse_args(argv)
     seeds = parse_seeds(a.seeds)
     for t in a.traces:  # fail fast, before any worker starts, on a trace name that does not load
@@ -202,4 +204,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.failure_causes"))

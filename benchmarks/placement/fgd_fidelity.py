@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data.openb import (
     load_fgd_published,
     load_openb_nodes,
@@ -142,8 +143,8 @@ def main() -> None:
     )
     ap.add_argument("--default-seeds", default="42-51")
     ap.add_argument("--other-seeds", default="42-44")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--workers", type=argtypes.positive_int, default=2)
+    ap.add_argument("--out", type=argtypes.output_path, default=OUT)
     ap.add_argument("--resume", action="store_true", help="keep traces already in --out")
     ap.add_argument(
         "--markdown", action="store_true", help="print the docs table from --out and exit"
@@ -157,4 +158,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.fgd_fidelity"))

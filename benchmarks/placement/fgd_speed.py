@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, pods_from_trace
 from fleetmind.envs.fgd_mode import build_workload, evaluate_fgd
@@ -66,14 +67,17 @@ def decision_latency(warm: int, decisions: int, policies: list[str]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--warm", type=int, default=5000)
-    ap.add_argument("--decisions", type=int, default=1000)
+    ap.add_argument("--warm", type=argtypes.nonnegative_int, default=5000)
+    ap.add_argument("--decisions", type=argtypes.positive_int, default=1000)
     ap.add_argument("--full-eval", action="store_true")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=argtypes.positive_int, default=2)
     ap.add_argument(
-        "--eval-seeds", type=int, default=10, help="seeds of the full evaluation (42, 43, ...)"
+        "--eval-seeds",
+        type=argtypes.positive_int,
+        default=10,
+        help="seeds of the full evaluation (42, 43, ...)",
     )
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=argtypes.output_path, default=OUT)
     args = ap.parse_args()
     load0 = load_now()
     payload: dict = {}
@@ -117,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.fgd_speed"))

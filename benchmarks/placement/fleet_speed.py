@@ -16,11 +16,12 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data import gpu_alloc
 from fleetmind.data.fleet_io import load_fleet_yaml, load_openb_fleet
 from fleetmind.data.topology import dgx1_v100
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument(
         "--out",
-        type=Path,
+        type=argtypes.output_path,
         default=RESULTS / "placement" / "fleet.json",
         help="result JSON (default benchmarks/results/placement/fleet.json)",
     )
@@ -111,4 +112,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.fleet_speed"))

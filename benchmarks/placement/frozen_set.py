@@ -15,11 +15,12 @@ the ablation (``benchmarks/placement/ablation.py``) is the only code that reads 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import yaml
 
+from fleetmind.argtypes import check_creatable
+from fleetmind.cli.runner import run_main
 from fleetmind.data.openb_variants import generate_variant, sha256_text, write_variant
 
 MANIFEST = Path(__file__).with_name("frozen_set.yaml")
@@ -64,11 +65,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="generate the CSVs into --dir")
     ap.add_argument("--check", action="store_true", help="regenerate in memory and compare hashes")
-    ap.add_argument("--dir", default=str(DEFAULT_DIR), help="output folder for --write")
+    ap.add_argument(
+        "--dir", default=None, help=f"output folder for --write (default: {DEFAULT_DIR})"
+    )
     ap.add_argument(
         "--record", action="store_true", help="write the hashes into the manifest (freezing only)"
     )
     a = ap.parse_args()
+    if a.dir is not None:
+        if not a.write:
+            ap.error("--dir names the output folder of --write; give --write too")
+        if Path(a.dir).exists() and not Path(a.dir).is_dir():
+            ap.error(f"--dir {a.dir}: a file is there, where a folder is needed")
+        check_creatable(Path(a.dir) / "x.csv", "--dir")
     m = load_manifest()
     if a.record:
         for e in m["traces"]:
@@ -81,7 +90,7 @@ def main() -> int:
         print(f"recorded {len(m['traces'])} hashes in {MANIFEST}")
         return 0
     if a.write:
-        for name, p in write_all(Path(a.dir), m).items():
+        for name, p in write_all(Path(a.dir or DEFAULT_DIR), m).items():
             print(f"{name}: {p}")
         return 0
     bad = [e["name"] for e in m["traces"] if sha256_text(generate(e)) != e.get("sha256")]
@@ -90,4 +99,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.placement.frozen_set"))

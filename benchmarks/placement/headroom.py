@@ -42,6 +42,8 @@ import numpy as np
 
 from benchmarks.placement.frozen_set import load_manifest
 from benchmarks.provenance import REPO_ROOT, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.data.openb_variants import generate_variant, write_variant
@@ -244,22 +246,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=["fgd", "dynamic"], required=True)
     ap.add_argument("--variants", nargs="+", default=VARIANTS, help="KIND:LEVEL:SEED ...")
     ap.add_argument("--seeds", nargs="+", default=["5101-5102"], help="workload seeds")
-    ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--k", type=argtypes.positive_int, default=3)
+    ap.add_argument("--samples", type=argtypes.positive_int, default=2)
     ap.add_argument("--fgd-band", nargs=2, type=float, default=[50.0, 95.0])
-    ap.add_argument("--every-known", type=int, default=24)
-    ap.add_argument("--every-sampled", type=int, default=64)
+    ap.add_argument("--every-known", type=argtypes.positive_int, default=24)
+    ap.add_argument("--every-sampled", type=argtypes.positive_int, default=64)
     ap.add_argument("--dyn-band", nargs=2, type=float, default=[0.0, 512.0])
-    ap.add_argument("--every-known-dyn", type=int, default=8)
-    ap.add_argument("--every-sampled-dyn", type=int, default=16)
+    ap.add_argument("--every-known-dyn", type=argtypes.positive_int, default=8)
+    ap.add_argument("--every-sampled-dyn", type=argtypes.positive_int, default=16)
     ap.add_argument("--depth2", action="store_true", help="also a depth-2 run (first row)")
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled-future runs")
     ap.add_argument("--depth2-fgd-band", nargs=2, type=float, default=[60.0, 80.0])
-    ap.add_argument("--every-depth2", type=int, default=96)
+    ap.add_argument("--every-depth2", type=argtypes.positive_int, default=96)
     ap.add_argument("--depth2-dyn-band", nargs=2, type=float, default=[0.0, 128.0])
-    ap.add_argument("--every-depth2-dyn", type=int, default=16)
+    ap.add_argument("--every-depth2-dyn", type=argtypes.positive_int, default=16)
     ap.add_argument("--out-dir", default="runs/headroom", help="where the variants are written")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     args = ap.parse_args(argv)
     args.seeds = parse_seeds(args.seeds)
     check_fresh(args.variants, args.seeds)
@@ -287,4 +289,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.placement.headroom"))

@@ -22,6 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.provenance import REPO_ROOT, RESULTS  # noqa: E402
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 SRC = RESULTS / "placement" / "placement_failure_causes.json"
 OUT = REPO_ROOT / "docs" / "img" / "fgd_loss_breakdown.png"
@@ -34,7 +36,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         description="Plot where FGD and the agent lose GPUs from a placement_failure_causes JSON.",
     )
     ap.add_argument("json", nargs="?", type=Path, default=SRC, help=f"input (default {SRC.name})")
-    ap.add_argument("--out", type=Path, default=OUT, help=f"figure (default docs/img/{OUT.name})")
+    ap.add_argument(
+        "--out",
+        type=argtypes.output_path,
+        default=OUT,
+        help=f"figure (default docs/img/{OUT.name})",
+    )
     args = ap.parse_args(argv)
     src = args.json
     d = json.loads(src.read_text())
@@ -80,4 +87,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.plot_failure_causes"))

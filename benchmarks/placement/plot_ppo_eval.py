@@ -21,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.provenance import REPO_ROOT, RESULTS  # noqa: E402
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 SRC = RESULTS / "placement" / "ppo_eval_scarcity.json"
 OUT = REPO_ROOT / "docs" / "img" / "ppo_vs_fgd.png"
@@ -34,7 +36,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         description="Plot PPO vs FGD and BestFit per openb trace from a ppo_heldout JSON.",
     )
     ap.add_argument("json", nargs="?", type=Path, default=SRC, help=f"input (default {SRC.name})")
-    ap.add_argument("--out", type=Path, default=OUT, help=f"figure (default docs/img/{OUT.name})")
+    ap.add_argument(
+        "--out",
+        type=argtypes.output_path,
+        default=OUT,
+        help=f"figure (default docs/img/{OUT.name})",
+    )
     args = ap.parse_args(argv)
     src = args.json
     d = json.loads(src.read_text())
@@ -68,4 +75,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.plot_ppo_eval"))

@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.fgd_mode import aggregate_results, run_fgd
 from fleetmind.provenance import input_file
@@ -86,8 +88,8 @@ def main() -> None:
         default=None,
         help="PPO model folder, or a policy .onnx/.pt file in one (default: models/placement)",
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--workers", type=argtypes.positive_int, default=2)
+    ap.add_argument("--out", type=argtypes.output_file, default=str(OUT))
     ap.add_argument(
         "--heuristics-from",
         default=None,
@@ -178,4 +180,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.ppo_heldout"))

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 OUT = RESULTS / "placement" / "ppo.json"
 PACKAGES = ("onnxruntime", "stable-baselines3", "sb3-contrib", "gymnasium")
@@ -47,9 +49,14 @@ def stats(ms: list[float]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=2000, help="env steps to time")
-    ap.add_argument("--decisions", type=int, default=300, help="actor / adapter decisions to time")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--steps", type=argtypes.positive_int, default=2000, help="env steps to time")
+    ap.add_argument(
+        "--decisions",
+        type=argtypes.positive_int,
+        default=300,
+        help="actor / adapter decisions to time",
+    )
+    ap.add_argument("--out", type=argtypes.output_file, default=str(OUT))
     a = ap.parse_args()
 
     import torch
@@ -145,4 +152,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.ppo_speed"))

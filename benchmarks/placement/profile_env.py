@@ -21,6 +21,8 @@ from typing import Any
 
 from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def _profile(env: Any, steps: int, reset_kw: dict[str, Any]) -> dict[str, Any]:
@@ -60,9 +62,11 @@ def _profile(env: Any, steps: int, reset_kw: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     load0 = load_now()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=argtypes.positive_int, default=3000)
     ap.add_argument(
-        "--json", default=str(REPO / "benchmarks/results/placement/placement_env_profile.json")
+        "--json",
+        type=argtypes.output_file,
+        default=str(REPO / "benchmarks/results/placement/placement_env_profile.json"),
     )
     a = ap.parse_args()
     from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
@@ -85,4 +89,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.profile_env"))

@@ -33,7 +33,10 @@ import numpy as np
 from scipy import stats
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
+from fleetmind.errors import DataError
 
 OUT = RESULTS / "placement" / "placement_release_audit.json"
 DATA = Path("/work/shared/data/openb/csv")
@@ -249,8 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", nargs="+", default=["42-51"])
     ap.add_argument("--model", default=str(REPO_ROOT / "models" / "placement"))
     ap.add_argument("--ppo", default=None, help="PPO policy file (default: see the module doc)")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--workers", type=argtypes.positive_int, default=2)
+    ap.add_argument("--out", type=argtypes.output_file, default=str(OUT))
     ap.add_argument(
         "--cache",
         default=None,
@@ -271,18 +274,22 @@ def main(argv: list[str] | None = None) -> None:
         Path(a.repool).write_text(json.dumps(res, indent=1) + "\n")
         print(json.dumps(res["pooled_over_held_out_traces"]))
         return
+    data = Path(a.data)
+    if not data.is_dir():
+        raise DataError(f"--data {data}: not a folder (a folder of openb_pod_list_*.csv)")
     seeds = parse_seeds(a.seeds)
     model_dir = Path(a.model)
     ppo = Path(a.ppo) if a.ppo else model_dir / "ppo_policy.onnx"
     if not ppo.is_file():
         ppo = model_dir / "policy.onnx"
     meta = json.loads((model_dir / "metadata.json").read_text())
-    data = Path(a.data)
     names = (
         [f"openb_pod_list_{t}" for t in a.traces]
         if a.traces
         else sorted(p.stem for p in data.glob("openb_pod_list_*.csv"))
     )
+    if not names:
+        raise DataError(f"--data {data}: no openb_pod_list_*.csv in this folder")
     jobs = [
         (str(data / f"{t}.csv"), p, s, str(model_dir), str(ppo))
         for s in seeds
@@ -315,4 +322,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.release_audit"))

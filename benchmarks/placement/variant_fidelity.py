@@ -19,6 +19,8 @@ import numpy as np
 
 from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data.openb_variants import (
     POD_MIX_STATS,
     PUBLISHED_LEVELS,
@@ -70,9 +72,13 @@ def compare(kind: str, level: float, seeds: list[int], tmp: Path) -> dict:
 def main() -> None:
     load0 = load_now()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=20, help="generator seeds per level")
     ap.add_argument(
-        "--json", default=str(REPO / "benchmarks/results/placement/variant_fidelity.json")
+        "--seeds", type=argtypes.positive_int, default=20, help="generator seeds per level"
+    )
+    ap.add_argument(
+        "--json",
+        type=argtypes.output_file,
+        default=str(REPO / "benchmarks/results/placement/variant_fidelity.json"),
     )
     a = ap.parse_args()
     seeds = list(range(a.seeds))
@@ -123,4 +129,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.placement.variant_fidelity"))

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", required=True)
     ap.add_argument("--model", default=None, help="artifact folder (default: models/rca)")
     ap.add_argument("--splits", nargs="+", default=["val", "test", "test_large"])
-    ap.add_argument("--limit", type=int, default=None, help="first N incidents of each split")
-    ap.add_argument("--json", required=True)
+    ap.add_argument(
+        "--limit", type=argtypes.positive_int, default=None, help="first N incidents of each split"
+    )
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     a = ap.parse_args(argv)
     load0 = load_now()
 
@@ -137,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.calibration"))

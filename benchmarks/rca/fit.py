@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
 from fleetmind.cli import main as cli
+from fleetmind.cli.runner import run_main
 from fleetmind.data.paths import shared_data_dir
 from fleetmind.data.synth_system import make_system
 from fleetmind.training.rca_fit import FitArgs, fit
@@ -43,12 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     p1 = sub.add_parser("petshop")
     p1.add_argument("--scenario", default=None)
-    p1.add_argument("--out", default=str(RESULTS / "rca" / "petshop_fit_low_traffic.json"))
+    p1.add_argument(
+        "--out",
+        type=argtypes.output_file,
+        default=str(RESULTS / "rca" / "petshop_fit_low_traffic.json"),
+    )
     p1.add_argument("--model-out", default=None, help="keep the fitted model here")
     p2 = sub.add_parser("fit-time")
-    p2.add_argument("--services", type=int, default=50)
-    p2.add_argument("--rows", type=int, default=1440)
-    p2.add_argument("--out", default=str(RESULTS / "rca" / "rca_fit_time.json"))
+    p2.add_argument("--services", type=argtypes.positive_int, default=50)
+    p2.add_argument("--rows", type=argtypes.positive_int, default=1440)
+    p2.add_argument(
+        "--out", type=argtypes.output_file, default=str(RESULTS / "rca" / "rca_fit_time.json")
+    )
     args = ap.parse_args(argv)
 
     load0 = load_now()
@@ -101,4 +109,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.fit"))

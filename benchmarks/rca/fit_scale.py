@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data.synth_system import make_system
 
 TARGET_MINUTES = 10.0
@@ -47,10 +49,17 @@ def _fleetmind() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--services", type=int, default=50)
-    ap.add_argument("--rows", type=int, default=10080, help="normal-period rows (1 per minute)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the generated system")
-    ap.add_argument("--out", default=str(RESULTS / "rca" / "fit_scale_50.json"))
+    ap.add_argument("--services", type=argtypes.positive_int, default=50)
+    ap.add_argument(
+        "--rows",
+        type=argtypes.positive_int,
+        default=10080,
+        help="normal-period rows (1 per minute)",
+    )
+    ap.add_argument("--seed", type=argtypes.seed, default=0, help="seed of the generated system")
+    ap.add_argument(
+        "--out", type=argtypes.output_file, default=str(RESULTS / "rca" / "fit_scale_50.json")
+    )
     ap.add_argument("--note", default="", help="free text stored with the result (e.g. the load)")
     args = ap.parse_args(argv)
 
@@ -115,4 +124,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.fit_scale"))

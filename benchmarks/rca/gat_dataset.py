@@ -20,6 +20,9 @@ import time
 
 from tqdm import tqdm
 
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
+
 
 def main(argv: list[str] | None = None) -> int:
     from fleetmind.data.rca_dataset import DatasetWriter
@@ -29,17 +32,28 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--incidents", type=int, default=6700)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=argtypes.seed, default=0)
     ap.add_argument("--difficulty", default="default", choices=["default", "hard"])
-    ap.add_argument("--train-per-graph", type=int, default=40)
+    ap.add_argument("--train-per-graph", type=argtypes.positive_int, default=40)
     ap.add_argument(
-        "--val", type=int, default=300, help="validation incidents (prefix per topology)"
+        "--val",
+        type=argtypes.nonnegative_int,
+        default=300,
+        help="validation incidents (prefix per topology)",
     )
-    ap.add_argument("--test", type=int, default=None, help="cap test incidents (default: all)")
     ap.add_argument(
-        "--large", type=int, default=None, help="cap test_large incidents (default: all)"
+        "--test",
+        type=argtypes.nonnegative_int,
+        default=None,
+        help="cap test incidents (default: all)",
     )
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--large",
+        type=argtypes.nonnegative_int,
+        default=None,
+        help="cap test_large incidents (default: all)",
+    )
+    ap.add_argument("--workers", type=argtypes.positive_int, default=2)
     a = ap.parse_args(argv)
 
     spec = DatasetSpec(
@@ -91,4 +105,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.gat_dataset"))

@@ -46,6 +46,8 @@ import joblib
 import numpy as np
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 GAT_GRID: dict[str, list[Any]] = {
     "hidden": [32, 48, 64],
@@ -408,10 +410,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("phase", choices=["tune-gbdt", "tune-gat", "evaluate"])
     ap.add_argument("--data", required=True, help="dataset folder with train and val splits")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "gat_neighbours"))
-    ap.add_argument("--configs", type=int, default=3, help="configurations per tuned method")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the draws and the bootstrap")
     ap.add_argument(
-        "--train-seed", type=int, default=0, help="seed of every fit (weights, batches, sampling)"
+        "--configs", type=argtypes.positive_int, default=3, help="configurations per tuned method"
+    )
+    ap.add_argument(
+        "--seed", type=argtypes.seed, default=0, help="seed of the draws and the bootstrap"
+    )
+    ap.add_argument(
+        "--train-seed",
+        type=argtypes.seed,
+        default=0,
+        help="seed of every fit (weights, batches, sampling)",
     )
     ap.add_argument("--variants", nargs="+", default=["neighbours", "base"])
     ap.add_argument("--tune-base", action="store_true", help="tune the base GAT too")
@@ -427,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         default=["hop2_gbdt", "node_gbdt"],
         help="the GBDT baselines tune-gbdt fits (default both)",
     )
-    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--epochs", type=argtypes.positive_int, default=10)
     ap.add_argument(
         "--refit-from", default=None, help="WORK folder whose chosen configurations to refit"
     )
@@ -445,9 +454,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="another WORK folder (the same configurations, another --train-seed) to average with",
     )
-    ap.add_argument("--limit", type=int, default=None, help="first N incidents of each test")
-    ap.add_argument("--boot", type=int, default=2000)
-    ap.add_argument("--json", default=None, help="result file (evaluate)")
+    ap.add_argument(
+        "--limit", type=argtypes.positive_int, default=None, help="first N incidents of each test"
+    )
+    ap.add_argument("--boot", type=argtypes.positive_int, default=2000)
+    ap.add_argument(
+        "--json", type=argtypes.output_file, default=None, help="result file (evaluate)"
+    )
     a = ap.parse_args(argv)
     if not 0.0 <= a.thin_share <= 1.0:
         ap.error(f"--thin-share must lie in [0, 1], got {a.thin_share}")
@@ -465,4 +478,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.gat_neighbours"))

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def _incidents(n: int, n_nodes: int, seed: int) -> tuple[object, list[list[dict]]]:
@@ -76,10 +78,12 @@ def _cpu_timed(fn) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="model REF (default: released models/rca)")
-    ap.add_argument("--incidents", type=int, default=60)
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(RESULTS / "rca" / "gat_speed.json"))
+    ap.add_argument("--incidents", type=argtypes.positive_int, default=60)
+    ap.add_argument("--nodes", type=argtypes.positive_int, default=1000)
+    ap.add_argument("--seed", type=argtypes.seed, default=0)
+    ap.add_argument(
+        "--out", type=argtypes.output_file, default=str(RESULTS / "rca" / "gat_speed.json")
+    )
     a = ap.parse_args(argv)
 
     import torch
@@ -137,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.gat_speed"))

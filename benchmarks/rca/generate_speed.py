@@ -15,16 +15,23 @@ import time
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--incidents", type=int, default=10_000)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=argtypes.positive_int, default=2)
     ap.add_argument(
-        "--nodes", type=int, default=1000, help="graph node budget (min = 0.8x, max = 1.2x)"
+        "--nodes",
+        type=argtypes.positive_int,
+        default=1000,
+        help="graph node budget (min = 0.8x, max = 1.2x)",
     )
-    ap.add_argument("--out", default=str(RESULTS / "rca" / "rca_generate.json"))
+    ap.add_argument(
+        "--out", type=argtypes.output_file, default=str(RESULTS / "rca" / "rca_generate.json")
+    )
     args = ap.parse_args()
 
     import numpy as np
@@ -78,4 +85,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.rca.generate_speed"))

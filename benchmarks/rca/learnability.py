@@ -21,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def _ts(s: str) -> float:
@@ -30,8 +32,12 @@ def _ts(s: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("data")
-    ap.add_argument("--train", type=int, default=1500, help="training incidents used")
-    ap.add_argument("--eval", type=int, default=400, help="incidents per evaluated split")
+    ap.add_argument(
+        "--train", type=argtypes.positive_int, default=1500, help="training incidents used"
+    )
+    ap.add_argument(
+        "--eval", type=argtypes.positive_int, default=400, help="incidents per evaluated split"
+    )
     ap.add_argument("--splits", nargs="+", default=["test", "test_large"])
     ap.add_argument("--name", default=None, help="result name (default: the data folder's name)")
     args = ap.parse_args()
@@ -158,4 +164,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.rca.learnability"))

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 METHODS = (
     "random",
@@ -79,17 +81,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("settings", nargs="+", help="NAME=DATA[@MODEL]")
     ap.add_argument("--splits", nargs="+", default=["test"])
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
-    ap.add_argument("--limit", type=int, default=None, help="first N incidents per split")
-    ap.add_argument("--boot", type=int, default=2000)
+    ap.add_argument(
+        "--limit", type=argtypes.positive_int, default=None, help="first N incidents per split"
+    )
+    ap.add_argument("--boot", type=argtypes.positive_int, default=2000)
     ap.add_argument(
         "--max-train",
-        type=int,
+        type=argtypes.positive_int,
         default=10**9,
         help="training incidents the learned baselines fit on (default: all of the train split, "
         "as the GAT; GBDTConfig's own default caps them at 2,000)",
     )
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--seed", type=argtypes.seed, default=0)
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     ap.add_argument(
         "--merge", action="store_true", help="keep the other settings already in --json"
     )
@@ -152,4 +156,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.main_table"))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import provenance
+from fleetmind.cli.runner import run_main
 
 
 def _renamed_graph(path: Path, prefix: str) -> dict:
@@ -102,4 +103,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.merge_train"))

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 VARIANTS = ("gat", "gat:no_lone_rule")
 
@@ -146,10 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", required=True)
     ap.add_argument("--model", default=None, help="artifact folder (default: models/rca)")
     ap.add_argument("--splits", nargs="+", default=["test"])
-    ap.add_argument("--limit", type=int, default=None, help="first N incidents of each split")
-    ap.add_argument("--boot", type=int, default=2000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", required=True)
+    ap.add_argument(
+        "--limit", type=argtypes.positive_int, default=None, help="first N incidents of each split"
+    )
+    ap.add_argument("--boot", type=argtypes.positive_int, default=2000)
+    ap.add_argument("--seed", type=argtypes.seed, default=0)
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     a = ap.parse_args(argv)
     load0 = load_now()
 
@@ -191,4 +195,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.origin_only"))

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data.paths import shared_data_dir
 from fleetmind.data.petshop import (
     DetectorConfig,
@@ -55,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--scenario", default=None, help="scenario folder (default: shared petshop/low_traffic)"
     )
-    ap.add_argument("--out", default=str(RESULTS / "rca" / "petshop_sensitivity.json"))
+    ap.add_argument(
+        "--out",
+        type=argtypes.output_file,
+        default=str(RESULTS / "rca" / "petshop_sensitivity.json"),
+    )
     args = ap.parse_args(argv)
     load0 = load_now()
     folder = Path(args.scenario) if args.scenario else shared_data_dir() / "petshop" / "low_traffic"
@@ -134,4 +139,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.petshop_sensitivity"))

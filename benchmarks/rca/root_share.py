@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 _MARK = ("<!-- root-share:{name}:begin -->", "<!-- root-share:{name}:end -->")
 
@@ -43,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("data")
     ap.add_argument("--split", default="train", help="split the shares are counted on")
     ap.add_argument("--eval-split", default="test", help="split the name table is scored on")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     ap.add_argument("--md", default=None, help="Markdown file with root-share markers to update")
     ap.add_argument("--name", default=None, help="marker name (default: the data folder's name)")
-    ap.add_argument("--min-firings", type=int, default=20)
+    ap.add_argument("--min-firings", type=argtypes.nonnegative_int, default=20)
     a = ap.parse_args(argv)
     load0 = load_now()
 
@@ -102,4 +104,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.root_share"))

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def synthetic_system(seed: int, services: int, tmp: Path) -> dict[str, Any]:
@@ -107,10 +109,14 @@ def simulated(folder: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[13, 14, 15, 16])
-    ap.add_argument("--services", type=int, nargs="+", default=[40, 30, 40, 30])
+    ap.add_argument("--seeds", type=argtypes.seed, nargs="+", default=[13, 14, 15, 16])
+    ap.add_argument("--services", type=argtypes.positive_int, nargs="+", default=[40, 30, 40, 30])
     ap.add_argument("--sim", type=Path, default=None, help="gat_dataset folder (test.jsonl)")
-    ap.add_argument("--out", default=str(RESULTS / "rca" / "shared_callee_check.json"))
+    ap.add_argument(
+        "--out",
+        type=argtypes.output_file,
+        default=str(RESULTS / "rca" / "shared_callee_check.json"),
+    )
     args = ap.parse_args(argv)
     if len(args.services) != len(args.seeds):
         ap.error("--services needs one size per seed")
@@ -142,4 +148,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.shared_callee_check"))

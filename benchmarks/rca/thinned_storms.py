@@ -25,6 +25,8 @@ import joblib
 
 from benchmarks.provenance import load_now, provenance
 from benchmarks.rca.origin_only import run_split
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,10 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="+", help="NAME=ARTIFACT_FOLDER")
     ap.add_argument("--data", required=True)
     ap.add_argument("--split", default="val")
-    ap.add_argument("--limit", type=int, default=None, help="first N incidents of the split")
-    ap.add_argument("--boot", type=int, default=2000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", required=True)
+    ap.add_argument(
+        "--limit", type=argtypes.positive_int, default=None, help="first N incidents of the split"
+    )
+    ap.add_argument("--boot", type=argtypes.positive_int, default=2000)
+    ap.add_argument("--seed", type=argtypes.seed, default=0)
+    ap.add_argument("--json", type=argtypes.output_file, required=True)
     a = ap.parse_args(argv)
     load0 = load_now()
 
@@ -81,4 +85,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.thinned_storms"))

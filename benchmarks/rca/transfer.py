@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.data.paths import shared_data_dir
 from fleetmind.rca.fit_eval import bootstrap_intervals
 
@@ -72,12 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     p1 = sub.add_parser("run")
     p1.add_argument("--systems", nargs="+", default=["petshop/low_traffic", "nezha_tt"])
-    p1.add_argument("--out", default=str(RESULTS / "rca" / "transfer.json"))
+    p1.add_argument(
+        "--out", type=argtypes.output_file, default=str(RESULTS / "rca" / "transfer.json")
+    )
     p2 = sub.add_parser("collect")
     p2.add_argument("--eval", nargs="+", required=True, help="NAME=rca-petshop.json")
     p2.add_argument("--fit", nargs="*", default=[], help="NAME=rca-fit.json")
     p2.add_argument("--label", default="after")
-    p2.add_argument("--out", default=str(RESULTS / "rca" / "transfer.json"))
+    p2.add_argument(
+        "--out", type=argtypes.output_file, default=str(RESULTS / "rca" / "transfer.json")
+    )
     args = ap.parse_args(argv)
 
     load0 = load_now()
@@ -145,4 +151,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.rca.transfer"))

@@ -28,15 +28,28 @@ from pathlib import Path
 
 from benchmarks.provenance import code_root, load_now, provenance
 from benchmarks.serving.rca_workload import sim_incidents
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=2, help="requests ranked together")
-    ap.add_argument("--incidents", type=int, default=300, help="distinct incidents timed")
-    ap.add_argument("--reps", type=int, default=3, help="passes over the incidents")
-    ap.add_argument("--out", default=None, help="JSON of the figures")
-    ap.add_argument("--dump", default=None, help="pickle the response bodies of one pass here")
+    ap.add_argument(
+        "--batch", type=argtypes.positive_int, default=2, help="requests ranked together"
+    )
+    ap.add_argument(
+        "--incidents", type=argtypes.positive_int, default=300, help="distinct incidents timed"
+    )
+    ap.add_argument(
+        "--reps", type=argtypes.positive_int, default=3, help="passes over the incidents"
+    )
+    ap.add_argument("--out", type=argtypes.output_file, default=None, help="JSON of the figures")
+    ap.add_argument(
+        "--dump",
+        type=argtypes.output_file,
+        default=None,
+        help="pickle the response bodies of one pass here",
+    )
     ap.add_argument(
         "--model",
         default=None,
@@ -100,4 +113,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.serving.cpu_loop"))

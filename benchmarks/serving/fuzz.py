@@ -40,7 +40,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -48,6 +47,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 # ------------------------------------------------------------------------------------ values
 CALENDAR_EDGES = (
@@ -605,11 +606,17 @@ def run_database(kind: str, config: FuzzConfig, models: dict[str, str | None]) -
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", type=int, default=10_000, help="fuzzed requests per database")
-    p.add_argument("--read-every", type=int, default=200, help="requests between read phases")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--cases", type=argtypes.positive_int, default=10_000, help="fuzzed requests per database"
+    )
+    p.add_argument(
+        "--read-every", type=argtypes.positive_int, default=200, help="requests between read phases"
+    )
+    p.add_argument("--seed", type=argtypes.seed, default=0)
     p.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
-    p.add_argument("--out", type=Path, default=RESULTS / "serving" / "serving_fuzz.json")
+    p.add_argument(
+        "--out", type=argtypes.output_path, default=RESULTS / "serving" / "serving_fuzz.json"
+    )
     p.add_argument(
         "--rca-model", default=None, help="FLEETMIND_RCA_MODEL (default: the released GAT)"
     )
@@ -653,4 +660,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main(main, prog="benchmarks.serving.fuzz"))

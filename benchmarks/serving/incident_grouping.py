@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def storm_incidents(
@@ -112,10 +114,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", help="dataset folder written by `fleetmind rca generate`")
     ap.add_argument("--splits", nargs="+", default=["test", "val"])
-    ap.add_argument("--hops", nargs="+", type=int, default=[2, 3, 4])
+    ap.add_argument("--hops", nargs="+", type=argtypes.positive_int, default=[2, 3, 4])
     ap.add_argument("--window-s", type=float, default=600.0, help="incident window (default 600)")
-    ap.add_argument("--limit", type=int, default=None, help="first N storms only")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--limit", type=argtypes.positive_int, default=None, help="first N storms only")
+    ap.add_argument("--out", type=argtypes.output_file, default=None)
     args = ap.parse_args()
 
     import torch
@@ -146,4 +148,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.serving.incident_grouping"))

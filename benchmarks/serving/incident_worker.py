@@ -31,19 +31,23 @@ from pathlib import Path
 
 from benchmarks.provenance import load_now, provenance
 from benchmarks.serving.ingest_alerts import ingest_alert
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--alerts", type=int, default=100_000, help="pending alerts to group")
+    ap.add_argument(
+        "--alerts", type=argtypes.positive_int, default=100_000, help="pending alerts to group"
+    )
     ap.add_argument(
         "--open-incidents",
-        type=int,
+        type=argtypes.nonnegative_int,
         default=0,
         help="open incidents before the backlog: one alert each, an hour apart, ending an hour "
         "before the backlog starts (a long-running service whose alerts never resolved)",
     )
-    ap.add_argument("--out", default=None, help="JSON of the figures")
+    ap.add_argument("--out", type=argtypes.output_file, default=None, help="JSON of the figures")
     args = ap.parse_args()
     if args.alerts < 50:
         sys.exit("bench_incident_worker: --alerts must be at least 50 (one webhook)")
@@ -127,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.serving.incident_worker"))

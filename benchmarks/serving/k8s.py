@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 
 
 def _test_helpers() -> Any:
@@ -229,14 +231,14 @@ def bench_live(step: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--pods", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--bound-pods", type=int, default=4000)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--live-step", type=int, default=10)
+    ap.add_argument("--nodes", type=argtypes.positive_int, default=1000)
+    ap.add_argument("--pods", type=argtypes.positive_int, default=200)
+    ap.add_argument("--seed", type=argtypes.seed, default=42)
+    ap.add_argument("--bound-pods", type=argtypes.nonnegative_int, default=4000)
+    ap.add_argument("--repeats", type=argtypes.positive_int, default=10)
+    ap.add_argument("--live-step", type=argtypes.positive_int, default=10)
     ap.add_argument("--only", choices=["extender", "telemetry", "live"], nargs="*")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=argtypes.output_path, default=OUT)
     a = ap.parse_args(argv)
     only = set(a.only or ["extender", "telemetry", "live"])
     result: dict = {}
@@ -263,4 +265,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.serving.k8s"))

@@ -44,6 +44,8 @@ from benchmarks.provenance import REPO_ROOT as REPO
 from benchmarks.provenance import RESULTS, load_now, provenance
 from benchmarks.serving.ingest_alerts import ingest_alert
 from benchmarks.serving.rca_workload import sim_incidents
+from fleetmind import argtypes
+from fleetmind.cli.runner import run_main
 from fleetmind.serving.defaults.example import benchmark_graph
 from fleetmind.serving.settings import Settings
 
@@ -617,7 +619,9 @@ def positive_int(text: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(RESULTS / "serving" / "serving.json"))
+    ap.add_argument(
+        "--out", type=argtypes.output_file, default=str(RESULTS / "serving" / "serving.json")
+    )
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--ingest-alerts", type=positive_int, default=20000)
     ap.add_argument("--ingest-batch", type=positive_int, default=50)
@@ -626,7 +630,7 @@ def main() -> None:
     ap.add_argument("--rca-requests", type=positive_int, default=15, help="requests per client")
     ap.add_argument(
         "--rca-pool",
-        type=int,
+        type=argtypes.nonnegative_int,
         default=0,
         help="distinct simulated incidents (default: one per request of the 20-client run)",
     )
@@ -641,13 +645,13 @@ def main() -> None:
     ap.add_argument("--workers", type=positive_int, default=1, help="uvicorn worker processes")
     ap.add_argument(
         "--rca-processes",
-        type=int,
+        type=argtypes.nonnegative_int,
         default=0,
         help="FLEETMIND_RCA_PROCESSES: ranking processes fed request by request (0: in-process)",
     )
     ap.add_argument(
         "--rca-process-batch",
-        type=int,
+        type=argtypes.positive_int,
         default=None,
         help="FLEETMIND_RCA_PROCESS_MAX_BATCH (default: the service's)",
     )
@@ -678,7 +682,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--warmup-clients",
-        type=int,
+        type=argtypes.nonnegative_int,
         default=0,
         help="clients of the RCA warm-up (default 4 per worker or ranking process), each sending "
         "--warmup-requests requests on incidents outside the timed pool",
@@ -933,4 +937,4 @@ def breakdown_only(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, prog="benchmarks.serving.service"))

@@ -41,6 +41,7 @@ import numpy as np
 
 from benchmarks.provenance import REPO_ROOT as ROOT
 from benchmarks.provenance import command, load_now, provenance
+from fleetmind.cli.runner import run_main
 
 
 def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacementEnv
@@ -420,4 +421,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(
+            main,
+            prog="benchmarks.experiments.2026-11-29-placement-teacher-search.teacher_search",
+        )
+    )

@@ -48,6 +48,7 @@ import numpy as np
 
 from benchmarks.provenance import REPO_ROOT as ROOT
 from benchmarks.provenance import RESULTS, command, load_now, provenance
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.multicluster_env import (
@@ -464,4 +465,9 @@ def continue_searches(
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(
+            main,
+            prog="benchmarks.experiments.2026-11-30-dynamic-insample-teacher.insample_teacher",
+        )
+    )

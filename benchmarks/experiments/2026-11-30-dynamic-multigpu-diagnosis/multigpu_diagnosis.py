@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.cli.runner import run_main
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.core import ANY_GPU_MODEL, GPU_MILLI
 from fleetmind.envs.dynamic.policies import LocalityAwarePolicy, make_dynamic_policy
@@ -400,4 +401,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(
+            main,
+            prog="benchmarks.experiments.2026-11-30-dynamic-multigpu-diagnosis.multigpu_diagnosis",
+        )
+    )

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.dynamic.policies import make_dynamic_policy
@@ -415,4 +416,9 @@ def summarize(
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(
+            main,
+            prog="benchmarks.experiments.2026-11-30-dynamic-relaxed-reference.relaxed_reference",
+        )
+    )

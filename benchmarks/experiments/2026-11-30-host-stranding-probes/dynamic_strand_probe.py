@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.provenance import REPO_ROOT as ROOT
 from benchmarks.provenance import load_now, provenance
+from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 
 MODEL = ROOT / "models" / "placement-dynamic"
@@ -135,4 +136,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(
+            main,
+            prog="benchmarks.experiments.2026-11-30-host-stranding-probes.dynamic_strand_probe",
+        )
+    )

@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from benchmarks.provenance import REPO_ROOT as ROOT
+from fleetmind.cli.runner import run_main
 
 from .probe_common import probe_main, whole_episode_env
 
@@ -113,4 +114,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(
+            main,
+            prog="benchmarks.experiments.2026-11-30-host-stranding-probes.placement_scarcity_probe",
+        )
+    )

@@ -27,6 +27,7 @@ each scorer's mean gap to FGD, and its paired difference to R with a standard er
 from __future__ import annotations
 
 from benchmarks.provenance import REPO_ROOT as ROOT
+from fleetmind.cli.runner import run_main
 
 from .probe_common import probe_main, whole_episode_env
 
@@ -61,4 +62,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(
+            main,
+            prog="benchmarks.experiments.2026-11-30-host-stranding-probes.placement_strand_probe",
+        )
+    )

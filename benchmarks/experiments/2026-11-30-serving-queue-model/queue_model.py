@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
+from fleetmind.cli.runner import run_main
 
 
 def simulate(
@@ -177,4 +178,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(
+        run_main(main, prog="benchmarks.experiments.2026-11-30-serving-queue-model.queue_model")
+    )

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import load_now, provenance
+from fleetmind.cli.runner import run_main
 
 INCUMBENT_GAT = {"hidden": 48, "lr": 0.003, "dropout": 0.2, "weight_decay": 0.0001}
 
@@ -112,4 +113,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(
+        run_main(main, prog="benchmarks.experiments.2026-12-03-rca-retuned-17600.assemble")
+    )

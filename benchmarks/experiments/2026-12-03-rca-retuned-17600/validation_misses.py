@@ -30,6 +30,7 @@ import numpy as np
 
 from benchmarks.provenance import load_now, provenance
 from benchmarks.rca.gat_neighbours import _fitted, gat_scores, gbdt_scores, ranks_of, tie_shares
+from fleetmind.cli.runner import run_main
 
 
 def _score_all(works: list[Path], incs: list[dict], ds: Any) -> dict[str, dict[str, np.ndarray]]:
@@ -111,4 +112,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(
+        run_main(main, prog="benchmarks.experiments.2026-12-03-rca-retuned-17600.validation_misses")
+    )

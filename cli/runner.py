@@ -1,0 +1,145 @@
+"""``fleetmind.cli.runner``: the error contract of a command-line entry point, shared by the
+``fleetmind`` command (:func:`fleetmind.cli.main`) and the benchmark modules
+(``python -m benchmarks.<area>.<name>``).
+
+:func:`run_main` calls an entry point and turns what a user can fix into one line on stderr:
+
+* a :class:`fleetmind.errors.FleetMindError` prints ``<prog>: error: <reason>`` and gives status 2;
+* so does an :class:`OSError` about a path (``<prog>: error: <path>: <reason>``) that nothing
+  caught: a file the command could not read or write is the user's to fix, and the path says
+  which; and a write that found no room (a full disk, ``ulimit -f``), which flushing or closing a
+  file reports without its name;
+* a reader of stdout that goes away (``... | head``) ends the command quietly with status 141
+  (:data:`STDOUT_CLOSED_STATUS`); a ``BrokenPipeError`` while stdout is still open (a child
+  process or a connection that went away) is an :class:`OSError` like any other;
+* Ctrl-C prints ``<prog>: interrupted`` and gives status 130.
+
+Any other exception is a bug or the system's trouble and keeps its traceback. ``SystemExit``
+(argparse's usage errors, status 2) passes through untouched.
+
+This module imports only :mod:`fleetmind.errors` and the standard library, so a benchmark can use
+it without loading the command groups.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import sys
+from collections.abc import Callable
+
+from fleetmind.errors import FleetMindError
+
+STDOUT_CLOSED_STATUS = 141
+"""Exit status when the reader of stdout went away (``fleetmind ... | head``): 128 + SIGPIPE, what a
+shell reports for a program that SIGPIPE ended (``yes | head``), so ``set -o pipefail`` still sees
+the output was cut short."""
+
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+"""A write that found no room: the disk is full, the quota is spent, or the file would pass the
+size limit (``ulimit -f``). Flushing or closing a file raises them without a file name."""
+
+
+def _end_progress_bars() -> None:
+    """Close the tqdm bars a failed command left open, so that its error starts a line of its own
+    instead of trailing a half-drawn bar."""
+    tqdm_module = sys.modules.get("tqdm.std")
+    if tqdm_module is None:  # no bar was ever drawn
+        return
+    for bar in list(getattr(tqdm_module.tqdm, "_instances", ())):
+        bar.close()
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away: point stdout at ``os.devnull`` so that Python's flush at exit
+    does not raise again, and return :data:`STDOUT_CLOSED_STATUS` (the recipe of the Python docs'
+    "Note on SIGPIPE", :mod:`signal`). Files the command wrote before are complete."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): nothing to flush
+        return STDOUT_CLOSED_STATUS
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return STDOUT_CLOSED_STATUS
+
+
+def _stdout_broken() -> bool:
+    """Whether stdout's reader went away (and not some other pipe of the command): flushing what
+    stdout holds fails with ``BrokenPipeError``, or, with nothing left to flush, its file reports an
+    error or a hang-up (``poll``: Linux's pipe(7) write end whose read end is closed gives
+    ``POLLERR``; BSD and macOS give ``POLLHUP``). A stdout that is not a file (a test's capture)
+    is not broken."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):  # Windows: a closed pipe there is EINVAL, not BrokenPipeError
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _path_error(err: OSError, prog: str = "fleetmind") -> int | None:
+    """Print the one line of an :class:`OSError` about a path and return 2; ``None`` when it is not
+    about a path (a bug or the system's trouble: the caller re-raises, keeping the traceback).
+
+    A write that found no room (:data:`NO_ROOM_ERRNOS`) is the user's to fix too, with or without
+    a file name: ``fleetmind: error: writing a file failed: No space left on device``."""
+    if not err.filename:
+        if err.errno not in NO_ROOM_ERRNOS:
+            return None
+        _end_progress_bars()
+        print(f"{prog}: error: writing a file failed: {err.strerror or err}", file=sys.stderr)
+        return 2
+    # A path the command could not read or write (an --out under a file, a folder it may not
+    # create, a disk that is full): the path and the reason say all a user can act on.
+    _end_progress_bars()
+    where = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
+    reason = err.strerror or str(err)
+    if isinstance(err, FileExistsError) and os.path.isfile(err.filename):
+        reason = "a file is where a folder is needed"  # mkdir(exist_ok=True) on a file
+    print(f"{prog}: error: {where}: {reason}", file=sys.stderr)
+    return 2
+
+
+def run_main(fn: Callable[[], int | None], prog: str) -> int:
+    """Call the entry point ``fn`` and return the process exit status, keeping the error contract
+    of the module docstring: ``fn``'s own status (``None`` counts as 0), 2 with one line on stderr
+    for an error the user can fix, 141 when stdout's reader went away, 130 on Ctrl-C.
+
+    Use it as ``raise SystemExit(run_main(main, prog="benchmarks.rca.gat_speed"))``; ``prog``
+    starts each error line. Exceptions that are not the user's keep their traceback.
+    """
+    try:
+        status = int(fn() or 0)
+        sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at exit
+        return status
+    except BrokenPipeError as err:
+        if _stdout_broken():
+            return _stdout_closed()
+        status = _path_error(err, prog)  # another pipe: an OSError like any other
+        if status is None:
+            raise
+        return status
+    except FleetMindError as err:
+        _end_progress_bars()
+        # one line whatever the message quotes (an HTML error page, a multi-line library error)
+        print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        status = _path_error(err, prog)
+        if status is None:  # not about a path: a bug or the system's trouble, keep the traceback
+            raise
+        return status
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
