@@ -29,9 +29,10 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         name,
         help=help_text,
         description=(
-            "Post a stored alert storm (examples/*.json) to a running FleetMind service the way "
-            "Alertmanager's FleetMind route would: grouped by cluster and alertname, first "
-            "notification 10 s after a group's first alert, then every 30 s while it grows. The "
+            "Post a stored alert storm (examples/*.json) to a running FleetMind service as an "
+            "Alertmanager route grouped by cluster and alertname would: first notification 10 s "
+            "after a group's first alert, then every 30 s while it grows (deploy/alertmanager.yml "
+            "sends each alert on its own; batching does not change the incidents). The "
             "storm is re-timed to end now. Then waits for the incidents' rankings to settle and "
             "prints their top causes and pages."
         ),

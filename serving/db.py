@@ -113,6 +113,10 @@ incidents = Table(
     Column("merged_into", Integer, nullable=True),
     # set with every change of the incident, cleared when a ranking of that state is stored
     Column("needs_ranking", Boolean, nullable=False, default=False, server_default=false()),
+    # the resolved incidents that closed recently, which an alert resolved before it was grouped
+    # may join (serving.incidents.store.resolved_near), without reading every one kept
+    # (migration 0010)
+    Index("ix_incidents_status_closed", "status", "closed_ts"),
 )
 
 # Capacity held for pods by the scheduler extender and reserve=true placements, shared by replicas

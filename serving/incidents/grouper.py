@@ -16,7 +16,13 @@ decides, for each newly grouped alert, which incident it joins:
   not open) **reopens** it, and so does a new episode of a fingerprint (a re-fire: new
   ``startsAt``) that starts at most ``window_s`` seconds after its previous episode's incident
   closed as resolved (:meth:`Grouper.reopens_episode`; the caller finds that incident);
-* after a batch, an open incident whose alerts are all resolved **settles** as ``resolved``.
+* after a batch, an open incident whose alerts are all resolved **settles** as ``resolved``;
+* an alert that **resolved before it was grouped** and fits no open incident joins, by the same
+  time and graph rules, a ``resolved`` incident that closed at most ``window_s`` seconds before its
+  resolution was stored (the lowest id of those that fit), which stays resolved; only if none fits
+  does it open one (resolved at once). A storm that resolves while the worker is still grouping it
+  is one incident: its first batches' incident resolves as soon as the alerts grouped so far have
+  resolved, and the rest of the storm, grouped in later batches, joins it (``ClosedIncident``).
 
 It reads no clock, database or thread state: times (unix seconds) and counts are passed in, and the
 caller stores what it decides (:mod:`fleetmind.serving.incidents.store`).
@@ -53,6 +59,19 @@ class OpenIncident:
     clusters: set[str] = field(default_factory=set)
 
 
+@dataclass
+class ClosedIncident:
+    """A ``resolved`` incident that an alert resolved before it was grouped may join.
+
+    Attributes:
+        incident: what grouping knows of it (as stored when it closed).
+        closed_ts: when it resolved, unix seconds.
+    """
+
+    incident: OpenIncident
+    closed_ts: float
+
+
 @dataclass(frozen=True)
 class Assignment:
     """Where one alert went.
@@ -61,11 +80,13 @@ class Assignment:
         incident: the id of the open incident it joined.
         opened: whether that incident was opened for it.
         merged: the ids of incidents merged into ``incident`` by it, ascending.
+        closed: whether ``incident`` is a resolved incident it joined (it stays resolved).
     """
 
     incident: int
     opened: bool = False
     merged: tuple[int, ...] = ()
+    closed: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,8 +98,10 @@ class Settled:
         total: its alerts.
         firing: its firing alerts.
         state: ``"open"`` (still open), ``"resolved"`` (was open, all its alerts resolved) or
-            ``"closed"`` (was not open: resolved or merged before; only its counts change).
-        incident: the open incident's state (``None`` when ``state`` is ``"closed"``).
+            ``"closed"`` (was not open: resolved or merged before; its counts change, and the
+            span, nodes and clusters of a resolved one a late resolution joined).
+        incident: the open incident's state; for ``"closed"``, that of a resolved incident
+            alerts resolved before grouping joined in the batch, else ``None``.
     """
 
     id: int
@@ -102,6 +125,8 @@ class Grouper:
         self._open: dict[int, OpenIncident] = {}
         # during a batch: the open incidents its alerts can join by time (see batch())
         self._pool: dict[int, OpenIncident] | None = None
+        # during a batch: the resolved incidents its late resolutions joined (see assign())
+        self._late: dict[int, OpenIncident] = {}
 
     # ------------------------------------------------------------------ state
     def load(self, incidents: Iterable[OpenIncident]) -> None:
@@ -135,10 +160,12 @@ class Grouper:
         """
         lo, hi = min(starts) - self.window_s, max(starts) + self.window_s
         self._pool = {i: o for i, o in self._open.items() if o.first_ts <= hi and o.last_ts >= lo}
+        self._late = {}
         try:
             yield
         finally:
             self._pool = None
+            self._late = {}
 
     # ------------------------------------------------------------------ rules
     def assign(
@@ -150,6 +177,8 @@ class Grouper:
         new_id: Callable[[], int],
         *,
         into: int | None = None,
+        resolved_ts: float | None = None,
+        closed: Iterable[ClosedIncident] = (),
     ) -> Assignment:
         """Join a new alert to an open incident, merging or opening incidents as the rules say.
 
@@ -161,18 +190,32 @@ class Grouper:
             new_id: called once, only when a new incident opens: stores it, returns its id.
             into: an open incident the alert joins besides those the rules match (the incident
                 of its fingerprint's previous episode, reopened: :meth:`reopens_episode`).
+            resolved_ts: for an alert that resolved before it was grouped, when its resolution
+                was stored, unix seconds (``None``: the alert fires).
+            closed: ``resolved`` incidents such an alert may join when no open one fits: those
+                that fit by the same rules and closed at most ``window_s`` before
+                ``resolved_ts``; the lowest id is taken and stays resolved (see the module).
         """
         w = self.window_s
         pool = self._open if self._pool is None else self._pool
-        in_time = [o for o in pool.values() if o.first_ts - w <= ts <= o.last_ts + w]
-        if node is not None:
-            hood = neighbourhood(node, self.hops)
-            matches = [o for o in in_time if o.nodes & hood]
-        else:
-            matches = [o for o in in_time if cluster is not None and cluster in o.clusters]
+        hood = neighbourhood(node, self.hops) if node is not None else None
+        matches = [o for o in pool.values() if self._fits(o, ts, hood, cluster)]
         extra = self._open.get(into) if into is not None else None
         if extra is not None and all(o.id != extra.id for o in matches):
             matches.append(extra)
+        if not matches and resolved_ts is not None:
+            late = [
+                c.incident
+                for c in closed
+                if c.closed_ts >= resolved_ts - w
+                and c.incident.id not in self._open  # reopened in this batch: open rules apply
+                and self._fits(c.incident, ts, hood, cluster)
+            ]
+            if late:
+                target = min(late, key=lambda o: o.id)
+                self._extend(target, ts, node, cluster)
+                self._late[target.id] = target
+                return Assignment(target.id, closed=True)
         if matches:
             matches.sort(key=lambda o: o.id)
             target, others = matches[0], matches[1:]
@@ -183,12 +226,7 @@ class Grouper:
             target = OpenIncident(int(new_id()), ts, ts)
             self._add(target)
             placed = Assignment(target.id, opened=True)
-        target.first_ts = min(target.first_ts, ts)
-        target.last_ts = max(target.last_ts, ts)
-        if node is not None:
-            target.nodes.add(node)
-        if cluster is not None:
-            target.clusters.add(cluster)
+        self._extend(target, ts, node, cluster)
         return placed
 
     def reopens(self, incident_id: int, status: str) -> bool:
@@ -234,7 +272,7 @@ class Grouper:
         for inc_id, (total, firing) in sorted(counts.items()):
             o = self._open.get(inc_id)
             if o is None:
-                out.append(Settled(inc_id, total, firing, "closed"))
+                out.append(Settled(inc_id, total, firing, "closed", self._late.get(inc_id)))
                 continue
             resolved = firing == 0 and total > 0
             if resolved:
@@ -243,6 +281,26 @@ class Grouper:
         return out
 
     # ------------------------------------------------------------------ helpers
+    def _fits(
+        self, o: OpenIncident, ts: float, hood: AbstractSet[str] | None, cluster: str | None
+    ) -> bool:
+        """Whether an alert starting at ``ts`` (unix s) fits ``o`` by time and graph: ``hood``
+        is its node's neighbourhood (``None``: no node matches; then its ``cluster`` decides)."""
+        if not o.first_ts - self.window_s <= ts <= o.last_ts + self.window_s:
+            return False
+        if hood is not None:
+            return bool(o.nodes & hood)
+        return cluster is not None and cluster in o.clusters
+
+    @staticmethod
+    def _extend(target: OpenIncident, ts: float, node: str | None, cluster: str | None) -> None:
+        target.first_ts = min(target.first_ts, ts)
+        target.last_ts = max(target.last_ts, ts)
+        if node is not None:
+            target.nodes.add(node)
+        if cluster is not None:
+            target.clusters.add(cluster)
+
     def _merge(self, target: OpenIncident, other: OpenIncident) -> None:
         target.nodes |= other.nodes
         target.clusters |= other.clusters

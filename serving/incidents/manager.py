@@ -9,6 +9,9 @@ thread (:mod:`fleetmind.serving.incidents.worker`) then, per batch of pending al
 3. for a status change (``resolved``) updates the counts; an incident whose alerts are all resolved is
    ``resolved``, and a re-firing alert reopens it: the same alert firing again, or a new episode
    of its fingerprint (new ``startsAt``) that starts within the window of the incident's closing;
+   an alert resolved before it was grouped may join a recently resolved incident instead of
+   opening one (:class:`fleetmind.serving.incidents.grouper.Grouper`), so a storm that resolves
+   while it is grouped, batch after batch, stays one incident;
 4. re-runs the served RCA analyzer on every incident that gained evidence (an alert grouped for the
    first time, or one firing again) and stores the ranked causes. Resolutions alone do not re-rank:
    an incident keeps the causes ranked while its alerts fired (a storm recovering root first would
@@ -31,9 +34,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleetmind.rca.anchoring import anchor_result, named_symptom
+from fleetmind.rca.incident_graph import incident_graph
 from fleetmind.serving.alertmap import node_for_alert
 from fleetmind.serving.db import Database, LeaderLock
-from fleetmind.serving.incidents.grouper import Grouper
+from fleetmind.serving.incidents.grouper import ClosedIncident, Grouper
 from fleetmind.serving.incidents.store import IncidentStore, alert_dict
 from fleetmind.serving.incidents.worker import GroupingLag, IncidentWorker, RankSchedule
 from fleetmind.serving.notify import ALERTNAME as OWN_ALERTNAME
@@ -298,10 +302,11 @@ class IncidentManager:
                 r["id"] for r in rows if r["incident_id"] is None and r["status"] == "firing"
             ]
             episodes = self.store.previous_episodes(conn, refires, self.grouper.window_s)
+            closed = self._closed_for_late(conn, rows)
             with self.grouper.batch([r["starts_ts"] for r in rows]):
                 for row in rows:
                     new = row["incident_id"] is None or row["status"] == "firing"
-                    inc_id, node = self._group_alert(conn, row, view, now, merges, episodes)
+                    inc_id, node = self._group_alert(conn, row, view, now, merges, episodes, closed)
                     if inc_id is not None:
                         touched.add(inc_id)
                         if new:
@@ -328,11 +333,14 @@ class IncidentManager:
         now: float,
         merges: dict[int, int],
         episodes: dict[int, tuple[int, str, float | None]],
+        closed: list[ClosedIncident],
     ) -> tuple[int | None, str | None]:
         """One pending alert's ``(incident id, node)``, storing incidents opened, merged or
         reopened for it; ``merges`` collects the incidents merged away (id -> target);
         ``episodes`` holds the incidents of earlier episodes of the batch's new firing alerts
-        (:meth:`fleetmind.serving.incidents.store.IncidentStore.previous_episodes`)."""
+        (:meth:`fleetmind.serving.incidents.store.IncidentStore.previous_episodes`); ``closed``
+        the resolved incidents its alerts resolved before grouping may join
+        (:meth:`_closed_for_late`)."""
         inc_id, node = row["incident_id"], row["node"]
         name = row["labels"].get("alertname")
         if name == OWN_ALERTNAME:
@@ -354,6 +362,8 @@ class IncidentManager:
                 view.neighbourhood,
                 lambda: self.store.insert_incident(conn, ts, now),
                 into=self._reopen_episode(conn, prior, ts, merges),
+                resolved_ts=row["updated_ts"] if row["status"] == "resolved" else None,
+                closed=closed,
             )
             for other in placed.merged:
                 self.store.merge(conn, placed.incident, other, now)
@@ -367,6 +377,21 @@ class IncidentManager:
                 if stored is not None:
                     self.grouper.reopen(stored, row["starts_ts"])
         return inc_id, node
+
+    def _closed_for_late(
+        self, conn: Connection, rows: list[dict[str, Any]]
+    ) -> list[ClosedIncident]:
+        """The resolved incidents the batch's alerts resolved before grouping may join: those
+        within the window of their starts that closed at most the window before their
+        resolutions were stored (``updated_ts``), read from the database, so that a storm
+        grouped over several batches, or across a restart, stays one incident."""
+        late = [r for r in rows if r["incident_id"] is None and r["status"] == "resolved"]
+        if not late:
+            return []
+        w = self.grouper.window_s
+        starts = [r["starts_ts"] for r in late]
+        since = min(r["updated_ts"] for r in late) - w
+        return self.store.resolved_near(conn, min(starts) - w, max(starts) + w, since)
 
     def _reopen_episode(
         self,
@@ -424,6 +449,7 @@ class IncidentManager:
         start = time.perf_counter()
         try:
             alerts = [alert_dict(r) for r in rows]
+            graph, alerts = incident_graph(graph, alerts)  # + the pod-to-GPU edges alerts name
             result = model.impl.find_root_causes(graph, alerts, self.config.top_k)
             symptom = named_symptom(graph, alerts, self.config.slo_alerts)
             result = anchor_result(result, graph, alerts, symptom)

@@ -25,7 +25,7 @@ from fleetmind.serving.db import (
     incidents,
     notifications,
 )
-from fleetmind.serving.incidents.grouper import OpenIncident, Settled
+from fleetmind.serving.incidents.grouper import ClosedIncident, OpenIncident, Settled
 from fleetmind.serving.schemas import iso_utc
 
 # The count refresh (IncidentStore.write_counts): built once, so each batch only binds parameters
@@ -268,6 +268,33 @@ class IncidentStore:
                     latest[int(a_id)] = (int(p_id), (int(inc_id), str(status), closed))
         return {a_id: found for a_id, (_, found) in latest.items()}
 
+    def resolved_near(
+        self, conn: Connection, lo: float, hi: float, closed_since: float
+    ) -> list[ClosedIncident]:
+        """The ``resolved`` incidents whose alert span meets ``lo``..``hi`` and that closed at or
+        after ``closed_since`` (unix seconds): those alerts resolved before they were grouped
+        may join (:meth:`fleetmind.serving.incidents.grouper.Grouper.assign`)."""
+        c = incidents.c
+        q = select(c.id, c.first_alert_ts, c.last_alert_ts, c.nodes, c.clusters, c.closed_ts).where(
+            c.status == "resolved",
+            c.first_alert_ts <= hi,
+            c.last_alert_ts >= lo,
+            c.closed_ts >= closed_since,
+        )
+        return [
+            ClosedIncident(
+                OpenIncident(
+                    int(r.id),
+                    r.first_alert_ts,
+                    r.last_alert_ts,
+                    set(r.nodes or []),
+                    set(r.clusters or []),
+                ),
+                float(r.closed_ts),
+            )
+            for r in conn.execute(q)
+        ]
+
     def mark_grouped(self, conn: Connection, done: list[dict[str, Any]]) -> None:
         """Store each alert's incident and node and clear its ``pending`` flag.
 
@@ -321,7 +348,9 @@ class IncidentStore:
                     _first=o.first_ts,
                     _last=o.last_ts,
                 )
-            params[s.state].append(values)
+            # a resolved incident late resolutions joined: its span and nodes, not its status
+            late = s.state == "closed" and s.incident is not None
+            params["open" if late else s.state].append(values)
         for stmt, rows in (
             (_SET_COUNTS, params["closed"]),
             (_SET_OPEN, params["open"]),

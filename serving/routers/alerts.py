@@ -354,7 +354,13 @@ async def receive_alerts(
     incidents.notify()
     if truncated:
         metrics.alerts_truncated.inc(truncated)
-        log.warning("webhook: Alertmanager left out %d alerts (truncatedAlerts)", truncated)
+        log.warning(
+            "webhook: Alertmanager left out %d alerts (truncatedAlerts, its max_alerts): their "
+            "resolutions will not arrive either, so their incidents stay open until "
+            "FLEETMIND_INCIDENT_AUTO_RESOLVE_S; set group_by: ['...'] on FleetMind's route, as "
+            "deploy/alertmanager.yml does",
+            truncated,
+        )
     firing = sum(1 for r in stored if r["status"] == "firing")
     resolved = len(stored) - firing
     if firing:
