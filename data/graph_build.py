@@ -17,7 +17,7 @@ labels Prometheus rules carry):
 | its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
-| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``; ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
+| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``) |
 """
 
@@ -316,13 +316,14 @@ def build_graph(
     b = _Builder(name or f"k8s-{c}")
     b.node(c, "cluster", c, {"cluster": c})
     gpus_of = _add_hosts(b, c, node_items, nvlinks or {})
+    whole = _whole_gpu_nodes(node_items, gpus_of)
     svc_ids, selectors = _add_services(b, c, svc_items)
     members, node_endpoints = _slice_members(slice_items, svc_ids)
     for sid, nm in sorted(node_endpoints):
         if f"{c}/host/{nm}" in b.nodes:
             b.edge(sid, f"{c}/host/{nm}", "runs_on")
     for p in pod_items:
-        pod = _add_pod(b, c, p, gpus_of)
+        pod = _add_pod(b, c, p, gpus_of, whole)
         if pod is None:
             continue
         pid, ns, nm, labels = pod
@@ -449,10 +450,61 @@ def _slice_members(
     return members, node_endpoints
 
 
+def _whole_gpu_nodes(
+    node_items: list[dict[str, Any]], gpus_of: dict[str, int]
+) -> dict[str, tuple[int, int]]:
+    """Node name -> ``(devices, GPUs)`` for the nodes whose device plugin advertises a whole
+    number of ``nvidia.com/gpu`` devices per physical GPU (capacity, else allocatable: one per GPU,
+    or time-slicing replicas / MIG instances of every GPU alike), at least one GPU: a pod whose
+    ``nvidia.com/gpu`` request is all ``devices`` holds every GPU of the node. Not under the MIG
+    ``mixed`` strategy (capacity counts only the GPUs outside MIG mode: fewer devices than GPUs),
+    nor where capacity is unreadable."""
+    out: dict[str, tuple[int, int]] = {}
+    for n in node_items:
+        nm = str(_meta(n).get("name") or "")
+        k = gpus_of.get(nm, 0)
+        status = _obj(n.get("status"))
+        for field in ("capacity", "allocatable"):
+            devices = _int_or_none(_obj(status.get(field)).get(GPU_RESOURCE))
+            if devices is not None:
+                if k > 0 and devices >= k and devices % k == 0:
+                    out[nm] = (devices, k)
+                break
+    return out
+
+
+def _pod_gpu_devices(pod: Mapping[str, Any]) -> int:
+    """The ``nvidia.com/gpu`` devices a pod is given: its effective request as the scheduler
+    counts it (Kubernetes docs "Init Containers", "Resource sharing within containers"): the
+    larger of the app containers' sum (sidecars, init containers with ``restartPolicy: Always``,
+    included) and the largest other init container's; each container's ``limits`` (an extended
+    resource's request equals its limit), else its ``requests``."""
+
+    def devices(container: Any) -> int:
+        res = _obj(_obj(container).get("resources"))
+        for field in ("limits", "requests"):
+            n = _int_or_none(_obj(res.get(field)).get(GPU_RESOURCE))
+            if n is not None:
+                return n
+        return 0
+
+    spec = _obj(pod.get("spec"))
+    inits = [_obj(ct) for ct in _seq(spec.get("initContainers"))]
+    sidecars = [ct for ct in inits if ct.get("restartPolicy") == "Always"]  # run beside the app
+    app = sum(devices(ct) for ct in [*_seq(spec.get("containers")), *sidecars])
+    init = max((devices(ct) for ct in inits if ct.get("restartPolicy") != "Always"), default=0)
+    return max(app, init)
+
+
 def _add_pod(
-    b: _Builder, c: str, p: Mapping[str, Any], gpus_of: dict[str, int]
+    b: _Builder,
+    c: str,
+    p: Mapping[str, Any],
+    gpus_of: dict[str, int],
+    whole: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[str, str, str, Mapping[str, Any]] | None:
-    """Add a running pod with its ``runs_on`` edges (host, annotated GPUs); return ``(id,
+    """Add a running pod with its ``runs_on`` edges (host, annotated GPUs, and every GPU of a node
+    of ``whole`` (:func:`_whole_gpu_nodes`) whose devices it requests all of); return ``(id,
     namespace, name, labels)``, or None for a finished or nameless pod."""
     m = _meta(p)
     phase = _obj(p.get("status")).get("phase")
@@ -476,6 +528,10 @@ def _add_pod(
         ):
             if part.strip().isdigit() and int(part) < gpus_of.get(host, 0):
                 b.edge(pid, f"{c}/gpu/{host}/{int(part)}", "runs_on")
+        devices, k = (whole or {}).get(host, (0, 0))
+        if k and _pod_gpu_devices(p) == devices:  # every device of the node: its every GPU
+            for i in range(k):
+                b.edge(pid, f"{c}/gpu/{host}/{i}", "runs_on")
     return pid, ns, nm, _labels(p)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import RCAResult
+from fleetmind.rca.incident_graph import incident_graph
 
 
 @dataclass
@@ -34,6 +35,19 @@ class _Job:
     top_k: int | None
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[RCAResult]
+
+
+def _on_incident_graph(
+    item: tuple[DependencyGraph, Any, int | None],
+) -> tuple[DependencyGraph, Any, int | None]:
+    """``item`` on :func:`fleetmind.rca.incident_graph.incident_graph` (unchanged where the alerts
+    cannot be read: the analyzer answers those with its own error)."""
+    graph, alerts, top_k = item
+    try:
+        graph, alerts = incident_graph(graph, alerts)
+    except Exception:
+        pass
+    return graph, alerts, top_k
 
 
 def rank_group(
@@ -47,6 +61,8 @@ def rank_group(
     same results as one by one); if that fails, every item is ranked alone so that a bad request
     fails alone with its own error.
     """
+    # each incident on its own graph: the served one plus the pod-to-GPU edges its alerts name
+    items = [_on_incident_graph(item) for item in items]
     many = getattr(analyzer, "find_root_causes_many", None)
     if many is not None and len(items) > 1:
         try:

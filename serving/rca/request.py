@@ -195,7 +195,10 @@ def parse_for(
         # the label values tell a heartbeat by its severity (response_json): kept when the body
         # may hold one (a "none" value, or an escape that could spell it)
         labels = bool(getattr(analyzer, "reads_alert_labels", False))
-        fast = plain_columns(body, graph, labels or b'"none"' in body or b"\\u" in body)
+        # and when it may name a GPU: its pod labels may add a pod-to-GPU edge
+        # (fleetmind.rca.incident_graph)
+        keep = labels or b'"none"' in body or b"\\u" in body or b'"gpu"' in body
+        fast = plain_columns(body, graph, keep)
         if fast is not None:
             return fast
     return parse_alerts(body, bool(getattr(analyzer, "accepts_epoch_seconds", False)))
