@@ -122,6 +122,10 @@ _CLAIM_KEEPS = frozenset({"pod", "gpu", "link"})
 """Kinds an alert naming a PersistentVolumeClaim keeps when its labels match one (not the
 exporter); a host it matches is the kubelet's ``node`` target label, not the claim's subject."""
 
+_ClusterTable = tuple[dict[str | None, dict[str, str]], dict[str, str]]
+"""A lookup of :func:`_in_cluster`: per cluster (``None``: nodes whose ``match`` has no
+``cluster``) a key -> its one value there, and key -> value for keys with one value in the graph."""
+
 
 @dataclass
 class GraphNode:
@@ -288,7 +292,10 @@ class DependencyGraph:
           of the graph, or a pod of the graph that runs on one host (dcgm-exporter without
           ``hostNetwork`` reports its pod's name as ``Hostname``): that host; else from
           ``instance`` without its port, or the host that address is one of the ``addresses`` of
-          (node-exporter's ``instance`` is ``<InternalIP>:9100`` without relabelling).
+          (node-exporter's ``instance`` is ``<InternalIP>:9100`` without relabelling). Pod names
+          and addresses are looked up among the hosts of the alert's ``cluster`` (clusters in
+          separate networks reuse private addresses); for an alert without one, among all hosts,
+          where they must name one host.
         """
         return self._subject(labels)[0]
 
@@ -309,11 +316,14 @@ class DependencyGraph:
                 if f"exported_{key}" in labels:
                     labels[key] = labels[f"exported_{key}"]
         if "node" not in labels:
-            hosts, pod_hosts = self._host_names(), self._pod_hosts()
+            hosts, cluster = self._host_names(), labels.get("cluster")
             for key in NODE_NAME_LABELS:
                 value = labels.get(key)
-                if value is not None and (value in hosts or value in pod_hosts):
-                    return {**labels, "node": value if value in hosts else pod_hosts[value]}, True
+                if value is None:
+                    continue
+                host = value if value in hosts else _in_cluster(self._pod_hosts(), cluster, value)
+                if host is not None:
+                    return {**labels, "node": host}, True
             if "instance" in labels:
                 addr = (
                     labels["instance"].rsplit(":", 1)[0]
@@ -321,7 +331,8 @@ class DependencyGraph:
                     else labels["instance"]
                 )
                 addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
-                return {**labels, "node": self._host_addresses().get(addr, addr)}, False
+                host = _in_cluster(self._host_addresses(), cluster, addr)
+                return {**labels, "node": addr if host is None else host}, False
         return labels, True
 
     def is_scrape_target(self, i: int, labels: Mapping[str, str], node_named: bool = True) -> bool:
@@ -344,12 +355,23 @@ class DependencyGraph:
           (``etcdNoLeader``) are about that pod.
         * A Service the alert's ``service`` label names, while the alert names a Kubernetes object
           other than a workload controller (:data:`OBJECT_LABELS`): the kubelet's Service on
-          ``KubePersistentVolumeFillingUp`` of a claim in ``kube-system``.
+          ``KubePersistentVolumeFillingUp`` of a claim in ``kube-system``; or while its ``node``
+          names a host or it carries ``gpu``, as for a pod: the exporter's pod is one the graph
+          does not hold yet (a DaemonSet rollout since the graph was built), so the Service
+          matched in its place. With ``node_named`` false only a Service whose member pods are
+          all DaemonSet pods (:meth:`_daemon_pod`) is the exporter: a ``hostNetwork``
+          Deployment's ``instance`` is its host's address too.
         """
         kind = self.nodes[i].kind
         objects = not labels.keys().isdisjoint(OBJECT_LABELS)
         if kind == "service":
-            return objects and self.nodes[i].match.get("service") == labels.get("service")
+            if self.nodes[i].match.get("service") != labels.get("service"):
+                return False
+            if objects:
+                return True
+            if labels.get("node") not in self._host_names() and "gpu" not in labels:
+                return False
+            return node_named or self._daemon_service(i)
         if kind != "pod" or ("service" not in labels and "job" not in labels):
             return False
         if not objects and labels.keys().isdisjoint(WORKLOAD_LABELS):
@@ -359,6 +381,24 @@ class DependencyGraph:
                 return False
         services = self._pod_services().get(i, ())
         return labels.get("service") in services or labels.get("job") in services
+
+    def _daemon_service(self, i: int) -> bool:
+        """Whether Service ``i`` has member pods and all are :meth:`_daemon_pod`'s."""
+        members = self._service_members().get(i, ())
+        return bool(members) and all(self._daemon_pod(j) for j in members)
+
+    def _service_members(self) -> dict[int, frozenset[int]]:
+        """Service index -> the indices of its ``member_of`` pods (cached)."""
+        cached = self._derived.get("service_members")
+        if cached is None:
+            out: dict[int, set[int]] = {}
+            for e in self.edges:
+                i, j = self.index[e.src], self.index[e.dst]
+                if e.kind == "member_of" and self.nodes[i].kind == "pod":
+                    if self.nodes[j].kind == "service":
+                        out.setdefault(j, set()).add(i)
+            cached = self._derived["service_members"] = {k: frozenset(v) for k, v in out.items()}
+        return cached
 
     def _daemon_pod(self, i: int) -> bool:
         """Whether pod ``i`` is a DaemonSet's (attr ``owner`` ``DaemonSet/...``), or the graph
@@ -516,36 +556,46 @@ class DependencyGraph:
             self._derived["sole_cluster"] = clusters.pop() if len(clusters) == 1 else None
         return self._derived["sole_cluster"]
 
-    def _host_addresses(self) -> dict[str, str]:
-        """Host ``addresses`` attr values (IPs, DNS names) -> the host's ``node`` match value,
-        for addresses that name one host (cached)."""
+    def _host_addresses(self) -> _ClusterTable:
+        """Host ``addresses`` attr values (IPs, DNS names) -> the host's ``node`` match value, per
+        cluster, for addresses that name one host of it (see :func:`_in_cluster`; cached).
+        Clusters in separate networks reuse private addresses (the same default VPC CIDR): an
+        address is only ever looked up in the alert's own cluster."""
         cached = self._derived.get("host_addresses")
         if cached is None:
-            seen: dict[str, set[str]] = {}
+            owners: list[tuple[str | None, str, str]] = []
             for n in self.nodes:
                 addrs = n.attrs.get("addresses") if n.kind == "host" else None
                 if "node" in n.match and isinstance(addrs, list):
-                    for a in addrs:
-                        seen.setdefault(str(a), set()).add(str(n.match["node"]))
-            cached = {a: next(iter(h)) for a, h in seen.items() if len(h) == 1}
-            self._derived["host_addresses"] = cached
+                    cluster = n.match.get("cluster")
+                    owners += [
+                        (None if cluster is None else str(cluster), str(a), str(n.match["node"]))
+                        for a in addrs
+                    ]
+            cached = self._derived["host_addresses"] = _cluster_table(owners)
         return cached
 
-    def _pod_hosts(self) -> dict[str, str]:
-        """Pod ``pod`` match value -> the ``node`` match value of the one host it ``runs_on``,
-        for pod names that run on one host (cached)."""
+    def _pod_hosts(self) -> _ClusterTable:
+        """Pod ``pod`` match value -> the ``node`` match value of the one host it ``runs_on``, per
+        cluster, for pod names that run on one host of it (see :func:`_in_cluster`; cached)."""
         cached = self._derived.get("pod_hosts")
         if cached is None:
-            seen: dict[str, set[str]] = {}
+            owners: list[tuple[str | None, str, str]] = []
             for e in self.edges:
                 if e.kind != "runs_on":
                     continue
                 src, dst = self.nodes[self.index[e.src]], self.nodes[self.index[e.dst]]
                 if src.kind == "pod" and dst.kind == "host" and "pod" in src.match:
                     if "node" in dst.match:
-                        seen.setdefault(str(src.match["pod"]), set()).add(str(dst.match["node"]))
-            cached = {p: next(iter(h)) for p, h in seen.items() if len(h) == 1}
-            self._derived["pod_hosts"] = cached
+                        cluster = src.match.get("cluster")
+                        owners.append(
+                            (
+                                None if cluster is None else str(cluster),
+                                str(src.match["pod"]),
+                                str(dst.match["node"]),
+                            )
+                        )
+            cached = self._derived["pod_hosts"] = _cluster_table(owners)
         return cached
 
     def _workloads(self) -> dict[tuple[str | None, str, str, str], int]:
@@ -709,3 +759,29 @@ def _controller(node: GraphNode) -> tuple[str, str, str] | None:
     if kind == "ReplicaSet" and "-" in name:
         kind, name = "Deployment", name.rsplit("-", 1)[0]
     return str(namespace), kind, name
+
+
+def _cluster_table(owners: Iterable[tuple[str | None, str, str]]) -> _ClusterTable:
+    """The :data:`_ClusterTable` of ``(cluster, key, value)`` triples: a key with two values in a
+    cluster is left out of that cluster's table, one with two values in the graph out of the
+    graph-wide one."""
+    per: dict[str | None, dict[str, set[str]]] = {}
+    anywhere: dict[str, set[str]] = {}
+    for cluster, key, value in owners:
+        per.setdefault(cluster, {}).setdefault(key, set()).add(value)
+        anywhere.setdefault(key, set()).add(value)
+    return (
+        {c: {k: next(iter(v)) for k, v in t.items() if len(v) == 1} for c, t in per.items()},
+        {k: next(iter(v)) for k, v in anywhere.items() if len(v) == 1},
+    )
+
+
+def _in_cluster(table: _ClusterTable, cluster: str | None, key: str) -> str | None:
+    """``key``'s value in ``cluster`` (an alert's ``cluster`` label), else among nodes without a
+    ``cluster`` match label (they match every cluster's alerts); for an alert without ``cluster``,
+    its value when the graph holds one; else ``None``."""
+    per, anywhere = table
+    if cluster is None:
+        return anywhere.get(key)
+    found = per.get(cluster, {}).get(key)
+    return found if found is not None else per.get(None, {}).get(key)
