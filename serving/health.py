@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -339,3 +339,114 @@ def healthy_nodes(services: Services, telemetry: Any, snapshot: FleetSnapshot) -
     if not low:
         return None
     return {n.name for n in snapshot.nodes if n.cluster not in low}
+
+
+# ------------------------------------------------------------------ cluster names: graph, telemetry, alerts
+UNMAPPED_REASONS = ("no_cluster", "unknown_cluster", "no_match")
+"""Why an alert maps to no graph node (:func:`unmapped_reason`): it has no ``cluster`` label while
+the graph holds several clusters; its ``cluster`` is none of the graph's; or its labels match no
+node of its cluster."""
+
+UNMAPPED_WINDOW = 100
+"""``/readyz`` reads the newest this many stored alerts for :func:`unmapped_alerts_warning`."""
+
+UNMAPPED_MIN_ALERTS = 5
+"""Fewer grouped alerts than this among them say too little to warn about."""
+
+_NAMES_SHOWN = 5  # cluster names a warning lists (then "and N more")
+_NAME_CHARS = 63  # a Kubernetes label value's limit; a longer value is cut
+
+
+_GRAPH_CLUSTERS: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def graph_clusters(graph: Any) -> frozenset[str]:
+    """The ``cluster`` match values of ``graph``'s nodes (a :class:`fleetmind.data.graph.DependencyGraph`; computed
+    once per graph: the fleet page and every ``/readyz`` ask)."""
+    try:
+        return _GRAPH_CLUSTERS[graph]
+    except (KeyError, TypeError):
+        pass
+    out = frozenset(str(n.match["cluster"]) for n in graph.nodes if "cluster" in n.match)
+    try:
+        _GRAPH_CLUSTERS[graph] = out
+    except TypeError:  # not weakly referenceable: not cached
+        pass
+    return out
+
+
+def telemetry_cluster_alias(graph_names: Set[str], telemetry_names: Set[str]) -> dict[str, str]:
+    """Graph cluster -> telemetry cluster, when the graph and the telemetry each hold exactly one
+    cluster and their names differ (else empty): they are the same fleet.
+
+    The rule alerts follow too (:meth:`fleetmind.data.graph.DependencyGraph.alert_subject`: a
+    missing ``cluster`` is the graph's one cluster). kube-prometheus-stack's series carry no
+    ``cluster`` label unless ``prometheus.prometheusSpec.externalLabels`` sets one, so telemetry
+    names their cluster ``FLEETMIND_TELEMETRY_CLUSTER`` (default ``local``) while the graph was
+    built with ``fleetmind graph build --cluster <name>``.
+    """
+    if len(graph_names) == 1 and len(telemetry_names) == 1 and graph_names != telemetry_names:
+        return {next(iter(graph_names)): next(iter(telemetry_names))}
+    return {}
+
+
+def _names(values: Any) -> str:
+    """Up to :data:`_NAMES_SHOWN` sorted names, each cut to :data:`_NAME_CHARS` characters."""
+    items = sorted(str(v) for v in values)
+    shown = ", ".join(v[:_NAME_CHARS] for v in items[:_NAMES_SHOWN])
+    more = len(items) - _NAMES_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "") if items else "none"
+
+
+def cluster_mismatch_warning(graph: Any, snapshot: FleetSnapshot | None) -> str | None:
+    """One ``/readyz`` line when the telemetry's cluster names and the graph's share none (and
+    :func:`telemetry_cluster_alias` does not pair them), else ``None``: the fleet page then marks
+    no GPU or host of an open incident, as it finds the alerting nodes by their cluster."""
+    if snapshot is None or not snapshot.nodes:
+        return None
+    g, t = graph_clusters(graph), {str(n.cluster) for n in snapshot.nodes}
+    if not g or g & t or telemetry_cluster_alias(g, t):
+        return None
+    return (
+        f"telemetry: its clusters ({_names(t)}) are none of the graph's ({_names(g)}), so the "
+        "fleet page marks no GPU or host of an open incident; set FLEETMIND_TELEMETRY_CLUSTER to "
+        "the graph's cluster name (series without a `cluster` label belong to it), or set the "
+        "`cluster` external label in Prometheus (docs/serving/cluster.md)"
+    )
+
+
+def unmapped_reason(graph: Any, labels: Any) -> str:
+    """Why an alert with ``labels`` maps to no node of ``graph`` (one of :data:`UNMAPPED_REASONS`);
+    only meaningful for an alert that maps to none. An empty ``cluster`` value is no label
+    (Prometheus, "Data model")."""
+    clusters = graph_clusters(graph)
+    cluster = str(labels.get("cluster") or "")
+    if not cluster:
+        return "no_cluster" if len(clusters) > 1 else "no_match"
+    return "unknown_cluster" if clusters and cluster not in clusters else "no_match"
+
+
+def unmapped_alerts_warning(
+    graph: Any, rows: Any, min_alerts: int = UNMAPPED_MIN_ALERTS
+) -> str | None:
+    """One ``/readyz`` line when most of the grouped alerts among ``rows`` (stored alerts, as
+    :meth:`fleetmind.serving.db.Database.list_alerts` returns them) matched no graph node, else
+    ``None``.
+
+    Grouped alerts are those in an incident (``incident_id`` set); heartbeats and ``severity=none``
+    helpers never join one. Each unmapped alert opened or joined an incident with no ranked cause.
+    The line names the ``cluster`` label values those alerts carried (``(none)`` for none) beside
+    the graph's clusters.
+    """
+    grouped = [r for r in rows if r.get("incident_id") is not None]
+    unmapped = [r for r in grouped if not r.get("node")]
+    if len(grouped) < min_alerts or 2 * len(unmapped) <= len(grouped):
+        return None
+    seen = {str((r.get("labels") or {}).get("cluster") or "(none)") for r in unmapped}
+    return (
+        f"alerts: {len(unmapped)} of the last {len(grouped)} grouped alerts matched no graph node "
+        f"(their cluster labels: {_names(seen)}; the graph's clusters: "
+        f"{_names(graph_clusters(graph))}), so their incidents have no ranked cause; give alerts "
+        "the graph's `cluster` label (kube-prometheus-stack: "
+        "prometheus.prometheusSpec.externalLabels) or build the graph with those cluster names"
+    )

@@ -6,6 +6,7 @@
 | ``fleetmind_alerts_ingested_total`` | counter | ``status`` (firing, resolved) |
 | ``fleetmind_alerts_truncated_total`` | counter | - (alerts Alertmanager reported left out, ``truncatedAlerts``) |
 | ``fleetmind_alerts_rejected_total`` | counter | - (invalid alerts left out of an otherwise stored webhook) |
+| ``fleetmind_alerts_unmapped_total`` | counter | ``reason`` (no_cluster, unknown_cluster, no_match: alerts grouped that matched no graph node, :func:`fleetmind.serving.health.unmapped_reason`) |
 | ``fleetmind_http_bodies_too_large_total`` | counter | ``route`` (``/api/v1/alerts``, ``other``: requests refused with 413 for their body size) |
 | ``fleetmind_open_incidents`` | gauge | - (exported by the process that leads the incident worker; 0 in the others) |
 | ``fleetmind_alerts_grouped_total`` | counter | - (pending alerts the incident worker has grouped) |
@@ -42,6 +43,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -53,6 +55,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from fleetmind.serving.health import UNMAPPED_REASONS, unmapped_reason
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 MODEL_KINDS = ("rca", "placement")
@@ -150,6 +154,15 @@ class Metrics:
             "invalid alerts left out of a webhook whose other alerts were stored",
             registry=r,
         )
+        self.alerts_unmapped = Counter(
+            "fleetmind_alerts_unmapped",
+            "alerts grouped that matched no graph node, so their incident has no ranked cause "
+            "(reason: no_cluster, unknown_cluster, no_match)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in UNMAPPED_REASONS:  # at 0 from the start, as fleetmind_model_loads_total
+            self.alerts_unmapped.labels(reason)
         self.bodies_too_large = Counter(
             "fleetmind_http_bodies_too_large",
             "requests refused with 413 for their body size (route: the webhook's path, or other)",
@@ -203,6 +216,15 @@ class Metrics:
         self.placements = Counter(
             "fleetmind_placements", "placement decisions", ["policy", "result", "path"], registry=r
         )
+
+    def count_unmapped(self, graph: Any, labels: Mapping[str, Any]) -> str:
+        """Count one alert (its ``labels``) that matched no node of ``graph`` (a
+        :class:`fleetmind.data.graph.DependencyGraph`) in ``fleetmind_alerts_unmapped_total``;
+        returns the reason (:func:`fleetmind.serving.health.unmapped_reason`). Called where an
+        alert is grouped (the incident manager), once per alert."""
+        reason = unmapped_reason(graph, labels)
+        self.alerts_unmapped.labels(reason).inc()
+        return reason
 
     def on_model_load(self, kind: str, ok: bool) -> None:
         self.model_loads.labels(kind, "success" if ok else "failure").inc()

@@ -350,6 +350,8 @@ class IncidentManager:
             return None, None  # a heartbeat or an inhibitor helper: no fault of any node
         if inc_id is None:  # a new alert, or one resolved before it was grouped
             node = node_for_alert(view.graph, row["labels"])
+            if node is None and self.metrics is not None:  # fleetmind_alerts_unmapped_total
+                self.metrics.count_unmapped(view.graph, row["labels"])
             ts = row["starts_ts"]
             cluster = row["labels"].get("cluster") or None  # "": no cluster (Prometheus)
             if node is not None:

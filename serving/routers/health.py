@@ -11,7 +11,10 @@ registry) run in a small pool of their own, :data:`PROBE_POOL`.
 but not doing its job, such as serving the embedded example graph to a real fleet
 (:func:`example_graph_warning`), a model on its fallback
 (:func:`fleetmind.serving.registry.fallback_warnings`) or a ``FLEETMIND_GRAPH`` file the refresher
-could not load (:meth:`fleetmind.serving.graph_refresh.GraphRefresher.warning`); and which graph is
+could not load (:meth:`fleetmind.serving.graph_refresh.GraphRefresher.warning`), telemetry whose
+cluster names are none of the graph's (:func:`fleetmind.serving.health.cluster_mismatch_warning`)
+or most of the newest alerts matching no graph node
+(:func:`fleetmind.serving.health.unmapped_alerts_warning`); and which graph is
 served (``graph``, ``graph_version``, ``graph_source``, ``graph_loaded_at``).
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,10 +32,18 @@ from fastapi.responses import JSONResponse
 from fleetmind.data.files import read_json
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.defaults import DEFAULT_GRAPH
+from fleetmind.serving.health import (
+    UNMAPPED_WINDOW,
+    cluster_mismatch_warning,
+    unmapped_alerts_warning,
+)
 from fleetmind.serving.registry import fallback_warnings
 from fleetmind.serving.settings import Settings
+from fleetmind.serving.telemetry.base import FleetSnapshot
 
 router = APIRouter(tags=["health"])
+
+_SNAPSHOT_READS = threading.Lock()  # held while /readyz has a telemetry read of its own running
 
 PROBE_POOL = ThreadPoolExecutor(4, thread_name_prefix="fleetmind-probe")
 """Threads for the blocking parts of ``/readyz`` and ``/metrics`` only (see the module docstring)."""
@@ -94,6 +106,49 @@ def _problems(services: Any) -> list[str]:
     return problems
 
 
+def _last_snapshot(telemetry: Any) -> FleetSnapshot | None:
+    """Telemetry's latest snapshot, whatever its age, never a new one (``/readyz`` must not wait
+    for Prometheus); when there is none yet, one is read in a thread of its own for a later call."""
+    if telemetry is None:
+        return None
+    snap = getattr(telemetry, "_cached", None)
+    if snap is None and _SNAPSHOT_READS.acquire(blocking=False):
+
+        def read() -> None:
+            try:
+                telemetry.snapshot()
+            except Exception:  # reported where telemetry is used (fleet page, placements)
+                pass
+            finally:
+                _SNAPSHOT_READS.release()
+
+        threading.Thread(target=read, name="fleetmind-readyz-telemetry", daemon=True).start()
+    return snap if isinstance(snap, FleetSnapshot) else None
+
+
+def _mapping_warnings(services: Any, graph: DependencyGraph) -> list[str]:
+    """Whether alerts and telemetry meet the graph (blocking: reads the newest stored alerts):
+    telemetry's cluster names none of the graph's
+    (:func:`fleetmind.serving.health.cluster_mismatch_warning`), most recent alerts matching no
+    node (:func:`fleetmind.serving.health.unmapped_alerts_warning`). A failure leaves a warning
+    out; readiness is :func:`_problems`' job."""
+    out = []
+    try:
+        warning = cluster_mismatch_warning(graph, _last_snapshot(services.telemetry))
+        if warning is not None:
+            out.append(warning)
+    except Exception:
+        pass
+    try:
+        rows = services.db.list_alerts(limit=UNMAPPED_WINDOW, newest=True)
+        warning = unmapped_alerts_warning(graph, rows)
+        if warning is not None:
+            out.append(warning)
+    except Exception:
+        pass
+    return out
+
+
 @router.get("/readyz", summary="Readiness: database reachable, models and graph loaded")
 async def readyz(request: Request) -> Any:
     services = getattr(request.app.state, "services", None)
@@ -105,6 +160,7 @@ async def readyz(request: Request) -> Any:
     warning = example_graph_warning(services.settings, graph)
     warnings = [] if warning is None else [warning]
     warnings += fallback_warnings(services.registry.current)  # ready, but not with its models
+    warnings += await _in_probe_pool(_mapping_warnings, services, graph)
     refresher = getattr(request.app.state, "graph_refresher", None)
     refused = refresher.warning() if refresher is not None else None
     if refused is not None:  # ready on the graph loaded before; the file needs fixing

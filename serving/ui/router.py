@@ -28,6 +28,7 @@ from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
+from fleetmind.serving.health import graph_clusters, telemetry_cluster_alias
 from fleetmind.serving.notify import confidence_words, delivery_outcome, held_severity
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
@@ -739,6 +740,11 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
             snap, error = None, str(err)
         if snap is not None:
             source = snap.source
+            alias = telemetry_cluster_alias(
+                graph_clusters(services.graphs.graph), {n.cluster for n in snap.nodes}
+            )
+            if alias:  # one cluster each side: the graph's name is telemetry's (as alerts map)
+                marks = {(alias.get(k[0], k[0]), *k[1:]): v for k, v in marks.items()}
             for n in snap.nodes:
                 cl = clusters.setdefault(
                     n.cluster,
@@ -826,7 +832,9 @@ def gpu_text(g: dict[str, Any]) -> str:
 def _incident_marks(services: Any) -> dict[tuple[str, ...], list[str]]:
     """GPUs and hosts with a firing alert in an open incident (every open incident: a newer one
     never hides an older one's marks): ``(cluster, node[, gpu])`` -> ``["#<id> <alertname>",
-    ...]`` in incident order, from the graph's ``match`` labels of the alerting nodes."""
+    ...]`` in incident order, from the graph's ``match`` labels of the alerting nodes (keyed by
+    the graph's cluster name; :func:`fleet_page` renames it to telemetry's when each side holds
+    one cluster, :func:`fleetmind.serving.health.telemetry_cluster_alias`)."""
     graph = services.graphs.graph
     out: dict[tuple[str, ...], list[str]] = {}
     for a in services.db.firing_alerts_of_open_incidents():
