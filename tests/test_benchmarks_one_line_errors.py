@@ -77,7 +77,9 @@ def bad_bin(tmp_path: Path) -> Path:
 # (module, argv); "{bad}" is a binary file, "{missing}" a path that does not exist
 ARGPARSE_CASES = [
     ("benchmarks.dynamic.ablation", ["--workers", "-1"]),
-    ("benchmarks.dynamic.window_probe", ["--workers", "0"]),
+    ("benchmarks.dynamic.window_probe", ["--workers", "0", "--json", "{tmp}/w.json"]),
+    ("benchmarks.dynamic.window_probe", ["--depths", "-1", "--json", "{tmp}/w.json"]),
+    ("benchmarks.rca.gat_dataset", ["--out", "{tmp}/d", "--train-per-graph", "-1"]),
     ("benchmarks.placement.fgd_speed", ["--decisions", "-1"]),
     ("benchmarks.placement.fgd_speed", ["--eval-seeds", "-1"]),
     ("benchmarks.placement.ppo_speed", ["--steps", "-1"]),
@@ -151,7 +153,10 @@ def test_bad_count_or_folder_is_a_usage_error(
     err = capsys.readouterr().err
     assert status == 2, err
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1].split(": error: ", 1)[1], err  # `prog: error: reason`
+    reason = err.strip().splitlines()[-1].split(": error: ", 1)[1]  # `prog: error: reason`
+    options = [a for a in argv if a.startswith("--")]
+    option = ([a for a in options if a != "--json"] or options)[-1]
+    assert option in reason, err  # refused for the option under test, not for another reason
 
 
 @pytest.mark.parametrize(("module", "argv", "reason"), ONE_LINE_CASES, ids=lambda x: str(x))

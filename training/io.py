@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import stat
-import tempfile
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,17 @@ def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
     A regular file (or a path not there yet) gets the text through a temporary file in the same
     folder, flushed (``fsync``) and renamed over it (``os.replace``, atomic on POSIX file
     systems): a reader sees the old file or the new one, and a write that fails (a full disk, an
-    interrupted run) leaves the old file as it was. The new file keeps the permission bits of the
-    one it replaces, else ``0666`` less the umask. A symbolic link is followed (its target is
-    replaced). Anything else (``/dev/stdout``, a pipe, a FIFO) is written in place, as a shell
-    redirection would.
+    interrupted run) leaves the old file as it was. The new file keeps the permission bits and,
+    where the process may set them, the owner and group of the one it replaces; a new one gets
+    ``0666`` less the umask (applied by the kernel). A symbolic link is followed (its target is
+    replaced).
+
+    The file this process's stdout or stderr writes to (``--json /dev/stdout``, on a terminal, a
+    pipe or a file ``>`` redirected it to) gets the text through that stream, after what was
+    printed before. Written in place instead, as a shell redirection would: anything else that is
+    not a regular file (a FIFO, a device); a file with other hard links (a rename would part
+    them); and a file whose folder this process may not write (the rename needs it; the file
+    itself may be writable).
 
     Raises:
         OSError: the one that stopped the write (the temporary file is removed).
@@ -43,26 +51,60 @@ def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    target = Path(os.path.realpath(path))
+    stream = _std_stream(st)
+    if stream is not None:  # --json /dev/stdout: after what the command printed, not over it
+        stream.flush()
+        stream.write(text)
+        stream.flush()
+        return
+    if st is not None and _in_place(st, target.parent):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         return
-    target = Path(os.path.realpath(path))
-    if st is not None:
-        mode = st.st_mode & 0o7777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _temporary(target, 0o666 if st is None else st.st_mode & 0o7777)
     try:
+        if st is not None:
+            os.fchmod(fd, st.st_mode & 0o7777)  # the old bits, whatever the umask
+            with contextlib.suppress(PermissionError):  # not root: the file becomes ours
+                os.fchown(fd, st.st_uid, st.st_gid)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _std_stream(st: os.stat_result | None) -> Any:
+    """``sys.stdout`` or ``sys.stderr`` when the file of ``st`` is the one they write to (a
+    terminal, a pipe, or the file ``>`` redirected them to), else ``None``."""
+    if st is None:
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            std = os.fstat(stream.fileno())
+            if (std.st_dev, std.st_ino) == (st.st_dev, st.st_ino):
+                return stream
+    return None
+
+
+def _in_place(st: os.stat_result, folder: Path) -> bool:
+    """Whether the existing file of ``st`` in ``folder`` must be written in place (see
+    :func:`write_text_whole`)."""
+    return not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(folder, os.W_OK)
+
+
+def _temporary(target: Path, mode: int) -> tuple[int, str]:
+    """A new file beside ``target`` (created with ``mode``, less the umask), open for writing:
+    ``(descriptor, path)``."""
+    for _ in range(100):
+        tmp = str(target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")

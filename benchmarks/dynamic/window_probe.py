@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models/placement-dynamic", help="dynamic-mode model folder")
     ap.add_argument("--workloads", type=argtypes.positive_int, default=12)
-    ap.add_argument("--depths", type=argtypes.positive_int, nargs="+", default=[8, 32, 64, 256])
+    ap.add_argument("--depths", type=argtypes.nonnegative_int, nargs="+", default=[8, 32, 64, 256])
     ap.add_argument("--gen-seed", type=argtypes.seed, default=35_200_000)
     ap.add_argument("--stream-seed", type=argtypes.seed, default=900_200)
     ap.add_argument("--workers", type=argtypes.positive_int, default=2)

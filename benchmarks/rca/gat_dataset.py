@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--incidents", type=int, default=6700)
     ap.add_argument("--seed", type=argtypes.seed, default=0)
     ap.add_argument("--difficulty", default="default", choices=["default", "hard"])
-    ap.add_argument("--train-per-graph", type=argtypes.positive_int, default=40)
+    ap.add_argument(
+        "--train-per-graph", type=argtypes.nonnegative_int, default=40
+    )  # 0: a test-only set (the held-out generator seed's)
     ap.add_argument(
         "--val",
         type=argtypes.nonnegative_int,
