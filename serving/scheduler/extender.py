@@ -27,7 +27,8 @@ Per container a resource's request is ``resources.requests``, else ``resources.l
 server's defaulting). Resources read:
 
 * CPU and memory, in millicores and MiB.
-* GPUs, whole: the extended resource ``nvidia.com/gpu``.
+* GPUs, whole: the extended resource ``nvidia.com/gpu``. On a node of the device plugin's MIG
+  strategy ``mixed`` these are only the GPUs with MIG disabled (see MIG strategies below).
 * MIG instances of the device plugin's mixed strategy: ``nvidia.com/mig-<profile>`` (e.g.
   ``nvidia.com/mig-3g.40gb``), one GPU each, only on MIG instances of that profile (telemetry names
   them ``"<model> MIG <profile>"``; the device plugin writes a profile's ``+`` as ``.``, so
@@ -40,6 +41,20 @@ server's defaulting). Resources read:
   :func:`fleetmind.serving.scheduler.placement.gpu_model_matches`; one that names no model, such
   as ``"|"``, leaves the pod unschedulable). When ``gpu-count`` or ``gpu-milli`` is present it
   takes precedence over ``nvidia.com/gpu``.
+
+MIG strategies (NVIDIA's k8s-device-plugin ``--mig-strategy``; ``mig-strategy.go``): ``mixed``
+advertises each MIG profile as ``nvidia.com/mig-<profile>`` and ``nvidia.com/gpu`` only for the
+GPUs with MIG disabled; ``single`` (the GPU Operator's default ``mig.strategy: single``) advertises
+the MIG instances as ``nvidia.com/gpu`` and refuses a node with MIG instances of several profiles
+or beside GPUs with MIG disabled. The strategy is inferred per node from telemetry
+(:func:`fleetmind.serving.scheduler.placement.mig_mixed`): a node with MIG instances of two or more
+profiles, or beside GPUs with MIG disabled, is ``mixed``: a GPU pod that does not ask for
+``nvidia.com/mig-<profile>`` (``nvidia.com/gpu`` or the GPU-sharing annotations; a
+``gpu-card-model`` naming a MIG profile does not change that) may use only its GPUs with MIG
+disabled, and a node without any fails as unresolvable ("MIG instances here are
+nvidia.com/mig-<profile> resources (mixed strategy: ...), not nvidia.com/gpu: ask for one (...)"). A node whose GPUs are all
+MIG instances of one profile may be either strategy: its instances take ``nvidia.com/gpu`` pods
+(``single``) and ``nvidia.com/mig-<profile>`` pods of that profile (``mixed``).
 
 Input is checked before it is used: names follow Kubernetes' rules (a pod name and a node name are
 DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most :data:`MAX_UID_CHARS`
@@ -82,11 +97,15 @@ from fleetmind.serving.scheduler.placement import (
     Placer,
     Reservations,
     free_gpus,
+    gpu_allowed,
     gpu_model_matches,
+    is_mig,
+    mig_mixed,
+    names_mig,
     parse_gpu_models,
 )
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -247,6 +266,9 @@ class PodRequest:
     device_gpus: bool = False
     """The GPUs are ``nvidia.com/gpu`` devices (no MIG, no GPU-sharing annotations): on a
     time-sliced node each is one replica of a GPU (:meth:`need`)."""
+    mig: bool = False
+    """The GPUs are ``nvidia.com/mig-<profile>`` instances (``gpu_models`` names the profile); any
+    other GPU pod gets only the GPUs with MIG disabled of a node of the MIG mixed strategy."""
 
     def need(self, replicas: int = 1) -> int:
         """Milli-GPU the pod takes of each GPU it gets on a node with ``replicas`` time-slicing
@@ -435,6 +457,7 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
         gpu_models=models,
         gpu_model_spec=spec,
         device_gpus=device_gpus and num_gpu > 0,
+        mig=bool(mig) and num_gpu > 0,
     )
 
 
@@ -500,20 +523,79 @@ class Decision:
         return out
 
 
+def _wants(node: NodeState, req: PodRequest) -> tuple[str, ...] | None:
+    """The models ``req`` may take on ``node`` (``()``: any; ``None``: none).
+
+    On a node of the MIG mixed strategy (:func:`mig_mixed`) a pod that does not ask for
+    ``nvidia.com/mig-<profile>`` gets only GPUs with MIG disabled: its wanted names that name MIG
+    (a ``gpu-card-model`` of ``"MIG 1g.10gb"``, which only the single strategy's ``nvidia.com/gpu``
+    can give) are dropped, and with them all of a list of only such names (``None``). What remains
+    never takes a MIG instance there (:func:`gpu_allowed`)."""
+    if req.mig or not req.gpu_models or not mig_mixed(node):
+        return req.gpu_models
+    kept = tuple(w for w in req.gpu_models if not names_mig(w))
+    return kept or None
+
+
+def _eligible(node: NodeState, req: PodRequest) -> list[GpuState]:
+    """The GPUs of ``node`` that ``req`` may take, healthy or not (:func:`_wants`,
+    :func:`gpu_allowed`)."""
+    wants = _wants(node, req)
+    if wants is None:
+        return []
+    mixed = mig_mixed(node)
+    return [g for g in node.gpus if gpu_allowed(g, wants, mixed)]
+
+
 def _model_ok(node: NodeState, req: PodRequest) -> bool:
-    """Whether a GPU of ``node`` is a model ``req`` allows (:func:`gpu_model_matches`)."""
+    """Whether a GPU of ``node`` is one ``req`` may take: a model it allows
+    (:func:`gpu_model_matches`) and, on a node of the MIG mixed strategy, a MIG instance only for
+    a ``nvidia.com/mig-<profile>`` pod (:func:`_eligible`)."""
     if not req.gpu_models:
-        return not req.gpu_model_spec  # an annotation that names no model allows none
-    return any(gpu_model_matches(g.model, req.gpu_models) for g in node.gpus)
+        if req.gpu_model_spec:
+            return False  # an annotation that names no model allows none
+        if not mig_mixed(node):
+            return True  # any model (a node without GPUs fails later, for their count)
+    return bool(_eligible(node, req))
+
+
+def _model_reason(node: NodeState, req: PodRequest) -> str:
+    """One line: why no GPU of ``node`` is one ``req`` may take (:func:`_model_ok` is False)."""
+    mixed_migs = [g for g in node.gpus if not g.missing and is_mig(g)] if mig_mixed(node) else []
+    if (
+        not req.mig
+        and not (req.gpu_model_spec and not req.gpu_models)
+        and any(gpu_model_matches(g.model, req.gpu_models) for g in mixed_migs)
+    ):
+        profiles = sorted({_profile(g.model) for g in mixed_migs} - {""})
+        wants = ", ".join(f"{MIG_PREFIX}{p.replace('+', '.')}" for p in profiles)
+        why = "several MIG profiles" if len(profiles) > 1 else "MIG beside GPUs with MIG disabled"
+        return (
+            f"MIG instances here are {MIG_PREFIX}<profile> resources (mixed strategy: {why}), "
+            f"not {GPU_RESOURCE}: ask for one ({wants or 'see the node'})"
+        )
+    models = sorted({g.model for g in node.gpus}) or ["none"]
+    wants = " or ".join(req.gpu_models) or (
+        f"a model, but {ANN_GPU_MODEL} {req.gpu_model_spec!r} names none"
+    )
+    return f"GPU model {', '.join(models)}; pod wants {wants}"
+
+
+def _profile(model: str) -> str:
+    """The MIG profile of telemetry's ``"<model> MIG <profile>"`` (``""`` when not so named)."""
+    head, sep, tail = model.rpartition(" MIG ")
+    return tail.strip() if sep and head else ""
 
 
 def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool]:
     """One-line reason a feasible-looking node was refused, and whether it is unresolvable.
 
-    GPUs count only when they are a model the pod allows (a MIG node of the mixed strategy has
-    instances of several profiles)."""
-    models = {g.index: g.model for g in node.gpus}
-    healthy = [g for g in node.gpus if g.healthy and gpu_model_matches(g.model, req.gpu_models)]
+    GPUs count only when the pod may take them (:func:`_eligible`: a model it allows; on a MIG
+    node of the mixed strategy, which has instances of several profiles, MIG instances only for a
+    ``nvidia.com/mig-<profile>`` pod of their profile)."""
+    eligible = _eligible(node, req)
+    ids = {g.index for g in eligible}
+    healthy = [g for g in eligible if g.healthy]
     kind = f"{' or '.join(req.gpu_models)} " if req.gpu_models else ""
     if req.num_gpu and len(healthy) < req.num_gpu:
         return f"node has {len(healthy)} healthy {kind}GPU(s), pod needs {req.num_gpu}", True
@@ -523,11 +605,7 @@ def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, 
         return f"node has {node.memory_mib} MiB allocatable, pod needs {req.memory_mib}", True
     if req.num_gpu:
         need = req.need(node.gpu_replicas)
-        fit = sum(
-            f >= need
-            for i, f in free_gpus(node, res)
-            if gpu_model_matches(models[i], req.gpu_models)
-        )
+        fit = sum(f >= need for i, f in free_gpus(node, res) if i in ids)
         if fit < req.num_gpu:
             return (
                 f"{fit} {kind}GPU(s) with {need} milli free after reservations, pod needs "
@@ -636,15 +714,22 @@ def _place(
     policy's own pick, a one-node call's rank), so the groups are not merged by score. Exclusive
     GPUs come first (a pod asking ``nvidia.com/gpu`` gets a whole GPU where one is free, as the
     device plugin gives it on a node without time-slicing), then fewer replicas before more, each
-    group in its policy's order; the options are re-scored by that order for prioritize."""
-    groups: dict[int, list[NodeState]] = {}
+    group in its policy's order; the options are re-scored by that order for prioritize.
+
+    A pod that names MIG and whole-GPU models in ``gpu-card-model`` without asking for
+    ``nvidia.com/mig-<profile>`` is placed on nodes of the MIG mixed strategy with the whole-GPU
+    names only (:func:`_wants`): one more call for those nodes."""
+    groups: dict[tuple[int, tuple[str, ...]], list[NodeState]] = {}
     for node in cands:
-        groups.setdefault(d.replicas.get(node.name, 1), []).append(node)
+        # None: refused before (_model_ok); a CPU-only pod's models are not used
+        wants = (_wants(node, req) or ()) if req.num_gpu else req.gpu_models
+        groups.setdefault((d.replicas.get(node.name, 1), wants), []).append(node)
     options: list[Option] = []
-    for r, nodes in sorted(groups.items()):
+    for (r, wants), nodes in sorted(groups.items(), key=lambda kv: kv[0][0]):
+        job = req if wants == req.gpu_models else dataclasses.replace(req, gpu_models=wants)
         options += placer.place(
             snapshot,
-            req.job(cluster, r),
+            job.job(cluster, r),
             reservations,
             len(nodes),
             allowed={n.name for n in nodes},
@@ -716,11 +801,7 @@ def decide(
                 d.unresolvable[name] = "FleetMind has no GPU telemetry for this node"
             continue
         if req.num_gpu and not _model_ok(node, req):
-            models = sorted({g.model for g in node.gpus}) or ["none"]
-            wants = " or ".join(req.gpu_models) or (
-                f"a model, but {ANN_GPU_MODEL} {req.gpu_model_spec!r} names none"
-            )
-            d.unresolvable[name] = f"GPU model {', '.join(models)}; pod wants {wants}"
+            d.unresolvable[name] = _model_reason(node, req)
             continue
         r = node.gpu_replicas if req.device_gpus else 1
         if r > 1 and req.num_gpu > 1:

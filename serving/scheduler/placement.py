@@ -24,7 +24,7 @@ from fleetmind.envs.policies.fgd import typical_from_json
 from fleetmind.envs.policies.scores import bestfit_scores
 from fleetmind.envs.policies.topology import TopologyBestEffort
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 
 _SPEC_SEPARATORS = re.compile(r"[|,]")
 _MODEL_TOKEN_SEPARATORS = re.compile(r"[\s_-]+")
@@ -79,6 +79,56 @@ def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
         if want and all(any(h == t for h in words) for t in want):
             return True
     return False
+
+
+def names_mig(name: str) -> bool:
+    """Whether a model name (a GPU's, or a wanted one) names MIG instances: ``MIG`` is one of its
+    words, as in telemetry's ``"<model> MIG <profile>"`` and the extender's ``"MIG <profile>"``."""
+    return "mig" in _model_tokens(name)
+
+
+def is_mig(gpu: GpuState) -> bool:
+    """Whether ``gpu`` is a MIG instance (``mig_parent`` set, or a ``"<model> MIG <profile>"``
+    name)."""
+    return gpu.mig_parent is not None or names_mig(gpu.model)
+
+
+def mig_mixed(node: NodeState) -> bool:
+    """Whether ``node`` runs NVIDIA's k8s-device-plugin MIG strategy ``mixed``, as far as
+    telemetry tells: MIG instances of two or more profiles, or MIG instances beside GPUs with MIG
+    disabled (placeholders for GPUs telemetry does not report left out).
+
+    The plugin's ``single`` strategy refuses both ("For mig.strategy=single all devices on the node
+    must all be configured with the same migEnabled value", "More than one MIG device type present
+    on node": ``migStrategySingle.GetPlugins``, ``mig-strategy.go`` in NVIDIA/k8s-device-plugin), so
+    such a node is ``mixed``: its MIG instances are only ``nvidia.com/mig-<profile>`` resources and
+    its ``nvidia.com/gpu`` only the GPUs with MIG disabled. A node whose GPUs are all MIG instances
+    of one profile may be either (``single`` advertises them as ``nvidia.com/gpu``): it is not
+    counted as mixed."""
+    profiles: set[str] = set()
+    whole = False
+    for g in node.gpus:
+        if g.missing:
+            continue
+        if is_mig(g):
+            profiles.add(_model_key(g.model))
+        else:
+            whole = True
+    return len(profiles) > 1 or (bool(profiles) and whole)
+
+
+def gpu_allowed(gpu: GpuState, wants: Sequence[str], mixed: bool) -> bool:
+    """Whether a job that wants the models ``wants`` (any when empty) may take ``gpu`` of a node
+    that is (``mixed``) or is not of the MIG mixed strategy (:func:`mig_mixed`).
+
+    :func:`gpu_model_matches`, except that a MIG instance of a mixed node is only a
+    ``nvidia.com/mig-<profile>`` resource: only a wanted name that names MIG (:func:`names_mig`,
+    e.g. the extender's ``"MIG 3g.40gb"``) takes it; a job that names no model or only whole-GPU
+    models (``"H100"``) gets the node's GPUs with MIG disabled, as ``nvidia.com/gpu`` does there."""
+    if mixed and is_mig(gpu):
+        mig_wants = [w for w in wants if names_mig(w)]
+        return bool(mig_wants) and gpu_model_matches(gpu.model, mig_wants)
+    return gpu_model_matches(gpu.model, wants)
 
 
 VOCABULARY_MODELS = 62
@@ -252,12 +302,9 @@ class BestFitPlacer:
                     < job.memory_mib
                 ):
                     continue
-            models = {g.index: g.model for g in node.gpus}
-            free = [
-                (i, f)
-                for i, f in free_gpus(node, reservations)
-                if gpu_model_matches(models[i], wants)
-            ]
+            mixed = job.num_gpu > 0 and mig_mixed(node)
+            ok = {g.index for g in node.gpus if gpu_allowed(g, wants, mixed)}
+            free = [(i, f) for i, f in free_gpus(node, reservations) if i in ok]
             total_free = sum(f for _, f in free)
             if job.num_gpu == 0:
                 options.append(Option(node.cluster, node.name, (), -total_free / 1000.0))
@@ -292,18 +339,30 @@ def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
 @dataclass(frozen=True)
 class _SlotModels:
     """The GPU model of each slot of a placement state: ``index[row, slot]`` is an entry of
-    ``names`` (-1 for a slot without a GPU)."""
+    ``names`` (-1 for a slot without a GPU); ``mig[row, slot]``: the slot is a MIG instance;
+    ``mixed[row]``: the node is of the MIG mixed strategy (:func:`mig_mixed`)."""
 
     names: tuple[str, ...]
     index: np.ndarray
+    mig: np.ndarray
+    mixed: np.ndarray
 
-    def matching(self, wants: Sequence[str]) -> np.ndarray:
-        """``(N, 8)`` bool: the slots whose GPU is a model of ``wants`` (:func:`gpu_model_matches`,
-        once per distinct name)."""
+    def _named(self, wants: Sequence[str]) -> np.ndarray:
         ok = np.fromiter(
             (gpu_model_matches(m, wants) for m in self.names), dtype=bool, count=len(self.names)
         )
         return np.append(ok, False)[self.index]  # index -1 reads the appended False
+
+    def matching(self, wants: Sequence[str], mixed_rule: bool = True) -> np.ndarray:
+        """``(N, 8)`` bool: the slots a job that wants ``wants`` may take (:func:`gpu_allowed`:
+        :func:`gpu_model_matches` once per distinct name; with ``mixed_rule``, a MIG instance of
+        a mixed node only for a wanted name that names MIG)."""
+        ok = self._named(wants)
+        if mixed_rule and self.mixed.any():
+            mig_wants = [w for w in wants if names_mig(w)]
+            ok_mig = self._named(mig_wants) if mig_wants else np.zeros_like(ok)
+            ok = np.where(self.mig & self.mixed[:, None], ok_mig, ok)
+        return ok
 
 
 class PeerPolicyPlacer:
@@ -317,7 +376,9 @@ class PeerPolicyPlacer:
     (:func:`gpu_model_matches`), as :class:`BestFitPlacer` does: the policy sees the GPUs of other
     models as having nothing free, so on a node that mixes models (MIG instances of several
     profiles, cards named by ``gpu-card-model``) the job is placed, and held, only on GPUs of the
-    models it allows. The observation's shape is unchanged.
+    models it allows. On a node of the MIG mixed strategy (:func:`mig_mixed`) a job that names
+    no MIG profile sees the MIG instances as having nothing free: it gets the GPUs with MIG
+    disabled, or not the node (:func:`gpu_allowed`). The observation's shape is unchanged.
     """
 
     def __init__(self, policy: Any, name: str, version: str | None = None) -> None:
@@ -353,6 +414,8 @@ class PeerPolicyPlacer:
         state = ClusterState(cpu, mem, num_gpu, model_id, names=np.array([x.name for x in nodes]))
         where: dict[tuple[str, str, int], tuple[int, ...]] = {}
         slot_model = np.full((len(nodes), MAX_GPUS_PER_NODE), -1, dtype=np.int64)
+        slot_mig = np.zeros((len(nodes), MAX_GPUS_PER_NODE), dtype=bool)
+        mixed = np.fromiter((mig_mixed(x) for x in nodes), dtype=bool, count=len(nodes))
         model_names: dict[str, int] = {}
         for i, x in enumerate(nodes):
             where[(x.cluster, x.name, -1)] = (i,)
@@ -360,6 +423,7 @@ class PeerPolicyPlacer:
                 state.gpu_idle[i, j] = max(0, g.free_milli) if g.healthy else 0
                 where[(x.cluster, x.name, g.index)] = (i, j)
                 slot_model[i, j] = model_names.setdefault(g.model, len(model_names))
+                slot_mig[i, j] = is_mig(g)
             if x.cpu_milli:
                 state.cpu_free[i] = x.cpu_milli_free
             if x.memory_mib:
@@ -372,7 +436,7 @@ class PeerPolicyPlacer:
             ]
             policy = TopologyBestEffort(templates=templates, allocation=self.policy.allocation)
             policy.rng = self.policy.rng  # its seed's generator, as the given policy draws it
-        slots = _SlotModels(tuple(model_names), slot_model)
+        slots = _SlotModels(tuple(model_names), slot_model, slot_mig, mixed)
         self._cache = (key, state, where, nodes, policy, slots)
         return state, where, policy, slots
 
@@ -406,11 +470,13 @@ class PeerPolicyPlacer:
         mask_model = ANY_GPU_MODEL
         wants = parse_gpu_models(job.gpu_model)
         matches = None
-        if wants:
+        gpu_job = job.num_gpu > 0
+        if wants or (gpu_job and slots.mixed.any()):
             # by name, per GPU: the other models' GPUs show nothing free to the policy, so that
             # neither its choice nor its GPUs (the hold) fall on them (a MIG node of the mixed
-            # strategy has instances of several profiles, each its own model)
-            ok = slots.matching(wants)
+            # strategy has instances of several profiles, each its own model, and gives a job
+            # that names no MIG profile only its GPUs with MIG disabled: gpu_allowed)
+            ok = slots.matching(wants, mixed_rule=gpu_job)
             state.gpu_idle[~ok] = 0
             matches = ok.any(axis=1)
             mask_model = 0
@@ -560,14 +626,10 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
             return f"{fit} node(s) {nowhere}"
         return f"no node has both the CPU and the memory: {host_summary(nodes)}"
     wants = parse_gpu_models(job.gpu_model)
-    free = {
-        id(n): [
-            f
-            for i, f in free_gpus(n, reservations)
-            if gpu_model_matches({g.index: g.model for g in n.gpus}[i], wants)
-        ]
-        for n in nodes
+    allowed = {
+        id(n): {g.index for g in n.gpus if gpu_allowed(g, wants, mig_mixed(n))} for n in nodes
     }
+    free = {id(n): [f for i, f in free_gpus(n, reservations) if i in allowed[id(n)]] for n in nodes}
     if wants and not any(gpu_model_matches(g.model, wants) for n in nodes for g in n.gpus):
         models = sorted({g.model for n in nodes for g in n.gpus})
         return (
@@ -577,7 +639,19 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
     label = f"{' or '.join(map(repr, wants))} GPUs" if wants else "GPUs"
     if (most := max(len(fs) for fs in free.values())) < job.num_gpu:
         n = job.num_gpu
-        return f"no node has {n} healthy {label}, free or not: the most on one node is {most}"
+        held = sum(
+            is_mig(g) and g.healthy and gpu_model_matches(g.model, wants)
+            for x in nodes
+            if mig_mixed(x)
+            for g in x.gpus
+        )
+        mig = (
+            f" ({held} MIG instance(s) on nodes of the MIG mixed strategy are "
+            "nvidia.com/mig-<profile> resources: name a profile, e.g. gpu_model 'MIG 1g.10gb')"
+            if held and not any(names_mig(w) for w in wants)
+            else ""
+        )
+        return f"no node has {n} healthy {label}, free or not: the most on one node is {most}{mig}"
     need = max(job.gpu_milli, 0)
     room = [n for n in nodes if sum(f >= need for f in free[id(n)]) >= job.num_gpu]
     if room:
