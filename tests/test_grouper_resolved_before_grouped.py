@@ -203,3 +203,73 @@ def test_the_recently_closed_lookup_reads_an_index_not_every_resolved_incident(
         plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + stmt, params).all()
     db.dispose()
     assert any("ix_incidents_status_closed" in str(row[-1]) for row in plan), plan
+
+
+def test_a_late_resolution_does_not_re_rank_the_incident_that_paged(
+    manager: IncidentManager, clock: Clock
+) -> None:
+    """Resolutions alone never re-rank (the module's rule): the causes stay those ranked while the
+    alerts fired, which the ``FleetMindRootCause`` resolution already named."""
+    t0 = T - 60
+    fired = [
+        alert({**HOST, "alertname": "HostDown"}, starts=iso(t0), fingerprint="h"),
+        alert({**HOST, "gpu": "3", "alertname": "GpuXid"}, starts=iso(t0 + 5), fingerprint="g3"),
+    ]
+    store(manager, clock, T, fired)
+    manager.process_pending()
+    store(manager, clock, T + 5, [{**a, "status": "resolved", "endsAt": iso(T + 5)} for a in fired])
+    manager.process_pending()
+    before = manager.db.get_incident(1)
+    assert before["status"] == "resolved"
+    ranked: list[int] = []
+    rank = manager._rank
+    manager._rank = lambda i: (ranked.append(i), rank(i))  # type: ignore[method-assign]
+    late = [
+        {
+            **alert({**HOST, "gpu": str(g), "alertname": "GpuXid"}, starts=iso(t0 + 10)),
+            "fingerprint": f"late{g}",
+            "status": "resolved",
+            "endsAt": iso(T + 20),
+        }
+        for g in (5, 6, 7)
+    ]
+    store(manager, clock, T + 20, late)
+    manager.process_pending()
+    after = manager.db.get_incident(1)
+    assert ranked == []
+    assert (after["status"], after["alert_count"], after["firing_count"]) == ("resolved", 5, 0)
+    assert (after["causes"], after["rca_ts"]) == (before["causes"], before["rca_ts"])
+
+
+def test_an_unmapped_alert_is_counted_once_when_its_batch_is_retried(
+    tmp_path: Path, registry: ModelRegistry, clock: Clock
+) -> None:
+    from fleetmind.serving.metrics import Metrics
+
+    db = Database(f"sqlite:///{tmp_path}/u.db")
+    db.create_all()
+    metrics = Metrics()
+    m = IncidentManager(
+        db,
+        GraphStore(build_example_graph(), "t"),
+        registry,
+        clock=clock,
+        window_s=WINDOW_S,
+        metrics=metrics,
+    )
+    unmapped = {"alertname": "X", "cluster": "nope", "severity": "warning"}
+    store(m, clock, T, [alert(unmapped, starts=iso(T - 5), fingerprint="u1")])
+    mark = m.store.mark_grouped
+    fail = [RuntimeError("database blip")]
+
+    def flaky(conn: Any, done: Any) -> None:
+        if fail:
+            raise fail.pop()
+        mark(conn, done)
+
+    m.store.mark_grouped = flaky  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        m.process_pending()  # rolled back: the alert stays pending
+    assert m.process_pending() == 1
+    assert metrics.alerts_unmapped.labels("unknown_cluster")._value.get() == 1.0
+    db.dispose()

@@ -3,8 +3,10 @@
 A storm file (``examples/*.json``) is ``{"name", "description", "expected_root", "alerts": [...]}``
 whose alerts are Alertmanager v4 alert objects with absolute ``startsAt`` times (so the same file can
 be posted to ``POST /api/v1/rca`` as it is). :func:`plan_notifications` turns the alerts into the webhook
-notifications Alertmanager's FleetMind route would send (``deploy/alertmanager.yml``: ``group_by:
-[cluster, alertname]``, ``group_wait: 10s``, ``group_interval: 30s``; the semantics are those of
+notifications an Alertmanager route grouped by cluster and alertname would send (``group_by:
+[cluster, alertname]``, ``group_wait: 10s``, ``group_interval: 30s``, the timings of
+``deploy/alertmanager.yml``'s FleetMind route, which itself sends each alert on its own,
+``group_by: ['...']``; how deliveries are batched does not change the incidents; the semantics are those of
 Alertmanager's route options, ``docs/configuration.md`` of prometheus/alertmanager v0.28): a group's
 first notification goes out ``group_wait`` after its first alert, and every ``group_interval`` after
 that while new alerts joined it, each notification carrying all the group's alerts so far.

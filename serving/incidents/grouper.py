@@ -259,6 +259,12 @@ class Grouper:
         stored.last_ts = max(stored.last_ts, ts)
         self._add(stored)
 
+    def late_joined(self) -> set[int]:
+        """During a batch: the ``resolved`` incidents that alerts resolved before grouping joined
+        and that stay resolved (not reopened in the batch). They gain counts, not evidence: their
+        causes stay those ranked while their alerts fired (and sent to on-call)."""
+        return {i for i in self._late if i not in self._open}
+
     def settle(self, counts: Mapping[int, tuple[int, int]]) -> list[Settled]:
         """What each counted incident becomes, by id.
 

@@ -134,6 +134,7 @@ class IncidentManager:
         self.graphs = graphs
         self.registry = registry
         self.metrics = metrics
+        self._unmapped: list[dict[str, Any]] = []
         self.store = IncidentStore(db)
         self.grouper = Grouper(self.config.window_s, self.config.hops)
         self.schedule = RankSchedule(self.config.rank_interval_s)
@@ -276,8 +277,12 @@ class IncidentManager:
         if self._open_stale:  # read back what the database kept before grouping more alerts
             self.load_open()
             self._open_stale = False
+        self._unmapped = []  # labels of the batch's alerts that match no node
         try:
             rows, touched, evidence = self._group_rows(limit, view, now, touched)
+            if self.metrics is not None:  # fleetmind_alerts_unmapped_total, once per alert
+                for labels in self._unmapped:
+                    self.metrics.count_unmapped(view.graph, labels)
             return rows, evidence
         except Exception:
             # The transaction rolled back, but the grouper may hold incidents it opened, merged or
@@ -319,6 +324,8 @@ class IncidentManager:
                         d["_inc"] = _followed(merges, d["_inc"])
                     touched |= {_followed(merges, i) for i in touched}
                     evidence = {_followed(merges, i) for i in evidence}
+                # a resolved incident late resolutions joined keeps the ranking that paged
+                evidence -= self.grouper.late_joined()
                 self.store.mark_grouped(conn, done)
                 if touched:
                     counts = self.store.counts(conn, touched)
@@ -350,8 +357,8 @@ class IncidentManager:
             return None, None  # a heartbeat or an inhibitor helper: no fault of any node
         if inc_id is None:  # a new alert, or one resolved before it was grouped
             node = node_for_alert(view.graph, row["labels"])
-            if node is None and self.metrics is not None:  # fleetmind_alerts_unmapped_total
-                self.metrics.count_unmapped(view.graph, row["labels"])
+            if node is None and self.metrics is not None:  # counted once the batch commits
+                self._unmapped.append(row["labels"])
             ts = row["starts_ts"]
             cluster = row["labels"].get("cluster") or None  # "": no cluster (Prometheus)
             if node is not None:
