@@ -4,8 +4,9 @@ Real systems name their metrics in many ways (``latency``, ``p90_latency_ms``, `
 ``MemoryUtilization``, ``request_count``, ``success_rate``, ``http_5xx``, ...). The PetShop adapter
 (:mod:`fleetmind.data.petshop`) and the incident synthesiser of ``fleetmind rca fit`` (:mod:`fleetmind.data.synth_incidents`)
 map every metric name to one of six roles with :func:`metric_role`, by its words (split at
-non-letters and at camelCase boundaries: ``CPUUtilization`` -> cpu, utilization; ``5XXError`` ->
-5xx, error; ``p90LatencyMs`` -> p90, latency, ms), first matching rule wins:
+characters other than letters and digits and at camelCase boundaries: ``CPUUtilization`` -> cpu,
+utilization; ``5XXError`` -> 5xx, error; ``p90LatencyMs`` -> p90, latency, ms; digits after two or
+more letters dropped: ``node_load1`` -> node, load), first matching rule wins:
 
 =============  =========  ===================================================================  ==============
 role           direction  words (any of)                                                       alertname
@@ -13,7 +14,8 @@ role           direction  words (any of)                                        
 ``success``    down       availability, success, successful, succeeded, ok, 2xx, uptime,       HighErrorRate
                           apdex, health, healthy, up
 ``errors``     up         error(s), err(s), fail(s/ed/ure/ures), fault(s), 4xx, 5xx,            HighErrorRate
-                          exception(s), timeout(s), reject(ed/s), drop(s/ped), retry/retries
+                          exception(s), timeout(s), reject(ed/s), drop(s/ped), retry/retries,
+                          unhealthy, unavailable, unavailability, unsuccessful, non2xx
 ``latency``    up         latency, duration, rt, response, delay, p50, p75, p90, p95, p99,      HighLatency
                           p999, wait
 ``saturation`` up         cpu, mem, memory, rss, heap, gc, disk, filesystem, fs, io, iops,      HighSaturation
@@ -23,19 +25,28 @@ role           direction  words (any of)                                        
                           the name is not a point in time: start, boot, timestamp, created,
                           unixtime)
 ``traffic``    both       request(s), req, rps, qps, tps, throughput, calls, call, count,        TrafficAnomaly
-                          invocations, hits, traffic, bytes, packets, sent, received
+                          invocations, hits, traffic, bytes, packets, sent, received, handled,
+                          rq
 ``other``      both       anything else                                                        <Metric>Anomaly
 =============  =========  ===================================================================  ==============
 
 ``errors`` comes before ``traffic`` so ``error_count`` is an error metric; ``success`` before
 ``latency`` so ``success_time`` is not a latency; a resource word before the unit words, so
-``container_cpu_usage_seconds_total`` is saturation, not latency. Two amendments follow the table:
+``container_cpu_usage_seconds_total`` is saturation, not latency. Amendments follow the table:
+
+* a success word right after a negation (un, non, not, no) names failures: ``errors``
+  (AWS ALB ``UnHealthyHostCount``, ``non_2xx_responses``, ``not_ok``);
+* a latency name whose only latency word is ``response`` and that has a size word (size, bytes, body,
+  length) is a payload size: ``traffic``, as ``request_size_bytes`` is (OpenTelemetry
+  ``http_server_response_body_size``, ``istio_response_bytes_sum``; no direction of a size change is
+  known to be the symptom);
 
 * a latency name whose last word is ``count`` counts requests (Prometheus histograms'
   ``http_request_duration_seconds_count``): ``traffic``;
-* a name with a headroom word (remaining, avail, available, free) measures what is left, so its
-  direction is ``down`` whatever its role (``node_memory_MemAvailable_bytes`` and
-  ``node_filesystem_avail_bytes`` are saturation metrics whose drop is the symptom), and an error
+* a name with a headroom word (remaining, avail, available, free, freeable, balance) measures what is
+  left, so its direction is ``down`` whatever its role (``node_memory_MemAvailable_bytes``,
+  ``node_filesystem_avail_bytes``, AWS RDS ``FreeableMemory`` and EC2 ``CPUCreditBalance`` are
+  saturation metrics whose drop is the symptom), and an error
   name becomes ``success`` (``error_budget_remaining``: a falling budget is the symptom).
 
 Counts (``traffic``, or any name with ``count``, ``total``, ``sum`` or ``num``) get the Poisson floor
@@ -77,7 +88,7 @@ _RULES: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             "error errors err errs fail fails failed failure failures fault faults 4xx 5xx "
             "exception exceptions timeout timeouts reject rejected rejects drop drops dropped "
-            "retry retries".split()
+            "retry retries unhealthy unavailable unavailability unsuccessful non2xx".split()
         ),
     ),
     (
@@ -97,7 +108,7 @@ _RULES: tuple[tuple[str, frozenset[str]], ...] = (
         "traffic",
         frozenset(
             "request requests req rps qps tps throughput calls call count invocations hits "
-            "traffic bytes packets sent received".split()
+            "traffic bytes packets sent received handled rq".split()
         ),
     ),
 )
@@ -107,9 +118,25 @@ words before the resource words and by the unit words ``time``/``ms``/``seconds`
 _POINT_IN_TIME = frozenset("start boot timestamp created unixtime".split())
 """Words of a name that is a point in time (``process_start_time_seconds``): not a latency."""
 
-_HEADROOM = frozenset("remaining avail available free".split())
-"""Words of a name that measures what is left (``node_memory_MemAvailable_bytes``): the symptom
-is a drop."""
+_HEADROOM = frozenset("remaining avail available free freeable balance".split())
+"""Words of a name that measures what is left (``node_memory_MemAvailable_bytes``, AWS RDS
+``FreeableMemory``, EC2 ``CPUCreditBalance``): the symptom is a drop."""
+
+_NEGATION = frozenset("un non not no".split())
+"""Words that negate the success word right after them (AWS ALB ``UnHealthyHostCount``,
+``non_2xx_responses``, ``not_ok``): such a name counts failures."""
+
+_SIZE_WORDS = frozenset("size bytes body length".split())
+"""Words of a payload size (OpenTelemetry ``http.server.response.body.size``, Istio
+``istio_response_bytes``): with ``response``/``request`` they name a size, not a latency."""
+
+_PROPER_LATENCY = frozenset("latency duration rt delay p50 p75 p90 p95 p99 p999 wait".split())
+"""Latency words other than ``response``: a name with one of them is a latency even with a size
+word."""
+
+_TRAILING_DIGITS = re.compile(r"^([a-z]{2,})[0-9]+$")
+"""A word of two or more letters followed by digits (``load1``, ``cpu0``): the digits are an
+index or a window, dropped (``p90`` and ``5xx`` stay whole)."""
 
 DIRECTION_OF_ROLE: dict[str, str] = {
     "success": "down",
@@ -138,8 +165,13 @@ digits -> a capitalised word (``p90Latency``); a digit followed by capitals stay
 
 def words(name: str) -> list[str]:
     """Lower-case words of a metric name: ``"p90LatencyMs"`` -> ``["p90", "latency", "ms"]``,
-    ``"HTTPCode_Target_5XX_Count"`` -> ``["http", "code", "target", "5xx", "count"]``."""
-    return [w for w in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", str(name)).lower()) if w]
+    ``"HTTPCode_Target_5XX_Count"`` -> ``["http", "code", "target", "5xx", "count"]``,
+    ``"node_load1"`` -> ``["node", "load"]`` (digits after two or more letters dropped)."""
+    return [
+        _TRAILING_DIGITS.sub(r"\1", w)
+        for w in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", str(name)).lower())
+        if w
+    ]
 
 
 @lru_cache(maxsize=4096)
@@ -155,11 +187,35 @@ def metric_role(name: str) -> str:
             continue  # process_start_time_seconds: a point in time, not a duration
         role = rule
         break
+    if role == "success" and any(
+        a in _NEGATION and b in _RULES[0][1] for a, b in zip(ws, ws[1:], strict=False)
+    ):
+        return "errors"  # UnHealthyHostCount, non_2xx_responses: negated success counts failures
+    if (
+        role == "latency"
+        and any(w in _SIZE_WORDS for w in ws)
+        and not any(w in _PROPER_LATENCY for w in ws)
+    ):
+        return "traffic"  # http_server_response_body_size: a payload size, not a latency
     if role == "latency" and ws and ws[-1] == "count":
         return "traffic"  # http_request_duration_seconds_count: how many requests
     if role == "errors" and any(w in _HEADROOM for w in ws):
         return "success"  # error_budget_remaining: a drop is the symptom
     return role
+
+
+def roles_line(name: str, roles: dict[str, dict[str, str]]) -> str:
+    """The console line naming each metric's role, as ``rca petshop`` and ``rca fit`` print it:
+    ``"<name>: metric roles latency=latency, ok_ratio=success*  (* = role map override)"`` from a
+    :meth:`RoleMap.report` (``{metric: {"role", "source"}}``)."""
+    return (
+        f"{name}: metric roles "
+        + ", ".join(
+            f"{m}={r['role']}" + ("*" if r["source"] == "override" else "")
+            for m, r in roles.items()
+        )
+        + "  (* = role map override)"
+    )
 
 
 def _headroom(name: str) -> bool:

@@ -43,7 +43,7 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from fleetmind.data.errors import DataError
-from fleetmind.data.files import read_json
+from fleetmind.data.files import read_json, read_text
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 from fleetmind.data.metric_roles import (
     RoleMap,
@@ -282,6 +282,8 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
     try:
         df = pd.read_csv(p, header=[0, 1, 2], index_col=0)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, IndexError) as err:
+        if isinstance(err, UnicodeDecodeError):
+            read_text(p, "metrics file")  # raises "... is not UTF-8 text (byte 0x.. at offset N)"
         raise DataError(
             f"{p}: not a PetShop metrics CSV (3-row header expected): {err}{_separator_hint(p)}"
         ) from None
@@ -509,13 +511,23 @@ def _first_run(flags: np.ndarray, min_len: int) -> tuple[int, int] | None:
     return None
 
 
-def _pick_statistics(columns: pd.Index, preference: tuple[str, ...]) -> dict[tuple[str, str], str]:
-    """For each (node, metric) the statistic used for detection: first of ``preference`` present."""
+def _pick_statistics(
+    columns: pd.Index,
+    preference: tuple[str, ...],
+    scorable: Collection[tuple[str, str, str]] | None = None,
+) -> dict[tuple[str, str], str]:
+    """For each (node, metric) the statistic used for detection: first of ``preference`` present,
+    else the first by name. With ``scorable`` (the columns that have a baseline) the choice is
+    made among the statistics with a baseline when there is one (a window with ``Average`` and
+    ``p90`` latency whose normal period has only ``p90`` scores ``p90``)."""
     present: dict[tuple[str, str], set[str]] = {}
     for node, metric, stat in columns:
         present.setdefault((node, metric), set()).add(stat)
     chosen = {}
     for key, stats in present.items():
+        if scorable is not None:
+            with_baseline = {s for s in stats if (*key, s) in scorable}
+            stats = with_baseline or stats
         ordered = [s for s in preference if s in stats] or sorted(stats)
         chosen[key] = ordered[0]
     return chosen
@@ -741,7 +753,9 @@ def detect_window(
     normal period only)."""
     cfg = config or DetectorConfig()
     times = window.index.to_numpy(dtype=float)
-    chosen = _pick_statistics(window.columns, cfg.statistic_preference)
+    chosen = _pick_statistics(
+        window.columns, cfg.statistic_preference, frozenset(baseline.median.index)
+    )
     cols: list[tuple[str, str, str]] = []
     unscored: list[str] = []
     for (node, metric), stat in chosen.items():
@@ -859,7 +873,9 @@ class PetShopScenario:
             window, self.baseline, self.config, extra_labels={"scenario": self.name}
         )
         metrics = self.config.metrics
-        chosen = _pick_statistics(window.columns, self.config.statistic_preference)
+        chosen = _pick_statistics(
+            window.columns, self.config.statistic_preference, frozenset(self.baseline.median.index)
+        )
         n_cols = sum(1 for _, m in chosen if metrics is None or m in metrics)
         return {
             "id": issue.id,
@@ -962,7 +978,18 @@ def _issue_number(name: str) -> int:
 
 MIN_STEP_S = 1.0
 MAX_STEP_S = 300.0
-"""Row intervals the reader accepts (1 s to 5 min)."""
+"""Row intervals the reader accepts (1 s to 5 min, within :data:`STEP_TOLERANCE`)."""
+
+STEP_TOLERANCE = 0.01
+"""Relative slack at both bounds of the row interval: 1 s rows whose scrape timestamps carry a few
+ms of jitter (a median interval of 0.999 s) and 5 min rows a little over are accepted (0.99 s to
+303 s)."""
+
+
+def _step_ok(step: float) -> bool:
+    """Whether a median row interval ``step`` (seconds) is within the accepted range."""
+    return MIN_STEP_S * (1.0 - STEP_TOLERANCE) <= step <= MAX_STEP_S * (1.0 + STEP_TOLERANCE)
+
 
 MS_LIKE = 1e11
 """Timestamps from this size on read as milliseconds (unix seconds reach it in the year 5138; unix
@@ -988,7 +1015,7 @@ def check_unix_seconds(times: np.ndarray, path: str | Path) -> None:
         return
     step = float(np.median(np.diff(t))) if t.size > 1 else math.nan
     where = f"timestamp {t[-1]:.15g} is after the year 5138 as unix seconds"
-    if t.size > 1 and not MIN_STEP_S <= step <= MAX_STEP_S:
+    if t.size > 1 and not _step_ok(step):
         where = f"rows are {step:g} s apart; the reader takes 1 s to 300 s (5 min)"
     raise DataError(f"{path}: {where}; the timestamps look like milliseconds: write unix seconds")
 
@@ -1031,23 +1058,24 @@ def gap_warning(times: np.ndarray, path: str | Path, factor: float = GAP_FACTOR)
 
 
 def check_row_interval(times: np.ndarray, path: str | Path) -> float:
-    """Check the median interval between rows of a metrics file: 1 s to 5 min. Returns it in seconds.
+    """Check the median interval between rows of a metrics file: 1 s to 5 min, with 1 % slack at
+    both bounds (:data:`STEP_TOLERANCE`: jittered 1 s scrapes). Returns it in seconds.
 
     Args:
         times: ``(T,)`` row times, unix seconds, sorted ascending (at least 2 rows).
         path: the file, named in the error.
 
     Raises:
-        DataError: the interval is outside 1 s..300 s; the message says that the timestamps look
+        DataError: the interval is outside 0.99 s..303 s; the message says that the timestamps look
             like milliseconds when the interval divided by 1000 would be accepted and the times
             are at least :data:`MS_LIKE`.
     """
     t = np.asarray(times, dtype=float)
     step = float(np.median(np.diff(t)))
-    if MIN_STEP_S <= step <= MAX_STEP_S:
+    if _step_ok(step):
         return step
     hint = ""
-    if MIN_STEP_S <= step / 1000.0 <= MAX_STEP_S and float(np.max(np.abs(t))) >= MS_LIKE:
+    if _step_ok(step / 1000.0) and float(np.max(np.abs(t))) >= MS_LIKE:
         hint = "; the timestamps look like milliseconds: write unix seconds"
     raise DataError(
         f"{path}: rows are {step:g} s apart; the reader takes 1 s to 300 s (5 min){hint}"

@@ -46,6 +46,12 @@ labelled training incidents:
    vectorised as :meth:`SystemModel.detect`, which a test holds equal to it) and the baseline fitted
    on the normal period: the same rules and settings the adapter uses on real issue windows.
 
+Latency rises are added in one unit along the call chains. When a system's latency columns name
+different units (``latency_ms`` at one node, ``latency_seconds`` at another, by the unit words of
+:data:`LATENCY_UNIT_S`), each rise is carried in seconds and converted into each column's unit (a
+column without a unit word takes the system's most common one); when they agree, or name none, the
+root's own unit is used as is.
+
 Metric roles come from metric names (:mod:`fleetmind.data.metric_roles`), so nothing here depends on node or
 metric names of a particular system. The only inputs are ``graph`` and ``normal``: no issue window, no
 ``target.json``, no label.
@@ -63,7 +69,7 @@ import pandas as pd
 
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.metric_roles import ROLES
+from fleetmind.data.metric_roles import ROLES, words
 from fleetmind.data.petshop import (
     Baseline,
     DetectorConfig,
@@ -156,6 +162,38 @@ _Effects = dict[tuple[int, str], tuple[str, float]]
 """What a fault does to a window: ``{(node index, role): (kind, amount)}``; kind ``add`` (absolute),
 ``mul`` (factor), ``drop`` (share of the value), ``errs`` (error counts up by a share), ``sat``
 (up by ``amount`` times the column's typical level)."""
+
+
+LATENCY_UNIT_S: dict[str, float] = {
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "ms": 1e-3,
+    "msec": 1e-3,
+    "millis": 1e-3,
+    "millisecond": 1e-3,
+    "milliseconds": 1e-3,
+    "us": 1e-6,
+    "usec": 1e-6,
+    "micros": 1e-6,
+    "microsecond": 1e-6,
+    "microseconds": 1e-6,
+    "ns": 1e-9,
+    "nanos": 1e-9,
+    "nanosecond": 1e-9,
+    "nanoseconds": 1e-9,
+}
+"""Seconds per unit, by the unit word of a latency metric's name (``istio_request_duration_milliseconds``
+-> 1e-3)."""
+
+
+def latency_unit_s(metric: str) -> float | None:
+    """Seconds per unit of latency metric ``metric`` from its last unit word, ``None`` if it names
+    none (``latency``)."""
+    found = [LATENCY_UNIT_S[w] for w in words(metric) if w in LATENCY_UNIT_S]
+    return found[-1] if found else None
 
 
 @dataclass
@@ -255,8 +293,9 @@ class SystemModel:
                 f"graph {graph.name!r}: no node has a normal-period metric with a baseline "
                 "(do the metrics.csv node names match graph.csv?)"
             )
+        self._unit_s = self._latency_units(cols)
         lat = [
-            abs(self.med[j])
+            self._to_seconds(j, abs(self.med[j]))
             for (_, role), js in self.groups.items()
             if role == "latency"
             for j in js
@@ -268,9 +307,9 @@ class SystemModel:
     def _prepare_detector(self) -> None:
         """Column arrays for :meth:`detect`: the columns :func:`~fleetmind.data.petshop.detect_alerts` scores, in its order."""
         cfg = self.config
-        chosen = _pick_statistics(self.normal.columns, cfg.statistic_preference)
-        pos = {c: j for j, c in enumerate(self.normal.columns)}
         scored = set(self.baseline.median.index)
+        chosen = _pick_statistics(self.normal.columns, cfg.statistic_preference, scored)
+        pos = {c: j for j, c in enumerate(self.normal.columns)}
         self._det_cols: list[tuple[str, str, str]] = []
         for (node, metric), stat in chosen.items():
             if cfg.metrics is not None and metric not in cfg.metrics:
@@ -303,6 +342,30 @@ class SystemModel:
         return alerts
 
     # ------------------------------------------------------------------ helpers
+    def _latency_units(self, cols: list[tuple[str, str, str]]) -> np.ndarray | None:
+        """Seconds per unit of each column (``(C,)``, 1.0 outside the latency role) when the
+        latency columns name two or more different units; ``None`` (rises in the root's own unit,
+        as before) when they agree or name none."""
+        lat = {j for (_, role), js in self.groups.items() if role == "latency" for j in js}
+        units = {j: latency_unit_s(cols[j][1]) for j in lat}
+        known = [u for u in units.values() if u is not None]
+        if len(set(known)) < 2:
+            return None
+        most = max(sorted(set(known)), key=known.count)
+        out = np.ones(len(cols))
+        for j, u in units.items():
+            out[j] = most if u is None else u
+        return out
+
+    def _to_seconds(self, j: int, value: float) -> float:
+        """``value`` in column ``j``'s unit as seconds (as is when units are not converted)."""
+        return value if self._unit_s is None else value * float(self._unit_s[j])
+
+    def _from_seconds(self, j: int, value: Any) -> Any:
+        """``value`` (seconds, a number or an array) in column ``j``'s unit (as is when units are
+        not converted)."""
+        return value if self._unit_s is None else value / float(self._unit_s[j])
+
     def _level(self, j: int) -> float:
         """A column's typical size: ``max(|median|, scale)`` (1.0 without a baseline)."""
         m, s = self.med[j], self.scale[j]
@@ -437,8 +500,11 @@ class SystemModel:
         scale_hi: float,
     ) -> None:
         """Add a latency rise at ``root`` (log-uniform ``[scale_lo, scale_hi]`` times the root's
-        typical latency) that adds up along the call chains to its callers."""
-        meds = [abs(self.med[j]) for j in self.groups.get((root, "latency"), [])]
+        typical latency) that adds up along the call chains to its callers (in seconds when the
+        system's latency units differ, :meth:`_latency_units`)."""
+        meds = [
+            self._to_seconds(j, abs(self.med[j])) for j in self.groups.get((root, "latency"), [])
+        ]
         meds = [m for m in meds if np.isfinite(m) and m > 0]
         ref = float(np.median(meds)) if meds else self.latency_ref
         amount = ref * float(np.exp(rng.uniform(np.log(scale_lo), np.log(scale_hi))))
@@ -523,10 +589,14 @@ class SystemModel:
             for j in js:
                 col = x[r0:, j]
                 if self._falls[j] and kind in ("add", "sat"):  # headroom shrinks as the use rises
-                    rise = amount * ramp / self._level(j) if kind == "add" else amount * ramp
+                    rise = (
+                        self._from_seconds(j, amount) * ramp / self._level(j)
+                        if kind == "add"
+                        else amount * ramp
+                    )
                     col /= 1.0 + rise
-                elif kind == "add":
-                    col += amount * ramp
+                elif kind == "add":  # a latency rise: in the column's unit
+                    col += self._from_seconds(j, amount) * ramp
                 elif kind == "mul":
                     col *= 1.0 + (amount - 1.0) * ramp
                 elif kind == "drop":
@@ -595,15 +665,40 @@ class SystemModel:
             v = int(rng.choice(self.candidates))
             z = float(np.exp(rng.uniform(*np.log(cfg.subtree_z))))
             lat = [j for j in self.groups.get((v, "latency"), []) if finite[j]]
-            ref = float(np.median(self.scale[lat])) if lat else 0.0
+            ref = (
+                float(np.median([self._to_seconds(j, self.scale[j]) for j in lat])) if lat else 0.0
+            )
             if ref > 0:
                 for u, a in self._spread(rng, v, z * ref, 0.1, 3.0, up=True).items():
                     for j in self.groups.get((u, "latency"), []):
-                        x[:, j] += -a if self._falls[j] else a
+                        aj = self._from_seconds(j, a)
+                        x[:, j] += -aj if self._falls[j] else aj
         sd = rng.uniform(*cfg.noise_sd)
         if sd > 0:
             noise = rng.standard_normal(x.shape) * sd * np.where(finite, self.scale, 0.0)
             x += noise
+
+    def _no_alerts_message(self, made: int, tries: int) -> str:
+        """Why injected faults raise almost no alerts: every scored metric of role ``other`` (names
+        the role rules do not know, so no fault moves them), or else a noisy normal period."""
+        roles = self.config.roles
+        found: dict[str, list[str]] = {}
+        for _, metric, _ in self._det_cols:
+            found.setdefault(roles.role(metric), [])
+            if metric not in found[roles.role(metric)]:
+                found[roles.role(metric)].append(metric)
+        listed = "; ".join(f"{r}: {', '.join(ms[:5])}" for r, ms in sorted(found.items()))
+        head = (
+            f"graph {self.graph.name!r}: injected faults raise almost no alerts "
+            f"({made} incidents in {tries} tries)"
+        )
+        if set(found) <= {"other"}:
+            return (
+                f"{head}: every scored metric has role other ({listed}), and faults move only "
+                "latency, errors, success, saturation and traffic metrics; name their roles in a "
+                "roles.yaml in the scenario folder or --roles FILE (e.g. 'my_metric: latency')"
+            )
+        return f"{head}; is the normal period too noisy? (metric roles: {listed})"
 
     def incidents(self, cfg: SynthConfig, progress: Any = None) -> Iterator[SynthIncident]:
         """Yield ``cfg.n_incidents`` incidents (seeded; ``progress(n)`` is called per incident)."""
@@ -612,10 +707,7 @@ class SystemModel:
         while made < cfg.n_incidents:
             tries += 1
             if tries > 20 * cfg.n_incidents + 100:
-                raise DataError(
-                    f"graph {self.graph.name!r}: injected faults raise almost no alerts "
-                    f"({made} incidents in {tries} tries); is the normal period too noisy?"
-                )
+                raise DataError(self._no_alerts_message(made, tries))
             inc = self.incident(rng, cfg)
             if inc is None:
                 continue

@@ -42,6 +42,7 @@ from fleetmind.data.metric_roles import (
     RoleMap,
     check_role_map,
     role_map_source,
+    roles_line,
     scenario_role_map,
 )
 from fleetmind.data.petshop import (
@@ -504,6 +505,7 @@ def run(args: argparse.Namespace) -> int:
     )
     res = fit(fa, progress=True)
     m = res["metrics"]
+    print(roles_line(Path(args.scenario).resolve().name, res["roles"]))
     print(
         f"wrote {res['out']} ({res['version']}): synthetic val AC@1 {m['val_ac1']:.3f} "
         f"AC@3 {m['val_ac3']:.3f} (epoch {m['best_epoch']}), {res['timing_s']['total']:.0f} s"
