@@ -29,7 +29,10 @@ hysteresis (:func:`held_severity`): it is lowered only once the score is
 Nothing sleeps in a poll: each post is tried once; a receiver that fails (connection error,
 timeout, 408, 425, 429, 5xx) is not tried again in that poll, for any incident, and then waits
 ``FLEETMIND_NOTIFY_BACKOFF_S``, doubling with each failure in a row (at most
-``FLEETMIND_NOTIFY_RETRIES`` times). What was delivered is stored in the ``notifications`` table,
+``FLEETMIND_NOTIFY_RETRIES`` times), or what a 429's or 503's ``Retry-After`` asks when longer.
+One post takes :data:`POST_TIMEOUT_S` at most in all, however slowly the receiver answers, and
+the webhook's posts of a poll come after Alertmanager's and stop after
+:data:`WEBHOOK_BUDGET_S` (the rest waits, in order, for the next poll). What was delivered is stored in the ``notifications`` table,
 so a restart forgets to resolve no alert and re-sends nothing recorded as delivered (at least
 once: a crash between a post and its record repeats it; the webhook's :func:`dedup_key` lets a
 receiver drop the repeat, Alertmanager de-duplicates by labels); its ``delivery`` column
@@ -51,8 +54,10 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
+import httpcore
 import httpx
 from sqlalchemy import Text, bindparam, cast, select
 
@@ -88,6 +93,18 @@ BATCH = 500
 MAX_PAUSE_S = 300.0
 """Longest back-off of a failing receiver (s), whatever ``FLEETMIND_NOTIFY_BACKOFF_S`` and
 ``FLEETMIND_NOTIFY_RETRIES`` say."""
+POST_TIMEOUT_S = 5.0
+"""Longest one post to a receiver may take in all (s): connecting, sending, the answer's headers
+and the first :data:`ANSWER_BYTES` of its body, however slowly a receiver trickles them (httpx's
+own timeouts bound each read, not their sum)."""
+ANSWER_BYTES = 4096
+"""Most bytes of a receiver's answer read (only its status and headers are used)."""
+WEBHOOK_BUDGET_S = 5.0
+"""Time (s) a poll spends posting to the webhook: once spent, its remaining messages wait, in
+order, for the next poll, so a chat that answers slowly (each post just within
+:data:`POST_TIMEOUT_S`) holds back the next Alertmanager re-sends by this plus one post at most."""
+RETRY_AFTER_STATUS = frozenset({429, 503})
+"""Answers whose ``Retry-After`` header (RFC 9110 section 10.2.3) the back-off honours."""
 CLUSTER_CHARS = 256
 """Longest ``cluster`` label a notification carries (an incident's clusters come from the
 ``cluster`` labels of its alerts, which anyone who can post alerts chooses)."""
@@ -231,17 +248,145 @@ def dedup_key(row: Mapping[str, Any], because: str | None = None) -> str:
     return f"{lab['incident']}-{row['state']}-{digest}"
 
 
+_DEADLINE = threading.local()  # .at: time.monotonic() by which the post in flight must end
+
+
+def _remaining(timeout: float | None, expired: type[Exception]) -> float:
+    """``timeout`` (s) cut to what is left of the post's :data:`POST_TIMEOUT_S`; raises
+    ``expired`` when nothing is."""
+    at = getattr(_DEADLINE, "at", None)
+    if at is None:
+        return timeout  # type: ignore[return-value]
+    left = at - time.monotonic()
+    if left <= 0:
+        raise expired("the post took longer than its deadline")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every read and write waits no longer than what is left of the post's
+    deadline, so that a receiver sending a byte now and then cannot stretch the post."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _remaining(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _remaining(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        left = _remaining(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, left))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with the post's deadline on connecting and on each read and
+    write (:class:`_DeadlineStream`)."""
+
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self._backend = backend
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        left = _remaining(timeout, httpcore.ConnectTimeout)
+        stream = self._backend.connect_tcp(host, port, left, local_address, socket_options)
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        left = _remaining(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._backend.connect_unix_socket(path, left, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def post_client(transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    """The notifier's HTTP client: :data:`POST_TIMEOUT_S` on each step, and :func:`post_once`'s
+    deadline on the whole post for the transports that reach the network (those of httpx, the
+    proxies from the environment included; a test's ``transport`` is used as it is)."""
+    client = httpx.Client(timeout=POST_TIMEOUT_S, transport=transport)
+    for t in [client._transport, *client._mounts.values()]:  # (httpx keeps them there)
+        pool = getattr(t, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if isinstance(t, httpx.HTTPTransport) and isinstance(backend, httpcore.NetworkBackend):
+            pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+    return client
+
+
+def retry_after(response: httpx.Response, now: float | None = None) -> float | None:
+    """Seconds a ``response``'s ``Retry-After`` header asks to wait (RFC 9110 section 10.2.3:
+    delay-seconds, or an HTTP-date, taken relative to the response's ``Date`` when it has one,
+    else to ``now``, Unix s, default the wall clock); ``None`` when it has none or it is invalid.
+    """
+    value = (response.headers.get("retry-after") or "").strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    try:
+        base = parsedate_to_datetime(response.headers.get("date") or "").timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        base = time.time() if now is None else now
+    return max(0.0, when - base)
+
+
+def post_attempt(client: httpx.Client, url: str, body: Any) -> tuple[bool, str, float | None]:
+    """POST ``body`` as JSON, once, within :data:`POST_TIMEOUT_S` in all (read at the call).
+
+    Returns:
+        ``(delivered, outcome, retry_after_s)``; the outcome is the HTTP status or the error's
+        class name (``ReadTimeout`` when the deadline passed while the answer came);
+        ``retry_after_s``: the wait a 429 or 503 asked for (:func:`retry_after`), else ``None``.
+    """
+    _DEADLINE.at = time.monotonic() + POST_TIMEOUT_S
+    try:
+        with client.stream("POST", url, json=body) as r:
+            got = 0
+            # (a few bytes: a chat answers "ok"; a test transport's answer is read already)
+            for chunk in () if r.is_stream_consumed else r.iter_raw():
+                got += len(chunk)
+                if got >= ANSWER_BYTES:
+                    break
+                _remaining(None, httpx.ReadTimeout)
+    except httpx.HTTPError as err:
+        return False, type(err).__name__, None
+    except httpcore.TimeoutException as err:  # (raised by the deadline outside httpx's mapping)
+        return False, type(err).__name__, None
+    finally:
+        _DEADLINE.at = None
+    wait = retry_after(r) if r.status_code in RETRY_AFTER_STATUS else None
+    return r.status_code < 300, str(r.status_code), wait
+
+
 def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
-    """POST ``body`` as JSON, once (the notifier retries in later polls, never by sleeping).
+    """POST ``body`` as JSON, once (the notifier retries in later polls, never by sleeping),
+    within :data:`POST_TIMEOUT_S` in all (:func:`post_attempt`).
 
     Returns:
         ``(delivered, outcome)``; the outcome is the HTTP status or the error's class name.
     """
-    try:
-        r = client.post(url, json=body)
-    except httpx.HTTPError as err:
-        return False, type(err).__name__
-    return r.status_code < 300, str(r.status_code)
+    ok, outcome, _ = post_attempt(client, url, body)
+    return ok, outcome
 
 
 def is_final(outcome: str) -> bool:
@@ -400,7 +545,8 @@ class Notifier:
             if base.strip()
         ]
         self.hook_url = settings.notify_webhook_url
-        self._client = httpx.Client(timeout=5.0, transport=transport)
+        self._client = post_client(transport)
+        self._hook_until = math.inf  # time.monotonic() after which a poll posts no more chat
         # incident -> ((top cause, severity), since); (None, None): ranked with no cause
         self._seen: dict[int, tuple[tuple[str | None, str | None], float]] = {}
         # open incidents done with as they are (settled, sent) -> their change marks then
@@ -465,8 +611,9 @@ class Notifier:
 
         Nothing here sleeps: each post is tried once, and a receiver (an Alertmanager URL, the
         webhook) that fails is not tried again in this poll, for any incident, nor before its
-        back-off has passed (:meth:`_post`), so one that is down or hangs costs at most one
-        attempt (one timeout) per poll, and the others still get their re-sends in time.
+        back-off has passed (:meth:`_post`), so one that is down, hangs or trickles its answer
+        costs at most one attempt (:data:`POST_TIMEOUT_S`) per poll, and the others still get
+        their re-sends in time; the webhook's posts stop after :data:`WEBHOOK_BUDGET_S`.
 
         What a poll reads grows with what changed, not with the open incidents: every open
         incident's id and change marks (a few numbers each, all of them: none is taken for
@@ -770,6 +917,7 @@ class Notifier:
             if row.get("delivery") is not None or outbox:  # (a copy: ``before`` keeps the stored)
                 row["delivery"] = dict(row.get("delivery") or {})
         done = self._deliver_alertmanager(rows, outboxes, now)
+        self._hook_until = time.monotonic() + WEBHOOK_BUDGET_S  # (Alertmanager's went first)
         changed = []
         for row, outbox, was in zip(rows, outboxes, before, strict=True):
             chat = self._deliver_webhook(row, outbox, now)
@@ -990,7 +1138,8 @@ class Notifier:
     ) -> int:
         """Post the webhook's messages in order: the resolutions and withdrawals first, then the
         firing message; while the receiver fails the rest waits for a later poll. Returns how
-        many were delivered."""
+        many were delivered. Once this poll spent :data:`WEBHOOK_BUDGET_S` on the webhook, the
+        rest waits for the next poll, in order, as behind a failure."""
         if not self.hook_url:
             for e in outbox:  # the webhook was turned off: nothing will take these
                 e["webhook"] = None
@@ -999,6 +1148,8 @@ class Notifier:
         for e in outbox:
             if e["webhook"] is None:
                 continue
+            if time.monotonic() >= self._hook_until:
+                return done
             ok, outcome = self._post("webhook", self.hook_url, e["webhook"], inc_id)
             if ok:
                 e["webhook"], done = None, done + 1
@@ -1008,6 +1159,8 @@ class Notifier:
             else:
                 return done  # the receiver fails: what follows waits, in order
         if row["state"] != "firing" or row["hook_sent"]:
+            return done
+        if time.monotonic() >= self._hook_until:
             return done
         sent, outcome = self._post("webhook", self.hook_url, self.webhook_body(row), inc_id)
         dropped = not sent and (is_final(outcome) or self._overdue(row["updated_ts"], now))
@@ -1033,7 +1186,8 @@ class Notifier:
         A failure that may pass (connection error,
         timeout, 408/425/429/5xx) puts the receiver in back-off for every incident: from the
         clock as it is after the attempt (a timeout takes its seconds), ``BACKOFF_S`` doubling
-        with each failure in a row, at most ``RETRIES`` times (and never over 300 s).
+        with each failure in a row, at most ``RETRIES`` times, or as long as a 429 or 503 asked
+        in its ``Retry-After`` when that is longer (and never over 300 s: :data:`MAX_PAUSE_S`).
         """
         now = self.clock()
         failures, retry_at, last = self._down.get(url, (0, 0.0, ""))
@@ -1043,7 +1197,7 @@ class Notifier:
         why = self._refusal(inc_id, url) if hold else None
         if why is not None:
             return False, why
-        ok, outcome = post_once(self._client, url, body)
+        ok, outcome, asked = post_attempt(self._client, url, body)
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
@@ -1061,19 +1215,19 @@ class Notifier:
             log.warning("%s refused the notification for incident %s (%s)", name, inc_id, outcome)
         else:
             failures += 1
-            pause = min(
-                MAX_PAUSE_S,
-                self.settings.notify_backoff_s
-                * 2 ** (min(failures, self.settings.notify_retries + 1) - 1),
+            backoff = self.settings.notify_backoff_s * 2 ** (
+                min(failures, self.settings.notify_retries + 1) - 1
             )
+            pause = min(MAX_PAUSE_S, max(backoff, asked or 0.0))
             self._down[url] = (failures, now + pause, outcome)
             self._down_now.add(url)
             log.warning(
-                "%s failed (%s, %d in a row): not tried again for %.1f s",
+                "%s failed (%s, %d in a row): not tried again for %.1f s%s",
                 name,
                 outcome,
                 failures,
                 pause,
+                "" if asked is None else f" (it asked to wait {asked:g} s: Retry-After)",
             )
         return ok, outcome
 
