@@ -117,8 +117,23 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
     for an error the user can fix, 141 when stdout's reader went away, 130 on Ctrl-C.
 
     Use it as ``raise SystemExit(run_main(main, prog="benchmarks.rca.gat_speed"))``; ``prog``
-    starts each error line. Exceptions that are not the user's keep their traceback.
+    starts each error line, argparse's usage errors of a parser built inside ``fn`` included
+    (``sys.argv[0]``, argparse's default ``prog``, is ``prog`` while ``fn`` runs: ``python -m``
+    would name the file, ``gat_speed.py``). Exceptions that are not the user's keep their
+    traceback.
     """
+    saved = sys.argv[0] if sys.argv else None
+    if sys.argv:
+        sys.argv[0] = prog
+    try:
+        return _run(fn, prog)
+    finally:
+        if saved is not None and sys.argv:
+            sys.argv[0] = saved
+
+
+def _run(fn: Callable[[], int | None], prog: str) -> int:
+    """:func:`run_main` once ``sys.argv[0]`` is set."""
     try:
         status = int(fn() or 0)
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at exit

@@ -255,7 +255,9 @@ class Settings(BaseSettings):
         gt=0,
         le=MAX_DURATION_S,
         description="alerts whose starts are this close (s) may join an incident; a new episode "
-        "of an alert starting this soon after its incident resolved reopens it",
+        "of an alert starting this soon after its incident resolved reopens it; an alert that "
+        "resolved before it was grouped joins a resolved incident that closed at most this long "
+        "before its resolution was stored",
     )
     incident_hops: int = Field(
         2,

@@ -76,8 +76,8 @@ def am_alert(
 
 
 def notification(*alerts: dict[str, Any]) -> dict[str, Any]:
-    """The webhook body Alertmanager 0.25 posts for one group (route grouped by cluster and
-    alertname, as deploy/alertmanager.yml)."""
+    """The webhook body Alertmanager 0.25 posts for one group (a route grouped by cluster and
+    alertname; deploy/alertmanager.yml's FleetMind route sends each alert on its own)."""
     common = dict(alerts[0]["labels"])
     for a in alerts[1:]:
         common = {k: v for k, v in common.items() if a["labels"].get(k) == v}

@@ -4,8 +4,8 @@
 
 Each case calls the module's ``main`` in-process through :func:`fleetmind.cli.runner.run_main`,
 as its ``__main__`` block does, with options that fail before any real work. A count option out of
-range is argparse's own usage error (status 2, the usage then one ``error:`` line); an error the
-module finds (a :class:`fleetmind.errors.FleetMindError`, a path it cannot write) is exactly one
+range is argparse's own usage error (status 2, the usage then one ``<module>: error:`` line); an
+error the module finds (a :class:`fleetmind.errors.FleetMindError`, a path it cannot write) is exactly one
 line. A static check makes every module under ``benchmarks/`` with a ``__main__`` block go through
 ``run_main``, so new benchmarks keep the contract.
 """
@@ -153,7 +153,9 @@ def test_bad_count_or_folder_is_a_usage_error(
     err = capsys.readouterr().err
     assert status == 2, err
     assert "Traceback" not in err
-    reason = err.strip().splitlines()[-1].split(": error: ", 1)[1]  # `prog: error: reason`
+    last = err.strip().splitlines()[-1]
+    assert last.split(": error: ", 1)[0].endswith(module), err  # the module, not `x.py`
+    reason = last.split(": error: ", 1)[1]
     options = [a for a in argv if a.startswith("--")]
     option = ([a for a in options if a != "--json"] or options)[-1]
     assert option in reason, err  # refused for the option under test, not for another reason

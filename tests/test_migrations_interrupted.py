@@ -199,7 +199,7 @@ def test_an_interrupted_baseline_index_build_is_built_again_on_postgresql(pg: Pg
     db = Database(pg.url)
     _upgrade_to(db.engine, "0001")
     with db.engine.begin() as conn:
-        conn.execute(text("DROP TABLE alembic_version"))  # as release 0.2.0's create_all made it
+        conn.execute(text("DROP TABLE alembic_version"))  # as create_all made it before Alembic
         conn.execute(text("DROP INDEX ix_alerts_incident"))  # from before the covering index
     _leave_invalid_index(db.engine, "ix_alerts_incident")
     assert db.migrate() == "create_all"

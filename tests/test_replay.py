@@ -4,8 +4,9 @@ Alertmanager's FleetMind route would deliver them, and fill the incident pages w
 The delivery rules emulated are Alertmanager's route options (prometheus/alertmanager v0.28,
 ``docs/configuration.md``: a group's first notification waits ``group_wait`` after its first alert,
 later ones go out every ``group_interval`` while the group grew, each with all of the group's
-alerts), with the FleetMind route's values of ``deploy/alertmanager.yml`` (group_by cluster and
-alertname, 10 s, 30 s).
+alerts), for a route grouped by cluster and alertname with the timings of ``deploy/alertmanager.yml``'s
+FleetMind route (10 s, 30 s; the shipped route itself sends each alert on its own,
+``group_by: ['...']``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Schema migrations (Alembic): a database created by release 0.2.0's ``create_all`` (no
-``alembic_version``) upgrades in place on SQLite and PostgreSQL, keeps its rows and ends with
+"""Schema migrations (Alembic): a database created by ``create_all`` in a build before Alembic
+(no ``alembic_version``; release 0.2.0's databases are already at ``0004``) upgrades in place on SQLite and PostgreSQL, keeps its rows and ends with
 exactly the schema the code declares; an unknown (newer) revision and a behind database with
 ``migrate_on_start`` off are refused with a clear message."""
 
@@ -35,7 +35,8 @@ from fleetmind.serving.schemas import AlertIn
 
 
 def release_metadata() -> MetaData:
-    """The tables exactly as release 0.2.0 declared them (``serving/db.py`` at that release)."""
+    """The tables exactly as the builds before Alembic declared them (``serving/db.py`` then), the
+    schema of revision ``0001``."""
     md = MetaData()
     Table(
         "alerts",

@@ -567,6 +567,25 @@ def released_typical_pods() -> Any:
         return None
 
 
+def _mixed_mig_hint(nodes: Sequence[NodeState], wants: Sequence[str]) -> str:
+    """For :func:`why_no_fit`: a note on the healthy MIG instances of mixed-strategy nodes that a
+    job naming no MIG profile may not take (:func:`gpu_allowed`), or ``""``."""
+    if any(names_mig(w) for w in wants):
+        return ""
+    held = sum(
+        is_mig(g) and g.healthy and gpu_model_matches(g.model, wants)
+        for x in nodes
+        if mig_mixed(x)
+        for g in x.gpus
+    )
+    if not held:
+        return ""
+    return (
+        f" ({held} MIG instance(s) on nodes of the MIG mixed strategy are "
+        "nvidia.com/mig-<profile> resources: name a profile, e.g. gpu_model 'MIG 1g.10gb')"
+    )
+
+
 def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations) -> str:
     """Why no node can hold ``job``, in one sentence for the 409 answer.
 
@@ -639,18 +658,7 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
     label = f"{' or '.join(map(repr, wants))} GPUs" if wants else "GPUs"
     if (most := max(len(fs) for fs in free.values())) < job.num_gpu:
         n = job.num_gpu
-        held = sum(
-            is_mig(g) and g.healthy and gpu_model_matches(g.model, wants)
-            for x in nodes
-            if mig_mixed(x)
-            for g in x.gpus
-        )
-        mig = (
-            f" ({held} MIG instance(s) on nodes of the MIG mixed strategy are "
-            "nvidia.com/mig-<profile> resources: name a profile, e.g. gpu_model 'MIG 1g.10gb')"
-            if held and not any(names_mig(w) for w in wants)
-            else ""
-        )
+        mig = _mixed_mig_hint(nodes, wants)
         return f"no node has {n} healthy {label}, free or not: the most on one node is {most}{mig}"
     need = max(job.gpu_milli, 0)
     room = [n for n in nodes if sum(f >= need for f in free[id(n)]) >= job.num_gpu]
