@@ -65,6 +65,25 @@ def graph_cache(graph: DependencyGraph) -> _GraphCache:
     return c
 
 
+def share_graph_cache(base: DependencyGraph, graph: DependencyGraph) -> None:
+    """Give ``graph`` (``base``'s nodes, ``base``'s edges then more) the :func:`graph_cache` of
+    ``base`` plus its extra edges, sharing ``base``'s label memo and untouched adjacency lists
+    (``O(|V|)`` pointers); nothing while ``base`` has none (``graph`` then builds its own)."""
+    c = getattr(base, "_rca_baseline_cache", None)
+    if c is None or graph.nodes is not base.nodes:
+        return
+    new = _GraphCache.__new__(_GraphCache)
+    new.down, new.up = list(c.down), list(c.up)
+    e0 = base.num_edges
+    for s, d in zip(
+        graph.edge_index[0, e0:].tolist(), graph.edge_index[1, e0:].tolist(), strict=True
+    ):
+        new.down[s] = [*new.down[s], d]  # new lists: base's are shared, never changed
+        new.up[d] = [*new.up[d], s]
+    new.label_cache = c.label_cache
+    graph._rca_baseline_cache = new  # type: ignore[attr-defined]
+
+
 def alerts_by_node(
     graph: DependencyGraph,
     alerts: Sequence[dict[str, Any]],

@@ -335,17 +335,20 @@ class GATAnalyzer(BaseAnalyzer):
         return self._version
 
     # ------------------------------------------------------------------ scoring
-    _ids_cache: dict[int, tuple[Any, np.ndarray]] = {}
+    _ids_cache: dict[int, tuple[list[Any], np.ndarray]] = {}
 
     def _node_ids(self, graph: DependencyGraph) -> np.ndarray:
-        """Rank of each node id in sorted id order (cached per graph object, for tie-breaking)."""
-        hit = self._ids_cache.get(id(graph))
-        if hit is not None and hit[0] is graph and hit[1].size == graph.num_nodes:
+        """Rank of each node id in sorted id order (cached per node list, for tie-breaking: an
+        incident's graph with extra edges, :mod:`fleetmind.rca.incident_graph`, shares its served
+        graph's list and entry)."""
+        nodes = graph.nodes
+        hit = self._ids_cache.get(id(nodes))
+        if hit is not None and hit[0] is nodes and hit[1].size == len(nodes):
             return hit[1]
-        ids = np.argsort(np.argsort(np.array([nd.id for nd in graph.nodes]), kind="stable"))
+        ids = np.argsort(np.argsort(np.array([nd.id for nd in nodes]), kind="stable"))
         if len(self._ids_cache) > 64:
             self._ids_cache.clear()
-        self._ids_cache[id(graph)] = (graph, ids)
+        self._ids_cache[id(nodes)] = (nodes, ids)
         return ids
 
     def _threads(self) -> Any:

@@ -20,9 +20,10 @@ each alert that maps onto a GPU and names the workload pod holding it, when:
   ``hostname`` label names, or a DaemonSet's pod);
 * the graph has no such edge yet.
 
-The served graph is never changed: the derived graph is a new :class:`DependencyGraph` (same nodes,
-same indices, the extra edges appended), cached per served graph and edge set so that an incident
-re-ranked every few seconds does not rebuild it. Alert dicts and the service's
+The served graph is never changed: the derived graph is a :class:`DependencyGraph` with the extra
+edges appended that shares the served graph's nodes, indices and per-graph caches (:func:`with_edges`:
+nothing keyed by node is rebuilt), cached per served graph and edge set (dropped with it) so that an
+incident re-ranked every few seconds does not rebuild its edge arrays. Alert dicts and the service's
 :class:`~fleetmind.rca.features.columnar.AlertColumns` (with their ``labels``) give the same edges.
 """
 
@@ -36,15 +37,20 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetmind.data.graph import DependencyGraph, GraphEdge
+import numpy as np
+
+from fleetmind.data.graph import EDGE_KINDS, DependencyGraph, GraphEdge
+from fleetmind.rca.baselines import share_graph_cache
 from fleetmind.rca.features.columnar import AlertColumns
+from fleetmind.rca.features.mapping import share_static
 
 EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
 """A dcgm-exporter DaemonSet pod's name (the GPU Operator's ``nvidia-dcgm-exporter-*``, the
 standalone chart's ``dcgm-exporter-*``): the exporter, never the workload."""
 
-_CACHE_SIZE = 64
-"""Derived graphs kept per served graph (distinct pod-to-GPU edge sets, LRU)."""
+_CACHE_SIZE = 16
+"""Derived graphs kept per served graph (distinct pod-to-GPU edge sets, LRU): each holds its edge
+list and arrays only (:func:`with_edges`, under 1 MB for 15,000 edges)."""
 
 
 class _Index:
@@ -151,13 +157,59 @@ def _derive(graph: DependencyGraph, edges: list[tuple[int, int]]) -> DependencyG
         if g is not None:
             ix.derived.move_to_end(key)
             return g
-    extra = [GraphEdge(graph.nodes[p].id, graph.nodes[q].id, "runs_on") for p, q in edges]
-    g = DependencyGraph(graph.name, graph.nodes, [*graph.edges, *extra])
+    g = with_edges(graph, edges)
     with ix.lock:
         ix.derived[key] = g
         while len(ix.derived) > _CACHE_SIZE:
             ix.derived.popitem(last=False)
     return g
+
+
+def with_edges(graph: DependencyGraph, edges: Sequence[tuple[int, int]]) -> DependencyGraph:
+    """``graph`` plus the edges ``pod -runs_on-> GPU`` of ``edges`` (node index pairs; repeats and
+    edges ``graph`` has are left out), without copying ``graph``.
+
+    The new graph shares ``graph``'s node list, id index, node arrays and alert-mapping caches
+    (which read ``member_of`` and pod-to-host edges only), the feature code's label-set memos,
+    match tables and degree arrays (:func:`fleetmind.rca.features.mapping.share_static`: only the
+    degree rows of the nodes the new edges touch are its own) and a baseline's cached adjacency
+    (:func:`fleetmind.rca.baselines.share_graph_cache`). It holds its edge list and edge arrays
+    (``O(|E|)`` words). Equal, edge for edge and index for index, to ``DependencyGraph(graph.name,
+    graph.nodes, [*graph.edges, *new edges])``; ``graph`` is untouched.
+
+    Raises:
+        ValueError: when a pair is not a pod and a GPU of ``graph``.
+    """
+    nodes, n = graph.nodes, graph.num_nodes
+    for p, q in edges:
+        ok = 0 <= p < n and 0 <= q < n and nodes[p].kind == "pod" and nodes[q].kind == "gpu"
+        if not ok:
+            raise ValueError(f"with_edges: ({p}, {q}) is not a (pod, GPU) pair of the graph")
+    runs_on = _index(graph).runs_on
+    edges = [(p, q) for p, q in dict.fromkeys(edges) if q not in runs_on.get(p, ())]
+    if not edges:
+        return graph
+    if graph._label_index is None:  # built once on the served graph, shared by every derived one
+        graph._best_match({})
+    g = DependencyGraph.__new__(DependencyGraph)
+    # what depends on the nodes only; the alert mapping's caches read member_of and pod-to-host
+    # edges, never pod-to-GPU ones (other attributes, analyzers' edge caches, are not copied)
+    for name in _SHARED_ATTRS:
+        setattr(g, name, getattr(graph, name))
+    extra = [GraphEdge(graph.nodes[p].id, graph.nodes[q].id, "runs_on") for p, q in edges]
+    g.edges = [*graph.edges, *extra]
+    pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2).T
+    g.edge_index = np.concatenate([graph.edge_index, pairs], axis=1)
+    g.edge_type = np.concatenate(
+        [graph.edge_type, np.full(len(extra), EDGE_KINDS.index("runs_on"), dtype=np.int64)]
+    )
+    share_static(graph, g)
+    share_graph_cache(graph, g)
+    return g
+
+
+_SHARED_ATTRS = ("name", "nodes", "index", "node_type", "_label_index", "_derived")
+"""The :class:`DependencyGraph` attributes a derived graph shares with its served graph."""
 
 
 def incident_graph(graph: DependencyGraph, alerts: Any) -> tuple[DependencyGraph, Any]:

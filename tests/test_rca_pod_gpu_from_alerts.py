@@ -216,3 +216,156 @@ def test_incident_path_ranks_the_gpu_first(tmp_path: Path, graph: DependencyGrap
         assert all(not (e.src == POD and e.dst == GPU) for e in graph.edges)
     finally:
         db.dispose()
+
+
+# --- the derived graph shares the served graph's caches (no copy per pod-to-GPU edge set) -------
+
+
+def _full_copy(graph: DependencyGraph, edges: list[tuple[int, int]]) -> DependencyGraph:
+    """The derived graph built the plain way: a new graph with the edges appended."""
+    from fleetmind.data.graph import GraphEdge
+
+    extra = [GraphEdge(graph.nodes[p].id, graph.nodes[q].id, "runs_on") for p, q in edges]
+    return DependencyGraph(graph.name, graph.nodes, [*graph.edges, *extra])
+
+
+def _other_edges(graph: DependencyGraph) -> list[tuple[int, int]]:
+    """Some pod -> GPU pairs of the graph other than the storm's (pods on the GPU's host)."""
+    kind = {n.id: n.kind for n in graph.nodes}
+    pods_on: dict[str, list[str]] = {}
+    for e in graph.edges:
+        if e.kind == "runs_on" and kind[e.src] == "pod" and kind[e.dst] == "host":
+            pods_on.setdefault(e.dst, []).append(e.src)
+    out = {
+        (graph.index[p], graph.index[e.src])
+        for e in graph.edges
+        if e.kind == "attached_to" and kind[e.src] == "gpu"
+        for p in pods_on.get(e.dst, ())
+    }
+    out.discard((graph.index[POD], graph.index[GPU]))
+    return sorted(out)[:3]
+
+
+def test_derived_graph_equals_a_full_copy(graph: DependencyGraph) -> None:
+    """The shared-cache graph has exactly the edges, arrays and features of a full copy, and the
+    GAT and baselines rank the storm on it as on the copy (dense and cropped features)."""
+    from fleetmind.rca.features.columnar import incident_crop
+    from fleetmind.rca.features.dense import alert_features
+    from fleetmind.rca.gat_analyzer import GATAnalyzer
+    from fleetmind.rca.incident_graph import with_edges
+
+    edges = gpu_pod_edges(graph, [(graph.index[GPU], {**DCGM, **WORKLOAD})]) + _other_edges(graph)
+    edges = sorted(set(edges))
+    assert len(edges) >= 2
+    from fleetmind.rca.baselines import graph_cache
+
+    graph_cache(graph)  # a baseline's cache of the served graph, extended by the derived one
+    plain = _full_copy(graph, edges)
+    shared = with_edges(graph, edges)
+    assert [(e.src, e.dst, e.kind) for e in shared.edges] == [
+        (e.src, e.dst, e.kind) for e in plain.edges
+    ]
+    assert (shared.edge_index == plain.edge_index).all()
+    assert (shared.edge_type == plain.edge_type).all()
+    for alerts in (STORM, NO_POD, STORM[1:]):
+        fa, fb = alert_features(shared, alerts), alert_features(plain, alerts)
+        assert (fa.x == fb.x).all()
+        for hops in (1, 2, None):
+            ca, cb = incident_crop(shared, alerts, hops), incident_crop(plain, alerts, hops)
+            assert (ca.x == cb.x).all() and (ca.keep == cb.keep).all()
+            assert (ca.edge_index == cb.edge_index).all()
+    gat = GATAnalyzer.load()
+    for an in (gat, PageRankAnalyzer(PageRankConfig())):
+        ra, rb = an.find_root_causes(shared, STORM, 5), an.find_root_causes(plain, STORM, 5)
+        assert ra.ranked_nodes() == rb.ranked_nodes()
+        assert [c.score for c in ra.causes] == [c.score for c in rb.causes]
+    assert gat.find_root_causes(shared, STORM, 5).ranked_nodes()[0] == GPU
+    # the served graph's own features are untouched by the derived one's
+    assert (
+        alert_features(graph, STORM).x
+        == alert_features(DependencyGraph(graph.name, graph.nodes, graph.edges), STORM).x
+    ).all()
+
+
+def _fresh_graph() -> DependencyGraph:
+    k = json.loads((DATA / "kps_cluster.json").read_text())
+    model = build_graph(k["nodes"], k["pods"], k["services"], k["endpointslices"], cluster=C)
+    return DependencyGraph.from_model(model)
+
+
+def test_derived_ranking_builds_no_per_graph_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new pod-to-GPU edge set builds no graph and no per-node tables: the derived graph uses
+    the served graph's label-set memos, match tables, mapping caches, GAT id ranks and baseline
+    label memo, and holds only its edges and the degree rows of the nodes they touch."""
+    from fleetmind.rca.baselines import graph_cache
+    from fleetmind.rca.features.mapping import _static
+    from fleetmind.rca.gat_analyzer import GATAnalyzer
+
+    graph = _fresh_graph()
+    gat = GATAnalyzer.load()
+    ppr = PageRankAnalyzer(PageRankConfig())
+    for an in (gat, ppr):
+        an.find_root_causes(graph, NO_POD, 5)  # the served graph's caches, warm
+    built: list[Any] = []
+    real_init = DependencyGraph.__init__
+
+    def counting_init(self: DependencyGraph, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(DependencyGraph, "__init__", counting_init)
+    ids_before = dict(gat._ids_cache)
+    base = _static(graph)
+    g_storm, _ = incident_graph(graph, STORM)
+    assert g_storm is not graph
+    assert gat.find_root_causes(g_storm, STORM, 5).ranked_nodes()[0] == GPU
+    ppr.find_root_causes(g_storm, STORM, 5)
+    assert built == []  # no DependencyGraph built for the incident
+    st = _static(g_storm)
+    assert st.label_info is base.label_info and st.keyset_getters is base.keyset_getters
+    assert g_storm.nodes is graph.nodes and g_storm._derived is graph._derived
+    assert graph_cache(g_storm).label_cache is graph_cache(graph).label_cache
+    assert gat._ids_cache.keys() == ids_before.keys()  # the served graph's id ranks, reused
+
+    from fleetmind.rca.incident_graph import with_edges
+
+    for edges in ([e] for e in _other_edges(graph)):  # more distinct edge sets
+        g = with_edges(graph, edges)
+        st = _static(g)
+        assert g.nodes is graph.nodes and g.index is graph.index
+        assert st.label_info is base.label_info and st._base is base._base
+        assert st._rows is not None and st._rows.size == 2  # the pod's and the GPU's rows only
+        gat.find_root_causes(g, STORM, 5)
+    assert built == []
+    assert gat._ids_cache.keys() == ids_before.keys()
+
+
+def test_derived_graphs_do_not_outlive_the_served_graph() -> None:
+    """Derived graphs are kept per served graph: a replaced served graph takes them with it."""
+    import gc
+    import weakref
+
+    served = _fresh_graph()
+    derived, _ = incident_graph(served, STORM)
+    assert derived is not served
+    from fleetmind.rca.gat_analyzer import GATAnalyzer
+
+    GATAnalyzer.load().find_root_causes(derived, STORM, 5)
+    refs = [weakref.ref(served), weakref.ref(derived)]
+    del served, derived
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+
+
+def test_with_edges_checks_its_pairs(graph: DependencyGraph) -> None:
+    """Only (pod, GPU) pairs are accepted; repeats and edges the graph has add nothing."""
+    from fleetmind.rca.incident_graph import with_edges
+
+    pod, gpu = graph.index[POD], graph.index[GPU]
+    with pytest.raises(ValueError, match="not a \\(pod, GPU\\) pair"):
+        with_edges(graph, [(gpu, pod)])
+    with pytest.raises(ValueError, match="not a \\(pod, GPU\\) pair"):
+        with_edges(graph, [(pod, graph.num_nodes)])
+    g = with_edges(graph, [(pod, gpu), (pod, gpu)])
+    assert g.num_edges == graph.num_edges + 1
+    assert with_edges(g, []) is g and with_edges(graph, []) is graph

@@ -363,7 +363,7 @@ def crop_columns(graph: DependencyGraph, cols: AlertColumns, hops: int | None) -
     keep = np.flatnonzero(mask)
     m = keep.size
     x = np.zeros((m, NUM_FEATURES), dtype=np.float32)
-    x[:, _OFF_NBR:] = st.base[keep]
+    x[:, _OFF_NBR:] = st.base_rows(keep)
     x[:, _OFF_TIME + 0] = 1.0
     x[:, _OFF_TIME + 1] = 1.0
     x[:, _OFF_TIME + 6] = 1.0
@@ -478,5 +478,6 @@ def _fill_neighbour_shares(
     out_cnt = out_cnt.astype(np.float32).reshape(k_e, n)[:, keep]
     in_cnt = in_cnt.astype(np.float32).reshape(k_e, n)[:, keep]
     cols = _OFF_NBR + 4 * np.arange(k_e)
-    x[:, cols] = (out_cnt * st.inv_deg[:, 0][:, keep]).T
-    x[:, cols + 2] = (in_cnt * st.inv_deg[:, 1][:, keep]).T
+    inv_deg = st.inv_deg_rows(keep)
+    x[:, cols] = (out_cnt * inv_deg[:, 0]).T
+    x[:, cols + 2] = (in_cnt * inv_deg[:, 1]).T

@@ -61,7 +61,7 @@ def alert_features(graph: DependencyGraph, alerts: Sequence[Mapping[str, Any]]) 
     st = _static(graph)
     n = st.n
     x = np.zeros((n, NUM_FEATURES), dtype=np.float32)
-    x[:, _OFF_NBR:] = st.base
+    x[:, _OFF_NBR:] = st.base_rows()
     idx = map_alerts(graph, alerts) if alerts else []
     mapped = _MappedAlerts.read(alerts, idx)
     alerting = np.zeros(n, dtype=bool)
@@ -184,8 +184,9 @@ def _fill_neighbour_shares(x: np.ndarray, st: _GraphStatic, recent_alerting: np.
     out_cnt.reshape(-1)[:] = np.bincount(lin_out, weights=af[dst], minlength=len(EDGE_KINDS) * n)
     in_cnt.reshape(-1)[:] = np.bincount(lin_in, weights=af[src], minlength=len(EDGE_KINDS) * n)
     cols = _OFF_NBR + 4 * np.arange(len(EDGE_KINDS))
-    x[:, cols] = (out_cnt * st.inv_deg[:, 0]).T
-    x[:, cols + 2] = (in_cnt * st.inv_deg[:, 1]).T
+    inv_deg = st.inv_deg_rows()
+    x[:, cols] = (out_cnt * inv_deg[:, 0]).T
+    x[:, cols + 2] = (in_cnt * inv_deg[:, 1]).T
 
 
 def candidate_mask(graph: DependencyGraph, feats: AlertFeatures, hops: int | None) -> np.ndarray:

@@ -126,27 +126,41 @@ def approx_bytes(obj: Any) -> int:
 
 
 class _GraphStatic:
-    """Per-graph arrays that do not depend on alerts (cached)."""
+    """Per-graph arrays that do not depend on alerts (cached).
 
-    def __init__(self, g: DependencyGraph) -> None:
+    With ``like``, the tables of a graph whose node list ``g`` shares and whose edges begin ``g``'s
+    (:func:`share_static`): the label-set memos, match tables and degree arrays are ``like``'s, and
+    only the rows of the nodes that ``g``'s extra edges touch are ``g``'s own (read the degree
+    columns through :meth:`base_rows` and :meth:`inv_deg_rows`).
+    """
+
+    def __init__(self, g: DependencyGraph, like: _GraphStatic | None = None) -> None:
         n = g.num_nodes
         src, dst = g.edge_index
         et = g.edge_type
         self.n = n
         self.src, self.dst, self.et = src, dst, et
-        base = np.zeros((n, _N_NBR + _N_KIND + 2), dtype=np.float32)
-        self.deg = np.zeros((len(EDGE_KINDS), 2, n), dtype=np.float32)  # [kind, out/in, node]
-        for k in range(len(EDGE_KINDS)):
-            m = et == k
-            self.deg[k, 0] = np.bincount(src[m], minlength=n)
-            self.deg[k, 1] = np.bincount(dst[m], minlength=n)
-            base[:, 4 * k + 1] = np.log1p(self.deg[k, 0])
-            base[:, 4 * k + 3] = np.log1p(self.deg[k, 1])
-        base[np.arange(n), _N_NBR + g.node_type] = 1.0
-        base[:, _N_NBR + _N_KIND] = np.log1p(self.deg[:, 1].sum(0))
-        base[:, _N_NBR + _N_KIND + 1] = np.log1p(self.deg[:, 0].sum(0))
-        self.base = base
-        self.inv_deg = np.where(self.deg > 0, 1.0 / np.maximum(self.deg, 1), 0.0).astype(np.float32)
+        # rows of nodes whose degrees differ from _base / _inv_deg (a derived graph's), sorted
+        self._rows: np.ndarray | None = None
+        self._row_base = self._row_inv = np.zeros(0, dtype=np.float32)
+        if like is None:
+            deg = np.zeros((len(EDGE_KINDS), 2, n), dtype=np.float32)  # [kind, out/in, node]
+            for k in range(len(EDGE_KINDS)):
+                m = et == k
+                deg[k, 0] = np.bincount(src[m], minlength=n)
+                deg[k, 1] = np.bincount(dst[m], minlength=n)
+            self.deg = deg
+            self._base, self._inv_deg = _degree_rows(deg, g.node_type)
+        else:
+            e0 = like.src.size
+            xs, xd, xe = src[e0:], dst[e0:], et[e0:]
+            rows = np.unique(np.concatenate([xs, xd]))
+            deg = like.deg[:, :, rows]  # a copy (fancy indexing)
+            np.add.at(deg, (xe, 0, np.searchsorted(rows, xs)), 1.0)
+            np.add.at(deg, (xe, 1, np.searchsorted(rows, xd)), 1.0)
+            self._base, self._inv_deg = like._base, like._inv_deg
+            self._rows = rows
+            self._row_base, self._row_inv = _degree_rows(deg, g.node_type[rows])
         # memos of label sets (bounded by bytes: clients choose the label text)
         self.alert_cache: ByteMemo = ByteMemo()
         self.label_info: ByteMemo = ByteMemo()
@@ -154,6 +168,65 @@ class _GraphStatic:
         self.keyset_getters: list[tuple[int, dict, Any, frozenset[str]]] | None = None
         self.label_json: ByteMemo = ByteMemo()
         self.label_json_dicts: ByteMemo = ByteMemo()
+        if like is not None:  # they depend on the nodes only
+            for name in _NODE_TABLES:
+                setattr(self, name, getattr(like, name))
+
+    def base_rows(self, keep: np.ndarray | None = None) -> np.ndarray:
+        """float32 ``(len(keep), F')``: the degree and kind columns of nodes ``keep`` (sorted
+        indices; ``None``: all nodes, then not a copy unless this graph has own rows)."""
+        if self._rows is None:
+            return self._base if keep is None else self._base[keep]
+        out = self._base.copy() if keep is None else self._base[keep]
+        at, pos = self._own(keep)
+        out[at] = self._row_base[pos]
+        return out
+
+    def inv_deg_rows(self, keep: np.ndarray | None = None) -> np.ndarray:
+        """float32 ``(K, 2, len(keep))``: ``1 / degree`` per edge kind and out/in direction of
+        nodes ``keep`` (0 where none; sorted indices, ``None``: all nodes)."""
+        if self._rows is None:
+            return self._inv_deg if keep is None else self._inv_deg[:, :, keep]
+        out = self._inv_deg.copy() if keep is None else self._inv_deg[:, :, keep]
+        at, pos = self._own(keep)
+        out[:, :, at] = self._row_inv[:, :, pos]
+        return out
+
+    def _own(self, keep: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Positions in ``keep`` (or node indices) of this graph's own rows, and their rows."""
+        rows = self._rows
+        assert rows is not None
+        if keep is None:
+            return rows, np.arange(rows.size)
+        at = np.searchsorted(keep, rows).clip(max=max(keep.size - 1, 0))
+        hit = keep[at] == rows if keep.size else np.zeros(rows.size, dtype=bool)
+        return at[hit], np.flatnonzero(hit)
+
+
+def _degree_rows(deg: np.ndarray, node_type: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The degree and kind columns (float32 ``(t, F')``) and ``1 / degree`` (float32 ``(K, 2, t)``)
+    of ``t`` nodes of degrees ``deg`` (``[edge kind, out/in, node]``) and kinds ``node_type``."""
+    t = deg.shape[2]
+    base = np.zeros((t, _N_NBR + _N_KIND + 2), dtype=np.float32)
+    for k in range(len(EDGE_KINDS)):
+        base[:, 4 * k + 1] = np.log1p(deg[k, 0])
+        base[:, 4 * k + 3] = np.log1p(deg[k, 1])
+    base[np.arange(t), _N_NBR + node_type] = 1.0
+    base[:, _N_NBR + _N_KIND] = np.log1p(deg[:, 1].sum(0))
+    base[:, _N_NBR + _N_KIND + 1] = np.log1p(deg[:, 0].sum(0))
+    inv = np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0).astype(np.float32)
+    return base, inv
+
+
+_NODE_TABLES = (
+    "alert_cache",
+    "label_info",
+    "keysets",
+    "keyset_getters",
+    "label_json",
+    "label_json_dicts",
+)
+"""The :class:`_GraphStatic` attributes that depend on a graph's nodes only, not its edges."""
 
 
 _STATIC: weakref.WeakKeyDictionary[DependencyGraph, _GraphStatic] = weakref.WeakKeyDictionary()
@@ -168,6 +241,19 @@ def _static(g: DependencyGraph) -> _GraphStatic:
         st = _GraphStatic(g)
         _STATIC[g] = st
     return st
+
+
+def share_static(base: DependencyGraph, g: DependencyGraph) -> None:
+    """Give ``g``, a graph with ``base``'s nodes (the same list) and more edges, per-graph tables
+    that share ``base``'s label-set memos and match tables: only its degree arrays (``O(|V|)``
+    floats) are computed, from its own edges. Kept while ``g`` lives (weakly keyed)."""
+    if g.nodes is not base.nodes:
+        raise ValueError("share_static: the graphs do not share their nodes")
+    like = _static(base)
+    if like._rows is not None:
+        raise ValueError("share_static: base must be a graph of its own, not a derived one")
+    _node_tables(like, base)
+    _STATIC[g] = _GraphStatic(g, like)
 
 
 def _keywords(name: str) -> np.ndarray:
@@ -224,13 +310,21 @@ def node_index_for_alert(
 
 def _node_index(graph: DependencyGraph, st: _GraphStatic, lab: dict[str, str]) -> int | None:
     """:func:`node_index_for_alert` of labels already as ``str -> str`` (none ``None``)."""
+    sets = _node_tables(st, graph)
+    return graph.resolve_alert(lab, functools.partial(_table_match, sets))
+
+
+def _node_tables(
+    st: _GraphStatic, graph: DependencyGraph
+) -> list[tuple[int, dict, Any, frozenset[str]]]:
+    """``st.keyset_getters``, built on first use."""
     sets = st.keyset_getters
     if sets is None:  # per key set: its keys and a C-level getter of its values in key order
         sets = st.keyset_getters = [
             (len(keys), table, _values_getter(keys), frozenset(keys))
             for keys, table in _keysets(st, graph)
         ]
-    return graph.resolve_alert(lab, functools.partial(_table_match, sets))
+    return sets
 
 
 def _table_match(
