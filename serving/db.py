@@ -1334,9 +1334,19 @@ def pg_connect_args(
 
 
 def _pg_statement_timeout(engine: Engine, statement_timeout_s: float) -> None:
-    """``SET statement_timeout`` (``statement_timeout_s`` seconds; 0: none) on every new
-    connection of ``engine``: a statement the server runs for too long fails (503, retried by
-    Alertmanager).
+    """``SET statement_timeout`` and ``SET idle_in_transaction_session_timeout``
+    (``statement_timeout_s`` seconds each; 0: neither) on every new connection of ``engine``: a
+    statement the server runs for too long fails (503, retried by Alertmanager), and a session
+    left idle inside a transaction for that long is ended by the server.
+
+    The second bounds a peer that stops inside one of its write transactions (SIGSTOP, a paused
+    VM, a vanished host whose kernel still answers nothing): its backend stays "idle in
+    transaction" holding its transaction-level advisory locks (the grouping lock, a node's hold
+    lock) and row locks, which nothing else ever releases. The same value as the statement
+    timeout, because a healthy transaction of the service spends far less than that between two
+    statements (the longest gap: the grouping transaction mapping a batch of up to 500 alerts
+    in Python, well under a second even on a starved machine), so it ends only stuck sessions.
+    PostgreSQL before 9.6 has no such setting: the statement timeout is then set alone.
 
     A ``SET`` after the connection is made, in autocommit so that the pool's rollback does not
     undo it (SQLAlchemy's "Setting Alternate Search Paths on Connect", PostgreSQL dialect docs),
@@ -1354,9 +1364,37 @@ def _pg_statement_timeout(engine: Engine, statement_timeout_s: float) -> None:
         try:
             cur = dbapi_conn.cursor()  # psycopg and psycopg2 alike
             cur.execute(f"SET statement_timeout = {ms}")
+            try:  # PostgreSQL 9.6 and later (autocommit: a refusal leaves the session usable)
+                cur.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+            except dbapi_conn.ProgrammingError:  # undefined parameter: an older server
+                pass
             cur.close()
         finally:
             dbapi_conn.autocommit = autocommit
+
+
+PG_LOCK_WAIT_S = 5.0
+"""How long a PostgreSQL lock wait of the grouping transaction or of a placement hold may last
+(``lock_timeout``, s) before it fails (SQLSTATE 55P03): a few times the longest healthy hold of
+those locks (milliseconds for a hold, about a second for a grouping batch on a starved
+machine), and well under the leader lease (10 s), so a worker blocked by a hung peer goes back
+to checking its lease instead of waiting the whole statement timeout."""
+
+
+LOCK_NOT_AVAILABLE = "55P03"
+"""SQLSTATE of a lock wait ended by ``lock_timeout`` (PostgreSQL, Appendix A "PostgreSQL Error
+Codes": ``lock_not_available``); not an input error (:func:`is_input_error`): a 503."""
+
+
+def pg_lock_wait(conn: Connection, seconds: float = PG_LOCK_WAIT_S) -> None:
+    """``SET LOCAL lock_timeout`` to ``seconds`` for the rest of ``conn``'s transaction
+    (PostgreSQL only; transaction-scoped, so it holds through PgBouncer in any pool mode)."""
+    from sqlalchemy import text
+
+    conn.execute(
+        text("SELECT set_config('lock_timeout', :v, true)"),
+        {"v": f"{max(1, round(seconds * 1000))}ms"},
+    )
 
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000

@@ -16,14 +16,18 @@ from typing import Any
 
 from sqlalchemy import Boolean, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
 
 from fleetmind.serving.db import (
+    LOCK_NOT_AVAILABLE,
+    PG_LOCK_WAIT_S,
     Database,
     LeaderLock,
     alerts,
     incident_feedback,
     incidents,
     notifications,
+    pg_lock_wait,
 )
 from fleetmind.serving.incidents.grouper import ClosedIncident, OpenIncident, Settled
 from fleetmind.serving.schemas import iso_utc
@@ -64,6 +68,12 @@ _SET_GROUPED = (
     .where(and_(alerts.c.id == bindparam("_id"), alerts.c.updated_ts == bindparam("_upd")))
     .values(incident_id=bindparam("_inc"), node=bindparam("_node"), pending=False)
 )
+
+
+class GroupingBusy(Exception):
+    """Another session held the grouping lock (:data:`fleetmind.serving.db.LeaderLock.GROUP_KEY`)
+    for the whole :data:`~fleetmind.serving.db.PG_LOCK_WAIT_S`: the batch is not grouped this
+    pass (the worker logs it and tries again a second later)."""
 
 
 def alert_dict(row: dict[str, Any]) -> dict[str, Any]:
@@ -122,10 +132,30 @@ class IncidentStore:
     # ------------------------------------------------------------------ the grouping transaction
     @contextlib.contextmanager
     def grouping(self) -> Iterator[Connection]:
-        """A write transaction for one batch, fenced against other replicas (see the module)."""
+        """A write transaction for one batch, fenced against other replicas (see the module).
+
+        On PostgreSQL every lock wait of the transaction (the grouping lock, and the row locks
+        of the alerts and incidents it changes) lasts at most
+        :data:`~fleetmind.serving.db.PG_LOCK_WAIT_S` seconds: a peer hung inside its own
+        transaction (its session is ended by ``idle_in_transaction_session_timeout``) makes this
+        pass fail (:class:`GroupingBusy` for the grouping lock), not wait the whole statement
+        timeout, so the worker goes back to checking its lease and tries again a second later.
+
+        Raises:
+            GroupingBusy: another session held the grouping lock for the whole wait.
+        """
         with self.db.write() as conn:
             if not self.db.is_sqlite:
-                conn.execute(select(func.pg_advisory_xact_lock(LeaderLock.GROUP_KEY))).all()
+                pg_lock_wait(conn)
+                try:
+                    conn.execute(select(func.pg_advisory_xact_lock(LeaderLock.GROUP_KEY))).all()
+                except OperationalError as err:
+                    if getattr(err.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                        raise
+                    raise GroupingBusy(
+                        f"another session held the grouping lock for over {PG_LOCK_WAIT_S:g} s "
+                        "(a replica hung inside a grouping transaction?): this pass is skipped"
+                    ) from None
             yield conn
 
     def pending(self, conn: Connection, limit: int) -> list[dict[str, Any]]:

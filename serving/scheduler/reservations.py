@@ -54,7 +54,7 @@ from sqlalchemy import delete, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetmind.data.errors import DataError
-from fleetmind.serving.db import Database, is_input_error, reservations
+from fleetmind.serving.db import Database, is_input_error, pg_lock_wait, reservations
 from fleetmind.serving.scheduler.placement import Option, Reservations, free_gpus
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
@@ -190,6 +190,10 @@ class DbReservations(Reservations):
         on the option's node since ``seen`` and the option no longer fits the snapshot after them,
         nothing is held and False comes back (decide again on a fresh view).
 
+        On PostgreSQL a lock wait (the node's lock, a row another transaction holds) lasting
+        :data:`fleetmind.serving.db.PG_LOCK_WAIT_S` fails the hold with SQLSTATE 55P03 (a
+        database error: 503), as when a replica hangs inside its own hold.
+
         Returns:
             True when the hold was written.
         """
@@ -211,6 +215,9 @@ class DbReservations(Reservations):
         }
         with _bad_input_is_422(), self.db.write() as conn:
             if not self.db.is_sqlite:  # before any row lock: no lock-order cycle between nodes
+                # a peer hung inside its own hold (ended by idle_in_transaction_session_timeout)
+                # fails this one (55P03: 503) after PG_LOCK_WAIT_S, not the statement timeout
+                pg_lock_wait(conn)
                 conn.execute(
                     text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
                     {"c": _PG_LOCK_CLASS, "k": _node_lock_key(option.cluster, option.node)},
