@@ -130,7 +130,7 @@ _SIZE_WORDS = frozenset("size bytes body length".split())
 """Words of a payload size (OpenTelemetry ``http.server.response.body.size``, Istio
 ``istio_response_bytes``): with ``response``/``request`` they name a size, not a latency."""
 
-_PROPER_LATENCY = frozenset("latency duration rt delay p50 p75 p90 p95 p99 p999 wait".split())
+_PROPER_LATENCY = frozenset("latency duration rt delay p50 p75 p90 p95 p99 p999 wait time".split())
 """Latency words other than ``response``: a name with one of them is a latency even with a size
 word."""
 
@@ -199,7 +199,7 @@ def metric_role(name: str) -> str:
         return "traffic"  # http_server_response_body_size: a payload size, not a latency
     if role == "latency" and ws and ws[-1] == "count":
         return "traffic"  # http_request_duration_seconds_count: how many requests
-    if role == "errors" and any(w in _HEADROOM for w in ws):
+    if role == "errors" and _has_headroom(ws):
         return "success"  # error_budget_remaining: a drop is the symptom
     return role
 
@@ -218,9 +218,18 @@ def roles_line(name: str, roles: dict[str, dict[str, str]]) -> str:
     )
 
 
+def _has_headroom(ws: list[str]) -> bool:
+    """Whether words ``ws`` hold a headroom word; ``balance`` after ``load`` names load balancing
+    (``load_balance_latency_ms``, ``load_balance_errors``), not what is left."""
+    return any(
+        w in _HEADROOM and not (w == "balance" and i and ws[i - 1] == "load")
+        for i, w in enumerate(ws)
+    )
+
+
 def _headroom(name: str) -> bool:
     """Whether a name measures what is left (a headroom word): its symptom is a drop."""
-    return any(w in _HEADROOM for w in words(name))
+    return _has_headroom(words(name))
 
 
 def model_role(name: str) -> str:

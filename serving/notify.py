@@ -49,6 +49,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import threading
 import time
 import weakref
@@ -323,11 +324,20 @@ def post_client(transport: httpx.BaseTransport | None = None) -> httpx.Client:
     deadline on the whole post for the transports that reach the network (those of httpx, the
     proxies from the environment included; a test's ``transport`` is used as it is)."""
     client = httpx.Client(timeout=POST_TIMEOUT_S, transport=transport)
+    wrapped = 0
     for t in [client._transport, *client._mounts.values()]:  # (httpx keeps them there)
         pool = getattr(t, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
         if isinstance(t, httpx.HTTPTransport) and isinstance(backend, httpcore.NetworkBackend):
             pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+            wrapped += 1
+    if transport is None and not wrapped:  # httpx/httpcore moved their internals
+        log.warning(
+            "notifications: httpx %s keeps no connection pool where this release looks for it: "
+            "a receiver that trickles its answer's headers may hold a post past %.0f s",
+            httpx.__version__,
+            POST_TIMEOUT_S,
+        )
     return client
 
 
@@ -337,7 +347,7 @@ def retry_after(response: httpx.Response, now: float | None = None) -> float | N
     else to ``now``, Unix s, default the wall clock); ``None`` when it has none or it is invalid.
     """
     value = (response.headers.get("retry-after") or "").strip()
-    if value.isdigit():
+    if re.fullmatch(r"[0-9]{1,12}", value):  # ASCII digits only: str.isdigit() takes "²"
         return float(value)
     try:
         when = parsedate_to_datetime(value).timestamp()

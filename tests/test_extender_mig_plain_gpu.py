@@ -335,3 +335,20 @@ def test_a_node_without_gpus_still_fails_for_their_count() -> None:
     for placer in (PLACERS[0], PLACERS[-1]):
         _, d = decide(_args(_pod(), ["cpu-node"]), snap, Reservations(), placer, NodeIndex())
         assert d.unresolvable == {"cpu-node": "node has 0 healthy GPU(s), pod needs 1"}, d
+
+
+def test_the_ranking_does_not_depend_on_the_order_kube_scheduler_lists_nodes() -> None:
+    """A pod naming a MIG profile and a whole-GPU model is placed in two calls (mixed nodes get
+    the whole-GPU names only); the groups were ranked in the order the nodes came, and the first
+    option is the one held."""
+    snap = _snap()
+    pod = _pod(gpu_card_model="MIG 1g.10gb|H100")
+    seen = set()
+    for order in (
+        ["mig-partial", "plain", "mig-single"],
+        ["plain", "mig-single", "mig-partial"],
+        ["mig-single", "mig-partial", "plain"],
+    ):
+        _, d = decide(_args(pod, order), snap, Reservations(), BestFitPlacer(), NodeIndex())
+        seen.add(tuple((o.node, o.score) for o in d.options))
+    assert len(seen) == 1, seen

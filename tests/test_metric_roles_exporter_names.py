@@ -131,3 +131,16 @@ def test_roles_line_marks_overrides() -> None:
     assert roles_line("shop", roles) == (
         "shop: metric roles latency=latency, ok_ratio=success*  (* = role map override)"
     )
+
+
+def test_load_balancing_and_response_time_names_keep_their_roles() -> None:
+    """``balance`` after ``load`` is load balancing, not headroom; ``time`` keeps a response name
+    a latency even with a size word."""
+    from fleetmind.data.metric_roles import _headroom, metric_role
+
+    assert metric_role("load_balance_latency_ms") == "latency"
+    assert not _headroom("load_balance_latency_ms")
+    assert metric_role("load_balance_errors") == "errors"
+    assert _headroom("CPUCreditBalance")
+    assert metric_role("response_time_bytes") == "latency"
+    assert metric_role("http_server_response_body_size") == "traffic"

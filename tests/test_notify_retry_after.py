@@ -153,3 +153,15 @@ def test_a_huge_retry_after_is_capped(db: Database) -> None:
         assert n._down["http://hooks.test/slack"][1] == clock.t + MAX_PAUSE_S
     finally:
         n.stop()
+
+
+def test_a_retry_after_that_is_no_ascii_number_is_ignored() -> None:
+    """``str.isdigit`` takes ``"²"`` (Retry-After byte 0xB2, decoded as latin-1 by httpx), which
+    ``float`` refuses: the poll raised instead of backing off."""
+    import httpx
+
+    from fleetmind.serving.notify import retry_after
+
+    for raw in (b"\xb2", b"\xd9\xa3", b"1e3", b"-5", b"12345678901234567890"):
+        assert retry_after(httpx.Response(429, headers=[(b"retry-after", raw)])) is None, raw
+    assert retry_after(httpx.Response(429, headers=[(b"retry-after", b"30")])) == 30.0

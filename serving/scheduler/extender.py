@@ -718,14 +718,18 @@ def _place(
 
     A pod that names MIG and whole-GPU models in ``gpu-card-model`` without asking for
     ``nvidia.com/mig-<profile>`` is placed on nodes of the MIG mixed strategy with the whole-GPU
-    names only (:func:`_wants`): one more call for those nodes."""
+    names only (:func:`_wants`): one more call for those nodes, after the call with the pod's own
+    names at the same replica count."""
     groups: dict[tuple[int, tuple[str, ...]], list[NodeState]] = {}
     for node in cands:
         # None: refused before (_model_ok); a CPU-only pod's models are not used
         wants = (_wants(node, req) or ()) if req.num_gpu else req.gpu_models
         groups.setdefault((d.replicas.get(node.name, 1), wants), []).append(node)
     options: list[Option] = []
-    for (r, wants), nodes in sorted(groups.items(), key=lambda kv: kv[0][0]):
+    # fewer replicas first; within a count the pod's own models, then the others by name: the
+    # order never depends on the order kube-scheduler listed the nodes in
+    order = sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != req.gpu_models, kv[0][1]))
+    for (r, wants), nodes in order:
         job = req if wants == req.gpu_models else dataclasses.replace(req, gpu_models=wants)
         options += placer.place(
             snapshot,

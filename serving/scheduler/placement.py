@@ -6,6 +6,7 @@ Units follow openb: ``gpu_milli`` is the share of one GPU (1000 = a whole GPU); 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -42,6 +43,7 @@ def parse_gpu_models(spec: str | None) -> tuple[str, ...]:
     return tuple(w.strip() for w in _SPEC_SEPARATORS.split(spec) if _model_tokens(w))
 
 
+@functools.lru_cache(maxsize=4096)
 def _model_key(name: str) -> str:
     """``name`` lower-cased with MIG's ``+`` written ``.``: NVIDIA's k8s-device-plugin advertises
     the profile ``1g.10gb+me`` (DCGM's ``GPU_I_PROFILE``, so telemetry's model name) as the
@@ -50,8 +52,10 @@ def _model_key(name: str) -> str:
     return name.strip().lower().replace("+", ".")
 
 
-def _model_tokens(name: str) -> list[str]:
-    return [t for t in _MODEL_TOKEN_SEPARATORS.split(_model_key(name)) if t]
+@functools.lru_cache(maxsize=4096)
+def _model_tokens(name: str) -> tuple[str, ...]:
+    """The words of a model name (cached: a fleet has a handful of names, asked per GPU)."""
+    return tuple(t for t in _MODEL_TOKEN_SEPARATORS.split(_model_key(name)) if t)
 
 
 def gpu_model_matches(model: str, wants: Sequence[str]) -> bool:
