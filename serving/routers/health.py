@@ -37,6 +37,7 @@ from fleetmind.serving.health import (
     cluster_mismatch_warning,
     unmapped_alerts_warning,
 )
+from fleetmind.serving.origin_guard import binds_loopback
 from fleetmind.serving.registry import fallback_warnings
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import FleetSnapshot
@@ -68,7 +69,9 @@ def is_example_graph(graph: DependencyGraph) -> bool:
 
 def example_graph_warning(settings: Settings, graph: DependencyGraph) -> str | None:
     """One line when ``graph`` is the embedded example while the service serves a real fleet
-    (telemetry ``prometheus``, or any token set: a non-loopback bind needs one), else ``None``.
+    (telemetry ``prometheus``, or a token set on a non-loopback listen address, as a deployment
+    runs), else ``None``: the demo and the operators' tutorial (simulated telemetry on loopback,
+    with or without a token) use the example graph on purpose, and their storms map onto it.
 
     The example's clusters (c0, c1) are no fleet's: alerts map to no graph node and every incident
     has no ranked cause, while everything else looks healthy. The line names no file (``/readyz``
@@ -76,7 +79,9 @@ def example_graph_warning(settings: Settings, graph: DependencyGraph) -> str | N
     """
     if not is_example_graph(graph):
         return None
-    if settings.telemetry != "prometheus" and not settings.tokens():
+    if settings.telemetry != "prometheus" and (
+        not settings.tokens() or binds_loopback(settings.bind_host)
+    ):
         return None  # the demo and local trials: the example graph is what they are meant to use
     clusters = sorted({str(n.match["cluster"]) for n in graph.nodes if "cluster" in n.match})
     return (
