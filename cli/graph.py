@@ -140,7 +140,7 @@ def fetch_lists(
             "fleetmind graph build needs the kubernetes package (pip install kubernetes), "
             "or --from-dir with recorded list responses"
         ) from None
-    api = client.ApiClient(_client_configuration(kubeconfig, context, in_cluster))
+    api = client.ApiClient(_client_configuration(kubeconfig, context, in_cluster, timeout))
     core, disc = client.CoreV1Api(api), client.DiscoveryV1Api(api)
     host = str(api.configuration.host)
     nodes = _list_all(core.list_node, "nodes", host, timeout)
@@ -159,9 +159,17 @@ def fetch_lists(
     return nodes, pods, services, slices
 
 
-def _client_configuration(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Any:
+def _client_configuration(
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Any:
     """The client's configuration from the pod's service account or a kubeconfig file, with
-    retries that repeat a failed connection but never a request after a read timeout."""
+    retries that repeat a failed connection but never a request after a read timeout, and that
+    wait out a 429's or 503's ``Retry-After`` (API Priority and Fairness) only up to ``timeout``
+    seconds: urllib3 sleeps for any ``Retry-After`` by default, and a proxy's ``Retry-After: 100``
+    held a build with ``--timeout 5`` for 202 s."""
     import urllib3
     from kubernetes import client, config
 
@@ -184,7 +192,10 @@ def _client_configuration(kubeconfig: str | None, context: str | None, in_cluste
             )
     except Exception as err:  # noqa: BLE001 - ConfigException, bad YAML, missing token file
         raise NotAvailableError(f"no Kubernetes configuration: {err}") from None
-    cfg.retries = urllib3.Retry(total=2, read=0)
+    try:
+        cfg.retries = urllib3.Retry(total=2, read=0, retry_after_max=timeout)
+    except TypeError:  # urllib3 before retry_after_max: such an answer fails at once instead
+        cfg.retries = urllib3.Retry(total=2, read=0, respect_retry_after_header=False)
     return cfg
 
 

@@ -322,6 +322,9 @@ def build_graph(
     for sid, nm in sorted(node_endpoints):
         if f"{c}/host/{nm}" in b.nodes:
             b.edge(sid, f"{c}/host/{nm}", "runs_on")
+    by_ns: dict[Any, list[tuple[str, Mapping[str, Any]]]] = {}
+    for sns, sid, sel in selectors:  # a pod meets only its own namespace's selectors
+        by_ns.setdefault(sns, []).append((sid, sel))
     for p in pod_items:
         pod = _add_pod(b, c, p, gpus_of, whole)
         if pod is None:
@@ -331,8 +334,8 @@ def build_graph(
             for sid in members.get((ns, nm), ()):
                 b.edge(pid, sid, "member_of")
         else:
-            for sns, sid, sel in selectors:
-                if sns == ns and all(labels.get(k) == v for k, v in sel.items()):
+            for sid, sel in by_ns.get(ns, ()):
+                if all(labels.get(k) == v for k, v in sel.items()):
                     b.edge(pid, sid, "member_of")
     _add_calls(b, c, calls, svc_ids)
     return b.model()

@@ -370,7 +370,8 @@ def test_nvml_links_use_the_pods_node_name(
 # -- 7.-9. the Kubernetes API: timeouts, errors, paging, --traces --------------------------------
 
 
-Responder = Callable[[str, dict[str, list[str]]], tuple[int, dict] | None]
+Responder = Callable[[str, dict[str, list[str]]], tuple | None]
+"""``(status, body)`` or ``(status, body, headers)``; ``None``: never answer."""
 
 
 @pytest.fixture
@@ -390,6 +391,8 @@ def api(tmp_path: Path) -> Iterator[Callable[[Responder], Path]]:
                     return
                 body = json.dumps(answer[1]).encode()
                 self.send_response(answer[0])
+                for name, value in (answer[2] if len(answer) > 2 else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -475,6 +478,39 @@ def test_api_that_never_answers_times_out(
     err = _one_error_line(capsys)
     assert "cannot list nodes from the Kubernetes API at http://127.0.0.1:" in err
     assert "no answer within 0.5 s (--timeout)" in err
+
+
+def test_a_long_retry_after_does_not_outlast_the_timeout(
+    api: Callable[[Responder], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """API Priority and Fairness answers 429 with ``Retry-After`` (kubernetes.io "API Priority and
+    Fairness"); urllib3 sleeps for any ``Retry-After`` unless told a maximum (``retry_after_max``),
+    so a proxy's ``Retry-After: 100`` held ``--timeout 0.5`` for 200 s (two retries)."""
+    pytest.importorskip("kubernetes")
+    seen: list[str] = []
+
+    def busy(path: str, q: dict[str, list[str]]) -> tuple:
+        seen.append(path)
+        answer = _status(429, "TooManyRequests", "too many requests, please try again later")
+        return (*answer, {"Retry-After": "100"})
+
+    kc = api(busy)
+    start = time.monotonic()
+    rc = main(
+        [
+            "graph",
+            "build",
+            "--kubeconfig",
+            str(kc),
+            "--timeout",
+            "0.5",
+            "--out",
+            str(tmp_path / "g"),
+        ]
+    )
+    assert rc == 2 and time.monotonic() - start < 30
+    assert len(seen) == 3  # the request and its two retries, each after at most --timeout
+    assert "429 Too Many Requests" in _one_error_line(capsys)
 
 
 def test_api_errors_name_the_resource_status_and_message(
