@@ -20,7 +20,7 @@ import sys
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError, ModelLoadError
-from fleetmind.data.metric_roles import role_map_source
+from fleetmind.data.metric_roles import role_map_source, roles_line
 from fleetmind.data.petshop import PetShopScenario, load_scenario
 from fleetmind.provenance import load_now, run_provenance
 from fleetmind.rca.fit_eval import bootstrap_intervals
@@ -204,15 +204,7 @@ def run(args: argparse.Namespace) -> int:
             "fleetmind " + " ".join(sys.argv[1:]), load0, ("torch_geometric", "scikit-learn")
         ),
     }
-    roles = res["roles"]
-    print(
-        f"{scenario.name}: metric roles "
-        + ", ".join(
-            f"{m}={r['role']}" + ("*" if r["source"] == "override" else "")
-            for m, r in roles.items()
-        )
-        + "  (* = role map override)"
-    )
+    print(roles_line(scenario.name, res["roles"]))
     for split, block in [(args.split, top)] + [
         (s, b) for s, b in res["by_split"].items() if s != args.split
     ]:
