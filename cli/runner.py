@@ -118,17 +118,22 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
 
     Use it as ``raise SystemExit(run_main(main, prog="benchmarks.rca.gat_speed"))``; ``prog``
     starts each error line, argparse's usage errors of a parser built inside ``fn`` included
-    (``sys.argv[0]``, argparse's default ``prog``, is ``prog`` while ``fn`` runs: ``python -m``
-    would name the file, ``gat_speed.py``). Exceptions that are not the user's keep their
+    (under ``python -m``, ``sys.argv[0]``, argparse's default ``prog``, is ``prog`` while ``fn``
+    runs: it would name the file, ``gat_speed.py``; a console script's path is left alone). Exceptions that are not the user's keep their
     traceback.
     """
     saved = sys.argv[0] if sys.argv else None
-    if sys.argv:
+    main = sys.modules.get("__main__")
+    # only under `python -m`, where a relauncher runs `-m <module>`: Lightning's DDP relaunches a
+    # console script (`fleetmind rca train --devices 2`) as `python sys.argv[0] ...`, which must
+    # stay the script's path
+    renamed = saved is not None and getattr(main, "__spec__", None) is not None
+    if renamed:
         sys.argv[0] = prog
     try:
         return _run(fn, prog)
     finally:
-        if saved is not None and sys.argv:
+        if renamed and sys.argv:
             sys.argv[0] = saved
 
 

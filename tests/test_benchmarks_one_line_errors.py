@@ -226,3 +226,23 @@ def test_count_types() -> None:
     for bad in ("-1", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             nonnegative_int(bad)
+
+
+def test_a_console_scripts_path_stays_for_relaunchers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning's DDP relaunches a console script (``__main__.__spec__`` is None) as
+    ``python sys.argv[0] ...``: run_main names the module in usage errors only under ``python -m``
+    (``__spec__`` set, relaunched as ``-m``), never renaming a script's path."""
+    import types
+
+    script = types.ModuleType("__main__")
+    script.__spec__ = None
+    monkeypatch.setattr(sys, "modules", {**sys.modules, "__main__": script})
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/fleetmind", "rca", "train"])
+    seen: list[str] = []
+    assert run_main(lambda: seen.append(sys.argv[0]), prog="fleetmind") == 0
+    assert seen == ["/venv/bin/fleetmind"]
+    module = types.ModuleType("__main__")
+    module.__spec__ = importlib.util.find_spec("benchmarks.serving.k8s")
+    monkeypatch.setattr(sys, "modules", {**sys.modules, "__main__": module})
+    assert run_main(lambda: seen.append(sys.argv[0]), prog="benchmarks.serving.k8s") == 0
+    assert seen[-1] == "benchmarks.serving.k8s" and sys.argv[0] == "/venv/bin/fleetmind"
