@@ -20,6 +20,7 @@ This module is plain Python + numpy (no torch), so datasets are readable without
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,10 @@ _KIND_SPECIFICITY: dict[str, int] = {
 well. The cluster ranks last: Prometheus' ``cluster`` external label (docs/graph.md) puts ``cluster``
 on every alert, also on alerts about cluster-less shared infrastructure (``{"service": "dns",
 "cluster": "c0"}`` is the DNS node, not the cluster)."""
+
+DCGM_EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
+"""A dcgm-exporter DaemonSet pod's name (the GPU Operator's ``nvidia-dcgm-exporter-*``, the
+standalone chart's ``dcgm-exporter-*``): the exporter, never the workload its series name."""
 
 OVERRIDE_LABEL = "fleetmind_node"
 """An alert label whose value is a node id maps the alert to that node directly."""
@@ -549,12 +554,18 @@ class DependencyGraph:
             self._derived["claims"] = cached
         return cached
 
+    def cluster_names(self) -> frozenset[str]:
+        """The ``cluster`` match values of the graph's nodes (cached)."""
+        cached = self._derived.get("cluster_names")
+        if cached is None:
+            cached = frozenset(str(n.match["cluster"]) for n in self.nodes if "cluster" in n.match)
+            self._derived["cluster_names"] = cached
+        return cached
+
     def _sole_cluster(self) -> str | None:
-        """The ``cluster`` match value when the graph's nodes name exactly one, else None (cached)."""
-        if "sole_cluster" not in self._derived:
-            clusters = {str(n.match["cluster"]) for n in self.nodes if "cluster" in n.match}
-            self._derived["sole_cluster"] = clusters.pop() if len(clusters) == 1 else None
-        return self._derived["sole_cluster"]
+        """The ``cluster`` match value when the graph's nodes name exactly one, else None."""
+        clusters = self.cluster_names()
+        return next(iter(clusters)) if len(clusters) == 1 else None
 
     def _host_addresses(self) -> _ClusterTable:
         """Host ``addresses`` attr values (IPs, DNS names) -> the host's ``node`` match value, per

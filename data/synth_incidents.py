@@ -684,9 +684,9 @@ class SystemModel:
         roles = self.config.roles
         found: dict[str, list[str]] = {}
         for _, metric, _ in self._det_cols:
-            found.setdefault(roles.role(metric), [])
-            if metric not in found[roles.role(metric)]:
-                found[roles.role(metric)].append(metric)
+            names = found.setdefault(roles.role(metric), [])
+            if metric not in names:
+                names.append(metric)
         listed = "; ".join(f"{r}: {', '.join(ms[:5])}" for r, ms in sorted(found.items()))
         head = (
             f"graph {self.graph.name!r}: injected faults raise almost no alerts "

@@ -30,7 +30,6 @@ incident re-ranked every few seconds does not rebuild its edge arrays. Alert dic
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -39,14 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from fleetmind.data.graph import EDGE_KINDS, DependencyGraph, GraphEdge
+from fleetmind.data.graph import DCGM_EXPORTER_POD, EDGE_KINDS, DependencyGraph, GraphEdge
 from fleetmind.rca.baselines import share_graph_cache
 from fleetmind.rca.features.columnar import AlertColumns
 from fleetmind.rca.features.mapping import share_static
-
-EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
-"""A dcgm-exporter DaemonSet pod's name (the GPU Operator's ``nvidia-dcgm-exporter-*``, the
-standalone chart's ``dcgm-exporter-*``): the exporter, never the workload."""
 
 _CACHE_SIZE = 16
 """Derived graphs kept per served graph (distinct pod-to-GPU edge sets, LRU): each holds its edge
@@ -103,7 +98,7 @@ def _workload_pod(
         pod = labels.get("pod", "")
         if (
             not pod
-            or EXPORTER_POD.match(pod)
+            or DCGM_EXPORTER_POD.match(pod)
             or pod in (labels.get("Hostname"), labels.get("hostname"))
         ):
             return None

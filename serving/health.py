@@ -357,24 +357,6 @@ _NAMES_SHOWN = 5  # cluster names a warning lists (then "and N more")
 _NAME_CHARS = 63  # a Kubernetes label value's limit; a longer value is cut
 
 
-_GRAPH_CLUSTERS: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
-
-
-def graph_clusters(graph: Any) -> frozenset[str]:
-    """The ``cluster`` match values of ``graph``'s nodes (a :class:`fleetmind.data.graph.DependencyGraph`; computed
-    once per graph: the fleet page and every ``/readyz`` ask)."""
-    try:
-        return _GRAPH_CLUSTERS[graph]
-    except (KeyError, TypeError):
-        pass
-    out = frozenset(str(n.match["cluster"]) for n in graph.nodes if "cluster" in n.match)
-    try:
-        _GRAPH_CLUSTERS[graph] = out
-    except TypeError:  # not weakly referenceable: not cached
-        pass
-    return out
-
-
 def telemetry_cluster_alias(graph_names: Set[str], telemetry_names: Set[str]) -> dict[str, str]:
     """Graph cluster -> telemetry cluster, when the graph and the telemetry each hold exactly one
     cluster and their names differ (else empty): they are the same fleet.
@@ -404,7 +386,7 @@ def cluster_mismatch_warning(graph: Any, snapshot: FleetSnapshot | None) -> str 
     no GPU or host of an open incident, as it finds the alerting nodes by their cluster."""
     if snapshot is None or not snapshot.nodes:
         return None
-    g, t = graph_clusters(graph), {str(n.cluster) for n in snapshot.nodes}
+    g, t = graph.cluster_names(), {str(n.cluster) for n in snapshot.nodes}
     if not g or g & t or telemetry_cluster_alias(g, t):
         return None
     return (
@@ -419,7 +401,7 @@ def unmapped_reason(graph: Any, labels: Any) -> str:
     """Why an alert with ``labels`` maps to no node of ``graph`` (one of :data:`UNMAPPED_REASONS`);
     only meaningful for an alert that maps to none. An empty ``cluster`` value is no label
     (Prometheus, "Data model")."""
-    clusters = graph_clusters(graph)
+    clusters = graph.cluster_names()
     cluster = str(labels.get("cluster") or "")
     if not cluster:
         return "no_cluster" if len(clusters) > 1 else "no_match"
@@ -446,7 +428,7 @@ def unmapped_alerts_warning(
     return (
         f"alerts: {len(unmapped)} of the last {len(grouped)} grouped alerts matched no graph node "
         f"(their cluster labels: {_names(seen)}; the graph's clusters: "
-        f"{_names(graph_clusters(graph))}), so their incidents have no ranked cause; give alerts "
+        f"{_names(graph.cluster_names())}), so their incidents have no ranked cause; give alerts "
         "the graph's `cluster` label (kube-prometheus-stack: "
         "prometheus.prometheusSpec.externalLabels) or build the graph with those cluster names"
     )

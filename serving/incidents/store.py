@@ -11,7 +11,7 @@ twice.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import Boolean, and_, bindparam, case, func, insert, or_, select, update
@@ -108,16 +108,7 @@ class IncidentStore:
     # ------------------------------------------------------------------ reads
     def open_incidents(self) -> list[OpenIncident]:
         """Every open incident, as grouping sees it."""
-        return [
-            OpenIncident(
-                row["id"],
-                row["first_alert_ts"],
-                row["last_alert_ts"],
-                set(row["nodes"] or []),
-                set(row["clusters"] or []),
-            )
-            for row in self.db.list_incidents("open", limit=1_000_000)
-        ]
+        return [_as_grouped(row) for row in self.db.list_incidents("open", limit=1_000_000)]
 
     def rank_input(self, incident_id: int, max_alerts: int) -> tuple[Any, list[dict[str, Any]]]:
         """``(state, alerts)``: the incident's ``updated_ts`` when read and its newest
@@ -231,9 +222,7 @@ class IncidentStore:
             .where(incidents.c.id == incident_id)
             .values(status="open", closed_ts=None)
         )
-        return OpenIncident(
-            incident_id, inc.first_alert_ts, inc.last_alert_ts, set(inc.nodes), set(inc.clusters)
-        )
+        return _as_grouped(inc._mapping)
 
     def previous_episodes(
         self, conn: Connection, alert_ids: Collection[int], window_s: float
@@ -312,17 +301,7 @@ class IncidentStore:
             c.closed_ts >= closed_since,
         )
         return [
-            ClosedIncident(
-                OpenIncident(
-                    int(r.id),
-                    r.first_alert_ts,
-                    r.last_alert_ts,
-                    set(r.nodes or []),
-                    set(r.clusters or []),
-                ),
-                float(r.closed_ts),
-            )
-            for r in conn.execute(q)
+            ClosedIncident(_as_grouped(r._mapping), float(r.closed_ts)) for r in conn.execute(q)
         ]
 
     def mark_grouped(self, conn: Connection, done: list[dict[str, Any]]) -> None:
@@ -388,3 +367,14 @@ class IncidentStore:
         ):
             if rows:
                 conn.execute(stmt, rows)
+
+
+def _as_grouped(row: Mapping[str, Any]) -> OpenIncident:
+    """A stored incident (its ``incidents`` row) as grouping sees it."""
+    return OpenIncident(
+        int(row["id"]),
+        row["first_alert_ts"],
+        row["last_alert_ts"],
+        set(row["nodes"] or []),
+        set(row["clusters"] or []),
+    )

@@ -83,7 +83,7 @@ def example_graph_warning(settings: Settings, graph: DependencyGraph) -> str | N
         not settings.tokens() or binds_loopback(settings.bind_host)
     ):
         return None  # the demo and local trials: the example graph is what they are meant to use
-    clusters = sorted({str(n.match["cluster"]) for n in graph.nodes if "cluster" in n.match})
+    clusters = sorted(graph.cluster_names())
     return (
         f"graph: serving the embedded example graph '{graph.name}' (clusters "
         f"{', '.join(clusters)}), not your fleet's: alerts map to no graph node and incidents get "
@@ -116,7 +116,8 @@ def _last_snapshot(telemetry: Any) -> FleetSnapshot | None:
     for Prometheus); when there is none yet, one is read in a thread of its own for a later call."""
     if telemetry is None:
         return None
-    snap = getattr(telemetry, "_cached", None)
+    last = getattr(telemetry, "last_snapshot", None)
+    snap = last() if callable(last) else None
     if snap is None and _SNAPSHOT_READS.acquire(blocking=False):
 
         def read() -> None:

@@ -140,6 +140,11 @@ class TelemetrySource(ABC):
                 self._refreshes += 1
             return snap
 
+    def last_snapshot(self) -> FleetSnapshot | None:
+        """The last snapshot read, whatever its age, without reading a new one (``None`` before
+        the first); for probes that must not wait on the source."""
+        return self._cached
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (NVML handle, HTTP client)."""
 

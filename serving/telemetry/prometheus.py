@@ -133,6 +133,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.data.graph import DCGM_EXPORTER_POD
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
@@ -314,7 +315,7 @@ with ``fleetmind_query``. One query sees whole scrapes only (Prometheus TSDB iso
 prometheus/prometheus#6841), so a pod, its requests and its GPU-share annotation come from the same
 kube-state-metrics scrape; four separate queries could each see a different one (a scrape committed
 between them lists a new pod before its share is read, and its hold would end too early)."""
-EXPORTER_POD = re.compile(r"^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
+EXPORTER_POD = DCGM_EXPORTER_POD  # (the name doctor and the tests import)
 _DCGM_SAMPLES = ("DCGM", "DCGM_FI_DEV_FB_FREE", "DCGM_EXP_XID_ERRORS_COUNT")
 
 Sample = tuple[str, dict[str, str], float]

@@ -28,7 +28,7 @@ from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
-from fleetmind.serving.health import graph_clusters, telemetry_cluster_alias
+from fleetmind.serving.health import telemetry_cluster_alias
 from fleetmind.serving.notify import confidence_words, delivery_outcome, held_severity
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
@@ -741,7 +741,7 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
         if snap is not None:
             source = snap.source
             alias = telemetry_cluster_alias(
-                graph_clusters(services.graphs.graph), {n.cluster for n in snap.nodes}
+                services.graphs.graph.cluster_names(), {n.cluster for n in snap.nodes}
             )
             if alias:  # one cluster each side: the graph's name is telemetry's (as alerts map)
                 marks = {(alias.get(k[0], k[0]), *k[1:]): v for k, v in marks.items()}
