@@ -33,14 +33,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-# the error contract lives in runner.py, which the benchmarks share; these names stay importable
-# from here for the callers and tests that used them
+# the error contract lives in runner.py, which the benchmarks share; the status and the path
+# error stay importable from here for the callers and tests that used them
 from fleetmind.cli.runner import (  # noqa: F401
-    NO_ROOM_ERRNOS,
     STDOUT_CLOSED_STATUS,
-    _end_progress_bars,
     _path_error,
-    _stdout_broken,
     _stdout_closed,
     run_main,
 )

@@ -116,7 +116,9 @@ def _openb_files(names: Any, kind: str) -> list[str]:
     ``None``; ``None`` is the openb GPU node list for ``"node"``) mean, for
     :func:`fleetmind.cli.common.refuse_input_as_output`; a name that resolves to nothing is kept
     as it is (its loader refuses it later)."""
-    from fleetmind.data.openb import _resolve
+    from fleetmind.data.openb import node_file, trace_file
+
+    resolve = trace_file if kind == "trace" else node_file
 
     if names is None:
         names = ["gpu_node"] if kind == "node" else []
@@ -125,7 +127,7 @@ def _openb_files(names: Any, kind: str) -> list[str]:
     out = []
     for name in names:
         try:
-            out.append(str(_resolve(str(name), kind)))
+            out.append(str(resolve(str(name))))
         except (DataError, OSError):
             out.append(str(name))
     return out

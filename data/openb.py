@@ -213,6 +213,16 @@ def trace_file(name_or_path: str | Path) -> Path:
     return _resolve(name_or_path, "trace")
 
 
+def node_file(name_or_path: str | Path) -> Path:
+    """The CSV file an openb node-list name (``gpu_node``, ``all_node``) or path means, without
+    reading it.
+
+    Raises:
+        DataError: no such node list (the message lists the known names) or file.
+    """
+    return _resolve(name_or_path, "node")
+
+
 _MAX_FIELD = float(2**53)
 """Largest count a trace field may hold (every integer up to it is exact as a float; 2**53 MiB is
 8 ZiB)."""
