@@ -103,12 +103,13 @@ def make_vec_env(
 def make_model(venv: Any, hp: PPOHyperparams, seed: int, device: str = "cpu") -> Any:
     """A ``MaskablePPO`` with :class:`fleetmind.rl.policy.CandidateScorerPolicy` on ``venv``."""
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.logger import Logger
 
     from fleetmind.rl.policy import CandidateScorerPolicy
 
     k, f, g = venv.get_attr("n_candidates")[0], venv.get_attr("n_cand_features")[0], None
     g = venv.get_attr("n_global_features")[0]
-    return MaskablePPO(
+    model = MaskablePPO(
         CandidateScorerPolicy,
         venv,
         learning_rate=hp.learning_rate,
@@ -132,6 +133,11 @@ def make_model(venv: Any, hp: PPOHyperparams, seed: int, device: str = "cpu") ->
         device=device,
         verbose=0,
     )
+    # SB3's default logger (``configure(None, [""])``) creates an empty ``$TMPDIR/SB3-<time>``
+    # folder at every ``learn()`` and never removes it; a logger without outputs keeps the
+    # values the callbacks read (``name_to_value``) and writes nothing
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 @dataclass
