@@ -70,10 +70,57 @@ def test_a_time_sliced_gpu_with_free_replicas_takes_one_more_pod() -> None:
     assert full.options == [] and "250 milli free" in full.failed["ts"]
 
 
-def test_several_replicas_in_one_pod_are_refused_on_time_sliced_nodes_only() -> None:
+def _multi(name: str, free: list[int], replicas: int) -> NodeState:
+    node = _node(name, 0, replicas)
+    node.gpus = [GpuState(index=i, model="A100", free_milli=f) for i, f in enumerate(free)]
+    return node
+
+
+def test_several_replicas_in_one_pod_take_one_replica_of_as_many_gpus() -> None:
+    """``nvidia.com/gpu: 2`` on a time-sliced node: the device plugin grants it unless
+    ``failRequestsGreaterThanOne`` is set ("Setting ``failRequestsGreaterThanOne=true`` is
+    recommended, but it is set to ``false`` by default to retain backwards compatibility": the
+    time-slicing section of NVIDIA/k8s-device-plugin's README), handing out two replica devices,
+    which its default ``distributed``
+    allocation policy spreads over the GPUs with the fewest replicas taken (``greedyAlloc`` in
+    ``internal/rm/allocate.go``). FleetMind places it as one replica (``1000 // r``) on each of two
+    GPUs; it used to refuse every time-sliced node for it as unresolvable."""
+    req, d = _decide(_args("2"), [_multi("ts", [750, 500], 4), _node("whole", 1000)])
+    assert [o.node for o in d.options] == ["ts"] and d.options[0].gpus in ((0, 1), (1, 0))
+    job = req.job(replicas=d.replicas["ts"])
+    assert (job.num_gpu, job.gpu_milli) == (2, 250)
+    assert "pod needs 2" in d.unresolvable["whole"]  # one whole GPU there
+    # one GPU with a free replica: refused (resolvable: a replica freed elsewhere fits it)
+    _, busy = _decide(_args("2"), [_multi("ts", [750, 0], 4), _node("whole", 0)])
+    assert busy.options == [] and "each replica on its own GPU" in busy.failed["ts"]
+
+
+def test_several_replicas_on_a_one_gpu_time_sliced_node_say_why() -> None:
+    """FleetMind does not model two replicas of one GPU in one pod: a one-GPU node is refused
+    with the reason."""
     _, d = _decide(_args("2"), [_node("ts", 1000, replicas=4), _node("whole", 1000)])
-    assert "time-sliced node (4 replicas per GPU)" in d.unresolvable["ts"]
-    assert d.options == [] and "pod needs 2" in d.unresolvable["whole"]  # one GPU there
+    assert d.options == []
+    assert d.unresolvable["ts"] == (
+        "node has 1 healthy GPU(s), pod needs 2 (each replica on its own GPU)"
+    )
+
+
+def test_the_hold_of_several_replicas_is_one_replica_per_gpu(tmp_path: Path) -> None:
+    """Filter holds the two replicas (250 milli on each of two GPUs), so the node's remaining
+    free replicas are what kube-scheduler's next pod sees."""
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/ts2.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+    )
+    with TestClient(create_app(settings)) as c:
+        c.app.state.services.telemetry = SimSource([_multi("ts", [250, 250], 4)])
+        first = c.post("/api/v1/scheduler/filter", json=_args("2", name="p0")).json()
+        again = c.post("/api/v1/scheduler/filter", json=_args("1", name="p1")).json()
+        assert first["NodeNames"] == ["ts"] and again["NodeNames"] == []
+        rows = c.app.state.services.reservations.rows()
+        assert [(sorted(r["gpus"]), r["gpu_milli"]) for r in rows] == [([0, 1], 250)]
 
 
 def test_sharing_annotations_keep_their_share_on_time_sliced_nodes() -> None:

@@ -105,7 +105,7 @@ from fleetmind.serving.scheduler.placement import (
     parse_gpu_models,
 )
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, profile_key
 
 log = logging.getLogger("fleetmind.serving")
 
@@ -272,9 +272,10 @@ class PodRequest:
 
     def need(self, replicas: int = 1) -> int:
         """Milli-GPU the pod takes of each GPU it gets on a node with ``replicas`` time-slicing
-        replicas per GPU: one ``nvidia.com/gpu`` there is one replica, ``1000 // replicas``
-        (floor, as the telemetry's ``1000 * (r - k) // r`` free share of a GPU ``k`` pods hold)."""
-        if self.device_gpus and replicas > 1:
+        replicas per GPU (or per MIG instance of the pod's profile): one ``nvidia.com/gpu`` (or
+        ``nvidia.com/mig-<profile>``) there is one replica, ``1000 // replicas`` (floor, as the
+        telemetry's ``1000 * (r - k) // r`` free share of a GPU ``k`` pods hold)."""
+        if (self.device_gpus or self.mig) and replicas > 1:
             return max(1, 1000 // replicas)  # a label above 1000 replicas: one milli each
         return self.gpu_milli
 
@@ -587,6 +588,19 @@ def _profile(model: str) -> str:
     return tail.strip() if sep and head else ""
 
 
+def replicas_for(node: NodeState, req: PodRequest) -> int:
+    """Time-slicing replicas per device the pod would get on ``node`` (1: whole devices): the
+    node's ``nvidia.com/gpu.replicas`` for ``nvidia.com/gpu``, its profile's
+    ``nvidia.com/mig-<profile>.replicas`` for ``nvidia.com/mig-<profile>`` (GPU feature discovery
+    labels replicas per resource), none for a pod sized by the GPU-sharing annotations."""
+    if req.device_gpus:
+        return max(1, node.gpu_replicas)
+    if req.mig and req.gpu_models:
+        profile = req.gpu_models[0].removeprefix("MIG ").strip()
+        return max(1, node.mig_replicas.get(profile_key(profile), 1))
+    return 1
+
+
 def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, bool]:
     """One-line reason a feasible-looking node was refused, and whether it is unresolvable.
 
@@ -597,19 +611,23 @@ def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, 
     ids = {g.index for g in eligible}
     healthy = [g for g in eligible if g.healthy]
     kind = f"{' or '.join(req.gpu_models)} " if req.gpu_models else ""
+    r = replicas_for(node, req)
+    # the device plugin may hand out several replicas of one GPU to a pod; FleetMind places
+    # each on its own GPU (as the plugin's default distributed allocation does while it can)
+    own = " (each replica on its own GPU)" if r > 1 and req.num_gpu > 1 else ""
     if req.num_gpu and len(healthy) < req.num_gpu:
-        return f"node has {len(healthy)} healthy {kind}GPU(s), pod needs {req.num_gpu}", True
+        return f"node has {len(healthy)} healthy {kind}GPU(s), pod needs {req.num_gpu}{own}", True
     if req.cpu_milli and node.cpu_milli and node.cpu_milli < req.cpu_milli:
         return f"node has {node.cpu_milli} mCPU allocatable, pod needs {req.cpu_milli}", True
     if req.memory_mib and node.memory_mib and node.memory_mib < req.memory_mib:
         return f"node has {node.memory_mib} MiB allocatable, pod needs {req.memory_mib}", True
     if req.num_gpu:
-        need = req.need(node.gpu_replicas)
+        need = req.need(r)
         fit = sum(f >= need for i, f in free_gpus(node, res) if i in ids)
         if fit < req.num_gpu:
             return (
                 f"{fit} {kind}GPU(s) with {need} milli free after reservations, pod needs "
-                f"{req.num_gpu}",
+                f"{req.num_gpu}{own}",
                 False,
             )
     if req.cpu_milli and node.cpu_milli:
@@ -807,13 +825,7 @@ def decide(
         if req.num_gpu and not _model_ok(node, req):
             d.unresolvable[name] = _model_reason(node, req)
             continue
-        r = node.gpu_replicas if req.device_gpus else 1
-        if r > 1 and req.num_gpu > 1:
-            d.unresolvable[name] = (
-                f"time-sliced node ({r} replicas per GPU): FleetMind places one {GPU_RESOURCE} "
-                f"replica per pod here, the pod asks for {req.num_gpu}"
-            )
-            continue
+        r = replicas_for(node, req)
         if r > 1:
             d.replicas[name] = r
         cands.append(node)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -60,6 +61,10 @@ class NodeState:
     """Time-slicing replicas per physical GPU (the device plugin's ``sharing.timeSlicing``
     ``replicas``; 1 without time-slicing): one ``nvidia.com/gpu`` a pod requests here is one
     replica, ``1000 // gpu_replicas`` milli-GPU of a GPU."""
+    mig_replicas: dict[str, int] = field(default_factory=dict)
+    """Time-slicing replicas per MIG instance of each profile (GPU feature discovery's
+    ``nvidia.com/mig-<profile>.replicas``), keyed by the profile with every character that is not
+    a letter, digit or ``_`` as ``_`` (``1g_10gb``); a profile not named has none (1)."""
     pod_uids: frozenset[str] = frozenset()
     """The uids (``metadata.uid``) of the pods telemetry shows on this node, where it carries them
     (kube-state-metrics' ``kube_pod_info{uid}``; empty when it cannot tell). Unlike a pod's name,
@@ -239,3 +244,10 @@ def free_milli_from_memory(
     if used_mib / total_mib < IDLE_MEMORY_FRACTION and quiet and not busy:
         return 1000
     return int(1000 * max(0.0, min(total_mib, total_mib - used_mib)) / total_mib)
+
+
+def profile_key(profile: str) -> str:
+    """A MIG profile (``1g.10gb``, ``1g.10gb+me``, or the resource's ``1g.10gb.me``) as
+    kube-state-metrics writes it in a label name: each character that is not a letter, digit or
+    ``_`` becomes ``_`` (``1g_10gb``, ``1g_10gb_me``)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", profile)

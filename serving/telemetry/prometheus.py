@@ -60,7 +60,7 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
-| ``kube_node_labels{label_nvidia_com_gpu_replicas}`` | ``gpu_replicas``, time-slicing replicas per GPU |
+| ``kube_node_labels{label_nvidia_com_gpu_replicas, label_nvidia_com_mig_<profile>_replicas}`` | ``gpu_replicas`` and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile |
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
 
 Node name of a DCGM series, first match: the ``node`` label (the usual relabelling of
@@ -81,8 +81,9 @@ dcgm-exporter's newest code). The pitfalls:
 
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
 GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
-``1000 * (r - pods) // r`` with ``r`` the node's time-slicing replicas (1 without time-slicing: 0
-free); else 1000 when idle: under 5 % of its framebuffer used (driver-reserved memory,
+``1000 * (r - pods) // r`` with ``r`` the GPU's time-slicing replicas (1 without time-slicing: 0
+free; a MIG instance's are its profile's, see Missing GPUs); else 1000 when idle: under 5 % of its
+framebuffer used (driver-reserved memory,
 :data:`fleetmind.serving.telemetry.base.IDLE_MEMORY_FRACTION`) and, where read, utilisation under
 5 % (:data:`~fleetmind.serving.telemetry.base.IDLE_UTIL_PCT`); otherwise the free framebuffer
 fraction.
@@ -103,7 +104,21 @@ exporter target down: its series go stale) gets unhealthy placeholders with noth
 gpu-operator/latest/gpu-sharing.html); ``r`` is GPU feature discovery's ``nvidia.com/gpu.replicas``
 node label, which kube-state-metrics exports with
 ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]`` (``kube_node_labels``), and
-becomes ``NodeState.gpu_replicas``.
+becomes ``NodeState.gpu_replicas``. GPU feature discovery labels replicas per resource
+(``<resource>.replicas``, ``resourceLabeler.key("replicas")`` in ``internal/lm/resource.go`` of
+NVIDIA/k8s-device-plugin): ``nvidia.com/gpu.replicas`` covers the GPUs with MIG disabled, and each
+MIG profile of the mixed strategy has its own ``nvidia.com/mig-<profile>.replicas``
+(``NodeState.mig_replicas``, :func:`_replicas_of`).
+
+Virtual GPUs. dcgm-exporter's ``--kubernetes-virtual-gpus`` (its mode for time-slicing and MPS)
+exports one series per pod holding a GPU, labelled ``vgpu`` with the replica, and none at all for a
+GPU no pod holds (``PodMapper.Process`` in ``internal/pkg/transformation/kubernetes.go`` of
+NVIDIA/dcgm-exporter builds each counter's series from the pods of the device only;
+NVIDIA/dcgm-exporter#549, #611). On a node whose series carry ``vgpu``, and on a time-sliced node
+(``gpu_replicas`` > 1) of a cluster where any series does, the GPUs counted but not reported are
+therefore idle: added healthy with every replica free, not as placeholders. A node where no pod
+holds a GPU exports its GPUs as usual since NVIDIA/dcgm-exporter#554; before, nothing, and a
+cluster where no pod holds a GPU then still gets placeholders.
 
 Stale series. Every series read is kept only while its newest sample is younger than
 ``max_age_s`` (``FLEETMIND_TELEMETRY_MAX_AGE_S``, :data:`DEFAULT_MAX_AGE_S`; :func:`fresh`).
@@ -141,6 +156,7 @@ from fleetmind.serving.telemetry.base import (
     NodeState,
     TelemetrySource,
     free_milli_from_memory,
+    profile_key,
 )
 
 _FIELDS = {
@@ -208,11 +224,26 @@ MAX_PLACEHOLDERS = 64
 """Most placeholder GPUs added to one node (a bogus capacity value must not build millions)."""
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 """GPU feature discovery's node label ``nvidia.com/gpu.replicas`` as kube-state-metrics exports it
-(``kube_node_labels``, with ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]``)."""
+(``kube_node_labels``, with ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas]``): the
+replicas of the ``nvidia.com/gpu`` resource, i.e. of the GPUs with MIG disabled (and of the MIG
+instances of the ``single`` strategy, which advertises them as ``nvidia.com/gpu``)."""
+MIG_REPLICAS_LABEL = re.compile(r"label_nvidia_com_mig_(\w+)_replicas")
+"""GPU feature discovery's per-resource label ``nvidia.com/mig-<profile>.replicas`` (GFD labels
+``<resource>.replicas`` for each resource, ``resourceLabeler.key("replicas")`` in
+``internal/lm/resource.go`` of NVIDIA/k8s-device-plugin) as kube-state-metrics exports it: every
+character that is not a letter, digit or ``_`` becomes ``_`` (``1g.10gb`` -> ``1g_10gb``); the
+group is the profile so sanitised (:func:`profile_key`)."""
+VGPU_LABEL = "vgpu"
+"""The label dcgm-exporter's ``--kubernetes-virtual-gpus`` mode puts on the series of a shared GPU
+(``vgpuAttribute`` of ``internal/pkg/transformation/const.go`` in NVIDIA/dcgm-exporter): the
+replica a pod holds. That mode exports a GPU only for the pods that hold it (see Virtual GPUs)."""
 ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
 ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
 _GPU_KEY = "cluster, node, kubernetes_node, Hostname, hostname, instance, gpu, GPU_I_ID"
 _POD_LABELS = "pod, namespace, exported_pod, exported_namespace"
+_TARGET_LABELS = "instance, job, pod, namespace, container, service, endpoint"
+"""Labels of kube-state-metrics' own scrape target: two of its targets at once (a rolling update)
+give a node's ``kube_node_labels`` twice, once each."""
 _DONE = (
     'unless on (cluster, namespace, pod) (kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1)'
 )
@@ -258,12 +289,12 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
     dcgm = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # fmt: skip
     cpu_mem, on_node = 'resource=~"cpu|memory"', ',node!=""'
-    shared, replicas = f'{ANN_MILLI}!=""', f'{REPLICAS_LABEL}!=""'
+    shared, node = f'{ANN_MILLI}!=""', 'node!=""'
     gpus = 'resource="nvidia_com_gpu"'
     return {
         "DCGM": f"max by (__name__, {_GPU_KEY}, modelName, UUID) ({any_of(dcgm)})",
         "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, "
-        f"{_POD_LABELS}) ({sel('DCGM_FI_DEV_FB_FREE')})",
+        f"{_POD_LABELS}, {VGPU_LABEL}) ({sel('DCGM_FI_DEV_FB_FREE')})",
         "DCGM_EXP_XID_ERRORS_COUNT": f"max by ({_GPU_KEY}, xid) "
         f"({sel('DCGM_EXP_XID_ERRORS_COUNT')})",
         "kube_node_status_allocatable": "max by (cluster, node, resource) "
@@ -281,10 +312,11 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         f"({sel('kube_pod_annotations', shared)}) {_DONE}",
         # whole GPUs per node as the kubelet counts them (capacity: healthy and unhealthy devices;
         # allocatable: healthy ones), and the time-slicing replicas GPU feature discovery labels
+        # (per resource: nvidia.com/gpu.replicas, nvidia.com/mig-<profile>.replicas; label names
+        # cannot be matched by a pattern, so every node's labels come, one series per node)
         "node_gpus": "max by (__name__, cluster, node) "
         f"({any_of(('kube_node_status_capacity', 'kube_node_status_allocatable'), gpus)})",
-        "node_gpu_replicas": f"max by (cluster, node, {REPLICAS_LABEL}) "
-        f"({sel('kube_node_labels', replicas)})",
+        "node_gpu_replicas": f"max without ({_TARGET_LABELS}) ({sel('kube_node_labels', node)})",
     }
 
 
@@ -656,6 +688,11 @@ class _KsmView:
     )
     """``kube_node_status_capacity`` / ``_allocatable`` ``nvidia_com_gpu`` per node, by metric."""
     replicas: dict[tuple[str, str], int] = field(default_factory=dict)
+    mig_replicas: dict[tuple[str, str], dict[str, int]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    """``(cluster, node) -> {profile key: replicas}`` from ``nvidia.com/mig-<profile>.replicas``
+    (:data:`MIG_REPLICAS_LABEL`; keys as :func:`profile_key` writes the profile)."""
     pod_uids: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     """``(cluster, node) -> uids`` of every running pod ``kube_pod_info`` places there (a pod
     deleted and created again under its name may show both incarnations for a scrape interval)."""
@@ -703,6 +740,10 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
             r = lab.get(REPLICAS_LABEL, "")
             if r.isdigit() and int(r) >= 1:
                 view.replicas[(cluster, lab["node"])] = int(r)
+            for label, value in lab.items():
+                mig = MIG_REPLICAS_LABEL.fullmatch(label)
+                if mig and value.isdigit() and int(value) >= 1:
+                    view.mig_replicas[(cluster, lab["node"])][mig.group(1)] = int(value)
         elif name == "kube_pod_annotations" and key not in finished and lab.get(ANN_MILLI):
             try:
                 milli = int(float(lab[ANN_MILLI]))
@@ -833,6 +874,8 @@ def _read_dcgm(
             g["model"] = lab["modelName"]
         if lab.get("UUID") and "uuid" not in g:
             g["uuid"] = lab["UUID"]
+        if lab.get(VGPU_LABEL):
+            g["vgpu"] = True  # exported by --kubernetes-virtual-gpus (see Virtual GPUs)
         pod = workload_pod(lab, own_pods)
         if pod and _pod_running(pod, cluster, view):
             g.setdefault("pods", set()).add(pod)
@@ -933,6 +976,11 @@ def build_nodes(
             for g in idx:
                 held[(*where, g)] += milli
     gpus, windowed = _read_dcgm(dcgm, view, own_pods, default_cluster)
+    virtual = {(c, h) for (c, h, _), g in gpus.items() if g.get("vgpu")}
+    virtual_clusters = {c for c, _ in virtual}
+    kinds: dict[tuple[str, str], set[str | None]] = defaultdict(set)
+    for (c, h, _), g in gpus.items():
+        kinds[(c, h)].add(str(g.get("profile")) if "parent" in g else None)
 
     nodes: dict[tuple[str, str], NodeState] = {}
     for (cluster, host, idx), g in sorted(gpus.items()):
@@ -942,12 +990,15 @@ def build_nodes(
         else:
             healthy = not is_hardware_xid(g.get("xid"))
         share = held.get((cluster, host, g.get("parent", idx)))
-        replicas = view.replicas.get((cluster, host), 1)
+        replicas = _replicas_of(g, (cluster, host), kinds[(cluster, host)], view)
         node.gpus.append(_gpu_state(g, idx, healthy, share, replicas))
     for key, counted in view.gpu_count.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         node.gpu_replicas = view.replicas.get(key, 1)
-        add_missing_gpus(node, counted)
+        # dcgm-exporter --kubernetes-virtual-gpus exports no GPU that no pod holds: on its
+        # time-sliced nodes an unreported GPU is idle, not lost (see Virtual GPUs)
+        idle = key in virtual or (key[0] in virtual_clusters and node.gpu_replicas > 1)
+        add_missing_gpus(node, counted, idle=idle)
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         req = view.requests.get(key, {})
@@ -961,10 +1012,32 @@ def build_nodes(
         node.pods = frozenset(pods_on.get(key, ()))
         node.pod_uids = frozenset(view.pod_uids.get(key, ()))
         node.gpu_replicas = view.replicas.get(key, 1)
+        node.mig_replicas = dict(view.mig_replicas.get(key, {}))
     return [nodes[k] for k in sorted(nodes)]
 
 
-def add_missing_gpus(node: NodeState, counted: dict[str, float]) -> None:
+def _replicas_of(
+    g: dict[str, Any], where: tuple[str, str], kinds: set[str | None], view: _KsmView
+) -> int:
+    """Time-slicing replicas of one GPU record (1: none). GPU feature discovery labels them per
+    resource (``<resource>.replicas``, ``internal/lm/resource.go`` of NVIDIA/k8s-device-plugin): a
+    MIG instance has its profile's ``nvidia.com/mig-<profile>.replicas``; a GPU with MIG disabled
+    the node's ``nvidia.com/gpu.replicas``, which a MIG instance takes only on a node whose GPU
+    records are all instances of one profile (the ``single`` strategy may advertise them as
+    ``nvidia.com/gpu``; a node with two profiles, or with a GPU with MIG disabled, is ``mixed``,
+    where ``nvidia.com/gpu`` is the GPUs with MIG disabled only). ``kinds``: the MIG profiles of
+    the node's GPU records, ``None`` for a GPU with MIG disabled."""
+    whole = view.replicas.get(where, 1)
+    if "parent" not in g:
+        return whole
+    by_profile = view.mig_replicas.get(where, {})
+    key = profile_key(str(g.get("profile", "")))
+    if key in by_profile:
+        return by_profile[key]
+    return whole if len(kinds) == 1 else 1
+
+
+def add_missing_gpus(node: NodeState, counted: dict[str, float], idle: bool = False) -> None:
     """Append placeholders for the GPUs the kubelet counts on ``node`` but DCGM does not report.
 
     ``counted``: ``kube_node_status_capacity`` and/or ``kube_node_status_allocatable`` of
@@ -979,6 +1052,12 @@ def add_missing_gpus(node: NodeState, counted: dict[str, float]) -> None:
     replicas and hide the loss); MIG instances count one each (the single strategy advertises them
     as ``nvidia.com/gpu``; the mixed strategy leaves MIG GPUs out of it, so reported devices are
     then at least the count and no placeholder is added).
+
+    ``idle``: the node's exporter exports only the GPUs that pods hold (dcgm-exporter
+    ``--kubernetes-virtual-gpus``, see Virtual GPUs in the module docstring): the GPUs it does not
+    report are added healthy and idle (1000 free, every replica), not as placeholders, as many as
+    allocatable (healthy devices) leaves room for; the rest of capacity stays placeholders (the
+    device plugin takes a failed GPU's replicas out of allocatable only).
     """
     devices = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
     if not devices or not math.isfinite(devices):
@@ -992,10 +1071,17 @@ def add_missing_gpus(node: NodeState, counted: dict[str, float]) -> None:
     models = {g.model.split(" MIG ")[0] for g in node.gpus if g.model != "unknown"}
     model = models.pop() if len(models) == 1 else "unknown"
     free_indices = (i for i in range(len(used) + missing) if i not in used)
-    for idx in list(free_indices)[:missing]:
-        node.gpus.append(
-            GpuState(index=idx, model=model, free_milli=0, healthy=False, missing=True)
-        )
+    alloc = counted.get("kube_node_status_allocatable", devices)
+    n_idle = 0
+    if idle and math.isfinite(alloc):
+        n_idle = max(0, int(alloc) // max(1, node.gpu_replicas) - len(node.gpus))
+    for k, idx in enumerate(list(free_indices)[:missing]):
+        if k < n_idle:
+            node.gpus.append(GpuState(index=idx, model=model))
+        else:
+            node.gpus.append(
+                GpuState(index=idx, model=model, free_milli=0, healthy=False, missing=True)
+            )
     node.gpus.sort(key=lambda g: g.index)
 
 
