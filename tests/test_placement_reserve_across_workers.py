@@ -96,7 +96,7 @@ def test_the_last_node_goes_to_one_worker_and_the_other_gets_409(tmp_path: Path)
         assert r.status_code == 409, r.text
         assert "not enough free GPU" in r.json()["detail"]
         rows = a.app.state.services.reservations.rows()
-        assert [(x["pod_key"], x["node"]) for x in rows] == [("placement/b-0", "gpu-b")]
+        assert [(x["pod_key"], x["node"]) for x in rows] == [("placement:b-0", "gpu-b")]
 
 
 def test_a_placement_overtaken_every_time_gets_503(
@@ -110,11 +110,11 @@ def test_a_placement_overtaken_every_time_gets_503(
         other = b.app.state.services.reservations
 
         def hold(key: str, option: Any, job: Any, **kw: Any) -> bool:
-            other.hold(f"placement/thief-{option.node}", option, job)  # B takes it first
+            other.hold(f"placement:thief-{option.node}", option, job)  # B takes it first
             return real(key, option, job, **kw)
 
         res.hold = hold  # type: ignore[method-assign]
         r = a.post(PLACE, json=_job("a-0"))
         assert r.status_code == 503, r.text
         assert "taken by other placements 2 times" in r.json()["detail"]
-        assert "placement/a-0" not in {x["pod_key"] for x in res.rows()}
+        assert "placement:a-0" not in {x["pod_key"] for x in res.rows()}

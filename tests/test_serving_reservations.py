@@ -203,7 +203,7 @@ def test_a_retried_reservation_keeps_its_gpus(pair: Any) -> None:
     again = b.post("/api/v1/placements", json=job).json()  # the other replica, same database
     assert (again["node"], again["gpus"]) == (first["node"], first["gpus"])
     rows = a.app.state.services.reservations.rows()
-    assert [(r["pod_key"], r["node"]) for r in rows] == [("placement/train-8", first["node"])]
+    assert [(r["pod_key"], r["node"]) for r in rows] == [("placement:train-8", first["node"])]
     other = a.post("/api/v1/placements", json={**job, "job_id": "train-9"}).json()
     assert other["node"] != first["node"]  # the one GPU left
     assert a.post("/api/v1/placements", json={**job, "job_id": "train-10"}).status_code == 409

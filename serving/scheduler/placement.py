@@ -376,7 +376,7 @@ class PeerPolicyPlacer:
     The snapshot (minus reservations) becomes a ``ClusterState``; the policy's ``select`` gives the
     decision and its ``score`` ranks the alternatives. Nodes with more than 8 GPUs (the simulator's
     limit) expose their first 8. A node's GPU model id is its first GPU's, numbered per snapshot by
-    :func:`snapshot_model_ids`; a job's ``gpu_model`` is matched by name against each GPU
+    :func:`snapshot_model_ids`; a GPU job's ``gpu_model`` is matched by name against each GPU
     (:func:`gpu_model_matches`), as :class:`BestFitPlacer` does: the policy sees the GPUs of other
     models as having nothing free, so on a node that mixes models (MIG instances of several
     profiles, cards named by ``gpu-card-model``) the job is placed, and held, only on GPUs of the
@@ -472,9 +472,11 @@ class PeerPolicyPlacer:
             if i is not None:
                 state.mem_free[i[0]] -= milli
         mask_model = ANY_GPU_MODEL
-        wants = parse_gpu_models(job.gpu_model)
-        matches = None
         gpu_job = job.num_gpu > 0
+        # a CPU-only job takes no GPU, so no GPU model binds it (as BestFitPlacer and the extender
+        # read it): only a GPU job's model narrows the nodes
+        wants = parse_gpu_models(job.gpu_model) if gpu_job else ()
+        matches = None
         if wants or (gpu_job and slots.mixed.any()):
             # by name, per GPU: the other models' GPUs show nothing free to the policy, so that
             # neither its choice nor its GPUs (the hold) fall on them (a MIG node of the mixed
@@ -643,7 +645,7 @@ def why_no_fit(snapshot: FleetSnapshot, job: JobSpec, reservations: Reservations
         "can hold it by the free capacity the service sees, but the serving policy placed it"
         " nowhere"
     )
-    if job.num_gpu == 0:
+    if job.num_gpu == 0:  # no GPU, so no GPU model: ``gpu_model`` binds GPU jobs only
         fit = sum(all(host_ok(n)) for n in nodes)
         if fit:
             return f"{fit} node(s) {nowhere}"

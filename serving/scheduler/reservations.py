@@ -21,7 +21,8 @@ shows it. A hold ends when
   (kube-scheduler chose another node, or gave up). Expired rows are deleted on the next write.
 
 Table ``reservations`` (:data:`fleetmind.serving.db.reservations`, Alembic revision ``0004``): one row per pod key
-(``namespace/name`` for pods, ``placement/<job id>`` for the placement route).
+(``namespace/name`` for pods, ``placement:<job id>`` for the placement route: a key no pod has, see
+:func:`job_key`).
 
 Who holds: the extender's **prioritize** holds the node it scores 10, and its **filter** holds the
 one node it passes when it passes exactly one (kube-scheduler then skips prioritize: "When only one
@@ -67,12 +68,27 @@ _PG_LOCK_CLASS = 0x464D5256
 (``"FMRV"``; the two-key space is apart from the one-key locks of migrations and leadership)."""
 
 MAX_KEY_CHARS = 320
-"""Longest pod key (``namespace/name``: 63 + 1 + 253, or ``placement/<job id>``), as stored."""
+"""Longest pod key (``namespace/name``: 63 + 1 + 253, or ``placement:<job id>``), as stored."""
+
+JOB_KEY_PREFIX = "placement:"
+"""Prefix of the hold keys of ``POST /api/v1/placements`` jobs. Pods are held under
+``namespace/name``, and a namespace is a DNS-1123 label (lower-case letters, digits, ``-``), which
+the extender and ``/bound`` check: no pod key contains ``:``, so no pod (not even one in a
+namespace called ``placement``) can replace, bind or drop a placement job's hold, nor be taken for
+one in telemetry.
+
+Keys of the former form ``placement/<job id>`` (FleetMind 0.2.0 and earlier) are not migrated: they read
+exactly as the pod ``<job id>`` of namespace ``placement`` would, so no rule can tell the two apart.
+Every hold expires (``expires_ts``: the reservation TTL, 120 s by default), so such rows end by
+themselves within one TTL after the upgrade; until then a job that places itself again with
+``reserve=true`` may hold twice (old row and new), which is capacity held too long, never
+double-booked."""
 
 
 def job_key(job_id: str) -> str:
-    """The hold key of a ``POST /api/v1/placements`` job (``placement/<job id>``)."""
-    return f"placement/{job_id}"
+    """The hold key of a ``POST /api/v1/placements`` job (``placement:<job id>``; see
+    :data:`JOB_KEY_PREFIX` for why no pod's ``namespace/name`` key can equal it)."""
+    return f"{JOB_KEY_PREFIX}{job_id}"
 
 
 def _checked_key(key: str, uid: str | None = None) -> None:
