@@ -47,6 +47,15 @@ name, an ``sqlite:///`` URL or ``None``) and, for a folder, the ``fnmatch`` patt
 the folder, ``*`` crossing ``/``) of the files in it that the command reads."""
 
 
+def model_input(model: str | None, released: str | os.PathLike[str]) -> FolderInput:
+    """The model input of a command, for :func:`refuse_input_as_output`: ``--model`` when it is
+    given, else the released model folder ``released`` that the command reads instead (named
+    ``the released model <folder>`` in the refusal)."""
+    if model is not None:
+        return ("--model", model, MODEL_FILES)
+    return (f"the released model {released}", str(released), MODEL_FILES)
+
+
 def _local_file(value: Any) -> str | None:
     """The local path ``value`` names: an ``sqlite:///PATH`` URL's path, else ``value`` itself;
     ``None`` for other URLs (``models:/``, ``http://``, ...)."""
@@ -58,16 +67,76 @@ def _local_file(value: Any) -> str | None:
     return text
 
 
+def _may_hold(rel_dir: str, pattern: str) -> bool:
+    """Whether files under the folder ``rel_dir`` (relative, ending in ``/``) may match
+    ``pattern``: its literal part before the first wildcard leads into the folder or past it."""
+    cut = min((i for i, ch in enumerate(pattern) if ch in "*?["), default=len(pattern))
+    literal = pattern[:cut]
+    return rel_dir.startswith(literal) or literal.startswith(rel_dir)
+
+
+def _file_key(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file ``path`` (links followed), or None when it is not there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _same_file_in(out: str, root: str, patterns: Sequence[str]) -> bool:
+    """Whether a file matching ``patterns`` in the folder ``root`` (its sub-folders and linked
+    folders included) is the existing file ``out`` under another name: a hard link of it, or a
+    symbolic link to it. Only folders that may hold a match are listed and only matching names
+    are stat'ed; when ``out`` has a single hard link, only the symbolic links among them."""
+    try:
+        st = os.stat(out)
+    except OSError:
+        return False
+    key, hard = (st.st_dev, st.st_ino), st.st_nlink > 1
+    seen: set[tuple[int, int]] = set()
+    stack = [(root, "")]
+    while stack:
+        folder, rel = stack.pop()
+        folder_key = _file_key(folder)
+        if folder_key is None or folder_key in seen:  # a link loop or a folder seen already
+            continue
+        seen.add(folder_key)
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = rel + entry.name
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if any(_may_hold(name + "/", pat) for pat in patterns):
+                    stack.append((entry.path, name + "/"))
+                continue
+            if not any(fnmatch.fnmatchcase(name, pat) for pat in patterns):
+                continue
+            if not hard and not entry.is_symlink():
+                continue  # another name of a file with one link can only be a symbolic link
+            if _file_key(entry.path) == key:
+                return True
+    return False
+
+
 def _names_input(out: str, value: str, patterns: Sequence[str]) -> bool:
     """Whether the existing file ``out`` is the input ``value`` (a file: the same file, links and
-    hard links included) or one of the files matching ``patterns`` in the folder ``value``."""
+    hard links included) or one of the files matching ``patterns`` in the folder ``value`` (under
+    its own name, or as a hard link or a symbolic link of it)."""
     if os.path.isdir(value):
         root = os.path.realpath(value)
         real = os.path.realpath(out)
-        if not real.startswith(root.rstrip(os.sep) + os.sep):
-            return False
-        rel = Path(os.path.relpath(real, root)).as_posix()
-        return any(fnmatch.fnmatchcase(rel, pat) for pat in patterns)
+        if real.startswith(root.rstrip(os.sep) + os.sep):
+            rel = Path(os.path.relpath(real, root)).as_posix()
+            if any(fnmatch.fnmatchcase(rel, pat) for pat in patterns):
+                return True
+        return _same_file_in(out, value, patterns)
     try:
         return os.path.samefile(out, value)
     except OSError:  # the input is not there (an openb name, a file not made yet)
@@ -108,14 +177,19 @@ def refuse_same_output(outputs: Sequence[tuple[str, str | os.PathLike[str] | Non
     """
     from fleetmind.data.errors import ConfigError
 
-    seen: dict[str, str] = {}
+    seen: dict[Any, str] = {}
     for flag, path in outputs:
         if path is None:
             continue
-        key = os.path.realpath(path)
-        if key in seen:
-            raise ConfigError(
-                f"{flag} {path} is also {seen[key]}: one would replace the other; "
-                "choose another path"
-            )
-        seen[key] = flag
+        # the same path, or (for files already there) the same file under another name: a
+        # symbolic link or a hard link
+        keys = [os.path.realpath(path), _file_key(path)]
+        keys = [k for k in keys if k is not None]
+        for key in keys:
+            if key in seen:
+                raise ConfigError(
+                    f"{flag} {path} is also {seen[key]}: one would replace the other; "
+                    "choose another path"
+                )
+        for key in keys:
+            seen[key] = flag

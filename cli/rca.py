@@ -17,9 +17,9 @@ from typing import TextIO
 from fleetmind import argtypes
 from fleetmind.cli.common import (
     DATASET_FILES,
-    MODEL_FILES,
     SCENARIO_FILES,
     add_group,
+    model_input,
     refuse_input_as_output,
 )
 from fleetmind.provenance import load_now, run_provenance
@@ -293,7 +293,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         [
             ("--data", args.data, DATASET_FILES),
             ("--feedback-db", args.feedback_db, ()),
-            ("--model", args.model, MODEL_FILES),
+            model_input(args.model, _released_gat()),
         ],
     )
     if args.feedback_db:
@@ -443,7 +443,7 @@ def _cmd_petshop(args: argparse.Namespace) -> int:
         "--json",
         [
             ("--scenario", args.scenario, SCENARIO_FILES),
-            ("--model", getattr(args, "model", None), MODEL_FILES),
+            model_input(getattr(args, "model", None), _released_gat()),
         ],
     )
     with _scenario_warnings():
@@ -526,6 +526,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     refuse_input_as_output(
         args.json,
         "--json",
-        [("--data", args.data, DATASET_FILES), ("--model", args.model, MODEL_FILES)],
+        [("--data", args.data, DATASET_FILES), model_input(args.model, _released_gat())],
     )
     return run(args)
+
+
+def _released_gat() -> str:
+    """The folder of the released GAT (``fleetmind.rca.gat_analyzer.RELEASED_DIR``), which the
+    commands read when ``--model`` is not given."""
+    from fleetmind.rca import gat_analyzer
+
+    return str(gat_analyzer.RELEASED_DIR)

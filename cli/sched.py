@@ -31,6 +31,7 @@ from fleetmind.argtypes import check_writable_file
 from fleetmind.cli.common import (
     MODEL_FILES,
     add_group,
+    model_input,
     refuse_input_as_output,
     refuse_same_output,
 )
@@ -164,23 +165,56 @@ def _add_published(result: dict, trace: Any, nodes: Any, seeds: list[int]) -> No
     run; else ``"published": null`` and ``"published_reason"`` in ``result``."""
     reason = published_mismatch(trace, nodes)
     if reason is None:
-        _published_means(trace.name, result["policies"], seeds)
-    else:
+        reason = _published_means(trace.name, result["policies"], seeds)
+    if reason is not None:
         result["published"] = None
         result["published_reason"] = f"published FGD values omitted: {reason}"
 
 
-def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
+def _published_file() -> str | None:
+    """The FGD authors' published figures that fgd mode reads (``fgd_published_unallocated.csv``
+    beside the openb CSV folder, as :func:`fleetmind.data.openb.load_fgd_published` finds it), or
+    None without an openb data folder."""
+    from fleetmind.data.paths import openb_csv_dir
+
+    try:
+        return str(openb_csv_dir().parent / "fgd_published_unallocated.csv")
+    except DataError:
+        return None
+
+
+def _released_placement(mode: str) -> str:
+    """The released placement model folder that ``mode``'s policies ppo, clone, teacher and
+    rollout read when ``--model`` is not given (``models/placement``; dynamic mode:
+    ``models/placement-dynamic``)."""
+    if mode == "fgd":
+        from fleetmind.rl.policy_adapter import RELEASED_DIR
+
+        return str(RELEASED_DIR)
+    from fleetmind.data.paths import MODELS_DIR
+
+    return str(MODELS_DIR / "placement-dynamic")
+
+
+def _published_means(trace: str, policies: dict, seeds: list[int]) -> str | None:
     """Each policy's ``published_unallocated_gpu_pct_at_100`` / ``_130`` (the authors' values
     averaged over ``seeds``, %) and ``published_seeds``, when the authors published a value for
     every one of ``seeds``; when some seed has none, the policy's ``published_reason`` names the
-    seeds without one instead (a mean over other seeds would not describe the run)."""
+    seeds without one instead (a mean over other seeds would not describe the run).
+
+    Returns:
+        None, or why no policy got published values: the published figures' file is there but
+        cannot be read (a missing file gives None: it is not shipped with every data folder).
+    """
     from fleetmind.data.openb import load_fgd_published
 
     try:
         pub = load_fgd_published()
-    except DataError:
-        return
+    except DataError as err:
+        path = _published_file()
+        if path is None or not Path(path).exists():
+            return None
+        return f"the published figures cannot be read: {err}"
     for name, metrics in policies.items():
         rows = pub.get((trace, name))
         if not rows:
@@ -200,6 +234,7 @@ def _published_means(trace: str, policies: dict, seeds: list[int]) -> None:
             sum(v[1] for v in vals) / len(vals), 4
         )
         metrics["published_seeds"] = len(vals)
+    return None
 
 
 def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int]) -> dict:
@@ -529,8 +564,10 @@ def _evaluate_dynamic_agent(
 
     from tqdm import tqdm
 
+    from fleetmind.data.openb import check_gpu_specs, check_pod_sizes, load_openb_trace
     from fleetmind.data.paths import MODELS_DIR
     from fleetmind.envs.dynamic.policies import available_policies
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
     from fleetmind.rl.dynamic_eval import (
         actor_fn,
         evaluate_streams,
@@ -577,11 +614,21 @@ def _evaluate_dynamic_agent(
     if "rollout" in wanted:
         base = replace(cfg, queue_order=None)  # the rollout improves the clone, a FIFO stage
         extra["rollout"] = _rollout_dynamic_factory(args, folder, base, rollouts)
+    # the warnings of the heuristic path (docs/placement.md, "Warnings"), against the nodes these
+    # runs use: the model's node sample, as its env draws it
+    trace = load_openb_trace(args.trace)
+    fleet = MultiClusterPlacementEnv(**cfg.env_kwargs(trace)).fleet
+    where = (
+        f"the model's node sample ({fleet.n_nodes} nodes, {cfg.node_fraction:.0%} of the openb "
+        "GPU nodes)"
+    )
+    check_gpu_specs(trace, sorted(set(fleet.model.tolist())), where)
+    check_pod_sizes(trace, fleet.cpu_milli, fleet.memory_mib, fleet.num_gpu, where)
     # a model with a learned queue order (--algo order) runs with it; the heuristics and the
     # stages below it (teacher, clone, rollout) run with the simulator's FIFO queue
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
         per_policy = evaluate_streams(
-            args.trace,
+            trace,
             seeds,
             actors=actors,
             heuristics=heuristics,
@@ -721,7 +768,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         [
             ("--trace", _openb_files(args.trace, "trace"), ()),
             ("--nodes", _openb_files(args.nodes, "node"), ()),
-            ("--model", args.model, MODEL_FILES),
+            model_input(args.model or None, _released_placement(args.mode)),
+            *([("the published FGD figures", _published_file(), ())] if args.mode == "fgd" else []),
         ],
     )
     if args.workers < 1:
@@ -896,6 +944,9 @@ def _print_table(result: dict, wide: bool = False) -> None:
         legend.append(f"--wide shows {hidden} more columns; --json writes every value")
     if legend:
         print(textwrap.fill("legend: " + "; ".join(legend), TABLE_WIDTH, subsequent_indent="  "))
+    if result.get("published_reason"):  # why the pub@ columns are missing
+        note = f"note: {result['published_reason']}"
+        print(textwrap.fill(note, TABLE_WIDTH, subsequent_indent="  "))
     for name, m in pols.items():  # a policy whose published values do not cover every seed
         if m.get("published_reason"):
             note = f"note: {name}: {m['published_reason']}"
