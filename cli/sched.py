@@ -553,6 +553,24 @@ def _openb_nodes() -> Any:
         return None
 
 
+def _checked_dynamic_trace(trace_name: str, cfg: Any) -> Any:
+    """The trace ``trace_name``, loaded once, after the warnings of the heuristic path
+    (docs/placement.md, "Warnings") against the nodes the model's runs use: its node sample, as
+    its env draws it (``cfg``: the model's dynamic-mode config)."""
+    from fleetmind.data.openb import check_gpu_specs, check_pod_sizes, load_openb_trace
+    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+
+    trace = load_openb_trace(trace_name)
+    fleet = MultiClusterPlacementEnv(**cfg.env_kwargs(trace)).fleet
+    where = (
+        f"the model's node sample ({fleet.n_nodes} nodes, {cfg.node_fraction:.0%} of the openb "
+        "GPU nodes)"
+    )
+    check_gpu_specs(trace, sorted(set(fleet.model.tolist())), where)
+    check_pod_sizes(trace, fleet.cpu_milli, fleet.memory_mib, fleet.num_gpu, where)
+    return trace
+
+
 def _evaluate_dynamic_agent(
     args: argparse.Namespace, policies: list[str], seeds: list[int]
 ) -> dict:
@@ -564,10 +582,8 @@ def _evaluate_dynamic_agent(
 
     from tqdm import tqdm
 
-    from fleetmind.data.openb import check_gpu_specs, check_pod_sizes, load_openb_trace
     from fleetmind.data.paths import MODELS_DIR
     from fleetmind.envs.dynamic.policies import available_policies
-    from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
     from fleetmind.rl.dynamic_eval import (
         actor_fn,
         evaluate_streams,
@@ -614,16 +630,7 @@ def _evaluate_dynamic_agent(
     if "rollout" in wanted:
         base = replace(cfg, queue_order=None)  # the rollout improves the clone, a FIFO stage
         extra["rollout"] = _rollout_dynamic_factory(args, folder, base, rollouts)
-    # the warnings of the heuristic path (docs/placement.md, "Warnings"), against the nodes these
-    # runs use: the model's node sample, as its env draws it
-    trace = load_openb_trace(args.trace)
-    fleet = MultiClusterPlacementEnv(**cfg.env_kwargs(trace)).fleet
-    where = (
-        f"the model's node sample ({fleet.n_nodes} nodes, {cfg.node_fraction:.0%} of the openb "
-        "GPU nodes)"
-    )
-    check_gpu_specs(trace, sorted(set(fleet.model.tolist())), where)
-    check_pod_sizes(trace, fleet.cpu_milli, fleet.memory_mib, fleet.num_gpu, where)
+    trace = _checked_dynamic_trace(args.trace, cfg)
     # a model with a learned queue order (--algo order) runs with it; the heuristics and the
     # stages below it (teacher, clone, rollout) run with the simulator's FIFO queue
     with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
