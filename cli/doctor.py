@@ -17,7 +17,10 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         "--prometheus", required=True, metavar="URL", help="Prometheus server (http://host:9090)"
     )
     p.add_argument(
-        "--timeout", type=argtypes.finite_float, default=10.0, help="query timeout, s (default: 10)"
+        "--timeout",
+        type=argtypes.finite_float,
+        default=10.0,
+        help="query timeout, s (default: 10; at most 31536000, a year)",
     )
     p.add_argument(
         "--cluster",
@@ -38,8 +41,13 @@ def run(args: argparse.Namespace) -> int:
     check_http_url(args.prometheus, "--prometheus")
     if is_exporter_url(args.prometheus):
         raise ConfigError("--prometheus is a Prometheus server, not an exporter's /metrics URL")
-    if not args.timeout > 0:
-        raise ConfigError(f"--timeout must be positive, got {args.timeout}")
+    from fleetmind.serving.settings import MAX_DURATION_S
+
+    if not 0 < args.timeout <= MAX_DURATION_S:
+        raise ConfigError(
+            f"--timeout must be a number of seconds > 0 and at most {MAX_DURATION_S:.0f} "
+            f"(a year, the service's longest duration), got {args.timeout:g}"
+        )
     import os
 
     cluster = args.cluster or os.environ.get("FLEETMIND_TELEMETRY_CLUSTER") or "local"

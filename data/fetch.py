@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.redact import safe_uri
 
 CHUNK_BYTES = 1 << 16
 
@@ -72,16 +73,26 @@ def check_http_url(url: str, flag: str) -> None:
     an HTTP client can use (a host, a valid port; ``http://[::1`` is not one).
 
     Used for the URLs the ``fleetmind`` commands take (``--base-url``, ``--url``, ``--prometheus``),
-    before anything is printed or created.
+    before anything is printed or created. The URL is shown with its ``user:password@`` and
+    password-like query parameters masked (:func:`fleetmind.redact.safe_uri`); when it carries
+    credentials, the parser's own reason is left out, since it may quote part of the password
+    (``Port could not be cast to integer value as 'Zm9v'`` for ``http://u:Zm9v/YmFy@host``).
     """
     import httpx
 
-    bad = f"{flag} must be an http(s) URL (http://HOST:PORT), got {url!r}"
+    shown = safe_uri(repr(url))
+    bad = f"{flag} must be an http(s) URL (http://HOST:PORT), got {shown}"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError on a port out of range or not a number)
         httpx.URL(url)
     except (ValueError, httpx.InvalidURL) as err:
+        if shown != repr(url):
+            raise ConfigError(
+                f"{bad}: not a valid URL (the parser's reason is not shown, as it may quote the "
+                "password; percent-encode a '/', '?', '#' or '@' in a password: %2F, %3F, %23, "
+                "%40)"
+            ) from None
         raise ConfigError(f"{bad}: {err}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(bad)

@@ -30,6 +30,7 @@ from fleetmind.data.errors import (
     NotAvailableError,
 )
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.redact import safe_request_target, safe_uri
 from fleetmind.serving import migrations
 from fleetmind.serving.api_docs import add_api_docs
 from fleetmind.serving.db import Database, is_input_error
@@ -80,15 +81,51 @@ log = logging.getLogger("fleetmind.serving")
 API_VERSION = "1"
 
 
+ACCESS_LOGGER = "uvicorn.access"
+"""The logger of uvicorn's access lines (``uvicorn.protocols.http.httptools_impl`` and
+``h11_impl``: ``access_logger.info('%s - "%s %s HTTP/%s" %d', client, method, path_with_query,
+http_version, status)``)."""
+
+
+class AccessLogRedaction(logging.Filter):
+    """Masks secrets in uvicorn's access lines before any handler formats them: the value of each
+    password-like query parameter of the request target (``?access_token=...``, RFC 6750 section
+    2.3; ``?token=``, ``?api_key=``) shows as ``***`` (:func:`fleetmind.redact.safe_request_target`,
+    the rule of :func:`fleetmind.redact.safe_uri`). The record's arguments keep their number and
+    types, so uvicorn's ``AccessFormatter`` (which unpacks them) formats it as before."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(safe_request_target(a) if isinstance(a, str) else a for a in args)
+        elif not args and isinstance(record.msg, str):
+            record.msg = safe_uri(record.msg)
+        return True
+
+
+def redact_access_log() -> None:
+    """Put :class:`AccessLogRedaction` on the ``uvicorn.access`` logger (once), for a server that
+    was not started with :func:`uvicorn_log_config` (plain ``uvicorn --factory``)."""
+    logger = logging.getLogger(ACCESS_LOGGER)
+    if not any(isinstance(f, AccessLogRedaction) for f in logger.filters):
+        logger.addFilter(AccessLogRedaction())
+
+
 def uvicorn_log_config(level: str = "info") -> dict[str, Any]:
     """The logging configuration ``fleetmind serve`` hands uvicorn: uvicorn's own, plus the
-    ``fleetmind`` loggers on stderr at ``level`` (``--log-level``: ``debug`` .. ``critical``).
+    ``fleetmind`` loggers on stderr at ``level`` (``--log-level``: ``debug`` .. ``critical``),
+    and :class:`AccessLogRedaction` on the access lines.
 
     So a failure the service survives (telemetry unavailable, ranking processes or keep-warm not
     started, ...) is one line on stderr, ``WARNING:  fleetmind: telemetry unavailable: ...``,
     beside uvicorn's lines; every worker process applies it at its start.
     """
     config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["fleetmind_redact"] = {
+        "()": f"{AccessLogRedaction.__module__}.{AccessLogRedaction.__qualname__}"
+    }
+    access = config["loggers"].setdefault(ACCESS_LOGGER, {})
+    access["filters"] = [*access.get("filters", []), "fleetmind_redact"]
     config["formatters"]["fleetmind"] = {
         **config["formatters"]["default"],
         "fmt": "%(levelprefix)s fleetmind: %(message)s",
@@ -227,6 +264,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # as the CLI does, for ``uvicorn --factory fleetmind.serving.app:create_app``: no usage
     # telemetry from ONNX Runtime (read when the placement model's first session is made)
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    redact_access_log()  # as fleetmind serve's log config does, under plain uvicorn too
     metrics = Metrics()
 
     @asynccontextmanager

@@ -521,6 +521,7 @@ class Settings(BaseSettings):
     gc_gen0_threshold: int | None = Field(
         100_000,
         ge=1,
+        le=2**31 - 1,  # gc.set_threshold takes a C int: a larger one raised OverflowError
         description="Python GC generation-0 threshold while serving (Python's own default is "
         "700); startup objects are also frozen out of collections",
     )
@@ -535,6 +536,7 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(
         1,
         ge=1,
+        le=1024,  # torch.set_num_threads takes a C int; more threads than cores only slows it
         description="torch intra-op threads per process (1 suits one worker per core; torch's own "
         "default is one per core)",
     )

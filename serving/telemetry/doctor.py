@@ -26,11 +26,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.redact import safe_uri
 from fleetmind.serving.defaults import DEFAULT_GRAPH
+from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.prometheus import (
     DEFAULT_MAX_AGE_S,
     EXPORTER_POD,
@@ -80,7 +82,7 @@ def has_errors(findings: list[Finding]) -> bool:
 def as_json(url: str, findings: list[Finding]) -> dict[str, Any]:
     """``{"prometheus", "errors", "findings": [{level, check, message}]}``."""
     return {
-        "prometheus": url,
+        "prometheus": safe_uri(url),
         "errors": sum(f.level == "error" for f in findings),
         "findings": [asdict(f) for f in findings],
     }
@@ -106,7 +108,7 @@ def diagnose(
         ConfigError: ``ca_file`` is not a readable CA bundle.
     """
     if max_age_s is None:
-        max_age_s = _env_float("FLEETMIND_TELEMETRY_MAX_AGE_S", DEFAULT_MAX_AGE_S)
+        max_age_s = _env_setting("telemetry_max_age_s", DEFAULT_MAX_AGE_S)
     src = PrometheusApiSource(
         url,
         default_cluster=cluster,
@@ -124,22 +126,31 @@ def diagnose(
         src.close()
 
 
-def _env_float(name: str, default: float) -> float:
-    """A non-negative finite number from the environment variable ``name``, else ``default``.
+def _env_setting(field: str, default: float) -> float:
+    """The service setting ``field`` from its variable ``FLEETMIND_<FIELD>``, validated by the
+    service's own field (:class:`fleetmind.serving.settings.Settings`: its type and bounds, e.g.
+    ``FLEETMIND_TELEMETRY_MAX_AGE_S`` from 0 to a year, s), so the doctor accepts what
+    ``fleetmind serve`` accepts and nothing else; unset or blank: ``default``.
 
     Raises:
-        ConfigError: the variable is set to something else.
+        ConfigError: the variable is set to a value the service refuses (one line naming it).
     """
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+    name = f"FLEETMIND_{field.upper()}"
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
+    info = Settings.model_fields[field]
+    check = TypeAdapter(
+        Annotated[info.annotation, info],
+        config=ConfigDict(allow_inf_nan=Settings.model_config.get("allow_inf_nan", True)),
+    )
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{name} must be a number of seconds >= 0, got {raw!r}")
-    return value
+        return check.validate_python(raw)
+    except ValidationError as err:
+        why = err.errors(include_url=False)[0]["msg"]
+        raise ConfigError(f"invalid setting {name}={raw!r}: {why}") from None
 
 
 def _as_count(value: float, promql: str) -> int:
