@@ -4,7 +4,11 @@ A browser lets any page the operator visits send requests to the service: a ``fe
 ``no-cors`` mode with a ``text/plain`` body needs no CORS preflight, and a page whose name an
 attacker re-points at ``127.0.0.1`` (DNS rebinding) can even read the answers. Bearer tokens stop
 both (a page cannot attach the operator's token), but with no token set (authentication off, the
-loopback default) nothing else would. :class:`OriginGuard` makes three checks, in this order:
+loopback default) nothing else would. :class:`OriginGuard` makes three checks, in this order,
+after refusing with 400 a request that repeats ``Host``, ``Origin`` or ``Content-Type``
+(:data:`SINGLE_HEADERS`: the checks here and the routes would otherwise read different copies)
+or an HTTP/1.1 request without ``Host`` (RFC 9112 section 3.2: a server MUST answer both 400;
+HTTP/1.0 may omit it):
 
 * **Host** (only with no token set while the service listens on a loopback address,
   ``FLEETMIND_BIND_HOST``, see :func:`binds_loopback`; every client is then on this machine, and
@@ -32,14 +36,21 @@ loopback default) nothing else would. :class:`OriginGuard` makes three checks, i
   one, ``application/x-www-form-urlencoded``: 415 unless told ``-H 'Content-Type:
   application/json'``); a browser's cross-site request is already refused by the ``Origin``
   check.
+
+The body itself must be UTF-8 (RFC 8259 section 8.1) on every route: the routes that take a
+FastAPI body model read it through :class:`Utf8JsonRoute` (:func:`utf8_json`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 
 from fleetmind.serving.deps import PUBLIC_PATHS, settings_of
 from fleetmind.serving.settings import Settings
@@ -49,6 +60,10 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_BODY_PREFIX = "/api/v1/"
 """Every ``POST``, ``PUT`` and ``PATCH`` with a body under it takes JSON only: 415 for another
 declared content type."""
+SINGLE_HEADERS = frozenset({b"host", b"origin", b"content-type"})
+"""Headers a request may carry once: a repeated one gets 400, where the checks here and the
+routes could otherwise read different copies (RFC 9112 section 3.2 for ``Host``; RFC 9110 section
+5.3 allows a repeated field only for list-valued ones, which these are not)."""
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -163,6 +178,60 @@ def json_when_undeclared(scope: Any) -> None:
     scope["headers"] = [*kept, (b"content-type", b"application/json")]
 
 
+def utf8_json(body: bytes) -> Any:
+    """A request body parsed as JSON that must be UTF-8 without a byte order mark (RFC 8259
+    section 8.1: JSON exchanged between systems MUST be UTF-8), as ``/api/v1/alerts`` and
+    ``/api/v1/rca`` (pydantic-core) and the extender read theirs. Python's ``json.loads`` on bytes
+    guesses UTF-16 or UTF-32 from the first bytes, drops a UTF-8 BOM and lets encoded surrogates
+    through: a route reading its body that way took what the others refuse.
+
+    Raises:
+        json.JSONDecodeError: the body is not UTF-8, starts with a byte order mark, or is not
+            JSON; FastAPI answers it with a 422 ``json_invalid`` error, as ``/api/v1/alerts``.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise json.JSONDecodeError(
+            f"the body is not UTF-8 (byte 0x{body[err.start]:02x} at offset {err.start}); "
+            "JSON is sent as UTF-8 (RFC 8259 section 8.1)",
+            "",
+            err.start,
+        ) from None
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError(
+            "the body starts with a byte order mark: send UTF-8 JSON without one "
+            "(RFC 8259 section 8.1)",
+            "",
+            0,
+        )
+    return json.loads(text)
+
+
+class Utf8JsonRequest(Request):
+    """A request whose :meth:`json` is :func:`utf8_json` (Starlette's is ``json.loads`` on bytes)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = utf8_json(await self.body())
+        return self._json
+
+
+class Utf8JsonRoute(APIRoute):
+    """The route class of every router whose routes take a FastAPI body model (placements,
+    feedback, the graph): their bodies are read by :func:`utf8_json`, as FastAPI's documented
+    "custom Request and APIRoute class" pattern does (fastapi docs, "Custom Request and APIRoute
+    class"). Routes that read their bodies themselves parse them with pydantic-core, UTF-8 only."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def utf8_handler(request: Request) -> Response:
+            return await handler(Utf8JsonRequest(request.scope, request.receive))
+
+        return utf8_handler
+
+
 class OriginGuard:
     """ASGI middleware: the Host, Origin and content-type checks of the module docstring."""
 
@@ -197,7 +266,18 @@ class OriginGuard:
 
     def _refusal(self, scope: Any) -> tuple[int, str] | None:
         """(status, detail) of a refused request; ``None`` to serve it."""
-        headers = {k.lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        headers: dict[bytes, str] = {}
+        for key, value in scope.get("headers", ()):
+            key = key.lower()
+            if key not in headers:  # the first copy, as Starlette's ``Headers.get`` reads
+                headers[key] = value.decode("latin-1")
+            elif key in SINGLE_HEADERS:
+                return 400, (
+                    f"the request has more than one {key.decode('latin-1').title()} header: send "
+                    "it once (RFC 9110 section 5.3, RFC 9112 section 3.2)"
+                )
+        if b"host" not in headers and scope.get("http_version") == "1.1":
+            return 400, "an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2)"
         path, method = scope.get("path", ""), scope.get("method", "GET")
         settings = settings_of(scope.get("app"))
         check_host, public_host = self._config(settings)

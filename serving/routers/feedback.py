@@ -16,9 +16,10 @@ from fleetmind.serving.feedback import (
     list_feedback,
     record_feedback,
 )
+from fleetmind.serving.origin_guard import Utf8JsonRoute
 from fleetmind.serving.schemas import MAX_DB_INT, ErrorOut
 
-router = APIRouter(prefix="/api/v1/incidents", tags=["feedback"])
+router = APIRouter(prefix="/api/v1/incidents", tags=["feedback"], route_class=Utf8JsonRoute)
 IncidentId = Annotated[int, Path(ge=0, le=MAX_DB_INT)]
 
 

@@ -17,9 +17,10 @@ from pydantic import Field
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.deps import GraphsDep, require_scope
+from fleetmind.serving.origin_guard import Utf8JsonRoute
 from fleetmind.serving.schemas import GraphIn, GraphSummary
 
-router = APIRouter(prefix="/api/v1/graph", tags=["graph"])
+router = APIRouter(prefix="/api/v1/graph", tags=["graph"], route_class=Utf8JsonRoute)
 
 
 class GraphReplaced(GraphSummary):

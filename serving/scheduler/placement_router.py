@@ -10,12 +10,13 @@ from fastapi import APIRouter, HTTPException, Request
 from fleetmind.data.errors import NotAvailableError
 from fleetmind.serving.deps import MetricsDep, RegistryDep, ServicesDep, TelemetryDep, has_scope
 from fleetmind.serving.health import healthy_nodes
+from fleetmind.serving.origin_guard import Utf8JsonRoute
 from fleetmind.serving.scheduler.placement import Option, Reservations, why_no_fit
 from fleetmind.serving.scheduler.reservations import DbReservations, job_key
 from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
 from fleetmind.serving.telemetry.base import FleetSnapshot
 
-router = APIRouter(prefix="/api/v1/placements", tags=["placements"])
+router = APIRouter(prefix="/api/v1/placements", tags=["placements"], route_class=Utf8JsonRoute)
 
 HOLD_TRIES = 5
 """Decisions per ``reserve=true`` request at most while other workers or replicas keep taking the
