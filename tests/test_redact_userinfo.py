@@ -11,7 +11,7 @@ import os
 import pytest
 
 from fleetmind.cli import main
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_request_target, safe_uri
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -108,3 +108,28 @@ def test_settings_error_never_prints_the_password(
     line = _settings_error(info.value)
     assert name in line and "***@" in line
     assert not any(p in line for p in parts), line
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/" * 262_144, "/" + "//a" * 87_381, "/x?" + "//" * 131_072],
+    ids=["slashes", "slash-pairs", "query"],
+)
+def test_masking_a_long_request_target_is_linear(target: str) -> None:
+    """A client controls the request path the access log masks: a third regex branch from
+    ``//`` over the token to ``@`` backtracked from every ``//`` (quadratic: 256 KiB of slashes
+    took minutes, blocking the worker's event loop). The alarm is a hang guard, not a timing
+    figure: the linear rule takes milliseconds here."""
+    import signal
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError("masking did not finish in 20 s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        assert safe_request_target(target) == target  # nothing to mask, nothing changed
+        assert safe_uri(target + "@h") == target[: target.find("//")] + "//***@h"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
