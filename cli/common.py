@@ -84,16 +84,25 @@ def _file_key(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _within(path: str, top: str) -> bool:
+    """Whether ``path`` (links resolved) is ``top`` or inside it (``top``: a real path)."""
+    real = os.path.realpath(path)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
 def _same_file_in(out: str, root: str, patterns: Sequence[str]) -> bool:
-    """Whether a file matching ``patterns`` in the folder ``root`` (its sub-folders and linked
-    folders included) is the existing file ``out`` under another name: a hard link of it, or a
-    symbolic link to it. Only folders that may hold a match are listed and only matching names
-    are stat'ed; when ``out`` has a single hard link, only the symbolic links among them."""
+    """Whether a file matching ``patterns`` in the folder ``root`` (its sub-folders and the linked
+    folders inside it included) is the existing file ``out`` under another name: a hard link of
+    it, or a symbolic link to it. Only folders that may hold a match are listed and only matching
+    names are stat'ed; when ``out`` has a single hard link, only the symbolic links among them. A
+    link to a folder outside ``root`` is not followed (a link to ``/`` would walk the machine):
+    an output that is a hard link of a file only such a link reaches is not found."""
     try:
         st = os.stat(out)
     except OSError:
         return False
     key, hard = (st.st_dev, st.st_ino), st.st_nlink > 1
+    top = os.path.realpath(root)
     seen: set[tuple[int, int]] = set()
     stack = [(root, "")]
     while stack:
@@ -113,6 +122,8 @@ def _same_file_in(out: str, root: str, patterns: Sequence[str]) -> bool:
             except OSError:
                 continue
             if is_dir:
+                if entry.is_symlink() and not _within(entry.path, top):
+                    continue  # a link out of the folder (to / at worst): not walked
                 if any(_may_hold(name + "/", pat) for pat in patterns):
                     stack.append((entry.path, name + "/"))
                 continue
