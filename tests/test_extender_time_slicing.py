@@ -80,11 +80,13 @@ def test_several_replicas_in_one_pod_take_one_replica_of_as_many_gpus() -> None:
     """``nvidia.com/gpu: 2`` on a time-sliced node: the device plugin grants it unless
     ``failRequestsGreaterThanOne`` is set ("Setting ``failRequestsGreaterThanOne=true`` is
     recommended, but it is set to ``false`` by default to retain backwards compatibility": the
-    time-slicing section of NVIDIA/k8s-device-plugin's README), handing out two replica devices,
-    which its default ``distributed``
-    allocation policy spreads over the GPUs with the fewest replicas taken (``greedyAlloc`` in
-    ``internal/rm/allocate.go``). FleetMind places it as one replica (``1000 // r``) on each of two
-    GPUs; it used to refuse every time-sliced node for it as unresolvable."""
+    time-slicing section of NVIDIA/k8s-device-plugin's README), handing out two replica devices.
+    Its default ``distributed`` allocation policy picks them one at a time from the GPU with the
+    fewest replicas allocated (``greedyAlloc`` with the distributed comparator, ``distributedAlloc``
+    in older releases, ``internal/rm/allocate.go``), so it may give the pod two replicas of one GPU.
+    FleetMind holds one replica (``1000 // r``) on each of two GPUs as its estimate until the
+    telemetry shows where the pod really runs; it used to refuse every time-sliced node for it as
+    unresolvable."""
     req, d = _decide(_args("2"), [_multi("ts", [750, 500], 4), _node("whole", 1000)])
     assert [o.node for o in d.options] == ["ts"] and d.options[0].gpus in ((0, 1), (1, 0))
     job = req.job(replicas=d.replicas["ts"])
@@ -96,12 +98,12 @@ def test_several_replicas_in_one_pod_take_one_replica_of_as_many_gpus() -> None:
 
 
 def test_several_replicas_on_a_one_gpu_time_sliced_node_say_why() -> None:
-    """FleetMind does not model two replicas of one GPU in one pod: a one-GPU node is refused
-    with the reason."""
+    """FleetMind does not hold two replicas of one GPU for one pod (the device plugin may grant
+    them there): a one-GPU node is refused with the reason."""
     _, d = _decide(_args("2"), [_node("ts", 1000, replicas=4), _node("whole", 1000)])
     assert d.options == []
     assert d.unresolvable["ts"] == (
-        "node has 1 healthy GPU(s), pod needs 2 (each replica on its own GPU)"
+        "node has 1 healthy GPU(s), pod needs 2 (FleetMind holds each replica on its own GPU)"
     )
 
 

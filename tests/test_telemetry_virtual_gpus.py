@@ -5,9 +5,11 @@ a GPU, labelled ``vgpu`` (``vgpuAttribute`` in ``internal/pkg/transformation/con
 NVIDIA/dcgm-exporter), and none for a GPU that no pod holds: ``PodMapper.Process``
 (``internal/pkg/transformation/kubernetes.go``) rebuilds each counter's series from
 ``deviceToPods[deviceID]`` only (NVIDIA/dcgm-exporter#549, #611). The GPUs kube-state-metrics
-counts but DCGM does not report are then idle, not lost: they used to become unhealthy
+counts but DCGM does not report are then idle, not lost, on every node of a cluster where any
+series carries ``vgpu`` (the flag is one for the whole DaemonSet): they used to become unhealthy
 placeholders, so an idle time-sliced node was refused ("node has 0 healthy GPU(s)") and a partly
-used one lost its idle GPUs' replicas.
+used one lost its idle GPUs' replicas. A pod holding two replicas of one GPU has one series per
+replica, and holds two.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any
 
 from fleetmind.serving.scheduler.extender import NodeIndex, decide
 from fleetmind.serving.scheduler.placement import BestFitPlacer, Reservations
-from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
-from fleetmind.serving.telemetry.prometheus import build_nodes, fleet_queries
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+from fleetmind.serving.telemetry.prometheus import add_missing_gpus, build_nodes, fleet_queries
 
 Sample = tuple[str, dict[str, str], float]
 
@@ -119,15 +121,74 @@ def test_without_the_vgpu_label_a_gpu_not_reported_is_still_lost() -> None:
     )
 
 
-def test_a_node_without_time_slicing_in_a_virtual_gpu_cluster_still_loses_gpus() -> None:
-    """Only time-sliced nodes (or nodes whose own series carry ``vgpu``) are read as virtual: a
-    whole-GPU node of the same cluster with a GPU not reported keeps its placeholder."""
+def test_a_whole_gpu_node_of_a_virtual_gpu_cluster_keeps_its_idle_gpus() -> None:
+    """``--kubernetes-virtual-gpus`` is one flag for the whole dcgm-exporter DaemonSet, and
+    ``vgpu`` is set only for a shared replica id (``getSharedGPU`` in
+    ``internal/pkg/transformation/kubernetes.go``): a whole-GPU node of a virtual-GPU cluster
+    exports only the GPUs pods hold, without ``vgpu`` (NVIDIA/dcgm-exporter#611: 5 of 8 unused
+    GPUs missing). Its unreported GPU is idle, and the extender places there; allocatable still
+    bounds the idle GPUs."""
     dcgm = _dcgm("busy", {0: ["a"]}) + _dcgm("whole", {0: ["w"]}, virtual=False)
     ksm = _ksm("busy", ["a"], gpus=1) + _ksm("whole", ["w"], replicas=1, gpus=2)
-    whole = _by_name(build_nodes(dcgm, ksm))["whole"]
-    assert [(g.index, g.healthy, g.missing) for g in whole.gpus] == [
-        (0, True, False),
-        (1, False, True),
+    alloc = ("node_gpus", {"node": "whole", "__name__": "kube_node_status_allocatable"}, 2.0)
+    nodes = build_nodes(dcgm, [*ksm, alloc])
+    whole = _by_name(nodes)["whole"]
+    assert [(g.index, g.free_milli, g.healthy, g.missing) for g in whole.gpus] == [
+        (0, 0, True, False),
+        (1, 1000, True, False),
+    ]
+    snap = FleetSnapshot(source="test", nodes=nodes)
+    _, d = decide(_pod_args(["whole"]), snap, Reservations(), BestFitPlacer(), NodeIndex())
+    assert [(o.node, o.gpus) for o in d.options] == [("whole", (1,))] and not d.failed
+    # one GPU failed (out of allocatable): the one not reported is that one, not idle
+    failed = ("node_gpus", {"node": "whole", "__name__": "kube_node_status_allocatable"}, 1.0)
+    whole = _by_name(build_nodes(dcgm, [*ksm, failed]))["whole"]
+    assert [(g.index, g.healthy, g.missing) for g in whole.gpus][1] == (1, False, True)
+
+
+def test_a_pod_with_two_replicas_of_one_gpu_holds_two() -> None:
+    """The device plugin's ``distributed`` policy may give one pod two replicas of one GPU
+    (``greedyAlloc`` in ``internal/rm/allocate.go`` of NVIDIA/k8s-device-plugin picks the GPU
+    with the fewest allocated each time); ``--kubernetes-virtual-gpus`` then exports one series
+    per replica, ``vgpu`` "0" and "1" (``toDeviceToSharingPods`` adds one entry per device id).
+    Two of four replicas are held: 500 free, not 750."""
+    base = {"modelName": "A100", "node": "n1", "UUID": "GPU-0", "gpu": "0"}
+    dcgm: list[Sample] = [("DCGM_FI_DEV_FB_USED", base, 20000.0)]
+    for v in ("0", "1"):
+        lab = {**base, "pod": "p", "namespace": "ml", "vgpu": v}
+        dcgm.append(("DCGM_FI_DEV_FB_FREE", lab, 60000.0))
+    ksm = _ksm("n1", ["p"], replicas=4, gpus=2)
+    (node,) = build_nodes(dcgm, ksm)
+    assert [(g.index, g.free_milli, g.healthy) for g in node.gpus] == [
+        (0, 500, True),
+        (1, 1000, True),
+    ]
+    # without vgpu (the default mode: one series per pod) the pod is one replica
+    plain = [(n, {k: v for k, v in lab.items() if k != "vgpu"}, x) for n, lab, x in dcgm]
+    (node,) = build_nodes(plain, ksm)
+    assert node.gpus[0].free_milli == 750
+
+
+def test_a_reported_unhealthy_gpu_takes_no_share_of_allocatable() -> None:
+    """Four GPUs time-sliced x4: capacity 16, allocatable 12. GPU 0 is reported unhealthy (its
+    four replicas are what allocatable lacks), GPU 1 is held; GPUs 2 and 3 are not reported and
+    are both idle: allocatable's 3 healthy GPUs less the one reported healthy."""
+    node = NodeState(
+        name="ts",
+        cluster="k8s",
+        gpus=[
+            GpuState(index=0, model="T4", free_milli=0, healthy=False),
+            GpuState(index=1, model="T4", free_milli=750),
+        ],
+        gpu_replicas=4,
+    )
+    counted = {"kube_node_status_capacity": 16.0, "kube_node_status_allocatable": 12.0}
+    add_missing_gpus(node, counted, idle=True)
+    assert [(g.index, g.free_milli, g.healthy, g.missing) for g in node.gpus] == [
+        (0, 0, False, False),
+        (1, 750, True, False),
+        (2, 1000, True, False),
+        (3, 1000, True, False),
     ]
 
 

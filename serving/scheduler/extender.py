@@ -612,9 +612,10 @@ def _why_not(node: NodeState, req: PodRequest, res: Reservations) -> tuple[str, 
     healthy = [g for g in eligible if g.healthy]
     kind = f"{' or '.join(req.gpu_models)} " if req.gpu_models else ""
     r = replicas_for(node, req)
-    # the device plugin may hand out several replicas of one GPU to a pod; FleetMind places
-    # each on its own GPU (as the plugin's default distributed allocation does while it can)
-    own = " (each replica on its own GPU)" if r > 1 and req.num_gpu > 1 else ""
+    # the device plugin's distributed policy picks each replica from the GPU with the fewest
+    # allocated, so it may give one pod two replicas of one GPU; FleetMind holds one replica on
+    # each of n GPUs as its estimate until telemetry shows where the pod really runs
+    own = " (FleetMind holds each replica on its own GPU)" if r > 1 and req.num_gpu > 1 else ""
     if req.num_gpu and len(healthy) < req.num_gpu:
         return f"node has {len(healthy)} healthy {kind}GPU(s), pod needs {req.num_gpu}{own}", True
     if req.cpu_milli and node.cpu_milli and node.cpu_milli < req.cpu_milli:

@@ -453,6 +453,20 @@ class PeerPolicyPlacer:
         allowed: Collection[str] | None = None,
         alternative_gpus: bool = True,
     ) -> list[Option]:
+        """:meth:`Placer.place` with the policy, except for a job of several time-slicing replicas.
+
+        A job with ``num_gpu`` > 1 and ``gpu_milli`` < 1000 is a pod asking ``nvidia.com/gpu: n``
+        on a time-sliced node (the scheduler extender's one replica, ``1000 // r`` milli, on each
+        of ``n`` GPUs; ``POST /api/v1/placements`` refuses such jobs itself). The simulator the
+        policy runs on reads ``num_gpu`` > 1 as ``n`` whole GPUs (``ClusterState`` in
+        ``envs/core.py`` asks each to be fully idle), so it would find no room once a replica is
+        held: such a job is placed by :class:`BestFitPlacer` instead, on the same snapshot and
+        reservations (every GPU of the node, not only the first 8).
+        """
+        if job.num_gpu > 1 and job.gpu_milli < 1000:
+            return BestFitPlacer().place(
+                snapshot, job, reservations, k, allowed=allowed, alternative_gpus=alternative_gpus
+            )
         nodes = snapshot.nodes
         n = len(nodes)
         if n == 0:

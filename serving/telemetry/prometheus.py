@@ -82,7 +82,8 @@ dcgm-exporter's newest code). The pitfalls:
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
 GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
 ``1000 * (r - pods) // r`` with ``r`` the GPU's time-slicing replicas (1 without time-slicing: 0
-free; a MIG instance's are its profile's, see Missing GPUs); else 1000 when idle: under 5 % of its
+free; a MIG instance's are its profile's, see Missing GPUs) and ``pods`` the replicas held: one per
+pod, or one per distinct ``(pod, vgpu)`` where series carry ``vgpu`` (see Virtual GPUs); else 1000 when idle: under 5 % of its
 framebuffer used (driver-reserved memory,
 :data:`fleetmind.serving.telemetry.base.IDLE_MEMORY_FRACTION`) and, where read, utilisation under
 5 % (:data:`~fleetmind.serving.telemetry.base.IDLE_UTIL_PCT`); otherwise the free framebuffer
@@ -111,14 +112,18 @@ MIG profile of the mixed strategy has its own ``nvidia.com/mig-<profile>.replica
 (``NodeState.mig_replicas``, :func:`_replicas_of`).
 
 Virtual GPUs. dcgm-exporter's ``--kubernetes-virtual-gpus`` (its mode for time-slicing and MPS)
-exports one series per pod holding a GPU, labelled ``vgpu`` with the replica, and none at all for a
-GPU no pod holds (``PodMapper.Process`` in ``internal/pkg/transformation/kubernetes.go`` of
-NVIDIA/dcgm-exporter builds each counter's series from the pods of the device only;
-NVIDIA/dcgm-exporter#549, #611). On a node whose series carry ``vgpu``, and on a time-sliced node
-(``gpu_replicas`` > 1) of a cluster where any series does, the GPUs counted but not reported are
-therefore idle: added healthy with every replica free, not as placeholders. A node where no pod
-holds a GPU exports its GPUs as usual since NVIDIA/dcgm-exporter#554; before, nothing, and a
-cluster where no pod holds a GPU then still gets placeholders.
+exports one series per replica a pod holds, labelled ``vgpu`` with the replica (a pod the device
+plugin gave two replicas of one GPU has two series there, counted as two replicas held), and none
+at all for a GPU no pod holds (``PodMapper.Process`` in
+``internal/pkg/transformation/kubernetes.go`` of NVIDIA/dcgm-exporter builds each counter's series
+from the pods of the device only, ``toDeviceToSharingPods`` one entry per device id;
+NVIDIA/dcgm-exporter#549, #611). The flag is one for the whole DaemonSet, and ``vgpu`` is set only
+for a shared replica id, so a whole-GPU node of such a cluster loses its idle GPUs without any
+series of its own carrying ``vgpu``: in a cluster where any series carries ``vgpu``, every node's
+GPUs counted but not reported are therefore idle, added healthy with every replica free (as many
+as allocatable leaves room for), not as placeholders. A node where no pod holds a GPU exports its
+GPUs as usual since NVIDIA/dcgm-exporter#554; before, nothing, and a cluster where no pod holds a
+GPU then still gets placeholders.
 
 Stale series. Every series read is kept only while its newest sample is younger than
 ``max_age_s`` (``FLEETMIND_TELEMETRY_MAX_AGE_S``, :data:`DEFAULT_MAX_AGE_S`; :func:`fresh`).
@@ -878,7 +883,9 @@ def _read_dcgm(
             g["vgpu"] = True  # exported by --kubernetes-virtual-gpus (see Virtual GPUs)
         pod = workload_pod(lab, own_pods)
         if pod and _pod_running(pod, cluster, view):
-            g.setdefault("pods", set()).add(pod)
+            # one replica per (pod, vgpu): --kubernetes-virtual-gpus exports one series per
+            # replica a pod holds, and the device plugin may give one pod two replicas of a GPU
+            g.setdefault("pods", set()).add((pod, lab.get(VGPU_LABEL, "")))
     _drop_mig_parents(gpus)
     return gpus, windowed
 
@@ -921,7 +928,9 @@ def _gpu_state(
     g: dict[str, Any], idx: int, healthy: bool, share: int | None, replicas: int = 1
 ) -> GpuState:
     """One GPU from its DCGM record; ``share`` is the milli-GPUs pods hold on it (or ``None``);
-    ``replicas`` the node's time-slicing replicas per GPU (1: none)."""
+    ``replicas`` the node's time-slicing replicas per GPU (1: none). The record's ``pods`` are
+    ``(namespace/pod, vgpu)`` pairs, one per replica held (``vgpu`` is ``""`` outside
+    ``--kubernetes-virtual-gpus``: one per pod)."""
     used, free = g.get("used"), g.get("free")
     total = used + free if used is not None and free is not None else None
     util = g.get("util")
@@ -932,10 +941,12 @@ def _gpu_state(
     elif share is not None:
         free_milli = max(0, 1000 - share)
     elif g.get("pods"):
-        # each workload pod holds one replica (k8s-device-plugin sharing.timeSlicing); without
-        # time-slicing one pod holds the whole GPU. dcgm-exporter may name only one of the pods of
-        # a time-sliced GPU: free is then an upper bound, and kube-scheduler still refuses a node
-        # whose allocatable nvidia.com/gpu replicas are all requested.
+        # each workload pod holds one replica (k8s-device-plugin sharing.timeSlicing), or one per
+        # vgpu label it has here (--kubernetes-virtual-gpus: a pod given two replicas of this GPU
+        # has two series); without time-slicing one pod holds the whole GPU. dcgm-exporter may
+        # name only one of the pods of a time-sliced GPU in its default mode: free is then an
+        # upper bound, and kube-scheduler still refuses a node whose allocatable nvidia.com/gpu
+        # replicas are all requested.
         free_milli = max(0, replicas - len(g["pods"])) * 1000 // replicas
     else:
         free_milli = free_milli_from_memory(used, total, util)
@@ -976,8 +987,7 @@ def build_nodes(
             for g in idx:
                 held[(*where, g)] += milli
     gpus, windowed = _read_dcgm(dcgm, view, own_pods, default_cluster)
-    virtual = {(c, h) for (c, h, _), g in gpus.items() if g.get("vgpu")}
-    virtual_clusters = {c for c, _ in virtual}
+    virtual_clusters = {c for (c, _, _), g in gpus.items() if g.get("vgpu")}
     kinds: dict[tuple[str, str], set[str | None]] = defaultdict(set)
     for (c, h, _), g in gpus.items():
         kinds[(c, h)].add(str(g.get("profile")) if "parent" in g else None)
@@ -995,10 +1005,10 @@ def build_nodes(
     for key, counted in view.gpu_count.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         node.gpu_replicas = view.replicas.get(key, 1)
-        # dcgm-exporter --kubernetes-virtual-gpus exports no GPU that no pod holds: on its
-        # time-sliced nodes an unreported GPU is idle, not lost (see Virtual GPUs)
-        idle = key in virtual or (key[0] in virtual_clusters and node.gpu_replicas > 1)
-        add_missing_gpus(node, counted, idle=idle)
+        # dcgm-exporter --kubernetes-virtual-gpus (one flag for the whole DaemonSet) exports no
+        # GPU that no pod holds on any node: in its cluster an unreported GPU is idle, not lost,
+        # whole-GPU nodes too (their series carry no vgpu; see Virtual GPUs)
+        add_missing_gpus(node, counted, idle=key[0] in virtual_clusters)
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         req = view.requests.get(key, {})
@@ -1056,8 +1066,9 @@ def add_missing_gpus(node: NodeState, counted: dict[str, float], idle: bool = Fa
     ``idle``: the node's exporter exports only the GPUs that pods hold (dcgm-exporter
     ``--kubernetes-virtual-gpus``, see Virtual GPUs in the module docstring): the GPUs it does not
     report are added healthy and idle (1000 free, every replica), not as placeholders, as many as
-    allocatable (healthy devices) leaves room for; the rest of capacity stays placeholders (the
-    device plugin takes a failed GPU's replicas out of allocatable only).
+    allocatable (healthy devices, less the node's reported healthy GPUs) leaves room for; the rest
+    of capacity stays placeholders (the device plugin takes a failed GPU's replicas out of
+    allocatable only, so a reported unhealthy GPU takes no share of allocatable).
     """
     devices = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
     if not devices or not math.isfinite(devices):
@@ -1074,7 +1085,10 @@ def add_missing_gpus(node: NodeState, counted: dict[str, float], idle: bool = Fa
     alloc = counted.get("kube_node_status_allocatable", devices)
     n_idle = 0
     if idle and math.isfinite(alloc):
-        n_idle = max(0, int(alloc) // max(1, node.gpu_replicas) - len(node.gpus))
+        # allocatable counts the healthy devices only: a reported unhealthy GPU's replicas are
+        # already out of it, so only the healthy reported GPUs take their share of it
+        healthy = sum(g.healthy for g in node.gpus)
+        n_idle = max(0, int(alloc) // max(1, node.gpu_replicas) - healthy)
     for k, idx in enumerate(list(free_indices)[:missing]):
         if k < n_idle:
             node.gpus.append(GpuState(index=idx, model=model))
