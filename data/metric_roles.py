@@ -52,6 +52,10 @@ role           direction  words (any of)                                        
 Counts (``traffic``, or any name with ``count``, ``total``, ``sum`` or ``num``) get the Poisson floor
 of :class:`fleetmind.data.petshop.DetectorConfig`.
 
+A column named as a Prometheus series (``http_server_requests_seconds{outcome="SUCCESS"}``) is read
+by its metric name before the first ``{`` only (:func:`metric_name_part`): label values
+(``outcome="SUCCESS"``, ``cluster="gke-us-central1"``) set no role, direction, count or unit.
+
 A name the rules get wrong is overridden with a :class:`RoleMap` (a ``roles.yaml`` in the scenario
 folder, or ``--roles FILE``; :func:`scenario_role_map`), e.g. ``ok_ratio: success``.
 """
@@ -163,13 +167,22 @@ digits -> a capitalised word (``p90Latency``); a digit followed by capitals stay
 (``5XXError`` -> ``5XX``, ``Error``), as AWS CloudWatch writes its status classes."""
 
 
+def metric_name_part(name: str) -> str:
+    """The metric name of a column name written as a Prometheus series: the text before the first
+    ``{`` (``'http_server_requests_seconds{outcome="SUCCESS"}'`` ->
+    ``"http_server_requests_seconds"``); a name without ``{`` is returned whole. Label values are
+    not the metric's name, so they never set its role, direction, count detection or unit."""
+    return str(name).split("{", 1)[0]
+
+
 def words(name: str) -> list[str]:
     """Lower-case words of a metric name: ``"p90LatencyMs"`` -> ``["p90", "latency", "ms"]``,
     ``"HTTPCode_Target_5XX_Count"`` -> ``["http", "code", "target", "5xx", "count"]``,
-    ``"node_load1"`` -> ``["node", "load"]`` (digits after two or more letters dropped)."""
+    ``"node_load1"`` -> ``["node", "load"]`` (digits after two or more letters dropped); only the
+    name before a label block counts (:func:`metric_name_part`)."""
     return [
         _TRAILING_DIGITS.sub(r"\1", w)
-        for w in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", str(name)).lower())
+        for w in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", metric_name_part(name)).lower())
         if w
     ]
 

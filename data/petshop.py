@@ -39,6 +39,7 @@ runs them before ranking).
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -270,8 +271,9 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
 
     Raises:
         DataError: missing file, wrong header (one naming the separator when the file is not
-            comma-separated), a column named twice, non-numeric timestamps, timestamps in
-            milliseconds (:func:`check_unix_seconds`), no rows, a cell that is neither a number nor
+            comma-separated; one whose third row holds numbers: a 2-row header), a column named
+            twice, an empty or non-numeric timestamp, timestamps in milliseconds
+            (:func:`check_unix_seconds`), no rows, a cell that is neither a number nor
             missing (``123ms``, ``1,234``: missing is an empty cell or one of pandas' NA strings such
             as ``nan``, ``NA``, ``N/A``, ``null``), a value that is ``inf`` or ``-inf``, or
             (``unique_times``) a repeated timestamp.
@@ -291,12 +293,19 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
         raise DataError(f"{p}: one column read{_separator_hint(p)}")
     if not isinstance(df.columns, pd.MultiIndex) or df.columns.nlevels != 3:
         raise DataError(f"{p}: expected a 3-row header (node, metric, statistic)")
+    _check_raw_header(p, df.shape[1])
     if df.shape[0] == 0 or df.shape[1] == 0:
         raise DataError(f"{p}: no metric rows or columns")
     index = pd.to_numeric(pd.Series(df.index), errors="coerce")
     if index.isna().any():
-        bad = df.index[int(np.flatnonzero(index.isna().to_numpy())[0])]
-        raise DataError(f"{p}: timestamp {bad!r} is not a unix time")
+        r = int(np.flatnonzero(index.isna().to_numpy())[0])
+        bad = df.index[r]
+        if pd.isna(bad) or not str(bad).strip():
+            raise DataError(
+                f"{p}: data row {r + 1} has an empty or missing timestamp; every row needs a "
+                "unix time in seconds in its first cell"
+            )
+        raise DataError(f"{p}: data row {r + 1}: timestamp {str(bad)!r} is not a unix time")
     df.index = pd.Index(index.to_numpy(dtype=float), name="time")
     df.columns = pd.MultiIndex.from_tuples(
         [tuple(str(level).strip() for level in c) for c in df.columns],
@@ -316,6 +325,63 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
     if len(dup):
         raise DataError(f"{p}: column {'/'.join(dup[0])!r} appears more than once in the header")
     return df
+
+
+_NA_TEXT = frozenset(("", "nan", "na", "n/a", "null", "none", "-nan", "<na>"))
+"""Lower-cased cell texts that a data row may hold for a missing value (pandas' NA strings)."""
+
+
+def _csv_rows(path: Path, n: int) -> list[list[str]]:
+    """The first ``n`` non-empty rows of CSV file ``path`` as the ``csv`` module reads them (cells
+    stripped of surrounding spaces, a UTF-8 byte order mark dropped); fewer at the end of the file,
+    ``[]`` when it cannot be read. Unlike ``pd.read_csv`` they keep header names as written: no
+    ``.1`` added to a repeated name, no number or NA parsing."""
+    rows: list[list[str]] = []
+    try:
+        with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
+            for row in csv.reader(f):
+                if row:
+                    rows.append([c.strip() for c in row])
+                if len(rows) == n:
+                    break
+    except (OSError, csv.Error):
+        return []
+    return rows
+
+
+def _is_number_text(text: str) -> bool:
+    """Whether cell ``text`` parses as a finite number (``0.0503``, ``1e-3``)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _check_raw_header(path: Path, n_columns: int) -> None:
+    """Raise :class:`DataError` for a ``metrics.csv`` whose three header rows, as written, name a
+    column twice (``pd.read_csv`` renames a repeated ``Average`` to ``Average.1``) or whose third
+    row holds numbers instead of statistic names, its first cell included (a 2-row header: the
+    first data row would be read as statistics and lost; ``statistic,50,90`` is a header). Rows
+    whose width differs from ``n_columns`` + 1 are not judged here."""
+    rows = _csv_rows(path, 3)
+    if len(rows) != 3 or any(len(r) != n_columns + 1 for r in rows):
+        return
+    stats = [c for c in rows[2][1:] if c.lower() not in _NA_TEXT]
+    first = rows[2][0]  # a data row's timestamp; a header's row label (statistic) is text
+    if stats and all(_is_number_text(c) for c in stats) and (not first or _is_number_text(first)):
+        raise DataError(
+            f"{path}: expected a 3-row header (node, metric, statistic); its third row holds "
+            f"numbers ({rows[2][0]!r}, {stats[0]!r}, ...), not statistic names such as Average"
+        )
+    seen: set[tuple[str, ...]] = set()
+    for col in zip(*(r[1:] for r in rows), strict=True):
+        if "" in col:
+            continue  # pandas names an empty header cell uniquely (Unnamed: k_level_j)
+        if col in seen:
+            raise DataError(
+                f"{path}: column {'/'.join(col)!r} appears more than once in the header"
+            )
+        seen.add(col)
 
 
 def _separator_hint(path: Path) -> str:
@@ -396,11 +462,15 @@ def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
     if not p.is_file():
         raise DataError(f"graph file not found: {p}")
     try:
-        adj = pd.read_csv(p, index_col=0)
+        # names as written: dtype=str and no NA strings keep node "01" and node "NA" text
+        adj = pd.read_csv(p, index_col=0, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
         raise DataError(f"{p}: not an adjacency-matrix CSV: {err}{_separator_hint(p)}") from None
     rows = [str(r).strip() for r in adj.index]
     cols = [str(c).strip() for c in adj.columns]
+    head = _csv_rows(p, 1)
+    if head and len(head[0]) == len(cols) + 1:
+        cols = head[0][1:]  # as written: pandas renames a repeated column name to "name.1"
     if len(cols) == 0 and _separator_hint(p):
         raise DataError(f"{p}: one column read{_separator_hint(p)}")
     if len(rows) == 0 or len(rows) != len(cols):
@@ -414,7 +484,7 @@ def read_graph_csv(path: str | Path, name: str = "petshop") -> DependencyGraph:
     if set(rows) != set(cols):
         missing = sorted(set(rows) ^ set(cols))[0]
         raise DataError(f"{p}: node {missing!r} is a row or a column but not both")
-    values = adj.apply(pd.to_numeric, errors="coerce")
+    values = adj.apply(lambda c: pd.to_numeric(c.str.strip(), errors="coerce"))
     if values.isna().any().any():
         r, c = np.argwhere(values.isna().to_numpy())[0]
         raise DataError(f"{p}: cell ({rows[r]!r}, {cols[c]!r}) is not a number")

@@ -191,7 +191,9 @@ LATENCY_UNIT_S: dict[str, float] = {
 
 def latency_unit_s(metric: str) -> float | None:
     """Seconds per unit of latency metric ``metric`` from its last unit word, ``None`` if it names
-    none (``latency``)."""
+    none (``latency``); label values of a Prometheus series name are not read
+    (``'latency{cluster="gke-us-central1"}'`` -> ``None``, see
+    :func:`fleetmind.data.metric_roles.metric_name_part`)."""
     found = [LATENCY_UNIT_S[w] for w in words(metric) if w in LATENCY_UNIT_S]
     return found[-1] if found else None
 
