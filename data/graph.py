@@ -235,9 +235,10 @@ class DependencyGraph:
         unless its labels match a pod, GPU, host or link that is not its exporter; one naming a
         PersistentVolumeClaim (:data:`CLAIM_LABEL`) lands on the first pod using it
         (:meth:`claim_node`) unless its labels match a pod, GPU or link that is not its exporter.
-        When the match is the exporter that reported the alert (:meth:`is_scrape_target`), the
-        alert is matched again without the target's labels (:data:`TARGET_LABELS`), and that match
-        wins if there is one. A Service matched by its ``service`` label while the alert's ``pod``
+        When the match is the exporter that reported the alert (:meth:`is_scrape_target`, also
+        for a ``node`` the graph does not hold yet), the alert is matched again without the
+        target's labels (:data:`TARGET_LABELS`), and that match wins if there is one (for a node
+        the graph does not hold, its cluster node). A Service matched by its ``service`` label while the alert's ``pod``
         is no pod of it (:meth:`names_foreign_pod`) gives way to a match without ``service``,
         ``container`` and ``endpoint``.
         """
@@ -346,7 +347,11 @@ class DependencyGraph:
 
         * A pod that belongs to the Service the alert's ``service`` (or ``job``) label names, while
           the alert names a Kubernetes object (:data:`WORKLOAD_LABELS`, :data:`OBJECT_LABELS`) or
-          its ``node`` names a host. kube-state-metrics' node alerts (``KubeNodeNotReady``),
+          its ``node`` names a host, or, named by the alert's own ``node`` (or a
+          :data:`NODE_NAME_LABELS` label), a node the graph does not hold yet (one that joined
+          after the graph was built: its alerts then fall back as an unknown pod's do, to the
+          cluster node, instead of landing on the exporter). kube-state-metrics' node alerts
+          (``KubeNodeNotReady``),
           workload alerts (``KubeDeploymentReplicasMismatch`` of a Deployment in its own
           namespace) and object alerts (``KubePersistentVolumeErrors``, ``KubeHpaMaxedOut``,
           ``KubeQuotaExceeded``), node-exporter's and dcgm-exporter's carry the exporter pod's
@@ -360,12 +365,16 @@ class DependencyGraph:
           (``etcdNoLeader``) are about that pod.
         * A Service the alert's ``service`` label names, while the alert names a Kubernetes object
           other than a workload controller (:data:`OBJECT_LABELS`): the kubelet's Service on
-          ``KubePersistentVolumeFillingUp`` of a claim in ``kube-system``; or while its ``node``
-          names a host or it carries ``gpu``, as for a pod: the exporter's pod is one the graph
-          does not hold yet (a DaemonSet rollout since the graph was built), so the Service
-          matched in its place. With ``node_named`` false only a Service whose member pods are
-          all DaemonSet pods (:meth:`_daemon_pod`) is the exporter: a ``hostNetwork``
-          Deployment's ``instance`` is its host's address too.
+          ``KubePersistentVolumeFillingUp`` of a claim in ``kube-system``; or while it has a
+          ``node`` (a host, or a node the graph does not hold yet) or carries ``gpu``, as for a
+          pod: the exporter's pod is one the graph does not hold yet (a DaemonSet rollout since
+          the graph was built, or the exporter pod of a new node), so the Service matched in its
+          place. With ``node_named`` false only a Service whose member pods are all DaemonSet
+          pods (:meth:`_daemon_pod`) is the exporter: a ``hostNetwork`` Deployment's
+          ``instance`` is its host's address too. When that address is no host's of the graph
+          (node-exporter's ``<InternalIP>:9100`` on a new node), every member must record a
+          DaemonSet ``owner``: a Service of pods without recorded owners (a hand-written graph)
+          whose ``instance`` is a pod's own address keeps the alert.
         """
         kind = self.nodes[i].kind
         objects = not labels.keys().isdisjoint(OBJECT_LABELS)
@@ -374,22 +383,32 @@ class DependencyGraph:
                 return False
             if objects:
                 return True
-            if labels.get("node") not in self._host_names() and "gpu" not in labels:
+            if "node" not in labels and "gpu" not in labels:
                 return False
-            return node_named or self._daemon_service(i)
+            if node_named:
+                return True
+            return self._daemon_service(i, strict=labels["node"] not in self._host_names())
         if kind != "pod" or ("service" not in labels and "job" not in labels):
             return False
         if not objects and labels.keys().isdisjoint(WORKLOAD_LABELS):
-            if labels.get("node") not in self._host_names():
+            if "node" not in labels:
+                return False
+            if labels["node"] not in self._host_names() and not node_named:
                 return False
             if not node_named and not self._daemon_pod(i):
                 return False
         services = self._pod_services().get(i, ())
         return labels.get("service") in services or labels.get("job") in services
 
-    def _daemon_service(self, i: int) -> bool:
-        """Whether Service ``i`` has member pods and all are :meth:`_daemon_pod`'s."""
+    def _daemon_service(self, i: int, strict: bool = False) -> bool:
+        """Whether Service ``i`` has member pods and all are :meth:`_daemon_pod`'s (with
+        ``strict``, all record an ``owner`` and it is a DaemonSet)."""
         members = self._service_members().get(i, ())
+        if strict:
+            owners = [self.nodes[j].attrs.get("owner") for j in members]
+            return bool(owners) and all(
+                isinstance(o, str) and o.startswith("DaemonSet/") for o in owners
+            )
         return bool(members) and all(self._daemon_pod(j) for j in members)
 
     def _service_members(self) -> dict[int, frozenset[int]]:

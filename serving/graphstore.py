@@ -54,6 +54,7 @@ class GraphView:
     source: str = API_SOURCE
     loaded_at: float = 0.0
     _undirected: list[list[int]] | None = None
+    _barriers: frozenset[int] = frozenset()
     _hood: OrderedDict[tuple[str, int], frozenset[str]] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -72,6 +73,13 @@ class GraphView:
         crossing one would make a whole cluster one neighbourhood, and merely reaching it put the
         cluster node in every member's neighbourhood, so that one cluster-level alert
         (KubeCPUOvercommit) joined every unrelated incident of the cluster into one.
+
+        A node served by several hosts (``runs_on`` edges to two or more hosts: a Node-endpoint
+        Service such as the Prometheus Operator's kubelet Service, ``kube-system/<release>-kubelet``,
+        whose endpoints are every node) is a barrier in the same way: crossed, it would put every
+        host within 2 hops of every other; reached, an incident holding an alert on it
+        (``TargetDown{job="kubelet"}``) would take every later host alert of the window, joining
+        unrelated hosts through it. Its alerts group with other alerts on it.
         """
         key = (node_id, hops)
         with self._lock:
@@ -84,7 +92,8 @@ class GraphView:
                     adj[s].append(d)
                     adj[d].append(s)
                 self._undirected = adj
-            adj = self._undirected
+                self._barriers = barrier_nodes(self.graph)
+            adj, barriers = self._undirected, self._barriers
         g = self.graph
         start = g.index[node_id]
         seen = {start}
@@ -92,10 +101,10 @@ class GraphView:
         for _ in range(hops):
             nxt = []
             for v in frontier:
-                if g.nodes[v].kind == "cluster":
+                if v in barriers:
                     continue
                 for u in adj[v]:
-                    if u not in seen and g.nodes[u].kind != "cluster":
+                    if u not in seen and u not in barriers:
                         seen.add(u)
                         nxt.append(u)
             frontier = nxt
@@ -105,6 +114,21 @@ class GraphView:
             if len(self._hood) > NEIGHBOURHOOD_CACHE:
                 self._hood.popitem(last=False)
         return out
+
+
+def barrier_nodes(graph: DependencyGraph) -> frozenset[int]:
+    """Indices of the nodes :meth:`GraphView.neighbourhood` neither reaches nor crosses: ``cluster``
+    nodes, and nodes with ``runs_on`` edges to two or more hosts (Node-endpoint Services: the
+    kubelet's Service of ``fleetmind graph build``, which ``runs_on`` every node it lists)."""
+    hosts_of: dict[int, set[int]] = {}
+    for e in graph.edges:
+        if e.kind != "runs_on":
+            continue
+        s, d = graph.index[e.src], graph.index[e.dst]
+        if graph.nodes[d].kind == "host" and graph.nodes[s].kind != "host":
+            hosts_of.setdefault(s, set()).add(d)
+    hubs = {i for i, hosts in hosts_of.items() if len(hosts) >= 2}
+    return frozenset(hubs | {i for i, n in enumerate(graph.nodes) if n.kind == "cluster"})
 
 
 class GraphStore:
