@@ -467,6 +467,18 @@ class PeerPolicyPlacer:
             return BestFitPlacer().place(
                 snapshot, job, reservations, k, allowed=allowed, alternative_gpus=alternative_gpus
             )
+        return self._place_by_policy(snapshot, job, reservations, k, allowed, alternative_gpus)
+
+    def _place_by_policy(
+        self,
+        snapshot: FleetSnapshot,
+        job: JobSpec,
+        reservations: Reservations,
+        k: int,
+        allowed: Collection[str] | None,
+        alternative_gpus: bool,
+    ) -> list[Option]:
+        """:meth:`place` through the policy on the simulator's ``ClusterState``."""
         nodes = snapshot.nodes
         n = len(nodes)
         if n == 0:
