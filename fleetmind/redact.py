@@ -17,38 +17,46 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_plus
 
-_USERINFO = re.compile(
-    r"""(?P<sq>'(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)(?:\\.|[^\s'\\])*@"""  # in '...' (a repr)
-    r"""|(?P<dq>"(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)(?:\\.|[^\s"\\])*@"""  # in "..."
-)
-"""A URL's ``user:password@``: from ``//`` to the last ``@`` before the URL ends, so that a
-password holding an unescaped ``@``, ``/``, ``?`` or ``#`` (``openssl rand -base64`` output:
-``http://admin:Zm9v/YmFy+cw==@prom:9090``) is masked whole, although a URL parser would end the
-authority at its first ``/``, ``?`` or ``#``. A URL ends at whitespace, and at a quote, or, in a
-quoted URL (``repr``'s ``'http://...'``), at its closing quote only, so a later URL in the same
-message is never swallowed when a space or a quote separates them. Text cannot tell such a
-password from an ``@`` further on in a path or query, so that is masked too:
-``http://host/a@b`` shows as ``http://***@b`` (more hidden than needed, never a secret shown)."""
+_QUOTED_URL = re.compile(r"""(['"])(?:[A-Za-z][A-Za-z0-9+.-]*:)?//""")
+"""The start of a quoted URL (``repr``'s ``'http://...'``, or ``"..."``): its quote, scheme and
+``//``."""
 _TOKEN = re.compile(r"""[^\s'"]+""")
-"""A run of text without whitespace or quotes: a URL in prose ends where it ends. The prose rule
-is applied per token with ``str.find``/``str.rfind`` rather than as a third regex branch (from
-``//`` over non-blank text to ``@``), which backtracks from every ``//`` of a token: quadratic
-time in a request path of 32 KiB of slashes, the access log's input."""
+"""A run of text without whitespace or quotes: a URL in prose ends where it ends."""
 
 
-def _mask_userinfo(m: re.Match[str]) -> str:
-    return f"{m['sq'] or m['dq']}***@"
+def _userinfo_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each URL's ``user:password@`` in ``text``, without its ``@``: from
+    ``//`` to the last ``@`` before the URL ends, so that a password holding an unescaped ``@``,
+    ``/``, ``?`` or ``#`` (``openssl rand -base64`` output: ``http://admin:Zm9v/YmFy+cw==@prom``)
+    is masked whole, although a URL parser would end the authority at its first ``/``, ``?`` or
+    ``#``. A URL in prose ends at whitespace or a quote; a quoted URL at its closing quote (one
+    escaped with ``\\`` does not close it) or whitespace, so a later URL in the same message is
+    never swallowed when a space or a quote separates them. Text cannot tell such a password from
+    an ``@`` further on in a path or query, so that is masked too: ``http://host/a@b`` shows as
+    ``http://***@b`` (more hidden than needed, never a secret shown).
 
-
-def _mask_token(m: re.Match[str]) -> str:
-    """A prose token with its text from its first ``//`` to its last ``@`` after it as
-    ``//***@`` (the rule of :data:`_USERINFO`, in linear time)."""
-    token = m.group(0)
-    start = token.find("//")
-    end = token.rfind("@")
-    if start < 0 or end < start + 2:
-        return token
-    return f"{token[:start]}//***@{token[end + 1 :]}"
+    Linear in ``len(text)``: each quoted URL is scanned once, and the next search starts after it
+    (a regular expression backtracking from every ``//`` or quote was quadratic in a request path
+    the access log masks)."""
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while (m := _QUOTED_URL.search(text, pos)) is not None:
+        quote, i, last_at = m.group(1), m.end(), -1
+        while i < len(text) and text[i] != quote and not text[i].isspace():
+            if text[i] == "\\":
+                i += 1
+            elif text[i] == "@":
+                last_at = i
+            i += 1
+        if last_at >= 0:
+            spans.append((m.end(), min(last_at, len(text))))
+        pos = max(i, m.end())
+    for t in _TOKEN.finditer(text):
+        token = t.group(0)
+        start, end = token.find("//"), token.rfind("@")
+        if start >= 0 and end >= start + 2:
+            spans.append((t.start() + start + 2, t.start() + end))
+    return spans
 
 
 SECRET_PARAM_WORDS = (
@@ -68,17 +76,29 @@ def _secret_name(name: str) -> bool:
     return any(w in SECRET_PARAM_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
 
-def _mask_param(m: re.Match[str]) -> str:
-    sep, name, value = m.groups()
-    return f"{sep}{name}=***" if _secret_name(name) and value else m.group(0)
-
-
 def safe_uri(text: str) -> str:
     """``text`` (a URL, or a message quoting URLs) with each URL's ``user:password@`` shown as
     ``***@`` and the value of each password-like query parameter (:data:`SECRET_PARAM_WORDS`)
     as ``***``."""
-    quoted = _USERINFO.sub(_mask_userinfo, text)
-    return _PARAM.sub(_mask_param, _TOKEN.sub(_mask_token, quoted))
+    spans = _userinfo_spans(text)
+    for m in _PARAM.finditer(text):
+        if _secret_name(m.group(2)) and m.group(3):
+            spans.append(m.span(3))
+    # both rules on the original text, their spans merged: applied one after the other, the
+    # first could hide the other's context (``?password=`` inside a masked user part) and show
+    # the tail of a secret (``password=Hunter@2024x`` after ``//u@db/``)
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    out, done = [], 0
+    for start, end in merged:
+        out += [text[done:start], "***"]
+        done = end
+    out.append(text[done:])
+    return "".join(out)
 
 
 def _mask_field(field: str) -> str:
