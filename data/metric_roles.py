@@ -190,7 +190,16 @@ def words(name: str) -> list[str]:
 @lru_cache(maxsize=4096)
 def metric_role(name: str) -> str:
     """The role of a metric name: ``success``, ``errors``, ``latency``, ``saturation``, ``traffic``
-    or ``other`` (see the module table and its amendments)."""
+    or ``other`` (see the module table and its amendments); a count whose labels select failed
+    requests (``http_requests_total{status="5xx"}``) is ``errors``."""
+    role = _name_role(name)
+    if role == "traffic" and _counts_errors(name):
+        return "errors"  # a label picks the failed requests out of all of them
+    return role
+
+
+def _name_role(name: str) -> str:
+    """:func:`metric_role` from the metric's name alone (:func:`words`)."""
     ws = words(name)
     role = "other"
     for rule, vocab in _RULES:
@@ -215,6 +224,35 @@ def metric_role(name: str) -> str:
     if role == "errors" and _has_headroom(ws):
         return "success"  # error_budget_remaining: a drop is the symptom
     return role
+
+
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=~?\s*"([^"]*)"')
+_ERROR_VALUES = frozenset("error errors server_error failure failed fail".split())
+_GRPC_FAILURES = frozenset(
+    "cancelled unknown invalidargument deadlineexceeded notfound alreadyexists permissiondenied "
+    "resourceexhausted failedprecondition aborted outofrange unimplemented internal unavailable "
+    "dataloss unauthenticated".split()
+)
+"""gRPC status codes other than ``OK`` (grpc/grpc ``doc/statuscodes.md``), as grpc-go's and
+go-grpc-prometheus's ``grpc_code`` label writes them, compared lower-case."""
+
+
+def _counts_errors(name: str) -> bool:
+    """Whether the label block of a series name (``{...}``) selects failed requests: a status
+    class or code ``5xx`` / ``5NN`` / ``=~"5.."`` (``status``, ``code``, ...), an outcome or
+    result such as ``error``, ``SERVER_ERROR`` or ``failure``, or a gRPC code other than ``OK``.
+    The metric's name sets the role (:func:`metric_name_part`); this only tells a count of failed
+    requests from a count of all requests, as Prometheus series tell them apart."""
+    _, brace, labels = str(name).partition("{")
+    if not brace:
+        return False
+    for key, value in _LABEL.findall(labels):
+        v = value.strip().lower()
+        if re.fullmatch(r"5(?:xx|[0-9]{2}|\.\.)", v) or v in _ERROR_VALUES:
+            return True
+        if "grpc" in key.lower() and v.replace("_", "") in _GRPC_FAILURES:
+            return True
+    return False
 
 
 def roles_line(name: str, roles: dict[str, dict[str, str]]) -> str:

@@ -367,8 +367,10 @@ def _check_raw_header(path: Path, n_columns: int) -> None:
     if len(rows) != 3 or any(len(r) != n_columns + 1 for r in rows):
         return
     stats = [c for c in rows[2][1:] if c.lower() not in _NA_TEXT]
-    first = rows[2][0]  # a data row's timestamp; a header's row label (statistic) is text
-    if stats and all(_is_number_text(c) for c in stats) and (not first or _is_number_text(first)):
+    # a data row has its timestamp there; a header its row label (text), or nothing where pandas
+    # wrote an unnamed column level (`df.to_csv()` of numeric statistics such as 0.5, 0.99)
+    first = rows[2][0]
+    if stats and all(_is_number_text(c) for c in stats) and _is_number_text(first):
         raise DataError(
             f"{path}: expected a 3-row header (node, metric, statistic); its third row holds "
             f"numbers ({rows[2][0]!r}, {stats[0]!r}, ...), not statistic names such as Average"

@@ -81,3 +81,27 @@ def test_rise_of_a_micrometer_latency_series_alerts_as_latency() -> None:
     assert [(a["labels"]["alertname"], a["labels"]["metric"]) for a in alerts] == [
         ("HighLatency", metric)
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ('http_requests_total{status="5xx"}', "errors"),
+        ('http_requests_total{code=~"5.."}', "errors"),
+        ('http_server_requests_seconds_count{outcome="SERVER_ERROR"}', "errors"),
+        ('grpc_server_handled_total{grpc_code="Unavailable"}', "errors"),
+        ('grpc_server_handled_total{grpc_code="DEADLINE_EXCEEDED"}', "errors"),
+        ('http_requests_total{code="200"}', "traffic"),
+        ('grpc_server_handled_total{grpc_code="OK"}', "traffic"),
+        ('http_request_duration_seconds{status="error"}', "latency"),
+    ],
+)
+def test_a_label_selecting_failed_requests_makes_a_count_an_error_count(
+    name: str, role: str
+) -> None:
+    """In Prometheus a label, not the name, tells failed requests from all of them
+    (``http_requests_total{code=~"5.."}``; go-grpc-prometheus' ``grpc_code`` other than ``OK``,
+    grpc/grpc doc/statuscodes.md; Micrometer's ``outcome="SERVER_ERROR"``): such a count is an
+    error count; a latency keeps its role whatever its labels say."""
+    assert metric_role(name) == role
+    assert metric_direction(name) == ("up" if role != "traffic" else "both")

@@ -114,3 +114,20 @@ def test_graph_column_named_twice_is_named(tmp_path: Path) -> None:
     text = "microservice,a,a\na,0,1\nb,0,0\n"
     with pytest.raises(DataError, match="node 'a' names more than one column"):
         read_graph_csv(_write(tmp_path, text, "graph.csv"))
+
+
+def test_numeric_statistics_under_an_unnamed_level_are_a_header(tmp_path: Path) -> None:
+    """``DataFrame.to_csv()`` writes an empty first cell for an unnamed column level: a header of
+    numeric statistics (a Prometheus summary's quantiles 0.5, 0.99) is still a 3-row header."""
+    import pandas as pd
+
+    from fleetmind.data.petshop import read_metrics_csv
+
+    cols = pd.MultiIndex.from_tuples([("a", "latency", "0.5"), ("a", "latency", "0.99")])
+    frame = pd.DataFrame([[1.0, 2.0]] * 6, columns=cols, index=range(0, 360, 60))
+    path = tmp_path / "metrics.csv"
+    frame.to_csv(path)
+    assert path.read_text().splitlines()[2].startswith(",")
+    read = read_metrics_csv(path)
+    assert len(read) == 6
+    assert sorted(read.columns.get_level_values(2)) == ["0.5", "0.99"]
