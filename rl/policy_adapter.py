@@ -105,6 +105,37 @@ class PPOPlacementPolicy(Policy):
             return self.registry_version
         return str(self.metadata.get("version", self.source))
 
+    def check_standalone(self) -> None:
+        """Check that the model can place pods without a workload trace, as the service does.
+
+        Without a trace :meth:`reset` takes FGD's typical pods from ``metadata["typical_pods"]``
+        and, when the builder observes penalty features, the statistics of
+        ``metadata["penalty_context"]``. The service calls this at load, so that a model lacking
+        them is refused there (a reload keeps the served model; a start falls back with the
+        reason) rather than accepted and then failing every placement request.
+
+        Raises:
+            ModelLoadError: one line naming the model and what its metadata lacks.
+        """
+        where = f"placement model {self.source}"
+        if "typical_pods" not in self.metadata:
+            raise ModelLoadError(
+                f"{where}: metadata.json stores no typical_pods (FGD's typical pods, needed to"
+                " place pods without a workload trace)"
+            )
+        try:
+            typical_from_json(self.metadata["typical_pods"])
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            raise ModelLoadError(
+                f"{where}: metadata.json typical_pods is unreadable ({detail})"
+            ) from None
+        if self.builder.penalty_features and self._penalty_context is None:
+            raise ModelLoadError(
+                f"{where}: observes penalty features but metadata.json stores no penalty_context"
+                " (needed to place pods without a workload trace)"
+            )
+
     def reset(
         self,
         state: ClusterState,
@@ -248,6 +279,8 @@ def _load_folder(path: Path, backend: str) -> PPOPlacementPolicy:
         raise ModelLoadError(f"placement model not found: {path}")
     meta: dict[str, Any] = {}
     meta_file = folder / "metadata.json"
+    if (meta_file.exists() or meta_file.is_symlink()) and not meta_file.is_file():
+        raise ModelLoadError(f"placement model metadata {meta_file} is not a readable regular file")
     if meta_file.is_file():
         try:  # read_json: a BOM is ignored, a huge integer or bad bytes are one line
             meta = read_json(meta_file, "placement model metadata")

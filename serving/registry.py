@@ -68,6 +68,16 @@ MRR 0.486; pagerank 0.153 / 0.312; most_alerts 0.078 / 0.223, level with random'
 pagerank costs 13 ms per incident there against most_alerts' 2 ms, little for a fallback."""
 
 
+def printable(text: str | None) -> str | None:
+    """``text`` with its credentials masked (:func:`fleetmind.data.mlflow_store.safe_uri`) and
+    any character UTF-8 cannot encode (the lone surrogates by which Python decodes a path's
+    non-UTF-8 bytes, e.g. ``\\udcff``) written as a backslash escape, so that it can go into a
+    JSON response and a log line; ``None`` stays ``None``."""
+    if text is None:
+        return None
+    return safe_uri(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """One served model: ``impl`` is a BaseAnalyzer (rca) or a Placer (placement)."""
@@ -82,6 +92,12 @@ class LoadedModel:
     calibrated: bool | None = None
     """RCA: whether the model's top score is a calibrated probability (a GAT whose ``config.json``
     holds a fitted temperature); ``None`` where it does not apply (placement, baselines)."""
+
+    def __post_init__(self) -> None:
+        # paths with bytes that are not UTF-8 (os.fsdecode's lone surrogates) cannot be written
+        # to a JSON response: every text field that may name a path is made printable once, here
+        for name in ("version", "source", "fallback_reason"):
+            object.__setattr__(self, name, printable(getattr(self, name)))
 
     def info(self) -> dict[str, Any]:
         return {
@@ -350,7 +366,7 @@ class ModelRegistry:
             reason = f"GAT model not loaded: {type(err).__name__}: {err}"
         self._count("rca", False)
         analyzer = best_rca_baseline()
-        return LoadedModel("rca", analyzer, analyzer.name, None, None, safe_uri(reason), now)
+        return LoadedModel("rca", analyzer, analyzer.name, None, None, printable(reason), now)
 
     # ------------------------------------------------------------------ placement
     def _load_placement(self, pinned: str | None = None) -> LoadedModel:
@@ -364,6 +380,9 @@ class ModelRegistry:
         try:
             mod = importlib.import_module("fleetmind.rl.policy_adapter")
             policy = mod.load_ppo_policy(pinned or ref)
+            check = getattr(policy, "check_standalone", None)
+            if check is not None:  # the service places without a trace: refuse what needs one
+                check()
             placer = PeerPolicyPlacer(policy, name="ppo", version=_version_of(policy))
             self._count("placement", True)
             return LoadedModel(
@@ -383,7 +402,7 @@ class ModelRegistry:
             reason = f"PPO model not loaded: {type(err).__name__}: {err}"
         self._count("placement", False)
         placer = best_heuristic()
-        return LoadedModel("placement", placer, placer.name, None, None, safe_uri(reason), now)
+        return LoadedModel("placement", placer, placer.name, None, None, printable(reason), now)
 
     def _count(self, kind: str, ok: bool) -> None:
         if self._on_load is not None:

@@ -64,6 +64,7 @@ from fleetmind.training.tracking import (
     EvalSet,
     log_pyfunc_model,
     ready_store,
+    tracking_guard,
     tracking_uri,
 )
 
@@ -269,60 +270,69 @@ def run(args: Args) -> dict[str, Any]:
     run_name = f"rca__gat__{args.seed}__{int(time.time())}"
     out_dir = Path(args.out) / run_name
     mlflow.set_tracking_uri(uri)
-    logger = MLFlowLogger(experiment_name=args.experiment, run_name=run_name, tracking_uri=uri)
-    module = GATLightning(
-        fault_types=dm.fault_types,
-        hidden=args.hidden,
-        heads=args.heads,
-        layers=args.layers,
-        dropout=args.dropout,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        fault_weight=args.fault_weight,
-        epochs=args.epochs,
-        crop_hops=args.crop_hops,
-        neighbours=args.neighbours,
-    )
-    logger.log_hyperparams({**_shown_args(args), **{f"data/{k}": v for k, v in dm.info.items()}})
-    trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
-    t_fit = time.time()
-    _fit(trainer, module, dm, uri, logger, out_dir)
-    fit_s = time.time() - t_fit
-    if not trainer.is_global_zero:
-        # evaluation, the artifact and MLflow registration happen once, on rank zero
-        return {"rank": int(trainer.global_rank), "world_size": int(trainer.world_size)}
+    # the store answered ready_store; one that fails from here on (a server stopped mid-run) is
+    # an error in seconds and one line naming out_dir, which keeps the checkpoints and model/
+    with tracking_guard(uri, out_dir):
+        logger = MLFlowLogger(experiment_name=args.experiment, run_name=run_name, tracking_uri=uri)
+        module = GATLightning(
+            fault_types=dm.fault_types,
+            hidden=args.hidden,
+            heads=args.heads,
+            layers=args.layers,
+            dropout=args.dropout,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            fault_weight=args.fault_weight,
+            epochs=args.epochs,
+            crop_hops=args.crop_hops,
+            neighbours=args.neighbours,
+        )
+        logger.log_hyperparams(
+            {**_shown_args(args), **{f"data/{k}": v for k, v in dm.info.items()}}
+        )
+        trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
+        t_fit = time.time()
+        _fit(trainer, module, dm, uri, logger, out_dir)
+        fit_s = time.time() - t_fit
+        if not trainer.is_global_zero:
+            # evaluation, the artifact and MLflow registration happen once, on rank zero
+            return {"rank": int(trainer.global_rank), "world_size": int(trainer.world_size)}
 
-    # ------------------------------------------------------------------ best weights + evaluation
-    if ckpt.best_model_path:
-        best = GATLightning.load_from_checkpoint(ckpt.best_model_path, map_location="cpu")
-        model = best.model
-    else:  # pragma: no cover - no validation ran
-        model = module.model
-    model.eval()
-    metrics: dict[str, Any] = {"val": evaluate_ranks(model, dm.val_data)}
-    for name, data in dm.test_sets.items():
-        metrics[name] = evaluate_ranks(model, data)
-    if feedback:
-        feedback = _feedback_record(args, feedback, dm, logger.run_id, run_name)
-        feedback["fit"] = evaluate_ranks(model, dm.feedback_data)
-    artifact = save_artifact(
-        model,
-        out_dir / "model",
-        metrics=metrics,
-        data={
-            "dir": str(args.data),
-            **dm.info,
-            "seed": args.seed,
-            **({"feedback": _without(feedback, "fit", "dir", "graphs")} if feedback else {}),
-        },
-    )
-    times = {"time/features_s": t_feat, "time/fit_s": fit_s, "time/epochs": trainer.current_epoch}
-    # the dataset's own folder: validation never holds feedback (RCADataModule), so a run with
-    # feedback and one without are measured on the same validation set and their scores compare
-    val_set = validation_set(args.data, args.seed, dm.val_fraction, dm.info["n_val"])
-    cal = calibrate_artifact(args, dm, artifact, val_set)  # before MLflow logs the folder
-    logged = {**times, **calibration_metrics(cal["calibration"])}
-    reg = _log_final(uri, logger.run_id, metrics, logged, artifact, args.register, val_set)
+        # -------------------------------------------------------------- best weights + evaluation
+        if ckpt.best_model_path:
+            best = GATLightning.load_from_checkpoint(ckpt.best_model_path, map_location="cpu")
+            model = best.model
+        else:  # pragma: no cover - no validation ran
+            model = module.model
+        model.eval()
+        metrics: dict[str, Any] = {"val": evaluate_ranks(model, dm.val_data)}
+        for name, data in dm.test_sets.items():
+            metrics[name] = evaluate_ranks(model, data)
+        if feedback:
+            feedback = _feedback_record(args, feedback, dm, logger.run_id, run_name)
+            feedback["fit"] = evaluate_ranks(model, dm.feedback_data)
+        artifact = save_artifact(
+            model,
+            out_dir / "model",
+            metrics=metrics,
+            data={
+                "dir": str(args.data),
+                **dm.info,
+                "seed": args.seed,
+                **({"feedback": _without(feedback, "fit", "dir", "graphs")} if feedback else {}),
+            },
+        )
+        times = {
+            "time/features_s": t_feat,
+            "time/fit_s": fit_s,
+            "time/epochs": trainer.current_epoch,
+        }
+        # the dataset's own folder: validation never holds feedback (RCADataModule), so a run with
+        # feedback and one without are measured on the same validation set and their scores compare
+        val_set = validation_set(args.data, args.seed, dm.val_fraction, dm.info["n_val"])
+        cal = calibrate_artifact(args, dm, artifact, val_set)  # before MLflow logs the folder
+        logged = {**times, **calibration_metrics(cal["calibration"])}
+        reg = _log_final(uri, logger.run_id, metrics, logged, artifact, args.register, val_set)
     return {
         "run_id": logger.run_id,
         "run_name": run_name,

@@ -4,7 +4,10 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
 * :func:`tracking_uri`: where runs are tracked (an explicit URI, else ``MLFLOW_TRACKING_URI``, else
   the embedded :data:`DEFAULT_TRACKING_URI`);
 * :func:`ready_store`: create an embedded SQLite store's tables under a file lock, so that runs
-  started together on a new store do not race to create them;
+  started together on a new store do not race to create them (and keep MLflow from printing a
+  tracking URI's password: :func:`hide_url_credentials`);
+* :func:`tracking_guard`: bounded retries while a run trains and logs, and one line naming the
+  local run folder when the store fails mid-run;
 * :func:`pip_requirements`: the pinned requirements a logged pyfunc model declares (pinned to the
   installed versions without a local label such as ``+cpu``; no slow inference of requirements);
 * :func:`promote_if_better`: tag a registered model version with its score (and what it was
@@ -18,14 +21,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from fleetmind.data.mlflow_store import bounded_requests, reason, safe_uri
-from fleetmind.errors import ConfigError
+from fleetmind.errors import ConfigError, FleetMindError, NotAvailableError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 """The embedded SQLite store, in the current folder."""
@@ -78,6 +82,77 @@ def tracking_uri(explicit: str | None = None) -> str:
     return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+def hide_url_credentials(uri: str) -> None:
+    """When ``uri`` carries ``user:password@``, stop MLflow printing it: at the end of a run on a
+    tracking server MLflow writes ``View run <name> at: <tracking URI>/#/...`` to stdout, the
+    password included (``_log_url`` in ``mlflow/tracking/_tracking_service/client.py``), unless
+    ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`` is true (``mlflow/environment_variables.py``).
+    That variable is set to ``true`` for this process; the credentials stay in the URI, where
+    MLflow's HTTP client takes them for basic authentication. The commands print the run's
+    location themselves with the password masked (:func:`fleetmind.data.mlflow_store.safe_uri`).
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme and "@" in parsed.netloc:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+
+
+def tracking_failure(err: BaseException) -> bool:
+    """Whether ``err``, or an error in its chain (``__cause__`` / ``__context__``), comes from
+    the tracking store: an :class:`mlflow.exceptions.MlflowException` (MLflow wraps a server's
+    connection errors in it: ``API request to ... failed with exception ...``) or a
+    ``requests`` / ``urllib3`` error that reached the caller unwrapped."""
+    return _store_error(err) is not None
+
+
+def _store_error(err: BaseException) -> BaseException | None:
+    """The first error of :func:`tracking_failure`'s kinds in ``err``'s chain, else ``None``."""
+    from mlflow.exceptions import MlflowException
+    from requests.exceptions import RequestException
+    from urllib3.exceptions import HTTPError
+
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, (MlflowException, RequestException, HTTPError)):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    return None
+
+
+@contextmanager
+def tracking_guard(uri: str, run_dir: Path) -> Iterator[None]:
+    """The part of a training command that talks to the tracking store at ``uri`` while it
+    trains and logs: MLflow's HTTP retries bounded
+    (:func:`fleetmind.data.mlflow_store.bounded_requests`: a server that goes down mid-run is an
+    error in seconds, not after 7 tries of up to 120 s each), and an error of the store
+    (:func:`tracking_failure`) raised as one line naming ``run_dir``, the local folder that keeps
+    what the run wrote (its checkpoints, and its ``model/`` once written).
+
+    Raises:
+        fleetmind.errors.NotAvailableError: the store failed; the CLI prints the line, exit 2.
+    """
+    try:
+        with bounded_requests():
+            yield
+    except Exception as err:
+        cause = None if isinstance(err, FleetMindError) else _store_error(err)
+        if cause is None:  # not the store's, or already one line (a FleetMindError)
+            raise
+        model = run_dir / "model"
+        kept = (
+            f"the trained model is in {model}"
+            if model.is_dir()
+            else f"what the run wrote is in {run_dir}"
+            if run_dir.exists()
+            else "nothing was written locally"
+        )
+        raise NotAvailableError(
+            f"MLflow tracking store {safe_uri(uri)} failed during the run: {reason(cause)}; the run"
+            f" is not logged in full ({kept})"
+        ) from None
+
+
 def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
     """Make sure the tracking store at ``uri`` answers, an SQLite store's tables created and
     migrated; called before a command does any work it would track.
@@ -106,6 +181,8 @@ def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
         fleetmind.errors.ConfigError: the store cannot be used; one line naming it and why.
     """
     import mlflow
+
+    hide_url_credentials(uri)  # every command that tracks a run calls this first
 
     def probe() -> str | None:
         client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -44,6 +44,7 @@ from fleetmind.training.tracking import (
     EvalSet,
     log_pyfunc_model,
     ready_store,
+    tracking_guard,
     tracking_uri,
 )
 
@@ -88,7 +89,9 @@ def effective_timesteps(timesteps: int, n_steps: int, n_envs: int) -> int:
 def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[Any]:
     """The MLflow run of one training run: sets the tracking URI and experiment, starts the run,
     logs :func:`run_params` once and yields the active run. ``summary`` gets ``tracking_uri`` and
-    ``run_id``."""
+    ``run_id``. The run's body is under
+    :func:`fleetmind.training.tracking.tracking_guard`: a store that fails mid-run stops it in
+    seconds with one line naming the run folder ``<args.out>/<run_name>``."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(args.tracking_uri)
     ready_store(uri)
@@ -96,7 +99,11 @@ def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[A
     mlflow.set_experiment(args.experiment)
     summary["tracking_uri"] = safe_uri(uri)
     evals = placement_eval_set(args) if _has_eval_set(args) else None
-    with mlflow.start_run(run_name=run_name) as mlrun:
+    # a store that fails mid-run: bounded retries, one line naming the run folder
+    with (
+        tracking_guard(uri, Path(args.out) / run_name),
+        mlflow.start_run(run_name=run_name) as mlrun,
+    ):
         summary["run_id"] = mlrun.info.run_id
         mlflow.log_params(run_params(args))
         if evals is not None:  # what eval_unalloc is measured on (log_placement_pyfunc reads it)
