@@ -15,6 +15,7 @@ MLflow params and read-scope clients (OWASP Logging Cheat Sheet: never log passw
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from urllib.parse import unquote_plus
 
 _QUOTED_URL = re.compile(r"""(['"])(?:[A-Za-z][A-Za-z0-9+.-]*:)?//""")
@@ -68,7 +69,9 @@ SECRET_PARAM_WORDS = (
 ``password``, ``sslpassword``, ``access_token``, ``api_key``, ``X-Amz-Signature``, ... but not
 ``keyword``, ``monkey``, ``author`` or ``passfile`` (a path)."""
 _SECRET_ENDINGS = ("password", "token", "secret")
-_PARAM = re.compile(r"([?&;])([^=&#?;\s'\"]+)=([^&#;\s'\"]*)")
+_PARAM_START = re.compile(r"[?&;]")
+_NAME_STOP = re.compile(r"[=&#?;\s'\"]")
+_VALUE_STOP = re.compile(r"[&#;\s'\"]")
 
 
 def _secret_name(name: str) -> bool:
@@ -76,14 +79,37 @@ def _secret_name(name: str) -> bool:
     return any(w in SECRET_PARAM_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
 
+def _param_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the value of each password-like query parameter in ``text``: a name
+    after ``?``, ``&`` or ``;`` up to ``=``, its value up to the next ``&``, ``#``, ``;``,
+    whitespace or quote. Every separator is tried, also one inside another parameter's value or a
+    URL's user part (``u:Tr0ub&d=or@db/fm?sslpassword=...``: a scan resuming after the match of
+    ``&d=`` never saw ``sslpassword``); the ends are looked up in the separators' positions, so
+    the scan stays O(n log n)."""
+    name_stops = [m.start() for m in _NAME_STOP.finditer(text)]
+    value_stops = [m.start() for m in _VALUE_STOP.finditer(text)]
+
+    def next_stop(stops: list[int], i: int) -> int:
+        k = bisect_left(stops, i)
+        return stops[k] if k < len(stops) else len(text)
+
+    spans = []
+    for m in _PARAM_START.finditer(text):
+        start = m.end()
+        eq = next_stop(name_stops, start)
+        if eq == start or eq >= len(text) or text[eq] != "=":
+            continue
+        end = next_stop(value_stops, eq + 1)
+        if end > eq + 1 and _secret_name(text[start:eq]):
+            spans.append((eq + 1, end))
+    return spans
+
+
 def safe_uri(text: str) -> str:
     """``text`` (a URL, or a message quoting URLs) with each URL's ``user:password@`` shown as
     ``***@`` and the value of each password-like query parameter (:data:`SECRET_PARAM_WORDS`)
     as ``***``."""
-    spans = _userinfo_spans(text)
-    for m in _PARAM.finditer(text):
-        if _secret_name(m.group(2)) and m.group(3):
-            spans.append(m.span(3))
+    spans = _userinfo_spans(text) + _param_spans(text)
     # both rules on the original text, their spans merged: applied one after the other, the
     # first could hide the other's context (``?password=`` inside a masked user part) and show
     # the tail of a secret (``password=Hunter@2024x`` after ``//u@db/``)

@@ -118,8 +118,9 @@ def test_settings_error_never_prints_the_password(
         "/x?" + "//" * 131_072,
         "/" + "'//\\" * 65_536,
         "/" + '"//\\' * 65_536,
+        "/x?" + "k=?" * 87_381,
     ],
-    ids=["slashes", "slash-pairs", "query", "single-quoted", "double-quoted"],
+    ids=["slashes", "slash-pairs", "query", "single-quoted", "double-quoted", "params"],
 )
 def test_masking_a_long_request_target_is_linear(target: str) -> None:
     """A client controls the request path the access log masks: a third regex branch from
@@ -148,6 +149,10 @@ def test_masking_a_long_request_target_is_linear(target: str) -> None:
         ("https://am:9093/api/v2/alerts?access_token=t0k@en-TAIL&x=1", "en-TAIL"),
         ("'http://prom:9090/api/v1/query?apikey=k@y-TAILSECRET'", "TAILSECRET"),
         ("http://u:p?token=abc@h/x?password=zz&k=1", "zz"),
+        ("postgresql://fm:Tr0ub&d=or@db/fm?sslpassword=KEYPASS", "KEYPASS"),
+        ("redis://u:a;b=c@cache:6379/0?password=SECRETPW", "SECRETPW"),
+        ("https://admin:p?x=1@prom:9090/api?access_token=SECRETTOK", "SECRETTOK"),
+        ("postgresql://u:p&q=r@db/fm?password=Hunter@2024x", "2024x"),
     ],
 )
 def test_a_secret_parameter_holding_an_at_sign_is_masked_whole(text: str, secret: str) -> None:
