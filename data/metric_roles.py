@@ -229,17 +229,19 @@ def _name_role(name: str) -> str:
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=~?\s*"([^"]*)"')
 _ERROR_VALUES = frozenset("error errors server_error failure failed fail".split())
 _GRPC_FAILURES = frozenset(
-    "cancelled unknown invalidargument deadlineexceeded notfound alreadyexists permissiondenied "
+    "canceled cancelled unknown invalidargument deadlineexceeded notfound alreadyexists permissiondenied "
     "resourceexhausted failedprecondition aborted outofrange unimplemented internal unavailable "
     "dataloss unauthenticated".split()
 )
 """gRPC status codes other than ``OK`` (grpc/grpc ``doc/statuscodes.md``), as grpc-go's and
-go-grpc-prometheus's ``grpc_code`` label writes them, compared lower-case."""
+go-grpc-prometheus's ``grpc_code`` label writes them (``Canceled``, grpc-go ``codes/code_string.go``;
+``CANCELLED`` in the spec), compared lower-case without ``_``."""
 
 
 def _counts_errors(name: str) -> bool:
     """Whether the label block of a series name (``{...}``) selects failed requests: a status
-    class or code ``5xx`` / ``5NN`` / ``=~"5.."`` (``status``, ``code``, ...), an outcome or
+    class or code ``5xx`` / ``5NN`` / ``=~"5.."`` under a key holding ``code`` or ``status``
+    (not ``le="500"``), an outcome or
     result such as ``error``, ``SERVER_ERROR`` or ``failure``, or a gRPC code other than ``OK``.
     The metric's name sets the role (:func:`metric_name_part`); this only tells a count of failed
     requests from a count of all requests, as Prometheus series tell them apart."""
@@ -248,7 +250,10 @@ def _counts_errors(name: str) -> bool:
         return False
     for key, value in _LABEL.findall(labels):
         v = value.strip().lower()
-        if re.fullmatch(r"5(?:xx|[0-9]{2}|\.\.)", v) or v in _ERROR_VALUES:
+        k = key.lower()
+        if ("code" in k or "status" in k) and re.fullmatch(r"5(?:xx|[0-9]{2}|\.\.)", v):
+            return True  # a status class or code (not le="500", tenant="512")
+        if v in _ERROR_VALUES:
             return True
         if "grpc" in key.lower() and v.replace("_", "") in _GRPC_FAILURES:
             return True

@@ -94,6 +94,9 @@ def test_rise_of_a_micrometer_latency_series_alerts_as_latency() -> None:
         ('http_requests_total{code="200"}', "traffic"),
         ('grpc_server_handled_total{grpc_code="OK"}', "traffic"),
         ('http_request_duration_seconds{status="error"}', "latency"),
+        ('grpc_server_handled_total{grpc_code="Canceled"}', "errors"),
+        ('http_request_size_bytes_bucket{le="500"}', "traffic"),
+        ('http_requests_total{tenant="512"}', "traffic"),
     ],
 )
 def test_a_label_selecting_failed_requests_makes_a_count_an_error_count(
