@@ -124,7 +124,12 @@ class PPOPlacementPolicy(Policy):
                 " place pods without a workload trace)"
             )
         try:
-            typical_from_json(self.metadata["typical_pods"])
+            typical = typical_from_json(self.metadata["typical_pods"])
+            fields = {k: getattr(typical, k) for k in ("cpu_milli", "gpu_milli", "num_gpu")}
+            fields.update(count=typical.count, gpu_spec=typical.gpu_spec)
+            sizes = {k: len(v) for k, v in fields.items()}
+            if len(set(sizes.values())) != 1 or int(typical.count.sum()) <= 0:
+                raise ValueError(f"its lists must be non-empty and of one length, got {sizes}")
         except (KeyError, TypeError, ValueError) as exc:
             detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             raise ModelLoadError(

@@ -47,11 +47,25 @@ def _bad_typical_pods(folder: Path) -> None:
     (folder / "metadata.json").write_text(json.dumps(meta))
 
 
+def _cut_typical_pods(folder: Path) -> None:
+    meta = json.loads((folder / "metadata.json").read_text())
+    meta["typical_pods"]["count"] = meta["typical_pods"]["count"][:1]  # parses; lengths differ
+    (folder / "metadata.json").write_text(json.dumps(meta))
+
+
+def _empty_typical_pods(folder: Path) -> None:
+    meta = json.loads((folder / "metadata.json").read_text())
+    meta["typical_pods"] = {k: [] for k in meta["typical_pods"]}  # parses; FGD divides by zero
+    (folder / "metadata.json").write_text(json.dumps(meta))
+
+
 BREAKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "missing": (_no_metadata, "typical_pods"),
     "a directory": (_metadata_dir, "not a readable regular file"),
     "without typical_pods": (_no_typical_pods, "typical_pods"),
     "unreadable typical_pods": (_bad_typical_pods, "typical_pods is unreadable"),
+    "typical_pods of two lengths": (_cut_typical_pods, "typical_pods is unreadable"),
+    "empty typical_pods": (_empty_typical_pods, "typical_pods is unreadable"),
 }
 
 

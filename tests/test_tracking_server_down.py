@@ -15,6 +15,7 @@ a local port where nothing listens, with the bounded retries lowered to none.
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,6 @@ import pytest
 import torch
 
 from fleetmind.cli import main
-from fleetmind.data import mlflow_store
 from fleetmind.data.errors import NotAvailableError
 from fleetmind.data.rca_gen.generate import DatasetSpec, generate_dataset
 from fleetmind.data.rca_gen.graphs import GraphGenConfig
@@ -119,16 +119,17 @@ def test_store_down_is_reported_in_seconds_not_after_minutes_of_retries(
 ) -> None:
     """The tracking URI names a port where nothing listens; ``ready_store`` is skipped, as if the
     server stopped right after it answered. Inside ``bounded_requests`` (lowered here to no
-    retries) that is an error at once; outside it, MLflow's own 7 tries with backoff would run."""
+    retries) that is an error at once; outside it, MLflow's own 7 tries with backoff would run.
+    The run phase's own budget is checked apart (``test_the_run_phase_bounds_mlflow_retries``)."""
     if not _port_is_free(PORT):  # pragma: no cover
         pytest.skip(f"port {PORT} is in use")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.chdir(tmp_path)
-    for k in mlflow_store.BOUNDED:
+    for k in fm_tracking.RUN_PHASE_REQUESTS:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(
-        mlflow_store,
-        "BOUNDED",
+        fm_tracking,
+        "RUN_PHASE_REQUESTS",
         {
             "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
             "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
@@ -180,7 +181,10 @@ def test_placement_recipes_report_a_lost_store_in_one_line(
 
 
 def test_other_errors_pass_through_the_guard(tmp_path: Path) -> None:
-    with pytest.raises(ZeroDivisionError), fm_tracking.tracking_guard("sqlite:///x.db", tmp_path):
+    with (
+        pytest.raises(ZeroDivisionError),
+        fm_tracking.tracking_guard("sqlite:///x.db", tmp_path),
+    ):
         raise ZeroDivisionError
 
 
@@ -208,3 +212,64 @@ def test_a_one_line_error_passes_through_the_guard(tmp_path: Path) -> None:
                 raise MlflowException(REFUSED)
             except MlflowException:
                 raise DataError("already one line") from None
+
+
+def test_the_run_phase_bounds_mlflow_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside the guard MLflow retries about a minute (5 retries, backoff 2: a blip or a rate
+    limit does not end a long run, a stopped server does), unless the environment says otherwise;
+    outside it the environment is as it was."""
+    for k in fm_tracking.RUN_PHASE_REQUESTS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "7")
+    with fm_tracking.tracking_guard("http://127.0.0.1:9", tmp_path):
+        inside = {k: os.environ.get(k) for k in fm_tracking.RUN_PHASE_REQUESTS}
+    assert inside == {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "5",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "2",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": "7",
+    }
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
+class _Registry:
+    """A registry whose alias lookup fails as ``error_code`` says."""
+
+    def __init__(self, error_code: str) -> None:
+        self.error_code = error_code
+        self.aliased: list[str] = []
+
+    def get_model_version_by_alias(self, name: str, alias: str) -> object:
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import ErrorCode
+
+        raise MlflowException("lookup failed", error_code=ErrorCode.Value(self.error_code))
+
+    def set_registered_model_alias(self, name: str, alias: str, version: str) -> None:
+        self.aliased.append(version)
+
+    def set_model_version_tag(self, *args: object) -> None:
+        pass
+
+
+def test_a_failed_champion_lookup_promotes_nothing() -> None:
+    """A store that fails the alias lookup (HTTP 503 after the retries: MLflow's
+    ``TEMPORARILY_UNAVAILABLE``) is not "no champion": promoting then could make a worse model
+    the champion. A missing alias (``INVALID_PARAMETER_VALUE``) or model
+    (``RESOURCE_DOES_NOT_EXIST``), as MLflow's SQL store answers them, still lets the first version
+    become it."""
+    from mlflow.exceptions import MlflowException
+
+    down = _Registry("TEMPORARILY_UNAVAILABLE")
+    with pytest.raises(MlflowException):
+        fm_tracking.promote_if_better(
+            down, "m", "2", tag="val_ac1", score=0.5, higher_is_better=True
+        )
+    assert down.aliased == []
+    for code in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST"):
+        empty = _Registry(code)
+        fm_tracking.promote_if_better(
+            empty, "m", "1", tag="val_ac1", score=0.5, higher_is_better=True
+        )
+        assert empty.aliased == ["1"]

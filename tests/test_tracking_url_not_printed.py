@@ -82,7 +82,8 @@ def test_mlflow_prints_the_password_unless_suppressed(
     server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-    monkeypatch.delenv(SUPPRESS, raising=False)
+    monkeypatch.setenv(SUPPRESS, "false")  # so that monkeypatch restores it afterwards
+    monkeypatch.delenv(SUPPRESS)
     _end_run(server)  # MLflow's own behaviour, which the fix turns off
     assert "s3cretPW" in capsys.readouterr().out
     hide_url_credentials(server)
@@ -93,7 +94,8 @@ def test_mlflow_prints_the_password_unless_suppressed(
 def test_only_a_uri_with_credentials_suppresses(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    monkeypatch.delenv(SUPPRESS, raising=False)
+    monkeypatch.setenv(SUPPRESS, "false")  # so that monkeypatch restores it afterwards
+    monkeypatch.delenv(SUPPRESS)
     for uri in ("http://127.0.0.1:5000", "sqlite:///mlflow.db", "databricks"):
         hide_url_credentials(uri)
         assert SUPPRESS not in os.environ, uri
@@ -109,7 +111,8 @@ def test_ready_store_suppresses_before_it_talks_to_the_store(
     import os
 
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-    monkeypatch.delenv(SUPPRESS, raising=False)
+    monkeypatch.setenv(SUPPRESS, "false")  # so that monkeypatch restores it afterwards
+    monkeypatch.delenv(SUPPRESS)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     with pytest.raises(ConfigError) as info:
         ready_store("http://carol:topsecretPW@127.0.0.1:18263")

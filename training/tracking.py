@@ -120,12 +120,38 @@ def _store_error(err: BaseException) -> BaseException | None:
     return None
 
 
+RUN_PHASE_REQUESTS: dict[str, str] = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "5",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "2",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "60",
+}
+"""MLflow's HTTP settings while a run trains and logs (:func:`tracking_guard`), each applied only
+where the environment sets nothing else: 5 retries with urllib3's backoff of 2, 4, 8, 16, 32 s
+ride out about a minute of refused connections, 5xx or 429 answers (MLflow's own default, 7
+retries, about four minutes per call)."""
+
+
+@contextmanager
+def _run_phase_requests() -> Iterator[None]:
+    """Within the block, :data:`RUN_PHASE_REQUESTS` where the environment sets nothing else."""
+    added = [k for k in RUN_PHASE_REQUESTS if k not in os.environ]
+    for k in added:
+        os.environ[k] = RUN_PHASE_REQUESTS[k]
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
 @contextmanager
 def tracking_guard(uri: str, run_dir: Path) -> Iterator[None]:
     """The part of a training command that talks to the tracking store at ``uri`` while it
-    trains and logs: MLflow's HTTP retries bounded
-    (:func:`fleetmind.data.mlflow_store.bounded_requests`: a server that goes down mid-run is an
-    error in seconds, not after 7 tries of up to 120 s each), and an error of the store
+    trains and logs: MLflow's HTTP retries bounded to about a minute of outage
+    (:data:`RUN_PHASE_REQUESTS`: a server that goes down mid-run is an error after that minute,
+    not after 7 tries of up to 120 s each per call, while a blip of a few seconds or a rate limit
+    does not end a long run; the start-up check, :func:`ready_store`, keeps the tighter
+    :func:`fleetmind.data.mlflow_store.bounded_requests`), and an error of the store
     (:func:`tracking_failure`) raised as one line naming ``run_dir``, the local folder that keeps
     what the run wrote (its checkpoints, and its ``model/`` once written).
 
@@ -133,7 +159,7 @@ def tracking_guard(uri: str, run_dir: Path) -> Iterator[None]:
         fleetmind.errors.NotAvailableError: the store failed; the CLI prints the line, exit 2.
     """
     try:
-        with bounded_requests():
+        with _run_phase_requests():
             yield
     except Exception as err:
         cause = None if isinstance(err, FleetMindError) else _store_error(err)
@@ -279,6 +305,15 @@ def strip_local_version(version: str) -> str:
         return version
 
 
+def no_such_alias(err: BaseException) -> bool:
+    """Whether an ``MlflowException`` of ``get_model_version_by_alias`` means that the model or
+    the alias does not exist (MLflow's ``RESOURCE_DOES_NOT_EXIST``, or ``INVALID_PARAMETER_VALUE``
+    for an alias no version holds), not that the store failed (a 503 after the retries, a
+    refused connection), which must not be read as "no champion"."""
+    code = getattr(err, "error_code", "")
+    return code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
+
+
 def promote_if_better(
     client: Any,
     name: str,
@@ -319,7 +354,9 @@ def promote_if_better(
         client.set_model_version_tag(name, version, EVAL_N_TAG, str(eval_set.n))
     try:
         champ = client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
+    except MlflowException as err:
+        if not no_such_alias(err):
+            raise  # the store failed: not a sign that there is no champion
         champ = None
     if champ is None:
         client.set_registered_model_alias(name, CHAMPION, str(version))

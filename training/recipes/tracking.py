@@ -43,6 +43,7 @@ from fleetmind.training.tracking import (
     EVAL_SET_TAG,
     EvalSet,
     log_pyfunc_model,
+    no_such_alias,
     ready_store,
     tracking_guard,
     tracking_uri,
@@ -221,7 +222,9 @@ def rebuild_champion_eval_set(client: Any, name: str = REGISTERED_MODEL) -> str 
 
     try:
         champ = client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
+    except MlflowException as err:
+        if not no_such_alias(err):
+            raise  # the store failed (tracking_guard reports it), not "no champion"
         return None
     if EVAL_SET_TAG in (champ.tags or {}):
         return None
