@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 from fleetmind.training.tracking import CHAMPION
 
@@ -20,8 +21,8 @@ class FakeRegistry:
         self.tags.setdefault(version, {})[key] = value
 
     def get_model_version_by_alias(self, name: str, alias: str) -> SimpleNamespace:
-        if self.alias is None:
-            raise MlflowException("no alias")
+        if self.alias is None:  # as MLflow's SQL store answers an alias no version holds
+            raise MlflowException("no alias", error_code=INVALID_PARAMETER_VALUE)
         return SimpleNamespace(version=self.alias, tags=self.tags.get(self.alias, {}))
 
     def set_registered_model_alias(self, name: str, alias: str, version: str) -> None:
