@@ -71,7 +71,12 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         description="Write a dataset folder: {train,val,test,test_large}.jsonl + graphs/<graph>.json + meta.json. "
         "Splits never share a topology; test_large uses graphs with more clusters than any training graph.",
     )
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output folder: new, empty, or an earlier dataset (its split files are replaced); "
+        "a folder holding other files is refused",
+    )
     p.add_argument(
         "--incidents",
         type=int,
@@ -333,6 +338,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         res["data"] = str(args.data)
     res["split"] = args.split
+    # the file before the screen: a reader that stops early (| head) does not cost the file
+    if args.json is not None:
+        write_json(args.json, {**_evaluate_provenance(args, load_start), **res})
     print(
         f"{args.split}: {res['n_incidents']} incidents, {res['n_silent_root']} with a silent root"
     )
@@ -353,8 +361,6 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"{name:<14}{m['ac@1']:>8.3f}{m['ac@3']:>8.3f}{m['ac@5']:>8.3f}{m['avg@5']:>8.3f}{m['mrr']:>8.3f}{m['ms_per_incident']:>9.2f}"
             f"{_cell(br['silent']['ac@1'], 13)}{_cell(br['non_silent']['ac@1'], 12)}"
         )
-    if args.json is not None:
-        write_json(args.json, {**_evaluate_provenance(args, load_start), **res})
     return 0
 
 

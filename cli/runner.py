@@ -12,7 +12,14 @@
 * a reader of stdout that goes away (``... | head``) ends the command quietly with status 141
   (:data:`STDOUT_CLOSED_STATUS`); a ``BrokenPipeError`` while stdout is still open (a child
   process or a connection that went away) is an :class:`OSError` like any other;
-* Ctrl-C prints ``<prog>: interrupted`` and gives status 130.
+* Ctrl-C prints ``<prog>: interrupted`` and gives status 130;
+* SIGTERM (``kill``, a supervisor stopping the command) ends it by the signal as before (status
+  143 in a shell), but only after its ``with`` and ``finally`` blocks ran: a worker pool is shut
+  down and a child service stopped instead of left running;
+* a stdout or stderr that was closed (``>&-``, ``2>&-``) reads as ``os.devnull``: the command
+  still writes its files (status 141 when a closed stdout had something to print), and a path
+  stdout cannot encode (``PYTHONIOENCODING=ascii``, a non-UTF-8 file name) is printed with
+  backslash escapes instead of failing a command that succeeded.
 
 Any other exception is a bug or the system's trouble and keeps its traceback. ``SystemExit``
 (argparse's usage errors, status 2) passes through untouched.
@@ -24,9 +31,12 @@ it without loading the command groups.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import select
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from fleetmind.errors import FleetMindError
@@ -111,6 +121,77 @@ def _path_error(err: OSError, prog: str = "fleetmind") -> int | None:
     return 2
 
 
+SIGTERM_STATUS = 128 + signal.SIGTERM
+"""Exit status on SIGTERM: 143, what a shell reports for a program SIGTERM ended."""
+
+
+_SIGTERM_PID: list[int] = []
+"""The process whose SIGTERM handler :func:`run_main` installed (a forked worker inherits it)."""
+
+
+class _Terminated(SystemExit):
+    """SIGTERM arrived while :func:`run_main` ran its entry point."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM raises ``SystemExit(143)``, so that the command's ``with`` and ``finally`` blocks run
+    (worker pools shut down, child processes stopped); :func:`run_main` then ends the process by
+    the signal as it would have ended without the handler. A forked worker that inherited the
+    handler dies of the signal at once."""
+    if _SIGTERM_PID and os.getpid() != _SIGTERM_PID[-1]:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    raise _Terminated(SIGTERM_STATUS)
+
+
+class _ClosedStream(io.TextIOWrapper):
+    """What a closed stdout or stderr reads as: ``os.devnull``, remembering whether anything was
+    written (a closed stdout that had output to take ends the command with status 141)."""
+
+    written = False
+
+    def write(self, text: str) -> int:
+        if text:
+            self.written = True
+        return super().write(text)
+
+
+def _open_streams() -> tuple[_ClosedStream | None, list[Callable[..., None]]]:
+    """Give a closed stdout or stderr (``None``: the process started with fd 1 or 2 closed) an
+    ``os.devnull`` stream, and make stdout and stderr print what they cannot encode with backslash
+    escapes. Return the stream that stands for a closed stdout (None: stdout is open) and how to
+    put the streams back. The ``os.devnull`` streams stay for the rest of the process: what runs
+    at exit (logging, tqdm) may still write to them."""
+    undo: list[Callable[..., None]] = []
+    closed_stdout = None
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            raw = open(os.devnull, "wb")  # noqa: SIM115 - open for the rest of the process
+            closed = _ClosedStream(raw, encoding="utf-8", line_buffering=True)
+            setattr(sys, name, closed)
+            if name == "stdout":
+                closed_stdout = closed
+        elif isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            undo.append(stream.reconfigure)
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError, OSError):  # pragma: no cover - a detached stream
+                undo.pop()
+    return closed_stdout, undo
+
+
+def _close_streams(undo: list[Callable[..., None]]) -> None:
+    """Give stdout and stderr their encoding errors back (for in-process callers: tests,
+    notebooks)."""
+    for reconfigure in reversed(undo):
+        try:
+            reconfigure(errors="strict")
+        except (AttributeError, ValueError, OSError):  # pragma: no cover - a detached stream
+            pass
+
+
 def run_main(fn: Callable[[], int | None], prog: str) -> int:
     """Call the entry point ``fn`` and return the process exit status, keeping the error contract
     of the module docstring: ``fn``'s own status (``None`` counts as 0), 2 with one line on stderr
@@ -130,11 +211,28 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
     renamed = saved is not None and getattr(main, "__spec__", None) is not None
     if renamed:
         sys.argv[0] = prog
+    closed_stdout, undo = _open_streams()
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+        _SIGTERM_PID.append(os.getpid())
     try:
-        return _run(fn, prog)
+        status = _run(fn, prog)
+        if closed_stdout is not None and closed_stdout.written and status == 0:
+            return STDOUT_CLOSED_STATUS  # the output could not be taken; the files are written
+        return status
+    except _Terminated:
+        if old_term != signal.SIG_DFL:  # someone else's handler (an in-process caller): exit 143
+            raise
     finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+            _SIGTERM_PID.pop()
+        _close_streams(undo)
         if renamed and sys.argv:
             sys.argv[0] = saved
+    signal.raise_signal(signal.SIGTERM)  # the cleanup ran: end as SIGTERM ends a process
+    return SIGTERM_STATUS  # pragma: no cover - not reached
 
 
 def _run(fn: Callable[[], int | None], prog: str) -> int:
@@ -161,5 +259,6 @@ def _run(fn: Callable[[], int | None], prog: str) -> int:
             raise
         return status
     except KeyboardInterrupt:
+        _end_progress_bars()  # the line starts on a line of its own, not after a bar
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

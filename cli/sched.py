@@ -803,10 +803,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if openb_is_synthetic():
         result["data"] = SYNTHETIC_LABEL
     result = json_safe(result)  # NaN (a level no record reached) -> null, '-' in the table
+    # the file before the screen: a reader that stops early (| head) does not cost the file
+    write_json(args.json, result)
     _print_table(result, wide=args.wide)
     if "failure_causes" in result:
         _print_causes(result["failure_causes"])
-    write_json(args.json, result)
     return 0
 
 
@@ -1207,9 +1208,9 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
         "history": res.history,
         "optimiser": "cma.CMAEvolutionStrategy",
     }
-    print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score")}))
     prov = _run_provenance(args, ["search-teacher"], load_start, ("gymnasium", "cma"))
-    write_json(args.json, {**prov, **inputs, **summary})
+    write_json(args.json, {**prov, **inputs, **summary})  # the file before the screen
+    print(json.dumps({k: summary[k] for k in ("fgd_score", "best_score")}))
     return 0
 
 
@@ -1458,9 +1459,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # say which run folder was left half-written, then stop as ever
         _partial_note(a.out, before)
         raise
+    write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
     print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
     _champion_note(summary)
-    write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
     return 0
 
 
@@ -1506,8 +1507,8 @@ def _train_paired(args: argparse.Namespace) -> int:
         return _train_seeds(args, recipe.__name__, a, load_start)
     files = _train_trace_files(a)
     summary = recipe.run(a)
-    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
     write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
+    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
     return 0
 
 
@@ -1535,10 +1536,10 @@ def _train_seeds(
         jobs.append((recipe, type(a).__name__, kw))
     runs = run_tasks(train_job, jobs, ray_address=args.ray_address, workers=args.workers)
     summary = {"seeds": seeds, "runs": {str(s): r for s, r in zip(seeds, runs, strict=True)}}
+    write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
     print(json.dumps({s: r.get("metrics") for s, r in summary["runs"].items()}))
     for r in summary["runs"].values():
         _champion_note(r)
-    write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
     return 0
 
 

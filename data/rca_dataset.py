@@ -273,7 +273,8 @@ class DatasetWriter:
             w.add_incident("train", inc)
             w.set_meta({...})
 
-    On entering, ``meta.json`` becomes ``{"complete": false}`` (replacing an earlier folder's); on
+    On entering, ``meta.json`` becomes ``{"complete": false}`` (replacing an earlier dataset's,
+    whose split files are removed; a non-empty folder that is not a dataset is refused); on
     a clean exit it is the :meth:`set_meta` dict plus ``counts`` and ``"complete": true``. When an
     exception (Ctrl-C included) leaves the block, it stays ``"complete": false`` with the
     ``counts`` written so far and ``stopped_by`` (the exception's type), so that
@@ -288,14 +289,39 @@ class DatasetWriter:
         self.meta: dict[str, Any] = {}
 
     def __enter__(self) -> DatasetWriter:
+        old_splits = self._earlier_splits()
         try:
             (self.root / "graphs").mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise DataError(f"cannot create dataset folder {self.root}: {err}") from None
-        for stale in self.root.glob("*.jsonl"):
-            stale.unlink()
+        for split in old_splits:  # only the split files a dataset writes, never other files
+            (self.root / f"{split}.jsonl").unlink(missing_ok=True)
         self._write_meta({"complete": False})
         return self
+
+    def _earlier_splits(self) -> set[str]:
+        """The split names of the dataset this folder already holds (their ``*.jsonl`` are
+        replaced); an empty set for a new or empty folder. A folder holding anything else (no
+        ``meta.json`` that a :class:`DatasetWriter` wrote) is refused with :class:`DataError`:
+        its files are the user's, not a dataset's to overwrite."""
+        if not self.root.is_dir() or not any(self.root.iterdir()):
+            return set()
+        try:
+            meta = json.loads((self.root / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict) or not ("generator" in meta or "complete" in meta):
+            raise DataError(
+                f"{self.root} is not empty and not a FleetMind dataset folder (no meta.json of "
+                "one): choose a new or empty folder"
+            )
+        counts = meta.get("counts")
+        named = (
+            [k for k in counts if "/" not in k and "\\" not in k]
+            if isinstance(counts, dict)
+            else []
+        )
+        return {*STANDARD_SPLITS, "test_large", *named}
 
     def _write_meta(self, meta: Mapping[str, Any]) -> None:
         (self.root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -358,10 +358,19 @@ def evaluate_fgd(
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        try:
             for (_, p, _, _, _), res in zip(jobs, pool.map(_run_job, jobs), strict=True):
                 runs[p].append(res)
                 bar.update(1)
+        except BaseException:
+            # Ctrl-C, SIGTERM (SystemExit) or a failed run: stop the workers now instead of
+            # waiting for their runs (or leaving them running once this process is gone)
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     else:
         for job in jobs:
             runs[job[1]].append(_run_job(job))

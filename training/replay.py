@@ -66,7 +66,7 @@ def load_storm(path: str | Path) -> dict[str, Any]:
     """
     p = Path(path)
     try:
-        storm = json.loads(p.read_text())
+        storm = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError(f"storm file not found: {p}") from None
     except (OSError, UnicodeDecodeError, ValueError) as err:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import platform
+import signal
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -168,7 +169,7 @@ def generate_dataset(
             import multiprocessing as mp
 
             ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
-            with ctx.Pool(workers) as pool:
+            with ctx.Pool(workers, initializer=_quiet_worker) as pool:
                 results = pool.imap(_run_job, args, chunksize=1)
                 _consume(results, w, graphs_by_split, stats, progress)
         else:
@@ -189,6 +190,13 @@ def generate_dataset(
         }
         w.set_meta(meta)
     return meta
+
+
+def _quiet_worker() -> None:
+    """Pool initializer: Ctrl-C (SIGINT to the whole process group) is the parent's to handle, and
+    SIGTERM (the parent ending the pool) ends a worker quietly: no traceback from every worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _consume(results, w: DatasetWriter, graphs_by_split: dict, stats: dict, progress) -> None:  # noqa: ANN001
