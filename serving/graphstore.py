@@ -75,7 +75,7 @@ class GraphView:
         (KubeCPUOvercommit) joined every unrelated incident of the cluster into one.
 
         A node served by several hosts (``runs_on`` edges to two or more hosts: a Node-endpoint
-        Service such as the Prometheus Operator's kubelet Service, ``kube-system/<release>-kubelet``,
+        Service such as the Prometheus Operator's kubelet Service, ``kube-system/<fullname>-kubelet``,
         whose endpoints are every node) is a barrier in the same way: crossed, it would put every
         host within 2 hops of every other; reached, an incident holding an alert on it
         (``TargetDown{job="kubelet"}``) would take every later host alert of the window, joining

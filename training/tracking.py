@@ -126,8 +126,8 @@ RUN_PHASE_REQUESTS: dict[str, str] = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "60",
 }
 """MLflow's HTTP settings while a run trains and logs (:func:`tracking_guard`), each applied only
-where the environment sets nothing else: 5 retries with urllib3's backoff of 2, 4, 8, 16, 32 s
-ride out about a minute of refused connections, 5xx or 429 answers (MLflow's own default, 7
+where the environment sets nothing else: 5 retries with urllib3's backoff (0, 4, 8, 16, 32 s, plus
+MLflow's jitter) ride out about a minute of refused connections, 5xx or 429 answers (MLflow's own default, 7
 retries, about four minutes per call)."""
 
 
