@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind import argtypes
+from fleetmind.children import die_with_parent
 from fleetmind.data.errors import ConfigError, FleetMindError, NotAvailableError
 from fleetmind.data.paths import REPO_ROOT
 
@@ -273,7 +274,14 @@ class _Service:
             "warning",
         ]
         self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        parent = os.getpid()
+        self.proc = subprocess.Popen(  # the service ends with the demo, even one SIGTERM ended
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=lambda: die_with_parent(parent),
+        )
 
     def _check_alive(self) -> None:
         if self.proc.poll() is not None:

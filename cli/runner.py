@@ -13,9 +13,9 @@
   (:data:`STDOUT_CLOSED_STATUS`); a ``BrokenPipeError`` while stdout is still open (a child
   process or a connection that went away) is an :class:`OSError` like any other;
 * Ctrl-C prints ``<prog>: interrupted`` and gives status 130;
-* SIGTERM (``kill``, a supervisor stopping the command) ends it by the signal as before (status
-  143 in a shell), but only after its ``with`` and ``finally`` blocks ran: a worker pool is shut
-  down and a child service stopped instead of left running;
+* SIGTERM (``kill``, a supervisor stopping the command) ends it by the signal (status 143 in a
+  shell, no handler here: Lightning and uvicorn install their own); worker pools and the demo's
+  service are started to die with it (:func:`fleetmind.children.die_with_parent`);
 * a stdout or stderr that was closed (``>&-``, ``2>&-``) reads as ``os.devnull``: the command
   still writes its files (status 141 when a closed stdout had something to print), and a path
   stdout cannot encode (``PYTHONIOENCODING=ascii``, a non-UTF-8 file name) is printed with
@@ -34,9 +34,7 @@ import errno
 import io
 import os
 import select
-import signal
 import sys
-import threading
 from collections.abc import Callable
 
 from fleetmind.errors import FleetMindError
@@ -121,30 +119,6 @@ def _path_error(err: OSError, prog: str = "fleetmind") -> int | None:
     return 2
 
 
-SIGTERM_STATUS = 128 + signal.SIGTERM
-"""Exit status on SIGTERM: 143, what a shell reports for a program SIGTERM ended."""
-
-
-_SIGTERM_PID: list[int] = []
-"""The process whose SIGTERM handler :func:`run_main` installed (a forked worker inherits it)."""
-
-
-class _Terminated(SystemExit):
-    """SIGTERM arrived while :func:`run_main` ran its entry point."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM raises ``SystemExit(143)``, so that the command's ``with`` and ``finally`` blocks run
-    (worker pools shut down, child processes stopped); :func:`run_main` then ends the process by
-    the signal as it would have ended without the handler. A forked worker that inherited the
-    handler dies of the signal at once."""
-    if _SIGTERM_PID and os.getpid() != _SIGTERM_PID[-1]:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-        return
-    raise _Terminated(SIGTERM_STATUS)
-
-
 class _ClosedStream(io.TextIOWrapper):
     """What a closed stdout or stderr reads as: ``os.devnull``, remembering whether anything was
     written (a closed stdout that had output to take ends the command with status 141)."""
@@ -212,27 +186,15 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
     if renamed:
         sys.argv[0] = prog
     closed_stdout, undo = _open_streams()
-    old_term = None
-    if threading.current_thread() is threading.main_thread():
-        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
-        _SIGTERM_PID.append(os.getpid())
     try:
         status = _run(fn, prog)
         if closed_stdout is not None and closed_stdout.written and status == 0:
             return STDOUT_CLOSED_STATUS  # the output could not be taken; the files are written
         return status
-    except _Terminated:
-        if old_term != signal.SIG_DFL:  # someone else's handler (an in-process caller): exit 143
-            raise
     finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
-            _SIGTERM_PID.pop()
         _close_streams(undo)
         if renamed and sys.argv:
             sys.argv[0] = saved
-    signal.raise_signal(signal.SIGTERM)  # the cleanup ran: end as SIGTERM ends a process
-    return SIGTERM_STATUS  # pragma: no cover - not reached
 
 
 def _run(fn: Callable[[], int | None], prog: str) -> int:

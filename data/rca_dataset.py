@@ -310,7 +310,12 @@ class DatasetWriter:
             meta = json.loads((self.root / "meta.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             meta = None
-        if not isinstance(meta, dict) or not ("generator" in meta or "complete" in meta):
+        # "generator" or "complete": a writer's meta.json; only "counts": one an interrupted
+        # generation left before "complete" existed (check_complete asks to regenerate it)
+        legacy = (
+            isinstance(meta, dict) and set(meta) == {"counts"} and isinstance(meta["counts"], dict)
+        )
+        if not isinstance(meta, dict) or not ("generator" in meta or "complete" in meta or legacy):
             raise DataError(
                 f"{self.root} is not empty and not a FleetMind dataset folder (no meta.json of "
                 "one): choose a new or empty folder"

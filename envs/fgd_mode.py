@@ -25,12 +25,14 @@ All randomness comes from ``numpy.random.default_rng(seed)`` (workload and node 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetmind.children import die_with_parent
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, Pod, pods_from_trace
@@ -358,14 +360,18 @@ def evaluate_fgd(
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=die_with_parent,  # a SIGTERM to this process ends the workers too
+            initargs=(os.getpid(),),
+        )
         try:
             for (_, p, _, _, _), res in zip(jobs, pool.map(_run_job, jobs), strict=True):
                 runs[p].append(res)
                 bar.update(1)
         except BaseException:
-            # Ctrl-C, SIGTERM (SystemExit) or a failed run: stop the workers now instead of
-            # waiting for their runs (or leaving them running once this process is gone)
+            # Ctrl-C or a failed run: stop the workers now instead of waiting for their runs
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
             pool.shutdown(wait=False, cancel_futures=True)

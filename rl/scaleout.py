@@ -21,6 +21,7 @@ pass ``--ray-address auto`` (on a cluster machine) or ``--ray-address HEAD:6379`
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from fleetmind.children import die_with_parent
 from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.envs.fgd_mode import run_fgd
@@ -125,7 +127,8 @@ def run_tasks(
                 progress(1)
         return out
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    pool_args = {"initializer": die_with_parent, "initargs": (os.getpid(),)}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, **pool_args) as pool:
         for r in pool.map(fn, items):
             out.append(r)
             if progress is not None:

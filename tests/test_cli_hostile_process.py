@@ -111,33 +111,6 @@ def test_evaluate_json_survives_a_reader_that_went_away(tmp_path: Path) -> None:
     assert "random" in json.loads(out.read_text())["methods"]
 
 
-def test_sigterm_runs_finally_blocks_and_still_ends_by_the_signal(tmp_path: Path) -> None:
-    """SIGTERM ends the command after its ``with``/``finally`` blocks ran (they did not run: a
-    worker pool or a child service was left running); the process still ends by the signal,
-    status 143 in a shell."""
-    marker = tmp_path / "cleaned"
-    code = f"""
-import os, signal, time
-from pathlib import Path
-from fleetmind.cli.runner import run_main
-
-def fn():
-    try:
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(30)  # the signal interrupts this
-    finally:
-        Path({str(marker)!r}).write_text("yes")
-
-raise SystemExit(run_main(fn, prog="fleetmind"))
-"""
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120
-    )
-    assert proc.returncode == -signal.SIGTERM, proc.stderr
-    assert proc.stderr == ""
-    assert marker.read_text() == "yes"
-
-
 def _wait_for_children(proc: subprocess.Popen, n: int, timeout_s: float = 120) -> list:
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + timeout_s
@@ -292,3 +265,17 @@ def test_replay_reads_a_utf8_storm_under_the_c_locale(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_regenerating_a_folder_an_older_interrupted_run_left(tmp_path: Path) -> None:
+    """Before ``complete`` existed, an interrupted ``rca generate`` left a ``meta.json`` holding
+    only ``counts``; the loader tells the user to regenerate that folder with ``rca generate
+    --out``, which must therefore take it."""
+    from fleetmind.data.rca_dataset import DatasetWriter
+
+    old = tmp_path / "old"
+    (old / "graphs").mkdir(parents=True)
+    (old / "train.jsonl").write_text("{}\n")
+    (old / "meta.json").write_text(json.dumps({"counts": {"train": 1}}))
+    with DatasetWriter(old):  # refused before: "not a FleetMind dataset folder"
+        assert not (old / "train.jsonl").exists()  # the old split is replaced

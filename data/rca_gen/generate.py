@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetmind.children import die_with_parent
 from fleetmind.data.errors import ConfigError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_dataset import DatasetWriter
@@ -169,7 +170,7 @@ def generate_dataset(
             import multiprocessing as mp
 
             ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
-            with ctx.Pool(workers, initializer=_quiet_worker) as pool:
+            with ctx.Pool(workers, initializer=_quiet_worker, initargs=(os.getpid(),)) as pool:
                 results = pool.imap(_run_job, args, chunksize=1)
                 _consume(results, w, graphs_by_split, stats, progress)
         else:
@@ -192,11 +193,13 @@ def generate_dataset(
     return meta
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(parent_pid: int) -> None:
     """Pool initializer: Ctrl-C (SIGINT to the whole process group) is the parent's to handle, and
-    SIGTERM (the parent ending the pool) ends a worker quietly: no traceback from every worker."""
+    SIGTERM (the parent ending the pool, or the parent's end: :func:`die_with_parent`) ends a worker
+    quietly: no traceback from every worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent_pid)
 
 
 def _consume(results, w: DatasetWriter, graphs_by_split: dict, stats: dict, progress) -> None:  # noqa: ANN001
