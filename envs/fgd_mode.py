@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -363,8 +364,8 @@ def evaluate_fgd(
         pool = ProcessPoolExecutor(
             max_workers=workers,
             mp_context=ctx,
-            initializer=die_with_parent,  # a SIGTERM to this process ends the workers too
-            initargs=(os.getpid(),),
+            initializer=die_with_parent,  # workers end with this process, however it ends
+            initargs=(os.getpid(), signal.SIGKILL),
         )
         try:
             for (_, p, _, _, _), res in zip(jobs, pool.map(_run_job, jobs), strict=True):

@@ -20,18 +20,22 @@ PR_SET_PDEATHSIG = 1
 """``prctl`` option (``<linux/prctl.h>``): the signal a process gets when its parent ends."""
 
 
-def die_with_parent(parent_pid: int | None = None) -> None:
-    """In a child process: get SIGTERM when the parent ends (Linux; a no-op elsewhere).
+def die_with_parent(parent_pid: int | None = None, sig: int = signal.SIGTERM) -> None:
+    """In a child process: get ``sig`` when the parent ends (Linux; a no-op elsewhere).
 
     ``parent_pid``: the pid of the process that started this one, when known: a parent that ended
     before the request was made (``os.getppid()`` no longer names it) ends this process at once.
+    ``sig``: SIGTERM for a child that shuts down gracefully (the demo's service); SIGKILL for pool
+    workers, which have nothing to clean up and may have inherited SIGTERM ignored
+    (``trap '' TERM``). The kernel sends it when the thread that started the child ends: start
+    children from a thread that lives as long as they should (the main thread, here).
     """
     if not sys.platform.startswith("linux"):
         return
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - no libc with prctl
         return
     if parent_pid is not None and os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), sig)

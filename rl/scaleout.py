@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -127,7 +128,7 @@ def run_tasks(
                 progress(1)
         return out
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    pool_args = {"initializer": die_with_parent, "initargs": (os.getpid(),)}
+    pool_args = {"initializer": die_with_parent, "initargs": (os.getpid(), signal.SIGKILL)}
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, **pool_args) as pool:
         for r in pool.map(fn, items):
             out.append(r)

@@ -75,3 +75,57 @@ def test_ctrl_c_in_the_fit_exits_130_and_says_so(
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert [r.info.status for r in runs] == ["KILLED"]
     assert client.search_model_versions() == []
+
+
+def test_sigterm_in_the_fit_ends_the_process_by_the_signal(tmp_path: Path) -> None:
+    """Lightning handles SIGTERM itself (``SignalConnector``): it stops every rank at the next
+    batch boundary and raises ``SIGTERMException``, a ``SystemExit`` without a code, so a Job or a
+    ``&&`` chain saw a stopped training end with status 0. It now ends by the signal (143 in a
+    shell) after the MLflow run is marked ``KILLED``. The signal is sent from a callback at the
+    second epoch's first batch, so the test is deterministic; it runs in a child process, which
+    the signal ends."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "ds"
+    small = GraphGenConfig(min_nodes=50, max_nodes=120)
+    generate_dataset(data, DatasetSpec(n_incidents=40, seed=1, graphs=small, workers=1))
+    args = [
+        "rca", "train", "--data", str(data), "--epochs", "3", "--hidden", "8", "--heads", "2",
+        "--layers", "2", "--batch-size", "8", "--out", str(tmp_path / "runs"), "--no-register",
+        "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--json", str(tmp_path / "r.json"),
+    ]  # fmt: skip
+    code = f"""
+import os, signal
+import pytorch_lightning as pl
+from fleetmind.cli import main
+from fleetmind.training import rca_train
+
+class Term(pl.Callback):
+    def on_train_batch_start(self, trainer, *args):
+        if trainer.current_epoch == 1 and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+build = rca_train._trainer
+def with_term(*a, **k):
+    trainer, ckpt = build(*a, **k)
+    trainer.callbacks.append(Term())
+    return trainer, ckpt
+rca_train._trainer = with_term
+raise SystemExit(main({json.dumps(args)}))
+"""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "TQDM_DISABLE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "r.json").exists()  # no result of a stopped run

@@ -353,7 +353,8 @@ def run(args: Args) -> dict[str, Any]:
 
 
 def _fit(trainer: Any, module: Any, dm: Any, uri: str, logger: Any, out_dir: Path) -> None:
-    """``trainer.fit(module, datamodule=dm)``, a Ctrl-C in it raised as :class:`KeyboardInterrupt`.
+    """``trainer.fit(module, datamodule=dm)``, a Ctrl-C in it raised as :class:`KeyboardInterrupt`
+    and a SIGTERM ending the process by the signal (status 143 in a shell, not Lightning's 0).
 
     Lightning catches the interrupt itself (``_call_and_handle_interrupt`` in
     ``pytorch_lightning/trainer/call.py``): it ignores SIGINT from then on, ends the MLflow run
@@ -364,9 +365,18 @@ def _fit(trainer: Any, module: Any, dm: Any, uri: str, logger: Any, out_dir: Pat
     """
     import signal
 
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
     handler = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(module, datamodule=dm)
+    except SIGTERMException:
+        # Lightning stops every rank at a batch boundary on SIGTERM and raises this SystemExit
+        # with no code, which would end the command with status 0: end by the signal instead
+        _interrupted(handler, uri, logger, out_dir)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        raise
     except SystemExit as err:
         # Lightning's sys.exit(1) is raised while it handles the KeyboardInterrupt
         if not (trainer.interrupted and isinstance(err.__context__, KeyboardInterrupt)):
