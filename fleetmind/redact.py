@@ -40,6 +40,8 @@ def _userinfo_spans(text: str) -> list[tuple[int, int]]:
     (a regular expression backtracking from every ``//`` or quote was quadratic in a request path
     the access log masks)."""
     spans: list[tuple[int, int]] = []
+    if "//" not in text:  # no URL: most access lines and messages
+        return spans
     pos = 0
     while (m := _QUOTED_URL.search(text, pos)) is not None:
         quote, i, last_at = m.group(1), m.end(), -1
@@ -86,6 +88,8 @@ def _param_spans(text: str) -> list[tuple[int, int]]:
     URL's user part (``u:Tr0ub&d=or@db/fm?sslpassword=...``: a scan resuming after the match of
     ``&d=`` never saw ``sslpassword``); the ends are looked up in the separators' positions, so
     the scan stays O(n log n)."""
+    if "=" not in text:  # no parameter: most access lines and messages
+        return []
     name_stops = [m.start() for m in _NAME_STOP.finditer(text)]
     value_stops = [m.start() for m in _VALUE_STOP.finditer(text)]
 

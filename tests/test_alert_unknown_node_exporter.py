@@ -14,35 +14,15 @@ alert falls back as an unknown pod's does, to the cluster node.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from kps_helpers import CLUSTER, EXT, KSM, NE, kps_graph
 
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.data.graph_build import build_graph
 from fleetmind.serving.alertmap import node_for_alert
 
-KPS = Path(__file__).parent / "data" / "k8s" / "kps_cluster.json"
-C = "prod-eu"
-EXT = {"prometheus": "monitoring/kps-prometheus"}
-KSM = {
-    "job": "kube-state-metrics",
-    "instance": "10.244.0.108:8080",
-    "container": "kube-state-metrics",
-    "endpoint": "http",
-    "service": "kps-kube-state-metrics",
-    "pod": "kps-kube-state-metrics-6d5f8b7c9-abcde",
-    "namespace": "monitoring",
-}
-NE = {
-    "job": "node-exporter",
-    "container": "node-exporter",
-    "endpoint": "http-metrics",
-    "service": "kps-prometheus-node-exporter",
-    "namespace": "monitoring",
-}
+C = CLUSTER
 FS = {"device": "/dev/nvme0n1p1", "fstype": "ext4", "mountpoint": "/"}
 NOT_READY = {"alertname": "KubeNodeNotReady", "condition": "Ready", "status": "true"}
 
@@ -102,9 +82,7 @@ CASES: dict[str, tuple[dict[str, str], str]] = {
 
 @pytest.fixture(scope="module")
 def graph() -> DependencyGraph:
-    k = json.loads(KPS.read_text())
-    model = build_graph(k["nodes"], k["pods"], k["services"], k["endpointslices"], cluster=C)
-    return DependencyGraph.from_model(model)
+    return kps_graph()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -11,42 +11,15 @@ incident holding an alert on it would take every later host alert of the window.
 from __future__ import annotations
 
 import itertools
-import json
-from pathlib import Path
+
+from kps_helpers import EXT, KSM, NE, kps_graph
 
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
-from fleetmind.data.graph_build import build_graph
 from fleetmind.serving.alertmap import node_for_alert
 from fleetmind.serving.graphstore import GraphView, barrier_nodes
 from fleetmind.serving.incidents.grouper import Grouper
 
-KPS = Path(__file__).parent / "data" / "k8s" / "kps_cluster.json"
-EXT = {"prometheus": "monitoring/kps-prometheus"}
-NE = {
-    "job": "node-exporter",
-    "container": "node-exporter",
-    "endpoint": "http-metrics",
-    "service": "kps-prometheus-node-exporter",
-    "namespace": "monitoring",
-}
-KSM = {
-    "job": "kube-state-metrics",
-    "instance": "10.244.0.108:8080",
-    "container": "kube-state-metrics",
-    "endpoint": "http",
-    "service": "kps-kube-state-metrics",
-    "pod": "kps-kube-state-metrics-6d5f8b7c9-abcde",
-    "namespace": "monitoring",
-}
 KUBELET = "prod-eu/svc/kube-system/kps-kubelet"
-
-
-def kps_graph() -> DependencyGraph:
-    k = json.loads(KPS.read_text())
-    model = build_graph(
-        k["nodes"], k["pods"], k["services"], k["endpointslices"], cluster="prod-eu"
-    )
-    return DependencyGraph.from_model(model)
 
 
 def group(view: GraphView, nodes: list[str | None], hops: int = 2) -> list[int]:
