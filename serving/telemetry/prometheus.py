@@ -31,7 +31,11 @@ With ``honor_labels: true`` the workload keeps ``pod``, and a GPU that no pod ho
 target's ``pod`` (the exporter's). So the workload is ``exported_pod`` when present, else ``pod``
 unless that is the exporter's own pod: a DaemonSet pod (``kube_pod_info{created_by_kind}``), a pod
 seen next to an ``exported_pod``, the pod named by a ``Hostname`` label, or a name like
-``dcgm-exporter-x7k2p``.
+``dcgm-exporter-x7k2p``. kube-state-metrics scraped with ``honor_labels: false`` (its
+ServiceMonitor without ``honorLabels: true``, bitnami/charts#7690) is read the same way: its
+``namespace``/``pod``/``container``/``uid``/``node`` (the object a series describes) are
+``exported_<label>`` where set, else ``<label>`` (:data:`KSM_OBJECT_LABELS`); otherwise every series
+would carry the kube-state-metrics pod's own labels, and one finished pod would drop them all.
 
 Health. ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID and is never reset (NVIDIA/dcgm-exporter#500,
 NVIDIA/DCGM#277), so one application XID (13, 31, 43, 45: a user program's fault) must not take a
@@ -246,11 +250,52 @@ ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
 ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
 _GPU_KEY = "cluster, node, kubernetes_node, Hostname, hostname, instance, gpu, GPU_I_ID"
 _POD_LABELS = "pod, namespace, exported_pod, exported_namespace"
-_TARGET_LABELS = "instance, job, pod, namespace, container, service, endpoint"
+KSM_OBJECT_LABELS: tuple[str, ...] = ("namespace", "pod", "container", "node", "uid")
+"""Labels kube-state-metrics sets for the object a series describes (``kube_pod_*``: ``namespace``,
+``pod``, ``uid``, ``node``, ``container``; ``kube_node_*``: ``node``) that a scrape target's own
+labels can also carry: prometheus-operator gives every ServiceMonitor endpoint ``namespace``,
+``pod``, ``container``, ``service``, ``endpoint`` (``pkg/prometheus/promcfg.go``,
+``generateServiceMonitorConfig``), and plain ``kubernetes_sd`` jobs often set ``node`` from
+``__meta_kubernetes_pod_node_name`` (the ``kubernetes-service-endpoints`` job of
+prometheus-community's ``prometheus`` chart). Scraped with ``honor_labels: false`` (the default;
+kube-state-metrics' ServiceMonitor without ``honorLabels: true``, bitnami/charts#7690,
+prometheus-community/helm-charts#1368), Prometheus keeps kube-state-metrics' value of each such
+label as ``exported_<label>`` and sets the target's (the kube-state-metrics pod's) in its place;
+:func:`ksm_object_labels` reads ``exported_<label>`` back where it is set. Prometheus renames only
+a non-empty label (``mutateSampleLabels`` in ``scrape/scrape.go``), so where the target sets
+``node``, a pod not yet scheduled (kube-state-metrics' ``node`` empty) shows on the
+kube-state-metrics pod's node: its requests count there (less free, never more)."""
+_KSM_READ: dict[str, tuple[str, ...]] = {
+    "kube_pod_container_resource_requests": ("namespace", "pod", "container", "node"),
+    "kube_pod_info": ("namespace", "pod", "uid", "node"),
+    "kube_pod_annotations": ("namespace", "pod"),
+    "kube_pod_status_phase": ("namespace", "pod"),
+    "kube_node_status_allocatable": ("node",),
+    "kube_node_status_capacity": ("node",),
+    "kube_node_labels": ("node",),
+}
+""":data:`KSM_OBJECT_LABELS` that :func:`fleet_queries` reads, per kube-state-metrics metric."""
+
+
+def ksm_object_labels(selector: str, labels: Iterable[str]) -> str:
+    """``selector`` (kube-state-metrics series) with each of ``labels`` set to ``exported_<label>``
+    where that is non-empty (a scrape with ``honor_labels: false``, see
+    :data:`KSM_OBJECT_LABELS`); series without it are unchanged, so a scrape with
+    ``honor_labels: true`` reads exactly as before. ``exported_<label>`` is kept, so no two series
+    end up with the same labels."""
+    for label in labels:
+        selector = f'label_replace({selector}, "{label}", "$1", "exported_{label}", "(.+)")'
+    return selector
+
+
+_TARGET_LABELS = "instance, job, pod, namespace, container, service, endpoint, exported_node"
 """Labels of kube-state-metrics' own scrape target: two of its targets at once (a rolling update)
-give a node's ``kube_node_labels`` twice, once each."""
+give a node's ``kube_node_labels`` twice, once each (``exported_node``: kube-state-metrics' own
+``node`` where the target also sets one, already read back into ``node``)."""
+_PHASE_DONE = 'kube_pod_status_phase{phase=~"Succeeded|Failed"}'
 _DONE = (
-    'unless on (cluster, namespace, pod) (kube_pod_status_phase{phase=~"Succeeded|Failed"} == 1)'
+    "unless on (cluster, namespace, pod) "
+    f"({ksm_object_labels(_PHASE_DONE, _KSM_READ['kube_pod_status_phase'])} == 1)"
 )
 DEFAULT_MAX_AGE_S = 120.0
 """Series whose newest sample is older than this (s) are left out (``FLEETMIND_TELEMETRY_MAX_AGE_S``;
@@ -281,7 +326,8 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
     left out before aggregating."""
 
     def sel(metric: str, matchers: str = "") -> str:
-        return fresh(f"{metric}{{{matchers}}}" if matchers else metric, max_age_s)
+        selector = fresh(f"{metric}{{{matchers}}}" if matchers else metric, max_age_s)
+        return ksm_object_labels(selector, _KSM_READ.get(metric, ()))  # see KSM_OBJECT_LABELS
 
     def any_of(names: Iterable[str], matchers: str = "") -> str:
         # `or` matches label sets without the metric name: series of two names with the same
@@ -709,8 +755,17 @@ class _KsmView:
     pods left out (``pod_node`` without its cluster: two clusters may each run ``ml/train-0``)."""
 
 
+def _object_labels(lab: dict[str, str]) -> dict[str, str]:
+    """A kube-state-metrics series' labels with its own value of each :data:`KSM_OBJECT_LABELS`
+    label: ``exported_<label>`` where set (scraped with ``honor_labels: false``), as
+    :func:`ksm_object_labels` reads them in PromQL."""
+    own = {k: lab[f"exported_{k}"] for k in KSM_OBJECT_LABELS if lab.get(f"exported_{k}")}
+    return {**lab, **own} if own else lab
+
+
 def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
     """Finished pods left out: pod placement, requests, allocatable and GPU shares."""
+    ksm = [(name, _object_labels(lab), v) for name, lab, v in ksm]
     finished = {
         (lab.get("namespace", ""), lab.get("pod", ""))
         for name, lab, v in ksm

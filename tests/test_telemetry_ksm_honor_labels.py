@@ -1,0 +1,262 @@
+"""kube-state-metrics scraped with ``honor_labels: false`` reads the same fleet as with ``true``.
+
+Upstream behaviour the fixtures follow:
+
+* Prometheus, scraping with ``honor_labels: false`` (its default), keeps a scraped label that the
+  target also sets as ``exported_<name>`` and sets the target's value in its place
+  (``honor_labels`` in Prometheus' ``docs/configuration/configuration.md``). kube-state-metrics'
+  ServiceMonitor without ``honorLabels: true`` therefore turns the pod a series describes into
+  ``exported_pod``/``exported_namespace``/``exported_container``, and ``pod``/``namespace``/
+  ``container`` become the kube-state-metrics pod's own (bitnami/charts#7690, the bitnami
+  kube-prometheus chart's default before bitnami/charts#7747; prometheus-community/helm-charts#1368).
+* prometheus-operator gives a ServiceMonitor endpoint the target labels ``namespace``, ``pod``,
+  ``container``, ``service``, ``endpoint`` (``pkg/prometheus/promcfg.go``,
+  ``generateServiceMonitorConfig``); a plain ``kubernetes_sd`` job such as the
+  ``kubernetes-service-endpoints`` job of prometheus-community's ``prometheus`` chart also sets
+  ``node`` from ``__meta_kubernetes_pod_node_name`` (then kube-state-metrics' ``node`` becomes
+  ``exported_node``).
+* kube-state-metrics 2.x label layout: ``kube_pod_info{namespace, pod, uid, host_ip, pod_ip, node,
+  created_by_kind, created_by_name, priority_class, host_network}``,
+  ``kube_pod_container_resource_requests{namespace, pod, uid, container, node, resource, unit}``,
+  ``kube_pod_status_phase{namespace, pod, uid, phase}`` (one series per phase, 1 for the current),
+  ``kube_pod_annotations{namespace, pod, uid, annotation_*}``, ``kube_node_*{node, ...}``.
+
+Before, with ``honor_labels: false``: one finished pod anywhere matched every series of the
+finished-pods filter (all carried the kube-state-metrics pod's ``namespace``/``pod``), so every
+node looked empty; requests collapsed to the largest container per node; the GPU held by
+``ml/train-0`` read as free from its framebuffer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from k8s_helpers import (
+    DCGM_CHART_SCRAPE,
+    ExporterServer,
+    Prometheus,
+    dcgm_text,
+    exporter_target,
+    prometheus_binary,
+)
+
+from fleetmind.serving.telemetry.base import NodeState
+from fleetmind.serving.telemetry.prometheus import PrometheusApiSource, Sample, build_nodes
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+GI = 2**30
+KSM_NODE = "n2"  # the node kube-state-metrics itself runs on
+KSM_POD = "kube-state-metrics-7d9f6c5b8-x2x9q"
+SERVICE_MONITOR = {"namespace": "monitoring", "pod": KSM_POD, "container": "kube-state-metrics",
+                   "service": "kube-state-metrics", "endpoint": "http"}  # fmt: skip
+"""kube-state-metrics' target labels from a ServiceMonitor (prometheus-operator)."""
+SERVICE_ENDPOINTS = {**SERVICE_MONITOR, "node": KSM_NODE}
+"""... and from a ``kubernetes_sd`` job that also relabels ``__meta_kubernetes_pod_node_name``."""
+# pod -> (namespace, node, created_by_kind, phase, {container: (cpu cores, memory bytes)})
+PODS = {
+    "dcgm-exporter-n1x7k": ("gpu-operator", "n1", "DaemonSet", "Running",
+                            {"exporter": (0.5, 512 * 2**20)}),
+    "dcgm-exporter-n2q4m": ("gpu-operator", "n2", "DaemonSet", "Running",
+                            {"exporter": (0.5, 512 * 2**20)}),
+    KSM_POD: ("monitoring", KSM_NODE, "ReplicaSet", "Running",
+              {"kube-state-metrics": (0.1, 256 * 2**20)}),
+    "train-0": ("ml", "n1", "Job", "Running", {"main": (8, 64 * GI), "log": (1, 1 * GI)}),
+    "share-0": ("ml", "n2", "ReplicaSet", "Running", {"main": (2, 8 * GI)}),
+    "done-1": ("ml", "n2", "Job", "Succeeded", {"main": (4, 16 * GI)}),  # finished: left out
+}  # fmt: skip
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+GPU_COUNT = {"n1": 2, "n2": 3}  # n2's third GPU reports nothing: a placeholder
+
+
+def ksm_text() -> str:
+    """kube-state-metrics' exposition of the 2-node fleet (its own labels only)."""
+    lines = ["# TYPE kube_node_status_allocatable gauge"]
+    for node, gpus in GPU_COUNT.items():
+        lines += [
+            f'kube_node_status_allocatable{{node="{node}",resource="cpu",unit="core"}} 64',
+            f'kube_node_status_allocatable{{node="{node}",resource="memory",unit="byte"}} '
+            f"{512 * GI}",
+            f'kube_node_status_allocatable{{node="{node}",resource="nvidia_com_gpu",'
+            f'unit="integer"}} {gpus}',
+        ]
+    lines.append("# TYPE kube_node_status_capacity gauge")
+    for node, gpus in GPU_COUNT.items():
+        lines.append(
+            f'kube_node_status_capacity{{node="{node}",resource="nvidia_com_gpu",'
+            f'unit="integer"}} {gpus}'
+        )
+    lines += [
+        "# TYPE kube_node_labels gauge",
+        'kube_node_labels{node="n1",label_kubernetes_io_hostname="n1",'
+        'label_nvidia_com_gpu_replicas="2"} 1',
+        'kube_node_labels{node="n2",label_kubernetes_io_hostname="n2"} 1',
+        "# TYPE kube_pod_info gauge",
+    ]
+    for pod, (ns, node, kind, _, _) in PODS.items():
+        lines.append(
+            f'kube_pod_info{{namespace="{ns}",pod="{pod}",uid="u-{pod}",host_ip="10.0.0.1",'
+            f'pod_ip="10.1.0.5",node="{node}",created_by_kind="{kind}",created_by_name="x",'
+            'priority_class="",host_network="false"} 1'
+        )
+    lines.append("# TYPE kube_pod_container_resource_requests gauge")
+    for pod, (ns, node, _, _, containers) in PODS.items():
+        for c, (cpu, mem) in containers.items():
+            for resource, unit, v in (("cpu", "core", cpu), ("memory", "byte", mem)):
+                lines.append(
+                    f'kube_pod_container_resource_requests{{namespace="{ns}",pod="{pod}",'
+                    f'uid="u-{pod}",container="{c}",node="{node}",resource="{resource}",'
+                    f'unit="{unit}"}} {v}'
+                )
+    lines.append("# TYPE kube_pod_status_phase gauge")
+    for pod, (ns, _, _, phase, _) in PODS.items():
+        for p in PHASES:
+            lines.append(
+                f'kube_pod_status_phase{{namespace="{ns}",pod="{pod}",uid="u-{pod}",'
+                f'phase="{p}"}} {int(p == phase)}'
+            )
+    lines += [
+        "# TYPE kube_pod_annotations gauge",
+        'kube_pod_annotations{namespace="ml",pod="share-0",uid="u-share-0",'
+        'annotation_alibabacloud_com_gpu_milli="300",annotation_alibabacloud_com_gpu_index="1"} 1',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def dcgm(node: str) -> str:
+    """The node's dcgm-exporter (hostNetwork: ``Hostname`` is the node); ml/train-0 holds n1's
+    GPU 0; ml/share-0 uses part of n2's GPU 1."""
+    gpus = [{"pod": "ml/train-0", "used": 40000}, {}] if node == "n1" else [{}, {"used": 20000}]
+    return dcgm_text("Hostname", node, gpus)
+
+
+def _summary(nodes: list[NodeState]) -> dict[str, tuple]:
+    """Per node: CPU and memory (total and free, millicores and MiB), GPUs (index, free milli,
+    healthy, placeholder), pods, pod uids and time-slicing replicas."""
+    return {
+        n.name: (
+            n.cpu_milli, n.cpu_milli_free, n.memory_mib, n.memory_mib_free,
+            [(g.index, g.free_milli, g.healthy, g.missing) for g in n.gpus],
+            sorted(n.pods), sorted(n.pod_uids), n.gpu_replicas,
+        )
+        for n in sorted(nodes, key=lambda n: n.name)
+    }  # fmt: skip
+
+
+MIB = 512 * 1024  # each node's allocatable memory, MiB
+EXPECTED = {
+    "n1": (64000, 64000 - 500 - 8000 - 1000, MIB, MIB - 512 - 64 * 1024 - 1024,
+           [(0, 500, True, False), (1, 1000, True, False)],
+           ["gpu-operator/dcgm-exporter-n1x7k", "ml/train-0"],
+           ["u-dcgm-exporter-n1x7k", "u-train-0"], 2),
+    "n2": (64000, 64000 - 500 - 100 - 2000, MIB, MIB - 512 - 256 - 8 * 1024,
+           [(0, 1000, True, False), (1, 700, True, False), (2, 0, False, True)],
+           ["gpu-operator/dcgm-exporter-n2q4m", "ml/share-0", f"monitoring/{KSM_POD}"],
+           ["u-dcgm-exporter-n2q4m", f"u-{KSM_POD}", "u-share-0"], 1),
+}  # fmt: skip
+"""The fleet worked out by hand from :data:`PODS` (see :func:`_summary`): requests of every
+container summed, ``ml/done-1`` (finished) left out, ``ml/train-0`` holding one of n1 GPU 0's two
+time-slicing replicas, ``ml/share-0``'s 300 milli on n2 GPU 1, n2's third GPU a placeholder."""
+
+
+# ----------------------------------------------------------------------- samples as stored
+def _samples(text: str, target: dict[str, str], honor_labels: bool) -> list[Sample]:
+    """``text`` as Prometheus stores it after a scrape with ``target`` labels: with
+    ``honor_labels: false`` a non-empty label the target also sets is kept as
+    ``exported_<name>`` and the target's value takes its place (``mutateSampleLabels`` in
+    Prometheus' ``scrape/scrape.go``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: list[Sample] = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            lab = {k: v for k, v in s.labels.items() if v}
+            for k, v in target.items():
+                if k in lab and honor_labels:
+                    continue
+                if k in lab:
+                    lab[f"exported_{k}"] = lab[k]
+                lab[k] = v
+            out.append((s.name, lab, float(s.value)))
+    return out
+
+
+def _fleet(target: dict[str, str], honor_labels: bool) -> list[NodeState]:
+    """The fleet from raw series (the finished-pods filter done by :func:`build_nodes`)."""
+    dcgm_samples: list[Sample] = []
+    for node, pod in (("n1", "dcgm-exporter-n1x7k"), ("n2", "dcgm-exporter-n2q4m")):
+        dcgm_samples += _samples(dcgm(node), exporter_target(pod), honor_labels=False)
+    ksm = [
+        s
+        for s in _samples(ksm_text(), target, honor_labels)
+        if s[0] in ("kube_node_status_allocatable", "kube_pod_container_resource_requests",
+                    "kube_pod_info", "kube_pod_annotations", "kube_pod_status_phase")
+        and s[1].get("resource", "cpu") in ("cpu", "memory")
+    ]  # fmt: skip
+    return build_nodes(dcgm_samples, ksm)
+
+
+def test_the_scrape_moves_the_workload_to_exported_labels() -> None:
+    """The fixture's honor_labels false shape: every pod series carries the kube-state-metrics
+    pod's ``pod``/``namespace``/``container``/``node``."""
+    series = _samples(ksm_text(), SERVICE_ENDPOINTS, honor_labels=False)
+    info = [lab for name, lab, _ in series if name == "kube_pod_info"]
+    assert {lab["pod"] for lab in info} == {KSM_POD}
+    assert {lab["node"] for lab in info} == {KSM_NODE}
+    assert {lab["exported_pod"] for lab in info} == set(PODS)
+    assert {lab["exported_node"] for lab in info} == {"n1", "n2"}
+
+
+@pytest.mark.parametrize("target", [SERVICE_MONITOR, SERVICE_ENDPOINTS], ids=["sm", "sd"])
+def test_raw_series_read_as_with_honor_labels(target: dict[str, str]) -> None:
+    """Raw kube-state-metrics series (``build_nodes``): pods, uids and requests read from
+    ``exported_*`` where Prometheus put kube-state-metrics' own labels."""
+    honored = _summary(_fleet(target, honor_labels=True))
+    assert _summary(_fleet(target, honor_labels=False)) == honored
+    assert honored["n1"][1] == 54500 and honored["n2"][5] == sorted(
+        {"gpu-operator/dcgm-exporter-n2q4m", f"monitoring/{KSM_POD}", "ml/share-0"}
+    )
+
+
+# ---------------------------------------------------------------- through the real Prometheus
+@pytest.fixture(
+    scope="module",
+    params=[("honor_labels true", None), ("ServiceMonitor, honor_labels false", SERVICE_MONITOR),
+            ("kubernetes_sd with node, honor_labels false", SERVICE_ENDPOINTS)],
+    ids=["honor-true", "servicemonitor", "service-endpoints"],
+)  # fmt: skip
+def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if prometheus_binary() is None:
+        pytest.skip("Prometheus not installed (Debian package prometheus)")
+    _, target = request.param
+    exporter = ExporterServer({"/dcgm-n1": dcgm("n1"), "/dcgm-n2": dcgm("n2"), "/ksm": ksm_text()})
+    scrape = {
+        "dcgm-n1": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n1x7k")},
+        "dcgm-n2": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n2q4m")},
+        "ksm": {"honor_labels": target is None, "labels": target or {}},
+    }
+    p = Prometheus(
+        tmp_path_factory.mktemp("ksm-honor"),
+        exporter,
+        {"dcgm-n1": "/dcgm-n1", "dcgm-n2": "/dcgm-n2", "ksm": "/ksm"},
+        scrape,
+    )
+    try:
+        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', 4 + len(PODS))
+        yield p.url
+    finally:
+        p.stop()
+        exporter.close()
+
+
+@pytest.mark.external
+def test_the_server_mode_reads_the_same_fleet(prom: str) -> None:
+    """Every scrape style of kube-state-metrics gives the fleet of :data:`EXPECTED`."""
+    src = PrometheusApiSource(prom, ttl_s=0.0)
+    try:
+        nodes = src.collect().nodes
+    finally:
+        src.close()
+    assert _summary(nodes) == EXPECTED
