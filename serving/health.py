@@ -7,8 +7,11 @@ Signals per cluster ``c`` (each in [0, 1] after normalisation; *higher is worse*
 * ``l_c``: P99 inference latency / ``latency_slo_s``, capped at 1. P99 (and P95) come from a
   latency histogram in Prometheus (``FLEETMIND_HEALTH_LATENCY_HISTOGRAM``, default
   ``http_server_request_duration_seconds``, the OpenTelemetry HTTP server metric):
-  ``histogram_quantile(0.99, sum by (cluster, le) (rate(<h>_bucket[5m])))``; the request rate is
-  ``sum by (cluster) (rate(<h>_count[5m]))``.
+  ``histogram_quantile(0.99, sum by (cluster, le) (max without (prometheus_replica, replica)
+  (rate(<h>_bucket[5m]))))``; the request rate is ``sum by (cluster) (max without
+  (prometheus_replica, replica) (rate(<h>_count[5m])))``. The ``max without`` keeps one series of
+  each HA Prometheus pair (:data:`REPLICA_LABELS`) before the sum, which would otherwise double
+  the cluster's rate when Thanos Query answers without deduplication.
 
 Health ``H_c = 1 - sum_i w_i s_ic`` over the signals the cluster has (weights renormalised over
 them), so 1 is idle and healthy, 0 saturated on every signal. Unhealthy GPUs (XID) count as fully
@@ -43,6 +46,13 @@ if TYPE_CHECKING:  # deps imports this module: the type only, for the annotation
     from fleetmind.serving.deps import Services
 
 SIGNALS = ("gpu_util", "vram_pressure", "latency")
+REPLICA_LABELS = "prometheus_replica, replica"
+"""The labels that tell the two Prometheus servers of an HA pair apart: ``prometheus_replica``, the
+external label the Prometheus Operator (kube-prometheus-stack) gives each replica, and ``replica``,
+the one Thanos' docs use (``--query.replica-label``). Thanos Query without deduplication, or a
+federation with ``honor_labels: true``, answers every series once per replica; a ``sum`` over
+them counts each request twice, so queries take ``max without (REPLICA_LABELS)`` first, as the
+telemetry queries' ``max by`` do (:mod:`fleetmind.serving.telemetry.prometheus`)."""
 INITIAL_WEIGHTS = (0.4, 0.35, 0.25)
 ADAPT_RATE = 0.1
 
@@ -184,11 +194,14 @@ class HealthModel:
 
 
 def latency_queries(histogram: str) -> dict[str, str]:
-    """PromQL for per-cluster P99, P95 latency (s) and request rate (1/s) from ``histogram``."""
+    """PromQL for per-cluster P99, P95 latency (s) and request rate (1/s) from ``histogram``; the
+    replicas of an HA Prometheus pair (:data:`REPLICA_LABELS`) count once."""
+    one = f"max without ({REPLICA_LABELS})"
+    buckets = f"sum by (cluster, le) ({one} (rate({histogram}_bucket[5m])))"
     return {
-        "p99_latency_s": f"histogram_quantile(0.99, sum by (cluster, le) (rate({histogram}_bucket[5m])))",
-        "p95_latency_s": f"histogram_quantile(0.95, sum by (cluster, le) (rate({histogram}_bucket[5m])))",
-        "request_rate": f"sum by (cluster) (rate({histogram}_count[5m]))",
+        "p99_latency_s": f"histogram_quantile(0.99, {buckets})",
+        "p95_latency_s": f"histogram_quantile(0.95, {buckets})",
+        "request_rate": f"sum by (cluster) ({one} (rate({histogram}_count[5m])))",
     }
 
 

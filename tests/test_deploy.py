@@ -169,6 +169,62 @@ def test_grafana_dashboard_queries_parse_and_name_exported_metrics() -> None:
         promql_parser.parse("sum(rate(fleetmind_open_incidents[5m]")
 
 
+def _aggregations_over(node: Any, metric: str) -> list[tuple[Any, list[Any]]]:
+    """``(aggregation, selectors of metric under it)`` for each aggregation in a parsed PromQL
+    expression whose argument reads ``metric`` (promql-parser AST)."""
+    import promql_parser as pp
+
+    def selectors(n: Any) -> list[Any]:
+        if isinstance(n, pp.VectorSelector):
+            return [n] if n.name == metric else []
+        found = []
+        for attr in ("args", "expr", "lhs", "rhs", "param", "vector_selector"):
+            child = getattr(n, attr, None)
+            for item in child if isinstance(child, list) else [child]:
+                if item is not None and not isinstance(item, (str, int, float)):
+                    found += selectors(item)
+        return found
+
+    out = []
+    if isinstance(node, pp.AggregateExpr) and selectors(node.expr):
+        out.append((node, selectors(node.expr)))
+    for attr in ("args", "expr", "lhs", "rhs", "param"):
+        child = getattr(node, attr, None)
+        for item in child if isinstance(child, list) else [child]:
+            if item is not None and not isinstance(item, (str, int, float)):
+                out += _aggregations_over(item, metric)
+    return out
+
+
+def test_grafana_placements_panel_counts_each_decision_once() -> None:
+    """fleetmind_placements_total counts the placement route (path="placements") and the
+    kube-scheduler extender's filter and prioritize, which both decide for the same pod
+    (serving/scheduler/router.py): a sum over paths counts an extender-scheduled pod twice, so
+    every aggregation on the dashboard keeps ``path`` or selects one path."""
+    import promql_parser as pp
+
+    dash = json.loads((DEPLOY / "grafana" / "fleetmind-dashboard.json").read_text())
+    seen = 0
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            parsed = pp.parse(target["expr"])
+            for agg, sels in _aggregations_over(parsed, "fleetmind_placements_total"):
+                seen += 1
+                mod = agg.modifier
+                kept = mod is not None and (
+                    ("path" in mod.labels) == (mod.type == pp.AggModifierType.By)
+                )
+                one_path = all(
+                    any(m.name == "path" and m.op == pp.MatchOp.Equal for m in s.matchers.matchers)
+                    for s in sels
+                )
+                assert kept or one_path, (
+                    f"panel {panel['title']!r} sums fleetmind_placements_total over its paths: "
+                    f"{target['expr']}"
+                )
+    assert seen, "no panel shows fleetmind_placements_total"
+
+
 # ------------------------------------------------------------------------------ container image
 
 

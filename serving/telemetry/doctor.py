@@ -7,7 +7,7 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 | check | looks for |
 | --- | --- |
 | ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation as ``DCGM_FI_DEV_GPU_UTIL`` or, for MIG, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (last XID ``DCGM_FI_DEV_XID_ERRORS``, absent until a GPU has had an XID; windowed ``DCGM_EXP_XID_ERRORS_COUNT``; GPU-sharing annotations) are named when absent |
-| ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``); federation targets that are down (``up == 0`` in a job named like ``*federat*``): the clusters behind them |
+| ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``; each once, however many replicas of an HA Prometheus pair report it); federation targets that are down (``up == 0`` in a job named like ``*federat*``): the clusters behind them |
 | ``stale`` | DCGM and kube-state-metrics series whose newest sample is older than the bound the service applies (``FLEETMIND_TELEMETRY_MAX_AGE_S``), by cluster: a federated cluster or a remote-write sender that stopped; Prometheus keeps answering such timestamped series for its 5-minute lookback, the service leaves them out |
 | ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``); a ``Hostname`` that several scrape targets carry over different GPUs (dcgm-exporter reading a remote DCGM host engine) is an error |
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
@@ -32,8 +32,10 @@ from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.redact import safe_uri
 from fleetmind.serving.defaults import DEFAULT_GRAPH
+from fleetmind.serving.health import REPLICA_LABELS
 from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.prometheus import (
+    _GPU_KEY,
     DEFAULT_MAX_AGE_S,
     EXPORTER_POD,
     HARDWARE_XIDS,
@@ -318,9 +320,13 @@ def graph_findings(src: Any, path: str | None) -> list[Finding]:
 def _targets_down(src: PrometheusApiSource) -> list[Finding]:
     """dcgm-exporter scrape targets Prometheus cannot scrape (``up == 0`` in a job named like
     ``*dcgm*``, as the chart's ServiceMonitor job ``serviceMonitor/<ns>/<name>-dcgm-exporter/0``),
-    and federation targets down (a job named like ``*federat*``): a whole cluster's series."""
+    and federation targets down (a job named like ``*federat*``): a whole cluster's series.
+
+    Each target counts once: the two replicas of an HA Prometheus pair seen through Thanos Query
+    without deduplication each report its ``up`` (:data:`REPLICA_LABELS`), and a target is down
+    when no replica scrapes it."""
     out = []
-    down = src.query('up{job=~"(?i).*dcgm.*"} == 0', "up")
+    down = src.query(f'max without ({REPLICA_LABELS}) (up{{job=~"(?i).*dcgm.*"}}) == 0', "up")
     if down:
         shown = ", ".join(
             lab.get("node") or lab.get("pod") or lab.get("instance", "?") for _, lab, _ in down[:5]
@@ -333,7 +339,7 @@ def _targets_down(src: PrometheusApiSource) -> list[Finding]:
                 "unhealthy where kube-state-metrics counts them, else not at all",
             )
         )
-    fed = src.query('up{job=~"(?i).*federat.*"} == 0', "up")
+    fed = src.query(f'max without ({REPLICA_LABELS}) (up{{job=~"(?i).*federat.*"}}) == 0', "up")
     if fed:
         shown = ", ".join(
             f"{lab.get('cluster', '?')} ({lab.get('instance', '?')})" for _, lab, _ in fed[:5]
@@ -532,9 +538,16 @@ def _shared_hostnames(src: PrometheusApiSource, label: str) -> list[Finding]:
 
 
 def _xids(src: PrometheusApiSource) -> list[Finding]:
+    """Application XIDs shown, and last XIDs kept for :data:`STALE_XID_WINDOW`, counted per GPU:
+    its series as the service reads them (one per GPU identity, the ``max by`` of
+    :func:`~fleetmind.serving.telemetry.prometheus.fleet_queries`), so the replicas of an HA
+    Prometheus pair (:data:`REPLICA_LABELS`) do not count a GPU twice."""
     out = []
     hw = "|".join(str(x) for x in sorted(HARDWARE_XIDS))
-    last = src.query('count_values without () ("xid", DCGM_FI_DEV_XID_ERRORS != 0)', "xid")
+    gpu = f"{_GPU_KEY}, UUID"
+    last = src.query(
+        f'count_values by ({gpu}) ("xid", max by ({gpu}) (DCGM_FI_DEV_XID_ERRORS != 0))', "xid"
+    )
     app = sorted({lab.get("xid", "") for _, lab, _ in last} - {str(x) for x in HARDWARE_XIDS})
     if app:
         out.append(
@@ -549,9 +562,9 @@ def _xids(src: PrometheusApiSource) -> list[Finding]:
     # series, e.g. after an exporter restart, has no change in its few samples either)
     stale = _count(
         src,
-        f"((DCGM_FI_DEV_XID_ERRORS != 0) unless "
+        f"max by ({gpu}) (((DCGM_FI_DEV_XID_ERRORS != 0) unless "
         f"(changes(DCGM_FI_DEV_XID_ERRORS[{STALE_XID_WINDOW}]) > 0)) "
-        f"and (DCGM_FI_DEV_XID_ERRORS offset {STALE_XID_WINDOW})",
+        f"and (DCGM_FI_DEV_XID_ERRORS offset {STALE_XID_WINDOW}))",
     )
     if stale:
         out.append(
