@@ -515,7 +515,8 @@ class Database:
 
         Raises:
             ConfigError: the database cannot be reached or written (no server at the URL, a
-                SQLite file in a missing folder, wrong credentials), is at a revision this release
+                SQLite file in a missing folder, wrong credentials), is a PostgreSQL database not
+                in ``UTF8`` (:func:`check_server_encoding`), is at a revision this release
                 does not know, or is behind while ``apply`` is false;
                 :class:`~fleetmind.serving.migrations.UpgradeFailed` (a ``ConfigError``, "schema
                 upgrade from X to Y failed at revision R: ...") when a revision failed: it was
@@ -525,6 +526,9 @@ class Database:
 
         self.refuse_in_memory()
         try:
+            if not self.is_sqlite:
+                with self.engine.connect() as conn:
+                    check_server_encoding(conn, self.engine.url)
             if not apply:
                 rev = migrations.check(self.engine)
                 if rev != migrations.head():
@@ -1321,8 +1325,16 @@ def pg_connect_args(
     stopped with SIGSTOP, a proxy that acknowledges and does not forward): ``statement_timeout``
     is enforced by the server, and the kernel keeps acknowledging, so the request waits until
     the connection recovers or is reset (``docs/serving/operations.md``, "Known limitation").
+
+    ``client_encoding`` is always ``utf8``: psycopg otherwise takes the database's own encoding,
+    so that a value outside it (``GPU\u706b`` on a ``LATIN1`` database) failed in Python as a bare
+    ``UnicodeEncodeError`` instead of the server's refusal, and on a ``SQL_ASCII`` database it
+    returned bytes, failing SQLAlchemy's first connection (psycopg/psycopg#561). PgBouncer passes
+    ``client_encoding`` on (one of its tracked parameters). :meth:`Database.migrate` refuses a
+    database not in ``UTF8`` anyway (:func:`check_server_encoding`).
     """
     args: dict[str, Any] = {
+        "client_encoding": "utf8",
         "connect_timeout": max(1, round(connect_timeout_s)),
         "keepalives": 1,
         "keepalives_idle": 5,
@@ -1331,6 +1343,30 @@ def pg_connect_args(
         "tcp_user_timeout": 10_000,
     }
     return args
+
+
+def check_server_encoding(conn: Connection, url: Any) -> None:
+    """Raise ``ConfigError`` (one line, how to make a UTF8 database) unless the PostgreSQL
+    database of ``conn`` has the server encoding ``UTF8`` (``url``: named in the message).
+
+    Node ids, alert labels, graph names and feedback signatures are arbitrary Unicode. A database
+    in another encoding cannot hold them: ``LATIN1`` refuses ``gpu-\u65e5`` (SQLSTATE 22P05) only
+    when such a value first arrives, so a webhook, a feedback or the incident worker failed at run
+    time; ``SQL_ASCII`` stores bytes unchecked, so sorting, ``LIKE`` and lengths work on bytes. A
+    clear error at start is better than data refused later.
+    """
+    enc = str(conn.exec_driver_sql("SHOW server_encoding").scalar_one())
+    if enc.upper() in ("UTF8", "UNICODE"):  # UNICODE: the alias PostgreSQL accepts for it
+        return
+    name = getattr(url, "database", None) or "fleetmind"
+    raise ConfigError(
+        safe_uri(
+            f"the PostgreSQL database at {url!r} has server encoding {enc} and FleetMind "
+            f"needs UTF8 (node ids and labels are any Unicode): create it with CREATE DATABASE "
+            f"\"{name}\" ENCODING 'UTF8' TEMPLATE template0 (or initdb -E UTF8) and point "
+            "FLEETMIND_DATABASE_URL at it"
+        )
+    )
 
 
 def _pg_statement_timeout(engine: Engine, statement_timeout_s: float) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph, GraphNode
@@ -214,13 +215,22 @@ def record_feedback(
             select(feedback_graphs.c.digest).where(feedback_graphs.c.digest == digest)
         ).first()
         if have is None:
+            # ON CONFLICT DO NOTHING: another replica (or thread) may store the same graph between
+            # the check and this insert; its row is the same graph, and the feedback must not fail
             conn.execute(
-                feedback_graphs.insert().values(digest=digest, name=graph.name, graph=graph_json)
+                _insert(db)(feedback_graphs)
+                .values(digest=digest, name=graph.name, graph=graph_json)
+                .on_conflict_do_nothing(index_elements=["digest"])
             )
         row["id"] = int(
             conn.execute(incident_feedback.insert().values(**row)).inserted_primary_key[0]
         )
     return feedback_out(row)
+
+
+def _insert(db: Database) -> Any:
+    """The dialect's ``insert`` (SQLite or PostgreSQL), the one with ``on_conflict_do_nothing``."""
+    return sqlite.insert if db.is_sqlite else postgresql.insert
 
 
 def feedback_out(row: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.exc import DataError
+
 from fleetmind.rca.anchoring import anchor_result, named_symptom
 from fleetmind.rca.incident_graph import incident_graph
 from fleetmind.serving.alertmap import node_for_alert
@@ -147,6 +149,7 @@ class IncidentManager:
         self._next_housekeeping = 0.0
         # a grouping transaction failed: the open incidents in memory may name rows it rolled back
         self._open_stale = False
+        self.set_aside = 0  # alerts whose grouping the database refused (:meth:`_set_aside`)
 
     # ------------------------------------------------------------------ lifecycle
     def load_open(self) -> None:
@@ -250,18 +253,67 @@ class IncidentManager:
         that interval has passed. A storm thus costs a few rankings per incident, not one per batch.
         """
         with self._process_lock:
-            rows, evidence = self._group_batch(limit)
+            try:
+                rows, evidence = self._group_batch(limit)
+            except DataError:
+                return self._group_singly(limit, defer)
+            return self._after_batch(rows, evidence, limit, defer)
+
+    def _after_batch(
+        self, rows: list[dict[str, Any]], evidence: set[int], limit: int, defer: bool
+    ) -> int:
+        """Metrics and rankings (deferred with ``defer``) of a grouped batch; returns its size."""
+        if not rows:
+            return 0
+        self._set_gauge()
+        # updated_ts: when the alert (or its latest status change) was stored
+        self.lag.show(min(r["updated_ts"] for r in rows))
+        if self.metrics is not None:
+            self.metrics.alerts_grouped.inc(len(rows))
+        backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
+        for inc_id in self.schedule.after_batch(evidence, time.monotonic(), defer, backlog):
+            self._rank(inc_id)
+        return len(rows)
+
+    def _group_singly(self, limit: int, defer: bool) -> int:
+        """After the database refused a value of a batch (SQLSTATE class 22, a data exception: a
+        value the column or the database's encoding cannot hold), group its alerts one per
+        transaction and set the one refused aside (:meth:`_set_aside`), rather than fail the
+        same batch at every pass forever while every later alert waits. Returns how many alerts
+        were grouped or set aside; the next pass takes full batches again."""
+        done = 0
+        for _ in range(limit):
+            try:
+                rows, evidence = self._group_batch(1)
+            except DataError as err:
+                return done + self._set_aside(err)
+            if not rows:
+                break
+            done += self._after_batch(rows, evidence, 1, defer)
+        return done
+
+    def _set_aside(self, err: Exception) -> int:
+        """Clear ``pending`` of the oldest pending alert, whose grouping the database refused
+        (``err``), leaving it stored without an incident or node (as an ungrouped alert), logged
+        once and counted in :attr:`set_aside`; returns 1, or 0 when none is pending."""
+        with self.store.grouping() as conn:
+            rows = self.store.pending(conn, 1)
             if not rows:
                 return 0
-            self._set_gauge()
-            # updated_ts: when the alert (or its latest status change) was stored
-            self.lag.show(min(r["updated_ts"] for r in rows))
-            if self.metrics is not None:
-                self.metrics.alerts_grouped.inc(len(rows))
-            backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
-            for inc_id in self.schedule.after_batch(evidence, time.monotonic(), defer, backlog):
-                self._rank(inc_id)
-            return len(rows)
+            row = rows[0]
+            self.store.mark_grouped(
+                conn, [{"_id": row["id"], "_upd": row["updated_ts"], "_inc": None, "_node": None}]
+            )
+        self.set_aside += 1
+        reason = str(getattr(err, "orig", None) or err).strip().splitlines()
+        log.warning(
+            "alert %d (%s) is stored but not grouped: the database refused a value of its "
+            "grouping: %s",
+            row["id"],
+            row["labels"].get("alertname", "?"),
+            reason[0] if reason else type(err).__name__,
+        )
+        return 1
 
     def rank_due(self, older_than_s: float = 0.0) -> None:
         """Re-rank the incidents whose deferred ranking has been due for ``older_than_s`` seconds."""
