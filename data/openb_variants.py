@@ -47,8 +47,12 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb import (
+    POD_OPTIONAL_STR,
     POD_REQUIRED,
+    POD_TIME_COLUMNS,
     OpenbNodes,
+    _float_field,
+    _int_field,
     _read_rows,
     _resolve,
     gpu_model_id,
@@ -85,17 +89,40 @@ class _Source:
     """The source trace as raw CSV strings plus the numeric columns the rules need."""
 
     def __init__(self, name_or_path: str | Path) -> None:
-        self.path = _resolve(name_or_path, "trace")
-        self.header, rows = _read_rows(self.path, POD_REQUIRED)
-        self.rows = [r for r in rows if r and any(c.strip() for c in r)]
+        self.path = p = _resolve(name_or_path, "trace")
+        self.header, rows = _read_rows(p, POD_REQUIRED, (*POD_OPTIONAL_STR, *POD_TIME_COLUMNS))
         col = {c: self.header.index(c) for c in self.header}
-        try:
-            num = {
-                c: np.array([int(float(r[col[c]])) for r in self.rows], dtype=np.int64)
-                for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
-            }
-        except (ValueError, IndexError):
-            raise DataError(f"{self.path}: a pod row has a malformed resource field") from None
+        fields = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+        self.rows: list[list[str]] = []
+        vals: list[list[int]] = []
+        # the trace loader's checks and one-line errors (``data.openb.load_openb_trace``), so that
+        # a source it refuses is refused here too, before a variant of it is written
+        for r, row in enumerate(rows, start=1):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(self.header):
+                raise DataError(
+                    f"{p}: row {r} (line {r + 1}): expected {len(self.header)} fields, got {len(row)}"
+                )
+            v = [_int_field(row[col[c]], p, r, c) for c in fields]
+            for c in POD_TIME_COLUMNS:  # kept verbatim in the output, so checked as the loader does
+                if c in col:
+                    _float_field(row[col[c]], p, r, c)
+            if not row[col["name"]].strip():
+                raise DataError(f"{p}: row {r} (line {r + 1}): field 'name' is empty")
+            if v[2] > 8:
+                raise DataError(
+                    f"{p}: row {r} (line {r + 1}): field 'num_gpu' must be 0..8, got {v[2]}"
+                )
+            if v[2] > 0 and v[3] == 0:
+                raise DataError(
+                    f"{p}: row {r} (line {r + 1}): field 'gpu_milli' is 0 for a pod with num_gpu > 0"
+                )
+            self.rows.append(row)
+            vals.append(v)
+        if not self.rows:
+            raise DataError(f"{p}: no pod rows")
+        num = dict(zip(fields, np.array(vals, dtype=np.int64).T, strict=True))
         self.col = col
         self.cpu, self.mem = num["cpu_milli"], num["memory_mib"]
         self.num_gpu = num["num_gpu"]
@@ -200,6 +227,10 @@ def _gpuspec_specs(
     frac = level / 100.0
     if not 0.0 <= frac <= 1.0:
         raise ConfigError(f"gpuspec level must be in [0, 100], got {level}")
+    if not np.any(src.cls > 0):  # the level is a share of the GPU pods: none, no variant
+        raise DataError(
+            f"{src.path}: no GPU pods to constrain (a gpuspec variant sets gpu_spec on GPU pods)"
+        )
     pool, nodes = _spec_pool(nodes_path)
     all_specs = sorted({s for d in pool.values() for s, _ in d})
     for s in all_specs:  # register the models in a fixed order before any mask is built
@@ -245,7 +276,8 @@ def generate_variant(
 
     Raises:
         ConfigError: unknown kind or a level outside its range.
-        DataError: the source lacks the pods the rule draws from, or cannot be read.
+        DataError: the source lacks the pods the rule draws from, cannot be read, or has a row
+            :func:`fleetmind.data.openb.load_openb_trace` refuses (its message).
     """
     if kind not in VARIANT_KINDS:
         raise ConfigError(f"unknown variant kind {kind!r}; known: {', '.join(VARIANT_KINDS)}")

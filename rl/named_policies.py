@@ -82,10 +82,21 @@ def run_teacher_fgd(
 
     ``placed`` of the result has the run's number of failed pods as False entries (their positions
     are not tracked); ``node_of`` is empty.
+
+    Raises:
+        ModelLoadError: the teacher file is unreadable or wrong, or its ``K`` / ``F`` (candidates,
+            features per candidate) are not the env's (its weights would read the wrong features).
     """
     scorer = load_teacher(teacher)
     if env is None:
         env = GpuPlacementEnv(traces=[trace], nodes=nodes, n_candidates=scorer.n_candidates)
+    got = (scorer.n_candidates, scorer.n_cand_features)
+    want = (int(env.n_candidates), int(env.n_cand_features))
+    if got != want:
+        raise ModelLoadError(
+            f"{teacher}: the teacher scores K={got[0]} candidates of F={got[1]} features; the env"
+            f" has K={want[0]}, F={want[1]}"
+        )
     if isinstance(scorer, StrandPenaltyScorer):
         scorer.bind(env)
     name = trace.name if isinstance(trace, PodTrace) else str(trace)

@@ -110,10 +110,21 @@ class LinearScorer(TeacherScorer):
         blocks = tuple(blocks)
         if blocks not in (BLOCKS_3, BLOCKS_4):
             raise ValueError(f"blocks must be {BLOCKS_3} or {BLOCKS_4}, got {blocks}")
+        for name, v in (("n_candidates", n_candidates), ("n_cand_features", n_cand_features)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         n = len(blocks) * n_cand_features
         if w.shape != (n,):
             raise ValueError(f"weights must have shape ({len(blocks)}F,) = ({n},), got {w.shape}")
+        if not np.isfinite(w).all():
+            bad = int(np.flatnonzero(~np.isfinite(w))[0])
+            hint = (
+                " (a JSON number beyond about 1.8e308 reads as infinity)"
+                if np.isinf(w[bad])
+                else ""
+            )
+            raise ValueError(f"weights must be finite numbers; weight {bad} is {w[bad]}{hint}")
         self.weights = w
         self.n_candidates = int(n_candidates)
         self.n_cand_features = int(n_cand_features)
@@ -169,6 +180,24 @@ class LinearScorer(TeacherScorer):
         }
 
     @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> LinearScorer:
+        """The scorer of a ``fleetmind-linear-scorer/1`` object (its tag already checked).
+
+        Raises:
+            ValueError, KeyError, TypeError: a field is missing or wrong (``n_candidates`` and
+                ``n_cand_features`` must be JSON integers >= 1, the weights finite numbers).
+        """
+        blocks = tuple(d.get("blocks", BLOCKS_3))  # files written before blocks existed
+        counts = [d["n_candidates"], d["n_cand_features"]]
+        for name, v in zip(("n_candidates", "n_cand_features"), counts, strict=True):
+            if isinstance(v, float) and v.is_integer():  # 16.0: the same count
+                v = int(v)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name!r} must be an integer >= 1, got {v!r}")
+        weights = np.asarray(d["weights"], dtype=np.float64)
+        return cls(weights, int(counts[0]), int(counts[1]), blocks)
+
+    @classmethod
     def load(cls, path: str | Path) -> LinearScorer:
         """Read a scorer written by :meth:`save`; :class:`ModelLoadError` names what is wrong."""
         p = Path(path)
@@ -180,10 +209,7 @@ class LinearScorer(TeacherScorer):
                 )
             if d.get("format") != "fleetmind-linear-scorer/1":
                 raise ValueError(f"format tag {d.get('format')!r}")
-            blocks = tuple(d.get("blocks", BLOCKS_3))  # files written before blocks existed
-            return cls(
-                np.asarray(d["weights"]), int(d["n_candidates"]), int(d["n_cand_features"]), blocks
-            )
+            return cls._from_dict(d)
         except FileNotFoundError as e:
             raise ModelLoadError(f"linear scorer file {p} does not exist") from e
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -272,12 +298,7 @@ class StrandPenaltyScorer(TeacherScorer):
                 raise ValueError("'base' is not a JSON object")
             if base.get("format") != "fleetmind-linear-scorer/1":
                 raise ValueError(f"base format tag {base.get('format')!r}")
-            lin = LinearScorer(
-                np.asarray(base["weights"]),
-                int(base["n_candidates"]),
-                int(base["n_cand_features"]),
-                tuple(base.get("blocks", BLOCKS_3)),
-            )
+            lin = LinearScorer._from_dict(base)
             return cls(lin, float(d["alpha"]), float(d.get("beta", 0.0)))
         except FileNotFoundError as e:
             raise ModelLoadError(f"strand scorer file {p} does not exist") from e
