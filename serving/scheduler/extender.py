@@ -60,7 +60,9 @@ Input is checked before it is used: names follow Kubernetes' rules (a pod name a
 DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most :data:`MAX_UID_CHARS`
 printable ASCII characters; anything else is a :class:`DataError` (422). A valid pod that asks for
 more than FleetMind's bounds (:data:`MAX_CPU_MILLI`, :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`:
-:class:`PodOutOfBounds`) fails every node as unresolvable, with the reason, rather than with an
+:class:`PodOutOfBounds`), or for GPUs in a way FleetMind cannot place (:class:`PodUnsupported`:
+``nvidia.com/gpu`` beside a MIG profile, two MIG profiles, a ``gpu-milli`` outside 1..1000, a share
+on several GPUs), fails every node as unresolvable, with the reason, rather than with an
 error: kube-scheduler reads any answer but 200 as an error without its body (``send`` in
 ``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod or, with
 ``ignorable: true``, schedules it without FleetMind.
@@ -69,7 +71,9 @@ Decisions come from the served placement policy (:mod:`fleetmind.serving.registr
 PPO agent, or the heuristic the registry fell back to, as ``GET /api/v1/models`` names it).
 Prioritize gives the policy's choice :data:`MAX_EXTENDER_PRIORITY` (10) and the other feasible
 nodes ``0..``:data:`OTHERS_MAX` (4) by the policy's scores (BestFit's for PPO, which ranks
-candidates only): see :meth:`Decision.scores` for what that gap is worth in kube-scheduler. CPU-only
+candidates only): see :meth:`Decision.scores` for what that gap is worth in kube-scheduler. On
+nodes of more than 8 GPUs, which the policies' state cannot hold, the decision is BestFit's
+(:meth:`fleetmind.serving.scheduler.placement.PeerPolicyPlacer.place`). CPU-only
 pods prefer nodes without GPUs: the choice is one of those, the other such nodes score 4..3, nodes
 with GPUs 2..0.
 
@@ -155,17 +159,31 @@ digits with an optional sign, no ``_``, no spaces, no other scripts' digits (Pyt
 takes ``"1_0"`` and ``"٣"``)."""
 
 
-class PodOutOfBounds(DataError):
-    """A valid pod that asks for more than FleetMind supports (:data:`MAX_CPU_MILLI`,
-    :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`): no node could hold it. The extender fails every
-    node as unresolvable with this message (:func:`decide`); elsewhere it is a 422 like any
-    :class:`DataError`.
+class PodRefused(DataError):
+    """A pod Kubernetes accepts that FleetMind places on no node. The extender fails every node
+    as unresolvable with this message (:func:`decide`): kube-scheduler discards the body of any
+    answer but 200 (``send`` in ``pkg/scheduler/extender.go``), so a 422 would show only "code 422"
+    on the pod, or with ``ignorable: true`` schedule it without FleetMind. Elsewhere it is a 422
+    like any :class:`DataError`.
 
     Attributes:
-        key: the pod's ``namespace/name`` when it was read before the bound was hit.
+        key: the pod's ``namespace/name`` when it was read before the refusal.
     """
 
     key: str | None = None
+
+
+class PodOutOfBounds(PodRefused):
+    """A valid pod that asks for more than FleetMind supports (:data:`MAX_CPU_MILLI`,
+    :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`): no node could hold it (:class:`PodRefused`)."""
+
+
+class PodUnsupported(PodRefused):
+    """A valid pod whose GPU request FleetMind cannot place (:class:`PodRefused`): ``nvidia.com/gpu``
+    beside ``nvidia.com/mig-<profile>``, or two MIG profiles (both valid under the device plugin's
+    mixed strategy), an ``alibabacloud.com/gpu-milli`` outside 1..1000, a negative
+    ``alibabacloud.com/gpu-count``, or a share of a GPU on several GPUs (annotations are free text
+    to Kubernetes)."""
 
 
 def _shown(value: Any) -> str:
@@ -376,10 +394,12 @@ def pod_request(pod: Any) -> PodRequest:
 
     Raises:
         DataError: not a Pod, a name or uid Kubernetes would not accept, a malformed quantity or
-            annotation, or an impossible request (fractional GPUs of more than one GPU, two MIG
-            profiles).
+            annotation (e.g. a non-integer GPU count).
         PodOutOfBounds: (a :class:`DataError`) a quantity above FleetMind's bounds, with the
             pod's key.
+        PodUnsupported: (a :class:`DataError`) a GPU request FleetMind cannot place (two MIG
+            profiles, ``nvidia.com/gpu`` and MIG, a GPU share outside 1..1000 milli or on
+            several GPUs), with the pod's key.
     """
     if not isinstance(pod, dict):
         raise DataError("ExtenderArgs.Pod must be a v1.Pod object")
@@ -396,7 +416,7 @@ def pod_request(pod: Any) -> PodRequest:
     uid = check_uid(meta.get("uid"))
     try:
         return _requests(key, uid, meta, spec)
-    except PodOutOfBounds as err:
+    except PodRefused as err:
         err.key = key
         raise
 
@@ -414,13 +434,17 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
     models: tuple[str, ...] = ()
     mig = {k: v for k, v in total.items() if k.startswith(MIG_PREFIX) and v > 0}
     if len(mig) > 1:
-        raise DataError(
-            f"the pod asks for several MIG profiles ({', '.join(sorted(mig))}); one is supported"
+        raise PodUnsupported(
+            f"the pod asks for several MIG profiles ({', '.join(sorted(mig))}); FleetMind "
+            "places pods of one profile only"
         )
     gpus = total.get(GPU_RESOURCE, 0.0)
     if mig:
         if gpus:
-            raise DataError(f"the pod asks for both {GPU_RESOURCE} and MIG instances")
+            raise PodUnsupported(
+                f"the pod asks for both {GPU_RESOURCE} and MIG instances ({next(iter(mig))}); "
+                "FleetMind places pods of one GPU resource only"
+            )
         ((res, gpus),) = mig.items()
         models = (f"MIG {res[len(MIG_PREFIX) :]}",)
     if gpus != int(gpus):
@@ -440,11 +464,17 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
             )
         num_gpu, gpu_milli, device_gpus = int(count), int(milli), False
         if not 1 <= gpu_milli <= 1000 or num_gpu < 0:
-            raise DataError(f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0")
+            raise PodUnsupported(
+                f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0, got {gpu_milli} "
+                f"and {num_gpu}"
+            )
     if num_gpu > MAX_GPUS:
         raise PodOutOfBounds(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
     if num_gpu > 1 and gpu_milli < 1000:
-        raise DataError("a multi-GPU pod takes whole GPUs: gpu-milli must be 1000")
+        raise PodUnsupported(
+            f"a multi-GPU pod takes whole GPUs: {ANN_GPU_MILLI} must be 1000 with "
+            f"{ANN_GPU_COUNT} {num_gpu}, got {gpu_milli}"
+        )
     spec = "" if mig else str(ann.get(ANN_GPU_MODEL) or "")[:1000]
     if not mig:
         models = parse_gpu_models(spec)
@@ -780,7 +810,8 @@ def decide(
     ``pkg/scheduler/schedule_one.go`` marks ``UnschedulableAndUnresolvable``, where ``FailedNodes``
     become ``Unschedulable``, candidates for preemption) and pass unranked for CPU-only pods
     (kube-scheduler's own resource filter has checked them). A pod beyond
-    FleetMind's bounds (:class:`PodOutOfBounds`) fails every node as unresolvable, with the reason.
+    FleetMind's bounds (:class:`PodOutOfBounds`) or with a GPU request it cannot place
+    (:class:`PodUnsupported`) fails every node as unresolvable, with the reason.
 
     Raises:
         DataError: ``args`` is not ``ExtenderArgs`` (or its pod is malformed).
@@ -793,7 +824,7 @@ def decide(
         raise DataError("the body must be an ExtenderArgs object")
     try:
         req = pod_request(get_ci(args, "Pod"))
-    except PodOutOfBounds as err:
+    except PodRefused as err:
         names, _ = candidate_names(args)
         # The pod as far as it was read: only its key is used (nothing passes, nothing is held).
         unread = PodRequest(err.key or "", None, 0, 0, 0, 0)

@@ -6,6 +6,7 @@ Units follow openb: ``gpu_milli`` is the share of one GPU (1000 = a whole GPU); 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -344,12 +345,15 @@ def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
 class _SlotModels:
     """The GPU model of each slot of a placement state: ``index[row, slot]`` is an entry of
     ``names`` (-1 for a slot without a GPU); ``mig[row, slot]``: the slot is a MIG instance;
-    ``mixed[row]``: the node is of the MIG mixed strategy (:func:`mig_mixed`)."""
+    ``mixed[row]``: the node is of the MIG mixed strategy (:func:`mig_mixed`); ``wide[row]``: the
+    node has more GPUs than the state's ``MAX_GPUS_PER_NODE`` slots (only its first ones are in
+    it)."""
 
     names: tuple[str, ...]
     index: np.ndarray
     mig: np.ndarray
     mixed: np.ndarray
+    wide: np.ndarray
 
     def _named(self, wants: Sequence[str]) -> np.ndarray:
         ok = np.fromiter(
@@ -374,8 +378,11 @@ class PeerPolicyPlacer:
     ``envs.core.ClusterState``) to the service's :class:`Placer`.
 
     The snapshot (minus reservations) becomes a ``ClusterState``; the policy's ``select`` gives the
-    decision and its ``score`` ranks the alternatives. Nodes with more than 8 GPUs (the simulator's
-    limit) expose their first 8. A node's GPU model id is its first GPU's, numbered per snapshot by
+    decision and its ``score`` ranks the alternatives. A node with more GPUs than the simulator's
+    ``MAX_GPUS_PER_NODE`` (8; GCP's ``a2-megagpu-16g`` and a DGX-2 have 16, a node of many MIG
+    instances more) stays in the state the policy observes with its first 8, but the policy never
+    decides on it: :meth:`place` places jobs there with :class:`BestFitPlacer`, which sees all its
+    GPUs. A node's GPU model id is its first GPU's, numbered per snapshot by
     :func:`snapshot_model_ids`; a GPU job's ``gpu_model`` is matched by name against each GPU
     (:func:`gpu_model_matches`), as :class:`BestFitPlacer` does: the policy sees the GPUs of other
     models as having nothing free, so on a node that mixes models (MIG instances of several
@@ -440,7 +447,8 @@ class PeerPolicyPlacer:
             ]
             policy = TopologyBestEffort(templates=templates, allocation=self.policy.allocation)
             policy.rng = self.policy.rng  # its seed's generator, as the given policy draws it
-        slots = _SlotModels(tuple(model_names), slot_model, slot_mig, mixed)
+        wide = np.fromiter((len(x.gpus) > MAX_GPUS_PER_NODE for x in nodes), bool, len(nodes))
+        slots = _SlotModels(tuple(model_names), slot_model, slot_mig, mixed, wide)
         self._cache = (key, state, where, nodes, policy, slots)
         return state, where, policy, slots
 
@@ -453,7 +461,16 @@ class PeerPolicyPlacer:
         allowed: Collection[str] | None = None,
         alternative_gpus: bool = True,
     ) -> list[Option]:
-        """:meth:`Placer.place` with the policy, except for a job of several time-slicing replicas.
+        """:meth:`Placer.place` with the policy, except on nodes of more than 8 GPUs and for a job
+        of several time-slicing replicas.
+
+        A node with more GPUs than the policy's state holds (``MAX_GPUS_PER_NODE``, 8: the PPO
+        observation and the heuristics see its first 8 only, so they would find no room there once
+        those are busy, and never for a job of more than 8 GPUs) is placed on by
+        :class:`BestFitPlacer`, on the same snapshot and reservations, per node: the policy decides
+        among the other nodes. The policy's options come first, then BestFit's on the wide nodes
+        (scores of the two are not comparable: when both give options, each option's ``score`` is
+        its rank, 0, -1, ...); a job of more than 8 GPUs gets BestFit's only.
 
         A job with ``num_gpu`` > 1 and ``gpu_milli`` < 1000 is a pod asking ``nvidia.com/gpu: n``
         on a time-sliced node (the scheduler extender's one replica, ``1000 // r`` milli, on each
@@ -467,7 +484,24 @@ class PeerPolicyPlacer:
             return BestFitPlacer().place(
                 snapshot, job, reservations, k, allowed=allowed, alternative_gpus=alternative_gpus
             )
-        return self._place_by_policy(snapshot, job, reservations, k, allowed, alternative_gpus)
+        wide = self._base(snapshot)[3].wide if snapshot.nodes else None
+        if wide is None or not wide.any():
+            return self._place_by_policy(snapshot, job, reservations, k, allowed, alternative_gpus)
+        nodes = [snapshot.nodes[i] for i in np.flatnonzero(wide).tolist()]
+        on_wide = BestFitPlacer().place(
+            FleetSnapshot(snapshot.source, nodes, snapshot.collected_ts),
+            job,
+            reservations,
+            k,
+            allowed=allowed,
+            alternative_gpus=alternative_gpus,
+        )
+        if job.num_gpu > MAX_GPUS_PER_NODE:
+            return on_wide
+        own = self._place_by_policy(snapshot, job, reservations, k, allowed, alternative_gpus)
+        if not own or not on_wide:
+            return own or on_wide
+        return [dataclasses.replace(o, score=float(-i)) for i, o in enumerate((own + on_wide)[:k])]
 
     def _place_by_policy(
         self,
@@ -522,6 +556,7 @@ class PeerPolicyPlacer:
             mask_model,
         )
         mask = state.feasible(pod) if mask_model else np.zeros(n, dtype=bool)
+        mask &= ~slots.wide  # BestFit's (place): the state holds only their first 8 GPUs
         if matches is not None:  # by name: a model id may be shared (snapshot_model_ids)
             mask &= matches
         if job.cluster is not None:
