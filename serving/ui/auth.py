@@ -14,11 +14,14 @@ session's CSRF token and the expiry, which the server sets (``FLEETMIND_UI_SESSI
 Cookies are ``HttpOnly`` (``Secure`` when the public URL is https); the session cookie is
 ``SameSite=Lax``, so a link from chat or a pager opens the page signed in, while a cross-site POST
 gets no session (and would fail the CSRF and ``Origin`` checks anyway); ``fm_csrf`` is
-``SameSite=Strict``.
+``SameSite=Lax`` too: a Strict one is not sent when a link from another site opens a page, which
+then set a new one, and every form already open in another tab failed as expired.
 
 CSRF: a signed-in page's forms carry the session's own CSRF token, compared with the one stored
 for the session (a token taken from another session, even a valid one, is refused). The login form,
-before any session, uses a double-submit token (a random ``fm_csrf`` cookie that the form repeats).
+before any session, and every form when no token is configured use a double-submit token (a random
+``fm_csrf`` cookie that the form repeats; a cross-site POST carries no Lax cookie, and the
+``Origin`` check below is the defence that does not depend on the browser's SameSite support).
 A POST whose ``Origin`` is ``null`` (a sandboxed frame, a ``data:`` page, some redirects), names
 another host, or cannot be parsed is refused.
 

@@ -34,6 +34,7 @@ from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
     edge_kinds,
+    isolate,
     path_svg,
     propagation_tree,
     short_id,
@@ -111,7 +112,18 @@ def templates() -> Environment:
     env.filters["score"] = score_text
     env.filters["iso"] = iso
     env.filters["wbr"] = breakable
+    env.filters["bdi"] = bdi
+    env.filters["isolate"] = isolate
     return env
+
+
+def bdi(text: Any) -> Markup:
+    """``text`` escaped in a ``<bdi>`` element (HTML, "The bdi element"): a piece of text from an
+    alert, the graph or a form, shown beside others in one line (``clusters c0, c1``, an alert
+    name list, who signed the feedback). Its right-to-left letters or bidi controls (U+202E
+    RIGHT-TO-LEFT OVERRIDE is legal in a Prometheus label value) then reorder only itself, never
+    its neighbours. Attributes, which hold no markup, use :func:`~fleetmind.serving.ui.svg.isolate`."""
+    return Markup("<bdi>") + escape(str(text)) + Markup("</bdi>")
 
 
 _BREAKS = re.compile(r"(?<=[/_.:,])(?=.)|(?<=[a-z])(?=[A-Z])|(?<=[A-Z\d])(?=[A-Z][a-z])")
@@ -196,11 +208,19 @@ def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> H
     resp.headers["Referrer-Policy"] = "same-origin"
     resp.headers["Content-Security-Policy"] = content_security_policy(nonce)
     if new:
+        # Lax, not Strict: a Strict cookie is not sent on a cross-site top-level navigation (a
+        # link from chat, a pager or the notifier's incident_url), so the page it opens would
+        # mint a new token and overwrite the cookie, and the forms already open in other tabs
+        # (the login form, and every feedback form when no token is set) would fail as expired.
+        # A Lax cookie is sent on such top-level GETs but not on a cross-site POST (RFC 6265bis
+        # section 5.4.7; OWASP, "SameSite": Strict withholds the cookie "even when following a
+        # regular link", Lax only on "CSRF-prone request methods (e.g. POST)"); and a POST also
+        # needs the token repeated in its form and a same-site Origin (auth.csrf_ok).
         resp.set_cookie(
             auth.CSRF_COOKIE,
             token,
             httponly=True,
-            samesite="strict",
+            samesite="lax",
             secure=settings is not None and auth.secure_cookies(settings, request),
             path="/ui",
         )
@@ -583,7 +603,9 @@ def _cause_graphs(
     causes = []
     for rank, c in enumerate(stored, start=1):
         path = list(c.get("path") or [c["node"]])
-        title = f"Propagation of cause {rank} ({c['node']}) to the incident's alerting nodes"
+        title = (
+            f"Propagation of cause {rank} ({isolate(c['node'])}) to the incident's alerting nodes"
+        )
         depth, edges = propagation_tree(graph, c["node"], firing_nodes, path)
         if depth:
             kinds = {n: graph.node(n).kind for n in depth}
@@ -673,6 +695,12 @@ def _refusal_text(request: Request, settings: Any) -> str:
     return "The form expired; reload the page and try again."
 
 
+EXPIRED_KEPT = (
+    "The form had expired (the page was older than its form token), so nothing was saved; "
+    "what you typed is kept below: check it and save again."
+)
+
+
 def _form_refused(request: Request, session: auth.Session | None, settings: Any) -> Response:
     """The 403 page for a form whose CSRF token or origin does not check out."""
     return render(
@@ -693,6 +721,14 @@ async def _record_feedback(
     except FormError as exc:
         return _bad_form(request, session, exc)
     if not auth.csrf_ok(request, form.get("csrf"), session, services.settings.public_url):
+        if request.headers.get("origin") is not None and auth.same_origin(
+            request, services.settings.public_url
+        ):
+            # from one of our pages (the browser says so), with a stale token (its tab was opened
+            # before the token changed): the page again, with a fresh token and what was typed
+            # (escaped by the template), so nothing is lost; nothing is stored
+            kept = {k: form.get(k, "") for k in ("root_cause", "by", "note")}
+            return _incident(request, services, incident_id, session, 403, EXPIRED_KEPT, kept)
         return _form_refused(request, session, services.settings)
     if not form.get("by", "").strip():
         return _incident(
@@ -806,7 +842,7 @@ def _fleet_node(
         "flagged": [g for g in gpus if not g["healthy"] or g["incidents"]],  # as cl["bad"] counts
         "gpus": gpus,
         "used": sum(g["used"] for g in gpus),
-        "model": ", ".join(models),
+        "model": ", ".join(map(isolate, models)),
         "incidents": sorted({m for g in gpus for m in g["incidents"]} | set(host_marks)),
     }
 
@@ -815,7 +851,7 @@ def gpu_text(g: dict[str, Any]) -> str:
     """What the fleet view says of one GPU (its square's tooltip and accessible name): index,
     model, allocated share (0..1 as %), FleetMind's reservation, utilisation (%), memory (MiB),
     health (the XID) and the open incidents on it."""
-    text = f"GPU {g['index']} {g['model']}: {100 * g['used']:.0f}% allocated"
+    text = f"GPU {g['index']} {isolate(str(g['model']))}: {100 * g['used']:.0f}% allocated"
     if g["reserved"]:
         text += f" ({100 * g['reserved']:.0f}% reserved by FleetMind)"
     if g["util"] is not None:
@@ -825,7 +861,9 @@ def gpu_text(g: dict[str, Any]) -> str:
     if not g["healthy"]:
         text += ", UNHEALTHY" + (f" (XID {g['xid']:.0f})" if g["xid"] else "")
     if g["incidents"]:
-        text += ", open incident: " + "; ".join(g["incidents"])
+        # each isolated (svg.isolate): an alert name ending in a right-to-left override reverses
+        # neither the marks after it nor the rest of the text
+        text += ", open incident: " + "; ".join(map(isolate, g["incidents"]))
     return text
 
 

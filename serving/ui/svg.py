@@ -10,6 +10,7 @@ sized from its label; output is SVG text with labels escaped, scaled by ``viewBo
 from __future__ import annotations
 
 import threading
+import unicodedata
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,8 +56,46 @@ _SANS_EM = {
     **dict.fromkeys("DGHNOQ", 0.79),
     **dict.fromkeys("mMw#%", 0.98),
     "W": 0.99,
+    # bidi controls (LRE..RLO, LRI..PDI, LRM, RLM, ALM) take no room
+    **dict.fromkeys(
+        "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c", 0.0
+    ),
 }
 _BOLD = 1.12  # DejaVu Sans Bold is about this much wider than Book
+
+
+_REORDERING = frozenset(
+    {"R", "AL", "AN", "LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"}
+)
+"""Bidi classes (Unicode TR9, table 4) of the characters that can move text around them:
+right-to-left letters, Arabic digits and the explicit embeddings, overrides and isolates. Text
+without any is left-to-right, and in a left-to-right page reorders nothing."""
+_FSI, _PDI = "\u2068", "\u2069"
+
+
+def isolate(text: str) -> str:
+    """``text`` as a bidi isolate (Unicode TR9 section 2.7: U+2068 FSI ... U+2069 PDI) when it
+    holds a character that can reorder what is around it (:data:`_REORDERING`: a right-to-left
+    letter, or a control such as U+202E RIGHT-TO-LEFT OVERRIDE, legal in a Prometheus label
+    value); other text is returned as it is (nothing to isolate, and copied text stays clean).
+
+    For display only, never for stored data: a PDI in ``text`` that closes nothing of its own
+    (it would close this isolate early) is left out, and isolates ``text`` opens and leaves open
+    are closed, so nothing of ``text`` reaches past its end. Drawn text, ``<title>`` tooltips
+    and HTML attributes use it; HTML text uses ``<bdi>`` elements."""
+    if not any(unicodedata.bidirectional(ch) in _REORDERING for ch in text):
+        return text
+    out = []
+    depth = 0
+    for ch in text:
+        if ch in "\u2066\u2067\u2068":  # LRI, RLI, FSI
+            depth += 1
+        elif ch == _PDI:
+            if depth == 0:
+                continue
+            depth -= 1
+        out.append(ch)
+    return _FSI + "".join(out) + _PDI * (depth + 1)
 
 
 def text_width(text: str, size: float, bold: bool = False) -> float:
@@ -145,7 +184,7 @@ def path_svg(
     width = 2 * _PAD + ncols * col_w + (ncols - 1) * gap_x
     height = 2 * _PAD + nrows * _BOX_H + (nrows - 1) * _GAP_Y
     out = [
-        _svg_open(width, height, title or " → ".join(path)),
+        _svg_open(width, height, title or " → ".join(map(isolate, path))),
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
         'fill="#64748b"/></marker></defs>',
@@ -299,7 +338,7 @@ def tree_svg(
     width = xs[-1] + col_w[-1] + _PAD
     bold = set(zip(highlight, highlight[1:], strict=False))
     out = [
-        _svg_open(width, height, title or root),
+        _svg_open(width, height, title or isolate(root)),
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
         'fill="#64748b"/></marker></defs>',
@@ -344,7 +383,8 @@ def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bo
     colour = KIND_COLOURS.get(kind, "#475569")
     parts = [
         f'<g class="node{" root" if root else ""}{" alerting" if hot else ""}">'
-        f"<title>{escape(node)} ({escape(kind)}){' - firing alert' if hot else ''}</title>"
+        f"<title>{escape(isolate(node))} ({escape(isolate(kind))})"
+        f"{' - firing alert' if hot else ''}</title>"
         f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_BOX_H}" rx="7" '
         f'fill="{fill}" stroke="{stroke}" stroke-width="{2 if root or hot else 1.2}"/>'
         f'<rect x="{x + 1:.1f}" y="{y + 6:.1f}" width="4" height="{_BOX_H - 12}" rx="2" '
@@ -352,7 +392,8 @@ def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bo
         f'<text x="{x + 13:.1f}" y="{y + 18:.1f}" font-size="{SMALL_FONT_PX:g}" fill="{colour}" '
         f'font-weight="700" letter-spacing=".4">{escape(_tag(kind, root))}</text>'
         f'<text x="{x + 13:.1f}" y="{y + 35:.1f}" font-size="12.5" fill="#0f172a" '
-        f'font-family="ui-monospace,SFMono-Regular,Menlo,monospace">{escape(short_id(node))}</text>'
+        f'font-family="ui-monospace,SFMono-Regular,Menlo,monospace">'
+        f"{escape(isolate(short_id(node)))}</text>"
     ]
     if hot:
         parts.append(f'<circle cx="{x + w - 10:.1f}" cy="{y + 12:.1f}" r="3.5" fill="#dc2626"/>')
@@ -404,19 +445,28 @@ def _cut_words(text: str, room: float, size: float) -> str:
     return text[:i].rstrip(" _-.:/·") + "…"
 
 
+def _label(name: str, where: str) -> str:
+    """A timeline label, ``name · where`` (or ``name``), each part a bidi isolate (:func:`isolate`):
+    a right-to-left override at the end of an alert's name reverses neither its node nor the
+    separator."""
+    return f"{isolate(name)} · {isolate(where)}" if where else isolate(name)
+
+
 def _fit_label(name: str, where: str, room: float, size: float) -> str:
-    """A timeline label ``name · where`` in at most ``room`` px of ``size`` px text: first the
-    node part (``where``) gives way in the middle, down to 16 characters, then the alert name is
-    cut at the end of a word (a cut in its middle could drop a number, such as a threshold)."""
-    full = f"{name} · {where}" if where else name
+    """A timeline label ``name · where`` (:func:`_label`) in at most ``room`` px of ``size`` px
+    text: first the node part (``where``) gives way in the middle, down to 16 characters, then
+    the alert name is cut at the end of a word (a cut in its middle could drop a number, such as
+    a threshold)."""
+    full = _label(name, where)
     if text_width(full, size) <= room:
         return full
-    tail = ""
+    cut = where
     for keep in _WHERE_KEEP if where else (0,):
-        tail = f" · {_cut_middle(where, keep)}" if where else ""
-        if text_width(name + tail, size) <= room:
-            return name + tail
-    return _cut_words(name, room - text_width(tail, size), size) + tail
+        cut = _cut_middle(where, keep) if where else ""
+        if text_width(_label(name, cut), size) <= room:
+            return _label(name, cut)
+    tail = text_width(_label("", cut), size) if cut else 0.0
+    return _label(_cut_words(name, room - tail, size), cut)
 
 
 def timeline_svg(
@@ -446,7 +496,7 @@ def timeline_svg(
     span = max(t1 - t0, 60.0)
     size = SMALL_FONT_PX
     parts = [(e[2], "") if isinstance(e[2], str) else e[2] for e in rows]
-    full = [f"{n} · {w}" if w else n for n, w in parts]
+    full = [_label(n, w) for n, w in parts]
     # the label column fits the longest label, up to 40 %; its text ends 8 px left of the bars
     # and starts 4 px or more right of the drawing's edge
     label_w = min(max(120.0, max(text_width(t, size) for t in full) + 12), 0.4 * width)
