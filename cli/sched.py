@@ -625,7 +625,10 @@ def _evaluate_dynamic_agent(
         clone = load_dynamic_actor(clone_file(folder), n_candidates=cfg.n_candidates)
         actors["clone"] = actor_fn(clone)
     if "teacher" in wanted:
-        actors["teacher"] = load_dynamic_teacher(folder)
+        teacher = load_dynamic_teacher(folder)  # K/F the model's env's, else ModelLoadError
+        actors["teacher"] = teacher.check_env(
+            cfg.n_candidates, cfg.queue_features, folder / "teacher.json"
+        )
     extra, rollouts = {}, {}
     if "rollout" in wanted:
         base = replace(cfg, queue_order=None)  # the rollout improves the clone, a FIFO stage

@@ -61,7 +61,9 @@ from fleetmind.envs.dynamic.policies import make_dynamic_policy
 from fleetmind.envs.multicluster_env import (
     CAND_FEATURE_NAMES,
     GLOBAL_FEATURE_NAMES,
+    N_CAND_FEATURES,
     N_GLOBAL_FEATURES,
+    N_QUEUE_FEATURES,
     QUEUE_FEATURE_NAMES,
     MultiClusterPlacementEnv,
 )
@@ -102,11 +104,32 @@ class DynLinearScorer(TeacherScorer):
         n_cand_features: int,
         interact: Sequence[int] = DEFAULT_INTERACT,
     ) -> None:
+        for name, v in (("n_candidates", n_candidates), ("n_cand_features", n_cand_features)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        for i in interact:
+            if (
+                isinstance(i, bool)
+                or not isinstance(i, (int, np.integer))
+                or not 0 <= i < N_GLOBAL_FEATURES
+            ):
+                raise ValueError(
+                    f"interact must list global-feature indices in [0, {N_GLOBAL_FEATURES}),"
+                    f" got {i!r}"
+                )
         self.interact = tuple(int(i) for i in interact)
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         n = (1 + len(self.interact)) * n_cand_features
         if w.shape != (n,):
             raise ValueError(f"weights must have shape ({n},), got {w.shape}")
+        if not np.isfinite(w).all():
+            bad = int(np.flatnonzero(~np.isfinite(w))[0])
+            hint = (
+                " (a JSON number beyond about 1.8e308 reads as infinity)"
+                if np.isinf(w[bad])
+                else ""
+            )
+            raise ValueError(f"weights must be finite numbers; weight {bad} is {w[bad]}{hint}")
         self.weights = w
         self.n_candidates = int(n_candidates)
         self.n_cand_features = int(n_cand_features)
@@ -149,6 +172,24 @@ class DynLinearScorer(TeacherScorer):
         """``(K,)`` scores before masking."""
         return self.features(obs) @ self.weights
 
+    def check_env(
+        self, n_candidates: int, queue_features: bool, source: str | Path
+    ) -> DynLinearScorer:
+        """This scorer, when it reads the observation of an env with ``n_candidates`` candidates
+        (``queue_features``: ``F = 18``, else 14); ``source`` names the file in the error.
+
+        Raises:
+            ModelLoadError: its ``K`` or ``F`` differ (its weights would read the wrong features,
+                or every decision would fail on the observation's width).
+        """
+        f = N_CAND_FEATURES + (N_QUEUE_FEATURES if queue_features else 0)  # the env's F
+        if (self.n_candidates, self.n_cand_features) != (int(n_candidates), f):
+            raise ModelLoadError(
+                f"{source}: the teacher scores K={self.n_candidates} candidates of"
+                f" F={self.n_cand_features} features; the model's env has K={n_candidates}, F={f}"
+            )
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": SCORER_FORMAT,
@@ -159,19 +200,39 @@ class DynLinearScorer(TeacherScorer):
         }
 
     @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> DynLinearScorer:
+        """The scorer of a ``fleetmind-dynamic-linear-scorer/1`` object (its tag already checked).
+
+        Raises:
+            ValueError, KeyError, TypeError: a field is missing or wrong (``n_candidates`` and
+                ``n_cand_features`` must be JSON integers >= 1, ``interact`` a list of JSON
+                integers in ``[0, G)``, the weights finite numbers).
+        """
+        counts = [d["n_candidates"], d["n_cand_features"]]
+        for name, v in zip(("n_candidates", "n_cand_features"), counts, strict=True):
+            if isinstance(v, float) and v.is_integer():  # 16.0: the same count
+                v = int(v)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name!r} must be an integer >= 1, got {v!r}")
+        interact = d["interact"]
+        if not isinstance(interact, list):
+            raise ValueError(f"'interact' must be a list of integers, got {interact!r}")
+        weights = np.asarray(d["weights"], dtype=np.float64)
+        return cls(weights, int(counts[0]), int(counts[1]), tuple(interact))
+
+    @classmethod
     def load(cls, path: str | Path) -> DynLinearScorer:
         """Read a scorer written by :meth:`save`; :class:`ModelLoadError` names what is wrong."""
         p = Path(path)
         try:
             d = json.loads(p.read_text())
+            if not isinstance(d, dict):
+                raise ModelLoadError(
+                    f"{p} is not a fleetmind dynamic linear scorer: expected a JSON object"
+                )
             if d.get("format") != SCORER_FORMAT:
                 raise ValueError(f"format tag {d.get('format')!r}, expected {SCORER_FORMAT!r}")
-            return cls(
-                np.asarray(d["weights"]),
-                int(d["n_candidates"]),
-                int(d["n_cand_features"]),
-                tuple(d["interact"]),
-            )
+            return cls._from_dict(d)
         except FileNotFoundError as e:
             raise ModelLoadError(f"dynamic scorer file {p} does not exist") from e
         except (ValueError, KeyError, TypeError, AttributeError) as e:
