@@ -127,7 +127,7 @@ def test_exported_copy_picks_the_scorers_actions(tiny, tmp_path):
         0.8 * np.abs(head[: start.hidden]).mean() * rng.normal(size=start.hidden)
     )
     searched = start.with_head(head)
-    paths = export_head(head, RELEASED, tmp_path / "m", note={"round": "round6-test"})
+    paths = export_head(head, RELEASED, tmp_path / "m", note={"round": "head-search-test"})
     obs, masks = _observations(env, trace, searched, seeds=[4, 5])
     mine = np.array([searched(o, m) for o, m in zip(obs, masks, strict=True)])
     released = np.array([start(o, m) for o, m in zip(obs, masks, strict=True)])
@@ -147,7 +147,7 @@ def test_exported_copy_picks_the_scorers_actions(tiny, tmp_path):
         if not k.startswith("logit_head"):
             assert torch.equal(src[k], dst[k])
     meta = json.loads(paths["metadata"].read_text())
-    assert meta["head_search"]["round"] == "round6-test" and meta["version"].endswith("+head")
+    assert meta["head_search"]["round"] == "head-search-test" and meta["version"].endswith("+head")
     again = load_scorer(paths["head"])
     assert isinstance(again, HeadScorer) and np.allclose(again.head, head)
     assert np.allclose(released_head(load_torch(paths["torch"])), head)
