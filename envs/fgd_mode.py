@@ -5,7 +5,8 @@ authors' simulator, ``hkust-adsl/kubernetes-scheduler-simulator``):
 
 1. Sort the trace's pods by name and shuffle them with the seed.
 2. Resize to ``scale`` (1.3) x cluster GPU capacity. Below target: draw pods uniformly with replacement
-   from the original trace and append them; stop at the first draw whose per-GPU ``gpu_milli`` would take
+   from the original trace (indexed in :func:`canonical_pod_order`, so the draws do not depend on the
+   CSV's row order) and append them; stop at the first draw whose per-GPU ``gpu_milli`` would take
    the running total past the target (the total grows by the full request ``num_gpu * gpu_milli``).
    Above target: remove uniformly random pods until the total is at most the target.
 3. Node priority for tie-breaking: a seeded random permutation of the name-sorted nodes.
@@ -24,8 +25,10 @@ All randomness comes from ``numpy.random.default_rng(seed)`` (workload and node 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -136,16 +139,53 @@ GPU demand in practice; a guard against an endless loop)."""
 MAX_RESAMPLE_SLACK = 100_000
 
 
-def _resample(trace: PodTrace, rng: np.random.Generator, total: int, target: float) -> list[int]:
-    """Step 2 below target: pods drawn with replacement until a draw would pass ``target``."""
+_NUMBER_RUN = re.compile(r"(\d+)")
+_CANONICAL_ORDERS: dict[bytes, np.ndarray] = {}
+"""Cache of :func:`canonical_pod_order` by the digest of the names (a reset builds a workload)."""
+
+
+def _natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
+    parts = _NUMBER_RUN.split(name)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
+
+
+def canonical_pod_order(names: np.ndarray) -> np.ndarray:
+    """``(P,)`` int64: the pods' positions sorted by name in natural order (runs of digits compare
+    as numbers: ``openb-pod-999`` before ``openb-pod-1000``; equal names keep their file order).
+
+    The order every draw from a trace is made in, so that a workload depends on the pods and not
+    on the CSV's row order; it is the row order of every openb CSV (``openb_pod_list_cpu300.csv``,
+    with names past ``openb-pod-9999``, included), so their workloads are those of file order.
+    """
+    arr = np.asarray(names).astype(str)
+    digest = hashlib.blake2b(arr.tobytes(), digest_size=16).digest() + str(arr.dtype).encode()
+    got = _CANONICAL_ORDERS.get(digest)
+    if got is None:
+        names_list = arr.tolist()
+        got = np.array(
+            sorted(range(len(names_list)), key=lambda i: _natural_key(names_list[i])),
+            dtype=np.int64,
+        )
+        got.setflags(write=False)  # shared by every caller through the cache
+        if len(_CANONICAL_ORDERS) >= 64:
+            _CANONICAL_ORDERS.clear()
+        _CANONICAL_ORDERS[digest] = got
+    return got
+
+
+def _resample(
+    trace: PodTrace, rng: np.random.Generator, total: int, target: float, pool: np.ndarray
+) -> list[int]:
+    """Step 2 below target: pods drawn with replacement (positions into ``pool``, the trace in
+    :func:`canonical_pod_order`) until a draw would pass ``target``."""
     req = trace.gpu_request
     gm = trace.gpu_milli
-    n = len(trace)
+    n = len(pool)
     mean_req = float(np.mean(req))
     cap = MAX_RESAMPLE_SLACK + int(MAX_RESAMPLE_FACTOR * (target - total) / max(mean_req, 1e-9))
     extra: list[int] = []
     while True:
-        for j in rng.integers(n, size=1024).tolist():
+        for j in pool[rng.integers(n, size=1024)].tolist():
             if total + gm[j] > target:
                 return extra
             if len(extra) >= cap:
@@ -174,7 +214,7 @@ def build_workload(
     total = int(req[order].sum())
     n_original = len(order)
     if total < target:
-        extra = _resample(trace, rng, total, target)
+        extra = _resample(trace, rng, total, target, canonical_pod_order(trace.pod_names))
         order = np.concatenate([order, np.asarray(extra, dtype=np.int64)])
     elif total > target:
         removal = rng.permutation(len(order))

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fleetmind.data.errors import ConfigError
+from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb import (
     ANY_GPU_MODEL,
     OpenbNodes,
@@ -31,6 +31,10 @@ from fleetmind.envs.candidates import (
 from fleetmind.envs.core import ClusterState, pods_from_trace
 from fleetmind.envs.fgd_mode import DEFAULT_SCALE, build_workload, unallocated_at
 from fleetmind.errors import RenderModeError
+
+MAX_WORKLOAD_DRAWS = 100
+"""``reset`` tries at most this many distinct workload seeds for one episode: a drawn workload
+without any decision for the agent is replaced by the next draw (``DataError`` after this many)."""
 
 
 def _trace_digest(trace: PodTrace) -> str:
@@ -131,6 +135,12 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     An empty cluster; the workload (order, resampled copies, node priority) is built from a workload
     seed drawn from ``self.np_random`` or given as ``options["workload_seed"]``; with several traces,
     one is drawn per episode (or ``options["trace"]``).
+    A drawn workload that leaves the agent no decision (every pod fails, fits one node only, or
+    arrives during the FGD prefix or after ``stop_arrived_pct``) is replaced by the next draw from
+    ``self.np_random``, up to :data:`MAX_WORKLOAD_DRAWS` distinct seeds or every seed of
+    ``workload_seeds`` (then ``DataError`` naming the trace and the prefix); the draws of a workload with a decision are unchanged. A workload seed
+    given in ``options`` is kept even without a decision: the episode is then over at reset
+    (zero observation, the final ``info``).
 
     ## Episode End
 
@@ -274,10 +284,52 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         options = options or {}
         trace = self._pick_trace(options)
         wseed = options.get("workload_seed")
-        if wseed is None and self.workload_seeds:
-            wseed = self.workload_seeds[int(self.np_random.integers(len(self.workload_seeds)))]
-        if wseed is None:
-            wseed = int(self.np_random.integers(2**31 - 1))
+        drawn = wseed is None
+        if drawn:
+            wseed = self._draw_workload_seed()
+        self._start(trace, int(wseed))
+        tried = {int(wseed)}
+        pool = set(self.workload_seeds or ())
+        # a drawn workload that ends before any decision is redrawn: gymnasium has no way to
+        # return an episode that is already over, and a vector env steps right after reset
+        while self._done and drawn:
+            if len(tried) >= MAX_WORKLOAD_DRAWS or (pool and pool <= tried):
+                stop = self.stop_arrived_pct
+                which = (
+                    f"none of the workload seeds {', '.join(map(str, sorted(pool)))} gives the agent a"
+                    if pool and pool <= tried
+                    else f"{len(tried)} workloads drawn in a row gave the agent no"
+                )
+                raise DataError(
+                    f"trace {trace.name}: {which} decision (each pod failed, "
+                    f"fitted one node only, or arrived during the FGD prefix of "
+                    f"{self.fgd_until_pct:g} % of GPU capacity"
+                    + ("" if stop is None else f" or after the stop at {stop:g} %")
+                    + "); lower fgd_until_pct (--fgd-until-pct), use other workload seeds or a trace"
+                    " with more placeable pods"
+                )
+            wseed = self._draw_workload_seed()
+            if wseed not in tried:
+                self._start(trace, wseed)
+            tried.add(wseed)
+        self._phi = self.builder.cluster_fragmentation()
+        self._window_w = self._metric_window()
+        self._credited = 0
+        info = {"trace": trace.name, "workload_seed": self._workload_seed}
+        if self._done:  # a given workload seed without any decision
+            info.update(self._final_info())
+            return np.zeros(self.observation_space.shape, dtype=np.float32), info
+        return self._cand.obs, info
+
+    def _draw_workload_seed(self) -> int:
+        """The next workload seed from ``self.np_random`` (from ``workload_seeds`` when set)."""
+        if self.workload_seeds:
+            return self.workload_seeds[int(self.np_random.integers(len(self.workload_seeds)))]
+        return int(self.np_random.integers(2**31 - 1))
+
+    def _start(self, trace: PodTrace, wseed: int) -> None:
+        """Build the workload of ``(trace, wseed)`` on an empty cluster and advance to its first
+        decision (``self._done`` when there is none)."""
         wl = build_workload(trace, self.state.n_nodes, self.capacity, int(wseed), self.scale)
         self.state.set_priority(wl.priority)
         self.state.reset()
@@ -312,14 +364,6 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
                 self._n_failed,
                 self._allocated[: self._t].copy(),
             )
-        self._phi = self.builder.cluster_fragmentation()
-        self._window_w = self._metric_window()
-        self._credited = 0
-        info = {"trace": trace.name, "workload_seed": int(wseed)}
-        if self._done:  # degenerate workload without any decision
-            info.update(self._final_info())
-            return np.zeros(self.observation_space.shape, dtype=np.float32), info
-        return self._cand.obs, info
 
     def _metric_window(self) -> np.ndarray:
         """``(P,)`` float64 weight of each pod record in the 100 % metric window (1/|W| or 0)."""

@@ -9,12 +9,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fleetmind.data.errors import ConfigError
+from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MILLI, PodTrace, load_openb_trace
 from fleetmind.envs.candidates import DEFAULT_N_CANDIDATES, OBS_HIGH, OBS_LOW, pod_shape_features
 from fleetmind.envs.core import Pod
 from fleetmind.envs.dynamic.fleet import DynFleet, best_bottleneck_set, load_dynamic_fleet
-from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs
+from fleetmind.envs.dynamic.jobs import DynJobs, build_jobs, ideal_runtimes
 from fleetmind.envs.dynamic.model import DEFAULT_BACKFILL_DEPTH, DEFAULT_TARGET_UTIL, MAX_WORK_S
 from fleetmind.envs.dynamic.order import make_order
 from fleetmind.envs.dynamic.policies import estimate_completion
@@ -68,6 +68,10 @@ GLOBAL_FEATURE_NAMES = (
     "waited",
     "n_feasible",
 )
+
+MAX_STREAM_DRAWS = 100
+"""``reset`` draws at most this many job streams in a row for one episode: a stream without any
+job that fits the fleet (no decision) is replaced by the next draw (``DataError`` after this many)."""
 
 MAX_HEAD_COPIES = 16
 """``head_room_after`` saturates at this many head requests (feature value 4)."""
@@ -232,6 +236,9 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         the circular, time-sorted trace, the trace's inter-arrival gaps scaled to ``target_util``, and
         per job a communication intensity, a data home cluster and a dataset size
         (:func:`fleetmind.envs.dynamic.jobs.build_jobs`). The node tie-break priority is a random permutation.
+        A stream in which no job fits the fleet (nothing to decide) is replaced by the next draw, up
+        to :data:`MAX_STREAM_DRAWS` draws (then ``DataError`` naming the trace); the draws of a stream
+        with a decision are unchanged.
 
         ## Episode End
 
@@ -338,6 +345,30 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._nodes = np.full(self.n_candidates, -1, dtype=np.int64)
         self._gpus: list[np.ndarray] = []
 
+    def check_jobs_fit(self) -> None:
+        """Refuse a trace of which no pod fits any node of the empty fleet: every stream drawn from
+        it would leave the agent nothing to decide (cheap; no stream is drawn).
+
+        Raises:
+            DataError: naming the trace and the fleet's size.
+        """
+        t = self.trace
+        n = len(t)
+        ideal = ideal_runtimes(
+            self.fleet,
+            np.ones(n),
+            t.cpu_milli,
+            t.memory_mib,
+            t.num_gpu,
+            t.gpu_spec_mask,
+            np.zeros(n),
+        )
+        if not np.isfinite(ideal).any():
+            raise DataError(
+                f"no job of the trace {t.source or t.name} ({n:,} pods) fits any node of the "
+                f"dynamic-mode fleet ({self.fleet.n_nodes:,} nodes), so no stream has a decision"
+            )
+
     def draw_stream(self, rng: np.random.Generator) -> tuple[DynJobs, np.ndarray]:
         """An episode's job stream and node tie-break priority (``(n_nodes,)`` ranks) drawn from
         ``rng``; :meth:`reset` draws them from ``self.np_random``, so ``default_rng(seed)`` gives
@@ -367,13 +398,20 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        self.jobs, priority = self.draw_stream(self.np_random)
-        self.sim = self.new_sim(self.jobs, priority)
-        self._fgd.reset(self.sim.state, trace=self.trace)
-        self._steps = 0
-        self._job = self.sim.next_decision()
-        if self._job is None:
-            raise ConfigError("no job of the stream fits the fleet")
+        for _ in range(MAX_STREAM_DRAWS):
+            self.jobs, priority = self.draw_stream(self.np_random)
+            self.sim = self.new_sim(self.jobs, priority)
+            self._fgd.reset(self.sim.state, trace=self.trace)
+            self._steps = 0
+            self._job = self.sim.next_decision()
+            if self._job is not None:
+                break
+        else:
+            raise DataError(
+                f"trace {self.trace.source or self.trace.name}: {MAX_STREAM_DRAWS} streams of "
+                f"{self.n_jobs} jobs drawn in a row had no job that fits the fleet "
+                f"({self.fleet.n_nodes} nodes); raise n_jobs or use a trace with more jobs that fit"
+            )
         obs = self._observe()
         return obs, self._info()
 

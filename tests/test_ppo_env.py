@@ -125,14 +125,15 @@ def test_reset_is_deterministic_by_seed(tiny):
 def test_teacher_rollouts_skip_episodes_without_a_decision(tiny):
     """An FGD prefix that places every pod ends the episode at its reset: the teacher stepped it
     anyway (an AssertionError in the environment). Such episodes give no samples; none at all is
-    a one-line error."""
-    from fleetmind.data.errors import ConfigError
+    a one-line error. A drawn workload without a decision is redrawn, so a prefix that places
+    every pod of every workload is a DataError at reset (tests/test_env_degenerate_and_order.py)."""
+    from fleetmind.data.errors import DataError
     from fleetmind.rl.ppo import collect_teacher
 
     env = make(tiny, fgd_until_pct=200)
-    _, info = env.reset(seed=0)
-    assert info["n_decisions"] == 0  # the reset's info is the final one
-    with pytest.raises(ConfigError, match="reached a placement decision"):
+    _, info = env.reset(options={"workload_seed": 0})
+    assert info["n_decisions"] == 0  # a given workload seed: the reset's info is the final one
+    with pytest.raises(DataError, match="gave the agent no decision"):
         collect_teacher(env, 2, 0, 0.99)
     data = collect_teacher(make(tiny), 1, 0, 0.99)
     assert len(data.actions) > 0 and len(data.actions) == len(data.returns)

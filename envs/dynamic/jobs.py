@@ -31,6 +31,7 @@ from fleetmind.envs.dynamic.model import (
     SYNTHETIC_DURATION_SIGMA,
     runtime_factor,
 )
+from fleetmind.envs.fgd_mode import canonical_pod_order
 
 
 # Jobs
@@ -343,6 +344,31 @@ def _warn_load(trace: PodTrace, fleet: DynFleet, n: int, target: float, reached:
         )
 
 
+def _checked_trace(
+    trace: PodTrace, target_util: float, comm_max: float, n_jobs: int | None
+) -> tuple[PodTrace, int]:
+    """:func:`build_jobs`'s argument checks (its Raises); returns the trace in
+    :func:`fleetmind.envs.fgd_mode.canonical_pod_order` and the stream length."""
+    if not target_util > 0:
+        raise ConfigError(f"target_util must be > 0, got {target_util}")
+    if not 0 <= comm_max < 1:
+        raise ConfigError(f"comm_max must be within [0, 1), got {comm_max}")
+    p = len(trace)
+    if p == 0:
+        raise DataError(f"trace {trace.name!r} has no pods")
+    n = p if n_jobs is None else int(n_jobs)
+    if n < 1:
+        raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
+    _check_times(trace)
+    _warn_unfinished(trace)
+    canonical = canonical_pod_order(trace.pod_names)
+    if not np.array_equal(canonical, np.arange(p)):
+        # every draw (works, stream start, creation-time ties) is made in this order, so the
+        # stream depends on the pods and not on the CSV's row order
+        trace = trace.take(canonical)
+    return trace, n
+
+
 def build_jobs(
     trace: PodTrace,
     fleet: DynFleet,
@@ -357,7 +383,10 @@ def build_jobs(
 ) -> DynJobs:
     """Turn a pod trace into a stream of dynamic-mode jobs (all randomness from ``rng``).
 
-    Arrivals: the trace's pods sorted by ``creation_time`` form a circular sequence; the stream is
+    The trace's pods are first put in :func:`fleetmind.envs.fgd_mode.canonical_pod_order` (by name,
+    runs of digits compared as numbers; the row order of the openb CSVs), so that the stream depends
+    on the pods and not on the CSV's row order. Arrivals: the pods sorted by ``creation_time``
+    (equal times in that name order) form a circular sequence; the stream is
     ``n_jobs`` consecutive pods of it from a random start (wrapping around, so a stream longer than
     the trace replays it), with the trace's own inter-arrival gaps (gaps above ``max_gap_s`` and the
     wrap-around gap become the median gap). Traces without times get a Poisson process (unit-rate
@@ -391,18 +420,7 @@ def build_jobs(
             a ``deletion_time`` before the pod's ``scheduled_time`` or ``creation_time``, or a
             ``creation_time`` blank for some pods but not all.
     """
-    if not target_util > 0:
-        raise ConfigError(f"target_util must be > 0, got {target_util}")
-    if not 0 <= comm_max < 1:
-        raise ConfigError(f"comm_max must be within [0, 1), got {comm_max}")
-    p = len(trace)
-    if p == 0:
-        raise DataError(f"trace {trace.name!r} has no pods")
-    n = p if n_jobs is None else int(n_jobs)
-    if n < 1:
-        raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
-    _check_times(trace)
-    _warn_unfinished(trace)
+    trace, n = _checked_trace(trace, target_util, comm_max, n_jobs)
     work_all, fallback_all = _trace_work(trace, rng, max_work_s)
     idx, raw, synthetic = _arrival_stream(trace, rng, n, float(max_gap_s))
     work = work_all[idx]

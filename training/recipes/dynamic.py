@@ -35,7 +35,9 @@ metadata as before.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -48,7 +50,13 @@ import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 from tqdm import tqdm
 
-from fleetmind.data.errors import ConfigError
+from fleetmind.data.errors import (
+    ConfigError,
+    DataError,
+    FleetMindError,
+    ModelLoadError,
+    NotAvailableError,
+)
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.multicluster_env import (
@@ -87,23 +95,110 @@ RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 """Folder of the released dynamic-mode model."""
 
 
+_WORKER_GONE = (EOFError, ConnectionError)
+"""What the parent of a ``SubprocVecEnv`` sees when a worker process has ended."""
+
+
+def _worker_exit(err_dir: str | None, rank: int, err: FleetMindError) -> None:
+    """In a ``SubprocVecEnv`` worker: leave ``err`` (class and message) for the parent in
+    ``err_dir`` and end the process at once, without a traceback; re-raise it elsewhere."""
+    if err_dir is None:
+        raise err
+    Path(err_dir, f"worker-{rank}.txt").write_text(f"{type(err).__name__}\n{err}", "utf-8")
+    os._exit(2)
+
+
+def _worker_error(err_dir: str) -> FleetMindError | None:
+    """The FleetMind error a worker left in ``err_dir`` (:func:`_worker_exit`), or None."""
+    classes = {c.__name__: c for c in (ConfigError, DataError, ModelLoadError, NotAvailableError)}
+    for f in sorted(Path(err_dir).glob("worker-*.txt")):
+        name, _, msg = f.read_text("utf-8").partition("\n")
+        return classes.get(name, FleetMindError)(msg)
+    return None
+
+
+def _subproc_vec_env(fns: list[Any], err_dir: tempfile.TemporaryDirectory[str]) -> Any:
+    """A ``SubprocVecEnv`` (``fork``) of ``fns`` whose calls, when a worker has ended on a
+    FleetMind error (:func:`_worker_exit`), raise that error instead of the pipe error its end
+    causes here (one line in the CLI)."""
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    def _raise_worker_error(venv: Any) -> None:
+        err = _worker_error(err_dir.name)
+        if err is None:
+            return
+        if venv is not None:
+            venv.close()
+        err_dir.cleanup()
+        raise err
+
+    class _Subproc(SubprocVecEnv):
+        def _guard(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except _WORKER_GONE:
+                _raise_worker_error(self)
+                raise
+
+        def reset(self) -> Any:
+            return self._guard(super().reset)
+
+        def step_async(self, actions: np.ndarray) -> None:
+            self._guard(super().step_async, actions)
+
+        def step_wait(self) -> Any:
+            return self._guard(super().step_wait)
+
+        def env_method(self, *args: Any, **kwargs: Any) -> Any:
+            return self._guard(super().env_method, *args, **kwargs)
+
+        def get_attr(self, *args: Any, **kwargs: Any) -> Any:
+            return self._guard(super().get_attr, *args, **kwargs)
+
+        def set_attr(self, *args: Any, **kwargs: Any) -> Any:
+            return self._guard(super().set_attr, *args, **kwargs)
+
+        def close(self) -> None:
+            try:
+                super().close()
+            except (*_WORKER_GONE, OSError):  # a worker already gone: end the others
+                for proc in self.processes:
+                    if proc.is_alive():
+                        proc.terminate()
+                self.closed = True
+            err_dir.cleanup()
+
+    try:
+        return _Subproc(fns, start_method="fork")
+    except _WORKER_GONE:
+        _raise_worker_error(None)
+        raise
+
+
 def make_dyn_vec_env(traces: list[str], env_kwargs: dict[str, Any], n_envs: int, seed: int) -> Any:
     """``VecMonitor`` over ``n_envs`` :class:`MultiTraceDynEnv` (env ``i`` seeded ``seed + i``):
     a ``SubprocVecEnv`` (one process per env, ``fork``) when ``n_envs`` > 1, else a
-    ``DummyVecEnv``. The rollouts are the same either way; only where they run differs."""
-    from stable_baselines3.common.vec_env import SubprocVecEnv
+    ``DummyVecEnv``. The rollouts are the same either way; only where they run differs. A
+    FleetMind error (``ConfigError``, ``DataError``...) in a worker process is raised in this
+    process as the same error, with the worker's message (no pipe-error traceback)."""
+    err_dir = tempfile.TemporaryDirectory(prefix="fleetmind-workers-") if n_envs > 1 else None
 
     def make_env(rank: int) -> Any:
+        where = None if err_dir is None else err_dir.name
+
         def _make() -> Any:
-            env = MultiTraceDynEnv(list(traces), **env_kwargs)
-            env.reset(seed=seed + rank)
+            try:
+                env = MultiTraceDynEnv(list(traces), error_dir=where, rank=rank, **env_kwargs)
+                env.reset(seed=seed + rank)
+            except FleetMindError as err:
+                _worker_exit(where, rank, err)
             env.action_space.seed(seed + rank)
             return env
 
         return _make
 
     fns = [make_env(i) for i in range(n_envs)]
-    inner = SubprocVecEnv(fns, start_method="fork") if n_envs > 1 else DummyVecEnv(fns)
+    inner = DummyVecEnv(fns) if err_dir is None else _subproc_vec_env(fns, err_dir)
     return VecMonitor(inner)
 
 
@@ -112,14 +207,23 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
 
     Same spaces, ``action_masks()`` and ``n_candidates``/``n_cand_features``/``n_global_features``
     as :class:`fleetmind.envs.multicluster_env.MultiClusterPlacementEnv`, one of which (per trace) it drives;
-    the trace and the episode's seed come from ``self.np_random``.
+    the trace and the episode's seed come from ``self.np_random``. With ``error_dir`` (a
+    ``SubprocVecEnv`` worker, :func:`make_dyn_vec_env`), a FleetMind error in ``reset``/``step`` is
+    left there for the parent (file ``worker-<rank>.txt``) and ends the process.
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, traces: list[str], **env_kwargs: Any) -> None:
+    def __init__(
+        self,
+        traces: list[str],
+        error_dir: str | None = None,
+        rank: int = 0,
+        **env_kwargs: Any,
+    ) -> None:
         if not traces:
             raise ConfigError("dynamic training needs at least one --trace")
+        self._error_dir, self._rank = error_dir, int(rank)
         self.envs = [MultiClusterPlacementEnv(trace=t, **env_kwargs) for t in traces]
         e0 = self.envs[0]
         self.observation_space = e0.observation_space
@@ -134,12 +238,20 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._cur = self.envs[int(self.np_random.integers(len(self.envs)))]
-        return self._cur.reset(seed=int(self.np_random.integers(2**31 - 1)))
+        try:
+            return self._cur.reset(seed=int(self.np_random.integers(2**31 - 1)))
+        except FleetMindError as err:
+            _worker_exit(self._error_dir, self._rank, err)
+            raise
 
     def step(
         self, action: int | np.integer
     ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        return self._cur.step(action)
+        try:
+            return self._cur.step(action)
+        except FleetMindError as err:
+            _worker_exit(self._error_dir, self._rank, err)
+            raise
 
     def action_masks(self) -> np.ndarray:
         """``(K,)`` bool mask of the current decision."""
@@ -585,6 +697,8 @@ def run(args: DynamicArgs) -> dict[str, Any]:
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs, hp = _env_kwargs(args), hyperparams(args)  # --dyn-jobs checked before any write
+    for t in dict.fromkeys(args.traces):  # a trace no stream of which has a decision: one line
+        MultiClusterPlacementEnv(trace=t, **env_kwargs).check_jobs_fit()
     run_name, run_dir, ckpt_dir = run_dirs(args, "MultiClusterPlacement-v0")
     (run_dir / "model").mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"run_name": run_name, "mode": "dynamic"}
