@@ -291,6 +291,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 services.graphs, s.graph, s.graph_refresh_s, services.graphs.file_version
             )
             refresher.start()
+        prefetch = getattr(services.telemetry, "prefetch", None)
+        if callable(prefetch):
+            prefetch()  # stale-while-refresh: the first extender call need not wait a whole read
         app.state.services = services
         app.state.graph_refresher = refresher
         restore_gc = tune_gc(s.gc_gen0_threshold)
@@ -320,16 +323,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # No dependency override for explicit settings: the services carry them (``current_settings``),
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
     # request (~1-2 ms each).
-    # read-only for the caller (placements with reserve=true also need 'schedule')
-    for r in (incidents, rca_router, placement_router, fleet):
-        app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
-    # the extender holds capacity: 'schedule' (a token, or kube-scheduler's client certificate)
-    app.include_router(scheduler_router.router, dependencies=[Depends(require_scope("schedule"))])
-    for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
-        app.include_router(r.router)
-    app.include_router(health.router)
-    app.include_router(ui_router.router)  # its own auth: a session cookie from the login form
-    app.include_router(ui_router.root_router)  # "/" -> /ui/, /favicon.ico (public)
+    _include_routers(app)
     _install_error_handlers(app)
     _document_models(app, [RCARequest, AlertmanagerWebhook])
     configured = settings or get_settings()
@@ -355,6 +349,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if configured.keep_warm_s > 0:  # off: no per-request step at all
         app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
     return app
+
+
+def _include_routers(app: FastAPI) -> None:
+    """Every router of the service, each with the scope its routes need."""
+    # read-only for the caller (placements with reserve=true also need 'schedule')
+    for r in (incidents, rca_router, placement_router, fleet):
+        app.include_router(r.router, dependencies=[Depends(require_scope("read"))])
+    # the extender holds capacity: 'schedule' (a token, or kube-scheduler's client certificate)
+    app.include_router(scheduler_router.router, dependencies=[Depends(require_scope("schedule"))])
+    for r in (alerts, graph, models, feedback):  # scopes per route: ingest/read, read/admin
+        app.include_router(r.router)
+    app.include_router(health.router)
+    app.include_router(ui_router.router)  # its own auth: a session cookie from the login form
+    app.include_router(ui_router.root_router)  # "/" -> /ui/, /favicon.ico (public)
 
 
 def _document_models(app: FastAPI, models: list[type[BaseModel]]) -> None:

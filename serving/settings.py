@@ -169,6 +169,23 @@ class Settings(BaseSettings):
     telemetry_ttl_s: float = Field(
         5.0, ge=0, le=MAX_DURATION_S, description="how long a telemetry snapshot is reused"
     )
+    # Stale-while-refresh (telemetry=prometheus): a 5,000-node fleet's DCGM query takes 2-7 s on a
+    # loaded Prometheus, past kube-scheduler's 5 s extender httpTimeout (DefaultExtenderTimeout),
+    # so the request that refreshed timed out and an ignorable extender was skipped. A snapshot
+    # older than the TTL but within this bound is served at once while one background refresh
+    # runs. 30 s is safe for holds: a hold made after the snapshot was taken stays live until a
+    # snapshot lists its pod or a snapshot collected bound_grace_s after its binding exists (an
+    # older snapshot ends neither sooner), and ttl + 30 s leaves a scrape interval and the pod's
+    # start inside the 120 s reservation TTL. Only what changed without FleetMind (pods another
+    # scheduler placed, GPUs freed) is seen up to this much later.
+    telemetry_max_stale_s: float = Field(
+        30.0,
+        ge=0,
+        le=MAX_DURATION_S,
+        description="telemetry=prometheus: a snapshot older than FLEETMIND_TELEMETRY_TTL_S by "
+        "up to this (s) is still served, at once, while one background refresh runs; older "
+        "ones (or none yet) make requests wait for the refresh; 0: always wait",
+    )
     # Samples with their own timestamps (federation, remote write) get no staleness marker when
     # their source stops: Prometheus answers them for its whole 5-minute lookback (Prometheus docs,
     # querying/basics.md, "Staleness"), so a dead cluster looked alive and placeable for 5 minutes.

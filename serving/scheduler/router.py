@@ -120,6 +120,11 @@ def _decide(
     placements), so the calls of one process never decide on the same free capacity; the hold
     re-checks the node inside its transaction for other replicas, and a refused hold (capacity
     taken meanwhile) means deciding again on a fresh view.
+
+    The snapshot may be up to ``FLEETMIND_TELEMETRY_MAX_STALE_S`` past its TTL (served while a
+    background refresh runs, so this call does not wait for Prometheus): holds made after it was
+    collected still count (a hold ends only once a snapshot lists its pod, or was collected
+    ``bound_grace_s`` after its binding), so it cannot double-book held capacity.
     """
     state = _state(services)
     model = registry.current.placement

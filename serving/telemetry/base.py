@@ -9,6 +9,7 @@ own reservations on top (:class:`fleetmind.serving.scheduler.placement.Reservati
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import re
 import threading
@@ -22,6 +23,8 @@ from fleetmind.data.errors import ConfigError
 if TYPE_CHECKING:
     from fleetmind.data.graph import DependencyGraph
     from fleetmind.serving.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,16 +94,28 @@ class TelemetrySource(ABC):
     bursts of placement requests do not each scrape, and runs one :meth:`collect` at a time: the
     requests that find the cache expired while a refresh is under way wait for it and share its
     snapshot (or its error) instead of each querying a slow Prometheus.
+
+    With ``max_stale_s`` > 0 (and ``ttl_s`` > 0), a snapshot older than ``ttl_s`` but not older
+    than ``ttl_s + max_stale_s`` seconds is returned at once while one refresh runs in a
+    background thread (stale-while-refresh), so that no request waits for a slow source (a
+    Prometheus answering a 5,000-node fleet in 2-7 s, beyond kube-scheduler's 5 s extender
+    ``httpTimeout``) unless the snapshot is older than that bound or there is none yet.
     """
 
     name: str = "base"
 
-    def __init__(self, ttl_s: float = 5.0) -> None:
+    def __init__(self, ttl_s: float = 5.0, max_stale_s: float = 0.0) -> None:
+        """``ttl_s`` (s): how long a snapshot is reused as it is; ``max_stale_s`` (s): how much
+        longer it is still served while a background refresh runs (0: callers wait for the
+        refresh, as with ``ttl_s`` = 0)."""
         self.ttl_s = ttl_s
+        self.max_stale_s = max_stale_s
         self._cached: FleetSnapshot | None = None
         self._refresh = threading.Lock()
         self._refreshes = 0  # refreshes finished (ok or failed); a waiter sharing that outcome
         self._error: Exception | None = None  # that of the last refresh, None when it worked
+        self._background = threading.Lock()  # held while a background refresh is pending or runs
+        self._failing = False  # background refreshes failing since the last that worked (logged)
 
     @abstractmethod
     def collect(self) -> FleetSnapshot:
@@ -112,9 +127,23 @@ class TelemetrySource(ABC):
             return None
         return snap
 
+    def _servable_stale(self) -> FleetSnapshot | None:
+        """The cached snapshot when it is past ``ttl_s`` but within ``max_stale_s`` more (and
+        stale-while-refresh is on), else ``None``."""
+        snap = self._cached
+        if snap is None or self.max_stale_s <= 0 or self.ttl_s <= 0:
+            return None
+        if time.time() - snap.collected_ts > self.ttl_s + self.max_stale_s:
+            return None
+        return snap
+
     def snapshot(self) -> FleetSnapshot:
         """The cached snapshot while younger than ``ttl_s`` seconds, else a new one (single-flight:
         one :meth:`collect` at a time, shared by every caller that waited for it).
+
+        With stale-while-refresh on (``max_stale_s`` > 0), a snapshot up to ``ttl_s +
+        max_stale_s`` seconds old is returned at once and one background refresh started; only
+        older snapshots (or none) make the caller wait.
 
         Raises:
             NotAvailableError, DataError: as :meth:`collect`; callers that waited for a refresh
@@ -122,6 +151,10 @@ class TelemetrySource(ABC):
         """
         snap = self._fresh()
         if snap is not None:
+            return snap
+        snap = self._servable_stale()
+        if snap is not None:
+            self._refresh_in_background()
             return snap
         seen = self._refreshes
         with self._refresh:
@@ -133,17 +166,66 @@ class TelemetrySource(ABC):
             snap = self._fresh()
             if snap is not None:
                 return snap
-            try:
-                snap = self.collect()
-            except Exception as err:
-                self._error = err
-                raise
-            else:
-                self._error = None
-                self._cached = snap
-            finally:
-                self._refreshes += 1
-            return snap
+            return self._collect_locked()
+
+    def _collect_locked(self) -> FleetSnapshot:
+        """Run :meth:`collect` (``self._refresh`` held) and record its outcome."""
+        try:
+            snap = self.collect()
+        except Exception as err:
+            self._error = err
+            raise
+        else:
+            self._error = None
+            self._cached = snap
+            if self._failing:
+                self._failing = False
+                log.info("telemetry %s: refreshing works again", self.name)
+        finally:
+            self._refreshes += 1
+        return snap
+
+    def _refresh_in_background(self) -> None:
+        """Start one background refresh unless one is pending or running (single-flight)."""
+        if not self._background.acquire(blocking=False):
+            return
+        try:
+            threading.Thread(
+                target=self._refresh_now, name=f"fleetmind-telemetry-{self.name}", daemon=True
+            ).start()
+        except RuntimeError:  # no thread to be had: the next caller past the bound refreshes
+            self._background.release()
+
+    def _refresh_now(self) -> None:
+        """The background refresh: collect unless another caller refreshed meanwhile; a failure
+        keeps the old snapshot (served until it is past the bound) and is logged once per
+        streak of failures."""
+        try:
+            seen = self._refreshes
+            with self._refresh:
+                if self._refreshes != seen or self._fresh() is not None:
+                    return
+                try:
+                    self._collect_locked()
+                except Exception as err:
+                    if not self._failing:
+                        self._failing = True
+                        log.warning(
+                            "telemetry %s: background refresh failed (%s); the last snapshot is "
+                            "served until it is %g s old, then requests wait for a refresh",
+                            self.name,
+                            err,
+                            self.ttl_s + self.max_stale_s,
+                        )
+        finally:
+            self._background.release()
+
+    def prefetch(self) -> None:
+        """Start reading the first snapshot in the background (service start-up), so that the
+        first requests wait for less than a whole :meth:`collect`, or not at all; only with
+        stale-while-refresh on and no snapshot yet, else nothing."""
+        if self._cached is None and self.max_stale_s > 0 and self.ttl_s > 0:
+            self._refresh_in_background()
 
     def last_snapshot(self) -> FleetSnapshot | None:
         """The last snapshot read, whatever its age, without reading a new one (``None`` before
@@ -195,11 +277,17 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
             "bearer_token_file": settings.prometheus_bearer_token_file or None,
             "ca_file": settings.prometheus_ca_file or None,
         }
+        source: TelemetrySource
         if is_exporter_url(settings.prometheus_url):
-            return PrometheusSource(settings.prometheus_url, **common)
-        return PrometheusApiSource(
-            settings.prometheus_url, max_age_s=settings.telemetry_max_age_s, **common
-        )
+            source = PrometheusSource(settings.prometheus_url, **common)
+        else:
+            source = PrometheusApiSource(
+                settings.prometheus_url, max_age_s=settings.telemetry_max_age_s, **common
+            )
+        # stale-while-refresh for the one source that waits on a network service (sim and nvml
+        # answer in milliseconds and stay synchronous); see Settings.telemetry_max_stale_s
+        source.max_stale_s = settings.telemetry_max_stale_s
+        return source
     raise ConfigError(f"unknown telemetry source {kind!r}; use sim, nvml or prometheus")
 
 
