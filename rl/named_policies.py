@@ -26,6 +26,7 @@ import numpy as np
 
 from fleetmind.data.errors import ModelLoadError
 from fleetmind.data.openb import OpenbNodes, PodTrace
+from fleetmind.envs.candidates import N_CAND_FEATURES, N_PENALTY_FEATURES
 from fleetmind.envs.fgd_mode import DEFAULT_LEVELS, FgdResult, unallocated_at
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.rl.dynamic_teacher import DynLinearScorer
@@ -83,13 +84,23 @@ def run_teacher_fgd(
     ``placed`` of the result has the run's number of failed pods as False entries (their positions
     are not tracked); ``node_of`` is empty.
 
+    Without ``env``, the env is built with the features the teacher was searched on: a teacher of
+    ``F = 20`` (``N_CAND_FEATURES`` + ``N_PENALTY_FEATURES``, a CEM search of ``fleetmind sched
+    train --teacher cem --penalty-features``) gets ``GpuPlacementEnv(penalty_features=True)``, one of
+    ``F = 18`` the plain env.
+
     Raises:
         ModelLoadError: the teacher file is unreadable or wrong, or its ``K`` / ``F`` (candidates,
             features per candidate) are not the env's (its weights would read the wrong features).
     """
     scorer = load_teacher(teacher)
     if env is None:
-        env = GpuPlacementEnv(traces=[trace], nodes=nodes, n_candidates=scorer.n_candidates)
+        env = GpuPlacementEnv(
+            traces=[trace],
+            nodes=nodes,
+            n_candidates=scorer.n_candidates,
+            penalty_features=scorer.n_cand_features == N_CAND_FEATURES + N_PENALTY_FEATURES,
+        )
     got = (scorer.n_candidates, scorer.n_cand_features)
     want = (int(env.n_candidates), int(env.n_cand_features))
     if got != want:
