@@ -99,3 +99,29 @@ def test_sched_evaluate_teacher_of_a_penalty_feature_run(
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "teacher" in json.loads(out.read_text())["policies"]
+
+
+@pytest.mark.parametrize("penalty_features", [True, False])
+def test_training_takes_a_penalty_run_teacher_back_only_with_penalty_features(
+    tmp_path: Path, penalty_features: bool
+) -> None:
+    """``sched train --teacher <a --penalty-features run's teacher.json>`` (F = 20) is the run's
+    own width with ``--penalty-features`` and is taken as it is; without, it is refused."""
+    from fleetmind.data.errors import ConfigError
+    from fleetmind.training.recipes.fgd import _make_teacher
+    from fleetmind.training.recipes.settings import FgdArgs
+
+    w = np.random.default_rng(0).normal(size=3 * F)
+    path = tmp_path / "teacher.json"
+    LinearScorer(w, K, F).save(path)
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    args = FgdArgs(teacher=str(path), n_candidates=K, penalty_features=penalty_features)
+    if not penalty_features:
+        with pytest.raises(ConfigError, match="F=20"):
+            _make_teacher(args, {}, tmp_path / "run", {})
+        return
+    scorer = _make_teacher(args, {}, tmp_path / "run", {})
+    assert scorer.n_cand_features == F
+    np.testing.assert_array_equal(scorer.weights, w)
+    saved = json.loads((tmp_path / "run" / "model" / "teacher.json").read_text())
+    assert saved["n_cand_features"] == F

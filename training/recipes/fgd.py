@@ -121,10 +121,16 @@ def _make_teacher(
             raise ConfigError(
                 f"teacher {args.teacher} has K={scorer.n_candidates}, the run uses K={args.n_candidates}"
             )
-        if scorer.n_cand_features != N_CAND_FEATURES:
+        # F = 18, or the run's own width: the teacher.json of a --penalty-features CEM run
+        if scorer.n_cand_features not in (N_CAND_FEATURES, _n_features(args)):
             raise ConfigError(
                 f"teacher {args.teacher} has F={scorer.n_cand_features} candidate features,"
                 f" GpuPlacement-v0 has F={N_CAND_FEATURES}"
+                + (
+                    f" (F={_n_features(args)} with --penalty-features)"
+                    if args.penalty_features
+                    else ""
+                )
             )
         # the release carries its teacher: a strand teacher as teacher_strand.json, with its linear
         # base as teacher.json (the layout of models/placement/ since 2026-11-30)
@@ -133,7 +139,7 @@ def _make_teacher(
             scorer.base.save(run_dir / "model" / "teacher.json")
         else:
             scorer.save(run_dir / "model" / "teacher.json")
-        # saved at F = 18 (it reads nothing else); widened to see the penalty columns as weight 0
+        # saved at its own F; an F = 18 one is widened to see the penalty columns as weight 0
         return scorer.widen(_n_features(args)) if args.penalty_features else scorer
     if args.cem_generations < 1 or args.cem_population < 2:
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
