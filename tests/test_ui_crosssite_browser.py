@@ -1,6 +1,6 @@
 """In headless Chromium: a link from another site keeps the forms of open tabs working, and an
-alert named with U+202E RIGHT-TO-LEFT OVERRIDE reverses no other text (the findings and fixes are
-described in ``test_ui_crosssite_and_bidi.py``).
+alert named with U+202E RIGHT-TO-LEFT OVERRIDE (after a paragraph separator or not) reverses no
+other text (the findings and fixes are described in ``test_ui_crosssite_and_bidi.py``).
 
 A real ``uvicorn`` process with no token (every form on the double-submit ``fm_csrf`` cookie) and
 a "chat" page on ``localhost`` (another site than ``127.0.0.1``) linking to it. Needs Debian's
@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from serving_helpers import Server, wait_for, webhook
-from test_ui_crosssite_and_bidi import _alerts
+from test_ui_crosssite_and_bidi import PS_NAMES, _alerts
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -39,6 +39,19 @@ for (let t = walker.nextNode(); t; t = walker.nextNode()) {
   return out;
 }
 return null;
+"""
+
+
+# Whether the elements matched by ``arguments[1]`` under ``arguments[0]`` (a list's pieces, each
+# in a <bdi>) are drawn in the order of the document: each starts right of where the one before
+# ends on the same line, or on a line below (a piece broken across lines has a box on each).
+IN_ORDER_JS = """
+const rects = [...arguments[0].querySelectorAll(arguments[1])].map(e => [...e.getClientRects()]);
+return rects.length > 1 && rects.every((r, i) => {
+  if (i === 0) return true;
+  const prev = rects[i - 1][rects[i - 1].length - 1], cur = r[0];
+  return Math.abs(cur.top - prev.top) < 2 ? cur.left > prev.left : cur.top > prev.top;
+});
 """
 
 
@@ -134,7 +147,14 @@ def test_links_from_chat_keep_open_forms_and_bidi_names_stay_put(
         assert _reads_as_itself(driver, bidi, "c0-h1")
         kube = next(t for t in labels if "KubeNode" in t.get_attribute("textContent"))
         assert _reads_as_itself(driver, kube, "KubeNodeNotReady · c0-h1")
+        # after a paragraph separator (U+2029, U+0085) too: it would end the isolate
+        for shown in PS_NAMES.values():
+            label = next(t for t in labels if shown[:3] in t.get_attribute("textContent"))
+            assert _reads_as_itself(driver, label, "c0-h1"), shown
         driver.get(server.url + "/ui/fleet")
         marks = driver.find_element(By.CSS_SELECTOR, '.node[data-node="c0-h1"] .inc')
         assert _reads_as_itself(driver, marks, "KubeNodeNotReady")
         assert _reads_as_itself(driver, marks, "GpuXidError")
+        # the marks in their order: a paragraph separator split a <bdi>, and the override after
+        # it reversed the marks that follow
+        assert driver.execute_script(IN_ORDER_JS, marks, "bdi")

@@ -35,6 +35,7 @@ from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
     edge_kinds,
     isolate,
+    one_paragraph,
     path_svg,
     propagation_tree,
     short_id,
@@ -122,8 +123,11 @@ def bdi(text: Any) -> Markup:
     alert, the graph or a form, shown beside others in one line (``clusters c0, c1``, an alert
     name list, who signed the feedback). Its right-to-left letters or bidi controls (U+202E
     RIGHT-TO-LEFT OVERRIDE is legal in a Prometheus label value) then reorder only itself, never
-    its neighbours. Attributes, which hold no markup, use :func:`~fleetmind.serving.ui.svg.isolate`."""
-    return Markup("<bdi>") + escape(str(text)) + Markup("</bdi>")
+    its neighbours. Its paragraph separators are shown as spaces
+    (:func:`~fleetmind.serving.ui.svg.one_paragraph`): one would split the element, and an override
+    after it would reorder the text that follows. Attributes, which hold no markup, use
+    :func:`~fleetmind.serving.ui.svg.isolate`."""
+    return Markup("<bdi>") + escape(one_paragraph(str(text))) + Markup("</bdi>")
 
 
 _BREAKS = re.compile(r"(?<=[/_.:,])(?=.)|(?<=[a-z])(?=[A-Z])|(?<=[A-Z\d])(?=[A-Z][a-z])")
@@ -483,12 +487,24 @@ def _incident(
     flash: str | None = None,
     form: dict[str, str] | None = None,
 ) -> Response:
+    """Incident ``incident_id``'s page, with ``flash`` (a message about the feedback form) and
+    ``form`` (what was typed in it, kept) when a form was refused; a merged incident redirects to
+    the one it was merged into (303), or, with a message or a kept form (a redirect would lose
+    both), shows that one's page with them, with ``status_code``."""
     row = services.db.get_incident(incident_id)
     if row is None:
         return _no_incident(request, session, incident_id)
+    merged = _merged_note(request.query_params.get("merged_from", ""))
     if row["status"] == "merged" and row["merged_into"] is not None:
-        target = f"/ui/incidents/{row['merged_into']}?merged_from={incident_id}"
-        return RedirectResponse(target, status_code=303)
+        if flash is None and form is None:
+            target = f"/ui/incidents/{row['merged_into']}?merged_from={incident_id}"
+            return RedirectResponse(target, status_code=303)
+        # the page of the incident it ended in (merges can chain), its form posting there
+        merged = _merged_note(str(incident_id))
+        row, missing = _merge_target(services, row)
+        if row is None:
+            return _no_incident(request, session, missing)
+        incident_id = row["id"]
     # the newest MAX_PAGE_ALERTS (as ranking reads the newest): a long incident's oldest are
     # the least likely to still fire
     alerts = services.db.list_alerts(incident_id=incident_id, limit=MAX_PAGE_ALERTS, newest=True)
@@ -502,28 +518,12 @@ def _incident(
         c["low"] = c["rank"] > 1 and (
             float(c.get("score") or 0.0) < LOW_SCORE or not c.get("fault_type")
         )
-    # the timeline names each alert's node, with its cluster when the nodes span several
-    clusters = {n.split("/", 1)[0] for a in alerts if (n := a["node"] or "").count("/") >= 2}
-    timeline = Markup(
-        timeline_svg(
-            [
-                (
-                    a["starts_ts"],
-                    a["ends_ts"],
-                    (a["alertname"] or "?", where(a["node"], len(clusters) > 1)),
-                    a["status"],
-                )
-                for a in alerts
-            ],
-            max_rows=TIMELINE_ROWS,
-        )
-    )
+    timeline = _timeline(alerts)
     alert_names = Counter(a["alertname"] or "?" for a in alerts)
     sent, failing, dropped, held = (
         _notified(services, row, causes[0]) if causes else (False, None, None, None)
     )
     saved = request.query_params.get("feedback") == "saved"
-    merged = _merged_note(request.query_params.get("merged_from", ""))
     return render(
         request,
         "incident.html",
@@ -571,6 +571,39 @@ def _incident(
         merged_note=merged,
         form=form or {},
         feedback_nodes=_feedback_nodes(graph, causes, row["nodes"] or []),
+    )
+
+
+def _merge_target(services: Any, row: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
+    """The incident a merged ``row`` ended in (merges can chain; at most 100 steps), or
+    ``(None, id)`` when the chain names an incident ``id`` that does not exist."""
+    for _ in range(100):
+        if row["status"] != "merged" or row["merged_into"] is None:
+            break
+        target = services.db.get_incident(row["merged_into"])
+        if target is None:
+            return None, int(row["merged_into"])
+        row = target
+    return row, int(row["id"])
+
+
+def _timeline(alerts: list[dict[str, Any]]) -> Markup:
+    """The incident's timeline drawing: each alert's name and node, with its cluster when the
+    nodes span several."""
+    clusters = {n.split("/", 1)[0] for a in alerts if (n := a["node"] or "").count("/") >= 2}
+    return Markup(
+        timeline_svg(
+            [
+                (
+                    a["starts_ts"],
+                    a["ends_ts"],
+                    (a["alertname"] or "?", where(a["node"], len(clusters) > 1)),
+                    a["status"],
+                )
+                for a in alerts
+            ],
+            max_rows=TIMELINE_ROWS,
+        )
     )
 
 
@@ -701,6 +734,12 @@ EXPIRED_KEPT = (
 )
 
 
+MERGED_KEPT = (
+    "Incident #{} was merged into this one since its page was opened, so nothing was saved; "
+    "what you typed is kept below: check it and save it for this incident."
+)
+
+
 def _form_refused(request: Request, session: auth.Session | None, settings: Any) -> Response:
     """The 403 page for a form whose CSRF token or origin does not check out."""
     return render(
@@ -730,6 +769,13 @@ async def _record_feedback(
             kept = {k: form.get(k, "") for k in ("root_cause", "by", "note")}
             return _incident(request, services, incident_id, session, 403, EXPIRED_KEPT, kept)
         return _form_refused(request, session, services.settings)
+    row = services.db.get_incident(incident_id)
+    if row is not None and row["status"] == "merged" and row["merged_into"] is not None:
+        # a form opened before the merge: the page it was merged into, with what was typed
+        # (feedback is stored on that incident, record_feedback refuses this one)
+        return _incident(
+            request, services, incident_id, session, 422, MERGED_KEPT.format(incident_id), form
+        )
     if not form.get("by", "").strip():
         return _incident(
             request,

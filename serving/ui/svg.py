@@ -65,12 +65,25 @@ _BOLD = 1.12  # DejaVu Sans Bold is about this much wider than Book
 
 
 _REORDERING = frozenset(
-    {"R", "AL", "AN", "LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"}
+    {"R", "AL", "AN", "LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI", "B"}
 )
 """Bidi classes (Unicode TR9, table 4) of the characters that can move text around them:
-right-to-left letters, Arabic digits and the explicit embeddings, overrides and isolates. Text
-without any is left-to-right, and in a left-to-right page reorders nothing."""
+right-to-left letters, Arabic digits, the explicit embeddings, overrides and isolates, and the
+paragraph separators (``B``, see :func:`one_paragraph`), after which a control would reach past
+the isolate around the text. Text without any is left-to-right, and in a left-to-right page
+reorders nothing."""
 _FSI, _PDI = "\u2068", "\u2069"
+
+
+def one_paragraph(text: str) -> str:
+    """``text`` with each paragraph separator (bidi class ``B``: LF, CR, U+001C..U+001E, U+0085
+    NEL, U+2029; all legal in a Prometheus label value) shown as a space, for display only. A
+    paragraph separator ends every isolate open before it (Unicode TR9 rule X8), so a right-to-left
+    override after one would run on past the isolate, or the ``<bdi>`` element (Chromium splits
+    it there), into the text that follows."""
+    if not any(unicodedata.bidirectional(ch) == "B" for ch in text):
+        return text
+    return "".join(" " if unicodedata.bidirectional(ch) == "B" else ch for ch in text)
 
 
 def isolate(text: str) -> str:
@@ -79,10 +92,12 @@ def isolate(text: str) -> str:
     letter, or a control such as U+202E RIGHT-TO-LEFT OVERRIDE, legal in a Prometheus label
     value); other text is returned as it is (nothing to isolate, and copied text stays clean).
 
-    For display only, never for stored data: a PDI in ``text`` that closes nothing of its own
-    (it would close this isolate early) is left out, and isolates ``text`` opens and leaves open
-    are closed, so nothing of ``text`` reaches past its end. Drawn text, ``<title>`` tooltips
-    and HTML attributes use it; HTML text uses ``<bdi>`` elements."""
+    For display only, never for stored data: each paragraph separator is shown as a space
+    (:func:`one_paragraph`: one would end the isolate and let an override after it run on into
+    the text that follows); a PDI in ``text`` that closes nothing of its own (it would close
+    this isolate early) is left out; and isolates ``text`` opens and leaves open are closed, so
+    nothing of ``text`` reaches past its end. Drawn text, ``<title>`` tooltips and HTML
+    attributes use it; HTML text uses ``<bdi>`` elements."""
     if not any(unicodedata.bidirectional(ch) in _REORDERING for ch in text):
         return text
     out = []
@@ -95,7 +110,7 @@ def isolate(text: str) -> str:
                 continue
             depth -= 1
         out.append(ch)
-    return _FSI + "".join(out) + _PDI * (depth + 1)
+    return _FSI + one_paragraph("".join(out)) + _PDI * (depth + 1)
 
 
 def text_width(text: str, size: float, bold: bool = False) -> float:
