@@ -7,11 +7,11 @@ Signals per cluster ``c`` (each in [0, 1] after normalisation; *higher is worse*
 * ``l_c``: P99 inference latency / ``latency_slo_s``, capped at 1. P99 (and P95) come from a
   latency histogram in Prometheus (``FLEETMIND_HEALTH_LATENCY_HISTOGRAM``, default
   ``http_server_request_duration_seconds``, the OpenTelemetry HTTP server metric):
-  ``histogram_quantile(0.99, sum by (cluster, le) (max without (prometheus_replica, replica)
+  ``histogram_quantile(0.99, sum by (cluster, le) (max without (prometheus_replica)
   (rate(<h>_bucket[5m]))))``; the request rate is ``sum by (cluster) (max without
-  (prometheus_replica, replica) (rate(<h>_count[5m])))``. The ``max without`` keeps one series of
-  each HA Prometheus pair (:data:`REPLICA_LABELS`) before the sum, which would otherwise double
-  the cluster's rate when Thanos Query answers without deduplication.
+  (prometheus_replica) (rate(<h>_count[5m])))``. The ``max without`` keeps one series of each HA
+  Prometheus pair (:data:`REPLICA_LABELS`) before the sum, which would otherwise double the
+  cluster's rate when Thanos Query answers without deduplication.
 
 Health ``H_c = 1 - sum_i w_i s_ic`` over the signals the cluster has (weights renormalised over
 them), so 1 is idle and healthy, 0 saturated on every signal. Unhealthy GPUs (XID) count as fully
@@ -46,13 +46,17 @@ if TYPE_CHECKING:  # deps imports this module: the type only, for the annotation
     from fleetmind.serving.deps import Services
 
 SIGNALS = ("gpu_util", "vram_pressure", "latency")
-REPLICA_LABELS = "prometheus_replica, replica"
-"""The labels that tell the two Prometheus servers of an HA pair apart: ``prometheus_replica``, the
-external label the Prometheus Operator (kube-prometheus-stack) gives each replica, and ``replica``,
-the one Thanos' docs use (``--query.replica-label``). Thanos Query without deduplication, or a
-federation with ``honor_labels: true``, answers every series once per replica; a ``sum`` over
-them counts each request twice, so queries take ``max without (REPLICA_LABELS)`` first, as the
-telemetry queries' ``max by`` do (:mod:`fleetmind.serving.telemetry.prometheus`)."""
+REPLICA_LABELS = "prometheus_replica"
+"""The label that tells the two Prometheus servers of an HA pair apart: ``prometheus_replica``, the
+external label the Prometheus Operator (kube-prometheus-stack) gives each replica
+(``replicaExternalLabelName``'s default). Thanos Query without deduplication, or a federation with
+``honor_labels: true``, answers every series once per replica; a ``sum`` over them counts each
+request twice, so queries take ``max without (REPLICA_LABELS)`` first, as the telemetry queries'
+``max by`` do (:mod:`fleetmind.serving.telemetry.prometheus`). Only this label: a plain
+``replica`` label is also a workload's (Ray Serve tags every ``ray.serve`` metric with its
+``replica``, ``REPLICA_TAG`` in ``ray/serve/metrics.py``), and dropping it would count two
+workload replicas as one. Deduplicate any other replica label (Thanos'
+``--query.replica-label``) in Thanos Query itself."""
 INITIAL_WEIGHTS = (0.4, 0.35, 0.25)
 ADAPT_RATE = 0.1
 

@@ -21,16 +21,23 @@ Upstream behaviour the fixtures follow:
   ``kube_pod_status_phase{namespace, pod, uid, phase}`` (one series per phase, 1 for the current),
   ``kube_pod_annotations{namespace, pod, uid, annotation_*}``, ``kube_node_*{node, ...}``.
 
+* Prometheus renames only a non-empty label (``mutateSampleLabels`` in ``scrape/scrape.go``): for a
+  pod not yet scheduled kube-state-metrics exports ``node=""``, so with a target that sets
+  ``node`` the series keeps the target's ``node`` and has no ``exported_node``.
+
 Before, with ``honor_labels: false``: one finished pod anywhere matched every series of the
 finished-pods filter (all carried the kube-state-metrics pod's ``namespace``/``pod``), so every
 node looked empty; requests collapsed to the largest container per node; the GPU held by
-``ml/train-0`` read as free from its framebuffer.
+``ml/train-0`` read as free from its framebuffer. Then, with a target setting ``node``, the Pending
+``ml/pending-big`` read as running on the kube-state-metrics pod's node: its requests used up n2,
+and its uid there ended the extender's hold for it on n1 at the next snapshot.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from k8s_helpers import (
@@ -42,6 +49,10 @@ from k8s_helpers import (
     prometheus_binary,
 )
 
+from fleetmind.serving.db import Database
+from fleetmind.serving.scheduler.placement import Option
+from fleetmind.serving.scheduler.reservations import DbReservations
+from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import NodeState
 from fleetmind.serving.telemetry.prometheus import PrometheusApiSource, Sample, build_nodes
 
@@ -55,6 +66,7 @@ SERVICE_MONITOR = {"namespace": "monitoring", "pod": KSM_POD, "container": "kube
 """kube-state-metrics' target labels from a ServiceMonitor (prometheus-operator)."""
 SERVICE_ENDPOINTS = {**SERVICE_MONITOR, "node": KSM_NODE}
 """... and from a ``kubernetes_sd`` job that also relabels ``__meta_kubernetes_pod_node_name``."""
+PENDING = "pending-big"
 # pod -> (namespace, node, created_by_kind, phase, {container: (cpu cores, memory bytes)})
 PODS = {
     "dcgm-exporter-n1x7k": ("gpu-operator", "n1", "DaemonSet", "Running",
@@ -66,6 +78,7 @@ PODS = {
     "train-0": ("ml", "n1", "Job", "Running", {"main": (8, 64 * GI), "log": (1, 1 * GI)}),
     "share-0": ("ml", "n2", "ReplicaSet", "Running", {"main": (2, 8 * GI)}),
     "done-1": ("ml", "n2", "Job", "Succeeded", {"main": (4, 16 * GI)}),  # finished: left out
+    PENDING: ("ml", "", "Job", "Pending", {"main": (40, 200 * GI)}),  # not scheduled: no node
 }  # fmt: skip
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 GPU_COUNT = {"n1": 2, "n2": 3}  # n2's third GPU reports nothing: a placeholder
@@ -165,8 +178,9 @@ time-slicing replicas, ``ml/share-0``'s 300 milli on n2 GPU 1, n2's third GPU a 
 def _samples(text: str, target: dict[str, str], honor_labels: bool) -> list[Sample]:
     """``text`` as Prometheus stores it after a scrape with ``target`` labels: with
     ``honor_labels: false`` a non-empty label the target also sets is kept as
-    ``exported_<name>`` and the target's value takes its place (``mutateSampleLabels`` in
-    Prometheus' ``scrape/scrape.go``)."""
+    ``exported_<name>`` and the target's value takes its place; with ``honor_labels: true`` the
+    target's value is set only where the series has no such label, an empty one included
+    (``mutateSampleLabels`` in Prometheus' ``scrape/scrape.go``; empty labels are then dropped)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: list[Sample] = []
@@ -174,7 +188,7 @@ def _samples(text: str, target: dict[str, str], honor_labels: bool) -> list[Samp
         for s in family.samples:
             lab = {k: v for k, v in s.labels.items() if v}
             for k, v in target.items():
-                if k in lab and honor_labels:
+                if k in s.labels and honor_labels:
                     continue
                 if k in lab:
                     lab[f"exported_{k}"] = lab[k]
@@ -206,7 +220,10 @@ def test_the_scrape_moves_the_workload_to_exported_labels() -> None:
     assert {lab["pod"] for lab in info} == {KSM_POD}
     assert {lab["node"] for lab in info} == {KSM_NODE}
     assert {lab["exported_pod"] for lab in info} == set(PODS)
-    assert {lab["exported_node"] for lab in info} == {"n1", "n2"}
+    assert {lab.get("exported_node") for lab in info} == {"n1", "n2", None}
+    # the pod not yet scheduled keeps the target's node: nothing tells it apart but exported_node
+    pending = [lab for lab in info if lab["exported_pod"] == PENDING]
+    assert pending == [{**pending[0], "node": KSM_NODE}] and "exported_node" not in pending[0]
 
 
 @pytest.mark.parametrize("target", [SERVICE_MONITOR, SERVICE_ENDPOINTS], ids=["sm", "sd"])
@@ -260,3 +277,24 @@ def test_the_server_mode_reads_the_same_fleet(prom: str) -> None:
     finally:
         src.close()
     assert _summary(nodes) == EXPECTED
+
+
+@pytest.mark.external
+def test_a_pending_pod_keeps_its_hold(prom: str, tmp_path: Path) -> None:
+    """The extender held n1 for the Pending ``ml/pending-big``; the next snapshot lists it on no
+    node (not on the kube-state-metrics pod's), so the hold stays."""
+    src = PrometheusApiSource(prom, ttl_s=0.0)
+    try:
+        snapshot = src.collect()
+    finally:
+        src.close()
+    assert not any(
+        f"ml/{PENDING}" in n.pods or f"u-{PENDING}" in n.pod_uids for n in snapshot.nodes
+    )
+    db = Database(f"sqlite:///{tmp_path}/holds.db")
+    db.migrate()
+    res = DbReservations(db, cache_s=0)
+    job = JobSpec(num_gpu=1, gpu_milli=1000, cpu_milli=40000, memory_mib=0)
+    res.hold(f"ml/{PENDING}", Option("local", "n1", (1,), 1.0), job, uid=f"u-{PENDING}")
+    view = res.view(snapshot)
+    assert view.gpu_used("local", "n1", 1) == 1000 and view.cpu_used("local", "n1") == 40000

@@ -35,7 +35,9 @@ seen next to an ``exported_pod``, the pod named by a ``Hostname`` label, or a na
 ServiceMonitor without ``honorLabels: true``, bitnami/charts#7690) is read the same way: its
 ``namespace``/``pod``/``container``/``uid``/``node`` (the object a series describes) are
 ``exported_<label>`` where set, else ``<label>`` (:data:`KSM_OBJECT_LABELS`); otherwise every series
-would carry the kube-state-metrics pod's own labels, and one finished pod would drop them all.
+would carry the kube-state-metrics pod's own labels, and one finished pod would drop them all. On a
+target that sets ``node`` too, a pod is on the node of its ``exported_node`` only: one not yet
+scheduled has none, and is on no node (:func:`placed_on_node`).
 
 Health. ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID and is never reset (NVIDIA/dcgm-exporter#500,
 NVIDIA/DCGM#277), so one application XID (13, 31, 43, 45: a user program's fault) must not take a
@@ -151,7 +153,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,8 +265,16 @@ prometheus-community/helm-charts#1368), Prometheus keeps kube-state-metrics' val
 label as ``exported_<label>`` and sets the target's (the kube-state-metrics pod's) in its place;
 :func:`ksm_object_labels` reads ``exported_<label>`` back where it is set. Prometheus renames only
 a non-empty label (``mutateSampleLabels`` in ``scrape/scrape.go``), so where the target sets
-``node``, a pod not yet scheduled (kube-state-metrics' ``node`` empty) shows on the
-kube-state-metrics pod's node: its requests count there (less free, never more)."""
+``node``, a pod not yet scheduled (kube-state-metrics' ``node`` empty) would show on the
+kube-state-metrics pod's node: its requests would use up that node, and its uid seen there would
+end the extender's hold on the node it was placed on. So a target that renames ``node`` (any of
+its ``kube_pod_info`` carries ``exported_node``) places a pod only by ``exported_node``
+(:func:`placed_on_node`, :data:`KSM_PLACED`); targets that never rename it (``honor_labels: true``,
+a ServiceMonitor) read ``node`` as before."""
+KSM_PLACED: tuple[str, ...] = ("kube_pod_info", "kube_pod_container_resource_requests")
+"""kube-state-metrics metrics whose ``node`` places a pod (empty while it is not scheduled)."""
+_KSM_TARGET = ("cluster", "job", "instance")
+"""The labels of one kube-state-metrics scrape target (``on (...)`` in :func:`placed_on_node`)."""
 _KSM_READ: dict[str, tuple[str, ...]] = {
     "kube_pod_container_resource_requests": ("namespace", "pod", "container", "node"),
     "kube_pod_info": ("namespace", "pod", "uid", "node"),
@@ -286,6 +296,25 @@ def ksm_object_labels(selector: str, labels: Iterable[str]) -> str:
     for label in labels:
         selector = f'label_replace({selector}, "{label}", "$1", "exported_{label}", "(.+)")'
     return selector
+
+
+def placed_on_node(
+    metric: str, matchers: str, max_age_s: float, read: Callable[[str, str], str]
+) -> str:
+    """The series of ``metric`` (one of :data:`KSM_PLACED`) matching ``matchers`` that place a pod
+    on a node: ``read(metric, matchers)`` (the selector as :func:`fleet_queries` reads it) with
+    ``node!=""``, except that on a scrape target renaming ``node`` (one with any fresh
+    ``kube_pod_info{exported_node!=""}``) only the series with ``exported_node`` count, since there
+    a pod not yet scheduled carries the target's ``node`` (see :data:`KSM_OBJECT_LABELS`). Without
+    such a target (``honor_labels: true``, a ServiceMonitor) the answer is ``read``'s alone."""
+    on = ", ".join(_KSM_TARGET)
+    own = f'{matchers},node!="",exported_node!=""' if matchers else 'node!="",exported_node!=""'
+    any_node = f'{matchers},node!=""' if matchers else 'node!=""'
+    renaming = fresh('kube_pod_info{exported_node!=""}', max_age_s)
+    return (
+        f"({read(metric, own)} or ({read(metric, any_node)} "
+        f"unless on ({on}) group by ({on}) ({renaming})))"
+    )
 
 
 _TARGET_LABELS = "instance, job, pod, namespace, container, service, endpoint, exported_node"
@@ -339,7 +368,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
 
     dcgm = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # fmt: skip
-    cpu_mem, on_node = 'resource=~"cpu|memory"', ',node!=""'
+    cpu_mem = 'resource=~"cpu|memory"'
     shared, node = f'{ANN_MILLI}!=""', 'node!=""'
     gpus = 'resource="nvidia_com_gpu"'
     return {
@@ -355,10 +384,10 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         # deduplicate)
         "node_requests": "sum by (cluster, node, resource) "
         "(max by (cluster, node, namespace, pod, container, resource) "
-        f"({sel('kube_pod_container_resource_requests', cpu_mem + on_node)} "
+        f"({placed_on_node('kube_pod_container_resource_requests', cpu_mem, max_age_s, sel)} "
         f"{_DONE}))",
         "kube_pod_info": "max by (cluster, namespace, pod, uid, node, created_by_kind) "
-        f"({sel('kube_pod_info', on_node[1:])}) {_DONE}",
+        f"({placed_on_node('kube_pod_info', '', max_age_s, sel)}) {_DONE}",
         "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
         f"({sel('kube_pod_annotations', shared)}) {_DONE}",
         # whole GPUs per node as the kubelet counts them (capacity: healthy and unhealthy devices;
@@ -755,17 +784,44 @@ class _KsmView:
     pods left out (``pod_node`` without its cluster: two clusters may each run ``ml/train-0``)."""
 
 
-def _object_labels(lab: dict[str, str]) -> dict[str, str]:
+def _object_labels(lab: dict[str, str], unplaced: bool = False) -> dict[str, str]:
     """A kube-state-metrics series' labels with its own value of each :data:`KSM_OBJECT_LABELS`
     label: ``exported_<label>`` where set (scraped with ``honor_labels: false``), as
-    :func:`ksm_object_labels` reads them in PromQL."""
+    :func:`ksm_object_labels` reads them in PromQL; ``node`` emptied when ``unplaced`` (the
+    target's own ``node`` on a pod not yet scheduled, :func:`placed_on_node`)."""
     own = {k: lab[f"exported_{k}"] for k in KSM_OBJECT_LABELS if lab.get(f"exported_{k}")}
+    if unplaced:
+        own["node"] = ""
     return {**lab, **own} if own else lab
+
+
+def _ksm_object_series(ksm: list[Sample]) -> list[Sample]:
+    """``ksm`` with each series' object labels (:func:`_object_labels`): on a scrape target that
+    renames ``node`` (any ``kube_pod_info`` of it with ``exported_node``), a series of
+    :data:`KSM_PLACED` without ``exported_node`` is on no node, as :func:`placed_on_node` reads it."""
+    renaming = {
+        tuple(lab.get(k, "") for k in _KSM_TARGET)
+        for name, lab, _ in ksm
+        if name == "kube_pod_info" and lab.get("exported_node")
+    }
+    return [
+        (
+            name,
+            _object_labels(
+                lab,
+                unplaced=name in KSM_PLACED
+                and not lab.get("exported_node")
+                and tuple(lab.get(k, "") for k in _KSM_TARGET) in renaming,
+            ),
+            v,
+        )
+        for name, lab, v in ksm
+    ]
 
 
 def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
     """Finished pods left out: pod placement, requests, allocatable and GPU shares."""
-    ksm = [(name, _object_labels(lab), v) for name, lab, v in ksm]
+    ksm = _ksm_object_series(ksm)
     finished = {
         (lab.get("namespace", ""), lab.get("pod", ""))
         for name, lab, v in ksm
