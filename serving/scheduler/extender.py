@@ -182,8 +182,9 @@ class PodUnsupported(PodRefused):
     """A valid pod whose GPU request FleetMind cannot place (:class:`PodRefused`): ``nvidia.com/gpu``
     beside ``nvidia.com/mig-<profile>``, or two MIG profiles (both valid under the device plugin's
     mixed strategy), an ``alibabacloud.com/gpu-milli`` outside 1..1000, a negative
-    ``alibabacloud.com/gpu-count``, or a share of a GPU on several GPUs (annotations are free text
-    to Kubernetes)."""
+    ``alibabacloud.com/gpu-count``, a GPU-sharing annotation that is not an integer (``"half"``,
+    ``"1_0"``, ``"500 "``), or a share of a GPU on several GPUs (annotations are free text to
+    Kubernetes)."""
 
 
 def _shown(value: Any) -> str:
@@ -458,7 +459,7 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
     if not mig and (ANN_GPU_COUNT in ann or ANN_GPU_MILLI in ann):
         count, milli = str(ann.get(ANN_GPU_COUNT, 1)), str(ann.get(ANN_GPU_MILLI, 1000))
         if not (_GO_INT.fullmatch(count) and _GO_INT.fullmatch(milli)):
-            raise DataError(
+            raise PodUnsupported(  # free text to the API server: kube-scheduler sends such pods
                 f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers "
                 f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
             )
