@@ -6,6 +6,7 @@ Options override the matching ``FLEETMIND_*`` environment variables (see ``docs/
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Any
@@ -343,6 +344,21 @@ def _checked_settings(args: argparse.Namespace) -> Any:
     return settings
 
 
+def _supervisor_options(uvicorn: Any, startup_timeout_s: float) -> dict[str, Any]:
+    """uvicorn's supervisor options for ``--workers N``: ``timeout_worker_healthcheck`` (whole
+    seconds, rounded up) from ``FLEETMIND_WORKER_STARTUP_TIMEOUT_S``.
+
+    uvicorn's default of 5 s (``uvicorn/supervisors/multiprocess.py``: a new worker must answer the
+    supervisor's ping, and on SIGHUP finish starting, within it) is shorter than a worker's start
+    (torch, both models, the schema check): the supervisor killed workers at start-up on a busy host
+    and aborted every SIGHUP restart. A uvicorn without the parameter gets nothing (its default)."""
+    import inspect
+
+    if "timeout_worker_healthcheck" not in inspect.signature(uvicorn.Config).parameters:
+        return {}
+    return {"timeout_worker_healthcheck": math.ceil(startup_timeout_s)}
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -400,6 +416,7 @@ def run(args: argparse.Namespace) -> int:
             # header timeout and size limit, connection limits; then HTTPS and kube-scheduler's
             # client certificate (whose protocol keeps those limits: it subclasses the guarded one)
             **{**server_options(settings), **uvicorn_options(settings)},
+            **_supervisor_options(uvicorn, settings.worker_startup_timeout_s),
         )
     finally:
         if shared is not None:

@@ -1433,6 +1433,49 @@ def pg_lock_wait(conn: Connection, seconds: float = PG_LOCK_WAIT_S) -> None:
     )
 
 
+_THREAD_LOCK_WAIT = threading.local()
+"""``ms``: the ``lock_timeout`` (ms) of every transaction the thread begins inside
+:func:`pg_thread_lock_wait` (absent or ``None``: the server's)."""
+_LOCK_WAIT_ENGINES = threading.Lock()
+
+
+def _begin_with_lock_wait(conn: Connection) -> None:
+    """SQLAlchemy ``begin`` event: ``SET LOCAL lock_timeout`` for a thread inside
+    :func:`pg_thread_lock_wait` (not on an autocommit connection: no transaction to scope it to)."""
+    ms = getattr(_THREAD_LOCK_WAIT, "ms", None)
+    if ms is None or conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        return
+    cur = conn.connection.dbapi_connection.cursor()  # the driver opens the transaction here
+    try:
+        cur.execute(f"SET LOCAL lock_timeout = {int(ms)}")
+    finally:
+        cur.close()
+
+
+@contextmanager
+def pg_thread_lock_wait(db: Database, seconds: float = PG_LOCK_WAIT_S) -> Iterator[None]:
+    """Within the block, every transaction the calling thread begins on ``db`` waits at most
+    ``seconds`` for any lock (``lock_timeout``, as :func:`pg_lock_wait`; SQLSTATE 55P03 past it).
+
+    For the incident worker's thread: a table locked for longer than the leader lease
+    (``VACUUM FULL incidents``, a migration's ``ALTER TABLE``) made its statements wait the whole
+    statement timeout (30 s), past the lease (10 s), so leadership passed from replica to replica;
+    now the loop fails within ``seconds`` and goes back to checking its lease. Other threads (the
+    requests) are not affected; nothing on SQLite."""
+    if db.is_sqlite:
+        yield
+        return
+    with _LOCK_WAIT_ENGINES:
+        if not event.contains(db.engine, "begin", _begin_with_lock_wait):
+            event.listen(db.engine, "begin", _begin_with_lock_wait)
+    before = getattr(_THREAD_LOCK_WAIT, "ms", None)
+    _THREAD_LOCK_WAIT.ms = max(1, round(seconds * 1000))
+    try:
+        yield
+    finally:
+        _THREAD_LOCK_WAIT.ms = before
+
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """``PRAGMA busy_timeout`` of every SQLite connection: how long a write waits for another
 process's write lock (ms)."""

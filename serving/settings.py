@@ -324,6 +324,15 @@ class Settings(BaseSettings):
         description="PostgreSQL: the incident worker's lock session ends this long after its "
         "holder stops checking it (a vanished host), so another replica takes over",
     )
+    worker_startup_timeout_s: float = Field(
+        120.0,
+        ge=5,
+        le=3600,
+        description="fleetmind serve --workers N: how long uvicorn's supervisor waits for a new "
+        "worker process to answer its health check (and, on a SIGHUP restart, to finish starting) "
+        "before killing it, seconds. A worker imports torch and loads both models first, which "
+        "takes longer than uvicorn's own 5 s on a busy host",
+    )
     worker_stuck_s: float = Field(
         60.0,
         gt=0,

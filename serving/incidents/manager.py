@@ -143,7 +143,7 @@ class IncidentManager:
         self.leader = LeaderLock(db, self.config.leader_lease_s)
         self.lag = _LoopGauges(db, metrics, self._follow)
         self.worker = IncidentWorker(
-            self, self.leader, self.schedule, self.lag, self.config.backlog_rank_s
+            self, self.leader, self.schedule, self.lag, self.config.backlog_rank_s, db
         )
         self._process_lock = threading.Lock()
         self._next_housekeeping = 0.0
@@ -271,8 +271,7 @@ class IncidentManager:
         if self.metrics is not None:
             self.metrics.alerts_grouped.inc(len(rows))
         backlog = len(rows) >= limit  # more alerts are waiting: rank once they are grouped
-        for inc_id in self.schedule.after_batch(evidence, time.monotonic(), defer, backlog):
-            self._rank(inc_id)
+        self._rank_all(self.schedule.after_batch(evidence, time.monotonic(), defer, backlog))
         return len(rows)
 
     def _group_singly(self, limit: int, defer: bool) -> int:
@@ -317,8 +316,17 @@ class IncidentManager:
 
     def rank_due(self, older_than_s: float = 0.0) -> None:
         """Re-rank the incidents whose deferred ranking has been due for ``older_than_s`` seconds."""
-        for inc_id in self.schedule.take_due(time.monotonic() - older_than_s):
-            self._rank(inc_id)
+        self._rank_all(self.schedule.take_due(time.monotonic() - older_than_s))
+
+    def _rank_all(self, incident_ids: list[int]) -> None:
+        """Rank ``incident_ids`` in order; when one fails (the database: a lock wait, an outage),
+        it and the rest are queued again, due now, and the error is raised."""
+        for n, inc_id in enumerate(incident_ids):
+            try:
+                self._rank(inc_id)
+            except Exception:
+                self.schedule.queue(incident_ids[n:], time.monotonic())
+                raise
 
     def _group_batch(self, limit: int) -> tuple[list[dict[str, Any]], set[int]]:
         """Group the oldest ``limit`` pending alerts in one transaction: ``(rows, ids of the

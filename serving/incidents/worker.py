@@ -6,11 +6,17 @@ second, or when woken, or when a deferred ranking is due):
 
 1. confirms the lease (a lost lease drops the queued rankings: the next leader re-reads them);
 2. when it does not lead, tries to take the lease, and on success takes over (reloads the open
-   incidents and queues the rankings the previous leader left undone);
+   incidents and queues the rankings the previous leader left undone; a take-over that fails is
+   tried again at the next loop, the lease kept);
 3. groups pending alerts until none remain, ranking incidents deferred for ``backlog_rank_s`` in
    between so that a long storm starves none;
 4. ranks what is due and runs housekeeping;
 5. exports the grouping lag, whether or not the loop succeeded.
+
+On PostgreSQL every transaction of the thread waits at most
+:data:`fleetmind.serving.db.PG_LOCK_WAIT_S` for a lock
+(:func:`fleetmind.serving.db.pg_thread_lock_wait`), well under the lease: a table locked for longer
+fails the loop instead of holding it past the lease.
 
 A failing loop is logged (its traceback the first time; while it keeps failing the same way,
 one line a minute; one line when it works again: :class:`fleetmind.serving.failure_log.FailureLog`),
@@ -21,12 +27,14 @@ as leader or as follower, clears it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
+from fleetmind.serving.db import pg_thread_lock_wait
 from fleetmind.serving.failure_log import FailureLog
 
 if TYPE_CHECKING:
@@ -175,6 +183,9 @@ class IncidentWorker:
         schedule: deferred rankings (its due times set the wake-ups).
         lag: the grouping lag gauge.
         backlog_rank_s: during a backlog, rank incidents deferred this long, seconds.
+        db: the database whose statements the thread runs (PostgreSQL: each of its transactions
+            waits at most :data:`fleetmind.serving.db.PG_LOCK_WAIT_S` for a lock, see
+            :func:`fleetmind.serving.db.pg_thread_lock_wait`; ``None``: no such bound).
     """
 
     def __init__(
@@ -184,12 +195,15 @@ class IncidentWorker:
         schedule: RankSchedule,
         lag: GroupingLag,
         backlog_rank_s: float = 10.0,
+        db: Database | None = None,
     ) -> None:
         self.host = host
         self.leader = leader
         self.schedule = schedule
         self.lag = lag
         self.backlog_rank_s = backlog_rank_s
+        self.db = db
+        self._taking_over = False  # the lease was taken but take_over has not succeeded yet
         self.last_error: str | None = None
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self._wake = threading.Event()
@@ -227,6 +241,12 @@ class IncidentWorker:
         return 0.0 if self.failing_since is None else time.monotonic() - self.failing_since
 
     def _run(self) -> None:
+        # A table locked longer than the lease (VACUUM FULL, a migration) fails a loop within the
+        # lock wait instead of blocking it past the lease: the lease is checked again and kept.
+        with pg_thread_lock_wait(self.db) if self.db is not None else contextlib.nullcontext():
+            self._loop()
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.schedule.wait_s(time.monotonic()))
             self._wake.clear()
@@ -253,7 +273,10 @@ class IncidentWorker:
         if not self.leader.held:
             if not self.leader.acquire():
                 return False  # another process groups alerts; check again in a second
+            self._taking_over = True
+        if self._taking_over:  # until it succeeds: a failed one (a lock wait) keeps the lease
             self.host.take_over()
+            self._taking_over = False
         return True
 
     def _work(self) -> None:
