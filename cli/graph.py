@@ -119,7 +119,9 @@ def fetch_lists(
     in_cluster: bool,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[Any, Any, Any, Any]:
-    """Nodes, pods, services and EndpointSlices (None when the API has none) as raw JSON lists.
+    """Nodes, pods, services and EndpointSlices (None when the API has none) as JSON list
+    responses, each item cut down to the fields ``build_graph`` reads as its page arrives
+    (:func:`fleetmind.data.graph_build.slim_list_items`).
 
     Each list is read in pages of :data:`PAGE_SIZE` (``limit``, then ``continue`` until the API
     server returns no ``metadata.continue``); each request waits at most ``timeout`` seconds to
@@ -128,10 +130,15 @@ def fetch_lists(
     EndpointSlices the API does not serve (404) or the account may not list (403) give a warning,
     and the build falls back to Service selectors.
 
+    The kubeconfig is read by kubectl's rules (:mod:`fleetmind.cli.kubeconfig`).
+
     Raises:
-        NotAvailableError: no client library, no configuration (naming a missing kubeconfig), or
-            a list request that fails: one line naming the resource and the server, with the HTTP
-            status, reason and the API's Status message, or the connection error or timeout.
+        NotAvailableError: no client library, no configuration (naming the kubeconfig paths
+            tried), a failing ``exec`` credential plugin, or a list request that fails: one line
+            naming the resource and the server, with the HTTP status, reason and the API's Status
+            message, an answer that is no list response (no ``items``, on any page), or the
+            connection error (refused, a host name that does not resolve) or timeout; credentials
+            masked.
     """
     try:
         from kubernetes import client
@@ -169,29 +176,25 @@ def _client_configuration(
     retries that repeat a failed connection but never a request after a read timeout, and that
     wait out a 429's or 503's ``Retry-After`` (API Priority and Fairness) only up to ``timeout``
     seconds: urllib3 sleeps for any ``Retry-After`` by default, and a proxy's ``Retry-After: 100``
-    held a build with ``--timeout 5`` for 202 s."""
+    held a build with ``--timeout 5`` for 202 s.
+
+    A kubeconfig is read by kubectl's rules (:func:`fleetmind.cli.kubeconfig.load_kubeconfig`:
+    merging, relative paths, token whitespace, ``exec`` plugin failures, no environment proxy for a
+    loopback server)."""
     import urllib3
     from kubernetes import client, config
 
+    from fleetmind.cli.kubeconfig import load_kubeconfig, mask_secrets
+
     cfg = client.Configuration()
-    if not in_cluster:
-        path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        if os.pathsep not in path and not Path(path).expanduser().is_file():
-            src = "the default" if path == "~/.kube/config" else "$KUBECONFIG"
-            src = "--kubeconfig" if kubeconfig else src
-            raise NotAvailableError(
-                f"no Kubernetes configuration: kubeconfig file not found: {path} ({src}; or "
-                "--in-cluster in a pod, or --from-dir with recorded list responses)"
-            )
-    try:
-        if in_cluster:
+    if in_cluster:
+        try:
             config.load_incluster_config(client_configuration=cfg)
-        else:
-            config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=cfg
-            )
-    except Exception as err:  # noqa: BLE001 - ConfigException, bad YAML, missing token file
-        raise NotAvailableError(f"no Kubernetes configuration: {err}") from None
+        except Exception as err:  # noqa: BLE001 - ConfigException, a missing token file
+            text = mask_secrets(" ".join(str(err).split()))
+            raise NotAvailableError(f"no Kubernetes configuration: {text}") from None
+    else:
+        load_kubeconfig(cfg, kubeconfig, context)
     try:
         cfg.retries = urllib3.Retry(total=2, read=0, retry_after_max=timeout)
     except TypeError:  # urllib3 before retry_after_max: such an answer fails at once instead
@@ -234,9 +237,11 @@ def _list_all(fn: Callable[..., Any], what: str, host: str, timeout: float) -> d
             doc = json.loads(resp.data)
         except ValueError:  # not UTF-8, not JSON
             raise _ListError(f"{where}: the answer is not JSON") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("items", []), list):
+        if not isinstance(doc, dict) or not isinstance(doc.get("items", 0), list | None):
             raise _ListError(f"{where}: the answer is not a list response")
-        items += doc.get("items") or []
+        from fleetmind.data.graph_build import slim_list_items
+
+        items += slim_list_items(what, doc.get("items") or [])  # what build_graph reads
         token = (doc.get("metadata") or {}).get("continue")
         if not token:
             break
@@ -258,14 +263,30 @@ def _status_text(err: Any) -> str:
 
 
 def _connection_text(err: Exception, timeout: float) -> str:
+    """Why a request got no answer, in one line with credentials masked (an invalid header's
+    message quotes the ``Authorization`` value). urllib3 2.x makes ``NewConnectionError`` (a
+    refused connection) and ``NameResolutionError`` subclasses of ``ConnectTimeoutError``, so they
+    are told apart first."""
     import urllib3
 
+    from fleetmind.cli.kubeconfig import mask_secrets
+
+    if isinstance(err, NotAvailableError):  # a failed exec plugin, from the token refresh hook
+        return str(err)
     reason = getattr(err, "reason", None) or err
-    if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+    exc = urllib3.exceptions
+    cause = getattr(reason, "__cause__", None)
+    detail = getattr(cause, "strerror", None) or ""
+    if isinstance(reason, getattr(exc, "NameResolutionError", ())):
+        return f"cannot resolve the host name ({detail or 'name not resolved'})"
+    if isinstance(reason, exc.NewConnectionError):
+        detail = detail or str(reason).rsplit("] ", 1)[-1]
+        return f"cannot connect: {detail[:1].lower()}{detail[1:]}"
+    if isinstance(reason, exc.ReadTimeoutError):
         return f"no answer within {timeout:g} s (--timeout)"
-    if isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
+    if isinstance(reason, exc.ConnectTimeoutError):
         return f"could not connect within {timeout:g} s (--timeout)"
-    return f"{type(reason).__name__}: {reason}"
+    return mask_secrets(" ".join(f"{type(reason).__name__}: {reason}".split()))
 
 
 def _build(args: argparse.Namespace) -> int:
