@@ -150,6 +150,7 @@ class IncidentManager:
         # a grouping transaction failed: the open incidents in memory may name rows it rolled back
         self._open_stale = False
         self.set_aside = 0  # alerts whose grouping the database refused (:meth:`_set_aside`)
+        self._batch_read: list[dict[str, Any]] = []  # the pending rows the last batch read
 
     # ------------------------------------------------------------------ lifecycle
     def load_open(self) -> None:
@@ -292,16 +293,27 @@ class IncidentManager:
         return done
 
     def _set_aside(self, err: Exception) -> int:
-        """Clear ``pending`` of the oldest pending alert, whose grouping the database refused
-        (``err``), leaving it stored without an incident or node (as an ungrouped alert), logged
-        once and counted in :attr:`set_aside`; returns 1, or 0 when none is pending."""
+        """Clear ``pending`` of the alert whose grouping the database refused (``err``): the one
+        row the failed one-alert batch read (:attr:`_batch_read`), not whichever is oldest now
+        (another alert may have become pending meanwhile). It keeps the incident and node it
+        had (an alert grouped before and pending again after a status change stays in its
+        incident; a new one stays without), logged once and counted in :attr:`set_aside`.
+        Returns 1, or 0 when that row changed since it was read (``updated_ts``: it stays pending
+        and is grouped again with its new status) or none was read."""
+        if len(self._batch_read) != 1:
+            return 0
+        row = self._batch_read[0]
         with self.store.grouping() as conn:
-            rows = self.store.pending(conn, 1)
-            if not rows:
-                return 0
-            row = rows[0]
             self.store.mark_grouped(
-                conn, [{"_id": row["id"], "_upd": row["updated_ts"], "_inc": None, "_node": None}]
+                conn,
+                [
+                    {
+                        "_id": row["id"],
+                        "_upd": row["updated_ts"],
+                        "_inc": row["incident_id"],
+                        "_node": row["node"],
+                    }
+                ],
             )
         self.set_aside += 1
         reason = str(getattr(err, "orig", None) or err).strip().splitlines()
@@ -358,6 +370,7 @@ class IncidentManager:
         evidence: set[int] = set()
         with self.store.grouping() as conn:
             rows = self.store.pending(conn, limit)
+            self._batch_read = rows  # what a refused one-alert batch sets aside (_set_aside)
             if not rows:
                 self.lag.clear()
                 return rows, touched, evidence
