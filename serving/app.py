@@ -67,7 +67,7 @@ from fleetmind.serving.routers import (
 from fleetmind.serving.routers.health import example_graph_warning
 from fleetmind.serving.scheduler import placement_router
 from fleetmind.serving.scheduler import router as scheduler_router
-from fleetmind.serving.scheduler.reservations import DbReservations
+from fleetmind.serving.scheduler.reservations import DbReservations, snapshot_lag_s
 from fleetmind.serving.schemas import AlertmanagerWebhook, ErrorOut, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
@@ -204,7 +204,10 @@ def build_services(settings: Settings, metrics: Metrics | None = None) -> Servic
         telemetry_error,
         rca_batcher=batcher,
         reservations=DbReservations(
-            db, settings.reservation_ttl_s, settings.reservation_bound_grace_s
+            db,
+            settings.reservation_ttl_s,
+            settings.reservation_bound_grace_s,
+            snapshot_lag_s=snapshot_lag_s(settings),
         ),
     )
 

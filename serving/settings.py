@@ -173,10 +173,14 @@ class Settings(BaseSettings):
     # loaded Prometheus, past kube-scheduler's 5 s extender httpTimeout (DefaultExtenderTimeout),
     # so the request that refreshed timed out and an ignorable extender was skipped. A snapshot
     # older than the TTL but within this bound is served at once while one background refresh
-    # runs. 30 s is safe for holds: a hold made after the snapshot was taken stays live until a
-    # snapshot lists its pod or a snapshot collected bound_grace_s after its binding exists (an
-    # older snapshot ends neither sooner), and ttl + 30 s leaves a scrape interval and the pod's
-    # start inside the 120 s reservation TTL. Only what changed without FleetMind (pods another
+    # runs; nothing reads between calls, so the first call after a lull longer than ttl + this
+    # waits for a whole read. Holds: a decision may read a snapshot ttl + this (35 s) old, so a
+    # bound hold's row is kept reservation_bound_grace_s + ttl + this (snapshot_lag_s of
+    # DbReservations) and ends earlier only by the snapshot rule (a snapshot collected
+    # bound_grace_s after the binding, or one listing the pod). reservation_ttl_s is a clock
+    # deadline: a pod bound without /bound (or a reserve=true job) must show in telemetry within
+    # reservation_ttl_s - ttl - this (120 - 35 = 85 s) of its hold, so keep reservation_ttl_s above
+    # ttl + this + the binding-to-scrape time. Only what changed without FleetMind (pods another
     # scheduler placed, GPUs freed) is seen up to this much later.
     telemetry_max_stale_s: float = Field(
         30.0,

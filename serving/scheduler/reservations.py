@@ -6,8 +6,11 @@ shows it. A hold ends when
 
 * the pod is **seen bound**: ``POST /api/v1/scheduler/bound`` (kube-scheduler's
   ``ExtenderBindingArgs``), after which the hold stays until a telemetry snapshot collected
-  ``bound_grace_s`` after the binding (by then the scrape shows the pod's usage; default 30 s, two
-  Prometheus scrape intervals); a binding to another node drops the hold;
+  ``bound_grace_s`` after the binding is in use (by then the scrape shows the pod's usage; default
+  30 s, two Prometheus scrape intervals); a binding to another node drops the hold. The row itself
+  is kept ``snapshot_lag_s`` longer than that (the oldest snapshot a decision may still use: the
+  telemetry TTL plus ``FLEETMIND_TELEMETRY_MAX_STALE_S`` with stale-while-refresh), so that a
+  decision on a snapshot collected before the grace ran out still sees the hold;
 * or telemetry lists the pod on the **held node** (``NodeState.pods``, from kube-state-metrics'
   ``kube_pod_info``): its usage is in that scrape;
 * or telemetry lists the pod, by its **uid**, on **another node** of the hold's cluster
@@ -19,6 +22,12 @@ shows it. A hold ends when
   a uid ends on the held node only; where a node's telemetry has no uids, the name on it ends holds;
 * or its **TTL** expires (``FLEETMIND_RESERVATION_TTL_S``, default 120 s): the pod was never bound
   (kube-scheduler chose another node, or gave up). Expired rows are deleted on the next write.
+  The TTL is a clock deadline, not a snapshot rule: it is also what ends the hold of a pod bound
+  without ``/bound`` (the call is optional) should no snapshot list it first, and of every
+  ``reserve=true`` placement (no pod has its key). A decision at the deadline may read a snapshot
+  ``snapshot_lag_s`` old, so such a pod, or the job a placement held for, must show in telemetry
+  (binding, a kube-state-metrics scrape, federation) within ``ttl_s - snapshot_lag_s`` of the
+  hold (85 s by default: 120 - 5 - 30), or its capacity may be given again once.
 
 Table ``reservations`` (:data:`fleetmind.serving.db.reservations`, Alembic revision ``0004``): one row per pod key
 (``namespace/name`` for pods, ``placement:<job id>`` for the placement route: a key no pod has, see
@@ -49,7 +58,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -59,6 +68,9 @@ from fleetmind.serving.db import Database, is_input_error, pg_lock_wait, reserva
 from fleetmind.serving.scheduler.placement import Option, Reservations, free_gpus
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
+
+if TYPE_CHECKING:
+    from fleetmind.serving.settings import Settings
 
 reservations_table = reservations
 
@@ -89,6 +101,19 @@ def job_key(job_id: str) -> str:
     """The hold key of a ``POST /api/v1/placements`` job (``placement:<job id>``; see
     :data:`JOB_KEY_PREFIX` for why no pod's ``namespace/name`` key can equal it)."""
     return f"{JOB_KEY_PREFIX}{job_id}"
+
+
+def snapshot_lag_s(settings: Settings) -> float:
+    """The age (s) of the oldest telemetry snapshot a decision may use under ``settings``:
+    ``FLEETMIND_TELEMETRY_TTL_S`` plus ``FLEETMIND_TELEMETRY_MAX_STALE_S`` for ``prometheus``
+    telemetry (stale-while-refresh, 5 + 30 = 35 s by default; the TTL alone when stale serving is
+    off), 0 for the other sources (``sim`` reads every time; ``nvml`` keeps the bound holds' old
+    deadline). The ``snapshot_lag_s`` of :class:`DbReservations`."""
+    if settings.telemetry != "prometheus":
+        return 0.0
+    ttl = max(settings.telemetry_ttl_s, 0.0)
+    stale = settings.telemetry_max_stale_s if ttl > 0 else 0.0
+    return ttl + max(stale, 0.0)
 
 
 def _checked_key(key: str, uid: str | None = None) -> None:
@@ -167,9 +192,14 @@ class DbReservations(Reservations):
     Args:
         db: the service database.
         ttl_s: lifetime of an unbound hold (s).
-        bound_grace_s: how long after a binding the hold stays (until telemetry shows the pod).
+        bound_grace_s: how long after a binding the hold stays (until telemetry shows the pod):
+            it ends once a snapshot collected this long (s) after the binding is in use.
         cache_s: age of the cached view behind ``gpu_used``/``gpu_items``...; own writes clear it.
         clock: time source (Unix seconds); tests pass a fake one.
+        snapshot_lag_s: the age (s) of the oldest snapshot a decision may use (telemetry TTL plus
+            stale-while-refresh's ``max_stale_s``: :func:`snapshot_lag_s`); a bound hold's row is
+            kept this much longer than ``bound_grace_s``, so a decision on an older snapshot
+            (collected before the grace ran out) still counts it. 0: the row ends with the grace.
     """
 
     def __init__(
@@ -179,11 +209,13 @@ class DbReservations(Reservations):
         bound_grace_s: float = 30.0,
         cache_s: float = 0.25,
         clock: Callable[[], float] = time.time,
+        snapshot_lag_s: float = 0.0,
     ) -> None:
         super().__init__()
         self.db = db
         self.ttl_s = ttl_s
         self.bound_grace_s = bound_grace_s
+        self.snapshot_lag_s = snapshot_lag_s
         self.cache_s = cache_s
         self.clock = clock
         self._cached: tuple[float, Reservations] | None = None
@@ -297,6 +329,9 @@ class DbReservations(Reservations):
             uid: the bound pod's uid, when known: a hold recorded with another uid belongs to
                 another pod of the same name (deleted and recreated) and is left alone.
 
+        The hold then lasts until a snapshot collected ``bound_grace_s`` after now is in use
+        (:meth:`view`); its row, ``bound_grace_s + snapshot_lag_s``.
+
         Returns:
             ``"held"`` (the hold now waits for telemetry), ``"moved"`` (bound elsewhere: the hold is
             dropped) or ``"unknown"`` (no live hold for that pod).
@@ -316,10 +351,14 @@ class DbReservations(Reservations):
                 conn.execute(delete(t).where(t.c.pod_key == key))
                 outcome = "moved"
             else:
+                # a clock deadline the snapshot rule of _live always reaches first: a decision
+                # may read a snapshot snapshot_lag_s old, collected before the grace ran out,
+                # that does not show the pod yet (ending the row with the grace double-booked)
+                keep_s = max(self.bound_grace_s, 0.0) + max(self.snapshot_lag_s, 0.0)
                 conn.execute(
                     t.update()
                     .where(t.c.pod_key == key)
-                    .values(bound_ts=now, expires_ts=now + max(self.bound_grace_s, 0.0) + 1e-3)
+                    .values(bound_ts=now, expires_ts=now + keep_s + 1e-3)
                 )
                 outcome = "held"
         self._cached = None

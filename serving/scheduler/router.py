@@ -122,9 +122,14 @@ def _decide(
     taken meanwhile) means deciding again on a fresh view.
 
     The snapshot may be up to ``FLEETMIND_TELEMETRY_MAX_STALE_S`` past its TTL (served while a
-    background refresh runs, so this call does not wait for Prometheus): holds made after it was
-    collected still count (a hold ends only once a snapshot lists its pod, or was collected
-    ``bound_grace_s`` after its binding), so it cannot double-book held capacity.
+    background refresh runs, so this call does not wait for Prometheus). Holds made after it was
+    collected still count: a hold ends by the snapshot in use (it lists the pod, or was collected
+    ``bound_grace_s`` after the binding), and a bound hold's row is kept ``bound_grace_s`` plus
+    that snapshot age (:attr:`DbReservations.snapshot_lag_s`), so a stale snapshot ends no bound
+    hold sooner than a fresh one would. The TTL of a hold never seen bound
+    (``FLEETMIND_RESERVATION_TTL_S``) is a clock deadline: a pod bound without ``/bound``, or a
+    ``reserve=true`` job, that does not show in a snapshot collected by the TTL minus that age (85 s
+    after its hold by default) can have its capacity handed out once more.
     """
     state = _state(services)
     model = registry.current.placement

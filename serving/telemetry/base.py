@@ -116,6 +116,7 @@ class TelemetrySource(ABC):
         self._error: Exception | None = None  # that of the last refresh, None when it worked
         self._background = threading.Lock()  # held while a background refresh is pending or runs
         self._failing = False  # background refreshes failing since the last that worked (logged)
+        self._closed = False  # set by close(): no more background refreshes, no failure warnings
 
     @abstractmethod
     def collect(self) -> FleetSnapshot:
@@ -186,8 +187,9 @@ class TelemetrySource(ABC):
         return snap
 
     def _refresh_in_background(self) -> None:
-        """Start one background refresh unless one is pending or running (single-flight)."""
-        if not self._background.acquire(blocking=False):
+        """Start one background refresh unless one is pending or running (single-flight), or the
+        source is closed."""
+        if getattr(self, "_closed", False) or not self._background.acquire(blocking=False):
             return
         try:
             threading.Thread(
@@ -208,17 +210,37 @@ class TelemetrySource(ABC):
                 try:
                     self._collect_locked()
                 except Exception as err:
-                    if not self._failing:
-                        self._failing = True
-                        log.warning(
-                            "telemetry %s: background refresh failed (%s); the last snapshot is "
-                            "served until it is %g s old, then requests wait for a refresh",
-                            self.name,
-                            err,
-                            self.ttl_s + self.max_stale_s,
-                        )
+                    self._background_failed(err)
         finally:
             self._background.release()
+
+    def _background_failed(self, err: Exception) -> None:
+        """Log a failed background refresh once per streak of failures: nothing after
+        :meth:`close` (a read cut off by the closed client at shutdown), and no claim of a last
+        snapshot being served when there is none (the start-up read failed)."""
+        if getattr(self, "_closed", False):
+            log.debug("telemetry %s: background read ended by close (%s)", self.name, err)
+            return
+        if self._failing:
+            return
+        self._failing = True
+        snap = self._cached
+        if snap is None:
+            log.warning(
+                "telemetry %s: background read of the first snapshot failed (%s); there is no "
+                "snapshot yet, so requests read telemetry themselves (and wait) until one works",
+                self.name,
+                err,
+            )
+            return
+        log.warning(
+            "telemetry %s: background refresh failed (%s); the last snapshot (%.0f s old) is "
+            "served until it is %g s old, then requests wait for a refresh",
+            self.name,
+            err,
+            max(0.0, time.time() - snap.collected_ts),
+            self.ttl_s + self.max_stale_s,
+        )
 
     def prefetch(self) -> None:
         """Start reading the first snapshot in the background (service start-up), so that the
@@ -232,8 +254,11 @@ class TelemetrySource(ABC):
         the first); for probes that must not wait on the source."""
         return self._cached
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources (NVML handle, HTTP client)."""
+    def close(self) -> None:
+        """Release resources (NVML handle, HTTP client). Subclasses that override it call
+        ``super().close()`` first: the source is then closed, so no background refresh starts
+        and one still running (cut off by the closed client) logs no failure."""
+        self._closed = True
 
 
 def _copy(err: Exception) -> Exception:

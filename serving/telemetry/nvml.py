@@ -112,6 +112,7 @@ class NvmlSource(TelemetrySource):
         return gpu
 
     def close(self) -> None:
+        super().close()
         try:
             self._nvml.nvmlShutdown()
         except Exception:  # pragma: no cover - already shut down

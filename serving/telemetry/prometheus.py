@@ -470,6 +470,7 @@ class PrometheusSource(TelemetrySource):
         return FleetSnapshot("prometheus", parse_dcgm(resp.text, self.default_cluster), time.time())
 
     def close(self) -> None:
+        super().close()
         self._client.close()
 
 
@@ -600,6 +601,7 @@ class PrometheusApiSource(TelemetrySource):
         )
 
     def close(self) -> None:
+        super().close()
         self._pool.shutdown(wait=False)
         self._client.close()
 

@@ -30,6 +30,7 @@ from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
 from fleetmind.serving.health import telemetry_cluster_alias
 from fleetmind.serving.notify import confidence_words, delivery_outcome, held_severity
+from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
@@ -813,7 +814,7 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
         return session
     error = services.telemetry_error
     clusters: dict[str, dict[str, Any]] = {}
-    source = None
+    source = as_of = None
     marks = _incident_marks(services)
     if services.telemetry is not None:
         try:
@@ -822,6 +823,12 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
             snap, error = None, str(err)
         if snap is not None:
             source = snap.source
+            as_of = _as_of(snap.collected_ts)
+            held = services.reservations
+            if isinstance(held, DbReservations):
+                # the holds as decisions on this snapshot see them: a bound pod's hold ends once
+                # this snapshot shows it (not at the row's later deadline: no double count)
+                held = held.view(snap)
             alias = telemetry_cluster_alias(
                 services.graphs.graph.cluster_names(), {n.cluster for n in snap.nodes}
             )
@@ -832,7 +839,7 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
                     n.cluster,
                     {"name": n.cluster, "nodes": [], "gpus": 0, "alloc": 0.0, "util": [], "bad": 0},
                 )
-                cl["nodes"].append(_fleet_node(n, services.reservations, marks))
+                cl["nodes"].append(_fleet_node(n, held, marks))
                 for g in cl["nodes"][-1]["gpus"]:
                     cl["gpus"] += 1
                     cl["alloc"] += g["used"]
@@ -848,9 +855,18 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
         session=session,
         clusters=sorted(clusters.values(), key=lambda c: c["name"]),
         source=source,
+        as_of=as_of,
         error=error,
         section="fleet",
     )
+
+
+def _as_of(collected_ts: float, now: float | None = None) -> str:
+    """When the fleet page's snapshot was collected: ``as of HH:MM:SS UTC (N s ago)``. With
+    stale-while-refresh a page may show a snapshot up to ``FLEETMIND_TELEMETRY_TTL_S +
+    FLEETMIND_TELEMETRY_MAX_STALE_S`` (35 s) old while a newer one is read."""
+    ago = max(0, int((time.time() if now is None else now) - collected_ts))
+    return f"as of {from_unix(collected_ts).strftime('%H:%M:%S')} UTC ({ago} s ago)"
 
 
 def _fleet_node(
