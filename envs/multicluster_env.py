@@ -70,8 +70,9 @@ GLOBAL_FEATURE_NAMES = (
 )
 
 MAX_STREAM_DRAWS = 100
-"""``reset`` draws at most this many job streams in a row for one episode: a stream without any
-job that fits the fleet (no decision) is replaced by the next draw (``DataError`` after this many)."""
+"""``draw_stream`` (so ``reset``) draws at most this many job streams in a row: a stream without
+any job that fits the fleet (no decision) is replaced by the next draw (``DataError`` after this
+many)."""
 
 MAX_HEAD_COPIES = 16
 """``head_room_after`` saturates at this many head requests (feature value 4)."""
@@ -238,7 +239,8 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         (:func:`fleetmind.envs.dynamic.jobs.build_jobs`). The node tie-break priority is a random permutation.
         A stream in which no job fits the fleet (nothing to decide) is replaced by the next draw, up
         to :data:`MAX_STREAM_DRAWS` draws (then ``DataError`` naming the trace); the draws of a stream
-        with a decision are unchanged.
+        with a decision are unchanged. :meth:`draw_stream` does both, so evaluation
+        (``rl.dynamic_eval.job_stream``) gets the stream ``reset`` plays.
 
         ## Episode End
 
@@ -372,16 +374,31 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
     def draw_stream(self, rng: np.random.Generator) -> tuple[DynJobs, np.ndarray]:
         """An episode's job stream and node tie-break priority (``(n_nodes,)`` ranks) drawn from
         ``rng``; :meth:`reset` draws them from ``self.np_random``, so ``default_rng(seed)`` gives
-        the stream of ``reset(seed=seed)``."""
-        jobs = build_jobs(
-            self.trace,
-            self.fleet,
-            rng,
-            target_util=self.target_util,
-            n_jobs=self.n_jobs,
-            max_work_s=self.max_work_s,
+        the stream of ``reset(seed=seed)``. A stream of which no job fits the fleet (nothing to
+        decide) is replaced by the next draw from ``rng``, up to :data:`MAX_STREAM_DRAWS` draws;
+        the first draw is kept when one of its jobs fits.
+
+        Raises:
+            DataError: :data:`MAX_STREAM_DRAWS` streams in a row without a job that fits, naming
+                the trace.
+        """
+        for _ in range(MAX_STREAM_DRAWS):
+            jobs = build_jobs(
+                self.trace,
+                self.fleet,
+                rng,
+                target_util=self.target_util,
+                n_jobs=self.n_jobs,
+                max_work_s=self.max_work_s,
+            )
+            priority = np.argsort(rng.permutation(self.fleet.n_nodes))
+            if np.isfinite(jobs.ideal_s).any():  # a job that fits the empty fleet: a decision
+                return jobs, priority
+        raise DataError(
+            f"trace {self.trace.source or self.trace.name}: {MAX_STREAM_DRAWS} streams of "
+            f"{self.n_jobs} jobs drawn in a row had no job that fits the fleet "
+            f"({self.fleet.n_nodes} nodes); raise n_jobs or use a trace with more jobs that fit"
         )
-        return jobs, np.argsort(rng.permutation(self.fleet.n_nodes))
 
     def new_sim(self, jobs: DynJobs, priority: np.ndarray) -> DynamicSim:
         """A :class:`DynamicSim` of this env's fleet and queue settings on ``jobs``."""
@@ -398,20 +415,12 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        for _ in range(MAX_STREAM_DRAWS):
-            self.jobs, priority = self.draw_stream(self.np_random)
-            self.sim = self.new_sim(self.jobs, priority)
-            self._fgd.reset(self.sim.state, trace=self.trace)
-            self._steps = 0
-            self._job = self.sim.next_decision()
-            if self._job is not None:
-                break
-        else:
-            raise DataError(
-                f"trace {self.trace.source or self.trace.name}: {MAX_STREAM_DRAWS} streams of "
-                f"{self.n_jobs} jobs drawn in a row had no job that fits the fleet "
-                f"({self.fleet.n_nodes} nodes); raise n_jobs or use a trace with more jobs that fit"
-            )
+        # a stream with a job that fits the empty fleet (draw_stream): that job is a decision
+        self.jobs, priority = self.draw_stream(self.np_random)
+        self.sim = self.new_sim(self.jobs, priority)
+        self._fgd.reset(self.sim.state, trace=self.trace)
+        self._steps = 0
+        self._job = self.sim.next_decision()
         obs = self._observe()
         return obs, self._info()
 

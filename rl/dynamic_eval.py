@@ -228,7 +228,9 @@ class EnvActorPolicy:
 
 
 def job_stream(env: MultiClusterPlacementEnv, seed: int) -> tuple[DynJobs, np.ndarray]:
-    """The job stream and node priority ``env.reset(seed=seed)`` would draw."""
+    """The job stream and node priority ``env.reset(seed=seed)`` would draw: a stream of which no
+    job fits the fleet is redrawn as there (:meth:`MultiClusterPlacementEnv.draw_stream`;
+    ``DataError`` after :data:`fleetmind.envs.multicluster_env.MAX_STREAM_DRAWS` such draws)."""
     return env.draw_stream(np.random.default_rng(seed))
 
 

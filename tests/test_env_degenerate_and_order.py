@@ -6,8 +6,11 @@
   ``subproc_vec_env.py``), so a drawn workload without any decision is redrawn; a workload seed
   given in ``options`` is kept (evaluation reads the final ``info`` at reset).
 * ``MultiClusterPlacement-v0``: a stream of which no job fits the fleet is redrawn the same way,
-  a trace of which no job fits is refused up front, and a FleetMind error in a ``SubprocVecEnv``
-  worker is raised in the parent as that error (not a pipe error).
+  a trace of which no job fits is refused up front, evaluation (``job_stream``) gets the redrawn
+  stream too, and a FleetMind error in any ``SubprocVecEnv`` worker, at any call, is raised in the
+  parent as that error (not a pipe error, not a hang).
+* fgd training whose workload seeds never give a decision is one ``DataError`` up front, whatever
+  ``--n-envs``.
 * fgd mode (docs/placement.md, "fgd mode" step 1: the pods are sorted by name, so the workload
   depends on the pods) and dynamic mode draw from the trace in name order.
 """
@@ -114,6 +117,38 @@ def test_a_trace_that_never_gives_a_decision_is_a_data_error(tmp_path: Path) -> 
         env.reset(seed=0)
 
 
+@pytest.mark.timeout(120)
+def test_fgd_training_on_workload_seeds_without_a_decision_is_one_data_error(
+    tmp_path: Path,
+) -> None:
+    # --n-envs 2 (the default): each SubprocVecEnv worker used to print the DataError's
+    # traceback and this process got a pipe error; now the recipe resets one env of the run's
+    # settings here first, before the run folder and the MLflow run
+    from fleetmind.training.recipes.fgd import FgdArgs, run
+
+    pods = _rare_trace(tmp_path)
+    (tmp_path / "nodes.csv").write_text(NODES)
+    env_kw = {"fgd_until_pct": 0.0, "stop_arrived_pct": 101.0}
+    env = _placement_env(tmp_path, **env_kw)
+    bad = [ws for ws in range(60) if "n_decisions" in env.reset(options={"workload_seed": ws})[1]]
+    assert len(bad) >= 2
+    args = FgdArgs(
+        traces=[str(pods)],
+        nodes=str(tmp_path / "nodes.csv"),
+        n_envs=2,
+        n_candidates=8,
+        workload_seeds=bad[:2],
+        eval_traces=[str(pods)],
+        out=str(tmp_path / "runs"),
+        tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+        progress=False,
+        **env_kw,
+    )
+    with pytest.raises(DataError, match=f"none of the workload seeds {bad[0]}, {bad[1]}"):
+        run(args)
+    assert not (tmp_path / "runs").exists()  # nothing written
+
+
 # ------------------------------------------------------------------ dynamic mode (F2)
 def _dyn_trace(n_unfit: int = 40):
     """:func:`small_trace` with all but its first pod made too large for any node (CPU)."""
@@ -131,17 +166,54 @@ def _dyn_kwargs(trace, **kw: object) -> dict[str, object]:
     return out
 
 
+def _first_stream(env: MultiClusterPlacementEnv, seed: int):
+    """The first stream drawn from ``default_rng(seed)`` (before any redraw)."""
+    rng = np.random.default_rng(seed)
+    return build_jobs(
+        env.trace,
+        env.fleet,
+        rng,
+        target_util=env.target_util,
+        n_jobs=env.n_jobs,
+        max_work_s=env.max_work_s,
+    )
+
+
 def test_a_dynamic_stream_without_a_fitting_job_is_redrawn() -> None:
     env = MultiClusterPlacementEnv(**_dyn_kwargs(_dyn_trace()))
     first_draw_empty = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceWarning)  # 4 jobs cannot reach the load
         for seed in range(8):
-            jobs, _ = env.draw_stream(np.random.default_rng(seed))
-            first_draw_empty += not np.isfinite(jobs.ideal_s).any()
+            first_draw_empty += not np.isfinite(_first_stream(env, seed).ideal_s).any()
             obs, info = env.reset(seed=seed)  # raised ConfigError at the first empty stream
             assert env.action_masks().any()
     assert first_draw_empty >= 3
+
+
+def test_evaluation_gets_the_stream_reset_plays_when_the_first_has_no_fitting_job() -> None:
+    # rl.dynamic_eval.job_stream scored the first draw (no decision) while reset redrew it
+    from fleetmind.rl.dynamic_eval import job_stream
+
+    env = MultiClusterPlacementEnv(**_dyn_kwargs(_dyn_trace()))
+    redrawn = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        for seed in range(8):
+            first = _first_stream(env, seed)
+            jobs, priority = job_stream(env, seed)
+            env.reset(seed=seed)
+            for key, val in asdict(jobs).items():
+                np.testing.assert_array_equal(
+                    np.asarray(val), np.asarray(asdict(env.jobs)[key]), key
+                )
+            np.testing.assert_array_equal(priority, env.sim.state.priority)
+            if np.isfinite(first.ideal_s).any():  # a first draw with a decision is kept
+                assert first.names.tolist() == jobs.names.tolist()
+            else:
+                redrawn += 1
+                assert np.isfinite(jobs.ideal_s).any()
+    assert redrawn >= 3
 
 
 def test_a_dynamic_trace_with_no_fitting_job_is_refused_up_front() -> None:
@@ -168,6 +240,34 @@ def test_a_data_error_in_a_subprocess_worker_is_raised_as_itself() -> None:
         # it used to end the worker with a traceback and this process with EOFError
         with pytest.raises(DataError, match="100 streams of 4 jobs drawn in a row"):
             make_dyn_vec_env([replace(tr, cpu_milli=cpu)], kw, n_envs=2, seed=0)
+
+
+@pytest.mark.timeout(120)  # the regression was a wait without end: fail, not hang
+def test_a_data_error_in_a_later_subprocess_worker_mid_run_is_raised(monkeypatch) -> None:
+    # SB3 forks the workers one after another (stable_baselines3/common/vec_env/
+    # subproc_vec_env.py, SubprocVecEnv.__init__), so worker 0 holds a copy of worker 1's pipe
+    # end: when worker 1 alone ended, this process never saw EOF and waited in step_wait forever
+    from fleetmind.training.recipes import dynamic as dyn
+
+    step = dyn.MultiTraceDynEnv.step
+
+    def failing_step(self, action):  # noqa: ANN001, ANN202 - only rank 1 fails (fork copies it)
+        if self._rank == 1:
+            dyn._worker_exit(self._error_dir, self._rank, DataError("rank 1 failed mid-run"))
+        return step(self, action)
+
+    monkeypatch.setattr(dyn.MultiTraceDynEnv, "step", failing_step)
+    kw = _dyn_kwargs(None, n_jobs=8)
+    kw.pop("trace")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        venv = dyn.make_dyn_vec_env([small_trace(20)], kw, n_envs=2, seed=0)
+    procs = list(venv.venv.processes)
+    venv.reset()
+    assert len(venv.env_method("action_masks")) == 2
+    with pytest.raises(DataError, match="rank 1 failed mid-run"):
+        venv.step(np.zeros(2, dtype=np.int64))
+    assert venv.venv.closed and not any(p.is_alive() for p in procs)  # worker 0 ended too
 
 
 # ------------------------------------------------------------------ row order (F7)

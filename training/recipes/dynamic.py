@@ -117,10 +117,36 @@ def _worker_error(err_dir: str) -> FleetMindError | None:
     return None
 
 
+class _PolledPipe:
+    """The parent's end of a ``SubprocVecEnv`` worker's pipe whose ``recv`` raises ``EOFError``
+    once that worker process has ended with nothing left to read.
+
+    SB3 forks the workers one after another and closes the parent's copy of each worker's end
+    only after forking it (``stable_baselines3/common/vec_env/subproc_vec_env.py``,
+    ``SubprocVecEnv.__init__``), so worker 0 holds a copy of the ends of workers 1, 2...: when
+    one of those ends, a plain ``recv`` here never sees end-of-file and waits forever.
+    ``poll_s`` (seconds) is how often the worker is checked while nothing has come; an answer
+    is read as soon as it comes.
+    """
+
+    def __init__(self, conn: Any, process: Any, poll_s: float = 1.0) -> None:
+        self._conn, self._process, self._poll_s = conn, process, float(poll_s)
+
+    def recv(self) -> Any:
+        while not self._conn.poll(self._poll_s):
+            if not self._process.is_alive() and not self._conn.poll(0):
+                raise EOFError(f"worker process {self._process.pid} ended")
+        return self._conn.recv()
+
+    def __getattr__(self, name: str) -> Any:  # send, poll, close...: the pipe's own
+        return getattr(self._conn, name)
+
+
 def _subproc_vec_env(fns: list[Any], err_dir: tempfile.TemporaryDirectory[str]) -> Any:
-    """A ``SubprocVecEnv`` (``fork``) of ``fns`` whose calls, when a worker has ended on a
-    FleetMind error (:func:`_worker_exit`), raise that error instead of the pipe error its end
-    causes here (one line in the CLI)."""
+    """A ``SubprocVecEnv`` (``fork``) of ``fns`` whose calls, when a worker (any rank) has
+    ended on a FleetMind error (:func:`_worker_exit`), raise that error instead of the pipe
+    error its end causes here (one line in the CLI). A worker that ended any other way gives
+    ``EOFError`` (never a wait without end, :class:`_PolledPipe`)."""
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
     def _raise_worker_error(venv: Any) -> None:
@@ -133,6 +159,13 @@ def _subproc_vec_env(fns: list[Any], err_dir: tempfile.TemporaryDirectory[str]) 
         raise err
 
     class _Subproc(SubprocVecEnv):
+        def __init__(self, env_fns: list[Any], start_method: str) -> None:
+            super().__init__(env_fns, start_method=start_method)
+            # every later recv (step_wait, reset, env_method, get_attr...) is polled
+            self.remotes = tuple(
+                _PolledPipe(r, p) for r, p in zip(self.remotes, self.processes, strict=True)
+            )
+
         def _guard(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
@@ -158,14 +191,27 @@ def _subproc_vec_env(fns: list[Any], err_dir: tempfile.TemporaryDirectory[str]) 
         def set_attr(self, *args: Any, **kwargs: Any) -> Any:
             return self._guard(super().set_attr, *args, **kwargs)
 
+        def _end_workers(self) -> None:
+            """A worker has ended: end the others (an answer they sent may already have been
+            read, so waiting for one could take forever) and close the pipes."""
+            for proc in self.processes:
+                if proc.is_alive():
+                    proc.terminate()
+            for proc in self.processes:
+                proc.join()
+            for remote in self.remotes:
+                remote.close()
+            self.closed = True
+
         def close(self) -> None:
-            try:
-                super().close()
-            except (*_WORKER_GONE, OSError):  # a worker already gone: end the others
-                for proc in self.processes:
-                    if proc.is_alive():
-                        proc.terminate()
-                self.closed = True
+            if not self.closed:
+                if all(proc.is_alive() for proc in self.processes):
+                    try:
+                        super().close()
+                    except (*_WORKER_GONE, OSError):  # one ended meanwhile
+                        self._end_workers()
+                else:
+                    self._end_workers()
             err_dir.cleanup()
 
     try:

@@ -248,7 +248,8 @@ def _check(args: FgdArgs) -> None:
 
 
 def _start(args: FgdArgs, t_start: float) -> _Run:
-    """The run's folders, training env settings and evaluation env."""
+    """The run's folders, training env settings and evaluation env; first, one training env
+    reset per training trace (``DataError`` when none of its workload seeds gives a decision)."""
     nodes = load_openb_nodes(args.nodes)
     env_kwargs = {
         "traces": list(args.traces),
@@ -261,6 +262,11 @@ def _start(args: FgdArgs, t_start: float) -> _Run:
         "penalty_features": args.penalty_features,
     }
     hp = hyperparams(args)
+    # a training trace none of whose workload seeds gives the agent a decision: one line here,
+    # before the run folder and the MLflow run (in a SubprocVecEnv worker it was a pipe error)
+    check_env = GpuPlacementEnv(**env_kwargs)
+    for t in dict.fromkeys(args.traces):
+        check_env.reset(seed=args.seed, options={"trace": t})
     run_name, run_dir, ckpt_dir = run_dirs(args, "GpuPlacement-v0")
     eval_env = GpuPlacementEnv(
         traces=list(args.eval_traces),
