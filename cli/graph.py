@@ -203,10 +203,14 @@ def _client_configuration(
 
 
 class _ListError(NotAvailableError):
-    """A list request that failed; ``status`` is the HTTP status, if the server answered."""
+    """A list request that failed; ``status`` is the HTTP status, if the server answered. The
+    message has its credentials masked (:func:`fleetmind.cli.kubeconfig.mask_secrets`): the server
+    URL it names may hold ``user:password@``, the API's message a token."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
+        from fleetmind.cli.kubeconfig import mask_secrets
+
+        super().__init__(mask_secrets(message))
         self.status = status
 
 
@@ -339,7 +343,8 @@ def write_whole(path: str | os.PathLike[str], text: str) -> None:
     same folder, is flushed to disk (``fsync``) and renamed over ``path`` (``os.replace``, atomic on
     POSIX file systems): a reader such as the service's refresher sees the old file or the new one,
     never a part, and a write that fails (a full disk, ``ulimit -f``, a killed CronJob) leaves the
-    old file as it was. The new file keeps the permission bits of the file it replaces, else gets
+    old file as it was. The new file keeps the permission bits of the file it replaces, and its
+    owner and group where the process may set them (root rewriting a user's kubeconfig), else gets
     ``0666`` less the umask (what ``open()`` gives, usually ``0644``). A symbolic link is
     followed: its target is replaced. Anything else (a character device such as ``/dev/null``, a
     pipe such as ``/dev/stdout`` in a pipeline or ``>(cat)``, a FIFO, a socket) is opened and
@@ -362,20 +367,22 @@ def write_whole(path: str | os.PathLike[str], text: str) -> None:
         except OSError as err:
             raise OSError(err.errno, f"not written: {err.strerror or err}", str(path)) from None
         return
-    _replace_whole(Path(os.path.realpath(path)), text, None if st is None else st.st_mode, path)
+    _replace_whole(Path(os.path.realpath(path)), text, st, path)
 
 
 def _replace_whole(
-    target: Path, text: str, st_mode: int | None, path: str | os.PathLike[str]
+    target: Path, text: str, st: os.stat_result | None, path: str | os.PathLike[str]
 ) -> None:
     """Write ``text`` to a temporary file next to ``target`` and rename it over ``target``.
 
-    ``st_mode`` is the mode of the file replaced (``None``: there is none); errors name ``path``.
+    ``st`` is the status of the file replaced (``None``: there is none), whose mode, owner and
+    group the new file gets (owner and group only where the process may set them: a user who is
+    not root cannot give a file away); errors name ``path``.
     """
     tmp: str | None = None
     try:
-        if st_mode is not None:
-            mode = st_mode & 0o7777
+        if st is not None:
+            mode = st.st_mode & 0o7777
         else:
             umask = os.umask(0)
             os.umask(umask)
@@ -385,6 +392,9 @@ def _replace_whole(
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        if st is not None:  # before chmod, as chown clears set-user-ID bits
+            with contextlib.suppress(OSError):  # not root, or a file system without owners
+                os.chown(tmp, st.st_uid, st.st_gid)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
         tmp = None

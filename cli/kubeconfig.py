@@ -14,12 +14,17 @@ files itself and hands the client one merged, flattened configuration
   ``KUBECONFIG=prod.yaml:dev.yaml`` it built the graph of dev);
 * relative paths (``certificate-authority``, ``client-certificate``, ``client-key``,
   ``tokenFile``, an ``exec`` command with a ``/``) are resolved against the folder of the file
-  that defines the entry, not the file of the cluster;
+  that defines the entry, not the file of the cluster; that folder is the one of the path as named,
+  a symbolic link not followed (client-go ``ResolveLocalPaths``: ``filepath.Abs`` of the file's
+  folder), so a ``~/.kube/config`` linked to a dotfiles repository reads ``~/.kube/token``;
 * a bearer token has its surrounding whitespace removed (``echo tok > f`` writes ``tok\\n``;
   client-go ``transport/token_source.go`` trims it), where the Python client sent the newline and
-  urllib3 refused the header, quoting the token;
+  urllib3 refused the header, quoting the token; the header is ``Bearer <token>`` with one space
+  whatever whitespace the file starts with;
 * a failing ``exec`` credential plugin stops the build with one line naming it (the Python client
   logged a line on the root logger and sent the request without credentials);
+* a refreshed ``gcp``/``oidc`` auth-provider token is written back into the file that defines the
+  user, which keeps its permission bits and, where the process may set them, its owner and group;
 * a proxy from the environment (``HTTPS_PROXY``) is not used for a loopback API server
   (``localhost``, ``127.0.0.1``, ``::1``: kind, k3d, minikube), as Go's ``net/http`` never proxies
   one (``golang.org/x/net/http/httpproxy``); a kubeconfig's ``proxy-url`` is always used, and
@@ -128,7 +133,7 @@ def _entries(doc: dict[str, Any], section: str, path: Path) -> list[dict[str, An
         raise NotAvailableError(
             f"no Kubernetes configuration: {path}: {section} is not a list of named entries"
         )
-    base = path.resolve().parent
+    base = Path(os.path.abspath(path)).parent  # not resolve(): client-go keeps symlinks
     out = []
     for entry in copy.deepcopy(items):
         inner, keys = _FILE_KEYS.get(section, ("", ()))
@@ -225,6 +230,12 @@ def _client_errors() -> Iterator[list[str]]:
         root.removeHandler(spare)
 
 
+_TTY_FAILURE = "'NoneType' object has no attribute 'strip'"
+"""What the client logs for a failing ``exec`` plugin when stdout is a terminal: its
+``ExecProvider`` then passes the plugin's stderr through (``stderr=sys.stderr``) and calls
+``.strip()`` on the ``None`` that ``communicate()`` returns for it."""
+
+
 def _exec_error(user_name: str, user: dict[str, Any], messages: list[str]) -> NotAvailableError:
     """One line for a failed ``exec`` credential plugin, from the first error the client logged."""
     command = str((user.get("exec") or {}).get("command") or "?")
@@ -232,6 +243,8 @@ def _exec_error(user_name: str, user: dict[str, Any], messages: list[str]) -> No
     first = first.removeprefix("exec: ")
     if "No such file or directory" in first or "[Errno 2]" in first:
         first = "executable not found"
+    elif first == _TTY_FAILURE:
+        first = "process failed (its error output is above)"
     return NotAvailableError(
         mask_secrets(
             f"cannot get credentials for the kubeconfig user {user_name!r}: exec plugin "
@@ -242,10 +255,14 @@ def _exec_error(user_name: str, user: dict[str, Any], messages: list[str]) -> No
 
 def _strip_token(cfg: Any) -> None:
     """Remove whitespace around the bearer token the client stored (client-go trims a token
-    file's content)."""
+    file's content): ``Bearer  tok\\n`` (from a file that starts with a space) becomes ``Bearer tok``, one space
+    after the scheme, as the API server splits the header on one space."""
     for key in ("BearerToken", "authorization"):
         value = cfg.api_key.get(key)
         if isinstance(value, str):
+            parts = value.split(None, 1)
+            if len(parts) == 2 and parts[0].lower() == "bearer":
+                value = f"{parts[0]} {parts[1].strip()}"
             cfg.api_key[key] = value.strip()
 
 

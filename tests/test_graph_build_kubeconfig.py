@@ -384,6 +384,25 @@ def test_relative_paths_resolve_against_the_defining_file(
     assert {a for _, a in api.seen} == {"Bearer t"}
 
 
+def test_relative_paths_of_a_symlinked_kubeconfig_resolve_against_the_link(
+    fake_api: Callable[..., FakeApi], tmp_path: Path
+) -> None:
+    """client-go ``ResolveLocalPaths`` resolves against ``filepath.Abs(filepath.Dir(
+    LocationOfOrigin))``, the folder of the path as named, without following a symbolic link (as
+    the Python client's ``os.path.abspath(os.path.dirname(...))`` did): a ``~/.kube/config`` that
+    links into a dotfiles repository (GNU Stow, home-manager) reads ``~/.kube/tok``, not the
+    repository's."""
+    api = fake_api(token="tok-home")
+    kube, dotfiles = tmp_path / "home" / ".kube", tmp_path / "dotfiles"
+    kube.mkdir(parents=True)
+    (kube / "tok").write_text("tok-home\n")
+    _simple(dotfiles / "config", api, {"tokenFile": "tok"})
+    (dotfiles / "tok").write_text("tok-dotfiles\n")
+    (kube / "config").symlink_to(Path("..", "..", "dotfiles", "config"))
+    assert _build(tmp_path) == 0  # ~/.kube/config, HOME is tmp_path/home
+    assert {a for _, a in api.seen} == {"Bearer tok-home"}
+
+
 # -- a proxy from the environment and a loopback API server -------------------------------------
 
 
@@ -452,3 +471,113 @@ def test_a_refreshed_auth_provider_token_is_saved_to_its_file(
     saved = yaml.safe_load(second.read_text())["users"][0]["user"]["auth-provider"]["config"]
     assert saved["access-token"] == "fresh" and saved["cmd-path"] == str(helper)
     assert stat.S_IMODE(second.stat().st_mode) == 0o600 and "users" not in first.read_text()
+
+
+def test_a_refreshed_token_keeps_the_owner_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubectl (client-go ``clientcmd.ModifyConfig``) writes a refreshed token into the user's
+    kubeconfig in place, so root running on a user's file leaves it the user's; the save renamed a
+    temporary file over it, which made it root's. The new file gets the old one's owner and group
+    (``os.chown``) before its mode, and a process that may not set them still saves the token."""
+    import yaml
+
+    from fleetmind.cli.kubeconfig import _saver
+
+    kc = _kubeconfig(tmp_path / "kc.yaml", users={"u": {"auth-provider": {"name": "oidc"}}})
+    kc.chmod(0o600)
+    st = kc.stat()
+    calls: list[tuple[int, int]] = []
+
+    def chown(path: str, uid: int, gid: int) -> None:
+        calls.append((uid, gid))
+        raise PermissionError(1, "Operation not permitted")  # as for a user who is not root
+
+    monkeypatch.setattr(os, "chown", chown)
+    new = {"name": "oidc", "config": {"id-token": "new"}}
+    _saver(kc, "u", {"auth-provider": new})()
+    assert calls == [(st.st_uid, st.st_gid)]  # asked for the old file's owner and group
+    assert yaml.safe_load(kc.read_text())["users"][0]["user"]["auth-provider"] == new
+    assert stat.S_IMODE(kc.stat().st_mode) == 0o600
+    monkeypatch.undo()
+    if os.getuid() == 0:  # root really gives the file back to its owner
+        os.chown(kc, 65534, 65534)
+        _saver(kc, "u", {"auth-provider": {"name": "oidc", "config": {"id-token": "newer"}}})()
+        assert (kc.stat().st_uid, kc.stat().st_gid) == (65534, 65534)
+        assert "newer" in kc.read_text() and stat.S_IMODE(kc.stat().st_mode) == 0o600
+
+
+def test_a_password_in_the_server_url_is_never_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server URL with ``user:password@`` is named in every list error (and in the
+    EndpointSlice warning); the message showed the password."""
+    from fleetmind.cli.graph import _ListError
+
+    with socket.socket() as sock:  # bound, never listening: a connection is refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://admin:hunter2@127.0.0.1:{sock.getsockname()[1]}"
+        kc = _kubeconfig(
+            tmp_path / "kc.yaml",
+            context="c",
+            clusters={"c": {"server": url}},
+            users={"u": {"token": "x"}},
+            contexts={"c": ("c", "u")},
+        )
+        assert _build(tmp_path, "--kubeconfig", str(kc)) == 2
+    err = _one_error_line(capsys)
+    assert "cannot list nodes" in err and "hunter2" not in err and "admin:" not in err
+    text = str(_ListError(f"cannot list endpointslices at {url}: 403 Forbidden", 403))
+    assert "hunter2" not in text and "403 Forbidden" in text
+
+
+def test_a_token_file_with_leading_whitespace_gives_one_space_after_bearer(
+    fake_api: Callable[..., FakeApi], tmp_path: Path
+) -> None:
+    """client-go ``fileTokenSource.Token`` trims the file (``strings.TrimSpace``) and sends
+    ``Bearer <token>``; the API server splits the header on one space (``strings.SplitN(auth, " ",
+    3)`` in ``plugin/pkg/authenticator/request/bearertoken``), so ``Bearer  tok`` is an empty
+    token: 401. A file `` tok`` or ``\\ntok\\n`` gave that double space."""
+    api = fake_api(token="sekrit-token")
+    for i, content in enumerate((" sekrit-token\n", "\nsekrit-token\n", "\t sekrit-token \n")):
+        (tmp_path / f"tok{i}").write_text(content)
+        kc = _simple(tmp_path / "kc.yaml", api, {"tokenFile": str(tmp_path / f"tok{i}")})
+        assert _build(tmp_path, "--kubeconfig", str(kc)) == 0, repr(content)
+    assert {a for _, a in api.seen} == {"Bearer sekrit-token"}
+
+
+def test_a_failing_exec_plugin_run_from_a_terminal_names_no_python_error(
+    fake_api: Callable[..., FakeApi],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With stdout a terminal the client's ``ExecProvider`` passes the plugin's stderr through
+    (``stderr=sys.stderr``), so ``communicate()`` returns ``None`` for it, and calls ``.strip()``
+    on it: the message was "'NoneType' object has no attribute 'strip'". The plugin's own error
+    is on the terminal already (kubectl lets it through as well)."""
+    import types
+
+    from kubernetes.config import exec_provider
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    err_sink = (tmp_path / "plugin-stderr").open("w")  # the terminal the plugin writes to
+    fake_sys = types.SimpleNamespace(
+        stdout=Terminal(), stderr=err_sink, stdin=None, platform=exec_provider.sys.platform
+    )
+    monkeypatch.setattr(exec_provider, "sys", fake_sys)
+    api = fake_api(token="t")
+    plugin = _script(tmp_path / "fail.sh", "echo \"error: run 'corp-login'\" >&2\nexit 1\n")
+    exec_ = {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}
+    kc = _simple(tmp_path / "kc.yaml", api, {"exec": exec_})
+    try:
+        assert _build(tmp_path, "--kubeconfig", str(kc)) == 2
+    finally:
+        err_sink.close()
+    err = _one_error_line(capsys)
+    assert f"exec plugin {plugin}: process failed (its error output is above)" in err, err
+    assert "NoneType" not in err and not api.seen
+    assert "corp-login" in (tmp_path / "plugin-stderr").read_text()
