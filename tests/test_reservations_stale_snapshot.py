@@ -18,16 +18,19 @@ import os
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
+from fleetmind.serving.app import create_app  # noqa: E402
 from fleetmind.serving.db import Database  # noqa: E402
 from fleetmind.serving.scheduler import extender as ext  # noqa: E402
-from fleetmind.serving.scheduler.placement import BestFitPlacer  # noqa: E402
+from fleetmind.serving.scheduler.placement import BestFitPlacer, Option  # noqa: E402
 from fleetmind.serving.scheduler.reservations import (  # noqa: E402
     DbReservations,
     snapshot_lag_s,
 )
+from fleetmind.serving.schemas import JobSpec  # noqa: E402
 from fleetmind.serving.settings import Settings  # noqa: E402
 from fleetmind.serving.telemetry import base  # noqa: E402
 from fleetmind.serving.telemetry.base import (  # noqa: E402
@@ -160,7 +163,7 @@ def test_the_snapshot_rule_still_ends_a_bound_hold_on_time(tmp_path: Path, clock
 
 
 def test_without_a_lag_the_row_ends_with_the_grace_as_before(tmp_path: Path, clock: Clock) -> None:
-    """``snapshot_lag_s`` 0 (``sim``, ``nvml``): the bound row's deadline is unchanged."""
+    """``snapshot_lag_s`` 0 (``sim``): the bound row's deadline is unchanged."""
     res = _reservations(tmp_path, clock, 0.0)
     src = Cluster(clock)
     _extender_call(src, res, "a")
@@ -175,7 +178,8 @@ def test_snapshot_lag_follows_the_telemetry_settings(tmp_path: Path) -> None:
     assert snapshot_lag_s(Settings(**prom, telemetry_max_stale_s=0)) == TTL_S
     assert snapshot_lag_s(Settings(**prom, telemetry_ttl_s=0)) == 0.0  # no cache, no stale
     assert snapshot_lag_s(Settings(database_url="sqlite://")) == 0.0  # sim
-    assert snapshot_lag_s(Settings(database_url="sqlite://", telemetry="nvml")) == 0.0
+    # nvml reuses a snapshot for its TTL, so a decision may read one that old
+    assert snapshot_lag_s(Settings(database_url="sqlite://", telemetry="nvml")) == TTL_S
 
 
 def test_the_service_builds_its_reservations_with_the_lag(tmp_path: Path) -> None:
@@ -195,3 +199,48 @@ def test_the_service_builds_its_reservations_with_the_lag(tmp_path: Path) -> Non
         assert services.reservations.snapshot_lag_s == LAG_S
     finally:
         close_services(services)
+
+
+class _Showing(TelemetrySource):
+    """A fresh snapshot in which pod ``ml/a`` runs on GPU 0 of n1 with 500 milli: 500 left."""
+
+    name = "prometheus"
+
+    def __init__(self, ts: float) -> None:
+        super().__init__(ttl_s=10**9)
+        self.ts = ts
+
+    def collect(self) -> FleetSnapshot:
+        gpu = GpuState(0, "A100", mem_total_mib=80000, mem_used_mib=40000, free_milli=500)
+        node = NodeState("n1", "local", [gpu], 64000, 64000, 10**6, 10**6, pods=frozenset({"ml/a"}))
+        return FleetSnapshot("prometheus", [node], self.ts)
+
+
+def test_the_api_reads_holds_against_the_snapshot_as_the_extender_does(tmp_path: Path) -> None:
+    """``GET /api/v1/fleet`` and ``POST /api/v1/placements`` without a ``job_id`` read the raw
+    holds: a bound pod that the snapshot already shows counted twice (its usage and its hold)
+    until the row's deadline, which the lag lengthens (a 409 "0 milli free" in a nearly full
+    fleet, where the same request with a ``job_id`` placed)."""
+    token = "stale-snapshot-token"
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/api.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+        api_token=token,
+    )
+    h = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(settings)) as c:
+        services = c.app.state.services
+        res = services.reservations
+        res.snapshot_lag_s, res.cache_s = LAG_S, 0
+        now = [2_000_000.0]
+        res.clock = lambda: now[0]
+        res.hold("ml/a", Option("local", "n1", (0,), 0.0), JobSpec(num_gpu=1, gpu_milli=500))
+        assert res.bound("ml/a", "n1") == "held"
+        now[0] += GRACE_S + 1  # the grace is over and a fresh snapshot lists ml/a
+        services.telemetry = _Showing(now[0])
+        fleet = c.get("/api/v1/fleet", headers=h).json()
+        assert fleet["nodes"][0]["gpus"][0]["free_milli"] == 500
+        r = c.post("/api/v1/placements", json={"num_gpu": 1, "gpu_milli": 500}, headers=h)
+        assert r.status_code == 200, r.text

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from fleetmind.serving.deps import ReservationsDep, ServicesDep, TelemetryDep
 from fleetmind.serving.health import health_service
+from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import ClusterHealthOut, ErrorOut, FleetOut, GpuOut, NodeOut
 
 router = APIRouter(prefix="/api/v1/fleet", tags=["fleet"])
@@ -18,6 +19,8 @@ def fleet(
     telemetry: TelemetryDep, reservations: ReservationsDep, services: ServicesDep
 ) -> FleetOut:
     snap = telemetry.snapshot()
+    if isinstance(reservations, DbReservations):  # a hold whose pod the snapshot shows has ended
+        reservations = reservations.view(snap)
     health = health_service(services).current(telemetry)
     nodes = []
     for n in snap.nodes:

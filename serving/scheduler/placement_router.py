@@ -94,9 +94,11 @@ def place(
     def held() -> Reservations:
         # A job that names itself does not see its own hold: a retried reserve=true gets the
         # same GPUs back (the new hold replaces the old), not the next free ones.
+        # Holds are read against the snapshot in use (a hold whose pod it already shows ends),
+        # as the extender reads them: else a bound pod counted twice, its usage and its hold.
         res = services.reservations
-        if job.job_id and isinstance(res, DbReservations):
-            return res.view(snapshot, exclude=job_key(job.job_id))
+        if isinstance(res, DbReservations):
+            return res.view(snapshot, exclude=job_key(job.job_id) if job.job_id else None)
         return res
 
     def place(res: Reservations) -> list[Option]:

@@ -107,11 +107,13 @@ def snapshot_lag_s(settings: Settings) -> float:
     """The age (s) of the oldest telemetry snapshot a decision may use under ``settings``:
     ``FLEETMIND_TELEMETRY_TTL_S`` plus ``FLEETMIND_TELEMETRY_MAX_STALE_S`` for ``prometheus``
     telemetry (stale-while-refresh, 5 + 30 = 35 s by default; the TTL alone when stale serving is
-    off), 0 for the other sources (``sim`` reads every time; ``nvml`` keeps the bound holds' old
-    deadline). The ``snapshot_lag_s`` of :class:`DbReservations`."""
+    off), the TTL for ``nvml`` (a snapshot is reused that long), 0 for ``sim`` (read every time).
+    The ``snapshot_lag_s`` of :class:`DbReservations`."""
+    ttl = max(settings.telemetry_ttl_s, 0.0)
+    if settings.telemetry == "nvml":
+        return ttl
     if settings.telemetry != "prometheus":
         return 0.0
-    ttl = max(settings.telemetry_ttl_s, 0.0)
     stale = settings.telemetry_max_stale_s if ttl > 0 else 0.0
     return ttl + max(stale, 0.0)
 
