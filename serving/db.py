@@ -1429,8 +1429,15 @@ def pg_lock_wait(conn: Connection, seconds: float = PG_LOCK_WAIT_S) -> None:
 
     conn.execute(
         text("SELECT set_config('lock_timeout', :v, true)"),
-        {"v": f"{max(1, round(seconds * 1000))}ms"},
+        {"v": f"{max(1, round(pg_lock_wait_s(seconds) * 1000))}ms"},
     )
+
+
+def pg_lock_wait_s(seconds: float = PG_LOCK_WAIT_S) -> float:
+    """The lock wait :func:`pg_lock_wait` sets, s: ``seconds``, or the calling thread's shorter
+    bound inside :func:`pg_thread_lock_wait` (the incident worker's, derived from its lease)."""
+    ms = getattr(_THREAD_LOCK_WAIT, "ms", None)
+    return seconds if ms is None else min(seconds, ms / 1000)
 
 
 _THREAD_LOCK_WAIT = threading.local()
@@ -1460,7 +1467,11 @@ def pg_thread_lock_wait(db: Database, seconds: float = PG_LOCK_WAIT_S) -> Iterat
     For the incident worker's thread: a table locked for longer than the leader lease
     (``VACUUM FULL incidents``, a migration's ``ALTER TABLE``) made its statements wait the whole
     statement timeout (30 s), past the lease (10 s), so leadership passed from replica to replica;
-    now the loop fails within ``seconds`` and goes back to checking its lease. Other threads (the
+    now the loop fails within ``seconds`` and goes back to checking its lease. The worker passes
+    a quarter of its lease, at most :data:`PG_LOCK_WAIT_S`
+    (:func:`fleetmind.serving.incidents.worker.lock_wait_s`): one lock wait plus its 1 s pause
+    then stays well under the lease between two checks. :func:`pg_lock_wait` inside the block
+    (the grouping transaction) never waits longer than ``seconds`` either. Other threads (the
     requests) are not affected; nothing on SQLite."""
     if db.is_sqlite:
         yield

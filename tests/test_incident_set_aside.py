@@ -8,6 +8,7 @@ and pending again after a status change stays in its incident.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,11 @@ def test_a_refused_status_change_keeps_the_alert_in_its_incident(
         assert c.post("/api/v1/alerts", json=webhook([resolved], status="resolved")).is_success
         store, real, refused = manager.store, manager.store.mark_grouped, []
 
-        def refuse_twice(conn: Any, done: list[dict[str, Any]]) -> None:
+        def refuse_twice(conn: Any, done: list[dict[str, Any]]) -> int:
             if len(refused) < 2:  # the status change's grouping: in its batch, then alone
                 refused.append(done)
                 raise DataError("UPDATE alerts", {}, Exception("value too long"))
-            real(conn, done)
+            return real(conn, done)
 
         monkeypatch.setattr(store, "mark_grouped", refuse_twice)
         assert manager.process_pending() == 1
@@ -82,10 +83,10 @@ def test_the_alert_set_aside_is_the_one_refused_not_one_pending_since(
         bad_id = _alerts(c)["Bad"]["id"]
         store, real = manager.store, manager.store.mark_grouped
 
-        def refuse_bad(conn: Any, done: list[dict[str, Any]]) -> None:
+        def refuse_bad(conn: Any, done: list[dict[str, Any]]) -> int:
             if any(d["_id"] == bad_id and d["_inc"] is not None for d in done):
                 raise DataError("UPDATE alerts", {}, Exception("refused"))
-            real(conn, done)
+            return real(conn, done)
 
         real_aside = manager._set_aside
 
@@ -109,3 +110,42 @@ def test_the_alert_set_aside_is_the_one_refused_not_one_pending_since(
         with c.app.state.services.db.read() as conn:
             pending = conn.exec_driver_sql("SELECT count(*) FROM alerts WHERE pending").scalar()
         assert pending == 0
+
+
+def test_a_refused_alert_that_changed_before_its_set_aside_is_not_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refused alert itself resolves between the failed batch and the set-aside: the
+    set-aside's UPDATE (fenced on the ``updated_ts`` read) matches no row, so nothing is set
+    aside, counted or logged; the alert stays pending and is grouped with its new status."""
+    bad = {"alertname": "Bad", "cluster": "c0", "node": "c0-h2"}
+    with _client(tmp_path) as c:
+        manager = c.app.state.services.incidents
+        assert c.post("/api/v1/alerts", json=webhook([alert(bad, fingerprint="bad")])).is_success
+        store, real, calls = manager.store, manager.store.mark_grouped, []
+
+        def refuse_first_two(conn: Any, done: list[dict[str, Any]]) -> int:
+            calls.append(done)
+            if len(calls) <= 2:  # the batch, then the batch of one
+                raise DataError("UPDATE alerts", {}, Exception("refused"))
+            return real(conn, done)
+
+        real_aside = manager._set_aside
+
+        def resolves_first(err: Exception) -> int:
+            resolved = alert(bad, status="resolved", fingerprint="bad")
+            assert c.post("/api/v1/alerts", json=webhook([resolved], status="resolved")).is_success
+            return real_aside(err)
+
+        monkeypatch.setattr(store, "mark_grouped", refuse_first_two)
+        monkeypatch.setattr(manager, "_set_aside", resolves_first)
+        with caplog.at_level(logging.WARNING, logger="fleetmind.serving"):
+            assert manager.process_pending() == 0  # before: 1, though nothing was set aside
+        assert manager.set_aside == 0  # before: 1
+        assert not [r for r in caplog.records if "not grouped" in r.getMessage()]  # before: one
+        with c.app.state.services.db.read() as conn:
+            pending = conn.exec_driver_sql("SELECT count(*) FROM alerts WHERE pending").scalar()
+        assert pending == 1  # grouped again, with its new status
+        monkeypatch.setattr(manager, "_set_aside", real_aside)
+        assert manager.process_pending() == 1
+        assert _alerts(c)["Bad"]["status"] == "resolved"

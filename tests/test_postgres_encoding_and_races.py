@@ -174,10 +174,10 @@ def test_the_worker_sets_aside_an_alert_whose_grouping_the_database_refuses(
         store = services.incidents.store
         real = store.mark_grouped
 
-        def refuse(conn: Any, done: list[dict[str, Any]]) -> None:
+        def refuse(conn: Any, done: list[dict[str, Any]]) -> int:
             if any(d["_id"] == bad and d["_inc"] is not None for d in done):
                 raise DataError("UPDATE alerts", {}, Exception("character has no equivalent"))
-            real(conn, done)
+            return real(conn, done)
 
         monkeypatch.setattr(store, "mark_grouped", refuse)
         with caplog.at_level("WARNING", logger="fleetmind.serving"):

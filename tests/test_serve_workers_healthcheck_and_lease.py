@@ -12,7 +12,10 @@ On PostgreSQL, a table the incident worker reads locked for longer than the lead
 whole statement timeout, past the lease, so leadership passed from replica to replica. Every
 transaction of the worker's thread now waits at most ``lock_timeout`` for a lock (SQLSTATE 55P03,
 ``lock_not_available``: PostgreSQL, Appendix A "PostgreSQL Error Codes"), fails the loop, and the
-next loop checks the lease, which it still holds.
+next loop checks the lease, which it still holds. That wait is a quarter of the lease (at most
+5 s) and the lease is checked before each step that may wait that long (the lag gauge's read of
+``alerts`` after a failed loop), so that the lock's session, which the server ends
+``idle_session_timeout`` = lease after its last check, never idles past the lease.
 """
 
 from __future__ import annotations
@@ -32,13 +35,22 @@ from sqlalchemy.exc import OperationalError
 
 from fleetmind.cli import serve as cli_serve
 from fleetmind.data.errors import ConfigError
-from fleetmind.serving.db import LOCK_NOT_AVAILABLE, Database, pg_thread_lock_wait
+from fleetmind.serving.db import (
+    LOCK_NOT_AVAILABLE,
+    PG_LOCK_WAIT_S,
+    Database,
+    pg_thread_lock_wait,
+)
 from fleetmind.serving.incidents.manager import IncidentManager
 from fleetmind.serving.incidents.store import IncidentStore
+from fleetmind.serving.incidents.worker import lock_wait_s
 
-PG_PORT = 18941
+PG_PORT = 19061
 LEASE_S = 30.0
 """The leader lease of the worker test: far longer than the lock wait (5 s) on a loaded host."""
+SHORT_LEASE_S = 4.0
+"""A lease shorter than :data:`fleetmind.serving.db.PG_LOCK_WAIT_S`: a worker waiting 5 s for a
+lock lost it at its first failed loop; it now waits a quarter of it (1 s)."""
 STATEMENT_TIMEOUT_S = 40.0
 """Longer than the lock wait and the lease: a statement that waits it out (the old behaviour)
 fails with a statement timeout (57014), told apart from the lock wait's 55P03."""
@@ -242,6 +254,69 @@ def test_rankings_a_failed_ranking_left_undone_stay_due(tmp_path) -> None:
         with pytest.raises(OperationalError):
             manager.rank_due()
         assert ranked == [1]
-        assert sorted(manager.schedule.take_due(time.monotonic())) == [2, 3]
+        assert manager.schedule.take_due(time.monotonic()) == [3]  # the rest: at the next loop
+        assert manager.schedule.take_due(float("inf")) == [2]  # the failed one: after a back-off
     finally:
         d.dispose()
+
+
+def test_the_grouping_transaction_keeps_the_threads_shorter_lock_wait(db: Database) -> None:
+    """``store.grouping`` sets its own lock wait (5 s); inside the worker's shorter bound that
+    one wins (before: the 5 s, past a short lease)."""
+    with pg_thread_lock_wait(db, 0.5), IncidentStore(db).grouping() as conn:
+        assert conn.execute(text("SHOW lock_timeout")).scalar() == "500ms"
+
+
+def test_the_worker_waits_a_quarter_of_its_lease_at_most_5_s() -> None:
+    assert lock_wait_s(SHORT_LEASE_S) == 1.0
+    assert lock_wait_s(2.0) == 0.5  # the shortest lease the settings allow
+    assert lock_wait_s(10.0) == 2.5  # the default
+    assert lock_wait_s(3600.0) == PG_LOCK_WAIT_S
+
+
+@pytest.mark.parametrize("table", ["alerts", "incidents"])
+def test_a_short_lease_is_kept_while_a_table_is_locked_past_it(
+    db: Database, locker: Any, table: str
+) -> None:
+    """``alerts`` locked: every loop fails grouping's read of the pending alerts, then the lag
+    gauge reads ``alerts`` again (before: two 5 s lock waits with no check of the lease between,
+    and the lock's session ended). ``incidents`` locked: every take-over fails (before: one 5 s
+    wait, past a 4 s lease). The lease is never lost however many loops fail."""
+    graphs = SimpleNamespace(view=None, graph=None)  # nothing is pending: never read
+    manager = IncidentManager(db, graphs, None, leader_lease_s=SHORT_LEASE_S)  # type: ignore[arg-type]
+    failed: list[str] = []
+    real_pending, real_take_over = manager.process_pending, manager.take_over
+
+    def process_pending(limit: int = 500, defer: bool = False) -> int:
+        try:
+            return real_pending(limit, defer)
+        except Exception as err:
+            failed.append(str(err))
+            raise
+
+    def take_over() -> None:
+        try:
+            real_take_over()
+        except Exception as err:
+            failed.append(str(err))
+            raise
+
+    manager.process_pending = process_pending  # type: ignore[method-assign]
+    manager.take_over = take_over  # type: ignore[method-assign]
+    if table == "alerts":  # the worker leads and has taken over before the table is locked
+        manager.worker.start()
+        assert wait_for(lambda: manager.leader.held and manager.last_error is None, 60)
+    locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # and keeps it
+    if table == "incidents":
+        manager.worker.start()
+    try:
+        # three failed loops: three times the lease at least, with a wait of one lock each
+        assert wait_for(lambda: len(failed) >= 3, timeout=120), failed
+        assert all("lock timeout" in f for f in failed), failed
+        assert manager.leader.lost == 0  # before: lost at the first failed loop
+        assert manager.leader.held
+        locker.rollback()  # the lock is gone
+        assert wait_for(lambda: manager.last_error is None, 60), manager.last_error
+        assert manager.leader.held and manager.leader.lost == 0  # the same lease throughout
+    finally:
+        manager.stop()

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from fleetmind.rca.anchoring import anchor_result, named_symptom
 from fleetmind.rca.incident_graph import incident_graph
@@ -52,6 +54,19 @@ if TYPE_CHECKING:
     from fleetmind.serving.registry import ModelRegistry
 
 log = logging.getLogger("fleetmind.serving")
+
+RANK_RETRY_S = 5.0
+"""A ranking that failed on the database for a passing reason (a lock wait, a lost connection) is
+due again this long after (or after ``rank_interval_s`` when longer), seconds."""
+
+
+def _transient(err: Exception) -> bool:
+    """Whether a ranking's ``err`` may pass on its own (the database: a lock wait, a statement
+    timeout, a lost connection, a full pool) rather than come back at every try (a value refused
+    by the database, a bug)."""
+    if isinstance(err, (OperationalError, InterfaceError, PoolTimeout)):
+        return True
+    return isinstance(err, DBAPIError) and bool(err.connection_invalidated)
 
 
 @dataclass(frozen=True)
@@ -304,7 +319,7 @@ class IncidentManager:
             return 0
         row = self._batch_read[0]
         with self.store.grouping() as conn:
-            self.store.mark_grouped(
+            changed = self.store.mark_grouped(
                 conn,
                 [
                     {
@@ -315,6 +330,8 @@ class IncidentManager:
                     }
                 ],
             )
+        if changed != 1:  # its status changed since it was read: grouped again as it is now
+            return 0
         self.set_aside += 1
         reason = str(getattr(err, "orig", None) or err).strip().splitlines()
         log.warning(
@@ -331,13 +348,32 @@ class IncidentManager:
         self._rank_all(self.schedule.take_due(time.monotonic() - older_than_s))
 
     def _rank_all(self, incident_ids: list[int]) -> None:
-        """Rank ``incident_ids`` in order; when one fails (the database: a lock wait, an outage),
-        it and the rest are queued again, due now, and the error is raised."""
+        """Rank ``incident_ids`` in order.
+
+        A ranking that fails for a passing reason (:func:`_transient`: a lock wait, an outage)
+        stops the pass: that incident is due again after :data:`RANK_RETRY_S` (or
+        ``rank_interval_s``), the rest are due now (the next loop ranks them, after the lease was
+        checked), and the error is raised. Any other failure (a value the database refuses, such
+        as a non-number score; a bug) comes back at every try: it is logged, that ranking is
+        dropped (the incident keeps ``needs_ranking``, so a new leader tries once more) and the
+        rest are ranked, so one incident cannot stop the others' rankings or housekeeping."""
         for n, inc_id in enumerate(incident_ids):
             try:
                 self._rank(inc_id)
-            except Exception:
-                self.schedule.queue(incident_ids[n:], time.monotonic())
+            except Exception as err:
+                if not _transient(err):
+                    reason = str(getattr(err, "orig", None) or err).strip().splitlines()
+                    log.warning(
+                        "ranking incident %s failed and is dropped: %s: %s",
+                        inc_id,
+                        type(err).__name__,
+                        reason[0] if reason else "",
+                        exc_info=not isinstance(err, DBAPIError),  # a bug: its traceback
+                    )
+                    continue
+                now = time.monotonic()
+                self.schedule.queue(incident_ids[n + 1 :], now)
+                self.schedule.queue([inc_id], now + max(RANK_RETRY_S, self.config.rank_interval_s))
                 raise
 
     def _group_batch(self, limit: int) -> tuple[list[dict[str, Any]], set[int]]:
@@ -540,9 +576,19 @@ class IncidentManager:
             return
         if self.metrics is not None:
             self.metrics.rca_latency.labels(model.method).observe(time.perf_counter() - start)
+        causes = [c.to_json() for c in result.causes]
+        if not all(math.isfinite(c["score"]) for c in causes):
+            # JSON has no NaN or infinity: PostgreSQL refuses the write (a DataError at every
+            # try), and a stored one could not be served as JSON; the last ranking is kept
+            log.warning(
+                "RCA failed on incident %s: %s ranked a cause with a non-finite score; not stored",
+                inc_id,
+                result.method or model.method,
+            )
+            return
         self.db.set_incident_rca(
             inc_id,
-            [c.to_json() for c in result.causes],
+            causes,
             result.method or model.method,
             result.model_version or model.version,
             ranked_state=state,

@@ -20,7 +20,6 @@ from sqlalchemy.exc import OperationalError
 
 from fleetmind.serving.db import (
     LOCK_NOT_AVAILABLE,
-    PG_LOCK_WAIT_S,
     Database,
     LeaderLock,
     alerts,
@@ -28,6 +27,7 @@ from fleetmind.serving.db import (
     incidents,
     notifications,
     pg_lock_wait,
+    pg_lock_wait_s,
 )
 from fleetmind.serving.incidents.grouper import ClosedIncident, OpenIncident, Settled
 from fleetmind.serving.schemas import iso_utc
@@ -144,7 +144,7 @@ class IncidentStore:
                     if getattr(err.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                         raise
                     raise GroupingBusy(
-                        f"another session held the grouping lock for over {PG_LOCK_WAIT_S:g} s "
+                        f"another session held the grouping lock for over {pg_lock_wait_s():g} s "
                         "(a replica hung inside a grouping transaction?): this pass is skipped"
                     ) from None
             yield conn
@@ -304,14 +304,15 @@ class IncidentStore:
             ClosedIncident(_as_grouped(r._mapping), float(r.closed_ts)) for r in conn.execute(q)
         ]
 
-    def mark_grouped(self, conn: Connection, done: list[dict[str, Any]]) -> None:
-        """Store each alert's incident and node and clear its ``pending`` flag.
+    def mark_grouped(self, conn: Connection, done: list[dict[str, Any]]) -> int:
+        """Store each alert's incident and node and clear its ``pending`` flag; returns how many
+        alerts were updated (the driver's count: exact for one alert).
 
         ``done`` holds one ``{"_id", "_upd", "_inc", "_node"}`` per alert (its id, the
         ``updated_ts`` it was read with, its incident id and node): an alert whose status changed
         since it was read keeps ``pending`` and is grouped again.
         """
-        conn.execute(_SET_GROUPED, done)
+        return int(conn.execute(_SET_GROUPED, done).rowcount)
 
     def counts(self, conn: Connection, incident_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """``{incident id: (alerts, firing alerts)}``.

@@ -13,10 +13,12 @@ second, or when woken, or when a deferred ranking is due):
 4. ranks what is due and runs housekeeping;
 5. exports the grouping lag, whether or not the loop succeeded.
 
-On PostgreSQL every transaction of the thread waits at most
-:data:`fleetmind.serving.db.PG_LOCK_WAIT_S` for a lock
-(:func:`fleetmind.serving.db.pg_thread_lock_wait`), well under the lease: a table locked for longer
-fails the loop instead of holding it past the lease.
+On PostgreSQL every transaction of the thread waits at most :func:`lock_wait_s` for a lock (a
+quarter of the lease, at most :data:`fleetmind.serving.db.PG_LOCK_WAIT_S`:
+:func:`fleetmind.serving.db.pg_thread_lock_wait`), and the lease is checked again before each step
+that may wait that long (the rankings' housekeeping after a failed ranking, the lag read): a table
+locked for longer than the lease fails loops instead of holding one past the lease, and at most
+one lock wait plus a 1 s pause lies between two checks of the lease.
 
 A failing loop is logged (its traceback the first time; while it keeps failing the same way,
 one line a minute; one line when it works again: :class:`fleetmind.serving.failure_log.FailureLog`),
@@ -27,14 +29,13 @@ as leader or as follower, clears it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from fleetmind.serving.db import pg_thread_lock_wait
+from fleetmind.serving.db import PG_LOCK_WAIT_S, pg_thread_lock_wait
 from fleetmind.serving.failure_log import FailureLog
 
 if TYPE_CHECKING:
@@ -42,6 +43,16 @@ if TYPE_CHECKING:
     from fleetmind.serving.metrics import Metrics
 
 log = logging.getLogger("fleetmind.serving")
+
+
+def lock_wait_s(lease_s: float) -> float:
+    """The longest lock wait of the worker's transactions for a leader lease of ``lease_s``
+    seconds: a quarter of it, at most :data:`fleetmind.serving.db.PG_LOCK_WAIT_S` (5 s).
+
+    The lock's session ends ``lease_s`` after its last check (``idle_session_timeout``); between
+    two checks lies at most one lock wait and a pause of up to 1 s, which this keeps under the
+    lease for any lease the settings allow (2 s and up)."""
+    return min(PG_LOCK_WAIT_S, lease_s / 4)
 
 
 _PRUNE_AT = 1024
@@ -184,7 +195,7 @@ class IncidentWorker:
         lag: the grouping lag gauge.
         backlog_rank_s: during a backlog, rank incidents deferred this long, seconds.
         db: the database whose statements the thread runs (PostgreSQL: each of its transactions
-            waits at most :data:`fleetmind.serving.db.PG_LOCK_WAIT_S` for a lock, see
+            waits at most :func:`lock_wait_s` of the lease for a lock, see
             :func:`fleetmind.serving.db.pg_thread_lock_wait`; ``None``: no such bound).
     """
 
@@ -243,7 +254,10 @@ class IncidentWorker:
     def _run(self) -> None:
         # A table locked longer than the lease (VACUUM FULL, a migration) fails a loop within the
         # lock wait instead of blocking it past the lease: the lease is checked again and kept.
-        with pg_thread_lock_wait(self.db) if self.db is not None else contextlib.nullcontext():
+        if self.db is None:
+            self._loop()
+            return
+        with pg_thread_lock_wait(self.db, lock_wait_s(self.leader.lease_s)):
             self._loop()
 
     def _loop(self) -> None:
@@ -263,13 +277,14 @@ class IncidentWorker:
                 self.last_error = None
                 self.failing_since = None
                 self._failures.succeeded()
+            if self.leader.held:  # the lag read may wait for a lock too: confirm the lease first
+                self._confirm()
             self.lag.refresh()
 
     def _lead(self) -> bool:
         """Whether this process leads now (taking the lease, and over, when it is free)."""
-        if self.leader.held and not self.leader.check():
-            log.warning("incident worker: lost the leader lock; another replica may group")
-            self.schedule.clear()
+        if self.leader.held:
+            self._confirm()
         if not self.leader.held:
             if not self.leader.acquire():
                 return False  # another process groups alerts; check again in a second
@@ -279,12 +294,31 @@ class IncidentWorker:
             self._taking_over = False
         return True
 
+    def _confirm(self) -> bool:
+        """Whether this process still holds the lease (a query on the lock's session, which also
+        keeps that session from ending idle); a lost lease is logged and drops the queued
+        rankings (the next leader re-reads them)."""
+        if self.leader.check():
+            return True
+        log.warning("incident worker: lost the leader lock; another replica may group")
+        self.schedule.clear()
+        return False
+
     def _work(self) -> None:
-        """Group until nothing is pending, then rank what is due and keep house."""
+        """Group until nothing is pending, then rank what is due and keep house.
+
+        A ranking that failed on the database (a lock wait, an outage: it is due again later) does
+        not hold up housekeeping (auto-resolve, retention), which runs once the lease is confirmed;
+        the error then fails the loop."""
         host = self.host
         while not self._stop.is_set() and host.process_pending(defer=True) > 0:
             host.rank_due(older_than_s=self.backlog_rank_s)  # no starvation in a long storm
-            if not self.leader.check():
-                break
-        host.rank_due()
+            if not self._confirm():
+                return
+        try:
+            host.rank_due()
+        except Exception:
+            if self._confirm():
+                host.housekeeping()
+            raise
         host.housekeeping()
