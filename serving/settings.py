@@ -169,8 +169,8 @@ class Settings(BaseSettings):
     telemetry_ttl_s: float = Field(
         5.0, ge=0, le=MAX_DURATION_S, description="how long a telemetry snapshot is reused"
     )
-    # Stale-while-refresh (telemetry=prometheus): a 5,000-node fleet's DCGM query takes 2-7 s on a
-    # loaded Prometheus, past kube-scheduler's 5 s extender httpTimeout (DefaultExtenderTimeout),
+    # Stale-while-refresh (telemetry=prometheus): a 5,000-node fleet's DCGM query took 2-7 s on a
+    # loaded Prometheus (one measurement, 2-core machine, 2026-12-06), past kube-scheduler's 5 s extender httpTimeout (DefaultExtenderTimeout),
     # so the request that refreshed timed out and an ignorable extender was skipped. A snapshot
     # older than the TTL but within this bound is served at once while one background refresh
     # runs; nothing reads between calls, so the first call after a lull longer than ttl + this
