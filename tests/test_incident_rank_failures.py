@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from serving_helpers import alert, wait_for, webhook
-from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import DataError, InternalError, OperationalError, ProgrammingError
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.db import Database
@@ -201,3 +201,55 @@ def test_a_non_finite_score_is_not_stored(
         assert listed.status_code == 200
         (inc,) = listed.json()
         assert not inc.get("causes")
+
+
+class _PgError(Exception):
+    """A psycopg error's shape as SQLAlchemy wraps it: the SQLSTATE on ``orig``."""
+
+    def __init__(self, sqlstate: str, text: str) -> None:
+        super().__init__(text)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        InternalError(  # a failover to a standby, default_transaction_read_only
+            "UPDATE", {}, _PgError("25006", "cannot execute UPDATE in a read-only transaction")
+        ),
+        ProgrammingError("SELECT", {}, _PgError("42703", 'column "x" does not exist')),  # DDL
+    ],
+    ids=["read-only", "migration-under-way"],
+)
+def test_a_database_failing_for_a_while_is_retried_not_dropped(
+    manager: IncidentManager, err: Exception
+) -> None:
+    """Only a refused value (SQLSTATE classes 22 and 23, as ``is_input_error`` reads them) is
+    dropped: a database turned read-only or under DDL is an outage, and the ranking was dropped
+    until a new alert came (the page said "Not ranked yet.", no root cause was sent)."""
+
+    def rank(inc_id: int) -> None:
+        raise err
+
+    manager._rank = rank  # type: ignore[method-assign]
+    before = time.monotonic()
+    manager.schedule.queue([1], before)
+    with pytest.raises(type(err)):
+        manager.rank_due()
+    assert manager.rankings_dropped == 0
+    assert manager.schedule.take_due(before + manager_module.RANK_RETRY_S + 1) == [1]
+
+
+def test_a_bug_failing_every_ranking_logs_its_traceback_once(
+    manager: IncidentManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    def rank(inc_id: int) -> None:
+        raise AttributeError("a bug")
+
+    manager._rank = rank  # type: ignore[method-assign]
+    manager.schedule.queue([1, 2, 3], time.monotonic())
+    with caplog.at_level(logging.WARNING, logger="fleetmind.serving"):
+        manager.rank_due()
+    dropped = [r for r in caplog.records if "is dropped" in r.getMessage()]
+    assert len(dropped) == 3 and manager.rankings_dropped == 3
+    assert sum(bool(r.exc_info) for r in dropped) == 1

@@ -34,13 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from fleetmind.rca.anchoring import anchor_result, named_symptom
 from fleetmind.rca.incident_graph import incident_graph
 from fleetmind.serving.alertmap import node_for_alert
-from fleetmind.serving.db import Database, LeaderLock
+from fleetmind.serving.db import Database, LeaderLock, is_input_error
 from fleetmind.serving.incidents.grouper import ClosedIncident, Grouper
 from fleetmind.serving.incidents.store import IncidentStore, alert_dict
 from fleetmind.serving.incidents.worker import GroupingLag, IncidentWorker, RankSchedule
@@ -61,12 +61,16 @@ due again this long after (or after ``rank_interval_s`` when longer), seconds.""
 
 
 def _transient(err: Exception) -> bool:
-    """Whether a ranking's ``err`` may pass on its own (the database: a lock wait, a statement
-    timeout, a lost connection, a full pool) rather than come back at every try (a value refused
-    by the database, a bug)."""
-    if isinstance(err, (OperationalError, InterfaceError, PoolTimeout)):
+    """Whether a ranking's ``err`` may pass on its own rather than come back at every try: any
+    database error but a refused value (:func:`fleetmind.serving.db.is_input_error`, SQLSTATE
+    classes 22 and 23), as the service reads them elsewhere (an outage, 503): a lock wait, a
+    statement timeout, a lost connection, a full pool, a database turned read-only (a failover
+    to a standby, ``default_transaction_read_only``: ``InternalError``), DDL under way
+    (``ProgrammingError``, ``NotSupportedError``). A refused value and a bug (not a database
+    error) come back at every try."""
+    if isinstance(err, PoolTimeout):
         return True
-    return isinstance(err, DBAPIError) and bool(err.connection_invalidated)
+    return isinstance(err, DBAPIError) and not is_input_error(err)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ class IncidentManager:
         # a grouping transaction failed: the open incidents in memory may name rows it rolled back
         self._open_stale = False
         self.set_aside = 0  # alerts whose grouping the database refused (:meth:`_set_aside`)
+        self.rankings_dropped = 0  # rankings that failed for good (:meth:`_rank_all`)
+        self._dropped_traced: dict[str, float] = {}  # exception type -> last traceback logged
         self._batch_read: list[dict[str, Any]] = []  # the pending rows the last batch read
 
     # ------------------------------------------------------------------ lifecycle
@@ -362,19 +368,31 @@ class IncidentManager:
                 self._rank(inc_id)
             except Exception as err:
                 if not _transient(err):
-                    reason = str(getattr(err, "orig", None) or err).strip().splitlines()
-                    log.warning(
-                        "ranking incident %s failed and is dropped: %s: %s",
-                        inc_id,
-                        type(err).__name__,
-                        reason[0] if reason else "",
-                        exc_info=not isinstance(err, DBAPIError),  # a bug: its traceback
-                    )
+                    self._log_dropped(inc_id, err)
                     continue
                 now = time.monotonic()
                 self.schedule.queue(incident_ids[n + 1 :], now)
                 self.schedule.queue([inc_id], now + max(RANK_RETRY_S, self.config.rank_interval_s))
                 raise
+
+    def _log_dropped(self, inc_id: int, err: Exception) -> None:
+        """Log a dropped ranking (counted in :attr:`rankings_dropped`): one line, with the
+        traceback of a bug (not a database error) once per exception type and minute, so a bug
+        that fails every ranking is visible without flooding the log."""
+        self.rankings_dropped += 1
+        reason = str(getattr(err, "orig", None) or err).strip().splitlines()
+        now, kind = time.monotonic(), type(err).__name__
+        trace = not isinstance(err, DBAPIError) and now - self._dropped_traced.get(kind, -1e9) > 60
+        if trace:
+            self._dropped_traced[kind] = now
+        log.warning(
+            "ranking incident %s failed and is dropped (%d so far): %s: %s",
+            inc_id,
+            self.rankings_dropped,
+            kind,
+            reason[0] if reason else "",
+            exc_info=trace,
+        )
 
     def _group_batch(self, limit: int) -> tuple[list[dict[str, Any]], set[int]]:
         """Group the oldest ``limit`` pending alerts in one transaction: ``(rows, ids of the
