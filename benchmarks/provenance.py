@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shlex
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -50,6 +51,16 @@ AREAS = ("rca", "placement", "dynamic", "serving")
 """The folders of :data:`RESULTS`, named after the benchmark packages. A result goes to the area it
 measures, whichever script wrote it: dynamic-mode runs of ``benchmarks.placement.headroom`` go to
 ``dynamic/``, the dated experiments' results to the area they studied (``benchmarks/README.md``)."""
+
+
+def fleetmind_command() -> list[str]:
+    """The argv prefix that runs the ``fleetmind`` CLI in a child process: the console script
+    next to this interpreter, else one on ``PATH``, else ``python -m fleetmind.cli``."""
+    exe = Path(sys.executable).with_name("fleetmind")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("fleetmind")
+    return [found] if found else [sys.executable, "-m", "fleetmind.cli"]
 
 
 def command(module: str, argv: Sequence[str] | None = None) -> str:

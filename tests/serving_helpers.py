@@ -285,3 +285,19 @@ def two_a100_hosts(
         )
         for n in ("gpu-a", "gpu-b")
     ]
+
+
+@contextlib.contextmanager
+def untimed_connection(pg: PgCluster) -> Iterator[Any]:
+    """A plain psycopg connection to ``pg`` with no statement or idle timeouts of its own: a peer
+    that holds a transaction (a lock, a hung replica) as long as a test needs."""
+    import psycopg
+
+    conn = psycopg.connect(pg.url.replace("postgresql+psycopg://", "postgresql://"))
+    conn.execute("SET statement_timeout = 0")
+    conn.execute("SET idle_in_transaction_session_timeout = 0")
+    conn.commit()
+    try:
+        yield conn
+    finally:
+        conn.close()

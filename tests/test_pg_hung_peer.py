@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from serving_helpers import PgCluster
+from serving_helpers import PgCluster, untimed_connection
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -50,16 +50,8 @@ def db(pg: PgCluster) -> Iterator[Database]:
 @pytest.fixture()
 def raw(pg: PgCluster) -> Iterator[Any]:
     """A plain psycopg connection with no timeouts of its own: the hung peer, for ever."""
-    import psycopg
-
-    conn = psycopg.connect(pg.url.replace("postgresql+psycopg://", "postgresql://"))
-    conn.execute("SET statement_timeout = 0")
-    conn.execute("SET idle_in_transaction_session_timeout = 0")
-    conn.commit()
-    try:
+    with untimed_connection(pg) as conn:
         yield conn
-    finally:
-        conn.close()
 
 
 def _sqlstate(err: BaseException) -> str | None:

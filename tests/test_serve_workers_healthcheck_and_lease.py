@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from serving_helpers import PgCluster, pg_bindir, wait_for
+from serving_helpers import PgCluster, pg_bindir, untimed_connection, wait_for
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
@@ -163,16 +163,8 @@ def db(pg: PgCluster) -> Iterator[Database]:
 @pytest.fixture()
 def locker(pg: PgCluster) -> Iterator[Any]:
     """A plain psycopg connection with no timeouts: ``VACUUM FULL incidents``, as long as needed."""
-    import psycopg
-
-    conn = psycopg.connect(pg.url.replace("postgresql+psycopg://", "postgresql://"))
-    conn.execute("SET statement_timeout = 0")
-    conn.execute("SET idle_in_transaction_session_timeout = 0")
-    conn.commit()
-    try:
+    with untimed_connection(pg) as conn:
         yield conn
-    finally:
-        conn.close()
 
 
 def _lock_timeout(db: Database) -> str:

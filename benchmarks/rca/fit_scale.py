@@ -21,29 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.provenance import RESULTS, load_now, provenance
+from benchmarks.provenance import RESULTS, fleetmind_command, load_now, provenance
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
 from fleetmind.data.synth_system import make_system
 
 TARGET_MINUTES = 10.0
 """The budget: a fit on this machine (2 shared cores) within 10 minutes of wall time."""
-
-
-def _fleetmind() -> list[str]:
-    """The ``fleetmind`` console script next to this interpreter, else ``python -m``."""
-    exe = Path(sys.executable).with_name("fleetmind")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("fleetmind")
-    return [found] if found else [sys.executable, "-m", "fleetmind.cli"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         gen_s = time.perf_counter() - t_gen
         summary = Path(tmp) / "fit.json"
         cmd = [
-            *_fleetmind(),
+            *fleetmind_command(),
             "rca",
             "fit",
             "--scenario",

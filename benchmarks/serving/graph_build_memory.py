@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,22 +34,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
+from benchmarks.provenance import REPO_ROOT, RESULTS, fleetmind_command, load_now, provenance
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
 
 CRONJOB = REPO_ROOT / "deploy" / "kubernetes" / "graph" / "cronjob.yaml"
 DOCUMENTED_PODS = 30_000
 """The cluster size docs/graph.md cites (2,000 nodes, 30,000 pods)."""
-
-
-def _fleetmind() -> list[str]:
-    """The ``fleetmind`` console script next to this interpreter, else ``python -m``."""
-    exe = Path(sys.executable).with_name("fleetmind")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("fleetmind")
-    return [found] if found else [sys.executable, "-m", "fleetmind.cli"]
 
 
 def _managed(manager: str, fields: dict[str, Any], subresource: str | None = None) -> dict:
@@ -210,7 +200,15 @@ def _build_wait4(kubeconfig: Path, out: Path) -> tuple[float, float, str]:
     with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            [*_fleetmind(), "graph", "build", "--kubeconfig", str(kubeconfig), "--out", str(out)],
+            [
+                *fleetmind_command(),
+                "graph",
+                "build",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--out",
+                str(out),
+            ],
             stdout=so,
             stderr=se,
         )
