@@ -20,6 +20,7 @@ the exported model, and per-slot running statistics would break the candidate pe
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fleetmind.data.errors import ConfigError
+from fleetmind.data.errors import ConfigError, FleetMindError
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
+from fleetmind.rl.vec_workers import subproc_vec_env, worker_exit
 
 EPISODE_INFO_KEYS = (
     "unallocated_gpu_pct_at_100",
@@ -69,14 +71,22 @@ class PPOHyperparams:
 
 
 def env_factory(
-    rank: int, seed: int, env_kwargs: dict[str, Any], env_cls: type | None = None
+    rank: int,
+    seed: int,
+    env_kwargs: dict[str, Any],
+    env_cls: type | None = None,
+    error_dir: str | None = None,
 ) -> Callable[[], Any]:
     """A picklable thunk that builds env ``rank`` (``env_cls``, default :class:`GpuPlacementEnv`)
-    seeded with ``seed + rank``."""
+    seeded with ``seed + rank``; in a ``SubprocVecEnv`` worker (``error_dir``), a FleetMind error
+    while building it is left for the parent (:func:`fleetmind.rl.vec_workers.worker_exit`)."""
 
     def _make() -> Any:
-        env = (env_cls or GpuPlacementEnv)(**env_kwargs)
-        env.reset(seed=seed + rank)
+        try:
+            env = (env_cls or GpuPlacementEnv)(**env_kwargs)
+            env.reset(seed=seed + rank)
+        except FleetMindError as err:
+            worker_exit(error_dir, rank, err)
         env.action_space.seed(seed + rank)
         return env
 
@@ -91,11 +101,17 @@ def make_vec_env(
     info_keywords: tuple[str, ...] = EPISODE_INFO_KEYS,
 ) -> Any:
     """``VecMonitor(SubprocVecEnv | DummyVecEnv)`` of ``n_envs`` placement envs (any env class that
-    follows the candidate convention of ``envs/candidates.py``)."""
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
+    follows the candidate convention of ``envs/candidates.py``); the ``SubprocVecEnv`` is
+    :func:`fleetmind.rl.vec_workers.subproc_vec_env` (no wait without end on a worker that ended;
+    a FleetMind error building an env raised here as itself)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
-    fns = [env_factory(i, seed, env_kwargs, env_cls) for i in range(n_envs)]
-    venv = SubprocVecEnv(fns, start_method="fork") if n_envs > 1 else DummyVecEnv(fns)
+    if n_envs > 1:
+        err_dir = tempfile.TemporaryDirectory(prefix="fleetmind-workers-")
+        fns = [env_factory(i, seed, env_kwargs, env_cls, err_dir.name) for i in range(n_envs)]
+        venv = subproc_vec_env(fns, err_dir)
+    else:
+        venv = DummyVecEnv([env_factory(0, seed, env_kwargs, env_cls)])
     venv.seed(seed)
     return VecMonitor(venv, info_keywords=info_keywords)
 

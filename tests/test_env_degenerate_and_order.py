@@ -253,7 +253,7 @@ def test_a_data_error_in_a_later_subprocess_worker_mid_run_is_raised(monkeypatch
 
     def failing_step(self, action):  # noqa: ANN001, ANN202 - only rank 1 fails (fork copies it)
         if self._rank == 1:
-            dyn._worker_exit(self._error_dir, self._rank, DataError("rank 1 failed mid-run"))
+            dyn.worker_exit(self._error_dir, self._rank, DataError("rank 1 failed mid-run"))
         return step(self, action)
 
     monkeypatch.setattr(dyn.MultiTraceDynEnv, "step", failing_step)

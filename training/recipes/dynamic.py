@@ -35,7 +35,6 @@ metadata as before.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -52,10 +51,7 @@ from tqdm import tqdm
 
 from fleetmind.data.errors import (
     ConfigError,
-    DataError,
     FleetMindError,
-    ModelLoadError,
-    NotAvailableError,
 )
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.data.paths import MODELS_DIR
@@ -78,6 +74,7 @@ from fleetmind.rl.dynamic_teacher import (
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.ppo import TeacherData, collect_teacher, make_model
+from fleetmind.rl.vec_workers import subproc_vec_env, worker_exit
 from fleetmind.training.recipes.common import (
     TrainingRun,
     check_loss_weights,
@@ -93,132 +90,6 @@ from fleetmind.training.recipes.tracking import run_dirs, tracked_run
 
 RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 """Folder of the released dynamic-mode model."""
-
-
-_WORKER_GONE = (EOFError, ConnectionError)
-"""What the parent of a ``SubprocVecEnv`` sees when a worker process has ended."""
-
-
-def _worker_exit(err_dir: str | None, rank: int, err: FleetMindError) -> None:
-    """In a ``SubprocVecEnv`` worker: leave ``err`` (class and message) for the parent in
-    ``err_dir`` and end the process at once, without a traceback; re-raise it elsewhere."""
-    if err_dir is None:
-        raise err
-    Path(err_dir, f"worker-{rank}.txt").write_text(f"{type(err).__name__}\n{err}", "utf-8")
-    os._exit(2)
-
-
-def _worker_error(err_dir: str) -> FleetMindError | None:
-    """The FleetMind error a worker left in ``err_dir`` (:func:`_worker_exit`), or None."""
-    classes = {c.__name__: c for c in (ConfigError, DataError, ModelLoadError, NotAvailableError)}
-    for f in sorted(Path(err_dir).glob("worker-*.txt")):
-        name, _, msg = f.read_text("utf-8").partition("\n")
-        return classes.get(name, FleetMindError)(msg)
-    return None
-
-
-class _PolledPipe:
-    """The parent's end of a ``SubprocVecEnv`` worker's pipe whose ``recv`` raises ``EOFError``
-    once that worker process has ended with nothing left to read.
-
-    SB3 forks the workers one after another and closes the parent's copy of each worker's end
-    only after forking it (``stable_baselines3/common/vec_env/subproc_vec_env.py``,
-    ``SubprocVecEnv.__init__``), so worker 0 holds a copy of the ends of workers 1, 2...: when
-    one of those ends, a plain ``recv`` here never sees end-of-file and waits forever.
-    ``poll_s`` (seconds) is how often the worker is checked while nothing has come; an answer
-    is read as soon as it comes.
-    """
-
-    def __init__(self, conn: Any, process: Any, poll_s: float = 1.0) -> None:
-        self._conn, self._process, self._poll_s = conn, process, float(poll_s)
-
-    def recv(self) -> Any:
-        while not self._conn.poll(self._poll_s):
-            if not self._process.is_alive() and not self._conn.poll(0):
-                raise EOFError(f"worker process {self._process.pid} ended")
-        return self._conn.recv()
-
-    def __getattr__(self, name: str) -> Any:  # send, poll, close...: the pipe's own
-        return getattr(self._conn, name)
-
-
-def _subproc_vec_env(fns: list[Any], err_dir: tempfile.TemporaryDirectory[str]) -> Any:
-    """A ``SubprocVecEnv`` (``fork``) of ``fns`` whose calls, when a worker (any rank) has
-    ended on a FleetMind error (:func:`_worker_exit`), raise that error instead of the pipe
-    error its end causes here (one line in the CLI). A worker that ended any other way gives
-    ``EOFError`` (never a wait without end, :class:`_PolledPipe`)."""
-    from stable_baselines3.common.vec_env import SubprocVecEnv
-
-    def _raise_worker_error(venv: Any) -> None:
-        err = _worker_error(err_dir.name)
-        if err is None:
-            return
-        if venv is not None:
-            venv.close()
-        err_dir.cleanup()
-        raise err
-
-    class _Subproc(SubprocVecEnv):
-        def __init__(self, env_fns: list[Any], start_method: str) -> None:
-            super().__init__(env_fns, start_method=start_method)
-            # every later recv (step_wait, reset, env_method, get_attr...) is polled
-            self.remotes = tuple(
-                _PolledPipe(r, p) for r, p in zip(self.remotes, self.processes, strict=True)
-            )
-
-        def _guard(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except _WORKER_GONE:
-                _raise_worker_error(self)
-                raise
-
-        def reset(self) -> Any:
-            return self._guard(super().reset)
-
-        def step_async(self, actions: np.ndarray) -> None:
-            self._guard(super().step_async, actions)
-
-        def step_wait(self) -> Any:
-            return self._guard(super().step_wait)
-
-        def env_method(self, *args: Any, **kwargs: Any) -> Any:
-            return self._guard(super().env_method, *args, **kwargs)
-
-        def get_attr(self, *args: Any, **kwargs: Any) -> Any:
-            return self._guard(super().get_attr, *args, **kwargs)
-
-        def set_attr(self, *args: Any, **kwargs: Any) -> Any:
-            return self._guard(super().set_attr, *args, **kwargs)
-
-        def _end_workers(self) -> None:
-            """A worker has ended: end the others (an answer they sent may already have been
-            read, so waiting for one could take forever) and close the pipes."""
-            for proc in self.processes:
-                if proc.is_alive():
-                    proc.terminate()
-            for proc in self.processes:
-                proc.join()
-            for remote in self.remotes:
-                remote.close()
-            self.closed = True
-
-        def close(self) -> None:
-            if not self.closed:
-                if all(proc.is_alive() for proc in self.processes):
-                    try:
-                        super().close()
-                    except (*_WORKER_GONE, OSError):  # one ended meanwhile
-                        self._end_workers()
-                else:
-                    self._end_workers()
-            err_dir.cleanup()
-
-    try:
-        return _Subproc(fns, start_method="fork")
-    except _WORKER_GONE:
-        _raise_worker_error(None)
-        raise
 
 
 def make_dyn_vec_env(traces: list[str], env_kwargs: dict[str, Any], n_envs: int, seed: int) -> Any:
@@ -237,14 +108,14 @@ def make_dyn_vec_env(traces: list[str], env_kwargs: dict[str, Any], n_envs: int,
                 env = MultiTraceDynEnv(list(traces), error_dir=where, rank=rank, **env_kwargs)
                 env.reset(seed=seed + rank)
             except FleetMindError as err:
-                _worker_exit(where, rank, err)
+                worker_exit(where, rank, err)
             env.action_space.seed(seed + rank)
             return env
 
         return _make
 
     fns = [make_env(i) for i in range(n_envs)]
-    inner = DummyVecEnv(fns) if err_dir is None else _subproc_vec_env(fns, err_dir)
+    inner = DummyVecEnv(fns) if err_dir is None else subproc_vec_env(fns, err_dir)
     return VecMonitor(inner)
 
 
@@ -287,7 +158,7 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
         try:
             return self._cur.reset(seed=int(self.np_random.integers(2**31 - 1)))
         except FleetMindError as err:
-            _worker_exit(self._error_dir, self._rank, err)
+            worker_exit(self._error_dir, self._rank, err)
             raise
 
     def step(
@@ -296,7 +167,7 @@ class MultiTraceDynEnv(gym.Env[np.ndarray, np.int64]):
         try:
             return self._cur.step(action)
         except FleetMindError as err:
-            _worker_exit(self._error_dir, self._rank, err)
+            worker_exit(self._error_dir, self._rank, err)
             raise
 
     def action_masks(self) -> np.ndarray:
