@@ -301,3 +301,18 @@ def untimed_connection(pg: PgCluster) -> Iterator[Any]:
         yield conn
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def fresh_database(pg: PgCluster, statement_timeout_s: float) -> Iterator[Any]:
+    """A :class:`fleetmind.serving.db.Database` on ``pg`` with an empty ``public`` schema,
+    migrated to the head revision, with ``statement_timeout_s``; disposed of afterwards."""
+    from fleetmind.serving.db import Database
+
+    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    d = Database(pg.url, statement_timeout_s=statement_timeout_s)
+    d.migrate()
+    try:
+        yield d
+    finally:
+        d.dispose()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from serving_helpers import PgCluster, untimed_connection
+from serving_helpers import PgCluster, fresh_database, untimed_connection
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -38,13 +38,8 @@ JOB = JobSpec(job_id="ml/train", num_gpu=1, cpu_milli=1000, memory_mib=1024)
 
 @pytest.fixture()
 def db(pg: PgCluster) -> Iterator[Database]:
-    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-    d = Database(pg.url, statement_timeout_s=LONG_STATEMENT_TIMEOUT_S)
-    d.migrate()
-    try:
+    with fresh_database(pg, LONG_STATEMENT_TIMEOUT_S) as d:
         yield d
-    finally:
-        d.dispose()
 
 
 @pytest.fixture()

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from serving_helpers import PgCluster, pg_bindir, untimed_connection, wait_for
+from serving_helpers import PgCluster, fresh_database, pg_bindir, untimed_connection, wait_for
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
@@ -151,13 +151,8 @@ def pg() -> Iterator[PgCluster]:
 
 @pytest.fixture()
 def db(pg: PgCluster) -> Iterator[Database]:
-    pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-    d = Database(pg.url, statement_timeout_s=STATEMENT_TIMEOUT_S)
-    d.migrate()
-    try:
+    with fresh_database(pg, STATEMENT_TIMEOUT_S) as d:
         yield d
-    finally:
-        d.dispose()
 
 
 @pytest.fixture()
