@@ -9,11 +9,11 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 | ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation as ``DCGM_FI_DEV_GPU_UTIL`` or, for MIG, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (last XID ``DCGM_FI_DEV_XID_ERRORS``, absent until a GPU has had an XID; windowed ``DCGM_EXP_XID_ERRORS_COUNT``; GPU-sharing annotations) are named when absent |
 | ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``; each once, however many replicas of an HA Prometheus pair report it); federation targets that are down (``up == 0`` in a job named like ``*federat*``): the clusters behind them |
 | ``stale`` | DCGM and kube-state-metrics series whose newest sample is older than the bound the service applies (``FLEETMIND_TELEMETRY_MAX_AGE_S``), by cluster: a federated cluster or a remote-write sender that stopped; Prometheus keeps answering such timestamped series for its 5-minute lookback, the service leaves them out |
-| ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and the label naming each GPU's node (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, or only ``instance``); a ``Hostname`` that several scrape targets carry over different GPUs (dcgm-exporter reading a remote DCGM host engine) is an error |
+| ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and what named each GPU's node in the snapshot the service would serve (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, the exporter pod's node from ``kube_pod_info``, or the scrape target's address ``instance``: a warning when kube-state-metrics does not name that node, the usual cause a ``Hostname`` that is an exporter pod name nothing places, or none); a ``Hostname`` that several scrape targets carry over different GPUs (dcgm-exporter reading a remote DCGM host engine) is an error |
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
 | ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
 | ``graph`` | the dependency graph the service serves (``FLEETMIND_GRAPH`` of the doctor's environment): unset or the embedded example (whose clusters are no fleet's: every alert maps to nothing), a file that does not load, clusters of the series that the graph does not hold, series without a ``cluster`` label while the graph holds several clusters |
-| ``nodes`` | node names that are exporter pod names (``Hostname`` of a non-hostNetwork exporter without ``kube_pod_info`` to resolve it); GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas) |
+| ``nodes`` | GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas) |
 
 A partial answer (Thanos with a store down, ``warnings`` in the answer) is refused as the service
 refuses it: the doctor stops with that message.
@@ -37,9 +37,10 @@ from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.prometheus import (
     _GPU_KEY,
     DEFAULT_MAX_AGE_S,
-    EXPORTER_POD,
     HARDWARE_XIDS,
     PrometheusApiSource,
+    _node_name,
+    _read_ksm,
 )
 
 Level = Literal["ok", "info", "warn", "error"]
@@ -193,10 +194,10 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
     out += _targets_down(src)
     out += _stale(src)
     gpu_series = present.get("DCGM_FI_DEV_FB_USED", 0)
-    if gpu_series:
-        out += _layout(src, gpu_series)
-        out += _xids(src)
     snap = src.collect()
+    if gpu_series:
+        out += _layout(src, gpu_series, snap)
+        out += _xids(src)
     gpus = [g for n in snap.nodes for g in n.gpus]
     if gpus:
         free = sum(g.free_milli > 0 for g in gpus)
@@ -226,16 +227,6 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
         if "kube_node_status_allocatable" in present:
             out += _unmatched(snap)
         out += _missing_gpus(snap)
-        odd = [n.name for n in snap.nodes if n.gpus and EXPORTER_POD.match(n.name)]
-        if odd:
-            out.append(
-                Finding(
-                    "warn",
-                    "nodes",
-                    f"node names that are exporter pod names: {', '.join(odd[:5])} (add a 'node' "
-                    "label from __meta_kubernetes_pod_node_name, or scrape kube_pod_info)",
-                )
-            )
     return out
 
 
@@ -453,7 +444,9 @@ def _unmatched(snap: Any) -> list[Finding]:
     return out
 
 
-def _layout(src: PrometheusApiSource, series: int) -> list[Finding]:
+def _layout(src: PrometheusApiSource, series: int, snap: Any) -> list[Finding]:
+    """The scrape style (``exported_pod`` or ``pod``), a ``Hostname`` that several targets share
+    (:func:`_shared_hostnames`) and how GPU nodes were named (:func:`_naming`)."""
     out = []
     exported = _count(src, 'DCGM_FI_DEV_FB_USED{exported_pod!=""}')
     with_pod = _count(src, 'DCGM_FI_DEV_FB_USED{pod!=""}')
@@ -476,21 +469,84 @@ def _layout(src: PrometheusApiSource, series: int) -> list[Finding]:
                 "pods (DaemonSet pods in kube_pod_info, dcgm-exporter-xxxxx names)",
             )
         )
-    for label in ("node", "kubernetes_node", "Hostname", "hostname"):
-        n = _count(src, f'DCGM_FI_DEV_FB_USED{{{label}!=""}}')
-        if n:
-            shared = _shared_hostnames(src, label) if label in HOST_LABELS else []
-            out += shared or [
+    for label in HOST_LABELS:
+        out += _shared_hostnames(src, label)
+    return out + _naming(src, snap)
+
+
+NAMING = (
+    "count by (cluster, node, kubernetes_node, Hostname, hostname, instance) (DCGM_FI_DEV_FB_USED)"
+)
+"""The labels that may name a GPU series' node, per scrape target (see :func:`_naming`)."""
+KSM_NAMED = "kube_pod_info"
+"""The source of a node name taken from the exporter pod's (or a workload pod's) node."""
+
+
+def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
+    """How the service named each GPU series' node (the service's own rule, :func:`_node_name`,
+    on :data:`NAMING`'s label sets, checked against ``snap``, the snapshot it would serve), not
+    merely which labels exist: ``node``/``kubernetes_node``; ``Hostname``/``hostname``; the exporter
+    pod's node from ``kube_pod_info`` (a ``Hostname`` that is an exporter pod's name, or that
+    several targets share); else the scrape target's address (``instance``: no ``node`` label, and
+    a ``Hostname`` that is missing or an exporter pod name nothing places), a warning where
+    kube-state-metrics names no such node (kube-scheduler's node names match an address only
+    where targets are addressed by node name)."""
+    names = {(n.cluster, n.name) for n in snap.nodes if n.gpus}
+    known = {(n.cluster, n.name) for n in snap.nodes if n.cpu_milli > 0}
+    placed = _read_ksm(src.query(src.ksm_query), src.default_cluster).pod_by_name
+    used: dict[str, int] = {}
+    by_address: dict[str, set[str]] = {}
+    unmatched = False
+    for _, lab, v in src.query(NAMING, "count"):
+        cluster = lab.get("cluster") or src.default_cluster
+        name = _node_name(lab, placed, cluster)
+        host_label = next((k for k in HOST_LABELS if lab.get(k)), None)
+        host = lab.get(host_label or "", "")
+        address = lab.get("instance", "").rsplit(":", 1)[0]
+        label = next((k for k in ("node", "kubernetes_node") if lab.get(k)), None)
+        if label is None and (cluster, name) not in names:
+            # a Hostname several targets share: each target's node, else its address
+            label = "instance" if (cluster, address) in names else KSM_NAMED
+        elif label is None and host_label and name == host:
+            label = host_label
+        elif label is None and host_label and placed.get((cluster, host)) == name:
+            label = KSM_NAMED
+        elif label is None:
+            label = "instance"
+        if label == "instance":
+            by_address.setdefault(address or name, set()).add(host)
+            unmatched |= (cluster, address or name) not in known
+        used[label] = used.get(label, 0) + _as_count(v, NAMING)
+    out = []
+    for label, n in used.items():
+        if label == KSM_NAMED:
+            why = (
+                "GPU nodes named by their exporter pod's node from kube_pod_info ('Hostname' "
+                f"is no node: an exporter pod's name, or one that several targets share; {n} series)"
+            )
+            out.append(Finding("ok", "layout", why))
+        elif label != "instance":
+            out.append(
                 Finding("ok", "layout", f"GPU nodes named by the '{label}' label ({n} series)")
-            ]
-            break
-    else:
+            )
+    if "instance" in used:
+        shown = ", ".join(sorted(by_address)[:3]) + (", ..." if len(by_address) > 3 else "")
+        hosts = sorted({h for hs in by_address.values() for h in hs if h})
+        why = (
+            f"their Hostname ({', '.join(hosts[:3])}) is an exporter pod name that kube_pod_info "
+            "does not place on a node"
+            if hosts
+            else "they carry no Hostname (dcgm-exporter -n)"
+        )
         out.append(
             Finding(
-                "warn",
+                "warn" if unmatched else "info",
                 "layout",
-                "no node, kubernetes_node or Hostname label on DCGM series: nodes are named by "
-                "'instance' (the exporter's address), which kube-scheduler's node names never match",
+                f"{used['instance']} GPU series are on nodes named by their scrape target's "
+                f"address ('instance': {shown}): no node or kubernetes_node label, and {why}; "
+                "kube-scheduler's node names match it only where targets are addressed by node "
+                "name. Add a 'node' label from __meta_kubernetes_pod_node_name to the "
+                "dcgm-exporter scrape, or scrape kube_pod_info",
             )
         )
     return out

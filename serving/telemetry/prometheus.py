@@ -84,6 +84,11 @@ dcgm-exporter's newest code). The pitfalls:
   places on different nodes) is not used: each target's series go to the node of its exporter
   pod (``kube_pod_info``), else of a workload pod it names, else to the target's address. A
   single exporter (``/metrics`` URL) cannot be told apart this way: its GPUs stay under that name.
+* A series without a usable ``Hostname`` (an exporter pod name nothing resolves, or none:
+  dcgm-exporter ``-n``) goes to its scrape target's address (``instance``); a single exporter's
+  (``/metrics`` URL), which has no ``instance``, to this host's node as the ``nvml`` source names
+  it (``NODE_NAME``, else the host name; :data:`LOCAL_NODE`): one exporter per FleetMind instance,
+  beside it.
 
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
 GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
@@ -159,6 +164,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.data.fleet_io import local_node_name
 from fleetmind.data.graph import DCGM_EXPORTER_POD
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
@@ -483,11 +489,12 @@ def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
     from prometheus_client.parser import text_string_to_metric_families
 
     samples: list[Sample] = []
+    local = {LOCAL_NODE: local_node_name()}  # the node when the series name none (_node_name)
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 if s.name in _FIELDS:
-                    samples.append((s.name, s.labels, float(s.value)))
+                    samples.append((s.name, {**s.labels, **local}, float(s.value)))
     except ValueError as err:
         raise DataError(
             f"DCGM exporter answered text that is not Prometheus format: {err}"
@@ -1226,8 +1233,19 @@ def workload_pod(lab: dict[str, str], own_pods: set[str] | frozenset[str] = froz
     return f"{lab.get('namespace', '')}/{pod}"
 
 
+LOCAL_NODE = "__fleetmind_local_node__"
+"""A label :func:`parse_dcgm` (the single-exporter mode) adds to every series it reads: this host's
+node (:func:`~fleetmind.data.fleet_io.local_node_name`: ``NODE_NAME``, else the host name), the
+node of series that name none. A ``__`` name is reserved in Prometheus: no exporter exports it."""
+
+
 def _node_name(lab: dict[str, str], pod_by_name: dict[tuple[str, str], str], cluster: str) -> str:
-    """The node of a DCGM series (see the module docstring for the order and the pitfall)."""
+    """The node of a DCGM series (see the module docstring for the order and the pitfall): the
+    ``node`` or ``kubernetes_node`` label, else ``Hostname`` unless it is an exporter pod's name
+    (then that pod's node where kube-state-metrics places it), else the scrape target's address
+    (``instance``: Prometheus server mode), else :data:`LOCAL_NODE` (single-exporter mode, whose
+    exposition carries no ``instance``: dcgm-exporter run with ``-n`` exports no ``Hostname``), never
+    an unresolved exporter pod name."""
     for key in ("node", "kubernetes_node"):
         if lab.get(key):
             return lab[key]
@@ -1238,4 +1256,6 @@ def _node_name(lab: dict[str, str], pod_by_name: dict[tuple[str, str], str], clu
             return where  # Hostname is the exporter pod's name: use the pod's node
         if not EXPORTER_POD.match(host):
             return host
-    return lab.get("instance", "unknown").rsplit(":", 1)[0]
+    if lab.get("instance"):
+        return lab["instance"].rsplit(":", 1)[0]
+    return lab.get(LOCAL_NODE) or "unknown"
