@@ -417,6 +417,9 @@ def run(args: argparse.Namespace) -> int:
             # client certificate (whose protocol keeps those limits: it subclasses the guarded one)
             **{**server_options(settings), **uvicorn_options(settings)},
             **_supervisor_options(uvicorn, settings.worker_startup_timeout_s),
+            # whose X-Forwarded-Proto/-For to believe (FLEETMIND_TRUSTED_PROXIES; None: uvicorn's
+            # default); part of the config every --workers process loads its app with
+            forwarded_allow_ips=settings.forwarded_allow_ips(),
         )
     finally:
         if shared is not None:

@@ -47,12 +47,12 @@ import ipaddress
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from fleetmind.serving.deps import PUBLIC_PATHS, settings_of
+from fleetmind.serving.origins import origin_of, same_origin, split_host
 from fleetmind.serving.settings import Settings
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -64,7 +64,6 @@ SINGLE_HEADERS = frozenset({b"host", b"origin", b"content-type"})
 """Headers a request may carry once: a repeated one gets 400, where the checks here and the
 routes could otherwise read different copies (RFC 9112 section 3.2 for ``Host``; RFC 9110 section
 5.3 allows a repeated field only for list-valued ones, which these are not)."""
-_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
 def is_json_media_type(value: str) -> bool:
@@ -74,24 +73,6 @@ def is_json_media_type(value: str) -> bool:
     CORS preflight (WHATWG Fetch, "CORS-safelisted request-header")."""
     kind, slash, sub = value.split(";", 1)[0].strip().lower().partition("/")
     return bool(kind and slash) and (sub == "json" or sub.endswith("+json"))
-
-
-def split_host(value: str) -> tuple[str, int | None]:
-    """A ``Host`` header's (host, port): the host lower-case, without IPv6 brackets or a final
-    dot; the port ``None`` when absent or unreadable."""
-    value = value.strip().lower()
-    port: int | None = None
-    if value.startswith("["):
-        host, _, rest = value[1:].partition("]")
-        if rest.startswith(":") and rest[1:].isdigit():
-            port = int(rest[1:])
-    else:
-        host, sep, tail = value.rpartition(":")
-        if sep and tail.isdigit() and ":" not in host:
-            port = int(tail)
-        else:
-            host = value
-    return host.rstrip("."), port
 
 
 def is_ip_literal(host: str) -> bool:
@@ -123,38 +104,6 @@ def binds_loopback(host: str) -> bool:
         return False  # a name: may resolve to anything
     mapped = getattr(ip, "ipv4_mapped", None)
     return ip.is_loopback or (mapped is not None and mapped.is_loopback)
-
-
-def origin_of(url: str) -> tuple[str, str, int] | None:
-    """The (scheme, host, port) of a URL or a serialised origin; ``None`` for ``null`` or
-    anything unreadable. The port defaults to the scheme's."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        return None
-    scheme = parts.scheme.lower()
-    if not parts.hostname or scheme not in _DEFAULT_PORTS:
-        return None
-    return scheme, parts.hostname.rstrip(".").lower(), port or _DEFAULT_PORTS[scheme]
-
-
-def same_origin(origin: str, host_header: str | None, public_url: str) -> bool:
-    """Whether an ``Origin`` header names the service itself: the host (and port, where the
-    ``Host`` header gives one) the request was sent to, or ``FLEETMIND_PUBLIC_URL``'s origin."""
-    got = origin_of(origin)
-    if got is None:
-        return False
-    if got == origin_of(public_url):
-        return True
-    if not host_header:
-        return False
-    host, port = split_host(host_header)
-    if host != got[1]:
-        return False
-    # no port in Host: the scheme's default, which Origin then omits too (behind a TLS proxy the
-    # request's own scheme may differ from the browser's)
-    return port == got[2] if port is not None else got[2] == _DEFAULT_PORTS[got[0]]
 
 
 def json_when_undeclared(scope: Any) -> None:

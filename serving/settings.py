@@ -7,6 +7,7 @@ with ``app.dependency_overrides[get_settings]``.
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
@@ -429,6 +430,14 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8000",
         description="the service's address as operators reach it; links to incident pages start here",
     )
+    trusted_proxies: str = Field(
+        "",
+        description="comma-separated IP addresses and networks (CIDR) of the reverse proxies "
+        "(an ingress controller) whose X-Forwarded-Proto and X-Forwarded-For `fleetmind serve` "
+        "believes, or '*' for any client; empty: uvicorn's default (FORWARDED_ALLOW_IPS, else "
+        "127.0.0.1 and ::1 only). Behind a TLS-terminating proxy the request's scheme (Secure "
+        "cookies, redirects) comes from X-Forwarded-Proto only when the proxy is trusted",
+    )
     ui_session_hours: float = Field(
         12.0, gt=0, le=24 * 30, description="how long a browser login (the /ui cookie) lasts (h)"
     )
@@ -587,6 +596,37 @@ class Settings(BaseSettings):
                 got = "" if secret else f", got {safe_uri(repr(url))}"
                 raise ValueError(f"{problem}{got}")
         return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, v: str) -> str:
+        """Normalise to uvicorn's ``forwarded_allow_ips`` form and refuse what it would silently
+        never match: uvicorn keeps an entry that is neither an address nor a network as a literal
+        compared with the client's address as text, so a typo (``10.0.0.1/8``, host bits set;
+        ``10.0.0.0/33``) trusted nobody (``uvicorn/middleware/proxy_headers.py``,
+        ``_TrustedHosts``), and ``*`` counts only alone."""
+        items = [item.strip() for item in v.split(",") if item.strip()]
+        if items == ["*"]:
+            return "*"
+        for item in items:
+            if item == "*":
+                raise ValueError("'*' (trust any client) cannot be combined with addresses")
+            try:
+                if "/" in item:
+                    ipaddress.ip_network(item)  # strict, as uvicorn parses it
+                else:
+                    ipaddress.ip_address(item)
+            except ValueError as err:
+                raise ValueError(
+                    f"{item[:60]!r} is not an IP address or network ({err}); expected e.g. "
+                    "'10.0.0.0/8,fd00::/8', or '*'"
+                ) from None
+        return ",".join(items)
+
+    def forwarded_allow_ips(self) -> str | None:
+        """uvicorn's ``forwarded_allow_ips`` (``--forwarded-allow-ips``) for
+        ``FLEETMIND_TRUSTED_PROXIES``: ``None`` when unset, leaving uvicorn's own default."""
+        return self.trusted_proxies or None
 
     @field_validator("telemetry_cluster", "scheduler_cluster", mode="before")
     @classmethod

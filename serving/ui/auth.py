@@ -40,10 +40,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import Request
 
+from fleetmind.serving.origins import same_origin as origin_matches
 from fleetmind.serving.settings import Settings
 
 SESSION_COOKIE = "fm_session"
@@ -188,41 +188,20 @@ def csrf_token(request: Request, session: Session | None = None) -> tuple[str, b
     return secrets.token_urlsafe(24), True
 
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _origin_of(url: str) -> tuple[str, str, int | None] | None:
-    """``(scheme, host, port)`` of an origin or URL, the port made explicit for ``http`` and
-    ``https`` (RFC 6454 section 4); ``None`` when it names no host."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:  # "http://[": an invalid IPv6 literal; a port out of range
-        return None
-    scheme = parts.scheme.lower()
-    if not parts.hostname:
-        return None
-    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS.get(scheme)
-
-
 def origin_refusal(request: Request, public_url: str | None = None) -> str | None:
     """Why a POST's ``Origin`` is not one of ours (``None``: it is). Ours: no ``Origin`` header
     (older browsers, and non-browser clients, which carry no ambient cookie), one naming the
     request's ``Host``, or the origin of ``public_url`` (``FLEETMIND_PUBLIC_URL``: behind a
     proxy that rewrites ``Host``, nginx's default ``proxy_set_header Host $proxy_host``).
-    ``null`` and unparseable origins are refused."""
+    ``null`` and unparseable origins are refused. The comparison is the API's
+    (:func:`fleetmind.serving.origins.same_origin`): host names case-insensitive and a
+    scheme's default port the same as none (RFC 9110 section 4.2.3, RFC 6454 section 5), so
+    ``Host: fleetmind.example:443`` matches ``Origin: https://fleetmind.example``."""
     origin = request.headers.get("origin")
     if origin is None:
         return None
     host = request.headers.get("host", "")
-    try:
-        netloc = urlsplit(origin).netloc
-    except ValueError:
-        netloc = ""
-    if netloc and netloc == host:
-        return None
-    mine = _origin_of(public_url) if public_url else None
-    if mine is not None and _origin_of(origin) == mine:
+    if origin_matches(origin, host, public_url or ""):
         return None
     return (
         f"the form's origin {origin[:100]!r} matches neither the Host header {host[:100]!r} nor "
