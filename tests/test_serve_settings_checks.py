@@ -18,9 +18,14 @@ YEAR_S = 365 * 86400.0
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A database under tmp_path, no tokens, one worker, and the test process's SIGHUP back."""
+    """A database under tmp_path, no tokens, one worker, and the test process's SIGHUP and
+    environment back (a ``serve`` that starts leaves its options in ``os.environ`` for uvicorn's
+    workers: ``--prometheus-url`` would reach the next test file's ``serve`` as
+    ``FLEETMIND_PROMETHEUS_URL``)."""
+    import os
     import signal
 
+    options = {env: os.environ.get(env) for env in cli_serve._ENV_OPTIONS.values()}
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
     for var in ("API", "READ", "INGEST", "SCHEDULE", "ADMIN"):
         monkeypatch.delenv(f"FLEETMIND_{var}_TOKEN", raising=False)
@@ -28,6 +33,11 @@ def _isolated(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.delenv(f"FLEETMIND_{var}", raising=False)
     before = signal.getsignal(signal.SIGHUP) if hasattr(signal, "SIGHUP") else None
     yield
+    for env, value in options.items():
+        if value is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = value
     if before is not None:
         signal.signal(signal.SIGHUP, before)
     get_settings.cache_clear()
