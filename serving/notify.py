@@ -30,6 +30,10 @@ Nothing sleeps in a poll: each post is tried once; a receiver that fails (connec
 timeout, 408, 425, 429, 5xx) is not tried again in that poll, for any incident, and then waits
 ``FLEETMIND_NOTIFY_BACKOFF_S``, doubling with each failure in a row (at most
 ``FLEETMIND_NOTIFY_RETRIES`` times), or what a 429's or 503's ``Retry-After`` asks when longer.
+An Alertmanager that answers that the receiver is wrong (401, 403, 404, 405, 407, 410, 421, 426:
+:data:`RECEIVER_STATUS`, e.g. an auth proxy or a wrong route prefix) fails the same way, its
+alerts kept owed; the posts one refuses for their alerts (400, 413, 422...) take
+:data:`REFUSAL_BUDGET_S` of a poll at most, the rest waiting for the next poll.
 One post takes :data:`POST_TIMEOUT_S` at most in all, however slowly the receiver answers, and
 the webhook's posts of a poll come after Alertmanager's and stop after
 :data:`WEBHOOK_BUDGET_S` (the rest waits, in order, for the next poll). What was delivered is stored in the ``notifications`` table,
@@ -89,6 +93,19 @@ SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+RECEIVER_STATUS = frozenset({401, 403, 404, 405, 407, 410, 421, 426})
+"""Final answers of an Alertmanager that say the receiver is wrong, not the alerts posted (RFC 9110
+section 15.5): 401 Unauthorized and 407 Proxy Authentication Required (credentials an auth proxy
+in front of it wants), 403 Forbidden, 404 Not Found and 410 Gone (no such resource at this URL:
+Alertmanager started with ``--web.route-prefix=/am`` answers 404 on ``/api/v2/alerts``, its router
+serving only under the prefix, cmd/alertmanager/main.go ``router.WithPrefix``), 405 Method Not
+Allowed (a URL that takes no POST), 421 Misdirected Request (a server that does not serve this
+URL), 426 Upgrade Required (another protocol, e.g. TLS, expected). Every alert would get the same
+answer, so such an answer is taken as a failure of that Alertmanager (not tried again in the poll,
+back-off, the alerts kept owed), never as a refusal of each message: that cost one post per
+incident per poll (at most :data:`POST_TIMEOUT_S` each) and held back the other HA peer's re-sends
+past its ``resolve_timeout``. The webhook keeps reading them as final: a revoked chat URL's 404
+drops its message."""
 BATCH = 500
 """Most alerts in one post to an Alertmanager, and most rows read in one query by id."""
 MAX_PAUSE_S = 300.0
@@ -104,6 +121,18 @@ WEBHOOK_BUDGET_S = 5.0
 """Time (s) a poll spends posting to the webhook: once spent, its remaining messages wait, in
 order, for the next poll, so a chat that answers slowly (each post just within
 :data:`POST_TIMEOUT_S`) holds back the next Alertmanager re-sends by this plus one post at most."""
+REFUSAL_BUDGET_S = 5.0
+"""Time (s) a poll spends on the posts one Alertmanager refuses for their alerts (400, 413, 422...:
+each refused first post or resolution, each alert of a refused batch posted alone): once spent, that
+Alertmanager's remaining posts of the poll wait for the next (:data:`DEFERRED`), so a peer that
+refuses every alert, each slowly, holds back the other peer's re-sends by this plus two posts at
+most (the one that overran it and the first alert alone of a refused batch, which always goes so
+that a slowly refused batch still gets taken apart). The messages refused are held or dropped as
+before; those not tried are kept."""
+DEFERRED = "deferred: it refused other alerts this poll"
+"""Outcome of an Alertmanager post not tried because :data:`REFUSAL_BUDGET_S` was spent (not
+final: the message is tried at the next poll, or at the next re-send when it is a firing alert
+the other HA peer took)."""
 RETRY_AFTER_STATUS = frozenset({429, 503})
 """Answers whose ``Retry-After`` header (RFC 9110 section 10.2.3) the back-off honours."""
 CLUSTER_CHARS = 256
@@ -405,6 +434,12 @@ def is_final(outcome: str) -> bool:
     return outcome.isdigit() and int(outcome) not in RETRY_STATUS
 
 
+def refuses_alerts(outcome: str) -> bool:
+    """Whether an Alertmanager's ``outcome`` refuses the alerts posted (400, 413, 422...), not
+    the receiver itself: :func:`is_final` and outside :data:`RECEIVER_STATUS`."""
+    return is_final(outcome) and int(outcome) not in RECEIVER_STATUS
+
+
 def confidence_words(
     score: Any,
     settings: Settings,
@@ -567,6 +602,8 @@ class Notifier:
         # in a row, not tried again before this clock time, the last outcome)
         self._down: dict[str, tuple[int, float, str]] = {}
         self._down_now: set[str] = set()  # receivers that failed in this poll: not tried again
+        # Alertmanager URL -> seconds this poll spent on its posts it refused (REFUSAL_BUDGET_S)
+        self._refusing_s: dict[str, float] = {}
         # one message a working Alertmanager refused (a final 4xx): (incident, URL) -> (not tried
         # again before this clock time, the outcome)
         self._refused: dict[tuple[int, str], tuple[float, str]] = {}
@@ -621,9 +658,11 @@ class Notifier:
 
         Nothing here sleeps: each post is tried once, and a receiver (an Alertmanager URL, the
         webhook) that fails is not tried again in this poll, for any incident, nor before its
-        back-off has passed (:meth:`_post`), so one that is down, hangs or trickles its answer
-        costs at most one attempt (:data:`POST_TIMEOUT_S`) per poll, and the others still get
-        their re-sends in time; the webhook's posts stop after :data:`WEBHOOK_BUDGET_S`.
+        back-off has passed (:meth:`_post`), so one that is down, hangs, trickles its answer or
+        answers that the receiver is wrong (:data:`RECEIVER_STATUS`) costs at most one attempt
+        (:data:`POST_TIMEOUT_S`) per poll, and the others still get their re-sends in time; the
+        posts an Alertmanager refuses for their alerts stop after :data:`REFUSAL_BUDGET_S`, the
+        webhook's posts after :data:`WEBHOOK_BUDGET_S`.
 
         What a poll reads grows with what changed, not with the open incidents: every open
         incident's id and change marks (a few numbers each, all of them: none is taken for
@@ -632,7 +671,7 @@ class Notifier:
         ``notifications`` row only when something is due about it.
         """
         now = self.clock()
-        self._down_now = set()
+        self._down_now, self._refusing_s = set(), {}
         marks = self._open_marks()
         sweep = not 0 <= now - self._swept_ts < self.settings.notify_resend_s
         if sweep:  # (a change the marks miss, e.g. a row edited by hand, waits this long at most)
@@ -1065,7 +1104,7 @@ class Notifier:
                     taken.add(i)
                     if i >= 0:
                         outbox[i]["alertmanager"].remove(url)
-                elif i >= 0 and some_took and is_final(outcome):  # refused on its own: invalid
+                elif i >= 0 and some_took and refuses_alerts(outcome):  # refused on its own
                     outbox[i]["alertmanager"].remove(url)
                     self._give_up(
                         "alertmanager",
@@ -1104,7 +1143,9 @@ class Notifier:
         Alertmanager answers 400 when any alert of a request is invalid, while it stores the valid
         ones (api/v2 ``postAlertsHandler``), and its message does not say which in a form to rely
         on: after a final refusal of several alerts each is posted alone, once, so that one bad
-        alert does not hold back the others.
+        alert does not hold back the others. Posts it refuses so take :data:`REFUSAL_BUDGET_S` of a
+        poll at most; an answer that says the receiver is wrong (:data:`RECEIVER_STATUS`) is no
+        refusal of the alerts: nothing more is posted there in the poll (:meth:`_post`).
         """
         out: list[list[tuple[bool, str]]] = [[] for _ in entries]
         chunk: list[int] = []
@@ -1136,10 +1177,16 @@ class Notifier:
         if ok:
             for inc_id in ids:
                 self._refused.pop((inc_id, url), None)
-        alone = not ok and len(body) > 1 and is_final(outcome)
+        alone = not ok and len(body) > 1 and refuses_alerts(outcome)
+        first = alone  # (the first alert alone is posted whatever REFUSAL_BUDGET_S: progress)
         for (inc_id, alerts, _), res in zip(entries, out, strict=True):
             if alone:
-                res[:] = [self._post("alertmanager", url, [a], inc_id, hold=False) for a in alerts]
+                res[:] = []
+                for a in alerts:
+                    res.append(
+                        self._post("alertmanager", url, [a], inc_id, hold=False, budget=not first)
+                    )
+                    first = False
             else:
                 res[:] = [(ok, outcome)] * len(alerts)
 
@@ -1184,7 +1231,13 @@ class Notifier:
         return done + sent
 
     def _post(
-        self, channel: str, url: str, body: Any, inc_id: int | None, hold: bool = True
+        self,
+        channel: str,
+        url: str,
+        body: Any,
+        inc_id: int | None,
+        hold: bool = True,
+        budget: bool = True,
     ) -> tuple[bool, str]:
         """POST ``body`` to ``url`` once (:func:`post_once`); ``(delivered, outcome)``.
         ``inc_id``: the incident the body is about (``None``: alerts of several incidents, whose
@@ -1193,8 +1246,13 @@ class Notifier:
         Not tried, and ``(False, the last outcome)``, when that receiver failed earlier in this
         poll or is waiting out its back-off, or (Alertmanager, unless ``hold`` is false) refused
         this incident's message less than ``FLEETMIND_NOTIFY_RESEND_S`` ago (:meth:`_refusal`).
-        A failure that may pass (connection error,
-        timeout, 408/425/429/5xx) puts the receiver in back-off for every incident: from the
+        Not tried either, and ``(False, DEFERRED)``, when an Alertmanager already refused posts
+        for :data:`REFUSAL_BUDGET_S` of this poll (unless ``budget`` is false: the first alert of
+        a refused batch posted alone, so that a batch refused slowly still gets split, one alert
+        a poll at least). A failure that may pass (connection error,
+        timeout, 408/425/429/5xx), or an Alertmanager's answer that the receiver is wrong
+        (:data:`RECEIVER_STATUS`: its URL, credentials or proxy, which no message changes), puts
+        the receiver in back-off for every incident: from the
         clock as it is after the attempt (a timeout takes its seconds), ``BACKOFF_S`` doubling
         with each failure in a row, at most ``RETRIES`` times, or as long as a 429 or 503 asked
         in its ``Retry-After`` when that is longer (and never over 300 s: :data:`MAX_PAUSE_S`).
@@ -1207,20 +1265,27 @@ class Notifier:
         why = self._refusal(inc_id, url) if hold else None
         if why is not None:
             return False, why
+        am = channel == "alertmanager"
+        if am and budget and self._refusing_s.get(url, -1.0) >= REFUSAL_BUDGET_S:
+            return False, DEFERRED
+        started = time.monotonic()
         ok, outcome, asked = post_attempt(self._client, url, body)
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
-        if (ok or is_final(outcome)) and self._down.pop(url, None) is not None:
+        refused = not ok and (refuses_alerts(outcome) if am else is_final(outcome))
+        if refused and am:
+            self._refusing_s[url] = self._refusing_s.get(url, 0.0) + time.monotonic() - started
+        if (ok or refused) and self._down.pop(url, None) is not None:
             log.info("%s answers again", name)
         if ok and inc_id is not None:
             self._refused.pop((inc_id, url), None)
         elif ok:
             pass
-        elif is_final(outcome) and inc_id is None:  # several incidents': each is posted alone
+        elif refused and inc_id is None:  # several incidents': each is posted alone
             log.warning("%s refused a post of %d alerts (%s)", name, len(body), outcome)
-        elif is_final(outcome):  # the receiver works and refuses this message
-            if channel == "alertmanager":  # (a refused chat message is dropped by the caller)
+        elif refused:  # the receiver works and refuses this message
+            if am:  # (a refused chat message is dropped by the caller)
                 self._refused[(inc_id, url)] = (now + self.settings.notify_resend_s, outcome)
             log.warning("%s refused the notification for incident %s (%s)", name, inc_id, outcome)
         else:
@@ -1231,14 +1296,24 @@ class Notifier:
             pause = min(MAX_PAUSE_S, max(backoff, asked or 0.0))
             self._down[url] = (failures, now + pause, outcome)
             self._down_now.add(url)
-            log.warning(
-                "%s failed (%s, %d in a row): not tried again for %.1f s%s",
-                name,
-                outcome,
-                failures,
-                pause,
-                "" if asked is None else f" (it asked to wait {asked:g} s: Retry-After)",
-            )
+            if is_final(outcome):  # (RECEIVER_STATUS: once per poll at most, not per incident)
+                log.warning(
+                    "%s answered %s, which says its URL, credentials or proxy are wrong, not the "
+                    "alerts (%d in a row): not tried again for %.1f s; the alerts are kept",
+                    name,
+                    outcome,
+                    failures,
+                    pause,
+                )
+            else:
+                log.warning(
+                    "%s failed (%s, %d in a row): not tried again for %.1f s%s",
+                    name,
+                    outcome,
+                    failures,
+                    pause,
+                    "" if asked is None else f" (it asked to wait {asked:g} s: Retry-After)",
+                )
         return ok, outcome
 
     def _refusal(self, inc_id: int, url: str) -> str | None:

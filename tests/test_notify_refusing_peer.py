@@ -1,0 +1,235 @@
+"""An Alertmanager HA peer that refuses posts must not stall the notifier, on a fake clock and
+recorded HTTP (the transport of ``test_notify_failing_receivers``).
+
+An answer that says the receiver is wrong (401 behind an auth proxy, 404 for a wrong route
+prefix: RFC 9110 sections 15.5.2 and 15.5.5) was read as a refusal of each message: every first
+post, every resolution and every alert of a refused re-send batch was posted to that peer on its
+own, each up to 5 s, before the other peer got anything; with enough open incidents the healthy
+peer's re-sends came later than its ``resolve_timeout`` (5 min) and it resolved them. Such an
+answer now fails the receiver (one post per poll, back-off, the alerts kept owed), and the posts
+a peer refuses for their alerts (400) take ``REFUSAL_BUDGET_S`` of a poll at most.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from serving_helpers import wait_for
+from sqlalchemy import select
+from test_notify_failing_receivers import (
+    ALERTS,
+    ALERTS2,
+    AM,
+    AM2,
+    Receivers,
+    close,
+    db,  # noqa: F401  (the database fixture)
+    make,
+    open_incidents,
+    settle,
+)
+from test_serving_e2e import _ok
+
+from fleetmind.serving import notify
+from fleetmind.serving.db import Database, notifications
+from fleetmind.serving.notify import OUTBOX, Notifier, delivery_outcome
+from fleetmind.serving.settings import Settings
+
+
+class SlowReceivers(Receivers):
+    """Each answer of a down URL takes ``answer_s`` of the fake clock (a peer that answers its
+    404 after seconds, as the fake peer of the finding did after 1 to 4.7 s)."""
+
+    answer_s = 1.0
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        if str(request.url) in self.down:
+            self.clock.t += self.answer_s
+        return super().__call__(request)
+
+
+def incidents_in(rec: Receivers, url: str, resolved: bool) -> list[int]:
+    """The incidents of the alerts ``url`` took, firing or resolved."""
+    return sorted(
+        int(a["labels"]["incident"])
+        for b in rec.took(url)
+        for a in b
+        if ("endsAt" in a) == resolved
+    )
+
+
+@pytest.mark.parametrize("status", [404, 401, 403])
+def test_a_peer_answering_that_the_receiver_is_wrong_costs_one_post_per_poll(
+    db: Database,  # noqa: F811
+    status: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """30 incidents, the first peer answering ``status`` after 1 s of the fake clock: the old
+    notifier posted to it once per incident (30 posts, 30 s) before the healthy peer got its
+    first post; now once per poll, the healthy peer gets every incident in that poll, and once
+    the peer answers 200 again it gets every resolution owed at the next poll and every firing
+    alert at the next re-send (the other peer took them: as after any failure of one peer)."""
+    ids = open_incidents(db, 30)
+    n, rec, clock = make(
+        db, SlowReceivers, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    rec.down[ALERTS] = status
+    n.poll()
+    clock.t += 31
+    start = clock.t
+    with caplog.at_level("WARNING"):
+        n.poll()  # the first posts
+    assert rec.tried(ALERTS) == 1
+    assert clock.t - start == 1.0  # one refused post, not one per incident
+    assert incidents_in(rec, ALERTS2, resolved=False) == ids
+    warned = [r.getMessage() for r in caplog.records]
+    assert len([m for m in warned if f"answered {status}" in m]) == 1
+    assert not [m for m in warned if "refused the notification" in m]
+
+    for inc in ids[:10]:  # ten incidents resolve while the peer still refuses
+        close(db, inc)
+    clock.t += 1
+    n.poll()
+    assert rec.tried(ALERTS) == 2  # one more post for the poll
+    assert incidents_in(rec, ALERTS2, resolved=True) == ids[:10]
+
+    del rec.down[ALERTS]  # fixed (the proxy's credentials, the route prefix)
+    clock.t += 1
+    n.poll()
+    assert incidents_in(rec, ALERTS, resolved=True) == ids[:10]  # the resolutions, kept
+    clock.t += 60
+    n.poll()
+    assert incidents_in(rec, ALERTS, resolved=False) == ids[10:]  # the firing ones, re-sent
+    with db.read() as conn:
+        rows = [r._mapping for r in conn.execute(select(notifications))]
+    assert all(OUTBOX not in (r["delivery"] or {}) for r in rows)
+    assert all(delivery_outcome(r)[1] is None for r in rows if r["state"] == "firing")
+
+
+def test_a_peer_refusing_every_alert_gets_a_time_budget_per_poll(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer that answers 400 to every post (a proxy's "plain HTTP request sent to HTTPS port"):
+    each refusal is of the message, held until the next re-send interval as before, but once the
+    poll spent ``REFUSAL_BUDGET_S`` on them (0 here: one refused post) the peer's other posts
+    wait for the next poll (a single Alertmanager here: with an HA peer that took them they
+    wait for the next re-send)."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
+    ids = open_incidents(db, 5)
+    n, rec, clock = make(db, Receivers, notify_webhook_url=None)
+    rec.down[ALERTS] = 400
+    settle(n, clock)
+    assert rec.tried(ALERTS) == 1
+    for k in range(2, 6):  # one incident a poll: each refused once, then held, none lost
+        clock.t += 1
+        n.poll()
+        assert rec.tried(ALERTS) == k
+    tried = sorted(int(b[0]["labels"]["incident"]) for u, _, b in rec.calls if u == ALERTS)
+    assert tried == ids
+    clock.t += 1
+    n.poll()
+    assert rec.tried(ALERTS) == 5  # each refused message waits for the re-send interval
+
+
+def test_a_refused_batch_is_still_split_within_the_budget(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Re-sends refused as a batch (400) are posted alone within the budget: with none left after
+    the batch's refusal, one alert alone still goes each poll (else a batch refused slowly would
+    never be split, and its valid alerts never re-sent), the rest at the next polls."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
+    ids = open_incidents(db, 4)
+    n, rec, clock = make(db, Receivers, notify_webhook_url=None)
+    settle(n, clock)
+    rec.down[ALERTS] = 400
+    before = len(rec.calls)
+    clock.t += 61  # the re-sends: one batch
+    n.poll()
+    assert [len(b) for _, _, b in rec.calls[before:]] == [4, 1]  # the batch, then one alone
+    del rec.down[ALERTS]
+    clock.t += 1
+    n.poll()  # the three deferred go in one batch; the refused one waits for the next interval
+    assert [int(a["labels"]["incident"]) for a in rec.calls[-1][2]] == ids[1:]
+    assert rec.calls[-1][1]
+
+
+def _port(candidates: range) -> int:
+    """A free port of ``candidates`` (this test's range)."""
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.skip(f"no free port in {candidates}")
+
+
+@pytest.mark.external
+def test_a_real_alertmanager_under_a_route_prefix_costs_one_post_per_poll(
+    tmp_path: Path,
+    db: Database,  # noqa: F811
+) -> None:
+    """Two real Alertmanagers, one started with ``--web.route-prefix=/am`` and configured without
+    it: that one answers 404 on ``/api/v2/alerts`` (its router serves only under the prefix,
+    cmd/alertmanager/main.go ``router.WithPrefix``). Ten new root causes cost it one post, and
+    the other instance lists all ten after that one poll."""
+    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if am_bin is None:
+        pytest.skip(
+            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
+        )
+    cfg = tmp_path / "am.yml"
+    cfg.write_text("route:\n  receiver: none\nreceivers:\n  - name: none\n")
+    urls = []
+    with contextlib.ExitStack() as stack:
+        for k, prefix in enumerate(("/am", "/")):
+            port = _port(range(18120 + 10 * k, 18130 + 10 * k))
+            am = subprocess.Popen(
+                [
+                    am_bin,
+                    f"--config.file={cfg}",
+                    f"--storage.path={tmp_path / f'am{k}'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    f"--web.route-prefix={prefix}",
+                    "--cluster.listen-address=",
+                    "--log.level=warn",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            stack.callback(lambda am=am: (am.terminate(), am.wait(10)))
+            url = f"http://127.0.0.1:{port}"
+            ready = f"{url}{prefix.rstrip('/')}/-/ready"
+            assert wait_for(lambda ready=ready: _ok(ready), timeout=20), "Alertmanager not ready"
+            urls.append(url)
+        bad, good = urls
+        assert httpx.post(bad + "/api/v2/alerts", json=[]).status_code == 404  # upstream
+        ids = open_incidents(db, 10)
+        registry = CollectorRegistry()
+        settings = Settings(
+            database_url=str(db.engine.url),
+            rca_model="baseline:upstream-coverage",
+            placement_model="heuristic:builtin-bestfit",
+            incident_worker=False,
+            notify_alertmanager_url=f"{bad},{good}",
+            notify_settle_s=0.0,
+        )
+        n = Notifier(db, settings, registry=registry)
+        stack.callback(n.stop)
+        n.poll()
+        count = notify._counter(registry)
+        assert count.labels("alertmanager", "failed")._value.get() == 1
+        listed = httpx.get(
+            good + "/api/v2/alerts", params={"filter": 'alertname="FleetMindRootCause"'}
+        ).json()
+        assert sorted(int(a["labels"]["incident"]) for a in listed) == ids
