@@ -263,7 +263,16 @@ def is_input_error(exc: BaseException) -> bool:
 
 
 class DatabaseReadOnly(Exception):
-    """The database accepts no writes (a standby, ``default_transaction_read_only``): not ready."""
+    """The database accepts no writes (a standby, ``default_transaction_read_only``, a SQLite
+    file whose last write failed): not ready."""
+
+
+def _file_gone(reason: str) -> Exception:
+    """The ``sqlalchemy.exc.OperationalError`` raised for a SQLite file or write-ahead log
+    deleted or replaced under the service (a 503 where database errors are handled)."""
+    from sqlalchemy.exc import OperationalError
+
+    return OperationalError("check the SQLite file", None, Exception(reason))
 
 
 REFIRE_MARGIN_S = 15.0
@@ -481,6 +490,9 @@ class Database:
             if url.startswith("sqlite"):
                 self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False})
                 _sqlite_pragmas(self.engine, sqlite_synchronous)
+                event.listen(self.engine, "connect", self._conn_opened)
+                event.listen(self.engine, "close", self._conn_closed)
+                event.listen(self.engine, "close_detached", self._conn_closed)
             else:
                 self.engine = create_engine(
                     url,
@@ -497,6 +509,13 @@ class Database:
         # the file itself, also for a URI-form URL (sqlite:///file:/srv/fm.db?uri=true)
         self._file = migrations.sqlite_path(self.engine.url) if self.is_sqlite else None
         self._file_id: tuple[int, int] | None = None  # (device, inode) of the file in use
+        # the write-ahead log SQLite keeps next to the file's real path (it resolves symlinks)
+        self._wal = os.path.realpath(self._file) + "-wal" if self._file is not None else None
+        self._wal_id: tuple[int, int] | None = None  # (device, inode) at the last commit
+        self._wal_lost: str | None = None  # why the -wal in use was lost (sticky: restart)
+        self._open_conns = 0  # SQLite connections of this engine now open
+        self._conns_lock = threading.Lock()
+        self._write_failure: str | None = None  # the last write's error, until one commits
         self._write_lock = threading.Lock() if self.is_sqlite else None
         self._upsert: Any = None
         # SQLite has one writer and pays an fsync per commit: concurrent webhooks share commits.
@@ -580,13 +599,12 @@ class Database:
         self.engine.dispose()
 
     def check_file(self) -> None:
-        """Raise ``sqlalchemy.exc.OperationalError`` when the SQLite file in use was deleted or
-        replaced (a 503, not a 200: the open connections would go on writing into a file that no
-        longer has a name, lost at the next start). Nothing for PostgreSQL or an in-memory one."""
+        """Raise ``sqlalchemy.exc.OperationalError`` when the SQLite file in use, or its
+        write-ahead log (``<file>-wal``), was deleted or replaced (a 503, not a 200: the open
+        connections would go on writing into a file that no longer has a name, lost at the next
+        start). Nothing for PostgreSQL or an in-memory one."""
         if self._file is None:
             return
-        from sqlalchemy.exc import OperationalError
-
         try:
             st = os.stat(self._file)
         except FileNotFoundError:
@@ -598,25 +616,117 @@ class Database:
             if self._file_id is None:
                 return  # not created yet: the first connection creates it
             what = "deleted" if st is None else "replaced"
-            raise OperationalError(
-                "check the SQLite file",
-                None,
-                Exception(
-                    f"the database file {self._file} was {what} while the service ran; "
-                    "restart the service"
-                ),
+            raise _file_gone(
+                f"the database file {self._file} was {what} while the service ran; "
+                "restart the service"
             )
+        self._check_wal()
+
+    # The -wal check. In WAL mode with synchronous=FULL a commit is durable once it is in the
+    # -wal: deleting it (or a hot journal) loses the commits not yet checkpointed
+    # (sqlite.org/howtocorrupt.html, "Deleting a hot journal"), and the open connections go on
+    # writing into the unnamed file while a new connection would make a new, empty one. SQLite
+    # itself deletes the -wal only when the last connection to the database closes
+    # (sqlite.org/wal.html), after checkpointing it whole; a checkpoint (TRUNCATE, or
+    # journal_size_limit) truncates or rewrites it in place, keeping its inode. So: the -wal's
+    # (device, inode) is recorded after each commit of :meth:`write` (the commit went into that
+    # file), forgotten whenever this engine has no connection open (SQLite may then have deleted
+    # it, legitimately, and the next connection makes a new one), and a -wal that is gone or
+    # another file while this engine kept a connection open is lost, for good (sticky: restart).
+    # Before the first commit nothing is recorded, so a fresh database raises nothing.
+
+    def _conn_opened(self, *_args: Any) -> None:
+        with self._conns_lock:
+            self._open_conns += 1
+
+    def _conn_closed(self, *_args: Any) -> None:
+        with self._conns_lock:
+            self._open_conns = max(0, self._open_conns - 1)
+            if self._open_conns == 0:
+                self._wal_id = None  # the last one: SQLite may delete the -wal, legitimately
+
+    def _wal_stat(self) -> tuple[int, int] | None:
+        assert self._wal is not None
+        try:
+            st = os.stat(self._wal)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _wal_gone(self, now: tuple[int, int] | None) -> Exception:
+        """Mark the -wal lost (from now on every check raises) and return the error to raise."""
+        what = "deleted" if now is None else "replaced"
+        self._wal_lost = (
+            f"the database's write-ahead log {self._wal} was {what} while the service ran; "
+            "stop the service gracefully and start it again (the last connection to close "
+            "copies the commits it still holds into the database file; a killed process "
+            "loses them)"
+        )
+        return _file_gone(self._wal_lost)
+
+    def _check_wal(self) -> None:
+        if self._wal_lost is not None:
+            raise _file_gone(self._wal_lost)
+        recorded = self._wal_id
+        if recorded is None:
+            return
+        now = self._wal_stat()
+        if now == recorded:
+            return
+        with self._conns_lock:
+            if self._wal_id != recorded or self._open_conns == 0:
+                return  # forgotten meanwhile: every connection closed, SQLite may have deleted it
+            raise self._wal_gone(now)
+
+    def _committed(self, wrote: bool) -> None:
+        """After a commit of :meth:`write`: the -wal it went into is the one to keep (or it was
+        already gone: the commit is in an unnamed file, raise); a commit that changed rows
+        reached the file, so the file takes writes again (one that changed nothing wrote
+        nothing: it proves nothing)."""
+        if wrote:
+            self._write_failure = None
+        with self._conns_lock:
+            if self._open_conns == 0:
+                self._wal_id = None
+                return
+            now = self._wal_stat()
+            if self._wal_id is not None and now != self._wal_id:
+                raise self._wal_gone(now)
+            self._wal_id = now
+
+    def _write_failed(self, err: BaseException) -> None:
+        """Remember a write SQLite could not store for :meth:`ping`: the file, its folder or
+        mount read-only, an I/O error (a mount remounted read-only after one), a full disk."""
+        orig = getattr(err, "orig", err)
+        code = getattr(orig, "sqlite_errorcode", 0) & 0xFF
+        if code in _SQLITE_WRITE_FAILURES:
+            self._write_failure = str(orig) or type(orig).__name__
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """A write transaction (committed on exit, rolled back on error)."""
+        """A write transaction (committed on exit, rolled back on error).
+
+        On SQLite a commit that fails for the file (``SQLITE_IOERR``, ``SQLITE_FULL``,
+        ``SQLITE_READONLY``, ``SQLITE_CANTOPEN``) makes :meth:`ping` raise
+        :class:`DatabaseReadOnly` until a write that changes rows commits again."""
         if self._write_lock is None:
             with self.engine.begin() as conn:
                 yield conn
             return
+        from sqlalchemy.exc import DBAPIError
+
         self.check_file()
-        with self._write_lock, self.engine.begin() as conn:
-            yield conn
+        with self._write_lock:
+            try:
+                with self.engine.begin() as conn:
+                    dbapi_conn = conn.connection.driver_connection
+                    changes = dbapi_conn.total_changes
+                    yield conn
+            except DBAPIError as err:
+                self._write_failed(err)
+                raise
+            # read under the write lock: no other write uses the connection meanwhile
+            self._committed(dbapi_conn.total_changes != changes)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -624,16 +734,42 @@ class Database:
             yield conn
 
     def ping(self) -> None:
-        """Raise when the database cannot be reached (or its SQLite file is gone), or when it
-        accepts no writes (:class:`DatabaseReadOnly`), where every webhook would answer 503:
-        on PostgreSQL a standby after a failover or ``default_transaction_read_only``; on SQLite
-        a file, folder or mount that is read-only (:func:`_sqlite_write_check`)."""
+        """Raise when the database cannot be reached (or its SQLite file or write-ahead log is
+        gone), or when it accepts no writes (:class:`DatabaseReadOnly`), where every webhook
+        would answer 503: on PostgreSQL a standby after a failover or
+        ``default_transaction_read_only``; on SQLite a file, folder or mount that is read-only
+        (:func:`_sqlite_write_check`), or one whose last write failed (an I/O error, a full disk:
+        :meth:`write`), until a write commits again (this ping tries one while no other write
+        runs: :func:`_sqlite_write_probe`)."""
         with self.read() as conn:
             if self.is_sqlite:
                 _sqlite_write_check(conn.connection.driver_connection)
             elif conn.exec_driver_sql("SHOW transaction_read_only").scalar_one() == "on":
                 raise DatabaseReadOnly("the database is read-only")
         self.check_file()
+        if self._write_failure is not None:
+            self._retry_write()
+
+    def _retry_write(self) -> None:
+        """While the last write failed: commit a write that changes nothing (see
+        :func:`_sqlite_write_probe`) when no other write of this process runs, and become ready
+        when it commits; else raise :class:`DatabaseReadOnly`."""
+        import sqlite3
+
+        assert self._write_lock is not None
+        if self._write_lock.acquire(blocking=False):  # else a write runs: it decides
+            try:
+                with self.read() as conn:
+                    _sqlite_write_probe(conn.connection.driver_connection)
+                self._write_failure = None
+                return
+            except sqlite3.Error as err:
+                self._write_failed(err)
+            finally:
+                self._write_lock.release()
+        failure = self._write_failure
+        if failure is not None:
+            raise DatabaseReadOnly(f"the SQLite database accepts no writes: {failure}")
 
     # ------------------------------------------------------------------ alerts
     def store_alerts(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -1493,6 +1629,11 @@ process's write lock (ms)."""
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
 """SQLite's primary result codes (https://www.sqlite.org/rescode.html); an extended code carries
 its primary one in the low 8 bits (``SQLITE_READONLY_DIRECTORY`` is 1544 = 8 | 6 << 8)."""
+_SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14  # the same page of rescode.html
+_SQLITE_WRITE_FAILURES = frozenset(
+    {_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN}
+)
+"""Primary codes of a write the file could not take (not a lock, not a bad value): not ready."""
 
 
 def _sqlite_write_check(dbapi_conn: Any) -> None:
@@ -1523,6 +1664,26 @@ def _sqlite_write_check(dbapi_conn: Any) -> None:
             raise DatabaseReadOnly(f"the SQLite database is read-only: {err}") from None
         if code not in (_SQLITE_BUSY, _SQLITE_LOCKED):
             raise
+    finally:
+        dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+
+
+def _sqlite_write_probe(dbapi_conn: Any) -> None:
+    """Commit a write that changes nothing: ``PRAGMA user_version`` set to the value it has marks
+    the header page dirty, so the commit appends it to the write-ahead log and syncs it (what
+    :func:`_sqlite_write_check` leaves out): it fails as a webhook's commit would on a file that
+    turned read-only, a full disk or an I/O error. ``SQLITE_BUSY`` (another process writing)
+    raises too: the caller stays not ready until the next try."""
+    dbapi_conn.execute("PRAGMA busy_timeout=0")
+    try:
+        dbapi_conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(dbapi_conn.execute("PRAGMA user_version").fetchone()[0])
+            dbapi_conn.execute(f"PRAGMA user_version={version}")
+            dbapi_conn.execute("COMMIT")
+        finally:
+            if dbapi_conn.in_transaction:
+                dbapi_conn.execute("ROLLBACK")
     finally:
         dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
 
