@@ -625,8 +625,21 @@ class Settings(BaseSettings):
 
     def forwarded_allow_ips(self) -> str | None:
         """uvicorn's ``forwarded_allow_ips`` (``--forwarded-allow-ips``) for
-        ``FLEETMIND_TRUSTED_PROXIES``: ``None`` when unset, leaving uvicorn's own default."""
-        return self.trusted_proxies or None
+        ``FLEETMIND_TRUSTED_PROXIES``: ``None`` when unset, leaving uvicorn's own default. Each
+        IPv4 entry comes with its IPv4-mapped IPv6 form (``10.0.0.0/8`` and
+        ``::ffff:10.0.0.0/104``): on a dual-stack socket (``--host ::`` with ``--workers`` above 1,
+        where uvicorn binds the socket itself without ``IPV6_V6ONLY``) an IPv4 proxy connects as
+        ``::ffff:10.0.0.5``, which uvicorn's check does not find in an IPv4 network."""
+        if not self.trusted_proxies or self.trusted_proxies == "*":
+            return self.trusted_proxies or None
+        out: list[str] = []
+        for item in self.trusted_proxies.split(","):
+            out.append(item)
+            net = ipaddress.ip_network(item)
+            if net.version == 4:
+                mapped = f"::ffff:{net.network_address}"
+                out.append(mapped if "/" not in item else f"{mapped}/{96 + net.prefixlen}")
+        return ",".join(out)
 
     @field_validator("telemetry_cluster", "scheduler_cluster", mode="before")
     @classmethod

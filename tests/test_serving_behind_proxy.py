@@ -112,13 +112,28 @@ def test_serve_hands_the_trusted_proxies_to_uvicorn(
     monkeypatch.setenv("FLEETMIND_TRUSTED_PROXIES", " 10.0.0.0/8, fd00::/8 ")
     assert cli_serve.run(_args(workers=workers)) == 0
     assert seen[-1]["workers"] == workers
-    assert seen[-1]["forwarded_allow_ips"] == "10.0.0.0/8,fd00::/8"
+    assert seen[-1]["forwarded_allow_ips"] == "10.0.0.0/8,::ffff:10.0.0.0/104,fd00::/8"
     monkeypatch.setenv("FLEETMIND_TRUSTED_PROXIES", "*")
     assert cli_serve.run(_args(workers=workers)) == 0
     assert seen[-1]["forwarded_allow_ips"] == "*"
     monkeypatch.delenv("FLEETMIND_TRUSTED_PROXIES")
     assert cli_serve.run(_args(workers=workers)) == 0
     assert seen[-1]["forwarded_allow_ips"] is None  # uvicorn's default: loopback only
+
+
+def test_an_ipv4_proxy_on_a_dual_stack_socket_is_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--host ::`` with ``--workers`` above 1: uvicorn binds the socket itself (``Config.bind_socket``)
+    without ``IPV6_V6ONLY``, so on Linux an IPv4 ingress pod connects as ``::ffff:10.244.7.5``,
+    which uvicorn's ``_TrustedHosts`` does not find in ``IPv4Network('10.244.7.0/24')``
+    (``uvicorn/middleware/proxy_headers.py``): an IPv4 entry must match its mapped form too."""
+    from uvicorn.middleware.proxy_headers import _TrustedHosts
+
+    monkeypatch.setenv("FLEETMIND_TRUSTED_PROXIES", "10.244.7.0/24,10.0.0.5")
+    trusted = _TrustedHosts(Settings().forwarded_allow_ips() or "")
+    for addr in ("10.244.7.5", "::ffff:10.244.7.5", "10.0.0.5", "::ffff:10.0.0.5"):
+        assert addr in trusted, addr
+    for addr in ("10.244.8.5", "::ffff:10.244.8.5", "10.0.0.6", "::ffff:10.0.0.6", "::1"):
+        assert addr not in trusted, addr
 
 
 @pytest.mark.parametrize(
