@@ -30,6 +30,7 @@ NOT_RECORDED = "not recorded"
 
 MOVED_SCRIPTS = {
     "benchmarks/bench_gat.py": "benchmarks.rca.gat_speed",
+    "benchmarks/rca_main_table.py": "benchmarks.rca.main_table",
     "benchmarks/gat_dataset.py": "benchmarks.rca.gat_dataset",
     "benchmarks/bench_rca_generate.py": "benchmarks.rca.generate_speed",
     "benchmarks/bench_rca_learnability.py": "benchmarks.rca.learnability",

@@ -174,6 +174,48 @@ exec REAL_CP "$@"
     assert line.startswith("build.sh: cannot copy ") and TORCH in line
 
 
+def test_the_first_folders_wheel_wins_and_no_folder_is_written(
+    project: Path, tmp_path: Path
+) -> None:
+    """Two PIP_FIND_LINKS folders with the same wheel name: the first is hard-linked into the
+    context, so a second copy would have written through that link into the first folder."""
+    first, second = tmp_path / "w1", tmp_path / "w2"
+    for folder, body in ((first, b"FIRST"), (second, b"SECOND")):
+        folder.mkdir()
+        (folder / TORCH).write_bytes(body)
+    proc, calls = _build(project, tmp_path, env={"PIP_FIND_LINKS": f"{first} {second}"})
+    assert proc.returncode == 0, proc.stderr
+    assert (first / TORCH).read_bytes() == b"FIRST"
+    assert (second / TORCH).read_bytes() == b"SECOND"
+    sha = subprocess.run(
+        ["sha256sum", TORCH], cwd=first, capture_output=True, text=True, check=True
+    ).stdout.split()[0]
+    assert _build_call(calls)["wheels.sha256"] == f"{sha}  ./{TORCH}\n"
+
+
+def test_pip_find_links_split_on_newlines_as_pip_does(project: Path, tmp_path: Path) -> None:
+    """pip splits the variable on any whitespace (``str.split()``): a wheel in the folder on the
+    second line is found."""
+    empty, wheels = tmp_path / "empty", tmp_path / "wheels"
+    empty.mkdir()
+    wheels.mkdir()
+    (wheels / TORCH).write_bytes(b"x")
+    proc, calls = _build(project, tmp_path, env={"PIP_FIND_LINKS": f"{empty}\n{wheels}\n"})
+    assert proc.returncode == 0, proc.stderr
+    assert f"wheels/{TORCH}" in _build_call(calls)["files"]
+
+
+def test_a_podman_path_is_podman(project: Path, tmp_path: Path) -> None:
+    """``CONTAINER=/path/to/podman`` still builds the local base image and passes podman's
+    options, not docker's registry default."""
+    engine = tmp_path / "bin" / "podman"
+    proc, calls = _build(project, tmp_path, env={"CONTAINER": str(engine)})
+    assert proc.returncode == 0, proc.stderr
+    argv = _build_call(calls)["argv"]
+    assert _base_arg(argv) == "localhost/fleetmind-base:bookworm"
+    assert "--format" in argv
+
+
 def test_no_wheels_and_an_index_url_in_pip_find_links(project: Path, tmp_path: Path) -> None:
     proc, calls = _build(
         project, tmp_path, env={"PIP_FIND_LINKS": "https://download.example.invalid/whl/cpu"}

@@ -15,10 +15,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 engine=${CONTAINER:-podman}
+kind=${engine##*/}  # podman or docker, also when CONTAINER is a path (/usr/bin/podman)
 python=${PYTHON:-python3}
 version=$("$python" -c "import tomllib,sys; print(tomllib.load(open(sys.argv[1],'rb'))['project']['version'])" "$repo/pyproject.toml")
 image=${1:-localhost/fleetmind:$version}
-if [ "$engine" = podman ]; then
+if [ "$kind" = podman ]; then
   base=${FLEETMIND_BASE_IMAGE:-localhost/fleetmind-base:bookworm}
   case $base in localhost/*) FLEETMIND_BASE_IMAGE=$base bash "$here/build-base.sh" ;; esac
 else
@@ -36,16 +37,21 @@ import sys, tomllib
 deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
 open(sys.argv[2], "w").write("\n".join(deps) + "\n")
 PY
-read -r -a links <<<"${PIP_FIND_LINKS:-}"
+# pip splits PIP_FIND_LINKS on any whitespace, newlines included
+read -r -d '' -a links <<<"${PIP_FIND_LINKS:-}" || true
 for d in ${links[@]+"${links[@]}"}; do
   [ -d "$d" ] || continue  # an index URL, or a missing folder
   for w in "$d"/torch-*.whl; do
     [ -f "$w" ] || continue
-    # a hard link where it can (the same file system), else a copy
-    cp -l "$w" "$ctx/wheels/" 2>/dev/null || cp "$w" "$ctx/wheels/" 2>/dev/null \
+    # the first folder's wheel wins, as for pip; a second copy would write through the hard link
+    # into the first folder's file
+    [ -e "$ctx/wheels/${w##*/}" ] && continue
+    # a hard link where it can (the same file system), else a copy keeping its time stamp
+    cp -l "$w" "$ctx/wheels/" 2>/dev/null || cp -p "$w" "$ctx/wheels/" 2>/dev/null \
       || { echo "build.sh: cannot copy $w into the build context ($ctx)" >&2; exit 1; }
   done
 done
+touch -d @0 "$ctx/wheels"  # a fresh mktemp folder each run: a fixed time for builders that key on it
 # the wheels are bind-mounted, not copied, into the build: their checksums are the dependency
 # layer's cache key
 (cd "$ctx/wheels" && find . -maxdepth 1 -type f -name '*.whl' -print0 | LC_ALL=C sort -z \
@@ -54,8 +60,8 @@ cp "$repo/constraints.txt" "$ctx/constraints.txt"  # the same pins as a source i
 cp "$here/Dockerfile" "$ctx/Dockerfile"
 ca=/etc/ssl/certs/ca-certificates.crt
 mounts=()
-[ -f "$ca" ] && [ "$engine" = podman ] && mounts=(-v "$ca:$ca:ro")
+[ -f "$ca" ] && [ "$kind" = podman ] && mounts=(-v "$ca:$ca:ro")
 fmt=()
-[ "$engine" = podman ] && fmt=(--format docker)  # OCI images drop HEALTHCHECK
+[ "$kind" = podman ] && fmt=(--format docker)  # OCI images drop HEALTHCHECK
 "$engine" build --network host "${fmt[@]}" "${mounts[@]}" --build-arg "BASE=$base" -t "$image" "$ctx"
 echo "$image"
