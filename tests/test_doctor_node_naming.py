@@ -28,6 +28,7 @@ from k8s_helpers import prometheus_binary as _prometheus_binary
 
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 from fleetmind.serving.telemetry.doctor import NAMING, _naming, diagnose
+from fleetmind.serving.telemetry.prometheus import fresh
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -38,6 +39,7 @@ class _Src:
 
     default_cluster = "local"
     ksm_query = "ksm"
+    max_age_s = 120.0
 
     def __init__(self, rows: list[dict[str, str]]) -> None:
         self.rows = rows
@@ -47,7 +49,8 @@ class _Src:
     ) -> list[tuple[str, dict[str, str], float]]:
         if promql == self.ksm_query:
             return []
-        assert promql == NAMING
+        # the series the service reads: within its staleness bound
+        assert promql == NAMING.format(series=fresh("DCGM_FI_DEV_FB_USED", self.max_age_s))
         return [("", lab, 2.0) for lab in self.rows]
 
 

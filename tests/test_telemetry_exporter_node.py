@@ -61,3 +61,37 @@ def test_server_mode_keeps_the_target_address(monkeypatch: pytest.MonkeyPatch) -
     assert node.name == "10.0.0.5"
     (bare,) = build_nodes([(n, lab, v) for n, _, v in samples], [])
     assert bare.name != "fleetmind-node"
+
+
+@pytest.mark.parametrize(
+    ("url", "node"),
+    [
+        ("http://127.0.0.1:9400/metrics", "fleetmind-node"),  # the default: beside FleetMind
+        ("http://localhost:9400/metrics", "fleetmind-node"),
+        ("http://[::1]:9400/metrics", "fleetmind-node"),
+        ("http://gpu-node-0:9400/metrics", "gpu-node-0"),  # docs/serving/index.md's example
+        ("http://10.0.0.5:9400/metrics", "10.0.0.5"),
+    ],
+)
+def test_a_remote_exporter_is_named_after_its_url_not_this_node(
+    monkeypatch: pytest.MonkeyPatch, url: str, node: str
+) -> None:
+    """A single exporter on another machine: its GPUs are that machine's, never those of the
+    node FleetMind runs on (which would be scored with another node's GPUs)."""
+    from fleetmind.serving.telemetry.prometheus import PrometheusSource
+
+    monkeypatch.setenv("NODE_NAME", "fleetmind-node")
+    text = _text(',Hostname="dcgm-exporter-x7k2p"')
+
+    class Answer:
+        def raise_for_status(self) -> None:
+            return None
+
+    Answer.text = text  # type: ignore[attr-defined]
+    source = PrometheusSource(url)
+    monkeypatch.setattr(source._client, "get", lambda *a, **kw: Answer())
+    try:
+        (got,) = source.collect().nodes
+    finally:
+        source.close()
+    assert got.name == node

@@ -143,6 +143,8 @@ def test_a_gpu_without_mig_beside_a_mig_gpu_stays_whole(monkeypatch: pytest.Monk
     whole = [g for g in gpus if g.mig_parent is None]
     assert [(g.index, g.model, g.free_milli) for g in whole] == [(1, A100, 1000)]
     assert len(gpus) == 1 + len(GI_IDS)
+    # listed by index, as the prometheus source lists them (placers break ties by position)
+    assert [g.index for g in gpus] == sorted(g.index for g in gpus)
 
 
 def test_instances_are_named_as_the_prometheus_source_names_them(

@@ -41,6 +41,7 @@ from fleetmind.serving.telemetry.prometheus import (
     PrometheusApiSource,
     _node_name,
     _read_ksm,
+    fresh,
 )
 
 Level = Literal["ok", "info", "warn", "error"]
@@ -474,10 +475,10 @@ def _layout(src: PrometheusApiSource, series: int, snap: Any) -> list[Finding]:
     return out + _naming(src, snap)
 
 
-NAMING = (
-    "count by (cluster, node, kubernetes_node, Hostname, hostname, instance) (DCGM_FI_DEV_FB_USED)"
-)
-"""The labels that may name a GPU series' node, per scrape target (see :func:`_naming`)."""
+NAMING = "count by (cluster, node, kubernetes_node, Hostname, hostname, instance) ({series})"
+"""The labels that may name a GPU series' node, per scrape target (see :func:`_naming`), of the
+series the service reads (``{series}``: ``DCGM_FI_DEV_FB_USED`` within its staleness bound,
+:func:`~fleetmind.serving.telemetry.prometheus.fresh`)."""
 KSM_NAMED = "kube_pod_info"
 """The source of a node name taken from the exporter pod's (or a workload pod's) node."""
 
@@ -497,7 +498,8 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
     used: dict[str, int] = {}
     by_address: dict[str, set[str]] = {}
     unmatched = False
-    for _, lab, v in src.query(NAMING, "count"):
+    naming = NAMING.format(series=fresh("DCGM_FI_DEV_FB_USED", src.max_age_s))
+    for _, lab, v in src.query(naming, "count"):
         cluster = lab.get("cluster") or src.default_cluster
         name = _node_name(lab, placed, cluster)
         host_label = next((k for k in HOST_LABELS if lab.get(k)), None)
@@ -516,7 +518,7 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
         if label == "instance":
             by_address.setdefault(address or name, set()).add(host)
             unmatched |= (cluster, address or name) not in known
-        used[label] = used.get(label, 0) + _as_count(v, NAMING)
+        used[label] = used.get(label, 0) + _as_count(v, naming)
     out = []
     for label, n in used.items():
         if label == KSM_NAMED:
@@ -533,8 +535,8 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
         shown = ", ".join(sorted(by_address)[:3]) + (", ..." if len(by_address) > 3 else "")
         hosts = sorted({h for hs in by_address.values() for h in hs if h})
         why = (
-            f"their Hostname ({', '.join(hosts[:3])}) is an exporter pod name that kube_pod_info "
-            "does not place on a node"
+            f"their Hostname ({', '.join(hosts[:3])}) names no node: an exporter pod name that "
+            "kube_pod_info does not place, or one that several targets share"
             if hosts
             else "they carry no Hostname (dcgm-exporter -n)"
         )

@@ -81,7 +81,9 @@ class NvmlSource(TelemetrySource):
             raise NotAvailableError(
                 f"telemetry source 'nvml': NVML cannot list this host's GPUs ({err}); {_OTHERS}"
             ) from None
-        gpus = [g for i in range(count) for g in self._gpus(i)]
+        # by index, as the prometheus source lists them (MIG instances 100 * (gpu + 1) + GI after
+        # the whole GPUs): placers break ties by position
+        gpus = sorted((g for i in range(count) for g in self._gpus(i)), key=lambda g: g.index)
         node = NodeState(name=self.host, cluster=self.cluster, gpus=gpus)
         return FleetSnapshot("nvml", [node], time.time())
 

@@ -87,8 +87,8 @@ dcgm-exporter's newest code). The pitfalls:
 * A series without a usable ``Hostname`` (an exporter pod name nothing resolves, or none:
   dcgm-exporter ``-n``) goes to its scrape target's address (``instance``); a single exporter's
   (``/metrics`` URL), which has no ``instance``, to this host's node as the ``nvml`` source names
-  it (``NODE_NAME``, else the host name; :data:`LOCAL_NODE`): one exporter per FleetMind instance,
-  beside it.
+  it (``NODE_NAME``, else the host name; :data:`LOCAL_NODE`) when the URL is on this machine,
+  else to the URL's host (:func:`exporter_node`).
 
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
 GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
@@ -154,6 +154,7 @@ with the warning and ``/ui/fleet`` shows it; ``fleetmind doctor`` stops with it.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import time
@@ -473,15 +474,36 @@ class PrometheusSource(TelemetrySource):
             raise NotAvailableError(
                 f"cannot scrape DCGM exporter at {self.shown_url}: {request_problem(err)}"
             ) from None
-        return FleetSnapshot("prometheus", parse_dcgm(resp.text, self.default_cluster), time.time())
+        nodes = parse_dcgm(resp.text, self.default_cluster, exporter_node(self.url))
+        return FleetSnapshot("prometheus", nodes, time.time())
 
     def close(self) -> None:
         super().close()
         self._client.close()
 
 
-def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
-    """Parse DCGM-exporter exposition text into nodes with GPUs.
+def exporter_node(url: str) -> str:
+    """The node of a single exporter's series that name none (no usable ``Hostname``): the node
+    FleetMind runs on (``NODE_NAME``, else the host name) when the URL is on this machine
+    (``localhost``, a loopback address: the default ``http://127.0.0.1:9400/metrics``), else the
+    URL's host (``http://gpu-node-0:9400/metrics``), never this node for another's GPUs."""
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if not host or host == "localhost" or host.endswith(".localhost"):
+        return local_node_name()
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host
+    return local_node_name() if loopback else host
+
+
+def parse_dcgm(
+    text: str, default_cluster: str = "local", fallback_node: str | None = None
+) -> list[NodeState]:
+    """Parse DCGM-exporter exposition text into nodes with GPUs. ``fallback_node``: the node of
+    series that name none (:func:`exporter_node`; default: the node FleetMind runs on).
 
     Raises:
         DataError: the text is not Prometheus exposition format.
@@ -489,7 +511,8 @@ def parse_dcgm(text: str, default_cluster: str = "local") -> list[NodeState]:
     from prometheus_client.parser import text_string_to_metric_families
 
     samples: list[Sample] = []
-    local = {LOCAL_NODE: local_node_name()}  # the node when the series name none (_node_name)
+    # the node when the series name none (_node_name)
+    local = {LOCAL_NODE: fallback_node or local_node_name()}
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
