@@ -30,8 +30,9 @@ Nothing sleeps in a poll: each post is tried once; a receiver that fails (connec
 timeout, 408, 425, 429, 5xx) is not tried again in that poll, for any incident, and then waits
 ``FLEETMIND_NOTIFY_BACKOFF_S``, doubling with each failure in a row (at most
 ``FLEETMIND_NOTIFY_RETRIES`` times), or what a 429's or 503's ``Retry-After`` asks when longer.
-An Alertmanager that answers that the receiver is wrong (401, 403, 404, 405, 407, 410, 421, 426:
-:data:`RECEIVER_STATUS`, e.g. an auth proxy or a wrong route prefix) fails the same way, its
+An Alertmanager that answers that the receiver is wrong (a redirection, 401, 403, 404, 405, 407,
+410, 421, 426: :data:`RECEIVER_STATUS`, e.g. an ingress' ssl-redirect, an auth proxy or a wrong
+route prefix) fails the same way, its
 alerts kept owed; the posts one refuses for their alerts (400, 413, 422...) take
 :data:`REFUSAL_BUDGET_S` of a poll at most, the rest waiting for the next poll.
 One post takes :data:`POST_TIMEOUT_S` at most in all, however slowly the receiver answers, and
@@ -93,10 +94,16 @@ SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
-RECEIVER_STATUS = frozenset({401, 403, 404, 405, 407, 410, 421, 426})
+REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+"""Redirections (RFC 9110 section 15.4): the target is elsewhere (``Location``), e.g. an ingress'
+ssl-redirect from ``http://`` to ``https://``. The notifier does not follow them (a client that
+does turns the POST of a 301, 302 or 303 into a GET without the alerts, section 15.4.2): its
+Alertmanager URL is to be set to the target."""
+RECEIVER_STATUS = REDIRECT_STATUS | frozenset({401, 403, 404, 405, 407, 410, 421, 426})
 """Final answers of an Alertmanager that say the receiver is wrong, not the alerts posted (RFC 9110
-section 15.5): 401 Unauthorized and 407 Proxy Authentication Required (credentials an auth proxy
-in front of it wants), 403 Forbidden, 404 Not Found and 410 Gone (no such resource at this URL:
+sections 15.4 and 15.5): a redirection (:data:`REDIRECT_STATUS`, logged with its target), 401
+Unauthorized and 407 Proxy Authentication Required (credentials an auth proxy in front of it
+wants), 403 Forbidden, 404 Not Found and 410 Gone (no such resource at this URL:
 Alertmanager started with ``--web.route-prefix=/am`` answers 404 on ``/api/v2/alerts``, its router
 serving only under the prefix, cmd/alertmanager/main.go ``router.WithPrefix``), 405 Method Not
 Allowed (a URL that takes no POST), 421 Misdirected Request (a server that does not serve this
@@ -125,10 +132,12 @@ REFUSAL_BUDGET_S = 5.0
 """Time (s) a poll spends on the posts one Alertmanager refuses for their alerts (400, 413, 422...:
 each refused first post or resolution, each alert of a refused batch posted alone): once spent, that
 Alertmanager's remaining posts of the poll wait for the next (:data:`DEFERRED`), so a peer that
-refuses every alert, each slowly, holds back the other peer's re-sends by this plus two posts at
-most (the one that overran it and the first alert alone of a refused batch, which always goes so
-that a slowly refused batch still gets taken apart). The messages refused are held or dropped as
-before; those not tried are kept."""
+refuses every alert, each slowly, holds back the other peer's re-sends by this plus the post that
+overran it and the alerts alone of one incident at most. A refused batch is taken apart by
+incident: an incident's alerts posted alone all go, or none do (a resolution taken while the
+firing alert with its labels waits would end the live alert there until the next re-send), and
+the first incident's always go, so that a slowly refused batch still gets taken apart. The
+messages refused are held or dropped as before; those not tried are kept."""
 DEFERRED = "deferred: it refused other alerts this poll"
 """Outcome of an Alertmanager post not tried because :data:`REFUSAL_BUDGET_S` was spent (not
 final: the message is tried at the next poll, or at the next re-send when it is a firing alert
@@ -389,13 +398,32 @@ def retry_after(response: httpx.Response, now: float | None = None) -> float | N
     return max(0.0, when - base)
 
 
-def post_attempt(client: httpx.Client, url: str, body: Any) -> tuple[bool, str, float | None]:
+def redirect_target(response: httpx.Response) -> str | None:
+    """Where a redirection (:data:`REDIRECT_STATUS`) points, fit for a log: its ``Location``
+    resolved against the URL posted, without credentials, query or fragment (a token may be
+    there); ``None`` when it has none or it is no URL."""
+    location = (response.headers.get("location") or "").strip()
+    if not location:
+        return None
+    try:
+        u = response.request.url.join(location)
+        host = f"[{u.host}]" if ":" in u.host else u.host
+        port = f":{u.port}" if u.port else ""
+        return f"{u.scheme}://{host}{port}{u.path}"[:300]
+    except (httpx.InvalidURL, RuntimeError, ValueError):
+        return None
+
+
+def post_attempt(
+    client: httpx.Client, url: str, body: Any
+) -> tuple[bool, str, float | None, str | None]:
     """POST ``body`` as JSON, once, within :data:`POST_TIMEOUT_S` in all (read at the call).
 
     Returns:
-        ``(delivered, outcome, retry_after_s)``; the outcome is the HTTP status or the error's
-        class name (``ReadTimeout`` when the deadline passed while the answer came);
-        ``retry_after_s``: the wait a 429 or 503 asked for (:func:`retry_after`), else ``None``.
+        ``(delivered, outcome, retry_after_s, redirect)``; the outcome is the HTTP status or the
+        error's class name (``ReadTimeout`` when the deadline passed while the answer came);
+        ``retry_after_s``: the wait a 429 or 503 asked for (:func:`retry_after`), else ``None``;
+        ``redirect``: where a redirection points (:func:`redirect_target`), else ``None``.
     """
     _DEADLINE.at = time.monotonic() + POST_TIMEOUT_S
     try:
@@ -408,13 +436,14 @@ def post_attempt(client: httpx.Client, url: str, body: Any) -> tuple[bool, str, 
                     break
                 _remaining(None, httpx.ReadTimeout)
     except httpx.HTTPError as err:
-        return False, type(err).__name__, None
+        return False, type(err).__name__, None, None
     except httpcore.TimeoutException as err:  # (raised by the deadline outside httpx's mapping)
-        return False, type(err).__name__, None
+        return False, type(err).__name__, None, None
     finally:
         _DEADLINE.at = None
     wait = retry_after(r) if r.status_code in RETRY_AFTER_STATUS else None
-    return r.status_code < 300, str(r.status_code), wait
+    moved = redirect_target(r) if r.status_code in REDIRECT_STATUS else None
+    return r.status_code < 300, str(r.status_code), wait, moved
 
 
 def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
@@ -424,8 +453,45 @@ def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
     Returns:
         ``(delivered, outcome)``; the outcome is the HTTP status or the error's class name.
     """
-    ok, outcome, _ = post_attempt(client, url, body)
+    ok, outcome, _, _ = post_attempt(client, url, body)
     return ok, outcome
+
+
+def _log_failure(
+    name: str, outcome: str, failures: int, pause: float, asked: float | None, moved: str | None
+) -> None:
+    """The warning for a receiver ``name`` put in back-off for ``pause`` s after ``outcome``
+    (``failures`` in a row; ``asked``: a ``Retry-After``'s wait, s; ``moved``: where a
+    redirection points, :func:`redirect_target`)."""
+    if outcome.isdigit() and int(outcome) in REDIRECT_STATUS:
+        log.warning(
+            "%s answered %s: it redirects to %s, which the notifier does not follow; set its URL "
+            "in FLEETMIND_NOTIFY_ALERTMANAGER_URL to that (%d in a row): not tried again for "
+            "%.1f s; the alerts are kept",
+            name,
+            outcome,
+            moved or "no Location given",
+            failures,
+            pause,
+        )
+    elif is_final(outcome):  # (RECEIVER_STATUS: once per poll at most, not per incident)
+        log.warning(
+            "%s answered %s, which says its URL, credentials or proxy are wrong, not the "
+            "alerts (%d in a row): not tried again for %.1f s; the alerts are kept",
+            name,
+            outcome,
+            failures,
+            pause,
+        )
+    else:
+        log.warning(
+            "%s failed (%s, %d in a row): not tried again for %.1f s%s",
+            name,
+            outcome,
+            failures,
+            pause,
+            "" if asked is None else f" (it asked to wait {asked:g} s: Retry-After)",
+        )
 
 
 def is_final(outcome: str) -> bool:
@@ -1169,7 +1235,13 @@ class Notifier:
         out: list[list[tuple[bool, str]]],
     ) -> None:
         """One post of :meth:`_post_batch`: fill ``out`` (one list per entry) with the outcome
-        of each alert."""
+        of each alert.
+
+        A refused post of several alerts is taken apart, each alert posted alone, by entry: all
+        of an entry's alerts go or none (:data:`DEFERRED`), so that a resolution is never taken
+        while the firing alert with its labels that follows it waits (an HA peer would end the
+        live alert until the next re-send); the first entry goes whatever the budget spent
+        (:data:`REFUSAL_BUDGET_S`), the others only while some is left."""
         ids = {inc_id for inc_id, _, _ in entries}
         body = [a for _, alerts, _ in entries for a in alerts]
         one = next(iter(ids)) if len(ids) == 1 else None
@@ -1178,17 +1250,16 @@ class Notifier:
             for inc_id in ids:
                 self._refused.pop((inc_id, url), None)
         alone = not ok and len(body) > 1 and refuses_alerts(outcome)
-        first = alone  # (the first alert alone is posted whatever REFUSAL_BUDGET_S: progress)
-        for (inc_id, alerts, _), res in zip(entries, out, strict=True):
-            if alone:
-                res[:] = []
-                for a in alerts:
-                    res.append(
-                        self._post("alertmanager", url, [a], inc_id, hold=False, budget=not first)
-                    )
-                    first = False
-            else:
+        for k, ((inc_id, alerts, _), res) in enumerate(zip(entries, out, strict=True)):
+            if not alone:
                 res[:] = [(ok, outcome)] * len(alerts)
+            elif k and self._refusals_spent(url):  # the whole entry waits for the next poll
+                res[:] = [(False, DEFERRED)] * len(alerts)
+            else:  # all of an entry's alerts, or none (the first entry whatever the budget)
+                res[:] = [
+                    self._post("alertmanager", url, [a], inc_id, hold=False, budget=False)
+                    for a in alerts
+                ]
 
     def _deliver_webhook(
         self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
@@ -1247,9 +1318,9 @@ class Notifier:
         poll or is waiting out its back-off, or (Alertmanager, unless ``hold`` is false) refused
         this incident's message less than ``FLEETMIND_NOTIFY_RESEND_S`` ago (:meth:`_refusal`).
         Not tried either, and ``(False, DEFERRED)``, when an Alertmanager already refused posts
-        for :data:`REFUSAL_BUDGET_S` of this poll (unless ``budget`` is false: the first alert of
-        a refused batch posted alone, so that a batch refused slowly still gets split, one alert
-        a poll at least). A failure that may pass (connection error,
+        for :data:`REFUSAL_BUDGET_S` of this poll (unless ``budget`` is false: the alerts of a
+        refused batch posted alone, whose budget :meth:`_post_chunk` checks per incident).
+        A failure that may pass (connection error,
         timeout, 408/425/429/5xx), or an Alertmanager's answer that the receiver is wrong
         (:data:`RECEIVER_STATUS`: its URL, credentials or proxy, which no message changes), puts
         the receiver in back-off for every incident: from the
@@ -1266,10 +1337,10 @@ class Notifier:
         if why is not None:
             return False, why
         am = channel == "alertmanager"
-        if am and budget and self._refusing_s.get(url, -1.0) >= REFUSAL_BUDGET_S:
+        if am and budget and self._refusals_spent(url):
             return False, DEFERRED
         started = time.monotonic()
-        ok, outcome, asked = post_attempt(self._client, url, body)
+        ok, outcome, asked, moved = post_attempt(self._client, url, body)
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
@@ -1296,25 +1367,13 @@ class Notifier:
             pause = min(MAX_PAUSE_S, max(backoff, asked or 0.0))
             self._down[url] = (failures, now + pause, outcome)
             self._down_now.add(url)
-            if is_final(outcome):  # (RECEIVER_STATUS: once per poll at most, not per incident)
-                log.warning(
-                    "%s answered %s, which says its URL, credentials or proxy are wrong, not the "
-                    "alerts (%d in a row): not tried again for %.1f s; the alerts are kept",
-                    name,
-                    outcome,
-                    failures,
-                    pause,
-                )
-            else:
-                log.warning(
-                    "%s failed (%s, %d in a row): not tried again for %.1f s%s",
-                    name,
-                    outcome,
-                    failures,
-                    pause,
-                    "" if asked is None else f" (it asked to wait {asked:g} s: Retry-After)",
-                )
+            _log_failure(name, outcome, failures, pause, asked, moved)
         return ok, outcome
+
+    def _refusals_spent(self, url: str) -> bool:
+        """Whether Alertmanager ``url`` refused posts for :data:`REFUSAL_BUDGET_S` of this
+        poll."""
+        return self._refusing_s.get(url, -1.0) >= REFUSAL_BUDGET_S
 
     def _refusal(self, inc_id: int, url: str) -> str | None:
         """The outcome with which Alertmanager ``url`` refused incident ``inc_id``'s message less

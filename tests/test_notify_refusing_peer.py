@@ -29,8 +29,12 @@ from test_notify_failing_receivers import (
     AM,
     AM2,
     Receivers,
+    Validating,
+    am_state,
+    cause,
     close,
     db,  # noqa: F401  (the database fixture)
+    firing_on,
     make,
     open_incidents,
     settle,
@@ -39,7 +43,7 @@ from test_serving_e2e import _ok
 
 from fleetmind.serving import notify
 from fleetmind.serving.db import Database, notifications
-from fleetmind.serving.notify import OUTBOX, Notifier, delivery_outcome
+from fleetmind.serving.notify import OUTBOX, Notifier, delivery_outcome, redirect_target
 from fleetmind.serving.settings import Settings
 
 
@@ -160,6 +164,113 @@ def test_a_refused_batch_is_still_split_within_the_budget(
     n.poll()  # the three deferred go in one batch; the refused one waits for the next interval
     assert [int(a["labels"]["incident"]) for a in rec.calls[-1][2]] == ids[1:]
     assert rec.calls[-1][1]
+
+
+def test_a_refused_post_split_with_no_budget_left_keeps_the_live_alert_firing(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A -> B -> A while the second peer was down: it is owed A's and B's resolutions and the
+    firing A after them, in one post. B's resolution is invalid, so the post is refused (400) and
+    each alert posted alone; with the budget spent (0 here) the budget was checked per alert: A's
+    resolution went, the firing A waited for the next re-send (60 s), and for that time the peer
+    held the live root cause as resolved. An incident's alerts posted alone now all go or none
+    (the first incident of a refused post always), so the peer ends with A firing at once."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
+    n, rec, clock = make(
+        db, Validating, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    [inc] = open_incidents(db, 1, node="c0/host/h1", score=0.9)
+    settle(n, clock)  # A fires on both
+    rec.down[ALERTS2] = 503
+    for node in ("c0/host/h3", "c0/host/h1"):  # A -> B -> A, the second peer down
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
+        clock.t += 1
+        n.poll()
+        clock.t += 31
+        n.poll()
+    clock.t += 5
+    n.poll()
+    with db.read() as conn:
+        delivery = dict(conn.execute(select(notifications)).one()._mapping["delivery"])
+    owed = delivery[OUTBOX]
+    [k] = [k for k, e in enumerate(owed) if e["alert"]["labels"]["cause_node"] == "c0/host/h3"]
+    owed[k]["alert"] = {**owed[k]["alert"], "endsAt": "1970-01-01T00:00:00Z"}  # invalid
+    with db.write() as conn:
+        conn.execute(notifications.update().values(delivery=delivery))
+    del rec.down[ALERTS2]
+    clock.t += 2
+    with caplog.at_level("ERROR"):
+        n.poll()
+    # what the peer holds: the alerts of every post it took, and (Alertmanager stores the valid
+    # alerts of a post it answers 400, api/v2 postAlertsHandler) those it stored
+    assert firing_on(am_state(rec.took(ALERTS2)), "c0/host/h1") == ["firing"]
+    assert firing_on(am_state([rec.stored[ALERTS2]]), "c0/host/h1") == ["firing"]
+    assert len([r for r in caplog.records if "refused it: 400" in r.getMessage()]) == 1
+    for _ in range(50):  # the next 50 s of polls: A stays firing there
+        clock.t += 1
+        n.poll()
+        assert firing_on(am_state(rec.took(ALERTS2)), "c0/host/h1") == ["firing"]
+    with db.read() as conn:
+        assert OUTBOX not in conn.execute(select(notifications)).one()._mapping["delivery"]
+
+
+class Redirecting(Receivers):
+    """A down URL answers its status with a ``Location`` that holds credentials and a token (an
+    ingress' ssl-redirect to https, RFC 9110 section 15.4)."""
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        answer = super().__call__(request)
+        if str(request.url) in self.down:
+            where = "https://admin:s3cret@am.test/api/v2/alerts?token=t0k3n#frag"
+            return httpx.Response(answer.status_code, headers={"Location": where})
+        return answer
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_peer_that_redirects_costs_one_post_per_poll(
+    db: Database,  # noqa: F811
+    status: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A redirection is final and was read as a refusal of each alert: every incident posted to
+    that peer on its own each poll. Every alert gets the same answer (the notifier does not follow
+    redirects), so it now fails the receiver: one post per poll, the other peer gets every
+    incident, and the warning names the target without its credentials or query."""
+    ids = open_incidents(db, 10)
+    n, rec, clock = make(
+        db, Redirecting, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    rec.down[ALERTS] = status
+    n.poll()
+    clock.t += 31
+    with caplog.at_level("WARNING"):
+        n.poll()  # the first posts
+    assert rec.tried(ALERTS) == 1
+    assert incidents_in(rec, ALERTS2, resolved=False) == ids
+    warned = [r.getMessage() for r in caplog.records]
+    [line] = [m for m in warned if f"answered {status}" in m]
+    assert "redirects to https://am.test/api/v2/alerts," in line
+    assert "s3cret" not in line and "t0k3n" not in line and "frag" not in line
+    assert not [m for m in warned if "refused" in m]
+    clock.t += 60
+    n.poll()  # the re-sends: one post to the redirecting peer, all of them to the other
+    assert rec.tried(ALERTS) == 2
+    assert incidents_in(rec, ALERTS2, resolved=False) == sorted(ids * 2)
+    del rec.down[ALERTS]  # its URL set to where it redirects
+    clock.t += 60
+    n.poll()
+    assert incidents_in(rec, ALERTS, resolved=False) == ids  # every alert, kept owed
+
+
+def test_a_redirect_target_is_logged_without_secrets() -> None:
+    """``redirect_target`` resolves a relative ``Location`` against the URL posted (RFC 9110
+    section 10.2.2) and drops credentials, query and fragment."""
+    request = httpx.Request("POST", ALERTS)
+    relative = httpx.Response(308, headers={"Location": "/am/api/v2/alerts?x=1"}, request=request)
+    assert redirect_target(relative) == "http://am.test:9093/am/api/v2/alerts"
+    assert redirect_target(httpx.Response(301, request=request)) is None
 
 
 def _port(candidates: range) -> int:
