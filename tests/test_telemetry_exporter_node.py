@@ -70,7 +70,8 @@ def test_server_mode_keeps_the_target_address(monkeypatch: pytest.MonkeyPatch) -
         ("http://localhost:9400/metrics", "fleetmind-node"),
         ("http://[::1]:9400/metrics", "fleetmind-node"),
         ("http://gpu-node-0:9400/metrics", "gpu-node-0"),  # docs/serving/index.md's example
-        ("http://10.0.0.5:9400/metrics", "10.0.0.5"),
+        ("http://10.0.0.5:9400/metrics", "fleetmind-node"),  # the node's hostIP, in a pod
+        ("http://[::ffff:127.0.0.1]:9400/metrics", "fleetmind-node"),
     ],
 )
 def test_a_remote_exporter_is_named_after_its_url_not_this_node(
@@ -95,3 +96,13 @@ def test_a_remote_exporter_is_named_after_its_url_not_this_node(
     finally:
         source.close()
     assert got.name == node
+
+
+def test_an_exporter_address_without_node_name_is_the_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fleetmind.serving.telemetry.prometheus import exporter_node
+
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert exporter_node("http://10.0.3.17:9400/metrics") == "10.0.3.17"
+    assert exporter_node("http://GPU-Node-0.:9400/metrics") == "gpu-node-0"

@@ -88,7 +88,8 @@ dcgm-exporter's newest code). The pitfalls:
   dcgm-exporter ``-n``) goes to its scrape target's address (``instance``); a single exporter's
   (``/metrics`` URL), which has no ``instance``, to this host's node as the ``nvml`` source names
   it (``NODE_NAME``, else the host name; :data:`LOCAL_NODE`) when the URL is on this machine,
-  else to the URL's host (:func:`exporter_node`).
+  to ``NODE_NAME`` (else the address) when it is an IP address, else to the URL's host name
+  (:func:`exporter_node`).
 
 Free share of a GPU (openb milli-GPU): 0 when unhealthy; else 1000 minus the shares held by
 GPU-sharing pods on it (annotations); else, when workload pods hold it (see Scrape styles),
@@ -483,20 +484,30 @@ class PrometheusSource(TelemetrySource):
 
 
 def exporter_node(url: str) -> str:
-    """The node of a single exporter's series that name none (no usable ``Hostname``): the node
-    FleetMind runs on (``NODE_NAME``, else the host name) when the URL is on this machine
-    (``localhost``, a loopback address: the default ``http://127.0.0.1:9400/metrics``), else the
-    URL's host (``http://gpu-node-0:9400/metrics``), never this node for another's GPUs."""
+    """The node of a single exporter's series that name none (no usable ``Hostname``).
+
+    * a loopback URL (``localhost``, ``127.0.0.1``: the default ``http://127.0.0.1:9400/metrics``):
+      the node FleetMind runs on (:func:`~fleetmind.data.fleet_io.local_node_name`: ``NODE_NAME``,
+      else the host name);
+    * an IP address (in a pod, the exporter reached through the node's ``status.hostIP`` or a
+      ``hostPort``): ``NODE_NAME`` when set (the downward API's ``spec.nodeName``: FleetMind runs
+      beside the exporter), else the address;
+    * a name (``http://gpu-node-0:9400/metrics``): that name, never this node for another's GPUs.
+    """
+    import os
     from urllib.parse import urlsplit
 
     host = (urlsplit(url).hostname or "").rstrip(".").lower()
     if not host or host == "localhost" or host.endswith(".localhost"):
         return local_node_name()
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
         return host
-    return local_node_name() if loopback else host
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if ip.is_loopback or (mapped is not None and mapped.is_loopback):
+        return local_node_name()
+    return (os.environ.get("NODE_NAME") or "").strip() or host
 
 
 def parse_dcgm(
