@@ -197,7 +197,8 @@ class DependencyGraph:
         self.edge_index = np.array([src, dst], dtype=np.int64).reshape(2, -1)
         self.edge_type = np.array(etype, dtype=np.int64)
         self.node_type = np.array([NODE_KINDS.index(n.kind) for n in self.nodes], dtype=np.int64)
-        self._label_index: dict[tuple[str, str], list[int]] | None = None
+        # _best_match's table: (match keys, {their values: best node}) per key set of the nodes
+        self._label_index: list[tuple[tuple[str, ...], dict[tuple[str, ...], int]]] | None = None
         self._derived: dict[str, Any] = {}  # caches of the alert mapping (host names, pod services)
 
     # ------------------------------------------------------------------ basics
@@ -676,21 +677,38 @@ class DependencyGraph:
 
     def _best_match(self, labels: Mapping[str, str]) -> int | None:
         """Index of the node whose ``match`` labels all equal ``labels``'s, most of them first,
-        then the more specific kind, then the first node; ``None`` when none matches."""
-        if self._label_index is None:
-            idx: dict[tuple[str, str], list[int]] = {}
+        then the more specific kind, then the first node; ``None`` when none matches (a node with
+        an empty ``match`` matches nothing).
+
+        Nodes are grouped by their ``match`` keys (a graph has few such key sets); per key set, the
+        alert's values of those keys look up the nodes that match with them, so an alert costs one
+        lookup per key set, whatever the number of nodes that share one of its labels (``cluster``).
+        """
+        table = self._label_index
+        if table is None:
+            groups: dict[tuple[str, ...], dict[tuple[str, ...], int]] = {}
             for i, n in enumerate(self.nodes):
-                for kv in n.match.items():
-                    idx.setdefault((str(kv[0]), str(kv[1])), []).append(i)
-            self._label_index = idx
-        candidates: set[int] = set()
-        for kv in labels.items():
-            candidates.update(self._label_index.get(kv, ()))
+                if not n.match:
+                    continue
+                keys = tuple(sorted(n.match, key=str))
+                by_values = groups.setdefault(keys, {})
+                values = tuple(str(n.match[k]) for k in keys)
+                j = by_values.get(values)
+                # equal match labels: the more specific kind, then the first node
+                if j is None or _KIND_SPECIFICITY.get(n.kind, 0) > _KIND_SPECIFICITY.get(
+                    self.nodes[j].kind, 0
+                ):
+                    by_values[values] = i
+            table = self._label_index = list(groups.items())
         best: tuple[int, int, int] | None = None
-        for i in candidates:
-            m = self.nodes[i].match
-            if all(labels.get(k) == str(v) for k, v in m.items()):
-                key = (len(m), _KIND_SPECIFICITY.get(self.nodes[i].kind, 0), -i)
+        for keys, by_values in table:
+            try:
+                values = tuple([labels[k] for k in keys])
+            except KeyError:
+                continue
+            i = by_values.get(values)
+            if i is not None:
+                key = (len(keys), _KIND_SPECIFICITY.get(self.nodes[i].kind, 0), -i)
                 if best is None or key > best:
                     best = key
         return None if best is None else -best[2]

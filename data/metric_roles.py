@@ -416,11 +416,16 @@ def load_role_map(path: str | Path) -> RoleMap:
         container_cpu: cpu
 
     Raises:
-        DataError: the file is missing, not a mapping of strings, or names an unknown role.
+        DataError: the file is missing or not a regular file (a folder, a FIFO), not a mapping of
+            strings, or names an unknown role.
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise DataError(f"role map not found: {p}")
+    if p.is_dir():
+        raise DataError(f"role map {p} is a folder, not a file")
+    if not p.is_file():  # a FIFO or a device would block or never end
+        raise DataError(f"role map {p} is not a regular file")
     text = read_text(p, "role map")
     try:
         obj = yaml.safe_load(text)
@@ -439,12 +444,13 @@ def load_role_map(path: str | Path) -> RoleMap:
 
 
 def role_map_source(folder: str | Path, path: str | Path | None = None) -> str | None:
-    """The file :func:`scenario_role_map` reads (``path``, else ``folder/roles.yaml`` when present),
-    or ``None`` when roles are detected by name only."""
+    """The file :func:`scenario_role_map` reads (``path``, else ``folder/roles.yaml`` when present,
+    whatever it is: :func:`load_role_map` refuses a folder there), or ``None`` when roles are
+    detected by name only."""
     if path is not None:
         return str(path)
     p = Path(folder) / ROLE_MAP_FILE
-    return str(p) if p.is_file() else None
+    return str(p) if p.exists() else None
 
 
 def check_role_map(roles: RoleMap, metrics: Iterable[str], where: str) -> list[str]:
@@ -479,4 +485,4 @@ def scenario_role_map(folder: str | Path, path: str | Path | None = None) -> Rol
     if path is not None:
         return load_role_map(path)
     p = Path(folder) / ROLE_MAP_FILE
-    return load_role_map(p) if p.is_file() else RoleMap()
+    return load_role_map(p) if p.exists() else RoleMap()

@@ -28,8 +28,11 @@ Example:
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +45,88 @@ STANDARD_SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 REQUIRED_KEYS: tuple[str, ...] = ("id", "graph", "alerts", "root_cause", "fault_type")
 """Keys every incident line must have."""
+
+
+# ------------------------------------------------------------------------------ alert timestamps
+_ZERO_TIME = datetime(1970, 1, 1).timestamp()  # endsAt "0001-01-01..." (firing) falls below this
+
+_FRAC_RE = re.compile(r"(\.\d{6})\d+")
+
+
+_TIME_CACHE: dict[str, float | None] = {}
+
+_TIME_CACHE_MAX = 200_000
+
+
+MS_LIKE = 1e11
+"""Numeric alert timestamps from this size on read as milliseconds and are refused (unix seconds
+reach it in the year 5138; unix milliseconds passed it in 1973): the threshold of
+``fleetmind.data.petshop.MS_LIKE`` (kept here so that reading an alert does not import pandas)."""
+
+
+def parse_time(value: Any) -> float | None:
+    """Parse an alert timestamp to unix seconds: an RFC 3339 string (Alertmanager style, ``Z`` or
+    offset, up to ns; without an offset, UTC) or a number of unix seconds.
+
+    Returns ``None`` for a missing value (``None``, ``""``), Alertmanager's zero time
+    (``0001-01-01T00:00:00Z``) or any time before 1970 (as the service reads it). Parsed strings
+    are memoised (alert storms repeat the same evaluation timestamps).
+
+    Raises:
+        DataError: for a string that is not RFC 3339, a boolean, a number that is not finite, or a
+            number of at least :data:`MS_LIKE` (milliseconds, not seconds).
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _parse_time_number(value)
+    if type(value) is str:
+        try:
+            return _TIME_CACHE[value]
+        except KeyError:
+            t = _parse_time_str(value)
+            if len(_TIME_CACHE) >= _TIME_CACHE_MAX:
+                _TIME_CACHE.clear()
+            _TIME_CACHE[value] = t
+            return t
+    return _parse_time_str(value)
+
+
+def _parse_time_number(value: float) -> float | None:
+    """A number of unix seconds, checked (see :func:`parse_time`)."""
+    try:
+        t = float(value)
+    except OverflowError:  # an int too large for a float
+        t = math.inf
+    if not math.isfinite(t):
+        raise DataError(f"alert timestamp {value!r} is not a finite number of unix seconds")
+    if abs(t) >= MS_LIKE:
+        raise DataError(
+            f"alert timestamp {value!r} is after the year 5138 as unix seconds; it looks like "
+            "milliseconds: write unix seconds or RFC 3339"
+        )
+    return None if t < _ZERO_TIME else t
+
+
+def _parse_time_str(value: Any) -> float | None:
+    s = str(value).strip()
+    if s.startswith("0001-01-01"):
+        return None
+    dot = s.find(".")
+    # more than 6 fraction digits (Go's nanoseconds): keep microseconds; skipped when the first
+    # fraction has no 7th digit and there is no other dot (then the pattern cannot match)
+    if dot >= 0 and (s[dot + 7 : dot + 8].isdigit() or s.count(".") > 1):
+        s = _FRAC_RE.sub(r"\1", s)
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise DataError(f"alert timestamp {value!r} is not RFC 3339") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    t = dt.timestamp()
+    return None if t < _ZERO_TIME else t
 
 
 @dataclass
@@ -93,6 +178,7 @@ def validate_incident(
             raise DataError(f"{where}: alert {j} has no 'labels' object")
         if "alertname" not in alert["labels"]:
             raise DataError(f"{where}: alert {j} has no 'alertname' label")
+        _check_alert(alert, f"{where}: alert {j}")
     if graphs is not None:
         g = graphs.get(inc["graph"])
         if g is None:
@@ -103,6 +189,54 @@ def validate_incident(
             raise DataError(
                 f"{where}: root_cause {inc['root_cause']!r} is not a node of graph {inc['graph']!r}"
             )
+
+
+def _check_alert(alert: dict[str, Any], where: str) -> None:
+    """The Alertmanager types of one alert's fields that the rankers read: ``labels`` (an object,
+    checked by the caller) and ``annotations`` (an object when present) map names to strings, and
+    ``startsAt``/``endsAt`` are timestamps :func:`parse_time` reads (RFC 3339, unix seconds) or
+    absent. A label value that is no string would be read as its text by the alert mapping, and
+    ``severity: 3`` as no severity at all."""
+    for key, value in alert["labels"].items():
+        if type(value) is not str:
+            raise DataError(
+                f"{where}: label {key!r} is {_json_type(value)}; label values must be strings"
+            )
+    ann = alert.get("annotations")
+    if ann is not None:
+        if not isinstance(ann, dict):
+            raise DataError(
+                f"{where}: 'annotations' is {_json_type(ann)}; it must be an object of strings"
+            )
+        for key, value in ann.items():
+            if type(value) is not str:
+                raise DataError(
+                    f"{where}: annotation {key!r} is {_json_type(value)}; annotation values "
+                    "must be strings"
+                )
+    for key in ("startsAt", "endsAt"):
+        value = alert.get(key)
+        if value is None or type(value) is str and value in _TIME_CACHE:
+            continue
+        try:
+            parse_time(value)
+        except DataError as err:
+            raise DataError(f"{where}: {key}: {err}") from None
+
+
+def _json_type(value: Any) -> str:
+    """``value``'s JSON type in words, for messages ("a number", "an array", ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
 
 
 def read_incidents(path: str | Path) -> list[dict[str, Any]]:
@@ -129,6 +263,10 @@ def read_incidents(path: str | Path) -> list[dict[str, Any]]:
                     raise DataError(f"{p}:{lineno}: not valid JSON ({err.msg})") from None
                 except ValueError as err:  # an integer over Python's 4,300-digit limit
                     raise DataError(f"{p}:{lineno}: not valid JSON ({err})") from None
+                except RecursionError:  # deeper than the interpreter's recursion limit
+                    raise DataError(
+                        f"{p}:{lineno}: not valid JSON (arrays or objects nested too deeply)"
+                    ) from None
                 validate_incident(inc, f"{p}:{lineno}")
                 out.append(inc)
     except FileNotFoundError:

@@ -23,25 +23,31 @@ towards their causes with a backward-edge weight.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, ClassVar
 
 import numpy as np
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
+from fleetmind.rca.features.times import parse_time
 
 
 # ------------------------------------------------------------------------------------------- helpers
-def _ts(s: str) -> float:
-    try:
-        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-    except (ValueError, AttributeError):
-        return float("inf")
+def _ts(value: Any) -> float:
+    """An alert's ``startsAt`` in unix seconds as every ranker reads it
+    (:func:`fleetmind.rca.features.times.parse_time`: RFC 3339 or unix seconds); ``inf`` when it
+    has none (absent, empty, Alertmanager's zero time).
+
+    Raises:
+        DataError: a value that is no timestamp (see ``parse_time``).
+    """
+    t = parse_time(value)
+    return math.inf if t is None else t
 
 
 class _GraphCache:

@@ -129,7 +129,7 @@ class _Featurizer:
         by = alerts_by_node(graph, alerts)  # type: ignore[arg-type]
         n_tok = len(self.vocab)
         rows, cols = [], []
-        starts = [_ts(str(a.get("startsAt", ""))) for al in by.values() for a in al]
+        starts = [_ts(a.get("startsAt")) for al in by.values() for a in al]
         starts = [t for t in starts if np.isfinite(t)]
         t_ref = max(starts) if starts else 0.0
         t_first_all = min(starts) if starts else 0.0
@@ -150,7 +150,7 @@ class _Featurizer:
                 sev = (a.get("labels") or {}).get("severity")
                 if sev in _SEVERITIES:
                     own[i, 3 + _SEVERITIES.index(sev)] += 1
-                t = _ts(str(a.get("startsAt", "")))
+                t = _ts(a.get("startsAt"))
                 if np.isfinite(t):
                     first = min(first, t)
             if np.isfinite(first):

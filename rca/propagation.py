@@ -31,7 +31,6 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,6 +38,7 @@ import numpy as np
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult
 from fleetmind.rca.baselines import alerts_by_node, graph_cache
+from fleetmind.rca.features.times import parse_time
 
 
 @dataclass
@@ -82,15 +82,14 @@ def _float(x: Any) -> float | None:
 
 
 def _parse_time(s: Any) -> float:
-    """Unix seconds from an RFC 3339 string or a number (the service passes seconds); 0.0 if absent."""
-    if isinstance(s, int | float) and not isinstance(s, bool):
-        return float(s) if math.isfinite(s) else 0.0
-    if not s:
-        return 0.0
-    try:
-        return datetime.fromisoformat(str(s).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
+    """Unix seconds from an RFC 3339 string or a number of unix seconds (the service passes
+    seconds), as :func:`fleetmind.rca.features.times.parse_time` reads them; 0.0 when absent.
+
+    Raises:
+        DataError: a value that is no timestamp (see ``parse_time``).
+    """
+    t = parse_time(s)
+    return 0.0 if t is None else t
 
 
 def alert_item(node: int, alert: Mapping[str, Any], cfg: PropagationConfig) -> _Alert:
@@ -110,19 +109,50 @@ def alert_item(node: int, alert: Mapping[str, Any], cfg: PropagationConfig) -> _
     )
 
 
-def _closure(start: int, edges: list[list[int]]) -> set[int]:
-    """Indices reachable from ``start`` over ``edges`` (``start`` included)."""
-    if not edges[start]:  # most alerts of a storm explain nothing and are explained by nothing
+def _closure(
+    start: int, edges: list[list[int]], memo: dict[tuple[int, ...], list[int]] | None = None
+) -> set[int]:
+    """Indices reachable from ``start`` over ``edges`` (``start`` included).
+
+    The set is built in breadth-first order from ``start`` (its iteration order, and so the float
+    sums over it, depend on that order). ``memo`` (successor list -> breadth-first order of what
+    it reaches) shares the search between vertices with the same successors, as the copies of one
+    alert in a storm have: their closures differ only by the start, which the search from the
+    successors adds (and expands, reaching nothing new) at most once, so dropping it from that
+    order gives the search from the start.
+    """
+    succ = edges[start]
+    if not succ:  # most alerts of a storm explain nothing and are explained by nothing
         return {start}
+    key = tuple(succ)
+    order = None if memo is None else memo.get(key)
+    if order is None:
+        order = _search_order(succ, edges)
+        if memo is not None:
+            memo[key] = order
     seen = {start}
-    q = deque([start])
+    seen.update(order)  # insertion in order, as the search adds them; ``start`` is there already
+    return seen
+
+
+def _search_order(succ: list[int], edges: list[list[int]]) -> list[int]:
+    """The vertices reachable from the vertices ``succ`` over ``edges``, in breadth-first order
+    (``succ`` first, in their order, each vertex once)."""
+    seen: set[int] = set()
+    order: list[int] = []
+    for w in succ:
+        if w not in seen:
+            seen.add(w)
+            order.append(w)
+    q = deque(order)
     while q:
         u = q.popleft()
         for w in edges[u]:
             if w not in seen:
                 seen.add(w)
+                order.append(w)
                 q.append(w)
-    return seen
+    return order
 
 
 def _sink_members(edges: list[list[int]]) -> list[bool]:
@@ -252,10 +282,11 @@ class PropagationRanker(BaseAnalyzer):
         strength = [1.0 + max(0.0, math.log(a.z / cfg.z_ref)) for a in items]
         is_root = _sink_members(explains_me)
         blast: dict[int, set[int]] = {}  # computed for the alerts a node's score is taken from
+        searched: dict[tuple[int, ...], list[int]] = {}  # _closure's memo
 
         def alert_score(i: int) -> float:
             if i not in blast:
-                blast[i] = _closure(i, explained_by_me)
+                blast[i] = _closure(i, explained_by_me, searched)
             return sum(strength[j] for j in blast[i])
 
         # silent nodes: how many alerting nodes depend on them directly (edges counted)

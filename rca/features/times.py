@@ -1,17 +1,18 @@
-"""Alert timestamps for the ``time:*`` features: :func:`parse_time` (RFC 3339 strings or unix seconds) and per-node timing."""
+"""Alert timestamps: :func:`parse_time` (RFC 3339 strings or unix seconds; every ranker reads
+``startsAt``/``endsAt`` with it, and it lives with the incident contract in
+:mod:`fleetmind.data.rca_dataset`, which refuses a bad one naming file and line) and the per-node
+timing of the ``time:*`` features."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from fleetmind.data.errors import DataError
+from fleetmind.data.rca_dataset import MS_LIKE, parse_time
 
-_ZERO_TIME = datetime(1970, 1, 1).timestamp()  # endsAt "0001-01-01..." (firing) falls below this
+__all__ = ["HORIZON_S", "MS_LIKE", "parse_time"]
 
 
 _NAN = float("nan")
@@ -69,62 +70,6 @@ def _node_timing(
     np.maximum.at(last, r, rel)
     np.minimum.at(first_recent, r[recent], rel[recent])
     return t_last, t0, span, e_arr - s_arr, first, last, first_recent
-
-
-_FRAC_RE = re.compile(r"(\.\d{6})\d+")
-
-
-_TIME_CACHE: dict[str, float | None] = {}
-
-_TIME_CACHE_MAX = 200_000
-
-
-def parse_time(value: Any) -> float | None:
-    """Parse an RFC 3339 timestamp (Alertmanager style, ``Z`` or offset, up to ns) to unix seconds.
-
-    Returns ``None`` for a missing value or Alertmanager's zero time (``0001-01-01T00:00:00Z``).
-    Parsed strings are memoised (alert storms repeat the same evaluation timestamps).
-
-    Raises:
-        DataError: for a non-empty value that is not RFC 3339.
-    """
-    if value is None or value == "":
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if type(value) is str:
-        try:
-            return _TIME_CACHE[value]
-        except KeyError:
-            t = _parse_time_str(value)
-            if len(_TIME_CACHE) >= _TIME_CACHE_MAX:
-                _TIME_CACHE.clear()
-            _TIME_CACHE[value] = t
-            return t
-    return _parse_time_str(value)
-
-
-def _parse_time_str(value: Any) -> float | None:
-    s = str(value).strip()
-    if s.startswith("0001-01-01"):
-        return None
-    dot = s.find(".")
-    # more than 6 fraction digits (Go's nanoseconds): keep microseconds; skipped when the first
-    # fraction has no 7th digit and there is no other dot (then the pattern cannot match)
-    if dot >= 0 and (s[dot + 7 : dot + 8].isdigit() or s.count(".") > 1):
-        s = _FRAC_RE.sub(r"\1", s)
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        raise DataError(f"alert timestamp {value!r} is not RFC 3339") from None
-    if dt.tzinfo is None:
-        from datetime import UTC
-
-        dt = dt.replace(tzinfo=UTC)
-    t = dt.timestamp()
-    return None if t < _ZERO_TIME else t
 
 
 HORIZON_S = 3600.0
