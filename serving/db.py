@@ -685,6 +685,8 @@ class Database:
         nothing: it proves nothing)."""
         if wrote:
             self._write_failure = None
+        if self._wal is None:  # an in-memory database: no file, no log
+            return
         with self._conns_lock:
             if self._open_conns == 0:
                 self._wal_id = None
@@ -722,11 +724,14 @@ class Database:
                     dbapi_conn = conn.connection.driver_connection
                     changes = dbapi_conn.total_changes
                     yield conn
+                    # read while the connection is still ours: once returned, the pool may close
+                    # it (an overflow connection back to a full pool); the commit below changes
+                    # no count
+                    wrote = dbapi_conn.total_changes != changes
             except DBAPIError as err:
                 self._write_failed(err)
                 raise
-            # read under the write lock: no other write uses the connection meanwhile
-            self._committed(dbapi_conn.total_changes != changes)
+            self._committed(wrote)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -296,3 +296,57 @@ def test_the_service_is_not_ready_after_a_failed_commit(
         monkeypatch.undo()
         assert c.get("/readyz").status_code == 200  # the probe commits again
         assert c.post("/api/v1/alerts", json=hook).status_code == 200
+
+
+def test_a_write_on_an_overflow_connection_the_pool_closes_still_succeeds(db: Database) -> None:
+    """QueuePool closes an overflow connection when it comes back to a full pool: a write that
+    read the connection's change count after returning it raised ``sqlite3.ProgrammingError``
+    (a 500) for a transaction that had committed. Five readers hold the pool's connections, the
+    write gets an overflow one, and the readers return theirs while it commits."""
+    import threading
+
+    from sqlalchemy import event
+
+    hold, ready, released = threading.Event(), threading.Barrier(6), threading.Barrier(6)
+
+    def reader() -> None:
+        with db.read() as c:
+            c.exec_driver_sql("select 1").all()
+            ready.wait(timeout=30)
+            hold.wait(timeout=30)
+        released.wait(timeout=30)
+
+    threads = [threading.Thread(target=reader) for _ in range(5)]
+    for t in threads:
+        t.start()
+    ready.wait(timeout=30)
+
+    def on_commit(_conn: Any) -> None:
+        if not hold.is_set():
+            hold.set()
+            released.wait(timeout=30)  # the readers' connections are back: the pool is full
+
+    event.listen(db.engine, "commit", on_commit)
+    now = time.time()
+    row = {"key": "k1", "token_digest": "t", "csrf": "c", "created_ts": now,
+           "expires_ts": now + 60, "scopes": "read"}  # fmt: skip
+    try:
+        db.create_ui_session(row)
+    finally:
+        event.remove(db.engine, "commit", on_commit)
+        for t in threads:
+            t.join(timeout=30)
+    assert db.get_ui_session("k1") is not None
+
+
+def test_an_in_memory_database_takes_writes() -> None:
+    """No file, no write-ahead log: the log check has nothing to look at (an ``assert`` failed on
+    every write of a library user's in-memory database)."""
+    from fleetmind.serving.db import metadata
+
+    d = Database("sqlite://")
+    try:
+        metadata.create_all(d.engine)
+        _write(d)
+    finally:
+        d.dispose()
