@@ -132,12 +132,16 @@ REFUSAL_BUDGET_S = 5.0
 """Time (s) a poll spends on the posts one Alertmanager refuses for their alerts (400, 413, 422...:
 each refused first post or resolution, each alert of a refused batch posted alone): once spent, that
 Alertmanager's remaining posts of the poll wait for the next (:data:`DEFERRED`), so a peer that
-refuses every alert, each slowly, holds back the other peer's re-sends by this plus the post that
-overran it and the alerts alone of one incident at most. A refused batch is taken apart by
-incident: an incident's alerts posted alone all go, or none do (a resolution taken while the
-firing alert with its labels waits would end the live alert there until the next re-send), and
-the first incident's always go, so that a slowly refused batch still gets taken apart. The
-messages refused are held or dropped as before; those not tried are kept."""
+refuses every alert, each slowly, holds back the other peer's re-sends by this plus three posts at
+most: the one that overran it, and when that was a refused batch, its first alert alone and the
+firing alert of that incident (a firing alert is one post). A refused batch is
+taken apart by incident, each alert posted alone, in order: once the budget is spent, the
+incident's remaining resolutions wait (kept owed, posted before its firing alert at a later poll)
+and only its firing alert, the last, still goes, so that a resolution taken never leaves the
+firing alert with its labels behind (it would end the live alert there until the next re-send);
+the first incident's first alert always goes, so that a slowly refused batch still gets taken
+apart; an incident whose turn comes after the budget is spent waits whole. The messages refused
+are held or dropped as before; those not tried are kept."""
 DEFERRED = "deferred: it refused other alerts this poll"
 """Outcome of an Alertmanager post not tried because :data:`REFUSAL_BUDGET_S` was spent (not
 final: the message is tried at the next poll, or at the next re-send when it is a firing alert
@@ -398,19 +402,24 @@ def retry_after(response: httpx.Response, now: float | None = None) -> float | N
     return max(0.0, when - base)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Control characters (C0, DEL, C1), replaced in text a log line quotes from a receiver."""
+
+
 def redirect_target(response: httpx.Response) -> str | None:
     """Where a redirection (:data:`REDIRECT_STATUS`) points, fit for a log: its ``Location``
-    resolved against the URL posted, without credentials, query or fragment (a token may be
-    there); ``None`` when it has none or it is no URL."""
+    resolved against the URL posted, without credentials, query, fragment or path parameters
+    (``;jsessionid=...``: a token may be there), its path still percent-encoded (``%0A`` stays
+    ``%0A``, never a line break that forges a log line) and any control character left as
+    ``?``; at most 300 characters. ``None`` when it has none or it is no URL."""
     location = (response.headers.get("location") or "").strip()
     if not location:
         return None
     try:
-        u = response.request.url.join(location)
-        host = f"[{u.host}]" if ":" in u.host else u.host
-        port = f":{u.port}" if u.port else ""
-        return f"{u.scheme}://{host}{port}{u.path}"[:300]
-    except (httpx.InvalidURL, RuntimeError, ValueError):
+        u = response.request.url.join(location).copy_with(userinfo=b"", query=None, fragment=None)
+        u = u.copy_with(raw_path=re.sub(rb";[^/]*", b"", u.raw_path))
+        return _CONTROL.sub("?", str(u))[:300]
+    except (httpx.InvalidURL, RuntimeError, ValueError, TypeError):
         return None
 
 
@@ -1095,12 +1104,16 @@ class Notifier:
         their resolutions) together (:meth:`_post_batch`); returns how many of these messages
         some instance took.
 
-        A firing alert also follows, due or not, a resolution that has its labels: a cause that
-        was withdrawn and came back while this instance missed both. Alertmanager keys an alert by
-        its labels and stores a request's alerts in order (provider/mem ``Put``), so the stale
-        resolution alone would end the live alert there until the next re-send; followed by it, the
-        alert stays firing, on an instance that kept its alerts and on one that restarted empty.
-        Each row's alerts stay together and in this order within one post.
+        A firing alert also follows, due or not, the resolutions an instance is owed for its
+        incident. One may have its labels: a cause that was withdrawn and came back while this
+        instance missed both. Alertmanager keys an alert by its labels and stores a request's
+        alerts in order (provider/mem ``Put``), so the stale resolution alone would end the live
+        alert there until the next re-send; followed by it, the alert stays firing, on an
+        instance that kept its alerts and on one that restarted empty. Any other (one left owed
+        when :data:`REFUSAL_BUDGET_S` ran out) gets it too, so that one the instance refuses is
+        refused on its own while the firing alert is taken, and dropped (:meth:`_am_outcome`),
+        never held with the incident's re-sends to that instance. Each row's alerts stay
+        together and in this order within one post.
         """
         plans = [
             self._am_plan(row, outbox, now) for row, outbox in zip(rows, outboxes, strict=True)
@@ -1129,7 +1142,7 @@ class Notifier:
     ) -> tuple[bool, dict[str, list[int]]]:
         """``(due, plan)``: whether ``row``'s firing alert is due (its first post or its re-send),
         and what each Alertmanager URL gets of it: indices into ``outbox``, then -1 (the firing
-        alert, due) or -2 (the firing alert after a resolution with its labels)."""
+        alert, due) or -2 (the firing alert, not due, after the resolutions owed)."""
         for e in outbox:  # an instance no longer configured cannot take it any more
             e["alertmanager"] = [u for u in e["alertmanager"] if u in self.am_urls]
         firing = row["state"] == "firing"
@@ -1142,8 +1155,7 @@ class Notifier:
         plan = {}
         for url in self.am_urls:
             owed = [i for i, e in enumerate(outbox) if url in e["alertmanager"]]
-            relabelled = any(outbox[i]["alert"]["labels"] == row["labels"] for i in owed)
-            items = owed + [-1 if due else -2] * (due or (firing and relabelled))
+            items = owed + [-1 if due else -2] * (due or (firing and bool(owed)))
             if items:
                 plan[url] = items
         return due, plan
@@ -1237,11 +1249,14 @@ class Notifier:
         """One post of :meth:`_post_batch`: fill ``out`` (one list per entry) with the outcome
         of each alert.
 
-        A refused post of several alerts is taken apart, each alert posted alone, by entry: all
-        of an entry's alerts go or none (:data:`DEFERRED`), so that a resolution is never taken
-        while the firing alert with its labels that follows it waits (an HA peer would end the
-        live alert until the next re-send); the first entry goes whatever the budget spent
-        (:data:`REFUSAL_BUDGET_S`), the others only while some is left."""
+        A refused post of several alerts is taken apart, each alert posted alone, in order, by
+        entry. Once :data:`REFUSAL_BUDGET_S` is spent, an entry's remaining resolutions are
+        :data:`DEFERRED` (kept owed) and only its firing alert (the last, if any) is still
+        posted, so that a resolution is never taken while the firing alert with its labels that
+        follows it waits (an HA peer would end the live alert until the next re-send), and an
+        entry of up to :data:`OUTBOX_MAX` resolutions costs the budget and three posts at most,
+        not one post per alert. The first entry's first alert goes whatever the budget
+        (progress); an entry whose turn comes with the budget spent is deferred whole."""
         ids = {inc_id for inc_id, _, _ in entries}
         body = [a for _, alerts, _ in entries for a in alerts]
         one = next(iter(ids)) if len(ids) == 1 else None
@@ -1255,11 +1270,15 @@ class Notifier:
                 res[:] = [(ok, outcome)] * len(alerts)
             elif k and self._refusals_spent(url):  # the whole entry waits for the next poll
                 res[:] = [(False, DEFERRED)] * len(alerts)
-            else:  # all of an entry's alerts, or none (the first entry whatever the budget)
-                res[:] = [
-                    self._post("alertmanager", url, [a], inc_id, hold=False, budget=False)
-                    for a in alerts
-                ]
+            else:  # (the first entry's first alert whatever the budget: progress)
+                res[:] = []
+                for a in alerts:
+                    if res and "endsAt" in a and self._refusals_spent(url):
+                        res.append((False, DEFERRED))  # a resolution: owed, before the firing
+                    else:
+                        res.append(
+                            self._post("alertmanager", url, [a], inc_id, hold=False, budget=False)
+                        )
 
     def _deliver_webhook(
         self, row: dict[str, Any], outbox: list[dict[str, Any]], now: float
@@ -1319,7 +1338,7 @@ class Notifier:
         this incident's message less than ``FLEETMIND_NOTIFY_RESEND_S`` ago (:meth:`_refusal`).
         Not tried either, and ``(False, DEFERRED)``, when an Alertmanager already refused posts
         for :data:`REFUSAL_BUDGET_S` of this poll (unless ``budget`` is false: the alerts of a
-        refused batch posted alone, whose budget :meth:`_post_chunk` checks per incident).
+        refused batch posted alone, whose budget :meth:`_post_chunk` checks itself).
         A failure that may pass (connection error,
         timeout, 408/425/429/5xx), or an Alertmanager's answer that the receiver is wrong
         (:data:`RECEIVER_STATUS`: its URL, credentials or proxy, which no message changes), puts

@@ -13,6 +13,7 @@ a peer refuses for their alerts (400) take ``REFUSAL_BUDGET_S`` of a poll at mos
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -175,8 +176,10 @@ def test_a_refused_post_split_with_no_budget_left_keeps_the_live_alert_firing(
     firing A after them, in one post. B's resolution is invalid, so the post is refused (400) and
     each alert posted alone; with the budget spent (0 here) the budget was checked per alert: A's
     resolution went, the firing A waited for the next re-send (60 s), and for that time the peer
-    held the live root cause as resolved. An incident's alerts posted alone now all go or none
-    (the first incident of a refused post always), so the peer ends with A firing at once."""
+    held the live root cause as resolved. Once the budget is spent an incident's resolutions now
+    wait and its firing alert, the last, still goes, so the peer ends with A firing at once; B's
+    deferred resolution comes again at the next poll, followed by the firing A, is refused on its
+    own while A is taken, and is dropped."""
     monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
     n, rec, clock = make(
         db, Validating, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
@@ -201,17 +204,20 @@ def test_a_refused_post_split_with_no_budget_left_keeps_the_live_alert_firing(
         conn.execute(notifications.update().values(delivery=delivery))
     del rec.down[ALERTS2]
     clock.t += 2
-    with caplog.at_level("ERROR"):
-        n.poll()
+    caplog.set_level("ERROR")
+    n.poll()
     # what the peer holds: the alerts of every post it took, and (Alertmanager stores the valid
     # alerts of a post it answers 400, api/v2 postAlertsHandler) those it stored
     assert firing_on(am_state(rec.took(ALERTS2)), "c0/host/h1") == ["firing"]
     assert firing_on(am_state([rec.stored[ALERTS2]]), "c0/host/h1") == ["firing"]
-    assert len([r for r in caplog.records if "refused it: 400" in r.getMessage()]) == 1
-    for _ in range(50):  # the next 50 s of polls: A stays firing there
+    for k in range(50):  # the next 50 s of polls: A stays firing there
         clock.t += 1
         n.poll()
         assert firing_on(am_state(rec.took(ALERTS2)), "c0/host/h1") == ["firing"]
+        assert firing_on(am_state([rec.stored[ALERTS2]]), "c0/host/h1") == ["firing"]
+        if k == 0:  # B's resolution, refused on its own, dropped at the next poll
+            assert len([r for r in caplog.records if "refused it: 400" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "refused it: 400" in r.getMessage()]) == 1
     with db.read() as conn:
         assert OUTBOX not in conn.execute(select(notifications)).one()._mapping["delivery"]
 
@@ -344,3 +350,132 @@ def test_a_real_alertmanager_under_a_route_prefix_costs_one_post_per_poll(
             good + "/api/v2/alerts", params={"filter": 'alertname="FleetMindRootCause"'}
         ).json()
         assert sorted(int(a["labels"]["incident"]) for a in listed) == ids
+
+
+class TooLarge(Receivers):
+    """The first peer's proxy refuses a post of more than one alert (413 Content Too Large, RFC
+    9110 section 15.5.14: a body-size limit) while ``limit`` is set, and takes single alerts."""
+
+    limit = True
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        url = str(request.url)
+        body = json.loads(request.content)
+        if url == ALERTS and self.limit and len(body) > 1:
+            self.calls.append((url, False, body))
+            return httpx.Response(413)
+        return super().__call__(request)
+
+
+def test_one_incident_of_many_resolutions_costs_a_bounded_number_of_posts_per_poll(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cause that changed 40 times while the first peer was down owes it 40 resolutions and the
+    firing alert after them, in one post, which it refuses (413). Each alert was posted alone, all
+    of the incident's whatever ``REFUSAL_BUDGET_S``: up to 101 posts in one poll (at 4.7 s a
+    refusal, minutes before the other peer got anything). Now, with the budget spent (0 here),
+    the incident's first alert goes, then only its firing alert (the resolutions wait, kept
+    owed): at most three posts a poll, the other peer gets its posts in the same poll, the
+    first peer holds the live alert firing after every poll, and it gets every resolution."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
+    n, rec, clock = make(
+        db, TooLarge, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    [inc] = open_incidents(db, 1, node="c0/host/h0", score=0.9)
+    settle(n, clock)
+    rec.down[ALERTS] = 503
+    nodes = ["c0/host/h1", *[f"c0/host/h{k}" for k in range(3, 41)], "c0/host/h1"]  # A..A
+    for node in nodes:
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
+        clock.t += 1
+        n.poll()
+        clock.t += 31
+        n.poll()
+    with db.read() as conn:
+        owed = conn.execute(select(notifications)).one()._mapping["delivery"][OUTBOX]
+    assert len(owed) == 40 and owed[1]["alert"]["labels"]["cause_node"] == "c0/host/h1"
+    others = open_incidents(db, 2, node="c0/host/x1", score=0.9)
+    n.poll()  # (they settle for 30 s)
+    del rec.down[ALERTS]  # back, behind its size limit
+    before = len(rec.calls)
+    clock.t += 61  # A's re-send is due, the other incidents settled
+    n.poll()
+    calls = rec.calls[before:]
+    assert [len(b) for u, _, b in calls if u == ALERTS] == [41, 1, 1]  # not 1 + 41
+    alone = [[(a["labels"]["cause_node"], "endsAt" in a) for a in b] for u, _, b in calls][1:3]
+    assert alone == [[("c0/host/h0", True)], [("c0/host/h1", False)]]  # the rest waits
+    to_peer = [int(a["labels"]["incident"]) for u, ok, b in calls if u == ALERTS2 and ok for a in b]
+    assert sorted(to_peer) == [inc, *others]  # the other peer, in the same poll
+    assert firing_on(am_state(rec.took(ALERTS)), "c0/host/h1") == ["firing"]
+    before = len(rec.calls)
+    clock.t += 1
+    n.poll()  # A's old resolution, deferred, comes again before A firing, in order
+    posts = [[(a["labels"]["cause_node"], "endsAt" in a) for a in b] for _, _, b in rec.calls]
+    assert [len(b) for b in posts[before:]] == [40, 1, 1]
+    assert posts[before][0] == posts[before + 1][0] == ("c0/host/h1", True)
+    assert posts[before][-1] == posts[before + 2][0] == ("c0/host/h1", False)
+    assert firing_on(am_state(rec.took(ALERTS)), "c0/host/h1") == ["firing"]
+    polls = 0
+    while True:
+        before = len(rec.calls)
+        clock.t += 1
+        n.poll()
+        polls += 1
+        assert len([u for u, _, _ in rec.calls[before:] if u == ALERTS]) <= 3
+        assert firing_on(am_state(rec.took(ALERTS)), "c0/host/h1") == ["firing"]
+        with db.read() as conn:
+            rows = [r._mapping for r in conn.execute(select(notifications))]
+        if all(OUTBOX not in (r["delivery"] or {}) for r in rows) or polls == 200:
+            break
+    assert polls < 200
+    ended = {a["labels"]["cause_node"] for b in rec.took(ALERTS) for a in b if "endsAt" in a}
+    assert ended == {"c0/host/h0", *nodes}  # every resolution, none given up
+    rec.limit = False  # (a batch of re-sends refused goes one alert a poll with no budget)
+    clock.t += 60
+    n.poll()
+    state = am_state(rec.took(ALERTS))
+    assert firing_on(state, "c0/host/h1") == ["firing"]
+    assert sorted(int(dict(k)["incident"]) for k, v in state.items() if v == "firing") == [
+        inc,
+        *others,
+    ]
+
+
+FORGED = "https://am.test/x%0A2026-12-06 06:00:00 ERROR forged%1b[31m;jsessionid=S3SS10N/y"
+
+
+class ForgingRedirect(Receivers):
+    """The first peer redirects to a ``Location`` whose path, percent-decoded, holds a line break,
+    a forged log line, an escape sequence and a session token (``;jsessionid=``)."""
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        answer = super().__call__(request)
+        if str(request.url) in self.down:
+            return httpx.Response(answer.status_code, headers={"Location": FORGED})
+        return answer
+
+
+def test_a_redirect_target_keeps_its_percent_encoding_in_the_log(
+    db: Database,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The target was logged from the percent-decoded path (httpx ``URL.path``): ``%0A`` wrote a
+    line break and a second, forged log line, ``%1b`` an escape sequence, and path parameters
+    (``;jsessionid=...``, a session token) were kept. It is now logged percent-encoded as sent
+    (RFC 3986 section 2.1), without path parameters, on one line."""
+    request = httpx.Request("POST", ALERTS)
+    target = redirect_target(httpx.Response(302, headers={"Location": FORGED}, request=request))
+    assert target == "https://am.test/x%0A2026-12-06%2006:00:00%20ERROR%20forged%1b[31m/y"
+    c1 = httpx.Response(302, headers=[(b"Location", b"/a\xc2\x85b\xc2\x9bc")], request=request)
+    assert redirect_target(c1) == "http://am.test:9093/a%C2%85b%C2%9Bc"  # (C1 controls, UTF-8)
+    n, rec, clock = make(
+        db, ForgingRedirect, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    open_incidents(db, 1)
+    rec.down[ALERTS] = 302
+    with caplog.at_level("WARNING"):
+        settle(n, clock)
+    [line] = [r.getMessage() for r in caplog.records if "answered 302" in r.getMessage()]
+    assert f"redirects to {target}," in line
+    assert not any(ch in line for ch in "\n\r\x1b\x85\x9b") and "S3SS10N" not in line
