@@ -39,13 +39,17 @@ from fleetmind.rca.features.times import parse_time
 
 # ------------------------------------------------------------------------------------------- helpers
 def _ts(value: Any) -> float:
-    """An alert's ``startsAt`` in unix seconds as every ranker reads it
-    (:func:`fleetmind.rca.features.times.parse_time`: RFC 3339 or unix seconds); ``inf`` when it
-    has none (absent, empty, Alertmanager's zero time).
+    """An alert's ``startsAt`` in unix seconds as every ranker reads it: an RFC 3339 string
+    through :func:`fleetmind.rca.features.times.parse_time`, a number as unix seconds (the
+    service passes them, up to the year 9999: a dataset's millisecond values are refused when it
+    is read, :func:`fleetmind.data.rca_dataset.validate_incident`); ``inf`` when it has none
+    (absent, empty, Alertmanager's zero time, a number that is not finite or before 1970).
 
     Raises:
-        DataError: a value that is no timestamp (see ``parse_time``).
+        DataError: a string that is no timestamp (see ``parse_time``).
     """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) if math.isfinite(value) and value >= 0 else math.inf
     t = parse_time(value)
     return math.inf if t is None else t
 
