@@ -335,20 +335,26 @@ class GATAnalyzer(BaseAnalyzer):
         return self._version
 
     # ------------------------------------------------------------------ scoring
-    _ids_cache: dict[int, tuple[list[Any], np.ndarray]] = {}
+    _IDS_KEY: ClassVar[str] = "gat_node_id_ranks"
+    """The key of :meth:`_node_ids`'s entry in the graph's own cache dict (``graph._derived``)."""
 
     def _node_ids(self, graph: DependencyGraph) -> np.ndarray:
-        """Rank of each node id in sorted id order (cached per node list, for tie-breaking: an
-        incident's graph with extra edges, :mod:`fleetmind.rca.incident_graph`, shares its served
-        graph's list and entry)."""
+        """Rank of each node id in sorted id order, for tie-breaking (int64 ``(|V|,)``).
+
+        Cached on the graph itself (its ``_derived`` dict, which an incident's graph with extra
+        edges, :mod:`fleetmind.rca.incident_graph`, shares with its served graph along with the
+        node list), so the entry lives exactly as long as the graph: a class-level table keyed by
+        ``id(graph.nodes)`` held every ranked graph's node list (an inline 50,000-node graph of
+        ``/api/v1/rca`` kept about 46 MiB per request) until it was cleared past 64 entries.
+        """
         nodes = graph.nodes
-        hit = self._ids_cache.get(id(nodes))
+        cache = getattr(graph, "_derived", None)
+        hit = cache.get(self._IDS_KEY) if isinstance(cache, dict) else None
         if hit is not None and hit[0] is nodes and hit[1].size == len(nodes):
             return hit[1]
         ids = np.argsort(np.argsort(np.array([nd.id for nd in nodes]), kind="stable"))
-        if len(self._ids_cache) > 64:
-            self._ids_cache.clear()
-        self._ids_cache[id(nodes)] = (nodes, ids)
+        if isinstance(cache, dict):
+            cache[self._IDS_KEY] = (nodes, ids)
         return ids
 
     def _threads(self) -> Any:

@@ -436,6 +436,8 @@ BODY_400 = "There was an error parsing the body"
 UNREADABLE_BODY = (
     "the body is not JSON this route can read: UTF-8 text, integers of at most 4,300 digits"
 )
+TOO_DEEP_BODY = "the body is not JSON this route can read: arrays or objects nested too deeply"
+"""The 422 ``detail`` of a JSON body whose parse ran out of recursion (as the CLI says it)."""
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -474,10 +476,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         # FastAPI answers 400 "There was an error parsing the body" for a JSON body that is not
-        # UTF-8 or holds an integer over Python's 4,300 digits: input it cannot read, a 422 as
-        # on the routes that parse their own bodies
+        # UTF-8, holds an integer over Python's 4,300 digits or nests too deeply for its parser:
+        # input it cannot read, a 422 as on the routes that parse their own bodies
         if getattr(exc, "status_code", None) == 400 and getattr(exc, "detail", None) == BODY_400:
-            return JSONResponse({"detail": UNREADABLE_BODY}, status_code=422)
+            deep = isinstance(exc.__cause__, RecursionError)
+            return JSONResponse({"detail": TOO_DEEP_BODY if deep else UNREADABLE_BODY}, 422)
         return await http_exception_handler(request, exc)  # type: ignore[arg-type]
 
     from fastapi.exception_handlers import http_exception_handler

@@ -3,9 +3,12 @@
 ``fleetmind graph build`` (e.g. a CronJob) rewrites the file; this thread notices a rewritten file
 (its inode, size, modification or change time differ) and, when its bytes differ from the last file
 content it loaded (SHA-256), swaps the graph in
-(:meth:`fleetmind.serving.graphstore.GraphStore.replace`), as ``PUT /api/v1/graph`` does. So a
+(:meth:`fleetmind.serving.graphstore.GraphStore.replace_if`), as ``PUT /api/v1/graph`` does. So a
 graph uploaded with ``PUT`` is served until the file's content changes: the same bytes written
-again (a CronJob run on an unchanged cluster, a ``touch``) keep it.
+again (a CronJob run on an unchanged cluster, a ``touch``) keep it. An upload that arrives while a
+changed file loads (seconds for a large graph) is kept too: the swap happens only if the graph
+served when the change was noticed is still served; otherwise that content counts as seen, is
+logged at INFO, and the next content change replaces the upload.
 
 What keeps the served graph:
 
@@ -140,6 +143,7 @@ class GraphRefresher:
             if stamp == self._seen:
                 self._readable()
                 return False
+            served = self.graphs.view.version  # an upload swapped in after this one wins
             version, raw = read_file(self.path)
         except OSError as err:
             self._unreadable(err)
@@ -154,14 +158,22 @@ class GraphRefresher:
             self._settle(version.stamp, str(err), _content_kind(raw))
             log.error("graph %s not reloaded: %s", self.path, err)
             return False
-        self.graphs.replace(graph, source=self.path)
-        self.reloads += 1
+        swapped = self.graphs.replace_if(graph, self.path, served)
         if _stat(self.path) == version.stamp:
             self._loaded_sha256 = version.sha256
             self._settle(version.stamp, None)
         else:  # rewritten while it was loaded: which bytes it holds is unknown; look again
             self._loaded_sha256 = None
             self._settle(None, None)
+        if swapped is None:  # this content counts as seen: the same bytes again keep the upload
+            log.info(
+                "graph %s changed, but graph version %d was swapped in while it loaded; serving "
+                "that one until the file's content changes again",
+                self.path,
+                self.graphs.view.version,
+            )
+            return False
+        self.reloads += 1
         log.info("graph reloaded from %s (%d nodes)", self.path, graph.num_nodes)
         return True
 

@@ -132,7 +132,8 @@ def barrier_nodes(graph: DependencyGraph) -> frozenset[int]:
 
 
 class GraphStore:
-    """Holds the current :class:`GraphView`; :meth:`replace` swaps it atomically.
+    """Holds the current :class:`GraphView`; :meth:`replace` swaps it atomically, and
+    :meth:`replace_if` only while a given version is still served (compare-and-swap).
 
     Args:
         graph: the graph served at start.
@@ -151,6 +152,7 @@ class GraphStore:
     ) -> None:
         self._clock = clock
         self.file_version = file_version
+        self._lock = threading.Lock()  # one swap at a time: versions are unique, CAS is atomic
         self._view = GraphView(graph, 1, source, clock())
 
     @property
@@ -168,5 +170,20 @@ class GraphStore:
 
     def replace(self, graph: DependencyGraph, source: str = API_SOURCE) -> GraphView:
         """Serve ``graph`` from now on (a new :class:`GraphView`, ``version`` + 1)."""
-        self._view = GraphView(graph, self._view.version + 1, source, self._clock())
-        return self._view
+        with self._lock:
+            self._view = GraphView(graph, self._view.version + 1, source, self._clock())
+            return self._view
+
+    def replace_if(self, graph: DependencyGraph, source: str, version: int) -> GraphView | None:
+        """Serve ``graph`` only if the served graph is still ``version`` (its
+        :attr:`GraphView.version`); ``None``, serving what is served, when another swap came first.
+
+        The refresher notes the version before it loads a changed file (seconds for a large
+        graph), so an upload (``PUT /api/v1/graph``) swapped in meanwhile is not replaced by the
+        older file content.
+        """
+        with self._lock:
+            if self._view.version != version:
+                return None
+            self._view = GraphView(graph, version + 1, source, self._clock())
+            return self._view

@@ -53,6 +53,9 @@ def test_the_put_answer_says_the_upload_reaches_this_process_only(
     assert one_process == (
         f"graph: this upload reaches only the process that answered (pid {os.getpid()}); with "
         "several workers (--workers) or replicas the others keep their own graph, and they "
-        f"disagree for as long as the upload lasts ({lasts}); for several workers or replicas "
-        "write the graph to the FLEETMIND_GRAPH file instead"
+        f"disagree for as long as the upload lasts ({lasts}); new alerts are grouped into "
+        "incidents by one process only (the leader, holding the incident worker's lease), on its "
+        "own graph, so they group on this upload only if this process is the leader; for several "
+        "workers or replicas write the graph to the FLEETMIND_GRAPH file instead (re-read with "
+        "FLEETMIND_GRAPH_REFRESH_S)"
     )

@@ -314,7 +314,7 @@ def test_derived_ranking_builds_no_per_graph_cache(monkeypatch: pytest.MonkeyPat
         real_init(self, *args, **kwargs)
 
     monkeypatch.setattr(DependencyGraph, "__init__", counting_init)
-    ids_before = dict(gat._ids_cache)
+    ids_before = gat._node_ids(graph)
     base = _static(graph)
     g_storm, _ = incident_graph(graph, STORM)
     assert g_storm is not graph
@@ -325,7 +325,7 @@ def test_derived_ranking_builds_no_per_graph_cache(monkeypatch: pytest.MonkeyPat
     assert st.label_info is base.label_info and st.keyset_getters is base.keyset_getters
     assert g_storm.nodes is graph.nodes and g_storm._derived is graph._derived
     assert graph_cache(g_storm).label_cache is graph_cache(graph).label_cache
-    assert gat._ids_cache.keys() == ids_before.keys()  # the served graph's id ranks, reused
+    assert gat._node_ids(g_storm) is ids_before  # the served graph's id ranks, reused
 
     from fleetmind.rca.incident_graph import with_edges
 
@@ -337,7 +337,7 @@ def test_derived_ranking_builds_no_per_graph_cache(monkeypatch: pytest.MonkeyPat
         assert st._rows is not None and st._rows.size == 2  # the pod's and the GPU's rows only
         gat.find_root_causes(g, STORM, 5)
     assert built == []
-    assert gat._ids_cache.keys() == ids_before.keys()
+    assert gat._node_ids(g) is ids_before
 
 
 def test_derived_graphs_do_not_outlive_the_served_graph() -> None:

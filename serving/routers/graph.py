@@ -4,7 +4,8 @@ Both answers say which graph is served: its ``version`` in this process (1 at st
 its ``source`` (the ``FLEETMIND_GRAPH`` file's path, or ``"api"``) and ``loaded_at``. An upload
 reaches only the process that answered (one worker of ``--workers N``, one replica), and while
 ``FLEETMIND_GRAPH`` is re-read (``FLEETMIND_GRAPH_REFRESH_S``) it is served until the file's
-content changes; the ``PUT`` answer's ``warnings`` say both.
+content changes; new alerts are grouped into incidents by one process only (the leader of the
+incident worker), on that process's graph. The ``PUT`` answer's ``warnings`` say all three.
 """
 
 from __future__ import annotations
@@ -31,15 +32,18 @@ class GraphReplaced(GraphSummary):
     loaded_at: str = Field(description="when it was swapped in, ISO 8601 UTC")
     warnings: list[str] = Field(
         default_factory=list,
-        description="where this upload is served (this process only) and what can replace it "
-        "(a re-read FLEETMIND_GRAPH file)",
+        description="where this upload is served (this process only), which process groups "
+        "incidents on its graph (the leader), and what can replace it (a re-read "
+        "FLEETMIND_GRAPH file)",
     )
 
 
 def upload_warnings(request: Request) -> list[str]:
     """Why an upload may not be what every request sees: it reaches only this process (other
-    workers and replicas keep their graph, with no propagation), and a re-read ``FLEETMIND_GRAPH``
-    file (the refresher) replaces it once the file's content changes."""
+    workers and replicas keep their graph, with no propagation), incidents are grouped on the
+    leader's graph (the process holding the incident worker's lease, maybe another one), and a
+    re-read ``FLEETMIND_GRAPH`` file (the refresher) replaces it once the file's content
+    changes."""
     out = []
     refresher = getattr(request.app.state, "graph_refresher", None)
     if refresher is not None:
@@ -53,7 +57,10 @@ def upload_warnings(request: Request) -> list[str]:
         "several workers (--workers) or replicas the others keep their own graph, and they "
         "disagree for as long as the upload lasts"
         + (" (until the file's content changes)" if refresher is not None else " (until a restart)")
-        + "; for several workers or replicas write the graph to the FLEETMIND_GRAPH file instead"
+        + "; new alerts are grouped into incidents by one process only (the leader, holding the "
+        "incident worker's lease), on its own graph, so they group on this upload only if this "
+        "process is the leader; for several workers or replicas write the graph to the "
+        "FLEETMIND_GRAPH file instead (re-read with FLEETMIND_GRAPH_REFRESH_S)"
     )
     return out
 
@@ -72,7 +79,8 @@ def get_graph(graphs: GraphsDep) -> dict[str, Any]:
     "",
     response_model=GraphReplaced,
     dependencies=[Depends(require_scope("admin"))],
-    summary="Replace the served graph (in this process; new alerts group on it)",
+    summary="Replace the graph served by the process that answered (one worker or replica; "
+    "incidents group on the leader's graph)",
 )
 def put_graph(body: GraphIn, graphs: GraphsDep, request: Request) -> GraphReplaced:
     graph = DependencyGraph.from_model(body)  # DataError -> 422 naming the bad entry
