@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
+import weakref
 from datetime import UTC, datetime
 from typing import Any
 
@@ -145,9 +147,29 @@ def feedback_time(value: str, flag: str = "--feedback-since") -> float:
 
 
 def _graph_digest(graph: DependencyGraph) -> tuple[str, dict[str, Any]]:
+    """``(sha256 hex of the graph's canonical JSON, that JSON)``, computed afresh."""
     obj = graph.to_json()
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest(), obj
+
+
+_DIGESTS: weakref.WeakKeyDictionary[DependencyGraph, str] = weakref.WeakKeyDictionary()
+_DIGESTS_LOCK = threading.Lock()
+
+
+def _cached_digest(graph: DependencyGraph) -> tuple[str, dict[str, Any] | None]:
+    """:func:`_graph_digest` once per graph object (a served graph is never changed in place: a
+    swap serves a new object): ``(digest, JSON)`` the first time, then ``(digest, None)``.
+
+    Serialising and hashing a 200,000-node graph takes seconds, which every feedback post paid.
+    The lock makes posts racing on a new graph compute it once."""
+    with _DIGESTS_LOCK:
+        digest = _DIGESTS.get(graph)
+        if digest is not None:
+            return digest, None
+        digest, obj = _graph_digest(graph)
+        _DIGESTS[graph] = digest
+        return digest, obj
 
 
 def record_feedback(
@@ -194,7 +216,7 @@ def record_feedback(
         alerts = [alert_dict(r) for r in db.incident_alerts(conn, incident_id, MAX_ALERTS)]
     if not alerts:
         raise DataError(f"incident {incident_id} has no alerts to learn from")
-    digest, graph_json = _graph_digest(graph)
+    digest, graph_json = _cached_digest(graph)
     now = time.time()
     row = {
         "incident_id": incident_id,
@@ -219,7 +241,11 @@ def record_feedback(
             # the check and this insert; its row is the same graph, and the feedback must not fail
             conn.execute(
                 _insert(db)(feedback_graphs)
-                .values(digest=digest, name=graph.name, graph=graph_json)
+                .values(
+                    digest=digest,
+                    name=graph.name,
+                    graph=graph_json if graph_json is not None else graph.to_json(),
+                )
                 .on_conflict_do_nothing(index_elements=["digest"])
             )
         row["id"] = int(

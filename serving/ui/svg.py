@@ -18,6 +18,7 @@ from html import escape
 from itertools import accumulate
 
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.serving.graphstore import barrier_nodes
 
 KIND_COLOURS = {
     "service": "#2563eb",
@@ -36,6 +37,8 @@ _GAP_X = 64
 _GAP_Y = 40
 _PAD = 12
 _MAX_LABEL = 40
+_CUT_NOTE_H = 24  # px under a cut tree for its note
+_Adjacency = dict[str, list[tuple[str, str]]]
 MIN_FONT_PX = 10.0
 """The smallest text a drawing may show on screen, in CSS px (the operators' guide promises it)."""
 SMALL_FONT_PX = 11.0
@@ -232,23 +235,92 @@ def path_svg(
     return "".join(out)
 
 
-_ADJ: weakref.WeakKeyDictionary[DependencyGraph, dict[str, list[tuple[str, str]]]] = (
+MAX_TREE_NODES = 50_000
+"""The most nodes :func:`propagation_tree` visits from a cause (tens of milliseconds): past them
+the walk stops and the drawing says it was cut. On a 200,000-node graph a walk from a node every
+service depends on (a global DNS) would otherwise cover most of the graph on every view of the
+incident page."""
+
+
+class TreeDepths(dict[str, int]):
+    """What :func:`propagation_tree` returns first: node id -> hops from the cause.
+
+    Attributes:
+        cut: the walk stopped at its node limit (:data:`MAX_TREE_NODES`, or the caller's
+            ``max_nodes``) before it had reached every alerting node it could: ones farther from
+            the cause may be missing (:func:`tree_svg` says so under the drawing).
+        visited: how many nodes the walk visited (reached), the cause included.
+    """
+
+    cut: bool = False
+    visited: int = 0
+
+
+_ADJ: weakref.WeakKeyDictionary[DependencyGraph, tuple[_Adjacency, frozenset[str]]] = (
     weakref.WeakKeyDictionary()
 )
 _ADJ_LOCK = threading.Lock()
 
 
-def _adjacency(graph: DependencyGraph) -> dict[str, list[tuple[str, str]]]:
-    """Undirected adjacency ``node -> [(neighbour, edge kind)]``, built once per graph object."""
+def _adjacency(graph: DependencyGraph) -> tuple[_Adjacency, frozenset[str]]:
+    """Undirected adjacency ``node -> [(neighbour, edge kind)]``, each list sorted by neighbour id
+    (stable: edges between one pair keep the graph's order), and the ids of the nodes a walk does
+    not cross (:func:`~fleetmind.serving.graphstore.barrier_nodes`, incident grouping's rule:
+    ``cluster`` nodes and Services that ``runs_on`` several hosts); built once per graph object."""
     with _ADJ_LOCK:
-        adj = _ADJ.get(graph)
-        if adj is None:
-            adj = {}
+        hit = _ADJ.get(graph)
+        if hit is None:
+            adj: _Adjacency = {}
             for e in graph.edges:
                 adj.setdefault(e.src, []).append((e.dst, e.kind))
                 adj.setdefault(e.dst, []).append((e.src, e.kind))
-            _ADJ[graph] = adj
-        return adj
+            for nbrs in adj.values():
+                nbrs.sort(key=lambda t: t[0])
+            barriers = frozenset(graph.nodes[i].id for i in barrier_nodes(graph))
+            hit = _ADJ[graph] = (adj, barriers)
+        return hit
+
+
+def _walk(
+    graph: DependencyGraph,
+    cause: str,
+    path: Sequence[str],
+    wanted: set[str],
+    max_depth: int,
+    max_nodes: int,
+) -> tuple[TreeDepths, dict[str, tuple[str, str]]]:
+    """Breadth-first from ``cause`` (see :func:`propagation_tree`): ``(depth, parent)``, parent
+    being ``(node, edge kind)``. It stops once every node of ``wanted`` is reached (farther nodes
+    change nothing the tree keeps) or at ``max_nodes`` nodes (then ``depth.cut``)."""
+    adj, barriers = _adjacency(graph)
+    on_path = set(zip(path, path[1:], strict=False))
+    from_path = {a for a, _ in on_path}
+    depth = TreeDepths({cause: 0})
+    parent: dict[str, tuple[str, str]] = {}
+    left = wanted - {cause}
+    frontier = [cause]
+    while frontier and left and depth[frontier[0]] < max_depth:
+        nxt: list[str] = []
+        for u in frontier:
+            if u in barriers and u != cause:
+                continue
+            nbrs = adj.get(u, [])
+            if u in from_path:  # the ranker's edges first, then by neighbour id
+                nbrs = sorted(nbrs, key=lambda t: (u, t[0]) not in on_path)
+            for v, kind in nbrs:
+                if v in depth:
+                    continue
+                if len(depth) >= max_nodes:
+                    depth.cut, depth.visited = True, len(depth)
+                    return depth, parent
+                depth[v] = depth[u] + 1
+                parent[v] = (u, kind)
+                nxt.append(v)
+                left.discard(v)
+                if not left:
+                    return depth, parent
+        frontier = nxt
+    return depth, parent
 
 
 def propagation_tree(
@@ -258,36 +330,27 @@ def propagation_tree(
     path: Sequence[str] = (),
     max_depth: int = 4,
     max_targets: int = 12,
-) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
+    max_nodes: int = MAX_TREE_NODES,
+) -> tuple[TreeDepths, list[tuple[str, str, str]]]:
     """How a fault at ``cause`` reaches the incident's alerting nodes: a shortest-path tree.
 
-    Breadth-first from ``cause`` over the graph's edges in both directions (``cluster`` nodes are
-    not crossed, as in grouping), up to ``max_depth`` hops; the tree keeps the nodes on the paths to
-    the first ``max_targets`` alerting nodes reached, and the ranker's own ``path`` (its edges are
+    Breadth-first from ``cause`` over the graph's edges in both directions, up to ``max_depth``
+    hops; nodes incident grouping does not cross are reached but not crossed (``cluster`` nodes,
+    and Services that ``runs_on`` several hosts, such as the kubelet's: see
+    :func:`~fleetmind.serving.graphstore.barrier_nodes`). The walk visits at most ``max_nodes``
+    nodes (then the returned depths' ``cut`` is set). The tree keeps the nodes on the paths to the
+    first ``max_targets`` alerting nodes reached, and the ranker's own ``path`` (its edges are
     preferred when several shortest paths exist).
 
     Returns:
-        ``(depth, edges)``: node id -> hops from ``cause``, and ``(parent, child, edge kind)``.
+        ``(depth, edges)``: node id -> hops from ``cause`` (a :class:`TreeDepths`), and
+        ``(parent, child, edge kind)``.
     """
     if cause not in graph.index:
-        return {}, []
-    adj = _adjacency(graph)
-    on_path = set(zip(path, path[1:], strict=False))
-    depth = {cause: 0}
-    parent: dict[str, tuple[str, str]] = {}
-    frontier = [cause]
-    while frontier and depth[frontier[0]] < max_depth:
-        nxt: list[str] = []
-        for u in frontier:
-            if graph.node(u).kind == "cluster" and u != cause:
-                continue
-            nbrs = sorted(adj.get(u, []), key=lambda t: ((u, t[0]) not in on_path, t[0]))
-            for v, kind in nbrs:
-                if v not in depth:
-                    depth[v] = depth[u] + 1
-                    parent[v] = (u, kind)
-                    nxt.append(v)
-        frontier = nxt
+        return TreeDepths(), []
+    whole_path = all(n in graph.index for n in path)
+    wanted = {n for n in alerting if n in graph.index} | (set(path) if whole_path else set())
+    depth, parent = _walk(graph, cause, path, wanted, max_depth, max_nodes)
     targets = sorted(
         (n for n in alerting if n in depth and n != cause), key=lambda n: (depth[n], n)
     )
@@ -302,7 +365,9 @@ def propagation_tree(
             n = parent[n][0]
             keep.add(n)
     edges = [(parent[n][0], n, parent[n][1]) for n in sorted(keep) if n != cause and n in parent]
-    return {n: depth[n] for n in keep}, edges
+    kept = TreeDepths({n: depth[n] for n in keep})
+    kept.cut, kept.visited = depth.cut, len(depth)
+    return kept, edges
 
 
 def tree_svg(
@@ -316,7 +381,8 @@ def tree_svg(
     """A layered drawing of :func:`propagation_tree`: one column per hop, the cause on the left.
 
     Rows in a column follow their parents' rows (fewer crossings); the edges of ``highlight`` (the
-    ranker's path) are drawn bold; alerting nodes get a red outline and dot.
+    ranker's path) are drawn bold; alerting nodes get a red outline and dot. A walk that was cut
+    (``depth.cut``, see :class:`TreeDepths`) gets a line under the drawing saying so.
     """
     if not depth:
         return ""
@@ -351,6 +417,14 @@ def tree_svg(
             w = widths[n]
             pos[n] = (xs[li] + (col_w[li] - w) / 2, top + i * row_h, w)
     width = xs[-1] + col_w[-1] + _PAD
+    note = ""
+    if isinstance(depth, TreeDepths) and depth.cut:
+        note = (
+            f"Cut: the walk stopped after {depth.visited:,} nodes; alerting nodes farther "
+            "from the cause may be missing"
+        )
+        width = max(width, 2 * _PAD + text_width(note, SMALL_FONT_PX))
+        height += _CUT_NOTE_H
     bold = set(zip(highlight, highlight[1:], strict=False))
     out = [
         _svg_open(width, height, title or isolate(root)),
@@ -375,6 +449,11 @@ def tree_svg(
         )
     for n, (x, y, w) in pos.items():
         out.append(_box(n, kinds.get(n, "?"), x, y, w, n == root, n in alerting))
+    if note:
+        out.append(
+            f'<text class="cut" x="{_PAD}" y="{height - _PAD:.1f}" font-size="{SMALL_FONT_PX:g}" '
+            f'fill="#64748b">{escape(note)}</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
