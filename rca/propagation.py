@@ -84,13 +84,14 @@ def _float(x: Any) -> float | None:
 def _parse_time(s: Any) -> float:
     """Unix seconds from an RFC 3339 string (:func:`fleetmind.rca.features.times.parse_time`) or
     a number of unix seconds (the service passes them, up to the year 9999: a dataset's
-    millisecond values are refused when it is read); 0.0 when absent or not finite.
+    millisecond values are refused when it is read); 0.0 when absent, not finite or before 1970.
 
     Raises:
         DataError: a string that is no timestamp (see ``parse_time``).
     """
     if isinstance(s, int | float) and not isinstance(s, bool):
-        return float(s) if math.isfinite(s) else 0.0
+        # before 1970 is no time, as for a string (parse_time)
+        return float(s) if math.isfinite(s) and s >= 0 else 0.0
     t = parse_time(s)
     return 0.0 if t is None else t
 

@@ -163,7 +163,8 @@ class GraphRefresher:
             self._loaded_sha256 = version.sha256
             self._settle(version.stamp, None)
         else:  # rewritten while it was loaded: which bytes it holds is unknown; look again
-            self._loaded_sha256 = None
+            # (bytes that lost to an upload stay seen: the same bytes written again keep it)
+            self._loaded_sha256 = version.sha256 if swapped is None else None
             self._settle(None, None)
         if swapped is None:  # this content counts as seen: the same bytes again keep the upload
             log.info(

@@ -86,6 +86,35 @@ def test_an_upload_during_the_file_load_stays_served(
     assert store.graph.name == "cronjob-next" and store.view.describe()["version"] == 3
 
 
+def test_the_same_bytes_written_again_during_the_load_keep_the_upload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is rewritten with the same bytes (a CronJob's temp file and rename) while the
+    load that lost to an upload runs: those bytes stay seen, so the next check keeps the upload
+    (it reloaded them and replaced the upload)."""
+    import os
+
+    path, store, refresher = _setup(tmp_path)
+    _write(path, "cronjob", hosts=2)
+    started, release = _slow_load(monkeypatch)
+    result: list[bool] = []
+    worker = threading.Thread(target=lambda: result.append(refresher.check()))
+    worker.start()
+    assert started.wait(30)
+    upload = build_example_graph(clusters=1, hosts=3, name="uploaded")
+    store.replace(upload, source=API_SOURCE)
+    again = tmp_path / "graph.json.tmp"
+    again.write_bytes(path.read_bytes())
+    os.replace(again, path)  # the same bytes, another file: its stat changed
+    release.set()
+    worker.join(30)
+    assert result == [False]
+    monkeypatch.undo()
+    assert refresher.check() is False and store.graph is upload
+    _write(path, "cronjob-next", hosts=4)  # new content still replaces it
+    assert refresher.check() is True and store.graph.name == "cronjob-next"
+
+
 def test_without_an_upload_the_changed_file_is_swapped_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -120,10 +120,27 @@ def test_the_rankers_take_the_services_seconds_up_to_the_year_9999() -> None:
         b = analyzer.find_root_causes(g, secs).causes
         assert [c.node for c in a] == [c.node for c in b], analyzer.name
     assert alert_item(0, secs[0], PropagationConfig()).start == late
-    # a number that is no time reads as none, as before: not finite, or before 1970
-    for none in (math.nan, math.inf):
+    # a number that is no time reads as none, as a string before 1970 does: not finite, or
+    # before 1970
+    for none in (math.nan, math.inf, -5, -5.0):
         secs[0]["startsAt"] = none
         assert alert_item(0, secs[0], PropagationConfig()).start == 0.0
+    iso[0]["startsAt"] = "1969-12-31T23:59:55Z"
+    assert alert_item(0, iso[0], PropagationConfig()).start == 0.0
+
+
+def test_the_gat_time_features_read_integer_seconds_as_float_seconds() -> None:
+    """The GAT's own time features took a float as seconds unchecked but sent an int through the
+    dataset check: 253339228800 (the year 9998) was refused, 253339228800.0 ranked. Both are
+    seconds now (MLflow's pyfunc passes JSON numbers as they come)."""
+    from fleetmind.rca.features.times import _alert_times
+
+    late = datetime(9998, 12, 31, tzinfo=UTC).timestamp()
+    for start in (int(late), int(T0)):
+        a = {"status": "firing", "startsAt": start, "endsAt": start + 60}
+        b = {"status": "firing", "startsAt": float(start), "endsAt": float(start + 60)}
+        assert _alert_times(a) == _alert_times(b)
+        assert _alert_times(a)[0] == float(start)
 
 
 def test_a_missing_start_is_still_no_time() -> None:

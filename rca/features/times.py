@@ -20,13 +20,17 @@ _NAN = float("nan")
 
 def _alert_times(a: Mapping[str, Any]) -> tuple[float, float, float]:
     """``(start, end, is_firing)`` of one alert for the time features: unix seconds (``startsAt`` /
-    ``endsAt`` as RFC 3339 strings or floats), NaN when absent; the end is NaN too for a firing
+    ``endsAt`` as RFC 3339 strings or numbers of seconds), NaN when absent; the end is NaN too for a firing
     alert whose ``endsAt`` is not after its start (Alertmanager's "no end yet")."""
     s = a.get("startsAt")
-    if s is not None and s.__class__ is not float:
+    if s.__class__ is int:  # unix seconds, as a float (bool is no int here: its class is bool)
+        s = float(s)
+    elif s is not None and s.__class__ is not float:
         s = parse_time(s)
     e = a.get("endsAt")
-    if e is not None and e.__class__ is not float:
+    if e.__class__ is int:
+        e = float(e)
+    elif e is not None and e.__class__ is not float:
         e = parse_time(e)
     status = a.get("status", "firing")
     is_firing = status == "firing" or (status != "resolved" and str(status).lower() != "resolved")
