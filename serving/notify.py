@@ -87,7 +87,9 @@ OUTBOX = "resolutions"
 """Key of a ``notifications`` row's ``delivery`` JSON: the row's resolutions (and withdrawals of
 earlier causes) not yet delivered everywhere, oldest first, each ``{"alert": <the Alertmanager
 item with endsAt>, "alertmanager": [the /api/v2/alerts URLs that have not taken it], "webhook":
-<the chat message, or null when none is due>, "due_ts": <when it was due, Unix s>}``."""
+<the chat message, or null when none is due>, "due_ts": <when it was due, Unix s>}``, and
+``"refused_by"``: the URLs that refused it on its own (:meth:`Notifier._am_outcome`), once one
+did."""
 OUTBOX_MAX = 100
 """Most undelivered resolutions kept per incident (the oldest is dropped, with an error logged)."""
 SEVERITY_WAS = "severity_was"
@@ -130,9 +132,10 @@ order, for the next poll, so a chat that answers slowly (each post just within
 :data:`POST_TIMEOUT_S`) holds back the next Alertmanager re-sends by this plus one post at most."""
 REFUSAL_BUDGET_S = 5.0
 """Time (s) a poll spends on the posts one Alertmanager refuses for their alerts (400, 413, 422...:
-each refused first post or resolution, each alert of a refused batch posted alone): once spent, that
-Alertmanager's remaining posts of the poll wait for the next (:data:`DEFERRED`), so a peer that
-refuses every alert, each slowly, holds back the other peer's re-sends by this plus three posts at
+each refused first post or resolution, and each alert of a refused batch posted alone, whether
+taken or refused): once spent, that Alertmanager's remaining posts of the poll wait for the next
+(:data:`DEFERRED`), so a peer that refuses every alert, or takes them only alone, each slowly,
+holds back the other peer's re-sends by this plus three posts at
 most: the one that overran it, and when that was a refused batch, its first alert alone and the
 firing alert of that incident (a firing alert is one post). A refused batch is
 taken apart by incident, each alert posted alone, in order: once the budget is spent, the
@@ -141,7 +144,8 @@ and only its firing alert, the last, still goes, so that a resolution taken neve
 firing alert with its labels behind (it would end the live alert there until the next re-send);
 the first incident's first alert always goes, so that a slowly refused batch still gets taken
 apart; an incident whose turn comes after the budget is spent waits whole. The messages refused
-are held or dropped as before; those not tried are kept."""
+are held or dropped as before (one refused on its own is tried after the others owed:
+:meth:`Notifier._am_outcome`); those not tried are kept."""
 DEFERRED = "deferred: it refused other alerts this poll"
 """Outcome of an Alertmanager post not tried because :data:`REFUSAL_BUDGET_S` was spent (not
 final: the message is tried at the next poll, or at the next re-send when it is a firing alert
@@ -682,6 +686,7 @@ class Notifier:
         # one message a working Alertmanager refused (a final 4xx): (incident, URL) -> (not tried
         # again before this clock time, the outcome)
         self._refused: dict[tuple[int, str], tuple[float, str]] = {}
+        self._held_now: set[tuple[int, str]] = set()  # (incident, URL) held so in this poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
@@ -746,7 +751,7 @@ class Notifier:
         ``notifications`` row only when something is due about it.
         """
         now = self.clock()
-        self._down_now, self._refusing_s = set(), {}
+        self._down_now, self._refusing_s, self._held_now = set(), {}, set()
         marks = self._open_marks()
         sweep = not 0 <= now - self._swept_ts < self.settings.notify_resend_s
         if sweep:  # (a change the marks miss, e.g. a row edited by hand, waits this long at most)
@@ -1142,7 +1147,9 @@ class Notifier:
     ) -> tuple[bool, dict[str, list[int]]]:
         """``(due, plan)``: whether ``row``'s firing alert is due (its first post or its re-send),
         and what each Alertmanager URL gets of it: indices into ``outbox``, then -1 (the firing
-        alert, due) or -2 (the firing alert, not due, after the resolutions owed)."""
+        alert, due) or -2 (the firing alert, not due, after the resolutions owed). A resolution
+        that URL refused on its own comes after the others owed, so that they are tried first
+        (with the refusal budget spent, only an entry's first resolution is posted alone)."""
         for e in outbox:  # an instance no longer configured cannot take it any more
             e["alertmanager"] = [u for u in e["alertmanager"] if u in self.am_urls]
         firing = row["state"] == "firing"
@@ -1155,6 +1162,7 @@ class Notifier:
         plan = {}
         for url in self.am_urls:
             owed = [i for i, e in enumerate(outbox) if url in e["alertmanager"]]
+            owed.sort(key=lambda i: url in outbox[i].get("refused_by", ()))  # (stable)
             items = owed + [-1 if due else -2] * (due or (firing and bool(owed)))
             if items:
                 plan[url] = items
@@ -1170,7 +1178,13 @@ class Notifier:
     ) -> int:
         """Take into ``row`` and ``outbox`` what each Alertmanager did with its ``plan``
         (:meth:`_am_plan`): ``results``, URL -> ``(delivered, outcome)`` of each item; returns
-        how many of the row's messages some instance took."""
+        how many of the row's messages some instance took.
+
+        A resolution an instance refuses on its own is dropped when that instance takes another
+        alert of the incident in the same poll, or later while the resolution waits
+        (:data:`DEFERRED`); until then it is kept, marked (``refused_by``) and tried after the
+        others, so that an instance that refuses every alert loses none before
+        ``FLEETMIND_NOTIFY_GIVE_UP_S``."""
         inc_id, (due, urls) = row["incident_id"], plan
         taken: set[int] = set()  # indices into outbox; -1, -2: the firing alert (see _am_plan)
         last = ""  # the firing alert's outcome: a taker's, else the last failure's
@@ -1182,15 +1196,27 @@ class Notifier:
                     taken.add(i)
                     if i >= 0:
                         outbox[i]["alertmanager"].remove(url)
-                elif i >= 0 and some_took and refuses_alerts(outcome):  # refused on its own
+                elif (
+                    i >= 0
+                    and some_took
+                    and (
+                        refuses_alerts(outcome)  # refused on its own
+                        or (outcome == DEFERRED and url in outbox[i].get("refused_by", ()))
+                    )
+                ):
                     outbox[i]["alertmanager"].remove(url)
+                    earlier = " at an earlier poll" if outcome == DEFERRED else f": {outcome}"
                     self._give_up(
                         "alertmanager",
                         inc_id,
-                        f"{_receiver('alertmanager', url)} refused it: {outcome}",
+                        f"{_receiver('alertmanager', url)} refused it{earlier}",
                     )
                 else:
                     still_refused = True
+                    marks = outbox[i].get("refused_by", []) if i >= 0 else [url]
+                    tried = (inc_id, url) not in self._held_now
+                    if tried and refuses_alerts(outcome) and url not in marks:  # (a new list)
+                        outbox[i]["refused_by"] = [*marks, url]
             if some_took and not still_refused:  # the one it refused was dropped: no hold
                 self._refused.pop((inc_id, url), None)
             if due and (res[-1][0] or -1 not in taken):
@@ -1230,6 +1256,7 @@ class Notifier:
         for k, (inc_id, body, resend) in enumerate(entries):
             why = self._refusal(inc_id, url)
             if why is not None:
+                self._held_now.add((inc_id, url))  # (not refused again: not tried)
                 out[k] = [(False, why)] * len(body)
             elif not resend:  # a first post or a resolution: its own post, as it comes
                 self._post_chunk(url, [entries[k]], [out[k]])
@@ -1255,7 +1282,8 @@ class Notifier:
         posted, so that a resolution is never taken while the firing alert with its labels that
         follows it waits (an HA peer would end the live alert until the next re-send), and an
         entry of up to :data:`OUTBOX_MAX` resolutions costs the budget and three posts at most,
-        not one post per alert. The first entry's first alert goes whatever the budget
+        not one post per alert: each post alone counts against the budget (:meth:`_post`),
+        taken or refused. The first entry's first alert goes whatever the budget
         (progress); an entry whose turn comes with the budget spent is deferred whole."""
         ids = {inc_id for inc_id, _, _ in entries}
         body = [a for _, alerts, _ in entries for a in alerts]
@@ -1338,7 +1366,8 @@ class Notifier:
         this incident's message less than ``FLEETMIND_NOTIFY_RESEND_S`` ago (:meth:`_refusal`).
         Not tried either, and ``(False, DEFERRED)``, when an Alertmanager already refused posts
         for :data:`REFUSAL_BUDGET_S` of this poll (unless ``budget`` is false: the alerts of a
-        refused batch posted alone, whose budget :meth:`_post_chunk` checks itself).
+        refused batch posted alone, whose budget :meth:`_post_chunk` checks itself, and whose
+        time counts against it whether the alert is taken or refused).
         A failure that may pass (connection error,
         timeout, 408/425/429/5xx), or an Alertmanager's answer that the receiver is wrong
         (:data:`RECEIVER_STATUS`: its URL, credentials or proxy, which no message changes), puts
@@ -1364,7 +1393,7 @@ class Notifier:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
         refused = not ok and (refuses_alerts(outcome) if am else is_final(outcome))
-        if refused and am:
+        if am and (refused or not budget):  # (taking a refused batch apart: every post counts)
             self._refusing_s[url] = self._refusing_s.get(url, 0.0) + time.monotonic() - started
         if (ok or refused) and self._down.pop(url, None) is not None:
             log.info("%s answers again", name)

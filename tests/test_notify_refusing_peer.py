@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -29,6 +30,7 @@ from test_notify_failing_receivers import (
     ALERTS2,
     AM,
     AM2,
+    Clock,
     Receivers,
     Validating,
     am_state,
@@ -479,3 +481,155 @@ def test_a_redirect_target_keeps_its_percent_encoding_in_the_log(
     [line] = [r.getMessage() for r in caplog.records if "answered 302" in r.getMessage()]
     assert f"redirects to {target}," in line
     assert not any(ch in line for ch in "\n\r\x1b\x85\x9b") and "S3SS10N" not in line
+
+
+def _owe_three_resolutions(
+    db: Database,  # noqa: F811
+    **kw: object,
+) -> tuple[Notifier, Receivers, Clock, int]:
+    """A closed incident whose second peer was down through A -> B -> C -> closed: it owes that
+    peer the three resolutions (A's, B's, C's), no firing alert after them."""
+    n, rec, clock = make(db, Validating, notify_alertmanager_url=f"{AM},{AM2}", **kw)
+    [inc] = open_incidents(db, 1, node="c0/host/h1")
+    settle(n, clock)
+    rec.down[ALERTS2] = 503
+    for node in ["c0/host/h3", "c0/host/h4"]:
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
+        clock.t += 1
+        n.poll()
+        clock.t += 31
+        n.poll()
+    close(db, inc)
+    clock.t += 1
+    n.poll()
+    return n, rec, clock, inc
+
+
+def _owed(database: Database) -> list[tuple[str, list[str]]]:
+    """The resolutions still owed: ``(cause_node, the URLs that have not taken it)``."""
+    with database.read() as conn:
+        delivery = conn.execute(select(notifications)).one()._mapping["delivery"] or {}
+    return [
+        (e["alert"]["labels"]["cause_node"], e["alertmanager"]) for e in delivery.get(OUTBOX, [])
+    ]
+
+
+def test_a_closed_incidents_first_resolution_refused_alone_does_not_hold_the_others(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The second peer, back, is owed A's, B's and C's resolutions; A's is invalid there
+    (Alertmanager answers 400 to a post with an invalid alert, api/v2 ``postAlertsHandler``).
+    With the budget spent (0 here) the post is refused, A's posted alone is refused too and
+    B's and C's wait; nothing taken, A's was kept and came first again at each re-send interval:
+    B and C never went until ``FLEETMIND_NOTIFY_GIVE_UP_S`` (1 h). A resolution refused on its own
+    now comes after the others owed, and is dropped once the peer takes one of them."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
+    n, rec, clock, _ = _owe_three_resolutions(db, notify_webhook_url=None)
+    with db.write() as conn:
+        delivery = dict(conn.execute(select(notifications)).one()._mapping["delivery"])
+        assert [e["alert"]["labels"]["cause_node"] for e in delivery[OUTBOX]] == [
+            "c0/host/h1",
+            "c0/host/h3",
+            "c0/host/h4",
+        ]
+        delivery[OUTBOX][0]["alert"]["startsAt"] = "2099-01-01T00:00:00+00:00"  # invalid
+        conn.execute(notifications.update().values(delivery=delivery))
+    del rec.down[ALERTS2]
+    caplog.set_level("ERROR")
+    clock.t += 1
+    n.poll()  # refused, A's alone refused too: held for the re-send interval, nothing dropped
+    assert _owed(db) == [(node, [ALERTS2]) for node in ["c0/host/h1", "c0/host/h3", "c0/host/h4"]]
+    for _ in range(62):  # the re-send interval, then a couple of polls
+        clock.t += 1
+        n.poll()
+    took = [a["labels"]["cause_node"] for b in rec.took(ALERTS2) for a in b if "endsAt" in a]
+    assert sorted(took) == ["c0/host/h3", "c0/host/h4"]
+    assert _owed(db) == []
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 1 and "am2.test:9093 refused it" in dropped[0]
+
+
+def test_a_peer_refusing_every_alert_loses_no_resolution_before_the_give_up_time(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A second peer that answers 400 to every post (a proxy's "plain HTTP request sent to HTTPS
+    port") takes none of the three resolutions owed: each refused alone in turn is kept (only a
+    peer that takes another alert of the incident shows that one was invalid), until
+    ``FLEETMIND_NOTIFY_GIVE_UP_S`` (10 min here) drops them all."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
+    n, rec, clock, _ = _owe_three_resolutions(db, notify_webhook_url=None, notify_give_up_s=600.0)
+    rec.down[ALERTS2] = 400
+    caplog.set_level("ERROR")
+    for _ in range(500):
+        clock.t += 1
+        n.poll()
+        assert [urls for _, urls in _owed(db)] == [[ALERTS2]] * 3
+    assert rec.tried(ALERTS2) > 10  # (tried at each re-send interval, each refused in turn)
+    assert not [r for r in caplog.records if "dropped" in r.getMessage()]
+    for _ in range(120):
+        clock.t += 1
+        n.poll()
+    assert _owed(db) == []
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 3 and all("undelivered too long" in m for m in dropped)
+
+
+class SlowTooLarge(TooLarge):
+    """:class:`TooLarge`, each post to the first peer taking ``post_s`` of the fake clock (read as
+    ``time.monotonic`` too), taken or refused: a slow proxy in front of it."""
+
+    post_s = 0.4
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        if str(request.url) == ALERTS:
+            self.clock.t += self.post_s
+        return super().__call__(request)
+
+
+def test_taking_a_refused_batch_apart_counts_the_posts_taken_against_the_budget(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """40 resolutions and the firing alert owed to the first peer, whose proxy answers 413 to a
+    post of more than one alert and takes single alerts, each post taking 0.4 s. Only refused
+    posts counted against ``REFUSAL_BUDGET_S`` (1 s here): the alerts taken alone cost nothing,
+    so all 41 went in one poll (with the real 5 s budget and 4.7 s a post, over 3 minutes before
+    the other peer got anything). Every post of the take-apart now counts: at most the budget's
+    posts and three more a poll, and the peer still gets every resolution, in a few polls."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 1.0, raising=False)
+    n, rec, clock = make(
+        db, SlowTooLarge, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    monkeypatch.setattr(
+        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
+    )
+    [inc] = open_incidents(db, 1, node="c0/host/h0", score=0.9)
+    settle(n, clock)
+    rec.down[ALERTS] = 503
+    nodes = ["c0/host/h1", *[f"c0/host/h{k}" for k in range(3, 41)], "c0/host/h1"]  # A..A
+    for node in nodes:
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
+        clock.t += 1
+        n.poll()
+        clock.t += 31
+        n.poll()
+    assert len(_owed(db)) == 40
+    del rec.down[ALERTS]
+    clock.t += 61
+    polls = 0
+    while polls < 60:
+        before = len(rec.calls)
+        n.poll()
+        polls += 1
+        assert len([u for u, _, _ in rec.calls[before:] if u == ALERTS]) <= 1.0 / 0.4 + 3
+        assert firing_on(am_state(rec.took(ALERTS)), "c0/host/h1") == ["firing"]
+        if not _owed(db):
+            break
+        clock.t += 1
+    assert polls < 40
+    ended = {a["labels"]["cause_node"] for b in rec.took(ALERTS) for a in b if "endsAt" in a}
+    assert ended == {"c0/host/h0", *nodes}
