@@ -458,6 +458,17 @@ _OWN_ROW_OR_COVERED = (
 """Whether a firing delivery has a row of its own, or a resolved row covers its ``startsAt``: then
 :data:`_ONTO_EARLIER` leaves it to the upsert and :data:`_STALE_FIRING`."""
 
+_LAST_KNOWN_FIRING = case(
+    (alerts.c.received_ts > alerts.c.starts_ts, alerts.c.received_ts), else_=alerts.c.starts_ts
+)
+"""The ``endsAt`` (unix s) :meth:`Database.auto_resolve` gives a firing alert whose resolution
+never came: its latest delivery (``received_ts``), when it was last known firing, not the time of
+the auto-resolution. :data:`_COVER` reads ``[startsAt, endsAt]`` as the span the alert fired, so an
+``endsAt`` of the auto-resolution would store a new episode of the fingerprint that started in
+between (held by ``group_wait``, a backlog, a Prometheus ``for:``) and arrives after it as
+resolved, in the resolved incident, until Alertmanager re-sends it (``repeat_interval``). Never
+before ``startsAt`` (a sender clock ahead of the service's): the span is then empty."""
+
 
 class Database:
     """Engine plus the few queries the service needs.
@@ -1050,8 +1061,9 @@ class Database:
     def auto_resolve(self, quiet_before: float, now: float) -> list[int]:
         """Resolve open incidents unchanged since ``quiet_before`` (unix s) none of whose firing
         alerts was delivered since (Alertmanager re-sends firing alerts every
-        ``repeat_interval``): their firing alerts get status ``resolved`` and ``endsAt`` = ``now``;
-        returns the incident ids.
+        ``repeat_interval``): their firing alerts get status ``resolved``, ``endsAt`` = their
+        last delivery (:data:`_LAST_KNOWN_FIRING`) and ``updated_ts`` = ``now``; returns the
+        incident ids.
 
         Firing alerts in no incident (grouped already, ``pending`` false: the never-grouped
         heartbeats, inhibitor helpers and severity ``none`` alerts) not delivered since
@@ -1082,7 +1094,7 @@ class Database:
                 conn.execute(
                     update(alerts)
                     .where(alerts.c.incident_id.in_(chunk), alerts.c.status == "firing")
-                    .values(status="resolved", ends_ts=now, updated_ts=now)
+                    .values(status="resolved", ends_ts=_LAST_KNOWN_FIRING, updated_ts=now)
                 )
                 conn.execute(
                     update(incidents)
@@ -1101,7 +1113,7 @@ class Database:
     @staticmethod
     def _resolve_quiet_ungrouped(conn: Connection, quiet_before: float, now: float) -> int:
         """Resolve the firing alerts in no incident not delivered since ``quiet_before`` (unix s),
-        ``endsAt`` = ``now``; returns how many.
+        ``endsAt`` = their last delivery (:data:`_LAST_KNOWN_FIRING`); returns how many.
 
         With ``send_resolved: false`` (or a lost resolved notification) such an alert never hears
         its end: each episode of an InfoInhibitor stayed a firing row forever, listed as firing and
@@ -1121,7 +1133,7 @@ class Database:
                 c.status == "firing",
                 c.received_ts < quiet_before,
             )
-            .values(status="resolved", ends_ts=now, updated_ts=now)
+            .values(status="resolved", ends_ts=_LAST_KNOWN_FIRING, updated_ts=now)
         ).rowcount
 
     def purge(self, before: float, chunk: int = PURGE_CHUNK_ROWS) -> tuple[int, int]:

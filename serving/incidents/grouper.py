@@ -245,7 +245,10 @@ class Grouper:
 
         Args:
             status: the previous episode's incident's status.
-            closed_ts: when that incident closed, unix seconds (``None``: it is open).
+            closed_ts: when that incident closed, unix seconds (``None``: it is open), on the
+                sender's clock of ``ts`` (the service's, shifted by how far the episode's
+                ``startsAt`` is ahead of its first delivery:
+                :meth:`fleetmind.serving.incidents.store.IncidentStore.previous_episodes`).
             ts: the new episode's start, unix seconds.
         """
         return status == "resolved" and closed_ts is not None and ts <= closed_ts + self.window_s

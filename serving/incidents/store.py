@@ -236,13 +236,24 @@ class IncidentStore:
         take). An older episode's incident is never returned, even one that closed later: a new
         episode reopens its previous episode's incident or none. Reads the fingerprint's rows
         through the ``(fingerprint, starts_at)`` unique index, one query per 500 alerts.
+
+        ``closed_ts`` is on the sender's clock of the new episode, which is compared with its
+        ``startsAt``: the incident closed on the service's clock, shifted by how far that
+        ``startsAt`` is ahead of the episode's first delivery (``updated_ts``, the service's
+        clock), if it is. A sender clock ahead of the service's (by more than the window) made
+        every re-fire open a new incident; an episode that started before it was delivered
+        (``group_wait``, a Prometheus ``for:``) is not shifted.
         """
         new, prev, older = alerts.alias("new"), alerts.alias("prev"), alerts.alias("older")
+        ahead = case(  # how far the new episode's startsAt is ahead of its first delivery, s
+            (new.c.starts_ts > new.c.updated_ts, new.c.starts_ts - new.c.updated_ts), else_=0.0
+        )
         latest = (  # per new alert: the start of its fingerprint's latest earlier grouped episode
             select(
                 new.c.id.label("alert_id"),
                 new.c.fingerprint,
                 new.c.starts_ts,
+                ahead.label("ahead_s"),
                 func.max(older.c.starts_ts).label("prev_ts"),
             )
             .select_from(
@@ -256,12 +267,12 @@ class IncidentStore:
                 )
             )
             .where(new.c.id.in_(bindparam("ids", expanding=True)))
-            .group_by(new.c.id, new.c.fingerprint, new.c.starts_ts)
+            .group_by(new.c.id, new.c.fingerprint, new.c.starts_ts, new.c.updated_ts)
             .subquery("latest")
         )
         q = (
             select(latest.c.alert_id, prev.c.id, incidents.c.id, incidents.c.status)
-            .add_columns(incidents.c.closed_ts)
+            .add_columns(incidents.c.closed_ts + latest.c.ahead_s)
             .select_from(
                 latest.join(
                     prev,
@@ -274,7 +285,8 @@ class IncidentStore:
             .where(
                 or_(
                     incidents.c.closed_ts.is_(None),
-                    incidents.c.closed_ts >= latest.c.starts_ts - float(window_s),
+                    incidents.c.closed_ts + latest.c.ahead_s
+                    >= latest.c.starts_ts - float(window_s),
                 )
             )
         )

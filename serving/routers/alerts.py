@@ -31,7 +31,7 @@ from fleetmind.serving.validation import MAX_ERRORS, json_safe_error, safe_text
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 log = logging.getLogger("fleetmind.serving")
 
-_UNSET_YEAR = 1  # Alertmanager sends 0001-01-01T00:00:00Z for an unknown endsAt
+_UNSET_YEAR = 1  # Alertmanager sends 0001-01-01T00:00:00Z for an unknown endsAt (or startsAt)
 
 
 def fingerprint_of(labels: dict[str, str]) -> str:
@@ -54,10 +54,12 @@ def fingerprint_of(labels: dict[str, str]) -> str:
 def alert_row(a: AlertIn, now: float) -> dict[str, Any]:
     """The database row of one inbound alert."""
     ends = a.endsAt if a.endsAt is not None and a.endsAt.year > _UNSET_YEAR else None
+    # a zero startsAt is unset too, as Alertmanager's API takes it (``StartsAt.IsZero()``: now)
+    starts = a.startsAt if a.startsAt is not None and a.startsAt.year > _UNSET_YEAR else None
     return {
         "fingerprint": a.fingerprint or fingerprint_of(a.labels),
-        "starts_at": a.startsAt.isoformat() if a.startsAt is not None else NO_START,
-        "starts_ts": a.startsAt.timestamp() if a.startsAt is not None else now,
+        "starts_at": starts.isoformat() if starts is not None else NO_START,
+        "starts_ts": starts.timestamp() if starts is not None else now,
         "ends_ts": ends.timestamp() if ends is not None else None,
         "status": a.status,
         "alertname": a.labels.get("alertname"),
