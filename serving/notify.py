@@ -132,10 +132,10 @@ order, for the next poll, so a chat that answers slowly (each post just within
 :data:`POST_TIMEOUT_S`) holds back the next Alertmanager re-sends by this plus one post at most."""
 REFUSAL_BUDGET_S = 5.0
 """Time (s) a poll spends on the posts one Alertmanager refuses for their alerts (400, 413, 422...:
-each refused first post or resolution, and each alert of a refused batch posted alone, whether
-taken or refused): once spent, that Alertmanager's remaining posts of the poll wait for the next
-(:data:`DEFERRED`), so a peer that refuses every alert, or takes them only alone, each slowly,
-holds back the other peer's re-sends by this plus three posts at
+each refused first post or resolution, each alert of a refused batch posted alone that is
+refused, and each resolution posted so, taken too): once spent, that Alertmanager's remaining posts of the poll wait for the next
+(:data:`DEFERRED`), so a peer that refuses every alert, or takes resolutions only alone, each
+slowly, holds back the other peer's re-sends by this plus three posts at
 most: the one that overran it, and when that was a refused batch, its first alert alone and the
 firing alert of that incident (a firing alert is one post). A refused batch is
 taken apart by incident, each alert posted alone, in order: once the budget is spent, the
@@ -1181,10 +1181,10 @@ class Notifier:
         how many of the row's messages some instance took.
 
         A resolution an instance refuses on its own is dropped when that instance takes another
-        alert of the incident in the same poll, or later while the resolution waits
-        (:data:`DEFERRED`); until then it is kept, marked (``refused_by``) and tried after the
-        others, so that an instance that refuses every alert loses none before
-        ``FLEETMIND_NOTIFY_GIVE_UP_S``."""
+        alert of the incident in the same post; else it is kept, marked (``refused_by``) and
+        tried after the others owed (so that it does not hold them back), and an instance that
+        refuses every alert loses none before ``FLEETMIND_NOTIFY_GIVE_UP_S`` (an instance that
+        refused everything for a while marked valid ones too: a mark alone drops nothing)."""
         inc_id, (due, urls) = row["incident_id"], plan
         taken: set[int] = set()  # indices into outbox; -1, -2: the firing alert (see _am_plan)
         last = ""  # the firing alert's outcome: a taker's, else the last failure's
@@ -1196,20 +1196,14 @@ class Notifier:
                     taken.add(i)
                     if i >= 0:
                         outbox[i]["alertmanager"].remove(url)
-                elif (
-                    i >= 0
-                    and some_took
-                    and (
-                        refuses_alerts(outcome)  # refused on its own
-                        or (outcome == DEFERRED and url in outbox[i].get("refused_by", ()))
-                    )
-                ):
+                elif i >= 0 and some_took and refuses_alerts(outcome):  # refused on its own
+                    # (a mark alone drops nothing: an instance that refused every alert for a
+                    # while marked valid ones too; marked ones are tried after the others)
                     outbox[i]["alertmanager"].remove(url)
-                    earlier = " at an earlier poll" if outcome == DEFERRED else f": {outcome}"
                     self._give_up(
                         "alertmanager",
                         inc_id,
-                        f"{_receiver('alertmanager', url)} refused it{earlier}",
+                        f"{_receiver('alertmanager', url)} refused it: {outcome}",
                     )
                 else:
                     still_refused = True
@@ -1282,8 +1276,9 @@ class Notifier:
         posted, so that a resolution is never taken while the firing alert with its labels that
         follows it waits (an HA peer would end the live alert until the next re-send), and an
         entry of up to :data:`OUTBOX_MAX` resolutions costs the budget and three posts at most,
-        not one post per alert: each post alone counts against the budget (:meth:`_post`),
-        taken or refused. The first entry's first alert goes whatever the budget
+        not one post per alert: each resolution posted alone counts against the budget
+        (:meth:`_post`), taken or refused; a firing alert taken costs nothing (a re-send batch to
+        an instance with a body limit goes whole, a post an alert). The first entry's first alert goes whatever the budget
         (progress); an entry whose turn comes with the budget spent is deferred whole."""
         ids = {inc_id for inc_id, _, _ in entries}
         body = [a for _, alerts, _ in entries for a in alerts]
@@ -1367,7 +1362,7 @@ class Notifier:
         Not tried either, and ``(False, DEFERRED)``, when an Alertmanager already refused posts
         for :data:`REFUSAL_BUDGET_S` of this poll (unless ``budget`` is false: the alerts of a
         refused batch posted alone, whose budget :meth:`_post_chunk` checks itself, and whose
-        time counts against it whether the alert is taken or refused).
+        time counts against it when refused, or when a resolution, taken or refused).
         A failure that may pass (connection error,
         timeout, 408/425/429/5xx), or an Alertmanager's answer that the receiver is wrong
         (:data:`RECEIVER_STATUS`: its URL, credentials or proxy, which no message changes), puts
@@ -1393,7 +1388,11 @@ class Notifier:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
         refused = not ok and (refuses_alerts(outcome) if am else is_final(outcome))
-        if am and (refused or not budget):  # (taking a refused batch apart: every post counts)
+        # taking a refused batch apart, the resolutions posted alone count taken or refused (an
+        # incident may owe up to OUTBOX_MAX); firing alerts taken cost nothing (a re-send batch
+        # to an instance with a body limit goes whole, one alert a post, in every poll)
+        resolution = not budget and any("endsAt" in a for a in body if isinstance(a, dict))
+        if am and (refused or resolution):
             self._refusing_s[url] = self._refusing_s.get(url, 0.0) + time.monotonic() - started
         if (ok or refused) and self._down.pop(url, None) is not None:
             log.info("%s answers again", name)

@@ -132,6 +132,12 @@ def test_a_zero_starts_at_is_unset(manager: IncidentManager, clock: Clock) -> No
     deliver(manager, clock, T, zero)
     (inc,) = manager.db.list_incidents("open")
     assert inc["first_alert_ts"] == pytest.approx(T, abs=1e-3)
+    # with an endsAt, Alertmanager's API starts it there (api/v2 postAlertsHandler), so it never
+    # ends before it starts
+    ended = {**zero, "status": "resolved", "endsAt": iso(T - 3600), "fingerprint": "nr2"}
+    row = alert_row(AlertIn.model_validate(ended), T)
+    assert row["starts_at"] == NO_START and row["starts_ts"] == pytest.approx(T - 3600, abs=1e-3)
+    assert row["ends_ts"] >= row["starts_ts"]
 
 
 @pytest.mark.parametrize("ahead_s", [0.0, 660.0])

@@ -524,7 +524,8 @@ def test_a_closed_incidents_first_resolution_refused_alone_does_not_hold_the_oth
     With the budget spent (0 here) the post is refused, A's posted alone is refused too and
     B's and C's wait; nothing taken, A's was kept and came first again at each re-send interval:
     B and C never went until ``FLEETMIND_NOTIFY_GIVE_UP_S`` (1 h). A resolution refused on its own
-    now comes after the others owed, and is dropped once the peer takes one of them."""
+    now comes after the others owed, so they go; it stays owed (nothing shows it invalid rather
+    than the peer refusing everything) until the give-up time."""
     monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 0.0, raising=False)
     n, rec, clock, _ = _owe_three_resolutions(db, notify_webhook_url=None)
     with db.write() as conn:
@@ -546,9 +547,8 @@ def test_a_closed_incidents_first_resolution_refused_alone_does_not_hold_the_oth
         n.poll()
     took = [a["labels"]["cause_node"] for b in rec.took(ALERTS2) for a in b if "endsAt" in a]
     assert sorted(took) == ["c0/host/h3", "c0/host/h4"]
-    assert _owed(db) == []
-    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
-    assert len(dropped) == 1 and "am2.test:9093 refused it" in dropped[0]
+    assert _owed(db) == [("c0/host/h1", [ALERTS2])]
+    assert not [r for r in caplog.records if "dropped" in r.getMessage()]
 
 
 def test_a_peer_refusing_every_alert_loses_no_resolution_before_the_give_up_time(
@@ -633,3 +633,80 @@ def test_taking_a_refused_batch_apart_counts_the_posts_taken_against_the_budget(
     assert polls < 40
     ended = {a["labels"]["cause_node"] for b in rec.took(ALERTS) for a in b if "endsAt" in a}
     assert ended == {"c0/host/h0", *nodes}
+
+
+def test_valid_resolutions_marked_while_a_peer_refused_everything_are_not_dropped(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The first peer owes eleven resolutions; its proxy answers 400 to every post for two
+    minutes (maintenance), which marks valid resolutions as refused on their own; then it takes
+    single alerts and answers 413 to larger posts, with the refusal budget running out. A mark
+    alone dropped the marked ones as soon as the peer took another alert of the incident, though
+    they were valid: every one must arrive."""
+    monkeypatch.setattr(notify, "REFUSAL_BUDGET_S", 1.0, raising=False)
+    n, rec, clock = make(
+        db, SlowTooLarge, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
+    )
+    monkeypatch.setattr(
+        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
+    )
+    [inc] = open_incidents(db, 1, node="c0/host/h0", score=0.9)
+    settle(n, clock)
+    rec.down[ALERTS] = 503
+    nodes = ["c0/host/h1", *[f"c0/host/h{k}" for k in range(3, 12)], "c0/host/h1"]
+    for node in nodes:
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
+        clock.t += 1
+        n.poll()
+        clock.t += 31
+        n.poll()
+    rec.down[ALERTS] = 400  # a maintenance proxy refuses every post
+    rec.limit = False
+    for _ in range(130):
+        clock.t += 1
+        n.poll()
+    del rec.down[ALERTS]
+    rec.limit = True  # a body-size proxy: 413 to posts of several alerts
+    caplog.set_level("ERROR")
+    clock.t += 61
+    for _ in range(40):
+        n.poll()
+        clock.t += 1
+        if not _owed(db):
+            break
+    ended = {a["labels"]["cause_node"] for b in rec.took(ALERTS) for a in b if "endsAt" in a}
+    assert ended == {"c0/host/h0", *nodes}
+    assert not [r for r in caplog.records if "dropped" in r.getMessage()]
+
+
+def test_resends_to_a_body_limited_slow_peer_reach_every_incident(
+    db: Database,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twenty open incidents' re-sends go to the first peer in one post, which it refuses (413
+    for several alerts, each post 1 s); taken apart, the firing alerts it takes must not spend
+    the refusal budget, or the same first few incidents would be re-sent every time and the rest
+    never (the peer would end them after its ``resolve_timeout``)."""
+
+    class Slow(TooLarge):
+        def __call__(self, request):  # type: ignore[no-untyped-def]
+            if str(request.url) == ALERTS:
+                self.clock.t += 1.0
+            return super().__call__(request)
+
+    n, rec, clock = make(db, Slow, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None)
+    monkeypatch.setattr(
+        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
+    )
+    incs = open_incidents(db, 20)
+    settle(n, clock)
+    start = len(rec.calls)
+    for _ in range(400):
+        clock.t += 1
+        n.poll()
+    got = {
+        a["labels"]["incident"] for u, ok, b in rec.calls[start:] if u == ALERTS and ok for a in b
+    }
+    assert len(got) == len(incs)

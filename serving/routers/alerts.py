@@ -54,12 +54,17 @@ def fingerprint_of(labels: dict[str, str]) -> str:
 def alert_row(a: AlertIn, now: float) -> dict[str, Any]:
     """The database row of one inbound alert."""
     ends = a.endsAt if a.endsAt is not None and a.endsAt.year > _UNSET_YEAR else None
-    # a zero startsAt is unset too, as Alertmanager's API takes it (``StartsAt.IsZero()``: now)
+    # a zero startsAt is unset too, as Alertmanager's API takes it (api/v2 ``postAlertsHandler``:
+    # ``StartsAt.IsZero()`` -> its ``EndsAt`` when that is set, else now)
     starts = a.startsAt if a.startsAt is not None and a.startsAt.year > _UNSET_YEAR else None
+    if starts is not None:
+        starts_ts = starts.timestamp()
+    else:
+        starts_ts = now if ends is None else min(now, ends.timestamp())
     return {
         "fingerprint": a.fingerprint or fingerprint_of(a.labels),
         "starts_at": starts.isoformat() if starts is not None else NO_START,
-        "starts_ts": starts.timestamp() if starts is not None else now,
+        "starts_ts": starts_ts,
         "ends_ts": ends.timestamp() if ends is not None else None,
         "status": a.status,
         "alertname": a.labels.get("alertname"),
