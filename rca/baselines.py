@@ -49,7 +49,7 @@ def _ts(value: Any) -> float:
         DataError: a string that is no timestamp (see ``parse_time``).
     """
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value) if math.isfinite(value) and value >= 0 else math.inf
+        return float(value) if 0 <= value < 10**15 else math.inf  # (NaN, inf: no time)
     t = parse_time(value)
     return math.inf if t is None else t
 

@@ -91,7 +91,7 @@ def _parse_time(s: Any) -> float:
     """
     if isinstance(s, int | float) and not isinstance(s, bool):
         # before 1970 is no time, as for a string (parse_time)
-        return float(s) if math.isfinite(s) and s >= 0 else 0.0
+        return float(s) if 0 <= s < 10**15 else 0.0  # (an int too large for a float: no time)
     t = parse_time(s)
     return 0.0 if t is None else t
 

@@ -158,3 +158,20 @@ def test_a_missing_start_is_still_no_time() -> None:
         causes = EarliestAlertAnalyzer().find_root_causes(g, alerts).causes
         seen.append([(c.node, repr(c.score)) for c in causes])
     assert seen[1:] == seen[:-1]
+
+
+def test_integers_before_1970_or_past_any_date_read_alike() -> None:
+    """An integer before 1970 is no time for every ranker (the GAT took it as a time); one too
+    large for a float is no time for the rankers and refused by the GAT's reader, never an
+    ``OverflowError``."""
+    from fleetmind.rca.baselines import _ts
+    from fleetmind.rca.features.times import _alert_times
+
+    assert math.isnan(_alert_times({"startsAt": -5})[0])
+    assert alert_item(0, {"startsAt": -5}, PropagationConfig()).start == 0.0
+    assert _ts(-5) == math.inf
+    huge = 10**400
+    assert alert_item(0, {"startsAt": huge}, PropagationConfig()).start == 0.0
+    assert _ts(huge) == math.inf
+    with pytest.raises(DataError):
+        _alert_times({"startsAt": huge})

@@ -18,18 +18,27 @@ __all__ = ["HORIZON_S", "MS_LIKE", "parse_time"]
 _NAN = float("nan")
 
 
+def _int_seconds(v: int) -> float | None:
+    """An integer ``startsAt``/``endsAt`` as unix seconds, as a float: ``None`` (no time) before
+    1970, as for a string; one too large for any date (1e15 s on) goes to :func:`parse_time`, which
+    refuses it."""
+    if v < 0:
+        return None
+    return float(v) if v < 10**15 else parse_time(v)
+
+
 def _alert_times(a: Mapping[str, Any]) -> tuple[float, float, float]:
     """``(start, end, is_firing)`` of one alert for the time features: unix seconds (``startsAt`` /
     ``endsAt`` as RFC 3339 strings or numbers of seconds), NaN when absent; the end is NaN too for a firing
     alert whose ``endsAt`` is not after its start (Alertmanager's "no end yet")."""
     s = a.get("startsAt")
-    if s.__class__ is int:  # unix seconds, as a float (bool is no int here: its class is bool)
-        s = float(s)
+    if s.__class__ is int:  # unix seconds (bool is no int here: its class is bool)
+        s = _int_seconds(s)
     elif s is not None and s.__class__ is not float:
         s = parse_time(s)
     e = a.get("endsAt")
     if e.__class__ is int:
-        e = float(e)
+        e = _int_seconds(e)
     elif e is not None and e.__class__ is not float:
         e = parse_time(e)
     status = a.get("status", "firing")
