@@ -8,7 +8,7 @@ from the service's.
    resolved, in the resolved incident: the auto-resolution's time was read as the alert's
    ``endsAt`` by the stale-firing rule.
 2. **A zero startsAt.** Alertmanager's API takes ``StartsAt`` 0001-01-01 (Go's zero time) as unset
-   and sets it to now (prometheus/alertmanager ``api/v2/api.go``, ``postAlertsHandler``:
+   and sets it to its ``EndsAt`` when set, else now (prometheus/alertmanager ``api/v2/api.go``, ``postAlertsHandler``:
    ``if alert.StartsAt.IsZero()``); it was stored as year 1 and opened its own incident.
 
 The service's clock is injected: no test sleeps.
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from serving_helpers import alert
+from test_incident_refire import WINDOW_S, Clock, T, iso
 from ui_helpers import STORM_LABELS
 
 from fleetmind.serving.db import NO_START, Database
@@ -36,23 +36,7 @@ from fleetmind.serving.schemas import AlertIn
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-T = 1_800_000_000.0  # "now" of the tests, unix seconds
-WINDOW_S = 600.0
 AUTO_RESOLVE_S = 120.0
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
-class Clock:
-    """The manager's wall clock, set by the test."""
-
-    def __init__(self) -> None:
-        self.t = T
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture(scope="module")
