@@ -285,7 +285,8 @@ clock, is newer than it: the clock stepped back since (see :data:`_UPSERT_RULE`)
 
 NO_START = "unknown"
 """``starts_at`` of an alert sent without ``startsAt``: its key is its fingerprint alone, so every
-retry of it is the same row (its ``starts_ts`` is when it was first received)."""
+retry of it is the same row (its ``starts_ts`` is when it was first received, or its ``endsAt``
+when that is earlier, as Alertmanager's API starts such an alert)."""
 
 
 def _db_now(is_sqlite: bool) -> Any:

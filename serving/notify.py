@@ -132,10 +132,10 @@ order, for the next poll, so a chat that answers slowly (each post just within
 :data:`POST_TIMEOUT_S`) holds back the next Alertmanager re-sends by this plus one post at most."""
 REFUSAL_BUDGET_S = 5.0
 """Time (s) a poll spends on the posts one Alertmanager refuses for their alerts (400, 413, 422...:
-each refused first post or resolution, each alert of a refused batch posted alone that is
-refused, and each resolution posted so, taken too): once spent, that Alertmanager's remaining posts of the poll wait for the next
-(:data:`DEFERRED`), so a peer that refuses every alert, or takes resolutions only alone, each
-slowly, holds back the other peer's re-sends by this plus three posts at
+each refused first post or resolution, and each alert of a refused batch posted alone, taken or
+refused): once spent, that Alertmanager's remaining posts of the poll wait for the next
+(:data:`DEFERRED`; a firing alert so deferred stays due at the next poll, for every instance), so a
+peer that refuses every alert, or takes them only alone, each slowly, holds back the other peer's re-sends by this plus three posts at
 most: the one that overran it, and when that was a refused batch, its first alert alone and the
 firing alert of that incident (a firing alert is one post). A refused batch is
 taken apart by incident, each alert posted alone, in order: once the budget is spent, the
@@ -1215,7 +1215,15 @@ class Notifier:
                 self._refused.pop((inc_id, url), None)
             if due and (res[-1][0] or -1 not in taken):
                 last = res[-1][1]
-        if -1 in taken:  # one instance took it; one that missed it gets the next re-send
+        # one instance took it; one that missed it gets the next re-send, unless it was only
+        # deferred (REFUSAL_BUDGET_S spent this poll): then it stays due, at the next poll, for
+        # every instance (a repeat is idempotent there), so a slow instance that takes alerts
+        # only alone catches up a few a poll instead of missing all but the first few re-sends
+        deferred = any(
+            res and res[-1] == (False, DEFERRED) and items and items[-1] == -1
+            for items, res in ((urls[u], results[u]) for u in urls)
+        )
+        if -1 in taken and not deferred:
             row["am_sent_ts"] = now
         delivery = row.get("delivery")
         if due and delivery is not None and last and delivery.get("alertmanager") != "sent":
@@ -1276,9 +1284,9 @@ class Notifier:
         posted, so that a resolution is never taken while the firing alert with its labels that
         follows it waits (an HA peer would end the live alert until the next re-send), and an
         entry of up to :data:`OUTBOX_MAX` resolutions costs the budget and three posts at most,
-        not one post per alert: each resolution posted alone counts against the budget
-        (:meth:`_post`), taken or refused; a firing alert taken costs nothing (a re-send batch to
-        an instance with a body limit goes whole, a post an alert). The first entry's first alert goes whatever the budget
+        not one post per alert: each post alone counts against the budget (:meth:`_post`), taken
+        or refused, and a firing alert deferred stays due (:meth:`_am_outcome`), so an instance
+        with a body limit catches up a few alerts a poll. The first entry's first alert goes whatever the budget
         (progress); an entry whose turn comes with the budget spent is deferred whole."""
         ids = {inc_id for inc_id, _, _ in entries}
         body = [a for _, alerts, _ in entries for a in alerts]
@@ -1362,7 +1370,7 @@ class Notifier:
         Not tried either, and ``(False, DEFERRED)``, when an Alertmanager already refused posts
         for :data:`REFUSAL_BUDGET_S` of this poll (unless ``budget`` is false: the alerts of a
         refused batch posted alone, whose budget :meth:`_post_chunk` checks itself, and whose
-        time counts against it when refused, or when a resolution, taken or refused).
+        time counts against it, taken or refused).
         A failure that may pass (connection error,
         timeout, 408/425/429/5xx), or an Alertmanager's answer that the receiver is wrong
         (:data:`RECEIVER_STATUS`: its URL, credentials or proxy, which no message changes), puts
@@ -1388,11 +1396,10 @@ class Notifier:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
         refused = not ok and (refuses_alerts(outcome) if am else is_final(outcome))
-        # taking a refused batch apart, the resolutions posted alone count taken or refused (an
-        # incident may owe up to OUTBOX_MAX); firing alerts taken cost nothing (a re-send batch
-        # to an instance with a body limit goes whole, one alert a post, in every poll)
-        resolution = not budget and any("endsAt" in a for a in body if isinstance(a, dict))
-        if am and (refused or resolution):
+        # taking a refused batch apart, every post counts, taken or refused (an incident may owe
+        # up to OUTBOX_MAX resolutions, a re-send batch holds hundreds of firing alerts): the
+        # poll stays short; a firing re-send deferred so stays due (_am_outcome)
+        if am and (refused or not budget):
             self._refusing_s[url] = self._refusing_s.get(url, 0.0) + time.monotonic() - started
         if (ok or refused) and self._down.pop(url, None) is not None:
             log.info("%s answers again", name)
