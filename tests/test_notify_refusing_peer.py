@@ -369,6 +369,34 @@ class TooLarge(Receivers):
         return super().__call__(request)
 
 
+def _owe_while_down(
+    db: Database,  # noqa: F811
+    n: Notifier,
+    rec: Receivers,
+    clock: Clock,
+    inc: int,
+    last: int,
+) -> list[str]:
+    """The first peer down (503) while the cause of ``inc`` goes h1, h3..h<last-1>, h1 (A..A),
+    each settled: it is owed a resolution for every change. Returns the causes in order."""
+    rec.down[ALERTS] = 503
+    nodes = ["c0/host/h1", *[f"c0/host/h{k}" for k in range(3, last)], "c0/host/h1"]
+    for node in nodes:
+        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
+        clock.t += 1
+        n.poll()
+        clock.t += 31
+        n.poll()
+    return nodes
+
+
+def _monotonic_is(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> None:
+    """The notifier's ``time.monotonic`` (its post and budget timing) reads the fake clock."""
+    monkeypatch.setattr(
+        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
+    )
+
+
 def test_one_incident_of_many_resolutions_costs_a_bounded_number_of_posts_per_poll(
     db: Database,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
@@ -386,14 +414,7 @@ def test_one_incident_of_many_resolutions_costs_a_bounded_number_of_posts_per_po
     )
     [inc] = open_incidents(db, 1, node="c0/host/h0", score=0.9)
     settle(n, clock)
-    rec.down[ALERTS] = 503
-    nodes = ["c0/host/h1", *[f"c0/host/h{k}" for k in range(3, 41)], "c0/host/h1"]  # A..A
-    for node in nodes:
-        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
-        clock.t += 1
-        n.poll()
-        clock.t += 31
-        n.poll()
+    nodes = _owe_while_down(db, n, rec, clock, inc, last=41)  # A..A
     with db.read() as conn:
         owed = conn.execute(select(notifications)).one()._mapping["delivery"][OUTBOX]
     assert len(owed) == 40 and owed[1]["alert"]["labels"]["cause_node"] == "c0/host/h1"
@@ -609,19 +630,10 @@ def test_taking_a_refused_batch_apart_counts_the_posts_taken_against_the_budget(
     n, rec, clock = make(
         db, SlowTooLarge, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
     )
-    monkeypatch.setattr(
-        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
-    )
+    _monotonic_is(monkeypatch, clock)
     [inc] = open_incidents(db, 1, node="c0/host/h0", score=0.9)
     settle(n, clock)
-    rec.down[ALERTS] = 503
-    nodes = ["c0/host/h1", *[f"c0/host/h{k}" for k in range(3, 41)], "c0/host/h1"]  # A..A
-    for node in nodes:
-        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
-        clock.t += 1
-        n.poll()
-        clock.t += 31
-        n.poll()
+    nodes = _owe_while_down(db, n, rec, clock, inc, last=41)  # A..A
     assert len(_owed(db)) == 40
     del rec.down[ALERTS]
     clock.t += 61
@@ -654,19 +666,10 @@ def test_valid_resolutions_marked_while_a_peer_refused_everything_are_not_droppe
     n, rec, clock = make(
         db, SlowTooLarge, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None
     )
-    monkeypatch.setattr(
-        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
-    )
+    _monotonic_is(monkeypatch, clock)
     [inc] = open_incidents(db, 1, node="c0/host/h0", score=0.9)
     settle(n, clock)
-    rec.down[ALERTS] = 503
-    nodes = ["c0/host/h1", *[f"c0/host/h{k}" for k in range(3, 12)], "c0/host/h1"]
-    for node in nodes:
-        db.set_incident_rca(inc, [cause(node, 0.9), cause("c0/host/h2", 0.05)], "gat", None)
-        clock.t += 1
-        n.poll()
-        clock.t += 31
-        n.poll()
+    nodes = _owe_while_down(db, n, rec, clock, inc, last=12)  # A..A
     rec.down[ALERTS] = 400  # a maintenance proxy refuses every post
     rec.limit = False
     for _ in range(130):
@@ -702,9 +705,7 @@ def test_resends_to_a_body_limited_slow_peer_reach_every_incident(
             return super().__call__(request)
 
     n, rec, clock = make(db, Slow, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None)
-    monkeypatch.setattr(
-        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
-    )
+    _monotonic_is(monkeypatch, clock)
     incs = open_incidents(db, 20)
     settle(n, clock)
     start = len(rec.calls)
@@ -738,9 +739,7 @@ def test_a_slow_body_limited_peer_does_not_delay_the_other_peer(
             return super().__call__(request)
 
     n, rec, clock = make(db, Slow, notify_alertmanager_url=f"{AM},{AM2}", notify_webhook_url=None)
-    monkeypatch.setattr(
-        notify, "time", SimpleNamespace(monotonic=lambda: clock.t, time=notify.time.time)
-    )
+    _monotonic_is(monkeypatch, clock)
     open_incidents(db, 100)
     settle(n, clock)
     rec.post_s = 1.0
