@@ -245,14 +245,12 @@ def test_a_200_answer_without_items_stops_the_build(
 # -- connection errors named by their cause ------------------------------------------------------
 
 
-def test_a_refused_connection_is_not_reported_as_a_timeout(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """urllib3 2.x makes ``NewConnectionError`` a subclass of ``ConnectTimeoutError``; a refused
-    connection was reported as "could not connect within 30 s (--timeout)"."""
-    with socket.socket() as sock:  # bound, never listening: a connection is refused
+def _build_against_refused_port(tmp_path: Path, url_template: str) -> str:
+    """Run ``graph build`` against a server URL (``url_template`` with ``{port}``) whose port is
+    bound but never listening, so the connection is refused; assert exit 2 and return the URL."""
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        url = url_template.format(port=sock.getsockname()[1])
         kc = _kubeconfig(
             tmp_path / "kc.yaml",
             context="c",
@@ -261,6 +259,15 @@ def test_a_refused_connection_is_not_reported_as_a_timeout(
             contexts={"c": ("c", "u")},
         )
         assert _build(tmp_path, "--kubeconfig", str(kc)) == 2
+    return url
+
+
+def test_a_refused_connection_is_not_reported_as_a_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """urllib3 2.x makes ``NewConnectionError`` a subclass of ``ConnectTimeoutError``; a refused
+    connection was reported as "could not connect within 30 s (--timeout)"."""
+    _build_against_refused_port(tmp_path, "http://127.0.0.1:{port}")
     err = _one_error_line(capsys)
     assert "cannot connect: connection refused" in err and "--timeout" not in err
 
@@ -514,17 +521,7 @@ def test_a_password_in_the_server_url_is_never_printed(
     EndpointSlice warning); the message showed the password."""
     from fleetmind.cli.graph import _ListError
 
-    with socket.socket() as sock:  # bound, never listening: a connection is refused
-        sock.bind(("127.0.0.1", 0))
-        url = f"http://admin:hunter2@127.0.0.1:{sock.getsockname()[1]}"
-        kc = _kubeconfig(
-            tmp_path / "kc.yaml",
-            context="c",
-            clusters={"c": {"server": url}},
-            users={"u": {"token": "x"}},
-            contexts={"c": ("c", "u")},
-        )
-        assert _build(tmp_path, "--kubeconfig", str(kc)) == 2
+    url = _build_against_refused_port(tmp_path, "http://admin:hunter2@127.0.0.1:{port}")
     err = _one_error_line(capsys)
     assert "cannot list nodes" in err and "hunter2" not in err and "admin:" not in err
     text = str(_ListError(f"cannot list endpointslices at {url}: 403 Forbidden", 403))
