@@ -213,7 +213,7 @@ def test_low_score_causes_are_collapsed_and_a_confirmed_cause_is_marked(
     )
     assert r.status_code == 303
     html = client.get(f"/ui/incidents/{inc['id']}").text
-    cause = html.split(f'data-node="{TRUE_ROOT}"', 1)[1].split("</h3>", 1)[0]
+    cause = html.split(f'data-node="{TRUE_ROOT}"', 1)[1].split('<div class="svgwrap">', 1)[0]
     assert "confirmed · alice" in cause and "form" not in cause  # marked; no second Confirm
     assert 'id="engineer-root"' in html
 

@@ -27,9 +27,9 @@ H = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _cause_heads(html: str) -> dict[str, str]:
-    """Each cause's node -> its heading's HTML."""
+    """Each cause's node -> its head's HTML (its heading, the Confirm form and the score)."""
     return {
-        m.group(1): html[m.end() :].split("</h3>", 1)[0]
+        m.group(1): html[m.end() :].split('<div class="cause-head">', 1)[1].split("</div>", 1)[0]
         for m in re.finditer(r'class="cause[^"]*" data-rank="\d+" data-node="([^"]+)">', html)
     }
 

@@ -111,11 +111,10 @@ def test_the_list_refresh_replaces_its_paging_links(client: TestClient) -> None:
     skipped them, so they were on no page. The refresh replaces every part the query decides."""
     html = client.get("/ui/").text
     script = html.split("<script", 1)[1]
-    replaced = set(
-        re.findall(r'"([^"]+)"', re.search(r"for \(const part of \[(.*?)\]", script).group(1))
-    )
+    replaced = set(re.findall(r'"([^"]+)"', re.search(r"const PARTS = \[(.*?)\]", script).group(1)))
     assert {"#incidents tbody", ".sub", "#pages"} <= replaced
-    assert "fresh = doc.querySelector(part)" in script and ".replaceWith(fresh)" in script
+    assert "for (const part of PARTS)" in script and "fresh = doc.querySelector(part)" in script
+    assert ".replaceWith(document.adoptNode(fresh))" in script
     # the server's side: page 1's link starts below its own last row, so page 2 follows on
     _flood(client, ui_router.LIST_INCIDENTS + 3)
     page1 = client.get("/ui/").text

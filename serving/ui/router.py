@@ -11,7 +11,6 @@ import math
 import re
 import secrets
 import time
-from collections import Counter
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
@@ -22,9 +21,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import case, func, select
 
 from fleetmind.data.errors import DataError, FleetMindError
+from fleetmind.serving.db import alerts as alerts_table
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
@@ -34,6 +34,7 @@ from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
 from fleetmind.serving.ui.svg import (
+    balanced,
     edge_kinds,
     isolate,
     one_paragraph,
@@ -65,7 +66,11 @@ LOW_SCORE = 0.05
 LIST_INCIDENTS = 200
 """Rows of one page of the incident list (newest first; a link leads to the older ones)."""
 MAX_PAGE_ALERTS = 2000
-"""Alerts an incident page reads: the newest."""
+"""Alerts an incident page reads (:func:`page_alerts`): its firing ones (the newest, up to this
+many), then the newest resolved ones up to this many in all. Its per-name counts and the firing
+marks on its graphs come from queries over all of its alerts."""
+MAX_FIRING_NODES = 100_000
+"""The most distinct nodes with a firing alert an incident page marks on its graphs."""
 TABLE_ALERTS = 200
 """Rows of the page's alert table: the firing alerts first, then the latest resolved."""
 TIMELINE_ROWS = 40
@@ -126,9 +131,12 @@ def bdi(text: Any) -> Markup:
     RIGHT-TO-LEFT OVERRIDE is legal in a Prometheus label value) then reorder only itself, never
     its neighbours. Its paragraph separators are shown as spaces
     (:func:`~fleetmind.serving.ui.svg.one_paragraph`): one would split the element, and an override
-    after it would reorder the text that follows. Attributes, which hold no markup, use
-    :func:`~fleetmind.serving.ui.svg.isolate`."""
-    return Markup("<bdi>") + escape(one_paragraph(str(text))) + Markup("</bdi>")
+    after it would reorder the text that follows. Its bidi controls are balanced as in
+    :func:`~fleetmind.serving.ui.svg.isolate` (:func:`~fleetmind.serving.ui.svg.balanced`): a
+    U+2069 PDI of its own would close the element's isolate early (in Chromium an override after it
+    then reversed the text beside it), so it is left out, and what the text leaves open is closed.
+    Attributes, which hold no markup, use :func:`~fleetmind.serving.ui.svg.isolate`."""
+    return Markup("<bdi>") + escape(balanced(one_paragraph(str(text)))) + Markup("</bdi>")
 
 
 _BREAKS = re.compile(r"(?<=[/_.:,])(?=.)|(?<=[a-z])(?=[A-Z])|(?<=[A-Z\d])(?=[A-Z][a-z])")
@@ -506,11 +514,12 @@ def _incident(
         if row is None:
             return _no_incident(request, session, missing)
         incident_id = row["id"]
-    # the newest MAX_PAGE_ALERTS (as ranking reads the newest): a long incident's oldest are
-    # the least likely to still fire
-    alerts = services.db.list_alerts(incident_id=incident_id, limit=MAX_PAGE_ALERTS, newest=True)
+    # its firing alerts first, then the newest resolved (bounded); the per-name counts and the
+    # firing nodes come from all of its alerts (one grouped query each)
+    alerts = page_alerts(services.db, incident_id)
+    counts = alert_counts(services.db, incident_id)
     graph = services.graphs.graph
-    firing_nodes = {a["node"] for a in alerts if a["status"] == "firing" and a["node"]}
+    firing_nodes = firing_nodes_of(services.db, incident_id)
     causes = _cause_graphs(graph, row["causes"] or [], firing_nodes)
     feedback = list_feedback(services.db, incident_id)  # newest first
     latest = feedback[0] if feedback else None
@@ -520,7 +529,7 @@ def _incident(
             float(c.get("score") or 0.0) < LOW_SCORE or not c.get("fault_type")
         )
     timeline = _timeline(alerts)
-    alert_names = Counter(a["alertname"] or "?" for a in alerts)
+    alert_names = sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0]))
     sent, failing, dropped, held = (
         _notified(services, row, causes[0]) if causes else (False, None, None, None)
     )
@@ -557,10 +566,11 @@ def _incident(
             ),
         )[:TABLE_ALERTS],
         alerts_read=len(alerts),
+        alerts_total=sum(n for n, _ in counts.values()),
         table_alerts=TABLE_ALERTS,
         timeline_rows=min(len(alerts), TIMELINE_ROWS),
         timeline=timeline,
-        alert_names=alert_names.most_common(10),
+        alert_names=[(name, n) for name, (n, _) in alert_names[:10]],
         alert_kinds=len(alert_names),
         section="incidents",
         feedback=feedback,
@@ -573,6 +583,60 @@ def _incident(
         form=form or {},
         feedback_nodes=_feedback_nodes(graph, causes, row["nodes"] or []),
     )
+
+
+def page_alerts(db: Any, incident_id: int, limit: int = MAX_PAGE_ALERTS) -> list[dict[str, Any]]:
+    """The alerts an incident page shows, at most ``limit``: the incident's firing alerts (the
+    newest ``limit`` of them), then its newest resolved alerts in the room left. A long incident's
+    firing alert is shown however many alerts flapped (fired and resolved) after it."""
+    c = alerts_table.c
+    firing = select(alerts_table).where(c.incident_id == incident_id, c.status == "firing")
+    with db.read() as conn:
+        out = [dict(r._mapping) for r in conn.execute(firing.order_by(c.id.desc()).limit(limit))]
+        if len(out) < limit:
+            rest = (
+                select(alerts_table)
+                .where(c.incident_id == incident_id, c.status != "firing")
+                .order_by(c.id.desc())
+                .limit(limit - len(out))
+            )
+            out.extend(dict(r._mapping) for r in conn.execute(rest))
+    return out
+
+
+def alert_counts(db: Any, incident_id: int) -> dict[str, tuple[int, int]]:
+    """Alert name (``?`` for none) -> ``(alerts, firing alerts)`` over all of the incident's
+    alerts (one ``GROUP BY`` query; the page's alert list is capped, its counts are not)."""
+    c = alerts_table.c
+    q = (
+        select(
+            c.alertname,
+            func.count(),
+            func.coalesce(func.sum(case((c.status == "firing", 1), else_=0)), 0),
+        )
+        .where(c.incident_id == incident_id)
+        .group_by(c.alertname)
+    )
+    out: dict[str, tuple[int, int]] = {}
+    with db.read() as conn:
+        for name, n, firing in conn.execute(q):
+            key = name or "?"
+            had = out.get(key, (0, 0))
+            out[key] = (had[0] + int(n), had[1] + int(firing))
+    return out
+
+
+def firing_nodes_of(db: Any, incident_id: int) -> set[str]:
+    """The nodes of all of the incident's firing alerts (at most :data:`MAX_FIRING_NODES`)."""
+    c = alerts_table.c
+    q = (
+        select(c.node)
+        .where(c.incident_id == incident_id, c.status == "firing", c.node.is_not(None))
+        .distinct()
+        .limit(MAX_FIRING_NODES)
+    )
+    with db.read() as conn:
+        return {n for (n,) in conn.execute(q) if n}
 
 
 def _merge_target(services: Any, row: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
@@ -641,13 +705,18 @@ def _cause_graphs(
             f"Propagation of cause {rank} ({isolate(c['node'])}) to the incident's alerting nodes"
         )
         depth, edges = propagation_tree(graph, c["node"], firing_nodes, path)
+        arrow = f"arrow-{rank}"  # one drawing per cause: a marker id of its own in the page
         if depth:
             kinds = {n: graph.node(n).kind for n in depth}
-            svg = tree_svg(depth, edges, kinds, firing_nodes, highlight=path, title=title)
+            svg = tree_svg(
+                depth, edges, kinds, firing_nodes, highlight=path, title=title, marker_id=arrow
+            )
         else:  # the cause is not in the served graph (replaced since): its stored path alone
             kinds = {n: graph.node(n).kind for n in path if n in graph.index}
             kinds.setdefault(c["node"], c.get("kind") or "?")
-            svg = path_svg(path, kinds, firing_nodes, edge_kinds(graph, path), title=title)
+            svg = path_svg(
+                path, kinds, firing_nodes, edge_kinds(graph, path), title=title, marker_id=arrow
+            )
         in_graph = c["node"] in graph.index
         causes.append(
             {**c, "rank": rank, "svg": Markup(svg), "reached": len(depth), "in_graph": in_graph}

@@ -103,17 +103,34 @@ def isolate(text: str) -> str:
     attributes use it; HTML text uses ``<bdi>`` elements."""
     if not any(unicodedata.bidirectional(ch) in _REORDERING for ch in text):
         return text
+    return _FSI + balanced(one_paragraph(text)) + _PDI
+
+
+_ISOLATE_OPEN = frozenset("\u2066\u2067\u2068")  # LRI, RLI, FSI
+
+
+def balanced(text: str) -> str:
+    """``text`` with its isolates balanced, for display inside an isolate (:func:`isolate`) or a
+    ``<bdi>`` element (which Chromium lays out as text between U+2068 FSI and U+2069 PDI): a PDI
+    that closes no isolate ``text`` opened is left out (it would close the isolate around the
+    text early, and an override after it would reverse the text beside it), and the isolates
+    ``text`` opens and leaves open are closed at its end (else the isolate around it would end
+    at the next PDI outside it). Embeddings and overrides (U+202A..U+202E) need no closing: the
+    end of the isolate around the text ends them (Unicode TR9 rule X6a). Text without an isolate
+    control is returned as it is."""
+    if not any(ch in _ISOLATE_OPEN or ch == _PDI for ch in text):
+        return text
     out = []
     depth = 0
     for ch in text:
-        if ch in "\u2066\u2067\u2068":  # LRI, RLI, FSI
+        if ch in _ISOLATE_OPEN:
             depth += 1
         elif ch == _PDI:
             if depth == 0:
                 continue
             depth -= 1
         out.append(ch)
-    return _FSI + one_paragraph("".join(out)) + _PDI * (depth + 1)
+    return "".join(out) + _PDI * depth
 
 
 def text_width(text: str, size: float, bold: bool = False) -> float:
@@ -154,6 +171,15 @@ def _svg_open(width: float, height: float, title: str, cls: str = "path-graph") 
     )
 
 
+def _arrow_defs(marker_id: str) -> str:
+    """The ``<defs>`` of a drawing's arrowhead, ``<marker id="marker_id">``."""
+    return (
+        f'<defs><marker id="{escape(marker_id)}" viewBox="0 0 10 10" refX="9" refY="5" '
+        'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+        '<path d="M0,0 L10,5 L0,10 z" fill="#64748b"/></marker></defs>'
+    )
+
+
 def edge_kinds(graph: DependencyGraph | None, path: Sequence[str]) -> list[str]:
     """The edge kind between each consecutive pair of ``path`` (either direction; ``""`` if none)."""
     if graph is None:
@@ -172,6 +198,7 @@ def path_svg(
     edges: Sequence[str] = (),
     per_row: int = 4,
     title: str = "",
+    marker_id: str = "arrow",
 ) -> str:
     """An SVG of a propagation path.
 
@@ -182,6 +209,8 @@ def path_svg(
         edges: the edge kind between consecutive nodes (label on the arrow), ``len(path) - 1``.
         per_row: boxes per row before the chain wraps (snake layout).
         title: accessible title of the figure.
+        marker_id: the id of its arrowhead ``<marker>``, unique in the page when a page shows
+            several drawings (ids are document-wide: ``arrow-1``, ``arrow-2``...).
     """
     if not path:
         return ""
@@ -203,9 +232,7 @@ def path_svg(
     height = 2 * _PAD + nrows * _BOX_H + (nrows - 1) * _GAP_Y
     out = [
         _svg_open(width, height, title or " → ".join(map(isolate, path))),
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
-        'fill="#64748b"/></marker></defs>',
+        _arrow_defs(marker_id),
     ]
     for i in range(len(boxes) - 1):
         a, b = boxes[i], boxes[i + 1]
@@ -220,7 +247,7 @@ def path_svg(
             y1, y2 = a.y + _BOX_H, b.y
         out.append(
             f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#64748b" '
-            'stroke-width="1.6" marker-end="url(#arrow)"/>'
+            f'stroke-width="1.6" marker-end="url(#{escape(marker_id)})"/>'
         )
         label = edges[i] if i < len(edges) else ""
         if label:
@@ -377,12 +404,15 @@ def tree_svg(
     alerting: set[str],
     highlight: Sequence[str] = (),
     title: str = "",
+    marker_id: str = "arrow",
 ) -> str:
     """A layered drawing of :func:`propagation_tree`: one column per hop, the cause on the left.
 
     Rows in a column follow their parents' rows (fewer crossings); the edges of ``highlight`` (the
     ranker's path) are drawn bold; alerting nodes get a red outline and dot. A walk that was cut
     (``depth.cut``, see :class:`TreeDepths`) gets a line under the drawing saying so.
+    ``marker_id`` is the id of its arrowhead ``<marker>`` (unique in the page, as in
+    :func:`path_svg`).
     """
     if not depth:
         return ""
@@ -428,9 +458,7 @@ def tree_svg(
     bold = set(zip(highlight, highlight[1:], strict=False))
     out = [
         _svg_open(width, height, title or isolate(root)),
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
-        'fill="#64748b"/></marker></defs>',
+        _arrow_defs(marker_id),
     ]
     for a, b, kind in edges:
         if a not in pos or b not in pos:
@@ -443,7 +471,7 @@ def tree_svg(
         out.append(
             f'<path d="M{x1:.1f},{y1:.1f} C{mid:.1f},{y1:.1f} {mid:.1f},{y2:.1f} {x2:.1f},{y2:.1f}" '
             f'fill="none" stroke="{"#0f172a" if strong else "#94a3b8"}" '
-            f'stroke-width="{2.2 if strong else 1.3}" marker-end="url(#arrow)"/>'
+            f'stroke-width="{2.2 if strong else 1.3}" marker-end="url(#{escape(marker_id)})"/>'
             f'<text class="edge" x="{x2 - 8:.1f}" y="{y2 - 6:.1f}" text-anchor="end" '
             f'font-size="{SMALL_FONT_PX:g}" fill="#64748b">{escape(kind)}</text>'
         )
@@ -580,6 +608,10 @@ def timeline_svg(
         width: drawing width in px, shrinking to :data:`MIN_SCALE` of it (then scrolling);
             rows of ``row_h`` px, at most ``max_rows``: the firing alerts first, then the latest
             to start (what on-call needs of a long incident), drawn in order of start.
+
+    A firing bar is solid red, a resolved one grey with a dashed outline (status not told by
+    colour alone, WCAG 2.1 SC 1.4.1); each bar's ``<title>`` names its alert, node, status and
+    times, and the drawing's title counts the bars of each status.
     """
     if not events:
         return ""
@@ -601,7 +633,13 @@ def timeline_svg(
     def x(t: float) -> float:
         return label_w + (t - t0) / span * plot_w
 
-    out = [_svg_open(width, height, "Alert timeline", cls="timeline")]
+    firing_n = sum(e[3] == "firing" for e in rows)
+    summary = (
+        f"Alert timeline: {len(rows)} alerts ({firing_n} firing, {len(rows) - firing_n} resolved) "
+        f"over {span / 60:.1f} min; firing bars solid red, resolved bars grey with a dashed "
+        "outline; each bar's tooltip names its alert, node and status"
+    )
+    out = [_svg_open(width, height, summary, cls="timeline")]
     for k in range(5):  # axis ticks: minutes after the first alert
         t = t0 + span * k / 4
         out.append(
@@ -615,6 +653,12 @@ def timeline_svg(
         firing = status == "firing"
         xe = x(end if (end is not None and not firing) else t1)
         colour = "#dc2626" if firing else "#94a3b8"
+        # not by colour alone (WCAG 2.1 SC 1.4.1): a resolved bar has a dashed outline, and each
+        # bar's tooltip says its status and times
+        began = f"+{(start - t0) / 60:.1f}"
+        ended = f"+{((end if end is not None else t1) - t0) / 60:.1f}"
+        when = f"firing since {began} min" if firing else f"resolved, {began} to {ended} min"
+        outline = "" if firing else ' stroke="#334155" stroke-width="1" stroke-dasharray="3 2"'
         text = (
             f'<text x="{label_w - 8:.1f}" y="{y + 11}" font-size="{size:g}" fill="#334155" '
             f'text-anchor="end">{escape(labels[i])}</text>'
@@ -623,7 +667,8 @@ def timeline_svg(
             text = f"<g><title>{escape(full[i])}</title>{text}</g>"
         out.append(
             text + f'<rect x="{x(start):.1f}" y="{y + 2}" width="{max(4.0, xe - x(start)):.1f}" '
-            f'height="{row_h - 6}" rx="3" fill="{colour}" opacity="0.85"/>'
+            f'height="{row_h - 6}" rx="3" fill="{colour}" opacity="0.85"{outline}>'
+            f"<title>{escape(full[i])} ({when})</title></rect>"
         )
     out.append("</svg>")
     return "".join(out)

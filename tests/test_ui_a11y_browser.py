@@ -1,0 +1,121 @@
+"""In headless Chromium: a stray U+2069 in a ``<bdi>`` reverses no other name, and the incident
+list's 10 s refresh keeps keyboard focus where it was and can be paused (WCAG 2.1 success
+criteria 2.4.3 Focus Order and 2.2.2 Pause, Stop, Hide).
+
+The refresh replaced the table's ``<tbody>`` under the focused incident link: focus fell back to
+``<body>`` every 10 s, and the next Tab started from the top of the page. Pages are rendered by
+TestClient and opened from files with a stubbed ``fetch`` and a fast timer (as
+``test_ui_readability_browser.py`` does); the bidi check renders
+:func:`~fleetmind.serving.ui.router.bdi` output into a ``data:`` page. Needs Debian's
+``chromium`` and ``chromium-driver`` and Selenium; skipped with the reason when they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+from serving_helpers import wait_for
+from test_ui import _flood, login, make_settings
+from test_ui_bidi_stray_pdi import STRAY
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.ui import router as ui_router
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from test_ui_browser import browser  # noqa: E402, F401 (the fixture)
+
+pytestmark = pytest.mark.external
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+# the left edge (CSS px) of the first occurrence of each word of arguments[0] in #p
+WORD_LEFT_JS = """
+const out = {}; const w = document.createTreeWalker(document.getElementById("p"), NodeFilter.SHOW_TEXT);
+for (let n = w.nextNode(); n; n = w.nextNode()) for (const word of arguments[0]) {
+  const i = n.data.indexOf(word);
+  if (i >= 0 && !(word in out)) {
+    const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + word.length);
+    out[word] = r.getBoundingClientRect().left;
+  }
+}
+return out;
+"""
+
+
+def test_a_stray_pdi_in_a_bdi_reverses_no_other_name(browser: object) -> None:  # noqa: F811
+    """Cluster ``A`` U+2069 U+202E ``edge`` in an incident's list of clusters: its PDI closed the
+    ``<bdi>``'s isolate and the override reversed ``c0, c1`` and the words after them."""
+    pieces = ", ".join(ui_router.bdi(c) for c in (STRAY, "c0", "c1"))
+    page = f'<!doctype html><meta charset="utf-8"><p id="p">clusters {pieces} · first alert</p>'
+    browser.get("data:text/html;charset=utf-8," + quote(page))
+    left = browser.execute_script(WORD_LEFT_JS, ["clusters", "c0", "c1", "first"])
+    assert left["clusters"] < left["c0"] < left["c1"] < left["first"], left
+
+
+def _js_string(text: str) -> str:
+    return json.dumps(text).replace("</", "<\\/")
+
+
+ACTIVE_JS = (
+    "const a = document.activeElement;return [a.tagName, a.getAttribute('href'), a.isConnected];"
+)
+
+
+def test_the_list_refresh_keeps_focus_and_can_be_paused(
+    tmp_path: Path,
+    browser: object,  # noqa: F811
+) -> None:
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        login(c)
+        ids = _flood(c, 8)
+        shown = c.get("/ui/").text
+        _flood(c, 2)  # while the page is open: new rows above the focused one
+        fresh = c.get("/ui/").text
+    # the page's fetch answers with the fresh list and counts its calls; its 10 s timer runs
+    # every 50 ms
+    stub = (
+        "window.fetches = 0;"
+        f"window.fetch = async () => {{ window.fetches++; return new Response({_js_string(fresh)}, "
+        "{status: 200}); };"
+        "const every = window.setInterval; window.setInterval = (f, ms) => every(f, 50);"
+    )
+    added = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": stub})
+    try:
+        (tmp_path / "list.html").write_text(shown)
+        browser.get((tmp_path / "list.html").as_uri())
+        target = f"/ui/incidents/{ids[3]}"
+        # focus the link (one script: a refresh may replace the rows at any moment), then let
+        # two refreshes run
+        focused = browser.execute_script(
+            "document.querySelector(`#incidents a[href='${arguments[0]}']`).focus();"
+            "return window.fetches;",
+            target,
+        )
+        fetches = lambda: browser.execute_script("return window.fetches")  # noqa: E731
+        assert wait_for(lambda: fetches() >= focused + 2, timeout=5)
+        newest = max(int(i) for i in re.findall(r'data-incident="(\d+)"', fresh))
+        first_row = 'return document.querySelector("#incidents tbody tr").dataset.incident'
+        assert int(browser.execute_script(first_row)) == newest  # the rows were replaced
+        assert browser.execute_script(ACTIVE_JS) == ["A", target, True]  # focus stayed on it
+        # the pause control: a button, shown, operable from the keyboard
+        toggle = browser.find_element("id", "refresh-toggle")
+        assert toggle.is_displayed() and toggle.tag_name == "button"
+        browser.execute_script("arguments[0].focus()", toggle)
+        toggle.send_keys(" ")  # Space presses a focused button
+        assert toggle.text == "Resume auto-refresh"
+        assert browser.find_element("id", "refresh-state").text == "Auto-refresh paused"
+        before = fetches()
+        browser.execute_script("return new Promise(r => setTimeout(r, 400))")
+        assert fetches() == before  # paused: no refresh
+        toggle.send_keys(" ")
+        assert toggle.text == "Pause auto-refresh"
+        assert wait_for(lambda: fetches() > before, timeout=5)
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]}
+        )
