@@ -10,7 +10,8 @@ GPU models are encoded as small integer ids into :data:`GPU_MODELS`; a pod's ``g
 ``|``-separated list of allowed models) becomes a bitmask over those ids, with :data:`ANY_GPU_MODEL`
 (all bits set, ``-1``) when the pod has no constraint. A node with model id ``i`` may host a pod when
 ``gpu_spec_mask & (1 << i) != 0``. A model name that :data:`GPU_MODELS` does not know is appended to
-the (process-wide) vocabulary, so YAML fleets with other models still work.
+the (process-wide) vocabulary, so YAML fleets with other models still work; it holds at most
+:data:`MAX_GPU_MODELS` (62) models, over every file loaded in the process.
 
 Added fields: none yet. The simulator's dynamic mode (``envs/dynamic/``) may attach extra per-pod
 arrays (e.g. communication intensity, data home cluster) through :meth:`PodTrace.with_fields`; they are
@@ -54,15 +55,27 @@ class TraceWarning(UserWarning):
     dynamic mode. The CLI prints these as ``fleetmind: warning: <message>``."""
 
 
+MAX_GPU_MODELS: int = 62
+"""Most GPU models :data:`GPU_MODELS` holds, over every trace and node list loaded in one process
+(a ``gpu_spec_mask`` is an int64 bitmask over the model ids, kept positive for ``1 << id``)."""
+
+
 def gpu_model_id(name: str) -> int:
-    """Return the id of GPU model ``name`` (registered on first use; at most 62 models)."""
+    """Return the id of GPU model ``name`` (registered on first use; at most
+    :data:`MAX_GPU_MODELS` models per process).
+
+    Raises:
+        DataError: a new name when :data:`GPU_MODELS` is full.
+    """
     name = name.strip()
     try:
         return GPU_MODELS.index(name)
     except ValueError:
-        if len(GPU_MODELS) >= 62:
+        if len(GPU_MODELS) >= MAX_GPU_MODELS:
             raise DataError(
-                f"too many distinct GPU models (> 62); cannot register {name!r}"
+                f"too many distinct GPU models: the traces and node lists loaded in this process"
+                f" already name {MAX_GPU_MODELS}, the most a gpu_spec bitmask holds; cannot"
+                f" register {name!r}"
             ) from None
         GPU_MODELS.append(name)
         return len(GPU_MODELS) - 1
@@ -306,12 +319,14 @@ def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> O
 
     Raises:
         DataError: missing file or column, a row (1-based data row number) with a bad field or
-            another number of fields than the header, or a node name (``sn``) listed twice.
+            another number of fields than the header, a node name (``sn``) listed twice, or a
+            GPU model past :data:`MAX_GPU_MODELS` (the row and field named).
     """
     p = _resolve(path if path is not None else "gpu_node", "node list")
     header, rows = _read_rows(p, NODE_COLUMNS)
     col = {c: header.index(c) for c in NODE_COLUMNS}
     names, cpu, mem, ngpu, model = [], [], [], [], []
+    data_rows: list[int] = []  # each node's data row
     seen: dict[str, int] = {}  # node name -> its data row
     for r, row in enumerate(rows, start=1):
         if not row or all(not c.strip() for c in row):
@@ -327,6 +342,7 @@ def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> O
                 f" {seen[name] + 1}); each node name may appear once"
             )
         seen[name] = r
+        data_rows.append(r)
         names.append(name)
         cpu.append(_int_field(row[col["cpu_milli"]], p, r, "cpu_milli"))
         mem.append(_int_field(row[col["memory_mib"]], p, r, "memory_mib"))
@@ -343,13 +359,21 @@ def load_openb_nodes(path: str | Path | None = None, gpu_only: bool = True) -> O
     order = np.argsort(np.array(names, dtype=str), kind="stable")
     keep = order[np.array(ngpu, dtype=np.int64)[order] > 0] if gpu_only else order
     model_arr = np.array(model, dtype=object)[keep].astype(str)
+    model_id = np.full(len(model_arr), -1, dtype=np.int64)
+    rows_kept = np.asarray(data_rows, dtype=np.int64)[keep].tolist()
+    for i, (m, r) in enumerate(zip(model_arr.tolist(), rows_kept, strict=True)):
+        if m:
+            try:
+                model_id[i] = gpu_model_id(m)
+            except DataError as err:
+                raise DataError(f"{p}: row {r} (line {r + 1}): field 'model': {err}") from None
     return OpenbNodes(
         names=np.array(names, dtype=str)[keep],
         cpu_milli=np.array(cpu, dtype=np.int64)[keep],
         memory_mib=np.array(mem, dtype=np.int64)[keep],
         num_gpu=np.array(ngpu, dtype=np.int64)[keep],
         model=model_arr,
-        model_id=np.array([gpu_model_id(m) if m else -1 for m in model_arr], dtype=np.int64),
+        model_id=model_id,
         source=str(p),
     )
 
@@ -407,9 +431,14 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     five columns ``name, cpu_milli, memory_mib, num_gpu, gpu_milli`` (the ``multigpu*`` traces) get
     empty strings and NaN times.
 
+    Pod names are unique: a name listed twice is an error naming both lines (the draws of fgd and
+    dynamic mode are made in name order, so with two pods of one name the results would depend on
+    the file's row order).
+
     Raises:
-        DataError: unknown name, missing file or column, or a malformed row; the message names the
-            file, the 1-based data row and the field.
+        DataError: unknown name, missing file or column, a malformed row, a pod name listed twice,
+            or a ``gpu_spec`` model past :data:`MAX_GPU_MODELS`; the message names the file, the
+            1-based data row and the field.
     """
     p = _resolve(name_or_path, "trace")
     header, rows = _read_rows(p, POD_REQUIRED, (*POD_OPTIONAL_STR, *POD_TIME_COLUMNS))
@@ -428,6 +457,8 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     clipped: list[tuple[int, int, int]] = []
     partial: list[tuple[int, int, int]] = []
     cpu_only: list[tuple[int, int, int]] = []  # num_gpu 0 with a GPU share: read as CPU-only
+    data_rows = np.zeros(n, dtype=np.int64)  # each kept pod's data row
+    seen: dict[str, int] = {}  # pod name -> its data row
     for r, row in enumerate(rows, start=1):
         if not row or all(not c.strip() for c in row):
             continue
@@ -440,8 +471,16 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
         for c in ("name", *POD_OPTIONAL_STR):
             if c in col:
                 strs[c][kept] = row[col[c]].strip()
-        if not strs["name"][kept]:
+        pod_name = strs["name"][kept]
+        if not pod_name:
             raise DataError(f"{p}: row {r} (line {r + 1}): field 'name' is empty")
+        if pod_name in seen:
+            raise DataError(
+                f"{p}: row {r} (line {r + 1}): pod {pod_name!r} is listed twice (first on line"
+                f" {seen[pod_name] + 1}); each pod name may appear once"
+            )
+        seen[pod_name] = r
+        data_rows[kept] = r
         for c in POD_TIME_COLUMNS:
             if c in col:
                 times[c][kept] = _float_field(row[col[c]], p, r, c)
@@ -473,7 +512,11 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     mask = np.empty(kept, dtype=np.int64)
     for i, s in enumerate(spec):
         if s not in cache:
-            cache[s] = gpu_spec_mask(s)
+            try:
+                cache[s] = gpu_spec_mask(s)
+            except DataError as err:
+                r = int(data_rows[i])
+                raise DataError(f"{p}: row {r} (line {r + 1}): field 'gpu_spec': {err}") from None
         mask[i] = cache[s]
     name = p.stem.removeprefix("openb_pod_list_")
     return PodTrace(

@@ -138,6 +138,14 @@ request needs to reach the target, plus :data:`MAX_RESAMPLE_SLACK` (never reache
 GPU demand in practice; a guard against an endless loop)."""
 MAX_RESAMPLE_SLACK = 100_000
 
+MAX_WORKLOAD_PODS = 2_000_000
+"""Most pods one fgd-mode workload may hold after resampling (``DataError`` beyond). The openb
+traces need 7,500 to 17,000 pods on the openb node list (``gpushare100``, 485 milli per pod on
+average, the most); this bound is over 100 times that, room for fleets of about a million GPUs
+at openb's mean request, while a trace of tiny GPU shares (``gpu_milli`` 1 needs about 8 million
+draws on the openb node list) is refused at once instead of filling memory (gigabytes) for
+minutes."""
+
 
 _NUMBER_RUN = re.compile(r"(\d+)")
 _CANONICAL_ORDERS: dict[bytes, np.ndarray] = {}
@@ -173,6 +181,16 @@ def canonical_pod_order(names: np.ndarray) -> np.ndarray:
     return got
 
 
+def _too_many_pods(trace: PodTrace, target: float, mean_req: float) -> DataError:
+    """The one-line error of a workload that would pass :data:`MAX_WORKLOAD_PODS` pods."""
+    return DataError(
+        f"trace {trace.source or trace.name}: its mean GPU request is {mean_req:,.2f} milli per"
+        f" pod, so reaching {target:,.0f} GPU milli would take about"
+        f" {target / max(mean_req, 1e-9):,.0f} pods; fgd mode builds at most"
+        f" {MAX_WORKLOAD_PODS:,} (use pods that ask for more GPU, or fewer nodes)"
+    )
+
+
 def _resample(
     trace: PodTrace, rng: np.random.Generator, total: int, target: float, pool: np.ndarray
 ) -> list[int]:
@@ -181,13 +199,18 @@ def _resample(
     req = trace.gpu_request
     gm = trace.gpu_milli
     n = len(pool)
+    n_original = len(trace)
     mean_req = float(np.mean(req))
     cap = MAX_RESAMPLE_SLACK + int(MAX_RESAMPLE_FACTOR * (target - total) / max(mean_req, 1e-9))
+    if n_original + (target - total) / max(mean_req, 1e-9) > MAX_WORKLOAD_PODS:
+        raise _too_many_pods(trace, target, mean_req)
     extra: list[int] = []
     while True:
         for j in pool[rng.integers(n, size=1024)].tolist():
             if total + gm[j] > target:
                 return extra
+            if n_original + len(extra) >= MAX_WORKLOAD_PODS:
+                raise _too_many_pods(trace, target, mean_req)
             if len(extra) >= cap:
                 raise DataError(
                     f"trace {trace.name}: resampling to {target:,.0f} GPU milli gave up after"
@@ -203,7 +226,8 @@ def build_workload(
     """Arrival order and node priority of one run (steps 1-3 of the module docstring).
 
     Raises:
-        DataError: the trace requests no GPU (:func:`check_gpu_demand`).
+        DataError: the trace requests no GPU (:func:`check_gpu_demand`), or reaching the target
+            would take more than :data:`MAX_WORKLOAD_PODS` pods.
     """
     check_gpu_demand(trace)
     rng = np.random.default_rng(seed)

@@ -4,8 +4,8 @@ A stream of ``n_jobs`` pods taken from the trace in ``creation_time`` order (cir
 random start) with the trace's own inter-arrival gaps (a synthetic Poisson process for traces without
 times), compressed by one factor so that the offered GPU load during the arrival window equals
 ``target_util``; the work of a job (seconds on the reference placement) from ``deletion_time -
-scheduled_time``; a communication intensity per multi-GPU job; a data home cluster and a dataset
-size per job.
+scheduled_time`` (``- creation_time`` for a trace without scheduled times); a communication
+intensity per multi-GPU job; a data home cluster and a dataset size per job.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class DynJobs:
         offered_load: offered GPU load over the arrival window (== ``target_util`` up to bisection;
             NaN when every job arrives at one instant: there is no window).
         synthetic_arrivals: True when arrivals came from the synthetic Poisson process.
-        n_duration_fallback: jobs whose work came from the fallback (no ``scheduled_time`` or no
-            ``deletion_time``).
+        n_duration_fallback: jobs whose work came from the fallback (never scheduled, no
+            ``deletion_time``, or no times; see :func:`build_jobs`).
     """
 
     names: np.ndarray
@@ -222,12 +222,29 @@ def _arrival_stream(
     return idx, np.cumsum(step), False
 
 
+def _observed_work(trace: PodTrace) -> tuple[np.ndarray, bool]:
+    """``(work, from_lifetime)``: ``(P,)`` observed work in seconds (NaN where unknown) and whether
+    it is the pods' lifetime.
+
+    The work is ``deletion_time - scheduled_time``; a trace without any ``scheduled_time`` (no
+    such column, or every value blank) has no start of run, and its work is then the lifetime
+    ``deletion_time - creation_time`` (an upper bound: it includes the time a pod queued before it
+    was scheduled; :func:`_warn_lifetimes` says so). In a trace with scheduled times, a pod without
+    one was never scheduled: its work is unknown (NaN), not its lifetime.
+    """
+    deleted = np.asarray(trace.deletion_time, dtype=np.float64)
+    scheduled = np.asarray(trace.scheduled_time, dtype=np.float64)
+    if np.isfinite(scheduled).any():
+        return deleted - scheduled, False
+    return deleted - np.asarray(trace.creation_time, dtype=np.float64), True
+
+
 def _trace_work(
     trace: PodTrace, rng: np.random.Generator, max_work_s: float | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(work, fallback)``, ``(P,)`` each: every trace pod's work in seconds on the reference
     placement (see :func:`build_jobs`), and whether it was drawn rather than observed."""
-    work_all = np.asarray(trace.deletion_time - trace.scheduled_time, dtype=np.float64)
+    work_all, _ = _observed_work(trace)
     # a pod deleted in the second it was scheduled ran 0 s (Kubernetes keeps times to the second:
     # apimachinery meta/v1 Time): observed, and floored below like every short run; a negative
     # work never gets here (_check_times)
@@ -286,6 +303,15 @@ def _check_times(trace: PodTrace) -> None:
         )
 
 
+def _drawn_from(observed: np.ndarray) -> str:
+    """Where :func:`_trace_work` draws the works it does not observe, in words."""
+    if np.isfinite(observed).any():
+        return "the trace's observed works"
+    return (
+        f"a log-normal (median {SYNTHETIC_DURATION_MEDIAN_S:g} s; the trace has no observed work)"
+    )
+
+
 def _warn_unfinished(trace: PodTrace) -> None:
     """A :class:`fleetmind.data.openb.TraceWarning` counting the pods scheduled but never deleted:
     their work is unknown and drawn like that of the pods never scheduled."""
@@ -295,11 +321,31 @@ def _warn_unfinished(trace: PodTrace) -> None:
         i = int(np.argmax(unfinished))
         warnings.warn(
             f"trace {trace.source or trace.name}: {int(unfinished.sum()):,} scheduled pod(s) have "
-            f"no deletion_time (first: {str(trace.pod_names[i])!r}); their work is drawn from the "
-            "trace's observed works",
+            f"no deletion_time (first: {str(trace.pod_names[i])!r}); their work is drawn from "
+            f"{_drawn_from(_observed_work(trace)[0])}",
             TraceWarning,
             stacklevel=3,
         )
+
+
+def _warn_lifetimes(trace: PodTrace) -> None:
+    """A :class:`fleetmind.data.openb.TraceWarning` when the works are lifetimes (a trace with
+    ``creation_time`` and ``deletion_time`` but no ``scheduled_time``, :func:`_observed_work`):
+    how many pods, that it is an upper bound, and where the others' works come from."""
+    work, from_lifetime = _observed_work(trace)
+    known = np.isfinite(work)
+    if not from_lifetime or not known.any():
+        return
+    rest = len(trace) - int(known.sum())
+    others = f"; the other {rest:,} pod(s) draw theirs from them" if rest else ""
+    warnings.warn(
+        f"trace {trace.source or trace.name}: no scheduled_time; the work of its "
+        f"{int(known.sum()):,} pod(s) with a creation_time and a deletion_time is their lifetime "
+        "deletion_time - creation_time, an upper bound (it includes time spent queueing before "
+        f"the pod was scheduled){others}",
+        TraceWarning,
+        stacklevel=3,
+    )
 
 
 def _data_homes(
@@ -361,6 +407,7 @@ def _checked_trace(
         raise ConfigError(f"n_jobs must be >= 1, got {n_jobs}")
     _check_times(trace)
     _warn_unfinished(trace)
+    _warn_lifetimes(trace)
     canonical = canonical_pod_order(trace.pod_names)
     if not np.array_equal(canonical, np.arange(p)):
         # every draw (works, stream start, creation-time ties) is made in this order, so the
@@ -399,10 +446,13 @@ def build_jobs(
     with a ``TraceWarning``.
 
     Work: ``deletion_time - scheduled_time`` (s; 0 s, a pod deleted in the second it was
-    scheduled, is a run like any other); pods never scheduled (no ``scheduled_time``), pods never
-    deleted (a ``TraceWarning`` counts those that were scheduled) and traces without times draw it
-    from the trace's observed works, else from a log-normal fitted to openb ``default``; floored
-    at :data:`MIN_WORK_S` and capped at ``max_work_s``.
+    scheduled, is a run like any other); a trace without any ``scheduled_time`` (no such column,
+    or every value blank) uses the lifetime ``deletion_time - creation_time`` instead, an upper
+    bound that includes queueing (a ``TraceWarning`` says so and counts the pods). Pods never
+    scheduled (no ``scheduled_time`` in a trace that has some), pods never deleted (a
+    ``TraceWarning`` counts those that were scheduled) and traces without times draw it from the
+    trace's observed works, else (no work observed) from a log-normal fitted to openb
+    ``default``; floored at :data:`MIN_WORK_S` and capped at ``max_work_s``.
 
     Args:
         trace: a :class:`fleetmind.data.openb.PodTrace` (``data.openb.load_openb_trace``).

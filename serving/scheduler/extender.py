@@ -36,8 +36,9 @@ server's defaulting). Resources read:
 * GPUs, shared (the openb trace's scheduler, Alibaba's GPU-sharing scheduler; the names of the
   ``kubernetes-scheduler-simulator`` of the FGD paper): annotations
   ``alibabacloud.com/gpu-milli`` (share of each GPU, 1..1000), ``alibabacloud.com/gpu-count``
-  (number of GPUs) and ``alibabacloud.com/gpu-card-model`` (allowed models, ``|``- or
-  ``,``-separated, each the whole model name or whole tokens of it:
+  (number of GPUs; either one ``0`` makes a CPU-only pod, as in the FGD simulator) and
+  ``alibabacloud.com/gpu-card-model`` (allowed models, ``|``- or ``,``-separated, each the whole
+  model name or whole tokens of it:
   :func:`fleetmind.serving.scheduler.placement.gpu_model_matches`; one that names no model, such
   as ``"|"``, leaves the pod unschedulable). When ``gpu-count`` or ``gpu-milli`` is present it
   takes precedence over ``nvidia.com/gpu``.
@@ -61,10 +62,10 @@ DNS-1123 subdomains, a namespace a DNS-1123 label), a uid is at most :data:`MAX_
 printable ASCII characters; anything else is a :class:`DataError` (422). A valid pod that asks for
 more than FleetMind's bounds (:data:`MAX_CPU_MILLI`, :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`:
 :class:`PodOutOfBounds`), or for GPUs in a way FleetMind cannot place (:class:`PodUnsupported`:
-``nvidia.com/gpu`` beside a MIG profile, two MIG profiles, a ``gpu-milli`` outside 1..1000, a share
-on several GPUs), fails every node as unresolvable, with the reason, rather than with an
-error: kube-scheduler reads any answer but 200 as an error without its body (``send`` in
-``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod or, with
+``nvidia.com/gpu`` beside a MIG profile, two MIG profiles, a ``gpu-milli`` above 1000 or
+negative, a share on several GPUs), fails every node as unresolvable, with the reason, rather
+than with an error: kube-scheduler reads any answer but 200 as an error without its body
+(``send`` in ``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod or, with
 ``ignorable: true``, schedules it without FleetMind.
 
 Decisions come from the served placement policy (:mod:`fleetmind.serving.registry`: the released
@@ -181,7 +182,7 @@ class PodOutOfBounds(PodRefused):
 class PodUnsupported(PodRefused):
     """A valid pod whose GPU request FleetMind cannot place (:class:`PodRefused`): ``nvidia.com/gpu``
     beside ``nvidia.com/mig-<profile>``, or two MIG profiles (both valid under the device plugin's
-    mixed strategy), an ``alibabacloud.com/gpu-milli`` outside 1..1000, a negative
+    mixed strategy), an ``alibabacloud.com/gpu-milli`` above 1000 or negative, a negative
     ``alibabacloud.com/gpu-count``, a GPU-sharing annotation that is not an integer (``"half"``,
     ``"1_0"``, ``"500 "``), or a share of a GPU on several GPUs (annotations are free text to
     Kubernetes)."""
@@ -399,7 +400,7 @@ def pod_request(pod: Any) -> PodRequest:
         PodOutOfBounds: (a :class:`DataError`) a quantity above FleetMind's bounds, with the
             pod's key.
         PodUnsupported: (a :class:`DataError`) a GPU request FleetMind cannot place (two MIG
-            profiles, ``nvidia.com/gpu`` and MIG, a GPU share outside 1..1000 milli or on
+            profiles, ``nvidia.com/gpu`` and MIG, a GPU share above 1000 milli, negative or on
             several GPUs), with the pod's key.
     """
     if not isinstance(pod, dict):
@@ -464,10 +465,20 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
                 f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
             )
         num_gpu, gpu_milli, device_gpus = int(count), int(milli), False
-        if not 1 <= gpu_milli <= 1000 or num_gpu < 0:
+        if num_gpu < 0 or gpu_milli < 0:
             raise PodUnsupported(
-                f"{ANN_GPU_MILLI} must be 1..1000 and {ANN_GPU_COUNT} >= 0, got {gpu_milli} "
-                f"and {num_gpu}"
+                f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
+                f"{gpu_milli} and {num_gpu}"
+            )
+        if num_gpu == 0 or gpu_milli == 0:
+            # a CPU-only pod (openb's num_gpu 0, gpu_milli 0): the FGD simulator's Filter passes a
+            # pod whose gpu-milli is <= 0 (open_gpu_share.go) and calls gpu-count 0 "no GPU"
+            # (GetGpuAffinityFromPodAnnotation, open-gpu-share/utils/pod.go)
+            num_gpu, gpu_milli = 0, 0
+        elif gpu_milli > 1000:
+            raise PodUnsupported(
+                f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
+                f"{gpu_milli} and {num_gpu}"
             )
     if num_gpu > MAX_GPUS:
         raise PodOutOfBounds(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
