@@ -514,7 +514,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     finally:
         svc.stop()
     summary_path = cfg.out / "demo_summary.json"
-    summary_path.write_text(json.dumps(summary, indent=2, default=str))
+    from fleetmind.training.io import write_text_whole  # whole or not at all, as README says
+
+    write_text_whole(summary_path, json.dumps(summary, indent=2, default=str))
     _print_outputs(cfg, data_dir, summary_path, svc.log_path)
     return summary
 

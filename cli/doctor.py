@@ -5,7 +5,6 @@ or Prometheus unreachable."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fleetmind import argtypes
@@ -55,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     for f in findings:
         print(f.line())
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(as_json(args.prometheus, findings), indent=2) + "\n")
+        from fleetmind.training.io import write_json  # whole or not at all, as README says
+
+        write_json(args.json, as_json(args.prometheus, findings))
     return 1 if has_errors(findings) else 0

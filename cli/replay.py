@@ -19,6 +19,10 @@ an incident at most this often (:class:`fleetmind.serving.settings.Settings`).""
 POLL_S = 0.5
 """Seconds between two reads of the incidents while their rankings settle."""
 
+MIN_READ_TIMEOUT_S = 1.0
+"""The shortest timeout of one read of the incidents, seconds: each read may take the time left in
+``--wait``, but at least this."""
+
 SETTLE_MARGIN_S = 1.0
 """Seconds a ranking must stay unchanged beyond the rank interval before it counts as settled: the
 worker's wake-up and the ranking itself take some time after the interval has passed."""
@@ -34,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
             "after a group's first alert, then every 30 s while it grows (deploy/alertmanager.yml "
             "sends each alert on its own; batching does not change the incidents). The "
             "storm is re-timed to end now. Then waits for the incidents' rankings to settle and "
-            "prints their top causes and pages."
+            "prints their top causes and pages. Exit status 0; 1 when the service rejected some of "
+            "the storm's alerts (counted, the first reason quoted); 2 on an error."
         ),
     )
     p.add_argument("storm", help="storm file, e.g. examples/storm-gpu-xid.json")
@@ -51,10 +56,11 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     )
     p.add_argument(
         "--speed",
-        type=float,
+        type=argtypes.finite_float,
         default=10.0,
         help="time compression: 10 sends ten times faster than Alertmanager would (default 10; 1 = "
-        "real time)",
+        "real time); a finite number > 0, large enough that no wait between two notifications "
+        "exceeds the system's longest wait (threading.TIMEOUT_MAX, about 292 years)",
     )
     p.add_argument(
         "--wait",
@@ -302,21 +308,36 @@ def _show_incidents(
 
     base = url.rstrip("/")
     since = _since(storm, start)  # the incidents it touched end after this
+    deadline = time.monotonic() + wait_s
+    last: list[list[dict[str, Any]]] = []  # the last read that succeeded
 
     def read() -> list[dict[str, Any]] | None:
+        # a read may take the time left in --wait (a slow service), at least MIN_READ_TIMEOUT_S
+        timeout = max(deadline - time.monotonic(), MIN_READ_TIMEOUT_S)
         try:
-            r = client.get("/api/v1/incidents", headers=headers, timeout=10)
-        except httpx.HTTPError:
+            r = client.get("/api/v1/incidents", headers=headers, timeout=timeout)
+        except httpx.HTTPError as err:
+            print(
+                f"could not read incidents from {base}/api/v1/incidents: "
+                f"{str(err) or type(err).__name__}"
+            )
             return None
         if r.status_code in (401, 403):
             print(f"open {base}/ui/ to see the incidents (this token cannot read them)")
             return None
-        return _touched(r.json(), since) if r.status_code == 200 else []
+        try:
+            items = _touched(r.json(), since) if r.status_code == 200 else []
+        except ValueError:
+            items = []
+        last[:] = [items]
+        return items
 
     settle_s = rank_interval_s + SETTLE_MARGIN_S
     result = wait_settled(read, wait_s, settle_s)
     if result is None:
-        return
+        if not last or not last[0]:
+            return
+        result = (last[0], False)  # a later read failed: as they stood at the last one
     items, settled = result
     if not items:
         print(f"no incident of this storm yet; see {base}/ui/")
@@ -359,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
     start = datetime.now(UTC)
     client = _client(args.url)
     try:
-        replay(storm, args.url, token=token, speed=args.speed, client=client)
+        records = replay(storm, args.url, token=token, speed=args.speed, client=client)
         why = _unmapped_error(client, storm, headers)
         if why is not None:
             raise DataError(why)
@@ -367,4 +388,5 @@ def run(args: argparse.Namespace) -> int:
             _show_incidents(client, args.url, headers, storm, start, args.wait, args.rank_interval)
     finally:
         client.close()
-    return 0
+    # the service answered 200 but left some alerts out (replay said how many and why)
+    return 1 if any(r.get("rejected") for r in records) else 0

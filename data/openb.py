@@ -417,6 +417,44 @@ def _warn_gpu_milli_read(
         )
 
 
+def _check_new_pod_name(p: Path, r: int, name: str, seen: dict[str, int]) -> None:
+    """Record pod ``name`` of data row ``r`` in ``seen`` (name -> data row); a name already there
+    is a :class:`DataError` naming both lines."""
+    if name in seen:
+        raise DataError(
+            f"{p}: row {r} (line {r + 1}): pod {name!r} is listed twice (first on line"
+            f" {seen[name] + 1}); each pod name may appear once"
+        )
+    seen[name] = r
+
+
+def _check_gpu_fields(p: Path, r: int, num_gpu: int, gpu_milli: int) -> None:
+    """A :class:`DataError` for data row ``r`` when ``num_gpu`` is above 8, or ``gpu_milli`` is 0
+    for a GPU pod."""
+    if num_gpu > 8:
+        raise DataError(f"{p}: row {r} (line {r + 1}): field 'num_gpu' must be 0..8, got {num_gpu}")
+    if num_gpu > 0 and gpu_milli == 0:
+        raise DataError(
+            f"{p}: row {r} (line {r + 1}): field 'gpu_milli' is 0 for a pod with num_gpu > 0"
+        )
+
+
+def _spec_masks(p: Path, spec: np.ndarray, data_rows: np.ndarray) -> np.ndarray:
+    """``(P,)`` int64 :func:`gpu_spec_mask` of each pod's ``gpu_spec`` (``data_rows``: each pod's
+    data row, named in the :class:`DataError` of a model past :data:`MAX_GPU_MODELS`)."""
+    cache: dict[str, int] = {}
+    mask = np.empty(len(spec), dtype=np.int64)
+    for i, s in enumerate(spec):
+        if s not in cache:
+            try:
+                cache[s] = gpu_spec_mask(s)
+            except DataError as err:
+                r = int(data_rows[i])
+                raise DataError(f"{p}: row {r} (line {r + 1}): field 'gpu_spec': {err}") from None
+        mask[i] = cache[s]
+    return mask
+
+
 def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     """Load an openb pod trace by name (``default``, ``gpuspec20``, ``multigpu30``...) or CSV path.
 
@@ -474,25 +512,13 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
         pod_name = strs["name"][kept]
         if not pod_name:
             raise DataError(f"{p}: row {r} (line {r + 1}): field 'name' is empty")
-        if pod_name in seen:
-            raise DataError(
-                f"{p}: row {r} (line {r + 1}): pod {pod_name!r} is listed twice (first on line"
-                f" {seen[pod_name] + 1}); each pod name may appear once"
-            )
-        seen[pod_name] = r
+        _check_new_pod_name(p, r, pod_name, seen)
         data_rows[kept] = r
         for c in POD_TIME_COLUMNS:
             if c in col:
                 times[c][kept] = _float_field(row[col[c]], p, r, c)
-        if ints["num_gpu"][kept] > 8:
-            raise DataError(
-                f"{p}: row {r} (line {r + 1}): field 'num_gpu' must be 0..8, got {ints['num_gpu'][kept]}"
-            )
-        if ints["num_gpu"][kept] > 0 and ints["gpu_milli"][kept] == 0:
-            raise DataError(
-                f"{p}: row {r} (line {r + 1}): field 'gpu_milli' is 0 for a pod with num_gpu > 0"
-            )
         ng, gm = int(ints["num_gpu"][kept]), int(ints["gpu_milli"][kept])
+        _check_gpu_fields(p, r, ng, gm)
         if ng > 0 and gm > GPU_MILLI:
             clipped.append((r, ng, gm))
         if ng > 1 and gm < GPU_MILLI:
@@ -508,16 +534,7 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     gpu_milli = np.where(num_gpu > 1, GPU_MILLI, gpu_milli)  # whole GPUs (the warning above)
     spec = np.array(strs["gpu_spec"][:kept], dtype=object)
     spec = np.where(num_gpu > 0, spec, "").astype(str)
-    cache: dict[str, int] = {}
-    mask = np.empty(kept, dtype=np.int64)
-    for i, s in enumerate(spec):
-        if s not in cache:
-            try:
-                cache[s] = gpu_spec_mask(s)
-            except DataError as err:
-                r = int(data_rows[i])
-                raise DataError(f"{p}: row {r} (line {r + 1}): field 'gpu_spec': {err}") from None
-        mask[i] = cache[s]
+    mask = _spec_masks(p, spec, data_rows[:kept])
     name = p.stem.removeprefix("openb_pod_list_")
     return PodTrace(
         name=name,

@@ -10,6 +10,19 @@ notifications an Alertmanager route grouped by cluster and alertname would send 
 Alertmanager's route options, ``docs/configuration.md`` of prometheus/alertmanager v0.28): a group's
 first notification goes out ``group_wait`` after its first alert, and every ``group_interval`` after
 that while new alerts joined it, each notification carrying all the group's alerts so far.
+
+``endsAt`` is read as Alertmanager reads it, in storm time (the storm is re-timed to end now, so
+only an ``endsAt`` up to the storm's last ``startsAt`` has passed; a later one lies in the future
+and is ignored): an alert is firing in a notification sent before its ``endsAt`` and goes out with
+the zero ``endsAt`` (``0001-01-01T00:00:00Z``), as Alertmanager's ``aggrGroup.flush``
+(``dispatch/dispatch.go`` of prometheus/alertmanager) zeroes the ``endsAt`` of every alert not yet
+resolved; once its ``endsAt`` has passed, the group's next flush (a ``group_interval`` tick) sends
+it ``resolved`` with its ``endsAt``, and it leaves the group. As Alertmanager's dedup stage
+(``notify/notify.go``, ``needsUpdate``) does, a flush is sent only when an alert started firing
+since the group's last notification, or one of the group's notified alerts resolved: an alert
+that resolved before it was ever sent firing is never delivered. An alert the file marks
+``"status": "resolved"`` stays resolved: it goes out so (with its own ``endsAt``) in its group's
+next notification, which it triggers.
 :func:`replay` re-times the storm so that its last alert starts now (gaps kept), sends the
 notifications in order, ``speed`` times faster than real time, and returns what the service answered.
 """
@@ -17,6 +30,8 @@ notifications in order, ``speed`` times faster than real time, and returns what 
 from __future__ import annotations
 
 import json
+import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +45,8 @@ from fleetmind.data.fetch import check_http_url
 GROUP_BY: tuple[str, ...] = ("cluster", "alertname")
 GROUP_WAIT_S = 10.0
 GROUP_INTERVAL_S = 30.0
+ZERO_TIME = "0001-01-01T00:00:00Z"
+"""Alertmanager's zero time: the ``endsAt`` of an alert not resolved (Go's ``time.Time{}``)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,9 @@ def load_storm(path: str | Path) -> dict[str, Any]:
 
     Raises:
         DataError: unreadable JSON, no ``alerts`` list, an alert without ``labels.alertname`` or with
-            a bad ``startsAt`` or ``endsAt``, or times too far apart to re-time the storm to end now
+            a bad ``startsAt`` or ``endsAt`` (an empty one reads as none, the zero time), a label or
+            annotation value that is not a string, a ``status`` other than ``firing`` or
+            ``resolved``, or times too far apart to re-time the storm to end now
             (:func:`retime`).
     """
     p = Path(path)
@@ -80,8 +99,19 @@ def load_storm(path: str | Path) -> dict[str, Any]:
             raise DataError(f"{where}: expected an object with a labels object")
         if not a["labels"].get("alertname"):
             raise DataError(f"{where}: labels.alertname is missing")
+        for field in ("labels", "annotations"):
+            values = a.get(field, {})
+            if not isinstance(values, dict):
+                raise DataError(f"{where}: {field} must be an object of strings")
+            for k, v in values.items():
+                if not isinstance(v, str):
+                    raise DataError(f"{where}: {field}.{k} must be a string, got {v!r}")
+        if a.get("status", "firing") not in ("firing", "resolved"):
+            raise DataError(f"{where}: status must be firing or resolved, got {a['status']!r}")
         _ts(a.get("startsAt"), where)
-        if a.get("endsAt") is not None and a.get("endsAt") != "":
+        if a.get("endsAt") == "":
+            a["endsAt"] = ZERO_TIME  # no end, as Alertmanager's zero time says
+        if a.get("endsAt") is not None:
             _ts(a["endsAt"], where, "endsAt")
     storm["alerts"] = sorted(alerts, key=lambda a: _ts(a["startsAt"], ""))
     try:
@@ -115,6 +145,15 @@ def webhook_payload(group: dict[str, str], alerts: list[dict[str, Any]]) -> dict
     }
 
 
+def _as_sent(alert: dict[str, Any], resolved: bool) -> dict[str, Any]:
+    """``alert`` as one flush sends it: ``resolved`` with its own ``endsAt``, else firing with the
+    zero ``endsAt`` (Alertmanager's ``aggrGroup.flush`` zeroes the ``endsAt`` of alerts not yet
+    resolved, ``dispatch/dispatch.go``)."""
+    if resolved:
+        return {**alert, "status": "resolved"}
+    return {**alert, "status": "firing", "endsAt": ZERO_TIME}
+
+
 def plan_notifications(
     alerts: list[dict[str, Any]],
     group_by: tuple[str, ...] = GROUP_BY,
@@ -123,34 +162,78 @@ def plan_notifications(
 ) -> list[Notification]:
     """The notifications Alertmanager would send for ``alerts``, in time order.
 
+    Each group flushes ``group_wait_s`` after its first alert and then every ``group_interval_s``;
+    an alert is resolved in a flush at or after its ``endsAt`` (one after the last ``startsAt``
+    is ignored: it lies in the future) or when the file says ``"status": "resolved"``, and leaves
+    the group after that flush. A flush is sent only when Alertmanager's dedup stage would send it
+    (a new firing alert, a notified alert resolved; module docstring) or it carries an alert the
+    file marks resolved that was not delivered yet.
+
     Args:
         alerts: v4 alert objects with ``startsAt`` (any order).
         group_by: label names that form a group (a missing label groups as ``""``).
         group_wait_s, group_interval_s: Alertmanager's route options, in seconds.
 
     Returns:
-        Every alert appears in at least one notification; a later notification of a group repeats
-        the group's earlier alerts, as Alertmanager does. Times are seconds after the first alert.
+        Every alert appears in at least one notification, unless it resolved before its group's
+        first flush that would have sent it firing; a later notification of a group repeats the
+        group's alerts not yet resolved, as Alertmanager does. Times are seconds after the first
+        alert.
     """
     if not alerts:
         return []
     t0 = min(_ts(a["startsAt"], "") for a in alerts)
-    groups: dict[tuple[str, ...], list[tuple[float, dict[str, Any]]]] = {}
+    horizon = max((_ts(a["startsAt"], "") - t0).total_seconds() for a in alerts)
+    groups: dict[tuple[str, ...], list[tuple[float, float | None, dict[str, Any]]]] = {}
     for a in alerts:
         key = tuple(str(a.get("labels", {}).get(k, "")) for k in group_by)
-        groups.setdefault(key, []).append(((_ts(a["startsAt"], "") - t0).total_seconds(), a))
+        start = (_ts(a["startsAt"], "") - t0).total_seconds()
+        end = (_ts(a["endsAt"], "", "endsAt") - t0).total_seconds() if _has_end(a) else None
+        groups.setdefault(key, []).append(
+            (start, end if end is not None and end <= horizon else None, a)
+        )
     out = []
     for key, items in groups.items():
         items.sort(key=lambda x: x[0])
         label_values = dict(zip(group_by, key, strict=True))
-        send = items[0][0] + group_wait_s
-        sent = 0
-        while sent < len(items):
-            ready = [a for t, a in items if t <= send]
-            if len(ready) > sent:
-                out.append(Notification(send, webhook_payload(label_values, ready)))
-                sent = len(ready)
-            send += group_interval_s
+        nxt = 0  # items[nxt:] have not joined the group yet
+        present: list[int] = []
+        last_firing: set[int] | None = None  # the firing alerts of the group's last notification
+        last_resolved: set[int] = set()
+        tick = items[0][0] + group_wait_s
+        while nxt < len(items) or present:
+            if not present:  # a group that emptied is gone: the next alert starts a new one
+                tick = max(tick, items[nxt][0] + group_wait_s)
+            while nxt < len(items) and items[nxt][0] <= tick:
+                present.append(nxt)
+                nxt += 1
+            explicit = {i for i in present if items[i][2].get("status") == "resolved"}
+            resolved = explicit | {
+                i for i in present if items[i][1] is not None and items[i][1] <= tick
+            }
+            firing = set(present) - resolved
+            if last_firing is None:
+                send = bool(firing)
+            elif not firing <= last_firing:
+                send = True
+            elif not firing:
+                send = bool(last_firing)
+            else:
+                send = not resolved <= last_resolved
+            send = send or bool(explicit - last_resolved)
+            if send:
+                payload = [_as_sent(items[i][2], i in resolved) for i in present]
+                out.append(Notification(tick, webhook_payload(label_values, payload)))
+                last_firing, last_resolved = firing, resolved
+            present = [i for i in present if i not in resolved]  # flushed: they leave the group
+            # the next flush that can change anything: an alert joins or one resolves
+            events = [items[i][1] for i in present if items[i][1] is not None]
+            events += [items[nxt][0]] if nxt < len(items) and present else []
+            if present and not events:
+                break  # all firing until the storm's end
+            if present:
+                steps = max(1, math.ceil((min(events) - tick) / group_interval_s))
+                tick += steps * group_interval_s
     out.sort(key=lambda n: n.at_s)
     return out
 
@@ -190,6 +273,47 @@ def retime(alerts: list[dict[str, Any]], end: datetime) -> list[dict[str, Any]]:
     return out
 
 
+def _rejections(response: Any, alerts: list[dict[str, Any]]) -> tuple[int, dict[str, str]]:
+    """What a 200 answer of ``POST /api/v1/alerts`` says it left out of ``alerts`` (its
+    ``rejected_count`` and ``rejected`` list, docs/serving/api.md): the count, and for each listed
+    alert its identity (fingerprint or labels, and ``startsAt``: a later notification repeats it)
+    and a one-line reason."""
+    try:
+        body = response.json()
+    except ValueError:
+        return 0, {}
+    listed = body.get("rejected") if isinstance(body, dict) else None
+    listed = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
+    count = body.get("rejected_count") if isinstance(body, dict) else None
+    count = count if isinstance(count, int) and count >= len(listed) else len(listed)
+    out: dict[str, str] = {}
+    for i, item in enumerate(listed):
+        index = item.get("index")
+        alert = alerts[index] if isinstance(index, int) and 0 <= index < len(alerts) else {}
+        labels = alert.get("labels") if isinstance(alert.get("labels"), dict) else {}
+        errors = item.get("errors") if isinstance(item.get("errors"), list) else []
+        err = errors[0] if errors and isinstance(errors[0], dict) else {}
+        loc = [str(x) for x in err.get("loc") or []][3:]  # without body, alerts, index
+        where = ".".join(loc) or "alert"
+        reason = f"{labels.get('alertname', '?')}: {where[:80]}: {str(err.get('msg', '?'))[:200]}"
+        ident = alert.get("fingerprint") or json.dumps(labels, sort_keys=True)
+        out[f"{ident} {alert.get('startsAt')}" if alert else f"unknown {i}"] = reason
+    return count, out
+
+
+def _check_waits(plan: list[Notification], speed: float) -> None:
+    """A :class:`ConfigError` when ``speed`` is so small that a wait between two of ``plan``'s
+    notifications would exceed :data:`threading.TIMEOUT_MAX` (the longest wait the system allows)."""
+    gaps = [b.at_s - a.at_s for a, b in zip([Notification(0.0, {}), *plan], plan, strict=False)]
+    longest = max(gaps, default=0.0) / speed
+    if longest > threading.TIMEOUT_MAX:
+        raise ConfigError(
+            f"--speed {speed:g} is too slow for this storm: the longest wait between two "
+            f"notifications would be {longest:.3g} s, more than this system can wait "
+            f"({threading.TIMEOUT_MAX:.3g} s); give a larger --speed"
+        )
+
+
 def replay(
     storm: dict[str, Any],
     url: str,
@@ -210,8 +334,14 @@ def replay(
         sleep: the waiting function (tests pass a no-op).
         client: an ``httpx.Client`` to send with instead of a new one (tests pass a TestClient).
 
+    Returns:
+        ``{"at_s", "status", "alerts", "rejected"}`` per POST: ``rejected`` counts the alerts the
+        service left out of it (its ``rejected_count``); when any was, a last ``say`` line counts
+        the storm's rejected alerts and quotes the first reason.
+
     Raises:
-        ConfigError: ``speed`` not positive.
+        ConfigError: ``speed`` not positive, or so small that a wait between two notifications
+            would exceed :data:`threading.TIMEOUT_MAX` (the longest wait the system allows).
         NotAvailableError: the service cannot be reached, or refused a notification (the status and
             the start of its answer are in the message).
     """
@@ -227,7 +357,10 @@ def replay(
     alerts = retime(storm["alerts"], start)
     plan = plan_notifications(alerts)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    _check_waits(plan, speed)
     records = []
+    rejected: dict[str, str] = {}  # the alerts the service left out: identity -> the first reason
+    unlisted = 0  # rejected alerts the answers counted beyond those they listed (at most 20 each)
     clock = 0.0
     own = client is None
     if own:
@@ -247,12 +380,21 @@ def replay(
                     f"{url}/api/v1/alerts answered {r.status_code}: {r.text[:200]}"
                     + (" (give an ingest token: --token)" if r.status_code in (401, 403) else "")
                 )
+            count, listed = _rejections(r, n.payload["alerts"])
+            rejected.update((k, v) for k, v in listed.items() if k not in rejected)
+            unlisted = max(unlisted, count - len(listed))
             group = ", ".join(f"{k}={v}" for k, v in n.payload["groupLabels"].items() if v)
             say(
                 f"  t+{n.at_s:5.0f}s  {group}: {len(n.payload['alerts'])} alerts -> {r.status_code}"
+                + (f" ({count} rejected)" if count else "")
             )
             records.append(
-                {"at_s": n.at_s, "status": r.status_code, "alerts": len(n.payload["alerts"])}
+                {
+                    "at_s": n.at_s,
+                    "status": r.status_code,
+                    "alerts": len(n.payload["alerts"]),
+                    "rejected": count,
+                }
             )
     finally:
         if own:
@@ -261,4 +403,10 @@ def replay(
         f"sent {len(storm['alerts'])} alerts (a storm of {span.total_seconds():.0f} s) in "
         f"{len(plan)} notifications"
     )
+    if rejected or unlisted:
+        first = next(iter(rejected.values()), "not listed in the answer")
+        say(
+            f"the service rejected {'at least ' if unlisted else ''}"
+            f"{len(rejected) + unlisted} of the storm's alerts (not stored); the first: {first}"
+        )
     return records

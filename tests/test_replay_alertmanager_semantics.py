@@ -1,0 +1,263 @@
+"""``fleetmind replay`` delivers ``endsAt`` as Alertmanager does, reports the alerts the service
+rejected, refuses storms the service would refuse before sending any, and bounds its waits.
+
+Alertmanager semantics encoded here (prometheus/alertmanager):
+
+- ``dispatch/dispatch.go``, ``aggrGroup.flush``: every alert not resolved at flush time goes out
+  with ``EndsAt = time.Time{}`` (the zero time ``0001-01-01T00:00:00Z``); an alert whose
+  ``EndsAt`` has passed (``ResolvedAt(now)``) goes out resolved and is deleted from the group
+  after the flush.
+- ``notify/notify.go``, ``DedupStage.needsUpdate``: a group never notified before is notified only
+  when it has firing alerts (an alert that resolved before it was ever sent firing is never sent);
+  later flushes only when a new alert fires, all alerts resolved, or (``send_resolved``) one
+  resolved.
+
+Replay reads ``endsAt`` in storm time: a resolution is delivered at the group's next
+``group_interval`` flush after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from fleetmind.cli import main
+from fleetmind.cli import replay as replay_cli
+from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.training.replay import ZERO_TIME, load_storm, plan_notifications, replay
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+REPO = Path(__file__).resolve().parents[1]
+XID = REPO / "examples" / "storm-gpu-xid.json"
+
+
+def _alert(name: str, at: str, ends: str | None = None, **extra: Any) -> dict[str, Any]:
+    a: dict[str, Any] = {"labels": {"alertname": name, "cluster": "c0"}, "startsAt": at}
+    if ends is not None:
+        a["endsAt"] = ends
+    return {**a, "status": "firing", **extra}
+
+
+def _sent(plan: list[Any]) -> list[tuple[float, str, list[tuple[str, str, str]]]]:
+    return [
+        (
+            n.at_s,
+            n.payload["status"],
+            [(a["labels"]["alertname"], a["status"], a["endsAt"]) for a in n.payload["alerts"]],
+        )
+        for n in plan
+    ]
+
+
+def test_ends_at_is_zeroed_while_firing_and_resolved_at_the_next_flush() -> None:
+    """A alerts at 0 s (ends at 60 s) and 20 s; B at 200 s, the storm's end. Replay sent A at
+    10 s and 40 s still carrying its past endsAt, and never resolved it."""
+    a_end = "2026-01-01T00:01:00Z"
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z", a_end),
+            _alert("A", "2026-01-01T00:00:20Z", ZERO_TIME, fingerprint="a2"),
+            _alert("B", "2026-01-01T00:03:20Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("A", "firing", ZERO_TIME)]),
+        (40, "firing", [("A", "firing", ZERO_TIME), ("A", "firing", ZERO_TIME)]),
+        # the first flush at or after its endsAt (10 + 2 * 30 s), with its own endsAt
+        (70, "firing", [("A", "resolved", a_end), ("A", "firing", ZERO_TIME)]),
+        (210, "firing", [("B", "firing", ZERO_TIME)]),  # a missing endsAt goes out as zero
+    ]
+
+
+def test_an_alert_resolved_before_its_first_flush_is_never_sent() -> None:
+    """Alertmanager notifies a new group only when it has firing alerts (DedupStage); an endsAt
+    after the storm's last startsAt lies in the future: the alert is firing, not resolved."""
+    plan = plan_notifications(
+        [
+            _alert("Gone", "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z"),
+            _alert("Later", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"),
+            _alert("Last", "2026-01-01T00:01:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("Later", "firing", ZERO_TIME)]),
+        (70, "firing", [("Last", "firing", ZERO_TIME)]),
+    ]
+
+
+def test_an_alert_the_file_marks_resolved_is_delivered_resolved() -> None:
+    ends = "2026-01-01T00:00:30Z"
+    plan = plan_notifications(
+        [
+            _alert("R", "2026-01-01T00:00:00Z", ends, status="resolved"),
+            _alert("F", "2026-01-01T00:01:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "resolved", [("R", "resolved", ends)]),
+        (70, "firing", [("F", "firing", ZERO_TIME)]),
+    ]
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[TestClient]:
+    from fleetmind.serving.app import create_app
+    from fleetmind.serving.settings import Settings
+
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/replay.db", incident_worker=False, api_token=None
+    )
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def _xid_storm(tmp_path: Path, extra: dict[str, Any] | None = None, **changes: Any) -> Path:
+    """The shipped XID storm with its first alert (GPUXidError of GPU 1, at 09:00:00) changed,
+    and ``extra`` added to its group."""
+    storm = json.loads(XID.read_text())
+    storm["alerts"][0].update(changes)
+    if extra is not None:
+        storm["alerts"].append({**storm["alerts"][0], "startsAt": "2026-12-01T09:00:05Z", **extra})
+    path = tmp_path / "storm.json"
+    path.write_text(json.dumps(storm))
+    return path
+
+
+def test_a_cleared_alert_is_stored_resolved(service: TestClient, tmp_path: Path) -> None:
+    """The XID clears 60 s into the storm (before its last alert): the service stores it
+    resolved; replay posted it firing (its endsAt already past) and it stayed firing."""
+    storm = load_storm(_xid_storm(tmp_path, endsAt="2026-12-01T09:01:00Z"))
+    xid = storm["alerts"][0]
+    assert xid["labels"]["alertname"] == "GPUXidError" and xid["startsAt"].endswith("09:00:00Z")
+    replay(storm, "http://testserver", speed=1.0, say=lambda s: None, sleep=lambda s: None,
+           client=service)  # fmt: skip
+    service.app.state.services.incidents.process_pending()
+    (inc,) = service.get("/api/v1/incidents", params={"status": "all"}).json()
+    alerts = service.get(f"/api/v1/incidents/{inc['id']}", params={"alerts_limit": 100}).json()
+    status = {a["fingerprint"]: a["status"] for a in alerts["alerts"]}
+    assert status.pop(xid["fingerprint"]) == "resolved"
+    assert set(status.values()) == {"firing"}, status
+
+
+def test_rejected_alerts_are_reported_and_exit_1(
+    service: TestClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The service answers 200 and leaves out an alert with a label name over 256 characters
+    (docs/serving/api.md: ``rejected``, ``rejected_count``); replay said nothing and exited 0."""
+    bad_labels = {"alertname": "GPUXidError", "cluster": "c0", "x" * 300: "1"}
+    path = _xid_storm(tmp_path, extra={"labels": bad_labels, "fingerprint": "bad"})
+    lines: list[str] = []
+    records = replay(load_storm(path), "http://testserver", speed=1.0, say=lines.append,
+                     sleep=lambda s: None, client=service)  # fmt: skip
+    assert sum(r["rejected"] for r in records) >= 1
+    assert lines[-1].startswith("the service rejected 1 of the storm's alerts (not stored)")
+    assert "GPUXidError: labels." in lines[-1], lines[-1]
+
+    def client(url: str) -> TestClient:
+        return service
+
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(replay_cli, "_client", client)
+        mp.setattr(service, "close", lambda: None)  # the fixture closes it
+        code = main(["replay", str(path), "--url", "http://127.0.0.1:9", "--speed", "1e9",
+                     "--wait", "0"])  # fmt: skip
+    assert code == 1
+    assert "the service rejected 1 of the storm's alerts" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"labels": {"alertname": "GPUXidError", "cluster": 1}}, "alert 0: labels.cluster must"),
+        ({"annotations": {"summary": ["x"]}}, "alert 0: annotations.summary must be a string"),
+        ({"annotations": "x"}, "alert 0: annotations must be an object of strings"),
+        ({"status": "active"}, "alert 0: status must be firing or resolved"),
+    ],
+)
+def test_what_the_service_would_refuse_is_refused_before_sending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], message: str
+) -> None:
+    """load_storm accepted these; the service then answered 422 halfway through the replay."""
+    path = _xid_storm(tmp_path, **change)
+    with pytest.raises(DataError, match=message):
+        load_storm(path)
+    assert main(["replay", str(path), "--url", "http://127.0.0.1:9", "--wait", "0"]) == 2
+    captured = capsys.readouterr()
+    err = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert len(err) == 1 and message in err[0], err
+    assert captured.out == ""  # before the title: nothing was sent
+
+
+def test_an_empty_ends_at_means_no_end(service: TestClient, tmp_path: Path) -> None:
+    """``"endsAt": ""`` passed load_storm, was posted as is and answered 422 (after the alerts
+    before it had been sent)."""
+    storm = load_storm(_xid_storm(tmp_path, endsAt=""))
+    assert storm["alerts"][0]["endsAt"] == ZERO_TIME
+    records = replay(storm, "http://testserver", speed=1.0, say=lambda s: None,
+                     sleep=lambda s: None, client=service)  # fmt: skip
+    assert all(r["status"] == 200 and r["rejected"] == 0 for r in records)
+
+
+def test_a_speed_that_cannot_be_waited_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--speed 1e-300`` made time.sleep raise OverflowError: a traceback."""
+    argv = ["replay", str(XID), "--url", "http://127.0.0.1:9", "--speed", "1e-300", "--wait", "0"]
+    assert main(argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "--speed 1e-300 is too slow" in err[0], err
+    for speed in ("inf", "nan"):  # argparse's usage error
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv[:5], speed])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert "argument --speed: expected a finite number" in err[-1], err
+    with pytest.raises(ConfigError, match="too slow"):
+        replay(load_storm(XID), "http://x", speed=1e-300, sleep=lambda s: None, client=object())
+
+
+def test_a_slow_incident_read_says_so_and_may_take_the_wait(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reads of the incidents had a fixed 10 s timeout and a timeout ended the replay silently
+    (exit 0, nothing about incidents)."""
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(
+        replay_cli,
+        "time",
+        SimpleNamespace(monotonic=lambda: clock.now, sleep=lambda s: None),
+    )
+    timeouts: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/incidents":
+            timeouts.append(request.extensions["timeout"]["read"])
+            raise httpx.ReadTimeout("timed out", request=request)
+        if request.url.path == "/api/v1/rca":
+            return httpx.Response(200, json={"mapped_alerts": 8})
+        return httpx.Response(200, json={"accepted": 1, "rejected": [], "rejected_count": 0})
+
+    monkeypatch.setattr(
+        replay_cli,
+        "_client",
+        lambda url: httpx.Client(base_url=url, transport=httpx.MockTransport(handler)),
+    )
+    argv = ["replay", str(XID), "--url", "http://fake", "--speed", "1e9", "--wait", "25"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "could not read incidents from http://fake/api/v1/incidents: timed out" in out, out
+    assert timeouts == [25.0]  # the time left in --wait, not 10 s
