@@ -141,6 +141,8 @@ class PodTrace:
             (the ``multigpu*`` traces have no times at all).
         extra: extra per-pod arrays added by a simulation mode (see the module docstring).
         source: the file it came from.
+        pod_phase: ``(P,)`` str, the file's ``pod_phase`` (``Running``, ``Pending``...; "" where
+            blank), or None when the file has no such column (and for in-memory traces).
     """
 
     name: str
@@ -157,6 +159,7 @@ class PodTrace:
     scheduled_time: np.ndarray
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     source: str = ""
+    pod_phase: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.pod_names)
@@ -189,7 +192,9 @@ class PodTrace:
                 "scheduled_time",
             )
         }
-        return replace(self, extra={k: v[idx] for k, v in self.extra.items()}, **arrays)
+        phase = None if self.pod_phase is None else self.pod_phase[idx]
+        extra = {k: v[idx] for k, v in self.extra.items()}
+        return replace(self, extra=extra, pod_phase=phase, **arrays)
 
     def with_fields(self, **arrays: np.ndarray) -> PodTrace:
         """A copy with extra per-pod arrays (each of shape ``(P, ...)``) added to :attr:`extra`."""
@@ -550,6 +555,7 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
         deletion_time=times["deletion_time"][:kept],
         scheduled_time=times["scheduled_time"][:kept],
         source=str(p),
+        pod_phase=np.array(strs["pod_phase"][:kept], dtype=str) if "pod_phase" in col else None,
     )
 
 

@@ -4,7 +4,13 @@
 simulator ``pkg/simulator/plugin/open_gpu_share.go`` ``Filter`` returns Success when
 ``GetGpuMilliFromPodAnnotation(pod) <= 0`` ("Pass if the pod does not require GPU resources"), and
 ``pkg/type/open-gpu-share/utils/pod.go`` ``GetGpuAffinityFromPodAnnotation`` calls gpu-count 0
-``NoGpuTag``. It used to fail every node ("gpu-milli must be 1..1000 ...")."""
+``NoGpuTag``. It used to fail every node ("gpu-milli must be 1..1000 ...").
+
+The CPU-only reading must not hide a GPU request: ``nvidia.com/gpu: 2`` (or a MIG resource) beside
+``gpu-count`` or ``gpu-milli`` ``"0"`` passed as CPU-only while the device plugin gives the pod its
+GPUs, and ``gpu-count`` ``"0"`` beside ``gpu-milli`` ``"5000"`` passed too; both are refused
+(``PodUnsupported``: every node unresolvable). ``gpu-count`` ``"2"`` with ``gpu-milli`` ``"0"`` and
+no device-plugin request stays CPU-only, as the simulator's Filter (gpu-milli only) passes it."""
 
 from __future__ import annotations
 
@@ -23,7 +29,9 @@ from fleetmind.serving.telemetry.sim import SimSource
 NODES = ["gpu-1", "cpu-1", "cpu-2"]
 
 
-def _pod(name: str, count: str | None, milli: str | None) -> dict[str, Any]:
+def _pod(
+    name: str, count: str | None, milli: str | None, limits: dict[str, str] | None = None
+) -> dict[str, Any]:
     ann = {
         k: v
         for k, v in (("alibabacloud.com/gpu-count", count), ("alibabacloud.com/gpu-milli", milli))
@@ -32,13 +40,21 @@ def _pod(name: str, count: str | None, milli: str | None) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ml", "uid": f"{name}-uid", "annotations": ann},
         "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "6", "memory": "12Gi"}}}]
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": {
+                        "requests": {"cpu": "6", "memory": "12Gi"},
+                        "limits": dict(limits or {}),
+                    },
+                }
+            ]
         },
     }
 
 
 @pytest.mark.parametrize(
-    "count, milli", [("0", "0"), ("1", "0"), (None, "0"), ("0", "1000"), ("0", "1500")]
+    "count, milli", [("0", "0"), ("1", "0"), ("2", "0"), (None, "0"), ("0", None), ("0", "1000")]
 )
 def test_a_zero_gpu_annotation_reads_as_a_cpu_only_pod(count: str | None, milli: str) -> None:
     req = pod_request(_pod("p", count, milli))
@@ -48,7 +64,15 @@ def test_a_zero_gpu_annotation_reads_as_a_cpu_only_pod(count: str | None, milli:
 
 @pytest.mark.parametrize(
     "count, milli, words",
-    [("1", "1500", "1..1000"), ("-1", "0", ">= 0"), ("1", "-5", "1..1000"), ("2", "500", "whole")],
+    [
+        ("1", "1500", "1..1000"),
+        ("-1", "0", ">= 0"),
+        ("1", "-5", "1..1000"),
+        ("2", "500", "whole"),
+        ("0", "1500", "1..1000"),  # above 1000 is refused before "count 0: no GPU" is read
+        ("0", "5000", "1..1000"),
+        ("0", "-5", "1..1000"),
+    ],
 )
 def test_gpu_requests_outside_the_rules_are_still_refused(
     count: str, milli: str, words: str
@@ -56,6 +80,36 @@ def test_gpu_requests_outside_the_rules_are_still_refused(
     with pytest.raises(PodUnsupported) as err:
         pod_request(_pod("p", count, milli))
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+# the reviewer's table: each row passed as CPU-only, though the kubelet gives the pod its GPUs
+CONFLICTS = [
+    ("0", None, {"nvidia.com/gpu": "2"}, "gpu-count 0), nvidia.com/gpu asks 2"),
+    (None, "0", {"nvidia.com/gpu": "2"}, "gpu-milli 0), nvidia.com/gpu asks 2"),
+    ("2", "0", {"nvidia.com/gpu": "2"}, "gpu-milli 0), nvidia.com/gpu asks 2"),
+    ("0", "0", {"nvidia.com/gpu": "1"}, "gpu-count 0), nvidia.com/gpu asks 1"),
+    ("0", "5000", {"nvidia.com/gpu": "2"}, "must be 1..1000"),
+    ("0", "0", {"nvidia.com/mig-1g.10gb": "1"}, "gpu-count 0), nvidia.com/mig-1g.10gb asks 1"),
+]
+
+
+@pytest.mark.parametrize("count, milli, limits, words", CONFLICTS)
+def test_annotations_saying_no_gpu_beside_a_gpu_resource_are_refused(
+    count: str | None, milli: str | None, limits: dict[str, str], words: str
+) -> None:
+    with pytest.raises(PodUnsupported) as err:
+        pod_request(_pod("p", count, milli, limits))
+    text = str(err.value)
+    assert words in text and "\n" not in text, text
+    if "asks" in text:
+        assert text.startswith(
+            "conflicting GPU requests: annotations say no GPU (alibabacloud.com/"
+        )
+
+
+def test_a_zero_gpu_device_plugin_request_stays_cpu_only() -> None:
+    req = pod_request(_pod("p", "0", "0", {"nvidia.com/gpu": "0"}))
+    assert (req.num_gpu, req.gpu_milli, req.device_gpus) == (0, 0, False)
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +151,17 @@ def test_the_extender_passes_and_scores_it_as_a_cpu_only_pod(
         h for h in client.app.state.services.reservations.rows() if h["pod_key"] == f"ml/{name}"
     ]
     assert scores[hold["node"]] == 10 and hold["node"].startswith("cpu-")
+
+
+def test_the_extender_fails_a_conflicting_pod_on_every_node_as_unresolvable(
+    client: TestClient,
+) -> None:
+    pod = _pod("conflict", "0", None, {"nvidia.com/gpu": "2"})
+    r = client.post("/api/v1/scheduler/filter", json={"Pod": pod, "NodeNames": NODES})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert not body["NodeNames"] and body["FailedNodes"] == {}
+    assert sorted(body["FailedAndUnresolvableNodes"]) == sorted(NODES)
+    assert all(
+        "conflicting GPU requests" in why for why in body["FailedAndUnresolvableNodes"].values()
+    )

@@ -4,7 +4,8 @@ needs about 8 million draws, and used to fill gigabytes of memory for minutes wi
 
 from __future__ import annotations
 
-import numpy as np
+import hashlib
+
 import pytest
 
 from fleetmind.data.errors import DataError
@@ -41,10 +42,41 @@ def test_the_bound_also_holds_while_drawing(monkeypatch: pytest.MonkeyPatch) -> 
         build_workload(trace, 1, 20_000, seed=6)
 
 
-def test_workloads_under_the_bound_are_unchanged() -> None:
-    # the bound only refuses: a trace well under it draws exactly as before (seeded)
-    trace = _tiny(50, 500)
-    a = build_workload(trace, 4, 4 * 8 * 1000, seed=7)
-    b = build_workload(trace, 4, 4 * 8 * 1000, seed=7)
-    assert np.array_equal(a.trace.pod_names, b.trace.pod_names) and a.n_original == 50
-    assert int(a.trace.gpu_request.sum()) <= 1.3 * 4 * 8 * 1000
+def _digest(workload: fgd_mode.FgdWorkload) -> tuple[int, int, str]:
+    """``(pods, originals, sha256 of the arrival-order pod names and the node priority)``."""
+    names = ",".join(workload.trace.pod_names.tolist())
+    text = names + "|" + ",".join(map(str, workload.priority.tolist()))
+    return len(workload.trace), workload.n_original, hashlib.sha256(text.encode()).hexdigest()
+
+
+def _mixed(n: int = 50):
+    """``n`` pods of 100/250/500/1000 milli, every 7th of them on two whole GPUs."""
+    ng = [2 if i % 7 == 0 else 1 for i in range(n)]
+    milli = [1000 if g > 1 else (100, 250, 500, 1000)[i % 4] for i, g in enumerate(ng)]
+    return trace_from_arrays([1000] * n, [1024] * n, ng, milli, name="mixed")
+
+
+# Computed with envs/fgd_mode.py as it was before the bound (commit 1fd4104, run from a scratch
+# copy of that tree): the bound must only refuse, never change a workload it lets through, and
+# the seeded draws (shuffle, resampled copies, removals, node priority) are those of the FGD
+# authors' procedure that fgd mode reproduces (docs/placement.md, fgd mode).
+BEFORE_THE_BOUND = {
+    "tiny, resampled up": (
+        lambda: build_workload(_tiny(50, 500), 4, 4 * 8 * 1000, seed=7),
+        (83, 50, "4e462154679fc1258714cd052c268d675b3d742cda3428d5b411195a3e5987e5"),
+    ),
+    "mixed, resampled up": (
+        lambda: build_workload(_mixed(), 6, 6 * 8 * 1000, seed=7),
+        (99, 50, "5439fb15e9ed23fa71698869c184e567f8d479395677e13858ed7115fc602f1e"),
+    ),
+    "mixed, pods removed": (
+        lambda: build_workload(_mixed(), 2, 2 * 8 * 1000, seed=3),
+        (26, 26, "a92c85eb4124489e458d9fc540f212a122afce660f95d075a9362c45f60d5834"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BEFORE_THE_BOUND))
+def test_workloads_under_the_bound_are_unchanged(case: str) -> None:
+    build, expected = BEFORE_THE_BOUND[case]
+    assert _digest(build()) == expected

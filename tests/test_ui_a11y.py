@@ -3,7 +3,11 @@ browser side is ``test_ui_a11y_browser.py``).
 
 - The incident list's 10 s refresh replaced the table under the focused link (focus fell to
   ``<body>``, WCAG 2.1 SC 2.4.3) and could not be paused (SC 2.2.2): it now has a pause button
-  and keeps focus on the same link.
+  and keeps focus on the same link. It waited while that link was gone from the fresh list, for
+  good when the link was "older incidents" (whose href changes with every new incident): paging
+  links now have ids, and a link that left the list hands focus to the row at its position.
+- "and N more alert names (timeline below)": the timeline draws at most 40 bars, so most of those
+  names were not below; the note no longer says so.
 - The timeline told firing from resolved by colour alone (SC 1.4.1): resolved bars now have a
   dashed outline, each bar a tooltip with its status, and the page a key.
 - Each cause's Confirm ``<form>`` sat inside its ``<h3>`` (HTML: a heading's content model is
@@ -21,9 +25,10 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from test_ui import login, make_settings, storm
+from test_ui import _alert_row, _flood, _incident_row, login, make_settings, storm
 
 from fleetmind.serving.app import create_app
+from fleetmind.serving.ui import router as ui_router
 from fleetmind.serving.ui.svg import timeline_svg
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -43,10 +48,15 @@ def test_the_list_refresh_has_a_pause_button_and_keeps_focus(client: TestClient)
     assert button and button.group(1) == "Pause auto-refresh"  # a labelled, native button
     script = html.split("<script", 1)[1]
     assert 'toggle.addEventListener("click"' in script and "if (paused) return;" in script
-    # focus on a link in a refreshed part: the same link is focused again, or the refresh waits
-    assert (
-        "focusedLink()" in script and "again.focus(" in script and "if (!again) return;" in script
-    )
+    # focus on a link in a refreshed part: the same link is focused again (a paging link by its
+    # id), or, when it left the list, one at its place; the refresh never waits on it
+    assert "focusedLink()" in script and "again.focus(" in script and "standIn(row)" in script
+    assert "if (!again) return;" not in script
+    _flood(client, ui_router.LIST_INCIDENTS + 1)
+    pages = client.get("/ui/").text.split('id="pages"', 1)[1].split("</div>", 1)[0]
+    assert re.search(r'<a href="/ui/\?show=open&amp;before=\d+" id="page-older">', pages)
+    pages = client.get("/ui/?before=10").text.split('id="pages"', 1)[1].split("</div>", 1)[0]
+    assert '<a href="/ui/?show=open" id="page-newest">newest</a>' in pages
     assert " on" + "click=" not in html  # no inline handler (the CSP allows nonce'd scripts only)
 
 
@@ -87,3 +97,16 @@ def test_no_form_in_a_heading_and_no_duplicate_ids(client: TestClient) -> None:
         if "marker-end" in svg:
             assert f'<marker id="arrow-{rank}"' in svg
             assert set(re.findall(r'marker-end="url\(#([^)]+)\)"', svg)) == {f"arrow-{rank}"}
+
+
+def test_more_alert_names_are_not_said_to_be_in_the_timeline(client: TestClient) -> None:
+    """60 alert names: the sidebar lists 10, the timeline draws 40 bars; the note used to send
+    the reader to the timeline for the other 50."""
+    with client.app.state.services.db.write() as conn:
+        inc = _incident_row(conn, alert_count=60, firing_count=60)
+        for i in range(60):
+            _alert_row(conn, inc, f"names-{i}", starts_ts=1000.0 + i, alertname=f"Name{i:02d}")
+    html = client.get(f"/ui/incidents/{inc}").text
+    note = re.search(r"and (\d+) more alert names([^<]*)</div>", html)
+    assert note and note.group(1) == "50" and note.group(2) == ""
+    assert "(timeline below)" not in html

@@ -3,7 +3,12 @@ list's 10 s refresh keeps keyboard focus where it was and can be paused (WCAG 2.
 criteria 2.4.3 Focus Order and 2.2.2 Pause, Stop, Hide).
 
 The refresh replaced the table's ``<tbody>`` under the focused incident link: focus fell back to
-``<body>`` every 10 s, and the next Tab started from the top of the page. Pages are rendered by
+``<body>`` every 10 s, and the next Tab started from the top of the page. Then it waited while the
+focused link was gone from the fresh list, which stalled it for good (the status still said
+"Refreshes every 10 s") with focus on the "older incidents" link (its href names the last row, so
+it changes with every new incident) or on an incident that new ones pushed to the next page: it
+now refreshes, keeps focus on the paging link (matched by id) or moves it to the row at the same
+position, and says so in the status line. Pages are rendered by
 TestClient and opened from files with a stubbed ``fetch`` and a fast timer (as
 ``test_ui_readability_browser.py`` does); the bidi check renders
 :func:`~fleetmind.serving.ui.router.bdi` output into a ``data:`` page. Needs Debian's
@@ -115,6 +120,79 @@ def test_the_list_refresh_keeps_focus_and_can_be_paused(
         toggle.send_keys(" ")
         assert toggle.text == "Pause auto-refresh"
         assert wait_for(lambda: fetches() > before, timeout=5)
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]}
+        )
+
+
+# the page's fetch answers with the fresh list and counts its calls; its 10 s timer runs every
+# 50 ms, but only while window.budget (ticks left) is above 0
+GATED_STUB = (
+    "window.fetches = 0; window.budget = 0;"
+    "window.fetch = async () => {{ window.fetches++; return new Response({fresh}, {{status: 200}}); }};"
+    "const every = window.setInterval;"
+    "window.setInterval = (f, ms) => every(() => {{ if (window.budget > 0) {{ window.budget--; f(); }} }}, 50);"
+)
+FOCUS_JS = (
+    "const a = document.activeElement;"
+    "return [a.tagName, a.id, a.getAttribute('href'), a.isConnected,"
+    " !!a.closest('#incidents, #pages')];"
+)
+
+
+@pytest.mark.parametrize("where", ["paging link", "incident pushed off the page"])
+def test_the_refresh_goes_on_when_the_focused_link_leaves_the_list(
+    tmp_path: Path,
+    browser: object,  # noqa: F811
+    where: str,
+) -> None:
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        login(c)
+        _flood(c, ui_router.LIST_INCIDENTS + 3)  # a full page and an "older incidents" link
+        shown = c.get("/ui/").text
+        _flood(c, 2)  # while the page is open: the two last rows go to page 2
+        fresh = c.get("/ui/").text
+    newest = max(int(i) for i in re.findall(r'data-incident="(\d+)"', fresh))
+    fresh_rows = re.findall(r'data-incident="(\d+)"', fresh)
+    older = re.search(r"before=(\d+)", fresh).group(1)  # the "older incidents" link's
+    added = browser.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {"source": GATED_STUB.format(fresh=_js_string(fresh))},
+    )
+    try:
+        (tmp_path / "list.html").write_text(shown)
+        browser.get((tmp_path / "list.html").as_uri())
+        if where == "paging link":
+            selector = "#pages a[href*='before=']"
+        else:  # page 1's last row: the two new incidents push it to page 2
+            last = re.findall(r'data-incident="(\d+)"', shown)[-1]
+            assert last not in fresh_rows
+            selector = f"#incidents a[href='/ui/incidents/{last}']"
+        browser.execute_script(
+            "document.querySelector(arguments[0]).focus(); window.budget = 1;", selector
+        )
+        first_row = 'return document.querySelector("#incidents tbody tr").dataset.incident'
+        # one tick refreshes the list (it used to wait for good while the link was gone)
+        assert wait_for(lambda: int(browser.execute_script(first_row)) == newest, timeout=5)
+        state = lambda: browser.find_element("id", "refresh-state").text  # noqa: E731
+        if where == "paging link":
+            # the same paging link, now below the new last row
+            assert browser.execute_script(FOCUS_JS) == [
+                "A", "page-older", f"/ui/?show=open&before={older}", True, True,
+            ]  # fmt: skip
+            assert state() == "Refreshes every 10 s"
+        else:
+            # the link in the row at the same position (the last row), and the user is told
+            moved_to = f"/ui/incidents/{fresh_rows[-1]}"
+            assert browser.execute_script(FOCUS_JS) == ["A", "", moved_to, True, True]
+            assert state() == f"#{last} left this page; focus moved to #{fresh_rows[-1]}"
+        # later ticks keep refreshing, focus stays where it went, the status line is back
+        focus = browser.execute_script(FOCUS_JS)
+        ticks = browser.execute_script("const n = window.fetches; window.budget = 3; return n;")
+        assert wait_for(lambda: browser.execute_script("return window.fetches") >= ticks + 3)
+        assert browser.execute_script(FOCUS_JS) == focus
+        assert wait_for(lambda: state() == "Refreshes every 10 s", timeout=5)
     finally:
         browser.execute_cdp_cmd(
             "Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]}

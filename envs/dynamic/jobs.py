@@ -229,14 +229,20 @@ def _observed_work(trace: PodTrace) -> tuple[np.ndarray, bool]:
     The work is ``deletion_time - scheduled_time``; a trace without any ``scheduled_time`` (no
     such column, or every value blank) has no start of run, and its work is then the lifetime
     ``deletion_time - creation_time`` (an upper bound: it includes the time a pod queued before it
-    was scheduled; :func:`_warn_lifetimes` says so). In a trace with scheduled times, a pod without
-    one was never scheduled: its work is unknown (NaN), not its lifetime.
+    was scheduled; :func:`_warn_lifetimes` says so), except for the pods whose ``pod_phase`` is
+    ``Pending`` (when the trace has that column): they never ran, their lifetime is all queueing,
+    and their work is unknown (NaN). In a trace with scheduled times, a pod without one was never
+    scheduled: its work is unknown (NaN), not its lifetime. Unknown works are drawn by
+    :func:`_trace_work`.
     """
     deleted = np.asarray(trace.deletion_time, dtype=np.float64)
     scheduled = np.asarray(trace.scheduled_time, dtype=np.float64)
     if np.isfinite(scheduled).any():
         return deleted - scheduled, False
-    return deleted - np.asarray(trace.creation_time, dtype=np.float64), True
+    lifetime = deleted - np.asarray(trace.creation_time, dtype=np.float64)
+    if trace.pod_phase is not None:
+        lifetime[np.asarray(trace.pod_phase) == "Pending"] = np.nan  # never ran
+    return lifetime, True
 
 
 def _trace_work(
@@ -331,13 +337,27 @@ def _warn_unfinished(trace: PodTrace) -> None:
 def _warn_lifetimes(trace: PodTrace) -> None:
     """A :class:`fleetmind.data.openb.TraceWarning` when the works are lifetimes (a trace with
     ``creation_time`` and ``deletion_time`` but no ``scheduled_time``, :func:`_observed_work`):
-    how many pods, that it is an upper bound, and where the others' works come from."""
+    how many pods, that it is an upper bound, and where the others' works come from (the
+    ``Pending`` pods' among them); also when every pod of such a trace is ``Pending`` (all works
+    drawn)."""
     work, from_lifetime = _observed_work(trace)
     known = np.isfinite(work)
-    if not from_lifetime or not known.any():
+    if not from_lifetime:
+        return
+    phase = trace.pod_phase
+    pending = int((np.asarray(phase) == "Pending").sum()) if phase is not None else 0
+    never = f" ({pending:,} of them Pending: never ran)" if pending else ""
+    if not known.any():
+        if pending:
+            warnings.warn(
+                f"trace {trace.source or trace.name}: no scheduled_time and no pod that ran "
+                f"({pending:,} Pending pod(s)): every work is drawn from {_drawn_from(work)}",
+                TraceWarning,
+                stacklevel=3,
+            )
         return
     rest = len(trace) - int(known.sum())
-    others = f"; the other {rest:,} pod(s) draw theirs from them" if rest else ""
+    others = f"; the other {rest:,} pod(s){never} draw theirs from them" if rest else ""
     warnings.warn(
         f"trace {trace.source or trace.name}: no scheduled_time; the work of its "
         f"{int(known.sum()):,} pod(s) with a creation_time and a deletion_time is their lifetime "

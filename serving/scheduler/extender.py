@@ -36,7 +36,9 @@ server's defaulting). Resources read:
 * GPUs, shared (the openb trace's scheduler, Alibaba's GPU-sharing scheduler; the names of the
   ``kubernetes-scheduler-simulator`` of the FGD paper): annotations
   ``alibabacloud.com/gpu-milli`` (share of each GPU, 1..1000), ``alibabacloud.com/gpu-count``
-  (number of GPUs; either one ``0`` makes a CPU-only pod, as in the FGD simulator) and
+  (number of GPUs; either one ``0`` makes a CPU-only pod: the FGD simulator's Filter passes a
+  pod whose ``gpu-milli`` is 0, and its ``GetGpuAffinityFromPodAnnotation`` calls ``gpu-count``
+  0 "no GPU"; beside ``nvidia.com/gpu`` or a MIG resource such a pod is refused) and
   ``alibabacloud.com/gpu-card-model`` (allowed models, ``|``- or ``,``-separated, each the whole
   model name or whole tokens of it:
   :func:`fleetmind.serving.scheduler.placement.gpu_model_matches`; one that names no model, such
@@ -63,7 +65,8 @@ printable ASCII characters; anything else is a :class:`DataError` (422). A valid
 more than FleetMind's bounds (:data:`MAX_CPU_MILLI`, :data:`MAX_MEMORY_MIB`, :data:`MAX_GPUS`:
 :class:`PodOutOfBounds`), or for GPUs in a way FleetMind cannot place (:class:`PodUnsupported`:
 ``nvidia.com/gpu`` beside a MIG profile, two MIG profiles, a ``gpu-milli`` above 1000 or
-negative, a share on several GPUs), fails every node as unresolvable, with the reason, rather
+negative, a share on several GPUs, annotations that say no GPU beside ``nvidia.com/gpu`` or a
+MIG resource), fails every node as unresolvable, with the reason, rather
 than with an error: kube-scheduler reads any answer but 200 as an error without its body
 (``send`` in ``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod or, with
 ``ignorable: true``, schedules it without FleetMind.
@@ -401,7 +404,8 @@ def pod_request(pod: Any) -> PodRequest:
             pod's key.
         PodUnsupported: (a :class:`DataError`) a GPU request FleetMind cannot place (two MIG
             profiles, ``nvidia.com/gpu`` and MIG, a GPU share above 1000 milli, negative or on
-            several GPUs), with the pod's key.
+            several GPUs, GPU-sharing annotations that say no GPU beside ``nvidia.com/gpu`` or a
+            MIG resource), with the pod's key.
     """
     if not isinstance(pod, dict):
         raise DataError("ExtenderArgs.Pod must be a v1.Pod object")
@@ -457,29 +461,35 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
     ann = meta.get("annotations") or {}
     if not isinstance(ann, dict):
         raise DataError("Pod.metadata.annotations must be an object")
-    if not mig and (ANN_GPU_COUNT in ann or ANN_GPU_MILLI in ann):
+    if ANN_GPU_COUNT in ann or ANN_GPU_MILLI in ann:
         count, milli = str(ann.get(ANN_GPU_COUNT, 1)), str(ann.get(ANN_GPU_MILLI, 1000))
-        if not (_GO_INT.fullmatch(count) and _GO_INT.fullmatch(milli)):
-            raise PodUnsupported(  # free text to the API server: kube-scheduler sends such pods
-                f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers "
-                f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
-            )
-        num_gpu, gpu_milli, device_gpus = int(count), int(milli), False
-        if num_gpu < 0 or gpu_milli < 0:
-            raise PodUnsupported(
-                f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
-                f"{gpu_milli} and {num_gpu}"
-            )
-        if num_gpu == 0 or gpu_milli == 0:
-            # a CPU-only pod (openb's num_gpu 0, gpu_milli 0): the FGD simulator's Filter passes a
-            # pod whose gpu-milli is <= 0 (open_gpu_share.go) and calls gpu-count 0 "no GPU"
-            # (GetGpuAffinityFromPodAnnotation, open-gpu-share/utils/pod.go)
+        ints = bool(_GO_INT.fullmatch(count) and _GO_INT.fullmatch(milli))
+        if not mig:  # a MIG pod's size is its MIG resource: annotations sizing it are ignored
+            if not ints:
+                raise PodUnsupported(  # free text to the API server: kube-scheduler sends such pods
+                    f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers "
+                    f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
+                )
+            num_gpu, gpu_milli, device_gpus = int(count), int(milli), False
+            if num_gpu < 0 or not 0 <= gpu_milli <= 1000:  # before the CPU-only reading below
+                raise PodUnsupported(
+                    f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
+                    f"{gpu_milli} and {num_gpu}"
+                )
+        if ints and (int(count) == 0 or int(milli) == 0):
+            # a CPU-only pod (openb's num_gpu 0, gpu_milli 0). The FGD simulator's Filter looks at
+            # gpu-milli only: it passes a pod whose gpu-milli is <= 0 (open_gpu_share.go);
+            # gpu-count 0 is "no GPU" (NoGpuTag) in its GetGpuAffinityFromPodAnnotation
+            # (open-gpu-share/utils/pod.go). A device-plugin GPU request beside such annotations
+            # would still get GPUs from the kubelet: no reading of the pod is right, so refuse it.
+            if gpus > 0:
+                res = next(iter(mig)) if mig else GPU_RESOURCE
+                zero = ANN_GPU_COUNT if int(count) == 0 else ANN_GPU_MILLI
+                raise PodUnsupported(
+                    f"conflicting GPU requests: annotations say no GPU ({zero} 0), {res} asks "
+                    f"{gpus:g}"
+                )
             num_gpu, gpu_milli = 0, 0
-        elif gpu_milli > 1000:
-            raise PodUnsupported(
-                f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
-                f"{gpu_milli} and {num_gpu}"
-            )
     if num_gpu > MAX_GPUS:
         raise PodOutOfBounds(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
     if num_gpu > 1 and gpu_milli < 1000:
