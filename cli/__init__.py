@@ -101,8 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # events to mobile.events.data.microsoft.com on Linux too, unless this is set before import)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # Ctrl-C while the group modules import (the first second or so): one line, not a traceback
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("fleetmind: interrupted", file=sys.stderr)
+        return 130
     func = getattr(args, "func", None)
     if func is None:
         # A group without a sub-command: show that group's help.

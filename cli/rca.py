@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TextIO
 
 from fleetmind import argtypes
@@ -22,6 +24,7 @@ from fleetmind.cli.common import (
     model_input,
     refuse_input_as_output,
 )
+from fleetmind.data.errors import ConfigError
 from fleetmind.provenance import load_now, run_provenance
 from fleetmind.redact import safe_uri
 from fleetmind.training.io import write_json
@@ -228,7 +231,60 @@ def _train(args: argparse.Namespace) -> int:
             ("--tracking-uri", tracking_uri(args.tracking_uri), ()),
         ],
     )
+    # before any work (docs/layout.md): not after the fit, the MLflow run and the registration
+    argtypes.check_writable_file(args.json, "--json")
+    if args.release is not None:
+        check_model_folder(args.release, "--release")
+        refuse_output_in_folder(args.json, "--json", args.release, "--release")
     return cli(args)
+
+
+def check_model_folder(folder: str | os.PathLike[str], flag: str) -> None:
+    """Check, before any work, that the model folder ``folder`` (given as ``flag``) can be
+    written: a folder this process may write in, or a path that can be created.
+
+    Raises:
+        ConfigError: one line naming ``flag``, the path and what blocks it.
+    """
+    p = Path(folder)
+    if p.exists():
+        if not p.is_dir():
+            raise ConfigError(f"{flag} {p}: a file is there; {flag} names a model folder")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(f"{flag} {p}: cannot write in it (permission denied)")
+        return
+    argtypes.check_creatable(p, flag)
+
+
+def refuse_output_in_folder(
+    out: str | os.PathLike[str] | None,
+    flag: str,
+    folder: str | os.PathLike[str] | None,
+    folder_flag: str,
+) -> None:
+    """Refuse, before any work, an output file ``out`` (given as ``flag``) that lies in the model
+    folder ``folder`` (``folder_flag``) the same command writes: writing it would replace a file
+    of the model (``--json D/config.json``) or the folder itself. Paths are compared resolved
+    (symbolic links, ``..``), and a file already there also by identity (a hard link to one of the
+    folder's files). Nothing when either is ``None``.
+
+    Raises:
+        ConfigError: one line naming both options and the paths.
+    """
+    if out is None or folder is None:
+        return
+    where = os.path.realpath(folder)
+    real = os.path.realpath(out)
+    inside = os.path.commonpath([where, real]) == where
+    if not inside and os.path.isfile(out) and os.path.isdir(folder):
+        st = os.stat(out)
+        with contextlib.suppress(OSError):
+            inside = any(os.path.samestat(st, e.stat()) for e in os.scandir(folder) if e.is_file())
+    if inside:
+        raise ConfigError(
+            f"{flag} {out} is in the model folder {folder_flag} {folder}, which this command "
+            "writes; choose a path outside it"
+        )
 
 
 # ---------------------------------------------------------------------------------------- evaluate
@@ -508,6 +564,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_fit import run
 
     refuse_input_as_output(args.json, "--json", [("--scenario", args.scenario, SCENARIO_FILES)])
+    refuse_output_in_folder(args.json, "--json", args.out, "--out")
     return run(args)
 
 

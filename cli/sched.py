@@ -1452,7 +1452,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # a trace that asks for no decision would end every episode at reset; say so before MLflow
     check_trace_has_decisions(list(a.traces), getattr(a, "nodes", None))
     # sched train has no --tracking-uri: the error names MLFLOW_TRACKING_URI alone
-    ready_store(tracking_uri(getattr(args, "tracking_uri", None)), flag=None)
+    ready_store(
+        tracking_uri(getattr(args, "tracking_uri", None)),
+        flag=None,
+        experiment=getattr(a, "experiment", None),  # a deleted one stops it here too
+    )
     if args.seeds:
         return _train_seeds(args, recipe.__name__, a, load_start)
     files = _train_trace_files(a)  # what the run reads, hashed before it starts

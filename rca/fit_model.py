@@ -38,6 +38,7 @@ import numpy as np
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.metric_roles import ROLES, RoleMap
+from fleetmind.folders import write_folder_whole
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threads
 from fleetmind.rca.features.times import parse_time
@@ -173,15 +174,15 @@ def save_fit_artifact(
     meta: Mapping[str, Any],
 ) -> Path:
     """Write a fitted model folder: ``model.pt`` (state dict), ``config.json`` (format, network
-    config, the system's nodes and their observed roles, fit metadata). Returns the folder."""
+    config, the system's nodes and their observed roles, fit metadata), both at once or neither
+    (:func:`fleetmind.folders.write_folder_whole`; an earlier model there is replaced).
+    Returns the folder."""
     import torch
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     torch.save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, buf)
     blob = buf.getvalue()
-    (out / "model.pt").write_bytes(blob)
     cfg = {
         "format": FIT_FORMAT,
         "format_version": FIT_FORMAT_VERSION,
@@ -197,7 +198,8 @@ def save_fit_artifact(
         **dict(meta),
         "provenance": artifact_provenance(),
     }
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    # both files or neither: a failed write (a full disk) leaves an earlier model as it was
+    write_folder_whole(out, {"model.pt": blob, "config.json": json.dumps(cfg, indent=2) + "\n"})
     return out
 
 

@@ -34,7 +34,13 @@ class MlflowEvalCallback(BaseCallback):
             started (``None``: run every step).
         checkpoint_dir: after each periodic evaluation, also save the model there as
             ``step_<num_timesteps>.zip``.
-        log_losses: at the end of each rollout, log SB3's ``train/*`` values as ``losses/*``.
+        log_losses: log SB3's ``train/*`` values (each PPO update's losses, ``n_updates``...)
+            as ``losses/*``, once per update, at the step the update ran (``num_timesteps`` when
+            it ran: the end of the rollout it learnt from). PPO's ``learn`` loop collects a
+            rollout (``on_rollout_end``), clears the logger (``dump_logs``) and only then
+            updates (``train``: ``sb3_contrib/ppo_mask/ppo_mask.py`` ``MaskablePPO.learn``,
+            sb3-contrib 2.9), so an update's values are read when the next rollout starts and,
+            for the last update, when training ends.
     """
 
     def __init__(
@@ -57,9 +63,11 @@ class MlflowEvalCallback(BaseCallback):
         self.max_minutes, self.checkpoint_dir = max_minutes, checkpoint_dir
         self._next_eval = eval_freq
         self._started = time.perf_counter()
+        self._last_losses: dict[str, float] | None = None  # the update logged last
 
     def _on_training_start(self) -> None:
         self._started = time.perf_counter()
+        self._last_losses = None
 
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", []):
@@ -76,7 +84,16 @@ class MlflowEvalCallback(BaseCallback):
         limit = self.max_minutes
         return limit is None or time.perf_counter() - self._started <= 60 * limit
 
-    def _on_rollout_end(self) -> None:
+    def _on_rollout_start(self) -> None:
+        self._log_update()  # the update that ran after the previous rollout
+
+    def _on_training_end(self) -> None:
+        self._log_update()  # the last update (no rollout starts after it)
+
+    def _log_update(self) -> None:
+        """Log the last PPO update's ``train/*`` values as ``losses/*`` at the current step,
+        unless there are none (no update yet) or they are the ones logged last (a run stopped
+        by the time cap mid-rollout: no update since that rollout started)."""
         if not self.log_losses:
             return
         vals = {
@@ -84,5 +101,6 @@ class MlflowEvalCallback(BaseCallback):
             for k, v in self.model.logger.name_to_value.items()
             if k.startswith("train/")
         }
-        if vals:
+        if vals and vals != self._last_losses:
             mlflow.log_metrics(vals, step=self.num_timesteps)
+            self._last_losses = vals

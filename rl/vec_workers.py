@@ -4,18 +4,24 @@ parent as that same error, one line in the CLI, instead of SB3's pipe-error trac
 
 A worker reports its error with :func:`worker_exit` (a file ``worker-<rank>.txt`` in the folder
 the parent made, then ``os._exit``); :func:`subproc_vec_env` reads it back when a pipe ends.
+Each worker first asks to get SIGKILL when the process that built the ``SubprocVecEnv`` ends
+(:func:`fleetmind.children.die_with_parent`), so a command stopped by SIGTERM or SIGKILL leaves no
+worker behind: forked workers hold copies of each other's pipe ends and would never see the end of
+their own pipe.
 Used by :func:`fleetmind.rl.ppo.make_vec_env` (fgd mode) and the dynamic-mode recipe.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 
+from fleetmind.children import die_with_parent
 from fleetmind.data.errors import (
     ConfigError,
     DataError,
@@ -71,12 +77,28 @@ class PolledPipe:
         return getattr(self._conn, name)
 
 
+class DieWithParent:
+    """An env factory that, in the worker process, first asks for SIGKILL when ``parent_pid`` ends
+    (:func:`fleetmind.children.die_with_parent`), then builds the env with ``fn``."""
+
+    def __init__(self, fn: Any, parent_pid: int) -> None:
+        self.fn, self.parent_pid = fn, int(parent_pid)
+
+    def __call__(self) -> Any:
+        die_with_parent(self.parent_pid, signal.SIGKILL)
+        return self.fn()
+
+
 def subproc_vec_env(fns: list[Any], err_dir: tempfile.TemporaryDirectory[str]) -> Any:
     """A ``SubprocVecEnv`` (``fork``) of ``fns`` whose calls, when a worker (any rank) has
     ended on a FleetMind error (:func:`worker_exit`), raise that error instead of the pipe
     error its end causes here (one line in the CLI). A worker that ended any other way gives
-    ``EOFError`` (never a wait without end, :class:`PolledPipe`)."""
+    ``EOFError`` (never a wait without end, :class:`PolledPipe`). Each worker ends with this
+    process, however it ends (:class:`DieWithParent`)."""
     from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    parent_pid = os.getpid()  # taken before the fork: the workers' parent
+    fns = [DieWithParent(fn, parent_pid) for fn in fns]
 
     def _raise_worker_error(venv: Any) -> None:
         err = worker_error(err_dir.name)

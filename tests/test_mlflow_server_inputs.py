@@ -288,7 +288,7 @@ def test_rca_train_logs_no_password_as_a_param(monkeypatch: pytest.MonkeyPatch) 
     info = {"n_train": 1}
     dm = SimpleNamespace(fault_types=list(FAULT_TYPES), info=info)
     monkeypatch.setattr(rca_train, "_check_and_seed", lambda args: None)
-    monkeypatch.setattr(rca_train, "ready_store", lambda uri: None)
+    monkeypatch.setattr(rca_train, "ready_store", lambda uri, **kw: None)
     monkeypatch.setattr(rca_train, "_data_module", lambda args: (dm, None, 0.0))
     monkeypatch.setattr(MLFlowLogger, "log_hyperparams", log_hyperparams)
     args = rca_train.Args(

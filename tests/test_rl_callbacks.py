@@ -1,6 +1,6 @@
 """The placement recipes' shared SB3 callback (rl/callbacks.py), driven through SB3's own
 ``BaseCallback`` entry points (``init_callback``, ``on_training_start``, ``on_step``,
-``on_rollout_end``) with a stand-in model, so no training is needed."""
+``on_rollout_end``, ``on_training_end``) with a stand-in model, so no training is needed."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def drive(cb: MlflowEvalCallback, steps: list[tuple[int, list[dict[str, Any]]]])
         cb.update_locals({"infos": infos})
         answers.append(cb.on_step())
     cb.on_rollout_end()
+    cb.on_training_end()  # the last update's losses are logged here
     return answers
 
 

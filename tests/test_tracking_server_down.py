@@ -136,7 +136,7 @@ def test_store_down_is_reported_in_seconds_not_after_minutes_of_retries(
             "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
         },
     )
-    monkeypatch.setattr(rca_train, "ready_store", lambda uri: None)
+    monkeypatch.setattr(rca_train, "ready_store", lambda uri, **kw: None)
     rc = _train(data, tmp_path / "runs", f"http://127.0.0.1:{PORT}")
     err = capsys.readouterr().err
     assert rc == 2, err

@@ -3,6 +3,7 @@
 :func:`write_json` writes a run's summary (the ``--json`` file of ``fleetmind rca ...`` and
 ``fleetmind sched ...``); the trainers in this package and the CLI share it. Both it and
 :func:`write_text_whole` write a file whole or not at all (a temporary file renamed over it).
+:func:`new_run_dir` makes a training run's own folder.
 """
 
 from __future__ import annotations
@@ -23,6 +24,30 @@ def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
     if path is None:
         return
     write_text_whole(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def new_run_dir(parent: str | os.PathLike[str], name: str, create: bool = True) -> tuple[str, Path]:
+    """Create the run folder ``parent/name`` (parent folders created) for this run alone:
+    ``(run name, folder)``. When a folder of that name is already there (two runs with the same
+    seed started in the same second), the name gets a suffix, ``-2``, ``-3``..., so that no two
+    runs share a folder (one run's model would replace the other's). ``create=False`` (the other
+    ranks of a distributed run, whose rank zero makes the folder): the name and path only.
+
+    Raises:
+        OSError: the folder cannot be created (a file in its way, no permission).
+    """
+    root = Path(parent)
+    if not create:
+        return name, root / name
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(1, 1000):
+        run_name = name if i == 1 else f"{name}-{i}"
+        try:
+            (root / run_name).mkdir()
+        except FileExistsError:
+            continue
+        return run_name, root / run_name
+    raise FileExistsError(f"{root}: no free run folder name for {name}")
 
 
 def write_text_whole(path: str | os.PathLike[str], text: str) -> None:

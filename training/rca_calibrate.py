@@ -36,7 +36,7 @@ from fleetmind.data.mlflow_store import is_mlflow_uri
 from fleetmind.data.rca_dataset import RCADataset, load_dataset
 from fleetmind.rca.calibration import T_MAX, T_MIN, fit_temperature, reliability, top1
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
-from fleetmind.training.io import write_json
+from fleetmind.training.io import write_json, write_text_whole
 
 MIN_FIT_INCIDENTS = 30
 """The fewest incidents (with their root among the candidates) a temperature is fitted on: on
@@ -214,7 +214,7 @@ def write_calibration(
     meta.pop("calibration_skipped", None)
     if record is None and reason:
         meta["calibration_skipped"] = reason
-    path.write_text(json.dumps(meta, indent=2) + "\n")
+    write_text_whole(path, json.dumps(meta, indent=2) + "\n")  # a failed write keeps the old
 
 
 def calibrate(args: argparse.Namespace) -> dict[str, Any]:

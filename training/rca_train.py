@@ -48,9 +48,10 @@ from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.files import read_json
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read_incidents
+from fleetmind.folders import write_folder_whole
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
-from fleetmind.training.io import write_json
+from fleetmind.training.io import new_run_dir, write_json
 from fleetmind.training.pyfunc_entries import RCA
 from fleetmind.training.rca_calibrate import (
     TooFewToFit,
@@ -62,6 +63,8 @@ from fleetmind.training.rca_feedback import feedback_period, merge_feedback, mer
 from fleetmind.training.tracking import (
     EVAL_SET_TAG,
     EvalSet,
+    fluent_run,
+    lightning_mlflow_logger,
     log_pyfunc_model,
     ready_store,
     tracking_guard,
@@ -255,38 +258,53 @@ def ShardLog(out_dir: str) -> Any:  # noqa: N802 - a class factory (pytorch_ligh
     return _shard_log_callback()(out_dir)
 
 
+def _gat_module(args: Args, fault_types: Any) -> Any:
+    """The :class:`~fleetmind.rca.lightning_module.GATLightning` of ``args``'s hyper-parameters
+    over ``fault_types`` (the data module's)."""
+    from fleetmind.rca.lightning_module import GATLightning
+
+    return GATLightning(
+        fault_types=fault_types,
+        hidden=args.hidden,
+        heads=args.heads,
+        layers=args.layers,
+        dropout=args.dropout,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        fault_weight=args.fault_weight,
+        epochs=args.epochs,
+        crop_hops=args.crop_hops,
+        neighbours=args.neighbours,
+    )
+
+
 def run(args: Args) -> dict[str, Any]:
     """Train, evaluate, log and register; returns the JSON summary (run id, metrics, registry info)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import mlflow
-    from pytorch_lightning.loggers import MLFlowLogger
 
     from fleetmind.rca.lightning_module import GATLightning, evaluate_ranks
 
     _check_and_seed(args)
     uri = tracking_uri(args.tracking_uri)
-    ready_store(uri)  # before the data: a store that cannot be used stops the run at once
+    # before the data: a store that cannot be used, or a deleted experiment, stops the run at once
+    ready_store(uri, experiment=args.experiment)
     dm, feedback, t_feat = _data_module(args)
-    run_name = f"rca__gat__{args.seed}__{int(time.time())}"
-    out_dir = Path(args.out) / run_name
+    # a folder of its own, even beside a run with the same seed started in the same second; made
+    # by rank zero only (Lightning starts the other DDP ranks with LOCAL_RANK set)
+    first_rank = os.environ.get("LOCAL_RANK", "0") == "0"
+    run_name, out_dir = new_run_dir(
+        args.out, f"rca__gat__{args.seed}__{int(time.time())}", first_rank
+    )
     mlflow.set_tracking_uri(uri)
     # the store answered ready_store; one that fails from here on (a server stopped mid-run) is
     # an error in seconds and one line naming out_dir, which keeps the checkpoints and model/
     with tracking_guard(uri, out_dir):
-        logger = MLFlowLogger(experiment_name=args.experiment, run_name=run_name, tracking_uri=uri)
-        module = GATLightning(
-            fault_types=dm.fault_types,
-            hidden=args.hidden,
-            heads=args.heads,
-            layers=args.layers,
-            dropout=args.dropout,
-            lr=args.lr,
-            weight_decay=args.weight_decay,
-            fault_weight=args.fault_weight,
-            epochs=args.epochs,
-            crop_hops=args.crop_hops,
-            neighbours=args.neighbours,
+        # Lightning's MLFlowLogger, ending the run in one try once the store failed in the fit
+        logger = lightning_mlflow_logger(
+            experiment_name=args.experiment, run_name=run_name, tracking_uri=uri
         )
+        module = _gat_module(args, dm.fault_types)
         logger.log_hyperparams(
             {**_shown_args(args), **{f"data/{k}": v for k, v in dm.info.items()}}
         )
@@ -404,7 +422,7 @@ def _interrupted(handler: Any, uri: str, logger: Any, out_dir: Path) -> None:
         run_id = getattr(logger, "_run_id", None)  # None: the run was never created
         if run_id is not None:
             MlflowClient(tracking_uri=uri).set_terminated(run_id, status="KILLED")
-    if out_dir.exists():
+    if out_dir.exists() and any(out_dir.iterdir()):
         print(
             f"fleetmind: warning: training stopped before the end: {out_dir} is a partial run"
             " (checkpoints only, no model/ folder); delete it or train again",
@@ -793,7 +811,7 @@ def _log_final(
         client.log_metric(run_id, f"final/{k}", float(v))
     if val_set is not None:
         client.set_tag(run_id, EVAL_SET_TAG, val_set.fingerprint)
-    with mlflow.start_run(run_id=run_id):
+    with fluent_run(run_id=run_id):  # a store that fails here: the run ended in one try
         reg = log_and_register(artifact, metrics["val"]["ac@1"], register, val_set)
     client.set_terminated(run_id)
     return reg
@@ -1070,14 +1088,12 @@ def _calibration_text(meta: dict[str, Any]) -> str:
 
 
 def release(res: dict[str, Any], dest: str | Path, command: str) -> Path:
-    """Copy the run's artifact to ``dest`` (e.g. ``models/rca``) and write ``MODEL_CARD.md``."""
-    import shutil
-
+    """Copy the run's artifact to ``dest`` (e.g. ``models/rca``) with ``MODEL_CARD.md``, all three
+    files at once or none (:func:`fleetmind.folders.write_folder_whole`: a failed write leaves the
+    earlier release as it was)."""
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "model.pt"):
-        shutil.copyfile(Path(res["artifact"]) / name, dest / name)
-    meta = json.loads((dest / "config.json").read_text())
+    src = Path(res["artifact"])
+    meta = json.loads((src / "config.json").read_text())
     rows = "\n".join(
         f"| {split} | {m['n']} | {m['ac@1']:.3f} | {m['ac@3']:.3f} | {m['ac@5']:.3f} | {m['mrr']:.3f} |"
         for split, m in res["metrics"].items()
@@ -1136,5 +1152,10 @@ incidents had their root outside it and were dropped.
 `other` bucket plus keyword groups; real fleets (e.g. PetShop) differ in graph shape and alert timing.
 Baseline comparisons and speed figures: `docs/gat.md`, `benchmarks/results/rca/gat_*.json`.
 """
-    (dest / "MODEL_CARD.md").write_text(card)
+    files = {
+        "model.pt": src / "model.pt",
+        "config.json": src / "config.json",
+        "MODEL_CARD.md": card,
+    }
+    write_folder_whole(dest, files)
     return dest

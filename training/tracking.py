@@ -7,7 +7,9 @@ the placement PPO recipes (:mod:`fleetmind.training.recipes.tracking`).
   started together on a new store do not race to create them (and keep MLflow from printing a
   tracking URI's password: :func:`hide_url_credentials`);
 * :func:`tracking_guard`: bounded retries while a run trains and logs, and one line naming the
-  local run folder when the store fails mid-run;
+  local run folder when the store fails mid-run; :func:`fluent_run` and
+  :func:`lightning_mlflow_logger` then end the run in one try (:func:`single_try`), not after a
+  second round of retries;
 * :func:`pip_requirements`: the pinned requirements a logged pyfunc model declares (pinned to the
   installed versions without a local label such as ``+cpu``; no slow inference of requirements);
 * :func:`promote_if_better`: tag a registered model version with its score (and what it was
@@ -22,7 +24,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -128,7 +130,113 @@ RUN_PHASE_REQUESTS: dict[str, str] = {
 """MLflow's HTTP settings while a run trains and logs (:func:`tracking_guard`), each applied only
 where the environment sets nothing else: 5 retries with urllib3's backoff (0, 4, 8, 16, 32 s, plus
 MLflow's jitter) ride out about a minute of refused connections, 5xx or 429 answers (MLflow's own default, 7
-retries, about four minutes per call)."""
+retries, about four minutes per call). Once a call has failed after them, the run is ended under
+:data:`AFTER_FAILURE_REQUESTS` (:func:`fluent_run`, :func:`lightning_mlflow_logger`), so the
+command stops about a minute after the store went away, not two."""
+
+AFTER_FAILURE_REQUESTS: dict[str, str] = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+"""MLflow's HTTP settings for ending a run once the store failed during it (a request already
+spent :data:`RUN_PHASE_REQUESTS`' retries): one try of at most 10 s, whatever the environment sets
+(MLflow reads ``MLFLOW_HTTP_REQUEST_*`` at each request: ``mlflow/utils/rest_utils.py``
+``http_request``). A run that try cannot end stays ``RUNNING`` in the store."""
+
+
+@contextmanager
+def single_try() -> Iterator[None]:
+    """Within the block, MLflow's HTTP requests follow :data:`AFTER_FAILURE_REQUESTS` (one try,
+    10 s at most); the environment is given back as it was after it."""
+    saved = {k: os.environ.get(k) for k in AFTER_FAILURE_REQUESTS}
+    os.environ.update(AFTER_FAILURE_REQUESTS)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _failing_store() -> bool:
+    """Whether the exception being handled (``sys.exc_info``) is the store's
+    (:func:`tracking_failure`)."""
+    import sys
+
+    err = sys.exc_info()[1]
+    return err is not None and tracking_failure(err)
+
+
+@contextmanager
+def fluent_run(**start_run: Any) -> Iterator[Any]:
+    """``mlflow.start_run(**start_run)`` as a ``with`` block, ended as MLflow's own ``ActiveRun``
+    ends it (``FINISHED``; ``FAILED`` on an error, ``mlflow/tracking/fluent.py``), except when the
+    block fails on the store (:func:`tracking_failure`): then the run is ended ``FAILED`` in
+    :func:`single_try`, and an error of that last request is dropped so that the store's first
+    error goes on (to :func:`tracking_guard`). Yields the ``ActiveRun``."""
+    import mlflow
+
+    run = mlflow.start_run(**start_run)
+
+    def ours() -> bool:  # still the active run (not ended inside the block)
+        active = mlflow.active_run()
+        return active is not None and active.info.run_id == run.info.run_id
+
+    try:
+        yield run
+    except BaseException:
+        if ours():
+            if _failing_store():
+                with single_try(), suppress(Exception):
+                    mlflow.end_run("FAILED")  # pops the run first: nothing ends it again at exit
+            else:
+                mlflow.end_run("FAILED")
+        raise
+    if ours():
+        mlflow.end_run("FINISHED")
+
+
+def lightning_mlflow_logger(**kwargs: Any) -> Any:
+    """Lightning's ``MLFlowLogger(**kwargs)`` whose ``finalize("failed")`` (Lightning's
+    ``_interrupt`` calls it while it handles the error that stopped the fit:
+    ``pytorch_lightning/trainer/call.py``) runs in :func:`single_try`, its own errors dropped, when
+    that error is the store's: it would otherwise ask the store that just failed for the run and
+    to end it, each with the full :data:`RUN_PHASE_REQUESTS` retries."""
+    return _lightning_logger_class()(**kwargs)
+
+
+def _lightning_logger_class() -> type:
+    """The ``MLFlowLogger`` subclass of :func:`lightning_mlflow_logger`, made on first use (so that
+    this module does not import Lightning) and kept as this module's ``TrackedMLFlowLogger``
+    (:func:`__getattr__`), where pickle finds it (``ddp_spawn`` pickles the trainer)."""
+    cls = globals().get("TrackedMLFlowLogger")
+    if cls is not None:
+        return cls
+    from pytorch_lightning.loggers import MLFlowLogger
+
+    class TrackedMLFlowLogger(MLFlowLogger):  # type: ignore[misc]
+        """``MLFlowLogger`` that ends a run in one try after the store failed."""
+
+        def finalize(self, status: str = "success") -> None:
+            if status == "failed" and _failing_store():
+                with single_try(), suppress(Exception):
+                    super().finalize(status)
+                return
+            super().finalize(status)
+
+    TrackedMLFlowLogger.__module__ = __name__
+    TrackedMLFlowLogger.__qualname__ = "TrackedMLFlowLogger"
+    globals()["TrackedMLFlowLogger"] = TrackedMLFlowLogger
+    return TrackedMLFlowLogger
+
+
+def __getattr__(name: str) -> Any:
+    """``TrackedMLFlowLogger``, made on first use (:func:`_lightning_logger_class`)."""
+    if name == "TrackedMLFlowLogger":
+        return _lightning_logger_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextmanager
@@ -150,7 +258,8 @@ def tracking_guard(uri: str, run_dir: Path) -> Iterator[None]:
     trains and logs: MLflow's HTTP retries bounded to about a minute of outage
     (:data:`RUN_PHASE_REQUESTS`: a server that goes down mid-run is an error after that minute,
     not after 7 tries of up to 120 s each per call, while a blip of a few seconds or a rate limit
-    does not end a long run; the start-up check, :func:`ready_store`, keeps the tighter
+    does not end a long run; the run inside is ended in one try, :func:`fluent_run` and
+    :func:`lightning_mlflow_logger`; the start-up check, :func:`ready_store`, keeps the tighter
     :func:`fleetmind.data.mlflow_store.bounded_requests`), and an error of the store
     (:func:`tracking_failure`) raised as one line naming ``run_dir``, the local folder that keeps
     what the run wrote (its checkpoints, and its ``model/`` once written).
@@ -179,7 +288,9 @@ def tracking_guard(uri: str, run_dir: Path) -> Iterator[None]:
         ) from None
 
 
-def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
+def ready_store(
+    uri: str, flag: str | None = "--tracking-uri", experiment: str | None = None
+) -> None:
     """Make sure the tracking store at ``uri`` answers, an SQLite store's tables created and
     migrated; called before a command does any work it would track.
 
@@ -196,24 +307,35 @@ def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
     in a local folder (the embedded store's default: ``./mlruns`` beside where it was created), the
     folder above its Default experiment's is checked too (:func:`_artifact_root_problem`): a file
     in its place, or a folder the command may not write, used to fail only when the trained model
-    was logged.
+    was logged. When ``experiment`` is given and the store holds it deleted (deleted in the MLflow
+    UI or by ``mlflow experiments delete``, not yet removed for good), the run could neither use
+    nor re-create it (MLflow refuses to set a deleted experiment active, and its name is still
+    taken): that stops the command here too, naming how to restore or purge it.
 
     Args:
         uri: the tracking URI.
         flag: the calling command's option that sets the URI, named in the error beside
             ``MLFLOW_TRACKING_URI`` (``None``: the command has none, e.g. ``fleetmind demo``).
+        experiment: the MLflow experiment the command will log its run to (``None``: not checked).
 
     Raises:
-        fleetmind.errors.ConfigError: the store cannot be used; one line naming it and why.
+        fleetmind.errors.ConfigError: the store cannot be used, or ``experiment`` is deleted on it;
+            one line naming it and why.
     """
     import mlflow
 
     hide_url_credentials(uri)  # every command that tracks a run calls this first
 
+    deleted: list[str] = []  # the id of ``experiment`` when the store holds it deleted
+
     def probe() -> str | None:
         client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)
         client.search_registered_models(max_results=1)
+        if experiment is not None:
+            exp = client.get_experiment_by_name(experiment)  # None: not there yet (runs create it)
+            if exp is not None and exp.lifecycle_stage == "deleted":
+                deleted.append(str(exp.experiment_id))
         try:  # MLflow's Default experiment (id 0): its folder's parent holds every new experiment's
             return client.get_experiment("0").artifact_location
         except Exception:  # deleted for good, or a store without it: nothing to check
@@ -242,12 +364,30 @@ def ready_store(uri: str, flag: str | None = "--tracking-uri") -> None:
             f"MLflow tracking store {safe_uri(uri)} cannot be used: {reason(err)} (set {where}; the "
             f"default is {DEFAULT_TRACKING_URI})"
         ) from None
+    if deleted:
+        raise ConfigError(deleted_experiment_message(uri, str(experiment), deleted[0]))
     problem = _artifact_root_problem(location)
     if problem is not None:
         raise ConfigError(
             f"MLflow tracking store {safe_uri(uri)} cannot be used: {problem}; the models a run "
             f"logs go there (set {where}; the default is {DEFAULT_TRACKING_URI})"
         )
+
+
+def deleted_experiment_message(uri: str, experiment: str, experiment_id: str) -> str:
+    """One line: ``experiment`` (id ``experiment_id``) is deleted on the store at ``uri``, and
+    the two ways out, as MLflow's CLI spells them: ``mlflow experiments restore
+    --experiment-id N`` (run with ``MLFLOW_TRACKING_URI`` set to the store) brings it back with
+    its runs; ``mlflow gc --experiment-ids N`` (run against the store's backend database, e.g.
+    ``--backend-store-uri``) removes it for good, so that the next run creates it anew."""
+    backend = f" --backend-store-uri {safe_uri(uri)}" if uri.startswith("sqlite:") else ""
+    return (
+        f"MLflow experiment {experiment!r} (id {experiment_id}) is deleted on the tracking store "
+        f"{safe_uri(uri)}: restore it (`mlflow experiments restore --experiment-id "
+        f"{experiment_id}` with MLFLOW_TRACKING_URI set to the store) or delete it for good "
+        f"(`mlflow gc{backend} --experiment-ids {experiment_id}`, run against the store's "
+        "backend database) so that the next run creates it anew"
+    )
 
 
 def _artifact_root_problem(location: str | None) -> str | None:

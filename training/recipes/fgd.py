@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -45,6 +44,7 @@ from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
+from fleetmind.folders import write_folder_whole
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
@@ -525,8 +525,7 @@ def run(args: FgdArgs) -> dict[str, Any]:
         if args.register:
             r.summary["registry"] = log_placement_pyfunc(model_dir, r.state["best"])
     if args.release:
-        RELEASED_DIR.mkdir(parents=True, exist_ok=True)
-        for f in model_dir.iterdir():
-            shutil.copy2(f, RELEASED_DIR / f.name)
+        # every file at once or none: a failed write leaves the earlier release as it was
+        write_folder_whole(RELEASED_DIR, {f.name: f for f in sorted(model_dir.iterdir())})
         r.summary["released"] = str(RELEASED_DIR)
     return r.summary

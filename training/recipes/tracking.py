@@ -36,12 +36,14 @@ from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.openb import load_openb_nodes, trace_file
 from fleetmind.data.paths import openb_is_synthetic
 from fleetmind.provenance import input_file
+from fleetmind.training.io import new_run_dir
 from fleetmind.training.pyfunc_entries import PLACEMENT
 from fleetmind.training.tracking import (
     CHAMPION,
     EVAL_N_TAG,
     EVAL_SET_TAG,
     EvalSet,
+    fluent_run,
     log_pyfunc_model,
     no_such_alias,
     ready_store,
@@ -55,11 +57,12 @@ EVAL_SET_FORMAT = "fleetmind-placement-eval/1"
 
 
 def run_dirs(args: Any, env_id: str) -> tuple[str, Path, Path]:
-    """CleanRL-style run name ``<env>__ppo__<seed>__<time>``, its folder and checkpoint folder."""
-    run_name = f"{env_id}__ppo__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.out) / run_name
+    """CleanRL-style run name ``<env>__ppo__<seed>__<time>``, its folder and checkpoint folder
+    (both created; a run folder of its own: ``-2``... appended when the name is taken,
+    :func:`fleetmind.training.io.new_run_dir`)."""
+    run_name, run_dir = new_run_dir(args.out, f"{env_id}__ppo__{args.seed}__{int(time.time())}")
     ckpt_dir = run_dir / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_dir.mkdir()
     return run_name, run_dir, ckpt_dir
 
 
@@ -91,19 +94,22 @@ def tracked_run(args: Any, run_name: str, summary: dict[str, Any]) -> Iterator[A
     """The MLflow run of one training run: sets the tracking URI and experiment, starts the run,
     logs :func:`run_params` once and yields the active run. ``summary`` gets ``tracking_uri`` and
     ``run_id``. The run's body is under
-    :func:`fleetmind.training.tracking.tracking_guard`: a store that fails mid-run stops it in
-    seconds with one line naming the run folder ``<args.out>/<run_name>``."""
+    :func:`fleetmind.training.tracking.tracking_guard`: a store that fails mid-run stops it
+    once a request has spent its retries (about a minute), with one line naming the run folder
+    ``<args.out>/<run_name>``; the run is then ended ``FAILED`` in one try
+    (:func:`fleetmind.training.tracking.fluent_run`)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(args.tracking_uri)
-    ready_store(uri)
+    ready_store(uri, experiment=args.experiment)  # a deleted experiment: one line, no traceback
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(args.experiment)
     summary["tracking_uri"] = safe_uri(uri)
     evals = placement_eval_set(args) if _has_eval_set(args) else None
-    # a store that fails mid-run: bounded retries, one line naming the run folder
+    # a store that fails mid-run: bounded retries, the run ended in one try (not a second round
+    # of retries), one line naming the run folder
     with (
         tracking_guard(uri, Path(args.out) / run_name),
-        mlflow.start_run(run_name=run_name) as mlrun,
+        fluent_run(run_name=run_name) as mlrun,
     ):
         summary["run_id"] = mlrun.info.run_id
         mlflow.log_params(run_params(args))
