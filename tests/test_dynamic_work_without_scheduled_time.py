@@ -131,3 +131,16 @@ def test_a_pod_phase_column_of_pods_that_ran_keeps_the_lifetimes(tmp_path: Path)
     assert jobs.n_duration_fallback == 0
     assert _works(jobs) == {f"p{i}": float(life) for i, life in enumerate(LIFETIMES)}
     assert len(said) == 1
+
+
+def test_pods_that_ran_without_deletion_times_are_not_called_never_run(tmp_path: Path) -> None:
+    # five Running pods and one Pending, no deletion times: no lifetime is known, but pods did run;
+    # the warning said "no pod that ran"
+    path = tmp_path / "no-deletion.csv"
+    rows = [
+        f"p{i},1000,1024,1,1000,{10 * i},,{'Pending' if i == 5 else 'Running'}" for i in range(6)
+    ]
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,pod_phase"
+    path.write_text(head + "\n" + "\n".join(rows) + "\n")
+    _, said, _ = _build(path)
+    assert not any("no pod that ran" in s for s in said), said

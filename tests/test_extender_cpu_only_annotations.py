@@ -4,7 +4,10 @@
 simulator ``pkg/simulator/plugin/open_gpu_share.go`` ``Filter`` returns Success when
 ``GetGpuMilliFromPodAnnotation(pod) <= 0`` ("Pass if the pod does not require GPU resources"), and
 ``pkg/type/open-gpu-share/utils/pod.go`` ``GetGpuAffinityFromPodAnnotation`` calls gpu-count 0
-``NoGpuTag``. It used to fail every node ("gpu-milli must be 1..1000 ...").
+``NoGpuTag`` (an affinity tag for scoring). It used to fail every node ("gpu-milli must be
+1..1000 ..."). ``gpu-count`` ``"0"`` with a share of 1..1000 is refused: the simulator's Filter
+goes on to ``AllocateGpuId`` (``pkg/type/open-gpu-share/cache/gpunodeinfo.go``), which finds no
+GPU for a count <= 0, so the pod fails every node there too.
 
 The CPU-only reading must not hide a GPU request: ``nvidia.com/gpu: 2`` (or a MIG resource) beside
 ``gpu-count`` or ``gpu-milli`` ``"0"`` passed as CPU-only while the device plugin gives the pod its
@@ -54,7 +57,7 @@ def _pod(
 
 
 @pytest.mark.parametrize(
-    "count, milli", [("0", "0"), ("1", "0"), ("2", "0"), (None, "0"), ("0", None), ("0", "1000")]
+    "count, milli", [("0", "0"), ("1", "0"), ("2", "0"), (None, "0"), ("0", None)]
 )
 def test_a_zero_gpu_annotation_reads_as_a_cpu_only_pod(count: str | None, milli: str) -> None:
     req = pod_request(_pod("p", count, milli))
@@ -72,6 +75,10 @@ def test_a_zero_gpu_annotation_reads_as_a_cpu_only_pod(count: str | None, milli:
         ("0", "1500", "1..1000"),  # above 1000 is refused before "count 0: no GPU" is read
         ("0", "5000", "1..1000"),
         ("0", "-5", "1..1000"),
+        # a share on no GPU: the simulator's Filter goes on to AllocateGpuId
+        # (open-gpu-share/cache/gpunodeinfo.go), which finds no GPU for a count <= 0
+        ("0", "1000", "a GPU share on no GPU"),
+        ("0", "500", "a GPU share on no GPU"),
     ],
 )
 def test_gpu_requests_outside_the_rules_are_still_refused(
@@ -91,6 +98,28 @@ CONFLICTS = [
     ("0", "5000", {"nvidia.com/gpu": "2"}, "must be 1..1000"),
     ("0", "0", {"nvidia.com/mig-1g.10gb": "1"}, "gpu-count 0), nvidia.com/mig-1g.10gb asks 1"),
 ]
+
+# annotations that ask for GPUs, but not the ones the device plugin gives (the kubelet hands the
+# pod whole nvidia.com/gpu GPUs whatever FleetMind counts): a share of one, another count
+DISAGREEMENTS = [
+    (None, "500", {"nvidia.com/gpu": "2"}, "1 GPU(s) of 500 milli, nvidia.com/gpu asks 2"),
+    ("1", "500", {"nvidia.com/gpu": "1"}, "1 GPU(s) of 500 milli, nvidia.com/gpu asks 1"),
+    ("2", "1000", {"nvidia.com/gpu": "1"}, "2 GPU(s) of 1000 milli, nvidia.com/gpu asks 1"),
+]
+
+
+@pytest.mark.parametrize("count, milli, limits, words", DISAGREEMENTS)
+def test_annotations_that_disagree_with_the_device_plugin_request_are_refused(
+    count: str | None, milli: str | None, limits: dict[str, str], words: str
+) -> None:
+    with pytest.raises(PodUnsupported) as err:
+        pod_request(_pod("p", count, milli, limits))
+    assert str(err.value).startswith("conflicting GPU requests: annotations say " + words)
+
+
+def test_annotations_that_agree_with_the_device_plugin_request_are_read() -> None:
+    req = pod_request(_pod("p", "2", "1000", {"nvidia.com/gpu": "2"}))
+    assert (req.num_gpu, req.gpu_milli) == (2, 1000)
 
 
 @pytest.mark.parametrize("count, milli, limits, words", CONFLICTS)

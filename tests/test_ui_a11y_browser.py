@@ -197,3 +197,48 @@ def test_the_refresh_goes_on_when_the_focused_link_leaves_the_list(
         browser.execute_cdp_cmd(
             "Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]}
         )
+
+
+# a fetch whose body is read only when the test calls window.release()
+HELD_BODY_STUB = (
+    "window.fetches = 0; window.budget = 0;"
+    "window.fetch = async () => {{ window.fetches++; return {{ok: true, redirected: false,"
+    " text: () => new Promise(done => {{ window.release = () => done({fresh}); }})}}; }};"
+    "const every = window.setInterval;"
+    "window.setInterval = (f, ms) => every(() => {{ if (window.budget > 0) {{ window.budget--; f(); }} }}, 50);"
+)
+
+
+def test_pausing_while_a_refresh_reads_its_answer_leaves_the_list_as_it_is(
+    tmp_path: Path,
+    browser: object,  # noqa: F811
+) -> None:
+    # Pause pressed while a tick was reading the fresh page: the tick still replaced the rows, and
+    # when the focused incident had left them it wrote "left this page" over "Auto-refresh paused"
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        login(c)
+        _flood(c, 5)
+        shown = c.get("/ui/").text
+        _flood(c, 2)
+        fresh = c.get("/ui/").text
+    added = browser.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {"source": HELD_BODY_STUB.format(fresh=_js_string(fresh))},
+    )
+    try:
+        (tmp_path / "list.html").write_text(shown)
+        browser.get((tmp_path / "list.html").as_uri())
+        first_row = 'return document.querySelector("#incidents tbody tr").dataset.incident'
+        before = browser.execute_script(first_row)
+        browser.execute_script("window.budget = 1;")
+        assert wait_for(lambda: browser.execute_script("return window.fetches") == 1, timeout=5)
+        assert wait_for(lambda: browser.execute_script("return !!window.release"), timeout=5)
+        browser.find_element("id", "refresh-toggle").click()
+        browser.execute_script("window.release();")
+        browser.execute_script("return new Promise(done => setTimeout(done, 300));")
+        assert browser.execute_script(first_row) == before
+        assert browser.find_element("id", "refresh-state").text == "Auto-refresh paused"
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]}
+        )

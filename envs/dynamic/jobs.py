@@ -348,7 +348,7 @@ def _warn_lifetimes(trace: PodTrace) -> None:
     pending = int((np.asarray(phase) == "Pending").sum()) if phase is not None else 0
     never = f" ({pending:,} of them Pending: never ran)" if pending else ""
     if not known.any():
-        if pending:
+        if pending == len(trace):  # with pods that ran but no lifetime: no times to speak of
             warnings.warn(
                 f"trace {trace.source or trace.name}: no scheduled_time and no pod that ran "
                 f"({pending:,} Pending pod(s)): every work is drawn from {_drawn_from(work)}",

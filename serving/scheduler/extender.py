@@ -36,14 +36,15 @@ server's defaulting). Resources read:
 * GPUs, shared (the openb trace's scheduler, Alibaba's GPU-sharing scheduler; the names of the
   ``kubernetes-scheduler-simulator`` of the FGD paper): annotations
   ``alibabacloud.com/gpu-milli`` (share of each GPU, 1..1000), ``alibabacloud.com/gpu-count``
-  (number of GPUs; either one ``0`` makes a CPU-only pod: the FGD simulator's Filter passes a
-  pod whose ``gpu-milli`` is 0, and its ``GetGpuAffinityFromPodAnnotation`` calls ``gpu-count``
-  0 "no GPU"; beside ``nvidia.com/gpu`` or a MIG resource such a pod is refused) and
+  (number of GPUs; ``gpu-milli`` 0, or ``gpu-count`` 0 without a ``gpu-milli``, makes a CPU-only
+  pod, and ``gpu-count`` 0 with a share is refused, as the FGD simulator reads them:
+  :func:`_shared_gpus`) and
   ``alibabacloud.com/gpu-card-model`` (allowed models, ``|``- or ``,``-separated, each the whole
   model name or whole tokens of it:
   :func:`fleetmind.serving.scheduler.placement.gpu_model_matches`; one that names no model, such
-  as ``"|"``, leaves the pod unschedulable). When ``gpu-count`` or ``gpu-milli`` is present it
-  takes precedence over ``nvidia.com/gpu``.
+  as ``"|"``, leaves the pod unschedulable). When ``gpu-count`` or ``gpu-milli`` is present
+  beside ``nvidia.com/gpu`` they must agree (the same count of whole GPUs), else the pod is
+  refused: the kubelet gives it the device plugin's GPUs whatever the annotations say.
 
 MIG strategies (NVIDIA's k8s-device-plugin ``--mig-strategy``; ``mig-strategy.go``): ``mixed``
 advertises each MIG profile as ``nvidia.com/mig-<profile>`` and ``nvidia.com/gpu`` only for the
@@ -427,6 +428,45 @@ def pod_request(pod: Any) -> PodRequest:
         raise
 
 
+def _shared_gpus(
+    count: int, milli: int, device: float, ann: dict[str, Any]
+) -> tuple[int, int, bool]:
+    """``(num_gpu, gpu_milli, device_gpus)`` of a pod sized by the GPU-sharing annotations
+    (``count`` GPUs of ``milli`` each; ``device``: its ``nvidia.com/gpu`` request, 0 for none).
+
+    ``gpu-milli`` 0 is a CPU-only pod, and so is ``gpu-count`` 0 without a ``gpu-milli``: the FGD
+    simulator's Filter (``open_gpu_share.go``) passes a pod whose ``gpu-milli`` is <= 0 at once.
+    ``gpu-count`` 0 with a share of 1..1000 is refused: the simulator's Filter goes on to
+    ``AllocateGpuId`` (``open-gpu-share/cache/gpunodeinfo.go``), which finds no GPU for a count
+    <= 0, so the pod fails every node. Annotations that disagree with a ``nvidia.com/gpu`` request
+    (no GPU, another count, a share of one) are refused too: the kubelet gives the pod the device
+    plugin's whole GPUs whatever FleetMind counts, so no reading of the pod is right.
+
+    Raises:
+        PodUnsupported: a count below 0, a share outside 0..1000, or a request named above.
+    """
+    if count < 0 or not 0 <= milli <= 1000:
+        raise PodUnsupported(
+            f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
+            f"{milli} and {count}"
+        )
+    if count == 0 and milli > 0 and ANN_GPU_MILLI in ann:
+        raise PodUnsupported(
+            f"{ANN_GPU_COUNT} 0 with {ANN_GPU_MILLI} {milli}: a GPU share on no GPU (the FGD "
+            "simulator fails such a pod on every node)"
+        )
+    no_gpu = count == 0 or milli == 0
+    if device > 0 and (no_gpu or count != device or milli < 1000):
+        if no_gpu:
+            asked = f"no GPU ({ANN_GPU_COUNT if count == 0 else ANN_GPU_MILLI} 0)"
+        else:
+            asked = f"{count} GPU(s) of {milli} milli"
+        raise PodUnsupported(
+            f"conflicting GPU requests: annotations say {asked}, {GPU_RESOURCE} asks {device:g}"
+        )
+    return (0, 0, False) if no_gpu else (count, milli, False)
+
+
 def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, Any]) -> PodRequest:
     """The resource part of :func:`pod_request` (the pod's name and uid already checked)."""
     total = effective_requests(spec)
@@ -470,26 +510,15 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
                     f"annotations {ANN_GPU_COUNT} and {ANN_GPU_MILLI} must be integers "
                     f"(ASCII digits), got {_shown(count)} and {_shown(milli)}"
                 )
-            num_gpu, gpu_milli, device_gpus = int(count), int(milli), False
-            if num_gpu < 0 or not 0 <= gpu_milli <= 1000:  # before the CPU-only reading below
-                raise PodUnsupported(
-                    f"{ANN_GPU_MILLI} must be 1..1000 (0: no GPU) and {ANN_GPU_COUNT} >= 0, got "
-                    f"{gpu_milli} and {num_gpu}"
-                )
-        if ints and (int(count) == 0 or int(milli) == 0):
-            # a CPU-only pod (openb's num_gpu 0, gpu_milli 0). The FGD simulator's Filter looks at
-            # gpu-milli only: it passes a pod whose gpu-milli is <= 0 (open_gpu_share.go);
-            # gpu-count 0 is "no GPU" (NoGpuTag) in its GetGpuAffinityFromPodAnnotation
-            # (open-gpu-share/utils/pod.go). A device-plugin GPU request beside such annotations
-            # would still get GPUs from the kubelet: no reading of the pod is right, so refuse it.
-            if gpus > 0:
-                res = next(iter(mig)) if mig else GPU_RESOURCE
-                zero = ANN_GPU_COUNT if int(count) == 0 else ANN_GPU_MILLI
-                raise PodUnsupported(
-                    f"conflicting GPU requests: annotations say no GPU ({zero} 0), {res} asks "
-                    f"{gpus:g}"
-                )
-            num_gpu, gpu_milli = 0, 0
+            num_gpu, gpu_milli, device_gpus = _shared_gpus(int(count), int(milli), gpus, ann)
+        elif ints and (int(count) == 0 or int(milli) == 0):
+            # annotations that say no GPU beside a MIG request: the kubelet still gives it the
+            # instances, so no reading of the pod is right
+            zero = ANN_GPU_COUNT if int(count) == 0 else ANN_GPU_MILLI
+            raise PodUnsupported(
+                f"conflicting GPU requests: annotations say no GPU ({zero} 0), "
+                f"{next(iter(mig))} asks {gpus:g}"
+            )
     if num_gpu > MAX_GPUS:
         raise PodOutOfBounds(f"the pod asks for {num_gpu} GPUs; at most {MAX_GPUS} are supported")
     if num_gpu > 1 and gpu_milli < 1000:
