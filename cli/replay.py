@@ -19,9 +19,9 @@ an incident at most this often (:class:`fleetmind.serving.settings.Settings`).""
 POLL_S = 0.5
 """Seconds between two reads of the incidents while their rankings settle."""
 
-MIN_READ_TIMEOUT_S = 1.0
+MIN_READ_TIMEOUT_S = 10.0
 """The shortest timeout of one read of the incidents, seconds: each read may take the time left in
-``--wait``, but at least this."""
+``--wait``, but at least this (a small ``--wait`` still gives a slow service this long)."""
 
 SETTLE_MARGIN_S = 1.0
 """Seconds a ranking must stay unchanged beyond the rank interval before it counts as settled: the
@@ -334,6 +334,7 @@ def _show_incidents(
 
     settle_s = rank_interval_s + SETTLE_MARGIN_S
     result = wait_settled(read, wait_s, settle_s)
+    read_failed = result is None
     if result is None:
         if not last or not last[0]:
             return
@@ -342,7 +343,12 @@ def _show_incidents(
     if not items:
         print(f"no incident of this storm yet; see {base}/ui/")
         return
-    if not settled:
+    if read_failed:
+        print(
+            f"the rankings had not settled when a read failed; as they stood at the last "
+            f"successful read (see {base}/ui/):"
+        )
+    elif not settled:
         print(
             f"the rankings had not settled after --wait {wait_s:g} s (unchanged for "
             f"{settle_s:g} s: the rank interval {rank_interval_s:g} s and a margin); as they "

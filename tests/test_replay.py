@@ -41,9 +41,10 @@ def _alert(name: str, at: str, **labels: str) -> dict:
 
 def test_notifications_follow_group_wait_and_group_interval() -> None:
     alerts = [
-        _alert("A", "2026-01-01T00:00:00Z", cluster="c0"),
-        _alert("A", "2026-01-01T00:00:05Z", cluster="c0"),  # inside group_wait: same notification
-        _alert("A", "2026-01-01T00:00:20Z", cluster="c0"),  # next tick: 10 + 30 s
+        # distinct label sets: Alertmanager tells alerts apart by their labels
+        _alert("A", "2026-01-01T00:00:00Z", cluster="c0", gpu="0"),
+        _alert("A", "2026-01-01T00:00:05Z", cluster="c0", gpu="1"),  # inside group_wait
+        _alert("A", "2026-01-01T00:00:20Z", cluster="c0", gpu="2"),  # next tick: 10 + 30 s
         _alert("B", "2026-01-01T00:00:03Z", cluster="c0"),
         _alert("A", "2026-01-01T00:00:01Z", cluster="c1"),
     ]

@@ -10,10 +10,18 @@ Alertmanager semantics encoded here (prometheus/alertmanager):
 - ``notify/notify.go``, ``DedupStage.needsUpdate``: a group never notified before is notified only
   when it has firing alerts (an alert that resolved before it was ever sent firing is never sent);
   later flushes only when a new alert fires, all alerts resolved, or (``send_resolved``) one
-  resolved.
+  resolved. Alerts are told apart by fingerprint, a hash of the label set: a later alert with
+  the same labels replaces the earlier one (``types.Alert.Merge`` keeps the earlier ``startsAt``
+  while the earlier one had not ended).
 
 Replay reads ``endsAt`` in storm time: a resolution is delivered at the group's next
-``group_interval`` flush after it.
+``group_interval`` flush after it. A firing alert's ``endsAt`` after the storm's last ``startsAt``
+is Prometheus's ``ValidUntil`` (prometheus/prometheus ``rules/manager.go`` ``SendAlerts``,
+``rules/alerting.go`` ``sendAlerts``), not a resolution. The sequences were compared with
+Alertmanager 0.25 (a webhook receiver with ``send_resolved``, group_wait 10 s, group_interval
+30 s): same notifications, the times within the 1 s it took to post the alerts, except for a
+group that emptied (Alertmanager may keep its schedule until its 30 s clean-up) and an ``endsAt``
+after the last ``startsAt`` (replay leaves it in the future).
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 REPO = Path(__file__).resolve().parents[1]
 XID = REPO / "examples" / "storm-gpu-xid.json"
+
+
+LABELS = {"alertname": "A", "cluster": "c0"}
 
 
 def _alert(name: str, at: str, ends: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -65,7 +76,7 @@ def test_ends_at_is_zeroed_while_firing_and_resolved_at_the_next_flush() -> None
     plan = plan_notifications(
         [
             _alert("A", "2026-01-01T00:00:00Z", a_end),
-            _alert("A", "2026-01-01T00:00:20Z", ZERO_TIME, fingerprint="a2"),
+            _alert("A", "2026-01-01T00:00:20Z", ZERO_TIME, labels={**LABELS, "gpu": "2"}),
             _alert("B", "2026-01-01T00:03:20Z"),
         ],
         group_wait_s=10,
@@ -98,7 +109,10 @@ def test_an_alert_resolved_before_its_first_flush_is_never_sent() -> None:
     ]
 
 
-def test_an_alert_the_file_marks_resolved_is_delivered_resolved() -> None:
+def test_an_alert_the_file_marks_resolved_resolves_at_its_ends_at() -> None:
+    """Replay sent it resolved in its group's first notification, one that Alertmanager's dedup
+    would not send. Alertmanager 0.25 (a webhook receiver, these route timings) sent it firing at
+    its group's first flush and resolved at the first flush after its endsAt."""
     ends = "2026-01-01T00:00:30Z"
     plan = plan_notifications(
         [
@@ -109,8 +123,114 @@ def test_an_alert_the_file_marks_resolved_is_delivered_resolved() -> None:
         group_interval_s=30,
     )
     assert _sent(plan) == [
-        (10, "resolved", [("R", "resolved", ends)]),
+        (10, "firing", [("R", "firing", ZERO_TIME)]),
+        (40, "resolved", [("R", "resolved", ends)]),
         (70, "firing", [("F", "firing", ZERO_TIME)]),
+    ]
+
+
+def test_a_resolution_after_the_last_start_is_delivered() -> None:
+    """An alert marked resolved whose endsAt lies after the storm's last startsAt: replay sent it
+    resolved at once; it is firing until its endsAt, and the replay goes on until the flush that
+    sends it resolved."""
+    ends = "2026-01-01T00:02:00Z"
+    plan = plan_notifications(
+        [
+            _alert("R", "2026-01-01T00:00:00Z", ends, status="resolved"),
+            _alert("F", "2026-01-01T00:01:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("R", "firing", ZERO_TIME)]),
+        (70, "firing", [("F", "firing", ZERO_TIME)]),
+        (130, "resolved", [("R", "resolved", ends)]),
+    ]
+
+
+def test_an_alert_and_its_recorded_resolution_are_one_alert() -> None:
+    """A storm that records an alert's firing and its resolution as two entries (same labels, the
+    second ``"status": "resolved"`` with endsAt 60 s in): replay sent both copies at 10 s, and the
+    firing one again at 100 s, after the resolution. Alertmanager keys alerts by their label set:
+    the second entry replaces the first (``types.Alert.Merge`` keeps the earlier startsAt)."""
+    ends = "2026-01-01T00:01:00Z"
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z", ZERO_TIME),
+            _alert("A", "2026-01-01T00:00:00Z", ends, status="resolved"),
+            _alert("A", "2026-01-01T00:01:30Z", labels={**LABELS, "gpu": "7"}),
+            _alert("B", "2026-01-01T00:02:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("A", "firing", ZERO_TIME)]),
+        (70, "resolved", [("A", "resolved", ends)]),
+        (100, "firing", [("A", "firing", ZERO_TIME)]),  # the other GPU's alert, alone
+        (130, "firing", [("B", "firing", ZERO_TIME)]),
+    ]
+    assert plan[2].payload["alerts"][0]["labels"]["gpu"] == "7"
+
+
+def test_a_resolution_without_ends_at_resolves_at_its_starts_at() -> None:
+    """An entry marked resolved without endsAt, 50 s in, ends the alert then: Alertmanager merges
+    it into the firing one (its startsAt kept) and sends it resolved at the next flush, its endsAt
+    the resolution's time."""
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z"),
+            _alert("A", "2026-01-01T00:00:50Z", status="resolved"),
+            _alert("B", "2026-01-01T00:02:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("A", "firing", ZERO_TIME)]),
+        (70, "resolved", [("A", "resolved", "2026-01-01T00:00:50Z")]),
+        (130, "firing", [("B", "firing", ZERO_TIME)]),
+    ]
+    assert plan[1].payload["alerts"][0]["startsAt"] == "2026-01-01T00:00:00Z"
+
+
+def test_a_re_fire_within_one_interval_sends_nothing_new() -> None:
+    """The same labels resolve at 45 s and fire again at 50 s, before the flush at 70 s: replay
+    sent a notification at 70 s with both copies. Alertmanager 0.25 sent none until the next
+    group's (its dedup: the same alert firing as in the last notification)."""
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:00:45Z"),
+            _alert("A", "2026-01-01T00:00:50Z"),
+            _alert("M", "2026-01-01T00:02:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("A", "firing", ZERO_TIME)]),
+        (130, "firing", [("M", "firing", ZERO_TIME)]),
+    ]
+
+
+def test_a_captured_firing_alert_with_a_future_ends_at_stays_firing() -> None:
+    """Prometheus sends a firing alert with endsAt = its ValidUntil, 4 x max(evaluation interval,
+    resend delay) ahead (prometheus/prometheus ``rules/alerting.go`` ``sendAlerts``,
+    ``rules/manager.go`` ``SendAlerts``), so a storm captured from Alertmanager's
+    ``/api/v2/alerts`` has an endsAt after its last startsAt on alerts still firing: they must not
+    be resolved."""
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"),  # last start + 4 min
+            _alert("B", "2026-01-01T00:01:00Z", "2026-01-01T00:05:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("A", "firing", ZERO_TIME)]),
+        (70, "firing", [("B", "firing", ZERO_TIME)]),
     ]
 
 
@@ -152,6 +272,39 @@ def test_a_cleared_alert_is_stored_resolved(service: TestClient, tmp_path: Path)
     status = {a["fingerprint"]: a["status"] for a in alerts["alerts"]}
     assert status.pop(xid["fingerprint"]) == "resolved"
     assert set(status.values()) == {"firing"}, status
+
+
+def test_a_recorded_resolution_leaves_the_alert_resolved(
+    service: TestClient, tmp_path: Path
+) -> None:
+    """The XID and a second entry for it (same labels and fingerprint) marked resolved 60 s in,
+    and another GPU's XID joining its group at 90 s: replay sent both copies at 10 s, and the
+    firing one again at 100 s, after the resolution (a re-fire to the service). Alertmanager
+    0.25 sent the alert firing at 10 s and resolved at 70 s, whether the resolution was posted
+    with the firing alert or 60 s later."""
+    resolution = {"startsAt": "2026-12-01T09:00:00Z", "status": "resolved",
+                  "endsAt": "2026-12-01T09:01:00Z"}  # fmt: skip
+    path = _xid_storm(tmp_path, extra=resolution)
+    data = json.loads(path.read_text())
+    other = data["alerts"][0]
+    data["alerts"].append({**other, "labels": {**other["labels"], "gpu": "7"},
+                           "fingerprint": "00000000000000ff", "startsAt": "2026-12-01T09:01:30Z"})  # fmt: skip
+    path.write_text(json.dumps(data))
+    storm = load_storm(path)
+    xid = storm["alerts"][0]["fingerprint"]
+    sent: list[list[str]] = []  # the XID's statuses in each notification
+
+    def post(url: str, json: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+        sent.append([a["status"] for a in json["alerts"] if a["fingerprint"] == xid])
+        return service.post(url, json=json, headers=headers)
+
+    replay(storm, "http://testserver", speed=1.0, say=lambda s: None, sleep=lambda s: None,
+           client=SimpleNamespace(post=post))  # fmt: skip
+    assert [x for x in sent if x] == [["firing"], ["resolved"]]  # never firing after resolved
+    service.app.state.services.incidents.process_pending()
+    (inc,) = service.get("/api/v1/incidents", params={"status": "all"}).json()
+    alerts = service.get(f"/api/v1/incidents/{inc['id']}", params={"alerts_limit": 100}).json()
+    assert {a["status"] for a in alerts["alerts"] if a["fingerprint"] == xid} == {"resolved"}
 
 
 def test_rejected_alerts_are_reported_and_exit_1(
@@ -261,3 +414,81 @@ def test_a_slow_incident_read_says_so_and_may_take_the_wait(
     out = capsys.readouterr().out
     assert "could not read incidents from http://fake/api/v1/incidents: timed out" in out, out
     assert timeouts == [25.0]  # the time left in --wait, not 10 s
+
+
+def _incidents_client(
+    monkeypatch: pytest.MonkeyPatch, incidents: Any
+) -> tuple[list[float], list[int]]:
+    """A fake service for ``fleetmind replay``, on a clock that only its sleeps advance:
+    ``incidents(n)`` answers the n-th read of ``/api/v1/incidents`` (1-based). Returns the reads'
+    timeouts and their count."""
+    clock = SimpleNamespace(now=0.0)
+
+    def sleep(s: float) -> None:
+        clock.now += s
+
+    monkeypatch.setattr(
+        replay_cli, "time", SimpleNamespace(monotonic=lambda: clock.now, sleep=sleep)
+    )
+    timeouts: list[float] = []
+    reads = [0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/incidents":
+            reads[0] += 1
+            timeouts.append(request.extensions["timeout"]["read"])
+            return incidents(reads[0], request)
+        if request.url.path == "/api/v1/rca":
+            return httpx.Response(200, json={"mapped_alerts": 8})
+        if request.url.path.startswith("/api/v1/incidents/"):
+            return httpx.Response(200, json={"alerts": []})
+        return httpx.Response(200, json={"accepted": 1, "rejected": [], "rejected_count": 0})
+
+    monkeypatch.setattr(
+        replay_cli,
+        "_client",
+        lambda url: httpx.Client(base_url=url, transport=httpx.MockTransport(handler)),
+    )
+    return timeouts, reads
+
+
+def test_a_failed_later_read_is_not_called_the_wait_running_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first read of the incidents succeeds, the next one fails (--wait 30 s not run out):
+    replay said the rankings "had not settled after --wait 30 s"."""
+    incident = {"id": 7, "alert_count": 6, "nodes": ["x"], "status": "open",
+                "causes": [{"node": "gpu:c0-h1:1", "fault_type": "xid", "score": 0.9}],
+                "first_alert_at": "2999-01-01T00:00:00Z",
+                "last_alert_at": "2999-01-01T00:00:00Z"}  # fmt: skip
+
+    def incidents(n: int, request: httpx.Request) -> httpx.Response:
+        if n >= 2:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json=[incident])
+
+    _, reads = _incidents_client(monkeypatch, incidents)
+    argv = ["replay", str(XID), "--url", "http://fake", "--speed", "1e9", "--wait", "30"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert reads == [2]
+    assert "could not read incidents from http://fake/api/v1/incidents" in out, out
+    assert "as they stood at the last successful read" in out, out
+    assert "after --wait" not in out, out
+    assert "incident #7: 6 alerts; top cause gpu:c0-h1:1 xid" in out, out
+
+
+def test_a_small_wait_still_gives_a_read_10_s(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --wait 2 a read of the incidents timed out after 2 s (the time left in --wait, at
+    least 1 s), where it had 10 s before: it takes the time left, at least 10 s."""
+
+    def incidents(n: int, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=[])
+
+    timeouts, _ = _incidents_client(monkeypatch, incidents)
+    argv = ["replay", str(XID), "--url", "http://fake", "--speed", "1e9", "--wait", "2"]
+    assert main(argv) == 0
+    assert timeouts and set(timeouts) == {replay_cli.MIN_READ_TIMEOUT_S} == {10.0}
+    assert "no incident of this storm yet" in capsys.readouterr().out

@@ -11,18 +11,35 @@ Alertmanager's route options, ``docs/configuration.md`` of prometheus/alertmanag
 first notification goes out ``group_wait`` after its first alert, and every ``group_interval`` after
 that while new alerts joined it, each notification carrying all the group's alerts so far.
 
-``endsAt`` is read as Alertmanager reads it, in storm time (the storm is re-timed to end now, so
-only an ``endsAt`` up to the storm's last ``startsAt`` has passed; a later one lies in the future
-and is ignored): an alert is firing in a notification sent before its ``endsAt`` and goes out with
-the zero ``endsAt`` (``0001-01-01T00:00:00Z``), as Alertmanager's ``aggrGroup.flush``
-(``dispatch/dispatch.go`` of prometheus/alertmanager) zeroes the ``endsAt`` of every alert not yet
-resolved; once its ``endsAt`` has passed, the group's next flush (a ``group_interval`` tick) sends
-it ``resolved`` with its ``endsAt``, and it leaves the group. As Alertmanager's dedup stage
-(``notify/notify.go``, ``needsUpdate``) does, a flush is sent only when an alert started firing
-since the group's last notification, or one of the group's notified alerts resolved: an alert
-that resolved before it was ever sent firing is never delivered. An alert the file marks
-``"status": "resolved"`` stays resolved: it goes out so (with its own ``endsAt``) in its group's
-next notification, which it triggers.
+Alerts are told apart by their label set, as Alertmanager's fingerprint (a hash of the labels)
+tells them apart: a later entry with the same labels replaces the earlier one in its group from its
+``startsAt`` on (the earlier ``startsAt`` kept while the earlier entry had not ended, as
+``types.Alert.Merge`` keeps it), so a storm that records an alert's firing and its resolution as
+two entries delivers one alert, firing and then resolved.
+
+``endsAt`` is read as Alertmanager reads it, in storm time: an alert is firing in a notification
+sent before its ``endsAt`` and goes out with the zero ``endsAt`` (``0001-01-01T00:00:00Z``), as
+Alertmanager's ``aggrGroup.flush`` (``dispatch/dispatch.go`` of prometheus/alertmanager) zeroes the
+``endsAt`` of every alert not yet resolved; once its ``endsAt`` has passed, the group's next flush
+(a ``group_interval`` tick) sends it ``resolved`` with its ``endsAt``, and it leaves the group. An
+alert the file marks ``"status": "resolved"`` resolves so at its ``endsAt`` (at its ``startsAt``
+when it has none, which then goes out as its ``endsAt``), even one after the storm's last
+``startsAt``: the replay then goes on until the flush that sends it resolved. The storm is
+re-timed to end now, so only an ``endsAt`` up to the storm's last ``startsAt`` has passed: a
+firing alert's later ``endsAt`` lies in the future and the alert stays firing. That is what such an ``endsAt`` means:
+Prometheus sends a firing alert with ``EndsAt`` = its ``ValidUntil`` (prometheus/prometheus
+``rules/manager.go``, ``SendAlerts``: ``ResolvedAt`` once resolved, else ``ValidUntil``), and
+``rules/alerting.go`` (``sendAlerts``) sets ``ValidUntil = ts + 4 * max(interval, resendDelay)``,
+a few evaluation intervals ahead; so a storm captured from Alertmanager's ``/api/v2/alerts`` has
+an ``endsAt`` after its last ``startsAt`` on every alert still firing, and resolving those would
+be wrong. As Alertmanager's dedup stage (``notify/notify.go``, ``needsUpdate``) does, a flush is
+sent only when an alert started firing since the group's last notification, or one of the group's
+notified alerts resolved: an alert that resolved before it was ever sent firing is never
+delivered. A group that emptied starts afresh with its next alert (first flush ``group_wait``
+after it); Alertmanager 0.25 deletes an emptied group only in a clean-up pass every 30 s
+(``Dispatcher.run``), so it may deliver that alert on the old group's schedule instead, up to
+``group_interval - group_wait`` later, with the same content.
+
 :func:`replay` re-times the storm so that its last alert starts now (gaps kept), sends the
 notifications in order, ``speed`` times faster than real time, and returns what the service answered.
 """
@@ -154,6 +171,107 @@ def _as_sent(alert: dict[str, Any], resolved: bool) -> dict[str, Any]:
     return {**alert, "status": "firing", "endsAt": ZERO_TIME}
 
 
+def _label_key(alert: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """An alert's identity as Alertmanager keys it: its label set (the fingerprint is a hash of it),
+    as sorted ``(name, value)`` pairs."""
+    return tuple(sorted((str(k), str(v)) for k, v in alert.get("labels", {}).items()))
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One alert of a storm file as a group sees it: it joins at ``start`` and resolves at ``end``
+    (seconds after the storm's first alert; ``None``: firing to the storm's end)."""
+
+    start: float
+    end: float | None
+    key: tuple[tuple[str, str], ...]
+    alert: dict[str, Any]
+
+
+def _entries(
+    alerts: list[dict[str, Any]], group_by: tuple[str, ...]
+) -> dict[tuple[str, ...], list[_Entry]]:
+    """``alerts`` by group, each group's in the order they join (by ``startsAt``; of two with the
+    same labels and ``startsAt``, one the file marks resolved after one it does not)."""
+    t0 = min(_ts(a["startsAt"], "") for a in alerts)
+    horizon = max((_ts(a["startsAt"], "") - t0).total_seconds() for a in alerts)
+    groups: dict[tuple[str, ...], list[_Entry]] = {}
+    for a in alerts:
+        start = (_ts(a["startsAt"], "") - t0).total_seconds()
+        end = (_ts(a["endsAt"], "", "endsAt") - t0).total_seconds() if _has_end(a) else None
+        if a.get("status") == "resolved":  # resolved at its endsAt, else when it starts
+            if end is None:
+                a, end = {**a, "endsAt": a["startsAt"]}, start
+        elif end is not None and end > horizon:
+            end = None  # lies in the future: a firing alert's ValidUntil (module docstring)
+        key = tuple(str(a.get("labels", {}).get(k, "")) for k in group_by)
+        groups.setdefault(key, []).append(_Entry(start, end, _label_key(a), a))
+    for items in groups.values():
+        items.sort(key=lambda e: (e.start, e.alert.get("status") == "resolved"))
+    return groups
+
+
+def _join(present: dict[tuple[tuple[str, str], ...], _Entry], new: _Entry) -> None:
+    """Add ``new`` to a group's alerts; one with the same labels is replaced, as Alertmanager's
+    store replaces it (``provider/mem``), keeping the earlier ``startsAt`` when the old one had not
+    ended by the new one's start (``types.Alert.Merge``)."""
+    old = present.get(new.key)
+    if old is not None and (old.end is None or old.end > new.start):
+        new = _Entry(new.start, new.end, new.key, {**new.alert, "startsAt": old.alert["startsAt"]})
+    present[new.key] = new
+
+
+def _needs_update(
+    firing: set[Any], resolved: set[Any], last: tuple[set[Any], set[Any]] | None
+) -> bool:
+    """Whether Alertmanager's dedup stage sends a flush (``notify/notify.go``,
+    ``DedupStage.needsUpdate``, with ``send_resolved``): ``last`` holds the firing and resolved
+    alerts of the group's last notification (``None``: none yet)."""
+    if last is None:
+        return bool(firing)
+    if not firing <= last[0]:
+        return True
+    if not firing:
+        return bool(last[0])
+    return not resolved <= last[1]
+
+
+def _plan_group(
+    label_values: dict[str, str],
+    items: list[_Entry],
+    group_wait_s: float,
+    group_interval_s: float,
+) -> list[Notification]:
+    """The notifications of one group (``items`` from :func:`_entries`)."""
+    out = []
+    nxt = 0  # items[nxt:] have not joined the group yet
+    present: dict[tuple[tuple[str, str], ...], _Entry] = {}  # by label set, in joining order
+    last: tuple[set[Any], set[Any]] | None = None  # the group's last notification
+    tick = items[0].start + group_wait_s
+    while nxt < len(items) or present:
+        if not present:  # an emptied group: the next alert starts a new one (module docstring)
+            tick = max(tick, items[nxt].start + group_wait_s)
+        while nxt < len(items) and items[nxt].start <= tick:
+            _join(present, items[nxt])
+            nxt += 1
+        resolved = {k for k, e in present.items() if e.end is not None and e.end <= tick}
+        firing = set(present) - resolved
+        if _needs_update(firing, resolved, last):
+            payload = [_as_sent(e.alert, k in resolved) for k, e in present.items()]
+            out.append(Notification(tick, webhook_payload(label_values, payload)))
+            last = (firing, resolved)
+        for k in resolved:  # flushed: they leave the group
+            del present[k]
+        # the next flush that can change anything: an alert joins or one resolves
+        events = [e.end for e in present.values() if e.end is not None]
+        events += [items[nxt].start] if nxt < len(items) and present else []
+        if present and not events:
+            break  # all firing until the storm's end
+        if present:
+            tick += max(1, math.ceil((min(events) - tick) / group_interval_s)) * group_interval_s
+    return out
+
+
 def plan_notifications(
     alerts: list[dict[str, Any]],
     group_by: tuple[str, ...] = GROUP_BY,
@@ -162,12 +280,14 @@ def plan_notifications(
 ) -> list[Notification]:
     """The notifications Alertmanager would send for ``alerts``, in time order.
 
-    Each group flushes ``group_wait_s`` after its first alert and then every ``group_interval_s``;
-    an alert is resolved in a flush at or after its ``endsAt`` (one after the last ``startsAt``
-    is ignored: it lies in the future) or when the file says ``"status": "resolved"``, and leaves
-    the group after that flush. A flush is sent only when Alertmanager's dedup stage would send it
-    (a new firing alert, a notified alert resolved; module docstring) or it carries an alert the
-    file marks resolved that was not delivered yet.
+    Each group flushes ``group_wait_s`` after its first alert and then every ``group_interval_s``.
+    Alerts are told apart by their label set, as Alertmanager's fingerprint does: a later entry
+    with the same labels replaces the earlier one from its ``startsAt`` on. An alert is resolved in
+    a flush at or after its ``endsAt`` (a firing one's ``endsAt`` after the last ``startsAt`` is
+    ignored: it lies in the future), one the file marks ``"status": "resolved"`` at its ``endsAt``
+    (its ``startsAt`` without one), and leaves the group after that flush. A flush is sent only when
+    Alertmanager's dedup stage would send it (a new firing alert, a notified alert resolved;
+    module docstring).
 
     Args:
         alerts: v4 alert objects with ``startsAt`` (any order).
@@ -176,64 +296,16 @@ def plan_notifications(
 
     Returns:
         Every alert appears in at least one notification, unless it resolved before its group's
-        first flush that would have sent it firing; a later notification of a group repeats the
-        group's alerts not yet resolved, as Alertmanager does. Times are seconds after the first
-        alert.
+        first flush that would have sent it firing, or an entry with the same labels replaced it
+        before; a later notification of a group repeats the group's alerts not yet resolved, as
+        Alertmanager does. Times are seconds after the first alert.
     """
     if not alerts:
         return []
-    t0 = min(_ts(a["startsAt"], "") for a in alerts)
-    horizon = max((_ts(a["startsAt"], "") - t0).total_seconds() for a in alerts)
-    groups: dict[tuple[str, ...], list[tuple[float, float | None, dict[str, Any]]]] = {}
-    for a in alerts:
-        key = tuple(str(a.get("labels", {}).get(k, "")) for k in group_by)
-        start = (_ts(a["startsAt"], "") - t0).total_seconds()
-        end = (_ts(a["endsAt"], "", "endsAt") - t0).total_seconds() if _has_end(a) else None
-        groups.setdefault(key, []).append(
-            (start, end if end is not None and end <= horizon else None, a)
-        )
     out = []
-    for key, items in groups.items():
-        items.sort(key=lambda x: x[0])
+    for key, items in _entries(alerts, group_by).items():
         label_values = dict(zip(group_by, key, strict=True))
-        nxt = 0  # items[nxt:] have not joined the group yet
-        present: list[int] = []
-        last_firing: set[int] | None = None  # the firing alerts of the group's last notification
-        last_resolved: set[int] = set()
-        tick = items[0][0] + group_wait_s
-        while nxt < len(items) or present:
-            if not present:  # a group that emptied is gone: the next alert starts a new one
-                tick = max(tick, items[nxt][0] + group_wait_s)
-            while nxt < len(items) and items[nxt][0] <= tick:
-                present.append(nxt)
-                nxt += 1
-            explicit = {i for i in present if items[i][2].get("status") == "resolved"}
-            resolved = explicit | {
-                i for i in present if items[i][1] is not None and items[i][1] <= tick
-            }
-            firing = set(present) - resolved
-            if last_firing is None:
-                send = bool(firing)
-            elif not firing <= last_firing:
-                send = True
-            elif not firing:
-                send = bool(last_firing)
-            else:
-                send = not resolved <= last_resolved
-            send = send or bool(explicit - last_resolved)
-            if send:
-                payload = [_as_sent(items[i][2], i in resolved) for i in present]
-                out.append(Notification(tick, webhook_payload(label_values, payload)))
-                last_firing, last_resolved = firing, resolved
-            present = [i for i in present if i not in resolved]  # flushed: they leave the group
-            # the next flush that can change anything: an alert joins or one resolves
-            events = [items[i][1] for i in present if items[i][1] is not None]
-            events += [items[nxt][0]] if nxt < len(items) and present else []
-            if present and not events:
-                break  # all firing until the storm's end
-            if present:
-                steps = max(1, math.ceil((min(events) - tick) / group_interval_s))
-                tick += steps * group_interval_s
+        out += _plan_group(label_values, items, group_wait_s, group_interval_s)
     out.sort(key=lambda n: n.at_s)
     return out
 
