@@ -14,10 +14,12 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import secrets
 import shutil
 import stat
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,9 +39,19 @@ def write_folder_whole(
     place: one atomic exchange (``renameat2(RENAME_EXCHANGE)``, Linux), else two renames (for a
     moment no folder is there); the old folder is then removed. The new folder keeps the old one's
     permission bits and, where the process may set them, owner and group; a new one gets ``0777``
-    less the umask. A symbolic link is followed (its target folder is replaced). A folder whose
-    parent this process may not write, or a mount point, is written file by file instead, each
-    whole (a temporary file renamed over it), in the order of ``files``.
+    less the umask. A file that replaces one of the old folder keeps that file's permission bits
+    (whatever the umask) and, where the process may set them, its owner and group; a new file gets
+    ``0666`` less the umask. A symbolic link is followed (its target folder is replaced).
+    Temporary folders beside it that a write stopped by a crash left (``.<name>.<pid>.<hex>.tmp``
+    or ``.old`` of a process no longer running) are removed first.
+
+    Written file by file instead, each whole (a temporary file renamed over it, its bits kept), in
+    the order of ``files``, where the folder cannot be swapped: its parent this process may not
+    write; it is a mount point; it is, or holds, the process's working folder (a swap would leave
+    the process in the removed old folder, where relative paths no longer resolve); or the system
+    refuses to rename it (``EXDEV``: overlayfs renaming a folder of an image's lower layer;
+    ``EPERM``, ``EBUSY``: a seccomp filter, a mount point). A failure then may leave some files
+    new and the others old.
 
     Returns:
         ``folder`` as a ``Path``.
@@ -57,33 +69,86 @@ def write_folder_whole(
         st = None
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path))
-    if not os.access(target.parent, os.W_OK | os.X_OK) or (st is not None and target.is_mount()):
-        target.mkdir(exist_ok=True)
-        for name, content in files.items():
-            _replace_file(target / name, content)
+    _remove_stale(target)
+    if _in_place(target, st):
+        _write_in_place(target, files)
         return path
     tmp = _temporary_dir(target)
     try:
-        if st is not None:
-            os.chmod(tmp, st.st_mode & 0o7777)
-            with contextlib.suppress(PermissionError):
-                os.chown(tmp, st.st_uid, st.st_gid)
-            for entry in os.scandir(target):
-                if entry.name not in files:
-                    _carry(entry, tmp / entry.name)
-        for name, content in files.items():
-            _write_new(tmp / name, content)
-        _fsync_dir(tmp)
-        if st is None:
-            os.rename(tmp, target)
-        else:
-            _exchange(tmp, target)  # tmp is now the old folder
+        _fill(tmp, target, st, files)
+        try:
+            if st is None:
+                os.rename(tmp, target)
+            else:
+                _swap(tmp, target)
+        except OSError as err:
+            if err.errno not in _NO_SWAP:
+                raise
             shutil.rmtree(tmp, ignore_errors=True)
+            _write_in_place(target, files)
+            return path
         _fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+_NO_SWAP = (errno.EXDEV, errno.EPERM, errno.EBUSY)
+"""Errors of a folder rename that mean this folder cannot be renamed here (not a failed write):
+the folder is then written file by file."""
+
+
+def _in_place(target: Path, st: os.stat_result | None) -> bool:
+    """Whether ``target`` (a real path; ``st`` its ``stat``, ``None``: not there) is written file
+    by file: its parent not writable, a mount point, or the working folder or one above it."""
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        return True
+    if st is None:
+        return False
+    if target.is_mount():
+        return True
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:  # the working folder was removed
+        return False
+    return cwd == str(target) or cwd.startswith(str(target).rstrip(os.sep) + os.sep)
+
+
+def _write_in_place(target: Path, files: Mapping[str, bytes | str | os.PathLike[str]]) -> None:
+    """Write ``files`` into the folder ``target`` (made if missing) one by one, each whole."""
+    target.mkdir(exist_ok=True)
+    for name, content in files.items():
+        _replace_file(target / name, content)
+
+
+def _fill(
+    tmp: Path,
+    target: Path,
+    st: os.stat_result | None,
+    files: Mapping[str, bytes | str | os.PathLike[str]],
+) -> None:
+    """Make the new folder ``tmp``: the old folder ``target``'s bits and kept entries (``st``:
+    its ``stat``, ``None``: no old folder) and ``files``, flushed to disk."""
+    if st is not None:
+        os.chmod(tmp, st.st_mode & 0o7777)
+        with contextlib.suppress(PermissionError):
+            os.chown(tmp, st.st_uid, st.st_gid)
+        for entry in os.scandir(target):
+            if entry.name not in files:
+                _carry(entry, tmp / entry.name)
+    for name, content in files.items():
+        _write_new(tmp / name, content, _old_file(target / name) if st is not None else None)
+    _fsync_dir(tmp)
+
+
+def _old_file(path: Path) -> os.stat_result | None:
+    """``stat`` of the regular file ``path`` of the old folder (``None``: none there)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
 
 
 _RENAME_EXCHANGE = 2
@@ -93,8 +158,9 @@ _AT_FDCWD = -100
 """``<fcntl.h>``: paths relative to the working folder."""
 
 
-def _exchange(new: Path, old: Path) -> None:
-    """Put the folder ``new`` in ``old``'s place, and ``old``'s folder at ``new``."""
+def _swap(new: Path, old: Path) -> None:
+    """Put the folder ``new`` in ``old``'s place and remove ``old``'s folder. On an error ``old``
+    is as it was (and ``new`` still there)."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -105,10 +171,13 @@ def _exchange(new: Path, old: Path) -> None:
             rc, err = -1, errno.ENOSYS
         else:
             err = ctypes.get_errno()
-        if rc == 0:
+        if rc == 0:  # new now holds the old folder
+            shutil.rmtree(new, ignore_errors=True)
             return
-        if err not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        if err not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, *_NO_SWAP):
             raise OSError(err, os.strerror(err), str(old))
+    # no exchange here (an older kernel or file system, a seccomp filter refusing renameat2; an
+    # EXDEV or EBUSY the first rename meets again, before anything moved)
     aside = _temporary_name(old, "old")
     os.rename(old, aside)
     try:
@@ -116,7 +185,45 @@ def _exchange(new: Path, old: Path) -> None:
     except BaseException:
         os.rename(aside, old)
         raise
-    os.rename(aside, new)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+_STALE = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.(?:tmp|old)")
+"""Name of a temporary folder of :func:`_temporary_name` (the folder's name, the writer's pid)."""
+
+
+def _remove_stale(target: Path) -> None:
+    """Remove the temporary folders beside ``target`` that a write of a process no longer running
+    left (a crash between making and swapping them) and that are older than
+    :data:`STALE_AFTER_S`; best effort. The age matters where processes of other PID namespaces
+    (two containers sharing one models volume) write beside it: their pids mean nothing here."""
+    with contextlib.suppress(OSError):
+        entries = list(os.scandir(target.parent))
+        now = time.time()
+        for entry in entries:
+            m = _STALE.fullmatch(entry.name)
+            if m is None or m["name"] != target.name or not entry.is_dir(follow_symlinks=False):
+                continue
+            old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+            if old and not _alive(int(m["pid"])):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+STALE_AFTER_S = 3600.0
+"""Seconds after which a dead writer's temporary folder is removed (:func:`_remove_stale`)."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (one this process may not signal counts as running)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
 
 
 def _temporary_name(target: Path, kind: str) -> Path:
@@ -161,25 +268,42 @@ def _content(content: bytes | str | os.PathLike[str]) -> bytes:
     return Path(content).read_bytes()
 
 
-def _write_new(path: Path, content: bytes | str | os.PathLike[str]) -> None:
-    """Write a new file ``path`` (``0666`` less the umask) and flush it to disk."""
+def _write_new(
+    path: Path, content: bytes | str | os.PathLike[str], like: os.stat_result | None = None
+) -> None:
+    """Write a new file ``path`` and flush it to disk: ``like``'s permission bits (whatever the
+    umask) and, where the process may set them, owner and group; with no ``like``, ``0666`` less
+    the umask."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "wb") as f:
+        if like is not None:
+            _same_owner_and_bits(f.fileno(), like)
         f.write(_content(content))
         f.flush()
         os.fsync(f.fileno())
 
 
+def _same_owner_and_bits(fd: int, like: os.stat_result) -> None:
+    """Give the open file ``fd`` the owner and group of ``like`` (where the process may) and then
+    its permission bits (a change of owner clears set-user-ID)."""
+    now = os.fstat(fd)
+    if (like.st_uid, like.st_gid) != (now.st_uid, now.st_gid):
+        with contextlib.suppress(PermissionError):
+            os.fchown(fd, like.st_uid, like.st_gid)
+    os.fchmod(fd, like.st_mode & 0o7777)
+
+
 def _replace_file(path: Path, content: bytes | str | os.PathLike[str]) -> None:
-    """Write ``path`` whole: a temporary file beside it, renamed over it (its bits kept)."""
+    """Write ``path`` whole: a temporary file beside it, renamed over it (its bits and, where the
+    process may, owner and group kept)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
     fd, tmp = _temporary(path, 0o666 if st is None else st.st_mode & 0o7777)
     try:
-        if st is not None:
-            os.fchmod(fd, st.st_mode & 0o7777)  # the old bits, whatever the umask
+        if st is not None:  # the old owner (where the process may) and bits, whatever the umask
+            _same_owner_and_bits(fd, st)
         with os.fdopen(fd, "wb") as f:
             f.write(_content(content))
             f.flush()

@@ -8,17 +8,23 @@ they share, :func:`fleetmind.folders.write_folder_whole`.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fleetmind import folders
+from fleetmind.data.synth_system import make_system
 from fleetmind.folders import write_folder_whole
+from fleetmind.rca.fit_model import is_fit_artifact
+from fleetmind.training.rca_fit import FitArgs, fit
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
 
@@ -169,17 +175,18 @@ def test_write_folder_whole_refuses_a_file(tmp_path: Path) -> None:
 def test_write_folder_whole_failure_leaves_old_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
 ) -> None:
-    """An error while writing the second file (``ENOSPC``) leaves the old folder untouched, with
-    the atomic exchange and with the two-rename fallback alike."""
+    """An error while writing the second file (``ENOSPC``), before any rename, leaves the old
+    folder untouched, with the atomic exchange and with the two-rename fallback alike (an error in
+    the rename itself: :func:`test_write_folder_whole_failed_swap_leaves_old_folder`)."""
     out = tmp_path / "m"
     write_folder_whole(out, {"model.pt": b"old-weights", "config.json": "{}"})
     real = folders._write_new
 
-    def failing(path: Path, content: bytes | str | os.PathLike[str]) -> None:
+    def failing(path: Path, content: bytes | str | os.PathLike[str], *like: object) -> None:
         if path.name == "config.json":
             path.write_bytes(b"{tru")
             raise OSError(28, "No space left on device")
-        real(path, content)
+        real(path, content, *like)
 
     if not exchange:
         monkeypatch.setattr(folders, "_RENAME_EXCHANGE", -1)  # EINVAL: the two renames
@@ -192,3 +199,218 @@ def test_write_folder_whole_failure_leaves_old_folder(
     write_folder_whole(out, {"model.pt": b"new-weights", "config.json": '{"a": 1}'})
     assert _snapshot(out) == {"config.json": b'{"a": 1}', "model.pt": b"new-weights"}
     _no_leftovers(out)
+
+
+class _FakeLibc:
+    """A libc whose ``renameat2`` fails with ``err`` (as ``ctypes`` reports it), moving nothing."""
+
+    def __init__(self, err: int) -> None:
+        self.err = err
+
+    def renameat2(self, *args: object) -> int:
+        ctypes.set_errno(self.err)
+        return -1
+
+
+def _refuse_exchange(monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    monkeypatch.setattr(folders.sys, "platform", "linux")
+    monkeypatch.setattr(folders.ctypes, "CDLL", lambda *a, **k: _FakeLibc(err))
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_write_folder_whole_failed_swap_leaves_old_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
+) -> None:
+    """An error in the rename phase itself (``EIO``: the exchange, or the second of the two
+    renames, which puts the new folder in place after the old one was moved aside) leaves the old
+    folder in place and untouched, and no temporary folder beside it."""
+    out = tmp_path / "m"
+    write_folder_whole(out, {"model.pt": b"old-weights", "config.json": "{}"})
+    if exchange:
+        _refuse_exchange(monkeypatch, errno.EIO)
+    else:
+        monkeypatch.setattr(folders, "_RENAME_EXCHANGE", -1)  # EINVAL: the two renames
+        rename = os.rename
+
+        def second_fails(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+            if Path(src).name.endswith(".tmp"):  # the new folder, moved into place
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            rename(src, dst)
+
+        monkeypatch.setattr(os, "rename", second_fails)
+    with pytest.raises(OSError) as err:
+        write_folder_whole(out, {"model.pt": b"new-weights", "config.json": '{"a": 1}'})
+    assert err.value.errno == errno.EIO
+    monkeypatch.undo()
+    assert _snapshot(out) == {"config.json": b"{}", "model.pt": b"old-weights"}
+    _no_leftovers(out)
+
+
+@pytest.mark.parametrize("err", [errno.EXDEV, errno.EPERM, errno.EBUSY])
+def test_write_folder_whole_writes_in_place_where_folders_cannot_be_renamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int
+) -> None:
+    """overlayfs without ``redirect_dir`` answers ``EXDEV`` to the exchange and to a plain rename
+    of a folder of an image's lower layer (kernel ``Documentation/filesystems/overlayfs.rst``,
+    "Renaming directories"); a seccomp filter answers ``EPERM``, a mount point ``EBUSY``. The
+    folder is then written file by file (each whole) rather than not at all."""
+    out = tmp_path / "m"
+    write_folder_whole(out, {"model.pt": b"old-weights", "NOTES.txt": "kept"})
+    _refuse_exchange(monkeypatch, err)
+    rename = os.rename
+
+    def refused(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(src).is_dir():
+            raise OSError(err, os.strerror(err))
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", refused)
+    write_folder_whole(out, {"model.pt": b"new-weights", "config.json": "{}"})
+    monkeypatch.undo()
+    assert _snapshot(out) == {
+        "NOTES.txt": b"kept",
+        "config.json": b"{}",
+        "model.pt": b"new-weights",
+    }
+    _no_leftovers(out)
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("inside", ["", "sub"])
+def test_write_folder_whole_of_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inside: str
+) -> None:
+    """A swap would leave the process in the removed old folder (``os.getcwd()`` fails, relative
+    paths no longer resolve): the working folder, or one above it, is written file by file."""
+    out = tmp_path / "m"
+    write_folder_whole(out, {"model.pt": b"old-weights", "NOTES.txt": "kept"})
+    (out / "sub").mkdir()
+    monkeypatch.chdir(out / inside)
+    write_folder_whole("." if not inside else "..", {"model.pt": b"new-weights"})
+    assert os.getcwd() == str((out / inside).resolve())
+    here = Path("." if not inside else "..")
+    assert (here / "model.pt").read_bytes() == b"new-weights"
+    assert (here / "NOTES.txt").read_text() == "kept"
+    monkeypatch.undo()
+    _no_leftovers(out)
+
+
+def test_rca_fit_out_of_the_working_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rca fit --out .`` used to end "not a fitted RCA model ... No such file" after writing the
+    model: the swap removed the working folder, and the model was read back through it."""
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    make_system(tmp_path / "shop", n_services=12, normal_rows=240, issues=1, seed=3)
+    (tmp_path / "m").mkdir()
+    monkeypatch.chdir(tmp_path / "m")
+    res = fit(FitArgs(scenario=str(tmp_path / "shop"), out=".", incidents=60, epochs=1, seed=0))
+    assert res["out"] == "." and res["version"]
+    assert os.getcwd() == str((tmp_path / "m").resolve()) and is_fit_artifact(".")
+
+
+def test_rewritten_files_keep_their_bits_whatever_the_umask(tmp_path: Path) -> None:
+    """A re-release under ``umask 077`` used to turn ``0644`` model files into ``0600`` (a service
+    reading the models as another user could no longer read them); a new file follows the umask.
+    Run as root, the old file's owner and group are kept too."""
+    out = tmp_path / "m"
+    write_folder_whole(out, {"model.pt": b"old-weights"})
+    os.chmod(out / "model.pt", 0o644)
+    owner = (12345, 12346) if os.geteuid() == 0 else None
+    if owner:
+        os.chown(out / "model.pt", *owner)
+    before = os.umask(0o077)
+    try:
+        write_folder_whole(out, {"model.pt": b"new-weights", "config.json": "{}"})
+    finally:
+        os.umask(before)
+    st = (out / "model.pt").stat()
+    assert (out / "model.pt").read_bytes() == b"new-weights"
+    assert st.st_mode & 0o7777 == 0o644
+    assert (out / "config.json").stat().st_mode & 0o7777 == 0o600
+    if owner:
+        assert (st.st_uid, st.st_gid) == owner
+
+
+def test_stale_temporary_folders_of_dead_writers_are_removed(tmp_path: Path) -> None:
+    """A write stopped by a crash leaves its new (``.tmp``) or old (``.old``) folder beside the
+    model; the next write removes those of processes no longer running, and only those."""
+    out = tmp_path / "m"
+    write_folder_whole(out, {"a": b"1"})
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True)  # fmt: skip
+    pid = int(dead.stdout)
+    stale = [tmp_path / f".m.{pid}.0123abcd.tmp", tmp_path / f".m.{pid}.89abcdef.old"]
+    kept = [
+        tmp_path / f".m.{os.getppid()}.0123abcd.tmp",  # a running process's
+        tmp_path / f".mm.{pid}.0123abcd.tmp",  # another folder's
+        tmp_path / f".m.{pid}.0123abcd.bak",  # not one of ours
+    ]
+    young = tmp_path / f".m.{pid}.fedcba98.tmp"  # a dead pid's, but new: perhaps another PID
+    # namespace's (a container sharing the volume) that is still writing
+    for p in [*stale, *kept, young]:
+        p.mkdir()
+        (p / "x").write_text("x")
+    hour_ago = time.time() - folders.STALE_AFTER_S - 60
+    for p in stale + kept:
+        os.utime(p, (hour_ago, hour_ago))
+    write_folder_whole(out, {"a": b"2"})
+    assert [p for p in stale if p.exists()] == []
+    assert all(p.is_dir() for p in [*kept, young])
+
+
+RELEASE = """
+import json, mlflow
+from pathlib import Path
+from fleetmind.training.recipes import dynamic, paired
+def release(how, model_dir, rel):
+    model_dir, rel = Path(model_dir), Path(rel)
+    if how == "dynamic":
+        dynamic.RELEASE_DIR = rel
+        dynamic._release(model_dir, {"run_name": "r"})
+    else:
+        paired.DYNAMIC_RELEASE_DIR = rel
+        mlflow.log_metrics = mlflow.log_artifacts = lambda *a, **k: None
+        paired.publish_learner(model_dir, {"run_name": "r"}, 1.0, 2.0, True,
+                               keep_out=frozenset({"skip.bin"}))
+"""
+
+
+def _learner_output(folder: Path, seed: int) -> Path:
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    (folder / "metadata.json").write_text(json.dumps({"seed": seed}))
+    (folder / "policy.onnx").write_bytes(rng.bytes(800))
+    (folder / "policy.pt").write_bytes(rng.bytes(5000))
+    (folder / "skip.bin").write_bytes(b"not released")
+    return folder
+
+
+@pytest.mark.parametrize("how", ["dynamic", "paired"])
+def test_dynamic_release_that_fails_midway_keeps_the_earlier_release(
+    tmp_path: Path, how: str
+) -> None:
+    """The dynamic-mode releases (``sched train --mode dynamic --release``: ``_release``; the
+    learners' ``publish_learner``) used to copy one file at a time into
+    ``models/placement-dynamic/``: a failure left new files beside a truncated ``policy.pt``."""
+    rel = tmp_path / "rel"
+    first = _learner_output(tmp_path / "a1", 1)
+    done = _run_limited(RELEASE + f"release({how!r}, {str(first)!r}, {str(rel)!r})\n")
+    assert done.returncode == 0, done.stderr
+    (rel / "NOTES.txt").write_text("kept\n")
+    old = _snapshot(rel)
+    names = {"metadata.json", "policy.onnx", "policy.pt", "train_summary.json", "NOTES.txt"}
+    names |= {"skip.bin"} if how == "dynamic" else set()  # only the learners have a keep_out
+    assert set(old) == names and old["policy.pt"] == (first / "policy.pt").read_bytes()
+    second = _learner_output(tmp_path / "a2", 2)
+    code = RELEASE + f"limit(1000)\nrelease({how!r}, {str(second)!r}, {str(rel)!r})\n"
+    failed = _run_limited(code)
+    assert failed.returncode != 0 and "File too large" in failed.stderr, failed.stderr
+    assert _snapshot(rel) == old
+    _no_leftovers(rel)
+    done = _run_limited(RELEASE + f"release({how!r}, {str(second)!r}, {str(rel)!r})\n")
+    assert done.returncode == 0, done.stderr
+    new = _snapshot(rel)
+    assert set(new) == names and new["NOTES.txt"] == b"kept\n"
+    for name in ("metadata.json", "policy.onnx", "policy.pt"):
+        assert new[name] == (second / name).read_bytes()
+    summary = json.loads(new["train_summary.json"])
+    assert summary == {"run_name": "r"}

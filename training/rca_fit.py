@@ -256,9 +256,10 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         }
     }
     meta["roles"] = roles.to_dict()
+    where = Path(os.path.abspath(args.out))  # read back by its absolute path, not the cwd's
     out = save_fit_artifact(model, args.out, graph, system.observed, meta)
 
-    _, saved = load_fit_model(out)
+    _, saved = load_fit_model(where)
     return {
         "out": str(out),
         "version": saved["version"],

@@ -30,6 +30,7 @@ Tracking URI: ``MLFLOW_TRACKING_URI`` or the embedded ``sqlite:///mlflow.db``. T
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -37,6 +38,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -299,7 +301,7 @@ def run(args: Args) -> dict[str, Any]:
     mlflow.set_tracking_uri(uri)
     # the store answered ready_store; one that fails from here on (a server stopped mid-run) is
     # an error in seconds and one line naming out_dir, which keeps the checkpoints and model/
-    with tracking_guard(uri, out_dir):
+    with tracking_guard(uri, out_dir), _removed_if_empty(out_dir, first_rank):
         # Lightning's MLFlowLogger, ending the run in one try once the store failed in the fit
         logger = lightning_mlflow_logger(
             experiment_name=args.experiment, run_name=run_name, tracking_uri=uri
@@ -368,6 +370,20 @@ def run(args: Args) -> dict[str, Any]:
         **({"feedback": feedback} if feedback else {}),
         **reg,
     }
+
+
+@contextlib.contextmanager
+def _removed_if_empty(out_dir: Path, owner: bool) -> Iterator[None]:
+    """On an error or an interrupt inside (a store failure, a Ctrl-C before the first
+    checkpoint), remove the run folder ``out_dir`` if it is still empty (and this rank, ``owner``,
+    made it), so that a failed run leaves no empty folder behind."""
+    try:
+        yield
+    except BaseException:
+        if owner:
+            with contextlib.suppress(OSError):  # not empty, or already gone: kept as it is
+                out_dir.rmdir()
+        raise
 
 
 def _fit(trainer: Any, module: Any, dm: Any, uri: str, logger: Any, out_dir: Path) -> None:

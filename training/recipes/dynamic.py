@@ -35,7 +35,6 @@ metadata as before.
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -60,6 +59,7 @@ from fleetmind.envs.multicluster_env import (
     N_QUEUE_FEATURES,
     MultiClusterPlacementEnv,
 )
+from fleetmind.folders import write_folder_whole
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig
@@ -596,14 +596,12 @@ def _export(r: _Run) -> Path:
 
 
 def _release(model_dir: Path, summary: dict[str, Any]) -> None:
-    """Copy the exported model and the run summary to ``models/placement-dynamic/``."""
-    RELEASE_DIR.mkdir(parents=True, exist_ok=True)
-    for f in model_dir.iterdir():
-        if f.is_file():
-            shutil.copy2(f, RELEASE_DIR / f.name)
-    (RELEASE_DIR / "train_summary.json").write_text(
-        json.dumps(summary, indent=1, default=str) + "\n"
-    )
+    """Write the exported model's files and the run summary (``train_summary.json``) to
+    ``models/placement-dynamic/`` all at once (:func:`fleetmind.folders.write_folder_whole`: a
+    failed write leaves the earlier release as it was; its other files are kept)."""
+    files: dict[str, Path | str] = {f.name: f for f in sorted(model_dir.iterdir()) if f.is_file()}
+    files["train_summary.json"] = json.dumps(summary, indent=1, default=str) + "\n"
+    write_folder_whole(RELEASE_DIR, files)
     summary["released"] = str(RELEASE_DIR)
 
 

@@ -56,6 +56,7 @@ from fleetmind.data.openb_variants import (
     write_variant,
 )
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.folders import write_folder_whole
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload, model_config
 from fleetmind.rl.export import save_onnx, save_torch
@@ -657,16 +658,16 @@ def publish_learner(
     keep_out: frozenset[str] = frozenset(),
 ) -> None:
     """A dynamic-mode learner's last step: ``train_summary.json``, the final metrics and the model
-    folder in MLflow, and with ``release`` a copy of the folder's files (less ``keep_out``) in the
-    released model's folder (``summary["released"]`` names it)."""
+    folder in MLflow, and with ``release`` the folder's files (less ``keep_out``) written to the
+    released model's folder all at once (:func:`fleetmind.folders.write_folder_whole`: a failed
+    write leaves the earlier release as it was; its other files are kept; ``summary["released"]``
+    names it)."""
     (model_dir / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
     mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
     if release:
-        DYNAMIC_RELEASE_DIR.mkdir(parents=True, exist_ok=True)
-        for f in model_dir.iterdir():
-            if f.is_file() and f.name not in keep_out:
-                shutil.copy2(f, DYNAMIC_RELEASE_DIR / f.name)
+        files = sorted(f for f in model_dir.iterdir() if f.is_file() and f.name not in keep_out)
+        write_folder_whole(DYNAMIC_RELEASE_DIR, {f.name: f for f in files})
         summary["released"] = str(DYNAMIC_RELEASE_DIR)
 
 
