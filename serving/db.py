@@ -389,7 +389,8 @@ _COVER = (
 _COVERED = f"EXISTS (SELECT 1 {_COVER})"
 
 _MOVE_START = (
-    "UPDATE alerts SET starts_at = :starts_at, starts_ts = :starts_ts, received_ts = :received_ts "
+    "UPDATE alerts SET starts_at = :starts_at, starts_ts = :starts_ts, received_ts = :received_ts, "
+    "updated_ts = :updated_ts, pending = TRUE "
     "WHERE id = (SELECT a.id FROM alerts a WHERE a.fingerprint = :fingerprint "
     f"AND a.status = 'firing' AND a.starts_at <> '{NO_START}' AND a.starts_ts > :starts_ts "
     f"AND a.starts_ts <= :starts_ts + {HA_START_SKEW_S!r} "
@@ -399,7 +400,9 @@ _MOVE_START = (
 )
 """A firing delivery moves the unresolved row of its fingerprint that starts later, by at most
 :data:`HA_START_SKEW_S`, to its own, earlier ``startsAt`` (keeping the row's incident), instead of
-a second row for the same alert.
+a second row for the same alert. The moved row is ``pending`` again (``updated_ts``: this
+delivery), so the incident worker widens its incident's alert span (``first_alert_ts``) to the
+earlier start and groups later alerts by that span.
 
 One alert reaches the webhook with two ``startsAt``: Alertmanager merges every alert it receives
 with the one it holds for the fingerprint and keeps the earliest ``StartsAt`` (prometheus/alertmanager

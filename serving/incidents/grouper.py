@@ -263,6 +263,17 @@ class Grouper:
         stored.last_ts = max(stored.last_ts, ts)
         self._add(stored)
 
+    def widen(self, incident_id: int, ts: float) -> None:
+        """Extend the open incident ``incident_id``'s span to ``ts`` (unix s): an alert of it now
+        starts there (moved to an earlier ``startsAt`` by an Alertmanager HA peer's delivery,
+        :data:`fleetmind.serving.db._MOVE_START`). Not open: nothing changes."""
+        o = self._open.get(incident_id)
+        if o is None:
+            return
+        self._extend(o, ts, None, None)
+        if self._pool is not None:  # it may now take alerts of the batch by time
+            self._pool[o.id] = o
+
     def late_joined(self) -> set[int]:
         """During a batch: the ``resolved`` incidents that alerts resolved before grouping joined
         and that stay resolved (not reopened in the batch). They gain counts, not evidence: their

@@ -450,6 +450,7 @@ class IncidentManager:
                     for d in done:
                         d["_inc"] = _followed(merges, d["_inc"])
                     touched |= {_followed(merges, i) for i in touched}
+                    touched |= set(merges)  # their alerts moved away: recounted to 0
                     evidence = {_followed(merges, i) for i in evidence}
                 # a resolved incident late resolutions joined keeps the ranking that paged
                 evidence -= self.grouper.late_joined()
@@ -505,7 +506,10 @@ class IncidentManager:
                 self.store.merge(conn, placed.incident, other, now)
                 merges[other] = placed.incident
             return placed.incident, node
-        if not self.grouper.is_open(inc_id):
+        if self.grouper.is_open(inc_id):
+            # its start may have moved earlier (an HA peer's delivery): the span covers it
+            self.grouper.widen(inc_id, row["starts_ts"])
+        else:
             # The incident was resolved or merged: re-firing reopens it.
             inc_id = self.store.follow_merges(conn, inc_id)
             if self.grouper.reopens(inc_id, row["status"]):

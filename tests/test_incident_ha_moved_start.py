@@ -1,0 +1,94 @@
+"""An alert moved to an earlier ``startsAt`` (an Alertmanager HA peer's delivery) widens its
+incident's alert span, and grouping uses the widened span.
+
+Upstream reference: Alertmanager merges every alert it receives with the one it holds for the
+fingerprint and keeps the earliest start (prometheus/alertmanager ``types/types.go``,
+``Alert.Merge``: "Always pick the earliest starting time"), so the same alert is notified first
+under a later ``startsAt``, then under the earlier one; the stored alert moves to the earlier one
+(``docs/serving/incidents.md``, "Alert lifecycle"). Its incident's ``first_alert_at`` used to stay
+on the later start, and an alert that started within the window of the real first alert but not
+of the stale one opened a second incident.
+
+Times are fixed unix seconds; the manager's clock is set by the test.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from fleetmind.serving.db import Database
+from fleetmind.serving.defaults.example import build_example_graph
+from fleetmind.serving.graphstore import GraphStore
+from fleetmind.serving.incidents import IncidentManager
+from fleetmind.serving.registry import ModelRegistry
+from fleetmind.serving.routers.alerts import alert_row
+from fleetmind.serving.schemas import AlertIn
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+T = 1_800_000_000.0  # the HA replica's later activeAt, unix seconds
+WINDOW_S = 600.0
+SKEW_S = 60.0  # the other replica's activeAt is this much earlier (within HA_START_SKEW_S)
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def am_alert(fp: str, name: str, starts: float) -> dict[str, Any]:
+    """A firing alert of node c0-h2 as Alertmanager's webhook carries it."""
+    labels = {"alertname": name, "cluster": "c0", "node": "c0-h2", "severity": "critical"}
+    return {"status": "firing", "labels": labels, "annotations": {}, "startsAt": iso(starts),
+            "endsAt": "0001-01-01T00:00:00Z", "fingerprint": fp}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def registry() -> ModelRegistry:
+    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
+    reg.load()
+    return reg
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def deliver(m: IncidentManager, clock: Clock, at: float, *alerts: dict[str, Any]) -> None:
+    """One webhook received at ``at`` (unix s), then grouping, both on the clock ``at``."""
+    clock.t = at
+    m.db.store_alerts([alert_row(AlertIn.model_validate(a), at) for a in alerts])
+    m.process_pending()
+
+
+def test_a_moved_start_widens_the_incident_and_grouping_uses_it(
+    migrated_db: Database, registry: ModelRegistry
+) -> None:
+    clock = Clock()
+    graphs = GraphStore(build_example_graph(), "t")
+    m = IncidentManager(migrated_db, graphs, registry, clock=clock, window_s=WINDOW_S)
+    deliver(m, clock, T + 5, am_alert("ha", "NodeNotReady", T))
+    (inc,) = m.db.list_incidents("open")
+    assert inc["first_alert_ts"] == T
+    # the other HA peer: the same alert, the earlier replica's activeAt
+    deliver(m, clock, T + 10, am_alert("ha", "NodeNotReady", T - SKEW_S))
+    (a,) = m.db.list_alerts()
+    assert a["starts_ts"] == T - SKEW_S and a["incident_id"] == inc["id"]
+    (inc,) = m.db.list_incidents("open")
+    assert inc["first_alert_ts"] == T - SKEW_S
+    assert inc["last_alert_ts"] == T  # widened, never narrowed
+    assert inc["alert_count"] == 1 and inc["firing_count"] == 1
+    # within the window of the moved start (570 s before it), not of the stale one (630 s)
+    early = T - SKEW_S - WINDOW_S + 30
+    deliver(m, clock, T + 15, am_alert("x", "HostDown", early))
+    (one,) = m.db.list_incidents(None)
+    assert one["id"] == inc["id"] and one["alert_count"] == 2
+    assert one["first_alert_ts"] == early and one["last_alert_ts"] == T
+    m.db.dispose()
