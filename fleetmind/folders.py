@@ -116,10 +116,22 @@ def _in_place(target: Path, st: os.stat_result | None) -> bool:
 
 
 def _write_in_place(target: Path, files: Mapping[str, bytes | str | os.PathLike[str]]) -> None:
-    """Write ``files`` into the folder ``target`` (made if missing) one by one, each whole."""
+    """Write ``files`` into the folder ``target`` (made if missing), each whole: every file is
+    written and flushed beside its old one first, then each is renamed over it, so a write that
+    fails (a full disk) leaves every old file as it was; only the renames can be cut short."""
     target.mkdir(exist_ok=True)
-    for name, content in files.items():
-        _replace_file(target / name, content)
+    staged: list[tuple[str, Path]] = []
+    try:
+        for name, content in files.items():
+            staged.append((_staged_file(target / name, content), target / name))
+        while staged:
+            tmp, path = staged[0]
+            os.replace(tmp, path)
+            staged.pop(0)
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _fill(
@@ -132,7 +144,7 @@ def _fill(
     its ``stat``, ``None``: no old folder) and ``files``, flushed to disk."""
     if st is not None:
         os.chmod(tmp, st.st_mode & 0o7777)
-        with contextlib.suppress(PermissionError):
+        with contextlib.suppress(OSError):  # EPERM; EINVAL: an owner a user namespace cannot map
             os.chown(tmp, st.st_uid, st.st_gid)
         for entry in os.scandir(target):
             if entry.name not in files:
@@ -145,7 +157,7 @@ def _fill(
 def _old_file(path: Path) -> os.stat_result | None:
     """``stat`` of the regular file ``path`` of the old folder (``None``: none there)."""
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)  # a link's target gives the new file nothing
     except OSError:
         return None
     return st if stat.S_ISREG(st.st_mode) else None
@@ -204,7 +216,9 @@ def _remove_stale(target: Path) -> None:
             m = _STALE.fullmatch(entry.name)
             if m is None or m["name"] != target.name or not entry.is_dir(follow_symlinks=False):
                 continue
-            old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+            st = entry.stat(follow_symlinks=False)  # a rename sets ctime, not mtime: an old
+            # folder set aside a moment ago keeps the mtime of its last change
+            old = now - max(st.st_mtime, st.st_ctime) > STALE_AFTER_S
             if old and not _alive(int(m["pid"])):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -276,10 +290,10 @@ def _write_new(
     the umask."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "wb") as f:
-        if like is not None:
-            _same_owner_and_bits(f.fileno(), like)
         f.write(_content(content))
         f.flush()
+        if like is not None:  # after the write, which would clear set-user-ID for a non-root
+            _same_owner_and_bits(f.fileno(), like)
         os.fsync(f.fileno())
 
 
@@ -288,31 +302,29 @@ def _same_owner_and_bits(fd: int, like: os.stat_result) -> None:
     its permission bits (a change of owner clears set-user-ID)."""
     now = os.fstat(fd)
     if (like.st_uid, like.st_gid) != (now.st_uid, now.st_gid):
-        with contextlib.suppress(PermissionError):
+        with contextlib.suppress(OSError):  # EPERM; EINVAL: an owner a user namespace cannot map
             os.fchown(fd, like.st_uid, like.st_gid)
     os.fchmod(fd, like.st_mode & 0o7777)
 
 
-def _replace_file(path: Path, content: bytes | str | os.PathLike[str]) -> None:
-    """Write ``path`` whole: a temporary file beside it, renamed over it (its bits and, where the
-    process may, owner and group kept)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
+def _staged_file(path: Path, content: bytes | str | os.PathLike[str]) -> str:
+    """Write ``content`` into a temporary file beside ``path`` and flush it; returns its path, to
+    be renamed over ``path``. A regular file at ``path`` gives it its bits and, where the process
+    may, owner and group; anything else there (a symbolic link) gives nothing."""
+    st = _old_file(path)
     fd, tmp = _temporary(path, 0o666 if st is None else st.st_mode & 0o7777)
     try:
-        if st is not None:  # the old owner (where the process may) and bits, whatever the umask
-            _same_owner_and_bits(fd, st)
         with os.fdopen(fd, "wb") as f:
             f.write(_content(content))
             f.flush()
+            if st is not None:  # the old owner and bits, after the write (which clears set-user-ID)
+                _same_owner_and_bits(f.fileno(), st)
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    return tmp
 
 
 def _fsync_dir(folder: Path) -> None:

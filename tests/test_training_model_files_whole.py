@@ -330,9 +330,13 @@ def test_rewritten_files_keep_their_bits_whatever_the_umask(tmp_path: Path) -> N
         assert (st.st_uid, st.st_gid) == owner
 
 
-def test_stale_temporary_folders_of_dead_writers_are_removed(tmp_path: Path) -> None:
+def test_stale_temporary_folders_of_dead_writers_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A write stopped by a crash leaves its new (``.tmp``) or old (``.old``) folder beside the
-    model; the next write removes those of processes no longer running, and only those."""
+    model; the next write removes those of processes no longer running once they are older than
+    :data:`~fleetmind.folders.STALE_AFTER_S` (by mtime and ctime: a rename sets ctime only, so a
+    folder set aside a moment ago is young whatever its mtime), and only those."""
     out = tmp_path / "m"
     write_folder_whole(out, {"a": b"1"})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
@@ -344,17 +348,19 @@ def test_stale_temporary_folders_of_dead_writers_are_removed(tmp_path: Path) -> 
         tmp_path / f".mm.{pid}.0123abcd.tmp",  # another folder's
         tmp_path / f".m.{pid}.0123abcd.bak",  # not one of ours
     ]
-    young = tmp_path / f".m.{pid}.fedcba98.tmp"  # a dead pid's, but new: perhaps another PID
-    # namespace's (a container sharing the volume) that is still writing
-    for p in [*stale, *kept, young]:
+    for p in [*stale, *kept]:
         p.mkdir()
         (p / "x").write_text("x")
-    hour_ago = time.time() - folders.STALE_AFTER_S - 60
-    for p in stale + kept:
-        os.utime(p, (hour_ago, hour_ago))
+        long_ago = time.time() - 10 * folders.STALE_AFTER_S
+        os.utime(p, (long_ago, long_ago))  # an old mtime, as a folder set aside keeps its own
+    # young by ctime (just made): perhaps another PID namespace's writer, still at work
     write_folder_whole(out, {"a": b"2"})
+    assert all(p.is_dir() for p in [*stale, *kept])
+    later = time.time() + folders.STALE_AFTER_S + 60
+    monkeypatch.setattr(folders.time, "time", lambda: later)
+    write_folder_whole(out, {"a": b"3"})
     assert [p for p in stale if p.exists()] == []
-    assert all(p.is_dir() for p in [*kept, young])
+    assert all(p.is_dir() for p in kept)
 
 
 RELEASE = """

@@ -256,10 +256,9 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         }
     }
     meta["roles"] = roles.to_dict()
-    where = Path(os.path.abspath(args.out))  # read back by its absolute path, not the cwd's
     out = save_fit_artifact(model, args.out, graph, system.observed, meta)
 
-    _, saved = load_fit_model(where)
+    _, saved = load_fit_model(out)
     return {
         "out": str(out),
         "version": saved["version"],
