@@ -92,3 +92,23 @@ def test_a_moved_start_widens_the_incident_and_grouping_uses_it(
     assert one["id"] == inc["id"] and one["alert_count"] == 2
     assert one["first_alert_ts"] == early and one["last_alert_ts"] == T
     m.db.dispose()
+
+
+def test_a_late_firing_copy_of_a_resolved_alert_does_not_stretch_the_span(
+    migrated_db: Database, registry: ModelRegistry
+) -> None:
+    """A firing delivery whose ``startsAt`` lies inside a resolved row's episode is stored resolved
+    (the resolved alert, notified late under another start) and pending: it is no alert start, and
+    must not move the open incident's last alert time (a later alert joined the incident by it)."""
+    clock = Clock()
+    graphs = GraphStore(build_example_graph(), "t")
+    m = IncidentManager(migrated_db, graphs, registry, clock=clock, window_s=WINDOW_S)
+    deliver(m, clock, T + 5, am_alert("a", "NodeNotReady", T), am_alert("b", "HostDown", T))
+    resolved = {**am_alert("b", "HostDown", T), "status": "resolved", "endsAt": iso(T + 3600)}
+    deliver(m, clock, T + 3600, resolved)
+    deliver(m, clock, T + 3610, am_alert("b", "HostDown", T + 3000))  # inside [T, T + 3600]
+    (inc,) = m.db.list_incidents("open")
+    assert (inc["first_alert_ts"], inc["last_alert_ts"]) == (T, T)
+    deliver(m, clock, T + 3620, am_alert("c", "GPUXidError", T + 3500))  # 3500 s after the last
+    assert len(m.db.list_incidents("open")) == 2
+    m.db.dispose()

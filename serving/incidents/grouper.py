@@ -264,13 +264,16 @@ class Grouper:
         self._add(stored)
 
     def widen(self, incident_id: int, ts: float) -> None:
-        """Extend the open incident ``incident_id``'s span to ``ts`` (unix s): an alert of it now
-        starts there (moved to an earlier ``startsAt`` by an Alertmanager HA peer's delivery,
-        :data:`fleetmind.serving.db._MOVE_START`). Not open: nothing changes."""
+        """Move the open incident ``incident_id``'s first alert time back to ``ts`` (unix s) when
+        earlier: an alert of it now starts there (moved to an earlier ``startsAt`` by an
+        Alertmanager HA peer's delivery, :data:`fleetmind.serving.db._MOVE_START`). Only ever
+        earlier: a move never makes a start later. Not open: nothing changes."""
         o = self._open.get(incident_id)
-        if o is None:
+        if o is None or ts >= o.first_ts:
             return
-        self._extend(o, ts, None, None)
+        o.first_ts = ts
+        if self._pool is not None:  # it may now take alerts of the batch by time
+            self._pool[o.id] = o
         if self._pool is not None:  # it may now take alerts of the batch by time
             self._pool[o.id] = o
 

@@ -506,16 +506,17 @@ class IncidentManager:
                 self.store.merge(conn, placed.incident, other, now)
                 merges[other] = placed.incident
             return placed.incident, node
-        if self.grouper.is_open(inc_id):
-            # its start may have moved earlier (an HA peer's delivery): the span covers it
-            self.grouper.widen(inc_id, row["starts_ts"])
-        else:
+        if not self.grouper.is_open(inc_id):
             # The incident was resolved or merged: re-firing reopens it.
             inc_id = self.store.follow_merges(conn, inc_id)
             if self.grouper.reopens(inc_id, row["status"]):
                 stored = self.store.reopen(conn, inc_id)
                 if stored is not None:
                     self.grouper.reopen(stored, row["starts_ts"])
+        if row["status"] == "firing":
+            # its start may have moved earlier (an HA peer's delivery): the span covers it (a
+            # merge earlier in the batch included; not open: nothing changes)
+            self.grouper.widen(inc_id, row["starts_ts"])
         return inc_id, node
 
     def _closed_for_late(
