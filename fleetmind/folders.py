@@ -287,8 +287,9 @@ def _write_new(
 ) -> None:
     """Write a new file ``path`` and flush it to disk: ``like``'s permission bits (whatever the
     umask) and, where the process may set them, owner and group; with no ``like``, ``0666`` less
-    the umask."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    the umask. With a ``like``, the file is made ``0600`` and gets ``like``'s owner and bits only
+    after the write: never more readable than its final bits allow while it is being written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if like is None else 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(_content(content))
         f.flush()
@@ -299,12 +300,16 @@ def _write_new(
 
 def _same_owner_and_bits(fd: int, like: os.stat_result) -> None:
     """Give the open file ``fd`` the owner and group of ``like`` (where the process may) and then
-    its permission bits (a change of owner clears set-user-ID)."""
+    its permission bits (a change of owner clears set-user-ID). When the owner or group could not
+    be kept, set-user-ID, set-group-ID and sticky are left off, as GNU ``cp -p`` does (coreutils
+    ``copy.c``): a root set-user-ID file must not become one of the writer's."""
     now = os.fstat(fd)
     if (like.st_uid, like.st_gid) != (now.st_uid, now.st_gid):
         with contextlib.suppress(OSError):  # EPERM; EINVAL: an owner a user namespace cannot map
             os.fchown(fd, like.st_uid, like.st_gid)
-    os.fchmod(fd, like.st_mode & 0o7777)
+        now = os.fstat(fd)
+    kept = (like.st_uid, like.st_gid) == (now.st_uid, now.st_gid)
+    os.fchmod(fd, like.st_mode & (0o7777 if kept else 0o0777))
 
 
 def _staged_file(path: Path, content: bytes | str | os.PathLike[str]) -> str:
@@ -312,7 +317,8 @@ def _staged_file(path: Path, content: bytes | str | os.PathLike[str]) -> str:
     be renamed over ``path``. A regular file at ``path`` gives it its bits and, where the process
     may, owner and group; anything else there (a symbolic link) gives nothing."""
     st = _old_file(path)
-    fd, tmp = _temporary(path, 0o666 if st is None else st.st_mode & 0o7777)
+    # 0600 until the write is done and the old owner and bits are set (never more readable)
+    fd, tmp = _temporary(path, 0o666 if st is None else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(_content(content))

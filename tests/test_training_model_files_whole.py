@@ -12,10 +12,12 @@ import ctypes
 import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -357,7 +359,7 @@ def test_stale_temporary_folders_of_dead_writers_are_removed(
     write_folder_whole(out, {"a": b"2"})
     assert all(p.is_dir() for p in [*stale, *kept])
     later = time.time() + folders.STALE_AFTER_S + 60
-    monkeypatch.setattr(folders.time, "time", lambda: later)
+    monkeypatch.setattr(folders, "time", SimpleNamespace(time=lambda: later))
     write_folder_whole(out, {"a": b"3"})
     assert [p for p in stale if p.exists()] == []
     assert all(p.is_dir() for p in kept)
@@ -420,3 +422,107 @@ def test_dynamic_release_that_fails_midway_keeps_the_earlier_release(
         assert new[name] == (second / name).read_bytes()
     summary = json.loads(new["train_summary.json"])
     assert summary == {"run_name": "r"}
+
+
+def test_in_place_writes_stage_every_file_before_renaming_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The working folder is written file by file; a write that fails on the second file (a full
+    disk) leaves every old file, not a new ``model.pt`` beside the old ``config.json``."""
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "model.pt").write_bytes(b"old-model")
+    (out / "config.json").write_text("old-config")
+    staged = folders._staged_file
+    calls = []
+
+    def full_disk_on_the_second(path: Path, content: object) -> str:
+        calls.append(path.name)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return staged(path, content)
+
+    monkeypatch.setattr(folders, "_staged_file", full_disk_on_the_second)
+    monkeypatch.chdir(out)
+    with pytest.raises(OSError, match="No space"):
+        write_folder_whole(out, {"model.pt": b"new-model", "config.json": "new-config"})
+    assert (out / "model.pt").read_bytes() == b"old-model"
+    assert (out / "config.json").read_text() == "old-config"
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.pt"]  # no temp file
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_link_in_the_old_folder_gives_the_new_file_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_place: bool
+) -> None:
+    out = tmp_path / "m"
+    out.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_text("s")
+    os.chmod(secret, 0o4750)
+    (out / "a").symlink_to(secret)
+    if in_place:
+        monkeypatch.chdir(out)
+    old_umask = os.umask(0o022)
+    try:
+        write_folder_whole(out, {"a": b"new"})
+    finally:
+        os.umask(old_umask)
+    st = os.lstat(out / "a")
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o4750  # the link's target untouched
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_new_content_is_never_more_readable_than_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_place: bool
+) -> None:
+    """Made ``0600`` and given the old bits only after the write: other users cannot read the new
+    content of a ``0600`` model file while it is written (it was ``0666`` less the umask)."""
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "model.pt").write_bytes(b"old")
+    os.chmod(out / "model.pt", 0o600)
+    seen = []
+    same = folders._same_owner_and_bits
+
+    def record(fd: int, like: os.stat_result) -> None:
+        seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        same(fd, like)
+
+    monkeypatch.setattr(folders, "_same_owner_and_bits", record)
+    if in_place:
+        monkeypatch.chdir(out)
+    write_folder_whole(out, {"model.pt": b"secret"})
+    assert seen == [0o600]
+    assert stat.S_IMODE(os.stat(out / "model.pt").st_mode) == 0o600
+
+
+def test_set_id_bits_are_kept_only_with_the_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set-user-ID file of the writer's own keeps the bit; one whose owner cannot be given back
+    (a chown refused: ``EPERM``, or ``EINVAL`` for an owner a user namespace cannot map) loses
+    set-user-ID and set-group-ID, as GNU ``cp -p`` does (coreutils ``copy.c``), and the write
+    still succeeds."""
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "own").write_bytes(b"old")
+    os.chmod(out / "own", 0o4755)
+    write_folder_whole(out, {"own": b"new"})
+    assert stat.S_IMODE(os.stat(out / "own").st_mode) == 0o4755
+    foreign = out / "foreign"
+    foreign.write_bytes(b"old")
+    os.chmod(foreign, 0o6755)
+    uid = os.getuid()
+    like = os.stat(foreign)
+    fake = os.stat_result((like.st_mode, *like[1:4], uid + 1, like.st_gid + 1, *like[6:]))
+
+    def refuse(*_: object) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(folders, "_old_file", lambda path: fake if path.name == "foreign" else None)
+    monkeypatch.setattr(folders.os, "fchown", refuse)
+    write_folder_whole(out, {"foreign": b"new"})
+    assert (out / "foreign").read_bytes() == b"new"
+    assert stat.S_IMODE(os.stat(out / "foreign").st_mode) == 0o755
