@@ -387,6 +387,8 @@ def run(args: argparse.Namespace) -> int:
     client = _client(args.url)
     try:
         records = replay(storm, args.url, token=token, speed=args.speed, client=client)
+        if not records:  # nothing sent (replay said why): no incident to wait for
+            return 0
         why = _unmapped_error(client, storm, headers)
         if why is not None:
             raise DataError(why)

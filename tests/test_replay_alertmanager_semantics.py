@@ -11,8 +11,9 @@ Alertmanager semantics encoded here (prometheus/alertmanager):
   when it has firing alerts (an alert that resolved before it was ever sent firing is never sent);
   later flushes only when a new alert fires, all alerts resolved, or (``send_resolved``) one
   resolved. Alerts are told apart by fingerprint, a hash of the label set: a later alert with
-  the same labels replaces the earlier one (``types.Alert.Merge`` keeps the earlier ``startsAt``
-  while the earlier one had not ended).
+  the same labels replaces the earlier one (``types.Alert.Merge``, ``types/types.go``, while the
+  earlier one had not ended: the earlier ``startsAt`` kept, the later ``endsAt`` while the newer
+  copy fires, a resolution's own ``endsAt``).
 
 Replay reads ``endsAt`` in storm time: a resolution is delivered at the group's next
 ``group_interval`` flush after it. A firing alert's ``endsAt`` after the storm's last ``startsAt``
@@ -492,3 +493,141 @@ def test_a_small_wait_still_gives_a_read_10_s(
     assert main(argv) == 0
     assert timeouts and set(timeouts) == {replay_cli.MIN_READ_TIMEOUT_S} == {10.0}
     assert "no incident of this storm yet" in capsys.readouterr().out
+
+
+# types.Alert.Merge (types/types.go of prometheus/alertmanager, 0.25 on): the earlier startsAt;
+# while the newer copy fires the later endsAt wins (unless the older one timed out), and a newer
+# resolution's endsAt wins unless the older copy was resolved too with a later one.
+@pytest.mark.parametrize("first_ends", ["2026-01-01T00:05:00Z", "2026-01-01T00:00:40Z"])
+def test_same_labels_and_start_keep_the_later_end_whatever_the_file_order(first_ends: str) -> None:
+    """Two sends of one alert (same labels and startsAt; endsAt 300 s, a ValidUntil after the
+    last startsAt, and 40 s, an older send's): replay resolved it at 40 s when the 40 s copy came
+    second in the file, and kept it firing otherwise. Alertmanager 0.25 kept it firing either
+    way (Merge keeps the later endsAt)."""
+    ends = {"2026-01-01T00:05:00Z", "2026-01-01T00:00:40Z"}
+    second_ends = (ends - {first_ends}).pop()
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z", first_ends),
+            _alert("A", "2026-01-01T00:00:00Z", second_ends),
+            _alert("M", "2026-01-01T00:01:40Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("A", "firing", ZERO_TIME)]),
+        (110, "firing", [("M", "firing", ZERO_TIME)]),
+    ]
+
+
+def test_a_re_send_with_an_earlier_end_keeps_the_later_one() -> None:
+    """The alert ends at 45 s; the same labels re-sent at 20 s with endsAt 30 s: replay took the
+    re-send's end and sent it resolved at 40 s with endsAt 30 s. Alertmanager 0.25 (a webhook
+    receiver, these route timings) sent it firing at 10 s and resolved at 71 s, the flush after
+    45 s, with endsAt 45 s."""
+    ends = "2026-01-01T00:00:45Z"
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z", ends),
+            _alert("A", "2026-01-01T00:00:20Z", "2026-01-01T00:00:30Z"),
+            _alert("M", "2026-01-01T00:02:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan) == [
+        (10, "firing", [("A", "firing", ZERO_TIME)]),
+        (70, "resolved", [("A", "resolved", ends)]),
+        (130, "firing", [("M", "firing", ZERO_TIME)]),
+    ]
+    assert plan[1].payload["alerts"][0]["startsAt"] == "2026-01-01T00:00:00Z"
+
+
+def test_a_resolution_ends_an_alert_whose_firing_copy_ends_later() -> None:
+    """A resolution's own endsAt wins over a firing copy's later one (Merge: ``o.Resolved()``)."""
+    ends = "2026-01-01T00:00:30Z"
+    plan = plan_notifications(
+        [
+            _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"),
+            _alert("A", "2026-01-01T00:00:20Z", ends, status="resolved"),
+            _alert("M", "2026-01-01T00:02:00Z"),
+        ],
+        group_wait_s=10,
+        group_interval_s=30,
+    )
+    assert _sent(plan)[1] == (40, "resolved", [("A", "resolved", ends)])
+
+
+def _storm_file(tmp_path: Path, alerts: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "storm.json"
+    path.write_text(json.dumps({"name": "s", "alerts": alerts}))
+    return path
+
+
+def test_the_summary_counts_alerts_sent_not_file_entries(tmp_path: Path) -> None:
+    """An alert and its recorded resolution (two entries, one alert): replay said "sent 2
+    alerts"."""
+    storm = load_storm(
+        _storm_file(
+            tmp_path,
+            [
+                _alert("A", "2026-01-01T00:00:00Z"),
+                _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", status="resolved"),
+            ],
+        )
+    )
+    ok = SimpleNamespace(status_code=200, text="", json=lambda: {"accepted": 1, "rejected": []})
+    lines: list[str] = []
+    records = replay(storm, "http://x", speed=1e9, say=lines.append, sleep=lambda s: None,
+                     client=SimpleNamespace(post=lambda *a, **k: ok))  # fmt: skip
+    assert len(records) == 2
+    assert lines[-1] == "sent 1 alert (2 entries in the file; a storm of 0 s) in 2 notifications"
+
+
+def test_nothing_to_send_says_so_and_waits_for_no_incident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every alert resolved before its first notification: replay said "sent 1 alerts ... in 0
+    notifications" and then waited --wait for incidents that cannot come."""
+    path = _storm_file(tmp_path, [_alert("A", "2026-01-01T00:00:00Z", status="resolved")])
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, json=[])
+
+    monkeypatch.setattr(
+        replay_cli,
+        "_client",
+        lambda url: httpx.Client(base_url=url, transport=httpx.MockTransport(handler)),
+    )
+    assert main(["replay", str(path), "--url", "http://fake", "--wait", "30"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        "nothing to send: every alert resolved before its first notification "
+        "(as Alertmanager would)"
+    )
+    assert asked == []
+
+
+def test_an_api_v2_alerts_capture_replays_as_firing(service: TestClient, tmp_path: Path) -> None:
+    """``GET /api/v2/alerts`` gives ``status`` as an object (Alertmanager's OpenAPI
+    ``alertStatus``) and lists only alerts not resolved: load_storm refused it ("status must be
+    firing or resolved")."""
+    v2 = {"annotations": {}, "endsAt": "2026-01-01T00:05:00.000Z",
+          "fingerprint": "0123456789abcdef", "receivers": [{"name": "fleetmind"}], "startsAt": "2026-01-01T00:00:00.000Z",
+          "status": {"inhibitedBy": [], "silencedBy": [], "state": "active"},
+          "updatedAt": "2026-01-01T00:01:00.000Z", "generatorURL": "",
+          "labels": {"alertname": "A", "cluster": "c0"}}  # fmt: skip
+    storm = load_storm(_storm_file(tmp_path, [v2]))
+    assert storm["alerts"][0]["status"] == "firing"
+    records = replay(storm, "http://testserver", speed=1.0, say=lambda s: None,
+                     sleep=lambda s: None, client=service)  # fmt: skip
+    assert [(r["status"], r["rejected"]) for r in records] == [(200, 0)]
+    for state in ("unprocessed", "suppressed"):
+        v2["status"] = {"state": state}
+        assert load_storm(_storm_file(tmp_path, [v2]))["alerts"][0]["status"] == "firing"
+    v2["status"] = {"state": "resolved"}
+    with pytest.raises(DataError, match="alert 0: status.state must be one of active"):
+        load_storm(_storm_file(tmp_path, [v2]))

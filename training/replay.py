@@ -13,9 +13,10 @@ that while new alerts joined it, each notification carrying all the group's aler
 
 Alerts are told apart by their label set, as Alertmanager's fingerprint (a hash of the labels)
 tells them apart: a later entry with the same labels replaces the earlier one in its group from its
-``startsAt`` on (the earlier ``startsAt`` kept while the earlier entry had not ended, as
-``types.Alert.Merge`` keeps it), so a storm that records an alert's firing and its resolution as
-two entries delivers one alert, firing and then resolved.
+``startsAt`` on, merged with it as ``types.Alert.Merge`` merges them while the earlier entry had not
+ended (the earlier ``startsAt`` kept; the later end kept while the new copy fires, a resolution's
+own end once it resolves; :func:`_join`), so a storm that records an alert's firing and its
+resolution as two entries delivers one alert, firing and then resolved, whatever their order.
 
 ``endsAt`` is read as Alertmanager reads it, in storm time: an alert is firing in a notification
 sent before its ``endsAt`` and goes out with the zero ``endsAt`` (``0001-01-01T00:00:00Z``), as
@@ -32,13 +33,14 @@ Prometheus sends a firing alert with ``EndsAt`` = its ``ValidUntil`` (prometheus
 ``rules/alerting.go`` (``sendAlerts``) sets ``ValidUntil = ts + 4 * max(interval, resendDelay)``,
 a few evaluation intervals ahead; so a storm captured from Alertmanager's ``/api/v2/alerts`` has
 an ``endsAt`` after its last ``startsAt`` on every alert still firing, and resolving those would
-be wrong. As Alertmanager's dedup stage (``notify/notify.go``, ``needsUpdate``) does, a flush is
-sent only when an alert started firing since the group's last notification, or one of the group's
-notified alerts resolved: an alert that resolved before it was ever sent firing is never
-delivered. A group that emptied starts afresh with its next alert (first flush ``group_wait``
+be wrong (such a capture's ``status`` object, ``{"state": "active", ...}``, reads as firing: that
+API lists only alerts not resolved). As Alertmanager's dedup stage (``notify/notify.go``,
+``needsUpdate``) does, a flush is sent only when an alert started firing since the group's last
+notification, or one of the group's notified alerts resolved: an alert that resolved before it
+was ever sent firing is never delivered. A group that emptied starts afresh with its next alert (first flush ``group_wait``
 after it); Alertmanager 0.25 deletes an emptied group only in a clean-up pass every 30 s
-(``Dispatcher.run``), so it may deliver that alert on the old group's schedule instead, up to
-``group_interval - group_wait`` later, with the same content.
+(``Dispatcher.run``), so it may deliver that alert on the old group's schedule instead, from up to
+``group_wait`` earlier to up to ``group_interval - group_wait`` later, with the same content.
 
 :func:`replay` re-times the storm so that its last alert starts now (gaps kept), sends the
 notifications in order, ``speed`` times faster than real time, and returns what the service answered.
@@ -90,15 +92,37 @@ def _has_end(alert: dict[str, Any]) -> bool:
     return bool(alert.get("endsAt")) and not str(alert["endsAt"]).startswith("0001")
 
 
+V2_FIRING_STATES = ("active", "unprocessed", "suppressed")
+"""The ``status.state`` values of Alertmanager's ``GET /api/v2/alerts`` (its OpenAPI
+``alertStatus``); that list holds only alerts not resolved, so each of them reads as firing."""
+
+
+def _read_status(alert: dict[str, Any], where: str) -> None:
+    """Check ``alert``'s ``status``: ``firing`` or ``resolved`` (none: firing), or the object of an
+    ``/api/v2/alerts`` capture (``{"state": "active", "silencedBy": [], "inhibitedBy": []}``),
+    which becomes ``firing`` when its state is one of :data:`V2_FIRING_STATES`."""
+    status = alert.get("status", "firing")
+    if isinstance(status, dict) and status.get("state") in V2_FIRING_STATES:
+        alert["status"] = "firing"
+    elif isinstance(status, dict):
+        raise DataError(
+            f"{where}: status.state must be one of {', '.join(V2_FIRING_STATES)} (an "
+            f"/api/v2/alerts capture), got {status.get('state')!r}"
+        )
+    elif status not in ("firing", "resolved"):
+        raise DataError(f"{where}: status must be firing or resolved, got {status!r}")
+
+
 def load_storm(path: str | Path) -> dict[str, Any]:
     """Read and check a storm file; returns it with ``alerts`` sorted by ``startsAt``.
 
     Raises:
         DataError: unreadable JSON, no ``alerts`` list, an alert without ``labels.alertname`` or with
             a bad ``startsAt`` or ``endsAt`` (an empty one reads as none, the zero time), a label or
-            annotation value that is not a string, a ``status`` other than ``firing`` or
-            ``resolved``, or times too far apart to re-time the storm to end now
-            (:func:`retime`).
+            annotation value that is not a string, a ``status`` other than ``firing``,
+            ``resolved`` or an ``/api/v2/alerts`` status object (:func:`_read_status`; that API
+            lists only alerts not resolved, so such a capture replays as firing), or times too
+            far apart to re-time the storm to end now (:func:`retime`).
     """
     p = Path(path)
     try:
@@ -123,8 +147,7 @@ def load_storm(path: str | Path) -> dict[str, Any]:
             for k, v in values.items():
                 if not isinstance(v, str):
                     raise DataError(f"{where}: {field}.{k} must be a string, got {v!r}")
-        if a.get("status", "firing") not in ("firing", "resolved"):
-            raise DataError(f"{where}: status must be firing or resolved, got {a['status']!r}")
+        _read_status(a, where)
         _ts(a.get("startsAt"), where)
         if a.get("endsAt") == "":
             a["endsAt"] = ZERO_TIME  # no end, as Alertmanager's zero time says
@@ -213,12 +236,26 @@ def _entries(
 
 def _join(present: dict[tuple[tuple[str, str], ...], _Entry], new: _Entry) -> None:
     """Add ``new`` to a group's alerts; one with the same labels is replaced, as Alertmanager's
-    store replaces it (``provider/mem``), keeping the earlier ``startsAt`` when the old one had not
-    ended by the new one's start (``types.Alert.Merge``)."""
+    store replaces it (``provider/mem``), merged with the old one when that had not ended by the new
+    one's start, as ``types.Alert.Merge`` (``types/types.go`` of prometheus/alertmanager) merges
+    them: the earlier ``startsAt`` is kept; while the new copy is firing the later end wins (a
+    future one, ``None``, is later than any; an old one without ``endsAt``, Alertmanager's
+    resolve timeout, never wins); a new resolution's end wins unless the old copy was a
+    resolution too with a later end. So the result does not depend on the order of the file."""
     old = present.get(new.key)
-    if old is not None and (old.end is None or old.end > new.start):
-        new = _Entry(new.start, new.end, new.key, {**new.alert, "startsAt": old.alert["startsAt"]})
-    present[new.key] = new
+    if old is None or not (old.end is None or old.end > new.start):
+        present[new.key] = new
+        return
+    if new.alert.get("status") == "resolved":  # o.Resolved(): only a later resolution wins
+        ends = (old.end or 0.0, new.end or 0.0)  # both set: resolutions always have an end
+        old_wins = old.alert.get("status") == "resolved" and ends[0] > ends[1]
+    else:
+        later = old.end is None or (new.end is not None and old.end > new.end)
+        old_wins = _has_end(old.alert) and later
+    alert = {**new.alert, "startsAt": old.alert["startsAt"]}
+    if old_wins:
+        alert["endsAt"] = old.alert["endsAt"]
+    present[new.key] = _Entry(new.start, old.end if old_wins else new.end, new.key, alert)
 
 
 def _needs_update(
@@ -386,6 +423,22 @@ def _check_waits(plan: list[Notification], speed: float) -> None:
         )
 
 
+def _summary(plan: list[Notification], entries: int, span: timedelta) -> str:
+    """The replay's last line: how many alerts ``plan`` sent (told apart by their labels, as
+    Alertmanager does), out of how many ``entries`` of the file, over a storm of ``span``."""
+    if not plan:
+        return (
+            "nothing to send: every alert resolved before its first notification "
+            "(as Alertmanager would)"
+        )
+    sent = len({_label_key(a) for n in plan for a in n.payload["alerts"]})
+    of = "" if sent == entries else f"{entries} entries in the file; "
+    return (
+        f"sent {sent} alert{'' if sent == 1 else 's'} ({of}a storm of {span.total_seconds():.0f} "
+        f"s) in {len(plan)} notification{'' if len(plan) == 1 else 's'}"
+    )
+
+
 def replay(
     storm: dict[str, Any],
     url: str,
@@ -409,7 +462,8 @@ def replay(
     Returns:
         ``{"at_s", "status", "alerts", "rejected"}`` per POST: ``rejected`` counts the alerts the
         service left out of it (its ``rejected_count``); when any was, a last ``say`` line counts
-        the storm's rejected alerts and quotes the first reason.
+        the storm's rejected alerts and quotes the first reason. Empty when every alert resolved
+        before its first notification: nothing is sent, and ``say`` says so.
 
     Raises:
         ConfigError: ``speed`` not positive, or so small that a wait between two notifications
@@ -471,10 +525,7 @@ def replay(
     finally:
         if own:
             client.close()
-    say(
-        f"sent {len(storm['alerts'])} alerts (a storm of {span.total_seconds():.0f} s) in "
-        f"{len(plan)} notifications"
-    )
+    say(_summary(plan, len(storm["alerts"]), span))
     if rejected or unlisted:
         first = next(iter(rejected.values()), "not listed in the answer")
         say(
