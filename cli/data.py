@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -83,6 +84,6 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     print(f"cite: {report.citation}")
     print(f"terms: {report.terms}")
     if os.environ.get("FLEETMIND_SHARED_DATA") != str(dest):
-        print(f"use it: export FLEETMIND_SHARED_DATA={dest.resolve()}")
+        print(f"use it: export FLEETMIND_SHARED_DATA={shlex.quote(str(dest.resolve()))}")
     sys.stdout.flush()
     return 0

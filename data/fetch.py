@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
@@ -23,6 +26,14 @@ from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.redact import safe_uri
 
 CHUNK_BYTES = 1 << 16
+MIN_RATE_BYTES_S = 10_000
+"""Slowest transfer rate accepted (bytes/s): each file must arrive within ``timeout_s`` plus its
+size over this rate (a 1 MB file: ``timeout_s`` + 100 s), else the fetch fails; ``timeout_s``
+alone is httpx's limit per read, which a server sending a byte now and then never reaches."""
+
+PROXY_VARS = ("ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY")
+
+_now = time.monotonic  # the clock of the per-file deadline (seconds); tests replace it
 
 
 @dataclass(frozen=True)
@@ -116,31 +127,66 @@ def _remove_empty(dirs: list[Path]) -> None:
             pass  # not empty (a file was verified there) or already gone
 
 
-def _download(client: Any, url: str, part: Path) -> tuple[int, str]:
-    """Stream ``url`` into ``part``; returns its size and SHA-256 (``part`` removed on failure)."""
+def _download(client: Any, url: str, part: Path, deadline_s: float) -> None:
+    """Stream ``url`` into the new file ``part`` (created here, exclusively: no other download
+    writes into it); it is removed on any failure, a full disk and Ctrl-C included.
+
+    Args:
+        deadline_s: the :func:`_now` value (seconds) by which the whole file must have arrived.
+    """
     import httpx
 
-    h = hashlib.sha256()
-    size = 0
+    shown = safe_uri(url)
+    created = False
     try:
         with client.stream("GET", url) as resp:
             if resp.status_code != 200:
-                raise NotAvailableError(f"{url}: HTTP {resp.status_code}")
-            with part.open("wb") as out:
-                for chunk in resp.iter_bytes(CHUNK_BYTES):
+                raise NotAvailableError(f"{shown}: HTTP {resp.status_code}")
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            created = True
+            with os.fdopen(fd, "wb") as out:
+                for chunk in resp.iter_bytes():  # as it arrives: the deadline is checked per read
                     out.write(chunk)
-                    h.update(chunk)
-                    size += len(chunk)
-    except httpx.InvalidURL as err:
-        part.unlink(missing_ok=True)
-        raise ConfigError(f"cannot download {url}: not a valid URL: {err}") from None
-    except httpx.HTTPError as err:
-        part.unlink(missing_ok=True)
-        raise NotAvailableError(f"cannot download {url}: {err}") from None
-    except NotAvailableError:
-        part.unlink(missing_ok=True)
+                    if _now() > deadline_s:
+                        raise NotAvailableError(
+                            f"cannot download {shown}: too slow (under {MIN_RATE_BYTES_S:,} bytes/s "
+                            "on average)"
+                        )
+    except BaseException as err:
+        if created:
+            part.unlink(missing_ok=True)
+        if isinstance(err, httpx.InvalidURL):
+            raise ConfigError(safe_uri(f"cannot download {url}: not a valid URL: {err}")) from None
+        if isinstance(err, httpx.HTTPError):
+            raise NotAvailableError(safe_uri(f"cannot download {url}: {err}")) from None
         raise
-    return size, h.hexdigest()
+
+
+def _client(timeout_s: float) -> Any:
+    """An ``httpx.Client``; a proxy variable it cannot use is a one-line :class:`ConfigError`."""
+    import httpx
+
+    def named(socks_only: bool) -> str:
+        found = []
+        for var in PROXY_VARS:
+            for key in (var, var.lower()):
+                value = os.environ.get(key)
+                if value and (not socks_only or value.lower().startswith("socks")):
+                    found.append(f"{key}={safe_uri(value)}")
+        return ", ".join(found) or "a proxy variable"
+
+    try:
+        return httpx.Client(timeout=timeout_s, follow_redirects=True)
+    except ImportError:  # httpx reads the proxy variables; SOCKS needs the optional socksio
+        raise ConfigError(
+            f"the SOCKS proxy in {named(True)} needs SOCKS support: install httpx[socks] "
+            "(socksio), or unset the variable"
+        ) from None
+    except ValueError:  # e.g. HTTP_PROXY=ftp://...: a proxy scheme httpx does not know
+        raise ConfigError(
+            f"cannot use the proxy in {named(False)}: httpx takes http://, https:// and "
+            "socks5:// proxies; fix or unset the variable"
+        ) from None
 
 
 def fetch_dataset(
@@ -158,22 +204,29 @@ def fetch_dataset(
     are removed again when it fails, so a failed fetch leaves no empty dataset folder behind (one
     that would read as the dataset being there).
 
+    Each file is written to a temporary name of its own (two fetches into one ``dest`` do not
+    share it) and its size and digest are checked on the closed file on disk before it is moved
+    into place; the temporary file is removed on any failure. URLs in messages have their
+    ``user:password@`` masked.
+
     Args:
         name: a manifest key (``openb``, ``petshop``).
         dest: the shared data folder (what ``FLEETMIND_SHARED_DATA`` names).
         base_url: overrides the manifest's ``base_url`` (a mirror; the tests' local server). Each
             file is fetched from ``base_url + url_path``.
         manifest: overrides the packaged manifest (tests).
-        timeout_s: per-request timeout in seconds.
+        timeout_s: seconds to connect and for each read (httpx's timeouts); a whole file must
+            also arrive within ``timeout_s`` plus its size over :data:`MIN_RATE_BYTES_S`.
         progress: called with one line per file.
 
     Raises:
-        ConfigError: ``base_url`` is not an http(s) URL.
+        ConfigError: ``base_url`` is not an http(s) URL, or a proxy variable (``ALL_PROXY``,
+            ``HTTPS_PROXY``, ``HTTP_PROXY``) names a proxy httpx cannot use.
         DataError: unknown dataset, a checksum or size mismatch (nothing is moved into place for
             that file).
-        NotAvailableError: the server could not be reached or answered with an error status.
+        NotAvailableError: the server could not be reached, answered with an error status, or
+            sent a file too slowly.
     """
-    import httpx
 
     man = manifest if manifest is not None else load_manifest()
     if name not in man:
@@ -187,8 +240,9 @@ def fetch_dataset(
         base += "/"
     downloaded, kept = [], []
     made: list[Path] = []
+    client = _client(timeout_s)
     try:
-        with httpx.Client(timeout=timeout_s, follow_redirects=True) as client:
+        with client:
             for f in entry["files"]:
                 target = root / _safe_relative(f["path"])
                 if target.is_file() and _sha256(target) == f["sha256"]:
@@ -196,16 +250,22 @@ def fetch_dataset(
                     continue
                 made = _missing_dirs(target.parent) + made
                 target.parent.mkdir(parents=True, exist_ok=True)
-                part = target.with_name(target.name + ".part")
+                part = target.with_name(f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
                 url = base + f["url_path"]
-                size, digest = _download(client, url, part)
-                if size != f["bytes"] or digest != f["sha256"]:
+                deadline = _now() + timeout_s + f["bytes"] / MIN_RATE_BYTES_S
+                _download(client, url, part, deadline)
+                try:
+                    size, digest = part.stat().st_size, _sha256(part)  # the bytes on disk
+                    if size != f["bytes"] or digest != f["sha256"]:
+                        raise DataError(
+                            f"{safe_uri(url)}: checksum mismatch ({size} bytes, sha256 "
+                            f"{digest[:12]}..., expected {f['bytes']} bytes, "
+                            f"{f['sha256'][:12]}...); nothing was kept"
+                        )
+                    os.replace(part, target)
+                except BaseException:
                     part.unlink(missing_ok=True)
-                    raise DataError(
-                        f"{url}: checksum mismatch ({size} bytes, sha256 {digest[:12]}..., "
-                        f"expected {f['bytes']} bytes, {f['sha256'][:12]}...); nothing was kept"
-                    )
-                part.replace(target)
+                    raise
                 downloaded.append(f["path"])
                 if progress is not None:
                     progress(f"  {f['path']} ({size:,} bytes) ok")

@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from fleetmind.data.errors import DataError
+from fleetmind.data.fetch import load_manifest
 from fleetmind.data.files import read_json, read_text
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 from fleetmind.data.metric_roles import (
@@ -1170,6 +1171,34 @@ def check_window(window: pd.DataFrame, path: str | Path, min_rows: int = 5) -> f
     return check_row_interval(times, path)
 
 
+def missing_published_files(root: str | Path) -> str | None:
+    """The warning for a scenario folder that ``fleetmind data fetch petshop`` fills
+    (``<dest>/petshop/<scenario>``, e.g. ``low_traffic``) and that misses some of the published
+    files (a fetch that failed midway), or ``None``; other folders are not checked.
+
+    Results on such a folder cover fewer issues than the published figures (9 of 26, say) while
+    reading as the whole scenario.
+    """
+    root = Path(root)
+    try:
+        entry = load_manifest()["petshop"]
+    except (DataError, KeyError):
+        return None
+    if root.resolve().parent.name != entry["folder"]:
+        return None
+    prefix = root.resolve().name + "/"
+    expected = [f["path"][len(prefix) :] for f in entry["files"] if f["path"].startswith(prefix)]
+    missing = [p for p in expected if not (root / p).is_file()]
+    if not missing:
+        return None
+    return (
+        f"{root}: {len(missing)} of the {len(expected)} files of the published PetShop "
+        f"{root.resolve().name} scenario are missing (e.g. {missing[0]}; an interrupted "
+        "`fleetmind data fetch petshop`?): results cover fewer issues than the published figures; "
+        "run the fetch again to complete it"
+    )
+
+
 def load_scenario(
     path: str | Path, config: DetectorConfig | None = None, roles: str | Path | None = None
 ) -> PetShopScenario:
@@ -1189,7 +1218,8 @@ def load_scenario(
 
     Warns:
         ScenarioWarning: node names of the normal period that are not graph nodes (their columns
-            are ignored), with the graph node of the same name up to case when there is one.
+            are ignored), with the graph node of the same name up to case when there is one; a
+            fetched PetShop scenario that misses published files (:func:`missing_published_files`).
     """
     root = Path(path)
     if not root.is_dir():
@@ -1206,6 +1236,9 @@ def load_scenario(
     )
     nodes = match_nodes(normal.columns.get_level_values(0), graph)
     message = nodes.warning(root / "noissue" / "metrics.csv")
+    if message is not None:
+        warnings.warn(message, ScenarioWarning, stacklevel=2)
+    message = missing_published_files(root)
     if message is not None:
         warnings.warn(message, ScenarioWarning, stacklevel=2)
     return PetShopScenario(
