@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -26,10 +27,15 @@ from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.redact import safe_uri
 
 CHUNK_BYTES = 1 << 16
-MIN_RATE_BYTES_S = 10_000
+MIN_RATE_BYTES_S = 1_000
 """Slowest transfer rate accepted (bytes/s): each file must arrive within ``timeout_s`` plus its
-size over this rate (a 1 MB file: ``timeout_s`` + 100 s), else the fetch fails; ``timeout_s``
-alone is httpx's limit per read, which a server sending a byte now and then never reaches."""
+size over this rate (the largest manifest file, 2.1 MB: ``timeout_s`` + 35 minutes), else the
+fetch fails; ``timeout_s`` alone is httpx's limit per read, which a server sending a byte now and
+then never reaches. Low enough for a throttled mobile link (8 kbit/s), which has no other way to
+fetch the files (no resume of a partial file)."""
+
+_PART = re.compile(r"(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.part")
+"""A download's temporary file: ``<name>.<pid>.<8 hex>.part``."""
 
 PROXY_VARS = ("ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY")
 
@@ -127,12 +133,16 @@ def _remove_empty(dirs: list[Path]) -> None:
             pass  # not empty (a file was verified there) or already gone
 
 
-def _download(client: Any, url: str, part: Path, deadline_s: float) -> None:
+def _download(client: Any, url: str, part: Path, deadline_s: float, size: int) -> None:
     """Stream ``url`` into the new file ``part`` (created here, exclusively: no other download
     writes into it); it is removed on any failure, a full disk and Ctrl-C included.
 
     Args:
-        deadline_s: the :func:`_now` value (seconds) by which the whole file must have arrived.
+        deadline_s: the :func:`_now` value (seconds) by which the whole file must have arrived
+            (checked as the body arrives: a server slow to send its headers, or a compressed body
+            that decodes to nothing, is bounded by httpx's per-read timeout only).
+        size: the file's size in bytes (the manifest's): once all of it arrived, the deadline no
+            longer applies.
     """
     import httpx
 
@@ -144,10 +154,12 @@ def _download(client: Any, url: str, part: Path, deadline_s: float) -> None:
                 raise NotAvailableError(f"{shown}: HTTP {resp.status_code}")
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             created = True
+            got = 0
             with os.fdopen(fd, "wb") as out:
                 for chunk in resp.iter_bytes():  # as it arrives: the deadline is checked per read
                     out.write(chunk)
-                    if _now() > deadline_s:
+                    got += len(chunk)
+                    if got < size and _now() > deadline_s:
                         raise NotAvailableError(
                             f"cannot download {shown}: too slow (under {MIN_RATE_BYTES_S:,} bytes/s "
                             "on average)"
@@ -160,6 +172,25 @@ def _download(client: Any, url: str, part: Path, deadline_s: float) -> None:
         if isinstance(err, httpx.HTTPError):
             raise NotAvailableError(safe_uri(f"cannot download {url}: {err}")) from None
         raise
+
+
+def _remove_dead_parts(target: Path) -> None:
+    """Remove the temporary files of ``target`` left by downloads whose process no longer runs (a
+    fetch killed by SIGTERM or SIGKILL runs no clean-up); best effort."""
+    try:
+        entries = list(target.parent.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        m = _PART.fullmatch(p.name)
+        if m is None or m["name"] != target.name or int(m["pid"]) == os.getpid():
+            continue
+        try:
+            os.kill(int(m["pid"]), 0)
+        except ProcessLookupError:
+            p.unlink(missing_ok=True)
+        except OSError:  # running, as another user
+            continue
 
 
 def _client(timeout_s: float) -> Any:
@@ -181,6 +212,12 @@ def _client(timeout_s: float) -> Any:
         raise ConfigError(
             f"the SOCKS proxy in {named(True)} needs SOCKS support: install httpx[socks] "
             "(socksio), or unset the variable"
+        ) from None
+    except httpx.InvalidURL:  # not a URL (a password with a "/": httpx reads a port); its reason
+        # may quote the password, so it is left out
+        raise ConfigError(
+            f"cannot use the proxy in {named(False)}: not a valid URL (a password with '/', '@' or "
+            "':' must be percent-encoded); fix or unset the variable"
         ) from None
     except ValueError:  # e.g. HTTP_PROXY=ftp://...: a proxy scheme httpx does not know
         raise ConfigError(
@@ -250,10 +287,11 @@ def fetch_dataset(
                     continue
                 made = _missing_dirs(target.parent) + made
                 target.parent.mkdir(parents=True, exist_ok=True)
+                _remove_dead_parts(target)
                 part = target.with_name(f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
                 url = base + f["url_path"]
                 deadline = _now() + timeout_s + f["bytes"] / MIN_RATE_BYTES_S
-                _download(client, url, part, deadline)
+                _download(client, url, part, deadline, f["bytes"])
                 try:
                     size, digest = part.stat().st_size, _sha256(part)  # the bytes on disk
                     if size != f["bytes"] or digest != f["sha256"]:

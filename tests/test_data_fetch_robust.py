@@ -8,8 +8,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import importlib.util
+import os
 import random
 import shlex
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -172,6 +175,9 @@ def test_download_errors_mask_the_password(
         ("ALL_PROXY", f"socks5h://u:{PASSWORD}@127.0.0.1:1080", "socksio"),
         ("HTTPS_PROXY", "socks5://127.0.0.1:1080", "socksio"),
         ("HTTP_PROXY", "ftp://127.0.0.1:21", "fix or unset"),
+        # a password with "/" (base64): httpx reads the rest as a port, InvalidURL (not a
+        # ValueError) got through as a traceback quoting the start of the password
+        ("HTTPS_PROXY", f"http://u:Zm9v/{PASSWORD}@proxy:3128", "percent-encoded"),
     ],
 )
 def test_unusable_proxy_variable_is_one_line(
@@ -259,3 +265,47 @@ def test_export_line_quotes_a_dest_with_a_space(
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("use it:"))
     words = shlex.split(line.removeprefix("use it: "))
     assert words == ["export", f"FLEETMIND_SHARED_DATA={dest.resolve()}"], line
+
+
+def test_a_file_complete_after_the_deadline_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deadline stops a download that has not finished; the read that brings the last bytes
+    after it keeps the file (it was thrown away though complete)."""
+    clock = {"t": 0.0}
+
+    def pods() -> Iterator[bytes]:
+        yield BODY[:-1]
+        clock["t"] += 1e6  # the last byte comes long after the deadline
+        yield BODY[-1:]
+
+    monkeypatch.setattr(fetch, "_now", lambda: clock["t"], raising=False)
+    _mirror(monkeypatch, _serve(FILES, {"openb_pod_list_default.csv": pods}))
+    dest = tmp_path / "shared"
+    fetch_dataset("openb", dest, base_url="http://m/", manifest=MANIFEST, timeout_s=5.0)
+    assert not list(dest.rglob("*.part"))
+    assert [p.read_bytes() for p in dest.rglob("openb_pod_list_default.csv")] == [BODY]
+
+
+def test_a_killed_fetch_leaves_no_part_behind_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch killed by SIGTERM or SIGKILL runs no clean-up: its ``<name>.<pid>.<hex>.part``
+    stayed for good, one more per killed run (each name is new). The next fetch of the file
+    removes those of processes no longer running, and no other file."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    _mirror(monkeypatch, _serve(FILES, {}))
+    dest = tmp_path / "shared"
+    fetch_dataset("openb", dest, base_url="http://m/", manifest=MANIFEST)
+    (target,) = dest.rglob("openb_pod_list_default.csv")
+    stale = target.with_name(f"{target.name}.{int(dead.stdout)}.0123abcd.part")
+    live = target.with_name(f"{target.name}.{os.getppid()}.89abcdef.part")
+    other = target.with_name(f"{target.name}.{int(dead.stdout)}.0123abcd.bak")
+    for p in (stale, live, other):
+        p.write_bytes(b"x")
+    target.unlink()  # fetched again: the file is missing
+    fetch_dataset("openb", dest, base_url="http://m/", manifest=MANIFEST)
+    assert not stale.exists() and live.exists() and other.exists()
