@@ -112,3 +112,25 @@ def test_a_late_firing_copy_of_a_resolved_alert_does_not_stretch_the_span(
     deliver(m, clock, T + 3620, am_alert("c", "GPUXidError", T + 3500))  # 3500 s after the last
     assert len(m.db.list_incidents("open")) == 2
     m.db.dispose()
+
+
+def test_a_moved_start_resolved_before_grouping_still_widens_the_incident(
+    migrated_db: Database, registry: ModelRegistry
+) -> None:
+    """The HA peer's earlier start and the alert's resolution both arrive before the worker runs
+    (a backlog, a restart): the row is resolved when grouped, and its moved start must still move
+    the incident's first alert time back."""
+    clock = Clock()
+    graphs = GraphStore(build_example_graph(), "t")
+    m = IncidentManager(migrated_db, graphs, registry, clock=clock, window_s=WINDOW_S)
+    deliver(m, clock, T + 5, am_alert("ha", "NodeNotReady", T), am_alert("z", "HostDown", T))
+    clock.t = T + 10
+    moved = am_alert("ha", "NodeNotReady", T - SKEW_S)
+    m.db.store_alerts([alert_row(AlertIn.model_validate(moved), T + 10)])
+    resolved = {**moved, "status": "resolved", "endsAt": iso(T + 12)}
+    deliver(m, clock, T + 12, resolved)
+    (inc,) = m.db.list_incidents("open")
+    assert inc["first_alert_ts"] == T - SKEW_S
+    deliver(m, clock, T + 15, am_alert("x", "GPUXidError", T - SKEW_S - WINDOW_S + 30))
+    assert [i["alert_count"] for i in m.db.list_incidents(None)] == [3]
+    m.db.dispose()

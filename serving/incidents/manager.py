@@ -513,10 +513,11 @@ class IncidentManager:
                 stored = self.store.reopen(conn, inc_id)
                 if stored is not None:
                     self.grouper.reopen(stored, row["starts_ts"])
-        if row["status"] == "firing":
-            # its start may have moved earlier (an HA peer's delivery): the span covers it (a
-            # merge earlier in the batch included; not open: nothing changes)
-            self.grouper.widen(inc_id, row["starts_ts"])
+        # its start may have moved earlier (an HA peer's delivery, perhaps resolved since): the
+        # span covers it (a merge earlier in the batch included; not open: nothing changes). Only
+        # ever earlier: a late firing copy stored resolved starts inside its alert's episode,
+        # never before the incident's first alert
+        self.grouper.widen(inc_id, row["starts_ts"])
         return inc_id, node
 
     def _closed_for_late(
