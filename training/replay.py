@@ -94,7 +94,10 @@ def _has_end(alert: dict[str, Any]) -> bool:
 
 V2_FIRING_STATES = ("active", "unprocessed", "suppressed")
 """The ``status.state`` values of Alertmanager's ``GET /api/v2/alerts`` (its OpenAPI
-``alertStatus``); that list holds only alerts not resolved, so each of them reads as firing."""
+``alertStatus``); that list holds only alerts not resolved, so each of them reads as firing. A
+``suppressed`` one (silenced or inhibited) is replayed too, though Alertmanager's mute stages did
+not deliver it: replay does not apply silences or inhibitions (remove such alerts from the file to
+replay only what was delivered)."""
 
 
 def _read_status(alert: dict[str, Any], where: str) -> None:
