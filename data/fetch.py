@@ -159,6 +159,11 @@ def _download(client: Any, url: str, part: Path, deadline_s: float, size: int) -
                 for chunk in resp.iter_bytes():  # as it arrives: the deadline is checked per read
                     out.write(chunk)
                     got += len(chunk)
+                    if got > size:  # a mirror that goes on past the file (or a body that
+                        # decodes larger): a size mismatch already, and no deadline would stop it
+                        raise DataError(
+                            f"{shown}: more than the manifest's {size:,} bytes; nothing was kept"
+                        )
                     if got < size and _now() > deadline_s:
                         raise NotAvailableError(
                             f"cannot download {shown}: too slow (under {MIN_RATE_BYTES_S:,} bytes/s "
@@ -176,21 +181,31 @@ def _download(client: Any, url: str, part: Path, deadline_s: float, size: int) -
 
 def _remove_dead_parts(target: Path) -> None:
     """Remove the temporary files of ``target`` left by downloads whose process no longer runs (a
-    fetch killed by SIGTERM or SIGKILL runs no clean-up); best effort."""
+    fetch killed by SIGTERM or SIGKILL runs no clean-up) and that nothing wrote for
+    :data:`STALE_PART_S`; best effort. The age matters where fetches of other PID namespaces (two
+    containers sharing one data volume) write beside it: their pids mean nothing here, but a live
+    download writes at least once per read timeout."""
     try:
         entries = list(target.parent.iterdir())
     except OSError:
         return
+    now = time.time()
     for p in entries:
         m = _PART.fullmatch(p.name)
         if m is None or m["name"] != target.name or int(m["pid"]) == os.getpid():
             continue
         try:
+            if now - p.stat().st_mtime < STALE_PART_S:
+                continue
             os.kill(int(m["pid"]), 0)
         except ProcessLookupError:
             p.unlink(missing_ok=True)
-        except OSError:  # running, as another user
+        except (OSError, OverflowError, ValueError):  # running as another user; no such pid
             continue
+
+
+STALE_PART_S = 3600.0
+"""Seconds without a write after which a dead fetch's temporary file is removed."""
 
 
 def _client(timeout_s: float) -> Any:

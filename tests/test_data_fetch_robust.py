@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -304,8 +305,37 @@ def test_a_killed_fetch_leaves_no_part_behind_the_next_one(
     stale = target.with_name(f"{target.name}.{int(dead.stdout)}.0123abcd.part")
     live = target.with_name(f"{target.name}.{os.getppid()}.89abcdef.part")
     other = target.with_name(f"{target.name}.{int(dead.stdout)}.0123abcd.bak")
-    for p in (stale, live, other):
+    young = target.with_name(f"{target.name}.{int(dead.stdout)}.fedcba98.part")  # written just
+    # now: perhaps a live fetch of another PID namespace (a container sharing the volume)
+    huge = target.with_name(f"{target.name}.99999999999.0123abcd.part")  # no such pid anywhere
+    hour_ago = time.time() - fetch.STALE_PART_S - 60
+    for p in (stale, live, other, young, huge):
         p.write_bytes(b"x")
+        if p is not young:
+            os.utime(p, (hour_ago, hour_ago))
     target.unlink()  # fetched again: the file is missing
     fetch_dataset("openb", dest, base_url="http://m/", manifest=MANIFEST)
-    assert not stale.exists() and live.exists() and other.exists()
+    assert not stale.exists()
+    assert live.exists() and other.exists() and young.exists() and huge.exists()
+
+
+def test_a_mirror_that_sends_more_than_the_file_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the manifest's size had arrived the deadline no longer applied, and nothing checked
+    for more: a mirror going on past the file (a byte now and then, or endlessly) was read to its
+    end. More bytes than the manifest's is a mismatch at once."""
+    sent = {"n": 0}
+
+    def pods() -> Iterator[bytes]:
+        yield BODY
+        for _ in range(10_000):
+            sent["n"] += 1
+            yield b"x"
+
+    _mirror(monkeypatch, _serve(FILES, {"openb_pod_list_default.csv": pods}))
+    dest = tmp_path / "shared"
+    with pytest.raises(DataError, match="more than the manifest"):
+        fetch_dataset("openb", dest, base_url="http://m/", manifest=MANIFEST)
+    assert sent["n"] <= 1
+    assert not list(dest.rglob("*.part"))
