@@ -154,6 +154,7 @@ def _show(args: argparse.Namespace) -> int:
     from fleetmind.data.fleet_io import load_fleet
 
     refuse_input_as_output(args.json, "--json", [("--topology", args.topology, ())])
+    argtypes.check_writable_file(args.json, "--json")
     fleet = _load(load_fleet, args.topology, n_clusters=args.clusters, seed=args.seed)
     summary = _fleet_summary(fleet, args.node)
     # the file before the screen: a reader that stops early (| head) does not cost the file

@@ -357,6 +357,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             model_input(args.model, _released_gat()),
         ],
     )
+    argtypes.check_writable_file(args.json, "--json")  # before minutes of evaluation
     if args.feedback_db:
         from fleetmind.serving.feedback import feedback_incidents
 
@@ -508,6 +509,7 @@ def _cmd_petshop(args: argparse.Namespace) -> int:
             model_input(getattr(args, "model", None), _released_gat()),
         ],
     )
+    argtypes.check_writable_file(args.json, "--json")  # before the scenario's work
     with _scenario_warnings():
         return run(args)
 
@@ -591,6 +593,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         "--json",
         [("--data", args.data, DATASET_FILES), model_input(args.model, _released_gat())],
     )
+    argtypes.check_writable_file(args.json, "--json")
     return run(args)
 
 

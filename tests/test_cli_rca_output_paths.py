@@ -105,3 +105,23 @@ def test_train_checks_json_and_release_before_training(
     ok = ("--release", str(tmp_path / "rel"), "--json", str(tmp_path / "rel.json"))
     assert _train(tmp_path, *ok) == 0
     assert len(no_training) == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rca", "evaluate", "--data", "{missing}"],
+        ["rca", "petshop", "--scenario", "{missing}"],
+        ["fleet", "show"],
+    ],
+)
+def test_a_json_path_that_cannot_be_written_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """``rca evaluate`` and ``rca petshop`` ran their whole evaluation (minutes on the default
+    dataset) and then failed on a ``--json`` that is a folder, losing the results; the input they
+    would read is missing here, so the first error shows which check comes first."""
+    args = [a.format(missing=tmp_path / "missing") for a in argv]
+    assert main([*args, "--json", str(tmp_path)]) == 2
+    line = _error(capsys)
+    assert "--json" in line and "a folder is there" in line, line

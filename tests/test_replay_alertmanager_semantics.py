@@ -631,3 +631,17 @@ def test_an_api_v2_alerts_capture_replays_as_firing(service: TestClient, tmp_pat
     v2["status"] = {"state": "resolved"}
     with pytest.raises(DataError, match="alert 0: status.state must be one of active"):
         load_storm(_storm_file(tmp_path, [v2]))
+
+
+def test_a_bare_api_v2_alerts_array_is_a_storm(tmp_path: Path) -> None:
+    """``GET /api/v2/alerts`` answers a bare JSON array (Alertmanager's OpenAPI
+    ``gettableAlerts``): saved as it came, it was refused ('expected {"alerts": [...]}')."""
+    v2 = {"annotations": {}, "endsAt": "2026-01-01T00:05:00.000Z", "fingerprint": "0123456789abcdef",
+          "startsAt": "2026-01-01T00:00:00.000Z", "status": {"state": "active"},
+          "labels": {"alertname": "A", "cluster": "c0"}}  # fmt: skip
+    path = tmp_path / "capture.json"
+    path.write_text(json.dumps([v2]))
+    assert [a["labels"]["alertname"] for a in load_storm(path)["alerts"]] == ["A"]
+    path.write_text("[]")
+    with pytest.raises(DataError, match="at least one alert"):
+        load_storm(path)

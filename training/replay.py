@@ -117,7 +117,9 @@ def _read_status(alert: dict[str, Any], where: str) -> None:
 
 
 def load_storm(path: str | Path) -> dict[str, Any]:
-    """Read and check a storm file; returns it with ``alerts`` sorted by ``startsAt``.
+    """Read and check a storm file (``{"alerts": [...]}``, or a JSON array of alerts as
+    Alertmanager's ``GET /api/v2/alerts`` answers); returns it with ``alerts`` sorted by
+    ``startsAt``.
 
     Raises:
         DataError: unreadable JSON, no ``alerts`` list, an alert without ``labels.alertname`` or with
@@ -134,9 +136,14 @@ def load_storm(path: str | Path) -> dict[str, Any]:
         raise DataError(f"storm file not found: {p}") from None
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise DataError(f"{p}: not a JSON storm file: {err}") from None
+    if isinstance(storm, list):  # as Alertmanager's GET /api/v2/alerts answers: a bare array
+        storm = {"alerts": storm}
     alerts = storm.get("alerts") if isinstance(storm, dict) else None
     if not isinstance(alerts, list) or not alerts:
-        raise DataError(f'{p}: expected {{"alerts": [...]}} with at least one alert')
+        raise DataError(
+            f'{p}: expected {{"alerts": [...]}} (or a JSON array of alerts, as Alertmanager\'s '
+            "/api/v2/alerts answers) with at least one alert"
+        )
     for i, a in enumerate(alerts):
         where = f"{p}: alert {i}"
         if not isinstance(a, dict) or not isinstance(a.get("labels"), dict):
