@@ -318,7 +318,7 @@ def _staged_file(path: Path, content: bytes | str | os.PathLike[str]) -> str:
     may, owner and group; anything else there (a symbolic link) gives nothing."""
     st = _old_file(path)
     # 0600 until the write is done and the old owner and bits are set (never more readable)
-    fd, tmp = _temporary(path, 0o666 if st is None else 0o600)
+    fd, tmp = temporary_file(path, 0o666 if st is None else 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(_content(content))
@@ -343,7 +343,7 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _temporary(target: Path, mode: int) -> tuple[int, str]:
+def temporary_file(target: Path, mode: int) -> tuple[int, str]:
     """A new file beside ``target`` (created with ``mode``, less the umask), open for writing:
     ``(descriptor, path)``."""
     for _ in range(100):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import stat
 import sys
 from pathlib import Path
 from typing import Any
+
+from fleetmind.folders import temporary_file
 
 
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
@@ -87,7 +88,7 @@ def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         return
-    fd, tmp = _temporary(target, 0o666 if st is None else st.st_mode & 0o7777)
+    fd, tmp = temporary_file(target, 0o666 if st is None else st.st_mode & 0o7777)
     try:
         if st is not None:
             os.fchmod(fd, st.st_mode & 0o7777)  # the old bits, whatever the umask
@@ -121,15 +122,3 @@ def _in_place(st: os.stat_result, folder: Path) -> bool:
     """Whether the existing file of ``st`` in ``folder`` must be written in place (see
     :func:`write_text_whole`)."""
     return not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(folder, os.W_OK)
-
-
-def _temporary(target: Path, mode: int) -> tuple[int, str]:
-    """A new file beside ``target`` (created with ``mode``, less the umask), open for writing:
-    ``(descriptor, path)``."""
-    for _ in range(100):
-        tmp = str(target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {target}")
