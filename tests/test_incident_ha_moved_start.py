@@ -15,7 +15,6 @@ Times are fixed unix seconds; the manager's clock is set by the test.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -27,16 +26,13 @@ from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.registry import ModelRegistry
 from fleetmind.serving.routers.alerts import alert_row
 from fleetmind.serving.schemas import AlertIn
+from tests.incident_helpers import Clock, deliver, iso, load_registry
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 T = 1_800_000_000.0  # the HA replica's later activeAt, unix seconds
 WINDOW_S = 600.0
 SKEW_S = 60.0  # the other replica's activeAt is this much earlier (within HA_START_SKEW_S)
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
 def am_alert(fp: str, name: str, starts: float) -> dict[str, Any]:
@@ -48,30 +44,13 @@ def am_alert(fp: str, name: str, starts: float) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def registry() -> ModelRegistry:
-    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
-    reg.load()
-    return reg
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def deliver(m: IncidentManager, clock: Clock, at: float, *alerts: dict[str, Any]) -> None:
-    """One webhook received at ``at`` (unix s), then grouping, both on the clock ``at``."""
-    clock.t = at
-    m.db.store_alerts([alert_row(AlertIn.model_validate(a), at) for a in alerts])
-    m.process_pending()
+    return load_registry()
 
 
 def test_a_moved_start_widens_the_incident_and_grouping_uses_it(
     migrated_db: Database, registry: ModelRegistry
 ) -> None:
-    clock = Clock()
+    clock = Clock(T)
     graphs = GraphStore(build_example_graph(), "t")
     m = IncidentManager(migrated_db, graphs, registry, clock=clock, window_s=WINDOW_S)
     deliver(m, clock, T + 5, am_alert("ha", "NodeNotReady", T))
@@ -100,7 +79,7 @@ def test_a_late_firing_copy_of_a_resolved_alert_does_not_stretch_the_span(
     """A firing delivery whose ``startsAt`` lies inside a resolved row's episode is stored resolved
     (the resolved alert, notified late under another start) and pending: it is no alert start, and
     must not move the open incident's last alert time (a later alert joined the incident by it)."""
-    clock = Clock()
+    clock = Clock(T)
     graphs = GraphStore(build_example_graph(), "t")
     m = IncidentManager(migrated_db, graphs, registry, clock=clock, window_s=WINDOW_S)
     deliver(m, clock, T + 5, am_alert("a", "NodeNotReady", T), am_alert("b", "HostDown", T))
@@ -120,7 +99,7 @@ def test_a_moved_start_resolved_before_grouping_still_widens_the_incident(
     """The HA peer's earlier start and the alert's resolution both arrive before the worker runs
     (a backlog, a restart): the row is resolved when grouped, and its moved start must still move
     the incident's first alert time back."""
-    clock = Clock()
+    clock = Clock(T)
     graphs = GraphStore(build_example_graph(), "t")
     m = IncidentManager(migrated_db, graphs, registry, clock=clock, window_s=WINDOW_S)
     deliver(m, clock, T + 5, am_alert("ha", "NodeNotReady", T), am_alert("z", "HostDown", T))

@@ -11,7 +11,6 @@ Times are fixed unix seconds; the manager's clock is set by the test.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,16 +20,11 @@ from fleetmind.serving.defaults.example import build_example_graph
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
 from fleetmind.serving.registry import ModelRegistry
-from fleetmind.serving.routers.alerts import alert_row
-from fleetmind.serving.schemas import AlertIn
+from tests.incident_helpers import Clock, deliver, iso, load_registry
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 T = 1_800_000_000.0  # the first alert's start, unix seconds
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
 def am_alert(
@@ -52,28 +46,11 @@ SVC = {"alertname": "SvcErrors", "cluster": "c0", "service": "s0", "severity": "
 
 @pytest.fixture(scope="module")
 def registry() -> ModelRegistry:
-    reg = ModelRegistry("baseline:upstream-coverage", "heuristic:builtin-bestfit")
-    reg.load()
-    return reg
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def deliver(m: IncidentManager, clock: Clock, at: float, *alerts: dict[str, Any]) -> None:
-    """One webhook received at ``at`` (unix s), then grouping, both on the clock ``at``."""
-    clock.t = at
-    m.db.store_alerts([alert_row(AlertIn.model_validate(a), at) for a in alerts])
-    m.process_pending()
+    return load_registry()
 
 
 def test_a_merged_incident_counts_no_alerts(migrated_db: Database, registry: ModelRegistry) -> None:
-    clock = Clock()
+    clock = Clock(T)
     graphs = GraphStore(build_example_graph(), "t")
     m = IncidentManager(migrated_db, graphs, registry, clock=clock)
     sent = [

@@ -24,6 +24,7 @@ from fleetmind.data.mlflow_store import BOUNDED, bounded_requests, reason
 from fleetmind.rca.gat_analyzer import GATAnalyzer
 from fleetmind.rl.policy_adapter import load_ppo_policy
 from fleetmind.training.tracking import ready_store
+from tests.mlflow_helpers import RCA_TRAIN_ARGV, SCHED_TRAIN_ARGV
 
 
 def _closed_port() -> int:
@@ -79,11 +80,11 @@ def test_a_file_that_is_not_a_database_and_an_unknown_scheme(tmp_path: Path) -> 
     "argv,where",
     [
         (  # the store comes before the data is read (an empty folder: no dataset in it)
-            ["rca", "train", "--data", "empty-dataset", "--epochs", "1"],
+            RCA_TRAIN_ARGV,
             "MLFLOW_TRACKING_URI or --tracking-uri",
         ),
         (  # sched train has no --tracking-uri (before 2026-12-05 its error named one)
-            ["sched", "train", "--trace", "default", "--timesteps", "64", "--max-minutes", "1"],
+            SCHED_TRAIN_ARGV,
             "MLFLOW_TRACKING_URI",
         ),
     ],

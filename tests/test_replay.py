@@ -21,14 +21,13 @@ from fastapi.testclient import TestClient
 from fleetmind.cli import main
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.serving.app import create_app
-from fleetmind.serving.settings import Settings
 from fleetmind.training.replay import (
     load_storm,
     plan_notifications,
     replay,
     retime,
 )
+from tests.replay_helpers import replay_service
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("storm-*.json"))
@@ -88,10 +87,7 @@ def test_the_three_storms_of_the_issue_ship() -> None:
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[TestClient]:
     """The service on its embedded defaults (graph and released GAT), without tokens."""
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/replay.db", incident_worker=False, api_token=None
-    )
-    with TestClient(create_app(settings)) as c:
+    with replay_service(tmp_path) as c:
         yield c
 
 

@@ -42,6 +42,7 @@ from fleetmind.cli import main
 from fleetmind.cli import replay as replay_cli
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.training.replay import ZERO_TIME, load_storm, plan_notifications, replay
+from tests.replay_helpers import replay_service
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -59,6 +60,11 @@ def _alert(name: str, at: str, ends: str | None = None, **extra: Any) -> dict[st
     return {**a, "status": "firing", **extra}
 
 
+def _plan(*alerts: dict[str, Any]) -> list[Any]:
+    """The notifications of a storm of ``alerts``, group_wait 10 s and group_interval 30 s."""
+    return plan_notifications(list(alerts), group_wait_s=10, group_interval_s=30)
+
+
 def _sent(plan: list[Any]) -> list[tuple[float, str, list[tuple[str, str, str]]]]:
     return [
         (
@@ -74,14 +80,10 @@ def test_ends_at_is_zeroed_while_firing_and_resolved_at_the_next_flush() -> None
     """A alerts at 0 s (ends at 60 s) and 20 s; B at 200 s, the storm's end. Replay sent A at
     10 s and 40 s still carrying its past endsAt, and never resolved it."""
     a_end = "2026-01-01T00:01:00Z"
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z", a_end),
-            _alert("A", "2026-01-01T00:00:20Z", ZERO_TIME, labels={**LABELS, "gpu": "2"}),
-            _alert("B", "2026-01-01T00:03:20Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z", a_end),
+        _alert("A", "2026-01-01T00:00:20Z", ZERO_TIME, labels={**LABELS, "gpu": "2"}),
+        _alert("B", "2026-01-01T00:03:20Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("A", "firing", ZERO_TIME)]),
@@ -95,14 +97,10 @@ def test_ends_at_is_zeroed_while_firing_and_resolved_at_the_next_flush() -> None
 def test_an_alert_resolved_before_its_first_flush_is_never_sent() -> None:
     """Alertmanager notifies a new group only when it has firing alerts (DedupStage); an endsAt
     after the storm's last startsAt lies in the future: the alert is firing, not resolved."""
-    plan = plan_notifications(
-        [
-            _alert("Gone", "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z"),
-            _alert("Later", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"),
-            _alert("Last", "2026-01-01T00:01:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("Gone", "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z"),
+        _alert("Later", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"),
+        _alert("Last", "2026-01-01T00:01:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("Later", "firing", ZERO_TIME)]),
@@ -115,13 +113,9 @@ def test_an_alert_the_file_marks_resolved_resolves_at_its_ends_at() -> None:
     would not send. Alertmanager 0.25 (a webhook receiver, these route timings) sent it firing at
     its group's first flush and resolved at the first flush after its endsAt."""
     ends = "2026-01-01T00:00:30Z"
-    plan = plan_notifications(
-        [
-            _alert("R", "2026-01-01T00:00:00Z", ends, status="resolved"),
-            _alert("F", "2026-01-01T00:01:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("R", "2026-01-01T00:00:00Z", ends, status="resolved"),
+        _alert("F", "2026-01-01T00:01:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("R", "firing", ZERO_TIME)]),
@@ -135,13 +129,9 @@ def test_a_resolution_after_the_last_start_is_delivered() -> None:
     resolved at once; it is firing until its endsAt, and the replay goes on until the flush that
     sends it resolved."""
     ends = "2026-01-01T00:02:00Z"
-    plan = plan_notifications(
-        [
-            _alert("R", "2026-01-01T00:00:00Z", ends, status="resolved"),
-            _alert("F", "2026-01-01T00:01:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("R", "2026-01-01T00:00:00Z", ends, status="resolved"),
+        _alert("F", "2026-01-01T00:01:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("R", "firing", ZERO_TIME)]),
@@ -156,15 +146,11 @@ def test_an_alert_and_its_recorded_resolution_are_one_alert() -> None:
     firing one again at 100 s, after the resolution. Alertmanager keys alerts by their label set:
     the second entry replaces the first (``types.Alert.Merge`` keeps the earlier startsAt)."""
     ends = "2026-01-01T00:01:00Z"
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z", ZERO_TIME),
-            _alert("A", "2026-01-01T00:00:00Z", ends, status="resolved"),
-            _alert("A", "2026-01-01T00:01:30Z", labels={**LABELS, "gpu": "7"}),
-            _alert("B", "2026-01-01T00:02:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z", ZERO_TIME),
+        _alert("A", "2026-01-01T00:00:00Z", ends, status="resolved"),
+        _alert("A", "2026-01-01T00:01:30Z", labels={**LABELS, "gpu": "7"}),
+        _alert("B", "2026-01-01T00:02:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("A", "firing", ZERO_TIME)]),
@@ -179,14 +165,10 @@ def test_a_resolution_without_ends_at_resolves_at_its_starts_at() -> None:
     """An entry marked resolved without endsAt, 50 s in, ends the alert then: Alertmanager merges
     it into the firing one (its startsAt kept) and sends it resolved at the next flush, its endsAt
     the resolution's time."""
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z"),
-            _alert("A", "2026-01-01T00:00:50Z", status="resolved"),
-            _alert("B", "2026-01-01T00:02:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z"),
+        _alert("A", "2026-01-01T00:00:50Z", status="resolved"),
+        _alert("B", "2026-01-01T00:02:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("A", "firing", ZERO_TIME)]),
@@ -200,14 +182,10 @@ def test_a_re_fire_within_one_interval_sends_nothing_new() -> None:
     """The same labels resolve at 45 s and fire again at 50 s, before the flush at 70 s: replay
     sent a notification at 70 s with both copies. Alertmanager 0.25 sent none until the next
     group's (its dedup: the same alert firing as in the last notification)."""
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:00:45Z"),
-            _alert("A", "2026-01-01T00:00:50Z"),
-            _alert("M", "2026-01-01T00:02:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:00:45Z"),
+        _alert("A", "2026-01-01T00:00:50Z"),
+        _alert("M", "2026-01-01T00:02:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("A", "firing", ZERO_TIME)]),
@@ -221,13 +199,9 @@ def test_a_captured_firing_alert_with_a_future_ends_at_stays_firing() -> None:
     ``rules/manager.go`` ``SendAlerts``), so a storm captured from Alertmanager's
     ``/api/v2/alerts`` has an endsAt after its last startsAt on alerts still firing: they must not
     be resolved."""
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"),  # last start + 4 min
-            _alert("B", "2026-01-01T00:01:00Z", "2026-01-01T00:05:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"),  # last start + 4 min
+        _alert("B", "2026-01-01T00:01:00Z", "2026-01-01T00:05:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("A", "firing", ZERO_TIME)]),
@@ -237,13 +211,7 @@ def test_a_captured_firing_alert_with_a_future_ends_at_stays_firing() -> None:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[TestClient]:
-    from fleetmind.serving.app import create_app
-    from fleetmind.serving.settings import Settings
-
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/replay.db", incident_worker=False, api_token=None
-    )
-    with TestClient(create_app(settings)) as c:
+    with replay_service(tmp_path) as c:
         yield c
 
 
@@ -506,14 +474,10 @@ def test_same_labels_and_start_keep_the_later_end_whatever_the_file_order(first_
     way (Merge keeps the later endsAt)."""
     ends = {"2026-01-01T00:05:00Z", "2026-01-01T00:00:40Z"}
     second_ends = (ends - {first_ends}).pop()
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z", first_ends),
-            _alert("A", "2026-01-01T00:00:00Z", second_ends),
-            _alert("M", "2026-01-01T00:01:40Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z", first_ends),
+        _alert("A", "2026-01-01T00:00:00Z", second_ends),
+        _alert("M", "2026-01-01T00:01:40Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("A", "firing", ZERO_TIME)]),
@@ -527,14 +491,10 @@ def test_a_re_send_with_an_earlier_end_keeps_the_later_one() -> None:
     receiver, these route timings) sent it firing at 10 s and resolved at 71 s, the flush after
     45 s, with endsAt 45 s."""
     ends = "2026-01-01T00:00:45Z"
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z", ends),
-            _alert("A", "2026-01-01T00:00:20Z", "2026-01-01T00:00:30Z"),
-            _alert("M", "2026-01-01T00:02:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z", ends),
+        _alert("A", "2026-01-01T00:00:20Z", "2026-01-01T00:00:30Z"),
+        _alert("M", "2026-01-01T00:02:00Z"),
     )
     assert _sent(plan) == [
         (10, "firing", [("A", "firing", ZERO_TIME)]),
@@ -547,14 +507,10 @@ def test_a_re_send_with_an_earlier_end_keeps_the_later_one() -> None:
 def test_a_resolution_ends_an_alert_whose_firing_copy_ends_later() -> None:
     """A resolution's own endsAt wins over a firing copy's later one (Merge: ``o.Resolved()``)."""
     ends = "2026-01-01T00:00:30Z"
-    plan = plan_notifications(
-        [
-            _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"),
-            _alert("A", "2026-01-01T00:00:20Z", ends, status="resolved"),
-            _alert("M", "2026-01-01T00:02:00Z"),
-        ],
-        group_wait_s=10,
-        group_interval_s=30,
+    plan = _plan(
+        _alert("A", "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"),
+        _alert("A", "2026-01-01T00:00:20Z", ends, status="resolved"),
+        _alert("M", "2026-01-01T00:02:00Z"),
     )
     assert _sent(plan)[1] == (40, "resolved", [("A", "resolved", ends)])
 

@@ -21,6 +21,7 @@ import pytest
 from fleetmind import cli
 from fleetmind.data.errors import ConfigError
 from fleetmind.training.tracking import ready_store
+from tests.mlflow_helpers import RCA_TRAIN_ARGV, SCHED_TRAIN_ARGV, RecipeArgs
 
 
 @pytest.fixture(autouse=True)
@@ -60,11 +61,11 @@ def test_ready_store_names_a_deleted_experiment_and_the_way_out(tmp_path: Path) 
     "argv,experiment",
     [
         (  # the store is checked before the data is read (an empty folder: no dataset in it)
-            ["rca", "train", "--data", "empty-dataset", "--epochs", "1"],
+            RCA_TRAIN_ARGV,
             "fleetmind-rca",
         ),
         (
-            ["sched", "train", "--trace", "default", "--timesteps", "64", "--max-minutes", "1"],
+            SCHED_TRAIN_ARGV,
             "fleetmind-placement",
         ),
     ],
@@ -102,24 +103,14 @@ def test_tracked_run_refuses_a_deleted_experiment(
 ) -> None:
     """The placement recipes' :func:`tracked_run` (called by ``recipe.run`` from Python, not only
     through the CLI) checks too: one line, not MLflow's ``set_experiment`` traceback."""
-    from dataclasses import dataclass
-
     from fleetmind.training.recipes.tracking import tracked_run
-
-    @dataclass
-    class Args:
-        out: str
-        tracking_uri: str
-        experiment: str = "fleetmind-test"
-        seed: int = 0
-        mode: str = "dynamic"
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     _deleted(uri, "fleetmind-test")
     try:
         with pytest.raises(ConfigError, match=r"is deleted on the tracking store"):
-            with tracked_run(Args(out=str(tmp_path / "runs"), tracking_uri=uri), "r1", {}):
+            with tracked_run(RecipeArgs(out=str(tmp_path / "runs"), tracking_uri=uri), "r1", {}):
                 pytest.fail("the run started")  # pragma: no cover
     finally:
         mlflow.set_tracking_uri(None)

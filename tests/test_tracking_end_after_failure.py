@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import pytest
 
 from fleetmind.data.errors import NotAvailableError
 from fleetmind.training import tracking as fm_tracking
+from tests.mlflow_helpers import RecipeArgs
 
 PORTS = range(19110, 19120)
 """The local ports this test may listen on."""
@@ -145,17 +145,6 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
         mlflow.set_tracking_uri(None)
 
 
-@dataclass
-class _RecipeArgs:
-    """The fields :func:`tracked_run` reads of a placement recipe's settings."""
-
-    out: str
-    tracking_uri: str
-    experiment: str = "fleetmind-test"
-    seed: int = 0
-    mode: str = "dynamic"
-
-
 def test_placement_run_is_ended_in_one_request_after_the_store_failed(
     server: FakeServer, tmp_path: Path
 ) -> None:
@@ -163,7 +152,7 @@ def test_placement_run_is_ended_in_one_request_after_the_store_failed(
 
     from fleetmind.training.recipes.tracking import tracked_run
 
-    args = _RecipeArgs(out=str(tmp_path / "runs"), tracking_uri=server.uri)
+    args = RecipeArgs(out=str(tmp_path / "runs"), tracking_uri=server.uri)
     with pytest.raises(NotAvailableError) as info, tracked_run(args, "r1", {}):
         server.dead = True
         mark = len(server.seen)

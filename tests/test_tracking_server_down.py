@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from fleetmind.data.rca_gen.generate import DatasetSpec, generate_dataset
 from fleetmind.data.rca_gen.graphs import GraphGenConfig
 from fleetmind.training import rca_train
 from fleetmind.training import tracking as fm_tracking
+from tests.mlflow_helpers import RecipeArgs
 
 PORT = 18261
 """A local port where nothing listens (the range this test may use)."""
@@ -146,17 +146,6 @@ def test_store_down_is_reported_in_seconds_not_after_minutes_of_retries(
     assert f"127.0.0.1:{PORT}" in lines[0]
 
 
-@dataclass
-class _RecipeArgs:
-    """The fields :func:`tracked_run` reads of a placement recipe's settings."""
-
-    out: str
-    tracking_uri: str
-    experiment: str = "fleetmind-test"
-    seed: int = 0
-    mode: str = "dynamic"
-
-
 def test_placement_recipes_report_a_lost_store_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,7 +156,7 @@ def test_placement_recipes_report_a_lost_store_in_one_line(
 
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.chdir(tmp_path)
-    args = _RecipeArgs(out=str(tmp_path / "runs"), tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    args = RecipeArgs(out=str(tmp_path / "runs"), tracking_uri=f"sqlite:///{tmp_path}/m.db")
     (tmp_path / "runs" / "r1").mkdir(parents=True)
     summary: dict = {}
     try:
