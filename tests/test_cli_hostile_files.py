@@ -95,7 +95,7 @@ def test_split_file_behind_a_bom_reads_and_a_huge_integer_names_its_line(tmp_pat
         (["graph", "schema", "--out", "{afile}/schema.json"], "Not a directory"),
         (
             ["fleet", "show", "--topology", "openb", "--json", "{afile}/x.json"],
-            "afile: a file is where a folder is needed",
+            "afile is a file, where a folder is needed",  # checked before any work
         ),
         (["rca", "petshop", "--scenario", str(SLICE), "--roles", "{bin}"], "role map"),
     ],
