@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
+from fleetmind.folders import pid_running
 from fleetmind.redact import safe_uri
 
 CHUNK_BYTES = 1 << 16
@@ -192,15 +193,12 @@ def _remove_dead_parts(target: Path) -> None:
     now = time.time()
     for p in entries:
         m = _PART.fullmatch(p.name)
-        if m is None or m["name"] != target.name or int(m["pid"]) == os.getpid():
+        if m is None or m["name"] != target.name or pid_running(int(m["pid"])):
             continue
         try:
-            if now - p.stat().st_mtime < STALE_PART_S:
-                continue
-            os.kill(int(m["pid"]), 0)
-        except ProcessLookupError:
-            p.unlink(missing_ok=True)
-        except (OSError, OverflowError, ValueError):  # running as another user; no such pid
+            if now - p.stat().st_mtime >= STALE_PART_S:
+                p.unlink(missing_ok=True)
+        except OSError:
             continue
 
 

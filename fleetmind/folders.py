@@ -219,7 +219,7 @@ def _remove_stale(target: Path) -> None:
             st = entry.stat(follow_symlinks=False)  # a rename sets ctime, not mtime: an old
             # folder set aside a moment ago keeps the mtime of its last change
             old = now - max(st.st_mtime, st.st_ctime) > STALE_AFTER_S
-            if old and not _alive(int(m["pid"])):
+            if old and not pid_running(int(m["pid"])):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
@@ -227,7 +227,7 @@ STALE_AFTER_S = 3600.0
 """Seconds after which a dead writer's temporary folder is removed (:func:`_remove_stale`)."""
 
 
-def _alive(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
     """Whether a process ``pid`` runs (one this process may not signal counts as running)."""
     if pid == os.getpid():
         return True
