@@ -106,6 +106,7 @@ def test_the_joined_kube_state_metrics_query_answers_as_its_parts(prom: str) -> 
     names = (
         "kube_node_status_allocatable",
         "node_requests",
+        "pod_gpu_requests",
         "kube_pod_info",
         "kube_pod_annotations",
         "node_gpus",

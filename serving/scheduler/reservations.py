@@ -12,7 +12,17 @@ shows it. A hold ends when
   telemetry TTL plus ``FLEETMIND_TELEMETRY_MAX_STALE_S`` with stale-while-refresh), so that a
   decision on a snapshot collected before the grace ran out still sees the hold;
 * or telemetry lists the pod on the **held node** (``NodeState.pods``, from kube-state-metrics'
-  ``kube_pod_info``): its usage is in that scrape;
+  ``kube_pod_info``) and places its usage there: CPU and memory are in that scrape (its requests),
+  and a hold without GPUs ends. A hold with GPUs ends only when the snapshot also places the pod's
+  GPU use (``NodeState.gpu_pods``: DCGM names the pod on a GPU, or its GPU-sharing annotations carry
+  ``gpu-index``) or, for whole GPUs, shows every held GPU taken (kube-state-metrics'
+  ``nvidia_com_gpu`` requests of pods DCGM does not name yet are marked taken,
+  :func:`fleetmind.serving.telemetry.prometheus.mark_requested_gpus`). Until then the hold is the
+  pod's GPU assignment (a ``gpu-milli`` share without ``gpu-index``, which nothing in FleetMind's
+  deployment writes; a whole-GPU pod pulling its image): it stays while telemetry lists the pod
+  there, past its TTL and past ``/bound``'s grace, and each view that sees it so renews its
+  deadline to one TTL ahead (:meth:`DbReservations.view`), so it ends at most one TTL after the
+  pod leaves ``kube_pod_info`` (finished, deleted), or with the bound grace when ``/bound`` saw it;
 * or telemetry lists the pod, by its **uid**, on **another node** of the hold's cluster
   (``NodeState.pod_uids``): a later extender or a score plugin chose otherwise, and no ``/bound``
   said so, so the held capacity is not the pod's at all. By uid, not by name: a pod deleted and
@@ -54,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import threading
 import time
 import uuid
@@ -73,6 +84,7 @@ if TYPE_CHECKING:
     from fleetmind.serving.settings import Settings
 
 reservations_table = reservations
+log = logging.getLogger(__name__)
 
 
 _PG_LOCK_CLASS = 0x464D5256
@@ -172,6 +184,43 @@ def _taken(option: Option, seen: Reservations, now: Reservations) -> bool:
         or now.cpu_used(c, n) > seen.cpu_used(c, n)
         or now.mem_used(c, n) > seen.mem_used(c, n)
     )
+
+
+def _unplaced(r: Any, node: NodeState) -> bool:
+    """Whether GPU hold ``r``, whose pod ``node`` lists, is still the pod's GPU assignment: the
+    snapshot places none of the pod's GPU use on ``node`` (not in ``node.gpu_pods``) and, for whole
+    GPUs, shows some held GPU with room left (the hold still adds to what it reads)."""
+    if not r.gpus or node.gpu_pods is None or r.pod_key in node.gpu_pods:
+        return False
+    if r.pod_uid and node.pod_uids and r.pod_uid not in node.pod_uids:
+        return False  # that name on the node is another pod (deleted and created again)
+    if r.gpu_milli < 1000:
+        return True  # a share: nothing in the snapshot says which GPU it is on
+    free = {g.index: g.free_milli if g.healthy else 0 for g in node.gpus}
+    return any(free.get(int(g), 0) > 0 for g in r.gpus)
+
+
+def kept_by(rows: Iterable[Any], snapshot: FleetSnapshot | None) -> set[str]:
+    """Keys of the GPU holds among ``rows`` whose pod ``snapshot`` lists on the held node without
+    placing its GPU use there (:func:`_unplaced`): they stay, past their TTL too, while it does."""
+    rows = [r for r in rows if r.gpus]
+    if snapshot is None or not rows:
+        return set()
+    wanted = {(r.cluster, r.node) for r in rows}
+    nodes = {(n.cluster, n.name): n for n in snapshot.nodes if (n.cluster, n.name) in wanted}
+    return {
+        r.pod_key
+        for r in rows
+        if (node := nodes.get((r.cluster, r.node))) is not None
+        and r.pod_key in node.pods
+        and _unplaced(r, node)
+    }
+
+
+def _chunks(keys: list[str], size: int = 500) -> Iterator[list[str]]:
+    """``keys`` in lists of at most ``size`` (bound parameters per statement)."""
+    for i in range(0, len(keys), size):
+        yield keys[i : i + size]
 
 
 def _view(rows: Iterable[Any]) -> Reservations:
@@ -275,13 +324,60 @@ class DbReservations(Reservations):
             # On SQLite this first statement writes, which takes the database's write lock (as
             # BEGIN IMMEDIATE would): the reads below see every committed hold, and no replica
             # commits another until this transaction ends.
-            conn.execute(delete(t).where(t.c.expires_ts <= now, t.c.pod_key != key))
+            conn.execute(
+                delete(t).where(t.c.expires_ts <= now, t.c.pod_key != key, t.c.gpu_milli <= 0)
+            )
+            self._sweep(conn, key, snapshot, now)
             if snapshot is not None and seen is not None:
                 if not self._room_left(conn, key, option, job, snapshot, seen, now):
                     return False
             conn.execute(self._upsert(values))
         self._cached = None
         return True
+
+    def _sweep(self, conn: Any, key: str, snapshot: FleetSnapshot | None, now: float) -> None:
+        """Delete the expired GPU holds (other than ``key``'s), except those ``snapshot`` keeps
+        (:func:`kept_by`), whose deadline moves one TTL ahead instead."""
+        t = reservations_table
+        expired = conn.execute(
+            select(t.c.pod_key, t.c.pod_uid, t.c.cluster, t.c.node, t.c.gpus, t.c.gpu_milli).where(
+                t.c.expires_ts <= now, t.c.pod_key != key
+            )
+        ).all()
+        kept = kept_by(expired, snapshot)
+        gone = sorted(r.pod_key for r in expired if r.pod_key not in kept)
+        for part in _chunks(gone):
+            conn.execute(delete(t).where(t.c.pod_key.in_(part), t.c.expires_ts <= now))
+        for part in _chunks(sorted(kept)):
+            conn.execute(
+                t.update().where(t.c.pod_key.in_(part)).values(expires_ts=now + self.ttl_s)
+            )
+
+    def _renew(self, rows: list[Any], snapshot: FleetSnapshot | None, now: float) -> None:
+        """Move the deadline of the holds ``snapshot`` keeps (:func:`kept_by`) to one TTL ahead
+        when under half a TTL is left. Best effort: a database that refuses the write (read-only,
+        busy) leaves the deadlines as they were, logged; a later view renews them."""
+        kept = kept_by(rows, snapshot)
+        due = sorted(
+            r.pod_key for r in rows if r.pod_key in kept and r.expires_ts < now + self.ttl_s / 2
+        )
+        if not due:
+            return
+        t = reservations_table
+        try:
+            with self.db.write() as conn:
+                if not self.db.is_sqlite:
+                    pg_lock_wait(conn)
+                for part in _chunks(due):
+                    conn.execute(
+                        t.update()
+                        .where(t.c.pod_key.in_(part), t.c.expires_ts < now + self.ttl_s)
+                        .values(expires_ts=now + self.ttl_s)
+                    )
+        except SQLAlchemyError as err:
+            log.warning("could not renew %d held GPU assignments: %s", len(due), type(err).__name__)
+            return
+        self._cached = None
 
     def _upsert(self, values: dict[str, Any]) -> Any:
         if self.db.is_sqlite:
@@ -392,19 +488,32 @@ class DbReservations(Reservations):
         Args:
             snapshot: telemetry in use: a bound hold ends once the snapshot was collected
                 ``bound_grace_s`` after the binding; any hold ends once the snapshot lists its pod
-                on the held node (by name), or on any node of the hold's cluster by its uid.
+                on the held node (by name), or on any node of the hold's cluster by its uid;
+                except a GPU hold whose pod the snapshot lists on the held node without placing
+                its GPU use (:func:`kept_by`), which stays, past its TTL too, and whose deadline
+                this renews (one TTL ahead, once under half a TTL is left).
             exclude: a pod key whose own hold is left out (a retried pod must not block itself).
         """
         now = self.clock()
         t = reservations_table
         with self.db.read() as conn:
-            rows = conn.execute(select(t).where(t.c.expires_ts > now)).all()
-        return _view(self._live(rows, snapshot, exclude))
+            # with a snapshot, expired rows too: one it keeps (kept_by) holds past its TTL
+            stmt = select(t) if snapshot is not None else select(t).where(t.c.expires_ts > now)
+            rows = conn.execute(stmt).all()
+        live = self._live(rows, snapshot, exclude, now)
+        self._renew(rows, snapshot, now)
+        return _view(live)
 
     def _live(
-        self, rows: list[Any], snapshot: FleetSnapshot | None, exclude: str | None = None
+        self,
+        rows: list[Any],
+        snapshot: FleetSnapshot | None,
+        exclude: str | None = None,
+        now: float | None = None,
     ) -> list[Any]:
-        """The rows that still hold capacity under ``snapshot`` (see :meth:`view`)."""
+        """The rows that still hold capacity under ``snapshot`` (see :meth:`view`); rows expired
+        at ``now`` (s) count only where the snapshot keeps them (:func:`kept_by`)."""
+        kept = kept_by(rows, snapshot)
         placed: set[tuple[str, str, str]] = set()
         running: set[tuple[str, str]] = set()
         named: set[tuple[str, str]] = set()  # by name, on nodes whose telemetry has no uids
@@ -422,6 +531,11 @@ class DbReservations(Reservations):
         live = []
         for r in rows:
             if r.pod_key == exclude:
+                continue
+            if r.pod_key in kept:
+                live.append(r)  # the pod's only GPU assignment while telemetry lists it there
+                continue
+            if now is not None and r.expires_ts <= now:
                 continue
             if (r.cluster, r.node, r.pod_key) in placed:
                 continue  # running on the held node: its usage is in the snapshot

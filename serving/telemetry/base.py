@@ -72,6 +72,12 @@ class NodeState:
     """The uids (``metadata.uid``) of the pods telemetry shows on this node, where it carries them
     (kube-state-metrics' ``kube_pod_info{uid}``; empty when it cannot tell). Unlike a pod's name,
     a uid is never reused: a pod deleted and created again under its name gets a new one."""
+    gpu_pods: frozenset[str] | None = None
+    """``namespace/name`` of the pods whose GPU use telemetry places on given GPUs of this node
+    (DCGM names the pod there, or its GPU-sharing annotations carry ``gpu-index``); ``None`` where
+    the source cannot tell (a pod it lists counts as placed). A GPU hold of a pod listed in
+    ``pods`` but not here stays the pod's GPU assignment
+    (:mod:`fleetmind.serving.scheduler.reservations`)."""
 
 
 @dataclass
@@ -217,7 +223,8 @@ class TelemetrySource(ABC):
     def _background_failed(self, err: Exception) -> None:
         """Log a failed background refresh once per streak of failures: nothing after
         :meth:`close` (a read cut off by the closed client at shutdown), and no claim of a last
-        snapshot being served when there is none (the start-up read failed)."""
+        snapshot being served when there is none (the start-up read failed) or when it is already
+        older than ``ttl_s + max_stale_s`` (expired while the read ran)."""
         if getattr(self, "_closed", False):
             log.debug("telemetry %s: background read ended by close (%s)", self.name, err)
             return
@@ -233,13 +240,25 @@ class TelemetrySource(ABC):
                 err,
             )
             return
+        age, bound = max(0.0, time.time() - snap.collected_ts), self.ttl_s + self.max_stale_s
+        if age > bound:  # past the bound already (a read that ran into its timeout): not served
+            log.warning(
+                "telemetry %s: background refresh failed (%s); the last snapshot (%.0f s old) "
+                "has expired (older than %g s), so requests now wait for a fresh read (and fail "
+                "while reads do)",
+                self.name,
+                err,
+                age,
+                bound,
+            )
+            return
         log.warning(
             "telemetry %s: background refresh failed (%s); the last snapshot (%.0f s old) is "
             "served until it is %g s old, then requests wait for a refresh",
             self.name,
             err,
-            max(0.0, time.time() - snap.collected_ts),
-            self.ttl_s + self.max_stale_s,
+            age,
+            bound,
         )
 
     def prefetch(self) -> None:

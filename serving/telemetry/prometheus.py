@@ -63,6 +63,7 @@ kube-state-metrics series (Prometheus server mode):
 | --- | --- |
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
+| ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken (see Requested GPUs) |
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
@@ -108,6 +109,18 @@ pods stay until its TTL. Where kube-state-metrics lists pods for the cluster (``
 workload pod DCGM names that it does not place, not finished, in that cluster (finished, deleted)
 holds nothing, and the GPU's free share comes from its framebuffer and utilisation. Without
 kube-state-metrics (a ``/metrics`` URL) every pod DCGM names holds its GPU.
+
+Requested GPUs. A pod bound to a node shows in ``kube_pod_info`` at once, but dcgm-exporter names
+it on its GPUs only once its containers run (an image pull can take minutes), and not at all where
+its Kubernetes mapping is off. So, per node, the ``nvidia.com/gpu`` devices requested by the pods
+listed there (not finished) that DCGM names on no GPU are marked taken (:func:`mark_requested_gpus`):
+first the GPUs that read in use (framebuffer, utilisation) with no pod named on them and no share
+annotated (their usage is the unnamed pods'), then idle ones, lowest index first; one device is one
+time-slicing replica (``1000 // gpu_replicas`` milli). Only GPUs with MIG disabled take them, unless
+the node's GPUs are all MIG instances (the ``single`` strategy). ``NodeState.gpu_pods`` names the
+pods whose GPU use the snapshot places on given GPUs (DCGM names them there, or their share
+annotation has ``gpu-index``): a hold of a listed pod outside it is still the pod's GPU assignment
+(:mod:`fleetmind.serving.scheduler.reservations`).
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -394,6 +407,12 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         "(max by (cluster, node, namespace, pod, container, resource) "
         f"({placed_on_node('kube_pod_container_resource_requests', cpu_mem, max_age_s, sel)} "
         f"{_DONE}))",
+        # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu), one value
+        # per container before the sum, as node_requests
+        "pod_gpu_requests": "sum by (cluster, node, namespace, pod) "
+        "(max by (cluster, node, namespace, pod, container) "
+        f"({placed_on_node('kube_pod_container_resource_requests', gpus, max_age_s, sel)} "
+        f"{_DONE}))",
         "kube_pod_info": "max by (cluster, namespace, pod, uid, node, created_by_kind) "
         f"({placed_on_node('kube_pod_info', '', max_age_s, sel)}) {_DONE}",
         "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
@@ -411,6 +430,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
 _KSM_NAMES = (
     "kube_node_status_allocatable",
     "node_requests",
+    "pod_gpu_requests",
     "kube_pod_info",
     "kube_pod_annotations",
     "node_gpus",
@@ -468,6 +488,7 @@ class PrometheusSource(TelemetrySource):
         import httpx
 
         headers = bearer_headers(self.bearer_token_file)
+        read_ts = time.time()  # the snapshot's time: before the scrape, not after parsing it
         try:
             resp = self._client.get(self.url, headers=headers)
             resp.raise_for_status()
@@ -476,7 +497,7 @@ class PrometheusSource(TelemetrySource):
                 f"cannot scrape DCGM exporter at {self.shown_url}: {request_problem(err)}"
             ) from None
         nodes = parse_dcgm(resp.text, self.default_cluster, exporter_node(self.url))
-        return FleetSnapshot("prometheus", nodes, time.time())
+        return FleetSnapshot("prometheus", nodes, read_ts)
 
     def close(self) -> None:
         super().close()
@@ -568,9 +589,10 @@ class PrometheusApiSource(TelemetrySource):
         self._client = http_client(timeout_s, ca_file)
         self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
 
-    def query(self, promql: str, name: str | None = None) -> list[Sample]:
+    def query(self, promql: str, name: str | None = None, at: float | None = None) -> list[Sample]:
         """One instant query; its vector as samples (named ``name`` when given, else by
-        ``__name__``).
+        ``__name__``), evaluated at ``at`` (Unix seconds, sent as the API's ``time`` parameter to
+        the millisecond; ``None``: Prometheus's own now).
 
         Sends ``partial_response=false`` (Thanos Query then fails a query that a store did not
         answer instead of answering it without that store's series; Prometheus ignores the
@@ -587,12 +609,11 @@ class PrometheusApiSource(TelemetrySource):
         import msgspec
 
         headers = bearer_headers(self.bearer_token_file)
+        form = {"query": promql, "partial_response": "false"}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
         try:
-            resp = self._client.post(
-                self.url + "/api/v1/query",
-                data={"query": promql, "partial_response": "false"},
-                headers=headers,
-            )
+            resp = self._client.post(self.url + "/api/v1/query", data=form, headers=headers)
         except httpx.HTTPError as err:
             raise NotAvailableError(
                 f"cannot query Prometheus at {self.shown_url}: {request_problem(err)}"
@@ -630,16 +651,20 @@ class PrometheusApiSource(TelemetrySource):
 
     def collect(self) -> FleetSnapshot:
         """Run the DCGM entries of :attr:`queries` and :attr:`ksm_query` concurrently and build
-        the snapshot."""
+        the snapshot.
+
+        Every query is evaluated at one instant, taken (to the millisecond) before they are
+        sent, and that instant is the snapshot's ``collected_ts``: the time its data describes,
+        not when the answers (2-16 s later at 1,000-5,000 nodes) were read, since the bound-pod
+        grace, the TTL and stale bounds and the "as of" times all count from it."""
+        at = round(time.time(), 3)
         futures = {
-            n: self._pool.submit(self.query, self.queries[n], None if n == "DCGM" else n)
+            n: self._pool.submit(self.query, self.queries[n], None if n == "DCGM" else n, at)
             for n in _DCGM_SAMPLES
         }
-        ksm = self._pool.submit(self.query, self.ksm_query).result()
+        ksm = self._pool.submit(self.query, self.ksm_query, None, at).result()
         dcgm = [x for n in _DCGM_SAMPLES for x in futures[n].result()]
-        return FleetSnapshot(
-            "prometheus", build_nodes(dcgm, ksm, self.default_cluster), time.time()
-        )
+        return FleetSnapshot("prometheus", build_nodes(dcgm, ksm, self.default_cluster), at)
 
     def close(self) -> None:
         super().close()
@@ -825,6 +850,11 @@ class _KsmView:
     running: set[tuple[str, str, str]] = field(default_factory=set)
     """``(cluster, namespace, pod)`` of every pod ``kube_pod_info`` places on a node, finished
     pods left out (``pod_node`` without its cluster: two clusters may each run ``ml/train-0``)."""
+    gpu_requests: dict[tuple[str, str, str, str], float] = field(
+        default_factory=lambda: defaultdict(float)
+    )
+    """``(cluster, node, namespace, pod) -> nvidia.com/gpu`` devices the pod's containers request
+    (``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``), finished pods left out."""
 
 
 def _object_labels(lab: dict[str, str], unplaced: bool = False) -> dict[str, str]:
@@ -891,6 +921,10 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         elif name == "kube_pod_container_resource_requests" and key not in finished:
             if lab.get("node"):
                 view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
+                if lab.get("resource") == "nvidia_com_gpu":
+                    view.gpu_requests[(cluster, lab["node"], *key)] += v
+        elif name == "pod_gpu_requests" and lab.get("node"):  # summed per pod by Prometheus
+            view.gpu_requests[(cluster, lab["node"], *key)] += v
         elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
             view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
         elif name == "node_gpus" and lab.get("node"):
@@ -1135,12 +1169,18 @@ def build_nodes(
     for (ns, pod), where in view.pod_node.items():
         pods_on[where].add(f"{ns}/{pod}")
     held: dict[tuple[str, str, int], int] = defaultdict(int)
+    gpu_pods: dict[tuple[str, str], set[str]] = defaultdict(set)  # GPU use placed on given GPUs
     for lab, milli, idx in view.shares:
         where = view.pod_node.get((lab.get("namespace", ""), lab.get("pod", "")))
         if where is not None:
             for g in idx:
                 held[(*where, g)] += milli
+            if idx:
+                gpu_pods[where].add(f"{lab.get('namespace', '')}/{lab.get('pod', '')}")
     gpus, windowed = _read_dcgm(dcgm, view, own_pods, default_cluster)
+    for (c, h, _), g in gpus.items():
+        gpu_pods[(c, h)].update(pod for pod, _ in g.get("pods", ()))
+    taken = {key for key, g in gpus.items() if g.get("pods")} | set(held)
     virtual_clusters = {c for (c, _, _), g in gpus.items() if g.get("vgpu")}
     kinds: dict[tuple[str, str], set[str | None]] = defaultdict(set)
     for (c, h, _), g in gpus.items():
@@ -1172,12 +1212,58 @@ def build_nodes(
         if "memory" in res:
             node.memory_mib = int(res["memory"] // 2**20)
             node.memory_mib_free = node.memory_mib - int(-(-req.get("memory", 0.0) // 2**20))
+    named = {(c, pod) for (c, _), pods in gpu_pods.items() for pod in pods}
+    unnamed: dict[tuple[str, str], float] = defaultdict(float)  # devices of pods DCGM names nowhere
+    for (c, h, ns, pod), n in view.gpu_requests.items():
+        if (c, ns, pod) in view.running and (c, f"{ns}/{pod}") not in named:
+            unnamed[(c, h)] += n
+    taken_on: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for c, h, i in taken:
+        taken_on[(c, h)].add(i)
     for key, node in nodes.items():
         node.pods = frozenset(pods_on.get(key, ()))
         node.pod_uids = frozenset(view.pod_uids.get(key, ()))
+        node.gpu_pods = frozenset(gpu_pods.get(key, ()))
         node.gpu_replicas = view.replicas.get(key, 1)
         node.mig_replicas = dict(view.mig_replicas.get(key, {}))
+        mark_requested_gpus(node, unnamed.get(key, 0.0), taken_on.get(key, set()))
     return [nodes[k] for k in sorted(nodes)]
+
+
+def mark_requested_gpus(node: NodeState, devices: float, named: set[int]) -> None:
+    """Mark ``devices`` requested ``nvidia.com/gpu`` devices taken on ``node``: those of pods
+    listed there that DCGM names on no GPU (see Requested GPUs in the module docstring).
+
+    Args:
+        devices: devices (whole GPUs, or time-slicing replicas of ``1000 // gpu_replicas`` milli
+            each) to mark.
+        named: indices of the GPUs whose use the snapshot already gives to a pod (DCGM names one
+            there, or a share annotation places one there): never marked.
+
+    The GPUs that read in use with no pod named on them account for the devices first (one
+    replica per ``1000 // gpu_replicas`` milli in use, rounded up; such a GPU is left with its
+    free replicas only), then free replicas of the other GPUs, lowest index first.
+    """
+    need = int(math.ceil(devices - 1e-9)) if math.isfinite(devices) else 0
+    if need <= 0:
+        return
+    plain = [g for g in node.gpus if g.mig_parent is None]
+    pool = [
+        g
+        for g in (plain or node.gpus)
+        if g.healthy and not g.missing and g.index not in named and g.mig_parent not in named
+    ]
+    unit = max(1, 1000 // max(1, node.gpu_replicas))
+    for g in sorted(pool, key=lambda g: (g.free_milli >= 1000, g.index)):
+        if need <= 0:
+            return
+        if g.free_milli < 1000:  # in use, by no pod named: the unnamed pods' usage
+            used = -(-(1000 - max(g.free_milli, 0)) // unit)
+            need -= used
+            g.free_milli = max(0, 1000 - used * unit)
+        while need > 0 and g.free_milli >= unit:
+            g.free_milli -= unit
+            need -= 1
 
 
 def _replicas_of(

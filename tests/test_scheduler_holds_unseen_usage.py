@@ -1,0 +1,278 @@
+"""Holds of pods that kube-state-metrics lists before the snapshot shows their GPU use.
+
+A hold used to end as soon as ``kube_pod_info`` listed its pod on the held node ("its usage is in
+the same scrape"). Two kinds of pod are listed without their GPU use in the snapshot:
+
+* a GPU-sharing pod (``alibabacloud.com/gpu-milli``) whose annotations carry no
+  ``alibabacloud.com/gpu-index``: nothing in FleetMind's deployment writes it (the extender returns
+  scores only), so the snapshot cannot tell which GPU the share is on. Its hold is that assignment:
+  it now stays while the pod is listed there, past its TTL, and ends one TTL after the pod leaves.
+  (``tests/k8s_helpers.py``'s ``LiveFleet`` writes ``gpu-index`` from FleetMind's own holds, which
+  hid this: the pods here have none, or no annotation series at all.)
+* a whole-GPU pod bound but not started (an image pull): dcgm-exporter names it on no GPU yet.
+  kube-state-metrics' ``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``
+  (kube-state-metrics ``docs/pod-metrics.md``: ``resource``/``unit`` labels, the resource name
+  sanitised, ``nvidia.com/gpu`` -> ``nvidia_com_gpu``) now marks that many GPUs taken, and the hold
+  stays while none of its GPUs reads taken.
+
+The snapshots come from :func:`build_nodes` over kube-state-metrics and DCGM samples, and the
+extender, ``/bound``, ``/api/v1/fleet`` and ``/api/v1/placements`` routes run as served.
+Deterministic: a fake clock; no timing asserts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from fleetmind.serving.app import create_app  # noqa: E402
+from fleetmind.serving.scheduler.placement import Option  # noqa: E402
+from fleetmind.serving.schemas import JobSpec  # noqa: E402
+from fleetmind.serving.settings import Settings  # noqa: E402
+from fleetmind.serving.telemetry import base  # noqa: E402
+from fleetmind.serving.telemetry.base import FleetSnapshot, TelemetrySource  # noqa: E402
+from fleetmind.serving.telemetry.prometheus import (  # noqa: E402
+    ANN_INDEX,
+    ANN_MILLI,
+    build_nodes,
+    fleet_queries,
+)
+
+NODE, NS = "gpu-a", "ml"
+TTL_S = 120.0
+
+
+class Clock:
+    """Unix seconds, moved by hand (the holds' and the telemetry's clock)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Fleet(TelemetrySource):
+    """One node of ``n_gpus`` idle A100s seen through DCGM and kube-state-metrics samples;
+    :attr:`pods` are what kube-state-metrics lists (``publish``), :attr:`named` the pods DCGM
+    names on a GPU (``{gpu: "ns/name"}``, a started container)."""
+
+    name = "prometheus"
+
+    def __init__(self, clock: Clock, n_gpus: int) -> None:
+        super().__init__(ttl_s=0.0)
+        self.clock, self.n_gpus = clock, n_gpus
+        self.pods: list[dict[str, Any]] = []
+        self.named: dict[int, str] = {}
+
+    def dcgm(self) -> list[tuple[str, dict[str, str], float]]:
+        out = []
+        for g in range(self.n_gpus):
+            lab = {"gpu": str(g), "UUID": f"GPU-{g}", "modelName": "NVIDIA A100-SXM4-80GB",
+                   "Hostname": NODE}  # fmt: skip
+            if g in self.named:
+                ns, pod = self.named[g].split("/")
+                lab = {**lab, "namespace": ns, "pod": pod, "container": "main"}
+            busy = g in self.named
+            out += [("DCGM_FI_DEV_GPU_UTIL", lab, 90.0 if busy else 0.0),
+                    ("DCGM_FI_DEV_FB_USED", lab, 40000.0 if busy else 0.0),
+                    ("DCGM_FI_DEV_FB_FREE", lab, 41000.0 if busy else 81000.0)]  # fmt: skip
+        return out
+
+    def ksm(self) -> list[tuple[str, dict[str, str], float]]:
+        out: list[tuple[str, dict[str, str], float]] = [
+            ("kube_node_status_allocatable", {"node": NODE, "resource": "cpu"}, 96.0),
+            ("kube_node_status_allocatable", {"node": NODE, "resource": "memory"}, 2.0**40),
+        ]
+        for p in self.pods:
+            pod = {"namespace": NS, "pod": p["name"], "uid": "u-" + p["name"]}
+            out.append(("kube_pod_info", {**pod, "node": NODE, "created_by_kind": "Job"}, 1.0))
+            out.append(("kube_pod_status_phase", {**pod, "phase": p.get("phase", "Pending")}, 1.0))
+            req = {**pod, "container": "main", "node": NODE}
+            out.append(("kube_pod_container_resource_requests", {**req, "resource": "cpu"}, 1.0))
+            if p.get("gpus"):  # kube-state-metrics' name for nvidia.com/gpu
+                res = {**req, "resource": "nvidia_com_gpu", "unit": "integer"}
+                out.append(("kube_pod_container_resource_requests", res, float(p["gpus"])))
+            if p.get("annotations") is not None:
+                out.append(("kube_pod_annotations", {**pod, **p["annotations"]}, 1.0))
+        return out
+
+    def collect(self) -> FleetSnapshot:
+        return FleetSnapshot("prometheus", build_nodes(self.dcgm(), self.ksm()), self.clock())
+
+    def snapshot(self) -> FleetSnapshot:
+        return self.collect()  # a fresh scrape on every call (the fake clock may stand still)
+
+
+def share_pod(name: str, milli: int = 500) -> dict[str, Any]:
+    """A ``v1.Pod`` of the GPU-sharing scheduler: ``milli`` of one GPU."""
+    ann = {"alibabacloud.com/gpu-milli": str(milli), "alibabacloud.com/gpu-count": "1"}
+    return {
+        "metadata": {"name": name, "namespace": NS, "uid": "u-" + name, "annotations": ann},
+        "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]},
+    }
+
+
+def whole_pod(name: str, gpus: int = 1) -> dict[str, Any]:
+    """A ``v1.Pod`` requesting ``gpus`` whole GPUs (``nvidia.com/gpu``)."""
+    res = {"requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
+           "limits": {"nvidia.com/gpu": str(gpus)}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "namespace": NS, "uid": "u-" + name},
+        "spec": {"containers": [{"name": "main", "resources": res}]},
+    }
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(base.time, "time", c)  # the telemetry cache's clock
+    return c
+
+
+@pytest.fixture
+def client(tmp_path: Path, clock: Clock) -> Iterator[TestClient]:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/holds.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+        reservation_ttl_s=TTL_S,
+    )
+    with TestClient(create_app(settings)) as c:
+        res = c.app.state.services.reservations
+        res.clock, res.cache_s, res.ttl_s = clock, 0, TTL_S
+        yield c
+
+
+def schedule(c: TestClient, pod: dict[str, Any]) -> str | None:
+    """kube-scheduler with FleetMind as its extender: filter, then prioritize (which holds the node
+    it scores 10); the node chosen, or None when filter passes none."""
+    args = {"Pod": pod, "NodeNames": [NODE]}
+    r = c.post("/api/v1/scheduler/filter", json=args)
+    assert r.status_code == 200, r.text
+    if not r.json()["NodeNames"]:
+        return None
+    r = c.post("/api/v1/scheduler/prioritize", json=args)
+    assert r.status_code == 200, r.text
+    return max(r.json(), key=lambda h: h["Score"])["Host"]
+
+
+def free(c: TestClient) -> list[int]:
+    """``free_milli`` of each GPU as ``GET /api/v1/fleet`` shows it (telemetry minus holds)."""
+    r = c.get("/api/v1/fleet")
+    assert r.status_code == 200, r.text
+    return [g["free_milli"] for g in r.json()["nodes"][0]["gpus"]]
+
+
+def holds(c: TestClient) -> dict[str, dict[str, Any]]:
+    return {h["pod_key"]: h for h in c.app.state.services.reservations.rows()}
+
+
+def test_shares_without_gpu_index_stay_held_while_listed(client: TestClient, clock: Clock) -> None:
+    fleet = Fleet(clock, n_gpus=2)
+    client.app.state.services.telemetry = fleet
+    names = [f"s{i}" for i in range(4)]
+    for name in names:  # 4 x 500 milli fill both GPUs
+        assert schedule(client, share_pod(name)) == NODE
+    assert free(client) == [0, 0]
+    # kube-state-metrics lists them where FleetMind chose: two with gpu-milli and no gpu-index,
+    # two with no annotation series at all (no --metric-annotations-allowlist)
+    for i, name in enumerate(names):
+        ann = {ANN_MILLI: "500"} if i < 2 else None
+        fleet.pods.append({"name": name, "annotations": ann})
+    assert free(client) == [0, 0]  # used to read [1000, 1000]: the shares were forgotten
+    clock.now += 10 * TTL_S  # long past the TTL, no call in between: still listed, still held
+    assert free(client) == [0, 0]
+    assert schedule(client, share_pod("late")) is None  # used to be held on a full GPU
+    assert all(h["expires_ts"] > clock.now for h in holds(client).values())  # renewed
+    # the pods finish and leave kube_pod_info: their holds end one TTL later at most
+    fleet.pods.clear()
+    clock.now += TTL_S / 2
+    assert free(client) == [0, 0]
+    clock.now += TTL_S / 2 + 1
+    assert free(client) == [1000, 1000]
+    assert holds(client) == {}
+
+
+def test_shares_with_gpu_index_end_on_listing_as_before(client: TestClient, clock: Clock) -> None:
+    fleet = Fleet(clock, n_gpus=2)
+    client.app.state.services.telemetry = fleet
+    assert schedule(client, share_pod("s0")) == NODE
+    (hold,) = holds(client).values()
+    (gpu,) = hold["gpus"]
+    ann = {ANN_MILLI: "500", ANN_INDEX: str(gpu)}
+    fleet.pods.append({"name": "s0", "annotations": ann})
+    snap = fleet.snapshot()
+    (node,) = snap.nodes
+    assert node.gpu_pods == frozenset({f"{NS}/s0"})
+    view = client.app.state.services.reservations.view(snap)
+    assert view.gpu_used("local", NODE, gpu) == 0  # the hold ended: the annotation places it
+    expected = [500 if g == gpu else 1000 for g in range(2)]
+    assert free(client) == expected
+
+
+def test_whole_gpu_pods_pulling_their_image_keep_their_gpus(
+    client: TestClient, clock: Clock
+) -> None:
+    fleet = Fleet(clock, n_gpus=4)
+    client.app.state.services.telemetry = fleet
+    for name in ("w0", "w1"):
+        assert schedule(client, whole_pod(name)) == NODE
+        r = client.post("/api/v1/scheduler/bound",
+                        json={"PodName": name, "PodNamespace": NS, "Node": NODE})  # fmt: skip
+        assert r.json()["Outcome"] == "held", r.text
+    # bound, containers creating: kube-state-metrics lists them with their nvidia_com_gpu
+    # requests, DCGM names no pod and every GPU reads idle
+    fleet.pods += [{"name": "w0", "gpus": 1}, {"name": "w1", "gpus": 1}]
+    clock.now += 60  # past /bound's grace (30 s)
+    assert sorted(free(client)) == [0, 0, 1000, 1000]  # used to read 4 free GPUs
+    r = client.post("/api/v1/placements", json={"num_gpu": 3})
+    assert r.status_code == 409, r.text  # two GPUs left, not four
+    # the containers start: DCGM names the pods on their GPUs; nothing is counted twice
+    fleet.named = {0: f"{NS}/w0", 1: f"{NS}/w1"}
+    assert free(client) == [0, 0, 1000, 1000]
+    assert client.post("/api/v1/placements", json={"num_gpu": 2}).status_code == 200
+
+
+def test_requested_gpus_are_marked_once(clock: Clock) -> None:
+    fleet = Fleet(clock, n_gpus=4)
+    fleet.pods = [
+        {"name": "pulling", "gpus": 2},
+        {"name": "running", "gpus": 1},  # DCGM names it on GPU 3: already counted there
+        {"name": "done", "gpus": 1, "phase": "Succeeded"},  # finished: holds nothing
+    ]
+    fleet.named = {3: f"{NS}/running"}
+    (node,) = fleet.snapshot().nodes
+    assert [g.free_milli for g in node.gpus] == [0, 0, 1000, 0]
+    assert node.gpu_pods == frozenset({f"{NS}/running"})
+    assert node.pods == frozenset({f"{NS}/pulling", f"{NS}/running"})
+
+
+def test_a_whole_gpu_hold_stays_while_none_of_its_gpus_reads_taken(
+    client: TestClient, clock: Clock
+) -> None:
+    """The request is marked on the lowest idle GPU; a hold naming another one stays (its GPU
+    would read free otherwise): capacity counted twice for a while, never handed out twice."""
+    fleet = Fleet(clock, n_gpus=4)
+    res = client.app.state.services.reservations
+    res.hold(f"{NS}/w", Option("local", NODE, (3,), 0.0), JobSpec(num_gpu=1), uid="u-w")
+    fleet.pods = [{"name": "w", "gpus": 1}]
+    snap = fleet.snapshot()
+    assert [g.free_milli for g in snap.nodes[0].gpus] == [0, 1000, 1000, 1000]
+    assert res.view(snap).gpu_used("local", NODE, 3) == 1000
+    res.hold(f"{NS}/w", Option("local", NODE, (0,), 0.0), JobSpec(num_gpu=1), uid="u-w")
+    assert res.view(snap).gpu_used("local", NODE, 0) == 0  # its GPU reads taken: it ends
+
+
+def test_the_fleet_query_reads_gpu_requests_per_pod() -> None:
+    q = fleet_queries()["pod_gpu_requests"]
+    assert 'resource="nvidia_com_gpu"' in q
+    assert q.startswith("sum by (cluster, node, namespace, pod) ")

@@ -1,0 +1,215 @@
+"""When a telemetry snapshot is dated (``FleetSnapshot.collected_ts``), and what a failed background
+refresh logs about the snapshot it leaves.
+
+``collected_ts`` drives the bound-pod grace (``snapshot.collected_ts >= bound_ts + grace`` in
+``serving/scheduler/reservations.py``), the TTL and stale bounds and the "as of" times. The
+``prometheus`` server mode stamped it after all four queries had been answered and the nodes built,
+2-16 s after Prometheus evaluated them at 1,000-5,000 nodes (measured against Prometheus 2.42's
+query log), so the documented 30 s grace ended holds on data evaluated 18 s after the binding. Now
+every query of one snapshot carries one explicit evaluation instant, the instant-query ``time``
+parameter ("time=<rfc3339 | unix_timestamp>: Evaluation timestamp. Optional.",
+https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries), taken before the
+queries are sent, and that instant is ``collected_ts``.
+
+Deterministic: the fake Prometheus is an ``httpx.MockTransport`` whose "slowness" moves a patched
+clock; the log tests' fake source blocks on an event. No sleeps, no timing asserts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from fleetmind.data.errors import NotAvailableError  # noqa: E402
+from fleetmind.serving.telemetry import base, prometheus  # noqa: E402
+from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState, TelemetrySource  # noqa: E402
+from fleetmind.serving.telemetry.prometheus import (  # noqa: E402
+    PrometheusApiSource,
+    PrometheusSource,
+)
+
+START = 1_800_000_000.25
+SLOW_S = 7.0  # how long the fake Prometheus "takes" to answer (on the patched clock)
+EMPTY = {"status": "success", "data": {"resultType": "vector", "result": []}}
+
+
+class Clock:
+    """``time.time``, moved by hand (and by the fake servers' answers)."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    # both modules use the one ``time`` module: patching it through either patches both
+    monkeypatch.setattr(prometheus.time, "time", c)
+    monkeypatch.setattr(base.time, "time", c)
+    return c
+
+
+class SlowPrometheus:
+    """Answers every instant query with an empty vector ``SLOW_S`` seconds (of ``clock``) after
+    it was sent, recording each query's form (``query``, ``time``, ...)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.forms: list[dict[str, list[str]]] = []
+        self.replied_at: list[float] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        with self._lock:
+            self.forms.append(parse_qs(request.content.decode()))
+            self.clock.now = max(self.clock.now, START + SLOW_S)
+            self.replied_at.append(self.clock.now)
+        return httpx.Response(200, json=EMPTY)
+
+
+def test_a_snapshot_is_dated_by_the_instant_its_queries_evaluate(clock: Clock) -> None:
+    fake = SlowPrometheus(clock)
+    src = PrometheusApiSource("http://prom.test:9090", ttl_s=5.0)
+    src._client = httpx.Client(transport=httpx.MockTransport(fake))
+    try:
+        snap = src.collect()
+    finally:
+        src.close()
+    assert len(fake.forms) == 4  # three DCGM queries and the kube-state-metrics one
+    sent = {f["time"][0] for f in fake.forms if "time" in f}
+    assert len(sent) == 1 and all("time" in f for f in fake.forms)  # one instant for all four
+    (at,) = sent
+    assert float(at) == START  # taken before the queries were sent
+    assert snap.collected_ts == float(at)  # the old code: the time after the last answer
+    assert snap.collected_ts < min(fake.replied_at)
+    assert clock() - snap.collected_ts == SLOW_S  # served, it is as old as its data
+
+
+def test_a_snapshot_read_through_the_cache_keeps_the_evaluation_time(clock: Clock) -> None:
+    """What the bound-pod grace compares: ``snapshot()`` (the path requests take)."""
+    fake = SlowPrometheus(clock)
+    src = PrometheusApiSource("http://prom.test:9090", ttl_s=60.0)
+    src._client = httpx.Client(transport=httpx.MockTransport(fake))
+    try:
+        snap = src.snapshot()
+    finally:
+        src.close()
+    assert snap.collected_ts == START == float(fake.forms[0]["time"][0])
+
+
+def test_a_single_query_without_an_instant_sends_no_time(clock: Clock) -> None:
+    """Other queries (``fleetmind telemetry doctor``, cluster health) read Prometheus's now."""
+    fake = SlowPrometheus(clock)
+    src = PrometheusApiSource("http://prom.test:9090")
+    src._client = httpx.Client(transport=httpx.MockTransport(fake))
+    try:
+        assert src.query("up") == []
+        assert src.query("up", at=START + 0.1234) == []
+    finally:
+        src.close()
+    assert "time" not in fake.forms[0]
+    assert fake.forms[1]["time"] == ["1800000000.373"]  # to the millisecond
+
+
+def test_an_exporter_snapshot_is_dated_before_the_scrape(clock: Clock) -> None:
+    """The single-exporter mode (a ``/metrics`` URL): the time the scrape was sent, not the time
+    its text had been parsed."""
+    text = (
+        "# TYPE DCGM_FI_DEV_FB_USED gauge\n"
+        'DCGM_FI_DEV_FB_USED{gpu="0",modelName="NVIDIA H100 80GB HBM3",Hostname="n0"} 600\n'
+    )
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        clock.now = START + SLOW_S
+        return httpx.Response(200, text=text)
+
+    src = PrometheusSource("http://n0.test:9400/metrics")
+    src._client = httpx.Client(transport=httpx.MockTransport(slow))
+    try:
+        snap = src.collect()
+    finally:
+        src.close()
+    assert [n.name for n in snap.nodes] == ["n0"]
+    assert snap.collected_ts == START  # the old code: START + SLOW_S
+
+
+# ----------------------------------------------------------------------- the failure warning
+TTL_S, MAX_STALE_S = 5.0, 30.0
+
+
+class Gated(TelemetrySource):
+    """``collect`` announces itself, waits for ``gate``, moves the clock by ``takes`` seconds
+    (a slow read), then fails (``fail``) or answers."""
+
+    name = "gated"
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(TTL_S, MAX_STALE_S)
+        self.clock = clock
+        self.entered = threading.Semaphore(0)
+        self.gate = threading.Event()
+        self.fail = False
+        self.takes = 0.0
+
+    def collect(self) -> FleetSnapshot:
+        self.entered.release()
+        assert self.gate.wait(10), "the test never let collect finish"
+        self.gate.clear()
+        self.clock.now += self.takes
+        if self.fail:
+            raise NotAvailableError("cannot query Prometheus at http://prom.test: timed out")
+        return FleetSnapshot("gated", [NodeState("n0", "c0")], self.clock())
+
+
+def _failed_background_warning(clock: Clock, caplog: pytest.LogCaptureFixture, takes: float) -> str:
+    """The warning of a background refresh started on a snapshot ``TTL_S + 2`` s old that fails
+    after ``takes`` seconds."""
+    caplog.set_level(logging.DEBUG, logger=base.__name__)
+    src = Gated(clock)
+    src.gate.set()
+    old = src.snapshot()
+    src.fail, src.takes = True, takes
+    clock.now += TTL_S + 2
+    assert src.snapshot() is old  # served stale; one background refresh starts
+    assert src.entered.acquire(timeout=5)
+    src.gate.set()
+    assert src._background.acquire(timeout=5)  # the background refresh is over
+    src._background.release()
+    (msg,) = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == base.__name__ and r.levelno >= logging.WARNING
+    ]
+    return msg
+
+
+def test_a_failure_within_the_bound_says_until_when_the_snapshot_is_served(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    msg = _failed_background_warning(clock, caplog, takes=3.0)
+    assert "timed out" in msg
+    assert "the last snapshot (10 s old) is served until it is 35 s old" in msg
+    assert "expired" not in msg
+
+
+def test_a_failure_past_the_bound_says_the_snapshot_has_expired(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The read ran into its timeout: the snapshot (7 s old when it started, 47 s when it failed)
+    is past TTL + MAX_STALE (35 s), so it is no longer served; the old warning still said it was
+    "served until it is 35 s old"."""
+    msg = _failed_background_warning(clock, caplog, takes=40.0)
+    assert "timed out" in msg
+    assert "the last snapshot (47 s old) has expired" in msg
+    assert "requests now wait for a fresh read" in msg
+    assert "served until" not in msg
