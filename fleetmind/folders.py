@@ -20,20 +20,25 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 
 def write_folder_whole(
-    folder: str | os.PathLike[str], files: Mapping[str, bytes | str | os.PathLike[str]]
+    folder: str | os.PathLike[str],
+    files: Mapping[str, bytes | str | os.PathLike[str]],
+    keep: Collection[str] | None = None,
 ) -> Path:
     """Write ``files`` into the folder ``folder`` (parent folders created) all at once or not at
     all, so that a reader sees the old set of files or the new one, never a mix, and a write that
     fails (a full disk, an interrupted run) leaves the old folder as it was.
 
     ``files`` maps a file name to its content: ``bytes`` as they are, a ``str`` as UTF-8 text, a
-    ``Path`` (any ``os.PathLike``) the file whose bytes to copy. Files already in the folder that
-    ``files`` does not name are kept (hard-linked or copied into the new folder).
+    ``Path`` (any ``os.PathLike``) the file whose bytes to copy. Entries already in the folder
+    that ``files`` does not name are kept (hard-linked or copied into the new folder): all of them
+    with ``keep`` ``None``, else only those ``keep`` names, the others removed in the same swap (a
+    release replaces the earlier model's whole file set: a file of it the new model does not
+    write must not be read as the new model's).
 
     The files are written (``fsync``) into a new folder beside it, which then takes the old one's
     place: one atomic exchange (``renameat2(RENAME_EXCHANGE)``, Linux), else two renames (for a
@@ -71,11 +76,11 @@ def write_folder_whole(
         raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path))
     _remove_stale(target)
     if _in_place(target, st):
-        _write_in_place(target, files)
+        _write_in_place(target, files, keep)
         return path
     tmp = _temporary_dir(target)
     try:
-        _fill(tmp, target, st, files)
+        _fill(tmp, target, st, files, keep)
         try:
             if st is None:
                 os.rename(tmp, target)
@@ -85,7 +90,7 @@ def write_folder_whole(
             if err.errno not in _NO_SWAP:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
-            _write_in_place(target, files)
+            _write_in_place(target, files, keep)
             return path
         _fsync_dir(target.parent)
     except BaseException:
@@ -93,6 +98,11 @@ def write_folder_whole(
         raise
     return path
 
+
+RELEASE_KEEPS: frozenset[str] = frozenset({"NOTES.txt", "README.md"})
+"""The files of a released model folder that a new release keeps (``keep`` of the placement
+recipes' ``--release``): an operator's own notes, which no training run writes. Every other file
+of the earlier release is replaced or removed."""
 
 _NO_SWAP = (errno.EXDEV, errno.EPERM, errno.EBUSY)
 """Errors of a folder rename that mean this folder cannot be renamed here (not a failed write):
@@ -115,10 +125,16 @@ def _in_place(target: Path, st: os.stat_result | None) -> bool:
     return cwd == str(target) or cwd.startswith(str(target).rstrip(os.sep) + os.sep)
 
 
-def _write_in_place(target: Path, files: Mapping[str, bytes | str | os.PathLike[str]]) -> None:
+def _write_in_place(
+    target: Path,
+    files: Mapping[str, bytes | str | os.PathLike[str]],
+    keep: Collection[str] | None = None,
+) -> None:
     """Write ``files`` into the folder ``target`` (made if missing), each whole: every file is
     written and flushed beside its old one first, then each is renamed over it, so a write that
-    fails (a full disk) leaves every old file as it was; only the renames can be cut short."""
+    fails (a full disk) leaves every old file as it was; only the renames can be cut short. With a
+    ``keep``, the old entries that neither ``files`` nor ``keep`` names are removed after the
+    renames."""
     target.mkdir(exist_ok=True)
     staged: list[tuple[str, Path]] = []
     try:
@@ -128,6 +144,10 @@ def _write_in_place(target: Path, files: Mapping[str, bytes | str | os.PathLike[
             tmp, path = staged[0]
             os.replace(tmp, path)
             staged.pop(0)
+        if keep is not None:
+            for entry in os.scandir(target):
+                if entry.name not in files and entry.name not in keep:
+                    _remove(entry)
     finally:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
@@ -139,15 +159,17 @@ def _fill(
     target: Path,
     st: os.stat_result | None,
     files: Mapping[str, bytes | str | os.PathLike[str]],
+    keep: Collection[str] | None = None,
 ) -> None:
     """Make the new folder ``tmp``: the old folder ``target``'s bits and kept entries (``st``:
-    its ``stat``, ``None``: no old folder) and ``files``, flushed to disk."""
+    its ``stat``, ``None``: no old folder; ``keep``: :func:`write_folder_whole`'s) and ``files``,
+    flushed to disk."""
     if st is not None:
         os.chmod(tmp, st.st_mode & 0o7777)
         with contextlib.suppress(OSError):  # EPERM; EINVAL: an owner a user namespace cannot map
             os.chown(tmp, st.st_uid, st.st_gid)
         for entry in os.scandir(target):
-            if entry.name not in files:
+            if entry.name not in files and (keep is None or entry.name in keep):
                 _carry(entry, tmp / entry.name)
     for name, content in files.items():
         _write_new(tmp / name, content, _old_file(target / name) if st is not None else None)
@@ -265,6 +287,20 @@ def _carry(entry: os.DirEntry[str], dest: Path) -> None:
         shutil.copytree(entry.path, dest, symlinks=True, copy_function=_link_or_copy)
     else:
         _link_or_copy(entry.path, dest)
+
+
+def _remove(entry: os.DirEntry[str]) -> None:
+    """Remove ``entry`` of a folder written in place: a file or link, or a folder and all in it
+    (not one that is, or holds, the working folder: the process would be left in a removed one)."""
+    if not entry.is_dir(follow_symlinks=False):
+        os.unlink(entry.path)
+        return
+    real = os.path.realpath(entry.path)
+    with contextlib.suppress(OSError):
+        cwd = os.path.realpath(os.getcwd())
+        if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep):
+            return
+    shutil.rmtree(entry.path)
 
 
 def _link_or_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:

@@ -44,7 +44,13 @@ from fleetmind.rca.base import BaseAnalyzer, RankedCause, RCAResult, torch_threa
 from fleetmind.rca.features.times import parse_time
 
 FIT_FORMAT = "fleetmind-rca-fit"
-FIT_FORMAT_VERSION = 1
+FIT_FORMAT_VERSION = 2
+"""``format_version`` of a fitted model's ``config.json``; a model of another version is refused
+(refit with ``rca fit``). Raised whenever what a model learned changes meaning while its feature
+names stay. 2 since 2026-12-06, when metric roles moved (``http_requests_total{code="500"}`` from
+traffic to errors), which changes the ``observed`` roles stored at fit time and each alert's role;
+1 before, which also covers models fitted before the petshop detector and synthetic incidents of
+2026-12-02."""
 ROLE_COLUMNS: tuple[str, ...] = ("flag", "z_rel", "z_abs", "delta_rel", "change", "onset")
 NODE_COLUMNS: tuple[str, ...] = (
     "any_alert",
@@ -257,10 +263,12 @@ def load_fit_model(ref: str | Path) -> tuple[Any, dict[str, Any]]:
         raise FitModelError(f"{p}: not a fitted RCA model ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FIT_FORMAT:
         raise FitModelError(f"{p / 'config.json'} is not a {FIT_FORMAT} artifact")
-    if meta.get("format_version") != FIT_FORMAT_VERSION or meta.get("features") != list(
-        FEATURE_NAMES
-    ):
-        raise FitModelError(f"{p}: made by another FleetMind version; refit with `rca fit`")
+    version = meta.get("format_version")
+    if version != FIT_FORMAT_VERSION or meta.get("features") != list(FEATURE_NAMES):
+        raise FitModelError(
+            f"{p}: made by another FleetMind version (fit format version {version!r}, this one"
+            f" reads {FIT_FORMAT_VERSION}); refit with `rca fit`"
+        )
     try:
         model = GATRanker(GATConfig.from_dict(dict(meta["model"])))
         state = torch.load(p / "model.pt", map_location="cpu", weights_only=True)

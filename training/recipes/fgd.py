@@ -17,7 +17,8 @@ What a run does:
    periodic greedy evaluation against FGD and BestFit (``eval/*``) that keeps the best policy
    (the cloned one included), and checkpoints.
 4. Exports the best policy (``policy.onnx``, ``policy.pt``, ``metadata.json``, ``ppo.zip``,
-   ``model_card.md``) to ``<out>/<run name>/model`` (and to ``models/placement/`` with ``--release``),
+   ``model_card.md``) to ``<out>/<run name>/model`` (and to ``models/placement/`` with ``--release``,
+   replacing every file of the earlier release),
    logs it to MLflow as a pyfunc model, registers ``fleetmind-placement`` and moves the ``champion``
    alias to the new version when its evaluation beats the current champion's
    (:mod:`fleetmind.training.recipes.tracking`).
@@ -44,7 +45,7 @@ from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
-from fleetmind.folders import write_folder_whole
+from fleetmind.folders import RELEASE_KEEPS, write_folder_whole
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
@@ -525,7 +526,17 @@ def run(args: FgdArgs) -> dict[str, Any]:
         if args.register:
             r.summary["registry"] = log_placement_pyfunc(model_dir, r.state["best"])
     if args.release:
-        # every file at once or none: a failed write leaves the earlier release as it was
-        write_folder_whole(RELEASED_DIR, {f.name: f for f in sorted(model_dir.iterdir())})
-        r.summary["released"] = str(RELEASED_DIR)
+        _release(model_dir, r.summary)
     return r.summary
+
+
+def _release(model_dir: Path, summary: dict[str, Any]) -> None:
+    """Write the exported model's files to ``models/placement/`` all at once
+    (:func:`fleetmind.folders.write_folder_whole`: a failed write leaves the earlier release as it
+    was). No other file of the earlier release stays (but an operator's notes,
+    :data:`fleetmind.folders.RELEASE_KEEPS`): its ``teacher_strand.json`` or ``ppo_policy.onnx``
+    would be read as this model's (``sched evaluate --policies teacher``)."""
+    write_folder_whole(
+        RELEASED_DIR, {f.name: f for f in sorted(model_dir.iterdir())}, keep=RELEASE_KEEPS
+    )
+    summary["released"] = str(RELEASED_DIR)
