@@ -35,7 +35,14 @@ from fleetmind.serving import migrations
 from fleetmind.serving.api_docs import add_api_docs
 from fleetmind.serving.db import Database, is_input_error
 from fleetmind.serving.defaults import DEFAULT_GRAPH
-from fleetmind.serving.deps import AuthMiddleware, Services, require_scope
+from fleetmind.serving.deps import (
+    AuthMiddleware,
+    Services,
+    declared_scope,
+    flat_routes,
+    matched_route,
+    require_scope,
+)
 from fleetmind.serving.graph_refresh import GraphRefresher, file_version
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.incidents import IncidentManager
@@ -346,7 +353,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(OriginGuard)  # cross-site, DNS-rebinding and content-type refusals
     app.add_middleware(AuthMiddleware)  # the token before the body is read
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, route_of=matched_route)
     app.add_middleware(ConcurrencyLimit, limit=configured.limit_concurrency)
     app.add_middleware(SecurityHeaders)  # every answer, 401/413/503 included
     if configured.keep_warm_s > 0:  # off: no per-request step at all
@@ -386,6 +393,8 @@ def _document_models(app: FastAPI, models: list[type[BaseModel]]) -> None:
         for name, sub in defs.get("$defs", {}).items():
             comps.setdefault(name, sub)
         _document_422(schema)
+        _document_security(app, schema)
+        _document_headers(schema)
         app.openapi_schema = schema
         return schema
 
@@ -429,6 +438,75 @@ def _document_422(schema: dict[str, Any]) -> None:
                 responses["422"] = copy.deepcopy(UNPROCESSABLE)
 
 
+BEARER = "bearerAuth"
+"""The OpenAPI security scheme: a bearer token (``Authorization: Bearer <token>``, RFC 6750)."""
+SECURITY_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "a FleetMind token (FLEETMIND_READ_TOKEN, _INGEST_TOKEN, _SCHEDULE_TOKEN, "
+    "_ADMIN_TOKEN or _API_TOKEN); each route needs one with its scope. With no token set, "
+    "authentication is off",
+}
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+
+
+def _auth_responses(scope: str) -> dict[str, Any]:
+    """The 401 and 403 answers of an operation that needs a token with ``scope``."""
+    return {
+        "401": {
+            "description": "Missing or unknown bearer token (``WWW-Authenticate: Bearer``)",
+            "content": copy.deepcopy(_ERROR_CONTENT),
+        },
+        "403": {
+            "description": f"The token lacks the '{scope}' scope",
+            "content": copy.deepcopy(_ERROR_CONTENT),
+        },
+    }
+
+
+def _document_security(app: FastAPI, schema: dict[str, Any]) -> None:
+    """Declare the bearer scheme, required by every operation, and each operation's 401/403
+    answers; the routes :class:`AuthMiddleware` serves without a token (its
+    :func:`fleetmind.serving.deps.declared_scope` ``"public"``) get ``security: []``."""
+    comps = schema.setdefault("components", {})
+    comps.setdefault("securitySchemes", {})[BEARER] = dict(SECURITY_SCHEME)
+    schema["security"] = [{BEARER: []}]
+    paths = schema.get("paths", {})
+    for route in flat_routes(app):
+        path = getattr(route, "path_format", None) or getattr(route, "path", None)
+        for method in getattr(route, "methods", None) or ():
+            op = paths.get(path, {}).get(method.lower())
+            if not isinstance(op, dict):
+                continue
+            needed = declared_scope(route)
+            if needed == "public":
+                op["security"] = []
+                continue
+            responses = op.setdefault("responses", {})
+            for code, answer in _auth_responses(needed).items():
+                responses.setdefault(code, answer)
+
+
+RESPONSE_HEADERS: dict[tuple[str, str], dict[str, Any]] = {
+    ("/api/v1/incidents", "get"): {
+        "X-Total-Count": {
+            "description": "the incidents of the requested status in all (every page)",
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+}
+"""Headers a route's 200 answer carries (path, method): for the OpenAPI spec."""
+
+
+def _document_headers(schema: dict[str, Any]) -> None:
+    """Add :data:`RESPONSE_HEADERS` to the 200 answers of their operations."""
+    for (path, method), headers in RESPONSE_HEADERS.items():
+        op = schema.get("paths", {}).get(path, {}).get(method)
+        if isinstance(op, dict):
+            ok = op.setdefault("responses", {}).setdefault("200", {"description": "OK"})
+            ok.setdefault("headers", {}).update(copy.deepcopy(headers))
+
+
 CLIENT_CLOSED = 499
 """The status recorded for a request whose client went away before its body was read (nginx's)."""
 BODY_400 = "There was an error parsing the body"
@@ -438,6 +516,25 @@ UNREADABLE_BODY = (
 )
 TOO_DEEP_BODY = "the body is not JSON this route can read: arrays or objects nested too deeply"
 """The 422 ``detail`` of a JSON body whose parse ran out of recursion (as the CLI says it)."""
+
+
+METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` value of a 405 answer: the methods of every route whose path matches the
+    request's, with ``HEAD`` wherever ``GET`` is served (RFC 9110 sections 15.5.6 and 9.3.2)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in flat_routes(request.app):
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    rank = {m: i for i, m in enumerate(METHOD_ORDER)}
+    return ", ".join(sorted(methods, key=lambda m: (rank.get(m, len(rank)), m)))
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -481,6 +578,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         if getattr(exc, "status_code", None) == 400 and getattr(exc, "detail", None) == BODY_400:
             deep = isinstance(exc.__cause__, RecursionError)
             return JSONResponse({"detail": TOO_DEEP_BODY if deep else UNREADABLE_BODY}, 422)
+        if getattr(exc, "status_code", None) == 405:  # Starlette's Allow: only one route's methods
+            exc.headers = {**(exc.headers or {}), "Allow": allowed_methods(request)}  # type: ignore[attr-defined]
         return await http_exception_handler(request, exc)  # type: ignore[arg-type]
 
     from fastapi.exception_handlers import http_exception_handler

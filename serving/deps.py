@@ -271,14 +271,36 @@ def route_scope(app: Any, scope: Any) -> str:
     for route in flat_routes(app):
         match, _ = route.matches(scope)
         if match is Match.FULL:
-            if getattr(route, "path", None) in PUBLIC_PATHS:
-                return "public"
-            for d in getattr(route, "dependencies", ()) or ():
-                needed = getattr(d.dependency, "fleetmind_scope", None)
-                if needed is not None:
-                    return str(needed)
-            return "admin"
+            return declared_scope(route)
     return _ANY
+
+
+def matched_route(app: Any, scope: Any) -> Any | None:
+    """The route of :func:`flat_routes` a request goes to: the one matching its path and method,
+    else the first matching its path (its 405), else ``None`` (its 404). For a request refused
+    before routing, which leaves no ``scope["route"]`` (the metrics' ``route`` label)."""
+    from starlette.routing import Match
+
+    partial = None
+    for route in flat_routes(app):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return route
+        if match is Match.PARTIAL and partial is None:
+            partial = route
+    return partial
+
+
+def declared_scope(route: Any) -> str:
+    """The scope a route of :func:`flat_routes` needs: ``"public"`` for :data:`PUBLIC_PATHS`, its
+    :func:`require_scope`, else ``admin`` (the OpenAPI spec's security requirements come from it)."""
+    if getattr(route, "path", None) in PUBLIC_PATHS:
+        return "public"
+    for d in getattr(route, "dependencies", ()) or ():
+        needed = getattr(d.dependency, "fleetmind_scope", None)
+        if needed is not None:
+            return str(needed)
+    return "admin"
 
 
 class AuthMiddleware:

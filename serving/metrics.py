@@ -43,7 +43,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -267,9 +267,15 @@ HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTI
 class MetricsMiddleware:
     """Pure ASGI middleware timing every HTTP request by route template."""
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    def __init__(
+        self, app: Any, metrics: Metrics, route_of: Callable[[Any, Any], Any] | None = None
+    ) -> None:
+        """``route_of(app, scope)``: the route of a request that routing never reached (refused
+        by a middleware before it: 401, 403, 413, 415, ...); ``None``: such requests count as
+        ``unmatched``."""
         self.app = app
         self.metrics = metrics
+        self.route_of = route_of
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -287,6 +293,8 @@ class MetricsMiddleware:
             await self.app(scope, receive, _send)
         finally:
             route = scope.get("route")
+            if route is None and self.route_of is not None:
+                route = self.route_of(scope.get("app"), scope)
             template = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "")
             if method not in HTTP_METHODS:  # a client-chosen verb must not create series

@@ -22,6 +22,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -103,6 +104,18 @@ def iso_utc(ts: float | None) -> str | None:
     return None if ts is None else from_unix(ts).isoformat()
 
 
+def _not_a_boolean(v: Any) -> Any:
+    """A count is a number: JSON ``true`` is refused (pydantic's lax mode reads it as 1), as
+    :class:`JobSpec` does; numeric strings (``"2"``) stay accepted."""
+    if isinstance(v, bool):
+        raise ValueError("must be an integer, not a boolean")
+    return v
+
+
+Count = Annotated[int, BeforeValidator(_not_a_boolean)]
+"""An integer count that refuses JSON booleans."""
+
+
 # ---------------------------------------------------------------------------------------- alerts
 class AlertIn(BaseModel):
     """One Alertmanager webhook v4 alert (unknown keys are kept and ignored)."""
@@ -155,33 +168,82 @@ UNREAD_ENVELOPE = (
 """The fields of :class:`AlertmanagerWebhook` that FleetMind does not read."""
 
 
+CLIPPED_TEXT = WithJsonSchema(
+    {
+        "type": "string",
+        "pattern": NO_NUL,
+        "description": f"longer than {TEXT_LIMIT:,} characters: clipped to {TEXT_LIMIT:,} "
+        "(ending in a note of the length and a hash), not refused",
+    }
+)
+"""The published schema of a webhook's label value, annotation or ``generatorURL``: no length
+limit, as the webhook clips (:func:`fleetmind.serving.routers.alerts.clip_text`)."""
+_CLIPPED_LABELS = {
+    "type": "object",
+    "additionalProperties": CLIPPED_TEXT.json_schema,
+    "propertyNames": {"minLength": 1, "maxLength": 256, "pattern": NO_NUL},
+}
+
+
+class WebhookAlertIn(AlertIn):
+    """One alert of an Alertmanager webhook: validated as :class:`AlertIn`, but published as the
+    webhook takes it (its over-long text is clipped before validation, not refused)."""
+
+    labels: Annotated[Labels, WithJsonSchema(_CLIPPED_LABELS)]
+    annotations: Annotated[Labels, WithJsonSchema(_CLIPPED_LABELS)] = Field(default_factory=dict)
+    generatorURL: Annotated[
+        Text | None, WithJsonSchema({"anyOf": [CLIPPED_TEXT.json_schema, {"type": "null"}]})
+    ] = None
+
+
+def _any_value(description: str) -> WithJsonSchema:
+    """The published schema of an envelope field FleetMind does not read: any JSON value."""
+    return WithJsonSchema(
+        {"description": f"{description}; not read: a value of another type or length is ignored"}
+    )
+
+
+TRUNCATED_SCHEMA = {
+    "anyOf": [{"type": "integer", "minimum": 0, "maximum": 2**64 - 1}, {"type": "null"}],
+    "description": "alerts Alertmanager left out (its uint64 truncatedAlerts); a value that is "
+    "not a count of alerts (a boolean, 1.5, -1, over 2,147,483,647) reads as 0, never refused",
+}
+
+
 class AlertmanagerWebhook(BaseModel):
     """The Alertmanager webhook v4 payload (``webhook_configs`` receiver).
 
     Only ``alerts`` and ``truncatedAlerts`` are read. The other fields (:data:`UNREAD_ENVELOPE`)
-    are typed as Alertmanager sends them, for the OpenAPI spec, but never refuse a webhook: a
-    value of another type or length (``"version": 4``, ``"groupLabels": null``, a ``receiver``
-    name over 256 characters, which Alertmanager allows) reads as ``None``. Alertmanager drops a
-    notification answered with a 4xx, so a 422 for a field nothing reads would lose every alert
-    of it. ``truncatedAlerts`` is only echoed and counted: one that is not a count of alerts
-    (``1.5``, ``-1``, ``"x"``) reads as 0, with one WARNING line (none when the validation context
-    holds ``{"quiet": True}``: a second reading of the same webhook).
+    are typed as Alertmanager sends them but never refuse a webhook: a value of another type or
+    length (``"version": 4``, ``"groupLabels": null``, a ``receiver`` name over 256 characters,
+    which Alertmanager allows) reads as ``None``, and the OpenAPI spec publishes them as any
+    value. Alertmanager drops a notification answered with a 4xx, so a 422 for a field nothing
+    reads would lose every alert of it. ``truncatedAlerts`` is only echoed and counted: one that
+    is not a count of alerts (``true``, ``1.5``, ``-1``, ``"x"``) reads as 0, with one WARNING line
+    (none when the validation context holds ``{"quiet": True}``: a second reading of the same
+    webhook).
     """
 
     model_config = ConfigDict(extra="allow")
 
-    version: ShortText | None = "4"
-    groupKey: Text | None = None
-    truncatedAlerts: int | None = Field(None, ge=0, le=MAX_DB_INT)
-    status: Literal["firing", "resolved"] | None = None
-    receiver: ShortText | None = None
-    groupLabels: Labels | None = Field(default_factory=dict)
-    commonLabels: Labels | None = Field(default_factory=dict)
-    commonAnnotations: Labels | None = Field(default_factory=dict)
-    externalURL: Text | None = None
+    version: Annotated[ShortText | None, _any_value('"4"')] = "4"
+    groupKey: Annotated[Text | None, _any_value("the group's key")] = None
+    truncatedAlerts: Annotated[Count | None, WithJsonSchema(TRUNCATED_SCHEMA)] = Field(
+        None, ge=0, le=MAX_DB_INT
+    )
+    status: Annotated[
+        Literal["firing", "resolved"] | None, _any_value('"firing" or "resolved"')
+    ] = None
+    receiver: Annotated[ShortText | None, _any_value("the receiver's name")] = None
+    groupLabels: Annotated[Labels | None, _any_value("labels")] = Field(default_factory=dict)
+    commonLabels: Annotated[Labels | None, _any_value("labels")] = Field(default_factory=dict)
+    commonAnnotations: Annotated[Labels | None, _any_value("annotations")] = Field(
+        default_factory=dict
+    )
+    externalURL: Annotated[Text | None, _any_value("Alertmanager's URL")] = None
     # a cap far above real groups (Alertmanager's max_alerts defaults to 0, no limit, and it does
     # not retry a 4xx: 10,000 lost big groups), low enough that one request cannot take gigabytes
-    alerts: list[AlertIn] = Field(max_length=WEBHOOK_ALERT_CAP)
+    alerts: list[WebhookAlertIn] = Field(max_length=WEBHOOK_ALERT_CAP)
 
     @field_validator(*UNREAD_ENVELOPE, mode="wrap")
     @classmethod
@@ -262,18 +324,6 @@ class CauseOut(BaseModel):
 GraphNodeIn = GraphNodeModel
 GraphEdgeIn = GraphEdgeModel
 GraphIn = GraphModel
-
-
-def _not_a_boolean(v: Any) -> Any:
-    """A count is a number: JSON ``true`` is refused (pydantic's lax mode reads it as 1), as
-    :class:`JobSpec` does; numeric strings (``"2"``) stay accepted."""
-    if isinstance(v, bool):
-        raise ValueError("must be an integer, not a boolean")
-    return v
-
-
-Count = Annotated[int, BeforeValidator(_not_a_boolean)]
-"""An integer count that refuses JSON booleans."""
 
 
 class RCARequest(BaseModel):
