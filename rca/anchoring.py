@@ -4,8 +4,11 @@ An incident usually announces itself through one user-facing symptom: the front 
 alert. A root cause of that symptom is something the symptomatic component depends on, directly or
 through components that are themselves anomalous (the fault travels up the call chain). So a
 candidate is **joined** to the symptom when a dependency path ``symptom -> ... -> candidate`` exists
-(edges in the graph's direction, ``src`` depends on ``dst``) whose nodes before the candidate all
-alert; the symptom node itself is joined. :func:`anchor_result` keeps the scores of joined candidates
+whose nodes before the candidate all alert; the symptom node itself is joined. Dependency edges are
+the graph's edges (``src`` depends on ``dst``) plus two kinds read backwards (:func:`dependencies`):
+a ``member_of`` group depends on its members (a Service on its pods, a cluster on its hosts), and
+the GPUs an NVLink / PCIe ``link`` is ``attached_to`` depend on that link (docs/graph.md,
+"Direction"). :func:`anchor_result` keeps the scores of joined candidates
 and multiplies the others' by ``weight`` (for probability-like scores; log-scale scores such as
 logits get ``+ log(weight)``), then re-sorts. It never raises a score.
 
@@ -82,7 +85,8 @@ def named_symptom(
     The service anchors only on a symptom the operator named: on FleetMind's simulated GPU-fleet
     storms (1,005 held-out incidents, released GAT, 2026-12-02), anchoring on the highest-severity
     alert instead lowered AC@1 from 0.926 to 0.917 (AC@3 0.984 -> 0.985), because a silent node on
-    the path from a severe downstream alert to the root cuts the root off.
+    the path from a severe downstream alert to the root cuts the root off (measured before
+    :func:`dependencies` read ``member_of`` and a link's ``attached_to`` backwards).
     """
     for a in alerts:
         if str((a.get("labels") or {}).get("alertname", "")) in slo_alerts:
@@ -92,11 +96,34 @@ def named_symptom(
     return None
 
 
+def dependencies(graph: DependencyGraph) -> dict[str, list[str]]:
+    """What each node depends on: ``dst`` of its edges, plus the edges read backwards where the
+    dependency points at its dependent.
+
+    * ``member_of`` (pod -> Service, host / service / infra -> cluster): the group depends on its
+      members too, since a pod's crash or GPU error costs its Service capacity. Without it a
+      Service symptom never reaches its pods, their GPUs or hosts.
+    * ``attached_to`` from a ``link`` node (NVLink pair / PCIe switch -> each GPU it joins): a
+      broken link hangs the GPUs it joins. A GPU's ``attached_to`` its host keeps one direction.
+
+    ``calls`` and ``depends_on`` keep theirs: they already point from the dependent to the
+    dependency. The PetShop and Train Ticket graphs hold ``calls`` edges only, so their anchoring
+    is unchanged.
+    """
+    deps: dict[str, list[str]] = {}
+    for e in graph.edges:
+        deps.setdefault(e.src, []).append(e.dst)
+        if e.kind == "member_of" or (e.kind == "attached_to" and graph.node(e.src).kind == "link"):
+            deps.setdefault(e.dst, []).append(e.src)
+    return deps
+
+
 def joined_to_symptom(graph: DependencyGraph, anomalous: Collection[str], symptom: str) -> set[str]:
     """Nodes joined to ``symptom`` by a dependency path through anomalous nodes.
 
     Args:
-        graph: edges ``src -> dst`` mean ``src`` depends on ``dst``.
+        graph: edges ``src -> dst`` mean ``src`` depends on ``dst``; ``member_of`` edges and a
+            link's ``attached_to`` edges are also read ``dst -> src`` (:func:`dependencies`).
         anomalous: nodes that alert.
         symptom: the symptom's node (joined whether or not it alerts).
 
@@ -106,9 +133,7 @@ def joined_to_symptom(graph: DependencyGraph, anomalous: Collection[str], sympto
     """
     if symptom not in graph.index:
         return set()
-    deps: dict[str, list[str]] = {}
-    for e in graph.edges:
-        deps.setdefault(e.src, []).append(e.dst)
+    deps = dependencies(graph)
     joined = {symptom}
     todo = deque([symptom])
     while todo:
