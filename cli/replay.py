@@ -11,6 +11,7 @@ from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.redact import safe_uri
 
 DEFAULT_RANK_INTERVAL_S = 2.0
 """The service's default ``FLEETMIND_INCIDENT_RANK_INTERVAL_S``, seconds: during a storm it re-ranks
@@ -290,7 +291,7 @@ def _print_incident(
             "into a fresh service, or wait FLEETMIND_INCIDENT_WINDOW_S, default 600 s, after "
             "the last storm)"
         )
-    print(f"  {url.rstrip('/')}/ui/incidents/{inc['id']}")
+    print(f"  {safe_uri(url.rstrip('/'))}/ui/incidents/{inc['id']}")
 
 
 def _show_incidents(
@@ -306,7 +307,7 @@ def _show_incidents(
     ``start`` touched settle (:func:`wait_settled`); print them."""
     import httpx
 
-    base = url.rstrip("/")
+    base = safe_uri(url.rstrip("/"))  # (only printed: without user:password)
     since = _since(storm, start)  # the incidents it touched end after this
     deadline = time.monotonic() + wait_s
     last: list[list[dict[str, Any]]] = []  # the last read that succeeded

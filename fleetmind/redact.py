@@ -10,13 +10,19 @@ MLflow params and read-scope clients (OWASP Logging Cheat Sheet: never log passw
     'cannot query http://***@prom:9090/api: refused'
     >>> safe_uri("postgresql+psycopg://u@db/fm?sslmode=require&password=s3cr")
     'postgresql+psycopg://***@db/fm?sslmode=require&password=***'
+
+A URL given without its scheme (``fm:s3cr@db:5432/fm``) and a libpq keyword/value connection
+string (``host=db password=s3cr``) are masked as well::
+
+    >>> safe_uri("cannot use fm:s3cr@db:5432/fm or 'host=db password=s3cr dbname=fm'")
+    "cannot use ***@db:5432/fm or 'host=db password=*** dbname=fm'"
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from urllib.parse import unquote_plus
+from urllib.parse import quote, unquote_plus
 
 _QUOTED_URL = re.compile(r"""(['"])(?:[A-Za-z][A-Za-z0-9+.-]*:)?//""")
 """The start of a quoted URL (``repr``'s ``'http://...'``, or ``"..."``): its quote, scheme and
@@ -36,11 +42,16 @@ def _userinfo_spans(text: str) -> list[tuple[int, int]]:
     an ``@`` further on in a path or query, so that is masked too: ``http://host/a@b`` shows as
     ``http://***@b`` (more hidden than needed, never a secret shown).
 
+    A run of text without ``//`` that holds a ``:`` before its last ``@`` is taken for a URL
+    given without its scheme (``fm:s3cr@db:5432/fm``, which a database URL setting may be by
+    mistake): masked from its start to that ``@``. An e-mail address (no ``:`` before its ``@``)
+    is not, nor a URI whose scheme is followed by a path (``models:/fleetmind-rca@champion``).
+
     Linear in ``len(text)``: each quoted URL is scanned once, and the next search starts after it
     (a regular expression backtracking from every ``//`` or quote was quadratic in a request path
     the access log masks)."""
     spans: list[tuple[int, int]] = []
-    if "//" not in text:  # no URL: most access lines and messages
+    if "@" not in text:  # no user part: most access lines and messages
         return spans
     pos = 0
     while (m := _QUOTED_URL.search(text, pos)) is not None:
@@ -59,7 +70,20 @@ def _userinfo_spans(text: str) -> list[tuple[int, int]]:
         start, end = token.find("//"), token.rfind("@")
         if start >= 0 and end >= start + 2:
             spans.append((t.start() + start + 2, t.start() + end))
+        elif start < 0 and 0 <= (colon := token.find(":")) < end and token[colon + 1] != "/":
+            # user:password@host without a scheme; not a URI whose scheme is followed by a path
+            # (MLflow's ``models:/fleetmind-rca@champion``, ``runs:/<id>/model``)
+            spans.append((t.start(), t.start() + end))
     return spans
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` with its ``user:password@`` removed (up to the last ``@``, as :func:`safe_uri`
+    masks it): ``http://am:s3cr@am:9093/x`` -> ``http://am:9093/x``. A key for a configured URL
+    that may be stored or compared without its password (a rotated password keeps the key)."""
+    head, sep, rest = url.partition("//")
+    at = rest.rfind("@")
+    return url if not sep or at < 0 else f"{head}//{rest[at + 1 :]}"
 
 
 SECRET_PARAM_WORDS = (
@@ -76,9 +100,30 @@ _NAME_STOP = re.compile(r"[=&#?;\s'\"]")
 _VALUE_STOP = re.compile(r"[&#;\s'\"]")
 
 
+_KEYWORD_VALUE = re.compile(
+    r"""(?:^|(?<=[\s'"(]))([A-Za-z_][\w.-]*)[ \t]*=[ \t]*('(?:[^'\\]|\\.)*'?|(?:[^\s'"]|['"](?!\s|$))*)"""
+)
+"""A ``keyword=value`` pair at the start of the text or after whitespace, a quote or ``(``, as
+libpq's keyword/value connection strings write them (``host=db password='a b'``: a value may be
+single-quoted, with ``\\'`` and ``\\\\`` escaped; PostgreSQL, "Connection Strings"). An
+unquoted value runs to whitespace, or to a quote before whitespace (the closing quote of the
+message's ``repr``)."""
+
+
 def _secret_name(name: str) -> bool:
     words = [w for w in re.split(r"[-_.]", name.lower()) if w]
     return any(w in SECRET_PARAM_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+
+
+def _keyword_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the value of each password-like ``keyword=value`` pair
+    (:data:`_KEYWORD_VALUE`, :data:`SECRET_PARAM_WORDS`) in ``text``: a libpq connection string's
+    ``password=...``, also where one was given as a database URL by mistake."""
+    if "=" not in text:
+        return []
+    return [
+        m.span(2) for m in _KEYWORD_VALUE.finditer(text) if m.group(2) and _secret_name(m.group(1))
+    ]
 
 
 def _param_spans(text: str) -> list[tuple[int, int]]:
@@ -111,9 +156,10 @@ def _param_spans(text: str) -> list[tuple[int, int]]:
 
 def safe_uri(text: str) -> str:
     """``text`` (a URL, or a message quoting URLs) with each URL's ``user:password@`` shown as
-    ``***@`` and the value of each password-like query parameter (:data:`SECRET_PARAM_WORDS`)
+    ``***@`` (also one given without its scheme: ``fm:s3cr@db/fm``) and the value of each
+    password-like query parameter or libpq ``keyword=value`` pair (:data:`SECRET_PARAM_WORDS`)
     as ``***``."""
-    spans = _userinfo_spans(text) + _param_spans(text)
+    spans = _userinfo_spans(text) + _param_spans(text) + _keyword_spans(text)
     # both rules on the original text, their spans merged: applied one after the other, the
     # first could hide the other's context (``?password=`` inside a masked user part) and show
     # the tail of a secret (``password=Hunter@2024x`` after ``//u@db/``)
@@ -134,7 +180,9 @@ def safe_uri(text: str) -> str:
 def _mask_field(field: str) -> str:
     """One ``&``-separated field of a query with its value as ``***`` when its name (percent-decoded)
     is password-like; a ``;``-separated parameter inside it is checked as well, and masked with
-    everything after it (a server may split a query at ``;`` too)."""
+    everything after it (a server may split a query at ``;`` too). A value that is itself an
+    encoded URL or target (``next=/ui/x%3Faccess_token%3D...``) is decoded once and masked by
+    :func:`safe_uri`, then encoded again."""
     name, eq, value = field.partition("=")
     if eq and value and _secret_name(unquote_plus(name)):
         return f"{name}=***"
@@ -143,6 +191,12 @@ def _mask_field(field: str) -> str:
         name, eq, value = part.partition("=")
         if eq and value and _secret_name(unquote_plus(name)):
             return ";".join([*parts[:i], f"{name}=***"])
+    name, eq, value = field.partition("=")
+    if eq and "%" in value:
+        inner = unquote_plus(value)
+        masked = safe_uri(inner)
+        if masked != inner:
+            return f"{name}={quote(masked, safe='/*')}"
     return field
 
 
@@ -160,3 +214,12 @@ def safe_request_target(target: str) -> str:
     if not sep:
         return safe_uri(target)
     return f"{safe_uri(path)}?{'&'.join(_mask_field(f) for f in query.split('&'))}"
+
+
+def drop_secret_params(query: str) -> str:
+    """``query`` (a URL's query, without its ``?``) without the fields that
+    :func:`safe_request_target` would mask: a password-like parameter (``access_token=...``,
+    ``token=...``), or one whose encoded value holds one. For a URL built from a request's own
+    (a login form's ``next``), which would otherwise carry the secret into a redirect, a page,
+    the browser's history and the access log."""
+    return "&".join(f for f in query.split("&") if f and _mask_field(f) == f)

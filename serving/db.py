@@ -56,7 +56,8 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.redact import safe_uri
@@ -519,13 +520,15 @@ class Database:
                 )
                 _pg_statement_timeout(self.engine, statement_timeout_s)
         except Exception as err:  # bad URL, missing driver
-            raise ConfigError(safe_uri(f"cannot use database URL {url!r}: {err}")) from None
+            raise ConfigError(_bad_url(url, err)) from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         # the file itself, also for a URI-form URL (sqlite:///file:/srv/fm.db?uri=true)
         self._file = migrations.sqlite_path(self.engine.url) if self.is_sqlite else None
         self._file_id: tuple[int, int] | None = None  # (device, inode) of the file in use
         # the write-ahead log SQLite keeps next to the file's real path (it resolves symlinks)
         self._wal = os.path.realpath(self._file) + "-wal" if self._file is not None else None
+        if self._file is not None and "mode=ro" not in url.lower():
+            event.listen(self.engine, "do_connect", self._create_private)
         self._wal_id: tuple[int, int] | None = None  # (device, inode) at the last commit
         self._wal_lost: str | None = None  # why the -wal in use was lost (sticky: restart)
         self._open_conns = 0  # SQLite connections of this engine now open
@@ -584,6 +587,19 @@ class Database:
             raise ConfigError(
                 safe_uri(f"cannot open the database at {self.engine.url!r}: {reason}")
             ) from err
+
+    def _create_private(self, *_args: Any) -> None:
+        """Before SQLite opens the database file (``do_connect``), create it readable and
+        writable by its owner alone (0600), whatever the umask, when it does not exist yet: it
+        holds alerts, incidents, UI sessions and what the notifier still owes. SQLite gives the
+        ``-wal`` and ``-shm`` beside it the same mode (``findCreateFileMode`` in ``os_unix.c``).
+        An existing file keeps its mode."""
+        if self._file is None:
+            return
+        try:
+            os.close(os.open(self._file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError:
+            pass  # it exists (the usual case), or its folder does not (SQLite then says so)
 
     def refuse_in_memory(self) -> None:
         """Raise ``ConfigError`` for an in-memory SQLite URL (``sqlite://``, ``sqlite:///:memory:``).
@@ -1707,6 +1723,25 @@ def _sqlite_write_probe(dbapi_conn: Any) -> None:
                 dbapi_conn.execute("ROLLBACK")
     finally:
         dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+
+
+def _bad_url(url: str, err: Exception) -> str:
+    """The one-line error for a database URL SQLAlchemy cannot use (``err``): the URL quoted with
+    its secrets masked (:func:`fleetmind.redact.safe_uri`), unless it does not parse as a URL and
+    holds an ``@`` or ``=``: a libpq keyword/value string (``host=db password=...``) or a URL
+    without its scheme (``fm:pass word@db/fm``) may carry a password in a form that no mask can
+    be sure of, so it is described, not quoted."""
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError):
+        if "@" in url or "=" in url:
+            return (
+                "cannot use database URL (not quoted, as it may hold a password): it is not of "
+                "the form dialect+driver://user:password@host:port/database, e.g. "
+                "postgresql+psycopg://fm:PASSWORD@db:5432/fleetmind (a libpq "
+                "'host=... password=...' string is not one)"
+            )
+    return safe_uri(f"cannot use database URL {url!r}: {err}")
 
 
 def _sqlite_pragmas(engine: Engine, synchronous: str) -> None:

@@ -6,13 +6,14 @@ for ``FLEETMIND_NOTIFY_SETTLE_S`` (the ranking has *settled*), it
 
 * posts one ``FleetMindRootCause`` alert to ``FLEETMIND_NOTIFY_ALERTMANAGER_URL`` ``/api/v2/alerts``
   (labels ``alertname``, ``incident``, ``cause_node``, ``cause_kind``, ``cluster``, ``severity``;
-  annotations ``summary``, ``path``, ``score``, ``fault_type``, ``incident_url``; ``generatorURL``
-  links to the incident page), re-posted every ``FLEETMIND_NOTIFY_RESEND_S`` like any alert source
+  annotations ``summary``, ``path``, ``score`` (four decimals, rounded down like the incident
+  page: 0.69996 is "0.6999", below a 0.7 threshold), ``fault_type``, ``incident_url``;
+  ``generatorURL`` links to the incident page), re-posted every ``FLEETMIND_NOTIFY_RESEND_S`` like any alert source
   (Alertmanager ends alerts that are not re-sent within its ``resolve_timeout``; the re-sends of
   all incidents go together, up to :data:`BATCH` alerts a post), so the user's own routes carry it
   to Slack, PagerDuty or OnCall;
 * posts one message to ``FLEETMIND_NOTIFY_WEBHOOK_URL``: Slack-compatible JSON (``text`` in Slack
-  mrkdwn) plus the same facts under ``fleetmind``.
+  mrkdwn) plus the same facts under ``fleetmind`` (its ``score`` the unrounded float).
 
 The alert's ``severity`` comes from the top cause's calibrated score (:func:`severity_for`):
 ``critical`` at or above ``FLEETMIND_NOTIFY_CRITICAL_SCORE``, ``warning`` at or above
@@ -67,6 +68,7 @@ import httpcore
 import httpx
 from sqlalchemy import Text, bindparam, cast, select
 
+from fleetmind.redact import without_userinfo
 from fleetmind.serving.db import Database, incidents, notifications
 from fleetmind.serving.failure_log import FailureLog
 from fleetmind.serving.schemas import from_unix
@@ -89,9 +91,14 @@ earlier causes) not yet delivered everywhere, oldest first, each ``{"alert": <th
 item with endsAt>, "alertmanager": [the /api/v2/alerts URLs that have not taken it], "webhook":
 <the chat message, or null when none is due>, "due_ts": <when it was due, Unix s>}``, and
 ``"refused_by"``: the URLs that refused it on its own (:meth:`Notifier._am_outcome`), once one
-did."""
+did. The URLs are stored without their ``user:password@`` (:func:`fleetmind.redact.without_userinfo`):
+no password in the database, and one rotated keeps what is owed."""
 OUTBOX_MAX = 100
 """Most undelivered resolutions kept per incident (the oldest is dropped, with an error logged)."""
+EXACT_SCORE = "fleetmind_exact_score"
+"""Key of a ``notifications`` row's annotations holding the top score unrounded (``repr`` of the
+float) for the webhook's JSON; it is not sent to Alertmanager, whose ``score`` annotation is the
+score rounded down (:func:`score_annotation`)."""
 SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
@@ -208,6 +215,12 @@ def severity_for(
     if p >= settings.notify_warning_score:
         return "warning"
     return None
+
+
+def score_annotation(score: Any) -> str:
+    """A score to four decimals, rounded down as the incident page rounds (0.69996 is below a 0.7
+    threshold: "0.6999", not "0.7000")."""
+    return f"{math.floor(10_000 * float(score) + 1e-9) / 10_000:.4f}"
 
 
 SEVERITY_RANK = {None: 0, "warning": 1, "critical": 2}
@@ -519,6 +532,37 @@ def refuses_alerts(outcome: str) -> bool:
     return is_final(outcome) and int(outcome) not in RECEIVER_STATUS
 
 
+def _outcome(
+    sev: str,
+    settings: Settings,
+    sent: bool,
+    is_open: bool,
+    failing: str | None,
+    dropped: str | None,
+) -> str:
+    """What the notifier did (or will do) with a cause at severity ``sev`` (see
+    :func:`confidence_words`)."""
+    as_sev = "as critical" if sev == "critical" else "as a warning"
+    # a warning goes to a channel, it does not page anyone
+    verb, verbs = ("page", "pages") if sev == "critical" else ("notify", "notifies")
+    notifying = any(u.strip() for u in (settings.notify_alertmanager_url or "").split(","))
+    if sent:  # by a channel; one that did not is named (on-call may rely on that one)
+        gaps = [f"{failing}, retrying" if failing and is_open else failing, dropped]
+        gaps = [g for g in gaps if g]
+        return f"sent {as_sev}" + (f" (not everywhere: {'; '.join(gaps)})" if gaps else "")
+    if not (notifying or settings.notify_webhook_url):
+        return f"would {verb} {as_sev} (notifications are off)"
+    if failing and is_open:
+        return f"sending {as_sev} failed ({failing}); retrying"
+    if dropped:
+        return f"not sent {as_sev} ({dropped})"
+    if failing:
+        return f"not sent {as_sev} (the incident closed first; sending failed: {failing})"
+    if is_open:
+        return f"{verbs} {as_sev} once settled"
+    return f"not sent {as_sev} (the incident closed first)"
+
+
 def confidence_words(
     score: Any,
     settings: Settings,
@@ -529,22 +573,27 @@ def confidence_words(
     failing: str | None = None,
     dropped: str | None = None,
     held: str | None = None,
+    calibrated: bool | None = True,
 ) -> str:
     """How sure the top cause is, in the words the incident page shows beside it, and what the
     notifier does with it.
 
     The same thresholds as :func:`severity_for`: ``high`` (pages as critical), ``medium``
     (notifies as a warning: ``warning`` goes to a channel, it does not page), ``low`` (not sent);
-    a method without calibrated scores says so instead of guessing. ``sent``: a channel took this
+    a method without calibrated scores says "confidence unknown" instead of guessing, and what
+    the notifier does (it sends such causes as warnings). ``sent``: a channel took this
     cause at this severity (its ``notifications`` row, :func:`delivery_outcome`); ``failing``:
     why sending it failed so far while it is retried; ``dropped``: why the notifier gave up on it.
     ``held``: the severity the cause fires at now (its ``notifications`` row), which
     :func:`held_severity` keeps while the score stays within the margin below its threshold.
-    Otherwise the words say what will happen: nothing while no notification URL is set, a page
-    once the ranking settles (``FLEETMIND_NOTIFY_SETTLE_S``) while the incident is open.
+    ``calibrated``: whether the model that ranked it has a fitted temperature
+    (``LoadedModel.calibrated``): ``False`` says "uncalibrated", ``None`` (not known) says
+    neither. Otherwise the words say what will happen: nothing while no notification URL is set,
+    a page once the ranking settles (``FLEETMIND_NOTIFY_SETTLE_S``) while the incident is open.
     """
     if method is not None and method not in CALIBRATED_METHODS:
-        return "confidence unknown: this ranker's scores are not probabilities"
+        outcome = _outcome("warning", settings, sent, is_open, failing, dropped)
+        return f"confidence unknown (this ranker's scores are not probabilities): {outcome}"
     sev = held_severity(score, held, settings, method, top)
     try:
         # rounded down: 0.6996 is below a 0.7 threshold and must not read "70 %"
@@ -553,33 +602,15 @@ def confidence_words(
         return "confidence unknown"
     if sev is None:
         return f"low confidence ({pct}): not sent; treat the list as leads"
-    as_sev = "as critical" if sev == "critical" else "as a warning"
-    # a warning goes to a channel, it does not page anyone
-    verb, verbs = ("page", "pages") if sev == "critical" else ("notify", "notifies")
-    notifying = any(u.strip() for u in (settings.notify_alertmanager_url or "").split(","))
-    if sent:  # by a channel; one that did not is named (on-call may rely on that one)
-        gaps = [f"{failing}, retrying" if failing and is_open else failing, dropped]
-        gaps = [g for g in gaps if g]
-        outcome = f"sent {as_sev}" + (f" (not everywhere: {'; '.join(gaps)})" if gaps else "")
-    elif not (notifying or settings.notify_webhook_url):
-        outcome = f"would {verb} {as_sev} (notifications are off)"
-    elif failing and is_open:
-        outcome = f"sending {as_sev} failed ({failing}); retrying"
-    elif dropped:
-        outcome = f"not sent {as_sev} ({dropped})"
-    elif failing:
-        outcome = f"not sent {as_sev} (the incident closed first; sending failed: {failing})"
-    elif is_open:
-        outcome = f"{verbs} {as_sev} once settled"
-    else:
-        outcome = f"not sent {as_sev} (the incident closed first)"
+    outcome = _outcome(sev, settings, sent, is_open, failing, dropped)
+    calib = {True: ", calibrated", False: ", uncalibrated"}.get(calibrated, "")
     if sev == "critical" and float(score) < settings.notify_critical_score:
         return (
-            f"critical held ({pct}, calibrated; within FLEETMIND_NOTIFY_SEVERITY_MARGIN below "
+            f"critical held ({pct}{calib}; within FLEETMIND_NOTIFY_SEVERITY_MARGIN below "
             f"the critical score): {outcome}"
         )
     if sev == "critical":
-        return f"high confidence ({pct}, calibrated): {outcome}"
+        return f"high confidence ({pct}{calib}): {outcome}"
     if float(score) >= settings.notify_critical_score:  # capped: see severity_for
         return (
             f"high score ({pct}) but no fault type its node can have, or a whole cluster: "
@@ -662,12 +693,18 @@ class Notifier:
         self.is_leader = is_leader
         self.clock = clock
         # every instance of an Alertmanager HA pair gets every alert: they gossip silences and
-        # the notification log, not alerts (Prometheus likewise sends to each instance)
-        self.am_urls = [
-            base.strip().rstrip("/") + "/api/v2/alerts"
-            for base in (settings.notify_alertmanager_url or "").split(",")
-            if base.strip()
-        ]
+        # the notification log, not alerts (Prometheus likewise sends to each instance).
+        # Each is known by its URL without user:password (what the outbox stores: no password
+        # in the database, and a rotated one keeps the resolutions owed); _post adds it back.
+        self._am_post = {
+            without_userinfo(url): url
+            for url in (
+                base.strip().rstrip("/") + "/api/v2/alerts"
+                for base in (settings.notify_alertmanager_url or "").split(",")
+                if base.strip()
+            )
+        }
+        self.am_urls = list(self._am_post)
         self.hook_url = settings.notify_webhook_url
         self._client = post_client(transport)
         self._hook_until = math.inf  # time.monotonic() after which a poll posts no more chat
@@ -941,7 +978,8 @@ class Notifier:
             "description": f"{inc['firing_count']} firing alerts in {cluster}; FleetMind ranks "
             f"{top['node']} first ({inc['method'] or 'rca'}).",
             "path": " -> ".join(top.get("path") or [top["node"]]),
-            "score": f"{float(top['score']):.4f}",
+            "score": score_annotation(top["score"]),
+            EXACT_SCORE: repr(float(top["score"])),
             "fault_type": fault,
             "incident_url": f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}",
         }
@@ -1150,8 +1188,13 @@ class Notifier:
         alert, due) or -2 (the firing alert, not due, after the resolutions owed). A resolution
         that URL refused on its own comes after the others owed, so that they are tried first
         (with the refusal budget spent, only an entry's first resolution is posted alone)."""
-        for e in outbox:  # an instance no longer configured cannot take it any more
-            e["alertmanager"] = [u for u in e["alertmanager"] if u in self.am_urls]
+        for e in outbox:  # an instance no longer configured cannot take it any more (a URL
+            # stored with its user:password, before they were left out, still matches)
+            e["alertmanager"] = [
+                u for u in map(without_userinfo, e["alertmanager"]) if u in self.am_urls
+            ]
+            if "refused_by" in e:
+                e["refused_by"] = [without_userinfo(u) for u in e["refused_by"]]
         firing = row["state"] == "firing"
         # a send "in the future" means the wall clock stepped back: re-send now, or
         # Alertmanager's resolve_timeout would end the alert while the clock catches up
@@ -1391,7 +1434,8 @@ class Notifier:
         if am and budget and self._refusals_spent(url):
             return False, DEFERRED
         started = time.monotonic()
-        ok, outcome, asked, moved = post_attempt(self._client, url, body)
+        target = self._am_post.get(url, url) if am else url  # (with its user:password)
+        ok, outcome, asked, moved = post_attempt(self._client, target, body)
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
@@ -1457,7 +1501,7 @@ class Notifier:
         """The ``POST /api/v2/alerts`` item of a notification row."""
         alert = {
             "labels": row["labels"],
-            "annotations": row["annotations"],
+            "annotations": {k: v for k, v in row["annotations"].items() if k != EXACT_SCORE},
             "startsAt": row["starts_at"],
             "generatorURL": row["annotations"]["incident_url"],
         }
@@ -1515,7 +1559,7 @@ class Notifier:
                 "cause_kind": lab["cause_kind"],
                 "cluster": lab["cluster"],
                 "fault_type": a.get("fault_type") or None,
-                "score": float(a["score"]),
+                "score": float(a.get(EXACT_SCORE) or a["score"]),  # older rows: the annotation
                 "path": a["path"].split(" -> "),
                 "incident_url": a["incident_url"],
                 "starts_at": row["starts_at"],

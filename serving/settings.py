@@ -588,13 +588,21 @@ class Settings(BaseSettings):
         if v is None or (not v.strip() and info.field_name.startswith("notify_")):
             return None  # an empty notification URL (a common `value: ""`) means off, as unset does
         several = info.field_name == "notify_alertmanager_url"
-        for url in [u.strip() for u in v.split(",")] if several else [v]:
+        urls = [u.strip() for u in v.split(",")] if several else [v]
+        for n, url in enumerate(urls, start=1):
             problem = _url_problem(url)
-            if problem is not None:
-                # a webhook URL is a secret in its path (Slack's): never echoed; others masked
-                secret = info.field_name == "notify_webhook_url"
-                got = "" if secret else f", got {safe_uri(repr(url))}"
-                raise ValueError(f"{problem}{got}")
+            if problem is None:
+                continue
+            if len(urls) > 1 and "@" in v:  # a piece may be part of a user:password holding
+                # a comma (RFC 3986 section 3.2.1 allows one): named by its place, never quoted
+                raise ValueError(
+                    f"{problem}, in URL {n} of the {len(urls)} separated by commas (a comma in "
+                    "a user name or password must be written %2C)"
+                )
+            # a webhook URL is a secret in its path (Slack's): never echoed; others masked
+            secret = info.field_name == "notify_webhook_url"
+            got = "" if secret else f", got {safe_uri(repr(url))}"
+            raise ValueError(f"{problem}{got}")
         return v
 
     @field_validator("trusted_proxies")

@@ -60,6 +60,7 @@ from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fetch import check_http_url
+from fleetmind.redact import safe_uri
 
 GROUP_BY: tuple[str, ...] = ("cluster", "alertname")
 GROUP_WAIT_S = 10.0
@@ -510,10 +511,10 @@ def replay(
             try:
                 r = client.post("/api/v1/alerts", json=n.payload, headers=headers)
             except httpx.HTTPError as err:
-                raise NotAvailableError(f"cannot reach {url}: {err}") from None
+                raise NotAvailableError(safe_uri(f"cannot reach {url}: {err}")) from None
             if r.status_code != 200:
                 raise NotAvailableError(
-                    f"{url}/api/v1/alerts answered {r.status_code}: {r.text[:200]}"
+                    f"{safe_uri(url)}/api/v1/alerts answered {r.status_code}: {r.text[:200]}"
                     + (" (give an ingest token: --token)" if r.status_code in (401, 403) else "")
                 )
             count, listed = _rejections(r, n.payload["alerts"])

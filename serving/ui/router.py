@@ -24,12 +24,13 @@ from pydantic import ValidationError
 from sqlalchemy import case, func, select
 
 from fleetmind.data.errors import DataError, FleetMindError
+from fleetmind.redact import drop_secret_params
 from fleetmind.serving.db import alerts as alerts_table
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import ServicesDep
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
 from fleetmind.serving.health import telemetry_cluster_alias
-from fleetmind.serving.notify import confidence_words, delivery_outcome, held_severity
+from fleetmind.serving.notify import CLOSED, confidence_words, delivery_outcome, held_severity
 from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import MAX_DB_INT, from_unix
 from fleetmind.serving.ui import auth
@@ -243,9 +244,13 @@ def render(request: Request, name: str, status_code: int = 200, **ctx: Any) -> H
 def _login_redirect(request: Request) -> RedirectResponse:
     """To the login form, which sends the browser back to ``next`` once signed in. A 303 is
     followed by a GET (RFC 9110 section 15.4.4), so a form's POST (the session ended while it was
-    being filled in) returns to the page the form was on, not to its POST-only action."""
+    being filled in) returns to the page the form was on, not to its POST-only action. A
+    password-like query parameter (``?access_token=...``, :func:`fleetmind.redact.drop_secret_params`)
+    is left out of ``next``: it would reach the Location header, the login form, the browser's
+    history and the access log (the UI signs in with its form, not with a token in the URL)."""
     if request.method in ("GET", "HEAD"):
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        query = drop_secret_params(request.url.query)
+        target = request.url.path + (f"?{query}" if query else "")
     else:
         page = re.match(r"/ui/incidents/\d+(?=/|$)", request.url.path)
         target = page.group(0) if page else "/ui/"
@@ -553,6 +558,7 @@ def _incident(
             failing=failing,
             dropped=dropped,
             held=held,
+            calibrated=_calibrated(services, row),
         )
         if causes
         else None,
@@ -724,15 +730,38 @@ def _cause_graphs(
     return causes
 
 
+def _calibrated(services: Any, incident: dict[str, Any]) -> bool | None:
+    """Whether the model that ranked ``incident`` has a calibrated top score
+    (``LoadedModel.calibrated`` of the served RCA model when it is the one that ranked it, by
+    method and version); ``None`` when that is not known (another model ranked it)."""
+    try:
+        model = services.registry.current.rca
+    except RuntimeError:  # models not loaded (the lifespan always loads them)
+        return None
+    if model.method != incident.get("method") or model.version != incident.get("model_version"):
+        return None
+    return model.calibrated
+
+
+def _closed_with(n: Any, incident: dict[str, Any]) -> bool:
+    """Whether notification row ``n`` was resolved because its incident closed (a row from
+    before ``resolved_because``: whether the incident is closed), not withdrawn while open."""
+    if n["state"] != "resolved":
+        return False
+    because = (n["annotations"] or {}).get("resolved_because")
+    return because == CLOSED or (because is None and incident.get("status") != "open")
+
+
 def _notified(
     services: Any, incident: dict[str, Any], top: dict[str, Any]
 ) -> tuple[bool, str | None, str | None, str | None]:
     """What became of the notification of ``top`` at the severity it has now, as
-    :func:`~fleetmind.serving.notify.delivery_outcome` says, and the severity its firing row
-    holds: ``(sent, failing, dropped, held)``. Only a ``notifications`` row naming this cause and
+    :func:`~fleetmind.serving.notify.delivery_outcome` says, and the severity its row holds:
+    ``(sent, failing, dropped, held)``. Only a ``notifications`` row naming this cause and
     severity counts (the severity :func:`~fleetmind.serving.notify.held_severity` gives against
-    the row's, as the notifier judges it), and only a firing message a channel took is "sent" (a
-    dropped or never delivered one is not, resolved or not)."""
+    the row's, as the notifier judges it: its firing row's, or, once the incident closed, the
+    severity its resolved row was sent at), and only a firing message a channel took is "sent"
+    (a dropped or never delivered one is not, resolved or not)."""
     nothing = (False, None, None, None)
     with services.db.read() as conn:
         row = conn.execute(
@@ -740,8 +769,9 @@ def _notified(
         ).first()
     n = None if row is None else row._mapping
     held = None
-    if n is not None and n["state"] == "firing" and n["cause_node"] == top["node"]:
-        held = (n["labels"] or {}).get("severity")
+    if n is not None and n["cause_node"] == top["node"]:
+        if n["state"] == "firing" or _closed_with(n, incident):
+            held = (n["labels"] or {}).get("severity")
     severity = held_severity(top.get("score"), held, services.settings, incident.get("method"), top)
     if severity is None or n is None:
         return nothing
