@@ -9,11 +9,17 @@ the same scrape"). Two kinds of pod are listed without their GPU use in the snap
   it now stays while the pod is listed there, past its TTL, and ends one TTL after the pod leaves.
   (``tests/k8s_helpers.py``'s ``LiveFleet`` writes ``gpu-index`` from FleetMind's own holds, which
   hid this: the pods here have none, or no annotation series at all.)
-* a whole-GPU pod bound but not started (an image pull): dcgm-exporter names it on no GPU yet.
-  kube-state-metrics' ``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``
-  (kube-state-metrics ``docs/pod-metrics.md``: ``resource``/``unit`` labels, the resource name
-  sanitised, ``nvidia.com/gpu`` -> ``nvidia_com_gpu``) now marks that many GPUs taken, and the hold
-  stays while none of its GPUs reads taken.
+* a whole-GPU (``nvidia.com/gpu``) pod that dcgm-exporter names on no GPU: for up to one
+  dcgm-exporter collection interval plus a scrape after the kubelet allocated its devices (at
+  admission, before any image pull; dcgm-exporter reads the kubelet's PodResources ``List``, running
+  or not), and for the pod's whole life where dcgm-exporter's Kubernetes mapping is off (``-k``
+  unset) or, time-sliced, when another pod on the GPU is the one it names (no
+  ``--kubernetes-virtual-gpus``). kube-state-metrics'
+  ``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}`` (kube-state-metrics
+  ``docs/pod-metrics.md``: ``resource``/``unit`` labels, the resource name sanitised,
+  ``nvidia.com/gpu`` -> ``nvidia_com_gpu``) now marks that many devices taken, and that charge
+  places the pod's GPU use: its hold ends on listing, whichever GPUs the device plugin chose (a hold
+  kept as well would count the pod twice, for its whole life where DCGM never names it).
 
 The snapshots come from :func:`build_nodes` over kube-state-metrics and DCGM samples, and the
 extender, ``/bound``, ``/api/v1/fleet`` and ``/api/v1/placements`` routes run as served.
@@ -66,11 +72,12 @@ class Fleet(TelemetrySource):
 
     name = "prometheus"
 
-    def __init__(self, clock: Clock, n_gpus: int) -> None:
+    def __init__(self, clock: Clock, n_gpus: int, replicas: int = 1) -> None:
         super().__init__(ttl_s=0.0)
-        self.clock, self.n_gpus = clock, n_gpus
+        self.clock, self.n_gpus, self.replicas = clock, n_gpus, replicas
         self.pods: list[dict[str, Any]] = []
         self.named: dict[int, str] = {}
+        self.busy: set[int] = set()  # GPUs in use that DCGM names no pod on (mapping off)
 
     def dcgm(self) -> list[tuple[str, dict[str, str], float]]:
         out = []
@@ -80,7 +87,7 @@ class Fleet(TelemetrySource):
             if g in self.named:
                 ns, pod = self.named[g].split("/")
                 lab = {**lab, "namespace": ns, "pod": pod, "container": "main"}
-            busy = g in self.named
+            busy = g in self.named or g in self.busy
             out += [("DCGM_FI_DEV_GPU_UTIL", lab, 90.0 if busy else 0.0),
                     ("DCGM_FI_DEV_FB_USED", lab, 40000.0 if busy else 0.0),
                     ("DCGM_FI_DEV_FB_FREE", lab, 41000.0 if busy else 81000.0)]  # fmt: skip
@@ -91,6 +98,11 @@ class Fleet(TelemetrySource):
             ("kube_node_status_allocatable", {"node": NODE, "resource": "cpu"}, 96.0),
             ("kube_node_status_allocatable", {"node": NODE, "resource": "memory"}, 2.0**40),
         ]
+        if self.replicas > 1:  # time-slicing: capacity counts replicas, GFD labels the node
+            cap = {"__name__": "kube_node_status_capacity", "node": NODE}
+            out.append(("node_gpus", cap, float(self.n_gpus * self.replicas)))
+            rep = {"node": NODE, "label_nvidia_com_gpu_replicas": str(self.replicas)}
+            out.append(("node_gpu_replicas", rep, 1.0))
         for p in self.pods:
             pod = {"namespace": NS, "pod": p["name"], "uid": "u-" + p["name"]}
             out.append(("kube_pod_info", {**pod, "node": NODE, "created_by_kind": "Job"}, 1.0))
@@ -219,7 +231,7 @@ def test_shares_with_gpu_index_end_on_listing_as_before(client: TestClient, cloc
     assert free(client) == expected
 
 
-def test_whole_gpu_pods_pulling_their_image_keep_their_gpus(
+def test_whole_gpu_pods_dcgm_names_nowhere_yet_keep_their_gpus(
     client: TestClient, clock: Clock
 ) -> None:
     fleet = Fleet(clock, n_gpus=4)
@@ -229,14 +241,14 @@ def test_whole_gpu_pods_pulling_their_image_keep_their_gpus(
         r = client.post("/api/v1/scheduler/bound",
                         json={"PodName": name, "PodNamespace": NS, "Node": NODE})  # fmt: skip
         assert r.json()["Outcome"] == "held", r.text
-    # bound, containers creating: kube-state-metrics lists them with their nvidia_com_gpu
-    # requests, DCGM names no pod and every GPU reads idle
+    # bound: kube-state-metrics lists them with their nvidia_com_gpu requests, DCGM names no pod
+    # yet (its next collection) and every GPU reads idle
     fleet.pods += [{"name": "w0", "gpus": 1}, {"name": "w1", "gpus": 1}]
     clock.now += 60  # past /bound's grace (30 s)
     assert sorted(free(client)) == [0, 0, 1000, 1000]  # used to read 4 free GPUs
     r = client.post("/api/v1/placements", json={"num_gpu": 3})
     assert r.status_code == 409, r.text  # two GPUs left, not four
-    # the containers start: DCGM names the pods on their GPUs; nothing is counted twice
+    # DCGM names the pods on their GPUs; nothing is counted twice
     fleet.named = {0: f"{NS}/w0", 1: f"{NS}/w1"}
     assert free(client) == [0, 0, 1000, 1000]
     assert client.post("/api/v1/placements", json={"num_gpu": 2}).status_code == 200
@@ -245,31 +257,81 @@ def test_whole_gpu_pods_pulling_their_image_keep_their_gpus(
 def test_requested_gpus_are_marked_once(clock: Clock) -> None:
     fleet = Fleet(clock, n_gpus=4)
     fleet.pods = [
-        {"name": "pulling", "gpus": 2},
+        {"name": "unnamed", "gpus": 2},  # DCGM names it nowhere (yet): marked on GPUs 0 and 1
         {"name": "running", "gpus": 1},  # DCGM names it on GPU 3: already counted there
         {"name": "done", "gpus": 1, "phase": "Succeeded"},  # finished: holds nothing
     ]
     fleet.named = {3: f"{NS}/running"}
     (node,) = fleet.snapshot().nodes
     assert [g.free_milli for g in node.gpus] == [0, 0, 1000, 0]
-    assert node.gpu_pods == frozenset({f"{NS}/running"})
-    assert node.pods == frozenset({f"{NS}/pulling", f"{NS}/running"})
+    # both pods' GPU use is counted (named, or charged by the marking): their holds end on listing
+    assert node.gpu_pods == frozenset({f"{NS}/unnamed", f"{NS}/running"})
+    assert node.pods == frozenset({f"{NS}/unnamed", f"{NS}/running"})
 
 
-def test_a_whole_gpu_hold_stays_while_none_of_its_gpus_reads_taken(
+def test_a_whole_gpu_hold_on_other_gpus_than_the_marked_ones_ends_on_listing(
     client: TestClient, clock: Clock
 ) -> None:
-    """The request is marked on the lowest idle GPU; a hold naming another one stays (its GPU
-    would read free otherwise): capacity counted twice for a while, never handed out twice."""
+    """The request is marked on the lowest idle GPU; a hold naming another one ends all the same
+    (the marking counts the pod): the pod's one GPU is counted once, not twice. 592fdb8 kept it
+    (3 GPUs read taken for 1 pod until DCGM named it)."""
     fleet = Fleet(clock, n_gpus=4)
     res = client.app.state.services.reservations
     res.hold(f"{NS}/w", Option("local", NODE, (3,), 0.0), JobSpec(num_gpu=1), uid="u-w")
     fleet.pods = [{"name": "w", "gpus": 1}]
     snap = fleet.snapshot()
     assert [g.free_milli for g in snap.nodes[0].gpus] == [0, 1000, 1000, 1000]
-    assert res.view(snap).gpu_used("local", NODE, 3) == 1000
+    assert res.view(snap).gpu_used("local", NODE, 3) == 0
     res.hold(f"{NS}/w", Option("local", NODE, (0,), 0.0), JobSpec(num_gpu=1), uid="u-w")
-    assert res.view(snap).gpu_used("local", NODE, 0) == 0  # its GPU reads taken: it ends
+    assert res.view(snap).gpu_used("local", NODE, 0) == 0
+
+
+def test_pods_dcgm_never_names_are_counted_once_for_life(client: TestClient, clock: Clock) -> None:
+    """dcgm-exporter's Kubernetes mapping off (``-k`` unset: its default): it names no pod, ever.
+    Four 1-GPU pods held on GPUs 0-3 (best fit, lowest index) run on GPUs 4-7 (the device
+    plugin's choice), which read busy. 592fdb8 kept the four holds for the pods' whole life and
+    marked their requests too: 0 of 8 GPUs free where 4 are idle."""
+    fleet = Fleet(clock, n_gpus=8)
+    client.app.state.services.telemetry = fleet
+    for i in range(4):
+        assert schedule(client, whole_pod(f"w{i}")) == NODE
+        r = client.post("/api/v1/scheduler/bound",
+                        json={"PodName": f"w{i}", "PodNamespace": NS, "Node": NODE})  # fmt: skip
+        assert r.json()["Outcome"] == "held", r.text
+    assert sorted(h["gpus"][0] for h in holds(client).values()) == [0, 1, 2, 3]
+    fleet.pods = [{"name": f"w{i}", "gpus": 1, "phase": "Running"} for i in range(4)]
+    fleet.busy = {4, 5, 6, 7}
+    clock.now += 86400  # a day later, all four still running
+    assert free(client) == [1000] * 4 + [0] * 4
+    assert holds(client) == {}
+    assert client.post("/api/v1/placements", json={"num_gpu": 4}).status_code == 200
+
+
+def test_time_sliced_pods_dcgm_names_one_of_are_counted_once(
+    client: TestClient, clock: Clock
+) -> None:
+    """Time-slicing, 3 GPUs x 4 replicas (12 ``nvidia.com/gpu`` devices, 250 milli each). Four
+    1-replica pods held on GPU 0 (best fit packs) run two per GPU on GPUs 0 and 1 (the device
+    plugin spreads them); dcgm-exporter without ``--kubernetes-virtual-gpus`` names one pod per GPU
+    (p0, p1), and the other two requests are marked on GPU 2. 592fdb8 kept p2's and p3's holds
+    (250 milli each on GPU 0) for life: 6 free replicas where 8 are."""
+    fleet = Fleet(clock, n_gpus=3, replicas=4)
+    res = client.app.state.services.reservations
+    for i in range(4):
+        opt = Option("local", NODE, (0,), 0.0)
+        res.hold(f"{NS}/p{i}", opt, JobSpec(num_gpu=1, gpu_milli=250), uid=f"u-p{i}")
+    fleet.pods = [{"name": f"p{i}", "gpus": 1, "phase": "Running"} for i in range(4)]
+    fleet.named = {0: f"{NS}/p0", 1: f"{NS}/p1"}
+    snap = fleet.snapshot()
+    (node,) = snap.nodes
+    assert [g.free_milli for g in node.gpus] == [750, 750, 500]
+    assert node.gpu_pods == frozenset(f"{NS}/p{i}" for i in range(4))
+    view = res.view(snap)
+    assert [view.gpu_used("local", NODE, g) for g in range(3)] == [0, 0, 0]
+    clock.now += 3600
+    view = res.view(fleet.snapshot())
+    assert [view.gpu_used("local", NODE, g) for g in range(3)] == [0, 0, 0]
+    assert {h["pod_key"] for h in res.rows()} == set()
 
 
 def test_the_fleet_query_reads_gpu_requests_per_pod() -> None:

@@ -13,16 +13,17 @@ shows it. A hold ends when
   decision on a snapshot collected before the grace ran out still sees the hold;
 * or telemetry lists the pod on the **held node** (``NodeState.pods``, from kube-state-metrics'
   ``kube_pod_info``) and places its usage there: CPU and memory are in that scrape (its requests),
-  and a hold without GPUs ends. A hold with GPUs ends only when the snapshot also places the pod's
-  GPU use (``NodeState.gpu_pods``: DCGM names the pod on a GPU, or its GPU-sharing annotations carry
-  ``gpu-index``) or, for whole GPUs, shows every held GPU taken (kube-state-metrics'
-  ``nvidia_com_gpu`` requests of pods DCGM does not name yet are marked taken,
-  :func:`fleetmind.serving.telemetry.prometheus.mark_requested_gpus`). Until then the hold is the
-  pod's GPU assignment (a ``gpu-milli`` share without ``gpu-index``, which nothing in FleetMind's
-  deployment writes; a whole-GPU pod pulling its image): it stays while telemetry lists the pod
-  there, past its TTL and past ``/bound``'s grace, and each view that sees it so renews its
-  deadline to one TTL ahead (:meth:`DbReservations.view`), so it ends at most one TTL after the
-  pod leaves ``kube_pod_info`` (finished, deleted), or with the bound grace when ``/bound`` saw it;
+  and a hold without GPUs ends. A hold with GPUs ends only when the snapshot also counts the pod's
+  GPU use (``NodeState.gpu_pods``: DCGM names the pod on a GPU, its GPU-sharing annotations
+  carry ``gpu-index``, or its ``nvidia_com_gpu`` request is charged to the node's GPUs:
+  kube-state-metrics' requests of pods DCGM names nowhere are marked taken,
+  :func:`fleetmind.serving.telemetry.prometheus.mark_requested_gpus`, whichever GPUs the device
+  plugin chose) or, for whole GPUs, shows every held GPU taken. Until then the hold is the pod's GPU
+  assignment (a ``gpu-milli`` share without ``gpu-index``, which nothing in FleetMind's deployment
+  writes and which requests no ``nvidia.com/gpu``): it stays while telemetry lists the pod there,
+  past its TTL and past ``/bound``'s grace, and each view that sees it so renews its deadline to
+  one TTL ahead (:meth:`DbReservations.view`), so it ends at most one TTL after the pod leaves
+  ``kube_pod_info`` (finished, deleted), or with the bound grace when ``/bound`` saw it;
 * or telemetry lists the pod, by its **uid**, on **another node** of the hold's cluster
   (``NodeState.pod_uids``): a later extender or a score plugin chose otherwise, and no ``/bound``
   said so, so the held capacity is not the pod's at all. By uid, not by name: a pod deleted and
@@ -188,8 +189,9 @@ def _taken(option: Option, seen: Reservations, now: Reservations) -> bool:
 
 def _unplaced(r: Any, node: NodeState) -> bool:
     """Whether GPU hold ``r``, whose pod ``node`` lists, is still the pod's GPU assignment: the
-    snapshot places none of the pod's GPU use on ``node`` (not in ``node.gpu_pods``) and, for whole
-    GPUs, shows some held GPU with room left (the hold still adds to what it reads)."""
+    snapshot counts none of the pod's GPU use on ``node`` (not in ``node.gpu_pods``: DCGM names it
+    on no GPU, no ``gpu-index`` places it, no ``nvidia.com/gpu`` request of it was charged) and,
+    for whole GPUs, shows some held GPU with room left (the hold still adds to what it reads)."""
     if not r.gpus or node.gpu_pods is None or r.pod_key in node.gpu_pods:
         return False
     if r.pod_uid and node.pod_uids and r.pod_uid not in node.pod_uids:

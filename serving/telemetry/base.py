@@ -73,20 +73,39 @@ class NodeState:
     (kube-state-metrics' ``kube_pod_info{uid}``; empty when it cannot tell). Unlike a pod's name,
     a uid is never reused: a pod deleted and created again under its name gets a new one."""
     gpu_pods: frozenset[str] | None = None
-    """``namespace/name`` of the pods whose GPU use telemetry places on given GPUs of this node
-    (DCGM names the pod there, or its GPU-sharing annotations carry ``gpu-index``); ``None`` where
-    the source cannot tell (a pod it lists counts as placed). A GPU hold of a pod listed in
-    ``pods`` but not here stays the pod's GPU assignment
-    (:mod:`fleetmind.serving.scheduler.reservations`)."""
+    """``namespace/name`` of the pods whose GPU use this snapshot already counts on this node's
+    GPUs: DCGM names the pod there, its GPU-sharing annotations carry ``gpu-index``, or its
+    ``nvidia.com/gpu`` request is charged to the node's GPUs (kube-state-metrics' requests of pods
+    DCGM names nowhere, marked taken); ``None`` where the source cannot tell (a pod it lists
+    counts as placed). A GPU hold of a pod listed in ``pods`` but not here stays the pod's GPU
+    assignment (:mod:`fleetmind.serving.scheduler.reservations`)."""
 
 
 @dataclass
 class FleetSnapshot:
-    """The fleet at ``collected_ts`` (Unix seconds) as seen by ``source``."""
+    """The fleet at ``collected_ts`` (Unix seconds) as seen by ``source``.
+
+    ``collected_ts`` is the time the data describes (a Prometheus server: the instant its queries
+    were evaluated), which the bound-pod grace and the "as of" times count from;
+    ``received_ts`` (Unix seconds; ``None``: ``collected_ts``) is when the source had answered,
+    which the cache's TTL and stale bounds count from, so a read slower than the TTL still serves
+    the requests that follow it (:meth:`TelemetrySource.snapshot`).
+    """
 
     source: str
     nodes: list[NodeState]
     collected_ts: float = field(default_factory=time.time)
+    received_ts: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.received_ts is None:
+            self.received_ts = self.collected_ts
+
+    @property
+    def age_ts(self) -> float:
+        """The time (Unix seconds) the cache's TTL and stale bounds count from:
+        ``received_ts``, else ``collected_ts``."""
+        return self.collected_ts if self.received_ts is None else self.received_ts
 
     @property
     def num_gpus(self) -> int:
@@ -130,7 +149,7 @@ class TelemetrySource(ABC):
 
     def _fresh(self) -> FleetSnapshot | None:
         snap = self._cached
-        if snap is None or time.time() - snap.collected_ts > self.ttl_s:
+        if snap is None or time.time() - snap.age_ts > self.ttl_s:
             return None
         return snap
 
@@ -140,7 +159,7 @@ class TelemetrySource(ABC):
         snap = self._cached
         if snap is None or self.max_stale_s <= 0 or self.ttl_s <= 0:
             return None
-        if time.time() - snap.collected_ts > self.ttl_s + self.max_stale_s:
+        if time.time() - snap.age_ts > self.ttl_s + self.max_stale_s:
             return None
         return snap
 
@@ -240,7 +259,7 @@ class TelemetrySource(ABC):
                 err,
             )
             return
-        age, bound = max(0.0, time.time() - snap.collected_ts), self.ttl_s + self.max_stale_s
+        age, bound = max(0.0, time.time() - snap.age_ts), self.ttl_s + self.max_stale_s
         if age > bound:  # past the bound already (a read that ran into its timeout): not served
             log.warning(
                 "telemetry %s: background refresh failed (%s); the last snapshot (%.0f s old) "

@@ -63,7 +63,7 @@ kube-state-metrics series (Prometheus server mode):
 | --- | --- |
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
-| ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken (see Requested GPUs) |
+| ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
@@ -111,16 +111,23 @@ holds nothing, and the GPU's free share comes from its framebuffer and utilisati
 kube-state-metrics (a ``/metrics`` URL) every pod DCGM names holds its GPU.
 
 Requested GPUs. A pod bound to a node shows in ``kube_pod_info`` at once, but dcgm-exporter names
-it on its GPUs only once its containers run (an image pull can take minutes), and not at all where
-its Kubernetes mapping is off. So, per node, the ``nvidia.com/gpu`` devices requested by the pods
-listed there (not finished) that DCGM names on no GPU are marked taken (:func:`mark_requested_gpus`):
-first the GPUs that read in use (framebuffer, utilisation) with no pod named on them and no share
-annotated (their usage is the unnamed pods'), then idle ones, lowest index first; one device is one
-time-slicing replica (``1000 // gpu_replicas`` milli). Only GPUs with MIG disabled take them, unless
-the node's GPUs are all MIG instances (the ``single`` strategy). ``NodeState.gpu_pods`` names the
-pods whose GPU use the snapshot places on given GPUs (DCGM names them there, or their share
-annotation has ``gpu-index``): a hold of a listed pod outside it is still the pod's GPU assignment
-(:mod:`fleetmind.serving.scheduler.reservations`).
+it on its GPUs only from its next collection after the kubelet allocated them: the kubelet
+allocates devices at admission (before any image pull), and dcgm-exporter maps pods through the
+kubelet's PodResources ``List`` API, running or not, so the gap is up to one dcgm-exporter
+collection interval (``-c``, 30 s by default) plus one Prometheus scrape; where its Kubernetes
+mapping is off (``-k``/``DCGM_EXPORTER_KUBERNETES`` unset: off by default) it names no pod, ever,
+and with time-slicing but without ``--kubernetes-virtual-gpus`` it names one pod per shared GPU.
+So, per node, the ``nvidia.com/gpu`` devices requested by the pods listed there (not finished) that
+DCGM names on no GPU are marked taken (:func:`mark_requested_gpus`): first the GPUs that read in
+use (framebuffer, utilisation) with no pod named on them and no share annotated (their usage is the
+unnamed pods'), then idle ones, lowest index first; one device is one time-slicing replica
+(``1000 // gpu_replicas`` milli). Only GPUs with MIG disabled take them, unless the node's GPUs are
+all MIG instances (the ``single`` strategy). Init containers' requests
+(``kube_pod_init_container_resource_requests``, sidecars included) are not read.
+``NodeState.gpu_pods`` names the pods whose GPU use the snapshot counts (DCGM names them on a GPU,
+their share annotation has ``gpu-index``, or their ``nvidia_com_gpu`` request was marked so): a
+hold of a listed pod outside it (a ``gpu-milli`` share without ``gpu-index``) is still the pod's
+GPU assignment (:mod:`fleetmind.serving.scheduler.reservations`).
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -497,7 +504,7 @@ class PrometheusSource(TelemetrySource):
                 f"cannot scrape DCGM exporter at {self.shown_url}: {request_problem(err)}"
             ) from None
         nodes = parse_dcgm(resp.text, self.default_cluster, exporter_node(self.url))
-        return FleetSnapshot("prometheus", nodes, read_ts)
+        return FleetSnapshot("prometheus", nodes, read_ts, received_ts=time.time())
 
     def close(self) -> None:
         super().close()
@@ -592,7 +599,13 @@ class PrometheusApiSource(TelemetrySource):
     def query(self, promql: str, name: str | None = None, at: float | None = None) -> list[Sample]:
         """One instant query; its vector as samples (named ``name`` when given, else by
         ``__name__``), evaluated at ``at`` (Unix seconds, sent as the API's ``time`` parameter to
-        the millisecond; ``None``: Prometheus's own now).
+        the millisecond, with ``nocache=1``; ``None``: Prometheus's own now).
+
+        ``nocache=1`` keeps VictoriaMetrics' vmselect from moving a ``time`` within its
+        ``-search.latencyOffset`` (30 s by default) of its now back to now minus that offset
+        (``app/vmselect/prometheus/prometheus.go``, "Adjust start time only if `nocache` arg isn't
+        set"), which would date the data up to 30 s before ``at``; Prometheus and Thanos Query
+        ignore a form parameter they do not know.
 
         Sends ``partial_response=false`` (Thanos Query then fails a query that a store did not
         answer instead of answering it without that store's series; Prometheus ignores the
@@ -612,6 +625,7 @@ class PrometheusApiSource(TelemetrySource):
         form = {"query": promql, "partial_response": "false"}
         if at is not None:
             form["time"] = f"{at:.3f}"
+            form["nocache"] = "1"  # VictoriaMetrics: evaluate at `time`, not now - latencyOffset
         try:
             resp = self._client.post(self.url + "/api/v1/query", data=form, headers=headers)
         except httpx.HTTPError as err:
@@ -656,7 +670,9 @@ class PrometheusApiSource(TelemetrySource):
         Every query is evaluated at one instant, taken (to the millisecond) before they are
         sent, and that instant is the snapshot's ``collected_ts``: the time its data describes,
         not when the answers (2-16 s later at 1,000-5,000 nodes) were read, since the bound-pod
-        grace, the TTL and stale bounds and the "as of" times all count from it."""
+        grace and the "as of" times count from it. The time the last answer was read is its
+        ``received_ts``, which the cache's TTL and stale bounds count from: a refresh slower than
+        the TTL still serves the requests that follow it."""
         at = round(time.time(), 3)
         futures = {
             n: self._pool.submit(self.query, self.queries[n], None if n == "DCGM" else n, at)
@@ -664,7 +680,8 @@ class PrometheusApiSource(TelemetrySource):
         }
         ksm = self._pool.submit(self.query, self.ksm_query, None, at).result()
         dcgm = [x for n in _DCGM_SAMPLES for x in futures[n].result()]
-        return FleetSnapshot("prometheus", build_nodes(dcgm, ksm, self.default_cluster), at)
+        nodes = build_nodes(dcgm, ksm, self.default_cluster)
+        return FleetSnapshot("prometheus", nodes, at, received_ts=time.time())
 
     def close(self) -> None:
         super().close()
@@ -1215,8 +1232,9 @@ def build_nodes(
     named = {(c, pod) for (c, _), pods in gpu_pods.items() for pod in pods}
     unnamed: dict[tuple[str, str], float] = defaultdict(float)  # devices of pods DCGM names nowhere
     for (c, h, ns, pod), n in view.gpu_requests.items():
-        if (c, ns, pod) in view.running and (c, f"{ns}/{pod}") not in named:
+        if (c, ns, pod) in view.running and (c, f"{ns}/{pod}") not in named and n > 0:
             unnamed[(c, h)] += n
+            gpu_pods[(c, h)].add(f"{ns}/{pod}")  # its request is charged to the node's GPUs
     taken_on: dict[tuple[str, str], set[int]] = defaultdict(set)
     for c, h, i in taken:
         taken_on[(c, h)].add(i)
