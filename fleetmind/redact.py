@@ -44,8 +44,10 @@ def _userinfo_spans(text: str) -> list[tuple[int, int]]:
 
     A run of text without ``//`` that holds a ``:`` before its last ``@`` is taken for a URL
     given without its scheme (``fm:s3cr@db:5432/fm``, which a database URL setting may be by
-    mistake): masked from its start to that ``@``. An e-mail address (no ``:`` before its ``@``)
-    is not, nor a URI whose scheme is followed by a path (``models:/fleetmind-rca@champion``).
+    mistake): masked from its start to that ``@`` (:func:`_schemeless_userinfo`). An e-mail
+    address (no ``:`` before its ``@``) is not, nor an MLflow URI (``models:/fleetmind-rca@champion``),
+    an image reference (``registry.io/team/img:v1.2@sha256:...``) or a pod on a node
+    (``gpu-ns/train-0:worker@node-7``).
 
     Linear in ``len(text)``: each quoted URL is scanned once, and the next search starts after it
     (a regular expression backtracking from every ``//`` or quote was quadratic in a request path
@@ -70,20 +72,48 @@ def _userinfo_spans(text: str) -> list[tuple[int, int]]:
         start, end = token.find("//"), token.rfind("@")
         if start >= 0 and end >= start + 2:
             spans.append((t.start() + start + 2, t.start() + end))
-        elif start < 0 and 0 <= (colon := token.find(":")) < end and token[colon + 1] != "/":
-            # user:password@host without a scheme; not a URI whose scheme is followed by a path
-            # (MLflow's ``models:/fleetmind-rca@champion``, ``runs:/<id>/model``)
+        elif start < 0 and _schemeless_userinfo(token, end):
             spans.append((t.start(), t.start() + end))
     return spans
 
 
-def without_userinfo(url: str) -> str:
-    """``url`` with its ``user:password@`` removed (up to the last ``@``, as :func:`safe_uri`
-    masks it): ``http://am:s3cr@am:9093/x`` -> ``http://am:9093/x``. A key for a configured URL
-    that may be stored or compared without its password (a rotated password keeps the key)."""
+_MODEL_URI_SCHEMES = ("models", "runs", "mlflow-artifacts")
+"""Schemes of MLflow URIs that hold an ``@`` in their path (``models:/fleetmind-rca@champion``)."""
+_DIGEST = re.compile(r"sha(?:256|512):", re.IGNORECASE)
+"""An image digest after an ``@`` (``registry.io/team/img:v1.2@sha256:...``)."""
+
+
+def _schemeless_userinfo(token: str, at: int) -> bool:
+    """Whether ``token`` (no ``//``; its last ``@`` at ``at``) is ``user:password@host`` written
+    without a scheme: a ``:`` before the ``@`` with no ``/`` before it, not an MLflow URI's
+    scheme (``models:/x@champion``), and no image digest after the ``@`` (``img:v1@sha256:...``).
+    A pod or image reference (``ns/pod:worker@node-7``, ``nvcr.io/nvidia/pytorch:24.01@...``) has
+    a ``/`` before its ``:``."""
+    colon = token.find(":")
+    if not 0 <= colon < at or "/" in token[:colon]:
+        return False
+    if token[:colon].lower() in _MODEL_URI_SCHEMES:
+        return False
+    return _DIGEST.match(token, at + 1) is None
+
+
+def without_password(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` removed, the user name kept:
+    ``http://tenant1:s3cr@am:9093/x`` -> ``http://tenant1@am:9093/x``. The user part is looked
+    for in the authority alone (after ``//``, up to the first ``/``, ``?`` or ``#``; RFC 3986
+    section 3.2), so an ``@`` in a path is left alone. A key for a configured URL that may be
+    stored or compared without its password (a rotated password keeps the key, two tenants of
+    one Alertmanager keep theirs)."""
     head, sep, rest = url.partition("//")
-    at = rest.rfind("@")
-    return url if not sep or at < 0 else f"{head}//{rest[at + 1 :]}"
+    if not sep:
+        return url
+    cut = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    userinfo, at, host = authority.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.partition(":")[0]
+    return f"{head}//{user}@{host}{tail}" if user else f"{head}//{host}{tail}"
 
 
 SECRET_PARAM_WORDS = (
@@ -115,14 +145,22 @@ def _secret_name(name: str) -> bool:
     return any(w in SECRET_PARAM_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
 
+_KEYWORD_ENDINGS = ("password", "passwd", "pwd", "token", "secret")
+"""A ``keyword=value`` pair's name that is or ends in one of these (any case) has its value masked:
+``password``, libpq's ``sslpassword``, ``FLEETMIND_API_TOKEN``, ... but not a path setting
+(``FLEETMIND_TLS_KEY``, ``..._TOKEN_FILE``) nor MLflow's ``key='x'``."""
+
+
 def _keyword_spans(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` of the value of each password-like ``keyword=value`` pair
-    (:data:`_KEYWORD_VALUE`, :data:`SECRET_PARAM_WORDS`) in ``text``: a libpq connection string's
+    (:data:`_KEYWORD_VALUE`, :data:`_KEYWORD_ENDINGS`) in ``text``: a libpq connection string's
     ``password=...``, also where one was given as a database URL by mistake."""
     if "=" not in text:
         return []
     return [
-        m.span(2) for m in _KEYWORD_VALUE.finditer(text) if m.group(2) and _secret_name(m.group(1))
+        m.span(2)
+        for m in _KEYWORD_VALUE.finditer(text)
+        if m.group(2) and m.group(1).lower().endswith(_KEYWORD_ENDINGS)
     ]
 
 
@@ -157,8 +195,8 @@ def _param_spans(text: str) -> list[tuple[int, int]]:
 def safe_uri(text: str) -> str:
     """``text`` (a URL, or a message quoting URLs) with each URL's ``user:password@`` shown as
     ``***@`` (also one given without its scheme: ``fm:s3cr@db/fm``) and the value of each
-    password-like query parameter or libpq ``keyword=value`` pair (:data:`SECRET_PARAM_WORDS`)
-    as ``***``."""
+    password-like query parameter or libpq ``keyword=value`` pair (:data:`SECRET_PARAM_WORDS`,
+    :data:`_KEYWORD_ENDINGS`) as ``***``."""
     spans = _userinfo_spans(text) + _param_spans(text) + _keyword_spans(text)
     # both rules on the original text, their spans merged: applied one after the other, the
     # first could hide the other's context (``?password=`` inside a masked user part) and show

@@ -6,7 +6,7 @@ through components that are themselves anomalous (the fault travels up the call 
 candidate is **joined** to the symptom when a dependency path ``symptom -> ... -> candidate`` exists
 whose nodes before the candidate all alert; the symptom node itself is joined. Dependency edges are
 the graph's edges (``src`` depends on ``dst``) plus two kinds read backwards (:func:`dependencies`):
-a ``member_of`` group depends on its members (a Service on its pods, a cluster on its hosts), and
+a ``member_of`` group other than a cluster depends on its members (a Service on its pods), and
 the GPUs an NVLink / PCIe ``link`` is ``attached_to`` depend on that link (docs/graph.md,
 "Direction"). :func:`anchor_result` keeps the scores of joined candidates
 and multiplies the others' by ``weight`` (for probability-like scores; log-scale scores such as
@@ -96,25 +96,42 @@ def named_symptom(
     return None
 
 
+_DEPS_KEY = "anchor_dependencies"
+"""Key of :func:`dependencies`' entry in the graph's own cache dict (``graph._derived``)."""
+
+
 def dependencies(graph: DependencyGraph) -> dict[str, list[str]]:
     """What each node depends on: ``dst`` of its edges, plus the edges read backwards where the
     dependency points at its dependent.
 
-    * ``member_of`` (pod -> Service, host / service / infra -> cluster): the group depends on its
-      members too, since a pod's crash or GPU error costs its Service capacity. Without it a
-      Service symptom never reaches its pods, their GPUs or hosts.
+    * ``member_of`` into a group that is not a cluster (pod -> Service): the Service depends on
+      its pods too, since a pod's crash or GPU error costs its Service capacity. Without it a
+      Service symptom never reaches its pods, their GPUs or hosts. A ``cluster`` node is not read
+      so: an alert on the cluster itself (``KubeAPIDown{cluster=...}``) would join every member
+      of the cluster, and anchoring would keep nothing apart.
     * ``attached_to`` from a ``link`` node (NVLink pair / PCIe switch -> each GPU it joins): a
       broken link hangs the GPUs it joins. A GPU's ``attached_to`` its host keeps one direction.
 
     ``calls`` and ``depends_on`` keep theirs: they already point from the dependent to the
     dependency. The PetShop and Train Ticket graphs hold ``calls`` edges only, so their anchoring
-    is unchanged.
+    is unchanged. Cached in the graph's ``_derived`` dict for its edge list (an incident's graph
+    with extra edges, :mod:`fleetmind.rca.incident_graph`, shares that dict and has its own list,
+    so it gets its own entry); the caller must not change the lists.
     """
+    cache = getattr(graph, "_derived", None)
+    hit = cache.get(_DEPS_KEY) if isinstance(cache, dict) else None
+    if hit is not None and hit[0] is graph.edges and hit[1] == len(graph.edges):
+        return hit[2]
     deps: dict[str, list[str]] = {}
     for e in graph.edges:
         deps.setdefault(e.src, []).append(e.dst)
-        if e.kind == "member_of" or (e.kind == "attached_to" and graph.node(e.src).kind == "link"):
+        dst_kind = graph.node(e.dst).kind
+        if (e.kind == "member_of" and dst_kind != "cluster") or (
+            e.kind == "attached_to" and graph.node(e.src).kind == "link"
+        ):
             deps.setdefault(e.dst, []).append(e.src)
+    if isinstance(cache, dict):
+        cache[_DEPS_KEY] = (graph.edges, len(graph.edges), deps)
     return deps
 
 
@@ -122,8 +139,9 @@ def joined_to_symptom(graph: DependencyGraph, anomalous: Collection[str], sympto
     """Nodes joined to ``symptom`` by a dependency path through anomalous nodes.
 
     Args:
-        graph: edges ``src -> dst`` mean ``src`` depends on ``dst``; ``member_of`` edges and a
-            link's ``attached_to`` edges are also read ``dst -> src`` (:func:`dependencies`).
+        graph: edges ``src -> dst`` mean ``src`` depends on ``dst``; ``member_of`` edges into a
+            group other than a cluster and a link's ``attached_to`` edges are also read
+            ``dst -> src`` (:func:`dependencies`).
         anomalous: nodes that alert.
         symptom: the symptom's node (joined whether or not it alerts).
 

@@ -56,7 +56,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
 from fleetmind.data.errors import ConfigError
@@ -527,7 +527,7 @@ class Database:
         self._file_id: tuple[int, int] | None = None  # (device, inode) of the file in use
         # the write-ahead log SQLite keeps next to the file's real path (it resolves symlinks)
         self._wal = os.path.realpath(self._file) + "-wal" if self._file is not None else None
-        if self._file is not None and "mode=ro" not in url.lower():
+        if self._file is not None and _sqlite_may_create(self.engine.url):
             event.listen(self.engine, "do_connect", self._create_private)
         self._wal_id: tuple[int, int] | None = None  # (device, inode) at the last commit
         self._wal_lost: str | None = None  # why the -wal in use was lost (sticky: restart)
@@ -593,11 +593,14 @@ class Database:
         writable by its owner alone (0600), whatever the umask, when it does not exist yet: it
         holds alerts, incidents, UI sessions and what the notifier still owes. SQLite gives the
         ``-wal`` and ``-shm`` beside it the same mode (``findCreateFileMode`` in ``os_unix.c``).
-        An existing file keeps its mode."""
+        An existing file keeps its mode. Only where SQLite itself would create the file
+        (:func:`_sqlite_may_create`: not ``mode=rw`` or ``mode=ro``), and at the path a symlink
+        points to (SQLite opens that; ``O_EXCL`` on a dangling symlink fails)."""
         if self._file is None:
             return
+        path = os.path.realpath(self._file)
         try:
-            os.close(os.open(self._file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except OSError:
             pass  # it exists (the usual case), or its folder does not (SQLite then says so)
 
@@ -1723,6 +1726,27 @@ def _sqlite_write_probe(dbapi_conn: Any) -> None:
                 dbapi_conn.execute("ROLLBACK")
     finally:
         dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+
+
+def _sqlite_may_create(url: URL) -> bool:
+    """Whether SQLite creates the file of ``url`` when it is missing: unless a URI-form URL
+    (``uri=true``) sets ``mode`` to other than ``rwc``, in the URI's own query
+    (``sqlite:///file:/srv/fm.db%3Fmode%3Drw?uri=true``) or in the URL's, which SQLAlchemy
+    appends to it (``sqlite:///file:/srv/fm.db?mode=rw&uri=true``); ``mode=rw`` opens an
+    existing file only, ``mode=ro`` reads it (https://www.sqlite.org/uri.html). Parsed as
+    :func:`fleetmind.serving.migrations.sqlite_path` parses the URI."""
+    if str(url.query.get("uri", "")).lower() not in ("true", "1"):
+        return True
+    name = url.database or ""
+    query = name.partition("?")[2].partition("#")[0] if name[:5].lower() == "file:" else ""
+    modes = [
+        unquote(v)
+        for k, _, v in (kv.partition("=") for kv in query.split("&"))
+        if unquote(k) == "mode"
+    ]
+    given = url.query.get("mode", ())
+    modes += [given] if isinstance(given, str) else list(given)
+    return all(m == "rwc" for m in modes)
 
 
 def _bad_url(url: str, err: Exception) -> str:

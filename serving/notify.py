@@ -68,7 +68,7 @@ import httpcore
 import httpx
 from sqlalchemy import Text, bindparam, cast, select
 
-from fleetmind.redact import without_userinfo
+from fleetmind.redact import without_password
 from fleetmind.serving.db import Database, incidents, notifications
 from fleetmind.serving.failure_log import FailureLog
 from fleetmind.serving.schemas import from_unix
@@ -91,8 +91,9 @@ earlier causes) not yet delivered everywhere, oldest first, each ``{"alert": <th
 item with endsAt>, "alertmanager": [the /api/v2/alerts URLs that have not taken it], "webhook":
 <the chat message, or null when none is due>, "due_ts": <when it was due, Unix s>}``, and
 ``"refused_by"``: the URLs that refused it on its own (:meth:`Notifier._am_outcome`), once one
-did. The URLs are stored without their ``user:password@`` (:func:`fleetmind.redact.without_userinfo`):
-no password in the database, and one rotated keeps what is owed."""
+did. The URLs are stored without their password (:func:`fleetmind.redact.without_password`:
+``http://tenant1@am:9093/api/v2/alerts``, the user name kept, so two tenants of one Alertmanager
+stay two): no password in the database, and one rotated keeps what is owed."""
 OUTBOX_MAX = 100
 """Most undelivered resolutions kept per incident (the oldest is dropped, with an error logged)."""
 EXACT_SCORE = "fleetmind_exact_score"
@@ -694,10 +695,12 @@ class Notifier:
         self.clock = clock
         # every instance of an Alertmanager HA pair gets every alert: they gossip silences and
         # the notification log, not alerts (Prometheus likewise sends to each instance).
-        # Each is known by its URL without user:password (what the outbox stores: no password
-        # in the database, and a rotated one keeps the resolutions owed); _post adds it back.
+        # Each is known by its URL without its password, the user name kept (what the outbox
+        # stores: no password in the database, a rotated one keeps the resolutions owed, and
+        # tenants of one Alertmanager stay apart; settings refuse two URLs with one key);
+        # _post adds the password back.
         self._am_post = {
-            without_userinfo(url): url
+            without_password(url): url
             for url in (
                 base.strip().rstrip("/") + "/api/v2/alerts"
                 for base in (settings.notify_alertmanager_url or "").split(",")
@@ -1189,12 +1192,12 @@ class Notifier:
         that URL refused on its own comes after the others owed, so that they are tried first
         (with the refusal budget spent, only an entry's first resolution is posted alone)."""
         for e in outbox:  # an instance no longer configured cannot take it any more (a URL
-            # stored with its user:password, before they were left out, still matches)
+            # stored with its user:password, before the password was left out, still matches)
             e["alertmanager"] = [
-                u for u in map(without_userinfo, e["alertmanager"]) if u in self.am_urls
+                u for u in map(without_password, e["alertmanager"]) if u in self.am_urls
             ]
             if "refused_by" in e:
-                e["refused_by"] = [without_userinfo(u) for u in e["refused_by"]]
+                e["refused_by"] = [without_password(u) for u in e["refused_by"]]
         firing = row["state"] == "firing"
         # a send "in the future" means the wall clock stepped back: re-send now, or
         # Alertmanager's resolve_timeout would end the alert while the clock catches up

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, without_password
 
 
 def _url_problem(url: str) -> str | None:
@@ -603,6 +603,15 @@ class Settings(BaseSettings):
             secret = info.field_name == "notify_webhook_url"
             got = "" if secret else f", got {safe_uri(repr(url))}"
             raise ValueError(f"{problem}{got}")
+        bases = [u.rstrip("/") for u in urls]
+        keys = [without_password(u) for u in bases]  # the notifier's keys for them
+        clash = [(keys.index(k), i) for i, k in enumerate(keys) if bases[keys.index(k)] != bases[i]]
+        if clash:  # never quoted: they hold passwords
+            raise ValueError(
+                f"URLs {clash[0][0] + 1} and {clash[0][1] + 1} of the {len(urls)} separated by "
+                "commas differ in their password alone: the outbox could not tell them apart "
+                "(give each Alertmanager tenant its own user name, or list it once)"
+            )
         return v
 
     @field_validator("trusted_proxies")

@@ -17,7 +17,7 @@ import pytest
 
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 from fleetmind.data.rca_gen.graphs import GraphGenConfig, generate_graph
-from fleetmind.rca.anchoring import anchor_result, joined_to_symptom, named_symptom
+from fleetmind.rca.anchoring import anchor_result, dependencies, joined_to_symptom, named_symptom
 from fleetmind.rca.gat_analyzer import GATAnalyzer
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -117,3 +117,52 @@ def test_a_degraded_nvlink_under_a_service_symptom_is_joined() -> None:
     assert {"c/pod/s-0", "c/host/h/gpu0", "c/host/h/nvl-0-1", "c/host/h"} <= joined
     # a GPU's attached_to its host keeps one direction: a host symptom does not join its GPUs
     assert joined_to_symptom(g, {"c/host/h"}, "c/host/h") == {"c/host/h"}
+
+
+def _forward_only(g: DependencyGraph, anomalous: set[str], symptom: str) -> set[str]:
+    """Joined nodes as anchoring found them with edges read ``src -> dst`` only (before
+    ``member_of`` and a link's ``attached_to`` were read backwards)."""
+    deps: dict[str, list[str]] = {}
+    for e in g.edges:
+        deps.setdefault(e.src, []).append(e.dst)
+    joined, todo = {symptom}, [symptom]
+    while todo:
+        v = todo.pop()
+        if v != symptom and v not in anomalous:
+            continue
+        for u in deps.get(v, ()):
+            if u not in joined:
+                joined.add(u)
+                todo.append(u)
+    return joined
+
+
+def test_a_cluster_symptom_does_not_join_the_whole_cluster(fleet: DependencyGraph) -> None:
+    """kube-prometheus' ``KubeAPIDown`` carries only ``cluster``: it maps to the cluster node.
+    Reading ``member_of`` backwards into a cluster joined every host, Service and pod in it (so
+    anchoring kept everything apart from nothing); a cluster is not read so."""
+    cluster = next(n for n in fleet.nodes if n.kind == "cluster")
+    labels = {"alertname": "KubeAPIDown", "cluster": cluster.match["cluster"]}
+    assert fleet.node_for_alert(labels) == cluster.id
+    anomalous = {n.id for n in fleet.nodes}  # the worst case: every node alerts
+    joined = joined_to_symptom(fleet, anomalous, cluster.id)
+    assert joined <= _forward_only(fleet, anomalous, cluster.id), len(joined)
+    # the Service case still reaches its pods' GPUs
+    gpu, pod, svc = _gpu_pod_service(fleet)
+    assert {pod, gpu} <= joined_to_symptom(fleet, {gpu, pod, svc}, svc)
+
+
+def test_dependencies_are_cached_per_edge_list() -> None:
+    """Cached in the graph's ``_derived`` dict; an incident's graph that shares that dict but has
+    an extra edge (:mod:`fleetmind.rca.incident_graph`) gets its own answer."""
+    import copy
+
+    g = _tiny()
+    first = dependencies(g)
+    assert dependencies(g) is first
+    g2 = copy.copy(g)
+    g2.edges = [*g.edges, GraphEdge("c/pod/s-0", "c/host/h/gpu1", "runs_on")]
+    assert g2._derived is g._derived
+    assert "c/host/h/gpu1" in dependencies(g2)["c/pod/s-0"]
+    assert "c/host/h/gpu1" not in dependencies(g)["c/pod/s-0"]
+    assert "c/svc/s" not in dependencies(g).get("c", [])  # a cluster is not read backwards

@@ -3,14 +3,18 @@ Cheat Sheet, "Data to exclude": passwords, access tokens, database connection st
 docs/serving/security.md, "Secrets in messages").
 
 * The notifier's outbox (``notifications.delivery``) keeps each Alertmanager by its URL without
-  ``user:password@``; a row stored with the full URL still matches, also after the password
-  was rotated.
+  its password (the user name kept, so two tenants of one Alertmanager stay two; an ``@`` in a
+  path is no user part); a row stored with the full URL still matches, also after the password
+  was rotated. Two configured URLs that differ in their password alone are refused.
 * A token in a ``/ui`` URL's query is not copied into the login redirect's ``next``, and the
   access log masks one nested in an encoded ``next`` value.
 * A comma in an Alertmanager password (legal in userinfo: RFC 3986 section 3.2.1, sub-delims)
   splits the comma-separated list; the error quotes no piece of it, and ``%2C`` works.
 * A libpq keyword/value string (PostgreSQL, "Connection Strings": ``host=db password=...``) or a
-  URL without its scheme given as the database URL is not echoed with its password.
+  URL without its scheme given as the database URL is not echoed with its password; image
+  references, pods on nodes, MLflow model URIs and path settings are not masked.
+* A new SQLite file is created 0600, but not where SQLite would not create it (``mode=rw``,
+  https://www.sqlite.org/uri.html), and at the target of a symlink.
 * ``fleetmind replay --url http://user:pass@host`` masks the credentials in what it prints.
 """
 
@@ -41,7 +45,7 @@ from test_ui import make_settings
 from fleetmind.cli import replay as cli_replay
 from fleetmind.cli.serve import _settings_error
 from fleetmind.data.errors import ConfigError, NotAvailableError
-from fleetmind.redact import drop_secret_params, safe_request_target, safe_uri, without_userinfo
+from fleetmind.redact import drop_secret_params, safe_request_target, safe_uri, without_password
 from fleetmind.serving.app import AccessLogRedaction, create_app
 from fleetmind.serving.db import Database, notifications
 from fleetmind.serving.notify import OUTBOX
@@ -50,8 +54,8 @@ from fleetmind.training.replay import replay
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-AM_KEY = "http://am.test:9093/api/v2/alerts"
-"""The Alertmanager's /api/v2/alerts URL without credentials: what the outbox stores."""
+AM_KEY = "http://amuser@am.test:9093/api/v2/alerts"
+"""The Alertmanager's /api/v2/alerts URL without its password: what the outbox stores."""
 
 
 def _am(password: str) -> str:
@@ -98,7 +102,7 @@ def test_the_outbox_stores_no_alertmanager_password_and_survives_its_rotation(
     is rotated, the restarted notifier still delivers it, with the new password."""
     inc = _owe_a_resolution(db, "AMs3cretPW")
     stored = json.dumps([r["delivery"] for r in _rows(db)])
-    assert "AMs3cretPW" not in stored and "amuser" not in stored
+    assert "AMs3cretPW" not in stored
     assert _rows(db)[0]["delivery"][OUTBOX][-1]["alertmanager"] == [AM_KEY]
 
     rec = _delivered_after_rotation(db, inc, "N3wPassW0rd")
@@ -126,12 +130,109 @@ def test_a_row_stored_with_the_full_url_still_matches_after_rotation(
     assert "0ldPassW0rd" not in json.dumps([r["delivery"] for r in _rows(db)])
 
 
-def test_without_userinfo() -> None:
-    assert without_userinfo("http://u:p@ss@am:9093/api/v2/alerts") == AM_KEY.replace(
-        "am.test", "am"
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("http://amuser:p@ss@am.test:9093/api/v2/alerts", AM_KEY),
+        ("http://tenant1:pw1@am:9093/x", "http://tenant1@am:9093/x"),
+        ("http://:pw@am:9093/x", "http://am:9093/x"),
+        ("http://tenant1@am:9093/x", "http://tenant1@am:9093/x"),
+        ("http://am:9093/x", "http://am:9093/x"),
+        # an @ after the authority (RFC 3986 section 3.2: it ends at the first /, ? or #)
+        ("http://am1:9093/t@x", "http://am1:9093/t@x"),
+        ("http://am:9093?u=a:b@c", "http://am:9093?u=a:b@c"),
+        ("am:9093", "am:9093"),
+    ],
+)
+def test_without_password(url: str, key: str) -> None:
+    assert without_password(url) == key
+
+
+def _auth_users(seen: list[str]) -> set[str]:
+    return {base64.b64decode(a.split()[1]).decode().split(":")[0] for a in seen if a}
+
+
+class _Auth(Receivers):
+    """Receivers that also record each post's ``Authorization`` header."""
+
+    seen: list[str]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request.headers.get("authorization", ""))
+        return super().__call__(request)
+
+
+TENANTS = "http://tenant1:pw1@am.test:9093,http://tenant2:pw2@am.test:9093"
+
+
+def test_two_tenants_of_one_alertmanager_both_get_the_alert(db: Database) -> None:  # noqa: F811
+    """Two URLs that differ in ``user:password`` alone were one key, so only the last tenant
+    got alerts; the user name stays in the key."""
+    open_incidents(db, 1)
+    _Auth.seen = []
+    n, _, clock = make(db, _Auth, notify_alertmanager_url=TENANTS, notify_webhook_url=None)
+    assert n.am_urls == [
+        "http://tenant1@am.test:9093/api/v2/alerts",
+        "http://tenant2@am.test:9093/api/v2/alerts",
+    ]
+    settle(n, clock)
+    assert _auth_users(_Auth.seen) == {"tenant1", "tenant2"}
+
+
+def test_old_rows_of_two_tenants_keep_two_keys(db: Database) -> None:  # noqa: F811
+    """A row stored with both full URLs (before passwords were left out) owes each tenant its
+    resolution: both are delivered, and no password stays in the database."""
+    [inc] = open_incidents(db, 1)
+    _Auth.seen = []
+    n, rec, clock = make(db, _Auth, notify_alertmanager_url=TENANTS, notify_webhook_url=None)
+    full = [u + "/api/v2/alerts" for u in TENANTS.split(",")]
+    for u in full:
+        rec.down[u] = 503
+    settle(n, clock)
+    close(db, inc)
+    clock.t += 1
+    n.poll()
+    [row] = _rows(db)
+    for e in row["delivery"][OUTBOX]:
+        e["alertmanager"] = list(full)
+    with db.write() as conn:
+        conn.execute(notifications.update().values(delivery=row["delivery"]))
+    _Auth.seen = []
+    n, rec, clock = make(db, _Auth, notify_alertmanager_url=TENANTS, notify_webhook_url=None)
+    clock.t += 100
+    n.poll()
+    ended = {u for u, ok, b in rec.calls if ok and "endsAt" in b[-1]}
+    assert ended == set(full)
+    assert "pw1" not in json.dumps([r["delivery"] for r in _rows(db)])
+
+
+def test_an_at_in_the_path_keeps_two_alertmanagers_apart(db: Database) -> None:  # noqa: F811
+    n, _, _ = make(
+        db,
+        Receivers,
+        notify_alertmanager_url="http://am1.test:9093/t@x,http://am2.test:9093/t@x",
+        notify_webhook_url=None,
     )
-    assert without_userinfo("http://am:9093/x") == "http://am:9093/x"
-    assert without_userinfo("am:9093") == "am:9093"
+    assert n.am_urls == [
+        "http://am1.test:9093/t@x/api/v2/alerts",
+        "http://am2.test:9093/t@x/api/v2/alerts",
+    ]
+
+
+def test_urls_differing_in_their_password_alone_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The outbox keys them alike, so one would silently take the other's alerts: refused in
+    one line that quotes neither password."""
+    monkeypatch.setenv(
+        "FLEETMIND_NOTIFY_ALERTMANAGER_URL",
+        "http://amuser:Old9assW0rd@am.test:9093,http://amuser:N3wPassW0rd@am.test:9093/",
+    )
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    line = _settings_error(info.value)
+    assert "\n" not in line and "Old9ass" not in line and "N3wPass" not in line
+    assert "URLs 1 and 2 of the 2" in line and "password alone" in line
 
 
 # ------------------------------------------------------------------ /ui login redirect
@@ -244,6 +345,44 @@ def test_a_new_sqlite_database_is_private(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///file:{p}?mode=rw&uri=true",
+        "sqlite:///file:{p}%3Fmode%3Drw?uri=true",
+        "sqlite:///file:{p}?mode=ro&uri=true",
+    ],
+)
+def test_mode_rw_does_not_create_the_file(tmp_path: Path, url: str) -> None:
+    """SQLite's ``mode=rw`` opens an existing file and never creates one
+    (https://www.sqlite.org/uri.html): the 0600 pre-create must not create it either."""
+    missing = tmp_path / "missing.db"
+    d = Database(url.format(p=missing))
+    with pytest.raises(Exception):  # noqa: B017, PT011  (SQLite: unable to open database file)
+        d.migrate()
+    d.dispose()
+    assert not missing.exists()
+
+
+def test_mode_rwc_and_a_dangling_symlink_create_a_private_file(tmp_path: Path) -> None:
+    """``mode=rwc`` creates; so does a symlink to a file not there yet, which SQLite opens at
+    its target (the pre-create gave ``EEXIST`` on the link and SQLite made the target 0644)."""
+    (tmp_path / "link.db").symlink_to(tmp_path / "target.db")
+    old = os.umask(0o022)
+    try:
+        for url in (
+            f"sqlite:///{tmp_path}/link.db",
+            f"sqlite:///file:{tmp_path}/new.db?mode=rwc&uri=true",
+        ):
+            d = Database(url)
+            d.migrate()
+            d.dispose()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "target.db").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "new.db").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
     ("text", "shown"),
     [
         (
@@ -259,6 +398,29 @@ def test_a_new_sqlite_database_is_private(tmp_path: Path) -> None:
         ("passfile=/etc/pgpass keyword=x", "passfile=/etc/pgpass keyword=x"),
         # an MLflow model URI is a scheme and a path, not user:password@host
         ("loaded models:/fleetmind-rca@champion", "loaded models:/fleetmind-rca@champion"),
+        ("runs:/abc/model@x", "runs:/abc/model@x"),
+        # a password starting with "/" is no URI path (1 in 64 base64 passwords)
+        ("amuser:/Zm9vYmFy@am:9093", "***@am:9093"),
+        # image references with a digest, a pod on a node: a "/" before the ":"
+        (
+            "pulled registry.io/team/img:v1.2@sha256:abc",
+            "pulled registry.io/team/img:v1.2@sha256:abc",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:24.01-py3@sha256:de",
+            "nvcr.io/nvidia/pytorch:24.01-py3@sha256:de",
+        ),
+        ("img:v1.2@sha256:abc", "img:v1.2@sha256:abc"),
+        ("pod gpu-ns/train-0:worker@node-7 crashed", "pod gpu-ns/train-0:worker@node-7 crashed"),
+        # a name that is or ends in password/passwd/pwd/token/secret; not key, a path setting
+        ("Param with key='x' was already logged", "Param with key='x' was already logged"),
+        ("FLEETMIND_TLS_KEY='/etc/tls/key.pem'", "FLEETMIND_TLS_KEY='/etc/tls/key.pem'"),
+        ("FLEETMIND_API_TOKEN_FILE=/run/tok", "FLEETMIND_API_TOKEN_FILE=/run/tok"),
+        ("sig=abc auth=x pass=y", "sig=abc auth=x pass=y"),
+        (
+            "FLEETMIND_API_TOKEN=abc PGPASSWORD=x pwd=y",
+            "FLEETMIND_API_TOKEN=*** PGPASSWORD=*** pwd=***",
+        ),
     ],
 )
 def test_safe_uri_masks_libpq_strings_and_urls_without_scheme(text: str, shown: str) -> None:
