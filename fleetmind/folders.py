@@ -27,7 +27,7 @@ from pathlib import Path
 def write_folder_whole(
     folder: str | os.PathLike[str],
     files: Mapping[str, bytes | str | os.PathLike[str]],
-    keep: Collection[str] | None = None,
+    remove: Collection[str] = (),
 ) -> Path:
     """Write ``files`` into the folder ``folder`` (parent folders created) all at once or not at
     all, so that a reader sees the old set of files or the new one, never a mix, and a write that
@@ -35,10 +35,12 @@ def write_folder_whole(
 
     ``files`` maps a file name to its content: ``bytes`` as they are, a ``str`` as UTF-8 text, a
     ``Path`` (any ``os.PathLike``) the file whose bytes to copy. Entries already in the folder
-    that ``files`` does not name are kept (hard-linked or copied into the new folder): all of them
-    with ``keep`` ``None``, else only those ``keep`` names, the others removed in the same swap (a
-    release replaces the earlier model's whole file set: a file of it the new model does not
-    write must not be read as the new model's).
+    that ``files`` does not name are kept (hard-linked or copied into the new folder), except the
+    regular files and symbolic links that ``remove`` names, which are removed with the same write
+    (a release removes the earlier model's files that the new model does not write, which would
+    be read as the new model's: :data:`RELEASE_MODEL_FILES`). A folder is never removed, whatever
+    its name, nor any entry ``remove`` does not name (an operator's notes, a run's output folder,
+    an MLflow store, a file system's ``lost+found``).
 
     The files are written (``fsync``) into a new folder beside it, which then takes the old one's
     place: one atomic exchange (``renameat2(RENAME_EXCHANGE)``, Linux), else two renames (for a
@@ -55,8 +57,12 @@ def write_folder_whole(
     write; it is a mount point; it is, or holds, the process's working folder (a swap would leave
     the process in the removed old folder, where relative paths no longer resolve); or the system
     refuses to rename it (``EXDEV``: overlayfs renaming a folder of an image's lower layer;
-    ``EPERM``, ``EBUSY``: a seccomp filter, a mount point). A failure then may leave some files
-    new and the others old.
+    ``EPERM``, ``EBUSY``: a seccomp filter, a mount point). The files ``remove`` names are then
+    first renamed aside (hidden names, ``.<name>.<pid>.<hex>.old``; a rename that fails puts the
+    moved ones back and leaves the old files as they were), then the new files are renamed in, then
+    the set-aside files are deleted (best effort: one that cannot be deleted stays under its hidden
+    name, which no loader reads). A failure of the renaming-in may leave some files new and the
+    others old.
 
     Returns:
         ``folder`` as a ``Path``.
@@ -76,11 +82,11 @@ def write_folder_whole(
         raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path))
     _remove_stale(target)
     if _in_place(target, st):
-        _write_in_place(target, files, keep)
+        _write_in_place(target, files, remove)
         return path
     tmp = _temporary_dir(target)
     try:
-        _fill(tmp, target, st, files, keep)
+        _fill(tmp, target, st, files, remove)
         try:
             if st is None:
                 os.rename(tmp, target)
@@ -90,7 +96,7 @@ def write_folder_whole(
             if err.errno not in _NO_SWAP:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
-            _write_in_place(target, files, keep)
+            _write_in_place(target, files, remove)
             return path
         _fsync_dir(target.parent)
     except BaseException:
@@ -99,10 +105,32 @@ def write_folder_whole(
     return path
 
 
-RELEASE_KEEPS: frozenset[str] = frozenset({"NOTES.txt", "README.md"})
-"""The files of a released model folder that a new release keeps (``keep`` of the placement
-recipes' ``--release``): an operator's own notes, which no training run writes. Every other file
-of the earlier release is replaced or removed."""
+RELEASE_MODEL_FILES: frozenset[str] = frozenset(
+    {
+        # the policy, as the service and ``sched evaluate --policies ppo`` load it
+        "policy.onnx",
+        "policy.pt",
+        "ppo.zip",
+        "metadata.json",
+        "model_card.md",
+        "train_summary.json",
+        # the behaviour clone and the PPO stage's last policy
+        "clone.onnx",
+        "clone.pt",
+        "clone_train_summary.json",
+        "final.onnx",
+        "ppo_policy.onnx",
+        # the teachers (``rl.named_policies.teacher_file`` prefers ``teacher_strand.json``)
+        "teacher.json",
+        "teacher_strand.json",
+        "teacher_mean.json",
+    }
+)
+"""The model files a placement recipe's ``--release`` writes to a released model folder
+(``models/placement/``, ``models/placement-dynamic/``; ``remove`` of :func:`write_folder_whole`):
+those of the earlier release that the new run does not write are removed, so that none is read as
+the new model's. Every other entry stays (an operator's notes, a run's output folder or
+``mlflow.db`` when the release folder is the working folder, a mount's ``lost+found``)."""
 
 _NO_SWAP = (errno.EXDEV, errno.EPERM, errno.EBUSY)
 """Errors of a folder rename that mean this folder cannot be renamed here (not a failed write):
@@ -128,30 +156,60 @@ def _in_place(target: Path, st: os.stat_result | None) -> bool:
 def _write_in_place(
     target: Path,
     files: Mapping[str, bytes | str | os.PathLike[str]],
-    keep: Collection[str] | None = None,
+    remove: Collection[str] = (),
 ) -> None:
     """Write ``files`` into the folder ``target`` (made if missing), each whole: every file is
-    written and flushed beside its old one first, then each is renamed over it, so a write that
-    fails (a full disk) leaves every old file as it was; only the renames can be cut short. With a
-    ``keep``, the old entries that neither ``files`` nor ``keep`` names are removed after the
-    renames."""
+    written and flushed beside its old one first, then the files ``remove`` names (and ``files``
+    does not) are renamed aside, then each new file is renamed over its old one, then the set-aside
+    files are deleted. A write that fails (a full disk) or a renaming-aside that fails leaves every
+    old file as it was; only the renaming-in can be cut short; a set-aside file that cannot be
+    deleted stays under its hidden name."""
     target.mkdir(exist_ok=True)
     staged: list[tuple[str, Path]] = []
     try:
         for name, content in files.items():
             staged.append((_staged_file(target / name, content), target / name))
+        aside = _set_aside(target, [n for n in remove if n not in files])
         while staged:
             tmp, path = staged[0]
             os.replace(tmp, path)
             staged.pop(0)
-        if keep is not None:
-            for entry in os.scandir(target):
-                if entry.name not in files and entry.name not in keep:
-                    _remove(entry)
+        for moved, _ in aside:
+            with contextlib.suppress(OSError):
+                os.unlink(moved)
     finally:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _removable(path: Path) -> bool:
+    """Whether ``path`` is a regular file or a symbolic link (what ``remove`` may remove)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+
+
+def _set_aside(target: Path, names: Collection[str]) -> list[tuple[Path, Path]]:
+    """Rename the regular files and links of the folder ``target`` that ``names`` names to hidden
+    names beside them; returns ``(hidden, original)`` pairs. On an error the ones already moved are
+    put back (the folder as it was) and the error is raised."""
+    moved: list[tuple[Path, Path]] = []
+    try:
+        for name in sorted(names):
+            path = target / name
+            if _removable(path):
+                hidden = _temporary_name(path, "old")
+                os.rename(path, hidden)
+                moved.append((hidden, path))
+    except BaseException:
+        for hidden, path in reversed(moved):
+            with contextlib.suppress(OSError):
+                os.rename(hidden, path)
+        raise
+    return moved
 
 
 def _fill(
@@ -159,18 +217,21 @@ def _fill(
     target: Path,
     st: os.stat_result | None,
     files: Mapping[str, bytes | str | os.PathLike[str]],
-    keep: Collection[str] | None = None,
+    remove: Collection[str] = (),
 ) -> None:
     """Make the new folder ``tmp``: the old folder ``target``'s bits and kept entries (``st``:
-    its ``stat``, ``None``: no old folder; ``keep``: :func:`write_folder_whole`'s) and ``files``,
-    flushed to disk."""
+    its ``stat``, ``None``: no old folder; ``remove``: :func:`write_folder_whole`'s, the regular
+    files and links not carried) and ``files``, flushed to disk."""
     if st is not None:
         os.chmod(tmp, st.st_mode & 0o7777)
         with contextlib.suppress(OSError):  # EPERM; EINVAL: an owner a user namespace cannot map
             os.chown(tmp, st.st_uid, st.st_gid)
         for entry in os.scandir(target):
-            if entry.name not in files and (keep is None or entry.name in keep):
-                _carry(entry, tmp / entry.name)
+            if entry.name in files:
+                continue
+            if entry.name in remove and _removable(Path(entry.path)):
+                continue
+            _carry(entry, tmp / entry.name)
     for name, content in files.items():
         _write_new(tmp / name, content, _old_file(target / name) if st is not None else None)
     _fsync_dir(tmp)
@@ -287,20 +348,6 @@ def _carry(entry: os.DirEntry[str], dest: Path) -> None:
         shutil.copytree(entry.path, dest, symlinks=True, copy_function=_link_or_copy)
     else:
         _link_or_copy(entry.path, dest)
-
-
-def _remove(entry: os.DirEntry[str]) -> None:
-    """Remove ``entry`` of a folder written in place: a file or link, or a folder and all in it
-    (not one that is, or holds, the working folder: the process would be left in a removed one)."""
-    if not entry.is_dir(follow_symlinks=False):
-        os.unlink(entry.path)
-        return
-    real = os.path.realpath(entry.path)
-    with contextlib.suppress(OSError):
-        cwd = os.path.realpath(os.getcwd())
-        if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep):
-            return
-    shutil.rmtree(entry.path)
 
 
 def _link_or_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:

@@ -264,10 +264,14 @@ def load_fit_model(ref: str | Path) -> tuple[Any, dict[str, Any]]:
     if not isinstance(meta, dict) or meta.get("format") != FIT_FORMAT:
         raise FitModelError(f"{p / 'config.json'} is not a {FIT_FORMAT} artifact")
     version = meta.get("format_version")
-    if version != FIT_FORMAT_VERSION or meta.get("features") != list(FEATURE_NAMES):
+    if version != FIT_FORMAT_VERSION:
         raise FitModelError(
             f"{p}: made by another FleetMind version (fit format version {version!r}, this one"
             f" reads {FIT_FORMAT_VERSION}); refit with `rca fit`"
+        )
+    if meta.get("features") != list(FEATURE_NAMES):
+        raise FitModelError(
+            f"{p}: its feature list differs from this version's; refit with `rca fit`"
         )
     try:
         model = GATRanker(GATConfig.from_dict(dict(meta["model"])))

@@ -36,6 +36,7 @@ from fleetmind.serving.api_docs import add_api_docs
 from fleetmind.serving.db import Database, is_input_error
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.deps import (
+    SCHEDULER_CERT_SCOPES,
     AuthMiddleware,
     Services,
     declared_scope,
@@ -78,6 +79,7 @@ from fleetmind.serving.scheduler.reservations import DbReservations, snapshot_la
 from fleetmind.serving.schemas import AlertmanagerWebhook, ErrorOut, RCARequest
 from fleetmind.serving.settings import Settings, get_settings
 from fleetmind.serving.telemetry.base import make_source
+from fleetmind.serving.tls import CLIENT_CERT_KEY, scheduler_cert
 from fleetmind.serving.tuning import set_torch_threads, tune_gc, tune_malloc
 from fleetmind.serving.ui import router as ui_router
 from fleetmind.serving.validation import json_safe_errors
@@ -447,6 +449,14 @@ SECURITY_SCHEME = {
     "_ADMIN_TOKEN or _API_TOKEN); each route needs one with its scope. With no token set, "
     "authentication is off",
 }
+MUTUAL_TLS = "mutualTLS"
+"""The OpenAPI 3.1 security scheme of kube-scheduler's client certificate."""
+MUTUAL_TLS_SCHEME = {
+    "type": "mutualTLS",
+    "description": "kube-scheduler's client certificate, verified against "
+    "FLEETMIND_SCHEDULER_CLIENT_CA (served over HTTPS): grants the schedule scope on "
+    "/api/v1/scheduler/* without a token",
+}
 _ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
 
 
@@ -464,12 +474,24 @@ def _auth_responses(scope: str) -> dict[str, Any]:
     }
 
 
+def _cert_opens(path: str, needed: str) -> bool:
+    """Whether kube-scheduler's verified client certificate alone reaches an operation on
+    ``path`` that needs the scope ``needed``: :class:`AuthMiddleware`'s rule (the routes
+    :func:`fleetmind.serving.tls.scheduler_cert` opens, the scopes it grants)."""
+    probe = {"type": "http", "path": path, "state": {CLIENT_CERT_KEY: "CN=probe"}}
+    return needed in SCHEDULER_CERT_SCOPES and scheduler_cert(probe) is not None
+
+
 def _document_security(app: FastAPI, schema: dict[str, Any]) -> None:
     """Declare the bearer scheme, required by every operation, and each operation's 401/403
     answers; the routes :class:`AuthMiddleware` serves without a token (its
-    :func:`fleetmind.serving.deps.declared_scope` ``"public"``) get ``security: []``."""
+    :func:`fleetmind.serving.deps.declared_scope` ``"public"``) get ``security: []``, those
+    kube-scheduler's client certificate also reaches (:func:`_cert_opens`) the bearer token or
+    the :data:`MUTUAL_TLS` scheme."""
     comps = schema.setdefault("components", {})
-    comps.setdefault("securitySchemes", {})[BEARER] = dict(SECURITY_SCHEME)
+    schemes = comps.setdefault("securitySchemes", {})
+    schemes[BEARER] = dict(SECURITY_SCHEME)
+    schemes[MUTUAL_TLS] = dict(MUTUAL_TLS_SCHEME)
     schema["security"] = [{BEARER: []}]
     paths = schema.get("paths", {})
     for route in flat_routes(app):
@@ -482,6 +504,8 @@ def _document_security(app: FastAPI, schema: dict[str, Any]) -> None:
             if needed == "public":
                 op["security"] = []
                 continue
+            if _cert_opens(path, needed):
+                op["security"] = [{BEARER: []}, {MUTUAL_TLS: []}]
             responses = op.setdefault("responses", {})
             for code, answer in _auth_responses(needed).items():
                 responses.setdefault(code, answer)

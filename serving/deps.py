@@ -152,6 +152,9 @@ and their login form, the probes) gets 413 beyond it, declared or streamed, befo
 AUTH_SCOPE_KEY = "fleetmind.scopes"
 """ASGI scope key where :class:`AuthMiddleware` leaves the scopes of the request's token."""
 _ANY = "any"
+SCHEDULER_CERT_SCOPES: frozenset[str] = frozenset({"schedule"})
+"""The scopes kube-scheduler's verified client certificate grants (on the routes
+:func:`fleetmind.serving.tls.scheduler_cert` opens), without a token."""
 
 _UNAUTHORIZED = "missing or unknown bearer token (send 'Authorization: Bearer <token>')"
 
@@ -345,7 +348,7 @@ class AuthMiddleware:
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
         got = granted_scopes(tokens, header)
         if got is None and header is None and scheduler_cert(scope) is not None:
-            got = frozenset({"schedule"})  # kube-scheduler's verified client certificate
+            got = SCHEDULER_CERT_SCOPES  # kube-scheduler's verified client certificate
         if got is None and scope.get("path") in DOC_PATHS:
             got = await _session_scopes(app, scope)
         if got is None:

@@ -67,3 +67,24 @@ def test_another_version_is_refused_in_one_line(fitted: Path, version: int | Non
         load_fit_model(fitted)
     assert "\n" not in str(err.value)
     assert f"fit format version {version!r}" in str(err.value)
+
+
+@pytest.mark.parametrize("change", ["drop_last", "rename", "missing"])
+def test_a_different_feature_list_is_refused_as_such(fitted: Path, change: str) -> None:
+    """A model of this fit format version whose feature list differs: the refusal says so
+    instead of naming a version that is the same as this one's."""
+    cfg_path = fitted / "config.json"
+    meta = json.loads(cfg_path.read_text())
+    if change == "drop_last":
+        meta["features"] = meta["features"][:-1]
+    elif change == "rename":
+        meta["features"] = ["renamed", *meta["features"][1:]]
+    else:
+        del meta["features"]
+    cfg_path.write_text(json.dumps(meta))
+    with pytest.raises(FitModelError, match="refit with `rca fit`") as err:
+        load_fit_model(fitted)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "its feature list differs from this version's" in msg
+    assert "fit format version" not in msg

@@ -1,6 +1,8 @@
 """The published HTTP contract matches what the service does: ``/openapi.json`` declares the bearer
 authentication (every protected operation requires it and lists its 401/403, the routes
-:class:`fleetmind.serving.deps.AuthMiddleware` serves without a token are open), the documented
+:class:`fleetmind.serving.deps.AuthMiddleware` serves without a token are open, the ones
+kube-scheduler's verified client certificate reaches without a token also take the OpenAPI 3.1
+``mutualTLS`` scheme), the documented
 ``X-Total-Count`` header, and the Alertmanager webhook as the server accepts it; a 405 carries
 every method of the resource in ``Allow`` (RFC 9110 section 15.5.6); ``"truncatedAlerts": true``
 is not a count; requests refused before routing are counted under their route template."""
@@ -21,6 +23,7 @@ from fastapi.testclient import TestClient
 from fleetmind.serving.app import create_app
 from fleetmind.serving.deps import route_scope
 from fleetmind.serving.settings import Settings
+from fleetmind.serving.tls import CLIENT_CERT_KEY
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -69,7 +72,8 @@ def test_spec_declares_bearer_auth_as_the_middleware_enforces_it(tmp_path: Path)
     with TestClient(app) as c:
         spec = c.get("/openapi.json", headers=bearer(TOKENS["read"])).json()
         schemes = spec["components"]["securitySchemes"]
-        [(name, scheme)] = schemes.items()
+        assert sorted(schemes) == ["bearerAuth", "mutualTLS"]
+        name, scheme = "bearerAuth", schemes["bearerAuth"]
         assert scheme["type"] == "http" and scheme["scheme"].lower() == "bearer"
         assert spec["security"] == [{name: []}]
         opened = set()
@@ -85,13 +89,42 @@ def test_spec_declares_bearer_auth_as_the_middleware_enforces_it(tmp_path: Path)
                 assert security == [], where
                 assert answer not in (401, 403), f"{where} without a token -> {answer}"
             else:
-                assert security == [{name: []}], where
+                assert security in ([{name: []}], [{name: []}, {"mutualTLS": []}]), where
                 assert {"401", "403"} <= set(op["responses"]), where
                 for code in ("401", "403"):
                     content = op["responses"][code]["content"]["application/json"]
                     assert content["schema"] == {"$ref": "#/components/schemas/ErrorOut"}, where
                 assert answer == 401, f"{where} without a token -> {answer}"
         assert opened == {"/healthz", "/readyz", "/metrics"}  # the probes (security.md)
+
+
+def test_mutual_tls_is_declared_where_the_scheduler_certificate_reaches(tmp_path: Path) -> None:
+    """kube-scheduler's verified client certificate (no token) gets the ``schedule`` scope on
+    ``/api/v1/scheduler/*`` (``AuthMiddleware``): exactly the operations it reaches list the
+    ``mutualTLS`` scheme (OpenAPI 3.1.0, "Security Scheme Object": ``type: mutualTLS``) as an
+    alternative to the bearer token; the others require the token only."""
+    app = make_app(tmp_path)
+    with TestClient(app) as c:
+        spec = c.get("/openapi.json", headers=bearer(TOKENS["read"])).json()
+        assert spec["openapi"].startswith("3.1")
+        assert spec["components"]["securitySchemes"]["mutualTLS"]["type"] == "mutualTLS"
+        c.app_state[CLIENT_CERT_KEY] = "CN=system:kube-scheduler"  # what ClientCertProtocol sets
+        reached = set()
+        for method, path, op in operations(spec):
+            security = op.get("security", spec["security"])
+            if security == []:
+                continue
+            answer = c.request(method.upper(), concrete(path)).status_code
+            if answer not in (401, 403):
+                reached.add((method, path))
+                assert security == [{"bearerAuth": []}, {"mutualTLS": []}], (method, path)
+            else:
+                assert security == [{"bearerAuth": []}], (method, path)
+        assert {p for _, p in reached} >= {
+            "/api/v1/scheduler/filter",
+            "/api/v1/scheduler/prioritize",
+        }
+        assert all(p.startswith("/api/v1/scheduler/") for _, p in reached)
 
 
 def test_x_total_count_is_published_and_sent(tmp_path: Path) -> None:

@@ -4,9 +4,12 @@
 name, so a release over an earlier one kept that release's ``teacher_strand.json``,
 ``ppo_policy.onnx`` or ``train_summary.json``, and ``sched evaluate --policies teacher --model
 <release>`` (``rl.named_policies.teacher_file`` prefers ``teacher_strand.json``) scored the
-earlier model's teacher as the new one's. With ``keep`` only the named entries stay; the
-placement recipes' releases (fgd, dynamic, the dynamic-mode learners) keep only an operator's
-notes (``RELEASE_KEEPS``: ``NOTES.txt``, ``README.md``).
+earlier model's teacher as the new one's. With ``remove`` the named regular files and links
+the new files do not name are removed; the placement recipes' releases (fgd, dynamic, the
+dynamic-mode learners) remove the earlier release's model files (``RELEASE_MODEL_FILES``) and
+keep every other entry: a release run from inside the release folder keeps its own ``runs/``,
+``mlflow.db`` and ``mlartifacts/``, a mount point keeps its ``lost+found``, and a removal that
+fails half way leaves the old file set or the new one, never a mix.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from fleetmind import folders
 from fleetmind.data.errors import ModelLoadError
-from fleetmind.folders import RELEASE_KEEPS, write_folder_whole
+from fleetmind.folders import RELEASE_MODEL_FILES, write_folder_whole
 from fleetmind.rl.named_policies import teacher_file
 from fleetmind.training.recipes import dynamic, fgd, paired
 
@@ -45,31 +49,39 @@ def _run_folder(root: Path, files: dict[str, bytes | str]) -> Path:
     return root
 
 
-# ------------------------------------------------------------------- write_folder_whole's keep
+# ------------------------------------------------------------------- write_folder_whole's remove
 @pytest.mark.parametrize("in_place", [False, True])
-def test_keep_removes_every_other_entry(
+def test_remove_removes_only_the_named_files_and_links(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_place: bool
 ) -> None:
-    """Swapped in (a new folder) and written file by file (the working folder) alike."""
+    """Swapped in (a new folder) and written file by file (the working folder) alike: a folder
+    is never removed, even one with a model file's name, nor an entry ``remove`` does not name."""
     out = tmp_path / "rel"
     write_folder_whole(out, RELEASE_A)
     (out / "NOTES.txt").write_text("operator's\n")
     (out / "old_dir").mkdir()
     (out / "old_dir" / "x").write_text("x")
-    (out / "old_link").symlink_to("policy.onnx")
+    (out / "clone.pt").mkdir()  # a folder under a model file's name stays
+    (out / "final.onnx").symlink_to("policy.onnx")  # a link under a model file's name goes
     if in_place:
         monkeypatch.chdir(out)
-    write_folder_whole(out, {"policy.onnx": b"B-policy", "teacher.json": "B"}, keep={"NOTES.txt"})
+    write_folder_whole(
+        out, {"policy.onnx": b"B-policy", "teacher.json": "B"}, remove=RELEASE_MODEL_FILES
+    )
     monkeypatch.undo()
-    assert _snapshot(out) == {
-        "NOTES.txt": b"operator's\n",
-        "policy.onnx": b"B-policy",
-        "teacher.json": b"B",
-    }
+    assert sorted(os.listdir(out)) == [
+        "NOTES.txt",
+        "clone.pt",
+        "old_dir",
+        "policy.onnx",
+        "teacher.json",
+    ]
+    assert (out / "policy.onnx").read_bytes() == b"B-policy"
+    assert (out / "old_dir" / "x").read_text() == "x"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rel.")]
 
 
-def test_keep_none_still_keeps_every_entry(tmp_path: Path) -> None:
+def test_remove_default_keeps_every_entry(tmp_path: Path) -> None:
     """The default is unchanged (``rca train --release`` keeps an operator's files)."""
     out = tmp_path / "rel"
     write_folder_whole(out, RELEASE_A)
@@ -78,6 +90,96 @@ def test_keep_none_still_keeps_every_entry(tmp_path: Path) -> None:
         **{k: v.encode() if isinstance(v, str) else v for k, v in RELEASE_A.items()},
         "policy.onnx": b"B-policy",
     }
+
+
+def test_release_run_from_inside_the_release_folder_keeps_its_own_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sched train --release`` run with the release folder as the working folder: the
+    recipe's relative defaults (``--out runs/ppo``, MLflow's ``mlflow.db`` and ``mlartifacts/``)
+    lie inside it, and the release must not remove them (it used to remove every entry but an
+    operator's notes)."""
+    rel = tmp_path / "models" / "placement"
+    monkeypatch.setattr(fgd, "RELEASED_DIR", rel)
+    write_folder_whole(rel, RELEASE_A)
+    monkeypatch.chdir(rel)
+    run = _run_folder(rel / "runs" / "ppo" / "r1" / "model", {"policy.onnx": b"B"})
+    (rel / "runs" / "ppo" / "r1" / "checkpoints").mkdir()
+    (rel / "mlflow.db").write_bytes(b"registry")
+    (rel / "mlartifacts" / "1").mkdir(parents=True)
+    fgd._release(run, {})
+    monkeypatch.undo()
+    assert sorted(os.listdir(rel)) == ["mlartifacts", "mlflow.db", "policy.onnx", "runs"]
+    assert (run / "policy.onnx").read_bytes() == b"B"
+    assert (rel / "mlflow.db").read_bytes() == b"registry"
+
+
+def _in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every folder one written file by file (what a mount point gets)."""
+    monkeypatch.setattr(folders, "_in_place", lambda target, st: True)
+
+
+def test_mount_point_release_keeps_lost_and_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release folder that is a mount point keeps its ``lost+found`` (a root-owned folder a
+    non-root writer could not remove: the release used to fail half way)."""
+    rel = tmp_path / "placement"
+    write_folder_whole(rel, RELEASE_A)
+    (rel / "lost+found").mkdir()
+    _in_place(monkeypatch)
+    write_folder_whole(
+        rel, {"policy.onnx": b"B", "metadata.json": "{}"}, remove=RELEASE_MODEL_FILES
+    )
+    assert sorted(os.listdir(rel)) == ["lost+found", "metadata.json", "policy.onnx"]
+
+
+def test_in_place_release_whose_deletes_fail_leaves_the_new_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting the earlier model's files fails (``PermissionError``): the new files are in and
+    no earlier model file is left under its name (only hidden set-aside copies no loader reads)."""
+    rel = tmp_path / "placement"
+    write_folder_whole(rel, RELEASE_A)
+    _in_place(monkeypatch)
+
+    def refuse(path: object, *a: object, **k: object) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "unlink", refuse)
+    write_folder_whole(rel, {"policy.onnx": b"B", "teacher.json": "B"}, remove=RELEASE_MODEL_FILES)
+    monkeypatch.undo()
+    visible = sorted(n for n in os.listdir(rel) if not n.startswith("."))
+    assert visible == ["policy.onnx", "teacher.json"]
+    assert (rel / "policy.onnx").read_bytes() == b"B"
+    assert all(n.endswith(".old") for n in os.listdir(rel) if n.startswith("."))
+
+
+def test_in_place_release_whose_set_aside_fails_leaves_the_old_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Setting an earlier model file aside fails half way (``PermissionError`` on the second
+    one): the files moved are put back and no new file is renamed in: the old set as it was."""
+    rel = tmp_path / "placement"
+    write_folder_whole(rel, RELEASE_A)
+    before = _snapshot(rel)
+    _in_place(monkeypatch)
+    real_rename = os.rename
+    calls: list[str] = []
+
+    def rename(src: str, dst: str) -> None:
+        if str(dst).endswith(".old"):
+            calls.append(str(src))
+            if len(calls) == 2:
+                raise PermissionError(13, "Permission denied", str(src))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(PermissionError):
+        write_folder_whole(rel, {"policy.onnx": b"B"}, remove=RELEASE_MODEL_FILES)
+    monkeypatch.undo()
+    assert len(calls) == 2
+    assert _snapshot(rel) == before
 
 
 # ------------------------------------------------------------------- the recipes' releases
@@ -146,5 +248,13 @@ def test_learner_release_replaces_the_folder(
     assert summary["released"] == str(rel)
 
 
-def test_release_keeps_only_an_operators_notes() -> None:
-    assert RELEASE_KEEPS == frozenset({"NOTES.txt", "README.md"})
+def test_release_model_files_name_what_the_recipes_release() -> None:
+    """Every file of the shipped releases is a model file (and nothing an operator or a run's
+    output folder would hold)."""
+    from fleetmind.data.paths import REPO_ROOT
+
+    for folder in ("models/placement", "models/placement-dynamic"):
+        path = REPO_ROOT / folder
+        if path.is_dir():
+            assert {p.name for p in path.iterdir() if p.is_file()} <= RELEASE_MODEL_FILES
+    assert not RELEASE_MODEL_FILES & {"NOTES.txt", "README.md", "mlflow.db", "runs", "lost+found"}

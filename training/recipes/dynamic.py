@@ -59,7 +59,7 @@ from fleetmind.envs.multicluster_env import (
     N_QUEUE_FEATURES,
     MultiClusterPlacementEnv,
 )
-from fleetmind.folders import RELEASE_KEEPS, write_folder_whole
+from fleetmind.folders import RELEASE_MODEL_FILES, write_folder_whole
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig
@@ -598,12 +598,12 @@ def _export(r: _Run) -> Path:
 def _release(model_dir: Path, summary: dict[str, Any]) -> None:
     """Write the exported model's files and the run summary (``train_summary.json``) to
     ``models/placement-dynamic/`` all at once (:func:`fleetmind.folders.write_folder_whole`: a
-    failed write leaves the earlier release as it was; no other file of the earlier release
-    stays but an operator's notes, :data:`fleetmind.folders.RELEASE_KEEPS`: its teacher would be
-    scored as this model's)."""
+    failed write leaves the earlier release as it was; its model files this run does not write,
+    :data:`fleetmind.folders.RELEASE_MODEL_FILES`, are removed: its teacher would be scored as this
+    model's; every other entry stays)."""
     files: dict[str, Path | str] = {f.name: f for f in sorted(model_dir.iterdir()) if f.is_file()}
     files["train_summary.json"] = json.dumps(summary, indent=1, default=str) + "\n"
-    write_folder_whole(RELEASE_DIR, files, keep=RELEASE_KEEPS)
+    write_folder_whole(RELEASE_DIR, files, remove=RELEASE_MODEL_FILES)
     summary["released"] = str(RELEASE_DIR)
 
 

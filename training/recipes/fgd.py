@@ -18,7 +18,7 @@ What a run does:
    (the cloned one included), and checkpoints.
 4. Exports the best policy (``policy.onnx``, ``policy.pt``, ``metadata.json``, ``ppo.zip``,
    ``model_card.md``) to ``<out>/<run name>/model`` (and to ``models/placement/`` with ``--release``,
-   replacing every file of the earlier release),
+   removing the earlier release's model files that this run does not write),
    logs it to MLflow as a pyfunc model, registers ``fleetmind-placement`` and moves the ``champion``
    alias to the new version when its evaluation beats the current champion's
    (:mod:`fleetmind.training.recipes.tracking`).
@@ -45,7 +45,7 @@ from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
-from fleetmind.folders import RELEASE_KEEPS, write_folder_whole
+from fleetmind.folders import RELEASE_MODEL_FILES, write_folder_whole
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
@@ -533,10 +533,10 @@ def run(args: FgdArgs) -> dict[str, Any]:
 def _release(model_dir: Path, summary: dict[str, Any]) -> None:
     """Write the exported model's files to ``models/placement/`` all at once
     (:func:`fleetmind.folders.write_folder_whole`: a failed write leaves the earlier release as it
-    was). No other file of the earlier release stays (but an operator's notes,
-    :data:`fleetmind.folders.RELEASE_KEEPS`): its ``teacher_strand.json`` or ``ppo_policy.onnx``
-    would be read as this model's (``sched evaluate --policies teacher``)."""
+    was). The earlier release's model files (:data:`fleetmind.folders.RELEASE_MODEL_FILES`) this
+    run does not write are removed: its ``teacher_strand.json`` or ``ppo_policy.onnx`` would be
+    read as this model's (``sched evaluate --policies teacher``); every other entry stays."""
     write_folder_whole(
-        RELEASED_DIR, {f.name: f for f in sorted(model_dir.iterdir())}, keep=RELEASE_KEEPS
+        RELEASED_DIR, {f.name: f for f in sorted(model_dir.iterdir())}, remove=RELEASE_MODEL_FILES
     )
     summary["released"] = str(RELEASED_DIR)

@@ -56,7 +56,7 @@ from fleetmind.data.openb_variants import (
     write_variant,
 )
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
-from fleetmind.folders import RELEASE_KEEPS, write_folder_whole
+from fleetmind.folders import RELEASE_MODEL_FILES, write_folder_whole
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload, model_config
 from fleetmind.rl.export import save_onnx, save_torch
@@ -660,14 +660,17 @@ def publish_learner(
     """A dynamic-mode learner's last step: ``train_summary.json``, the final metrics and the model
     folder in MLflow, and with ``release`` the folder's files (less ``keep_out``) written to the
     released model's folder all at once (:func:`fleetmind.folders.write_folder_whole`: a failed
-    write leaves the earlier release as it was; no other file of the earlier release stays but
-    :data:`fleetmind.folders.RELEASE_KEEPS`; ``summary["released"]`` names it)."""
+    write leaves the earlier release as it was; the earlier release's model files it does not
+    write, :data:`fleetmind.folders.RELEASE_MODEL_FILES`, are removed, every other entry stays;
+    ``summary["released"]`` names it)."""
     (model_dir / "train_summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
     mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
     if release:
         files = sorted(f for f in model_dir.iterdir() if f.is_file() and f.name not in keep_out)
-        write_folder_whole(DYNAMIC_RELEASE_DIR, {f.name: f for f in files}, keep=RELEASE_KEEPS)
+        write_folder_whole(
+            DYNAMIC_RELEASE_DIR, {f.name: f for f in files}, remove=RELEASE_MODEL_FILES
+        )
         summary["released"] = str(DYNAMIC_RELEASE_DIR)
 
 
