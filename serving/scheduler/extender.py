@@ -105,6 +105,7 @@ from fleetmind.serving.scheduler.placement import (
     Option,
     Placer,
     Reservations,
+    cpu_nodes_first,
     free_gpus,
     gpu_allowed,
     gpu_model_matches,
@@ -914,7 +915,7 @@ def decide(
         cands.append(node)
     d.options = _place(snapshot, req, d, cands, reservations, placer, index.cluster)
     if d.cpu_only:  # nodes without GPUs first (stable: policy order within each kind)
-        d.options.sort(key=lambda o: o.node in d.gpu_nodes)
+        d.options = cpu_nodes_first(d.options, known.values())
     chosen = {o.node for o in d.options}
     for node in cands:
         if node.name not in chosen:

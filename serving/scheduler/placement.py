@@ -11,7 +11,7 @@ import functools
 import json
 import re
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -206,7 +206,9 @@ class Placer(Protocol):
         allowed: Collection[str] | None = None,
         alternative_gpus: bool = True,
     ) -> list[Option]:
-        """Return up to ``k`` feasible options, best first (empty when none fits).
+        """Return up to ``k`` feasible options, best first (empty when none fits). An option's
+        ``score`` does not depend on ``k``; a CPU-only job's options are in
+        :func:`cpu_nodes_first`'s order.
 
         ``allowed``: node names the job may go to (all when None; the rest of the snapshot still
         forms the state the policy sees). ``alternative_gpus=False``: options after the first may
@@ -324,7 +326,7 @@ class BestFitPlacer:
                 Option(node.cluster, node.name, tuple(chosen), -(leftover / 1000.0) - 0.01 * spread)
             )
         options.sort(key=lambda o: (-o.score, o.cluster, o.node))
-        return options[:k]
+        return (options if job.num_gpu else cpu_nodes_first(options, snapshot.nodes))[:k]
 
 
 def _choose(fits: list[tuple[int, int]], n: int) -> list[int]:
@@ -512,25 +514,16 @@ class PeerPolicyPlacer:
         allowed: Collection[str] | None,
         alternative_gpus: bool,
     ) -> list[Option]:
-        """:meth:`place` through the policy on the simulator's ``ClusterState``."""
+        """:meth:`place` through the policy on the simulator's ``ClusterState``.
+
+        Each option's ``score`` is :func:`policy_scores`' value for its node, whatever ``k``; a
+        CPU-only job ranks every feasible node and gets :func:`cpu_nodes_first`'s order."""
         nodes = snapshot.nodes
         n = len(nodes)
         if n == 0:
             return []
         base, where, policy, slots = self._base(snapshot)
-        state = base.copy()
-        for (c, name, g), milli in reservations.gpu_items():
-            slot = where.get((c, name, g))
-            if slot is not None:
-                state.gpu_idle[slot] = max(0, int(state.gpu_idle[slot]) - milli)
-        for (c, name), milli in reservations.cpu_items():
-            i = where.get((c, name, -1))
-            if i is not None:
-                state.cpu_free[i[0]] -= milli
-        for (c, name), milli in reservations.mem_items():
-            i = where.get((c, name, -1))
-            if i is not None:
-                state.mem_free[i[0]] -= milli
+        state = _after_reservations(base, where, reservations)
         mask_model = ANY_GPU_MODEL
         gpu_job = job.num_gpu > 0
         # a CPU-only job takes no GPU, so no GPU model binds it (as BestFitPlacer and the extender
@@ -565,38 +558,76 @@ class PeerPolicyPlacer:
             mask &= np.fromiter((x.name in allowed for x in nodes), dtype=bool, count=n)
         if not mask.any():
             return []
+        # a CPU-only job: every feasible node, so that nodes without GPUs can come first
+        many = k if gpu_job else n
         with self._lock:
             if hasattr(policy, "reset"):
                 policy.reset(state)
             node, gpus = policy.select(state, pod, mask)
-            scores = np.zeros(n)
-            if k > 1:
-                try:
-                    scores = np.asarray(policy.score(state, pod, mask), dtype=np.float64)
-                except (
-                    NotImplementedError
-                ):  # e.g. PPO ranks candidates only: order the rest by BestFit
-                    scores = np.asarray(bestfit_scores(state, pod, mask), dtype=np.float64)
+            scores = policy_scores(policy, state, pod, mask)
             picks = [int(node)] if node >= 0 else []
-            if k > 1:
-                order = np.argsort(-np.where(mask, scores, -np.inf), kind="stable")
-                picks += [int(i) for i in order[: k + 1] if mask[i] and int(i) != node][: k - 1]
+            order = np.argsort(-np.where(mask, scores, -np.inf), kind="stable")
+            picks += [int(i) for i in order[: many + 1] if mask[i] and int(i) != node][: many - 1]
             out = []
-            for rank, i in enumerate(picks):
+            for i in picks:
                 if i == node:
                     g = gpus
                 else:
-                    g = state.choose_gpus(pod, i) if alternative_gpus else ()
+                    g = state.choose_gpus(pod, i) if alternative_gpus and gpu_job else ()
                 idx = [nodes[i].gpus[int(j)].index for j in np.asarray(g).tolist()]
-                out.append(
-                    Option(
-                        nodes[i].cluster,
-                        nodes[i].name,
-                        tuple(idx),
-                        float(scores[i]) if k > 1 else float(-rank),
-                    )
-                )
-        return out
+                out.append(Option(nodes[i].cluster, nodes[i].name, tuple(idx), float(scores[i])))
+        return out if gpu_job else cpu_nodes_first(out, nodes)[:k]
+
+
+def _after_reservations(
+    base: ClusterState,
+    where: dict[tuple[str, str, int], tuple[int, ...]],
+    reservations: Reservations,
+) -> ClusterState:
+    """A copy of ``base`` less the GPU shares, CPU and memory that ``reservations`` hold
+    (``where``: :meth:`PeerPolicyPlacer._base_state`'s map to rows and slots)."""
+    state = base.copy()
+    for (c, name, g), milli in reservations.gpu_items():
+        slot = where.get((c, name, g))
+        if slot is not None:
+            state.gpu_idle[slot] = max(0, int(state.gpu_idle[slot]) - milli)
+    for (c, name), milli in reservations.cpu_items():
+        i = where.get((c, name, -1))
+        if i is not None:
+            state.cpu_free[i[0]] -= milli
+    for (c, name), milli in reservations.mem_items():
+        i = where.get((c, name, -1))
+        if i is not None:
+            state.mem_free[i[0]] -= milli
+    return state
+
+
+def policy_scores(policy: Any, state: ClusterState, pod: Pod, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` float64: the policy's score of each node (higher is better; meaningful on ``mask``
+    only), the ``score`` of :class:`PeerPolicyPlacer`'s options.
+
+    A policy that only chooses (``score`` raises ``NotImplementedError``: the PPO agent picks among
+    its candidates) gets BestFit's 0..100 scores
+    (:func:`~fleetmind.envs.policies.scores.bestfit_scores`), which order its alternatives; its own
+    choice may then score below one of them."""
+    try:
+        return np.asarray(policy.score(state, pod, mask), dtype=np.float64)
+    except NotImplementedError:
+        return np.asarray(bestfit_scores(state, pod, mask), dtype=np.float64)
+
+
+def cpu_nodes_first(options: Sequence[Option], nodes: Iterable[NodeState]) -> list[Option]:
+    """``options`` of a CPU-only job (``num_gpu`` 0) with those on nodes without GPUs first, each
+    kind in its given order (a stable sort): a CPU-only job should not take a GPU node's CPU and
+    memory while a node without GPUs has room. ``nodes``: the nodes the options name (a node is a
+    GPU node when telemetry shows it any GPU, healthy or not).
+
+    The one rule for both ways in: ``POST /api/v1/placements`` (:class:`BestFitPlacer`,
+    :class:`PeerPolicyPlacer`) and the scheduler extender
+    (:func:`fleetmind.serving.scheduler.extender.decide`), so that both put the job on the same
+    node."""
+    gpu = {(x.cluster, x.name) for x in nodes if x.gpus}
+    return sorted(options, key=lambda o: (o.cluster, o.node) in gpu)
 
 
 def free_gpus_all(node: NodeState, res: Reservations) -> list[tuple[int, int]]:
