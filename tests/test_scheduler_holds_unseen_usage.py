@@ -287,7 +287,9 @@ def test_a_whole_gpu_hold_on_other_gpus_than_the_marked_ones_ends_on_listing(
 
 
 def test_pods_dcgm_never_names_are_counted_once_for_life(client: TestClient, clock: Clock) -> None:
-    """dcgm-exporter's Kubernetes mapping off (``-k`` unset: its default): it names no pod, ever.
+    """dcgm-exporter's Kubernetes mapping off (``-k``/``DCGM_EXPORTER_KUBERNETES`` unset: the
+    binary's default; its Helm chart, ``deployment/templates/daemonset.yaml``, turns it on): it
+    names no pod, ever.
     Four 1-GPU pods held on GPUs 0-3 (best fit, lowest index) run on GPUs 4-7 (the device
     plugin's choice), which read busy. 592fdb8 kept the four holds for the pods' whole life and
     marked their requests too: 0 of 8 GPUs free where 4 are idle."""
@@ -338,3 +340,87 @@ def test_the_fleet_query_reads_gpu_requests_per_pod() -> None:
     q = fleet_queries()["pod_gpu_requests"]
     assert 'resource="nvidia_com_gpu"' in q
     assert q.startswith("sum by (cluster, node, namespace, pod) ")
+
+
+def test_a_running_kept_share_is_not_counted_twice(client: TestClient, clock: Clock) -> None:
+    """A ``gpu-milli`` pod without ``gpu-index`` runs: its framebuffer (40 of 81 GB) already lowers
+    its GPU's free share (about 506 milli), so its kept hold adds only what that reading leaves
+    over 1000 - 500: about 500 free, and a second 500-milli pod fits. 1de2f0e booked the kept
+    500 on top of the reading: 6 free, and ``s1`` was refused."""
+    fleet = Fleet(clock, n_gpus=1)
+    client.app.state.services.telemetry = fleet
+    assert schedule(client, share_pod("s0")) == NODE
+    fleet.pods.append({"name": "s0", "annotations": {ANN_MILLI: "500"}})
+    assert free(client) == [500]  # idle yet (pulling its image): the kept hold is the whole share
+    fleet.busy = {0}  # s0 runs; share pods are not named by DCGM
+    clock.now += 600
+    assert free(client) == [500]  # not 6: the reading and the hold are one pod's use
+    assert f"{NS}/s0" in holds(client)  # still kept (renewed by that view)
+    view = client.app.state.services.reservations.view(fleet.snapshot())
+    assert view.cpu_used("local", NODE) == 0  # its CPU request is in the scrape: not held again
+    assert schedule(client, share_pod("s1")) == NODE
+
+
+def test_an_indexed_and_a_kept_share_on_one_gpu_both_count(
+    client: TestClient, clock: Clock
+) -> None:
+    """One GPU: ``s0`` annotated with ``gpu-index`` 0 (telemetry places its 500 milli there) and
+    ``s1`` kept (no ``gpu-index``, held on GPU 0): nothing is left, whatever DCGM reads."""
+    fleet = Fleet(clock, n_gpus=1)
+    client.app.state.services.telemetry = fleet
+    res = client.app.state.services.reservations
+    res.hold(f"{NS}/s1", Option("local", NODE, (0,), 0.0), JobSpec(num_gpu=1, gpu_milli=500))
+    fleet.pods = [
+        {"name": "s0", "annotations": {ANN_MILLI: "500", ANN_INDEX: "0"}},
+        {"name": "s1", "annotations": {ANN_MILLI: "500"}},
+    ]
+    (node,) = fleet.snapshot().nodes
+    assert node.gpus[0].share_milli == 500
+    assert free(client) == [0]
+    fleet.busy = {0}
+    clock.now += 600
+    assert free(client) == [0]
+    assert schedule(client, share_pod("s2", milli=100)) is None
+
+
+def test_a_whole_gpu_hold_the_snapshot_does_not_place_ends_on_listing(
+    client: TestClient, clock: Clock
+) -> None:
+    """A whole-GPU hold of a pod whose GPU request is no ``nvidia.com/gpu`` (a MIG-mixed
+    ``nvidia.com/mig-*`` instance, a ``gpu-count`` annotation pod) and which dcgm-exporter names
+    nowhere (mapping off): the device plugin chose GPU 1, which reads busy. 1de2f0e kept the hold
+    on GPU 0 for the pod's life (GPU 0 read taken, GPU 1 busy: both lost); it ends on listing."""
+    fleet = Fleet(clock, n_gpus=2)
+    client.app.state.services.telemetry = fleet
+    res = client.app.state.services.reservations
+    res.hold(f"{NS}/m0", Option("local", NODE, (0,), 0.0), JobSpec(num_gpu=1), uid="u-m0")
+    fleet.pods = [{"name": "m0", "phase": "Running"}]
+    fleet.busy = {1}
+    assert free(client)[0] == 1000
+    clock.now += 86400
+    assert free(client)[0] == 1000
+    assert holds(client) == {}
+
+
+def test_time_sliced_pods_sharing_a_named_gpu_are_counted(clock: Clock) -> None:
+    """Time-slicing, 2 GPUs x 4 replicas; six 1-replica pods run, three per GPU, and
+    dcgm-exporter without ``--kubernetes-virtual-gpus`` names one per GPU (p0, p1). The four
+    others' requests take the named GPUs' free replicas: 2 free, not 6 (1de2f0e marked nothing,
+    both GPUs being named, yet counted the four pods as placed)."""
+    fleet = Fleet(clock, n_gpus=2, replicas=4)
+    fleet.pods = [{"name": f"p{i}", "gpus": 1, "phase": "Running"} for i in range(6)]
+    fleet.named = {0: f"{NS}/p0", 1: f"{NS}/p1"}
+    (node,) = fleet.snapshot().nodes
+    assert [g.free_milli for g in node.gpus] == [0, 500]
+    assert node.gpu_pods == frozenset(f"{NS}/p{i}" for i in range(6))
+
+
+def test_a_pod_whose_devices_find_no_replica_is_not_counted_placed(clock: Clock) -> None:
+    """1 GPU x 2 replicas, p0 named on it, p1 and p2 unnamed: one free replica takes p1's
+    request; p2's finds none, so the snapshot does not count p2's GPU use (a hold of it stays)."""
+    fleet = Fleet(clock, n_gpus=1, replicas=2)
+    fleet.pods = [{"name": f"p{i}", "gpus": 1, "phase": "Running"} for i in range(3)]
+    fleet.named = {0: f"{NS}/p0"}
+    (node,) = fleet.snapshot().nodes
+    assert [g.free_milli for g in node.gpus] == [0]
+    assert node.gpu_pods == frozenset({f"{NS}/p0", f"{NS}/p1"})

@@ -18,12 +18,15 @@ shows it. A hold ends when
   carry ``gpu-index``, or its ``nvidia_com_gpu`` request is charged to the node's GPUs:
   kube-state-metrics' requests of pods DCGM names nowhere are marked taken,
   :func:`fleetmind.serving.telemetry.prometheus.mark_requested_gpus`, whichever GPUs the device
-  plugin chose) or, for whole GPUs, shows every held GPU taken. Until then the hold is the pod's GPU
-  assignment (a ``gpu-milli`` share without ``gpu-index``, which nothing in FleetMind's deployment
-  writes and which requests no ``nvidia.com/gpu``): it stays while telemetry lists the pod there,
-  past its TTL and past ``/bound``'s grace, and each view that sees it so renews its deadline to
-  one TTL ahead (:meth:`DbReservations.view`), so it ends at most one TTL after the pod leaves
-  ``kube_pod_info`` (finished, deleted), or with the bound grace when ``/bound`` saw it;
+  plugin chose). A whole-GPU hold (1000 milli or more) ends on listing all the same: its real GPU
+  reads busy. Until then a share hold is the pod's GPU assignment (a ``gpu-milli`` share without
+  ``gpu-index``, which nothing in FleetMind's deployment writes and which requests no
+  ``nvidia.com/gpu``): it stays while telemetry lists the pod there, past its TTL and past
+  ``/bound``'s grace, and each view that sees it so renews its deadline to one TTL ahead
+  (:meth:`DbReservations.view`), so it ends at most one TTL after the pod leaves
+  ``kube_pod_info`` (finished, deleted), or with the bound grace when ``/bound`` saw it. Such a
+  kept share adds to its GPU only what telemetry does not already read there (a running pod's
+  framebuffer lowers ``free_milli``: :func:`_kept_use`), and no CPU or memory;
 * or telemetry lists the pod, by its **uid**, on **another node** of the hold's cluster
   (``NodeState.pod_uids``): a later extender or a score plugin chose otherwise, and no ``/bound``
   said so, so the held capacity is not the pod's at all. By uid, not by name: a pod deleted and
@@ -69,6 +72,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -188,23 +192,23 @@ def _taken(option: Option, seen: Reservations, now: Reservations) -> bool:
 
 
 def _unplaced(r: Any, node: NodeState) -> bool:
-    """Whether GPU hold ``r``, whose pod ``node`` lists, is still the pod's GPU assignment: the
-    snapshot counts none of the pod's GPU use on ``node`` (not in ``node.gpu_pods``: DCGM names it
-    on no GPU, no ``gpu-index`` places it, no ``nvidia.com/gpu`` request of it was charged) and,
-    for whole GPUs, shows some held GPU with room left (the hold still adds to what it reads)."""
-    if not r.gpus or node.gpu_pods is None or r.pod_key in node.gpu_pods:
+    """Whether GPU hold ``r``, whose pod ``node`` lists, is still the pod's GPU assignment: a
+    share (``gpu_milli`` under 1000) whose use the snapshot places on no GPU of ``node`` (not in
+    ``node.gpu_pods``: DCGM names it on no GPU, no ``gpu-index`` places it). A whole-GPU hold
+    (MIG instances, ``gpu-count`` pods) is never kept: its real GPU reads busy, or its
+    ``nvidia.com/gpu`` request is charged, and a kept one would hold the wrong GPU for the pod's
+    life where the device plugin chose another one."""
+    if not r.gpus or r.gpu_milli >= 1000 or node.gpu_pods is None or r.pod_key in node.gpu_pods:
         return False
     if r.pod_uid and node.pod_uids and r.pod_uid not in node.pod_uids:
         return False  # that name on the node is another pod (deleted and created again)
-    if r.gpu_milli < 1000:
-        return True  # a share: nothing in the snapshot says which GPU it is on
-    free = {g.index: g.free_milli if g.healthy else 0 for g in node.gpus}
-    return any(free.get(int(g), 0) > 0 for g in r.gpus)
+    return True  # a share: nothing in the snapshot says which GPU it is on
 
 
 def kept_by(rows: Iterable[Any], snapshot: FleetSnapshot | None) -> set[str]:
-    """Keys of the GPU holds among ``rows`` whose pod ``snapshot`` lists on the held node without
-    placing its GPU use there (:func:`_unplaced`): they stay, past their TTL too, while it does."""
+    """Keys of the GPU share holds among ``rows`` whose pod ``snapshot`` lists on the held node
+    without placing its GPU use there (:func:`_unplaced`): they stay, past their TTL too, while it
+    does."""
     rows = [r for r in rows if r.gpus]
     if snapshot is None or not rows:
         return set()
@@ -225,16 +229,67 @@ def _chunks(keys: list[str], size: int = 500) -> Iterator[list[str]]:
         yield keys[i : i + size]
 
 
-def _view(rows: Iterable[Any]) -> Reservations:
-    """In-memory sums of held capacity (the interface the placers read)."""
+def _kept_use(
+    rows: Iterable[Any], kept: set[str], snapshot: FleetSnapshot | None
+) -> dict[tuple[str, str, int], int]:
+    """Milli-GPUs the kept share holds (``kept``, :func:`kept_by`) among ``rows`` add, per GPU
+    ``(cluster, node, index)``, to what ``snapshot`` reads there.
+
+    A running share pod's framebuffer already lowers its GPU's ``free_milli``, so booking its
+    whole share again would count it twice. On a GPU carrying kept shares summing to ``kept``
+    milli, the free share is ``min(telemetry free, cap - kept)``, where ``cap`` is 1000 less the
+    shares telemetry places there itself (``GpuState.share_milli``, annotations with
+    ``gpu-index``): the kept shares add ``max(0, free - (cap - kept))``, at most ``kept``. A GPU
+    the snapshot does not show gets the whole share."""
+    if not kept:
+        return {}
+    sums: dict[tuple[str, str, int], int] = defaultdict(int)
+    for r in rows:
+        if r.pod_key in kept:
+            for g in r.gpus or ():
+                sums[(r.cluster, r.node, int(g))] += int(r.gpu_milli)
+    if not sums or snapshot is None:
+        return dict(sums)
+    nodes = {(c, n) for c, n, _ in sums}
+    gpus = {
+        (n.cluster, n.name, g.index): g
+        for n in snapshot.nodes
+        if (n.cluster, n.name) in nodes
+        for g in n.gpus
+    }
+    out: dict[tuple[str, str, int], int] = {}
+    for key, held in sums.items():
+        g = gpus.get(key)
+        if g is None:
+            out[key] = held
+            continue
+        read = g.free_milli if g.healthy else 0
+        cap = 1000 - (g.share_milli or 0)
+        out[key] = min(held, max(0, read - (cap - held)))
+    return out
+
+
+def _view(rows: Iterable[Any], snapshot: FleetSnapshot | None = None) -> Reservations:
+    """In-memory sums of held capacity (the interface the placers read). The share holds
+    ``snapshot`` keeps (:func:`kept_by`) add only the GPU share it does not already read
+    (:func:`_kept_use`), and no CPU or memory: the pod is listed there, its requests in the
+    scrape."""
+    rows = list(rows)
+    kept = kept_by(rows, snapshot)
     res = Reservations()
     for r in rows:
+        if kept and r.pod_key in kept:
+            continue
         opt = Option(r.cluster, r.node, tuple(int(g) for g in r.gpus or ()), 0.0)
         job = JobSpec.model_construct(  # unvalidated: a stored hold is read as it was written
             num_gpu=len(opt.gpus), gpu_milli=r.gpu_milli, cpu_milli=r.cpu_milli,
             memory_mib=r.memory_mib,
         )  # fmt: skip
         res.book(opt, job)
+    for (cluster, node, gpu), milli in sorted(_kept_use(rows, kept, snapshot).items()):
+        if milli > 0:
+            job = JobSpec.model_construct(num_gpu=1, gpu_milli=milli, cpu_milli=0, memory_mib=0)
+            res.book(Option(cluster, node, (gpu,), 0.0), job)
     return res
 
 
@@ -413,7 +468,7 @@ class DbReservations(Reservations):
                 t.c.pod_key != key,
             )
         ).all()
-        held = _view(self._live(rows, snapshot))
+        held = _view(self._live(rows, snapshot), snapshot)
         if not _taken(option, seen, held):
             return True  # nothing new on this node: the decision's view still holds
         node = next(
@@ -504,7 +559,7 @@ class DbReservations(Reservations):
             rows = conn.execute(stmt).all()
         live = self._live(rows, snapshot, exclude, now)
         self._renew(rows, snapshot, now)
-        return _view(live)
+        return _view(live, snapshot)
 
     def _live(
         self,

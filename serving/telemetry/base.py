@@ -45,6 +45,11 @@ class GpuState:
     missing: bool = False
     """A placeholder: the kubelet counts this GPU on the node but its exporter reports nothing
     (fallen off the bus, exporter down); always unhealthy with nothing free."""
+    share_milli: int | None = None
+    """Milli-GPUs that GPU-sharing pods placed on this GPU (annotations with ``gpu-index``; a MIG
+    instance: its parent's) take, as telemetry counts them in ``free_milli``; ``None`` where none
+    are or the source cannot tell. A kept share hold on this GPU adds only what ``free_milli`` does
+    not already show (:mod:`fleetmind.serving.scheduler.reservations`)."""
 
 
 @dataclass

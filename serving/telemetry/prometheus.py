@@ -115,17 +115,21 @@ it on its GPUs only from its next collection after the kubelet allocated them: t
 allocates devices at admission (before any image pull), and dcgm-exporter maps pods through the
 kubelet's PodResources ``List`` API, running or not, so the gap is up to one dcgm-exporter
 collection interval (``-c``, 30 s by default) plus one Prometheus scrape; where its Kubernetes
-mapping is off (``-k``/``DCGM_EXPORTER_KUBERNETES`` unset: off by default) it names no pod, ever,
+mapping is off (``-k``/``DCGM_EXPORTER_KUBERNETES`` unset: the binary's default, though its Helm
+chart sets ``DCGM_EXPORTER_KUBERNETES=true``, ``deployment/templates/daemonset.yaml``) it names no
+pod, ever,
 and with time-slicing but without ``--kubernetes-virtual-gpus`` it names one pod per shared GPU.
 So, per node, the ``nvidia.com/gpu`` devices requested by the pods listed there (not finished) that
 DCGM names on no GPU are marked taken (:func:`mark_requested_gpus`): first the GPUs that read in
 use (framebuffer, utilisation) with no pod named on them and no share annotated (their usage is the
 unnamed pods'), then idle ones, lowest index first; one device is one time-slicing replica
-(``1000 // gpu_replicas`` milli). Only GPUs with MIG disabled take them, unless the node's GPUs are
-all MIG instances (the ``single`` strategy). Init containers' requests
-(``kube_pod_init_container_resource_requests``, sidecars included) are not read.
-``NodeState.gpu_pods`` names the pods whose GPU use the snapshot counts (DCGM names them on a GPU,
-their share annotation has ``gpu-index``, or their ``nvidia_com_gpu`` request was marked so): a
+(``1000 // gpu_replicas`` milli), and on a time-sliced node the devices still left then take free
+replicas of the GPUs a pod is named on (the pods DCGM does not name share them). Only GPUs with
+MIG disabled take them, unless the node's GPUs are all MIG instances (the ``single`` strategy).
+Init containers' requests (``kube_pod_init_container_resource_requests``, sidecars included) are
+not read. ``NodeState.gpu_pods`` names the pods whose GPU use the snapshot counts (DCGM names them
+on a GPU, their share annotation has ``gpu-index``, or their ``nvidia_com_gpu`` request was marked
+so; where devices found no free replica, the last pods in name order are left out): a
 hold of a listed pod outside it (a ``gpu-milli`` share without ``gpu-index``) is still the pod's
 GPU assignment (:mod:`fleetmind.serving.scheduler.reservations`).
 
@@ -1169,6 +1173,7 @@ def _gpu_state(
         free_milli=free_milli,
         healthy=healthy,
         mig_parent=g.get("parent"),
+        share_milli=share,
     )
 
 
@@ -1230,25 +1235,32 @@ def build_nodes(
             node.memory_mib = int(res["memory"] // 2**20)
             node.memory_mib_free = node.memory_mib - int(-(-req.get("memory", 0.0) // 2**20))
     named = {(c, pod) for (c, _), pods in gpu_pods.items() for pod in pods}
-    unnamed: dict[tuple[str, str], float] = defaultdict(float)  # devices of pods DCGM names nowhere
-    for (c, h, ns, pod), n in view.gpu_requests.items():
+    # devices of pods DCGM names nowhere, per node: (pod, devices), in pod order
+    unnamed: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    for (c, h, ns, pod), n in sorted(view.gpu_requests.items()):
         if (c, ns, pod) in view.running and (c, f"{ns}/{pod}") not in named and n > 0:
-            unnamed[(c, h)] += n
-            gpu_pods[(c, h)].add(f"{ns}/{pod}")  # its request is charged to the node's GPUs
+            unnamed[(c, h)].append((f"{ns}/{pod}", n))
     taken_on: dict[tuple[str, str], set[int]] = defaultdict(set)
     for c, h, i in taken:
         taken_on[(c, h)].add(i)
     for key, node in nodes.items():
         node.pods = frozenset(pods_on.get(key, ()))
         node.pod_uids = frozenset(view.pod_uids.get(key, ()))
-        node.gpu_pods = frozenset(gpu_pods.get(key, ()))
         node.gpu_replicas = view.replicas.get(key, 1)
         node.mig_replicas = dict(view.mig_replicas.get(key, {}))
-        mark_requested_gpus(node, unnamed.get(key, 0.0), taken_on.get(key, set()))
+        asks = unnamed.get(key, [])
+        left = mark_requested_gpus(node, sum(n for _, n in asks), taken_on.get(key, set()))
+        # the devices left unmarked are the last pods' (in pod order): their GPU use is not
+        # counted, so they stay out of gpu_pods (a share hold of theirs stays theirs)
+        for pod, n in reversed(asks):
+            if left <= 0:
+                gpu_pods[key].add(pod)  # its request is charged to the node's GPUs
+            left -= n
+        node.gpu_pods = frozenset(gpu_pods.get(key, ()))
     return [nodes[k] for k in sorted(nodes)]
 
 
-def mark_requested_gpus(node: NodeState, devices: float, named: set[int]) -> None:
+def mark_requested_gpus(node: NodeState, devices: float, named: set[int]) -> int:
     """Mark ``devices`` requested ``nvidia.com/gpu`` devices taken on ``node``: those of pods
     listed there that DCGM names on no GPU (see Requested GPUs in the module docstring).
 
@@ -1256,15 +1268,22 @@ def mark_requested_gpus(node: NodeState, devices: float, named: set[int]) -> Non
         devices: devices (whole GPUs, or time-slicing replicas of ``1000 // gpu_replicas`` milli
             each) to mark.
         named: indices of the GPUs whose use the snapshot already gives to a pod (DCGM names one
-            there, or a share annotation places one there): never marked.
+            there, or a share annotation places one there): not marked while other GPUs take
+            the devices.
 
     The GPUs that read in use with no pod named on them account for the devices first (one
     replica per ``1000 // gpu_replicas`` milli in use, rounded up; such a GPU is left with its
-    free replicas only), then free replicas of the other GPUs, lowest index first.
+    free replicas only), then free replicas of the other GPUs, lowest index first. On a
+    time-sliced node (``gpu_replicas`` > 1) devices still left take the free replicas of the
+    named GPUs, lowest index first: dcgm-exporter without ``--kubernetes-virtual-gpus`` names one
+    pod per shared GPU, and the others share it.
+
+    Returns:
+        The devices that found no free replica (0 when all were marked).
     """
     need = int(math.ceil(devices - 1e-9)) if math.isfinite(devices) else 0
     if need <= 0:
-        return
+        return 0
     plain = [g for g in node.gpus if g.mig_parent is None]
     pool = [
         g
@@ -1274,7 +1293,7 @@ def mark_requested_gpus(node: NodeState, devices: float, named: set[int]) -> Non
     unit = max(1, 1000 // max(1, node.gpu_replicas))
     for g in sorted(pool, key=lambda g: (g.free_milli >= 1000, g.index)):
         if need <= 0:
-            return
+            return 0
         if g.free_milli < 1000:  # in use, by no pod named: the unnamed pods' usage
             used = -(-(1000 - max(g.free_milli, 0)) // unit)
             need -= used
@@ -1282,6 +1301,13 @@ def mark_requested_gpus(node: NodeState, devices: float, named: set[int]) -> Non
         while need > 0 and g.free_milli >= unit:
             g.free_milli -= unit
             need -= 1
+    if need > 0 and node.gpu_replicas > 1:
+        for g in sorted((plain or node.gpus), key=lambda g: g.index):
+            if g.healthy and not g.missing and (g.index in named or g.mig_parent in named):
+                while need > 0 and g.free_milli >= unit:
+                    g.free_milli -= unit
+                    need -= 1
+    return max(0, need)
 
 
 def _replicas_of(
