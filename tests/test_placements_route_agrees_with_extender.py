@@ -240,3 +240,30 @@ def test_cpu_nodes_first_is_stable_and_keyed_by_cluster_and_name() -> None:
         ("c0", "y"),
         ("c0", "x"),
     ]
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_topology_best_effort_never_reuses_the_previous_requests_gpu_sets(k: int) -> None:
+    """TopologyBestEffort keeps the GPU sets its last score() found; a request whose only
+    feasible node skips scoring must not be handed the sets scored for the request before."""
+
+    def host(name: str, free: int) -> NodeState:
+        gpus = [
+            GpuState(index=i, model="V100M32", free_milli=1000 if i < free else 0) for i in range(8)
+        ]
+        return NodeState(
+            name=name,
+            cluster="c0",
+            gpus=gpus,
+            cpu_milli=96000,
+            cpu_milli_free=96000,
+            memory_mib=1 << 20,
+            memory_mib_free=1 << 20,
+        )
+
+    snap = FleetSnapshot("sim", [host("x", 8), host("y", 2)], 1.0)
+    placer = peer_heuristic("TopologyBestEffort")
+    for n in (2, 4):
+        opts = placer.place(snap, JobSpec(num_gpu=n), Reservations(), k)
+        assert opts, n
+        assert all(len(o.gpus) == n for o in opts), [(o.node, o.gpus) for o in opts]

@@ -41,6 +41,7 @@ class TopologyBestEffort(Policy):
         self.templates: list | None = templates
         self.allocation = allocation
         self._last_sets: dict[int, tuple[int, ...]] = {}
+        self._last_pod: Pod | None = None  # the pod ``_last_sets`` were scored for
         self._state: ClusterState | None = None
 
     def reset(
@@ -95,14 +96,22 @@ class TopologyBestEffort(Policy):
         if pod.num_gpu < 2:
             return fit
         link, self._last_sets = self.set_scores(state, pod, mask)
+        self._last_pod = pod
         return link * 1000 + fit
 
     def choose_gpus(self, state: ClusterState, pod: Pod, node: int) -> np.ndarray:
         if pod.num_gpu >= 2:
-            gset = self._last_sets.get(node)
+            # the sets of the last score() only for this very pod and while still all free: a
+            # caller may score one request and place the next without scoring (one feasible node)
+            gset = self._last_sets.get(node) if pod is self._last_pod else None
+            if gset is not None and (
+                len(gset) != pod.num_gpu
+                or not all(int(state.gpu_idle[node, g]) == GPU_MILLI for g in gset)
+            ):
+                gset = None
             if gset is None:
                 _, sets = self.set_scores(state, pod, np.arange(state.n_nodes) == node)
                 gset = sets[node]
-            self._last_sets = {}
+            self._last_sets, self._last_pod = {}, None
             return np.asarray(gset, dtype=np.int64)
         return state.choose_gpus(pod, node)
