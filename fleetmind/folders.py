@@ -50,7 +50,8 @@ def write_folder_whole(
     (whatever the umask) and, where the process may set them, its owner and group; a new file gets
     ``0666`` less the umask. A symbolic link is followed (its target folder is replaced).
     Temporary folders beside it that a write stopped by a crash left (``.<name>.<pid>.<hex>.tmp``
-    or ``.old`` of a process no longer running) are removed first.
+    or ``.old`` of a process no longer running), and files set aside in it by such a write (below),
+    are removed first.
 
     Written file by file instead, each whole (a temporary file renamed over it, its bits kept), in
     the order of ``files``, where the folder cannot be swapped: its parent this process may not
@@ -61,8 +62,9 @@ def write_folder_whole(
     first renamed aside (hidden names, ``.<name>.<pid>.<hex>.old``; a rename that fails puts the
     moved ones back and leaves the old files as they were), then the new files are renamed in, then
     the set-aside files are deleted (best effort: one that cannot be deleted stays under its hidden
-    name, which no loader reads). A failure of the renaming-in may leave some files new and the
-    others old.
+    name, which no loader reads, and no later write carries). A failure of the first renaming-in
+    puts the set-aside files back (the old files as they were); a later one may leave some files
+    new and the others old (the set-aside ones then deleted).
 
     Returns:
         ``folder`` as a ``Path``.
@@ -81,6 +83,8 @@ def write_folder_whole(
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(path))
     _remove_stale(target)
+    if st is not None:
+        _remove_stale_aside(target)
     if _in_place(target, st):
         _write_in_place(target, files, remove)
         return path
@@ -163,24 +167,42 @@ def _write_in_place(
     does not) are renamed aside, then each new file is renamed over its old one, then the set-aside
     files are deleted. A write that fails (a full disk) or a renaming-aside that fails leaves every
     old file as it was; only the renaming-in can be cut short; a set-aside file that cannot be
-    deleted stays under its hidden name."""
+    deleted stays under its hidden name. A renaming-in that fails before any new file is in puts
+    the set-aside files back (the old set as it was); one that fails later deletes them, as a
+    write that succeeds does (the new set partly in)."""
     target.mkdir(exist_ok=True)
     staged: list[tuple[str, Path]] = []
     try:
         for name, content in files.items():
             staged.append((_staged_file(target / name, content), target / name))
         aside = _set_aside(target, [n for n in remove if n not in files])
-        while staged:
-            tmp, path = staged[0]
-            os.replace(tmp, path)
-            staged.pop(0)
-        for moved, _ in aside:
-            with contextlib.suppress(OSError):
-                os.unlink(moved)
+        renamed_in = False
+        try:
+            while staged:
+                tmp, path = staged[0]
+                os.replace(tmp, path)
+                renamed_in = True
+                staged.pop(0)
+        except BaseException:
+            if not renamed_in:  # nothing new in yet: the old set as it was
+                for moved, original in reversed(aside):
+                    with contextlib.suppress(OSError):
+                        os.rename(moved, original)
+                aside = []
+            _delete(aside)
+            raise
+        _delete(aside)
     finally:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _delete(aside: list[tuple[Path, Path]]) -> None:
+    """Delete the set-aside files of :func:`_set_aside` (best effort)."""
+    for moved, _ in aside:
+        with contextlib.suppress(OSError):
+            os.unlink(moved)
 
 
 def _removable(path: Path) -> bool:
@@ -221,13 +243,14 @@ def _fill(
 ) -> None:
     """Make the new folder ``tmp``: the old folder ``target``'s bits and kept entries (``st``:
     its ``stat``, ``None``: no old folder; ``remove``: :func:`write_folder_whole`'s, the regular
-    files and links not carried) and ``files``, flushed to disk."""
+    files and links not carried; nor a file set aside by a file-by-file write,
+    ``.<name>.<pid>.<hex>.old``) and ``files``, flushed to disk."""
     if st is not None:
         os.chmod(tmp, st.st_mode & 0o7777)
         with contextlib.suppress(OSError):  # EPERM; EINVAL: an owner a user namespace cannot map
             os.chown(tmp, st.st_uid, st.st_gid)
         for entry in os.scandir(target):
-            if entry.name in files:
+            if entry.name in files or _set_aside_file(entry):
                 continue
             if entry.name in remove and _removable(Path(entry.path)):
                 continue
@@ -304,6 +327,31 @@ def _remove_stale(target: Path) -> None:
             old = now - max(st.st_mtime, st.st_ctime) > STALE_AFTER_S
             if old and not pid_running(int(m["pid"])):
                 shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _set_aside_file(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a regular file or link named as :func:`_set_aside` names the files it
+    renames aside (``.<name>.<pid>.<hex>.old``), which no loader reads and no write carries."""
+    m = _STALE.fullmatch(entry.name)
+    return m is not None and entry.name.endswith(".old") and _removable(Path(entry.path))
+
+
+def _remove_stale_aside(target: Path) -> None:
+    """Remove the files of the folder ``target`` that a file-by-file write of a process no longer
+    running set aside and left (a crash before it deleted them) and that are older than
+    :data:`STALE_AFTER_S` (as :func:`_remove_stale`); best effort."""
+    with contextlib.suppress(OSError):
+        entries = list(os.scandir(target))
+        now = time.time()
+        for entry in entries:
+            if not _set_aside_file(entry):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            m = _STALE.fullmatch(entry.name)
+            old = now - max(st.st_mtime, st.st_ctime) > STALE_AFTER_S
+            if m is not None and old and not pid_running(int(m["pid"])):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 STALE_AFTER_S = 3600.0

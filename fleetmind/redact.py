@@ -85,14 +85,14 @@ _DIGEST = re.compile(r"sha(?:256|512):", re.IGNORECASE)
 
 def _schemeless_userinfo(token: str, at: int) -> bool:
     """Whether ``token`` (no ``//``; its last ``@`` at ``at``) is ``user:password@host`` written
-    without a scheme: a ``:`` before the ``@`` with no ``/`` before it, not an MLflow URI's
-    scheme (``models:/x@champion``), and no image digest after the ``@`` (``img:v1@sha256:...``).
+    without a scheme: a ``:`` before the ``@`` with no ``/`` before it, not an MLflow URI (its
+    scheme in lower case, then ``:/``: ``models:/x@champion``; ``models:s3cr@db`` is masked), and no image digest after the ``@`` (``img:v1@sha256:...``).
     A pod or image reference (``ns/pod:worker@node-7``, ``nvcr.io/nvidia/pytorch:24.01@...``) has
     a ``/`` before its ``:``."""
     colon = token.find(":")
     if not 0 <= colon < at or "/" in token[:colon]:
         return False
-    if token[:colon].lower() in _MODEL_URI_SCHEMES:
+    if token[:colon] in _MODEL_URI_SCHEMES and token[colon + 1 : colon + 2] == "/":
         return False
     return _DIGEST.match(token, at + 1) is None
 
@@ -145,22 +145,44 @@ def _secret_name(name: str) -> bool:
     return any(w in SECRET_PARAM_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
 
-_KEYWORD_ENDINGS = ("password", "passwd", "pwd", "token", "secret")
+_KEYWORD_ENDINGS = ("password", "passwd", "pwd", "token", "secret", "signature")
 """A ``keyword=value`` pair's name that is or ends in one of these (any case) has its value masked:
-``password``, libpq's ``sslpassword``, ``FLEETMIND_API_TOKEN``, ... but not a path setting
-(``FLEETMIND_TLS_KEY``, ``..._TOKEN_FILE``) nor MLflow's ``key='x'``."""
+``password``, libpq's ``sslpassword``, ``FLEETMIND_API_TOKEN``, ``X-Amz-Signature``, ... but not a
+path setting (``FLEETMIND_TLS_KEY``, ``..._TOKEN_FILE``) nor MLflow's ``key='x'``
+(:func:`_keyword_secret` adds the key names)."""
+_KEY_QUALIFIERS = frozenset({"api", "secret", "access", "private"})
+"""Words before a last word ``key`` that make a name a secret key's (``api_key``, ``X-Api-Key``,
+``aws_secret_access_key``, ``private_key``), unlike ``key``, ``sslkey`` or ``FLEETMIND_TLS_KEY``."""
+_KEYWORD_NAMES = frozenset({"apikey", "credentials"})
+"""Last words of a ``keyword=value`` name that mark a secret on their own (``apikey``,
+``credentials``)."""
+
+
+def _keyword_secret(name: str) -> bool:
+    """Whether the ``keyword=value`` pair named ``name`` holds a secret (:data:`_KEYWORD_ENDINGS`,
+    :data:`_KEYWORD_NAMES`, or a last word ``key`` after one of :data:`_KEY_QUALIFIERS`; the name
+    split at ``_``, ``-`` and ``.``, any case). A name ending in ``_FILE`` (a path) is not one."""
+    low = name.lower()
+    if low.endswith(_KEYWORD_ENDINGS):
+        return True
+    words = [w for w in re.split(r"[-_.]", low) if w]
+    if not words:
+        return False
+    if words[-1] in _KEYWORD_NAMES:
+        return True
+    return words[-1] == "key" and any(w in _KEY_QUALIFIERS for w in words[:-1])
 
 
 def _keyword_spans(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` of the value of each password-like ``keyword=value`` pair
-    (:data:`_KEYWORD_VALUE`, :data:`_KEYWORD_ENDINGS`) in ``text``: a libpq connection string's
+    (:data:`_KEYWORD_VALUE`, :func:`_keyword_secret`) in ``text``: a libpq connection string's
     ``password=...``, also where one was given as a database URL by mistake."""
     if "=" not in text:
         return []
     return [
         m.span(2)
         for m in _KEYWORD_VALUE.finditer(text)
-        if m.group(2) and m.group(1).lower().endswith(_KEYWORD_ENDINGS)
+        if m.group(2) and _keyword_secret(m.group(1))
     ]
 
 
@@ -196,7 +218,7 @@ def safe_uri(text: str) -> str:
     """``text`` (a URL, or a message quoting URLs) with each URL's ``user:password@`` shown as
     ``***@`` (also one given without its scheme: ``fm:s3cr@db/fm``) and the value of each
     password-like query parameter or libpq ``keyword=value`` pair (:data:`SECRET_PARAM_WORDS`,
-    :data:`_KEYWORD_ENDINGS`) as ``***``."""
+    :func:`_keyword_secret`) as ``***``."""
     spans = _userinfo_spans(text) + _param_spans(text) + _keyword_spans(text)
     # both rules on the original text, their spans merged: applied one after the other, the
     # first could hide the other's context (``?password=`` inside a masked user part) and show

@@ -182,6 +182,84 @@ def test_in_place_release_whose_set_aside_fails_leaves_the_old_set(
     assert _snapshot(rel) == before
 
 
+def _replace_failing_on(monkeypatch: pytest.MonkeyPatch, nth: int) -> list[str]:
+    """Make the ``nth`` ``os.replace`` fail with ``EBUSY`` (a bind-mounted file); returns the
+    destinations of the calls."""
+    real_replace = os.replace
+    calls: list[str] = []
+
+    def replace(src: str, dst: str) -> None:
+        calls.append(str(dst))
+        if len(calls) == nth:
+            raise OSError(16, "Device or resource busy", str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return calls
+
+
+def test_in_place_release_whose_first_rename_in_fails_leaves_the_old_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first new file cannot be renamed in (``EBUSY``): the earlier model's files set aside
+    are put back, so the old release keeps its teacher; a later write carries no hidden copy."""
+    rel = tmp_path / "placement"
+    write_folder_whole(rel, RELEASE_A)
+    before = _snapshot(rel)
+    _in_place(monkeypatch)
+    calls = _replace_failing_on(monkeypatch, 1)
+    with pytest.raises(OSError, match="busy"):
+        write_folder_whole(
+            rel, {"policy.onnx": b"B", "teacher.json": "B"}, remove=RELEASE_MODEL_FILES
+        )
+    monkeypatch.undo()
+    assert len(calls) == 1
+    assert _snapshot(rel) == before
+    assert teacher_file(rel).name == "teacher_strand.json"
+
+
+def test_in_place_release_whose_second_rename_in_fails_leaves_no_hidden_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second new file cannot be renamed in: the first one is in, the earlier model's files
+    set aside are deleted (as on success), and a later swap write carries no hidden copy."""
+    rel = tmp_path / "placement"
+    write_folder_whole(rel, RELEASE_A)
+    _in_place(monkeypatch)
+    _replace_failing_on(monkeypatch, 2)
+    with pytest.raises(OSError, match="busy"):
+        write_folder_whole(
+            rel, {"policy.onnx": b"B", "metadata.json": "{}"}, remove=RELEASE_MODEL_FILES
+        )
+    monkeypatch.undo()
+    assert sorted(os.listdir(rel)) == ["policy.onnx"]
+    assert (rel / "policy.onnx").read_bytes() == b"B"
+    write_folder_whole(rel, {"policy.onnx": b"C"}, remove=RELEASE_MODEL_FILES)
+    assert sorted(os.listdir(rel)) == ["policy.onnx"]
+
+
+def test_set_aside_files_are_not_carried_and_a_dead_writers_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file set aside by a file-by-file write (``.<name>.<pid>.<hex>.old``) is never carried
+    into a new folder; one a dead writer left is removed at the start of a write, one of a
+    running writer (this process) is kept."""
+    rel = tmp_path / "placement"
+    write_folder_whole(rel, RELEASE_A)
+    dead, live = 2**22 + 1, os.getpid()  # above Linux's pid_max default: no such process
+    assert not folders.pid_running(dead)
+    (rel / f".teacher_strand.json.{dead}.0123abcd.old").write_text("A strand")
+    (rel / f".teacher.json.{live}.0123abcd.old").write_text("A base")
+    monkeypatch.setattr(folders, "STALE_AFTER_S", -1.0)  # no waiting an hour
+    write_folder_whole(rel, {"policy.onnx": b"B"}, remove=RELEASE_MODEL_FILES)
+    assert sorted(os.listdir(rel)) == ["policy.onnx"]  # swapped: the live one not carried
+    _in_place(monkeypatch)
+    (rel / f".teacher_strand.json.{dead}.0123abcd.old").write_text("A strand")
+    (rel / f".teacher.json.{live}.0123abcd.old").write_text("A base")
+    write_folder_whole(rel, {"policy.onnx": b"C"}, remove=RELEASE_MODEL_FILES)
+    assert sorted(os.listdir(rel)) == [f".teacher.json.{live}.0123abcd.old", "policy.onnx"]
+
+
 # ------------------------------------------------------------------- the recipes' releases
 def test_fgd_release_over_a_strand_release_leaves_no_stale_teacher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -399,6 +399,12 @@ def test_mode_rwc_and_a_dangling_symlink_create_a_private_file(tmp_path: Path) -
         # an MLflow model URI is a scheme and a path, not user:password@host
         ("loaded models:/fleetmind-rca@champion", "loaded models:/fleetmind-rca@champion"),
         ("runs:/abc/model@x", "runs:/abc/model@x"),
+        # but only its lower-case scheme then ":/" (mlflow.store.artifact.utils.models): a
+        # database URL without its scheme whose user is "models" or "runs" is masked
+        ("cannot use models:s3cr@db:5432/fm", "cannot use ***@db:5432/fm"),
+        ("runs:Hunter2@db/fm", "***@db/fm"),
+        ("mlflow-artifacts:Pw@db/fm", "***@db/fm"),
+        ("MODELS:/x@db", "***@db"),
         # a password starting with "/" is no URI path (1 in 64 base64 passwords)
         ("amuser:/Zm9vYmFy@am:9093", "***@am:9093"),
         # image references with a digest, a pod on a node: a "/" before the ":"
@@ -420,6 +426,28 @@ def test_mode_rwc_and_a_dangling_symlink_create_a_private_file(tmp_path: Path) -
         (
             "FLEETMIND_API_TOKEN=abc PGPASSWORD=x pwd=y",
             "FLEETMIND_API_TOKEN=*** PGPASSWORD=*** pwd=***",
+        ),
+        # an API, secret, access or private key; apikey, credentials, a signature
+        (
+            "apikey=a1 api_key=a2 api-key=a3 X-Api-Key=a4",
+            "apikey=*** api_key=*** api-key=*** X-Api-Key=***",
+        ),
+        (
+            "access_key=b1 secret_key=b2 aws_secret_access_key=b3 private_key=b4",
+            "access_key=*** secret_key=*** aws_secret_access_key=*** private_key=***",
+        ),
+        (
+            "auth_token=c1 credentials=c2 signature=c3 X-Amz-Signature=c4",
+            "auth_token=*** credentials=*** signature=*** X-Amz-Signature=***",
+        ),
+        # a bare key, libpq's sslkey (a path), a TLS key setting, a *_FILE path stay shown
+        (
+            "key=k sslkey=/etc/k.pem FLEETMIND_TLS_KEY=/k API_KEY_FILE=/f",
+            "key=k sslkey=/etc/k.pem FLEETMIND_TLS_KEY=/k API_KEY_FILE=/f",
+        ),
+        (
+            "Param with key='api' was already logged with value='x'",
+            "Param with key='api' was already logged with value='x'",
         ),
     ],
 )
