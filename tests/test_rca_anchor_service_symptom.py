@@ -10,23 +10,19 @@ kube-prometheus' ``KubePodNotReady``) on the same seeded generated fleet.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
-import numpy as np
 import pytest
 
 from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
-from fleetmind.data.rca_gen.graphs import GraphGenConfig, generate_graph
 from fleetmind.rca.anchoring import anchor_result, dependencies, joined_to_symptom, named_symptom
 from fleetmind.rca.gat_analyzer import GATAnalyzer
+from tests.golden_storm_helpers import golden_fleet, storm_alert
 
-T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 SLO = frozenset({"ServiceLatencyHigh"})
 
 
 @pytest.fixture(scope="module")
 def fleet() -> DependencyGraph:
-    return generate_graph("golden", np.random.default_rng(20261201), GraphGenConfig(), n_nodes=300)
+    return golden_fleet()
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +30,7 @@ def gat() -> GATAnalyzer:
     return GATAnalyzer.load(None)
 
 
-def _alert(node_match: dict, name: str, sec: int, severity: str = "critical", **extra: str) -> dict:
-    return {
-        "status": "firing",
-        "labels": {"alertname": name, "severity": severity, **node_match, **extra},
-        "annotations": {},
-        "startsAt": (T0 + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "endsAt": "0001-01-01T00:00:00Z",
-    }
+_alert = storm_alert
 
 
 def _out(g: DependencyGraph, src: str, kind: str) -> list[str]:
