@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -40,10 +41,16 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from fleetmind.serving.app import create_app  # noqa: E402
 from fleetmind.serving.scheduler.placement import Option  # noqa: E402
+from fleetmind.serving.scheduler.reservations import _view  # noqa: E402
 from fleetmind.serving.schemas import JobSpec  # noqa: E402
 from fleetmind.serving.settings import Settings  # noqa: E402
 from fleetmind.serving.telemetry import base  # noqa: E402
-from fleetmind.serving.telemetry.base import FleetSnapshot, TelemetrySource  # noqa: E402
+from fleetmind.serving.telemetry.base import (  # noqa: E402
+    FleetSnapshot,
+    GpuState,
+    NodeState,
+    TelemetrySource,
+)
 from fleetmind.serving.telemetry.prometheus import (  # noqa: E402
     ANN_INDEX,
     ANN_MILLI,
@@ -352,6 +359,7 @@ def test_a_running_kept_share_is_not_counted_twice(client: TestClient, clock: Cl
     assert schedule(client, share_pod("s0")) == NODE
     fleet.pods.append({"name": "s0", "annotations": {ANN_MILLI: "500"}})
     assert free(client) == [500]  # idle yet (pulling its image): the kept hold is the whole share
+    fleet.pods[-1]["phase"] = "Running"
     fleet.busy = {0}  # s0 runs; share pods are not named by DCGM
     clock.now += 600
     assert free(client) == [500]  # not 6: the reading and the hold are one pod's use
@@ -383,17 +391,21 @@ def test_an_indexed_and_a_kept_share_on_one_gpu_both_count(
     assert schedule(client, share_pod("s2", milli=100)) is None
 
 
-def test_a_whole_gpu_hold_the_snapshot_does_not_place_ends_on_listing(
+def test_a_whole_gpu_hold_the_snapshot_does_not_place_ends_once_running(
     client: TestClient, clock: Clock
 ) -> None:
     """A whole-GPU hold of a pod whose GPU request is no ``nvidia.com/gpu`` (a MIG-mixed
     ``nvidia.com/mig-*`` instance, a ``gpu-count`` annotation pod) and which dcgm-exporter names
-    nowhere (mapping off): the device plugin chose GPU 1, which reads busy. 1de2f0e kept the hold
-    on GPU 0 for the pod's life (GPU 0 read taken, GPU 1 busy: both lost); it ends on listing."""
+    nowhere (mapping off): it stays while the pod is Pending (every GPU idle), then the device
+    plugin's choice, GPU 1, reads busy. 1de2f0e kept the hold on GPU 0 for the pod's life (GPU 0
+    read taken, GPU 1 busy: both lost); it ends once the pod runs."""
     fleet = Fleet(clock, n_gpus=2)
     client.app.state.services.telemetry = fleet
     res = client.app.state.services.reservations
     res.hold(f"{NS}/m0", Option("local", NODE, (0,), 0.0), JobSpec(num_gpu=1), uid="u-m0")
+    fleet.pods = [{"name": "m0"}]  # Pending: pulling its image
+    clock.now += 600
+    assert free(client) == [0, 1000]  # kept past its TTL while not running
     fleet.pods = [{"name": "m0", "phase": "Running"}]
     fleet.busy = {1}
     assert free(client)[0] == 1000
@@ -424,3 +436,97 @@ def test_a_pod_whose_devices_find_no_replica_is_not_counted_placed(clock: Clock)
     (node,) = fleet.snapshot().nodes
     assert [g.free_milli for g in node.gpus] == [0]
     assert node.gpu_pods == frozenset({f"{NS}/p0", f"{NS}/p1"})
+
+
+def test_an_unstarted_kept_share_is_not_absorbed_by_foreign_use(
+    client: TestClient, clock: Clock
+) -> None:
+    """Pod ``x`` (500 milli, no FleetMind hold) runs on the only GPU (about 506 milli free); ``s0``
+    (400) is held there and listed Pending. Its share is in no reading yet, so it counts in full
+    (about 106 free) and ``s1`` (400) is refused. 62aefe9 let ``x``'s framebuffer absorb ``s0``
+    (506 free) and placed ``s1``: 1300 milli handed out on one GPU."""
+    fleet = Fleet(clock, n_gpus=1)
+    client.app.state.services.telemetry = fleet
+    fleet.busy = {0}
+    fleet.pods.append({"name": "x", "annotations": {ANN_MILLI: "500"}, "phase": "Running"})
+    (read,) = free(client)
+    assert schedule(client, share_pod("s0", 400)) == NODE
+    fleet.pods.append({"name": "s0", "annotations": {ANN_MILLI: "400"}})
+    clock.now += 600
+    assert free(client) == [read - 400]
+    assert schedule(client, share_pod("s1", 400)) is None
+
+
+def test_a_gpu_count_pod_pulling_its_image_keeps_its_gpu(client: TestClient, clock: Clock) -> None:
+    """A ``gpu-count`` annotation pod (1000 milli, no ``nvidia.com/gpu`` request) is listed
+    Pending while its image is pulled: its GPU reads idle, so its hold stays and a second one is
+    refused. Once it runs, its GPU reads busy and the hold ends: counted once. 62aefe9 ended the
+    hold on listing and placed the second pod on the idle GPU."""
+    fleet = Fleet(clock, n_gpus=1)
+    client.app.state.services.telemetry = fleet
+    ann = {ANN_MILLI: "1000", "annotation_alibabacloud_com_gpu_count": "1"}
+    assert schedule(client, share_pod("g0", 1000)) == NODE
+    fleet.pods.append({"name": "g0", "annotations": ann})
+    clock.now += 600
+    assert free(client) == [0]
+    assert schedule(client, share_pod("g1", 1000)) is None
+    fleet.pods[-1]["phase"] = "Running"
+    fleet.busy = {0}
+    (gpu,) = fleet.snapshot().nodes[0].gpus
+    assert free(client) == [gpu.free_milli]  # the reading alone: the hold no longer counts
+    clock.now += 600
+    assert free(client) == [gpu.free_milli]
+    assert schedule(client, share_pod("g1", 1000)) is None
+
+
+def _row(key: str, gpu: int, milli: int) -> Any:
+    return SimpleNamespace(pod_key=key, pod_uid="u-" + key, cluster="c", node="n", gpus=[gpu],
+                           gpu_milli=milli, cpu_milli=1000, memory_mib=100, bound_ts=None,
+                           expires_ts=1e12)  # fmt: skip
+
+
+def _snap(free_milli: list[int], pods: list[str], pending: frozenset[str] | None) -> FleetSnapshot:
+    gpus = [GpuState(index=i, model="A100", free_milli=f) for i, f in enumerate(free_milli)]
+    node = NodeState(name="n", cluster="c", gpus=gpus, pods=frozenset(pods),
+                     pod_uids=frozenset("u-" + p for p in pods), gpu_pods=frozenset(),
+                     pending_pods=pending, cpu_milli=96000, cpu_milli_free=96000,
+                     memory_mib=10**6, memory_mib_free=10**6)  # fmt: skip
+    return FleetSnapshot("prometheus", [node], 0.0)
+
+
+@pytest.mark.parametrize(
+    ("pending", "left"),
+    [(None, [300]), (frozenset({"ns/b"}), [300]), (frozenset(), [600])],
+)
+def test_a_kept_share_counts_in_full_until_its_pod_runs(
+    pending: frozenset[str] | None, left: list[int]
+) -> None:
+    """Foreign use (a share pod with no hold, 400 milli of framebuffer) on GPU 0 and kept ``b``
+    (300, held on GPU 0): while ``b`` is not running (or telemetry cannot tell) it counts in full
+    (300 left); once it runs, the reading may hold it (the residual case: a running kept share
+    that has allocated nothing yet beside foreign use counts as nothing, 600)."""
+    snap = _snap([600], ["ns/b", "ns/x"], pending)
+    res = _view([_row("ns/b", 0, 300)], snap)
+    assert [g.free_milli - res.gpu_used("c", "n", g.index) for g in snap.nodes[0].gpus] == left
+
+
+def test_pending_pods_come_from_the_phase_series() -> None:
+    """``NodeState.pending_pods``: listed pods without ``Running`` = 1 (raw
+    ``kube_pod_status_phase`` series or the fleet query's ``pod_phase`` answer); ``None`` where no
+    Pending/Running phase is reported at all."""
+    alloc = ("kube_node_status_allocatable", {"node": NODE, "resource": "cpu"}, 96.0)
+    pods = [
+        ("kube_pod_info", {"namespace": NS, "pod": p, "uid": "u-" + p, "node": NODE}, 1.0)
+        for p in ("a", "b", "c")
+    ]
+    phases = [
+        ("kube_pod_status_phase", {"namespace": NS, "pod": "a", "phase": "Running"}, 1.0),
+        ("pod_phase", {"namespace": NS, "pod": "b", "phase": "Running"}, 1.0),
+        ("kube_pod_status_phase", {"namespace": NS, "pod": "c", "phase": "Running"}, 0.0),
+        ("kube_pod_status_phase", {"namespace": NS, "pod": "c", "phase": "Pending"}, 1.0),
+    ]
+    (node,) = build_nodes([], [alloc, *pods, *phases])
+    assert node.pending_pods == frozenset({f"{NS}/c"})
+    (node,) = build_nodes([], [alloc, *pods])
+    assert node.pending_pods is None
+    assert "pod_phase" in fleet_queries()

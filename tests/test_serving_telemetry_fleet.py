@@ -109,6 +109,7 @@ def test_the_joined_kube_state_metrics_query_answers_as_its_parts(prom: str) -> 
         "pod_gpu_requests",
         "kube_pod_info",
         "kube_pod_annotations",
+        "pod_phase",
         "node_gpus",
     )  # node_gpu_replicas: no time-sliced node in the fixture
     parts = [x for n in names for x in src.query(FLEET_QUERIES[n], n)]

@@ -18,15 +18,17 @@ shows it. A hold ends when
   carry ``gpu-index``, or its ``nvidia_com_gpu`` request is charged to the node's GPUs:
   kube-state-metrics' requests of pods DCGM names nowhere are marked taken,
   :func:`fleetmind.serving.telemetry.prometheus.mark_requested_gpus`, whichever GPUs the device
-  plugin chose). A whole-GPU hold (1000 milli or more) ends on listing all the same: its real GPU
-  reads busy. Until then a share hold is the pod's GPU assignment (a ``gpu-milli`` share without
-  ``gpu-index``, which nothing in FleetMind's deployment writes and which requests no
+  plugin chose). A whole-GPU hold (1000 milli or more) that nothing places stays only while its pod
+  is not yet running (``NodeState.pending_pods``: pulling images, its GPU idle) and ends once it
+  runs: its real GPU reads busy. Until then a share hold is the pod's GPU assignment (a
+  ``gpu-milli`` share without ``gpu-index``, which nothing in FleetMind's deployment writes and which requests no
   ``nvidia.com/gpu``): it stays while telemetry lists the pod there, past its TTL and past
   ``/bound``'s grace, and each view that sees it so renews its deadline to one TTL ahead
   (:meth:`DbReservations.view`), so it ends at most one TTL after the pod leaves
   ``kube_pod_info`` (finished, deleted), or with the bound grace when ``/bound`` saw it. Such a
-  kept share adds to its GPU only what telemetry does not already read there (a running pod's
-  framebuffer lowers ``free_milli``: :func:`_kept_use`), and no CPU or memory;
+  kept hold counts in full while its pod is not yet running; once it runs, a kept share adds to
+  its GPU only what telemetry does not already read there (a running pod's framebuffer lowers
+  ``free_milli``: :func:`_kept_use`); no CPU or memory;
 * or telemetry lists the pod, by its **uid**, on **another node** of the hold's cluster
   (``NodeState.pod_uids``): a later extender or a score plugin chose otherwise, and no ``/bound``
   said so, so the held capacity is not the pod's at all. By uid, not by name: a pod deleted and
@@ -191,18 +193,27 @@ def _taken(option: Option, seen: Reservations, now: Reservations) -> bool:
     )
 
 
+def _not_running(r: Any, node: NodeState) -> bool:
+    """Whether the pod of hold ``r`` is not yet running on ``node`` (``node.pending_pods``;
+    ``None``: cannot tell, so not running)."""
+    return node.pending_pods is None or r.pod_key in node.pending_pods
+
+
 def _unplaced(r: Any, node: NodeState) -> bool:
-    """Whether GPU hold ``r``, whose pod ``node`` lists, is still the pod's GPU assignment: a
-    share (``gpu_milli`` under 1000) whose use the snapshot places on no GPU of ``node`` (not in
-    ``node.gpu_pods``: DCGM names it on no GPU, no ``gpu-index`` places it). A whole-GPU hold
-    (MIG instances, ``gpu-count`` pods) is never kept: its real GPU reads busy, or its
-    ``nvidia.com/gpu`` request is charged, and a kept one would hold the wrong GPU for the pod's
-    life where the device plugin chose another one."""
-    if not r.gpus or r.gpu_milli >= 1000 or node.gpu_pods is None or r.pod_key in node.gpu_pods:
+    """Whether GPU hold ``r``, whose pod ``node`` lists, is still the pod's GPU assignment: its
+    use the snapshot places on no GPU of ``node`` (not in ``node.gpu_pods``: DCGM names it on no
+    GPU, no ``gpu-index`` places it, no ``nvidia.com/gpu`` request is charged), and it is a share
+    (``gpu_milli`` under 1000), or a whole-GPU hold (MIG instances, ``gpu-count`` pods) of a pod
+    not yet running (``node.pending_pods``: its GPU reads idle while images are pulled). Once that
+    pod runs, its real GPU reads busy, and a kept whole hold would hold the wrong GPU for the
+    pod's life where the device plugin chose another one, so it ends."""
+    if not r.gpus or node.gpu_pods is None or r.pod_key in node.gpu_pods:
+        return False
+    if r.gpu_milli >= 1000 and (node.pending_pods is None or r.pod_key not in node.pending_pods):
         return False
     if r.pod_uid and node.pod_uids and r.pod_uid not in node.pod_uids:
         return False  # that name on the node is another pod (deleted and created again)
-    return True  # a share: nothing in the snapshot says which GPU it is on
+    return True  # nothing in the snapshot says which GPU it is on
 
 
 def kept_by(rows: Iterable[Any], snapshot: FleetSnapshot | None) -> set[str]:
@@ -232,40 +243,37 @@ def _chunks(keys: list[str], size: int = 500) -> Iterator[list[str]]:
 def _kept_use(
     rows: Iterable[Any], kept: set[str], snapshot: FleetSnapshot | None
 ) -> dict[tuple[str, str, int], int]:
-    """Milli-GPUs the kept share holds (``kept``, :func:`kept_by`) among ``rows`` add, per GPU
+    """Milli-GPUs the kept holds (``kept``, :func:`kept_by`) among ``rows`` add, per GPU
     ``(cluster, node, index)``, to what ``snapshot`` reads there.
 
-    A running share pod's framebuffer already lowers its GPU's ``free_milli``, so booking its
-    whole share again would count it twice. On a GPU carrying kept shares summing to ``kept``
-    milli, the free share is ``min(telemetry free, cap - kept)``, where ``cap`` is 1000 less the
-    shares telemetry places there itself (``GpuState.share_milli``, annotations with
-    ``gpu-index``): the kept shares add ``max(0, free - (cap - kept))``, at most ``kept``. A GPU
-    the snapshot does not show gets the whole share."""
+    A kept hold whose pod is not yet running (``NodeState.pending_pods``; whole-GPU holds are kept
+    only then) counts in full: nothing of it is in any reading. A running share pod's framebuffer
+    already lowers its GPU's ``free_milli``, so booking its whole share again would count it
+    twice: on a GPU carrying running kept shares summing to ``run`` milli and not-running ones
+    summing to ``full``, the kept holds add ``full + min(run, max(0, free - (cap - run)))``, where
+    ``cap`` is 1000 less the shares telemetry places there itself (``GpuState.share_milli``,
+    annotations with ``gpu-index``). A GPU the snapshot does not show gets the whole holds."""
     if not kept:
         return {}
-    sums: dict[tuple[str, str, int], int] = defaultdict(int)
+    nodes = {(n.cluster, n.name): n for n in snapshot.nodes} if snapshot is not None else {}
+    full: dict[tuple[str, str, int], int] = defaultdict(int)
+    run: dict[tuple[str, str, int], int] = defaultdict(int)
     for r in rows:
         if r.pod_key in kept:
+            node = nodes.get((r.cluster, r.node))
+            sums = full if node is None or _not_running(r, node) else run
             for g in r.gpus or ():
                 sums[(r.cluster, r.node, int(g))] += int(r.gpu_milli)
-    if not sums or snapshot is None:
-        return dict(sums)
-    nodes = {(c, n) for c, n, _ in sums}
-    gpus = {
-        (n.cluster, n.name, g.index): g
-        for n in snapshot.nodes
-        if (n.cluster, n.name) in nodes
-        for g in n.gpus
-    }
-    out: dict[tuple[str, str, int], int] = {}
-    for key, held in sums.items():
+    gpus = {(n.cluster, n.name, g.index): g for n in nodes.values() for g in n.gpus}
+    out: dict[tuple[str, str, int], int] = dict(full)
+    for key, held in run.items():
         g = gpus.get(key)
         if g is None:
-            out[key] = held
+            out[key] = out.get(key, 0) + held
             continue
         read = g.free_milli if g.healthy else 0
         cap = 1000 - (g.share_milli or 0)
-        out[key] = min(held, max(0, read - (cap - held)))
+        out[key] = out.get(key, 0) + min(held, max(0, read - (cap - held)))
     return out
 
 

@@ -77,6 +77,12 @@ class NodeState:
     """The uids (``metadata.uid``) of the pods telemetry shows on this node, where it carries them
     (kube-state-metrics' ``kube_pod_info{uid}``; empty when it cannot tell). Unlike a pod's name,
     a uid is never reused: a pod deleted and created again under its name gets a new one."""
+    pending_pods: frozenset[str] | None = None
+    """``namespace/name`` of the pods in ``pods`` that are not yet running (kube-state-metrics'
+    ``kube_pod_status_phase``: no ``Running`` = 1, e.g. ``Pending`` while images are pulled);
+    ``None`` where the source cannot tell (every listed pod counts as not running). A GPU hold of
+    such a pod counts in full: its GPU use is in no reading yet
+    (:mod:`fleetmind.serving.scheduler.reservations`)."""
     gpu_pods: frozenset[str] | None = None
     """``namespace/name`` of the pods whose GPU use this snapshot already counts on this node's
     GPUs: DCGM names the pod there, its GPU-sharing annotations carry ``gpu-index``, or its
