@@ -109,9 +109,9 @@ def test_the_joined_kube_state_metrics_query_answers_as_its_parts(prom: str) -> 
         "pod_gpu_requests",
         "kube_pod_info",
         "kube_pod_annotations",
-        "pod_phase",
+        "phase_running",
         "node_gpus",
-    )  # node_gpu_replicas: no time-sliced node in the fixture
+    )  # node_gpu_replicas: no time-sliced node in the fixture; pod_phase: no pod not yet running
     parts = [x for n in names for x in src.query(FLEET_QUERIES[n], n)]
     src.close()
 

@@ -66,7 +66,7 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
-| ``kube_pod_status_phase{phase="Pending"|"Running"}`` = 1 | ``NodeState.pending_pods``: listed pods not yet running (no ``Running`` = 1), whose GPU holds count in full |
+| ``kube_pod_status_phase{phase="Pending"|"Unknown"}`` = 1, and a count of ``Running`` ones per cluster | ``NodeState.pending_pods``: listed pods not yet running, whose GPU holds count in full (``None`` where the cluster has no phase series) |
 | ``kube_node_status_capacity`` / ``_allocatable`` ``{resource="nvidia_com_gpu"}`` | GPU devices per node: placeholders for GPUs DCGM does not report (see Missing GPUs) |
 | ``kube_node_labels{label_nvidia_com_gpu_replicas, label_nvidia_com_mig_<profile>_replicas}`` | ``gpu_replicas`` and ``mig_replicas``, time-slicing replicas per GPU with MIG disabled and per MIG instance of each profile |
 | ``kube_pod_annotations{annotation_alibabacloud_com_gpu_milli, ..._gpu_index}`` | GPU shares held by pods of the GPU-sharing scheduler (needs ``--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index]``) |
@@ -262,7 +262,7 @@ def is_reading(field_name: str, value: float) -> bool:
 DCGM_QUERY = "{__name__=~%r}" % "|".join(_FIELDS)  # noqa: UP031 - PromQL wants the quotes
 KSM_QUERY = (
     '{__name__=~"kube_node_status_allocatable|kube_pod_container_resource_requests|kube_pod_info'
-    '|kube_pod_annotations|kube_pod_status_phase",resource=~"cpu|memory|",phase=~"Pending|Running|Succeeded|Failed|"}'
+    '|kube_pod_annotations|kube_pod_status_phase",resource=~"cpu|memory|",phase=~"Pending|Running|Unknown|Succeeded|Failed|"}'
 )
 MAX_PLACEHOLDERS = 64
 """Most placeholder GPUs added to one node (a bogus capacity value must not build millions)."""
@@ -404,7 +404,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
     cpu_mem = 'resource=~"cpu|memory"'
     shared, node = f'{ANN_MILLI}!=""', 'node!=""'
     gpus = 'resource="nvidia_com_gpu"'
-    phases = 'phase=~"Pending|Running"'
+    unstarted, running = 'phase=~"Pending|Unknown"', 'phase="Running"'
     return {
         "DCGM": f"max by (__name__, {_GPU_KEY}, modelName, UUID) ({any_of(dcgm)})",
         "DCGM_FI_DEV_FB_FREE": f"max by ({_GPU_KEY}, GPU_I_PROFILE, modelName, UUID, "
@@ -430,10 +430,12 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         f"({placed_on_node('kube_pod_info', '', max_age_s, sel)}) {_DONE}",
         "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
         f"({sel('kube_pod_annotations', shared)}) {_DONE}",
-        # pods not yet running (Pending: scheduled, pulling images) and running ones, which
-        # NodeState.pending_pods tells apart
+        # pods not yet running (Pending: scheduled, pulling images; Unknown), for
+        # NodeState.pending_pods, and per cluster whether phases are there at all: one series
+        # per cluster, not one per running pod (as many as kube_pod_info's at 150,000 pods)
         "pod_phase": "max by (cluster, namespace, pod, phase) "
-        f"({sel('kube_pod_status_phase', phases)} == 1)",
+        f"({sel('kube_pod_status_phase', unstarted)} == 1)",
+        "phase_running": f"count by (cluster) ({sel('kube_pod_status_phase', running)} == 1)",
         # whole GPUs per node as the kubelet counts them (capacity: healthy and unhealthy devices;
         # allocatable: healthy ones), and the time-slicing replicas GPU feature discovery labels
         # (per resource: nvidia.com/gpu.replicas, nvidia.com/mig-<profile>.replicas; label names
@@ -451,6 +453,7 @@ _KSM_NAMES = (
     "kube_pod_info",
     "kube_pod_annotations",
     "pod_phase",
+    "phase_running",
     "node_gpus",
     "node_gpu_replicas",
 )
@@ -883,9 +886,9 @@ class _KsmView:
     )
     phase_clusters: set[str] = field(default_factory=set)
     """Clusters with any ``kube_pod_status_phase{phase="Pending"|"Running"} == 1`` series: there a
-    listed pod without ``Running`` = 1 is not yet running (``NodeState.pending_pods``)."""
-    started: set[tuple[str, str, str]] = field(default_factory=set)
-    """``(cluster, namespace, pod)`` of the pods in phase ``Running``."""
+    listed pod in phase ``Pending`` or ``Unknown`` is not yet running (``NodeState.pending_pods``)."""
+    unstarted: set[tuple[str, str, str]] = field(default_factory=set)
+    """``(cluster, namespace, pod)`` of the pods in phase ``Pending`` or ``Unknown``."""
     """``(cluster, node, namespace, pod) -> nvidia.com/gpu`` devices the pod's containers request
     (``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``), finished pods left out."""
 
@@ -941,11 +944,13 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         key = (lab.get("namespace", ""), lab.get("pod", ""))
         if name == "kube_pod_info":
             view.pod_clusters.add(cluster)
-        if name in ("kube_pod_status_phase", "pod_phase") and v == 1:
+        if name == "phase_running":  # a count of running pods per cluster
+            view.phase_clusters.add(cluster)
+        elif name in ("kube_pod_status_phase", "pod_phase") and v == 1:
             if lab.get("phase") in ("Pending", "Running"):
                 view.phase_clusters.add(cluster)
-            if lab.get("phase") == "Running":
-                view.started.add((cluster, *key))
+            if lab.get("phase") in ("Pending", "Unknown"):
+                view.unstarted.add((cluster, *key))
         if name == "kube_node_status_allocatable" and lab.get("node"):
             view.alloc[(cluster, lab["node"])][lab.get("resource", "")] = v
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
@@ -1281,12 +1286,14 @@ def build_nodes(
 def _pending_pods(
     view: _KsmView, key: tuple[str, str], pods: frozenset[str]
 ) -> frozenset[str] | None:
-    """Of ``pods`` (``namespace/name``) listed on node ``key``, those not yet running (no
-    ``kube_pod_status_phase{phase="Running"} == 1``: Pending, pulling images, or no phase in this
-    scrape); ``None`` where the cluster reports no ``Pending``/``Running`` phase at all."""
+    """Of ``pods`` (``namespace/name``) listed on node ``key``, those not yet running
+    (``kube_pod_status_phase{phase="Pending"|"Unknown"} == 1``: scheduled, pulling images); ``None``
+    where the cluster reports no ``Pending``/``Running`` phase at all. A pod with no phase series
+    in this scrape counts as running (only the pods not running are read, to keep the answer
+    small)."""
     if key[0] not in view.phase_clusters:
         return None
-    return frozenset(p for p in pods if (key[0], *p.split("/", 1)) not in view.started)
+    return frozenset(p for p in pods if (key[0], *p.split("/", 1)) in view.unstarted)
 
 
 def mark_requested_gpus(node: NodeState, devices: float, named: set[int]) -> int:
