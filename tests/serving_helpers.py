@@ -19,6 +19,7 @@ import httpx
 
 from fleetmind.data.paths import REPO_ROOT
 from fleetmind.serving.app import uvicorn_log_config
+from fleetmind.serving.settings import Settings
 
 
 @contextlib.contextmanager
@@ -316,3 +317,29 @@ def fresh_database(pg: PgCluster, statement_timeout_s: float) -> Iterator[Any]:
         yield d
     finally:
         d.dispose()
+
+
+NOTIFY_AM = "http://am.test:9093"
+"""The Alertmanager the notifier tests post FleetMindRootCause alerts to (a mock transport)."""
+NOTIFY_HOOK = "http://hooks.test/slack"
+"""The chat webhook the notifier tests post to (a mock transport)."""
+
+
+def notify_settings(tmp_path: Path, **kw: object) -> Settings:
+    """Settings of the notifier tests: SQLite under ``tmp_path``, the baseline ranker, no incident
+    worker, both notification targets set (30 s settle, 60 s re-send, no back-off); ``kw`` wins."""
+    base: dict[str, object] = {
+        "database_url": f"sqlite:///{tmp_path}/n.db",
+        "rca_model": "baseline:upstream-coverage",
+        "placement_model": "heuristic:builtin-bestfit",
+        "incident_worker": False,
+        "public_url": "https://fleetmind.example.org",
+        "notify_alertmanager_url": NOTIFY_AM,
+        "notify_webhook_url": NOTIFY_HOOK,
+        "notify_settle_s": 30.0,
+        "notify_resend_s": 60.0,
+        "notify_backoff_s": 0.0,
+        "notify_retries": 2,
+    }
+    base.update(kw)
+    return Settings(**base)

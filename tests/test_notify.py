@@ -11,17 +11,15 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import alert, webhook
+from serving_helpers import NOTIFY_AM, NOTIFY_HOOK, alert, notify_settings, webhook
 from ui_helpers import STORM_LABELS, TRUE_ROOT, storm_alerts
 
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.serving.app import create_app
 from fleetmind.serving.notify import ALERTNAME, Notifier
-from fleetmind.serving.settings import Settings
 
 T0 = datetime.now(UTC) - timedelta(minutes=5)
-AM = "http://am.test:9093"
-HOOK = "http://hooks.test/slack"
+AM, HOOK = NOTIFY_AM, NOTIFY_HOOK
 
 
 class Clock:
@@ -49,22 +47,7 @@ class Recorder:
         return [body for u, body in self.calls if u == url]
 
 
-def settings(tmp_path: Path, **kw: object) -> Settings:
-    base = {
-        "database_url": f"sqlite:///{tmp_path}/n.db",
-        "rca_model": "baseline:upstream-coverage",
-        "placement_model": "heuristic:builtin-bestfit",
-        "incident_worker": False,
-        "public_url": "https://fleetmind.example.org",
-        "notify_alertmanager_url": AM,
-        "notify_webhook_url": HOOK,
-        "notify_settle_s": 30.0,
-        "notify_resend_s": 60.0,
-        "notify_backoff_s": 0.0,
-        "notify_retries": 2,
-    }
-    base.update(kw)
-    return Settings(**base)
+settings = notify_settings
 
 
 @pytest.fixture

@@ -21,7 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import webhook
+from serving_helpers import NOTIFY_AM as AM
+from serving_helpers import NOTIFY_HOOK as HOOK
+from serving_helpers import notify_settings, webhook
 from ui_helpers import TRUE_ROOT, storm_alerts
 
 from fleetmind.serving.app import create_app
@@ -30,8 +32,6 @@ from fleetmind.serving.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime.now(UTC) - timedelta(minutes=5)
-AM = "http://am.test:9093"
-HOOK = "http://hooks.test/slack"
 
 
 @pytest.fixture(autouse=True)
@@ -40,19 +40,8 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _settings(tmp_path: Path, **kw: object) -> Settings:
-    base: dict[str, object] = {
-        "database_url": f"sqlite:///{tmp_path}/n.db",
-        "rca_model": "baseline:upstream-coverage",
-        "placement_model": "heuristic:builtin-bestfit",
-        "incident_worker": False,
-        "public_url": "https://fleetmind.example.org",
-        "notify_alertmanager_url": AM,
-        "notify_webhook_url": HOOK,
-        "notify_settle_s": 0.0,
-        "notify_backoff_s": 0.0,
-    }
-    base.update(kw)
-    return Settings(**base)
+    """The notifier tests' settings, settling at once."""
+    return notify_settings(tmp_path, **{"notify_settle_s": 0.0, **kw})
 
 
 class _Posts:

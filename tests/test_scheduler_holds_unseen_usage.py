@@ -511,9 +511,11 @@ def test_a_kept_share_counts_in_full_until_its_pod_runs(
 
 
 def test_pending_pods_come_from_the_phase_series() -> None:
-    """``NodeState.pending_pods``: listed pods without ``Running`` = 1 (raw
-    ``kube_pod_status_phase`` series or the fleet query's ``pod_phase`` answer); ``None`` where no
-    Pending/Running phase is reported at all."""
+    """``NodeState.pending_pods``: listed pods in phase ``Pending`` (or ``Unknown``) = 1, from raw
+    ``kube_pod_status_phase`` series (kube-state-metrics writes one 0/1 series per phase of every
+    pod: Pending, Running, Succeeded, Failed, Unknown; its docs/metrics/workload/pod-metrics.md) or
+    from the fleet query's answers (``pod_phase``: only pods not running; ``phase_running``: a
+    count per cluster); ``None`` where no Pending/Running phase is reported at all."""
     alloc = ("kube_node_status_allocatable", {"node": NODE, "resource": "cpu"}, 96.0)
     pods = [
         ("kube_pod_info", {"namespace": NS, "pod": p, "uid": "u-" + p, "node": NODE}, 1.0)
@@ -521,11 +523,18 @@ def test_pending_pods_come_from_the_phase_series() -> None:
     ]
     phases = [
         ("kube_pod_status_phase", {"namespace": NS, "pod": "a", "phase": "Running"}, 1.0),
-        ("pod_phase", {"namespace": NS, "pod": "b", "phase": "Running"}, 1.0),
+        ("kube_pod_status_phase", {"namespace": NS, "pod": "a", "phase": "Pending"}, 0.0),
+        ("kube_pod_status_phase", {"namespace": NS, "pod": "b", "phase": "Running"}, 1.0),
         ("kube_pod_status_phase", {"namespace": NS, "pod": "c", "phase": "Running"}, 0.0),
         ("kube_pod_status_phase", {"namespace": NS, "pod": "c", "phase": "Pending"}, 1.0),
     ]
     (node,) = build_nodes([], [alloc, *pods, *phases])
+    assert node.pending_pods == frozenset({f"{NS}/c"})
+    answers = [
+        ("phase_running", {}, 2.0),
+        ("pod_phase", {"namespace": NS, "pod": "c", "phase": "Pending"}, 1.0),
+    ]
+    (node,) = build_nodes([], [alloc, *pods, *answers])
     assert node.pending_pods == frozenset({f"{NS}/c"})
     (node,) = build_nodes([], [alloc, *pods])
     assert node.pending_pods is None

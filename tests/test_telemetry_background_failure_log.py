@@ -34,7 +34,8 @@ class Clock:
 
 
 class Gated(TelemetrySource):
-    """``collect`` announces itself, waits for ``gate``, then fails (``fail``) or answers."""
+    """``collect`` announces itself, waits for ``gate``, moves the clock by ``takes`` seconds (a
+    slow read), then fails (``fail``) or answers."""
 
     name = "gated"
 
@@ -45,12 +46,14 @@ class Gated(TelemetrySource):
         self.gate = threading.Event()
         self.fail = True
         self.calls = 0
+        self.takes = 0.0
 
     def collect(self) -> FleetSnapshot:
         self.calls += 1
         self.entered.release()
         assert self.gate.wait(10), "the test never let collect finish"
         self.gate.clear()
+        self.clock.now += self.takes
         if self.fail:
             raise NotAvailableError("cannot query Prometheus at http://prom.test: timed out")
         return FleetSnapshot("gated", [NodeState("n0", "c0")], self.clock())
@@ -149,3 +152,43 @@ def test_the_nvml_sources_close_marks_it_closed() -> None:
     src._nvml = FakeNvml()
     src.close()
     assert src._closed and src._nvml.shut == 1
+
+
+def _failed_background_warning(clock: Clock, caplog: pytest.LogCaptureFixture, takes: float) -> str:
+    """The warning of a background refresh started on a snapshot ``TTL_S + 2`` s old that fails
+    after ``takes`` seconds."""
+    caplog.set_level(logging.DEBUG, logger=base.__name__)
+    src = Gated(clock)
+    src.fail = False
+    src.gate.set()
+    old = src.snapshot()
+    src.fail, src.takes = True, takes
+    clock.now += TTL_S + 2
+    assert src.snapshot() is old  # served stale; one background refresh starts
+    assert src.entered.acquire(timeout=5)
+    src.gate.set()
+    _done(src)
+    (msg,) = _warnings(caplog)
+    return msg
+
+
+def test_a_failure_within_the_bound_says_until_when_the_snapshot_is_served(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    msg = _failed_background_warning(clock, caplog, takes=3.0)
+    assert "timed out" in msg
+    assert "the last snapshot (10 s old) is served until it is 35 s old" in msg
+    assert "expired" not in msg
+
+
+def test_a_failure_past_the_bound_says_the_snapshot_has_expired(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The read ran into its timeout: the snapshot (7 s old when it started, 47 s when it failed)
+    is past TTL + MAX_STALE (35 s), so it is no longer served; the old warning still said it was
+    "served until it is 35 s old"."""
+    msg = _failed_background_warning(clock, caplog, takes=40.0)
+    assert "timed out" in msg
+    assert "the last snapshot (47 s old) has expired" in msg
+    assert "requests now wait for a fresh read" in msg
+    assert "served until" not in msg

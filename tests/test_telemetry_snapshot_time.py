@@ -1,5 +1,6 @@
 """When a telemetry snapshot is dated (``FleetSnapshot.collected_ts``) and when it was received
-(``received_ts``), and what a failed background refresh logs about the snapshot it leaves.
+(``received_ts``). (What a failed background refresh logs about the snapshot it leaves:
+``tests/test_telemetry_background_failure_log.py``.)
 
 ``collected_ts`` drives the bound-pod grace (``snapshot.collected_ts >= bound_ts + grace`` in
 ``serving/scheduler/reservations.py``) and the "as of" times. The
@@ -18,12 +19,11 @@ minus that offset ("Adjust start time only if `nocache` arg isn't set",
 ``app/vmselect/prometheus/prometheus.go``); Prometheus ignores form parameters it does not know.
 
 Deterministic: the fake Prometheus is an ``httpx.MockTransport`` whose "slowness" moves a patched
-clock; the log tests' fake source blocks on an event. No sleeps, no timing asserts.
+clock. No sleeps, no timing asserts.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from urllib.parse import parse_qs
@@ -33,9 +33,8 @@ import pytest
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from fleetmind.data.errors import NotAvailableError  # noqa: E402
 from fleetmind.serving.telemetry import base, prometheus  # noqa: E402
-from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState, TelemetrySource  # noqa: E402
+from fleetmind.serving.telemetry.base import FleetSnapshot  # noqa: E402
 from fleetmind.serving.telemetry.prometheus import (  # noqa: E402
     PrometheusApiSource,
     PrometheusSource,
@@ -178,75 +177,3 @@ def test_a_snapshot_without_a_received_time_is_received_when_collected() -> None
     """Sources that read at once (sim, nvml) give one time: the cache counts from it."""
     snap = FleetSnapshot("sim", [], 123.5)
     assert snap.received_ts == 123.5 == snap.age_ts
-
-
-# ----------------------------------------------------------------------- the failure warning
-TTL_S, MAX_STALE_S = 5.0, 30.0
-
-
-class Gated(TelemetrySource):
-    """``collect`` announces itself, waits for ``gate``, moves the clock by ``takes`` seconds
-    (a slow read), then fails (``fail``) or answers."""
-
-    name = "gated"
-
-    def __init__(self, clock: Clock) -> None:
-        super().__init__(TTL_S, MAX_STALE_S)
-        self.clock = clock
-        self.entered = threading.Semaphore(0)
-        self.gate = threading.Event()
-        self.fail = False
-        self.takes = 0.0
-
-    def collect(self) -> FleetSnapshot:
-        self.entered.release()
-        assert self.gate.wait(10), "the test never let collect finish"
-        self.gate.clear()
-        self.clock.now += self.takes
-        if self.fail:
-            raise NotAvailableError("cannot query Prometheus at http://prom.test: timed out")
-        return FleetSnapshot("gated", [NodeState("n0", "c0")], self.clock())
-
-
-def _failed_background_warning(clock: Clock, caplog: pytest.LogCaptureFixture, takes: float) -> str:
-    """The warning of a background refresh started on a snapshot ``TTL_S + 2`` s old that fails
-    after ``takes`` seconds."""
-    caplog.set_level(logging.DEBUG, logger=base.__name__)
-    src = Gated(clock)
-    src.gate.set()
-    old = src.snapshot()
-    src.fail, src.takes = True, takes
-    clock.now += TTL_S + 2
-    assert src.snapshot() is old  # served stale; one background refresh starts
-    assert src.entered.acquire(timeout=5)
-    src.gate.set()
-    assert src._background.acquire(timeout=5)  # the background refresh is over
-    src._background.release()
-    (msg,) = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == base.__name__ and r.levelno >= logging.WARNING
-    ]
-    return msg
-
-
-def test_a_failure_within_the_bound_says_until_when_the_snapshot_is_served(
-    clock: Clock, caplog: pytest.LogCaptureFixture
-) -> None:
-    msg = _failed_background_warning(clock, caplog, takes=3.0)
-    assert "timed out" in msg
-    assert "the last snapshot (10 s old) is served until it is 35 s old" in msg
-    assert "expired" not in msg
-
-
-def test_a_failure_past_the_bound_says_the_snapshot_has_expired(
-    clock: Clock, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The read ran into its timeout: the snapshot (7 s old when it started, 47 s when it failed)
-    is past TTL + MAX_STALE (35 s), so it is no longer served; the old warning still said it was
-    "served until it is 35 s old"."""
-    msg = _failed_background_warning(clock, caplog, takes=40.0)
-    assert "timed out" in msg
-    assert "the last snapshot (47 s old) has expired" in msg
-    assert "requests now wait for a fresh read" in msg
-    assert "served until" not in msg
