@@ -67,10 +67,10 @@ more than FleetMind's bounds (:data:`MAX_CPU_MILLI`, :data:`MAX_MEMORY_MIB`, :da
 :class:`PodOutOfBounds`), or for GPUs in a way FleetMind cannot place (:class:`PodUnsupported`:
 ``nvidia.com/gpu`` beside a MIG profile, two MIG profiles, a ``gpu-milli`` above 1000 or
 negative, a share on several GPUs, annotations that say no GPU beside ``nvidia.com/gpu`` or a
-MIG resource), fails every node as unresolvable, with the reason, rather
-than with an error: kube-scheduler reads any answer but 200 as an error without its body
-(``send`` in ``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod or, with
-``ignorable: true``, schedules it without FleetMind.
+MIG resource, a ``gpu-card-model`` with a NUL character), fails every node as unresolvable, with
+the reason, rather than with an error: kube-scheduler reads any answer but 200 as an error without
+its body (``send`` in ``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod
+or, with ``ignorable: true``, schedules it without FleetMind.
 
 Decisions come from the served placement policy (:mod:`fleetmind.serving.registry`: the released
 PPO agent, or the heuristic the registry fell back to, as ``GET /api/v1/models`` names it).
@@ -189,8 +189,8 @@ class PodUnsupported(PodRefused):
     beside ``nvidia.com/mig-<profile>``, or two MIG profiles (both valid under the device plugin's
     mixed strategy), an ``alibabacloud.com/gpu-milli`` above 1000 or negative, a negative
     ``alibabacloud.com/gpu-count``, a GPU-sharing annotation that is not an integer (``"half"``,
-    ``"1_0"``, ``"500 "``), or a share of a GPU on several GPUs (annotations are free text to
-    Kubernetes)."""
+    ``"1_0"``, ``"500 "``), a ``alibabacloud.com/gpu-card-model`` with a NUL character, or a share
+    of a GPU on several GPUs (annotations are free text to Kubernetes)."""
 
 
 def _shown(value: Any) -> str:
@@ -289,8 +289,9 @@ class PodRequest:
     """The ``gpu-card-model`` annotation as given (clipped): one that names no model (``"|"``,
     ``" "``) matches no node, where an absent or empty one allows any."""
     device_gpus: bool = False
-    """The GPUs are ``nvidia.com/gpu`` devices (no MIG, no GPU-sharing annotations): on a
-    time-sliced node each is one replica of a GPU (:meth:`need`)."""
+    """The GPUs are ``nvidia.com/gpu`` devices (no MIG; GPU-sharing annotations absent or agreeing
+    with the request, :func:`_shared_gpus`): on a time-sliced node each is one replica of a GPU
+    (:meth:`need`)."""
     mig: bool = False
     """The GPUs are ``nvidia.com/mig-<profile>`` instances (``gpu_models`` names the profile); any
     other GPU pod gets only the GPUs with MIG disabled of a node of the MIG mixed strategy."""
@@ -441,7 +442,10 @@ def _shared_gpus(
     ``AllocateGpuId`` (``open-gpu-share/cache/gpunodeinfo.go``), which finds no GPU for a count
     <= 0, so the pod fails every node. Annotations that disagree with a ``nvidia.com/gpu`` request
     (no GPU, another count, a share of one) are refused too: the kubelet gives the pod the device
-    plugin's whole GPUs whatever FleetMind counts, so no reading of the pod is right.
+    plugin's whole GPUs whatever FleetMind counts, so no reading of the pod is right. Annotations
+    that agree with it leave it a ``nvidia.com/gpu`` pod (``device_gpus`` True): the kubelet still
+    gives it the device plugin's devices, one time-slicing replica each on a time-sliced node
+    (:func:`replicas_for`).
 
     Raises:
         PodUnsupported: a count below 0, a share outside 0..1000, or a request named above.
@@ -465,7 +469,7 @@ def _shared_gpus(
         raise PodUnsupported(
             f"conflicting GPU requests: annotations say {asked}, {GPU_RESOURCE} asks {device:g}"
         )
-    return (0, 0, False) if no_gpu else (count, milli, False)
+    return (0, 0, False) if no_gpu else (count, milli, device > 0)
 
 
 def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, Any]) -> PodRequest:
@@ -528,6 +532,10 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
             f"{ANN_GPU_COUNT} {num_gpu}, got {gpu_milli}"
         )
     spec = "" if mig else str(ann.get(ANN_GPU_MODEL) or "")[:1000]
+    if num_gpu and "\x00" in spec:  # free text to the API server; no model name holds a NUL
+        raise PodUnsupported(
+            f"annotation {ANN_GPU_MODEL} must not contain NUL characters, got {_shown(spec)}"
+        )
     if not mig:
         models = parse_gpu_models(spec)
     return PodRequest(
@@ -674,7 +682,8 @@ def replicas_for(node: NodeState, req: PodRequest) -> int:
     """Time-slicing replicas per device the pod would get on ``node`` (1: whole devices): the
     node's ``nvidia.com/gpu.replicas`` for ``nvidia.com/gpu``, its profile's
     ``nvidia.com/mig-<profile>.replicas`` for ``nvidia.com/mig-<profile>`` (GPU feature discovery
-    labels replicas per resource), none for a pod sized by the GPU-sharing annotations."""
+    labels replicas per resource), none for a pod sized by the GPU-sharing annotations alone (one
+    that also asks ``nvidia.com/gpu`` gets the device plugin's replicas)."""
     if req.device_gpus:
         return max(1, node.gpu_replicas)
     if req.mig and req.gpu_models:

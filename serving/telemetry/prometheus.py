@@ -64,6 +64,7 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
 | ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
+| ``kube_pod_init_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs the pod's init containers (sidecars included) request, added to its containers' (see Init containers) |
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_pod_status_phase{phase="Pending"|"Unknown"}`` = 1, and a count of ``Running`` ones per cluster | ``NodeState.pending_pods``: listed pods not yet running, whose GPU holds count in full (``None`` where the cluster has no phase series) |
@@ -127,12 +128,30 @@ unnamed pods'), then idle ones, lowest index first; one device is one time-slici
 (``1000 // gpu_replicas`` milli), and on a time-sliced node the devices still left then take free
 replicas of the GPUs a pod is named on (the pods DCGM does not name share them). Only GPUs with
 MIG disabled take them, unless the node's GPUs are all MIG instances (the ``single`` strategy).
-Init containers' requests (``kube_pod_init_container_resource_requests``, sidecars included) are
-not read. ``NodeState.gpu_pods`` names the pods whose GPU use the snapshot counts (DCGM names them
-on a GPU, their share annotation has ``gpu-index``, or their ``nvidia_com_gpu`` request was marked
-so; where devices found no free replica, the last pods in name order are left out): a
-hold of a listed pod outside it (a ``gpu-milli`` share without ``gpu-index``) is still the pod's
+Init containers (see below) count in a pod's devices. ``NodeState.gpu_pods`` names the pods whose
+GPU use the snapshot counts (DCGM names them on a GPU, their share annotation has ``gpu-index``,
+or their ``nvidia_com_gpu`` request was marked so; where devices found no free replica, the last
+pods in name order are left out): a hold of a listed pod outside it (a ``gpu-milli`` share without ``gpu-index``) is still the pod's
 GPU assignment (:mod:`fleetmind.serving.scheduler.reservations`).
+
+Init containers. The kubelet allocates an init container's devices before the app containers'
+(``Allocate`` in ``pkg/kubelet/cm/devicemanager/manager.go`` of kubernetes/kubernetes): a regular
+init container's devices are then reusable by the containers after it (``devicesToReuse``), a
+sidecar's (``restartPolicy: Always``) are not, and all stay the pod's until it ends. So the pod
+holds as many devices as kube-scheduler charges it (``PodRequests`` in
+``staging/src/k8s.io/component-helpers/resource/helpers.go``: the larger of containers plus
+sidecars and of each regular init container plus the sidecars before it). kube-state-metrics'
+``kube_pod_init_container_resource_requests`` (``internal/store/pod.go``) carries no label that
+tells a sidecar from a regular init container nor their order (``kube_pod_init_container_info``'s
+``restart_policy``, kubernetes/kube-state-metrics#2240, is empty both for a regular init container
+and on versions before it, and is exported only once the kubelet reports the container's status).
+So a pod's devices are the **sum** of its containers' and init containers' ``nvidia_com_gpu``
+requests: exact for GPUs asked only by app containers, sidecars or one init container alone (a
+GPU asked only by an init container is the pod's from admission: it never reads free while the
+pod lives), and never fewer than the kubelet allocated; a pod whose regular init container and app
+containers both ask for GPUs is counted with too many (init 1 + app 1: 2, where the kubelet gives
+it 1), which only makes FleetMind refuse a node it could have used, never place a pod on a GPU the
+kubelet gave away. CPU and memory of init containers are not read.
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -304,12 +323,17 @@ end the extender's hold on the node it was placed on. So a target that renames `
 its ``kube_pod_info`` carries ``exported_node``) places a pod only by ``exported_node``
 (:func:`placed_on_node`, :data:`KSM_PLACED`); targets that never rename it (``honor_labels: true``,
 a ServiceMonitor) read ``node`` as before."""
-KSM_PLACED: tuple[str, ...] = ("kube_pod_info", "kube_pod_container_resource_requests")
+KSM_PLACED: tuple[str, ...] = (
+    "kube_pod_info",
+    "kube_pod_container_resource_requests",
+    "kube_pod_init_container_resource_requests",
+)
 """kube-state-metrics metrics whose ``node`` places a pod (empty while it is not scheduled)."""
 _KSM_TARGET = ("cluster", "job", "instance")
 """The labels of one kube-state-metrics scrape target (``on (...)`` in :func:`placed_on_node`)."""
 _KSM_READ: dict[str, tuple[str, ...]] = {
     "kube_pod_container_resource_requests": ("namespace", "pod", "container", "node"),
+    "kube_pod_init_container_resource_requests": ("namespace", "pod", "container", "node"),
     "kube_pod_info": ("namespace", "pod", "uid", "node"),
     "kube_pod_annotations": ("namespace", "pod"),
     "kube_pod_status_phase": ("namespace", "pod"),
@@ -420,12 +444,15 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         "(max by (cluster, node, namespace, pod, container, resource) "
         f"({placed_on_node('kube_pod_container_resource_requests', cpu_mem, max_age_s, sel)} "
         f"{_DONE}))",
-        # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu), one value
-        # per container before the sum, as node_requests
+        # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu): its
+        # containers' and init containers' (sidecars included; see Init containers), one value
+        # per container before the sum, as node_requests (a pod's container names are unique
+        # across both lists, so `or` keeps every one)
         "pod_gpu_requests": "sum by (cluster, node, namespace, pod) "
         "(max by (cluster, node, namespace, pod, container) "
-        f"({placed_on_node('kube_pod_container_resource_requests', gpus, max_age_s, sel)} "
-        f"{_DONE}))",
+        f"(({placed_on_node('kube_pod_container_resource_requests', gpus, max_age_s, sel)} "
+        f"or {placed_on_node('kube_pod_init_container_resource_requests', gpus, max_age_s, sel)}"
+        f") {_DONE}))",
         "kube_pod_info": "max by (cluster, namespace, pod, uid, node, created_by_kind) "
         f"({placed_on_node('kube_pod_info', '', max_age_s, sel)}) {_DONE}",
         "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
@@ -889,8 +916,10 @@ class _KsmView:
     listed pod in phase ``Pending`` or ``Unknown`` is not yet running (``NodeState.pending_pods``)."""
     unstarted: set[tuple[str, str, str]] = field(default_factory=set)
     """``(cluster, namespace, pod)`` of the pods in phase ``Pending`` or ``Unknown``."""
-    """``(cluster, node, namespace, pod) -> nvidia.com/gpu`` devices the pod's containers request
-    (``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``), finished pods left out."""
+    """``(cluster, node, namespace, pod) -> nvidia.com/gpu`` devices the pod's containers and init
+    containers request (``kube_pod_container_resource_requests`` and
+    ``kube_pod_init_container_resource_requests`` ``{resource="nvidia_com_gpu"}``, summed: see Init
+    containers in the module docstring), finished pods left out."""
 
 
 def _object_labels(lab: dict[str, str], unplaced: bool = False) -> dict[str, str]:
@@ -966,6 +995,13 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
                 view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
                 if lab.get("resource") == "nvidia_com_gpu":
                     view.gpu_requests[(cluster, lab["node"], *key)] += v
+        elif (
+            name == "kube_pod_init_container_resource_requests"
+            and key not in finished
+            and lab.get("node")
+            and lab.get("resource") == "nvidia_com_gpu"
+        ):  # added to the containers' (see Init containers); CPU and memory are not read
+            view.gpu_requests[(cluster, lab["node"], *key)] += v
         elif name == "pod_gpu_requests" and lab.get("node"):  # summed per pod by Prometheus
             view.gpu_requests[(cluster, lab["node"], *key)] += v
         elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
