@@ -6,7 +6,15 @@ Python), from the ``notebooks/`` folder, and writes the outputs back into the co
 ``tests/test_notebooks.py`` checks that the committed outputs name the released model versions and
 no machine path.
 
-Usage: ``python notebooks/execute.py [NAME.ipynb ...]`` (default: both notebooks).
+Before starting a kernel it checks the inputs and stops with one line, writing nothing, when one is
+missing: a notebook that is neither a path nor a name in ``notebooks/``, a ``FLEETMIND_RESULTS_DIR``
+that is not a folder, or (for the placement notebook) no openb data under ``FLEETMIND_SHARED_DATA``.
+A relative path in ``FLEETMIND_RESULTS_DIR``, ``FLEETMIND_SHARED_DATA``, ``FLEETMIND_RCA_MODEL`` or
+``FLEETMIND_PPO_MODEL`` is taken from the checkout root, as the notebooks themselves do. A notebook whose run printed a
+missing-data note, or whose cell failed, is not written either.
+
+Usage: ``python notebooks/execute.py [NOTEBOOK ...]`` (a path or a name in ``notebooks/``; default:
+both notebooks).
 """
 
 from __future__ import annotations
@@ -26,8 +34,90 @@ NOTEBOOKS = ("rca_evaluation.ipynb", "placement_evaluation.ipynb")
 KERNEL = "fleetmind-notebooks-python"
 
 
+REPO_ROOT = HERE.parent
+USAGE = "usage: python notebooks/execute.py [NOTEBOOK ...] (a path or a name in notebooks/)"
+OPENB_NOTEBOOKS = ("placement_evaluation.ipynb",)
+"""Notebooks whose live sections need the openb data (``docs/data.md``)."""
+MISSING_DATA = ("openb data not available", "needs the openb data", "not in the dataset folder")
+"""Phrases of the notebooks' missing-data notes: an output holding one is not committed (a trace of
+the PPO check that is missing is caught here, after the run)."""
+
+
+class InputError(Exception):
+    """A missing or bad input, reported in one line before anything runs."""
+
+
+def notebook_path(arg: str) -> Path:
+    """The notebook ``arg`` names: a path to an ``.ipynb`` file, or a name in ``notebooks/``.
+
+    Raises:
+        InputError: if it is neither.
+    """
+    p = Path(arg).expanduser()
+    for cand in (p, HERE / p.name):
+        if cand.suffix == ".ipynb" and cand.is_file():
+            return cand.resolve()
+    raise InputError(f"{arg}: no such notebook; {USAGE}")
+
+
+def check_inputs(paths: list[Path]) -> None:
+    """Check what the notebooks read before any kernel starts.
+
+    Raises:
+        InputError: ``FLEETMIND_RESULTS_DIR`` is set to a missing folder, or a placement notebook is
+            asked for and the openb node list or ``default`` trace
+            (:data:`fleetmind.data.paths.OPENB_REQUIRED_FILES`) is not in the dataset folder.
+    """
+    data = os.environ.get("FLEETMIND_SHARED_DATA")
+    if data:  # taken from the checkout root, as the placement notebook does
+        os.environ["FLEETMIND_SHARED_DATA"] = str(REPO_ROOT / Path(data).expanduser())
+    results = os.environ.get("FLEETMIND_RESULTS_DIR")
+    if results and not (REPO_ROOT / Path(results).expanduser()).is_dir():
+        raise InputError(
+            f"FLEETMIND_RESULTS_DIR={results}: no such folder "
+            "(a relative path is taken from the checkout root)"
+        )
+    if any(p.name in OPENB_NOTEBOOKS for p in paths):
+        from fleetmind.data.errors import DataError
+        from fleetmind.data.paths import OPENB_REQUIRED_FILES, shared_data_dir
+
+        try:
+            csv = shared_data_dir() / "openb" / "csv"
+        except DataError as err:
+            raise InputError(f"the placement notebook needs the openb data: {err}") from None
+        if missing := [f for f in OPENB_REQUIRED_FILES if not (csv / f).is_file()]:
+            raise InputError(
+                f"the placement notebook needs the openb data: {', '.join(missing)} not in "
+                f"{csv}; set FLEETMIND_SHARED_DATA to the folder that holds openb/ (docs/data.md)"
+            )
+
+
+def _missing_data_note(nb: nbformat.NotebookNode) -> str | None:
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("data", {}).get("text/markdown", "")) + "".join(
+                out.get("text", "")
+            )
+            if any(m in text for m in MISSING_DATA):
+                return text.strip().splitlines()[0]
+    return None
+
+
 def main(argv: list[str]) -> int:
-    names = argv or list(NOTEBOOKS)
+    """Execute the notebooks ``argv`` names (default: both) in place; returns the exit status.
+
+    Exit status 2 (one line on stderr, nothing written) for a bad argument or a missing input, 1 when
+    a cell failed or a notebook printed a missing-data note (that notebook is not written).
+    """
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    try:
+        paths = [notebook_path(a) for a in argv] if argv else [HERE / n for n in NOTEBOOKS]
+        check_inputs(paths)
+    except InputError as err:
+        print(f"execute.py: {err}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         spec_dir = Path(tmp) / "kernels" / KERNEL
         spec_dir.mkdir(parents=True)
@@ -40,16 +130,28 @@ def main(argv: list[str]) -> int:
         os.environ["JUPYTER_PATH"] = tmp
         os.environ.pop("FLEETMIND_NB_QUICK", None)
         os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend renders the figures
-        for name in names:
-            path = HERE / name
+        for path in paths:
             nb = nbformat.read(path, as_version=4)
             t0 = time.perf_counter()
-            nbclient.NotebookClient(
-                nb, kernel_name=KERNEL, timeout=1800, resources={"metadata": {"path": str(HERE)}}
-            ).execute()
+            try:
+                nbclient.NotebookClient(
+                    nb,
+                    kernel_name=KERNEL,
+                    timeout=1800,
+                    resources={"metadata": {"path": str(path.parent)}},
+                ).execute()
+            except nbclient.exceptions.CellExecutionError as err:
+                last = (str(err).strip().splitlines() or ["?"])[-1]
+                print(
+                    f"execute.py: {path.name}: a cell failed ({last}); not written", file=sys.stderr
+                )
+                return 1
+            if note := _missing_data_note(nb):
+                print(f"execute.py: {path.name}: {note}; not written", file=sys.stderr)
+                return 1
             nb.metadata.get("kernelspec", {}).update(name="python3", display_name="Python 3")
             nbformat.write(nb, path)
-            print(f"{name}: executed in {time.perf_counter() - t0:.0f} s, written in place")
+            print(f"{path.name}: executed in {time.perf_counter() - t0:.0f} s, written in place")
     return 0
 
 

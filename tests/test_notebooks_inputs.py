@@ -1,0 +1,300 @@
+"""The evaluation notebooks and ``notebooks/execute.py`` resolve and check their inputs.
+
+- A relative path in ``FLEETMIND_RESULTS_DIR`` / ``FLEETMIND_RCA_MODEL`` / ``FLEETMIND_PPO_MODEL`` and a
+  relative ``sqlite:///`` tracking URI are taken from the checkout root, not from ``notebooks/`` where
+  the kernel runs; a results folder that does not exist stops with one line.
+- An RCA model that was asked for and does not load is a note; the baselines still run.
+- The difficulty section shows the ``test_large`` set its text promises.
+- The live PPO check leaves out openb traces the dataset folder lacks, and names its row after the
+  release's stage only when the release itself was loaded.
+- ``execute.py`` takes a path or a name, and stops in one line, writing nothing, without the openb data.
+
+Cells run here as plain Python (the notebook's own source, its ``%`` magics dropped), as in
+``tests/test_notebook_ppo_section.py``; ``execute.py`` runs with a stand-in for the kernel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import matplotlib
+import nbformat
+import pytest
+
+from fleetmind.data.errors import DataError
+
+REPO = Path(__file__).resolve().parents[1]
+NB_DIR = REPO / "notebooks"
+RCA_NB = NB_DIR / "rca_evaluation.ipynb"
+PLACE_NB = NB_DIR / "placement_evaluation.ipynb"
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    matplotlib.use("Agg")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    for var in (
+        "FLEETMIND_RESULTS_DIR",
+        "FLEETMIND_RCA_MODEL",
+        "FLEETMIND_PPO_MODEL",
+        "MLFLOW_TRACKING_URI",
+        "MPLBACKEND",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FLEETMIND_NB_QUICK", "1")
+    monkeypatch.setenv("JUPYTER_PATH", "")  # execute.py sets it; restored afterwards
+
+
+def _cell(path: Path, tag: str) -> str:
+    nb = nbformat.read(path, as_version=4)
+    (src,) = [c.source for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+    return "\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith("%"))
+
+
+def _run(path: Path, *tags: str, ns: dict[str, Any] | None = None) -> dict[str, Any]:
+    ns = {} if ns is None else ns
+    for tag in tags:
+        exec(_cell(path, tag), ns)
+        if tag == "setup":
+            ns["notes"] = []
+            ns["note"] = ns["notes"].append
+    return ns
+
+
+# ---- relative paths and URIs, missing results folder
+
+
+@pytest.mark.parametrize("path", [RCA_NB, PLACE_NB], ids=["rca", "placement"])
+def test_relative_env_paths_are_taken_from_the_checkout_root(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # like the kernel in notebooks/: not the checkout root
+    monkeypatch.setenv("FLEETMIND_RESULTS_DIR", "benchmarks/results")
+    monkeypatch.setenv("FLEETMIND_RCA_MODEL", "models/rca")
+    monkeypatch.setenv("FLEETMIND_PPO_MODEL", "models/placement/ppo_policy.onnx")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    monkeypatch.setenv("FLEETMIND_SHARED_DATA", "data-folder")
+    ns = _run(path, "setup")
+    if path == PLACE_NB:  # the placement notebook reads the datasets
+        assert os.environ["FLEETMIND_SHARED_DATA"] == str(REPO / "data-folder")
+    assert ns["RESULTS"] == REPO / "benchmarks" / "results"
+    model = ns["RCA_MODEL"] if "RCA_MODEL" in ns else ns["PPO_MODEL"]
+    assert Path(model).is_absolute() and Path(model).exists(), model
+    assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{REPO / 'mlflow.db'}"
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_mlflow_uri_model_reads_the_checkout_roots_default_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLEETMIND_RCA_MODEL", "models:/fleetmind-rca@champion")
+    ns = _run(RCA_NB, "setup")
+    assert ns["RCA_MODEL"] == "models:/fleetmind-rca@champion"
+    assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{REPO / 'mlflow.db'}"
+
+
+@pytest.mark.parametrize("path", [RCA_NB, PLACE_NB], ids=["rca", "placement"])
+def test_missing_results_folder_stops_with_one_line(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEETMIND_RESULTS_DIR", str(tmp_path / "no-such-folder"))
+    with pytest.raises(Exception, match="FLEETMIND_RESULTS_DIR=.*no such folder") as info:
+        _run(path, "setup")
+    assert type(info.value).__name__ == "InputError"
+    # IPython shows _render_traceback_ instead of a traceback
+    (line,) = info.value._render_traceback_()  # type: ignore[attr-defined]
+    assert line.startswith("InputError: FLEETMIND_RESULTS_DIR=")
+
+
+# ---- RCA notebook cells
+
+
+def test_rca_model_that_does_not_load_is_a_note_and_the_baselines_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "no-model"
+    monkeypatch.setenv("FLEETMIND_RCA_MODEL", str(missing))
+    ns = _run(RCA_NB, "setup")
+    # the live cell without its simulation: the analyzers are what is checked here
+    src = _cell(RCA_NB, "live-table").split("\nn_graphs, per_graph")[0]
+    exec(src, ns)
+    assert "gat" not in ns["analyzers"] and "random" in ns["analyzers"]
+    assert any("the GAT is not in this comparison" in n for n in ns["notes"]), ns["notes"]
+
+
+def test_difficulty_section_shows_test_large() -> None:
+    ns = _run(RCA_NB, "setup", "bench-table", "difficulty-json")
+    keys = list(ns["diff_sets"])
+    assert any("large" in k for k in keys), keys
+    assert any("hard" in k for k in keys) and any("default" in k for k in keys), keys
+    assert "gat" in ns["ac1"].index
+
+
+# ---- placement notebook, live PPO check (section 2b)
+
+
+def _ppo_live(
+    monkeypatch: pytest.MonkeyPatch, model: str | None, present: list[str]
+) -> dict[str, Any]:
+    monkeypatch.setenv("FLEETMIND_NB_QUICK", "0")  # two unseen traces
+    if model is not None:
+        monkeypatch.setenv("FLEETMIND_PPO_MODEL", model)
+    ns = _run(PLACE_NB, "setup")
+    loaded: list[str] = []
+
+    def load_openb_trace(name: str) -> str:
+        if name not in present:
+            raise DataError(f"openb trace file not found: openb_pod_list_{name}.csv")
+        loaded.append(name)
+        return name
+
+    def run_fgd(trace: str, policy: Any, seed: int, nodes: Any) -> SimpleNamespace:
+        return SimpleNamespace(unallocated={100: 5.0, 130: 30.0}, ms_per_decision=0.1)
+
+    ns.update(
+        live_policies={"PPO": object(), "FGD": "FGD", "BestFit": "BestFit"},
+        nodes=None,
+        openb_trace_names=lambda: sorted(present),
+        load_openb_trace=load_openb_trace,
+        run_fgd=run_fgd,
+        loaded=loaded,
+    )
+    exec(_cell(PLACE_NB, "ppo-live"), ns)
+    return ns
+
+
+def test_ppo_check_leaves_out_traces_the_dataset_folder_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the folder fleetmind.data.paths counts as "openb data present": the node list and default
+    ns = _ppo_live(monkeypatch, None, ["default", "multigpu40"])
+    assert ns["loaded"] == ["multigpu40"]
+    assert any("gpuspec33" in n and "not in the dataset folder" in n for n in ns["notes"])
+    ns = _ppo_live(monkeypatch, None, ["default"])
+    assert ns["unseen_df"].empty
+    assert any("no unseen openb trace" in n for n in ns["notes"]), ns["notes"]
+
+
+def test_ppo_check_names_the_row_after_the_loaded_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    stage = json.loads((REPO / "models" / "placement" / "metadata.json").read_text())
+    released = f"released {stage['released_stage']}"
+    present = ["gpuspec33", "multigpu40"]
+    for model, label in (
+        (None, released),
+        (str(REPO / "models" / "placement"), released),
+        (str(REPO / "models" / "placement" / "policy.onnx"), released),
+        (str(REPO / "models" / "placement" / "ppo_policy.onnx"), "PPO (ppo_policy.onnx)"),
+        ("models/placement/ppo_policy.onnx", "PPO (ppo_policy.onnx)"),
+    ):
+        ns = _ppo_live(monkeypatch, model, present)
+        assert set(ns["unseen_df"]["policy"]) == {label, "FGD", "BestFit"}, model
+
+
+# ---- notebooks/execute.py
+
+
+def _execute_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("nb_execute", NB_DIR / "execute.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Kernel:
+    """Stands in for nbclient.NotebookClient: records the notebooks, optionally adds an output."""
+
+    runs: list[Any] = []
+    output: dict | None = None
+
+    def __init__(self, nb: Any, **kwargs: Any) -> None:
+        self.nb = nb
+        _Kernel.runs.append(nb)
+
+    def execute(self) -> None:
+        if _Kernel.output is not None:
+            self.nb.cells[1].outputs = [nbformat.from_dict(_Kernel.output)]
+
+
+@pytest.fixture
+def execute(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, list[Path]]:
+    mod = _execute_module()
+    written: list[Path] = []
+    _Kernel.runs, _Kernel.output = [], None
+    monkeypatch.setattr(mod.nbclient, "NotebookClient", _Kernel)
+    monkeypatch.setattr(mod.nbformat, "write", lambda nb, path: written.append(Path(path)))
+    return mod, written
+
+
+def test_execute_takes_a_path_or_a_bare_name(
+    execute: tuple[ModuleType, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod, written = execute
+    monkeypatch.chdir(REPO)
+    assert mod.main(["notebooks/rca_evaluation.ipynb"]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert mod.main(["rca_evaluation.ipynb"]) == 0
+    assert mod.main([str(RCA_NB)]) == 0
+    assert written == [RCA_NB] * 3
+
+
+def test_execute_unknown_notebook_is_one_line(
+    execute: tuple[ModuleType, list[Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod, written = execute
+    assert mod.main(["notebooks/rca_evalution.ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "usage:" in err
+    assert written == [] and _Kernel.runs == []
+
+
+@pytest.mark.parametrize("layout", ["no-folder", "empty-folder"])
+def test_execute_without_openb_data_stops_before_writing(
+    layout: str,
+    execute: tuple[ModuleType, list[Path]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mod, written = execute
+    data = tmp_path / "data"
+    if layout == "empty-folder":
+        (data / "openb" / "csv").mkdir(parents=True)
+    monkeypatch.setenv("FLEETMIND_SHARED_DATA", str(data))
+    assert mod.main([]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "FLEETMIND_SHARED_DATA" in err
+    assert written == [] and _Kernel.runs == []  # not even the RCA notebook ran
+
+
+def test_execute_missing_results_folder_stops_before_writing(
+    execute: tuple[ModuleType, list[Path]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mod, written = execute
+    monkeypatch.setenv("FLEETMIND_RESULTS_DIR", str(tmp_path / "nope"))
+    assert mod.main(["rca_evaluation.ipynb"]) == 2
+    assert "FLEETMIND_RESULTS_DIR" in capsys.readouterr().err
+    assert written == [] and _Kernel.runs == []
+
+
+def test_execute_does_not_write_a_notebook_with_a_missing_data_note(
+    execute: tuple[ModuleType, list[Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod, written = execute
+    _Kernel.output = {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {"text/markdown": "> **Note:** openb data not available (dataset folder ...)"},
+    }
+    assert mod.main(["rca_evaluation.ipynb"]) == 1
+    assert "not written" in capsys.readouterr().err
+    assert written == []
