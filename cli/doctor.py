@@ -49,6 +49,16 @@ def run(args: argparse.Namespace) -> int:
         )
     import os
 
+    from fleetmind.cli.common import refuse_input_as_output
+
+    refuse_input_as_output(
+        args.json,
+        "--json",
+        [
+            (f"FLEETMIND_{name}", os.environ.get(f"FLEETMIND_{name}") or None, ())
+            for name in ("GRAPH", "PROMETHEUS_CA_FILE", "PROMETHEUS_BEARER_TOKEN_FILE")
+        ],
+    )
     cluster = args.cluster or os.environ.get("FLEETMIND_TELEMETRY_CLUSTER") or "local"
     findings = diagnose(args.prometheus, timeout_s=args.timeout, cluster=cluster)
     for f in findings:

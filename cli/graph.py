@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleetmind.cli.common import add_group
+from fleetmind.cli.common import FolderInput, add_group, refuse_input_as_output
 from fleetmind.errors import NotAvailableError
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -304,6 +304,7 @@ def _build(args: argparse.Namespace) -> int:
         read_span_file,
     )
 
+    refuse_input_as_output(args.out, "--out", _build_inputs(args))
     if args.from_dir:
         d = require_dir(args.from_dir, "--from-dir folder")
         nodes, pods, services = (_read(d / f"{k}.json") for k in ("nodes", "pods", "services"))
@@ -334,6 +335,25 @@ def _build(args: argparse.Namespace) -> int:
         f"graph {graph.name}: {graph.num_nodes} nodes ({summary}), {graph.num_edges} edges -> {args.out}"
     )
     return 0
+
+
+def _build_inputs(args: argparse.Namespace) -> list[FolderInput]:
+    """The files ``graph build`` reads, for :func:`refuse_input_as_output`: the ``--from-dir``
+    list responses or else the kubeconfig files (``--kubeconfig``, ``$KUBECONFIG`` or the
+    default; none with ``--in-cluster``), and the ``--spans`` files."""
+    inputs: list[FolderInput] = [("--spans", list(args.spans), ())]
+    if args.from_dir:
+        inputs.append(("--from-dir", args.from_dir, _FROM_DIR_FILES))
+    elif not args.in_cluster:
+        from fleetmind.cli.kubeconfig import kubeconfig_paths
+
+        paths, source = kubeconfig_paths(args.kubeconfig)
+        inputs.append((source if source != "the default" else "the kubeconfig", paths, ()))
+    return inputs
+
+
+_FROM_DIR_FILES = ("nodes.json", "pods.json", "services.json", "endpointslices.json")
+"""The files of a ``--from-dir`` folder that ``graph build`` reads."""
 
 
 def write_whole(path: str | os.PathLike[str], text: str) -> None:

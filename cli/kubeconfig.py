@@ -76,6 +76,10 @@ def kubeconfig_paths(kubeconfig: str | None) -> tuple[list[Path], str]:
     ``kubeconfig`` (``--kubeconfig``) wins, then ``$KUBECONFIG`` when it is not empty, then
     :data:`DEFAULT_KUBECONFIG`. Each may list several paths separated by ``os.pathsep``; empty
     entries and repeats are dropped, and ``~`` is expanded.
+
+    Raises:
+        NotAvailableError: a path starts with ``~`` and there is no home folder (``HOME`` unset
+            and a user without a passwd entry).
     """
     env = os.environ.get("KUBECONFIG") or ""
     if kubeconfig:
@@ -87,7 +91,14 @@ def kubeconfig_paths(kubeconfig: str | None) -> tuple[list[Path], str]:
     paths: list[Path] = []
     for part in text.split(os.pathsep):
         if part.strip():
-            p = Path(part).expanduser()
+            try:
+                p = Path(part).expanduser()
+            except RuntimeError:  # "Could not determine home directory": no HOME, no passwd entry
+                raise NotAvailableError(
+                    f"no Kubernetes configuration: {part} ({source}) names the home folder, but "
+                    "HOME is not set and this user has none; set HOME, or give --kubeconfig or "
+                    "KUBECONFIG"
+                ) from None
             if p not in paths:
                 paths.append(p)
     return paths, source

@@ -506,6 +506,7 @@ def _cmd_petshop(args: argparse.Namespace) -> int:
         "--json",
         [
             ("--scenario", args.scenario, SCENARIO_FILES),
+            ("--roles", args.roles, ()),
             model_input(getattr(args, "model", None), _released_gat()),
         ],
     )
@@ -565,7 +566,11 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
 def _cmd_fit(args: argparse.Namespace) -> int:
     from fleetmind.training.rca_fit import run
 
-    refuse_input_as_output(args.json, "--json", [("--scenario", args.scenario, SCENARIO_FILES)])
+    refuse_input_as_output(
+        args.json,
+        "--json",
+        [("--scenario", args.scenario, SCENARIO_FILES), ("--roles", args.roles, ())],
+    )
     refuse_output_in_folder(args.json, "--json", args.out, "--out")
     return run(args)
 

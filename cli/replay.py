@@ -368,15 +368,16 @@ def _client(url: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from fleetmind.data.fetch import check_http_url
-    from fleetmind.training.replay import load_storm, replay
+    from fleetmind.training.replay import check_token, load_storm, replay
 
     check_http_url(args.url, "--url")
+    token, where = args.token, "--token"
+    for name in ("FLEETMIND_API_TOKEN", "FLEETMIND_INGEST_TOKEN"):
+        if not token:
+            token, where = os.environ.get(name), f"${name}"
+    check_token(token or None, where)  # before the storm's first line, never quoting the token
+    token = token or None
     storm = load_storm(args.storm)
-    token = (
-        args.token
-        or os.environ.get("FLEETMIND_API_TOKEN")
-        or os.environ.get("FLEETMIND_INGEST_TOKEN")
-    )
     if args.wait < 0:
         raise ConfigError(f"--wait must be >= 0 seconds, got {args.wait}")
     if args.rank_interval < 0:

@@ -12,14 +12,18 @@
 * a reader of stdout that goes away (``... | head``) ends the command quietly with status 141
   (:data:`STDOUT_CLOSED_STATUS`); a ``BrokenPipeError`` while stdout is still open (a child
   process or a connection that went away) is an :class:`OSError` like any other;
+* a home folder that cannot be made out (``HOME`` unset and a user without a passwd entry, which
+  :meth:`pathlib.Path.home` reports as a ``RuntimeError``) prints one line telling to set
+  ``HOME`` and gives status 2;
 * Ctrl-C prints ``<prog>: interrupted`` and gives status 130;
 * SIGTERM (``kill``, a supervisor stopping the command) ends it by the signal (status 143 in a
   shell, no handler here: Lightning and uvicorn install their own); worker pools and the demo's
   service are started to die with it (:func:`fleetmind.children.die_with_parent`);
 * a stdout or stderr that was closed (``>&-``, ``2>&-``) reads as ``os.devnull``: the command
   still writes its files (status 141 when a closed stdout had something to print), and a path
-  stdout cannot encode (``PYTHONIOENCODING=ascii``, a non-UTF-8 file name) is printed with
-  backslash escapes instead of failing a command that succeeded.
+  stdout cannot encode (``PYTHONIOENCODING=ascii``, a C locale without UTF-8 mode, a non-UTF-8
+  file name) is printed with backslash escapes instead of failing a command that succeeded (the
+  bytes of a file name that ``surrogateescape`` decoded are written back as they were).
 
 Any other exception is a bug or the system's trouble and keeps its traceback. ``SystemExit``
 (argparse's usage errors, status 2) passes through untouched.
@@ -30,7 +34,9 @@ it without loading the command groups.
 
 from __future__ import annotations
 
+import codecs
 import errno
+import functools
 import io
 import os
 import select
@@ -47,6 +53,16 @@ the output was cut short."""
 NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
 """A write that found no room: the disk is full, the quota is spent, or the file would pass the
 size limit (``ulimit -f``). Flushing or closing a file raises them without a file name."""
+
+NO_HOME_MESSAGE = "Could not determine home directory"
+"""The start of the ``RuntimeError`` of :meth:`pathlib.Path.home` (and ``expanduser``) when
+``HOME`` is unset and the user has no passwd entry (``docker run --user 12345``, ``env -i``):
+MLflow's import and other libraries ask for the home folder."""
+NO_HOME_HELP = (
+    "no home folder: HOME is not set and this user has no passwd entry; set HOME "
+    "(or FLEETMIND_CACHE_DIR for FleetMind's cache)"
+)
+"""The one line :func:`run_main` prints for that error."""
 
 
 def _end_progress_bars() -> None:
@@ -131,7 +147,7 @@ class _ClosedStream(io.TextIOWrapper):
         return super().write(text)
 
 
-def _open_streams() -> tuple[_ClosedStream | None, list[Callable[..., None]]]:
+def _open_streams() -> tuple[_ClosedStream | None, list[Callable[[], None]]]:
     """Give a closed stdout or stderr (``None``: the process started with fd 1 or 2 closed) an
     ``os.devnull`` stream, and make stdout and stderr print what they cannot encode with backslash
     escapes. Return the stream that stands for a closed stdout (None: stdout is open) and how to
@@ -147,23 +163,49 @@ def _open_streams() -> tuple[_ClosedStream | None, list[Callable[..., None]]]:
             setattr(sys, name, closed)
             if name == "stdout":
                 closed_stdout = closed
-        elif isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
-            undo.append(stream.reconfigure)
+        elif isinstance(stream, io.TextIOWrapper) and stream.errors in _ESCAPED:
+            old = stream.errors
             try:
-                stream.reconfigure(errors="backslashreplace")
+                stream.reconfigure(errors=_ESCAPED[old])
             except (AttributeError, ValueError, OSError):  # pragma: no cover - a detached stream
-                undo.pop()
+                continue
+            undo.append(functools.partial(stream.reconfigure, errors=old))
     return closed_stdout, undo
 
 
-def _close_streams(undo: list[Callable[..., None]]) -> None:
+def _close_streams(undo: list[Callable[[], None]]) -> None:
     """Give stdout and stderr their encoding errors back (for in-process callers: tests,
     notebooks)."""
     for reconfigure in reversed(undo):
         try:
-            reconfigure(errors="strict")
+            reconfigure()
         except (AttributeError, ValueError, OSError):  # pragma: no cover - a detached stream
             pass
+
+
+def _surrogate_or_backslash(err: UnicodeError) -> tuple[bytes, int]:
+    """Encoding error handler ``fleetmind.surrogateescape``: a lone surrogate that
+    ``surrogateescape`` decoded from an undecodable byte (``U+DC80``-``U+DCFF``, a non-UTF-8 file
+    name) becomes that byte again, as ``surrogateescape`` would write it; any other character the
+    encoding lacks is written with a backslash escape (``\\xfc``), as ``backslashreplace`` would,
+    instead of failing the command part-way (a C locale without UTF-8 mode gives stdout the
+    ``ascii`` encoding with ``surrogateescape``)."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    out = bytearray()
+    for ch in err.object[err.start : err.end]:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(code - 0xDC00)
+        else:
+            out += ch.encode("ascii", "backslashreplace")
+    return bytes(out), err.end
+
+
+codecs.register_error("fleetmind.surrogateescape", _surrogate_or_backslash)
+_ESCAPED = {"strict": "backslashreplace", "surrogateescape": "fleetmind.surrogateescape"}
+"""The encoding error handlers of stdout and stderr that :func:`run_main` replaces while a
+command runs, and their replacements: what the stream cannot encode is escaped, not an error."""
 
 
 def run_main(fn: Callable[[], int | None], prog: str) -> int:
@@ -220,6 +262,12 @@ def _run(fn: Callable[[], int | None], prog: str) -> int:
         if status is None:  # not about a path: a bug or the system's trouble, keep the traceback
             raise
         return status
+    except RuntimeError as err:
+        if not str(err).startswith(NO_HOME_MESSAGE):  # a bug or the system's trouble
+            raise
+        _end_progress_bars()
+        print(f"{prog}: error: {NO_HOME_HELP}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         _end_progress_bars()  # the line starts on a line of its own, not after a bar
         print(f"{prog}: interrupted", file=sys.stderr)

@@ -1265,6 +1265,8 @@ def cmd_variants(args: argparse.Namespace) -> int:
     text = generate_variant(args.kind, args.level, args.seed, source=args.source)
     try:
         digest = write_variant(args.out, text)
+    except BrokenPipeError:
+        raise  # a reader that left early (--out /dev/stdout | head): quiet, as run_main says
     except OSError as err:
         raise ConfigError(f"cannot write {args.out}: {err.strerror or err}") from None
     print(f"{args.out}: {text.count(chr(10)) - 1} pods, sha256 {digest}")

@@ -44,6 +44,7 @@ from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.files import read_text, value_error_text
 from fleetmind.data.fleet import MAX_FLEET_NODES, REGION_ORDER, Cluster, Fleet
 from fleetmind.data.openb import OpenbNodes
+from fleetmind.data.openb_variants import write_bytes_whole
 from fleetmind.data.paths import openb_csv_dir
 from fleetmind.data.topology import (
     BUILTIN_TEMPLATES,
@@ -526,9 +527,8 @@ def dump_fleet_yaml(fleet: Fleet, path: str | os.PathLike[str] | None = None) ->
     text = yaml.dump(
         fleet_to_dict(fleet), Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100
     )
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text)
+    if path is not None:  # whole or not at all: a failed write leaves the old file
+        write_bytes_whole(path, text.encode())
     return text
 
 

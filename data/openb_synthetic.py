@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetmind.errors import ConfigError
+
 SYNTHETIC_VERSION = 1
 """Bumped when the generated files change; the cache folder name carries it."""
 
@@ -55,12 +57,26 @@ _MEMORY_MIB = (5632, 16384, 24576, 30720, 47104, 49152, 65536)
 
 
 def cache_dir() -> Path:
-    """FleetMind's cache folder (``FLEETMIND_CACHE_DIR``, ``$XDG_CACHE_HOME/fleetmind``, ``~/.cache/fleetmind``)."""
+    """FleetMind's cache folder (``FLEETMIND_CACHE_DIR``, ``$XDG_CACHE_HOME/fleetmind``, ``~/.cache/fleetmind``).
+
+    Raises:
+        ConfigError: none of those can be made out: neither variable is set and there is no home
+            folder (``HOME`` unset and a user without a passwd entry: ``docker run --user``).
+    """
     env = os.environ.get("FLEETMIND_CACHE_DIR")
     if env:
         return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "fleetmind"
+    if xdg:
+        return Path(xdg) / "fleetmind"
+    try:
+        home = Path.home()
+    except RuntimeError:  # "Could not determine home directory": no HOME, no passwd entry
+        raise ConfigError(
+            "no cache folder: HOME is not set and this user has no home folder; "
+            "set HOME or FLEETMIND_CACHE_DIR"
+        ) from None
+    return home / ".cache" / "fleetmind"
 
 
 def _node_counts(n_nodes: int) -> list[int]:

@@ -38,9 +38,12 @@ same bytes (``numpy.random.default_rng(seed)``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +62,7 @@ from fleetmind.data.openb import (
     gpu_spec_mask,
     load_openb_nodes,
 )
+from fleetmind.folders import temporary_file
 
 VARIANT_KINDS: tuple[str, ...] = ("cpu", "gpushare", "gpuspec", "multigpu")
 """Kinds of variant :func:`generate_variant` knows."""
@@ -316,13 +320,58 @@ def generate_variant(
     return buf.getvalue()
 
 
-def write_variant(out: str | Path, text: str) -> str:
-    """Write ``text`` to ``out`` (parents created); returns its SHA-256 hex digest."""
-    p = Path(out)
-    p.parent.mkdir(parents=True, exist_ok=True)
+def write_variant(out: str | os.PathLike[str], text: str) -> str:
+    """Write ``text`` (UTF-8) to ``out``, parents created, whole or not at all
+    (:func:`write_bytes_whole`); returns its SHA-256 hex digest."""
     data = text.encode()
-    p.write_bytes(data)
+    write_bytes_whole(out, data)
     return hashlib.sha256(data).hexdigest()
+
+
+def write_bytes_whole(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` (parent folders created) whole or not at all.
+
+    A regular file (or a path not there yet) gets the bytes through a temporary file in the same
+    folder, flushed (``fsync``) and renamed over it (``os.replace``, atomic on POSIX file
+    systems): a reader sees the old file or the new one, and a write that fails (a full disk,
+    ``ulimit -f``, an interrupted run) leaves the old file as it was, never a truncated trace whose
+    last row still parses. The new file keeps the permission bits and, where the process may set
+    them, the owner and group of the one it replaces; a new one gets ``0666`` less the umask. A
+    symbolic link is followed (its target is replaced). Written in place instead, as a shell
+    redirection would: anything that is not a regular file (``/dev/stdout``, a FIFO, a device), a
+    file with other hard links (a rename would part them) and a file whose folder this process
+    may not write (the rename needs it).
+
+    Raises:
+        OSError: the one that stopped the write (the temporary file is removed).
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    target = Path(os.path.realpath(path))
+    if st is not None and (
+        not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(target.parent, os.W_OK)
+    ):
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    fd, tmp = temporary_file(target, 0o666 if st is None else st.st_mode & 0o7777)
+    try:
+        if st is not None:
+            os.fchmod(fd, st.st_mode & 0o7777)  # the old bits, whatever the umask
+            with contextlib.suppress(PermissionError):  # not root: the file becomes ours
+                os.fchown(fd, st.st_uid, st.st_gid)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def sha256_text(text: str) -> str:

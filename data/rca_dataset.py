@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -412,7 +414,8 @@ class DatasetWriter:
             w.set_meta({...})
 
     On entering, ``meta.json`` becomes ``{"complete": false}`` (replacing an earlier dataset's,
-    whose split files are removed; a non-empty folder that is not a dataset is refused); on
+    whose split files are removed, a split written again keeping its old file's permission
+    bits; a non-empty folder that is not a dataset is refused); on
     a clean exit it is the :meth:`set_meta` dict plus ``counts`` and ``"complete": true``. When an
     exception (Ctrl-C included) leaves the block, it stays ``"complete": false`` with the
     ``counts`` written so far and ``stopped_by`` (the exception's type), so that
@@ -425,6 +428,7 @@ class DatasetWriter:
         self._graphs: set[str] = set()
         self.counts: dict[str, int] = {}
         self.meta: dict[str, Any] = {}
+        self._modes: dict[str, int] = {}  # split -> permission bits of the file it replaces
 
     def __enter__(self) -> DatasetWriter:
         old_splits = self._earlier_splits()
@@ -433,7 +437,12 @@ class DatasetWriter:
         except OSError as err:
             raise DataError(f"cannot create dataset folder {self.root}: {err}") from None
         for split in old_splits:  # only the split files a dataset writes, never other files
-            (self.root / f"{split}.jsonl").unlink(missing_ok=True)
+            path = self.root / f"{split}.jsonl"
+            try:  # the new file gets the old one's permission bits, whatever the umask
+                self._modes[split] = stat.S_IMODE(path.stat().st_mode)
+            except OSError:  # not there
+                pass
+            path.unlink(missing_ok=True)
         self._write_meta({"complete": False})
         return self
 
@@ -478,7 +487,10 @@ class DatasetWriter:
     def open_split(self, split: str) -> None:
         """Create ``<split>.jsonl`` even if it gets no incidents."""
         if split not in self._files:
-            self._files[split] = (self.root / f"{split}.jsonl").open("w")
+            fh = (self.root / f"{split}.jsonl").open("w")
+            self._files[split] = fh
+            if split in self._modes:  # the bits of the earlier dataset's file of that split
+                os.fchmod(fh.fileno(), self._modes[split])
             self.counts.setdefault(split, 0)
 
     def add_incident(self, split: str, incident: Mapping[str, Any]) -> None:

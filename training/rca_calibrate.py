@@ -145,7 +145,7 @@ def fit_calibration(
 
     Returns:
         ``(payload, warning)``: the ``rca calibrate --json`` payload (``model``, ``temperature``,
-        ``fitted_on``, ``bins``, ``date``, ``splits``; ECE in probability units) and
+        ``fitted_on``, ``bins``, ``date`` (the UTC date), ``splits``; ECE in probability units) and
         :func:`bound_warning`'s line or ``None``.
 
     Raises:
@@ -177,7 +177,7 @@ def fit_calibration(
             "generator": ds.meta.get("equivalent_command") or ds.meta.get("generator"),
         },
         "bins": bins,
-        "date": dt.date.today().isoformat(),
+        "date": dt.datetime.now(dt.UTC).date().isoformat(),  # UTC, as the provenance stamps
         "splits": report,
     }
     return payload, bound_warning(t)

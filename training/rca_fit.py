@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -62,6 +63,7 @@ from fleetmind.rca.fit_model import (
     model_inputs,
     save_fit_artifact,
 )
+from fleetmind.redact import safe_uri
 from fleetmind.training.io import write_json
 
 if TYPE_CHECKING:
@@ -487,6 +489,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, help="write the fit summary JSON here")
 
 
+def rerun_command(argv: list[str] | None = None) -> str:
+    """The ``fleetmind`` command line that reruns this one (``argv``: its arguments after the
+    program name, default ``sys.argv[1:]``), quoted for a POSIX shell (``shlex.join``: a scenario
+    folder with a space reruns as it is), a URL's password masked (:func:`fleetmind.redact.safe_uri`,
+    as ``rca evaluate`` records its command)."""
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["fleetmind", *(safe_uri(str(a)) for a in args)])
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``fleetmind rca fit``; returns the exit status."""
 
@@ -510,7 +521,7 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {res['out']} ({res['version']}): synthetic val AC@1 {m['val_ac1']:.3f} "
         f"AC@3 {m['val_ac3']:.3f} (epoch {m['best_epoch']}), {res['timing_s']['total']:.0f} s"
     )
-    res["command"] = "fleetmind " + " ".join(sys.argv[1:])
+    res["command"] = rerun_command()
     res["machine"] = {"platform": platform.platform(), "python": platform.python_version()}
     write_json(args.json, res)
     return 0

@@ -28,6 +28,7 @@ from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_artifact_problem
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
 from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
 from fleetmind.training.io import write_json
+from fleetmind.training.rca_fit import rerun_command
 
 METHOD_CHOICES = (
     "propagation",
@@ -200,9 +201,7 @@ def run(args: argparse.Namespace) -> int:
             if k in wanted or (k == "simulated_baselines" and "simulated" in wanted)
         },
         **{k: v for k, v in res.items() if k not in ("n_incidents", "methods")},
-        **run_provenance(
-            "fleetmind " + " ".join(sys.argv[1:]), load0, ("torch_geometric", "scikit-learn")
-        ),
+        **run_provenance(rerun_command(), load0, ("torch_geometric", "scikit-learn")),
     }
     print(roles_line(scenario.name, res["roles"]))
     for split, block in [(args.split, top)] + [

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import random
+import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -980,7 +981,7 @@ def cli(args: Any) -> int:
     if res.get("rank", 0) != 0:  # other DDP ranks: rank zero reports
         return 0
     if args.release:
-        release(res, args.release, command=" ".join(["fleetmind rca train", *_argv_tail(args)]))
+        release(res, args.release, command=_regenerate_command(args))
         res["release"] = str(args.release)
     print(f"run {res['run_id']} ({res['run_name']}) at {res['tracking_uri']}")
     print(f"{'split':<12}{'n':>6}{'AC@1':>8}{'AC@3':>8}{'AC@5':>8}{'MRR':>8}")
@@ -1031,10 +1032,19 @@ def promotion_line(res: dict[str, Any]) -> str:
     return f"{head} ({ours}, {champ}: champion stays {prev})"
 
 
+def _regenerate_command(args: Any) -> str:
+    """The model card's "Regenerate" command: ``fleetmind rca train`` and :func:`_argv_tail`,
+    quoted for a POSIX shell (``shlex.join``: a ``--data`` folder with a space or a quote reruns
+    as it is)."""
+    words = [w for item in _argv_tail(args) for w in item.split(" ", 1)]  # flag, value
+    return shlex.join(["fleetmind", "rca", "train", *words])
+
+
 def _argv_tail(args: Any) -> list[str]:
     """The ``fleetmind rca train`` flags that shape the model, as given (the model card's
-    "Regenerate" command). Where the run went (``--out``, ``--tracking-uri``, ``--json``) and how
-    many threads it used are left out; a feedback database URL is shown without its password."""
+    "Regenerate" command): ``"<flag> <value>"`` or ``"<flag>"`` per item, unquoted. Where the run
+    went (``--out``, ``--tracking-uri``, ``--json``) and how many threads it used are left out; a
+    feedback database URL is shown without its password."""
     out = [f"--data {args.data}", f"--epochs {args.epochs}", f"--seed {args.seed}"]
     d = Args()
     for flag, name in (

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -450,6 +451,40 @@ def _summary(plan: list[Notification], entries: int, span: timedelta) -> str:
     )
 
 
+def check_token(token: str | None, where: str = "token") -> None:
+    """Refuse a bearer token the service could never hold: the rule of its settings
+    (``serving/settings.py``, ``Settings._no_empty_token``: printable ASCII without spaces, not
+    empty). ``where`` names where the token came from (``--token``, ``$FLEETMIND_API_TOKEN``);
+    the message never quotes the token. ``None``: no token, nothing to check.
+
+    Raises:
+        ConfigError: one line naming ``where`` and what is wrong (a trailing newline of a token
+            read from a file, a non-ASCII character).
+    """
+    if token is None:
+        return
+    if not token.strip():
+        raise ConfigError(f"{where} is empty: give a token, or none when the service has no tokens")
+    if token != token.strip() or any(ord(c) < 33 or ord(c) > 126 for c in token):
+        hint = " (it ends or starts with whitespace: a newline of the file it came from?)"
+        hint = hint if token.strip() != token else ""
+        raise ConfigError(
+            f"{where} is not a valid token: a token is printable ASCII without spaces{hint}"
+        )
+
+
+def _masked(text: str, token: str | None) -> str:
+    """``text`` with ``token`` and the credentials of an ``Authorization`` value (an invalid
+    header's message quotes it: ``Bearer <token>``) replaced by ``***``, a URL's password too."""
+    if token:
+        text = text.replace(token, "***")
+    return safe_uri(_AUTH_VALUE.sub(r"\1\2***", text))
+
+
+_AUTH_VALUE = re.compile(r"(?i)\b(Bearer|Basic)(\s+)[^\s'\"]+")
+"""A bearer or basic credential in an error message (``fleetmind.cli.kubeconfig.mask_secrets``)."""
+
+
 def replay(
     storm: dict[str, Any],
     url: str,
@@ -477,7 +512,8 @@ def replay(
         before its first notification: nothing is sent, and ``say`` says so.
 
     Raises:
-        ConfigError: ``speed`` not positive, or so small that a wait between two notifications
+        ConfigError: ``token`` not a valid token (:func:`check_token`); ``speed`` not positive,
+            or so small that a wait between two notifications
             would exceed :data:`threading.TIMEOUT_MAX` (the longest wait the system allows).
         NotAvailableError: the service cannot be reached, or refused a notification (the status and
             the start of its answer are in the message).
@@ -486,6 +522,7 @@ def replay(
 
     if not speed > 0:
         raise ConfigError(f"--speed must be positive, got {speed}")
+    check_token(token)
     if client is None:
         check_http_url(url, "--url")
     span = storm_span(storm["alerts"])
@@ -511,7 +548,7 @@ def replay(
             try:
                 r = client.post("/api/v1/alerts", json=n.payload, headers=headers)
             except httpx.HTTPError as err:
-                raise NotAvailableError(safe_uri(f"cannot reach {url}: {err}")) from None
+                raise NotAvailableError(_masked(f"cannot reach {url}: {err}", token)) from None
             if r.status_code != 200:
                 raise NotAvailableError(
                     f"{safe_uri(url)}/api/v1/alerts answered {r.status_code}: {r.text[:200]}"

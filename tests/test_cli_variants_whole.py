@@ -1,0 +1,120 @@
+"""``sched variants --out`` and ``fleet discover --out`` (``dump_fleet_yaml``) write their file
+whole or not at all: a write that fails part-way (``ulimit -f``, a full disk) leaves the earlier
+file as it was. Before the fix both wrote in place, so a failed write left a truncated trace whose
+last row still parsed (``sched evaluate`` then accepted it). And ``sched variants --out
+/dev/stdout | head -1`` ends quietly with status 141, as :mod:`fleetmind.cli.runner` promises,
+instead of ``error: cannot write /dev/stdout: Broken pipe`` (status 2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetmind.data.fleet_io import dump_fleet_yaml, load_fleet
+from fleetmind.data.openb_variants import write_variant
+
+REPO = Path(__file__).resolve().parents[1]
+LIMIT = 2048
+"""``RLIMIT_FSIZE`` of the child (bytes): a write past it fails with ``EFBIG`` (Python ignores
+``SIGXFSZ``)."""
+
+
+def _with_file_limit(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a child Python whose files may not grow past :data:`LIMIT` bytes."""
+    prelude = (
+        "import resource\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({LIMIT}, {LIMIT}))\n"
+    )  # fmt: skip
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_write_variant_that_fails_leaves_the_old_trace(tmp_path: Path) -> None:
+    out = tmp_path / "trace.csv"
+    old = "name,cpu_milli\n" + "".join(f"old-{i},1000\n" for i in range(50))
+    out.write_text(old)
+    os.chmod(out, 0o640)
+    code = (
+        "from fleetmind.data.openb_variants import write_variant\n"
+        "text = 'name,cpu_milli\\n' + ''.join(f'new-{i},2000\\n' for i in range(2000))\n"
+        "try:\n"
+        "    write_variant('trace.csv', text)\n"
+        "except OSError as err:\n"
+        "    print('failed', err.errno)\n"
+    )
+    proc = _with_file_limit(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("failed"), proc.stdout
+    assert out.read_text() == old  # not a truncated new trace
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]  # no temporary file left
+    # a write that succeeds replaces it, keeping its permission bits
+    digest = write_variant(out, "name,cpu_milli\np,1\n")
+    assert out.read_text() == "name,cpu_milli\np,1\n"
+    assert len(digest) == 64
+    assert out.stat().st_mode & 0o777 == 0o640
+
+
+def test_dump_fleet_yaml_that_fails_leaves_the_old_file(tmp_path: Path) -> None:
+    out = tmp_path / "fleet.yaml"
+    old = "# an earlier fleet\n" + "x: 1\n" * 50
+    out.write_text(old)
+    fleet = REPO / "data" / "fleets" / "example_multicluster.yaml"
+    assert len(dump_fleet_yaml(load_fleet(str(fleet)))) > LIMIT  # the write must hit the limit
+    code = (
+        "from fleetmind.data.fleet_io import dump_fleet_yaml, load_fleet\n"
+        f"fleet = load_fleet({str(fleet)!r})\n"
+        "try:\n"
+        "    dump_fleet_yaml(fleet, 'fleet.yaml')\n"
+        "except OSError as err:\n"
+        "    print('failed', err.errno)\n"
+    )
+    proc = _with_file_limit(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("failed"), proc.stdout
+    assert out.read_text() == old
+
+
+def test_write_bytes_whole_follows_a_link_and_writes_devices_in_place(tmp_path: Path) -> None:
+    from fleetmind.data.openb_variants import write_bytes_whole
+
+    target = tmp_path / "real.csv"
+    target.write_bytes(b"old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    write_bytes_whole(link, b"new\n")
+    assert link.is_symlink()
+    assert target.read_bytes() == b"new\n"
+    write_bytes_whole(os.devnull, b"discarded\n")  # a device: written in place, not replaced
+    write_bytes_whole(tmp_path / "sub" / "new.csv", b"x\n")  # parents made
+    assert (tmp_path / "sub" / "new.csv").read_bytes() == b"x\n"
+
+
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="needs /dev/stdout")
+def test_sched_variants_to_a_reader_that_leaves_is_quiet(tmp_path: Path) -> None:
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetmind.cli", "sched", "variants", "--kind", "cpu"]
+        + ["--level", "3.7", "--seed", "1", "--out", "/dev/stdout"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()  # what `head -1` reads, then the reader goes
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert first.startswith(b"name,")
+    assert err == ""
