@@ -21,8 +21,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.add_argument(
         "--topology",
         default="openb",
-        help="a fleet YAML file (e.g. data/fleets/small.yaml), 'openb' (the openb node list) or "
-        "'nvml' (this host); default: openb",
+        help="a fleet YAML file, the name of an example fleet shipped with FleetMind ('small', "
+        "'example_multicluster'), 'openb' (the openb node list) or 'nvml' (this host); "
+        "default: openb",
     )
     p.add_argument(
         "--clusters", type=int, default=1, help="openb only: split into N clusters (default 1)"

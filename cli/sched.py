@@ -1393,6 +1393,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     load_start = _load_now()
     check_writable(args.json, "--json")  # before the training, not after it
     refuse_input_as_output(args.json, "--json", _train_inputs(args))
+    if args.release:  # in a pip install the released models are the installed package's files
+        from fleetmind.data.paths import MODELS_DIR
+        from fleetmind.training.recipes.settings import check_release_target
+
+        check_release_target(
+            MODELS_DIR / ("placement-dynamic" if args.mode == "dynamic" else "placement")
+        )
 
     dyn_only = args.cem_trace_seeds or args.cem_worst_weight or args.cem_nonneg
     if args.mode != "dynamic" and (dyn_only or args.cem_max_minutes is not None):
@@ -1469,7 +1476,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _partial_note(a.out, before)
         raise
     write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
-    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    shown = ("run_id", "metrics", "artifact", *(("released",) if "released" in summary else ()))
+    print(json.dumps({k: summary.get(k) for k in shown}))
     _champion_note(summary)
     return 0
 

@@ -458,16 +458,54 @@ def default_node_resources(t: NodeTemplate) -> tuple[int, int]:
     return (threads * 1000 if threads else 8000 * t.n_gpus), 65536 * t.n_gpus
 
 
+PACKAGED_FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
+"""The example fleets shipped with FleetMind (``data/fleets/`` in a checkout, package data of
+``fleetmind.data`` in a wheel)."""
+
+
+def packaged_fleet_names() -> list[str]:
+    """Names of the example fleets shipped with FleetMind (``small``, ``example_multicluster``)."""
+    return sorted(f.stem for f in PACKAGED_FLEETS_DIR.glob("*.yaml"))
+
+
+def resolve_fleet_path(path: str | os.PathLike[str]) -> Path:
+    """Path of a fleet file, looking a packaged example fleet up by name when the path is missing.
+
+    An existing path is returned as given. A missing one that is a bare name (``small``,
+    ``small.yaml``) or ends in ``data/fleets/<name>.yaml`` (the checkout path the docs use) names the
+    packaged file of that name when there is one, so the examples work from a pip install too.
+    Otherwise the path is returned unchanged (and :func:`load_fleet_yaml` says it is missing).
+    """
+    p = Path(path)
+    if p.exists():
+        return p
+    parts = p.parts
+    bare = len(parts) == 1
+    checkout_path = len(parts) >= 3 and parts[-3:-1] == ("data", "fleets") and not p.is_absolute()
+    if bare or checkout_path:
+        name = p.name if p.suffix in (".yaml", ".yml") else f"{p.name}.yaml"
+        packaged = PACKAGED_FLEETS_DIR / name
+        if packaged.is_file():
+            return packaged
+    return p
+
+
 def load_fleet_yaml(path: str | os.PathLike[str]) -> Fleet:
     """Load a fleet YAML file (schema in the module docstring and ``docs/fleet.md``).
+
+    A missing path that names a packaged example fleet (:func:`resolve_fleet_path`: ``small``,
+    ``data/fleets/small.yaml``) loads that file.
 
     Raises:
         DataError: file missing, not YAML, or malformed (message names file, line and key).
         ConfigError: unknown template / cluster reference (names file and line).
     """
-    p = Path(path)
+    p = resolve_fleet_path(path)
     if not p.exists():
-        raise DataError(f"fleet file {p} not found (give a YAML file or 'openb')")
+        names = ", ".join(packaged_fleet_names())
+        raise DataError(
+            f"fleet file {p} not found (give a YAML file, an example fleet name ({names}) or 'openb')"
+        )
     text = read_text(p, "fleet file")  # a folder, unreadable, not UTF-8: names the file already
     try:
         doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
@@ -687,8 +725,8 @@ NVML_LEVELS: dict[int, LinkLevel] = {
 """``nvmlGpuTopologyLevel_t`` values -> :class:`LinkLevel`."""
 
 NOT_AVAILABLE_HINT = (
-    "use a fleet file (--topology FILE.yaml, e.g. data/fleets/small.yaml) or the openb node list "
-    "(--topology openb)"
+    "use a fleet file (--topology FILE.yaml, or an example fleet: --topology small) or the openb "
+    "node list (--topology openb)"
 )
 
 
@@ -910,7 +948,8 @@ def _boards(level: np.ndarray) -> np.ndarray:
 
 
 def load_fleet(spec: str, n_clusters: int = 1, seed: int = 0) -> Fleet:
-    """Resolve a ``--topology`` value: ``"openb"``, ``"nvml"`` or a YAML file path."""
+    """Resolve a ``--topology`` value: ``"openb"``, ``"nvml"``, a YAML file path or the name of a
+    packaged example fleet (``small``, ``example_multicluster``; :func:`resolve_fleet_path`)."""
     if spec == "openb":
         return load_openb_fleet(n_clusters=n_clusters, seed=seed)
     if spec == "nvml":

@@ -6,7 +6,7 @@ import os
 from importlib.resources import files
 from pathlib import Path
 
-from fleetmind.data.errors import DataError
+from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import synthetic_openb_dir
 
 MODELS_DIR = Path(str(files("fleetmind.models")))
@@ -20,23 +20,82 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 tests, benchmarks and notebooks use it; library code that must work from a wheel does not."""
 
 
+def is_source_checkout() -> bool:
+    """Whether FleetMind runs from its source checkout (not from an installed wheel).
+
+    True when :data:`REPO_ROOT` holds FleetMind's ``pyproject.toml`` (an installed wheel's
+    ``REPO_ROOT`` is ``site-packages/fleetmind``, which has none), so commands that would write into
+    the installed package (``--release``, ``rca calibrate --write``) refuse there.
+    """
+    try:
+        text = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return 'name = "fleetmind"' in text
+
+
+def refuse_write_into_installed_package(folder: Path, flag: str, instead: str) -> None:
+    """Refuse a command that would write ``folder`` inside the installed package.
+
+    In a source checkout the released models under ``models/`` are the project's files and
+    ``--release`` or ``rca calibrate --write`` update them; in a pip install they lie in
+    site-packages, where a write would change the installed package behind pip's back.
+
+    Args:
+        folder: the folder the command would write.
+        flag: the option that asks for the write (``--release``, ``--write``), for the message.
+        instead: what to do instead, for the message.
+
+    Raises:
+        ConfigError: when FleetMind is not a source checkout and ``folder`` lies under
+            :data:`MODELS_DIR`.
+    """
+    if is_source_checkout():
+        return
+    target, models = Path(folder).resolve(), MODELS_DIR.resolve()
+    if target == models or models in target.parents:
+        raise ConfigError(f"{flag} would write into the installed package ({target}); {instead}")
+
+
+FETCH_DEFAULT_DIR = "fleetmind-data"
+"""Folder (relative to the working directory) that ``fleetmind data fetch`` fills without
+``--dest`` or ``FLEETMIND_SHARED_DATA``; :func:`shared_data_dir` looks there too."""
+
+
+def shared_data_candidates() -> list[Path]:
+    """The folders :func:`shared_data_dir` tries, in order.
+
+    ``FLEETMIND_SHARED_DATA`` alone when it is set; else ``shared/data`` beside a source checkout
+    (in a checkout only), then ``./fleetmind-data`` (:data:`FETCH_DEFAULT_DIR`, where ``fleetmind data
+    fetch`` puts the data by default).
+    """
+    env = os.environ.get("FLEETMIND_SHARED_DATA")
+    if env:
+        return [Path(env)]
+    found = [REPO_ROOT.parent / "shared" / "data"] if is_source_checkout() else []
+    return [*found, Path.cwd() / FETCH_DEFAULT_DIR]
+
+
 def shared_data_dir() -> Path:
     """Return the folder that holds the public datasets (``openb/`` and ``petshop/``).
 
     ``FLEETMIND_SHARED_DATA`` names it; without it, a ``shared/data`` folder beside a source checkout
-    is used when there is one. ``docs/data.md`` says where to get the data.
+    is used when there is one, else ``./fleetmind-data`` (the ``fleetmind data fetch`` default; see
+    :func:`shared_data_candidates`). ``docs/data.md`` says where to get the data.
 
     Raises:
-        DataError: if the folder does not exist.
+        DataError: if none of those folders exists (the message names every folder tried).
     """
-    env = os.environ.get("FLEETMIND_SHARED_DATA")
-    path = Path(env) if env else REPO_ROOT.parent / "shared" / "data"
-    if not path.is_dir():
-        raise DataError(
-            f"dataset folder not found at {path}; set FLEETMIND_SHARED_DATA to the folder that "
-            "holds openb/ and petshop/ (docs/data.md says where to get them)"
-        )
-    return path
+    tried = shared_data_candidates()
+    for path in tried:
+        if path.is_dir():
+            return path
+    where = " or ".join(str(p) for p in tried)
+    raise DataError(
+        f"dataset folder not found at {where}; set FLEETMIND_SHARED_DATA to the folder that "
+        "holds openb/ and petshop/, or run `fleetmind data fetch` here (docs/data.md says where "
+        "to get them)"
+    )
 
 
 OPENB_FALLBACK_ENV = "FLEETMIND_OPENB_FALLBACK"

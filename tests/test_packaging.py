@@ -142,6 +142,17 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_demo(tmp_path: Path) -> N
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
+    # the venv below reuses this venv's packages, dev extras included, so a dependency the wheel
+    # does not declare goes unseen there: check the declared ones (tests/test_install_dependencies.py
+    # checks every import); rich: stable-baselines3's progress bar, which `sched train` turns on
+    version = PYPROJECT["project"]["version"]
+    metadata = zipfile.ZipFile(wheel).read(f"fleetmind-{version}.dist-info/METADATA").decode()
+    requires = {
+        line.split(":", 1)[1].strip().split(">")[0].split("=")[0].split(";")[0].strip().lower()
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    }
+    assert {"rich", "tqdm", "stable-baselines3"} <= requires, sorted(requires)
     for page in ("base", "incidents", "incident", "fleet", "login"):  # the /ui templates
         assert f"fleetmind/serving/ui/templates/{page}.html" in names
     env_dir = tmp_path / "venv"

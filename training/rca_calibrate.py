@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.data.mlflow_store import is_mlflow_uri
+from fleetmind.data.paths import refuse_write_into_installed_package
 from fleetmind.data.rca_dataset import RCADataset, load_dataset
 from fleetmind.rca.calibration import T_MAX, T_MIN, fit_temperature, reliability, top1
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
@@ -76,7 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--bins", type=int, default=10, help="confidence bins of the ECE (default 10)")
     p.add_argument(
-        "--write", action="store_true", help="store the temperature in the artifact's config.json"
+        "--write",
+        action="store_true",
+        help="store the temperature in the artifact's config.json (--model's folder; without "
+        "--model the released model's, which only a source checkout may change)",
     )
     p.add_argument("--json", default=None, help="write the figures here")
 
@@ -267,6 +271,12 @@ def _check_writable(ref: str | None) -> None:
             "(<--out>/<run name>/model) and serve that folder (without --write, a URI is reported on)"
         )
     folder = Path(ref) if ref else RELEASED_DIR
+    if ref is None:  # in a pip install the released model is the installed package's file
+        refuse_write_into_installed_package(
+            folder,
+            "--write without --model",
+            f"copy {folder} to a folder of your own and pass that folder with --model",
+        )
     if not (folder / "config.json").is_file():
         raise FleetMindError(f"--write needs a local artifact folder; {folder} has no config.json")
 
@@ -288,8 +298,7 @@ def run(args: argparse.Namespace) -> int:
             f"{a['mean_confidence']:>11.3f}"
         )
     if args.write:
-        print(
-            f"wrote calibration into {(Path(args.model) if args.model else 'models/rca')}/config.json"
-        )
+        folder = Path(args.model) if args.model else RELEASED_DIR
+        print(f"wrote calibration into {(folder / 'config.json').resolve()}")
     write_json(args.json, payload)
     return 0

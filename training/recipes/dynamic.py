@@ -85,7 +85,7 @@ from fleetmind.training.recipes.common import (
     seed_everything,
     write_model_card,
 )
-from fleetmind.training.recipes.settings import DynamicArgs
+from fleetmind.training.recipes.settings import DynamicArgs, check_release_target
 from fleetmind.training.recipes.tracking import run_dirs, tracked_run
 
 RELEASE_DIR = MODELS_DIR / "placement-dynamic"
@@ -604,13 +604,15 @@ def _release(model_dir: Path, summary: dict[str, Any]) -> None:
     files: dict[str, Path | str] = {f.name: f for f in sorted(model_dir.iterdir()) if f.is_file()}
     files["train_summary.json"] = json.dumps(summary, indent=1, default=str) + "\n"
     write_folder_whole(RELEASE_DIR, files, remove=RELEASE_MODEL_FILES)
-    summary["released"] = str(RELEASE_DIR)
+    summary["released"] = str(RELEASE_DIR.resolve())
 
 
 def run(args: DynamicArgs) -> dict[str, Any]:
     """The dynamic-mode recipe (module docstring): warm start, learn, export (and release; the
     dynamic model is logged to MLflow, not registered). Returns the JSON summary."""
     opts = _check(args)
+    if args.release:  # before the training: a pip install's released model is the package's
+        check_release_target(RELEASE_DIR)
     seed_everything(args.seed, args.threads)
     t_start = time.perf_counter()
     env_kwargs, hp = _env_kwargs(args), hyperparams(args)  # --dyn-jobs checked before any write

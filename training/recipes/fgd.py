@@ -76,7 +76,7 @@ from fleetmind.training.recipes.common import (
     write_model_card,
 )
 from fleetmind.training.recipes.flags import TRAIN_FLAGS
-from fleetmind.training.recipes.settings import FgdArgs
+from fleetmind.training.recipes.settings import FgdArgs, check_release_target
 from fleetmind.training.recipes.tracking import log_placement_pyfunc, run_dirs, tracked_run
 
 
@@ -516,6 +516,8 @@ def _card(r: _Run, best: Any, wall: float) -> dict[str, Any]:
 def run(args: FgdArgs) -> dict[str, Any]:
     """Warm start, learn, export, register (and release); returns the JSON summary."""
     _check(args)
+    if args.release:  # before the training: a pip install's released model is the package's
+        check_release_target(RELEASED_DIR)
     seed_everything(args.seed, args.threads)
     r = _start(args, t_start=time.perf_counter())
     with tracked_run(args, r.name, r.summary):
@@ -539,4 +541,4 @@ def _release(model_dir: Path, summary: dict[str, Any]) -> None:
     write_folder_whole(
         RELEASED_DIR, {f.name: f for f in sorted(model_dir.iterdir())}, remove=RELEASE_MODEL_FILES
     )
-    summary["released"] = str(RELEASED_DIR)
+    summary["released"] = str(RELEASED_DIR.resolve())

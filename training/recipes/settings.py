@@ -10,10 +10,11 @@ CLI's parser does not load torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from fleetmind.data.openb_variants import VARIANT_KINDS
-from fleetmind.data.paths import MODELS_DIR
+from fleetmind.data.paths import MODELS_DIR, refuse_write_into_installed_package
 
 DYNAMIC_RELEASE_DIR = MODELS_DIR / "placement-dynamic"
 """The released dynamic-mode model: where ``--release`` copies a dynamic-mode artifact, and the
@@ -92,7 +93,7 @@ class PPOArgs:
     """folder for checkpoints and the artifact (``<out>/<run name>/``)"""
     release: bool = False
     """also copy the artifact to the recipe's released model folder (``models/placement/``,
-    ``models/placement-dynamic/``)"""
+    ``models/placement-dynamic/``; a source checkout only: a pip install refuses it up front)"""
     tracking_uri: str | None = None
     """MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"""
     experiment: str = "fleetmind-placement"
@@ -389,3 +390,20 @@ class OrderArgs(EsArgs):
     exported model (None: the start model's setting: 256 for the release since 2026-12-03, 8 for
     models before it); the window the
     order chooses from is 1 + this (``docs/ppo-dynamic.md``, "Learned queue order")"""
+
+
+def check_release_target(folder: Path) -> None:
+    """Refuse ``sched train --release`` into ``folder`` when it lies in an installed package.
+
+    :func:`fleetmind.data.paths.refuse_write_into_installed_package`: in a pip install the released
+    models are package data in site-packages, so the run's own model folder is the artifact to use.
+
+    Raises:
+        ConfigError: FleetMind is not a source checkout and ``folder`` is a packaged model folder.
+    """
+    refuse_write_into_installed_package(
+        folder,
+        "--release",
+        "train without --release and pass the run's model folder (<--out>/<run name>/model, "
+        "printed as 'artifact') with --model",
+    )
