@@ -8,13 +8,16 @@ no machine path.
 
 Before starting a kernel it checks the inputs and stops with one line, writing nothing, when one is
 missing: a notebook that is neither a path nor a name in ``notebooks/``, a ``FLEETMIND_RESULTS_DIR``
-that is not a folder, or (for the placement notebook) no openb data under ``FLEETMIND_SHARED_DATA``.
+that is not a folder, a local ``FLEETMIND_RCA_MODEL`` / ``FLEETMIND_PPO_MODEL`` that does not exist,
+or (for the placement notebook) no openb data under ``FLEETMIND_SHARED_DATA`` (the RCA notebook
+alone still runs: ``python notebooks/execute.py rca_evaluation.ipynb``).
 A relative path in ``FLEETMIND_RESULTS_DIR``, ``FLEETMIND_SHARED_DATA``, ``FLEETMIND_RCA_MODEL`` or
-``FLEETMIND_PPO_MODEL`` is taken from the checkout root, as the notebooks themselves do. A notebook whose run printed a
-missing-data note, or whose cell failed, is not written either.
+``FLEETMIND_PPO_MODEL`` is taken from the checkout root, as the notebooks themselves do. A notebook
+whose run printed a missing-input note (a model that did not load, an openb trace left out), or
+whose cell failed, is not written either.
 
-Usage: ``python notebooks/execute.py [NOTEBOOK ...]`` (a path or a name in ``notebooks/``; default:
-both notebooks).
+Usage: ``python notebooks/execute.py [NOTEBOOK ...]`` (a path, or a bare name in ``notebooks/``;
+default: both notebooks).
 """
 
 from __future__ import annotations
@@ -38,9 +41,24 @@ REPO_ROOT = HERE.parent
 USAGE = "usage: python notebooks/execute.py [NOTEBOOK ...] (a path or a name in notebooks/)"
 OPENB_NOTEBOOKS = ("placement_evaluation.ipynb",)
 """Notebooks whose live sections need the openb data (``docs/data.md``)."""
-MISSING_DATA = ("openb data not available", "needs the openb data", "not in the dataset folder")
-"""Phrases of the notebooks' missing-data notes: an output holding one is not committed (a trace of
-the PPO check that is missing is caught here, after the run)."""
+MISSING_DATA = (
+    "openb data not available",
+    "needs the openb data",
+    "not in the dataset folder",
+    "left out:",
+    "no unseen openb trace",
+    "the GAT is not in this comparison",
+    "PPO is not in the live curve",
+    "no PPO model loaded",
+)
+"""Phrases of the notebooks' missing-input notes: an output holding one is not committed (a trace of
+the PPO check that is missing or does not load, or a model that does not load, is caught here, after
+the run)."""
+MODEL_VARS = {
+    "rca_evaluation.ipynb": "FLEETMIND_RCA_MODEL",
+    "placement_evaluation.ipynb": "FLEETMIND_PPO_MODEL",
+}
+"""The variable naming each notebook's model (unset: the release in ``models/``)."""
 
 
 class InputError(Exception):
@@ -54,18 +72,28 @@ def notebook_path(arg: str) -> Path:
         InputError: if it is neither.
     """
     p = Path(arg).expanduser()
-    for cand in (p, HERE / p.name):
+    # a bare name may be one in notebooks/; a path with a folder is only that path
+    cands = (p, HERE / p.name) if len(Path(arg).parts) == 1 else (p,)
+    for cand in cands:
         if cand.suffix == ".ipynb" and cand.is_file():
             return cand.resolve()
     raise InputError(f"{arg}: no such notebook; {USAGE}")
+
+
+def _is_uri(ref: str) -> bool:
+    """Whether the model reference ``ref`` is one MLflow resolves (not a local path)."""
+    from fleetmind.data.mlflow_store import is_mlflow_uri
+
+    return is_mlflow_uri(ref) or ref.startswith(("models:", "runs:"))
 
 
 def check_inputs(paths: list[Path]) -> None:
     """Check what the notebooks read before any kernel starts.
 
     Raises:
-        InputError: ``FLEETMIND_RESULTS_DIR`` is set to a missing folder, or a placement notebook is
-            asked for and the openb node list or ``default`` trace
+        InputError: ``FLEETMIND_RESULTS_DIR`` is set to a missing folder, ``FLEETMIND_RCA_MODEL`` or
+            ``FLEETMIND_PPO_MODEL`` (for a notebook asked for) is a local path that does not exist,
+            or a placement notebook is asked for and the openb node list or ``default`` trace
             (:data:`fleetmind.data.paths.OPENB_REQUIRED_FILES`) is not in the dataset folder.
     """
     data = os.environ.get("FLEETMIND_SHARED_DATA")
@@ -77,6 +105,15 @@ def check_inputs(paths: list[Path]) -> None:
             f"FLEETMIND_RESULTS_DIR={results}: no such folder "
             "(a relative path is taken from the checkout root)"
         )
+    for var in dict.fromkeys(MODEL_VARS[p.name] for p in paths if p.name in MODEL_VARS):
+        ref = os.environ.get(var)
+        if ref and not _is_uri(ref) and not (REPO_ROOT / Path(ref).expanduser()).exists():
+            raise InputError(
+                f"{var}={ref}: no such file or folder (a relative path is taken from the checkout "
+                "root; unset it for the release in models/)"
+            )
+    rca_too = any(p.name == "rca_evaluation.ipynb" for p in paths)
+    alone = "; `python notebooks/execute.py rca_evaluation.ipynb` runs the RCA notebook alone"
     if any(p.name in OPENB_NOTEBOOKS for p in paths):
         from fleetmind.data.errors import DataError
         from fleetmind.data.paths import OPENB_REQUIRED_FILES, shared_data_dir
@@ -84,11 +121,14 @@ def check_inputs(paths: list[Path]) -> None:
         try:
             csv = shared_data_dir() / "openb" / "csv"
         except DataError as err:
-            raise InputError(f"the placement notebook needs the openb data: {err}") from None
+            raise InputError(
+                f"the placement notebook needs the openb data: {err}{alone if rca_too else ''}"
+            ) from None
         if missing := [f for f in OPENB_REQUIRED_FILES if not (csv / f).is_file()]:
             raise InputError(
                 f"the placement notebook needs the openb data: {', '.join(missing)} not in "
                 f"{csv}; set FLEETMIND_SHARED_DATA to the folder that holds openb/ (docs/data.md)"
+                f"{alone if rca_too else ''}"
             )
 
 

@@ -147,6 +147,8 @@ def test_rca_notebook_key_outputs(executed: dict[str, Any]) -> None:
         assert re.search(r"^gat\s", text, re.M), "the released GAT is missing from the AC@k table"
     assert _has_image(live), "no AC@k bar chart"
     assert _has_image(_outputs(nb, "sweep")), "no difficulty sweep plot"
+    if label := _difficulty_large_label():
+        assert label in _text(_outputs(nb, "difficulty-json")), "no released-GAT test_large column"
     assert _has_image(_outputs(nb, "explain-graph")), "no incident explanation drawing"
     assert "true root" in _text(_outputs(nb, "explain-table"))
 
@@ -213,6 +215,26 @@ def test_committed_outputs_match_the_release(name: str) -> None:
         f"outputs print a machine path ({MACHINE_PATH.search(text).group(0)!r}...); run make notebooks"
     )
     assert str(REPO) not in text
+
+
+def _difficulty_large_label() -> str | None:
+    """The difficulty table's ``test_large`` column name: the released GAT's, with its version."""
+    cfg = REPO / "models" / "rca" / "config.json"
+    if not cfg.is_file() or not (REPO / "benchmarks/results/rca/rca_main_table.json").is_file():
+        return None
+    return f"released GAT {json.loads(cfg.read_text())['version']}"
+
+
+def test_committed_difficulty_table_shows_the_released_gat_on_test_large() -> None:
+    """Beside the README's table (the released GAT), the ``test_large`` column is the release's own
+    figure (``models/rca/config.json``), not the older GAT of ``gat_eval_test_large.json``."""
+    label = _difficulty_large_label()
+    if label is None:
+        pytest.skip("no released GAT or no README table")
+    nb = nbformat.read(NB_DIR / "rca_evaluation.ipynb", as_version=4)
+    text = _text(_outputs(nb, "difficulty-json"))
+    assert label in text, "the test_large column is not the released GAT's; run make notebooks"
+    assert "gat_eval_test_large" not in text
 
 
 def test_stale_outputs_are_caught() -> None:

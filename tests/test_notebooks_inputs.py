@@ -7,7 +7,11 @@
 - The difficulty section shows the ``test_large`` set its text promises.
 - The live PPO check leaves out openb traces the dataset folder lacks, and names its row after the
   release's stage only when the release itself was loaded.
-- ``execute.py`` takes a path or a name, and stops in one line, writing nothing, without the openb data.
+- MLflow URIs (``models:/``, ``mlflow-artifacts:/``, ``file:/``, ``databricks``) pass unchanged.
+- ``execute.py`` takes a path or a bare name, and stops in one line, writing nothing, without the
+  openb data or with a local model path that does not exist; a run whose model or trace did not load
+  is not written.
+- Nothing a setup cell writes into ``os.environ`` outlives its test.
 
 Cells run here as plain Python (the notebook's own source, its ``%`` magics dropped), as in
 ``tests/test_notebook_ppo_section.py``; ``execute.py`` runs with a stand-in for the kernel.
@@ -18,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -32,10 +37,18 @@ REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
 RCA_NB = NB_DIR / "rca_evaluation.ipynb"
 PLACE_NB = NB_DIR / "placement_evaluation.ipynb"
+SETUP_WRITES = ("MLFLOW_TRACKING_URI", "FLEETMIND_SHARED_DATA")
+"""What the setup cells write into ``os.environ`` directly (not through monkeypatch)."""
+_ENV_AT_IMPORT = {var: os.environ.get(var) for var in SETUP_WRITES}
+_leaks: list[str] = []
 
 
 @pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # a setup cell sets os.environ itself: the whole environment is put back after each test
+    # (monkeypatch.delenv of an unset variable records nothing to undo)
+    _leaks.extend(v for v in SETUP_WRITES if os.environ.get(v) != _ENV_AT_IMPORT[v])
+    saved = dict(os.environ)
     matplotlib.use("Agg")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     for var in (
@@ -48,6 +61,9 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("FLEETMIND_NB_QUICK", "1")
     monkeypatch.setenv("JUPYTER_PATH", "")  # execute.py sets it; restored afterwards
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def _cell(path: Path, tag: str) -> str:
@@ -99,6 +115,42 @@ def test_mlflow_uri_model_reads_the_checkout_roots_default_store(
     assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{REPO / 'mlflow.db'}"
 
 
+MLFLOW_REFS = [
+    "models:/fleetmind-rca@champion",
+    "runs:/abc/model",
+    "mlflow-artifacts:/0/abc/artifacts/model",
+    "file:/abs/mlruns",
+    "file:///abs/mlruns",
+    "s3://bucket/model",
+    "http://mlflow.example:5000",
+    "databricks",
+    "databricks-uc",
+    "databricks://profile",
+    "sqlite:////abs/mlflow.db",
+]
+
+
+@pytest.mark.parametrize("path", [RCA_NB, PLACE_NB], ids=["rca", "placement"])
+def test_mlflow_uris_pass_unchanged(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # URIs MLflow resolves (fleetmind.data.mlflow_store.is_mlflow_uri) and the bare tracking URIs
+    # "databricks" / "databricks-uc" (mlflow.utils.uri.is_databricks_uri) are not checkout paths
+    monkeypatch.chdir(tmp_path)
+    from_root = _run(path, "setup")["from_root"]
+    for ref in MLFLOW_REFS:
+        assert from_root(ref) == ref
+    assert from_root("models/rca") == str(REPO / "models" / "rca")
+    for uri in ("file:/abs/mlruns", "databricks"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        model_var = "FLEETMIND_RCA_MODEL" if path == RCA_NB else "FLEETMIND_PPO_MODEL"
+        monkeypatch.setenv(model_var, "mlflow-artifacts:/0/abc/artifacts/model")
+        ns = _run(path, "setup")
+        assert os.environ["MLFLOW_TRACKING_URI"] == uri
+        model = ns["RCA_MODEL"] if path == RCA_NB else ns["PPO_MODEL"]
+        assert model == "mlflow-artifacts:/0/abc/artifacts/model"
+
+
 @pytest.mark.parametrize("path", [RCA_NB, PLACE_NB], ids=["rca", "placement"])
 def test_missing_results_folder_stops_with_one_line(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -128,12 +180,22 @@ def test_rca_model_that_does_not_load_is_a_note_and_the_baselines_run(
     assert any("the GAT is not in this comparison" in n for n in ns["notes"]), ns["notes"]
 
 
-def test_difficulty_section_shows_test_large() -> None:
+def test_difficulty_section_shows_test_large_of_the_released_gat() -> None:
+    # beside the README's table (the released GAT), test_large is that GAT's too: not the older GAT
+    # of gat_eval_test_large.json (2026-11-29, no model version, AC@1 0.953 against the release's 0.995)
     ns = _run(RCA_NB, "setup", "bench-table", "difficulty-json")
     keys = list(ns["diff_sets"])
-    assert any("large" in k for k in keys), keys
     assert any("hard" in k for k in keys) and any("default" in k for k in keys), keys
-    assert "gat" in ns["ac1"].index
+    assert not any(k.startswith("gat_eval_") for k in keys), keys
+    cfg = json.loads((REPO / "models" / "rca" / "config.json").read_text())
+    (large,) = [k for k in keys if "large" in k]
+    assert ns["large_version"] == cfg["version"] and cfg["version"] in large, large
+    assert ns["ac1"].loc["gat", large] == cfg["metrics"]["test_large"]["ac@1"]
+    assert ns["ac5"].loc["gat", large] == cfg["metrics"]["test_large"]["ac@5"]
+    # the main table's columns are of the same release
+    for k in keys:
+        if k.startswith("rca_main_table/settings/default"):
+            assert ns["MAIN_SETS"][k]["methods"]["gat"]["ac@1"] == cfg["metrics"]["test"]["ac@1"]
 
 
 # ---- placement notebook, live PPO check (section 2b)
@@ -179,6 +241,16 @@ def test_ppo_check_leaves_out_traces_the_dataset_folder_lacks(
     ns = _ppo_live(monkeypatch, None, ["default"])
     assert ns["unseen_df"].empty
     assert any("no unseen openb trace" in n for n in ns["notes"]), ns["notes"]
+
+
+def test_ppo_check_needs_only_the_traces_it_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the check uses two unseen traces; the other candidates missing is no missing data
+    ns = _ppo_live(monkeypatch, None, ["default", "gpuspec33", "multigpu40"])
+    assert ns["loaded"] == ["gpuspec33", "multigpu40"]
+    assert not any("left out" in n for n in ns["notes"]), ns["notes"]
+    ns = _ppo_live(monkeypatch, None, ["default", "multigpu40", "gpushare100"])
+    assert ns["loaded"] == ["multigpu40", "gpushare100"]
+    assert not any("left out" in n for n in ns["notes"]), ns["notes"]
 
 
 def test_ppo_check_names_the_row_after_the_loaded_file(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -298,3 +370,94 @@ def test_execute_does_not_write_a_notebook_with_a_missing_data_note(
     assert mod.main(["rca_evaluation.ipynb"]) == 1
     assert "not written" in capsys.readouterr().err
     assert written == []
+
+
+def test_execute_path_with_a_folder_is_only_that_path(
+    execute: tuple[ModuleType, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # not the committed notebook of the same name, which a run would overwrite
+    mod, written = execute
+    assert mod.main([str(tmp_path / "does-not-exist" / "rca_evaluation.ipynb")]) == 2
+    assert "no such notebook" in capsys.readouterr().err
+    assert written == [] and _Kernel.runs == []
+
+
+def test_execute_without_openb_data_says_the_rca_notebook_runs_alone(
+    execute: tuple[ModuleType, list[Path]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mod, written = execute
+    monkeypatch.setenv("FLEETMIND_SHARED_DATA", str(tmp_path / "data"))
+    assert mod.main([]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "python notebooks/execute.py rca_evaluation.ipynb" in line
+    assert mod.main(["rca_evaluation.ipynb"]) == 0  # it does
+    assert mod.main(["placement_evaluation.ipynb"]) == 2
+    assert "rca_evaluation.ipynb" not in capsys.readouterr().err
+    assert written == [RCA_NB]
+
+
+@pytest.mark.parametrize(
+    ("var", "name"),
+    [("FLEETMIND_RCA_MODEL", "rca_evaluation.ipynb"), ("FLEETMIND_PPO_MODEL", None)],
+)
+def test_execute_missing_local_model_stops_before_writing(
+    var: str,
+    name: str | None,
+    execute: tuple[ModuleType, list[Path]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mod, written = execute
+    monkeypatch.chdir(tmp_path)  # a relative path is taken from the checkout root
+    monkeypatch.setenv("FLEETMIND_SHARED_DATA", str(tmp_path))  # the model is checked first
+    monkeypatch.setenv(var, "models/no-such-model")
+    assert mod.main([name] if name else []) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{var}=models/no-such-model: no such file or folder" in line
+    assert written == [] and _Kernel.runs == []
+
+
+def test_execute_takes_a_relative_model_or_a_uri(
+    execute: tuple[ModuleType, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod, written = execute
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLEETMIND_PPO_MODEL", "models/no-such-model")  # not this notebook's
+    for ref in ("models/rca", "models:/fleetmind-rca@champion", "mlflow-artifacts:/0/abc/model"):
+        monkeypatch.setenv("FLEETMIND_RCA_MODEL", ref)
+        assert mod.main(["rca_evaluation.ipynb"]) == 0, ref
+    assert written == [RCA_NB] * 3
+
+
+@pytest.mark.parametrize(
+    ("path", "phrase"),
+    [
+        (RCA_NB, "the GAT is not in this comparison"),
+        (PLACE_NB, "PPO is not in the live curve"),
+        (PLACE_NB, "no PPO model loaded"),
+        (PLACE_NB, "left out:"),
+    ],
+)
+def test_execute_does_not_write_a_run_whose_model_or_trace_did_not_load(
+    path: Path,
+    phrase: str,
+    execute: tuple[ModuleType, list[Path]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mod, written = execute
+    nb = nbformat.read(path, as_version=4)
+    assert any(phrase in c.source for c in nb.cells if c.cell_type == "code"), phrase
+    _Kernel.output = {"output_type": "display_data", "metadata": {}}
+    _Kernel.output["data"] = {"text/markdown": f"> **Note:** {phrase} /home/someone/model"}
+    assert mod.main(["rca_evaluation.ipynb"]) == 1
+    assert "not written" in capsys.readouterr().err
+    assert written == []
+
+
+def test_no_environment_leaks_between_tests() -> None:
+    # runs last in this file: no earlier test left a setup cell's os.environ write behind
+    assert _leaks == []
