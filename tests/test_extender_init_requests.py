@@ -6,11 +6,15 @@ sidecars and of each regular init container plus the sidecars before it), and th
 devicemanager (``Allocate`` in ``pkg/kubelet/cm/devicemanager/manager.go``) allocates an init
 container's devices at admission and keeps them the pod's until it ends. kube-state-metrics reports
 those requests as ``kube_pod_init_container_resource_requests`` (``internal/store/pod.go`` of
-kubernetes/kube-state-metrics), with no label telling a sidecar from a regular init container, so
-FleetMind adds them to the containers' (never fewer devices than the kubelet allocated).
+kubernetes/kube-state-metrics), one series per init container, and marks sidecars with
+``kube_pod_init_container_info{restart_policy="Always"}`` (kubernetes/kube-state-metrics#2240), so
+FleetMind counts the larger of containers plus sidecars and of each regular init container plus the
+sidecars (every sidecar: their order is not exported).
 Before, only ``kube_pod_container_resource_requests`` was read: a GPU asked only by an init
 container read free for the pod's whole life, and while the init container ran its busy GPU counted
-on top of the extender's hold (the pod was never in ``gpu_pods``).
+on top of the extender's hold (the pod was never in ``gpu_pods``). Then the requests were summed
+(init 1 + app 1 read 2 devices, the kubelet gives 1), and a pod dcgm-exporter names on a GPU got
+none of its init containers' or sidecars' other devices counted.
 """
 
 from __future__ import annotations
@@ -33,19 +37,27 @@ from fleetmind.serving.telemetry.prometheus import (  # noqa: E402
     Sample,
     build_nodes,
     fleet_queries,
+    pod_gpu_devices,
 )
 
 NODE = "gpu-a"
 POD = {"namespace": "ml", "pod": "prep", "uid": "u-prep"}
 
 
-def _dcgm(busy: frozenset[int] = frozenset(), n: int = 2) -> list[Sample]:
-    """dcgm-exporter naming no pod (``-k`` off, or podresources not listing a running init)."""
+def _dcgm(
+    busy: frozenset[int] = frozenset(), n: int = 2, named: frozenset[int] = frozenset()
+) -> list[Sample]:
+    """dcgm-exporter naming no pod (``-k`` off, or podresources not listing a running init), or
+    naming ``ml/prep`` on the GPUs ``named`` (busy), as the chart's ``honorLabels: false`` scrape
+    writes it."""
     out: list[Sample] = []
     for g in range(n):
         lab = {"gpu": str(g), "UUID": f"GPU-{g}", "modelName": "NVIDIA A100-SXM4-80GB",
                "Hostname": NODE}  # fmt: skip
-        b = g in busy
+        if g in named:
+            lab |= {"exported_pod": "prep", "exported_namespace": "ml",
+                    "exported_container": "main"}  # fmt: skip
+        b = g in busy or g in named
         out += [
             ("DCGM_FI_DEV_GPU_UTIL", lab, 90.0 if b else 0.0),
             ("DCGM_FI_DEV_FB_USED", lab, 40_000.0 if b else 0.0),
@@ -54,13 +66,21 @@ def _dcgm(busy: frozenset[int] = frozenset(), n: int = 2) -> list[Sample]:
     return out
 
 
-def _ksm(phase: str, init: dict[str, float], app_gpus: float = 0.0) -> list[Sample]:
-    """Node ``gpu-a`` (2 GPUs) and pod ``ml/prep`` bound there: a CPU-only or ``app_gpus``
-    container ``main`` and init containers ``{name: nvidia.com/gpu}``."""
+def _ksm(
+    phase: str,
+    init: dict[str, float],
+    app_gpus: float = 0.0,
+    sidecars: frozenset[str] = frozenset(),
+    n: int = 2,
+) -> list[Sample]:
+    """Node ``gpu-a`` (``n`` GPUs) and pod ``ml/prep`` bound there: a CPU-only or ``app_gpus``
+    container ``main`` and init containers ``{name: nvidia.com/gpu}``, those in ``sidecars`` with
+    ``restartPolicy: Always`` (``kube_pod_init_container_info``'s ``restart_policy``, empty for a
+    regular one: Prometheus then stores no label)."""
     out: list[Sample] = [
         ("kube_node_status_allocatable", {"node": NODE, "resource": "cpu"}, 96.0),
         ("kube_node_status_allocatable", {"node": NODE, "resource": "memory"}, 2.0**40),
-        ("node_gpus", {"__name__": "kube_node_status_allocatable", "node": NODE}, 2.0),
+        ("node_gpus", {"__name__": "kube_node_status_allocatable", "node": NODE}, float(n)),
         ("kube_pod_info", {**POD, "node": NODE, "created_by_kind": "Job"}, 1.0),
         ("kube_pod_status_phase", {**POD, "phase": phase}, 1.0),
         ("kube_pod_container_resource_requests",
@@ -78,6 +98,9 @@ def _ksm(phase: str, init: dict[str, float], app_gpus: float = 0.0) -> list[Samp
         out.append(("kube_pod_init_container_resource_requests",
                     {**POD, "container": name, "node": NODE, "resource": "cpu",
                      "unit": "core"}, 4.0))  # fmt: skip
+        policy = {"restart_policy": "Always"} if name in sidecars else {}
+        out.append(("kube_pod_init_container_info",
+                    {**POD, "container": name, "image": "x", **policy}, 1.0))  # fmt: skip
     return out
 
 
@@ -93,8 +116,62 @@ def test_a_gpu_asked_only_by_an_init_container_is_the_pods() -> None:
 def test_a_sidecar_and_an_app_container_are_added() -> None:
     """A sidecar (``restartPolicy: Always``) with 1 GPU beside an app container with 1: the
     kubelet gives the pod 2 devices (a sidecar's are not reused). Before: 1 was marked."""
-    (node,) = build_nodes(_dcgm(), _ksm("Running", {"sidecar": 1.0}, app_gpus=1.0))
+    ksm = _ksm("Running", {"sidecar": 1.0}, app_gpus=1.0, sidecars=frozenset({"sidecar"}))
+    (node,) = build_nodes(_dcgm(), ksm)
     assert [g.free_milli for g in node.gpus] == [0, 0]
+    assert node.gpu_pods == frozenset({"ml/prep"})
+
+
+@pytest.mark.parametrize(
+    ("init", "app", "sidecars", "devices"),
+    [
+        ({"warmup": 1.0}, 1.0, (), 1),  # the app container reuses the init container's device
+        ({"w1": 1.0, "w2": 2.0}, 0.0, (), 2),  # one regular init container runs at a time
+        ({"warmup": 2.0}, 1.0, (), 2),
+        ({"warmup": 1.0, "proxy": 1.0}, 1.0, ("proxy",), 2),  # every sidecar beside each init
+        ({"proxy": 1.0}, 1.0, (), 1),  # no restart_policy series: read as a regular one
+    ],
+    ids=["init-app", "two-inits", "init-2-app-1", "init-sidecar-app", "sidecar-unknown"],
+)
+def test_a_pod_holds_kube_schedulers_count(
+    init: dict[str, float], app: float, sidecars: tuple[str, ...], devices: int
+) -> None:
+    """kube-scheduler's ``PodRequests``: max(containers + sidecars, each regular init + sidecars).
+    Before: the sum (init 1 + app 1 read 2 devices, two inits 1 and 2 read 3)."""
+    ksm = _ksm("Running", init, app_gpus=app, sidecars=frozenset(sidecars), n=4)
+    (node,) = build_nodes(_dcgm(n=4), ksm)
+    assert [g.free_milli for g in node.gpus] == [0] * devices + [1000] * (4 - devices)
+    assert node.gpu_pods == frozenset({"ml/prep"})
+
+
+def test_pod_gpu_devices() -> None:
+    assert pod_gpu_devices(1.0, [1.0], 0.0) == 1.0
+    assert pod_gpu_devices(0.0, [1.0, 2.0], 0.0) == 2.0
+    assert pod_gpu_devices(1.0, [1.0], 1.0) == 2.0
+    assert pod_gpu_devices(2.0, [], 1.0) == 3.0
+    assert pod_gpu_devices(0.0, [], 0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("init", "app", "sidecars", "free"),
+    [
+        ({"warmup": 2.0}, 1.0, (), [0, 0, 1000, 1000]),  # init 2, app 1 named on GPU 0: 1 more
+        ({"proxy": 1.0}, 1.0, ("proxy",), [0, 0, 1000, 1000]),  # a sidecar's own device
+        ({"warmup": 1.0}, 1.0, (), [0, 1000, 1000, 1000]),  # reused: nothing more
+        ({}, 1.0, (), [0, 1000, 1000, 1000]),
+    ],
+    ids=["init-2", "sidecar", "init-1", "app-only"],
+)
+def test_a_named_pods_other_devices_are_taken(
+    init: dict[str, float], app: float, sidecars: tuple[str, ...], free: list[int]
+) -> None:
+    """dcgm-exporter (the chart names pods) names ``ml/prep`` on GPU 0 only: the kubelet's
+    PodResources ``List`` reports its app container's device, not the one its init container (or
+    sidecar) keeps. The devices it holds beyond the named ones are marked on idle GPUs. Before: a
+    pod DCGM named anywhere had none of them counted (3 GPUs read free for ``init-2``)."""
+    ksm = _ksm("Running", init, app_gpus=app, sidecars=frozenset(sidecars), n=4)
+    (node,) = build_nodes(_dcgm(n=4, named=frozenset({0})), ksm)
+    assert [g.free_milli for g in node.gpus] == free
     assert node.gpu_pods == frozenset({"ml/prep"})
 
 
@@ -104,14 +181,18 @@ def test_a_finished_pods_init_request_holds_nothing() -> None:
     assert node.gpu_pods == frozenset()
 
 
-def test_the_fleet_query_adds_init_containers_to_the_pods_gpus() -> None:
-    q = fleet_queries()["pod_gpu_requests"]
-    assert "kube_pod_init_container_resource_requests{" in q
-    assert q.count('resource="nvidia_com_gpu"') >= 4  # both metrics, both placement branches
-    # finished pods are left out of both metrics: `unless` binds tighter than `or` in PromQL, so
-    # the two must be parenthesised together before it
-    head = "sum by (cluster, node, namespace, pod) (max by (cluster, node, namespace, pod, container) (("
-    assert q.startswith(head)
+def test_the_fleet_query_reads_each_init_container() -> None:
+    """The containers' requests are summed per pod; the init containers' come one per container
+    (a sum cannot give the larger of each), with the sidecars among them."""
+    queries = fleet_queries()
+    assert "init_container" not in queries["pod_gpu_requests"]
+    q = queries["pod_init_gpu_requests"]
+    assert q.startswith("max by (cluster, node, namespace, pod, container) (")
+    assert "kube_pod_init_container_resource_requests{" in q and "unless on" in q
+    assert q.count('resource="nvidia_com_gpu"') >= 2  # both placement branches
+    q = queries["pod_sidecars"]
+    assert 'kube_pod_init_container_info{restart_policy="Always"}' in q
+    assert "and on (cluster, namespace, pod, container)" in q  # only the sidecars asking GPUs
     assert "kube_pod_init_container_resource_requests" in KSM_PLACED  # placed by node as the rest
 
 

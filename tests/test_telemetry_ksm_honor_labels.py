@@ -54,7 +54,12 @@ from fleetmind.serving.scheduler.placement import Option
 from fleetmind.serving.scheduler.reservations import DbReservations
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.telemetry.base import NodeState
-from fleetmind.serving.telemetry.prometheus import PrometheusApiSource, Sample, build_nodes
+from fleetmind.serving.telemetry.prometheus import (
+    PrometheusApiSource,
+    Sample,
+    _read_ksm,
+    build_nodes,
+)
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -298,3 +303,146 @@ def test_a_pending_pod_keeps_its_hold(prom: str, tmp_path: Path) -> None:
     res.hold(f"ml/{PENDING}", Option("local", "n1", (1,), 1.0), job, uid=f"u-{PENDING}")
     view = res.view(snapshot)
     assert view.gpu_used("local", "n1", 1) == 1000 and view.cpu_used("local", "n1") == 40000
+
+
+# ------------------------------------------------ init containers, through the real Prometheus
+# kube-state-metrics' init-container series (``internal/store/pod.go``):
+# ``kube_pod_init_container_resource_requests{namespace, pod, uid, container, node, resource,
+# unit}``, one per init container and resource, and ``kube_pod_init_container_info{namespace, pod,
+# uid, container, image_spec, image, image_id, container_id, restart_policy}`` for an init container
+# whose status the kubelet reported, ``restart_policy`` "Always" for a sidecar and empty for a
+# regular one (kubernetes/kube-state-metrics#2240). kube-scheduler's ``PodRequests``
+# (kubernetes/kubernetes ``staging/src/k8s.io/component-helpers/resource/helpers.go``) charges a
+# pod max(containers + sidecars, each regular init container + the sidecars before it).
+# pod -> (node, phase, app container's GPUs, {init container: (GPUs, sidecar)})
+INIT_PODS: dict[str, tuple[str, str, int, dict[str, tuple[int, bool]]]] = {
+    "init-app": ("n1", "Running", 1, {"warm": (1, False)}),  # 1: the app reuses the device
+    "init-only": ("n1", "Running", 0, {"warm": (1, False)}),  # 1
+    "sidecar": ("n1", "Running", 1, {"proxy": (1, True)}),  # 2: a sidecar's is not reused
+    "named": ("n1", "Running", 1, {"warm": (3, False)}),  # 3; DCGM names it on n1 GPU 0 only
+    "two-inits": ("n2", "Running", 0, {"w1": (1, False), "w2": (2, False)}),  # 2
+    "done": ("n2", "Succeeded", 0, {"warm": (1, False)}),  # finished: holds nothing
+    "unscheduled": ("", "Pending", 0, {"warm": (4, False)}),  # on no node (not on n2)
+    "mesh": ("n2", "Running", 0, {"istio-proxy": (0, True)}),  # a sidecar asking no GPU
+}
+INIT_GPUS = {"n1": 8, "n2": 4}
+
+
+def init_ksm_text() -> str:
+    """kube-state-metrics' exposition of :data:`INIT_PODS` on nodes n1 (8 GPUs) and n2 (4)."""
+    lines = ["# TYPE kube_node_status_allocatable gauge"]
+    for node, gpus in INIT_GPUS.items():
+        lines += [
+            f'kube_node_status_allocatable{{node="{node}",resource="cpu",unit="core"}} 64',
+            f'kube_node_status_allocatable{{node="{node}",resource="memory",unit="byte"}} '
+            f"{512 * GI}",
+            f'kube_node_status_allocatable{{node="{node}",resource="nvidia_com_gpu",'
+            f'unit="integer"}} {gpus}',
+        ]
+    lines.append("# TYPE kube_pod_info gauge")
+    for pod, (node, _, _, _) in INIT_PODS.items():
+        lines.append(
+            f'kube_pod_info{{namespace="ml",pod="{pod}",uid="u-{pod}",host_ip="10.0.0.1",'
+            f'pod_ip="10.1.0.5",node="{node}",created_by_kind="Job",created_by_name="x",'
+            'priority_class="",host_network="false"} 1'
+        )
+    lines.append("# TYPE kube_pod_status_phase gauge")
+    for pod, (_, phase, _, _) in INIT_PODS.items():
+        for p in PHASES:
+            lines.append(
+                f'kube_pod_status_phase{{namespace="ml",pod="{pod}",uid="u-{pod}",'
+                f'phase="{p}"}} {int(p == phase)}'
+            )
+    lines.append("# TYPE kube_pod_container_resource_requests gauge")
+    for pod, (node, _, app, _) in INIT_PODS.items():
+        own = f'namespace="ml",pod="{pod}",uid="u-{pod}",container="main",node="{node}"'
+        lines.append(f'kube_pod_container_resource_requests{{{own},resource="cpu",unit="core"}} 1')
+        if app:
+            lines.append(
+                f'kube_pod_container_resource_requests{{{own},resource="nvidia_com_gpu",'
+                f'unit="integer"}} {app}'
+            )
+    lines.append("# TYPE kube_pod_init_container_resource_requests gauge")
+    for pod, (node, _, _, inits) in INIT_PODS.items():
+        for c, (gpus, _) in inits.items():
+            own = f'namespace="ml",pod="{pod}",uid="u-{pod}",container="{c}",node="{node}"'
+            lines.append(
+                f'kube_pod_init_container_resource_requests{{{own},resource="cpu",unit="core"}} 1'
+            )
+            if gpus:
+                lines.append(
+                    f"kube_pod_init_container_resource_requests{{{own},"
+                    f'resource="nvidia_com_gpu",unit="integer"}} {gpus}'
+                )
+    lines.append("# TYPE kube_pod_init_container_info gauge")
+    for pod, (_, _, _, inits) in INIT_PODS.items():
+        for c, (_, sidecar) in inits.items():
+            lines.append(
+                f'kube_pod_init_container_info{{namespace="ml",pod="{pod}",uid="u-{pod}",'
+                f'container="{c}",image_spec="x:1",image="x:1",image_id="x@sha256:1",'
+                f'container_id="containerd://{pod}-{c}",'
+                f'restart_policy="{"Always" if sidecar else ""}"}} 1'
+            )
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(
+    scope="module",
+    params=[None, SERVICE_MONITOR, SERVICE_ENDPOINTS],
+    ids=["honor-true", "servicemonitor", "service-endpoints"],
+)
+def init_prom(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    if prometheus_binary() is None:
+        pytest.skip("Prometheus not installed (Debian package prometheus)")
+    target = request.param
+    n1 = dcgm_text("Hostname", "n1", [{"pod": "ml/named", "used": 40000}] + [{}] * 7)
+    n2 = dcgm_text("Hostname", "n2", [{}] * 4)
+    exporter = ExporterServer({"/dcgm-n1": n1, "/dcgm-n2": n2, "/ksm": init_ksm_text()})
+    scrape = {
+        "dcgm-n1": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n1x7k")},
+        "dcgm-n2": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n2q4m")},
+        "ksm": {"honor_labels": target is None, "labels": target or {}},
+    }
+    p = Prometheus(
+        tmp_path_factory.mktemp("ksm-init"),
+        exporter,
+        {"dcgm-n1": "/dcgm-n1", "dcgm-n2": "/dcgm-n2", "ksm": "/ksm"},
+        scrape,
+    )
+    try:
+        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', 12 + len(INIT_PODS))
+        yield p.url
+    finally:
+        p.stop()
+        exporter.close()
+
+
+@pytest.mark.external
+def test_init_containers_read_through_prometheus(init_prom: str) -> None:
+    """The joined query's answer gives each pod kube-scheduler's count (finished and unscheduled
+    pods none), only the sidecars asking GPUs come back, and the devices DCGM does not name are
+    marked: ``named`` (3 devices, named on n1 GPU 0) takes 2 more. Before: the sum (``init-app``
+    2, ``two-inits`` 3) and nothing for ``named``: n1 read 2 GPUs free, n2 1."""
+    src = PrometheusApiSource(init_prom, ttl_s=0.0)
+    try:
+        view = _read_ksm(src.query(src.ksm_query), "local")
+        sidecars = src.query(src.queries["pod_sidecars"], "pod_sidecars")
+        nodes = {n.name: n for n in src.collect().nodes}
+    finally:
+        src.close()
+    assert dict(view.gpu_requests) == {
+        ("local", "n1", "ml", "init-app"): 1.0,
+        ("local", "n1", "ml", "init-only"): 1.0,
+        ("local", "n1", "ml", "sidecar"): 2.0,
+        ("local", "n1", "ml", "named"): 3.0,
+        ("local", "n2", "ml", "two-inits"): 2.0,
+    }
+    assert [(lab["pod"], lab["container"]) for _, lab, _ in sidecars] == [("sidecar", "proxy")]
+    assert [g.free_milli for g in nodes["n1"].gpus] == [0] * 7 + [1000]  # 1 + 1 + 2 + (3 - 1)
+    assert [g.free_milli for g in nodes["n2"].gpus] == [0, 0, 1000, 1000]
+    assert nodes["n1"].gpu_pods == {
+        f"ml/{p}" for p in ("init-app", "init-only", "sidecar", "named")
+    }
+    assert nodes["n2"].gpu_pods == {"ml/two-inits"} and "ml/unscheduled" not in nodes["n2"].pods

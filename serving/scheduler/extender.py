@@ -67,7 +67,8 @@ more than FleetMind's bounds (:data:`MAX_CPU_MILLI`, :data:`MAX_MEMORY_MIB`, :da
 :class:`PodOutOfBounds`), or for GPUs in a way FleetMind cannot place (:class:`PodUnsupported`:
 ``nvidia.com/gpu`` beside a MIG profile, two MIG profiles, a ``gpu-milli`` above 1000 or
 negative, a share on several GPUs, annotations that say no GPU beside ``nvidia.com/gpu`` or a
-MIG resource, a ``gpu-card-model`` with a NUL character), fails every node as unresolvable, with
+MIG resource, a ``gpu-card-model`` with a NUL character or whose models are each longer than
+:data:`MAX_MODEL_CHARS`), fails every node as unresolvable, with
 the reason, rather than with an error: kube-scheduler reads any answer but 200 as an error without
 its body (``send`` in ``pkg/scheduler/extender.go``), which leaves an opaque "code 422" on the pod
 or, with ``ignorable: true``, schedules it without FleetMind.
@@ -99,6 +100,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ValidationError
 
 from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.serving.scheduler.placement import (
@@ -133,6 +136,9 @@ MAX_CPU_MILLI = 10_000_000
 MAX_MEMORY_MIB = 100_000_000
 MAX_GPUS = 64
 MAX_UID_CHARS = 128
+MAX_MODEL_CHARS = 200
+"""Longest allowed-models text of a placement request (``JobSpec.gpu_model``, ``|``-joined): only
+the ``gpu-card-model`` entries that fit are used, whole (:func:`clip_models`)."""
 _BOUND = {"cpu": MAX_CPU_MILLI / 1000, "memory": MAX_MEMORY_MIB * 2.0**20}
 """Largest quantity accepted per resource (cores, bytes; GPUs and MIG instances: :data:`MAX_GPUS`)."""
 
@@ -189,8 +195,10 @@ class PodUnsupported(PodRefused):
     beside ``nvidia.com/mig-<profile>``, or two MIG profiles (both valid under the device plugin's
     mixed strategy), an ``alibabacloud.com/gpu-milli`` above 1000 or negative, a negative
     ``alibabacloud.com/gpu-count``, a GPU-sharing annotation that is not an integer (``"half"``,
-    ``"1_0"``, ``"500 "``), a ``alibabacloud.com/gpu-card-model`` with a NUL character, or a share
-    of a GPU on several GPUs (annotations are free text to Kubernetes)."""
+    ``"1_0"``, ``"500 "``), a ``alibabacloud.com/gpu-card-model`` with a NUL character or naming
+    no model of at most :data:`MAX_MODEL_CHARS` characters, or a share of a GPU on several GPUs
+    (annotations are free text to Kubernetes); any request the placement request
+    (:class:`~fleetmind.serving.schemas.JobSpec`) would still refuse."""
 
 
 def _shown(value: Any) -> str:
@@ -310,7 +318,7 @@ class PodRequest:
         with ``replicas`` time-slicing replicas per GPU (:meth:`need`)."""
         return JobSpec(
             job_id=self.key[:200],
-            gpu_model="|".join(self.gpu_models)[:200] or None if self.num_gpu else None,
+            gpu_model="|".join(self.gpu_models) or None if self.num_gpu else None,
             num_gpu=self.num_gpu,
             gpu_milli=self.need(replicas) if self.num_gpu else 1000,
             cpu_milli=self.cpu_milli,
@@ -408,7 +416,8 @@ def pod_request(pod: Any) -> PodRequest:
         PodUnsupported: (a :class:`DataError`) a GPU request FleetMind cannot place (two MIG
             profiles, ``nvidia.com/gpu`` and MIG, a GPU share above 1000 milli, negative or on
             several GPUs, GPU-sharing annotations that say no GPU beside ``nvidia.com/gpu`` or a
-            MIG resource), with the pod's key.
+            MIG resource, a ``gpu-card-model`` with a NUL or with no model that fits
+            :data:`MAX_MODEL_CHARS`), with the pod's key.
     """
     if not isinstance(pod, dict):
         raise DataError("ExtenderArgs.Pod must be a v1.Pod object")
@@ -531,14 +540,25 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
             f"a multi-GPU pod takes whole GPUs: {ANN_GPU_MILLI} must be 1000 with "
             f"{ANN_GPU_COUNT} {num_gpu}, got {gpu_milli}"
         )
-    spec = "" if mig else str(ann.get(ANN_GPU_MODEL) or "")[:1000]
-    if num_gpu and "\x00" in spec:  # free text to the API server; no model name holds a NUL
+    given = "" if mig else str(ann.get(ANN_GPU_MODEL) or "")
+    spec = given[:1000]
+    if num_gpu and "\x00" in given:  # free text to the API server; no model name holds a NUL
         raise PodUnsupported(
             f"annotation {ANN_GPU_MODEL} must not contain NUL characters, got {_shown(spec)}"
         )
-    if not mig:
-        models = parse_gpu_models(spec)
-    return PodRequest(
+    named = models if mig else parse_gpu_models(given)
+    models = clip_models(named)
+    if num_gpu and named and not models:
+        if mig:
+            raise PodUnsupported(
+                f"MIG resource {_shown(next(iter(mig)))} names a profile longer than "
+                f"{MAX_MODEL_CHARS} characters"
+            )
+        raise PodUnsupported(
+            f"annotation {ANN_GPU_MODEL} names no GPU model of at most {MAX_MODEL_CHARS} "
+            f"characters, got {_shown(given)}"
+        )
+    req = PodRequest(
         key=key,
         uid=uid,
         cpu_milli=cpu_milli,
@@ -550,6 +570,29 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
         device_gpus=device_gpus and num_gpu > 0,
         mig=bool(mig) and num_gpu > 0,
     )
+    try:  # the placement request it becomes (checked above; any value JobSpec still refuses)
+        req.job()
+    except ValidationError as err:
+        first = err.errors()[0] if err.errors() else {}
+        raise PodUnsupported(
+            f"the pod's request cannot be placed: {'.'.join(map(str, first.get('loc', ())))} "
+            f"{first.get('msg', 'is invalid')}"
+        ) from None
+    return req
+
+
+def clip_models(models: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of ``models`` (:func:`parse_gpu_models`), whole and in order, that fit in
+    :data:`MAX_MODEL_CHARS` characters ``|``-joined (an entry that does not fit is skipped): never
+    a name cut short, which would match more GPUs (``A100-40GB`` cut to ``A100``); fewer entries
+    only allow fewer GPUs. ``()`` when none fits."""
+    kept: list[str] = []
+    used = -1
+    for m in models:
+        if used + 1 + len(m) <= MAX_MODEL_CHARS:
+            kept.append(m)
+            used += 1 + len(m)
+    return tuple(kept)
 
 
 @dataclass

@@ -64,7 +64,8 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
 | ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
-| ``kube_pod_init_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs the pod's init containers (sidecars included) request, added to its containers' (see Init containers) |
+| ``kube_pod_init_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs each of the pod's init containers (sidecars included) requests: with its containers', the pod's devices (see Init containers) |
+| ``kube_pod_init_container_info{restart_policy="Always"}`` | the init containers that are sidecars (see Init containers) |
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_pod_status_phase{phase="Pending"|"Unknown"}`` = 1, and a count of ``Running`` ones per cluster | ``NodeState.pending_pods``: listed pods not yet running, whose GPU holds count in full (``None`` where the cluster has no phase series) |
@@ -121,12 +122,16 @@ mapping is off (``-k``/``DCGM_EXPORTER_KUBERNETES`` unset: the binary's default,
 chart sets ``DCGM_EXPORTER_KUBERNETES=true``, ``deployment/templates/daemonset.yaml``) it names no
 pod, ever,
 and with time-slicing but without ``--kubernetes-virtual-gpus`` it names one pod per shared GPU.
-So, per node, the ``nvidia.com/gpu`` devices requested by the pods listed there (not finished) that
-DCGM names on no GPU are marked taken (:func:`mark_requested_gpus`): first the GPUs that read in
-use (framebuffer, utilisation) with no pod named on them and no share annotated (their usage is the
-unnamed pods'), then idle ones, lowest index first; one device is one time-slicing replica
-(``1000 // gpu_replicas`` milli), and on a time-sliced node the devices still left then take free
-replicas of the GPUs a pod is named on (the pods DCGM does not name share them). Only GPUs with
+So, per node, the ``nvidia.com/gpu`` devices of the pods listed there (not finished) that DCGM
+names on no GPU are marked taken (:func:`mark_requested_gpus`), and so are those of a pod DCGM names
+on fewer devices than it holds (its devices less the ``(GPU, vgpu)`` pairs it is named on and the
+GPUs its share annotation's ``gpu-index`` names): the kubelet's PodResources ``List`` reports
+the devices of the pod's app containers, so a device only an init container or a sidecar holds is
+named on no pod while the pod's others are (dcgm-exporter's chart names pods by default). Marked
+are first the GPUs that read in use (framebuffer, utilisation) with no pod named on them and no
+share annotated (their usage is the unnamed pods'), then idle ones, lowest index first; one device
+is one time-slicing replica (``1000 // gpu_replicas`` milli), and on a time-sliced node the devices
+still left then take free replicas of the GPUs a pod is named on (the pods DCGM does not name share them). Only GPUs with
 MIG disabled take them, unless the node's GPUs are all MIG instances (the ``single`` strategy).
 Init containers (see below) count in a pod's devices. ``NodeState.gpu_pods`` names the pods whose
 GPU use the snapshot counts (DCGM names them on a GPU, their share annotation has ``gpu-index``,
@@ -140,18 +145,21 @@ init container's devices are then reusable by the containers after it (``devices
 sidecar's (``restartPolicy: Always``) are not, and all stay the pod's until it ends. So the pod
 holds as many devices as kube-scheduler charges it (``PodRequests`` in
 ``staging/src/k8s.io/component-helpers/resource/helpers.go``: the larger of containers plus
-sidecars and of each regular init container plus the sidecars before it). kube-state-metrics'
-``kube_pod_init_container_resource_requests`` (``internal/store/pod.go``) carries no label that
-tells a sidecar from a regular init container nor their order (``kube_pod_init_container_info``'s
-``restart_policy``, kubernetes/kube-state-metrics#2240, is empty both for a regular init container
-and on versions before it, and is exported only once the kubelet reports the container's status).
-So a pod's devices are the **sum** of its containers' and init containers' ``nvidia_com_gpu``
-requests: exact for GPUs asked only by app containers, sidecars or one init container alone (a
-GPU asked only by an init container is the pod's from admission: it never reads free while the
-pod lives), and never fewer than the kubelet allocated; a pod whose regular init container and app
-containers both ask for GPUs is counted with too many (init 1 + app 1: 2, where the kubelet gives
-it 1), which only makes FleetMind refuse a node it could have used, never place a pod on a GPU the
-kubelet gave away. CPU and memory of init containers are not read.
+sidecars and of each regular init container plus the sidecars before it). kube-state-metrics
+exports each init container's requests (``kube_pod_init_container_resource_requests``,
+``internal/store/pod.go``) and, for an init container whose status the kubelet reported,
+``kube_pod_init_container_info`` with ``restart_policy`` ``"Always"`` for a sidecar
+(kubernetes/kube-state-metrics#2240; empty for a regular one). So a pod's devices are
+(:func:`pod_gpu_devices`) the larger of its containers' ``nvidia_com_gpu`` requests plus its
+sidecars' and of each regular init container's plus its sidecars': kube-scheduler's count, except
+that no series gives the order of init containers, so every sidecar counts beside every regular
+init container (an upper bound: a regular init container 1 before a sidecar 1 counts 2 where the
+kubelet gives 1). A GPU asked only by an init container is the pod's from admission: it never
+reads free while the pod lives. An init container no ``restart_policy="Always"`` series names is
+read as a regular one: a GPU sidecar counts too few (sidecar 1 + app 1: 1, where the kubelet gives
+2) on a kube-state-metrics before kubernetes/kube-state-metrics#2240 and until the kubelet reports
+the sidecar's status (the pod's hold counts in full while it is ``Pending``). CPU and memory of
+init containers are not read.
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -302,6 +310,10 @@ VGPU_LABEL = "vgpu"
 replica a pod holds. That mode exports a GPU only for the pods that hold it (see Virtual GPUs)."""
 ANN_MILLI = "annotation_alibabacloud_com_gpu_milli"
 ANN_INDEX = "annotation_alibabacloud_com_gpu_index"
+SIDECAR_RESTART_POLICY = "Always"
+"""``kube_pod_init_container_info{restart_policy}`` of a sidecar (an init container with
+``restartPolicy: Always``); empty for a regular init container (kubernetes/kube-state-metrics#2240,
+see Init containers)."""
 _GPU_KEY = "cluster, node, kubernetes_node, Hostname, hostname, instance, gpu, GPU_I_ID"
 _POD_LABELS = "pod, namespace, exported_pod, exported_namespace"
 KSM_OBJECT_LABELS: tuple[str, ...] = ("namespace", "pod", "container", "node", "uid")
@@ -334,6 +346,7 @@ _KSM_TARGET = ("cluster", "job", "instance")
 _KSM_READ: dict[str, tuple[str, ...]] = {
     "kube_pod_container_resource_requests": ("namespace", "pod", "container", "node"),
     "kube_pod_init_container_resource_requests": ("namespace", "pod", "container", "node"),
+    "kube_pod_init_container_info": ("namespace", "pod", "container"),
     "kube_pod_info": ("namespace", "pod", "uid", "node"),
     "kube_pod_annotations": ("namespace", "pod"),
     "kube_pod_status_phase": ("namespace", "pod"),
@@ -428,6 +441,7 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
     cpu_mem = 'resource=~"cpu|memory"'
     shared, node = f'{ANN_MILLI}!=""', 'node!=""'
     gpus = 'resource="nvidia_com_gpu"'
+    sidecar = f'restart_policy="{SIDECAR_RESTART_POLICY}"'
     unstarted, running = 'phase=~"Pending|Unknown"', 'phase="Running"'
     return {
         "DCGM": f"max by (__name__, {_GPU_KEY}, modelName, UUID) ({any_of(dcgm)})",
@@ -444,15 +458,24 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         "(max by (cluster, node, namespace, pod, container, resource) "
         f"({placed_on_node('kube_pod_container_resource_requests', cpu_mem, max_age_s, sel)} "
         f"{_DONE}))",
-        # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu): its
-        # containers' and init containers' (sidecars included; see Init containers), one value
-        # per container before the sum, as node_requests (a pod's container names are unique
-        # across both lists, so `or` keeps every one)
+        # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu) of its
+        # containers, one value per container before the sum, as node_requests
         "pod_gpu_requests": "sum by (cluster, node, namespace, pod) "
         "(max by (cluster, node, namespace, pod, container) "
-        f"(({placed_on_node('kube_pod_container_resource_requests', gpus, max_age_s, sel)} "
-        f"or {placed_on_node('kube_pod_init_container_resource_requests', gpus, max_age_s, sel)}"
-        f") {_DONE}))",
+        f"({placed_on_node('kube_pod_container_resource_requests', gpus, max_age_s, sel)} "
+        f"{_DONE}))",
+        # ... and of each init container, one value each: the pod's devices are the larger of
+        # its containers plus sidecars and of each regular init container plus the sidecars
+        # (see Init containers), which a sum cannot give
+        "pod_init_gpu_requests": "max by (cluster, node, namespace, pod, container) "
+        f"({placed_on_node('kube_pod_init_container_resource_requests', gpus, max_age_s, sel)} "
+        f"{_DONE})",
+        # the init containers that are sidecars (restartPolicy Always), only those asking GPUs:
+        # a service mesh's native sidecar is in every pod
+        "pod_sidecars": "max by (cluster, namespace, pod, container) "
+        f"({sel('kube_pod_init_container_info', sidecar)} "
+        "and on (cluster, namespace, pod, container) "
+        f"{sel('kube_pod_init_container_resource_requests', gpus)})",
         "kube_pod_info": "max by (cluster, namespace, pod, uid, node, created_by_kind) "
         f"({placed_on_node('kube_pod_info', '', max_age_s, sel)}) {_DONE}",
         "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
@@ -477,6 +500,8 @@ _KSM_NAMES = (
     "kube_node_status_allocatable",
     "node_requests",
     "pod_gpu_requests",
+    "pod_init_gpu_requests",
+    "pod_sidecars",
     "kube_pod_info",
     "kube_pod_annotations",
     "pod_phase",
@@ -911,15 +936,28 @@ class _KsmView:
     gpu_requests: dict[tuple[str, str, str, str], float] = field(
         default_factory=lambda: defaultdict(float)
     )
+    """``(cluster, node, namespace, pod) -> nvidia.com/gpu`` devices the pod holds: the larger of
+    its containers' and sidecars' requests and of each regular init container's plus the
+    sidecars' (:func:`pod_gpu_devices`; see Init containers in the module docstring), finished
+    pods left out."""
+    app_gpus: dict[tuple[str, str, str, str], float] = field(
+        default_factory=lambda: defaultdict(float)
+    )
+    """``(cluster, node, namespace, pod) -> nvidia.com/gpu`` its containers request
+    (``kube_pod_container_resource_requests``, summed)."""
+    init_gpus: dict[tuple[str, str, str, str], dict[str, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    """``(cluster, node, namespace, pod) -> {init container: nvidia.com/gpu}``
+    (``kube_pod_init_container_resource_requests``)."""
+    sidecars: set[tuple[str, str, str, str]] = field(default_factory=set)
+    """``(cluster, namespace, pod, container)`` of the init containers that are sidecars
+    (``kube_pod_init_container_info{restart_policy="Always"}``)."""
     phase_clusters: set[str] = field(default_factory=set)
     """Clusters with any ``kube_pod_status_phase{phase="Pending"|"Running"} == 1`` series: there a
     listed pod in phase ``Pending`` or ``Unknown`` is not yet running (``NodeState.pending_pods``)."""
     unstarted: set[tuple[str, str, str]] = field(default_factory=set)
     """``(cluster, namespace, pod)`` of the pods in phase ``Pending`` or ``Unknown``."""
-    """``(cluster, node, namespace, pod) -> nvidia.com/gpu`` devices the pod's containers and init
-    containers request (``kube_pod_container_resource_requests`` and
-    ``kube_pod_init_container_resource_requests`` ``{resource="nvidia_com_gpu"}``, summed: see Init
-    containers in the module docstring), finished pods left out."""
 
 
 def _object_labels(lab: dict[str, str], unplaced: bool = False) -> dict[str, str]:
@@ -994,16 +1032,22 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
             if lab.get("node"):
                 view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
                 if lab.get("resource") == "nvidia_com_gpu":
-                    view.gpu_requests[(cluster, lab["node"], *key)] += v
+                    view.app_gpus[(cluster, lab["node"], *key)] += v
+        elif name == "pod_gpu_requests" and lab.get("node"):  # summed per pod by Prometheus
+            view.app_gpus[(cluster, lab["node"], *key)] += v
         elif (
-            name == "kube_pod_init_container_resource_requests"
+            name in ("kube_pod_init_container_resource_requests", "pod_init_gpu_requests")
             and key not in finished
             and lab.get("node")
-            and lab.get("resource") == "nvidia_com_gpu"
-        ):  # added to the containers' (see Init containers); CPU and memory are not read
-            view.gpu_requests[(cluster, lab["node"], *key)] += v
-        elif name == "pod_gpu_requests" and lab.get("node"):  # summed per pod by Prometheus
-            view.gpu_requests[(cluster, lab["node"], *key)] += v
+            and lab.get("resource", "nvidia_com_gpu") == "nvidia_com_gpu"
+        ):  # one value per init container (see Init containers); CPU and memory are not read
+            own = view.init_gpus[(cluster, lab["node"], *key)]
+            own[lab.get("container", "")] = max(v, own.get(lab.get("container", ""), 0.0))
+        elif name == "pod_sidecars" or (
+            name == "kube_pod_init_container_info"
+            and lab.get("restart_policy") == SIDECAR_RESTART_POLICY
+        ):
+            view.sidecars.add((cluster, *key, lab.get("container", "")))
         elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
             view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
         elif name == "node_gpus" and lab.get("node"):
@@ -1022,7 +1066,24 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
             except ValueError:
                 continue
             view.shares.append((lab, milli, _gpu_indices(lab.get(ANN_INDEX, ""))))
+    for where in {*view.app_gpus, *view.init_gpus}:
+        c, _, ns, pod = where
+        inits = view.init_gpus.get(where, {})
+        sidecars = {n: v for n, v in inits.items() if (c, ns, pod, n) in view.sidecars}
+        regular = [v for n, v in inits.items() if n not in sidecars]
+        view.gpu_requests[where] = pod_gpu_devices(
+            view.app_gpus.get(where, 0.0), regular, sum(sidecars.values())
+        )
     return view
+
+
+def pod_gpu_devices(containers: float, regular_inits: Iterable[float], sidecars: float) -> float:
+    """``nvidia.com/gpu`` devices a pod holds (see Init containers in the module docstring): the
+    larger of its containers' requests plus its sidecars' and of each regular init container's
+    plus the sidecars', as kube-scheduler's ``PodRequests`` counts them with every sidecar
+    started before every regular init container (kube-state-metrics gives no order: an upper
+    bound). All are device counts."""
+    return max([containers + sidecars, *(v + sidecars for v in regular_inits)])
 
 
 def _exporter_pods(view: _KsmView, dcgm: list[Sample]) -> set[str]:
@@ -1292,12 +1353,25 @@ def build_nodes(
         if "memory" in res:
             node.memory_mib = int(res["memory"] // 2**20)
             node.memory_mib_free = node.memory_mib - int(-(-req.get("memory", 0.0) // 2**20))
-    named = {(c, pod) for (c, _), pods in gpu_pods.items() for pod in pods}
-    # devices of pods DCGM names nowhere, per node: (pod, devices), in pod order
+    # the devices the snapshot already places each pod on: one per (GPU, vgpu) DCGM names it on,
+    # one per GPU its share annotation's gpu-index names
+    named: dict[tuple[str, str], set[tuple[str, int, str]]] = defaultdict(set)
+    for (c, h, idx), g in gpus.items():
+        for pod, vgpu in g.get("pods", ()):
+            named[(c, pod)].add((h, idx, vgpu))
+    for lab, _, idx in view.shares:
+        where = view.pod_node.get((lab.get("namespace", ""), lab.get("pod", "")))
+        if where is not None:
+            pod = f"{lab.get('namespace', '')}/{lab.get('pod', '')}"
+            named[(where[0], pod)].update((where[1], g, "share") for g in idx)
+    # devices of pods placed on fewer devices than they hold, per node: (pod, devices left), in
+    # pod order (all of a pod DCGM names nowhere; the rest of one it names: an init container's
+    # or a sidecar's, which the kubelet's PodResources List leaves out)
     unnamed: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
     for (c, h, ns, pod), n in sorted(view.gpu_requests.items()):
-        if (c, ns, pod) in view.running and (c, f"{ns}/{pod}") not in named and n > 0:
-            unnamed[(c, h)].append((f"{ns}/{pod}", n))
+        left = n - len(named.get((c, f"{ns}/{pod}"), ()))
+        if (c, ns, pod) in view.running and left > 0:
+            unnamed[(c, h)].append((f"{ns}/{pod}", left))
     taken_on: dict[tuple[str, str], set[int]] = defaultdict(set)
     for c, h, i in taken:
         taken_on[(c, h)].add(i)
