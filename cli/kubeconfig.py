@@ -79,7 +79,8 @@ def kubeconfig_paths(kubeconfig: str | None) -> tuple[list[Path], str]:
 
     Raises:
         NotAvailableError: a path starts with ``~`` and there is no home folder (``HOME`` unset
-            and a user without a passwd entry).
+            and a user without a passwd entry), or with ``~user`` of a user the system does not
+            know.
     """
     env = os.environ.get("KUBECONFIG") or ""
     if kubeconfig:
@@ -93,11 +94,18 @@ def kubeconfig_paths(kubeconfig: str | None) -> tuple[list[Path], str]:
         if part.strip():
             try:
                 p = Path(part).expanduser()
-            except RuntimeError:  # "Could not determine home directory": no HOME, no passwd entry
+            except RuntimeError:  # "Could not determine home directory": no HOME, no passwd
+                # entry (``~``, ``~/...``), or ``~user`` naming a user the system does not know
+                if (part == "~" or part.startswith("~/")) and "HOME" not in os.environ:
+                    raise NotAvailableError(
+                        f"no Kubernetes configuration: {part} ({source}) names the home folder, "
+                        "but HOME is not set and this user has none; set HOME, or give "
+                        "--kubeconfig or KUBECONFIG"
+                    ) from None
+                user = part[1:].split("/", 1)[0]
                 raise NotAvailableError(
-                    f"no Kubernetes configuration: {part} ({source}) names the home folder, but "
-                    "HOME is not set and this user has none; set HOME, or give --kubeconfig or "
-                    "KUBECONFIG"
+                    f"no Kubernetes configuration: {part} ({source}): unknown user in ~{user}; "
+                    "give another --kubeconfig or KUBECONFIG"
                 ) from None
             if p not in paths:
                 paths.append(p)

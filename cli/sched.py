@@ -1265,8 +1265,10 @@ def cmd_variants(args: argparse.Namespace) -> int:
     text = generate_variant(args.kind, args.level, args.seed, source=args.source)
     try:
         digest = write_variant(args.out, text)
-    except BrokenPipeError:
-        raise  # a reader that left early (--out /dev/stdout | head): quiet, as run_main says
+    except BrokenPipeError as err:
+        # stdout's reader that left early (--out /dev/stdout | head): quiet, as run_main says;
+        # another reader that left (a FIFO): one line naming the path, not a traceback
+        raise BrokenPipeError(err.errno, err.strerror, args.out) from None
     except OSError as err:
         raise ConfigError(f"cannot write {args.out}: {err.strerror or err}") from None
     print(f"{args.out}: {text.count(chr(10)) - 1} pods, sha256 {digest}")

@@ -38,12 +38,10 @@ same bytes (``numpy.random.default_rng(seed)``).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import io
 import os
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +60,7 @@ from fleetmind.data.openb import (
     gpu_spec_mask,
     load_openb_nodes,
 )
-from fleetmind.folders import temporary_file
+from fleetmind.folders import write_file_whole
 
 VARIANT_KINDS: tuple[str, ...] = ("cpu", "gpushare", "gpuspec", "multigpu")
 """Kinds of variant :func:`generate_variant` knows."""
@@ -329,49 +327,22 @@ def write_variant(out: str | os.PathLike[str], text: str) -> str:
 
 
 def write_bytes_whole(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` (parent folders created) whole or not at all.
+    """Write ``data`` to ``path`` (parent folders created) whole or not at all
+    (:func:`fleetmind.folders.write_file_whole`, which says when it writes in place instead).
 
-    A regular file (or a path not there yet) gets the bytes through a temporary file in the same
-    folder, flushed (``fsync``) and renamed over it (``os.replace``, atomic on POSIX file
-    systems): a reader sees the old file or the new one, and a write that fails (a full disk,
-    ``ulimit -f``, an interrupted run) leaves the old file as it was, never a truncated trace whose
-    last row still parses. The new file keeps the permission bits and, where the process may set
-    them, the owner and group of the one it replaces; a new one gets ``0666`` less the umask. A
-    symbolic link is followed (its target is replaced). Written in place instead, as a shell
-    redirection would: anything that is not a regular file (``/dev/stdout``, a FIFO, a device), a
-    file with other hard links (a rename would part them) and a file whose folder this process
-    may not write (the rename needs it).
+    A regular file (or a path not there yet) gets the bytes through a temporary file renamed over
+    it: a write that fails (a full disk, ``ulimit -f``, an interrupted run) leaves the old file as
+    it was, never a truncated trace whose last row still parses. The new file keeps the old one's
+    permission bits and, where the process may set them, owner and group. Written in place, as a
+    shell redirection would: ``/dev/stdout``, a FIFO, a device, a file with other hard links, a
+    file in a folder this process may not write, and a file that cannot be renamed over (bind-
+    mounted on its own, another user's file in a sticky folder). An existing file this process
+    may not write is refused (``PermissionError``), as ``>`` refuses it.
 
     Raises:
-        OSError: the one that stopped the write (the temporary file is removed).
+        OSError: the one that stopped the write, naming ``path`` (the temporary file is removed).
     """
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    target = Path(os.path.realpath(path))
-    if st is not None and (
-        not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(target.parent, os.W_OK)
-    ):
-        with open(path, "wb") as f:
-            f.write(data)
-        return
-    fd, tmp = temporary_file(target, 0o666 if st is None else st.st_mode & 0o7777)
-    try:
-        if st is not None:
-            os.fchmod(fd, st.st_mode & 0o7777)  # the old bits, whatever the umask
-            with contextlib.suppress(PermissionError):  # not root: the file becomes ours
-                os.fchown(fd, st.st_uid, st.st_gid)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_file_whole(path, data)
 
 
 def sha256_text(text: str) -> str:

@@ -4,7 +4,8 @@
 swaps that in for the old one, so that a reader sees the old files or the new ones and a write
 that fails (a full disk, an interrupted run) leaves the old folder as it was. Standard library
 only, so every layer may use it (``rca``'s fitted models, ``training``'s releases);
-:func:`fleetmind.training.io.write_text_whole` does the same for one text file.
+:func:`write_file_whole` does the same for one file (``training``'s result files through
+:func:`fleetmind.training.io.write_text_whole`, ``data``'s variant traces and fleet files).
 """
 
 from __future__ import annotations
@@ -107,6 +108,69 @@ def write_folder_whole(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def write_file_whole(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to the file ``path`` (parent folders created) whole or not at all.
+
+    A regular file (or a path not there yet) gets the bytes through a temporary file in the same
+    folder, flushed (``fsync``) and renamed over it (``os.replace``, atomic on POSIX file
+    systems): a reader sees the old file or the new one, and a write that fails (a full disk,
+    ``ulimit -f``, an interrupted run) leaves the old file as it was. The new file keeps the
+    permission bits and, where the process may set them, the owner and group of the one it
+    replaces (an owner it may not set, ``EPERM``, or one a user namespace cannot map, ``EINVAL``,
+    is left as the writer's, as :func:`write_folder_whole` does); a new one gets ``0666`` less the
+    umask. A symbolic link is followed (its target is replaced).
+
+    Written in place instead, as a shell redirection (``>``) would: anything that is not a regular
+    file (``/dev/stdout``, a FIFO, a device); a file with other hard links (a rename would part
+    them); a file whose folder this process may not write (the rename needs it); and a file the
+    system refuses to rename over (``EXDEV``, ``EPERM``, ``EBUSY``: a file bind-mounted on its
+    own, a file of another user in a sticky folder such as ``/tmp``, a seccomp filter), the
+    temporary file then removed. An existing regular file this process may not write (``0444``,
+    not root) is refused, as ``>`` refuses it, not replaced.
+
+    Raises:
+        PermissionError: the file is there and this process may not write it (``EACCES``).
+        FileExistsError: a file is where a parent folder is needed (from ``mkdir``).
+        OSError: the one that stopped the write, naming ``path`` (``filename``), never the
+            temporary file; the temporary file is removed.
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        target = Path(os.path.realpath(path))
+        if st is not None and stat.S_ISREG(st.st_mode) and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        if st is not None and (
+            not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(target.parent, os.W_OK)
+        ):
+            _write_file_in_place(path, data)
+            return
+        tmp = _staged_file(target, data)
+        try:
+            os.replace(tmp, target)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if err.errno not in _NO_SWAP:
+                raise
+            _write_file_in_place(path, data)  # this file cannot be renamed over here
+            return
+        _fsync_dir(target.parent)
+    except OSError as err:
+        if err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror or str(err), os.fspath(path)) from None
+
+
+def _write_file_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` into the file ``path`` itself (truncated first), as ``>`` would."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 RELEASE_MODEL_FILES: frozenset[str] = frozenset(

@@ -85,3 +85,34 @@ def test_home_still_used_when_it_is_there(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("HOME", str(tmp_path))
     assert kubeconfig_paths(None)[0] == [tmp_path / ".kube" / "config"]
     assert os.environ["HOME"] == str(tmp_path)
+
+
+def test_an_unknown_user_is_not_a_missing_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``~nosuchuser/x`` fails to expand with ``HOME`` set: the message names the unknown user
+    (was: "HOME is not set"). Without ``HOME``, ``~/x`` still says to set it."""
+    from fleetmind.cli.kubeconfig import kubeconfig_paths
+    from fleetmind.errors import NotAvailableError
+
+    def no_user(name: str) -> pwd.struct_passwd:
+        raise KeyError(f"getpwnam(): name not found: {name!r}")
+
+    monkeypatch.setattr(pwd, "getpwnam", no_user)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(NotAvailableError) as info:
+        kubeconfig_paths("~nosuchuser/x")
+    assert "unknown user in ~nosuchuser" in str(info.value)
+    assert "HOME" not in str(info.value)
+    monkeypatch.delenv("HOME")
+    with pytest.raises(NotAvailableError, match="unknown user in ~nosuchuser"):
+        kubeconfig_paths("~nosuchuser")
+
+
+def test_no_home_still_says_set_home(no_home: None) -> None:
+    from fleetmind.cli.kubeconfig import kubeconfig_paths
+    from fleetmind.errors import NotAvailableError
+
+    for part in ("~", "~/.kube/config"):
+        with pytest.raises(NotAvailableError, match="HOME is not set"):
+            kubeconfig_paths(part)

@@ -118,3 +118,58 @@ def test_sched_variants_to_a_reader_that_leaves_is_quiet(tmp_path: Path) -> None
     assert proc.wait(timeout=120) == 141, err
     assert first.startswith(b"name,")
     assert err == ""
+
+
+def test_sched_variants_to_a_fifo_whose_reader_left_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken pipe that is not stdout's (``--out fifo`` whose reader left) is an error about
+    that path, status 2 (was: the ``BrokenPipeError`` re-raised without a path, a traceback)."""
+    import errno
+
+    import fleetmind.data.openb_variants as variants
+    from fleetmind.cli import main
+    from fleetmind.cli.runner import run_main
+
+    def broken(out: object, text: str) -> str:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")  # what writing to the FIFO raises
+
+    monkeypatch.setattr(variants, "write_variant", broken)
+    argv = ["sched", "variants", "--kind", "cpu", "--level", "3.7", "--seed", "1", "--out", "fifo"]
+    assert run_main(lambda: main(argv), prog="fleetmind") == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("note:")]
+    assert err[-1:] == ["fleetmind: error: fifo: Broken pipe"], err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_sched_variants_to_a_real_fifo_whose_reader_left(tmp_path: Path) -> None:
+    """The reader opens the FIFO and closes it unread; the trace (far more than a pipe's 64 KiB)
+    cannot all go in: ``EPIPE``."""
+    import threading
+
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+
+    def reader() -> None:
+        with open(fifo, "rb"):
+            pass
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fleetmind.cli", "sched", "variants", "--kind", "cpu"]
+        + ["--level", "3.7", "--seed", "1", "--out", "f"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    t.join(timeout=10)
+    if t.is_alive():  # the command never opened it: let the reader go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    err = [ln for ln in proc.stderr.splitlines() if not ln.startswith("note:")]
+    assert proc.returncode == 2, proc.stderr
+    assert err == ["fleetmind: error: f: Broken pipe"], proc.stderr
+    assert proc.stdout == ""

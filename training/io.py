@@ -11,12 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Any
 
-from fleetmind.folders import temporary_file
+from fleetmind.folders import write_file_whole
 
 
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
@@ -52,7 +51,8 @@ def new_run_dir(parent: str | os.PathLike[str], name: str, create: bool = True) 
 
 
 def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path``, parent folders created, whole or not at all.
+    """Write ``text`` (UTF-8) to ``path``, parent folders created, whole or not at all
+    (:func:`fleetmind.folders.write_file_whole`).
 
     A regular file (or a path not there yet) gets the text through a temporary file in the same
     folder, flushed (``fsync``) and renamed over it (``os.replace``, atomic on POSIX file
@@ -60,49 +60,33 @@ def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
     interrupted run) leaves the old file as it was. The new file keeps the permission bits and,
     where the process may set them, the owner and group of the one it replaces; a new one gets
     ``0666`` less the umask (applied by the kernel). A symbolic link is followed (its target is
-    replaced).
+    replaced). An existing file this process may not write (``0444``, not root) is refused, as a
+    shell redirection refuses it.
 
     The file this process's stdout or stderr writes to (``--json /dev/stdout``, on a terminal, a
     pipe or a file ``>`` redirected it to) gets the text through that stream, after what was
     printed before. Written in place instead, as a shell redirection would: anything else that is
     not a regular file (a FIFO, a device); a file with other hard links (a rename would part
-    them); and a file whose folder this process may not write (the rename needs it; the file
-    itself may be writable).
+    them); a file whose folder this process may not write (the rename needs it; the file itself
+    may be writable); and a file the system refuses to rename over (a file bind-mounted on its
+    own, another user's file in a sticky folder such as ``/tmp``).
 
     Raises:
-        OSError: the one that stopped the write (the temporary file is removed).
+        PermissionError: the file is there and this process may not write it.
+        OSError: the one that stopped the write, naming ``path`` (the temporary file is removed).
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # a file in its way: FileExistsError
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
-    target = Path(os.path.realpath(path))
     stream = _std_stream(st)
     if stream is not None:  # --json /dev/stdout: after what the command printed, not over it
         stream.flush()
         stream.write(text)
         stream.flush()
         return
-    if st is not None and _in_place(st, target.parent):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return
-    fd, tmp = temporary_file(target, 0o666 if st is None else st.st_mode & 0o7777)
-    try:
-        if st is not None:
-            os.fchmod(fd, st.st_mode & 0o7777)  # the old bits, whatever the umask
-            with contextlib.suppress(PermissionError):  # not root: the file becomes ours
-                os.fchown(fd, st.st_uid, st.st_gid)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_file_whole(path, text.encode("utf-8"))
 
 
 def _std_stream(st: os.stat_result | None) -> Any:
@@ -116,9 +100,3 @@ def _std_stream(st: os.stat_result | None) -> Any:
             if (std.st_dev, std.st_ino) == (st.st_dev, st.st_ino):
                 return stream
     return None
-
-
-def _in_place(st: os.stat_result, folder: Path) -> bool:
-    """Whether the existing file of ``st`` in ``folder`` must be written in place (see
-    :func:`write_text_whole`)."""
-    return not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(folder, os.W_OK)

@@ -1,0 +1,291 @@
+"""One whole-file writer (:func:`fleetmind.folders.write_file_whole`) for ``training.io``'s
+result files (``write_json``, ``write_text_whole``) and ``data``'s variant traces and fleet files
+(``write_variant``, ``write_bytes_whole``, ``dump_fleet_yaml``).
+
+Before the fix, the temporary file renamed over the target failed where writing in place had
+worked, with no way back: a file bind-mounted on its own (``os.replace``: ``EBUSY``), another
+user's world-writable file in a sticky folder such as ``/tmp`` (``EPERM``), a user namespace that
+cannot map the old owner (``os.fchown``: ``EINVAL``, a traceback). A file the writer may not write
+(``0444``) was silently replaced where ``>`` refuses it. And errors named the hidden temporary
+file (``.trace.csv.752.541b2d92.tmp``, ``tmp -> target``), not the file asked for.
+
+The tests run as root: the non-root cases are made by ``os.replace``, ``os.fchown`` and
+``os.access`` raising or answering what the system does for a user (deterministic); where the
+machine allows it, a real bind mount (``unshare -m``) and a real other user (``setpriv``) too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fleetmind.cli.runner import run_main
+from fleetmind.data.openb_variants import write_bytes_whole, write_variant
+from fleetmind.folders import write_file_whole
+from fleetmind.training.io import write_json, write_text_whole
+
+REPO = Path(__file__).resolve().parents[1]
+
+WRITERS: dict[str, Callable[[Path], None]] = {
+    "write_file_whole": lambda p: write_file_whole(p, b"new\n"),
+    "write_bytes_whole": lambda p: write_bytes_whole(p, b"new\n"),
+    "write_variant": lambda p: (write_variant(p, "new\n"), None)[1],
+    "write_text_whole": lambda p: write_text_whole(p, "new\n"),
+}
+
+
+def _refuse_replace(
+    monkeypatch: pytest.MonkeyPatch, target: Path, code: int
+) -> list[tuple[str, str]]:
+    """``os.replace`` onto ``target`` fails with ``code`` (as the kernel reports it: both names);
+    returns the calls made onto it."""
+    real = os.replace
+    calls: list[tuple[str, str]] = []
+
+    def replace(src: str, dst: str, *a: object, **k: object) -> None:
+        if Path(dst) == target:
+            calls.append((str(src), str(dst)))
+            raise OSError(code, os.strerror(code), str(src), None, str(dst))
+        real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return calls
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+@pytest.mark.parametrize("code", [errno.EBUSY, errno.EPERM, errno.EXDEV])
+def test_a_file_that_cannot_be_renamed_over_is_written_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str, code: int
+) -> None:
+    """``EBUSY``: a file bind-mounted on its own; ``EPERM``: another user's file in a sticky
+    folder; ``EXDEV``: as the folder writer (``fleetmind.folders._NO_SWAP``)."""
+    out = tmp_path / "trace.csv"
+    out.write_text("old\n")
+    inode = out.stat().st_ino
+    calls = _refuse_replace(monkeypatch, out, code)
+    WRITERS[writer](out)
+    assert calls  # the rename was tried first
+    assert out.read_text() == "new\n"
+    assert out.stat().st_ino == inode  # written in place
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]  # temporary file removed
+
+
+def test_other_rename_errors_still_fail_naming_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "trace.csv"
+    out.write_text("old\n")
+    _refuse_replace(monkeypatch, out, errno.EIO)
+    with pytest.raises(OSError) as info:
+        write_variant(out, "new\n")
+    assert info.value.errno == errno.EIO
+    assert info.value.filename == str(out) and info.value.filename2 is None  # not tmp -> target
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.EPERM])
+def test_an_owner_that_cannot_be_kept_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """``EINVAL``: a user namespace that cannot map the old file's owner (``fleet discover
+    --out``, ``dump_fleet_yaml``); the file is written, the writer's own."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the old file another owner")
+    out = tmp_path / "fleet.yaml"
+    out.write_text("old\n")
+    os.chown(out, 12345, 12345)
+    out.chmod(0o640)
+
+    def fchown(fd: int, uid: int, gid: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fchown", fchown)
+    monkeypatch.setattr(os, "chown", fchown)
+    write_bytes_whole(out, b"new\n")
+    assert out.read_bytes() == b"new\n"
+    assert out.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["fleet.yaml"]
+
+
+def _not_writable(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """``os.access(path, W_OK)`` says no, as for a user and a ``0444`` file of theirs."""
+    real = os.access
+
+    def access(p: object, mode: int, *a: object, **k: object) -> bool:
+        if Path(os.fspath(p)) == path and mode & os.W_OK:  # type: ignore[arg-type]
+            return False
+        return real(p, mode, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "access", access)
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_file_one_may_not_write_is_refused_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """As ``echo new > ro.csv`` refuses a ``0444`` file: ``Permission denied``, naming it."""
+    out = tmp_path / "ro.csv"
+    out.write_text("old\n")
+    out.chmod(0o444)
+    inode = out.stat().st_ino
+    _not_writable(monkeypatch, out)
+    with pytest.raises(PermissionError) as info:
+        WRITERS[writer](out)
+    assert info.value.errno == errno.EACCES and info.value.filename == str(out)
+    assert out.read_text() == "old\n" and out.stat().st_ino == inode
+    assert [p.name for p in tmp_path.iterdir()] == ["ro.csv"]
+
+
+def test_a_file_one_may_not_write_is_one_line_through_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("{}\n")
+    _not_writable(monkeypatch, out)
+
+    def command() -> int:
+        write_json(out, {"a": 1})
+        return 0
+
+    assert run_main(command, prog="fleetmind") == 2
+    assert capsys.readouterr().err == f"fleetmind: error: {out}: Permission denied\n"
+    assert out.read_text() == "{}\n"
+
+
+def test_a_temporary_file_that_cannot_be_made_names_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was ``fleetmind: error: .fleet.yaml.752.541b2d92.tmp: Permission denied``."""
+    out = tmp_path / "fleet.yaml"
+    real_open = os.open
+
+    def refuse(p: object, flags: int, *a: object, **k: object) -> int:
+        if flags & os.O_CREAT and Path(os.fspath(p)).parent == tmp_path:  # type: ignore[arg-type]
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(p))  # type: ignore[arg-type]
+        return real_open(p, flags, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refuse)
+
+    def command() -> int:
+        write_bytes_whole(out, b"x: 1\n")
+        return 0
+
+    assert run_main(command, prog="fleetmind") == 2
+    assert capsys.readouterr().err == f"fleetmind: error: {out}: Permission denied\n"
+
+
+def test_a_full_disk_names_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("{}\n")
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(OSError) as info:
+        write_json(out, {"a": 1})
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(out)
+    assert out.read_text() == "{}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def _child(code: str, cwd: Path, *prefix: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(cwd),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+_WRITE = (
+    "import sys\n"
+    "from fleetmind.data.openb_variants import write_variant\n"
+    "for p in sys.argv[1:] or ['trace.csv']:\n"
+    "    try:\n"
+    "        write_variant(p, 'name,cpu_milli\\nnew,1\\n')\n"
+    "        print(p, 'ok')\n"
+    "    except OSError as err:\n"
+    "        print(p, type(err).__name__, err.filename, err.strerror)\n"
+)
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_real_bind_mounted_file_is_written_in_place(tmp_path: Path) -> None:
+    """``docker run -v host.csv:/data/trace.csv``: the rename gives ``EBUSY``."""
+    host, mounted = tmp_path / "host.csv", tmp_path / "mnt" / "trace.csv"
+    host.write_text("host-old\n")
+    mounted.parent.mkdir()
+    mounted.write_text("x\n")
+    script = (
+        f"mount --bind {host} {mounted} || exit 77\n"
+        f'cd {mounted.parent} && exec {sys.executable} -c "$0"\n'
+    )
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, _WRITE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode == 77 or proc.stderr.startswith("unshare:"):  # no mount namespace here
+        pytest.skip(f"cannot bind-mount: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trace.csv ok\n"
+    assert host.read_text() == "name,cpu_milli\nnew,1\n"
+    assert sorted(p.name for p in mounted.parent.iterdir()) == ["trace.csv"]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv(1)"
+)
+def test_real_other_users_files() -> None:
+    """As user 4242: another user's world-writable file in a sticky folder is written in place
+    (was ``EPERM``, the rename refused); a ``0444`` file of one's own is refused, naming it."""
+    top = Path(tempfile.mkdtemp(prefix="fleetmind-whole-"))
+    try:
+        top.chmod(0o755)
+        sticky = top / "st"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        shared = sticky / "shared.csv"
+        shared.write_text("old\n")
+        shared.chmod(0o666)
+        os.chown(shared, 4343, 4343)
+        ro = sticky / "ro.csv"
+        ro.write_text("mine\n")
+        ro.chmod(0o444)
+        os.chown(ro, 4242, 4242)
+        user = ("setpriv", "--reuid", "4242", "--regid", "4242", "--clear-groups")
+        proc = _child(_WRITE.replace("'trace.csv'", "'shared.csv', 'ro.csv'"), sticky, *user)
+        if "No module named" in proc.stderr or "Permission denied: '" in proc.stderr:
+            pytest.skip(f"the package is not readable by another user: {proc.stderr[-200:]}")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines() == [
+            "shared.csv ok",
+            "ro.csv PermissionError ro.csv Permission denied",
+        ]
+        assert shared.read_text() == "name,cpu_milli\nnew,1\n"
+        assert shared.stat().st_uid == 4343  # the same file, still the other user's
+        assert ro.read_text() == "mine\n"
+        assert sorted(p.name for p in sticky.iterdir()) == ["ro.csv", "shared.csv"]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
