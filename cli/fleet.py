@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from fleetmind import argtypes
@@ -152,11 +153,15 @@ def _load(load: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from fleetmind.data.fleet_io import load_fleet
+    from fleetmind.data.fleet_io import load_fleet, resolve_fleet_path
 
-    refuse_input_as_output(args.json, "--json", [("--topology", args.topology, ())])
+    spec = args.topology
+    if spec not in ("openb", "nvml"):  # the file it reads: a packaged example fleet's, by name
+        resolved = _load(resolve_fleet_path, spec)
+        spec = spec if resolved == Path(spec) else str(resolved)  # ./openb stays a file
+    refuse_input_as_output(args.json, "--json", [("--topology", spec, ())])
     argtypes.check_writable_file(args.json, "--json")
-    fleet = _load(load_fleet, args.topology, n_clusters=args.clusters, seed=args.seed)
+    fleet = _load(load_fleet, spec, n_clusters=args.clusters, seed=args.seed)
     summary = _fleet_summary(fleet, args.node)
     # the file before the screen: a reader that stops early (| head) does not cost the file
     write_json(args.json, summary)

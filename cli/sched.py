@@ -1388,8 +1388,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    import json
-
     from fleetmind.training.recipes.flags import recipe_kwargs
 
     load_start = _load_now()
@@ -1478,8 +1476,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _partial_note(a.out, before)
         raise
     write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
-    shown = ("run_id", "metrics", "artifact", *(("released",) if "released" in summary else ()))
-    print(json.dumps({k: summary.get(k) for k in shown}))
+    from fleetmind.training.recipes.paired import train_line
+
+    print(train_line(summary))
     _champion_note(summary)
     return 0
 
@@ -1502,8 +1501,6 @@ def _check_ppo_settings(a: Any) -> None:
 
 def _train_paired(args: argparse.Namespace) -> int:
     """``fleetmind sched train --algo paired`` (:mod:`fleetmind.training.recipes.paired`)."""
-    import json
-
     if args.mode != "dynamic":
         raise ConfigError("--algo paired is a dynamic-mode recipe (add --mode dynamic)")
     if args.teacher != "fgd" or args.queue_features or args.reward != "shaped":
@@ -1527,7 +1524,7 @@ def _train_paired(args: argparse.Namespace) -> int:
     files = _train_trace_files(a)
     summary = recipe.run(a)
     write_json(args.json, {**_train_provenance(args, load_start, files), **summary})
-    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    print(recipe.train_line(summary))
     return 0
 
 

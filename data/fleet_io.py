@@ -471,21 +471,34 @@ def packaged_fleet_names() -> list[str]:
 def resolve_fleet_path(path: str | os.PathLike[str]) -> Path:
     """Path of a fleet file, looking a packaged example fleet up by name when the path is missing.
 
-    An existing path is returned as given. A missing one that is a bare name (``small``,
-    ``small.yaml``) or ends in ``data/fleets/<name>.yaml`` (the checkout path the docs use) names the
-    packaged file of that name when there is one, so the examples work from a pip install too.
+    An existing path is returned as given. A missing one names the packaged file of that name
+    (when there is one), so the examples work from a pip install too, in two forms only:
+
+    * a bare name (``small``, ``small.yaml``): no path separator, so not ``./small``;
+    * the checkout path the docs use, exactly ``data/fleets/<name>.yaml`` (relative, nothing
+      before ``data``): ``../proj/data/fleets/small.yaml`` or ``mydir/data/fleets/small.yaml``
+      name the user's own file. This form warns (a ``UserWarning``, which the CLI prints as one
+      ``fleetmind: warning:`` line on stderr) that the packaged file is read instead.
+
     Otherwise the path is returned unchanged (and :func:`load_fleet_yaml` says it is missing).
     """
     p = Path(path)
     if p.exists():
         return p
-    parts = p.parts
-    bare = len(parts) == 1
-    checkout_path = len(parts) >= 3 and parts[-3:-1] == ("data", "fleets") and not p.is_absolute()
+    raw = os.fspath(path)
+    separators = {"/", os.sep, *((os.altsep,) if os.altsep else ())}
+    bare = not any(sep in raw for sep in separators)
+    checkout_path = len(p.parts) == 3 and p.parts[:2] == ("data", "fleets")
     if bare or checkout_path:
         name = p.name if p.suffix in (".yaml", ".yml") else f"{p.name}.yaml"
         packaged = PACKAGED_FLEETS_DIR / name
         if packaged.is_file():
+            if checkout_path:
+                warnings.warn(
+                    f"{raw} not found here; using the packaged example fleet {packaged}",
+                    UserWarning,
+                    stacklevel=2,
+                )
             return packaged
     return p
 

@@ -76,20 +76,41 @@ def shared_data_candidates() -> list[Path]:
     return [*found, Path.cwd() / FETCH_DEFAULT_DIR]
 
 
-def shared_data_dir() -> Path:
+def _holds(folder: Path, dataset: str) -> bool:
+    """Whether the dataset folder ``folder`` holds ``dataset``: for ``openb``, an ``openb/csv``
+    folder with :data:`OPENB_REQUIRED_FILES` (a partly fetched one does not count); for any other
+    dataset (``petshop``, ``nezha_tt``), a ``<dataset>/`` folder."""
+    if dataset == "openb":
+        csv = folder / "openb" / "csv"
+        return all((csv / name).is_file() for name in OPENB_REQUIRED_FILES)
+    return (folder / dataset).is_dir()
+
+
+def shared_data_dir(dataset: str | None = None) -> Path:
     """Return the folder that holds the public datasets (``openb/`` and ``petshop/``).
 
     ``FLEETMIND_SHARED_DATA`` names it; without it, a ``shared/data`` folder beside a source checkout
-    is used when there is one, else ``./fleetmind-data`` (the ``fleetmind data fetch`` default; see
+    and ``./fleetmind-data`` (the ``fleetmind data fetch`` default) are tried in that order (see
     :func:`shared_data_candidates`). ``docs/data.md`` says where to get the data.
+
+    Args:
+        dataset: the dataset the caller reads (``openb``, ``petshop``, ``nezha_tt``): the first
+            candidate folder that holds it is returned, so a dataset fetched into
+            ``./fleetmind-data`` is found even when ``shared/data`` exists without it. When no
+            candidate holds it, or for ``None``, the first candidate folder that exists (the
+            reader then names the file it misses).
 
     Raises:
         DataError: if none of those folders exists (the message names every folder tried).
     """
     tried = shared_data_candidates()
-    for path in tried:
-        if path.is_dir():
-            return path
+    found = [path for path in tried if path.is_dir()]
+    if dataset is not None:
+        for path in found:
+            if _holds(path, dataset):
+                return path
+    if found:
+        return found[0]
     where = " or ".join(str(p) for p in tried)
     raise DataError(
         f"dataset folder not found at {where}; set FLEETMIND_SHARED_DATA to the folder that "
@@ -135,7 +156,7 @@ read): an empty or partly fetched folder does not turn the synthetic fallback of
 
 def _real_openb_dir() -> Path | None:
     try:
-        path = shared_data_dir() / "openb" / "csv"
+        path = shared_data_dir("openb") / "openb" / "csv"
     except DataError:
         return None
     return path if all((path / name).is_file() for name in OPENB_REQUIRED_FILES) else None
@@ -151,7 +172,7 @@ def openb_csv_dir() -> Path:
     """
     if _fallback_allowed() and _real_openb_dir() is None:
         return synthetic_openb_dir()
-    return shared_data_dir() / "openb" / "csv"
+    return shared_data_dir("openb") / "openb" / "csv"
 
 
 def openb_is_synthetic() -> bool:

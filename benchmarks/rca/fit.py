@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.what == "petshop":
-            scen = Path(args.scenario or shared_data_dir() / "petshop" / "low_traffic")
+            scen = Path(args.scenario or shared_data_dir("petshop") / "petshop" / "low_traffic")
             model = Path(args.model_out or Path(tmp) / "model")
             t0, c0 = time.perf_counter(), _cpu_s()
             res = fit(FitArgs(scenario=str(scen), out=str(model)), progress=True)

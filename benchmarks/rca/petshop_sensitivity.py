@@ -63,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     load0 = load_now()
-    folder = Path(args.scenario) if args.scenario else shared_data_dir() / "petshop" / "low_traffic"
+    folder = (
+        Path(args.scenario)
+        if args.scenario
+        else shared_data_dir("petshop") / "petshop" / "low_traffic"
+    )
     sc = load_scenario(folder)
     issues = sc.issues("all")
     windows = [

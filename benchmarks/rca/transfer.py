@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with tempfile.TemporaryDirectory() as tmp:
             for rel in args.systems:
-                scen = shared_data_dir() / rel
+                scen = shared_data_dir(Path(rel).parts[0]) / rel
                 name = Path(rel).name
                 model, fit_js, ev_js = (Path(tmp) / f"{name}_{k}" for k in ("model", "fit", "ev"))
                 rc = cli(

@@ -133,7 +133,7 @@ def _trace_kind(trace: str) -> str:
     except (DataError, OSError, ValueError):
         return "own"
     try:
-        if parent == (shared_data_dir() / "openb" / "csv").resolve():
+        if parent == (shared_data_dir("openb") / "openb" / "csv").resolve():
             return "openb"
     except (DataError, OSError):
         pass

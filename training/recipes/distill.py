@@ -85,7 +85,11 @@ from fleetmind.training.recipes.paired import (
     write_learner_card,
 )
 from fleetmind.training.recipes.paired import _Validator as PairedValidator
-from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs
+from fleetmind.training.recipes.settings import (
+    DYNAMIC_RELEASE_DIR,
+    DistillArgs,
+    check_release_target,
+)
 from fleetmind.training.recipes.tracking import tracked_run
 
 __all__ = ["DistillArgs", "command_line", "run"]
@@ -145,6 +149,8 @@ def check(a: DistillArgs) -> None:
 def run(args: DistillArgs) -> dict[str, Any]:
     """The distillation recipe (module docstring). Returns the JSON summary."""
     check(args)
+    if args.release:  # before the training: a pip install's released model is the package's
+        check_release_target(DYNAMIC_RELEASE_DIR)
     r = LearnerRun.start(args, "distill")
     hp = hyperparams(args)
     learner = _Learner(

@@ -72,7 +72,7 @@ from fleetmind.training.recipes.paired import (
     write_learner_card,
 )
 from fleetmind.training.recipes.paired import _Validator as PairedValidator
-from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, EsArgs
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, EsArgs, check_release_target
 from fleetmind.training.recipes.tracking import tracked_run
 
 __all__ = ["EsArgs", "command_line", "run"]
@@ -127,6 +127,8 @@ def _runner(a: EsArgs, bar: Any | None = None) -> Any:
 def run(args: EsArgs) -> dict[str, Any]:
     """The ES recipe (module docstring). Returns the JSON summary."""
     check(args)
+    if args.release:  # before the training: a pip install's released model is the package's
+        check_release_target(DYNAMIC_RELEASE_DIR)
     r = LearnerRun.start(args, "es")
     hp = hyperparams(args)
     with tracked_run(args, r.run_name, r.summary):

@@ -66,7 +66,7 @@ from fleetmind.training.recipes.paired import (
     variant_file,
     write_learner_card,
 )
-from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, OrderArgs
+from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, OrderArgs, check_release_target
 from fleetmind.training.recipes.tracking import tracked_run
 
 __all__ = ["OrderArgs", "command_line", "run"]
@@ -82,6 +82,8 @@ def run(args: OrderArgs) -> dict[str, Any]:
     check(args)
     if args.backfill_depth is not None and args.backfill_depth < 0:
         raise ConfigError(f"--backfill-depth must be >= 0, got {args.backfill_depth}")
+    if args.release:  # before the training: a pip install's released model is the package's
+        check_release_target(DYNAMIC_RELEASE_DIR)
     r = LearnerRun.start(args, "order")
     if args.backfill_depth is not None:  # every side of every comparison runs in this window
         d = int(args.backfill_depth)

@@ -74,7 +74,13 @@ from fleetmind.rl.scaleout import job_path, run_tasks
 from fleetmind.training.io import write_json
 from fleetmind.training.recipes.common import check_max_minutes, seed_everything
 from fleetmind.training.recipes.flags import recipe_group_kwargs
-from fleetmind.training.recipes.settings import DYNAMIC_RELEASE_DIR, DistillArgs, EsArgs, PairedArgs
+from fleetmind.training.recipes.settings import (
+    DYNAMIC_RELEASE_DIR,
+    DistillArgs,
+    EsArgs,
+    PairedArgs,
+    check_release_target,
+)
 from fleetmind.training.recipes.tracking import tracked_run
 
 TRAIN_GEN_SEED = 31_000_000
@@ -201,6 +207,8 @@ def _ratio_ci(ratios: np.ndarray, seed: int = 0, n_boot: int = 2000) -> tuple[fl
 def run(args: PairedArgs) -> dict[str, Any]:
     """The paired-PPO recipe (module docstring). Returns the JSON summary."""
     _check(args)
+    if args.release:  # before the training: a pip install's released model is the package's
+        check_release_target(DYNAMIC_RELEASE_DIR)
     r = LearnerRun.start(args, "paired")
     hp = _hyperparams(args)
     actor = trainable_copy(r.clone)
@@ -667,11 +675,12 @@ def publish_learner(
     mlflow.log_metrics({"final/wall_time_s": wall, "final/val_gap_pct": gap_pct})
     mlflow.log_artifacts(str(model_dir), artifact_path="placement-dynamic")
     if release:
+        check_release_target(DYNAMIC_RELEASE_DIR)  # run() refused it already; a backstop
         files = sorted(f for f in model_dir.iterdir() if f.is_file() and f.name not in keep_out)
         write_folder_whole(
             DYNAMIC_RELEASE_DIR, {f.name: f for f in files}, remove=RELEASE_MODEL_FILES
         )
-        summary["released"] = str(DYNAMIC_RELEASE_DIR)
+        summary["released"] = str(DYNAMIC_RELEASE_DIR.resolve())
 
 
 def command_line(args: PairedArgs) -> str:
@@ -699,6 +708,18 @@ def learner_flags_tail(a: PairedArgs | DistillArgs | EsArgs) -> str:
     )
 
 
+TRAIN_LINE_KEYS = ("run_id", "metrics", "artifact")
+"""The keys of the one JSON line ``fleetmind sched train`` prints for a run (:func:`train_line`);
+``released`` follows them when the run was released."""
+
+
+def train_line(summary: dict[str, Any]) -> str:
+    """The JSON line ``fleetmind sched train`` prints for one run of any recipe: the run id, the
+    metrics and the artifact folder, and with ``--release`` the released folder (``released``)."""
+    shown = (*TRAIN_LINE_KEYS, *(("released",) if "released" in summary else ()))
+    return json.dumps({k: summary.get(k) for k in shown})
+
+
 def cli_clone_learner(args: Any, algo: str, cls: type, run_fn: Callable[[Any], dict]) -> int:
     """``fleetmind sched train --algo ALGO`` for a learner over a model's clone whose flags come
     from :func:`fleetmind.training.recipes.flags.add_recipe_group` (``cls``'s fields; shared flags
@@ -714,7 +735,7 @@ def cli_clone_learner(args: Any, algo: str, cls: type, run_fn: Callable[[Any], d
     if args.seeds:
         raise ConfigError(f"--seeds is not available with --algo {algo}; run one --seed at a time")
     summary = run_fn(cls(**recipe_group_kwargs(args, cls)))
-    print(json.dumps({k: summary.get(k) for k in ("run_id", "metrics", "artifact")}))
+    print(train_line(summary))
     write_json(args.json, summary)
     return 0
 
