@@ -72,8 +72,11 @@ def notebook_path(arg: str) -> Path:
         InputError: if it is neither.
     """
     p = Path(arg).expanduser()
-    # a bare name may be one in notebooks/; a path with a folder is only that path
-    cands = (p, HERE / p.name) if len(Path(arg).parts) == 1 else (p,)
+    # a bare name may be one in notebooks/; a path with a folder (``./x.ipynb`` included, which
+    # Path would shorten to the bare name) is only that path: decided on the string as typed
+    seps = [s for s in (os.sep, os.altsep) if s]
+    bare = not any(s in arg for s in seps)
+    cands = (p, HERE / p.name) if bare else (p,)
     for cand in cands:
         if cand.suffix == ".ipynb" and cand.is_file():
             return cand.resolve()
@@ -119,7 +122,7 @@ def check_inputs(paths: list[Path]) -> None:
         from fleetmind.data.paths import OPENB_REQUIRED_FILES, shared_data_dir
 
         try:
-            csv = shared_data_dir() / "openb" / "csv"
+            csv = shared_data_dir("openb") / "openb" / "csv"
         except DataError as err:
             raise InputError(
                 f"the placement notebook needs the openb data: {err}{alone if rca_too else ''}"

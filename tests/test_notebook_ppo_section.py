@@ -10,6 +10,9 @@ The released agent and its evaluation files: docs/ppo.md, "Released model".
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,25 @@ import nbformat
 import pytest
 
 NB = Path(__file__).resolve().parents[1] / "notebooks" / "placement_evaluation.ipynb"
+
+
+@contextmanager
+def _saved_environ() -> Iterator[None]:
+    """Put ``os.environ`` back as it was: the setup cell writes ``FLEETMIND_SHARED_DATA`` and
+    ``MLFLOW_TRACKING_URI`` itself (made absolute), not through monkeypatch."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    with _saved_environ():
+        yield
 
 
 def _cell(nb: Any, tag: str) -> str:
@@ -69,3 +91,18 @@ def test_ppo_column_is_the_released_models_value_not_a_mean_over_files(
         "ppo_eval_scarcity.json",
         "ppo_eval_scarcity_more_traces.json",
     }
+
+
+def test_setup_cell_writes_do_not_outlive_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    # values the setup cell rewrites (a relative sqlite URI, a path it makes absolute) are put back,
+    # so tests/test_notebooks_inputs.py and later files see the developer's own environment
+    monkeypatch.setenv("FLEETMIND_SHARED_DATA", "data-folder")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    matplotlib.use("Agg")
+    before = dict(os.environ)
+    nb = nbformat.read(NB, as_version=4)
+    with _saved_environ():
+        exec(_cell(nb, "setup"), {})
+        assert os.environ["FLEETMIND_SHARED_DATA"] != "data-folder"  # the cell did write
+        assert os.environ["MLFLOW_TRACKING_URI"] != "sqlite:///mlflow.db"
+    assert dict(os.environ) == before

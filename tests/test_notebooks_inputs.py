@@ -4,11 +4,12 @@
   relative ``sqlite:///`` tracking URI are taken from the checkout root, not from ``notebooks/`` where
   the kernel runs; a results folder that does not exist stops with one line.
 - An RCA model that was asked for and does not load is a note; the baselines still run.
-- The difficulty section shows the ``test_large`` set its text promises.
+- The difficulty section shows the ``test_large`` set its text promises, only beside a README table
+  of the same GAT; without it, a note that does not stop ``execute.py`` from writing.
 - The live PPO check leaves out openb traces the dataset folder lacks, and names its row after the
   release's stage only when the release itself was loaded.
 - MLflow URIs (``models:/``, ``mlflow-artifacts:/``, ``file:/``, ``databricks``) pass unchanged.
-- ``execute.py`` takes a path or a bare name, and stops in one line, writing nothing, without the
+- ``execute.py`` takes a path (``./x.ipynb`` included) or a bare name, and stops in one line, writing nothing, without the
   openb data or with a local model path that does not exist; a run whose model or trace did not load
   is not written.
 - Nothing a setup cell writes into ``os.environ`` outlives its test.
@@ -37,17 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
 RCA_NB = NB_DIR / "rca_evaluation.ipynb"
 PLACE_NB = NB_DIR / "placement_evaluation.ipynb"
-SETUP_WRITES = ("MLFLOW_TRACKING_URI", "FLEETMIND_SHARED_DATA")
-"""What the setup cells write into ``os.environ`` directly (not through monkeypatch)."""
-_ENV_AT_IMPORT = {var: os.environ.get(var) for var in SETUP_WRITES}
-_leaks: list[str] = []
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # a setup cell sets os.environ itself: the whole environment is put back after each test
-    # (monkeypatch.delenv of an unset variable records nothing to undo)
-    _leaks.extend(v for v in SETUP_WRITES if os.environ.get(v) != _ENV_AT_IMPORT[v])
+    # (monkeypatch.delenv of an unset variable records nothing to undo); the placement setup cell
+    # run by tests/test_notebook_ppo_section.py is put back there in the same way
     saved = dict(os.environ)
     matplotlib.use("Agg")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -196,6 +193,54 @@ def test_difficulty_section_shows_test_large_of_the_released_gat() -> None:
     for k in keys:
         if k.startswith("rca_main_table/settings/default"):
             assert ns["MAIN_SETS"][k]["methods"]["gat"]["ac@1"] == cfg["metrics"]["test"]["ac@1"]
+
+
+def _blocks_writing(text: str) -> bool:
+    # whether notebooks/execute.py refuses to write a notebook that printed this note
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("note(...)")
+    out = {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": text}}
+    cell.outputs = [nbformat.from_dict(out)]
+    nb.cells = [cell]
+    return _execute_module()._missing_data_note(nb) is not None
+
+
+def _difficulty(ns: dict[str, Any]) -> dict[str, Any]:
+    return _run(RCA_NB, "bench-table", "difficulty-json", ns=ns)
+
+
+def test_difficulty_section_leaves_out_test_large_of_another_gat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a README table of another GAT version: the release's test_large figure is not put beside it
+    table = json.loads((REPO / "benchmarks/results/rca/rca_main_table.json").read_text())
+    table["settings"]["default"]["gat_version"] = "gat-0000000000"
+    (tmp_path / "rca").mkdir()
+    (tmp_path / "rca" / "rca_main_table.json").write_text(json.dumps(table))
+    monkeypatch.setenv("FLEETMIND_RESULTS_DIR", str(tmp_path))
+    ns = _difficulty(_run(RCA_NB, "setup"))
+    keys = list(ns["diff_sets"])
+    assert any("default" in k for k in keys) and not any("large" in k for k in keys), keys
+    assert ns["large_version"] is None
+    (msg,) = [n for n in ns["notes"] if "test_large" in n]
+    assert "gat_version" in msg and "not shown" in msg
+    assert not _blocks_writing(f"> **Note:** {msg}")
+
+
+def test_difficulty_section_without_test_large_metrics_is_a_note_that_does_not_block(
+    tmp_path: Path,
+) -> None:
+    # a release whose config.json has no metrics.test_large: no column, and the notebook is written
+    cfg = json.loads((REPO / "models" / "rca" / "config.json").read_text())
+    del cfg["metrics"]["test_large"]
+    (tmp_path / "models" / "rca").mkdir(parents=True)
+    (tmp_path / "models" / "rca" / "config.json").write_text(json.dumps(cfg))
+    ns = _run(RCA_NB, "setup")
+    ns["REPO_ROOT"] = tmp_path
+    ns = _difficulty(ns)
+    assert not any("large" in k for k in ns["diff_sets"]), list(ns["diff_sets"])
+    (msg,) = [n for n in ns["notes"] if "test_large" in n]
+    assert not _blocks_writing(f"> **Note:** {msg}")
 
 
 # ---- placement notebook, live PPO check (section 2b)
@@ -458,6 +503,19 @@ def test_execute_does_not_write_a_run_whose_model_or_trace_did_not_load(
     assert written == []
 
 
-def test_no_environment_leaks_between_tests() -> None:
-    # runs last in this file: no earlier test left a setup cell's os.environ write behind
-    assert _leaks == []
+def test_execute_dot_slash_path_is_a_path_not_a_bare_name(
+    execute: tuple[ModuleType, list[Path]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Path("./rca_evaluation.ipynb") drops the "./": the rule is decided on the string as typed,
+    # so a run from another folder does not fall back to (and overwrite) the committed notebook
+    mod, written = execute
+    monkeypatch.chdir(tmp_path)
+    assert mod.main(["./rca_evaluation.ipynb"]) == 2
+    assert "no such notebook" in capsys.readouterr().err
+    assert written == [] and _Kernel.runs == []
+    monkeypatch.chdir(NB_DIR)  # where it does hold the notebook
+    assert mod.main(["./rca_evaluation.ipynb"]) == 0
+    assert written == [RCA_NB]
