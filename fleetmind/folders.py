@@ -111,30 +111,40 @@ def write_folder_whole(
 
 
 def write_file_whole(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to the file ``path`` (parent folders created) whole or not at all.
+    """Write ``data`` to the file ``path`` (parent folders created), whole or not at all where it
+    can be renamed over (below: in place otherwise).
 
     A regular file (or a path not there yet) gets the bytes through a temporary file in the same
     folder, flushed (``fsync``) and renamed over it (``os.replace``, atomic on POSIX file
     systems): a reader sees the old file or the new one, and a write that fails (a full disk,
-    ``ulimit -f``, an interrupted run) leaves the old file as it was. The new file keeps the
-    permission bits and, where the process may set them, the owner and group of the one it
-    replaces (an owner it may not set, ``EPERM``, or one a user namespace cannot map, ``EINVAL``,
-    is left as the writer's, as :func:`write_folder_whole` does); a new one gets ``0666`` less the
-    umask. A symbolic link is followed (its target is replaced).
+    ``ulimit -f``, an interrupted run, ``Ctrl-C``) leaves the old file as it was and removes the
+    temporary file. The new file keeps the permission bits and, where the process may set them,
+    the owner and group of the one it replaces (an owner it may not set, ``EPERM``, or one a user
+    namespace cannot map, ``EINVAL``, is left as the writer's, as :func:`write_folder_whole`
+    does); a new one gets ``0666`` less the umask. A symbolic link is followed (its target is
+    replaced).
 
-    Written in place instead, as a shell redirection (``>``) would: anything that is not a regular
-    file (``/dev/stdout``, a FIFO, a device); a file with other hard links (a rename would part
-    them); a file whose folder this process may not write (the rename needs it); and a file the
-    system refuses to rename over (``EXDEV``, ``EPERM``, ``EBUSY``: a file bind-mounted on its
-    own, a file of another user in a sticky folder such as ``/tmp``, a seccomp filter), the
-    temporary file then removed. An existing regular file this process may not write (``0444``,
-    not root) is refused, as ``>`` refuses it, not replaced.
+    Written in place instead, as a shell redirection (``>``) would (the file opened without
+    ``O_CREAT``, which a sticky folder refuses for another user's file under
+    ``fs.protected_regular``, then truncated, written and, a regular file, flushed): anything that
+    is not a regular file (``/dev/stdout``, a FIFO, a device); a file with other hard links (a
+    rename would part them); a file whose folder this process may not write (the rename needs
+    it); and a file the system refuses to rename over (``EXDEV``, ``EPERM``, ``EBUSY``: a file
+    bind-mounted on its own, a file of another user in a sticky folder such as ``/tmp``, a
+    seccomp filter), the temporary file then removed. Such a write is not whole: one that fails
+    part way (a full disk) leaves the file truncated, a part of the new bytes in it, as ``>``
+    does. An existing regular file this process may not write is refused, as ``>`` refuses it,
+    not replaced, with the system's own error: ``Permission denied`` (``0444``, not root),
+    ``Read-only file system`` (a read-only mount, ``docker -v f:/x:ro``), ``Operation not
+    permitted`` (``chattr +i``).
 
     Raises:
-        PermissionError: the file is there and this process may not write it (``EACCES``).
+        PermissionError: the file is there and this process may not write it (``EACCES``,
+            ``EPERM``).
         FileExistsError: a file is where a parent folder is needed (from ``mkdir``).
-        OSError: the one that stopped the write, naming ``path`` (``filename``), never the
-            temporary file; the temporary file is removed.
+        OSError: the one that stopped the write (``EROFS``: a read-only file system; ``ENOSPC``:
+            a full disk), naming ``path`` (``filename``), never the temporary file; the temporary
+            file is removed.
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -144,33 +154,59 @@ def write_file_whole(path: str | os.PathLike[str], data: bytes) -> None:
             st = None
         target = Path(os.path.realpath(path))
         if st is not None and stat.S_ISREG(st.st_mode) and not os.access(path, os.W_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+            _check_writable(path)
         if st is not None and (
             not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(target.parent, os.W_OK)
         ):
             _write_file_in_place(path, data)
             return
         tmp = _staged_file(target, data)
+        renamed = False
         try:
             os.replace(tmp, target)
+            renamed = True
         except OSError as err:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             if err.errno not in _NO_SWAP:
                 raise
+        finally:
+            if not renamed:  # a refused rename, another error, or Ctrl-C: no temporary file left
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        if not renamed:
             _write_file_in_place(path, data)  # this file cannot be renamed over here
             return
         _fsync_dir(target.parent)
     except OSError as err:
         if err.errno is None:
             raise
-        raise OSError(err.errno, err.strerror or str(err), os.fspath(path)) from None
+        reason = err.strerror if err.strerror is not None else os.strerror(err.errno)
+        raise OSError(err.errno, reason, os.fspath(path)) from None
+
+
+def _check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise the error the system gives for writing the file ``path`` (``os.access`` said no):
+    ``EACCES``, ``EROFS`` (a read-only mount), ``EPERM`` (an immutable file). Opened for writing
+    only (no ``O_TRUNC``, no ``O_CREAT``: nothing changes); where that succeeds anyway (``access``
+    checks the real user, not the effective one) the write goes on."""
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    os.close(fd)
 
 
 def _write_file_in_place(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` into the file ``path`` itself (truncated first), as ``>`` would."""
-    with open(path, "wb") as f:
+    """Write ``data`` into the file ``path`` itself (truncated first), as ``>`` would, and flush
+    it (``fsync``) where it is a regular file. An existing file is opened without ``O_CREAT``
+    (which ``fs.protected_regular`` refuses for another user's file in a sticky folder, root
+    too); a missing one is made (``0666`` less the umask)."""
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | cloexec)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | cloexec, 0o666)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
+        f.flush()
+        if stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a pipe or a terminal has no fsync
+            os.fsync(f.fileno())
 
 
 RELEASE_MODEL_FILES: frozenset[str] = frozenset(

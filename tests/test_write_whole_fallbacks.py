@@ -17,6 +17,7 @@ machine allows it, a real bind mount (``unshare -m``) and a real other user (``s
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -116,49 +117,213 @@ def test_an_owner_that_cannot_be_kept_is_no_error(
     assert [p.name for p in tmp_path.iterdir()] == ["fleet.yaml"]
 
 
-def _not_writable(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
-    """``os.access(path, W_OK)`` says no, as for a user and a ``0444`` file of theirs."""
-    real = os.access
+_REASONS = {
+    errno.EACCES: "Permission denied",
+    errno.EROFS: "Read-only file system",
+    errno.EPERM: "Operation not permitted",
+}
+
+
+def _not_writable(
+    monkeypatch: pytest.MonkeyPatch, path: Path, code: int | None = errno.EACCES
+) -> list[int]:
+    """``os.access(path, W_OK)`` says no, and opening ``path`` for writing fails with ``code``, as
+    for a user and a ``0444`` file of theirs (``EACCES``), a read-only mount (``EROFS``) or an
+    immutable file (``EPERM``, ``chattr +i``); ``code`` ``None``: the open succeeds (``access``
+    was wrong). Returns the flags of the opens of ``path``."""
+    real_access, real_open = os.access, os.open
+    flags_seen: list[int] = []
 
     def access(p: object, mode: int, *a: object, **k: object) -> bool:
         if Path(os.fspath(p)) == path and mode & os.W_OK:  # type: ignore[arg-type]
             return False
-        return real(p, mode, *a, **k)  # type: ignore[arg-type]
+        return real_access(p, mode, *a, **k)  # type: ignore[arg-type]
+
+    def open_(p: object, flags: int, *a: object, **k: object) -> int:
+        if isinstance(p, (str, os.PathLike)) and Path(os.fspath(p)) == path:
+            flags_seen.append(flags)
+            if code is not None and flags & (os.O_WRONLY | os.O_RDWR):
+                raise OSError(code, os.strerror(code), os.fspath(p))
+        return real_open(p, flags, *a, **k)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "open", open_)
+    return flags_seen
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))
+@pytest.mark.parametrize("code", sorted(_REASONS), ids=errno.errorcode.get)
 def test_a_file_one_may_not_write_is_refused_not_replaced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str, code: int
 ) -> None:
-    """As ``echo new > ro.csv`` refuses a ``0444`` file: ``Permission denied``, naming it."""
+    """As ``echo new > ro.csv`` refuses it, with the system's reason, naming it: ``Permission
+    denied`` (``0444``), ``Read-only file system`` (``docker -v f:/x:ro``; was ``Permission
+    denied``, ``os.access`` says no there too), ``Operation not permitted`` (``chattr +i``)."""
     out = tmp_path / "ro.csv"
     out.write_text("old\n")
     out.chmod(0o444)
     inode = out.stat().st_ino
-    _not_writable(monkeypatch, out)
-    with pytest.raises(PermissionError) as info:
+    flags = _not_writable(monkeypatch, out, code)
+    with pytest.raises(OSError) as info:
         WRITERS[writer](out)
-    assert info.value.errno == errno.EACCES and info.value.filename == str(out)
+    assert info.value.errno == code and info.value.filename == str(out)
+    assert info.value.strerror == _REASONS[code]
+    assert isinstance(info.value, PermissionError) == (code != errno.EROFS)
+    assert flags and not any(
+        f & (os.O_TRUNC | os.O_CREAT) for f in flags
+    )  # the probe changes nothing
     assert out.read_text() == "old\n" and out.stat().st_ino == inode
     assert [p.name for p in tmp_path.iterdir()] == ["ro.csv"]
 
 
+def test_a_file_access_wrongly_refuses_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``os.access`` checks the real user, not the effective one (a set-user-ID wrapper): where
+    opening the file for writing succeeds the write goes on (was ``Permission denied``)."""
+    out = tmp_path / "r.json"
+    out.write_text("{}\n")
+    _not_writable(monkeypatch, out, None)
+    write_json(out, {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize("code", sorted(_REASONS), ids=errno.errorcode.get)
 def test_a_file_one_may_not_write_is_one_line_through_the_runner(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: int
 ) -> None:
     out = tmp_path / "r.json"
     out.write_text("{}\n")
-    _not_writable(monkeypatch, out)
+    _not_writable(monkeypatch, out, code)
 
     def command() -> int:
         write_json(out, {"a": 1})
         return 0
 
     assert run_main(command, prog="fleetmind") == 2
-    assert capsys.readouterr().err == f"fleetmind: error: {out}: Permission denied\n"
+    assert capsys.readouterr().err == f"fleetmind: error: {out}: {_REASONS[code]}\n"
     assert out.read_text() == "{}\n"
+
+
+def test_an_error_without_a_reason_gets_the_systems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``OSError(errno.EIO, None)`` (a C extension's): was ``[Errno 5] None``."""
+    out = tmp_path / "r.json"
+
+    def fsync(fd: int) -> None:
+        raise OSError(errno.EIO, None)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError) as info:
+        write_bytes_whole(out, b"{}\n")
+    assert info.value.errno == errno.EIO and info.value.filename == str(out)
+    assert info.value.strerror == os.strerror(errno.EIO)
+
+    def command() -> int:
+        write_json(out, {"a": 1})
+        return 0
+
+    assert run_main(command, prog="fleetmind") == 2
+    assert capsys.readouterr().err == f"fleetmind: error: {out}: {os.strerror(errno.EIO)}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_ctrl_c_at_the_rename_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """A ``KeyboardInterrupt`` (any ``BaseException``) between the staging and the rename: the
+    old file as it was, the temporary file removed (was left beside it)."""
+    out = tmp_path / "r.json"
+    out.write_text("old\n")
+
+    def replace(src: str, dst: str, *a: object, **k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        WRITERS[writer](out)
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_file_written_in_place_is_opened_without_o_creat_and_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """After a refused rename the file is opened ``O_WRONLY | O_TRUNC`` (no ``O_CREAT``, which
+    ``fs.protected_regular`` refuses for another user's file in a sticky folder, root too) and
+    flushed (``fsync``) before the call returns (was ``open(path, "wb")``, no ``fsync``)."""
+    out = tmp_path / "trace.csv"
+    out.write_text("old\n")
+    inode = out.stat().st_ino
+    _refuse_replace(monkeypatch, out, errno.EPERM)
+    real_open, real_fsync = os.open, os.fsync
+    flags_seen: list[int] = []
+    synced: list[int] = []
+
+    def open_(p: object, flags: int, *a: object, **k: object) -> int:
+        if isinstance(p, (str, os.PathLike)) and Path(os.fspath(p)) == out:
+            flags_seen.append(flags)
+        return real_open(p, flags, *a, **k)  # type: ignore[arg-type]
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "fsync", fsync)
+    WRITERS[writer](out)
+    assert out.read_text() == "new\n" and out.stat().st_ino == inode
+    assert flags_seen and all(f & os.O_TRUNC and not f & os.O_CREAT for f in flags_seen)
+    assert inode in synced
+
+
+_PROTECTED_REGULAR = (
+    "import errno, os, sys\n"
+    "from pathlib import Path\n"
+    "from fleetmind.folders import write_file_whole\n"
+    "out = Path(sys.argv[1])\n"
+    "def hook(event, args):\n"
+    "    if event != 'open' or not isinstance(args[0], (str, bytes, os.PathLike)):\n"
+    "        return\n"
+    "    if Path(os.fsdecode(args[0])) == out and args[2] & os.O_CREAT and out.exists():\n"
+    "        raise PermissionError(errno.EACCES, 'Permission denied', str(out))\n"
+    "sys.addaudithook(hook)\n"
+    "real = os.replace\n"
+    "def replace(src, dst, *a, **k):\n"
+    "    if Path(dst) == out:\n"
+    "        raise PermissionError(errno.EPERM, 'Operation not permitted', src, None, dst)\n"
+    "    return real(src, dst, *a, **k)\n"
+    "os.replace = replace\n"
+    "write_file_whole(out, b'new\\n')\n"
+    "print('ok')\n"
+)
+
+
+def test_another_users_file_in_a_sticky_folder_under_protected_regular(tmp_path: Path) -> None:
+    """``fs.protected_regular`` >= 1 (systemd's default): the kernel refuses an ``O_CREAT`` open
+    of an existing file of another user in a world-writable sticky folder, ``EACCES``, root too
+    (``may_create_in_sticky``, linux ``fs/namei.c``; ``Documentation/admin-guide/sysctl/fs.rst``),
+    and refuses the rename over it, ``EPERM``. Both made here in a child (an audit hook on every
+    ``open``, ``os.replace`` replaced), whatever this machine's setting: the file is written in
+    place (was ``Permission denied``, ``open(path, "wb")``)."""
+    out = tmp_path / "shared.csv"
+    out.write_text("old\n")
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROTECTED_REGULAR, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "ok\n"
+    assert out.read_text() == "new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["shared.csv"]
 
 
 def test_a_temporary_file_that_cannot_be_made_names_the_target(
@@ -252,6 +417,46 @@ def test_a_real_bind_mounted_file_is_written_in_place(tmp_path: Path) -> None:
     assert proc.stdout == "trace.csv ok\n"
     assert host.read_text() == "name,cpu_milli\nnew,1\n"
     assert sorted(p.name for p in mounted.parent.iterdir()) == ["trace.csv"]
+
+
+_READ_ONLY = (
+    "import sys\n"
+    "from fleetmind.cli.runner import run_main\n"
+    "from fleetmind.training.io import write_json\n"
+    "def command():\n"
+    "    write_json('r.json', {'a': 1})\n"
+    "    return 0\n"
+    "print('rc', run_main(command, prog='fleetmind'))\n"
+)
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_real_read_only_mount_says_so(tmp_path: Path) -> None:
+    """``docker run -v results:/out:ro``: ``Read-only file system`` (``EROFS``), root too (was
+    ``Permission denied``: ``os.access`` says no for a read-only mount as well)."""
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    (src / "r.json").write_text("{}\n")
+    script = (
+        f"mount --bind {src} {mnt} && mount -o remount,bind,ro {mnt} || exit 77\n"
+        f'cd {mnt} && exec {sys.executable} -c "$0"\n'
+    )
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, _READ_ONLY],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode == 77 or proc.stderr.startswith("unshare:"):  # no mount namespace here
+        pytest.skip(f"cannot mount read-only: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "rc 2\n"
+    assert proc.stderr == "fleetmind: error: r.json: Read-only file system\n"
+    assert (src / "r.json").read_text() == "{}\n"
+    assert sorted(p.name for p in src.iterdir()) == ["r.json"]
 
 
 @pytest.mark.skipif(

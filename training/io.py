@@ -51,8 +51,8 @@ def new_run_dir(parent: str | os.PathLike[str], name: str, create: bool = True) 
 
 
 def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path``, parent folders created, whole or not at all
-    (:func:`fleetmind.folders.write_file_whole`).
+    """Write ``text`` (UTF-8) to ``path``, parent folders created, whole or not at all where it
+    can be renamed over (:func:`fleetmind.folders.write_file_whole`).
 
     A regular file (or a path not there yet) gets the text through a temporary file in the same
     folder, flushed (``fsync``) and renamed over it (``os.replace``, atomic on POSIX file
@@ -60,8 +60,9 @@ def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
     interrupted run) leaves the old file as it was. The new file keeps the permission bits and,
     where the process may set them, the owner and group of the one it replaces; a new one gets
     ``0666`` less the umask (applied by the kernel). A symbolic link is followed (its target is
-    replaced). An existing file this process may not write (``0444``, not root) is refused, as a
-    shell redirection refuses it.
+    replaced). An existing file this process may not write is refused with the system's reason,
+    as a shell redirection refuses it: ``Permission denied`` (``0444``, not root), ``Read-only
+    file system`` (a read-only mount), ``Operation not permitted`` (``chattr +i``).
 
     The file this process's stdout or stderr writes to (``--json /dev/stdout``, on a terminal, a
     pipe or a file ``>`` redirected it to) gets the text through that stream, after what was
@@ -69,10 +70,12 @@ def write_text_whole(path: str | os.PathLike[str], text: str) -> None:
     not a regular file (a FIFO, a device); a file with other hard links (a rename would part
     them); a file whose folder this process may not write (the rename needs it; the file itself
     may be writable); and a file the system refuses to rename over (a file bind-mounted on its
-    own, another user's file in a sticky folder such as ``/tmp``).
+    own, another user's file in a sticky folder such as ``/tmp``). Such a write is not whole: one
+    that fails part way (a full disk) leaves the file truncated, as ``>`` does.
 
     Raises:
-        PermissionError: the file is there and this process may not write it.
+        PermissionError: the file is there and this process may not write it (``EACCES``,
+            ``EPERM``).
         OSError: the one that stopped the write, naming ``path`` (the temporary file is removed).
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # a file in its way: FileExistsError
