@@ -159,7 +159,16 @@ def _show(args: argparse.Namespace) -> int:
     if spec not in ("openb", "nvml"):  # the file it reads: a packaged example fleet's, by name
         resolved = _load(resolve_fleet_path, spec)
         spec = spec if resolved == Path(spec) else str(resolved)  # ./openb stays a file
-    refuse_input_as_output(args.json, "--json", [("--topology", spec, ())])
+    inputs: list[tuple[str, str, tuple[str, ...]]] = [("--topology", spec, ())]
+    if spec == "openb":  # the openb node lists it reads, in whichever folder holds them
+        from fleetmind.data.errors import DataError
+        from fleetmind.data.paths import openb_csv_dir
+
+        try:
+            inputs.append(("--topology", str(openb_csv_dir()), ("openb_node_list_*.csv",)))
+        except DataError:
+            pass  # no openb data: load_fleet says so in one line
+    refuse_input_as_output(args.json, "--json", inputs)
     argtypes.check_writable_file(args.json, "--json")
     fleet = _load(load_fleet, spec, n_clusters=args.clusters, seed=args.seed)
     summary = _fleet_summary(fleet, args.node)

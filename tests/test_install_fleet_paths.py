@@ -93,3 +93,27 @@ def test_a_local_file_named_like_a_keyword_stays_a_file(
     assert json.loads(Path("out.json").read_text())["source"] == "openb"  # the YAML file
     assert cli.main(["fleet", "show", "--topology", "./openb", "--json", "openb"]) == 2
     assert "is an input of this command" in capsys.readouterr().err
+
+
+def test_fleet_show_json_over_the_openb_node_list_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--topology openb`` reads the openb node list of the dataset folder: a ``--json`` naming
+    that file would replace the dataset's CSV with the summary (the data lookup would still find
+    the folder, so every openb reader would then read JSON)."""
+    csv = tmp_path / "data" / "openb" / "csv"
+    csv.mkdir(parents=True)
+    node_list = csv / "openb_node_list_gpu_node.csv"
+    node_list.write_text(
+        "sn,cpu_milli,memory_mib,num_gpu,model\nopenb-node-0001,96000,786432,8,V100M32\n"
+    )
+    (csv / "openb_pod_list_default.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+        "creation_time,deletion_time,scheduled_time\n"
+    )
+    monkeypatch.setenv("FLEETMIND_SHARED_DATA", str(tmp_path / "data"))
+    before = node_list.read_bytes()
+    code = cli.main(["fleet", "show", "--topology", "openb", "--json", str(node_list)])
+    assert code == 2
+    assert "is an input of this command (--topology)" in capsys.readouterr().err
+    assert node_list.read_bytes() == before
