@@ -156,19 +156,23 @@ def test_pod_gpu_devices() -> None:
     ("init", "app", "sidecars", "free"),
     [
         ({"warmup": 2.0}, 1.0, (), [0, 0, 1000, 1000]),  # init 2, app 1 named on GPU 0: 1 more
-        ({"proxy": 1.0}, 1.0, ("proxy",), [0, 0, 1000, 1000]),  # a sidecar's own device
+        # a sidecar's own device, on a kubelet before 1.29 (whose List leaves sidecars out)
+        ({"proxy": 1.0}, 1.0, ("proxy",), [0, 0, 1000, 1000]),
         ({"warmup": 1.0}, 1.0, (), [0, 1000, 1000, 1000]),  # reused: nothing more
         ({}, 1.0, (), [0, 1000, 1000, 1000]),
     ],
-    ids=["init-2", "sidecar", "init-1", "app-only"],
+    ids=["init-2", "sidecar-before-k8s-1.29", "init-1", "app-only"],
 )
 def test_a_named_pods_other_devices_are_taken(
     init: dict[str, float], app: float, sidecars: tuple[str, ...], free: list[int]
 ) -> None:
     """dcgm-exporter (the chart names pods) names ``ml/prep`` on GPU 0 only: the kubelet's
-    PodResources ``List`` reports its app container's device, not the one its init container (or
-    sidecar) keeps. The devices it holds beyond the named ones are marked on idle GPUs. Before: a
-    pod DCGM named anywhere had none of them counted (3 GPUs read free for ``init-2``)."""
+    PodResources ``List`` reports its app containers' devices and, since Kubernetes 1.29, its
+    sidecars' (``List`` in kubernetes/kubernetes ``pkg/kubelet/apis/podresources/server_v1.go``
+    skips only init containers that are not restartable), never a regular init container's; a
+    kubelet before 1.29 leaves sidecars out too. The devices it holds beyond the named ones are
+    marked on idle GPUs. Before: a pod DCGM named anywhere had none of them counted (3 GPUs read
+    free for ``init-2``)."""
     ksm = _ksm("Running", init, app_gpus=app, sidecars=frozenset(sidecars), n=4)
     (node,) = build_nodes(_dcgm(n=4, named=frozenset({0})), ksm)
     assert [g.free_milli for g in node.gpus] == free
@@ -194,6 +198,76 @@ def test_the_fleet_query_reads_each_init_container() -> None:
     assert 'kube_pod_init_container_info{restart_policy="Always"}' in q
     assert "and on (cluster, namespace, pod, container)" in q  # only the sidecars asking GPUs
     assert "kube_pod_init_container_resource_requests" in KSM_PLACED  # placed by node as the rest
+    q = queries["pod_init_reported"]  # pods not yet running asking init GPUs, with info series
+    assert q.startswith("count by (cluster, namespace, pod) (")
+    assert "kube_pod_init_container_info" in q and "restart_policy" not in q
+    assert 'phase=~"Pending|Unknown"' in q and "kube_pod_init_container_resource_requests" in q
+
+
+def test_a_sidecar_named_by_dcgm_takes_nothing_more() -> None:
+    """On Kubernetes 1.29 and later the kubelet's PodResources ``List`` includes sidecars
+    (restartable init containers), so dcgm-exporter names ``ml/prep`` on its sidecar's GPU too:
+    the pod's 2 devices are both named and no other GPU is marked."""
+    ksm = _ksm("Running", {"proxy": 1.0}, app_gpus=1.0, sidecars=frozenset({"proxy"}), n=4)
+    (node,) = build_nodes(_dcgm(n=4, named=frozenset({0, 1})), ksm)
+    assert [g.free_milli for g in node.gpus] == [0, 0, 1000, 1000]
+    assert node.gpu_pods == frozenset({"ml/prep"})
+
+
+def _no_init_info(ksm: list[Sample]) -> list[Sample]:
+    """``ksm`` before the kubelet reported the init containers' statuses: kube-state-metrics
+    exports ``kube_pod_init_container_info`` only for those (``internal/store/pod.go`` ranges over
+    ``Status.InitContainerStatuses``), so no such series yet."""
+    return [s for s in ksm if s[0] != "kube_pod_init_container_info"]
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Unknown"])
+def test_an_unstarted_pod_whose_sidecars_are_unknown_keeps_its_hold(
+    tmp_path: Path, phase: str
+) -> None:
+    """A pod not yet running, app 1 GPU + sidecar 1 GPU, and no ``kube_pod_init_container_info``
+    yet: the sidecar cannot be told from a regular init container (which would make 1 device, where
+    the kubelet gives 2). Its devices are not marked and it stays out of ``gpu_pods``, so the
+    extender's hold on 2 GPUs counts in full: 2 GPUs taken on the node, as the pod holds. Before:
+    1 device marked, the pod in ``gpu_pods``, its hold ended: 1 GPU counted."""
+    from fleetmind.serving.db import Database
+    from fleetmind.serving.scheduler.placement import Option
+    from fleetmind.serving.scheduler.reservations import DbReservations
+    from fleetmind.serving.schemas import JobSpec
+
+    ksm = _no_init_info(_ksm(phase, {"proxy": 1.0}, app_gpus=1.0, n=4))
+    ksm.append(("kube_pod_status_phase", {"namespace": "ml", "pod": "other", "phase": "Running"},
+                1.0))  # fmt: skip
+    nodes = build_nodes(_dcgm(n=4), ksm)
+    (node,) = nodes
+    assert [g.free_milli for g in node.gpus] == [1000] * 4
+    assert node.gpu_pods == frozenset() and node.pending_pods == frozenset({"ml/prep"})
+    db = Database(f"sqlite:///{tmp_path}/h.db")
+    db.migrate()
+    res = DbReservations(db, cache_s=0)
+    job = JobSpec(num_gpu=2, gpu_milli=1000, cpu_milli=0, memory_mib=0)
+    res.hold("ml/prep", Option("local", NODE, (2, 3), 1.0), job, uid="u-prep")
+    view = res.view(FleetSnapshot("prometheus", nodes, time.time()))
+    taken = [
+        g.index
+        for g in node.gpus
+        if g.free_milli < 1000 or view.gpu_used("local", NODE, g.index) >= 1000
+    ]
+    assert taken == [2, 3]
+
+
+def test_a_pod_whose_init_statuses_are_reported_is_read() -> None:
+    """Once the kubelet reported the init containers (``kube_pod_init_container_info``, a regular
+    one here), a Pending pod's devices are marked as before, and so are those of a running pod
+    without the series (a kube-state-metrics before kubernetes/kube-state-metrics#2240: read as
+    regular init containers)."""
+    (node,) = build_nodes(_dcgm(n=4), _ksm("Pending", {"warmup": 2.0}, app_gpus=1.0, n=4))
+    assert [g.free_milli for g in node.gpus] == [0, 0, 1000, 1000]
+    assert node.gpu_pods == frozenset({"ml/prep"})
+    ksm = _no_init_info(_ksm("Running", {"proxy": 1.0}, app_gpus=1.0, n=4))
+    (node,) = build_nodes(_dcgm(n=4), ksm)
+    assert [g.free_milli for g in node.gpus] == [0, 1000, 1000, 1000]
+    assert node.gpu_pods == frozenset({"ml/prep"})
 
 
 class _Src(TelemetrySource):

@@ -138,3 +138,25 @@ def test_a_request_jobspec_refuses_fails_every_node() -> None:
                   NodeIndex())  # fmt: skip
     assert d.options == [] and set(d.unresolvable) == {"g1", "g2"}
     assert "gpu_model" in d.unresolvable["g1"]
+
+
+def test_a_node_failed_for_its_model_says_how_many_models_were_ignored(
+    client: TestClient,
+) -> None:
+    """A ``gpu-card-model`` list longer than 200 characters keeps the whole names that fit; a node
+    whose model is among those left out fails with a reason that says some were ignored, and how
+    many (before: the reason listed the kept models only, as if the node's was never asked)."""
+    models = [
+        "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB",
+        "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A30", "NVIDIA A40",
+        "NVIDIA L40S", "NVIDIA RTX A6000", "Tesla V100-SXM2-32GB", "NVIDIA H100 80GB HBM3",
+    ]  # fmt: skip
+    assert len("|".join(models)) > 200 and len("|".join(models[:-1])) <= 200
+    assert pod_request(_pod("|".join(models))).models_ignored == 1
+    r = client.post(FILTER, content=_body("|".join(models)))
+    assert r.status_code == 200
+    failed = r.json()["FailedAndUnresolvableNodes"]
+    assert set(failed) == {"g1", "g2"}
+    assert "(1 model beyond 200 characters ignored)" in failed["g1"]
+    # a list that fits whole says nothing of the kind
+    assert pod_request(_pod("NVIDIA A30|NVIDIA A40")).models_ignored == 0

@@ -296,6 +296,10 @@ class PodRequest:
     gpu_model_spec: str = ""
     """The ``gpu-card-model`` annotation as given (clipped): one that names no model (``"|"``,
     ``" "``) matches no node, where an absent or empty one allows any."""
+    models_ignored: int = 0
+    """Entries of the ``gpu-card-model`` annotation left out of ``gpu_models`` because they do not
+    fit in :data:`MAX_MODEL_CHARS` characters (:func:`clip_models`): a node failed for its model
+    says so (:func:`_model_reason`)."""
     device_gpus: bool = False
     """The GPUs are ``nvidia.com/gpu`` devices (no MIG; GPU-sharing annotations absent or agreeing
     with the request, :func:`_shared_gpus`): on a time-sliced node each is one replica of a GPU
@@ -567,6 +571,7 @@ def _requests(key: str, uid: str | None, meta: dict[str, Any], spec: dict[str, A
         gpu_milli=gpu_milli if num_gpu else 0,
         gpu_models=models,
         gpu_model_spec=spec,
+        models_ignored=len(named) - len(models) if num_gpu else 0,
         device_gpus=device_gpus and num_gpu > 0,
         mig=bool(mig) and num_gpu > 0,
     )
@@ -712,6 +717,9 @@ def _model_reason(node: NodeState, req: PodRequest) -> str:
     wants = " or ".join(req.gpu_models) or (
         f"a model, but {ANN_GPU_MODEL} {req.gpu_model_spec!r} names none"
     )
+    if req.models_ignored:
+        n = req.models_ignored
+        wants += f" ({n} model{'s' if n != 1 else ''} beyond {MAX_MODEL_CHARS} characters ignored)"
     return f"GPU model {', '.join(models)}; pod wants {wants}"
 
 

@@ -65,7 +65,7 @@ kube-state-metrics series (Prometheus server mode):
 | ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
 | ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
 | ``kube_pod_init_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs each of the pod's init containers (sidecars included) requests: with its containers', the pod's devices (see Init containers) |
-| ``kube_pod_init_container_info{restart_policy="Always"}`` | the init containers that are sidecars (see Init containers) |
+| ``kube_pod_init_container_info{restart_policy="Always"}`` | the init containers that are sidecars; any series of a pod not yet running: the kubelet reported its init containers (see Init containers) |
 | ``kube_pod_info{node, pod, namespace, uid}`` | ``NodeState.pods`` (pods bound there) and ``NodeState.pod_uids`` (their uids), the node of an exporter pod |
 | ``kube_pod_status_phase{phase="Succeeded"|"Failed"}`` = 1 | finished pods, left out of requests and pods, and holding no GPU DCGM names them on (see Finished pods) |
 | ``kube_pod_status_phase{phase="Pending"|"Unknown"}`` = 1, and a count of ``Running`` ones per cluster | ``NodeState.pending_pods``: listed pods not yet running, whose GPU holds count in full (``None`` where the cluster has no phase series) |
@@ -126,8 +126,13 @@ So, per node, the ``nvidia.com/gpu`` devices of the pods listed there (not finis
 names on no GPU are marked taken (:func:`mark_requested_gpus`), and so are those of a pod DCGM names
 on fewer devices than it holds (its devices less the ``(GPU, vgpu)`` pairs it is named on and the
 GPUs its share annotation's ``gpu-index`` names): the kubelet's PodResources ``List`` reports
-the devices of the pod's app containers, so a device only an init container or a sidecar holds is
-named on no pod while the pod's others are (dcgm-exporter's chart names pods by default). Marked
+the devices of the pod's app containers and, since Kubernetes 1.29, of its sidecars (restartable
+init containers: ``List`` in ``pkg/kubelet/apis/podresources/server_v1.go``,
+kubernetes/kubernetes#120718), but never a regular init container's, so a device only a regular
+init container holds is named on no pod while the pod's others are (dcgm-exporter's chart names
+pods by default). A named pod's devices left over are first taken by the node's missing GPUs that
+are still allocatable (placeholders beyond capacity - allocatable, see Missing GPUs): their series
+are gone, so they would have named it, and they already read taken. Marked
 are first the GPUs that read in use (framebuffer, utilisation) with no pod named on them and no
 share annotated (their usage is the unnamed pods'), then idle ones, lowest index first; one device
 is one time-slicing replica (``1000 // gpu_replicas`` milli), and on a time-sliced node the devices
@@ -157,9 +162,14 @@ init container (an upper bound: a regular init container 1 before a sidecar 1 co
 kubelet gives 1). A GPU asked only by an init container is the pod's from admission: it never
 reads free while the pod lives. An init container no ``restart_policy="Always"`` series names is
 read as a regular one: a GPU sidecar counts too few (sidecar 1 + app 1: 1, where the kubelet gives
-2) on a kube-state-metrics before kubernetes/kube-state-metrics#2240 and until the kubelet reports
-the sidecar's status (the pod's hold counts in full while it is ``Pending``). CPU and memory of
-init containers are not read.
+2) on a kube-state-metrics before kubernetes/kube-state-metrics#2240. A pod not yet running
+(``Pending``, ``Unknown``) whose init containers request GPUs but have no
+``kube_pod_init_container_info`` series yet (kube-state-metrics exports it only once the kubelet
+reported the init containers' statuses) and which DCGM names on no GPU is not read at all: its
+devices are not marked and it stays out of ``NodeState.gpu_pods``, so the extender's hold on it
+counts in full until then (:mod:`fleetmind.serving.scheduler.reservations`; marking its devices
+too would count them twice), and a pod placed without FleetMind counts no GPU for that while (it
+is not started: its GPUs read idle). CPU and memory of init containers are not read.
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -476,6 +486,14 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         f"({sel('kube_pod_init_container_info', sidecar)} "
         "and on (cluster, namespace, pod, container) "
         f"{sel('kube_pod_init_container_resource_requests', gpus)})",
+        # the pods not yet running, asking init GPUs, whose init containers' statuses the kubelet
+        # reported (any kube_pod_init_container_info): the others' sidecars are not known yet
+        "pod_init_reported": "count by (cluster, namespace, pod) "
+        f"({sel('kube_pod_init_container_info')} "
+        "and on (cluster, namespace, pod) "
+        f"{sel('kube_pod_init_container_resource_requests', gpus)} "
+        "and on (cluster, namespace, pod) "
+        f"({sel('kube_pod_status_phase', unstarted)} == 1))",
         "kube_pod_info": "max by (cluster, namespace, pod, uid, node, created_by_kind) "
         f"({placed_on_node('kube_pod_info', '', max_age_s, sel)}) {_DONE}",
         "kube_pod_annotations": f"max by (cluster, namespace, pod, {ANN_MILLI}, {ANN_INDEX}) "
@@ -502,6 +520,7 @@ _KSM_NAMES = (
     "pod_gpu_requests",
     "pod_init_gpu_requests",
     "pod_sidecars",
+    "pod_init_reported",
     "kube_pod_info",
     "kube_pod_annotations",
     "pod_phase",
@@ -953,6 +972,15 @@ class _KsmView:
     sidecars: set[tuple[str, str, str, str]] = field(default_factory=set)
     """``(cluster, namespace, pod, container)`` of the init containers that are sidecars
     (``kube_pod_init_container_info{restart_policy="Always"}``)."""
+    init_reported: set[tuple[str, str, str]] = field(default_factory=set)
+    """``(cluster, namespace, pod)`` of the pods with any ``kube_pod_init_container_info`` series
+    (the kubelet reported their init containers' statuses; server mode asks only about pods not
+    yet running that request init GPUs)."""
+    init_unknown: set[tuple[str, str, str, str]] = field(default_factory=set)
+    """``(cluster, node, namespace, pod)`` of the pods not yet running (``unstarted``) whose init
+    containers request ``nvidia.com/gpu`` but which have no ``kube_pod_init_container_info``
+    series yet: which are sidecars is unknown, so their devices are not read (see Init
+    containers)."""
     phase_clusters: set[str] = field(default_factory=set)
     """Clusters with any ``kube_pod_status_phase{phase="Pending"|"Running"} == 1`` series: there a
     listed pod in phase ``Pending`` or ``Unknown`` is not yet running (``NodeState.pending_pods``)."""
@@ -1011,6 +1039,8 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         key = (lab.get("namespace", ""), lab.get("pod", ""))
         if name == "kube_pod_info":
             view.pod_clusters.add(cluster)
+        if name in ("kube_pod_init_container_info", "pod_init_reported"):
+            view.init_reported.add((cluster, *key))
         if name == "phase_running":  # a count of running pods per cluster
             view.phase_clusters.add(cluster)
         elif name in ("kube_pod_status_phase", "pod_phase") and v == 1:
@@ -1074,6 +1104,12 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         view.gpu_requests[where] = pod_gpu_devices(
             view.app_gpus.get(where, 0.0), regular, sum(sidecars.values())
         )
+        if (
+            (c, ns, pod) in view.unstarted
+            and (c, ns, pod) not in view.init_reported
+            and any(v > 0 for v in inits.values())
+        ):
+            view.init_unknown.add(where)
     return view
 
 
@@ -1364,14 +1400,19 @@ def build_nodes(
         if where is not None:
             pod = f"{lab.get('namespace', '')}/{lab.get('pod', '')}"
             named[(where[0], pod)].update((where[1], g, "share") for g in idx)
-    # devices of pods placed on fewer devices than they hold, per node: (pod, devices left), in
-    # pod order (all of a pod DCGM names nowhere; the rest of one it names: an init container's
-    # or a sidecar's, which the kubelet's PodResources List leaves out)
-    unnamed: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    # devices of pods placed on fewer devices than they hold, per node: (pod, devices left,
+    # named anywhere), in pod order (all of a pod DCGM names nowhere; the rest of one it names:
+    # a regular init container's, which the kubelet's PodResources List leaves out, where it
+    # lists sidecars since Kubernetes 1.29, or one on a GPU without series); a pod not
+    # yet running whose sidecars are not known yet (view.init_unknown) is left out: its hold
+    # counts in full instead (see Init containers)
+    unnamed: dict[tuple[str, str], list[tuple[str, float, bool]]] = defaultdict(list)
     for (c, h, ns, pod), n in sorted(view.gpu_requests.items()):
-        left = n - len(named.get((c, f"{ns}/{pod}"), ()))
-        if (c, ns, pod) in view.running and left > 0:
-            unnamed[(c, h)].append((f"{ns}/{pod}", left))
+        on = len(named.get((c, f"{ns}/{pod}"), ()))
+        if (c, h, ns, pod) in view.init_unknown and not on:
+            continue
+        if (c, ns, pod) in view.running and n - on > 0:
+            unnamed[(c, h)].append((f"{ns}/{pod}", n - on, on > 0))
     taken_on: dict[tuple[str, str], set[int]] = defaultdict(set)
     for c, h, i in taken:
         taken_on[(c, h)].add(i)
@@ -1381,7 +1422,7 @@ def build_nodes(
         node.pending_pods = _pending_pods(view, key, node.pods)
         node.gpu_replicas = view.replicas.get(key, 1)
         node.mig_replicas = dict(view.mig_replicas.get(key, {}))
-        asks = unnamed.get(key, [])
+        asks = _absorbed(node, unnamed.get(key, []), view.gpu_count.get(key, {}))
         left = mark_requested_gpus(node, sum(n for _, n in asks), taken_on.get(key, set()))
         # the devices left unmarked are the last pods' (in pod order): their GPU use is not
         # counted, so they stay out of gpu_pods (a share hold of theirs stays theirs)
@@ -1391,6 +1432,32 @@ def build_nodes(
             left -= n
         node.gpu_pods = frozenset(gpu_pods.get(key, ()))
     return [nodes[k] for k in sorted(nodes)]
+
+
+def _absorbed(
+    node: NodeState, asks: list[tuple[str, float, bool]], counted: dict[str, float]
+) -> list[tuple[str, float]]:
+    """``asks`` (pod, devices left, whether DCGM names the pod on any device) less the devices
+    of named pods that ``node``'s missing placeholders account for: a placeholder still in
+    allocatable (those beyond capacity - allocatable, the devices the device plugin took out) is
+    a GPU whose series is gone but which a pod may hold, and a pod DCGM names elsewhere has its
+    other devices there as likely as anywhere; it already reads taken, so marking another GPU for
+    them would count one GPU twice. Devices, in pod order; placeholders absorb whole GPUs of
+    ``gpu_replicas`` devices each. A pod DCGM names nowhere is marked as before."""
+    cap = counted.get("kube_node_status_capacity", counted.get("kube_node_status_allocatable"))
+    alloc = counted.get("kube_node_status_allocatable", cap)
+    spare = 0.0
+    if cap is not None and alloc is not None and math.isfinite(cap) and math.isfinite(alloc):
+        placeholders = sum(1 for g in node.gpus if g.missing) * max(1, node.gpu_replicas)
+        spare = max(0.0, placeholders - max(0.0, cap - alloc))
+    out: list[tuple[str, float]] = []
+    for pod, n, on in asks:
+        if on and spare > 0:
+            took = min(n, spare)
+            spare -= took
+            n -= took
+        out.append((pod, n))
+    return out
 
 
 def _pending_pods(
