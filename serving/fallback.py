@@ -3,8 +3,9 @@
 :class:`UpstreamCoverageAnalyzer` ranks the dependencies of alerting nodes: a fault travels against
 edge direction (a dependency's fault makes its dependents alert), so every node reachable from an
 alerting node along edges within ``max_depth`` hops is a candidate, scored
-``sum over alerting nodes a reaching c of alerts(a) * decay ** dist(a, c)``; the path of a cause runs
-from the cause back to the alerting node that contributed the most.
+``sum over alerting nodes a reaching c of alerts(a) * decay ** dist(a, c)``. The path of a cause is
+the cause alone when the cause raises alerts of its own (the :class:`~fleetmind.rca.base.RankedCause`
+contract); otherwise it runs from the cause back to the alerting node that contributed the most.
 """
 
 from __future__ import annotations
@@ -94,10 +95,14 @@ class UpstreamCoverageAnalyzer(BaseAnalyzer):
         causes = []
         for i in order:
             n = graph.nodes[i]
-            parent = parents[best[i][1]]
-            path, u = [], i
-            while u != -1:
-                path.append(graph.nodes[u].id)
-                u = parent[u]
+            if counts[i]:
+                # an alerting cause explains its own alerts: path is [node] alone (RankedCause.path)
+                path = [n.id]
+            else:
+                parent = parents[best[i][1]]
+                path, u = [], i
+                while u != -1:
+                    path.append(graph.nodes[u].id)
+                    u = parent[u]
             causes.append(RankedCause(n.id, n.kind, n.cluster, float(score[i]), None, tuple(path)))
         return RCAResult(causes=causes, method=self.name)

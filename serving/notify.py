@@ -100,6 +100,16 @@ EXACT_SCORE = "fleetmind_exact_score"
 """Key of a ``notifications`` row's annotations holding the top score unrounded (``repr`` of the
 float) for the webhook's JSON; it is not sent to Alertmanager, whose ``score`` annotation is the
 score rounded down (:func:`score_annotation`)."""
+PATH_IDS = "fleetmind_path"
+"""Key of a ``notifications`` row's annotations holding the top cause's path as a JSON list of
+node ids, for the webhook's ``fleetmind.path``; it is not sent to Alertmanager, whose ``path``
+annotation is text (the ids joined with :data:`PATH_SEP`), ambiguous when an id contains the
+separator. Rows stored before the key existed fall back to splitting that text."""
+PATH_SEP = " -> "
+"""Separator of the node ids in the ``path`` annotation (text, for people)."""
+HIDDEN_ANNOTATIONS = frozenset({EXACT_SCORE, PATH_IDS})
+"""Annotations kept in the ``notifications`` row for the webhook only, never sent to
+Alertmanager."""
 SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
@@ -290,6 +300,21 @@ def _unix(iso: Any) -> float | None:
     except ValueError:
         return None
     return when.timestamp() if when.tzinfo is not None else None
+
+
+def _path_ids(annotations: Mapping[str, Any]) -> list[str]:
+    """The node ids of a notification row's path: the :data:`PATH_IDS` list, or for a row stored
+    before it was kept, the ``path`` annotation split on :data:`PATH_SEP` (ambiguous for an id
+    that contains the separator, which only those older rows still are)."""
+    stored = annotations.get(PATH_IDS)
+    if stored:
+        try:
+            ids = json.loads(stored)
+        except (TypeError, ValueError):
+            ids = None
+        if isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids):
+            return ids
+    return str(annotations["path"]).split(PATH_SEP)
 
 
 def dedup_key(row: Mapping[str, Any], because: str | None = None) -> str:
@@ -975,14 +1000,16 @@ class Notifier:
     ) -> dict[str, str]:
         """The FleetMindRootCause annotations of incident ``inc`` whose top cause is ``top``."""
         fault = top.get("fault_type") or ""
+        path = [str(n) for n in (top.get("path") or [top["node"]])]
         return {
             "summary": f"Root cause of incident {inc['id']}: {top['node']}"
             + (f" ({fault})" if fault else ""),
             "description": f"{inc['firing_count']} firing alerts in {cluster}; FleetMind ranks "
             f"{top['node']} first ({inc['method'] or 'rca'}).",
-            "path": " -> ".join(top.get("path") or [top["node"]]),
+            "path": PATH_SEP.join(path),
             "score": score_annotation(top["score"]),
             EXACT_SCORE: repr(float(top["score"])),
+            PATH_IDS: json.dumps(path),
             "fault_type": fault,
             "incident_url": f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}",
         }
@@ -1504,7 +1531,9 @@ class Notifier:
         """The ``POST /api/v2/alerts`` item of a notification row."""
         alert = {
             "labels": row["labels"],
-            "annotations": {k: v for k, v in row["annotations"].items() if k != EXACT_SCORE},
+            "annotations": {
+                k: v for k, v in row["annotations"].items() if k not in HIDDEN_ANNOTATIONS
+            },
             "startsAt": row["starts_at"],
             "generatorURL": row["annotations"]["incident_url"],
         }
@@ -1563,7 +1592,7 @@ class Notifier:
                 "cluster": lab["cluster"],
                 "fault_type": a.get("fault_type") or None,
                 "score": float(a.get(EXACT_SCORE) or a["score"]),  # older rows: the annotation
-                "path": a["path"].split(" -> "),
+                "path": _path_ids(a),
                 "incident_url": a["incident_url"],
                 "starts_at": row["starts_at"],
                 "ends_at": row["ends_at"],

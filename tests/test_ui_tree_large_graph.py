@@ -86,29 +86,39 @@ def _old_propagation_tree(
     max_depth: int = 4,
     max_targets: int = 12,
 ) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
-    """``propagation_tree`` as it was before its walk was bounded (the reference)."""
+    """``propagation_tree`` as it was before its walk was bounded (the reference), with the
+    ranker's path laid down first (each path node the child of its predecessor, at its hop; the
+    rest a breadth-first walk, each path node going on from its own hop)."""
     if cause not in graph.index:
         return {}, []
     adj: dict[str, list[tuple[str, str]]] = {}
     for e in graph.edges:
         adj.setdefault(e.src, []).append((e.dst, e.kind))
         adj.setdefault(e.dst, []).append((e.src, e.kind))
-    on_path = set(zip(path, path[1:], strict=False))
     depth = {cause: 0}
     parent: dict[str, tuple[str, str]] = {}
+    chain = [cause] if path and path[0] == cause else []
+    for a, b in zip(path, path[1:], strict=False):
+        kinds = [k for v, k in sorted(adj.get(a, []), key=lambda t: t[0]) if v == b]
+        if not chain or not kinds or b in depth:
+            break
+        depth[b] = len(chain)
+        parent[b] = (a, kinds[0])
+        chain.append(b)
     frontier = [cause]
-    while frontier and depth[frontier[0]] < max_depth:
+    level = 0
+    while frontier and level < max_depth:
         nxt: list[str] = []
         for u in frontier:
             if graph.node(u).kind == "cluster" and u != cause:
                 continue
-            nbrs = sorted(adj.get(u, []), key=lambda t: ((u, t[0]) not in on_path, t[0]))
-            for v, kind in nbrs:
+            for v, kind in sorted(adj.get(u, []), key=lambda t: t[0]):
                 if v not in depth:
-                    depth[v] = depth[u] + 1
+                    depth[v] = level + 1
                     parent[v] = (u, kind)
                     nxt.append(v)
-        frontier = nxt
+        level += 1
+        frontier = nxt + chain[level : level + 1]
     targets = sorted(
         (n for n in alerting if n in depth and n != cause), key=lambda n: (depth[n], n)
     )

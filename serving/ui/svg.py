@@ -2,9 +2,10 @@
 
 No layout library and no JavaScript. A cause's graph is the shortest-path tree from the cause to
 the incident's alerting nodes (:func:`propagation_tree`), drawn in layers, one column per hop
-(:func:`tree_svg`), with the ranker's own path in bold. When the cause is not in the served graph
-(it was replaced since), the stored path alone is drawn as a chain (:func:`path_svg`). Every box is
-sized from its label; output is SVG text with labels escaped, scaled by ``viewBox``.
+(:func:`tree_svg`), with the ranker's own path (laid down first, hop by hop as given) in bold.
+When the cause is not in the served graph (it was replaced since), the stored path alone is drawn
+as a chain (:func:`path_svg`). Every box is sized from its label; output is SVG text with labels
+escaped, scaled by ``viewBox``.
 """
 
 from __future__ import annotations
@@ -308,6 +309,24 @@ def _adjacency(graph: DependencyGraph) -> tuple[_Adjacency, frozenset[str]]:
         return hit
 
 
+def _path_chain(adj: _Adjacency, cause: str, path: Sequence[str]) -> list[tuple[str, str]]:
+    """The longest prefix of the ranker's ``path`` that is a walk of the graph from ``cause``
+    without a repeated node, as ``(node, edge kind from its predecessor)`` (the cause's kind
+    ``""``); empty when the path does not start at ``cause``. A hop the served graph lacks (such
+    as the per-incident pod->GPU edge the ranker may add from alert labels) ends it."""
+    if not path or path[0] != cause:
+        return []
+    chain = [(cause, "")]
+    seen = {cause}
+    for a, b in zip(path, path[1:], strict=False):
+        kind = next((k for v, k in adj.get(a, []) if v == b), None)
+        if kind is None or b in seen:
+            break
+        chain.append((b, kind))
+        seen.add(b)
+    return chain
+
+
 def _walk(
     graph: DependencyGraph,
     cause: str,
@@ -317,35 +336,43 @@ def _walk(
     max_nodes: int,
 ) -> tuple[TreeDepths, dict[str, tuple[str, str]]]:
     """Breadth-first from ``cause`` (see :func:`propagation_tree`): ``(depth, parent)``, parent
-    being ``(node, edge kind)``. It stops once every node of ``wanted`` is reached (farther nodes
-    change nothing the tree keeps) or at ``max_nodes`` nodes (then ``depth.cut``)."""
+    being ``(node, edge kind)``. The ranker's ``path`` (as far as the graph has its hops) is laid
+    down first, each of its nodes the child of its predecessor, at its hop on the path, whatever
+    its length and whether it crosses a ``cluster`` node; the walk then goes on from every node
+    reached, the path's included, each at its depth. It stops once every node of ``wanted`` is
+    reached (farther nodes change nothing the tree keeps) or at ``max_nodes`` nodes (then
+    ``depth.cut``)."""
     adj, barriers = _adjacency(graph)
-    on_path = set(zip(path, path[1:], strict=False))
-    from_path = {a for a, _ in on_path}
+    chain = _path_chain(adj, cause, path)
     depth = TreeDepths({cause: 0})
     parent: dict[str, tuple[str, str]] = {}
-    left = wanted - {cause}
+    for i in range(1, len(chain)):
+        node, kind = chain[i]
+        depth[node] = i
+        parent[node] = (chain[i - 1][0], kind)
+    left = wanted - set(depth)
     frontier = [cause]
-    while frontier and left and depth[frontier[0]] < max_depth:
+    level = 0
+    while frontier and left and level < max_depth:
         nxt: list[str] = []
         for u in frontier:
             if u in barriers and u != cause:
                 continue
-            nbrs = adj.get(u, [])
-            if u in from_path:  # the ranker's edges first, then by neighbour id
-                nbrs = sorted(nbrs, key=lambda t: (u, t[0]) not in on_path)
-            for v, kind in nbrs:
+            for v, kind in adj.get(u, []):
                 if v in depth:
                     continue
                 if len(depth) >= max_nodes:
                     depth.cut, depth.visited = True, len(depth)
                     return depth, parent
-                depth[v] = depth[u] + 1
+                depth[v] = level + 1
                 parent[v] = (u, kind)
                 nxt.append(v)
                 left.discard(v)
                 if not left:
                     return depth, parent
+        level += 1
+        if level < len(chain):  # the path's node at this hop goes on from here too
+            nxt.append(chain[level][0])
         frontier = nxt
     return depth, parent
 
@@ -366,8 +393,10 @@ def propagation_tree(
     and Services that ``runs_on`` several hosts, such as the kubelet's: see
     :func:`~fleetmind.serving.graphstore.barrier_nodes`). The walk visits at most ``max_nodes``
     nodes (then the returned depths' ``cut`` is set). The tree keeps the nodes on the paths to the
-    first ``max_targets`` alerting nodes reached, and the ranker's own ``path`` (its edges are
-    preferred when several shortest paths exist).
+    first ``max_targets`` alerting nodes reached, and the ranker's own ``path``: its hops are the
+    tree's edges (laid down before the walk, so a path longer than the shortest route, or one that
+    crosses a ``cluster`` node, is drawn as the ranker gave it), up to the first hop the graph
+    lacks.
 
     Returns:
         ``(depth, edges)``: node id -> hops from ``cause`` (a :class:`TreeDepths`), and

@@ -1,0 +1,100 @@
+"""The webhook's ``fleetmind.path`` is the ranker's path as a list, whatever the node ids hold.
+
+The graph schema lets a node id contain `` -> `` (the separator of the Alertmanager ``path``
+annotation, which is text for people: docs/operators.md, "The alert"); the webhook's JSON list must
+still be the ranker's ids, first the cause. A row stored before the list was kept falls back to
+splitting the annotation text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from serving_helpers import NOTIFY_AM as AM
+from serving_helpers import NOTIFY_HOOK as HOOK
+from serving_helpers import notify_settings, webhook
+from ui_helpers import storm_alerts
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.notify import Notifier
+
+T0 = datetime.now(UTC) - timedelta(minutes=5)
+ODD = "us-east/net/tor-0 -> spine-9"  # one node id, containing the annotation's separator
+
+
+@pytest.fixture(autouse=True)
+def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+class _Posts:
+    """An httpx transport that takes every post and records it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append((str(request.url), json.loads(request.content)))
+        return httpx.Response(200)
+
+    def to(self, url: str) -> list:
+        return [body for u, body in self.calls if u == url]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 2_000_000_000.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[TestClient]:
+    settings = notify_settings(tmp_path, notify_settle_s=0.0)
+    with TestClient(create_app(settings)) as c:
+        c.post("/api/v1/alerts", json=webhook(storm_alerts(T0))).raise_for_status()
+        c.app.state.services.incidents.process_pending()
+        c.app.state.services.incidents.rank_due()
+        yield c
+
+
+def test_a_node_id_with_the_separator_stays_one_hop_in_the_webhook(app: TestClient) -> None:
+    svc = app.app.state.services
+    inc = next(i for i in app.get("/api/v1/incidents").json() if i["alert_count"] == 7)
+    causes = [dict(x) for x in inc["causes"]]
+    top = causes[0]
+    path = [top["node"], ODD, "us-east/pod/p-0"]
+    top.update(score=0.95, fault_type="nic_down", path=path)
+    svc.db.set_incident_rca(inc["id"], causes, "gat", None)
+    posts = _Posts()
+    n = Notifier(svc.db, svc.settings, clock=_Clock(), transport=httpx.MockTransport(posts))
+    n.poll()
+    n.poll()
+    [hook] = [h for h in posts.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
+    assert hook["fleetmind"]["path"] == path  # three hops, the cause first
+    am = [a for body in posts.to(AM + "/api/v2/alerts") for a in body]
+    [alert] = [a for a in am if a["labels"]["incident"] == str(inc["id"])]
+    # the annotation stays text, and only the documented annotations go to Alertmanager
+    assert alert["annotations"]["path"] == " -> ".join(path)
+    assert set(alert["annotations"]) == {
+        "summary", "description", "path", "score", "fault_type", "incident_url"
+    }  # fmt: skip
+
+
+def test_an_older_row_without_the_list_splits_the_annotation() -> None:
+    row = {
+        "state": "firing",
+        "labels": {"incident": "3", "cause_node": "a", "cause_kind": "host", "cluster": "c"},
+        "annotations": {"incident_url": "u", "path": "a -> b -> c", "score": "0.9000"},
+        "starts_at": "2026-01-01T00:00:00Z",
+        "ends_at": None,
+    }
+    assert Notifier.webhook_body(row)["fleetmind"]["path"] == ["a", "b", "c"]
