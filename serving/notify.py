@@ -104,7 +104,9 @@ PATH_IDS = "fleetmind_path"
 """Key of a ``notifications`` row's annotations holding the top cause's path as a JSON list of
 node ids, for the webhook's ``fleetmind.path``; it is not sent to Alertmanager, whose ``path``
 annotation is text (the ids joined with :data:`PATH_SEP`), ambiguous when an id contains the
-separator. Rows stored before the key existed fall back to splitting that text."""
+separator. Stored only then (when splitting the text would not give the ids back), so that a
+release that does not know the key (a rollback, an older replica during a rolling update) sends
+it to Alertmanager for those rare paths only. Rows without it split that text."""
 PATH_SEP = " -> "
 """Separator of the node ids in the ``path`` annotation (text, for people)."""
 HIDDEN_ANNOTATIONS = frozenset({EXACT_SCORE, PATH_IDS})
@@ -303,9 +305,9 @@ def _unix(iso: Any) -> float | None:
 
 
 def _path_ids(annotations: Mapping[str, Any]) -> list[str]:
-    """The node ids of a notification row's path: the :data:`PATH_IDS` list, or for a row stored
-    before it was kept, the ``path`` annotation split on :data:`PATH_SEP` (ambiguous for an id
-    that contains the separator, which only those older rows still are)."""
+    """The node ids of a notification row's path: the :data:`PATH_IDS` list, or for a row without
+    it (its text splits back into its ids, or it was stored before the key existed), the ``path``
+    annotation split on :data:`PATH_SEP` (ambiguous only in such older rows)."""
     stored = annotations.get(PATH_IDS)
     if stored:
         try:
@@ -1001,18 +1003,21 @@ class Notifier:
         """The FleetMindRootCause annotations of incident ``inc`` whose top cause is ``top``."""
         fault = top.get("fault_type") or ""
         path = [str(n) for n in (top.get("path") or [top["node"]])]
-        return {
+        text = PATH_SEP.join(path)
+        out = {
             "summary": f"Root cause of incident {inc['id']}: {top['node']}"
             + (f" ({fault})" if fault else ""),
             "description": f"{inc['firing_count']} firing alerts in {cluster}; FleetMind ranks "
             f"{top['node']} first ({inc['method'] or 'rca'}).",
-            "path": PATH_SEP.join(path),
+            "path": text,
             "score": score_annotation(top["score"]),
             EXACT_SCORE: repr(float(top["score"])),
-            PATH_IDS: json.dumps(path),
             "fault_type": fault,
             "incident_url": f"{self.settings.public_url.rstrip('/')}/ui/incidents/{inc['id']}",
         }
+        if text.split(PATH_SEP) != path:  # only when the text is ambiguous (see PATH_IDS)
+            out[PATH_IDS] = json.dumps(path)
+        return out
 
     def _refresh(self, row: dict[str, Any], inc: dict[str, Any], top: dict[str, Any]) -> None:
         """Bring a firing row's annotations (firing count, score, path) up to the incident as it

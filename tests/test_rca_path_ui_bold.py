@@ -71,3 +71,64 @@ def test_a_hop_the_graph_lacks_ends_the_bold_prefix() -> None:
     depth, edges = propagation_tree(g, "c/pod/q", {"c/gpu/h1/0"}, path)
     assert depth["c/gpu/h1/0"] == 2  # reached through the host, drawn thin
     assert _bold(g, "c/pod/q", {"c/gpu/h1/0"}, path) == 0
+
+
+def _detour_graph() -> DependencyGraph:
+    """Host h1 with pod p on it (1 hop) and service t that only p calls (2 hops from h1); a long
+    detour h1 - q - s - r - u - p reaches p again at hop 5."""
+    nodes = [
+        _node("c/host/h1", "host"),
+        _node("c/pod/p", "pod"),
+        _node("c/pod/q", "pod"),
+        _node("c/svc/s", "service"),
+        _node("c/svc/r", "service"),
+        _node("c/pod/u", "pod"),
+        _node("c/svc/t", "service"),
+    ]
+    edges = [
+        GraphEdge("c/pod/p", "c/host/h1", "runs_on"),
+        GraphEdge("c/pod/q", "c/host/h1", "runs_on"),
+        GraphEdge("c/pod/q", "c/svc/s", "member_of"),
+        GraphEdge("c/svc/s", "c/svc/r", "calls"),
+        GraphEdge("c/svc/r", "c/pod/u", "calls"),
+        GraphEdge("c/pod/u", "c/pod/p", "calls"),
+        GraphEdge("c/pod/p", "c/svc/t", "calls"),
+    ]
+    return DependencyGraph("detour", nodes, edges)
+
+
+def test_a_node_behind_a_path_node_is_reached_at_its_true_distance() -> None:
+    """The path reaches p at hop 5 (past the 4-hop walk), but p is 1 hop from the cause: the walk
+    goes on from p at its true distance, so the alerting t (2 hops away) is in the tree, drawn
+    under p, one column right of it (it was dropped, with no cut note)."""
+    g = _detour_graph()
+    alerting = {"c/pod/p", "c/svc/t"}
+    path = ["c/host/h1", "c/pod/q", "c/svc/s", "c/svc/r", "c/pod/u", "c/pod/p"]
+    depth, edges = propagation_tree(g, "c/host/h1", alerting, path)
+    assert "c/svc/t" in depth
+    assert ("c/pod/p", "c/svc/t", "calls") in edges
+    assert depth["c/pod/p"] == 5 and depth["c/svc/t"] == 6  # columns follow the drawn edges
+    for parent, child, _ in edges:
+        assert depth[child] == depth[parent] + 1
+    assert _bold(g, "c/host/h1", alerting, path) == len(path) - 1
+    kinds = {n.id: n.kind for n in g.nodes}
+    svg = tree_svg(depth, edges, kinds, alerting, highlight=path)
+    assert "svc/t" in svg and "Cut:" not in svg
+
+
+def test_the_walk_does_not_go_on_past_a_cluster_node_on_the_path() -> None:
+    """A path through the ``cluster`` node reaches h2 and is drawn, but the walk does not go on
+    from h2 (grouping does not cross the cluster node): h2's pod, alerting, is not in the tree,
+    as without the path (docs/operators.md: "the walk itself still does not cross one")."""
+    hosts = [f"c/host/h{i}" for i in (1, 2, 3)]
+    nodes = [_node("c", "cluster")] + [_node(h, "host") for h in hosts]
+    nodes += [_node(f"c/pod/p{i}", "pod") for i in (1, 2, 3)]
+    edges = [GraphEdge(h, "c", "member_of") for h in hosts]
+    edges += [GraphEdge(f"c/pod/p{i}", f"c/host/h{i}", "runs_on") for i in (1, 2, 3)]
+    g = DependencyGraph("clustered", nodes, edges)
+    alerting = {"c/host/h2", "c/pod/p2", "c/pod/p3"}
+    path = ["c/host/h1", "c", "c/host/h2"]
+    depth, edges_ = propagation_tree(g, "c/host/h1", alerting, path)
+    assert dict(depth) == {"c/host/h1": 0, "c": 1, "c/host/h2": 2}
+    assert {(a, b) for a, b, _ in edges_} == {("c/host/h1", "c"), ("c", "c/host/h2")}
+    assert dict(propagation_tree(g, "c/host/h1", alerting)[0]) == {"c/host/h1": 0}

@@ -19,10 +19,12 @@ from fastapi.testclient import TestClient
 from serving_helpers import NOTIFY_AM as AM
 from serving_helpers import NOTIFY_HOOK as HOOK
 from serving_helpers import notify_settings, webhook
+from sqlalchemy import select
 from ui_helpers import storm_alerts
 
 from fleetmind.serving.app import create_app
-from fleetmind.serving.notify import Notifier
+from fleetmind.serving.db import notifications
+from fleetmind.serving.notify import EXACT_SCORE, PATH_IDS, Notifier
 
 T0 = datetime.now(UTC) - timedelta(minutes=5)
 ODD = "us-east/net/tor-0 -> spine-9"  # one node id, containing the annotation's separator
@@ -98,3 +100,45 @@ def test_an_older_row_without_the_list_splits_the_annotation() -> None:
         "ends_at": None,
     }
     assert Notifier.webhook_body(row)["fleetmind"]["path"] == ["a", "b", "c"]
+
+
+def _stored_annotations(app: TestClient, path: list[str]) -> tuple[dict, list, dict]:
+    """Rank ``path`` for the storm's incident, poll twice; the stored row's annotations, the
+    webhook's ``fleetmind.path`` and the alert posted to Alertmanager."""
+    svc = app.app.state.services
+    inc = next(i for i in app.get("/api/v1/incidents").json() if i["alert_count"] == 7)
+    causes = [dict(x) for x in inc["causes"]]
+    causes[0].update(score=0.95, fault_type="nic_down", path=[causes[0]["node"], *path])
+    svc.db.set_incident_rca(inc["id"], causes, "gat", None)
+    posts = _Posts()
+    n = Notifier(svc.db, svc.settings, clock=_Clock(), transport=httpx.MockTransport(posts))
+    n.poll()
+    n.poll()
+    with svc.db.engine.connect() as conn:
+        row = conn.execute(
+            select(notifications.c.annotations).where(notifications.c.incident_id == inc["id"])
+        ).one()
+    [hook] = [h for h in posts.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
+    am = [a for body in posts.to(AM + "/api/v2/alerts") for a in body]
+    [alert] = [a for a in am if a["labels"]["incident"] == str(inc["id"])]
+    return row[0], hook["fleetmind"]["path"], alert
+
+
+def test_a_plain_path_keeps_no_hidden_list(app: TestClient) -> None:
+    """Ids without the separator: the text splits back exactly, so no ``fleetmind_path`` is
+    stored, and a release that filters only ``fleetmind_exact_score`` (a rollback, an older
+    replica during a rolling update) posts exactly what this one posts."""
+    annotations, hook_path, alert = _stored_annotations(app, ["us-east/pod/p-0"])
+    assert PATH_IDS not in annotations
+    assert len(hook_path) == 2 and hook_path[1] == "us-east/pod/p-0"
+    older = {k: v for k, v in annotations.items() if k != EXACT_SCORE}
+    assert alert["annotations"] == older
+
+
+def test_an_id_that_only_ends_like_the_separator_keeps_the_list(app: TestClient) -> None:
+    """``"x ->"`` does not contain `` -> ``, yet the joined text splits wrongly: the list is kept
+    (and still not posted to Alertmanager)."""
+    path = ["us-east/net/tor-0 ->", "us-east/pod/p-0"]
+    annotations, hook_path, alert = _stored_annotations(app, path)
+    assert json.loads(annotations[PATH_IDS]) == hook_path and hook_path[1:] == path
+    assert PATH_IDS not in alert["annotations"]

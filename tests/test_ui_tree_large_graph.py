@@ -1,6 +1,6 @@
 """The incident page's propagation tree on large graphs: it does not cross the nodes incident
 grouping does not cross, its walk is bounded (a cut tree says so), and on ordinary graphs it is the
-tree it always was (compared with the walk as it was before the bound, copied below)."""
+tree of an unbounded walk (a plain reference implementation below)."""
 
 from __future__ import annotations
 
@@ -86,41 +86,46 @@ def _old_propagation_tree(
     max_depth: int = 4,
     max_targets: int = 12,
 ) -> tuple[dict[str, int], list[tuple[str, str, str]]]:
-    """``propagation_tree`` as it was before its walk was bounded (the reference), with the
-    ranker's path laid down first (each path node the child of its predecessor, at its hop; the
-    rest a breadth-first walk, each path node going on from its own hop)."""
+    """``propagation_tree`` without its walk's bound and early stop (the reference): a plain
+    breadth-first shortest-path tree (neighbours in id order, ``cluster`` nodes reached but not
+    crossed), then the ranker's path laid over it (each path node the child of its predecessor,
+    a path node the walk did not reach drawn but not walked on), each node one column right of
+    its parent."""
     if cause not in graph.index:
         return {}, []
     adj: dict[str, list[tuple[str, str]]] = {}
     for e in graph.edges:
         adj.setdefault(e.src, []).append((e.dst, e.kind))
         adj.setdefault(e.dst, []).append((e.src, e.kind))
-    depth = {cause: 0}
+    dist = {cause: 0}
     parent: dict[str, tuple[str, str]] = {}
-    chain = [cause] if path and path[0] == cause else []
-    for a, b in zip(path, path[1:], strict=False):
-        kinds = [k for v, k in sorted(adj.get(a, []), key=lambda t: t[0]) if v == b]
-        if not chain or not kinds or b in depth:
-            break
-        depth[b] = len(chain)
-        parent[b] = (a, kinds[0])
-        chain.append(b)
     frontier = [cause]
-    level = 0
-    while frontier and level < max_depth:
+    while frontier and dist[frontier[0]] < max_depth:
         nxt: list[str] = []
         for u in frontier:
             if graph.node(u).kind == "cluster" and u != cause:
                 continue
             for v, kind in sorted(adj.get(u, []), key=lambda t: t[0]):
-                if v not in depth:
-                    depth[v] = level + 1
+                if v not in dist:
+                    dist[v] = dist[u] + 1
                     parent[v] = (u, kind)
                     nxt.append(v)
-        level += 1
-        frontier = nxt + chain[level : level + 1]
+        frontier = nxt
+    chain = [cause] if path and path[0] == cause else []
+    for a, b in zip(path, path[1:], strict=False):
+        kinds = [k for v, k in sorted(adj.get(a, []), key=lambda t: t[0]) if v == b]
+        if not chain or not kinds or b in chain:
+            break
+        parent[b] = (a, kinds[0])
+        chain.append(b)
+
+    def column(n: str) -> int:
+        return 0 if n == cause else column(parent[n][0]) + 1
+
+    depth = {n: column(n) for n in [*dist, *chain]}
     targets = sorted(
-        (n for n in alerting if n in depth and n != cause), key=lambda n: (depth[n], n)
+        (n for n in alerting if n in depth and n != cause),
+        key=lambda n: (dist.get(n, depth[n]), n),
     )
     keep = {cause} | set(path if all(n in depth for n in path) else [])
     for t in targets[:max_targets]:
@@ -163,7 +168,7 @@ def _walk_from(graph: DependencyGraph, rng: random.Random, start: str, hops: int
 
 def test_the_tree_is_unchanged_on_ordinary_graphs() -> None:
     """Seeded random graphs, causes, alerting sets and ranker paths: the tree (depths and edges)
-    equals the old walk's, whether the walk stops early, runs to ``max_depth`` or has alerting
+    equals the reference's, whether the walk stops early, runs to ``max_depth`` or has alerting
     nodes it cannot reach or that are not in the graph."""
     rng = random.Random(20261206)
     checked = 0

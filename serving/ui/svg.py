@@ -334,47 +334,59 @@ def _walk(
     wanted: set[str],
     max_depth: int,
     max_nodes: int,
-) -> tuple[TreeDepths, dict[str, tuple[str, str]]]:
-    """Breadth-first from ``cause`` (see :func:`propagation_tree`): ``(depth, parent)``, parent
-    being ``(node, edge kind)``. The ranker's ``path`` (as far as the graph has its hops) is laid
-    down first, each of its nodes the child of its predecessor, at its hop on the path, whatever
-    its length and whether it crosses a ``cluster`` node; the walk then goes on from every node
-    reached, the path's included, each at its depth. It stops once every node of ``wanted`` is
-    reached (farther nodes change nothing the tree keeps) or at ``max_nodes`` nodes (then
-    ``depth.cut``)."""
+) -> tuple[TreeDepths, dict[str, tuple[str, str]], dict[str, int]]:
+    """Breadth-first from ``cause`` (see :func:`propagation_tree`), then the ranker's ``path``
+    overlaid for drawing: ``(depth, parent, dist)``, parent being ``(node, edge kind)`` and
+    ``dist`` each walked node's true distance in hops from ``cause``.
+
+    The walk is a plain shortest-path walk up to ``max_depth`` hops that does not cross a barrier
+    node: a node of the path is expanded at its true distance, however late it comes on the path.
+    It stops once every node of ``wanted`` is reached (farther nodes change nothing the tree keeps)
+    or at ``max_nodes`` nodes (then ``depth.cut``). The path (as far as the graph has its hops) is
+    then laid over it, each of its nodes the child of its predecessor, also past a ``cluster``
+    node; a path node the walk did not reach (one behind a barrier) is drawn but not expanded.
+    Every node's ``depth`` is its parent's plus one: the column :func:`tree_svg` draws it in."""
     adj, barriers = _adjacency(graph)
     chain = _path_chain(adj, cause, path)
-    depth = TreeDepths({cause: 0})
+    dist = {cause: 0}
     parent: dict[str, tuple[str, str]] = {}
-    for i in range(1, len(chain)):
-        node, kind = chain[i]
-        depth[node] = i
-        parent[node] = (chain[i - 1][0], kind)
-    left = wanted - set(depth)
+    cut = False
+    left = wanted - {cause}  # path nodes too: a target is ranked by its true distance
     frontier = [cause]
     level = 0
-    while frontier and left and level < max_depth:
+    while frontier and left and level < max_depth and not cut:
         nxt: list[str] = []
         for u in frontier:
             if u in barriers and u != cause:
                 continue
             for v, kind in adj.get(u, []):
-                if v in depth:
+                if v in dist:
                     continue
-                if len(depth) >= max_nodes:
-                    depth.cut, depth.visited = True, len(depth)
-                    return depth, parent
-                depth[v] = level + 1
+                if len(dist) >= max_nodes:
+                    cut = True
+                    break
+                dist[v] = level + 1
                 parent[v] = (u, kind)
                 nxt.append(v)
                 left.discard(v)
-                if not left:
-                    return depth, parent
+            if cut or not left:
+                break
         level += 1
-        if level < len(chain):  # the path's node at this hop goes on from here too
-            nxt.append(chain[level][0])
         frontier = nxt
-    return depth, parent
+    for i in range(1, len(chain)):  # the ranker's path, hop by hop, over the walk's tree
+        parent[chain[i][0]] = (chain[i - 1][0], chain[i][1])
+    depth = TreeDepths({cause: 0})
+
+    for n in [*dist, *(c for c, _ in chain)]:  # parents first, up to a node already placed
+        up: list[str] = []
+        while n not in depth:
+            up.append(n)
+            n = parent[n][0]
+        for m in reversed(up):
+            depth[m] = depth[n] + 1
+            n = m
+    depth.cut, depth.visited = cut, len(dist)
+    return depth, parent, dist
 
 
 def propagation_tree(
@@ -393,22 +405,26 @@ def propagation_tree(
     and Services that ``runs_on`` several hosts, such as the kubelet's: see
     :func:`~fleetmind.serving.graphstore.barrier_nodes`). The walk visits at most ``max_nodes``
     nodes (then the returned depths' ``cut`` is set). The tree keeps the nodes on the paths to the
-    first ``max_targets`` alerting nodes reached, and the ranker's own ``path``: its hops are the
-    tree's edges (laid down before the walk, so a path longer than the shortest route, or one that
-    crosses a ``cluster`` node, is drawn as the ranker gave it), up to the first hop the graph
-    lacks.
+    first ``max_targets`` alerting nodes reached (nearest first, by true distance), and the
+    ranker's own ``path``: its hops are the tree's edges (laid over the walk's tree, so a path
+    longer than the shortest route, or one that crosses a ``cluster`` node, is drawn as the ranker
+    gave it), up to the first hop the graph lacks. The walk expands each path node at its true
+    distance (what hangs off it is drawn under it, one column further per hop) and does not go on
+    from a path node behind a node it does not cross.
 
     Returns:
-        ``(depth, edges)``: node id -> hops from ``cause`` (a :class:`TreeDepths`), and
+        ``(depth, edges)``: node id -> the column it is drawn in, its parent's plus one (a
+        :class:`TreeDepths`; hops from ``cause`` along the drawn tree), and
         ``(parent, child, edge kind)``.
     """
     if cause not in graph.index:
         return TreeDepths(), []
     whole_path = all(n in graph.index for n in path)
     wanted = {n for n in alerting if n in graph.index} | (set(path) if whole_path else set())
-    depth, parent = _walk(graph, cause, path, wanted, max_depth, max_nodes)
+    depth, parent, dist = _walk(graph, cause, path, wanted, max_depth, max_nodes)
     targets = sorted(
-        (n for n in alerting if n in depth and n != cause), key=lambda n: (depth[n], n)
+        (n for n in alerting if n in depth and n != cause),
+        key=lambda n: (dist.get(n, depth[n]), n),
     )
     keep = {cause} | set(path if all(n in depth for n in path) else [])
     for t in targets[:max_targets]:
