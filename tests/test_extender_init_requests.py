@@ -222,14 +222,15 @@ def _no_init_info(ksm: list[Sample]) -> list[Sample]:
 
 
 @pytest.mark.parametrize("phase", ["Pending", "Unknown"])
-def test_an_unstarted_pod_whose_sidecars_are_unknown_keeps_its_hold(
+def test_an_unstarted_pod_whose_sidecars_are_unknown_is_read_with_an_upper_bound(
     tmp_path: Path, phase: str
 ) -> None:
     """A pod not yet running, app 1 GPU + sidecar 1 GPU, and no ``kube_pod_init_container_info``
     yet: the sidecar cannot be told from a regular init container (which would make 1 device, where
-    the kubelet gives 2). Its devices are not marked and it stays out of ``gpu_pods``, so the
-    extender's hold on 2 GPUs counts in full: 2 GPUs taken on the node, as the pod holds. Before:
-    1 device marked, the pod in ``gpu_pods``, its hold ended: 1 GPU counted."""
+    the kubelet gives 2), so every init container is read as a sidecar: 2 devices marked, the pod
+    in ``gpu_pods``, its hold ended, and 2 GPUs taken on the node, as the pod holds (not 4: nothing
+    counted twice). Before the upper bound: 1 GPU counted (read as a regular init container, hold
+    ended), then none marked (pod skipped, only the hold counted)."""
     from fleetmind.serving.db import Database
     from fleetmind.serving.scheduler.placement import Option
     from fleetmind.serving.scheduler.reservations import DbReservations
@@ -240,8 +241,8 @@ def test_an_unstarted_pod_whose_sidecars_are_unknown_keeps_its_hold(
                 1.0))  # fmt: skip
     nodes = build_nodes(_dcgm(n=4), ksm)
     (node,) = nodes
-    assert [g.free_milli for g in node.gpus] == [1000] * 4
-    assert node.gpu_pods == frozenset() and node.pending_pods == frozenset({"ml/prep"})
+    assert [g.free_milli for g in node.gpus] == [0, 0, 1000, 1000]
+    assert node.gpu_pods == frozenset({"ml/prep"}) and node.pending_pods == frozenset({"ml/prep"})
     db = Database(f"sqlite:///{tmp_path}/h.db")
     db.migrate()
     res = DbReservations(db, cache_s=0)
@@ -253,7 +254,29 @@ def test_an_unstarted_pod_whose_sidecars_are_unknown_keeps_its_hold(
         for g in node.gpus
         if g.free_milli < 1000 or view.gpu_used("local", NODE, g.index) >= 1000
     ]
-    assert taken == [2, 3]
+    assert taken == [0, 1]
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Unknown"])
+def test_an_unstarted_pod_without_a_hold_counts_its_gpus_before_init_statuses(
+    phase: str,
+) -> None:
+    """A pod placed without FleetMind (another scheduler, or the extender skipped as ignorable):
+    app 4 GPUs + a regular init container asking 1 (a GPU check), bound, not yet running, and no
+    ``kube_pod_init_container_info`` yet (the kubelet has not written ``initContainerStatuses``, or
+    the series is never collected: an allowlist or relabelling drops it). It is read with the upper
+    bound, app + every init container as a sidecar: 5 GPUs taken, at least the kubelet's 4
+    (kube-scheduler's ``PodRequests``: max(4, 1) for a regular init container). Before: not read
+    at all, all 8 GPUs free."""
+    ksm = _no_init_info(_ksm(phase, {"gpu-check": 1.0}, app_gpus=4.0, n=8))
+    (node,) = build_nodes(_dcgm(n=8), ksm)
+    free = [g.free_milli for g in node.gpus]
+    assert free.count(0) >= 4
+    assert free == [0] * 5 + [1000] * 3
+    assert node.gpu_pods == frozenset({"ml/prep"})
+    # once the kubelet reports the init container (a regular one), the kubelet's count: 4
+    (node,) = build_nodes(_dcgm(n=8), _ksm(phase, {"gpu-check": 1.0}, app_gpus=4.0, n=8))
+    assert [g.free_milli for g in node.gpus] == [0] * 4 + [1000] * 4
 
 
 def test_a_pod_whose_init_statuses_are_reported_is_read() -> None:

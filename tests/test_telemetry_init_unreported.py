@@ -3,11 +3,13 @@
 kube-state-metrics exports ``kube_pod_init_container_info`` only for the init containers whose
 status the kubelet reported (``internal/store/pod.go`` ranges over
 ``Status.InitContainerStatuses``), with ``restart_policy`` "Always" for a sidecar
-(kubernetes/kube-state-metrics#2240). Until then a sidecar reads as a regular init container:
-``prep`` (app 1 + sidecar 1: the kubelet gives 2 devices) would read 1. Such a pod is not read
-(no device marked, out of ``gpu_pods``) so that the extender's hold counts in full; ``ready``, whose
-init container the kubelet reported, is read as usual. Before: ``prep`` had 1 device marked and
-was in ``gpu_pods``, ending its hold.
+(kubernetes/kube-state-metrics#2240). Until then a sidecar cannot be told from a regular init
+container, so such a pod is read with an upper bound, every init container as a sidecar: ``prep``
+(app 1 + sidecar 1: the kubelet gives 2 devices) reads 2, and ``check`` (app 1 + a regular init
+container 1: the kubelet gives 1) reads 2 too, never fewer than the kubelet's count, so the
+extender's hold can end without a GPU read free; ``ready``, whose init container the kubelet
+reported, is read as usual. Before: ``prep`` and ``check`` were not read at all (no device marked,
+out of ``gpu_pods``: a pod without a hold counted no GPU).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ PODS: dict[str, tuple[str, int, dict[str, tuple[int, bool]], bool]] = {
     "prep": ("Pending", 1, {"proxy": (1, True)}, False),  # 2 devices; sidecar not known yet
     "ready": ("Pending", 1, {"warm": (2, False)}, True),  # 2 devices, reported
     "busy": ("Running", 1, {}, False),  # 1 device, no init container
+    "check": ("Pending", 1, {"gpu-check": (1, False)}, False),  # 1 device; upper bound 2
 }
 
 
@@ -111,15 +114,16 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.mark.external
-def test_an_unstarted_pod_without_init_statuses_is_not_read(prom: str) -> None:
+def test_an_unstarted_pod_without_init_statuses_is_read_with_an_upper_bound(prom: str) -> None:
     src = PrometheusApiSource(prom, ttl_s=0.0)
     try:
         view = _read_ksm(src.query(src.ksm_query), "local")
         (node,) = src.collect().nodes
     finally:
         src.close()
-    assert [g.free_milli for g in node.gpus] == [0] * 3 + [1000] * 5  # ready 2 + busy 1
-    assert node.gpu_pods == {"ml/ready", "ml/busy"}
-    assert node.pending_pods == {"ml/prep", "ml/ready"}
+    # prep 2 + ready 2 + busy 1 + check 2 (its upper bound: app 1 + init 1)
+    assert [g.free_milli for g in node.gpus] == [0] * 7 + [1000]
+    assert node.gpu_pods == {"ml/prep", "ml/ready", "ml/busy", "ml/check"}
+    assert node.pending_pods == {"ml/prep", "ml/ready", "ml/check"}
     assert view.init_reported == {("local", "ml", "ready")}
-    assert view.init_unknown == {("local", "n1", "ml", "prep")}
+    assert view.init_unknown == {("local", "n1", "ml", "prep"), ("local", "n1", "ml", "check")}

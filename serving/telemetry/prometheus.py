@@ -165,11 +165,17 @@ read as a regular one: a GPU sidecar counts too few (sidecar 1 + app 1: 1, where
 2) on a kube-state-metrics before kubernetes/kube-state-metrics#2240. A pod not yet running
 (``Pending``, ``Unknown``) whose init containers request GPUs but have no
 ``kube_pod_init_container_info`` series yet (kube-state-metrics exports it only once the kubelet
-reported the init containers' statuses) and which DCGM names on no GPU is not read at all: its
-devices are not marked and it stays out of ``NodeState.gpu_pods``, so the extender's hold on it
-counts in full until then (:mod:`fleetmind.serving.scheduler.reservations`; marking its devices
-too would count them twice), and a pod placed without FleetMind counts no GPU for that while (it
-is not started: its GPUs read idle). CPU and memory of init containers are not read.
+reported the init containers' statuses) is read with an upper bound: every init container counts
+as a sidecar (its devices are its containers' requests plus all its init containers', app 4 +
+init 1: 5, where the kubelet gives 4 for a regular init container and 5 for a sidecar). That is
+never below the kubelet's count, so the extender's hold on the pod can end once it is read
+(:mod:`fleetmind.serving.scheduler.reservations`) without a GPU read free too early, and a pod
+placed without FleetMind counts its GPUs as well; it over-counts only by regular init
+containers' GPUs until the kubelet reports them (seconds: its first ``SyncPod`` writes a
+``Waiting`` status for every init container). Where ``kube_pod_init_container_info`` is never
+collected (an allowlist, denylist or relabelling drops it), such pods are read with this upper
+bound for their whole ``Pending`` phase, never as 0 GPUs. CPU and memory of init containers are
+not read.
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -979,8 +985,8 @@ class _KsmView:
     init_unknown: set[tuple[str, str, str, str]] = field(default_factory=set)
     """``(cluster, node, namespace, pod)`` of the pods not yet running (``unstarted``) whose init
     containers request ``nvidia.com/gpu`` but which have no ``kube_pod_init_container_info``
-    series yet: which are sidecars is unknown, so their devices are not read (see Init
-    containers)."""
+    series yet: which are sidecars is unknown, so every init container is read as one, an upper
+    bound of the kubelet's count (see Init containers)."""
     phase_clusters: set[str] = field(default_factory=set)
     """Clusters with any ``kube_pod_status_phase{phase="Pending"|"Running"} == 1`` series: there a
     listed pod in phase ``Pending`` or ``Unknown`` is not yet running (``NodeState.pending_pods``)."""
@@ -1099,17 +1105,21 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
     for where in {*view.app_gpus, *view.init_gpus}:
         c, _, ns, pod = where
         inits = view.init_gpus.get(where, {})
-        sidecars = {n: v for n, v in inits.items() if (c, ns, pod, n) in view.sidecars}
-        regular = [v for n, v in inits.items() if n not in sidecars]
-        view.gpu_requests[where] = pod_gpu_devices(
-            view.app_gpus.get(where, 0.0), regular, sum(sidecars.values())
-        )
         if (
             (c, ns, pod) in view.unstarted
             and (c, ns, pod) not in view.init_reported
             and any(v > 0 for v in inits.values())
         ):
+            # which init containers are sidecars is not known yet: read every one as a sidecar,
+            # an upper bound of the kubelet's count (see Init containers)
             view.init_unknown.add(where)
+            sidecars = dict(inits)
+        else:
+            sidecars = {n: v for n, v in inits.items() if (c, ns, pod, n) in view.sidecars}
+        regular = [v for n, v in inits.items() if n not in sidecars]
+        view.gpu_requests[where] = pod_gpu_devices(
+            view.app_gpus.get(where, 0.0), regular, sum(sidecars.values())
+        )
     return view
 
 
@@ -1403,14 +1413,10 @@ def build_nodes(
     # devices of pods placed on fewer devices than they hold, per node: (pod, devices left,
     # named anywhere), in pod order (all of a pod DCGM names nowhere; the rest of one it names:
     # a regular init container's, which the kubelet's PodResources List leaves out, where it
-    # lists sidecars since Kubernetes 1.29, or one on a GPU without series); a pod not
-    # yet running whose sidecars are not known yet (view.init_unknown) is left out: its hold
-    # counts in full instead (see Init containers)
+    # lists sidecars since Kubernetes 1.29, or one on a GPU without series)
     unnamed: dict[tuple[str, str], list[tuple[str, float, bool]]] = defaultdict(list)
     for (c, h, ns, pod), n in sorted(view.gpu_requests.items()):
         on = len(named.get((c, f"{ns}/{pod}"), ()))
-        if (c, h, ns, pod) in view.init_unknown and not on:
-            continue
         if (c, ns, pod) in view.running and n - on > 0:
             unnamed[(c, h)].append((f"{ns}/{pod}", n - on, on > 0))
     taken_on: dict[tuple[str, str], set[int]] = defaultdict(set)
