@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,8 @@ from fleetmind.rca.features.columnar import incident_crop
 from fleetmind.rca.features.layout import FEATURE_VERSION
 from fleetmind.rca.features.neighbours import neighbour_inputs
 from fleetmind.rca.parsimony import LONE_ALERT_MARGIN, lone_alert_cap
+
+log = logging.getLogger("fleetmind.rca")
 
 ARTIFACT_FORMAT = "fleetmind-rca-gat"
 ARTIFACT_FORMAT_VERSION = 1
@@ -104,6 +107,12 @@ class GATAnalyzerConfig:
     lone_alert_margin: float | None = LONE_ALERT_MARGIN
 
 
+def weights_version(blob: bytes) -> str:
+    """The version of a GAT whose ``model.pt`` holds ``blob``: ``gat-`` plus the first 10 hex
+    digits of its SHA-256 (what :func:`save_artifact` writes into ``config.json``)."""
+    return "gat-" + hashlib.sha256(blob).hexdigest()[:10]
+
+
 def save_artifact(
     model: Any,
     out_dir: str | Path,
@@ -126,7 +135,7 @@ def save_artifact(
     cfg = {
         "format": ARTIFACT_FORMAT,
         "format_version": ARTIFACT_FORMAT_VERSION,
-        "version": "gat-" + hashlib.sha256(blob).hexdigest()[:10],
+        "version": weights_version(blob),
         "model": model.config.to_dict(),
         "metrics": dict(metrics or {}),
         "data": dict(data or {}),
@@ -250,9 +259,10 @@ def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
     except ValueError as err:
         raise ModelLoadError(f"{path / 'config.json'}: bad model config ({err})") from None
     try:
+        blob = (path / "model.pt").read_bytes()  # read once: the version is of these bytes
         with warnings.catch_warnings():  # torch warns about foreign pickles before it refuses
             warnings.simplefilter("ignore")
-            state = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
+            state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ModelLoadError(f"{path / 'model.pt'} is missing") from None
     except Exception as err:  # torch raises RuntimeError/UnpicklingError/EOFError/... on bad bytes
@@ -261,6 +271,13 @@ def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
         ) from None
     if not isinstance(state, dict):
         raise ModelLoadError(f"{path / 'model.pt'} is not a state dict")
+    for key, tensor in state.items():  # NaN/inf weights would rank every node at score 0
+        if (
+            isinstance(tensor, torch.Tensor)
+            and tensor.is_floating_point()
+            and not bool(torch.isfinite(tensor).all())
+        ):
+            raise ModelLoadError(f"{path / 'model.pt'} holds non-finite weights ({key})")
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
@@ -269,6 +286,15 @@ def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
             f"{path / 'model.pt'} does not fit the model in config.json ({first})"
         ) from None
     model.eval()
+    version = weights_version(blob)
+    if meta.get("version") != version:  # e.g. a retrained model.pt copied over the served one
+        log.warning(
+            "%s: config.json says version %r, model.pt's SHA-256 gives %s (the version served)",
+            path,
+            meta.get("version"),
+            version,
+        )
+        meta = {**meta, "version": version}
     return model, meta
 
 

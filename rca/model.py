@@ -144,6 +144,8 @@ class GATRanker(nn.Module):
         super().__init__()
         if config.layers < 2:
             raise ValueError("GATConfig.layers must be >= 2")
+        if config.heads < 1:
+            raise ValueError("GATConfig.heads must be >= 1")
         if config.hidden % config.heads:
             raise ValueError("GATConfig.hidden must be divisible by heads")
         self.config = config

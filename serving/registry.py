@@ -192,10 +192,15 @@ class ModelRegistry:
             ModelLoadError: this process kept its models, or a model stays on its fallback (the
                 request stands for the others).
         """
-        attempt = self._reload(None)
         generation = None
-        if self.db is not None:
+        if self.db is None:
+            attempt = self._reload(None)
+        else:
+            # the follow lock is held across the reload and its record, as sync() holds it across
+            # its read and its reload: a follow-up of an older generation never swaps in after
+            # this newer reload (which would leave this process on another version for good)
             with self._follow_lock:
+                attempt = self._reload(None)
                 try:
                     generation = self.db.request_model_reload(time.time(), attempt.pins or None)
                 except Exception as err:  # a database outage must not stop this process reloading
@@ -218,6 +223,8 @@ class ModelRegistry:
         """
         if self.db is None:
             return None
+        # held across the reload too (see request_reload): the generation read is still the
+        # newest this process knows when its models are swapped in
         with self._follow_lock:
             generation, requested_ts, pins = self.db.model_reload_record()
             if self.reload_generation is None:  # first look: a request after our load counts
@@ -225,9 +232,9 @@ class ModelRegistry:
             else:
                 due = generation > self.reload_generation
             self.reload_generation = generation
-        if not due:
-            return None
-        attempt = self._reload(pins)
+            if not due:
+                return None
+            attempt = self._reload(pins)
         self.reload_error = attempt.error
         if not attempt.swapped:
             return None
@@ -291,7 +298,9 @@ class ModelRegistry:
         """:meth:`reload`'s work, as an outcome; ``pins`` (a reload record's, see :func:`_pins`):
         the registry version to load for each reference that equals this process's own."""
         with self._reload_lock:
-            old = self.current
+            old = self._current  # not self.current: that may start a follow-up (sync) meanwhile
+            if old is None:
+                raise RuntimeError("model registry not loaded")  # lifespan always loads it
             rca = self._load_rca(_pinned(pins, "rca", self.rca_ref))
             placement = self._load_placement(_pinned(pins, "placement", self.placement_ref))
             tried = _pins(
