@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import unicodedata
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from html import escape
 from itertools import accumulate
@@ -334,6 +334,7 @@ def _walk(
     wanted: set[str],
     max_depth: int,
     max_nodes: int,
+    alerting: Set[str] = frozenset(),
 ) -> tuple[TreeDepths, dict[str, tuple[str, str]], dict[str, int]]:
     """Breadth-first from ``cause`` (see :func:`propagation_tree`), then the ranker's ``path``
     overlaid for drawing: ``(depth, parent, dist)``, parent being ``(node, edge kind)`` and
@@ -341,8 +342,9 @@ def _walk(
 
     The walk is a plain shortest-path walk up to ``max_depth`` hops that does not cross a barrier
     node: a node of the path is expanded at its true distance, however late it comes on the path.
-    It stops once every node of ``wanted`` is reached (farther nodes change nothing the tree keeps)
-    or at ``max_nodes`` nodes (then ``depth.cut``). The path (as far as the graph has its hops) is
+    It stops once every node of ``wanted`` is reached (farther nodes change nothing the tree keeps;
+    the path's nodes the overlay places anyway are waited for only when they alert) or at
+    ``max_nodes`` nodes (then ``depth.cut``). The path (as far as the graph has its hops) is
     then laid over it, each of its nodes the child of its predecessor, also past a ``cluster``
     node; a path node the walk did not reach (one behind a barrier) is drawn but not expanded.
     Every node's ``depth`` is its parent's plus one: the column :func:`tree_svg` draws it in."""
@@ -351,7 +353,10 @@ def _walk(
     dist = {cause: 0}
     parent: dict[str, tuple[str, str]] = {}
     cut = False
-    left = wanted - {cause}  # path nodes too: a target is ranked by its true distance
+    # a target is ranked by its true distance; the path's nodes the overlay places are not waited
+    # for (one behind a barrier is never reached: waiting would walk max_nodes) unless they alert
+    on_chain = {c for c, _ in chain[1:]}
+    left = (wanted - {cause} - on_chain) | (on_chain & set(alerting))
     frontier = [cause]
     level = 0
     while frontier and left and level < max_depth and not cut:
@@ -369,6 +374,8 @@ def _walk(
                 parent[v] = (u, kind)
                 nxt.append(v)
                 left.discard(v)
+                if not left:  # the last target: nothing farther changes the tree
+                    break
             if cut or not left:
                 break
         level += 1
@@ -421,12 +428,12 @@ def propagation_tree(
         return TreeDepths(), []
     whole_path = all(n in graph.index for n in path)
     wanted = {n for n in alerting if n in graph.index} | (set(path) if whole_path else set())
-    depth, parent, dist = _walk(graph, cause, path, wanted, max_depth, max_nodes)
+    depth, parent, dist = _walk(graph, cause, path, wanted, max_depth, max_nodes, alerting)
     targets = sorted(
         (n for n in alerting if n in depth and n != cause),
         key=lambda n: (dist.get(n, depth[n]), n),
     )
-    keep = {cause} | set(path if all(n in depth for n in path) else [])
+    keep = {cause} | {n for n in path if n in depth}  # up to a hop the graph lacks, too
     for t in targets[:max_targets]:
         n = t
         while n != cause and n not in keep:
@@ -438,7 +445,7 @@ def propagation_tree(
             keep.add(n)
     edges = [(parent[n][0], n, parent[n][1]) for n in sorted(keep) if n != cause and n in parent]
     kept = TreeDepths({n: depth[n] for n in keep})
-    kept.cut, kept.visited = depth.cut, len(depth)
+    kept.cut, kept.visited = depth.cut, depth.visited
     return kept, edges
 
 
