@@ -208,7 +208,7 @@ def _load_mlflow(uri: str) -> tuple[Any, dict[str, Any], str | None]:
                 f"cannot load GAT model {uri!r} from MLflow: {reason(err)}"
             ) from None
         try:
-            model, meta = _load_folder(_resolve_ref(str(local)))
+            model, meta = _load_folder(_resolve_ref(str(local)), shown=shown, served=version)
         except ModelLoadError as err:  # name the model, not the temporary folder
             raise ModelLoadError("MLflow model " + str(err).replace(str(local), shown)) from None
     return model, meta, version
@@ -226,8 +226,17 @@ def load_model(ref: str | None) -> tuple[Any, dict[str, Any], str | None]:
     return model, meta, None
 
 
-def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
-    """The model and ``config.json`` of the artifact folder ``path``, read whole."""
+def _load_folder(
+    path: Path, shown: str | None = None, served: str | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The model and ``config.json`` of the artifact folder ``path``, read whole.
+
+    Args:
+        shown: the name of the model in the warning about a version label that does not match
+            the weights (an MLflow URI instead of its temporary download folder).
+        served: the version the model is served as when that is not the weights' hash (a
+            registry version such as ``fleetmind-rca/2``).
+    """
     import torch
 
     from fleetmind.rca.model import GATConfig, GATRanker, input_width
@@ -289,10 +298,11 @@ def _load_folder(path: Path) -> tuple[Any, dict[str, Any]]:
     version = weights_version(blob)
     if meta.get("version") != version:  # e.g. a retrained model.pt copied over the served one
         log.warning(
-            "%s: config.json says version %r, model.pt's SHA-256 gives %s (the version served)",
-            path,
+            "%s: config.json says version %r, model.pt's SHA-256 gives %s (%s)",
+            shown or path,
             meta.get("version"),
             version,
+            f"served as {served}" if served else "the version served",
         )
         meta = {**meta, "version": version}
     return model, meta

@@ -12,6 +12,7 @@ two calls of ``mlflow/store/artifact/http_artifact_repo.py`` (``list_artifacts``
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import threading
@@ -177,7 +178,9 @@ def _gat_copy(tmp_path: Path, version: str) -> Path:
     out = tmp_path / f"src-{version}"
     shutil.copytree(MODELS_DIR / "rca", out)
     cfg = json.loads((out / "config.json").read_text())
-    (out / "config.json").write_text(json.dumps({**cfg, "version": version}))
+    # the label alone no longer tells copies apart (a folder's version is its weights' hash):
+    # a marker the loader keeps does
+    (out / "config.json").write_text(json.dumps({**cfg, "version": version, "copy": version}))
     return out
 
 
@@ -195,7 +198,12 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         mlflow.set_tracking_uri(None)
 
 
-def test_an_alias_is_resolved_once(registry: Path, tmp_path: Path, monkeypatch) -> None:
+def test_an_alias_is_resolved_once(
+    registry: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """``download_artifacts("models:/m@alias")`` resolves the alias again
     (``mlflow/store/artifact/models_artifact_repo.py``); a promotion between the loader's own
     lookup and the download made it report version 2 and serve version 1's weights. Now it
@@ -212,8 +220,15 @@ def test_an_alias_is_resolved_once(registry: Path, tmp_path: Path, monkeypatch) 
         return mv
 
     monkeypatch.setattr(mlflow.MlflowClient, "get_model_version_by_alias", racing)
-    gat = GATAnalyzer.load("models:/fleetmind-rca@champion")
-    assert (gat.version, gat.meta["version"]) == ("fleetmind-rca/2", "gat-v2")
+    with caplog.at_level(logging.WARNING, logger="fleetmind.rca"):
+        gat = GATAnalyzer.load("models:/fleetmind-rca@champion")
+    assert (gat.version, gat.meta["copy"]) == ("fleetmind-rca/2", "gat-v2")
+    # the label 'gat-v2' is not the weights' hash: the warning names the model, not the temporary
+    # download folder, and the version it is served as
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "fleetmind.rca"]
+    assert (
+        warning.startswith("models:/fleetmind-rca/2: ") and "served as fleetmind-rca/2" in warning
+    )
     _register("fleetmind-placement", MODELS_DIR / "placement")
     client.set_registered_model_alias("fleetmind-placement", "champion", "1")
     policy = load_ppo_policy("models:/fleetmind-placement@champion")
