@@ -8,6 +8,8 @@ camelCase: ``metadata``, ``spec.containers[].resources.limits``).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +290,94 @@ class Prometheus:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def ksm_prometheus(tmp: Path, dcgm: dict[str, tuple[str, str]], ksm: str,
+                   ksm_target: dict[str, str] | None, series: int) -> Iterator[str]:  # fmt: skip
+    """A real Prometheus scraping dcgm-exporter texts (``dcgm[job] = (exporter pod, text)``, each
+    at ``/<job>`` with the chart's scrape, :data:`DCGM_CHART_SCRAPE`) and kube-state-metrics'
+    ``ksm`` at ``/ksm`` (``ksm_target``: the target labels of a scrape with ``honor_labels: false``;
+    None: ``honor_labels: true``); yields its URL once ``series`` ``DCGM_FI_DEV_FB_USED`` and
+    ``kube_pod_info`` series are in. Skips the test without the binary."""
+    import pytest
+
+    if prometheus_binary() is None:
+        pytest.skip("Prometheus not installed (Debian package prometheus)")
+    exporter = ExporterServer({**{f"/{job}": text for job, (_, text) in dcgm.items()}, "/ksm": ksm})
+    scrape = {job: {**DCGM_CHART_SCRAPE, "labels": exporter_target(pod)}
+              for job, (pod, _) in dcgm.items()}  # fmt: skip
+    scrape["ksm"] = {"honor_labels": ksm_target is None, "labels": ksm_target or {}}
+    p = Prometheus(tmp, exporter, {**{job: f"/{job}" for job in dcgm}, "ksm": "/ksm"}, scrape)
+    try:
+        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', series)
+        yield p.url
+    finally:
+        p.stop()
+        exporter.close()
+
+
+# ------------------------------------------------------------------ kube-state-metrics layout lines
+# kube-state-metrics 2.x label layout: kube_node_status_allocatable{node, resource, unit},
+# kube_pod_info{namespace, pod, uid, host_ip, pod_ip, node, created_by_kind, created_by_name,
+# priority_class, host_network}, kube_pod_status_phase{namespace, pod, uid, phase} (one series per
+# phase, 1 for the current), kube_pod_init_container_info{namespace, pod, uid, container,
+# image_spec, image, image_id, container_id, restart_policy} ("Always" for a sidecar)
+KSM_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def ksm_allocatable(node: str, gpus: int) -> list[str]:
+    """``kube_node_status_allocatable`` of a node with 64 cores, 512 GiB and ``gpus`` GPUs."""
+    return [
+        f'kube_node_status_allocatable{{node="{node}",resource="cpu",unit="core"}} 64',
+        f'kube_node_status_allocatable{{node="{node}",resource="memory",unit="byte"}} {512 * 2**30}',
+        f'kube_node_status_allocatable{{node="{node}",resource="nvidia_com_gpu",unit="integer"}} '
+        f"{gpus}",
+    ]
+
+
+def ksm_pod_info(ns: str, pod: str, node: str, kind: str = "Job") -> str:
+    """``kube_pod_info`` of pod ``ns/pod`` (uid ``u-<pod>``) on ``node`` ("": not scheduled)."""
+    return (
+        f'kube_pod_info{{namespace="{ns}",pod="{pod}",uid="u-{pod}",host_ip="10.0.0.1",'
+        f'pod_ip="10.1.0.5",node="{node}",created_by_kind="{kind}",created_by_name="x",'
+        'priority_class="",host_network="false"} 1'
+    )
+
+
+def ksm_request(init: bool, ns: str, pod: str, container: str, node: str, resource: str,
+                value: float) -> str:  # fmt: skip
+    """``kube_pod_container_resource_requests`` (``init``: ``kube_pod_init_container_...``) of a
+    container of pod ``ns/pod`` on ``node``: ``resource`` cpu, memory or nvidia_com_gpu."""
+    metric = (
+        "kube_pod_init_container_resource_requests"
+        if init
+        else "kube_pod_container_resource_requests"
+    )
+    unit = {"cpu": "core", "memory": "byte", "nvidia_com_gpu": "integer"}[resource]
+    return (
+        f'{metric}{{namespace="{ns}",pod="{pod}",uid="u-{pod}",container="{container}",'
+        f'node="{node}",resource="{resource}",unit="{unit}"}} {value}'
+    )
+
+
+def ksm_phases(ns: str, pod: str, phase: str) -> list[str]:
+    """``kube_pod_status_phase`` of pod ``ns/pod``: one series per phase, 1 for ``phase``."""
+    return [
+        f'kube_pod_status_phase{{namespace="{ns}",pod="{pod}",uid="u-{pod}",phase="{p}"}} '
+        f"{int(p == phase)}"
+        for p in KSM_PHASES
+    ]
+
+
+def ksm_init_info(pod: str, container: str, sidecar: bool) -> str:
+    """``kube_pod_init_container_info`` of the init container ``container`` of pod ``ml/pod``."""
+    return (
+        f'kube_pod_init_container_info{{namespace="ml",pod="{pod}",uid="u-{pod}",'
+        f'container="{container}",image_spec="x:1",image="x:1",image_id="x@sha256:1",'
+        f'container_id="containerd://{pod}-{container}",'
+        f'restart_policy="{"Always" if sidecar else ""}"}} 1'
+    )
 
 
 # ------------------------------------------------------------------ dcgm-exporter layout texts

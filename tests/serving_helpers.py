@@ -319,6 +319,18 @@ def fresh_database(pg: PgCluster, statement_timeout_s: float) -> Iterator[Any]:
         d.dispose()
 
 
+def serving_settings(tmp_path: Path, **kw: object) -> Settings:
+    """Settings of an app under test: SQLite ``fm.db`` under ``tmp_path``, the baseline ranker, the
+    built-in best-fit placer, no incident worker; ``kw`` wins."""
+    base: dict[str, object] = {
+        "database_url": f"sqlite:///{tmp_path}/fm.db",
+        "rca_model": "baseline:upstream-coverage",
+        "placement_model": "heuristic:builtin-bestfit",
+        "incident_worker": False,
+    }
+    return Settings(**{**base, **kw})
+
+
 NOTIFY_AM = "http://am.test:9093"
 """The Alertmanager the notifier tests post FleetMindRootCause alerts to (a mock transport)."""
 NOTIFY_HOOK = "http://hooks.test/slack"
@@ -343,3 +355,38 @@ def notify_settings(tmp_path: Path, **kw: object) -> Settings:
     }
     base.update(kw)
     return Settings(**base)
+
+
+class NotifyPosts:
+    """An httpx transport that takes every post and records it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        import json
+
+        self.calls.append((str(request.url), json.loads(request.content)))
+        return httpx.Response(200)
+
+    def to(self, url: str) -> list:
+        return [body for u, body in self.calls if u == url]
+
+
+class TickClock:
+    """A notifier clock one second later at every read."""
+
+    def __init__(self) -> None:
+        self.t = 2_000_000_000.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def mock_notifier(client: Any, posts: NotifyPosts) -> Any:
+    """A ``Notifier`` of the app behind ``client`` posting to ``posts`` on a :class:`TickClock`."""
+    from fleetmind.serving.notify import Notifier
+
+    svc = client.app.state.services
+    return Notifier(svc.db, svc.settings, clock=TickClock(), transport=httpx.MockTransport(posts))

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_helpers import refused_line
 
 from fleetmind.cli import main
 
@@ -18,15 +19,10 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], path: Path, flag: str) -> None:
-    """``argv`` exits 2 with one error line naming ``path`` and the input ``flag``, and leaves
-    ``path`` byte for byte as it was."""
-    before = path.read_bytes()
-    rc = main(argv)
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fleetmind")]
-    assert rc == 2, err
-    assert len(err) == 1, err
-    assert f"is an input of this command ({flag}); choose another path" in err[0]
-    assert path.read_bytes() == before
+    """``argv`` exits 2 with one error line naming the input ``flag``, and leaves ``path`` byte for
+    byte as it was."""
+    line = refused_line(capsys, argv, path)
+    assert f"is an input of this command ({flag}); choose another path" in line
 
 
 @pytest.fixture

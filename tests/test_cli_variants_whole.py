@@ -23,14 +23,16 @@ LIMIT = 2048
 ``SIGXFSZ``)."""
 
 
-def _with_file_limit(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a child Python whose files may not grow past :data:`LIMIT` bytes."""
+def _write_fails(setup: str, write: str, cwd: Path) -> None:
+    """Run ``setup`` then the statement ``write`` in a child Python whose files may not grow past
+    :data:`LIMIT` bytes: the write raises ``OSError``."""
+    code = f"{setup}try:\n    {write}\nexcept OSError as err:\n    print('failed', err.errno)\n"
     prelude = (
         "import resource\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({LIMIT}, {LIMIT}))\n"
     )  # fmt: skip
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    return subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-c", prelude + code],
         cwd=cwd,
         env=env,
@@ -38,6 +40,8 @@ def _with_file_limit(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("failed"), proc.stdout
 
 
 def test_write_variant_that_fails_leaves_the_old_trace(tmp_path: Path) -> None:
@@ -45,17 +49,11 @@ def test_write_variant_that_fails_leaves_the_old_trace(tmp_path: Path) -> None:
     old = "name,cpu_milli\n" + "".join(f"old-{i},1000\n" for i in range(50))
     out.write_text(old)
     os.chmod(out, 0o640)
-    code = (
+    setup = (
         "from fleetmind.data.openb_variants import write_variant\n"
         "text = 'name,cpu_milli\\n' + ''.join(f'new-{i},2000\\n' for i in range(2000))\n"
-        "try:\n"
-        "    write_variant('trace.csv', text)\n"
-        "except OSError as err:\n"
-        "    print('failed', err.errno)\n"
     )
-    proc = _with_file_limit(code, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("failed"), proc.stdout
+    _write_fails(setup, "write_variant('trace.csv', text)", tmp_path)
     assert out.read_text() == old  # not a truncated new trace
     assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]  # no temporary file left
     # a write that succeeds replaces it, keeping its permission bits
@@ -71,17 +69,11 @@ def test_dump_fleet_yaml_that_fails_leaves_the_old_file(tmp_path: Path) -> None:
     out.write_text(old)
     fleet = REPO / "data" / "fleets" / "example_multicluster.yaml"
     assert len(dump_fleet_yaml(load_fleet(str(fleet)))) > LIMIT  # the write must hit the limit
-    code = (
+    setup = (
         "from fleetmind.data.fleet_io import dump_fleet_yaml, load_fleet\n"
         f"fleet = load_fleet({str(fleet)!r})\n"
-        "try:\n"
-        "    dump_fleet_yaml(fleet, 'fleet.yaml')\n"
-        "except OSError as err:\n"
-        "    print('failed', err.errno)\n"
     )
-    proc = _with_file_limit(code, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("failed"), proc.stdout
+    _write_fails(setup, "dump_fleet_yaml(fleet, 'fleet.yaml')", tmp_path)
     assert out.read_text() == old
 
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import serving_settings
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from fleetmind.serving.app import create_app  # noqa: E402
-from fleetmind.serving.settings import Settings  # noqa: E402
 from fleetmind.serving.telemetry.base import FleetSnapshot, TelemetrySource  # noqa: E402
 from fleetmind.serving.telemetry.prometheus import (  # noqa: E402
     KSM_PLACED,
@@ -320,12 +320,7 @@ def _pod(name: str, init_gpu: str | None = None, gpu: str | None = None) -> dict
 
 @pytest.fixture()
 def client(tmp_path: Path) -> Any:
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/fm.db",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
+    settings = serving_settings(tmp_path)
     with TestClient(create_app(settings)) as c:
         yield c
 

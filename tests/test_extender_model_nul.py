@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import serving_settings
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from fleetmind.serving.app import create_app  # noqa: E402
 from fleetmind.serving.scheduler.extender import NodeIndex, decide, pod_request  # noqa: E402
 from fleetmind.serving.scheduler.placement import BestFitPlacer, Reservations  # noqa: E402
-from fleetmind.serving.settings import Settings  # noqa: E402
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState  # noqa: E402
 from fleetmind.serving.telemetry.sim import SimSource  # noqa: E402
 
@@ -36,12 +36,7 @@ FILTER, PRIO = "/api/v1/scheduler/filter", "/api/v1/scheduler/prioritize"
 
 @pytest.fixture()
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/fm.db",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
+    settings = serving_settings(tmp_path)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         nodes = [
             NodeState(f"g{i}", "local", [GpuState(j, "NVIDIA H100") for j in range(8)],

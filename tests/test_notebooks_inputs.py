@@ -349,6 +349,17 @@ def execute(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, list[Path]]:
     return mod, written
 
 
+def _stops(
+    execute: tuple[ModuleType, list[Path]], argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> str:
+    """``execute.py argv`` stops (2) having run and written nothing; what it printed to stderr."""
+    mod, written = execute
+    assert mod.main(argv) == 2
+    err = capsys.readouterr().err
+    assert written == [] and _Kernel.runs == []
+    return err
+
+
 def test_execute_takes_a_path_or_a_bare_name(
     execute: tuple[ModuleType, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -364,11 +375,8 @@ def test_execute_takes_a_path_or_a_bare_name(
 def test_execute_unknown_notebook_is_one_line(
     execute: tuple[ModuleType, list[Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    mod, written = execute
-    assert mod.main(["notebooks/rca_evalution.ipynb"]) == 2
-    err = capsys.readouterr().err
+    err = _stops(execute, ["notebooks/rca_evalution.ipynb"], capsys)
     assert len(err.strip().splitlines()) == 1 and "usage:" in err
-    assert written == [] and _Kernel.runs == []
 
 
 @pytest.mark.parametrize("layout", ["no-folder", "empty-folder"])
@@ -379,15 +387,12 @@ def test_execute_without_openb_data_stops_before_writing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    mod, written = execute
     data = tmp_path / "data"
     if layout == "empty-folder":
         (data / "openb" / "csv").mkdir(parents=True)
     monkeypatch.setenv("FLEETMIND_SHARED_DATA", str(data))
-    assert mod.main([]) == 2
-    err = capsys.readouterr().err
+    err = _stops(execute, [], capsys)  # not even the RCA notebook ran
     assert len(err.strip().splitlines()) == 1 and "FLEETMIND_SHARED_DATA" in err
-    assert written == [] and _Kernel.runs == []  # not even the RCA notebook ran
 
 
 def test_execute_missing_results_folder_stops_before_writing(
@@ -396,11 +401,8 @@ def test_execute_missing_results_folder_stops_before_writing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    mod, written = execute
     monkeypatch.setenv("FLEETMIND_RESULTS_DIR", str(tmp_path / "nope"))
-    assert mod.main(["rca_evaluation.ipynb"]) == 2
-    assert "FLEETMIND_RESULTS_DIR" in capsys.readouterr().err
-    assert written == [] and _Kernel.runs == []
+    assert "FLEETMIND_RESULTS_DIR" in _stops(execute, ["rca_evaluation.ipynb"], capsys)
 
 
 def test_execute_does_not_write_a_notebook_with_a_missing_data_note(
@@ -421,10 +423,8 @@ def test_execute_path_with_a_folder_is_only_that_path(
     execute: tuple[ModuleType, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # not the committed notebook of the same name, which a run would overwrite
-    mod, written = execute
-    assert mod.main([str(tmp_path / "does-not-exist" / "rca_evaluation.ipynb")]) == 2
-    assert "no such notebook" in capsys.readouterr().err
-    assert written == [] and _Kernel.runs == []
+    argv = [str(tmp_path / "does-not-exist" / "rca_evaluation.ipynb")]
+    assert "no such notebook" in _stops(execute, argv, capsys)
 
 
 def test_execute_without_openb_data_says_the_rca_notebook_runs_alone(
@@ -456,14 +456,11 @@ def test_execute_missing_local_model_stops_before_writing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    mod, written = execute
     monkeypatch.chdir(tmp_path)  # a relative path is taken from the checkout root
     monkeypatch.setenv("FLEETMIND_SHARED_DATA", str(tmp_path))  # the model is checked first
     monkeypatch.setenv(var, "models/no-such-model")
-    assert mod.main([name] if name else []) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    (line,) = _stops(execute, [name] if name else [], capsys).strip().splitlines()
     assert f"{var}=models/no-such-model: no such file or folder" in line
-    assert written == [] and _Kernel.runs == []
 
 
 def test_execute_takes_a_relative_model_or_a_uri(
@@ -513,9 +510,7 @@ def test_execute_dot_slash_path_is_a_path_not_a_bare_name(
     # so a run from another folder does not fall back to (and overwrite) the committed notebook
     mod, written = execute
     monkeypatch.chdir(tmp_path)
-    assert mod.main(["./rca_evaluation.ipynb"]) == 2
-    assert "no such notebook" in capsys.readouterr().err
-    assert written == [] and _Kernel.runs == []
+    assert "no such notebook" in _stops(execute, ["./rca_evaluation.ipynb"], capsys)
     monkeypatch.chdir(NB_DIR)  # where it does hold the notebook
     assert mod.main(["./rca_evaluation.ipynb"]) == 0
     assert written == [RCA_NB]

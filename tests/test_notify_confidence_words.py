@@ -18,13 +18,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from serving_helpers import NOTIFY_AM as AM
 from serving_helpers import NOTIFY_HOOK as HOOK
-from serving_helpers import notify_settings, webhook
-from ui_helpers import TRUE_ROOT, storm_alerts
+from serving_helpers import NotifyPosts, mock_notifier, notify_settings, webhook
+from ui_helpers import TRUE_ROOT, ranked_storm, storm_alerts
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.notify import Notifier, confidence_words, score_annotation
@@ -44,45 +43,14 @@ def _settings(tmp_path: Path, **kw: object) -> Settings:
     return notify_settings(tmp_path, **{"notify_settle_s": 0.0, **kw})
 
 
-class _Posts:
-    """An httpx transport that takes every post and records it."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, object]] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.calls.append((str(request.url), json.loads(request.content)))
-        return httpx.Response(200)
-
-    def to(self, url: str) -> list:
-        return [body for u, body in self.calls if u == url]
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 2_000_000_000.0
-
-    def __call__(self) -> float:
-        self.t += 1.0
-        return self.t
-
-
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(_settings(tmp_path))) as c:
-        c.post("/api/v1/alerts", json=webhook(storm_alerts(T0))).raise_for_status()
-        c.app.state.services.incidents.process_pending()
-        c.app.state.services.incidents.rank_due()
+    with ranked_storm(_settings(tmp_path), T0) as c:
         yield c
 
 
 def _storm_incident(c: TestClient) -> dict:
     return next(i for i in c.get("/api/v1/incidents").json() if i["alert_count"] == 7)
-
-
-def _notifier(c: TestClient, posts: _Posts) -> Notifier:
-    svc = c.app.state.services
-    return Notifier(svc.db, svc.settings, clock=_Clock(), transport=httpx.MockTransport(posts))
 
 
 def _rank_as_gat(c: TestClient, inc: dict, score: float) -> None:
@@ -137,8 +105,8 @@ def test_a_sent_critical_page_stays_sent_after_the_incident_resolves(app: TestCl
     """Sent as critical at 0.72, held critical at 0.67 (within the 0.05 margin), then the incident
     resolves: the page said "not sent as a warning (the incident closed first)"."""
     inc = _storm_incident(app)
-    posts = _Posts()
-    n = _notifier(app, posts)
+    posts = NotifyPosts()
+    n = mock_notifier(app, posts)
     _rank_as_gat(app, inc, 0.72)
     n.poll()
     n.poll()
@@ -176,9 +144,9 @@ def test_just_below_critical_is_not_sent_as_0_7(app: TestClient) -> None:
     """0.69996 is a warning (below FLEETMIND_NOTIFY_CRITICAL_SCORE 0.7): the alert read
     "score 0.7000" with severity=warning; the page reads 0.699 / 69 %."""
     inc = _storm_incident(app)
-    posts = _Posts()
+    posts = NotifyPosts()
     _rank_as_gat(app, inc, 0.69996)
-    n = _notifier(app, posts)
+    n = mock_notifier(app, posts)
     n.poll()
     n.poll()
     [am] = [
@@ -225,8 +193,8 @@ def test_a_baseline_says_confidence_unknown_and_what_the_notifier_did(tmp_path: 
 def test_the_page_of_a_baseline_ranking_says_it_was_sent(app: TestClient) -> None:
     inc = _storm_incident(app)
     assert inc["method"] == "upstream-coverage"
-    posts = _Posts()
-    n = _notifier(app, posts)
+    posts = NotifyPosts()
+    n = mock_notifier(app, posts)
     n.poll()
     n.poll()
     am = [a for body in posts.to(AM + "/api/v2/alerts") for a in body]

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
+from serving_helpers import serving_settings
 
 from fleetmind.envs.policies import make_policy
 from fleetmind.serving.app import create_app
@@ -31,7 +32,6 @@ from fleetmind.serving.scheduler.placement import (
 )
 from fleetmind.serving.scheduler.reservations import _view
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource
 
@@ -139,12 +139,7 @@ def test_a_hold_stored_before_the_check_still_reads() -> None:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/fm.db",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
+    settings = serving_settings(tmp_path)
     with TestClient(create_app(settings)) as c:
         c.app.state.services.telemetry = SimSource([node("a100", "A100"), node("h", "H100", 8)])
         yield c

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
+from serving_helpers import serving_settings
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import GpuState, NodeState
 from fleetmind.serving.telemetry.sim import SimSource
 
@@ -42,12 +42,7 @@ def test_numbers_and_numeric_strings_still_read() -> None:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/fm.db",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
+    settings = serving_settings(tmp_path)
     gpus = [GpuState(index=i, model="A100", free_milli=1000) for i in range(2)]
     with TestClient(create_app(settings)) as c:
         c.app.state.services.telemetry = SimSource(

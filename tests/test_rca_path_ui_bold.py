@@ -10,32 +10,39 @@ from fleetmind.data.graph import DependencyGraph, GraphEdge, GraphNode
 from fleetmind.serving.ui.svg import propagation_tree, tree_svg
 
 
-def _node(node_id: str, kind: str) -> GraphNode:
-    return GraphNode(node_id, kind, "c", {"cluster": "c"})
+def _build(
+    name: str, nodes: list[tuple[str, str]], edges: list[tuple[str, str, str]]
+) -> DependencyGraph:
+    """A graph of cluster ``c``: ``nodes`` as ``(id, kind)``, ``edges`` as ``(src, dst, kind)``."""
+    return DependencyGraph(
+        name,
+        [GraphNode(node_id, kind, "c", {"cluster": "c"}) for node_id, kind in nodes],
+        [GraphEdge(*e) for e in edges],
+    )
 
 
 def _graph() -> DependencyGraph:
     """Host h1 with a GPU; pod p runs on h1 directly and through pod q and its service s; h1 and h2
     are members of cluster c (h2 reachable from h1 only through c)."""
     nodes = [
-        _node("c", "cluster"),
-        _node("c/host/h1", "host"),
-        _node("c/host/h2", "host"),
-        _node("c/gpu/h1/0", "gpu"),
-        _node("c/pod/p", "pod"),
-        _node("c/pod/q", "pod"),
-        _node("c/svc/s", "service"),
+        ("c", "cluster"),
+        ("c/host/h1", "host"),
+        ("c/host/h2", "host"),
+        ("c/gpu/h1/0", "gpu"),
+        ("c/pod/p", "pod"),
+        ("c/pod/q", "pod"),
+        ("c/svc/s", "service"),
     ]
     edges = [
-        GraphEdge("c/host/h1", "c", "member_of"),
-        GraphEdge("c/host/h2", "c", "member_of"),
-        GraphEdge("c/gpu/h1/0", "c/host/h1", "attached_to"),
-        GraphEdge("c/pod/p", "c/host/h1", "runs_on"),
-        GraphEdge("c/pod/q", "c/host/h1", "runs_on"),
-        GraphEdge("c/pod/q", "c/svc/s", "member_of"),
-        GraphEdge("c/pod/p", "c/svc/s", "calls"),
+        ("c/host/h1", "c", "member_of"),
+        ("c/host/h2", "c", "member_of"),
+        ("c/gpu/h1/0", "c/host/h1", "attached_to"),
+        ("c/pod/p", "c/host/h1", "runs_on"),
+        ("c/pod/q", "c/host/h1", "runs_on"),
+        ("c/pod/q", "c/svc/s", "member_of"),
+        ("c/pod/p", "c/svc/s", "calls"),
     ]
-    return DependencyGraph("g", nodes, edges)
+    return _build("g", nodes, edges)
 
 
 def _bold(graph: DependencyGraph, cause: str, alerting: set[str], path: list[str]) -> int:
@@ -77,24 +84,24 @@ def _detour_graph() -> DependencyGraph:
     """Host h1 with pod p on it (1 hop) and service t that only p calls (2 hops from h1); a long
     detour h1 - q - s - r - u - p reaches p again at hop 5."""
     nodes = [
-        _node("c/host/h1", "host"),
-        _node("c/pod/p", "pod"),
-        _node("c/pod/q", "pod"),
-        _node("c/svc/s", "service"),
-        _node("c/svc/r", "service"),
-        _node("c/pod/u", "pod"),
-        _node("c/svc/t", "service"),
+        ("c/host/h1", "host"),
+        ("c/pod/p", "pod"),
+        ("c/pod/q", "pod"),
+        ("c/svc/s", "service"),
+        ("c/svc/r", "service"),
+        ("c/pod/u", "pod"),
+        ("c/svc/t", "service"),
     ]
     edges = [
-        GraphEdge("c/pod/p", "c/host/h1", "runs_on"),
-        GraphEdge("c/pod/q", "c/host/h1", "runs_on"),
-        GraphEdge("c/pod/q", "c/svc/s", "member_of"),
-        GraphEdge("c/svc/s", "c/svc/r", "calls"),
-        GraphEdge("c/svc/r", "c/pod/u", "calls"),
-        GraphEdge("c/pod/u", "c/pod/p", "calls"),
-        GraphEdge("c/pod/p", "c/svc/t", "calls"),
+        ("c/pod/p", "c/host/h1", "runs_on"),
+        ("c/pod/q", "c/host/h1", "runs_on"),
+        ("c/pod/q", "c/svc/s", "member_of"),
+        ("c/svc/s", "c/svc/r", "calls"),
+        ("c/svc/r", "c/pod/u", "calls"),
+        ("c/pod/u", "c/pod/p", "calls"),
+        ("c/pod/p", "c/svc/t", "calls"),
     ]
-    return DependencyGraph("detour", nodes, edges)
+    return _build("detour", nodes, edges)
 
 
 def test_a_node_behind_a_path_node_is_reached_at_its_true_distance() -> None:
@@ -121,11 +128,11 @@ def test_the_walk_does_not_go_on_past_a_cluster_node_on_the_path() -> None:
     from h2 (grouping does not cross the cluster node): h2's pod, alerting, is not in the tree,
     as without the path (docs/operators.md: "the walk itself still does not cross one")."""
     hosts = [f"c/host/h{i}" for i in (1, 2, 3)]
-    nodes = [_node("c", "cluster")] + [_node(h, "host") for h in hosts]
-    nodes += [_node(f"c/pod/p{i}", "pod") for i in (1, 2, 3)]
-    edges = [GraphEdge(h, "c", "member_of") for h in hosts]
-    edges += [GraphEdge(f"c/pod/p{i}", f"c/host/h{i}", "runs_on") for i in (1, 2, 3)]
-    g = DependencyGraph("clustered", nodes, edges)
+    nodes = [("c", "cluster")] + [(h, "host") for h in hosts]
+    nodes += [(f"c/pod/p{i}", "pod") for i in (1, 2, 3)]
+    edges = [(h, "c", "member_of") for h in hosts]
+    edges += [(f"c/pod/p{i}", f"c/host/h{i}", "runs_on") for i in (1, 2, 3)]
+    g = _build("clustered", nodes, edges)
     alerting = {"c/host/h2", "c/pod/p2", "c/pod/p3"}
     path = ["c/host/h1", "c", "c/host/h2"]
     depth, edges_ = propagation_tree(g, "c/host/h1", alerting, path)

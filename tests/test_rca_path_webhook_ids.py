@@ -13,16 +13,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from serving_helpers import NOTIFY_AM as AM
 from serving_helpers import NOTIFY_HOOK as HOOK
-from serving_helpers import notify_settings, webhook
+from serving_helpers import NotifyPosts, mock_notifier, notify_settings
 from sqlalchemy import select
-from ui_helpers import storm_alerts
+from ui_helpers import ranked_storm
 
-from fleetmind.serving.app import create_app
 from fleetmind.serving.db import notifications
 from fleetmind.serving.notify import EXACT_SCORE, PATH_IDS, Notifier
 
@@ -35,36 +33,9 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
-class _Posts:
-    """An httpx transport that takes every post and records it."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, object]] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.calls.append((str(request.url), json.loads(request.content)))
-        return httpx.Response(200)
-
-    def to(self, url: str) -> list:
-        return [body for u, body in self.calls if u == url]
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 2_000_000_000.0
-
-    def __call__(self) -> float:
-        self.t += 1.0
-        return self.t
-
-
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[TestClient]:
-    settings = notify_settings(tmp_path, notify_settle_s=0.0)
-    with TestClient(create_app(settings)) as c:
-        c.post("/api/v1/alerts", json=webhook(storm_alerts(T0))).raise_for_status()
-        c.app.state.services.incidents.process_pending()
-        c.app.state.services.incidents.rank_due()
+    with ranked_storm(notify_settings(tmp_path, notify_settle_s=0.0), T0) as c:
         yield c
 
 
@@ -76,8 +47,8 @@ def test_a_node_id_with_the_separator_stays_one_hop_in_the_webhook(app: TestClie
     path = [top["node"], ODD, "us-east/pod/p-0"]
     top.update(score=0.95, fault_type="nic_down", path=path)
     svc.db.set_incident_rca(inc["id"], causes, "gat", None)
-    posts = _Posts()
-    n = Notifier(svc.db, svc.settings, clock=_Clock(), transport=httpx.MockTransport(posts))
+    posts = NotifyPosts()
+    n = mock_notifier(app, posts)
     n.poll()
     n.poll()
     [hook] = [h for h in posts.to(HOOK) if h["fleetmind"]["incident"] == inc["id"]]
@@ -110,8 +81,8 @@ def _stored_annotations(app: TestClient, path: list[str]) -> tuple[dict, list, d
     causes = [dict(x) for x in inc["causes"]]
     causes[0].update(score=0.95, fault_type="nic_down", path=[causes[0]["node"], *path])
     svc.db.set_incident_rca(inc["id"], causes, "gat", None)
-    posts = _Posts()
-    n = Notifier(svc.db, svc.settings, clock=_Clock(), transport=httpx.MockTransport(posts))
+    posts = NotifyPosts()
+    n = mock_notifier(app, posts)
     n.poll()
     n.poll()
     with svc.db.engine.connect() as conn:

@@ -19,20 +19,19 @@ from collections.abc import Iterator
 
 import pytest
 from k8s_helpers import (
-    DCGM_CHART_SCRAPE,
-    ExporterServer,
-    Prometheus,
     dcgm_text,
-    exporter_target,
-    prometheus_binary,
+    ksm_allocatable,
+    ksm_init_info,
+    ksm_phases,
+    ksm_pod_info,
+    ksm_prometheus,
+    ksm_request,
 )
 
 from fleetmind.serving.telemetry.prometheus import PrometheusApiSource, _read_ksm
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-GI = 2**30
-PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 # pod -> (phase, app GPUs, {init container: (GPUs, sidecar)}, init statuses reported)
 PODS: dict[str, tuple[str, int, dict[str, tuple[int, bool]], bool]] = {
     "prep": ("Pending", 1, {"proxy": (1, True)}, False),  # 2 devices; sidecar not known yet
@@ -43,74 +42,31 @@ PODS: dict[str, tuple[str, int, dict[str, tuple[int, bool]], bool]] = {
 
 
 def _ksm_text() -> str:
-    lines = ["# TYPE kube_node_status_allocatable gauge"]
-    lines += [
-        'kube_node_status_allocatable{node="n1",resource="cpu",unit="core"} 64',
-        f'kube_node_status_allocatable{{node="n1",resource="memory",unit="byte"}} {512 * GI}',
-        'kube_node_status_allocatable{node="n1",resource="nvidia_com_gpu",unit="integer"} 8',
-        "# TYPE kube_pod_info gauge",
-    ]
-    for pod in PODS:
-        lines.append(
-            f'kube_pod_info{{namespace="ml",pod="{pod}",uid="u-{pod}",host_ip="10.0.0.1",'
-            'pod_ip="10.1.0.5",node="n1",created_by_kind="Job",created_by_name="x",'
-            'priority_class="",host_network="false"} 1'
-        )
+    lines = ["# TYPE kube_node_status_allocatable gauge", *ksm_allocatable("n1", 8)]
+    lines.append("# TYPE kube_pod_info gauge")
+    lines += [ksm_pod_info("ml", pod, "n1") for pod in PODS]
     lines.append("# TYPE kube_pod_status_phase gauge")
     for pod, (phase, _, _, _) in PODS.items():
-        lines += [
-            f'kube_pod_status_phase{{namespace="ml",pod="{pod}",uid="u-{pod}",phase="{p}"}} '
-            f"{int(p == phase)}"
-            for p in PHASES
-        ]
+        lines += ksm_phases("ml", pod, phase)
     lines.append("# TYPE kube_pod_container_resource_requests gauge")
     for pod, (_, app, _, _) in PODS.items():
-        own = f'namespace="ml",pod="{pod}",uid="u-{pod}",container="main",node="n1"'
-        lines.append(
-            f'kube_pod_container_resource_requests{{{own},resource="nvidia_com_gpu",'
-            f'unit="integer"}} {app}'
-        )
+        lines.append(ksm_request(False, "ml", pod, "main", "n1", "nvidia_com_gpu", app))
     lines.append("# TYPE kube_pod_init_container_resource_requests gauge")
     for pod, (_, _, inits, _) in PODS.items():
         for c, (gpus, _) in inits.items():
-            own = f'namespace="ml",pod="{pod}",uid="u-{pod}",container="{c}",node="n1"'
-            lines.append(
-                f'kube_pod_init_container_resource_requests{{{own},resource="nvidia_com_gpu",'
-                f'unit="integer"}} {gpus}'
-            )
+            lines.append(ksm_request(True, "ml", pod, c, "n1", "nvidia_com_gpu", gpus))
     lines.append("# TYPE kube_pod_init_container_info gauge")
     for pod, (_, _, inits, reported) in PODS.items():
-        for c, (_, sidecar) in inits.items() if reported else ():
-            lines.append(
-                f'kube_pod_init_container_info{{namespace="ml",pod="{pod}",uid="u-{pod}",'
-                f'container="{c}",image_spec="x:1",image="x:1",image_id="x@sha256:1",'
-                f'container_id="containerd://{pod}-{c}",'
-                f'restart_policy="{"Always" if sidecar else ""}"}} 1'
-            )
+        lines += [ksm_init_info(pod, c, sidecar) for c, (_, sidecar) in inits.items() if reported]
     return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if prometheus_binary() is None:
-        pytest.skip("Prometheus not installed (Debian package prometheus)")
-    exporter = ExporterServer({"/dcgm": dcgm_text("Hostname", "n1", [{}] * 8), "/ksm": _ksm_text()})
-    scrape = {
-        "dcgm": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n1x7k")},
-        "ksm": {"honor_labels": True, "labels": {}},
-    }
-    p = Prometheus(
-        tmp_path_factory.mktemp("ksm-init-unreported"),
-        exporter,
-        {"dcgm": "/dcgm", "ksm": "/ksm"},
-        scrape,
-    )
-    try:
-        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', 8 + len(PODS))
-        yield p.url
-    finally:
-        p.stop()
-        exporter.close()
+    exporters = {"dcgm": ("dcgm-exporter-n1x7k", dcgm_text("Hostname", "n1", [{}] * 8))}
+    tmp = tmp_path_factory.mktemp("ksm-init-unreported")
+    with ksm_prometheus(tmp, exporters, _ksm_text(), None, 8 + len(PODS)) as url:
+        yield url
 
 
 @pytest.mark.external

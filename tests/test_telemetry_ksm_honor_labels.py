@@ -41,12 +41,14 @@ from pathlib import Path
 
 import pytest
 from k8s_helpers import (
-    DCGM_CHART_SCRAPE,
-    ExporterServer,
-    Prometheus,
     dcgm_text,
     exporter_target,
-    prometheus_binary,
+    ksm_allocatable,
+    ksm_init_info,
+    ksm_phases,
+    ksm_pod_info,
+    ksm_prometheus,
+    ksm_request,
 )
 
 from fleetmind.serving.db import Database
@@ -85,7 +87,6 @@ PODS = {
     "done-1": ("ml", "n2", "Job", "Succeeded", {"main": (4, 16 * GI)}),  # finished: left out
     PENDING: ("ml", "", "Job", "Pending", {"main": (40, 200 * GI)}),  # not scheduled: no node
 }  # fmt: skip
-PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 GPU_COUNT = {"n1": 2, "n2": 3}  # n2's third GPU reports nothing: a placeholder
 
 
@@ -93,13 +94,7 @@ def ksm_text() -> str:
     """kube-state-metrics' exposition of the 2-node fleet (its own labels only)."""
     lines = ["# TYPE kube_node_status_allocatable gauge"]
     for node, gpus in GPU_COUNT.items():
-        lines += [
-            f'kube_node_status_allocatable{{node="{node}",resource="cpu",unit="core"}} 64',
-            f'kube_node_status_allocatable{{node="{node}",resource="memory",unit="byte"}} '
-            f"{512 * GI}",
-            f'kube_node_status_allocatable{{node="{node}",resource="nvidia_com_gpu",'
-            f'unit="integer"}} {gpus}',
-        ]
+        lines += ksm_allocatable(node, gpus)
     lines.append("# TYPE kube_node_status_capacity gauge")
     for node, gpus in GPU_COUNT.items():
         lines.append(
@@ -113,28 +108,15 @@ def ksm_text() -> str:
         'kube_node_labels{node="n2",label_kubernetes_io_hostname="n2"} 1',
         "# TYPE kube_pod_info gauge",
     ]
-    for pod, (ns, node, kind, _, _) in PODS.items():
-        lines.append(
-            f'kube_pod_info{{namespace="{ns}",pod="{pod}",uid="u-{pod}",host_ip="10.0.0.1",'
-            f'pod_ip="10.1.0.5",node="{node}",created_by_kind="{kind}",created_by_name="x",'
-            'priority_class="",host_network="false"} 1'
-        )
+    lines += [ksm_pod_info(ns, pod, node, kind) for pod, (ns, node, kind, _, _) in PODS.items()]
     lines.append("# TYPE kube_pod_container_resource_requests gauge")
     for pod, (ns, node, _, _, containers) in PODS.items():
         for c, (cpu, mem) in containers.items():
-            for resource, unit, v in (("cpu", "core", cpu), ("memory", "byte", mem)):
-                lines.append(
-                    f'kube_pod_container_resource_requests{{namespace="{ns}",pod="{pod}",'
-                    f'uid="u-{pod}",container="{c}",node="{node}",resource="{resource}",'
-                    f'unit="{unit}"}} {v}'
-                )
+            lines.append(ksm_request(False, ns, pod, c, node, "cpu", cpu))
+            lines.append(ksm_request(False, ns, pod, c, node, "memory", mem))
     lines.append("# TYPE kube_pod_status_phase gauge")
     for pod, (ns, _, _, phase, _) in PODS.items():
-        for p in PHASES:
-            lines.append(
-                f'kube_pod_status_phase{{namespace="{ns}",pod="{pod}",uid="u-{pod}",'
-                f'phase="{p}"}} {int(p == phase)}'
-            )
+        lines += ksm_phases(ns, pod, phase)
     lines += [
         "# TYPE kube_pod_annotations gauge",
         'kube_pod_annotations{namespace="ml",pod="share-0",uid="u-share-0",'
@@ -250,27 +232,12 @@ def test_raw_series_read_as_with_honor_labels(target: dict[str, str]) -> None:
     ids=["honor-true", "servicemonitor", "service-endpoints"],
 )  # fmt: skip
 def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if prometheus_binary() is None:
-        pytest.skip("Prometheus not installed (Debian package prometheus)")
     _, target = request.param
-    exporter = ExporterServer({"/dcgm-n1": dcgm("n1"), "/dcgm-n2": dcgm("n2"), "/ksm": ksm_text()})
-    scrape = {
-        "dcgm-n1": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n1x7k")},
-        "dcgm-n2": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n2q4m")},
-        "ksm": {"honor_labels": target is None, "labels": target or {}},
-    }
-    p = Prometheus(
-        tmp_path_factory.mktemp("ksm-honor"),
-        exporter,
-        {"dcgm-n1": "/dcgm-n1", "dcgm-n2": "/dcgm-n2", "ksm": "/ksm"},
-        scrape,
-    )
-    try:
-        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', 4 + len(PODS))
-        yield p.url
-    finally:
-        p.stop()
-        exporter.close()
+    exporters = {"dcgm-n1": ("dcgm-exporter-n1x7k", dcgm("n1")),
+                 "dcgm-n2": ("dcgm-exporter-n2q4m", dcgm("n2"))}  # fmt: skip
+    tmp = tmp_path_factory.mktemp("ksm-honor")
+    with ksm_prometheus(tmp, exporters, ksm_text(), target, 4 + len(PODS)) as url:
+        yield url
 
 
 @pytest.mark.external
@@ -332,57 +299,26 @@ def init_ksm_text() -> str:
     """kube-state-metrics' exposition of :data:`INIT_PODS` on nodes n1 (8 GPUs) and n2 (4)."""
     lines = ["# TYPE kube_node_status_allocatable gauge"]
     for node, gpus in INIT_GPUS.items():
-        lines += [
-            f'kube_node_status_allocatable{{node="{node}",resource="cpu",unit="core"}} 64',
-            f'kube_node_status_allocatable{{node="{node}",resource="memory",unit="byte"}} '
-            f"{512 * GI}",
-            f'kube_node_status_allocatable{{node="{node}",resource="nvidia_com_gpu",'
-            f'unit="integer"}} {gpus}',
-        ]
+        lines += ksm_allocatable(node, gpus)
     lines.append("# TYPE kube_pod_info gauge")
-    for pod, (node, _, _, _) in INIT_PODS.items():
-        lines.append(
-            f'kube_pod_info{{namespace="ml",pod="{pod}",uid="u-{pod}",host_ip="10.0.0.1",'
-            f'pod_ip="10.1.0.5",node="{node}",created_by_kind="Job",created_by_name="x",'
-            'priority_class="",host_network="false"} 1'
-        )
+    lines += [ksm_pod_info("ml", pod, node) for pod, (node, _, _, _) in INIT_PODS.items()]
     lines.append("# TYPE kube_pod_status_phase gauge")
     for pod, (_, phase, _, _) in INIT_PODS.items():
-        for p in PHASES:
-            lines.append(
-                f'kube_pod_status_phase{{namespace="ml",pod="{pod}",uid="u-{pod}",'
-                f'phase="{p}"}} {int(p == phase)}'
-            )
+        lines += ksm_phases("ml", pod, phase)
     lines.append("# TYPE kube_pod_container_resource_requests gauge")
     for pod, (node, _, app, _) in INIT_PODS.items():
-        own = f'namespace="ml",pod="{pod}",uid="u-{pod}",container="main",node="{node}"'
-        lines.append(f'kube_pod_container_resource_requests{{{own},resource="cpu",unit="core"}} 1')
+        lines.append(ksm_request(False, "ml", pod, "main", node, "cpu", 1))
         if app:
-            lines.append(
-                f'kube_pod_container_resource_requests{{{own},resource="nvidia_com_gpu",'
-                f'unit="integer"}} {app}'
-            )
+            lines.append(ksm_request(False, "ml", pod, "main", node, "nvidia_com_gpu", app))
     lines.append("# TYPE kube_pod_init_container_resource_requests gauge")
     for pod, (node, _, _, inits) in INIT_PODS.items():
         for c, (gpus, _) in inits.items():
-            own = f'namespace="ml",pod="{pod}",uid="u-{pod}",container="{c}",node="{node}"'
-            lines.append(
-                f'kube_pod_init_container_resource_requests{{{own},resource="cpu",unit="core"}} 1'
-            )
+            lines.append(ksm_request(True, "ml", pod, c, node, "cpu", 1))
             if gpus:
-                lines.append(
-                    f"kube_pod_init_container_resource_requests{{{own},"
-                    f'resource="nvidia_com_gpu",unit="integer"}} {gpus}'
-                )
+                lines.append(ksm_request(True, "ml", pod, c, node, "nvidia_com_gpu", gpus))
     lines.append("# TYPE kube_pod_init_container_info gauge")
     for pod, (_, _, _, inits) in INIT_PODS.items():
-        for c, (_, sidecar) in inits.items():
-            lines.append(
-                f'kube_pod_init_container_info{{namespace="ml",pod="{pod}",uid="u-{pod}",'
-                f'container="{c}",image_spec="x:1",image="x:1",image_id="x@sha256:1",'
-                f'container_id="containerd://{pod}-{c}",'
-                f'restart_policy="{"Always" if sidecar else ""}"}} 1'
-            )
+        lines += [ksm_init_info(pod, c, sidecar) for c, (_, sidecar) in inits.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -394,29 +330,13 @@ def init_ksm_text() -> str:
 def init_prom(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    if prometheus_binary() is None:
-        pytest.skip("Prometheus not installed (Debian package prometheus)")
-    target = request.param
     n1 = dcgm_text("Hostname", "n1", [{"pod": "ml/named", "used": 40000}] + [{}] * 7)
     n2 = dcgm_text("Hostname", "n2", [{}] * 4)
-    exporter = ExporterServer({"/dcgm-n1": n1, "/dcgm-n2": n2, "/ksm": init_ksm_text()})
-    scrape = {
-        "dcgm-n1": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n1x7k")},
-        "dcgm-n2": {**DCGM_CHART_SCRAPE, "labels": exporter_target("dcgm-exporter-n2q4m")},
-        "ksm": {"honor_labels": target is None, "labels": target or {}},
-    }
-    p = Prometheus(
-        tmp_path_factory.mktemp("ksm-init"),
-        exporter,
-        {"dcgm-n1": "/dcgm-n1", "dcgm-n2": "/dcgm-n2", "ksm": "/ksm"},
-        scrape,
-    )
-    try:
-        p.wait_for('{__name__=~"DCGM_FI_DEV_FB_USED|kube_pod_info"}', 12 + len(INIT_PODS))
-        yield p.url
-    finally:
-        p.stop()
-        exporter.close()
+    exporters = {"dcgm-n1": ("dcgm-exporter-n1x7k", n1), "dcgm-n2": ("dcgm-exporter-n2q4m", n2)}
+    tmp = tmp_path_factory.mktemp("ksm-init")
+    series = 12 + len(INIT_PODS)
+    with ksm_prometheus(tmp, exporters, init_ksm_text(), request.param, series) as url:
+        yield url
 
 
 @pytest.mark.external

@@ -17,22 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from serving_helpers import alert, webhook
+from serving_helpers import alert, serving_settings, webhook
 
 from fleetmind.data.paths import REPO_ROOT
 from fleetmind.serving.app import create_app
 from fleetmind.serving.settings import WEBHOOK_ALERT_BYTES, WEBHOOK_MAX_ALERTS, Settings
 
-
-def make_settings(tmp_path: Path, **kw: object) -> Settings:
-    """Settings of a test service on a SQLite file in ``tmp_path``, no incident worker."""
-    base: dict[str, object] = {
-        "database_url": f"sqlite:///{tmp_path}/fm.db",
-        "rca_model": "baseline:upstream-coverage",
-        "placement_model": "heuristic:builtin-bestfit",
-        "incident_worker": False,
-    }
-    return Settings(**{**base, **kw})
+make_settings = serving_settings
+"""Settings of a test service on a SQLite file in ``tmp_path``, no incident worker (other test
+files import it from here)."""
 
 
 def go_json(doc: object) -> bytes:

@@ -312,14 +312,7 @@ def test_another_users_file_in_a_sticky_folder_under_protected_regular(tmp_path:
     place (was ``Permission denied``, ``open(path, "wb")``)."""
     out = tmp_path / "shared.csv"
     out.write_text("old\n")
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROTECTED_REGULAR, str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _run([sys.executable, "-c", _PROTECTED_REGULAR, str(out)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == "ok\n"
     assert out.read_text() == "new\n"
@@ -363,6 +356,22 @@ def test_a_full_disk_names_the_target(tmp_path: Path, monkeypatch: pytest.Monkey
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` with this environment, MLflow telemetry off."""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _unshared(script: str, child: str, what: str) -> subprocess.CompletedProcess[str]:
+    """``sh -c script`` (``$0``: the Python code ``child``) in a private mount namespace, exit 0;
+    the test skipped ("cannot ``what``") where no mount namespace can be made here (exit 77)."""
+    proc = _run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, child])
+    if proc.returncode == 77 or proc.stderr.startswith("unshare:"):  # no mount namespace here
+        pytest.skip(f"cannot {what}: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def _child(code: str, cwd: Path, *prefix: str) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -403,17 +412,7 @@ def test_a_real_bind_mounted_file_is_written_in_place(tmp_path: Path) -> None:
         f"mount --bind {host} {mounted} || exit 77\n"
         f'cd {mounted.parent} && exec {sys.executable} -c "$0"\n'
     )
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, _WRITE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if proc.returncode == 77 or proc.stderr.startswith("unshare:"):  # no mount namespace here
-        pytest.skip(f"cannot bind-mount: {proc.stderr.strip()[:200]}")
-    assert proc.returncode == 0, proc.stderr
+    proc = _unshared(script, _WRITE, "bind-mount")
     assert proc.stdout == "trace.csv ok\n"
     assert host.read_text() == "name,cpu_milli\nnew,1\n"
     assert sorted(p.name for p in mounted.parent.iterdir()) == ["trace.csv"]
@@ -442,17 +441,7 @@ def test_a_real_read_only_mount_says_so(tmp_path: Path) -> None:
         f"mount --bind {src} {mnt} && mount -o remount,bind,ro {mnt} || exit 77\n"
         f'cd {mnt} && exec {sys.executable} -c "$0"\n'
     )
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, _READ_ONLY],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if proc.returncode == 77 or proc.stderr.startswith("unshare:"):  # no mount namespace here
-        pytest.skip(f"cannot mount read-only: {proc.stderr.strip()[:200]}")
-    assert proc.returncode == 0, proc.stderr
+    proc = _unshared(script, _READ_ONLY, "mount read-only")
     assert proc.stdout == "rc 2\n"
     assert proc.stderr == "fleetmind: error: r.json: Read-only file system\n"
     assert (src / "r.json").read_text() == "{}\n"

@@ -7,6 +7,8 @@ behind those pods see errors. A lone alert in cluster ``c1`` opens a second, unr
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -59,3 +61,19 @@ def storm_alerts(start: datetime | None = None, step_s: float = 20.0) -> list[di
         )
     )
     return out
+
+
+@contextlib.contextmanager
+def ranked_storm(settings: Any, start: datetime) -> Iterator[Any]:
+    """A TestClient of the app with ``settings``, the storm from ``start`` received, grouped and
+    ranked."""
+    from fastapi.testclient import TestClient
+    from serving_helpers import webhook
+
+    from fleetmind.serving.app import create_app
+
+    with TestClient(create_app(settings)) as c:
+        c.post("/api/v1/alerts", json=webhook(storm_alerts(start))).raise_for_status()
+        c.app.state.services.incidents.process_pending()
+        c.app.state.services.incidents.rank_due()
+        yield c
