@@ -44,7 +44,6 @@ from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.files import read_text, value_error_text
 from fleetmind.data.fleet import MAX_FLEET_NODES, REGION_ORDER, Cluster, Fleet
 from fleetmind.data.openb import OpenbNodes
-from fleetmind.data.openb_variants import write_bytes_whole
 from fleetmind.data.paths import openb_csv_dir
 from fleetmind.data.topology import (
     BUILTIN_TEMPLATES,
@@ -56,6 +55,7 @@ from fleetmind.data.topology import (
     gpu_spec,
     parse_link_label,
 )
+from fleetmind.folders import write_file_whole
 
 # ---------------------------------------------------------------------------------------------
 # YAML with line numbers
@@ -579,7 +579,7 @@ def dump_fleet_yaml(fleet: Fleet, path: str | os.PathLike[str] | None = None) ->
         fleet_to_dict(fleet), Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100
     )
     if path is not None:  # whole or not at all: a failed write leaves the old file
-        write_bytes_whole(path, text.encode())
+        write_file_whole(path, text.encode())
     return text
 
 

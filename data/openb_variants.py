@@ -320,33 +320,12 @@ def generate_variant(
 
 def write_variant(out: str | os.PathLike[str], text: str) -> str:
     """Write ``text`` (UTF-8) to ``out``, parents created, whole or not at all
-    (:func:`write_bytes_whole`); returns its SHA-256 hex digest."""
+    (:func:`fleetmind.folders.write_file_whole`, which says when it writes in place instead: a
+    failed write never leaves a truncated trace whose last row still parses where the file can be
+    renamed over); returns its SHA-256 hex digest."""
     data = text.encode()
-    write_bytes_whole(out, data)
+    write_file_whole(out, data)
     return hashlib.sha256(data).hexdigest()
-
-
-def write_bytes_whole(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` (parent folders created), whole or not at all where it can be
-    renamed over (:func:`fleetmind.folders.write_file_whole`, which says when it writes in place
-    instead).
-
-    A regular file (or a path not there yet) gets the bytes through a temporary file renamed over
-    it: a write that fails (a full disk, ``ulimit -f``, an interrupted run, ``Ctrl-C``) leaves the
-    old file as it was, never a truncated trace whose last row still parses. The new file keeps the
-    old one's permission bits and, where the process may set them, owner and group. Written in
-    place, as a shell redirection would: ``/dev/stdout``, a FIFO, a device, a file with other hard
-    links, a file in a folder this process may not write, and a file that cannot be renamed over
-    (bind-mounted on its own, another user's file in a sticky folder). That write is not whole: one
-    that fails part way (a full disk) leaves the file truncated with part of the new bytes, as
-    ``>`` does. An existing file this process may not write is refused with the system's reason
-    (``Permission denied``, ``Read-only file system``, ``Operation not permitted``), as ``>``
-    refuses it.
-
-    Raises:
-        OSError: the one that stopped the write, naming ``path`` (the temporary file is removed).
-    """
-    write_file_whole(path, data)
 
 
 def sha256_text(text: str) -> str:

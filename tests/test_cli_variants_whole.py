@@ -77,18 +77,18 @@ def test_dump_fleet_yaml_that_fails_leaves_the_old_file(tmp_path: Path) -> None:
     assert out.read_text() == old
 
 
-def test_write_bytes_whole_follows_a_link_and_writes_devices_in_place(tmp_path: Path) -> None:
-    from fleetmind.data.openb_variants import write_bytes_whole
+def test_write_file_whole_follows_a_link_and_writes_devices_in_place(tmp_path: Path) -> None:
+    from fleetmind.folders import write_file_whole
 
     target = tmp_path / "real.csv"
     target.write_bytes(b"old\n")
     link = tmp_path / "link.csv"
     link.symlink_to(target)
-    write_bytes_whole(link, b"new\n")
+    write_file_whole(link, b"new\n")
     assert link.is_symlink()
     assert target.read_bytes() == b"new\n"
-    write_bytes_whole(os.devnull, b"discarded\n")  # a device: written in place, not replaced
-    write_bytes_whole(tmp_path / "sub" / "new.csv", b"x\n")  # parents made
+    write_file_whole(os.devnull, b"discarded\n")  # a device: written in place, not replaced
+    write_file_whole(tmp_path / "sub" / "new.csv", b"x\n")  # parents made
     assert (tmp_path / "sub" / "new.csv").read_bytes() == b"x\n"
 
 

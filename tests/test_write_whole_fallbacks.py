@@ -1,6 +1,6 @@
 """One whole-file writer (:func:`fleetmind.folders.write_file_whole`) for ``training.io``'s
 result files (``write_json``, ``write_text_whole``) and ``data``'s variant traces and fleet files
-(``write_variant``, ``write_bytes_whole``, ``dump_fleet_yaml``).
+(``write_variant``, ``write_file_whole``, ``dump_fleet_yaml``).
 
 Before the fix, the temporary file renamed over the target failed where writing in place had
 worked, with no way back: a file bind-mounted on its own (``os.replace``: ``EBUSY``), another
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from fleetmind.cli.runner import run_main
-from fleetmind.data.openb_variants import write_bytes_whole, write_variant
+from fleetmind.data.openb_variants import write_variant
 from fleetmind.folders import write_file_whole
 from fleetmind.training.io import write_json, write_text_whole
 
@@ -37,7 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 WRITERS: dict[str, Callable[[Path], None]] = {
     "write_file_whole": lambda p: write_file_whole(p, b"new\n"),
-    "write_bytes_whole": lambda p: write_bytes_whole(p, b"new\n"),
     "write_variant": lambda p: (write_variant(p, "new\n"), None)[1],
     "write_text_whole": lambda p: write_text_whole(p, "new\n"),
 }
@@ -111,7 +110,7 @@ def test_an_owner_that_cannot_be_kept_is_no_error(
 
     monkeypatch.setattr(os, "fchown", fchown)
     monkeypatch.setattr(os, "chown", fchown)
-    write_bytes_whole(out, b"new\n")
+    write_file_whole(out, b"new\n")
     assert out.read_bytes() == b"new\n"
     assert out.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["fleet.yaml"]
@@ -217,7 +216,7 @@ def test_an_error_without_a_reason_gets_the_systems(
 
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError) as info:
-        write_bytes_whole(out, b"{}\n")
+        write_file_whole(out, b"{}\n")
     assert info.value.errno == errno.EIO and info.value.filename == str(out)
     assert info.value.strerror == os.strerror(errno.EIO)
 
@@ -334,7 +333,7 @@ def test_a_temporary_file_that_cannot_be_made_names_the_target(
     monkeypatch.setattr(os, "open", refuse)
 
     def command() -> int:
-        write_bytes_whole(out, b"x: 1\n")
+        write_file_whole(out, b"x: 1\n")
         return 0
 
     assert run_main(command, prog="fleetmind") == 2
