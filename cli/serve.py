@@ -113,6 +113,16 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
     p.set_defaults(func=run)
 
 
+PUBLIC_URL = "FLEETMIND_PUBLIC_URL"
+"""Unset, ``fleetmind serve`` sets it to ``http://<--host>:<--port>`` (127.0.0.1 for a wildcard
+host, :func:`fleetmind.serving.settings.default_public_url`) for itself and its workers."""
+
+
+def _notifies(settings: Any) -> bool:
+    """Whether settled root causes are sent out (an Alertmanager or a webhook is configured)."""
+    return bool(settings.notify_alertmanager_url or settings.notify_webhook_url)
+
+
 def _from_env(name: str) -> bool:
     """Whether the variable ``name`` is set (the settings read names case-insensitively)."""
     return any(key.upper() == name for key in os.environ)
@@ -365,7 +375,12 @@ def run(args: argparse.Namespace) -> int:
     from fleetmind.serving.app import uvicorn_log_config
     from fleetmind.serving.http_guard import server_options
     from fleetmind.serving.metrics import cleanup_multiprocess_dir, prepare_multiprocess_dir
-    from fleetmind.serving.settings import get_settings
+    from fleetmind.serving.settings import (
+        WILDCARD_HOSTS,
+        default_public_url,
+        get_settings,
+        public_url_problem,
+    )
     from fleetmind.serving.tls import uvicorn_options
 
     if not 0 < args.port < 65536:
@@ -380,11 +395,18 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--workers (FLEETMIND_WORKERS) must lie in [1, {MAX_WORKERS}], got {args.workers}"
         )
-    saved = {env: os.environ.get(env) for env in _ENV_OPTIONS.values()}
+    saved = {env: os.environ.get(env) for env in (*_ENV_OPTIONS.values(), PUBLIC_URL)}
     for attr, env in _ENV_OPTIONS.items():
         value = getattr(args, attr, None)
         if value is not None:
             os.environ[env] = str(value)
+    # unset, the links sent out name the port (and address) the service really listens on; a
+    # --host that makes no URL is left to the bind check's own error
+    derived = not _from_env(PUBLIC_URL) and not public_url_problem(
+        default_public_url(args.host, args.port)
+    )
+    if derived:
+        os.environ[PUBLIC_URL] = default_public_url(args.host, args.port)
     get_settings.cache_clear()
     try:
         settings = _checked_settings(args)
@@ -397,6 +419,13 @@ def run(args: argparse.Namespace) -> int:
                 os.environ[env] = old
         get_settings.cache_clear()
         raise
+    if derived and args.host.strip() in WILDCARD_HOSTS and _notifies(settings):
+        print(
+            f"fleetmind: warning: incident links sent to Alertmanager and chat point at "
+            f"{settings.public_url}, as {args.host or 'the wildcard address'} names no address "
+            f"to link to: set {PUBLIC_URL} to the address operators open",
+            file=sys.stderr,
+        )
     if args.workers == 1:
         _ignore_sighup()
     # several workers: /metrics merges them through prometheus-client's multiprocess mode, whose
@@ -422,6 +451,9 @@ def run(args: argparse.Namespace) -> int:
             forwarded_allow_ips=settings.forwarded_allow_ips(),
         )
     finally:
+        if derived:  # an in-process caller (a test) keeps its environment
+            os.environ.pop(PUBLIC_URL, None)
+            get_settings.cache_clear()
         if shared is not None:
             cleanup_multiprocess_dir(*shared)
     return 0

@@ -331,6 +331,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # /docs and /redoc: pinned scripts and a policy (serving/api_docs.py)
         redoc_url=None,
     )
+    _relative_slash_redirects(app)
     add_api_docs(app, app.title)
     # No dependency override for explicit settings: the services carry them (``current_settings``),
     # and any entry in ``dependency_overrides`` makes FastAPI re-inspect every dependency of every
@@ -361,6 +362,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if configured.keep_warm_s > 0:  # off: no per-request step at all
         app.add_middleware(KeepWarmMiddleware)  # outermost: every request counts as activity
     return app
+
+
+def _relative_slash_redirects(app: FastAPI) -> None:
+    """Answer a path that matches a route only with or without its trailing slash as Starlette
+    does (307 to the other form: Alertmanager's ``url: .../api/v1/alerts/`` follows it with the
+    body), but with a relative ``Location`` (``/api/v1/incidents``).
+
+    Starlette's ``Router.redirect_slashes`` builds an absolute URL from the request's ``Host``
+    header (``starlette/routing.py``, ``Router.app``: ``URL(scope=redirect_scope)``), so
+    ``Host: evil.example`` got ``location: http://evil.example/...``, and behind a proxy that
+    rewrites ``Host`` the redirect named the upstream's internal name. The same check runs here,
+    after every route (full and partial matches) failed, and the URL is built the same way without
+    a host (``URL`` then escapes ``?``, ``#``, ``\\`` and a leading ``//``)."""
+    from starlette.datastructures import URL
+    from starlette.responses import RedirectResponse
+    from starlette.routing import Match, get_route_path
+
+    router = app.router
+    router.redirect_slashes = False
+    fallback = router.default
+
+    async def default(scope: Any, receive: Any, send: Any) -> None:
+        route_path = get_route_path(scope)
+        if scope["type"] == "http" and route_path != "/":
+            path = scope["path"]
+            other = {**scope, "path": path.rstrip("/") if route_path.endswith("/") else path + "/"}
+            if any(route.matches(other)[0] is not Match.NONE for route in router.routes):
+                relative = URL(scope={**other, "headers": [], "server": None})
+                await RedirectResponse(url=str(relative))(scope, receive, send)
+                return
+        await fallback(scope, receive, send)
+
+    router.default = default
 
 
 def _include_routers(app: FastAPI) -> None:

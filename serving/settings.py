@@ -8,6 +8,7 @@ with ``app.dependency_overrides[get_settings]``.
 from __future__ import annotations
 
 import ipaddress
+import unicodedata
 from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
@@ -31,6 +32,56 @@ def _url_problem(url: str) -> str | None:
     if port == 0:
         return "the URL's port is not a number from 1 to 65535"
     return None
+
+
+def public_url_problem(url: str) -> str | None:
+    """What is wrong with ``FLEETMIND_PUBLIC_URL`` (already stripped of surrounding whitespace;
+    ``None``: nothing). It starts every link sent out (an incident's ``incident_url``, the
+    ``generatorURL`` Alertmanager checks as a URI, chat messages), so it must be an ``http://`` or
+    ``https://`` origin: no whitespace or control character (``urlsplit`` silently drops a tab,
+    CR or LF), no ``user:password@`` (copied into every message), no query or fragment, and no path
+    but ``/`` (the pages, redirects, form actions and cookie paths are rooted at ``/``)."""
+    if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in url):
+        return "contains whitespace or a control character; every incident link sent starts with it"
+    problem = _url_problem(url)
+    if problem is not None:
+        return f"{problem}, got {safe_uri(repr(url))}"
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        return (
+            "must not hold a user name or password (the userinfo before @): it is copied into "
+            "every link sent to Alertmanager and chat"
+        )
+    if "?" in url or "#" in url:
+        return (
+            "must not hold a query or fragment: every incident link is built by appending "
+            "/ui/incidents/<id> to it"
+        )
+    if parts.path not in ("", "/"):
+        return (
+            "a path prefix is not supported: the pages, redirects, form actions and cookie paths "
+            "are rooted at /, so behind a proxy that strips the prefix links 404 and sign-in "
+            "fails; serve it at the root of its own host name (e.g. "
+            "https://fleetmind.example.com)"
+        )
+    return None
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+"""Listen addresses that mean every interface: no address of them can be linked to."""
+
+
+def default_public_url(host: str, port: int) -> str:
+    """``FLEETMIND_PUBLIC_URL``'s default for a service listening on ``host``:``port``:
+    ``http://host:port``, with an IPv6 literal bracketed (RFC 3986 section 3.2.2, a zone's ``%``
+    as ``%25``, RFC 6874) and ``127.0.0.1`` for a wildcard address (:data:`WILDCARD_HOSTS`)."""
+    host = host.strip()
+    if host in WILDCARD_HOSTS:
+        host = "127.0.0.1"
+    host = host.strip("[]")
+    if ":" in host:
+        host = "[" + host.replace("%25", "%").replace("%", "%25") + "]"
+    return f"http://{host}:{port}"
 
 
 MAX_DURATION_S = 365 * 86400.0
@@ -428,7 +479,9 @@ class Settings(BaseSettings):
     )
     public_url: str = Field(
         "http://127.0.0.1:8000",
-        description="the service's address as operators reach it; links to incident pages start here",
+        description="the service's address as operators reach it (scheme, host and port, no "
+        "path prefix); links to incident pages start here. Unset, `fleetmind serve` uses "
+        "http://<--host>:<--port> (127.0.0.1 for a wildcard host)",
     )
     trusted_proxies: str = Field(
         "",
@@ -580,9 +633,7 @@ class Settings(BaseSettings):
         "default is one per core)",
     )
 
-    @field_validator(
-        "prometheus_url", "public_url", "notify_alertmanager_url", "notify_webhook_url"
-    )
+    @field_validator("prometheus_url", "notify_alertmanager_url", "notify_webhook_url")
     @classmethod
     def _http_url(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is None or (not v.strip() and info.field_name.startswith("notify_")):
@@ -612,6 +663,17 @@ class Settings(BaseSettings):
                 "commas differ in their password alone: the outbox could not tell them apart "
                 "(give each Alertmanager tenant its own user name, or list it once)"
             )
+        return v
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, v: str) -> str:
+        """Strip surrounding whitespace (a ConfigMap's trailing newline), then refuse what would
+        break every link built from it (:func:`public_url_problem`)."""
+        v = v.strip()
+        problem = public_url_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
     @field_validator("trusted_proxies")
