@@ -1161,7 +1161,8 @@ class Database:
 
     def purge(self, before: float, chunk: int = PURGE_CHUNK_ROWS) -> tuple[int, int]:
         """Delete incidents closed (resolved or merged) before ``before`` (unix s) with their
-        alerts, resolved alerts last changed (resolved) before it in any incident or none
+        grouped alerts (an alert re-fired into one and not yet grouped keeps it: grouping reopens
+        it), resolved alerts last changed (resolved) before it in any incident or none
         (:meth:`_purge_resolved_alerts`), and the notification rows of deleted incidents that owe
         nothing (:meth:`_purge_notifications`); returns ``(incidents, alerts)`` deleted.
 
@@ -1176,8 +1177,14 @@ class Database:
         )
         a = alerts.c
         n_alerts = self._purge_chunks(
+            # not a pending row: the webhook stored a re-fired alert of the closed incident that
+            # the worker has not grouped yet (grouping reopens the incident)
             delete(alerts).where(
-                a.id.in_(select(a.id).where(a.incident_id.in_(closed)).limit(chunk))
+                a.id.in_(
+                    select(a.id)
+                    .where(a.incident_id.in_(closed), a.pending.is_not(True))
+                    .limit(chunk)
+                )
             ),
             chunk,
         )

@@ -111,3 +111,41 @@ def test_auto_resolve_leaves_ungrouped_alerts_alone_when_disabled_or_pending(
     m.housekeeping(now=t0 + 10 * DAY_S, force=True)
     (row,) = db.list_alerts()
     assert row["status"] == "firing" and not row["pending"]
+
+
+def test_a_refired_alert_of_an_old_closed_incident_survives_a_purge_before_grouping(
+    db: Database,
+) -> None:
+    """Alertmanager delivers an alert of an incident closed longer than the retention period as
+    firing again with its old ``startsAt`` (Prometheus keeps an alert's ``activeAt`` across a
+    rule re-evaluation; Alertmanager then sends the same alert, prometheus/alertmanager
+    ``types.Alert``, identified by its labels' fingerprint). The webhook stores it pending with
+    the closed incident's id; if housekeeping runs before the worker groups it (the worker was
+    busy ranking a storm), retention used to delete it with the old incident: the firing alert was
+    gone until the next ``repeat_interval`` (4 h by default). It must wait for the worker, which
+    reopens the incident.
+    """
+    m = _manager(db)
+    t0 = time.time()
+    starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0 - 60))
+    labels = {"alertname": "GpuXid", "cluster": "c0", "node": "c0-h1", "gpu": "3"}
+    fire = alert(labels, starts=starts, fingerprint="g")
+    ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))
+    _store(db, t0, fire)
+    m.process_pending()
+    _store(db, t0 + 10, dict(fire, status="resolved", endsAt=ends))
+    m.process_pending()
+    (closed,) = db.list_incidents(None)
+    assert closed["status"] == "resolved"
+
+    now = t0 + 2 * DAY_S
+    _store(db, now, fire)
+    m.housekeeping(now=now + 1, force=True)
+    assert [(a["status"], a["pending"]) for a in db.list_alerts()] == [("firing", True)]
+
+    m.process_pending()
+    (alert_row_after,) = db.list_alerts()
+    assert alert_row_after["status"] == "firing" and not alert_row_after["pending"]
+    (incident,) = db.list_incidents(None)
+    assert incident["status"] == "open"
+    assert incident["id"] == alert_row_after["incident_id"]
