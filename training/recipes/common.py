@@ -173,8 +173,16 @@ def learner_data_line(model_dir: Path) -> str:
     return data_line(traces if isinstance(traces, list) else [])
 
 
+def kept_clone(card: dict[str, Any]) -> bool:
+    """Whether the checkpoint a PPO run kept is its behaviour clone (``best_step`` 0: no PPO
+    checkpoint scored better on validation, or no PPO steps were run)."""
+    step = card.get("best_step")
+    return step is not None and int(step) == 0
+
+
 def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
-    """``model_card.md`` for an exported placement model."""
+    """``model_card.md`` for an exported placement model. When the kept checkpoint is the clone
+    (:func:`kept_clone`) the title and first paragraph say so instead of crediting PPO."""
     teacher = str(card.get("teacher", "fgd"))
     kinds = {
         "fgd": "FGD's choice, candidate 0",
@@ -189,12 +197,32 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
             if fmt == "fleetmind-strand-scorer/1"
             else "a saved linear candidate scorer, see `rl/teacher.py`"
         )
+    if kept_clone(card):
+        ran = int(card.get("ppo_timesteps", 0) or 0)
+        why = (
+            f"the sb3-contrib MaskablePPO run that followed ({ran:,} steps) did not improve on it"
+            " on validation (best_step 0)"
+            if ran
+            else "no PPO steps were run (`--timesteps 0`)"
+        )
+        head = [
+            "# fleetmind-placement: GPU placement agent, the behaviour clone (PPO did not improve"
+            " on it)",
+            "",
+            "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) cloned from",
+            f"a teacher's choices (teacher: {teacher}, {kind}); {why}, so the kept",
+            "policy is the clone itself,",
+        ]
+    else:
+        head = [
+            "# fleetmind-placement: PPO GPU placement agent",
+            "",
+            "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) trained with",
+            f"sb3-contrib MaskablePPO after an imitation warm start (teacher: {teacher}, {kind}),",
+        ]
     lines = [
-        "# fleetmind-placement: PPO GPU placement agent",
-        "",
-        "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) trained with",
-        f"sb3-contrib MaskablePPO after an imitation warm start (teacher: {teacher}, {kind}), in",
-        "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`,",
+        *head,
+        "in `fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`,",
         "`mask (B, K) bool`; output: the index of the chosen candidate (see `docs/ppo.md` and",
         "`envs/candidates.py`).",
         "",
@@ -207,7 +235,9 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
         lines.append(f"| {k} | {v} |")
     lines += [
         "",
-        "Regenerate: `fleetmind sched train " + card.get("command", "") + "`.",
+        "Regenerate: `fleetmind sched train " + card.get("command", "") + "` (the same"
+        " settings; PPO's updates are not bit-reproducible, so a rerun's PPO checkpoints, and"
+        ' the step it keeps, can differ from this model\'s: see `docs/ppo.md`, "Training").',
         "",
         _data_line(card),
     ]

@@ -641,6 +641,10 @@ def _retitle_card(path: Path) -> None:
             "# fleetmind-placement-dynamic: PPO placement agent for dynamic mode",
         )
         .replace(
+            "# fleetmind-placement: GPU placement agent, the behaviour clone",
+            "# fleetmind-placement-dynamic: placement agent for dynamic mode, the behaviour clone",
+        )
+        .replace(
             "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes)",
             "`fleetmind/MultiClusterPlacement-v0` (dynamic mode, see `docs/ppo-dynamic.md`)",
         )

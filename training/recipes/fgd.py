@@ -382,6 +382,7 @@ def _export(r: _Run) -> Path:
     r.summary.update(
         metrics={
             "eval_unalloc100": r.state["best"],
+            "eval_clone_unalloc100": _clone_score(r),
             **{f"{k}_unalloc100": v for k, v in r.refs.items()},
         },
         best_step=r.state["best_step"],
@@ -480,6 +481,11 @@ def _command(args: FgdArgs) -> str:
     return " ".join(out)
 
 
+def _clone_score(r: _Run) -> float:
+    """The clone's validation score (step 0 of the run's evaluations), unallocated GPU %."""
+    return float(next(h["unalloc100"] for h in r.state["history"] if h["step"] == 0))
+
+
 def _card(r: _Run, best: Any, wall: float) -> dict[str, Any]:
     """The model card's fields."""
     args, summary, refs, teacher = r.args, r.summary, r.refs, r.teacher
@@ -506,6 +512,7 @@ def _card(r: _Run, best: Any, wall: float) -> dict[str, Any]:
         "eval_seeds": args.eval_seeds,
         "eval_fgd_prefix_pct": args.eval_fgd_until_pct,
         "eval_ppo_unalloc100": round(r.state["best"], 4),
+        "eval_clone_unalloc100 (step 0)": round(_clone_score(r), 4),
         "eval_fgd_unalloc100 (full FGD run)": round(refs["FGD"], 4),
         "eval_bestfit_unalloc100": round(refs["BestFit"], 4),
         "eval_teacher_unalloc100": round(refs["teacher"], 4) if "teacher" in refs else "-",

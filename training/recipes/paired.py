@@ -13,8 +13,10 @@ Steps (see ``docs/ppo-dynamic.md``, section "Paired PPO"; the algorithm is :mod:
    made by ``fleetmind sched variants``' generator (kinds cycled over cpu, gpushare, gpuspec,
    multigpu; level uniform over the published range of the kind; generator seed
    :data:`TRAIN_GEN_SEED` + ...) and a stream seed (:data:`TRAIN_STREAM_SEED` + ...). Neither
-   range meets the frozen evaluation set (generator seeds 20261201-20261208, stream seeds
-   7301-7310), the pre-set held-out seeds 42-51 or the headroom benchmark's variants.
+   range meets the validation ranges (for any ``--seed``: seeds >= 1 skip
+   :data:`PAIRED_SEED_SHIFT` blocks), the frozen evaluation set (generator seeds
+   20261201-20261208, stream seeds 7301-7310), the pre-set held-out seeds 42-51 or the headroom
+   benchmark's variants.
 3. On each workload the greedy clone runs once and the learner samples ``--group-size`` episodes
    on the same stream; one :func:`fleetmind.rl.paired.ppo_update` follows (gamma 1, group-relative
    advantages, KL to the clone, no value loss).
@@ -83,14 +85,20 @@ from fleetmind.training.recipes.settings import (
 )
 from fleetmind.training.recipes.tracking import tracked_run
 
+SEED_BLOCK = 100_000
+"""Workloads one training seed (and the validation set) may number: the width of a seed's range."""
 TRAIN_GEN_SEED = 31_000_000
-"""Variant generator seeds of training workloads: ``TRAIN_GEN_SEED + 100_000 * seed + i``."""
+"""Variant generator seeds of training workloads: ``TRAIN_GEN_SEED + seed_offset(seed) + i``."""
 TRAIN_STREAM_SEED = 600_000
-"""Stream seeds of training workloads: ``TRAIN_STREAM_SEED + 100_000 * seed + i``."""
+"""Stream seeds of training workloads: ``TRAIN_STREAM_SEED + seed_offset(seed) + i``."""
 VAL_GEN_SEED = 32_000_000
 """Variant generator seeds of validation workloads: ``VAL_GEN_SEED + i``."""
 VAL_STREAM_SEED = 700_000
 """Stream seeds of validation workloads: ``VAL_STREAM_SEED + i``."""
+PAIRED_SEED_SHIFT = 10
+"""Blocks that paired PPO's training seeds >= 1 skip (:func:`seed_offset`): with a plain
+``100_000 * seed`` ``--seed 1`` trained on the validation stream seeds and ``--seed 10`` on the
+validation generator seeds (both used until 2026-12-06); seed 0's ranges are unchanged."""
 LEVEL_RANGE = {k: (min(v), max(v)) for k, v in PUBLISHED_LEVELS.items()}
 """Level range of each variant kind (the published levels' span, %)."""
 
@@ -121,6 +129,15 @@ def _check(args: PairedArgs) -> None:
     )
     if args.baseline not in BASELINES:
         raise ConfigError(f"--baseline must be one of {', '.join(BASELINES)}")
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {args.seed}")
+    if args.iterations * args.workloads_per_iter > SEED_BLOCK:
+        raise ConfigError(
+            f"--iterations x --workloads-per-iter must be <= {SEED_BLOCK:,} (one seed's range of "
+            f"workload seeds), got {args.iterations * args.workloads_per_iter:,}"
+        )
+    if args.val_streams > SEED_BLOCK:
+        raise ConfigError(f"--val-streams must be <= {SEED_BLOCK:,}, got {args.val_streams:,}")
 
 
 def check_learner(
@@ -373,14 +390,24 @@ def validation_episodes(args: PairedArgs | DistillArgs | EsArgs) -> int:
     return args.val_streams * (1 + validated)
 
 
+def seed_offset(seed: int, shift: int = 0) -> int:
+    """First workload number of training seed ``seed``: ``SEED_BLOCK * seed``, plus ``SEED_BLOCK *
+    shift`` for seeds >= 1 (seed 0 stays at 0)."""
+    return SEED_BLOCK * (seed + (shift if seed > 0 else 0))
+
+
 def iteration_specs(
-    args: PairedArgs | DistillArgs | EsArgs, it: int, gen_seed: int, spec_rng: np.random.Generator
+    args: PairedArgs | DistillArgs | EsArgs,
+    it: int,
+    gen_seed: int,
+    spec_rng: np.random.Generator,
+    shift: int = 0,
 ) -> tuple[int, list[tuple[str, str, float, int]]]:
     """``(offset, specs)`` of iteration ``it``'s fresh training workloads: ``offset`` =
-    ``100_000 * seed + (it - 1) * workloads_per_iter`` numbers the workloads of the run, ``specs``
-    are ``(source, kind, level, generator seed)`` drawn with generator seeds from ``gen_seed +
-    offset``."""
-    off = 100_000 * args.seed + (it - 1) * args.workloads_per_iter
+    ``seed_offset(seed, shift) + (it - 1) * workloads_per_iter`` numbers the workloads of the run
+    (paired PPO passes :data:`PAIRED_SEED_SHIFT`; the other learners 0), ``specs`` are ``(source,
+    kind, level, generator seed)`` drawn with generator seeds from ``gen_seed + offset``."""
+    off = seed_offset(args.seed, shift) + (it - 1) * args.workloads_per_iter
     specs = workload_specs(
         list(args.traces),
         list(args.kinds),
@@ -464,7 +491,9 @@ class _Learner:
 
     def iteration(self, it: int, bar: Any) -> None:
         """Iteration ``it`` (from 1): draw its workloads, update the actor, log the row."""
-        base, specs = iteration_specs(self.args, it, TRAIN_GEN_SEED, self.spec_rng)
+        base, specs = iteration_specs(
+            self.args, it, TRAIN_GEN_SEED, self.spec_rng, shift=PAIRED_SEED_SHIFT
+        )
         a = self.args
         if a.workers > 1 or a.ray_address:  # every episode a job: processes or Ray tasks
             jobs_wl = [
@@ -710,14 +739,42 @@ def learner_flags_tail(a: PairedArgs | DistillArgs | EsArgs) -> str:
 
 TRAIN_LINE_KEYS = ("run_id", "metrics", "artifact")
 """The keys of the one JSON line ``fleetmind sched train`` prints for a run (:func:`train_line`);
-``released`` follows them when the run was released."""
+the kept checkpoint's step or iteration (``best_step``/``best_iteration``, with ``kept`` and the
+clone's own validation row ``clone_validation``) follow when the recipe records them, and
+``released`` when the run was released."""
 
 
 def train_line(summary: dict[str, Any]) -> str:
     """The JSON line ``fleetmind sched train`` prints for one run of any recipe: the run id, the
-    metrics and the artifact folder, and with ``--release`` the released folder (``released``)."""
-    shown = (*TRAIN_LINE_KEYS, *(("released",) if "released" in summary else ()))
-    return json.dumps({k: summary.get(k) for k in shown})
+    metrics and the artifact folder; for a run that kept a checkpoint, its step or iteration,
+    ``kept`` (``"clone"`` when it is the behaviour clone, step or iteration 0: no update beat it
+    on validation) and the clone's validation row (step 0) beside the kept score; with
+    ``--release`` the released folder (``released``)."""
+    line = {k: summary.get(k) for k in TRAIN_LINE_KEYS}
+    for key in ("best_step", "best_iteration"):
+        if key in summary:
+            line[key] = summary[key]
+            line["kept"] = "clone" if summary[key] == 0 else "trained"
+    clone = next(
+        (h for h in summary.get("history") or [] if isinstance(h, dict) and h.get("step") == 0),
+        None,
+    ) or next(
+        (
+            v
+            for v in summary.get("validation") or []
+            if isinstance(v, dict) and v.get("iteration") == 0
+        ),
+        None,
+    )
+    if clone is not None and "kept" in line:
+        line["clone_validation"] = {
+            k: v
+            for k, v in clone.items()
+            if k not in ("step", "iteration") and isinstance(v, int | float | str)
+        }
+    if "released" in summary:
+        line["released"] = summary["released"]
+    return json.dumps(line, default=str)
 
 
 def cli_clone_learner(args: Any, algo: str, cls: type, run_fn: Callable[[Any], dict]) -> int:
