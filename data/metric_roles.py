@@ -50,7 +50,12 @@ role           direction  words (any of)                                        
   name becomes ``success`` (``error_budget_remaining``: a falling budget is the symptom).
 
 Counts (``traffic``, or any name with ``count``, ``total``, ``sum`` or ``num``) get the Poisson floor
-of :class:`fleetmind.data.petshop.DetectorConfig`.
+of :class:`fleetmind.data.petshop.DetectorConfig`, which fits dimensionless event counts only: a name
+with a unit word (seconds, ms, bytes, percent, ratio, cores, ...; :data:`UNIT_WORDS`) is no count
+even with ``_total`` or ``_sum`` (``container_cpu_usage_seconds_total`` counts CPU seconds: the
+Prometheus naming guide puts ``_total`` "in addition to the unit", https://prometheus.io/docs/practices/naming/),
+except a name whose last word is ``count`` (a histogram's ``http_request_duration_seconds_count``
+counts requests). A role-map override decides alone: ``traffic`` is a count, any other role is not.
 
 A column named as a Prometheus series (``http_server_requests_seconds{outcome="SUCCESS"}``) is read
 by its metric name before the first ``{`` only (:func:`metric_name_part`): label values
@@ -161,6 +166,15 @@ ALERTNAME_OF_ROLE: dict[str, str] = {
 }
 
 _COUNT_WORDS = frozenset("count total sum num".split())
+
+UNIT_WORDS: frozenset[str] = frozenset(
+    "seconds second secs ms millis milliseconds micros microseconds ns nanos nanoseconds "
+    "minutes minute hours hour days time bytes byte kb mb gb tb kib mib gib tib bits bit "
+    "percent percentage pct ratio ratios fraction cores core celsius kelvin volts watts joules "
+    "hertz hz meters".split()
+)
+"""Words of a metric name that give it a unit: such a metric measures an amount in that unit, not
+a number of events, so it gets no Poisson floor (:func:`is_count_metric`)."""
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[0-9])(?=[A-Z][a-z])")
 """camelCase boundaries: lower -> upper (``memoryUsage``), the end of an acronym (``CPUUtil``),
 digits -> a capitalised word (``p90Latency``); a digit followed by capitals stays one word
@@ -263,11 +277,14 @@ def _counts_errors(name: str) -> bool:
 def roles_line(name: str, roles: dict[str, dict[str, str]]) -> str:
     """The console line naming each metric's role, as ``rca petshop`` and ``rca fit`` print it:
     ``"<name>: metric roles latency=latency, ok_ratio=success*  (* = role map override)"`` from a
-    :meth:`RoleMap.report` (``{metric: {"role", "source"}}``)."""
+    :meth:`RoleMap.report` (``{metric: {"role", "source"}}``); a metric marked
+    ``"baseline": "none"`` (no column with enough normal values) is printed ``(no baseline)``."""
     return (
         f"{name}: metric roles "
         + ", ".join(
-            f"{m}={r['role']}" + ("*" if r["source"] == "override" else "")
+            f"{m}={r['role']}"
+            + ("*" if r["source"] == "override" else "")
+            + (" (no baseline)" if r.get("baseline") == "none" else "")
             for m, r in roles.items()
         )
         + "  (* = role map override)"
@@ -307,8 +324,15 @@ def metric_alertname(name: str) -> str:
 
 
 def is_count_metric(name: str) -> bool:
-    """Whether metric ``name`` counts events (traffic, or a count/total/sum/num of something)."""
-    return metric_role(name) == "traffic" or any(w in _COUNT_WORDS for w in words(name))
+    """Whether metric ``name`` counts dimensionless events (traffic, or a count/total/sum/num of
+    something, with no unit word of :data:`UNIT_WORDS`; a name ending in ``count`` counts events
+    whatever its other words: ``http_request_duration_seconds_count``)."""
+    ws = words(name)
+    if ws and ws[-1] == "count":
+        return True
+    if any(w in UNIT_WORDS for w in ws):
+        return False  # container_cpu_usage_seconds_total: CPU seconds, not events
+    return metric_role(name) == "traffic" or any(w in _COUNT_WORDS for w in ws)
 
 
 # ---------------------------------------------------------------------------- role maps
@@ -342,7 +366,8 @@ class RoleMap:
             as metric names read from a header are); names not listed are detected by name.
 
     Raises:
-        ValueError: an override names an unknown role.
+        ValueError: an override names an unknown role, or two overrides name the same metric once
+            stripped.
     """
 
     overrides: dict[str, str] = field(default_factory=dict)
@@ -357,7 +382,13 @@ class RoleMap:
                     f"metric {name!r}: unknown role {role!r}; "
                     f"use one of {', '.join(OVERRIDE_ROLES)}"
                 )
-            self.overrides[str(name).strip()] = OVERRIDE_ROLES[r]
+            key = str(name).strip()
+            if key in self.overrides:
+                raise ValueError(
+                    f"metric {key!r} is named more than once (names are compared without "
+                    "surrounding spaces); give each metric one role"
+                )
+            self.overrides[key] = OVERRIDE_ROLES[r]
 
     def role(self, name: str) -> str:
         """The role of metric ``name`` (one of ``success``, ``errors``, ``latency``,
@@ -382,8 +413,11 @@ class RoleMap:
         return ALERTNAME_OF_ROLE.get(role, f"{str(name)[:1].upper()}{str(name)[1:]}Anomaly")
 
     def is_count(self, name: str) -> bool:
-        """Whether metric ``name`` counts events (traffic, or a count/total/sum/num of something)."""
-        return self.role(name) == "traffic" or any(w in _COUNT_WORDS for w in words(name))
+        """Whether metric ``name`` counts dimensionless events: an override decides alone (only
+        ``traffic`` is a count), else :func:`is_count_metric`."""
+        if str(name) in self.overrides:
+            return self.overrides[str(name)] == "traffic"
+        return is_count_metric(str(name))
 
     def report(self, metrics: Iterable[str]) -> dict[str, dict[str, str]]:
         """``{metric: {"role", "source"}}`` for ``metrics`` (source ``override`` or ``name``)."""
@@ -405,6 +439,33 @@ class RoleMap:
         return dict(self.overrides)
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A mapping of a role-map file names a key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming a key twice (``yaml.safe_load`` keeps the
+    last value silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:  # type: ignore[override]
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` merges another mapping; its keys may be overridden
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key: the caller's type check refuses it
+                continue
+            if repeated:
+                raise _DuplicateKey(
+                    f"metric {key!r} is named more than once (line {key_node.start_mark.line + 1}); "
+                    "give each metric one role"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_role_map(path: str | Path) -> RoleMap:
     """Read a role-map override file: a YAML (or JSON) mapping ``metric name: role``.
 
@@ -417,7 +478,8 @@ def load_role_map(path: str | Path) -> RoleMap:
 
     Raises:
         DataError: the file is missing or not a regular file (a folder, a FIFO), not a mapping of
-            strings, or names an unknown role.
+            strings, names an unknown role, or names a metric twice (also when the names differ
+            only by surrounding spaces).
     """
     p = Path(path)
     if not p.exists():
@@ -428,7 +490,9 @@ def load_role_map(path: str | Path) -> RoleMap:
         raise DataError(f"role map {p} is not a regular file")
     text = read_text(p, "role map")
     try:
-        obj = yaml.safe_load(text)
+        obj = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as err:
+        raise DataError(f"{p}: {err}") from None
     except yaml.YAMLError as err:
         raise DataError(f"{p}: not YAML: {str(err).splitlines()[0]}") from None
     if obj is None:

@@ -272,8 +272,9 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
 
     Raises:
         DataError: missing file, wrong header (one naming the separator when the file is not
-            comma-separated; one whose third row holds numbers: a 2-row header), a column named
-            twice, an empty or non-numeric timestamp, timestamps in milliseconds
+            comma-separated; one whose third row holds numbers: a 2-row header; a blank header
+            cell, named by its row and column position), a row whose number of cells differs from
+            the header's (named with both counts), a column named twice, an empty or non-numeric timestamp, timestamps in milliseconds
             (:func:`check_unix_seconds`), no rows, a cell that is neither a number nor
             missing (``123ms``, ``1,234``: missing is an empty cell or one of pandas' NA strings such
             as ``nan``, ``NA``, ``N/A``, ``null``), a value that is ``inf`` or ``-inf``, or
@@ -282,6 +283,8 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
     p = Path(path)
     if not p.is_file():
         raise DataError(f"metrics file not found: {p}")
+    if not _separator_hint(p):
+        _check_row_widths(p)
     try:
         df = pd.read_csv(p, header=[0, 1, 2], index_col=0)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, IndexError) as err:
@@ -350,6 +353,45 @@ def _csv_rows(path: Path, n: int) -> list[list[str]]:
     return rows
 
 
+def _check_row_widths(path: Path) -> None:
+    """Raise :class:`DataError` for a ``metrics.csv`` row with another number of cells than the
+    first header row (a trailing comma on the data rows, a truncated or merged row): "data row N
+    (line L) has M cells, the header has K". ``pd.read_csv`` would blame the header, or fill a
+    short row with NaN silently. Empty lines are skipped, as ``pd.read_csv`` skips them, and so is
+    an index-name row under the header (``unix_timestamp`` alone or followed by empty cells)."""
+    try:
+        with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
+            reader = csv.reader(f)
+            width: int | None = None
+            n = 0
+            skipped = 0
+            for row in reader:
+                if not row:
+                    continue
+                n += 1
+                if width is None:
+                    width = len(row)
+                elif (
+                    n == 4
+                    and not any(c.strip() for c in row[1:])
+                    and not _is_number_text(row[0].strip())
+                ):
+                    skipped = 1  # the index-name row `DataFrame.to_csv` writes ("unix_timestamp,,")
+                    continue
+                elif len(row) != width:
+                    where = (
+                        f"header row {n}"
+                        if n <= 3
+                        else f"data row {n - 3 - skipped} (line {reader.line_num})"
+                    )
+                    raise DataError(
+                        f"{path}: {where} has {len(row)} cells, the header has {width}; every "
+                        "row needs one timestamp cell and one cell per header column"
+                    )
+    except (OSError, csv.Error):
+        return  # pd.read_csv reports what it cannot read
+
+
 def _is_number_text(text: str) -> bool:
     """Whether cell ``text`` parses as a finite number (``0.0503``, ``1e-3``)."""
     try:
@@ -362,7 +404,9 @@ def _check_raw_header(path: Path, n_columns: int) -> None:
     """Raise :class:`DataError` for a ``metrics.csv`` whose three header rows, as written, name a
     column twice (``pd.read_csv`` renames a repeated ``Average`` to ``Average.1``) or whose third
     row holds numbers instead of statistic names, its first cell included (a 2-row header: the
-    first data row would be read as statistics and lost; ``statistic,50,90`` is a header). Rows
+    first data row would be read as statistics and lost; ``statistic,50,90`` is a header), or
+    one of whose column cells is blank (pandas would name it by position, ``Unnamed: 3_level_2``,
+    which no other file's header matches). Rows
     whose width differs from ``n_columns`` + 1 are not judged here."""
     rows = _csv_rows(path, 3)
     if len(rows) != 3 or any(len(r) != n_columns + 1 for r in rows):
@@ -376,10 +420,16 @@ def _check_raw_header(path: Path, n_columns: int) -> None:
             f"{path}: expected a 3-row header (node, metric, statistic); its third row holds "
             f"numbers ({rows[2][0]!r}, {stats[0]!r}, ...), not statistic names such as Average"
         )
+    for i, row in enumerate(rows):
+        for j, cell in enumerate(row[1:]):
+            if not cell:  # pandas would name it by position ("Unnamed: 3_level_2")
+                raise DataError(
+                    f"{path}: header row {i + 1} ({('node', 'metric', 'statistic')[i]}) is blank "
+                    f"in column {j + 2} (the first column holds the timestamps); every column "
+                    "needs a node, a metric and a statistic name"
+                )
     seen: set[tuple[str, ...]] = set()
     for col in zip(*(r[1:] for r in rows), strict=True):
-        if "" in col:
-            continue  # pandas names an empty header cell uniquely (Unnamed: k_level_j)
         if col in seen:
             raise DataError(
                 f"{path}: column {'/'.join(col)!r} appears more than once in the header"
@@ -556,6 +606,41 @@ def fit_baseline(normal: pd.DataFrame, config: DetectorConfig | None = None) -> 
     is_count = pd.Series([cfg.is_count(c[1]) for c in scale.index], index=scale.index, dtype=bool)
     scale[is_count] = np.maximum(scale[is_count], np.sqrt(median[is_count].clip(lower=0) + 1.0))
     return Baseline(median=median, scale=scale, n_points=counts[keep])
+
+
+def metrics_without_baseline(normal: pd.DataFrame, baseline: Baseline) -> dict[str, int]:
+    """Metrics of the normal period none of whose columns has a baseline (fewer than
+    ``min_normal_points`` non-NaN values in every one: :func:`fit_baseline` drops them, so they
+    raise no alert), each with the most non-NaN values any of its columns has, sorted by name."""
+    with_baseline = {str(c[1]) for c in baseline.median.index}
+    out: dict[str, int] = {}
+    for col, n in normal.notna().sum().items():
+        metric = str(col[1])
+        if metric not in with_baseline:
+            out[metric] = max(out.get(metric, 0), int(n))
+    return dict(sorted(out.items()))
+
+
+def no_baseline_warning(path: str | Path, missing: Mapping[str, int], need: int) -> str | None:
+    """One line naming the metrics without a baseline (:func:`metrics_without_baseline`), each with
+    its count of normal values, and the minimum ``need``; ``None`` when there are none."""
+    if not missing:
+        return None
+    items = list(missing.items())
+    shown = ", ".join(f"{m!r} ({n} values)" for m, n in items[:8])
+    more = f", ... ({len(items)} in all)" if len(items) > 8 else ""
+    return (
+        f"{path}: {len(items)} metric(s) have no baseline and raise no alert: {shown}{more}; a "
+        f"column needs at least {need} non-NaN values in the normal period"
+    )
+
+
+def mark_no_baseline(
+    report: dict[str, dict[str, str]], missing: Collection[str]
+) -> dict[str, dict[str, str]]:
+    """A role report (:meth:`fleetmind.data.metric_roles.RoleMap.report`) whose metrics of
+    ``missing`` carry ``"baseline": "none"`` (the roles line prints them ``(no baseline)``)."""
+    return {m: ({**r, "baseline": "none"} if m in missing else r) for m, r in report.items()}
 
 
 _ISO_MIN = "0001-01-01T00:00:00Z"
@@ -916,8 +1001,10 @@ class PetShopScenario:
         (:class:`ScenarioWarning`).
 
         Raises:
-            DataError: a malformed window or target, a root cause outside the graph, or a window
-                none of whose node names is a graph node.
+            DataError: a malformed window or target, a root cause outside the graph, a window
+                none of whose node names is a graph node, or a window none of whose columns has a
+                normal-period baseline (names that differ from ``noissue/metrics.csv``: it would
+                raise no alert and count as a miss).
         """
         target = read_target(issue.path / "target.json")
         window = read_metrics_csv(issue.path / "metrics.csv")
@@ -950,6 +1037,12 @@ class PetShopScenario:
             window.columns, self.config.statistic_preference, frozenset(self.baseline.median.index)
         )
         n_cols = sum(1 for _, m in chosen if metrics is None or m in metrics)
+        if unscored and n_cols == len(unscored):
+            raise DataError(
+                f"{issue.path / 'metrics.csv'}: no column of this issue window has a "
+                f"normal-period baseline (e.g. {unscored[0]!r}; {len(unscored)} columns); node, "
+                "metric and statistic names must match noissue/metrics.csv, case included"
+            )
         return {
             "id": issue.id,
             "graph": self.graph.name,
@@ -1035,8 +1128,12 @@ class PetShopScenario:
 
     def roles(self) -> dict[str, dict[str, str]]:
         """``{metric: {"role", "source"}}`` for every metric of the normal period (source
-        ``override`` from the role map, or ``name``)."""
-        return self.config.roles.report(self.normal.columns.get_level_values(1))
+        ``override`` from the role map, or ``name``); a metric none of whose columns has a
+        baseline also carries ``"baseline": "none"`` (:func:`metrics_without_baseline`)."""
+        return mark_no_baseline(
+            self.config.roles.report(self.normal.columns.get_level_values(1)),
+            metrics_without_baseline(self.normal, self.baseline),
+        )
 
     def incidents(self, split: str = "all") -> Iterator[dict[str, Any]]:
         """Incident dicts of every issue of ``split``."""
@@ -1219,7 +1316,8 @@ def load_scenario(
     Warns:
         ScenarioWarning: node names of the normal period that are not graph nodes (their columns
             are ignored), with the graph node of the same name up to case when there is one; a
-            fetched PetShop scenario that misses published files (:func:`missing_published_files`).
+            fetched PetShop scenario that misses published files (:func:`missing_published_files`);
+            metrics none of whose columns has a baseline (:func:`no_baseline_warning`).
     """
     root = Path(path)
     if not root.is_dir():
@@ -1241,11 +1339,19 @@ def load_scenario(
     message = missing_published_files(root)
     if message is not None:
         warnings.warn(message, ScenarioWarning, stacklevel=2)
+    baseline = fit_baseline(normal, cfg)
+    message = no_baseline_warning(
+        root / "noissue" / "metrics.csv",
+        metrics_without_baseline(normal, baseline),
+        cfg.min_normal_points,
+    )
+    if message is not None and len(baseline.median):  # none at all: check_baseline says why
+        warnings.warn(message, ScenarioWarning, stacklevel=2)
     return PetShopScenario(
         root=root,
         graph=graph,
         normal=normal,
-        baseline=fit_baseline(normal, cfg),
+        baseline=baseline,
         config=cfg,
         nodes=nodes,
     )

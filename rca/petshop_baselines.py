@@ -156,8 +156,17 @@ class TraversalBaseline(MetricAnalyzer):
                 raw[np.isnan(raw)] = 0.0
                 s, f = raw, raw > thr
             scores[node], flags[node] = s, f
+        column = f"{tnode}/{metric}/{stat}"
         if tnode not in flags or data.shape[0] == 0:
-            return self._result(graph, [], top_k, reason="target not scored")
+            return self._result(
+                graph, [], top_k, reason=f"target not scored: the window has no column {column}"
+            )
+        if tnode not in scorers:
+            return self._result(
+                graph, [], top_k,
+                reason=f"target not scored: {column} has fewer than {cfg.min_normal_points} "
+                "normal values",
+            )  # fmt: skip
         row = min(cfg.row_to_analyze, data.shape[0] - 1)
         if cfg.search_for_anomaly:
             for i in range(row, data.shape[0]):

@@ -104,8 +104,11 @@ def evaluate_scenario(
         ``{"n_incidents", "methods": {name: metrics}, "by_split": {split: {"n_incidents", "methods"}},
         "by_fault_type": {...}, "per_incident": [{"id", "split", "fault_type", "root_cause",
         "n_alerts", "ranks": {name: rank|None}, "top3": {name: [...]}, "shared_callees": {name:
-        {callee: [callers]}} (only where the rule moved a node)}], "alerting_ms_per_incident",
-        "roles", "evidence", "published"}``; ``methods`` covers ``split``.
+        {callee: [callers]}} (only where the rule moved a node), "reasons": {name: why} (only
+        where a metric-level method gave a reason instead of a ranking)}], "skipped": {name: why}
+        (metric-level methods that gave no ranking on any issue: they could not run and have no
+        figures), "alerting_ms_per_incident", "roles", "evidence", "published"}``; ``methods``
+        covers ``split``.
     """
     alert_methods = dict(
         {"propagation": PropagationRanker()} if alert_methods is None else alert_methods
@@ -166,7 +169,13 @@ def evaluate_scenario(
             bar.update(1)
     if bar is not None:
         bar.close()
-    out = _summaries(rows, times, names)
+    skipped = _never_ran(rows, list(metric_methods))
+    for row in rows:
+        for name in skipped:
+            row["ranks"].pop(name, None)
+            row["top3"].pop(name, None)
+    out = _summaries(rows, times, [n for n in names if n not in skipped])
+    out["skipped"] = skipped
     out["alerting_ms_per_incident"] = float(sum(alert_ms) / max(1, len(alert_ms)))
     out["roles"] = scenario.roles()
     out["evidence"] = post.report(scenario, drift_weighting, len(all_windows))
@@ -278,6 +287,26 @@ def _rank_by_metrics(
         _record(row, name, res.ranked_nodes())
         if "backend" in res.extra:
             row.setdefault("backend", {})[name] = res.extra["backend"]
+        if res.extra.get("reason") and not res.causes:
+            row.setdefault("reasons", {})[name] = str(res.extra["reason"])
+
+
+def _never_ran(rows: list[dict[str, Any]], names: Collection[str]) -> dict[str, str]:
+    """``{name: reason}`` for the metric-level methods of ``names`` that gave a reason instead of a
+    ranking on every issue of ``rows`` (:class:`fleetmind.rca.petshop_baselines.TraversalBaseline`
+    when no window has the target's column): they could not run, so they get no figures (an
+    AC@1 of 0.000 would read as a method that ran and missed)."""
+    out: dict[str, str] = {}
+    for name in names:
+        reasons = [r.get("reasons", {}).get(name) for r in rows]
+        if not rows or any(why is None for why in reasons):
+            continue
+        counts: dict[str, int] = {}
+        for why in reasons:
+            counts[str(why)] = counts.get(str(why), 0) + 1
+        shown = "; ".join(f"{why} ({n} issues)" for why, n in counts.items())
+        out[name] = f"no ranking for any of the {len(rows)} issues: {shown}"
+    return out
 
 
 def _summaries(

@@ -49,8 +49,12 @@ from fleetmind.data.metric_roles import (
 from fleetmind.data.petshop import (
     DetectorConfig,
     check_row_interval,
+    fit_baseline,
     gap_warning,
+    mark_no_baseline,
     match_nodes,
+    metrics_without_baseline,
+    no_baseline_warning,
     read_graph_csv,
     read_metrics_csv,
 )
@@ -180,7 +184,9 @@ def _features(system: Any, incs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _checked_system(args: FitArgs) -> tuple[DependencyGraph, Any, RoleMap]:
     """The scenario's graph, normal period and role map, checked (:func:`fit` says how); what
-    is read but suspect is warned about on stderr: role-map entries that name no metric, gaps in
+    is read but suspect is warned about on stderr: metrics none of whose columns has a baseline
+    (:func:`fleetmind.data.petshop.no_baseline_warning`; none at all is an error), role-map entries
+    that name no metric, gaps in
     the normal period's rows (:func:`fleetmind.data.petshop.gap_warning`: synthetic windows are
     cut from consecutive rows), and node names that are not graph nodes (their columns are left
     out; :meth:`fleetmind.data.petshop.NodeMatch.warning`)."""
@@ -192,7 +198,19 @@ def _checked_system(args: FitArgs) -> tuple[DependencyGraph, Any, RoleMap]:
     roles = scenario_role_map(args.scenario, args.roles)
     where = role_map_source(args.scenario, args.roles) or "role map"
     unmatched = check_role_map(roles, normal.columns.get_level_values(1), where)
+    cfg = DetectorConfig(roles=roles)
+    baseline = fit_baseline(normal, cfg)
+    if len(baseline.median) == 0:
+        most = int(normal.notna().sum().max()) if normal.shape[1] else 0
+        raise DataError(
+            f"{normal_csv}: no metric column has a baseline: one needs at least "
+            f"{cfg.min_normal_points} non-NaN values and the most any column has is {most} (of "
+            f"{len(normal)} rows)"
+        )
     notes = [
+        no_baseline_warning(
+            normal_csv, metrics_without_baseline(normal, baseline), cfg.min_normal_points
+        ),
         f"{where}: entries that name no metric of noissue/metrics.csv (ignored): "
         + ", ".join(unmatched)
         if unmatched
@@ -217,7 +235,8 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
 
     Raises:
         DataError: unreadable or malformed inputs, a normal period of fewer than 30 rows or whose
-            rows are too close or too far apart (or in milliseconds), or a role map none of whose
+            rows are too close or too far apart (or in milliseconds), a normal period none of
+            whose columns has 30 non-NaN values (no baseline), or a role map none of whose
             entries names a metric.
         ConfigError: ``args.out`` cannot be written or would overwrite something else, or
             ``args.threads`` is below 1.
@@ -249,7 +268,10 @@ def fit(args: FitArgs, progress: bool = False) -> dict[str, Any]:
         "fit": {
             "reads": ["graph.csv", "noissue/metrics.csv"]
             + (["role map"] if roles.overrides else []),
-            "roles": roles.report(normal.columns.get_level_values(1)),
+            "roles": mark_no_baseline(
+                roles.report(normal.columns.get_level_values(1)),
+                metrics_without_baseline(normal, system.baseline),
+            ),
             "not_in_graph": system.nodes.to_dict(),
             "settings": asdict(args) | {"out": None, "scenario": None},
             "synthetic_incidents": {"train": len(train), "val": len(val)},

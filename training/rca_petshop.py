@@ -199,8 +199,9 @@ def run(args: argparse.Namespace) -> int:
             k: v
             for k, v in skipped.items()
             if k in wanted or (k == "simulated_baselines" and "simulated" in wanted)
-        },
-        **{k: v for k, v in res.items() if k not in ("n_incidents", "methods")},
+        }
+        | res.get("skipped", {}),
+        **{k: v for k, v in res.items() if k not in ("n_incidents", "methods", "skipped")},
         **run_provenance(rerun_command(), load0, ("torch_geometric", "scikit-learn")),
     }
     print(roles_line(scenario.name, res["roles"]))

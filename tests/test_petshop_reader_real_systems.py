@@ -1,0 +1,333 @@
+"""The PetShop-format reader on scenarios exported from real systems (Prometheus, cAdvisor).
+
+* A CPU column named as cAdvisor names it (``container_cpu_usage_seconds_total``) is CPU seconds,
+  not an event count: it gets no Poisson floor (``sqrt(median + 1)`` >= 1 core would hide a jump
+  from 0.2 to 1.2 cores), and a role-map override to a non-traffic role turns the floor off. The
+  Prometheus naming guide (https://prometheus.io/docs/practices/naming/) puts ``_total`` on a
+  counter "in addition to the unit"; a histogram's ``_count`` counts observations
+  (https://prometheus.io/docs/concepts/metric_types/#histogram).
+* A blank header cell, a window none of whose columns has a baseline, a row with another number of
+  cells than the header, and a role map naming a metric twice stop with one line; a metric with
+  too few normal values is warned about and marked ``no baseline``; a metric-level method that
+  ranked no issue is ``skipped`` with its reason instead of scoring AC@1 0.000.
+* The shipped scenarios (PetShop ``low_traffic``, Train Ticket ``nezha_tt``, the test slice) keep
+  the count classification and baseline scale of every column, so released figures do not move.
+
+Each test fails on the reader before these checks (noted per test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from fleetmind.cli import main  # noqa: E402
+from fleetmind.data.errors import DataError  # noqa: E402
+from fleetmind.data.metric_roles import (  # noqa: E402
+    RoleMap,
+    is_count_metric,
+    load_role_map,
+    roles_line,
+)
+from fleetmind.data.petshop import (  # noqa: E402
+    DetectorConfig,
+    ScenarioWarning,
+    fit_baseline,
+    load_scenario,
+    read_metrics_csv,
+)
+
+NODES = ("front", "cart", "db", "auth")
+EDGES = {("front", "cart"), ("cart", "db"), ("front", "auth")}
+SLICE = Path(__file__).parent / "data" / "petshop_slice"
+
+
+def _write(path: Path, metrics: list[str], values: np.ndarray, t0: float) -> None:
+    """A metrics.csv of ``values`` ``(T, len(NODES) * len(metrics))``, 15 s rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = [(n, m) for n in NODES for m in metrics]
+    lines = [
+        "microservice," + ",".join(c[0] for c in cols),
+        "metric," + ",".join(c[1] for c in cols),
+        "statistic," + ",".join("Average" for _ in cols),
+    ]
+    for i, row in enumerate(values):
+        lines.append(f"{t0 + 15 * i:.15g}," + ",".join(f"{v:.6g}" for v in row))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _scenario(
+    root: Path, metrics: list[str], level: float = 100.0, noise: float = 1.0, jump: float = 500.0
+) -> Path:
+    """Four services (front -> cart -> db, front -> auth), 60 normal rows, two test issues (roots
+    db and auth) whose first metric rises by ``jump`` on the root and its callers from row 3."""
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True)
+    lines = ["," + ",".join(NODES)] + [
+        a + "," + ",".join("1" if (a, b) in EDGES else "0" for b in NODES) for a in NODES
+    ]
+    (root / "graph.csv").write_text("\n".join(lines) + "\n")
+    k = len(metrics)
+    normal = level + noise * rng.standard_normal((60, len(NODES) * k))
+    _write(root / "noissue" / "metrics.csv", metrics, normal, 1.7e9)
+    for i, (cause, hit) in enumerate(
+        [("db", ("db", "cart", "front")), ("auth", ("auth", "front"))]
+    ):
+        win = level + noise * rng.standard_normal((8, len(NODES) * k))
+        for j, node in enumerate(NODES):
+            if node in hit:
+                win[3:, j * k] += jump
+        d = root / "test" / f"issue_{i}"
+        _write(d / "metrics.csv", metrics, win, 1.69e9 + 1e4 * i)
+        target = {"node": "front", "metric": metrics[0], "agg": "Average", "timestamp": 0}
+        (d / "target.json").write_text(
+            json.dumps({"target": target, "root_cause": {"node": cause}, "metadata": {}})
+        )
+    return root
+
+
+def _n_alerts(root: Path, roles: Path | None = None) -> list[int]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScenarioWarning)
+        s = load_scenario(root, roles=roles)
+        return [len(s.incident(i)["alerts"]) for i in s.issues("all")]
+
+
+# ---------------------------------------------------------------------------- F1: count floor
+@pytest.mark.parametrize(
+    "name",
+    [
+        "container_cpu_usage_seconds_total",
+        "process_cpu_seconds_total",
+        "node_cpu_seconds_total",
+        "http_server_request_duration_seconds_sum",
+        "jvm_gc_pause_seconds_sum",
+        "container_network_receive_bytes_total",
+        "cache_hit_ratio_sum",
+    ],
+)
+def test_a_name_with_a_unit_is_no_count(name: str) -> None:
+    """Old code: ``_total``/``_sum`` made every one of them a count."""
+    assert not is_count_metric(name)
+    assert not RoleMap().is_count(name)
+    assert not DetectorConfig().is_count(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "requests",
+        "http_requests_total",
+        "request_count",
+        "http_request_duration_seconds_count",
+        "HTTPCode_Target_5XX_Count",
+        "RequestCount",
+    ],
+)
+def test_dimensionless_counts_keep_the_floor(name: str) -> None:
+    assert DetectorConfig().is_count(name)
+
+
+def test_cadvisor_cpu_column_alerts_like_cpu_usage(tmp_path: Path) -> None:
+    """~0.20 cores (sd 0.002) jumping to 1.2 cores: alerts under either name. Old code: the
+    cAdvisor name got scale sqrt(0.2 + 1) = 1.1 cores and no issue window raised an alert."""
+    kw = {"level": 0.2, "noise": 0.002, "jump": 1.0}
+    cadvisor = _scenario(tmp_path / "a", ["container_cpu_usage_seconds_total"], **kw)
+    plain = _scenario(tmp_path / "b", ["cpu_usage"], **kw)
+    assert _n_alerts(cadvisor) == _n_alerts(plain) == [3, 2]
+    normal = read_metrics_csv(cadvisor / "noissue" / "metrics.csv")
+    assert float(fit_baseline(normal).scale.max()) < 0.01
+
+
+def test_an_override_to_a_non_traffic_role_turns_the_floor_off(tmp_path: Path) -> None:
+    """``jobs_total: cpu`` (no unit word, so a count by name). Old code: still a count."""
+    assert RoleMap().is_count("jobs_total")
+    assert not RoleMap({"jobs_total": "cpu"}).is_count("jobs_total")
+    assert not DetectorConfig(roles=RoleMap({"jobs_total": "latency"})).is_count("jobs_total")
+    assert RoleMap({"cpu_seconds": "traffic"}).is_count("cpu_seconds")
+    kw = {"level": 0.2, "noise": 0.002, "jump": 1.0}
+    scen = _scenario(tmp_path / "s", ["jobs_total"], **kw)
+    assert _n_alerts(scen) == [0, 0]  # a count by name: floor 1.1 hides the jump
+    roles = tmp_path / "roles.yaml"
+    roles.write_text("jobs_total: cpu\n")
+    assert _n_alerts(scen, roles) == [3, 2]
+
+
+# ---------------------------------------------------------------------------- F2: headers, windows
+def test_a_blank_statistic_cell_is_refused_naming_its_position(tmp_path: Path) -> None:
+    """Old code: read as 'Unnamed: 1_level_2', matched by position only, no error."""
+    scen = _scenario(tmp_path / "s", ["latency", "requests"])
+    p = scen / "noissue" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    lines[2] = "statistic," + ",".join("" for _ in lines[2].split(",")[1:])
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"header row 3 \(statistic\) is blank in column 2") as e:
+        read_metrics_csv(p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_window_with_no_baselined_column_is_refused(tmp_path: Path) -> None:
+    """Statistic names in another case in one window. Old code: 0 alerts, scored as a miss."""
+    scen = _scenario(tmp_path / "s", ["latency", "requests"])
+    p = scen / "test" / "issue_1" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    lines[2] = lines[2].replace("Average", "average")
+    p.write_text("\n".join(lines) + "\n")
+    s = load_scenario(scen)
+    first, second = s.issues("all")
+    assert s.incident(first)["alerts"]
+    with pytest.raises(DataError, match="no column of this issue window has a normal-period") as e:
+        s.incident(second)
+    assert "issue_1" in str(e.value) and "'front/latency/average'" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda ln: ln + ",", "data row 1 (line 4) has 10 cells, the header has 9"),
+        (lambda ln: ln.rsplit(",", 1)[0], "data row 1 (line 4) has 8 cells, the header has 9"),
+    ],
+)
+def test_a_row_of_another_width_is_named(tmp_path: Path, edit, words: str) -> None:
+    """Old code: a trailing comma on every data row blamed the header ('expected a 3-row
+    header'); a short row was filled with NaN silently."""
+    scen = _scenario(tmp_path / "s", ["latency", "requests"])
+    p = scen / "test" / "issue_0" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    lines[3:] = [edit(ln) for ln in lines[3:]]
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        read_metrics_csv(p)
+
+
+def test_an_index_name_row_is_still_read(tmp_path: Path) -> None:
+    """``unix_timestamp,,,`` under the header (PetShop's own files, ``DataFrame.to_csv``)."""
+    scen = _scenario(tmp_path / "s", ["latency"])
+    p = scen / "noissue" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    p.write_text("\n".join([*lines[:3], "unix_timestamp" + "," * 4, *lines[3:]]) + "\n")
+    assert len(read_metrics_csv(p)) == 60
+    lines = p.read_text().splitlines()
+    lines[5] += ","
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"data row 2 \(line 6\) has 6 cells, the header has 5"):
+        read_metrics_csv(p)
+
+
+# ---------------------------------------------------------------------------- F3: no baseline
+def test_a_metric_without_baseline_is_warned_and_marked(tmp_path: Path) -> None:
+    """Latency on every 4th normal row only (15 values < 30). Old code: no warning, and the roles
+    line listed latency as found."""
+    scen = _scenario(tmp_path / "s", ["latency", "cpu_usage"])
+    p = scen / "noissue" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    metric = lines[1].split(",")
+    for i in range(3, len(lines)):
+        if (i - 3) % 4:
+            cells = lines[i].split(",")
+            lines[i] = ",".join(
+                "" if k and metric[k] == "latency" else c for k, c in enumerate(cells)
+            )
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.warns(
+        ScenarioWarning, match=r"'latency' \(15 values\); a column needs at least 30"
+    ):
+        s = load_scenario(scen)
+    roles = s.roles()
+    assert roles["latency"]["baseline"] == "none" and "baseline" not in roles["cpu_usage"]
+    line = roles_line("s", roles)
+    assert "latency=latency (no baseline)" in line and "cpu_usage=saturation," in line
+
+
+# ---------------------------------------------------------------------------- F4: skipped method
+def test_traversal_that_never_ranks_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    """target.json names metric 'latency' but the data calls it otherwise. Old code: AC@1 0.000
+    reported for petshop_traversal, ``skipped`` empty."""
+    scen = _scenario(tmp_path / "s", ["http_server_request_duration_seconds", "requests"])
+    for t in scen.glob("test/*/target.json"):
+        obj = json.loads(t.read_text())
+        obj["target"]["metric"] = "latency"
+        t.write_text(json.dumps(obj))
+    out = tmp_path / "r.json"
+    argv = ["rca", "petshop", "--scenario", str(scen), "--json", str(out)]
+    assert main([*argv, "--methods", "propagation", "petshop_traversal"]) == 0
+    res = json.loads(out.read_text())
+    assert "petshop_traversal" not in res["methods"]
+    why = res["skipped"]["petshop_traversal"]
+    assert "no ranking for any of the 2 issues" in why and "front/latency/Average" in why
+    for row in res["per_incident"]:
+        assert "petshop_traversal" not in row["ranks"]
+        assert row["reasons"]["petshop_traversal"].startswith("target not scored")
+
+
+# ---------------------------------------------------------------------------- F5: roles.yaml
+@pytest.mark.parametrize(
+    "text", ["lat_x: latency\nlat_x: errors\n", 'lat_x: latency\n" lat_x ": errors\n']
+)
+def test_a_metric_named_twice_in_the_role_map_is_refused(tmp_path: Path, text: str) -> None:
+    """Old code: the last entry won silently."""
+    p = tmp_path / "roles.yaml"
+    p.write_text(text)
+    with pytest.raises(DataError, match="metric 'lat_x' is named more than once") as e:
+        load_role_map(p)
+    assert "\n" not in str(e.value)
+
+
+def test_yaml_merge_keys_still_load(tmp_path: Path) -> None:
+    p = tmp_path / "roles.yaml"
+    p.write_text("<<: {a: latency}\nb: errors\n")
+    assert load_role_map(p).overrides == {"a": "latency", "b": "errors"}
+    p.write_text("a: &x latency\nb: *x\n")
+    assert load_role_map(p).overrides == {"a": "latency", "b": "latency"}
+
+
+# ---------------------------------------------------------------------------- shipped systems
+RELEASED_COUNTS = {"requests"}
+"""Metric names of the shipped scenarios that are counts (Poisson floor), as released."""
+
+
+def _released_scale(normal: pd.DataFrame, cfg: DetectorConfig) -> pd.Series:
+    """The baseline scale as released: the count floor on ``requests`` columns only."""
+    counts = normal.notna().sum()
+    data = normal[counts[counts >= cfg.min_normal_points].index]
+    median = data.median(skipna=True)
+    absdev = (data - median).abs()
+    mad = absdev.median(skipna=True)
+    spread = (1.4826 * mad).where(mad > 0, 1.2533 * absdev.mean(skipna=True))
+    scale = np.maximum(np.maximum(spread, cfg.rel_scale_floor * median.abs()), cfg.abs_scale_floor)
+    is_count = np.array([c[1] in RELEASED_COUNTS for c in scale.index])
+    scale[is_count] = np.maximum(scale[is_count], np.sqrt(median[is_count].clip(lower=0) + 1.0))
+    return scale
+
+
+def _check_unchanged(root: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScenarioWarning)  # no new warning on shipped data
+        s = load_scenario(root)
+        for issue in s.issues("all"):
+            assert s.incident(issue)["window"]["scored"] > 0
+    names = set(s.normal.columns.get_level_values(1))
+    assert {n for n in names if s.config.is_count(n)} == RELEASED_COUNTS & names
+    want = _released_scale(s.normal, s.config)
+    pd.testing.assert_series_equal(s.baseline.scale, want, check_names=False)
+    assert all("baseline" not in r for r in s.roles().values())
+
+
+def test_the_test_slice_keeps_counts_and_scales() -> None:
+    _check_unchanged(SLICE)
+
+
+@pytest.mark.parametrize("name", ["petshop/low_traffic", "nezha_tt"])
+def test_shipped_scenarios_keep_counts_and_scales(shared_data: os.PathLike[str], name: str) -> None:
+    root = Path(shared_data) / name
+    if not root.is_dir():
+        pytest.skip(f"{root} absent")
+    _check_unchanged(root)
