@@ -11,7 +11,9 @@ Every benchmark that writes a JSON starts it with :func:`provenance`, so that ea
 
 The keys are ``command`` (``python -m <module> <args>``, quoted for a POSIX shell), ``commit`` (``git rev-parse HEAD`` of
 the checkout that ``fleetmind`` was imported from, or ``None`` when it is not a git checkout, e.g.
-an installed wheel), ``code_modified`` (that checkout's library folders had uncommitted changes), ``date`` (UTC, ISO 8601), ``machine`` (platform, processor, cores, load averages at the
+an installed wheel), ``code_modified`` (that checkout's library folders had uncommitted changes; both
+``None``, with ``mixed_checkouts`` listing the roots, when ``fleetmind`` and its subpackages come
+from different checkouts: :func:`fleetmind.provenance.code_roots`), ``date`` (UTC, ISO 8601), ``machine`` (platform, processor, cores, load averages at the
 start and end) and ``versions`` (Python, torch, numpy and any ``packages`` asked for).
 """
 

@@ -38,17 +38,68 @@ it and the benchmark scripts (a result written by an edited script does not come
 it names). Result files under ``benchmarks/results/`` do not count."""
 
 
+MAPPED_PACKAGES = ("data", "rca", "envs", "rl", "training", "serving", "models", "cli")
+"""The subpackages of ``fleetmind`` that a source checkout keeps in top-level folders of the same
+names, mapped under ``fleetmind`` by ``package-dir`` in ``pyproject.toml`` (``rca/`` is
+``fleetmind.rca``); in a wheel they lie inside the ``fleetmind`` folder."""
+
+
 def code_root() -> Path:
     """The folder above the imported ``fleetmind`` package: a checkout's root in a source install."""
     return Path(__file__).resolve().parents[1]
+
+
+def code_roots() -> list[Path]:
+    """Every checkout root that ``fleetmind`` and its :data:`MAPPED_PACKAGES` are imported from,
+    :func:`code_root` first: one root normally; more when they come from different checkouts
+    (a second checkout's ``fleetmind/`` found first on ``sys.path`` while the environment's editable
+    install maps ``fleetmind.serving`` and the others to the first checkout's folders).
+
+    Found with :func:`importlib.util.find_spec`, which imports ``fleetmind`` (light) but none of
+    the subpackages. A subpackage inside the ``fleetmind`` folder (a wheel) has ``fleetmind``'s
+    root.
+    """
+    import importlib.util
+
+    first = code_root()
+    package_dir = Path(__file__).resolve().parent
+    roots = [first]
+    for name in MAPPED_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(f"fleetmind.{name}")
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.origin and spec.origin not in ("namespace", "built-in", "frozen"):
+            folder = Path(spec.origin).resolve().parent
+        elif spec.submodule_search_locations:
+            folder = Path(next(iter(spec.submodule_search_locations))).resolve()
+        else:
+            continue
+        root = first if folder.parent == package_dir else folder.parent
+        if root not in roots:
+            roots.append(root)
+    return roots
 
 
 def git_commit(root: Path | None = None) -> dict[str, Any]:
     """``{"commit": HEAD or None, "code_modified": bool or None}`` of the checkout at ``root``
     (default: :func:`code_root`, so a run with another checkout's environment names that one).
 
-    Both are ``None`` outside a git checkout (an installed wheel) or without ``git``.
+    Both are ``None`` outside a git checkout (an installed wheel) or without ``git``. Without
+    ``root``, when ``fleetmind`` and its subpackages come from different checkouts
+    (:func:`code_roots`), no one commit made the run: both are ``None`` and ``mixed_checkouts``
+    lists the roots (absolute paths, :func:`code_root` first).
     """
+    if root is None:
+        roots = code_roots()
+        if len(roots) > 1:
+            return {
+                "commit": None,
+                "code_modified": None,
+                "mixed_checkouts": [str(r) for r in roots],
+            }
     root = root or code_root()
 
     def git(*args: str) -> str:

@@ -124,8 +124,9 @@ def test_benchmark_script_on_the_openb_default_trace(shared_data, tmp_path) -> N
 
 def test_benchmark_script_names_a_bad_trace(tmp_path) -> None:
     from benchmarks.placement.failure_causes import main
+    from fleetmind.errors import DataError
 
-    with pytest.raises(SystemExit, match="no-such-trace"):
+    with pytest.raises(DataError, match="no-such-trace"):  # one line, status 2 under run_main
         main(["--traces", "no-such-trace", "--out", str(tmp_path / "x.json")])
 
 

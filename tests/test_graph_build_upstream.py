@@ -453,15 +453,28 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
+@pytest.mark.timeout(120)  # a guard against a hang, not the assertion
 def test_api_that_never_answers_times_out(
-    api: Callable[[Responder], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    api: Callable[[Responder], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The kubernetes Python client waits forever unless a request has ``_request_timeout``
     (kubernetes-client/python ``kubernetes/client/rest.py``: "(connection, read) timeouts");
     ``kubectl --request-timeout`` is the same idea."""
     pytest.importorskip("kubernetes")
+    from kubernetes.client import rest
+
+    timeouts: list[object] = []
+    real = rest.RESTClientObject.request
+
+    def request(self: object, *args: object, **kw: object) -> object:
+        timeouts.append(kw.get("_request_timeout"))
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(rest.RESTClientObject, "request", request)
     kc = api(lambda path, q: None)
-    start = time.monotonic()
     rc = main(
         [
             "graph",
@@ -474,14 +487,19 @@ def test_api_that_never_answers_times_out(
             str(tmp_path / "g.json"),
         ]
     )
-    assert rc == 2 and time.monotonic() - start < 10
+    assert rc == 2
+    # every request carried --timeout (none would wait forever; pytest-timeout guards a hang)
+    assert timeouts and all(t == (0.5, 0.5) for t in timeouts), timeouts
     err = _one_error_line(capsys)
     assert "cannot list nodes from the Kubernetes API at http://127.0.0.1:" in err
     assert "no answer within 0.5 s (--timeout)" in err
 
 
 def test_a_long_retry_after_does_not_outlast_the_timeout(
-    api: Callable[[Responder], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    api: Callable[[Responder], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """API Priority and Fairness answers 429 with ``Retry-After`` (kubernetes.io "API Priority and
     Fairness"); urllib3 sleeps for any ``Retry-After`` unless told a maximum (``retry_after_max``),
@@ -495,7 +513,8 @@ def test_a_long_retry_after_does_not_outlast_the_timeout(
         return (*answer, {"Retry-After": "100"})
 
     kc = api(busy)
-    start = time.monotonic()
+    slept: list[float] = []  # urllib3's waits (``Retry.sleep_for_retry``), recorded, not waited
+    monkeypatch.setattr(time, "sleep", slept.append)
     rc = main(
         [
             "graph",
@@ -508,7 +527,8 @@ def test_a_long_retry_after_does_not_outlast_the_timeout(
             str(tmp_path / "g"),
         ]
     )
-    assert rc == 2 and time.monotonic() - start < 30
+    assert rc == 2
+    assert slept and all(0 < t <= 0.5 for t in slept), slept  # each at most --timeout, not 100 s
     assert len(seen) == 3  # the request and its two retries, each after at most --timeout
     assert "429 Too Many Requests" in _one_error_line(capsys)
 

@@ -51,10 +51,14 @@ def test_a_refused_database_is_tried_twice_and_fails_in_one_line(
     assert db_utils.MAX_RETRY_COUNT == 10  # given back after the block
 
 
-def test_a_refused_database_fails_within_seconds() -> None:
-    """The behaviour a user sees (measured 111 s before): generous bound, real backoff."""
+def test_a_refused_database_fails_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The behaviour a user sees (111 s before): the backoff MLflow would sleep between tries is
+    recorded instead of waited for, and adds up to a fraction of a second (MLflow alone:
+    ``0.1 * (2**attempt - 1)`` summed over 10 tries, about 100 s); not a clock reading."""
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
     uri = f"postgresql+psycopg://u:p@127.0.0.1:{_closed_port()}/db"
-    start = time.monotonic()
-    with pytest.raises(ConfigError, match="Connection refused"):
+    with pytest.raises(ConfigError, match="Connection refused") as exc:
         ready_store(uri)
-    assert time.monotonic() - start < 10
+    assert "\n" not in str(exc.value)
+    assert sum(slept) < 1.0, slept

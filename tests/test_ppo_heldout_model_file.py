@@ -96,5 +96,7 @@ def test_default_folder_records_its_policy_onnx(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_missing_model_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    with pytest.raises(SystemExit, match="placement model not found"):
+    from fleetmind.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="placement model not found"):  # one line under run_main
         _run(monkeypatch, tmp_path, "--model", str(tmp_path / "absent.onnx"))

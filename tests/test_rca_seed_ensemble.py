@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks.rca.gat_neighbours import _boot, mean_scores, rank_metrics, ranks_of, tie_shares
+from fleetmind.errors import ConfigError
 
 
 def _ds(roots: list[int]) -> tuple[list[dict], SimpleNamespace]:
@@ -101,5 +102,5 @@ def test_an_incumbent_replaces_the_default_and_the_draws_avoid_it() -> None:
     )
     assert plain[0] == GAT_DEFAULT and plain[0] != inc
     bad = Namespace(refit_from=None, first='{"hidden": 48}', seed=0)
-    with pytest.raises(SystemExit, match="exactly the keys"):
+    with pytest.raises(ConfigError, match="exactly the keys"):  # one line under run_main
         _configs(bad, "tune-gat", "gat_neighbours", GAT_GRID, GAT_DEFAULT, 2)

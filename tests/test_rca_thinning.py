@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from gat_helpers import toy_dataset, toy_graph, toy_incident
 
+from fleetmind.errors import ConfigError
 from fleetmind.rca.thinning import thin_incident, thinned_copies
 
 
@@ -117,7 +118,7 @@ def test_the_gbdt_baseline_trains_on_the_same_thinned_copies_and_refits_keep_the
     assert len(seen[0]) == want
     rec = json.loads((w / "tune-gbdt.json").read_text())["hop2_gbdt"]
     assert rec["thin_share"] == 0.5 and rec["trials"][0]["thin_share"] == 0.5
-    with pytest.raises(SystemExit, match="same share"):
+    with pytest.raises(ConfigError, match="same share"):  # one line under run_main
         gat_neighbours.main(
             ["tune-gbdt", "--work", str(tmp_path / "r"), *common, "--refit-from", str(w)]
         )

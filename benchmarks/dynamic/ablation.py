@@ -108,6 +108,9 @@ def main() -> None:
     if a.table_from:
         print(markdown(json.loads(Path(a.table_from).read_text())))
         return
+    for opt, specs in (("--recipe", a.recipe), ("--scratch", a.scratch)):
+        if any(len(spec) < 2 for spec in specs):  # before the frozen set is written
+            raise ConfigError(f"{opt} needs a label and at least one model folder")
     t0 = time.time()
     m = load_manifest()
     # the seeds and trace names are checked before the frozen set is regenerated
@@ -128,7 +131,7 @@ def main() -> None:
     pairs: dict[str, tuple[str, str]] = {}
     for spec in a.recipe:
         if len(spec) < 2:
-            raise SystemExit("--recipe needs a label and at least one model folder")
+            raise ConfigError("--recipe needs a label and at least one model folder")
         label, folders = spec[0], [repo_relative(f) for f in spec[1:]]
         rows[f"{label}: teacher"] = [("teacher", str(f / "teacher.json")) for f in folders]
         rows[f"{label}: clone at step 0"] = [("policy", str(f / "clone.onnx")) for f in folders]
@@ -139,7 +142,7 @@ def main() -> None:
             pairs[f"{label}, last"] = (f"{label}: clone at step 0", f"{label}: + PPO, last")
     for spec in a.scratch:
         if len(spec) < 2:
-            raise SystemExit("--scratch needs a label and at least one model folder")
+            raise ConfigError("--scratch needs a label and at least one model folder")
         folders = [repo_relative(f) for f in spec[1:]]
         rows[spec[0]] = [("policy", str(f / "policy.onnx")) for f in folders]
         if all((f / "final.onnx").is_file() for f in folders):
@@ -148,7 +151,7 @@ def main() -> None:
     for spec_rows in rows.values():  # every model must be of the default setting
         for kind, p in spec_rows:
             if kind == "policy" and model_config(Path(p).parent) != DynEvalConfig():
-                raise SystemExit(f"{p} was trained in another dynamic setting")
+                raise ConfigError(f"{p} was trained in another dynamic setting")
     for h in a.heuristics:
         rows = {h: [("heuristic", h)], **rows}
     actors = list(dict.fromkeys(x for ps in rows.values() for x in ps if x[0] != "heuristic"))

@@ -42,6 +42,7 @@ from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.dynamic.order import NAMED_ORDERS
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.errors import ConfigError
 from fleetmind.rl.dynamic_eval import actor_fn, evaluate_streams, load_dynamic_actor, model_config
 from fleetmind.rl.rollout import DynamicRolloutPolicy, RolloutConfig
 from fleetmind.rl.scaleout import run_tasks
@@ -112,6 +113,36 @@ def trace_runs(
     return rows
 
 
+def read_merge(path: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """The runs of an earlier output JSON (``--merge``), by ``(trace, seed)``; read before any
+    simulation, so a bad file fails at once (one line, :class:`ConfigError`).
+
+    Raises:
+        ConfigError: the file cannot be read, is not JSON, or is not an object with a ``runs``
+            list of objects that each have a ``trace`` (text) and a ``seed`` (integer).
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"--merge {path}: cannot read it: {err.strerror or err}") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--merge {path}: not JSON: {err}") from None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list):
+        raise ConfigError(f"--merge {path}: not an output of this script (no 'runs' list)")
+    earlier: dict[tuple[str, int], dict[str, Any]] = {}
+    for i, r in enumerate(runs):
+        if not (
+            isinstance(r, dict)
+            and isinstance(r.get("trace"), str)
+            and isinstance(r.get("seed"), int)
+            and not isinstance(r.get("seed"), bool)
+        ):
+            raise ConfigError(f"--merge {path}: runs[{i}] is not an object with a trace and a seed")
+        earlier[(r["trace"], r["seed"])] = r
+    return earlier
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="dynamic-mode model folder with clone.onnx")
@@ -136,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", type=argtypes.output_file, required=True, help="output JSON")
     a = ap.parse_args(argv)
+    earlier = read_merge(a.merge) if a.merge else {}
     load0 = load_now()
     man = load_manifest()
     paths = write_all(REPO_ROOT / "runs" / "frozen_set", man)
@@ -157,10 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     for rows in run_tasks(trace_runs, jobs, workers=a.workers):
         runs.extend(rows)
-    if a.merge:
-        earlier = {
-            (r["trace"], r["seed"]): r for r in json.loads(Path(a.merge).read_text())["runs"]
-        }
+    if earlier:
         for r in runs:
             for pol, v in earlier.get((r["trace"], r["seed"]), {}).items():
                 if pol in POLICIES and pol not in r:

@@ -10,11 +10,11 @@ episodes as Ray tasks and the numbers are the same):
 | searched teacher | ``models/placement/teacher.json`` (the cross-entropy-searched linear scorer) |
 | teacher + penalties | ``models/placement/teacher_strand.json`` (the release's teacher) |
 | clone at step 0 | ``clone.onnx`` of each ``--model`` folder (the warm-start clone) |
-| clone + short PPO | ``policy.onnx`` of each ``--model`` folder |
+| clone + short PPO | ``ppo_policy.onnx`` of each ``--model`` folder, else its ``policy.onnx`` |
 
 More rows: ``--recipe LABEL DIR...`` (another recipe's folders, one per training seed: ``LABEL:
-clone at step 0``, ``LABEL: + PPO`` from ``policy.onnx``, and ``LABEL: + PPO, last`` from
-``final.onnx``), ``--scratch LABEL DIR...`` (runs without a warm start: ``policy.onnx`` and
+clone at step 0``, ``LABEL: + PPO`` from ``ppo_policy.onnx`` or else ``policy.onnx``, and
+``LABEL: + PPO, last`` from ``final.onnx``), ``--scratch LABEL DIR...`` (runs without a warm start: ``policy.onnx`` and
 ``final.onnx``). Model folders are recorded relative to the repository; run it from the root.
 
 ``--model`` takes one folder per training seed (default: the release, training seed 0). Rows with one
@@ -94,6 +94,45 @@ def repo_relative(f: str) -> Path:
     """A model folder as given, relative to the repository when inside it (for the JSON)."""
     p = Path(f).resolve()
     return p.relative_to(REPO) if p.is_relative_to(REPO) else p
+
+
+def _recorded_best_step(folder: Path) -> int | None:
+    """The ``best_step`` a training run recorded for its kept checkpoint (``train_summary.json``
+    or the model card's table), None when the folder records none."""
+    summary = folder / "train_summary.json"
+    if summary.is_file():
+        step = json.loads(summary.read_text()).get("best_step")
+        if step is not None:
+            return int(step)
+    card = folder / "model_card.md"
+    if card.is_file():
+        for line in card.read_text().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 2 and cells[0] == "best_step" and cells[1].isdigit():
+                return int(cells[1])
+    return None
+
+
+def ppo_stage_file(folder: Path) -> Path:
+    """The PPO-stage policy of a model folder (``folder`` as :func:`repo_relative` gives it):
+    ``ppo_policy.onnx`` when the folder has one (the release since 2026-12-02, whose
+    ``policy.onnx`` is a byte copy of ``clone.onnx``), else ``policy.onnx``. Refuses a folder whose
+    PPO-stage file is a byte copy of its ``clone.onnx`` unless the run recorded that it kept the
+    clone (``best_step`` 0): such a row would score the clone against itself."""
+    root = REPO / folder
+    name = "ppo_policy.onnx" if (root / "ppo_policy.onnx").is_file() else "policy.onnx"
+    ppo, clone = root / name, root / "clone.onnx"
+    if (
+        ppo.is_file()
+        and clone.is_file()
+        and ppo.read_bytes() == clone.read_bytes()
+        and _recorded_best_step(root) != 0
+    ):
+        raise ConfigError(
+            f"{folder}: {name} is a byte copy of clone.onnx and the run did not keep its clone "
+            "(best_step 0); give the folder of the PPO run (or one with ppo_policy.onnx)"
+        )
+    return folder / name
 
 
 def ci95(x: list[float]) -> list[float] | None:
@@ -184,6 +223,9 @@ def main() -> None:
     if a.table_from:
         print(markdown(json.loads(Path(a.table_from).read_text())))
         return
+    for opt, specs in (("--recipe", a.recipe), ("--scratch", a.scratch)):
+        if any(len(spec) < 2 for spec in specs):  # before the frozen set is written
+            raise ConfigError(f"{opt} needs a label and at least one model folder")
     t0 = time.time()
     # the seeds and trace names are checked before the frozen set is regenerated
     if a.set == "frozen":
@@ -198,6 +240,7 @@ def main() -> None:
         traces = {t: t for t in HELDOUT}
     if a.traces:
         traces = {n: traces[n] for n in a.traces}
+    ppo_files = [ppo_stage_file(repo_relative(f)) for f in a.model]  # refused before any write
     pen = fgd_penalty_teacher(REPO / "runs" / "ablation_fgd_penalties.json")
     rows: dict[str, list[str]] = {
         "FGD": ["FGD"],
@@ -205,22 +248,22 @@ def main() -> None:
         "searched teacher": [f"teacher:{RELEASE / 'teacher.json'}"],
         "teacher + penalties": [f"teacher:{RELEASE / 'teacher_strand.json'}"],
         "clone at step 0": [f"policy:{repo_relative(f) / 'clone.onnx'}" for f in a.model],
-        "clone + short PPO": [f"policy:{repo_relative(f) / 'policy.onnx'}" for f in a.model],
+        "clone + short PPO": [f"policy:{f}" for f in ppo_files],
     }
     pairs = {"release recipe": ("clone at step 0", "clone + short PPO")}
     for spec in a.recipe:
         if len(spec) < 2:
-            raise SystemExit("--recipe needs a label and at least one model folder")
+            raise ConfigError("--recipe needs a label and at least one model folder")
         label, folders = spec[0], [repo_relative(f) for f in spec[1:]]
         rows[f"{label}: clone at step 0"] = [f"policy:{f / 'clone.onnx'}" for f in folders]
-        rows[f"{label}: + PPO"] = [f"policy:{f / 'policy.onnx'}" for f in folders]
+        rows[f"{label}: + PPO"] = [f"policy:{ppo_stage_file(f)}" for f in folders]
         pairs[label] = (f"{label}: clone at step 0", f"{label}: + PPO")
         if all((f / "final.onnx").is_file() for f in folders):  # the last policy, not the best
             rows[f"{label}: + PPO, last"] = [f"policy:{f / 'final.onnx'}" for f in folders]
             pairs[f"{label}, last"] = (f"{label}: clone at step 0", f"{label}: + PPO, last")
     for spec in a.scratch:
         if len(spec) < 2:
-            raise SystemExit("--scratch needs a label and at least one model folder")
+            raise ConfigError("--scratch needs a label and at least one model folder")
         folders = [repo_relative(f) for f in spec[1:]]
         rows[spec[0]] = [f"policy:{f / 'policy.onnx'}" for f in folders]
         if all((f / "final.onnx").is_file() for f in folders):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -32,7 +31,6 @@ from benchmarks.provenance import REPO_ROOT, RESULTS, load_now, provenance
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
-from fleetmind.data.errors import DataError
 from fleetmind.data.openb import load_openb_trace
 from fleetmind.envs.failure_causes import (
     FAILURE_CAUSES,
@@ -110,10 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     seeds = parse_seeds(a.seeds)
     for t in a.traces:  # fail fast, before any worker starts, on a trace name that does not load
-        try:
-            load_openb_trace(t)
-        except DataError as e:
-            sys.exit(f"error: {e}")
+        load_openb_trace(t)  # a DataError: one line, status 2 (run_main)
     variants = (False, True) if a.relax_host else (False,)
     jobs = [
         (t, p, s, a.model, r) for r in variants for t in a.traces for p in a.policies for s in seeds

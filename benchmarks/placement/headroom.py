@@ -49,6 +49,7 @@ from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.data.openb_variants import generate_variant, write_variant
 from fleetmind.envs.fgd_mode import run_fgd
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
+from fleetmind.errors import ConfigError
 from fleetmind.rl.dynamic_eval import (
     EnvActorPolicy,
     actor_fn,
@@ -84,10 +85,10 @@ def check_fresh(specs: list[str], seeds: list[int]) -> None:
     frozen_eval = set(man["eval_seeds"]) | HELDOUT_SEEDS
     for spec in specs:
         if int(spec.split(":")[2]) in frozen_gen:
-            raise SystemExit(f"{spec}: generator seed of the frozen evaluation set")
+            raise ConfigError(f"{spec}: generator seed of the frozen evaluation set")
     bad = sorted(set(seeds) & frozen_eval)
     if bad:
-        raise SystemExit(f"workload seeds {bad} belong to the frozen or held-out evaluation")
+        raise ConfigError(f"workload seeds {bad} belong to the frozen or held-out evaluation")
 
 
 def binned(log: RolloutLog, key: str, width: float) -> dict[str, dict[str, float]]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -32,6 +31,7 @@ from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
 from fleetmind.cli.sched import parse_seeds
 from fleetmind.envs.fgd_mode import aggregate_results, run_fgd
+from fleetmind.errors import ConfigError
 from fleetmind.provenance import input_file
 
 OUT = RESULTS / "placement" / "ppo_eval.json"
@@ -70,12 +70,12 @@ def _model_files(model: str | None) -> tuple[Path, Path, dict]:
     elif path.is_file():
         model_dir, policy = path.parent, path
     else:
-        sys.exit(f"placement model not found: {path}")
+        raise ConfigError(f"placement model not found: {path}")
     meta_file = model_dir / "metadata.json"
     if not meta_file.is_file():
-        sys.exit(f"{model_dir} has no metadata.json (the model's train_traces)")
+        raise ConfigError(f"{model_dir} has no metadata.json (the model's train_traces)")
     if not policy.is_file():
-        sys.exit(f"{model_dir} has no policy.onnx or policy.pt")
+        raise ConfigError(f"{model_dir} has no policy.onnx or policy.pt")
     return path, policy, json.loads(meta_file.read_text())
 
 
@@ -104,10 +104,10 @@ def main() -> None:
     if a.heuristics_from:
         prev = json.loads(Path(a.heuristics_from).read_text())
         if sorted(prev["seeds"]) != sorted(seeds):
-            sys.exit(f"{a.heuristics_from} has seeds {prev['seeds']}, this run {seeds}")
+            raise ConfigError(f"{a.heuristics_from} has seeds {prev['seeds']}, this run {seeds}")
         missing = [t for t in a.traces if t not in prev["traces"]]
         if missing:
-            sys.exit(f"{a.heuristics_from} has no results for {missing}")
+            raise ConfigError(f"{a.heuristics_from} has no results for {missing}")
         reused = {t: prev["traces"][t]["policies"] for t in a.traces}
     run_policies = ("ppo",) if reused else POLICIES
     jobs = [(t, p, s, a.model) for t in a.traces for p in run_policies for s in seeds]

@@ -48,6 +48,7 @@ import numpy as np
 from benchmarks.provenance import load_now, provenance
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
+from fleetmind.errors import ConfigError
 
 GAT_GRID: dict[str, list[Any]] = {
     "hidden": [32, 48, 64],
@@ -218,7 +219,7 @@ def _configs(
     if a.refit_from:
         rec = json.loads((Path(a.refit_from) / f"{phase}.json").read_text())[name]
         if rec.get("thin_share", 0.0) != a.thin_share:
-            raise SystemExit(
+            raise ConfigError(
                 f"{a.refit_from} chose {name} with --thin-share {rec.get('thin_share', 0.0)}; "
                 f"refit it with the same share, not {a.thin_share}"
             )
@@ -226,7 +227,7 @@ def _configs(
     if a.first:  # an incumbent chosen earlier stands in for the shipped default
         first = json.loads(a.first)
         if set(first) != set(grid):
-            raise SystemExit(f"--first needs exactly the keys {sorted(grid)}")
+            raise ConfigError(f"--first needs exactly the keys {sorted(grid)}")
         default = first
     return draw_configs(grid, default, k, a.seed)
 

@@ -34,6 +34,7 @@ from typing import Any
 from benchmarks.provenance import RESULTS, load_now, provenance
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
+from fleetmind.errors import FleetMindError
 
 
 def synthetic_system(seed: int, services: int, tmp: Path) -> dict[str, Any]:
@@ -44,13 +45,13 @@ def synthetic_system(seed: int, services: int, tmp: Path) -> dict[str, Any]:
     scen, model, ev_js = tmp / f"sys{seed}", tmp / f"m{seed}", tmp / f"ev{seed}.json"
     make_system(scen, n_services=services, normal_rows=240, issues=30, seed=seed)
     if cli(["rca", "fit", "--scenario", str(scen), "--out", str(model)]) != 0:
-        raise SystemExit(f"rca fit failed on seed {seed}")
+        raise FleetMindError(f"rca fit failed on seed {seed}")
     rc = cli(
         ["rca", "petshop", "--scenario", str(scen), "--model", str(model), "--methods", "gat_fit",
          "--json", str(ev_js)]
     )  # fmt: skip
     if rc != 0:
-        raise SystemExit(f"rca petshop failed on seed {seed}")
+        raise FleetMindError(f"rca petshop failed on seed {seed}")
     ev = json.loads(ev_js.read_text())
     rows = ev["per_incident"]
     return {

@@ -26,10 +26,12 @@ import pickle
 import time
 from pathlib import Path
 
-from benchmarks.provenance import code_root, load_now, provenance
+from benchmarks.provenance import load_now, provenance
 from benchmarks.serving.rca_workload import sim_incidents
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
+from fleetmind.errors import ConfigError
+from fleetmind.provenance import code_roots
 
 
 def main() -> None:
@@ -57,7 +59,14 @@ def main() -> None:
     )
     args = ap.parse_args()
     load0 = load_now()
-    repo = code_root()  # where fleetmind (and so every project module below) comes from
+    roots = code_roots()  # where fleetmind and its subpackages come from
+    if len(roots) > 1:  # the figures would time neither checkout's code
+        raise ConfigError(
+            f"fleetmind comes from {roots[0]} but some of its subpackages from "
+            f"{', '.join(map(str, roots[1:]))}: run this module from this checkout's root with the "
+            "other checkout's own Python environment (pip install -e there)"
+        )
+    repo = roots[0]
     import torch
 
     torch.set_num_threads(1)

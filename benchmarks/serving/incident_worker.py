@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -50,7 +49,7 @@ def main() -> None:
     ap.add_argument("--out", type=argtypes.output_file, default=None, help="JSON of the figures")
     args = ap.parse_args()
     if args.alerts < 50:
-        sys.exit("bench_incident_worker: --alerts must be at least 50 (one webhook)")
+        ap.error("--alerts must be at least 50 (one webhook)")
     import fleetmind.serving
     from fleetmind.serving.db import Database
     from fleetmind.serving.defaults.example import benchmark_graph

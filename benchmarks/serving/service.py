@@ -21,6 +21,12 @@ placement p99 <= 20 ms.
     python -m benchmarks.serving.service [--quick] [--out benchmarks/results/serving/serving.json]
         [--rca-processes N] [--workers N] [--skip-ingest]
 
+``--out`` defaults to the committed ``benchmarks/results/serving/serving.json`` for a full run only:
+``--quick`` writes ``runs/serving/serving_quick.json`` and ``--breakdown-only``
+``runs/serving/serving_breakdown.json`` unless ``--out`` is given. A ``--rca-model`` or
+``--placement-model`` that the server does not load (it reports a ``fallback_reason``) stops the
+run with one line, status 2, after the server is stopped.
+
 ``--rca-processes N`` starts the server with ``FLEETMIND_RCA_PROCESSES=N`` (RCA requests ranked in
 N processes, request by request); ``--workers N`` is uvicorn's (connections split over N workers).
 """
@@ -46,6 +52,7 @@ from benchmarks.serving.ingest_alerts import ingest_alert
 from benchmarks.serving.rca_workload import sim_incidents
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
+from fleetmind.errors import ConfigError
 from fleetmind.serving.defaults.example import benchmark_graph
 from fleetmind.serving.settings import Settings
 
@@ -595,7 +602,7 @@ def start_server(
     )
     for _ in range(600):
         if proc.poll() is not None:
-            raise SystemExit(f"server exited: see {log}")
+            raise ConfigError(f"server exited: see {log}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                 return proc
@@ -603,7 +610,7 @@ def start_server(
             pass
         time.sleep(0.1)
     proc.kill()
-    raise SystemExit("server did not become ready")
+    raise ConfigError("server did not become ready")
 
 
 def positive_int(text: str) -> int:
@@ -617,10 +624,47 @@ def positive_int(text: str) -> int:
     return value
 
 
+HEADLINE = RESULTS / "serving" / "serving.json"
+"""The committed result of the full run, ``--out``'s default for it alone."""
+SCRATCH = REPO / "runs" / "serving"
+"""Where ``--quick`` and ``--breakdown-only`` write unless ``--out`` is given (``runs/`` is not
+in git): a smoke run or a breakdown never replaces the committed headline result."""
+
+
+def default_out(quick: bool, breakdown_only: bool) -> Path:
+    """``--out`` when it is not given: the committed headline result for a full run, else a
+    scratch file under ``runs/serving/`` (``serving_quick.json``, ``serving_breakdown.json``)."""
+    if breakdown_only:
+        return SCRATCH / "serving_breakdown.json"
+    if quick:
+        return SCRATCH / "serving_quick.json"
+    return HEADLINE
+
+
+def fallback_error(models: dict[str, Any], asked: dict[str, str | None]) -> str | None:
+    """Why the run must stop: a model given on the command line (``asked``: kind -> reference,
+    ``None`` when not given) that the server did not load, so it answers with a fallback
+    (``fallback_reason`` in ``GET /api/v1/models``); ``None`` when every one given is served."""
+    for kind, ref in asked.items():
+        entry = models.get(kind) or {}
+        reason = entry.get("fallback_reason") if isinstance(entry, dict) else None
+        if ref and reason:
+            return (
+                f"--{kind}-model {ref}: the server fell back to {entry.get('method')} "
+                f"({' '.join(str(reason).split())}); the figures would not be that model's"
+            )
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "--out", type=argtypes.output_file, default=str(RESULTS / "serving" / "serving.json")
+        "--out",
+        type=argtypes.output_file,
+        default=None,
+        help=f"output JSON (default: {HEADLINE.relative_to(REPO)} for a full run; "
+        f"{SCRATCH.relative_to(REPO)}/serving_quick.json with --quick, "
+        f"serving_breakdown.json there with --breakdown-only)",
     )
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--ingest-alerts", type=positive_int, default=20000)
@@ -695,6 +739,8 @@ def main() -> None:
         "the same simulated incidents), e.g. to compare code versions on a busy machine",
     )
     args = ap.parse_args()
+    if args.out is None:
+        args.out = str(default_out(args.quick, args.breakdown_only))
     if args.breakdown_only:
         breakdown_only(args)
         return
@@ -735,6 +781,10 @@ def main() -> None:
         import httpx
 
         models = httpx.get(f"http://127.0.0.1:{port}/api/v1/models").json()
+        asked = {"rca": args.rca_model, "placement": args.placement_model}
+        why = fallback_error(models, asked)
+        if why:  # the server is stopped on the way out (finally)
+            raise ConfigError(f"{why} (server log: {tmp / 'server.log'})")
         print(
             f"server on :{port}; rca={models['rca']['method']} placement={models['placement']['method']}"
         )

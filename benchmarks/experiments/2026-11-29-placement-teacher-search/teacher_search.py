@@ -42,6 +42,7 @@ import numpy as np
 from benchmarks.provenance import REPO_ROOT as ROOT
 from benchmarks.provenance import command, load_now, provenance
 from fleetmind.cli.runner import run_main
+from fleetmind.errors import ConfigError
 
 
 def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacementEnv
@@ -60,7 +61,7 @@ def _env(traces: list[str], fgd_until_pct: float):  # noqa: ANN202 - GpuPlacemen
 def _trace_seed(item: str) -> tuple[str, int]:
     trace, _, seed = item.partition(":")
     if not trace or not seed.isdigit():
-        raise SystemExit(f"--episode wants TRACE:SEED, got {item!r}")
+        raise ConfigError(f"--episode wants TRACE:SEED, got {item!r}")
     return trace, int(seed)
 
 
@@ -118,7 +119,7 @@ def cmd_search(a: argparse.Namespace) -> None:
             desc=f"CEM {'worst-trace ' if worst else ''}search seed {a.seed}",
         )
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        raise ConfigError(str(err)) from None
     wall = time.perf_counter() - t0
     res.best.save(out / "teacher_best.json")
     mean_scorer = LinearScorer(res.final_mean, k, f, blocks)
@@ -177,7 +178,7 @@ def cmd_validate(a: argparse.Namespace) -> None:
     for item in a.scorer:
         name, _, path = item.partition("=")
         if not path or name in scorers:
-            raise SystemExit(f"--scorer wants a unique NAME=PATH, got {item!r}")
+            raise ConfigError(f"--scorer wants a unique NAME=PATH, got {item!r}")
         scorers[name] = path
     jobs = [(n, p, t, s) for n, p in scorers.items() for t in a.traces for s in a.seeds]
     load0, t0 = load_now(), time.perf_counter()
@@ -317,7 +318,7 @@ def cmd_head_search(a: argparse.Namespace) -> None:
     except _StopSearch:
         stopped, res = True, None
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        raise ConfigError(str(err)) from None
     finally:
         bar.close()
     wall = time.perf_counter() - t0

@@ -56,6 +56,7 @@ from fleetmind.envs.multicluster_env import (
     GLOBAL_FEATURE_NAMES,
     N_CAND_FEATURES,
 )
+from fleetmind.errors import ConfigError
 from fleetmind.rl.dynamic_eval import (
     DEFAULT_HEURISTICS,
     DynEvalConfig,
@@ -380,7 +381,7 @@ def main() -> None:
     pub = published()
     missing = [t for t in a.traces if t not in pub]
     if missing:
-        raise SystemExit(f"no published figures for {missing}")
+        raise ConfigError(f"no published figures for {missing}")
     t0 = time.time()
     if a.cont:
         continue_searches(a, pub, deadline, t0)

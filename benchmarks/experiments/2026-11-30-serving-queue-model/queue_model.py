@@ -28,11 +28,11 @@ import glob
 import heapq
 import json
 import random
-import sys
 from pathlib import Path
 
 from benchmarks.provenance import RESULTS, load_now, provenance
 from fleetmind.cli.runner import run_main
+from fleetmind.errors import ConfigError
 
 
 def simulate(
@@ -113,7 +113,7 @@ def fitted_cost() -> tuple[float, float, dict[str, float]]:
             glob.glob(str(RESULTS / "serving" / f"serving_2026-11-30_0009_batch{b}_run*.json"))
         )
         if not files:
-            sys.exit(
+            raise ConfigError(
                 f"no {RESULTS}/serving/serving_2026-11-30_0009_batch{b}_run*.json: run the benchmark first"
             )
         vals = [json.loads(Path(f).read_text())["rca"]["server_cpu_ms_per_request"] for f in files]
