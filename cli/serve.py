@@ -114,8 +114,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
 
 
 PUBLIC_URL = "FLEETMIND_PUBLIC_URL"
-"""Unset, ``fleetmind serve`` sets it to ``http://<--host>:<--port>`` (127.0.0.1 for a wildcard
-host, :func:`fleetmind.serving.settings.default_public_url`) for itself and its workers."""
+"""Unset, ``fleetmind serve`` sets it to ``http://<--host>:<--port>`` (``https://`` with
+``FLEETMIND_TLS_CERT``; 127.0.0.1 for a wildcard host,
+:func:`fleetmind.serving.settings.default_public_url`) for itself and its workers."""
 
 
 def _notifies(settings: Any) -> bool:
@@ -126,6 +127,11 @@ def _notifies(settings: Any) -> bool:
 def _from_env(name: str) -> bool:
     """Whether the variable ``name`` is set (the settings read names case-insensitively)."""
     return any(key.upper() == name for key in os.environ)
+
+
+def _own_tls() -> bool:
+    """Whether ``FLEETMIND_TLS_CERT`` is set to a file (the service then serves HTTPS itself)."""
+    return any(key.upper() == "FLEETMIND_TLS_CERT" and value for key, value in os.environ.items())
 
 
 SECRET_SUFFIXES = ("_TOKEN", "_SECRET", "_PASSWORD")
@@ -140,6 +146,9 @@ def shown_setting(name: str, value: object) -> str:
     URLs in it masked (:func:`fleetmind.redact.safe_uri`)."""
     if name.endswith(SECRET_SUFFIXES) or name in SECRET_SETTINGS:
         return f"{name} (value hidden)"
+    if name == PUBLIC_URL and "@" in str(value):
+        # its only @ refusal is a user part, which safe_uri does not mask when it holds whitespace
+        return f"{name} (value hidden: it holds a user name or password)"
     return f"{name}={safe_uri(repr(value))}"
 
 
@@ -376,9 +385,9 @@ def run(args: argparse.Namespace) -> int:
     from fleetmind.serving.http_guard import server_options
     from fleetmind.serving.metrics import cleanup_multiprocess_dir, prepare_multiprocess_dir
     from fleetmind.serving.settings import (
-        WILDCARD_HOSTS,
         default_public_url,
         get_settings,
+        is_wildcard_host,
         public_url_problem,
     )
     from fleetmind.serving.tls import uvicorn_options
@@ -402,11 +411,11 @@ def run(args: argparse.Namespace) -> int:
             os.environ[env] = str(value)
     # unset, the links sent out name the port (and address) the service really listens on; a
     # --host that makes no URL is left to the bind check's own error
-    derived = not _from_env(PUBLIC_URL) and not public_url_problem(
-        default_public_url(args.host, args.port)
-    )
+    # (https:// when the service serves TLS itself)
+    default = default_public_url(args.host, args.port, tls=_own_tls())
+    derived = not _from_env(PUBLIC_URL) and not public_url_problem(default)
     if derived:
-        os.environ[PUBLIC_URL] = default_public_url(args.host, args.port)
+        os.environ[PUBLIC_URL] = default
     get_settings.cache_clear()
     try:
         settings = _checked_settings(args)
@@ -419,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
                 os.environ[env] = old
         get_settings.cache_clear()
         raise
-    if derived and args.host.strip() in WILDCARD_HOSTS and _notifies(settings):
+    if derived and is_wildcard_host(args.host) and _notifies(settings):
         print(
             f"fleetmind: warning: incident links sent to Alertmanager and chat point at "
             f"{settings.public_url}, as {args.host or 'the wildcard address'} names no address "

@@ -8,6 +8,7 @@ with ``app.dependency_overrides[get_settings]``.
 from __future__ import annotations
 
 import ipaddress
+import re
 import unicodedata
 from functools import lru_cache
 from typing import Literal
@@ -34,30 +35,40 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+def _authority(url: str) -> str:
+    """The part of ``url`` between ``scheme://`` (if any) and the first ``/``, ``?`` or ``#``:
+    where a ``user:password@`` would stand, whatever else (whitespace) the value holds."""
+    rest = url.split("://", 1)[-1]
+    for stop in "/?#":
+        rest = rest.split(stop, 1)[0]
+    return rest
+
+
 def public_url_problem(url: str) -> str | None:
     """What is wrong with ``FLEETMIND_PUBLIC_URL`` (already stripped of surrounding whitespace;
     ``None``: nothing). It starts every link sent out (an incident's ``incident_url``, the
     ``generatorURL`` Alertmanager checks as a URI, chat messages), so it must be an ``http://`` or
-    ``https://`` origin: no whitespace or control character (``urlsplit`` silently drops a tab,
-    CR or LF), no ``user:password@`` (copied into every message), no query or fragment, and no path
-    but ``/`` (the pages, redirects, form actions and cookie paths are rooted at ``/``)."""
+    ``https://`` origin: no ``user:password@`` (copied into every message; checked first, so that
+    no other message quotes it), no whitespace or control character (``urlsplit`` silently drops a
+    tab, CR or LF), no query or fragment, and no path but slashes (the pages, redirects, form
+    actions and cookie paths are rooted at ``/``)."""
+    if "@" in _authority(url):
+        return (
+            "must not hold a user name or password (the userinfo before @): it is copied into "
+            "every link sent to Alertmanager and chat"
+        )
     if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in url):
         return "contains whitespace or a control character; every incident link sent starts with it"
     problem = _url_problem(url)
     if problem is not None:
         return f"{problem}, got {safe_uri(repr(url))}"
     parts = urlsplit(url)
-    if "@" in parts.netloc:
-        return (
-            "must not hold a user name or password (the userinfo before @): it is copied into "
-            "every link sent to Alertmanager and chat"
-        )
     if "?" in url or "#" in url:
         return (
             "must not hold a query or fragment: every incident link is built by appending "
             "/ui/incidents/<id> to it"
         )
-    if parts.path not in ("", "/"):
+    if parts.path.strip("/"):
         return (
             "a path prefix is not supported: the pages, redirects, form actions and cookie paths "
             "are rooted at /, so behind a proxy that strips the prefix links 404 and sign-in "
@@ -67,21 +78,46 @@ def public_url_problem(url: str) -> str | None:
     return None
 
 
-WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
-"""Listen addresses that mean every interface: no address of them can be linked to."""
+_IPV4_NUMBERS = re.compile(r"[0-9A-Fa-fXx.]+")
+"""The characters of an IPv4 address in the forms ``inet_aton`` (and so ``getaddrinfo``) reads:
+``0``, ``0.0``, ``0x0``, ``127.1``."""
 
 
-def default_public_url(host: str, port: int) -> str:
-    """``FLEETMIND_PUBLIC_URL``'s default for a service listening on ``host``:``port``:
-    ``http://host:port``, with an IPv6 literal bracketed (RFC 3986 section 3.2.2, a zone's ``%``
-    as ``%25``, RFC 6874) and ``127.0.0.1`` for a wildcard address (:data:`WILDCARD_HOSTS`)."""
+def is_wildcard_host(host: str) -> bool:
+    """Whether listening on ``host`` means every interface (the unspecified address), so that no
+    link can name it: ``""``, ``0.0.0.0``, ``::``, ``::0``, ``[::]``, and the short IPv4 forms the
+    socket layer reads as ``0.0.0.0`` (``0``, ``0.0``, ``0x0``). Judged by the parsed address
+    (:attr:`ipaddress.IPv4Address.is_unspecified`), not by spelling."""
+    import socket
+
+    host = host.strip().strip("[]")
+    if not host:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        pass
+    if not _IPV4_NUMBERS.fullmatch(host):  # a host name (glibc's inet_aton ignores a tail)
+        return False
+    try:
+        return socket.inet_aton(host) == bytes(4)
+    except OSError:
+        return False
+
+
+def default_public_url(host: str, port: int, tls: bool = False) -> str:
+    """``FLEETMIND_PUBLIC_URL``'s default for a service listening on ``host``:``port`` (TCP port,
+    1 to 65535): ``http://host:port``, or ``https://`` when ``tls`` (the service's own TLS,
+    ``FLEETMIND_TLS_CERT``), with an IPv6 literal bracketed (RFC 3986 section 3.2.2, a zone's
+    ``%`` as ``%25``, RFC 6874) and ``127.0.0.1`` for a wildcard address
+    (:func:`is_wildcard_host`)."""
     host = host.strip()
-    if host in WILDCARD_HOSTS:
+    if is_wildcard_host(host):
         host = "127.0.0.1"
     host = host.strip("[]")
     if ":" in host:
         host = "[" + host.replace("%25", "%").replace("%", "%25") + "]"
-    return f"http://{host}:{port}"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
 
 
 MAX_DURATION_S = 365 * 86400.0
@@ -481,7 +517,8 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8000",
         description="the service's address as operators reach it (scheme, host and port, no "
         "path prefix); links to incident pages start here. Unset, `fleetmind serve` uses "
-        "http://<--host>:<--port> (127.0.0.1 for a wildcard host)",
+        "http://<--host>:<--port> (https:// with FLEETMIND_TLS_CERT; 127.0.0.1 for a "
+        "wildcard host)",
     )
     trusted_proxies: str = Field(
         "",
@@ -668,13 +705,13 @@ class Settings(BaseSettings):
     @field_validator("public_url")
     @classmethod
     def _public_url(cls, v: str) -> str:
-        """Strip surrounding whitespace (a ConfigMap's trailing newline), then refuse what would
-        break every link built from it (:func:`public_url_problem`)."""
+        """Strip surrounding whitespace (a ConfigMap's trailing newline), refuse what would break
+        every link built from it (:func:`public_url_problem`), and drop a path of slashes alone."""
         v = v.strip()
         problem = public_url_problem(v)
         if problem is not None:
             raise ValueError(problem)
-        return v
+        return v.rstrip("/")  # a path of slashes alone (``https://x.example//``) is no path
 
     @field_validator("trusted_proxies")
     @classmethod

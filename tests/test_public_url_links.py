@@ -53,8 +53,14 @@ TOKEN = "tok-public-url-aaaaaaaaaaaa"
 )
 def test_surrounding_whitespace_is_stripped(raw: str) -> None:
     s = Settings(public_url=raw)
-    assert s.public_url == raw.strip()
+    assert s.public_url == PUBLIC
     assert secure_cookies(s)  # a leading space made the https:// check fail
+
+
+@pytest.mark.parametrize("raw", [PUBLIC + "//", PUBLIC + "///", "http://10.1.2.3:8080//\n"])
+def test_a_path_of_slashes_alone_is_no_path(raw: str) -> None:
+    """Not a prefix: refusing it would stop a rolling update for a typo that breaks no link."""
+    assert Settings(public_url=raw).public_url == raw.strip().rstrip("/")
 
 
 @pytest.mark.parametrize(
@@ -71,6 +77,13 @@ def test_surrounding_whitespace_is_stripped(raw: str) -> None:
         ("https://admin@ops.example", "user name or password"),
         ("https://ops.example/fleetmind", "path prefix is not supported"),
         ("https://ops.example/fleetmind/", "path prefix is not supported"),
+        ("https://ops.example//fleetmind", "path prefix is not supported"),
+        ("https://ops.example/fleetmind//", "path prefix is not supported"),
+        # the user part is named first: no other message quotes the value
+        ("https://admin:s3 cret@ops.example", "user name or password"),
+        ("https://ad min:s3cret@ops.example", "user name or password"),
+        ("https://admin:s3cret@ops.example\t/", "user name or password"),
+        ("admin:s3cret@ops.example", "user name or password"),
     ],
 )
 def test_what_would_break_every_link_is_refused(raw: str, words: str) -> None:
@@ -86,21 +99,33 @@ def test_a_prefix_names_the_way_out() -> None:
     assert "root of its own host name" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("raw", "secrets"),
+    [
+        ("https://admin:s3cret@ops.example\n", ("s3cret", "admin")),
+        # safe_uri masks no user part that holds whitespace: these were echoed
+        ("https://admin:s3 cret@ops.example", ("s3", "cret", "admin")),
+        ("https://ad min:s3cret@ops.example", ("s3cret", "ad min", "ad ")),
+        ("https://admin:s3cret@ops .example", ("s3cret", "admin")),
+    ],
+)
 def test_the_serve_error_is_one_line_without_the_password(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: str, secrets: tuple[str, ...]
 ) -> None:
     import uvicorn
 
     started: list[bool] = []
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: started.append(True))
+    _forget_after(monkeypatch, *cli_serve._ENV_OPTIONS.values(), "FLEETMIND_WORKERS")
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
-    monkeypatch.delenv("FLEETMIND_WORKERS", raising=False)
-    monkeypatch.setenv("FLEETMIND_PUBLIC_URL", "https://admin:s3cret@ops.example\n")
+    monkeypatch.setenv("FLEETMIND_PUBLIC_URL", raw)
     with pytest.raises(ConfigError) as err:
         cli_serve.run(_args())
     msg = str(err.value)
     assert "FLEETMIND_PUBLIC_URL" in msg and "user name or password" in msg
-    assert "\n" not in msg and "s3cret" not in msg
+    assert "\n" not in msg
+    for secret in secrets:
+        assert secret not in msg
     assert started == []
 
 
@@ -143,6 +168,16 @@ def _t0() -> Any:
 # --- the default follows `fleetmind serve --host/--port` ---------------------------------------
 
 
+def _forget_after(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """Unset ``names`` now and restore them after the test, also those that were unset and that
+    ``cli_serve.run`` then wrote (``FLEETMIND_BIND_HOST`` from ``--host``: its options are written
+    to the environment). ``monkeypatch.delenv`` alone records nothing for an unset variable, so
+    whatever ``run`` wrote stayed for the tests that came after."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 def _args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -170,10 +205,19 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     monkeypatch.setattr(uvicorn, "run", fake_run)
     monkeypatch.setattr(cli_serve, "_check_port", lambda host, port: None)
+    _forget_after(
+        monkeypatch,
+        *cli_serve._ENV_OPTIONS.values(),
+        "FLEETMIND_WORKERS",
+        "FLEETMIND_PUBLIC_URL",
+        "FLEETMIND_NOTIFY_WEBHOOK_URL",
+        "FLEETMIND_NOTIFY_ALERTMANAGER_URL",
+        "FLEETMIND_TLS_CERT",
+        "FLEETMIND_TLS_KEY",
+        "FLEETMIND_TRUSTED_PROXIES",
+    )
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
     monkeypatch.setenv("FLEETMIND_API_TOKEN", TOKEN)  # a non-loopback --host needs a token
-    for var in ("FLEETMIND_WORKERS", "FLEETMIND_PUBLIC_URL", "FLEETMIND_NOTIFY_WEBHOOK_URL"):
-        monkeypatch.delenv(var, raising=False)
     before = signal.getsignal(signal.SIGHUP) if hasattr(signal, "SIGHUP") else None
     yield seen
     if hasattr(signal, "SIGHUP"):
@@ -189,6 +233,10 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         (["--host", "::1", "--port", "19109"], "http://[::1]:19109"),
         (["--host", "0.0.0.0", "--port", "19110"], "http://127.0.0.1:19110"),
         (["--host", "::", "--port", "19111"], "http://127.0.0.1:19111"),
+        (["--host", "::0", "--port", "19111"], "http://127.0.0.1:19111"),
+        (["--host", "[::]", "--port", "19111"], "http://127.0.0.1:19111"),
+        (["--host", "0", "--port", "19111"], "http://127.0.0.1:19111"),
+        (["--host", "", "--port", "19111"], "http://127.0.0.1:19111"),
     ],
 )
 def test_unset_it_follows_the_port_and_address_served_on(
@@ -218,6 +266,58 @@ def test_a_wildcard_bind_warns_once_only_when_notifying(
     assert len(warned) == 1 and "http://127.0.0.1:19113" in warned[0]
     assert cli_serve.run(_args("--host", "10.1.2.3", "--port", "19113")) == 0
     assert "FLEETMIND_PUBLIC_URL" not in capsys.readouterr().err
+    for spelling in ("::0", "0", "[::]"):  # the wildcard by its parsed address, not its spelling
+        assert cli_serve.run(_args("--host", spelling, "--port", "19113")) == 0
+        warned = [line for line in capsys.readouterr().err.splitlines() if "PUBLIC_URL" in line]
+        assert len(warned) == 1 and "http://127.0.0.1:19113" in warned[0], spelling
+
+
+def test_the_service_own_tls_makes_the_default_https(
+    served: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With ``FLEETMIND_TLS_CERT`` uvicorn serves HTTPS only: an ``http://`` link never loads."""
+    from test_serving_tls import make_pki
+
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    monkeypatch.setenv("FLEETMIND_TLS_CERT", str(pki["fleetmind.crt"]))
+    monkeypatch.setenv("FLEETMIND_TLS_KEY", str(pki["fleetmind.key"]))
+    assert cli_serve.run(_args("--host", "10.1.2.3", "--port", "19115")) == 0
+    assert served["public_url"] == "https://10.1.2.3:19115"
+    assert cli_serve.run(_args("--host", "0.0.0.0", "--port", "19116")) == 0
+    assert served["public_url"] == "https://127.0.0.1:19116"
+
+
+@pytest.mark.parametrize(
+    ("host", "wildcard"),
+    [
+        ("", True),
+        (" ", True),
+        ("0.0.0.0", True),
+        ("0", True),
+        ("0.0", True),
+        ("0x0", True),
+        ("::", True),
+        ("::0", True),
+        ("0:0::0", True),
+        ("[::]", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("1", False),
+        ("::1", False),
+        ("[::1]", False),
+        ("localhost", False),
+        ("face", False),
+        ("0 x", False),
+    ],
+)
+def test_wildcard_hosts_are_judged_by_address(host: str, wildcard: bool) -> None:
+    from fleetmind.serving.settings import default_public_url, is_wildcard_host
+
+    assert is_wildcard_host(host) is wildcard
+    assert (default_public_url(host, 8000) == "http://127.0.0.1:8000") is (
+        wildcard or host == "127.0.0.1"
+    )
 
 
 def test_default_public_url_brackets_ipv6() -> None:
@@ -244,7 +344,9 @@ def api(tmp_path: Path) -> TestClient:
         ("/api/v1/incidents/", "/api/v1/incidents"),
         ("/api/v1/incidents/?limit=5", "/api/v1/incidents?limit=5"),
         ("/api/v1/incidents/7/", "/api/v1/incidents/7"),
-        ("/ui", "/ui/"),
+        # no route of their own: the slash fallback answers them (``/ui`` has its own route)
+        ("/healthz/", "/healthz"),
+        ("/docs/", "/docs"),
     ],
 )
 def test_slash_redirects_are_relative_whatever_the_host(

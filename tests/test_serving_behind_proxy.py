@@ -54,8 +54,10 @@ FORWARDED = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
 def _clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # serve.run writes its options to the environment (FLEETMIND_BIND_HOST...): undone afterwards
     names = ("FLEETMIND_TRUSTED_PROXIES", "FORWARDED_ALLOW_IPS", "FLEETMIND_WORKERS")
+    # (set first: delenv records nothing to undo for an unset variable, so run's writes stayed)
     for var in (*names, *cli_serve._ENV_OPTIONS.values()):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     for var in ("API", "READ", "INGEST", "SCHEDULE", "ADMIN"):
         monkeypatch.delenv(f"FLEETMIND_{var}_TOKEN", raising=False)
     monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path / 'serve.db'}")
