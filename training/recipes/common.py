@@ -173,16 +173,87 @@ def learner_data_line(model_dir: Path) -> str:
     return data_line(traces if isinstance(traces, list) else [])
 
 
-def kept_clone(card: dict[str, Any]) -> bool:
-    """Whether the checkpoint a PPO run kept is its behaviour clone (``best_step`` 0: no PPO
-    checkpoint scored better on validation, or no PPO steps were run)."""
+def cloned(card: dict[str, Any]) -> bool:
+    """Whether the run's policy started as a behaviour clone of its teacher: ``bc_samples`` > 0
+    when the card records it, else ``--bc-episodes`` > 0 in its ``command`` (no record: cloned,
+    the default)."""
+    if "bc_samples" in card:
+        return int(card.get("bc_samples") or 0) > 0
+    words = str(card.get("command", "")).split()
+    for flag, value in zip(words, words[1:], strict=False):
+        if flag == "--bc-episodes":
+            return value.lstrip("-").isdigit() and int(value) > 0
+    return True
+
+
+def kept_policy(card: dict[str, Any]) -> str | None:
+    """What the checkpoint a PPO run kept is: ``"trained"`` (a PPO checkpoint, ``best_step`` > 0),
+    ``"clone"`` (step 0, the behaviour clone: no PPO checkpoint scored better on validation, or
+    no PPO steps were run), ``"initial"`` (step 0 of a run that cloned nothing, ``--bc-episodes
+    0``: the untrained, randomly initialised policy); None when the card records no
+    ``best_step``."""
     step = card.get("best_step")
-    return step is not None and int(step) == 0
+    if step is None:
+        return None
+    if int(step) != 0:
+        return "trained"
+    return "clone" if cloned(card) else "initial"
+
+
+def kept_clone(card: dict[str, Any]) -> bool:
+    """Whether the checkpoint a PPO run kept is its step 0 (:func:`kept_policy` ``"clone"`` or
+    ``"initial"``): no PPO checkpoint scored better on validation, or no PPO steps were run."""
+    return kept_policy(card) in ("clone", "initial")
+
+
+def _card_head(card: dict[str, Any], teacher: str, kind: str) -> list[str]:
+    """The title and the first paragraph's opening of :func:`write_model_card`: what the kept
+    policy is (:func:`kept_policy`) and how it was made."""
+    kept = kept_policy(card)
+    ran = int(card.get("ppo_timesteps", 0) or 0)
+    scorer = "Permutation-equivariant candidate scorer (shared MLP over K candidate rows)"
+    if kept not in ("clone", "initial"):
+        warm = (
+            f"after an imitation warm start (teacher: {teacher}, {kind}),"
+            if cloned(card)
+            else "from its random initialisation (no imitation warm start, `--bc-episodes 0`),"
+        )
+        return [
+            "# fleetmind-placement: PPO GPU placement agent",
+            "",
+            f"{scorer} trained with",
+            f"sb3-contrib MaskablePPO {warm}",
+        ]
+    ppo = (
+        f"the sb3-contrib MaskablePPO run that followed ({ran:,} steps) did not improve on it on"
+        " validation (best_step 0)"
+        if ran
+        else "no PPO steps were run (`--timesteps 0`)"
+    )
+    why = "PPO did not improve on it" if ran else "no PPO steps were run"
+    if kept == "clone":
+        return [
+            f"# fleetmind-placement: GPU placement agent, the behaviour clone ({why})",
+            "",
+            f"{scorer} cloned from",
+            f"a teacher's choices (teacher: {teacher}, {kind}); {ppo}, so the kept",
+            "policy is the clone itself,",
+        ]
+    return [
+        "# fleetmind-placement: GPU placement agent, the untrained initial policy (no behaviour"
+        f" cloning; {why})",
+        "",
+        f"{scorer} at its random",
+        f"initialisation: nothing was cloned (`--bc-episodes 0`) and {ppo}, so the kept",
+        "policy is the untrained initial policy (step 0),",
+    ]
 
 
 def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
-    """``model_card.md`` for an exported placement model. When the kept checkpoint is the clone
-    (:func:`kept_clone`) the title and first paragraph say so instead of crediting PPO."""
+    """``model_card.md`` for an exported placement model. When the kept checkpoint is step 0
+    (:func:`kept_policy`: the clone, or with ``--bc-episodes 0`` the untrained initial policy)
+    the title and first paragraph say so instead of crediting PPO, and say when no PPO steps
+    were run."""
     teacher = str(card.get("teacher", "fgd"))
     kinds = {
         "fgd": "FGD's choice, candidate 0",
@@ -197,29 +268,7 @@ def write_model_card(folder: Path, card: dict[str, Any]) -> Path:
             if fmt == "fleetmind-strand-scorer/1"
             else "a saved linear candidate scorer, see `rl/teacher.py`"
         )
-    if kept_clone(card):
-        ran = int(card.get("ppo_timesteps", 0) or 0)
-        why = (
-            f"the sb3-contrib MaskablePPO run that followed ({ran:,} steps) did not improve on it"
-            " on validation (best_step 0)"
-            if ran
-            else "no PPO steps were run (`--timesteps 0`)"
-        )
-        head = [
-            "# fleetmind-placement: GPU placement agent, the behaviour clone (PPO did not improve"
-            " on it)",
-            "",
-            "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) cloned from",
-            f"a teacher's choices (teacher: {teacher}, {kind}); {why}, so the kept",
-            "policy is the clone itself,",
-        ]
-    else:
-        head = [
-            "# fleetmind-placement: PPO GPU placement agent",
-            "",
-            "Permutation-equivariant candidate scorer (shared MLP over K candidate rows) trained with",
-            f"sb3-contrib MaskablePPO after an imitation warm start (teacher: {teacher}, {kind}),",
-        ]
+    head = _card_head(card, teacher, kind)
     lines = [
         *head,
         "in `fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes). Inputs: `obs (B, K*F+G) float32`,",

@@ -573,6 +573,7 @@ def _export(r: _Run) -> Path:
         "ppo_timesteps": int(r.model.num_timesteps),
         "best_step": r.state["best_step"],
         "validation (train traces x eval seeds)": r.state.get("best_metrics", {}),
+        _step0_label(a.bc_episodes > 0): _step0_metrics(r.state["history"]),
         "validation_fgd_mean_slowdown": round(r.fgd["mean_slowdown"], 4),
         "validation_fgd_objective": round(r.fgd["objective"], 4),
         "wall_time_s": round(wall, 1),
@@ -593,6 +594,19 @@ def _export(r: _Run) -> Path:
         artifact=str(model_dir),
     )
     return model_dir
+
+
+def _step0_label(cloned: bool) -> str:
+    """The card's field for step 0's validation: the clone's, or with ``--bc-episodes 0`` the
+    untrained initial policy's."""
+    return "validation_clone (step 0)" if cloned else "validation_initial (step 0, nothing cloned)"
+
+
+def _step0_metrics(history: list[dict[str, Any]]) -> dict[str, float]:
+    """Step 0's validation metrics (objective, mean slowdown, p99 queue delay in s) from the
+    run's evaluation history; empty when step 0 was not evaluated."""
+    row = next((h for h in history if h.get("step") == 0), {})
+    return {k: v for k, v in row.items() if k != "step"}
 
 
 def _release(model_dir: Path, summary: dict[str, Any]) -> None:
@@ -641,8 +655,8 @@ def _retitle_card(path: Path) -> None:
             "# fleetmind-placement-dynamic: PPO placement agent for dynamic mode",
         )
         .replace(
-            "# fleetmind-placement: GPU placement agent, the behaviour clone",
-            "# fleetmind-placement-dynamic: placement agent for dynamic mode, the behaviour clone",
+            "# fleetmind-placement: GPU placement agent, ",  # the clone or the initial policy kept
+            "# fleetmind-placement-dynamic: placement agent for dynamic mode, ",
         )
         .replace(
             "`fleetmind/GpuPlacement-v0` (fgd mode, openb GPU nodes)",

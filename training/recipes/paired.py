@@ -739,23 +739,29 @@ def learner_flags_tail(a: PairedArgs | DistillArgs | EsArgs) -> str:
 
 TRAIN_LINE_KEYS = ("run_id", "metrics", "artifact")
 """The keys of the one JSON line ``fleetmind sched train`` prints for a run (:func:`train_line`);
-the kept checkpoint's step or iteration (``best_step``/``best_iteration``, with ``kept`` and the
-clone's own validation row ``clone_validation``) follow when the recipe records them, and
-``released`` when the run was released."""
+the kept checkpoint's step or iteration (``best_step``/``best_iteration``, with ``kept`` and step
+0's own validation row, ``clone_validation``, or ``initial_validation`` for a PPO run that cloned
+nothing) follow when the recipe records them, and ``released`` when the run was released."""
 
 
 def train_line(summary: dict[str, Any]) -> str:
     """The JSON line ``fleetmind sched train`` prints for one run of any recipe: the run id, the
     metrics and the artifact folder; for a run that kept a checkpoint, its step or iteration,
-    ``kept`` (``"clone"`` when it is the behaviour clone, step or iteration 0: no update beat it
-    on validation) and the clone's validation row (step 0) beside the kept score; with
-    ``--release`` the released folder (``released``)."""
+    ``kept`` and step 0's validation row beside the kept score; with ``--release`` the released
+    folder (``released``). ``kept`` is ``"trained"`` for a later checkpoint, ``"clone"`` for step
+    or iteration 0 of a run that started as a behaviour clone (no update beat it on validation,
+    or none was run), ``"initial"`` for step 0 of a PPO run that cloned nothing (``--bc-episodes
+    0``: its summary has no ``bc`` samples), the untrained initial policy; step 0's row is then
+    ``initial_validation`` instead of ``clone_validation``."""
     line = {k: summary.get(k) for k in TRAIN_LINE_KEYS}
+    # a PPO run (best_step) cloned iff it recorded demonstrations; the paired learners start as one
+    cloned = "best_step" not in summary or bool((summary.get("bc") or {}).get("samples"))
     for key in ("best_step", "best_iteration"):
         if key in summary:
             line[key] = summary[key]
-            line["kept"] = "clone" if summary[key] == 0 else "trained"
-    clone = next(
+            at_start = "clone" if cloned else "initial"
+            line["kept"] = at_start if summary[key] == 0 else "trained"
+    start = next(
         (h for h in summary.get("history") or [] if isinstance(h, dict) and h.get("step") == 0),
         None,
     ) or next(
@@ -766,10 +772,10 @@ def train_line(summary: dict[str, Any]) -> str:
         ),
         None,
     )
-    if clone is not None and "kept" in line:
-        line["clone_validation"] = {
+    if start is not None and "kept" in line:
+        line["clone_validation" if cloned else "initial_validation"] = {
             k: v
-            for k, v in clone.items()
+            for k, v in start.items()
             if k not in ("step", "iteration") and isinstance(v, int | float | str)
         }
     if "released" in summary:
