@@ -51,11 +51,16 @@ role           direction  words (any of)                                        
 
 Counts (``traffic``, or any name with ``count``, ``total``, ``sum`` or ``num``) get the Poisson floor
 of :class:`fleetmind.data.petshop.DetectorConfig`, which fits dimensionless event counts only: a name
-with a unit word (seconds, ms, bytes, percent, ratio, cores, ...; :data:`UNIT_WORDS`) is no count
-even with ``_total`` or ``_sum`` (``container_cpu_usage_seconds_total`` counts CPU seconds: the
-Prometheus naming guide puts ``_total`` "in addition to the unit", https://prometheus.io/docs/practices/naming/),
-except a name whose last word is ``count`` (a histogram's ``http_request_duration_seconds_count``
-counts requests). A role-map override decides alone: ``traffic`` is a count, any other role is not.
+whose unit word (:data:`UNIT_WORDS`: seconds, ms, bytes, percent, ratio, cores, ...) stands where the
+Prometheus naming guide puts the unit, ``<name>_<unit>_total`` (https://prometheus.io/docs/practices/naming/),
+is no count: the word right before a ``total``/``sum`` suffix, or the last word when there is no such
+suffix, and not after ``per`` (``container_cpu_usage_seconds_total`` counts CPU seconds,
+``jvm_gc_pause_seconds_sum`` sums seconds; ``requests_per_minute``, ``events_per_minute_total``,
+``time_series_total`` and ``ns_requests_total`` count events). A name whose last word is ``count``
+is a count (a histogram's ``http_request_duration_seconds_count`` counts requests). A role-map
+override to ``traffic`` makes a count, one to a resource or latency role (``latency``,
+``saturation``, ``cpu``, ``memory``) makes none, and any other (``errors``, ``success``, ``other``)
+keeps the name's answer (``kube_pod_container_status_restarts_total: errors`` still counts restarts).
 
 A column named as a Prometheus series (``http_server_requests_seconds{outcome="SUCCESS"}``) is read
 by its metric name before the first ``{`` only (:func:`metric_name_part`): label values
@@ -174,7 +179,14 @@ UNIT_WORDS: frozenset[str] = frozenset(
     "hertz hz meters".split()
 )
 """Words of a metric name that give it a unit: such a metric measures an amount in that unit, not
-a number of events, so it gets no Poisson floor (:func:`is_count_metric`)."""
+a number of events, so it gets no Poisson floor (:func:`is_count_metric`) when the word stands
+where a unit goes (:func:`unit_word`)."""
+
+_UNIT_SUFFIXES = frozenset("total sum".split())
+"""Suffixes written after the unit (``<name>_<unit>_total``, ``<name>_<unit>_sum``)."""
+
+_NO_COUNT_OVERRIDES = frozenset("latency saturation".split())
+"""Override roles of amounts (a latency, a resource's use): such a metric is no event count."""
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[0-9])(?=[A-Z][a-z])")
 """camelCase boundaries: lower -> upper (``memoryUsage``), the end of an acronym (``CPUUtil``),
 digits -> a capitalised word (``p90Latency``); a digit followed by capitals stays one word
@@ -323,14 +335,28 @@ def metric_alertname(name: str) -> str:
     return ALERTNAME_OF_ROLE.get(role, f"{str(name)[:1].upper()}{str(name)[1:]}Anomaly")
 
 
+def unit_word(name: str) -> str | None:
+    """The unit of metric ``name`` where the Prometheus naming guide puts it
+    (``<name>_<unit>_total``, https://prometheus.io/docs/practices/naming/): the word right before
+    a ``total``/``sum`` suffix, else the last word, when it is one of :data:`UNIT_WORDS` and does
+    not follow ``per`` (``container_cpu_usage_seconds_total`` -> ``seconds``;
+    ``requests_per_minute``, ``time_series_total``, ``ns_requests_total`` -> ``None``)."""
+    ws = words(name)
+    i = len(ws) - 2 if len(ws) >= 2 and ws[-1] in _UNIT_SUFFIXES else len(ws) - 1
+    if i < 0 or ws[i] not in UNIT_WORDS or (i and ws[i - 1] == "per"):
+        return None
+    return ws[i]
+
+
 def is_count_metric(name: str) -> bool:
-    """Whether metric ``name`` counts dimensionless events (traffic, or a count/total/sum/num of
-    something, with no unit word of :data:`UNIT_WORDS`; a name ending in ``count`` counts events
-    whatever its other words: ``http_request_duration_seconds_count``)."""
+    """Whether metric ``name`` counts dimensionless events: a name whose last word is ``count``
+    (``http_request_duration_seconds_count``), else none with a unit (:func:`unit_word`:
+    ``container_cpu_usage_seconds_total`` counts CPU seconds), else traffic or a
+    count/total/sum/num of something."""
     ws = words(name)
     if ws and ws[-1] == "count":
         return True
-    if any(w in UNIT_WORDS for w in ws):
+    if unit_word(name) is not None:
         return False  # container_cpu_usage_seconds_total: CPU seconds, not events
     return metric_role(name) == "traffic" or any(w in _COUNT_WORDS for w in ws)
 
@@ -413,10 +439,15 @@ class RoleMap:
         return ALERTNAME_OF_ROLE.get(role, f"{str(name)[:1].upper()}{str(name)[1:]}Anomaly")
 
     def is_count(self, name: str) -> bool:
-        """Whether metric ``name`` counts dimensionless events: an override decides alone (only
-        ``traffic`` is a count), else :func:`is_count_metric`."""
-        if str(name) in self.overrides:
-            return self.overrides[str(name)] == "traffic"
+        """Whether metric ``name`` counts dimensionless events: an override to ``traffic`` is a
+        count, one to ``latency`` or ``saturation`` (``cpu``, ``memory``) is not, and any other
+        (``errors``, ``success``, ``other``) keeps the name's answer (:func:`is_count_metric`:
+        ``kube_pod_container_status_restarts_total`` overridden to ``errors`` counts restarts)."""
+        role = self.overrides.get(str(name))
+        if role == "traffic":
+            return True
+        if role in _NO_COUNT_OVERRIDES:
+            return False
         return is_count_metric(str(name))
 
     def report(self, metrics: Iterable[str]) -> dict[str, dict[str, str]]:

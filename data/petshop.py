@@ -283,8 +283,7 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
     p = Path(path)
     if not p.is_file():
         raise DataError(f"metrics file not found: {p}")
-    if not _separator_hint(p):
-        _check_row_widths(p)
+    blank_tail = 0 if _separator_hint(p) else _check_row_widths(p)
     try:
         df = pd.read_csv(p, header=[0, 1, 2], index_col=0)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, IndexError) as err:
@@ -297,7 +296,9 @@ def read_metrics_csv(path: str | Path, unique_times: bool = False) -> pd.DataFra
         raise DataError(f"{p}: one column read{_separator_hint(p)}")
     if not isinstance(df.columns, pd.MultiIndex) or df.columns.nlevels != 3:
         raise DataError(f"{p}: expected a 3-row header (node, metric, statistic)")
-    _check_raw_header(p, df.shape[1])
+    if blank_tail and df.shape[1] > blank_tail:
+        df = df.iloc[:, : df.shape[1] - blank_tail]  # a trailing comma on every line
+    _check_raw_header(p, df.shape[1], blank_tail)
     if df.shape[0] == 0 or df.shape[1] == 0:
         raise DataError(f"{p}: no metric rows or columns")
     index = pd.to_numeric(pd.Series(df.index), errors="coerce")
@@ -353,43 +354,110 @@ def _csv_rows(path: Path, n: int) -> list[list[str]]:
     return rows
 
 
-def _check_row_widths(path: Path) -> None:
+class _Quoted(Exception):
+    """A line of a ``metrics.csv`` holds a quote: its cells are counted by the ``csv`` module."""
+
+
+def _plain_rows(lines: Iterable[bytes]) -> Iterator[tuple[int, int, bytes | list[str]]]:
+    """``(line number, cell count, line)`` of every line of an unquoted CSV file read as bytes
+    that is not blank or whitespace only (``pd.read_csv`` skips those); the cells are counted by
+    their commas, without decoding or copying the line.
+
+    Raises:
+        _Quoted: a line holds ``"`` (a quoted cell may hold a comma or a line break)."""
+    for i, line in enumerate(lines, 1):
+        if b'"' in line:
+            raise _Quoted
+        if not line.isspace():
+            yield i, line.count(b",") + 1, line
+
+
+def _csv_width_rows(lines: Iterable[str]) -> Iterator[tuple[int, int, bytes | list[str]]]:
+    """:func:`_plain_rows` read by the ``csv`` module (quoted cells), rows as lists of cells."""
+    reader = csv.reader(lines)
+    for row in reader:
+        if row and (len(row) > 1 or row[0].strip()):
+            yield reader.line_num, len(row), row
+
+
+def _cells(row: bytes | list[str]) -> list[str]:
+    """The cells of a row of :func:`_plain_rows` (a line) or :func:`_csv_width_rows` (a list)."""
+    if isinstance(row, bytes):
+        return row.decode("utf-8-sig", errors="replace").rstrip("\r\n").split(",")
+    return row
+
+
+def _check_row_widths(path: Path) -> int:
     """Raise :class:`DataError` for a ``metrics.csv`` row with another number of cells than the
     first header row (a trailing comma on the data rows, a truncated or merged row): "data row N
-    (line L) has M cells, the header has K". ``pd.read_csv`` would blame the header, or fill a
-    short row with NaN silently. Empty lines are skipped, as ``pd.read_csv`` skips them, and so is
-    an index-name row under the header (``unix_timestamp`` alone or followed by empty cells)."""
+    (line L) has M cells, the header has K"; a trailing comma on the header rows only is named as
+    such. ``pd.read_csv`` would blame the header, or fill a short row with NaN silently. Blank and
+    whitespace-only lines are skipped, as ``pd.read_csv`` skips them, and so is an index-name row
+    under the header (``unix_timestamp`` alone or followed by empty cells). One pass, counting
+    commas per line (the ``csv`` module only for a file with quotes).
+
+    Returns:
+        The number of trailing columns that are blank in every header row and every data row (a
+        trailing comma on every line): :func:`read_metrics_csv` drops them; 0 when there are none.
+    """
     try:
-        with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
-            reader = csv.reader(f)
-            width: int | None = None
-            n = 0
-            skipped = 0
-            for row in reader:
-                if not row:
-                    continue
-                n += 1
-                if width is None:
-                    width = len(row)
-                elif (
-                    n == 4
-                    and not any(c.strip() for c in row[1:])
-                    and not _is_number_text(row[0].strip())
-                ):
-                    skipped = 1  # the index-name row `DataFrame.to_csv` writes ("unix_timestamp,,")
-                    continue
-                elif len(row) != width:
-                    where = (
-                        f"header row {n}"
-                        if n <= 3
-                        else f"data row {n - 3 - skipped} (line {reader.line_num})"
-                    )
-                    raise DataError(
-                        f"{path}: {where} has {len(row)} cells, the header has {width}; every "
-                        "row needs one timestamp cell and one cell per header column"
-                    )
+        try:
+            with path.open("rb") as f:
+                return _scan_row_widths(path, _plain_rows(f))
+        except _Quoted:
+            with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
+                return _scan_row_widths(path, _csv_width_rows(f))
     except (OSError, csv.Error):
-        return  # pd.read_csv reports what it cannot read
+        return 0  # pd.read_csv reports what it cannot read
+
+
+def _scan_row_widths(path: Path, rows: Iterable[tuple[int, int, bytes | list[str]]]) -> int:
+    """:func:`_check_row_widths` over ``(line number, cell count, row)`` triples."""
+    width = 0
+    header: list[list[str]] = []
+    trailing = 0  # trailing columns blank in all three header rows
+    tail_empty = True  # ... and in every data row so far
+    n = 0
+    skipped = 0
+    for line_no, k, row in rows:
+        n += 1
+        if n <= 3:
+            header.append(_cells(row))
+            width = width or k
+            if k != width:
+                raise DataError(
+                    f"{path}: header row {n} has {k} cells, the header has {width}; every row "
+                    "needs one timestamp cell and one cell per header column"
+                )
+            if n == 3:
+                while trailing < width - 2 and all(
+                    not r[width - 1 - trailing].strip() for r in header
+                ):
+                    trailing += 1
+            continue
+        if n == 4:
+            cells = _cells(row)
+            if not any(c.strip() for c in cells[1:]) and not _is_number_text(cells[0].strip()):
+                skipped = 1  # the index-name row `DataFrame.to_csv` writes ("unix_timestamp,,")
+                continue
+        if k != width:
+            where = f"data row {n - 3 - skipped} (line {line_no})"
+            if trailing and k == width - trailing:
+                raise DataError(
+                    f"{path}: the header rows end with {trailing} empty cell(s) (a trailing "
+                    f"comma) that the data rows lack ({where} has {k} cells, the header has "
+                    f"{width}); remove the trailing comma from the header rows"
+                )
+            raise DataError(
+                f"{path}: {where} has {k} cells, the header has {width}; every row needs one "
+                "timestamp cell and one cell per header column"
+            )
+        if trailing and tail_empty:
+            if isinstance(row, bytes):
+                tail_empty = not any(c.strip() for c in row.rsplit(b",", trailing)[1:])
+            else:
+                tail_empty = not any(c.strip() for c in row[-trailing:])
+    return trailing if tail_empty else 0
 
 
 def _is_number_text(text: str) -> bool:
@@ -400,15 +468,18 @@ def _is_number_text(text: str) -> bool:
         return False
 
 
-def _check_raw_header(path: Path, n_columns: int) -> None:
+def _check_raw_header(path: Path, n_columns: int, blank_tail: int = 0) -> None:
     """Raise :class:`DataError` for a ``metrics.csv`` whose three header rows, as written, name a
     column twice (``pd.read_csv`` renames a repeated ``Average`` to ``Average.1``) or whose third
     row holds numbers instead of statistic names, its first cell included (a 2-row header: the
     first data row would be read as statistics and lost; ``statistic,50,90`` is a header), or
     one of whose column cells is blank (pandas would name it by position, ``Unnamed: 3_level_2``,
     which no other file's header matches). Rows
-    whose width differs from ``n_columns`` + 1 are not judged here."""
+    whose width differs from ``n_columns`` + 1 are not judged here, after dropping their last
+    ``blank_tail`` cells (blank columns of a trailing comma on every line: dropped on reading)."""
     rows = _csv_rows(path, 3)
+    if blank_tail:
+        rows = [r[: len(r) - blank_tail] for r in rows]
     if len(rows) != 3 or any(len(r) != n_columns + 1 for r in rows):
         return
     stats = [c for c in rows[2][1:] if c.lower() not in _NA_TEXT]
@@ -1003,8 +1074,9 @@ class PetShopScenario:
         Raises:
             DataError: a malformed window or target, a root cause outside the graph, a window
                 none of whose node names is a graph node, or a window none of whose columns has a
-                normal-period baseline (names that differ from ``noissue/metrics.csv``: it would
-                raise no alert and count as a miss).
+                normal-period baseline because none is named in ``noissue/metrics.csv`` (a name
+                mismatch: it would raise no alert and count as a miss; columns there with too few
+                values are left to :meth:`check_evidence`).
         """
         target = read_target(issue.path / "target.json")
         window = read_metrics_csv(issue.path / "metrics.csv")
@@ -1037,7 +1109,9 @@ class PetShopScenario:
             window.columns, self.config.statistic_preference, frozenset(self.baseline.median.index)
         )
         n_cols = sum(1 for _, m in chosen if metrics is None or m in metrics)
-        if unscored and n_cols == len(unscored):
+        if unscored and n_cols == len(unscored) and not set(unscored) & self._normal_names():
+            # a name mismatch; columns of the normal period with too few values are not refused
+            # here (a metric-level method may still run): check_evidence names them
             raise DataError(
                 f"{issue.path / 'metrics.csv'}: no column of this issue window has a "
                 f"normal-period baseline (e.g. {unscored[0]!r}; {len(unscored)} columns); node, "
@@ -1087,13 +1161,19 @@ class PetShopScenario:
                 "match exactly, case included"
             )
 
+    def _normal_names(self) -> set[str]:
+        """``node/metric/statistic`` of every column of the normal period, as ``unscored`` names
+        them (:func:`detect_window`)."""
+        return {"/".join(map(str, c)) for c in self.normal.columns}
+
     def check_evidence(self) -> None:
         """Check that at least one issue window raises an alert, reading windows until one does
         (usually the first); without any, every alert-based ranking is by node name alone.
 
         Raises:
-            DataError: naming the likely cause: no window column has a baseline (window names that
-                differ from the normal period's), or no window deviates from the normal period.
+            DataError: naming the likely cause: no window column has a baseline (its columns have
+                fewer than ``min_normal_points`` normal values, or window names differ from the
+                normal period's), or no window deviates from the normal period.
         """
         issues = self.issues("all")
         example: tuple[str, str] | None = None
@@ -1108,6 +1188,14 @@ class PetShopScenario:
         if not issues:
             return
         if not any_scored:
+            counts = {"/".join(map(str, c)): int(n) for c, n in self.normal.notna().sum().items()}
+            if example is not None and example[1] in counts:
+                raise DataError(
+                    f"{self.root}: no column of any issue window has a normal-period baseline "
+                    f"(e.g. {example[0]} has {example[1]!r}, with {counts[example[1]]} values in "
+                    f"noissue/metrics.csv: fewer than {self.config.min_normal_points} normal "
+                    "values); give the normal period more rows or fewer missing values"
+                )
             seen = f" (e.g. {example[0]} has {example[1]!r})" if example else ""
             raise DataError(
                 f"{self.root}: no column of any issue window has a normal-period baseline{seen}; "

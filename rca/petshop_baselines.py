@@ -159,13 +159,18 @@ class TraversalBaseline(MetricAnalyzer):
         column = f"{tnode}/{metric}/{stat}"
         if tnode not in flags or data.shape[0] == 0:
             return self._result(
-                graph, [], top_k, reason=f"target not scored: the window has no column {column}"
+                graph,
+                [],
+                top_k,
+                reason=f"target not scored: the window has no column {column}",
+                ran=False,
             )
         if tnode not in scorers:
             return self._result(
                 graph, [], top_k,
                 reason=f"target not scored: {column} has fewer than {cfg.min_normal_points} "
                 "normal values",
+                ran=False,
             )  # fmt: skip
         row = min(cfg.row_to_analyze, data.shape[0] - 1)
         if cfg.search_for_anomaly:

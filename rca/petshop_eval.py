@@ -106,9 +106,10 @@ def evaluate_scenario(
         "n_alerts", "ranks": {name: rank|None}, "top3": {name: [...]}, "shared_callees": {name:
         {callee: [callers]}} (only where the rule moved a node), "reasons": {name: why} (only
         where a metric-level method gave a reason instead of a ranking)}], "skipped": {name: why}
-        (metric-level methods that gave no ranking on any issue: they could not run and have no
-        figures), "alerting_ms_per_incident", "roles", "evidence", "published"}``; ``methods``
-        covers ``split``.
+        (metric-level methods that could not run on any issue, ``extra["ran"] is False``: no
+        figures; one that ran and found the target not anomalous is a miss and keeps its row),
+        "alerting_ms_per_incident", "roles", "evidence", "published"}``; ``methods`` covers
+        ``split``.
     """
     alert_methods = dict(
         {"propagation": PropagationRanker()} if alert_methods is None else alert_methods
@@ -171,6 +172,7 @@ def evaluate_scenario(
         bar.close()
     skipped = _never_ran(rows, list(metric_methods))
     for row in rows:
+        row.pop("_not_run", None)
         for name in skipped:
             row["ranks"].pop(name, None)
             row["top3"].pop(name, None)
@@ -289,18 +291,21 @@ def _rank_by_metrics(
             row.setdefault("backend", {})[name] = res.extra["backend"]
         if res.extra.get("reason") and not res.causes:
             row.setdefault("reasons", {})[name] = str(res.extra["reason"])
+        if res.extra.get("ran") is False:  # could not run (no target column): not a miss
+            row.setdefault("_not_run", set()).add(name)
 
 
 def _never_ran(rows: list[dict[str, Any]], names: Collection[str]) -> dict[str, str]:
-    """``{name: reason}`` for the metric-level methods of ``names`` that gave a reason instead of a
-    ranking on every issue of ``rows`` (:class:`fleetmind.rca.petshop_baselines.TraversalBaseline`
-    when no window has the target's column): they could not run, so they get no figures (an
-    AC@1 of 0.000 would read as a method that ran and missed)."""
+    """``{name: reason}`` for the metric-level methods of ``names`` that could not run on any issue
+    of ``rows`` (``extra["ran"] is False``:
+    :class:`fleetmind.rca.petshop_baselines.TraversalBaseline` when no window has a scored target
+    column): they get no figures (an AC@1 of 0.000 would read as a method that ran and missed). A
+    method that ran and found nothing ("target not anomalous") is a miss and keeps its row."""
     out: dict[str, str] = {}
     for name in names:
-        reasons = [r.get("reasons", {}).get(name) for r in rows]
-        if not rows or any(why is None for why in reasons):
+        if not rows or any(name not in r.get("_not_run", ()) for r in rows):
             continue
+        reasons = [r.get("reasons", {}).get(name) for r in rows]
         counts: dict[str, int] = {}
         for why in reasons:
             counts[str(why)] = counts.get(str(why), 0) + 1

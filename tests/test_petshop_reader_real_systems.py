@@ -2,7 +2,8 @@
 
 * A CPU column named as cAdvisor names it (``container_cpu_usage_seconds_total``) is CPU seconds,
   not an event count: it gets no Poisson floor (``sqrt(median + 1)`` >= 1 core would hide a jump
-  from 0.2 to 1.2 cores), and a role-map override to a non-traffic role turns the floor off. The
+  from 0.2 to 1.2 cores), and a role-map override to a resource or latency role turns the floor
+  off (one to ``errors``/``success``/``other`` keeps the name's answer). The
   Prometheus naming guide (https://prometheus.io/docs/practices/naming/) puts ``_total`` on a
   counter "in addition to the unit"; a histogram's ``_count`` counts observations
   (https://prometheus.io/docs/concepts/metric_types/#histogram).
@@ -40,6 +41,7 @@ from fleetmind.data.metric_roles import (  # noqa: E402
 from fleetmind.data.petshop import (  # noqa: E402
     DetectorConfig,
     ScenarioWarning,
+    detect_alerts,
     fit_baseline,
     load_scenario,
     read_metrics_csv,
@@ -331,3 +333,210 @@ def test_shipped_scenarios_keep_counts_and_scales(shared_data: os.PathLike[str],
     if not root.is_dir():
         pytest.skip(f"{root} absent")
     _check_unchanged(root)
+
+
+# ---------------------------------------------------------------------------- follow-ups
+# The Prometheus naming guide (https://prometheus.io/docs/practices/naming/) writes a unit as
+# ``<name>_<unit>_total`` / ``_sum``: the unit is the word before that suffix, else the last word.
+_NAMES_COUNT = {
+    "http_requests_total": True,
+    "requests_total": True,
+    "http_server_requests_seconds_count": True,
+    "http_server_requests_seconds_sum": False,
+    "container_cpu_usage_seconds_total": False,
+    "process_cpu_seconds_total": False,
+    "node_network_receive_bytes_total": False,
+    "node_network_transmit_packets_total": True,
+    "container_network_receive_bytes_total": False,
+    "istio_requests_total": True,
+    "istio_request_bytes_sum": False,
+    "istio_request_duration_milliseconds_count": True,
+    "kube_pod_container_status_restarts_total": True,
+    "node_context_switches_total": True,
+    "go_gc_duration_seconds_count": True,
+    "requests_per_minute": True,
+    "RequestsPerMinute": True,
+    "calls_per_second": True,
+    "hits_per_hour": True,
+    "requests_per_second": True,
+    "http.server.request.count": True,
+    "http_server_duration_ms_count": True,
+    "jvm_gc_pause_seconds_count": True,
+    "jvm_gc_pause_seconds_sum": False,
+    "http_server_request_duration_seconds_sum": False,
+    "node_time_seconds": False,
+    "RequestCount": True,
+    "HTTPCode_Target_5XX_Count": True,
+    "error_count": True,
+    "errors_total": True,
+    "ms_requests_total": True,
+    "bytes_total": False,
+    "node_disk_io_time_seconds_total": False,
+    "time_series_total": True,
+    "first_time_users_total": True,
+    "ns_requests_total": True,
+    "core_dns_requests_total": True,
+    "sent_bytes": False,
+    "cache_hit_ratio": False,
+    "events_per_minute_total": True,
+    "container_fs_reads_bytes_total": False,
+    "otelcol_exporter_sent_spans": True,
+}
+
+
+@pytest.mark.parametrize(("name", "count"), sorted(_NAMES_COUNT.items()))
+def test_the_unit_is_read_where_prometheus_puts_it(name: str, count: bool) -> None:
+    """Old code (a unit word anywhere): ``requests_per_minute``, ``calls_per_second``,
+    ``hits_per_hour``, ``events_per_minute_total``, ``time_series_total``,
+    ``first_time_users_total``, ``ns_requests_total``, ``core_dns_requests_total`` and
+    ``ms_requests_total`` lost the floor."""
+    assert is_count_metric(name) is count
+    assert DetectorConfig().is_count(name) is count
+
+
+def _restart_alerts(overrides: dict[str, str]) -> tuple[bool, int]:
+    """Pod restarts: 58 zeros and two 1s in the normal period, window 0,0,0,0,1,1,0,0."""
+    metric = "kube_pod_container_status_restarts_total"
+    cols = pd.MultiIndex.from_tuples([("svc", metric, "Sum")])
+    normal = pd.DataFrame(
+        np.array([0.0] * 58 + [1.0, 1.0])[:, None], index=1.7e9 + 60 * np.arange(60), columns=cols
+    )
+    window = pd.DataFrame(
+        np.array([0, 0, 0, 0, 1, 1, 0, 0], float)[:, None],
+        index=1.701e9 + 60 * np.arange(8),
+        columns=cols,
+    )
+    cfg = DetectorConfig(roles=RoleMap(overrides))
+    alerts, _ = detect_alerts(window, fit_baseline(normal, cfg), cfg)
+    return cfg.is_count(metric), len(alerts)
+
+
+@pytest.mark.parametrize("role", ["errors", "success", "other"])
+def test_an_errors_override_keeps_the_names_count(role: str) -> None:
+    """Old code: any override other than traffic dropped the floor, so two restarts in a row gave
+    a z of about 24 (an alert)."""
+    name = "kube_pod_container_status_restarts_total"
+    assert _restart_alerts({}) == (True, 0)
+    assert _restart_alerts({name: role}) == (True, 0)
+    assert not RoleMap({"cpu_seconds": role}).is_count("cpu_seconds")  # the name's answer
+
+
+@pytest.mark.parametrize("role", ["latency", "saturation", "cpu", "memory"])
+def test_a_resource_or_latency_override_is_no_count(role: str) -> None:
+    assert not RoleMap({"jobs_total": role}).is_count("jobs_total")
+    assert RoleMap({"cpu_seconds": "traffic"}).is_count("cpu_seconds")
+
+
+def test_traversal_that_ran_and_missed_keeps_its_row(tmp_path: Path) -> None:
+    """The target (requests) is scored but never anomalous: a miss, not a method that could not
+    run. Old code: any reason on every issue moved petshop_traversal to ``skipped``."""
+    scen = _scenario(tmp_path / "s", ["latency", "requests"])
+    for t in scen.glob("test/*/target.json"):
+        obj = json.loads(t.read_text())
+        obj["target"]["metric"] = "requests"
+        t.write_text(json.dumps(obj))
+    out = tmp_path / "r.json"
+    argv = ["rca", "petshop", "--scenario", str(scen), "--json", str(out)]
+    assert main([*argv, "--methods", "propagation", "petshop_traversal"]) == 0
+    res = json.loads(out.read_text())
+    assert "petshop_traversal" not in res["skipped"]
+    assert res["methods"]["petshop_traversal"]["ac@1"] == 0.0
+    for row in res["per_incident"]:
+        assert row["ranks"]["petshop_traversal"] is None
+        assert row["reasons"]["petshop_traversal"] == "target not anomalous"
+        assert "_not_run" not in row
+
+
+def _thin_normal(scen: Path, metric: str, keep_every: int = 3) -> None:
+    """Blank ``metric`` on all but every ``keep_every``-th normal row (60 rows -> 20 values)."""
+    p = scen / "noissue" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    names = lines[1].split(",")
+    for i in range(3, len(lines)):
+        if (i - 3) % keep_every:
+            cells = lines[i].split(",")
+            lines[i] = ",".join("" if k and names[k] == metric else c for k, c in enumerate(cells))
+    p.write_text("\n".join(lines) + "\n")
+
+
+def test_a_metric_only_run_on_thin_normal_columns_still_works(tmp_path: Path) -> None:
+    """20 normal values per column (< 30): no alert baseline, but the traversal (10 values)
+    ranks. Old code: every window was refused as a name mismatch."""
+    scen = _scenario(tmp_path / "s", ["latency"])
+    _thin_normal(scen, "latency")
+    out = tmp_path / "r.json"
+    argv = ["rca", "petshop", "--scenario", str(scen), "--json", str(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScenarioWarning)
+        assert main([*argv, "--methods", "petshop_traversal"]) == 0
+    res = json.loads(out.read_text())
+    assert res["methods"]["petshop_traversal"]["ac@1"] == 1.0
+
+
+def test_thin_window_columns_are_named_as_too_few_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Windows hold latency only, whose normal column has 20 values; cpu_usage has a baseline.
+    Old code: 'no column of this issue window has a normal-period baseline ... names must match',
+    blaming the names."""
+    scen = _scenario(tmp_path / "s", ["latency", "cpu_usage"])
+    _thin_normal(scen, "latency")
+    for p in scen.glob("test/*/metrics.csv"):
+        rows = [ln.split(",") for ln in p.read_text().splitlines()]
+        keep = [0] + [k for k in range(1, len(rows[1])) if rows[1][k] == "latency"]
+        p.write_text("\n".join(",".join(r[k] for k in keep) for r in rows) + "\n")
+    argv = ["rca", "petshop", "--scenario", str(scen), "--methods", "propagation"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScenarioWarning)
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "fewer than 30 normal values" in err and "with 20 values" in err
+    assert "names must match" not in err
+
+
+def test_whitespace_only_lines_are_skipped(tmp_path: Path) -> None:
+    """As ``pd.read_csv`` skips them. Old code: 'data row 4 ... has 1 cells'."""
+    scen = _scenario(tmp_path / "s", ["latency"])
+    p = scen / "test" / "issue_0" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    p.write_text("\n".join([*lines[:6], "   ", "\t", *lines[6:]]) + "\n")
+    assert len(read_metrics_csv(p)) == 8
+
+
+def test_a_trailing_comma_on_every_line_is_dropped(tmp_path: Path) -> None:
+    """Old code: 'header row 1 (node) is blank in column 6'."""
+    scen = _scenario(tmp_path / "s", ["latency"])
+    p = scen / "test" / "issue_0" / "metrics.csv"
+    before = read_metrics_csv(p)
+    p.write_text("\n".join(ln + "," for ln in p.read_text().splitlines()) + "\n")
+    pd.testing.assert_frame_equal(read_metrics_csv(p), before)
+    lines = p.read_text().splitlines()
+    lines[5] += "7"  # a value under the blank header column: the header is blank there
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"header row 1 \(node\) is blank in column 6"):
+        read_metrics_csv(p)
+
+
+def test_a_trailing_comma_on_the_header_only_names_the_header(tmp_path: Path) -> None:
+    """Old code: 'data row 1 (line 4) has 5 cells, the header has 6', which blames the data."""
+    scen = _scenario(tmp_path / "s", ["latency"])
+    p = scen / "test" / "issue_0" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    p.write_text("\n".join([*(ln + "," for ln in lines[:3]), *lines[3:]]) + "\n")
+    with pytest.raises(DataError, match="the header rows end with 1 empty cell") as e:
+        read_metrics_csv(p)
+    assert "remove the trailing comma from the header rows" in str(e.value)
+
+
+def test_a_quoted_file_is_still_checked_row_by_row(tmp_path: Path) -> None:
+    """Quoted cells are counted by the csv module (a comma inside quotes is no separator)."""
+    scen = _scenario(tmp_path / "s", ["latency"])
+    p = scen / "test" / "issue_0" / "metrics.csv"
+    lines = p.read_text().splitlines()
+    lines[0] = lines[0].replace("front", '"front"')
+    p.write_text("\n".join(lines) + "\n")
+    assert len(read_metrics_csv(p)) == 8
+    lines[4] = lines[4].rsplit(",", 1)[0]
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"data row 2 \(line 5\) has 4 cells, the header has 5"):
+        read_metrics_csv(p)

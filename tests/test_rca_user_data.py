@@ -130,7 +130,7 @@ def test_petshop_stops_when_window_columns_match_no_baseline(
     win.write_text("\n".join(lines) + "\n")
     assert _petshop(scen) == 2
     line = _error(capsys)
-    assert "has a normal-period baseline" in line
+    assert "no column of this issue window has a normal-period baseline" in line
     assert "'a/LATENCY/Average'" in line
 
 
