@@ -125,6 +125,8 @@ incidents = Table(
 reservations = Table(
     "reservations",
     metadata,
+    # <cluster>/<namespace>/<name> for pods (reservations.stored_key; rows of 0.2.0 and earlier:
+    # <namespace>/<name>), placement:<job id> for reserve=true placements
     Column("pod_key", String(320), primary_key=True),
     Column("pod_uid", String(128), nullable=True),
     Column("cluster", String(256), nullable=False),
@@ -1179,12 +1181,15 @@ class Database:
         n_alerts = self._purge_chunks(
             # not a pending row: the webhook stored a re-fired alert of the closed incident that
             # the worker has not grouped yet (grouping reopens the incident)
+            # ... and again on the DELETE itself: PostgreSQL (read committed) re-checks only the
+            # outer WHERE of a row a webhook re-fired while this statement waited on its lock
             delete(alerts).where(
                 a.id.in_(
                     select(a.id)
                     .where(a.incident_id.in_(closed), a.pending.is_not(True))
                     .limit(chunk)
-                )
+                ),
+                a.pending.is_not(True),
             ),
             chunk,
         )

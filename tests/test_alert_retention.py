@@ -149,3 +149,66 @@ def test_a_refired_alert_of_an_old_closed_incident_survives_a_purge_before_group
     (incident,) = db.list_incidents(None)
     assert incident["status"] == "open"
     assert incident["id"] == alert_row_after["incident_id"]
+
+
+def test_a_refire_committed_while_the_purge_waits_on_its_row_survives(
+    request: pytest.FixtureRequest,
+) -> None:
+    """PostgreSQL, read committed: a ``DELETE`` blocked on a row lock re-checks only its own
+    ``WHERE`` on the row's new version once the lock is released (PostgreSQL documentation,
+    "Read Committed Isolation Level": the search condition is re-evaluated on the updated row),
+    not a subquery's. A webhook that re-fires an alert of an old closed incident while the purge
+    waits on that row must keep it (pending, grouped later)."""
+    import threading
+
+    from sqlalchemy import text
+
+    d = Database(request.getfixturevalue("pg").url)
+    metadata.drop_all(d.engine)
+    with d.engine.begin() as conn:
+        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    d.create_all()
+    try:
+        m = _manager(d)
+        t0 = time.time() - 40 * DAY_S
+        starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0 - 60))
+        fire = alert({"alertname": "GpuXid", "node": "c0-h1"}, starts=starts, fingerprint="g")
+        ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))
+        _store(d, t0, fire)
+        m.process_pending()
+        _store(d, t0 + 10, dict(fire, status="resolved", endsAt=ends))
+        m.process_pending()
+        with d.engine.begin() as conn:  # closed 40 days ago
+            conn.execute(text("UPDATE incidents SET closed_ts = :t"), {"t": t0 + 10})
+
+        hook = d.engine.connect()  # the webhook's re-fire, not yet committed
+        tx = hook.begin()
+        hook.execute(text("UPDATE alerts SET status = 'firing', pending = TRUE"))
+        out: dict = {}
+        purge = threading.Thread(target=lambda: out.update(r=d.purge(time.time() - 30 * DAY_S)))
+        purge.start()
+        waiting = False
+        for _ in range(200):  # until the purge's DELETE waits on the row lock
+            with d.engine.connect() as conn:
+                waiting = bool(
+                    conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                            "'Lock' AND query LIKE 'DELETE FROM alerts%'"
+                        )
+                    ).scalar()
+                )
+            if waiting:
+                break
+            time.sleep(0.05)
+        assert waiting, "the purge never waited on the re-fired row"
+        tx.commit()
+        hook.close()
+        purge.join(30)
+        assert out["r"] == (0, 0)
+        assert [(a["status"], a["pending"]) for a in d.list_alerts()] == [("firing", True)]
+        m.process_pending()
+        (incident,) = d.list_incidents(None)
+        assert incident["status"] == "open"
+    finally:
+        d.dispose()

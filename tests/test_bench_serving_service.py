@@ -101,11 +101,19 @@ def test_a_served_model_is_not_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flag", "name"),
-    [("--quick", "serving_quick.json"), ("--breakdown-only", "serving_breakdown.json")],
+    ("flags", "name"),
+    [
+        (["--quick"], "serving_quick.json"),
+        (["--breakdown-only"], "serving_breakdown.json"),
+        (["--skip-ingest"], "serving_partial.json"),
+        (["--skip-breakdown"], "serving_partial.json"),
+        (["--rca-model", "runs/candidate"], "serving_partial.json"),
+        (["--placement-model", "runs/candidate"], "serving_partial.json"),
+        ([], None),  # the full run on the released models: the committed result
+    ],
 )
-def test_smoke_modes_do_not_default_to_the_committed_result(
-    flag: str, name: str, monkeypatch: pytest.MonkeyPatch
+def test_only_the_full_run_defaults_to_the_committed_result(
+    flags: list[str], name: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
 
@@ -127,10 +135,14 @@ def test_smoke_modes_do_not_default_to_the_committed_result(
         return captured["args"]
 
     monkeypatch.setattr(service.argparse.ArgumentParser, "parse_args", parse)
-    monkeypatch.setattr(sys, "argv", [PROG, flag])
+    monkeypatch.setattr(sys, "argv", [PROG, *flags])
     with pytest.raises(_WentOn):
         service.main()
     assert len(seen) == 1
     out = Path(seen[0]).resolve()
-    assert out != (service.RESULTS / "serving" / "serving.json").resolve()  # committed
-    assert out == (service.REPO / "runs" / "serving" / name).resolve()
+    committed = (service.RESULTS / "serving" / "serving.json").resolve()
+    if name is None:
+        assert out == committed
+    else:
+        assert out != committed
+        assert out == (service.REPO / "runs" / "serving" / name).resolve()

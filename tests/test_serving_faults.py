@@ -286,12 +286,14 @@ def test_sigkill_while_ingesting_and_ranking_then_restart(pg: PgCluster, tmp_pat
 @pytest.mark.parametrize("fault", ["kill_leader", "terminate_lock_backend"])
 def test_two_replicas_take_over_within_10s(pg: PgCluster, tmp_path: Path, fault: str) -> None:
     """The standby takes the lock as soon as the leader's lock session ends, not when a lease
-    runs out: the lease is set far past the wait below (a hang guard, not the assertion), so a
-    take-over that waited for it (``idle_session_timeout``) would not happen at all. The time it
-    took is reported in the figures, never asserted (10 s is the default lease)."""
+    runs out: the lease is set far past the wait below, so a take-over that waited for it
+    (``idle_session_timeout``) would not happen at all, and the standby tries once a second
+    (``docs/serving/operations.md``), so one not seen within 15 s means it stopped trying. That
+    wait is a behaviour bound, 15 tries; the time it took (0.7-0.9 s here) is reported in the
+    figures, not asserted."""
     db = f"repl_{fault}"
     base = new_db(pg, db).split("?")[0]
-    lease_s = 600  # far past the 60 s guard of the wait for a new leader
+    lease_s = 600  # far past the 15 s wait for a new leader
     servers = [
         Server(
             {
@@ -314,16 +316,16 @@ def test_two_replicas_take_over_within_10s(pg: PgCluster, tmp_path: Path, fault:
             t0 = time.monotonic()
             if fault == "kill_leader":
                 servers[0].kill()
-                new = wait_for(lambda: leader(pg, db) == "r2", timeout=60, interval=0.05)
+                new = wait_for(lambda: leader(pg, db) == "r2", timeout=15, interval=0.05)
             else:
                 pg.psql(
                     "SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE "
                     f"l.locktype = 'advisory' AND l.objid = {LOCK_KEY} AND l.granted AND "
                     f"l.database = (SELECT oid FROM pg_database WHERE datname = '{db}')"
                 )
-                new = wait_for(lambda: leader(pg, db) is not None, timeout=60, interval=0.05)
+                new = wait_for(lambda: leader(pg, db) is not None, timeout=15, interval=0.05)
             took = time.monotonic() - t0  # reported, not asserted
-            assert new, f"no replica took over before its {lease_s} s lease ran out ({fault})"
+            assert new, f"no replica took over within 15 s of the fault ({fault})"
             send(am, storm(db, 400, 500))
             expected = {str(i) for i in range(500)}
             assert wait_for(lambda: grouped_once(pg, db, expected), timeout=60, interval=0.5)

@@ -21,9 +21,11 @@ placement p99 <= 20 ms.
     python -m benchmarks.serving.service [--quick] [--out benchmarks/results/serving/serving.json]
         [--rca-processes N] [--workers N] [--skip-ingest]
 
-``--out`` defaults to the committed ``benchmarks/results/serving/serving.json`` for a full run only:
-``--quick`` writes ``runs/serving/serving_quick.json`` and ``--breakdown-only``
-``runs/serving/serving_breakdown.json`` unless ``--out`` is given. A ``--rca-model`` or
+``--out`` defaults to the committed ``benchmarks/results/serving/serving.json`` only for the full
+run on the released models: ``--quick`` writes ``runs/serving/serving_quick.json``,
+``--breakdown-only`` ``runs/serving/serving_breakdown.json``, and a run with ``--skip-ingest``,
+``--skip-breakdown``, ``--rca-model`` or ``--placement-model`` ``runs/serving/serving_partial.json``
+unless ``--out`` is given. A ``--rca-model`` or
 ``--placement-model`` that the server does not load (it reports a ``fallback_reason``) stops the
 run with one line, status 2, after the server is stopped.
 
@@ -631,13 +633,17 @@ SCRATCH = REPO / "runs" / "serving"
 in git): a smoke run or a breakdown never replaces the committed headline result."""
 
 
-def default_out(quick: bool, breakdown_only: bool) -> Path:
-    """``--out`` when it is not given: the committed headline result for a full run, else a
-    scratch file under ``runs/serving/`` (``serving_quick.json``, ``serving_breakdown.json``)."""
-    if breakdown_only:
+def default_out(args: argparse.Namespace) -> Path:
+    """``--out`` when it is not given: the committed headline result for the full run on the
+    released models only, else a scratch file under ``runs/serving/`` (``serving_quick.json``,
+    ``serving_breakdown.json``, ``serving_partial.json`` for a run that skips a phase or serves
+    another model), so that no partial or candidate run replaces the headline."""
+    if args.breakdown_only:
         return SCRATCH / "serving_breakdown.json"
-    if quick:
+    if args.quick:
         return SCRATCH / "serving_quick.json"
+    if args.skip_ingest or args.skip_breakdown or args.rca_model or args.placement_model:
+        return SCRATCH / "serving_partial.json"
     return HEADLINE
 
 
@@ -740,7 +746,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.out is None:
-        args.out = str(default_out(args.quick, args.breakdown_only))
+        args.out = str(default_out(args))
     if args.breakdown_only:
         breakdown_only(args)
         return
