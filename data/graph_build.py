@@ -18,7 +18,7 @@ labels Prometheus rules carry):
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
 | ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
-| a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``) |
+| a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``); none from a span whose resource attribute ``k8s.cluster.name`` names another cluster than a named one (:class:`SpanCalls`) |
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ without relabelling), mapped back to the host by :meth:`fleetmind.data.graph.Dep
 SPAN_NAMESPACE_KEYS = ("k8s.namespace.name", "service.namespace")
 """Resource attributes (OTLP) or process tags (Jaeger) that give a span's service its Kubernetes
 namespace, the first present wins."""
+SPAN_CLUSTER_KEY = "k8s.cluster.name"
+"""The resource attribute (OTLP) or process tag (Jaeger) that names a span's Kubernetes cluster
+(OpenTelemetry semantic conventions, Kubernetes resource attributes); a span that names a cluster
+other than the graph's is left out (:class:`SpanCalls`)."""
 MIG_SUFFIX = "-MIG-"
 """What GPU feature discovery puts between the GPU model and the MIG profile in label
 ``nvidia.com/gpu.product`` under the MIG ``single`` strategy (``NVIDIA-A100-SXM4-40GB-MIG-1g.5gb``,
@@ -87,6 +91,36 @@ profile 1; ``+gfx`` and ``-me`` variants as their base profile (:func:`_mig_inst
 SpanService: TypeAlias = str | tuple[str, str]
 """A service of a trace: its bare ``service.name``, or ``(namespace, name)`` when the span's
 resource names its namespace (:data:`SPAN_NAMESPACE_KEYS`)."""
+
+
+class SpanCalls(list[tuple[SpanService, SpanService]]):
+    """What :func:`calls_from_spans` answers: the ``(caller service, callee service)`` pairs of
+    every span, whatever its cluster, sorted (a plain list of them to any other reader), and which
+    of them a graph of one cluster keeps (:meth:`of_cluster`).
+
+    A span whose resource names its cluster (:data:`SPAN_CLUSTER_KEY`) belongs to that cluster
+    only; one that names none belongs to every cluster, as before spans named clusters. A call
+    counts for cluster ``c`` when neither of its two spans names another cluster.
+    """
+
+    def __init__(
+        self,
+        pairs: Iterable[tuple[SpanService, SpanService]] = (),
+        needs: Mapping[tuple[SpanService, SpanService], set[tuple[str, ...]]] | None = None,
+        spans_of: Mapping[str, int] | None = None,
+    ) -> None:
+        super().__init__(pairs)
+        self.needs = dict(needs or {})
+        """Each pair's ways to be drawn: the clusters its two spans name, one tuple per pair of
+        spans that shows the call (``()``: neither names one)."""
+        self.spans_of = dict(spans_of or {})
+        """Spans per cluster name they carry (those with none not counted)."""
+
+    def of_cluster(self, cluster: str) -> tuple[list[tuple[SpanService, SpanService]], int]:
+        """The pairs a graph of ``cluster`` draws, and how many spans it leaves out: those that
+        name another cluster."""
+        keep = [p for p in self if any(set(k) <= {cluster} for k in self.needs.get(p, [()]))]
+        return keep, sum(n for name, n in self.spans_of.items() if name != cluster)
 
 
 class GraphBuildWarning(UserWarning):
@@ -292,7 +326,10 @@ def build_graph(
         nodes, pods, services, endpoint_slices: list responses of the Kubernetes API (JSON).
         cluster: cluster name (default: node label ``fleetmind.io/cluster``, else ``default``).
         calls: ``(caller service, callee service)`` pairs (:func:`calls_from_spans`), each service
-            a bare name or ``(namespace, name)`` (:data:`SpanService`).
+            a bare name or ``(namespace, name)`` (:data:`SpanService`). Of a :class:`SpanCalls`,
+            the spans that name another cluster (:data:`SPAN_CLUSTER_KEY`) are left out, with a
+            :class:`GraphBuildWarning` counting them, when the cluster is named (``cluster`` or
+            the node label; all are kept under the ``default`` fallback).
         nvlinks: ``{node name: GPU indices with an active NVLink}`` (:func:`nvlinks_from_nvml`); a
             name that is no Node gives a :class:`GraphBuildWarning`.
         name: graph name (default ``k8s-<cluster>``).
@@ -309,9 +346,11 @@ def build_graph(
     pod_items = _items(pods, "pods")
     svc_items = _items(services, "services")
     slice_items = _items(endpoint_slices, "endpoint slices") if endpoint_slices else []
+    named = cluster is not None
     if cluster is None:
         labelled = [_labels(n).get(CLUSTER_LABEL) for n in node_items]
-        cluster = next((c for c in labelled if c), "default")
+        cluster = next((c for c in labelled if c), None)
+        named, cluster = cluster is not None, cluster or "default"
     c = str(cluster)
     b = _Builder(name or f"k8s-{c}")
     b.node(c, "cluster", c, {"cluster": c})
@@ -337,8 +376,43 @@ def build_graph(
             for sid, sel in by_ns.get(ns, ()):
                 if all(labels.get(k) == v for k, v in sel.items()):
                     b.edge(pid, sid, "member_of")
-    _add_calls(b, c, calls, svc_ids)
+    _add_calls(b, c, _calls_of_cluster(calls, c, named), svc_ids)
     return b.model()
+
+
+def _calls_of_cluster(
+    calls: Iterable[tuple[SpanService, SpanService]], c: str, named: bool
+) -> Iterable[tuple[SpanService, SpanService]]:
+    """The calls the graph of cluster ``c`` draws: of :class:`SpanCalls`, those whose spans name
+    no other cluster (:meth:`SpanCalls.of_cluster`), with one :class:`GraphBuildWarning` counting
+    the spans left out. A cluster the build only defaulted to (``named`` false: no ``--cluster``,
+    no node label) is no name the spans can carry, so all are kept, with a warning when they name
+    several clusters."""
+    if not isinstance(calls, SpanCalls) or not calls.spans_of:
+        return calls
+    others = sorted(set(calls.spans_of) - {c})
+    listed = ", ".join(_short(n, 60) for n in others[:3]) + (", ..." if len(others) > 3 else "")
+    if not named:
+        if len(calls.spans_of) > 1:
+            warnings.warn(
+                f"spans of {len(calls.spans_of)} clusters ({listed}) all drawn into cluster "
+                f"{_short(c)}: name the graph's cluster (--cluster, or node label "
+                f"{CLUSTER_LABEL}) as the spans' resource attribute {SPAN_CLUSTER_KEY} does to "
+                "keep only its spans",
+                GraphBuildWarning,
+                stacklevel=3,
+            )
+        return calls
+    keep, skipped = calls.of_cluster(c)
+    if skipped:
+        warnings.warn(
+            f"{skipped} span{'s' if skipped != 1 else ''} left out: {'their' if skipped != 1 else 'its'} "
+            f"resource attribute {SPAN_CLUSTER_KEY} names another cluster ({listed}) than the "
+            f"graph's {_short(c)}",
+            GraphBuildWarning,
+            stacklevel=3,
+        )
+    return keep
 
 
 def _add_hosts(
@@ -635,7 +709,7 @@ def read_span_file(path: str | os.PathLike[str]) -> list[Any]:
     return [doc for _, doc in docs]
 
 
-def calls_from_spans(*docs: Any) -> list[tuple[SpanService, SpanService]]:
+def calls_from_spans(*docs: Any) -> SpanCalls:
     """``(caller service, callee service)`` pairs from OTLP JSON or Jaeger JSON trace exports.
 
     A span whose parent span belongs to another service is a call from the parent's service to
@@ -645,28 +719,36 @@ def calls_from_spans(*docs: Any) -> list[tuple[SpanService, SpanService]]:
     Jaeger: ``data[].spans[]`` (``traceID``, ``spanID``, ``references[]`` ``CHILD_OF``,
     ``processID``) and ``data[].processes`` (``serviceName``, ``tags``). A service is
     ``(namespace, name)`` when the resource attributes or process tags name the namespace
-    (:data:`SPAN_NAMESPACE_KEYS`), else its bare name.
+    (:data:`SPAN_NAMESPACE_KEYS`), else its bare name. The cluster a span's resource names
+    (:data:`SPAN_CLUSTER_KEY`) is kept with the pairs, for :func:`build_graph` to leave out other
+    clusters' spans (:class:`SpanCalls`).
 
     Raises:
         DataError: a document of neither format.
     """
     service_of: dict[tuple[str, str], SpanService] = {}
     parent_of: dict[tuple[str, str], tuple[str, str]] = {}
+    cluster_of: dict[tuple[str, str], str] = {}
     for doc in docs:
         if not _is_span_export(doc):
             raise DataError(
                 "spans must be an OTLP JSON export (resourceSpans) or a Jaeger JSON export (data)"
             )
         if isinstance(doc.get("resourceSpans"), list):
-            _otlp_spans(doc["resourceSpans"], service_of, parent_of)
+            _otlp_spans(doc["resourceSpans"], service_of, parent_of, cluster_of)
         else:
-            _jaeger_spans(doc["data"], service_of, parent_of)
-    pairs = set()
+            _jaeger_spans(doc["data"], service_of, parent_of, cluster_of)
+    needs: dict[tuple[SpanService, SpanService], set[tuple[str, ...]]] = {}
     for sid, parent in parent_of.items():
         a, b = service_of.get(parent), service_of.get(sid)
         if a and b and a != b:
-            pairs.add((a, b))
-    return sorted(pairs, key=lambda p: tuple(s if isinstance(s, tuple) else ("", s) for s in p))
+            named = {cluster_of[k] for k in (parent, sid) if k in cluster_of}
+            needs.setdefault((a, b), set()).add(tuple(sorted(named)))
+    spans_of: dict[str, int] = {}
+    for name in cluster_of.values():
+        spans_of[name] = spans_of.get(name, 0) + 1
+    pairs = sorted(needs, key=lambda p: tuple(s if isinstance(s, tuple) else ("", s) for s in p))
+    return SpanCalls(pairs, needs, spans_of)
 
 
 def _span_service(name: str, tags: Mapping[str, str]) -> SpanService:
@@ -678,17 +760,21 @@ def _otlp_spans(
     resource_spans: list[Any],
     service_of: dict[tuple[str, str], SpanService],
     parent_of: dict[tuple[str, str], tuple[str, str]],
+    cluster_of: dict[tuple[str, str], str],
 ) -> None:
     for rs in map(_obj, resource_spans):
         attrs = [a for a in _seq(_obj(rs.get("resource")).get("attributes")) if isinstance(a, dict)]
         tags = {str(a.get("key")): str(_obj(a.get("value")).get("stringValue")) for a in attrs
                 if _obj(a.get("value")).get("stringValue")}  # fmt: skip
         svc = _span_service(tags.get("service.name", "unknown"), tags)
+        cluster = tags.get(SPAN_CLUSTER_KEY)
         for ss in map(_obj, _seq(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans"))):
             for sp in map(_obj, _seq(ss.get("spans"))):
                 tid, sid = str(sp.get("traceId") or ""), sp.get("spanId")
                 if sid:
                     service_of[(tid, str(sid))] = svc
+                    if cluster:
+                        cluster_of[(tid, str(sid))] = cluster
                     if sp.get("parentSpanId"):
                         parent_of[(tid, str(sid))] = (tid, str(sp["parentSpanId"]))
 
@@ -697,6 +783,7 @@ def _jaeger_spans(
     data: list[Any],
     service_of: dict[tuple[str, str], SpanService],
     parent_of: dict[tuple[str, str], tuple[str, str]],
+    cluster_of: dict[tuple[str, str], str],
 ) -> None:
     for tr in map(_obj, data):
         procs = _obj(tr.get("processes"))
@@ -710,6 +797,8 @@ def _jaeger_spans(
             service_of[(tid, str(sid))] = _span_service(
                 str(proc.get("serviceName", "unknown")), tags
             )
+            if tags.get(SPAN_CLUSTER_KEY):
+                cluster_of[(tid, str(sid))] = tags[SPAN_CLUSTER_KEY]
             for ref in map(_obj, _seq(sp.get("references"))):
                 if ref.get("refType") == "CHILD_OF" and ref.get("spanID"):
                     parent = (str(ref.get("traceID") or tid), str(ref["spanID"]))

@@ -5,7 +5,8 @@ incidents every ``FLEETMIND_NOTIFY_POLL_S``. When an open incident's top cause h
 for ``FLEETMIND_NOTIFY_SETTLE_S`` (the ranking has *settled*), it
 
 * posts one ``FleetMindRootCause`` alert to ``FLEETMIND_NOTIFY_ALERTMANAGER_URL`` ``/api/v2/alerts``
-  (labels ``alertname``, ``incident``, ``cause_node``, ``cause_kind``, ``cluster``, ``severity``;
+  (labels ``alertname``, ``fleetmind`` (the installation: :func:`installation`), ``incident``,
+  ``cause_node``, ``cause_kind``, ``cluster``, ``severity``;
   annotations ``summary``, ``path``, ``score`` (four decimals, rounded down like the incident
   page: 0.69996 is "0.6999", below a 0.7 threshold), ``fault_type``, ``incident_url``;
   ``generatorURL`` links to the incident page), re-posted every ``FLEETMIND_NOTIFY_RESEND_S`` like any alert source
@@ -63,6 +64,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
@@ -175,6 +177,32 @@ RETRY_AFTER_STATUS = frozenset({429, 503})
 CLUSTER_CHARS = 256
 """Longest ``cluster`` label a notification carries (an incident's clusters come from the
 ``cluster`` labels of its alerts, which anyone who can post alerts chooses)."""
+
+INSTALLATION_LABEL = "fleetmind"
+"""The label that names the FleetMind installation an alert comes from (:func:`installation`):
+incident ids start at 1 in every database and a single-cluster graph's cluster is ``default``,
+so without it two installations posting to one Alertmanager send the same label set, which
+Alertmanager keeps as one alert (its fingerprint is the hash of the labels)."""
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def installation(public_url: str) -> str:
+    """The :data:`INSTALLATION_LABEL` value of the service reached at ``public_url``
+    (``FLEETMIND_PUBLIC_URL``, an origin): its authority, ``host[:port]``, the host lowercased
+    and the scheme's default port (80, 443) left out, so that ``https://FM.example.org:443/`` and
+    ``https://fm.example.org`` name one installation."""
+    parts = urlsplit(public_url.strip())
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal (RFC 3986 section 3.2.2)
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # (the settings refuse such a URL; never a traceback here)
+        port = None
+    if not host:
+        return parts.netloc.lower() or public_url.strip()
+    return host if port in (None, _DEFAULT_PORTS.get(parts.scheme.lower())) else f"{host}:{port}"
 
 
 def mrkdwn(text: str) -> str:
@@ -970,6 +998,7 @@ class Notifier:
             cluster = cluster[: CLUSTER_CHARS - 1] + "…"
         labels = {
             "alertname": ALERTNAME,
+            INSTALLATION_LABEL: installation(self.settings.public_url),
             "incident": str(inc["id"]),
             "cause_node": top["node"],
             "cause_kind": top.get("kind") or "unknown",

@@ -81,6 +81,7 @@ def test_a_settled_root_cause_goes_to_alertmanager_and_the_webhook(app: TestClie
     top = inc["causes"][0]
     assert mine["labels"] == {
         "alertname": ALERTNAME,
+        "fleetmind": "fleetmind.example.org",  # the installation (FLEETMIND_PUBLIC_URL's host)
         "incident": str(inc["id"]),
         "cause_node": TRUE_ROOT,
         "cause_kind": "host",
