@@ -87,7 +87,8 @@ def test_a_hold_does_not_wait_out_a_peer_hung_holding_a_row_lock(db: Database, r
     res = DbReservations(db, ttl_s=60.0)
     res.clock = lambda: 1_000.0
     assert res.hold("ml/old", Option("k8s", "gpu-b", (0,), 0.0), JOB, uid="uid-0")
-    raw.execute("DELETE FROM reservations WHERE pod_key = 'ml/old'")  # row lock, and idles
+    # row lock, and idles (a pod's hold is stored under <cluster>/<namespace>/<name>)
+    raw.execute("DELETE FROM reservations WHERE pod_key = 'k8s/ml/old'")
     res.clock = lambda: 2_000.0  # ml/old has expired: this hold deletes it too
     with pytest.raises(OperationalError) as caught:
         res.hold("ml/train", Option("k8s", "gpu-a", (0,), 0.0), JOB, uid="uid-1")

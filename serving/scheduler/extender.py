@@ -286,7 +286,8 @@ class PodRequest:
     """What a Pod asks for, in openb units (millicores, MiB, GPUs x milli-GPU each)."""
 
     key: str
-    """``namespace/name`` (the reservation key)."""
+    """``namespace/name`` (the reservation key; stored with the held node's cluster,
+    :func:`fleetmind.serving.scheduler.reservations.stored_key`)."""
     uid: str | None
     cpu_milli: int
     memory_mib: int
@@ -1048,3 +1049,30 @@ class ExtenderState:
     def __init__(self, cluster: str | None = None) -> None:
         self.index = NodeIndex(cluster)
         self.cluster = cluster
+
+    def cluster_of(self, node: str, snapshot: Callable[[], FleetSnapshot] | None) -> str | None:
+        """The cluster of node ``node`` for ``/bound``: ``FLEETMIND_SCHEDULER_CLUSTER`` when set
+        (no telemetry read), else the one telemetry cluster with a node of that name, else the
+        only cluster telemetry has; ``None`` when that cannot be told (a name several clusters
+        use, a node telemetry does not know among several clusters, telemetry unavailable).
+
+        Args:
+            snapshot: reads the telemetry snapshot (the cached one, as the extender's calls do);
+                ``None``: no telemetry configured.
+        """
+        if self.cluster is not None:
+            return self.cluster
+        if snapshot is None:
+            return None
+        try:
+            snap = snapshot()
+        except (NotAvailableError, DataError) as err:
+            log.warning("/bound: no telemetry to tell node %r's cluster (%s)", node, err)
+            return None
+        found = self.index.lookup(snap, [node]).get(node)
+        if found is not None:
+            return str(found.cluster)
+        clusters = {str(n.cluster) for n in snap.nodes}
+        if len(clusters) == 1 and node not in self.index.ambiguous:
+            return clusters.pop()
+        return None

@@ -45,14 +45,23 @@ shows it. A hold ends when
   (binding, a kube-state-metrics scrape, federation) within ``ttl_s - snapshot_lag_s`` of the
   hold (85 s by default: 120 - 5 - 30), or its capacity may be given again once.
 
-Table ``reservations`` (:data:`fleetmind.serving.db.reservations`, Alembic revision ``0004``): one row per pod key
-(``namespace/name`` for pods, ``placement:<job id>`` for the placement route: a key no pod has, see
-:func:`job_key`).
+Table ``reservations`` (:data:`fleetmind.serving.db.reservations`, Alembic revision ``0004``): one
+row per stored key: ``<cluster>/<namespace>/<name>`` for pods (:func:`stored_key`; ``cluster`` is
+the held node's cluster, also in its own column), ``placement:<job id>`` for the placement route
+(a key no pod has, see :func:`job_key`). One FleetMind may serve the schedulers of several clusters
+(``FLEETMIND_SCHEDULER_CLUSTER`` unset, node names distinct), whose pods can share a
+``namespace/name`` (two identical Helm releases' StatefulSet ``trainer-0``): keyed by name alone,
+one cluster's hold replaced the other's, and the capacity it held was handed out again. Rows
+written before the cluster was part of the key (``namespace/name``, their ``cluster`` column set)
+read as that pod's hold in that cluster (:func:`pod_name`): ``/bound`` and
+:meth:`DbReservations.release` end them, telemetry ends them as any hold, the pod's next hold
+replaces them, and they expire by their TTL otherwise.
 
 Who holds: the extender's **prioritize** holds the node it scores 10, and its **filter** holds the
 one node it passes when it passes exactly one (kube-scheduler then skips prioritize: "When only one
 node after predicate, just use it.", ``schedulePod`` in ``pkg/scheduler/schedule_one.go``); a
-``reserve=true`` placement holds its first option. A pod's later hold replaces its earlier one.
+``reserve=true`` placement holds its first option. A pod's later hold replaces its earlier one in
+its cluster.
 
 Concurrency: extender calls do race (kube-scheduler's ``httpTimeout`` with ``ignorable: true`` moves
 on while FleetMind still answers; several scheduler profiles or replicas). In one process the routes
@@ -99,7 +108,12 @@ _PG_LOCK_CLASS = 0x464D5256
 (``"FMRV"``; the two-key space is apart from the one-key locks of migrations and leadership)."""
 
 MAX_KEY_CHARS = 320
-"""Longest pod key (``namespace/name``: 63 + 1 + 253, or ``placement:<job id>``), as stored."""
+"""Longest key a caller gives (``namespace/name``: 63 + 1 + 253, or ``placement:<job id>``), and
+longest stored key (the ``pod_key`` column, :func:`stored_key`)."""
+
+_DIGEST_CHARS = 16
+"""Hex digits, at most, of the cluster digest that stands for a cluster name too long to fit the
+stored key."""
 
 JOB_KEY_PREFIX = "placement:"
 """Prefix of the hold keys of ``POST /api/v1/placements`` jobs. Pods are held under
@@ -120,6 +134,43 @@ def job_key(job_id: str) -> str:
     """The hold key of a ``POST /api/v1/placements`` job (``placement:<job id>``; see
     :data:`JOB_KEY_PREFIX` for why no pod's ``namespace/name`` key can equal it)."""
     return f"{JOB_KEY_PREFIX}{job_id}"
+
+
+def stored_key(cluster: str, key: str) -> str:
+    """The stored key of pod ``key`` (``namespace/name``) held in ``cluster``:
+    ``<cluster>/<namespace>/<name>``, so same-named pods of two clusters hold apart. A job key
+    (``placement:<job id>``, :func:`job_key`) is stored as it is: a job is no cluster's pod.
+
+    Where ``cluster`` makes the key longer than :data:`MAX_KEY_CHARS`, a hex digest of the cluster
+    stands for it (as many digits as fit, up to 16: a pod name of 253 characters in a namespace of
+    63 leaves room for 2); the ``cluster`` column keeps the name, which every lookup also matches.
+    """
+    if key.startswith(JOB_KEY_PREFIX):
+        return key
+    full = f"{cluster}/{key}"
+    if len(full) <= MAX_KEY_CHARS:
+        return full
+    room = max(1, min(_DIGEST_CHARS, MAX_KEY_CHARS - 1 - len(key)))
+    digest = hashlib.blake2b(cluster.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f"{digest[:room]}/{key}"
+
+
+def pod_name(key: str, cluster: str) -> str:
+    """The caller's key of a stored row (``pod_key`` ``key``, column ``cluster``):
+    ``namespace/name`` for a pod held as :func:`stored_key` writes it, and ``key`` itself
+    otherwise (a job key, or a pod's row written before the cluster was part of the key, which the
+    ``cluster`` column then places)."""
+    parts = key.rsplit("/", 2)
+    if len(parts) == 3:
+        name = f"{parts[1]}/{parts[2]}"
+        if stored_key(cluster, name) == key:
+            return name
+    return key
+
+
+def _name(r: Any) -> str:
+    """:func:`pod_name` of row ``r``."""
+    return pod_name(r.pod_key, r.cluster)
 
 
 def snapshot_lag_s(settings: Settings) -> float:
@@ -196,7 +247,7 @@ def _taken(option: Option, seen: Reservations, now: Reservations) -> bool:
 def _not_running(r: Any, node: NodeState) -> bool:
     """Whether the pod of hold ``r`` is not yet running on ``node`` (``node.pending_pods``;
     ``None``: cannot tell, so not running)."""
-    return node.pending_pods is None or r.pod_key in node.pending_pods
+    return node.pending_pods is None or _name(r) in node.pending_pods
 
 
 def _unplaced(r: Any, node: NodeState) -> bool:
@@ -207,9 +258,10 @@ def _unplaced(r: Any, node: NodeState) -> bool:
     not yet running (``node.pending_pods``: its GPU reads idle while images are pulled). Once that
     pod runs, its real GPU reads busy, and a kept whole hold would hold the wrong GPU for the
     pod's life where the device plugin chose another one, so it ends."""
-    if not r.gpus or node.gpu_pods is None or r.pod_key in node.gpu_pods:
+    name = _name(r)
+    if not r.gpus or node.gpu_pods is None or name in node.gpu_pods:
         return False
-    if r.gpu_milli >= 1000 and (node.pending_pods is None or r.pod_key not in node.pending_pods):
+    if r.gpu_milli >= 1000 and (node.pending_pods is None or name not in node.pending_pods):
         return False
     if r.pod_uid and node.pod_uids and r.pod_uid not in node.pod_uids:
         return False  # that name on the node is another pod (deleted and created again)
@@ -217,9 +269,9 @@ def _unplaced(r: Any, node: NodeState) -> bool:
 
 
 def kept_by(rows: Iterable[Any], snapshot: FleetSnapshot | None) -> set[str]:
-    """Keys of the GPU share holds among ``rows`` whose pod ``snapshot`` lists on the held node
-    without placing its GPU use there (:func:`_unplaced`): they stay, past their TTL too, while it
-    does."""
+    """Stored keys of the GPU share holds among ``rows`` whose pod ``snapshot`` lists on the held
+    node (by name, on that node of the hold's cluster) without placing its GPU use there
+    (:func:`_unplaced`): they stay, past their TTL too, while it does."""
     rows = [r for r in rows if r.gpus]
     if snapshot is None or not rows:
         return set()
@@ -229,7 +281,7 @@ def kept_by(rows: Iterable[Any], snapshot: FleetSnapshot | None) -> set[str]:
         r.pod_key
         for r in rows
         if (node := nodes.get((r.cluster, r.node))) is not None
-        and r.pod_key in node.pods
+        and _name(r) in node.pods
         and _unplaced(r, node)
     }
 
@@ -347,7 +399,9 @@ class DbReservations(Reservations):
         snapshot: FleetSnapshot | None = None,
         seen: Reservations | None = None,
     ) -> bool:
-        """Hold ``option`` for pod ``key`` (replacing the pod's earlier hold, in one upsert).
+        """Hold ``option`` for pod ``key`` (``namespace/name``, or a :func:`job_key`), replacing the
+        pod's earlier hold in ``option``'s cluster in one upsert (stored under :func:`stored_key`;
+        a same-named pod's hold in another cluster is another row, left alone).
 
         With ``snapshot`` and ``seen`` (the view the decision was made on), the node's holds are
         read again inside the write transaction, under a per-node lock: when others held capacity
@@ -364,8 +418,9 @@ class DbReservations(Reservations):
         _checked_key(key, uid)
         now = self.clock()
         t = reservations_table
+        own = stored_key(option.cluster, key)
         values = {
-            "pod_key": key,
+            "pod_key": own,
             "pod_uid": uid,
             "cluster": option.cluster,
             "node": option.node,
@@ -390,19 +445,21 @@ class DbReservations(Reservations):
             # BEGIN IMMEDIATE would): the reads below see every committed hold, and no replica
             # commits another until this transaction ends.
             conn.execute(
-                delete(t).where(t.c.expires_ts <= now, t.c.pod_key != key, t.c.gpu_milli <= 0)
+                delete(t).where(t.c.expires_ts <= now, t.c.pod_key != own, t.c.gpu_milli <= 0)
             )
-            self._sweep(conn, key, snapshot, now)
+            self._sweep(conn, own, snapshot, now)
             if snapshot is not None and seen is not None:
                 if not self._room_left(conn, key, option, job, snapshot, seen, now):
                     return False
             conn.execute(self._upsert(values))
+            if own != key:  # the pod's row from before the cluster was in the key, if any
+                conn.execute(delete(t).where(t.c.pod_key == key, t.c.cluster == option.cluster))
         self._cached = None
         return True
 
     def _sweep(self, conn: Any, key: str, snapshot: FleetSnapshot | None, now: float) -> None:
-        """Delete the expired GPU holds (other than ``key``'s), except those ``snapshot`` keeps
-        (:func:`kept_by`), whose deadline moves one TTL ahead instead."""
+        """Delete the expired GPU holds (other than stored key ``key``'s), except those ``snapshot``
+        keeps (:func:`kept_by`), whose deadline moves one TTL ahead instead."""
         t = reservations_table
         expired = conn.execute(
             select(t.c.pod_key, t.c.pod_uid, t.c.cluster, t.c.node, t.c.gpus, t.c.gpu_milli).where(
@@ -466,14 +523,15 @@ class DbReservations(Reservations):
         now: float,
     ) -> bool:
         """The capacity check of :meth:`hold`, inside its transaction: False when holds taken
-        after ``seen`` leave ``option`` without room on its node."""
+        after ``seen`` leave ``option`` without room on its node (pod ``key``'s own holds there,
+        of either key form, left out as ``seen`` left them out)."""
         t = reservations_table
         rows = conn.execute(
             select(t).where(
                 t.c.cluster == option.cluster,
                 t.c.node == option.node,
                 t.c.expires_ts > now,
-                t.c.pod_key != key,
+                t.c.pod_key.not_in([stored_key(option.cluster, key), key]),
             )
         ).all()
         held = _view(self._live(rows, snapshot), snapshot)
@@ -485,12 +543,20 @@ class DbReservations(Reservations):
         )
         return node is None or _fits(node, option, job, held)
 
-    def bound(self, key: str, node: str, uid: str | None = None) -> str:
-        """Record that pod ``key`` was bound to ``node``.
+    def bound(self, key: str, node: str, uid: str | None = None, cluster: str | None = None) -> str:
+        """Record that pod ``key`` (``namespace/name``) was bound to ``node``.
 
         Args:
             uid: the bound pod's uid, when known: a hold recorded with another uid belongs to
-                another pod of the same name (deleted and recreated) and is left alone.
+                another pod of the same name (deleted and recreated, or in another cluster) and
+                is left alone.
+            cluster: the cluster of ``node`` (``FLEETMIND_SCHEDULER_CLUSTER``, or the telemetry
+                cluster that has a node of that name): only that cluster's hold of ``key`` is the
+                bound pod's. ``None`` (the node's cluster unknown): a hold of ``key`` is the pod's
+                where it has the pod's ``uid`` or is on ``node``, else where all its holds are
+                in one cluster (as before the cluster was in the key); holds of ``key`` in
+                several clusters that neither tells apart are left to telemetry and their TTL
+                (``"unknown"``).
 
         The hold then lasts until a snapshot collected ``bound_grace_s`` after now is in use
         (:meth:`view`); its row, ``bound_grace_s + snapshot_lag_s``.
@@ -505,13 +571,23 @@ class DbReservations(Reservations):
         now = self.clock()
         t = reservations_table
         with _bad_input_is_422(), self.db.write() as conn:
-            row = conn.execute(
-                select(t.c.node, t.c.pod_uid).where(t.c.pod_key == key, t.c.expires_ts > now)
-            ).first()
-            if row is None or (uid is not None and row.pod_uid is not None and row.pod_uid != uid):
+            rows = [
+                r
+                for r in self._rows_of(conn, key, cluster, now)
+                if uid is None or r.pod_uid is None or r.pod_uid == uid
+            ]
+            if cluster is None:  # which cluster's pod: only its uid or its node can tell
+                rows = (
+                    [r for r in rows if uid is not None and r.pod_uid == uid]
+                    or [r for r in rows if r.node == node]
+                    or (rows if len({r.cluster for r in rows}) == 1 else [])
+                )
+            if not rows:
                 return "unknown"
-            if row.node != node:
-                conn.execute(delete(t).where(t.c.pod_key == key))
+            there = [r.pod_key for r in rows if r.node == node]
+            if not there:
+                gone = [r.pod_key for r in rows]
+                conn.execute(delete(t).where(t.c.pod_key.in_(gone)))
                 outcome = "moved"
             else:
                 # a clock deadline the snapshot rule of _live always reaches first: a decision
@@ -520,30 +596,54 @@ class DbReservations(Reservations):
                 keep_s = max(self.bound_grace_s, 0.0) + max(self.snapshot_lag_s, 0.0)
                 conn.execute(
                     t.update()
-                    .where(t.c.pod_key == key)
+                    .where(t.c.pod_key.in_(there))
                     .values(bound_ts=now, expires_ts=now + keep_s + 1e-3)
                 )
                 outcome = "held"
         self._cached = None
         return outcome
 
-    def release(self, key: str) -> bool:
-        """Drop pod ``key``'s hold; True when there was one."""
+    def _rows_of(self, conn: Any, key: str, cluster: str | None, now: float | None) -> list[Any]:
+        """The rows (live at ``now``; any with ``None``) that hold pod ``key``: stored under
+        :func:`stored_key` or, written before the cluster was in the key, under ``key`` itself;
+        in ``cluster`` only, when given."""
+        t = reservations_table
+        if key.startswith(JOB_KEY_PREFIX):
+            match = t.c.pod_key == key
+        elif cluster is not None:
+            match = t.c.pod_key.in_([stored_key(cluster, key), key])
+        else:
+            match = (t.c.pod_key == key) | t.c.pod_key.endswith("/" + key, autoescape=True)
+        stmt = select(t.c.pod_key, t.c.pod_uid, t.c.cluster, t.c.node).where(match)
+        if now is not None:
+            stmt = stmt.where(t.c.expires_ts > now)
+        rows = conn.execute(stmt).all()
+        return [r for r in rows if _name(r) == key and (cluster is None or r.cluster == cluster)]
+
+    def release(self, key: str, cluster: str | None = None) -> bool:
+        """Drop pod ``key``'s hold (``namespace/name``, or a :func:`job_key`): in ``cluster``, or
+        in every cluster when ``None``; rows of either key form (see :func:`pod_name`).
+
+        Returns:
+            True when there was one.
+        """
         _checked_key(key)
         t = reservations_table
         with _bad_input_is_422(), self.db.write() as conn:
-            n = conn.execute(delete(t).where(t.c.pod_key == key)).rowcount
+            gone = [r.pod_key for r in self._rows_of(conn, key, cluster, None)]
+            n = conn.execute(delete(t).where(t.c.pod_key.in_(gone))).rowcount if gone else 0
         self._cached = None
         return bool(n)
 
     def rows(self) -> list[dict[str, Any]]:
-        """Live holds (not expired), oldest first."""
+        """Live holds (not expired), oldest first. ``pod_key`` is the caller's key (the pod's
+        ``namespace/name`` or the job's key, :func:`pod_name`); ``cluster`` says whose pod."""
         t = reservations_table
         with self.db.read() as conn:
             rs = conn.execute(
                 select(t).where(t.c.expires_ts > self.clock()).order_by(t.c.created_ts)
             ).all()
-        return [dict(r._mapping) for r in rs]
+        return [{**r._mapping, "pod_key": _name(r)} for r in rs]
 
     def view(
         self, snapshot: FleetSnapshot | None = None, exclude: str | None = None
@@ -557,7 +657,10 @@ class DbReservations(Reservations):
                 except a GPU hold whose pod the snapshot lists on the held node without placing
                 its GPU use (:func:`kept_by`), which stays, past its TTL too, and whose deadline
                 this renews (one TTL ahead, once under half a TTL is left).
-            exclude: a pod key whose own hold is left out (a retried pod must not block itself).
+            exclude: a pod key (``namespace/name``) or job key whose own hold is left out (a
+                retried pod must not block itself); in every cluster, as the caller does not know
+                which one it is deciding in: a decision's candidate nodes are all of one cluster
+                (the scheduler's), so another cluster's hold of that name changes nothing there.
         """
         now = self.clock()
         t = reservations_table
@@ -584,7 +687,7 @@ class DbReservations(Reservations):
         named: set[tuple[str, str]] = set()  # by name, on nodes whose telemetry has no uids
         if snapshot is not None and rows:
             # intersect per node: rows are few, pods many
-            keys = {r.pod_key for r in rows}
+            keys = {_name(r) for r in rows}
             uids = {r.pod_uid for r in rows if r.pod_uid}
             for n in snapshot.nodes:
                 placed.update((n.cluster, n.name, p) for p in n.pods & keys)
@@ -595,21 +698,22 @@ class DbReservations(Reservations):
                     named.update((n.cluster, p) for p in n.pods & keys)
         live = []
         for r in rows:
-            if r.pod_key == exclude:
+            name = _name(r)
+            if name == exclude:
                 continue
             if r.pod_key in kept:
                 live.append(r)  # the pod's only GPU assignment while telemetry lists it there
                 continue
             if now is not None and r.expires_ts <= now:
                 continue
-            if (r.cluster, r.node, r.pod_key) in placed:
+            if (r.cluster, r.node, name) in placed:
                 continue  # running on the held node: its usage is in the snapshot
             if r.pod_uid and (r.cluster, r.pod_uid) in running:
                 # this very pod runs (on the held node or another one, where the held capacity was
                 # never taken): the hold has nothing left to do. A name on another node may be an
                 # earlier pod of that name, deleted but still scraped: it ends nothing.
                 continue
-            if (r.cluster, r.pod_key) in named:
+            if (r.cluster, name) in named:
                 continue  # bound elsewhere, as far as uid-less telemetry can tell
             if (
                 r.bound_ts is not None

@@ -226,7 +226,9 @@ def bound(
     Answers ``{"Error": "", "Outcome": held|moved|unknown}``: ``held`` the hold now waits for
     telemetry to show the pod (``FLEETMIND_RESERVATION_BOUND_GRACE_S`` at most), ``moved`` the pod
     went to another node than FleetMind chose (hold dropped), ``unknown`` no live hold (or only one
-    recorded for another ``PodUID``: an earlier pod of that name, deleted and recreated).
+    recorded for another ``PodUID``: an earlier pod of that name, deleted and recreated). Only the
+    hold in ``Node``'s cluster (``FLEETMIND_SCHEDULER_CLUSTER``, or the telemetry cluster with a
+    node of that name) is the pod's: a same-named pod's hold in another cluster is left alone.
     """
     if not isinstance(args, dict):
         raise DataError("the body must be an ExtenderBindingArgs object")
@@ -243,4 +245,6 @@ def bound(
     res = services.reservations
     if not isinstance(res, DbReservations):
         return {"Error": "", "Outcome": "unknown"}
-    return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node, uid=uid)}
+    telemetry = services.telemetry  # none configured: /bound still answers
+    cluster = _state(services).cluster_of(node, telemetry.snapshot if telemetry else None)
+    return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node, uid=uid, cluster=cluster)}
