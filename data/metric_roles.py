@@ -56,7 +56,10 @@ Prometheus naming guide puts the unit, ``<name>_<unit>_total`` (https://promethe
 is no count: the word right before a ``total``/``sum`` suffix, or the last word when there is no such
 suffix, and not after ``per`` (``container_cpu_usage_seconds_total`` counts CPU seconds,
 ``jvm_gc_pause_seconds_sum`` sums seconds; ``requests_per_minute``, ``events_per_minute_total``,
-``time_series_total`` and ``ns_requests_total`` count events). A name whose last word is ``count``
+``time_series_total`` and ``ns_requests_total`` count events). Two units count wherever they stand:
+a per-second rate (``per`` then ``second``/``sec``/``s``: ``requests_per_second``,
+``requestsPerSecond``) and bytes (``haproxy_backend_bytes_in_total``,
+``mysql_global_status_bytes_received``) are no counts. A name whose last word is ``count``
 is a count (a histogram's ``http_request_duration_seconds_count`` counts requests). A role-map
 override to ``traffic`` makes a count, one to a resource or latency role (``latency``,
 ``saturation``, ``cpu``, ``memory``) makes none, and any other (``errors``, ``success``, ``other``)
@@ -184,6 +187,13 @@ where a unit goes (:func:`unit_word`)."""
 
 _UNIT_SUFFIXES = frozenset("total sum".split())
 """Suffixes written after the unit (``<name>_<unit>_total``, ``<name>_<unit>_sum``)."""
+
+_PER_SECOND = frozenset("second seconds sec secs s".split())
+"""Words after ``per`` that make a name a per-second rate (``requests_per_second``): a rate is no
+count of events per sample, whatever its magnitude (:func:`unit_word`)."""
+
+_BYTE_WORDS = frozenset("bytes byte".split())
+"""Words that make a name an amount of bytes wherever they stand (:func:`unit_word`)."""
 
 _NO_COUNT_OVERRIDES = frozenset("latency saturation".split())
 """Override roles of amounts (a latency, a resource's use): such a metric is no event count."""
@@ -336,12 +346,20 @@ def metric_alertname(name: str) -> str:
 
 
 def unit_word(name: str) -> str | None:
-    """The unit of metric ``name`` where the Prometheus naming guide puts it
-    (``<name>_<unit>_total``, https://prometheus.io/docs/practices/naming/): the word right before
-    a ``total``/``sum`` suffix, else the last word, when it is one of :data:`UNIT_WORDS` and does
-    not follow ``per`` (``container_cpu_usage_seconds_total`` -> ``seconds``;
+    """The unit of metric ``name``: ``per_second`` for a per-second rate (``per`` followed by
+    ``second``/``seconds``/``sec``/``secs``/``s`` anywhere: ``requests_per_second``,
+    ``requestsPerSecond``), ``bytes`` for a name with a byte word anywhere (``bytes``, ``byte`` or
+    a word starting with ``bytes``: ``haproxy_backend_bytes_in_total``,
+    ``mysql_global_status_bytes_received``), else the unit where the Prometheus naming guide puts
+    it (``<name>_<unit>_total``, https://prometheus.io/docs/practices/naming/): the word right
+    before a ``total``/``sum`` suffix, else the last word, when it is one of :data:`UNIT_WORDS`
+    and does not follow ``per`` (``container_cpu_usage_seconds_total`` -> ``seconds``;
     ``requests_per_minute``, ``time_series_total``, ``ns_requests_total`` -> ``None``)."""
     ws = words(name)
+    if any(a == "per" and b in _PER_SECOND for a, b in zip(ws, ws[1:], strict=False)):
+        return "per_second"
+    if any(w in _BYTE_WORDS or w.startswith("bytes") for w in ws):
+        return "bytes"
     i = len(ws) - 2 if len(ws) >= 2 and ws[-1] in _UNIT_SUFFIXES else len(ws) - 1
     if i < 0 or ws[i] not in UNIT_WORDS or (i and ws[i - 1] == "per"):
         return None

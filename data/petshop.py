@@ -355,7 +355,18 @@ def _csv_rows(path: Path, n: int) -> list[list[str]]:
 
 
 class _Quoted(Exception):
-    """A line of a ``metrics.csv`` holds a quote: its cells are counted by the ``csv`` module."""
+    """A line of a ``metrics.csv`` holds a quote or a carriage return (CR) that does not end it
+    as CR LF (old Mac line endings, a lone CR): its cells are counted by the ``csv`` module, which
+    splits lines at a lone CR as ``pd.read_csv`` does."""
+
+
+class _NotText(Exception):
+    """A ``metrics.csv`` is not 8-bit text (a UTF-16 or UTF-32 byte order mark, a NUL byte): its
+    rows are not counted, so that reading it names the encoding."""
+
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+"""UTF-16 byte order marks (little and big endian; a UTF-32 LE one starts as the first)."""
 
 
 def _plain_rows(lines: Iterable[bytes]) -> Iterator[tuple[int, int, bytes | list[str]]]:
@@ -364,18 +375,30 @@ def _plain_rows(lines: Iterable[bytes]) -> Iterator[tuple[int, int, bytes | list
     their commas, without decoding or copying the line.
 
     Raises:
-        _Quoted: a line holds ``"`` (a quoted cell may hold a comma or a line break)."""
+        _NotText: the first line starts with a UTF-16 byte order mark, or a line holds a NUL byte.
+        _Quoted: a line holds ``"`` (a quoted cell may hold a comma or a line break) or a CR other
+            than a final CR LF (a file with CR line endings would read as one line)."""
     for i, line in enumerate(lines, 1):
+        if b"\0" in line or (i == 1 and line.startswith(_UTF16_BOMS)):
+            raise _NotText
         if b'"' in line:
+            raise _Quoted
+        cr = line.find(b"\r")
+        if cr >= 0 and (cr != len(line) - 2 or not line.endswith(b"\n")):
             raise _Quoted
         if not line.isspace():
             yield i, line.count(b",") + 1, line
 
 
 def _csv_width_rows(lines: Iterable[str]) -> Iterator[tuple[int, int, bytes | list[str]]]:
-    """:func:`_plain_rows` read by the ``csv`` module (quoted cells), rows as lists of cells."""
+    """:func:`_plain_rows` read by the ``csv`` module (quoted cells), rows as lists of cells.
+
+    Raises:
+        _NotText: a row holds a NUL character."""
     reader = csv.reader(lines)
     for row in reader:
+        if any("\0" in c for c in row):
+            raise _NotText
         if row and (len(row) > 1 or row[0].strip()):
             yield reader.line_num, len(row), row
 
@@ -394,7 +417,8 @@ def _check_row_widths(path: Path) -> int:
     such. ``pd.read_csv`` would blame the header, or fill a short row with NaN silently. Blank and
     whitespace-only lines are skipped, as ``pd.read_csv`` skips them, and so is an index-name row
     under the header (``unix_timestamp`` alone or followed by empty cells). One pass, counting
-    commas per line (the ``csv`` module only for a file with quotes).
+    commas per line (the ``csv`` module only for a file with quotes or CR line endings). A
+    UTF-16 file (byte order mark or NUL bytes) is not checked: reading it names the encoding.
 
     Returns:
         The number of trailing columns that are blank in every header row and every data row (a
@@ -407,7 +431,7 @@ def _check_row_widths(path: Path) -> int:
         except _Quoted:
             with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
                 return _scan_row_widths(path, _csv_width_rows(f))
-    except (OSError, csv.Error):
+    except (OSError, csv.Error, _NotText):
         return 0  # pd.read_csv reports what it cannot read
 
 
@@ -419,6 +443,7 @@ def _scan_row_widths(path: Path, rows: Iterable[tuple[int, int, bytes | list[str
     tail_empty = True  # ... and in every data row so far
     n = 0
     skipped = 0
+    full_width_seen = False  # a data row had the header's width, trailing comma included
     for line_no, k, row in rows:
         n += 1
         if n <= 3:
@@ -442,7 +467,7 @@ def _scan_row_widths(path: Path, rows: Iterable[tuple[int, int, bytes | list[str
                 continue
         if k != width:
             where = f"data row {n - 3 - skipped} (line {line_no})"
-            if trailing and k == width - trailing:
+            if trailing and k == width - trailing and not full_width_seen:
                 raise DataError(
                     f"{path}: the header rows end with {trailing} empty cell(s) (a trailing "
                     f"comma) that the data rows lack ({where} has {k} cells, the header has "
@@ -452,6 +477,7 @@ def _scan_row_widths(path: Path, rows: Iterable[tuple[int, int, bytes | list[str
                 f"{path}: {where} has {k} cells, the header has {width}; every row needs one "
                 "timestamp cell and one cell per header column"
             )
+        full_width_seen = True
         if trailing and tail_empty:
             if isinstance(row, bytes):
                 tail_empty = not any(c.strip() for c in row.rsplit(b",", trailing)[1:])

@@ -356,9 +356,17 @@ _NAMES_COUNT = {
     "go_gc_duration_seconds_count": True,
     "requests_per_minute": True,
     "RequestsPerMinute": True,
-    "calls_per_second": True,
+    "calls_per_second": False,
     "hits_per_hour": True,
-    "requests_per_second": True,
+    "requests_per_second": False,
+    "requestsPerSecond": False,
+    "requests_per_s": False,
+    "haproxy_backend_bytes_in_total": False,
+    "haproxy_frontend_bytes_out_total": False,
+    "mysql_global_status_bytes_received": False,
+    "mysql_global_status_bytes_sent": False,
+    "kafka_consumer_bytes_consumed_total": False,
+    "bytes_sent_total": False,
     "http.server.request.count": True,
     "http_server_duration_ms_count": True,
     "jvm_gc_pause_seconds_count": True,
@@ -386,10 +394,12 @@ _NAMES_COUNT = {
 
 @pytest.mark.parametrize(("name", "count"), sorted(_NAMES_COUNT.items()))
 def test_the_unit_is_read_where_prometheus_puts_it(name: str, count: bool) -> None:
-    """Old code (a unit word anywhere): ``requests_per_minute``, ``calls_per_second``,
-    ``hits_per_hour``, ``events_per_minute_total``, ``time_series_total``,
-    ``first_time_users_total``, ``ns_requests_total``, ``core_dns_requests_total`` and
-    ``ms_requests_total`` lost the floor."""
+    """Old code (a unit word anywhere): ``requests_per_minute``, ``hits_per_hour``,
+    ``events_per_minute_total``, ``time_series_total``, ``first_time_users_total``,
+    ``ns_requests_total``, ``core_dns_requests_total`` and ``ms_requests_total`` lost the floor.
+    A per-second rate and a byte amount are no counts wherever the word stands: the code before
+    this one (the unit at its Prometheus position only) gave ``requests_per_second``,
+    ``calls_per_second``, ``requestsPerSecond`` and the ``bytes`` names above the floor."""
     assert is_count_metric(name) is count
     assert DetectorConfig().is_count(name) is count
 
@@ -529,14 +539,120 @@ def test_a_trailing_comma_on_the_header_only_names_the_header(tmp_path: Path) ->
 
 
 def test_a_quoted_file_is_still_checked_row_by_row(tmp_path: Path) -> None:
-    """Quoted cells are counted by the csv module (a comma inside quotes is no separator)."""
+    """Quoted cells are counted by the csv module: a comma or a line break inside quotes is no
+    separator (RFC 4180, https://www.rfc-editor.org/rfc/rfc4180#section-2). Old test quoted a
+    name without a comma, so it passed with the csv-module fallback removed; this one fails then
+    ('header row 2 has 1 cells, the header has 6')."""
     scen = _scenario(tmp_path / "s", ["latency"])
     p = scen / "test" / "issue_0" / "metrics.csv"
     lines = p.read_text().splitlines()
-    lines[0] = lines[0].replace("front", '"front"')
+    lines[0] = lines[0].replace("front", '"front,eu"').replace("auth", '"auth\nv2"')
     p.write_text("\n".join(lines) + "\n")
-    assert len(read_metrics_csv(p)) == 8
+    df = read_metrics_csv(p)
+    assert len(df) == 8
+    assert list(df.columns.get_level_values(0)) == ["front,eu", "cart", "db", "auth\nv2"]
     lines[4] = lines[4].rsplit(",", 1)[0]
     p.write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataError, match=r"data row 2 \(line 5\) has 4 cells, the header has 5"):
+    with pytest.raises(DataError, match=r"data row 2 \(line 6\) has 4 cells, the header has 5"):
         read_metrics_csv(p)
+
+
+def _cr_file(path: Path, header: list[str], rows: list[str]) -> Path:
+    """A metrics.csv with old-Mac line endings: every line ends with a lone CR."""
+    path.write_bytes("".join(ln + "\r" for ln in [*header, *rows]).encode())
+    return path
+
+
+_HDR = ["node,a,a,b", "metric,latency,requests,latency", "statistic,Average,Sum,Average"]
+_ROWS = [f"{1700000000 + 60 * i},{i + 1}.0,{10 + i},2.0" for i in range(5)]
+
+
+def test_cr_line_endings_are_read(tmp_path: Path) -> None:
+    """``pd.read_csv`` splits lines at a lone CR (old Mac files); so does the row check."""
+    df = read_metrics_csv(_cr_file(tmp_path / "m.csv", _HDR, _ROWS))
+    assert df.shape == (5, 3)
+    assert df[("a", "requests", "Sum")].tolist() == [10.0, 11.0, 12.0, 13.0, 14.0]
+
+
+@pytest.mark.parametrize(
+    ("hdr", "rows", "words"),
+    [
+        (_HDR, [*_ROWS[:2], _ROWS[2].rsplit(",", 1)[0], *_ROWS[3:]], "data row 3 (line 6) has 3"),
+        (_HDR, [*_ROWS[:2], _ROWS[2] + ",9", *_ROWS[3:]], "data row 3 (line 6) has 5 cells"),
+        (_HDR, [r + "," for r in _ROWS], "data row 1 (line 4) has 5 cells, the header has 4"),
+        ([h + "," for h in _HDR], _ROWS, "the header rows end with 1 empty cell"),
+    ],
+    ids=["short", "long", "trailing_comma_data", "trailing_comma_header"],
+)
+def test_cr_line_endings_keep_the_row_check(tmp_path: Path, hdr, rows, words: str) -> None:
+    """Old code split on LF only: a CR-only file was one line, so a short row was filled with
+    NaN silently, a long one blamed the header ('Error tokenizing data'), a trailing comma on
+    the data rows said 'expected a 3-row header'."""
+    p = _cr_file(tmp_path / "m.csv", hdr, rows)
+    with pytest.raises(DataError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        read_metrics_csv(p)
+
+
+def test_cr_line_endings_with_a_trailing_comma_on_every_line(tmp_path: Path) -> None:
+    """Old code: 'header row 1 (node) is blank in column 5' (the blank column not dropped)."""
+    p = _cr_file(tmp_path / "m.csv", [h + "," for h in _HDR], [r + "," for r in _ROWS])
+    assert read_metrics_csv(p).shape == (5, 3)
+
+
+def test_mixed_lf_and_cr_line_endings_name_the_short_row(tmp_path: Path) -> None:
+    """Header lines end with LF, data lines with CR. Old code: 'data row 1 (line 4) has 11
+    cells' (the CR-separated data rows counted as one line)."""
+    p = tmp_path / "m.csv"
+    rows = [*_ROWS[:3], "1700000500,1"]
+    p.write_bytes(("".join(h + "\n" for h in _HDR) + "".join(r + "\r" for r in rows)).encode())
+    with pytest.raises(DataError, match=r"data row 4 \(line 7\) has 2 cells, the header has 4"):
+        read_metrics_csv(p)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("trailing", ["", ","])
+def test_a_utf16_file_names_its_encoding(tmp_path: Path, encoding: str, trailing: str) -> None:
+    """Python's ``utf-16`` codec writes a byte order mark (FF FE on little-endian machines);
+    ``-le``/``-be`` write none, only NUL bytes. Old code: 'data row 6 (line 9) has 1 cells' (the
+    LF bytes of UTF-16 text counted as line ends)."""
+    p = tmp_path / "m.csv"
+    p.write_bytes("".join(ln + trailing + "\n" for ln in [*_HDR, *_ROWS]).encode(encoding))
+    with pytest.raises(DataError) as e:
+        read_metrics_csv(p)
+    assert "has 1 cells" not in str(e.value)
+    if p.read_bytes()[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        assert f"is not UTF-8 text (byte 0x{p.read_bytes()[0]:02x} at offset 0)" in str(e.value)
+
+
+def test_a_header_comma_after_full_width_rows_names_the_row(tmp_path: Path) -> None:
+    """Every line but one ends with a trailing comma: the short row is the odd one, not the
+    header. Old code: 'the header rows end with 1 empty cell(s) ... remove the trailing comma
+    from the header rows'."""
+    p = tmp_path / "m.csv"
+    rows = [r + "," for r in _ROWS]
+    rows[3] = _ROWS[3]
+    p.write_text("\n".join([*(h + "," for h in _HDR), *rows]) + "\n")
+    with pytest.raises(DataError, match=r"data row 4 \(line 7\) has 4 cells, the header has 5;"):
+        read_metrics_csv(p)
+
+
+def test_a_per_second_rate_is_no_count_and_alerts() -> None:
+    """0.5 +- 0.05 requests per second jumping to 3.0: with the Poisson floor sqrt(0.5 + 1)
+    (a count per sample) the jump hid below the threshold; as a rate it alerts."""
+    rng = np.random.default_rng(0)
+    for metric in ("requests_per_second", "haproxy_backend_bytes_in_total"):
+        cols = pd.MultiIndex.from_tuples([("svc", metric, "Average")])
+        normal = pd.DataFrame(
+            0.5 + 0.05 * rng.standard_normal((60, 1)),
+            index=1.7e9 + 60 * np.arange(60),
+            columns=cols,
+        )
+        window = pd.DataFrame(
+            np.array([0.5] * 4 + [3.0] * 4)[:, None],
+            index=1.701e9 + 60 * np.arange(8),
+            columns=cols,
+        )
+        cfg = DetectorConfig()
+        alerts, _ = detect_alerts(window, fit_baseline(normal, cfg), cfg)
+        assert not cfg.is_count(metric)
+        assert len(alerts) == 1, metric
