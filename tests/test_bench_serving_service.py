@@ -109,6 +109,9 @@ def test_a_served_model_is_not_refused() -> None:
         (["--skip-breakdown"], "serving_partial.json"),
         (["--rca-model", "runs/candidate"], "serving_partial.json"),
         (["--placement-model", "runs/candidate"], "serving_partial.json"),
+        (["--ingest-alerts", "10", "--rca-requests", "1"], "serving_partial.json"),
+        (["--place-clients", "2"], "serving_partial.json"),
+        (["--ingest-alerts", "20000"], None),  # the default size, spelled out
         ([], None),  # the full run on the released models: the committed result
     ],
 )

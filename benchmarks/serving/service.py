@@ -24,8 +24,9 @@ placement p99 <= 20 ms.
 ``--out`` defaults to the committed ``benchmarks/results/serving/serving.json`` only for the full
 run on the released models: ``--quick`` writes ``runs/serving/serving_quick.json``,
 ``--breakdown-only`` ``runs/serving/serving_breakdown.json``, and a run with ``--skip-ingest``,
-``--skip-breakdown``, ``--rca-model`` or ``--placement-model`` ``runs/serving/serving_partial.json``
-unless ``--out`` is given. A ``--rca-model`` or
+``--skip-breakdown``, ``--rca-model``, ``--placement-model`` or a size other than its default
+(``--ingest-alerts``, ``--rca-requests``, ...) ``runs/serving/serving_partial.json`` unless
+``--out`` is given. A ``--rca-model`` or
 ``--placement-model`` that the server does not load (it reports a ``fallback_reason``) stops the
 run with one line, status 2, after the server is stopped.
 
@@ -633,16 +634,31 @@ SCRATCH = REPO / "runs" / "serving"
 in git): a smoke run or a breakdown never replaces the committed headline result."""
 
 
-def default_out(args: argparse.Namespace) -> Path:
+SIZE_OPTIONS = (
+    "ingest_alerts",
+    "ingest_batch",
+    "ingest_conns",
+    "rca_clients",
+    "rca_requests",
+    "rca_pool",
+    "place_clients",
+    "place_requests",
+)
+"""The options that size a run: one that differs from its default makes the run partial."""
+
+
+def default_out(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> Path:
     """``--out`` when it is not given: the committed headline result for the full run on the
     released models only, else a scratch file under ``runs/serving/`` (``serving_quick.json``,
-    ``serving_breakdown.json``, ``serving_partial.json`` for a run that skips a phase or serves
-    another model), so that no partial or candidate run replaces the headline."""
+    ``serving_breakdown.json``, ``serving_partial.json`` for a run that skips a phase, serves
+    another model or has a size in :data:`SIZE_OPTIONS` other than ``defaults``, the parser's),
+    so that no partial, resized or candidate run replaces the headline."""
     if args.breakdown_only:
         return SCRATCH / "serving_breakdown.json"
     if args.quick:
         return SCRATCH / "serving_quick.json"
-    if args.skip_ingest or args.skip_breakdown or args.rca_model or args.placement_model:
+    resized = any(getattr(args, k) != (defaults or {}).get(k) for k in SIZE_OPTIONS if defaults)
+    if args.skip_ingest or args.skip_breakdown or args.rca_model or args.placement_model or resized:
         return SCRATCH / "serving_partial.json"
     return HEADLINE
 
@@ -746,7 +762,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.out is None:
-        args.out = str(default_out(args))
+        args.out = str(default_out(args, {k: ap.get_default(k) for k in SIZE_OPTIONS}))
     if args.breakdown_only:
         breakdown_only(args)
         return
