@@ -100,7 +100,9 @@ class SpanCalls(list[tuple[SpanService, SpanService]]):
 
     A span whose resource names its cluster (:data:`SPAN_CLUSTER_KEY`) belongs to that cluster
     only; one that names none belongs to every cluster, as before spans named clusters. A call
-    counts for cluster ``c`` when neither of its two spans names another cluster.
+    counts for cluster ``c`` when neither of its two spans names another cluster. When no span
+    names ``c`` itself, the spans' names are no names of the graph's clusters (GKE's cluster name
+    where the graph is named after the alerts' ``cluster`` label) and every pair counts.
     """
 
     def __init__(
@@ -118,7 +120,9 @@ class SpanCalls(list[tuple[SpanService, SpanService]]):
 
     def of_cluster(self, cluster: str) -> tuple[list[tuple[SpanService, SpanService]], int]:
         """The pairs a graph of ``cluster`` draws, and how many spans it leaves out: those that
-        name another cluster."""
+        name another cluster, when some span names ``cluster``; else every pair, none left out."""
+        if cluster not in self.spans_of:
+            return list(self), 0
         keep = [p for p in self if any(set(k) <= {cluster} for k in self.needs.get(p, [()]))]
         return keep, sum(n for name, n in self.spans_of.items() if name != cluster)
 
@@ -387,11 +391,25 @@ def _calls_of_cluster(
     no other cluster (:meth:`SpanCalls.of_cluster`), with one :class:`GraphBuildWarning` counting
     the spans left out. A cluster the build only defaulted to (``named`` false: no ``--cluster``,
     no node label) is no name the spans can carry, so all are kept, with a warning when they name
-    several clusters."""
+    several clusters. So are they when no span names ``c`` (the spans carry another name for the
+    cluster, as GKE's cluster name under resourcedetection's ``gcp`` detector), with one warning
+    naming the spans' clusters and the graph's."""
     if not isinstance(calls, SpanCalls) or not calls.spans_of:
         return calls
     others = sorted(set(calls.spans_of) - {c})
     listed = ", ".join(_short(n, 60) for n in others[:3]) + (", ..." if len(others) > 3 else "")
+    if named and c not in calls.spans_of:
+        n = sum(calls.spans_of.values())
+        warnings.warn(
+            f"{n} span{'s' if n != 1 else ''} kept whose resource attribute {SPAN_CLUSTER_KEY} "
+            f"names cluster{'s' if len(others) > 1 else ''} {listed}, none the graph's "
+            f"{_short(c)}: every call drawn; to draw only the graph's cluster's calls, have "
+            f"{SPAN_CLUSTER_KEY} carry the graph's cluster name (--cluster, or node label "
+            f"{CLUSTER_LABEL})",
+            GraphBuildWarning,
+            stacklevel=3,
+        )
+        return calls
     if not named:
         if len(calls.spans_of) > 1:
             warnings.warn(

@@ -3,11 +3,16 @@
 One trace store (Tempo, Jaeger) often takes the spans of several clusters; the OpenTelemetry
 semantic conventions name a span's cluster in the resource attribute ``k8s.cluster.name``
 (https://opentelemetry.io/docs/specs/semconv/resource/k8s/#cluster: "k8s.cluster.name: The name
-of the cluster"; the Collector's resourcedetection processor sets it on EKS, GKE and AKS). A span
+of the cluster"). The Collector's resourcedetection processor sets it by default with its
+``gcp`` detector (GKE's cluster name); its ``eks`` and ``aks`` detectors have it
+``enabled: false``, to be turned on (opentelemetry-collector-contrib,
+``processor/resourcedetectionprocessor/internal/{gcp,aws/eks,azure/aks}/metadata.yaml``). A span
 whose resource names another cluster than the graph's is left out, with one warning counting
-them; a span that names none is kept as before. The shape below is two clusters sharing one
-Helm release: cluster A's frontend calls checkout, cluster B's frontend calls ranker and a
-``fraud-check`` service that only B runs.
+them; a span that names none is kept as before. When no span names the graph's cluster (GKE's
+cluster name ``gke-prod-europe-west1`` while ``--cluster`` is the alerts' ``cluster`` label
+``prod``) the names are no names of the graph's cluster, and every span is kept, with one
+warning. The shape below is two clusters sharing one Helm release: cluster A's frontend calls
+checkout, cluster B's frontend calls ranker and a ``fraud-check`` service that only B runs.
 """
 
 from __future__ import annotations
@@ -93,7 +98,7 @@ def test_spans_of_another_cluster_draw_no_calls_and_are_counted_once() -> None:
 
 def test_spans_without_a_cluster_are_kept_and_the_pairs_read_as_before() -> None:
     doc = _shared()
-    for rs in doc["resourceSpans"][:2]:  # cluster A's collector sets no k8s.cluster.name
+    for rs in doc["resourceSpans"][1:2]:  # checkout's SDK sets no k8s.cluster.name
         rs["resource"]["attributes"] = rs["resource"]["attributes"][:2]
     calls = calls_from_spans(doc)
     assert calls == [  # to any other reader, every call of every cluster, as before
@@ -126,21 +131,21 @@ def test_jaeger_process_tags_name_the_cluster_too() -> None:
                 {"key": "k8s.cluster.name", "type": "string", "value": cluster}]  # fmt: skip
         return {"serviceName": svc, "tags": tags}
 
-    ref = [{"refType": "CHILD_OF", "traceID": TB, "spanID": "b1"}]
-    doc = {
-        "data": [
-            {
-                "traceID": TB,
-                "spans": [
-                    {"traceID": TB, "spanID": "b1", "processID": "p1"},
-                    {"traceID": TB, "spanID": "b3", "processID": "p2", "references": ref},
-                ],
-                "processes": {"p1": proc("frontend", "B"), "p2": proc("fraud-check", "B")},
-            }
-        ]
-    }
+    def trace(t: str, cluster: str, callee: str) -> dict:
+        ref = [{"refType": "CHILD_OF", "traceID": t, "spanID": "s1"}]
+        return {
+            "traceID": t,
+            "spans": [
+                {"traceID": t, "spanID": "s1", "processID": "p1"},
+                {"traceID": t, "spanID": "s2", "processID": "p2", "references": ref},
+            ],
+            "processes": {"p1": proc("frontend", cluster), "p2": proc(callee, cluster)},
+        }
+
+    doc = {"data": [trace(TA, "A", "checkout"), trace(TB, "B", "fraud-check")]}
     got, svcs, msgs = _build(calls_from_spans(doc), cluster="A")
-    assert got == set() and "fraud-check" not in svcs and msgs[0].startswith("2 spans left out")
+    assert got == {("A/svc/shop/frontend", "A/svc/shop/checkout")}
+    assert "fraud-check" not in svcs and msgs[0].startswith("2 spans left out")
 
 
 def test_the_node_label_names_the_cluster_and_the_default_fallback_keeps_all() -> None:
@@ -178,3 +183,45 @@ def test_cli_prints_one_warning_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert [(e["src"], e["dst"]) for e in edges if e["kind"] == "calls"] == [
         ("A/svc/shop/frontend", "A/svc/shop/checkout")
     ]
+
+
+def test_spans_naming_no_cluster_of_the_graph_are_all_kept_with_one_warning() -> None:
+    """GKE: resourcedetection's ``gcp`` detector names the spans' cluster after the GKE cluster,
+    while ``--cluster`` must be the alerts' ``cluster`` label; no span names the graph's cluster,
+    so the names say nothing of it and no call is left out."""
+    calls = calls_from_spans(_shared("gke-prod-europe-west1", "gke-prod-europe-west1"))
+    got, svcs, msgs = _build(calls, cluster="prod")
+    assert got == {
+        ("prod/svc/shop/frontend", "prod/svc/shop/checkout"),
+        ("prod/svc/shop/frontend", "prod/svc/ml/ranker"),
+        ("prod/svc/shop/frontend", "prod/svc/fraud-check"),
+    }
+    assert msgs == [
+        "5 spans kept whose resource attribute k8s.cluster.name names cluster "
+        "'gke-prod-europe-west1', none the graph's 'prod': every call drawn; to draw only the "
+        "graph's cluster's calls, have k8s.cluster.name carry the graph's cluster name "
+        "(--cluster, or node label fleetmind.io/cluster)"
+    ]
+    assert calls.of_cluster("prod") == (list(calls), 0)
+    # several names, none the graph's: all named in the one warning, every call kept
+    got, _, msgs = _build(calls_from_spans(_shared("gke-a", "gke-b")), cluster="prod")
+    assert len(got) == 3 and len(msgs) == 1
+    assert "names clusters 'gke-a', 'gke-b', none the graph's 'prod'" in msgs[0]
+
+
+def test_cli_keeps_every_call_when_no_span_names_the_graphs_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    for k in ("nodes", "pods", "services", "endpointslices"):
+        shutil.copy(DATA / f"api_{k}.json", rec / f"{k}.json")
+    spans = tmp_path / "spans.json"
+    spans.write_text(json.dumps(_shared("gke-prod-europe-west1", "gke-prod-europe-west1")))
+    out = tmp_path / "g.json"
+    args = ["graph", "build", "--from-dir", str(rec), "--cluster", "prod", "--spans", str(spans)]
+    assert main([*args, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("fleetmind: warning:") == 1 and "5 spans kept" in err
+    edges = json.loads(out.read_text())["edges"]
+    assert len([e for e in edges if e["kind"] == "calls"]) == 3

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from serving_helpers import NOTIFY_AM, free_port, notify_settings, wait_for, webhook
 from ui_helpers import STORM_LABELS, storm_alerts
@@ -31,6 +32,7 @@ from fleetmind.serving.db import notifications
 from fleetmind.serving.notify import INSTALLATION_LABEL, Notifier, installation
 
 T0 = datetime.now(UTC) - timedelta(minutes=5)
+ROOT = Path(__file__).resolve().parents[1]
 A_URL, B_URL = "https://fleetmind-a.example.org", "http://fleetmind-b.example.org:8080"
 
 
@@ -216,3 +218,75 @@ def _ready(url: str) -> bool:
         return httpx.get(url + "/-/ready", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _root_cause_routes(route: dict) -> list[dict]:
+    """Every route (depth first) whose matchers pick ``FleetMindRootCause``."""
+    mine = [route] if 'alertname="FleetMindRootCause"' in (route.get("matchers") or []) else []
+    return mine + [r for child in route.get("routes") or [] for r in _root_cause_routes(child)]
+
+
+def test_the_shipped_root_cause_routes_group_by_installation() -> None:
+    """Alertmanager sends one notification per group, and its PagerDuty notifier's ``dedup_key``
+    is the group key's hash (prometheus/alertmanager ``notify/pagerduty/pagerduty.go``): grouped
+    by ``alertname`` and ``incident`` only, two installations' incident 1 were one page."""
+    shipped = yaml.safe_load((ROOT / "deploy" / "alertmanager.yml").read_text())
+    docs = (ROOT / "docs" / "operators.md").read_text()
+    example = docs.split("**Alertmanager routes.**", 1)[1].split("```yaml\n", 1)[1]
+    documented = yaml.safe_load(example.split("```", 1)[0])
+    for cfg in (shipped, documented):
+        [route] = _root_cause_routes(cfg["route"])
+        assert route["group_by"] == ["alertname", INSTALLATION_LABEL, "incident"]
+
+
+@pytest.mark.external
+def test_the_shipped_route_pages_each_installations_incident_apart(tmp_path: Path) -> None:
+    """The shipped ``deploy/alertmanager.yml`` in a real Alertmanager (0.25): incident 1 of two
+    installations makes two groups of the on-call receiver, i.e. two notifications."""
+    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if am_bin is None:
+        pytest.skip(
+            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
+        )
+    token = tmp_path / "fleetmind-token"
+    token.write_text("t\n")
+    cfg = tmp_path / "am.yml"
+    shipped = (ROOT / "deploy" / "alertmanager.yml").read_text()
+    cfg.write_text(shipped.replace("/etc/alertmanager/fleetmind-token", str(token)))
+    port = free_port()
+    am_url = f"http://127.0.0.1:{port}"
+    am = subprocess.Popen(
+        [
+            am_bin,
+            f"--config.file={cfg}",
+            f"--storage.path={tmp_path / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: _ready(am_url), timeout=20), "Alertmanager not ready"
+        now = datetime.now(UTC).isoformat()
+        common = {"alertname": "FleetMindRootCause", "incident": "1", "cluster": "default"}
+        posted = [
+            {"labels": {**common, INSTALLATION_LABEL: who, "cause_node": node}, "startsAt": now}
+            for who, node in (("fleetmind-a.example.org", "default/host/n1"),
+                              ("fleetmind-b.example.org:8080", "default/host/n7"))
+        ]  # fmt: skip
+        httpx.post(am_url + "/api/v2/alerts", json=posted).raise_for_status()
+
+        def oncall_groups() -> list[list[str]]:
+            r = httpx.get(am_url + "/api/v2/alerts/groups")
+            r.raise_for_status()
+            groups = [g for g in r.json() if g["receiver"]["name"] == "oncall"]
+            got = [sorted(a["labels"][INSTALLATION_LABEL] for a in g["alerts"]) for g in groups]
+            return got if sum(map(len, got)) == 2 else []
+
+        groups = wait_for(oncall_groups, timeout=10)
+        assert sorted(groups) == [["fleetmind-a.example.org"], ["fleetmind-b.example.org:8080"]]
+    finally:
+        am.terminate()
+        am.wait(10)
