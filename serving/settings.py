@@ -35,15 +35,6 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
-def _authority(url: str) -> str:
-    """The part of ``url`` between ``scheme://`` (if any) and the first ``/``, ``?`` or ``#``:
-    where a ``user:password@`` would stand, whatever else (whitespace) the value holds."""
-    rest = url.split("://", 1)[-1]
-    for stop in "/?#":
-        rest = rest.split(stop, 1)[0]
-    return rest
-
-
 def public_url_problem(url: str) -> str | None:
     """What is wrong with ``FLEETMIND_PUBLIC_URL`` (already stripped of surrounding whitespace;
     ``None``: nothing). It starts every link sent out (an incident's ``incident_url``, the
@@ -52,7 +43,7 @@ def public_url_problem(url: str) -> str | None:
     no other message quotes it), no whitespace or control character (``urlsplit`` silently drops a
     tab, CR or LF), no query or fragment, and no path but slashes (the pages, redirects, form
     actions and cookie paths are rooted at ``/``)."""
-    if "@" in _authority(url):
+    if "@" in url:  # anywhere: a value without scheme:// may hold it after a "/" or "?"
         return (
             "must not hold a user name or password (the userinfo before @): it is copied into "
             "every link sent to Alertmanager and chat"
@@ -94,9 +85,12 @@ def is_wildcard_host(host: str) -> bool:
     if not host:
         return True
     try:
-        return ipaddress.ip_address(host).is_unspecified
+        address = ipaddress.ip_address(host)
     except ValueError:
         pass
+    else:  # ::ffff:0.0.0.0 listens on every IPv4 interface
+        mapped = getattr(address, "ipv4_mapped", None)
+        return address.is_unspecified or bool(mapped and mapped.is_unspecified)
     if not _IPV4_NUMBERS.fullmatch(host):  # a host name (glibc's inet_aton ignores a tail)
         return False
     try:

@@ -160,29 +160,8 @@ def _am_active(am_url: str) -> list[dict]:
 def test_a_shared_alertmanager_keeps_each_installations_alert(tmp_path: Path) -> None:
     """Two installations, the same incidents and causes, one real Alertmanager (0.25): four
     alerts, and resolving installation A's storm leaves B's alert of it firing."""
-    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if am_bin is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
-    port = free_port()
-    am_url = f"http://127.0.0.1:{port}"
-    cfg = tmp_path / "am.yml"
-    cfg.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
-    am = subprocess.Popen(
-        [
-            am_bin,
-            f"--config.file={cfg}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_for(lambda: _ready(am_url), timeout=20), "Alertmanager not ready"
+    cfg = 'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n'
+    with _real_alertmanager(tmp_path, cfg) as am_url:
         kw = {"notify_alertmanager_url": am_url, "notify_settle_s": 0.0}
         with _install(tmp_path / "a", A_URL, **kw) as a, _install(tmp_path / "b", B_URL, **kw) as b:
             na, nb = _notifier(a), _notifier(b)
@@ -208,6 +187,36 @@ def test_a_shared_alertmanager_keeps_each_installations_alert(tmp_path: Path) ->
             gone = ("fleetmind-a.example.org", str(storm["id"]))
             assert gone not in left and ("fleetmind-b.example.org:8080", str(storm["id"])) in left
             assert len(left) == 3
+
+
+@contextlib.contextmanager
+def _real_alertmanager(tmp_path: Path, config: str) -> Iterator[str]:
+    """A real Alertmanager (Debian's ``prometheus-alertmanager``, 0.25) on ``config`` (YAML
+    text), no cluster peers; yields its URL once ready, stops it after. Skips when absent."""
+    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if am_bin is None:
+        pytest.skip(
+            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
+        )
+    cfg = tmp_path / "am.yml"
+    cfg.write_text(config)
+    port = free_port()
+    am_url = f"http://127.0.0.1:{port}"
+    am = subprocess.Popen(
+        [
+            am_bin,
+            f"--config.file={cfg}",
+            f"--storage.path={tmp_path / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: _ready(am_url), timeout=20), "Alertmanager not ready"
+        yield am_url
     finally:
         am.terminate()
         am.wait(10)
@@ -243,32 +252,11 @@ def test_the_shipped_root_cause_routes_group_by_installation() -> None:
 def test_the_shipped_route_pages_each_installations_incident_apart(tmp_path: Path) -> None:
     """The shipped ``deploy/alertmanager.yml`` in a real Alertmanager (0.25): incident 1 of two
     installations makes two groups of the on-call receiver, i.e. two notifications."""
-    am_bin = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if am_bin is None:
-        pytest.skip(
-            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
-        )
     token = tmp_path / "fleetmind-token"
     token.write_text("t\n")
-    cfg = tmp_path / "am.yml"
     shipped = (ROOT / "deploy" / "alertmanager.yml").read_text()
-    cfg.write_text(shipped.replace("/etc/alertmanager/fleetmind-token", str(token)))
-    port = free_port()
-    am_url = f"http://127.0.0.1:{port}"
-    am = subprocess.Popen(
-        [
-            am_bin,
-            f"--config.file={cfg}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_for(lambda: _ready(am_url), timeout=20), "Alertmanager not ready"
+    config = shipped.replace("/etc/alertmanager/fleetmind-token", str(token))
+    with _real_alertmanager(tmp_path, config) as am_url:
         now = datetime.now(UTC).isoformat()
         common = {"alertname": "FleetMindRootCause", "incident": "1", "cluster": "default"}
         posted = [
@@ -287,6 +275,3 @@ def test_the_shipped_route_pages_each_installations_incident_apart(tmp_path: Pat
 
         groups = wait_for(oncall_groups, timeout=10)
         assert sorted(groups) == [["fleetmind-a.example.org"], ["fleetmind-b.example.org:8080"]]
-    finally:
-        am.terminate()
-        am.wait(10)

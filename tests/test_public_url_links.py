@@ -107,6 +107,9 @@ def test_a_prefix_names_the_way_out() -> None:
         ("https://admin:s3 cret@ops.example", ("s3", "cret", "admin")),
         ("https://ad min:s3cret@ops.example", ("s3cret", "ad min", "ad ")),
         ("https://admin:s3cret@ops .example", ("s3cret", "admin")),
+        # no scheme: the @ after a "/" or "?" was not seen as userinfo, and the line quoted it
+        ("corp/alice:S3cret@ops.example", ("S3cret", "alice")),
+        ("ops?u=alice:S3cret@x", ("S3cret", "alice")),
     ],
 )
 def test_the_serve_error_is_one_line_without_the_password(
@@ -301,7 +304,9 @@ def test_the_service_own_tls_makes_the_default_https(
         ("::0", True),
         ("0:0::0", True),
         ("[::]", True),
+        ("::ffff:0.0.0.0", True),  # an IPv6 socket on it accepts every IPv4 interface
         ("127.0.0.1", False),
+        ("::ffff:127.0.0.1", False),
         ("10.1.2.3", False),
         ("1", False),
         ("::1", False),
