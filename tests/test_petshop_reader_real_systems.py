@@ -250,18 +250,26 @@ def test_a_metric_without_baseline_is_warned_and_marked(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- F4: skipped method
-def test_traversal_that_never_ranks_is_skipped_with_its_reason(tmp_path: Path) -> None:
-    """target.json names metric 'latency' but the data calls it otherwise. Old code: AC@1 0.000
-    reported for petshop_traversal, ``skipped`` empty."""
-    scen = _scenario(tmp_path / "s", ["http_server_request_duration_seconds", "requests"])
+def _traversal_run(tmp_path: Path, metrics: list[str], target: str) -> dict:
+    """``rca petshop --methods propagation petshop_traversal`` on a scenario of ``metrics`` whose
+    issues name ``target`` as their symptom's metric; returns the ``--json`` result."""
+    scen = _scenario(tmp_path / "s", metrics)
     for t in scen.glob("test/*/target.json"):
         obj = json.loads(t.read_text())
-        obj["target"]["metric"] = "latency"
+        obj["target"]["metric"] = target
         t.write_text(json.dumps(obj))
     out = tmp_path / "r.json"
     argv = ["rca", "petshop", "--scenario", str(scen), "--json", str(out)]
     assert main([*argv, "--methods", "propagation", "petshop_traversal"]) == 0
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_traversal_that_never_ranks_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    """target.json names metric 'latency' but the data calls it otherwise. Old code: AC@1 0.000
+    reported for petshop_traversal, ``skipped`` empty."""
+    res = _traversal_run(
+        tmp_path, ["http_server_request_duration_seconds", "requests"], target="latency"
+    )
     assert "petshop_traversal" not in res["methods"]
     why = res["skipped"]["petshop_traversal"]
     assert "no ranking for any of the 2 issues" in why and "front/latency/Average" in why
@@ -440,15 +448,7 @@ def test_a_resource_or_latency_override_is_no_count(role: str) -> None:
 def test_traversal_that_ran_and_missed_keeps_its_row(tmp_path: Path) -> None:
     """The target (requests) is scored but never anomalous: a miss, not a method that could not
     run. Old code: any reason on every issue moved petshop_traversal to ``skipped``."""
-    scen = _scenario(tmp_path / "s", ["latency", "requests"])
-    for t in scen.glob("test/*/target.json"):
-        obj = json.loads(t.read_text())
-        obj["target"]["metric"] = "requests"
-        t.write_text(json.dumps(obj))
-    out = tmp_path / "r.json"
-    argv = ["rca", "petshop", "--scenario", str(scen), "--json", str(out)]
-    assert main([*argv, "--methods", "propagation", "petshop_traversal"]) == 0
-    res = json.loads(out.read_text())
+    res = _traversal_run(tmp_path, ["latency", "requests"], target="requests")
     assert "petshop_traversal" not in res["skipped"]
     assert res["methods"]["petshop_traversal"]["ac@1"] == 0.0
     for row in res["per_incident"]:
