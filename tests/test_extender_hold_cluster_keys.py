@@ -12,7 +12,9 @@ one upsert, and A's three held GPUs were handed to the next pod.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,15 +25,18 @@ from fastapi.testclient import TestClient
 from fleetmind.serving.app import create_app
 from fleetmind.serving.scheduler.placement import Option
 from fleetmind.serving.scheduler.reservations import (
+    DIGEST_PREFIX,
+    JOB_KEY_PREFIX,
     MAX_KEY_CHARS,
     DbReservations,
+    job_key,
     pod_name,
     reservations_table,
     stored_key,
 )
 from fleetmind.serving.schemas import JobSpec
 from fleetmind.serving.settings import Settings
-from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState
+from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
 from fleetmind.serving.telemetry.sim import SimSource
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -304,13 +309,179 @@ def test_old_rows_are_held_bound_released_and_expire(app: Any) -> None:
         ("c" * 256, "n" * 63 + "/" + "p" * 253),  # the longest pod key, a long cluster
         ("c" * 256, "prod/trainer-0"),
         ("placement:x", "prod/trainer-0"),
+        ("#x", "prod/trainer-0"),
+        ("", "prod/trainer-0"),
     ],
 )
 def test_stored_keys_fit_and_read_back(cluster: str, key: str) -> None:
     stored = stored_key(cluster, key)
     assert len(stored) <= MAX_KEY_CHARS
-    assert stored != key and stored.endswith("/" + key)
+    assert stored != key and not stored.startswith(JOB_KEY_PREFIX)
+    # the pod key as it is, or packed after a digest (the longest pod key in a long cluster)
+    assert stored.endswith("/" + key) or stored.startswith(DIGEST_PREFIX)
     assert pod_name(stored, cluster) == key
     assert pod_name(key, cluster) == key  # an old row reads as the pod's own key
     assert stored_key(cluster, "placement:job-1") == "placement:job-1"
     assert pod_name("placement:job-1", cluster) == "placement:job-1"
+
+
+# --------------------------------------------- /bound: a node telemetry does not know (yet)
+SPEC = JobSpec(num_gpu=3, gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestClient]:
+    """The service (scheduler cluster unset) on SQLite and on PostgreSQL, no telemetry set."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/holds.db"
+    else:
+        pg = request.getfixturevalue("pg")
+        pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        url = pg.url
+    settings = Settings(
+        database_url=url,
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+    )
+    with TestClient(create_app(settings)) as c:
+        res = c.app.state.services.reservations
+        assert isinstance(res, DbReservations)
+        with c.app.state.services.db.write() as conn:
+            conn.execute(reservations_table.delete())
+        yield c
+
+
+def test_bound_to_a_node_missing_from_telemetry_guesses_no_cluster(db_app: TestClient) -> None:
+    """Cluster A's telemetry is missing from the snapshot a while (its Prometheus or federation
+    target down): ``/bound`` of A's pod (no uid) to A's node ``gke-a-1`` took the node for the
+    only cluster the snapshot had (B) and dropped B's same-named hold as ``moved``. Now the node's
+    cluster is unknown, so the hold on that node (A's) is the pod's, and B's stays."""
+    c = db_app
+    s = c.app.state.services
+    res = s.reservations
+    assert res.hold("prod/trainer-0", Option("A", "gke-a-1", (0, 1, 2), 0.0), SPEC)
+    assert res.hold("prod/trainer-0", Option("B", "gke-b-1", (0, 1, 2), 0.0), SPEC)
+    s.telemetry = SimSource([_node("B", "gke-b-1"), _node("B", "gke-b-2")])
+    s.telemetry.snapshot()  # the snapshot the extender's calls read: B only
+    assert _bound(c, "gke-a-1", None) == "held"
+    held = {(r["cluster"], r["node"], r["bound_ts"] is not None) for r in res.rows()}
+    assert held == {("A", "gke-a-1", True), ("B", "gke-b-1", False)}
+
+
+class CountingSource(TelemetrySource):
+    """Telemetry that counts its reads (a slow Prometheus: ``/bound`` must not wait on one)."""
+
+    name = "counting"
+
+    def __init__(self, nodes: list[NodeState]) -> None:
+        super().__init__(ttl_s=0.0)  # every snapshot() reads again
+        self.nodes = nodes
+        self.reads = 0
+
+    def collect(self) -> FleetSnapshot:
+        self.reads += 1
+        return FleetSnapshot(source=self.name, nodes=self.nodes)
+
+
+def test_bound_reads_no_telemetry(app: Any) -> None:
+    """``/bound`` read a snapshot (``telemetry.snapshot()``: with the cache expired, a collect
+    that kube-scheduler's binding call waited on, Prometheus taking seconds) and looked it up in
+    the extender's node index outside ``Services.place_lock``. It now reads the last snapshot
+    read, and no collect runs: with none read yet, the pod's uid or node tells its hold."""
+    c, _ = app
+    s = c.app.state.services
+    res = s.reservations
+    assert res.hold("prod/trainer-0", Option("A", "gke-a-1", (0, 1, 2), 0.0), SPEC, uid="uid-A")
+    assert res.hold("prod/trainer-0", Option("B", "gke-b-1", (0, 1, 2), 0.0), SPEC, uid="uid-B")
+    src = s.telemetry = CountingSource(_fleet())
+    assert _bound(c, "gke-a-1", "uid-A") == "held"  # nothing read yet: by uid
+    assert src.reads == 0
+    src.snapshot()  # now one is cached (and expired: ttl_s=0)
+    src.reads = 0
+    # B's pod bound elsewhere in B: the cached snapshot says gke-b-2 is B's, without a read
+    assert _bound(c, "gke-b-2", None) == "moved"
+    assert src.reads == 0
+    assert {(r["cluster"], r["node"]) for r in res.rows()} == {("A", "gke-a-1")}
+
+
+# ----------------------------------------------------------------------- long keys, odd names
+LONGEST = "n" * 63 + "/" + "p" * 253
+"""The longest pod key: a namespace of 63 characters, a name of 253."""
+
+
+def _old_digest(cluster: str) -> str:
+    """The two hex digits that stood for a cluster beside the longest pod key before (blake2b,
+    8 bytes, cut to the room left: 320 - 1 - 317)."""
+    return hashlib.blake2b(cluster.encode(), digest_size=8).hexdigest()[:2]
+
+
+def test_long_keys_of_two_clusters_hold_apart(migrated_db: Any) -> None:
+    """Beside the longest pod key a cluster stood as 2 hex digits of its digest: 1 in 256 pairs
+    of clusters shared them, and one's hold replaced the other's. Two such clusters (found with
+    the former digest), and a cluster literally named as another's former digest, now hold
+    apart, and each pod key reads back."""
+    res = DbReservations(migrated_db, ttl_s=TTL, clock=Clock())
+    seen: dict[str, str] = {}
+    for i in range(300):  # more clusters than 2 hex digits tell apart
+        c = f"cluster-{i}"
+        if _old_digest(c) in seen:
+            c1, c2 = seen[_old_digest(c)], c
+            break
+        seen[_old_digest(c)] = c
+    literal = _old_digest("prod-east")  # "prod-east" stood as this; a cluster of that name
+    holds = [(c1, "n1", "u1"), (c2, "n2", "u2"), ("prod-east", "n3", "u3"), (literal, "n4", "u4")]
+    for cluster, node, uid in holds:
+        assert res.hold(LONGEST, Option(cluster, node, (0, 1, 2), 0.0), SPEC, uid=uid)
+    rows = {(r["cluster"], r["pod_key"], r["node"], r["pod_uid"]) for r in res.rows()}
+    assert rows == {(c, LONGEST, n, u) for c, n, u in holds}
+    # /bound in one cluster ends that cluster's hold only; release too
+    assert res.bound(LONGEST, "n9", uid="u1", cluster=c1) == "moved"
+    assert res.release(LONGEST, cluster="prod-east")
+    assert {r["cluster"] for r in res.rows()} == {c2, literal}
+    # without the cluster, the hold on the node is the pod's (the packed key is found)
+    assert res.bound(LONGEST, "n2", cluster=None) == "held"
+    assert res.release(LONGEST)
+    assert res.rows() == []
+
+
+def test_a_cluster_named_like_a_job_key_holds_no_job(migrated_db: Any) -> None:
+    """Pod ``prod/trainer-0`` of a cluster named ``placement:x`` was stored under
+    ``placement:x/prod/trainer-0``: the job key of job ``x/prod/trainer-0``. The pod's hold
+    replaced the job's (and ``release`` of the job dropped the pod's). No pod's stored key starts
+    with the job prefix now (:data:`JOB_KEY_PREFIX`)."""
+    res = DbReservations(migrated_db, ttl_s=TTL, clock=Clock())
+    job = JobSpec(job_id="x/prod/trainer-0", num_gpu=2, gpu_milli=1000)
+    res.book(Option("other", "n9", (0, 1), 0.0), job)
+    pod = JobSpec(num_gpu=1, gpu_milli=1000)
+    assert res.hold("prod/trainer-0", Option("placement:x", "n1", (0,), 0.0), pod, uid="u")
+    rows = {(r["pod_key"], r["cluster"], r["node"]) for r in res.rows()}
+    assert rows == {
+        (job_key("x/prod/trainer-0"), "other", "n9"),
+        ("prod/trainer-0", "placement:x", "n1"),
+    }
+    assert not stored_key("placement:x", "prod/trainer-0").startswith(JOB_KEY_PREFIX)
+    assert res.release(job_key("x/prod/trainer-0"))
+    assert {(r["pod_key"], r["cluster"]) for r in res.rows()} == {("prod/trainer-0", "placement:x")}
+    assert res.bound("prod/trainer-0", "n1", uid="u", cluster="placement:x") == "held"
+
+
+def test_stored_keys_are_one_per_cluster_and_pod() -> None:
+    """No two (cluster, pod key) pairs share a stored key, none is a job key, an old row's key
+    (``namespace/name``) or longer than the column, and each reads back: clusters named like
+    other clusters' digest keys, like job keys, with ``/``, empty, and of every length (seeded)."""
+    rng = random.Random(0)
+    keys = [LONGEST, "prod/trainer-0", "p/" + "q" * 280, "a/b", "n" * 63 + "/" + "x." * 126 + "y"]
+    clusters = ["", "A", "a/b", "placement:", "placement:x", "#", "x" * 256]
+    clusters += [stored_key("c" * 300, k).split("/")[0] for k in keys[1:]]  # "#<digest>" names
+    clusters += [stored_key(f"k{i}" * 40, LONGEST)[:256] for i in range(3)]
+    clusters += ["".join(rng.choices("ab/#:~-", k=rng.randint(1, 256))) for _ in range(200)]
+    clusters += [_old_digest(f"cluster-{i}") for i in range(50)]
+    seen: dict[str, tuple[str, str]] = {}
+    for cluster in dict.fromkeys(clusters):
+        for key in keys:
+            stored = stored_key(cluster, key)
+            assert seen.setdefault(stored, (cluster, key)) == (cluster, key)
+            assert len(stored) <= MAX_KEY_CHARS and stored.count("/") != 1
+            assert not stored.startswith(JOB_KEY_PREFIX)
+            assert pod_name(stored, cluster) == key

@@ -1050,29 +1050,23 @@ class ExtenderState:
         self.index = NodeIndex(cluster)
         self.cluster = cluster
 
-    def cluster_of(self, node: str, snapshot: Callable[[], FleetSnapshot] | None) -> str | None:
-        """The cluster of node ``node`` for ``/bound``: ``FLEETMIND_SCHEDULER_CLUSTER`` when set
-        (no telemetry read), else the one telemetry cluster with a node of that name, else the
-        only cluster telemetry has; ``None`` when that cannot be told (a name several clusters
-        use, a node telemetry does not know among several clusters, telemetry unavailable).
+    def cluster_of(self, node: str, snapshot: FleetSnapshot | None) -> str | None:
+        """The cluster of node ``node`` for ``/bound``: ``FLEETMIND_SCHEDULER_CLUSTER`` when set,
+        else the one cluster of ``snapshot`` with a node of that name; ``None`` when that cannot
+        be told (no snapshot, a node it does not list, a name several of its clusters use), which
+        :meth:`fleetmind.serving.scheduler.reservations.DbReservations.bound` then resolves by the
+        pod's uid or node. Never a guess: a node missing from the snapshot (its cluster's
+        telemetry down a while) is not taken for the only cluster the snapshot has.
 
         Args:
-            snapshot: reads the telemetry snapshot (the cached one, as the extender's calls do);
-                ``None``: no telemetry configured.
+            snapshot: the last telemetry snapshot read (``TelemetrySource.last_snapshot``), so
+                ``/bound`` never waits on a read; ``None``: none read yet, or no telemetry. Only
+                its nodes are scanned (not :attr:`index`, which the deciding calls rebuild under
+                ``Services.place_lock``).
         """
         if self.cluster is not None:
             return self.cluster
         if snapshot is None:
             return None
-        try:
-            snap = snapshot()
-        except (NotAvailableError, DataError) as err:
-            log.warning("/bound: no telemetry to tell node %r's cluster (%s)", node, err)
-            return None
-        found = self.index.lookup(snap, [node]).get(node)
-        if found is not None:
-            return str(found.cluster)
-        clusters = {str(n.cluster) for n in snap.nodes}
-        if len(clusters) == 1 and node not in self.index.ambiguous:
-            return clusters.pop()
-        return None
+        found = {str(n.cluster) for n in snapshot.nodes if n.name == node}
+        return found.pop() if len(found) == 1 else None

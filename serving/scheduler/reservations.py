@@ -47,11 +47,12 @@ shows it. A hold ends when
 
 Table ``reservations`` (:data:`fleetmind.serving.db.reservations`, Alembic revision ``0004``): one
 row per stored key: ``<cluster>/<namespace>/<name>`` for pods (:func:`stored_key`; ``cluster`` is
-the held node's cluster, also in its own column), ``placement:<job id>`` for the placement route
-(a key no pod has, see :func:`job_key`). One FleetMind may serve the schedulers of several clusters
-(``FLEETMIND_SCHEDULER_CLUSTER`` unset, node names distinct), whose pods can share a
-``namespace/name`` (two identical Helm releases' StatefulSet ``trainer-0``): keyed by name alone,
-one cluster's hold replaced the other's, and the capacity it held was handed out again. Rows
+the held node's cluster, also in its own column; a cluster name too long for that, or one starting
+with ``placement:`` or ``#``, stands there as a digest: ``#<digest>/...``), ``placement:<job id>``
+for the placement route (a key no pod has, see :func:`job_key`). One FleetMind may serve the
+schedulers of several clusters (``FLEETMIND_SCHEDULER_CLUSTER`` unset, node names distinct),
+whose pods can share a ``namespace/name`` (two identical Helm releases' StatefulSet
+``trainer-0``): keyed by name alone, one cluster's hold replaced the other's, and the capacity it held was handed out again. Rows
 written before the cluster was part of the key (``namespace/name``, their ``cluster`` column set)
 read as that pod's hold in that cluster (:func:`pod_name`): ``/bound`` and
 :meth:`DbReservations.release` end them, telemetry ends them as any hold, the pod's next hold
@@ -111,16 +112,62 @@ MAX_KEY_CHARS = 320
 """Longest key a caller gives (``namespace/name``: 63 + 1 + 253, or ``placement:<job id>``), and
 longest stored key (the ``pod_key`` column, :func:`stored_key`)."""
 
-_DIGEST_CHARS = 16
-"""Hex digits, at most, of the cluster digest that stands for a cluster name too long to fit the
-stored key."""
+DIGEST_PREFIX = "#"
+"""First character of a pod's stored key when its cluster stands there as a digest
+(:func:`stored_key`): ``#<32 hex digits>/<namespace>/<name>``, or ``#<32 hex digits>~<packed
+namespace/name>`` when even that is too long. No key of the plain form ``<cluster>/...`` starts
+with it (a cluster whose name does is stored by its digest too), nor any job key or pod key of
+FleetMind 0.2.0 and earlier (a namespace is a DNS-1123 label)."""
+
+_DIGEST_BYTES = 16
+"""Bytes of the cluster digest of a :data:`DIGEST_PREFIX` key (BLAKE2b, 32 hex digits: two
+clusters sharing one is as likely as a random 128-bit collision)."""
+
+_POD_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-./"
+"""The characters of a pod key (a DNS-1123 namespace, ``/``, a DNS-1123 subdomain name)."""
+_POD_DIGIT = {c: i + 1 for i, c in enumerate(_POD_CHARS)}
+_PACK_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_PACK_DIGIT = {c: i for i, c in enumerate(_PACK_CHARS)}
+
+
+def _pack(key: str) -> str:
+    """``key`` (characters of :data:`_POD_CHARS` only) in fewer characters, reversibly
+    (:func:`_unpack`): its characters as the digits 1..39 of a base-40 number, written in base 64.
+    The longest pod key (317 characters) takes 282."""
+    n = 0
+    for ch in key:
+        n = n * 40 + _POD_DIGIT[ch]
+    out = []
+    while n:
+        n, d = divmod(n, 64)
+        out.append(_PACK_CHARS[d])
+    return "".join(reversed(out))
+
+
+def _unpack(text: str) -> str | None:
+    """The key :func:`_pack` wrote as ``text``; ``None`` when it wrote no such text."""
+    n = 0
+    for ch in text:
+        d = _PACK_DIGIT.get(ch)
+        if d is None:
+            return None
+        n = n * 64 + d
+    out = []
+    while n:
+        n, d = divmod(n, 40)
+        if d == 0:
+            return None
+        out.append(_POD_CHARS[d - 1])
+    return "".join(reversed(out))
+
 
 JOB_KEY_PREFIX = "placement:"
 """Prefix of the hold keys of ``POST /api/v1/placements`` jobs. Pods are held under
 ``namespace/name``, and a namespace is a DNS-1123 label (lower-case letters, digits, ``-``), which
 the extender and ``/bound`` check: no pod key contains ``:``, so no pod (not even one in a
 namespace called ``placement``) can replace, bind or drop a placement job's hold, nor be taken for
-one in telemetry.
+one in telemetry. A pod's stored key (:func:`stored_key`) never starts with it either: a cluster
+whose name starts with ``placement:`` is stored by its digest (:data:`DIGEST_PREFIX`).
 
 Keys of the former form ``placement/<job id>`` (FleetMind 0.2.0 and earlier) are not migrated: they read
 exactly as the pod ``<job id>`` of namespace ``placement`` would, so no rule can tell the two apart.
@@ -141,18 +188,37 @@ def stored_key(cluster: str, key: str) -> str:
     ``<cluster>/<namespace>/<name>``, so same-named pods of two clusters hold apart. A job key
     (``placement:<job id>``, :func:`job_key`) is stored as it is: a job is no cluster's pod.
 
-    Where ``cluster`` makes the key longer than :data:`MAX_KEY_CHARS`, a hex digest of the cluster
-    stands for it (as many digits as fit, up to 16: a pod name of 253 characters in a namespace of
-    63 leaves room for 2); the ``cluster`` column keeps the name, which every lookup also matches.
+    Where that key would be longer than :data:`MAX_KEY_CHARS`, or ``cluster`` starts with
+    :data:`JOB_KEY_PREFIX` or :data:`DIGEST_PREFIX` (its pods' keys would pass for a job's, or for
+    another cluster's digest key), a 128-bit digest of the cluster stands for it:
+    ``#<32 hex digits>/<namespace>/<name>``, and where even that does not fit (a long pod key),
+    ``#<32 hex digits>~`` and the pod key packed (:func:`_pack`). Either way the key is the
+    cluster's and the pod's alone, and :func:`pod_name` reads the pod key back; the ``cluster``
+    column keeps the cluster's name, which every lookup also matches.
+
+    Raises:
+        DataError: a key too long for the digest form that is no pod key (characters other than
+            a DNS name's and ``/``).
     """
     if key.startswith(JOB_KEY_PREFIX):
         return key
     full = f"{cluster}/{key}"
-    if len(full) <= MAX_KEY_CHARS:
+    if len(full) <= MAX_KEY_CHARS and not cluster.startswith((JOB_KEY_PREFIX, DIGEST_PREFIX)):
         return full
-    room = max(1, min(_DIGEST_CHARS, MAX_KEY_CHARS - 1 - len(key)))
-    digest = hashlib.blake2b(cluster.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return f"{digest[:room]}/{key}"
+    blob = cluster.encode("utf-8", "surrogatepass")
+    head = DIGEST_PREFIX + hashlib.blake2b(blob, digest_size=_DIGEST_BYTES).hexdigest()
+    if len(head) + 1 + len(key) <= MAX_KEY_CHARS:
+        return f"{head}/{key}"
+    if key and all(ch in _POD_DIGIT for ch in key):
+        return f"{head}~{_pack(key)}"
+    raise DataError(
+        f"a reservation key of {len(key)} characters held in a cluster of {len(cluster)} "
+        "does not fit: a longer key than a pod's namespace/name"
+    )
+
+
+_HEAD_CHARS = 1 + 2 * _DIGEST_BYTES
+"""Characters of a :data:`DIGEST_PREFIX` key before its separator (``/`` or ``~``)."""
 
 
 def pod_name(key: str, cluster: str) -> str:
@@ -160,11 +226,20 @@ def pod_name(key: str, cluster: str) -> str:
     ``namespace/name`` for a pod held as :func:`stored_key` writes it, and ``key`` itself
     otherwise (a job key, or a pod's row written before the cluster was part of the key, which the
     ``cluster`` column then places)."""
-    parts = key.rsplit("/", 2)
-    if len(parts) == 3:
-        name = f"{parts[1]}/{parts[2]}"
-        if stored_key(cluster, name) == key:
-            return name
+    name: str | None = None
+    if key.startswith(DIGEST_PREFIX):
+        sep, rest = key[_HEAD_CHARS : _HEAD_CHARS + 1], key[_HEAD_CHARS + 1 :]
+        name = rest if sep == "/" else _unpack(rest) if sep == "~" else None
+    else:
+        parts = key.rsplit("/", 2)
+        if len(parts) == 3:
+            name = f"{parts[1]}/{parts[2]}"
+    if name:
+        try:
+            if stored_key(cluster, name) == key:
+                return name
+        except DataError:
+            pass
     return key
 
 
@@ -614,6 +689,8 @@ class DbReservations(Reservations):
             match = t.c.pod_key.in_([stored_key(cluster, key), key])
         else:
             match = (t.c.pod_key == key) | t.c.pod_key.endswith("/" + key, autoescape=True)
+            if key and all(ch in _POD_DIGIT for ch in key):  # a digest key with the pod packed
+                match = match | t.c.pod_key.endswith("~" + _pack(key), autoescape=True)
         stmt = select(t.c.pod_key, t.c.pod_uid, t.c.cluster, t.c.node).where(match)
         if now is not None:
             stmt = stmt.where(t.c.expires_ts > now)

@@ -227,8 +227,10 @@ def bound(
     telemetry to show the pod (``FLEETMIND_RESERVATION_BOUND_GRACE_S`` at most), ``moved`` the pod
     went to another node than FleetMind chose (hold dropped), ``unknown`` no live hold (or only one
     recorded for another ``PodUID``: an earlier pod of that name, deleted and recreated). Only the
-    hold in ``Node``'s cluster (``FLEETMIND_SCHEDULER_CLUSTER``, or the telemetry cluster with a
-    node of that name) is the pod's: a same-named pod's hold in another cluster is left alone.
+    hold in ``Node``'s cluster (``FLEETMIND_SCHEDULER_CLUSTER``, or the cluster with a node of that
+    name in the last telemetry snapshot read; no read is made) is the pod's: a same-named pod's
+    hold in another cluster is left alone. Where neither tells the cluster, the hold with the
+    pod's ``PodUID``, else the one on ``Node``, is the pod's.
     """
     if not isinstance(args, dict):
         raise DataError("the body must be an ExtenderBindingArgs object")
@@ -245,6 +247,8 @@ def bound(
     res = services.reservations
     if not isinstance(res, DbReservations):
         return {"Error": "", "Outcome": "unknown"}
-    telemetry = services.telemetry  # none configured: /bound still answers
-    cluster = _state(services).cluster_of(node, telemetry.snapshot if telemetry else None)
+    # the last snapshot read, whatever its age: /bound never waits on (nor starts) a telemetry
+    # read, and none configured or read yet still answers (the hold found by uid or node)
+    last = getattr(services.telemetry, "last_snapshot", None)
+    cluster = _state(services).cluster_of(node, last() if callable(last) else None)
     return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node, uid=uid, cluster=cluster)}
