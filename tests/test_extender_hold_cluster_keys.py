@@ -485,3 +485,20 @@ def test_stored_keys_are_one_per_cluster_and_pod() -> None:
             assert len(stored) <= MAX_KEY_CHARS and stored.count("/") != 1
             assert not stored.startswith(JOB_KEY_PREFIX)
             assert pod_name(stored, cluster) == key
+
+
+def test_a_uidless_bound_to_a_node_of_no_known_cluster_drops_no_hold(
+    app: tuple[TestClient, Clock],
+) -> None:
+    """Cluster A holds its ``prod/trainer-0``; the last snapshot lists cluster A only (B's
+    Prometheus target down, or none read yet after a restart) and B's own ``prod/trainer-0`` is
+    bound to B's node without a ``PodUID``. Nothing ties that call to A's hold: the answer is
+    ``unknown`` and A's GPUs stay held (it used to be ``moved``, A's hold dropped, because all
+    holds of that name were in one cluster)."""
+    c, _ = app
+    s = c.app.state.services
+    assert _filter(c, POD, "uid-A", 3, ["gke-a-1"])["NodeNames"] == ["gke-a-1"]
+    s.telemetry = SimSource([_node("A", "gke-a-1"), _node("A", "gke-a-2")])
+    s.telemetry.snapshot()
+    assert _bound(c, "gke-b-1", None) == "unknown"
+    assert {h[0] for h in _holds(c)} == {"A"}

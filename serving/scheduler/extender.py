@@ -1070,3 +1070,12 @@ class ExtenderState:
             return None
         found = {str(n.cluster) for n in snapshot.nodes if n.name == node}
         return found.pop() if len(found) == 1 else None
+
+    def clusters_without(self, node: str, snapshot: FleetSnapshot | None) -> frozenset[str]:
+        """The clusters of ``snapshot`` that list no node named ``node`` (empty without a
+        snapshot, or with ``FLEETMIND_SCHEDULER_CLUSTER`` set): for ``/bound``, the clusters a
+        pod bound to ``node`` is known not to be in."""
+        if self.cluster is not None or snapshot is None:
+            return frozenset()
+        clusters = {str(n.cluster) for n in snapshot.nodes}
+        return frozenset(clusters - {str(n.cluster) for n in snapshot.nodes if n.name == node})

@@ -618,7 +618,14 @@ class DbReservations(Reservations):
         )
         return node is None or _fits(node, option, job, held)
 
-    def bound(self, key: str, node: str, uid: str | None = None, cluster: str | None = None) -> str:
+    def bound(
+        self,
+        key: str,
+        node: str,
+        uid: str | None = None,
+        cluster: str | None = None,
+        ruled_out: frozenset[str] = frozenset(),
+    ) -> str:
         """Record that pod ``key`` (``namespace/name``) was bound to ``node``.
 
         Args:
@@ -628,10 +635,13 @@ class DbReservations(Reservations):
             cluster: the cluster of ``node`` (``FLEETMIND_SCHEDULER_CLUSTER``, or the telemetry
                 cluster that has a node of that name): only that cluster's hold of ``key`` is the
                 bound pod's. ``None`` (the node's cluster unknown): a hold of ``key`` is the pod's
-                where it has the pod's ``uid`` or is on ``node``, else where all its holds are
-                in one cluster (as before the cluster was in the key); holds of ``key`` in
-                several clusters that neither tells apart are left to telemetry and their TTL
-                (``"unknown"``).
+                where it has the pod's ``uid`` or is on ``node``, else where all its holds are in
+                one cluster not in ``ruled_out``; holds of ``key`` in several clusters that
+                neither tells apart are left to telemetry and their TTL (``"unknown"``).
+            ruled_out: clusters ``node`` is known not to be in (those of the last snapshot, which
+                does not list it there): a hold there is a same-named pod's of another cluster.
+                Empty when no snapshot was read (a replica that made no decision yet, a restart),
+                the common case of one cluster, whose pod bound elsewhere then drops its hold.
 
         The hold then lasts until a snapshot collected ``bound_grace_s`` after now is in use
         (:meth:`view`); its row, ``bound_grace_s + snapshot_lag_s``.
@@ -652,10 +662,14 @@ class DbReservations(Reservations):
                 if uid is None or r.pod_uid is None or r.pod_uid == uid
             ]
             if cluster is None:  # which cluster's pod: only its uid or its node can tell
+                # "all its holds in one cluster" only where the snapshot does not rule it out:
+                # cluster A listed without this node (B's telemetry lost) means A's hold is A's
+                # same-named pod's, still unbound, which "moved" would drop
+                one = {r.cluster for r in rows}
                 rows = (
                     [r for r in rows if uid is not None and r.pod_uid == uid]
                     or [r for r in rows if r.node == node]
-                    or (rows if len({r.cluster for r in rows}) == 1 else [])
+                    or (rows if len(one) == 1 and not one & ruled_out else [])
                 )
             if not rows:
                 return "unknown"

@@ -230,7 +230,9 @@ def bound(
     hold in ``Node``'s cluster (``FLEETMIND_SCHEDULER_CLUSTER``, or the cluster with a node of that
     name in the last telemetry snapshot read; no read is made) is the pod's: a same-named pod's
     hold in another cluster is left alone. Where neither tells the cluster, the hold with the
-    pod's ``PodUID``, else the one on ``Node``, is the pod's.
+    pod's ``PodUID``, else the one on ``Node``, else holds of that name all in one cluster that
+    the snapshot does not show without ``Node``, is the pod's; any other is left to telemetry and
+    its TTL (``unknown``).
     """
     if not isinstance(args, dict):
         raise DataError("the body must be an ExtenderBindingArgs object")
@@ -250,5 +252,9 @@ def bound(
     # the last snapshot read, whatever its age: /bound never waits on (nor starts) a telemetry
     # read, and none configured or read yet still answers (the hold found by uid or node)
     last = getattr(services.telemetry, "last_snapshot", None)
-    cluster = _state(services).cluster_of(node, last() if callable(last) else None)
-    return {"Error": "", "Outcome": res.bound(f"{ns}/{name}", node, uid=uid, cluster=cluster)}
+    snap = last() if callable(last) else None
+    state = _state(services)
+    cluster = state.cluster_of(node, snap)
+    ruled_out = state.clusters_without(node, snap) if cluster is None else frozenset()
+    outcome = res.bound(f"{ns}/{name}", node, uid=uid, cluster=cluster, ruled_out=ruled_out)
+    return {"Error": "", "Outcome": outcome}
