@@ -170,12 +170,7 @@ def evaluate_scenario(
             bar.update(1)
     if bar is not None:
         bar.close()
-    skipped = _never_ran(rows, list(metric_methods))
-    for row in rows:
-        row.pop("_not_run", None)
-        for name in skipped:
-            row["ranks"].pop(name, None)
-            row["top3"].pop(name, None)
+    skipped = _drop_never_ran(rows, list(metric_methods))
     out = _summaries(rows, times, [n for n in names if n not in skipped])
     out["skipped"] = skipped
     out["alerting_ms_per_incident"] = float(sum(alert_ms) / max(1, len(alert_ms)))
@@ -183,6 +178,19 @@ def evaluate_scenario(
     out["evidence"] = post.report(scenario, drift_weighting, len(all_windows))
     out["published"] = PUBLISHED
     return out
+
+
+def _drop_never_ran(rows: list[dict[str, Any]], metric_names: list[str]) -> dict[str, str]:
+    """The metric-level methods that could not run on any issue (:func:`_never_ran`: name ->
+    why), taken out of every row's ``ranks`` and ``top3`` (and each row's internal ``_not_run``
+    marker dropped), so that they get no figures."""
+    skipped = _never_ran(rows, metric_names)
+    for row in rows:
+        row.pop("_not_run", None)
+        for name in skipped:
+            row["ranks"].pop(name, None)
+            row["top3"].pop(name, None)
+    return skipped
 
 
 def _detect(
