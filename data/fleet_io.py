@@ -618,9 +618,11 @@ def load_openb_fleet(
     :param seed: seed of the split: nodes are shuffled with ``numpy.random.default_rng(seed)`` and
         dealt round-robin, so cluster sizes differ by at most one. Node order stays that of the file.
     :raises DataError: missing file or malformed row (names file and line).
-    :raises ConfigError: ``n_clusters`` < 1 or more than the nodes.
+    :raises ConfigError: ``n_clusters`` < 1 or more than the nodes, or ``seed`` not an integer
+        >= 0.
     """
-
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     p = Path(path) if path is not None else openb_csv_dir()
     if p.is_dir():
         p = p / OPENB_NODE_FILE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -162,7 +163,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
       (default ``"default"``).
     * ``nodes``: the node list (default: the openb GPU nodes).
     * ``n_candidates``: ``K`` (default 16).
-    * ``scale``: workload size relative to capacity (default 1.3).
+    * ``scale``: workload size relative to capacity (default 1.3; finite, > 0).
     * ``stop_arrived_pct``: truncate once arrivals pass this % of capacity (default ``None``: run the
       whole workload; training may use e.g. 102 since the metric is read at 100 %).
     * ``shaping``: weight of the fragmentation shaping term (default 1.0; ``reward="shaped"`` only).
@@ -172,7 +173,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
       fragmentation decides the outcome (near saturation); evaluation keeps 0.
     * ``cache_prefix``: keep the cluster state reached by that FGD prefix per (trace, workload seed)
       so that a repeated workload skips it (default True).
-    * ``workload_seeds``: draw each episode's workload seed from this list (default: any seed).
+    * ``workload_seeds``: draw each episode's workload seed from this list of integers >= 0
+      (default: any seed).
     * ``penalty_features``: append the two penalty features to every candidate row (``F = 20``:
       the change in host-stranded GPUs and the model-scarcity penalty that the released teacher
       subtracts by hand; ``envs.candidates``). Their workload statistics come from the episode's
@@ -212,9 +214,17 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         if reward not in ("shaped", "metric"):
             raise ConfigError(f"reward must be 'shaped' or 'metric', got {reward!r}")
         self.reward_mode = reward
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ConfigError(f"scale must be a finite number > 0, got {scale!r}")
+        if not math.isfinite(self.shaping):
+            raise ConfigError(f"shaping must be a finite number, got {shaping!r}")
         self.fgd_until_pct = float(fgd_until_pct)
         self.cache_prefix = bool(cache_prefix)
         self.workload_seeds = [int(x) for x in workload_seeds] if workload_seeds else None
+        if self.workload_seeds is not None and min(self.workload_seeds) < 0:
+            raise ConfigError(
+                f"workload_seeds must be integers >= 0, got {min(self.workload_seeds)}"
+            )
         # keyed on the trace's content: two traces may share a name (a variant written as
         # openb_pod_list_default.csv beside the real one), and would share a prefix
         self._snapshots: dict[tuple[str, int, float], tuple] = {}

@@ -263,8 +263,9 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
         * ``fleet``: ``"openb"`` (openb GPU nodes in ``n_clusters`` clusters), a YAML fleet path, a
           :class:`fleetmind.data.fleet.Fleet` or a :class:`fleetmind.envs.dynamic.fleet.DynFleet` (default ``"openb"``).
         * ``n_clusters``: clusters of the openb fleet (default 3).
-        * ``node_fraction``: stratified share of the fleet's nodes kept (default 0.1: 1,213 openb nodes
-          would need tens of thousands of jobs per episode to load them; see ``docs/dynamic.md``).
+        * ``node_fraction``: stratified share of the fleet's nodes kept, within (0, 1] (default 0.1:
+          1,213 openb nodes would need tens of thousands of jobs per episode to load them; see
+          ``docs/dynamic.md``).
         * ``n_jobs``: jobs per episode (default 2048).
         * ``target_util``: offered GPU load (default 0.8).
         * ``n_candidates``: ``K`` (default 16).
@@ -313,6 +314,8 @@ class MultiClusterPlacementEnv(gym.Env[np.ndarray, np.int64]):
             raise ConfigError(
                 f"candidate_set must be one of {CANDIDATE_SETS}, got {candidate_set!r}"
             )
+        if not 0 < node_fraction <= 1:  # also refuses NaN
+            raise ConfigError(f"node_fraction must be within (0, 1], got {node_fraction!r}")
         self.candidate_set = candidate_set
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise RenderModeError(

@@ -531,19 +531,27 @@ class GATAnalyzer(BaseAnalyzer):
             :class:`RCAResult` (method ``gat``) with causes best first; the first
             ``config.explain_top`` causes carry a fault type and the highest-attention propagation
             path to an alerting node. ``extra`` holds ``unmapped_alerts`` (alerts matching no node).
+            When no alert maps onto a node of ``graph`` (``alerts`` empty, or none of them names a
+            node), a ranking would rest on the graph alone: the result then has no causes, as the
+            service answers such an incident.
         """
 
         n = graph.num_nodes
         if n == 0:  # nothing to rank, and no alert can map
             return self._empty(alerts)
-        return self._rank_crop(
-            graph, alerts, incident_crop(graph, alerts, self.model.config.crop_hops), top_k
-        )
+        c = incident_crop(graph, alerts, self.model.config.crop_hops)
+        if not c.alerting.any():  # no alert names a node: no evidence to rank on
+            return self._empty(alerts, c.unmapped)
+        return self._rank_crop(graph, alerts, c, top_k)
 
-    def _empty(self, alerts: Any) -> RCAResult:
-        """The result on a graph without nodes: no cause, every alert unmapped."""
+    def _empty(self, alerts: Any, unmapped: int | None = None) -> RCAResult:
+        """The result without evidence (a graph without nodes, or no alert mapping onto one): no
+        cause; ``unmapped`` alerts matched no node (default: every alert)."""
         return RCAResult(
-            [], method=self.name, model_version=self.version, extra={"unmapped_alerts": len(alerts)}
+            [],
+            method=self.name,
+            model_version=self.version,
+            extra={"unmapped_alerts": len(alerts) if unmapped is None else unmapped},
         )
 
     def _rank_crop(
@@ -613,6 +621,9 @@ class GATAnalyzer(BaseAnalyzer):
                 out[i] = self._empty(alerts)
                 continue
             c = incident_crop(graph, alerts, self.model.config.crop_hops)
+            if not c.alerting.any():  # no alert names a node (see find_root_causes)
+                out[i] = self._empty(alerts, c.unmapped)
+                continue
             if c.keep.size < _MIN_BATCHED_ROWS or c.edge_index.shape[1] < _MIN_BATCHED_ROWS:
                 out[i] = self._rank_crop(graph, alerts, c, top_k)  # tiny: alone (see below)
             else:

@@ -114,6 +114,10 @@ NAMESPACES = {
 }
 
 
+MIN_NODES = 50
+"""The smallest node budget the generator takes (:attr:`GraphGenConfig.min_nodes` and an explicit
+``n_nodes`` of :func:`generate_graph`)."""
+
 MAX_NODES = 200_000
 """The largest node budget the generator takes (a budget of 100,000 built 97,592 nodes in 0.7 s,
 37 MB of JSON, 2026-12-04; the default budgets are 200-3,000): a larger one is a typo that would
@@ -128,8 +132,12 @@ class GraphGenConfig:
         min_clusters: fewest clusters (regions) in a graph.
         max_clusters: most clusters (at most ``len(REGIONS)``).
         min_nodes: smallest node budget drawn for a graph.
-        max_nodes: largest node budget (sizes are drawn log-uniform in [min_nodes, max_nodes]; the
-            built graph lands within about +-15 % of its budget).
+        max_nodes: largest node budget (sizes are drawn log-uniform in [min_nodes, max_nodes]).
+            From a budget of about 500 nodes the built graph lands within about +-15 % of it
+            (-17 % to +15 % over budgets 500-3,000 with 2-6 clusters; one cluster: -16 % to
+            +25 %); a smaller budget can be overshot a lot, since every cluster gets at least 40
+            nodes plus its fixed infrastructure (a budget of 200 builds up to about 460 nodes with
+            6 clusters, 300 up to +55 %, 400 up to +25 %). See ``docs/rca-data.md``.
         cross_cluster_prob: chance that a pair of clusters has cross-region calls (router spill-over to
             a remote model server, feature-store replication) over a ``wan/<a>--<b>`` link.
         mixed_template_prob: chance that a cluster mixes two GPU server templates.
@@ -147,10 +155,10 @@ class GraphGenConfig:
             raise ConfigError(
                 f"clusters must satisfy 1 <= min ({self.min_clusters}) <= max ({self.max_clusters}) <= {len(REGIONS)}"
             )
-        if not 50 <= self.min_nodes <= self.max_nodes <= MAX_NODES:
+        if not MIN_NODES <= self.min_nodes <= self.max_nodes <= MAX_NODES:
             raise ConfigError(
-                f"nodes must satisfy 50 <= min ({self.min_nodes}) <= max ({self.max_nodes}) <= "
-                f"{MAX_NODES:,}"
+                f"nodes must satisfy {MIN_NODES} <= min ({self.min_nodes}) <= max "
+                f"({self.max_nodes}) <= {MAX_NODES:,}"
             )
 
 
@@ -260,6 +268,16 @@ def _calls(rng: np.random.Generator, svcs: list[dict]) -> list[tuple[str, str]]:
     return out
 
 
+def _check_int_arg(name: str, value: object, lo: int, hi: int) -> None:
+    """ConfigError unless ``value`` is None or an int in ``[lo, hi]``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ConfigError(
+            f"{name} must be an integer in [{lo}, {hi:,}] (or None to draw it), got {value!r}"
+        )
+
+
 def generate_graph(
     name: str,
     seed: int | np.random.Generator,
@@ -273,15 +291,22 @@ def generate_graph(
         name: graph name (datasets refer to it).
         seed: an int seed or a numpy Generator (same seed -> identical graph).
         config: generator knobs (:class:`GraphGenConfig`).
-        n_nodes: node budget; drawn log-uniform in ``[config.min_nodes, config.max_nodes]`` when None.
-        n_clusters: cluster count; drawn uniform in ``[config.min_clusters, config.max_clusters]`` when None.
+        n_nodes: node budget; drawn log-uniform in ``[config.min_nodes, config.max_nodes]`` when
+            None, else an int in ``[MIN_NODES, MAX_NODES]`` (50-200,000).
+        n_clusters: cluster count; drawn uniform in ``[config.min_clusters, config.max_clusters]``
+            when None, else an int in ``[1, len(REGIONS)]`` (one region per cluster).
 
     Returns:
         the graph; ``graph.nodes[i].attrs`` carry ``role`` (services/pods), ``template`` (hosts),
         ``model`` (GPUs), ``level``/``bandwidth_gbps`` (links).
+
+    Raises:
+        ConfigError: when ``config``, ``n_nodes`` or ``n_clusters`` is out of range.
     """
     cfg = config or GraphGenConfig()
     cfg.check()
+    _check_int_arg("n_nodes", n_nodes, MIN_NODES, MAX_NODES)
+    _check_int_arg("n_clusters", n_clusters, 1, len(REGIONS))
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     templates = host_templates()
     tnames = [t for t in TEMPLATE_WEIGHTS if t in templates] or list(templates)
