@@ -54,6 +54,16 @@ def _trace_digest(trace: PodTrace) -> str:
     return h.hexdigest()
 
 
+def _is_integral(x: object) -> bool:
+    """Whether ``x`` is an integer value (``3``, ``np.int64(3)``, ``3.0``), not a bool."""
+    if isinstance(x, bool):
+        return False
+    try:
+        return float(x).is_integer()  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
 class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
     """
     ## Description
@@ -220,6 +230,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
             raise ConfigError(f"shaping must be a finite number, got {shaping!r}")
         self.fgd_until_pct = float(fgd_until_pct)
         self.cache_prefix = bool(cache_prefix)
+        if workload_seeds and not all(_is_integral(x) for x in workload_seeds):
+            raise ConfigError(f"workload_seeds must be integers >= 0, got {list(workload_seeds)}")
         self.workload_seeds = [int(x) for x in workload_seeds] if workload_seeds else None
         if self.workload_seeds is not None and min(self.workload_seeds) < 0:
             raise ConfigError(

@@ -131,6 +131,8 @@ M = "fleetmind/MultiClusterPlacement-v0"
         (G, {"shaping": float("nan")}, "shaping"),
         (G, {"shaping": float("-inf")}, "shaping"),
         (G, {"workload_seeds": [3, -1]}, "workload_seeds"),
+        (G, {"workload_seeds": [1.5, 2]}, "workload_seeds"),  # int() made it 1
+        (G, {"workload_seeds": ["a"]}, "workload_seeds"),
         (M, {"node_fraction": 0.0}, "node_fraction"),
         (M, {"node_fraction": -0.5}, "node_fraction"),
         (M, {"node_fraction": 2.0}, "node_fraction"),
@@ -155,3 +157,25 @@ def test_load_openb_fleet_refuses_bad_seed(seed: object) -> None:
 
     with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
         load_openb_fleet(n_clusters=3, seed=seed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "3"])
+def test_generate_graph_refuses_a_bad_seed(seed: object) -> None:
+    """numpy's ``default_rng(-1)`` raised a bare ``ValueError`` from deep inside; 1.5 and "3"
+    a ``TypeError``."""
+    with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
+        generate_graph("x", seed, GraphGenConfig(), n_nodes=300)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("nodes", ["10", "200001"])
+def test_gat_speed_refuses_a_budget_the_generator_refuses(
+    nodes: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--nodes`` is checked by argparse, before the model is loaded (it used to pass 1 to
+    200,000+ and fail in the generator after the load)."""
+    from benchmarks.rca import gat_speed
+
+    with pytest.raises(SystemExit) as err:
+        gat_speed.main(["--nodes", nodes])
+    assert err.value.code == 2
+    assert "--nodes: must be 50-200000" in capsys.readouterr().err

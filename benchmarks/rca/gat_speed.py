@@ -75,11 +75,22 @@ def _cpu_timed(fn) -> float:
     return (time.process_time() - t) * 1000.0
 
 
+def _node_budget(text: str) -> int:
+    """``--nodes``: a node budget :func:`fleetmind.data.rca_gen.graphs.generate_graph` takes
+    (``MIN_NODES`` to ``MAX_NODES``), checked before the model is loaded."""
+    from fleetmind.data.rca_gen.graphs import MAX_NODES, MIN_NODES
+
+    value = argtypes.positive_int(text)
+    if not MIN_NODES <= value <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"must be {MIN_NODES}-{MAX_NODES}, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="model REF (default: released models/rca)")
     ap.add_argument("--incidents", type=argtypes.positive_int, default=60)
-    ap.add_argument("--nodes", type=argtypes.positive_int, default=1000)
+    ap.add_argument("--nodes", type=_node_budget, default=1000)
     ap.add_argument("--seed", type=argtypes.seed, default=0)
     ap.add_argument(
         "--out", type=argtypes.output_file, default=str(RESULTS / "rca" / "gat_speed.json")

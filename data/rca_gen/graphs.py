@@ -135,7 +135,7 @@ class GraphGenConfig:
         max_nodes: largest node budget (sizes are drawn log-uniform in [min_nodes, max_nodes]).
             From a budget of about 500 nodes the built graph lands within about +-15 % of it
             (-17 % to +15 % over budgets 500-3,000 with 2-6 clusters; one cluster: -16 % to
-            +25 %); a smaller budget can be overshot a lot, since every cluster gets at least 40
+            +28 %); a smaller budget can be overshot a lot, since every cluster gets at least 40
             nodes plus its fixed infrastructure (a budget of 200 builds up to about 460 nodes with
             6 clusters, 300 up to +55 %, 400 up to +25 %). See ``docs/rca-data.md``.
         cross_cluster_prob: chance that a pair of clusters has cross-region calls (router spill-over to
@@ -307,6 +307,10 @@ def generate_graph(
     cfg.check()
     _check_int_arg("n_nodes", n_nodes, MIN_NODES, MAX_NODES)
     _check_int_arg("n_clusters", n_clusters, 1, len(REGIONS))
+    if not isinstance(seed, np.random.Generator) and (
+        isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
+    ):
+        raise ConfigError(f"seed must be an integer >= 0 or a numpy Generator, got {seed!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     templates = host_templates()
     tnames = [t for t in TEMPLATE_WEIGHTS if t in templates] or list(templates)
