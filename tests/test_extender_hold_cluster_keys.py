@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import serving_settings
 
 from fleetmind.serving.app import create_app
 from fleetmind.serving.scheduler.placement import Option
@@ -35,7 +36,6 @@ from fleetmind.serving.scheduler.reservations import (
     stored_key,
 )
 from fleetmind.serving.schemas import JobSpec
-from fleetmind.serving.settings import Settings
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
 from fleetmind.serving.telemetry.sim import SimSource
 
@@ -96,14 +96,7 @@ def _args(name: str, uid: str, gpus: int, nodes: list[str]) -> dict[str, Any]:
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[tuple[TestClient, Clock]]:
     """One service, scheduler cluster unset, telemetry of clusters A and B, a fake clock."""
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/holds.db",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-        reservation_ttl_s=TTL,
-        reservation_bound_grace_s=GRACE,
-    )
+    settings = serving_settings(tmp_path, reservation_ttl_s=TTL, reservation_bound_grace_s=GRACE)
     assert settings.scheduler_cluster is None
     clock = Clock()
     with TestClient(create_app(settings)) as c:
@@ -191,13 +184,7 @@ def test_bound_ends_only_the_bound_clusters_hold(app: Any) -> None:
 def test_bound_with_the_scheduler_cluster_set(tmp_path: Path) -> None:
     """``FLEETMIND_SCHEDULER_CLUSTER``: that cluster's hold is the bound pod's, whatever the
     node name, without reading telemetry."""
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path}/one.db",
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-        scheduler_cluster="B",
-    )
+    settings = serving_settings(tmp_path, scheduler_cluster="B")
     with TestClient(create_app(settings)) as c:
         s = c.app.state.services
         s.telemetry = SimSource(_fleet())
@@ -338,13 +325,7 @@ def db_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestClien
         pg = request.getfixturevalue("pg")
         pg.psql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
         url = pg.url
-    settings = Settings(
-        database_url=url,
-        rca_model="baseline:upstream-coverage",
-        placement_model="heuristic:builtin-bestfit",
-        incident_worker=False,
-    )
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(serving_settings(tmp_path, database_url=url))) as c:
         res = c.app.state.services.reservations
         assert isinstance(res, DbReservations)
         with c.app.state.services.db.write() as conn:
