@@ -1036,13 +1036,19 @@ class Database:
             return [dict(r._mapping) for r in conn.execute(q)]
 
     def firing_alerts_of_open_incidents(self, limit: int = 100_000) -> list[dict[str, Any]]:
-        """The firing alerts of every open incident (``incident_id``, ``node``, ``alertname``),
-        by incident id then alert id: one query, whatever the number of incidents."""
+        """What the fleet view marks: one row per distinct (``incident_id``, ``node``,
+        ``alertname``) among the firing alerts of every open incident, by incident id then the
+        id of the first such alert; at most ``limit`` rows. Aggregated in the database (one
+        query, whatever the number of incidents), so the rows grow with the distinct alerting
+        nodes and alert names of each open incident, not its alerts: an older incident's
+        100,000 firing alerts on one host are one row, and hide no newer incident's marks."""
+        c = alerts.c
         open_ids = select(incidents.c.id).where(incidents.c.status == "open")
         q = (
-            select(alerts.c.incident_id, alerts.c.node, alerts.c.alertname)
-            .where(alerts.c.status == "firing", alerts.c.incident_id.in_(open_ids))
-            .order_by(alerts.c.incident_id, alerts.c.id)
+            select(c.incident_id, c.node, c.alertname)
+            .where(c.status == "firing", c.incident_id.in_(open_ids))
+            .group_by(c.incident_id, c.node, c.alertname)
+            .order_by(c.incident_id, func.min(c.id))
             .limit(limit)
         )
         with self.read() as conn:

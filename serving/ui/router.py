@@ -914,7 +914,7 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
     error = services.telemetry_error
     clusters: dict[str, dict[str, Any]] = {}
     source = as_of = None
-    marks = _incident_marks(services)
+    marks, marks_cut = _incident_marks(services)
     if services.telemetry is not None:
         try:
             snap = services.telemetry.snapshot()
@@ -956,6 +956,8 @@ def fleet_page(request: Request, services: ServicesDep) -> Response:
         source=source,
         as_of=as_of,
         error=error,
+        marks_cut=marks_cut,
+        mark_rows=f"{FLEET_MARK_ROWS:,}",
         section="fleet",
     )
 
@@ -1028,15 +1030,25 @@ def gpu_text(g: dict[str, Any]) -> str:
     return text
 
 
-def _incident_marks(services: Any) -> dict[tuple[str, ...], list[str]]:
+FLEET_MARK_ROWS = 100_000
+"""Distinct (open incident, alerting node, alert name) rows the fleet view reads for its marks
+(:func:`_incident_marks`), oldest incident first; past them the page says the marks are cut."""
+
+
+def _incident_marks(services: Any) -> tuple[dict[tuple[str, ...], list[str]], bool]:
     """GPUs and hosts with a firing alert in an open incident (every open incident: a newer one
-    never hides an older one's marks): ``(cluster, node[, gpu])`` -> ``["#<id> <alertname>",
-    ...]`` in incident order, from the graph's ``match`` labels of the alerting nodes (keyed by
-    the graph's cluster name; :func:`fleet_page` renames it to telemetry's when each side holds
-    one cluster, :func:`fleetmind.serving.health.telemetry_cluster_alias`)."""
+    never hides an older one's marks, however many alerts the older holds): ``(cluster, node[,
+    gpu])`` -> ``["#<id> <alertname>", ...]`` in incident order, from the graph's ``match``
+    labels of the alerting nodes (keyed by the graph's cluster name; :func:`fleet_page` renames
+    it to telemetry's when each side holds one cluster,
+    :func:`fleetmind.serving.health.telemetry_cluster_alias`), and whether the marks were cut:
+    past :data:`FLEET_MARK_ROWS` distinct (incident, alerting node, alert name) rows the newest
+    open incidents' marks are left out, and the page says so."""
     graph = services.graphs.graph
     out: dict[tuple[str, ...], list[str]] = {}
-    for a in services.db.firing_alerts_of_open_incidents():
+    rows = services.db.firing_alerts_of_open_incidents(limit=FLEET_MARK_ROWS + 1)
+    cut = len(rows) > FLEET_MARK_ROWS
+    for a in rows[:FLEET_MARK_ROWS]:
         nid = a.get("node")
         if not nid or nid not in graph.index:
             continue
@@ -1051,7 +1063,7 @@ def _incident_marks(services: Any) -> dict[tuple[str, ...], list[str]]:
         label = f"#{a['incident_id']} {a.get('alertname') or '?'}"
         if label not in out.setdefault(key, []):
             out[key].append(label)
-    return out
+    return out, cut
 
 
 # ---------------------------------------------------------------------------------------- not found
