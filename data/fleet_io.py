@@ -201,6 +201,29 @@ def _label_matrix(src: str, obj: Mapping[str, Any], key: str, g: int | None) -> 
     return out
 
 
+def _int_list(src: str, spec: Mapping[str, Any], key: str, g: int, name: str) -> np.ndarray:
+    """``spec[key]`` (``numa`` or ``board``) as ``(g,)`` int64, each entry a non-negative integer
+    (:func:`_as_int`'s rules: ``N/A`` as ``nvidia-smi topo -m`` prints it, ``-1`` or ``a`` is an
+    error naming the line); default ``[0] * g`` for ``numa``, ``0..g-1`` for ``board``.
+
+    Raises:
+        DataError: not a list of ``g`` such integers.
+    """
+    if key not in spec:
+        return np.zeros(g, dtype=np.int64) if key == "numa" else np.arange(g, dtype=np.int64)
+    vals = spec[key]
+    if not isinstance(vals, (list, tuple)) or len(vals) != g:
+        raise DataError(f"{_where(src, spec)}: template {name!r}: {key} needs {g} entries")
+    item = _LineDict()
+    item.line = getattr(spec, "line", 0)
+    out = np.empty(g, dtype=np.int64)
+    for k, val in enumerate(vals):
+        item.clear()
+        item[f"{key}[{k}]"] = val
+        out[k] = _as_int(src, item, f"{key}[{k}]")
+    return out
+
+
 def template_from_dict(name: str, spec: Mapping[str, Any], src: str = "<dict>") -> NodeTemplate:
     """Build a custom :class:`NodeTemplate` from its YAML mapping (see the module docstring).
 
@@ -216,9 +239,7 @@ def template_from_dict(name: str, spec: Mapping[str, Any], src: str = "<dict>") 
     g = len(links)
     if "n_gpus" in spec and _as_int(src, spec, "n_gpus") != g:
         raise DataError(f"{_where(src, spec)}: template {name!r}: n_gpus disagrees with links")
-    numa = np.asarray(spec.get("numa", [0] * g), dtype=np.int64)
-    if numa.shape != (g,):
-        raise DataError(f"{_where(src, spec)}: template {name!r}: numa needs {g} entries")
+    numa = _int_list(src, spec, "numa", g, name)
     level = np.zeros((g, g), dtype=np.int8)
     nv = np.zeros((g, g), dtype=np.int8)
     pcie = _label_matrix(src, spec, "pcie", g) if "pcie" in spec else None
@@ -236,13 +257,20 @@ def template_from_dict(name: str, spec: Mapping[str, Any], src: str = "<dict>") 
     except ConfigError as err:
         raise DataError(f"{_where(src, spec)}: template {name!r}: {err}") from None
     specd = gpu_spec(model)
+    smt = spec.get("smt", True)
+    if not isinstance(smt, bool):
+        raise DataError(f"{_where(src, spec)}: 'smt' must be true or false, got {_shown(smt)}")
     kwargs: dict[str, Any] = {
-        "pcie_gen": int(spec.get("pcie_gen", specd.pcie_gen)),
-        "nvlink_gbps": float(spec.get("nvlink_gbps", specd.nvlink_gbps or 25.0)),
-        "socket_gbps": float(spec.get("socket_gbps", 41.6)),
-        "cpus_per_numa": int(spec.get("cpus_per_numa", 0)),
-        "smt": bool(spec.get("smt", True)),
-        "numa_nodes": int(spec.get("numa_nodes", 0)),
+        "pcie_gen": _as_int(src, spec, "pcie_gen", specd.pcie_gen),
+        "nvlink_gbps": (
+            _as_float(src, spec, "nvlink_gbps")
+            if "nvlink_gbps" in spec
+            else specd.nvlink_gbps or 25.0
+        ),
+        "socket_gbps": _as_float(src, spec, "socket_gbps") if "socket_gbps" in spec else 41.6,
+        "cpus_per_numa": _as_int(src, spec, "cpus_per_numa", 0),
+        "smt": smt,
+        "numa_nodes": _as_int(src, spec, "numa_nodes", 0),
         "description": str(spec.get("description", "")),
     }
     try:
@@ -253,7 +281,7 @@ def template_from_dict(name: str, spec: Mapping[str, Any], src: str = "<dict>") 
             level=level,
             nvlinks=nv,
             numa=numa,
-            board=np.asarray(spec.get("board", list(range(g))), dtype=np.int64),
+            board=_int_list(src, spec, "board", g, name),
             **kwargs,
         )
     except ConfigError as err:
@@ -606,6 +634,48 @@ def openb_template_for(model: str, n_gpus: int) -> NodeTemplate:
     return get_template(f"pcie-{n_gpus}gpu", model)
 
 
+SXM_BOARD_TEMPLATES: dict[str, tuple[str, frozenset[str]]] = {
+    "V100": ("dgx1-v100", frozenset({"SXM2"})),
+    "A100": ("dgx-a100", frozenset({"SXM4"})),
+    "H100": ("dgx-h100", frozenset({"SXM5", "HBM3"})),
+}
+"""GPU family -> (built-in 8-GPU board template, words of its SXM form factor in the NVML / DCGM
+name). Names as ``nvidia-smi -L`` and dcgm-exporter's ``modelName`` label print them (the values of
+:data:`fleetmind.data.topology.DCGM_MODEL_NAMES`): "Tesla V100-SXM2-32GB" (DGX-1 / HGX-1 hybrid
+cube-mesh), "NVIDIA A100-SXM4-80GB" (DGX A100 / HGX A100, NVSwitch), "NVIDIA H100 80GB HBM3" (the
+SXM5 board of DGX H100 / HGX H100; the PCIe card is "NVIDIA H100 PCIe", the NVL "NVIDIA H100 NVL").
+SXM3 V100s are the 16-GPU DGX-2, which no built-in template describes."""
+
+
+def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
+    """Template of a live node from its GPUs' telemetry model name and count.
+
+    A name of openb's vocabulary (a :data:`~fleetmind.data.topology.GPU_SPECS` key such as
+    ``V100M32``) gets exactly :func:`openb_template_for`'s template. An NVML / DCGM product name is
+    normalised with :func:`gpu_model_from_nvml`'s rules: 8 GPUs of an SXM board
+    (:data:`SXM_BOARD_TEMPLATES`) -> ``dgx1-v100``, ``dgx-a100`` or ``dgx-h100`` with the spec-table
+    model ("Tesla V100-SXM2-32GB" -> ``dgx1-v100:V100M32``, the template openb's ``V100M32`` nodes
+    get); any other known card -> ``pcie-<n>gpu:<model>`` ("NVIDIA A100-PCIE-40GB" stays PCIe). An
+    unknown name keeps :func:`openb_template_for`'s ``pcie-<n>gpu:<name>``, without a warning.
+
+    :param model: the GPU model as telemetry reports it (dcgm-exporter's ``modelName``).
+    :param n_gpus: GPUs of the node (>= 1).
+    """
+    name = str(model).strip()
+    if name in GPU_SPECS:
+        return openb_template_for(name, n_gpus)
+    key, known = _spec_key(name, None)
+    if not known:
+        return openb_template_for(name, n_gpus)
+    family = re.sub(r"M\d+$", "", key)
+    board = SXM_BOARD_TEMPLATES.get(family)
+    if board is not None and n_gpus == 8:
+        words = {w.upper() for w in _model_words(name)}
+        if words & board[1]:
+            return get_template(board[0], key)
+    return get_template(f"pcie-{n_gpus}gpu", key)
+
+
 def load_openb_fleet(
     path: str | os.PathLike[str] | None = None, n_clusters: int = 1, seed: int = 0
 ) -> Fleet:
@@ -777,11 +847,32 @@ def gpu_model_from_nvml(name: str, memory_mib: float | None = None) -> str:
     :param name: ``nvmlDeviceGetName``'s text.
     :param memory_mib: the GPU's framebuffer (MiB), or None.
     """
+    if not _model_words(name):
+        return "GPU"
+    model, known = _spec_key(name, memory_mib)
+    if not known:
+        warnings.warn(
+            f"GPU model {name!r} is not in the spec table (known: {', '.join(GPU_SPECS)}): "
+            f"modelled as {model!r}, a PCIe gen 3 card without NVLink",
+            UserWarning,
+            stacklevel=2,
+        )
+    return model
+
+
+def _model_words(name: str) -> list[str]:
+    """An NVML product name's words (split on ``-``, ``_``, whitespace), vendor words dropped."""
     words = [w for w in re.split(r"[-_\s]+", name.strip()) if w]
     while words and words[0].upper() in (v.upper() for v in VENDOR_PREFIXES):
         words = words[1:]
+    return words
+
+
+def _spec_key(name: str, memory_mib: float | None) -> tuple[str, bool]:
+    """:func:`gpu_model_from_nvml` without its warning: ``(model, whether GPU_SPECS knows it)``."""
+    words = _model_words(name)
     if not words:
-        return "GPU"
+        return "GPU", False
     first = words[0].upper()
     known = [
         k
@@ -789,19 +880,13 @@ def gpu_model_from_nvml(name: str, memory_mib: float | None = None) -> str:
         if first.startswith(k.upper()) and not first[len(k) : len(k) + 1].isdigit()
     ]
     if not known:
-        warnings.warn(
-            f"GPU model {name!r} is not in the spec table (known: {', '.join(GPU_SPECS)}): "
-            f"modelled as {'-'.join(words)!r}, a PCIe gen 3 card without NVLink",
-            UserWarning,
-            stacklevel=2,
-        )
-        return "-".join(words)
+        return "-".join(words), False
     model = max(known, key=len)
     sizes = [int(m.group(1)) for w in words[1:] if (m := re.fullmatch(r"(\d+)GB", w.upper()))]
     gib = sizes[0] if sizes else round(memory_mib / 1024) if memory_mib else None
     if gib is not None and f"{model}M{gib}" in GPU_SPECS:
-        return f"{model}M{gib}"
-    return model
+        return f"{model}M{gib}", True
+    return model, True
 
 
 def _bus_id(pci: Any) -> str:
@@ -820,9 +905,12 @@ def discover_local_fleet(
     (INTERNAL/SINGLE/MULTIPLE/HOSTBRIDGE/NODE/SYSTEM -> BRD/PIX/PXB/PHB/NODE/SYS); NVLinks are counted
     over the links whose ``nvmlDeviceGetNvLinkState`` is enabled, matching
     ``nvmlDeviceGetNvLinkRemotePciInfo`` bus ids to the peer's. Links that end on an NVSwitch (no GPU
-    has that bus id) give every pair of switch-attached GPUs ``min`` of their switch link counts, as
-    ``nvidia-smi topo -m`` shows on DGX A100/H100. NUMA: ``nvmlDeviceGetNumaNodeId`` where the
-    driver has it, else groups of GPUs not separated by ``SYS``.
+    has that bus id and ``nvmlDeviceGetNvLinkRemoteDeviceType`` says SWITCH; every such link where
+    the driver lacks that call) give every pair of switch-attached GPUs ``min`` of their switch
+    link counts, as ``nvidia-smi topo -m`` shows on DGX A100/H100; links to a CPU (IBM POWER9's
+    NPU) connect no pair. NUMA: ``nvmlDeviceGetNumaNodeId``'s ids as the driver numbers them (as
+    ``nvidia-smi topo -m`` prints them, not renumbered) where the driver has it, else groups of
+    GPUs not separated by ``SYS`` numbered 0, 1, ...
 
     The one node is named by :func:`local_node_name`: ``node_name`` when given, else ``NODE_NAME``
     (the Kubernetes Node a pod runs on, which differs from the pod's hostname), else this host's
@@ -885,7 +973,8 @@ def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) 
                 continue  # link not supported on this GPU / driver
             j = bus_to_gpu.get(remote)
             if j is None:
-                to_switch[i] += 1
+                if _remote_is_switch(nv, h, link):
+                    to_switch[i] += 1
             elif j != i:
                 nvl[i, j] += 1
     # Count each direction once: a bonded pair is seen from both ends.
@@ -921,6 +1010,29 @@ def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) 
     return fleet
 
 
+NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+"""``nvmlDeviceGetNvLinkRemoteDeviceType``'s answer for an NVSwitch (``nvmlIntNvLinkDeviceType_t``
+in ``nvml.h``: GPU 0, IBM NPU 1, SWITCH 2, UNKNOWN 0xFF)."""
+
+
+def _remote_is_switch(nv: Any, handle: Any, link: int) -> bool:
+    """Whether an NVLink whose remote bus id is no GPU ends on an NVSwitch.
+
+    ``nvmlDeviceGetNvLinkRemoteDeviceType`` tells (only ``NVML_NVLINK_DEVICE_TYPE_SWITCH`` counts:
+    the links of an IBM POWER9 host's V100s to the CPU, type ``IBMNPU``, connect no GPU pair). Where
+    the call is absent or fails (older drivers lack it, or answer NotSupported), every such
+    link is taken as a switch link, as before the call existed: the switch systems of those drivers
+    (DGX-2, HGX-2) are the common case.
+    """
+    getter = getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
+    if getter is None:
+        return True
+    try:
+        return int(getter(handle, link)) == NVML_NVLINK_DEVICE_TYPE_SWITCH
+    except Exception:  # noqa: BLE001 - NVMLError (NotSupported, FunctionNotFound): as before
+        return True
+
+
 def _memory_mib(nv: Any, handle: Any) -> float | None:
     """A GPU's framebuffer (MiB) from ``nvmlDeviceGetMemoryInfo``, or None when NVML has none."""
     try:
@@ -935,9 +1047,8 @@ def _numa_ids(nv: Any, handles: list[Any], level: np.ndarray) -> np.ndarray:
     if getter is not None:
         try:
             ids = np.array([int(getter(h)) for h in handles], dtype=np.int64)
-            if ids.min() >= 0:
-                _, dense = np.unique(ids, return_inverse=True)
-                return dense.astype(np.int64)
+            if ids.min() >= 0:  # the driver's ids as nvidia-smi prints them (3, 3, 1, 1, 7, ...)
+                return ids
         except Exception:  # noqa: BLE001 - older drivers: fall back to the topology
             pass
     numa = np.full(g, -1, dtype=np.int64)

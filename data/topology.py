@@ -157,16 +157,29 @@ def link_label(level: int, nvlinks: int = 0) -> str:
     return LinkLevel(int(level)).name
 
 
+NVML_NVLINK_MAX_LINKS = 18
+"""Most NVLinks one GPU has (``NVML_NVLINK_MAX_LINKS`` in NVML's ``nvml.h``: 18 on H100 SXM5), so the
+most a GPU pair can bond; the largest ``NV#`` label a template takes."""
+
+
 def parse_link_label(label: str) -> tuple[int, int]:
     """Inverse of :func:`link_label`: ``"NV12"`` -> ``(LinkLevel.NV, 12)``, ``"PIX"`` -> ``(PIX, 0)``.
 
     Raises:
-        ConfigError: for a label that is none of ``X``, ``NV#``, ``BRD``, ``PIX``, ``PXB``, ``PHB``,
-            ``NODE``, ``SYS``.
+        ConfigError: for a label that is none of ``X``, ``NV#`` (``#`` in ASCII digits, 1 to
+            :data:`NVML_NVLINK_MAX_LINKS`), ``BRD``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``.
     """
     text = str(label).strip().upper()
-    if text.startswith("NV") and text[2:].isdigit() and int(text[2:]) > 0:
-        return int(LinkLevel.NV), int(text[2:])
+    digits = text[2:]
+    # ASCII digits only: str.isdigit() also takes superscripts ("NV\u00b3"), which int() refuses
+    if text.startswith("NV") and digits and digits.isascii() and digits.isdigit():
+        n = int(digits)
+        if not 0 < n <= NVML_NVLINK_MAX_LINKS:
+            raise ConfigError(
+                f"link label {label!r}: a GPU pair has 1 to {NVML_NVLINK_MAX_LINKS} NVLinks "
+                "(NVML_NVLINK_MAX_LINKS)"
+            )
+        return int(LinkLevel.NV), n
     if text in LinkLevel.__members__ and text != "NV":
         return int(LinkLevel[text]), 0
     raise ConfigError(

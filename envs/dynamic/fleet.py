@@ -188,16 +188,29 @@ class DynFleet:
 
         Uses the fleet's node arrays, each node's template (GPU model, ``bandwidth_gbps()``), the
         clusters' regions, ``wan_bandwidth_gbps`` (GB/s) and ``wan_latency_ms`` (round trip).
+
+        Raises:
+            ConfigError: a node of more than ``MAX_GPUS_PER_NODE`` (8) GPUs, which the state
+                (:class:`fleetmind.envs.core.ClusterState`) cannot hold; the message names it.
         """
         n = int(fleet.n_nodes)
+        tmpl = np.asarray(fleet.node_template, dtype=np.int64)
+        for k, t in enumerate(fleet.templates):
+            users = np.flatnonzero(tmpl == k)
+            if int(t.n_gpus) > MAX_GPUS_PER_NODE and users.size:
+                node = fleet.node_names[int(users[0])]
+                raise ConfigError(
+                    f"node {node!r} has {int(t.n_gpus)} GPUs (template {t.name!r}): dynamic mode "
+                    f"holds at most {MAX_GPUS_PER_NODE} GPUs per node"
+                )
         links = np.zeros((n, MAX_GPUS_PER_NODE, MAX_GPUS_PER_NODE))
         per_t = []
         for t in fleet.templates:
             bw = np.zeros((MAX_GPUS_PER_NODE, MAX_GPUS_PER_NODE))
             g = int(t.n_gpus)
-            bw[:g, :g] = t.bandwidth_gbps()
+            if g <= MAX_GPUS_PER_NODE:  # a larger template no node uses stays zeros
+                bw[:g, :g] = t.bandwidth_gbps()
             per_t.append(bw)
-        tmpl = np.asarray(fleet.node_template, dtype=np.int64)
         if n:
             links[:] = np.stack(per_t)[tmpl]
         return cls(
@@ -225,7 +238,8 @@ def load_dynamic_fleet(
     :class:`DynFleet` (returned as is) or a :class:`fleetmind.data.fleet.Fleet`.
 
     Raises:
-        DataError / ConfigError: from the fleet loaders.
+        DataError / ConfigError: from the fleet loaders; ConfigError for a node of more than 8
+            GPUs (:meth:`DynFleet.from_fleet`).
     """
     if isinstance(fleet, DynFleet):
         return fleet

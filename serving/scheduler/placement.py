@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fleetmind.data.fleet_io import openb_template_for
+from fleetmind.data.fleet_io import telemetry_template_for
 from fleetmind.data.openb import ANY_GPU_MODEL, GPU_MODELS
 from fleetmind.data.paths import MODELS_DIR
 from fleetmind.envs.core import MAX_GPUS_PER_NODE, ClusterState, Pod
@@ -444,7 +444,7 @@ class PeerPolicyPlacer:
         policy = self.policy
         if self._topology:
             templates = [
-                openb_template_for(x.gpus[0].model.strip(), int(g)) if g > 0 else None
+                telemetry_template_for(x.gpus[0].model, int(g)) if g > 0 else None
                 for x, g in zip(nodes, num_gpu.tolist(), strict=True)
             ]
             policy = TopologyBestEffort(templates=templates, allocation=self.policy.allocation)
