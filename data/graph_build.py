@@ -14,7 +14,7 @@ labels Prometheus rules carry):
 | --- | --- | --- |
 | the cluster (``--cluster``, else node label ``fleetmind.io/cluster``, else ``default``) | ``<c>`` ``cluster`` | |
 | ``Node`` | ``<c>/host/<node>`` ``host``, attrs ``gpu_model`` (labels ``nvidia.com/gpu.product`` without GFD's ``-SHARED`` and ``-MIG-<profile>`` suffixes, or ``alibabacloud.com/gpu-card-model``), ``region``, ``zone``, ``addresses`` (``status.addresses`` ``InternalIP``/``Hostname`` other than its name) | ``member_of`` cluster |
-| its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu`` | ``attached_to`` host |
+| its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu``, attrs ``model`` (the host's ``gpu_model``), ``memory_mib`` (label :data:`GPU_MEMORY_LABEL`, MiB, where it describes a whole GPU) | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
 | ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
@@ -62,6 +62,19 @@ MIG_SUFFIX = "-MIG-"
 ``nvidia.com/gpu.product`` under the MIG ``single`` strategy (``NVIDIA-A100-SXM4-40GB-MIG-1g.5gb``,
 or ``-MIG-INVALID`` on a node the strategy does not fit); the profile is cut from the model name."""
 GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""The resources of MIG instances under the device plugin's MIG ``mixed`` strategy
+(``nvidia.com/mig-3g.40gb``), beside ``nvidia.com/gpu``, which then counts only the GPUs not in MIG
+mode (NVIDIA, "MIG Support in Kubernetes", the ``mixed`` strategy; k8s-device-plugin
+``internal/lm/mig-strategy.go``)."""
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+"""GPU feature discovery's label of the node's MIG strategy (``single``, ``mixed``; k8s-device-plugin
+``internal/lm/mig-strategy.go``)."""
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+"""GPU feature discovery's label of one GPU's framebuffer (MiB, as NVML reports it: ``15360`` on a
+T4, ``40960`` on an A100-SXM4-40GB). Under the MIG ``single`` strategy it is a MIG instance's, and
+``0`` with ``-MIG-INVALID`` (k8s-device-plugin ``internal/lm/mig-strategy.go``), so it is kept
+(GPU attr ``memory_mib``) only where the product names no MIG profile."""
 GKE_SHARED_CLIENTS_LABEL = "cloud.google.com/gke-max-shared-clients-per-gpu"
 """GKE's node label of GPU time-sharing and MPS: containers per physical GPU (allocatable
 ``nvidia.com/gpu`` is GPUs x this)."""
@@ -263,10 +276,7 @@ def _gpu_count(node: Mapping[str, Any]) -> int:
             return _no_gpus(name, "GPU feature discovery marks its MIG configuration invalid")
         return _no_gpus(name, f"how many instances of MIG profile {_short(profile)} make a GPU is "
                               "not known")  # fmt: skip
-    replicas = max(
-        _int_or_none(labels.get("nvidia.com/gpu.replicas")) or 1,
-        _int_or_none(labels.get(GKE_SHARED_CLIENTS_LABEL)) or 1,
-    )
+    replicas = _replicas(labels)
     counts: list[tuple[int, str]] = []  # (GPUs, or MIG instances, what counted them)
     for field in ("capacity", "allocatable"):
         devices = _int_or_none(_obj(status.get(field)).get(GPU_RESOURCE))
@@ -288,6 +298,15 @@ def _gpu_count(node: Mapping[str, Any]) -> int:
             why += " (time-slicing without GPU feature discovery's labels counts every replica)"
         return _no_gpus(name, why)
     return n // per_gpu
+
+
+def _replicas(labels: Mapping[str, Any]) -> int:
+    """Devices the device plugin makes of one GPU by time-slicing or MPS (label
+    ``nvidia.com/gpu.replicas``, GKE's :data:`GKE_SHARED_CLIENTS_LABEL`); 1 without sharing."""
+    return max(
+        _int_or_none(labels.get("nvidia.com/gpu.replicas")) or 1,
+        _int_or_none(labels.get(GKE_SHARED_CLIENTS_LABEL)) or 1,
+    )
 
 
 def _mig_instances_per_gpu(profile: str, model: str = "") -> int | None:
@@ -444,7 +463,11 @@ def _add_hosts(
             continue
         labels = _labels(n)
         product = str(labels.get("nvidia.com/gpu.product") or "").removesuffix(SHARED_SUFFIX)
-        model = product.partition(MIG_SUFFIX)[0] or labels.get("alibabacloud.com/gpu-card-model")
+        model, mig, _ = product.partition(MIG_SUFFIX)
+        model = model or labels.get("alibabacloud.com/gpu-card-model")
+        # a MIG instance's framebuffer under the single strategy, not the GPU's
+        whole_gpu = not mig and not labels.get(GKE_PARTITION_LABEL)
+        memory = _int_or_none(labels.get(GPU_MEMORY_LABEL)) if whole_gpu else None
         host = b.node(f"{c}/host/{nm}", "host", c, {"cluster": c, "node": nm}, gpu_model=model,
                       region=labels.get("topology.kubernetes.io/region"),
                       zone=labels.get("topology.kubernetes.io/zone"),
@@ -454,7 +477,7 @@ def _add_hosts(
         gpus_of[nm] = k
         for i in range(k):
             g = b.node(f"{c}/gpu/{nm}/{i}", "gpu", c, {"cluster": c, "node": nm, "gpu": str(i)},
-                       model=model)  # fmt: skip
+                       model=model, memory_mib=memory or None)  # fmt: skip
             b.edge(g, host, "attached_to")
         linked = sorted(set(nvlinks.get(nm, ())))
         if len(linked) > 1:
@@ -549,20 +572,29 @@ def _whole_gpu_nodes(
     node_items: list[dict[str, Any]], gpus_of: dict[str, int]
 ) -> dict[str, tuple[int, int]]:
     """Node name -> ``(devices, GPUs)`` for the nodes whose device plugin advertises a whole
-    number of ``nvidia.com/gpu`` devices per physical GPU (capacity, else allocatable: one per GPU,
-    or time-slicing replicas / MIG instances of every GPU alike), at least one GPU: a pod whose
-    ``nvidia.com/gpu`` request is all ``devices`` holds every GPU of the node. Not under the MIG
-    ``mixed`` strategy (capacity counts only the GPUs outside MIG mode: fewer devices than GPUs),
-    nor where capacity is unreadable."""
+    number of ``nvidia.com/gpu`` devices per physical GPU (capacity, else allocatable, divided by
+    the time-slicing replicas, :func:`_replicas`: one per GPU, or MIG instances of every GPU alike),
+    at least one GPU: a pod whose ``nvidia.com/gpu`` request is all ``devices`` holds every GPU of
+    the node. Never under the MIG ``mixed`` strategy (label :data:`MIG_STRATEGY_LABEL` ``mixed``,
+    or any ``nvidia.com/mig-<profile>`` resource): ``nvidia.com/gpu`` counts only the GPUs outside
+    MIG mode there, times their replicas (:data:`MIG_RESOURCE_PREFIX`), so all of it is not every
+    GPU; nor where capacity is unreadable."""
     out: dict[str, tuple[int, int]] = {}
     for n in node_items:
         nm = str(_meta(n).get("name") or "")
         k = gpus_of.get(nm, 0)
-        status = _obj(n.get("status"))
+        status, labels = _obj(n.get("status")), _labels(n)
+        mixed = labels.get(MIG_STRATEGY_LABEL) == "mixed" or any(
+            str(r).startswith(MIG_RESOURCE_PREFIX)
+            for field in ("capacity", "allocatable")
+            for r in _obj(status.get(field))
+        )
+        replicas = _replicas(labels)
         for field in ("capacity", "allocatable"):
             devices = _int_or_none(_obj(status.get(field)).get(GPU_RESOURCE))
             if devices is not None:
-                if k > 0 and devices >= k and devices % k == 0:
+                per_replica, rest = divmod(devices, replicas)
+                if k > 0 and not mixed and not rest and per_replica >= k and per_replica % k == 0:
                     out[nm] = (devices, k)
                 break
     return out

@@ -1,15 +1,22 @@
 """The ``sim`` telemetry source: a simulated fleet with perfect knowledge and no load.
 
 The fleet comes from the served dependency graph when it describes hosts and GPUs (``gpu`` nodes
-``attached_to`` a ``host``; the GPU model from the node's ``attrs["model"]``), so RCA and placement talk
-about the same machines; otherwise from a built-in two-cluster fleet (2 x 4 nodes x 8 GPUs).
+``attached_to`` a ``host``; the GPU model from the node's ``attrs["model"]``, ``"unknown"``
+without one), so RCA and placement talk about the same machines; otherwise from a built-in
+two-cluster fleet (2 x 4 nodes x 8 A100s). A GPU's framebuffer is its ``attrs["memory_mib"]``
+(``fleetmind graph build`` copies GPU feature discovery's ``nvidia.com/gpu.memory``), else
+:func:`gpu_memory_mib` of its model.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from fleetmind.data.fleet_io import VENDOR_PREFIXES
+from fleetmind.data.topology import GPU_SPECS
 from fleetmind.serving.telemetry.base import FleetSnapshot, GpuState, NodeState, TelemetrySource
 
 if TYPE_CHECKING:
@@ -18,6 +25,13 @@ if TYPE_CHECKING:
 DEFAULT_CPU_MILLI = 96_000
 DEFAULT_MEMORY_MIB = 1_048_576
 DEFAULT_GPU_MEMORY_MIB = {"A100": 81_920, "H100": 81_920, "V100": 32_768, "T4": 15_360}
+"""Framebuffer (MiB) of the short model names, as NVML reports it (a T4's 15 GiB)."""
+FALLBACK_GPU_MEMORY_MIB = 81_920
+"""Framebuffer (MiB) of a GPU whose model tells none (no model, or one :func:`gpu_memory_mib` does
+not know): a placeholder, so that the idle simulated fleet still reads 0 VRAM pressure."""
+UNKNOWN_MODEL = "unknown"
+"""The model of a graph GPU without ``attrs["model"]`` (a Node without GPU feature discovery's
+labels)."""
 
 
 class SimSource(TelemetrySource):
@@ -48,7 +62,55 @@ def builtin_nodes(clusters: int = 2, nodes_per_cluster: int = 4, gpus: int = 8) 
     return out
 
 
-def _node(name: str, cluster: str, models: list[str]) -> NodeState:
+def gpu_memory_mib(model: str) -> float:
+    """Framebuffer (MiB) of a GPU of ``model``, in any spelling a graph carries it.
+
+    A short name of :data:`DEFAULT_GPU_MEMORY_MIB` (``T4``); else the size the name gives
+    (``NVIDIA-A100-SXM4-40GB``, GPU feature discovery's ``nvidia.com/gpu.product``, or DCGM's
+    ``NVIDIA H100 80GB HBM3``: 40 and 80 GiB); else the model its first word names once the vendor
+    words (``NVIDIA``, ``Tesla``) are dropped, as
+    :func:`~fleetmind.data.fleet_io.gpu_model_from_nvml` reads it (``Tesla-T4`` is a ``T4``,
+    ``NVIDIA-A10G`` an ``A10`` of :data:`~fleetmind.data.topology.GPU_SPECS`); else
+    :data:`FALLBACK_GPU_MEMORY_MIB`.
+    """
+    if model in DEFAULT_GPU_MEMORY_MIB:
+        return float(DEFAULT_GPU_MEMORY_MIB[model])
+    words = [w for w in re.split(r"[-_\s]+", model.strip()) if w]
+    vendors = {v.upper() for v in VENDOR_PREFIXES}
+    while words and words[0].upper() in vendors:
+        words = words[1:]
+    if not words:
+        return float(FALLBACK_GPU_MEMORY_MIB)
+    for w in words[1:]:
+        if m := re.fullmatch(r"(\d{1,4})GB", w.upper()):
+            if int(m.group(1)) > 0:
+                return float(int(m.group(1)) * 1024)
+    first = words[0].upper()
+    sizes = {k: v / 1024 for k, v in DEFAULT_GPU_MEMORY_MIB.items()}
+    sizes |= {k: s.memory_gib for k, s in GPU_SPECS.items() if s.memory_gib > 0 and k not in sizes}
+    known = [
+        k for k in sizes if first.startswith(k.upper()) and not first[len(k) : len(k) + 1].isdigit()
+    ]
+    if not known:
+        return float(FALLBACK_GPU_MEMORY_MIB)
+    return float(sizes[max(known, key=len)] * 1024)
+
+
+def _memory_attr(value: Any) -> float | None:
+    """A graph GPU's ``attrs["memory_mib"]`` as a positive finite number of MiB, else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        mib = float(value)
+    except (TypeError, ValueError):
+        return None
+    return mib if math.isfinite(mib) and mib > 0 else None
+
+
+def _node(
+    name: str, cluster: str, models: list[str], memory_mib: list[float | None] | None = None
+) -> NodeState:
+    memory = memory_mib or [None] * len(models)
     gpus = [
         GpuState(
             index=i,
@@ -56,11 +118,11 @@ def _node(name: str, cluster: str, models: list[str]) -> NodeState:
             uuid=None,
             util_pct=0.0,
             mem_used_mib=0.0,
-            mem_total_mib=float(DEFAULT_GPU_MEMORY_MIB.get(m, 81_920)),
+            mem_total_mib=mib if mib is not None else gpu_memory_mib(m),
             xid_errors=0.0,
             free_milli=1000,
         )
-        for i, m in enumerate(models)
+        for i, (m, mib) in enumerate(zip(models, memory, strict=True))
     ]
     return NodeState(
         name=name,
@@ -86,7 +148,9 @@ def _nodes_from_graph(graph: DependencyGraph) -> list[NodeState]:
         gids = sorted(gpus_of[hid])
         if not gids:
             continue
-        models = [str(graph.node(g).attrs.get("model", "A100")) for g in gids]
+        attrs = [graph.node(g).attrs for g in gids]
+        models = [str(a.get("model") or UNKNOWN_MODEL) for a in attrs]
+        memory = [_memory_attr(a.get("memory_mib")) for a in attrs]
         name = host.match.get("node") or hid
-        out.append(_node(name, host.cluster or "default", models))
+        out.append(_node(name, host.cluster or "default", models, memory))
     return out
