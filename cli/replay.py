@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError
@@ -23,6 +23,9 @@ POLL_S = 0.5
 MIN_READ_TIMEOUT_S = 10.0
 """The shortest timeout of one read of the incidents, seconds: each read may take the time left in
 ``--wait``, but at least this (a small ``--wait`` still gives a slow service this long)."""
+
+MAX_SHOWN = 3
+"""The most incidents of the replay printed (newest first)."""
 
 SETTLE_MARGIN_S = 1.0
 """Seconds a ranking must stay unchanged beyond the rank interval before it counts as settled: the
@@ -124,7 +127,9 @@ def _at(value: Any) -> datetime | None:
 def _touched(items: list[dict[str, Any]], since: datetime) -> list[dict[str, Any]]:
     """The incidents whose last alert started at ``since`` or later (the replay re-times its
     alerts into ``[since, now]``), newest first; those on no graph node (alerts the graph does
-    not name: never ranked) are left out."""
+    not name: never ranked) are left out. Another storm replayed just before may have such an
+    incident too: :func:`_show_incidents` leaves out those that hold none of this replay's
+    alerts (:func:`_alert_origin`)."""
     out = []
     for inc in items:
         last = _at(inc.get("last_alert_at"))
@@ -213,8 +218,23 @@ def _earlier_alerts(
     storm: dict[str, Any],
     start: datetime,
 ) -> int | None:
+    """How many of ``inc``'s alerts are not this replay's (:func:`_alert_origin`), or ``None``
+    when the service did not list the incident's alerts but its first alert started before this
+    replay's first."""
+    return _alert_origin(client, headers, inc, storm, start)[0]
+
+
+def _alert_origin(
+    client: Any,
+    headers: dict[str, str],
+    inc: dict[str, Any],
+    storm: dict[str, Any],
+    start: datetime,
+) -> tuple[int | None, bool]:
     """How many of ``inc``'s alerts are not this replay's: alerts of an earlier storm that the
-    replayed ones joined (within ``FLEETMIND_INCIDENT_WINDOW_S``).
+    replayed ones joined (within ``FLEETMIND_INCIDENT_WINDOW_S``), and whether it may hold any of
+    this replay's (``False`` only when the service listed some of its alerts, none this replay's:
+    the incident of another storm replayed just before).
 
     The replay re-timed the storm so that its last alert starts at its own start, ``start`` or
     later: an alert is this replay's when it is a storm alert (by fingerprint, else by labels)
@@ -222,8 +242,8 @@ def _earlier_alerts(
     same storm shifted it less, and its alerts may well start after this replay's first one.
 
     Returns:
-        The count, or ``None`` when the service did not list the incident's alerts but its first
-        alert started before this replay's first.
+        ``(count, may hold this replay's alerts)``; the count is ``None`` when the service did not
+        list the incident's alerts but its first alert started before this replay's first.
     """
     import httpx
 
@@ -239,7 +259,7 @@ def _earlier_alerts(
         alerts = None
     if not isinstance(alerts, list):
         first = _at(inc.get("first_alert_at"))
-        return None if first is not None and first < _since(storm, start) else 0
+        return (None if first is not None and first < _since(storm, start) else 0), True
     origin: dict[tuple[str, Any], list[datetime]] = {}
     for a in storm["alerts"]:
         t = _at(a["startsAt"])  # load_storm checked every startsAt
@@ -255,7 +275,8 @@ def _earlier_alerts(
         keys = [("fingerprint", a.get("fingerprint")), _storm_key({"labels": a["labels"]})]
         return any(t - o >= min_shift for k in keys for o in origin.get(k, ()))
 
-    return max(int(inc.get("alert_count") or 0) - sum(map(ours, alerts)), 0)
+    mine = sum(map(ours, alerts))
+    return max(int(inc.get("alert_count") or 0) - mine, 0), mine > 0 or not alerts
 
 
 def _print_incident(
@@ -265,8 +286,10 @@ def _print_incident(
     inc: dict[str, Any],
     storm: dict[str, Any],
     start: datetime,
+    earlier: int | None | Literal["read"] = "read",
 ) -> None:
-    """One incident's top cause and page, and a note when it also holds earlier alerts."""
+    """One incident's top cause and page, and a note when it also holds earlier alerts
+    (``earlier``: :func:`_earlier_alerts`, read from the service when ``"read"``)."""
     top = (inc.get("causes") or [{}])[0]
     expected = storm.get("expected_root")
     mark = ""
@@ -280,7 +303,8 @@ def _print_incident(
         f"incident #{inc['id']}: {inc['alert_count']} alerts; top cause "
         f"{top.get('node', 'not ranked yet')} {top.get('fault_type') or ''}{mark}"
     )
-    earlier = _earlier_alerts(client, headers, inc, storm, start)
+    if earlier == "read":
+        earlier = _earlier_alerts(client, headers, inc, storm, start)
     if earlier != 0:
         if earlier is None:
             held = "earlier alerts"
@@ -341,7 +365,15 @@ def _show_incidents(
             return
         result = (last[0], False)  # a later read failed: as they stood at the last one
     items, settled = result
-    if not items:
+    shown: list[tuple[dict[str, Any], int | None]] = []
+    for inc in items:
+        if len(shown) == MAX_SHOWN:
+            break
+        earlier, may_hold_ours = _alert_origin(client, headers, inc, storm, start)
+        if not may_hold_ours:
+            continue  # none of this replay's alerts: another storm's incident, ended just before
+        shown.append((inc, earlier))
+    if not shown:
         print(f"no incident of this storm yet; see {base}/ui/")
         return
     if read_failed:
@@ -355,8 +387,8 @@ def _show_incidents(
             f"{settle_s:g} s: the rank interval {rank_interval_s:g} s and a margin); as they "
             f"stood last (see {base}/ui/, or a longer --wait):"
         )
-    for inc in items[:3]:
-        _print_incident(client, url, headers, inc, storm, start)
+    for inc, earlier in shown:
+        _print_incident(client, url, headers, inc, storm, start, earlier)
 
 
 def _client(url: str) -> Any:

@@ -117,6 +117,7 @@ def templates() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["age"] = age
+    env.filters["ago"] = ago
     env.filters["score"] = score_text
     env.filters["iso"] = iso
     env.filters["wbr"] = breakable
@@ -174,6 +175,14 @@ def age(ts: float | None, now: float | None = None) -> str:
     if s < 86400:
         return f"{s // 3600}h {s % 3600 // 60}m"
     return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    """``ts`` (Unix seconds) as a phrase for "first alert ...": ``12m ago`` for a past time,
+    ``in 5m`` for one a minute or more ahead of ``now`` (a sender's clock ahead of ours), ``-``
+    for none (:func:`age` gives the duration)."""
+    text = age(ts, now)
+    return text if text == "-" or text.startswith("in ") else f"{text} ago"
 
 
 def iso(ts: float | None) -> str:
