@@ -66,10 +66,13 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 """The resources of MIG instances under the device plugin's MIG ``mixed`` strategy
 (``nvidia.com/mig-3g.40gb``), beside ``nvidia.com/gpu``, which then counts only the GPUs not in MIG
 mode (NVIDIA, "MIG Support in Kubernetes", the ``mixed`` strategy; k8s-device-plugin
-``internal/lm/mig-strategy.go``)."""
+``internal/lm/mig-strategy.go``). Only a positive quantity marks MIG instances: the kubelet keeps a
+resource the device plugin no longer advertises at ``"0"`` (``pkg/kubelet/nodestatus/setters.go``)."""
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-"""GPU feature discovery's label of the node's MIG strategy (``single``, ``mixed``; k8s-device-plugin
-``internal/lm/mig-strategy.go``)."""
+"""GPU feature discovery's label of the cluster's MIG strategy (``single``, ``mixed``). GFD writes
+it on every GPU node whenever the strategy is not ``none``, MIG-capable or not, MIG instances or
+not (k8s-device-plugin ``internal/lm/strategy.go``, ``internal/lm/mig-strategy.go``), so it does
+not tell that a node has MIG instances."""
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 """GPU feature discovery's label of one GPU's framebuffer (MiB, as NVML reports it: ``15360`` on a
 T4, ``40960`` on an A100-SXM4-40GB). Under the MIG ``single`` strategy it is a MIG instance's, and
@@ -575,19 +578,21 @@ def _whole_gpu_nodes(
     number of ``nvidia.com/gpu`` devices per physical GPU (capacity, else allocatable, divided by
     the time-slicing replicas, :func:`_replicas`: one per GPU, or MIG instances of every GPU alike),
     at least one GPU: a pod whose ``nvidia.com/gpu`` request is all ``devices`` holds every GPU of
-    the node. Never under the MIG ``mixed`` strategy (label :data:`MIG_STRATEGY_LABEL` ``mixed``,
-    or any ``nvidia.com/mig-<profile>`` resource): ``nvidia.com/gpu`` counts only the GPUs outside
-    MIG mode there, times their replicas (:data:`MIG_RESOURCE_PREFIX`), so all of it is not every
-    GPU; nor where capacity is unreadable."""
+    the node. Never on a node with MIG instances under the ``mixed`` strategy (a positive
+    ``nvidia.com/mig-<profile>`` capacity or allocatable, :data:`MIG_RESOURCE_PREFIX`):
+    ``nvidia.com/gpu`` counts only its GPUs outside MIG mode, times their replicas, so all of it is
+    not every GPU; nor where capacity is unreadable. Label :data:`MIG_STRATEGY_LABEL` ``mixed``
+    alone does not count (GFD sets it on every GPU node of a ``mixed`` cluster), nor does a stale
+    ``"0"`` MIG resource."""
     out: dict[str, tuple[int, int]] = {}
     for n in node_items:
         nm = str(_meta(n).get("name") or "")
         k = gpus_of.get(nm, 0)
         status, labels = _obj(n.get("status")), _labels(n)
-        mixed = labels.get(MIG_STRATEGY_LABEL) == "mixed" or any(
-            str(r).startswith(MIG_RESOURCE_PREFIX)
+        mixed = any(
+            str(r).startswith(MIG_RESOURCE_PREFIX) and (_int_or_none(v) or 0) > 0
             for field in ("capacity", "allocatable")
-            for r in _obj(status.get(field))
+            for r, v in _obj(status.get(field)).items()
         )
         replicas = _replicas(labels)
         for field in ("capacity", "allocatable"):

@@ -4,13 +4,20 @@ fall back to defaults.
 * Under the device plugin's MIG ``mixed`` strategy ``nvidia.com/gpu`` counts only the GPUs not in
   MIG mode (times their time-slicing replicas), MIG instances being ``nvidia.com/mig-<profile>``
   (NVIDIA, "MIG Support in Kubernetes"; k8s-device-plugin ``internal/lm/mig-strategy.go``), so a
-  pod asking for all of ``nvidia.com/gpu`` does not hold the node's MIG GPUs.
+  pod asking for all of ``nvidia.com/gpu`` does not hold the node's MIG GPUs. A node is mixed
+  only where some ``nvidia.com/mig-<profile>`` quantity is positive: GPU feature discovery writes
+  ``nvidia.com/mig.strategy=<strategy>`` on every GPU node whenever the strategy is not ``none``
+  (k8s-device-plugin ``internal/lm/strategy.go``, ``internal/lm/mig-strategy.go``), and the kubelet
+  keeps a resource the device plugin stopped advertising at ``"0"`` (kubernetes
+  ``pkg/kubelet/nodestatus/setters.go``).
 * ``nvidia.com/gpu.memory`` is one GPU's framebuffer in MiB (k8s-device-plugin
   ``internal/lm/resource.go``); under the MIG ``single`` strategy it is a MIG instance's
   (``mig-strategy.go`` labels the instances as ``nvidia.com/gpu``), so it is not the GPU's there.
 * GPU feature discovery spells the product ``Tesla-T4``, ``NVIDIA-A100-SXM4-40GB`` (spaces turned
   to hyphens); the sim source read memory only by short names (``T4``), so every such card was
-  80 GiB, and a GPU without a model was an ``A100``.
+  80 GiB, and a GPU without a model was an ``A100``. A Grace superchip's product names the
+  module's memory (``NVIDIA-GH200-480GB``: 480 GB of the CPU's LPDDR5X beside the GPU's 96 GB of
+  HBM3, NVIDIA GH200 Grace Hopper Superchip datasheet), not the GPU's.
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ MIXED_TS = {  # 4 GPUs MIG-disabled and time-sliced 2 ways, 4 split into two 3g.
     ("labels", "capacity"),
     [
         (MIXED_TS, {"nvidia.com/gpu": "8", "nvidia.com/mig-3g.40gb": "8"}),
-        # the strategy label alone marks it (no MIG resource readable)
+        # no MIG resource readable: 8 devices of 2 replicas are 4 GPUs' worth, not the 8 labelled
         (MIXED_TS, {"nvidia.com/gpu": "8"}),
         # no GPU feature discovery: a MIG resource beside nvidia.com/gpu marks the mixed strategy
         ({}, {"nvidia.com/gpu": "8", "nvidia.com/mig-3g.40gb": "4"}),
@@ -81,6 +88,38 @@ def test_a_pod_of_every_device_on_a_mixed_node_holds_no_mig_gpu(
     labels: dict[str, str], capacity: dict[str, str]
 ) -> None:
     assert _pod_gpus([_node("n1", labels, capacity)], capacity["nvidia.com/gpu"]) == set()
+
+
+H100_MIXED_CLUSTER = {  # a plain 8 x H100 node of a cluster whose MIG strategy is mixed
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.replicas": "1",
+    "nvidia.com/mig.strategy": "mixed",
+    "nvidia.com/mig.capable": "true",
+}
+
+
+@pytest.mark.parametrize(
+    ("labels", "capacity", "devices"),
+    [
+        # GFD labels every GPU node of a mixed cluster mixed, MIG instances or not
+        (H100_MIXED_CLUSTER, {"nvidia.com/gpu": "8"}, "8"),
+        # time-sliced 2 ways in a mixed cluster, no MIG GPU: 16 devices are the 8 GPUs
+        ({**H100_MIXED_CLUSTER, "nvidia.com/gpu.replicas": "2",
+          "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}, {"nvidia.com/gpu": "16"}, "16"),
+        # MIG profiles the plugin advertised before the node left the mixed strategy, kept at "0"
+        ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8",
+          "nvidia.com/mig.strategy": "single"},
+         {"nvidia.com/gpu": "8", "nvidia.com/mig-1g.10gb": "0", "nvidia.com/mig-3g.40gb": "0"}, "8"),
+        ({}, {"nvidia.com/gpu": "8", "nvidia.com/mig-1g.10gb": "0"}, "8"),  # no GFD at all
+    ],
+)  # fmt: skip
+def test_a_node_without_mig_instances_in_a_mixed_cluster_gives_every_gpu(
+    labels: dict[str, str], capacity: dict[str, str], devices: str
+) -> None:
+    assert _pod_gpus([_node("n1", labels, capacity)], devices) == {
+        f"default/gpu/n1/{i}" for i in range(8)
+    }
 
 
 def test_a_time_sliced_node_counts_its_replicas_before_its_gpus() -> None:
@@ -165,6 +204,10 @@ def test_sim_reads_gfd_memory_and_product_strings() -> None:
         ("Tesla-T4", 15360), ("NVIDIA-A100-SXM4-40GB", 40960), ("Tesla V100-SXM2-16GB", 16384),
         ("NVIDIA H100 80GB HBM3", 81920), ("NVIDIA-A10G", 24576), ("NVIDIA L40S", 49152),
         ("V100M16", 16384),
+        # Grace superchips: the size in the name is the module's (CPU LPDDR5X + GPU HBM), not
+        # the GPU's 96 GB of HBM3 (NVIDIA GH200 datasheet); no table knows them: the placeholder
+        ("NVIDIA-GH200-480GB", FALLBACK_GPU_MEMORY_MIB), ("NVIDIA GH200 480GB", FALLBACK_GPU_MEMORY_MIB),
+        ("NVIDIA-GB200", FALLBACK_GPU_MEMORY_MIB),
         ("A1000", FALLBACK_GPU_MEMORY_MIB), ("NVIDIA-L4", FALLBACK_GPU_MEMORY_MIB),
         (UNKNOWN_MODEL, FALLBACK_GPU_MEMORY_MIB), ("", FALLBACK_GPU_MEMORY_MIB),
     ],

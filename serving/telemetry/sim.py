@@ -67,7 +67,10 @@ def gpu_memory_mib(model: str) -> float:
 
     A short name of :data:`DEFAULT_GPU_MEMORY_MIB` (``T4``); else the size the name gives
     (``NVIDIA-A100-SXM4-40GB``, GPU feature discovery's ``nvidia.com/gpu.product``, or DCGM's
-    ``NVIDIA H100 80GB HBM3``: 40 and 80 GiB); else the model its first word names once the vendor
+    ``NVIDIA H100 80GB HBM3``: 40 and 80 GiB; not for a Grace superchip, ``GH200``, ``GB200``,
+    whose size is the whole module's: ``NVIDIA-GH200-480GB`` counts the CPU's 480 GB of LPDDR5X
+    beside the GPU's 96 GB of HBM3, and no table knows them, so they get the placeholder); else
+    the model its first word names once the vendor
     words (``NVIDIA``, ``Tesla``) are dropped, as
     :func:`~fleetmind.data.fleet_io.gpu_model_from_nvml` reads it (``Tesla-T4`` is a ``T4``,
     ``NVIDIA-A10G`` an ``A10`` of :data:`~fleetmind.data.topology.GPU_SPECS`); else
@@ -81,11 +84,16 @@ def gpu_memory_mib(model: str) -> float:
         words = words[1:]
     if not words:
         return float(FALLBACK_GPU_MEMORY_MIB)
-    for w in words[1:]:
+    first = words[0].upper()
+    # A Grace superchip's name (GH200, GB200, GB300) gives the size of the module, not of its GPU:
+    # NVIDIA's GH200 Grace Hopper Superchip datasheet pairs 480GB of the Grace CPU's LPDDR5X with
+    # the Hopper GPU's 96GB HBM3, and NVML (GFD's nvidia.com/gpu.memory) reports only the latter,
+    # so "NVIDIA-GH200-480GB" is not a 480 GiB GPU; such a name's size word is ignored.
+    superchip = re.fullmatch(r"G[HB]\d{2,3}", first) is not None
+    for w in [] if superchip else words[1:]:
         if m := re.fullmatch(r"(\d{1,4})GB", w.upper()):
             if int(m.group(1)) > 0:
                 return float(int(m.group(1)) * 1024)
-    first = words[0].upper()
     sizes = {k: v / 1024 for k, v in DEFAULT_GPU_MEMORY_MIB.items()}
     sizes |= {k: s.memory_gib for k, s in GPU_SPECS.items() if s.memory_gib > 0 and k not in sizes}
     known = [
