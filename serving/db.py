@@ -29,7 +29,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote
@@ -1035,24 +1035,49 @@ class Database:
         with self.read() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 
-    def firing_alerts_of_open_incidents(self, limit: int = 100_000) -> list[dict[str, Any]]:
-        """What the fleet view marks: one row per distinct (``incident_id``, ``node``,
-        ``alertname``) among the firing alerts of every open incident, by incident id then the
-        id of the first such alert; at most ``limit`` rows. Aggregated in the database (one
-        query, whatever the number of incidents), so the rows grow with the distinct alerting
-        nodes and alert names of each open incident, not its alerts: an older incident's
-        100,000 firing alerts on one host are one row, and hide no newer incident's marks."""
+    def firing_alerts_of_open_incidents(
+        self,
+        limit: int | None = None,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
+        chunk: int = 5000,
+    ) -> list[dict[str, Any]]:
+        """What the fleet view marks: one row (``incident_id``, ``node``, ``alertname``) per
+        distinct (incident, alerting node, alert name) among the firing alerts of every open
+        incident that name a node, by incident id then the id of the first such alert; only the
+        rows ``keep`` accepts (all when ``None``), at most ``limit`` of them (all when ``None``).
+
+        Aggregated in the database (one query, whatever the number of incidents), so the rows
+        grow with the distinct alerting nodes and alert names of each open incident, not its
+        alerts: an older incident's 100,000 firing alerts on one host are one row. The grouped
+        rows are streamed ``chunk`` at a time (a server-side cursor on PostgreSQL) and the
+        limit counts kept rows only, so rows the caller drops (an older incident's 100,000
+        alerting pods, where the fleet view marks GPUs and hosts) hide no newer incident's
+        rows, and memory holds one chunk plus the kept rows."""
         c = alerts.c
         open_ids = select(incidents.c.id).where(incidents.c.status == "open")
         q = (
             select(c.incident_id, c.node, c.alertname)
-            .where(c.status == "firing", c.incident_id.in_(open_ids))
+            .where(c.status == "firing", c.node.is_not(None), c.incident_id.in_(open_ids))
             .group_by(c.incident_id, c.node, c.alertname)
             .order_by(c.incident_id, func.min(c.id))
-            .limit(limit)
         )
+        out: list[dict[str, Any]] = []
+        if limit is not None and limit <= 0:
+            return out
         with self.read() as conn:
-            return [dict(r._mapping) for r in conn.execute(q)]
+            result = conn.execution_options(yield_per=max(1, chunk)).execute(q)
+            try:
+                for part in result.partitions():
+                    for r in part:
+                        row = {"incident_id": r[0], "node": r[1], "alertname": r[2]}
+                        if keep is not None and not keep(row):
+                            continue
+                        out.append(row)
+                        if limit is not None and len(out) >= limit:
+                            return out
+            finally:
+                result.close()
+        return out
 
     def pending_alerts(
         self, limit: int = 5000, conn: Connection | None = None

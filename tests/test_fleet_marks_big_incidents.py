@@ -4,7 +4,9 @@
 stopped at 100,000 rows: once older open incidents held 100,000 firing alerts every newer open
 incident's GPUs and hosts lost their marks (and each load decoded 100,000 rows). The marks now
 come from one row per distinct (incident, alerting node, alert name), aggregated in the database;
-past a cap on those rows the page says the marks are cut."""
+past a cap the page says the marks are cut. That cap counts marks made (GPUs and hosts of the
+graph), not rows read: an older incident's many alerting pods neither hide a newer incident's
+marks nor turn the banner on."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def _incident(conn: Any, status: str = "open") -> int:
     return int(conn.execute(incidents.insert().values(**row)).inserted_primary_key[0])
 
 
-def _alerts(conn: Any, incident_id: int, rows: list[tuple[str, str, str]]) -> None:
+def _alerts(conn: Any, incident_id: int, rows: list[tuple[str, str | None, str]]) -> None:
     """Grouped alerts of ``incident_id``: (fingerprint, node, alertname), firing unless the
     fingerprint starts with ``resolved``."""
     conn.execute(
@@ -114,6 +116,42 @@ def test_an_older_incidents_many_alerts_hide_no_newer_incident(migrated_db: Any)
     assert len(db.firing_alerts_of_open_incidents(limit=3)) == 3  # the cap is on distinct rows
 
 
+def test_the_cap_counts_kept_rows_only(migrated_db: Any) -> None:
+    """An older open incident with 30 distinct alerting pods and alerts without a node, under a
+    2-row limit whose ``keep`` takes hosts only: before, the limit counted every row read (and
+    took no ``keep``), so the pods filled it; now alerts without a node are never read, the
+    limit counts kept rows, and the rows stream in chunks (``chunk=4`` here) in the same order.
+    Runs on SQLite and PostgreSQL."""
+    db = migrated_db
+    with db.write() as conn:
+        older = _incident(conn)
+        _alerts(
+            conn, older, [(f"p-{i}", f"c1/pod/ns/p{i}", "KubePodCrashLooping") for i in range(30)]
+        )
+        _alerts(conn, older, [(f"n-{i}", None, "Watchdog") for i in range(3)])
+        _alerts(conn, older, [("h-1", "c1/host/c1-h3", "KubeNodeNotReady")])
+        newer = _incident(conn)
+        _alerts(conn, newer, [("h-2", "c0/host/c0-h1", "KubeNodeNotReady")])
+        _alerts(conn, newer, [("h-3", "c0/host/c0-h2", "KubeNodeNotReady")])
+    every = db.firing_alerts_of_open_incidents()
+    assert len(every) == 33 and all(r["node"] for r in every)  # no NULL node
+    assert db.firing_alerts_of_open_incidents(chunk=4) == every  # streamed 4 rows at a time
+    assert [(r["incident_id"], r["node"], r["alertname"]) for r in every] == [
+        k for k in _old_rows(db) if k[1] is not None
+    ]
+
+    def hosts(r: dict[str, Any]) -> bool:
+        return "/host/" in r["node"]
+
+    rows = db.firing_alerts_of_open_incidents(limit=2, keep=hosts, chunk=4)
+    assert [(r["incident_id"], r["node"]) for r in rows] == [
+        (older, "c1/host/c1-h3"),
+        (newer, "c0/host/c0-h1"),
+    ]
+    assert len(db.firing_alerts_of_open_incidents(keep=hosts, chunk=4)) == 3
+    assert db.firing_alerts_of_open_incidents(limit=0) == []
+
+
 def _settings(tmp_path: Path) -> Settings:
     return Settings(
         database_url=f"sqlite:///{tmp_path}/fleet.db",
@@ -172,6 +210,48 @@ def test_the_page_says_when_the_marks_are_cut(
     says so (before, the marks were dropped without a word)."""
     monkeypatch.setattr(ui_router, "FLEET_MARK_ROWS", 1)
     html = flooded.get("/ui/fleet").text
-    assert 'id="marks-cut"' in html and "more than 1 distinct" in html
+    assert 'id="marks-cut"' in html and "make more than 1 marks" in html
     assert re.search(r'<div class="node hot" data-node="c1-h3">', html)  # the oldest, kept
     assert not re.search(r'<div class="node hot" data-node="c1-h2">', html)
+
+
+def test_an_older_incidents_pod_storm_hides_no_marks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reviewer's crash-loop storm: an older open incident with more distinct alerting pods
+    (none in the graph, so none marked) than the cap, plus alerts without a node and on a pod
+    the graph holds, then the UI tests' storm. Before, the cap counted rows read: the pods took
+    every row, no host was marked and the banner said marks were cut though none was. Now only
+    marks count. The cap is lowered to 40 (the storm makes fewer marks) so the older incident
+    needs 41 pods, not 100,001."""
+    monkeypatch.setattr(ui_router, "FLEET_MARK_ROWS", 40)
+    with TestClient(create_app(_settings(tmp_path))) as c:
+        with c.app.state.services.db.write() as conn:
+            flood = _incident(conn)
+            _alerts(
+                conn,
+                flood,
+                [(f"p-{i}", f"c1/pod/ns/p{i}", "KubePodCrashLooping") for i in range(41)]
+                + [(f"n-{i}", None, "Watchdog") for i in range(41)]
+                + [("g-pod", "c0/pod/s0-0", "KubePodCrashLooping")],
+            )
+        r = c.post(
+            "/api/v1/alerts",
+            json=webhook(storm_alerts()),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert r.status_code == 200
+        c.app.state.services.incidents.process_pending()
+        c.get("/ui/login")
+        c.post(
+            "/ui/login",
+            data={"token": TOKEN, "csrf": c.cookies.get(auth.CSRF_COOKIE), "next": "/ui/fleet"},
+            follow_redirects=False,
+        )
+        html = c.get("/ui/fleet").text
+        marks, cut = ui_router._incident_marks(c.app.state.services)
+    hot = re.findall(r'<div class="node hot" data-node="([^"]+)">', html)
+    assert "c0-h1" in hot and "c1-h2" in hot
+    assert 'id="marks-cut"' not in html and not cut
+    assert 0 < sum(map(len, marks.values())) <= 40
+    assert f"#{flood} " not in html  # the pods make no mark

@@ -1040,8 +1040,10 @@ def gpu_text(g: dict[str, Any]) -> str:
 
 
 FLEET_MARK_ROWS = 100_000
-"""Distinct (open incident, alerting node, alert name) rows the fleet view reads for its marks
-(:func:`_incident_marks`), oldest incident first; past them the page says the marks are cut."""
+"""Marks the fleet view makes at most (:func:`_incident_marks`): distinct (open incident,
+alerting GPU or host of the graph, alert name) entries, oldest incident first; past them the page
+says the marks are cut. Alerts on other nodes (pods, services, nodes the graph does not hold)
+make no mark and count toward none."""
 
 
 def _incident_marks(services: Any) -> tuple[dict[tuple[str, ...], list[str]], bool]:
@@ -1051,23 +1053,31 @@ def _incident_marks(services: Any) -> tuple[dict[tuple[str, ...], list[str]], bo
     labels of the alerting nodes (keyed by the graph's cluster name; :func:`fleet_page` renames
     it to telemetry's when each side holds one cluster,
     :func:`fleetmind.serving.health.telemetry_cluster_alias`), and whether the marks were cut:
-    past :data:`FLEET_MARK_ROWS` distinct (incident, alerting node, alert name) rows the newest
-    open incidents' marks are left out, and the page says so."""
+    past :data:`FLEET_MARK_ROWS` marked (incident, GPU or host, alert name) entries the newest
+    open incidents' marks are left out, and the page says so. Alerts on nodes that make no mark
+    (pods, services, nodes not in the graph) are dropped while the rows stream in, so however
+    many an older incident holds they neither hide a newer incident's marks nor cut them."""
     graph = services.graphs.graph
-    out: dict[tuple[str, ...], list[str]] = {}
-    rows = services.db.firing_alerts_of_open_incidents(limit=FLEET_MARK_ROWS + 1)
-    cut = len(rows) > FLEET_MARK_ROWS
-    for a in rows[:FLEET_MARK_ROWS]:
-        nid = a.get("node")
+
+    def key_of(nid: str | None) -> tuple[str, ...] | None:
         if not nid or nid not in graph.index:
-            continue
+            return None
         node = graph.node(nid)
         m = node.match
         if node.kind == "gpu" and {"cluster", "node", "gpu"} <= set(m):
-            key: tuple[str, ...] = (str(m["cluster"]), str(m["node"]), str(m["gpu"]))
-        elif node.kind == "host" and {"cluster", "node"} <= set(m):
-            key = (str(m["cluster"]), str(m["node"]))
-        else:
+            return (str(m["cluster"]), str(m["node"]), str(m["gpu"]))
+        if node.kind == "host" and {"cluster", "node"} <= set(m):
+            return (str(m["cluster"]), str(m["node"]))
+        return None
+
+    out: dict[tuple[str, ...], list[str]] = {}
+    rows = services.db.firing_alerts_of_open_incidents(
+        limit=FLEET_MARK_ROWS + 1, keep=lambda a: key_of(a["node"]) is not None
+    )
+    cut = len(rows) > FLEET_MARK_ROWS
+    for a in rows[:FLEET_MARK_ROWS]:
+        key = key_of(a["node"])
+        if key is None:
             continue
         label = f"#{a['incident_id']} {a.get('alertname') or '?'}"
         if label not in out.setdefault(key, []):
