@@ -27,6 +27,11 @@ MIN_READ_TIMEOUT_S = 10.0
 MAX_SHOWN = 3
 """The most incidents of the replay printed (newest first)."""
 
+MAX_EXAMINED = MAX_SHOWN * 3
+"""The most incidents touched by the replay's time span whose alerts replay reads (newest first)
+to find the ones holding its own: each read lists up to :data:`RCA_MAX_ALERTS` alerts, so a
+service busy with other storms costs at most this many reads."""
+
 SETTLE_MARGIN_S = 1.0
 """Seconds a ranking must stay unchanged beyond the rank interval before it counts as settled: the
 worker's wake-up and the ranking itself take some time after the interval has passed."""
@@ -129,7 +134,8 @@ def _touched(items: list[dict[str, Any]], since: datetime) -> list[dict[str, Any
     alerts into ``[since, now]``), newest first; those on no graph node (alerts the graph does
     not name: never ranked) are left out. Another storm replayed just before may have such an
     incident too: :func:`_show_incidents` leaves out those that hold none of this replay's
-    alerts (:func:`_alert_origin`)."""
+    alerts (:func:`_alert_origin`; it reads the alerts of the :data:`MAX_EXAMINED` newest at
+    most)."""
     out = []
     for inc in items:
         last = _at(inc.get("last_alert_at"))
@@ -230,16 +236,26 @@ def _alert_origin(
     inc: dict[str, Any],
     storm: dict[str, Any],
     start: datetime,
+    timeout: float = MIN_READ_TIMEOUT_S,
 ) -> tuple[int | None, bool]:
     """How many of ``inc``'s alerts are not this replay's: alerts of an earlier storm that the
     replayed ones joined (within ``FLEETMIND_INCIDENT_WINDOW_S``), and whether it may hold any of
-    this replay's (``False`` only when the service listed some of its alerts, none this replay's:
-    the incident of another storm replayed just before).
+    this replay's (``False`` only when the service listed some of its alerts, none of them one of
+    the storm's: the incident of another storm replayed just before).
 
     The replay re-timed the storm so that its last alert starts at its own start, ``start`` or
     later: an alert is this replay's when it is a storm alert (by fingerprint, else by labels)
     shifted by at least ``start`` minus the storm's last ``startsAt``. An earlier replay of the
-    same storm shifted it less, and its alerts may well start after this replay's first one.
+    same storm shifted it less, and its alerts may well start after this replay's first one. The
+    incident may hold this replay's alerts when it lists any storm alert, whatever its start: the
+    service folds a firing delivery starting less than ``HA_START_SKEW_S`` (90 s) after a firing
+    alert of its fingerprint into that alert, keeping the earlier ``startsAt``
+    (:mod:`fleetmind.serving.db`), so a replay of the same storm back to back joins the earlier
+    replay's alerts and lists none under its own start.
+
+    Args:
+        timeout: seconds the read of the incident's alerts may take; ``<= 0``: not read (as when
+            the service did not list them).
 
     Returns:
         ``(count, may hold this replay's alerts)``; the count is ``None`` when the service did not
@@ -247,14 +263,16 @@ def _alert_origin(
     """
     import httpx
 
+    alerts = None
     try:
-        r = client.get(
-            f"/api/v1/incidents/{inc['id']}",
-            params={"alerts_limit": RCA_MAX_ALERTS},
-            headers=headers,
-            timeout=10,
-        )
-        alerts = r.json().get("alerts") if r.status_code == 200 else None
+        if timeout > 0:
+            r = client.get(
+                f"/api/v1/incidents/{inc['id']}",
+                params={"alerts_limit": RCA_MAX_ALERTS},
+                headers=headers,
+                timeout=timeout,
+            )
+            alerts = r.json().get("alerts") if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         alerts = None
     if not isinstance(alerts, list):
@@ -268,15 +286,22 @@ def _alert_origin(
     last = max(t for ts in origin.values() for t in ts)
     min_shift = start - last - timedelta(milliseconds=1)  # the API's times are to the microsecond
 
-    def ours(a: Any) -> bool:
+    def keys(a: Any) -> list[tuple[str, Any]]:  # a listed alert's identities as a storm alert
+        if not isinstance(a, dict) or not isinstance(a.get("labels"), dict):
+            return []
+        return [("fingerprint", a.get("fingerprint")), _storm_key({"labels": a["labels"]})]
+
+    def ours(a: Any) -> bool:  # a storm alert shifted as far as this replay shifted it
         t = _at(a.get("startsAt")) if isinstance(a, dict) else None
-        if t is None or not isinstance(a.get("labels"), dict):
-            return False
-        keys = [("fingerprint", a.get("fingerprint")), _storm_key({"labels": a["labels"]})]
-        return any(t - o >= min_shift for k in keys for o in origin.get(k, ()))
+        return t is not None and any(t - o >= min_shift for k in keys(a) for o in origin.get(k, ()))
+
+    def storm_alert(a: Any) -> bool:  # one of the storm's alerts, whatever its start
+        return any(k in origin for k in keys(a))
 
     mine = sum(map(ours, alerts))
-    return max(int(inc.get("alert_count") or 0) - mine, 0), mine > 0 or not alerts
+    return max(int(inc.get("alert_count") or 0) - mine, 0), not alerts or any(
+        map(storm_alert, alerts)
+    )
 
 
 def _print_incident(
@@ -366,10 +391,14 @@ def _show_incidents(
         result = (last[0], False)  # a later read failed: as they stood at the last one
     items, settled = result
     shown: list[tuple[dict[str, Any], int | None]] = []
-    for inc in items:
+    # the reads of their alerts together take the time left in --wait, at least MIN_READ_TIMEOUT_S;
+    # an incident not read once that has run out is taken as when the service did not list them
+    reads_until = max(deadline, time.monotonic() + MIN_READ_TIMEOUT_S)
+    for inc in items[:MAX_EXAMINED]:
         if len(shown) == MAX_SHOWN:
             break
-        earlier, may_hold_ours = _alert_origin(client, headers, inc, storm, start)
+        timeout = reads_until - time.monotonic()
+        earlier, may_hold_ours = _alert_origin(client, headers, inc, storm, start, timeout)
         if not may_hold_ours:
             continue  # none of this replay's alerts: another storm's incident, ended just before
         shown.append((inc, earlier))

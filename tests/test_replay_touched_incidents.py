@@ -141,3 +141,140 @@ def test_only_another_storms_incident_is_no_incident_of_this_storm(
     out = _run(monkeypatch, capsys, with_ours=False)
     assert "incident #" not in out and "earlier alert" not in out, out
     assert f"no incident of this storm yet; see {URL}/ui/" in out
+
+
+def _storm_alerts() -> list[dict[str, Any]]:
+    return json.loads(DNS.read_text())["alerts"]
+
+
+def _shifted(alerts: list[dict[str, Any]], end: datetime) -> list[dict[str, Any]]:
+    """The storm re-timed to end at ``end``, as a replay started then posts it."""
+    times = [datetime.fromisoformat(a["startsAt"].replace("Z", "+00:00")) for a in alerts]
+    shift = end - max(times)
+    return [{**a, "startsAt": _iso(t + shift)} for a, t in zip(alerts, times, strict=True)]
+
+
+def test_the_same_storm_replayed_back_to_back_joins_the_earlier_incident(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The service folds a firing delivery that starts less than HA_START_SKEW_S (90 s) after a
+    still-firing alert of its fingerprint into that alert, keeping its earlier startsAt
+    (serving/db.py). So the second of two replays of one storm, 60 s apart, lists only the first
+    one's alerts under incident 1: replay said "no incident of this storm yet", where
+    docs/operators.md says back-to-back replays join one incident, noted as holding earlier
+    alerts."""
+    from fleetmind.serving.db import HA_START_SKEW_S
+
+    clock = FakeClock()
+    monkeypatch.setattr(
+        replay_cli, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep)
+    )
+    now = datetime.now(UTC)
+    gap = timedelta(seconds=60)
+    assert gap.total_seconds() < HA_START_SKEW_S
+    stored = {a["fingerprint"]: a for a in _shifted(_storm_alerts(), now - gap)}  # 1st replay
+    folded = [0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/api/v1/alerts":
+            for a in json.loads(request.content)["alerts"]:
+                old = stored.get(a["fingerprint"])
+                t = datetime.fromisoformat(a["startsAt"].replace("Z", "+00:00"))
+                t_old = datetime.fromisoformat(old["startsAt"].replace("Z", "+00:00"))
+                assert timedelta(0) < t - t_old < timedelta(seconds=HA_START_SKEW_S)
+                folded[0] += 1  # onto the earlier row, its startsAt kept
+            return httpx.Response(200, json={"status": "ok"})
+        if path == "/api/v1/rca":
+            return httpx.Response(200, json={"mapped_alerts": 8, "graph": "fleetmind-example"})
+        if path == "/api/v1/incidents":
+            return httpx.Response(200, json=[_incident(1, "global/dns", 8, now, ["c0", "c1"])])
+        if path == "/api/v1/incidents/1":
+            return httpx.Response(200, json={"id": 1, "alerts": list(stored.values())})
+        return httpx.Response(404, json={"detail": "not found"})
+
+    monkeypatch.setattr(
+        replay_cli,
+        "_client",
+        lambda url: httpx.Client(base_url=url, transport=httpx.MockTransport(handler)),
+    )
+    argv = ["replay", str(DNS), "--url", URL, "--speed", "1e9", "--wait", "30"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert folded == [8]
+    assert "no incident of this storm" not in out, out
+    shown = [ln for ln in out.splitlines() if ln.startswith("incident #")]
+    assert shown == ["incident #1: 8 alerts; top cause global/dns f  (the storm's root)"], out
+    assert "it also holds 8 earlier alerts, not this replay's" in out, out
+    assert f"{URL}/ui/incidents/1" in out
+
+
+def _foreign_service(
+    monkeypatch: pytest.MonkeyPatch, read_s: float
+) -> tuple[list[float], FakeClock]:
+    """A fake service listing 100 incidents of other storms, all touched by the replay's time
+    span (newest first: 100 down to 1); a read of one's alerts takes ``read_s`` fake seconds.
+    Returns the timeouts of those reads and the clock."""
+    clock = FakeClock()
+    monkeypatch.setattr(
+        replay_cli, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep)
+    )
+    now = datetime.now(UTC)
+    other = _other_storm(now)
+    incidents = [
+        _incident(i, "c1/host/c1-h0", 6, now + timedelta(seconds=i), ["c1"]) for i in range(1, 101)
+    ]
+    timeouts: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/api/v1/alerts":
+            return httpx.Response(200, json={"status": "ok"})
+        if path == "/api/v1/rca":
+            return httpx.Response(200, json={"mapped_alerts": 8, "graph": "fleetmind-example"})
+        if path == "/api/v1/incidents":
+            return httpx.Response(200, json=incidents)
+        timeouts.append(request.extensions["timeout"]["read"])
+        clock.now += read_s
+        return httpx.Response(200, json={"id": int(path.rsplit("/", 1)[1]), "alerts": other})
+
+    monkeypatch.setattr(
+        replay_cli,
+        "_client",
+        lambda url: httpx.Client(base_url=url, transport=httpx.MockTransport(handler)),
+    )
+    return timeouts, clock
+
+
+def test_the_alerts_of_at_most_a_few_incidents_are_read(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With 100 incidents of other storms touched by its time span, replay read the alerts of
+    every one of them (each up to 10,000 alerts) looking for 3 of its own."""
+    timeouts, _ = _foreign_service(monkeypatch, read_s=0.0)
+    argv = ["replay", str(DNS), "--url", URL, "--speed", "1e9", "--wait", "30"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert len(timeouts) == 3 * replay_cli.MAX_SHOWN == 9, out  # the newest 9 only
+    assert replay_cli.MAX_EXAMINED == 9
+    assert f"no incident of this storm yet; see {URL}/ui/" in out
+
+
+@pytest.mark.parametrize(("wait", "first"), [("30", 27.0), ("5", 10.0)])
+def test_the_reads_of_incident_alerts_take_the_time_left_in_wait(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], wait: str, first: float
+) -> None:
+    """Each read of an incident's alerts had its own 10 s, however many, after --wait. Together
+    they now take the time left in --wait, at least MIN_READ_TIMEOUT_S (10 s) as a read of the
+    incident list does. The rankings here settle 3 s into the wait (the rank interval and the
+    margin); each read takes 4 s."""
+    timeouts, _ = _foreign_service(monkeypatch, read_s=4.0)
+    argv = ["replay", str(DNS), "--url", URL, "--speed", "1e9", "--wait", wait]
+    assert main(argv) == 0
+    capsys.readouterr()
+    budget = first
+    expected = []
+    while budget > 0 and len(expected) < 3 * replay_cli.MAX_SHOWN:
+        expected.append(budget)
+        budget -= 4.0
+    assert timeouts == pytest.approx(expected)
