@@ -53,6 +53,7 @@ from fleetmind.data.topology import (
     _pcie_count,
     get_template,
     gpu_spec,
+    nvlink_max_links,
     parse_link_label,
 )
 from fleetmind.folders import write_file_whole
@@ -142,6 +143,8 @@ def _shown(val: Any) -> str:
     hex digits is a valid YAML integer that ``repr`` even refuses to write, CVE-2020-10735)."""
     if isinstance(val, int) and val.bit_length() > 128:  # 39 digits and more: not worth a line
         return f"an integer of {val.bit_length():,} bits"
+    if isinstance(val, str) and len(val) > 64:
+        return f"a text of {len(val):,} characters"
     return repr(val)
 
 
@@ -167,6 +170,64 @@ def _as_float(src: str, obj: Mapping[str, Any], key: str) -> float:
         return float(val)
     except OverflowError:  # an integer beyond 1.8e308
         raise DataError(f"{_where(src, obj)}: {key!r} is too large: {_shown(val)}") from None
+
+
+_INT_TEXT = re.compile(r"[0-9]+")
+_FLOAT_TEXT = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+
+
+def _plain_number(val: Any, decimal_point: bool) -> Any:
+    """A template field's value with a quoted plain decimal number read as that number (``"24"`` ->
+    24; with ``decimal_point``, ``"41.6"`` -> 41.6: ASCII digits and at most one ``.``) and a numpy
+    scalar as the Python number; any other value (``"N/A"``, ``"0-63"``, ``"-1"``, ``"4e1"``, a
+    bool) unchanged, for :func:`_as_int` / :func:`_as_float` to accept or refuse."""
+    if isinstance(val, np.integer):
+        return int(val)
+    if isinstance(val, np.floating):
+        return float(val)
+    pattern = _FLOAT_TEXT if decimal_point else _INT_TEXT
+    if isinstance(val, str) and len(val) <= 4000 and pattern.fullmatch(val):
+        return float(val) if "." in val else int(val)  # 4,000 digits: under int()'s 4,300
+    return val
+
+
+def _field(spec: Mapping[str, Any], key: str, val: Any) -> _LineDict:
+    """A one-key mapping ``{key: val}`` on ``spec``'s line, for the error messages."""
+    item = _LineDict()
+    item.line = getattr(spec, "line", 0)
+    item[key] = val
+    return item
+
+
+def _tpl_int(src: str, spec: Mapping[str, Any], key: str, default: int) -> int:
+    """A template's integer field (``pcie_gen``, ``cpus_per_numa``, ``numa_nodes``): ``default``
+    when absent, else :func:`_as_int` of the value, a quoted ``"24"`` read as 24."""
+    if key not in spec:
+        return default
+    return _as_int(src, _field(spec, key, _plain_number(spec[key], False)), key)
+
+
+def _tpl_float(src: str, spec: Mapping[str, Any], key: str, default: float) -> float:
+    """A template's GB/s field (``nvlink_gbps``, ``socket_gbps``): ``default`` when absent, else
+    :func:`_as_float` of the value, a quoted ``"41.6"`` read as 41.6."""
+    if key not in spec:
+        return default
+    return _as_float(src, _field(spec, key, _plain_number(spec[key], True)), key)
+
+
+def _tpl_smt(src: str, spec: Mapping[str, Any]) -> bool:
+    """A template's ``smt``: true or false (default true), also written 1 or 0 or as the text
+    ``"true"`` / ``"false"`` (any case); anything else (``"yes please"``, 2) is refused."""
+    val = spec.get("smt", True)
+    if isinstance(val, (bool, np.bool_)):
+        return bool(val)
+    if isinstance(val, (int, np.integer)) and val in (0, 1):
+        return bool(val)
+    if isinstance(val, str) and val.lower() in ("true", "false"):
+        return val.lower() == "true"
+    raise DataError(
+        f"{_where(src, spec)}: 'smt' must be true or false (or 1 or 0), got {_shown(val)}"
+    )
 
 
 _TEMPLATE_KEYS = {
@@ -202,9 +263,10 @@ def _label_matrix(src: str, obj: Mapping[str, Any], key: str, g: int | None) -> 
 
 
 def _int_list(src: str, spec: Mapping[str, Any], key: str, g: int, name: str) -> np.ndarray:
-    """``spec[key]`` (``numa`` or ``board``) as ``(g,)`` int64, each entry a non-negative integer
-    (:func:`_as_int`'s rules: ``N/A`` as ``nvidia-smi topo -m`` prints it, ``-1`` or ``a`` is an
-    error naming the line); default ``[0] * g`` for ``numa``, ``0..g-1`` for ``board``.
+    """``spec[key]`` (``numa`` or ``board``) as ``(g,)`` int64, each entry a non-negative integer,
+    also quoted (``"0"``; :func:`_as_int`'s rules otherwise: ``N/A`` as ``nvidia-smi topo -m``
+    prints it, ``0-63``, ``-1``, ``a`` or a bool is an error naming the line); default ``[0] * g``
+    for ``numa``, ``0..g-1`` for ``board``.
 
     Raises:
         DataError: not a list of ``g`` such integers.
@@ -212,15 +274,14 @@ def _int_list(src: str, spec: Mapping[str, Any], key: str, g: int, name: str) ->
     if key not in spec:
         return np.zeros(g, dtype=np.int64) if key == "numa" else np.arange(g, dtype=np.int64)
     vals = spec[key]
+    if isinstance(vals, np.ndarray) and vals.ndim == 1:
+        vals = vals.tolist()
     if not isinstance(vals, (list, tuple)) or len(vals) != g:
         raise DataError(f"{_where(src, spec)}: template {name!r}: {key} needs {g} entries")
-    item = _LineDict()
-    item.line = getattr(spec, "line", 0)
     out = np.empty(g, dtype=np.int64)
     for k, val in enumerate(vals):
-        item.clear()
-        item[f"{key}[{k}]"] = val
-        out[k] = _as_int(src, item, f"{key}[{k}]")
+        entry = f"{key}[{k}]"
+        out[k] = _as_int(src, _field(spec, entry, _plain_number(val, False)), entry)
     return out
 
 
@@ -237,7 +298,7 @@ def template_from_dict(name: str, spec: Mapping[str, Any], src: str = "<dict>") 
     _need(src, spec, "links", f"template {name!r}")
     links = _label_matrix(src, spec, "links", None)
     g = len(links)
-    if "n_gpus" in spec and _as_int(src, spec, "n_gpus") != g:
+    if "n_gpus" in spec and _tpl_int(src, spec, "n_gpus", g) != g:
         raise DataError(f"{_where(src, spec)}: template {name!r}: n_gpus disagrees with links")
     numa = _int_list(src, spec, "numa", g, name)
     level = np.zeros((g, g), dtype=np.int8)
@@ -257,20 +318,13 @@ def template_from_dict(name: str, spec: Mapping[str, Any], src: str = "<dict>") 
     except ConfigError as err:
         raise DataError(f"{_where(src, spec)}: template {name!r}: {err}") from None
     specd = gpu_spec(model)
-    smt = spec.get("smt", True)
-    if not isinstance(smt, bool):
-        raise DataError(f"{_where(src, spec)}: 'smt' must be true or false, got {_shown(smt)}")
     kwargs: dict[str, Any] = {
-        "pcie_gen": _as_int(src, spec, "pcie_gen", specd.pcie_gen),
-        "nvlink_gbps": (
-            _as_float(src, spec, "nvlink_gbps")
-            if "nvlink_gbps" in spec
-            else specd.nvlink_gbps or 25.0
-        ),
-        "socket_gbps": _as_float(src, spec, "socket_gbps") if "socket_gbps" in spec else 41.6,
-        "cpus_per_numa": _as_int(src, spec, "cpus_per_numa", 0),
-        "smt": smt,
-        "numa_nodes": _as_int(src, spec, "numa_nodes", 0),
+        "pcie_gen": _tpl_int(src, spec, "pcie_gen", specd.pcie_gen),
+        "nvlink_gbps": _tpl_float(src, spec, "nvlink_gbps", specd.nvlink_gbps or 25.0),
+        "socket_gbps": _tpl_float(src, spec, "socket_gbps", 41.6),
+        "cpus_per_numa": _tpl_int(src, spec, "cpus_per_numa", 0),
+        "smt": _tpl_smt(src, spec),
+        "numa_nodes": _tpl_int(src, spec, "numa_nodes", 0),
         "description": str(spec.get("description", "")),
     }
     try:
@@ -647,6 +701,14 @@ SXM5 board of DGX H100 / HGX H100; the PCIe card is "NVIDIA H100 PCIe", the NVL 
 SXM3 V100s are the 16-GPU DGX-2, which no built-in template describes."""
 
 
+def names_mig_instances(name: str) -> bool:
+    """Whether a telemetry model name names MIG instances: ``MIG`` (any case) is one of its words
+    split on whitespace, ``-`` and ``_`` ("NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+    "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"); the rule of
+    :func:`fleetmind.serving.scheduler.placement.names_mig`, which the data layer cannot import."""
+    return any(w.upper() == "MIG" for w in re.split(r"[-_\s]+", str(name)))
+
+
 def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
     """Template of a live node from its GPUs' telemetry model name and count.
 
@@ -656,7 +718,10 @@ def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
     (:data:`SXM_BOARD_TEMPLATES`) -> ``dgx1-v100``, ``dgx-a100`` or ``dgx-h100`` with the spec-table
     model ("Tesla V100-SXM2-32GB" -> ``dgx1-v100:V100M32``, the template openb's ``V100M32`` nodes
     get); any other known card -> ``pcie-<n>gpu:<model>`` ("NVIDIA A100-PCIE-40GB" stays PCIe). An
-    unknown name keeps :func:`openb_template_for`'s ``pcie-<n>gpu:<name>``, without a warning.
+    unknown name keeps :func:`openb_template_for`'s ``pcie-<n>gpu:<name>``, without a warning, and
+    so does a MIG instance's name (``MIG`` one of its words, the rule of
+    :func:`fleetmind.serving.scheduler.placement.names_mig`: "NVIDIA A100-SXM4-40GB MIG 3g.20gb"):
+    MIG slices of a GPU are no positions on the SXM board.
 
     :param model: the GPU model as telemetry reports it (dcgm-exporter's ``modelName``).
     :param n_gpus: GPUs of the node (>= 1).
@@ -665,7 +730,7 @@ def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
     if name in GPU_SPECS:
         return openb_template_for(name, n_gpus)
     key, known = _spec_key(name, None)
-    if not known:
+    if not known or names_mig_instances(name):
         return openb_template_for(name, n_gpus)
     family = re.sub(r"M\d+$", "", key)
     board = SXM_BOARD_TEMPLATES.get(family)
@@ -908,9 +973,10 @@ def discover_local_fleet(
     has that bus id and ``nvmlDeviceGetNvLinkRemoteDeviceType`` says SWITCH; every such link where
     the driver lacks that call) give every pair of switch-attached GPUs ``min`` of their switch
     link counts, as ``nvidia-smi topo -m`` shows on DGX A100/H100; links to a CPU (IBM POWER9's
-    NPU) connect no pair. NUMA: ``nvmlDeviceGetNumaNodeId``'s ids as the driver numbers them (as
-    ``nvidia-smi topo -m`` prints them, not renumbered) where the driver has it, else groups of
-    GPUs not separated by ``SYS`` numbered 0, 1, ...
+    NPU) connect no pair. NUMA (:func:`_numa_ids`): each GPU's NUMA affinity as the driver or the
+    kernel numbers it (``nvmlDeviceGetMemoryAffinity``, else the PCI device's sysfs ``numa_node``;
+    what ``nvidia-smi topo -m`` prints under "NUMA Affinity", not renumbered), else, when a GPU has
+    neither, groups of GPUs not separated by ``SYS`` numbered 0, 1, ...
 
     The one node is named by :func:`local_node_name`: ``node_name`` when given, else ``NODE_NAME``
     (the Kubernetes Node a pod runs on, which differs from the pod's hostname), else this host's
@@ -960,7 +1026,8 @@ def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) 
             level[i, j] = level[j, i] = int(NVML_LEVELS.get(raw, LinkLevel.SYS))
     nvl = np.zeros((g, g), dtype=np.int8)
     to_switch = np.zeros(g, dtype=np.int64)
-    max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
+    # at most the largest NV# a fleet file takes, so what discovery writes loads again
+    max_links = min(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)), nvlink_max_links())
     enabled = int(getattr(nv, "NVML_FEATURE_ENABLED", 1))
     bus_to_gpu = {b: i for i, b in enumerate(buses)}
     for i, h in enumerate(handles):
@@ -984,7 +1051,7 @@ def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) 
         for b in sw:
             if a != b:
                 nvl[a, b] = max(int(nvl[a, b]), int(min(to_switch[a], to_switch[b])))
-    numa = _numa_ids(nv, handles, level)
+    numa = _numa_ids(nv, handles, buses, level)
     model = gpu_model_from_nvml(names[0], _memory_mib(nv, handles[0]))
     host = local_node_name(node_name)
     tpl = NodeTemplate(
@@ -1010,27 +1077,30 @@ def _discover(nv: Any, cluster: str, region: str, node_name: str | None = None) 
     return fleet
 
 
+NVML_NVLINK_DEVICE_TYPE_GPU = 0
+NVML_NVLINK_DEVICE_TYPE_IBMNPU = 1
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
-"""``nvmlDeviceGetNvLinkRemoteDeviceType``'s answer for an NVSwitch (``nvmlIntNvLinkDeviceType_t``
-in ``nvml.h``: GPU 0, IBM NPU 1, SWITCH 2, UNKNOWN 0xFF)."""
+"""``nvmlDeviceGetNvLinkRemoteDeviceType``'s answers (``nvmlIntNvLinkDeviceType_t`` in ``nvml.h``
+and nvidia-ml-py's ``pynvml.py``: GPU 0, IBM NPU 1, SWITCH 2, UNKNOWN 0xFF)."""
 
 
 def _remote_is_switch(nv: Any, handle: Any, link: int) -> bool:
     """Whether an NVLink whose remote bus id is no GPU ends on an NVSwitch.
 
-    ``nvmlDeviceGetNvLinkRemoteDeviceType`` tells (only ``NVML_NVLINK_DEVICE_TYPE_SWITCH`` counts:
-    the links of an IBM POWER9 host's V100s to the CPU, type ``IBMNPU``, connect no GPU pair). Where
-    the call is absent or fails (older drivers lack it, or answer NotSupported), every such
-    link is taken as a switch link, as before the call existed: the switch systems of those drivers
-    (DGX-2, HGX-2) are the common case.
+    ``nvmlDeviceGetNvLinkRemoteDeviceType`` tells: only ``GPU`` (0) and ``IBMNPU`` (1) are no
+    switch link (the links of an IBM POWER9 host's V100s to the CPU connect no GPU pair). Where
+    the call is absent or fails (older drivers lack it, or answer NotSupported) or answers
+    ``UNKNOWN`` (0xFF), the link is taken as a switch link, as before the call existed: the switch
+    systems of those drivers (DGX-2, HGX-2) are the common case.
     """
     getter = getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
     if getter is None:
         return True
     try:
-        return int(getter(handle, link)) == NVML_NVLINK_DEVICE_TYPE_SWITCH
+        kind = int(getter(handle, link))
     except Exception:  # noqa: BLE001 - NVMLError (NotSupported, FunctionNotFound): as before
         return True
+    return kind not in (NVML_NVLINK_DEVICE_TYPE_GPU, NVML_NVLINK_DEVICE_TYPE_IBMNPU)
 
 
 def _memory_mib(nv: Any, handle: Any) -> float | None:
@@ -1041,16 +1111,74 @@ def _memory_mib(nv: Any, handle: Any) -> float | None:
         return None
 
 
-def _numa_ids(nv: Any, handles: list[Any], level: np.ndarray) -> np.ndarray:
+PCI_DEVICES_DIR = Path("/sys/bus/pci/devices")
+"""Linux's PCI device folders (``<domain>:<bus>:<device>.<function>``, lower-case hex, 4-digit
+domain); each holds ``vendor`` and ``numa_node`` (-1 where the kernel has no NUMA node for it)."""
+
+PCI_VENDOR_NVIDIA = "0x10de"
+"""The ``vendor`` file of an NVIDIA PCI function."""
+
+NUMA_NODE_SET_WORDS = 16
+"""64-bit words of the node set asked of ``nvmlDeviceGetMemoryAffinity``: NUMA nodes 0 to 1023
+(Linux's ``CONFIG_NODES_SHIFT`` of 10, its largest)."""
+
+_PCI_BUS_ID = re.compile(r"([0-9a-f]{1,8}):([0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
+
+
+def _memory_affinity_node(nv: Any, handle: Any) -> int | None:
+    """The lowest NUMA node of ``nvmlDeviceGetMemoryAffinity(handle, nodeSetSize,
+    NVML_AFFINITY_SCOPE_NODE)`` (the nodes whose memory is nearest the GPU), or None where the call
+    is absent, fails (NotSupported, an older driver's FunctionNotFound) or sets no bit."""
+    getter = getattr(nv, "nvmlDeviceGetMemoryAffinity", None)
+    if getter is None:
+        return None
+    scope = int(getattr(nv, "NVML_AFFINITY_SCOPE_NODE", 0))
+    try:
+        words = [int(w) for w in getter(handle, NUMA_NODE_SET_WORDS, scope)]
+    except Exception:  # noqa: BLE001 - NVMLError, or a stand-in without the call: not known
+        return None
+    for k, word in enumerate(words):
+        word &= (1 << 64) - 1
+        if word:
+            return 64 * k + (word & -word).bit_length() - 1
+    return None
+
+
+def _sysfs_numa_node(bus_id: str) -> int | None:
+    """The kernel's NUMA node of the NVIDIA PCI function ``bus_id`` (NVML's ``00000000:C4:00.0``,
+    read as sysfs's ``0000:c4:00.0``): :data:`PCI_DEVICES_DIR`'s ``numa_node``, or None where the
+    folder is absent, is no NVIDIA device, or says -1 (unknown)."""
+    m = _PCI_BUS_ID.fullmatch(bus_id.strip().lower())
+    if m is None:
+        return None
+    folder = PCI_DEVICES_DIR / f"{int(m.group(1), 16):04x}:{m.group(2)}"
+    try:
+        if (folder / "vendor").read_text().strip().lower() != PCI_VENDOR_NVIDIA:
+            return None
+        node = int((folder / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+def _numa_ids(nv: Any, handles: list[Any], buses: list[str], level: np.ndarray) -> np.ndarray:
+    """``(G,)`` NUMA node of each GPU (``buses``: their PCI bus ids, lower case), as
+    ``nvidia-smi topo -m``'s "NUMA Affinity" column.
+
+    Per GPU: the lowest node of ``nvmlDeviceGetMemoryAffinity`` (scope NODE), else the PCI device's
+    sysfs ``numa_node``; the ids are kept as the driver and the kernel number them (``3 3 1 1 7 7 5
+    5`` on a DGX A100 with its EPYCs in NPS4 mode). ``nvmlDeviceGetNumaNodeId`` is not read: it is
+    the "GPU NUMA ID" column, the GPU's own memory as a NUMA node where the GPU is one (the
+    CPU-less HBM node of a Grace Hopper GH200), NotSupported on x86 hosts. When some GPU has
+    neither answer, the GPUs not separated by ``SYS`` form groups numbered 0, 1, ...
+    """
     g = len(handles)
-    getter = getattr(nv, "nvmlDeviceGetNumaNodeId", None)
-    if getter is not None:
-        try:
-            ids = np.array([int(getter(h)) for h in handles], dtype=np.int64)
-            if ids.min() >= 0:  # the driver's ids as nvidia-smi prints them (3, 3, 1, 1, 7, ...)
-                return ids
-        except Exception:  # noqa: BLE001 - older drivers: fall back to the topology
-            pass
+    ids: list[int | None] = []
+    for h, bus in zip(handles, buses, strict=True):
+        node = _memory_affinity_node(nv, h)
+        ids.append(_sysfs_numa_node(bus) if node is None else node)
+    if all(x is not None for x in ids):
+        return np.array(ids, dtype=np.int64)
     numa = np.full(g, -1, dtype=np.int64)
     nxt = 0
     for i in range(g):

@@ -157,9 +157,29 @@ def link_label(level: int, nvlinks: int = 0) -> str:
     return LinkLevel(int(level)).name
 
 
-NVML_NVLINK_MAX_LINKS = 18
-"""Most NVLinks one GPU has (``NVML_NVLINK_MAX_LINKS`` in NVML's ``nvml.h``: 18 on H100 SXM5), so the
-most a GPU pair can bond; the largest ``NV#`` label a template takes."""
+NVML_NVLINK_MAX_LINKS = 36
+"""``NVML_NVLINK_MAX_LINKS`` of nvidia-ml-py 13.x (its ``pynvml.py``): the most NVLinks NVML
+reports for one GPU, so the most a GPU pair can bond. :func:`nvlink_max_links` is the
+largest ``NV#`` label a template takes: this, or the installed pynvml's constant when larger."""
+
+_NVLINK_CAP: list[int] = []
+
+
+def nvlink_max_links() -> int:
+    """The largest ``NV#`` label a template takes: the larger of :data:`NVML_NVLINK_MAX_LINKS`
+    (36) and the installed pynvml's ``NVML_NVLINK_MAX_LINKS`` (read once, when first asked), so
+    every count NVML discovery (:func:`fleetmind.data.fleet_io.discover_local_fleet`) writes loads
+    again."""
+    if not _NVLINK_CAP:
+        cap = NVML_NVLINK_MAX_LINKS
+        try:
+            import pynvml
+
+            cap = max(cap, int(pynvml.NVML_NVLINK_MAX_LINKS))
+        except Exception:  # noqa: BLE001 - not installed, or no such constant: the default
+            pass
+        _NVLINK_CAP.append(cap)
+    return _NVLINK_CAP[0]
 
 
 def parse_link_label(label: str) -> tuple[int, int]:
@@ -167,17 +187,17 @@ def parse_link_label(label: str) -> tuple[int, int]:
 
     Raises:
         ConfigError: for a label that is none of ``X``, ``NV#`` (``#`` in ASCII digits, 1 to
-            :data:`NVML_NVLINK_MAX_LINKS`), ``BRD``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``.
+            :func:`nvlink_max_links`, 36), ``BRD``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``.
     """
     text = str(label).strip().upper()
     digits = text[2:]
     # ASCII digits only: str.isdigit() also takes superscripts ("NV\u00b3"), which int() refuses
     if text.startswith("NV") and digits and digits.isascii() and digits.isdigit():
-        n = int(digits)
-        if not 0 < n <= NVML_NVLINK_MAX_LINKS:
+        cap = nvlink_max_links()
+        n = int(digits) if len(digits) <= 6 else cap + 1  # int() refuses 4,300+ digits
+        if not 0 < n <= cap:
             raise ConfigError(
-                f"link label {label!r}: a GPU pair has 1 to {NVML_NVLINK_MAX_LINKS} NVLinks "
-                "(NVML_NVLINK_MAX_LINKS)"
+                f"link label {label!r}: a GPU pair has 1 to {cap} NVLinks (NVML_NVLINK_MAX_LINKS)"
             )
         return int(LinkLevel.NV), n
     if text in LinkLevel.__members__ and text != "NV":

@@ -375,6 +375,17 @@ class _SlotModels:
         return ok
 
 
+def _board_model(node: NodeState) -> str:
+    """The model name that picks a node's topology template: the most common among its healthy
+    GPUs (the first seen on a tie), not ``gpus[0]``, which may be an unhealthy placeholder of a GPU
+    telemetry does not report; ``gpus[0].model`` when no GPU is healthy."""
+    counts: dict[str, int] = {}
+    for g in node.gpus:
+        if g.healthy:
+            counts[g.model] = counts.get(g.model, 0) + 1
+    return max(counts, key=counts.__getitem__) if counts else node.gpus[0].model
+
+
 class PeerPolicyPlacer:
     """Adapter from an ``envs.policies.Policy``-like object (``score``/``select``/``choose_gpus`` on an
     ``envs.core.ClusterState``) to the service's :class:`Placer`.
@@ -444,7 +455,7 @@ class PeerPolicyPlacer:
         policy = self.policy
         if self._topology:
             templates = [
-                telemetry_template_for(x.gpus[0].model, int(g)) if g > 0 else None
+                telemetry_template_for(_board_model(x), int(g)) if g > 0 else None
                 for x, g in zip(nodes, num_gpu.tolist(), strict=True)
             ]
             policy = TopologyBestEffort(templates=templates, allocation=self.policy.allocation)
