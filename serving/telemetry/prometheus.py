@@ -48,7 +48,10 @@ they come back once the window holds no hardware XID.
 No reading. DCGM's blank values (:data:`DCGM_BLANKS`, e.g. ``9223372036854775794`` or
 ``140737488355328`` for a field the GPU does not support), a utilisation outside 0-100 % and a
 ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` outside 0-1 are no reading (:func:`is_reading`), as if the series
-were absent.
+were absent; so is a NaN or infinite value of any field (an XID too). A NaN or infinite
+kube-state-metrics allocatable is no reading of its resource; a NaN or infinite request leaves the
+node's sum unknown, and none of that resource free. A ``gpu-milli`` annotation outside 1..1000
+(:func:`share_milli`) holds no share.
 
 MIG: a series with a ``GPU_I_ID`` label is one MIG instance; each instance becomes its own GPU of
 the node, ``index = 100 * (gpu + 1) + GPU_I_ID`` (never a physical index), ``model`` =
@@ -218,7 +221,12 @@ that still has ``warnings`` other than PromQL's annotations (:data:`ANNOTATION_P
 refused (:class:`NotAvailableError`, naming the first warning): series may be missing anywhere (a
 Thanos Receive hashring shards a node's series over ingesters), and a fleet missing a node's pod
 requests shows its CPU free; no snapshot is safer than a wrong one. The fleet routes answer 503
-with the warning and ``/ui/fleet`` shows it; ``fleetmind doctor`` stops with it.
+with the warning and ``/ui/fleet`` shows it; ``fleetmind doctor`` stops with it. VictoriaMetrics
+cluster's vmselect answers without an unavailable vmstorage node by default, marking the answer
+``"isPartial": true`` (no ``warnings``; VictoriaMetrics CHANGELOG v1.47.0, and its cluster docs:
+``-search.denyPartialResponse`` or the query argument ``deny_partial_response=1`` fail it instead):
+queries send ``deny_partial_response=1`` too, and an answer with ``isPartial`` true is refused
+the same way.
 """
 
 from __future__ import annotations
@@ -274,8 +282,8 @@ cleanup), comes from a user program or the driver's handling of one, and leaves 
 
 def is_hardware_xid(value: float | None) -> bool:
     """Whether a ``DCGM_FI_DEV_XID_ERRORS`` value (an XID number, 0 for none) is a hardware XID."""
-    if value is None or value != value or value <= 0:
-        return False
+    if value is None or not math.isfinite(value) or value <= 0:
+        return False  # NaN or +-Inf: no reading
     return int(value) == value and int(value) in HARDWARE_XIDS
 
 
@@ -295,8 +303,9 @@ def is_dcgm_blank(value: float) -> bool:
 
 def is_reading(field_name: str, value: float) -> bool:
     """Whether ``value`` of a DCGM field (its name in ``_FIELDS``: ``util``, ``gr_active``...) is
-    a reading: not a blank sentinel, and inside :data:`READING_RANGES` where the field has one."""
-    if is_dcgm_blank(value):
+    a reading: finite (NaN and +-Inf are none), not a blank sentinel, and inside
+    :data:`READING_RANGES` where the field has one."""
+    if not math.isfinite(value) or is_dcgm_blank(value):
         return False
     bounds = READING_RANGES.get(field_name)
     return bounds is None or bounds[0] <= value <= bounds[1]
@@ -700,9 +709,10 @@ class PrometheusApiSource(TelemetrySource):
 
         Sends ``partial_response=false`` (Thanos Query then fails a query that a store did not
         answer instead of answering it without that store's series; Prometheus ignores the
-        parameter) and refuses an answer with ``warnings`` other than PromQL's own annotations
-        (``PromQL info:``/``PromQL warning:`` about the expression): see Partial answers in the
-        module docstring.
+        parameter) and ``deny_partial_response=1`` (VictoriaMetrics' vmselect then fails a query a
+        vmstorage node did not answer); refuses an answer with ``warnings`` other than PromQL's
+        own annotations (``PromQL info:``/``PromQL warning:`` about the expression) or with
+        ``"isPartial": true`` (vmselect): see Partial answers in the module docstring.
 
         Raises:
             NotAvailableError: Prometheus cannot be reached, refuses the query, or answers
@@ -713,7 +723,8 @@ class PrometheusApiSource(TelemetrySource):
         import msgspec
 
         headers = bearer_headers(self.bearer_token_file)
-        form = {"query": promql, "partial_response": "false"}
+        # Thanos Query and VictoriaMetrics cluster: fail rather than answer without a store
+        form = {"query": promql, "partial_response": "false", "deny_partial_response": "1"}
         if at is not None:
             form["time"] = f"{at:.3f}"
             form["nocache"] = "1"  # VictoriaMetrics: evaluate at `time`, not now - latencyOffset
@@ -904,6 +915,11 @@ def http_problem(resp: Any, body: Any) -> str | None:
             f"answered a partial result ({len(partial)} warning(s): {partial[0][:300]}); "
             "FleetMind does not place on a fleet with series missing"
         )
+    if body.get("isPartial") is True:  # VictoriaMetrics cluster: a vmstorage node did not answer
+        return (
+            "answered a partial result (isPartial: true, a VictoriaMetrics vmstorage node did not "
+            "answer); FleetMind does not place on a fleet with series missing"
+        )
     return None
 
 
@@ -1055,7 +1071,9 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
             if lab.get("phase") in ("Pending", "Unknown"):
                 view.unstarted.add((cluster, *key))
         if name == "kube_node_status_allocatable" and lab.get("node"):
-            view.alloc[(cluster, lab["node"])][lab.get("resource", "")] = v
+            res = view.alloc[(cluster, lab["node"])]  # the node is listed either way
+            if math.isfinite(v):  # NaN or +-Inf: no reading of the resource
+                res[lab.get("resource", "")] = v
         elif name == "kube_pod_info" and lab.get("node") and key not in finished:
             view.pod_node[key] = (cluster, lab["node"])
             view.running.add((cluster, *key))
@@ -1066,16 +1084,20 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
                 view.daemonset[key] = lab["created_by_kind"]
         elif name == "kube_pod_container_resource_requests" and key not in finished:
             if lab.get("node"):
+                # a NaN or infinite request stays in the node's sum: its free CPU or memory is
+                # then unknown, and build_nodes shows none free
                 view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
-                if lab.get("resource") == "nvidia_com_gpu":
+                if lab.get("resource") == "nvidia_com_gpu" and math.isfinite(v):
                     view.app_gpus[(cluster, lab["node"], *key)] += v
         elif name == "pod_gpu_requests" and lab.get("node"):  # summed per pod by Prometheus
-            view.app_gpus[(cluster, lab["node"], *key)] += v
+            if math.isfinite(v):
+                view.app_gpus[(cluster, lab["node"], *key)] += v
         elif (
             name in ("kube_pod_init_container_resource_requests", "pod_init_gpu_requests")
             and key not in finished
             and lab.get("node")
             and lab.get("resource", "nvidia_com_gpu") == "nvidia_com_gpu"
+            and math.isfinite(v)
         ):  # one value per init container (see Init containers); CPU and memory are not read
             own = view.init_gpus[(cluster, lab["node"], *key)]
             own[lab.get("container", "")] = max(v, own.get(lab.get("container", ""), 0.0))
@@ -1086,7 +1108,7 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
             view.sidecars.add((cluster, *key, lab.get("container", "")))
         elif name == "node_requests" and lab.get("node"):  # summed per node by Prometheus
             view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
-        elif name == "node_gpus" and lab.get("node"):
+        elif name == "node_gpus" and lab.get("node"):  # NaN/Inf: add_missing_gpus adds none
             view.gpu_count[(cluster, lab["node"])][lab.get("__name__", "")] = v
         elif name == "node_gpu_replicas" and lab.get("node"):
             r = lab.get(REPLICAS_LABEL, "")
@@ -1097,9 +1119,8 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
                 if mig and value.isdigit() and int(value) >= 1:
                     view.mig_replicas[(cluster, lab["node"])][mig.group(1)] = int(value)
         elif name == "kube_pod_annotations" and key not in finished and lab.get(ANN_MILLI):
-            try:
-                milli = int(float(lab[ANN_MILLI]))
-            except ValueError:
+            milli = share_milli(lab[ANN_MILLI])
+            if milli is None:
                 continue
             view.shares.append((lab, milli, _gpu_indices(lab.get(ANN_INDEX, ""))))
     for where in {*view.app_gpus, *view.init_gpus}:
@@ -1239,7 +1260,7 @@ def _read_dcgm(
                 xid = int(lab.get("xid", ""))
             except ValueError:
                 continue
-            if v > 0 and not is_dcgm_blank(v) and xid in HARDWARE_XIDS:
+            if is_reading(field_name, v) and v > 0 and xid in HARDWARE_XIDS:
                 g.setdefault("hw_xids", set()).add(xid)
             continue
         if is_reading(field_name, v):
@@ -1298,6 +1319,20 @@ def _drop_mig_parents(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> None:
                 g["xid"] = phys["xid"]
 
 
+def share_milli(text: str) -> int | None:
+    """The GPU share an ``alibabacloud.com/gpu-milli`` annotation holds (milli-GPU, 1..1000), or
+    ``None`` when it holds none: not a number, NaN or infinite (``"inf"``, ``"1e999"``), or
+    outside 1..1000 (0 is a CPU-only pod; a negative or larger value is one the extender
+    refuses, :mod:`fleetmind.serving.scheduler.extender`). A fraction is cut to whole milli."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or not 1 <= value <= 1000:
+        return None
+    return int(value)
+
+
 def _gpu_state(
     g: dict[str, Any], idx: int, healthy: bool, share: int | None, replicas: int = 1
 ) -> GpuState:
@@ -1313,7 +1348,7 @@ def _gpu_state(
     if not healthy:
         free_milli = 0
     elif share is not None:
-        free_milli = max(0, 1000 - share)
+        free_milli = min(1000, max(0, 1000 - share))
     elif g.get("pods"):
         # each workload pod holds one replica (k8s-device-plugin sharing.timeSlicing), or one per
         # vgpu label it has here (--kubernetes-virtual-gpus: a pod given two replicas of this GPU
@@ -1393,12 +1428,17 @@ def build_nodes(
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         req = view.requests.get(key, {})
+        # a request sum that is NaN or infinite (a pod's request was): nothing known free
         if "cpu" in res:
             node.cpu_milli = int(round(res["cpu"] * 1000))
-            node.cpu_milli_free = node.cpu_milli - int(round(req.get("cpu", 0.0) * 1000))
+            cpu = req.get("cpu", 0.0)
+            if math.isfinite(cpu):
+                node.cpu_milli_free = node.cpu_milli - int(round(cpu * 1000))
         if "memory" in res:
             node.memory_mib = int(res["memory"] // 2**20)
-            node.memory_mib_free = node.memory_mib - int(-(-req.get("memory", 0.0) // 2**20))
+            mem = req.get("memory", 0.0)
+            if math.isfinite(mem):
+                node.memory_mib_free = node.memory_mib - int(-(-mem // 2**20))
     # the devices the snapshot already places each pod on: one per (GPU, vgpu) DCGM names it on,
     # one per GPU its share annotation's gpu-index names
     named: dict[tuple[str, str], set[tuple[str, int, str]]] = defaultdict(set)
