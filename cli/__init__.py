@@ -17,8 +17,10 @@ Errors caused by the user (:class:`fleetmind.errors.FleetMindError`) print one l
 ``fleetmind: error: <reason>``, and exit with status 2; so does an :class:`OSError` about a path
 (``fleetmind: error: <path>: <reason>``), which no handler caught: a file the command could not
 read or write is the user's to fix, and the path says which; and a write that found no room (a full
-disk, ``ulimit -f``), which flushing or closing a file reports without its name. A reader of stdout that goes away
-(``fleetmind ... | head``) ends the command quietly with status 141 (:func:`_stdout_closed`); a
+disk, ``ulimit -f``), which flushing or closing a file reports without its name (stdout on a full
+disk, ``> /dev/full``, too). A reader of stdout that goes away (``fleetmind ... | head``) ends the
+command quietly with status 141 (:func:`_stdout_closed`), ``--help``, ``--version`` and a group's
+help included: parsing runs under the same contract; a
 ``BrokenPipeError`` while stdout is still open (a child process or a connection that went away) is
 an :class:`OSError` like any other. :func:`fleetmind.cli.runner.run_main` keeps this contract; the
 benchmark modules (``python -m benchmarks.<area>.<name>``) call it too, with their own name in
@@ -101,23 +103,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     # events to mobile.events.data.microsoft.com on Linux too, unless this is set before import)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    try:  # Ctrl-C while the group modules import (the first second or so): one line, not a traceback
-        parser = build_parser()
-        args = parser.parse_args(argv)
-    except KeyboardInterrupt:
-        print("fleetmind: interrupted", file=sys.stderr)
-        return 130
-    func = getattr(args, "func", None)
-    if func is None:
-        # A group without a sub-command: show that group's help.
-        target = getattr(args, "group_parser", None) or parser
-        target.print_help()
-        return 0 if args.group is None else 2
     from fleetmind.data.paths import OPENB_FALLBACK_ENV
 
     saved = os.environ.get(OPENB_FALLBACK_ENV)
 
     def run() -> int | None:
+        # parsing runs under run_main too: Ctrl-C while the group modules import (the first second
+        # or so) is one line, and the output of --help, --version and a group's help meets the
+        # same contract as a command's (a closed pipe is a quiet 141, a full disk one line)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            # A group without a sub-command: show that group's help.
+            target = getattr(args, "group_parser", None) or parser
+            target.print_help()
+            return 0 if args.group is None else 2
         if args.group in OPENB_FALLBACK_GROUPS:
             _openb_fallback_note()
         return func(args)

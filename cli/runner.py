@@ -26,7 +26,11 @@
   bytes of a file name that ``surrogateescape`` decoded are written back as they were).
 
 Any other exception is a bug or the system's trouble and keeps its traceback. ``SystemExit``
-(argparse's usage errors, status 2) passes through untouched.
+(argparse's usage errors, status 2; ``--help`` and ``--version``, status 0) passes through once what
+stdout holds is flushed: a closed pipe there is the quiet 141, a full disk (``--help > /dev/full``)
+the one line and status 2. Whatever the status, stdout output that could not be written is dropped
+(stdout then points at ``os.devnull``), so Python's flush at exit adds no ``Exception ignored``
+lines and does not turn the status into 120.
 
 This module imports only :mod:`fleetmind.errors` and the standard library, so a benchmark can use
 it without loading the command groups.
@@ -87,6 +91,40 @@ def _stdout_closed() -> int:
     os.dup2(devnull, fd)
     os.close(devnull)
     return STDOUT_CLOSED_STATUS
+
+
+def _drop_unwritable_stdout() -> None:
+    """Flush stdout; when that fails (a full disk, a reader gone, an I/O error), point stdout at
+    ``os.devnull`` (:func:`_stdout_closed`) so that the output it could not take is dropped
+    quietly: Python's own flush at exit would fail on it again, print ``Exception ignored in:
+    <_io.TextIOWrapper name='<stdout>'>`` and a traceback, and exit with status 120."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        _stdout_closed()
+    except (AttributeError, ValueError):  # not a file, or closed: nothing Python will flush
+        pass
+
+
+def _flush_at_exit(prog: str) -> int | None:
+    """Flush stdout before a ``SystemExit`` (argparse's ``--help``, ``--version`` and usage
+    errors) leaves :func:`run_main`: ``None`` when stdout took everything (the exit goes on),
+    else the status of the error contract: 141 when stdout's reader went away, 2 and one line for a
+    write that found no room (``fleetmind --help > /dev/full``). An :class:`OSError` of another
+    kind is raised."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_closed()
+    except OSError as err:
+        _stdout_closed()  # the exit flush must not fail again
+        status = _path_error(err, prog)
+        if status is None:
+            raise
+        return status
+    except (AttributeError, ValueError):  # not a file, or closed: nothing to flush
+        return None
+    return None
 
 
 def _stdout_broken() -> bool:
@@ -229,11 +267,17 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
         sys.argv[0] = prog
     closed_stdout, undo = _open_streams()
     try:
-        status = _run(fn, prog)
+        try:
+            status = _run(fn, prog)
+        except SystemExit as exc:  # --help, --version: what they printed had no reader either
+            if closed_stdout is not None and closed_stdout.written and exc.code in (0, None):
+                return STDOUT_CLOSED_STATUS
+            raise
         if closed_stdout is not None and closed_stdout.written and status == 0:
             return STDOUT_CLOSED_STATUS  # the output could not be taken; the files are written
         return status
     finally:
+        _drop_unwritable_stdout()  # an error part way left output stdout cannot take
         _close_streams(undo)
         if renamed and sys.argv:
             sys.argv[0] = saved
@@ -244,6 +288,11 @@ def _run(fn: Callable[[], int | None], prog: str) -> int:
     try:
         status = int(fn() or 0)
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at exit
+        return status
+    except SystemExit:  # argparse's --help, --version or usage error: flush what it printed
+        status = _flush_at_exit(prog)
+        if status is None:
+            raise
         return status
     except BrokenPipeError as err:
         if _stdout_broken():

@@ -9,8 +9,10 @@ the dependencies of :mod:`fleetmind.serving.deps`. Run it with ``fleetmind serve
 from __future__ import annotations
 
 import copy
+import errno
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -120,10 +122,56 @@ def redact_access_log() -> None:
         logger.addFilter(AccessLogRedaction())
 
 
+ACCESS_LOG_OFF_NOTE = "fleetmind: stdout closed; access log off"
+"""The one line on stderr when the reader of stdout, where the access lines go, went away."""
+
+
+class StdoutAccessHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """uvicorn's access handler (a :class:`logging.StreamHandler` on stdout) that outlives the
+    reader of stdout (``fleetmind serve | tee log`` whose ``tee`` was killed, a log shipper that
+    died): the first access line that meets the closed pipe (``BrokenPipeError``; Python ignores
+    SIGPIPE) prints :data:`ACCESS_LOG_OFF_NOTE` on stderr, once, and the access log stops; the
+    service goes on serving. Without it, logging's ``handleError`` printed a ``--- Logging error
+    ---`` block with its traceback (about 100 lines) on stderr for every request.
+
+    Stdout is then pointed at ``os.devnull`` (the recipe of the Python docs' "Note on SIGPIPE",
+    :mod:`signal`), so that the access line it still holds does not fail again when Python
+    flushes stdout at exit. Any other error of the handler is logging's as before."""
+
+    off = False
+    """Whether the access log stopped (the reader of stdout went away)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.off:
+            return
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        err = sys.exc_info()[1]
+        if not isinstance(err, OSError) or err.errno != errno.EPIPE:
+            super().handleError(record)
+            return
+        self.off = True
+        try:
+            fd = self.stream.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+            self.stream.flush()  # what the failed write left now goes to os.devnull
+        except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+            pass
+        try:
+            sys.stderr.write(ACCESS_LOG_OFF_NOTE + "\n")
+            sys.stderr.flush()
+        except (AttributeError, OSError, ValueError):  # no stderr either: nothing to tell
+            pass
+
+
 def uvicorn_log_config(level: str = "info") -> dict[str, Any]:
     """The logging configuration ``fleetmind serve`` hands uvicorn: uvicorn's own, plus the
     ``fleetmind`` loggers on stderr at ``level`` (``--log-level``: ``debug`` .. ``critical``),
-    and :class:`AccessLogRedaction` on the access lines.
+    and :class:`AccessLogRedaction` on the access lines, which stay on stdout through
+    :class:`StdoutAccessHandler` (a reader of stdout that went away stops them with one line).
 
     So a failure the service survives (telemetry unavailable, ranking processes or keep-warm not
     started, ...) is one line on stderr, ``WARNING:  fleetmind: telemetry unavailable: ...``,
@@ -135,6 +183,10 @@ def uvicorn_log_config(level: str = "info") -> dict[str, Any]:
     }
     access = config["loggers"].setdefault(ACCESS_LOGGER, {})
     access["filters"] = [*access.get("filters", []), "fleetmind_redact"]
+    # the access lines stay on stdout; a reader of stdout that went away stops them with one line
+    config["handlers"]["access"]["class"] = (
+        f"{StdoutAccessHandler.__module__}.{StdoutAccessHandler.__qualname__}"
+    )
     config["formatters"]["fleetmind"] = {
         **config["formatters"]["default"],
         "fmt": "%(levelprefix)s fleetmind: %(message)s",

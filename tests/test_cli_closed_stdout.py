@@ -10,7 +10,10 @@ handling follows the Python docs' "Note on SIGPIPE" (:mod:`signal`): point stdou
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -84,3 +87,131 @@ def test_a_closed_stdout_with_nothing_left_to_flush_is_still_141(
     finally:
         monkeypatch.undo()
         out.close()
+
+
+# A stdout that cannot take the output: a full disk (``> /dev/full``, ENOSPC) or a reader that went
+# away (EPIPE). Python's flush of stdout at exit failed again on what stdout still held, printed
+# "Exception ignored in: <_io.TextIOWrapper name='<stdout>'>" and a traceback, and turned the status
+# into 120; the output of --help and --version was printed outside the error contract. Python's
+# docs, "Note on SIGPIPE" (:mod:`signal`), point stdout at os.devnull so the exit flush is quiet.
+# PYTHONUNBUFFERED (which the test environment sets) makes every write reach the file at once and
+# hides the exit flush: these run without it, as a user's shell does.
+
+NO_ROOM_LINE = "fleetmind: error: writing a file failed: No space left on device\n"
+SMALL_FLEET = str(REPO / "data" / "fleets" / "small.yaml")
+
+
+def _fleetmind(args: list[str], stdout: int, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
+    env.pop("PYTHONUNBUFFERED", None)
+    return subprocess.run(
+        [sys.executable, "-m", "fleetmind.cli", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fleet", "show", "--topology", SMALL_FLEET],
+        ["graph", "schema"],
+        ["--help"],
+        ["rca"],  # a group without its command: the group's help (status 2)
+        ["rca", "generate", "--out", "gen", "--incidents", "4", "--graphs", "1"]
+        + ["--workers", "1", "--seed", "0"],
+    ],
+    ids=["fleet-show", "graph-schema", "help", "rca-help", "rca-generate"],
+)
+def test_stdout_on_a_full_disk_is_one_line_and_status_2(args: list[str], tmp_path: Path) -> None:
+    with open("/dev/full", "w") as full:
+        proc = _fleetmind(args, full.fileno(), tmp_path)
+    assert proc.stderr == NO_ROOM_LINE  # no "Exception ignored" at exit
+    assert proc.returncode == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--version"], ["--help"], ["rca"], ["graph", "schema"]],
+    ids=["version", "help", "rca-help", "graph-schema"],
+)
+def test_stdout_into_a_closed_pipe_is_quiet_141(args: list[str], tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command writes anything
+    try:
+        proc = _fleetmind(args, write_end, tmp_path)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == ""  # no BrokenPipeError traceback at exit
+    assert proc.returncode == cli.STDOUT_CLOSED_STATUS
+
+
+def test_help_still_exits_0_and_a_usage_error_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """Parsing under the error contract keeps argparse's own exits (in-process: SystemExit)."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"])
+    assert exc.value.code == 0 and "usage: fleetmind" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--no-such-option"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+def test_access_log_into_a_closed_pipe_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fleetmind serve | tee log`` whose tee died: uvicorn's access handler wrote to the closed
+    stdout and logging printed a '--- Logging error ---' block (its traceback, ~100 lines) on
+    stderr for every request. The access lines stay on stdout (uvicorn's LOGGING_CONFIG puts its
+    "access" handler on ext://sys.stdout); the first failed one prints one line and stops them."""
+    from serving_helpers import serve_logging
+
+    from fleetmind.serving.app import ACCESS_LOG_OFF_NOTE, ACCESS_LOGGER, StdoutAccessHandler
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stdout = open(write_end, "w", closefd=True)  # noqa: SIM115 - closed below
+    try:
+        monkeypatch.setattr(sys, "stdout", stdout)  # what ext://sys.stdout resolves to
+        with serve_logging("info"):
+            access = logging.getLogger(ACCESS_LOGGER)
+            for _ in range(3):  # uvicorn's call (httptools_impl.py, h11_impl.py)
+                access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET", "/", "1.1", 200)
+            handlers = [h for h in access.handlers if isinstance(h, StdoutAccessHandler)]
+            assert len(handlers) == 1 and handlers[0].off
+        stdout.flush()  # what the failed write left went to os.devnull: no error at exit
+    finally:
+        monkeypatch.undo()
+        stdout.close()
+    assert capsys.readouterr().err == ACCESS_LOG_OFF_NOTE + "\n"
+
+
+def test_other_access_handler_errors_stay_logging_s(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a reader that went away stops the access log; another error is reported as logging
+    reports it, and the next line is written."""
+    from fleetmind.serving.app import StdoutAccessHandler
+
+    class Failing(io.StringIO):
+        fail = True
+
+        def write(self, text: str) -> int:
+            if self.fail:
+                self.fail = False
+                raise OSError(errno.EIO, "Input/output error")
+            return super().write(text)
+
+    stream = Failing()
+    handler = StdoutAccessHandler(stream)
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    record = logging.makeLogRecord({"msg": "a line", "levelno": logging.INFO})
+    handler.handle(record)
+    handler.handle(record)
+    assert not handler.off and stream.getvalue() == "a line\n"
+    assert "--- Logging error ---" in capsys.readouterr().err
