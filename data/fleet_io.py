@@ -173,21 +173,32 @@ def _as_float(src: str, obj: Mapping[str, Any], key: str) -> float:
 
 
 _INT_TEXT = re.compile(r"[0-9]+")
-_FLOAT_TEXT = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+_FLOAT_TEXT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
 
 
 def _plain_number(val: Any, decimal_point: bool) -> Any:
-    """A template field's value with a quoted plain decimal number read as that number (``"24"`` ->
-    24; with ``decimal_point``, ``"41.6"`` -> 41.6: ASCII digits and at most one ``.``) and a numpy
-    scalar as the Python number; any other value (``"N/A"``, ``"0-63"``, ``"-1"``, ``"4e1"``, a
-    bool) unchanged, for :func:`_as_int` / :func:`_as_float` to accept or refuse."""
+    """A template field's value with a text that is a plain decimal number read as that number, and
+    a numpy scalar as the Python number; any other value (``"N/A"``, ``"0-63"``, ``"-1"``, ``"+4"``,
+    ``"1_0"``, a bool) unchanged, for :func:`_as_int` / :func:`_as_float` to accept or refuse.
+
+    The text, once its surrounding ASCII whitespace is stripped (``" 4"``, a ``|`` block's
+    ``"4\\n"``), must be ASCII digits (``"24"`` -> 24); with ``decimal_point``, also at most one
+    ``.`` and an exponent (``"41.6"`` -> 41.6, ``"2.5e1"`` -> 25.0: what PyYAML leaves as text where
+    YAML 1.1 wants a ``.`` and a signed exponent), read only when finite (``"1e400"`` stays text).
+    No sign, ``_`` or non-ASCII digit."""
     if isinstance(val, np.integer):
         return int(val)
     if isinstance(val, np.floating):
         return float(val)
-    pattern = _FLOAT_TEXT if decimal_point else _INT_TEXT
-    if isinstance(val, str) and len(val) <= 4000 and pattern.fullmatch(val):
-        return float(val) if "." in val else int(val)  # 4,000 digits: under int()'s 4,300
+    if not isinstance(val, str) or len(val) > 4000:  # 4,000 digits: under int()'s 4,300
+        return val
+    text = val.strip(_ASCII_SPACE)
+    if _INT_TEXT.fullmatch(text):
+        return int(text)
+    if decimal_point and _FLOAT_TEXT.fullmatch(text):
+        num = float(text)
+        return num if math.isfinite(num) else val
     return val
 
 
@@ -1126,9 +1137,12 @@ _PCI_BUS_ID = re.compile(r"([0-9a-f]{1,8}):([0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 
 
 def _memory_affinity_node(nv: Any, handle: Any) -> int | None:
-    """The lowest NUMA node of ``nvmlDeviceGetMemoryAffinity(handle, nodeSetSize,
-    NVML_AFFINITY_SCOPE_NODE)`` (the nodes whose memory is nearest the GPU), or None where the call
-    is absent, fails (NotSupported, an older driver's FunctionNotFound) or sets no bit."""
+    """The one NUMA node of ``nvmlDeviceGetMemoryAffinity(handle, nodeSetSize,
+    NVML_AFFINITY_SCOPE_NODE)`` (the node whose memory is nearest the GPU), or None where the call
+    is absent, fails (NotSupported, an older driver's FunctionNotFound) or sets no bit or more
+    than one: nvml.h says that where the scope does not apply, NVML reports the affinity of the
+    GPU's immediate non-I/O ancestor, which can span several nodes (``nvidia-smi topo -m`` prints
+    ``0-1``), so a set of nodes names none of them."""
     getter = getattr(nv, "nvmlDeviceGetMemoryAffinity", None)
     if getter is None:
         return None
@@ -1137,11 +1151,12 @@ def _memory_affinity_node(nv: Any, handle: Any) -> int | None:
         words = [int(w) for w in getter(handle, NUMA_NODE_SET_WORDS, scope)]
     except Exception:  # noqa: BLE001 - NVMLError, or a stand-in without the call: not known
         return None
+    mask = 0
     for k, word in enumerate(words):
-        word &= (1 << 64) - 1
-        if word:
-            return 64 * k + (word & -word).bit_length() - 1
-    return None
+        mask |= (word & ((1 << 64) - 1)) << (64 * k)
+    if mask == 0 or mask & (mask - 1):  # no node, or several: not one node's memory
+        return None
+    return mask.bit_length() - 1
 
 
 def _sysfs_numa_node(bus_id: str) -> int | None:
@@ -1165,12 +1180,13 @@ def _numa_ids(nv: Any, handles: list[Any], buses: list[str], level: np.ndarray) 
     """``(G,)`` NUMA node of each GPU (``buses``: their PCI bus ids, lower case), as
     ``nvidia-smi topo -m``'s "NUMA Affinity" column.
 
-    Per GPU: the lowest node of ``nvmlDeviceGetMemoryAffinity`` (scope NODE), else the PCI device's
-    sysfs ``numa_node``; the ids are kept as the driver and the kernel number them (``3 3 1 1 7 7 5
-    5`` on a DGX A100 with its EPYCs in NPS4 mode). ``nvmlDeviceGetNumaNodeId`` is not read: it is
-    the "GPU NUMA ID" column, the GPU's own memory as a NUMA node where the GPU is one (the
-    CPU-less HBM node of a Grace Hopper GH200), NotSupported on x86 hosts. When some GPU has
-    neither answer, the GPUs not separated by ``SYS`` form groups numbered 0, 1, ...
+    Per GPU: the node of ``nvmlDeviceGetMemoryAffinity`` (scope NODE) where it names exactly one,
+    else the PCI device's sysfs ``numa_node``; the ids are kept as the driver and the kernel number
+    them (``3 3 1 1 7 7 5 5`` on a DGX A100 with its EPYCs in NPS4 mode).
+    ``nvmlDeviceGetNumaNodeId`` is not read: it is the "GPU NUMA ID" column, the GPU's own memory
+    as a NUMA node where the GPU is one (the CPU-less HBM node of a Grace Hopper GH200),
+    NotSupported on x86 hosts. When some GPU has neither answer, the GPUs not separated by ``SYS``
+    form groups numbered 0, 1, ...
     """
     g = len(handles)
     ids: list[int | None] = []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fleetmind.data import fleet_io
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fleet import Cluster, Fleet
 from fleetmind.data.fleet_io import (
@@ -21,6 +23,13 @@ from fleetmind.data.paths import REPO_ROOT
 from fleetmind.data.topology import LinkLevel, get_template
 
 FLEETS = REPO_ROOT / "data" / "fleets"
+
+
+@pytest.fixture(autouse=True)
+def _no_host_sysfs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The stand-ins' bus ids are looked up in an empty sysfs, never this host's (a host with an
+    NVIDIA function at 0000:10:00.0 would give the fake GPUs its NUMA node)."""
+    monkeypatch.setattr(fleet_io, "PCI_DEVICES_DIR", tmp_path / "no-sysfs")
 
 
 @pytest.mark.parametrize("name", ["small.yaml", "example_multicluster.yaml"])
@@ -197,6 +206,21 @@ def test_discovery_with_a_fake_nvml(monkeypatch):
     assert t.level[0, 1] == LinkLevel.PIX and t.level[1, 2] == LinkLevel.SYS
     assert list(t.numa) == [0, 0, 1, 1]
     assert t.labels()[0][1] == "NV2"
+
+
+def test_discovery_reads_no_host_sysfs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake GPUs' bus ids are never looked up under this host's /sys."""
+    read: list[str] = []
+    real = Path.read_text
+
+    def spy(self: Path, *args: object, **kwargs: object) -> str:
+        read.append(str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", spy)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    assert list(discover_local_fleet().templates[0].numa) == [0, 0, 1, 1]
+    assert read and not [p for p in read if p.startswith("/sys/")]
 
 
 def test_fleet_validation():

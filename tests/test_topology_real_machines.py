@@ -531,7 +531,15 @@ def test_live_placer_takes_the_template_from_healthy_gpus() -> None:
         ({"numa_nodes": "2"}, "numa_nodes", 2),
         ({"nvlink_gbps": "25"}, "nvlink_gbps", 25.0),
         ({"socket_gbps": "41.6"}, "socket_gbps", 41.6),
+        ({"nvlink_gbps": "2.5e1"}, "nvlink_gbps", 25.0),
+        ({"socket_gbps": "4E1"}, "socket_gbps", 40.0),
+        ({"socket_gbps": ".5e+2"}, "socket_gbps", 50.0),
+        ({"nvlink_gbps": "250e-1"}, "nvlink_gbps", 25.0),
+        ({"cpus_per_numa": " 24"}, "cpus_per_numa", 24),
+        ({"pcie_gen": "4\n"}, "pcie_gen", 4),
+        ({"socket_gbps": "\t41.6 "}, "socket_gbps", 41.6),
         ({"numa": ["0", "1"]}, "numa", [0, 1]),
+        ({"numa": [" 0", "1\n"]}, "numa", [0, 1]),
         ({"board": ["0", "0"]}, "board", [0, 0]),
         ({"smt": 0}, "smt", False),
         ({"smt": 1}, "smt", True),
@@ -548,8 +556,8 @@ def test_quoted_numbers_and_01_smt_load(
         "clusters": [{"name": "a", "nodes": [{"name": "n0", "template": "box"}]}],
     }
     p = tmp_path / "fleet.yaml"
-    p.write_text(yaml.safe_dump(doc), encoding="utf-8")  # strings stay quoted: '4', '41.6'
-    assert "'" in p.read_text() or "smt" in fields
+    p.write_text(yaml.safe_dump(doc), encoding="utf-8")  # strings stay text: '4', 2.5e1
+    assert yaml.safe_load(p.read_text())["templates"]["box"] == {**_BOX, **fields}
     got = getattr(load_fleet_yaml(p).templates[0], attr)
     assert (list(got) if isinstance(got, np.ndarray) else got) == want
 
@@ -566,11 +574,20 @@ def test_quoted_numbers_and_01_smt_load(
         ({"board": [False, False]}, "'board[0]' must be a non-negative integer"),
         ({"pcie_gen": "4.0"}, "'pcie_gen' must be a non-negative integer"),
         ({"pcie_gen": "+4"}, "'pcie_gen' must be a non-negative integer"),
-        ({"cpus_per_numa": " 24"}, "'cpus_per_numa' must be a non-negative integer"),
+        ({"pcie_gen": "4e0"}, "'pcie_gen' must be a non-negative integer"),
+        ({"pcie_gen": "1_0"}, "'pcie_gen' must be a non-negative integer"),
+        ({"pcie_gen": "\u0664"}, "'pcie_gen' must be a non-negative integer"),  # Arabic-Indic 4
+        ({"cpus_per_numa": "\u00a024"}, "'cpus_per_numa' must be a non-negative integer"),
         ({"cpus_per_numa": "2" * 5000}, "'cpus_per_numa' must be a non-negative integer"),
         ({"socket_gbps": "41.6.1"}, "'socket_gbps' must be a non-negative number"),
-        ({"socket_gbps": "4e1"}, "'socket_gbps' must be a non-negative number"),
+        ({"socket_gbps": "+4e1"}, "'socket_gbps' must be a non-negative number"),
+        ({"socket_gbps": "4e"}, "'socket_gbps' must be a non-negative number"),
+        ({"socket_gbps": "e1"}, "'socket_gbps' must be a non-negative number"),
+        ({"socket_gbps": "4e1.5"}, "'socket_gbps' must be a non-negative number"),
+        ({"socket_gbps": "1e400"}, "'socket_gbps' must be a non-negative number"),  # inf
+        ({"socket_gbps": "4_1.6"}, "'socket_gbps' must be a non-negative number"),
         ({"nvlink_gbps": "-25"}, "'nvlink_gbps' must be a non-negative number"),
+        ({"nvlink_gbps": "-2.5e1"}, "'nvlink_gbps' must be a non-negative number"),
         ({"smt": 2}, "'smt' must be true or false"),
         ({"smt": "yes"}, "'smt' must be true or false"),
     ],
@@ -578,3 +595,79 @@ def test_quoted_numbers_and_01_smt_load(
 def test_template_fields_still_refused(fields: dict, needle: str) -> None:
     with pytest.raises(DataError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         template_from_dict("box", {**_BOX, **fields})
+
+
+def test_exponent_and_block_scalar_numbers_load_from_yaml(tmp_path: Path) -> None:
+    """PyYAML (YAML 1.1) reads an unquoted ``2.5e1`` as the text '2.5e1' (its float needs a ``.``
+    and a signed exponent, yaml/pyyaml resolver.py), and a ``|`` block as '24\\n': both load."""
+    p = tmp_path / "fleet.yaml"
+    p.write_text(
+        "templates:\n"
+        "  box:\n"
+        "    gpu_model: A10\n"
+        '    links: ["X PHB", "PHB X"]\n'
+        "    nvlink_gbps: 2.5e1\n"
+        "    socket_gbps: 1e2\n"
+        "    cpus_per_numa: |\n"
+        "      24\n"
+        "clusters:\n"
+        "  - name: a\n"
+        "    nodes:\n"
+        "      - {name: n0, template: box}\n",
+        encoding="utf-8",
+    )
+    raw = yaml.safe_load(p.read_text())["templates"]["box"]
+    assert raw["nvlink_gbps"] == "2.5e1" and raw["cpus_per_numa"] == "24\n"
+    t = load_fleet_yaml(p).templates[0]
+    assert (t.nvlink_gbps, t.socket_gbps, t.cpus_per_numa) == (25.0, 100.0, 24)
+
+
+# -- NUMA affinity masks of several nodes name none ----------------------------------------------
+
+
+def _multi_node_affinity(mod: types.ModuleType) -> types.ModuleType:
+    """NVML's answer where the node scope does not apply: the immediate non-I/O ancestor's
+    affinity (nvml.h, nvmlDeviceGetMemoryAffinity), here nodes 0 and 1 for every GPU
+    (``nvidia-smi topo -m`` prints ``0-1``)."""
+    mod.nvmlDeviceGetMemoryAffinity = lambda h, words, scope: [0b11] + [0] * (words - 1)
+    return mod
+
+
+def test_a_two_node_affinity_mask_falls_back_to_sys_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4 T4s, SYS between the pairs, every mask 0b11: not all NUMA 0, but the SYS groups."""
+    mod = fake_nvml(["Tesla T4"] * 4, lambda a, b: 20 if a // 2 == b // 2 else 50, [[]] * 4)
+    monkeypatch.setitem(sys.modules, "pynvml", _multi_node_affinity(mod))
+    assert list(discover_local_fleet(node_name="t4").templates[0].numa) == [0, 0, 1, 1]
+
+
+def test_a_two_node_affinity_mask_defers_to_sysfs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    root = tmp_path / "sys"
+    for i, node in enumerate([3, 3, 1, 1]):
+        _sysfs(root, f"0000:{0x10 * (i + 1):02x}:00.0", node)
+    monkeypatch.setattr(fleet_io, "PCI_DEVICES_DIR", root)
+    mod = fake_nvml(["Tesla T4"] * 4, lambda a, b: 20 if a // 2 == b // 2 else 50, [[]] * 4)
+    monkeypatch.setitem(sys.modules, "pynvml", _multi_node_affinity(mod))
+    assert list(discover_local_fleet(node_name="t4").templates[0].numa) == [3, 3, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("words", "want"),
+    [
+        ([0b100, 0], 2),
+        ([0, 1 << 5], 69),  # node 69: bit 5 of the second 64-bit word
+        ([0b11, 0], None),
+        ([1, 1], None),  # nodes 0 and 64
+        ([0, 0], None),
+        ([1 << 64, 0], None),  # a bit past the word's 64 is no node
+    ],
+)
+def test_memory_affinity_node_needs_exactly_one_bit(words: list[int], want: int | None) -> None:
+    nv = types.SimpleNamespace(
+        NVML_AFFINITY_SCOPE_NODE=0,
+        nvmlDeviceGetMemoryAffinity=lambda h, n, scope: words + [0] * (n - len(words)),
+    )
+    assert fleet_io._memory_affinity_node(nv, 0) == want
