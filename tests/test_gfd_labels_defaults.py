@@ -16,7 +16,7 @@ fall back to defaults.
 * GPU feature discovery spells the product ``Tesla-T4``, ``NVIDIA-A100-SXM4-40GB`` (spaces turned
   to hyphens); the sim source read memory only by short names (``T4``), so every such card was
   80 GiB, and a GPU without a model was an ``A100``. A Grace superchip's product names the
-  module's memory (``NVIDIA-GH200-480GB``: 480 GB of the CPU's LPDDR5X beside the GPU's 96 GB of
+  CPU's memory (``NVIDIA-GH200-480GB``: 480 GB of the CPU's LPDDR5X, not the GPU's 96 GB of
   HBM3, NVIDIA GH200 Grace Hopper Superchip datasheet), not the GPU's.
 """
 
@@ -204,7 +204,7 @@ def test_sim_reads_gfd_memory_and_product_strings() -> None:
         ("Tesla-T4", 15360), ("NVIDIA-A100-SXM4-40GB", 40960), ("Tesla V100-SXM2-16GB", 16384),
         ("NVIDIA H100 80GB HBM3", 81920), ("NVIDIA-A10G", 24576), ("NVIDIA L40S", 49152),
         ("V100M16", 16384),
-        # Grace superchips: the size in the name is the module's (CPU LPDDR5X + GPU HBM), not
+        # Grace superchips: the size in the name is the CPU's LPDDR5X, not
         # the GPU's 96 GB of HBM3 (NVIDIA GH200 datasheet); no table knows them: the placeholder
         ("NVIDIA-GH200-480GB", FALLBACK_GPU_MEMORY_MIB), ("NVIDIA GH200 480GB", FALLBACK_GPU_MEMORY_MIB),
         ("NVIDIA-GB200", FALLBACK_GPU_MEMORY_MIB),
