@@ -247,11 +247,14 @@ def _alert_origin(
     later: an alert is this replay's when it is a storm alert (by fingerprint, else by labels)
     shifted by at least ``start`` minus the storm's last ``startsAt``. An earlier replay of the
     same storm shifted it less, and its alerts may well start after this replay's first one. The
-    incident may hold this replay's alerts when it lists any storm alert, whatever its start: the
-    service folds a firing delivery starting less than ``HA_START_SKEW_S`` (90 s) after a firing
-    alert of its fingerprint into that alert, keeping the earlier ``startsAt``
-    (:mod:`fleetmind.serving.db`), so a replay of the same storm back to back joins the earlier
-    replay's alerts and lists none under its own start.
+    incident may hold this replay's alerts when it lists a storm alert that one of this replay's
+    could have been folded onto: the service folds a firing delivery starting less than
+    ``HA_START_SKEW_S`` (90 s) after a firing alert of its fingerprint into that alert, keeping
+    the earlier ``startsAt`` (:mod:`fleetmind.serving.db`), so a replay of the same storm back to
+    back joins the earlier replay's alerts and lists none under its own start. A storm alert
+    shifted by ``HA_START_SKEW_S`` or more less than this replay shifted it is an earlier
+    replay's that none of this one's joined: its incident (when the two did not group into one)
+    holds none of this replay's alerts.
 
     Args:
         timeout: seconds the read of the incident's alerts may take; ``<= 0``: not read (as when
@@ -262,6 +265,8 @@ def _alert_origin(
         list the incident's alerts but its first alert started before this replay's first.
     """
     import httpx
+
+    from fleetmind.serving.db import HA_START_SKEW_S
 
     alerts = None
     try:
@@ -295,8 +300,12 @@ def _alert_origin(
         t = _at(a.get("startsAt")) if isinstance(a, dict) else None
         return t is not None and any(t - o >= min_shift for k in keys(a) for o in origin.get(k, ()))
 
-    def storm_alert(a: Any) -> bool:  # one of the storm's alerts, whatever its start
-        return any(k in origin for k in keys(a))
+    # a fold needs new_start - t_old < HA_START_SKEW_S, new_start = o + shift, shift >= min_shift
+    fold_shift = min_shift - timedelta(seconds=HA_START_SKEW_S)
+
+    def storm_alert(a: Any) -> bool:  # a storm alert this replay's may have been folded onto
+        t = _at(a.get("startsAt")) if isinstance(a, dict) else None
+        return t is not None and any(t - o > fold_shift for k in keys(a) for o in origin.get(k, ()))
 
     mine = sum(map(ours, alerts))
     return max(int(inc.get("alert_count") or 0) - mine, 0), not alerts or any(

@@ -209,6 +209,92 @@ def test_the_same_storm_replayed_back_to_back_joins_the_earlier_incident(
     assert f"{URL}/ui/incidents/1" in out
 
 
+def _replay_after_an_earlier_replay(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], gap_s: float
+) -> tuple[str, int]:
+    """``fleetmind replay storm-dns.json`` ``gap_s`` seconds after an earlier replay of the same
+    storm, into a fake service that groups alerts only within 1 s (as with
+    ``FLEETMIND_INCIDENT_WINDOW_S=1``): the earlier replay's alerts are incident 1. Like
+    serving/db.py, a delivery that starts less than ``HA_START_SKEW_S`` after a stored alert of its
+    fingerprint is folded onto it (incident 1 then lists only the earlier alerts); a later one is
+    a new alert, here in incident 2. Returns what replay printed and how many it folded."""
+    from fleetmind.serving.db import HA_START_SKEW_S
+
+    clock = FakeClock()
+    monkeypatch.setattr(
+        replay_cli, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep)
+    )
+    now = datetime.now(UTC)
+    earlier = {
+        a["fingerprint"]: a for a in _shifted(_storm_alerts(), now - timedelta(seconds=gap_s))
+    }
+    new: dict[str, dict[str, Any]] = {}
+    folded = [0]
+
+    def at(a: dict[str, Any]) -> datetime:
+        return datetime.fromisoformat(a["startsAt"].replace("Z", "+00:00"))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/api/v1/alerts":
+            for a in json.loads(request.content)["alerts"]:
+                if at(a) - at(earlier[a["fingerprint"]]) < timedelta(seconds=HA_START_SKEW_S):
+                    folded[0] += 1  # onto the earlier row, its startsAt kept
+                else:
+                    new[a["fingerprint"]] = a
+            return httpx.Response(200, json={"status": "ok"})
+        if path == "/api/v1/rca":
+            return httpx.Response(200, json={"mapped_alerts": 8, "graph": "fleetmind-example"})
+        if path == "/api/v1/incidents":
+            last_earlier = max(at(a) for a in earlier.values())
+            items = [_incident(1, "global/dns", 8, last_earlier, ["c0", "c1"])]
+            if new:
+                items.append(_incident(2, "global/dns", len(new), now, ["c0", "c1"]))
+            return httpx.Response(200, json=items)
+        if path == "/api/v1/incidents/1":
+            return httpx.Response(200, json={"id": 1, "alerts": list(earlier.values())})
+        if path == "/api/v1/incidents/2" and new:
+            return httpx.Response(200, json={"id": 2, "alerts": list(new.values())})
+        return httpx.Response(404, json={"detail": "not found"})
+
+    monkeypatch.setattr(
+        replay_cli,
+        "_client",
+        lambda url: httpx.Client(base_url=url, transport=httpx.MockTransport(handler)),
+    )
+    argv = ["replay", str(DNS), "--url", URL, "--speed", "1e9", "--wait", "30"]
+    assert main(argv) == 0
+    return capsys.readouterr().out, folded[0]
+
+
+def test_an_earlier_replays_incident_of_the_same_storm_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Replay counted an incident as possibly holding its alerts when it listed any alert of the
+    storm, whatever its start. Two replays of one storm 92 s apart (more than HA_START_SKEW_S,
+    90 s: nothing folds) that the service did not group into one incident: the second also
+    showed the first one's incident, noted as holding 8 earlier alerts, although none of its own
+    could be there (each such incident takes one of the 3 shown)."""
+    out, folded = _replay_after_an_earlier_replay(monkeypatch, capsys, gap_s=92.0)
+    assert folded == 0
+    shown = [ln for ln in out.splitlines() if ln.startswith("incident #")]
+    assert shown == ["incident #2: 8 alerts; top cause global/dns f  (the storm's root)"], out
+    assert "earlier alert" not in out, out
+    assert f"{URL}/ui/incidents/2" in out and "/ui/incidents/1" not in out
+
+
+def test_a_back_to_back_replay_folded_onto_the_earlier_one_is_still_shown(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Less than HA_START_SKEW_S apart, every alert folds onto the earlier replay's, so incident 1
+    lists none under this replay's start: still shown, with the earlier-alerts note."""
+    out, folded = _replay_after_an_earlier_replay(monkeypatch, capsys, gap_s=60.0)
+    assert folded == 8
+    shown = [ln for ln in out.splitlines() if ln.startswith("incident #")]
+    assert shown == ["incident #1: 8 alerts; top cause global/dns f  (the storm's root)"], out
+    assert "it also holds 8 earlier alerts, not this replay's" in out, out
+
+
 def _foreign_service(
     monkeypatch: pytest.MonkeyPatch, read_s: float
 ) -> tuple[list[float], FakeClock]:
