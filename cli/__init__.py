@@ -104,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     from fleetmind.data.paths import OPENB_FALLBACK_ENV
+    from fleetmind.progress import quiet_library_bars
+
+    quiet_library_bars()  # no bar redraws (\r) from MLflow in a log file either
 
     saved = os.environ.get(OPENB_FALLBACK_ENV)
 

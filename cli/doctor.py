@@ -61,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
     )
     cluster = args.cluster or os.environ.get("FLEETMIND_TELEMETRY_CLUSTER") or "local"
     findings = diagnose(args.prometheus, timeout_s=args.timeout, cluster=cluster)
-    for f in findings:
-        print(f.line())
-    if args.json is not None:
+    if args.json is not None:  # the file before the screen: a reader that stops early keeps it
         from fleetmind.training.io import write_json  # whole or not at all, as README says
 
         write_json(args.json, as_json(args.prometheus, findings))
+    for f in findings:
+        print(f.line())
     return 1 if has_errors(findings) else 0

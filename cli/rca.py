@@ -25,6 +25,7 @@ from fleetmind.cli.common import (
     refuse_input_as_output,
 )
 from fleetmind.data.errors import ConfigError
+from fleetmind.progress import bar_disable
 from fleetmind.provenance import load_now, run_provenance
 from fleetmind.redact import safe_uri
 from fleetmind.training.io import write_json
@@ -185,7 +186,7 @@ def _generate(args: argparse.Namespace) -> int:
     )
     spec.check()
     total = sum(n for _, _, n in _jobs(spec))
-    with tqdm(total=total, desc="rca generate", unit="inc") as bar:
+    with tqdm(total=total, desc="rca generate", unit="inc", disable=bar_disable()) as bar:
         meta = generate_dataset(args.out, spec, progress=bar.update)
     counts = meta["counts"]
     n_graphs_total = sum(len(v) for v in meta["split_graphs"].values())

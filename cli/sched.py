@@ -38,7 +38,8 @@ from fleetmind.cli.common import (
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
 from fleetmind.data.paths import openb_is_synthetic
-from fleetmind.training.io import write_json, write_text_whole
+from fleetmind.progress import bar_disable
+from fleetmind.training.io import json_safe, write_json, write_text_whole
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
 DEFAULT_SEEDS = list(range(42, 52))
@@ -308,7 +309,9 @@ def _evaluate_fgd_ray(
     jobs = [
         (ref, p, s, job_path(args.nodes), job_path(args.model)) for p in policies for s in seeds
     ]
-    with tqdm(total=len(jobs), desc=f"fgd {trace.name} (ray)", unit="run") as bar:
+    with tqdm(
+        total=len(jobs), desc=f"fgd {trace.name} (ray)", unit="run", disable=bar_disable()
+    ) as bar:
         runs = run_tasks(fgd_eval_job, jobs, ray_address=args.ray_address, progress=bar.update)
     out: dict[str, Any] = {}
     for i, p in enumerate(policies):
@@ -358,7 +361,9 @@ def _rollout_fgd(args: argparse.Namespace, trace: Any, seeds: list[int], nodes: 
     clone = _stage_policies(args.model, ["clone"])["clone"]
     runs, logs = [], {}
     for s in seeds:
-        with tqdm(desc=f"rollout {trace.name} seed {s}", unit="pod", leave=False) as bar:
+        with tqdm(
+            desc=f"rollout {trace.name} seed {s}", unit="pod", leave=False, disable=bar_disable()
+        ) as bar:
             res, log = run_rollout_fgd(trace, clone, s, nodes, cfg, progress=bar.update)
         runs.append(res)
         logs[str(s)] = log.summary()
@@ -396,7 +401,9 @@ def _failure_causes(trace: Any, nodes: Any, policies: dict[str, Any], seeds: lis
     from fleetmind.envs.packing_bound import fgd_run_bound
 
     out: dict[str, Any] = {"policies": {}}
-    bar = tqdm(total=len(policies) * len(seeds), desc="failure causes", unit="run")
+    bar = tqdm(
+        total=len(policies) * len(seeds), desc="failure causes", unit="run", disable=bar_disable()
+    )
     for name, pol in policies.items():
         rows = []
         for seed in seeds:
@@ -443,7 +450,7 @@ def _evaluate_dynamic(
             trace, openb.cpu_milli, openb.memory_mib, openb.num_gpu, "the openb node list"
         )
     n_runs = len(policies) * len(seeds) if policies else None
-    with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run") as bar:
+    with tqdm(total=n_runs, desc=f"dynamic {args.trace}", unit="run", disable=bar_disable()) as bar:
         per_policy = evaluate_dynamic(
             trace, policies, seeds, progress=lambda _msg: bar.update(1), **kwargs
         )
@@ -636,7 +643,12 @@ def _evaluate_dynamic_agent(
     trace = _checked_dynamic_trace(args.trace, cfg)
     # a model with a learned queue order (--algo order) runs with it; the heuristics and the
     # stages below it (teacher, clone, rollout) run with the simulator's FIFO queue
-    with tqdm(total=len(policies) * len(seeds), desc=f"dynamic {args.trace}", unit="run") as bar:
+    with tqdm(
+        total=len(policies) * len(seeds),
+        desc=f"dynamic {args.trace}",
+        unit="run",
+        disable=bar_disable(),
+    ) as bar:
         per_policy = evaluate_streams(
             trace,
             seeds,
@@ -698,7 +710,13 @@ def _rollout_dynamic_factory(
         def new_env() -> Any:
             return MultiClusterPlacementEnv(**cfg.env_kwargs(env.trace))
 
-        bar = tqdm(total=cfg.n_jobs, desc=f"rollout seed {seed}", unit="job", leave=False)
+        bar = tqdm(
+            total=cfg.n_jobs,
+            desc=f"rollout seed {seed}",
+            unit="job",
+            leave=False,
+            disable=bar_disable(),
+        )
         pol = DynamicRolloutPolicy(model, new_env, seed, rcfg, progress=bar.update)
         runs[str(seed)] = (pol, bar)
         return pol
@@ -742,25 +760,6 @@ def trace_warnings_on_stderr() -> Iterator[None]:
         warnings.simplefilter("default", TraceWarning)  # each distinct message once
         warnings.showwarning = show
         yield
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every float that JSON cannot carry (NaN, infinities) replaced by None,
-    through dicts, lists and tuples, so that ``json.dumps(..., allow_nan=False)`` accepts it.
-
-    In fgd mode ``unallocated_gpu_pct_at_130`` (or ``_100``) is NaN when no pod record lands near
-    that arrived level, as on a node list of a few nodes, where one pod moves the arrived % by more
-    than a point; the JSON then says null and the table ``-``.
-    """
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar
-        return json_safe(value.item())
-    return value
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -1186,7 +1185,7 @@ def cmd_search_teacher(args: argparse.Namespace) -> int:
     # FGD's vector, the --init vector when given, then every generation's population
     vectors = 1 + (init is not None) + args.generations * args.population
     total = vectors * len(episodes)
-    with tqdm(total=total, desc="teacher search", unit="episode") as bar:
+    with tqdm(total=total, desc="teacher search", unit="episode", disable=bar_disable()) as bar:
         res = cmaes_search(
             cfg,
             episodes,

@@ -27,6 +27,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -403,6 +405,11 @@ def check_complete(root: Path, meta: Any, sizes: Mapping[str, int]) -> None:
         )
 
 
+LOCK_NAME = ".fleetmind-writing.lock"
+"""The file in a dataset folder that :class:`DatasetWriter` locks while it writes (hidden, and not
+a ``*.jsonl``, ``meta.json`` or ``graphs/`` file: no reader or dataset hash sees it)."""
+
+
 class DatasetWriter:
     """Streams a dataset folder to disk: graphs once, incidents line by line.
 
@@ -413,7 +420,12 @@ class DatasetWriter:
             w.add_incident("train", inc)
             w.set_meta({...})
 
-    On entering, ``meta.json`` becomes ``{"complete": false}`` (replacing an earlier dataset's,
+    On entering, the writer takes an exclusive lock on ``.fleetmind-writing.lock`` in the folder
+    (``flock``, held to the end of the block and released by the kernel if the process dies; the
+    file, holding the writer's pid, is removed when the block ends, and one a killed writer left is
+    ignored and taken over): a second writer of the same folder is refused with
+    :class:`DataError` naming the first one's pid, instead of deleting the split files the first
+    one is writing. Then ``meta.json`` becomes ``{"complete": false}`` (replacing an earlier dataset's,
     whose split files are removed, a split written again keeping its old file's permission
     bits; a non-empty folder that is not a dataset is refused); on
     a clean exit it is the :meth:`set_meta` dict plus ``counts`` and ``"complete": true``. When an
@@ -429,8 +441,23 @@ class DatasetWriter:
         self.counts: dict[str, int] = {}
         self.meta: dict[str, Any] = {}
         self._modes: dict[str, int] = {}  # split -> permission bits of the file it replaces
+        self._lock: int | None = None  # the descriptor of the locked LOCK_NAME
 
     def __enter__(self) -> DatasetWriter:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise DataError(f"cannot create dataset folder {self.root}: {err}") from None
+        self._take_lock()
+        try:
+            self._start()
+        except BaseException:
+            self._release_lock()
+            raise
+        return self
+
+    def _start(self) -> None:
+        """The first marker, after the lock is held: the earlier dataset's split files go."""
         old_splits = self._earlier_splits()
         try:
             (self.root / "graphs").mkdir(parents=True, exist_ok=True)
@@ -444,14 +471,55 @@ class DatasetWriter:
                 pass
             path.unlink(missing_ok=True)
         self._write_meta({"complete": False})
-        return self
+
+    def _take_lock(self) -> None:
+        """Lock :data:`LOCK_NAME` in the folder for this writer (``flock``, non-blocking) and write
+        this process's pid into it; :class:`DataError` when another writer holds it. A lock file
+        removed by the writer that held it between our open and our lock is opened again, so that
+        two writers never hold locks on two different files of that name."""
+        path = self.root / LOCK_NAME
+        for _ in range(100):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as err:
+                raise DataError(f"cannot create {path}: {err.strerror or err}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                os.close(fd)
+                who = f" (pid {pid})" if pid.isdigit() else ""
+                raise DataError(
+                    f"{self.root} is being written by another process{who}: wait for it to end, "
+                    "or choose another folder"
+                ) from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+                self._lock = fd
+                return
+            os.close(fd)  # the file we locked was removed as its writer ended: open the new one
+        raise DataError(f"cannot lock {path}: it keeps being replaced")
+
+    def _release_lock(self) -> None:
+        """Remove :data:`LOCK_NAME` (while still holding it) and release the lock."""
+        if self._lock is None:
+            return
+        with contextlib.suppress(OSError):
+            (self.root / LOCK_NAME).unlink()
+        os.close(self._lock)
+        self._lock = None
 
     def _earlier_splits(self) -> set[str]:
         """The split names of the dataset this folder already holds (their ``*.jsonl`` are
         replaced); an empty set for a new or empty folder. A folder holding anything else (no
         ``meta.json`` that a :class:`DatasetWriter` wrote) is refused with :class:`DataError`:
         its files are the user's, not a dataset's to overwrite."""
-        if not self.root.is_dir() or not any(self.root.iterdir()):
+        if not self.root.is_dir() or not any(p.name != LOCK_NAME for p in self.root.iterdir()):
             return set()
         try:
             meta = json.loads((self.root / "meta.json").read_text(encoding="utf-8"))
@@ -504,16 +572,23 @@ class DatasetWriter:
         self.meta = dict(meta)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        for fh in self._files.values():
-            fh.close()
-        if exc_type is not None:
-            stopped = {"complete": False, "counts": self.counts, "stopped_by": exc_type.__name__}
-            self._write_meta(stopped)
-            return
-        meta = dict(self.meta)
-        meta.setdefault("counts", self.counts)
-        meta["complete"] = True
-        self._write_meta(meta)
+        try:
+            for fh in self._files.values():
+                fh.close()
+            if exc_type is not None:
+                stopped = {
+                    "complete": False,
+                    "counts": self.counts,
+                    "stopped_by": exc_type.__name__,
+                }
+                self._write_meta(stopped)
+                return
+            meta = dict(self.meta)
+            meta.setdefault("counts", self.counts)
+            meta["complete"] = True
+            self._write_meta(meta)
+        finally:
+            self._release_lock()
 
 
 def write_dataset(

@@ -41,6 +41,7 @@ from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, Pod, pods_from_trace
 from fleetmind.envs.policies import Policy, canonical_policy_name, make_policy
+from fleetmind.progress import bar_disable
 
 DEFAULT_SCALE = 1.3
 DEFAULT_LEVELS = (100, 130)
@@ -417,7 +418,10 @@ def evaluate_fgd(
     names = named + list(objects)
     runs: dict[str, list[FgdResult]] = {n: [] for n in names}
     bar = tqdm(
-        total=len(names) * len(seeds), desc=f"fgd {tr.name}", unit="run", disable=not progress
+        total=len(names) * len(seeds),
+        desc=f"fgd {tr.name}",
+        unit="run",
+        disable=bar_disable(progress),
     )
     jobs = [(tr, p, s, nodes, tuple(levels)) for p in named for s in seeds]
     if workers > 1 and len(jobs) > 1:

@@ -27,6 +27,7 @@ from torch_geometric.loader import DataLoader
 from fleetmind.data.errors import DataError
 from fleetmind.data.graph import DependencyGraph
 from fleetmind.data.rca_dataset import load_dataset
+from fleetmind.progress import bar_disable
 from fleetmind.rca.features.dense import AlertFeatures, alert_features, candidate_mask
 from fleetmind.rca.features.layout import FEATURE_VERSION
 from fleetmind.rca.features.neighbours import neighbour_inputs
@@ -136,7 +137,7 @@ def incidents_to_data(
 
     fidx = {f: i for i, f in enumerate(fault_types)}
     out = []
-    for inc in tqdm(incidents, desc=desc, disable=not progress, leave=False):
+    for inc in tqdm(incidents, desc=desc, disable=bar_disable(progress), leave=False):
         g = graphs[inc["graph"]]
         fault = fidx.get(inc.get("fault_type"), -1)
         out.append(

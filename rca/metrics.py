@@ -24,6 +24,7 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.progress import bar_disable
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES, RandomConfig, alerts_by_node
 from fleetmind.rca.gbdt import make_learned
@@ -239,7 +240,7 @@ def evaluate_methods(
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(incidents, desc="rca evaluate", unit="inc")
+        it = tqdm(incidents, desc="rca evaluate", unit="inc", disable=bar_disable())
     for inc in it:
         g = graphs[inc["graph"]]
         _prime(g, inc["alerts"])

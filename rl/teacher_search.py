@@ -32,6 +32,14 @@ FGD_CHOICE = 1
 BLOCKS = ("all", "sharing", "cpu_only")
 """Feature blocks of the searched scorer (``rl.teacher.BLOCKS_3``)."""
 
+UNDEFINED_METRIC = (
+    "cannot search a teacher on these episodes: {what} is not a number, because the metric "
+    "(unallocated GPU % at 100 % arrived) is undefined for a trace or node list this small: no pod "
+    "arrives within a point of 100 % of the nodes' GPU capacity; the search needs a trace that "
+    "reaches 100 % of --nodes' GPUs in steps under a point (more nodes, or a longer --trace)"
+)
+"""The refusal of :func:`cmaes_search` when the metric is NaN (``envs.fgd_mode.unallocated_at``)."""
+
 
 @dataclass
 class SearchResult:
@@ -115,7 +123,9 @@ def cmaes_search(
     Raises:
         ConfigError: no episodes, a population below 2, an initial step size that is not a finite
             number > 0, an FGD prefix (``fgd_until_pct``) outside ``[0, stop_arrived_pct)``, or
-            start weights of the wrong shape.
+            start weights of the wrong shape; also (after the episodes of FGD's vector, before
+            any result is returned) when FGD's score or every score of a generation is NaN: the
+            metric is undefined for a trace or node list this small (:data:`UNDEFINED_METRIC`).
     """
     import cma
 
@@ -143,6 +153,8 @@ def cmaes_search(
     start = [fgd] if init is None else [fgd, x0]
     first = scores(start)
     fgd_score = first[0]
+    if not math.isfinite(fgd_score):
+        raise ConfigError(UNDEFINED_METRIC.format(what="FGD's baseline score"))
     init_score = first[1] if init is not None else None
     best_w, best = (x0, first[1]) if init is not None and first[1] < fgd_score else (fgd, fgd_score)
     es = cma.CMAEvolutionStrategy(
@@ -160,6 +172,8 @@ def cmaes_search(
     for g in range(int(generations)):
         xs = [np.asarray(x, dtype=np.float64) for x in es.ask()]
         f = scores(xs)
+        if not any(math.isfinite(v) for v in f):
+            raise ConfigError(UNDEFINED_METRIC.format(what=f"every score of generation {g}"))
         es.tell(xs, f)
         i = int(np.argmin(f))
         if f[i] < best:

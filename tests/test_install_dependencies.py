@@ -26,13 +26,11 @@ OPTIONAL = {
     for extra, reqs in PYPROJECT["project"]["optional-dependencies"].items()
 }
 
-LAZY_IMPORTS = {
-    # stable-baselines3's ProgressBarCallback (``learn(progress_bar=True)``, which ``sched train``
-    # passes by default) imports ``tqdm.rich``; SB3 declares tqdm and rich only in its ``[extra]``
-    # (stable_baselines3/common/callbacks.py: "You must install tqdm and rich in order to use the
-    # progress bar callback").
-    "rich": ("training/recipes/fgd.py", "training/recipes/dynamic.py"),
-    "tqdm": ("training/recipes/fgd.py", "training/recipes/dynamic.py"),
+LAZY_IMPORTS: dict[str, tuple[str, ...]] = {
+    # none at present: ``sched train`` no longer passes stable-baselines3's
+    # ``learn(progress_bar=True)``, whose ProgressBarCallback imports ``tqdm.rich`` (SB3 declares
+    # tqdm and rich only in its ``[extra]``) and draws on stdout; its bar is
+    # fleetmind.training.progress.timestep_bar (tqdm on stderr)
 }
 """Modules a dependency imports only for an option FleetMind passes it -> the files passing it."""
 

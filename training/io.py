@@ -3,6 +3,7 @@
 :func:`write_json` writes a run's summary (the ``--json`` file of ``fleetmind rca ...`` and
 ``fleetmind sched ...``); the trainers in this package and the CLI share it. Both it and
 :func:`write_text_whole` write a file whole or not at all (a temporary file renamed over it).
+:func:`json_safe` turns the floats JSON cannot carry (NaN, infinities) into ``null``.
 :func:`new_run_dir` makes a training run's own folder.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -18,12 +20,38 @@ from typing import Any
 from fleetmind.folders import write_file_whole
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every float that JSON cannot carry (NaN, infinities) replaced by None,
+    through dicts, lists and tuples (numpy scalars as Python numbers), so that
+    ``json.dumps(..., allow_nan=False)`` accepts it.
+
+    In fgd mode ``unallocated_gpu_pct_at_130`` (or ``_100``) is NaN when no pod record lands near
+    that arrived level, as on a node list of a few nodes, where one pod moves the arrived % by more
+    than a point; the JSON then says null (and ``sched evaluate``'s table ``-``).
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar
+        return json_safe(value.item())
+    return value
+
+
 def write_json(path: str | Path | None, payload: dict[str, Any]) -> None:
-    """Write ``payload`` as indented JSON to ``path`` (parent folders created) whole or not at
-    all (:func:`write_text_whole`); no-op for ``None``."""
+    """Write ``payload`` as indented, strict JSON to ``path`` (parent folders created) whole or
+    not at all (:func:`write_text_whole`); no-op for ``None``.
+
+    A value JSON cannot carry (NaN, an infinity: a metric undefined for the run, such as a
+    percentile of no samples) is written as ``null`` (:func:`json_safe`), never as the bare
+    ``NaN`` that strict parsers (``jq``, JavaScript's ``JSON.parse``) refuse.
+    """
     if path is None:
         return
-    write_text_whole(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    text = json.dumps(json_safe(payload), indent=2, sort_keys=False, allow_nan=False)
+    write_text_whole(path, text + "\n")
 
 
 def new_run_dir(parent: str | os.PathLike[str], name: str, create: bool = True) -> tuple[str, Path]:

@@ -35,6 +35,7 @@ from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.data.mlflow_store import is_mlflow_uri
 from fleetmind.data.paths import refuse_write_into_installed_package
 from fleetmind.data.rca_dataset import RCADataset, load_dataset
+from fleetmind.progress import bar_disable
 from fleetmind.rca.calibration import T_MAX, T_MIN, fit_temperature, reliability, top1
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.training.io import write_json, write_text_whole
@@ -159,7 +160,9 @@ def fit_calibration(
     named = {split: fit, **{s: incs for s, incs in evals.items() if s != split}}
     data_of = {
         s: incident_logits(gat, ds, incs)
-        for s, incs in tqdm(named.items(), desc="rca calibrate", unit="split", disable=not progress)
+        for s, incs in tqdm(
+            named.items(), desc="rca calibrate", unit="split", disable=bar_disable(progress)
+        )
     }
     z, y = data_of[split]
     fit_z = [zi for zi, yi in zip(z, y, strict=True) if yi >= 0]

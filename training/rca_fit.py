@@ -59,6 +59,7 @@ from fleetmind.data.petshop import (
     read_metrics_csv,
 )
 from fleetmind.data.synth_incidents import SynthConfig, SynthIncident, SystemModel
+from fleetmind.progress import bar_disable
 from fleetmind.rca.fit_model import (
     NUM_FIT_FEATURES,
     fit_artifact_problem,
@@ -322,7 +323,9 @@ def _synthesise(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.incidents + n_val, desc="synthesise", unit="inc")
+        bar = tqdm(
+            total=args.incidents + n_val, desc="synthesise", unit="inc", disable=bar_disable()
+        )
     upd = bar.update if bar is not None else None
     train = list(system.incidents(SynthConfig(n_incidents=args.incidents, seed=args.seed), upd))
     val = list(system.incidents(SynthConfig(n_incidents=n_val, seed=args.seed + 10_007), upd))

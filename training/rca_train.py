@@ -55,6 +55,7 @@ from fleetmind.folders import write_folder_whole
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
 from fleetmind.training.io import new_run_dir, write_json
+from fleetmind.training.progress import stderr_progress_bar
 from fleetmind.training.pyfunc_entries import RCA
 from fleetmind.training.rca_calibrate import (
     TooFewToFit,
@@ -601,12 +602,13 @@ def check_args(args: Args) -> None:
         "--batch-size": args.batch_size,
         "--hidden": args.hidden,
         "--heads": args.heads,
-        "--layers": args.layers,
         "--patience": args.patience,
     }
     for flag, value in at_least_one.items():
         if value < 1:
             raise ConfigError(f"{flag} must be >= 1, got {value}")
+    if args.layers < 2:  # the GAT's input layer and its output layer (rca.model.GAT)
+        raise ConfigError(f"--layers must be >= 2, got {args.layers}")
     if not (args.lr > 0 and math.isfinite(args.lr)):
         raise ConfigError(f"--lr must be a positive number, got {args.lr}")
     if not (args.weight_decay >= 0 and math.isfinite(args.weight_decay)):
@@ -762,7 +764,7 @@ def _trainer(args: Args, logger: Any, out_dir: Path, n_train: int) -> tuple[Any,
     """``(pl.Trainer, its ModelCheckpoint)``: best and last checkpoints on ``val/mrr``, early
     stopping, the wall-clock cap and the distributed settings of ``args``."""
     import pytorch_lightning as pl
-    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, TQDMProgressBar
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     ckpt = ModelCheckpoint(
         dirpath=out_dir / "checkpoints",
@@ -777,7 +779,7 @@ def _trainer(args: Args, logger: Any, out_dir: Path, n_train: int) -> tuple[Any,
         EarlyStopping(monitor="val/mrr", mode="max", patience=args.patience, min_delta=1e-4),
     ]
     if args.progress:
-        callbacks.append(TQDMProgressBar(refresh_rate=10))
+        callbacks.append(stderr_progress_bar(refresh_rate=10))  # stdout: the results table
     if args.shard_log:
         callbacks.append(ShardLog(args.shard_log))
     # every 10 steps, or once per epoch when an epoch is shorter (a tiny run logs its loss at all,

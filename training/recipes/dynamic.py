@@ -60,6 +60,7 @@ from fleetmind.envs.multicluster_env import (
     MultiClusterPlacementEnv,
 )
 from fleetmind.folders import RELEASE_MODEL_FILES, write_folder_whole
+from fleetmind.progress import bar_disable
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig
@@ -75,6 +76,7 @@ from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model,
 from fleetmind.rl.policy import count_parameters
 from fleetmind.rl.ppo import TeacherData, collect_teacher, make_model
 from fleetmind.rl.vec_workers import subproc_vec_env, worker_exit
+from fleetmind.training.progress import timestep_bar
 from fleetmind.training.recipes.common import (
     TrainingRun,
     check_loss_weights,
@@ -314,7 +316,7 @@ def _teacher(
         raise ConfigError("--cem-generations must be >= 1 and --cem-population >= 2")
     opts = search_options(args)
     total = args.cem_generations * args.cem_population + 1
-    bar = tqdm(total=total, desc="CEM teacher search", unit="vec", disable=not progress)
+    bar = tqdm(total=total, desc="CEM teacher search", unit="vec", disable=bar_disable(progress))
     res = cem_search_dynamic(
         streams,
         args.n_candidates,
@@ -488,7 +490,7 @@ def _warm_start(r: _Run) -> None:
     r.model = make_model(r.venv, r.hp, a.seed)
     mlflow.log_param("n_parameters", count_parameters(r.model.policy))
     if a.bc_episodes > 0:
-        bar = tqdm(desc="teacher demonstrations", unit="step", disable=not progress)
+        bar = tqdm(desc="teacher demonstrations", unit="step", disable=bar_disable(progress))
         data = _collect(r.envs, a, teacher, r.hp.gamma, bar)
         bar.close()
         r.summary["bc"] = clone_teacher(r.model, data, a)
@@ -505,7 +507,8 @@ def _learn(r: _Run) -> None:
         callback = MlflowEvalCallback(
             r.evaluate_policy, a.eval_freq, episode_metrics, max_minutes=a.max_minutes
         )
-        r.model.learn(a.timesteps, callback=callback, progress_bar=bool(a.progress))
+        # SB3's own bar (progress_bar=True) draws on stdout, where `sched train` prints its JSON
+        r.model.learn(a.timesteps, callback=[callback, timestep_bar(bool(a.progress))])
         if r.state["history"][-1]["step"] != r.model.num_timesteps:
             r.evaluate_policy(r.model.num_timesteps)
         save_onnx(actor_from_model(r.model), r.dir / "model" / "final.onnx")

@@ -46,6 +46,7 @@ from fleetmind.envs.gpu_placement_env import GpuPlacementEnv
 from fleetmind.envs.policies import TypicalPods
 from fleetmind.envs.policies.fgd import typical_to_json
 from fleetmind.folders import RELEASE_MODEL_FILES, write_folder_whole
+from fleetmind.progress import bar_disable
 from fleetmind.rl.callbacks import MlflowEvalCallback
 from fleetmind.rl.export import actor_from_model, export_policy, load_sb3_model, save_onnx
 from fleetmind.rl.policy import count_parameters
@@ -64,6 +65,7 @@ from fleetmind.rl.teacher import (
     cem_search,
     load_teacher,
 )
+from fleetmind.training.progress import timestep_bar
 from fleetmind.training.recipes.common import (
     TrainingRun,
     check_fgd_prefixes,
@@ -94,7 +96,7 @@ def cem_search_with_bar(
     ``search_kwargs`` go to ``cem_search`` (generations, population, n_elite, init_sd, seed,
     blocks). Returns its ``CEMResult``."""
     n_vectors = search_kwargs["generations"] * search_kwargs["population"] + 1 + (init is not None)
-    bar = tqdm(total=n_vectors * len(episodes), desc=desc, unit="ep", disable=not show)
+    bar = tqdm(total=n_vectors * len(episodes), desc=desc, unit="ep", disable=bar_disable(show))
     try:
         return cem_search(
             env,
@@ -328,7 +330,7 @@ def _warm_start(r: _Run) -> None:
         )
         if hasattr(teacher, "bind"):  # reads the env's state (StrandPenaltyScorer)
             teacher.bind(teach_env)
-        bar = tqdm(desc=f"{a.teacher} demonstrations", unit="step", disable=not a.progress)
+        bar = tqdm(desc=f"{a.teacher} demonstrations", unit="step", disable=bar_disable(a.progress))
         data = collect_teacher(
             teach_env, a.bc_episodes, a.seed, r.hp.gamma, teacher=teacher, progress=bar.update
         )
@@ -358,7 +360,9 @@ def _learn(r: _Run) -> None:
 
         options = {"max_minutes": a.max_minutes, "checkpoint_dir": r.ckpt_dir, "log_losses": True}
         callback = MlflowEvalCallback(periodic, a.eval_freq, episode_metrics, **options)
-        r.model.learn(total_timesteps=a.timesteps, callback=callback, progress_bar=a.progress)
+        # SB3's own bar (progress_bar=True) draws on stdout, where `sched train` prints its JSON
+        bar = timestep_bar(a.progress)
+        r.model.learn(total_timesteps=a.timesteps, callback=[callback, bar])
         # stopped by --max-minutes right after an evaluation: no update since, the same policy
         if r.state["history"][-1]["step"] != r.model.num_timesteps:
             r.evaluate_policy(r.model.num_timesteps)

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from fleetmind.data.errors import ConfigError
 from fleetmind.envs.dynamic.order import ORDER_FEATURES
+from fleetmind.progress import bar_disable
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload
 from fleetmind.rl.es import es_generation, make_optimizer
@@ -104,7 +105,10 @@ def run(args: OrderArgs) -> dict[str, Any]:
         n_val = validation_episodes(args)
         n_train = args.iterations * args.workloads_per_iter * (2 + 2 * args.pairs)
         bar = tqdm(
-            total=n_train + n_val, desc="queue order", unit="episode", disable=not args.progress
+            total=n_train + n_val,
+            desc="queue order",
+            unit="episode",
+            disable=bar_disable(args.progress),
         )
         actor = OrderActor()
 

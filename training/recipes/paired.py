@@ -59,6 +59,7 @@ from fleetmind.data.openb_variants import (
 )
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
 from fleetmind.folders import RELEASE_MODEL_FILES, write_folder_whole
+from fleetmind.progress import bar_disable
 from fleetmind.provenance import artifact_provenance
 from fleetmind.rl.dynamic_eval import DYNAMIC_FORMAT, DynEvalConfig, Workload, model_config
 from fleetmind.rl.export import save_onnx, save_torch
@@ -320,7 +321,9 @@ class LearnerRun:
         specs, envs, seeds = validation_workloads(args, self.val_cfg, self.var_dir)
         self.val_specs, self.val_seeds = specs, seeds
         n_val = validation_episodes(args)
-        bar = tqdm(total=n_train + n_val, desc=desc, unit="episode", disable=not args.progress)
+        bar = tqdm(
+            total=n_train + n_val, desc=desc, unit="episode", disable=bar_disable(args.progress)
+        )
         runner = validation_runner(args, self.clone, specs, seeds, self.val_cfg, self.var_dir)
         val = (cls or _Validator).start(envs, seeds, self.clone, actor, bar, runner=runner)
         return bar, val
