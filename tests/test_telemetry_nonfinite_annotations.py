@@ -5,8 +5,11 @@ a snapshot (a 500 on ``/api/v1/fleet`` and ``/api/v1/scheduler/filter``, a trace
 * ``alibabacloud.com/gpu-milli`` is free text to Kubernetes: ``"inf"``/``"1e999"`` overflowed
   ``int(float(...))``; ``0`` (a CPU-only pod), a negative share or one above 1000 (shares the
   extender refuses, ``serving/scheduler/extender.py``) made a GPU that another pod holds read free.
-* kube-state-metrics numbers (allocatable, requests) that are NaN or +-Inf.
-* ``DCGM_FI_DEV_XID_ERRORS`` of +Inf (both the Prometheus and the single-exporter mode).
+* kube-state-metrics numbers (allocatable, requests) that are NaN or +-Inf, and finite ones that
+  overflow once scaled (cores * 1000 past ~1.8e305); a ``DCGM_FI_DEV_FB_FREE`` past ~1e306 MiB
+  (``1000 * total`` overflowed).
+* ``DCGM_FI_DEV_XID_ERRORS`` of +Inf (both the Prometheus and the single-exporter mode); but a
+  ``DCGM_EXP_XID_ERRORS_COUNT`` of +Inf is a count above 0: an XID happened.
 * VictoriaMetrics cluster's ``"isPartial": true`` (VictoriaMetrics CHANGELOG v1.47.0; cluster
   docs: partial answers unless ``-search.denyPartialResponse`` or ``deny_partial_response=1``).
 """
@@ -22,6 +25,7 @@ import httpx
 import pytest
 
 from fleetmind.data.errors import NotAvailableError
+from fleetmind.serving.telemetry.base import free_milli_from_memory
 from fleetmind.serving.telemetry.prometheus import (
     PrometheusApiSource,
     build_nodes,
@@ -83,8 +87,46 @@ def test_a_valid_share_is_read(text: str, milli: int) -> None:
 
 
 @pytest.mark.parametrize("text", [*BAD_MILLI, "half", ""])
-def test_share_milli_refuses_what_the_extender_refuses(text: str) -> None:
+def test_share_milli_refuses_non_numbers_and_shares_outside_1_to_1000(text: str) -> None:
     assert share_milli(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "milli"), [("1000.5", 1000), ("999.9", 999), ("1.5", 1), ("1e3", 1000)]
+)
+def test_share_milli_cuts_the_fraction_before_checking_the_range(text: str, milli: int) -> None:
+    """``"1000.5"`` is a whole GPU like ``"999.9"`` is 999: the range is checked on whole milli."""
+    assert share_milli(text) == milli
+
+
+def test_a_fractional_whole_gpu_share_on_two_gpus_holds_both() -> None:
+    """A multi-GPU pod annotated ``gpu-milli: "1000.5"`` held its GPUs, which read free."""
+    gpus = [{**GPU, "gpu": str(i), "UUID": f"GPU-{i}"} for i in range(3)]
+    dcgm = [
+        (name, lab, v)
+        for lab in gpus
+        for name, v in (("DCGM_FI_DEV_FB_USED", 0.0), ("DCGM_FI_DEV_FB_FREE", 81559.0))
+    ]
+    ksm = [
+        ("kube_pod_info", {"node": "gpu-a", "namespace": "ml", "pod": "t", "uid": "u"}, 1.0),
+        (
+            "kube_pod_annotations",
+            {
+                "namespace": "ml",
+                "pod": "t",
+                "annotation_alibabacloud_com_gpu_milli": "1000.5",
+                "annotation_alibabacloud_com_gpu_index": "0-1",
+            },
+            1.0,
+        ),
+    ]
+    (node,) = build_nodes(dcgm, ksm, "c0")
+    assert [(g.index, g.share_milli, g.free_milli) for g in node.gpus] == [
+        (0, 1000, 0),
+        (1, 1000, 0),
+        (2, None, 1000),
+    ]
+    assert node.gpu_pods == frozenset({"ml/t"})
 
 
 def test_shares_summing_past_a_whole_gpu_leave_it_at_zero_free() -> None:
@@ -135,6 +177,69 @@ def test_non_finite_gpu_requests_and_counts_are_no_reading(bad: float) -> None:
     assert [(g.index, g.free_milli) for g in node.gpus] == [(0, 1000)]
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [
+        ("kube_pod_container_resource_requests", {"resource": "nvidia_com_gpu"}),
+        ("pod_gpu_requests", {}),
+        ("kube_pod_init_container_resource_requests", {"resource": "nvidia_com_gpu"}),
+        ("pod_init_gpu_requests", {"container": "init"}),
+    ],
+)
+def test_a_pod_with_a_non_finite_gpu_request_holds_no_gpu(
+    bad: float, name: str, extra: dict[str, str]
+) -> None:
+    """The request is no reading: the pod is not among the node's GPU pods (an infinite request
+    charged to the node made it one) and the idle GPU stays free."""
+    ksm = [
+        ("kube_pod_info", {"node": "gpu-a", "namespace": "ml", "pod": "p", "uid": "u"}, 1.0),
+        (name, {"node": "gpu-a", "namespace": "ml", "pod": "p", **extra}, bad),
+    ]
+    idle = [("DCGM_FI_DEV_FB_USED", GPU, 0.0), ("DCGM_FI_DEV_FB_FREE", GPU, 81559.0)]
+    (node,) = build_nodes(idle, ksm, "c0")
+    assert [(g.index, g.free_milli) for g in node.gpus] == [(0, 1000)]
+    assert node.gpu_pods == frozenset() and node.pods == frozenset({"ml/p"})
+
+
+# ---------------------------------------------------------------- huge finite numbers
+HUGE = [1e306, -1e306, 1.7e308]
+"""Finite values that overflow to +-Inf once scaled (cores * 1000, MiB * 1000)."""
+
+
+@pytest.mark.parametrize("huge", HUGE)
+def test_a_huge_cpu_allocatable_is_no_reading(huge: float) -> None:
+    ksm = [("kube_node_status_allocatable", {"node": "gpu-a", "resource": "cpu"}, huge)]
+    (node,) = build_nodes(DCGM_BUSY, ksm, "c0")
+    assert (node.cpu_milli, node.cpu_milli_free) == (0, 0)
+
+
+@pytest.mark.parametrize("huge", HUGE)
+@pytest.mark.parametrize("name", ["node_requests", "kube_pod_container_resource_requests"])
+def test_a_huge_cpu_request_leaves_nothing_free(huge: float, name: str) -> None:
+    req = {"node": "gpu-a", "namespace": "ml", "pod": "train-0", "resource": "cpu"}
+    (node,) = build_nodes(DCGM_BUSY, [*KSM_BUSY, (name, req, huge)], "c0")
+    assert (node.cpu_milli, node.cpu_milli_free, node.memory_mib) == (8000, 0, 32768)
+
+
+@pytest.mark.parametrize("huge", [1e306, 1.7e308])
+def test_a_huge_free_framebuffer_reads_a_free_share_in_range(huge: float) -> None:
+    dcgm = [
+        ("DCGM_FI_DEV_FB_USED", GPU, 70000.0),
+        ("DCGM_FI_DEV_FB_FREE", GPU, huge),
+        ("DCGM_FI_DEV_GPU_UTIL", GPU, 90.0),  # busy: the free fraction, not the idle shortcut
+    ]
+    (node,) = build_nodes(dcgm, [], "c0")
+    assert node.gpus[0].free_milli == 1000 and node.gpus[0].mem_total_mib == huge + 70000.0
+    assert free_milli_from_memory(huge / 2, huge, 90.0) == 500
+
+
+def test_framebuffer_readings_summing_past_the_float_range_are_no_reading() -> None:
+    dcgm = [("DCGM_FI_DEV_FB_USED", GPU, 1.7e308), ("DCGM_FI_DEV_FB_FREE", GPU, 1.7e308)]
+    (node,) = build_nodes(dcgm, [], "c0")
+    assert node.gpus[0].mem_total_mib is None and node.gpus[0].free_milli == 0
+
+
 # ---------------------------------------------------------------- XIDs
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
 def test_a_non_finite_last_xid_is_no_reading(bad: float) -> None:
@@ -158,6 +263,24 @@ def test_a_non_finite_last_xid_from_one_exporter_is_no_reading(bad: str) -> None
     )
     (node,) = parse_dcgm(text, "c0")
     assert node.gpus[0].healthy and node.gpus[0].xid_errors is None
+
+
+@pytest.mark.parametrize(
+    ("count", "healthy"),
+    [(2.0, False), (math.inf, False), (math.nan, True), (0.0, True), (-math.inf, True)]
+    + [(float(0x7FFFFFFFFFFFFFF0), True)],  # DCGM_INT64_BLANK: no count
+)
+def test_an_infinite_windowed_xid_count_is_an_xid(count: float, healthy: bool) -> None:
+    """``DCGM_EXP_XID_ERRORS_COUNT`` counts the XIDs of its ``xid`` label in the exporter's window
+    (``internal/pkg/collector/xid_errors.go`` in NVIDIA/dcgm-exporter): +Inf is above 0, an XID
+    happened; only NaN (and a blank) is no count."""
+    dcgm = [
+        ("DCGM_FI_DEV_FB_USED", GPU, 0.0),
+        ("DCGM_FI_DEV_FB_FREE", GPU, 81559.0),
+        ("DCGM_EXP_XID_ERRORS_COUNT", {**GPU, "xid": "79"}, count),
+    ]
+    (gpu,) = build_nodes(dcgm, [], "c0")[0].gpus
+    assert (gpu.healthy, gpu.free_milli) == (healthy, 1000 if healthy else 0)
 
 
 def test_a_real_hardware_xid_still_marks_the_gpu() -> None:

@@ -405,7 +405,8 @@ def free_milli_from_memory(
     quiet = util_pct is None or not math.isfinite(util_pct) or util_pct < IDLE_UTIL_PCT
     if used_mib / total_mib < IDLE_MEMORY_FRACTION and quiet and not busy:
         return 1000
-    return int(1000 * max(0.0, min(total_mib, total_mib - used_mib)) / total_mib)
+    # the free fraction (0..1) first: 1000 * total_mib overflows to +Inf past ~1.8e305 MiB
+    return int(1000 * (max(0.0, min(total_mib, total_mib - used_mib)) / total_mib))
 
 
 def profile_key(profile: str) -> str:

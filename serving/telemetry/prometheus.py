@@ -48,10 +48,12 @@ they come back once the window holds no hardware XID.
 No reading. DCGM's blank values (:data:`DCGM_BLANKS`, e.g. ``9223372036854775794`` or
 ``140737488355328`` for a field the GPU does not support), a utilisation outside 0-100 % and a
 ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` outside 0-1 are no reading (:func:`is_reading`), as if the series
-were absent; so is a NaN or infinite value of any field (an XID too). A NaN or infinite
-kube-state-metrics allocatable is no reading of its resource; a NaN or infinite request leaves the
-node's sum unknown, and none of that resource free. A ``gpu-milli`` annotation outside 1..1000
-(:func:`share_milli`) holds no share.
+were absent; so is a NaN or infinite value of any field (the last XID too), but for the windowed
+``DCGM_EXP_XID_ERRORS_COUNT``, a count: +Inf is above 0, an XID happened (:func:`is_xid_count`).
+A NaN or infinite kube-state-metrics allocatable is no reading of its resource; a NaN or infinite
+request leaves the node's sum unknown, and none of that resource free (as does a finite CPU value
+that overflows once read in milli-cores). A ``gpu-milli`` annotation outside 1..1000 once its
+fraction is cut (:func:`share_milli`) holds no share.
 
 MIG: a series with a ``GPU_I_ID`` label is one MIG instance; each instance becomes its own GPU of
 the node, ``index = 100 * (gpu + 1) + GPU_I_ID`` (never a physical index), ``model`` =
@@ -309,6 +311,13 @@ def is_reading(field_name: str, value: float) -> bool:
         return False
     bounds = READING_RANGES.get(field_name)
     return bounds is None or bounds[0] <= value <= bounds[1]
+
+
+def is_xid_count(value: float) -> bool:
+    """Whether a ``DCGM_EXP_XID_ERRORS_COUNT`` value (XIDs counted in the exporter's window) says
+    an XID happened: above 0, +Inf included (a count is not a reading that can be out of range: an
+    infinite count still counts). NaN and DCGM's blanks (:func:`is_dcgm_blank`) are no count."""
+    return not math.isnan(value) and not is_dcgm_blank(value) and value > 0
 
 
 DCGM_QUERY = "{__name__=~%r}" % "|".join(_FIELDS)  # noqa: UP031 - PromQL wants the quotes
@@ -1260,7 +1269,7 @@ def _read_dcgm(
                 xid = int(lab.get("xid", ""))
             except ValueError:
                 continue
-            if is_reading(field_name, v) and v > 0 and xid in HARDWARE_XIDS:
+            if is_xid_count(v) and xid in HARDWARE_XIDS:
                 g.setdefault("hw_xids", set()).add(xid)
             continue
         if is_reading(field_name, v):
@@ -1322,15 +1331,19 @@ def _drop_mig_parents(gpus: dict[tuple[str, str, int], dict[str, Any]]) -> None:
 def share_milli(text: str) -> int | None:
     """The GPU share an ``alibabacloud.com/gpu-milli`` annotation holds (milli-GPU, 1..1000), or
     ``None`` when it holds none: not a number, NaN or infinite (``"inf"``, ``"1e999"``), or
-    outside 1..1000 (0 is a CPU-only pod; a negative or larger value is one the extender
-    refuses, :mod:`fleetmind.serving.scheduler.extender`). A fraction is cut to whole milli."""
+    outside 1..1000 once a fraction is cut to whole milli (0 is a CPU-only pod; a negative or
+    larger value holds no share). Any number Python's ``float`` reads is taken (``"1e3"``,
+    ``"+1000"``, ``"999.9"`` -> 999, ``"1000.5"`` -> 1000): more lenient than the extender, which
+    refuses a pod whose annotation is not an integer (:mod:`fleetmind.serving.scheduler.extender`),
+    as a pod another scheduler placed holds its GPUs whatever FleetMind would have said."""
     try:
         value = float(text)
     except ValueError:
         return None
-    if not math.isfinite(value) or not 1 <= value <= 1000:
+    if not math.isfinite(value):
         return None
-    return int(value)
+    milli = int(value)
+    return milli if 1 <= milli <= 1000 else None
 
 
 def _gpu_state(
@@ -1342,13 +1355,15 @@ def _gpu_state(
     ``--kubernetes-virtual-gpus``: one per pod)."""
     used, free = g.get("used"), g.get("free")
     total = used + free if used is not None and free is not None else None
+    if total is not None and not math.isfinite(total):
+        total = None  # two finite readings that sum past the float range: no reading
     util = g.get("util")
     if util is None and g.get("gr_active") is not None:
         util = 100.0 * g["gr_active"]
     if not healthy:
         free_milli = 0
-    elif share is not None:
-        free_milli = min(1000, max(0, 1000 - share))
+    elif share is not None:  # a sum of shares of 1..1000 each (share_milli): 1 or more
+        free_milli = max(0, 1000 - share)
     elif g.get("pods"):
         # each workload pod holds one replica (k8s-device-plugin sharing.timeSlicing), or one per
         # vgpu label it has here (--kubernetes-virtual-gpus: a pod given two replicas of this GPU
@@ -1427,18 +1442,7 @@ def build_nodes(
         add_missing_gpus(node, counted, idle=key[0] in virtual_clusters)
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
-        req = view.requests.get(key, {})
-        # a request sum that is NaN or infinite (a pod's request was): nothing known free
-        if "cpu" in res:
-            node.cpu_milli = int(round(res["cpu"] * 1000))
-            cpu = req.get("cpu", 0.0)
-            if math.isfinite(cpu):
-                node.cpu_milli_free = node.cpu_milli - int(round(cpu * 1000))
-        if "memory" in res:
-            node.memory_mib = int(res["memory"] // 2**20)
-            mem = req.get("memory", 0.0)
-            if math.isfinite(mem):
-                node.memory_mib_free = node.memory_mib - int(-(-mem // 2**20))
+        _set_cpu_memory(node, res, view.requests.get(key, {}))
     # the devices the snapshot already places each pod on: one per (GPU, vgpu) DCGM names it on,
     # one per GPU its share annotation's gpu-index names
     named: dict[tuple[str, str], set[tuple[str, int, str]]] = defaultdict(set)
@@ -1478,6 +1482,24 @@ def build_nodes(
             left -= n
         node.gpu_pods = frozenset(gpu_pods.get(key, ()))
     return [nodes[k] for k in sorted(nodes)]
+
+
+def _set_cpu_memory(node: NodeState, res: dict[str, float], req: dict[str, float]) -> None:
+    """``node``'s CPU (milli-cores) and memory (MiB), allocatable and free, from kube-state-metrics'
+    allocatable ``res`` and request sums ``req`` (cores, bytes). A request sum that is NaN or
+    infinite (a pod's request was) leaves nothing known free. Cores are checked again once scaled
+    to milli-cores: a finite count above ~1.8e305 overflows to +-Inf (no reading of the
+    allocatable; an unknown request sum)."""
+    if "cpu" in res and math.isfinite(res["cpu"] * 1000):
+        node.cpu_milli = int(round(res["cpu"] * 1000))
+        cpu = req.get("cpu", 0.0) * 1000
+        if math.isfinite(cpu):
+            node.cpu_milli_free = node.cpu_milli - int(round(cpu))
+    if "memory" in res:
+        node.memory_mib = int(res["memory"] // 2**20)
+        mem = req.get("memory", 0.0)
+        if math.isfinite(mem):
+            node.memory_mib_free = node.memory_mib - int(-(-mem // 2**20))
 
 
 def _absorbed(
