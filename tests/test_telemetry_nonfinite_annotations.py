@@ -222,6 +222,39 @@ def test_a_huge_cpu_request_leaves_nothing_free(huge: float, name: str) -> None:
     assert (node.cpu_milli, node.cpu_milli_free, node.memory_mib) == (8000, 0, 32768)
 
 
+@pytest.mark.parametrize(
+    ("resource", "value"),
+    [("cpu", 1e16), ("cpu", 5e15), ("memory", 1e25), ("memory", 1.7e308)],
+)
+def test_node_amounts_past_64_bits_are_no_reading_and_the_policy_placer_places(
+    resource: str, value: float
+) -> None:
+    """Finite allocatables that fit no signed 64-bit integer once scaled (1e16 cores = 1e19
+    milli-cores, 1e25 bytes) are no reading: the policy placer's int64 arrays
+    (``serving/scheduler/placement.py``) raised OverflowError on them."""
+    from fleetmind.envs.policies import make_policy
+    from fleetmind.serving.scheduler.placement import PeerPolicyPlacer, Reservations
+    from fleetmind.serving.schemas import JobSpec
+    from fleetmind.serving.telemetry.base import FleetSnapshot
+
+    gpu = {"gpu": "0", "UUID": "GPU-x", "modelName": "H100", "Hostname": "gpu-a"}
+    dcgm = [("DCGM_FI_DEV_FB_USED", gpu, 0.0), ("DCGM_FI_DEV_FB_FREE", gpu, 81559.0)]
+    other = "memory" if resource == "cpu" else "cpu"
+    ksm = [
+        ("kube_node_status_allocatable", {"node": "gpu-a", "resource": resource}, value),
+        ("kube_node_status_allocatable", {"node": "gpu-a", "resource": other}, 2.0**35),
+    ]
+    (node,) = build_nodes(dcgm, ksm, "c0")
+    if resource == "cpu":
+        assert (node.cpu_milli, node.cpu_milli_free) == (0, 0)
+    else:
+        assert (node.memory_mib, node.memory_mib_free) == (0, 0)
+    job = JobSpec(num_gpu=1, gpu_milli=1000, cpu_milli=1000, memory_mib=1024)
+    placer = PeerPolicyPlacer(make_policy("BestFit"), "heuristic:BestFit")
+    snap = FleetSnapshot("prometheus", [node])
+    assert len(placer.place(snap, job, Reservations(), 1)) == 1
+
+
 @pytest.mark.parametrize("huge", [1e306, 1.7e308])
 def test_a_huge_free_framebuffer_reads_a_free_share_in_range(huge: float) -> None:
     dcgm = [

@@ -1484,21 +1484,28 @@ def build_nodes(
     return [nodes[k] for k in sorted(nodes)]
 
 
+MAX_NODE_AMOUNT = 2**62
+"""Milli-cores or MiB of one node's allocatable or request sum below which a reading counts
+(:func:`_set_cpu_memory`): far above any real node (2**62 MiB is 4 ZiB), and within the signed
+64-bit arrays the placers build (``serving/scheduler/placement.py``)."""
+
+
 def _set_cpu_memory(node: NodeState, res: dict[str, float], req: dict[str, float]) -> None:
     """``node``'s CPU (milli-cores) and memory (MiB), allocatable and free, from kube-state-metrics'
     allocatable ``res`` and request sums ``req`` (cores, bytes). A request sum that is NaN or
-    infinite (a pod's request was) leaves nothing known free. Cores are checked again once scaled
-    to milli-cores: a finite count above ~1.8e305 overflows to +-Inf (no reading of the
-    allocatable; an unknown request sum)."""
-    if "cpu" in res and math.isfinite(res["cpu"] * 1000):
+    infinite (a pod's request was) leaves nothing known free. Values are checked once scaled to
+    milli-cores and MiB: one of :data:`MAX_NODE_AMOUNT` or more (a finite count above ~1.8e305
+    cores even overflows to +-Inf) is no reading of the allocatable and an unknown request sum,
+    so that the placers' 64-bit arrays can hold every value."""
+    if "cpu" in res and abs(res["cpu"] * 1000) < MAX_NODE_AMOUNT:
         node.cpu_milli = int(round(res["cpu"] * 1000))
         cpu = req.get("cpu", 0.0) * 1000
-        if math.isfinite(cpu):
+        if abs(cpu) < MAX_NODE_AMOUNT:
             node.cpu_milli_free = node.cpu_milli - int(round(cpu))
-    if "memory" in res:
+    if "memory" in res and abs(res["memory"] / 2**20) < MAX_NODE_AMOUNT:
         node.memory_mib = int(res["memory"] // 2**20)
         mem = req.get("memory", 0.0)
-        if math.isfinite(mem):
+        if abs(mem / 2**20) < MAX_NODE_AMOUNT:
             node.memory_mib_free = node.memory_mib - int(-(-mem // 2**20))
 
 
