@@ -39,6 +39,7 @@ from collections.abc import Sequence
 # error stay importable from here for the callers and tests that used them
 from fleetmind.cli.runner import (  # noqa: F401
     STDOUT_CLOSED_STATUS,
+    StdoutCheckingParser,
     _path_error,
     _stdout_closed,
     run_main,
@@ -58,8 +59,12 @@ GROUPS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the full argument parser with every command group registered."""
-    parser = argparse.ArgumentParser(
+    """Build the full argument parser with every command group registered.
+
+    It and its sub-parsers are :class:`fleetmind.cli.runner.StdoutCheckingParser`: help and
+    version text that stdout cannot take ends the command by the error contract (141, or 2 and
+    one line) instead of exiting 0 as if it was printed."""
+    parser = StdoutCheckingParser(
         prog="fleetmind",
         description="FleetMind: root-cause analysis and learned GPU placement for multi-cluster AI fleets.",
     )
@@ -103,33 +108,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     # events to mobile.events.data.microsoft.com on Linux too, unless this is set before import)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    from fleetmind.data.paths import OPENB_FALLBACK_ENV
     from fleetmind.progress import quiet_library_bars
 
     quiet_library_bars()  # no bar redraws (\r) from MLflow in a log file either
 
-    saved = os.environ.get(OPENB_FALLBACK_ENV)
-
     def run() -> int | None:
-        # parsing runs under run_main too: Ctrl-C while the group modules import (the first second
-        # or so) is one line, and the output of --help, --version and a group's help meets the
-        # same contract as a command's (a closed pipe is a quiet 141, a full disk one line)
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        func = getattr(args, "func", None)
-        if func is None:
-            # A group without a sub-command: show that group's help.
-            target = getattr(args, "group_parser", None) or parser
-            target.print_help()
-            return 0 if args.group is None else 2
-        if args.group in OPENB_FALLBACK_GROUPS:
-            _openb_fallback_note()
-        return func(args)
+        # everything that imports runs under run_main: Ctrl-C while fleetmind.data.paths (numpy)
+        # or the group modules import (the first second or so) is one line; and the output of
+        # --help, --version and a group's help meets the same contract as a command's (a closed
+        # pipe is a quiet 141, a full disk one line)
+        from fleetmind.data.paths import OPENB_FALLBACK_ENV
 
-    try:
-        return run_main(run, prog="fleetmind")
-    finally:  # in-process callers (tests, notebooks) get their environment back
-        if saved is None:
-            os.environ.pop(OPENB_FALLBACK_ENV, None)
-        else:
-            os.environ[OPENB_FALLBACK_ENV] = saved
+        saved = os.environ.get(OPENB_FALLBACK_ENV)
+        try:
+            return _parse_and_run(argv)
+        finally:  # in-process callers (tests, notebooks) get their environment back
+            if saved is None:
+                os.environ.pop(OPENB_FALLBACK_ENV, None)
+            else:
+                os.environ[OPENB_FALLBACK_ENV] = saved
+
+    return run_main(run, prog="fleetmind")
+
+
+def _parse_and_run(argv: Sequence[str] | None) -> int | None:
+    """Parse ``argv`` and run the command it names; a group without its command prints the
+    group's help (status 2), no group at all the top help (status 0)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        target = getattr(args, "group_parser", None) or parser
+        target.print_help()
+        # the help is this path's output: a stdout that cannot take it decides the status (141,
+        # or 2 and one line), as for --help, not the 2 of a missing command
+        sys.stdout.flush()
+        return 0 if args.group is None else 2
+    if args.group in OPENB_FALLBACK_GROUPS:
+        _openb_fallback_note()
+    return func(args)

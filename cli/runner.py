@@ -28,9 +28,18 @@
 Any other exception is a bug or the system's trouble and keeps its traceback. ``SystemExit``
 (argparse's usage errors, status 2; ``--help`` and ``--version``, status 0) passes through once what
 stdout holds is flushed: a closed pipe there is the quiet 141, a full disk (``--help > /dev/full``)
-the one line and status 2. Whatever the status, stdout output that could not be written is dropped
-(stdout then points at ``os.devnull``), so Python's flush at exit adds no ``Exception ignored``
-lines and does not turn the status into 120.
+the one line and status 2. argparse itself drops a failed write of its help or version
+(``ArgumentParser._print_message`` ignores ``OSError``), which hid a closed or full stdout when the
+write reached the file at once (``PYTHONUNBUFFERED=1``, or a help over the 8 KiB buffer): a parser
+of :class:`StdoutCheckingParser` lets that error through to the same contract.
+
+Which status wins when the command fails and stdout fails too: the command's. A command that
+returned a non-zero status, raised ``SystemExit`` with one, or failed with an error above (its one
+line printed) keeps that status and line; the output stdout could not take is then dropped
+quietly. Stdout's failure (141, or 2 and the ``writing a file failed`` line) decides the status
+only of a command that succeeded (status 0). Whatever the status, stdout output that could not be
+written is dropped (stdout then points at ``os.devnull``), so Python's flush at exit adds no
+``Exception ignored`` lines and does not turn the status into 120.
 
 This module imports only :mod:`fleetmind.errors` and the standard library, so a benchmark can use
 it without loading the command groups.
@@ -38,6 +47,7 @@ it without loading the command groups.
 
 from __future__ import annotations
 
+import argparse
 import codecs
 import errno
 import functools
@@ -46,6 +56,7 @@ import os
 import select
 import sys
 from collections.abc import Callable
+from typing import IO
 
 from fleetmind.errors import FleetMindError
 
@@ -173,6 +184,22 @@ def _path_error(err: OSError, prog: str = "fleetmind") -> int | None:
     return 2
 
 
+class StdoutCheckingParser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose help and version text that stdout cannot take (a
+    full disk, a reader gone) raises the ``OSError`` instead of dropping it, so that
+    :func:`run_main` ends the command by its contract: 141 when stdout's reader went away, 2 and
+    one line for a write that found no room. argparse's own ``_print_message`` ignores the error
+    and the command exits 0 as if the help was printed. Its sub-parsers (``add_subparsers``) are
+    of this class too. Messages to another file (usage errors on stderr) keep argparse's
+    behaviour."""
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        if message and file is not None and file is sys.stdout:
+            file.write(message)  # an OSError here is run_main's to report
+            return
+        super()._print_message(message, file)
+
+
 class _ClosedStream(io.TextIOWrapper):
     """What a closed stdout or stderr reads as: ``os.devnull``, remembering whether anything was
     written (a closed stdout that had output to take ends the command with status 141)."""
@@ -287,9 +314,15 @@ def _run(fn: Callable[[], int | None], prog: str) -> int:
     """:func:`run_main` once ``sys.argv[0]`` is set."""
     try:
         status = int(fn() or 0)
+        if status != 0:  # the command failed: its status wins over stdout's (module docstring)
+            _drop_unwritable_stdout()
+            return status
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at exit
         return status
-    except SystemExit:  # argparse's --help, --version or usage error: flush what it printed
+    except SystemExit as exc:  # argparse's --help, --version or usage error: flush what it printed
+        if exc.code not in (0, None):  # a failed exit keeps its status, whatever stdout does
+            _drop_unwritable_stdout()
+            raise
         status = _flush_at_exit(prog)
         if status is None:
             raise

@@ -94,18 +94,40 @@ def test_a_closed_stdout_with_nothing_left_to_flush_is_still_141(
 # "Exception ignored in: <_io.TextIOWrapper name='<stdout>'>" and a traceback, and turned the status
 # into 120; the output of --help and --version was printed outside the error contract. Python's
 # docs, "Note on SIGPIPE" (:mod:`signal`), point stdout at os.devnull so the exit flush is quiet.
-# PYTHONUNBUFFERED (which the test environment sets) makes every write reach the file at once and
-# hides the exit flush: these run without it, as a user's shell does.
+# Each runs buffered, as a user's shell does, and with PYTHONUNBUFFERED=1 (the shipped container
+# sets it, deploy/container/Dockerfile), where every write reaches the file at once: argparse's
+# ArgumentParser._print_message (CPython Lib/argparse.py) ignores the OSError of that write, and the
+# help exited 0 as if printed; so did a help over the 8 KiB buffer (`sched train --help`), whose
+# write reaches the file at once buffered too.
 
 NO_ROOM_LINE = "fleetmind: error: writing a file failed: No space left on device\n"
 SMALL_FLEET = str(REPO / "data" / "fleets" / "small.yaml")
 
 
-def _fleetmind(args: list[str], stdout: int, cwd: Path) -> subprocess.CompletedProcess[str]:
+BUFFERING = pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+SCHED_TRAIN_HELP = ["sched", "train", "--help"]  # over 8 KiB: written past the buffer
+
+
+def _env(unbuffered: bool) -> dict[str, str]:
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
     env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _fleetmind(
+    args: list[str], stdout: int, cwd: Path, unbuffered: bool = False
+) -> subprocess.CompletedProcess[str]:
+    return _python(["-m", "fleetmind.cli", *args], stdout, cwd, unbuffered)
+
+
+def _python(
+    args: list[str], stdout: int, cwd: Path, unbuffered: bool = False
+) -> subprocess.CompletedProcess[str]:
+    env = _env(unbuffered)
     return subprocess.run(
-        [sys.executable, "-m", "fleetmind.cli", *args],
+        [sys.executable, *args],
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
@@ -122,33 +144,121 @@ def _fleetmind(args: list[str], stdout: int, cwd: Path) -> subprocess.CompletedP
         ["fleet", "show", "--topology", SMALL_FLEET],
         ["graph", "schema"],
         ["--help"],
+        ["--version"],
+        SCHED_TRAIN_HELP,
         ["rca"],  # a group without its command: the group's help (status 2)
         ["rca", "generate", "--out", "gen", "--incidents", "4", "--graphs", "1"]
         + ["--workers", "1", "--seed", "0"],
     ],
-    ids=["fleet-show", "graph-schema", "help", "rca-help", "rca-generate"],
+    ids=["fleet-show", "graph-schema", "help", "version", "sched-train-help", "rca-help"]
+    + ["rca-generate"],
 )
-def test_stdout_on_a_full_disk_is_one_line_and_status_2(args: list[str], tmp_path: Path) -> None:
+@BUFFERING
+def test_stdout_on_a_full_disk_is_one_line_and_status_2(
+    args: list[str], unbuffered: bool, tmp_path: Path
+) -> None:
     with open("/dev/full", "w") as full:
-        proc = _fleetmind(args, full.fileno(), tmp_path)
+        proc = _fleetmind(args, full.fileno(), tmp_path, unbuffered)
     assert proc.stderr == NO_ROOM_LINE  # no "Exception ignored" at exit
     assert proc.returncode == 2
 
 
 @pytest.mark.parametrize(
     "args",
-    [["--version"], ["--help"], ["rca"], ["graph", "schema"]],
-    ids=["version", "help", "rca-help", "graph-schema"],
+    [["--version"], ["--help"], SCHED_TRAIN_HELP, ["rca"], ["graph", "schema"]],
+    ids=["version", "help", "sched-train-help", "rca-help", "graph-schema"],
 )
-def test_stdout_into_a_closed_pipe_is_quiet_141(args: list[str], tmp_path: Path) -> None:
+@BUFFERING
+def test_stdout_into_a_closed_pipe_is_quiet_141(
+    args: list[str], unbuffered: bool, tmp_path: Path
+) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the command writes anything
     try:
-        proc = _fleetmind(args, write_end, tmp_path)
+        proc = _fleetmind(args, write_end, tmp_path, unbuffered)
     finally:
         os.close(write_end)
     assert proc.stderr == ""  # no BrokenPipeError traceback at exit
     assert proc.returncode == cli.STDOUT_CLOSED_STATUS
+
+
+def test_sched_train_help_is_over_the_stdout_buffer() -> None:
+    """The case above stays a write past the buffer (io.DEFAULT_BUFFER_SIZE, 8 KiB)."""
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sched = sub.choices["sched"]
+    sched_sub = next(a for a in sched._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(sched_sub.choices["train"].format_help().encode()) > io.DEFAULT_BUFFER_SIZE
+
+
+# A command that failed and a stdout that failed too: the command's status (and its error line)
+# wins; stdout's failure (141, or 2 and the no-room line) decides only for a command that succeeded
+# (fleetmind.cli.runner's docstring). The command printed first, buffered: under PYTHONUNBUFFERED
+# that print itself raises and the command never gets to fail, so these run buffered.
+FAILING_COMMAND = """
+import sys
+from fleetmind.cli.runner import run_main
+from fleetmind.errors import FleetMindError
+
+def command():
+    print("a line the command printed before it failed")
+    mode = sys.argv[1]
+    if mode == "return-1":
+        return 1
+    if mode == "exit-3":
+        raise SystemExit(3)
+    if mode == "error":
+        raise FleetMindError("the real failure")
+    return 0
+
+raise SystemExit(run_main(command, prog="fleetmind"))
+"""
+FAILURES = pytest.mark.parametrize(
+    "mode, status, err",
+    [
+        ("return-1", 1, ""),
+        ("exit-3", 3, ""),
+        ("error", 2, "fleetmind: error: the real failure\n"),
+    ],
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@FAILURES
+def test_a_failed_command_keeps_its_status_on_a_full_disk(
+    mode: str, status: int, err: str, tmp_path: Path
+) -> None:
+    with open("/dev/full", "w") as full:
+        proc = _python(["-c", FAILING_COMMAND, mode], full.fileno(), tmp_path)
+    assert (proc.returncode, proc.stderr) == (status, err)
+
+
+@FAILURES
+def test_a_failed_command_keeps_its_status_into_a_closed_pipe(
+    mode: str, status: int, err: str, tmp_path: Path
+) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = _python(["-c", FAILING_COMMAND, mode], write_end, tmp_path)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (status, err)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_command_that_succeeded_still_reports_its_stdout(tmp_path: Path) -> None:
+    """The other side of the precedence: status 0 and a stdout that failed is stdout's status."""
+    with open("/dev/full", "w") as full:
+        proc = _python(["-c", FAILING_COMMAND, "succeed"], full.fileno(), tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, NO_ROOM_LINE)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = _python(["-c", FAILING_COMMAND, "succeed"], write_end, tmp_path)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (cli.STDOUT_CLOSED_STATUS, "")
 
 
 def test_help_still_exits_0_and_a_usage_error_2(capsys: pytest.CaptureFixture[str]) -> None:
