@@ -237,7 +237,11 @@ def placement_eval(cfg: DemoConfig) -> dict[str, Any]:
         f"      trace default ({len(trace):,} pods on {len(nodes)} nodes), seed 42: "
         f"{len(policies)} policies"
     )
-    res = evaluate_policies(trace, policies, seeds=[42], nodes=nodes, progress=not cfg.quick)
+    from fleetmind.progress import show_bar
+
+    res = evaluate_policies(
+        trace, policies, seeds=[42], nodes=nodes, progress=show_bar(not cfg.quick)
+    )
     for name, m in res["policies"].items():
         _say(
             f"      {name:<10} unallocated GPU at 100 % arrived: {m['unallocated_gpu_pct_at_100']:.2f} %"

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fleetmind.cli.common import refuse_input_as_output
 
+    argtypes.check_writable_file(args.json, "--json")  # before probing for up to --timeout
     refuse_input_as_output(
         args.json,
         "--json",
@@ -61,10 +62,19 @@ def run(args: argparse.Namespace) -> int:
     )
     cluster = args.cluster or os.environ.get("FLEETMIND_TELEMETRY_CLUSTER") or "local"
     findings = diagnose(args.prometheus, timeout_s=args.timeout, cluster=cluster)
+    unwritten: OSError | None = None
     if args.json is not None:  # the file before the screen: a reader that stops early keeps it
         from fleetmind.training.io import write_json  # whole or not at all, as README says
 
-        write_json(args.json, as_json(args.prometheus, findings))
+        try:
+            write_json(args.json, as_json(args.prometheus, findings))
+        except OSError as err:  # the findings are still printed, then the one error line
+            unwritten = err
     for f in findings:
         print(f.line())
+    if unwritten is not None:
+        raise ConfigError(
+            f"--json {args.json}: cannot write the findings "
+            f"({unwritten.strerror or unwritten}); they are printed above"
+        )
     return 1 if has_errors(findings) else 0

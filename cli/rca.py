@@ -383,7 +383,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     analyzers = make_analyzers(
         args.methods, model=args.model, seed=args.seed, data=args.data or None
     )
-    res = evaluate_methods(incidents, analyzers, graphs, progress=True)
+    from fleetmind.progress import show_bar
+
+    res = evaluate_methods(incidents, analyzers, graphs, progress=show_bar())
     if args.feedback_db:
         from fleetmind.training.rca_feedback import safe_url
 

@@ -38,7 +38,7 @@ from fleetmind.cli.common import (
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
 from fleetmind.data.paths import openb_is_synthetic
-from fleetmind.progress import bar_disable
+from fleetmind.progress import bar_disable, show_bar
 from fleetmind.training.io import json_safe, write_json, write_text_whole
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
@@ -272,9 +272,11 @@ def _evaluate_fgd(args: argparse.Namespace, policies: list[str], seeds: list[int
         _add_published(result, trace, nodes, seeds)
         return result
     objects = _stage_policies(args.model, stages)
-    result = evaluate_fgd(trace, named, seeds, nodes=nodes, workers=args.workers, progress=True)
+    result = evaluate_fgd(
+        trace, named, seeds, nodes=nodes, workers=args.workers, progress=show_bar()
+    )
     if objects:
-        extra = evaluate_fgd(trace, objects, seeds, nodes=nodes, progress=True)
+        extra = evaluate_fgd(trace, objects, seeds, nodes=nodes, progress=show_bar())
         result["policies"].update(extra["policies"])
     if "teacher" in stages:
         runs = [_teacher_run(args.model, trace, s, nodes) for s in seeds]

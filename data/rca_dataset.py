@@ -28,12 +28,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -474,9 +476,13 @@ class DatasetWriter:
 
     def _take_lock(self) -> None:
         """Lock :data:`LOCK_NAME` in the folder for this writer (``flock``, non-blocking) and write
-        this process's pid into it; :class:`DataError` when another writer holds it. A lock file
-        removed by the writer that held it between our open and our lock is opened again, so that
-        two writers never hold locks on two different files of that name."""
+        this process's pid into it; :class:`DataError` when another writer holds it
+        (``EWOULDBLOCK``, ``EAGAIN``; ``EACCES``, which some systems answer for a held lock). A lock
+        file removed by the writer that held it between our open and our lock is opened again, so
+        that two writers never hold locks on two different files of that name. A file system that cannot lock (``ENOLCK``: NFS without ``lockd``;
+        ``ENOSYS``, ``EOPNOTSUPP``...) is no other writer: the folder is written unguarded, with
+        one warning line on stderr."""
+        held = {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}
         path = self.root / LOCK_NAME
         for _ in range(100):
             try:
@@ -485,7 +491,17 @@ class DatasetWriter:
                 raise DataError(f"cannot create {path}: {err.strerror or err}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except OSError as err:
+                if err.errno not in held:  # ENOLCK (NFS without lockd), ENOSYS...
+                    os.close(fd)
+                    with contextlib.suppress(OSError):  # no lock, so no lock file left behind
+                        path.unlink()
+                    print(
+                        f"fleetmind: warning: {self.root}: the file system does not support locks "
+                        f"({err.strerror or err}); not guarded against a second writer",
+                        file=sys.stderr,
+                    )
+                    return
                 pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
                 os.close(fd)
                 who = f" (pid {pid})" if pid.isdigit() else ""

@@ -41,7 +41,7 @@ from fleetmind.data.errors import DataError, NotAvailableError
 from fleetmind.data.openb import OpenbNodes, PodTrace, load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, Pod, pods_from_trace
 from fleetmind.envs.policies import Policy, canonical_policy_name, make_policy
-from fleetmind.progress import bar_disable
+from fleetmind.progress import progress_disable
 
 DEFAULT_SCALE = 1.3
 DEFAULT_LEVELS = (100, 130)
@@ -398,7 +398,8 @@ def evaluate_fgd(
             ``{name: Policy}`` objects (run in this process; the object is reset for every seed).
         seeds: the seeds (42-51 in the paper); a seed given twice runs once.
         workers: processes for named policies (1 = in this process).
-        progress: show a tqdm bar over runs.
+        progress: show a tqdm bar over runs on stderr (wherever stderr goes; ``TQDM_DISABLE``
+            turns it off).
 
     Returns:
         ``{"trace", "mode": "fgd", "seeds", "policies": {name: aggregate_results(...)}}``.
@@ -421,7 +422,7 @@ def evaluate_fgd(
         total=len(names) * len(seeds),
         desc=f"fgd {tr.name}",
         unit="run",
-        disable=bar_disable(progress),
+        disable=progress_disable(progress),
     )
     jobs = [(tr, p, s, nodes, tuple(levels)) for p in named for s in seeds]
     if workers > 1 and len(jobs) > 1:

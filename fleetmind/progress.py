@@ -5,6 +5,11 @@ stdout holds only what a command prints as its result (a table, a JSON document)
 its line with carriage returns several times a second; written to a file (``2> log``, a cron or CI
 capture) that is dozens of ``\\r`` frames per bar, so a bar is drawn only when its stream is a
 terminal. :func:`bar_disable` gives the value of tqdm's ``disable`` argument that says so.
+
+That terminal-only rule is the command line's. A library function's explicit ``progress=True``
+(``evaluate_fgd``, ``evaluate_methods``, ...) draws its bar wherever stderr goes, a notebook
+included, as ``tqdm.auto`` bars do: its tqdm call takes :func:`progress_disable`; a CLI handler
+passes ``progress=show_bar(...)`` (:func:`show_bar`) so that its bars stay off a log file.
 :func:`quiet_library_bars` does the same for the bar MLflow draws on its own.
 """
 
@@ -29,6 +34,25 @@ def bar_disable(show: bool = True) -> bool | None:
     if not show or os.environ.get("TQDM_DISABLE"):
         return True
     return None
+
+
+def progress_disable(progress: bool) -> bool:
+    """tqdm's ``disable`` argument for a library function's ``progress`` option: ``False`` (a bar,
+    whatever stderr is: a terminal, a notebook, a file) when ``progress`` is true and the
+    environment does not set ``TQDM_DISABLE``; ``True`` otherwise."""
+    return bar_disable(progress) is True
+
+
+def show_bar(wanted: bool = True) -> bool:
+    """The ``progress`` value a CLI handler passes to a library function: ``wanted`` when stderr is
+    a terminal and ``TQDM_DISABLE`` is unset, else ``False`` (no ``\\r`` frames in a log file)."""
+    if not wanted or os.environ.get("TQDM_DISABLE"):
+        return False
+    stderr = sys.stderr
+    try:
+        return bool(stderr is not None and stderr.isatty())
+    except (AttributeError, ValueError):  # not a stream, or closed
+        return False
 
 
 MLFLOW_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"

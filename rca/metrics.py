@@ -24,7 +24,7 @@ import numpy as np
 
 from fleetmind.data.errors import ConfigError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.progress import bar_disable
+from fleetmind.progress import progress_disable
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES, RandomConfig, alerts_by_node
 from fleetmind.rca.gbdt import make_learned
@@ -218,7 +218,8 @@ def evaluate_methods(
         incidents: incident dicts of the dataset contract (``graph``, ``alerts``, ``root_cause``).
         analyzers: name -> analyzer.
         graphs: graph name -> graph (``RCADataset.graphs``).
-        progress: show a tqdm bar.
+        progress: show a tqdm bar on stderr (wherever stderr goes; ``TQDM_DISABLE`` turns it
+            off).
         keep_ranks: also return ``"ranks": {name: [rank or None per incident]}`` and
             ``"silent": [bool per incident]`` (for bootstrap intervals).
 
@@ -240,7 +241,7 @@ def evaluate_methods(
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(incidents, desc="rca evaluate", unit="inc", disable=bar_disable())
+        it = tqdm(incidents, desc="rca evaluate", unit="inc", disable=progress_disable(True))
     for inc in it:
         g = graphs[inc["graph"]]
         _prime(g, inc["alerts"])

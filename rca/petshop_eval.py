@@ -23,7 +23,7 @@ import pandas as pd
 
 from fleetmind.data.errors import FleetMindError
 from fleetmind.data.petshop import PetShopIssue, PetShopScenario, read_metrics_csv, read_target
-from fleetmind.progress import bar_disable
+from fleetmind.progress import progress_disable
 from fleetmind.rca.anchoring import anchor_result
 from fleetmind.rca.base import BaseAnalyzer
 from fleetmind.rca.baselines import BASELINES
@@ -139,7 +139,8 @@ def evaluate_scenario(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(issues), desc="rca petshop", unit="issue", disable=bar_disable())
+        off = progress_disable(True)
+        bar = tqdm(total=len(issues), desc="rca petshop", unit="issue", disable=off)
     incidents, alert_ms = _detect(scenario, issues)
     all_windows = (
         [scenario.incident(i)["alerts"] for i in scenario.issues("all")]

@@ -213,3 +213,109 @@ def test_rca_generate_refuses_a_folder_another_process_writes(tmp_path: Path, ca
         assert child.stdin is not None
         child.stdin.close()
         child.wait(30)
+
+
+# rca generate on a file system that cannot lock -----------------------------------------------
+
+
+@pytest.mark.parametrize("code", ["ENOLCK", "EOPNOTSUPP", "ENOSYS"])
+def test_rca_generate_writes_where_the_file_system_cannot_lock(
+    tmp_path: Path, capsys, monkeypatch, code: str
+) -> None:
+    """NFS without ``lockd`` answers ``flock`` with ``ENOLCK`` (``nfs(5)``, ``flock(2)``); other
+    file systems ``EOPNOTSUPP``/``ENOSYS``: no other writer holds anything, so the dataset is
+    written, with one warning line (the stale lock file a killed writer left is no obstacle)."""
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("424242\n")  # a killed writer's pid
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    rc = main(["rca", "generate", "--out", str(out), "--incidents", "20", "--seed", "0"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "fleetmind: error:" not in err and "Traceback" not in err, err
+    warning = (
+        f"fleetmind: warning: {out}: the file system does not support locks "
+        f"({os.strerror(getattr(errno, code))}); not guarded against a second writer"
+    )
+    assert warning in err.splitlines(), err
+    assert json.loads((out / "meta.json").read_text())["complete"] is True
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_rca_generate_refuses_when_flock_says_the_lock_is_held(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import errno
+    import fcntl
+
+    def held(fd: int, op: int) -> None:
+        raise BlockingIOError(errno.EWOULDBLOCK, os.strerror(errno.EWOULDBLOCK))
+
+    out = tmp_path / "ds"
+    monkeypatch.setattr(fcntl, "flock", held)
+    rc = main(["rca", "generate", "--out", str(out), "--incidents", "20", "--seed", "0"])
+    assert rc == 2
+    assert f"{out} is being written by another process" in _one_error_line(capsys.readouterr().err)
+    assert not (out / "meta.json").exists()
+
+
+# doctor --json that cannot be written ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["folder", "under_a_file", "no_permission"])
+def test_doctor_refuses_an_unwritable_json_before_probing(
+    tmp_path: Path, capsys, monkeypatch, where: str
+) -> None:
+    from fleetmind.serving.telemetry import doctor
+
+    def probe(*a: object, **k: object) -> list:
+        raise AssertionError("probed Prometheus before checking --json")
+
+    monkeypatch.setattr(doctor, "diagnose", probe)
+    if where == "folder":
+        out = tmp_path / "d"
+        out.mkdir()
+    elif where == "under_a_file":
+        (tmp_path / "f").write_text("x")
+        out = tmp_path / "f" / "sub" / "doctor.json"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes anywhere")
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        out = ro / "doctor.json"
+    rc = main(["doctor", "--prometheus", "http://127.0.0.1:9", "--json", str(out)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2
+    assert line.startswith(f"fleetmind: error: --json {out}"), line
+
+
+def test_doctor_prints_the_findings_when_json_fails_after_probing(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from fleetmind.serving.telemetry import doctor
+    from fleetmind.training import io
+
+    findings = [doctor.Finding("error", "metrics", f"finding {i}") for i in range(3)]
+    monkeypatch.setattr(doctor, "diagnose", lambda url, timeout_s, cluster: findings)
+
+    def full_disk(path: object, payload: object) -> None:  # the disk filled during the probes
+        raise OSError(28, os.strerror(28), str(path))
+
+    monkeypatch.setattr(io, "write_json", full_disk)
+    out = tmp_path / "doctor.json"
+    rc = main(["doctor", "--prometheus", "http://127.0.0.1:9", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert [ln for ln in captured.out.splitlines() if "finding" in ln] == [
+        f.line() for f in findings
+    ]
+    line = _one_error_line(captured.err)
+    assert line.startswith(f"fleetmind: error: --json {out}: cannot write the findings"), line

@@ -165,3 +165,55 @@ def test_bar_disable(
     else:
         monkeypatch.setenv("TQDM_DISABLE", env)
     assert bar_disable(show) is want
+
+
+def _tiny_dataset(tmp_path: Path) -> Path:
+    from fleetmind.data.rca_gen.generate import DatasetSpec, generate_dataset
+    from fleetmind.data.rca_gen.graphs import GraphGenConfig
+
+    data = tmp_path / "ds"
+    small = GraphGenConfig(min_nodes=50, max_nodes=60)
+    generate_dataset(data, DatasetSpec(n_incidents=20, seed=1, graphs=small, workers=1))
+    return data
+
+
+def test_library_progress_true_draws_where_stderr_is_no_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``evaluate_methods(progress=True)`` in a notebook (stderr no terminal) drew nothing, against
+    its docstring, while ``tqdm.auto`` bars there draw: an explicit ``progress=True`` is a bar; the
+    terminal-only rule is the CLI's (``show_bar``)."""
+    from fleetmind.data.rca_dataset import load_dataset
+    from fleetmind.progress import show_bar
+    from fleetmind.rca.metrics import evaluate_methods, make_analyzers
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    ds = load_dataset(_tiny_dataset(tmp_path))
+    capsys.readouterr()
+    res = evaluate_methods(ds.split("test"), make_analyzers(["deepest"]), ds.graphs, progress=True)
+    err = capsys.readouterr().err
+    assert res["n_incidents"] == len(ds.split("test"))
+    assert "rca evaluate" in err, err  # the bar, on a stderr that is not a terminal
+    evaluate_methods(ds.split("test"), make_analyzers(["deepest"]), ds.graphs, progress=False)
+    assert "rca evaluate" not in capsys.readouterr().err
+    assert show_bar(True) is False  # the CLI's value here: stderr is no terminal
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    evaluate_methods(ds.split("test"), make_analyzers(["deepest"]), ds.graphs, progress=True)
+    assert "rca evaluate" not in capsys.readouterr().err
+
+
+def test_rca_evaluate_into_a_log_file_draws_no_bar(tmp_path: Path) -> None:
+    data = _tiny_dataset(tmp_path)
+    log = tmp_path / "eval.log"
+    with log.open("wb") as err:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fleetmind.cli", "rca", "evaluate", "--data", str(data)]
+            + ["--methods", "deepest", "--json", str(tmp_path / "e.json")],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=_env(tmp_path),
+            timeout=300,
+        )
+    text = log.read_text()
+    assert proc.returncode == 0, text[-2000:]
+    assert "\r" not in text and "rca evaluate" not in text, text[:300]

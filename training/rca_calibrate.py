@@ -35,7 +35,7 @@ from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.data.mlflow_store import is_mlflow_uri
 from fleetmind.data.paths import refuse_write_into_installed_package
 from fleetmind.data.rca_dataset import RCADataset, load_dataset
-from fleetmind.progress import bar_disable
+from fleetmind.progress import progress_disable, show_bar
 from fleetmind.rca.calibration import T_MAX, T_MIN, fit_temperature, reliability, top1
 from fleetmind.rca.gat_analyzer import RELEASED_DIR, GATAnalyzer
 from fleetmind.training.io import write_json, write_text_whole
@@ -146,7 +146,8 @@ def fit_calibration(
         data: the dataset folder, for messages and ``fitted_on.data`` (its name).
         bins: confidence bins of the ECE.
         hint: what to do about too few incidents (see :func:`require_enough`).
-        progress: show a progress bar over the splits.
+        progress: show a progress bar over the splits on stderr (wherever stderr goes;
+            ``TQDM_DISABLE`` turns it off).
 
     Returns:
         ``(payload, warning)``: the ``rca calibrate --json`` payload (``model``, ``temperature``,
@@ -161,7 +162,7 @@ def fit_calibration(
     data_of = {
         s: incident_logits(gat, ds, incs)
         for s, incs in tqdm(
-            named.items(), desc="rca calibrate", unit="split", disable=bar_disable(progress)
+            named.items(), desc="rca calibrate", unit="split", disable=progress_disable(progress)
         )
     }
     z, y = data_of[split]
@@ -254,6 +255,7 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
         args.data,
         bins=args.bins,
         hint=hint,
+        progress=show_bar(),  # no bar frames in a log file
     )
     if warning is not None:
         print(

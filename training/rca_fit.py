@@ -324,7 +324,10 @@ def _synthesise(
         from tqdm import tqdm
 
         bar = tqdm(
-            total=args.incidents + n_val, desc="synthesise", unit="inc", disable=bar_disable()
+            total=args.incidents + n_val,
+            desc="synthesise",
+            unit="inc",
+            disable=bar_disable(),  # on a terminal only: `rca fit > log 2>&1` keeps its epoch lines
         )
     upd = bar.update if bar is not None else None
     train = list(system.incidents(SynthConfig(n_incidents=args.incidents, seed=args.seed), upd))

@@ -22,6 +22,7 @@ from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError, ModelLoadError
 from fleetmind.data.metric_roles import role_map_source, roles_line
 from fleetmind.data.petshop import PetShopScenario, load_scenario
+from fleetmind.progress import show_bar
 from fleetmind.provenance import load_now, run_provenance
 from fleetmind.rca.fit_eval import bootstrap_intervals
 from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_artifact_problem
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         raise DataError(f"{args.scenario}: no issue folders under train/ or test/")
     if args.split != "all" and not scenario.issues(args.split):
         raise DataError(f"{args.scenario}: no {args.split} issues")
-    res = evaluate_scenario(scenario, "all", alert_methods, metric_methods, progress=True)
+    res = evaluate_scenario(scenario, "all", alert_methods, metric_methods, progress=show_bar())
     top = res["by_split"].get(args.split, res) if args.split != "all" else res
     rows = [r for r in res["per_incident"] if args.split in ("all", r["split"])]
     intervals = bootstrap_intervals(rows, list(top["methods"]), seed=args.seed)

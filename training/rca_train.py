@@ -52,6 +52,7 @@ from fleetmind.data.files import read_json
 from fleetmind.data.mlflow_store import safe_uri
 from fleetmind.data.rca_dataset import check_folder_complete, load_dataset, read_incidents
 from fleetmind.folders import write_folder_whole
+from fleetmind.progress import show_bar
 from fleetmind.rca.features.neighbours import NUM_EDGE_FEATURES, NUM_NODE_EXTRA
 from fleetmind.rca.gat_analyzer import GATAnalyzer, save_artifact
 from fleetmind.training.io import new_run_dir, write_json
@@ -487,7 +488,7 @@ def calibrate_artifact(args: Args, dm: Any, artifact: Path, val_set: EvalSet) ->
                 "val",
                 args.data,
                 hint=CALIBRATION_HINT,
-                progress=args.progress,
+                progress=show_bar(args.progress),  # no bar frames in a log file
             )
         except TooFewToFit as err:
             skipped = str(err)
