@@ -69,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_json(args.json, as_json(args.prometheus, findings))
         except OSError as err:  # the findings are still printed, then the one error line
+            if isinstance(err, BrokenPipeError) or _is_std_stream(args.json):
+                # --json /dev/stdout goes through the stream: a reader gone or a full disk there
+                # is stdout's failure, the runner's to report (quiet 141, or its one line)
+                raise
             unwritten = err
     for f in findings:
         print(f.line())
@@ -78,3 +82,17 @@ def run(args: argparse.Namespace) -> int:
             f"({unwritten.strerror or unwritten}); they are printed above"
         )
     return 1 if has_errors(findings) else 0
+
+
+def _is_std_stream(path: Path) -> bool:
+    """Whether ``path`` is the file this process's stdout or stderr writes to (``--json
+    /dev/stdout``), which :func:`fleetmind.training.io.write_json` writes through that stream."""
+    import os
+
+    from fleetmind.training.io import _std_stream
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _std_stream(st) is not None

@@ -35,9 +35,12 @@ of :class:`StdoutCheckingParser` lets that error through to the same contract.
 
 Which status wins when the command fails and stdout fails too: the command's. A command that
 returned a non-zero status, raised ``SystemExit`` with one, or failed with an error above (its one
-line printed) keeps that status and line; the output stdout could not take is then dropped
-quietly. Stdout's failure (141, or 2 and the ``writing a file failed`` line) decides the status
-only of a command that succeeded (status 0). Whatever the status, stdout output that could not be
+line printed) keeps that status and line. The output stdout could not take is then dropped: quietly
+for a reader that went away or after the command's own error line; a command that failed with a
+status alone (``fleetmind doctor > /dev/full``) still gets the one ``writing a file failed`` line
+for a write that found no room, so that the loss of its output shows. Stdout's failure (141, or 2
+and the ``writing a file failed`` line) decides the status only of a command that succeeded
+(status 0). Whatever the status, stdout output that could not be
 written is dropped (stdout then points at ``os.devnull``), so Python's flush at exit adds no
 ``Exception ignored`` lines and does not turn the status into 120.
 
@@ -104,15 +107,23 @@ def _stdout_closed() -> int:
     return STDOUT_CLOSED_STATUS
 
 
-def _drop_unwritable_stdout() -> None:
+def _drop_unwritable_stdout(prog: str | None = None) -> None:
     """Flush stdout; when that fails (a full disk, a reader gone, an I/O error), point stdout at
-    ``os.devnull`` (:func:`_stdout_closed`) so that the output it could not take is dropped
-    quietly: Python's own flush at exit would fail on it again, print ``Exception ignored in:
-    <_io.TextIOWrapper name='<stdout>'>`` and a traceback, and exit with status 120."""
+    ``os.devnull`` (:func:`_stdout_closed`) so that the output it could not take is dropped:
+    Python's own flush at exit would fail on it again, print ``Exception ignored in:
+    <_io.TextIOWrapper name='<stdout>'>`` and a traceback, and exit with status 120.
+
+    With ``prog`` (a command that failed with its own status and printed no error line), a write
+    that found no room (:data:`NO_ROOM_ERRNOS`) still prints the one ``<prog>: error: writing a
+    file failed: <reason>`` line, so that the lost output is not lost silently; the caller keeps
+    the command's status. A reader that went away stays quiet."""
     try:
         sys.stdout.flush()
-    except OSError:
+    except OSError as err:
         _stdout_closed()
+        if prog is not None and err.errno in NO_ROOM_ERRNOS:
+            _end_progress_bars()
+            print(f"{prog}: error: writing a file failed: {err.strerror or err}", file=sys.stderr)
     except (AttributeError, ValueError):  # not a file, or closed: nothing Python will flush
         pass
 
@@ -315,13 +326,13 @@ def _run(fn: Callable[[], int | None], prog: str) -> int:
     try:
         status = int(fn() or 0)
         if status != 0:  # the command failed: its status wins over stdout's (module docstring)
-            _drop_unwritable_stdout()
+            _drop_unwritable_stdout(prog)
             return status
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at exit
         return status
     except SystemExit as exc:  # argparse's --help, --version or usage error: flush what it printed
         if exc.code not in (0, None):  # a failed exit keeps its status, whatever stdout does
-            _drop_unwritable_stdout()
+            _drop_unwritable_stdout(prog)
             raise
         status = _flush_at_exit(prog)
         if status is None:

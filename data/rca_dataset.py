@@ -496,7 +496,9 @@ class DatasetWriter:
                     os.close(fd)
                     with contextlib.suppress(OSError):  # no lock, so no lock file left behind
                         path.unlink()
-                    print(
+                    from tqdm import tqdm  # clears a progress bar on screen, then redraws it
+
+                    tqdm.write(
                         f"fleetmind: warning: {self.root}: the file system does not support locks "
                         f"({err.strerror or err}); not guarded against a second writer",
                         file=sys.stderr,

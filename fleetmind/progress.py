@@ -6,11 +6,17 @@ its line with carriage returns several times a second; written to a file (``2> l
 capture) that is dozens of ``\\r`` frames per bar, so a bar is drawn only when its stream is a
 terminal. :func:`bar_disable` gives the value of tqdm's ``disable`` argument that says so.
 
-That terminal-only rule is the command line's. A library function's explicit ``progress=True``
-(``evaluate_fgd``, ``evaluate_methods``, ...) draws its bar wherever stderr goes, a notebook
-included, as ``tqdm.auto`` bars do: its tqdm call takes :func:`progress_disable`; a CLI handler
-passes ``progress=show_bar(...)`` (:func:`show_bar`) so that its bars stay off a log file.
-:func:`quiet_library_bars` does the same for the bar MLflow draws on its own.
+That terminal-only rule is the command line's. An explicit ``progress=True`` of four library
+functions draws their bar wherever stderr goes, a notebook and a log file included, as
+``tqdm.auto`` bars do (their tqdm call takes :func:`progress_disable`):
+:func:`fleetmind.envs.fgd_mode.evaluate_fgd`, :func:`fleetmind.rca.metrics.evaluate_methods`,
+:func:`fleetmind.rca.petshop_eval.evaluate_scenario` and
+:func:`fleetmind.training.rca_calibrate.fit_calibration`. The other ``progress`` options
+(:func:`fleetmind.training.rca_fit.fit`, ``RCADataModule(progress=True)``,
+:func:`fleetmind.rca.lightning_module.incidents_to_data`) draw on a terminal only
+(:func:`bar_disable`). A CLI handler or a benchmark passes ``progress=show_bar(...)``
+(:func:`show_bar`) so that its bars stay off a log file. :func:`quiet_library_bars` does the
+same for the bar MLflow draws on its own.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def test_sched_train_help_is_over_the_stdout_buffer() -> None:
 
 
 # A command that failed and a stdout that failed too: the command's status (and its error line)
-# wins; stdout's failure (141, or 2 and the no-room line) decides only for a command that succeeded
+# wins, a failure with a status alone adding the no-room line of a full stdout; stdout's failure (141, or 2 and the no-room line) decides only for a command that succeeded
 # (fleetmind.cli.runner's docstring). The command printed first, buffered: under PYTHONUNBUFFERED
 # that print itself raises and the command never gets to fail, so these run buffered.
 FAILING_COMMAND = """
@@ -224,7 +224,16 @@ FAILURES = pytest.mark.parametrize(
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
-@FAILURES
+@pytest.mark.parametrize(
+    "mode, status, err",
+    [
+        # a failure with a status alone still says its output was lost (no room), not silently
+        ("return-1", 1, NO_ROOM_LINE),
+        ("exit-3", 3, NO_ROOM_LINE),
+        # a failure that printed its own error line keeps that one line
+        ("error", 2, "fleetmind: error: the real failure\n"),
+    ],
+)
 def test_a_failed_command_keeps_its_status_on_a_full_disk(
     mode: str, status: int, err: str, tmp_path: Path
 ) -> None:

@@ -248,6 +248,44 @@ def test_rca_generate_writes_where_the_file_system_cannot_lock(
     assert not (out / LOCK_NAME).exists()
 
 
+def test_the_no_lock_warning_is_a_line_of_its_own_under_a_progress_bar(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The CLI's progress bar is on stderr while ``rca generate`` opens the folder: the warning,
+    printed after the bar's last frame, ran on from it (``... 0/10 [00:00<?, ?it/s]fleetmind:
+    warning: ...``). Written with ``tqdm.write``, the bar is cleared first and drawn again after
+    the line (tqdm's documented way of printing beside a bar)."""
+    import errno
+    import fcntl
+    import io
+    import re
+    import sys
+
+    from tqdm import tqdm
+
+    from fleetmind.data.rca_dataset import DatasetWriter
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    out = tmp_path / "ds"
+    bar = tqdm(total=10, file=sys.stderr, disable=False)
+    try:
+        with DatasetWriter(out):
+            pass
+    finally:
+        bar.close()
+    warning = (
+        f"fleetmind: warning: {out}: the file system does not support locks "
+        f"({os.strerror(errno.ENOLCK)}); not guarded against a second writer"
+    )
+    text = err.getvalue()
+    assert re.search(r"(^|[\r\n])" + re.escape(warning) + "\n", text), repr(text)
+
+
 def test_rca_generate_refuses_when_flock_says_the_lock_is_held(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:

@@ -30,6 +30,7 @@ from fleetmind.data.openb import (
 )
 from fleetmind.envs.fgd_mode import evaluate_fgd
 from fleetmind.envs.policies import PUBLISHED_POLICIES
+from fleetmind.progress import show_bar
 
 OUT = RESULTS / "placement" / "fgd_fidelity.json"
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> dict:
             seeds,
             nodes=nodes,
             workers=args.workers,
-            progress=True,
+            progress=show_bar(),
         )
         entry: dict = {
             "seeds": seeds,

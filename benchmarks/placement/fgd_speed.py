@@ -26,6 +26,7 @@ from fleetmind.data.openb import load_openb_nodes, load_openb_trace
 from fleetmind.envs.core import ClusterState, pods_from_trace
 from fleetmind.envs.fgd_mode import build_workload, evaluate_fgd
 from fleetmind.envs.policies import PUBLISHED_POLICIES, make_policy
+from fleetmind.progress import show_bar
 
 OUT = RESULTS / "placement" / "fgd.json"
 
@@ -95,7 +96,7 @@ def main() -> None:
             list(PUBLISHED_POLICIES),
             seeds,
             workers=args.workers,
-            progress=True,
+            progress=show_bar(),
         )
         wall = time.perf_counter() - t0
         cpu = sum(m["cpu_seconds_total"] for m in res["policies"].values())

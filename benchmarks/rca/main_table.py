@@ -26,6 +26,7 @@ import numpy as np
 from benchmarks.provenance import load_now, provenance
 from fleetmind import argtypes
 from fleetmind.cli.runner import run_main
+from fleetmind.progress import show_bar
 
 METHODS = (
     "random",
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for split in a.splits:
             incs = ds.split(split)[: a.limit] if a.limit else ds.split(split)
-            res = evaluate_methods(incs, analyzers, ds.graphs, progress=True, keep_ranks=True)
+            res = evaluate_methods(incs, analyzers, ds.graphs, progress=show_bar(), keep_ranks=True)
             out[name]["splits"][split] = with_ci(res, a.boot, a.seed)
             for mname, m in res["methods"].items():
                 ci = m["ci95"]["ac@1"]
