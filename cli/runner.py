@@ -123,7 +123,14 @@ def _drop_unwritable_stdout(prog: str | None = None) -> None:
         _stdout_closed()
         if prog is not None and err.errno in NO_ROOM_ERRNOS:
             _end_progress_bars()
-            print(f"{prog}: error: writing a file failed: {err.strerror or err}", file=sys.stderr)
+            try:  # a stderr with no room either (`> log 2>&1` on a full disk): the status stays
+                print(
+                    f"{prog}: error: writing a file failed: {err.strerror or err}", file=sys.stderr
+                )
+            except OSError:  # drop what stderr holds, or Python's exit flush fails on it (120)
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stderr.fileno())
+                os.close(devnull)
     except (AttributeError, ValueError):  # not a file, or closed: nothing Python will flush
         pass
 

@@ -242,6 +242,25 @@ def test_a_failed_command_keeps_its_status_on_a_full_disk(
     assert (proc.returncode, proc.stderr) == (status, err)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(("mode", "status"), [("return-1", 1), ("exit-3", 3)])
+def test_a_failed_command_keeps_its_status_when_stderr_is_full_too(
+    mode: str, status: int, tmp_path: Path
+) -> None:
+    """`> log 2>&1` on a full disk: the no-room line cannot be written either, and what stderr
+    holds must not fail Python's exit flush (status 120): the command's status stays."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-c", FAILING_COMMAND, mode],
+            stdout=full.fileno(),
+            stderr=full.fileno(),
+            timeout=120,
+            env=_env(False),
+            cwd=tmp_path,
+        )
+    assert proc.returncode == status
+
+
 @FAILURES
 def test_a_failed_command_keeps_its_status_into_a_closed_pipe(
     mode: str, status: int, err: str, tmp_path: Path

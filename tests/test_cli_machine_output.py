@@ -335,8 +335,11 @@ def test_doctor_refuses_an_unwritable_json_before_probing(
     assert line.startswith(f"fleetmind: error: --json {out}"), line
 
 
+@pytest.mark.parametrize(
+    "errno_", [28, 32], ids=["disk-full", "reader-gone"]
+)  # 32: a --json pipe or FIFO whose reader went away (not stdout): still the findings, then a line
 def test_doctor_prints_the_findings_when_json_fails_after_probing(
-    tmp_path: Path, capsys, monkeypatch
+    tmp_path: Path, capsys, monkeypatch, errno_: int
 ) -> None:
     from fleetmind.serving.telemetry import doctor
     from fleetmind.training import io
@@ -345,7 +348,7 @@ def test_doctor_prints_the_findings_when_json_fails_after_probing(
     monkeypatch.setattr(doctor, "diagnose", lambda url, timeout_s, cluster: findings)
 
     def full_disk(path: object, payload: object) -> None:  # the disk filled during the probes
-        raise OSError(28, os.strerror(28), str(path))
+        raise OSError(errno_, os.strerror(errno_), str(path))  # 32 makes a BrokenPipeError
 
     monkeypatch.setattr(io, "write_json", full_disk)
     out = tmp_path / "doctor.json"
