@@ -9,6 +9,19 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 
+class FakeClock:
+    """Monotonic seconds that advance only when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+
+
 @contextmanager
 def replay_service(tmp_path: Path) -> Iterator[TestClient]:
     """The service on its embedded defaults (graph and released GAT), without tokens, its

@@ -24,23 +24,11 @@ import pytest
 from fleetmind.cli import main
 from fleetmind.cli import replay as replay_cli
 from fleetmind.serving.settings import Settings
+from tests.replay_helpers import FakeClock
 
 REPO = Path(__file__).resolve().parents[1]
 DNS = REPO / "examples" / "storm-dns.json"
 URL = "http://fake"
-
-
-class FakeClock:
-    """Monotonic seconds that advance only when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.0)
 
 
 def _iso(t: datetime) -> str:
