@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError
@@ -217,19 +217,6 @@ def _storm_key(alert: dict[str, Any]) -> tuple[str, Any]:
     return ("labels", frozenset((str(k), str(v)) for k, v in alert["labels"].items()))
 
 
-def _earlier_alerts(
-    client: Any,
-    headers: dict[str, str],
-    inc: dict[str, Any],
-    storm: dict[str, Any],
-    start: datetime,
-) -> int | None:
-    """How many of ``inc``'s alerts are not this replay's (:func:`_alert_origin`), or ``None``
-    when the service did not list the incident's alerts but its first alert started before this
-    replay's first."""
-    return _alert_origin(client, headers, inc, storm, start)[0]
-
-
 def _alert_origin(
     client: Any,
     headers: dict[str, str],
@@ -314,16 +301,10 @@ def _alert_origin(
 
 
 def _print_incident(
-    client: Any,
-    url: str,
-    headers: dict[str, str],
-    inc: dict[str, Any],
-    storm: dict[str, Any],
-    start: datetime,
-    earlier: int | None | Literal["read"] = "read",
+    url: str, inc: dict[str, Any], storm: dict[str, Any], earlier: int | None
 ) -> None:
-    """One incident's top cause and page, and a note when it also holds earlier alerts
-    (``earlier``: :func:`_earlier_alerts`, read from the service when ``"read"``)."""
+    """One incident's top cause and page, and a note when it also holds ``earlier`` alerts not
+    this replay's (:func:`_alert_origin`'s count; ``None``: some, how many unknown)."""
     top = (inc.get("causes") or [{}])[0]
     expected = storm.get("expected_root")
     mark = ""
@@ -337,8 +318,6 @@ def _print_incident(
         f"incident #{inc['id']}: {inc['alert_count']} alerts; top cause "
         f"{top.get('node', 'not ranked yet')} {top.get('fault_type') or ''}{mark}"
     )
-    if earlier == "read":
-        earlier = _earlier_alerts(client, headers, inc, storm, start)
     if earlier != 0:
         if earlier is None:
             held = "earlier alerts"
@@ -426,7 +405,7 @@ def _show_incidents(
             f"stood last (see {base}/ui/, or a longer --wait):"
         )
     for inc, earlier in shown:
-        _print_incident(client, url, headers, inc, storm, start, earlier)
+        _print_incident(url, inc, storm, earlier)
 
 
 def _client(url: str) -> Any:

@@ -162,6 +162,25 @@ def _settings(tmp_path: Path) -> Settings:
     )
 
 
+def _storm_and_sign_in(c: TestClient) -> None:
+    """Post the UI tests' storm (newer incidents: host c0-h1 down with XIDs on its GPUs, and host
+    c1-h2 down), group it, and sign in to the UI."""
+    r = c.post(
+        "/api/v1/alerts",
+        json=webhook(storm_alerts()),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert r.status_code == 200
+    c.app.state.services.incidents.process_pending()
+    c.get("/ui/login")
+    r = c.post(
+        "/ui/login",
+        data={"token": TOKEN, "csrf": c.cookies.get(auth.CSRF_COOKIE), "next": "/ui/fleet"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+
+
 @pytest.fixture
 def flooded(tmp_path: Path) -> Iterator[TestClient]:
     """An open incident (id 1) with 100,001 firing alerts on host c1-h3, then the UI tests'
@@ -174,20 +193,7 @@ def flooded(tmp_path: Path) -> Iterator[TestClient]:
                 flood,
                 [(f"flood-{i}", "c1/host/c1-h3", "KubeNodeNotReady") for i in range(100_001)],
             )
-        r = c.post(
-            "/api/v1/alerts",
-            json=webhook(storm_alerts()),
-            headers={"Authorization": f"Bearer {TOKEN}"},
-        )
-        assert r.status_code == 200
-        c.app.state.services.incidents.process_pending()
-        c.get("/ui/login")
-        r = c.post(
-            "/ui/login",
-            data={"token": TOKEN, "csrf": c.cookies.get(auth.CSRF_COOKIE), "next": "/ui/fleet"},
-            follow_redirects=False,
-        )
-        assert r.status_code == 303
+        _storm_and_sign_in(c)
         yield c
 
 
@@ -235,19 +241,7 @@ def test_an_older_incidents_pod_storm_hides_no_marks(
                 + [(f"n-{i}", None, "Watchdog") for i in range(41)]
                 + [("g-pod", "c0/pod/s0-0", "KubePodCrashLooping")],
             )
-        r = c.post(
-            "/api/v1/alerts",
-            json=webhook(storm_alerts()),
-            headers={"Authorization": f"Bearer {TOKEN}"},
-        )
-        assert r.status_code == 200
-        c.app.state.services.incidents.process_pending()
-        c.get("/ui/login")
-        c.post(
-            "/ui/login",
-            data={"token": TOKEN, "csrf": c.cookies.get(auth.CSRF_COOKIE), "next": "/ui/fleet"},
-            follow_redirects=False,
-        )
+        _storm_and_sign_in(c)
         html = c.get("/ui/fleet").text
         marks, cut = ui_router._incident_marks(c.app.state.services)
     hot = re.findall(r'<div class="node hot" data-node="([^"]+)">', html)

@@ -484,17 +484,14 @@ def test_replay_errors_mask_the_url_credentials(answer: str | int) -> None:
     assert "RPLsecret" not in str(info.value) and "http://***@127.0.0.1:18167" in str(info.value)
 
 
-def test_replay_cli_lines_mask_the_url_credentials(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_replay_cli_lines_mask_the_url_credentials(capsys: pytest.CaptureFixture[str]) -> None:
     client = httpx.Client(
         base_url=REPLAY_URL, transport=httpx.MockTransport(lambda _: httpx.Response(401))
     )
     start = datetime.now(UTC)
     cli_replay._show_incidents(client, REPLAY_URL, {}, STORM, start, wait_s=0.0)
-    monkeypatch.setattr(cli_replay, "_earlier_alerts", lambda *_: 0)
     inc = {"id": 7, "alert_count": 1, "causes": [{"node": "c0/host/h1"}]}
-    cli_replay._print_incident(client, REPLAY_URL, {}, inc, STORM, start)
+    cli_replay._print_incident(REPLAY_URL, inc, STORM, earlier=0)
     out = capsys.readouterr().out
     assert "RPLsecret" not in out
     assert "http://***@127.0.0.1:18167/ui/" in out and "***@127.0.0.1:18167/ui/incidents/7" in out
