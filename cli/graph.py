@@ -144,7 +144,7 @@ def fetch_lists(
         from kubernetes import client
     except ImportError:
         raise NotAvailableError(
-            "fleetmind graph build needs the kubernetes package (pip install kubernetes), "
+            "fleetmind graph build needs the kubernetes package (pip install 'fleetmind[k8s]'), "
             "or --from-dir with recorded list responses"
         ) from None
     api = client.ApiClient(_client_configuration(kubeconfig, context, in_cluster, timeout))

@@ -101,3 +101,48 @@ def test_every_imported_module_comes_from_a_declared_dependency() -> None:
 def test_rich_has_a_lower_bound() -> None:
     (rich,) = [r for r in DECLARED if canonicalize_name(r.name) == "rich"]
     assert re.search(r">=\s*\d", str(rich.specifier)), rich
+
+
+FLOORS: dict[str, tuple[str, str, str]] = {
+    # distribution -> (lowest version that has it, file, what the file uses). Each was found by
+    # installing the version the floor used to allow and running the code that breaks on it.
+    "numpy": ("2.0", "envs/core.py", "np.bitwise_count("),  # NumPy 2.0 added it
+    "mlflow": ("3.0", "training/tracking.py", 'name="model"'),  # 2.x: log_model(artifact_path=)
+    # 1.18 wheels are built against NumPy 1 and fail to import beside NumPy 2
+    # (microsoft/onnxruntime#21063; 1.19 is the first built against NumPy 2)
+    "onnxruntime": ("1.19", "rl/export.py", "onnxruntime"),
+    # before 2.10 pydantic protected the whole model_ prefix and warned at every start (pydantic#9177)
+    "pydantic": ("2.10", "serving/schemas.py", "model_version:"),
+}
+"""Lower bounds that the code's own use of a library forces (each checked against the version the
+floor used to allow)."""
+
+
+def _just_below(version: str) -> str:
+    """The newest-looking release under ``version``: "2.0" -> "1.99.99", "1.19" -> "1.18.99"."""
+    parts = [int(x) for x in version.split(".")]
+    i = max(k for k, v in enumerate(parts) if v > 0)
+    return ".".join(map(str, parts[:i] + [parts[i] - 1] + [99] * (len(parts) - i)))
+
+
+def test_declared_floors_admit_no_version_the_code_cannot_run_on() -> None:
+    from packaging.version import Version
+
+    by_name = {canonicalize_name(r.name): r for r in DECLARED}
+    for dist, (lowest, path, usage) in FLOORS.items():
+        assert usage in (REPO_ROOT / path).read_text(), f"{path} no longer uses {usage}: drop {dist}"
+        spec = by_name[dist].specifier
+        below = _just_below(lowest)
+        assert not spec.contains(below), f"{dist}{spec} admits {below}, which lacks {usage} ({path})"
+        assert spec.contains(lowest), f"{dist}{spec} refuses {lowest}"
+
+
+def test_torch_is_a_range_for_users_and_pinned_only_at_install() -> None:
+    """``pip install fleetmind`` into an environment with a newer torch must not fail or downgrade
+    it (a downgrade from PyPI brings the CUDA build); the exact CPU-wheel pin lives in
+    constraints.txt, which ``make`` passes to pip."""
+    (torch,) = [r for r in DECLARED if canonicalize_name(r.name) == "torch"]
+    assert torch.specifier.contains("2.14.1") and torch.specifier.contains("2.13.0"), torch
+    pins = (REPO_ROOT / "constraints.txt").read_text().split()
+    assert "torch==2.13.0" in pins
+    assert "-c constraints.txt" in (REPO_ROOT / "Makefile").read_text()
