@@ -1259,8 +1259,9 @@ def _register_variants(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
-    """``fleetmind sched variants``: write one generated variant; prints its pod count and SHA-256."""
-    from fleetmind.data.openb_variants import generate_variant, write_variant
+    """``fleetmind sched variants``: write one generated variant; prints its pod count, the share
+    the level set (measured on the file, %) and its SHA-256."""
+    from fleetmind.data.openb_variants import generate_variant, variant_share, write_variant
 
     refuse_input_as_output(args.out, "--out", [("--from", _openb_files(args.source, "trace"), ())])
     text = generate_variant(args.kind, args.level, args.seed, source=args.source)
@@ -1272,7 +1273,11 @@ def cmd_variants(args: argparse.Namespace) -> int:
         raise BrokenPipeError(err.errno, err.strerror, args.out) from None
     except OSError as err:
         raise ConfigError(f"cannot write {args.out}: {err.strerror or err}") from None
-    print(f"{args.out}: {text.count(chr(10)) - 1} pods, sha256 {digest}")
+    got = variant_share(args.kind, text)
+    print(
+        f"{args.out}: {text.count(chr(10)) - 1} pods, {args.kind} share {got:.2f} %"
+        f" (level {args.level:g}), sha256 {digest}"
+    )
     return 0
 
 

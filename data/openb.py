@@ -81,9 +81,28 @@ def gpu_model_id(name: str) -> int:
         return len(GPU_MODELS) - 1
 
 
+MISSING_GPU_SPECS: frozenset[str] = frozenset(
+    ("nan", "-nan", "none", "null", "na", "n/a", "<na>", "#n/a", "#n/a n/a", "#na")
+    + ("-1.#ind", "-1.#qnan", "1.#ind", "1.#qnan")
+)
+"""``gpu_spec`` values read as "no GPU-model constraint" (compared stripped and lower-cased): the
+strings pandas reads as missing (``pandas.read_csv``'s default ``na_values``). The upstream README
+(``README.upstream.md`` in the openb data folder, ``gpu_spec``) says "``nan`` means no GPU type
+constraints", and the FGD authors' ``pod_csv_to_yaml.py`` reads the CSV with ``pandas.read_csv``
+(which reads each of these strings as NaN) and ``fillna('')``: no constraint."""
+
+
+def normalize_gpu_spec(spec: str) -> str:
+    """``spec`` stripped, or ``""`` (no constraint) when it is blank or one of
+    :data:`MISSING_GPU_SPECS` (any case)."""
+    spec = spec.strip()
+    return "" if spec.lower() in MISSING_GPU_SPECS else spec
+
+
 def gpu_spec_mask(spec: str) -> int:
-    """Bitmask of the models allowed by a ``|``-separated ``gpu_spec``; :data:`ANY_GPU_MODEL` if empty."""
-    parts = [p.strip() for p in spec.split("|") if p.strip()]
+    """Bitmask of the models allowed by a ``|``-separated ``gpu_spec``; :data:`ANY_GPU_MODEL` if empty
+    or missing (:func:`normalize_gpu_spec`: ``nan``, ``None``... are no constraint, not a model)."""
+    parts = [p.strip() for p in normalize_gpu_spec(spec).split("|") if p.strip()]
     if not parts:
         return ANY_GPU_MODEL
     mask = 0
@@ -134,7 +153,8 @@ class PodTrace:
         num_gpu: ``(P,)`` int64, GPUs requested (0 = CPU-only pod).
         gpu_milli: ``(P,)`` int64, per-GPU share in milli-GPU, clipped to 1000 (0 for CPU-only
             pods, 1000 for pods of several GPUs).
-        gpu_spec: ``(P,)`` str, the raw ``gpu_spec`` ("" when absent).
+        gpu_spec: ``(P,)`` str, the ``gpu_spec`` as written, stripped ("" when absent, blank or
+            a missing-value spelling such as ``nan``: :func:`normalize_gpu_spec`).
         gpu_spec_mask: ``(P,)`` int64, allowed-model bitmask (:data:`ANY_GPU_MODEL` = no constraint).
         qos: ``(P,)`` str ("" when the file has no such column).
         creation_time, deletion_time, scheduled_time: ``(P,)`` float64 seconds, NaN when absent
@@ -537,7 +557,7 @@ def load_openb_trace(name_or_path: str | Path) -> PodTrace:
     num_gpu = ints["num_gpu"][:kept]
     gpu_milli = np.where(num_gpu > 0, np.minimum(ints["gpu_milli"][:kept], GPU_MILLI), 0)
     gpu_milli = np.where(num_gpu > 1, GPU_MILLI, gpu_milli)  # whole GPUs (the warning above)
-    spec = np.array(strs["gpu_spec"][:kept], dtype=object)
+    spec = np.array([normalize_gpu_spec(x) for x in strs["gpu_spec"][:kept]], dtype=object)
     spec = np.where(num_gpu > 0, spec, "").astype(str)
     mask = _spec_masks(p, spec, data_rows[:kept])
     name = p.stem.removeprefix("openb_pod_list_")
@@ -621,7 +641,8 @@ def trace_from_arrays(
     gm = np.where(ng > 0, np.minimum(np.asarray(gpu_milli, dtype=np.int64), GPU_MILLI), 0)
     if ((ng > 0) & (gm <= 0)).any():
         raise DataError("a pod with num_gpu > 0 has gpu_milli 0")
-    spec = np.array(gpu_spec if gpu_spec is not None else [""] * n, dtype=object)
+    raw = [str(x) for x in gpu_spec] if gpu_spec is not None else [""] * n
+    spec = np.array([normalize_gpu_spec(x) for x in raw], dtype=object)
     spec = np.where(ng > 0, spec, "").astype(str)
     nan = np.full(n, np.nan)
     return PodTrace(

@@ -22,11 +22,15 @@ The rules, as read from the upstream README and checked against the published fi
     is drawn from the specs of the published ``gpuspec33`` file (the production mix, about a third of
     the GPU pods), among pods of the same class (sharing, one whole GPU, several GPUs), weighted by
     count, and restricted to specs with at least one node that can host the pod (model in the spec,
-    enough GPUs, CPU and memory). The published files have 2-5 % (relative) more constrained pods
-    than the nominal level; a Bernoulli draw at L is within about 1.5 standard deviations of each.
+    enough GPUs, CPU and memory). The source's own specs are dropped first, so the share is L
+    whatever the source (``gpuspec33`` at level 0 gives a trace without specs). The published files
+    have 2-5 % (relative) more constrained pods than the nominal level; a Bernoulli draw at L is
+    within about 1.5 standard deviations of each.
 ``multigpu`` (level L % of GPU demand from multi-GPU pods, ``num_gpu`` >= 2)
     Every source pod is kept in place, and copies of the source's multi-GPU pods, drawn with
-    replacement, are appended until their share of the GPU demand reaches L. The published files keep
+    replacement, are appended until their share of the GPU demand reaches L. Copies only raise the
+    share: a source already more than 0.05 point above L (``multigpu40`` at 20) is refused with a
+    ``ConfigError`` rather than written at its own share. The published files keep
     only five columns; the generated ones keep all the source's columns (times included, so that
     dynamic mode can use them).
 
@@ -59,6 +63,7 @@ from fleetmind.data.openb import (
     gpu_model_id,
     gpu_spec_mask,
     load_openb_nodes,
+    normalize_gpu_spec,
 )
 from fleetmind.folders import write_file_whole
 
@@ -185,6 +190,16 @@ def _multigpu_rows(src: _Source, level: float, rng: np.random.Generator) -> list
     multi = int(src.request[multi_idx].sum())
     if frac > 0 and len(multi_idx) == 0:
         raise DataError(f"{src.path}: no multi-GPU pods to sample from")
+    # copies can only raise the share: a source already above the level is refused, not written
+    # unchanged (removing multi-GPU pods to come down to the level would invent a workload the
+    # published rule never makes: its variants keep every source pod). 0.05 point of slack lets a
+    # level given to a tenth of a percent match a source's own share.
+    if total > 0 and 100.0 * multi / total > level + 0.05:
+        raise ConfigError(
+            f"{src.path}: multi-GPU pods already make {100.0 * multi / total:.2f} % of its GPU"
+            f" demand, above the multigpu level {level:g} %; a multigpu variant only adds copies of"
+            f" multi-GPU pods, so the level must be at least the source's share"
+        )
     rows = list(range(len(src.rows)))
     while total > 0 and multi / total < frac:
         i = int(rng.choice(multi_idx))
@@ -202,7 +217,7 @@ def _spec_pool(
         raise DataError(f"{spec.path}: no gpu_spec column")
     pool: dict[int, dict[str, int]] = {1: {}, 2: {}, 3: {}}
     for r, c in zip(spec.rows, spec.cls, strict=True):
-        s = r[spec.col["gpu_spec"]].strip()
+        s = normalize_gpu_spec(r[spec.col["gpu_spec"]])
         if c > 0 and s:
             pool[int(c)][s] = pool[int(c)].get(s, 0) + 1
     nodes = load_openb_nodes(nodes_path)
@@ -277,7 +292,8 @@ def generate_variant(
         nodes: node list CSV used to keep ``gpu_spec`` draws feasible (default: openb GPU nodes).
 
     Raises:
-        ConfigError: unknown kind or a level outside its range.
+        ConfigError: unknown kind, a level outside its range, or a ``multigpu`` level below the
+            source's multi-GPU share (copies only raise it).
         DataError: the source lacks the pods the rule draws from, cannot be read, or has a row
             :func:`fleetmind.data.openb.load_openb_trace` refuses (its message).
     """
@@ -312,10 +328,33 @@ def generate_variant(
     for out_i, i in enumerate(order):
         row = list(src.rows[i]) + [""] * (len(header) - len(src.rows[i]))
         row[name_col] = f"openb-pod-{out_i:04d}"  # as published: 4 digits, more past 9999
-        if spec_col >= 0:
-            row[spec_col] = specs.get(i, row[spec_col] if spec_col < len(src.rows[i]) else "")
+        if spec_col >= 0:  # the drawn spec or none: a source's own specs are not kept
+            row[spec_col] = specs.get(i, "")
         w.writerow(row)
     return buf.getvalue()
+
+
+def variant_share(kind: str, text: str) -> float:
+    """The percentage ``kind`` sets (see :func:`generate_variant`'s ``level``), measured on a variant's
+    CSV ``text`` (as :func:`generate_variant` returns it): what the level became, e.g. for the line
+    ``fleetmind sched variants`` prints. 0 when the trace has none of the pods the share is over."""
+    if kind not in VARIANT_KINDS:
+        raise ConfigError(f"unknown variant kind {kind!r}; known: {', '.join(VARIANT_KINDS)}")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    num_gpu = np.array([int(r["num_gpu"]) for r in rows], dtype=np.int64)
+    milli = np.array([int(r["gpu_milli"]) for r in rows], dtype=np.int64)
+    milli = np.where(num_gpu > 0, np.minimum(milli, 1000), 0)
+    cls = _pod_classes(num_gpu, milli)
+    request = num_gpu * milli
+    if kind == "cpu":
+        part, whole = float((cls == 0).sum()), float(len(rows))
+    elif kind == "gpuspec":
+        spec = np.array([bool(normalize_gpu_spec(r.get("gpu_spec") or "")) for r in rows], bool)
+        part, whole = float((spec & (cls > 0)).sum()), float((cls > 0).sum())
+    else:
+        part = float(request[cls == (1 if kind == "gpushare" else 3)].sum())
+        whole = float(request.sum())
+    return 100.0 * part / whole if whole > 0 else 0.0
 
 
 def write_variant(out: str | os.PathLike[str], text: str) -> str:
@@ -361,7 +400,8 @@ def pod_mix_stats(trace: str | Path) -> dict[str, float]:
     req = src.request
     spec_col = src.col.get("gpu_spec")
     has_spec = np.array(
-        [bool(spec_col is not None and r[spec_col].strip()) for r in src.rows], dtype=bool
+        [bool(spec_col is not None and normalize_gpu_spec(r[spec_col])) for r in src.rows],
+        dtype=bool,
     )
     n_gpu = max(int(gpu.sum()), 1)
     total = max(int(req.sum()), 1)
