@@ -499,6 +499,7 @@ class Database:
         statement_timeout_s: float = 30.0,
         refire_margin_s: float = REFIRE_MARGIN_S,
     ) -> None:
+        url = normalise_url(url)
         self.url = url
         if not 0 <= refire_margin_s < float("inf"):
             raise ConfigError(f"refire margin must be a finite number >= 0, not {refire_margin_s}")
@@ -1790,6 +1791,18 @@ def _sqlite_may_create(url: URL) -> bool:
     given = url.query.get("mode", ())
     modes += [given] if isinstance(given, str) else list(given)
     return all(m == "rwc" for m in modes)
+
+
+def normalise_url(url: str) -> str:
+    """``url`` with a ``postgres://`` scheme (any case) written ``postgresql+psycopg://``.
+
+    Managed PostgreSQL services (Heroku, Render, Fly.io, Supabase) hand out ``postgres://`` URLs,
+    which libpq and psql accept; SQLAlchemy has no dialect of that name ("Can't load plugin:
+    sqlalchemy.dialects:postgres"). Every other URL is returned as given."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.strip().lower() == "postgres":
+        return "postgresql+psycopg://" + rest
+    return url
 
 
 def _bad_url(url: str, err: Exception) -> str:
