@@ -136,8 +136,9 @@ def _own_tls() -> bool:
 
 SECRET_SUFFIXES = ("_TOKEN", "_SECRET", "_PASSWORD")
 """Settings whose values are never printed: an error names the variable and the rule only."""
-SECRET_SETTINGS = frozenset({"FLEETMIND_NOTIFY_WEBHOOK_URL"})
-"""Secrets by another name: a Slack or receiver webhook URL carries its secret in the path."""
+SECRET_SETTINGS = frozenset({"FLEETMIND_NOTIFY_WEBHOOK_URL", "FLEETMIND_PROMETHEUS_HEADERS"})
+"""Secrets by another name: a Slack or receiver webhook URL carries its secret in the path; extra
+Prometheus headers may carry an ``Authorization`` or API key."""
 
 
 def shown_setting(name: str, value: object) -> str:

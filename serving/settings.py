@@ -144,6 +144,57 @@ MAX_STATEMENT_TIMEOUT_S = 86400.0
 """The longest ``FLEETMIND_DB_STATEMENT_TIMEOUT_S`` (one day; 0: none). PostgreSQL's own limit is
 2,147,483,647 ms (24.8 days), past which every connection is refused."""
 
+_FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP field name: an RFC 9110 ``token`` (section 5.1)."""
+_FIXED_HEADERS = ("host", "content-length", "content-type", "transfer-encoding")
+"""Headers the HTTP client writes for each query itself (the form body's type and length)."""
+
+
+def parse_prometheus_headers(
+    text: str | None, bearer_token_file: str | None = None, url: str | None = None
+) -> dict[str, str]:
+    """``FLEETMIND_PROMETHEUS_HEADERS`` (``Name=value`` pairs separated by commas, e.g.
+    ``X-Scope-OrgID=team-a``) as a header dict; blank or None: no headers. ``bearer_token_file``
+    and ``url``: the token file and Prometheus URL set beside it (an ``Authorization`` header is
+    refused when either sets one).
+
+    Raises:
+        ValueError: one line naming the pair (by its place) or header name and what is wrong;
+            never a value, which may be a credential.
+    """
+    out: dict[str, str] = {}
+    pairs = [p for p in (text or "").split(",") if p.strip()]
+    for n, pair in enumerate(pairs, start=1):
+        where = f"pair {n} of {len(pairs)}"
+        name, eq, value = pair.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name:
+            raise ValueError(f"{where} is not Name=value (e.g. X-Scope-OrgID=team-a)")
+        if not _FIELD_NAME.fullmatch(name):
+            raise ValueError(
+                f"the name of {where} is not an HTTP header name (RFC 9110 token: letters, "
+                "digits and !#$%&'*+-.^_`|~; write Name=value, not Name: value)"
+            )
+        if not value or not all(" " <= c <= "~" for c in value):
+            raise ValueError(
+                f"{name}: the value is empty or holds a character other than visible ASCII or "
+                "space (no CR or LF)"
+            )
+        if name.lower() in _FIXED_HEADERS:
+            raise ValueError(f"{name} is written by the HTTP client itself; leave it out")
+        if name.lower() in (k.lower() for k in out):
+            raise ValueError(f"{name} is named twice")
+        out[name] = value
+    parts = urlsplit(url or "")
+    if any(k.lower() == "authorization" for k in out) and (
+        bearer_token_file or parts.username or parts.password
+    ):
+        raise ValueError(
+            "Authorization is set here and also by FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE or the "
+            "user:password@ of FLEETMIND_PROMETHEUS_URL: which one wins would be ambiguous; keep one"
+        )
+    return out
+
 
 class Settings(BaseSettings):
     """Configuration of the FleetMind service (see ``docs/serving/settings.md`` for the table)."""
@@ -292,6 +343,12 @@ class Settings(BaseSettings):
         None,
         description="telemetry=prometheus: PEM bundle of CAs trusted for an https Prometheus, "
         "besides httpx's default ones (SSL_CERT_FILE when set, else certifi's bundle)",
+    )
+    prometheus_headers: str | None = Field(
+        None,
+        description="telemetry=prometheus: extra HTTP headers sent with every request, as "
+        "Name=value pairs separated by commas (X-Scope-OrgID=team-a: the tenant of Grafana Mimir "
+        "or Cortex); values are never printed",
     )
     scheduler_cluster: str | None = Field(
         None,
@@ -696,6 +753,18 @@ class Settings(BaseSettings):
             )
         return v
 
+    @field_validator("prometheus_headers")
+    @classmethod
+    def _prometheus_headers(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """Refuse headers no request could carry (:func:`parse_prometheus_headers`); blank is
+        unset."""
+        if v is None or not v.strip():
+            return None
+        parse_prometheus_headers(
+            v, info.data.get("prometheus_bearer_token_file"), info.data.get("prometheus_url")
+        )
+        return v
+
     @field_validator("public_url")
     @classmethod
     def _public_url(cls, v: str) -> str:
@@ -782,6 +851,13 @@ class Settings(BaseSettings):
             if token is not None:
                 out.setdefault(token, set()).update(scopes)
         return {t: frozenset(s) for t, s in out.items()}
+
+    def prometheus_header_map(self) -> dict[str, str]:
+        """The headers of ``FLEETMIND_PROMETHEUS_HEADERS`` (empty when unset), sent with every
+        telemetry request (:func:`parse_prometheus_headers`; checked when the settings load)."""
+        return parse_prometheus_headers(
+            self.prometheus_headers, self.prometheus_bearer_token_file, self.prometheus_url
+        )
 
     def slo_alert_names(self) -> frozenset[str]:
         """The alertnames of ``FLEETMIND_SLO_ALERTS``."""

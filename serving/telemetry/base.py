@@ -350,6 +350,7 @@ def make_source(settings: Settings, graph: DependencyGraph | None = None) -> Tel
             # an empty value (a manifest's `value: ""`) means unset
             "bearer_token_file": settings.prometheus_bearer_token_file or None,
             "ca_file": settings.prometheus_ca_file or None,
+            "headers": settings.prometheus_header_map(),  # FLEETMIND_PROMETHEUS_HEADERS
         }
         source: TelemetrySource
         if is_exporter_url(settings.prometheus_url):

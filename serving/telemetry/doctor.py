@@ -33,7 +33,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.redact import safe_uri
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.health import REPLICA_LABELS
-from fleetmind.serving.settings import Settings
+from fleetmind.serving.settings import Settings, parse_prometheus_headers
 from fleetmind.serving.telemetry.prometheus import (
     _GPU_KEY,
     DEFAULT_MAX_AGE_S,
@@ -100,29 +100,41 @@ def diagnose(
     bearer_token_file: str | None = None,
     ca_file: str | None = None,
     graph: str | None = None,
+    headers: str | None = None,
 ) -> list[Finding]:
     """Query the Prometheus at ``url`` and return the findings (see the module docstring).
 
-    ``max_age_s`` (s), ``bearer_token_file``, ``ca_file`` and ``graph`` (a graph file): as the
-    service's ``FLEETMIND_TELEMETRY_MAX_AGE_S``, ``FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE``,
-    ``FLEETMIND_PROMETHEUS_CA_FILE`` and ``FLEETMIND_GRAPH``, read from those variables when None.
+    ``max_age_s`` (s), ``bearer_token_file``, ``ca_file``, ``graph`` (a graph file) and
+    ``headers`` (``Name=value`` pairs separated by commas): as the service's
+    ``FLEETMIND_TELEMETRY_MAX_AGE_S``, ``FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE``,
+    ``FLEETMIND_PROMETHEUS_CA_FILE``, ``FLEETMIND_GRAPH`` and ``FLEETMIND_PROMETHEUS_HEADERS``, read
+    from those variables when None.
 
     Raises:
         NotAvailableError: Prometheus cannot be reached, refuses a query or answers partially.
-        ConfigError: ``ca_file`` is not a readable CA bundle.
+        ConfigError: ``ca_file`` is not a readable CA bundle, or the headers are refused (one
+            line naming the header, never its value).
     """
     if max_age_s is None:
         max_age_s = _env_setting("telemetry_max_age_s", DEFAULT_MAX_AGE_S)
+    bearer_token_file = (
+        bearer_token_file or os.environ.get("FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE") or None
+    )
+    if headers is None:
+        headers = os.environ.get("FLEETMIND_PROMETHEUS_HEADERS")
+    try:
+        header_map = parse_prometheus_headers(headers, bearer_token_file, url)
+    except ValueError as err:  # the service's own check; its message never quotes a value
+        raise ConfigError(f"invalid setting FLEETMIND_PROMETHEUS_HEADERS: {err}") from None
     src = PrometheusApiSource(
         url,
         default_cluster=cluster,
         timeout_s=timeout_s,
         ttl_s=0.0,
         max_age_s=max_age_s,
-        bearer_token_file=bearer_token_file
-        or os.environ.get("FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE")
-        or None,
+        bearer_token_file=bearer_token_file,
         ca_file=ca_file or os.environ.get("FLEETMIND_PROMETHEUS_CA_FILE") or None,
+        headers=header_map,
     )
     try:
         return _diagnose(src) + graph_findings(src, graph or os.environ.get("FLEETMIND_GRAPH"))

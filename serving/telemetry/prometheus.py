@@ -238,7 +238,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -580,7 +580,9 @@ Sample = tuple[str, dict[str, str], float]
 
 # ----------------------------------------------------------------------------- exporter mode
 class PrometheusSource(TelemetrySource):
-    """Scrape ``url`` (a DCGM exporter, or anything serving the same series) on each snapshot."""
+    """Scrape ``url`` (a DCGM exporter, or anything serving the same series) on each snapshot,
+    sending ``headers`` (``FLEETMIND_PROMETHEUS_HEADERS``) and the bearer token with each scrape;
+    ``timeout_s``: each scrape's limit (s)."""
 
     name = "prometheus"
 
@@ -592,25 +594,29 @@ class PrometheusSource(TelemetrySource):
         ttl_s: float = 5.0,
         bearer_token_file: str | None = None,
         ca_file: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(ttl_s)
         self.url = url
         self.shown_url = safe_uri(url)
         self.default_cluster = default_cluster
         self.bearer_token_file = bearer_token_file
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
         self._client = http_client(timeout_s, ca_file)
 
     def collect(self) -> FleetSnapshot:
         import httpx
 
-        headers = bearer_headers(self.bearer_token_file)
+        headers = {**self.headers, **bearer_headers(self.bearer_token_file)}
         read_ts = time.time()  # the snapshot's time: before the scrape, not after parsing it
         try:
             resp = self._client.get(self.url, headers=headers)
             resp.raise_for_status()
         except httpx.HTTPError as err:
             raise NotAvailableError(
-                f"cannot scrape DCGM exporter at {self.shown_url}: {request_problem(err)}"
+                f"cannot scrape DCGM exporter at {self.shown_url}: "
+                f"{request_problem(err, self.timeout_s)}"
             ) from None
         nodes = parse_dcgm(resp.text, self.default_cluster, exporter_node(self.url))
         return FleetSnapshot("prometheus", nodes, read_ts, received_ts=time.time())
@@ -678,7 +684,9 @@ class PrometheusApiSource(TelemetrySource):
     """Every node of the fleet from a Prometheus server's HTTP API (four concurrent queries: the
     three DCGM entries of :func:`fleet_queries` and their kube-state-metrics entries joined as in
     :data:`KSM_FLEET_QUERY`); series older than ``max_age_s`` seconds are left out (0: only
-    Prometheus's own 5-minute lookback applies)."""
+    Prometheus's own 5-minute lookback applies). ``headers``: sent with every query
+    (``FLEETMIND_PROMETHEUS_HEADERS``, e.g. Grafana Mimir's tenant ``X-Scope-OrgID``), beside the
+    bearer token's ``Authorization``; ``timeout_s``: each request's limit (s)."""
 
     name = "prometheus"
 
@@ -691,6 +699,7 @@ class PrometheusApiSource(TelemetrySource):
         max_age_s: float = DEFAULT_MAX_AGE_S,
         bearer_token_file: str | None = None,
         ca_file: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(ttl_s)
         from concurrent.futures import ThreadPoolExecutor
@@ -702,6 +711,8 @@ class PrometheusApiSource(TelemetrySource):
         self.queries = fleet_queries(max_age_s)
         self.ksm_query = ksm_fleet_query(self.queries)
         self.bearer_token_file = bearer_token_file
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
         self._client = http_client(timeout_s, ca_file)
         self._pool = ThreadPoolExecutor(len(_DCGM_SAMPLES) + 1, thread_name_prefix="fleetmind-prom")
 
@@ -731,7 +742,7 @@ class PrometheusApiSource(TelemetrySource):
         import httpx
         import msgspec
 
-        headers = bearer_headers(self.bearer_token_file)
+        headers = {**self.headers, **bearer_headers(self.bearer_token_file)}
         # Thanos Query and VictoriaMetrics cluster: fail rather than answer without a store
         form = {"query": promql, "partial_response": "false", "deny_partial_response": "1"}
         if at is not None:
@@ -741,7 +752,8 @@ class PrometheusApiSource(TelemetrySource):
             resp = self._client.post(self.url + "/api/v1/query", data=form, headers=headers)
         except httpx.HTTPError as err:
             raise NotAvailableError(
-                f"cannot query Prometheus at {self.shown_url}: {request_problem(err)}"
+                f"cannot query Prometheus at {self.shown_url}: "
+                f"{request_problem(err, self.timeout_s)}"
             ) from None
         try:
             body = msgspec.json.decode(resp.content)  # ~3x faster than json for 5 MB answers
@@ -867,13 +879,22 @@ def _decode_problem(err: Exception) -> str:
     return type(err).__name__
 
 
-def request_problem(err: Exception) -> str:
+def request_problem(err: Exception, timeout_s: float | None = None) -> str:
     """An ``httpx`` error as a message: a protocol error this side made (an illegal header
-    value) is named only, as its text quotes the header, ``Authorization`` included."""
+    value) is named only, as its text quotes the header, ``Authorization`` included; a timeout
+    says how long was waited (``timeout_s``, s) and which setting sets it (httpx's own text is
+    only "timed out")."""
     import httpx
 
     if isinstance(err, httpx.LocalProtocolError):
         return "the request could not be sent (an invalid header value)"
+    if isinstance(err, httpx.TimeoutException):
+        what = "no connection" if isinstance(err, httpx.ConnectTimeout) else "no answer"
+        within = f" within {timeout_s:g} s" if timeout_s is not None else ""
+        return (
+            f"{what}{within} (the limit is FLEETMIND_TELEMETRY_TIMEOUT_S for the service, "
+            "--timeout for fleetmind doctor)"
+        )
     return safe_uri(str(err))
 
 
@@ -899,11 +920,7 @@ def http_problem(resp: Any, body: Any) -> str | None:
     if isinstance(body, dict) and body.get("status") == "error":
         return f"refused the query: {str(body.get('error') or code)[:500]}"
     if code in (401, 403):
-        return (
-            f"answered HTTP {code} {resp.reason_phrase}: it wants credentials (basic auth as "
-            "user:password@ in FLEETMIND_PROMETHEUS_URL, or a token in "
-            "FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE)"
-        )
+        return _auth_problem(resp, body)
     if code == 404:
         return (
             "answered HTTP 404 for /api/v1/query: is the URL missing Prometheus's route prefix "
@@ -930,6 +947,49 @@ def http_problem(resp: Any, body: Any) -> str | None:
             "answer); FleetMind does not place on a fleet with series missing"
         )
     return None
+
+
+def _auth_problem(resp: Any, body: Any) -> str:
+    """A 401 or 403 as a message: the start of what the server said (:func:`_said`) and what it
+    usually needs. Grafana Mimir and Cortex answer ``no org id`` to a query without a tenant
+    (weaveworks/common ``user`` package, ``ErrNoOrgID``); Amazon Managed Service for Prometheus
+    answers ``Missing Authentication Token`` to a request not signed with AWS SigV4."""
+    said = _said(resp, body)
+    head = f"answered HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
+    if said:
+        head += f" (server said: {said})"
+    if "no org id" in said.lower():
+        return (
+            f"{head}: Grafana Mimir and Cortex need a tenant on every query: set "
+            "FLEETMIND_PROMETHEUS_HEADERS=X-Scope-OrgID=<tenant>"
+        )
+    if "missing authentication token" in said.lower() or "x-amzn-errortype" in resp.headers:
+        return (
+            f"{head}: Amazon Managed Service for Prometheus needs requests signed with AWS SigV4: "
+            "run aws-sigv4-proxy beside FleetMind and set FLEETMIND_PROMETHEUS_URL to it"
+        )
+    return (
+        f"{head}: it wants credentials (basic auth as user:password@ in "
+        "FLEETMIND_PROMETHEUS_URL, a token in FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE, or a "
+        "header in FLEETMIND_PROMETHEUS_HEADERS)"
+    )
+
+
+def _said(resp: Any, body: Any, limit: int = 200) -> str:
+    """The start of a reply's body (at most ``limit`` characters, whitespace runs as one space,
+    printable characters only, URL credentials masked): a JSON body's ``error`` or ``message``
+    when it has one, else the text; "" when empty."""
+    text: Any = None
+    if isinstance(body, dict):
+        text = next((body[k] for k in ("error", "message", "Message") if body.get(k)), None)
+    if not isinstance(text, str):
+        try:
+            text = resp.text
+        except (UnicodeDecodeError, LookupError):
+            return ""
+    text = " ".join("".join(c if c.isprintable() else " " for c in text[: limit * 4]).split())
+    text = safe_uri(text)
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def is_exporter_url(url: str) -> bool:
