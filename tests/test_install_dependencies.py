@@ -111,6 +111,9 @@ FLOORS: dict[str, tuple[str, str, str]] = {
     # 1.18 wheels are built against NumPy 1 and fail to import beside NumPy 2
     # (microsoft/onnxruntime#21063; 1.19 is the first built against NumPy 2)
     "onnxruntime": ("1.19", "rl/export.py", "onnxruntime"),
+    # pandas 2.1 wheels are built against NumPy 1 ("numpy.dtype size changed" beside NumPy 2);
+    # 2.2.2 is the first built against NumPy 2 (pandas 2.2.2 release notes)
+    "pandas": ("2.2.2", "data/synth_incidents.py", "import pandas as pd"),
     # before 2.10 pydantic protected the whole model_ prefix and warned at every start (pydantic#9177)
     "pydantic": ("2.10", "serving/schemas.py", "model_version:"),
 }
