@@ -40,6 +40,7 @@ from fleetmind import argtypes
 from fleetmind.children import die_with_parent
 from fleetmind.data.errors import ConfigError, FleetMindError, NotAvailableError
 from fleetmind.data.paths import REPO_ROOT
+from fleetmind.http_client import client as proxied_client
 
 
 @dataclass
@@ -302,7 +303,8 @@ class _Service:
         while time.monotonic() < deadline:
             self._check_alive()
             try:
-                r = httpx.get(self.url + "/readyz", timeout=2)
+                # a loopback address: no proxy (trust_env=False: httpx raised on NO_PROXY=fd00::/8)
+                r = httpx.get(self.url + "/readyz", timeout=2, trust_env=False)
                 body = r.json() if r.status_code == 200 else None
             except (httpx.HTTPError, ValueError):
                 body = None
@@ -364,12 +366,10 @@ def alert_storm(svc: _Service, incident: dict[str, Any]) -> dict[str, Any]:
     ``cluster`` nodes), some of them resolved already (all their alerts arrived resolved): all are
     counted, open and resolved, and the largest one is shown.
     """
-    import httpx
-
     from fleetmind.cli.replay import DEFAULT_RANK_INTERVAL_S, SETTLE_MARGIN_S, wait_settled
 
     payloads = _webhook_batches(incident["alerts"])
-    with httpx.Client(base_url=svc.url, timeout=30) as client:
+    with proxied_client(base_url=svc.url, timeout=30) as client:
         for p in payloads:
             r = client.post("/api/v1/alerts", json=p)
             r.raise_for_status()
@@ -428,8 +428,6 @@ def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
     Both are reserved (``"reserve": true``): the service books their GPUs until the scheduler binds
     the pods or the hold expires, so the second request does not land on a GPU the first one holds.
     """
-    import httpx
-
     jobs = [
         {
             "job_id": "train-llama-4gpu",
@@ -449,7 +447,7 @@ def placement_decisions(svc: _Service) -> list[dict[str, Any]]:
         },
     ]
     out = []
-    with httpx.Client(base_url=svc.url, timeout=30) as client:
+    with proxied_client(base_url=svc.url, timeout=30) as client:
         for job in jobs:
             r = client.post("/api/v1/placements", json=job)
             if r.status_code != 200:

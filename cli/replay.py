@@ -11,6 +11,7 @@ from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError
+from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 
 DEFAULT_RANK_INTERVAL_S = 2.0
@@ -409,10 +410,9 @@ def _show_incidents(
 
 
 def _client(url: str) -> Any:
-    """The HTTP client the replay and the reads after it share (tests replace it)."""
-    import httpx
-
-    return httpx.Client(base_url=url.rstrip("/"), timeout=30)
+    """The HTTP client the replay and the reads after it share (tests replace it); proxies from
+    the environment by Go's rules (:mod:`fleetmind.http_client`)."""
+    return proxied_client(base_url=url.rstrip("/"), timeout=30)
 
 
 def run(args: argparse.Namespace) -> int:

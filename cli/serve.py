@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from fleetmind.data.errors import ConfigError
+from fleetmind.http_client import check_proxies
 from fleetmind.redact import safe_uri
 
 _ENV_OPTIONS = {
@@ -188,6 +189,17 @@ def is_loopback(host: str) -> bool:
     return binds_loopback(host)
 
 
+def bind_host(host: str) -> str:
+    """``--host`` (or ``FLEETMIND_BIND_HOST``) as uvicorn must get it: without surrounding spaces
+    and one pair of brackets (``[::1]`` -> ``::1``; uvicorn passes the value to ``getaddrinfo``,
+    which reads no brackets), so the checks, ``FLEETMIND_BIND_HOST`` and the server see one
+    address."""
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1].strip()
+    return host
+
+
 def bind_error(host: str, port: int) -> OSError | None:
     """Why a server could not listen on ``host``:``port`` now (``None``: it can), found by binding
     a socket there and closing it again, with ``SO_REUSEADDR`` as uvicorn binds (so a port that
@@ -336,6 +348,7 @@ def _checked_settings(args: argparse.Namespace) -> Any:
             "FLEETMIND_ADMIN_TOKEN), bind 127.0.0.1, or pass --insecure"
         )
     _check_model_refs(settings)
+    check_proxies()  # the telemetry and notify clients would stop the server with a traceback
     _check_port(args.host, args.port)
     # a bad graph or database is a one-line error here, not a traceback in the server's startup
     load_graph(settings)
@@ -395,6 +408,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be within 1..65535, got {args.port}")
+    args.host = bind_host(args.host)  # "[::1]": checks and uvicorn see one address
     if args.workers is None:
         raw = os.environ.get("FLEETMIND_WORKERS", "1")
         try:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.folders import pid_running
+from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 
 CHUNK_BYTES = 1 << 16
@@ -37,8 +38,6 @@ fetch the files (no resume of a partial file)."""
 
 _PART = re.compile(r"(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.part")
 """A download's temporary file: ``<name>.<pid>.<8 hex>.part``."""
-
-PROXY_VARS = ("ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY")
 
 _now = time.monotonic  # the clock of the per-file deadline (seconds); tests replace it
 
@@ -207,36 +206,10 @@ STALE_PART_S = 3600.0
 
 
 def _client(timeout_s: float) -> Any:
-    """An ``httpx.Client``; a proxy variable it cannot use is a one-line :class:`ConfigError`."""
-    import httpx
-
-    def named(socks_only: bool) -> str:
-        found = []
-        for var in PROXY_VARS:
-            for key in (var, var.lower()):
-                value = os.environ.get(key)
-                if value and (not socks_only or value.lower().startswith("socks")):
-                    found.append(f"{key}={safe_uri(value)}")
-        return ", ".join(found) or "a proxy variable"
-
-    try:
-        return httpx.Client(timeout=timeout_s, follow_redirects=True)
-    except ImportError:  # httpx reads the proxy variables; SOCKS needs the optional socksio
-        raise ConfigError(
-            f"the SOCKS proxy in {named(True)} needs SOCKS support: install httpx[socks] "
-            "(socksio), or unset the variable"
-        ) from None
-    except httpx.InvalidURL:  # not a URL (a password with a "/": httpx reads a port); its reason
-        # may quote the password, so it is left out
-        raise ConfigError(
-            f"cannot use the proxy in {named(False)}: not a valid URL (a password with '/', '@' or "
-            "':' must be percent-encoded); fix or unset the variable"
-        ) from None
-    except ValueError:  # e.g. HTTP_PROXY=ftp://...: a proxy scheme httpx does not know
-        raise ConfigError(
-            f"cannot use the proxy in {named(False)}: httpx takes http://, https:// and "
-            "socks5:// proxies; fix or unset the variable"
-        ) from None
+    """An ``httpx.Client`` following redirections, with the environment's proxies by Go's rules
+    (:mod:`fleetmind.http_client`: ``HTTPS_PROXY`` for an https download, decided again for each
+    redirection's host); a proxy variable it cannot use is a one-line :class:`ConfigError`."""
+    return proxied_client(timeout=timeout_s, follow_redirects=True)
 
 
 def fetch_dataset(

@@ -19,6 +19,7 @@ This module is plain Python + numpy (no torch), so datasets are readable without
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -332,12 +333,7 @@ class DependencyGraph:
                 if host is not None:
                     return {**labels, "node": host}, True
             if "instance" in labels:
-                addr = (
-                    labels["instance"].rsplit(":", 1)[0]
-                    if ":" in labels["instance"]
-                    else labels["instance"]
-                )
-                addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+                addr = instance_address(labels["instance"])
                 host = _in_cluster(self._host_addresses(), cluster, addr)
                 return {**labels, "node": addr if host is None else host}, False
         return labels, True
@@ -600,7 +596,11 @@ class DependencyGraph:
                 if "node" in n.match and isinstance(addrs, list):
                     cluster = n.match.get("cluster")
                     owners += [
-                        (None if cluster is None else str(cluster), str(a), str(n.match["node"]))
+                        (
+                            None if cluster is None else str(cluster),
+                            canonical_address(str(a)),
+                            str(n.match["node"]),
+                        )
                         for a in addrs
                     ]
             cached = self._derived["host_addresses"] = _cluster_table(owners)
@@ -807,6 +807,32 @@ def _controller(node: GraphNode) -> tuple[str, str, str] | None:
     if kind == "ReplicaSet" and "-" in name:
         kind, name = "Deployment", name.rsplit("-", 1)[0]
     return str(namespace), kind, name
+
+
+def canonical_address(text: str) -> str:
+    """``text`` (brackets allowed) in the IP address's canonical form (lower-case, IPv6
+    compressed: ``[FD00:10:0::5]`` -> ``fd00:10::5``), so spellings of one address compare equal;
+    a name or anything else as it is."""
+    try:
+        return str(ipaddress.ip_address(text.strip().removeprefix("[").removesuffix("]")))
+    except ValueError:
+        return text
+
+
+def instance_address(instance: str) -> str:
+    """The address part of a Prometheus ``instance`` label, without its port: ``10.0.0.5:9100``,
+    ``[fd00:10::5]:9100``, a bare IPv6 address (``fd00:10::5``, which holds colons but no port)
+    or a name (``gpu-0:9100``), IP addresses in their canonical form (:func:`canonical_address`)."""
+    text = instance.strip()
+    if text.startswith("["):
+        inner, sep, rest = text[1:].partition("]")
+        if sep and (not rest or rest.startswith(":")):
+            return canonical_address(inner)
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    return canonical_address(text.rpartition(":")[0] if ":" in text else text)
 
 
 def _cluster_table(owners: Iterable[tuple[str | None, str, str]]) -> _ClusterTable:

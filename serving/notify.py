@@ -70,6 +70,7 @@ import httpcore
 import httpx
 from sqlalchemy import Text, bindparam, cast, select
 
+from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import without_password
 from fleetmind.serving.db import Database, incidents, notifications
 from fleetmind.serving.failure_log import FailureLog
@@ -437,10 +438,15 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 def post_client(transport: httpx.BaseTransport | None = None) -> httpx.Client:
     """The notifier's HTTP client: :data:`POST_TIMEOUT_S` on each step, and :func:`post_once`'s
     deadline on the whole post for the transports that reach the network (those of httpx, the
-    proxies from the environment included; a test's ``transport`` is used as it is)."""
-    client = httpx.Client(timeout=POST_TIMEOUT_S, transport=transport)
+    proxies from the environment included, taken by Go's rules: :mod:`fleetmind.http_client`; a
+    test's ``transport`` is used as it is).
+
+    Raises:
+        ConfigError: a proxy variable names a proxy httpx cannot use (one line).
+    """
+    client = proxied_client(timeout=POST_TIMEOUT_S, transport=transport)
     wrapped = 0
-    for t in [client._transport, *client._mounts.values()]:  # (httpx keeps them there)
+    for t in getattr(client._transport, "transports", [client._transport]):
         pool = getattr(t, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
         if isinstance(t, httpx.HTTPTransport) and isinstance(backend, httpcore.NetworkBackend):

@@ -61,6 +61,7 @@ from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fetch import check_http_url
+from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 
 GROUP_BY: tuple[str, ...] = ("cluster", "alertname")
@@ -538,7 +539,7 @@ def replay(
     clock = 0.0
     own = client is None
     if own:
-        client = httpx.Client(base_url=url.rstrip("/"), timeout=30)
+        client = proxied_client(base_url=url.rstrip("/"), timeout=30)
     try:
         for n in plan:
             wait = (n.at_s - clock) / speed

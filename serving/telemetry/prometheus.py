@@ -246,6 +246,7 @@ from typing import Any
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fleet_io import local_node_name
 from fleetmind.data.graph import DCGM_EXPORTER_POD
+from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
     FleetSnapshot,
@@ -821,17 +822,19 @@ not data left out of the answer."""
 def http_client(timeout_s: float, ca_file: str | None = None) -> Any:
     """An ``httpx.Client`` with ``timeout_s`` (s) that does not follow redirects and trusts
     httpx's CAs (``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` when set, else certifi's bundle) and, when
-    given, those of ``ca_file`` (a PEM bundle) too.
+    given, those of ``ca_file`` (a PEM bundle) too; proxies from the environment by Go's rules
+    (:mod:`fleetmind.http_client`).
 
     Raises:
-        ConfigError: ``ca_file`` cannot be read as PEM certificates.
+        ConfigError: ``ca_file`` cannot be read as PEM certificates, or a proxy variable names a
+            proxy httpx cannot use.
     """
     import ssl
 
     import httpx
 
     if ca_file is None:
-        return httpx.Client(timeout=timeout_s)
+        return proxied_client(timeout=timeout_s)
     try:
         ctx = httpx.create_ssl_context()
         ctx.load_verify_locations(cafile=ca_file)
@@ -839,7 +842,7 @@ def http_client(timeout_s: float, ca_file: str | None = None) -> Any:
         raise ConfigError(
             f"FLEETMIND_PROMETHEUS_CA_FILE {ca_file!r} is not a readable PEM CA bundle: {err}"
         ) from None
-    return httpx.Client(timeout=timeout_s, verify=ctx)
+    return proxied_client(timeout=timeout_s, verify=ctx)
 
 
 def bearer_headers(token_file: str | None) -> dict[str, str]:
