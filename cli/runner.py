@@ -18,7 +18,10 @@
 * Ctrl-C prints ``<prog>: interrupted`` and gives status 130;
 * SIGTERM (``kill``, a supervisor stopping the command) ends it by the signal (status 143 in a
   shell, no handler here: Lightning and uvicorn install their own); worker pools and the demo's
-  service are started to die with it (:func:`fleetmind.children.die_with_parent`);
+  service are started to die with it (:func:`fleetmind.children.die_with_parent`). As PID 1 (a
+  container's exec-form entrypoint), where the kernel ignores a signal left to its default action,
+  a handler ends the command with status 143 until the command installs its own
+  (:func:`_end_on_sigterm`);
 * a stdout or stderr that was closed (``>&-``, ``2>&-``) reads as ``os.devnull``: the command
   still writes its files (status 141 when a closed stdout had something to print), and a path
   stdout cannot encode (``PYTHONIOENCODING=ascii``, a C locale without UTF-8 mode, a non-UTF-8
@@ -57,6 +60,7 @@ import functools
 import io
 import os
 import select
+import signal
 import sys
 from collections.abc import Callable
 from typing import IO
@@ -291,6 +295,44 @@ _ESCAPED = {"strict": "backslashreplace", "surrogateescape": "fleetmind.surrogat
 command runs, and their replacements: what the stream cannot encode is escaped, not an error."""
 
 
+def _end_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM handler of a command that runs as PID 1 of its PID namespace (the image's
+    exec-form ``ENTRYPOINT``, a pod's container): the kernel drops every signal whose action is the
+    default for that process (pid_namespaces(7)), so a SIGTERM before the command installed a
+    handler of its own (``fleetmind serve``: 2-5 s of imports and the schema upgrade before
+    uvicorn's) was ignored, and the pod ran until SIGKILL. Ends the command with status
+    128 + ``signum`` (143) by ``SystemExit``: ``finally`` blocks run (a schema upgrade rolls its
+    revision back, the database is closed), no traceback. A forked child (not PID 1) that inherited
+    the handler ends by the signal, as without one. It does nothing when it is no longer the
+    installed handler: Lightning calls the handler it replaced from its own, and keeps its stop at
+    a batch boundary. uvicorn puts it back after its graceful shutdown and raises the signal again,
+    which then ends the command with 143 (the default action was ignored: status 0)."""
+    if signal.getsignal(signum) is not _end_on_sigterm:
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    if os.getpid() != 1:
+        signal.raise_signal(signum)
+    raise SystemExit(128 + signum)
+
+
+def _guard_pid1() -> Callable[[], None]:
+    """Install :func:`_end_on_sigterm` for SIGTERM when this process is PID 1 and SIGTERM has no
+    handler; return what puts the default back (for in-process callers). Elsewhere nothing
+    changes: SIGTERM's default action ends the command."""
+    if os.getpid() != 1 or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+    try:
+        signal.signal(signal.SIGTERM, _end_on_sigterm)
+    except ValueError:  # not the main thread: only it may install handlers
+        return lambda: None
+
+    def undo() -> None:
+        if signal.getsignal(signal.SIGTERM) is _end_on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return undo
+
+
 def run_main(fn: Callable[[], int | None], prog: str) -> int:
     """Call the entry point ``fn`` and return the process exit status, keeping the error contract
     of the module docstring: ``fn``'s own status (``None`` counts as 0), 2 with one line on stderr
@@ -311,6 +353,7 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
     if renamed:
         sys.argv[0] = prog
     closed_stdout, undo = _open_streams()
+    unguard = _guard_pid1()
     try:
         try:
             status = _run(fn, prog)
@@ -324,6 +367,7 @@ def run_main(fn: Callable[[], int | None], prog: str) -> int:
     finally:
         _drop_unwritable_stdout()  # an error part way left output stdout cannot take
         _close_streams(undo)
+        unguard()
         if renamed and sys.argv:
             sys.argv[0] = saved
 

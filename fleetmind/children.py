@@ -1,8 +1,10 @@
 """Child processes that end with the FleetMind process that started them.
 
 A command stopped by SIGTERM (``kill``, a Job's deadline, a supervisor) ends at once: FleetMind
-installs no SIGTERM handler of its own, because Lightning (DDP ranks that agree to stop at a batch
-boundary) and uvicorn (a graceful shutdown) install theirs. Its worker pools and the demo's service
+installs no SIGTERM handler of its own (except as PID 1, where the kernel would ignore the signal:
+``fleetmind.cli.runner`` ends the command with 143 until the command installs its own), because
+Lightning (DDP ranks that agree to stop at a batch boundary) and uvicorn (a graceful shutdown)
+install theirs. Its worker pools and the demo's service
 would then keep running, orphaned. :func:`die_with_parent`, run first in each such child, asks the
 Linux kernel to send the child SIGTERM when its parent ends (``prctl(PR_SET_PDEATHSIG)``,
 prctl(2)); elsewhere it does nothing.

@@ -375,10 +375,17 @@ def server_options(settings: Settings) -> dict[str, Any]:
 
     ``limit_concurrency`` is left to :class:`fleetmind.serving.middleware.ConcurrencyLimit` (uvicorn's own counts
     idle connections); ``timeout_keep_alive`` closes a connection idle 5 s after a response.
+    ``timeout_graceful_shutdown`` (``FLEETMIND_GRACEFUL_SHUTDOWN_S``, seconds) bounds the wait for
+    requests in flight after SIGTERM or SIGINT: uvicorn waits for every connection to close without
+    limit otherwise, and one client sending a body a byte at a time (each byte within
+    ``body_timeout_s``) kept the server from ever exiting, until SIGKILL skipped the app's shutdown
+    (notifier, database). When the time is up uvicorn cancels the requests left and runs the app's
+    shutdown. Each ``--workers`` process gets it with the rest of the config.
     """
     return {
         "http": GuardedHttpToolsProtocol,
         "limit_concurrency": None,
         "timeout_keep_alive": 5,
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # should h11 ever be used
+        "timeout_graceful_shutdown": settings.graceful_shutdown_s,
     }

@@ -518,6 +518,15 @@ class Settings(BaseSettings):
         description="a request whose body receives no byte for this many seconds (between two "
         "reads, not in total) gets 408 and its connection is closed",
     )
+    graceful_shutdown_s: float = Field(
+        20.0,
+        gt=0,
+        le=3600,
+        description="after SIGTERM or SIGINT, how long each server process waits for requests in "
+        "flight to finish (seconds) before it cancels the rest and runs its shutdown (notifier, "
+        "database); keep it some seconds under Kubernetes' terminationGracePeriodSeconds (30 s "
+        "by default) or docker stop's timeout (10 s), which end in SIGKILL",
+    )
     max_header_bytes: int = Field(
         32 * 1024,
         ge=4096,
