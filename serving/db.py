@@ -329,9 +329,36 @@ def _sqlite_upsert(margin_s: float) -> str:
                 ("ends_ts", "excluded.ends_ts"),
                 ("annotations", "excluded.annotations"),
                 ("updated_ts", "excluded.updated_ts"),
-                ("pending", "1"),
+                (
+                    "pending",
+                    f"CASE WHEN {_SQLITE_DATA_SOURCE_STATE} THEN alerts.pending ELSE 1 END",
+                ),
             )
         )
+    )
+
+
+_SQLITE_DATA_SOURCE_STATE = (
+    "(alerts.status = 'firing' AND alerts.incident_id IS NULL AND NOT alerts.pending "
+    "AND lower(json_extract(alerts.annotations, '$.grafana_state_reason')) IN ('error', 'nodata'))"
+)
+"""A stored alert the incident worker left in no incident because Grafana fired it on a failed or
+empty query (``grafana_state_reason`` ``Error``/``NoData``,
+:data:`fleetmind.serving.incidents.manager.DATA_SOURCE_REASONS`): its resolution, whose
+annotations no longer say so, is stored without making it ``pending`` again, so that it is never
+grouped as an alert that resolved before it was grouped (SQLite; :func:`_data_source_state`)."""
+
+
+def _data_source_state() -> Any:
+    """:data:`_SQLITE_DATA_SOURCE_STATE` as a SQLAlchemy condition (PostgreSQL)."""
+    c = alerts.c
+    reason = func.lower(c.annotations["grafana_state_reason"].as_string())
+    return (
+        (c.status == "firing")
+        & c.incident_id.is_(None)
+        & c.pending.is_(False)
+        # not IN (...): an expanding parameter, which the webhook's executemany refuses
+        & ((reason == "error") | (reason == "nodata"))
     )
 
 
@@ -1007,7 +1034,11 @@ class Database:
                 "ends_ts": case((changes, ex.ends_ts), else_=alerts.c.ends_ts),
                 "annotations": case((changes, ex.annotations), else_=alerts.c.annotations),
                 "updated_ts": case((changes, ex.updated_ts), else_=alerts.c.updated_ts),
-                "pending": case((changes, True), else_=alerts.c.pending),
+                "pending": case(
+                    (changes & _data_source_state(), alerts.c.pending),
+                    (changes, True),
+                    else_=alerts.c.pending,
+                ),
             },
         )
 
@@ -1084,12 +1115,16 @@ class Database:
         self, limit: int = 5000, conn: Connection | None = None
     ) -> list[dict[str, Any]]:
         """The oldest ``limit`` pending alerts, with the columns grouping reads (``id``,
-        ``updated_ts``, ``status``, ``labels``, ``node``, ``incident_id``, ``starts_ts``): not
-        the annotations, whose JSON decoding was a third of reading a backlog. Read on ``conn``
-        when given (the grouping transaction)."""
+        ``updated_ts``, ``status``, ``labels``, ``node``, ``incident_id``, ``starts_ts``) and
+        ``state_reason``, Grafana's ``grafana_state_reason`` annotation (``None`` when absent),
+        read by the database: not the annotations, whose JSON decoding was a third of reading a
+        backlog. Read on ``conn`` when given (the grouping transaction)."""
         c = alerts.c
+        reason = c.annotations["grafana_state_reason"].as_string().label("state_reason")
         q = (
-            select(c.id, c.updated_ts, c.status, c.labels, c.node, c.incident_id, c.starts_ts)
+            select(
+                c.id, c.updated_ts, c.status, c.labels, c.node, c.incident_id, c.starts_ts, reason
+            )
             .where(c.pending.is_(True))
             .order_by(c.id)
             .limit(limit)

@@ -566,7 +566,8 @@ class Settings(BaseSettings):
         "InfoInhibitor carries severity none), and Grafana's alerts about alerting itself "
         "(DatasourceError and DatasourceNoData: a rule's query failed or returned no data; "
         "TestAlert: a contact point's test); alerts with severity none are never grouped "
-        "either, nor FleetMind's own FleetMindRootCause",
+        "either, nor FleetMind's own FleetMindRootCause, nor a Grafana rule's alert firing with "
+        "the annotation grafana_state_reason Error or NoData (its query failed or returned none)",
     )
     bind_host: str = Field(
         "127.0.0.1",

@@ -55,6 +55,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetmind.serving")
 
+DATA_SOURCE_REASONS = frozenset({"error", "nodata"})
+"""Values of Grafana's ``grafana_state_reason`` annotation (lower-cased) on an alert that fires
+because its rule's query failed (``Error``) or returned nothing (``NoData``), the rule's "Alert
+state if execution error / no data" being ``Alerting``: news about the data source, like
+``DatasourceError`` and ``DatasourceNoData``, not about the fleet."""
+
+
+def is_data_source_state(row: dict[str, Any]) -> bool:
+    """Whether a stored alert (a row of
+    :meth:`fleetmind.serving.db.Database.pending_alerts`) carries a ``grafana_state_reason`` of
+    :data:`DATA_SOURCE_REASONS`, compared case-insensitively."""
+    reason = row.get("state_reason")
+    return isinstance(reason, str) and reason.strip().lower() in DATA_SOURCE_REASONS
+
+
 RANK_RETRY_S = 5.0
 """A ranking that failed on the database for a passing reason (a lock wait, a lost connection) is
 due again this long after (or after ``rank_interval_s`` when longer), seconds."""
@@ -96,8 +111,9 @@ class IncidentConfig:
         ungrouped_alerts: alertnames stored but never grouped (``FLEETMIND_UNGROUPED_ALERTS``):
             heartbeats such as kube-prometheus' Watchdog, which always fires, InfoInhibitor, and
             Grafana's DatasourceError, DatasourceNoData and TestAlert (the settings' default);
-            alerts with ``severity="none"`` and FleetMind's own FleetMindRootCause are never
-            grouped either.
+            alerts with ``severity="none"``, FleetMind's own FleetMindRootCause and alerts a
+            Grafana rule fired on a failed or empty query (:data:`DATA_SOURCE_REASONS`) are
+            never grouped either.
     """
 
     window_s: float = 600.0
@@ -483,6 +499,8 @@ class IncidentManager:
             return None, None  # stored, never grouped: it would open an incident about itself
         if name in self.config.ungrouped_alerts or row["labels"].get("severity") == "none":
             return None, None  # a heartbeat or an inhibitor helper: no fault of any node
+        if inc_id is None and row["status"] == "firing" and is_data_source_state(row):
+            return None, None  # a Grafana rule firing on a failed or empty query: no evidence
         if inc_id is None:  # a new alert, or one resolved before it was grouped
             node = node_for_alert(view.graph, row["labels"])
             if node is None and self.metrics is not None:  # counted once the batch commits
