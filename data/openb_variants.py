@@ -30,7 +30,8 @@ The rules, as read from the upstream README and checked against the published fi
     Every source pod is kept in place, and copies of the source's multi-GPU pods, drawn with
     replacement, are appended until their share of the GPU demand reaches L. Copies only raise the
     share: a source already more than 0.05 point above L (``multigpu40`` at 20) is refused with a
-    ``ConfigError`` rather than written at its own share. The published files keep
+    ``ConfigError`` rather than written at its own share (:func:`lowest_multigpu_level` is the
+    lowest level a source takes). The published files keep
     only five columns; the generated ones keep all the source's columns (times included, so that
     dynamic mode can use them).
 
@@ -45,6 +46,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import math
 import os
 from pathlib import Path
 
@@ -209,6 +211,25 @@ def _multigpu_rows(src: _Source, level: float, rng: np.random.Generator) -> list
     return rows
 
 
+def lowest_multigpu_level(source: str | Path = "default") -> float:
+    """The lowest ``multigpu`` level (%) :func:`generate_variant` takes for ``source``: the source's
+    multi-GPU share of its GPU demand, measured as the generator measures it, rounded down to the
+    hundredth below it (within the 0.05 point the generator allows, and below the share, so the
+    variant at this level is the source's pods unchanged, renamed, no copy added). At most 99.99
+    (levels are below 100); 0 for a source without GPU demand.
+
+    Raises:
+        DataError: the source cannot be read or has a row the trace loader refuses.
+    """
+    src = _Source(source)
+    total = int(src.request.sum())
+    if total == 0:
+        return 0.0
+    share = 100.0 * int(src.request[src.cls == 3].sum()) / total
+    # 1e-6 below: a share that is a whole hundredth (up to float error) steps one hundredth down
+    return min(max(math.floor(share * 100.0 - 1e-6) / 100.0, 0.0), 99.99)
+
+
 def _spec_pool(
     nodes_path: str | Path | None,
 ) -> tuple[dict[int, list[tuple[str, int]]], OpenbNodes]:
@@ -341,8 +362,13 @@ def variant_share(kind: str, text: str) -> float:
     if kind not in VARIANT_KINDS:
         raise ConfigError(f"unknown variant kind {kind!r}; known: {', '.join(VARIANT_KINDS)}")
     rows = list(csv.DictReader(io.StringIO(text)))
-    num_gpu = np.array([int(r["num_gpu"]) for r in rows], dtype=np.int64)
-    milli = np.array([int(r["gpu_milli"]) for r in rows], dtype=np.int64)
+    where = Path("variant text")  # parsed as the generator reads its source: ``1.0`` is 1
+    num_gpu = np.array(
+        [_int_field(r["num_gpu"], where, i, "num_gpu") for i, r in enumerate(rows, 1)], np.int64
+    )
+    milli = np.array(
+        [_int_field(r["gpu_milli"], where, i, "gpu_milli") for i, r in enumerate(rows, 1)], np.int64
+    )
     milli = np.where(num_gpu > 0, np.minimum(milli, 1000), 0)
     cls = _pod_classes(num_gpu, milli)
     request = num_gpu * milli

@@ -192,3 +192,99 @@ def test_a_nan_spec_pod_is_unconstrained_in_dynamic_mode(tmp_path: Path) -> None
 def test_pod_mix_stats_does_not_count_nan_as_a_spec(tmp_path: Path) -> None:
     stats = pod_mix_stats(_nan_trace(tmp_path))
     assert stats["gpuspec_share"] == pytest.approx(2 / (len(MISSING) + 2))
+
+
+def _old_levels(kinds: list[str], n: int, seed: int) -> list[float]:
+    """The levels :func:`workload_specs` drew before a ``multigpu`` level had a floor: one uniform
+    draw per workload over the kind's range, rounded to 0.5."""
+    from fleetmind.training.recipes.paired import LEVEL_RANGE
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        lo, hi = LEVEL_RANGE[kinds[i % len(kinds)]]
+        out.append(round(float(rng.uniform(lo, hi)) * 2) / 2)
+    return out
+
+
+def test_training_workloads_from_a_source_above_the_multigpu_range_keep_its_share(
+    tmp_path: Path,
+) -> None:
+    """Paired, distill and es training draw multigpu levels over 20-40 %; from a source already
+    above that (here 66.67 %) the level is the source's own share, so the variant is the source's
+    pods, renamed, no copy (before, every such workload was refused by the generator and the run
+    stopped). The draws are made all the same: the random stream after them is unchanged."""
+    from fleetmind.training.recipes.paired import variant_file, workload_specs
+
+    src = _multi_heavy(tmp_path)
+    rng = np.random.default_rng(5)
+    specs = workload_specs([str(src)], ["cpu", "multigpu"], 6, 100, rng)
+    source_rows = src.read_text().splitlines()[1:]
+    for spec in specs[1::2]:
+        text = variant_file(*spec, tmp_path / "variants").read_text()
+        rows = text.splitlines()[1:]
+        assert [r.split(",", 1)[1] for r in rows] == [r.split(",", 1)[1] for r in source_rows]
+        assert variant_share("multigpu", text) == pytest.approx(200 / 3)
+    old = _old_levels(["cpu", "multigpu"], 6, 5)
+    assert [s[2] for s in specs] == [old[0], 66.66, old[2], 66.66, old[4], 66.66]
+    assert all(20.0 <= old[i] <= 40.0 for i in (1, 3, 5))
+    ref = np.random.default_rng(5)
+    ref.uniform(0.0, 1.0, 6)
+    assert rng.random() == ref.random()
+
+
+def test_training_workloads_from_a_source_below_the_range_are_drawn_as_before(
+    tmp_path: Path,
+) -> None:
+    """A source below the multigpu range (one two-GPU pod among 21: 9.09 %) keeps the drawn levels
+    exactly, so seeded runs on such sources (``default``, 7.29 %) make the same workloads."""
+    from fleetmind.training.recipes.paired import workload_specs
+
+    rows = [f"p{i},4000,8192,1,1000,,{i}" for i in range(20)] + ["q0,8000,16384,2,1000,,20"]
+    src = tmp_path / "low.csv"
+    src.write_text(HEADER + "\n".join(rows) + "\n")
+    kinds = ["cpu", "gpushare", "gpuspec", "multigpu"]
+    specs = workload_specs([str(src)], kinds, 12, 7, np.random.default_rng(3))
+    assert [s[2] for s in specs] == _old_levels(kinds, 12, 3)
+
+
+def test_published_multigpu_sources_in_training_take_their_own_share(
+    shared_data: object, tmp_path: Path
+) -> None:
+    """``--trace multigpu40`` (40.24 %), ``multigpu30`` (30.22 %), ``multigpu20`` (20.38 %) beside
+    ``default``: each multigpu workload is generated (none refused), at least the source's share,
+    and ``default``'s levels are the plain draws."""
+    from fleetmind.data.openb_variants import lowest_multigpu_level
+    from fleetmind.training.recipes.paired import variant_file, workload_specs
+
+    floors = {"multigpu40": 40.24, "multigpu30": 30.22, "multigpu20": 20.37, "default": 7.29}
+    assert {t: lowest_multigpu_level(t) for t in floors} == floors
+    specs = workload_specs(list(floors), ["multigpu"], 16, 9, np.random.default_rng(11))
+    first40 = next(s for s in specs if s[0] == "multigpu40")
+    text = variant_file(*first40, tmp_path / "variants").read_text()
+    assert variant_share("multigpu", text) == pytest.approx(40.24, abs=0.005)
+    old = _old_levels(["multigpu"], 16, 11)
+    for (source, _, level, _), drawn in zip(specs, old, strict=True):
+        assert level == max(drawn, floors[source])
+
+
+def test_cli_share_line_reads_float_spelled_integer_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pandas writes integer columns that held a missing value as ``1.0``; the generator reads
+    them as the trace loader does, and so does the share on the line printed (before, a traceback
+    after the file was written)."""
+    rows = [f"p{i},4000.0,8192.0,1.0,1000.0,,{i}.0" for i in range(20)]
+    rows += [f"q{i},8000.0,16384.0,2.0,500.0,,{20 + i}.0" for i in range(5)]
+    rows += ["c0,1000.0,512.0,0.0,0.0,,30.0"]
+    src = tmp_path / "float.csv"
+    src.write_text(HEADER + "\n".join(rows) + "\n")
+    out = tmp_path / "out.csv"
+    argv = ["sched", "variants", "--from", str(src), "--kind", "multigpu", "--level", "50"]
+    assert main([*argv, "--seed", "2", "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    m = re.search(r": (\d+) pods, multigpu share ([0-9.]+) % \(level 50\)", cap.out)
+    assert m, cap.out
+    assert 50.0 <= float(m.group(2)) < 50.0 + 100 * 1000 / 26000
+    assert int(m.group(1)) == len(out.read_text().splitlines()) - 1 > 26

@@ -11,7 +11,8 @@ Steps (see ``docs/ppo-dynamic.md``, section "Paired PPO"; the algorithm is :mod:
    training episodes may be shorter (``--dyn-jobs``), validation uses the model's setting.
 2. Every iteration draws ``--workloads-per-iter`` fresh workloads: a variant of a ``--trace``
    made by ``fleetmind sched variants``' generator (kinds cycled over cpu, gpushare, gpuspec,
-   multigpu; level uniform over the published range of the kind; generator seed
+   multigpu; level uniform over the published range of the kind, a multigpu one at least the
+   source's own share; generator seed
    :data:`TRAIN_GEN_SEED` + ...) and a stream seed (:data:`TRAIN_STREAM_SEED` + ...). Neither
    range meets the validation ranges (for any ``--seed``: seeds >= 1 skip
    :data:`PAIRED_SEED_SHIFT` blocks), the frozen evaluation set (generator seeds
@@ -55,6 +56,7 @@ from fleetmind.data.openb_variants import (
     PUBLISHED_LEVELS,
     VARIANT_KINDS,
     generate_variant,
+    lowest_multigpu_level,
     write_variant,
 )
 from fleetmind.envs.multicluster_env import MultiClusterPlacementEnv
@@ -201,14 +203,23 @@ def workload_specs(
     """``n`` workload specs ``(source, kind, level, generator seed)``: workload ``i`` has kind
     ``kinds[(offset + i) % len(kinds)]``, a level drawn uniformly over :data:`LEVEL_RANGE`
     (rounded to 0.5), source ``traces[(offset + i) // len(kinds) % len(traces)]`` and generator
-    seed ``gen_base + i``."""
+    seed ``gen_base + i``. A ``multigpu`` level is at least the source's own multi-GPU share
+    (:func:`fleetmind.data.openb_variants.lowest_multigpu_level`: copies only raise it, so a draw
+    below it, e.g. 20-40 for ``multigpu40`` at 40.24 %, gives the source's pods unchanged); the
+    draw is made all the same, so the levels of other workloads do not move."""
     out = []
+    floor: dict[str, float] = {}  # source -> its lowest multigpu level, read once per call
     for i in range(n):
         j = offset + i
         kind = kinds[j % len(kinds)]
         lo, hi = LEVEL_RANGE[kind]
         level = round(float(rng.uniform(lo, hi)) * 2) / 2
-        out.append((str(traces[(j // len(kinds)) % len(traces)]), kind, level, gen_base + i))
+        source = str(traces[(j // len(kinds)) % len(traces)])
+        if kind == "multigpu":
+            if source not in floor:
+                floor[source] = lowest_multigpu_level(source)
+            level = max(level, floor[source])
+        out.append((source, kind, level, gen_base + i))
     return out
 
 
