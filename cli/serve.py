@@ -190,7 +190,7 @@ def is_loopback(host: str) -> bool:
 
 
 def bind_host(host: str) -> str:
-    """``--host`` (or ``FLEETMIND_BIND_HOST``) as uvicorn must get it: without surrounding spaces
+    """``--host`` as uvicorn must get it: without surrounding spaces
     and one pair of brackets (``[::1]`` -> ``::1``; uvicorn passes the value to ``getaddrinfo``,
     which reads no brackets), so the checks, ``FLEETMIND_BIND_HOST`` and the server see one
     address."""

@@ -812,11 +812,13 @@ def _controller(node: GraphNode) -> tuple[str, str, str] | None:
 def canonical_address(text: str) -> str:
     """``text`` (brackets allowed) in the IP address's canonical form (lower-case, IPv6
     compressed: ``[FD00:10:0::5]`` -> ``fd00:10::5``), so spellings of one address compare equal;
-    a name or anything else as it is."""
+    an IPv4-mapped IPv6 address as its IPv4 address (``::ffff:10.0.0.5`` -> ``10.0.0.5``); a name
+    or anything else as it is."""
     try:
-        return str(ipaddress.ip_address(text.strip().removeprefix("[").removesuffix("]")))
+        ip = ipaddress.ip_address(text.strip().removeprefix("[").removesuffix("]"))
     except ValueError:
         return text
+    return str(getattr(ip, "ipv4_mapped", None) or ip)
 
 
 def instance_address(instance: str) -> str:
@@ -829,10 +831,10 @@ def instance_address(instance: str) -> str:
         if sep and (not rest or rest.startswith(":")):
             return canonical_address(inner)
     try:
-        return str(ipaddress.ip_address(text))
+        ipaddress.ip_address(text)
     except ValueError:
-        pass
-    return canonical_address(text.rpartition(":")[0] if ":" in text else text)
+        return canonical_address(text.rpartition(":")[0] if ":" in text else text)
+    return canonical_address(text)
 
 
 def _cluster_table(owners: Iterable[tuple[str | None, str, str]]) -> _ClusterTable:

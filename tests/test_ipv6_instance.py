@@ -66,6 +66,7 @@ def _graph() -> DependencyGraph:
         ("gpu-1.example:9100", "gpu-1"),
         ("fd00:10::99", "fd00:10::99"),  # no host's: the address itself, whole
         ("gpu-7:9100", "gpu-7"),
+        ("[::ffff:10.0.0.5]:9100", "gpu-0"),  # an IPv4-mapped spelling of 10.0.0.5
     ],
 )
 def test_an_ipv6_instance_maps_onto_its_host(instance: str, node: str) -> None:
@@ -77,6 +78,22 @@ def test_instance_address_keeps_a_name_and_canonicalises_an_address() -> None:
     assert instance_address(" [FD00::0:1]:9100 ") == "fd00::1"
     assert instance_address("node-a:9100") == "node-a"
     assert instance_address("fe80::1%eth0") == "fe80::1%eth0"
+
+
+@pytest.mark.parametrize(
+    ("instance", "node"),
+    [
+        ("[fd00:10::5]:9400", "fd00:10::5"),
+        ("fd00:10::5", "fd00:10::5"),
+        ("10.0.0.5:9400", "10.0.0.5"),
+    ],
+)
+def test_telemetry_names_a_dcgm_series_by_its_instance_address(instance: str, node: str) -> None:
+    """A DCGM series with no node or Hostname label is named by its scrape target's address, as
+    the graph names it (an IPv6 target was cut at its last colon: ``fd00:10:``)."""
+    from fleetmind.serving.telemetry.prometheus import _node_name
+
+    assert _node_name({"instance": instance}, {}, "c0") == node
 
 
 def _ipv6_loopback() -> bool:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
-from fleetmind.data.graph import DependencyGraph
+from fleetmind.data.graph import DependencyGraph, instance_address
 from fleetmind.redact import safe_uri
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.health import REPLICA_LABELS
@@ -516,7 +516,7 @@ def _naming(src: PrometheusApiSource, snap: Any) -> list[Finding]:
         name = _node_name(lab, placed, cluster)
         host_label = next((k for k in HOST_LABELS if lab.get(k)), None)
         host = lab.get(host_label or "", "")
-        address = lab.get("instance", "").rsplit(":", 1)[0]
+        address = instance_address(lab.get("instance", ""))
         label = next((k for k in ("node", "kubernetes_node") if lab.get(k)), None)
         if label is None and (cluster, name) not in names:
             # a Hostname several targets share: each target's node, else its address

@@ -233,6 +233,8 @@ the same way.
 
 from __future__ import annotations
 
+import base64
+import html
 import ipaddress
 import math
 import re
@@ -245,7 +247,7 @@ from typing import Any
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fleet_io import local_node_name
-from fleetmind.data.graph import DCGM_EXPORTER_POD
+from fleetmind.data.graph import DCGM_EXPORTER_POD, instance_address
 from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 from fleetmind.serving.telemetry.base import (
@@ -920,10 +922,10 @@ def http_problem(resp: Any, body: Any) -> str | None:
             f"redirected to {safe_uri(where)} (HTTP {code}; a query is not followed): set "
             f"FLEETMIND_PROMETHEUS_URL to {safe_uri(base)}"
         )
-    if isinstance(body, dict) and body.get("status") == "error":
-        return f"refused the query: {str(body.get('error') or code)[:500]}"
-    if code in (401, 403):
+    if code in (401, 403):  # before a JSON error: Grafana Cloud's gateway answers one to a 401
         return _auth_problem(resp, body)
+    if isinstance(body, dict) and body.get("status") == "error":
+        return f"refused the query: {_clean(str(body.get('error') or code), _sent(resp), 500)}"
     if code == 404:
         return (
             "answered HTTP 404 for /api/v1/query: is the URL missing Prometheus's route prefix "
@@ -933,15 +935,17 @@ def http_problem(resp: Any, body: Any) -> str | None:
         return f"answered HTTP {code} {resp.reason_phrase}".rstrip()
     if not isinstance(body, dict):
         kind = resp.headers.get("content-type", "no content type").split(";")[0]
-        return f"answered HTTP 200 with a body that is not a JSON object ({kind})"
+        return f"answered HTTP 200 with a body that is not a JSON object ({_clean(kind)})"
     if body.get("status") != "success":
-        return f"refused the query: {str(body.get('error') or body.get('status'))[:500]}"
+        why = str(body.get("error") or body.get("status"))
+        return f"refused the query: {_clean(why, _sent(resp), 500)}"
     warnings = body.get("warnings") or []
     warnings = [str(w) for w in (warnings if isinstance(warnings, list) else [warnings])]
     partial = [w for w in warnings if not w.startswith(ANNOTATION_PREFIXES)]
     if partial:
         return (
-            f"answered a partial result ({len(partial)} warning(s): {partial[0][:300]}); "
+            f"answered a partial result ({len(partial)} warning(s): "
+            f"{_clean(partial[0], _sent(resp), 300)}); "
             "FleetMind does not place on a fleet with series missing"
         )
     if body.get("isPartial") is True:  # VictoriaMetrics cluster: a vmstorage node did not answer
@@ -956,20 +960,30 @@ def _auth_problem(resp: Any, body: Any) -> str:
     """A 401 or 403 as a message: the start of what the server said (:func:`_said`) and what it
     usually needs. Grafana Mimir and Cortex answer ``no org id`` to a query without a tenant
     (weaveworks/common ``user`` package, ``ErrNoOrgID``); Amazon Managed Service for Prometheus
-    answers ``Missing Authentication Token`` to a request not signed with AWS SigV4."""
+    answers ``Missing Authentication Token`` (``x-amzn-ErrorType:
+    MissingAuthenticationTokenException``) to a request not signed with AWS SigV4, and
+    ``AccessDeniedException`` to a signed one whose IAM identity may not ``aps:QueryMetrics``."""
     said = _said(resp, body)
     head = f"answered HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
     if said:
         head += f" (server said: {said})"
+    aws = resp.headers.get("x-amzn-errortype", "")
     if "no org id" in said.lower():
         return (
             f"{head}: Grafana Mimir and Cortex need a tenant on every query: set "
             "FLEETMIND_PROMETHEUS_HEADERS=X-Scope-OrgID=<tenant>"
         )
-    if "missing authentication token" in said.lower() or "x-amzn-errortype" in resp.headers:
+    if aws.startswith(("MissingAuthenticationToken", "IncompleteSignature")) or (
+        "missing authentication token" in said.lower()
+    ):
         return (
             f"{head}: Amazon Managed Service for Prometheus needs requests signed with AWS SigV4: "
             "run aws-sigv4-proxy beside FleetMind and set FLEETMIND_PROMETHEUS_URL to it"
+        )
+    if aws.startswith("AccessDenied"):
+        return (
+            f"{head}: the request was signed, but the AWS identity that signed it may not query "
+            "this workspace: its IAM policy needs aps:QueryMetrics"
         )
     return (
         f"{head}: it wants credentials (basic auth as user:password@ in "
@@ -978,10 +992,46 @@ def _auth_problem(resp: Any, body: Any) -> str:
     )
 
 
+_UNSECRET_HEADERS = frozenset(
+    {"host", "accept", "accept-encoding", "connection", "user-agent", "content-length"}
+    | {"content-type"}
+)
+"""Request headers httpx sets itself: their values are no credential."""
+
+
+def _sent(resp: Any) -> list[str]:
+    """What FleetMind sent that a server may echo and no message may show, longest first: every
+    value of a header it added (``FLEETMIND_PROMETHEUS_HEADERS``, the bearer token's
+    ``Authorization``, the Basic one httpx builds from the URL's ``user:password@``), the
+    credential after its scheme, a Basic credential decoded and its password, and the URL's
+    password. Values under 3 characters are left (masking "1" would mask every "1")."""
+    try:
+        req = resp.request
+    except RuntimeError:  # a Response built without its request
+        return []
+    found = {req.url.password or ""}
+    for name, value in req.headers.items():
+        if name.lower() in _UNSECRET_HEADERS:
+            continue
+        scheme, _, cred = value.strip().partition(" ")
+        cred = cred.strip()
+        if scheme.lower() not in ("basic", "bearer") or not cred:
+            found.add(value)
+            continue
+        found.add(cred)  # the scheme stays readable: "http_auth:Bearer ***"
+        if scheme.lower() == "basic":
+            try:
+                pair = base64.b64decode(cred, validate=True).decode()
+            except (ValueError, UnicodeDecodeError):
+                continue
+            found.update({pair, pair.partition(":")[2]})
+    return sorted((v for v in found if len(v) >= 3), key=len, reverse=True)
+
+
 def _said(resp: Any, body: Any, limit: int = 200) -> str:
-    """The start of a reply's body (at most ``limit`` characters, whitespace runs as one space,
-    printable characters only, URL credentials masked): a JSON body's ``error`` or ``message``
-    when it has one, else the text; "" when empty."""
+    """The start of a reply's body as :func:`_clean` shows it: a JSON body's ``error`` or
+    ``message`` when it has one, else the text (an HTML page, e.g. an auth proxy's sign-in or
+    error page: its ``<title>``, else its text without tags); "" when empty."""
     text: Any = None
     if isinstance(body, dict):
         text = next((body[k] for k in ("error", "message", "Message") if body.get(k)), None)
@@ -990,6 +1040,31 @@ def _said(resp: Any, body: Any, limit: int = 200) -> str:
             text = resp.text
         except (UnicodeDecodeError, LookupError):
             return ""
+        kind = resp.headers.get("content-type", "").lower()
+        if "html" in kind or text.lstrip()[:1] == "<":
+            text = _html_text(text[:100_000])
+    return _clean(text, _sent(resp), limit)
+
+
+def _html_text(page: str) -> str:
+    """An HTML page's ``<title>`` (oauth2-proxy's error page: ``403 Forbidden``), else its text:
+    tags, scripts and styles dropped, character references decoded."""
+    title = re.search(r"<title\b[^>]*>(.*?)</title\s*>", page, re.I | re.S)
+    if title is None or not _strip_tags(title.group(1)).strip():
+        return _strip_tags(re.sub(r"<(script|style)\b.*?</\1\s*>", " ", page, flags=re.I | re.S))
+    return _strip_tags(title.group(1))
+
+
+def _strip_tags(text: str) -> str:
+    return html.unescape(re.sub(r"<!--.*?-->|<[^>]*>", " ", text, flags=re.S))
+
+
+def _clean(text: str, secrets: Iterable[str] = (), limit: int = 200) -> str:
+    """``text`` from a server as a message may show it: each of ``secrets`` (:func:`_sent`) as
+    ``***``, printable characters only (a terminal escape is no part of it), whitespace runs as
+    one space, URL credentials masked, at most ``limit`` characters."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
     text = " ".join("".join(c if c.isprintable() else " " for c in text[: limit * 4]).split())
     text = safe_uri(text)
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
@@ -1295,7 +1370,7 @@ def _series_nodes(
     for (_, lab, _), (cluster, host) in zip(dcgm, named, strict=True):
         inst = lab.get("instance")
         if (cluster, host) in shared and inst:
-            host = targets.get((cluster, inst)) or inst.rsplit(":", 1)[0]
+            host = targets.get((cluster, inst)) or instance_address(inst)
         out.append((cluster, host))
     return out
 
@@ -1772,5 +1847,5 @@ def _node_name(lab: dict[str, str], pod_by_name: dict[tuple[str, str], str], clu
         if not EXPORTER_POD.match(host):
             return host
     if lab.get("instance"):
-        return lab["instance"].rsplit(":", 1)[0]
+        return instance_address(lab["instance"])  # [fd00::5]:9400 -> fd00::5
     return lab.get(LOCAL_NODE) or "unknown"
