@@ -47,7 +47,8 @@ and the ``writing a file failed`` line) decides the status only of a command tha
 written is dropped (stdout then points at ``os.devnull``), so Python's flush at exit adds no
 ``Exception ignored`` lines and does not turn the status into 120.
 
-This module imports only :mod:`fleetmind.errors` and the standard library, so a benchmark can use
+This module imports only :mod:`fleetmind.errors`, :mod:`fleetmind.redact` and the standard
+library, so a benchmark can use
 it without loading the command groups.
 """
 
@@ -66,6 +67,7 @@ from collections.abc import Callable
 from typing import IO
 
 from fleetmind.errors import FleetMindError
+from fleetmind.redact import terminal_safe
 
 STDOUT_CLOSED_STATUS = 141
 """Exit status when the reader of stdout went away (``fleetmind ... | head``): 128 + SIGPIPE, what a
@@ -309,9 +311,11 @@ def _end_on_sigterm(signum: int, _frame: object) -> None:
     which then ends the command with 143 (the default action was ignored: status 0)."""
     if signal.getsignal(signum) is not _end_on_sigterm:
         return
-    signal.signal(signum, signal.SIG_DFL)
     if os.getpid() != 1:
+        signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
+    # PID 1 keeps this handler: should the SystemExit be swallowed (raised inside a finaliser,
+    # "Exception ignored in ..."), the default action would make the kernel drop every later SIGTERM
     raise SystemExit(128 + signum)
 
 
@@ -398,8 +402,9 @@ def _run(fn: Callable[[], int | None], prog: str) -> int:
         return status
     except FleetMindError as err:
         _end_progress_bars()
-        # one line whatever the message quotes (an HTML error page, a multi-line library error)
-        print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        # one line whatever the message quotes (an HTML error page, a multi-line library error),
+        # with the terminal escapes of a quoted remote body shown, not run
+        print(f"{prog}: error: {terminal_safe(' '.join(str(err).split()))}", file=sys.stderr)
         return 2
     except OSError as err:
         status = _path_error(err, prog)

@@ -227,3 +227,24 @@ def test_sigterm_during_startup_as_pid1(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_pid1_keeps_its_handler_when_the_exit_is_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``SystemExit`` raised inside a finaliser is swallowed ("Exception ignored in ..."); as PID
+    1 the handler must stay, or the kernel drops every later SIGTERM (the default action)."""
+    import signal
+
+    from fleetmind.cli import runner
+
+    monkeypatch.setattr(runner.os, "getpid", lambda: 1)
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    undo = runner._guard_pid1()
+    try:
+        with pytest.raises(SystemExit) as ended:
+            runner._end_on_sigterm(signal.SIGTERM, None)
+        assert ended.value.code == 143
+        assert signal.getsignal(signal.SIGTERM) is runner._end_on_sigterm
+    finally:
+        undo()
+        signal.signal(signal.SIGTERM, before)
