@@ -8,6 +8,7 @@ from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.cli.common import add_group, refuse_input_as_output, refuse_same_output
+from fleetmind.redact import terminal_safe
 from fleetmind.training.io import write_json
 
 
@@ -92,30 +93,36 @@ def _fleet_summary(fleet: Any, node: str | None) -> dict[str, Any]:
     return s
 
 
+def _say(line: str) -> None:
+    """Print ``line`` of ``fleet show``: names and regions come from the fleet file, so their
+    control characters print escaped (no escape sequence or CR/LF reaches the terminal)."""
+    print(terminal_safe(line))
+
+
 def _print_fleet(fleet: Any, s: dict[str, Any], node: str | None) -> None:
     """Print the summary ``s`` of ``fleet`` (from :func:`_fleet_summary`) and the node's matrix."""
     from fleetmind.data.topology import nvidia_smi_topo
 
-    print(
+    _say(
         f"fleet {s['name']}: {s['n_clusters']} cluster(s), {s['n_nodes']:,} nodes, "
         f"{s['n_gpus']:,} GPUs  (source: {s['source']})"
     )
     print()
-    print(f"{'cluster':<20}{'region':<16}{'nodes':>8}{'GPUs':>8}")
+    _say(f"{'cluster':<20}{'region':<16}{'nodes':>8}{'GPUs':>8}")
     for c in s["clusters"]:
-        print(f"{c['name']:<20}{c['region']:<16}{c['nodes']:>8,}{c['gpus']:>8,}")
+        _say(f"{c['name']:<20}{c['region']:<16}{c['nodes']:>8,}{c['gpus']:>8,}")
     print()
-    print(f"{'GPU model':<12}{'nodes':>8}{'GPUs':>8}   nodes by GPUs per node")
+    _say(f"{'GPU model':<12}{'nodes':>8}{'GPUs':>8}   nodes by GPUs per node")
     for model, m in s["gpu_models"].items():
         sizes = ", ".join(f"{k}x{v}" for k, v in m["nodes_by_gpu_count"].items())
-        print(f"{model:<12}{m['nodes']:>8,}{m['gpus']:>8,}   {sizes}")
+        _say(f"{model:<12}{m['nodes']:>8,}{m['gpus']:>8,}   {sizes}")
     print()
-    print(f"{'template':<22}{'nodes':>8}{'GPUs':>8}")
+    _say(f"{'template':<22}{'nodes':>8}{'GPUs':>8}")
     for name, t in s["templates"].items():
-        print(f"{name:<22}{t['nodes']:>8,}{t['gpus']:>8,}")
+        _say(f"{name:<22}{t['nodes']:>8,}{t['gpus']:>8,}")
     if fleet.n_clusters > 1:
         print()
-        print("WAN round trip (ms) / bandwidth (GB/s) between clusters:")
+        _say("WAN round trip (ms) / bandwidth (GB/s) between clusters:")
         for i, a in enumerate(fleet.clusters):
             cells = []
             for j in range(fleet.n_clusters):
@@ -125,10 +132,10 @@ def _print_fleet(fleet: Any, s: dict[str, Any], node: str | None) -> None:
                     cells.append(
                         f"{fleet.wan_latency_ms[i, j]:6.1f}/{fleet.wan_bandwidth_gbps[i, j]:<6.2f}"
                     )
-            print(f"  {a.name:<18}" + " ".join(cells))
+            _say(f"  {a.name:<18}" + " ".join(cells))
     idx, tpl = _node_view(fleet, node)
     print()
-    print(
+    _say(
         f"node {fleet.node_names[idx]} (cluster {fleet.clusters[int(fleet.node_cluster[idx])].name}, "
         f"template {tpl.name}, {tpl.n_gpus}x {tpl.gpu_model}):"
     )
@@ -146,7 +153,8 @@ def _load(load: Any, *args: Any, **kwargs: Any) -> Any:
         fleet = load(*args, **kwargs)
     for w in caught:
         if issubclass(w.category, UserWarning):
-            print(f"fleetmind: warning: {w.message}", file=sys.stderr)
+            text = terminal_safe(" ".join(str(w.message).split()))
+            print(f"fleetmind: warning: {text}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return fleet

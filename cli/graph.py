@@ -16,6 +16,7 @@ from typing import Any
 
 from fleetmind.cli.common import FolderInput, add_group, refuse_input_as_output
 from fleetmind.errors import NotAvailableError
+from fleetmind.redact import terminal_safe
 
 DEFAULT_TIMEOUT_S = 30.0
 """``--timeout``: seconds to connect to the API server, and to wait for each part of an answer."""
@@ -160,7 +161,9 @@ def fetch_lists(
     except _ListError as err:
         if err.status not in (403, 404):
             raise
-        print(f"fleetmind: warning: {err}; Service selectors stand in for them (not-ready pods "
+        # one line: the Status message is the API server's text (CR/LF, escapes shown escaped)
+        text = terminal_safe(" ".join(str(err).split()))
+        print(f"fleetmind: warning: {text}; Service selectors stand in for them (not-ready pods "
               "included)", file=sys.stderr)  # fmt: skip
         slices = None
     return nodes, pods, services, slices
@@ -322,7 +325,8 @@ def _build(args: argparse.Namespace) -> int:
                             nvlinks=nvlinks, name=args.name)  # fmt: skip
     for w in caught:
         if issubclass(w.category, GraphBuildWarning):
-            print(f"fleetmind: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+            text = terminal_safe(" ".join(str(w.message).split()))
+            print(f"fleetmind: warning: {text}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     graph = DependencyGraph.from_model(model)  # ids unique, edge ends exist

@@ -48,7 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fleetmind.errors import NotAvailableError
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, terminal_safe
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 """kubectl's kubeconfig when neither ``--kubeconfig`` nor ``$KUBECONFIG`` names one."""
@@ -259,7 +259,7 @@ def _exec_error(user_name: str, user: dict[str, Any], messages: list[str]) -> No
     """One line for a failed ``exec`` credential plugin, from the first error the client logged."""
     command = str((user.get("exec") or {}).get("command") or "?")
     first = (messages[0].strip().splitlines() or [""])[0]
-    first = first.removeprefix("exec: ")
+    first = terminal_safe(first.removeprefix("exec: "))
     if "No such file or directory" in first or "[Errno 2]" in first:
         first = "executable not found"
     elif first == _TTY_FAILURE:
@@ -322,7 +322,7 @@ def _saver(path: Path, user_name: str, user: dict[str, Any]) -> Callable[[], Non
                     entry["user"]["auth-provider"] = copy.deepcopy(user.get("auth-provider"))
             write_whole(path, yaml.safe_dump(doc, default_flow_style=False))
         except (OSError, NotAvailableError) as err:
-            text = mask_secrets(" ".join(str(err).split()))
+            text = terminal_safe(mask_secrets(" ".join(str(err).split())))
             print(f"fleetmind: warning: the refreshed token is not saved: {text}", file=sys.stderr)
 
     return save

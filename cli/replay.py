@@ -12,7 +12,7 @@ from typing import Any
 from fleetmind import argtypes
 from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.http_client import client as proxied_client
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, terminal_safe
 
 DEFAULT_RANK_INTERVAL_S = 2.0
 """The service's default ``FLEETMIND_INCIDENT_RANK_INTERVAL_S``, seconds: during a storm it re-ranks
@@ -315,9 +315,12 @@ def _print_incident(
             if top.get("node") == expected
             else f"  (storm's root: {expected})"
         )
+    # graph node ids and the storm's root are outside text: control characters print escaped
     print(
-        f"incident #{inc['id']}: {inc['alert_count']} alerts; top cause "
-        f"{top.get('node', 'not ranked yet')} {top.get('fault_type') or ''}{mark}"
+        terminal_safe(
+            f"incident #{inc['id']}: {inc['alert_count']} alerts; top cause "
+            f"{top.get('node', 'not ranked yet')} {top.get('fault_type') or ''}{mark}"
+        )
     )
     if earlier != 0:
         if earlier is None:
@@ -431,7 +434,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--wait must be >= 0 seconds, got {args.wait}")
     if args.rank_interval < 0:
         raise ConfigError(f"--rank-interval must be >= 0 seconds, got {args.rank_interval}")
-    print(f"{storm.get('name') or args.storm}: {storm.get('description', '')}".rstrip(": "))
+    title = f"{storm.get('name') or args.storm}: {storm.get('description', '')}".rstrip(": ")
+    print(terminal_safe(title))
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     # the replay re-times the alerts to end when it starts: at `start` or a moment later
     start = datetime.now(UTC)

@@ -1,5 +1,6 @@
 """Secrets kept out of what FleetMind shows: the ``user:password@`` of URLs and their
-password-like query parameters.
+password-like query parameters; and outside text made safe to print on a terminal
+(:func:`terminal_safe`: control characters shown escaped).
 
 Database, Prometheus and MLflow URLs may carry credentials (basic auth, or libpq's
 ``?password=`` / ``?sslpassword=``), and the messages that quote them reach logs, API answers,
@@ -283,3 +284,34 @@ def drop_secret_params(query: str) -> str:
     (a login form's ``next``), which would otherwise carry the secret into a redirect, a page,
     the browser's history and the access log."""
     return "&".join(f for f in query.split("&") if f and _mask_field(f) == f)
+
+
+_INVISIBLE = frozenset(
+    "\u061c\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+    "\u2066\u2067\u2068\u2069\ufeff"
+)
+"""Bidirectional and zero-width controls (Unicode TR 9; CVE-2021-42574, "Trojan Source"): they
+reorder or hide what a terminal shows, so outside text shows them escaped."""
+
+
+def _shown(char: str) -> str:
+    """``char`` as printed: itself when printable, else its escape as ``repr`` writes it
+    (``\\x1b``, ``\\r``, ``\\n``, ``\\t``, ``\\u202e``) without quotes."""
+    if char.isprintable() and char not in _INVISIBLE:
+        return char
+    return repr(char)[1:-1]
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` (from outside: an alert label, a Prometheus label value, a remote error body) fit
+    to print on a terminal: every character that is not printable (C0/C1 controls, DEL, ESC, CR,
+    LF, TAB) or that reorders or hides text (bidi and zero-width controls) is shown escaped, so no
+    escape sequence reaches the terminal (CWE-150: OSC 8 links, OSC 52 clipboard writes, CSI
+    cursor moves) and no CR/LF forges a line (CWE-117). Other Unicode stays as is::
+
+        >>> terminal_safe("gpu-0\\x1b]52;c;eA==\\x07\\r\\nok  forged ünïcode 节点")
+        'gpu-0\\\\x1b]52;c;eA==\\\\x07\\\\r\\\\nok  forged ünïcode 节点'
+    """
+    if text.isprintable() and _INVISIBLE.isdisjoint(text):
+        return text
+    return "".join(_shown(c) for c in text)

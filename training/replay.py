@@ -62,7 +62,7 @@ from typing import Any
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.fetch import check_http_url
 from fleetmind.http_client import client as proxied_client
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, terminal_safe
 
 GROUP_BY: tuple[str, ...] = ("cluster", "alertname")
 GROUP_WAIT_S = 10.0
@@ -558,7 +558,10 @@ def replay(
             count, listed = _rejections(r, n.payload["alerts"])
             rejected.update((k, v) for k, v in listed.items() if k not in rejected)
             unlisted = max(unlisted, count - len(listed))
-            group = ", ".join(f"{k}={v}" for k, v in n.payload["groupLabels"].items() if v)
+            # label values are the storm file's: their control characters print escaped
+            group = terminal_safe(
+                ", ".join(f"{k}={v}" for k, v in n.payload["groupLabels"].items() if v)
+            )
             say(
                 f"  t+{n.at_s:5.0f}s  {group}: {len(n.payload['alerts'])} alerts -> {r.status_code}"
                 + (f" ({count} rejected)" if count else "")
@@ -576,7 +579,7 @@ def replay(
             client.close()
     say(_summary(plan, len(storm["alerts"]), span))
     if rejected or unlisted:
-        first = next(iter(rejected.values()), "not listed in the answer")
+        first = terminal_safe(next(iter(rejected.values()), "not listed in the answer"))
         say(
             f"the service rejected {'at least ' if unlisted else ''}"
             f"{len(rejected) + unlisted} of the storm's alerts (not stored); the first: {first}"

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.data.graph import DependencyGraph, instance_address
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, terminal_safe
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.health import REPLICA_LABELS
 from fleetmind.serving.settings import Settings, parse_prometheus_headers
@@ -76,7 +76,9 @@ class Finding:
     message: str
 
     def line(self) -> str:
-        return f"{self.level:<5}  {self.check}: {self.message}"
+        """The finding as printed: label values from Prometheus (instance, node, pod) show their
+        control characters escaped, so none moves the cursor or forges another finding's line."""
+        return terminal_safe(f"{self.level:<5}  {self.check}: {self.message}")
 
 
 def has_errors(findings: list[Finding]) -> bool:
