@@ -221,3 +221,149 @@ def test_vmauth_echoing_the_bearer_token_file_is_masked(vmauth: str, tmp_path: P
     finally:
         src.close()
     assert TOKEN not in str(err.value) and "http_auth:Bearer ***" in str(err.value)
+
+
+# ---------------------------------------------------------------- the status line's reason phrase
+def _answer_with_status_line(status_line: bytes) -> httpx.Response:
+    """One query to a raw-socket server that answers with ``status_line`` as sent: h11 (httpx's
+    parser, python-hyper/h11 ``_readers.py``) passes any byte but CR and LF through to
+    ``reason_phrase``, so the phrase may hold what no well-behaved server sends."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(5.0)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(
+                status_line + b"\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+                b"Connection: close\r\n\r\nno"
+            )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        return httpx.get(f"http://127.0.0.1:{listener.getsockname()[1]}/api/v1/query")
+    finally:
+        thread.join(5.0)
+        listener.close()
+
+
+@pytest.mark.parametrize("code", [401, 403, 502])
+def test_the_reason_phrase_reaches_the_message_printable_only_and_short(code: int) -> None:
+    phrase = b"\x1b]0;owned\x07\x1b[2JNope" + b"y" * 300
+    resp = _answer_with_status_line(f"HTTP/1.1 {code} ".encode() + phrase)
+    assert "\x1b" in resp.reason_phrase  # what the server sent, as httpx gives it
+    msg = _problem(resp)
+    assert "\x1b" not in msg and "\x07" not in msg
+    assert f"HTTP {code} ]0;owned [2JNope" in msg
+    assert "y" * 60 not in msg  # 60 characters of the phrase at most
+
+
+# ---------------------------------------------------------------- HTML pages a server makes up
+def test_an_html_page_is_read_only_in_its_first_8_kb() -> None:
+    page = "<html><body>" + "<p>filler</p>" * 800 + "<title>Late title</title></body></html>"
+    assert len(page) > 10_000
+    resp = httpx.Response(401, text=page, headers={"content-type": "text/html"})
+    said = _said(_problem(resp))
+    assert "Late title" not in said and said.startswith("filler filler")
+
+
+@pytest.mark.parametrize(
+    ("page", "said"),
+    [
+        ("<title>" * 14_000, None),  # 98 KB, no </title>: was 6.6 s of backtracking
+        ("<script>" * 12_000, None),  # a script never closed: the rest is script
+        ("<!--" * 25_000, None),  # a comment never closed: the rest is comment (was 25.8 s)
+        ("<b>Denied</b><!-- note " + "-" * 90_000, "Denied"),
+        ("<p>Denied</p>" + "<" * 90_000, "Denied " + "<" * 190 + "..."),  # no tag closes: text
+    ],
+)
+def test_an_adversarial_html_page_is_said_from_its_start(page: str, said: str | None) -> None:
+    resp = httpx.Response(401, text=page, headers={"content-type": "text/html"})
+    msg = _problem(resp)
+    if said is None:
+        assert "server said" not in msg and msg.startswith("answered HTTP 401 Unauthorized:")
+    else:
+        assert _said(msg) == said
+
+
+# ---------------------------------------------------------------- Amazon's signer errors
+@pytest.mark.parametrize(
+    ("kind", "message", "hint"),
+    [
+        (
+            "InvalidSignatureException",
+            "The request signature we calculated does not match the signature you provided.",
+            "--region <region> and --host aps-workspaces.<region>.amazonaws.com",
+        ),
+        ("ExpiredTokenException", "The security token included in the request is expired", "IAM"),
+        (
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+            "IAM",
+        ),
+        ("InvalidClientTokenId", "The security token included in the request is invalid.", "IAM"),
+    ],
+)
+def test_amp_rejecting_the_signature_or_its_credentials_points_at_the_signer(
+    kind: str, message: str, hint: str
+) -> None:
+    # AWS "Common Errors": each is HTTP 403 with its type in x-amzn-ErrorType
+    resp = httpx.Response(
+        403,
+        json={"message": message},
+        headers={"x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.coral/"},
+    )
+    msg = _problem(resp)
+    assert "aws-sigv4-proxy" in msg and hint in msg
+    assert "FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE" not in msg
+    if kind.startswith("Expired"):
+        assert "expired" in msg.split("):", 1)[1]
+
+
+# ---------------------------------------------------------------- credentials of other schemes
+@pytest.mark.parametrize("header", ["Authorization", "Proxy-Authorization"])
+def test_the_credential_of_any_authorization_scheme_is_masked_when_echoed_alone(
+    header: str,
+) -> None:
+    req = httpx.Request(
+        "POST", "http://prom:9090/api/v1/query", headers={header: "ApiKey s3cr3tKEYvalue"}
+    )
+    resp = httpx.Response(401, json={"error": "invalid api key s3cr3tKEYvalue"}, request=req)
+    msg = _problem(resp)
+    assert "s3cr3tKEYvalue" not in msg and "invalid api key ***" in msg
+
+
+def test_a_basic_credential_echoed_without_padding_and_an_encoded_password_are_masked() -> None:
+    import base64
+
+    basic = base64.b64encode(b"user:hunter22").decode()
+    assert basic.endswith("=")
+    req = httpx.Request("POST", "http://u:p%40ss%2Fw0rd@prom:9090/api/v1/query")
+    text = f"token {basic.rstrip('=')} or password p%40ss%2Fw0rd or p@ss/w0rd"
+    req.headers["Authorization"] = f"Basic {basic}"
+    msg = _problem(httpx.Response(401, json={"error": text}, request=req))
+    assert basic.rstrip("=") not in msg and "%40ss" not in msg and "p@ss/w0rd" not in msg
+
+
+# ---------------------------------------------------------------- short credentials and hints
+def test_a_short_password_is_masked_only_where_it_stands_alone() -> None:
+    req = httpx.Request("POST", "http://admin:the@prom:9090/api/v1/query")
+    resp = httpx.Response(
+        401, json={"error": "the other thing: authentication failed"}, request=req
+    )
+    assert _said(_problem(resp)) == "*** other thing: authentication failed"
+
+
+def test_the_hint_is_matched_on_what_the_server_said_before_masking() -> None:
+    # a URL password "org" (masked wherever it stands alone) must not hide Mimir's "no org id"
+    req = httpx.Request("POST", "http://fleetmind:org@mimir:8080/prometheus/api/v1/query")
+    resp = httpx.Response(401, text="no org id\n", request=req)
+    msg = _problem(resp)
+    assert "(server said: no *** id)" in msg
+    assert "FLEETMIND_PROMETHEUS_HEADERS=X-Scope-OrgID=" in msg

@@ -932,7 +932,7 @@ def http_problem(resp: Any, body: Any) -> str | None:
             "(--web.route-prefix / --web.external-url, e.g. http://host:9090/prometheus)?"
         )
     if code != 200:
-        return f"answered HTTP {code} {resp.reason_phrase}".rstrip()
+        return f"answered {_status(resp)}"
     if not isinstance(body, dict):
         kind = resp.headers.get("content-type", "no content type").split(";")[0]
         return f"answered HTTP 200 with a body that is not a JSON object ({_clean(kind)})"
@@ -956,37 +956,75 @@ def http_problem(resp: Any, body: Any) -> str | None:
     return None
 
 
+def _status(resp: Any) -> str:
+    """``HTTP <code> <reason phrase>``, the phrase (the server's own words) as :func:`_clean`
+    shows it: printable only, 60 characters at most."""
+    return f"HTTP {resp.status_code} {_clean(resp.reason_phrase or '', limit=60)}".rstrip()
+
+
+_AWS_SIGNATURE_ERRORS = ("InvalidSignature", "SignatureDoesNotMatch")
+"""``x-amzn-ErrorType`` prefixes of a SigV4 signature AWS computed otherwise: the signer's region,
+host or service name is not the workspace's."""
+_AWS_CREDENTIAL_ERRORS = ("ExpiredToken", "UnrecognizedClient", "InvalidClientTokenId")
+"""``x-amzn-ErrorType`` prefixes of a signer whose AWS credentials expired or are unknown (AWS
+"Common Errors": ``ExpiredTokenException``, ``UnrecognizedClientException``,
+``InvalidClientTokenId``, each HTTP 403)."""
+
+
 def _auth_problem(resp: Any, body: Any) -> str:
-    """A 401 or 403 as a message: the start of what the server said (:func:`_said`) and what it
-    usually needs. Grafana Mimir and Cortex answer ``no org id`` to a query without a tenant
-    (weaveworks/common ``user`` package, ``ErrNoOrgID``); Amazon Managed Service for Prometheus
-    answers ``Missing Authentication Token`` (``x-amzn-ErrorType:
-    MissingAuthenticationTokenException``) to a request not signed with AWS SigV4, and
-    ``AccessDeniedException`` to a signed one whose IAM identity may not ``aps:QueryMetrics``."""
-    said = _said(resp, body)
-    head = f"answered HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
+    """A 401 or 403 as a message: the start of what the server said (:func:`_said_text`, as
+    :func:`_clean` shows it) and what it usually needs (:func:`_auth_hint`, matched on the server's text before any credential in it
+    is masked)."""
+    raw = _said_text(resp, body)
+    said = _clean(raw, _sent(resp))
+    head = f"answered {_status(resp)}"
     if said:
         head += f" (server said: {said})"
-    aws = resp.headers.get("x-amzn-errortype", "")
-    if "no org id" in said.lower():
+    words = " ".join(raw[:2000].split()).lower()
+    return f"{head}: {_auth_hint(words, resp.headers.get('x-amzn-errortype', ''))}"
+
+
+def _auth_hint(words: str, aws: str) -> str:
+    """What a 401/403 usually needs, from the server's text (``words``: lower case, whitespace
+    runs as one space) and Amazon's ``x-amzn-ErrorType`` (``aws``, "" when none). Grafana Mimir
+    and Cortex answer ``no org id`` to a query without a tenant (weaveworks/common ``user``
+    package, ``ErrNoOrgID``); Amazon Managed Service for Prometheus answers ``Missing
+    Authentication Token`` (``MissingAuthenticationTokenException``) to a request not signed with
+    AWS SigV4, ``InvalidSignatureException`` to one signed for another region or host,
+    ``ExpiredTokenException`` / ``UnrecognizedClientException`` / ``InvalidClientTokenId`` to one
+    signed with expired or unknown credentials, and ``AccessDeniedException`` to a signed one
+    whose IAM identity may not ``aps:QueryMetrics``."""
+    if "no org id" in words:
         return (
-            f"{head}: Grafana Mimir and Cortex need a tenant on every query: set "
+            "Grafana Mimir and Cortex need a tenant on every query: set "
             "FLEETMIND_PROMETHEUS_HEADERS=X-Scope-OrgID=<tenant>"
         )
     if aws.startswith(("MissingAuthenticationToken", "IncompleteSignature")) or (
-        "missing authentication token" in said.lower()
+        "missing authentication token" in words
     ):
         return (
-            f"{head}: Amazon Managed Service for Prometheus needs requests signed with AWS SigV4: "
+            "Amazon Managed Service for Prometheus needs requests signed with AWS SigV4: "
             "run aws-sigv4-proxy beside FleetMind and set FLEETMIND_PROMETHEUS_URL to it"
+        )
+    if aws.startswith(_AWS_SIGNATURE_ERRORS):
+        return (
+            "the request was signed with AWS SigV4, but not as the workspace expects: "
+            "aws-sigv4-proxy's --name aps, --region <region> and --host "
+            "aps-workspaces.<region>.amazonaws.com must be the workspace's"
+        )
+    if aws.startswith(_AWS_CREDENTIAL_ERRORS):
+        return (
+            "the request was signed with AWS SigV4, but with credentials AWS does not accept "
+            "(expired or unknown): renew those aws-sigv4-proxy signs with (the pod's IAM role, "
+            "e.g. IRSA's web identity token, or its access keys)"
         )
     if aws.startswith("AccessDenied"):
         return (
-            f"{head}: the request was signed, but the AWS identity that signed it may not query "
+            "the request was signed, but the AWS identity that signed it may not query "
             "this workspace: its IAM policy needs aps:QueryMetrics"
         )
     return (
-        f"{head}: it wants credentials (basic auth as user:password@ in "
+        "it wants credentials (basic auth as user:password@ in "
         "FLEETMIND_PROMETHEUS_URL, a token in FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE, or a "
         "header in FLEETMIND_PROMETHEUS_HEADERS)"
     )
@@ -999,26 +1037,34 @@ _UNSECRET_HEADERS = frozenset(
 """Request headers httpx sets itself: their values are no credential."""
 
 
+_AUTH_HEADERS = frozenset({"authorization", "proxy-authorization"})
+"""Headers whose value is ``<scheme> <credential>`` (RFC 9110 section 11.6.2)."""
+
+
 def _sent(resp: Any) -> list[str]:
     """What FleetMind sent that a server may echo and no message may show, longest first: every
     value of a header it added (``FLEETMIND_PROMETHEUS_HEADERS``, the bearer token's
-    ``Authorization``, the Basic one httpx builds from the URL's ``user:password@``), the
-    credential after its scheme, a Basic credential decoded and its password, and the URL's
-    password. Values under 3 characters are left (masking "1" would mask every "1")."""
+    ``Authorization``, the Basic one httpx builds from the URL's ``user:password@``), of an
+    ``Authorization`` of any scheme the credential after its scheme (the scheme stays readable:
+    ``http_auth:Bearer ***``), a Basic credential without its ``=`` padding and decoded, with its
+    password, and the URL's password, decoded and as written. Values under 3 characters are left
+    (masking "1" would mask every "1")."""
     try:
         req = resp.request
     except RuntimeError:  # a Response built without its request
         return []
-    found = {req.url.password or ""}
+    raw_password = req.url.userinfo.decode("ascii", "replace").partition(":")[2]
+    found = {req.url.password or "", raw_password}
     for name, value in req.headers.items():
         if name.lower() in _UNSECRET_HEADERS:
             continue
         scheme, _, cred = value.strip().partition(" ")
         cred = cred.strip()
-        if scheme.lower() not in ("basic", "bearer") or not cred:
+        is_auth = name.lower() in _AUTH_HEADERS or scheme.lower() in ("basic", "bearer")
+        if not is_auth or not cred:
             found.add(value)
             continue
-        found.add(cred)  # the scheme stays readable: "http_auth:Bearer ***"
+        found.update({cred, cred.rstrip("=")})
         if scheme.lower() == "basic":
             try:
                 pair = base64.b64decode(cred, validate=True).decode()
@@ -1028,10 +1074,10 @@ def _sent(resp: Any) -> list[str]:
     return sorted((v for v in found if len(v) >= 3), key=len, reverse=True)
 
 
-def _said(resp: Any, body: Any, limit: int = 200) -> str:
-    """The start of a reply's body as :func:`_clean` shows it: a JSON body's ``error`` or
+def _said_text(resp: Any, body: Any) -> str:
+    """What a reply's body says, unmasked and unshortened: a JSON body's ``error`` or
     ``message`` when it has one, else the text (an HTML page, e.g. an auth proxy's sign-in or
-    error page: its ``<title>``, else its text without tags); "" when empty."""
+    error page: its ``<title>``, else its text without tags, :func:`_html_text`)."""
     text: Any = None
     if isinstance(body, dict):
         text = next((body[k] for k in ("error", "message", "Message") if body.get(k)), None)
@@ -1042,29 +1088,92 @@ def _said(resp: Any, body: Any, limit: int = 200) -> str:
             return ""
         kind = resp.headers.get("content-type", "").lower()
         if "html" in kind or text.lstrip()[:1] == "<":
-            text = _html_text(text[:100_000])
-    return _clean(text, _sent(resp), limit)
+            text = _html_text(text)
+    return text
+
+
+HTML_READ_CHARS = 8192
+"""How much of an HTML page :func:`_html_text` reads (characters): an auth proxy's title or error
+sits near the top, and every scan of it is linear in this."""
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+"""Lower case for tag names that keeps every index (``str.lower`` may lengthen a character)."""
+
+_OPEN_TITLE = re.compile(r"<title\b", re.I)
+_OPEN_SCRIPT = re.compile(r"<(script|style)\b", re.I)
 
 
 def _html_text(page: str) -> str:
     """An HTML page's ``<title>`` (oauth2-proxy's error page: ``403 Forbidden``), else its text:
-    tags, scripts and styles dropped, character references decoded."""
-    title = re.search(r"<title\b[^>]*>(.*?)</title\s*>", page, re.I | re.S)
-    if title is None or not _strip_tags(title.group(1)).strip():
-        return _strip_tags(re.sub(r"<(script|style)\b.*?</\1\s*>", " ", page, flags=re.I | re.S))
-    return _strip_tags(title.group(1))
+    tags, comments, scripts and styles dropped (one left open: to the end), character references
+    decoded. Only the first :data:`HTML_READ_CHARS` characters are read, and each is looked at a
+    bounded number of times (no backtracking pattern: a page of ``<title>`` or ``<!--`` repeated
+    costs what its length does)."""
+    page = page[:HTML_READ_CHARS]
+    lower = page.translate(_ASCII_LOWER)
+    opening = _OPEN_TITLE.search(page)
+    gt = lower.find(">", opening.end()) if opening else -1
+    closing = _closing_tag(lower, "title", gt + 1) if gt >= 0 else None
+    if closing is not None:
+        title = _strip_tags(page[gt + 1 : closing[0]])
+        if title.strip():
+            return title
+    kept, pos = [], 0
+    while (found := _OPEN_SCRIPT.search(page, pos)) is not None:
+        kept.append(page[pos : found.start()])
+        closing = _closing_tag(lower, found.group(1).lower(), found.end())
+        pos = len(page) if closing is None else closing[1]
+    kept.append(page[pos:])
+    return _strip_tags(" ".join(kept))
+
+
+def _closing_tag(lower: str, name: str, pos: int) -> tuple[int, int] | None:
+    """``(start, end)`` in ``lower`` of the first ``</name>`` (spaces allowed before ``>``) at or
+    after ``pos``, or None."""
+    tag = "</" + name
+    while (start := lower.find(tag, pos)) >= 0:
+        pos = start + len(tag)
+        while pos < len(lower) and lower[pos].isspace():
+            pos += 1
+        if lower.startswith(">", pos):
+            return start, pos + 1
+    return None
 
 
 def _strip_tags(text: str) -> str:
-    return html.unescape(re.sub(r"<!--.*?-->|<[^>]*>", " ", text, flags=re.S))
+    """``text`` with each tag and comment as one space (a comment left open: to the end; a ``<``
+    no ``>`` closes: kept), character references decoded; one pass, no backtracking."""
+    out, pos = [], 0
+    while (lt := text.find("<", pos)) >= 0:
+        if text.startswith("<!--", lt):
+            end = text.find("-->", lt + 4)
+            stop = len(text) if end < 0 else end + 3
+        else:
+            end = text.find(">", lt + 1)
+            if end < 0:
+                break
+            stop = end + 1
+        out += [text[pos:lt], " "]
+        pos = stop
+    out.append(text[pos:])
+    return html.unescape("".join(out))
+
+
+SHORT_SECRET_CHARS = 8
+"""A credential shorter than this (characters) is masked only as a whole token (no letter, digit
+or ``_`` on either side): a password ``the`` leaves "other" and "authentication" readable."""
 
 
 def _clean(text: str, secrets: Iterable[str] = (), limit: int = 200) -> str:
     """``text`` from a server as a message may show it: each of ``secrets`` (:func:`_sent`) as
-    ``***``, printable characters only (a terminal escape is no part of it), whitespace runs as
-    one space, URL credentials masked, at most ``limit`` characters."""
+    ``***`` (one under :data:`SHORT_SECRET_CHARS` characters only where it stands alone),
+    printable characters only (a terminal escape is no part of it), whitespace runs as one
+    space, URL credentials masked, at most ``limit`` characters."""
     for secret in secrets:
-        text = text.replace(secret, "***")
+        if len(secret) >= SHORT_SECRET_CHARS:
+            text = text.replace(secret, "***")
+        else:
+            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", text)
     text = " ".join("".join(c if c.isprintable() else " " for c in text[: limit * 4]).split())
     text = safe_uri(text)
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
