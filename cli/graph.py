@@ -335,8 +335,11 @@ def _build(args: argparse.Namespace) -> int:
     for n in graph.nodes:
         kinds[n.kind] = kinds.get(n.kind, 0) + 1
     summary = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
-    print(
-        f"graph {graph.name}: {graph.num_nodes} nodes ({summary}), {graph.num_edges} edges -> {args.out}"
+    print(  # the name holds the cluster label of the API's nodes: outside text
+        terminal_safe(
+            f"graph {graph.name}: {graph.num_nodes} nodes ({summary}), {graph.num_edges} edges"
+            f" -> {args.out}"
+        )
     )
     return 0
 

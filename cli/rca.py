@@ -27,7 +27,7 @@ from fleetmind.cli.common import (
 from fleetmind.data.errors import ConfigError
 from fleetmind.progress import bar_disable
 from fleetmind.provenance import load_now, run_provenance
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, terminal_safe
 from fleetmind.training.io import write_json
 
 
@@ -541,7 +541,7 @@ def _scenario_warnings() -> Iterator[None]:
         if not issubclass(category, ScenarioWarning):
             show(message, category, filename, lineno, file, line)
             return
-        text = " ".join(str(message).split())
+        text = terminal_safe(" ".join(str(message).split()))  # scenario folder and node names
         if text not in seen:
             seen.add(text)
             tqdm.write(f"fleetmind: warning: {text}", file=sys.stderr)  # above a progress bar

@@ -39,6 +39,7 @@ from fleetmind.data.errors import ConfigError, DataError
 from fleetmind.data.openb_synthetic import SYNTHETIC_LABEL
 from fleetmind.data.paths import openb_is_synthetic
 from fleetmind.progress import bar_disable, show_bar
+from fleetmind.redact import terminal_safe
 from fleetmind.training.io import json_safe, write_json, write_text_whole
 
 DEFAULT_POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
@@ -750,7 +751,7 @@ def trace_warnings_on_stderr() -> Iterator[None]:
         line: str | None = None,
     ) -> None:
         if issubclass(category, TraceWarning):
-            text = " ".join(str(message).split())
+            text = terminal_safe(" ".join(str(message).split()))  # a trace file's own text
             if text not in said:
                 said.add(text)
                 tqdm.write(f"fleetmind: warning: {text}", file=sys.stderr)

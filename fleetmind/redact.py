@@ -22,6 +22,7 @@ string (``host=db password=s3cr``) are masked as well::
 from __future__ import annotations
 
 import re
+import unicodedata
 from bisect import bisect_left
 from urllib.parse import quote, unquote_plus
 
@@ -314,4 +315,23 @@ def terminal_safe(text: str) -> str:
     """
     if text.isprintable() and _INVISIBLE.isdisjoint(text):
         return text
-    return "".join(_shown(c) for c in text)
+    return "".join(_kept(text, i) for i in range(len(text)))
+
+
+_JOINERS = frozenset("\u200c\u200d")
+"""ZWNJ and ZWJ: kept between two printable non-ASCII characters, where text needs them (emoji
+sequences such as 👩\u200d💻, Persian and Indic words); escaped elsewhere."""
+
+
+def _kept(text: str, i: int) -> str:
+    """``text[i]`` as :func:`terminal_safe` prints it: a joiner between two printable non-ASCII
+    characters and a space character (NBSP, thin space: Unicode category Zs) as themselves, every
+    other character as :func:`_shown` shows it."""
+    char = text[i]
+    if char in _JOINERS and 0 < i < len(text) - 1:
+        before, after = text[i - 1], text[i + 1]
+        if all(ord(c) > 127 and _shown(c) == c for c in (before, after)):
+            return char
+    if unicodedata.category(char) == "Zs":
+        return char
+    return _shown(char)

@@ -278,3 +278,82 @@ def test_an_exec_plugin_error_line_is_escaped() -> None:
     err = _exec_error("u", {"exec": {"command": "aws"}}, [f"exec: token expired{EVIL}\nmore"])
     _clean(str(err))
     assert "\n" not in str(err) and "exec plugin aws: token expired\\x1b]8;;" in str(err)
+
+
+def test_joiners_and_spaces_that_text_needs_stay_as_they_are() -> None:
+    """ZWJ inside an emoji sequence, ZWNJ inside a Persian word and a no-break space are part of
+    ordinary names; a joiner between ASCII letters (a spoofing trick) still shows escaped."""
+    for kept in (
+        "team-\U0001f469\u200d\U0001f4bb rack",
+        "\u0645\u06cc\u200c\u062e\u0648",
+        "caf\u00e9\u00a0bar",
+    ):
+        assert terminal_safe(kept) == kept
+    assert terminal_safe("gpu\u200d-0") == "gpu\\u200d-0"
+    assert terminal_safe("\u200d") == "\\u200d"
+
+
+def test_warning_hooks_of_rca_and_sched_escape_outside_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Scenario and trace warnings quote folder and file names of downloaded data."""
+    import warnings
+
+    from fleetmind.cli.rca import _scenario_warnings
+    from fleetmind.cli.sched import trace_warnings_on_stderr
+    from fleetmind.data.openb import TraceWarning
+    from fleetmind.data.petshop import ScenarioWarning
+
+    with _scenario_warnings():
+        warnings.warn(
+            "issue_\x1b]52;c;eA==\x07\r\nfleetmind: warning: forged", ScenarioWarning, stacklevel=1
+        )
+    with trace_warnings_on_stderr():
+        warnings.warn("trace \x1b[2Jcleared", TraceWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(line.startswith("fleetmind: warning:") for line in lines)
+    assert "\\x1b]52;c;eA==\\x07" in err
+
+
+def test_rca_petshop_roles_warning_escapes_the_scenario_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_rca_user_data import _scenario
+
+    scen = _scenario(tmp_path / "s")
+    key = "x\x1b]8;;http://evil\x1b\\click\x1b[2K\rfleetmind: note: all fine"
+    (scen / "roles.yaml").write_text(f"latency: latency\n{json.dumps(key)}: traffic\n")
+    rc = main(
+        [
+            "rca",
+            "petshop",
+            "--scenario",
+            str(scen),
+            "--methods",
+            "propagation",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "\x1b" not in err and "\r" not in err and "x\\x1b]8;;http://evil" in err
+
+
+def test_graph_build_summary_escapes_the_cluster_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default graph name is k8s-<cluster>, the cluster from the nodes' fleetmind.io/cluster label."""
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    label = "c\x1b]8;;http://evil\x07x\x1b]8;;\x07\x1b[2J"
+    node = {"metadata": {"name": "n0", "labels": {"fleetmind.io/cluster": label}}, "status": {}}
+    (rec / "nodes.json").write_text(json.dumps({"kind": "NodeList", "items": [node]}))
+    for kind in ("pods", "services"):
+        (rec / f"{kind}.json").write_text(json.dumps({"kind": "List", "items": []}))
+    rc = main(["graph", "build", "--from-dir", str(rec), "--out", str(tmp_path / "g.json")])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("graph k8s-c\\x1b]8;;http://evil\\x07x")
+    assert "\x1b" not in out and "\x07" not in out

@@ -68,7 +68,7 @@ from fleetmind.rca.fit_model import (
     model_inputs,
     save_fit_artifact,
 )
-from fleetmind.redact import safe_uri
+from fleetmind.redact import safe_uri, terminal_safe
 from fleetmind.training.io import write_json
 
 if TYPE_CHECKING:
@@ -220,8 +220,8 @@ def _checked_system(args: FitArgs) -> tuple[DependencyGraph, Any, RoleMap]:
         match_nodes(normal.columns.get_level_values(0), graph).warning(normal_csv),
     ]
     for message in notes:
-        if message is not None:
-            print(f"fleetmind: warning: {message}", file=sys.stderr)
+        if message is not None:  # quotes the scenario's roles.yaml keys and names: outside text
+            print(f"fleetmind: warning: {terminal_safe(message)}", file=sys.stderr)
     return graph, normal, roles
 
 

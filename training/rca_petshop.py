@@ -28,6 +28,7 @@ from fleetmind.rca.fit_eval import bootstrap_intervals
 from fleetmind.rca.fit_model import FittedGATAnalyzer, fit_artifact_problem
 from fleetmind.rca.petshop_baselines import METRIC_BASELINES, ScalerBaselineConfig
 from fleetmind.rca.petshop_eval import default_alert_methods, evaluate_scenario
+from fleetmind.redact import terminal_safe
 from fleetmind.training.io import write_json
 from fleetmind.training.rca_fit import rerun_command
 
@@ -91,7 +92,8 @@ ALERT_METHODS = frozenset({"propagation", "gat", "gat_fit", "simulated"})
 
 
 def _warn(message: str) -> None:
-    print(f"fleetmind: warning: {message}", file=sys.stderr)
+    # the message quotes a scenario's own files (roles.yaml keys, folder names): outside text
+    print(f"fleetmind: warning: {terminal_safe(message)}", file=sys.stderr)
 
 
 def _check_model(args: argparse.Namespace) -> tuple[bool, str | None]:
