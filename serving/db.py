@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -62,6 +63,8 @@ from sqlalchemy.exc import ArgumentError
 from fleetmind.data.errors import ConfigError
 from fleetmind.redact import safe_uri
 from fleetmind.serving import migrations
+
+log = logging.getLogger("fleetmind.serving")
 
 metadata = MetaData()
 
@@ -243,6 +246,36 @@ INPUT_SQLSTATE_CLASSES = ("22", "23")
 invalid text) and 23 (integrity constraint violation). PostgreSQL, Appendix A "PostgreSQL Error
 Codes"; psycopg raises ``DataError`` and ``IntegrityError`` for them (``psycopg.errors``)."""
 
+SERIAL_TABLES = tuple(t.name for t in metadata.sorted_tables if t.autoincrement_column is not None)
+"""The tables whose ``id`` the database generates (a PostgreSQL sequence, ``serial``): ``alerts``,
+``incident_feedback`` and ``incidents``. A unique violation of their primary key (``<table>_pkey``)
+is never the client's: the sequence is behind the rows (:func:`behind_sequence`)."""
+
+_REPORTED_BEHIND: set[str] = set()  # the tables whose lagging sequence this process logged
+
+
+def setval_statement(table: str) -> str:
+    """The statement that moves ``table``'s id sequence past its rows (PostgreSQL)."""
+    return f"SELECT setval(pg_get_serial_sequence('{table}','id'), (SELECT max(id) FROM {table}));"
+
+
+def behind_sequence(exc: BaseException) -> str | None:
+    """The table (of :data:`SERIAL_TABLES`) when ``exc`` is PostgreSQL refusing a new row because
+    the id its sequence gave is taken (SQLSTATE 23505 on ``<table>_pkey``), else ``None``.
+
+    PostgreSQL's logical replication does not replicate sequence data (PostgreSQL docs, "Logical
+    Replication Restrictions"), and rows copied with explicit ids (from SQLite, another database)
+    leave the sequence where it was: every insert then fails until the sequence is set past the
+    rows. That is an outage of the server, not a bad value of the request: Alertmanager must
+    retry (503), not lose the alert (200 with it rejected)."""
+    from sqlalchemy.exc import DBAPIError
+
+    orig = getattr(exc, "orig", None) if isinstance(exc, DBAPIError) else None
+    if getattr(orig, "sqlstate", None) != "23505":
+        return None
+    constraint = getattr(getattr(orig, "diag", None), "constraint_name", None)
+    return next((t for t in SERIAL_TABLES if constraint == f"{t}_pkey"), None)
+
 
 def is_input_error(exc: BaseException) -> bool:
     """Whether a SQLAlchemy error is the database refusing a value (a string longer than its
@@ -250,12 +283,21 @@ def is_input_error(exc: BaseException) -> bool:
     value that could not even be sent (a parameter SQLAlchemy could not convert), as opposed to the
     database being unreachable, read-only or failing (every other error: an outage, 503).
 
+    A duplicate generated id (:func:`behind_sequence`) is an outage too, logged at ERROR once per
+    table with the statement that repairs it.
+
     ``sqlalchemy.exc.StatementError`` alone says nothing: every DBAPI error (``OperationalError``,
     ``InternalError`` such as a read-only transaction, ``ProgrammingError``) subclasses it.
     """
     from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
     if isinstance(exc, DBAPIError):
+        table = behind_sequence(exc)
+        if table is not None:
+            if table not in _REPORTED_BEHIND:
+                _REPORTED_BEHIND.add(table)
+                log.error("%s", sequence_behind_message([(table, None, None)]))
+            return False
         state = getattr(exc.orig, "sqlstate", None)  # psycopg; None for client-side errors
         if isinstance(state, str) and len(state) == 5:
             return state[:2] in INPUT_SQLSTATE_CLASSES
@@ -263,6 +305,61 @@ def is_input_error(exc: BaseException) -> bool:
     if isinstance(exc, StatementError):  # raised before the database saw the statement
         return isinstance(exc.orig, ValueError | TypeError)  # UnicodeError is a ValueError
     return False
+
+
+def sequence_behind_message(behind: Sequence[tuple[str, int | None, int | None]]) -> str:
+    """One line: the tables whose id sequence is behind their rows, and the statements to run.
+
+    Args:
+        behind: ``(table, next id the sequence gives, highest id stored)`` per table (the ids
+            ``None`` where unknown: a refused insert).
+    """
+    names = ", ".join(
+        f"{t} (next id {n}, highest stored {m})" if n is not None else t for t, n, m in behind
+    )
+    plural = "s" if len(behind) > 1 else ""
+    return (
+        f"the PostgreSQL id sequence of table{plural} {names} is behind the table's rows, so new "
+        "rows are refused (a logical-replication cutover or rows copied from another database "
+        "leave sequences behind): run " + " ".join(setval_statement(t) for t, _, _ in behind)
+    )
+
+
+def check_sequences(engine: Engine) -> None:
+    """Raise ``ConfigError`` (one line naming each ``setval`` to run, :func:`setval_statement`)
+    when the id sequence of a :data:`SERIAL_TABLES` table on PostgreSQL would hand out an id
+    already stored; nothing on SQLite (its next id is the largest plus one).
+
+    Not repaired here: a database whose sequences are behind is not the one this service wrote
+    (a logical-replication subscriber, possibly still receiving rows; a copy; a partial restore),
+    which its operator should know of; and a ``setval`` computed from ``max(id)`` races with a
+    replica inserting meanwhile (it can move the sequence back onto an id just taken) unless the
+    table is locked. A sequence this process cannot read (no ``SELECT`` on it) is not checked.
+    """
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    if engine.dialect.name != "postgresql":
+        return
+    behind: list[tuple[str, int | None, int | None]] = []
+    with engine.connect() as conn:
+        for table in SERIAL_TABLES:
+            seq = conn.execute(
+                text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table}
+            ).scalar()
+            if seq is None:
+                continue
+            try:  # the name is the server's own, quoted as needed
+                last, called = conn.execute(text(f"SELECT last_value, is_called FROM {seq}")).one()
+            except DBAPIError:
+                conn.rollback()
+                continue
+            max_id = conn.execute(text(f"SELECT max(id) FROM {table}")).scalar()
+            next_id = int(last) + 1 if called else int(last)
+            if max_id is not None and next_id <= int(max_id):
+                behind.append((table, next_id, int(max_id)))
+    if behind:
+        raise ConfigError(sequence_behind_message(behind))
 
 
 class DatabaseReadOnly(Exception):
@@ -304,13 +401,14 @@ def _sqlite_changes(margin_s: float) -> str:
     """The status-change condition of :data:`_UPSERT_RULE` on SQLite (``alerts``: the stored
     row, ``excluded``: the delivery)."""
     return (
+        f"(({_data_source_state_sql(True)} AND {_evidence_firing_sql(True)}) OR "
         "(alerts.status != excluded.status "
         "AND NOT (alerts.status = 'resolved' AND excluded.status = 'firing' "
         "AND NOT ((excluded.ends_ts IS NOT NULL AND alerts.ends_ts IS NOT NULL "
         "AND excluded.ends_ts > alerts.ends_ts) "
         f"OR excluded.received_ts > alerts.updated_ts + {float(margin_s)!r} "
         f"OR (excluded.received_ts < alerts.updated_ts - {CLOCK_STEP_S!r} "
-        f"AND alerts.updated_ts > CAST(strftime('%s', 'now') AS REAL) + {CLOCK_STEP_S!r}))))"
+        f"AND alerts.updated_ts > CAST(strftime('%s', 'now') AS REAL) + {CLOCK_STEP_S!r})))))"
     )
 
 
@@ -331,35 +429,49 @@ def _sqlite_upsert(margin_s: float) -> str:
                 ("updated_ts", "excluded.updated_ts"),
                 (
                     "pending",
-                    f"CASE WHEN {_SQLITE_DATA_SOURCE_STATE} THEN alerts.pending ELSE 1 END",
+                    f"CASE WHEN {_data_source_state_sql(True)} "
+                    "AND excluded.status = 'resolved' THEN 0 ELSE 1 END",
                 ),
             )
         )
     )
 
 
-_SQLITE_DATA_SOURCE_STATE = (
-    "(alerts.status = 'firing' AND alerts.incident_id IS NULL AND NOT alerts.pending "
-    "AND lower(json_extract(alerts.annotations, '$.grafana_state_reason')) IN ('error', 'nodata'))"
-)
-"""A stored alert the incident worker left in no incident because Grafana fired it on a failed or
-empty query (``grafana_state_reason`` ``Error``/``NoData``,
-:data:`fleetmind.serving.incidents.manager.DATA_SOURCE_REASONS`): its resolution, whose
-annotations no longer say so, is stored without making it ``pending`` again, so that it is never
-grouped as an alert that resolved before it was grouped (SQLite; :func:`_data_source_state`)."""
+def _state_reason_sql(is_sqlite: bool, row: str) -> str:
+    """SQL of the ``grafana_state_reason`` annotation of ``row`` (``alerts``: the stored alert,
+    ``excluded``: the delivery) as it is compared: trimmed of spaces and lower-cased, the rule of
+    :func:`fleetmind.serving.incidents.manager.is_data_source_state`; NULL when absent."""
+    if is_sqlite:
+        return f"lower(trim(json_extract({row}.annotations, '$.grafana_state_reason')))"
+    return f"lower(trim({row}.annotations ->> 'grafana_state_reason'))"
 
 
-def _data_source_state() -> Any:
-    """:data:`_SQLITE_DATA_SOURCE_STATE` as a SQLAlchemy condition (PostgreSQL)."""
-    c = alerts.c
-    reason = func.lower(c.annotations["grafana_state_reason"].as_string())
+def _data_source_state_sql(is_sqlite: bool, row: str = "alerts") -> str:
+    """SQL condition: the stored alert (``row``: ``alerts`` or an alias of it) fires in no incident because Grafana fired it
+    on a failed or empty query (``grafana_state_reason`` ``Error``/``NoData``,
+    :data:`fleetmind.serving.incidents.manager.DATA_SOURCE_REASONS`), which the incident worker
+    leaves out of grouping, whether or not it has run since. Its resolution, whose annotations no
+    longer say so, is stored without making it ``pending``, so that it is never grouped as an
+    alert that resolved before it was grouped; a delivery of it firing on data
+    (:func:`_evidence_firing_sql`) makes it ``pending`` with the delivery's annotations.
+
+    Plain SQL for the upsert (both databases) and :data:`_RESOLVE_EARLIER`; literal values, not
+    ``IN`` with parameters (an expanding parameter, which the webhook's executemany refuses)."""
     return (
-        (c.status == "firing")
-        & c.incident_id.is_(None)
-        & c.pending.is_(False)
-        # not IN (...): an expanding parameter, which the webhook's executemany refuses
-        & ((reason == "error") | (reason == "nodata"))
+        f"({row}.status = 'firing' AND {row}.incident_id IS NULL "
+        f"AND {_state_reason_sql(is_sqlite, row)} IN ('error', 'nodata'))"
     )
+
+
+def _evidence_firing_sql(is_sqlite: bool) -> str:
+    """SQL condition: the delivery (``excluded``) fires without an ``Error``/``NoData``
+    ``grafana_state_reason``. Grafana keeps an alert's ``StartsAt`` when its rule goes from firing
+    on a failed query to firing on data, and clears the reason (grafana/grafana
+    ``pkg/services/ngalert/state/state.go``: ``resultAlerting`` only ``Maintain``s an Alerting
+    state; the state's ``StateReason`` is reset to "" for an Alerting result): the same row,
+    whose status does not change, now fires on evidence."""
+    reason = _state_reason_sql(is_sqlite, "excluded")
+    return f"(excluded.status = 'firing' AND coalesce({reason}, '') NOT IN ('error', 'nodata'))"
 
 
 _UPSERT_RULE = """How a delivery changes a stored alert (both databases; :func:`_sqlite_upsert`,
@@ -368,7 +480,10 @@ _UPSERT_RULE = """How a delivery changes a stored alert (both databases; :func:`
 Every delivery sets ``received_ts`` (the latest delivery: Alertmanager re-sends a firing alert
 every ``repeat_interval``, which is how auto-resolve knows it still fires). Otherwise a stored alert
 changes only when its status does (then ``updated_ts`` is when that delivery was received, and the
-row is ``pending`` again for the incident worker).
+row is ``pending`` again for the incident worker), or when an alert stored as firing on a failed or
+empty query (:func:`_data_source_state_sql`) is delivered firing on data
+(:func:`_evidence_firing_sql`): it takes that delivery's annotations and is grouped. The
+resolution of such an alert changes it without making it ``pending``.
 
 A ``firing`` delivery of a ``resolved`` alert (same fingerprint and ``startsAt``) reopens it when
 it is newer than the resolution, by either sign:
@@ -458,13 +573,30 @@ after its previous alert resolved is a new alert."""
 
 _RESOLVE_EARLIER = (
     "UPDATE alerts SET status = 'resolved', ends_ts = :ends_ts, updated_ts = :updated_ts, "
-    "received_ts = :received_ts, pending = TRUE "
+    "received_ts = :received_ts, pending = CASE WHEN {data_source_state} THEN FALSE ELSE TRUE END "
     "WHERE fingerprint = :fingerprint AND status = 'firing' AND starts_at <> :starts_at "
     f"AND starts_at <> '{NO_START}' AND starts_ts <= :resolved_until"
 )
 """A resolved delivery also resolves every firing row of its fingerprint that started by its
 ``endsAt`` (the same alert under a ``startsAt`` Alertmanager has since merged to an earlier one,
-see :data:`_MOVE_START`). A row that started after the resolution is a later episode and stays."""
+see :data:`_MOVE_START`). A row that started after the resolution is a later episode and stays.
+A row fired on a failed or empty query and left out of grouping (``{data_source_state}``,
+:func:`_data_source_state_sql`, filled in per database) is not made ``pending``, as in the
+upsert."""
+
+_QUIET_RESOLUTION = (
+    "UPDATE alerts SET pending = FALSE WHERE fingerprint = :fingerprint "
+    "AND starts_at = :starts_at AND status = 'resolved' AND incident_id IS NULL AND pending "
+    "AND EXISTS (SELECT 1 FROM alerts b WHERE b.fingerprint = :fingerprint "
+    f"AND b.starts_at <> :starts_at AND b.starts_at <> '{NO_START}' "
+    "AND b.starts_ts <= :resolved_until AND {data_source_state})"
+)
+"""Run before :data:`_RESOLVE_EARLIER`: a resolved delivery's own row, in no incident, is not
+``pending`` when the firing row :data:`_RESOLVE_EARLIER` resolves with it is one fired on a failed
+or empty query (``{data_source_state}``: :func:`_data_source_state_sql` of the row ``b``, filled in
+per database). Both are the same alert (Alertmanager merged its ``StartsAt`` to the earliest,
+:data:`_MOVE_START`), left out of grouping, whose resolution would otherwise open an incident of
+its own as an alert resolved before it was grouped."""
 
 _STALE_FIRING = (
     "UPDATE alerts SET status = 'resolved', "
@@ -583,7 +715,8 @@ class Database:
         Raises:
             ConfigError: the database cannot be reached or written (no server at the URL, a
                 SQLite file in a missing folder, wrong credentials), is a PostgreSQL database not
-                in ``UTF8`` (:func:`check_server_encoding`), is at a revision this release
+                in ``UTF8`` (:func:`check_server_encoding`), has an id sequence behind its
+                table's rows (:func:`check_sequences`), is at a revision this release
                 does not know, or is behind while ``apply`` is false;
                 :class:`~fleetmind.serving.migrations.UpgradeFailed` (a ``ConfigError``, "schema
                 upgrade from X to Y failed at revision R: ...") when a revision failed: it was
@@ -604,12 +737,14 @@ class Database:
                         f"needs {migrations.head()}; FLEETMIND_MIGRATE_ON_START is false: start "
                         "one process with it true (the default) to upgrade, then restart the others"
                     )
+                check_sequences(self.engine)
                 return rev
             before = migrations.upgrade(self.engine)
             if not self.is_sqlite and before != migrations.head():
                 # the upgrade ran on a pooled connection with statement_timeout 0 (an index build
                 # may take long): drop it, so no request runs without the timeout
                 self.engine.dispose()
+            check_sequences(self.engine)
             self.check_file()  # the file exists now: remember which one it is
             return before
         except (SQLAlchemyError, OSError) as err:  # OSError: the SQLite lock file next to it
@@ -897,8 +1032,8 @@ class Database:
 
     def _store_round(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         """:data:`_MOVE_START` and :data:`_ONTO_EARLIER` for the firing rows, the upsert,
-        :data:`_STALE_FIRING` for the firing rows and :data:`_RESOLVE_EARLIER` for the resolved
-        ones; ``rows`` have distinct fingerprints."""
+        :data:`_STALE_FIRING` for the firing rows and :data:`_QUIET_RESOLUTION` then
+        :data:`_RESOLVE_EARLIER` for the resolved ones; ``rows`` have distinct fingerprints."""
         firing = [r for r in rows if r["status"] == "firing" and r["starts_at"] != NO_START]
         resolved = [
             {**r, "resolved_until": r["ends_ts"] if r["ends_ts"] is not None else r["received_ts"]}
@@ -943,7 +1078,12 @@ class Database:
             if firing:
                 conn.exec_driver_sql(_STALE_FIRING, firing)
             if resolved:
-                conn.exec_driver_sql(_RESOLVE_EARLIER, resolved)
+                ds_b = _data_source_state_sql(True, "b")
+                conn.exec_driver_sql(_QUIET_RESOLUTION.format(data_source_state=ds_b), resolved)
+                conn.exec_driver_sql(
+                    _RESOLVE_EARLIER.format(data_source_state=_data_source_state_sql(True)),
+                    resolved,
+                )
             return
         from sqlalchemy import text
 
@@ -954,7 +1094,10 @@ class Database:
         if firing:
             conn.execute(text(_STALE_FIRING), firing)
         if resolved:
-            conn.execute(text(_RESOLVE_EARLIER), resolved)
+            ds_b = _data_source_state_sql(False, "b")
+            conn.execute(text(_QUIET_RESOLUTION.format(data_source_state=ds_b)), resolved)
+            ds = _data_source_state_sql(False)
+            conn.execute(text(_RESOLVE_EARLIER.format(data_source_state=ds)), resolved)
 
     def _onto_earlier_starts(
         self, conn: Connection, rows: list[dict[str, Any]]
@@ -1023,8 +1166,11 @@ class Database:
                 )
             )
         )
-        changes = (alerts.c.status != ex.status) & ~(
-            (alerts.c.status == "resolved") & (ex.status == "firing") & ~newer
+        data_source = literal_column(_data_source_state_sql(self.is_sqlite), Boolean)
+        evidence = literal_column(_evidence_firing_sql(self.is_sqlite), Boolean)
+        changes = (data_source & evidence) | (
+            (alerts.c.status != ex.status)
+            & ~((alerts.c.status == "resolved") & (ex.status == "firing") & ~newer)
         )
         return stmt.on_conflict_do_update(
             index_elements=["fingerprint", "starts_at"],
@@ -1035,7 +1181,7 @@ class Database:
                 "annotations": case((changes, ex.annotations), else_=alerts.c.annotations),
                 "updated_ts": case((changes, ex.updated_ts), else_=alerts.c.updated_ts),
                 "pending": case(
-                    (changes & _data_source_state(), alerts.c.pending),
+                    (changes & data_source & (ex.status == "resolved"), False),
                     (changes, True),
                     else_=alerts.c.pending,
                 ),

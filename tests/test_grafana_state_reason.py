@@ -139,3 +139,76 @@ def test_the_same_alert_without_the_reason_opens_an_incident(url: str) -> None:
         assert stored["status"] == "resolved" and stored["incident_id"] == incident["id"]
         [incident] = c.get("/api/v1/incidents?status=all").json()
         assert incident["status"] == "resolved"
+
+
+def _incidents(c: TestClient) -> list[tuple[int, str]]:
+    return [(i["id"], i["status"]) for i in c.get("/api/v1/incidents?status=all").json()]
+
+
+def _post(c: TestClient, *alerts: dict[str, Any]) -> None:
+    r = c.post("/api/v1/alerts", json=grafana_body(*alerts))
+    assert r.status_code == 200 and r.json()["rejected_count"] == 0, r.text
+    c.app.state.services.incidents.process_pending()
+
+
+@pytest.mark.parametrize("reason", ["Error", "NoData"])
+def test_a_real_firing_after_an_error_firing_opens_an_incident(url: str, reason: str) -> None:
+    """Grafana keeps ``StartsAt`` when a rule goes from its Error/NoData state to Alerting on real
+    data and drops the reason (grafana/grafana ``pkg/services/ngalert/state/state.go``:
+    ``resultAlerting`` only ``Maintain``s a state already Alerting, keeping ``StartsAt``; the
+    state manager then resets ``StateReason`` to "" for an Alerting result):
+    the same fingerprint and ``startsAt`` now fires on evidence and opens an incident."""
+    with TestClient(create_app(_settings(url))) as c:
+        _post(c, grafana_alert(reason))
+        assert _incidents(c) == []
+        _post(c, grafana_alert(None))
+        [(inc_id, status)] = _incidents(c)
+        assert status == "open"
+        [stored] = c.get("/api/v1/alerts").json()
+        assert stored["incident_id"] == inc_id and stored["status"] == "firing"
+        assert "grafana_state_reason" not in stored["annotations"]
+        # Alertmanager-style re-sends of the real firing change nothing more
+        _post(c, grafana_alert(None))
+        assert _incidents(c) == [(inc_id, "open")]
+
+
+def test_an_error_firing_resolved_before_grouping_opens_no_incident(url: str) -> None:
+    """Both deliveries are stored before the incident worker runs (a backlog, a worker that is
+    not the leader): the resolution of an Error firing still opens nothing."""
+    with TestClient(create_app(_settings(url))) as c:
+        for alert in (grafana_alert("Error"), grafana_alert(None, "resolved")):
+            r = c.post("/api/v1/alerts", json=grafana_body(alert))
+            assert r.status_code == 200 and r.json()["rejected_count"] == 0, r.text
+        c.app.state.services.incidents.process_pending()
+        assert _incidents(c) == []
+        [stored] = c.get("/api/v1/alerts").json()
+        assert (stored["status"], stored["incident_id"]) == ("resolved", None)
+
+
+def test_an_error_firing_resolved_under_an_earlier_start_opens_no_incident(url: str) -> None:
+    """An HA pair of senders: the Error firing stored under a later ``startsAt`` is resolved by the
+    resolution of the earlier one (the merge Alertmanager makes, ``types.Alert.Merge``)."""
+    with TestClient(create_app(_settings(url))) as c:
+        later = grafana_alert("Error")
+        t0 = datetime.fromisoformat(T0.replace("Z", "+00:00"))
+        later["startsAt"] = (t0 + timedelta(seconds=30)).isoformat().replace("+00:00", "Z")
+        _post(c, later)
+        _post(c, grafana_alert(None, "resolved"))
+        assert _incidents(c) == []
+        stored = c.get("/api/v1/alerts").json()
+        assert {(a["status"], a["incident_id"]) for a in stored} == {("resolved", None)}
+
+
+@pytest.mark.parametrize("reason", [" Error ", " nodata", "\tError", "NoData\n", "ERROR"])
+def test_the_reason_is_read_alike_when_grouping_and_when_storing(url: str, reason: str) -> None:
+    """Whatever the spelling, the firing and its resolution are judged alike: either the firing
+    opened the incident the resolution resolves, or neither opens one (never an incident opened
+    by the resolution of an alert left out of grouping)."""
+    with TestClient(create_app(_settings(url))) as c:
+        _post(c, grafana_alert(reason))
+        opened = _incidents(c)
+        _post(c, grafana_alert(None, "resolved"))
+        assert [inc_id for inc_id, _ in _incidents(c)] == [inc_id for inc_id, _ in opened]
+        assert all(status == "resolved" for _, status in _incidents(c))
+        # spaces around the word are no part of it (both databases' trim())
+        assert (opened == []) == (reason.strip(" ").lower() in ("error", "nodata"))

@@ -65,9 +65,12 @@ state if execution error / no data" being ``Alerting``: news about the data sour
 def is_data_source_state(row: dict[str, Any]) -> bool:
     """Whether a stored alert (a row of
     :meth:`fleetmind.serving.db.Database.pending_alerts`) carries a ``grafana_state_reason`` of
-    :data:`DATA_SOURCE_REASONS`, compared case-insensitively."""
+    :data:`DATA_SOURCE_REASONS`, compared case-insensitively and without the spaces around it:
+    the rule the database applies when it stores the alert's deliveries (SQL ``lower(trim(...))``,
+    :func:`fleetmind.serving.db._state_reason_sql`; ``trim`` removes spaces only, not tabs or
+    newlines), so the alert and its resolution are judged alike."""
     reason = row.get("state_reason")
-    return isinstance(reason, str) and reason.strip().lower() in DATA_SOURCE_REASONS
+    return isinstance(reason, str) and reason.strip(" ").lower() in DATA_SOURCE_REASONS
 
 
 RANK_RETRY_S = 5.0
