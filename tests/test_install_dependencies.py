@@ -129,14 +129,17 @@ def _just_below(version: str) -> str:
 
 
 def test_declared_floors_admit_no_version_the_code_cannot_run_on() -> None:
-    from packaging.version import Version
 
     by_name = {canonicalize_name(r.name): r for r in DECLARED}
     for dist, (lowest, path, usage) in FLOORS.items():
-        assert usage in (REPO_ROOT / path).read_text(), f"{path} no longer uses {usage}: drop {dist}"
+        assert usage in (REPO_ROOT / path).read_text(), (
+            f"{path} no longer uses {usage}: drop {dist}"
+        )
         spec = by_name[dist].specifier
         below = _just_below(lowest)
-        assert not spec.contains(below), f"{dist}{spec} admits {below}, which lacks {usage} ({path})"
+        assert not spec.contains(below), (
+            f"{dist}{spec} admits {below}, which lacks {usage} ({path})"
+        )
         assert spec.contains(lowest), f"{dist}{spec} refuses {lowest}"
 
 
