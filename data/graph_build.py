@@ -17,7 +17,7 @@ labels Prometheus rules carry):
 | its physical GPUs (:func:`_gpu_count`; none, with a warning, past :data:`MAX_NODE_GPUS`) | ``<c>/gpu/<node>/<i>`` ``gpu``, attrs ``model`` (the host's ``gpu_model``), ``memory_mib`` (label :data:`GPU_MEMORY_LABEL`, MiB, where it describes a whole GPU) | ``attached_to`` host |
 | NVLink (NVML, this host) | ``<c>/link/<node>/nvlink`` ``link`` | ``attached_to`` each NVLinked GPU |
 | ``Service`` | ``<c>/svc/<ns>/<name>`` ``service`` (match ``service``, ``namespace``) | ``member_of`` cluster; ``runs_on`` each host its EndpointSlices name as a ``Node`` endpoint (the kubelet's Service) |
-| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
+| ``Pod`` (not ``Succeeded``/``Failed``) | ``<c>/pod/<ns>/<name>`` ``pod``, attrs ``owner`` (its owner reference ``Kind/name``, which maps workload alerts), ``claims`` (the PersistentVolumeClaims it mounts, :func:`_claim_names`, which map volume alerts) | ``runs_on`` host; ``runs_on`` the GPUs of annotation ``alibabacloud.com/gpu-index``, and every GPU of its node when its ``nvidia.com/gpu`` request is all the node's devices (:func:`_whole_gpu_nodes`; a partial request names no GPU, nor do Dynamic Resource Allocation claims, ``spec.resourceClaims``: one :class:`GraphBuildWarning` counts such pods); ``member_of`` each Service whose EndpointSlices name it as an endpoint not marked ``ready: false``, or (no slices) whose selector matches its labels |
 | a span whose parent span is in another service (across all span files) | | ``calls`` caller service -> callee service (:func:`_add_calls` resolves the names; a service not in the cluster becomes ``<c>/svc/<name>``); none from a span whose resource attribute ``k8s.cluster.name`` names another cluster than a named one (:class:`SpanCalls`) |
 """
 
@@ -390,11 +390,15 @@ def build_graph(
     by_ns: dict[Any, list[tuple[str, Mapping[str, Any]]]] = {}
     for sns, sid, sel in selectors:  # a pod meets only its own namespace's selectors
         by_ns.setdefault(sns, []).append((sid, sel))
+    claimed: list[str] = []  # pods on a host of the graph with DRA claims: devices not drawn
     for p in pod_items:
         pod = _add_pod(b, c, p, gpus_of, whole)
         if pod is None:
             continue
         pid, ns, nm, labels = pod
+        spec = _obj(p.get("spec"))
+        if _seq(spec.get("resourceClaims")) and f"{c}/host/{spec.get('nodeName')}" in b.nodes:
+            claimed.append(f"{ns}/{nm}")
         if slice_items:
             for sid in members.get((ns, nm), ()):
                 b.edge(pid, sid, "member_of")
@@ -402,8 +406,24 @@ def build_graph(
             for sid, sel in by_ns.get(ns, ()):
                 if all(labels.get(k) == v for k, v in sel.items()):
                     b.edge(pid, sid, "member_of")
+    if claimed:
+        _warn_claimed(claimed)
     _add_calls(b, c, _calls_of_cluster(calls, c, named), svc_ids)
     return b.model()
+
+
+def _warn_claimed(claimed: list[str]) -> None:
+    """One :class:`GraphBuildWarning` counting the pods (``namespace/name``) that ask for devices
+    through Dynamic Resource Allocation (``spec.resourceClaims``): the devices their
+    ResourceClaims were allocated are not read, so these pods get no ``runs_on`` GPU edge."""
+    shown = ", ".join(_short(k, 60) for k in claimed[:3]) + (", ..." if len(claimed) > 3 else "")
+    warnings.warn(
+        f"GPU edges of {len(claimed)} pod(s) with Dynamic Resource Allocation claims "
+        f"(spec.resourceClaims: {shown}) not drawn: the devices of their ResourceClaims "
+        "(e.g. NVIDIA's DRA driver, gpu.nvidia.com) are not read",
+        GraphBuildWarning,
+        stacklevel=3,
+    )
 
 
 def _calls_of_cluster(
@@ -905,6 +925,7 @@ READ_FIELDS: dict[str, dict[str, Any]] = {
             },
             "containers": _CONTAINER_FIELDS,
             "initContainers": _CONTAINER_FIELDS,
+            "resourceClaims": {"name": True},
         },
         "status": {"phase": True},
     },

@@ -83,6 +83,15 @@ nodes of more than 8 GPUs, which the policies' state cannot hold, the decision i
 pods prefer nodes without GPUs: the choice is one of those, the other such nodes score 4..3, nodes
 with GPUs 2..0.
 
+Dynamic Resource Allocation (``resource.k8s.io/v1``, GA in Kubernetes 1.34; NVIDIA's DRA driver
+``gpu.nvidia.com``): a pod's ``spec.resourceClaims`` name ResourceClaims (or templates of them)
+whose device requests kube-scheduler does not send to an extender, so FleetMind cannot count
+them. A pod with claims and no GPU read above (:data:`GPU_RESOURCE`, MIG, the GPU-sharing
+annotations) is not taken for CPU-only, which would rank nodes without free GPUs first: every
+candidate passes, every score is 0 (no pull anywhere), nothing is held, and its devices are left
+to kube-scheduler's DynamicResources plugin (:func:`decide`). A pod with claims that also asks
+for ``nvidia.com/gpu`` is placed by that request, as before.
+
 Without GPU telemetry to decide on (no GPU in the snapshot, or none of the candidate nodes in it),
 a GPU pod gets 503 (:func:`decide`): kube-scheduler then skips the extender when it is
 ``ignorable`` (``findNodesThatPassExtenders`` in ``pkg/scheduler/schedule_one.go`` skips an
@@ -139,6 +148,9 @@ MAX_UID_CHARS = 128
 MAX_MODEL_CHARS = 200
 """Longest allowed-models text of a placement request (``JobSpec.gpu_model``, ``|``-joined): only
 the ``gpu-card-model`` entries that fit are used, whole (:func:`clip_models`)."""
+MAX_CLAIM_PODS_LOGGED = 4096
+"""Pod keys remembered as already logged for their Dynamic Resource Allocation claims
+(:meth:`NodeIndex.warn_claims`); the oldest is forgotten past this."""
 _BOUND = {"cpu": MAX_CPU_MILLI / 1000, "memory": MAX_MEMORY_MIB * 2.0**20}
 """Largest quantity accepted per resource (cores, bytes; GPUs and MIG instances: :data:`MAX_GPUS`)."""
 
@@ -308,6 +320,10 @@ class PodRequest:
     mig: bool = False
     """The GPUs are ``nvidia.com/mig-<profile>`` instances (``gpu_models`` names the profile); any
     other GPU pod gets only the GPUs with MIG disabled of a node of the MIG mixed strategy."""
+    resource_claims: int = 0
+    """Entries of ``spec.resourceClaims``: devices asked through Dynamic Resource Allocation
+    (``resource.k8s.io/v1``), which FleetMind does not count (:func:`claim_names`). A pod with
+    claims and no GPU counted above is left to kube-scheduler (:func:`decide`)."""
 
     def need(self, replicas: int = 1) -> int:
         """Milli-GPU the pod takes of each GPU it gets on a node with ``replicas`` time-slicing
@@ -437,11 +453,31 @@ def pod_request(pod: Any) -> PodRequest:
     ns = meta.get("namespace") or "default"
     key = f"{check_name(ns, 'Pod.metadata.namespace', label=True)}/{name}"
     uid = check_uid(meta.get("uid"))
+    claims = len(claim_names(spec))
     try:
-        return _requests(key, uid, meta, spec)
+        req = _requests(key, uid, meta, spec)
     except PodRefused as err:
         err.key = key
         raise
+    return dataclasses.replace(req, resource_claims=claims) if claims else req
+
+
+def claim_names(spec: dict[str, Any]) -> list[str]:
+    """The names of a pod's ``spec.resourceClaims`` (Dynamic Resource Allocation, GA in
+    Kubernetes 1.34: ``PodResourceClaim{name, resourceClaimName | resourceClaimTemplateName}`` of
+    ``k8s.io/api/core/v1``), in order; ``[]`` for none. The devices a claim asks for (e.g. NVIDIA's
+    DRA driver's ``gpu.nvidia.com``) are in its ResourceClaim or ResourceClaimTemplate, which
+    kube-scheduler does not send to an extender, so they are not counted.
+
+    Raises:
+        DataError: ``resourceClaims`` is not a list of objects.
+    """
+    claims = spec.get("resourceClaims")
+    if claims is None:
+        return []
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise DataError("Pod.spec.resourceClaims must be a list of objects")
+    return [str(c.get("name") or "") for c in claims]
 
 
 def _shared_gpus(
@@ -803,6 +839,31 @@ class NodeIndex:
         self.gpus = 0
         """GPUs telemetry reports on those nodes (placeholders for GPUs it does not report left
         out): 0 means no GPU telemetry at all."""
+        self.claim_pods: dict[str, None] = {}
+        """Keys of the pods with Dynamic Resource Allocation claims already logged
+        (:meth:`warn_claims`), oldest first, at most :data:`MAX_CLAIM_PODS_LOGGED`."""
+        self.claim_pods_seen = 0
+        """Pods with claims and no GPU FleetMind counts, each key counted once (while remembered)."""
+
+    def warn_claims(self, req: PodRequest) -> None:
+        """Log one WARNING per pod key (not per call) that a pod asks for devices through Dynamic
+        Resource Allocation, which FleetMind does not read, and count it in
+        :attr:`claim_pods_seen`."""
+        if req.key in self.claim_pods:
+            return
+        if len(self.claim_pods) >= MAX_CLAIM_PODS_LOGGED:
+            del self.claim_pods[next(iter(self.claim_pods))]
+        self.claim_pods[req.key] = None
+        self.claim_pods_seen += 1
+        log.warning(
+            "kube-scheduler extender: pod %s asks for devices through Dynamic Resource Allocation "
+            "(%d spec.resourceClaims), which FleetMind does not read: every node passes, all "
+            "score 0, nothing is held; kube-scheduler's DynamicResources plugin places its devices "
+            "(logged once per pod; %d such pod(s) so far)",
+            req.key,
+            req.resource_claims,
+            self.claim_pods_seen,
+        )
 
     def lookup(self, snap: FleetSnapshot, names: list[str]) -> dict[str, NodeState]:
         """``{name: node}`` for the ``names`` the snapshot knows (ambiguous names left out)."""
@@ -924,7 +985,11 @@ def decide(
     become ``Unschedulable``, candidates for preemption) and pass unranked for CPU-only pods
     (kube-scheduler's own resource filter has checked them). A pod beyond
     FleetMind's bounds (:class:`PodOutOfBounds`) or with a GPU request it cannot place
-    (:class:`PodUnsupported`) fails every node as unresolvable, with the reason.
+    (:class:`PodUnsupported`) fails every node as unresolvable, with the reason. A pod with
+    Dynamic Resource Allocation claims (``spec.resourceClaims``) and no GPU request FleetMind
+    counts passes every node, all scoring 0, and gets no hold: the claims' devices are in
+    ResourceClaims kube-scheduler does not send, and its DynamicResources plugin decides where
+    they fit (one warning per pod: :meth:`NodeIndex.warn_claims`).
 
     Raises:
         DataError: ``args`` is not ``ExtenderArgs`` (or its pod is malformed).
@@ -943,6 +1008,10 @@ def decide(
         unread = PodRequest(err.key or "", None, 0, 0, 0, 0)
         return unread, Decision(names, unresolvable=dict.fromkeys(names, str(err)))
     names, _ = candidate_names(args)
+    if req.resource_claims and not req.num_gpu:
+        # devices asked through DRA: their count is in the ResourceClaim, not sent here
+        index.warn_claims(req)
+        return req, Decision(names, passthrough=list(names))
     known = index.lookup(snapshot, names)
     if req.num_gpu and names:
         _require_gpu_telemetry(snapshot, names, known, index)
