@@ -184,6 +184,7 @@ class _Builder:
         self.name = name
         self.nodes: dict[str, dict[str, Any]] = {}
         self.edges: set[tuple[str, str, str]] = set()
+        self.on_gpus: set[str] = set()  # sources of a runs_on edge to a GPU node
 
     def node(
         self, nid: str, kind: str, cluster: str | None, match: dict[str, str], **attrs: Any
@@ -206,6 +207,8 @@ class _Builder:
                     f"graph may hold; at {kind} {_short(src)} -> {_short(dst)}"
                 )
             self.edges.add((src, dst, kind))
+            if kind == "runs_on" and self.nodes.get(dst, {}).get("kind") == "gpu":
+                self.on_gpus.add(src)
 
     def model(self) -> GraphModel:
         """The graph, validated.
@@ -397,7 +400,12 @@ def build_graph(
             continue
         pid, ns, nm, labels = pod
         spec = _obj(p.get("spec"))
-        if _seq(spec.get("resourceClaims")) and f"{c}/host/{spec.get('nodeName')}" in b.nodes:
+        # a pod whose nvidia.com/gpu request drew its GPU edges claims other devices (a NIC)
+        if (
+            _seq(spec.get("resourceClaims"))
+            and pid not in b.on_gpus
+            and f"{c}/host/{spec.get('nodeName')}" in b.nodes
+        ):
             claimed.append(f"{ns}/{nm}")
         if slice_items:
             for sid in members.get((ns, nm), ()):

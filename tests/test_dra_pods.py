@@ -238,3 +238,19 @@ def test_graph_build_warns_that_dra_pods_get_no_gpu_edges() -> None:
 
 def test_graph_build_does_not_warn_for_device_plugin_pods() -> None:
     assert _build(_cluster(_plugin_pod()))[1] == []
+
+
+def test_graph_build_does_not_warn_for_a_gpu_pod_that_also_claims_another_device() -> None:
+    """A pod asking every nvidia.com/gpu of its node through the device plugin and an RDMA NIC
+    through a claim gets its GPU edges: no warning that they are not drawn."""
+    pod = _plugin_pod("both")
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "8"}
+    pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "rdma-nic"}]
+    lists = _cluster(pod)
+    lists[0]["items"][0]["status"] = {
+        "capacity": {"cpu": "96", "nvidia.com/gpu": "8"},
+        "allocatable": {"cpu": "96", "nvidia.com/gpu": "8"},
+    }
+    g, said = _build(lists)
+    gpus = {e.dst for e in g.edges if e.src == "c/pod/ml/both" and e.dst.startswith("c/gpu/")}
+    assert len(gpus) == 8 and said == [], said
