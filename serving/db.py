@@ -251,7 +251,13 @@ SERIAL_TABLES = tuple(t.name for t in metadata.sorted_tables if t.autoincrement_
 ``incident_feedback`` and ``incidents``. A unique violation of their primary key (``<table>_pkey``)
 is never the client's: the sequence is behind the rows (:func:`behind_sequence`)."""
 
-_REPORTED_BEHIND: set[str] = set()  # the tables whose lagging sequence this process logged
+BEHIND_REPORT_EVERY_S = 600.0
+"""Least seconds between two ERROR lines of :func:`report_behind` about one table: one line when
+its inserts start failing, a reminder while they go on, and a new line when the table falls behind
+again after a repair (at most this long after the previous line)."""
+
+_REPORTED_BEHIND: dict[str, float] = {}  # table -> time.monotonic() of its last setval line
+_REPORTED_LOCK = threading.Lock()  # the webhook's threads and the incident worker report
 
 
 def setval_statement(table: str) -> str:
@@ -277,14 +283,33 @@ def behind_sequence(exc: BaseException) -> str | None:
     return next((t for t in SERIAL_TABLES if constraint == f"{t}_pkey"), None)
 
 
+def report_behind(exc: BaseException) -> bool:
+    """Whether ``exc`` is a duplicate generated id (:func:`behind_sequence`, an outage); if so,
+    log the ``setval`` that repairs it at ERROR, at most once per table every
+    :data:`BEHIND_REPORT_EVERY_S` seconds. Every path that writes such a table calls it with its
+    failures: the webhook and the API (through :func:`is_input_error`), the incident worker."""
+    table = behind_sequence(exc)
+    if table is None:
+        return False
+    now = time.monotonic()
+    with _REPORTED_LOCK:
+        last = _REPORTED_BEHIND.get(table)
+        due = last is None or not 0 <= now - last < BEHIND_REPORT_EVERY_S
+        if due:
+            _REPORTED_BEHIND[table] = now
+    if due:
+        log.error("%s", sequence_behind_message([(table, None, None)]))
+    return True
+
+
 def is_input_error(exc: BaseException) -> bool:
     """Whether a SQLAlchemy error is the database refusing a value (a string longer than its
     column, a NUL, a number out of range, a broken constraint: SQLSTATE classes 22 and 23), or a
     value that could not even be sent (a parameter SQLAlchemy could not convert), as opposed to the
     database being unreachable, read-only or failing (every other error: an outage, 503).
 
-    A duplicate generated id (:func:`behind_sequence`) is an outage too, logged at ERROR once per
-    table with the statement that repairs it.
+    A duplicate generated id (:func:`behind_sequence`) is an outage too, logged at ERROR with the
+    statement that repairs it (:func:`report_behind`).
 
     ``sqlalchemy.exc.StatementError`` alone says nothing: every DBAPI error (``OperationalError``,
     ``InternalError`` such as a read-only transaction, ``ProgrammingError``) subclasses it.
@@ -292,11 +317,7 @@ def is_input_error(exc: BaseException) -> bool:
     from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
     if isinstance(exc, DBAPIError):
-        table = behind_sequence(exc)
-        if table is not None:
-            if table not in _REPORTED_BEHIND:
-                _REPORTED_BEHIND.add(table)
-                log.error("%s", sequence_behind_message([(table, None, None)]))
+        if report_behind(exc):
             return False
         state = getattr(exc.orig, "sqlstate", None)  # psycopg; None for client-side errors
         if isinstance(state, str) and len(state) == 5:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -200,3 +201,57 @@ def test_fleetmind_serve_refuses_in_one_line(
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].endswith(SETVAL.format(t="alerts")), err
     assert started == []
+
+
+def _wait_for(what: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    """Poll ``what`` every 0.1 s until it holds; fail after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_the_incident_worker_logs_the_setval_once_and_again_after_the_interval(
+    url: str, pg: PgCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real worker thread: an incident it cannot insert (the sequence is behind) is retried,
+    and the ``setval`` is logged at ERROR once, not once per loop; again when the interval of
+    :data:`fleetmind.serving.db.BEHIND_REPORT_EVERY_S` has passed; the repair lets it through."""
+    settings = Settings(
+        database_url=url,
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=True,
+    )
+    incidents = lambda: int(pg.psql("SELECT count(*) FROM incidents"))  # noqa: E731
+    remedy = lambda: [  # noqa: E731
+        r
+        for r in caplog.records
+        if r.levelno == logging.ERROR and SETVAL.format(t="incidents") in r.getMessage()
+    ]
+    with (
+        caplog.at_level(logging.ERROR, logger="fleetmind.serving"),
+        TestClient(create_app(settings)) as c,
+    ):
+        worker = c.app.state.services.incidents.worker
+        assert c.post("/api/v1/alerts", json=webhook("A1")).status_code == 200
+        _wait_for(lambda: incidents() == 1)
+        pg.psql(  # closed incidents of ids 2..500 copied in: each refused insert takes one id
+            "INSERT INTO incidents (id, status, opened_ts, updated_ts, first_alert_ts, "
+            "last_alert_ts, alert_count, firing_count, nodes, clusters, causes, needs_ranking) "
+            "SELECT g, 'closed', 1, 1, 1, 1, 0, 0, '[]', '[]', '[]', false "
+            "FROM generate_series(2, 500) g"
+        )
+        set_back(pg, "incidents")
+        other = webhook("Z")
+        other["alerts"][0]["labels"]["cluster"] = "c9"  # a new incident, not A1's
+        assert c.post("/api/v1/alerts", json=other).status_code == 200
+        _wait_for(lambda: worker._failures._count >= 3)  # three loops refused the insert
+        assert "incidents_pkey" in (worker.last_error or "")
+        assert len(remedy()) == 1  # was 0: only "incident worker failed; retrying"
+        db_module._REPORTED_BEHIND["incidents"] -= db_module.BEHIND_REPORT_EVERY_S + 1
+        _wait_for(lambda: len(remedy()) == 2)  # still behind after the interval: a reminder
+        pg.psql(SETVAL.format(t="incidents"))
+        _wait_for(lambda: incidents() == 501 and worker.last_error is None)
+        assert int(pg.psql("SELECT count(*) FROM alerts WHERE pending")) == 0
+    assert len(remedy()) == 2

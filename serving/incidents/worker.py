@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from fleetmind.serving.db import PG_LOCK_WAIT_S, pg_thread_lock_wait
+from fleetmind.serving.db import PG_LOCK_WAIT_S, pg_thread_lock_wait, report_behind
 from fleetmind.serving.failure_log import FailureLog
 
 if TYPE_CHECKING:
@@ -271,6 +271,7 @@ class IncidentWorker:
                 self.last_error = f"{type(err).__name__}: {err}"
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
+                report_behind(err)  # a sequence behind its rows: the setval to run, at ERROR
                 self._failures.failed(err)
                 self._stop.wait(1.0)
             else:  # a loop without error, leading or not (another replica may lead): not failing
