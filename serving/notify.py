@@ -148,7 +148,13 @@ POST_TIMEOUT_S = 5.0
 and the first :data:`ANSWER_BYTES` of its body, however slowly a receiver trickles them (httpx's
 own timeouts bound each read, not their sum)."""
 ANSWER_BYTES = 4096
-"""Most bytes of a receiver's answer read (only its status and headers are used)."""
+"""Most bytes of a receiver's answer read (its status and headers, and the start of a chat's
+refusal: :data:`REASON_CHARS`)."""
+REASON_CHARS = 200
+"""Most characters of a chat's refusal quoted in the log and the delivery note: Slack's incoming
+webhooks answer a failure with a plain-text reason (404 ``no_service``, 410
+``channel_is_archived``, 400 ``invalid_payload``, 403 ``action_prohibited``:
+api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks)."""
 WEBHOOK_BUDGET_S = 5.0
 """Time (s) a poll spends posting to the webhook: once spent, its remaining messages wait, in
 order, for the next poll, so a chat that answers slowly (each post just within
@@ -502,27 +508,53 @@ def redirect_target(response: httpx.Response) -> str | None:
         return None
 
 
+def answer_reason(text: str, url: str) -> str:
+    """The start of a receiver's refusal ``text`` fit for a log and a delivery note: at most
+    :data:`REASON_CHARS` characters on one line (runs of spaces and line breaks as one space,
+    other control characters as ``?``), and the URL posted (a secret: a chat webhook's URL is its credential), or its path,
+    as ``<url>`` wherever the answer echoes it; ``""`` for an empty answer."""
+    secret = urlsplit(url)
+    for part in sorted({url, secret.path if len(secret.path) > 1 else ""}, key=len, reverse=True):
+        if part:
+            text = text.replace(part, "<url>")
+    return _CONTROL.sub("?", " ".join(text.split()))[:REASON_CHARS].strip()
+
+
+def status_of(outcome: str) -> int | None:
+    """The HTTP status an ``outcome`` starts with (``"404 no_service"`` -> 404), else ``None``
+    (an error's class name)."""
+    head = outcome.split(" ", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
 def post_attempt(
-    client: httpx.Client, url: str, body: Any
+    client: httpx.Client, url: str, body: Any, with_reason: bool = False
 ) -> tuple[bool, str, float | None, str | None]:
     """POST ``body`` as JSON, once, within :data:`POST_TIMEOUT_S` in all (read at the call).
 
     Returns:
         ``(delivered, outcome, retry_after_s, redirect)``; the outcome is the HTTP status or the
         error's class name (``ReadTimeout`` when the deadline passed while the answer came);
+        with ``with_reason``, a status of 300 or more is followed by the start of the answer's
+        body (:func:`answer_reason`: ``"404 no_service"``) when it has one;
         ``retry_after_s``: the wait a 429 or 503 asked for (:func:`retry_after`), else ``None``;
         ``redirect``: where a redirection points (:func:`redirect_target`), else ``None``.
     """
     _DEADLINE.at = time.monotonic() + POST_TIMEOUT_S
     try:
         with client.stream("POST", url, json=body) as r:
-            got = 0
+            got = b""
             # (a few bytes: a chat answers "ok"; a test transport's answer is read already)
             for chunk in () if r.is_stream_consumed else r.iter_raw():
-                got += len(chunk)
-                if got >= ANSWER_BYTES:
+                got += chunk
+                if len(got) >= ANSWER_BYTES:
                     break
                 _remaining(None, httpx.ReadTimeout)
+            if not got and r.is_stream_consumed:
+                try:
+                    got = r.content  # (a test transport's answer, read already)
+                except httpx.ResponseNotRead:
+                    got = b""
     except httpx.HTTPError as err:
         return False, type(err).__name__, None, None
     except httpcore.TimeoutException as err:  # (raised by the deadline outside httpx's mapping)
@@ -531,7 +563,11 @@ def post_attempt(
         _DEADLINE.at = None
     wait = retry_after(r) if r.status_code in RETRY_AFTER_STATUS else None
     moved = redirect_target(r) if r.status_code in REDIRECT_STATUS else None
-    return r.status_code < 300, str(r.status_code), wait, moved
+    outcome = str(r.status_code)
+    if with_reason and r.status_code >= 300:
+        why = answer_reason(got[:ANSWER_BYTES].decode("utf-8", "replace"), url)
+        outcome = f"{outcome} {why}" if why else outcome
+    return r.status_code < 300, outcome, wait, moved
 
 
 def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
@@ -546,19 +582,25 @@ def post_once(client: httpx.Client, url: str, body: Any) -> tuple[bool, str]:
 
 
 def _log_failure(
-    name: str, outcome: str, failures: int, pause: float, asked: float | None, moved: str | None
+    name: str,
+    outcome: str,
+    failures: int,
+    pause: float,
+    asked: float | None,
+    moved: str | None,
+    setting: str = "FLEETMIND_NOTIFY_ALERTMANAGER_URL",
 ) -> None:
     """The warning for a receiver ``name`` put in back-off for ``pause`` s after ``outcome``
     (``failures`` in a row; ``asked``: a ``Retry-After``'s wait, s; ``moved``: where a
-    redirection points, :func:`redirect_target`)."""
-    if outcome.isdigit() and int(outcome) in REDIRECT_STATUS:
+    redirection points, :func:`redirect_target`; ``setting``: the one that holds its URL)."""
+    if status_of(outcome) in REDIRECT_STATUS:
         log.warning(
             "%s answered %s: it redirects to %s, which the notifier does not follow; set its URL "
-            "in FLEETMIND_NOTIFY_ALERTMANAGER_URL to that (%d in a row): not tried again for "
-            "%.1f s; the alerts are kept",
+            "in %s to that (%d in a row): not tried again for %.1f s; the messages are kept",
             name,
             outcome,
             moved or "no Location given",
+            setting,
             failures,
             pause,
         )
@@ -585,13 +627,21 @@ def _log_failure(
 def is_final(outcome: str) -> bool:
     """Whether a failed post's ``outcome`` (:func:`post_once`'s) will not get better by
     asking again: an HTTP status outside :data:`RETRY_STATUS` (a revoked chat URL's 404)."""
-    return outcome.isdigit() and int(outcome) not in RETRY_STATUS
+    status = status_of(outcome)
+    return status is not None and status not in RETRY_STATUS
+
+
+def refuses_message(outcome: str) -> bool:
+    """Whether a chat webhook's ``outcome`` refuses the message for good (it is dropped):
+    :func:`is_final` and no redirection (:data:`REDIRECT_STATUS`: the URL is to be set to its
+    target; the messages are kept meanwhile, as for an Alertmanager)."""
+    return is_final(outcome) and status_of(outcome) not in REDIRECT_STATUS
 
 
 def refuses_alerts(outcome: str) -> bool:
     """Whether an Alertmanager's ``outcome`` refuses the alerts posted (400, 413, 422...), not
     the receiver itself: :func:`is_final` and outside :data:`RECEIVER_STATUS`."""
-    return is_final(outcome) and int(outcome) not in RECEIVER_STATUS
+    return is_final(outcome) and status_of(outcome) not in RECEIVER_STATUS
 
 
 def _outcome(
@@ -708,7 +758,7 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
             continue
         if not outcome.startswith("dropped: "):
             failing.append(f"{name}: {outcome}")
-        elif is_final(why := outcome.removeprefix("dropped: ")):
+        elif refuses_message(why := outcome.removeprefix("dropped: ")):
             dropped.append(f"{name} refused it: {why}")
         else:
             dropped.append(f"{name} failed until FLEETMIND_NOTIFY_GIVE_UP_S: {why}")
@@ -1444,7 +1494,7 @@ class Notifier:
             ok, outcome = self._post("webhook", self.hook_url, e["webhook"], inc_id)
             if ok:
                 e["webhook"], done = None, done + 1
-            elif is_final(outcome) or self._overdue(e["due_ts"], now):
+            elif refuses_message(outcome) or self._overdue(e["due_ts"], now):
                 e["webhook"] = None
                 self._give_up("webhook", inc_id, outcome)
             else:
@@ -1454,7 +1504,7 @@ class Notifier:
         if time.monotonic() >= self._hook_until:
             return done
         sent, outcome = self._post("webhook", self.hook_url, self.webhook_body(row), inc_id)
-        dropped = not sent and (is_final(outcome) or self._overdue(row["updated_ts"], now))
+        dropped = not sent and (refuses_message(outcome) or self._overdue(row["updated_ts"], now))
         if dropped:
             self._give_up("webhook", inc_id, outcome)
         if row.get("delivery") is not None:
@@ -1505,11 +1555,11 @@ class Notifier:
             return False, DEFERRED
         started = time.monotonic()
         target = self._am_post.get(url, url) if am else url  # (with its user:password)
-        ok, outcome, asked, moved = post_attempt(self._client, target, body)
+        ok, outcome, asked, moved = post_attempt(self._client, target, body, with_reason=not am)
         if self.counter is not None:
             self.counter.labels(channel, "sent" if ok else "failed").inc()
         now, name = self.clock(), _receiver(channel, url)
-        refused = not ok and (refuses_alerts(outcome) if am else is_final(outcome))
+        refused = not ok and (refuses_alerts(outcome) if am else refuses_message(outcome))
         # taking a refused batch apart, every post counts, taken or refused (an incident may owe
         # up to OUTBOX_MAX resolutions, a re-send batch holds hundreds of firing alerts): the
         # poll stays short; a firing re-send deferred so stays due (_am_outcome)
@@ -1535,7 +1585,13 @@ class Notifier:
             pause = min(MAX_PAUSE_S, max(backoff, asked or 0.0))
             self._down[url] = (failures, now + pause, outcome)
             self._down_now.add(url)
-            _log_failure(name, outcome, failures, pause, asked, moved)
+            setting = "ALERTMANAGER" if am else "WEBHOOK"
+            path = urlsplit(url).path
+            if moved and not am and len(path) > 1:  # (a chat URL's path is its secret)
+                moved = moved.replace(path, "<the same path>")
+            _log_failure(
+                name, outcome, failures, pause, asked, moved, f"FLEETMIND_NOTIFY_{setting}_URL"
+            )
         return ok, outcome
 
     def _refusals_spent(self, url: str) -> bool:

@@ -1,0 +1,191 @@
+"""A chat webhook that refuses a message says why, and one that redirects keeps the messages.
+
+Slack's incoming webhooks answer a failure with a plain-text reason in the body (404
+``no_service`` for a revoked URL, 410 ``channel_is_archived``, 400 ``invalid_payload``, 403
+``action_prohibited``: https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks);
+the notifier logged only "(404)". An ingress' http->https redirect (308 with ``Location``) made the
+notifier drop every message as "refused (308)"; it now keeps them and says where to point the URL,
+as it does for an Alertmanager. A real HTTP server on 127.0.0.1 answers as Slack documents."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from fleetmind.serving.db import Database, notifications
+from fleetmind.serving.incidents.store import IncidentStore
+from fleetmind.serving.notify import REASON_CHARS, Notifier, answer_reason
+from fleetmind.serving.settings import Settings
+
+T0 = 1_000_000.0
+SECRET_PATH = "/services/T0SECRET/B0SECRET/xoxTOKEN123"
+MOVED_TO = "https://chat.example.org/hooks/abc"
+
+
+class FakeSlack:
+    """An incoming webhook on a free port: every POST is answered ``status`` with the plain-text
+    ``text`` (``Content-Type: text/html``, as Slack sends it) and, when set, ``location``."""
+
+    def __init__(self) -> None:
+        self.status, self.text, self.location = 200, "ok", ""
+        self.posts: list[dict] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                length = int(self.headers["Content-Length"])
+                fake.posts.append(json.loads(self.rfile.read(length)))
+                body = fake.text.encode()
+                self.send_response(fake.status)
+                self.send_header("Content-Type", "text/html")
+                if fake.location:
+                    self.send_header("Location", fake.location)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{SECRET_PATH}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+def _notifier(tmp_path: Path, url: str, clock: list[float]) -> tuple[Notifier, Database]:
+    """A notifier posting to ``url`` only, with one incident whose root cause is ranked."""
+    db = Database(f"sqlite:///{tmp_path}/n.db")
+    db.migrate()
+    with db.write() as conn:
+        inc = IncidentStore(db).insert_incident(conn, T0, T0)
+    top = {"node": "c0/host/h0", "kind": "host", "score": 0.9, "path": ["c0/host/h0"]}
+    db.set_incident_rca(inc, [top], "gat", None)
+    s = Settings(
+        database_url=str(db.engine.url),
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+        notify_webhook_url=url,
+        notify_settle_s=0.0,
+    )
+    return Notifier(db, s, clock=lambda: clock[0]), db
+
+
+def _delivery(db: Database) -> dict:
+    with db.read() as conn:
+        return conn.execute(select(notifications.c.delivery)).scalar_one()
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("fleetmind")]
+
+
+@pytest.mark.parametrize(
+    "status,reason", [(404, "no_service"), (410, "channel_is_archived"), (403, "action_prohibited")]
+)
+def test_a_refusal_names_the_platforms_reason(
+    tmp_path: Path,
+    slack: FakeSlack,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    reason: str,
+) -> None:
+    slack.status, slack.text = status, reason
+    clock = [T0]
+    n, db = _notifier(tmp_path, slack.url, clock)
+    caplog.set_level(logging.INFO)
+    try:
+        n.poll()
+    finally:
+        n.stop()
+    lines = _lines(caplog)
+    assert any(f"refused the notification for incident 1 ({status} {reason})" in m for m in lines)
+    assert any(f"dropped ({status} {reason})" in m for m in lines)
+    assert _delivery(db)["webhook"] == f"dropped: {status} {reason}"
+    assert len(slack.posts) == 1  # dropped at once: a refusal is final
+    assert not [m for m in lines if "T0SECRET" in m or "xoxTOKEN123" in m]
+
+
+def test_a_redirect_keeps_the_message_and_names_its_target(
+    tmp_path: Path, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    slack.status, slack.text, slack.location = 308, "", MOVED_TO
+    clock = [T0]
+    n, db = _notifier(tmp_path, slack.url, clock)
+    caplog.set_level(logging.INFO)
+    try:
+        n.poll()
+        lines = _lines(caplog)
+        assert any(
+            f"redirects to {MOVED_TO}" in m and "FLEETMIND_NOTIFY_WEBHOOK_URL" in m for m in lines
+        ), lines
+        assert not [m for m in lines if "dropped" in m]
+        assert not _delivery(db)["webhook"].startswith("dropped")
+        slack.status, slack.text, slack.location = 200, "ok", ""  # the URL was fixed
+        clock[0] += 61
+        n.poll()
+    finally:
+        n.stop()
+    assert len(slack.posts) == 2  # the kept message went out once the receiver took it
+    assert _delivery(db)["webhook"] == "sent"
+
+
+def test_a_redirect_to_the_same_path_does_not_log_the_secret(
+    tmp_path: Path, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ingress' ssl-redirect keeps the path, which is the chat webhook's credential."""
+    slack.status, slack.text = 308, ""
+    slack.location = slack.url.replace("http://", "https://")
+    clock = [T0]
+    n, db = _notifier(tmp_path, slack.url, clock)
+    caplog.set_level(logging.INFO)
+    try:
+        n.poll()
+    finally:
+        n.stop()
+    lines = _lines(caplog)
+    target = slack.url.replace("http://", "https://").replace(SECRET_PATH, "<the same path>")
+    assert any(f"redirects to {target}" in m for m in lines), lines
+    assert not [m for m in lines if "xoxTOKEN123" in m]
+    assert not _delivery(db)["webhook"].startswith("dropped")
+
+
+def test_a_reason_is_one_short_line_without_the_secret_url(
+    tmp_path: Path, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An answer echoing the URL (a proxy's error page) on several lines: quoted on one line, cut
+    to ``REASON_CHARS``, the URL (its credential) replaced."""
+    slack.status = 400
+    slack.text = f"invalid_payload\nPOST {slack.url} refused\r\nFORGED line\x1b[31m" + "x" * 500
+    clock = [T0]
+    n, db = _notifier(tmp_path, slack.url, clock)
+    caplog.set_level(logging.INFO)
+    try:
+        n.poll()
+    finally:
+        n.stop()
+    note = _delivery(db)["webhook"]
+    assert note.startswith("dropped: 400 invalid_payload POST <url> refused FORGED line?[31mx")
+    assert len(note.removeprefix("dropped: 400 ")) == REASON_CHARS
+    for m in _lines(caplog) + [note]:
+        assert "\n" not in m and "\r" not in m and "\x1b" not in m
+        assert "xoxTOKEN123" not in m
+    assert answer_reason(f"at {SECRET_PATH}", slack.url) == "at <url>"
+    assert answer_reason("", slack.url) == ""
