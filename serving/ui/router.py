@@ -371,6 +371,7 @@ async def login(request: Request, services: ServicesDep) -> Response:
             status_code=401,
             next=target,
             error="That token is not valid for reading incidents.",
+            token_refused=True,  # the field is marked aria-invalid (WCAG 2.1 SC 3.3.1)
             session=None,
         )
     # a new session id at every login (no fixation); the database off the event loop
