@@ -64,7 +64,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpcore
 import httpx
@@ -520,6 +520,57 @@ def answer_reason(text: str, url: str) -> str:
     return _CONTROL.sub("?", " ".join(text.split()))[:REASON_CHARS].strip()
 
 
+_MARKUP = re.compile(r"<[A-Za-z!/?]")
+"""The start of an HTML or XML tag: an answer holding one is a page, not a reason."""
+
+
+def answer_text(response: httpx.Response, body: bytes) -> str:
+    """The reason a refusal's ``body`` (its first bytes, decoded) gives, by its Content-Type:
+    JSON: its ``message``, ``error`` or ``detail`` field when a string (Discord's
+    ``{"message": "Unknown Webhook"}``), else ``""``; plain text, or text without markup
+    under another text type (Slack answers ``no_service`` as ``text/html``): the text; an HTML
+    page or any other type: ``""``."""
+    kind = (response.headers.get("content-type") or "").split(";")[0].strip().lower()
+    text = body.decode(response.encoding or "utf-8", "replace")
+    if kind == "application/json" or kind.endswith("+json"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return ""
+        for key in ("message", "error", "detail") if isinstance(doc, dict) else ():
+            if isinstance(doc.get(key), str):
+                return doc[key]
+        return ""
+    if kind == "text/plain" or (
+        (not kind or kind.startswith("text/")) and not _MARKUP.search(text)
+    ):
+        return text
+    return ""
+
+
+def mask_path(target: str, url: str) -> str:
+    """``target`` (a redirection's, :func:`redirect_target`) with the path of ``url`` (a chat
+    webhook's: its credential) as ``<the same path>`` and, wherever it still appears, each
+    segment of that path 8 or more characters long as ``<secret>``, compared percent-decoded
+    too (an ingress that drops a trailing slash or changes the encoding)."""
+    path = urlsplit(url).path
+    if len(path) > 1:
+        target = target.replace(path, "<the same path>")
+    secrets = {unquote(seg) for seg in path.split("/") if len(unquote(seg)) >= 8}
+    if not secrets:
+        return target
+
+    def masked(m: re.Match[str]) -> str:
+        seg = m.group(0)
+        plain = unquote(seg)
+        return "<secret>" if any(s in plain or s in seg for s in secrets) else seg
+
+    out = re.sub(r"[^/<>]+", masked, target)
+    for s in secrets:  # (anything left: a segment split otherwise)
+        out = out.replace(s, "<secret>").replace(quote(s, safe=""), "<secret>")
+    return out
+
+
 def status_of(outcome: str) -> int | None:
     """The HTTP status an ``outcome`` starts with (``"404 no_service"`` -> 404), else ``None``
     (an error's class name)."""
@@ -535,8 +586,9 @@ def post_attempt(
     Returns:
         ``(delivered, outcome, retry_after_s, redirect)``; the outcome is the HTTP status or the
         error's class name (``ReadTimeout`` when the deadline passed while the answer came);
-        with ``with_reason``, a status of 300 or more is followed by the start of the answer's
-        body (:func:`answer_reason`: ``"404 no_service"``) when it has one;
+        with ``with_reason``, a status of 400 or more is followed by the start of the reason
+        its body gives (:func:`answer_text`, :func:`answer_reason`: ``"404 no_service"``) when
+        it gives one (never a redirection's, nor an HTML page);
         ``retry_after_s``: the wait a 429 or 503 asked for (:func:`retry_after`), else ``None``;
         ``redirect``: where a redirection points (:func:`redirect_target`), else ``None``.
     """
@@ -545,7 +597,8 @@ def post_attempt(
         with client.stream("POST", url, json=body) as r:
             got = b""
             # (a few bytes: a chat answers "ok"; a test transport's answer is read already)
-            for chunk in () if r.is_stream_consumed else r.iter_raw():
+            # (decoded: a gzip-compressed refusal is quoted as text, not as compressed bytes)
+            for chunk in () if r.is_stream_consumed else r.iter_bytes():
                 got += chunk
                 if len(got) >= ANSWER_BYTES:
                     break
@@ -564,8 +617,8 @@ def post_attempt(
     wait = retry_after(r) if r.status_code in RETRY_AFTER_STATUS else None
     moved = redirect_target(r) if r.status_code in REDIRECT_STATUS else None
     outcome = str(r.status_code)
-    if with_reason and r.status_code >= 300:
-        why = answer_reason(got[:ANSWER_BYTES].decode("utf-8", "replace"), url)
+    if with_reason and r.status_code >= 400:  # (a redirection's page says nothing of use)
+        why = answer_reason(answer_text(r, got[:ANSWER_BYTES]), url)
         outcome = f"{outcome} {why}" if why else outcome
     return r.status_code < 300, outcome, wait, moved
 
@@ -622,6 +675,11 @@ def _log_failure(
             pause,
             "" if asked is None else f" (it asked to wait {asked:g} s: Retry-After)",
         )
+
+
+NOT_FOLLOWED = " (a redirection, not followed)"
+"""Ends the note of a chat message dropped after ``FLEETMIND_NOTIFY_GIVE_UP_S`` of redirections:
+a note ``dropped: 308`` alone is from before redirections were retried (refused then)."""
 
 
 def is_final(outcome: str) -> bool:
@@ -758,7 +816,7 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
             continue
         if not outcome.startswith("dropped: "):
             failing.append(f"{name}: {outcome}")
-        elif refuses_message(why := outcome.removeprefix("dropped: ")):
+        elif is_final(why := outcome.removeprefix("dropped: ")) and not why.endswith(NOT_FOLLOWED):
             dropped.append(f"{name} refused it: {why}")
         else:
             dropped.append(f"{name} failed until FLEETMIND_NOTIFY_GIVE_UP_S: {why}")
@@ -849,7 +907,7 @@ class Notifier:
             for channel in ("alertmanager",) * bool(self.am_urls) + ("webhook",) * bool(
                 self.hook_url
             ):
-                for outcome in ("sent", "failed"):
+                for outcome in ("sent", "failed", "dropped"):
                     self.counter.labels(channel, outcome)
 
     @property
@@ -1508,7 +1566,8 @@ class Notifier:
         if dropped:
             self._give_up("webhook", inc_id, outcome)
         if row.get("delivery") is not None:
-            note = "sent" if sent else f"dropped: {outcome}" if dropped else outcome
+            gone = f"dropped: {outcome}" + NOT_FOLLOWED * (status_of(outcome) in REDIRECT_STATUS)
+            note = "sent" if sent else gone if dropped else outcome
             row["delivery"]["webhook"] = note
         if sent or dropped:
             row["hook_sent"] = True
@@ -1586,9 +1645,8 @@ class Notifier:
             self._down[url] = (failures, now + pause, outcome)
             self._down_now.add(url)
             setting = "ALERTMANAGER" if am else "WEBHOOK"
-            path = urlsplit(url).path
-            if moved and not am and len(path) > 1:  # (a chat URL's path is its secret)
-                moved = moved.replace(path, "<the same path>")
+            if moved and not am:  # (a chat URL's path is its secret)
+                moved = mask_path(moved, url)
             _log_failure(
                 name, outcome, failures, pause, asked, moved, f"FLEETMIND_NOTIFY_{setting}_URL"
             )
@@ -1612,9 +1670,14 @@ class Notifier:
         ``FLEETMIND_NOTIFY_GIVE_UP_S`` (a clock stepped back counts as not overdue)."""
         return now - float(since) > self.settings.notify_give_up_s
 
-    @staticmethod
-    def _give_up(channel: str, inc_id: int, why: str) -> None:
-        """Log once that incident ``inc_id``'s message to ``channel`` is dropped, and why."""
+    def _give_up(self, channel: str, inc_id: int, why: str) -> None:
+        """Log once that incident ``inc_id``'s message to ``channel`` is dropped, and why, and
+        count it (``outcome="dropped"`` of each channel named: FleetMindNotificationsFailing)."""
+        if self.counter is not None:
+            on = {"alertmanager": bool(self.am_urls), "webhook": bool(self.hook_url)}
+            for name in channel.split(" and "):
+                if on.get(name):
+                    self.counter.labels(name, "dropped").inc()
         log.error(
             "%s notification for incident %s dropped (%s); later messages are still sent",
             channel,

@@ -513,7 +513,11 @@ def test_each_enabled_channels_counters_exist_at_zero(tmp_path: Path) -> None:
         for x in family.samples
         if x.name.endswith("_total")
     }
-    assert got == {("webhook", "sent"): 0.0, ("webhook", "failed"): 0.0}
+    assert got == {
+        ("webhook", "sent"): 0.0,
+        ("webhook", "failed"): 0.0,
+        ("webhook", "dropped"): 0.0,  # what FleetMindNotificationsFailing watches
+    }
 
 
 def _confidence(c: TestClient, inc: dict) -> str:

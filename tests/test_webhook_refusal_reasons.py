@@ -9,6 +9,7 @@ as it does for an Alertmanager. A real HTTP server on 127.0.0.1 answers as Slack
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import threading
@@ -17,11 +18,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
 from fleetmind.serving.db import Database, notifications
 from fleetmind.serving.incidents.store import IncidentStore
-from fleetmind.serving.notify import REASON_CHARS, Notifier, answer_reason
+from fleetmind.serving.notify import (
+    NOT_FOLLOWED,
+    REASON_CHARS,
+    Notifier,
+    answer_reason,
+    delivery_outcome,
+    mask_path,
+    post_attempt,
+    post_client,
+)
 from fleetmind.serving.settings import Settings
 
 T0 = 1_000_000.0
@@ -189,3 +200,122 @@ def test_a_reason_is_one_short_line_without_the_secret_url(
         assert "xoxTOKEN123" not in m
     assert answer_reason(f"at {SECRET_PATH}", slack.url) == "at <url>"
     assert answer_reason("", slack.url) == ""
+
+
+class _Answer(BaseHTTPRequestHandler):
+    """Answers every POST with the class' ``status``, ``headers`` and ``body`` (bytes)."""
+
+    protocol_version = "HTTP/1.1"
+    status, headers_out, body = 400, {}, b""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(self.status)
+        for k, v in self.headers_out.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+def _answer(status: int, headers: dict, body: bytes) -> str:
+    """The outcome :func:`post_attempt` makes of a real server's answer."""
+    handler = type("H", (_Answer,), {"status": status, "headers_out": headers, "body": body})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}{SECRET_PATH}"
+        return post_attempt(post_client(), url, {"text": "x"}, with_reason=True)[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_gzip_compressed_refusal_is_quoted_decoded() -> None:
+    """httpx asks for gzip (Accept-Encoding); a server (or a proxy) that compresses its answer."""
+    body = gzip.compress(b"invalid_payload")
+    headers = {"Content-Type": "text/plain", "Content-Encoding": "gzip"}
+    assert _answer(400, headers, body) == "400 invalid_payload"
+
+
+@pytest.mark.parametrize(
+    "status,headers,body,outcome",
+    [
+        (308, {"Content-Type": "text/plain", "Location": "/x"}, b"Permanent Redirect", "308"),
+        (404, {"Content-Type": "text/html"}, b"<html><head><title>404</title></head>", "404"),
+        (
+            404,
+            {"Content-Type": "application/json"},
+            b'{"message": "Unknown Webhook"}',
+            "404 Unknown Webhook",
+        ),
+        (400, {"Content-Type": "application/json"}, b'{"code": 50006}', "400"),
+        (404, {"Content-Type": "text/html"}, b"no_service", "404 no_service"),
+        (404, {"Content-Type": "image/png"}, b"\x89PNG", "404"),
+    ],
+)
+def test_only_a_refusals_text_or_json_reason_is_quoted(
+    status: int, headers: dict, body: bytes, outcome: str
+) -> None:
+    """A redirection or an HTML page is no reason; Discord's webhooks answer JSON with a
+    ``message`` (https://discord.com/developers/docs/topics/opcodes-and-status-codes)."""
+    assert _answer(status, headers, body) == outcome
+
+
+@pytest.mark.parametrize(
+    "target,configured",
+    [
+        ("https://chat.example.org/services/T0SECRET/B0SECRET/xoxTOKEN123/", SECRET_PATH),
+        ("https://chat.example.org/services/T0SECRET/B0SECRET/xoxTOKEN123", SECRET_PATH + "/"),
+        ("https://chat.example.org/services/T0SECRET/B0SECRET/xox%54OKEN123", SECRET_PATH),
+        ("https://chat.example.org/v2/xoxTOKEN123", SECRET_PATH),
+    ],
+)
+def test_a_redirect_target_never_shows_a_segment_of_the_secret_path(
+    target: str, configured: str
+) -> None:
+    """An ingress that drops a trailing slash or re-encodes the path (``%54`` is ``T``)."""
+    masked = mask_path(target, f"http://127.0.0.1:1{configured}")
+    assert "xoxTOKEN123" not in masked and "TOKEN" not in masked, masked
+    assert "T0SECRET" not in masked and "B0SECRET" not in masked, masked
+    assert masked.startswith("https://chat.example.org")
+
+
+def test_a_flaky_webhook_that_delivers_counts_no_drop_and_a_refusal_does(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    """FleetMindNotificationsFailing counts ``outcome="dropped"``: a 503 retried drops nothing."""
+    registry = CollectorRegistry()
+    slack.status, slack.text = 503, "busy"
+    clock = [T0]
+    n, db = _notifier(tmp_path, slack.url, clock)
+    n = Notifier(db, n.settings, clock=lambda: clock[0], registry=registry)
+    try:
+        for i in range(6):
+            if i == 3:
+                slack.status, slack.text = 200, "ok"
+            n.poll()
+            clock[0] += 61
+    finally:
+        n.stop()
+
+    def count(outcome: str) -> float | None:
+        return registry.get_sample_value(
+            "fleetmind_notifications_total", {"channel": "webhook", "outcome": outcome}
+        )
+
+    assert count("failed") >= 2 and count("sent") == 1
+    assert count("dropped") == 0
+    n._give_up("webhook", 1, "404 no_service")
+    assert count("dropped") == 1
+
+
+def test_an_old_note_of_a_dropped_redirect_still_reads_as_refused() -> None:
+    """``dropped: 308`` was written when a redirect was refused and dropped at once."""
+    row = {"state": "firing", "delivery": {"webhook": "dropped: 308"}}
+    assert delivery_outcome(row) == (False, None, "the webhook refused it: 308")
+    row = {"state": "firing", "delivery": {"webhook": "dropped: 308" + NOT_FOLLOWED}}
+    assert "failed until FLEETMIND_NOTIFY_GIVE_UP_S" in delivery_outcome(row)[2]
