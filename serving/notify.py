@@ -60,6 +60,7 @@ import re
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -527,19 +528,23 @@ _MARKUP = re.compile(r"<[A-Za-z!/?]")
 def answer_text(response: httpx.Response, body: bytes) -> str:
     """The reason a refusal's ``body`` (its first bytes, decoded) gives, by its Content-Type:
     JSON: its ``message``, ``error`` or ``detail`` field when a string (Discord's
-    ``{"message": "Unknown Webhook"}``), else ``""``; plain text, or text without markup
-    under another text type (Slack answers ``no_service`` as ``text/html``): the text; an HTML
-    page or any other type: ``""``."""
+    ``{"message": "Unknown Webhook"}``) or an object's ``message`` string (Google Chat's
+    ``{"error": {"code": 404, "message": "...", "status": "NOT_FOUND"}}``), else ``""``; JSON
+    cut short (an answer longer than :data:`ANSWER_BYTES`) or not JSON: its text without markup;
+    plain text, or text without markup under another text type (Slack answers ``no_service`` as
+    ``text/html``): the text; an HTML page or any other type: ``""``."""
     kind = (response.headers.get("content-type") or "").split(";")[0].strip().lower()
     text = body.decode(response.encoding or "utf-8", "replace")
     if kind == "application/json" or kind.endswith("+json"):
         try:
             doc = json.loads(text)
         except ValueError:
-            return ""
+            return "" if _MARKUP.search(text) else text
         for key in ("message", "error", "detail") if isinstance(doc, dict) else ():
-            if isinstance(doc.get(key), str):
-                return doc[key]
+            field = doc.get(key)
+            field = field.get("message") if isinstance(field, dict) else field
+            if isinstance(field, str):
+                return field
         return ""
     if kind == "text/plain" or (
         (not kind or kind.startswith("text/")) and not _MARKUP.search(text)
@@ -550,25 +555,29 @@ def answer_text(response: httpx.Response, body: bytes) -> str:
 
 def mask_path(target: str, url: str) -> str:
     """``target`` (a redirection's, :func:`redirect_target`) with the path of ``url`` (a chat
-    webhook's: its credential) as ``<the same path>`` and, wherever it still appears, each
-    segment of that path 8 or more characters long as ``<secret>``, compared percent-decoded
-    too (an ingress that drops a trailing slash or changes the encoding)."""
+    webhook's: its credential) as ``<the same path>`` and, wherever it still appears in the
+    target's path, each segment of that path 8 or more characters long as ``<secret>``, compared
+    percent-decoded too (an ingress that drops a trailing slash or changes the encoding); the
+    target's scheme and host are kept as they are (a host named ``webhooks.example.org``)."""
     path = urlsplit(url).path
+    parts = urlsplit(target)
+    host = f"{parts.scheme}://{parts.netloc}" if parts.netloc else ""
+    host = host if target.startswith(host) else ""
+    rest = target[len(host) :]
     if len(path) > 1:
-        target = target.replace(path, "<the same path>")
+        rest = rest.replace(path, "<the same path>")
     secrets = {unquote(seg) for seg in path.split("/") if len(unquote(seg)) >= 8}
     if not secrets:
-        return target
+        return host + rest
 
     def masked(m: re.Match[str]) -> str:
         seg = m.group(0)
-        plain = unquote(seg)
-        return "<secret>" if any(s in plain or s in seg for s in secrets) else seg
+        return "<secret>" if seg in secrets or unquote(seg) in secrets else seg
 
-    out = re.sub(r"[^/<>]+", masked, target)
+    out = re.sub(r"[^/<>?#]+", masked, rest)
     for s in secrets:  # (anything left: a segment split otherwise)
         out = out.replace(s, "<secret>").replace(quote(s, safe=""), "<secret>")
-    return out
+    return host + out
 
 
 def status_of(outcome: str) -> int | None:
@@ -576,6 +585,42 @@ def status_of(outcome: str) -> int | None:
     (an error's class name)."""
     head = outcome.split(" ", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+_DECODED = {"gzip": 47, "x-gzip": 47, "deflate": 47}
+"""The ``Content-Encoding`` of an answer :func:`_read_answer` decodes, and its ``zlib`` wbits
+(47: a gzip or zlib header, told apart by zlib)."""
+
+
+def _read_answer(response: httpx.Response) -> bytes:
+    """The first :data:`ANSWER_BYTES` bytes (at most) of ``response``'s body, decoded when it is
+    gzip or deflate compressed (a compressed refusal is quoted as text), never decompressing more
+    than that (a small answer that inflates to gigabytes costs no memory); ``b""`` for another
+    encoding (its reason is not quoted: the status alone)."""
+    codings = [
+        c.strip().lower()
+        for c in (response.headers.get("content-encoding") or "").split(",")
+        if c.strip().lower() not in ("", "identity")
+    ]
+    if len(codings) > 1 or (codings and codings[0] not in _DECODED):
+        return b""
+    inflate = zlib.decompressobj(_DECODED[codings[0]]) if codings else None
+    got, raw_deflate = b"", False
+    for chunk in response.iter_raw():
+        try:
+            got += chunk if inflate is None else inflate.decompress(chunk, ANSWER_BYTES - len(got))
+        except zlib.error:
+            if got or codings != ["deflate"] or raw_deflate:
+                break  # (a broken stream: what it decoded so far)
+            inflate, raw_deflate = zlib.decompressobj(-zlib.MAX_WBITS), True  # (no zlib header)
+            try:
+                got = inflate.decompress(chunk, ANSWER_BYTES)
+            except zlib.error:
+                break
+        if len(got) >= ANSWER_BYTES or (inflate is not None and inflate.eof):
+            break
+        _remaining(None, httpx.ReadTimeout)
+    return got[:ANSWER_BYTES]
 
 
 def post_attempt(
@@ -595,14 +640,8 @@ def post_attempt(
     _DEADLINE.at = time.monotonic() + POST_TIMEOUT_S
     try:
         with client.stream("POST", url, json=body) as r:
-            got = b""
             # (a few bytes: a chat answers "ok"; a test transport's answer is read already)
-            # (decoded: a gzip-compressed refusal is quoted as text, not as compressed bytes)
-            for chunk in () if r.is_stream_consumed else r.iter_bytes():
-                got += chunk
-                if len(got) >= ANSWER_BYTES:
-                    break
-                _remaining(None, httpx.ReadTimeout)
+            got = b"" if r.is_stream_consumed else _read_answer(r)
             if not got and r.is_stream_consumed:
                 try:
                     got = r.content  # (a test transport's answer, read already)
@@ -1213,7 +1252,11 @@ class Notifier:
         if entry["alertmanager"] or entry["webhook"] is not None:
             outbox.append(entry)
         if len(outbox) > OUTBOX_MAX:  # the oldest go: a cause changing while receivers are down
-            self._give_up("alertmanager and webhook", row["incident_id"], "too many undelivered")
+            for old in outbox[: len(outbox) - OUTBOX_MAX]:  # (dropped: only what each still owed)
+                owed = ["alertmanager"] if old["alertmanager"] else []
+                owed += ["webhook"] if old["webhook"] is not None else []
+                if owed:
+                    self._give_up(" and ".join(owed), row["incident_id"], "too many undelivered")
             del outbox[: len(outbox) - OUTBOX_MAX]
         delivery = {k: v for k, v in (row.get("delivery") or {}).items() if k != SEVERITY_WAS}
         if outbox:

@@ -319,3 +319,124 @@ def test_an_old_note_of_a_dropped_redirect_still_reads_as_refused() -> None:
     assert delivery_outcome(row) == (False, None, "the webhook refused it: 308")
     row = {"state": "firing", "delivery": {"webhook": "dropped: 308" + NOT_FOLLOWED}}
     assert "failed until FLEETMIND_NOTIFY_GIVE_UP_S" in delivery_outcome(row)[2]
+
+
+def test_an_overflowing_outbox_counts_a_drop_only_for_the_receiver_still_owed(
+    tmp_path: Path, slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alertmanager down, the webhook up: each change of cause resolves the last message; the
+    webhook takes every one, so the resolutions dropped past OUTBOX_MAX owed it nothing."""
+    import socket
+
+    from fleetmind.serving import notify
+
+    monkeypatch.setattr(notify, "OUTBOX_MAX", 3)
+    with socket.socket() as s:  # a port nothing listens on: Alertmanager down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    registry, clock = CollectorRegistry(), [T0]
+    n, db = _notifier(tmp_path, slack.url, clock)
+    settings = n.settings.model_copy(update={"notify_alertmanager_url": f"http://127.0.0.1:{port}"})
+    n = Notifier(db, settings, clock=lambda: clock[0], registry=registry)
+    try:
+        n.poll()
+        for i in range(8):
+            top = {"node": f"c0/host/h{i + 1}", "kind": "host", "score": 0.9, "path": ["x"]}
+            db.set_incident_rca(1, [top], "gat", None)
+            clock[0] += 1
+            n.poll()
+    finally:
+        n.stop()
+
+    def count(channel: str, outcome: str) -> float | None:
+        return registry.get_sample_value(
+            "fleetmind_notifications_total", {"channel": channel, "outcome": outcome}
+        )
+
+    assert count("webhook", "failed") == 0 and count("webhook", "sent") >= 9
+    assert count("alertmanager", "dropped") >= 1
+    assert count("webhook", "dropped") == 0
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "https://webhooks.example.org/v2/hooks",
+        "https://services-gw.example.org/api/v3/x",
+    ],
+)
+def test_a_redirect_targets_host_is_never_masked(target: str) -> None:
+    """Only the target's path is compared with the secret path's segments (``webhooks`` and
+    ``services`` are 8 characters long), whole segments, raw and percent-decoded."""
+    discord = "http://127.0.0.1:1/api/webhooks/123456789012/AbCdEfGhIjKl"
+    assert mask_path(target, discord) == target
+    assert mask_path(target, f"http://127.0.0.1:1{SECRET_PATH}") == target
+    moved = "https://webhooks.example.org/api/webhooks/123456789012/AbCdEf%47hIjKl/"
+    assert (
+        mask_path(moved, discord) == "https://webhooks.example.org/api/<secret>/<secret>/<secret>/"
+    )
+
+
+@pytest.mark.parametrize(
+    "body,outcome",
+    [
+        (  # https://developers.google.com/workspace/chat/api/reference/rest (google.rpc.Status)
+            {"error": {"code": 404, "message": "Requested entity was not found.", "status": "X"}},
+            "404 Requested entity was not found.",
+        ),
+        ({"error": {"code": 404, "status": "NOT_FOUND"}}, "404"),
+    ],
+)
+def test_a_google_chat_error_object_quotes_its_message(body: dict, outcome: str) -> None:
+    """Google APIs answer ``{"error": {"code", "message", "status"}}``: its message is the reason."""
+    headers = {"Content-Type": "application/json; charset=UTF-8"}
+    assert _answer(404, headers, json.dumps(body).encode()) == outcome
+
+
+def test_a_json_answer_cut_at_the_bytes_read_quotes_its_start() -> None:
+    """An answer longer than ANSWER_BYTES is not whole JSON: its text start is quoted."""
+    doc = {"error": {"code": 400, "message": "Invalid JSON payload " + "x" * 5000}}
+    outcome = _answer(400, {"Content-Type": "application/json"}, json.dumps(doc).encode())
+    assert outcome.startswith('400 {"error": {"code": 400, "message": "Invalid JSON payload xx')
+    assert len(outcome) == len("400 ") + REASON_CHARS
+
+
+class _Counted:
+    """A ``zlib`` decompressor that adds the bytes it gives out to ``out``."""
+
+    def __init__(self, inner: object, out: list[int]) -> None:
+        self.inner, self.out = inner, out
+
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        got = self.inner.decompress(data, max_length)
+        self.out.append(len(got))
+        return got
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("encoding,wbits", [("gzip", 31), ("deflate", 15), ("deflate", -15)])
+def test_a_compressed_refusal_is_never_decompressed_past_the_bytes_read(
+    monkeypatch: pytest.MonkeyPatch, encoding: str, wbits: int
+) -> None:
+    """A 30 KiB answer that inflates to 32 MiB: at most ANSWER_BYTES are decompressed (any
+    decompressor made while the post runs is counted: httpx's own decoder too)."""
+    import zlib
+
+    from fleetmind.serving.notify import ANSWER_BYTES
+
+    pack = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    body = pack.compress(b"a" * (32 << 20)) + pack.flush()
+    out: list[int] = []
+    real = zlib.decompressobj
+    monkeypatch.setattr(zlib, "decompressobj", lambda *a, **k: _Counted(real(*a, **k), out))
+    outcome = _answer(404, {"Content-Type": "text/plain", "Content-Encoding": encoding}, body)
+    assert outcome == "404 " + "a" * REASON_CHARS
+    assert 0 < sum(out) <= ANSWER_BYTES, sum(out)
+
+
+def test_a_refusal_in_an_encoding_not_decoded_gives_the_status_alone() -> None:
+    """``compress`` (LZW) is not decoded: its bytes are never quoted as if they were text."""
+    headers = {"Content-Type": "text/plain", "Content-Encoding": "compress"}
+    assert _answer(404, headers, b"no_service") == "404"
