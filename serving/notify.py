@@ -558,12 +558,18 @@ def mask_path(target: str, url: str) -> str:
     webhook's: its credential) as ``<the same path>`` and, wherever it still appears in the
     target's path, each segment of that path 8 or more characters long as ``<secret>``, compared
     percent-decoded too (an ingress that drops a trailing slash or changes the encoding); the
-    target's scheme and host are kept as they are (a host named ``webhooks.example.org``)."""
+    target's scheme and host are kept as they are (a host named ``webhooks.example.org``), but a
+    host label equal to the path's last segment (the token of a Slack, Discord or Mattermost URL),
+    compared case-insensitively, is ``<secret>`` too."""
     path = urlsplit(url).path
     parts = urlsplit(target)
     host = f"{parts.scheme}://{parts.netloc}" if parts.netloc else ""
     host = host if target.startswith(host) else ""
     rest = target[len(host) :]
+    token = unquote(path.rstrip("/").rsplit("/", 1)[-1]).lower()
+    if len(token) >= 8 and token in host.lower():
+        host = ".".join("<secret>" if lab.lower() == token else lab for lab in host.split("."))
+        host = re.sub(re.escape(token), "<secret>", host, flags=re.IGNORECASE)
     if len(path) > 1:
         rest = rest.replace(path, "<the same path>")
     secrets = {unquote(seg) for seg in path.split("/") if len(unquote(seg)) >= 8}
@@ -605,8 +611,11 @@ def _read_answer(response: httpx.Response) -> bytes:
     if len(codings) > 1 or (codings and codings[0] not in _DECODED):
         return b""
     inflate = zlib.decompressobj(_DECODED[codings[0]]) if codings else None
-    got, raw_deflate = b"", False
+    got, head, read, raw_deflate = b"", b"", 0, False
     for chunk in response.iter_raw():
+        read += len(chunk)
+        if not got:
+            head += chunk  # (a raw deflate stream is decoded again from its first byte)
         try:
             got += chunk if inflate is None else inflate.decompress(chunk, ANSWER_BYTES - len(got))
         except zlib.error:
@@ -614,11 +623,13 @@ def _read_answer(response: httpx.Response) -> bytes:
                 break  # (a broken stream: what it decoded so far)
             inflate, raw_deflate = zlib.decompressobj(-zlib.MAX_WBITS), True  # (no zlib header)
             try:
-                got = inflate.decompress(chunk, ANSWER_BYTES)
+                got = inflate.decompress(head, ANSWER_BYTES)
             except zlib.error:
                 break
         if len(got) >= ANSWER_BYTES or (inflate is not None and inflate.eof):
             break
+        if read > 16 * ANSWER_BYTES and not got:
+            break  # (compressed bytes that decode to nothing: the status alone)
         _remaining(None, httpx.ReadTimeout)
     return got[:ANSWER_BYTES]
 

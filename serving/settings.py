@@ -191,7 +191,8 @@ def parse_prometheus_headers(
     ):
         raise ValueError(
             "Authorization is set here and also by FLEETMIND_PROMETHEUS_BEARER_TOKEN_FILE or the "
-            "user:password@ of FLEETMIND_PROMETHEUS_URL: which one wins would be ambiguous; keep one"
+            "user name and password in FLEETMIND_PROMETHEUS_URL: which one wins would be ambiguous; keep "
+            "one"
         )
     return out
 

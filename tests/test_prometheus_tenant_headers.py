@@ -299,3 +299,19 @@ def test_serve_names_bad_headers_without_their_value(monkeypatch: pytest.MonkeyP
         Settings()
     line = _settings_error(err.value)
     assert "FLEETMIND_PROMETHEUS_HEADERS (value hidden)" in line and SECRET not in line
+
+
+def test_serve_names_the_authorization_conflict_in_words_its_masking_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """serve masks anything shaped like URL credentials in a settings error: the conflict's
+    message must not be shaped so (it read "the ***@ of FLEETMIND_PROMETHEUS_URL")."""
+    from fleetmind.cli.serve import _settings_error
+
+    monkeypatch.setenv("FLEETMIND_PROMETHEUS_HEADERS", "Authorization=Bearer sekrit")
+    monkeypatch.setenv("FLEETMIND_PROMETHEUS_URL", "http://u:p@prom.test:9090")
+    with pytest.raises(ValidationError) as err:
+        Settings()
+    line = _settings_error(err.value)
+    assert "user name and password in FLEETMIND_PROMETHEUS_URL" in line, line
+    assert "***@" not in line and "sekrit" not in line

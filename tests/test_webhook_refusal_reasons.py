@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
@@ -440,3 +441,56 @@ def test_a_refusal_in_an_encoding_not_decoded_gives_the_status_alone() -> None:
     """``compress`` (LZW) is not decoded: its bytes are never quoted as if they were text."""
     headers = {"Content-Type": "text/plain", "Content-Encoding": "compress"}
     assert _answer(404, headers, b"no_service") == "404"
+
+
+def test_a_token_in_the_redirect_targets_host_is_masked() -> None:
+    """A host label equal to the webhook path's last segment (its token), in any case (httpx
+    lower-cases the host of a redirection's target), is masked like the path."""
+    url = "https://chat.example/hooks/8f3k2j9xQ7mzpb4tnw6yd1rc5e"
+    target = "https://8f3k2j9xq7mzpb4tnw6yd1rc5e.chat.example/hooks/new"
+    assert mask_path(target, url) == "https://<secret>.chat.example/hooks/new"
+
+
+class _Chunks(httpx.SyncByteStream):
+    """A response body arriving as the given raw chunks (httpx's ``SyncByteStream`` protocol)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks, self.served = chunks, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.served += len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        pass
+
+
+def _read(encoding: str, chunks: list[bytes]) -> tuple[bytes, int]:
+    from fleetmind.serving.notify import _read_answer
+
+    body = _Chunks(chunks)
+    response = httpx.Response(404, headers={"Content-Encoding": encoding}, stream=body)
+    return _read_answer(response), body.served
+
+
+def test_raw_deflate_split_across_chunks_decodes_from_its_first_byte() -> None:
+    """A raw deflate stream (no zlib header) whose first chunk the zlib-header decoder took
+    without complaint: the fallback decodes it again from the start (it lost the first chunk and
+    quoted ``o_service``)."""
+    import zlib
+
+    pack = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = pack.compress(b"no_service") + pack.flush()
+    assert _read("deflate", [body[:1], body[1:]])[0] == b"no_service"
+
+
+def test_compressed_bytes_that_decode_to_nothing_are_not_read_without_end() -> None:
+    """A gzip header whose file name never ends decodes to nothing: reading stops after 16 times
+    the bytes quoted, and the reason is the status alone."""
+    from fleetmind.serving.notify import ANSWER_BYTES
+
+    header = b"\x1f\x8b\x08\x08\x00\x00\x00\x00\x00\x03"  # FNAME set
+    chunks = [header] + [b"n" * 4096] * 200
+    got, served = _read("gzip", chunks)
+    assert got == b"" and served <= 17 * ANSWER_BYTES + 4096 + len(header)
