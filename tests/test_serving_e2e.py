@@ -291,6 +291,7 @@ def test_prometheus_loads_the_rules(tmp_path: Path) -> None:
                 "ModelWeightLoadFailures",
                 "FleetMindIncidentGroupingLag",
                 "FleetMindModelFallback",
+                "FleetMindNotificationsFailing",
                 "FleetMindWebhookRefused",
             ]
         )
