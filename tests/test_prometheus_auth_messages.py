@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -31,6 +31,7 @@ import pytest
 
 from fleetmind.data.errors import NotAvailableError
 from fleetmind.serving.telemetry.prometheus import PrometheusApiSource, http_problem
+from tests.http_helpers import serve
 
 ESCAPES = "bad\x1b[2J\x1b]0;pwned\x07 token"
 PASSWORD = "Pa55-word-xyz"
@@ -187,13 +188,8 @@ class _VmAuth(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def vmauth() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _VmAuth)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_VmAuth) as url:
+        yield url.removeprefix("http://")
 
 
 def test_vmauth_echoing_the_basic_credential_of_the_url_password_is_masked(vmauth: str) -> None:

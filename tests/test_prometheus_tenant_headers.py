@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from fleetmind.serving.telemetry.prometheus import (
     PrometheusSource,
     http_problem,
 )
+from tests.http_helpers import serve
 
 TENANT = "team-a"
 SECRET = "s3cr3t-Key-value"  # a header value that must never be printed
@@ -47,16 +48,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(f"FLEETMIND_PROMETHEUS_{name}", raising=False)
     monkeypatch.delenv("FLEETMIND_GRAPH", raising=False)
     monkeypatch.delenv("FLEETMIND_TELEMETRY_MAX_AGE_S", raising=False)
-
-
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class _Mimir(BaseHTTPRequestHandler):
@@ -87,7 +78,8 @@ class _Mimir(BaseHTTPRequestHandler):
 @pytest.fixture
 def mimir() -> Iterator[str]:
     _Mimir.seen = []
-    yield from _serve(_Mimir)
+    with serve(_Mimir) as url:
+        yield url
 
 
 def _source(url: str, **kw: Any) -> PrometheusApiSource:
@@ -255,13 +247,11 @@ def silent() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    gen = _serve(Handler)
-    url = next(gen)
-    try:
-        yield url
-    finally:
-        done.set()
-        gen.close()
+    with serve(Handler) as url:
+        try:
+            yield url
+        finally:
+            done.set()  # (before the shutdown, which waits for the handler)
 
 
 def test_a_timeout_says_how_long_and_which_setting(silent: str) -> None:

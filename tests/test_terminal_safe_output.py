@@ -13,11 +13,10 @@ from __future__ import annotations
 import copy
 import json
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +27,7 @@ import pytest
 from fleetmind.cli import main
 from fleetmind.cli import replay as replay_cli
 from fleetmind.redact import terminal_safe
+from tests.http_helpers import serve
 from tests.replay_helpers import FakeClock, replay_service
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -78,13 +78,8 @@ def _serve(answer: Any) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(Handler) as url:
+        yield url
 
 
 def test_doctor_findings_show_a_label_value_escaped(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,6 +35,7 @@ from fleetmind.serving.notify import (
     post_client,
 )
 from fleetmind.serving.settings import Settings
+from tests.http_helpers import serve
 
 T0 = 1_000_000.0
 SECRET_PATH = "/services/T0SECRET/B0SECRET/xoxTOKEN123"
@@ -225,14 +226,8 @@ class _Answer(BaseHTTPRequestHandler):
 def _answer(status: int, headers: dict, body: bytes) -> str:
     """The outcome :func:`post_attempt` makes of a real server's answer."""
     handler = type("H", (_Answer,), {"status": status, "headers_out": headers, "body": body})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}{SECRET_PATH}"
-        return post_attempt(post_client(), url, {"text": "x"}, with_reason=True)[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(handler) as base:
+        return post_attempt(post_client(), base + SECRET_PATH, {"text": "x"}, with_reason=True)[1]
 
 
 def test_a_gzip_compressed_refusal_is_quoted_decoded() -> None:
