@@ -29,7 +29,7 @@ hysteresis (:func:`held_severity`): it is lowered only once the score is
 ``FLEETMIND_NOTIFY_SEVERITY_MARGIN`` below the threshold it crossed.
 
 Nothing sleeps in a poll: each post is tried once; a receiver that fails (connection error,
-timeout, 408, 425, 429, 5xx) is not tried again in that poll, for any incident, and then waits
+timeout, 407, 408, 425, 429, any 5xx) is not tried again in that poll, for any incident, and then waits
 ``FLEETMIND_NOTIFY_BACKOFF_S``, doubling with each failure in a row (at most
 ``FLEETMIND_NOTIFY_RETRIES`` times), or what a 429's or 503's ``Retry-After`` asks when longer.
 An Alertmanager that answers that the receiver is wrong (a redirection, 401, 403, 404, 405, 407,
@@ -119,7 +119,11 @@ Alertmanager."""
 SEVERITY_WAS = "severity_was"
 """Key of a firing row's ``delivery`` JSON: the severity the webhook last got for the same cause,
 when this row re-sends it at another one (its message says "now critical (was warning)")."""
-RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+RETRY_STATUS = frozenset({407, 408, 425, 429, 500, 502, 503, 504})
+"""Statuses of a failure that may pass, retried with back-off; so is every status of 500 or more
+(:func:`is_final`: a Cloudflare-fronted chat's 520-524 or 530 while its origin is down, a 501 or
+505 from a proxy), as Alertmanager retries every 5xx (prometheus/alertmanager notify/util.go
+``Retrier.Check``). 407 Proxy Authentication Required is a proxy's answer, not the receiver's."""
 REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 """Redirections (RFC 9110 section 15.4): the target is elsewhere (``Location``), e.g. an ingress'
 ssl-redirect from ``http://`` to ``https://``. The notifier does not follow them (a client that
@@ -727,6 +731,88 @@ def _log_failure(
         )
 
 
+GOOGLE_CHAT_HOST = "chat.googleapis.com"
+"""Host of Google Chat's incoming webhooks: sent ``{"text": ...}`` only (Google's API refuses an
+unknown field such as ``fleetmind``: 400 ``Invalid JSON payload received. Unknown name``)."""
+GOOGLE_CHAT_MAX_BYTES = 32_000
+"""Google Chat's limit on a message's size, bytes (developers.google.com/workspace/chat/limits)."""
+TEAMS_WORKFLOW_HOSTS = (".logic.azure.com", ".powerplatform.com", ".powerautomate.com")
+"""Host suffixes of Microsoft Teams "Workflows" webhooks (Power Automate, Logic Apps): sent an
+Adaptive Card (:func:`teams_body`), which the "Post to a channel when a webhook request is
+received" template posts; a Slack-shaped body is accepted (202) and shows nothing."""
+TRUNCATED = "\n... (cut to fit the chat's size limit)"
+"""Ends a message text cut to fit :data:`GOOGLE_CHAT_MAX_BYTES`."""
+_EMOJI = {
+    ":rotating_light:": "\U0001f6a8",
+    ":white_check_mark:": "\u2705",
+    ":arrows_counterclockwise:": "\U0001f504",
+    ":grey_question:": "\u2754",
+}
+"""Slack emoji codes in :meth:`Notifier.webhook_body`'s text, as characters for chats without
+them (Teams' Adaptive Cards)."""
+_LINK = re.compile(r"<([^<>|\s]+)\|([^<>]*)>")
+
+
+def chat_platform(url: str) -> str:
+    """Which body the webhook at ``url`` takes, by its host: ``"google_chat"``, ``"teams"``
+    (a Workflows URL, :data:`TEAMS_WORKFLOW_HOSTS`) or ``"slack"`` (any other host: Slack,
+    Mattermost, Discord's ``/slack`` endpoint)."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    if host == GOOGLE_CHAT_HOST:
+        return "google_chat"
+    if any(host.endswith(s) or host == s[1:] for s in TEAMS_WORKFLOW_HOSTS):
+        return "teams"
+    return "slack"
+
+
+def _fit_bytes(text: str, limit: int) -> str:
+    """``text`` whole when its UTF-8 encoding has at most ``limit`` bytes, else cut (never inside
+    a character) and ended with :data:`TRUNCATED`, ``limit`` bytes at most in all."""
+    if len(text.encode()) <= limit:
+        return text
+    room = limit - len(TRUNCATED.encode())
+    return text.encode()[:room].decode(errors="ignore") + TRUNCATED
+
+
+def teams_body(text: str) -> dict[str, Any]:
+    """The Adaptive Card message a Teams Workflows webhook posts: the envelope Microsoft documents
+    for webhooks (``type: message``, one ``application/vnd.microsoft.card.adaptive`` attachment),
+    one TextBlock per line of the Slack ``text`` (the same facts), its links ``[text](url)``, its
+    mrkdwn escapes undone and its emoji codes as characters."""
+    blocks = []
+    for line in text.split("\n"):
+        line = _LINK.sub(lambda m: f"[{m.group(2)}]({m.group(1)})", line)
+        for code, char in _EMOJI.items():
+            line = line.replace(code, char)
+        line = line.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+        blocks.append({"type": "TextBlock", "text": line, "wrap": True})
+    card = {
+        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+        "type": "AdaptiveCard",
+        "version": "1.4",
+        "body": blocks,
+    }
+    attachment = {
+        "contentType": "application/vnd.microsoft.card.adaptive",
+        "contentUrl": None,
+        "content": card,
+    }
+    return {"type": "message", "attachments": [attachment]}
+
+
+def chat_body(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The JSON to post to the chat webhook ``url`` for ``body`` (:meth:`Notifier.webhook_body`'s,
+    as stored): ``body`` itself for Slack-compatible chats (:func:`chat_platform`); Google Chat
+    gets ``{"text": ...}`` only, cut to :data:`GOOGLE_CHAT_MAX_BYTES` (it renders ``<url|text>``
+    links); a Teams Workflows webhook gets an Adaptive Card (:func:`teams_body`)."""
+    platform = chat_platform(url)
+    if platform == "google_chat":
+        return {"text": _fit_bytes(str(body.get("text", "")), GOOGLE_CHAT_MAX_BYTES - 64)}
+    if platform == "teams":
+        return teams_body(str(body.get("text", "")))
+    return body
+
+
 NOT_FOLLOWED = " (a redirection, not followed)"
 """Ends the note of a chat message dropped after ``FLEETMIND_NOTIFY_GIVE_UP_S`` of redirections:
 a note ``dropped: 308`` alone is from before redirections were retried (refused then)."""
@@ -734,9 +820,10 @@ a note ``dropped: 308`` alone is from before redirections were retried (refused 
 
 def is_final(outcome: str) -> bool:
     """Whether a failed post's ``outcome`` (:func:`post_once`'s) will not get better by
-    asking again: an HTTP status outside :data:`RETRY_STATUS` (a revoked chat URL's 404)."""
+    asking again: an HTTP status below 500 outside :data:`RETRY_STATUS` (a revoked chat URL's
+    404); every 5xx may pass (a Cloudflare 52x while the chat's origin is down)."""
     status = status_of(outcome)
-    return status is not None and status not in RETRY_STATUS
+    return status is not None and status < 500 and status not in RETRY_STATUS
 
 
 def refuses_message(outcome: str) -> bool:
@@ -1603,7 +1690,9 @@ class Notifier:
                 continue
             if time.monotonic() >= self._hook_until:
                 return done
-            ok, outcome = self._post("webhook", self.hook_url, e["webhook"], inc_id)
+            ok, outcome = self._post(
+                "webhook", self.hook_url, chat_body(self.hook_url, e["webhook"]), inc_id
+            )
             if ok:
                 e["webhook"], done = None, done + 1
             elif refuses_message(outcome) or self._overdue(e["due_ts"], now):
@@ -1615,7 +1704,9 @@ class Notifier:
             return done
         if time.monotonic() >= self._hook_until:
             return done
-        sent, outcome = self._post("webhook", self.hook_url, self.webhook_body(row), inc_id)
+        sent, outcome = self._post(
+            "webhook", self.hook_url, chat_body(self.hook_url, self.webhook_body(row)), inc_id
+        )
         dropped = not sent and (refuses_message(outcome) or self._overdue(row["updated_ts"], now))
         if dropped:
             self._give_up("webhook", inc_id, outcome)
@@ -1648,7 +1739,7 @@ class Notifier:
         refused batch posted alone, whose budget :meth:`_post_chunk` checks itself, and whose
         time counts against it, taken or refused).
         A failure that may pass (connection error,
-        timeout, 408/425/429/5xx), or an Alertmanager's answer that the receiver is wrong
+        timeout, 407/408/425/429, any 5xx), or an Alertmanager's answer that the receiver is wrong
         (:data:`RECEIVER_STATUS`: its URL, credentials or proxy, which no message changes), puts
         the receiver in back-off for every incident: from the
         clock as it is after the attempt (a timeout takes its seconds), ``BACKOFF_S`` doubling
