@@ -11,7 +11,12 @@ Signals per cluster ``c`` (each in [0, 1] after normalisation; *higher is worse*
   (rate(<h>_bucket[5m]))))``; the request rate is ``sum by (cluster) (max without
   (prometheus_replica) (rate(<h>_count[5m])))``. The ``max without`` keeps one series of each HA
   Prometheus pair (:data:`REPLICA_LABELS`) before the sum, which would otherwise double the
-  cluster's rate when Thanos Query answers without deduplication.
+  cluster's rate when Thanos Query answers without deduplication. A histogram stored as a native
+  histogram (``scrape_native_histograms: true``, OTLP exponential histograms) has no ``_bucket``
+  or ``_count`` series: when those queries answer with nothing, the native ones run
+  (``histogram_quantile(0.99, sum by (cluster) (avg without (prometheus_replica)
+  (rate(<h>[5m]))))``, ``histogram_count(...)`` for the rate; :func:`latency_queries`), and the
+  form that answered is asked first from then on.
 
 Health ``H_c = 1 - sum_i w_i s_ic`` over the signals the cluster has (weights renormalised over
 them), so 1 is idle and healthy, 0 saturated on every signal. Unhealthy GPUs (XID) count as fully
@@ -33,6 +38,7 @@ Multi-cluster placement reads the health (``serving/scheduler/placement_router.p
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import weakref
@@ -44,6 +50,8 @@ from fleetmind.serving.telemetry.base import FleetSnapshot
 
 if TYPE_CHECKING:  # deps imports this module: the type only, for the annotations
     from fleetmind.serving.deps import Services
+
+log = logging.getLogger("fleetmind.serving")
 
 SIGNALS = ("gpu_util", "vram_pressure", "latency")
 REPLICA_LABELS = "prometheus_replica"
@@ -83,6 +91,9 @@ class FleetHealth:
     weights: dict[str, float]
     skew: float
     skew_parts: dict[str, float] = field(default_factory=dict)
+    latency_form: str | None = None
+    """The form of the latency histogram that answered (:data:`LATENCY_FORMS`); ``None`` when
+    neither did or latency was not asked."""
 
     def by_cluster(self) -> dict[str, ClusterSignals]:
         return {c.cluster: c for c in self.clusters}
@@ -157,6 +168,8 @@ class HealthModel:
         self.load = [0.0, 0.0, 0.0]
         self._lock = threading.Lock()
         self.last: FleetHealth | None = None
+        self.latency_form: str | None = None  # the histogram form that last answered
+        self.latency_missing_logged = False  # said once that neither form answered
 
     def weights(self) -> dict[str, float]:
         raw = [w0 * (1.0 + m) for w0, m in zip(INITIAL_WEIGHTS, self.load, strict=True)]
@@ -197,9 +210,34 @@ class HealthModel:
             return self.last
 
 
-def latency_queries(histogram: str) -> dict[str, str]:
-    """PromQL for per-cluster P99, P95 latency (s) and request rate (1/s) from ``histogram``; the
-    replicas of an HA Prometheus pair (:data:`REPLICA_LABELS`) count once."""
+LATENCY_FORMS = ("classic", "native")
+"""How the latency histogram is stored in Prometheus: ``classic`` (``<h>_bucket``/``<h>_count``
+series, one per bucket) or ``native`` (one series ``<h>`` of native histogram samples: scraped with
+``scrape_native_histograms: true``, Prometheus 3.8 and later, or written as OTLP exponential
+histograms). A native histogram has no ``_bucket`` or ``_count`` series, so each form needs its own
+queries (:func:`latency_queries`)."""
+
+
+def latency_queries(histogram: str, form: str = "classic") -> dict[str, str]:
+    """PromQL for per-cluster P99, P95 latency (s) and request rate (1/s) from ``histogram``
+    stored in ``form`` (one of :data:`LATENCY_FORMS`); the replicas of an HA Prometheus pair
+    (:data:`REPLICA_LABELS`) count once.
+
+    Classic: ``max without`` the replica label over the bucket and count rates. Native:
+    ``avg without`` it, as ``max`` ignores native histogram samples while ``sum`` and ``avg``
+    combine them (prometheus/prometheus ``docs/querying/operators.md``, aggregation operators);
+    the average of a pair's identical histograms is that histogram. ``histogram_quantile`` and
+    ``histogram_count`` turn the native samples into plain floats.
+    """
+    if form == "native":
+        native = f"sum by (cluster) (avg without ({REPLICA_LABELS}) (rate({histogram}[5m])))"
+        return {
+            "p99_latency_s": f"histogram_quantile(0.99, {native})",
+            "p95_latency_s": f"histogram_quantile(0.95, {native})",
+            "request_rate": f"histogram_count({native})",
+        }
+    if form != "classic":
+        raise ValueError(f"latency form {form!r} is none of {', '.join(LATENCY_FORMS)}")
     one = f"max without ({REPLICA_LABELS})"
     buckets = f"sum by (cluster, le) ({one} (rate({histogram}_bucket[5m])))"
     return {
@@ -217,35 +255,80 @@ def fleet_health(
     default_cluster: str = "local",
 ) -> FleetHealth:
     """Signals from ``snapshot`` (and, when ``query`` is given, latency and rate from Prometheus:
-    ``query(promql) -> [(name, labels, value)]``), scored by ``model``."""
+    ``query(promql) -> [(name, labels, value)]``), scored by ``model``. The form of the histogram
+    that answered is kept in ``model.latency_form`` and asked first at the next refresh."""
     sig = snapshot_signals(snapshot)
+    form = None
     if query is not None:
-        add_latency(sig, query, histogram, default_cluster)
-    return model.update([sig[c] for c in sorted(sig)])
+        prefer = model.latency_form or "classic"
+        form, failed = _ask_latency(sig, query, histogram, default_cluster, prefer)
+        if form is not None:
+            model.latency_form, model.latency_missing_logged = form, False
+        elif not failed and not model.latency_missing_logged:  # said once, until one answers
+            model.latency_missing_logged = True
+            log.warning(
+                "health: %s answers as neither a classic (%s_bucket, %s_count) nor a native "
+                "histogram; cluster health goes without P99 latency and skew without P95 latency "
+                "and request rate (FLEETMIND_HEALTH_LATENCY_HISTOGRAM)",
+                histogram, histogram, histogram,
+            )  # fmt: skip
+    out = model.update([sig[c] for c in sorted(sig)])
+    out.latency_form = form
+    return out
 
 
 def add_latency(
-    sig: dict[str, ClusterSignals], query: Any, histogram: str, default_cluster: str = "local"
-) -> None:
-    """Set P99, P95 latency (s) and request rate (1/s) per cluster in ``sig`` from Prometheus.
+    sig: dict[str, ClusterSignals],
+    query: Any,
+    histogram: str,
+    default_cluster: str = "local",
+    prefer: str = "classic",
+) -> str | None:
+    """Set P99, P95 latency (s) and request rate (1/s) per cluster in ``sig`` from Prometheus;
+    return the form of the histogram that answered (:data:`LATENCY_FORMS`), ``None`` when neither.
 
-    The three :func:`latency_queries` run concurrently (each bounded by the source's timeout, so a
-    slow Prometheus costs one timeout, not three); one that fails is left out (latency is optional:
-    no histogram, a Prometheus hiccup).
+    The three :func:`latency_queries` of ``prefer`` run concurrently (each bounded by the source's
+    timeout, so a slow Prometheus costs one timeout, not three); one that fails is left out
+    (latency is optional: no histogram, a Prometheus hiccup). When all three answer with no
+    series, the three of the other form run: a histogram stored as a native histogram has no
+    ``_bucket``/``_count`` series, and one stored as a classic histogram no native samples.
     """
+    return _ask_latency(sig, query, histogram, default_cluster, prefer)[0]
+
+
+def _ask_latency(
+    sig: dict[str, ClusterSignals], query: Any, histogram: str, default_cluster: str, prefer: str
+) -> tuple[str | None, bool]:
+    """:func:`add_latency`'s work: the form that answered and whether a query failed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    queries = latency_queries(histogram)
+    failed: list[BaseException] = []
 
     def ask(promql: str) -> list[Any]:
         try:
             return list(query(promql))
-        except Exception:
+        except Exception as err:
+            failed.append(err)
             return []
 
-    with ThreadPoolExecutor(len(queries), thread_name_prefix="fleetmind-health") as pool:
-        answers = list(pool.map(ask, queries.values()))
-    for attr, samples in zip(queries, answers, strict=True):
+    order = [prefer, *(f for f in LATENCY_FORMS if f != prefer)]
+    for form in order:
+        queries = latency_queries(histogram, form)
+        with ThreadPoolExecutor(len(queries), thread_name_prefix="fleetmind-health") as pool:
+            answers = list(pool.map(ask, queries.values()))
+        if any(answers):
+            _set_latency(sig, dict(zip(queries, answers, strict=True)), default_cluster)
+            return form, bool(failed)
+        if failed:  # Prometheus trouble, not a histogram of the other form: no more timeouts
+            return None, True
+    return None, False
+
+
+def _set_latency(
+    sig: dict[str, ClusterSignals], answers: dict[str, list[Any]], default_cluster: str
+) -> None:
+    """Set each ``ClusterSignals`` attribute of ``answers`` from its finite samples."""
+    for attr, samples in answers.items():
         for _, labels, value in samples:
             if math.isnan(value) or math.isinf(value):
                 continue
