@@ -26,7 +26,7 @@ role           direction  words (any of)                                        
                           unixtime)
 ``traffic``    both       request(s), req, rps, qps, tps, throughput, calls, call, count,        TrafficAnomaly
                           invocations, hits, traffic, bytes, packets, sent, received, handled,
-                          rq
+                          rq, responses
 ``other``      both       anything else                                                        <Metric>Anomaly
 =============  =========  ===================================================================  ==============
 
@@ -43,6 +43,8 @@ role           direction  words (any of)                                        
 
 * a latency name whose last word is ``count`` counts requests (Prometheus histograms'
   ``http_request_duration_seconds_count``): ``traffic``;
+* a latency name whose only latency word is ``response`` and that holds ``total`` counts responses
+  (Linkerd's ``response_total``, https://linkerd.io/2/reference/proxy-metrics/): ``traffic``;
 * a name with a headroom word (remaining, avail, available, free, freeable, balance) measures what is
   left, so its direction is ``down`` whatever its role (``node_memory_MemAvailable_bytes``,
   ``node_filesystem_avail_bytes``, AWS RDS ``FreeableMemory`` and EC2 ``CPUCreditBalance`` are
@@ -66,8 +68,10 @@ override to ``traffic`` makes a count, one to a resource or latency role (``late
 keeps the name's answer (``kube_pod_container_status_restarts_total: errors`` still counts restarts).
 
 A column named as a Prometheus series (``http_server_requests_seconds{outcome="SUCCESS"}``) is read
-by its metric name before the first ``{`` only (:func:`metric_name_part`): label values
-(``outcome="SUCCESS"``, ``cluster="gke-us-central1"``) set no role, direction, count or unit.
+by its metric name before the first ``{`` only, or by the quoted name inside the braces of Prometheus
+3's UTF-8 syntax (:func:`metric_name_part`): label values (``outcome="SUCCESS"``,
+``cluster="gke-us-central1"``) set no direction, count or unit, and no role but one: a traffic count
+whose labels select failed requests is ``errors`` (:func:`metric_role`).
 
 A name the rules get wrong is overridden with a :class:`RoleMap` (a ``roles.yaml`` in the scenario
 folder, or ``--roles FILE``; :func:`scenario_role_map`), e.g. ``ok_ratio: success``.
@@ -125,7 +129,7 @@ _RULES: tuple[tuple[str, frozenset[str]], ...] = (
         "traffic",
         frozenset(
             "request requests req rps qps tps throughput calls call count invocations hits "
-            "traffic bytes packets sent received handled rq".split()
+            "traffic bytes packets sent received handled rq responses".split()
         ),
     ),
 )
@@ -203,12 +207,33 @@ digits -> a capitalised word (``p90Latency``); a digit followed by capitals stay
 (``5XXError`` -> ``5XX``, ``Error``), as AWS CloudWatch writes its status classes."""
 
 
+_MATCHER = re.compile(
+    r'(?:"((?:[^"\\]|\\.)*)"|([A-Za-z_][A-Za-z0-9_.:]*))'
+    r'\s*(?:(!=|=~|!~|=)\s*"((?:[^"\\]|\\.)*)")?'
+)
+"""One item of a label block: a quoted or bare key with its matcher and value, or (Prometheus 3
+UTF-8 syntax) a quoted metric name standing alone."""
+
+
 def metric_name_part(name: str) -> str:
     """The metric name of a column name written as a Prometheus series: the text before the first
     ``{`` (``'http_server_requests_seconds{outcome="SUCCESS"}'`` ->
-    ``"http_server_requests_seconds"``); a name without ``{`` is returned whole. Label values are
-    not the metric's name, so they never set its role, direction, count detection or unit."""
-    return str(name).split("{", 1)[0]
+    ``"http_server_requests_seconds"``); when nothing stands before it, the name written inside the
+    braces in Prometheus 3's UTF-8 syntax, the first quoted string not followed by a matcher
+    (``'{"http.server.request.duration","http.request.method"="GET"}'`` ->
+    ``"http.server.request.duration"``, https://prometheus.io/docs/guides/utf8/), else the value
+    of a ``__name__="..."`` matcher; a name without ``{`` is returned whole. Label values are not
+    the metric's name, so they never set its role, direction, count detection or unit."""
+    head, brace, labels = str(name).partition("{")
+    if head.strip() or not brace:
+        return head
+    by_label = None
+    for quoted, bare, op, value in _MATCHER.findall(labels):
+        if quoted and not op:
+            return quoted
+        if bare == "__name__" and op == "=" and by_label is None:
+            by_label = value
+    return head if by_label is None else by_label
 
 
 def words(name: str) -> list[str]:
@@ -257,12 +282,16 @@ def _name_role(name: str) -> str:
         return "traffic"  # http_server_response_body_size: a payload size, not a latency
     if role == "latency" and ws and ws[-1] == "count":
         return "traffic"  # http_request_duration_seconds_count: how many requests
+    if role == "latency" and "total" in ws and not any(w in _PROPER_LATENCY for w in ws):
+        return "traffic"  # Linkerd response_total: a counter of responses, not a latency
     if role == "errors" and _has_headroom(ws):
         return "success"  # error_budget_remaining: a drop is the symptom
     return role
 
 
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=~?\s*"([^"]*)"')
+_LABEL = re.compile(r'(?:([A-Za-z_][A-Za-z0-9_.]*)|"([^"]*)")\s*=~?\s*"([^"]*)"')
+"""A label matcher ``key="value"`` (or ``=~``); a key may be quoted, as Prometheus 3 writes UTF-8
+names (``"http.response.status_code"="500"``)."""
 _ERROR_VALUES = frozenset("error errors server_error failure failed fail".split())
 _GRPC_FAILURES = frozenset(
     "canceled cancelled unknown invalidargument deadlineexceeded notfound alreadyexists permissiondenied "
@@ -271,28 +300,52 @@ _GRPC_FAILURES = frozenset(
 )
 """gRPC status codes other than ``OK`` (grpc/grpc ``doc/statuscodes.md``), as grpc-go's and
 go-grpc-prometheus's ``grpc_code`` label writes them (``Canceled``, grpc-go ``codes/code_string.go``;
-``CANCELLED`` in the spec), compared lower-case without ``_``."""
+``CANCELLED`` in the spec), compared lower-case without ``_``; as numbers they are 1 to 16."""
+
+
+def _rpc_status_key(key: str) -> bool:
+    """Whether a label key (lower-case, ``.`` read as ``_``) holds a gRPC status: a ``grpc`` key
+    naming a code or status (go-grpc-prometheus ``grpc_code``, Istio ``grpc_response_status``) or
+    an ``rpc`` key holding ``status_code`` (OpenTelemetry ``rpc_grpc_status_code``,
+    ``rpc_response_status_code``)."""
+    return ("grpc" in key and ("code" in key or "status" in key)) or (
+        "rpc" in key and "status_code" in key
+    )
+
+
+def _rpc_failure(key: str, value: str) -> bool:
+    """Whether label ``key="value"`` (both lower-case, key with ``_`` for ``.``) names a gRPC call
+    that failed: a code name other than ``OK`` under a ``grpc`` or status key, or a code number 1-16
+    under a status key (:func:`_rpc_status_key`)."""
+    if not ("grpc" in key or _rpc_status_key(key)):
+        return False
+    if value.replace("_", "") in _GRPC_FAILURES:
+        return True
+    return _rpc_status_key(key) and value.isdigit() and 1 <= int(value) <= 16
 
 
 def _counts_errors(name: str) -> bool:
     """Whether the label block of a series name (``{...}``) selects failed requests: a status
     class or code ``5xx`` / ``5NN`` / ``=~"5.."`` under a key holding ``code`` or ``status``
     (not ``le="500"``), an outcome or
-    result such as ``error``, ``SERVER_ERROR`` or ``failure``, or a gRPC code other than ``OK``.
+    result such as ``error``, ``SERVER_ERROR`` or ``failure``, a gRPC code other than ``OK`` by
+    name or number (:func:`_rpc_failure`: ``grpc_response_status="14"``,
+    ``rpc_response_status_code="UNAVAILABLE"``), or a non-empty OpenTelemetry ``error_type``
+    (``error.type``: set only on failed operations).
     The metric's name sets the role (:func:`metric_name_part`); this only tells a count of failed
     requests from a count of all requests, as Prometheus series tell them apart."""
     _, brace, labels = str(name).partition("{")
     if not brace:
         return False
-    for key, value in _LABEL.findall(labels):
+    for key, quoted_key, value in _LABEL.findall(labels):
         v = value.strip().lower()
-        k = key.lower()
+        k = (key or quoted_key).lower().replace(".", "_")
         if ("code" in k or "status" in k) and re.fullmatch(r"5(?:xx|[0-9]{2}|\.\.)", v):
             return True  # a status class or code (not le="500", tenant="512")
-        if v in _ERROR_VALUES:
+        if v in _ERROR_VALUES or _rpc_failure(k, v):
             return True
-        if "grpc" in key.lower() and v.replace("_", "") in _GRPC_FAILURES:
-            return True
+        if k == "error_type" and v:
+            return True  # OpenTelemetry error.type: set on failed operations only
     return False
 
 
@@ -370,13 +423,15 @@ def is_count_metric(name: str) -> bool:
     """Whether metric ``name`` counts dimensionless events: a name whose last word is ``count``
     (``http_request_duration_seconds_count``), else none with a unit (:func:`unit_word`:
     ``container_cpu_usage_seconds_total`` counts CPU seconds), else traffic or a
-    count/total/sum/num of something."""
+    count/total/sum/num of something, all by the metric's name alone (:func:`metric_name_part`: a
+    label that selects failed requests, ``nginx_ingress_controller_requests{status="500"}``, leaves
+    a count of events a count)."""
     ws = words(name)
     if ws and ws[-1] == "count":
         return True
     if unit_word(name) is not None:
         return False  # container_cpu_usage_seconds_total: CPU seconds, not events
-    return metric_role(name) == "traffic" or any(w in _COUNT_WORDS for w in ws)
+    return _name_role(name) == "traffic" or any(w in _COUNT_WORDS for w in ws)
 
 
 # ---------------------------------------------------------------------------- role maps

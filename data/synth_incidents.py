@@ -693,6 +693,8 @@ class SystemModel:
         head = (
             f"graph {self.graph.name!r}: injected faults raise almost no alerts "
             f"({made} incidents in {tries} tries)"
+            if tries
+            else f"graph {self.graph.name!r}: no injected fault can raise an alert"
         )
         if set(found) <= {"other"}:
             return (
@@ -703,7 +705,14 @@ class SystemModel:
         return f"{head}; is the normal period too noisy? (metric roles: {listed})"
 
     def incidents(self, cfg: SynthConfig, progress: Any = None) -> Iterator[SynthIncident]:
-        """Yield ``cfg.n_incidents`` incidents (seeded; ``progress(n)`` is called per incident)."""
+        """Yield ``cfg.n_incidents`` incidents (seeded; ``progress(n)`` is called per incident).
+
+        Raises:
+            DataError: every scored metric has role ``other`` (checked before any incident is
+                drawn: no fault moves such a metric, whatever alerts noise raises), or injected
+                faults raise almost no alerts."""
+        if self._det_role and set(self._det_role) <= {"other"}:
+            raise DataError(self._no_alerts_message(0, 0))
         rng = np.random.default_rng(cfg.seed)
         made, tries = 0, 0
         while made < cfg.n_incidents:

@@ -1,0 +1,233 @@
+"""Metric roles of service-mesh, proxy, gRPC and Prometheus 3 UTF-8 series names.
+
+The names are those the real components export:
+
+* Linkerd proxy ``response_total`` ("a counter of the number of responses", label
+  ``classification="success"|"failure"``): https://linkerd.io/2/reference/proxy-metrics/;
+* HAProxy's built-in exporter ``haproxy_backend_http_responses_total{code="5xx"}``:
+  https://www.haproxy.com/documentation/haproxy-configuration-manual/latest/#prometheus-exporter
+  (``addons/promex`` in haproxy/haproxy);
+* Prometheus 3 UTF-8 names ``{"http.server.request.duration","http.request.method"="GET"}``:
+  https://prometheus.io/docs/guides/utf8/ (names and labels from the OpenTelemetry HTTP semantic
+  conventions, https://opentelemetry.io/docs/specs/semconv/http/http-metrics/);
+* gRPC status labels: Istio ``grpc_response_status`` (https://istio.io/latest/docs/reference/config/metrics/),
+  OpenTelemetry ``rpc.grpc.status_code`` (numeric) and ``rpc.response.status_code`` (code name),
+  ``error.type`` (set only when the operation failed;
+  https://opentelemetry.io/docs/specs/semconv/rpc/rpc-metrics/,
+  https://opentelemetry.io/docs/specs/semconv/attributes-registry/error/); code numbers from
+  grpc/grpc ``doc/statuscodes.md`` (0 OK, 14 UNAVAILABLE, 16 UNAUTHENTICATED).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetmind.data.errors import DataError
+from fleetmind.data.metric_roles import (
+    is_count_metric,
+    metric_direction,
+    metric_name_part,
+    metric_role,
+)
+from fleetmind.data.petshop import DetectorConfig, detect_alerts, fit_baseline, read_graph_csv
+from fleetmind.data.synth_incidents import SynthConfig, SystemModel
+
+
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ("response_total", "traffic"),
+        ('response_total{classification="success"}', "traffic"),
+        ('response_total{classification="failure"}', "errors"),
+        ('route_response_total{classification="failure",status_code="503"}', "errors"),
+        ("haproxy_backend_http_responses_total", "traffic"),
+        ('haproxy_backend_http_responses_total{code="5xx"}', "errors"),
+        ('haproxy_frontend_http_responses_total{code="2xx"}', "traffic"),
+        ("response_latency_ms", "latency"),  # Linkerd's latency histogram stays a latency
+        ("response_time_total", "latency"),  # a proper latency word keeps a total a latency
+        ("non_2xx_responses", "errors"),
+    ],
+)
+def test_response_counters_are_traffic_and_failures_are_errors(name: str, role: str) -> None:
+    """Old code: ``response_total`` was a latency (so a Linkerd failure spike alerted as
+    HighLatency) and ``haproxy_*_responses_total{code="5xx"}`` was role other."""
+    assert metric_role(name) == role
+
+
+@pytest.mark.parametrize(
+    ("name", "part"),
+    [
+        (
+            '{"http.server.request.duration","http.request.method"="GET"}',
+            "http.server.request.duration",
+        ),
+        (
+            '{"http.request.method"="GET", "http.server.request.duration"}',
+            "http.server.request.duration",
+        ),
+        ('{"http.server.request.duration"}', "http.server.request.duration"),
+        ('{__name__="http.server.request.duration"}', "http.server.request.duration"),
+        ('{"http.request.method"="GET"}', ""),  # a label value is never the name
+        ('http_requests_total{code="500"}', "http_requests_total"),
+        ("latency", "latency"),
+    ],
+)
+def test_utf8_name_inside_the_braces(name: str, part: str) -> None:
+    """Old code took the text before ``{``: an empty name, role other."""
+    assert metric_name_part(name) == part
+
+
+@pytest.mark.parametrize(
+    ("name", "role", "count"),
+    [
+        ('{"http.server.request.duration"}', "latency", False),
+        ('{"http.server.request.duration_count"}', "traffic", True),
+        (
+            '{"http.server.request.duration_count","http.response.status_code"="500"}',
+            "errors",
+            True,
+        ),
+        ('{"http.server.active_requests"}', "traffic", True),
+        ('{"rpc.server.duration","rpc.grpc.status_code"="14"}', "latency", False),
+    ],
+)
+def test_dotted_otel_names_read_as_their_underscore_forms(
+    name: str, role: str, count: bool
+) -> None:
+    assert metric_role(name) == role
+    assert is_count_metric(name) is count
+    plain = metric_name_part(name).replace(".", "_")
+    assert metric_role(plain) == metric_role(metric_name_part(name))
+
+
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ('istio_requests_total{grpc_response_status="14"}', "errors"),
+        ('istio_requests_total{grpc_response_status="16"}', "errors"),
+        ('istio_requests_total{grpc_response_status="0"}', "traffic"),
+        ('istio_requests_total{grpc_response_status="17"}', "traffic"),  # no such code
+        ('rpc_server_duration_milliseconds_count{rpc_grpc_status_code="14"}', "errors"),
+        ('rpc_server_duration_milliseconds_count{rpc_grpc_status_code="0"}', "traffic"),
+        (
+            'rpc_server_call_duration_seconds_count{rpc_response_status_code="UNAVAILABLE"}',
+            "errors",
+        ),
+        ('rpc_server_call_duration_seconds_count{rpc_response_status_code="OK"}', "traffic"),
+        (
+            '{"rpc.server.call.duration_count","rpc.response.status_code"="DEADLINE_EXCEEDED"}',
+            "errors",
+        ),
+        ('grpc_server_handled_total{grpc_code="Unavailable"}', "errors"),
+        ('grpc_server_handled_total{grpc_code="OK"}', "traffic"),
+        ('grpc_server_handled_total{grpc_method="14"}', "traffic"),  # not a status label
+        (
+            'http_server_request_duration_seconds_count{error_type="java.net.SocketTimeoutException"}',
+            "errors",
+        ),
+        ('http_server_request_duration_seconds_count{error_type=""}', "traffic"),
+        ('http_server_request_duration_seconds_count{le="14"}', "traffic"),
+    ],
+)
+def test_grpc_and_otel_failure_labels(name: str, role: str) -> None:
+    """Old code read every numeric gRPC code, every ``rpc_response_status_code`` name and any
+    ``error_type`` as all requests (traffic)."""
+    assert metric_role(name) == role
+    assert metric_direction(name) == ("up" if role == "errors" else "both")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        'nginx_ingress_controller_requests{status="500"}',
+        'http_requests_total{status="500"}',
+        'response_total{classification="failure"}',
+        'istio_requests_total{grpc_response_status="14"}',
+    ],
+)
+def test_a_failure_label_keeps_a_count_a_count(name: str) -> None:
+    """Old code: ``nginx_ingress_controller_requests{status="500"}`` lost the count floor (its
+    label made it ``errors``, and only ``traffic`` or a count word made a count) while
+    ``http_requests_total{status="500"}`` kept it."""
+    assert metric_role(name) == "errors"
+    assert is_count_metric(name) is True
+    assert DetectorConfig().is_count(name) is True
+
+
+def test_one_error_per_minute_on_a_quiet_series_does_not_alert() -> None:
+    """A 500 a minute where the normal period saw about one in 20 minutes is Poisson noise, not an
+    outage: with the count floor its z-score is 1. Old code: z = 11.97, HighErrorRate."""
+    rng = np.random.default_rng(0)
+    metric = 'nginx_ingress_controller_requests{status="500"}'
+    col = ("db", metric, "Sum")
+    t0 = 1_700_000_000.0
+    normal = pd.DataFrame(
+        {col: rng.poisson(0.05, 200).astype(float)},
+        index=pd.Index(t0 + 60.0 * np.arange(200), name="unix_timestamp"),
+    )
+    normal.columns = pd.MultiIndex.from_tuples([col])
+    cfg = DetectorConfig(pre_onset=False)
+    base = fit_baseline(normal, cfg)
+    assert float(base.scale[col]) == pytest.approx(1.0)
+    window = pd.DataFrame(
+        {col: np.ones(10)}, index=pd.Index(t0 + 60.0 * (300 + np.arange(10)), name="unix_timestamp")
+    )
+    window.columns = pd.MultiIndex.from_tuples([col])
+    alerts, _ = detect_alerts(window, base, cfg)
+    assert alerts == []
+
+
+def _only_unknown_names(tmp: Path) -> SystemModel:
+    p = tmp / "graph.csv"
+    p.write_text("microservice,front,cart,db\nfront,0,1,0\ncart,0,0,1\ndb,0,0,0\n")
+    graph = read_graph_csv(p, "shop")
+    rng = np.random.default_rng(0)
+    cols = [
+        (n, m, "Average") for n in ("front", "cart", "db") for m in ("go_goroutines", "foo_bar")
+    ]
+    normal = pd.DataFrame(100.0 * (1 + 0.05 * rng.standard_normal((60, len(cols)))))
+    normal.columns = pd.MultiIndex.from_tuples(cols)
+    normal.index = pd.Index(1.7e9 + 60.0 * np.arange(60), name="unix_timestamp")
+    return SystemModel(graph, normal)
+
+
+def test_all_other_stops_before_drawing_incidents(tmp_path: Path) -> None:
+    """Every scored metric is role other: ``rca fit`` stops at once with one line, whatever alerts
+    noise would raise. Old code inferred it from the alert yield: a window whose noise alerted
+    (stood in for by an ``incident`` that always returns one) was trained on."""
+    system = _only_unknown_names(tmp_path)
+    drawn: list[int] = []
+
+    def fake_incident(rng: np.random.Generator, cfg: SynthConfig) -> object:
+        drawn.append(1)
+        return object()  # noise raised alerts
+
+    system.incident = fake_incident  # type: ignore[method-assign]
+    with pytest.raises(DataError) as err:
+        next(iter(system.incidents(SynthConfig(n_incidents=50, seed=0))))
+    msg = str(err.value)
+    assert drawn == []
+    assert "\n" not in msg
+    assert "every scored metric has role other" in msg and "roles.yaml" in msg
+    assert "go_goroutines" in msg and "no injected fault can raise an alert" in msg
+
+
+@pytest.mark.parametrize(
+    ("name", "role", "count"),
+    [
+        ("latency", "latency", False),
+        ("requests", "traffic", True),
+        ("availability", "success", False),
+        ("cpu", "saturation", False),
+        ("memory", "saturation", False),
+    ],
+)
+def test_shipped_scenario_metric_names_keep_their_roles(name: str, role: str, count: bool) -> None:
+    """The metric names of the shipped PetShop and Nezha (TrainTicket) scenarios keep the role and
+    count treatment their published figures were made with."""
+    assert metric_role(name) == role
+    assert is_count_metric(name) is count
