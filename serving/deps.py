@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hmac
 import inspect
+import re
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -152,11 +153,47 @@ and their login form, the probes) gets 413 beyond it, declared or streamed, befo
 AUTH_SCOPE_KEY = "fleetmind.scopes"
 """ASGI scope key where :class:`AuthMiddleware` leaves the scopes of the request's token."""
 _ANY = "any"
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
 SCHEDULER_CERT_SCOPES: frozenset[str] = frozenset({"schedule"})
 """The scopes kube-scheduler's verified client certificate grants (on the routes
 :func:`fleetmind.serving.tls.scheduler_cert` opens), without a token."""
 
 _UNAUTHORIZED = "missing or unknown bearer token (send 'Authorization: Bearer <token>')"
+_JWT_UNAUTHORIZED = (
+    "the bearer token is a JWT, likely an SSO proxy's token (oauth2-proxy "
+    "--pass-authorization-header replaces the client's header with its id_token); FleetMind "
+    "tokens are opaque: exclude /api/ from the proxy's authentication or keep the client's "
+    "'Authorization: Bearer <FleetMind token>' header (docs/deploy.md, 'Behind an SSO proxy')"
+)
+DOCS_PAGES = frozenset({"/docs", "/redoc"})
+"""The API docs pages a browser without credentials is sent to the ``/ui`` login form from."""
+
+
+def looks_like_jwt(header: str | bytes | None) -> bool:
+    """Whether an ``Authorization`` header carries a JWT bearer (RFC 7519: three base64url parts,
+    the first a JSON object with ``alg``), as an SSO proxy sends, rather than an opaque token."""
+    import base64
+    import json
+
+    if isinstance(header, bytes):
+        header = header.decode("latin-1")
+    scheme, _, given = (header or "").partition(" ")
+    parts = given.strip().split(".")
+    if scheme.lower() != "bearer" or len(parts) != 3 or not all(parts[:2]):
+        return False
+    if len(parts[0]) > 4096 or not all(_B64URL.fullmatch(p) for p in parts):
+        return False
+    try:
+        head = json.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(head, dict) and "alg" in head
+
+
+def unauthorized_detail(header: str | bytes | None) -> str:
+    """The 401 text for a request without a known token: what to change when the header carries
+    a JWT (:func:`looks_like_jwt`), else how to send a token. Never quotes the token."""
+    return _JWT_UNAUTHORIZED if looks_like_jwt(header) else _UNAUTHORIZED
 
 
 def settings_of(app: Any) -> Settings:
@@ -240,7 +277,8 @@ def require_scope(scope: str) -> Callable[..., Awaitable[None]]:
             return
         got = granted_scopes(tokens, request.headers.get("authorization"))
         if got is None:
-            raise _deny(status.HTTP_401_UNAUTHORIZED, _UNAUTHORIZED)
+            detail = unauthorized_detail(request.headers.get("authorization"))
+            raise _deny(status.HTTP_401_UNAUTHORIZED, detail)
         if scope not in got:
             raise _deny(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
 
@@ -313,7 +351,9 @@ class AuthMiddleware:
     the service buffer or parse anything) and leaves the token's scopes under
     :data:`AUTH_SCOPE_KEY` for the route's dependency. Routes served without a token read at most
     :data:`PUBLIC_BODY_BYTES` of body. The API docs (:data:`DOC_PATHS`) also take a signed-in
-    ``/ui`` session (the pages link to them; a browser sends no bearer token).
+    ``/ui`` session (the pages link to them; a browser sends no bearer token); a browser that
+    opens ``/docs`` or ``/redoc`` without either is sent to the login form (303), which returns
+    there. A JWT bearer (an SSO proxy's token) gets a 401 that says so (:func:`unauthorized_detail`).
     """
 
     def __init__(self, app: Any) -> None:
@@ -351,8 +391,12 @@ class AuthMiddleware:
             got = SCHEDULER_CERT_SCOPES  # kube-scheduler's verified client certificate
         if got is None and scope.get("path") in DOC_PATHS:
             got = await _session_scopes(app, scope)
+        if got is None and _browser_to_docs(scope, header):
+            await _to_login(send, scope["path"])
+            return
         if got is None:
-            await _answer(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+            detail = unauthorized_detail(header)
+            await _answer(send, 401, detail, [(b"www-authenticate", b"Bearer")])
             return
         if needed != _ANY and needed not in got:
             await _answer(send, 403, f"this token lacks the {needed!r} scope", [])
@@ -421,6 +465,36 @@ async def _session_scopes(app: Any, scope: Any) -> frozenset[str] | None:
         return None
     # the pages' rule (Session.can): an admin login reads too, so its API link opens the docs
     return session.scopes | {"read"} if session.can("read") else session.scopes
+
+
+def _browser_to_docs(scope: Any, header: bytes | None) -> bool:
+    """Whether a request without credentials is a browser opening the API docs pages
+    (:data:`DOCS_PAGES`, ``GET``/``HEAD``, ``Accept`` naming ``text/html``) with no
+    ``Authorization`` header or an SSO proxy's JWT in it: sent to the login form, not a JSON 401."""
+    if scope.get("path") not in DOCS_PAGES or scope.get("method") not in ("GET", "HEAD"):
+        return False
+    if header is not None and not looks_like_jwt(header):
+        return False
+    accept = b",".join(v for k, v in scope.get("headers", ()) if k == b"accept")
+    return b"text/html" in accept.lower()
+
+
+async def _to_login(send: Any, path: str) -> None:
+    """303 to the ``/ui`` login form, which returns to ``path`` (one of :data:`DOCS_PAGES`)
+    once signed in."""
+    location = f"/ui/login?next={path}".encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 303,
+            "headers": [
+                (b"location", location),
+                (b"content-length", b"0"),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _answer(send: Any, code: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:

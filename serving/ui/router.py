@@ -3,6 +3,9 @@
 Pages read the database and the telemetry source directly (no extra HTTP round trip); they need
 the ``read`` scope, the feedback form (:mod:`fleetmind.serving.feedback`, same checks as the API) ``admin``. Without a session cookie a page redirects to
 ``/ui/login``, which takes the bearer token and sets the cookie (:mod:`fleetmind.serving.ui.auth`).
+A request with a valid FleetMind token in ``Authorization: Bearer`` (one an SSO proxy injects)
+is signed in with that token's scopes without a cookie (:func:`_bearer_session`); its forms keep
+the double-submit CSRF token and the ``Origin`` check.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ from fleetmind.serving.ui.svg import (
 async def cookie_session() -> None:
     """Marks the pages public for the bearer-token middleware (:class:`fleetmind.serving.deps.AuthMiddleware`
     reads ``fleetmind_scope``): a browser sends no ``Authorization`` header; each page checks the
-    session cookie itself (:func:`_session`) and redirects to the login form without one."""
+    session cookie, else a bearer token an SSO proxy injects, itself (:func:`_session`) and
+    redirects to the login form without either."""
 
 
 cookie_session.fleetmind_scope = "public"  # type: ignore[attr-defined]
@@ -266,8 +270,33 @@ def _login_redirect(request: Request) -> RedirectResponse:
     return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
 
 
+def _bearer_session(request: Request, settings: Any) -> auth.Session | None:
+    """The signed-in view of a request that carries a valid FleetMind token in
+    ``Authorization: Bearer`` (an SSO proxy such as oauth2-proxy, ingress-nginx ``auth-url``,
+    Pomerium or Cloudflare Access injecting it): that token's scopes, no cookie, no stored
+    session (``None``: no header, another scheme, or an unknown token).
+
+    The header reaches the service with every request the browser makes, cross-site ones included,
+    so it is an ambient credential like a cookie: the session has no CSRF token of its own
+    (``csrf`` is ``None``), and its forms use the double-submit ``fm_csrf`` cookie (a ``SameSite=Lax``
+    cookie a cross-site POST does not carry) and the ``Origin`` check (:func:`auth.csrf_ok`)."""
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return None
+    scopes = auth.scopes_of_token(settings, given.strip())
+    return auth.Session(scopes) if scopes else None
+
+
 def _session(request: Request, services: Any, scope: str = "read") -> auth.Session | Response:
+    """The request's session: the ``fm_session`` cookie's, else a valid bearer token's
+    (:func:`_bearer_session`); without either, a redirect to the login form; a login without
+    ``scope``, the 403 page."""
     session = auth.read_session(request, services.settings, services.db)
+    if session is None:
+        session = _bearer_session(request, services.settings)
     if session is None:
         return _login_redirect(request)
     if not session.can(scope):
@@ -329,8 +358,15 @@ def _bad_form(request: Request, session: auth.Session | None, exc: FormError) ->
     return render(request, "error.html", status_code=400, session=session, message=str(exc))
 
 
+DOCS_NEXT = frozenset({"/docs", "/redoc"})
+"""The API docs pages a login may return to (a browser sent to the login form from ``/docs``)."""
+
+
 def _safe_next(target: str | None) -> str:
-    """Only same-site paths under /ui (no open redirect)."""
+    """Only same-site paths under /ui, or the API docs pages (:data:`DOCS_NEXT`): no open
+    redirect."""
+    if target in DOCS_NEXT:
+        return target
     if target and target.startswith("/ui") and not target.startswith("//"):
         return target
     return "/ui/"

@@ -1,0 +1,206 @@
+"""FleetMind behind an SSO proxy: the bearer token a proxy injects signs the /ui pages in, a JWT
+bearer gets a 401 that names it, and a browser opening /docs goes to the login form.
+
+What the proxies send (the headers modelled below):
+
+* oauth2-proxy ``--pass-authorization-header`` / ``--set-authorization-header`` and
+  ``injectRequestHeaders`` (https://oauth2-proxy.github.io/oauth2-proxy/configuration/overview,
+  "pass_authorization_header: pass OIDC IDToken to upstream via Authorization Bearer header")
+  put ``Authorization: Bearer <token>`` on every request the browser makes; with
+  ``--pass-authorization-header`` the token is the OIDC id_token, a JWT (RFC 7519: three
+  base64url parts, the first a JSON header with ``alg``).
+* ingress-nginx ``auth-url`` with ``auth-response-headers`` / ``configuration-snippet``
+  ``proxy_set_header Authorization`` (https://kubernetes.github.io/ingress-nginx/examples/auth/oauth-external-auth/)
+  inject a fixed header the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from serving_helpers import webhook
+from ui_helpers import TRUE_ROOT, storm_alerts
+
+from fleetmind.serving import deps
+from fleetmind.serving.app import create_app
+from fleetmind.serving.settings import Settings
+from fleetmind.serving.ui import auth
+from fleetmind.serving.ui import router as ui_router
+
+API = "sso-api-token-0123456789abcdef"
+READ = "sso-read-token-0123456789abcdef"
+BEARER = {"Authorization": f"Bearer {API}"}
+ORIGIN = "http://testserver"  # TestClient's base URL: the pages' own origin
+
+
+def _b64(obj: dict[str, object]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+
+# an OIDC id_token's shape as oauth2-proxy passes it (header.payload.signature, base64url)
+ID_TOKEN = ".".join(
+    [_b64({"alg": "RS256", "kid": "k1"}), _b64({"iss": "https://idp", "email": "a@ex"}), "c2ln"]
+)
+
+
+def make_settings(tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=f"sqlite:///{tmp_path}/sso.db",
+        rca_model="baseline:upstream-coverage",
+        placement_model="heuristic:builtin-bestfit",
+        incident_worker=False,
+        api_token=API,
+        read_token=READ,
+    )
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        r = c.post("/api/v1/alerts", json=webhook(storm_alerts()), headers=BEARER)
+        assert r.status_code == 200
+        c.app.state.services.incidents.process_pending()
+        yield c
+
+
+def _csrf(html: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+
+
+def test_a_valid_bearer_token_signs_the_pages_in_without_a_cookie(client: TestClient) -> None:
+    """/ui/ answered 303 to the login form while /docs and the API took the same header."""
+    for path in ("/ui/", "/ui/fleet", "/ui/incidents/1"):
+        r = client.get(path, headers=BEARER, follow_redirects=False)
+        assert r.status_code == 200, (path, r.headers.get("location"))
+        assert "signed in · admin, ingest, read" in r.text
+        assert not client.cookies.get(auth.SESSION_COOKIE)  # no stored session was made
+    read = client.get("/ui/", headers={"Authorization": f"Bearer {READ}"})
+    assert read.status_code == 200 and "signed in · read" in read.text
+    # an unknown token, another scheme or a JWT still goes to the login form
+    for header in (f"Bearer {API}x", f"Basic {API}", f"Bearer {ID_TOKEN}", "Bearer "):
+        r = client.get("/ui/", headers={"Authorization": header}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/ui/login?next=/ui/"
+
+
+def test_a_read_bearer_token_cannot_post_feedback(client: TestClient) -> None:
+    read = {"Authorization": f"Bearer {READ}"}
+    page = client.get("/ui/incidents/1", headers=read)
+    assert page.status_code == 200 and 'action="/ui/incidents/1/feedback"' not in page.text
+    r = client.post(
+        "/ui/incidents/1/feedback",
+        headers={**read, "Origin": ORIGIN},
+        data={"csrf": "x" * 32, "root_cause": TRUE_ROOT, "by": "alice"},
+    )
+    assert r.status_code == 403 and "lacks the &#39;admin&#39; scope" in r.text
+
+
+def test_bearer_feedback_needs_the_double_submit_token_and_our_origin(client: TestClient) -> None:
+    """The proxy's header rides on every request, cross-site ones too (an ambient credential):
+    the form keeps the fm_csrf double-submit token and the Origin check."""
+    page = client.get("/ui/incidents/1", headers=BEARER)
+    csrf = _csrf(page.text)
+    assert client.cookies.get(auth.CSRF_COOKIE) == csrf  # set by the page, SameSite=Lax
+    form = {"csrf": csrf, "root_cause": TRUE_ROOT, "by": "alice", "note": ""}
+    # a cross-site POST: the browser adds the proxy's header (and even the cookie, in the worst case)
+    evil = client.post(
+        "/ui/incidents/1/feedback",
+        headers={**BEARER, "Origin": "https://evil.example"},
+        data=form,
+        follow_redirects=False,
+    )
+    assert evil.status_code == 403 and "Refused: the form&#39;s origin" in evil.text
+    # no fm_csrf cookie (a cross-site POST gets no Lax cookie): refused, nothing stored
+    kept = dict(client.cookies)
+    client.cookies.clear()
+    no_cookie = client.post(
+        "/ui/incidents/1/feedback", headers=BEARER, data=form, follow_redirects=False
+    )
+    assert no_cookie.status_code == 403
+    client.cookies.update(kept)
+    wrong = client.post(
+        "/ui/incidents/1/feedback",
+        headers=BEARER,
+        data={**form, "csrf": "y" * 32},
+        follow_redirects=False,
+    )
+    assert wrong.status_code == 403
+    assert client.get("/api/v1/incidents/1/feedback", headers=BEARER).json() == []
+    ok = client.post(
+        "/ui/incidents/1/feedback",
+        headers={**BEARER, "Origin": ORIGIN},
+        data=form,
+        follow_redirects=False,
+    )
+    assert ok.status_code == 303 and ok.headers["location"] == "/ui/incidents/1?feedback=saved"
+    saved = client.get("/api/v1/incidents/1/feedback", headers=BEARER).json()
+    assert [f["by"] for f in saved] == ["alice"]
+
+
+@pytest.mark.parametrize("path", ["/api/v1/incidents", "/openapi.json", "/docs"])
+def test_a_jwt_bearer_gets_a_401_that_names_it(client: TestClient, path: str) -> None:
+    r = client.get(path, headers={"Authorization": f"Bearer {ID_TOKEN}"})
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    detail = r.json()["detail"]
+    assert "is a JWT" in detail and "SSO proxy" in detail and "opaque" in detail
+    assert ID_TOKEN not in detail and ID_TOKEN.split(".")[0] not in detail
+    # an opaque unknown token keeps the plain message
+    r = client.get(path, headers={"Authorization": "Bearer not-a-jwt.abc"})
+    assert r.status_code == 401 and "missing or unknown bearer token" in r.json()["detail"]
+
+
+def test_looks_like_jwt_needs_three_base64url_parts_and_an_alg_header() -> None:
+    assert deps.looks_like_jwt(f"Bearer {ID_TOKEN}")
+    assert deps.looks_like_jwt(f"bearer {ID_TOKEN}".encode())
+    no_alg = ".".join([_b64({"typ": "JWT"}), _b64({"a": 1}), "c2ln"])
+    for header in (
+        None,
+        f"Basic {ID_TOKEN}",
+        f"Bearer {ID_TOKEN}.x",  # four parts (a JWE has five)
+        f"Bearer {no_alg}",
+        "Bearer a.b.c",  # "a" is no JSON
+        f"Bearer {_b64({'alg': 'none'})}+.e30.",  # not base64url
+        f"Bearer {API}",
+    ):
+        assert not deps.looks_like_jwt(header), header
+    assert deps.unauthorized_detail(None) == deps._UNAUTHORIZED
+
+
+def test_a_browser_opening_the_docs_goes_to_the_login_form(client: TestClient) -> None:
+    """/docs from a browser without a session answered a JSON 401 dead end."""
+    html = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    for path in ("/docs", "/redoc"):
+        r = client.get(path, headers=html, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == f"/ui/login?next={path}"
+        # behind oauth2-proxy --pass-authorization-header the browser's requests carry a JWT
+        jwt = {**html, "Authorization": f"Bearer {ID_TOKEN}"}
+        r = client.get(path, headers=jwt, follow_redirects=False)
+        assert r.status_code == 303
+        login = client.get(r.headers["location"])
+        assert f'name="next" value="{path}"' in login.text
+        signed = client.post(
+            "/ui/login",
+            data={"token": READ, "csrf": client.cookies.get(auth.CSRF_COOKIE), "next": path},
+            follow_redirects=False,
+        )
+        assert signed.status_code == 303 and signed.headers["location"] == path
+        assert client.get(path, headers=html).status_code == 200
+        client.cookies.clear()
+    # API clients (no text/html), /openapi.json and a wrong opaque token keep the JSON 401
+    assert client.get("/docs").status_code == 401
+    assert client.get("/openapi.json", headers=html).status_code == 401
+    wrong = client.get("/docs", headers={**html, "Authorization": "Bearer wrong"})
+    assert wrong.status_code == 401
+    assert client.post("/docs", headers=html).status_code == 401
+
+
+def test_the_login_form_returns_only_to_ui_paths_and_the_docs() -> None:
+    assert ui_router._safe_next("/docs") == "/docs"
+    assert ui_router._safe_next("/redoc") == "/redoc"
+    for target in ("/docsx", "/docs/../api", "//evil.example", "https://evil.example", "/api/v1"):
+        assert ui_router._safe_next(target) == "/ui/", target
