@@ -18,10 +18,13 @@ the openb folder is missing.
 
 from __future__ import annotations
 
+import atexit
 import csv
+import errno
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -186,11 +189,71 @@ def write_synthetic_openb(
     return out
 
 
+# errno values meaning "this cache folder cannot be made or written": a read-only root filesystem
+# (EROFS, ``HOME=/`` in a container run as a uid without a passwd entry), no permission (EACCES,
+# EPERM), a regular file where a folder should be (ENOTDIR, EEXIST)
+_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST})
+_TEMP_ROOT: Path | None = None  # the fallback folder of this process, removed at exit
+
+
+def _temp_openb_dir(cache: Path, exc: OSError) -> Path:
+    """Generate the synthetic trace once per process into a temporary folder removed at exit.
+
+    Used when the cache folder cannot be written; warns once, naming ``FLEETMIND_CACHE_DIR``.
+
+    Raises:
+        ConfigError: the temporary folder cannot be written either.
+    """
+    global _TEMP_ROOT
+    if _TEMP_ROOT is not None and (_TEMP_ROOT / MARKER).is_file():
+        return _TEMP_ROOT / "csv"
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix="fleetmind-openb-synthetic-"))
+    except OSError as exc2:
+        raise ConfigError(
+            f"cannot write the cache folder {cache} ({exc.strerror}) nor a temporary folder "
+            f"({exc2.strerror}); set FLEETMIND_CACHE_DIR to a writable folder"
+        ) from None
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    write_synthetic_openb(tmp)
+    _TEMP_ROOT = tmp
+    warnings.warn(
+        f"cache folder {cache} is not writable ({exc.strerror}); the synthetic openb trace is "
+        f"generated into {tmp}, removed at exit; set FLEETMIND_CACHE_DIR to a writable folder "
+        "to keep it",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return tmp / "csv"
+
+
 def synthetic_openb_dir() -> Path:
-    """The synthetic trace's ``csv/`` folder in the cache, generated on first use (atomically)."""
+    """The synthetic trace's ``csv/`` folder in the cache, generated on first use (atomically).
+
+    When the cache folder cannot be created or written (read-only filesystem, no permission), the
+    trace is generated into a temporary folder instead (a few seconds, once per process, removed at
+    exit) with one ``RuntimeWarning`` naming ``FLEETMIND_CACHE_DIR``.
+    """
     root = cache_dir() / f"openb-synthetic-v{SYNTHETIC_VERSION}"
     if (root / MARKER).is_file():
         return root / "csv"
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".openb-synthetic-", dir=root.parent))
+    except OSError as exc:
+        if exc.errno not in _UNWRITABLE:
+            raise
+        return _temp_openb_dir(root.parent, exc)
+    try:
+        write_synthetic_openb(tmp)
+        try:
+            tmp.rename(root)
+        except OSError:  # another process won the race; its folder is the same
+            if not (root / MARKER).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root / "csv"
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".openb-synthetic-", dir=root.parent))
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -52,6 +53,27 @@ def _trace_digest(trace: PodTrace) -> str:
     ):
         h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()
+
+
+def _seed_list(seeds: object) -> list[int] | None:
+    """``workload_seeds`` as a list of ints >= 0, ``None`` when unset or empty.
+
+    Any sequence or 1-D array of integer values (``[1, 2]``, ``np.arange(3)``, ``(1.0, 2.0)``) is
+    accepted; a string, a scalar, a nested sequence, a bool or a fractional value is a
+    ``ConfigError``.
+    """
+    if seeds is None:
+        return None
+    if isinstance(seeds, str | bytes) or not hasattr(seeds, "__iter__"):
+        raise ConfigError(f"workload_seeds must be a sequence of integers >= 0, got {seeds!r}")
+    items = [x.item() if isinstance(x, np.generic) else x for x in seeds]  # type: ignore[attr-defined]
+    bad = [x for x in items if isinstance(x, str | bytes) or np.ndim(x) != 0 or not _is_integral(x)]
+    if bad:
+        raise ConfigError(f"workload_seeds must be integers >= 0, got {bad[0]!r} in {items!r}")
+    out = [int(x) for x in items]
+    if out and min(out) < 0:
+        raise ConfigError(f"workload_seeds must be integers >= 0, got {min(out)}")
+    return out or None
 
 
 def _is_integral(x: object) -> bool:
@@ -183,8 +205,8 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
       fragmentation decides the outcome (near saturation); evaluation keeps 0.
     * ``cache_prefix``: keep the cluster state reached by that FGD prefix per (trace, workload seed)
       so that a repeated workload skips it (default True).
-    * ``workload_seeds``: draw each episode's workload seed from this list of integers >= 0
-      (default: any seed).
+    * ``workload_seeds``: draw each episode's workload seed from this sequence (a list, tuple or
+      1-D numpy array) of integers >= 0 (default: any seed); anything else is a ``ConfigError``.
     * ``penalty_features``: append the two penalty features to every candidate row (``F = 20``:
       the change in host-stranded GPUs and the model-scarcity penalty that the released teacher
       subtracts by hand; ``envs.candidates``). Their workload statistics come from the episode's
@@ -205,7 +227,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
         reward: str = "shaped",
         fgd_until_pct: float = 0.0,
         cache_prefix: bool = True,
-        workload_seeds: list[int] | None = None,
+        workload_seeds: Sequence[int] | np.ndarray | None = None,
         penalty_features: bool = False,
         render_mode: str | None = None,
     ) -> None:
@@ -230,13 +252,7 @@ class GpuPlacementEnv(gym.Env[np.ndarray, np.int64]):
             raise ConfigError(f"shaping must be a finite number, got {shaping!r}")
         self.fgd_until_pct = float(fgd_until_pct)
         self.cache_prefix = bool(cache_prefix)
-        if workload_seeds and not all(_is_integral(x) for x in workload_seeds):
-            raise ConfigError(f"workload_seeds must be integers >= 0, got {list(workload_seeds)}")
-        self.workload_seeds = [int(x) for x in workload_seeds] if workload_seeds else None
-        if self.workload_seeds is not None and min(self.workload_seeds) < 0:
-            raise ConfigError(
-                f"workload_seeds must be integers >= 0, got {min(self.workload_seeds)}"
-            )
+        self.workload_seeds = _seed_list(workload_seeds)
         # keyed on the trace's content: two traces may share a name (a variant written as
         # openb_pod_list_default.csv beside the real one), and would share a prefix
         self._snapshots: dict[tuple[str, int, float], tuple] = {}
