@@ -465,7 +465,9 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             workers=args.workers,
             log_level=args.log_level,
-            log_config=uvicorn_log_config(args.log_level),  # the service's warnings on stderr too
+            # the service's warnings on stderr too; FLEETMIND_ACCESS_LOG: which access lines
+            log_config=uvicorn_log_config(args.log_level, settings.access_log),
+            access_log=settings.access_log != "off",
             # header timeout and size limit, connection limits; then HTTPS and kube-scheduler's
             # client certificate (whose protocol keeps those limits: it subclasses the guarded one)
             **{**server_options(settings), **uvicorn_options(settings)},

@@ -1,9 +1,11 @@
 """Logging for a loop that retries (the notifier, the incident worker): a database outage logs
-one traceback, not one a second."""
+one traceback, not one a second; and for the API requests that fail on the database
+(:class:`RequestFailureLog`): one line, then one a minute at most, with a count."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -83,3 +85,58 @@ class FailureLog:
             "" if self._count == 1 else "s",
         )
         self._since, self._shown, self._database = None, set(), False
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of the driver's message of ``err`` (``err.orig`` for a SQLAlchemy error),
+    without SQLAlchemy's ``[SQL: ...]``, ``[parameters: ...]`` and ``(Background on this error
+    ...)`` lines, so never a value of the request (at most 200 characters)."""
+    cause = getattr(err, "orig", None) or err
+    text = (str(cause).strip().splitlines() or [""])[0].strip()
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+class RequestFailureLog:
+    """Logs the requests that failed on an unavailable database as one line each, and while the
+    failures go on, one line at most every ``every_s`` seconds per exception class, with how many
+    failed since (the request path's counterpart of :class:`FailureLog`): a database outage
+    under load is then a few lines a minute, not several lines per request.
+
+    A line names the exception class, the first line of the driver's message
+    (:func:`first_line`), the method and the route template (``/api/v1/incidents/{incident_id}``),
+    never the SQL or its parameters.
+
+    Args:
+        logger: where the lines go.
+        every_s: least seconds between two lines about one exception class.
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger, self.every_s, self.clock = logger, every_s, clock
+        self._last: dict[str, float] = {}  # exception class -> when its last line was logged
+        self._quiet: dict[str, int] = {}  # exception class -> failures since that line
+        self._lock = threading.Lock()
+
+    def failed(self, err: BaseException, method: str, route: str) -> None:
+        """Log (or count) the failure ``err`` of a ``method`` request to ``route``."""
+        kind = type(err).__name__
+        with self._lock:
+            now, last = self.clock(), self._last.get(kind)
+            if last is not None and 0 <= now - last < self.every_s:
+                self._quiet[kind] = self._quiet.get(kind, 0) + 1
+                return
+            quiet, self._quiet[kind], self._last[kind] = self._quiet.get(kind, 0), 0, now
+        since = (
+            f" ({quiet} more failed like it in the last {now - last:.0f} s)"
+            if quiet and last is not None
+            else ""
+        )
+        self.logger.error(
+            "database error on %s %s: %s: %s%s", method, route, kind, first_line(err), since
+        )

@@ -58,6 +58,7 @@ from functools import lru_cache
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from fleetmind.serving.settings import Settings, get_settings
 
@@ -65,6 +66,16 @@ STALLED_S = 1.0
 """A request body that received no byte for this long (seconds; or the body timeout, when
 shorter) may be cut with its ``408`` to make room for a new connection (see the module
 docstring): a client that is sending is never cut."""
+
+
+LOGGED_TARGET_CHARS = 200
+"""The longest request target an access line of a 431 quotes (characters; the rest is cut)."""
+
+CUT_STATUS_KEY = "fleetmind.cut_status"
+"""Key in a request's ``scope["state"]`` (shared by every copy of the scope) where the guard
+records the status it answered itself (408) before the route's ``receive()`` sees the
+disconnect, so that :func:`fleetmind.serving.app.create_app`'s handler of the disconnect records
+it in the metrics instead of 499."""
 
 
 @dataclass(frozen=True)
@@ -266,11 +277,36 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._answer_431()
 
     def _answer_431(self) -> None:
+        self._log_access(431, None)
         _plain_answer(
             self.transport,
             b"431 Request Header Fields Too Large",
             b"request headers larger than %d bytes" % self._limits.max_header_bytes,
         )
+
+    def _log_access(self, status: int, scope: dict[str, Any] | None) -> None:
+        """uvicorn's access line (``uvicorn.access``, its format and filters, the redaction
+        included) for an answer the guard writes itself, which uvicorn never logs: a 408 of
+        ``scope``'s request, or a 431 (``scope`` ``None``: the request was never built; its
+        method and target as far as they were read, the target cut at
+        :data:`LOGGED_TARGET_CHARS`)."""
+        if not self.access_log:  # FLEETMIND_ACCESS_LOG=off (uvicorn's access_log=False)
+            return
+        if scope is not None:
+            client = get_client_addr(scope)
+            method, target = scope["method"], get_path_with_query_string(scope)
+            version = scope["http_version"]
+        else:
+            client = f"{self.client[0]}:{self.client[1]}" if self.client else ""
+            try:
+                method = self.parser.get_method().decode("ascii", "replace") or "-"
+                version = self.parser.get_http_version()
+            except Exception:  # noqa: BLE001 - httptools: no request line parsed yet
+                method, version = "-", "1.1"
+            target = self.url.decode("latin-1") or "-"
+            if len(target) > LOGGED_TARGET_CHARS:
+                target = target[:LOGGED_TARGET_CHARS] + "..."
+        self.access_logger.info('%s - "%s %s HTTP/%s" %d', client, method, target, version, status)
 
     # ------------------------------------------------------------------ limits
     def idle(self) -> bool:
@@ -340,6 +376,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_started:
             cycle.disconnected = True  # the app's own answer, if any, is dropped
+            state = cycle.scope.get("state")
+            if isinstance(state, dict):  # the app's metrics record the 408, not a client gone
+                state[CUT_STATUS_KEY] = 408
+            self._log_access(408, cycle.scope)  # type: ignore[arg-type]
             _plain_answer(self.transport, b"408 Request Timeout", text)
         else:
             self.transport.close()

@@ -528,6 +528,11 @@ class Settings(BaseSettings):
         "database); keep it some seconds under Kubernetes' terminationGracePeriodSeconds (30 s "
         "by default) or docker stop's timeout (10 s), which end in SIGKILL",
     )
+    access_log: Literal["all", "no-probes", "off"] = Field(
+        "no-probes",
+        description="fleetmind serve's access lines on stdout: all, no-probes (not the 2xx/3xx "
+        "GET and HEAD answers of /healthz, /readyz and /metrics; their errors are logged) or off",
+    )
     max_header_bytes: int = Field(
         32 * 1024,
         ge=4096,
