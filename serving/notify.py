@@ -130,19 +130,20 @@ ssl-redirect from ``http://`` to ``https://``. The notifier does not follow them
 does turns the POST of a 301, 302 or 303 into a GET without the alerts, section 15.4.2): its
 Alertmanager URL is to be set to the target."""
 RECEIVER_STATUS = REDIRECT_STATUS | frozenset({401, 403, 404, 405, 407, 410, 421, 426})
-"""Final answers of an Alertmanager that say the receiver is wrong, not the alerts posted (RFC 9110
+"""Answers of an Alertmanager that say the receiver is wrong, not the alerts posted (RFC 9110
 sections 15.4 and 15.5): a redirection (:data:`REDIRECT_STATUS`, logged with its target), 401
 Unauthorized and 407 Proxy Authentication Required (credentials an auth proxy in front of it
-wants), 403 Forbidden, 404 Not Found and 410 Gone (no such resource at this URL:
+wants; 407 is not final but retried, :data:`RETRY_STATUS`, and its warning still says so), 403
+Forbidden, 404 Not Found and 410 Gone (no such resource at this URL:
 Alertmanager started with ``--web.route-prefix=/am`` answers 404 on ``/api/v2/alerts``, its router
 serving only under the prefix, cmd/alertmanager/main.go ``router.WithPrefix``), 405 Method Not
 Allowed (a URL that takes no POST), 421 Misdirected Request (a server that does not serve this
 URL), 426 Upgrade Required (another protocol, e.g. TLS, expected). Every alert would get the same
-answer, so such an answer is taken as a failure of that Alertmanager (not tried again in the poll,
-back-off, the alerts kept owed), never as a refusal of each message: that cost one post per
+answer, so such an answer is taken as a failure of that Alertmanager (not tried again in the
+poll, back-off, the alerts kept owed), never as a refusal of each message: that cost one post per
 incident per poll (at most :data:`POST_TIMEOUT_S` each) and held back the other HA peer's re-sends
-past its ``resolve_timeout``. The webhook keeps reading them as final: a revoked chat URL's 404
-drops its message."""
+past its ``resolve_timeout``. The webhook keeps reading the final ones (all but 407 and the
+redirections) as a refusal: a revoked chat URL's 404 drops its message."""
 BATCH = 500
 """Most alerts in one post to an Alertmanager, and most rows read in one query by id."""
 MAX_PAUSE_S = 300.0
@@ -711,7 +712,8 @@ def _log_failure(
             failures,
             pause,
         )
-    elif is_final(outcome):  # (RECEIVER_STATUS: once per poll at most, not per incident)
+    elif setting.endswith("_ALERTMANAGER_URL") and status_of(outcome) in RECEIVER_STATUS:
+        # (once per poll at most, not per incident; 407 too, though it is retried: RETRY_STATUS)
         log.warning(
             "%s answered %s, which says its URL, credentials or proxy are wrong, not the "
             "alerts (%d in a row): not tried again for %.1f s; the alerts are kept",
@@ -736,21 +738,27 @@ GOOGLE_CHAT_HOST = "chat.googleapis.com"
 unknown field such as ``fleetmind``: 400 ``Invalid JSON payload received. Unknown name``)."""
 GOOGLE_CHAT_MAX_BYTES = 32_000
 """Google Chat's limit on a message's size, bytes (developers.google.com/workspace/chat/limits)."""
+GOOGLE_CHAT_MAX_CHARS = 4096
+"""Google Chat's limit on a message's ``text``, characters: a longer one is refused with 400
+"Message is longer than 4096 characters" (reported in mr-karan/calert#11 and
+cloudflare/GHC-Errbot#10); counted here as UTF-16 code units, which is never fewer than code
+points, so an emoji counts twice."""
 TEAMS_WORKFLOW_HOSTS = (".logic.azure.com", ".powerplatform.com", ".powerautomate.com")
 """Host suffixes of Microsoft Teams "Workflows" webhooks (Power Automate, Logic Apps): sent an
 Adaptive Card (:func:`teams_body`), which the "Post to a channel when a webhook request is
 received" template posts; a Slack-shaped body is accepted (202) and shows nothing."""
 TRUNCATED = "\n... (cut to fit the chat's size limit)"
-"""Ends a message text cut to fit :data:`GOOGLE_CHAT_MAX_BYTES`."""
+"""Ends a message text cut to fit :data:`GOOGLE_CHAT_MAX_BYTES` or :data:`GOOGLE_CHAT_MAX_CHARS`."""
 _EMOJI = {
     ":rotating_light:": "\U0001f6a8",
     ":white_check_mark:": "\u2705",
     ":arrows_counterclockwise:": "\U0001f504",
     ":grey_question:": "\u2754",
 }
-"""Slack emoji codes in :meth:`Notifier.webhook_body`'s text, as characters for chats without
-them (Teams' Adaptive Cards)."""
-_LINK = re.compile(r"<([^<>|\s]+)\|([^<>]*)>")
+"""Slack emoji codes in :meth:`Notifier.webhook_body`'s text, as characters for chats that show
+the codes literally (Teams' Adaptive Cards; Google Chat, mr-karan/calert#76)."""
+_SPAN = re.compile(r"`([^`]*)`|<([^<>|\s]+)\|([^<>]*)>")
+"""A mrkdwn code span (:func:`code_span`) or link ``<url|text>`` in the webhook text."""
 
 
 def chat_platform(url: str) -> str:
@@ -765,57 +773,136 @@ def chat_platform(url: str) -> str:
     return "slack"
 
 
-def _fit_bytes(text: str, limit: int) -> str:
-    """``text`` whole when its UTF-8 encoding has at most ``limit`` bytes, else cut (never inside
-    a character) and ended with :data:`TRUNCATED`, ``limit`` bytes at most in all."""
-    if len(text.encode()) <= limit:
+def _utf16_len(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units (an astral character such as an emoji: 2)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _fit_text(text: str, max_bytes: int, max_chars: int) -> str:
+    """``text`` whole when its UTF-8 encoding has at most ``max_bytes`` bytes and it has at most
+    ``max_chars`` UTF-16 code units, else cut (never inside a character) and ended with
+    :data:`TRUNCATED`, within both limits in all."""
+    if len(text.encode()) <= max_bytes and _utf16_len(text) <= max_chars:
         return text
-    room = limit - len(TRUNCATED.encode())
-    return text.encode()[:room].decode(errors="ignore") + TRUNCATED
+    room = max_bytes - len(TRUNCATED.encode())
+    head = text.encode()[:room].decode(errors="ignore")[: max_chars - _utf16_len(TRUNCATED)]
+    over = _utf16_len(head) - (max_chars - _utf16_len(TRUNCATED))
+    while over > 0:  # (each character dropped takes 1 or 2 code units)
+        over -= _utf16_len(head[-1])
+        head = head[:-1]
+    return head + TRUNCATED
 
 
-def teams_body(text: str) -> dict[str, Any]:
-    """The Adaptive Card message a Teams Workflows webhook posts: the envelope Microsoft documents
-    for webhooks (``type: message``, one ``application/vnd.microsoft.card.adaptive`` attachment),
-    one TextBlock per line of the Slack ``text`` (the same facts), its links ``[text](url)``, its
-    mrkdwn escapes undone and its emoji codes as characters."""
-    blocks = []
-    for line in text.split("\n"):
-        line = _LINK.sub(lambda m: f"[{m.group(2)}]({m.group(1)})", line)
-        for code, char in _EMOJI.items():
-            line = line.replace(code, char)
-        line = line.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-        blocks.append({"type": "TextBlock", "text": line, "wrap": True})
-    card = {
+def _unmrkdwn(text: str) -> str:
+    """Plain text of mrkdwn ``text``: its escapes (:func:`mrkdwn`) undone, emoji codes as
+    characters."""
+    for code, char in _EMOJI.items():
+        text = text.replace(code, char)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _text_runs(line: str) -> tuple[list[dict[str, Any]], str | None]:
+    """One line of the webhook's mrkdwn text as Adaptive Card ``TextRun`` elements, whose text is
+    never read as Markdown (adaptivecards.io/explorer/TextRun.html), so that no alert-label value
+    becomes a link or bold text in Teams; code spans in ``fontType: Monospace``, a link
+    ``<url|text>`` as a run that opens ``url`` (``selectAction``). Returns the runs and the last
+    link's URL (``None`` without one)."""
+    runs: list[dict[str, Any]] = []
+    url, at = None, 0
+    for m in _SPAN.finditer(line):
+        if m.start() > at:
+            runs.append({"type": "TextRun", "text": _unmrkdwn(line[at : m.start()])})
+        if m.group(2) is not None:
+            url = m.group(2)
+            link = {"type": "Action.OpenUrl", "url": url}
+            runs.append({"type": "TextRun", "text": _unmrkdwn(m.group(3)), "selectAction": link})
+        else:
+            runs.append({"type": "TextRun", "text": _unmrkdwn(m.group(1)), "fontType": "Monospace"})
+        at = m.end()
+    if at < len(line):
+        runs.append({"type": "TextRun", "text": _unmrkdwn(line[at:])})
+    return runs, url
+
+
+def teams_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The message a Teams Workflows webhook posts for ``body`` (:meth:`Notifier.webhook_body`'s):
+    the envelope Microsoft documents for webhooks (``type: message``, one
+    ``application/vnd.microsoft.card.adaptive`` attachment) with the Adaptive Card: one
+    ``RichTextBlock`` of plain ``TextRun`` elements per line of the Slack ``text`` (the same
+    facts; Teams' TextBlock Markdown has no code spans, so a label value there could render as a
+    link or bold text) and an ``Action.OpenUrl`` to the incident page. ``body``'s own keys
+    (``text``, ``fleetmind`` with its ``dedup_key``) are kept beside them for a Logic App that
+    reads the JSON itself: the Teams template reads ``attachments`` only, and a Request trigger
+    does not check the body against its schema unless its "Schema Validation" setting is on
+    (learn.microsoft.com/azure/connectors/connectors-native-reqres)."""
+    blocks, url = [], None
+    for line in str(body.get("text", "")).split("\n"):
+        runs, link = _text_runs(line)
+        url = link or url
+        blocks.append({"type": "RichTextBlock", "inlines": runs})
+    card: dict[str, Any] = {
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
         "type": "AdaptiveCard",
         "version": "1.4",
         "body": blocks,
     }
+    if url is not None:
+        card["actions"] = [{"type": "Action.OpenUrl", "title": "Open the incident", "url": url}]
     attachment = {
         "contentType": "application/vnd.microsoft.card.adaptive",
         "contentUrl": None,
         "content": card,
     }
-    return {"type": "message", "attachments": [attachment]}
+    return {**body, "type": "message", "attachments": [attachment]}
 
 
 def chat_body(url: str, body: dict[str, Any]) -> dict[str, Any]:
     """The JSON to post to the chat webhook ``url`` for ``body`` (:meth:`Notifier.webhook_body`'s,
     as stored): ``body`` itself for Slack-compatible chats (:func:`chat_platform`); Google Chat
-    gets ``{"text": ...}`` only, cut to :data:`GOOGLE_CHAT_MAX_BYTES` (it renders ``<url|text>``
-    links); a Teams Workflows webhook gets an Adaptive Card (:func:`teams_body`)."""
+    gets ``{"text": ...}`` only, its emoji codes as characters, cut to
+    :data:`GOOGLE_CHAT_MAX_BYTES` and :data:`GOOGLE_CHAT_MAX_CHARS` (it renders ``<url|text>``
+    links and code spans); a Teams Workflows webhook gets an Adaptive Card beside ``body``'s keys
+    (:func:`teams_body`)."""
     platform = chat_platform(url)
     if platform == "google_chat":
-        return {"text": _fit_bytes(str(body.get("text", "")), GOOGLE_CHAT_MAX_BYTES - 64)}
+        text = str(body.get("text", ""))
+        for code, char in _EMOJI.items():
+            text = text.replace(code, char)
+        return {"text": _fit_text(text, GOOGLE_CHAT_MAX_BYTES - 64, GOOGLE_CHAT_MAX_CHARS)}
     if platform == "teams":
-        return teams_body(str(body.get("text", "")))
+        return teams_body(body)
     return body
 
 
 NOT_FOLLOWED = " (a redirection, not followed)"
 """Ends the note of a chat message dropped after ``FLEETMIND_NOTIFY_GIVE_UP_S`` of redirections:
 a note ``dropped: 308`` alone is from before redirections were retried (refused then)."""
+RETRIED = " (retried until given up)"
+"""Ends the note of a chat message dropped after ``FLEETMIND_NOTIFY_GIVE_UP_S`` of a status once
+taken as a refusal and now retried (407, a 5xx outside 500, 502, 503 and 504: :func:`was_final`):
+a note ``dropped: 522`` alone is from before those were retried (refused then)."""
+OLD_RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+"""The statuses retried before 407 and every 5xx were (:data:`RETRY_STATUS`): any other status in
+an older delivery note was a refusal."""
+
+
+def was_final(outcome: str) -> bool:
+    """Whether a failed post's ``outcome`` was taken as a refusal before 407 and every 5xx were
+    retried (:data:`OLD_RETRY_STATUS`), whether or not it is now (:func:`is_final`)."""
+    status = status_of(outcome)
+    return status is not None and status not in OLD_RETRY_STATUS
+
+
+def drop_note(outcome: str) -> str:
+    """The delivery note of a chat message given up on after ``outcome``: ``dropped: <outcome>``,
+    ended with :data:`NOT_FOLLOWED` for a redirection, or :data:`RETRIED` for a status that
+    older notes recorded as a refusal but that is now retried, so that each note is read as
+    written (:func:`delivery_outcome`)."""
+    if status_of(outcome) in REDIRECT_STATUS:
+        return f"dropped: {outcome}{NOT_FOLLOWED}"
+    if was_final(outcome) and not is_final(outcome):
+        return f"dropped: {outcome}{RETRIED}"
+    return f"dropped: {outcome}"
 
 
 def is_final(outcome: str) -> bool:
@@ -953,7 +1040,9 @@ def delivery_outcome(row: Mapping[str, Any]) -> tuple[bool, str | None, str | No
             continue
         if not outcome.startswith("dropped: "):
             failing.append(f"{name}: {outcome}")
-        elif is_final(why := outcome.removeprefix("dropped: ")) and not why.endswith(NOT_FOLLOWED):
+        elif was_final(why := outcome.removeprefix("dropped: ")) and not why.endswith(
+            (NOT_FOLLOWED, RETRIED)
+        ):
             dropped.append(f"{name} refused it: {why}")
         else:
             dropped.append(f"{name} failed until FLEETMIND_NOTIFY_GIVE_UP_S: {why}")
@@ -1711,8 +1800,7 @@ class Notifier:
         if dropped:
             self._give_up("webhook", inc_id, outcome)
         if row.get("delivery") is not None:
-            gone = f"dropped: {outcome}" + NOT_FOLLOWED * (status_of(outcome) in REDIRECT_STATUS)
-            note = "sent" if sent else gone if dropped else outcome
+            note = "sent" if sent else drop_note(outcome) if dropped else outcome
             row["delivery"]["webhook"] = note
         if sent or dropped:
             row["hook_sent"] = True
