@@ -13,10 +13,10 @@ Signals per cluster ``c`` (each in [0, 1] after normalisation; *higher is worse*
   Prometheus pair (:data:`REPLICA_LABELS`) before the sum, which would otherwise double the
   cluster's rate when Thanos Query answers without deduplication. A histogram stored as a native
   histogram (``scrape_native_histograms: true``, OTLP exponential histograms) has no ``_bucket``
-  or ``_count`` series: when those queries answer with nothing, the native ones run
+  or ``_count`` series, so each query joins the native form with ``or``
   (``histogram_quantile(0.99, sum by (cluster) (avg without (prometheus_replica)
-  (rate(<h>[5m]))))``, ``histogram_count(...)`` for the rate; :func:`latency_queries`), and the
-  form that answered is asked first from then on.
+  (rate(<h>[5m]))))``, ``histogram_count(...)`` for the rate; :func:`latency_queries`): each
+  cluster answers in the form its Prometheus stores, the classic one where it has both.
 
 Health ``H_c = 1 - sum_i w_i s_ic`` over the signals the cluster has (weights renormalised over
 them), so 1 is idle and healthy, 0 saturated on every signal. Unhealthy GPUs (XID) count as fully
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Set
@@ -91,9 +92,6 @@ class FleetHealth:
     weights: dict[str, float]
     skew: float
     skew_parts: dict[str, float] = field(default_factory=dict)
-    latency_form: str | None = None
-    """The form of the latency histogram that answered (:data:`LATENCY_FORMS`); ``None`` when
-    neither did or latency was not asked."""
 
     def by_cluster(self) -> dict[str, ClusterSignals]:
         return {c.cluster: c for c in self.clusters}
@@ -168,8 +166,7 @@ class HealthModel:
         self.load = [0.0, 0.0, 0.0]
         self._lock = threading.Lock()
         self.last: FleetHealth | None = None
-        self.latency_form: str | None = None  # the histogram form that last answered
-        self.latency_missing_logged = False  # said once that neither form answered
+        self.latency_missing_logged = False  # said once that the histogram answered nothing
 
     def weights(self) -> dict[str, float]:
         raw = [w0 * (1.0 + m) for w0, m in zip(INITIAL_WEIGHTS, self.load, strict=True)]
@@ -211,16 +208,21 @@ class HealthModel:
 
 
 LATENCY_FORMS = ("classic", "native")
-"""How the latency histogram is stored in Prometheus: ``classic`` (``<h>_bucket``/``<h>_count``
+"""How a latency histogram can be stored in Prometheus: ``classic`` (``<h>_bucket``/``<h>_count``
 series, one per bucket) or ``native`` (one series ``<h>`` of native histogram samples: scraped with
 ``scrape_native_histograms: true``, Prometheus 3.8 and later, or written as OTLP exponential
 histograms). A native histogram has no ``_bucket`` or ``_count`` series, so each form needs its own
-queries (:func:`latency_queries`)."""
+expression (:func:`latency_queries` joins the two with ``or``)."""
+
+_UNKNOWN_HISTOGRAM_COUNT = re.compile(r"unknown func\w*\W+(?:with name\W+)?histogram_count\b")
+"""A backend's refusal of ``histogram_count`` (Prometheus before 2.40: ``unknown function with
+name "histogram_count"``; VictoriaMetrics, whose MetricsQL has no such function,
+github.com/VictoriaMetrics/VictoriaMetrics/issues/5346: ``unknown func "histogram_count"``)."""
 
 
-def latency_queries(histogram: str, form: str = "classic") -> dict[str, str]:
+def form_queries(histogram: str, form: str) -> dict[str, str]:
     """PromQL for per-cluster P99, P95 latency (s) and request rate (1/s) from ``histogram``
-    stored in ``form`` (one of :data:`LATENCY_FORMS`); the replicas of an HA Prometheus pair
+    stored in ``form`` only (one of :data:`LATENCY_FORMS`); the replicas of an HA Prometheus pair
     (:data:`REPLICA_LABELS`) count once.
 
     Classic: ``max without`` the replica label over the bucket and count rates. Native:
@@ -247,6 +249,18 @@ def latency_queries(histogram: str, form: str = "classic") -> dict[str, str]:
     }
 
 
+def latency_queries(histogram: str) -> dict[str, str]:
+    """The three health queries (``{ClusterSignals attribute: PromQL}``): each is the classic
+    form's expression ``or`` the native form's (:func:`form_queries`). Both end in one sample per
+    ``cluster`` label set, so ``or`` keeps the classic answer of a cluster that has one and the
+    native answer of a cluster that has only that: clusters mid-way through a move to native
+    histograms each answer, whatever the others store, and a poll costs three queries.
+    ``histogram_count`` needs Prometheus 2.40 or later (or Thanos, Mimir); a backend that refuses
+    it gets the classic rate query instead (:func:`add_latency`)."""
+    classic, native = form_queries(histogram, "classic"), form_queries(histogram, "native")
+    return {k: f"{classic[k]} or {native[k]}" for k in classic}
+
+
 def fleet_health(
     model: HealthModel,
     snapshot: FleetSnapshot,
@@ -255,15 +269,13 @@ def fleet_health(
     default_cluster: str = "local",
 ) -> FleetHealth:
     """Signals from ``snapshot`` (and, when ``query`` is given, latency and rate from Prometheus:
-    ``query(promql) -> [(name, labels, value)]``), scored by ``model``. The form of the histogram
-    that answered is kept in ``model.latency_form`` and asked first at the next refresh."""
+    ``query(promql) -> [(name, labels, value)]``), scored by ``model``. When every latency query
+    answers with no series (none failing), one warning says so, until one answers again."""
     sig = snapshot_signals(snapshot)
-    form = None
     if query is not None:
-        prefer = model.latency_form or "classic"
-        form, failed = _ask_latency(sig, query, histogram, default_cluster, prefer)
-        if form is not None:
-            model.latency_form, model.latency_missing_logged = form, False
+        answered, failed = _ask_latency(sig, query, histogram, default_cluster)
+        if answered:
+            model.latency_missing_logged = False
         elif not failed and not model.latency_missing_logged:  # said once, until one answers
             model.latency_missing_logged = True
             log.warning(
@@ -272,9 +284,7 @@ def fleet_health(
                 "and request rate (FLEETMIND_HEALTH_LATENCY_HISTOGRAM)",
                 histogram, histogram, histogram,
             )  # fmt: skip
-    out = model.update([sig[c] for c in sorted(sig)])
-    out.latency_form = form
-    return out
+    return model.update([sig[c] for c in sorted(sig)])
 
 
 def add_latency(
@@ -282,46 +292,46 @@ def add_latency(
     query: Any,
     histogram: str,
     default_cluster: str = "local",
-    prefer: str = "classic",
-) -> str | None:
+) -> bool:
     """Set P99, P95 latency (s) and request rate (1/s) per cluster in ``sig`` from Prometheus;
-    return the form of the histogram that answered (:data:`LATENCY_FORMS`), ``None`` when neither.
+    return whether any query answered with a series.
 
-    The three :func:`latency_queries` of ``prefer`` run concurrently (each bounded by the source's
-    timeout, so a slow Prometheus costs one timeout, not three); one that fails is left out
-    (latency is optional: no histogram, a Prometheus hiccup). When all three answer with no
-    series, the three of the other form run: a histogram stored as a native histogram has no
-    ``_bucket``/``_count`` series, and one stored as a classic histogram no native samples.
+    The three :func:`latency_queries` run concurrently (each bounded by the source's timeout, so a
+    slow Prometheus costs one timeout, not three); one that fails is left out (latency is
+    optional: no histogram, a Prometheus hiccup). When the backend refuses ``histogram_count``
+    (Prometheus before 2.40, VictoriaMetrics), the classic rate query runs instead.
     """
-    return _ask_latency(sig, query, histogram, default_cluster, prefer)[0]
+    return _ask_latency(sig, query, histogram, default_cluster)[0]
 
 
 def _ask_latency(
-    sig: dict[str, ClusterSignals], query: Any, histogram: str, default_cluster: str, prefer: str
-) -> tuple[str | None, bool]:
-    """:func:`add_latency`'s work: the form that answered and whether a query failed."""
+    sig: dict[str, ClusterSignals], query: Any, histogram: str, default_cluster: str
+) -> tuple[bool, bool]:
+    """:func:`add_latency`'s work: whether any query answered with a series, whether one failed."""
     from concurrent.futures import ThreadPoolExecutor
 
     failed: list[BaseException] = []
+    fallback = form_queries(histogram, "classic")
 
-    def ask(promql: str) -> list[Any]:
+    def ask(item: tuple[str, str]) -> list[Any]:
+        attr, promql = item
         try:
             return list(query(promql))
+        except Exception as err:
+            if not _UNKNOWN_HISTOGRAM_COUNT.search(str(err)):
+                failed.append(err)
+                return []
+        try:  # a backend without histogram_count: the classic form alone
+            return list(query(fallback[attr]))
         except Exception as err:
             failed.append(err)
             return []
 
-    order = [prefer, *(f for f in LATENCY_FORMS if f != prefer)]
-    for form in order:
-        queries = latency_queries(histogram, form)
-        with ThreadPoolExecutor(len(queries), thread_name_prefix="fleetmind-health") as pool:
-            answers = list(pool.map(ask, queries.values()))
-        if any(answers):
-            _set_latency(sig, dict(zip(queries, answers, strict=True)), default_cluster)
-            return form, bool(failed)
-        if failed:  # Prometheus trouble, not a histogram of the other form: no more timeouts
-            return None, True
-    return None, False
+    queries = latency_queries(histogram)
+    with ThreadPoolExecutor(len(queries), thread_name_prefix="fleetmind-health") as pool:
+        answers = list(pool.map(ask, queries.items()))
+    _set_latency(sig, dict(zip(queries, answers, strict=True)), default_cluster)
+    return any(answers), bool(failed)
 
 
 def _set_latency(

@@ -196,6 +196,22 @@ def test_the_second_scheduler_variant_has_its_own_name_and_lease() -> None:
     assert "leaderElection" not in cfg
 
 
+def test_the_second_scheduler_variant_names_its_rbac_and_port() -> None:
+    """kubernetes ``plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go``: the
+    system:kube-scheduler ClusterRole has ``get``/``update`` on leases only for resourceNames
+    ``kube-scheduler``; a second kube-scheduler static pod shares the host's port 10259."""
+    text = (DEPLOY / "kube-scheduler-config.yaml").read_text()
+    comment = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    lease = re.search(r"resourceName: (\S+)", comment)
+    assert lease is not None and lease.group(1) != "kube-scheduler"
+    rbac = re.search(r"RBAC: .*?(?= Ports:)", comment)
+    assert rbac is not None, "the second-scheduler variant names no RBAC step"
+    for needed in ("system:kube-scheduler ClusterRole", "resourceNames", f"Add {lease.group(1)}",
+                   "bind a separate ClusterRole", "kubectl edit clusterrole system:kube-scheduler"):  # fmt: skip
+        assert needed in rbac.group(0), needed
+    assert re.search(r"--secure-port 10259: start it with another --secure-port", comment)
+
+
 def test_the_quoted_extender_error_is_the_one_kube_scheduler_writes() -> None:
     text = (DEPLOY / "kube-scheduler-config.yaml").read_text()
     (ext,) = yaml.safe_load(text)["extenders"]
