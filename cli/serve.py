@@ -6,9 +6,11 @@ Options override the matching ``FLEETMIND_*`` environment variables (see ``docs/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from fleetmind.data.errors import ConfigError
@@ -52,6 +54,48 @@ def _ignore_sighup() -> None:
 
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, note)
+
+
+class _Terminated(SystemExit):
+    """SIGTERM, raised where the process was (:func:`_cleanup_on_sigterm`)."""
+
+
+@contextlib.contextmanager
+def _cleanup_on_sigterm(active: bool) -> Iterator[None]:
+    """While the block runs, let SIGTERM unwind it (its ``finally`` removes the metrics directory)
+    before the signal ends the process, by the signal as before (status 143 in a shell).
+
+    uvicorn's single-process server puts the handler it found back after its graceful shutdown
+    and raises the signal again (``Server.capture_signals`` in ``uvicorn/server.py``): left to its
+    default action, that ended the process inside ``uvicorn.run``, and the ``finally`` after it
+    never ran. Installed only when ``active`` and SIGTERM has its default action in the main
+    thread: as PID 1, :func:`fleetmind.cli.runner.run_main`'s handler already ends the command by
+    ``SystemExit`` (status 143); uvicorn's ``--workers`` supervisor replaces the handler and
+    returns after SIGTERM."""
+    import signal
+    import threading
+
+    if (
+        not active
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise _Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)  # ends the process (PID 1 ignores it: status 143)
+        raise
+    finally:
+        if signal.getsignal(signal.SIGTERM) is stop:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -395,16 +439,13 @@ def _supervisor_options(uvicorn: Any, startup_timeout_s: float) -> dict[str, Any
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from fleetmind.serving.app import uvicorn_log_config
-    from fleetmind.serving.http_guard import server_options
-    from fleetmind.serving.metrics import cleanup_multiprocess_dir, prepare_multiprocess_dir
+    from fleetmind.serving.metrics import prepare_multiprocess_dir
     from fleetmind.serving.settings import (
         default_public_url,
         get_settings,
         is_wildcard_host,
         public_url_problem,
     )
-    from fleetmind.serving.tls import uvicorn_options
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be within 1..65535, got {args.port}")
@@ -457,6 +498,23 @@ def run(args: argparse.Namespace) -> int:
     # (one worker too when the operator set the directory: it may be shared with other instances)
     multi = args.workers > 1 or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     shared = prepare_multiprocess_dir() if multi else None
+    with _cleanup_on_sigterm(shared is not None):
+        _serve(uvicorn, args, settings, derived, shared)
+    return 0
+
+
+def _serve(
+    uvicorn: Any, args: argparse.Namespace, settings: Any, derived: bool, shared: Any
+) -> None:
+    """``uvicorn.run`` the service; then put back ``FLEETMIND_PUBLIC_URL`` when ``derived`` and
+    remove the metrics directory ``shared`` (the answer of
+    :func:`fleetmind.serving.metrics.prepare_multiprocess_dir`, or ``None``)."""
+    from fleetmind.serving.app import uvicorn_log_config
+    from fleetmind.serving.http_guard import server_options
+    from fleetmind.serving.metrics import cleanup_multiprocess_dir
+    from fleetmind.serving.settings import get_settings
+    from fleetmind.serving.tls import uvicorn_options
+
     try:
         uvicorn.run(
             "fleetmind.serving.app:create_app",
@@ -482,4 +540,3 @@ def run(args: argparse.Namespace) -> int:
             get_settings.cache_clear()
         if shared is not None:
             cleanup_multiprocess_dir(*shared)
-    return 0

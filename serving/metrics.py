@@ -30,9 +30,10 @@ there, and ``/metrics`` answers the files of all workers merged (client_python, 
 Mode"): counters and histograms summed (an exited worker's counts stay in the total), the gauges
 the maximum over live workers (``livemax``). Workers that exited are found at every scrape and
 their gauge files dropped (:func:`mark_dead_workers`; uvicorn's supervisor has no hook to call
-``mark_process_dead``). Collectors that read objects of their own process
-(``fleetmind_cluster_health``, ``fleetmind_fleet_skew``) live on :attr:`Metrics.process_registry`
-and are answered by the worker that serves the scrape. Without the variable (one process, the
+``mark_process_dead``). A run killed outright leaves its directory; the next start removes it
+when that is safe to judge (:func:`sweep_stale_multiprocess_dirs`). Collectors that read objects
+of their own process (``fleetmind_cluster_health``, ``fleetmind_fleet_skew``) live on
+:attr:`Metrics.process_registry` and are answered by the worker that serves the scrape. Without the variable (one process, the
 default, and the tests) everything is on one private registry.
 """
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -68,18 +70,106 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
 
 
+DIR_PREFIX = "fleetmind-metrics-"
+"""How the name of every directory :func:`prepare_multiprocess_dir` makes begins."""
+_OWNED_DIR = re.compile(re.escape(DIR_PREFIX) + r"([0-9a-f]{16})-(\d+)-[^/]+")
+SWEEP_MIN_AGE_S = 60.0
+"""Seconds since a directory last changed before :func:`sweep_stale_multiprocess_dirs` may remove
+it."""
+
+
+def host_tag() -> str | None:
+    """16 hex digits naming this boot of this host and this process's PID namespace (a digest of
+    ``/proc/sys/kernel/random/boot_id`` and the ``/proc/self/ns/pid`` link), or ``None`` where
+    they cannot be read (not Linux, no ``/proc``, or a ``/proc`` of another PID namespace). Two
+    processes with the same tag see the same process IDs: a process ID one of them recorded can be
+    checked by the other."""
+    import hashlib
+
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot_id = f.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+        if int(os.readlink("/proc/self")) != os.getpid():  # /proc of another PID namespace
+            return None
+    except (OSError, ValueError):
+        return None
+    if not boot_id:
+        return None
+    return hashlib.sha256(f"{boot_id}\0{namespace}".encode()).hexdigest()[:16]
+
+
+def _stale(path: str, tag: str, now: float, min_age_s: float) -> bool:
+    """Whether ``path`` is a directory of :func:`prepare_multiprocess_dir` made under ``tag``, owned
+    by this user, unchanged for ``min_age_s`` seconds, whose creating process and every process
+    with a live gauge file in it are gone."""
+    m = _OWNED_DIR.fullmatch(os.path.basename(path))
+    if m is None or m.group(1) != tag:
+        return False
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or now - st.st_mtime < min_age_s:
+            return False
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            return False
+        pids = {int(m.group(2))}
+        for name in os.listdir(path):
+            live = _LIVE_GAUGE_FILE.fullmatch(name)
+            if live:
+                pids.add(int(live.group(1)))
+    except OSError:
+        return False
+    return not any(pid == os.getpid() or _alive(pid) for pid in pids)
+
+
+def sweep_stale_multiprocess_dirs(
+    parent: str, min_age_s: float = SWEEP_MIN_AGE_S, now: float | None = None
+) -> list[str]:
+    """Remove the directories of :func:`prepare_multiprocess_dir` in ``parent`` that runs ended
+    without their cleanup left behind (a SIGKILL, the OOM killer); returns the paths removed.
+
+    Best effort, and only what is safe to judge: a directory whose name carries this host's
+    :func:`host_tag` (same boot, same PID namespace: its process IDs mean what they mean here),
+    owned by this user, unchanged for ``min_age_s`` seconds (``now``: the time, seconds since the
+    epoch; default the clock), whose creating process and every process named by a live gauge file
+    (``gauge_live*_<pid>.db``) are gone. A directory another container, host or boot made (shared
+    volume), or one of an older release (no tag), is left alone; with no tag here nothing is swept.
+    """
+    tag = host_tag()
+    if tag is None:
+        return []
+    now = time.time() if now is None else now
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(names):
+        path = os.path.join(parent, name)
+        if name.startswith(DIR_PREFIX) and _stale(path, tag, now, min_age_s):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def prepare_multiprocess_dir() -> tuple[str, str | None]:
     """Point :data:`MULTIPROC_ENV` at a new, empty directory for the workers about to start.
 
     A directory of this run's own: inside the one the operator set (which may be shared with
     other instances, whose live files must not be removed or merged into this one's), else in
-    the system's temporary directory. Returns the directory and the variable's value before
-    (:func:`cleanup_multiprocess_dir` removes the one and restores the other).
+    the system's temporary directory. Its name carries :func:`host_tag` and this process's ID, so
+    that a later start can tell it was left by a run that is gone: the directories such runs left
+    there are removed first (:func:`sweep_stale_multiprocess_dirs`). Returns the directory and the
+    variable's value before (:func:`cleanup_multiprocess_dir` removes the one and restores the
+    other).
     """
     given = os.environ.get(MULTIPROC_ENV) or None
     if given:
         os.makedirs(given, exist_ok=True)
-    path = tempfile.mkdtemp(prefix="fleetmind-metrics-", dir=given)
+    sweep_stale_multiprocess_dirs(given or tempfile.gettempdir())
+    tag = host_tag()
+    prefix = f"{DIR_PREFIX}{tag}-{os.getpid()}-" if tag else DIR_PREFIX
+    path = tempfile.mkdtemp(prefix=prefix, dir=given)
     os.environ[MULTIPROC_ENV] = path
     return path, given
 
