@@ -167,11 +167,19 @@ _JWT_UNAUTHORIZED = (
 )
 DOCS_PAGES = frozenset({"/docs", "/redoc"})
 """The API docs pages a browser without credentials is sent to the ``/ui`` login form from."""
+JWT_HEADER_CHARS = 1024
+"""Most base64url characters of a JWT's first part (its JOSE header, RFC 7515 section 4: a few
+fields, well under 200 characters in practice) that :func:`looks_like_jwt` decodes; a longer one
+is not taken for a JWT."""
 
 
 def looks_like_jwt(header: str | bytes | None) -> bool:
     """Whether an ``Authorization`` header carries a JWT bearer (RFC 7519: three base64url parts,
-    the first a JSON object with ``alg``), as an SSO proxy sends, rather than an opaque token."""
+    the first a JSON object with ``alg``), as an SSO proxy sends, rather than an opaque token.
+
+    Never raises, whatever the header holds: the first part is decoded only when it is at most
+    :data:`JWT_HEADER_CHARS` base64url characters and parsed only when it decodes to a JSON
+    object's ``{`` (a deeply nested array would exhaust the parser's recursion)."""
     import base64
     import json
 
@@ -181,13 +189,22 @@ def looks_like_jwt(header: str | bytes | None) -> bool:
     parts = given.strip().split(".")
     if scheme.lower() != "bearer" or len(parts) != 3 or not all(parts[:2]):
         return False
-    if len(parts[0]) > 4096 or not all(_B64URL.fullmatch(p) for p in parts):
+    if len(parts[0]) > JWT_HEADER_CHARS or not all(_B64URL.fullmatch(p) for p in parts):
         return False
     try:
-        head = json.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
-    except (ValueError, UnicodeDecodeError):
+        raw = base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)).lstrip()
+        head = json.loads(raw) if raw.startswith(b"{") else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return False
     return isinstance(head, dict) and "alg" in head
+
+
+def _is_opaque_bearer(header: bytes) -> bool:
+    """Whether an ``Authorization`` header is ``Bearer <token>`` with a token that is no JWT
+    (:func:`looks_like_jwt`): what an API client sends, as opposed to a browser's ``Basic``
+    credentials (nginx ``auth_basic`` passes them upstream) or an SSO proxy's JWT."""
+    scheme, _, given = header.decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and bool(given.strip()) and not looks_like_jwt(header)
 
 
 def unauthorized_detail(header: str | bytes | None) -> str:
@@ -470,10 +487,12 @@ async def _session_scopes(app: Any, scope: Any) -> frozenset[str] | None:
 def _browser_to_docs(scope: Any, header: bytes | None) -> bool:
     """Whether a request without credentials is a browser opening the API docs pages
     (:data:`DOCS_PAGES`, ``GET``/``HEAD``, ``Accept`` naming ``text/html``) with no
-    ``Authorization`` header or an SSO proxy's JWT in it: sent to the login form, not a JSON 401."""
+    ``Authorization`` header, an SSO proxy's JWT, or another scheme (``Basic`` from a proxy's
+    ``auth_basic``) in it: sent to the login form. An unknown opaque ``Bearer`` token (an API
+    client's) keeps the JSON 401."""
     if scope.get("path") not in DOCS_PAGES or scope.get("method") not in ("GET", "HEAD"):
         return False
-    if header is not None and not looks_like_jwt(header):
+    if header is not None and _is_opaque_bearer(header):
         return False
     accept = b",".join(v for k, v in scope.get("headers", ()) if k == b"accept")
     return b"text/html" in accept.lower()

@@ -78,10 +78,10 @@ def test_a_valid_bearer_token_signs_the_pages_in_without_a_cookie(client: TestCl
     for path in ("/ui/", "/ui/fleet", "/ui/incidents/1"):
         r = client.get(path, headers=BEARER, follow_redirects=False)
         assert r.status_code == 200, (path, r.headers.get("location"))
-        assert "signed in · admin, ingest, read" in r.text
+        assert "signed in through the proxy · admin, ingest, read" in r.text
         assert not client.cookies.get(auth.SESSION_COOKIE)  # no stored session was made
     read = client.get("/ui/", headers={"Authorization": f"Bearer {READ}"})
-    assert read.status_code == 200 and "signed in · read" in read.text
+    assert read.status_code == 200 and "signed in through the proxy · read" in read.text
     # an unknown token, another scheme or a JWT still goes to the login form
     for header in (f"Bearer {API}x", f"Basic {API}", f"Bearer {ID_TOKEN}", "Bearer "):
         r = client.get("/ui/", headers={"Authorization": header}, follow_redirects=False)
@@ -204,3 +204,133 @@ def test_the_login_form_returns_only_to_ui_paths_and_the_docs() -> None:
     assert ui_router._safe_next("/redoc") == "/redoc"
     for target in ("/docsx", "/docs/../api", "//evil.example", "https://evil.example", "/api/v1"):
         assert ui_router._safe_next(target) == "/ui/", target
+
+
+def _nested_jwt_header(depth: int = 3000) -> str:
+    """A bearer whose first part decodes to ``depth`` ``[``: json.loads raises RecursionError."""
+    first = base64.urlsafe_b64encode(b"[" * depth).rstrip(b"=").decode()
+    return f"Bearer {first}.e30.x"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/incidents", "/docs", "/openapi.json", "/redoc"])
+def test_a_deeply_nested_jwt_like_bearer_gets_a_401_not_a_500(tmp_path: Path, path: str) -> None:
+    """A first part decoding to 3000 '[' made json.loads raise RecursionError: a 500 on every
+    path behind a token, without any credential."""
+    app = create_app(make_settings(tmp_path))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        for accept in ("application/json", "text/html"):
+            headers = {"Authorization": _nested_jwt_header(), "Accept": accept}
+            r = c.get(path, headers=headers, follow_redirects=False)
+            assert r.status_code == 401, (path, accept, r.status_code, r.text[:80])
+            assert "missing or unknown bearer token" in r.json()["detail"]
+    assert not deps.looks_like_jwt(_nested_jwt_header())
+
+
+def _hostile_bearers() -> list[str]:
+    """Bearer values no client should send: long, nested, non-ASCII, dotted, padded."""
+    obj = _b64({"alg": "RS256"})
+    return [
+        _nested_jwt_header(),
+        _nested_jwt_header(700),  # within the size cap: still no JSON object
+        "Bearer "
+        + base64.urlsafe_b64encode(b"{" + b'"a":[' * 150).rstrip(b"=").decode()
+        + ".e30.x",
+        "Bearer " + "A" * 6000,
+        "Bearer " + "A" * 6000 + ".e30.x",
+        "Bearer " + _b64({"alg": "x" * 2000}) + ".e30.x",  # a JOSE header over the cap
+        "Bearer " + "." * 500,
+        "Bearer " + ".".join([obj] * 200),
+        "Bearer " + obj + ".é.x",
+        "Bearer ñ" + obj + ".e30.x",
+        "Bearer " + obj + "=.e30.x",
+        "Bearer A.e30.x",  # one base64url character: no whole byte
+        "Bearer =====.e30.x",
+        "Bearer  " + ID_TOKEN,
+        "Bearer\t" + ID_TOKEN,
+        "bEaReR",
+        "Bearer",
+    ]
+
+
+def test_hostile_bearer_values_get_a_4xx_never_a_5xx(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        for value in _hostile_bearers():
+            assert isinstance(deps.looks_like_jwt(value), bool)
+            assert isinstance(deps.looks_like_jwt(value.encode("utf-8")), bool)
+            for path in ("/api/v1/incidents", "/docs", "/ui/", "/ui/login", "/ui/fleet"):
+                headers = {"Authorization": value.encode("utf-8"), "Accept": "text/html"}
+                r = c.get(path, headers=headers, follow_redirects=False)
+                assert r.status_code < 500, (value[:40], path, r.status_code)
+
+
+def test_a_proxy_signed_page_offers_no_dead_sign_out_button(client: TestClient) -> None:
+    """A page signed in only by the proxy's bearer showed a Sign out button whose POST found no
+    cookie session to end: the next page was signed in again."""
+    r = client.get("/ui/", headers=BEARER)
+    assert r.status_code == 200
+    assert "Sign out" not in r.text and 'action="/ui/logout"' not in r.text
+    assert "signed in through the proxy" in r.text
+    # a cookie session (the login form) keeps its Sign out button, bearer header or not
+    login = client.get("/ui/login")
+    signed = client.post(
+        "/ui/login",
+        data={"token": READ, "csrf": _csrf(login.text), "next": "/ui/"},
+        follow_redirects=False,
+    )
+    assert signed.status_code == 303 and client.cookies.get(auth.SESSION_COOKIE)
+    for headers in ({}, BEARER):
+        page = client.get("/ui/", headers=headers)
+        assert 'action="/ui/logout"' in page.text and "Sign out" in page.text
+        assert "signed in · read" in page.text and "through the proxy" not in page.text
+
+
+def test_the_login_form_sends_a_proxy_signed_request_on_to_next(client: TestClient) -> None:
+    for target in ("/ui/fleet", "/docs"):
+        r = client.get(f"/ui/login?next={target}", headers=BEARER, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == target
+    # an open redirect stays closed
+    r = client.get("/ui/login?next=//evil.example", headers=BEARER, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/"
+    # the followed redirect lands on a signed-in page, not in a loop
+    landed = client.get("/ui/login?next=/ui/fleet", headers=BEARER)
+    assert landed.status_code == 200 and str(landed.url).endswith("/ui/fleet")
+    # no valid bearer (unknown, JWT, another scheme, none): the form, as before
+    for header in (f"Bearer {API}x", f"Bearer {ID_TOKEN}", f"Basic {API}", None):
+        headers = {"Authorization": header} if header else {}
+        r = client.get("/ui/login?next=/ui/fleet", headers=headers, follow_redirects=False)
+        assert r.status_code == 200 and 'name="token"' in r.text, header
+
+
+def test_a_browser_with_basic_credentials_opening_the_docs_goes_to_the_login_form(
+    client: TestClient,
+) -> None:
+    """nginx ``auth_basic`` passes the browser's ``Authorization: Basic`` upstream by default
+    (https://nginx.org/en/docs/http/ngx_http_auth_basic_module.html; proxy_pass forwards the
+    request's header fields, https://nginx.org/en/docs/http/ngx_http_proxy_module.html
+    #proxy_pass_request_headers): /docs answered the JSON 401 dead end."""
+    html = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    basic = {**html, "Authorization": "Basic " + base64.b64encode(b"alice:pw").decode()}
+    for path in ("/docs", "/redoc"):
+        for method in ("GET", "HEAD"):
+            r = client.request(method, path, headers=basic, follow_redirects=False)
+            assert r.status_code == 303, (method, path, r.status_code)
+            assert r.headers["location"] == f"/ui/login?next={path}"
+    # signed in with the form, the Basic header no longer stands in the way
+    login = client.get("/ui/login?next=/docs", headers=basic)
+    signed = client.post(
+        "/ui/login",
+        data={"token": READ, "csrf": _csrf(login.text), "next": "/docs"},
+        headers=basic,
+        follow_redirects=False,
+    )
+    assert signed.status_code == 303 and signed.headers["location"] == "/docs"
+    assert client.get("/docs", headers=basic).status_code == 200
+    client.cookies.clear()
+    # an API client's unknown opaque bearer, and non-browser clients, keep the JSON 401
+    for headers in (
+        {**html, "Authorization": "Bearer wrong-token"},
+        {"Authorization": "Basic " + base64.b64encode(b"alice:pw").decode()},
+    ):
+        r = client.get("/docs", headers=headers, follow_redirects=False)
+        assert r.status_code == 401 and r.headers["content-type"] == "application/json"

@@ -374,7 +374,17 @@ def _safe_next(target: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------- login
 @router.get("/login", response_class=HTMLResponse)
-def login_page(request: Request, next: str | None = None) -> HTMLResponse:  # noqa: A002
+def login_page(
+    request: Request,
+    services: ServicesDep,
+    next: str | None = None,  # noqa: A002
+) -> Response:
+    """The login form; a request already signed in by a valid bearer token an SSO proxy injects
+    (:func:`_bearer_session`, with the ``read`` scope) goes straight on to ``next`` (303)."""
+    if auth.auth_enabled(services.settings):
+        bearer = _bearer_session(request, services.settings)
+        if bearer is not None and bearer.can("read"):
+            return RedirectResponse(_safe_next(next), status_code=303)
     return render(request, "login.html", next=_safe_next(next), error=None, session=None)
 
 
