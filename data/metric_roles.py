@@ -44,7 +44,8 @@ role           direction  words (any of)                                        
 * a latency name whose last word is ``count`` counts requests (Prometheus histograms'
   ``http_request_duration_seconds_count``): ``traffic``;
 * a latency name whose only latency word is ``response`` and that holds ``total`` counts responses
-  (Linkerd's ``response_total``, https://linkerd.io/2/reference/proxy-metrics/): ``traffic``;
+  (Linkerd's ``response_total``, https://linkerd.io/2/reference/proxy-metrics/): ``traffic``; a
+  unit word keeps it a latency (``nginx_vts_upstream_response_seconds_total``, ``response_ms_total``);
 * a name with a headroom word (remaining, avail, available, free, freeable, balance) measures what is
   left, so its direction is ``down`` whatever its role (``node_memory_MemAvailable_bytes``,
   ``node_filesystem_avail_bytes``, AWS RDS ``FreeableMemory`` and EC2 ``CPUCreditBalance`` are
@@ -80,7 +81,7 @@ folder, or ``--roles FILE``; :func:`scenario_role_map`), e.g. ``ok_ratio: succes
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -215,6 +216,28 @@ _MATCHER = re.compile(
 UTF-8 syntax) a quoted metric name standing alone."""
 
 
+def _label_items(labels: str) -> Iterator[tuple[str, str, str, str]]:
+    """The items of a label block (the text after ``{``), left to right: ``(quoted, bare, op,
+    value)`` as :data:`_MATCHER` groups them (``""`` for a group that did not match).
+
+    Each item is matched where the previous one ended (``match(pos)``) and characters no item
+    starts with are skipped, so the work is linear in ``len(labels)``. A quote that opens no closed
+    string ends the block: no quoted name or value after it can close (every later quote is inside
+    that unclosed string or escaped in it), so nothing after it is read. ``findall`` restarted a
+    scan to the end of the text at every such quote: quadratic, seconds for 10,000 escaped quotes."""
+    pos, n = 0, len(labels)
+    while pos < n:
+        m = _MATCHER.match(labels, pos)
+        if m is not None:
+            quoted, bare, op, value = m.groups()
+            yield quoted or "", bare or "", op or "", value or ""
+            pos = m.end()
+        elif labels[pos] == '"':
+            return  # an unclosed quoted string: the rest of the block is inside it
+        else:
+            pos += 1
+
+
 def metric_name_part(name: str) -> str:
     """The metric name of a column name written as a Prometheus series: the text before the first
     ``{`` (``'http_server_requests_seconds{outcome="SUCCESS"}'`` ->
@@ -228,7 +251,7 @@ def metric_name_part(name: str) -> str:
     if head.strip() or not brace:
         return head
     by_label = None
-    for quoted, bare, op, value in _MATCHER.findall(labels):
+    for quoted, bare, op, value in _label_items(labels):
         if quoted and not op:
             return quoted
         if bare == "__name__" and op == "=" and by_label is None:
@@ -282,16 +305,18 @@ def _name_role(name: str) -> str:
         return "traffic"  # http_server_response_body_size: a payload size, not a latency
     if role == "latency" and ws and ws[-1] == "count":
         return "traffic"  # http_request_duration_seconds_count: how many requests
-    if role == "latency" and "total" in ws and not any(w in _PROPER_LATENCY for w in ws):
+    if (
+        role == "latency"
+        and "response" in ws
+        and "total" in ws
+        and not any(w in _PROPER_LATENCY or w in _UNIT_WORDS for w in ws)
+    ):
         return "traffic"  # Linkerd response_total: a counter of responses, not a latency
     if role == "errors" and _has_headroom(ws):
         return "success"  # error_budget_remaining: a drop is the symptom
     return role
 
 
-_LABEL = re.compile(r'(?:([A-Za-z_][A-Za-z0-9_.]*)|"([^"]*)")\s*=~?\s*"([^"]*)"')
-"""A label matcher ``key="value"`` (or ``=~``); a key may be quoted, as Prometheus 3 writes UTF-8
-names (``"http.response.status_code"="500"``)."""
 _ERROR_VALUES = frozenset("error errors server_error failure failed fail".split())
 _GRPC_FAILURES = frozenset(
     "canceled cancelled unknown invalidargument deadlineexceeded notfound alreadyexists permissiondenied "
@@ -302,48 +327,59 @@ _GRPC_FAILURES = frozenset(
 go-grpc-prometheus's ``grpc_code`` label writes them (``Canceled``, grpc-go ``codes/code_string.go``;
 ``CANCELLED`` in the spec), compared lower-case without ``_``; as numbers they are 1 to 16."""
 
+_RPC_STATUS_KEYS = frozenset(
+    "grpc_code grpc_status grpc_response_status rpc_grpc_status_code "
+    "rpc_response_status_code".split()
+)
+"""Label keys (lower-case, ``.`` read as ``_``) that hold a gRPC status: go-grpc-prometheus's
+``grpc_code``, gRPC's OpenTelemetry ``grpc.status`` (gRFC A66), Istio's ``grpc_response_status``,
+OpenTelemetry's ``rpc.grpc.status_code`` and ``rpc.response.status_code``. Other keys naming gRPC
+(``grpc_method``, ``grpc_service``) hold no status, whatever their value."""
 
-def _rpc_status_key(key: str) -> bool:
-    """Whether a label key (lower-case, ``.`` read as ``_``) holds a gRPC status: a ``grpc`` key
-    naming a code or status (go-grpc-prometheus ``grpc_code``, Istio ``grpc_response_status``) or
-    an ``rpc`` key holding ``status_code`` (OpenTelemetry ``rpc_grpc_status_code``,
-    ``rpc_response_status_code``)."""
-    return ("grpc" in key and ("code" in key or "status" in key)) or (
-        "rpc" in key and "status_code" in key
-    )
+_DNS_FAILURES = frozenset({"servfail"})
+"""DNS response codes that say the server failed to answer, under a label key ``rcode`` (CoreDNS
+``coredns_dns_responses_total`` and ``coredns_forward_responses_total``,
+https://github.com/coredns/coredns/blob/master/plugin/metrics/README.md; the coredns-mixin's
+``CoreDNSErrorsHigh`` alerts on ``rcode="SERVFAIL"`` alone). ``NXDOMAIN`` (no such name) and
+``REFUSED`` (a policy answer, as an HTTP 403 is) are answers, not failures of the server."""
 
 
 def _rpc_failure(key: str, value: str) -> bool:
     """Whether label ``key="value"`` (both lower-case, key with ``_`` for ``.``) names a gRPC call
-    that failed: a code name other than ``OK`` under a ``grpc`` or status key, or a code number 1-16
-    under a status key (:func:`_rpc_status_key`)."""
-    if not ("grpc" in key or _rpc_status_key(key)):
+    that failed: under a gRPC status key (:data:`_RPC_STATUS_KEYS`), a code name other than
+    ``OK`` or a code number 1 to 16 (one or two ASCII digits: ``"14"``, ``"01"``)."""
+    if key not in _RPC_STATUS_KEYS:
         return False
     if value.replace("_", "") in _GRPC_FAILURES:
         return True
-    return _rpc_status_key(key) and value.isdigit() and 1 <= int(value) <= 16
+    return re.fullmatch(r"[0-9]{1,2}", value) is not None and 1 <= int(value) <= 16
 
 
 def _counts_errors(name: str) -> bool:
-    """Whether the label block of a series name (``{...}``) selects failed requests: a status
-    class or code ``5xx`` / ``5NN`` / ``=~"5.."`` under a key holding ``code`` or ``status``
-    (not ``le="500"``), an outcome or
-    result such as ``error``, ``SERVER_ERROR`` or ``failure``, a gRPC code other than ``OK`` by
-    name or number (:func:`_rpc_failure`: ``grpc_response_status="14"``,
-    ``rpc_response_status_code="UNAVAILABLE"``), or a non-empty OpenTelemetry ``error_type``
+    """Whether the label block of a series name (``{...}``) selects failed requests: a matcher
+    ``key="value"`` (or ``=~``; :func:`_label_items`) with a status class or code ``5xx`` /
+    ``5NN`` / ``=~"5.."`` under a key holding ``code`` or ``status`` (not ``le="500"``), an
+    outcome or result such as ``error``, ``SERVER_ERROR`` or ``failure``, a gRPC code other than
+    ``OK`` by name or number under a gRPC status key (:func:`_rpc_failure`:
+    ``grpc_response_status="14"``, ``rpc_response_status_code="UNAVAILABLE"``), a DNS
+    ``rcode="SERVFAIL"`` (:data:`_DNS_FAILURES`), or a non-empty OpenTelemetry ``error_type``
     (``error.type``: set only on failed operations).
     The metric's name sets the role (:func:`metric_name_part`); this only tells a count of failed
     requests from a count of all requests, as Prometheus series tell them apart."""
     _, brace, labels = str(name).partition("{")
     if not brace:
         return False
-    for key, quoted_key, value in _LABEL.findall(labels):
+    for quoted_key, key, op, value in _label_items(labels):
+        if op not in ("=", "=~"):
+            continue  # a name standing alone, or a negative matcher (!=, !~)
         v = value.strip().lower()
         k = (key or quoted_key).lower().replace(".", "_")
         if ("code" in k or "status" in k) and re.fullmatch(r"5(?:xx|[0-9]{2}|\.\.)", v):
             return True  # a status class or code (not le="500", tenant="512")
         if v in _ERROR_VALUES or _rpc_failure(k, v):
             return True
+        if k == "rcode" and v in _DNS_FAILURES:
+            return True  # CoreDNS: the server could not answer
         if k == "error_type" and v:
             return True  # OpenTelemetry error.type: set on failed operations only
     return False

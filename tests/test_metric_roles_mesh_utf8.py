@@ -20,6 +20,9 @@ The names are those the real components export:
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -231,3 +234,161 @@ def test_shipped_scenario_metric_names_keep_their_roles(name: str, role: str, co
     count treatment their published figures were made with."""
     assert metric_role(name) == role
     assert is_count_metric(name) is count
+
+
+# ---------------------------------------------------------------- latency totals with a unit word
+@pytest.mark.parametrize(
+    "name",
+    [
+        # nginx-module-vts exporter (vozlt/nginx-module-vts, README "Prometheus"): seconds spent
+        "nginx_vts_server_request_seconds_total",
+        "nginx_vts_upstream_response_seconds_total",
+        # pgbouncer_exporter (prometheus-community/pgbouncer_exporter, collector.go)
+        "pgbouncer_stats_server_in_transaction_seconds_total",
+        # node_exporter schedstat collector (prometheus/node_exporter, collector/schedstat_linux.go)
+        "node_schedstat_waiting_seconds_total",
+        "response_ms_total",
+        "totalResponseMs",
+    ],
+)
+def test_a_total_of_seconds_or_ms_stays_a_latency(name: str) -> None:
+    """Only a ``response`` counter without a unit word counts responses (Linkerd
+    ``response_total``). The Linkerd rule had no check for ``response`` and treated ``seconds``
+    and ``ms`` as no latency words, so all of these became traffic with direction both: a
+    latency rise no longer read as HighLatency."""
+    assert metric_role(name) == "latency"
+    assert metric_direction(name) == "up"
+    assert metric_role("response_total") == "traffic"  # the Linkerd counter itself
+
+
+# ---------------------------------------------------------------- status numbers that are no ASCII
+@pytest.mark.parametrize(
+    "value",
+    ["\u00b2", "\u0661\u0664", "1" * 5000, "014"],
+    ids=["superscript-two", "arabic-indic-14", "5000-digits", "three-digits"],
+)
+def test_a_status_value_that_is_no_code_number_is_no_error_and_no_traceback(value: str) -> None:
+    """``str.isdigit`` is true for ``²`` and for 5,000 digits, and ``int`` then raised
+    (``ValueError``: not a decimal digit / over Python's 4,300-digit limit): a column header
+    crashed the scenario reader. Only one or two ASCII digits are a gRPC code number."""
+    name = f'istio_requests_total{{grpc_response_status="{value}"}}'
+    assert metric_role(name) == "traffic"
+    assert metric_direction(name) == "both"
+
+
+@pytest.mark.parametrize(("value", "role"), [("14", "errors"), ("01", "errors"), ("0", "traffic")])
+def test_ascii_code_numbers_still_read(value: str, role: str) -> None:
+    assert metric_role(f'istio_requests_total{{grpc_response_status="{value}"}}') == role
+
+
+# ---------------------------------------------------------------- CoreDNS response codes
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ('coredns_dns_responses_total{rcode="SERVFAIL",server="dns://:53",zone="."}', "errors"),
+        ('coredns_forward_responses_total{rcode="SERVFAIL",to="10.0.0.10:53"}', "errors"),
+        ('coredns_dns_responses_total{rcode="NOERROR",server="dns://:53",zone="."}', "traffic"),
+        ('coredns_dns_responses_total{rcode="NXDOMAIN",server="dns://:53",zone="."}', "traffic"),
+        ('coredns_dns_responses_total{rcode="REFUSED",server="dns://:53",zone="."}', "traffic"),
+        ('coredns_dns_responses_total{rcode!="SERVFAIL"}', "traffic"),
+        ('coredns_dns_https_responses_total{server="https://:443",status="500"}', "errors"),
+    ],
+)
+def test_coredns_servfail_is_an_error_count(name: str, role: str) -> None:
+    """CoreDNS exports ``coredns_dns_responses_total{server, zone, view, rcode, plugin}`` and the
+    forward plugin ``coredns_forward_responses_total{to, rcode}``
+    (https://github.com/coredns/coredns/blob/master/plugin/metrics/README.md,
+    ``plugin/forward/README.md``); the coredns-mixin's ``CoreDNSErrorsHigh`` alerts on
+    ``rcode="SERVFAIL"``. Old code: a SERVFAIL burst was traffic, direction both."""
+    assert metric_role(name) == role
+    assert metric_direction(name) == ("up" if role == "errors" else "both")
+    assert is_count_metric(name) is True
+
+
+# ---------------------------------------------------------------- gRPC keys that hold no status
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ('grpc_server_handled_total{grpc_method="Internal"}', "traffic"),
+        ('grpc_server_handled_total{grpc_service="Unavailable"}', "traffic"),
+        ('grpc_server_handled_total{grpc_service_code="3"}', "traffic"),
+        ('grpc_server_handled_total{grpc_type="unary",grpc_code="Internal"}', "errors"),
+        ('grpc_server_handled_total{grpc_code="3"}', "errors"),
+        # gRFC A66 (github.com/grpc/proposal, A66-otel-stats.md): the grpc.status attribute
+        ('grpc_client_attempt_duration_seconds_count{grpc_status="UNAVAILABLE"}', "errors"),
+        ('{"grpc.client.attempt.duration_count","grpc.status"="UNAVAILABLE"}', "errors"),
+        ('{"grpc.client.attempt.duration_count","grpc.method"="Internal"}', "traffic"),
+    ],
+)
+def test_only_grpc_status_keys_name_failures(name: str, role: str) -> None:
+    """A code name or number counts only under a gRPC status key (``grpc_code``,
+    ``grpc_status``, ``grpc_response_status``, ``rpc_grpc_status_code``,
+    ``rpc_response_status_code``). Old code read any key holding ``grpc`` (a method named
+    ``Internal``) or ``grpc`` with ``code`` (``grpc_service_code="3"``) as a failed call."""
+    assert metric_role(name) == role
+
+
+# ---------------------------------------------------------------- pathological label blocks
+@contextmanager
+def _hang_guard(seconds: int = 20) -> Iterator[None]:
+    """Raise if the block runs past ``seconds``: a hang guard, not a timing figure (the linear
+    parse takes milliseconds on these inputs; the quadratic one took minutes)."""
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError(f"label parsing did not finish in {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize(
+    ("name", "part"),
+    [
+        ('{"' + '\\"' * 10_000, ""),  # 20 KB: an unclosed quoted name made of escaped quotes
+        ('{a="' + '\\"' * 10_000, ""),  # 20 KB: an unclosed label value
+        ('{"http.server.request.duration",a="' + '\\"' * 10_000, "http.server.request.duration"),
+        (
+            '{a="' + '\\"' * 10_000 + '","http.server.request.duration"}',
+            "http.server.request.duration",
+        ),
+        ('{__name__="requests_total",b="' + "\\x" * 10_000, "requests_total"),
+    ],
+)
+def test_a_20kb_unclosed_label_block_names_what_precedes_it(name: str, part: str) -> None:
+    with _hang_guard():
+        assert metric_name_part(name) == part
+
+
+@pytest.mark.parametrize(
+    ("name", "part", "role"),
+    [
+        ('{"' + '\\"' * 100_000, "", "other"),
+        (
+            '{"http.server.active_requests",a="' + '\\"' * 100_000,
+            "http.server.active_requests",
+            "traffic",
+        ),
+        ("requests{" + "a" * 200_000, "requests", "traffic"),
+        ('requests{code="500",' + "a." * 100_000, "requests", "errors"),
+        ('requests{code="200",' + '"' * 200_000, "requests", "traffic"),
+    ],
+    ids=[
+        "escaped-quotes",
+        "name-then-unclosed-value",
+        "long-bare-key",
+        "error-then-long-key",
+        "quotes",
+    ],
+)
+def test_a_200kb_label_block_is_read_in_linear_time(name: str, part: str, role: str) -> None:
+    """Old code ran ``findall`` over the label block, which restarted a scan to the end at every
+    quote of an unclosed string (quadratic: seconds for 20 KB, minutes for 200 KB) and at every
+    letter of a long key with no ``=`` (the failure-label reader). Now one left-to-right pass."""
+    with _hang_guard():
+        assert metric_name_part(name) == part
+        assert metric_role(name) == role
