@@ -230,14 +230,17 @@ def _temp_openb_dir(cache: Path, exc: OSError) -> Path:
 def synthetic_openb_dir() -> Path:
     """The synthetic trace's ``csv/`` folder in the cache, generated on first use (atomically).
 
-    When the cache folder cannot be created or written (read-only filesystem, no permission), the
-    trace is generated into a temporary folder instead (a few seconds, once per process, removed at
+    The folder is made 0755 so that a cache shared between users stays readable. When the cache
+    folder cannot be created, written or entered (read-only filesystem, no permission), the trace
+    is generated into a temporary folder instead (a few seconds, once per process, removed at
     exit) with one ``RuntimeWarning`` naming ``FLEETMIND_CACHE_DIR``.
     """
     root = cache_dir() / f"openb-synthetic-v{SYNTHETIC_VERSION}"
-    if (root / MARKER).is_file():
-        return root / "csv"
     try:
+        # inside the try: on Python 3.11 ``is_file`` raises PermissionError for a folder this
+        # user cannot enter (a 0700 one that another uid generated before the mode below)
+        if (root / MARKER).is_file():
+            return root / "csv"
         root.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".openb-synthetic-", dir=root.parent))
     except OSError as exc:
@@ -246,18 +249,9 @@ def synthetic_openb_dir() -> Path:
         return _temp_openb_dir(root.parent, exc)
     try:
         write_synthetic_openb(tmp)
-        try:
-            tmp.rename(root)
-        except OSError:  # another process won the race; its folder is the same
-            if not (root / MARKER).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root / "csv"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".openb-synthetic-", dir=root.parent))
-    try:
-        write_synthetic_openb(tmp)
+        # mkdtemp makes the folder 0700 and the rename keeps it: a cache shared between uids
+        # (one FLEETMIND_CACHE_DIR filled by root) must stay readable by the others
+        tmp.chmod(0o755)
         try:
             tmp.rename(root)
         except OSError:  # another process won the race; its folder is the same

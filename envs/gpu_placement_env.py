@@ -64,16 +64,27 @@ def _seed_list(seeds: object) -> list[int] | None:
     """
     if seeds is None:
         return None
-    if isinstance(seeds, str | bytes) or not hasattr(seeds, "__iter__"):
-        raise ConfigError(f"workload_seeds must be a sequence of integers >= 0, got {seeds!r}")
+    if (
+        isinstance(seeds, str | bytes)
+        or not hasattr(seeds, "__iter__")
+        or (isinstance(seeds, np.ndarray) and seeds.ndim != 1)  # a 0-d array cannot be iterated
+    ):
+        raise ConfigError(
+            f"workload_seeds must be a sequence of integers >= 0, got {_short_repr(seeds)}"
+        )
     items = [x.item() if isinstance(x, np.generic) else x for x in seeds]  # type: ignore[attr-defined]
-    bad = [x for x in items if isinstance(x, str | bytes) or np.ndim(x) != 0 or not _is_integral(x)]
-    if bad:
-        raise ConfigError(f"workload_seeds must be integers >= 0, got {bad[0]!r} in {items!r}")
-    out = [int(x) for x in items]
-    if out and min(out) < 0:
-        raise ConfigError(f"workload_seeds must be integers >= 0, got {min(out)}")
-    return out or None
+    for i, x in enumerate(items):  # only the first bad value: the list may be long
+        if isinstance(x, str | bytes) or np.ndim(x) != 0 or not _is_integral(x) or x < 0:
+            raise ConfigError(
+                f"workload_seeds must be integers >= 0, got {_short_repr(x)} at index {i}"
+            )
+    return [int(x) for x in items] or None
+
+
+def _short_repr(x: object, limit: int = 80) -> str:
+    """``repr(x)`` cut to ``limit`` characters (a long array or string stays out of messages)."""
+    text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_integral(x: object) -> bool:

@@ -95,7 +95,9 @@ def test_placement_pyfunc_pickled_under_its_old_module_loads_in_the_compat_block
     assert not hasattr(fleetmind.training, "sched_train")
 
 
-def test_released_ppo_zip_saved_before_the_move_loads() -> None:
+def test_shipped_ppo_zips_load_through_load_sb3_model() -> None:
+    # both now pickle fleetmind.rl.policy; a zip saved before the move (rl.policy) is built and
+    # loaded in tests/test_shipped_ppo_zip.py
     from fleetmind.rl.export import load_sb3_model
     from fleetmind.rl.policy import CandidateScorerPolicy
 

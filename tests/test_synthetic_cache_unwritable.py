@@ -4,13 +4,16 @@ A container run as a uid without a passwd entry gets ``HOME=/`` and, with a read
 filesystem (``readOnlyRootFilesystem: true``), ``/.cache`` cannot be made: ``fleetmind sched
 evaluate --trace default`` and ``fleetmind fleet show`` failed with "[Errno 30] Read-only file
 system: '/.cache'". Now the trace is generated into a temporary folder (removed at exit) with one
-warning naming ``FLEETMIND_CACHE_DIR``.
+warning naming ``FLEETMIND_CACHE_DIR``. The same holds for a cache folder this user cannot enter,
+and the folder generated into the cache is 0755 (not ``mkdtemp``'s 0700), so a cache shared
+between uids stays readable.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -105,3 +108,47 @@ def test_the_temporary_folder_is_removed_at_exit(tmp_path: Path) -> None:
     csv = Path(res.stdout.strip())
     assert csv.is_relative_to(tmp_path) and csv.name == "csv"
     assert not csv.parent.exists()
+
+
+def test_a_cache_folder_this_user_cannot_enter_falls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a shared FLEETMIND_CACHE_DIR filled by another uid with a 0700 openb-synthetic-v1/: on Python
+    # 3.11 ``Path.is_file`` raises PermissionError there (it ignores only ENOENT, ENOTDIR, EBADF
+    # and ELOOP: https://github.com/python/cpython/blob/3.11/Lib/pathlib.py, ``_ignore_error``),
+    # and the CLI stopped with ".../SYNTHETIC.md: Permission denied"
+    cache = tmp_path / "shared"
+    monkeypatch.setenv("FLEETMIND_CACHE_DIR", str(cache))
+    other = cache / f"openb-synthetic-v{syn.SYNTHETIC_VERSION}"
+    real_is_file = Path.is_file
+
+    def forbidden(self: Path) -> bool:
+        if self.is_relative_to(other):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_is_file(self)
+
+    monkeypatch.setattr(Path, "is_file", forbidden)
+    with pytest.warns(RuntimeWarning, match="Permission denied") as rec:
+        csv = syn.synthetic_openb_dir()
+    assert len(rec) == 1 and "FLEETMIND_CACHE_DIR" in str(rec[0].message)
+    assert not csv.is_relative_to(cache)
+    monkeypatch.setattr(Path, "is_file", real_is_file)
+    assert {p.name: p.read_bytes() for p in csv.iterdir()} == _expected_files(tmp_path)
+
+
+def test_the_generated_cache_folder_is_readable_by_other_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tempfile.mkdtemp makes its folder 0700 and the rename into place keeps the mode
+    monkeypatch.setenv("FLEETMIND_CACHE_DIR", str(tmp_path / "cache"))
+    old_umask = os.umask(0o022)
+    try:
+        csv = syn.synthetic_openb_dir()
+    finally:
+        os.umask(old_umask)
+    root = csv.parent
+    assert root == tmp_path / "cache" / f"openb-synthetic-v{syn.SYNTHETIC_VERSION}"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o755
+    for p in [csv, *root.rglob("*")]:
+        assert p.stat().st_mode & stat.S_IROTH, p  # others may read it
+    assert not [p for p in root.parent.iterdir() if p.name.startswith(".openb-synthetic-")]
