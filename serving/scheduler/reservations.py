@@ -361,6 +361,23 @@ def kept_by(rows: Iterable[Any], snapshot: FleetSnapshot | None) -> set[str]:
     }
 
 
+def _outranked(r: Any, outranks: tuple[str, int] | None) -> bool:
+    """Whether hold ``r`` is on the node a preemptor was nominated to (``outranks``: that node's
+    name and the preemptor's priority) and is for a pod of lower priority (a hold's ``NULL``
+    priority: 0, the Kubernetes default).
+
+    kube-scheduler nominates a pod to a node (``status.nominatedNodeName``) after evicting the
+    pods of lower priority there that keep it out (``DefaultPreemption``): a hold of such a pod
+    holds capacity it no longer has (evicted before telemetry listed it), and until its TTL every
+    retry of the preemptor failed that node and preempted again elsewhere. A lower-priority pod
+    that still exists and is bound needs no hold to count: kube-scheduler's ``NodeResourcesFit``
+    counts it, and telemetry does once it lists it. The node is matched by name: the candidate
+    nodes of one decision are all of one cluster."""
+    if outranks is None or r.node != outranks[0]:
+        return False
+    return (getattr(r, "pod_priority", None) or 0) < outranks[1]
+
+
 def _chunks(keys: list[str], size: int = 500) -> Iterator[list[str]]:
     """``keys`` in lists of at most ``size`` (bound parameters per statement)."""
     for i in range(0, len(keys), size):
@@ -473,6 +490,8 @@ class DbReservations(Reservations):
         uid: str | None = None,
         snapshot: FleetSnapshot | None = None,
         seen: Reservations | None = None,
+        priority: int = 0,
+        nominated: str | None = None,
     ) -> bool:
         """Hold ``option`` for pod ``key`` (``namespace/name``, or a :func:`job_key`), replacing the
         pod's earlier hold in ``option``'s cluster in one upsert (stored under :func:`stored_key`;
@@ -482,6 +501,10 @@ class DbReservations(Reservations):
         read again inside the write transaction, under a per-node lock: when others held capacity
         on the option's node since ``seen`` and the option no longer fits the snapshot after them,
         nothing is held and False comes back (decide again on a fresh view).
+
+        ``priority`` (the pod's ``spec.priority``) is stored with the hold; ``nominated`` (the
+        pod's ``status.nominatedNodeName``) leaves out, as :meth:`view` did, the holds of pods of
+        lower priority on that node.
 
         On PostgreSQL a lock wait (the node's lock, a row another transaction holds) lasting
         :data:`fleetmind.serving.db.PG_LOCK_WAIT_S` fails the hold with SQLSTATE 55P03 (a
@@ -506,6 +529,7 @@ class DbReservations(Reservations):
             "created_ts": now,
             "expires_ts": now + self.ttl_s,
             "bound_ts": None,
+            "pod_priority": priority,
         }
         with _bad_input_is_422(), self.db.write() as conn:
             if not self.db.is_sqlite:  # before any row lock: no lock-order cycle between nodes
@@ -524,7 +548,8 @@ class DbReservations(Reservations):
             )
             self._sweep(conn, own, snapshot, now)
             if snapshot is not None and seen is not None:
-                if not self._room_left(conn, key, option, job, snapshot, seen, now):
+                outranks = (nominated, priority) if nominated else None
+                if not self._room_left(conn, key, option, job, (snapshot, seen), now, outranks):
                     return False
             conn.execute(self._upsert(values))
             if own != key:  # the pod's row from before the cluster was in the key, if any
@@ -593,13 +618,15 @@ class DbReservations(Reservations):
         key: str,
         option: Option,
         job: JobSpec,
-        snapshot: FleetSnapshot,
-        seen: Reservations,
+        read: tuple[FleetSnapshot, Reservations],
         now: float,
+        outranks: tuple[str, int] | None = None,
     ) -> bool:
         """The capacity check of :meth:`hold`, inside its transaction: False when holds taken
-        after ``seen`` leave ``option`` without room on its node (pod ``key``'s own holds there,
-        of either key form, left out as ``seen`` left them out)."""
+        after ``seen`` (``read``: the decision's snapshot and view) leave ``option`` without room
+        on its node (pod ``key``'s own holds there, of either key form, and those ``outranks``
+        leaves out, :func:`_outranked`, left out as ``seen`` left them out)."""
+        snapshot, seen = read
         t = reservations_table
         rows = conn.execute(
             select(t).where(
@@ -609,7 +636,7 @@ class DbReservations(Reservations):
                 t.c.pod_key.not_in([stored_key(option.cluster, key), key]),
             )
         ).all()
-        held = _view(self._live(rows, snapshot), snapshot)
+        held = _view(self._live(rows, snapshot, outranks=outranks), snapshot)
         if not _taken(option, seen, held):
             return True  # nothing new on this node: the decision's view still holds
         node = next(
@@ -737,7 +764,10 @@ class DbReservations(Reservations):
         return [{**r._mapping, "pod_key": _name(r)} for r in rs]
 
     def view(
-        self, snapshot: FleetSnapshot | None = None, exclude: str | None = None
+        self,
+        snapshot: FleetSnapshot | None = None,
+        exclude: str | None = None,
+        outranks: tuple[str, int] | None = None,
     ) -> Reservations:
         """Held capacity now, as the placers read it.
 
@@ -752,6 +782,9 @@ class DbReservations(Reservations):
                 retried pod must not block itself); in every cluster, as the caller does not know
                 which one it is deciding in: a decision's candidate nodes are all of one cluster
                 (the scheduler's), so another cluster's hold of that name changes nothing there.
+            outranks: ``(node, priority)`` of a pod kube-scheduler nominated to ``node`` after
+                preempting there (``status.nominatedNodeName``, ``spec.priority``): the holds on
+                that node of pods of lower priority are left out (:func:`_outranked`).
         """
         now = self.clock()
         t = reservations_table
@@ -759,7 +792,7 @@ class DbReservations(Reservations):
             # with a snapshot, expired rows too: one it keeps (kept_by) holds past its TTL
             stmt = select(t) if snapshot is not None else select(t).where(t.c.expires_ts > now)
             rows = conn.execute(stmt).all()
-        live = self._live(rows, snapshot, exclude, now)
+        live = self._live(rows, snapshot, exclude, now, outranks)
         self._renew(rows, snapshot, now)
         return _view(live, snapshot)
 
@@ -769,9 +802,11 @@ class DbReservations(Reservations):
         snapshot: FleetSnapshot | None,
         exclude: str | None = None,
         now: float | None = None,
+        outranks: tuple[str, int] | None = None,
     ) -> list[Any]:
         """The rows that still hold capacity under ``snapshot`` (see :meth:`view`); rows expired
-        at ``now`` (s) count only where the snapshot keeps them (:func:`kept_by`)."""
+        at ``now`` (s) count only where the snapshot keeps them (:func:`kept_by`); none that
+        ``outranks`` leaves out (:func:`_outranked`)."""
         kept = kept_by(rows, snapshot)
         placed: set[tuple[str, str, str]] = set()
         running: set[tuple[str, str]] = set()
@@ -790,7 +825,7 @@ class DbReservations(Reservations):
         live = []
         for r in rows:
             name = _name(r)
-            if name == exclude:
+            if name == exclude or _outranked(r, outranks):
                 continue
             if r.pod_key in kept:
                 live.append(r)  # the pod's only GPU assignment while telemetry lists it there

@@ -65,16 +65,69 @@ _HOLD_TRIES = 5
 """Decisions per call at most while other replicas keep taking the chosen capacity first."""
 
 
-def _held(services: Services, snapshot: FleetSnapshot) -> tuple[Any, list[Reservations]]:
+_INT32 = 2**31
+"""``spec.priority`` is an ``int32`` (``k8s.io/api/core/v1`` ``PodSpec.Priority``)."""
+
+
+def _preemptor(args: dict[str, Any]) -> tuple[str | None, int]:
+    """The pod's ``status.nominatedNodeName`` when it is among the candidate nodes (``None``
+    otherwise), and its ``spec.priority`` (0 when absent or null: the Kubernetes default).
+
+    kube-scheduler sets ``nominatedNodeName`` once its ``DefaultPreemption`` evicted pods of
+    lower priority on that node for this pod, and retries it there at once (``Pod`` of
+    ``k8s.io/kube-scheduler/extender/v1`` ``ExtenderArgs`` is the whole ``v1.Pod``).
+
+    Raises:
+        DataError: ``spec.priority`` that is no int32, or ``status.nominatedNodeName`` that is no
+            string (a 422).
+    """
+    pod = ext.get_ci(args, "Pod")
+    if not isinstance(pod, dict):
+        return None, 0  # ext.decide says what is wrong with it
+    spec, status = ext.get_ci(pod, "spec"), ext.get_ci(pod, "status")
+    prio = ext.get_ci(spec, "priority") if isinstance(spec, dict) else None
+    if prio is None:
+        prio = 0
+    if isinstance(prio, bool) or not isinstance(prio, int) or not -_INT32 <= prio < _INT32:
+        raise DataError("Pod.spec.priority must be an int32")
+    node = ext.get_ci(status, "nominatedNodeName") if isinstance(status, dict) else None
+    if node is None or node == "":
+        return None, prio
+    if not isinstance(node, str):
+        raise DataError("Pod.status.nominatedNodeName must be a string")
+    names, _ = ext.candidate_names(args)
+    return (node if node in names else None), prio
+
+
+def _snapshot(telemetry: Any, nominated: str | None) -> FleetSnapshot:
+    """The snapshot to decide on: for a pod nominated to a candidate node, one no older than the
+    telemetry TTL (:meth:`TelemetrySource.fresh_snapshot`: joins the refresh under way, or reads;
+    the stale one when that read fails), since a stale one still shows the pods preemption just
+    evicted there, fails the node and makes kube-scheduler preempt again on another node; for
+    every other pod the cached one, stale-while-refresh included (no wait)."""
+    fresh = getattr(telemetry, "fresh_snapshot", None)
+    if nominated is not None and callable(fresh):
+        try:
+            return fresh()
+        except (DataError, NotAvailableError):
+            pass  # what the stale path serves, or its own error
+    return telemetry.snapshot()
+
+
+def _held(
+    services: Services, snapshot: FleetSnapshot, outranks: tuple[str, int] | None = None
+) -> tuple[Any, list[Reservations]]:
     """What :func:`ext.decide` reads as held capacity, and the list that keeps the view it read
-    (database holds: the pod's own hold left out, so a retried pod does not block itself)."""
+    (database holds: the pod's own hold left out, so a retried pod does not block itself, and
+    with ``outranks``, a nominated node and the pod's priority, the holds of pods of lower
+    priority on that node: :meth:`DbReservations.view`)."""
     res: Reservations = services.reservations
     seen: list[Reservations] = []
     if not isinstance(res, DbReservations):
         return res, seen
 
     def view(req: ext.PodRequest) -> Reservations:
-        seen.append(res.view(snapshot, exclude=req.key))
+        seen.append(res.view(snapshot, exclude=req.key, outranks=outranks))
         return seen[-1]
 
     return view, seen
@@ -130,15 +183,21 @@ def _decide(
     (``FLEETMIND_RESERVATION_TTL_S``) is a clock deadline: a pod bound without ``/bound``, or a
     ``reserve=true`` job, that does not show in a snapshot collected by the TTL minus that age (85 s
     after its hold by default) can have its capacity handed out once more.
+
+    A pod kube-scheduler nominated to one of the candidate nodes after preempting there
+    (:func:`_preemptor`) is decided on a snapshot no older than the TTL (:func:`_snapshot`), and
+    the holds of pods of lower priority on that node do not count for it.
     """
     state = _state(services)
     model = registry.current.placement
     placer = model.impl
-    snapshot = telemetry.snapshot()
+    nominated, priority = _preemptor(args)
+    snapshot = _snapshot(telemetry, nominated)
+    outranks = (nominated, priority) if nominated is not None else None
     res = services.reservations
     with services.place_lock:
         for _ in range(_HOLD_TRIES):
-            held, seen = _held(services, snapshot)
+            held, seen = _held(services, snapshot, outranks)
             req, decision = ext.decide(args, snapshot, held, placer, state.index)
             option = to_hold(decision) if isinstance(res, DbReservations) else None
             if option is None or res.hold(
@@ -148,6 +207,8 @@ def _decide(
                 uid=req.uid,
                 snapshot=snapshot,
                 seen=seen[0],
+                priority=priority,
+                nominated=nominated,
             ):
                 break
         else:

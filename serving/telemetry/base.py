@@ -193,6 +193,26 @@ class TelemetrySource(ABC):
         if snap is not None:
             self._refresh_in_background()
             return snap
+        return self._wait_for_refresh()
+
+    def fresh_snapshot(self) -> FleetSnapshot:
+        """The cached snapshot while younger than ``ttl_s`` seconds, else a new one, never a stale
+        one: with stale-while-refresh on, the caller joins the refresh under way (the background
+        one included) or reads itself, so it waits at most one :meth:`collect` (the source's
+        timeout, ``FLEETMIND_TELEMETRY_TIMEOUT_S`` for Prometheus). For the decisions a stale
+        snapshot gets wrong: a pod kube-scheduler retries at once on the node it preempted.
+
+        Raises:
+            NotAvailableError, DataError: as :meth:`snapshot`.
+        """
+        snap = self._fresh()
+        if snap is not None:
+            return snap
+        return self._wait_for_refresh()
+
+    def _wait_for_refresh(self) -> FleetSnapshot:
+        """Refresh (single-flight): share the outcome of a refresh that ended while this caller
+        waited for the lock, else collect."""
         seen = self._refreshes
         with self._refresh:
             if self._refreshes != seen:  # another caller refreshed while this one waited
