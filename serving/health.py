@@ -15,8 +15,9 @@ Signals per cluster ``c`` (each in [0, 1] after normalisation; *higher is worse*
   histogram (``scrape_native_histograms: true``, OTLP exponential histograms) has no ``_bucket``
   or ``_count`` series, so each query joins the native form with ``or``
   (``histogram_quantile(0.99, sum by (cluster) (avg without (prometheus_replica)
-  (rate(<h>[5m]))))``, ``histogram_count(...)`` for the rate; :func:`latency_queries`): each
-  cluster answers in the form its Prometheus stores, the classic one where it has both.
+  (rate(<h>[5m]))))``, ``histogram_count(...)`` for the rate; :func:`latency_queries`), the
+  classic side kept only where it has traffic: each cluster answers in the form holding its
+  requests.
 
 Health ``H_c = 1 - sum_i w_i s_ic`` over the signals the cluster has (weights renormalised over
 them), so 1 is idle and healthy, 0 saturated on every signal. Unhealthy GPUs (XID) count as fully
@@ -38,6 +39,7 @@ Multi-cluster placement reads the health (``serving/scheduler/placement_router.p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -214,10 +216,18 @@ series, one per bucket) or ``native`` (one series ``<h>`` of native histogram sa
 histograms). A native histogram has no ``_bucket`` or ``_count`` series, so each form needs its own
 expression (:func:`latency_queries` joins the two with ``or``)."""
 
-_UNKNOWN_HISTOGRAM_COUNT = re.compile(r"unknown func\w*\W+(?:with name\W+)?histogram_count\b")
-"""A backend's refusal of ``histogram_count`` (Prometheus before 2.40: ``unknown function with
-name "histogram_count"``; VictoriaMetrics, whose MetricsQL has no such function,
-github.com/VictoriaMetrics/VictoriaMetrics/issues/5346: ``unknown func "histogram_count"``)."""
+_UNKNOWN_HISTOGRAM_COUNT = re.compile(
+    r"(?:unknown|unsupported) func\w*\W+(?:with name\W+)?histogram_count\b"
+)
+"""A backend's refusal of ``histogram_count``: Prometheus before 2.40 answers 400 ``unknown
+function with name "histogram_count"`` (``promql/parser/generated_parser.y``); VictoriaMetrics,
+whose MetricsQL has no such function, answers 422 ``error when executing query=...: unsupported
+function "histogram_count"`` (github.com/VictoriaMetrics/metricsql ``parser.go``,
+``checkSupportedFunctions``; its functions listed in ``transform.go``)."""
+
+_NO_HISTOGRAM_COUNT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+"""The sources (a ``query`` callable's object) that refused ``histogram_count``: their later
+polls send the classic rate query at once."""
 
 
 def form_queries(histogram: str, form: str) -> dict[str, str]:
@@ -250,15 +260,21 @@ def form_queries(histogram: str, form: str) -> dict[str, str]:
 
 
 def latency_queries(histogram: str) -> dict[str, str]:
-    """The three health queries (``{ClusterSignals attribute: PromQL}``): each is the classic
-    form's expression ``or`` the native form's (:func:`form_queries`). Both end in one sample per
-    ``cluster`` label set, so ``or`` keeps the classic answer of a cluster that has one and the
-    native answer of a cluster that has only that: clusters mid-way through a move to native
-    histograms each answer, whatever the others store, and a poll costs three queries.
-    ``histogram_count`` needs Prometheus 2.40 or later (or Thanos, Mimir); a backend that refuses
-    it gets the classic rate query instead (:func:`add_latency`)."""
+    """The three health queries (``{ClusterSignals attribute: PromQL}``): each joins the classic
+    form's expression and the native form's (:func:`form_queries`) with ``or``. Both end in one
+    sample per ``cluster`` label set, and ``or`` keeps a left sample whatever its value, so the
+    classic side is filtered first: a quantile only where it is a number (``>= 0``; an idle classic
+    histogram's quantile is NaN), a rate only where it is above 0, with the classic rate once more
+    at the end so that an idle classic-only cluster still answers 0. A cluster answers in the form
+    that has its traffic, clusters mid-way through a move to native histograms each answer whatever
+    the others store, and a poll costs three queries. ``histogram_count`` needs Prometheus 2.40 or
+    later (or Thanos, Mimir); a backend that refuses it (an older Prometheus, VictoriaMetrics) gets
+    the classic rate query instead (:func:`add_latency`)."""
     classic, native = form_queries(histogram, "classic"), form_queries(histogram, "native")
-    return {k: f"{classic[k]} or {native[k]}" for k in classic}
+    out = {k: f"({classic[k]} >= 0) or {native[k]}" for k in ("p99_latency_s", "p95_latency_s")}
+    rate = classic["request_rate"]
+    out["request_rate"] = f"({rate} > 0) or {native['request_rate']} or {rate}"
+    return out
 
 
 def fleet_health(
@@ -299,7 +315,9 @@ def add_latency(
     The three :func:`latency_queries` run concurrently (each bounded by the source's timeout, so a
     slow Prometheus costs one timeout, not three); one that fails is left out (latency is
     optional: no histogram, a Prometheus hiccup). When the backend refuses ``histogram_count``
-    (Prometheus before 2.40, VictoriaMetrics), the classic rate query runs instead.
+    (Prometheus before 2.40: 400 ``unknown function``; VictoriaMetrics: 422 ``unsupported
+    function``), the classic rate query runs instead, and that source's later polls send it at once
+    (three queries a poll).
     """
     return _ask_latency(sig, query, histogram, default_cluster)[0]
 
@@ -312,6 +330,7 @@ def _ask_latency(
 
     failed: list[BaseException] = []
     fallback = form_queries(histogram, "classic")
+    source = getattr(query, "__self__", query)  # a bound method: its source object
 
     def ask(item: tuple[str, str]) -> list[Any]:
         attr, promql = item
@@ -321,6 +340,8 @@ def _ask_latency(
             if not _UNKNOWN_HISTOGRAM_COUNT.search(str(err)):
                 failed.append(err)
                 return []
+        with contextlib.suppress(TypeError):  # not weakly referenceable: asked again next poll
+            _NO_HISTOGRAM_COUNT[source] = True
         try:  # a backend without histogram_count: the classic form alone
             return list(query(fallback[attr]))
         except Exception as err:
@@ -328,6 +349,9 @@ def _ask_latency(
             return []
 
     queries = latency_queries(histogram)
+    with contextlib.suppress(TypeError):
+        if _NO_HISTOGRAM_COUNT.get(source):
+            queries["request_rate"] = fallback["request_rate"]
     with ThreadPoolExecutor(len(queries), thread_name_prefix="fleetmind-health") as pool:
         answers = list(pool.map(ask, queries.items()))
     _set_latency(sig, dict(zip(queries, answers, strict=True)), default_cluster)
