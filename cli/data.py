@@ -57,15 +57,31 @@ def register(subparsers: argparse._SubParsersAction, name: str, help_text: str) 
         default=None,
         help="download from this mirror instead of the upstream repository (same file layout)",
     )
+    fe.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help=(
+            "seconds to connect, for each read and for a server's answer (status line and "
+            "headers) in all; each file must also arrive within it plus 1 s per 1,000 bytes "
+            "(default: 60)"
+        ),
+    )
     fe.set_defaults(func=cmd_fetch)
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     """``fleetmind data fetch``: download, verify, print citation and terms."""
+    from fleetmind.data.errors import ConfigError
     from fleetmind.data.fetch import check_http_url, fetch_dataset, load_manifest
 
     if args.base_url is not None:  # before the header line: a bad URL is the only output
         check_http_url(args.base_url, "--base-url")
+    if not 0 < args.timeout < float("inf"):  # (not NaN: no deadline at all)
+        raise ConfigError(
+            f"--timeout must be a finite number of seconds above 0, got {args.timeout!r}"
+        )
     dest = Path(args.dest or os.environ.get("FLEETMIND_SHARED_DATA") or "fleetmind-data")
     entry = load_manifest()[args.dataset]
     print(
@@ -75,6 +91,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         args.dataset,
         dest,
         base_url=args.base_url,
+        timeout_s=args.timeout,
         progress=lambda line: print(line, flush=True),
     )
     print(

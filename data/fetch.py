@@ -32,8 +32,8 @@ CHUNK_BYTES = 1 << 16
 MIN_RATE_BYTES_S = 1_000
 """Slowest transfer rate accepted (bytes/s): each file must arrive within ``timeout_s`` plus its
 size over this rate (the largest manifest file, 2.1 MB: ``timeout_s`` + 35 minutes), else the
-fetch fails; ``timeout_s`` alone is httpx's limit per read, which a server sending a byte now and
-then never reaches. Low enough for a throttled mobile link (8 kbit/s), which has no other way to
+fetch fails (checked on each network read: :class:`_Watch`); ``timeout_s`` alone is httpx's limit
+per read, which a server sending a byte now and then never reaches. Low enough for a throttled mobile link (8 kbit/s), which has no other way to
 fetch the files (no resume of a partial file)."""
 
 _PART = re.compile(r"(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.part")
@@ -133,23 +133,33 @@ def _remove_empty(dirs: list[Path]) -> None:
             pass  # not empty (a file was verified there) or already gone
 
 
-def _download(client: Any, url: str, part: Path, deadline_s: float, size: int) -> None:
+def _download(
+    client: Any, watch: _Watch, url: str, part: Path, timeout_s: float, size: int
+) -> None:
     """Stream ``url`` into the new file ``part`` (created here, exclusively: no other download
     writes into it); it is removed on any failure, a full disk and Ctrl-C included.
 
     Args:
-        deadline_s: the :func:`_now` value (seconds) by which the whole file must have arrived
-            (checked as the body arrives: a server slow to send its headers, or a compressed body
-            that decodes to nothing, is bounded by httpx's per-read timeout only).
+        watch: the deadline of ``client``'s connections (:func:`_client`), set here: the answer's
+            status line and headers must arrive within ``timeout_s`` of the request, the whole
+            file within ``timeout_s`` + ``size`` / :data:`MIN_RATE_BYTES_S` (checked on each
+            network read, so a server trickling its headers or a compressed body that decodes to
+            nothing is bounded too, and as the body arrives).
+        timeout_s: seconds (``--timeout``).
         size: the file's size in bytes (the manifest's): once all of it arrived, the deadline no
             longer applies.
     """
+    import httpcore
     import httpx
 
     shown = safe_uri(url)
     created = False
+    start = _now()
+    deadline_s = start + timeout_s + size / MIN_RATE_BYTES_S
+    watch.at = start + timeout_s
     try:
         with client.stream("GET", url) as resp:
+            watch.at = deadline_s
             if resp.status_code != 200:
                 raise NotAvailableError(f"{shown}: HTTP {resp.status_code}")
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -165,18 +175,33 @@ def _download(client: Any, url: str, part: Path, deadline_s: float, size: int) -
                             f"{shown}: more than the manifest's {size:,} bytes; nothing was kept"
                         )
                     if got < size and _now() > deadline_s:
-                        raise NotAvailableError(
-                            f"cannot download {shown}: too slow (under {MIN_RATE_BYTES_S:,} bytes/s "
-                            "on average)"
-                        )
+                        raise NotAvailableError(_too_slow(shown, timeout_s))
     except BaseException as err:
         if created:
             part.unlink(missing_ok=True)
+        late = watch.at is not None and _now() >= watch.at
+        if isinstance(err, (httpx.TimeoutException, httpcore.TimeoutException)) and late:
+            if created:  # the headers came: the body was too slow
+                raise NotAvailableError(_too_slow(shown, timeout_s)) from None
+            raise NotAvailableError(
+                f"cannot download {shown}: no answer (status line and headers) within "
+                f"{timeout_s:g} s; raise it with --timeout SECONDS"
+            ) from None
         if isinstance(err, httpx.InvalidURL):
             raise ConfigError(safe_uri(f"cannot download {url}: not a valid URL: {err}")) from None
         if isinstance(err, httpx.HTTPError):
             raise NotAvailableError(safe_uri(f"cannot download {url}: {err}")) from None
         raise
+    finally:
+        watch.at = None
+
+
+def _too_slow(shown: str, timeout_s: float) -> str:
+    """The one-line error of a file that did not arrive in time (``shown``: its masked URL)."""
+    return (
+        f"cannot download {shown}: too slow (under {MIN_RATE_BYTES_S:,} bytes/s on average after "
+        f"the first {timeout_s:g} s); raise the allowance with --timeout SECONDS"
+    )
 
 
 def _remove_dead_parts(target: Path) -> None:
@@ -205,11 +230,88 @@ STALE_PART_S = 3600.0
 """Seconds without a write after which a dead fetch's temporary file is removed."""
 
 
-def _client(timeout_s: float) -> Any:
+class _Watch:
+    """The deadline (a :func:`_now` value, seconds) that every network read and write of the
+    download in flight must meet; ``None`` between downloads."""
+
+    at: float | None = None
+
+    def left(self, timeout: float | None) -> float | None:
+        """``timeout`` (s) cut to what is left before :attr:`at`; raises ``httpcore.ReadTimeout``
+        when nothing is."""
+        if self.at is None:
+            return timeout
+        left = self.at - _now()
+        if left <= 0:
+            import httpcore
+
+            raise httpcore.ReadTimeout("the download's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+
+class _WatchedStream:
+    """A connection whose reads and writes wait no longer than :class:`_Watch` allows, so that
+    a server sending a byte of its headers now and then cannot hold the fetch (httpx's read
+    timeout starts again at each byte); the pattern of :mod:`fleetmind.serving.notify`."""
+
+    def __init__(self, stream: Any, watch: _Watch) -> None:
+        self._stream, self._watch = stream, watch
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, self._watch.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, self._watch.left(timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: Any = None, timeout: Any = None) -> Any:
+        tls = self._stream.start_tls(ssl_context, server_hostname, self._watch.left(timeout))
+        return _WatchedStream(tls, self._watch)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _WatchedBackend:
+    """httpcore's network backend whose connections are :class:`_WatchedStream`."""
+
+    def __init__(self, backend: Any, watch: _Watch) -> None:
+        self._backend, self._watch = backend, watch
+
+    def connect_tcp(self, host: str, port: int, timeout: Any = None, **kw: Any) -> Any:
+        stream = self._backend.connect_tcp(host, port, self._watch.left(timeout), **kw)
+        return _WatchedStream(stream, self._watch)
+
+    def connect_unix_socket(self, path: str, timeout: Any = None, **kw: Any) -> Any:
+        stream = self._backend.connect_unix_socket(path, self._watch.left(timeout), **kw)
+        return _WatchedStream(stream, self._watch)
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def _client(timeout_s: float, watch: _Watch | None = None) -> Any:
     """An ``httpx.Client`` following redirections, with the environment's proxies by Go's rules
     (:mod:`fleetmind.http_client`: ``HTTPS_PROXY`` for an https download, decided again for each
-    redirection's host); a proxy variable it cannot use is a one-line :class:`ConfigError`."""
-    return proxied_client(timeout=timeout_s, follow_redirects=True)
+    redirection's host); a proxy variable it cannot use is a one-line :class:`ConfigError`.
+
+    With ``watch``, its connections (those of httpx's own transports; a test's mock transport
+    has none) read and write under that :class:`_Watch`'s deadline."""
+    import httpx
+
+    client = proxied_client(timeout=timeout_s, follow_redirects=True)
+    if watch is None:
+        return client
+    transports = getattr(client._transport, "transports", [client._transport])
+    for t in list(transports) + list(getattr(client, "_mounts", {}).values()):
+        pool = getattr(t, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if isinstance(t, httpx.HTTPTransport) and backend is not None:
+            if not isinstance(backend, _WatchedBackend):
+                pool._network_backend = _WatchedBackend(backend, watch)  # type: ignore[union-attr]
+    return client
 
 
 def fetch_dataset(
@@ -238,17 +340,18 @@ def fetch_dataset(
         base_url: overrides the manifest's ``base_url`` (a mirror; the tests' local server). Each
             file is fetched from ``base_url + url_path``.
         manifest: overrides the packaged manifest (tests).
-        timeout_s: seconds to connect and for each read (httpx's timeouts); a whole file must
-            also arrive within ``timeout_s`` plus its size over :data:`MIN_RATE_BYTES_S`.
+        timeout_s: seconds to connect and for each read (httpx's timeouts); an answer's status
+            line and headers must arrive within ``timeout_s`` in all, and a whole file within
+            ``timeout_s`` plus its size over :data:`MIN_RATE_BYTES_S` (``--timeout``).
         progress: called with one line per file.
 
     Raises:
-        ConfigError: ``base_url`` is not an http(s) URL, or a proxy variable (``ALL_PROXY``,
+        ConfigError: ``timeout_s`` is not above 0, ``base_url`` is not an http(s) URL, or a proxy variable (``ALL_PROXY``,
             ``HTTPS_PROXY``, ``HTTP_PROXY``) names a proxy httpx cannot use.
         DataError: unknown dataset, a checksum or size mismatch (nothing is moved into place for
             that file).
         NotAvailableError: the server could not be reached, answered with an error status, or
-            sent a file too slowly.
+            sent its headers or a file too slowly.
     """
 
     man = manifest if manifest is not None else load_manifest()
@@ -263,7 +366,12 @@ def fetch_dataset(
         base += "/"
     downloaded, kept = [], []
     made: list[Path] = []
-    client = _client(timeout_s)
+    if not 0 < timeout_s < float("inf"):
+        raise ConfigError(
+            f"--timeout must be a finite number of seconds above 0, got {timeout_s!r}"
+        )
+    watch = _Watch()
+    client = _client(timeout_s, watch)
     try:
         with client:
             for f in entry["files"]:
@@ -276,8 +384,7 @@ def fetch_dataset(
                 _remove_dead_parts(target)
                 part = target.with_name(f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
                 url = base + f["url_path"]
-                deadline = _now() + timeout_s + f["bytes"] / MIN_RATE_BYTES_S
-                _download(client, url, part, deadline, f["bytes"])
+                _download(client, watch, url, part, timeout_s, f["bytes"])
                 try:
                     size, digest = part.stat().st_size, _sha256(part)  # the bytes on disk
                     if size != f["bytes"] or digest != f["sha256"]:

@@ -304,7 +304,8 @@ def run(args: Args) -> dict[str, Any]:
     mlflow.set_tracking_uri(uri)
     # the store answered ready_store; one that fails from here on (a server stopped mid-run) is
     # an error in seconds and one line naming out_dir, which keeps the checkpoints and model/
-    with tracking_guard(uri, out_dir), _removed_if_empty(out_dir, first_rank):
+    killer = _KilledOnCtrlC(uri)
+    with tracking_guard(uri, out_dir), _removed_if_empty(out_dir, first_rank), killer:
         # Lightning's MLFlowLogger, ending the run in one try once the store failed in the fit
         logger = lightning_mlflow_logger(
             experiment_name=args.experiment, run_name=run_name, tracking_uri=uri
@@ -316,6 +317,7 @@ def run(args: Args) -> dict[str, Any]:
         trainer, ckpt = _trainer(args, logger, out_dir, len(dm.train_data))
         t_fit = time.time()
         _fit(trainer, module, dm, uri, logger, out_dir)
+        killer.logger = logger  # from here a Ctrl-C ends the run KILLED (the fit ended it FINISHED)
         fit_s = time.time() - t_fit
         if not trainer.is_global_zero:
             # evaluation, the artifact and MLflow registration happen once, on rank zero
@@ -373,6 +375,32 @@ def run(args: Args) -> dict[str, Any]:
         **({"feedback": feedback} if feedback else {}),
         **reg,
     }
+
+
+class _KilledOnCtrlC:
+    """Around what follows the fit (evaluation, calibration, MLflow logging and registration): a
+    Ctrl-C there ends the MLflow run of :attr:`logger` ``KILLED`` before the interrupt goes on
+    (the CLI prints ``fleetmind: interrupted`` and returns 130). Lightning's logger ended the run
+    ``FINISHED`` at the end of the fit and ``mlflow.start_run`` ends it ``FAILED`` on an interrupt
+    inside it, so the run of an interrupted command read as a finished or failed one. A Ctrl-C
+    in the fit is :func:`_fit`'s (``logger`` is still ``None`` then); the store not answering
+    leaves the run as it was."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.logger: Any = None
+
+    def __enter__(self) -> _KilledOnCtrlC:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        run_id = getattr(self.logger, "_run_id", None)
+        if kind is None or not issubclass(kind, KeyboardInterrupt) or run_id is None:
+            return
+        with contextlib.suppress(Exception):
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(tracking_uri=self.uri).set_terminated(run_id, status="KILLED")
 
 
 @contextlib.contextmanager
