@@ -82,8 +82,10 @@ def host_tag() -> str | None:
     """16 hex digits naming this boot of this host and this process's PID namespace (a digest of
     ``/proc/sys/kernel/random/boot_id`` and the ``/proc/self/ns/pid`` link), or ``None`` where
     they cannot be read (not Linux, no ``/proc``, or a ``/proc`` of another PID namespace). Two
-    processes with the same tag see the same process IDs: a process ID one of them recorded can be
-    checked by the other."""
+    processes running at the same time with the same tag see the same process IDs. The kernel
+    reuses a freed namespace's number (a container restarted, its new init again PID 1, gets the
+    same tag): a tag recorded by a process that is gone then names a namespace that is gone, whose
+    process IDs are all gone; another container running now has a number of its own."""
     import hashlib
 
     try:
@@ -102,9 +104,14 @@ def host_tag() -> str | None:
 def _stale(path: str, tag: str, now: float, min_age_s: float) -> bool:
     """Whether ``path`` is a directory of :func:`prepare_multiprocess_dir` made under ``tag``, owned
     by this user, unchanged for ``min_age_s`` seconds, whose creating process and every process
-    with a live gauge file in it are gone."""
+    with a live gauge file in it are gone.
+
+    This process's own ID counts as gone: the sweep runs before this process makes its directory,
+    so a directory naming this ID was made by an earlier process that had it (a restarted
+    container's PID 1, in a namespace whose number the kernel reused); only the directory this
+    process uses now (:data:`MULTIPROC_ENV`) is never stale."""
     m = _OWNED_DIR.fullmatch(os.path.basename(path))
-    if m is None or m.group(1) != tag:
+    if m is None or m.group(1) != tag or _in_use(path):
         return False
     try:
         st = os.lstat(path)
@@ -119,7 +126,13 @@ def _stale(path: str, tag: str, now: float, min_age_s: float) -> bool:
                 pids.add(int(live.group(1)))
     except OSError:
         return False
-    return not any(pid == os.getpid() or _alive(pid) for pid in pids)
+    return not any(pid != os.getpid() and _alive(pid) for pid in pids)
+
+
+def _in_use(path: str) -> bool:
+    """Whether ``path`` is the directory :data:`MULTIPROC_ENV` points this process at."""
+    current = os.environ.get(MULTIPROC_ENV)
+    return bool(current) and os.path.realpath(current) == os.path.realpath(path)
 
 
 def sweep_stale_multiprocess_dirs(
@@ -129,11 +142,13 @@ def sweep_stale_multiprocess_dirs(
     without their cleanup left behind (a SIGKILL, the OOM killer); returns the paths removed.
 
     Best effort, and only what is safe to judge: a directory whose name carries this host's
-    :func:`host_tag` (same boot, same PID namespace: its process IDs mean what they mean here),
+    :func:`host_tag` (same boot; this PID namespace, or a dead one whose number it reuses, whose
+    process IDs are then all gone),
     owned by this user, unchanged for ``min_age_s`` seconds (``now``: the time, seconds since the
     epoch; default the clock), whose creating process and every process named by a live gauge file
-    (``gauge_live*_<pid>.db``) are gone. A directory another container, host or boot made (shared
-    volume), or one of an older release (no tag), is left alone; with no tag here nothing is swept.
+    (``gauge_live*_<pid>.db``) are gone (this process's own ID included: see :func:`_stale`). A
+    directory another running container, another host or boot made (shared volume), or one of an
+    older release (no tag), is left alone; with no tag here nothing is swept.
     """
     tag = host_tag()
     if tag is None:

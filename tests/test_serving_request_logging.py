@@ -92,7 +92,9 @@ def test_a_database_outage_logs_one_line_not_one_per_request(
     assert len(lines) == 1, [r.getMessage() for r in lines]
     text = lines[0].getMessage()
     assert "\n" not in text and lines[0].exc_info is None
-    assert "GET /api/v1/incidents: OperationalError: no such table: incidents" in text
+    assert text.endswith(
+        f"GET /api/v1/incidents: OperationalError: no such table: incidents (worker pid {os.getpid()})"
+    )
     assert SECRET_VALUE not in text and "SELECT" not in text and "[SQL" not in text
 
 
@@ -115,11 +117,13 @@ def test_request_failures_repeat_one_line_a_minute_with_a_count(
         failures.failed(down, "GET", "/api/v1/incidents/{incident_id}")
         failures.failed(ValueError("another class\nline 2"), "GET", "/api/v1/fleet")
     lines = [r.getMessage() for r in _db_records(caplog)]
+    pid = os.getpid()  # the throttle is per server process: each worker's lines name it
     assert lines == [
-        "database error on POST /api/v1/alerts: OperationalError: connection refused",
+        f"database error on POST /api/v1/alerts: OperationalError: connection refused "
+        f"(worker pid {pid})",
         "database error on GET /api/v1/incidents/{incident_id}: OperationalError: connection "
-        "refused (29 more failed like it in the last 61 s)",
-        "database error on GET /api/v1/fleet: ValueError: another class",
+        f"refused (worker pid {pid}; 29 more failed like it in the last 61 s)",
+        f"database error on GET /api/v1/fleet: ValueError: another class (worker pid {pid})",
     ]
 
 
