@@ -15,8 +15,8 @@ verified against ``FLEETMIND_SCHEDULER_CLIENT_CA`` carries ``schedule`` on ``/ap
 When any token is set, :class:`AuthMiddleware` checks the ``Authorization`` header before the
 request body is read or parsed: 401 without a known token, 403 with a token that lacks the scope.
 Every route needs a token except :data:`PUBLIC_PATHS` (``/healthz``, ``/readyz``, ``/metrics``); the
-API docs (``/docs``, ``/redoc``, ``/openapi.json``) need ``read``; a route that declares no scope
-needs ``admin`` (so a route added without one is closed, not open); an unknown path or a wrong
+API docs (``/docs``, ``/redoc``, ``/openapi.json``) need ``read`` (``admin`` reads them too); a
+route that declares no scope needs ``admin`` (so a route added without one is closed, not open); an unknown path or a wrong
 method needs any valid token before it gets its 404/405. With no token set, authentication is off
 (``fleetmind serve`` then refuses a non-loopback address unless ``--insecure``).
 
@@ -146,7 +146,8 @@ async def current_settings(request: Request) -> Settings:
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Paths served without a token (probes and the Prometheus scrape)."""
 DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
-"""The API docs: they need the ``read`` scope when tokens are set."""
+"""The API docs: they need the ``read`` scope when tokens are set (``admin`` grants it there,
+:func:`docs_scopes`)."""
 PUBLIC_BODY_BYTES = 16 * 1024
 """Most request-body bytes read without a token: a route served without one (the ``/ui`` pages
 and their login form, the probes) gets 413 beyond it, declared or streamed, before the route runs."""
@@ -408,6 +409,8 @@ class AuthMiddleware:
             got = SCHEDULER_CERT_SCOPES  # kube-scheduler's verified client certificate
         if got is None and scope.get("path") in DOC_PATHS:
             got = await _session_scopes(app, scope)
+        if got is not None and scope.get("path") in DOC_PATHS:
+            got = docs_scopes(got)
         if got is None and _browser_to_docs(scope, header):
             await _to_login(send, scope["path"])
             return
@@ -478,10 +481,14 @@ async def _session_scopes(app: Any, scope: Any) -> frozenset[str] | None:
         return None
     cookies = cookie_parser(raw.decode("latin-1"))
     session = await run_in_threadpool(session_of_cookies, cookies, services.settings, services.db)
-    if session is None:
-        return None
-    # the pages' rule (Session.can): an admin login reads too, so its API link opens the docs
-    return session.scopes | {"read"} if session.can("read") else session.scopes
+    return None if session is None else session.scopes
+
+
+def docs_scopes(got: frozenset[str]) -> frozenset[str]:
+    """The scopes a credential has on the API docs (:data:`DOC_PATHS`): ``admin`` reads them too,
+    the pages' rule (``Session.can``), for a bearer token (an admin token an SSO proxy injects)
+    as for a ``/ui`` session, so the pages' API link opens the docs for whoever sees the pages."""
+    return got | {"read"} if "admin" in got else got
 
 
 def _browser_to_docs(scope: Any, header: bytes | None) -> bool:

@@ -11,7 +11,9 @@ What the proxies send (the headers modelled below):
   base64url parts, the first a JSON header with ``alg``).
 * ingress-nginx ``auth-url`` with ``auth-response-headers`` / ``configuration-snippet``
   ``proxy_set_header Authorization`` (https://kubernetes.github.io/ingress-nginx/examples/auth/oauth-external-auth/)
-  inject a fixed header the same way.
+  inject a fixed header the same way (docs/deploy.md advises against it: oauth2-proxy's
+  ``injectResponseHeaders`` are on the ``/oauth2/auth`` answer a browser can read,
+  https://oauth2-proxy.github.io/oauth2-proxy/configuration/alpha-config, AlphaOptions).
 """
 
 from __future__ import annotations
@@ -334,3 +336,94 @@ def test_a_browser_with_basic_credentials_opening_the_docs_goes_to_the_login_for
     ):
         r = client.get("/docs", headers=headers, follow_redirects=False)
         assert r.status_code == 401 and r.headers["content-type"] == "application/json"
+
+
+ADMIN = "sso-admin-token-0123456789abcdef"
+INGEST = "sso-ingest-token-0123456789abcdef"
+HTML = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+
+
+@pytest.fixture
+def scoped(tmp_path: Path) -> Iterator[TestClient]:
+    """A service with one token per scope (and the all-scope API token): what a proxy may inject."""
+    settings = make_settings(tmp_path).model_copy(
+        update={"admin_token": ADMIN, "ingest_token": INGEST}
+    )
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/api/v1/alerts", json=webhook(storm_alerts()), headers=BEARER)
+        assert r.status_code == 200
+        c.app.state.services.incidents.process_pending()
+        yield c
+
+
+def test_an_admin_bearer_token_opens_the_docs_it_links_to(scoped: TestClient) -> None:
+    """A proxy-injected admin-only token saw the pages (admin reads them) and their API link, and
+    /ui/login?next=/docs sent it there, but /docs answered 403 "lacks the 'read' scope"."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    page = scoped.get("/ui/", headers={**HTML, **admin})
+    assert page.status_code == 200 and 'href="/docs"' in page.text
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        r = scoped.get(path, headers={**HTML, **admin}, follow_redirects=False)
+        assert r.status_code == 200, (path, r.status_code, r.text[:80])
+    landed = scoped.get("/ui/login?next=/docs", headers={**HTML, **admin})
+    assert landed.status_code == 200 and str(landed.url).endswith("/docs")
+    # a read cookie session beside an admin bearer: the bearer is checked first, and it reads too
+    login = scoped.get("/ui/login")
+    scoped.post(
+        "/ui/login", data={"token": READ, "csrf": _csrf(login.text), "next": "/ui/"}
+    ).raise_for_status()
+    assert scoped.get("/docs", headers=admin).status_code == 200
+    scoped.cookies.clear()
+    # a token with neither read nor admin still lacks what the docs need; the API is unchanged
+    r = scoped.get("/openapi.json", headers={"Authorization": f"Bearer {INGEST}"})
+    assert r.status_code == 403 and "lacks the 'read' scope" in r.json()["detail"]
+    r = scoped.get("/api/v1/incidents", headers=admin)
+    assert r.status_code == 403 and "lacks the 'read' scope" in r.json()["detail"]
+
+
+def test_a_proxy_signed_reader_can_still_sign_in_with_an_admin_token(scoped: TestClient) -> None:
+    """Behind the proxy with a read token, GET /ui/login always redirected away: the incident
+    page's "Signing in with an admin token" hint led nowhere."""
+    read = {"Authorization": f"Bearer {READ}"}
+    page = scoped.get("/ui/incidents/1", headers=read)
+    assert page.status_code == 200 and 'id="feedback-form"' not in page.text
+    hint = re.search(r'id="admin-hint"><a href="([^"]+)"', page.text).group(1)
+    assert hint.replace("&amp;", "&") == "/ui/login?next=/ui/incidents/1&switch=1"
+    form = scoped.get(hint.replace("&amp;", "&"), headers=read, follow_redirects=False)
+    assert form.status_code == 200 and 'name="token"' in form.text
+    assert 'name="next" value="/ui/incidents/1"' in form.text
+    assert "signed in through the proxy" in form.text and "(scope read)" in form.text
+    assert 'id="proxy-continue"' in form.text and 'href="/ui/incidents/1"' in form.text
+    signed = scoped.post(
+        "/ui/login",
+        headers={**read, "Origin": ORIGIN},
+        data={"token": ADMIN, "csrf": _csrf(form.text), "next": "/ui/incidents/1"},
+        follow_redirects=False,
+    )
+    assert signed.status_code == 303 and signed.headers["location"] == "/ui/incidents/1"
+    # the cookie session comes first: the same proxy header now shows the feedback form
+    after = scoped.get("/ui/incidents/1", headers=read)
+    assert 'id="feedback-form"' in after.text and "signed in · admin" in after.text
+
+
+@pytest.mark.parametrize(
+    ("token", "url", "go_on"),
+    [
+        (READ, "/ui/login", True),  # no next (e.g. after Sign out): the form, not a redirect
+        (ADMIN, "/ui/login?switch=1&next=/docs", True),
+        (INGEST, "/ui/login?next=/ui/fleet", False),  # the token opens no page
+    ],
+    ids=["read-without-next", "admin-with-switch", "ingest-only"],
+)
+def test_the_login_form_shows_when_the_proxy_token_is_not_taken_on(
+    scoped: TestClient, token: str, url: str, go_on: bool
+) -> None:
+    r = scoped.get(url, headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)
+    assert r.status_code == 200 and 'name="token"' in r.text, (url, r.status_code)
+    assert 'id="proxy-signed-in"' in r.text
+    assert ('id="proxy-continue"' in r.text) is go_on
+    if not go_on:
+        assert "(scope ingest)" in r.text and "opens no pages" in r.text
+    # without a proxy token the form says nothing about a proxy
+    plain = scoped.get(url, follow_redirects=False)
+    assert plain.status_code == 200 and 'id="proxy-signed-in"' not in plain.text

@@ -378,14 +378,29 @@ def login_page(
     request: Request,
     services: ServicesDep,
     next: str | None = None,  # noqa: A002
+    switch: str | None = None,
 ) -> Response:
-    """The login form; a request already signed in by a valid bearer token an SSO proxy injects
-    (:func:`_bearer_session`, with the ``read`` scope) goes straight on to ``next`` (303)."""
+    """The login form. A request already signed in by a valid bearer token an SSO proxy injects
+    (:func:`_bearer_session`) goes straight on to ``next`` (303) only when ``next`` is given, no
+    ``switch`` is asked for (``switch=1``: sign in with another token, e.g. an admin one for the
+    feedback form) and the token grants what ``next`` needs (``read``: every page and the API
+    docs, which an ``admin`` token also opens); otherwise the form, saying which scopes the proxy
+    signs in with and linking on to ``next`` when they open it."""
+    target = _safe_next(next)
+    bearer = None
     if auth.auth_enabled(services.settings):
         bearer = _bearer_session(request, services.settings)
-        if bearer is not None and bearer.can("read"):
-            return RedirectResponse(_safe_next(next), status_code=303)
-    return render(request, "login.html", next=_safe_next(next), error=None, session=None)
+    if bearer is not None and next and not switch and bearer.can("read"):
+        return RedirectResponse(target, status_code=303)
+    return render(
+        request,
+        "login.html",
+        next=target,
+        error=None,
+        session=None,
+        proxy_scopes=sorted(bearer.scopes) if bearer is not None else None,
+        proxy_can_go_on=bearer is not None and bearer.can("read"),
+    )
 
 
 @router.post("/login", response_class=HTMLResponse)
