@@ -141,7 +141,8 @@ reservations = Table(
     Column("created_ts", Float, nullable=False),
     Column("expires_ts", Float, nullable=False),  # a few hundred live rows: no index
     Column("bound_ts", Float, nullable=True),
-    # the held pod's spec.priority (NULL: not recorded, read as 0; migration 0011)
+    # the held pod's spec.priority, recorded only for pods whose whole request kube-scheduler
+    # counts (NULL: none; such a hold is never left out for a preemptor; migration 0011)
     Column("pod_priority", Integer, nullable=True),
 )
 

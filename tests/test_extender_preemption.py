@@ -3,7 +3,7 @@ to must pass there once the victims are gone.
 
 kube-scheduler's ``DefaultPreemption`` (``pkg/scheduler/framework/plugins/defaultpreemption``)
 evicts pods of lower priority on one node, sets the preemptor's ``status.nominatedNodeName`` to
-it and retries the pod at once; an extender's ``FailedNodes`` count as ``Unschedulable``
+it and tries the pod again once the victims are gone; an extender's ``FailedNodes`` count as ``Unschedulable``
 (``findNodesThatPassExtenders``), so a node FleetMind fails on that retry sends kube-scheduler to
 preempt again on another node (``DryRunPreemption``: a second, needless eviction). Two causes:
 
@@ -12,7 +12,13 @@ preempt again on another node (``DryRunPreemption``: a second, needless eviction
   snapshot no older than the TTL (joining the refresh under way), other pods still never wait;
 * a hold of the evicted pod (made for it when one node passed), which nothing ended before the
   reservation TTL (120 s): holds now record ``spec.priority``, and the holds of lower priority on
-  the nominated node do not count for the preemptor.
+  the nominated node do not count for the preemptor, where kube-scheduler counts both pods'
+  requests itself (CPU, memory, ``nvidia.com/gpu``, MIG devices). A GPU share of the
+  ``alibabacloud.com/gpu-milli`` annotations (kube-scheduler does not count it: a share pod that
+  was not evicted keeps its share) and a ``reserve: true`` job's hold always count.
+
+While telemetry is down, a nominated call makes at most one read (none for a TTL after one
+failed), so it stays within kube-scheduler's 5 s extender ``httpTimeout``.
 
 The bodies are ``ExtenderArgs`` as kube-scheduler sends them
 (``k8s.io/kube-scheduler/extender/v1`` ``types.go``: ``Pod``, ``Nodes`` null with
@@ -89,6 +95,7 @@ class Prometheus(TelemetrySource):
         super().__init__(ttl_s=TTL_S, max_stale_s=MAX_STALE_S)
         self.clock, self.busy = clock, busy
         self.reads = 0
+        self.tries = 0  # reads made by callers themselves (not the background refresh), failed too
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
         self.down = False
@@ -97,6 +104,8 @@ class Prometheus(TelemetrySource):
         background = threading.current_thread().name.startswith("fleetmind-telemetry")
         if background:
             self.entered.set()
+        else:
+            self.tries += 1
         if self.gate is not None and background:
             assert self.gate.wait(10), "the test never let the read finish"
         if self.down:
@@ -296,8 +305,9 @@ def test_bad_priority_or_nomination_is_a_422(client: TestClient, field: str, val
 
 
 def test_a_database_of_the_previous_revision_upgrades(tmp_path: Path) -> None:
-    """A database at revision 0010 with a live hold gains ``pod_priority``; the old row reads as
-    priority 0 (it still counts for a pod of priority 0, not for one of priority 1)."""
+    """A database at revision 0010 with a live hold gains ``pod_priority``; the old row (no
+    priority: it may be a GPU share, which kube-scheduler does not count) counts for a preemptor
+    of any priority."""
     from alembic import command
 
     url = f"sqlite:///{tmp_path}/old.db"
@@ -330,4 +340,109 @@ def test_a_database_of_the_previous_revision_upgrades(tmp_path: Path) -> None:
     assert row.pod_priority is None
     res = DbReservations(db, cache_s=0)
     assert res.view(outranks=("gpu-a", 0)).gpu_used("local", "gpu-a", 0) == 1000
-    assert res.view(outranks=("gpu-a", 1)).gpu_used("local", "gpu-a", 0) == 0
+    assert res.view(outranks=("gpu-a", 1)).gpu_used("local", "gpu-a", 0) == 1000
+    assert res.view(outranks=("gpu-a", 2**31 - 1)).gpu_used("local", "gpu-a", 0) == 1000
+
+
+# ------------------------------------------------- holds kube-scheduler does not count: always
+
+
+def _share(name: str, nodes: list[str], priority: int, nominated: str | None = None) -> dict:
+    """``ExtenderArgs`` of a pod asking 600 milli of one GPU by the GPU-sharing annotations only
+    (``alibabacloud.com/gpu-milli`` / ``gpu-count``, as the openb trace's pods and the FGD paper's
+    ``kubernetes-scheduler-simulator``, ``open-gpu-share``, read them): no ``nvidia.com/gpu``,
+    so kube-scheduler's ``NodeResourcesFit`` counts no GPU of it."""
+    args = _args(name, nodes, priority, nominated)
+    pod = args["Pod"]
+    pod["metadata"]["annotations"] = {
+        "alibabacloud.com/gpu-milli": "600",
+        "alibabacloud.com/gpu-count": "1",
+    }
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4", "memory": "16Gi"}}
+    return args
+
+
+@pytest.mark.parametrize(
+    ("held", "preemptor"), [("share", "share"), ("share", "device"), ("device", "share")]
+)
+def test_a_hold_kube_scheduler_does_not_count_is_never_outranked(
+    client: TestClient, held: str, preemptor: str
+) -> None:
+    """A share pod that was not evicted keeps its share (nominating the node evicted another pod
+    there, or none at all under KEP-5278's ``NominatedNodeNameForExpectation``): a preemptor was
+    given the same GPU (1200 milli on one GPU). A device preemptor beside a held share, or a
+    share preemptor beside a held device, is not checked by kube-scheduler for that GPU either."""
+    _sim(client)
+    make = {"share": _share, "device": _args}
+    assert _filter(client, make[held]("x", ["gpu-a"], priority=0))["NodeNames"] == ["gpu-a"]
+    retry = _filter(client, make[preemptor]("b", ["gpu-a"], priority=1000, nominated="gpu-a"))
+    assert retry["NodeNames"] == [] and "gpu-a" in retry["FailedNodes"], retry
+    rows = client.app.state.services.reservations.rows()
+    assert [(r["pod_key"], r["pod_priority"]) for r in rows] == [
+        ("ml/x", None if held == "share" else 0)
+    ]
+
+
+def test_a_reserve_true_job_hold_is_never_outranked(client: TestClient) -> None:
+    """A job's hold (``placement:<job_id>``) was stored as priority 0 and left out for any
+    nominated pod of priority 1 or more, which was then given the job's GPU."""
+    _sim(client)
+    for job in ("j1", "j2"):
+        r = client.post("/api/v1/placements", json={"job_id": job, "num_gpu": 1, "reserve": True})
+        assert r.status_code == 200 and r.json()["reserved"], r.text
+    nominated = _filter(client, _args("b", ["gpu-a", "gpu-b"], priority=1, nominated="gpu-a"))
+    assert nominated["NodeNames"] == [] and set(nominated["FailedNodes"]) == {"gpu-a", "gpu-b"}
+    rows = client.app.state.services.reservations.rows()
+    assert sorted((r["pod_key"], r["pod_priority"]) for r in rows) == [
+        ("placement:j1", None),
+        ("placement:j2", None),
+    ]
+
+
+# --------------------------------------------------------------- telemetry down: one read at most
+
+
+def _down(client: TestClient, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Prometheus:
+    """Prometheus answered once, then stopped answering; background refreshes are recorded, not
+    run (this counts the reads the calls make themselves)."""
+    src = Prometheus(clock, busy={"gpu-b"})
+    client.app.state.services.telemetry = src
+    src.snapshot()
+    src.tries = 0
+    src.down = True
+    monkeypatch.setattr(src, "_refresh_in_background", lambda: None)
+    return src
+
+
+def test_a_nominated_call_does_not_read_again_within_the_ttl_of_a_failed_read(
+    client: TestClient, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the stale bound every nominated call made its own read (each up to
+    ``FLEETMIND_TELEMETRY_TIMEOUT_S``); now the first reads, the next ones within the TTL are
+    served the stale snapshot at once, and after the TTL one reads again."""
+    src = _down(client, clock, monkeypatch)
+    clock.t += TTL_S + 5  # past the TTL, within the stale bound
+    for _ in range(3):
+        hi = _filter(client, _args("hi", ["gpu-a"], priority=1000, nominated="gpu-a"))
+        assert hi["NodeNames"] == ["gpu-a"]  # the stale snapshot: gpu-a was idle
+    assert src.tries == 1
+    src.down = False
+    src.busy.add("gpu-a")
+    clock.t += TTL_S  # the failure is a TTL old: read again
+    hi = _filter(client, _args("hi", ["gpu-a"], priority=1000, nominated="gpu-a"))
+    assert src.tries == 2 and hi["NodeNames"] == [] and "gpu-a" in hi["FailedNodes"]
+
+
+def test_past_the_stale_bound_a_nominated_call_reads_once(
+    client: TestClient, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the stale bound a failed fresh read was followed by a second read (``snapshot()``):
+    two timeouts per call, 4 s at the default 2 s, near kube-scheduler's 5 s ``httpTimeout``.
+    Now one read per call, and the 503 names the source's error (no traceback)."""
+    src = _down(client, clock, monkeypatch)
+    clock.t += TTL_S + MAX_STALE_S + 5
+    for n in range(1, 4):
+        r = client.post(FILTER, json=_args("hi", ["gpu-a"], priority=1000, nominated="gpu-a"))
+        assert r.status_code == 503 and "did not answer" in r.text, r.text
+        assert "Traceback" not in r.text
+        assert src.tries == n

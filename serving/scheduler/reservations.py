@@ -363,19 +363,25 @@ def kept_by(rows: Iterable[Any], snapshot: FleetSnapshot | None) -> set[str]:
 
 def _outranked(r: Any, outranks: tuple[str, int] | None) -> bool:
     """Whether hold ``r`` is on the node a preemptor was nominated to (``outranks``: that node's
-    name and the preemptor's priority) and is for a pod of lower priority (a hold's ``NULL``
-    priority: 0, the Kubernetes default).
+    name and the preemptor's priority) and is for a pod of lower priority whose request
+    kube-scheduler counts itself (a recorded ``pod_priority``; ``NULL``: never left out).
 
     kube-scheduler nominates a pod to a node (``status.nominatedNodeName``) after evicting the
     pods of lower priority there that keep it out (``DefaultPreemption``): a hold of such a pod
     holds capacity it no longer has (evicted before telemetry listed it), and until its TTL every
-    retry of the preemptor failed that node and preempted again elsewhere. A lower-priority pod
-    that still exists and is bound needs no hold to count: kube-scheduler's ``NodeResourcesFit``
-    counts it, and telemetry does once it lists it. The node is matched by name: the candidate
-    nodes of one decision are all of one cluster."""
+    retry of the preemptor failed that node and preempted again elsewhere. Only the holds of pods
+    whose whole request kube-scheduler's ``NodeResourcesFit`` counts for bound and assumed pods
+    (CPU, memory, ``nvidia.com/gpu``, ``nvidia.com/mig-<profile>``) record a priority
+    (:meth:`DbReservations.hold`): a lower-priority pod of those that was not evicted keeps
+    failing the node in kube-scheduler before FleetMind is asked. A GPU share (the
+    ``alibabacloud.com/gpu-milli`` annotations), which kube-scheduler does not count, and a
+    ``reserve: true`` job's hold record none and always count: nominating a node evicts nothing
+    for them (nor at all under ``NominatedNodeNameForExpectation``, KEP-5278). The node is
+    matched by name: the candidate nodes of one decision are all of one cluster."""
     if outranks is None or r.node != outranks[0]:
         return False
-    return (getattr(r, "pod_priority", None) or 0) < outranks[1]
+    prio = getattr(r, "pod_priority", None)
+    return prio is not None and prio < outranks[1]
 
 
 def _chunks(keys: list[str], size: int = 500) -> Iterator[list[str]]:
@@ -490,7 +496,7 @@ class DbReservations(Reservations):
         uid: str | None = None,
         snapshot: FleetSnapshot | None = None,
         seen: Reservations | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         nominated: str | None = None,
     ) -> bool:
         """Hold ``option`` for pod ``key`` (``namespace/name``, or a :func:`job_key`), replacing the
@@ -502,9 +508,11 @@ class DbReservations(Reservations):
         on the option's node since ``seen`` and the option no longer fits the snapshot after them,
         nothing is held and False comes back (decide again on a fresh view).
 
-        ``priority`` (the pod's ``spec.priority``) is stored with the hold; ``nominated`` (the
-        pod's ``status.nominatedNodeName``) leaves out, as :meth:`view` did, the holds of pods of
-        lower priority on that node.
+        ``priority`` (the pod's ``spec.priority``, given only for a pod whose whole request
+        kube-scheduler counts itself; ``None``: a GPU share, a job, a hold no preemptor may leave
+        out) is stored with the hold; ``nominated`` (the pod's ``status.nominatedNodeName``)
+        leaves out, as :meth:`view` did, the holds of such pods of lower priority on that node
+        (:func:`_outranked`).
 
         On PostgreSQL a lock wait (the node's lock, a row another transaction holds) lasting
         :data:`fleetmind.serving.db.PG_LOCK_WAIT_S` fails the hold with SQLSTATE 55P03 (a
@@ -548,7 +556,7 @@ class DbReservations(Reservations):
             )
             self._sweep(conn, own, snapshot, now)
             if snapshot is not None and seen is not None:
-                outranks = (nominated, priority) if nominated else None
+                outranks = (nominated, priority) if nominated and priority is not None else None
                 if not self._room_left(conn, key, option, job, (snapshot, seen), now, outranks):
                     return False
             conn.execute(self._upsert(values))
@@ -784,7 +792,8 @@ class DbReservations(Reservations):
                 (the scheduler's), so another cluster's hold of that name changes nothing there.
             outranks: ``(node, priority)`` of a pod kube-scheduler nominated to ``node`` after
                 preempting there (``status.nominatedNodeName``, ``spec.priority``): the holds on
-                that node of pods of lower priority are left out (:func:`_outranked`).
+                that node of pods of lower priority whose request kube-scheduler counts are left
+                out (:func:`_outranked`); give it only for such a pod itself.
         """
         now = self.clock()
         t = reservations_table

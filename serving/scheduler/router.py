@@ -74,8 +74,10 @@ def _preemptor(args: dict[str, Any]) -> tuple[str | None, int]:
     otherwise), and its ``spec.priority`` (0 when absent or null: the Kubernetes default).
 
     kube-scheduler sets ``nominatedNodeName`` once its ``DefaultPreemption`` evicted pods of
-    lower priority on that node for this pod, and retries it there at once (``Pod`` of
-    ``k8s.io/kube-scheduler/extender/v1`` ``ExtenderArgs`` is the whole ``v1.Pod``).
+    lower priority on that node for this pod, and tries it there again once they are gone (their
+    graceful termination); with ``NominatedNodeNameForExpectation`` (KEP-5278) it may also be set
+    without any eviction (``Pod`` of ``k8s.io/kube-scheduler/extender/v1`` ``ExtenderArgs`` is
+    the whole ``v1.Pod``).
 
     Raises:
         DataError: ``spec.priority`` that is no int32, or ``status.nominatedNodeName`` that is no
@@ -101,17 +103,25 @@ def _preemptor(args: dict[str, Any]) -> tuple[str | None, int]:
 
 def _snapshot(telemetry: Any, nominated: str | None) -> FleetSnapshot:
     """The snapshot to decide on: for a pod nominated to a candidate node, one no older than the
-    telemetry TTL (:meth:`TelemetrySource.fresh_snapshot`: joins the refresh under way, or reads;
-    the stale one when that read fails), since a stale one still shows the pods preemption just
-    evicted there, fails the node and makes kube-scheduler preempt again on another node; for
-    every other pod the cached one, stale-while-refresh included (no wait)."""
+    telemetry TTL where it can be had (:meth:`TelemetrySource.fresh_snapshot`: joins the refresh
+    under way, or reads, at most one read; the stale one within its bound when that read fails or
+    one failed within the TTL), since a stale one may still show the pods preemption evicted
+    there, fail the node and make kube-scheduler preempt again on another node; for every other
+    pod the cached one, stale-while-refresh included (no wait)."""
     fresh = getattr(telemetry, "fresh_snapshot", None)
     if nominated is not None and callable(fresh):
-        try:
-            return fresh()
-        except (DataError, NotAvailableError):
-            pass  # what the stale path serves, or its own error
+        return fresh()
     return telemetry.snapshot()
+
+
+def _counted(req: ext.PodRequest) -> bool:
+    """Whether kube-scheduler's ``NodeResourcesFit`` counts all of what FleetMind holds for the
+    pod (CPU, memory, ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>`` devices, a time-slicing
+    replica being one device) for bound and assumed pods: not a GPU share of the
+    ``alibabacloud.com/gpu-milli`` annotations, which only FleetMind counts. Only such a pod's
+    hold records its priority, and only such a preemptor leaves out lower-priority holds
+    (:func:`fleetmind.serving.scheduler.reservations._outranked`)."""
+    return req.num_gpu == 0 or req.device_gpus or req.mig
 
 
 def _held(
@@ -119,15 +129,17 @@ def _held(
 ) -> tuple[Any, list[Reservations]]:
     """What :func:`ext.decide` reads as held capacity, and the list that keeps the view it read
     (database holds: the pod's own hold left out, so a retried pod does not block itself, and
-    with ``outranks``, a nominated node and the pod's priority, the holds of pods of lower
-    priority on that node: :meth:`DbReservations.view`)."""
+    with ``outranks``, a nominated node and the pod's priority, for a pod kube-scheduler counts
+    (:func:`_counted`), the holds on that node of such pods of lower priority:
+    :meth:`DbReservations.view`)."""
     res: Reservations = services.reservations
     seen: list[Reservations] = []
     if not isinstance(res, DbReservations):
         return res, seen
 
     def view(req: ext.PodRequest) -> Reservations:
-        seen.append(res.view(snapshot, exclude=req.key, outranks=outranks))
+        mine = outranks if _counted(req) else None
+        seen.append(res.view(snapshot, exclude=req.key, outranks=mine))
         return seen[-1]
 
     return view, seen
@@ -207,8 +219,8 @@ def _decide(
                 uid=req.uid,
                 snapshot=snapshot,
                 seen=seen[0],
-                priority=priority,
-                nominated=nominated,
+                priority=priority if _counted(req) else None,
+                nominated=nominated if _counted(req) else None,
             ):
                 break
         else:

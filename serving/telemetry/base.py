@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleetmind.data.errors import ConfigError
+from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 
 if TYPE_CHECKING:
     from fleetmind.data.graph import DependencyGraph
@@ -150,6 +150,7 @@ class TelemetrySource(ABC):
         self._refresh = threading.Lock()
         self._refreshes = 0  # refreshes finished (ok or failed); a waiter sharing that outcome
         self._error: Exception | None = None  # that of the last refresh, None when it worked
+        self._failed_ts: float | None = None  # when the last refresh failed (None: it worked)
         self._background = threading.Lock()  # held while a background refresh is pending or runs
         self._failing = False  # background refreshes failing since the last that worked (logged)
         self._closed = False  # set by close(): no more background refreshes, no failure warnings
@@ -196,11 +197,18 @@ class TelemetrySource(ABC):
         return self._wait_for_refresh()
 
     def fresh_snapshot(self) -> FleetSnapshot:
-        """The cached snapshot while younger than ``ttl_s`` seconds, else a new one, never a stale
-        one: with stale-while-refresh on, the caller joins the refresh under way (the background
-        one included) or reads itself, so it waits at most one :meth:`collect` (the source's
-        timeout, ``FLEETMIND_TELEMETRY_TIMEOUT_S`` for Prometheus). For the decisions a stale
-        snapshot gets wrong: a pod kube-scheduler retries at once on the node it preempted.
+        """The cached snapshot while younger than ``ttl_s`` seconds, else a new one where it can
+        be had: with stale-while-refresh on, the caller joins the refresh under way (the
+        background one included) or reads itself, so it waits at most one :meth:`collect` (the
+        source's timeout, ``FLEETMIND_TELEMETRY_TIMEOUT_S`` for Prometheus). For the decisions a
+        stale snapshot gets wrong: a pod kube-scheduler retries on the node it preempted.
+
+        When that read fails, what :meth:`snapshot` serves without reading again: the stale
+        snapshot within ``ttl_s + max_stale_s``, else the read's error. For ``ttl_s`` seconds
+        after a refresh failed (no refresh worked since), no such read is made at all and this is
+        :meth:`snapshot`: a source that is down costs each call at most one read, as for any
+        other call, not one more per call (within kube-scheduler's 5 s ``httpTimeout`` at the
+        default 2 s timeout).
 
         Raises:
             NotAvailableError, DataError: as :meth:`snapshot`.
@@ -208,7 +216,16 @@ class TelemetrySource(ABC):
         snap = self._fresh()
         if snap is not None:
             return snap
-        return self._wait_for_refresh()
+        failed = getattr(self, "_failed_ts", None)
+        if failed is not None and time.time() - failed < self.ttl_s:
+            return self.snapshot()  # a read failed within the TTL: no read of its own
+        try:
+            return self._wait_for_refresh()
+        except (NotAvailableError, DataError):
+            snap = self._servable_stale()
+            if snap is None:
+                raise
+            return snap
 
     def _wait_for_refresh(self) -> FleetSnapshot:
         """Refresh (single-flight): share the outcome of a refresh that ended while this caller
@@ -231,9 +248,11 @@ class TelemetrySource(ABC):
             snap = self.collect()
         except Exception as err:
             self._error = err
+            self._failed_ts = time.time()
             raise
         else:
             self._error = None
+            self._failed_ts = None
             self._cached = snap
             if self._failing:
                 self._failing = False

@@ -1,12 +1,13 @@
 """The priority of the pod a hold is for.
 
 ``reservations.pod_priority`` (Integer, nullable): the pod's ``spec.priority`` when the extender
-held capacity for it. A pod kube-scheduler nominated to a node after preempting there
-(``status.nominatedNodeName``) does not count the holds on that node of pods of lower priority
-(:meth:`fleetmind.serving.scheduler.reservations.DbReservations.view`): such a pod was evicted for
-it, or is bound and counted by kube-scheduler's own fit and by telemetry. ``NULL``: no priority
-recorded (rows written before this revision, ``reserve=true`` placements), read as 0, the
-Kubernetes default. A new nullable column only.
+held capacity for it, recorded only for pods whose whole request kube-scheduler counts itself
+(CPU, memory, ``nvidia.com/gpu``, ``nvidia.com/mig-*``). A pod of that kind nominated to a node
+(``status.nominatedNodeName``) does not count the recorded holds on that node of pods of lower
+priority (:meth:`fleetmind.serving.scheduler.reservations.DbReservations.view`): such a pod was
+evicted for it, or is bound or assumed and counted by kube-scheduler's own fit. ``NULL``: no
+priority recorded (rows written before this revision, GPU-share pods, ``reserve=true``
+placements): such a hold counts for every preemptor. A new nullable column only.
 
 Revision ID: 0011
 Revises: 0010
