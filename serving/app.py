@@ -739,6 +739,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     ]
 
     db_failures = RequestFailureLog(log)  # an outage: a few lines a minute, not per request
+    app.state.db_failures = db_failures  # AuthMiddleware's session lookup logs through it too
 
     async def fleetmind_error(_request: Request, exc: Exception) -> JSONResponse:
         code = next(c for t, c in status_of if isinstance(exc, t))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hmac
 import inspect
+import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable
@@ -38,11 +39,13 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import cookie_parser
 
 from fleetmind.data.errors import NotAvailableError
-from fleetmind.serving.db import Database
+from fleetmind.serving.db import Database, is_input_error
+from fleetmind.serving.failure_log import RequestFailureLog
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.health import HealthService
 from fleetmind.serving.incidents import IncidentManager
@@ -57,6 +60,8 @@ from fleetmind.serving.settings import SCOPES, Settings, get_settings
 from fleetmind.serving.telemetry.base import TelemetrySource
 from fleetmind.serving.tls import scheduler_cert
 from fleetmind.serving.ui.auth import session_of_cookies
+
+log = logging.getLogger("fleetmind.serving")
 
 
 @dataclass
@@ -408,7 +413,11 @@ class AuthMiddleware:
         if got is None and header is None and scheduler_cert(scope) is not None:
             got = SCHEDULER_CERT_SCOPES  # kube-scheduler's verified client certificate
         if got is None and scope.get("path") in DOC_PATHS:
-            got = await _session_scopes(app, scope)
+            try:
+                got = await _session_scopes(app, scope)
+            except SQLAlchemyError as exc:  # outside the app's handlers: answered here
+                await _answer_db_error(app, scope, send, exc)
+                return
         if got is not None and scope.get("path") in DOC_PATHS:
             got = docs_scopes(got)
         if got is None and _browser_to_docs(scope, header):
@@ -482,6 +491,35 @@ async def _session_scopes(app: Any, scope: Any) -> frozenset[str] | None:
     cookies = cookie_parser(raw.decode("latin-1"))
     session = await run_in_threadpool(session_of_cookies, cookies, services.settings, services.db)
     return None if session is None else session.scopes
+
+
+_DB_FAILURES = RequestFailureLog(log)
+"""The limiter for an app without its own (``app.state.db_failures``, which the API's database
+handler shares): one per server process."""
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+"""The methods a log line names as such (another is ``other``), as the API's database handler."""
+
+
+async def _answer_db_error(app: Any, scope: Any, send: Any, exc: SQLAlchemyError) -> None:
+    """Answer a database error of the middleware's own reads as the API's database handler does:
+    a value the database refused (:func:`is_input_error`) is a 422; anything else (an outage, a
+    table gone) a 503 and one throttled line through the app's :class:`RequestFailureLog`
+    (``app.state.db_failures``), never the SQL, its parameters or a traceback."""
+    if is_input_error(exc):
+        reason = type(getattr(exc, "orig", None) or exc).__name__
+        log.warning("database refused a value: %s", reason)
+        await _answer(send, 422, f"the database refused a value of this request ({reason})", [])
+        return
+    failures = getattr(getattr(app, "state", None), "db_failures", None) or _DB_FAILURES
+    method = scope.get("method", "")
+    route = getattr(matched_route(app, scope), "path", None) or "unmatched"
+    failures.failed(exc, method if method in _METHODS else "other", route)
+    read = method in ("GET", "HEAD")  # a read stores nothing: say only what failed
+    detail = (
+        "database unavailable; try again" if read else "database unavailable; nothing was stored"
+    )
+    await _answer(send, 503, detail, [])
 
 
 def docs_scopes(got: frozenset[str]) -> frozenset[str]:
