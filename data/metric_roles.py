@@ -190,6 +190,12 @@ UNIT_WORDS: frozenset[str] = frozenset(
 a number of events, so it gets no Poisson floor (:func:`is_count_metric`) when the word stands
 where a unit goes (:func:`unit_word`)."""
 
+_RESPONSE_UNIT_WORDS = UNIT_WORDS | _UNIT_WORDS | frozenset("msec usec us nsec".split())
+"""Unit words that keep a ``response ... total`` name a latency total (:func:`_name_role`):
+every :data:`UNIT_WORDS` entry plus the short forms ``msec`` (nginx-module-vts
+``nginx_vts_upstream_response_msec_total``), ``usec``, ``us`` and ``nsec``, so
+``response_milliseconds_total`` or ``response_us_total`` is no count of responses."""
+
 _UNIT_SUFFIXES = frozenset("total sum".split())
 """Suffixes written after the unit (``<name>_<unit>_total``, ``<name>_<unit>_sum``)."""
 
@@ -309,7 +315,7 @@ def _name_role(name: str) -> str:
         role == "latency"
         and "response" in ws
         and "total" in ws
-        and not any(w in _PROPER_LATENCY or w in _UNIT_WORDS for w in ws)
+        and not any(w in _PROPER_LATENCY or w in _RESPONSE_UNIT_WORDS for w in ws)
     ):
         return "traffic"  # Linkerd response_total: a counter of responses, not a latency
     if role == "errors" and _has_headroom(ws):
@@ -329,12 +335,15 @@ go-grpc-prometheus's ``grpc_code`` label writes them (``Canceled``, grpc-go ``co
 
 _RPC_STATUS_KEYS = frozenset(
     "grpc_code grpc_status grpc_response_status rpc_grpc_status_code "
-    "rpc_response_status_code".split()
+    "rpc_response_status_code grpc_status_code grpc_server_status grpc_client_status".split()
 )
 """Label keys (lower-case, ``.`` read as ``_``) that hold a gRPC status: go-grpc-prometheus's
 ``grpc_code``, gRPC's OpenTelemetry ``grpc.status`` (gRFC A66), Istio's ``grpc_response_status``,
-OpenTelemetry's ``rpc.grpc.status_code`` and ``rpc.response.status_code``. Other keys naming gRPC
-(``grpc_method``, ``grpc_service``) hold no status, whatever their value."""
+OpenTelemetry's ``rpc.grpc.status_code`` and ``rpc.response.status_code``, Kubernetes'
+``grpc_status_code`` (csi-lib-utils ``csi_sidecar_operations_seconds``, kubelet
+``csi_operations_seconds`` and ``dra_grpc_operations_duration_seconds``) and OpenCensus's
+``grpc_server_status`` / ``grpc_client_status``. Other keys naming gRPC (``grpc_method``,
+``grpc_service``, ``grpc_service_code``) hold no status, whatever their value."""
 
 _DNS_FAILURES = frozenset({"servfail"})
 """DNS response codes that say the server failed to answer, under a label key ``rcode`` (CoreDNS

@@ -227,10 +227,25 @@ def _temp_openb_dir(cache: Path, exc: OSError) -> Path:
     return tmp / "csv"
 
 
+def _make_readable_by_all(top: Path) -> None:
+    """Make ``top`` and every folder under it 0755 and every file 0644 (links left alone)."""
+    top.chmod(0o755)
+    for folder, dirs, files in os.walk(top):
+        for name in dirs:
+            path = Path(folder, name)
+            if not path.is_symlink():
+                path.chmod(0o755)
+        for name in files:
+            path = Path(folder, name)
+            if not path.is_symlink():
+                path.chmod(0o644)
+
+
 def synthetic_openb_dir() -> Path:
     """The synthetic trace's ``csv/`` folder in the cache, generated on first use (atomically).
 
-    The folder is made 0755 so that a cache shared between users stays readable. When the cache
+    The folder and the folders under it are made 0755 and its files 0644, whatever the umask, so
+    that a cache shared between users stays readable. When the cache
     folder cannot be created, written or entered (read-only filesystem, no permission), the trace
     is generated into a temporary folder instead (a few seconds, once per process, removed at
     exit) with one ``RuntimeWarning`` naming ``FLEETMIND_CACHE_DIR``.
@@ -249,9 +264,10 @@ def synthetic_openb_dir() -> Path:
         return _temp_openb_dir(root.parent, exc)
     try:
         write_synthetic_openb(tmp)
-        # mkdtemp makes the folder 0700 and the rename keeps it: a cache shared between uids
-        # (one FLEETMIND_CACHE_DIR filled by root) must stay readable by the others
-        tmp.chmod(0o755)
+        # mkdtemp makes the folder 0700, a umask such as 027 leaves the rest 0750/0640, and the
+        # rename keeps them: a cache shared between uids (one FLEETMIND_CACHE_DIR filled by root)
+        # must stay readable by the others
+        _make_readable_by_all(tmp)
         try:
             tmp.rename(root)
         except OSError:  # another process won the race; its folder is the same

@@ -58,8 +58,9 @@ def _trace_digest(trace: PodTrace) -> str:
 def _seed_list(seeds: object) -> list[int] | None:
     """``workload_seeds`` as a list of ints >= 0, ``None`` when unset or empty.
 
-    Any sequence or 1-D array of integer values (``[1, 2]``, ``np.arange(3)``, ``(1.0, 2.0)``) is
-    accepted; a string, a scalar, a nested sequence, a bool or a fractional value is a
+    Any sequence or 1-D array of integer values (``[1, 2]``, ``np.arange(3)``, a 1-D torch
+    tensor, ``(1.0, 2.0)``) is accepted; a string, a scalar, an array (numpy, torch, ...) with
+    other than one axis, a nested sequence, a bool or a fractional value is a one-line
     ``ConfigError``.
     """
     if seeds is None:
@@ -67,12 +68,13 @@ def _seed_list(seeds: object) -> list[int] | None:
     if (
         isinstance(seeds, str | bytes)
         or not hasattr(seeds, "__iter__")
-        or (isinstance(seeds, np.ndarray) and seeds.ndim != 1)  # a 0-d array cannot be iterated
+        # any array (numpy, torch, ...) with other than one axis: a 0-d one cannot be iterated
+        or (hasattr(seeds, "ndim") and np.ndim(seeds) != 1)
     ):
         raise ConfigError(
             f"workload_seeds must be a sequence of integers >= 0, got {_short_repr(seeds)}"
         )
-    items = [x.item() if isinstance(x, np.generic) else x for x in seeds]  # type: ignore[attr-defined]
+    items = [_scalar(x) for x in seeds]  # type: ignore[attr-defined]
     for i, x in enumerate(items):  # only the first bad value: the list may be long
         if isinstance(x, str | bytes) or np.ndim(x) != 0 or not _is_integral(x) or x < 0:
             raise ConfigError(
@@ -81,9 +83,17 @@ def _seed_list(seeds: object) -> list[int] | None:
     return [int(x) for x in items] or None
 
 
+def _scalar(x: object) -> object:
+    """A numpy scalar or a 0-d array (numpy, torch) as its Python value, anything else as is."""
+    if isinstance(x, np.generic) or (getattr(x, "ndim", None) == 0 and hasattr(x, "item")):
+        return x.item()  # type: ignore[attr-defined]
+    return x
+
+
 def _short_repr(x: object, limit: int = 80) -> str:
-    """``repr(x)`` cut to ``limit`` characters (a long array or string stays out of messages)."""
-    text = repr(x)
+    """``repr(x)`` on one line (whitespace runs joined by one space), cut to ``limit`` characters
+    (a long array or string stays out of messages)."""
+    text = " ".join(repr(x).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -392,3 +392,65 @@ def test_a_200kb_label_block_is_read_in_linear_time(name: str, part: str, role: 
     with _hang_guard():
         assert metric_name_part(name) == part
         assert metric_role(name) == role
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # kubernetes-csi/csi-lib-utils metrics/metrics.go: csi_sidecar_operations_seconds with
+        # labels driver_name, method_name, grpc_status_code (status.Code(err).String())
+        'csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",'
+        'method_name="/csi.v1.Controller/CreateVolume",grpc_status_code="DeadlineExceeded"}',
+        # kubernetes pkg/volume/util/metrics.go: kubelet csi_operations_seconds
+        'csi_operations_seconds_count{driver_name="pd.csi.storage.gke.io",'
+        'grpc_status_code="Unavailable",method_name="/csi.v1.Node/NodeStageVolume",migrated="false"}',
+        # kubernetes pkg/kubelet/cm/dra/... metrics: dra_grpc_operations_duration_seconds
+        'dra_grpc_operations_duration_seconds_count{driver_name="gpu.example.com",'
+        'method_name="/v1beta1.DRAPlugin/NodePrepareResources",grpc_status_code="Internal"}',
+        # census-instrumentation/opencensus-go plugin/ocgrpc/stats_common.go: KeyServerStatus,
+        # KeyClientStatus ("grpc_server_status", "grpc_client_status"), canonical code names;
+        # on a traffic name (its own grpc.io/... views export as grpc_io_*, which the word "io"
+        # makes saturation whatever the labels)
+        'grpc_server_handled_total{grpc_server_method="svc/Get",grpc_server_status="UNAVAILABLE"}',
+        'grpc_server_handled_total{grpc_client_method="svc/Get",grpc_client_status="DEADLINE_EXCEEDED"}',
+        'grpc_server_handled_total{"grpc.client.status"="14"}',
+    ],
+)
+def test_kubernetes_and_opencensus_grpc_status_labels_count_errors(name: str) -> None:
+    """A gRPC status other than OK under ``grpc_status_code`` (CSI sidecars, kubelet CSI and DRA)
+    or OpenCensus's ``grpc_server_status`` / ``grpc_client_status`` makes the count an error count."""
+    assert metric_role(name) == "errors"
+    assert metric_direction(name) == "up"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        'csi_sidecar_operations_seconds_count{grpc_status_code="OK"}',
+        'grpc_server_handled_total{grpc_server_status="OK"}',
+        'grpc_server_handled_total{grpc_client_status="0"}',
+        'grpc_server_handled_total{grpc_service_code="14"}',
+    ],
+)
+def test_ok_and_non_status_grpc_labels_stay_traffic(name: str) -> None:
+    """OK under a status key, or a code under a key that is no status key, stays all requests."""
+    assert metric_role(name) == "traffic"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "response_milliseconds_total",
+        "backend_response_microseconds_total",
+        "response_nanoseconds_total",
+        "response_us_total",
+        "response_usec_total",
+        # vozlt/nginx-module-vts README: upstream responseMsec -> nginx-vts-exporter
+        # nginx_vts_upstream_response_msec_total
+        "nginx_vts_upstream_response_msec_total",
+    ],
+)
+def test_response_total_with_any_time_unit_stays_latency(name: str) -> None:
+    """A ``response ... total`` name with any time unit word is a latency total, not a count."""
+    assert metric_role(name) == "latency"
+    assert metric_direction(name) == "up"

@@ -152,3 +152,22 @@ def test_the_generated_cache_folder_is_readable_by_other_users(
     for p in [csv, *root.rglob("*")]:
         assert p.stat().st_mode & stat.S_IROTH, p  # others may read it
     assert not [p for p in root.parent.iterdir() if p.name.startswith(".openb-synthetic-")]
+
+
+def test_a_restrictive_umask_still_leaves_every_file_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under umask 027 the csv/ folder would be 0750 and its files 0640: another uid would pass
+    the marker check and then fail to read the CSVs. Every folder is 0755, every file 0644."""
+    monkeypatch.setenv("FLEETMIND_CACHE_DIR", str(tmp_path / "cache"))
+    old_umask = os.umask(0o027)
+    try:
+        csv = syn.synthetic_openb_dir()
+    finally:
+        os.umask(old_umask)
+    root = csv.parent
+    inside = list(root.rglob("*"))
+    assert csv in inside and [p for p in inside if p.is_file()]
+    for p in [root, *inside]:
+        want = 0o755 if p.is_dir() else 0o644
+        assert stat.S_IMODE(p.stat().st_mode) == want, (p, oct(p.stat().st_mode))

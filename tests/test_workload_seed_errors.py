@@ -67,3 +67,25 @@ def test_good_arrays_still_pass(tmp_path: Path) -> None:
     env = _env(tmp_path, np.arange(100_000, dtype=np.uint32))
     assert env.workload_seeds is not None and len(env.workload_seeds) == 100_000
     assert env.workload_seeds[-1] == 99_999 and type(env.workload_seeds[-1]) is int
+
+
+@pytest.mark.parametrize("seeds", [np.arange(6).reshape(2, 3), np.zeros((3, 1), dtype=np.int64)])
+def test_a_2d_array_message_is_one_line(tmp_path: Path, seeds: np.ndarray) -> None:
+    """numpy's repr of a 2-D array spans lines; the error names it on one."""
+    with pytest.raises(ConfigError, match="a sequence of integers >= 0, got") as err:
+        _env(tmp_path, seeds)
+    assert "\n" not in str(err.value), str(err.value)
+
+
+def test_torch_tensors(tmp_path: Path) -> None:
+    """A 0-d tensor is refused as a scalar (not torch's ``TypeError: iteration over a 0-d
+    tensor``), a 2-D one on one line, and a 1-D integer one gives Python ints."""
+    torch = pytest.importorskip("torch")
+    for seeds in (torch.tensor(5), torch.arange(6).reshape(2, 3)):
+        with pytest.raises(ConfigError, match="a sequence of integers >= 0, got") as err:
+            _env(tmp_path, seeds)
+        assert "\n" not in str(err.value), str(err.value)
+    with pytest.raises(ConfigError, match="got False at index 0"):
+        _env(tmp_path, torch.tensor([False, True]))
+    env = _env(tmp_path, torch.arange(3, 6))
+    assert env.workload_seeds == [3, 4, 5] and all(type(s) is int for s in env.workload_seeds)
