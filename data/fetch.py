@@ -36,6 +36,22 @@ fetch fails (checked on each network read: :class:`_Watch`); ``timeout_s`` alone
 per read, which a server sending a byte now and then never reaches. Low enough for a throttled mobile link (8 kbit/s), which has no other way to
 fetch the files (no resume of a partial file)."""
 
+MAX_TIMEOUT_S = 10_000_000.0
+"""Largest ``--timeout`` accepted (seconds, about 116 days): the socket layer refuses a timeout
+beyond the platform's ``time_t`` (``socket.settimeout(1e10)`` raises ``OverflowError``), which
+came out as a traceback."""
+
+
+def check_timeout(timeout_s: float) -> None:
+    """Raise :class:`ConfigError` (one line) unless ``0 < timeout_s <=`` :data:`MAX_TIMEOUT_S`
+    seconds (NaN and inf fail too: they would mean no deadline at all)."""
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise ConfigError(
+            f"--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:,.0f}, "
+            f"got {timeout_s!r}"
+        )
+
+
 _PART = re.compile(r"(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.part")
 """A download's temporary file: ``<name>.<pid>.<8 hex>.part``."""
 
@@ -346,7 +362,7 @@ def fetch_dataset(
         progress: called with one line per file.
 
     Raises:
-        ConfigError: ``timeout_s`` is not above 0, ``base_url`` is not an http(s) URL, or a proxy variable (``ALL_PROXY``,
+        ConfigError: ``timeout_s`` is not above 0 and at most :data:`MAX_TIMEOUT_S`, ``base_url`` is not an http(s) URL, or a proxy variable (``ALL_PROXY``,
             ``HTTPS_PROXY``, ``HTTP_PROXY``) names a proxy httpx cannot use.
         DataError: unknown dataset, a checksum or size mismatch (nothing is moved into place for
             that file).
@@ -366,10 +382,7 @@ def fetch_dataset(
         base += "/"
     downloaded, kept = [], []
     made: list[Path] = []
-    if not 0 < timeout_s < float("inf"):
-        raise ConfigError(
-            f"--timeout must be a finite number of seconds above 0, got {timeout_s!r}"
-        )
+    check_timeout(timeout_s)
     watch = _Watch()
     client = _client(timeout_s, watch)
     try:

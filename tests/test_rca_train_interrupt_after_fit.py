@@ -9,6 +9,7 @@ temporary folder, is left."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -91,3 +92,51 @@ def test_ctrl_c_after_the_fit_exits_130_and_kills_the_run(
         return
     assert [r.info.status for r in runs] == ["KILLED"], err
     assert client.search_model_versions() == []
+
+
+@pytest.mark.parametrize("where", ["after_the_fit", "in_the_fit"])
+def test_ctrl_c_with_the_store_down_tries_to_kill_the_run_once(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store went away (connection refused) and the user presses Ctrl-C: marking the run
+    ``KILLED`` is one HTTP attempt (:func:`fleetmind.training.tracking.single_try`), not MLflow's
+    retry policy (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, default 7 with backoff: a minute or more
+    before the interrupt reached the CLI). MLflow retries a refused connection through urllib3's
+    ``Retry`` (``mlflow/utils/request_utils.py`` ``_get_request_session``), each try opening a new
+    connection with ``urllib3.util.connection.create_connection``; those opens are counted. The
+    environment asks for 3 retries without backoff, so the retry policy would show as 4 opens."""
+    import socket
+
+    import urllib3.util.connection as u3conn
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")
+    closed = socket.socket()  # bound, never listening: connections to it are refused
+    closed.bind(("127.0.0.1", 0))
+    uri = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    opens: list[tuple[str, int]] = []
+    real_open = u3conn.create_connection
+
+    def counted_open(address: tuple[str, int], *args: object, **kwargs: object) -> socket.socket:
+        opens.append(address)
+        return real_open(address, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(u3conn, "create_connection", counted_open)
+
+    class Logger:  # Lightning's MLFlowLogger once its run exists
+        _run_id = "0123456789abcdef0123456789abcdef"
+
+    try:
+        if where == "after_the_fit":
+            killer = rca_train._KilledOnCtrlC(uri)
+            killer.logger = Logger()
+            with pytest.raises(KeyboardInterrupt), killer:
+                raise KeyboardInterrupt
+        else:
+            rca_train._interrupted(None, uri, Logger(), tmp_path / "none")
+    finally:
+        closed.close()
+    assert opens == [("127.0.0.1", int(uri.rsplit(":", 1)[1]))]
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"  # the environment given back

@@ -72,6 +72,7 @@ from fleetmind.training.tracking import (
     lightning_mlflow_logger,
     log_pyfunc_model,
     ready_store,
+    single_try,
     tracking_guard,
     tracking_uri,
 )
@@ -384,7 +385,9 @@ class _KilledOnCtrlC:
     ``FINISHED`` at the end of the fit and ``mlflow.start_run`` ends it ``FAILED`` on an interrupt
     inside it, so the run of an interrupted command read as a finished or failed one. A Ctrl-C
     in the fit is :func:`_fit`'s (``logger`` is still ``None`` then); the store not answering
-    leaves the run as it was."""
+    leaves the run as it was after one try of at most 10 s
+    (:func:`~fleetmind.training.tracking.single_try`; MLflow's retries kept the interrupt from the
+    CLI a minute or more)."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -397,7 +400,7 @@ class _KilledOnCtrlC:
         run_id = getattr(self.logger, "_run_id", None)
         if kind is None or not issubclass(kind, KeyboardInterrupt) or run_id is None:
             return
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), single_try():  # one try: the store may be down
             from mlflow.tracking import MlflowClient
 
             MlflowClient(tracking_uri=self.uri).set_terminated(run_id, status="KILLED")
@@ -455,7 +458,8 @@ def _fit(trainer: Any, module: Any, dm: Any, uri: str, logger: Any, out_dir: Pat
 
 def _interrupted(handler: Any, uri: str, logger: Any, out_dir: Path) -> None:
     """After a Ctrl-C in the fit: SIGINT's ``handler`` restored, the MLflow run of ``logger``
-    ended ``KILLED`` (left as Lightning ended it when the store does not answer) and one
+    ended ``KILLED`` (left as Lightning ended it when the store does not answer its one try of at
+    most 10 s: :func:`~fleetmind.training.tracking.single_try`) and one
     ``fleetmind: warning:`` line on stderr naming ``out_dir`` when the run left files there."""
     import contextlib
     import signal
@@ -463,7 +467,7 @@ def _interrupted(handler: Any, uri: str, logger: Any, out_dir: Path) -> None:
     if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
         with contextlib.suppress(ValueError, TypeError):  # not the main thread
             signal.signal(signal.SIGINT, handler)
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception), single_try():  # one try: the store may be down
         from mlflow.tracking import MlflowClient
 
         run_id = getattr(logger, "_run_id", None)  # None: the run was never created
