@@ -374,7 +374,8 @@ class AuthMiddleware:
     the service buffer or parse anything) and leaves the token's scopes under
     :data:`AUTH_SCOPE_KEY` for the route's dependency. Routes served without a token read at most
     :data:`PUBLIC_BODY_BYTES` of body. The API docs (:data:`DOC_PATHS`) also take a signed-in
-    ``/ui`` session (the pages link to them; a browser sends no bearer token); a browser that
+    ``/ui`` session (the pages link to them; a browser sends no bearer token), whose scopes add to
+    those of a bearer token that cannot read them (an SSO proxy's ingest-only token); a browser that
     opens ``/docs`` or ``/redoc`` without either is sent to the login form (303), which returns
     there. A JWT bearer (an SSO proxy's token) gets a 401 that says so (:func:`unauthorized_detail`).
     """
@@ -412,12 +413,14 @@ class AuthMiddleware:
         got = granted_scopes(tokens, header)
         if got is None and header is None and scheduler_cert(scope) is not None:
             got = SCHEDULER_CERT_SCOPES  # kube-scheduler's verified client certificate
-        if got is None and scope.get("path") in DOC_PATHS:
-            try:
-                got = await _session_scopes(app, scope)
+        if scope.get("path") in DOC_PATHS and "read" not in docs_scopes(got or frozenset()):
+            try:  # a signed-in session beside a bearer that cannot read (an ingest-only proxy)
+                cookie = await _session_scopes(app, scope)
             except SQLAlchemyError as exc:  # outside the app's handlers: answered here
                 await _answer_db_error(app, scope, send, exc)
                 return
+            if cookie is not None:
+                got = cookie if got is None else got | cookie
         if got is not None and scope.get("path") in DOC_PATHS:
             got = docs_scopes(got)
         if got is None and _browser_to_docs(scope, header):

@@ -427,3 +427,43 @@ def test_the_login_form_shows_when_the_proxy_token_is_not_taken_on(
     # without a proxy token the form says nothing about a proxy
     plain = scoped.get(url, follow_redirects=False)
     assert plain.status_code == 200 and 'id="proxy-signed-in"' not in plain.text
+
+
+def test_a_read_session_opens_the_docs_behind_an_ingest_only_proxy(scoped: TestClient) -> None:
+    """Behind a proxy injecting an ingest-only token, a reader signed in at /ui/login saw the pages
+    (the cookie session comes first there) and their API link, but /docs and /openapi.json
+    answered 403 "lacks the 'read' scope": the docs checked the cookie only without a bearer."""
+    ingest = {"Authorization": f"Bearer {INGEST}"}
+    form = scoped.get("/ui/login?next=/ui/", headers=ingest)
+    assert form.status_code == 200 and "opens no pages" in form.text
+    signed = scoped.post(
+        "/ui/login",
+        headers={**ingest, "Origin": ORIGIN},
+        data={"token": READ, "csrf": _csrf(form.text), "next": "/ui/"},
+        follow_redirects=False,
+    )
+    assert signed.status_code == 303 and signed.headers["location"] == "/ui/"
+    page = scoped.get("/ui/", headers={**HTML, **ingest})
+    assert page.status_code == 200 and 'href="/docs"' in page.text
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        r = scoped.get(path, headers={**HTML, **ingest}, follow_redirects=False)
+        assert r.status_code == 200, (path, r.status_code, r.text[:80])
+    # only the docs take the session beside the bearer: the API keeps the bearer's scopes
+    r = scoped.get("/api/v1/incidents", headers=ingest)
+    assert r.status_code == 403 and "lacks the 'read' scope" in r.json()["detail"]
+    scoped.cookies.clear()
+    r = scoped.get("/openapi.json", headers=ingest)
+    assert r.status_code == 403 and "lacks the 'read' scope" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("switch", ["0", "", "yes"])
+def test_only_switch_1_keeps_a_proxy_signed_reader_on_the_form(
+    scoped: TestClient, switch: str
+) -> None:
+    """Any non-empty ``switch`` kept the form; only ``switch=1`` (documented) does now."""
+    read = {"Authorization": f"Bearer {READ}"}
+    url = f"/ui/login?next=/ui/&switch={switch}"
+    r = scoped.get(url, headers=read, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/", (switch, r.status_code)
+    kept = scoped.get("/ui/login?next=/ui/&switch=1", headers=read, follow_redirects=False)
+    assert kept.status_code == 200 and 'id="proxy-continue"' in kept.text

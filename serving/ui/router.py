@@ -382,15 +382,15 @@ def login_page(
 ) -> Response:
     """The login form. A request already signed in by a valid bearer token an SSO proxy injects
     (:func:`_bearer_session`) goes straight on to ``next`` (303) only when ``next`` is given, no
-    ``switch`` is asked for (``switch=1``: sign in with another token, e.g. an admin one for the
-    feedback form) and the token grants what ``next`` needs (``read``: every page and the API
+    ``switch=1`` is asked for (sign in with another token, e.g. an admin one for the feedback
+    form; another ``switch`` value counts as none) and the token grants what ``next`` needs (``read``: every page and the API
     docs, which an ``admin`` token also opens); otherwise the form, saying which scopes the proxy
     signs in with and linking on to ``next`` when they open it."""
     target = _safe_next(next)
     bearer = None
     if auth.auth_enabled(services.settings):
         bearer = _bearer_session(request, services.settings)
-    if bearer is not None and next and not switch and bearer.can("read"):
+    if bearer is not None and next and switch != "1" and bearer.can("read"):
         return RedirectResponse(target, status_code=303)
     return render(
         request,
