@@ -17,8 +17,10 @@ preempt again on another node (``DryRunPreemption``: a second, needless eviction
   ``alibabacloud.com/gpu-milli`` annotations (kube-scheduler does not count it: a share pod that
   was not evicted keeps its share) and a ``reserve: true`` job's hold always count.
 
-While telemetry is down, a nominated call makes at most one read (none for a TTL after one
-failed), so it stays within kube-scheduler's 5 s extender ``httpTimeout``.
+While telemetry is down, a nominated call makes at most one read (for a TTL after one failed,
+none beyond what any call makes), so it stays within kube-scheduler's 5 s extender
+``httpTimeout``. Lower-priority holds are left out only where the nominated node carries nothing
+kube-scheduler's device count cannot see (no share or job hold, no GPU read partly used).
 
 The bodies are ``ExtenderArgs`` as kube-scheduler sends them
 (``k8s.io/kube-scheduler/extender/v1`` ``types.go``: ``Pod``, ``Nodes`` null with
@@ -397,6 +399,49 @@ def test_a_reserve_true_job_hold_is_never_outranked(client: TestClient) -> None:
         ("placement:j1", None),
         ("placement:j2", None),
     ]
+
+
+def _two_gpus(client: TestClient, free: tuple[int, int]) -> None:
+    """Telemetry of one node, ``gpu-a``, with two A100s reading ``free`` milli-GPUs free each."""
+
+    def gpu(i: int) -> GpuState:
+        used = 500 + (1000 - free[i]) * 80
+        return GpuState(i, "A100", mem_total_mib=81920, mem_used_mib=used,
+                        util_pct=0 if free[i] == 1000 else 60, free_milli=free[i])  # fmt: skip
+
+    class Sim(TelemetrySource):
+        name = "sim"
+
+        def collect(self) -> FleetSnapshot:
+            node = _node("gpu-a", False)
+            node.gpus = [gpu(0), gpu(1)]
+            return FleetSnapshot("sim", [node])
+
+    client.app.state.services.telemetry = Sim(ttl_s=0.0)
+
+
+def test_a_counted_hold_beside_a_share_hold_still_counts(client: TestClient) -> None:
+    """A share (600 milli on GPU 0, which kube-scheduler does not count) and a priority-0 device
+    pod's hold of GPU 1: kube-scheduler sees one of two devices taken, evicts nothing and
+    nominates the node; leaving the device hold out handed GPU 1, or the share's GPU, to the
+    preemptor, beside a pod that still runs there."""
+    _two_gpus(client, (1000, 1000))
+    assert _filter(client, _share("s", ["gpu-a"], priority=0))["NodeNames"] == ["gpu-a"]
+    assert _filter(client, _args("a", ["gpu-a"], priority=0))["NodeNames"] == ["gpu-a"]
+    nom = _filter(client, _args("b", ["gpu-a"], priority=1000, nominated="gpu-a"))
+    assert nom["NodeNames"] == [] and "gpu-a" in nom["FailedNodes"], nom
+
+
+def test_a_counted_hold_beside_gpu_use_only_telemetry_sees_still_counts(
+    client: TestClient,
+) -> None:
+    """GPU 0 reads 400 milli free (a running share pod, or use outside Kubernetes: nothing
+    kube-scheduler counts), a priority-0 device pod holds GPU 1: the preemptor nominated there
+    was given GPU 1 while that pod, not evicted, was still to start on it."""
+    _two_gpus(client, (400, 1000))
+    assert _filter(client, _args("a", ["gpu-a"], priority=0))["NodeNames"] == ["gpu-a"]
+    nom = _filter(client, _args("b", ["gpu-a"], priority=1000, nominated="gpu-a"))
+    assert nom["NodeNames"] == [] and "gpu-a" in nom["FailedNodes"], nom
 
 
 # --------------------------------------------------------------- telemetry down: one read at most

@@ -372,16 +372,38 @@ def _outranked(r: Any, outranks: tuple[str, int] | None) -> bool:
     retry of the preemptor failed that node and preempted again elsewhere. Only the holds of pods
     whose whole request kube-scheduler's ``NodeResourcesFit`` counts for bound and assumed pods
     (CPU, memory, ``nvidia.com/gpu``, ``nvidia.com/mig-<profile>``) record a priority
-    (:meth:`DbReservations.hold`): a lower-priority pod of those that was not evicted keeps
-    failing the node in kube-scheduler before FleetMind is asked. A GPU share (the
-    ``alibabacloud.com/gpu-milli`` annotations), which kube-scheduler does not count, and a
-    ``reserve: true`` job's hold record none and always count: nominating a node evicts nothing
-    for them (nor at all under ``NominatedNodeNameForExpectation``, KEP-5278). The node is
-    matched by name: the candidate nodes of one decision are all of one cluster."""
+    (:meth:`DbReservations.hold`). ``NodeResourcesFit`` counts devices, not which GPU or how much
+    of it: a GPU share (the ``alibabacloud.com/gpu-milli`` annotations) and a ``reserve: true``
+    job's hold record none and always count (nominating a node evicts nothing for them, nor at
+    all under ``NominatedNodeNameForExpectation``, KEP-5278), and where the node carries any such
+    use kube-scheduler does not see, a lower-priority pod that was not evicted could be handed a
+    GPU already partly used, so the caller leaves holds out only where :func:`_uncounted` finds
+    none. The node is matched by name: the candidate nodes of one decision are all of one
+    cluster."""
     if outranks is None or r.node != outranks[0]:
         return False
     prio = getattr(r, "pod_priority", None)
     return prio is not None and prio < outranks[1]
+
+
+def _uncounted(rows: Iterable[Any], snapshot: FleetSnapshot | None, node: str) -> bool:
+    """Whether ``node`` (by name) may carry GPU use kube-scheduler does not count, so no hold
+    there may be left out for a preemptor (:func:`_outranked`): a hold among ``rows`` there with
+    no recorded priority (a GPU share, a ``reserve: true`` job, a row from before ``0011``), the
+    node missing from ``snapshot`` (or no snapshot), or a healthy GPU of it read partly used
+    (``free_milli`` strictly between 0 and 1000, milli-GPUs) or carrying shares telemetry places
+    there (``share_milli``). A GPU wholly free or wholly used (a device pod; the victim before
+    its eviction shows) is what ``NodeResourcesFit``'s device count sees."""
+    if any(r.node == node and getattr(r, "pod_priority", None) is None for r in rows):
+        return True
+    states = [n for n in snapshot.nodes if n.name == node] if snapshot is not None else []
+    if not states:
+        return True
+    return any(
+        g.healthy and (0 < g.free_milli < 1000 or (g.share_milli or 0) > 0)
+        for n in states
+        for g in n.gpus
+    )
 
 
 def _chunks(keys: list[str], size: int = 500) -> Iterator[list[str]]:
@@ -793,7 +815,8 @@ class DbReservations(Reservations):
             outranks: ``(node, priority)`` of a pod kube-scheduler nominated to ``node`` after
                 preempting there (``status.nominatedNodeName``, ``spec.priority``): the holds on
                 that node of pods of lower priority whose request kube-scheduler counts are left
-                out (:func:`_outranked`); give it only for such a pod itself.
+                out (:func:`_outranked`) where the node carries no use kube-scheduler does not
+                count (:func:`_uncounted`); give it only for such a pod itself.
         """
         now = self.clock()
         t = reservations_table
@@ -815,7 +838,8 @@ class DbReservations(Reservations):
     ) -> list[Any]:
         """The rows that still hold capacity under ``snapshot`` (see :meth:`view`); rows expired
         at ``now`` (s) count only where the snapshot keeps them (:func:`kept_by`); none that
-        ``outranks`` leaves out (:func:`_outranked`)."""
+        ``outranks`` leaves out (:func:`_outranked`), unless its node may carry use
+        kube-scheduler does not count (:func:`_uncounted`)."""
         kept = kept_by(rows, snapshot)
         placed: set[tuple[str, str, str]] = set()
         running: set[tuple[str, str]] = set()
@@ -834,7 +858,7 @@ class DbReservations(Reservations):
         live = []
         for r in rows:
             name = _name(r)
-            if name == exclude or _outranked(r, outranks):
+            if name == exclude:
                 continue
             if r.pod_key in kept:
                 live.append(r)  # the pod's only GPU assignment while telemetry lists it there
@@ -857,6 +881,8 @@ class DbReservations(Reservations):
             ):
                 continue
             live.append(r)
+        if outranks is not None and not _uncounted(live, snapshot, outranks[0]):
+            live = [r for r in live if not _outranked(r, outranks)]
         return live
 
     def _current(self) -> Reservations:

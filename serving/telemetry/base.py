@@ -205,9 +205,10 @@ class TelemetrySource(ABC):
 
         When that read fails, what :meth:`snapshot` serves without reading again: the stale
         snapshot within ``ttl_s + max_stale_s``, else the read's error. For ``ttl_s`` seconds
-        after a refresh failed (no refresh worked since), no such read is made at all and this is
-        :meth:`snapshot`: a source that is down costs each call at most one read, as for any
-        other call, not one more per call (within kube-scheduler's 5 s ``httpTimeout`` at the
+        after a refresh failed (no refresh worked since), no such read is made and this is
+        :meth:`snapshot`, which makes no read beyond what any call makes (none within the stale
+        bound; past it one, as any other call): a source that is down costs each call at most one
+        read, not one more per call (within kube-scheduler's 5 s ``httpTimeout`` at the
         default 2 s timeout).
 
         Raises:
@@ -218,7 +219,7 @@ class TelemetrySource(ABC):
             return snap
         failed = getattr(self, "_failed_ts", None)
         if failed is not None and time.time() - failed < self.ttl_s:
-            return self.snapshot()  # a read failed within the TTL: no read of its own
+            return self.snapshot()  # a read failed within the TTL: only what any call reads
         try:
             return self._wait_for_refresh()
         except (NotAvailableError, DataError):
