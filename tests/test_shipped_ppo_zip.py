@@ -55,6 +55,18 @@ def test_no_pre_namespace_module_is_pickled(zip_path: Path) -> None:
     assert not [n for n in names if n == "rl" or n.startswith("rl.")], names
 
 
+def _run_fresh(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter in ``cwd`` (outside the checkout: no ``rl`` folder on
+    ``sys.path``, no ``PYTHONPATH``, no alias installed) and check it exits 0."""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("PYTHONPATH", None)
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res
+
+
 @pytest.mark.parametrize("zip_path", ZIPS, ids=lambda p: p.parent.name)
 def test_bare_maskableppo_load_in_a_fresh_process(zip_path: Path, tmp_path: Path) -> None:
     # a fresh interpreter outside the checkout: no ``rl`` folder on sys.path, no alias installed
@@ -65,17 +77,7 @@ def test_bare_maskableppo_load_in_a_fresh_process(zip_path: Path, tmp_path: Path
         "assert not [n for n in sys.modules if n == 'rl' or n.startswith('rl.')]\n"
         "print(type(m.policy).__module__, type(m.policy).__name__)\n"
     )
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    env.pop("PYTHONPATH", None)
-    res = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
+    res = _run_fresh(code, tmp_path)
     assert res.stdout.split() == ["fleetmind.rl.policy", "CandidateScorerPolicy"]
 
 
@@ -143,15 +145,5 @@ def test_a_pre_namespace_zip_loads_only_through_load_sb3_model(
         "assert not [n for n in sys.modules if n == 'rl' or n.startswith('rl.')]\n"
         "print(type(m.policy).__module__, type(m.policy).__name__)\n"
     )
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    env.pop("PYTHONPATH", None)
-    res = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
+    res = _run_fresh(code, tmp_path)
     assert res.stdout.split() == ["bare:", "rl", "fleetmind.rl.policy", "CandidateScorerPolicy"]
