@@ -35,7 +35,7 @@ from fleetmind.data.graph import DependencyGraph
 from fleetmind.redact import safe_request_target, safe_uri
 from fleetmind.serving import migrations
 from fleetmind.serving.api_docs import add_api_docs
-from fleetmind.serving.db import Database, is_input_error
+from fleetmind.serving.db import Database
 from fleetmind.serving.defaults import DEFAULT_GRAPH
 from fleetmind.serving.deps import (
     SCHEDULER_CERT_SCOPES,
@@ -746,23 +746,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=code)
 
     async def db_error(request: Request, exc: Exception) -> JSONResponse:
-        if is_input_error(exc):  # the database refused a value: the client's input, not an outage
-            reason = type(getattr(exc, "orig", None) or exc).__name__
-            log.warning("database refused a value: %s", reason)
-            return JSONResponse(
-                {"detail": f"the database refused a value of this request ({reason})"},
-                status_code=422,
-            )
         route = getattr(request.scope.get("route"), "path", None) or "unmatched"
-        method = request.method if request.method in METHOD_ORDER else "other"
-        db_failures.failed(exc, method, route)  # one line, not the SQL and its parameters
-        read = request.method in ("GET", "HEAD")  # a read stores nothing: say only what failed
-        detail = (
-            "database unavailable; try again"
-            if read
-            else "database unavailable; nothing was stored"
-        )
-        return JSONResponse({"detail": detail}, status_code=503)
+        code, detail = db_failures.answer(exc, request.method, route)  # never the SQL itself
+        return JSONResponse({"detail": detail}, status_code=code)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
         errors = json_safe_errors(exc.errors())  # type: ignore[attr-defined]

@@ -29,8 +29,10 @@ a plain ``def`` dependency in its thread pool, a thread hand-off per dependency 
 
 from __future__ import annotations
 
+import base64
 import hmac
 import inspect
+import json
 import logging
 import re
 import threading
@@ -44,7 +46,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import cookie_parser
 
 from fleetmind.data.errors import NotAvailableError
-from fleetmind.serving.db import Database, is_input_error
+from fleetmind.serving.db import Database
 from fleetmind.serving.failure_log import RequestFailureLog
 from fleetmind.serving.graphstore import GraphStore
 from fleetmind.serving.health import HealthService
@@ -186,9 +188,6 @@ def looks_like_jwt(header: str | bytes | None) -> bool:
     Never raises, whatever the header holds: the first part is decoded only when it is at most
     :data:`JWT_HEADER_CHARS` base64url characters and parsed only when it decodes to a JSON
     object's ``{`` (a deeply nested array would exhaust the parser's recursion)."""
-    import base64
-    import json
-
     if isinstance(header, bytes):
         header = header.decode("latin-1")
     scheme, _, given = (header or "").partition(" ")
@@ -500,29 +499,16 @@ _DB_FAILURES = RequestFailureLog(log)
 """The limiter for an app without its own (``app.state.db_failures``, which the API's database
 handler shares): one per server process."""
 
-_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-"""The methods a log line names as such (another is ``other``), as the API's database handler."""
-
 
 async def _answer_db_error(app: Any, scope: Any, send: Any, exc: SQLAlchemyError) -> None:
-    """Answer a database error of the middleware's own reads as the API's database handler does:
-    a value the database refused (:func:`is_input_error`) is a 422; anything else (an outage, a
-    table gone) a 503 and one throttled line through the app's :class:`RequestFailureLog`
-    (``app.state.db_failures``), never the SQL, its parameters or a traceback."""
-    if is_input_error(exc):
-        reason = type(getattr(exc, "orig", None) or exc).__name__
-        log.warning("database refused a value: %s", reason)
-        await _answer(send, 422, f"the database refused a value of this request ({reason})", [])
-        return
+    """Answer a database error of the middleware's own reads as the API's database handler does
+    (:meth:`RequestFailureLog.answer`, through the app's ``app.state.db_failures``): a 422 for a
+    value the database refused, else a 503 and one throttled line, never the SQL, its parameters
+    or a traceback."""
     failures = getattr(getattr(app, "state", None), "db_failures", None) or _DB_FAILURES
-    method = scope.get("method", "")
     route = getattr(matched_route(app, scope), "path", None) or "unmatched"
-    failures.failed(exc, method if method in _METHODS else "other", route)
-    read = method in ("GET", "HEAD")  # a read stores nothing: say only what failed
-    detail = (
-        "database unavailable; try again" if read else "database unavailable; nothing was stored"
-    )
-    await _answer(send, 503, detail, [])
+    code, detail = failures.answer(exc, scope.get("method", ""), route)
+    await _answer(send, code, detail, [])
 
 
 def docs_scopes(got: frozenset[str]) -> frozenset[str]:

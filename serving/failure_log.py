@@ -13,6 +13,9 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError
 
+from fleetmind.serving.db import is_input_error
+from fleetmind.serving.metrics import HTTP_METHODS
+
 
 class FailureLog:
     """Logs a retried loop's failures without flooding the log while, say, the database restarts.
@@ -151,3 +154,17 @@ class RequestFailureLog:
             os.getpid(),
             since,
         )
+
+    def answer(self, err: BaseException, method: str, route: str) -> tuple[int, str]:
+        """The status and ``detail`` of a request that failed on the database with ``err``, the
+        failure logged: a value the database refused (:func:`fleetmind.serving.db.is_input_error`)
+        is the client's input, a 422 and one warning; anything else (an outage, a table gone) a
+        503 through :meth:`failed` (a method outside the usual ones is named ``other``)."""
+        if is_input_error(err):
+            reason = type(getattr(err, "orig", None) or err).__name__
+            self.logger.warning("database refused a value: %s", reason)
+            return 422, f"the database refused a value of this request ({reason})"
+        self.failed(err, method if method in HTTP_METHODS else "other", route)
+        if method in ("GET", "HEAD"):  # a read stores nothing: say only what failed
+            return 503, "database unavailable; try again"
+        return 503, "database unavailable; nothing was stored"
