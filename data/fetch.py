@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from fleetmind.data.errors import ConfigError, DataError, NotAvailableError
 from fleetmind.folders import pid_running
+from fleetmind.http_client import Deadline, hold_to
 from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import safe_uri
 
@@ -32,7 +33,7 @@ CHUNK_BYTES = 1 << 16
 MIN_RATE_BYTES_S = 1_000
 """Slowest transfer rate accepted (bytes/s): each file must arrive within ``timeout_s`` plus its
 size over this rate (the largest manifest file, 2.1 MB: ``timeout_s`` + 35 minutes), else the
-fetch fails (checked on each network read: :class:`_Watch`); ``timeout_s`` alone is httpx's limit
+fetch fails (checked on each network read: :class:`fleetmind.http_client.Deadline`); ``timeout_s`` alone is httpx's limit
 per read, which a server sending a byte now and then never reaches. Low enough for a throttled mobile link (8 kbit/s), which has no other way to
 fetch the files (no resume of a partial file)."""
 
@@ -150,7 +151,7 @@ def _remove_empty(dirs: list[Path]) -> None:
 
 
 def _download(
-    client: Any, watch: _Watch, url: str, part: Path, timeout_s: float, size: int
+    client: Any, watch: Deadline, url: str, part: Path, timeout_s: float, size: int
 ) -> None:
     """Stream ``url`` into the new file ``part`` (created here, exclusively: no other download
     writes into it); it is removed on any failure, a full disk and Ctrl-C included.
@@ -246,87 +247,16 @@ STALE_PART_S = 3600.0
 """Seconds without a write after which a dead fetch's temporary file is removed."""
 
 
-class _Watch:
-    """The deadline (a :func:`_now` value, seconds) that every network read and write of the
-    download in flight must meet; ``None`` between downloads."""
-
-    at: float | None = None
-
-    def left(self, timeout: float | None) -> float | None:
-        """``timeout`` (s) cut to what is left before :attr:`at`; raises ``httpcore.ReadTimeout``
-        when nothing is."""
-        if self.at is None:
-            return timeout
-        left = self.at - _now()
-        if left <= 0:
-            import httpcore
-
-            raise httpcore.ReadTimeout("the download's deadline passed")
-        return left if timeout is None else min(timeout, left)
-
-
-class _WatchedStream:
-    """A connection whose reads and writes wait no longer than :class:`_Watch` allows, so that
-    a server sending a byte of its headers now and then cannot hold the fetch (httpx's read
-    timeout starts again at each byte); the pattern of :mod:`fleetmind.serving.notify`."""
-
-    def __init__(self, stream: Any, watch: _Watch) -> None:
-        self._stream, self._watch = stream, watch
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, self._watch.left(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, self._watch.left(timeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(self, ssl_context: Any, server_hostname: Any = None, timeout: Any = None) -> Any:
-        tls = self._stream.start_tls(ssl_context, server_hostname, self._watch.left(timeout))
-        return _WatchedStream(tls, self._watch)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-class _WatchedBackend:
-    """httpcore's network backend whose connections are :class:`_WatchedStream`."""
-
-    def __init__(self, backend: Any, watch: _Watch) -> None:
-        self._backend, self._watch = backend, watch
-
-    def connect_tcp(self, host: str, port: int, timeout: Any = None, **kw: Any) -> Any:
-        stream = self._backend.connect_tcp(host, port, self._watch.left(timeout), **kw)
-        return _WatchedStream(stream, self._watch)
-
-    def connect_unix_socket(self, path: str, timeout: Any = None, **kw: Any) -> Any:
-        stream = self._backend.connect_unix_socket(path, self._watch.left(timeout), **kw)
-        return _WatchedStream(stream, self._watch)
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
-
-
-def _client(timeout_s: float, watch: _Watch | None = None) -> Any:
+def _client(timeout_s: float, watch: Deadline | None = None) -> Any:
     """An ``httpx.Client`` following redirections, with the environment's proxies by Go's rules
     (:mod:`fleetmind.http_client`: ``HTTPS_PROXY`` for an https download, decided again for each
     redirection's host); a proxy variable it cannot use is a one-line :class:`ConfigError`.
 
     With ``watch``, its connections (those of httpx's own transports; a test's mock transport
-    has none) read and write under that :class:`_Watch`'s deadline."""
-    import httpx
-
+    has none) connect, read and write under that deadline (:func:`fleetmind.http_client.hold_to`)."""
     client = proxied_client(timeout=timeout_s, follow_redirects=True)
-    if watch is None:
-        return client
-    transports = getattr(client._transport, "transports", [client._transport])
-    for t in list(transports) + list(getattr(client, "_mounts", {}).values()):
-        pool = getattr(t, "_pool", None)
-        backend = getattr(pool, "_network_backend", None)
-        if isinstance(t, httpx.HTTPTransport) and backend is not None:
-            if not isinstance(backend, _WatchedBackend):
-                pool._network_backend = _WatchedBackend(backend, watch)  # type: ignore[union-attr]
+    if watch is not None:
+        hold_to(client, watch)
     return client
 
 
@@ -383,7 +313,7 @@ def fetch_dataset(
     downloaded, kept = [], []
     made: list[Path] = []
     check_timeout(timeout_s)
-    watch = _Watch()
+    watch = Deadline(clock=lambda: _now())  # (tests may replace _now)
     client = _client(timeout_s, watch)
     try:
         with client:

@@ -24,6 +24,9 @@ transport chosen by the rules above; the CA bundle named by ``SSL_CERT_FILE`` or
 is still trusted (``httpx.create_ssl_context``), and no ``.netrc`` is read (httpx reads one only
 when asked to, with ``httpx.NetRCAuth``).
 
+A client can also be held to a :class:`Deadline` (:func:`hold_to`): every connect, read and write of
+the request in flight then ends by it, however slowly the server trickles its answer.
+
 httpx is imported only when a client is made.
 """
 
@@ -32,7 +35,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -293,3 +298,113 @@ def client(
         made.close()
         made = httpx.Client(verify=ssl_context, **kwargs)
     return made
+
+
+class Deadline:
+    """The deadline by which a client's network work in flight must end, per thread: ``at`` is a
+    ``clock()`` value (seconds), ``None`` for none. A client held to it (:func:`hold_to`) waits
+    on connecting, the TLS handshake and each read and write no longer than what is left, so a
+    server sending a byte now and then cannot stretch a request (httpx's read timeout starts
+    again at each byte). The notifier's posts and ``data fetch``'s downloads use one each.
+
+    Args:
+        clock: monotonic seconds (tests pass a fake one).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._local = threading.local()
+
+    @property
+    def at(self) -> float | None:
+        """This thread's deadline (``clock()`` seconds), ``None`` for none."""
+        return getattr(self._local, "at", None)
+
+    @at.setter
+    def at(self, value: float | None) -> None:
+        self._local.at = value
+
+    def left(self, timeout: float | None, expired: type[Exception]) -> float | None:
+        """``timeout`` (s, ``None``: none) cut to what is left before :attr:`at`; raises
+        ``expired`` (an httpcore or httpx timeout class) when nothing is."""
+        at = self.at
+        if at is None:
+            return timeout
+        left = at - self.clock()
+        if left <= 0:
+            raise expired("the deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream:
+    """An httpcore connection whose every read and write waits no longer than its
+    :class:`Deadline` allows."""
+
+    def __init__(self, stream: Any, deadline: Deadline) -> None:
+        self._stream, self._deadline = stream, deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        import httpcore
+
+        return self._stream.read(max_bytes, self._deadline.left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        import httpcore
+
+        self._stream.write(buffer, self._deadline.left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: Any = None, timeout: Any = None) -> Any:
+        import httpcore
+
+        left = self._deadline.left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._stream.start_tls(ssl_context, server_hostname, left), self._deadline
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """httpcore's network backend whose connecting waits no longer than a :class:`Deadline`
+    allows and whose connections are :class:`_DeadlineStream`."""
+
+    def __init__(self, backend: Any, deadline: Deadline) -> None:
+        self._backend, self._deadline = backend, deadline
+
+    def connect_tcp(self, host: str, port: int, timeout: Any = None, **kw: Any) -> Any:
+        import httpcore
+
+        left = self._deadline.left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._backend.connect_tcp(host, port, left, **kw), self._deadline)
+
+    def connect_unix_socket(self, path: str, timeout: Any = None, **kw: Any) -> Any:
+        import httpcore
+
+        left = self._deadline.left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._backend.connect_unix_socket(path, left, **kw), self._deadline)
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def hold_to(made: Any, deadline: Deadline) -> int:
+    """Hold the connections of the ``httpx.Client`` ``made`` (from :func:`client`: its direct and
+    proxy transports, and any mounted one) to ``deadline``; returns how many of httpx's own
+    transports were wrapped (0 for a test's transport, or when httpx moved its internals: the
+    caller says so)."""
+    import httpx
+
+    transports = getattr(made._transport, "transports", [made._transport])
+    wrapped = 0
+    for t in list(transports) + list(getattr(made, "_mounts", {}).values()):
+        pool = getattr(t, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if isinstance(t, httpx.HTTPTransport) and backend is not None:
+            if not isinstance(backend, _DeadlineBackend):
+                pool._network_backend = _DeadlineBackend(backend, deadline)  # type: ignore[union-attr]
+            wrapped += 1
+    return wrapped

@@ -71,6 +71,7 @@ import httpcore
 import httpx
 from sqlalchemy import Text, bindparam, cast, select
 
+from fleetmind.http_client import Deadline, hold_to
 from fleetmind.http_client import client as proxied_client
 from fleetmind.redact import without_password
 from fleetmind.serving.db import Database, incidents, notifications
@@ -377,74 +378,7 @@ def dedup_key(row: Mapping[str, Any], because: str | None = None) -> str:
     return f"{lab['incident']}-{row['state']}-{digest}"
 
 
-_DEADLINE = threading.local()  # .at: time.monotonic() by which the post in flight must end
-
-
-def _remaining(timeout: float | None, expired: type[Exception]) -> float:
-    """``timeout`` (s) cut to what is left of the post's :data:`POST_TIMEOUT_S`; raises
-    ``expired`` when nothing is."""
-    at = getattr(_DEADLINE, "at", None)
-    if at is None:
-        return timeout  # type: ignore[return-value]
-    left = at - time.monotonic()
-    if left <= 0:
-        raise expired("the post took longer than its deadline")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A connection whose every read and write waits no longer than what is left of the post's
-    deadline, so that a receiver sending a byte now and then cannot stretch the post."""
-
-    def __init__(self, stream: httpcore.NetworkStream) -> None:
-        self._stream = stream
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _remaining(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _remaining(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(
-        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
-    ) -> httpcore.NetworkStream:
-        left = _remaining(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, left))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's network backend with the post's deadline on connecting and on each read and
-    write (:class:`_DeadlineStream`)."""
-
-    def __init__(self, backend: httpcore.NetworkBackend) -> None:
-        self._backend = backend
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore.NetworkStream:
-        left = _remaining(timeout, httpcore.ConnectTimeout)
-        stream = self._backend.connect_tcp(host, port, left, local_address, socket_options)
-        return _DeadlineStream(stream)
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Any = None
-    ) -> httpcore.NetworkStream:
-        left = _remaining(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._backend.connect_unix_socket(path, left, socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
+_DEADLINE = Deadline()  # .at: time.monotonic() by which the post in flight (this thread's) must end
 
 
 def post_client(transport: httpx.BaseTransport | None = None) -> httpx.Client:
@@ -457,13 +391,7 @@ def post_client(transport: httpx.BaseTransport | None = None) -> httpx.Client:
         ConfigError: a proxy variable names a proxy httpx cannot use (one line).
     """
     client = proxied_client(timeout=POST_TIMEOUT_S, transport=transport)
-    wrapped = 0
-    for t in getattr(client._transport, "transports", [client._transport]):
-        pool = getattr(t, "_pool", None)
-        backend = getattr(pool, "_network_backend", None)
-        if isinstance(t, httpx.HTTPTransport) and isinstance(backend, httpcore.NetworkBackend):
-            pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
-            wrapped += 1
+    wrapped = hold_to(client, _DEADLINE)
     if transport is None and not wrapped:  # httpx/httpcore moved their internals
         log.warning(
             "notifications: httpx %s keeps no connection pool where this release looks for it: "
@@ -635,7 +563,7 @@ def _read_answer(response: httpx.Response) -> bytes:
             break
         if read > 16 * ANSWER_BYTES and not got:
             break  # (compressed bytes that decode to nothing: the status alone)
-        _remaining(None, httpx.ReadTimeout)
+        _DEADLINE.left(None, httpx.ReadTimeout)
     return got[:ANSWER_BYTES]
 
 
