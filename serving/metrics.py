@@ -247,7 +247,11 @@ class Metrics:
             registry=r,
         )
         self.alerts_ingested = Counter(
-            "fleetmind_alerts_ingested", "alerts durably stored", ["status"], registry=r
+            "fleetmind_alerts_ingested",
+            "alerts durably stored, once per delivery (an Alertmanager HA replica's or a retry's"
+            " repeat of a stored alert counts again; status as delivered)",
+            ["status"],
+            registry=r,
         )
         self.alerts_truncated = Counter(
             "fleetmind_alerts_truncated",

@@ -149,6 +149,18 @@ def test_kube_scheduler_config_uses_https_and_a_client_certificate() -> None:
     assert "ignorable: true  ->" in text and "ignorable: false ->" in text
 
 
+def test_kube_scheduler_config_lets_the_extender_see_every_feasible_node() -> None:
+    """kube-scheduler's default (unset or 0) filters only an adaptive share of a cluster of 100
+    nodes or more per pod, from a start index that rotates (numFeasibleNodesToFind,
+    nextStartNodeIndex: kubernetes pkg/scheduler/schedule_one.go), so the extender would choose
+    within a moving window and spread one job's pods; 100 sends every feasible node. No profile may
+    override it with a smaller share (KubeSchedulerProfile.percentageOfNodesToScore)."""
+    cfg = yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
+    assert cfg.get("percentageOfNodesToScore") == 100
+    for profile in cfg["profiles"]:
+        assert profile.get("percentageOfNodesToScore", 100) == 100
+
+
 def test_servicemonitor_carries_the_release_label_of_the_rules() -> None:
     monitor = yaml.safe_load((K8S / "base" / "servicemonitor.yaml").read_text())
     rule = yaml.safe_load((K8S / "base" / "prometheusrule.yaml").read_text())
