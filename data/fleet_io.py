@@ -703,13 +703,30 @@ SXM_BOARD_TEMPLATES: dict[str, tuple[str, frozenset[str]]] = {
     "V100": ("dgx1-v100", frozenset({"SXM2"})),
     "A100": ("dgx-a100", frozenset({"SXM4"})),
     "H100": ("dgx-h100", frozenset({"SXM5", "HBM3"})),
+    "H200": ("hgx-h200", frozenset()),
+    "B200": ("hgx-b200", frozenset()),
+    "GB200": ("gb200-tray", frozenset()),
 }
-"""GPU family -> (built-in 8-GPU board template, words of its SXM form factor in the NVML / DCGM
-name). Names as ``nvidia-smi -L`` and dcgm-exporter's ``modelName`` label print them (the values of
-:data:`fleetmind.data.topology.DCGM_MODEL_NAMES`): "Tesla V100-SXM2-32GB" (DGX-1 / HGX-1 hybrid
-cube-mesh), "NVIDIA A100-SXM4-80GB" (DGX A100 / HGX A100, NVSwitch), "NVIDIA H100 80GB HBM3" (the
-SXM5 board of DGX H100 / HGX H100; the PCIe card is "NVIDIA H100 PCIe", the NVL "NVIDIA H100 NVL").
-SXM3 V100s are the 16-GPU DGX-2, which no built-in template describes."""
+"""GPU family -> (built-in board template, words of its SXM form factor in the NVML / DCGM name).
+A node gets the board when it has the board's GPU count (8; 4 for ``gb200-tray``) and its name
+carries one of the words, or, for a family with none (an empty set), carries no word of
+:data:`PCIE_FORM_WORDS`. Names as ``nvidia-smi -L`` and dcgm-exporter's ``modelName`` label print
+them (the values of :data:`fleetmind.data.topology.DCGM_MODEL_NAMES`): "Tesla V100-SXM2-32GB"
+(DGX-1 / HGX-1 hybrid cube-mesh), "NVIDIA A100-SXM4-80GB" (DGX A100 / HGX A100, NVSwitch),
+"NVIDIA H100 80GB HBM3" (the SXM5 board of DGX H100 / HGX H100; the PCIe card is "NVIDIA H100
+PCIe", the NVL "NVIDIA H100 NVL"). The newer boards' names carry no form-factor word: "NVIDIA
+H200" (HGX H200; the PCIe card is "NVIDIA H200 NVL"), "NVIDIA B200" (HGX B200, no PCIe card),
+"NVIDIA GB200" (a GB200 NVL72 compute tray of 4 GPUs); GPU feature discovery's
+``nvidia.com/gpu.product`` spells them with dashes and may add the memory and a ``-SHARED``
+suffix ("NVIDIA-H200-141GB-HBM3e-SHARED"), which read the same. SXM3 V100s are the 16-GPU DGX-2,
+which no built-in template describes."""
+
+PCIE_FORM_WORDS = frozenset({"PCIE", "NVL"})
+"""Words of a PCIe card's NVML name ("NVIDIA H100 PCIe", "NVIDIA H200 NVL"): a family of
+:data:`SXM_BOARD_TEMPLATES` without SXM words keeps such a card on ``pcie-<n>gpu``."""
+
+_UNKNOWN_MODELS_WARNED: set[str] = set()
+"""Telemetry model names :func:`telemetry_template_for` has warned about (once per name)."""
 
 
 def names_mig_instances(name: str) -> bool:
@@ -728,11 +745,15 @@ def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
     normalised with :func:`gpu_model_from_nvml`'s rules: 8 GPUs of an SXM board
     (:data:`SXM_BOARD_TEMPLATES`) -> ``dgx1-v100``, ``dgx-a100`` or ``dgx-h100`` with the spec-table
     model ("Tesla V100-SXM2-32GB" -> ``dgx1-v100:V100M32``, the template openb's ``V100M32`` nodes
-    get); any other known card -> ``pcie-<n>gpu:<model>`` ("NVIDIA A100-PCIE-40GB" stays PCIe). An
-    unknown name keeps :func:`openb_template_for`'s ``pcie-<n>gpu:<name>``, without a warning, and
-    so does a MIG instance's name (``MIG`` one of its words, the rule of
-    :func:`fleetmind.serving.scheduler.placement.names_mig`: "NVIDIA A100-SXM4-40GB MIG 3g.20gb"):
-    MIG slices of a GPU are no positions on the SXM board.
+    get); 8 GPUs named "NVIDIA H200" or "NVIDIA B200" -> ``hgx-h200`` / ``hgx-b200`` and 4 named
+    "NVIDIA GB200" -> ``gb200-tray`` (names without a form-factor word, see
+    :data:`SXM_BOARD_TEMPLATES`); any other known card -> ``pcie-<n>gpu:<model>`` ("NVIDIA
+    A100-PCIE-40GB" and "NVIDIA H200 NVL" stay PCIe). An unknown name keeps
+    :func:`openb_template_for`'s ``pcie-<n>gpu:<name>`` and warns once per name and process (a
+    ``UserWarning``, as :func:`gpu_model_from_nvml` warns) that its nodes are modelled as PCIe gen 3
+    servers without NVLink; a MIG instance's name (``MIG`` one of its words, the rule of
+    :func:`fleetmind.serving.scheduler.placement.names_mig`: "NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    keeps that template too: MIG slices of a GPU are no positions on the SXM board.
 
     :param model: the GPU model as telemetry reports it (dcgm-exporter's ``modelName``).
     :param n_gpus: GPUs of the node (>= 1).
@@ -741,15 +762,32 @@ def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
     if name in GPU_SPECS:
         return openb_template_for(name, n_gpus)
     key, known = _spec_key(name, None)
+    if not known:
+        _warn_unknown_model(name, n_gpus)
     if not known or names_mig_instances(name):
         return openb_template_for(name, n_gpus)
     family = re.sub(r"M\d+$", "", key)
     board = SXM_BOARD_TEMPLATES.get(family)
-    if board is not None and n_gpus == 8:
+    if board is not None and n_gpus == get_template(board[0]).n_gpus:
         words = {w.upper() for w in _model_words(name)}
-        if words & board[1]:
+        # an SXM word, or, for a family whose names carry none, no PCIe card's word
+        on_board = bool(words & board[1]) if board[1] else not words & PCIE_FORM_WORDS
+        if on_board:
             return get_template(board[0], key)
     return get_template(f"pcie-{n_gpus}gpu", key)
+
+
+def _warn_unknown_model(name: str, n_gpus: int) -> None:
+    """Warn once per process that telemetry model ``name`` is not in the spec table."""
+    if name in _UNKNOWN_MODELS_WARNED:
+        return
+    _UNKNOWN_MODELS_WARNED.add(name)
+    warnings.warn(
+        f"GPU model {name!r} is not in the spec table (known: {', '.join(GPU_SPECS)}): its nodes "
+        f"are modelled as PCIe gen 3 servers without NVLink (template pcie-{n_gpus}gpu:{name})",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def load_openb_fleet(

@@ -26,7 +26,20 @@ Bandwidths (GB/s, one direction, peak; ``docs/fleet.md`` has the derivation and 
   4 links, 160 GB/s bidirectional), 25 GB/s for NVLink 2 (V100, "NVIDIA Tesla V100 GPU Architecture"
   whitepaper: 6 links, 300 GB/s), NVLink 3 (A100, "NVIDIA A100 Tensor Core GPU Architecture"
   whitepaper: 12 links, 600 GB/s) and NVLink 4 (H100, "NVIDIA H100 Tensor Core GPU Architecture"
-  whitepaper: 18 links, 900 GB/s). A pair with ``n`` bonded links gets ``n`` times the per-link figure.
+  whitepaper: 18 links, 900 GB/s; H200 and GH200 likewise, "NVIDIA H200 Tensor Core GPU" datasheet:
+  900 GB/s, "NVIDIA GH200 Grace Hopper Superchip" datasheet: 900 GB/s NVLink 4); 50 GB/s for
+  NVLink 5 (B200 and GB200, "NVIDIA Blackwell Architecture Technical Brief" and the "NVIDIA DGX
+  B200" / "GB200 NVL72" datasheets: 18 links, 1.8 TB/s per GPU). The figures are 900 or 1800 GB/s
+  bidirectional over 18 links, so 25 or 50 GB/s per link and direction. A pair with ``n`` bonded
+  links gets ``n`` times the per-link figure.
+* GPU models without NVLink (PCIe cards): T4 ("NVIDIA T4" datasheet: PCIe gen3, 16 GB), A10 (gen4,
+  24 GB), L4 ("NVIDIA L4 Tensor Core GPU" datasheet: PCIe gen4 x16, 24 GB), L40 and L40S ("NVIDIA
+  L40" / "NVIDIA L40S" datasheets: PCIe gen4 x16, 48 GB, no NVLink).
+* Host interface of the new SXM boards: PCIe gen5 for H200 (datasheet: "PCIe Gen5 128 GB/s") and
+  for B200 on HGX B200 / DGX B200 (whose hosts are "2x Intel Xeon 8570 PCIe Gen5", "NVIDIA DGX B200
+  User Guide"; the B200 itself supports gen6, which these hosts do not run). GH200 and GB200 reach
+  their Grace CPU over NVLink-C2C, not PCIe; their ``pcie_gen`` 5 (Grace's PCIe generation, "NVIDIA
+  Grace CPU" datasheet) is a FleetMind assumption for any path between GPUs without NVLink.
 * PCIe x16 per direction: 15.75 (gen3, 8 GT/s, 128b/130b), 31.5 (gen4), 63.0 (gen5), from the PCI-SIG
   base specifications' signalling rates.
 * Inter-socket link per direction (``socket_gbps``, the sum over the links between the sockets):
@@ -135,6 +148,17 @@ GPU_SPECS: dict[str, GpuSpec] = {
         GpuSpec("L40S", "Ada Lovelace", 0.0, 4, 48),
         GpuSpec("A100", "Ampere", 25.0, 4, 80),
         GpuSpec("H100", "Hopper", 25.0, 5, 80),
+        # Added later; a key's position matters to no vocabulary (openb's model ids are
+        # fleetmind.data.openb.GPU_MODELS, which this table does not feed).
+        GpuSpec("H200", "Hopper", 25.0, 5, 141),  # H200 datasheet: 141 GB HBM3e, NVLink 4
+        GpuSpec("B200", "Blackwell", 50.0, 5, 180),  # DGX B200: 1,440 GB over 8 GPUs, NVLink 5
+        # Grace superchips: the size in NVML's name is the CPU's LPDDR5X ("NVIDIA GH200 480GB"),
+        # and the GPU's varies (GH200: 96 GB HBM3 or 144 GB HBM3e; GB200: up to 186 or 192 GB
+        # HBM3e per GPU), so memory is 0, unknown: NVML's and GFD's own figures give it.
+        GpuSpec("GB200", "Blackwell", 50.0, 5, 0),
+        GpuSpec("GH200", "Hopper", 25.0, 5, 0),
+        GpuSpec("L4", "Ada Lovelace", 0.0, 4, 24),
+        GpuSpec("L40", "Ada Lovelace", 0.0, 4, 48),
         # openb's anonymised models: no public specification, assume a PCIe gen3 card.
         GpuSpec("G2", "unknown", 0.0, 3, 0),
         GpuSpec("G3", "unknown", 0.0, 3, 0),
@@ -527,6 +551,78 @@ def dgx_h100() -> NodeTemplate:
     )
 
 
+def _all_pairs(n_gpus: int, links: int) -> dict[tuple[int, int], int]:
+    """``links`` bonded NVLinks between every GPU pair (an NVSwitch board: ``NV<links>`` all pairs)."""
+    return {(i, j): links for i in range(n_gpus) for j in range(i + 1, n_gpus)}
+
+
+def hgx_h200() -> NodeTemplate:
+    """HGX H200 (DGX H200): 8 H200 SXM on 4 NVSwitches (18 NVLink 4 links per GPU: ``NV18``).
+
+    The H200 is a drop-in for the H100 on the same board ("NVIDIA H200 Tensor Core GPU" datasheet:
+    HGX H200, NVLink 900 GB/s, PCIe gen5), so the layout is :func:`dgx_h100`'s: NODE within a socket,
+    SYS across (DGX H200: 2x Xeon Platinum 8480C, 56 cores, 4 UPI links at 16 GT/s). OEM HGX H200
+    servers may carry other CPUs; the NVLink part, which is what placement scores, is the same.
+    """
+    return template_from_pairs(
+        "hgx-h200",
+        "H200",
+        8,
+        default_level=LinkLevel.NODE,
+        numa=[0, 0, 0, 0, 1, 1, 1, 1],
+        nvlink_pairs=_all_pairs(8, 18),
+        socket_gbps=4 * 32.0,
+        cpus_per_numa=56,
+        description="HGX H200, NVSwitch all-to-all NV18 (NVIDIA H200 datasheet, DGX H200)",
+    )
+
+
+def hgx_b200() -> NodeTemplate:
+    """HGX B200 (DGX B200): 8 B200 on 2 NVLink 5 switches (18 NVLink 5 links per GPU: ``NV18``).
+
+    "NVIDIA DGX B200 User Guide": 8 B200, 2 fifth-generation NVLink switches (14.4 TB/s aggregate:
+    1.8 TB/s per GPU), 2x Intel Xeon 8570 (PCIe gen5, 56 cores each). GPUs 0-3 on socket 0, 4-7 on
+    socket 1, as ``nvidia-smi topo -m`` of an HGX B200 shows (NV18 all pairs). The PCIe level under
+    the NVLinks (NODE within a socket, SYS across) and the inter-socket link (4 UPI links at
+    20 GT/s, 40 GB/s each) are FleetMind assumptions after :func:`dgx_h100`'s.
+    """
+    return template_from_pairs(
+        "hgx-b200",
+        "B200",
+        8,
+        default_level=LinkLevel.NODE,
+        numa=[0, 0, 0, 0, 1, 1, 1, 1],
+        nvlink_pairs=_all_pairs(8, 18),
+        socket_gbps=4 * 40.0,
+        cpus_per_numa=56,
+        description="HGX B200, NVSwitch all-to-all NV18 of NVLink 5 (NVIDIA DGX B200 User Guide)",
+    )
+
+
+def gb200_tray() -> NodeTemplate:
+    """A GB200 NVL72 compute tray: 2 GB200 superchips, each one Grace CPU and 2 B200 GPUs.
+
+    Each GPU's 18 NVLink 5 links go to the rack's NVLink switch trays, so every pair of the tray is
+    ``NV18`` through the switches ("NVIDIA GB200 NVL72" datasheet: 18 compute trays of 4 GPUs, 1.8
+    TB/s per GPU). GPUs 0-1 are on Grace 0 and 2-3 on Grace 1 (72 Neoverse V2 cores each, no SMT).
+    FleetMind assumptions: the PCIe level under the NVLinks (NODE on one Grace, SYS across) and the
+    link between the two Graces (the :class:`NodeTemplate` default); no GPU pair of the tray uses
+    either, since every pair has NVLink. The GB200 NVL4 board links its 4 GPUs to each other directly (fewer links
+    per pair); its GPUs have the same NVML name and get this template too.
+    """
+    return template_from_pairs(
+        "gb200-tray",
+        "GB200",
+        4,
+        default_level=LinkLevel.NODE,
+        numa=[0, 0, 1, 1],
+        nvlink_pairs=_all_pairs(4, 18),
+        cpus_per_numa=72,
+        smt=False,
+        description="GB200 compute tray: 2 Grace + 4 B200, NV18 all pairs (GB200 NVL72 datasheet)",
+    )
+
+
 PCIE_DEFAULT_MODEL = "A10"
 """GPU model of the PCIe-only templates when none is given."""
 
@@ -582,6 +678,9 @@ BUILTIN_TEMPLATES: dict[str, Any] = {
     "dgx1-v100": dgx1_v100,
     "dgx-a100": dgx_a100,
     "dgx-h100": dgx_h100,
+    "hgx-h200": hgx_h200,
+    "hgx-b200": hgx_b200,
+    "gb200-tray": gb200_tray,
     "pcie-1gpu": lambda: pcie_server(1),
     "pcie-2gpu": lambda: pcie_server(2),
     "pcie-4gpu": lambda: pcie_server(4),

@@ -104,12 +104,13 @@ def test_the_nvml_source_names_its_node_from_node_name(monkeypatch: pytest.Monke
 def test_fleet_discover_takes_node_and_warns_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(b"NVIDIA B200"))
+    # a model the spec table does not know (B200, named here before, is in it now)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(b"NVIDIA RTX PRO 6000"))
     monkeypatch.setenv("NODE_NAME", "from-env")
     assert main(["fleet", "discover", "--node", "gpu-node-9"]) == 0
     out, err = capsys.readouterr()
-    assert "node gpu-node-9" in out and "2x B200" in out
+    assert "node gpu-node-9" in out and "2x RTX-PRO-6000" in out
     # one line, among others: without the openb data a "fleetmind: note: openb data not found"
     # line comes first (cli/__init__.py, the synthetic fallback of the fleet group)
-    warning = "fleetmind: warning: GPU model 'NVIDIA B200' is not in the spec table"
+    warning = "fleetmind: warning: GPU model 'NVIDIA RTX PRO 6000' is not in the spec table"
     assert [line for line in err.splitlines() if line.startswith(warning)], err

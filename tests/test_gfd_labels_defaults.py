@@ -182,7 +182,7 @@ def test_sim_reads_gfd_memory_and_product_strings() -> None:
         return _node(name, labels, {"nvidia.com/gpu": "1"})
 
     fleet = _sim([
-        gfd("l4", "NVIDIA-L4", "23034"),  # no table knows an L4: the label does
+        gfd("l4", "NVIDIA-L4", "23034"),  # the label, not the spec table's 24 GB
         gfd("t4", "Tesla-T4"),  # no label: the product string, normalised
         gfd("a100-40", "NVIDIA-A100-SXM4-40GB"),
         gfd("a10g", "NVIDIA-A10G"),
@@ -208,7 +208,7 @@ def test_sim_reads_gfd_memory_and_product_strings() -> None:
         # the GPU's 96 GB of HBM3 (NVIDIA GH200 datasheet); no table knows them: the placeholder
         ("NVIDIA-GH200-480GB", FALLBACK_GPU_MEMORY_MIB), ("NVIDIA GH200 480GB", FALLBACK_GPU_MEMORY_MIB),
         ("NVIDIA-GB200", FALLBACK_GPU_MEMORY_MIB),
-        ("A1000", FALLBACK_GPU_MEMORY_MIB), ("NVIDIA-L4", FALLBACK_GPU_MEMORY_MIB),
+        ("A1000", FALLBACK_GPU_MEMORY_MIB), ("NVIDIA-L4", 24576),  # L4 datasheet: 24 GB
         (UNKNOWN_MODEL, FALLBACK_GPU_MEMORY_MIB), ("", FALLBACK_GPU_MEMORY_MIB),
     ],
 )  # fmt: skip

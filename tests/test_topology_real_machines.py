@@ -142,7 +142,9 @@ def fake_nvml(
 )
 def test_telemetry_names_get_their_board_template(model: str, n: int, template: str) -> None:
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no warning per snapshot for unknown names
+        warnings.simplefilter("error")  # a known name warns nothing
+        # an unknown one warns once per process (tests/test_gpu_models_2024.py)
+        warnings.filterwarnings("ignore", "GPU model .* is not in the spec table", UserWarning)
         assert telemetry_template_for(model, n).name == template
 
 

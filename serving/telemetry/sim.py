@@ -69,7 +69,8 @@ def gpu_memory_mib(model: str) -> float:
     (``NVIDIA-A100-SXM4-40GB``, GPU feature discovery's ``nvidia.com/gpu.product``, or DCGM's
     ``NVIDIA H100 80GB HBM3``: 40 and 80 GiB; not for a Grace superchip, ``GH200``, ``GB200``,
     whose size is the CPU's memory: ``NVIDIA-GH200-480GB`` names the CPU's 480 GB of LPDDR5X, not
-    the GPU's 96 GB of HBM3, and no table knows them, so they get the placeholder); else
+    the GPU's 96 GB of HBM3, and their spec-table memory is 0, unknown, so they get the
+    placeholder); else
     the model its first word names once the vendor
     words (``NVIDIA``, ``Tesla``) are dropped, as
     :func:`~fleetmind.data.fleet_io.gpu_model_from_nvml` reads it (``Tesla-T4`` is a ``T4``,
