@@ -82,9 +82,9 @@ def _snippet_rules() -> list[dict[str, Any]]:
 
 
 def _config(tmp_path: Path, rules: list[dict[str, Any]] | None, hook: str) -> Path:
-    """deploy/alertmanager.yml with ``rules`` as its inhibit_rules (None: as shipped), both
-    receivers posting to ``hook`` (``/fleetmind``, ``/oncall``), FleetMind's route waiting 1 s
-    instead of 10 s (same semantics, a faster test)."""
+    """deploy/alertmanager.yml with ``rules`` as its inhibit_rules (None: as shipped), the
+    receivers posting to ``hook`` (``/fleetmind``, ``/oncall``, ``/chat``), FleetMind's route
+    waiting 1 s instead of 10 s (same semantics, a faster test)."""
     cfg = yaml.safe_load(SHIPPED.read_text())
     if rules is not None:
         cfg["inhibit_rules"] = rules
@@ -94,6 +94,8 @@ def _config(tmp_path: Path, rules: list[dict[str, Any]] | None, hook: str) -> Pa
     fm["http_config"]["authorization"]["credentials_file"] = str(tmp_path / "token")
     fm["url"] = hook + "/fleetmind"
     receivers["oncall"]["webhook_configs"] = [{"url": hook + "/oncall", "send_resolved": True}]
+    # warning root causes go to the channel receiver (the root-cause route's severity sub-route)
+    receivers["team-chat"]["webhook_configs"] = [{"url": hook + "/chat", "send_resolved": True}]
     (fleetmind_route,) = [r for r in cfg["route"]["routes"] if r["receiver"] == "fleetmind"]
     fleetmind_route.update(group_wait="1s", group_interval="1s")
     path = tmp_path / f"am-{len(list(tmp_path.glob('am-*.yml')))}.yml"
@@ -234,9 +236,10 @@ def _storm(url: str, hook: Hook) -> dict[tuple[str, str], bool]:
 def test_snippet_leaves_other_incidents_root_causes_alone(alertmanager: Any) -> None:
     url, hook = alertmanager(_snippet_rules())
     states = _storm(url, hook)
-    # (a) the warning root cause of another incident still pages, while incident 1's is critical
+    # (a) the warning root cause of another incident still notifies (the channel receiver),
+    # while incident 1's is critical
     assert states[("FleetMindRootCause", "7")] is False
-    assert wait_for(lambda: hook.seen("/oncall", "firing", incident="7"), 30)
+    assert wait_for(lambda: hook.seen("/chat", "firing", incident="7"), 30)
     assert states[("FleetMindRootCause", "1")] is False
     # (b) ordinary warnings: inhibited by their critical, as upstream intends, FleetMind's copy too
     assert states[("KubePodCrashLooping", "ml/warning")] is True

@@ -106,7 +106,8 @@ def _am_config(
     tmp_path: Path, fleetmind_url: str, token: str, oncall_url: str | None = None
 ) -> Path:
     """The shipped deploy/alertmanager.yml with fast timings, FleetMind's URL and token, and
-    (``oncall_url``) a webhook standing in for the user's on-call receiver."""
+    (``oncall_url``) a webhook standing in for the user's on-call receivers (the paging one and
+    the channel that gets warning root causes)."""
     cfg = yaml.safe_load((DEPLOY / "alertmanager.yml").read_text())
     for route in [cfg["route"], *cfg["route"].get("routes", [])]:
         route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
@@ -116,7 +117,8 @@ def _am_config(
     (tmp_path / "token").write_text(token)
     hook["http_config"]["authorization"]["credentials_file"] = str(tmp_path / "token")
     if oncall_url:
-        receivers["oncall"]["webhook_configs"] = [{"url": oncall_url, "send_resolved": True}]
+        for name in ("oncall", "team-chat"):
+            receivers[name]["webhook_configs"] = [{"url": oncall_url, "send_resolved": True}]
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -1,0 +1,289 @@
+"""What PagerDuty and Opsgenie get from ``deploy/alertmanager.yml`` when FleetMind's root cause
+changes, in a real Alertmanager (0.25).
+
+FleetMind resolves the old ``FleetMindRootCause`` alert and fires the new one when an incident's
+root cause or its severity changes (``serving/notify.py``). Alertmanager sends one notification per
+group, and its PagerDuty ``dedup_key`` and Opsgenie ``alias`` are the group key's hash
+(prometheus/alertmanager ``notify/pagerduty/pagerduty.go``, ``notifyV2``: ``DedupKey:
+key.Hash()``; ``notify/opsgenie/opsgenie.go``: ``alias := key.Hash()``). Grouped by incident only,
+the new cause's trigger reused the withdrawn cause's ``dedup_key`` (landing in its open PagerDuty
+incident, titled with the old cause), and a warning went to the paging receiver. The shipped route
+groups by ``cause_node`` and ``severity`` too and sends a warning to the channel receiver.
+
+The receivers are the shipped file's commented PagerDuty and Opsgenie examples, uncommented and
+pointed at a local recorder that answers as the Events API v2 and Opsgenie's Alert API do (202,
+https://developer.pagerduty.com/docs/events-api-v2/trigger-events/,
+https://docs.opsgenie.com/docs/alert-api). The alerts are built by FleetMind's notifier code.
+
+Needs the Debian package ``prometheus-alertmanager`` (skipped without it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import types
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from serving_helpers import free_port, wait_for
+
+from fleetmind.data.paths import REPO_ROOT
+from fleetmind.serving import notify
+
+SHIPPED = REPO_ROOT / "deploy" / "alertmanager.yml"
+PUBLIC_URL = "https://fleetmind.example.org"
+
+
+class Recorder:
+    """A local HTTP server: ``(path, JSON body)`` of every post, answered 202 as PagerDuty's
+    Events API v2 and Opsgenie's Alert API answer an accepted event."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, dict[str, Any]]] = []
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                raw = self.rfile.read(int(self.headers.get("content-length", 0) or 0))
+                with lock:
+                    outer.got.append((self.path, json.loads(raw or b"{}")))
+                body = (
+                    b'{"status":"success","message":"Event processed"}'
+                    if self.path == "/pd"
+                    else b'{"result":"Request will be processed","took":0.1,"requestId":"r"}'
+                )
+                self.send_response(202)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def pagerduty(self) -> list[dict[str, Any]]:
+        """The PagerDuty events, in the order they came."""
+        return [b for p, b in list(self.got) if p == "/pd"]
+
+    def at(self, prefix: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(p, b) for p, b in list(self.got) if p.startswith(prefix)]
+
+
+def example_receiver() -> dict[str, Any]:
+    """The shipped file's commented example of the paging receiver (``oncall``), uncommented."""
+    text = SHIPPED.read_text().split("  - name: oncall\n", 1)[1].split("  - name: team-chat", 1)[0]
+    block = [ln[6:] for ln in text.splitlines() if ln.startswith("    # ")]
+    return yaml.safe_load("\n".join(block))
+
+
+def _config(tmp_path: Path, hook: str) -> Path:
+    """deploy/alertmanager.yml with the example PagerDuty and Opsgenie integrations on ``oncall``
+    and a webhook on the channel receiver, all posting to ``hook``; the root-cause route's
+    group_interval 1 s instead of 1 min (same semantics, a faster test)."""
+    cfg = yaml.safe_load(SHIPPED.read_text())
+    receivers = {r["name"]: r for r in cfg["receivers"]}
+    (tmp_path / "key").write_text("k")
+    paging = example_receiver()
+    (pd,) = paging["pagerduty_configs"]
+    pd.update(routing_key_file=str(tmp_path / "key"), url=hook + "/pd")
+    (og,) = paging["opsgenie_configs"]
+    og.update(api_key_file=str(tmp_path / "key"), api_url=hook + "/og/")
+    receivers["oncall"].update(paging)
+    if "team-chat" in receivers:
+        receivers["team-chat"]["webhook_configs"] = [{"url": hook + "/chat"}]
+    fm = receivers["fleetmind"]["webhook_configs"][0]
+    fm["http_config"]["authorization"]["credentials_file"] = str(tmp_path / "key")
+    fm["url"] = hook + "/fleetmind"
+    for route in cfg["route"]["routes"]:
+        if 'alertname="FleetMindRootCause"' in (route.get("matchers") or []):
+            route["group_interval"] = "1s"
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[tuple[str, Recorder]]:
+    """A real Alertmanager on the shipped file (see :func:`_config`); its URL and the recorder."""
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        pytest.skip(
+            "Prometheus Alertmanager not installed (Debian package prometheus-alertmanager)"
+        )
+    rec = Recorder()
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={_config(tmp_path, rec.url)}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "am.log", "wb"),  # noqa: SIM115
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: _ready(url), timeout=30), (tmp_path / "am.log").read_text()
+        yield url, rec
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        rec.server.shutdown()
+        rec.server.server_close()
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/-/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def root_cause(incident: int, node: str, fault: str, severity: str) -> dict[str, Any]:
+    """A firing ``notifications`` row of ``serving/notify.py`` (labels and annotations as the
+    notifier builds them) for cause ``node`` of ``incident`` in cluster c0."""
+    kind = node.split("/")[1]
+    inc = {"id": incident, "firing_count": 9, "clusters": ["c0"], "method": "gat"}
+    top = {"node": node, "kind": kind, "fault_type": fault, "path": [node], "score": 0.91}
+    me = types.SimpleNamespace(settings=types.SimpleNamespace(public_url=PUBLIC_URL))
+    labels = {
+        "alertname": notify.ALERTNAME,
+        notify.INSTALLATION_LABEL: notify.installation(PUBLIC_URL),
+        "incident": str(incident),
+        "cause_node": node,
+        "cause_kind": kind,
+        "cluster": "c0",
+        "severity": severity,
+    }
+    return {
+        "state": "firing",
+        "labels": labels,
+        "annotations": notify.Notifier._annotations(me, inc, top, "c0"),
+        "starts_at": notify._iso(time.time() - 60),
+        "ends_at": None,
+    }
+
+
+def _post(url: str, *rows: dict[str, Any]) -> None:
+    body = [notify.Notifier.alertmanager_alert(r) for r in rows]
+    r = httpx.post(url + "/api/v2/alerts", json=body, timeout=5)
+    assert r.status_code == 200, r.text
+
+
+def _resolved(row: dict[str, Any], because: str) -> dict[str, Any]:
+    """``row`` withdrawn as the notifier withdraws it (``endsAt`` now)."""
+    annotations = {**row["annotations"], "resolved_because": because}
+    return {
+        **row,
+        "state": "resolved",
+        "ends_at": notify._iso(time.time()),
+        "annotations": annotations,
+    }
+
+
+def _event(rec: Recorder, action: str, summary: str) -> dict[str, Any] | None:
+    return next(
+        (
+            e
+            for e in rec.pagerduty()
+            if e["event_action"] == action and e["payload"]["summary"] == summary
+        ),
+        None,
+    )
+
+
+@pytest.mark.external
+def test_a_changed_cause_opens_its_own_incident_and_closes_the_old(
+    alertmanager: tuple[str, Recorder],
+) -> None:
+    url, rec = alertmanager
+    old = root_cause(77, "c0/host/c0-h3", "host_not_ready", "critical")
+    new = root_cause(77, "c0/gpu/c0-h1-g2", "gpu_xid_error", "critical")
+    said_old, said_new = old["annotations"]["summary"], new["annotations"]["summary"]
+    _post(url, old)
+    first = wait_for(lambda: _event(rec, "trigger", said_old), timeout=20)
+    assert first, rec.pagerduty()
+    seen = len(rec.pagerduty())
+    _post(url, _resolved(old, notify.SUPERSEDED), new)
+
+    def next_trigger() -> dict[str, Any] | None:
+        return next((e for e in rec.pagerduty()[seen:] if e["event_action"] == "trigger"), None)
+
+    second = wait_for(next_trigger, timeout=20)
+    assert second, rec.pagerduty()
+    # the new cause is its own PagerDuty incident, named after it, paged as critical
+    assert second["dedup_key"] != first["dedup_key"]
+    assert second["payload"]["summary"] == said_new
+    assert said_new == "Root cause of incident 77: c0/gpu/c0-h1-g2 (gpu_xid_error)"
+    assert first["payload"]["severity"] == second["payload"]["severity"] == "critical"
+    # ... and the withdrawn cause's incident is resolved, the new one left open
+    assert wait_for(
+        lambda: any(
+            e["event_action"] == "resolve" and e["dedup_key"] == first["dedup_key"]
+            for e in rec.pagerduty()
+        ),
+        timeout=20,
+    ), rec.pagerduty()
+    assert not any(
+        e["event_action"] == "resolve" and e["dedup_key"] == second["dedup_key"]
+        for e in rec.pagerduty()
+    )
+    # Opsgenie: two alerts (two aliases) with the causes in words; the old one closed
+    created = [b for p, b in rec.at("/og/v2/alerts") if p == "/og/v2/alerts"]
+    assert {b["message"] for b in created} == {said_old, said_new}
+    assert len({b["alias"] for b in created}) == 2
+    (old_alias,) = [b["alias"] for b in created if b["message"] == said_old]
+    assert wait_for(lambda: rec.at(f"/og/v2/alerts/{old_alias}/close"), timeout=20)
+
+
+@pytest.mark.external
+def test_a_warning_pages_no_one_and_its_escalation_pages(
+    alertmanager: tuple[str, Recorder],
+) -> None:
+    """A warning root cause goes to the channel receiver only; the same cause turned critical
+    (FleetMind resolves the warning, fires the critical one) pages, a PagerDuty incident of its
+    own."""
+    url, rec = alertmanager
+    warn = root_cause(1042, "c0/pod/payments-7d9f8b6c5-x2k4q", "pod_oom_killed", "warning")
+    crit = {**warn, "labels": {**warn["labels"], "severity": "critical"}}
+    _post(url, warn)
+    chat = wait_for(lambda: rec.at("/chat"), timeout=20)
+    assert chat, rec.got
+    assert [a["labels"]["severity"] for _, b in chat for a in b["alerts"]] == ["warning"]
+    time.sleep(2)  # two group_intervals of the root-cause route: nothing more is on its way
+    assert rec.pagerduty() == [] and rec.at("/og") == []
+    _post(url, _resolved(warn, notify.RESEVERED), crit)
+    paged = wait_for(lambda: _event(rec, "trigger", crit["annotations"]["summary"]), timeout=20)
+    assert paged and paged["payload"]["severity"] == "critical", rec.pagerduty()
+    assert all(e["dedup_key"] == paged["dedup_key"] for e in rec.pagerduty())
+    assert wait_for(lambda: any(b["status"] == "resolved" for _, b in rec.at("/chat")), 20)
+
+
+def test_shipped_examples_are_valid_configuration(tmp_path: Path) -> None:
+    """The uncommented PagerDuty and Opsgenie examples pass ``amtool check-config``."""
+    assert set(example_receiver()) == {"pagerduty_configs", "opsgenie_configs"}
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.skip("amtool not installed (Debian package prometheus-alertmanager)")
+    out = subprocess.run(
+        [amtool, "check-config", str(_config(tmp_path, "http://127.0.0.1:9"))],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
