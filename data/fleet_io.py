@@ -365,6 +365,17 @@ def _is_builtin_name(name: str) -> bool:
     return base in BUILTIN_TEMPLATES or _pcie_count(base) is not None
 
 
+def _is_builtin(t: NodeTemplate) -> bool:
+    """Whether ``t`` is exactly the built-in template of its name, which a saved fleet can omit.
+
+    A fleet's own template under a built-in name (a fleet file written before that name was
+    built in, e.g. its own ``hgx-h200``) wins on load and so must be written out again.
+    """
+    if not _is_builtin_name(t.name):
+        return False
+    return template_to_dict(t) == template_to_dict(get_template(t.name))
+
+
 def fleet_from_dict(doc: Mapping[str, Any], src: str = "<dict>") -> Fleet:
     """Build a :class:`Fleet` from a parsed YAML document (see the module docstring for the schema).
 
@@ -629,9 +640,7 @@ def load_fleet_yaml(path: str | os.PathLike[str]) -> Fleet:
 
 def fleet_to_dict(fleet: Fleet) -> dict[str, Any]:
     """Plain mapping in the YAML schema; ``fleet_from_dict(fleet_to_dict(f)) == f``."""
-    templates = {
-        t.name: template_to_dict(t) for t in fleet.templates if not _is_builtin_name(t.name)
-    }
+    templates = {t.name: template_to_dict(t) for t in fleet.templates if not _is_builtin(t)}
     clusters = []
     for ci, cl in enumerate(fleet.clusters):
         nodes = []
@@ -778,8 +787,13 @@ def telemetry_template_for(model: str, n_gpus: int) -> NodeTemplate:
 
 
 def _warn_unknown_model(name: str, n_gpus: int) -> None:
-    """Warn once per process that telemetry model ``name`` is not in the spec table."""
-    if name in _UNKNOWN_MODELS_WARNED:
+    """Warn once per process that telemetry model ``name`` is not in the spec table.
+
+    Telemetry's own placeholders for a GPU it has no name for (``"unknown"``: a device that
+    kube-state-metrics counts and DCGM does not report, an NVML GPU that was lost; or no name at
+    all) are no model to add, so they do not warn.
+    """
+    if name in _UNKNOWN_MODELS_WARNED or name.strip().lower() in ("", "unknown"):
         return
     _UNKNOWN_MODELS_WARNED.add(name)
     warnings.warn(

@@ -17,7 +17,12 @@ import warnings
 import numpy as np
 import pytest
 
-from fleetmind.data.fleet_io import discover_local_fleet, telemetry_template_for
+from fleetmind.data.fleet_io import (
+    discover_local_fleet,
+    fleet_from_dict,
+    fleet_to_dict,
+    telemetry_template_for,
+)
 from fleetmind.data.topology import GPU_SPECS, get_template, gpu_spec
 from fleetmind.envs.policies.topology import TopologyBestEffort
 from fleetmind.serving.scheduler.placement import PeerPolicyPlacer, Reservations
@@ -148,6 +153,46 @@ def test_an_unknown_name_warns_once_that_it_is_modelled_as_pcie_gen3() -> None:
     assert len(texts) == 1, texts
     assert f"{name!r} is not in the spec table" in texts[0]
     assert "PCIe gen 3" in texts[0] and "without NVLink" in texts[0]
+
+
+@pytest.mark.parametrize("name", ["unknown", "", "Unknown "])
+def test_telemetry_placeholders_for_a_nameless_gpu_do_not_warn(name: str) -> None:
+    """Prometheus names a GPU that kube-state-metrics counts and DCGM does not report "unknown",
+    and NVML a lost one: no model to add to the spec table."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        telemetry_template_for(name, 8)
+    assert not [w for w in seen if "spec table" in str(w.message)]
+
+
+def test_a_fleets_own_template_under_a_name_now_built_in_survives_save_and_reload() -> None:
+    """A fleet file written before ``hgx-h200`` was built in may define its own: it wins on load,
+    so saving must write it out, or the reload would get the built-in 8-GPU H200 board."""
+    own = {"gpu_model": "H100", "links": ["X NV4", "NV4 X"], "numa": [0, 0]}
+    doc = {
+        "templates": {"hgx-h200": own},
+        "clusters": [
+            {"name": "east", "region": "us-east", "nodes": [{"name": "n0", "template": "hgx-h200"}]}
+        ],
+    }
+    fleet = fleet_from_dict(doc)
+    saved = fleet_to_dict(fleet)
+    assert "hgx-h200" in saved["templates"]
+    again = fleet_from_dict(saved)
+    assert again == fleet and again.templates[0].n_gpus == 2
+    # the built-in itself is still left out of the saved file
+    builtin = fleet_from_dict(
+        {
+            "clusters": [
+                {
+                    "name": "e",
+                    "region": "us-east",
+                    "nodes": [{"name": "n0", "template": "hgx-h200"}],
+                }
+            ]
+        }
+    )
+    assert not fleet_to_dict(builtin).get("templates")
 
 
 def test_nvml_discovery_of_a_b200_board_gets_gen5_and_nvlink5(
