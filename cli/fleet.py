@@ -8,7 +8,7 @@ from typing import Any
 
 from fleetmind import argtypes
 from fleetmind.cli.common import add_group, refuse_input_as_output, refuse_same_output
-from fleetmind.redact import terminal_safe
+from fleetmind.redact import pad, terminal_safe
 from fleetmind.training.io import write_json
 
 
@@ -99,6 +99,20 @@ def _say(line: str) -> None:
     print(terminal_safe(line))
 
 
+def _row(*cells: tuple[Any, int]) -> str:
+    """One table line of ``fleet show``: each ``(value, columns)`` cell escaped first
+    (:func:`~fleetmind.redact.terminal_safe`), then padded to ``columns`` terminal columns by
+    display width (a CJK character takes 2), left-aligned for text and right-aligned for a
+    number (shown with thousands separators), so that columns line up whatever the names hold."""
+    out = []
+    for value, columns in cells:
+        if isinstance(value, int):
+            out.append(pad(f"{value:,}", columns, ">"))
+        else:
+            out.append(pad(terminal_safe(str(value)), columns))
+    return "".join(out)
+
+
 def _print_fleet(fleet: Any, s: dict[str, Any], node: str | None) -> None:
     """Print the summary ``s`` of ``fleet`` (from :func:`_fleet_summary`) and the node's matrix."""
     from fleetmind.data.topology import nvidia_smi_topo
@@ -110,16 +124,16 @@ def _print_fleet(fleet: Any, s: dict[str, Any], node: str | None) -> None:
     print()
     _say(f"{'cluster':<20}{'region':<16}{'nodes':>8}{'GPUs':>8}")
     for c in s["clusters"]:
-        _say(f"{c['name']:<20}{c['region']:<16}{c['nodes']:>8,}{c['gpus']:>8,}")
+        _say(_row((c["name"], 20), (c["region"], 16), (c["nodes"], 8), (c["gpus"], 8)))
     print()
     _say(f"{'GPU model':<12}{'nodes':>8}{'GPUs':>8}   nodes by GPUs per node")
     for model, m in s["gpu_models"].items():
         sizes = ", ".join(f"{k}x{v}" for k, v in m["nodes_by_gpu_count"].items())
-        _say(f"{model:<12}{m['nodes']:>8,}{m['gpus']:>8,}   {sizes}")
+        _say(_row((model, 12), (m["nodes"], 8), (m["gpus"], 8)) + f"   {sizes}")
     print()
     _say(f"{'template':<22}{'nodes':>8}{'GPUs':>8}")
     for name, t in s["templates"].items():
-        _say(f"{name:<22}{t['nodes']:>8,}{t['gpus']:>8,}")
+        _say(_row((name, 22), (t["nodes"], 8), (t["gpus"], 8)))
     if fleet.n_clusters > 1:
         print()
         _say("WAN round trip (ms) / bandwidth (GB/s) between clusters:")
@@ -127,12 +141,12 @@ def _print_fleet(fleet: Any, s: dict[str, Any], node: str | None) -> None:
             cells = []
             for j in range(fleet.n_clusters):
                 if i == j:
-                    cells.append("-".center(14))
+                    cells.append("-".center(13))
                 else:
                     cells.append(
                         f"{fleet.wan_latency_ms[i, j]:6.1f}/{fleet.wan_bandwidth_gbps[i, j]:<6.2f}"
                     )
-            _say(f"  {a.name:<18}" + " ".join(cells))
+            _say("  " + _row((a.name, 18)) + " ".join(cells))
     idx, tpl = _node_view(fleet, node)
     print()
     _say(

@@ -1,6 +1,8 @@
 """Secrets kept out of what FleetMind shows: the ``user:password@`` of URLs and their
 password-like query parameters; and outside text made safe to print on a terminal
-(:func:`terminal_safe`: control characters shown escaped).
+(:func:`terminal_safe`: control characters shown escaped), measured in terminal columns
+(:func:`display_width`) and padded or cut by them (:func:`pad`, :func:`head_in_width`,
+:func:`tail_in_width`) without splitting a character as shown (:func:`can_cut`).
 
 Database, Prometheus and MLflow URLs may carry credentials (basic auth, or libpq's
 ``?password=`` / ``?sslpassword=``), and the messages that quote them reach logs, API answers,
@@ -335,3 +337,88 @@ def _kept(text: str, i: int) -> str:
     if unicodedata.category(char) == "Zs":
         return char
     return _shown(char)
+
+
+_ZERO_WIDTH = frozenset({"Mn", "Me", "Cf"})
+"""Unicode categories that take no column: combining marks (``Mn``, ``Me``, variation selectors
+included) and format characters (``Cf``: ZWJ, bidi controls, tag characters)."""
+_ZWJ = "\u200d"
+
+
+def char_width(char: str) -> int:
+    """Columns ``char`` takes on a terminal or in a monospace font: 0 for a combining mark or a
+    format character (:data:`_ZERO_WIDTH`), 2 for a wide or fullwidth one (East Asian Width
+    ``W``/``F``, Unicode UAX #11: CJK ideographs, kana, Hangul, most emoji), else 1."""
+    if unicodedata.category(char) in _ZERO_WIDTH:
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    """Columns ``text`` takes on a terminal or in a monospace font: the sum of
+    :func:`char_width` (``"节点"``: 4, ``"e\\u0301"``: 1). A sequence joined by U+200D ZWJ counts
+    each of its parts, an over-estimate where a font draws it as one glyph."""
+    return sum(char_width(ch) for ch in text)
+
+
+def _regional(char: str) -> bool:
+    return "\U0001f1e6" <= char <= "\U0001f1ff"
+
+
+def can_cut(text: str, i: int) -> bool:
+    """Whether ``text`` may be cut before ``text[i]`` without splitting a character as shown
+    (an approximation of Unicode UAX #29 grapheme clusters): never after a ZWJ, before a ZWJ,
+    combining mark (``Mn``, ``Mc``, ``Me``: accents, variation selectors), emoji skin-tone
+    modifier or tag character, nor inside a pair of regional indicators (a flag)."""
+    if i <= 0 or i >= len(text):
+        return True
+    before, char = text[i - 1], text[i]
+    if before == _ZWJ or char == _ZWJ or before + char == "\r\n":
+        return False
+    if unicodedata.category(char) in ("Mn", "Mc", "Me"):
+        return False
+    if "\U0001f3fb" <= char <= "\U0001f3ff" or "\U000e0020" <= char <= "\U000e007f":
+        return False
+    if _regional(before) and _regional(char):
+        run = 0
+        while run < i and _regional(text[i - 1 - run]):
+            run += 1
+        return run % 2 == 0
+    return True
+
+
+def head_in_width(text: str, columns: int) -> str:
+    """The longest start of ``text`` that takes at most ``columns`` columns
+    (:func:`display_width`) and ends where :func:`can_cut` allows."""
+    used, end = 0, 0
+    for i, ch in enumerate(text):
+        used += char_width(ch)
+        if used > columns:
+            break
+        end = i + 1
+    while end > 0 and not can_cut(text, end):
+        end -= 1
+    return text[:end]
+
+
+def tail_in_width(text: str, columns: int) -> str:
+    """The longest end of ``text`` that takes at most ``columns`` columns
+    (:func:`display_width`) and starts where :func:`can_cut` allows."""
+    used, start = 0, len(text)
+    for i in range(len(text) - 1, -1, -1):
+        used += char_width(text[i])
+        if used > columns:
+            break
+        start = i
+    while start < len(text) and not can_cut(text, start):
+        start += 1
+    return text[start:]
+
+
+def pad(text: str, columns: int, align: str = "<") -> str:
+    """``text`` padded with spaces to ``columns`` columns (:func:`display_width`, not code
+    points: ``"节点"`` takes 4), on the right (``align="<"``) or the left (``">"``); longer text is
+    returned as it is. Escape outside text first (:func:`terminal_safe`): an escape is longer
+    than the character it shows."""
+    fill = " " * max(0, columns - display_width(text))
+    return fill + text if align == ">" else text + fill

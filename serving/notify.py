@@ -73,11 +73,12 @@ from sqlalchemy import Text, bindparam, cast, select
 
 from fleetmind.http_client import Deadline, hold_to
 from fleetmind.http_client import client as proxied_client
-from fleetmind.redact import without_password
+from fleetmind.redact import can_cut, without_password
 from fleetmind.serving.db import Database, incidents, notifications
 from fleetmind.serving.failure_log import FailureLog
 from fleetmind.serving.schemas import from_unix
 from fleetmind.serving.settings import Settings
+from fleetmind.serving.ui.svg import isolate
 
 log = logging.getLogger("fleetmind.serving.notify")
 
@@ -227,8 +228,11 @@ def mrkdwn(text: str) -> str:
 
 def code_span(text: str) -> str:
     """``text`` as one mrkdwn code span: escaped (:func:`mrkdwn`), backticks and line breaks
-    replaced so that it cannot close the span, and no formatting applies inside it."""
-    flat = " ".join(str(text).replace("`", "'").split())
+    replaced so that it cannot close the span, and no formatting applies inside it; a bidi
+    isolate (:func:`~fleetmind.serving.ui.svg.isolate`: U+2068 ... U+2069) when it holds a
+    character that reorders text, so that a U+202E in a label value reverses none of the
+    message around it."""
+    flat = isolate(" ".join(str(text).replace("`", "'").split()))
     return f"`{mrkdwn(flat)}`"
 
 
@@ -708,8 +712,10 @@ def _utf16_len(text: str) -> int:
 
 def _fit_text(text: str, max_bytes: int, max_chars: int) -> str:
     """``text`` whole when its UTF-8 encoding has at most ``max_bytes`` bytes and it has at most
-    ``max_chars`` UTF-16 code units, else cut (never inside a character) and ended with
-    :data:`TRUNCATED`, within both limits in all."""
+    ``max_chars`` UTF-16 code units, else cut and ended with :data:`TRUNCATED`, within both
+    limits in all. The cut never splits a character as shown (:func:`~fleetmind.redact.can_cut`:
+    an emoji ZWJ sequence, a letter and its accent) and never leaves a code span open (an odd
+    backtick: the cut moves before it), so the marker is never shown as code."""
     if len(text.encode()) <= max_bytes and _utf16_len(text) <= max_chars:
         return text
     room = max_bytes - len(TRUNCATED.encode())
@@ -718,6 +724,12 @@ def _fit_text(text: str, max_bytes: int, max_chars: int) -> str:
     while over > 0:  # (each character dropped takes 1 or 2 code units)
         over -= _utf16_len(head[-1])
         head = head[:-1]
+    cut = len(head)  # (head is a start of text)
+    while cut > 0 and not can_cut(text, cut):
+        cut -= 1
+    head = text[:cut]
+    if head.count("`") % 2:  # an unclosed code span: cut before it
+        head = head[: head.rfind("`")].rstrip()
     return head + TRUNCATED
 
 
@@ -1297,15 +1309,19 @@ class Notifier:
     def _annotations(
         self, inc: dict[str, Any], top: dict[str, Any], cluster: str
     ) -> dict[str, str]:
-        """The FleetMindRootCause annotations of incident ``inc`` whose top cause is ``top``."""
+        """The FleetMindRootCause annotations of incident ``inc`` whose top cause is ``top``. The
+        outside values in their text (node ids, cluster) are bidi isolates
+        (:func:`~fleetmind.serving.ui.svg.isolate`), so that a U+202E in one reverses none of
+        FleetMind's words; the ``path`` ids then round-trip through :data:`PATH_IDS`."""
         fault = top.get("fault_type") or ""
         path = [str(n) for n in (top.get("path") or [top["node"]])]
-        text = PATH_SEP.join(path)
+        text = PATH_SEP.join(isolate(n) for n in path)
+        node = isolate(str(top["node"]))
         out = {
-            "summary": f"Root cause of incident {inc['id']}: {top['node']}"
-            + (f" ({fault})" if fault else ""),
-            "description": f"{inc['firing_count']} firing alerts in {cluster}; FleetMind ranks "
-            f"{top['node']} first ({inc['method'] or 'rca'}).",
+            "summary": f"Root cause of incident {inc['id']}: {node}"
+            + (f" ({isolate(fault)})" if fault else ""),
+            "description": f"{inc['firing_count']} firing alerts in {isolate(cluster)}; FleetMind "
+            f"ranks {node} first ({inc['method'] or 'rca'}).",
             "path": text,
             "score": score_annotation(top["score"]),
             EXACT_SCORE: repr(float(top["score"])),
@@ -1868,7 +1884,8 @@ class Notifier:
         resolved = row["state"] == "resolved"
         because = a.get("resolved_because") or CLOSED if resolved else None
         link = f"<{a['incident_url']}|incident {lab['incident']}>"
-        node, cluster, path = (code_span(v) for v in (lab["cause_node"], lab["cluster"], a["path"]))
+        node, cluster = (code_span(v) for v in (lab["cause_node"], lab["cluster"]))
+        path = code_span(PATH_SEP.join(isolate(n) for n in _path_ids(a)))
         if because == SUPERSEDED:  # the incident is still open: its root cause changed
             text = (
                 f":arrows_counterclockwise: Root cause of {link} changed: {node} "
@@ -1896,7 +1913,7 @@ class Notifier:
             was = (row.get("delivery") or {}).get(SEVERITY_WAS)
             text = (
                 f":rotating_light: Root cause of {link}: {node}"
-                + (f" ({mrkdwn(a['fault_type'])})" if a.get("fault_type") else "")
+                + (f" ({mrkdwn(isolate(a['fault_type']))})" if a.get("fault_type") else "")
                 + (f", now {mrkdwn(lab['severity'])} (was {mrkdwn(was)})" if was else "")
                 + f", score {a['score']}, cluster {cluster}\nPath: {path}"
             )

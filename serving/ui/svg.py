@@ -19,6 +19,7 @@ from html import escape
 from itertools import accumulate
 
 from fleetmind.data.graph import DependencyGraph
+from fleetmind.redact import char_width, display_width, head_in_width, tail_in_width
 from fleetmind.serving.graphstore import barrier_nodes
 
 KIND_COLOURS = {
@@ -32,7 +33,7 @@ KIND_COLOURS = {
     "dns": "#0369a1",
     "config": "#0369a1",
 }
-_CHAR_W = 7.6  # px per character of the 12.5 px monospace label font
+_CHAR_W = 7.6  # px per column (display_width: a CJK character takes 2) of the 12.5 px label font
 _BOX_H = 46
 _GAP_X = 64
 _GAP_Y = 40
@@ -136,8 +137,10 @@ def balanced(text: str) -> str:
 
 def text_width(text: str, size: float, bold: bool = False) -> float:
     """Estimated width in px of ``text`` set in the pages' sans-serif font at ``size`` px; an
-    over-estimate rather than an under-estimate (characters outside the table count 1 em)."""
-    em = sum(_SANS_EM.get(ch, 1.0) for ch in text)
+    over-estimate rather than an under-estimate (characters outside the table count 1 em, a
+    CJK ideograph's width; those that take no room, such as combining marks, ZWJ and variation
+    selectors, :func:`~fleetmind.redact.char_width` 0, count 0)."""
+    em = sum(_SANS_EM.get(ch, 1.0 if char_width(ch) else 0.0) for ch in text)
     return em * size * (_BOLD if bold else 1.0)
 
 
@@ -151,15 +154,18 @@ class _Box:
 
 
 def short_id(node: str, limit: int = _MAX_LABEL) -> str:
-    """A node id shortened to at most ``limit`` characters: the middle gives way, so the cluster
-    (its first segment) and the node's own name (its end) stay readable."""
-    if len(node) <= limit:
+    """A node id shortened to at most ``limit`` columns (:func:`~fleetmind.redact.display_width`:
+    a CJK character takes 2): the middle gives way, so the cluster (its first segment) and the
+    node's own name (its end) stay readable. Cut only where
+    :func:`~fleetmind.redact.can_cut` allows: never inside an emoji ZWJ sequence or before a
+    combining mark."""
+    if display_width(node) <= limit:
         return node
     if "/" in node:  # a node id: its cluster, then the end of its own name
-        head = node.split("/", 1)[0][: limit // 3] + "/…"
+        head = head_in_width(node.split("/", 1)[0], limit // 3) + "/…"
     else:
-        head = node[: limit // 2] + "…"
-    return head + node[-(limit - len(head)) :]
+        head = head_in_width(node, limit // 2) + "…"
+    return head + tail_in_width(node, limit - display_width(head))
 
 
 def _svg_open(width: float, height: float, title: str, cls: str = "path-graph") -> str:
@@ -548,7 +554,7 @@ def _box_w(node: str, kind: str, root: bool, least: float) -> float:
     0.4 px, clear of the alert dot at the right), whichever is wider, and at least ``least``."""
     tag = _tag(kind, root)
     tag_w = text_width(tag, SMALL_FONT_PX, bold=True) + 0.4 * len(tag)
-    return max(least, _CHAR_W * len(short_id(node)) + 28, tag_w + 13 + 18)
+    return max(least, _CHAR_W * display_width(short_id(node)) + 28, tag_w + 13 + 18)
 
 
 def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bool) -> str:
