@@ -395,7 +395,7 @@ def _checked_settings(args: argparse.Namespace) -> Any:
     check_proxies()  # the telemetry and notify clients would stop the server with a traceback
     _check_port(args.host, args.port)
     # a bad graph or database is a one-line error here, not a traceback in the server's startup
-    load_graph(settings)
+    load_graph(settings, keep=args.workers == 1)  # one worker: the app takes it, unparsed again
     db = Database(
         settings.database_url,
         settings.sqlite_synchronous,

@@ -68,7 +68,8 @@ def _stamp(st: os.stat_result) -> Stamp:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _stat(path: str) -> Stamp | None:
+def file_stamp(path: str) -> Stamp | None:
+    """``path``'s :data:`Stamp` from ``os.stat``, ``None`` when it cannot be read."""
     try:
         return _stamp(os.stat(path))
     except OSError:
@@ -123,7 +124,7 @@ class GraphRefresher:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seen: Stamp | None = _stat(path) if loaded is None else loaded.stamp
+        self._seen: Stamp | None = file_stamp(path) if loaded is None else loaded.stamp
         self._loaded_sha256 = None if loaded is None else loaded.sha256
         self._content_error: str | None = None  # why the file version in _seen is not served
         self._content_kind: str | None = None  # ... and its kind (NOT_JSON, NOT_GRAPH)
@@ -159,7 +160,7 @@ class GraphRefresher:
             log.error("graph %s not reloaded: %s", self.path, err)
             return False
         swapped = self.graphs.replace_if(graph, self.path, served)
-        if _stat(self.path) == version.stamp:
+        if file_stamp(self.path) == version.stamp:
             self._loaded_sha256 = version.sha256
             self._settle(version.stamp, None)
         else:  # rewritten while it was loaded: which bytes it holds is unknown; look again
