@@ -473,6 +473,8 @@ class GpuOut(BaseModel):
     xid_errors: float | None
     free_milli: int
     healthy: bool
+    unallocatable: bool = False
+    """Out of the node's allocatable ``nvidia.com/gpu`` (the device plugin marked it unhealthy)."""
 
 
 class NodeOut(BaseModel):
@@ -483,6 +485,12 @@ class NodeOut(BaseModel):
     memory_mib: int
     memory_mib_free: int
     gpus: list[GpuOut]
+    schedulable: bool = True
+    """False when cordoned or not Ready: placements leave the node out."""
+    cordoned: bool = False
+    """``spec.unschedulable`` (kube-state-metrics' ``kube_node_spec_unschedulable``)."""
+    not_ready: Literal["false", "unknown"] | None = None
+    """The ``Ready`` condition's status when it is not True; null when Ready or not reported."""
 
 
 class ClusterHealthOut(BaseModel):

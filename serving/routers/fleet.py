@@ -35,6 +35,7 @@ def fleet(
                 xid_errors=g.xid_errors,
                 free_milli=max(0, g.free_milli - reservations.gpu_used(n.cluster, n.name, g.index)),
                 healthy=g.healthy,
+                unallocatable=g.unallocatable,
             )
             for g in n.gpus
         ]
@@ -49,6 +50,9 @@ def fleet(
                     0, n.memory_mib_free - reservations.mem_used(n.cluster, n.name)
                 ),
                 gpus=gpus,
+                schedulable=n.schedulable,
+                cordoned=n.cordoned,
+                not_ready=n.not_ready,
             )
         )
     return FleetOut(

@@ -1043,6 +1043,7 @@ def decide(
         if r > 1:
             d.replicas[name] = r
         cands.append(node)
+    snapshot, cands = kube_scheduler_fit(snapshot, req, cands)
     d.options = _place(snapshot, req, d, cands, reservations, placer, index.cluster)
     if d.cpu_only:  # nodes without GPUs first (stable: policy order within each kind)
         d.options = cpu_nodes_first(d.options, known.values())
@@ -1052,6 +1053,41 @@ def decide(
             reason, final = _why_not(node, req, reservations)
             (d.unresolvable if final else d.failed)[node.name] = reason
     return req, d
+
+
+def kube_scheduler_fit(
+    snapshot: FleetSnapshot, req: PodRequest, cands: list[NodeState]
+) -> tuple[FleetSnapshot, list[NodeState]]:
+    """``snapshot`` and ``cands`` with the free CPU (millicores) or memory (MiB) of each candidate
+    that telemetry reads as having none free (its listed requests reach the allocatable) raised to
+    the pod's request, where the pod asks for some.
+
+    Every node kube-scheduler sends an extender has passed its own filters
+    (``findNodesThatPassFilters`` runs before ``findNodesThatPassExtenders`` in
+    ``pkg/scheduler/schedule_one.go``), NodeResourcesFit among them: the pod's CPU and memory fit
+    there in kube-scheduler's exact accounting (``PodRequests``, which for an infeasible in-place
+    resize counts the resources still allocated). Telemetry reading none free on such a node is
+    wrong, not stricter: kube-state-metrics reads a resized pod's spec (128 cores on a 96-core
+    node, where the kubelet keeps the 4 allocated), and lags a scrape. Failing the node there
+    would put it in ``FailedNodes``, where kube-scheduler may preempt pods for nothing. So such a
+    node is not judged on that resource again; only what kube-scheduler does not know still
+    counts: FleetMind's holds (the placers subtract :class:`Reservations` from the raised amount,
+    so any hold on the node fails it). A node telemetry reads with some room keeps its values,
+    its check and its ranking (the same as ``POST /api/v1/placements``, which has no
+    kube-scheduler in front); the same snapshot is returned when no candidate is raised."""
+    raised: dict[int, NodeState] = {}
+    for node in cands:
+        cpu, mem = node.cpu_milli_free, node.memory_mib_free
+        if node.cpu_milli and req.cpu_milli and cpu <= 0:
+            cpu = req.cpu_milli
+        if node.memory_mib and req.memory_mib and mem <= 0:
+            mem = req.memory_mib
+        if (cpu, mem) != (node.cpu_milli_free, node.memory_mib_free):
+            raised[id(node)] = dataclasses.replace(node, cpu_milli_free=cpu, memory_mib_free=mem)
+    if not raised:
+        return snapshot, cands
+    nodes = [raised.get(id(n), n) for n in snapshot.nodes]
+    return dataclasses.replace(snapshot, nodes=nodes), [raised.get(id(n), n) for n in cands]
 
 
 def _require_gpu_telemetry(

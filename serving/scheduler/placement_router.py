@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 
@@ -14,7 +15,7 @@ from fleetmind.serving.origin_guard import Utf8JsonRoute
 from fleetmind.serving.scheduler.placement import Option, Reservations, why_no_fit
 from fleetmind.serving.scheduler.reservations import DbReservations, job_key
 from fleetmind.serving.schemas import ErrorOut, JobSpec, PlacementOption, PlacementOut
-from fleetmind.serving.telemetry.base import FleetSnapshot
+from fleetmind.serving.telemetry.base import FleetSnapshot, NodeState
 
 router = APIRouter(prefix="/api/v1/placements", tags=["placements"], route_class=Utf8JsonRoute)
 
@@ -61,6 +62,37 @@ def place_and_hold(
     )
 
 
+SHOWN_NODES = 5
+"""Nodes a 409 answer names at most when it says which were left out as cordoned or not Ready."""
+
+
+def schedulable_part(snapshot: FleetSnapshot) -> tuple[FleetSnapshot, list[NodeState]]:
+    """``snapshot`` without the nodes new work may not go to (cordoned, or ``Ready`` False or
+    Unknown: ``NodeState.schedulable``), and those nodes. kube-scheduler would not bind a pod to
+    them (a cordoned node) or the pod would not start (a node not Ready), so a placement there is
+    no placement. Sources that cannot tell (no kube-state-metrics) leave every node in."""
+    out = [n for n in snapshot.nodes if not n.schedulable]
+    if not out:
+        return snapshot, []
+    kept = [n for n in snapshot.nodes if n.schedulable]
+    return dataclasses.replace(snapshot, nodes=kept), out
+
+
+def left_out_text(excluded: list[NodeState], job: JobSpec, candidates: int) -> str:
+    """What the 409 answer says of the ``excluded`` nodes (cordoned or not Ready) in ``job``'s
+    cluster, where ``candidates`` nodes there were left (0: every node was excluded); ``""`` when
+    none was excluded there."""
+    mine = [n for n in excluded if job.cluster is None or n.cluster == job.cluster]
+    if not mine:
+        return ""
+    shown = ", ".join(f"{n.name} ({n.unschedulable_reason})" for n in mine[:SHOWN_NODES])
+    if len(mine) > SHOWN_NODES:
+        shown += f" and {len(mine) - SHOWN_NODES} more"
+    if candidates == 0:
+        return f"every node is cordoned or not Ready ({len(mine)}: {shown})"
+    return f"{len(mine)} node(s) cordoned or not Ready were left out: {shown}"
+
+
 @router.post(
     "",
     response_model=PlacementOut,
@@ -80,7 +112,8 @@ def place(
     ``reserve=true`` books the GPUs so that the following placements see them as used; it holds
     capacity, so it needs the ``schedule`` scope (403 with a read-only token). 409 when no node can
     hold the job; 503 when other workers or replicas kept taking the chosen capacity first
-    (:func:`place_and_hold`).
+    (:func:`place_and_hold`). Cordoned and not-Ready nodes are never chosen
+    (:func:`schedulable_part`); the 409 answer names them.
     """
     if job.reserve and not has_scope(request, "schedule"):
         raise HTTPException(403, "reserve=true holds capacity: it needs the 'schedule' scope")
@@ -88,6 +121,7 @@ def place(
         raise HTTPException(422, "a multi-GPU job takes whole GPUs: gpu_milli must be 1000")
     model = registry.current.placement
     snapshot = telemetry.snapshot()
+    usable, excluded = schedulable_part(snapshot)
     k = 1 + job.alternatives
     allowed = healthy_nodes(services, telemetry, snapshot) if job.cluster is None else None
 
@@ -102,9 +136,12 @@ def place(
         return res
 
     def place(res: Reservations) -> list[Option]:
-        # healthy clusters first (serving/health.py); anywhere when none of them can hold the job
-        opts = model.impl.place(snapshot, job, res, k, allowed=allowed)
-        return opts or (model.impl.place(snapshot, job, res, k) if allowed else [])
+        # healthy clusters first (serving/health.py); anywhere when none of them can hold the job;
+        # never a cordoned or not-Ready node (holds are still read against the whole snapshot)
+        if not usable.nodes:
+            return []
+        opts = model.impl.place(usable, job, res, k, allowed=allowed)
+        return opts or (model.impl.place(usable, job, res, k) if allowed else [])
 
     if job.reserve:
         with services.place_lock:
@@ -114,11 +151,15 @@ def place(
     if not options:
         metrics.placements.labels(model.method, "infeasible", "placements").inc()
         where = f" in cluster {job.cluster!r}" if job.cluster else ""
+        candidates = sum(job.cluster is None or n.cluster == job.cluster for n in usable.nodes)
+        left_out = left_out_text(excluded, job, candidates)
+        why = left_out if left_out and not candidates else why_no_fit(usable, job, held())
         raise HTTPException(
             409,
             f"no node{where} can hold the job ({job.num_gpu} GPU x {job.gpu_milli} milli, "
             f"model {job.gpu_model or 'any'}, {job.cpu_milli} mCPU, {job.memory_mib} MiB): "
-            + why_no_fit(snapshot, job, held()),
+            + why
+            + (f"; {left_out}" if left_out and candidates else ""),
         )
     metrics.placements.labels(model.method, "placed", "placements").inc()
     best = options[0]

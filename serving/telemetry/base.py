@@ -50,6 +50,11 @@ class GpuState:
     instance: its parent's) take, as telemetry counts them in ``free_milli``; ``None`` where none
     are or the source cannot tell. A kept share hold on this GPU adds only what ``free_milli`` does
     not already show (:mod:`fleetmind.serving.scheduler.reservations`)."""
+    unallocatable: bool = False
+    """Reported healthy by its exporter, but out of the node's allocatable ``nvidia.com/gpu``: the
+    NVIDIA device plugin marked it unhealthy (and never back), so Kubernetes will never allocate
+    it; shown unhealthy with nothing free
+    (:func:`~fleetmind.serving.telemetry.prometheus.mark_unallocatable_gpus`)."""
 
 
 @dataclass
@@ -90,6 +95,30 @@ class NodeState:
     DCGM names nowhere, marked taken); ``None`` where the source cannot tell (a pod it lists
     counts as placed). A GPU hold of a pod listed in ``pods`` but not here stays the pod's GPU
     assignment (:mod:`fleetmind.serving.scheduler.reservations`)."""
+    cordoned: bool = False
+    """The node is cordoned (``spec.unschedulable``, kube-state-metrics'
+    ``kube_node_spec_unschedulable`` = 1): kube-scheduler places no new pod there."""
+    not_ready: str | None = None
+    """The status of the node's ``Ready`` condition when it is not ``True`` (kube-state-metrics'
+    ``kube_node_status_condition{condition="Ready"}``): ``"false"`` (the kubelet reports the node
+    unhealthy) or ``"unknown"`` (the kubelet stopped posting status); ``None`` when the node is
+    Ready or the source cannot tell (no kube-state-metrics: NVML, the simulator)."""
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether new work may go to this node: neither cordoned nor known not Ready."""
+        return not self.cordoned and self.not_ready is None
+
+    @property
+    def unschedulable_reason(self) -> str | None:
+        """Why new work may not go here (``cordoned``, ``not ready``, ``not ready (status
+        unknown)``, joined by ``, ``), or ``None`` when it may."""
+        why = ["cordoned"] if self.cordoned else []
+        if self.not_ready == "unknown":
+            why.append("not ready (status unknown)")
+        elif self.not_ready is not None:
+            why.append("not ready")
+        return ", ".join(why) or None
 
 
 @dataclass

@@ -6,14 +6,14 @@ source (:mod:`fleetmind.serving.telemetry.prometheus`) would read, and reports f
 
 | check | looks for |
 | --- | --- |
-| ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation as ``DCGM_FI_DEV_GPU_UTIL`` or, for MIG, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (last XID ``DCGM_FI_DEV_XID_ERRORS``, absent until a GPU has had an XID; windowed ``DCGM_EXP_XID_ERRORS_COUNT``; GPU-sharing annotations) are named when absent |
+| ``metrics`` | every series FleetMind reads exists (DCGM: framebuffer used/free, utilisation as ``DCGM_FI_DEV_GPU_UTIL`` or, for MIG, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``; kube-state-metrics: node allocatable, pod requests, pod info, pod phase); the optional ones (last XID ``DCGM_FI_DEV_XID_ERRORS``, absent until a GPU has had an XID; windowed ``DCGM_EXP_XID_ERRORS_COUNT``; GPU-sharing annotations; node cordons ``kube_node_spec_unschedulable`` and conditions ``kube_node_status_condition``) are named when absent |
 | ``targets`` | dcgm-exporter scrape targets that are down (``up == 0`` in a job named like ``*dcgm*``; each once, however many replicas of an HA Prometheus pair report it); federation targets that are down (``up == 0`` in a job named like ``*federat*``): the clusters behind them |
 | ``stale`` | DCGM and kube-state-metrics series whose newest sample is older than the bound the service applies (``FLEETMIND_TELEMETRY_MAX_AGE_S``), by cluster: a federated cluster or a remote-write sender that stopped; Prometheus keeps answering such timestamped series for its 5-minute lookback, the service leaves them out |
 | ``layout`` | the scrape style (the chart's default ``honorLabels: false`` puts workloads in ``exported_pod``; ``honor_labels: true`` keeps ``pod``) and what named each GPU's node in the snapshot the service would serve (``node``, ``kubernetes_node``, ``Hostname``/``hostname``, the exporter pod's node from ``kube_pod_info``, or the scrape target's address ``instance``: a warning when kube-state-metrics does not name that node, the usual cause a ``Hostname`` that is an exporter pod name nothing places, or none); a ``Hostname`` that several scrape targets carry over different GPUs (dcgm-exporter reading a remote DCGM host engine) is an error |
 | ``occupancy`` | every GPU looks occupied (the symptom of reading the exporter's own ``pod`` as a workload) |
 | ``xid`` | GPUs out for a hardware XID; last-XID values that have not changed for an hour (the gauge never resets; application XIDs are ignored) |
 | ``graph`` | the dependency graph the service serves (``FLEETMIND_GRAPH`` of the doctor's environment): unset or the embedded example (whose clusters are no fleet's: every alert maps to nothing), a file that does not load, clusters of the series that the graph does not hold, series without a ``cluster`` label while the graph holds several clusters |
-| ``nodes`` | GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas) |
+| ``nodes`` | GPU nodes kube-state-metrics does not name; nodes whose DCGM series report fewer GPUs than their ``nvidia.com/gpu`` capacity (divided by the time-slicing replicas); GPUs the device plugin took out of allocatable ``nvidia.com/gpu`` though dcgm-exporter reports them; nodes cordoned or not Ready (``kube_node_spec_unschedulable``, ``kube_node_status_condition``), which placements leave out |
 
 A partial answer (Thanos with a store down, ``warnings`` in the answer) is refused as the service
 refuses it: the doctor stops with that message.
@@ -63,6 +63,10 @@ OPTIONAL = {
     "leaves the window (dcgm-exporter: add it to the counters CSV, --xid-count-window-size)",
     "kube_pod_annotations": "GPU shares of the GPU-sharing scheduler (kube-state-metrics "
     "--metric-annotations-allowlist=pods=[alibabacloud.com/gpu-milli,alibabacloud.com/gpu-index])",
+    "kube_node_spec_unschedulable": "cordoned nodes cannot be told apart: placements may choose "
+    "them (kube-state-metrics' node collector)",
+    "kube_node_status_condition": "nodes that are not Ready cannot be told apart: placements may "
+    "choose them (kube-state-metrics' node collector)",
 }
 STALE_XID_WINDOW = "1h"
 
@@ -232,7 +236,7 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
             (n.name, g.index, g.xid_errors)
             for n in snap.nodes
             for g in n.gpus
-            if not g.healthy and not g.missing
+            if not g.healthy and not g.missing and not g.unallocatable
         ]
         if sick:
             shown = ", ".join(f"{n}/{i} (XID {x:g})" for n, i, x in sick[:5] if x is not None)
@@ -241,7 +245,7 @@ def _diagnose(src: PrometheusApiSource) -> list[Finding]:
             )
         if "kube_node_status_allocatable" in present:
             out += _unmatched(snap)
-        out += _missing_gpus(snap)
+        out += _missing_gpus(snap) + _unschedulable(snap)
     return out
 
 
@@ -423,6 +427,35 @@ def _missing_gpus(snap: Any) -> list[Finding]:
             "(kube-state-metrics --metric-labels-allowlist=nodes=[nvidia.com/gpu.replicas])",
         )
     ]
+
+
+def _unschedulable(snap: Any) -> list[Finding]:
+    """GPUs out of their node's allocatable ``nvidia.com/gpu`` though their exporter reports them
+    (the device plugin marked them unhealthy), and nodes cordoned or not Ready: placements use
+    neither."""
+    out = []
+    lost = [f"{n.name}/{g.index}" for n in snap.nodes for g in n.gpus if g.unallocatable]
+    if lost:
+        out.append(
+            Finding(
+                "warn",
+                "nodes",
+                f"{len(lost)} GPU(s) reported by dcgm-exporter are out of their node's "
+                f"allocatable nvidia.com/gpu (the device plugin marked them unhealthy, for good "
+                f"until it restarts): {', '.join(lost[:5])}; shown unhealthy",
+            )
+        )
+    off = [f"{n.name} ({n.unschedulable_reason})" for n in snap.nodes if not n.schedulable]
+    if off:
+        out.append(
+            Finding(
+                "info",
+                "nodes",
+                f"{len(off)} node(s) cordoned or not Ready, left out of placements: "
+                f"{', '.join(off[:5])}",
+            )
+        )
+    return out
 
 
 def _unmatched(snap: Any) -> list[Finding]:

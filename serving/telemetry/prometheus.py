@@ -43,7 +43,15 @@ Health. ``DCGM_FI_DEV_XID_ERRORS`` holds the *last* XID and is never reset (NVID
 NVIDIA/DCGM#277), so one application XID (13, 31, 43, 45: a user program's fault) must not take a
 GPU out for good. Only :data:`HARDWARE_XIDS` mark a GPU unhealthy; where the exporter exports the
 windowed ``DCGM_EXP_XID_ERRORS_COUNT`` for a node, its GPUs are judged by that window instead, so
-they come back once the window holds no hardware XID.
+they come back once the window holds no hardware XID. The NVIDIA device plugin is stricter: it
+marks a device unhealthy, for good, on every XID but 13, 31, 43, 45, 68 and 109
+(:data:`DEVICE_PLUGIN_IGNORED_XIDS`), and the kubelet leaves it out of allocatable
+``nvidia.com/gpu``; where a node's healthy reported GPUs exceed that allocatable, the surplus is
+marked unhealthy too (:func:`mark_unallocatable_gpus`): Kubernetes will never allocate it.
+
+Schedulable nodes. A cordoned node (``kube_node_spec_unschedulable`` = 1) and one whose ``Ready``
+condition is ``False`` or ``Unknown`` (``kube_node_status_condition``) are flagged on the node
+(``NodeState.cordoned``, ``NodeState.not_ready``); ``POST /api/v1/placements`` leaves them out.
 
 No reading. DCGM's blank values (:data:`DCGM_BLANKS`, e.g. ``9223372036854775794`` or
 ``140737488355328`` for a field the GPU does not support), a utilisation outside 0-100 % and a
@@ -67,7 +75,8 @@ kube-state-metrics series (Prometheus server mode):
 | metric | becomes |
 | --- | --- |
 | ``kube_node_status_allocatable{resource="cpu"|"memory"}`` (cores, bytes) | ``cpu_milli``, ``memory_mib`` |
-| ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}`` | summed per node: ``*_free`` = allocatable - requests |
+| ``kube_pod_container_resource_requests{resource="cpu"|"memory", node}``, and ``kube_pod_init_container_resource_requests`` of sidecars | summed per node: ``*_free`` = allocatable - requests (see CPU and memory) |
+| kube-scheduler's ``kube_pod_resource_request{resource="cpu"|"memory", node}`` (``/metrics/resources``) | where present, a pod's CPU and memory in place of kube-state-metrics' (see CPU and memory) |
 | ``kube_pod_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs a pod requests (kube-state-metrics writes ``nvidia.com/gpu`` as ``nvidia_com_gpu``): those of pods DCGM names on no GPU are marked taken, and the pod's GPU use counts as placed (see Requested GPUs) |
 | ``kube_pod_init_container_resource_requests{resource="nvidia_com_gpu", node}`` | whole GPUs each of the pod's init containers (sidecars included) requests: with its containers', the pod's devices (see Init containers) |
 | ``kube_pod_init_container_info{restart_policy="Always"}`` | the init containers that are sidecars; any series of a pod not yet running: the kubelet reported its init containers (see Init containers) |
@@ -179,8 +188,25 @@ placed without FleetMind counts its GPUs as well; it over-counts only by regular
 containers' GPUs until the kubelet reports them (seconds: its first ``SyncPod`` writes a
 ``Waiting`` status for every init container). Where ``kube_pod_init_container_info`` is never
 collected (an allowlist, denylist or relabelling drops it), such pods are read with this upper
-bound for their whole ``Pending`` phase, never as 0 GPUs. CPU and memory of init containers are
-not read.
+bound for their whole ``Pending`` phase, never as 0 GPUs.
+
+CPU and memory. A node's free CPU and memory are its allocatable less the requests of the pods
+placed on it (finished pods left out), each pod's as kube-scheduler's ``PodRequests`` counts it
+where telemetry can tell (``staging/src/k8s.io/component-helpers/resource/helpers.go``):
+:func:`node_requests_query`, :func:`_add_pod_requests`. A pod's request is kube-scheduler's own
+``kube_pod_resource_request{resource}`` (``pkg/scheduler/metrics/resources/resources.go``: labels
+``namespace``, ``pod``, ``node``, ``scheduler``, ``priority``, ``resource``, ``unit``; ``PodRequests``
+of every pod not finished: pod-level ``spec.resources``, sidecars, init containers and
+``spec.overhead`` included) where that series is there and places the pod on the node
+``kube_pod_info`` places it on; else kube-state-metrics' sum of its containers' requests and its
+sidecars' (``kube_pod_init_container_resource_requests`` of the init containers that
+``kube_pod_init_container_info{restart_policy="Always"}`` names; kubernetes/kube-state-metrics
+``docs/metrics/workload/pod-metrics.md``). kube-state-metrics exports no pod-level
+``spec.resources`` (kubernetes/kube-state-metrics#3107, #3027), so a pod sized only there counts
+nothing without kube-scheduler's series, which kube-scheduler serves at ``/metrics/resources``,
+an endpoint kube-prometheus-stack's ``kubeScheduler`` ServiceMonitor does not scrape (its one
+endpoint is ``/metrics``). Regular init containers (the larger of one and the app containers
+counts in ``PodRequests``) and ``spec.overhead`` are read only from kube-scheduler's series.
 
 Missing GPUs. ``kube_node_status_capacity`` (else ``_allocatable``) ``{resource="nvidia_com_gpu"}``
 counts the node's GPU devices; a node whose DCGM series report fewer (a GPU fallen off the bus, an
@@ -285,6 +311,14 @@ timeouts, 165 power smoothing circuitry exhausted, 168/171/172 DRAM/SRAM. Every 
 cleanup), comes from a user program or the driver's handling of one, and leaves the GPU usable."""
 
 
+DEVICE_PLUGIN_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
+"""XIDs the NVIDIA device plugin ignores (``ignoredXids`` of ``getDisabledHealthCheckXids`` in
+``internal/rm/health.go`` of NVIDIA/k8s-device-plugin: application errors and the context switch
+timeout); any other XID marks the device ``Unhealthy`` for good, and the kubelet counts only
+healthy devices in allocatable. Only ranks which GPU :func:`mark_unallocatable_gpus` takes first;
+:data:`HARDWARE_XIDS` alone marks a GPU unhealthy from its XID."""
+
+
 def is_hardware_xid(value: float | None) -> bool:
     """Whether a ``DCGM_FI_DEV_XID_ERRORS`` value (an XID number, 0 for none) is a hardware XID."""
     if value is None or not math.isfinite(value) or value <= 0:
@@ -372,6 +406,10 @@ end the extender's hold on the node it was placed on. So a target that renames `
 its ``kube_pod_info`` carries ``exported_node``) places a pod only by ``exported_node``
 (:func:`placed_on_node`, :data:`KSM_PLACED`); targets that never rename it (``honor_labels: true``,
 a ServiceMonitor) read ``node`` as before."""
+POD_REQUESTS = "kube_pod_container_resource_requests"
+"""kube-state-metrics' requests of a pod's app containers (its init containers': ``init_``)."""
+SCHEDULER_REQUESTS = "kube_pod_resource_request"
+"""kube-scheduler's request of a pod, ``PodRequests`` (``/metrics/resources``; see CPU and memory)."""
 KSM_PLACED: tuple[str, ...] = (
     "kube_pod_info",
     "kube_pod_container_resource_requests",
@@ -384,12 +422,15 @@ _KSM_READ: dict[str, tuple[str, ...]] = {
     "kube_pod_container_resource_requests": ("namespace", "pod", "container", "node"),
     "kube_pod_init_container_resource_requests": ("namespace", "pod", "container", "node"),
     "kube_pod_init_container_info": ("namespace", "pod", "container"),
+    "kube_pod_resource_request": ("namespace", "pod", "node"),
     "kube_pod_info": ("namespace", "pod", "uid", "node"),
     "kube_pod_annotations": ("namespace", "pod"),
     "kube_pod_status_phase": ("namespace", "pod"),
     "kube_node_status_allocatable": ("node",),
     "kube_node_status_capacity": ("node",),
     "kube_node_labels": ("node",),
+    "kube_node_spec_unschedulable": ("node",),
+    "kube_node_status_condition": ("node",),
 }
 """:data:`KSM_OBJECT_LABELS` that :func:`fleet_queries` reads, per kube-state-metrics metric."""
 
@@ -488,13 +529,8 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         f"({sel('DCGM_EXP_XID_ERRORS_COUNT')})",
         "kube_node_status_allocatable": "max by (cluster, node, resource) "
         f"({sel('kube_node_status_allocatable', cpu_mem)})",
-        # one value per container before the sum: two kube-state-metrics targets at once (a
-        # rolling update, two replicas) give each request twice (as the kubernetes-mixin rules
-        # deduplicate)
-        "node_requests": "sum by (cluster, node, resource) "
-        "(max by (cluster, node, namespace, pod, container, resource) "
-        f"({placed_on_node('kube_pod_container_resource_requests', cpu_mem, max_age_s, sel)} "
-        f"{_DONE}))",
+        # CPU and memory requested per node, as kube-scheduler counts them where it can tell
+        "node_requests": node_requests_query(max_age_s, sel),
         # whole GPUs per pod (kube-state-metrics names nvidia.com/gpu nvidia_com_gpu) of its
         # containers, one value per container before the sum, as node_requests
         "pod_gpu_requests": "sum by (cluster, node, namespace, pod) "
@@ -538,7 +574,45 @@ def fleet_queries(max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[str, str]:
         "node_gpus": "max by (__name__, cluster, node) "
         f"({any_of(('kube_node_status_capacity', 'kube_node_status_allocatable'), gpus)})",
         "node_gpu_replicas": f"max without ({_TARGET_LABELS}) ({sel('kube_node_labels', node)})",
+        # cordoned nodes (spec.unschedulable) and nodes whose Ready condition is False or Unknown
+        # (kube-state-metrics docs/metrics/cluster/node-metrics.md: one series per status, 1 for
+        # the current one); only those, one series each: the others are schedulable
+        "node_unschedulable": "max by (cluster, node) "
+        f"({sel('kube_node_spec_unschedulable')} == 1)",
+        "node_not_ready": "max by (cluster, node, status) "
+        f"""({sel("kube_node_status_condition", 'condition="Ready",status!="true"')} == 1)""",
     }
+
+
+def node_requests_query(max_age_s: float, read: Callable[[str, str], str]) -> str:
+    """PromQL of the CPU (cores) and memory (bytes) requested per ``(cluster, node, resource)``
+    (see CPU and memory in the module docstring): per pod, kube-scheduler's
+    ``kube_pod_resource_request`` where it places the pod where ``kube_pod_info`` does, else
+    kube-state-metrics' requests of its app containers and sidecars; finished pods left out.
+    ``read(metric, matchers)`` is the selector as :func:`fleet_queries` reads it.
+
+    One value per container (and per pod of kube-scheduler's) before the sum: two
+    kube-state-metrics targets at once (a rolling update, two replicas) give each request twice
+    (as the kubernetes-mixin rules deduplicate), and every kube-scheduler replica exports every
+    pod."""
+    cpu_mem = 'resource=~"cpu|memory"'
+    sidecar = f'restart_policy="{SIDECAR_RESTART_POLICY}"'
+    inits = placed_on_node("kube_pod_init_container_resource_requests", cpu_mem, max_age_s, read)
+    containers = (
+        "max by (cluster, node, namespace, pod, container, resource) "
+        f"({placed_on_node(POD_REQUESTS, cpu_mem, max_age_s, read)} or ({inits} "
+        f"and on (cluster, namespace, pod, container) {read('kube_pod_init_container_info', sidecar)}))"
+    )
+    scheduler = (
+        "max by (cluster, node, namespace, pod, resource) "
+        f"({read(SCHEDULER_REQUESTS, cpu_mem)} and on (cluster, namespace, pod, node) "
+        f"{placed_on_node('kube_pod_info', '', max_age_s, read)})"
+    )
+    return (
+        "sum by (cluster, node, resource) "
+        f"((({containers} unless on (cluster, namespace, pod, resource) {scheduler}) "
+        f"or {scheduler}) {_DONE})"
+    )
 
 
 _KSM_NAMES = (
@@ -554,6 +628,8 @@ _KSM_NAMES = (
     "phase_running",
     "node_gpus",
     "node_gpu_replicas",
+    "node_unschedulable",
+    "node_not_ready",
 )
 _QUERY_TAG = "fleetmind_query"
 
@@ -1210,6 +1286,17 @@ class _KsmView:
     requests: dict[tuple[str, str], dict[str, float]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(float))
     )
+    pod_requests: dict[tuple[str, str, str, str], dict[tuple[str, str, str], float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    """``(cluster, node, namespace, pod) -> {(metric, container, resource): value}`` of
+    kube-state-metrics' CPU and memory requests (cores, bytes), containers' and init containers'
+    (:func:`_add_pod_requests` sums them per node)."""
+    scheduler_requests: dict[tuple[str, str, str, str], dict[str, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    """``(cluster, node, namespace, pod) -> {resource: value}`` of kube-scheduler's
+    ``kube_pod_resource_request`` (cores, bytes; see CPU and memory)."""
     shares: list[tuple[dict[str, str], int, list[int]]] = field(default_factory=list)
     gpu_count: dict[tuple[str, str], dict[str, float]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -1264,6 +1351,10 @@ class _KsmView:
     listed pod in phase ``Pending`` or ``Unknown`` is not yet running (``NodeState.pending_pods``)."""
     unstarted: set[tuple[str, str, str]] = field(default_factory=set)
     """``(cluster, namespace, pod)`` of the pods in phase ``Pending`` or ``Unknown``."""
+    cordoned: set[tuple[str, str]] = field(default_factory=set)
+    """``(cluster, node)`` of the cordoned nodes (:func:`_node_status`)."""
+    not_ready: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(cluster, node) -> "false" | "unknown"``: the nodes not Ready (:func:`_node_status`)."""
 
 
 def _object_labels(lab: dict[str, str], unplaced: bool = False) -> dict[str, str]:
@@ -1301,9 +1392,21 @@ def _ksm_object_series(ksm: list[Sample]) -> list[Sample]:
     ]
 
 
+def _with_node_gpus(ksm: list[Sample]) -> list[Sample]:
+    """``ksm`` plus each raw ``kube_node_status_capacity`` / ``_allocatable`` series of
+    ``nvidia_com_gpu`` as :func:`fleet_queries`' ``node_gpus`` answers it (the metric in
+    ``__name__``), so that raw kube-state-metrics series count the node's GPUs too."""
+    names = ("kube_node_status_capacity", "kube_node_status_allocatable")
+    return ksm + [
+        ("node_gpus", {**lab, "__name__": name}, v)
+        for name, lab, v in ksm
+        if name in names and lab.get("resource") == "nvidia_com_gpu"
+    ]
+
+
 def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
     """Finished pods left out: pod placement, requests, allocatable and GPU shares."""
-    ksm = _ksm_object_series(ksm)
+    ksm = _with_node_gpus(_ksm_object_series(ksm))
     finished = {
         (lab.get("namespace", ""), lab.get("pod", ""))
         for name, lab, v in ksm
@@ -1338,13 +1441,8 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
                 view.pod_uids[(cluster, lab["node"])].add(lab["uid"])
             if lab.get("created_by_kind"):
                 view.daemonset[key] = lab["created_by_kind"]
-        elif name == "kube_pod_container_resource_requests" and key not in finished:
-            if lab.get("node"):
-                # a NaN or infinite request stays in the node's sum: its free CPU or memory is
-                # then unknown, and build_nodes shows none free
-                view.requests[(cluster, lab["node"])][lab.get("resource", "")] += v
-                if lab.get("resource") == "nvidia_com_gpu" and math.isfinite(v):
-                    view.app_gpus[(cluster, lab["node"], *key)] += v
+        elif _is_pod_request(name, lab) and key not in finished and lab.get("node"):
+            _read_pod_request(view, name, lab, v, cluster)  # CPU, memory; containers' GPUs
         elif name == "pod_gpu_requests" and lab.get("node"):  # summed per pod by Prometheus
             if math.isfinite(v):
                 view.app_gpus[(cluster, lab["node"], *key)] += v
@@ -1397,7 +1495,86 @@ def _read_ksm(ksm: list[Sample], default_cluster: str) -> _KsmView:
         view.gpu_requests[where] = pod_gpu_devices(
             view.app_gpus.get(where, 0.0), regular, sum(sidecars.values())
         )
+    _add_pod_requests(view)
+    view.cordoned, view.not_ready = _node_status(ksm, default_cluster)
     return view
+
+
+def _is_pod_request(name: str, lab: dict[str, str]) -> bool:
+    """Whether a raw series is read by :func:`_read_pod_request`: an app container's request (any
+    resource), an init container's or kube-scheduler's CPU or memory request."""
+    if name == POD_REQUESTS:
+        return True
+    cpu_mem = lab.get("resource") in ("cpu", "memory")
+    return cpu_mem and name in ("kube_pod_init_container_resource_requests", SCHEDULER_REQUESTS)
+
+
+def _read_pod_request(
+    view: _KsmView, name: str, lab: dict[str, str], v: float, cluster: str
+) -> None:
+    """One request series (:func:`_is_pod_request`) of a pod placed on ``lab["node"]``: CPU and
+    memory kept per pod (cores, bytes; one value per container and resource, as a second
+    kube-state-metrics target repeats them) for :func:`_add_pod_requests`; another resource of an
+    app container added to the node's sum, an ``nvidia_com_gpu`` one to the pod's GPUs too."""
+    where = (cluster, lab["node"], lab.get("namespace", ""), lab.get("pod", ""))
+    resource = lab.get("resource", "")
+    if name == SCHEDULER_REQUESTS:  # one per kube-scheduler replica: the largest
+        own = view.scheduler_requests[where]
+        own[resource] = max(own.get(resource, v), v)
+    elif resource in ("cpu", "memory"):
+        view.pod_requests[where][(name, lab.get("container", ""), resource)] = v
+    else:
+        view.requests[(cluster, lab["node"])][resource] += v
+        if resource == "nvidia_com_gpu" and math.isfinite(v):
+            view.app_gpus[where] += v
+
+
+def _add_pod_requests(view: _KsmView) -> None:
+    """Add each pod's CPU and memory request (cores, bytes) to its node's sum (``view.requests``),
+    as kube-scheduler counts it where telemetry can tell (see CPU and memory): kube-scheduler's
+    own ``kube_pod_resource_request`` where it places the pod where ``kube_pod_info`` does, else
+    its app containers' requests plus its sidecars' (init containers that
+    ``kube_pod_init_container_info{restart_policy="Always"}`` names). A NaN or infinite request
+    stays in the node's sum: its free CPU or memory is then unknown, and build_nodes shows none
+    free."""
+    for where in {*view.pod_requests, *view.scheduler_requests}:
+        c, node, ns, pod = where
+        placed = view.pod_node.get((ns, pod)) == (c, node)
+        scheduler = view.scheduler_requests.get(where, {}) if placed else {}
+        for resource in ("cpu", "memory"):
+            if resource in scheduler:
+                view.requests[(c, node)][resource] += scheduler[resource]
+                continue
+            own = [
+                v
+                for (name, container, r), v in view.pod_requests.get(where, {}).items()
+                if r == resource
+                and (name == POD_REQUESTS or (c, ns, pod, container) in view.sidecars)
+            ]
+            if own:
+                view.requests[(c, node)][resource] += sum(own)
+
+
+def _node_status(
+    ksm: list[Sample], default_cluster: str
+) -> tuple[set[tuple[str, str]], dict[tuple[str, str], str]]:
+    """The cordoned nodes and the not-Ready ones (``(cluster, node)`` -> ``"false"`` or
+    ``"unknown"``) from kube-state-metrics' ``kube_node_spec_unschedulable`` (1: cordoned) and
+    ``kube_node_status_condition{condition="Ready",status}`` (1 on the current status), or
+    :func:`fleet_queries`' ``node_unschedulable`` / ``node_not_ready`` answers."""
+    cordoned: set[tuple[str, str]] = set()
+    not_ready: dict[tuple[str, str], str] = {}
+    for name, lab, v in ksm:
+        where = (lab.get("cluster") or default_cluster, lab.get("node", ""))
+        if not where[1] or v != 1:
+            continue
+        if name in ("kube_node_spec_unschedulable", "node_unschedulable"):
+            cordoned.add(where)
+        elif name in ("kube_node_status_condition", "node_not_ready"):
+            status = lab.get("status", "").lower()
+            if lab.get("condition", "Ready") == "Ready" and status in ("false", "unknown"):
+                not_ready[where] = status
+    return cordoned, not_ready
 
 
 def pod_gpu_devices(containers: float, regular_inits: Iterable[float], sidecars: float) -> float:
@@ -1687,6 +1864,7 @@ def build_nodes(
         # GPU that no pod holds on any node: in its cluster an unreported GPU is idle, not lost,
         # whole-GPU nodes too (their series carry no vgpu; see Virtual GPUs)
         add_missing_gpus(node, counted, idle=key[0] in virtual_clusters)
+        mark_unallocatable_gpus(node, counted)
     for key, res in view.alloc.items():
         node = nodes.setdefault(key, NodeState(name=key[1], cluster=key[0]))
         _set_cpu_memory(node, res, view.requests.get(key, {}))
@@ -1719,6 +1897,7 @@ def build_nodes(
         node.pending_pods = _pending_pods(view, key, node.pods)
         node.gpu_replicas = view.replicas.get(key, 1)
         node.mig_replicas = dict(view.mig_replicas.get(key, {}))
+        node.cordoned, node.not_ready = key in view.cordoned, view.not_ready.get(key)
         asks = _absorbed(node, unnamed.get(key, []), view.gpu_count.get(key, {}))
         left = mark_requested_gpus(node, sum(n for _, n in asks), taken_on.get(key, set()))
         # the devices left unmarked are the last pods' (in pod order): their GPU use is not
@@ -1743,17 +1922,18 @@ def _set_cpu_memory(node: NodeState, res: dict[str, float], req: dict[str, float
     infinite (a pod's request was) leaves nothing known free. Values are checked once scaled to
     milli-cores and MiB: one of :data:`MAX_NODE_AMOUNT` or more (a finite count above ~1.8e305
     cores even overflows to +-Inf) is no reading of the allocatable and an unknown request sum,
-    so that the placers' 64-bit arrays can hold every value."""
+    so that the placers' 64-bit arrays can hold every value. Requests listed above the allocatable
+    (kube-state-metrics reads an infeasible in-place resize's spec) leave 0 free, never less."""
     if "cpu" in res and abs(res["cpu"] * 1000) < MAX_NODE_AMOUNT:
         node.cpu_milli = int(round(res["cpu"] * 1000))
         cpu = req.get("cpu", 0.0) * 1000
         if abs(cpu) < MAX_NODE_AMOUNT:
-            node.cpu_milli_free = node.cpu_milli - int(round(cpu))
+            node.cpu_milli_free = max(0, node.cpu_milli - int(round(cpu)))
     if "memory" in res and abs(res["memory"] / 2**20) < MAX_NODE_AMOUNT:
         node.memory_mib = int(res["memory"] // 2**20)
         mem = req.get("memory", 0.0)
         if abs(mem / 2**20) < MAX_NODE_AMOUNT:
-            node.memory_mib_free = node.memory_mib - int(-(-mem // 2**20))
+            node.memory_mib_free = max(0, node.memory_mib - int(-(-mem // 2**20)))
 
 
 def _absorbed(
@@ -1916,6 +2096,48 @@ def add_missing_gpus(node: NodeState, counted: dict[str, float], idle: bool = Fa
                 GpuState(index=idx, model=model, free_milli=0, healthy=False, missing=True)
             )
     node.gpus.sort(key=lambda g: g.index)
+
+
+def mark_unallocatable_gpus(node: NodeState, counted: dict[str, float]) -> None:
+    """Mark unhealthy, with nothing free, the GPUs of ``node`` beyond its allocatable
+    ``nvidia.com/gpu`` (``counted``, as :func:`add_missing_gpus` reads it).
+
+    The NVIDIA device plugin marks a device unhealthy on any XID but
+    :data:`DEVICE_PLUGIN_IGNORED_XIDS`, and never back; the kubelet then leaves it out of
+    allocatable (``GetCapacity`` in ``pkg/kubelet/cm/devicemanager/manager.go``), so Kubernetes
+    will never allocate it, though dcgm-exporter still reports it and :data:`HARDWARE_XIDS` (a
+    narrower list) leaves it healthy. Where the node's healthy reported GPUs, in devices
+    (``gpu_replicas`` per GPU with time-slicing), exceed allocatable, the surplus GPUs are marked
+    (``unallocatable``): first those whose last XID the device plugin does not ignore, then the
+    highest index. Counted as ``nvidia.com/gpu`` counts them: the GPUs with MIG disabled, or on a
+    node whose records are all MIG instances of one profile (the ``single`` strategy) the
+    instances. Only where the kubelet itself counts devices out (allocatable below capacity, both
+    known): nothing is marked where either is unknown, where allocatable is 0 (a ``mixed`` MIG
+    node has no ``nvidia.com/gpu``), or where the two agree (a replicas label that does not match
+    the devices advertised then takes no GPU out)."""
+    alloc = counted.get("kube_node_status_allocatable")
+    cap = counted.get("kube_node_status_capacity")
+    if not alloc or cap is None or not math.isfinite(alloc) or not alloc < cap:
+        return
+    plain = [g for g in node.gpus if g.mig_parent is None]
+    profiles = {g.model for g in node.gpus if g.mig_parent is not None}
+    pool = plain if plain else (node.gpus if len(profiles) == 1 else [])
+    healthy = [g for g in pool if g.healthy and not g.missing]
+    surplus = len(healthy) - int(alloc) // max(1, node.gpu_replicas)
+    if surplus <= 0:
+        return
+
+    def device_plugin_fault(g: GpuState) -> bool:
+        x = g.xid_errors
+        return (
+            x is not None
+            and math.isfinite(x)
+            and x > 0
+            and int(x) not in DEVICE_PLUGIN_IGNORED_XIDS
+        )
+
+    for g in sorted(healthy, key=lambda g: (not device_plugin_fault(g), -g.index))[:surplus]:
+        g.healthy, g.free_milli, g.unallocatable = False, 0, True
 
 
 def workload_pod(lab: dict[str, str], own_pods: set[str] | frozenset[str] = frozenset()) -> str:

@@ -1061,6 +1061,7 @@ def _fleet_node(
                 "mem_used": g.mem_used_mib,
                 "mem_total": g.mem_total_mib,
                 "healthy": g.healthy,
+                "unallocatable": getattr(g, "unallocatable", False),
                 "xid": g.xid_errors,
                 "incidents": sorted(
                     set(host_marks + marks.get((n.cluster, n.name, str(g.index)), []))
@@ -1078,6 +1079,8 @@ def _fleet_node(
         "used": sum(g["used"] for g in gpus),
         "model": ", ".join(map(isolate, models)),
         "incidents": sorted({m for g in gpus for m in g["incidents"]} | set(host_marks)),
+        # cordoned or not Ready (kube-state-metrics): placements leave the node out
+        "unschedulable": getattr(n, "unschedulable_reason", None),
     }
 
 
@@ -1094,6 +1097,8 @@ def gpu_text(g: dict[str, Any]) -> str:
         text += f", {g['mem_used'] or 0:.0f}/{g['mem_total']:.0f} MiB"
     if not g["healthy"]:
         text += ", UNHEALTHY" + (f" (XID {g['xid']:.0f})" if g["xid"] else "")
+        if g.get("unallocatable"):
+            text += ", out of the node's allocatable nvidia.com/gpu (device plugin)"
     if g["incidents"]:
         # each isolated (svg.isolate): an alert name ending in a right-to-left override reverses
         # neither the marks after it nor the rest of the text
