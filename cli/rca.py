@@ -251,8 +251,9 @@ def check_model_folder(folder: str | os.PathLike[str], flag: str) -> None:
     if p.exists():
         if not p.is_dir():
             raise ConfigError(f"{flag} {p}: a file is there; {flag} names a model folder")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise ConfigError(f"{flag} {p}: cannot write in it (permission denied)")
+        problem = argtypes.write_problem(p, os.W_OK | os.X_OK)
+        if problem:
+            raise ConfigError(f"{flag} {p}: cannot write in it ({problem})")
         return
     argtypes.check_creatable(p, flag)
 

@@ -436,6 +436,19 @@ def _supervisor_options(uvicorn: Any, startup_timeout_s: float) -> dict[str, Any
     return {"timeout_worker_healthcheck": math.ceil(startup_timeout_s)}
 
 
+def _restore_env(saved: dict[str, str | None]) -> None:
+    """Put back the variables ``saved`` (name -> value, ``None``: unset): in-process callers
+    (tests, notebooks) keep their environment when serve refuses to start."""
+    from fleetmind.serving.settings import get_settings
+
+    for env, old in saved.items():
+        if old is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = old
+    get_settings.cache_clear()
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -476,13 +489,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = _checked_settings(args)
     except BaseException:
-        # in-process callers (tests, notebooks) keep their environment when serve refuses to start
-        for env, old in saved.items():
-            if old is None:
-                os.environ.pop(env, None)
-            else:
-                os.environ[env] = old
-        get_settings.cache_clear()
+        _restore_env(saved)
         raise
     if derived and is_wildcard_host(args.host) and _notifies(settings):
         print(
@@ -496,8 +503,13 @@ def run(args: argparse.Namespace) -> int:
     # several workers: /metrics merges them through prometheus-client's multiprocess mode, whose
     # directory must be set (and empty) before the workers import it
     # (one worker too when the operator set the directory: it may be shared with other instances)
+    # (and with room: a full one crashed every worker; prepare_multiprocess_dir checks it)
     multi = args.workers > 1 or bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-    shared = prepare_multiprocess_dir() if multi else None
+    try:
+        shared = prepare_multiprocess_dir(args.workers) if multi else None
+    except ConfigError:
+        _restore_env(saved)
+        raise
     with _cleanup_on_sigterm(shared is not None):
         _serve(uvicorn, args, settings, derived, shared)
     return 0

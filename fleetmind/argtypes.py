@@ -11,13 +11,16 @@
   silent empty run later;
 * :func:`check_writable_file` and :func:`check_creatable`: an output path checked before any
   work, so that a bad ``--json`` or ``--out`` is a one-line error, not a run lost at its end;
-  :func:`output_file` and :func:`output_path` are the same check as ``argparse`` types.
+  :func:`output_file` and :func:`output_path` are the same check as ``argparse`` types;
+  :func:`write_problem` says why a path cannot be written (no permission, or a read-only file
+  system), for every such check.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 from fleetmind.errors import ConfigError
@@ -89,6 +92,21 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
+def write_problem(path: str | os.PathLike[str], mode: int = os.W_OK) -> str | None:
+    """Why this process may not use ``path`` as ``mode`` asks (``os.W_OK``, plus ``os.X_OK`` for a
+    folder to create files in): ``None`` when :func:`os.access` allows it, ``"read-only file
+    system"`` when ``path`` lies on one (``statvfs`` ``ST_RDONLY``: ``access(2)`` then fails with
+    ``EROFS``, for root too, and no permission change helps), else ``"permission denied"``."""
+    if os.access(path, mode):
+        return None
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except (OSError, AttributeError):  # gone meanwhile, or no statvfs (Windows)
+        pass
+    return "permission denied"
+
+
 def check_creatable(path: Path, flag: str) -> None:
     """Check that ``path`` can be created: its nearest existing ancestor is a writable folder
     (the missing folders between are created by the writer).
@@ -96,15 +114,14 @@ def check_creatable(path: Path, flag: str) -> None:
     Raises:
         ConfigError: naming ``flag``, the path and the ancestor that blocks it.
     """
-    import os
-
     anc = path.parent
     while not anc.exists() and anc != anc.parent:
         anc = anc.parent
     if not anc.is_dir():
         raise ConfigError(f"{flag} {path}: {anc} is a file, where a folder is needed")
-    if not os.access(anc, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: cannot write in {anc} (permission denied)")
+    problem = write_problem(anc, os.W_OK | os.X_OK)
+    if problem:
+        raise ConfigError(f"{flag} {path}: cannot write in {anc} ({problem})")
 
 
 def check_writable_file(path: str | Path | None, flag: str) -> None:
@@ -114,16 +131,15 @@ def check_writable_file(path: str | Path | None, flag: str) -> None:
     Raises:
         ConfigError: naming ``flag``, the path and what blocks it.
     """
-    import os
-
     if path is None:
         return
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} {p}: a folder is there; {flag} names a file")
     if p.exists():
-        if not os.access(p, os.W_OK):
-            raise ConfigError(f"{flag} {p}: cannot write this file (permission denied)")
+        problem = write_problem(p)
+        if problem:
+            raise ConfigError(f"{flag} {p}: cannot write this file ({problem})")
         return
     check_creatable(p, flag)
 
@@ -135,7 +151,7 @@ def output_file(text: str) -> str:
 
     Raises:
         argparse.ArgumentTypeError: the file cannot be written there (a folder in its place, a
-            file where a folder is needed, no permission).
+            file where a folder is needed, no permission, a read-only file system).
     """
     try:
         check_writable_file(text, "")

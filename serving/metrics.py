@@ -34,18 +34,25 @@ their gauge files dropped (:func:`mark_dead_workers`; uvicorn's supervisor has n
 when that is safe to judge (:func:`sweep_stale_multiprocess_dirs`). Collectors that read objects
 of their own process (``fleetmind_cluster_health``, ``fleetmind_fleet_skew``) live on
 :attr:`Metrics.process_registry` and are answered by the worker that serves the scrape. Without the variable (one process, the
-default, and the tests) everything is on one private registry.
+default, and the tests) everything is on one private registry. Those files are written through
+``mmap``, where a full disk is a SIGBUS: the start checks the directory's room
+(:data:`BYTES_PER_WORKER`) and each worker reserves the files' blocks before they are mapped
+(:class:`ReservedMmapedDict`), so a disk that fills later stops that worker's metrics, not it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import faulthandler
+import logging
 import os
 import re
 import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -56,9 +63,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client import mmap_dict as prom_mmap_dict
+from prometheus_client import values as prom_values
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from fleetmind.data.errors import ConfigError
 from fleetmind.serving.health import UNMAPPED_REASONS, unmapped_reason
+
+log = logging.getLogger("fleetmind.serving")
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 MODEL_KINDS = ("rca", "placement")
@@ -76,6 +89,14 @@ _OWNED_DIR = re.compile(re.escape(DIR_PREFIX) + r"([0-9a-f]{16})-(\d+)-[^/]+")
 SWEEP_MIN_AGE_S = 60.0
 """Seconds since a directory last changed before :func:`sweep_stale_multiprocess_dirs` may remove
 it."""
+BYTES_PER_WORKER = 1 << 20
+"""Bytes of free space :func:`prepare_multiprocess_dir` requires in the metrics directory per
+worker. Each worker keeps three files there (``counter_``, ``histogram_``, ``gauge_livemax_<pid>.db``),
+each created at prometheus-client's ``_INITIAL_MMAP_SIZE`` (64 KiB) and doubled as series appear:
+the request-latency histogram's file reaches 512 KiB at about 120 method/route/status series."""
+_UNRESERVABLE = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+"""``posix_fallocate`` errors that mean the file system cannot reserve blocks at all (glibc already
+writes zeros where ``fallocate`` is missing): nothing to reserve, not a full disk."""
 
 
 def host_tag() -> str | None:
@@ -167,7 +188,7 @@ def sweep_stale_multiprocess_dirs(
     return removed
 
 
-def prepare_multiprocess_dir() -> tuple[str, str | None]:
+def prepare_multiprocess_dir(workers: int = 1) -> tuple[str, str | None]:
     """Point :data:`MULTIPROC_ENV` at a new, empty directory for the workers about to start.
 
     A directory of this run's own: inside the one the operator set (which may be shared with
@@ -177,16 +198,92 @@ def prepare_multiprocess_dir() -> tuple[str, str | None]:
     there are removed first (:func:`sweep_stale_multiprocess_dirs`). Returns the directory and the
     variable's value before (:func:`cleanup_multiprocess_dir` removes the one and restores the
     other).
+
+    The directory must hold ``workers`` x :data:`BYTES_PER_WORKER` bytes (:func:`check_space`):
+    the workers' metrics must not start on a full disk.
+
+    Raises:
+        ConfigError: one line naming the folder, its free space and the remedy, when the
+            directory cannot be made or lacks that room (the variable is left as it was).
     """
     given = os.environ.get(MULTIPROC_ENV) or None
-    if given:
-        os.makedirs(given, exist_ok=True)
-    sweep_stale_multiprocess_dirs(given or tempfile.gettempdir())
-    tag = host_tag()
-    prefix = f"{DIR_PREFIX}{tag}-{os.getpid()}-" if tag else DIR_PREFIX
-    path = tempfile.mkdtemp(prefix=prefix, dir=given)
+    parent = given or tempfile.gettempdir()
+    try:
+        if given:
+            os.makedirs(given, exist_ok=True)
+        sweep_stale_multiprocess_dirs(parent)
+        tag = host_tag()
+        prefix = f"{DIR_PREFIX}{tag}-{os.getpid()}-" if tag else DIR_PREFIX
+        path = tempfile.mkdtemp(prefix=prefix, dir=given)
+    except OSError as err:
+        raise ConfigError(_space_message(parent, given, workers, err)) from None
+    try:
+        check_space(path, workers * BYTES_PER_WORKER)
+    except OSError as err:
+        shutil.rmtree(path, ignore_errors=True)
+        raise ConfigError(_space_message(parent, given, workers, err)) from None
     os.environ[MULTIPROC_ENV] = path
     return path, given
+
+
+def check_space(path: str, size: int) -> None:
+    """Reserve ``size`` bytes of real blocks in the directory ``path`` (``posix_fallocate`` of a
+    probe file, then removed), to know before the workers start that their metrics files fit.
+
+    Why real blocks: prometheus-client grows each file with ``truncate`` (a sparse file, which
+    succeeds on a full disk) and writes through ``mmap``; a full file system then answers the
+    write with SIGBUS, killing the worker without a line, and uvicorn restarts it into the same
+    death. Nothing is checked where the file system cannot reserve (:data:`_UNRESERVABLE`) or
+    Python has no ``posix_fallocate`` (macOS).
+
+    Raises:
+        OSError: no room (``ENOSPC``, ``EDQUOT``), or the probe could not be made.
+    """
+    if not hasattr(os, "posix_fallocate") or size <= 0:
+        return
+    probe = os.path.join(path, ".space-probe")  # not *.db: never read as a metrics file
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        _reserve(fd, size)
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def _space_message(parent: str, given: str | None, workers: int, err: OSError) -> str:
+    """The one line :func:`prepare_multiprocess_dir` stops on: the folder, its free space (MiB)
+    and what to do."""
+    try:
+        st = os.statvfs(parent)
+        free = f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB free"
+    except (OSError, AttributeError):
+        free = "free space unknown"
+    need = workers * BYTES_PER_WORKER / 2**20
+    where = f"{MULTIPROC_ENV}={parent}" if given else f"the temporary folder {parent}"
+    remedy = (
+        f"point {MULTIPROC_ENV} at a writable folder with more room, or unset it and run "
+        "--workers 1"
+        if given
+        else f"set {MULTIPROC_ENV} to a writable folder with more room, or run --workers 1"
+    )
+    return (
+        f"cannot keep the metrics of {workers} worker(s) in {where} "
+        f"({err.strerror or err}; {free}, {need:.0f} MiB needed): {remedy}"
+    )
+
+
+def _reserve(fd: int, size: int) -> None:
+    """``posix_fallocate`` the first ``size`` bytes of the file ``fd`` (its size grows to at least
+    ``size``); nothing where the file system cannot (:data:`_UNRESERVABLE`).
+
+    Raises:
+        OSError: any other refusal (``ENOSPC``: the file system is full).
+    """
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno not in _UNRESERVABLE:
+            raise
 
 
 def cleanup_multiprocess_dir(path: str, previous: str | None) -> None:
@@ -225,6 +322,182 @@ def mark_dead_workers(path: str) -> list[int]:
     return sorted(dead)
 
 
+class _ReservingFile:
+    """The file object of a :class:`ReservedMmapedDict`: every ``truncate`` (prometheus-client's
+    way to grow the file before mapping it larger) first reserves the blocks (:func:`_reserve`),
+    so that a full disk raises ``OSError`` here instead of SIGBUS at the write through the map."""
+
+    def __init__(self, f: Any) -> None:
+        self._file = f
+
+    def truncate(self, size: int) -> int:
+        _reserve(self._file.fileno(), size)
+        return self._file.truncate(size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+class ReservedMmapedDict(MmapedDict):
+    """prometheus-client's per-process metrics file (:class:`MmapedDict`) whose every byte is
+    backed by reserved blocks before it is written through ``mmap``.
+
+    The library creates the file sparse (``truncate`` to ``_INITIAL_MMAP_SIZE``, doubled to grow)
+    and writes through the map: on a full file system that write is a SIGBUS that kills the
+    worker without a line, and uvicorn restarts it into the same death while every request is
+    refused. Here the file is reserved (``posix_fallocate``) before the library maps it and at
+    every growth, so a full disk is an ``OSError``; the dict then leaves the file for process
+    memory (:meth:`_degrade`): the worker keeps serving (alert intake matters more than its
+    metrics), its counters and histograms stay in the file at their last values, its ``live``
+    gauge file is removed (a frozen gauge would be exported as current), and one warning says so.
+    Installed by :func:`install_mmap_guard`; ``tests/test_metrics_disk_full.py`` pins the
+    library internals this relies on (``_INITIAL_MMAP_SIZE``, ``_f``, ``_m``, ``_positions``,
+    ``_init_value``, ``values.MmapedDict``).
+    """
+
+    def __init__(self, filename: str, read_mode: bool = False) -> None:
+        self._memory: dict[str, tuple[float, float]] | None = None
+        if not read_mode:
+            try:
+                self._reserve_file(filename)
+            except OSError as err:
+                self._f, self._m, self._fname, self._positions = None, None, filename, {}
+                self._degrade(err)
+                return
+        super().__init__(filename, read_mode)
+        if not read_mode:
+            self._f = _ReservingFile(self._f)
+
+    @staticmethod
+    def _reserve_file(filename: str) -> None:
+        """Reserve what the library maps first: the whole file, at least ``_INITIAL_MMAP_SIZE``
+        bytes (the library then finds it non-empty and maps it as it is). A file this call
+        created is removed when that fails: an empty ``.db`` file breaks every scrape."""
+        with open(filename, "a+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            try:
+                _reserve(f.fileno(), max(size, prom_mmap_dict._INITIAL_MMAP_SIZE))
+            except OSError:
+                if size == 0:
+                    os.unlink(filename)
+                raise
+
+    def _degrade(self, err: OSError) -> dict[str, tuple[float, float]]:
+        """Move this dict to process memory after ``err`` (its values so far kept), close the
+        file, remove it if it is a ``live`` gauge's, and warn once per process; returns the
+        memory (key -> value, timestamp)."""
+        memory: dict[str, tuple[float, float]] = {}
+        if self._m is not None:
+            for key in self._positions:
+                memory[key] = super().read_value(key)
+            super().close()
+        self._memory = memory
+        self._f = self._m = None
+        if _LIVE_GAUGE_FILE.fullmatch(os.path.basename(self._fname)):
+            with contextlib.suppress(OSError):
+                os.unlink(self._fname)
+        _warn_degraded(self._fname, err)
+        return memory
+
+    def _init_value(self, key: str) -> None:
+        memory = self._memory
+        if memory is None:
+            try:
+                super()._init_value(key)
+                return
+            except OSError as err:  # the growth could not be reserved: nothing was written
+                memory = self._degrade(err)
+        memory.setdefault(key, (0.0, 0.0))
+
+    def read_value(self, key: str) -> tuple[float, float]:
+        if self._memory is None and key not in self._positions:
+            self._init_value(key)
+        if self._memory is not None:
+            return self._memory.setdefault(key, (0.0, 0.0))
+        return super().read_value(key)
+
+    def write_value(self, key: str, value: float, timestamp: float) -> None:
+        if self._memory is None and key not in self._positions:
+            self._init_value(key)
+        if self._memory is not None:
+            self._memory[key] = (value, timestamp)
+            return
+        super().write_value(key, value, timestamp)
+
+    def read_all_values(self) -> Any:
+        if self._memory is None:
+            return super().read_all_values()
+        return ((k, v, ts) for k, (v, ts) in self._memory.items())
+
+    def close(self) -> None:
+        if self._memory is None:
+            super().close()
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the values are kept in process memory (no longer updated in the file)."""
+        return self._memory is not None
+
+
+_warned_degraded = False
+
+
+def _warn_degraded(filename: str, err: OSError) -> None:
+    """One warning per process (the first file that fails; the others would only repeat it)."""
+    global _warned_degraded
+    if _warned_degraded:
+        return
+    _warned_degraded = True
+    log.warning(
+        "metrics of worker pid %d no longer updated: cannot grow %s (%s); the worker keeps "
+        "serving, its counters and histograms stay at their last values in /metrics and its "
+        "gauges are dropped; free space there (or point %s at a folder with more room) and "
+        "restart the service",
+        os.getpid(),
+        filename,
+        err.strerror or err,
+        MULTIPROC_ENV,
+    )
+
+
+def install_mmap_guard() -> None:
+    """Have prometheus-client's multiprocess values use :class:`ReservedMmapedDict` in this
+    process (a worker: before its first metric), and print a trace on a fatal signal
+    (``faulthandler``): where the file system cannot reserve blocks (:data:`_UNRESERVABLE`) a full
+    disk can still SIGBUS a worker, which then at least says where. Files already open keep
+    their class, so call it before any metric is made."""
+    # values.MultiProcessValue looks the class up at every new file
+    prom_values.MmapedDict = ReservedMmapedDict  # type: ignore[misc]
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
+
+
+class _HoldsCollector:
+    """``fleetmind_scheduler_holds``: :attr:`Metrics.holds_count` at each scrape (no sample before
+    it is set, or when the count fails)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        count = self.metrics.holds_count
+        try:
+            value = count() if count is not None else None
+        except Exception:  # a database error must not fail the scrape
+            log.warning("fleetmind_scheduler_holds: counting the holds failed", exc_info=True)
+            value = None
+        if value is not None:
+            yield GaugeMetricFamily(
+                "fleetmind_scheduler_holds",
+                "live holds of the kube-scheduler extender and reserve=true placements (GPUs, "
+                "CPU, memory kept for pods FleetMind placed, not yet seen bound): GET "
+                "/api/v1/scheduler/holds lists them",
+                value=value,
+            )
+
+
 class Metrics:
     """The service's collectors, registered on their own :class:`CollectorRegistry`.
 
@@ -235,6 +508,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.multiprocess_dir = os.environ.get(MULTIPROC_ENV) or None
+        if self.multiprocess_dir:
+            install_mmap_guard()
         self.registry = CollectorRegistry()
         self.process_registry = CollectorRegistry() if self.multiprocess_dir else self.registry
         self._model_labels: list[tuple[str, str, str, str]] = []
@@ -325,6 +600,11 @@ class Metrics:
         self.placements = Counter(
             "fleetmind_placements", "placement decisions", ["policy", "result", "path"], registry=r
         )
+        self.holds_count: Callable[[], int] | None = None
+        """Live scheduler holds now (``fleetmind_scheduler_holds``), read from the shared database
+        at each scrape by the worker answering it, so every worker tells the same; set by the
+        scheduler routes (:mod:`fleetmind.serving.scheduler.router`) once they run."""
+        self.process_registry.register(_HoldsCollector(self))
 
     def count_unmapped(self, graph: Any, labels: Mapping[str, Any]) -> str:
         """Count one alert (its ``labels``) that matched no node of ``graph`` (a

@@ -159,8 +159,9 @@ def check_out_dir(out: str | Path) -> None:
                 f"--out {p}: a non-empty folder that is not a model written by 'fleetmind rca fit' "
                 f"({problem}); name a new or empty folder"
             )
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise ConfigError(f"--out {p}: cannot write in it (permission denied)")
+        problem = argtypes.write_problem(p, os.W_OK | os.X_OK)
+        if problem:
+            raise ConfigError(f"--out {p}: cannot write in it ({problem})")
         return
     check_creatable(p, "--out")
 
