@@ -13,7 +13,10 @@ verified against ``FLEETMIND_SCHEDULER_CLIENT_CA`` carries ``schedule`` on ``/ap
     @router.post("", dependencies=[Depends(require_scope("admin"))])  # or per route
 
 When any token is set, :class:`AuthMiddleware` checks the ``Authorization`` header before the
-request body is read or parsed: 401 without a known token, 403 with a token that lacks the scope.
+request body is read or parsed: 401 without a known token, 403 with a token that lacks the scope
+(RFC 6750 section 3 error codes in ``WWW-Authenticate``, :func:`www_authenticate`). A client
+address past ``FLEETMIND_AUTH_FAILURE_LIMIT`` wrong tokens gets 429 before its token is checked
+(:class:`AuthThrottle`).
 Every route needs a token except :data:`PUBLIC_PATHS` (``/healthz``, ``/readyz``, ``/metrics``); the
 API docs (``/docs``, ``/redoc``, ``/openapi.json``) need ``read`` (``admin`` reads them too); a
 route that declares no scope needs ``admin`` (so a route added without one is closed, not open); an unknown path or a wrong
@@ -32,10 +35,14 @@ from __future__ import annotations
 import base64
 import hmac
 import inspect
+import ipaddress
 import json
 import logging
+import math
 import re
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -266,9 +273,136 @@ def has_scope(request: Request, scope: str) -> bool:
     return got is not None and scope in got
 
 
-def _deny(code: int, detail: str) -> HTTPException:
-    headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
-    return HTTPException(code, detail, headers=headers)
+def www_authenticate(header: str | bytes | None, scope: str | None = None) -> str:
+    """The ``WWW-Authenticate`` value of a refusal (RFC 6750 section 3): for a request that
+    sent no FleetMind bearer token (none, another scheme, or an SSO proxy's JWT, which the 401's
+    text names), ``Bearer`` alone (section 3.1: no error code then); for an unknown one,
+    ``error="invalid_token"`` (401); for a token that lacks ``scope``,
+    ``error="insufficient_scope"`` and the scope it needs (403)."""
+    if scope is not None:
+        return f'Bearer error="insufficient_scope", scope="{scope}"'
+    if isinstance(header, bytes):
+        header = header.decode("latin-1")
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() == "bearer" and given.strip() and not looks_like_jwt(header):
+        return 'Bearer error="invalid_token"'
+    return "Bearer"
+
+
+def _deny(code: int, detail: str, header: str | None, scope: str | None = None) -> HTTPException:
+    challenge = www_authenticate(header, scope if code == 403 else None)
+    return HTTPException(code, detail, headers={"WWW-Authenticate": challenge})
+
+
+AUTH_THROTTLE_CLIENTS = 10_000
+"""Most client addresses an :class:`AuthThrottle` remembers (a few dozen bytes each); past it the
+one whose last wrong token is oldest is forgotten."""
+
+
+class AuthThrottle:
+    """Wrong tokens per client address, in this worker process (each worker counts its own): a
+    fixed window that opens at an address's first wrong token; at the ``limit``-th within
+    ``window_s`` seconds the address is refused for ``window_s`` seconds (429 before any token is
+    checked, so a right guess is not confirmed then). Tokens are never locked out, only
+    addresses; successful requests never count. OWASP ASVS 4.0.3 V2.2.1, CWE-307."""
+
+    def __init__(self, max_clients: int = AUTH_THROTTLE_CLIENTS) -> None:
+        self.max_clients = max_clients
+        # address -> [window start, wrong tokens in it, refused until (0: not refused)],
+        # monotonic seconds, the address of the latest wrong token last
+        self._clients: OrderedDict[str, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retry_after(self, client: str, now: float | None = None) -> int | None:
+        """Whole seconds until ``client`` may send a token again (``None``: it may now)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            entry = self._clients.get(client)
+        if entry is None or entry[2] <= now:
+            return None
+        return max(1, math.ceil(entry[2] - now))
+
+    def failed(self, client: str, limit: int, window_s: float, now: float | None = None) -> bool:
+        """Count one wrong token from ``client`` (``limit`` 0: none is counted); whether it is
+        the ``limit``-th of its window, which starts the refusal."""
+        if limit <= 0:
+            return False
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            entry = self._clients.pop(client, None)
+            if entry is None or (entry[2] or entry[0] + window_s) <= now:
+                entry = [now, 0.0, 0.0]  # a new window (the last one, or its refusal, is over)
+            entry[1] += 1
+            started = entry[1] == limit
+            if started:
+                entry[2] = now + window_s
+            self._clients[client] = entry
+            while len(self._clients) > self.max_clients:
+                self._clients.popitem(last=False)
+        return started
+
+
+_THROTTLE = AuthThrottle()
+"""The throttle of an app without ``app.state`` (one per process)."""
+
+
+def auth_throttle(app: Any) -> AuthThrottle:
+    """The :class:`AuthThrottle` of ``app`` (``app.state.auth_throttle``, made on first use)."""
+    state = getattr(app, "state", None)
+    if state is None:
+        return _THROTTLE
+    throttle = getattr(state, "auth_throttle", None)
+    if throttle is None:
+        throttle = state.auth_throttle = AuthThrottle()
+    return throttle  # type: ignore[no-any-return]
+
+
+def client_address(scope: Any) -> str | None:
+    """The client's IP address as the access log shows it: the peer, or the ``X-Forwarded-For``
+    address a proxy of ``FLEETMIND_TRUSTED_PROXIES`` gave (uvicorn rewrites ``scope["client"]``).
+    ``None`` when there is none or it is no IP address (a Unix socket without a proxy's header):
+    :class:`AuthThrottle` counts nothing then, since one counter shared by every client would let
+    any of them lock all the others out."""
+    client = scope.get("client")
+    if not client:
+        return None
+    try:
+        return str(ipaddress.ip_address(str(client[0]).split("%", 1)[0]))
+    except ValueError:
+        return None
+
+
+def throttled(app: Any, settings: Settings, client: str | None) -> int | None:
+    """Seconds ``client`` must wait before sending a token again (``None``: it may now; always
+    ``None`` with ``FLEETMIND_AUTH_FAILURE_LIMIT=0`` or no client address)."""
+    if settings.auth_failure_limit <= 0 or client is None:
+        return None
+    return auth_throttle(app).retry_after(client)
+
+
+def note_wrong_token(app: Any, settings: Settings, client: str | None) -> None:
+    """Count a wrong token from ``client`` (none without a client address); one warning when
+    that starts its refusal (the address, never the token)."""
+    if client is None:
+        return
+    limit, window = settings.auth_failure_limit, settings.auth_failure_window_s
+    if auth_throttle(app).failed(client, limit, window):
+        log.warning(
+            "%d wrong tokens from %r within %.0f s: its requests with a token get 429 for %.0f s "
+            "(FLEETMIND_AUTH_FAILURE_LIMIT, FLEETMIND_AUTH_FAILURE_WINDOW_S)",
+            limit,
+            client[:100],
+            window,
+            window,
+        )
+
+
+def throttled_detail(retry_after: int) -> str:
+    """The 429 text for a client address refused by :class:`AuthThrottle`."""
+    return (
+        "too many wrong tokens from this client address: no token is checked from it for "
+        f"{retry_after} s"
+    )
 
 
 _SCOPE_DEPS: dict[str, Callable[..., Awaitable[None]]] = {}
@@ -293,16 +427,19 @@ def require_scope(scope: str) -> Callable[..., Awaitable[None]]:
         if granted is not None:
             if scope in granted or _ANY in granted:
                 return
-            raise _deny(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+            raise _deny(
+                status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope", None, scope
+            )
         tokens = (await current_settings(request)).tokens()
         if not tokens:
             return
         got = granted_scopes(tokens, request.headers.get("authorization"))
         if got is None:
-            detail = unauthorized_detail(request.headers.get("authorization"))
-            raise _deny(status.HTTP_401_UNAUTHORIZED, detail)
+            header = request.headers.get("authorization")
+            raise _deny(status.HTTP_401_UNAUTHORIZED, unauthorized_detail(header), header)
         if scope not in got:
-            raise _deny(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+            detail = f"this token lacks the {scope!r} scope"
+            raise _deny(status.HTTP_403_FORBIDDEN, detail, None, scope)
 
     check_scope.fleetmind_scope = scope  # type: ignore[attr-defined]
     check_scope.__name__ = f"require_scope_{scope}"
@@ -394,11 +531,24 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         app = scope.get("app")
-        tokens = self._tokens_of(settings_of(app))
+        settings = settings_of(app)
+        tokens = self._tokens_of(settings)
         if not tokens:
             await self.app(scope, receive, send)
             return
         needed = route_scope(app, scope)
+        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        # an opaque bearer token is a guess until it matches: refused before it is checked
+        # while this address is throttled, counted when wrong (the /ui pages' too)
+        guess = scope.get("path") not in PUBLIC_PATHS and header and _is_opaque_bearer(header)
+        if guess:
+            retry = throttled(app, settings, client_address(scope))
+            if retry is not None:
+                await _answer(send, 429, throttled_detail(retry), [(b"retry-after", b"%d" % retry)])
+                return
+        got = granted_scopes(tokens, header)
+        if guess and got is None:
+            note_wrong_token(app, settings, client_address(scope))
         if needed == "public":
             body = await read_bounded(scope, receive, PUBLIC_BODY_BYTES)
             if body is None:
@@ -408,8 +558,6 @@ class AuthMiddleware:
                 return
             await self.app(scope, replay(body, receive), send)
             return
-        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        got = granted_scopes(tokens, header)
         if got is None and header is None and scheduler_cert(scope) is not None:
             got = SCHEDULER_CERT_SCOPES  # kube-scheduler's verified client certificate
         if scope.get("path") in DOC_PATHS and "read" not in docs_scopes(got or frozenset()):
@@ -426,13 +574,19 @@ class AuthMiddleware:
             await _to_login(send, scope["path"])
             return
         if got is None:
-            detail = unauthorized_detail(header)
-            await _answer(send, 401, detail, [(b"www-authenticate", b"Bearer")])
+            challenge = www_authenticate(header).encode()
+            await _answer(
+                send, 401, unauthorized_detail(header), [(b"www-authenticate", challenge)]
+            )
             return
         if needed != _ANY and needed not in got:
-            await _answer(send, 403, f"this token lacks the {needed!r} scope", [])
+            challenge = www_authenticate(header, needed).encode()
+            detail = f"this token lacks the {needed!r} scope"
+            await _answer(send, 403, detail, [(b"www-authenticate", challenge)])
             return
         scope[AUTH_SCOPE_KEY] = got
+        if scope.get("path") in DOC_PATHS:  # /openapi.json too: never kept by a shared cache
+            send = _no_store(send)
         await self.app(scope, receive, send)
 
 
@@ -530,6 +684,22 @@ def _browser_to_docs(scope: Any, header: bytes | None) -> bool:
         return False
     accept = b",".join(v for k, v in scope.get("headers", ()) if k == b"accept")
     return b"text/html" in accept.lower()
+
+
+def _no_store(send: Any) -> Any:
+    """``send`` adding ``Cache-Control: no-store`` to a response that sets no ``Cache-Control``
+    (RFC 9111 section 5.2.2.5): an authenticated answer is kept by no cache (OWASP ASVS 4.0.3
+    V8.2.1), as the ``/ui`` pages and the docs pages already say themselves."""
+
+    async def _send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", ()))
+            if not any(k.lower() == b"cache-control" for k, _ in headers):
+                headers.append((b"cache-control", b"no-store"))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return _send
 
 
 async def _to_login(send: Any, path: str) -> None:

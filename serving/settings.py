@@ -598,6 +598,21 @@ class Settings(BaseSettings):
     ui_session_hours: float = Field(
         12.0, gt=0, le=24 * 30, description="how long a browser login (the /ui cookie) lasts (h)"
     )
+    auth_failure_limit: int = Field(
+        20,
+        ge=0,
+        le=100_000,
+        description="wrong tokens (a bearer header or the /ui login form) one client address may "
+        "send within FLEETMIND_AUTH_FAILURE_WINDOW_S; past it, its requests with a token get 429 "
+        "with Retry-After for that long, before the token is checked (0: no limit)",
+    )
+    auth_failure_window_s: float = Field(
+        300.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="the window of FLEETMIND_AUTH_FAILURE_LIMIT, and how long a client address "
+        "that went past it is refused (s)",
+    )
     notify_alertmanager_url: str | None = Field(
         None,
         description="Alertmanager base URL: a settled root cause is posted to its /api/v2/alerts "
@@ -884,14 +899,20 @@ class Settings(BaseSettings):
         return frozenset(n.strip() for n in self.ungrouped_alerts.split(",") if n.strip())
 
     def weak_tokens(self) -> list[str]:
-        """``FLEETMIND_<NAME>_TOKEN`` of each token that is a placeholder (``change-me...``) or
-        shorter than :data:`MIN_TOKEN_CHARS` characters (``fleetmind serve`` refuses them)."""
+        """``FLEETMIND_<NAME>_TOKEN`` of each token that is a placeholder (``change-me...``),
+        shorter than :data:`MIN_TOKEN_CHARS` characters, or made of fewer than
+        :data:`MIN_TOKEN_DISTINCT_CHARS` different characters (``0000000000000000``,
+        ``abababababababab``): ``fleetmind serve`` refuses them."""
         out = []
         for name in ("api", "ingest", "read", "schedule", "admin"):
             token = getattr(self, f"{name}_token")
             if token is None:
                 continue
-            if token.lower().startswith(PLACEHOLDER_PREFIX) or len(token) < MIN_TOKEN_CHARS:
+            if (
+                token.lower().startswith(PLACEHOLDER_PREFIX)
+                or len(token) < MIN_TOKEN_CHARS
+                or len(set(token)) < MIN_TOKEN_DISTINCT_CHARS
+            ):
                 out.append(f"FLEETMIND_{name.upper()}_TOKEN")
         return out
 
@@ -996,6 +1017,10 @@ PLACEHOLDER_PREFIX = "change-me"
 """Tokens starting with this (any case) are the shipped examples' placeholders."""
 MIN_TOKEN_CHARS = 16
 """The shortest token ``fleetmind serve`` accepts (``openssl rand -hex 32`` gives 64)."""
+MIN_TOKEN_DISTINCT_CHARS = 5
+"""The fewest different characters in a token ``fleetmind serve`` accepts: a repeated character
+or pair passes the length check and falls to the first guesses (16 random hex characters have
+fewer than 5 different ones with a probability below 1e-6)."""
 
 
 @lru_cache

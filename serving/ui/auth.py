@@ -2,8 +2,9 @@
 
 Sessions live in the database (table ``ui_sessions``, :mod:`fleetmind.serving.db`). The cookie holds only a
 random session id (256 bits); the table keys the session by the SHA-256 of that id, so a copy of
-the table lets nobody sign in. A row holds the digest of the token that logged in, its scopes, the
-session's CSRF token and the expiry, which the server sets (``FLEETMIND_UI_SESSION_HOURS``, at most
+the table lets nobody sign in. A row holds a salted scrypt digest of the token that logged in
+(:func:`token_digest`: a copy of the table costs an attacker one scrypt per guessed token and
+row, not a SHA-256), its scopes, the session's CSRF token and the expiry, which the server sets (``FLEETMIND_UI_SESSION_HOURS``, at most
 30 days) and the browser cannot change. A session ends:
 
 * at logout (its row is deleted: a copy of the cookie stops working at once);
@@ -33,12 +34,14 @@ Scopes are the tokens' (``Settings.tokens()``): ``FLEETMIND_API_TOKEN`` grants `
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from fastapi import Request
@@ -104,9 +107,46 @@ def session_key(cookie: str) -> str:
     return hashlib.sha256(cookie.encode("utf-8", "replace")).hexdigest()
 
 
-def token_digest(token: str) -> str:
-    """Which token started a session, without storing it (SHA-256 with a purpose prefix, hex)."""
-    return hashlib.sha256(b"fleetmind-ui-session\0" + token.encode()).hexdigest()
+DIGEST_PREFIX = "s1:"
+"""Marks a ``token_digest`` of :func:`token_digest`'s form; a row without it (an unsalted SHA-256
+of an earlier release) matches no token: that session is over and its browser signs in again."""
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+"""scrypt's cost (16 MiB and some 50 to 100 ms a digest on one core): the interactive-login
+parameters of the scrypt paper (Percival 2009, section 7); Python's ``hashlib.scrypt``."""
+_SALT_BYTES = 12  # 16 base64url characters
+_DIGEST_CHARS = len(DIGEST_PREFIX) + 16 + 43  # 62: the column is String(64)
+
+
+@lru_cache(maxsize=4096)
+def _scrypt(salt: bytes, token: str) -> str:
+    """scrypt of ``token`` with ``salt``, base64url without padding (43 characters). Cached: a
+    session's row is checked against its token once per process, not on every request."""
+    key = hashlib.scrypt(
+        token.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, maxmem=64 << 20, dklen=32
+    )
+    return base64.urlsafe_b64encode(key).rstrip(b"=").decode()
+
+
+def token_digest(token: str, salt: bytes | None = None) -> str:
+    """Which token started a session, without storing it or anything quick to test guesses
+    against: :data:`DIGEST_PREFIX`, the salt (random when ``None``, 12 bytes) and the scrypt of
+    the token (:data:`SCRYPT_N`), base64url, 62 characters."""
+    salt = secrets.token_bytes(_SALT_BYTES) if salt is None else salt
+    encoded = base64.urlsafe_b64encode(salt).decode()
+    return DIGEST_PREFIX + encoded + _scrypt(salt, token)
+
+
+def digest_matches(stored: str, token: str) -> bool:
+    """Whether ``stored`` (a row's ``token_digest``) is :func:`token_digest` of ``token``; False
+    for a value of any other form (an earlier release's SHA-256), never an exception."""
+    if len(stored) != _DIGEST_CHARS or not stored.startswith(DIGEST_PREFIX):
+        return False
+    start = len(DIGEST_PREFIX)
+    try:
+        salt = base64.urlsafe_b64decode(stored[start : start + 16])
+    except ValueError:
+        return False
+    return _same(token_digest(token, salt), stored)
 
 
 def start_session(
@@ -147,8 +187,14 @@ def session_of_cookies(cookies: Mapping[str, str], settings: Settings, db: Any) 
     if row is None or not row["expires_ts"] > time.time():
         return None
     claimed = frozenset(s for s in row["scopes"].split("-") if s)
-    for token, scopes in configured_tokens(settings):
-        if claimed <= scopes and _same(token_digest(token), row["token_digest"]):
+    # the token whose scopes are exactly the session's first: one scrypt per session and process
+    # (cached); the others only when the tokens changed since the login
+    candidates = sorted(
+        ((t, s) for t, s in configured_tokens(settings) if claimed <= s),
+        key=lambda c: c[1] != claimed,
+    )
+    for token, _ in candidates:
+        if digest_matches(str(row["token_digest"]), token):
             return Session(claimed, float(row["expires_ts"]), row["key"], row["csrf"])
     return None
 

@@ -30,7 +30,12 @@ from fleetmind.data.errors import DataError, FleetMindError
 from fleetmind.redact import drop_secret_params
 from fleetmind.serving.db import alerts as alerts_table
 from fleetmind.serving.db import notifications
-from fleetmind.serving.deps import ServicesDep
+from fleetmind.serving.deps import (
+    ServicesDep,
+    client_address,
+    note_wrong_token,
+    throttled,
+)
 from fleetmind.serving.feedback import FeedbackIn, IncidentNotFound, list_feedback, record_feedback
 from fleetmind.serving.health import telemetry_cluster_alias
 from fleetmind.serving.notify import CLOSED, confidence_words, delivery_outcome, held_severity
@@ -424,7 +429,24 @@ async def login(request: Request, services: ServicesDep) -> Response:
         )
     if not auth.auth_enabled(settings):
         return RedirectResponse(target, status_code=303)
+    # an address past FLEETMIND_AUTH_FAILURE_LIMIT wrong tokens: refused before the token is
+    # checked (a right guess is not confirmed); the bearer header's wrong tokens count too
+    client = client_address(request.scope)
+    retry = throttled(request.app, settings, client)
+    if retry is not None:
+        resp = render(
+            request,
+            "login.html",
+            status_code=429,
+            next=target,
+            error=f"Too many wrong tokens from this address: try again in {retry} s.",
+            session=None,
+        )
+        resp.headers["Retry-After"] = str(retry)
+        return resp
     scopes = auth.scopes_of_token(settings, form.get("token", "").strip())
+    if scopes is None:
+        note_wrong_token(request.app, settings, client)
     if not scopes or not ({"read", "admin"} & scopes):
         return render(
             request,

@@ -1,0 +1,277 @@
+"""Token guessing: wrong bearer tokens and wrong ``/ui`` login tokens from one client address are
+refused with 429 past ``FLEETMIND_AUTH_FAILURE_LIMIT`` within ``FLEETMIND_AUTH_FAILURE_WINDOW_S``
+(OWASP ASVS 4.0.3 V2.2.1, CWE-307; Grafana refuses a login after 5 failures in 5 minutes,
+grafana/grafana pkg/login/brute_force_login_protection.go), before the token is checked; the
+stored session digest is salted scrypt, not a SHA-256 a copy of the table can test guesses
+against; ``/openapi.json`` is ``no-store``; refusals carry RFC 6750 section 3's error codes."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import Depends, FastAPI
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from fleetmind.serving.app import create_app
+from fleetmind.serving.deps import AuthThrottle, client_address, require_scope
+from fleetmind.serving.settings import Settings
+from fleetmind.serving.ui import auth
+
+READ = "read-token-0123456789abcdef"
+ADMIN = "admin-token-0123456789abcdef"
+ATTACKER = ("203.0.113.9", 40000)  # RFC 5737 documentation addresses
+OPERATOR = ("198.51.100.7", 40001)
+
+
+def make_settings(tmp_path: Path, **kw: Any) -> Settings:
+    base: dict[str, Any] = {
+        "database_url": f"sqlite:///{tmp_path}/throttle.db",
+        "rca_model": "baseline:upstream-coverage",
+        "placement_model": "heuristic:builtin-bestfit",
+        "incident_worker": False,
+        "read_token": READ,
+        "admin_token": ADMIN,
+        "auth_failure_limit": 3,
+        "auth_failure_window_s": 60.0,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[FastAPI]:
+    application = create_app(make_settings(tmp_path))
+    with TestClient(application):  # the lifespan: services built once for both clients
+        yield application
+
+
+def client(app: FastAPI, address: tuple[str, int]) -> TestClient:
+    return TestClient(app, client=address)
+
+
+def login(c: TestClient, token: str) -> Any:
+    c.get("/ui/login")
+    return c.post(
+        "/ui/login",
+        data={"token": token, "csrf": c.cookies.get(auth.CSRF_COOKIE), "next": "/ui/"},
+        follow_redirects=False,
+    )
+
+
+def test_wrong_bearers_past_the_limit_get_429_before_the_token_is_checked(
+    app: FastAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    attacker, operator = client(app, ATTACKER), client(app, OPERATOR)
+    caplog.set_level(logging.WARNING, "fleetmind.serving")
+    for i in range(3):
+        r = attacker.get("/api/v1/incidents", headers=bearer(f"guess-{i:016d}"))
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    r = attacker.get("/api/v1/incidents", headers=bearer("guess-3"))
+    assert r.status_code == 429
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+    assert "too many wrong tokens" in r.json()["detail"]
+    # the right token from the refused address is not confirmed while it is refused
+    assert attacker.get("/api/v1/incidents", headers=bearer(READ)).status_code == 429
+    # nor are the pages' bearer sign-in and the login form
+    assert attacker.get("/ui/", headers=bearer(READ)).status_code == 429
+    assert login(attacker, READ).status_code == 429
+    # the token itself is not locked out: another address uses it as before
+    assert operator.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+    # the probes stay open
+    assert attacker.get("/healthz").status_code == 200
+    warnings = [r for r in caplog.records if "wrong tokens" in r.getMessage()]
+    assert len(warnings) == 1, "one line per refusal start"
+    assert "203.0.113.9" in warnings[0].getMessage()
+    assert "guess" not in warnings[0].getMessage()
+
+
+def test_wrong_login_tokens_past_the_limit_get_429_and_no_session(app: FastAPI) -> None:
+    attacker, operator = client(app, ATTACKER), client(app, OPERATOR)
+    for i in range(3):
+        assert login(attacker, f"guess-{i:016d}").status_code == 401
+    r = login(attacker, READ)  # the right token: refused, not checked
+    assert r.status_code == 429
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+    assert "Too many wrong tokens" in r.text
+    assert auth.SESSION_COOKIE not in r.headers.get("set-cookie", "")
+    # the bearer header from the same address is refused as well
+    assert attacker.get("/api/v1/incidents", headers=bearer(READ)).status_code == 429
+    assert login(operator, READ).status_code == 303
+
+
+def test_wrong_bearers_on_the_pages_count(app: FastAPI) -> None:
+    """``/ui`` signs a request in by its bearer token too: a wrong one there is a guess."""
+    attacker = client(app, ATTACKER)
+    for i in range(3):
+        r = attacker.get("/ui/", headers=bearer(f"g{i}"), follow_redirects=False)
+        assert r.status_code == 303  # to the login form, as before
+    r = attacker.get("/ui/", headers=bearer("g3"), follow_redirects=False)
+    assert r.status_code == 429
+
+
+def test_right_tokens_never_count(app: FastAPI) -> None:
+    c = client(app, ATTACKER)
+    for _ in range(30):
+        assert c.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+    assert login(c, ADMIN).status_code == 303
+    # a right token without the scope is a 403, not a guess
+    for _ in range(5):
+        assert c.put("/api/v1/graph", headers=bearer(READ), json={}).status_code == 403
+    for i in range(2):
+        assert c.get("/api/v1/incidents", headers=bearer(f"g{i}")).status_code == 401
+    assert c.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+
+
+def test_no_token_no_jwt_and_a_zero_limit_count_nothing(tmp_path: Path) -> None:
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln"  # an SSO proxy's id_token: no guess
+    with TestClient(create_app(make_settings(tmp_path)), client=ATTACKER) as c:
+        for _ in range(10):
+            assert c.get("/api/v1/incidents").status_code == 401
+            assert c.get("/api/v1/incidents", headers=bearer(jwt)).status_code == 401
+        assert c.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+    off = make_settings(tmp_path, auth_failure_limit=0)
+    with TestClient(create_app(off), client=ATTACKER) as c:
+        for i in range(30):
+            assert c.get("/api/v1/incidents", headers=bearer(f"g{i}")).status_code == 401
+        assert c.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+
+
+def test_the_settings_refuse_a_negative_limit_and_a_zero_window(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError):
+        make_settings(tmp_path, auth_failure_limit=-1)
+    with pytest.raises(ValidationError):
+        make_settings(tmp_path, auth_failure_window_s=0)
+
+
+def test_throttle_window_refusal_and_memory_bound() -> None:
+    t = AuthThrottle(max_clients=2)
+    assert not t.failed("a", 3, 60.0, now=0.0)
+    assert not t.failed("a", 3, 60.0, now=1.0)
+    assert t.retry_after("a", now=1.5) is None
+    assert t.failed("a", 3, 60.0, now=2.0)  # the 3rd: refused for the window from now
+    assert t.retry_after("a", now=2.0) == 60
+    assert t.retry_after("a", now=61.5) == 1
+    assert t.retry_after("a", now=62.0) is None
+    assert not t.failed("a", 3, 60.0, now=63.0)  # a new window
+    # failures older than the window are forgotten
+    assert not t.failed("b", 3, 10.0, now=0.0)
+    assert not t.failed("b", 3, 10.0, now=5.0)
+    assert not t.failed("b", 3, 10.0, now=11.0)
+    # at most max_clients addresses: the one with the oldest failure goes first
+    t.failed("c", 1, 60.0, now=12.0)
+    assert t.retry_after("c", now=12.0) == 60
+    t.failed("d", 1, 60.0, now=13.0)
+    assert len(t._clients) == 2 and "a" not in t._clients
+
+
+def test_client_address_is_an_ip_or_none() -> None:
+    assert client_address({"client": ("203.0.113.9", 1)}) == "203.0.113.9"
+    assert client_address({"client": ("::ffff:10.0.0.1", 1)}) == "::ffff:a00:1"
+    assert client_address({"client": None}) is None  # a Unix socket: one shared counter, none
+    assert client_address({"client": ("testclient", 50000)}) is None
+
+
+def test_the_stored_digest_is_salted_scrypt_and_old_rows_are_signed_out(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        services = c.app.state.services
+        assert login(c, READ).status_code == 303
+        cookie_a = c.cookies.get(auth.SESSION_COOKIE)
+        row_a = services.db.get_ui_session(auth.session_key(cookie_a))
+        c.cookies.clear()
+        assert login(c, READ).status_code == 303
+        row_b = services.db.get_ui_session(auth.session_key(c.cookies.get(auth.SESSION_COOKIE)))
+        # the SHA-256 a copy of the table used to test guesses against is not what is stored
+        unsalted = hashlib.sha256(b"fleetmind-ui-session\0" + READ.encode()).hexdigest()
+        assert row_a["token_digest"] != unsalted
+        assert row_a["token_digest"].startswith(auth.DIGEST_PREFIX)
+        assert len(row_a["token_digest"]) <= 64  # the column is String(64)
+        assert row_a["token_digest"] != row_b["token_digest"]  # salted per row
+        assert auth.digest_matches(row_a["token_digest"], READ)
+        assert not auth.digest_matches(row_a["token_digest"], ADMIN)
+        assert c.get("/ui/", follow_redirects=False).status_code == 200
+        # a row of the earlier form: that session is over (the login form), no error
+        services.db.delete_ui_session(row_b["key"])
+        services.db.create_ui_session({**row_b, "token_digest": unsalted})
+        r = c.get("/ui/", follow_redirects=False)
+        assert r.status_code == 303 and "/ui/login" in r.headers["location"]
+        for bad in ("", "s1:" + "!" * 59, "s1:" + "A" * 70, auth.DIGEST_PREFIX):
+            assert not auth.digest_matches(bad, READ)
+
+
+def test_openapi_json_opened_signed_in_is_no_store(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        assert login(c, READ).status_code == 303
+        r = c.get("/openapi.json")
+        assert r.status_code == 200
+        assert r.headers["cache-control"] == "no-store"
+        c.cookies.clear()
+        r = c.get("/openapi.json", headers=bearer(READ))
+        assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
+        # the docs pages keep their own header (no second one)
+        r = c.get("/docs", headers=bearer(READ))
+        assert r.headers.get_list("cache-control") == ["no-store"]
+
+
+def test_refusals_carry_rfc_6750_error_codes(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        r = c.get("/api/v1/incidents")
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        r = c.get("/api/v1/incidents", headers=bearer("wrong"))
+        assert r.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+        body = r.json()
+        r = c.put("/api/v1/graph", headers=bearer(READ), json={})
+        assert r.status_code == 403
+        assert r.headers["www-authenticate"] == 'Bearer error="insufficient_scope", scope="admin"'
+        assert r.json() == {"detail": "this token lacks the 'admin' scope"}
+        assert "detail" in body and "token" in body["detail"]  # the bodies are as they were
+
+
+def test_the_scope_dependency_alone_carries_them_too(tmp_path: Path) -> None:
+    """An app without the middleware: :func:`require_scope` checks the header itself."""
+    bare = FastAPI()
+
+    @bare.get("/thing", dependencies=[Depends(require_scope("admin"))])
+    def thing() -> dict[str, bool]:
+        return {"ok": True}
+
+    from fleetmind.serving.settings import get_settings
+
+    bare.dependency_overrides[get_settings] = lambda: make_settings(tmp_path)
+    c = TestClient(bare)
+    r = c.get("/thing", headers=bearer("wrong"))
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    r = c.get("/thing", headers=bearer(READ))
+    assert r.status_code == 403
+    assert r.headers["www-authenticate"] == 'Bearer error="insufficient_scope", scope="admin"'
+    assert c.get("/thing", headers=bearer(ADMIN)).json() == {"ok": True}
+    assert re.fullmatch(r"Bearer", c.get("/thing").headers["www-authenticate"])
+
+
+@pytest.mark.parametrize(
+    ("token", "weak"),
+    [
+        ("0000000000000000", True),
+        ("abababababababab", True),
+        ("aaaabbbbccccdddd", True),
+        ("aaaabbbbccccdddde", False),
+        ("3f9c0a7e5d1b2c48", False),  # 16 hex characters, as openssl rand -hex 8 gives
+    ],
+)
+def test_a_token_of_few_different_characters_is_weak(
+    tmp_path: Path, token: str, weak: bool
+) -> None:
+    settings = make_settings(tmp_path, read_token=token)
+    assert ("FLEETMIND_READ_TOKEN" in settings.weak_tokens()) is weak
