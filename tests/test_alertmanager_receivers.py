@@ -92,7 +92,8 @@ def example_receiver() -> dict[str, Any]:
 def _config(tmp_path: Path, hook: str) -> Path:
     """deploy/alertmanager.yml with the example PagerDuty and Opsgenie integrations on ``oncall``
     and a webhook on the channel receiver, all posting to ``hook``; the root-cause route's
-    group_interval 1 s instead of 1 min (same semantics, a faster test)."""
+    group_interval 1 s instead of 1 min and the root's group_wait (the catch-all's) 1 s instead of
+    30 s (same semantics, a faster test)."""
     cfg = yaml.safe_load(SHIPPED.read_text())
     receivers = {r["name"]: r for r in cfg["receivers"]}
     (tmp_path / "key").write_text("k")
@@ -110,6 +111,7 @@ def _config(tmp_path: Path, hook: str) -> Path:
     for route in cfg["route"]["routes"]:
         if 'alertname="FleetMindRootCause"' in (route.get("matchers") or []):
             route["group_interval"] = "1s"
+    cfg["route"]["group_wait"] = "1s"  # what the catch-all inherits: a faster first notification
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -273,6 +275,52 @@ def test_a_warning_pages_no_one_and_its_escalation_pages(
     assert paged and paged["payload"]["severity"] == "critical", rec.pagerduty()
     assert all(e["dedup_key"] == paged["dedup_key"] for e in rec.pagerduty())
     assert wait_for(lambda: any(b["status"] == "resolved" for _, b in rec.at("/chat")), 20)
+
+
+# kube-prometheus-stack's KubePodCrashLooping as Prometheus sends it: the rule's labels and
+# annotations (kubernetes-mixin, alerts/apps_alerts.libsonnet; the chart's
+# templates/prometheus/rules-1.14/kubernetes-apps.yaml) and kube-state-metrics' target labels.
+CRASH_LOOPING = {
+    "labels": {
+        "alertname": "KubePodCrashLooping",
+        "cluster": "c0",
+        "container": "trainer",
+        "job": "kube-state-metrics",
+        "namespace": "ml",
+        "pod": "trainer-0",
+        "reason": "CrashLoopBackOff",
+        "severity": "warning",
+    },
+    "annotations": {
+        "description": 'Pod ml/trainer-0 (trainer) is in waiting state (reason: "CrashLoopBackOff").',
+        "runbook_url": "https://runbooks.prometheus-operator.dev/runbooks/kubernetes/kubepodcrashlooping",
+        "summary": "Pod is crash looping.",
+    },
+}
+
+
+@pytest.mark.external
+def test_an_ordinary_alert_keeps_alertmanagers_defaults(
+    alertmanager: tuple[str, Recorder],
+) -> None:
+    """Another alert through the catch-all to the paging receiver, with a ``summary`` and a
+    ``severity`` of its own, as every kube-prometheus-stack alert has: the examples' templates
+    leave it Alertmanager's default title (``__subject`` of template/default.tmpl: the group
+    labels, then the other common labels) and PagerDuty severity (``error``,
+    config/notifiers.go ``DefaultPagerdutyConfig``), so its urgency is what it was without them."""
+    url, rec = alertmanager
+    alert = {**CRASH_LOOPING, "startsAt": notify._iso(time.time() - 60)}
+    r = httpx.post(url + "/api/v2/alerts", json=[alert], timeout=5)
+    assert r.status_code == 200, r.text
+    paged = wait_for(lambda: rec.pagerduty(), timeout=20)
+    assert paged, rec.got
+    title = "[FIRING:1] KubePodCrashLooping c0 (trainer kube-state-metrics ml trainer-0 CrashLoopBackOff warning)"
+    (event,) = paged
+    assert event["event_action"] == "trigger"
+    assert event["payload"]["summary"] == title
+    assert event["payload"]["severity"] == "error"
+    created = wait_for(lambda: [b for p, b in rec.at("/og/v2/alerts") if p == "/og/v2/alerts"], 20)
+    assert [b["message"] for b in created] == [title]
 
 
 def test_shipped_examples_are_valid_configuration(tmp_path: Path) -> None:
