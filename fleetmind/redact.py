@@ -343,22 +343,67 @@ _ZERO_WIDTH = frozenset({"Mn", "Me", "Cf"})
 """Unicode categories that take no column: combining marks (``Mn``, ``Me``, variation selectors
 included) and format characters (``Cf``: ZWJ, bidi controls, tag characters)."""
 _ZWJ = "\u200d"
+_VS16, _KEYCAP = "\ufe0f", "\u20e3"
+"""U+FE0F VARIATION SELECTOR-16 (emoji presentation) and U+20E3 COMBINING ENCLOSING KEYCAP: after
+a narrow character (U+2764 HEAVY BLACK HEART, ``1``) the pair is drawn as one wide emoji
+(Unicode UTS #51)."""
+
+
+def _jamo_vt(char: str) -> bool:
+    """A Hangul medial vowel (jungseong) or final consonant (jongseong) jamo: it joins the
+    syllable before it (Unicode UAX #29 ``V``/``T``; UAX #11 draws it in no column of its own)."""
+    return "\u1160" <= char <= "\u11ff" or "\ud7b0" <= char <= "\ud7ff"
+
+
+def _jamo_l(char: str) -> bool:
+    """A Hangul leading consonant (choseong) jamo: UAX #29 ``L``."""
+    return "\u1100" <= char <= "\u115f" or "\ua960" <= char <= "\ua97f"
+
+
+def _modifier(char: str) -> bool:
+    """An emoji skin-tone modifier, U+1F3FB..U+1F3FF."""
+    return "\U0001f3fb" <= char <= "\U0001f3ff"
+
+
+def _emoji_base(char: str) -> bool:
+    """A character an emoji modifier may follow: Miscellaneous Symbols and Dingbats (U+261D,
+    U+270C) or the emoji blocks U+1F000..U+1FAFF (an approximation of UTS #51's
+    ``Emoji_Modifier_Base``)."""
+    return "\u2600" <= char <= "\u27bf" or "\U0001f000" <= char <= "\U0001faff"
 
 
 def char_width(char: str) -> int:
-    """Columns ``char`` takes on a terminal or in a monospace font: 0 for a combining mark or a
-    format character (:data:`_ZERO_WIDTH`), 2 for a wide or fullwidth one (East Asian Width
-    ``W``/``F``, Unicode UAX #11: CJK ideographs, kana, Hangul, most emoji), else 1."""
-    if unicodedata.category(char) in _ZERO_WIDTH:
+    """Columns ``char`` takes on its own on a terminal or in a monospace font: 0 for a combining
+    mark or a format character (:data:`_ZERO_WIDTH`) and for a Hangul vowel or final jamo
+    (U+1160..U+11FF, U+D7B0..U+D7FF: part of the syllable before it), 2 for a wide or fullwidth
+    one (East Asian Width ``W``/``F``, Unicode UAX #11: CJK ideographs, kana, Hangul, most
+    emoji), else 1. :func:`display_width` also counts what the characters before change."""
+    if unicodedata.category(char) in _ZERO_WIDTH or _jamo_vt(char):
         return 0
     return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
 
 
+def _width_at(text: str, i: int) -> int:
+    """Columns ``text[i]`` adds after ``text[:i]``: a U+FE0F or U+20E3 after a narrow character
+    adds 1 (U+2764 U+FE0F and ``1`` U+20E3 are drawn 2 columns wide; a keycap after a
+    widening U+FE0F adds none); an emoji modifier adds none after a wide emoji and 1 after a
+    narrow one (U+261D); else :func:`char_width`."""
+    char, before = text[i], text[i - 1] if i else ""
+    if char in (_VS16, _KEYCAP):
+        if char == _KEYCAP and before == _VS16:
+            return 0
+        return 1 if before and char_width(before) == 1 else 0
+    if _modifier(char) and before and _emoji_base(before):
+        return 2 - char_width(before)
+    return char_width(char)
+
+
 def display_width(text: str) -> int:
     """Columns ``text`` takes on a terminal or in a monospace font: the sum of
-    :func:`char_width` (``"节点"``: 4, ``"e\\u0301"``: 1). A sequence joined by U+200D ZWJ counts
-    each of its parts, an over-estimate where a font draws it as one glyph."""
-    return sum(char_width(ch) for ch in text)
+    :func:`_width_at` (``"节点"``: 4, ``"e\\u0301"``: 1, ``"\\u2764\\ufe0f"``: 2,
+    ``"\\U0001f44d\\U0001f3fd"``: 2). A sequence joined by U+200D ZWJ counts each of its parts,
+    an over-estimate where a font draws it as one glyph."""
+    return sum(_width_at(text, i) for i in range(len(text)))
 
 
 def _regional(char: str) -> bool:
@@ -368,16 +413,19 @@ def _regional(char: str) -> bool:
 def can_cut(text: str, i: int) -> bool:
     """Whether ``text`` may be cut before ``text[i]`` without splitting a character as shown
     (an approximation of Unicode UAX #29 grapheme clusters): never after a ZWJ, before a ZWJ,
-    combining mark (``Mn``, ``Mc``, ``Me``: accents, variation selectors), emoji skin-tone
-    modifier or tag character, nor inside a pair of regional indicators (a flag)."""
+    combining mark (``Mn``, ``Mc``, ``Me``: accents, variation selectors, the keycap), emoji
+    skin-tone modifier or tag character, inside a pair of regional indicators (a flag), before a
+    Hangul vowel or final jamo, nor after a leading jamo before another jamo or syllable."""
     if i <= 0 or i >= len(text):
         return True
     before, char = text[i - 1], text[i]
     if before == _ZWJ or char == _ZWJ or before + char == "\r\n":
         return False
-    if unicodedata.category(char) in ("Mn", "Mc", "Me"):
+    if unicodedata.category(char) in ("Mn", "Mc", "Me") or _jamo_vt(char):
         return False
-    if "\U0001f3fb" <= char <= "\U0001f3ff" or "\U000e0020" <= char <= "\U000e007f":
+    if _modifier(char) or "\U000e0020" <= char <= "\U000e007f":
+        return False
+    if _jamo_l(before) and (_jamo_l(char) or "\uac00" <= char <= "\ud7a3"):
         return False
     if _regional(before) and _regional(char):
         run = 0
@@ -391,8 +439,8 @@ def head_in_width(text: str, columns: int) -> str:
     """The longest start of ``text`` that takes at most ``columns`` columns
     (:func:`display_width`) and ends where :func:`can_cut` allows."""
     used, end = 0, 0
-    for i, ch in enumerate(text):
-        used += char_width(ch)
+    for i in range(len(text)):
+        used += _width_at(text, i)
         if used > columns:
             break
         end = i + 1
@@ -406,7 +454,7 @@ def tail_in_width(text: str, columns: int) -> str:
     (:func:`display_width`) and starts where :func:`can_cut` allows."""
     used, start = 0, len(text)
     for i in range(len(text) - 1, -1, -1):
-        used += char_width(text[i])
+        used += _width_at(text, i)
         if used > columns:
             break
         start = i

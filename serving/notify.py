@@ -222,8 +222,10 @@ def installation(public_url: str) -> str:
 
 def mrkdwn(text: str) -> str:
     """``text`` as literal Slack mrkdwn: ``&``, ``<`` and ``>`` escaped, as Slack's "Escaping text"
-    rule asks, so that no value from an alert label becomes a ``<!channel>`` ping or a link."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    rule asks, so that no value from an alert label becomes a ``<!channel>`` ping or a link; a
+    backtick as ``'``, so that no value opens or closes a code span (FleetMind's own spans are
+    :func:`code_span`'s)."""
+    return text.replace("`", "'").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def code_span(text: str) -> str:
@@ -710,27 +712,45 @@ def _utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+_ENTITY = re.compile(r"&(?:amp|lt|gt);")
+"""An escape :func:`mrkdwn` writes; a cut never splits one (``&g`` would be shown as it is)."""
+
+
+def _cut_before_entity(text: str, cut: int) -> int:
+    """``cut``, or where the escape (:data:`_ENTITY`) that ``cut`` falls inside starts."""
+    amp = text.rfind("&", max(0, cut - 4), cut)
+    m = _ENTITY.match(text, amp) if amp >= 0 else None
+    return amp if m and m.end() > cut else cut
+
+
 def _fit_text(text: str, max_bytes: int, max_chars: int) -> str:
     """``text`` whole when its UTF-8 encoding has at most ``max_bytes`` bytes and it has at most
     ``max_chars`` UTF-16 code units, else cut and ended with :data:`TRUNCATED`, within both
     limits in all. The cut never splits a character as shown (:func:`~fleetmind.redact.can_cut`:
-    an emoji ZWJ sequence, a letter and its accent) and never leaves a code span open (an odd
-    backtick: the cut moves before it), so the marker is never shown as code."""
+    an emoji ZWJ sequence, a letter and its accent) nor an escape (``&gt;``); a cut inside a code
+    span (:data:`_SPAN`, as :func:`code_span` writes them) closes it with a backtick, so the
+    marker is never shown as code and a long ``Path:`` keeps what fits; a cut inside a link
+    moves before it."""
     if len(text.encode()) <= max_bytes and _utf16_len(text) <= max_chars:
         return text
-    room = max_bytes - len(TRUNCATED.encode())
-    head = text.encode()[:room].decode(errors="ignore")[: max_chars - _utf16_len(TRUNCATED)]
-    over = _utf16_len(head) - (max_chars - _utf16_len(TRUNCATED))
+    room = max_bytes - len(TRUNCATED.encode()) - 1  # (1 byte, 1 code unit: a closing backtick)
+    chars = max_chars - _utf16_len(TRUNCATED) - 1
+    head = text.encode()[:room].decode(errors="ignore")[:chars]
+    over = _utf16_len(head) - chars
     while over > 0:  # (each character dropped takes 1 or 2 code units)
         over -= _utf16_len(head[-1])
         head = head[:-1]
     cut = len(head)  # (head is a start of text)
-    while cut > 0 and not can_cut(text, cut):
+    while cut > 0 and not can_cut(text, cut := _cut_before_entity(text, cut)):
         cut -= 1
-    head = text[:cut]
-    if head.count("`") % 2:  # an unclosed code span: cut before it
-        head = head[: head.rfind("`")].rstrip()
-    return head + TRUNCATED
+    for m in _SPAN.finditer(text):
+        if m.start() >= cut:
+            break
+        if cut < m.end():  # inside a code span or a link
+            if m.group(1) is not None and cut > m.start() + 1:
+                return text[:cut] + "`" + TRUNCATED
+            return text[: m.start()].rstrip() + TRUNCATED
+    return text[:cut] + TRUNCATED
 
 
 def _unmrkdwn(text: str) -> str:

@@ -34,7 +34,15 @@ from fleetmind.serving.notify import (
     chat_body,
     code_span,
 )
-from fleetmind.serving.ui.svg import _CHAR_W, propagation_tree, short_id, text_width, tree_svg
+from fleetmind.serving.ui.svg import (
+    _CHAR_W,
+    _cut_middle,
+    _cut_words,
+    propagation_tree,
+    short_id,
+    text_width,
+    tree_svg,
+)
 
 FAMILY = "\U0001f469\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # one emoji, 7 code points
 CJK = "训练集群东区/推理/大模型服务网关主节点"  # 19 characters, 36 columns
@@ -65,6 +73,43 @@ def test_cuts_keep_emoji_sequences_and_accents_whole() -> None:
     assert not can_cut(text, text.index("\ufe0f"))  # before the variation selector
     assert not can_cut(text, len(text) - 1)  # inside the flag
     for columns in range(12):
+        head, tail = head_in_width(text, columns), tail_in_width(text, columns)
+        assert display_width(head) <= columns and display_width(tail) <= columns
+        assert can_cut(text, len(head)) and can_cut(text, len(text) - len(tail))
+
+
+# Expected columns as a terminal draws them (Unicode UAX #11 East Asian Width; UTS #51 emoji
+# presentation: U+FE0F after a text-style character, a keycap sequence and an emoji modifier
+# sequence are one wide emoji; UAX #29 Hangul syllable sequences: V and T jamo join the L before).
+WIDTHS = [
+    ("\u2764\ufe0f", 2),  # HEAVY BLACK HEART + VS16
+    ("\u2764", 1),  # the same character, text style (East Asian Width N)
+    ("1\ufe0f\u20e3", 2),  # keycap 1
+    ("#\u20e3", 2),  # keycap without VS16
+    ("\U0001f44d\U0001f3fd", 2),  # thumbs up + medium skin tone
+    ("\U0001f3fd", 2),  # a modifier on its own
+    ("\u1100\u1161\u11a8", 2),  # conjoining jamo L V T: one syllable
+    ("\u1100\ud7b0", 2),  # L + an extended-B vowel
+    ("\uac01", 2),  # the precomposed syllable
+    ("\u2705\ufe0f", 2),  # already wide: VS16 adds nothing
+]
+
+
+@pytest.mark.parametrize(("text", "columns"), WIDTHS)
+def test_display_width_of_emoji_and_jamo_sequences(text: str, columns: int) -> None:
+    assert display_width(text) == columns
+    assert display_width("ab" + text + "c") == columns + 3  # the same inside other text
+
+
+def test_no_cut_inside_a_hangul_syllable_or_a_keycap() -> None:
+    jamo = "\u1100\u1161\u11a8"
+    assert not can_cut(jamo, 1) and not can_cut(jamo, 2)
+    assert not can_cut("\u1100\u1100\u1161", 1) and not can_cut("\u1100\uac00", 1)  # L x (L|LV)
+    assert can_cut("\uac00\u1100", 1) and can_cut("a" + jamo, 1)
+    keycap = "1\ufe0f\u20e3"
+    assert not can_cut(keycap, 1) and not can_cut(keycap, 2)
+    text = "x" + jamo * 6 + "\u2764\ufe0f" * 4
+    for columns in range(len(text) * 2):
         head, tail = head_in_width(text, columns), tail_in_width(text, columns)
         assert display_width(head) <= columns and display_width(tail) <= columns
         assert can_cut(text, len(head)) and can_cut(text, len(text) - len(tail))
@@ -126,6 +171,24 @@ def test_a_cjk_node_id_fits_its_box_and_stays_clear_of_the_next_column() -> None
             assert label_end < spans[i + 1][0]  # clear of the next column's box
 
 
+@pytest.mark.parametrize("keep", [32, 24, 16, 7])
+@pytest.mark.parametrize("where", [CJK, "c/pod/" + FAMILY * 9, "host/" + "nai\u0308ve-" * 9])
+def test_timeline_node_part_is_cut_by_columns_on_whole_characters(where: str, keep: int) -> None:
+    short = _cut_middle(where, keep)
+    assert display_width(short) <= keep  # (by code points CJK's 19 characters took 36 columns)
+    head, _, tail = short.partition("…")
+    assert where.startswith(head) and where.endswith(tail)
+    assert can_cut(where, len(head)) and can_cut(where, len(where) - len(tail))
+
+
+@pytest.mark.parametrize("room", [40.0, 70.0, 95.0, 130.0])
+def test_timeline_alert_name_is_cut_on_whole_characters(room: float) -> None:
+    name = "Gpu" + "e\u0301" * 3 + "Xid" + FAMILY * 4 + "Errors" + "\u2764\ufe0f" * 3
+    out = _cut_words(name, room, 10.0)
+    head = out.removesuffix("…")
+    assert name.startswith(head) and can_cut(name, len(head)), repr(head[-3:])
+
+
 def test_text_width_counts_nothing_for_joiners_and_marks() -> None:
     assert text_width("e\u0301", 10) == text_width("e", 10)
     assert text_width(FAMILY, 10) == pytest.approx(40.0)  # four emoji of 1 em, no joiners
@@ -177,6 +240,19 @@ def test_fleet_show_columns_line_up_for_wide_and_escaped_names(
 GOOGLE = "https://chat.googleapis.com/v1/spaces/X/messages?key=k"
 
 
+def _sent_head(text: str, out: str) -> str:
+    """What of ``text`` the cut message ``out`` shows, checked: a start of ``text`` that ends
+    where :func:`can_cut` allows and in no escape, outside any code span, or inside one and
+    closed by one added backtick; the marker outside every span."""
+    assert out.endswith(TRUNCATED)
+    head = out.removesuffix(TRUNCATED)
+    assert head.count("`") % 2 == 0, head[-40:]  # the marker is outside any code span
+    shown = head if text.startswith(head) else head.removesuffix("`")
+    assert text.startswith(shown) and shown != head or text.startswith(head), head[-40:]
+    assert can_cut(text, len(shown)) and not re.search(r"&[a-z]*$", shown), shown[-40:]
+    return shown
+
+
 def test_google_chat_cut_keeps_an_emoji_whole_and_closes_no_span_open() -> None:
     """The hunt's message: a node id of 700 family emoji (4,900 code points) in two code spans."""
     node = "n" + FAMILY * 700
@@ -185,21 +261,54 @@ def test_google_chat_cut_keeps_an_emoji_whole_and_closes_no_span_open() -> None:
         f"{code_span(node)}, score 0.9, cluster `c`\nPath: {code_span(node)}"
     )
     out = chat_body(GOOGLE, {"text": text})["text"]
-    assert out.endswith(TRUNCATED) and len(out.encode("utf-16-le")) // 2 <= 4096
-    head = out.removesuffix(TRUNCATED)
-    assert head.count("`") % 2 == 0  # the marker is outside any code span
+    assert len(out.encode("utf-16-le")) // 2 <= 4096
     sent = text.replace(":rotating_light:", "\U0001f6a8")  # (Google Chat shows codes literally)
-    assert not head.endswith("\u200d") and sent.startswith(head)
-    assert can_cut(sent, len(head))
+    head = _sent_head(sent, out)
+    assert not head.endswith("\u200d")
 
 
-@pytest.mark.parametrize("cut_at", range(60, 90))
+def _long_path_row(fault_type: str) -> dict[str, object]:
+    """A firing row whose path names 400 hosts (``x/host/h-0000 -> ...``: 6,796 characters)."""
+    ids = [f"x/host/h-{i:04d}" for i in range(400)]
+    annotations = {
+        "path": " -> ".join(ids),
+        "score": "0.9000",
+        "fault_type": fault_type,
+        "incident_url": "http://fm/ui/incidents/7",
+    }
+    labels = {"incident": "7", "cause_node": ids[0], "cause_kind": "host", "cluster": "us-east"}
+    return {
+        "state": "firing",
+        "labels": labels,
+        "annotations": annotations,
+        "starts_at": "t",
+        "ends_at": None,
+    }
+
+
+@pytest.mark.parametrize("fault_type", ["gpu_xid", "Xid`79", "a`b`c`"])
+def test_google_chat_keeps_a_long_path_and_closes_its_span(fault_type: str) -> None:
+    """A cut inside ``Path:``'s code span closes it (an earlier rule dropped the whole span: 158
+    characters, no path); a backtick in the alert's metric neither opens a span nor fools the
+    cut, and the cut splits no ``&gt;``."""
+    text = Notifier.webhook_body(_long_path_row(fault_type))["text"]
+    assert "`" not in text.split("`x/host/h-0000`", 1)[1].split("cluster `us-east`")[0]
+    out = chat_body(GOOGLE, {"text": text})["text"]
+    assert len(out.encode("utf-16-le")) // 2 <= 4096 and len(out.encode()) <= 32_000 - 64
+    sent = text.replace(":rotating_light:", "\U0001f6a8")
+    head = _sent_head(sent, out)
+    path = head.split("\nPath: `", 1)[1]
+    assert len(path) > 3_900 and out.removesuffix(TRUNCATED).endswith("`")
+
+
+@pytest.mark.parametrize("cut_at", range(60, 160, 3))
 def test_fit_text_never_ends_inside_a_sequence(cut_at: int) -> None:
-    text = "`" + "e\u0301" * 5 + "` " + FAMILY * 40
+    """Cuts that fall in an emoji run, then inside a code span with escapes: each keeps whole
+    characters and escapes, and leaves no span open."""
+    text = "`" + "e\u0301" * 5 + "` " + FAMILY * 3 + " `" + "a-&gt;e\u0301/" * 20 + "` end"
     out = _fit_text(text, 10_000, cut_at)
-    head = out.removesuffix(TRUNCATED)
     assert len(out.encode("utf-16-le")) // 2 <= cut_at
-    assert can_cut(text, len(head)) and head.count("`") % 2 == 0
+    _sent_head(text, out)
 
 
 def _annotations(node: str, cluster: str, path: list[str]) -> dict[str, str]:

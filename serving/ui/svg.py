@@ -19,7 +19,13 @@ from html import escape
 from itertools import accumulate
 
 from fleetmind.data.graph import DependencyGraph
-from fleetmind.redact import char_width, display_width, head_in_width, tail_in_width
+from fleetmind.redact import (
+    can_cut,
+    char_width,
+    display_width,
+    head_in_width,
+    tail_in_width,
+)
 from fleetmind.serving.graphstore import barrier_nodes
 
 KIND_COLOURS = {
@@ -582,15 +588,18 @@ def _box(node: str, kind: str, x: float, y: float, w: float, root: bool, hot: bo
 
 
 _WHERE_KEEP = (32, 24, 16)
-"""Characters a timeline label's node part is cut to, in turn, before its alert name is cut."""
+"""Columns a timeline label's node part is cut to, in turn, before its alert name is cut."""
 
 
 def _cut_middle(text: str, limit: int) -> str:
-    """``text`` in at most ``limit`` characters: its start and (the longer) end, ``…`` between."""
-    if len(text) <= limit:
+    """``text`` in at most ``limit`` columns (:func:`~fleetmind.redact.display_width`: a CJK
+    character takes 2): its start and (the longer) end, ``…`` between, each cut where
+    :func:`~fleetmind.redact.can_cut` allows (never inside an emoji sequence or before an
+    accent)."""
+    if display_width(text) <= limit:
         return text
-    head = max(1, (limit - 1) * 2 // 5)
-    return text[:head] + "…" + text[-(limit - 1 - head) :]
+    head = head_in_width(text, max(1, (limit - 1) * 2 // 5))
+    return head + "…" + tail_in_width(text, limit - 1 - display_width(head))
 
 
 def _word_ends(text: str) -> list[int]:
@@ -614,14 +623,17 @@ def _word_ends(text: str) -> list[int]:
 
 def _cut_words(text: str, room: float, size: float) -> str:
     """``text`` cut after its last whole word that fits ``room`` px with ``…``; a character cut
-    when whole words would fill less than half of the room (one long word)."""
+    when whole words would fill less than half of the room (one long word). Every cut is one
+    :func:`~fleetmind.redact.can_cut` allows: never inside an emoji sequence or before an
+    accent."""
     if text_width(text, size) <= room:
         return text
     room -= text_width("…", size)
     prefix = list(accumulate((text_width(ch, size) for ch in text), initial=0.0))
-    i = max((j for j in _word_ends(text) if prefix[j] <= room), default=0)
+    ends = [j for j in _word_ends(text) if can_cut(text, j)]
+    i = max((j for j in ends if prefix[j] <= room), default=0)
     if prefix[i] < room / 2:
-        i = max((j for j in range(len(prefix)) if prefix[j] <= room), default=0)
+        i = max((j for j in range(len(text)) if prefix[j] <= room and can_cut(text, j)), default=0)
     return text[:i].rstrip(" _-.:/·") + "…"
 
 
@@ -634,7 +646,7 @@ def _label(name: str, where: str) -> str:
 
 def _fit_label(name: str, where: str, room: float, size: float) -> str:
     """A timeline label ``name · where`` (:func:`_label`) in at most ``room`` px of ``size`` px
-    text: first the node part (``where``) gives way in the middle, down to 16 characters, then
+    text: first the node part (``where``) gives way in the middle, down to 16 columns, then
     the alert name is cut at the end of a word (a cut in its middle could drop a number, such as
     a threshold)."""
     full = _label(name, where)
