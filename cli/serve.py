@@ -315,18 +315,62 @@ def _check_sqlite_writable(db: Any) -> None:
     path = url.database if db.is_sqlite else None
     if not path or path == ":memory:" or url.query.get("uri") or path.startswith("file:"):
         return
+    from fleetmind.argtypes import write_problem
+
     folder = os.path.dirname(os.path.abspath(path))
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise ConfigError(
-            f"the SQLite database {path} (FLEETMIND_DATABASE_URL) is not writable: every write "
-            "would fail; give the service's user write access to it, or use a writable copy"
+    problem = write_problem(path) if os.path.exists(path) else None
+    if problem:
+        remedy = (
+            "use a writable copy on a writable file system"
+            if problem == "read-only file system"
+            else "give the service's user write access to it, or use a writable copy"
         )
-    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"the folder of the SQLite database {path} (FLEETMIND_DATABASE_URL) is not writable: "
-            "SQLite creates its -wal and -shm files there; give the service's user write access "
-            "to the folder, or move the database to a writable one"
+            f"the SQLite database {path} (FLEETMIND_DATABASE_URL) is not writable ({problem}): "
+            f"every write would fail; {remedy}"
         )
+    problem = write_problem(folder, os.W_OK | os.X_OK) if os.path.isdir(folder) else None
+    if problem:
+        remedy = (
+            "move the database to a writable file system"
+            if problem == "read-only file system"
+            else "give the service's user write access to the folder, or move the database to a "
+            "writable one"
+        )
+        raise ConfigError(
+            f"the folder of the SQLite database {path} (FLEETMIND_DATABASE_URL) is not writable "
+            f"({problem}): SQLite creates its -wal and -shm files there; {remedy}"
+        )
+
+
+def weak_token_refusal(settings: Any, weak: list[str]) -> str:
+    """The one-line refusal for the ``weak`` tokens of ``settings`` (their
+    ``FLEETMIND_<NAME>_TOKEN`` names, :meth:`Settings.weak_tokens`), with why each is refused: a
+    placeholder or under 16 characters, or made of fewer than 5 different characters (a token of
+    32 zeros is long enough but guessable). Never quotes a token."""
+    from fleetmind.serving.settings import (
+        MIN_TOKEN_CHARS,
+        MIN_TOKEN_DISTINCT_CHARS,
+        PLACEHOLDER_PREFIX,
+    )
+
+    short, few = [], []
+    for var in weak:
+        token = getattr(settings, var.removeprefix("FLEETMIND_").lower()) or ""
+        if token.lower().startswith(PLACEHOLDER_PREFIX) or len(token) < MIN_TOKEN_CHARS:
+            short.append(var)
+        else:
+            few.append(var)
+    parts = [f"a placeholder or short token in {', '.join(short)}"] if short else []
+    if few:
+        parts.append(
+            f"a token made of fewer than {MIN_TOKEN_DISTINCT_CHARS} different characters in "
+            f"{', '.join(few)}"
+        )
+    return (
+        f"refusing to start with {'; '.join(parts)}: use at least {MIN_TOKEN_CHARS} random "
+        "characters (e.g. openssl rand -hex 32)"
+    )
 
 
 def _check_token_file(path: str) -> None:
@@ -372,10 +416,7 @@ def _checked_settings(args: argparse.Namespace) -> Any:
         )
     weak = settings.weak_tokens()
     if weak:
-        raise ConfigError(
-            f"refusing to start with a placeholder or short token in {', '.join(weak)}: use at "
-            "least 16 random characters (e.g. openssl rand -hex 32)"
-        )
+        raise ConfigError(weak_token_refusal(settings, weak))
     tls_problem = settings.tls_problem()
     if tls_problem:
         raise ConfigError(tls_problem)

@@ -358,8 +358,12 @@ def auth_throttle(app: Any) -> AuthThrottle:
 
 
 def client_address(scope: Any) -> str | None:
-    """The client's IP address as the access log shows it: the peer, or the ``X-Forwarded-For``
-    address a proxy of ``FLEETMIND_TRUSTED_PROXIES`` gave (uvicorn rewrites ``scope["client"]``).
+    """The key :class:`AuthThrottle` counts a client under: the client's IP address as the access
+    log shows it (the peer, or the ``X-Forwarded-For`` address a proxy of
+    ``FLEETMIND_TRUSTED_PROXIES`` gave: uvicorn rewrites ``scope["client"]``), an IPv4-mapped IPv6
+    address (``::ffff:10.0.0.1``, a dual-stack socket's IPv4 client) as plain IPv4, and an IPv6
+    address as its /64 network (``2001:db8:1:2::/64``): one host is given a whole /64 (RFC 6177,
+    RFC 7421), so counting single IPv6 addresses would let it send 2**64 times the limit.
     ``None`` when there is none or it is no IP address (a Unix socket without a proxy's header):
     :class:`AuthThrottle` counts nothing then, since one counter shared by every client would let
     any of them lock all the others out."""
@@ -367,9 +371,20 @@ def client_address(scope: Any) -> str | None:
     if not client:
         return None
     try:
-        return str(ipaddress.ip_address(str(client[0]).split("%", 1)[0]))
+        address = ipaddress.ip_address(str(client[0]).split("%", 1)[0])
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
+THROTTLED_KEY = "fleetmind.throttled"
+"""ASGI scope key where :class:`AuthMiddleware` leaves the seconds a throttled client must wait,
+for a ``/ui`` page (served without a token), whose ``Authorization`` header it removes first: the
+page answers its own 429 (the HTML error page) unless a session cookie signs it in."""
 
 
 def throttled(app: Any, settings: Settings, client: str | None) -> int | None:
@@ -382,7 +397,7 @@ def throttled(app: Any, settings: Settings, client: str | None) -> int | None:
 
 def note_wrong_token(app: Any, settings: Settings, client: str | None) -> None:
     """Count a wrong token from ``client`` (none without a client address); one warning when
-    that starts its refusal (the address, never the token)."""
+    that starts its refusal (the :func:`client_address` key, never the token)."""
     if client is None:
         return
     limit, window = settings.auth_failure_limit, settings.auth_failure_window_s
@@ -539,15 +554,20 @@ class AuthMiddleware:
         needed = route_scope(app, scope)
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
         # an opaque bearer token is a guess until it matches: refused before it is checked
-        # while this address is throttled, counted when wrong (the /ui pages' too)
+        # while this address is throttled, counted when wrong (by the /ui pages themselves)
         guess = scope.get("path") not in PUBLIC_PATHS and header and _is_opaque_bearer(header)
         if guess:
             retry = throttled(app, settings, client_address(scope))
-            if retry is not None:
+            if retry is not None and needed == "public":
+                # a /ui page: its bearer is never seen (no oracle), the page answers the 429
+                scope = _without_authorization(scope, retry)
+            elif retry is not None:
                 await _answer(send, 429, throttled_detail(retry), [(b"retry-after", b"%d" % retry)])
                 return
         got = granted_scopes(tokens, header)
-        if guess and got is None:
+        if guess and got is None and needed != "public":
+            # the /ui pages count the bearer themselves, only when no session cookie signs the
+            # page in (the bearer decides nothing then: an SSO proxy's own opaque token)
             note_wrong_token(app, settings, client_address(scope))
         if needed == "public":
             body = await read_bounded(scope, receive, PUBLIC_BODY_BYTES)
@@ -588,6 +608,13 @@ class AuthMiddleware:
         if scope.get("path") in DOC_PATHS:  # /openapi.json too: never kept by a shared cache
             send = _no_store(send)
         await self.app(scope, receive, send)
+
+
+def _without_authorization(scope: Any, retry_after: int) -> Any:
+    """A copy of ``scope`` without its ``Authorization`` header, marked with
+    :data:`THROTTLED_KEY` (``retry_after`` seconds)."""
+    headers = [(k, v) for k, v in scope.get("headers", ()) if k != b"authorization"]
+    return {**scope, "headers": headers, THROTTLED_KEY: retry_after}
 
 
 TOO_LARGE = b"\0too large"

@@ -178,7 +178,6 @@ def test_throttle_window_refusal_and_memory_bound() -> None:
 
 def test_client_address_is_an_ip_or_none() -> None:
     assert client_address({"client": ("203.0.113.9", 1)}) == "203.0.113.9"
-    assert client_address({"client": ("::ffff:10.0.0.1", 1)}) == "::ffff:a00:1"
     assert client_address({"client": None}) is None  # a Unix socket: one shared counter, none
     assert client_address({"client": ("testclient", 50000)}) is None
 
@@ -275,3 +274,125 @@ def test_a_token_of_few_different_characters_is_weak(
 ) -> None:
     settings = make_settings(tmp_path, read_token=token)
     assert ("FLEETMIND_READ_TOKEN" in settings.weak_tokens()) is weak
+
+
+def test_an_ipv6_client_counts_by_its_64_and_a_mapped_ipv4_as_ipv4(
+    app: FastAPI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One host is given a whole /64 (RFC 6177, RFC 7421): rotating the low 64 bits is no escape."""
+    caplog.set_level(logging.WARNING, "fleetmind.serving")
+    codes = [
+        client(app, (f"2001:db8:1:2::{i + 1:x}", 1))
+        .get("/api/v1/incidents", headers=bearer(f"guess-{i:016d}"))
+        .status_code
+        for i in range(6)
+    ]
+    assert codes == [401, 401, 401, 429, 429, 429]
+    warning = next(r.getMessage() for r in caplog.records if "wrong tokens" in r.getMessage())
+    assert "2001:db8:1:2::/64" in warning
+    # another /64 is another client
+    other = client(app, ("2001:db8:1:3::1", 1))
+    assert other.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+    # a dual-stack socket's IPv4 client (::ffff:a.b.c.d) shares its IPv4 address's count
+    for i in range(3):
+        mapped = client(app, ("::ffff:203.0.113.9", 1))
+        assert mapped.get("/api/v1/incidents", headers=bearer(f"m{i:016d}")).status_code == 401
+    plain = client(app, ATTACKER)
+    assert plain.get("/api/v1/incidents", headers=bearer(READ)).status_code == 429
+
+
+def test_client_address_keys() -> None:
+    assert client_address({"client": ("2001:db8:1:2::7", 1)}) == "2001:db8:1:2::/64"
+    assert client_address({"client": ("fe80::1%eth0", 1)}) == "fe80::/64"
+    assert client_address({"client": ("::ffff:10.0.0.1", 1)}) == "10.0.0.1"
+    assert client_address({"client": ("::1", 1)}) == "::/64"
+
+
+# an SSO proxy adding its own opaque access token (a GitHub OAuth token's form, as oauth2-proxy
+# --pass-access-token sends it: oauth2-proxy/oauth2-proxy pkg/middleware/headers.go)
+PROXY_TOKEN = "gho_16C7e42F292c6912E7710c838347Ae178B4a"
+
+
+def test_a_signed_in_page_does_not_count_a_proxys_own_bearer(app: FastAPI) -> None:
+    user = client(app, OPERATOR)
+    assert login(user, READ).status_code == 303
+    for _ in range(10):  # well past the limit of 3
+        assert user.get("/ui/", headers=bearer(PROXY_TOKEN)).status_code == 200
+    assert user.get("/api/v1/incidents", headers=bearer(READ)).status_code == 200
+
+
+def test_a_throttled_address_gets_the_html_page_and_a_session_still_opens(app: FastAPI) -> None:
+    user = client(app, OPERATOR)
+    assert login(user, READ).status_code == 303
+    guesser = client(app, OPERATOR)  # another browser behind the same address
+    for i in range(3):
+        guesser.get("/ui/", headers=bearer(f"g{i}"), follow_redirects=False)
+    r = guesser.get("/ui/", headers=bearer(READ), follow_redirects=False)
+    assert r.status_code == 429
+    assert r.headers["content-type"].startswith("text/html")
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+    assert "Too many wrong tokens" in r.text and r.headers["cache-control"] == "no-store"
+    # the right token from there is not confirmed by the login form's proxy note either
+    r = guesser.get(
+        "/ui/login", headers=bearer(READ), params={"next": "/ui/"}, follow_redirects=False
+    )
+    assert r.status_code == 200 and "proxy-signed-in" not in r.text
+    # a page a session cookie signs in opens, bearer or not
+    assert user.get("/ui/", headers=bearer(PROXY_TOKEN)).status_code == 200
+    assert user.get("/ui/").status_code == 200
+    # the API keeps its JSON 429
+    r = guesser.get("/api/v1/incidents", headers=bearer(READ))
+    assert r.status_code == 429 and r.headers["content-type"] == "application/json"
+
+
+def test_feedback_form_reads_its_session_off_the_event_loop(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    on_loop: list[bool] = []
+    real = auth.read_session
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(*args, **kw)
+
+    c = client(app, OPERATOR)
+    assert login(c, ADMIN).status_code == 303
+    monkeypatch.setattr(auth, "read_session", spy)
+    c.post("/ui/incidents/1/feedback", data={"csrf": "x"}, follow_redirects=False)
+    assert on_loop == [False]
+
+
+def test_serve_names_why_a_long_token_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from fleetmind.cli import main
+    from fleetmind.serving.settings import get_settings
+
+    monkeypatch.setenv("FLEETMIND_DATABASE_URL", f"sqlite:///{tmp_path}/x.db")
+    monkeypatch.setenv("FLEETMIND_API_TOKEN", "0" * 32)
+    monkeypatch.setenv("FLEETMIND_READ_TOKEN", "short")
+    try:
+        assert main(["serve", "--host", "0.0.0.0"]) == 2
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "0" * 32 not in err
+    assert "a placeholder or short token in FLEETMIND_READ_TOKEN" in err
+    assert "fewer than 5 different characters in FLEETMIND_API_TOKEN" in err
+
+
+def test_the_docs_say_a_broad_trusted_proxies_value_lets_clients_pick_their_address() -> None:
+    from fleetmind.data.paths import REPO_ROOT
+
+    security = (REPO_ROOT / "docs/serving/security.md").read_text()
+    settings = (REPO_ROOT / "docs/serving/settings.md").read_text()
+    assert "cannot lock Alertmanager out from elsewhere" not in security
+    assert "escapes the limit" in security and "Name only the proxies' own" in security
+    row = next(x for x in settings.splitlines() if x.startswith("| `FLEETMIND_TRUSTED_PROXIES`"))
+    assert "escape the wrong-token limit" in row and "lock out another address" in row

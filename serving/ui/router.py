@@ -31,8 +31,10 @@ from fleetmind.redact import drop_secret_params
 from fleetmind.serving.db import alerts as alerts_table
 from fleetmind.serving.db import notifications
 from fleetmind.serving.deps import (
+    THROTTLED_KEY,
     ServicesDep,
     client_address,
+    looks_like_jwt,
     note_wrong_token,
     throttled,
 )
@@ -284,7 +286,10 @@ def _bearer_session(request: Request, settings: Any) -> auth.Session | None:
     The header reaches the service with every request the browser makes, cross-site ones included,
     so it is an ambient credential like a cookie: the session has no CSRF token of its own
     (``csrf`` is ``None``), and its forms use the double-submit ``fm_csrf`` cookie (a ``SameSite=Lax``
-    cookie a cross-site POST does not carry) and the ``Origin`` check (:func:`auth.csrf_ok`)."""
+    cookie a cross-site POST does not carry) and the ``Origin`` check (:func:`auth.csrf_ok`).
+
+    An unknown token that is no JWT counts as a wrong token of the client's address
+    (:func:`fleetmind.serving.deps.note_wrong_token`): it is checked here, so it is a guess."""
     header = request.headers.get("authorization")
     if not header:
         return None
@@ -292,14 +297,34 @@ def _bearer_session(request: Request, settings: Any) -> auth.Session | None:
     if scheme.lower() != "bearer" or not given.strip():
         return None
     scopes = auth.scopes_of_token(settings, given.strip())
+    if scopes is None and not looks_like_jwt(header):
+        note_wrong_token(request.app, settings, client_address(request.scope))
     return auth.Session(scopes) if scopes else None
+
+
+def _throttled_page(request: Request, retry_after: int) -> Response:
+    """The 429 error page for a client address past ``FLEETMIND_AUTH_FAILURE_LIMIT`` wrong tokens
+    (:data:`fleetmind.serving.deps.THROTTLED_KEY`), with ``Retry-After`` (seconds)."""
+    resp = render(
+        request,
+        "error.html",
+        status_code=429,
+        session=None,
+        message=f"Too many wrong tokens from this address: try again in {retry_after} s.",
+    )
+    resp.headers["Retry-After"] = str(retry_after)
+    return resp
 
 
 def _session(request: Request, services: Any, scope: str = "read") -> auth.Session | Response:
     """The request's session: the ``fm_session`` cookie's, else a valid bearer token's
     (:func:`_bearer_session`); without either, a redirect to the login form; a login without
-    ``scope``, the 403 page."""
+    ``scope``, the 403 page. A valid cookie signs the page in whatever ``Authorization`` says (an
+    SSO proxy's own token is then never checked, nor counted as a wrong one); without one, a
+    client address refused for wrong tokens gets the 429 page (:func:`_throttled_page`)."""
     session = auth.read_session(request, services.settings, services.db)
+    if session is None and request.scope.get(THROTTLED_KEY) is not None:
+        return _throttled_page(request, request.scope[THROTTLED_KEY])
     if session is None:
         session = _bearer_session(request, services.settings)
     if session is None:
@@ -903,8 +928,9 @@ async def incident_feedback(
     incident_id: str,
 ) -> Response:
     """The feedback form of the incident page (admin scope; same checks as the API). An id that
-    is no incident number is the same HTML 404 page as :func:`incident_page`'s, not JSON."""
-    session = _session(request, services, scope="admin")
+    is no incident number is the same HTML 404 page as :func:`incident_page`'s, not JSON. The
+    session is read off the event loop (its digest check is scrypt, ~100 ms uncached)."""
+    session = await run_in_threadpool(_session, request, services, scope="admin")
     if isinstance(session, Response):
         return session
     number = _db_id(incident_id)
